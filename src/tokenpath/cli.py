@@ -1,0 +1,209 @@
+"""The `tokenpath` command line."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tokenpath.errors import UserError
+
+app = typer.Typer(
+    help="Where the time goes between an LLM request and readable text on the user's screen.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+scenario_app = typer.Typer(help="Inspect scenarios.", no_args_is_help=True)
+app.add_typer(scenario_app, name="scenario")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _rate(value: str) -> float | str:
+    if value.strip().lower() in ("inf", "infinity"):
+        return "inf"
+    try:
+        rate = float(value)
+    except ValueError:
+        raise UserError(f"--request-rate: {value!r} is not a number; give requests/s (e.g. 12.5) or 'inf'") from None
+    if not math.isfinite(rate) or rate <= 0:
+        raise UserError(f"--request-rate: {value!r} must be > 0 requests/s, or 'inf' to send everything at t=0")
+    return rate
+
+
+def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Optional[float]) -> dict[str, Any]:
+    """--input-len/--input-sd replace the length table: normal(mean, sd), or fixed when sd is 0."""
+    current = table.get("workload", {}).get(which, {})
+    defaults = {"input": (550.0, 150.0), "output": (150.0, 80.0)}[which]
+    mean = mean if mean is not None else current.get("mean", current.get("value", defaults[0]))
+    sd = sd if sd is not None else current.get("sd", 0.0 if current.get("kind") == "fixed" else defaults[1])
+    if sd == 0:
+        if mean < 1 or mean != int(mean):
+            raise UserError(f"--{which}-len: a fixed length must be a whole number of tokens >= 1, got {mean}")
+        return {"kind": "fixed", "value": int(mean)}
+    return {"kind": "normal", "mean": float(mean), "sd": float(sd)}
+
+
+def _overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
+    direct = {
+        "model": "model.name", "chip": "deployment.chip", "chips": "deployment.chips", "tp": "deployment.tp",
+        "precision": "model.precision", "burstiness": "workload.arrival.burstiness",
+        "max_concurrency": "workload.max_concurrency", "num_requests": "workload.num_requests", "seed": "seed",
+    }
+    out = {path: flags[flag] for flag, path in direct.items() if flags.get(flag) is not None}
+    if flags.get("request_rate") is not None:
+        out["workload.arrival.rate"] = _rate(flags["request_rate"])
+    for which in ("input", "output"):
+        mean, sd = flags.get(f"{which}_len"), flags.get(f"{which}_sd")
+        if mean is not None or sd is not None:
+            out[f"workload.{which}"] = _length(table, which, mean, sd)
+    return out
+
+
+def _write_json(document: dict[str, Any], target: str) -> None:
+    text = json.dumps(document, indent=2) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+    else:
+        Path(target).write_text(text, encoding="utf-8")
+
+
+def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any]) -> None:
+    from tokenpath.report.simulation import describe, result_document
+    from tokenpath.pipeline import simulate
+    from tokenpath.scenario import build_scenario, read_scenario_table, set_path
+
+    table, source, base_dir = read_scenario_table(scenario_ref)
+    for dotted, value in _overrides(table, **flags).items():
+        set_path(table, dotted, value)
+    scenario = build_scenario(table, source, base_dir)
+
+    quiet = json_out == "-"
+    progress = Progress(
+        TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err_console, transient=True, disable=quiet,
+    )
+    with progress:
+        task = progress.add_task("simulate", total=scenario.workload.num_requests)
+        simulation = simulate(scenario, progress=lambda k: progress.advance(task, k))
+    document, reason = result_document(simulation)
+    if json_out is not None:
+        _write_json(document, json_out)
+    if not quiet:
+        from tokenpath.report.table import print_summary
+
+        print_summary(console, document, describe(simulation), reason)
+
+
+SIMULATE_EXAMPLE = """
+Examples:
+
+  tokenpath simulate                                   # the embedded default scenario
+
+  tokenpath simulate --model llama-3.1-8b --chip h100 --chips 1 --tp 1 --request-rate 8
+
+  tokenpath simulate my.toml --request-rate inf --input-len 128 --input-sd 0 --json result.json
+"""
+
+
+@app.command(help="Simulate a scenario (default: the embedded 'typical') and print where the time goes." + SIMULATE_EXAMPLE)
+def simulate(
+    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    model: Optional[str] = typer.Option(None, help="catalog model name or path to a HF config.json"),
+    chip: Optional[str] = typer.Option(None, help="catalog chip name (see `tokenpath chips`)"),
+    chips: Optional[int] = typer.Option(None, help="total chips; chips / tp data-parallel replicas"),
+    tp: Optional[int] = typer.Option(None, help="tensor-parallel size"),
+    precision: Optional[str] = typer.Option(None, help="weight precision: bf16, fp8 or fp4"),
+    input_len: Optional[float] = typer.Option(None, "--input-len", help="mean input tokens"),
+    input_sd: Optional[float] = typer.Option(None, "--input-sd", help="sd of input tokens (0 = fixed)"),
+    output_len: Optional[float] = typer.Option(None, "--output-len", help="mean output tokens"),
+    output_sd: Optional[float] = typer.Option(None, "--output-sd", help="sd of output tokens (0 = fixed)"),
+    request_rate: Optional[str] = typer.Option(None, "--request-rate", help="requests/s, or 'inf' (all at t=0)"),
+    burstiness: Optional[float] = typer.Option(None, help="gamma shape of arrival gaps; 1 = Poisson"),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="cap on outstanding requests"),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests", help="requests to simulate"),
+    seed: Optional[int] = typer.Option(None, help="random seed"),
+    json_out: Optional[str] = typer.Option(None, "--json", help="write the result schema to PATH, or '-' for stdout"),
+) -> None:
+    flags = dict(locals())
+    flags.pop("scenario")
+    flags.pop("json_out")
+    _simulate_and_report(scenario, json_out, flags)
+
+
+@app.command(help="Simulate the embedded default scenario ('typical').\n\nExample:\n\n  tokenpath run --json result.json")
+def run(
+    json_out: Optional[str] = typer.Option(None, "--json", help="write the result schema to PATH, or '-' for stdout"),
+) -> None:
+    _simulate_and_report(None, json_out, {})
+
+
+@scenario_app.command("show", help="Print a scenario, every default filled in, as TOML.\n\nExample:\n\n  tokenpath scenario show typical")
+def scenario_show(name: Optional[str] = typer.Argument(None, help="catalog name or .toml path; default 'typical'")) -> None:
+    from tokenpath.scenario import load_scenario
+
+    sys.stdout.write(load_scenario(name).to_toml())
+
+
+@scenario_app.command("list", help="List the embedded scenarios.\n\nExample:\n\n  tokenpath scenario list")
+def scenario_list() -> None:
+    from tokenpath.scenario import load_scenario, scenario_names
+
+    for name in scenario_names():
+        console.print(f"[bold]{name}[/bold]  {load_scenario(name).description}")
+
+
+@app.command(help="List the models in the catalog.\n\nExample:\n\n  tokenpath models")
+def models() -> None:
+    from tokenpath.report.catalog import models_table
+
+    console.print(models_table())
+
+
+@app.command(help="List the chips in the catalog.\n\nExample:\n\n  tokenpath chips")
+def chips() -> None:
+    from tokenpath.report.catalog import chips_table
+
+    console.print(chips_table())
+
+
+@app.command(help="Compare predictions with published measurements.\n\nExample:\n\n  tokenpath validate --json -")
+def validate(
+    json_out: Optional[str] = typer.Option(None, "--json", help="write the rows to PATH, or '-' for stdout"),
+) -> None:
+    from tokenpath.validate import print_validation, run_validation
+
+    rows = run_validation()
+    if json_out is not None:
+        _write_json(rows, json_out)
+    if json_out != "-":
+        print_validation(console, rows)
+
+
+def main() -> None:
+    """Entry point: a user's mistake is one line on stderr and exit status 2, never a traceback."""
+    try:
+        app(standalone_mode=False)
+    except UserError as error:
+        err_console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except typer.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except Exception as error:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(error, click.ClickException):
+            error.show()
+            sys.exit(error.exit_code)
+        raise

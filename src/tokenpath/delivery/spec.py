@@ -1,0 +1,47 @@
+"""The `[delivery]` table of a scenario: the path from sampled token ids to text at the client.
+
+Defaults describe a common deployment: ids copied over PCIe Gen5, detokenized inline by the engine's
+own process (as a synchronous engine does), one SSE event per token, a client 20 ms round trip away.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tokenpath.units import Bandwidth, Duration
+
+# PCIe Gen5 x16: 128 GB/s both directions together (shared/reference/chips.toml, h200_sxm.host_link).
+PCIE_GEN5_X16_PER_DIRECTION_BPS = 64e9
+# A small device-to-host cudaMemcpy (a few KB) costs about 10 us of latency on PCIe Gen5 hosts; an
+# assumption, to be replaced by a measured calibration.
+D2H_COPY_LATENCY_S = 10e-6
+# Reported cost of one incremental detokenize call in vLLM: 17-55 us (vLLM issue 5206); the low end.
+DETOKENIZE_PER_TOKEN_S = 17e-6
+# Building one SSE chunk with json.dumps of a dict: 2.6 us (shared/reference/bench-clients.md).
+FRAME_PER_EVENT_S = 2.6e-6
+# Share of Tekken tokens that are not valid UTF-8 alone and so show nothing until the next token
+# completes the character (shared/reference/bench-clients.md): 5.8%.
+INVISIBLE_TOKEN_FRACTION = 0.058
+
+
+class DeliverySpec(BaseModel):
+    """Last-mile parameters. Times are per token or per event as named."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host_link_bw: Bandwidth = Field(PCIE_GEN5_X16_PER_DIRECTION_BPS, description="device-to-host bandwidth")
+    host_link_latency: Duration = Field(D2H_COPY_LATENCY_S, description="latency of one device-to-host copy")
+    detokenize: Literal["inline", "async"] = Field(
+        "inline", description="inline blocks the next engine step; async overlaps it in another worker"
+    )
+    detokenize_per_token: Duration = DETOKENIZE_PER_TOKEN_S
+    frame_per_event: Duration = FRAME_PER_EVENT_S
+    stream_interval: int = Field(1, ge=1, description="tokens per SSE event (the first token is sent at once)")
+    network_rtt: Duration = Field(20e-3, description="client round trip; each direction costs half")
+    network_bw: Bandwidth = Field(12.5e6, description="client link bandwidth (100 Mb/s)")
+    event_overhead_bytes: int = Field(230, ge=0, description="bytes of one chat-completion SSE chunk around its text")
+    bytes_per_token: float = Field(4.0, ge=0, description="average UTF-8 bytes of text per token")
+    request_overhead_bytes: int = Field(400, ge=0, description="bytes of an HTTP request around its prompt")
+    invisible_token_fraction: float = Field(INVISIBLE_TOKEN_FRACTION, ge=0, lt=1)

@@ -1,0 +1,17 @@
+"""The `[engine]` table: the serving engine's batching limits, as vLLM names them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EngineSpec(BaseModel):
+    """Continuous-batching limits. Defaults are vLLM's engine-argument defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_num_seqs: int = Field(256, ge=1, description="most sequences in one step")
+    max_num_batched_tokens: int = Field(8192, ge=1, description="most tokens (prefill + decode) in one step")
+    block_size: int = Field(16, ge=1, description="tokens per KV-cache block")
+    chunked_prefill: bool = Field(True, description="split long prompts across steps within the token budget")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the engine may use")

@@ -1,0 +1,175 @@
+"""simulate: scenario -> workload -> engine(compute, fabric) -> delivery -> Run.
+
+This is the only place that composes the engine with the delivery path; the layers stay leaves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from tokenpath.compute.chip import ChipSpec, load_chip
+from tokenpath.compute.model import ModelSpec, load_model
+from tokenpath.compute.roofline import ComputeModel
+from tokenpath.delivery.lastmile import LastMile, first_visible_index
+from tokenpath.engine.costs import GroupStepCosts
+from tokenpath.engine.loop import EngineTrace, run_engine
+from tokenpath.errors import UserError
+from tokenpath.fabric.switched import SwitchedDomain
+from tokenpath.run import Run
+from tokenpath.scenario import Scenario
+from tokenpath.workload import Requests, generate
+
+# Independent random streams derived from the scenario seed, so adding draws to one layer never
+# shifts another's.
+_WORKLOAD_STREAM, _DELIVERY_STREAM = 0, 1
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The resolved hardware and models of a scenario, shared by every replica."""
+
+    model: ModelSpec
+    chip: ChipSpec
+    compute: ComputeModel
+    fabric: SwitchedDomain
+    costs: GroupStepCosts
+    kv_capacity_tokens: int
+    replicas: int
+
+
+@dataclass(frozen=True)
+class Simulation:
+    scenario: Scenario
+    deployment: Deployment
+    requests: Requests
+    run: Run
+    traces: list[EngineTrace]
+
+
+def build_deployment(scenario: Scenario) -> Deployment:
+    """Resolve names, check the configuration is possible, and size the KV cache."""
+    dep = scenario.deployment
+    if dep.tp > dep.chips:
+        raise UserError(f"deployment.tp: {dep.tp} is larger than deployment.chips ({dep.chips}); lower --tp or raise --chips")
+    if dep.chips % dep.tp:
+        raise UserError(f"deployment.chips: {dep.chips} chips do not split into groups of tp={dep.tp}; use a multiple of {dep.tp}")
+    model = load_model(scenario.model.name)
+    chip = load_chip(dep.chip)
+    if model.num_heads % dep.tp:
+        raise UserError(f"deployment.tp: {model.name} has {model.num_heads} attention heads, not divisible by tp={dep.tp}")
+    compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision())
+    kv_tokens = compute.kv_capacity_tokens(scenario.engine.gpu_memory_utilization, scenario.engine.max_num_batched_tokens)
+    fabric_spec = dep.fabric
+    link_latency = {} if fabric_spec.link_latency is None else {"link_latency_s": fabric_spec.link_latency}
+    fabric = SwitchedDomain(
+        hosts=dep.chips,
+        link_bw_Bps=fabric_spec.link_bw or chip.scaleup_bw_Bps,
+        nvls=fabric_spec.nvls,
+        algorithm=fabric_spec.algorithm,
+        **link_latency,
+    )
+    costs = GroupStepCosts(compute, fabric, dep.tp)
+    return Deployment(model, chip, compute, fabric, costs, kv_tokens, dep.replicas)
+
+
+def _check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:
+    total = requests.input_tokens + requests.output_tokens
+    worst = int(np.argmax(total))
+    longest = int(total[worst])
+    if longest > deployment.model.max_context:
+        raise UserError(
+            f"workload: request {worst} needs {longest} tokens of context but {deployment.model.name} holds "
+            f"{deployment.model.max_context}; lower the input/output lengths (or their max)"
+        )
+    if longest > deployment.kv_capacity_tokens:
+        raise UserError(
+            f"workload: request {worst} needs {longest} tokens of KV cache but one replica holds "
+            f"{deployment.kv_capacity_tokens}; raise --tp, use fp8, or lower the lengths"
+        )
+    if not scenario.engine.chunked_prefill and longest > scenario.engine.max_num_batched_tokens:
+        raise UserError(
+            f"engine.max_num_batched_tokens: request {worst} needs {longest} tokens in one step without chunked "
+            "prefill; enable engine.chunked_prefill or raise max_num_batched_tokens"
+        )
+
+
+def _replica_run(trace: EngineTrace, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
+                 visible: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-request client-side timings of one replica, with exact attribution."""
+    offsets = trace.token_offsets
+    leave_ns = trace.step_leave_ns[trace.token_step]
+    client_ns = last_mile.client_times_ns(leave_ns, offsets)
+    first, last = offsets[:-1], offsets[1:] - 1
+    e2e = client_ns[last] - trace.sent_ns
+    delivery = trace.delivery_ns + (client_ns[last] - trace.last_step_end_ns)
+    queue = e2e - trace.compute_ns - trace.traffic_ns - delivery
+    if (queue < 0).any():
+        raise AssertionError("attribution exceeds end-to-end time: the engine's accounting is broken")
+    return {
+        "scheduled_ns": scheduled_ns,
+        "sent_ns": trace.sent_ns,
+        "input_tokens": requests.input_tokens,
+        "output_tokens": requests.output_tokens,
+        "ttft_ns": leave_ns[first] - trace.sent_ns,
+        "ttfv_ns": client_ns[first + visible] - trace.sent_ns,
+        "e2e_ns": e2e,
+        "token_client_ns": client_ns,
+        "queue_ns": queue,
+        "compute_ns": trace.compute_ns,
+        "traffic_ns": trace.traffic_ns,
+        "delivery_ns": delivery,
+    }
+
+
+def _merge(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n: int) -> Run:
+    """Put replica rows back in workload order and rebuild the flat token array."""
+    fields: dict[str, np.ndarray] = {}
+    for key in parts[0]:
+        if key == "token_client_ns":
+            continue
+        merged = np.empty(n, dtype=parts[0][key].dtype)
+        for part, rows in zip(parts, owners):
+            merged[rows] = part[key]
+        fields[key] = merged
+    offsets = np.concatenate([[0], np.cumsum(fields["output_tokens"])]).astype(np.int64)
+    tokens = np.empty(offsets[-1], np.int64)
+    for part, rows in zip(parts, owners):
+        lengths = part["output_tokens"]
+        local_starts = np.cumsum(lengths) - lengths
+        shift = np.repeat(offsets[rows] - local_starts, lengths)
+        tokens[shift + np.arange(len(shift))] = part["token_client_ns"]
+    return Run(source="simulate", token_offsets=offsets, token_client_ns=tokens, **fields)
+
+
+def simulate(scenario: Scenario, progress: Callable[[int], None] | None = None) -> Simulation:
+    """Simulate the scenario end to end. `progress(k)` is called as k more requests finish."""
+    deployment = build_deployment(scenario)
+    seeds = np.random.SeedSequence(scenario.seed).spawn(2)
+    requests = generate(scenario.workload, np.random.default_rng(seeds[_WORKLOAD_STREAM]))
+    _check_fits(requests, deployment, scenario)
+    visible = first_visible_index(
+        requests.output_tokens, scenario.delivery.invisible_token_fraction, np.random.default_rng(seeds[_DELIVERY_STREAM])
+    )
+    scheduled_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
+    n, replicas = len(requests), deployment.replicas
+    concurrency = scenario.workload.max_concurrency
+    parts, owners, traces = [], [], []
+    for replica in range(replicas):
+        # Round-robin routing; a concurrency cap is shared out evenly between the replicas.
+        rows = np.arange(replica, n, replicas)
+        if len(rows) == 0:
+            continue
+        share = None if concurrency is None else max(1, concurrency // replicas + (replica < concurrency % replicas))
+        sub = requests.take(rows)
+        last_mile = LastMile(scenario.delivery)
+        trace = run_engine(
+            scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
+            scenario.engine, deployment.kv_capacity_tokens, share, progress,
+        )
+        parts.append(_replica_run(trace, sub, scheduled_ns[rows], last_mile, visible[rows]))
+        owners.append(rows)
+        traces.append(trace)
+    return Simulation(scenario, deployment, requests, _merge(parts, owners, n), traces)

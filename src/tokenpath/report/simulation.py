@@ -1,0 +1,100 @@
+"""A simulation's result document (the shared schema) and its scenario lines for people."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tokenpath.diagnose.bottleneck import Evidence, bottleneck, typical_step
+from tokenpath.pipeline import Simulation
+from tokenpath.summary import summarize, window_ns
+from tokenpath.units import format_bytes, format_duration
+
+
+def _evidence(sim: Simulation, window_s: float) -> Evidence:
+    traces = sim.traces
+    step_ns = np.concatenate([t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns for t in traces])
+    blocking = np.concatenate([t.step_blocking_ns for t in traces])
+    seqs = np.concatenate([t.step_seqs for t in traces])
+    tokens = np.concatenate([t.step_tokens for t in traces])
+    kv_read = np.concatenate([t.step_kv_read_tokens for t in traces])
+    num_tokens, num_seqs, kv = typical_step(tokens, kv_read, seqs)
+    ops = sim.deployment.compute.step_ops(num_tokens, num_seqs, kv, kv)
+    op_time = sum(op.time_s for op in ops) or 1.0
+    memory_bound = sum(op.time_s for op in ops if op.bound == "memory") / op_time
+    busy_s = step_ns.sum() / 1e9 / max(len(traces), 1)
+    arrival = sim.requests.arrival_s
+    span_s = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
+    offered = (len(arrival) - 1) / span_s if span_s > 0 else math.inf
+    scenario = sim.scenario
+    return Evidence(
+        offered_rate_per_s=offered,
+        served_rate_per_s=len(arrival) / window_s if window_s else 0.0,
+        busy_fraction=min(1.0, busy_s / window_s) if window_s else 0.0,
+        mean_batch_seqs=float(seqs.mean()) if len(seqs) else 0.0,
+        preemptions=sum(t.preemptions for t in traces),
+        memory_bound_fraction=memory_bound,
+        allreduces_per_step=sim.deployment.compute.allreduces_per_step,
+        tp=scenario.deployment.tp,
+        network_rtt_s=scenario.delivery.network_rtt,
+        detokenize=scenario.delivery.detokenize,
+        host_share_of_step=float(blocking.sum() / step_ns.sum()) if step_ns.sum() else 0.0,
+    )
+
+
+def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
+    """The result schema for a simulation, and the one-line reason behind its bottleneck."""
+    scenario = sim.scenario
+    slo = {key: getattr(scenario.slo, key) for key in ("ttft", "ttfv", "tpot", "e2e")}
+    document = summarize(sim.run, scenario.name, scenario.fingerprint(), slo)
+    layer, reason = bottleneck(document["attribution_s"], _evidence(sim, window_ns(sim.run) / 1e9))
+    document["bottleneck"] = layer
+    document["bottleneck_reason"] = reason
+    document["engine"] = {
+        "replicas": sim.deployment.replicas,
+        "kv_capacity_tokens_per_replica": sim.deployment.kv_capacity_tokens,
+        "steps": int(sum(len(t.step_start_ns) for t in sim.traces)),
+        "preemptions": int(sum(t.preemptions for t in sim.traces)),
+    }
+    return document, reason
+
+
+def describe(sim: Simulation) -> list[tuple[str, str]]:
+    """Scenario lines for the report header."""
+    s, d = sim.scenario, sim.deployment
+    w = s.workload
+    rate = w.arrival.rate
+    arrivals = "all at t=0" if math.isinf(rate) else f"{rate:g} req/s, burstiness {w.arrival.burstiness:g}"
+    if w.max_concurrency:
+        arrivals += f", at most {w.max_concurrency} outstanding"
+    lengths = (
+        f"{w.trace.format} trace {w.trace.path}" if w.trace else
+        f"input {_length(w.input)}, output {_length(w.output)}"
+    )
+    mean_in, mean_out = sim.requests.input_tokens.mean(), sim.requests.output_tokens.mean()
+    return [
+        ("model", f"{d.model.name}, {s.model.precision} weights, {s.model.kv_precision()} KV cache"),
+        ("deployment", f"{s.deployment.chips}x {d.chip.name}, TP={s.deployment.tp}, {d.replicas} replica(s), "
+                       f"{s.deployment.fabric.kind} fabric"),
+        ("KV cache", f"{d.kv_capacity_tokens:,} tokens per replica "
+                     f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip)"),
+        ("engine", f"max {s.engine.max_num_seqs} seqs, {s.engine.max_num_batched_tokens} tokens/step, "
+                   f"chunked prefill {'on' if s.engine.chunked_prefill else 'off'}"),
+        ("workload", f"{w.num_requests:,} requests, {lengths} (drawn means {mean_in:.0f}/{mean_out:.0f})"),
+        ("arrivals", arrivals),
+        ("last mile", f"{s.delivery.detokenize} detokenize, {s.delivery.stream_interval} token(s)/event, "
+                      f"{format_duration(s.delivery.network_rtt)} RTT"),
+        ("seed", str(s.seed)),
+    ]
+
+
+def _length(spec: Any) -> str:
+    if spec.kind == "fixed":
+        return f"{spec.value} fixed"
+    if spec.kind in ("normal", "lognormal"):
+        return f"{spec.kind} {spec.mean:g} (sd {spec.sd:g})"
+    if spec.kind == "uniform":
+        return f"uniform {spec.mean:g} +/- {spec.range_ratio:.0%}"
+    return f"empirical from {spec.path}"

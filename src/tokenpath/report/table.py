@@ -1,0 +1,80 @@
+"""Rich tables for people: a scenario, a summary, the catalog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tokenpath.summary import PERCENTILES
+from tokenpath.units import format_duration
+
+_LATENCY_NAMES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
+_PART_NAMES = {"queue": "queue (distribution)", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
+
+
+def scenario_table(lines: list[tuple[str, str]], title: str) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in lines:
+        table.add_row(key, value)
+    return table
+
+
+def latency_table(summary: dict[str, Any]) -> Table:
+    table = Table(title="Latency", title_justify="left")
+    table.add_column("metric", style="bold")
+    for column in ("mean", *PERCENTILES):
+        table.add_column(column.replace("p999", "p99.9"), justify="right")
+    for key, name in _LATENCY_NAMES.items():
+        stats = summary["latency_s"][key]
+        table.add_row(name, *(format_duration(stats[c]) for c in ("mean", *PERCENTILES)))
+    return table
+
+
+def throughput_table(summary: dict[str, Any]) -> Table:
+    table = Table(title="Throughput", title_justify="left", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    t, r = summary["throughput"], summary["requests"]
+    table.add_row("output tokens/s", f"{t['output_tokens_per_s']:,.0f}")
+    table.add_row("requests/s", f"{t['requests_per_s']:.3g}")
+    table.add_row("goodput (meets SLOs), requests/s", f"{t['goodput_requests_per_s']:.3g}")
+    table.add_row("requests completed / failed", f"{r['completed']:,} / {r['failed']:,}")
+    table.add_row("window", format_duration(summary["window_s"]))
+    return table
+
+
+def attribution_table(summary: dict[str, Any]) -> Table:
+    parts = summary["attribution_s"]
+    total = sum(parts.values()) or 1.0
+    table = Table(title="Where a request's time goes (mean per request)", title_justify="left")
+    table.add_column("layer", style="bold")
+    table.add_column("time", justify="right")
+    table.add_column("share of E2E", justify="right")
+    for key, name in _PART_NAMES.items():
+        table.add_row(name, format_duration(parts[key]), f"{parts[key] / total:.1%}")
+    table.add_row("E2E", format_duration(total), "100.0%", style="dim")
+    return table
+
+
+def print_summary(console: Console, summary: dict[str, Any], scenario_lines: list[tuple[str, str]],
+                  reason: str | None) -> None:
+    console.print(scenario_table(scenario_lines, f"Scenario: {summary['scenario']['name']}"))
+    console.print(throughput_table(summary))
+    console.print(latency_table(summary))
+    if summary["attribution_s"] is not None:
+        console.print(attribution_table(summary))
+    if summary["bottleneck"]:
+        console.print(f"[bold]Bottleneck: {summary['bottleneck']}[/bold] - {reason}")
+
+
+def catalog_table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i == 0 else "right", style="bold" if i == 0 else None)
+    for row in rows:
+        table.add_row(*row)
+    return table

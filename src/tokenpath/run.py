@@ -1,0 +1,52 @@
+"""A run: per-request timings, simulated or measured, in one struct-of-arrays shape.
+
+All times are integer nanoseconds relative to the run's start, so per-request sums are exact. Token
+arrival times at the client are one flat array split by `token_offsets`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Run:
+    source: str                  # "simulate" or "bench"
+    scheduled_ns: np.ndarray     # when the workload meant to send each request
+    sent_ns: np.ndarray          # when it was sent (later than scheduled under a concurrency cap)
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    ttft_ns: np.ndarray          # sent -> first token leaves the engine
+    ttfv_ns: np.ndarray          # sent -> first visible character at the client
+    e2e_ns: np.ndarray           # sent -> last byte at the client
+    token_client_ns: np.ndarray  # per output token, absolute arrival time at the client (flat)
+    token_offsets: np.ndarray    # request i's tokens: token_client_ns[token_offsets[i]:token_offsets[i+1]]
+    queue_ns: np.ndarray | None = None     # per-request attribution: these four sum to e2e_ns
+    compute_ns: np.ndarray | None = None
+    traffic_ns: np.ndarray | None = None
+    delivery_ns: np.ndarray | None = None
+    failed: np.ndarray | None = None       # measured runs: requests that did not complete
+
+    def __len__(self) -> int:
+        return len(self.sent_ns)
+
+    @property
+    def completed(self) -> np.ndarray:
+        return np.ones(len(self), bool) if self.failed is None else ~self.failed
+
+    def itl_ns(self) -> np.ndarray:
+        """Gaps between successive text arrivals at the client, over all requests.
+
+        Tokens that arrive in the same event are one arrival, so zero gaps inside an event drop out.
+        """
+        gaps = np.diff(self.token_client_ns)
+        first_of_request = self.token_offsets[1:-1] - 1  # the gap that crosses into the next request
+        keep = np.ones(len(gaps), bool)
+        keep[first_of_request[(first_of_request >= 0) & (first_of_request < len(gaps))]] = False
+        if self.failed is not None:
+            owner = np.repeat(np.arange(len(self)), np.diff(self.token_offsets))[1:]
+            keep &= ~self.failed[owner]
+        gaps = gaps[keep]
+        return gaps[gaps > 0]

@@ -1,0 +1,178 @@
+"""A scenario: one deployment plus one workload, loaded from TOML and validated at the edge.
+
+Each layer owns the table it reads (workload, engine, fabric, delivery); this module composes them,
+applies command-line overrides, turns validation errors into one-line `UserError`s and fingerprints
+the normalized result.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.engine.spec import EngineSpec
+from tokenpath.errors import UserError
+from tokenpath.fabric.spec import FabricSpec
+from tokenpath.units import Duration
+from tokenpath.workload.generate import fingerprint_inputs
+from tokenpath.workload.spec import WorkloadSpec
+
+DEFAULT_SCENARIO = "typical"
+
+Precision = Literal["bf16", "fp8", "fp4"]
+
+
+class ModelSection(BaseModel):
+    """Which model, at which precision. `name` is a catalog name or a path to a HF config.json."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "llama-3.1-70b"
+    precision: Precision = "fp8"
+    kv_cache_precision: Literal["auto", "bf16", "fp8"] = Field(
+        "auto", description="auto: fp8 when the weights are fp8 or fp4, else bf16"
+    )
+
+    def kv_precision(self) -> str:
+        if self.kv_cache_precision != "auto":
+            return self.kv_cache_precision
+        return "bf16" if self.precision == "bf16" else "fp8"
+
+
+class DeploymentSection(BaseModel):
+    """The chips and how they are split: `chips / tp` data-parallel replicas of `tp` chips each."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chip: str = "h200"
+    chips: int = Field(8, ge=1)
+    tp: int = Field(8, ge=1)
+    fabric: FabricSpec = FabricSpec()
+
+    @property
+    def replicas(self) -> int:
+        return self.chips // self.tp
+
+
+class SloSpec(BaseModel):
+    """Latency targets a request must meet to count towards goodput; unset ones are not checked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttft: Duration | None = 2.0
+    ttfv: Duration | None = None
+    tpot: Duration | None = 0.1
+    e2e: Duration | None = None
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "custom"
+    description: str = ""
+    seed: int = Field(0, ge=0)
+    model: ModelSection = ModelSection()
+    deployment: DeploymentSection = DeploymentSection()
+    engine: EngineSpec = EngineSpec()
+    workload: WorkloadSpec = WorkloadSpec()
+    delivery: DeliverySpec = DeliverySpec()
+    slo: SloSpec = SloSpec()
+
+    def fingerprint(self) -> str:
+        """sha256 of the normalized scenario and of the contents of any files it reads."""
+        normal = self.model_dump(mode="json")
+        normal["files"] = fingerprint_inputs(self.workload)
+        return hashlib.sha256(json.dumps(normal, sort_keys=True).encode()).hexdigest()
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(_drop_none(self.model_dump(mode="json")))
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _drop_none(item) for key, item in value.items() if item is not None}
+    return value
+
+
+def scenario_names() -> list[str]:
+    folder = resources.files("tokenpath.catalog") / "scenarios"
+    return sorted(entry.name.removesuffix(".toml") for entry in folder.iterdir() if entry.name.endswith(".toml"))
+
+
+def _read_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{source}: not valid TOML: {error}") from None
+
+
+def read_scenario_table(name_or_path: str | None) -> tuple[dict[str, Any], str, Path | None]:
+    """The raw table of a catalog scenario or a TOML file: (table, where it came from, its folder)."""
+    name_or_path = name_or_path or DEFAULT_SCENARIO
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise UserError(f"{name_or_path}: no such scenario file; give a path to a .toml file or one of: {', '.join(scenario_names())}")
+        return _read_toml(path.read_text(encoding="utf-8"), str(path)), str(path), path.resolve().parent
+    names = scenario_names()
+    if name_or_path not in names:
+        close = difflib.get_close_matches(name_or_path, names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UserError(f"unknown scenario {name_or_path!r}; {hint}known: {', '.join(names)} (or a path to a .toml file)")
+    text = (resources.files("tokenpath.catalog") / "scenarios" / f"{name_or_path}.toml").read_text(encoding="utf-8")
+    return _read_toml(text, f"scenario {name_or_path!r}"), f"scenario {name_or_path!r}", None
+
+
+def set_path(table: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `a.b.c` in a nested table, creating the tables on the way."""
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        table = table.setdefault(key, {})
+        if not isinstance(table, dict):
+            raise UserError(f"{dotted}: {key!r} is not a table in this scenario")
+    table[leaf] = value
+
+
+def _explain(error: ValidationError, source: str, model: type[BaseModel]) -> UserError:
+    """The first validation error as one line: where, what, and how to fix it."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    if first["type"] == "extra_forbidden":
+        owner: Any = model
+        for part in first["loc"][:-1]:
+            field = owner.model_fields.get(str(part)) if isinstance(owner, type) and issubclass(owner, BaseModel) else None
+            owner = field.annotation if field is not None else None
+        known = list(owner.model_fields) if isinstance(owner, type) and issubclass(owner, BaseModel) else []
+        close = difflib.get_close_matches(str(first["loc"][-1]), known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return UserError(f"{source}: unknown key {where!r}; {hint}allowed here: {', '.join(known)}")
+    message = first["msg"].removeprefix("Value error, ")
+    return UserError(f"{source}: {where}: {message}")
+
+
+def build_scenario(table: dict[str, Any], source: str, base_dir: Path | None = None) -> Scenario:
+    """Validate a raw table into a Scenario; relative file paths are taken from `base_dir`."""
+    try:
+        scenario = Scenario.model_validate(table)
+    except ValidationError as error:
+        raise _explain(error, source, Scenario) from None
+    if base_dir is not None:
+        scenario = scenario.model_copy(update={"workload": scenario.workload.resolve_paths(base_dir)})
+    return scenario
+
+
+def load_scenario(name_or_path: str | None = None, overrides: dict[str, Any] | None = None) -> Scenario:
+    """Load a catalog scenario or TOML file and apply `overrides` ({"deployment.tp": 4, ...})."""
+    table, source, base_dir = read_scenario_table(name_or_path)
+    for dotted, value in (overrides or {}).items():
+        set_path(table, dotted, value)
+    return build_scenario(table, source, base_dir)

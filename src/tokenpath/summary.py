@@ -1,0 +1,95 @@
+"""The metrics of a run, in the one schema shared by simulate and bench (DESIGN.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tokenpath.run import Run
+
+SCHEMA = "tokenpath.summary/1"
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
+LAYERS = ("queue", "compute", "traffic", "delivery")
+# The layer each attribution part belongs to, as the bottleneck names it.
+LAYER_OF_PART = {"queue": "distribution", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
+
+
+def stats_s(values_ns: np.ndarray) -> dict[str, float]:
+    """Mean and percentiles of nanosecond samples, in seconds; zeros for an empty sample."""
+    if len(values_ns) == 0:
+        return {"mean": 0.0, **{key: 0.0 for key in PERCENTILES}}
+    seconds = np.asarray(values_ns, dtype=np.float64) / 1e9
+    points = np.percentile(seconds, list(PERCENTILES.values()))
+    return {"mean": float(seconds.mean()), **{key: float(v) for key, v in zip(PERCENTILES, points)}}
+
+
+def tpot_ns(run: Run) -> np.ndarray:
+    """(E2E - TTFT) / (output tokens - 1), for completed requests with more than one token."""
+    ok = run.completed & (run.output_tokens > 1)
+    return (run.e2e_ns[ok] - run.ttft_ns[ok]) / (run.output_tokens[ok] - 1)
+
+
+def meets_slo(run: Run, slo: dict[str, float | None]) -> np.ndarray:
+    """Per request: completed and within every SLO that is set (seconds)."""
+    ok = run.completed.copy()
+    per_token = np.zeros(len(run))
+    multi = run.output_tokens > 1
+    per_token[multi] = (run.e2e_ns[multi] - run.ttft_ns[multi]) / (run.output_tokens[multi] - 1)
+    observed = {"ttft": run.ttft_ns, "ttfv": run.ttfv_ns, "tpot": per_token, "e2e": run.e2e_ns}
+    for metric, limit_s in slo.items():
+        if limit_s is not None:
+            ok &= observed[metric] <= limit_s * 1e9
+    return ok
+
+
+def window_ns(run: Run) -> int:
+    """First send to last byte received."""
+    done = run.completed
+    if not done.any():
+        return 0
+    return int((run.sent_ns[done] + run.e2e_ns[done]).max() - run.sent_ns.min())
+
+
+def attribution_s(run: Run) -> dict[str, float] | None:
+    """Mean seconds per layer over completed requests; None for a run without attribution."""
+    if run.queue_ns is None:
+        return None
+    done = run.completed
+    parts = {"queue": run.queue_ns, "compute": run.compute_ns, "traffic": run.traffic_ns, "delivery": run.delivery_ns}
+    return {name: float(values[done].mean()) / 1e9 if done.any() else 0.0 for name, values in parts.items()}
+
+
+def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, float | None],
+              bottleneck: str | None = None) -> dict[str, Any]:
+    """The result schema of DESIGN.md for one run."""
+    done = run.completed
+    window_s = window_ns(run) / 1e9
+    per_s = (lambda count: count / window_s) if window_s > 0 else (lambda count: 0.0)
+    summary: dict[str, Any] = {
+        "schema": SCHEMA,
+        "source": run.source,
+        "scenario": {"name": scenario_name, "fingerprint": fingerprint},
+        "requests": {
+            "completed": int(done.sum()),
+            "failed": int((~done).sum()),
+            "input_tokens_mean": float(run.input_tokens[done].mean()) if done.any() else 0.0,
+            "output_tokens_mean": float(run.output_tokens[done].mean()) if done.any() else 0.0,
+        },
+        "window_s": window_s,
+        "throughput": {
+            "output_tokens_per_s": per_s(int(run.output_tokens[done].sum())),
+            "requests_per_s": per_s(int(done.sum())),
+            "goodput_requests_per_s": per_s(int(meets_slo(run, slo).sum())),
+        },
+        "latency_s": {
+            "ttft": stats_s(run.ttft_ns[done]),
+            "ttfv": stats_s(run.ttfv_ns[done]),
+            "tpot": stats_s(tpot_ns(run)),
+            "itl": stats_s(run.itl_ns()),
+            "e2e": stats_s(run.e2e_ns[done]),
+        },
+        "attribution_s": attribution_s(run),
+        "bottleneck": bottleneck,
+    }
+    return summary

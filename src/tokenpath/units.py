@@ -1,0 +1,157 @@
+"""Human-readable quantities in config ("900 GB/s", "25 us", "141 GiB") parsed once, at the edge.
+
+Everything inside tokenpath is SI: seconds, bytes, bytes per second. A bare number is taken to be
+already in those units. Decimal prefixes (k, M, G, T, P) are powers of 1000, binary ones (Ki, Mi, Gi,
+Ti, Pi) powers of 1024. In bandwidths a capital B is bytes and a lower-case b is bits ("400 Gb/s",
+"25 Gbps").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Callable
+
+from pydantic import BeforeValidator, PlainSerializer
+
+from tokenpath.errors import UserError
+
+_PREFIX = {
+    "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50,
+}
+_TIME_S = {
+    "": 1.0, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0,
+    "min": 60.0, "h": 3600.0,
+}
+_NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
+_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[^\s\d].*?)?\s*$")
+_BYTES_UNIT = re.compile(r"^(?P<prefix>[kKMGTP]i?|)(?P<base>B|bytes?)$")
+_BW_UNIT = re.compile(r"^(?P<prefix>[kKMGTP]i?|)(?P<base>B/s|b/s|bps|Bps)$")
+
+
+def _split(value: object, what: str, example: str) -> tuple[float, str]:
+    if isinstance(value, bool):
+        raise ValueError(f"expected {what} such as {example!r}, got {value!r}")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), ""
+    elif isinstance(value, str) and (match := _QUANTITY.match(value)):
+        number, unit = float(match["num"]), match["unit"] or ""
+    else:
+        raise ValueError(f"cannot read {value!r} as {what}; write a number and a unit, e.g. {example!r}")
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number; write e.g. {example!r}")
+    return number, unit
+
+
+def _non_negative(number: float, value: object, example: str) -> float:
+    if number < 0:
+        raise ValueError(f"{value!r} is negative; it must be zero or more, e.g. {example!r}")
+    return number
+
+
+def _with_field(parse: Callable[[object], float]) -> Callable[[object, str], float]:
+    """The public parser: the same, raising a UserError that names the config field."""
+
+    def parse_field(value: object, field: str = "value") -> float:
+        try:
+            return parse(value)
+        except ValueError as error:
+            raise UserError(f"{field}: {error}") from None
+
+    parse_field.__name__ = parse.__name__.lstrip("_")
+    parse_field.__doc__ = parse.__doc__
+    return parse_field
+
+
+def _parse_duration_s(value: object) -> float:
+    """'25 us', '20 ms', '1.5 s', '2 min' or a number of seconds -> seconds."""
+    example = "20 ms"
+    number, unit = _split(value, "a duration", example)
+    if unit not in _TIME_S:
+        raise ValueError(f"unknown time unit {unit!r} in {value!r}; use one of ns, us, ms, s, min, h")
+    return _non_negative(number * _TIME_S[unit], value, example)
+
+
+def _parse_bytes(value: object) -> float:
+    """'141 GiB', '80 GB', '4 KiB', '512 B' or a number of bytes -> bytes."""
+    example = "141 GiB"
+    number, unit = _split(value, "a size in bytes", example)
+    match = _BYTES_UNIT.match(unit) if unit else None
+    if unit and not match:
+        raise ValueError(f"unknown size unit {unit!r} in {value!r}; use B, kB, MB, GB, KiB, MiB, GiB, ...")
+    scale = _PREFIX[match["prefix"]] if match else 1.0
+    return _non_negative(number * scale, value, example)
+
+
+def _parse_bandwidth_Bps(value: object) -> float:
+    """'900 GB/s', '400 Gb/s', '25 Gbps', '128 GiB/s' or a number of bytes/s -> bytes per second."""
+    example = "900 GB/s"
+    number, unit = _split(value, "a bandwidth", example)
+    match = _BW_UNIT.match(unit) if unit else None
+    if unit and not match:
+        raise UserError(
+            f"unknown bandwidth unit {unit!r} in {value!r}; use e.g. GB/s (bytes) or Gb/s, Gbps (bits)"
+        )
+    scale = 1.0
+    if match:
+        scale = _PREFIX[match["prefix"]] * (0.125 if match["base"] in ("b/s", "bps") else 1.0)
+    return _non_negative(number * scale, value, example)
+
+
+parse_duration_s = _with_field(_parse_duration_s)
+parse_bytes = _with_field(_parse_bytes)
+parse_bandwidth_Bps = _with_field(_parse_bandwidth_Bps)
+
+
+def _exact(value: float, units: tuple[tuple[str, float], ...]) -> str:
+    """A lossless human string: the largest unit the value reaches, 12 significant digits."""
+    for unit, scale in units:
+        if abs(value) >= scale:
+            return f"{value / scale:.12g} {unit}"
+    return f"{value / units[-1][1]:.12g} {units[-1][0]}"
+
+
+# Config field types: accept human strings or SI numbers, hold SI floats, write human strings back.
+Duration = Annotated[
+    float,
+    BeforeValidator(_parse_duration_s),
+    PlainSerializer(lambda v: _exact(v, (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))), when_used="json"),
+]
+Size = Annotated[
+    float,
+    BeforeValidator(_parse_bytes),
+    PlainSerializer(lambda v: _exact(v, (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))), when_used="json"),
+]
+Bandwidth = Annotated[
+    float,
+    BeforeValidator(_parse_bandwidth_Bps),
+    PlainSerializer(lambda v: _exact(v, (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))), when_used="json"),
+]
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for people: '812 us', '23.4 ms', '1.25 s'."""
+    magnitude = abs(seconds)
+    if magnitude == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if magnitude >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def format_bytes(size_bytes: float) -> str:
+    """A size for people, binary prefixes: '1.5 GiB'."""
+    for unit, scale in (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
+        if abs(size_bytes) >= scale:
+            return f"{size_bytes / scale:.3g} {unit}"
+    return f"{size_bytes:.0f} B"
+
+
+def format_bandwidth(bw_Bps: float) -> str:
+    """A bandwidth for people, decimal prefixes: '900 GB/s'."""
+    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if abs(bw_Bps) >= scale:
+            return f"{bw_Bps / scale:.3g} {unit}"
+    return f"{bw_Bps:.3g} B/s"

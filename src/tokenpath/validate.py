@@ -1,0 +1,87 @@
+"""Predict published measurements and report the error of each prediction.
+
+Every row becomes a scenario the way the measurement was made (fixed lengths; offline rows send every
+request at t=0), with an engine-side last mile (no network, no host cost), since the published figures
+are the engine's own. Constants are shared by all rows; nothing here is tuned per row.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tomllib
+from importlib import resources
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tokenpath.pipeline import simulate
+from tokenpath.scenario import Scenario, build_scenario
+from tokenpath.summary import summarize
+
+ENGINE_SIDE_DELIVERY = {
+    "network_rtt": 0.0, "host_link_latency": 0.0, "detokenize_per_token": 0.0, "frame_per_event": 0.0,
+    "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
+}
+
+
+def published_rows() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    text = (resources.files("tokenpath.catalog") / "validation" / "published.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    return data["groups"], data["rows"]
+
+
+def row_scenario(row: dict[str, Any], group: dict[str, Any]) -> Scenario:
+    table = {
+        "name": f"validate {row['model']} {row['chip']} tp{row['tp']} {row['precision']} {row['input_tokens']}/{row['output_tokens']}",
+        "model": {"name": row["model"], "precision": row["precision"]},
+        "deployment": {"chip": row["chip"], "chips": row["tp"], "tp": row["tp"]},
+        "engine": {"max_num_seqs": group["max_num_seqs"], "max_num_batched_tokens": group["max_num_batched_tokens"]},
+        "workload": {
+            "num_requests": group["num_requests"],
+            "input": {"kind": "fixed", "value": row["input_tokens"]},
+            "output": {"kind": "fixed", "value": row["output_tokens"]},
+            "arrival": {"rate": "inf"},
+        },
+        "delivery": ENGINE_SIDE_DELIVERY,
+    }
+    return build_scenario(table, "validation row")
+
+
+def predict(row: dict[str, Any], group: dict[str, Any]) -> float:
+    scenario = row_scenario(row, group)
+    summary = summarize(simulate(scenario).run, scenario.name, "", {})
+    if group["metric"] == "output_tokens_per_s":
+        return summary["throughput"]["output_tokens_per_s"]
+    return summary["latency_s"]["ttft"]["mean"]
+
+
+def run_validation(groups_wanted: set[str] | None = None) -> dict[str, Any]:
+    """Every row's prediction and signed error, and per group the median and worst |error|."""
+    groups, rows = published_rows()
+    results = []
+    for row in rows:
+        if groups_wanted and row["group"] not in groups_wanted:
+            continue
+        predicted = predict(row, groups[row["group"]])
+        results.append({**row, "predicted": predicted, "error": predicted / row["published"] - 1.0})
+    summary = {}
+    for name, group in groups.items():
+        errors = [abs(r["error"]) for r in results if r["group"] == name]
+        if errors:
+            summary[name] = {"title": group["title"], "source": group["source"], "rows": len(errors),
+                             "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
+    return {"rows": results, "groups": summary}
+
+
+def print_validation(console: Console, result: dict[str, Any]) -> None:
+    for name, group in result["groups"].items():
+        table = Table(title=f"{group['title']}\n{group['source']}", title_justify="left")
+        for column in ("model", "chip", "TP", "precision", "in/out", "published", "predicted", "error"):
+            table.add_column(column, justify="left" if column in ("model", "chip", "precision") else "right")
+        for r in (r for r in result["rows"] if r["group"] == name):
+            scale, fmt = (1e3, "{:.1f} ms") if "ttft" in name else (1.0, "{:,.0f}")
+            table.add_row(r["model"], r["chip"], str(r["tp"]), r["precision"], f"{r['input_tokens']}/{r['output_tokens']}",
+                          fmt.format(r["published"] * scale), fmt.format(r["predicted"] * scale), f"{r['error']:+.1%}")
+        console.print(table)
+        console.print(f"median |error| {group['median_abs_error']:.1%}, worst {group['worst_abs_error']:.1%} over {group['rows']} rows\n")
