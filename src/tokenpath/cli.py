@@ -78,13 +78,13 @@ def _write_json(document: dict[str, Any], target: str) -> None:
 
 def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any]) -> None:
     from tokenpath.report.simulation import describe, result_document
-    from tokenpath.pipeline import simulate
+    from tokenpath.pipeline import prepare, simulate
     from tokenpath.scenario import build_scenario, read_scenario_table, set_path
 
     table, source, base_dir = read_scenario_table(scenario_ref)
     for dotted, value in _overrides(table, **flags).items():
         set_path(table, dotted, value)
-    scenario = build_scenario(table, source, base_dir)
+    prepared = prepare(build_scenario(table, source, base_dir))
 
     quiet = json_out == "-"
     progress = Progress(
@@ -92,8 +92,8 @@ def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], f
         console=err_console, transient=True, disable=quiet,
     )
     with progress:
-        task = progress.add_task("simulate", total=scenario.workload.num_requests)
-        simulation = simulate(scenario, progress=lambda k: progress.advance(task, k))
+        task = progress.add_task("simulate", total=len(prepared.requests))
+        simulation = simulate(prepared, progress=lambda k: progress.advance(task, k))
     document, reason = result_document(simulation)
     if json_out is not None:
         _write_json(document, json_out)
@@ -191,19 +191,7 @@ def validate(
 def main() -> None:
     """Entry point: a user's mistake is one line on stderr and exit status 2, never a traceback."""
     try:
-        app(standalone_mode=False)
+        app()
     except UserError as error:
         err_console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except typer.Exit as done:
-        sys.exit(done.exit_code)
-    except typer.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
-    except Exception as error:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(error, click.ClickException):
-            error.show()
-            sys.exit(error.exit_code)
-        raise

@@ -144,12 +144,29 @@ def _merge(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n: int)
     return Run(source="simulate", token_offsets=offsets, token_client_ns=tokens, **fields)
 
 
-def simulate(scenario: Scenario, progress: Callable[[int], None] | None = None) -> Simulation:
-    """Simulate the scenario end to end. `progress(k)` is called as k more requests finish."""
+@dataclass(frozen=True)
+class Prepared:
+    """A scenario checked and resolved, ready to simulate: every user error surfaces here."""
+
+    scenario: Scenario
+    deployment: Deployment
+    requests: Requests
+
+
+def prepare(scenario: Scenario) -> Prepared:
+    """Resolve the deployment and draw the workload, checking that every request can be served."""
     deployment = build_deployment(scenario)
     seeds = np.random.SeedSequence(scenario.seed).spawn(2)
     requests = generate(scenario.workload, np.random.default_rng(seeds[_WORKLOAD_STREAM]))
     _check_fits(requests, deployment, scenario)
+    return Prepared(scenario, deployment, requests)
+
+
+def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | None = None) -> Simulation:
+    """Simulate the scenario end to end. `progress(k)` is called as k more requests finish."""
+    prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
+    scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
+    seeds = np.random.SeedSequence(scenario.seed).spawn(2)
     visible = first_visible_index(
         requests.output_tokens, scenario.delivery.invisible_token_fraction, np.random.default_rng(seeds[_DELIVERY_STREAM])
     )

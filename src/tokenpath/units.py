@@ -90,7 +90,7 @@ def _parse_bandwidth_Bps(value: object) -> float:
     number, unit = _split(value, "a bandwidth", example)
     match = _BW_UNIT.match(unit) if unit else None
     if unit and not match:
-        raise UserError(
+        raise ValueError(
             f"unknown bandwidth unit {unit!r} in {value!r}; use e.g. GB/s (bytes) or Gb/s, Gbps (bits)"
         )
     scale = 1.0

@@ -1,0 +1,3 @@
+from tokenpath.cli import main
+
+main()

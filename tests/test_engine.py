@@ -1,0 +1,122 @@
+"""The engine loop against closed-form answers, with step costs we choose."""
+
+import numpy as np
+import pytest
+
+from tokenpath.delivery.lastmile import LastMile
+from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.engine.loop import run_engine
+from tokenpath.engine.spec import EngineSpec
+
+NO_NETWORK = DeliverySpec(
+    network_rtt=0, host_link_latency=0, detokenize_per_token=0, frame_per_event=0,
+    event_overhead_bytes=0, bytes_per_token=0, request_overhead_bytes=0,
+)
+
+
+class FixedCosts:
+    """Every step costs `base_s` plus `per_token_s` per token processed; traffic a fixed share."""
+
+    def __init__(self, base_s=1e-3, per_token_s=0.0, traffic_s=0.0):
+        self.base_s, self.per_token_s, self._traffic_s = base_s, per_token_s, traffic_s
+
+    def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens):
+        return self.base_s + self.per_token_s * num_tokens
+
+    def traffic_s(self, num_tokens):
+        return self._traffic_s
+
+
+def engine(inputs, outputs, arrivals_s=None, spec=EngineSpec(), costs=None, delivery=NO_NETWORK,
+           kv_tokens=10**9, max_concurrency=None):
+    inputs, outputs = np.array(inputs), np.array(outputs)
+    arrivals = np.zeros(len(inputs), np.int64) if arrivals_s is None else np.rint(np.array(arrivals_s) * 1e9).astype(np.int64)
+    return run_engine(arrivals, inputs, outputs, costs or FixedCosts(), LastMile(delivery), spec, kv_tokens, max_concurrency)
+
+
+def test_single_request_takes_one_prefill_step_then_one_step_per_token():
+    trace = engine([100], [5])
+    # prefill step emits token 1, four decode steps emit the rest: five 1 ms steps
+    assert len(trace.step_start_ns) == 5
+    assert trace.last_step_end_ns[0] == 5_000_000
+    assert trace.compute_ns[0] == 5_000_000
+    assert list(trace.token_step) == [0, 1, 2, 3, 4]
+    assert list(trace.step_tokens) == [100, 1, 1, 1, 1]
+
+
+def test_chunked_prefill_splits_a_long_prompt_over_the_token_budget():
+    trace = engine([250], [2], spec=EngineSpec(max_num_batched_tokens=100))
+    assert list(trace.step_tokens) == [100, 100, 50, 1]
+    assert list(trace.token_step) == [2, 3]  # the first token comes with the last prefill chunk
+
+
+def test_without_chunked_prefill_a_prompt_waits_for_a_step_with_room():
+    spec = EngineSpec(max_num_batched_tokens=100, chunked_prefill=False)
+    trace = engine([60, 60], [3, 3], spec=spec)
+    # the second prompt does not fit beside the first; it joins the next step with one decode
+    assert list(trace.step_tokens[:2]) == [60, 61]
+
+
+def test_max_num_seqs_limits_the_batch():
+    trace = engine([10] * 5, [4] * 5, spec=EngineSpec(max_num_seqs=2))
+    assert trace.step_seqs.max() == 2
+    assert len(trace.token_step) == 20
+
+
+def test_requests_wait_for_their_arrival():
+    trace = engine([10, 10], [2, 2], arrivals_s=[0.0, 0.0105])
+    # the engine idles from 2 ms until the second request arrives at 10.5 ms
+    assert trace.step_start_ns[2] == 10_500_000
+    assert trace.last_step_end_ns[1] == 12_500_000
+
+
+def test_kv_cache_pressure_preempts_the_newest_and_still_finishes_everything():
+    spec = EngineSpec(block_size=16, max_num_seqs=8)
+    inputs, outputs = [64] * 6, [64] * 6
+    trace = engine(inputs, outputs, spec=spec, kv_tokens=16 * 20)  # 20 blocks for 6 x 8 needed
+    assert trace.preemptions > 0
+    counts = np.diff(trace.token_offsets)
+    assert list(counts) == outputs
+    # every request's tokens come from strictly increasing steps
+    for i in range(6):
+        steps = trace.token_step[trace.token_offsets[i]:trace.token_offsets[i + 1]]
+        assert np.all(np.diff(steps) > 0)
+
+
+def test_closed_loop_never_has_more_than_max_concurrency_outstanding():
+    n, cap = 30, 4
+    trace = engine([20] * n, list(range(1, n + 1)), spec=EngineSpec(), max_concurrency=cap)
+    done = trace.last_step_end_ns  # no network: the client has the last byte when the step ends
+    events = sorted([(t, 1) for t in trace.sent_ns] + [(t, -1) for t in done], key=lambda e: (e[0], e[1]))
+    outstanding = peak = 0
+    for _, delta in events:
+        outstanding += delta
+        peak = max(peak, outstanding)
+    assert peak == cap
+    assert (trace.sent_ns[cap:] > 0).all()
+
+
+def test_inline_detokenization_lengthens_steps_and_async_does_not():
+    slow_host = dict(NO_NETWORK.model_dump(), detokenize_per_token=1e-3)
+    inline = engine([10], [4], delivery=DeliverySpec(**{**slow_host, "detokenize": "inline"}))
+    overlapped = engine([10], [4], delivery=DeliverySpec(**{**slow_host, "detokenize": "async"}))
+    assert inline.last_step_end_ns[0] == 8_000_000  # 4 steps of 1 ms device + 1 ms host
+    assert overlapped.last_step_end_ns[0] == 4_000_000
+    # async: the host worker still needs 1 ms per token, so the last token leaves at 5 ms
+    assert overlapped.step_leave_ns[-1] == 5_000_000
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_per_request_accounts_never_exceed_the_time_in_the_system(seed):
+    rng = np.random.default_rng(seed)
+    n = 40
+    inputs = rng.integers(1, 400, n)
+    outputs = rng.integers(1, 60, n)
+    arrivals = np.sort(rng.uniform(0, 0.05, n))
+    costs = FixedCosts(base_s=2e-4, per_token_s=1e-6, traffic_s=1e-4)
+    trace = engine(inputs, outputs, arrivals, spec=EngineSpec(max_num_seqs=8, max_num_batched_tokens=256),
+                   costs=costs, kv_tokens=16 * 60)
+    in_system = trace.last_step_end_ns - trace.arrival_ns
+    accounted = trace.compute_ns + trace.traffic_ns + trace.delivery_ns
+    assert (accounted <= in_system).all()
+    assert (trace.compute_ns > 0).all() and (trace.traffic_ns > 0).all()

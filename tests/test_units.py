@@ -1,0 +1,73 @@
+"""Human quantities in config: parsed exactly, rejected clearly."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from tokenpath.errors import UserError
+from tokenpath.units import Bandwidth, Duration, Size, parse_bandwidth_Bps, parse_bytes, parse_duration_s
+
+finite = st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False)
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("25 us", 25e-6), ("25us", 25e-6), ("25 µs", 25e-6), ("20 ms", 0.02), ("1.5 s", 1.5), ("2 min", 120.0),
+    ("500 ns", 5e-7), (0.25, 0.25), ("3", 3.0), ("1e-3 s", 1e-3),
+])
+def test_durations(text, seconds):
+    assert math.isclose(parse_duration_s(text), seconds, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("text, size_bytes", [
+    ("141 GiB", 141 * 2**30), ("80 GB", 80e9), ("4 KiB", 4096), ("512 B", 512), ("1.5 MB", 1.5e6), (1024, 1024),
+])
+def test_sizes(text, size_bytes):
+    assert parse_bytes(text) == pytest.approx(size_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize("text, bw", [
+    ("900 GB/s", 900e9), ("400 Gb/s", 50e9), ("25 Gbps", 25e9 / 8), ("128 GiB/s", 128 * 2**30), ("64GB/s", 64e9),
+])
+def test_bandwidths(text, bw):
+    assert parse_bandwidth_Bps(text) == pytest.approx(bw, rel=1e-12)
+
+
+@pytest.mark.parametrize("parse, text", [
+    (parse_duration_s, "5 parsecs"), (parse_duration_s, "fast"), (parse_duration_s, "-3 ms"),
+    (parse_bytes, "12 GB/s"), (parse_bandwidth_Bps, "12 GB"), (parse_duration_s, True), (parse_bytes, "nan GB"),
+])
+def test_bad_quantities_name_the_field(parse, text):
+    with pytest.raises(UserError, match=r"^delivery\.x: "):
+        parse(text, "delivery.x")
+
+
+@given(finite, st.sampled_from([("ns", 1e-9), ("us", 1e-6), ("ms", 1e-3), ("s", 1.0), ("min", 60.0)]))
+def test_any_number_with_a_time_unit_scales(number, unit):
+    name, scale = unit
+    assert math.isclose(parse_duration_s(f"{number!r} {name}"), number * scale, rel_tol=1e-12, abs_tol=1e-300)
+
+
+@given(finite, st.sampled_from(["", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"]), st.sampled_from(["B", "b"]))
+def test_any_bandwidth_scales_by_prefix_and_bits(number, prefix, base):
+    scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}[prefix]
+    expected = number * scale / (8 if base == "b" else 1)
+    assert math.isclose(parse_bandwidth_Bps(f"{number!r} {prefix}{base}/s"), expected, rel_tol=1e-12, abs_tol=1e-300)
+
+
+class Quantities(BaseModel):
+    duration: Duration
+    size: Size
+    bandwidth: Bandwidth
+
+
+@given(finite, finite, finite)
+def test_config_types_round_trip_through_their_human_strings(d, s, b):
+    original = Quantities(duration=d, size=s, bandwidth=b)
+    written = original.model_dump(mode="json")
+    assert all(isinstance(value, str) for value in written.values())
+    again = Quantities.model_validate(written)
+    for field in ("duration", "size", "bandwidth"):
+        assert math.isclose(getattr(again, field), getattr(original, field), rel_tol=1e-11, abs_tol=1e-300)
