@@ -6,11 +6,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class EngineSpec(BaseModel):
-    """Continuous-batching limits. Defaults are vLLM's engine-argument defaults."""
+    """Continuous-batching limits.
+
+    Defaults are what vLLM's OpenAI server picks on a GPU with at least 70 GiB that is not an A100
+    (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): 1024 sequences, 8192 tokens per step.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_num_seqs: int = Field(256, ge=1, description="most sequences in one step")
+    max_num_seqs: int = Field(1024, ge=1, description="most sequences in one step")
     max_num_batched_tokens: int = Field(8192, ge=1, description="most tokens (prefill + decode) in one step")
     block_size: int = Field(16, ge=1, description="tokens per KV-cache block")
     chunked_prefill: bool = Field(True, description="split long prompts across steps within the token budget")

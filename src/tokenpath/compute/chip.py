@@ -1,0 +1,113 @@
+"""An accelerator's compute and memory figures, from the embedded catalog (catalog/chips.toml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenpath import catalog
+from tokenpath.compute import efficiency
+from tokenpath.compute.precision import PRECISION_BYTES
+from tokenpath.errors import UserError
+from tokenpath.units import parse_bandwidth_Bps, parse_bytes
+
+_FALLBACK_PRECISION = "bf16"
+
+
+@dataclass(frozen=True)
+class ChipSpec:
+    """One chip. `peak_flops` is dense FLOP/s per precision; `matmul_efficiency` the fraction of it a
+    large GEMM reaches (measured where published, else efficiency.DEFAULT_MATMUL_EFFICIENCY);
+    `scaleup_bw_Bps` is per direction. `measured_scaleup_bw_Bps` is 0.0 where none is published."""
+
+    name: str
+    peak_flops: dict[str, float]
+    hbm_bytes: float
+    hbm_bw_Bps: float
+    scaleup_bw_Bps: float
+    matmul_efficiency: dict[str, float]
+    hbm_bw_efficiency: float
+    source: str
+    measured_scaleup_bw_Bps: float = 0.0
+    host_link: str = ""
+
+    def compute_precision(self, precision: str) -> str:
+        """The tensor-core precision that multiplies operands stored at `precision`.
+
+        fp16 runs at the bf16 rate; a precision the chip does not list (fp8 on TPU v5p, fp4 on H100)
+        falls back to bf16, the weights being up-converted before the multiply.
+        """
+        if precision in self.peak_flops:
+            return precision
+        return _FALLBACK_PRECISION
+
+    def effective_flops(self, precision: str) -> float:
+        """Sustained GEMM FLOP/s for operands at `precision`: peak x matmul efficiency."""
+        used = self.compute_precision(precision)
+        return self.peak_flops[used] * self.matmul_efficiency[used]
+
+    @property
+    def effective_hbm_bw_Bps(self) -> float:
+        return self.hbm_bw_Bps * self.hbm_bw_efficiency
+
+
+_REQUIRED = ("source", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw")
+_OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "host_link")
+
+
+def list_chips() -> list[str]:
+    """Canonical names of the catalog's chips, in catalog order."""
+    return catalog.entry_names(catalog.CHIPS_FILE)
+
+
+def load_chip(name: str) -> ChipSpec:
+    """A catalog chip by name or alias ('h200', 'H200_SXM', 'tpu-v5p')."""
+    canonical, table = catalog.lookup(catalog.CHIPS_FILE, name, "chip", "chips")
+    where = f"catalog chips.toml [{canonical}]"
+    missing = [key for key in _REQUIRED if key not in table]
+    if missing:
+        raise UserError(f"{where}: missing required key {missing[0]!r}")
+    unknown = sorted(set(table) - set(_REQUIRED) - set(_OPTIONAL))
+    if unknown:
+        raise UserError(f"{where}: unknown key {unknown[0]!r}; use one of {', '.join(_REQUIRED + _OPTIONAL)}")
+    peak_flops = _tflops(table["peak_tflops"], f"{where} peak_tflops")
+    if _FALLBACK_PRECISION not in peak_flops:
+        raise UserError(f"{where} peak_tflops: needs a {_FALLBACK_PRECISION} entry")
+    measured = _tflops(table.get("measured_matmul_tflops", {}), f"{where} measured_matmul_tflops")
+    matmul_efficiency = {}
+    for precision, peak in peak_flops.items():
+        if precision in measured:
+            if not 0 < measured[precision] <= peak:
+                raise UserError(f"{where} measured_matmul_tflops.{precision}: must be positive and at most "
+                                f"the peak ({peak / 1e12:g})")
+            matmul_efficiency[precision] = measured[precision] / peak
+        else:
+            matmul_efficiency[precision] = efficiency.DEFAULT_MATMUL_EFFICIENCY
+    measured_scaleup = table.get("measured_scaleup_bw")
+    return ChipSpec(
+        name=canonical,
+        peak_flops=peak_flops,
+        hbm_bytes=parse_bytes(table["hbm"], f"{where} hbm"),
+        hbm_bw_Bps=parse_bandwidth_Bps(table["hbm_bw"], f"{where} hbm_bw"),
+        scaleup_bw_Bps=parse_bandwidth_Bps(table["scaleup_bw"], f"{where} scaleup_bw"),
+        matmul_efficiency=matmul_efficiency,
+        hbm_bw_efficiency=efficiency.HBM_BW_EFFICIENCY,
+        source=str(table["source"]),
+        measured_scaleup_bw_Bps=(
+            parse_bandwidth_Bps(measured_scaleup, f"{where} measured_scaleup_bw") if measured_scaleup else 0.0
+        ),
+        host_link=str(table.get("host_link", "")),
+    )
+
+
+def _tflops(table: object, where: str) -> dict[str, float]:
+    """{precision: TFLOPS} -> {precision: FLOP/s}."""
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: expected a table such as {{ bf16 = 989 }}")
+    flops = {}
+    for precision, tflops in table.items():
+        if precision not in PRECISION_BYTES:
+            raise UserError(f"{where}: unknown precision {precision!r}; use one of {', '.join(PRECISION_BYTES)}")
+        if isinstance(tflops, bool) or not isinstance(tflops, (int, float)) or tflops <= 0:
+            raise UserError(f"{where}.{precision}: expected a positive number of TFLOPS, got {tflops!r}")
+        flops[precision] = float(tflops) * 1e12
+    return flops

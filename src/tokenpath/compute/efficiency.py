@@ -1,0 +1,43 @@
+"""Every tunable assumption of the compute model, in one place.
+
+They are shared by all models and chips: no constant here is specific to one model. Each is an
+assumption to calibrate against measurements (see /work/shared/reference/serving.toml for published
+serving numbers); the chip-specific matmul efficiencies come from measured GEMM rates in
+catalog/chips.toml instead, where those are published.
+"""
+
+DEFAULT_MATMUL_EFFICIENCY = 0.7
+"""Fraction of peak tensor FLOP/s a large GEMM reaches, for a chip and precision without a published
+measured rate. 0.7 is about the median of the measured/peak ratios catalog/chips.toml does publish
+(0.51 for MI300X bf16 to 0.80 for H100 bf16)."""
+
+HBM_BW_EFFICIENCY = 0.85
+"""Fraction of peak HBM bandwidth a streaming kernel (weight-bound GEMV, paged-attention KV reads)
+sustains. About 0.85 is widely reported for H100/H200 streaming kernels; an assumption applied to
+every chip until calibrated."""
+
+STEP_OVERHEAD_S = 0.5e-3
+"""Fixed cost of one engine step beyond its kernels' roofline: scheduling, input preparation,
+sampling bookkeeping and launching the step's CUDA graph, plus the gaps between kernels. Order of
+magnitude for a modern engine (vLLM V1, SGLang) with CUDA graphs; calibrate per engine."""
+
+ACTIVATION_BYTES = 2.0
+"""Bytes per activation element: activations, the residual stream and all-reduced hidden states are
+bf16."""
+
+EMBEDDING_PRECISION = "bf16"
+"""Precision of the embedding table and LM head. Quantized checkpoints (FP8 Llama, DeepSeek-V3's
+native FP8, NVFP4 exports) keep these two in bf16, so they are never counted at the weight
+precision."""
+
+ATTENTION_PRECISION = "bf16"
+"""Tensor-core precision attention's QK^T and PV products run at. Even with an fp8 KV cache the
+common kernels dequantize K/V and multiply in bf16, so attention FLOPs use the bf16 peak."""
+
+RESERVED_LOGIT_ROWS = 256
+"""Rows of fp32 logits the memory reserve assumes live at once: the LM head's output for the
+sequences sampled in one step, at an engine's usual default cap on running sequences (256)."""
+
+RUNTIME_RESERVE_BYTES = float(2**30)
+"""Device memory outside weights, KV cache and activations: CUDA context, communication buffers and
+captured CUDA graphs. About 1 GiB is the order of what engines report as non-torch memory."""

@@ -1,0 +1,174 @@
+"""Model arithmetic: FLOPs and bytes of one engine step, per chip of a tensor-parallel group.
+
+Each op is one row covering all the layers it occurs in, its FLOPs and bytes linear in the step's
+arguments (tokens, logits, attention pairs, KV positions read), except routed-expert weights, which
+scale with the expected number of distinct experts the step's tokens touch.
+
+Sharding follows the common tensor-parallel layout (Megatron-style, as in vLLM and SGLang): Q heads,
+MLP and expert intermediates, and the vocabulary are split over `tp`; K/V heads are split while
+there are at least `tp` of them and replicated otherwise; MLA's down-projections (q_a, kv_a), the
+MoE router and the norms are replicated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenpath.compute.chip import ChipSpec
+from tokenpath.compute.efficiency import ACTIVATION_BYTES, ATTENTION_PRECISION, EMBEDDING_PRECISION
+from tokenpath.compute.model import ModelSpec
+from tokenpath.compute.precision import PRECISION_BYTES
+
+LOGIT_BYTES = 4.0
+"""Logits are materialized in fp32 for sampling."""
+
+
+@dataclass(frozen=True)
+class LinearOp:
+    """One op's per-chip cost, summed over its layers, as coefficients of the step's arguments."""
+
+    name: str
+    flops_per_s: float  # sustained rate its FLOPs run at
+    flops_per_token: float = 0.0
+    flops_per_logit: float = 0.0
+    flops_per_pair: float = 0.0
+    bytes_fixed: float = 0.0  # weights streamed once per step
+    bytes_per_token: float = 0.0
+    bytes_per_logit: float = 0.0
+    bytes_per_kv_read: float = 0.0
+    bytes_per_expert: float = 0.0  # x expected distinct routed experts touched per layer
+    resident_bytes: float = 0.0  # weights it keeps in HBM
+
+    def flops(self, num_tokens: float, num_logits: float, attn_pairs: float) -> float:
+        return (self.flops_per_token * num_tokens + self.flops_per_logit * num_logits
+                + self.flops_per_pair * attn_pairs)
+
+    def bytes(self, num_tokens: float, num_logits: float, kv_read_tokens: float, experts_touched: float) -> float:
+        return (self.bytes_fixed + self.bytes_per_token * num_tokens + self.bytes_per_logit * num_logits
+                + self.bytes_per_kv_read * kv_read_tokens + self.bytes_per_expert * experts_touched)
+
+
+def kv_heads_per_chip(model: ModelSpec, tp: int) -> float:
+    """K/V heads each rank holds: split while there are at least tp of them, else one replica each."""
+    return model.num_kv_heads / tp if model.num_kv_heads >= tp else 1.0
+
+
+def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_precision: str) -> float:
+    """KV-cache bytes one token adds to one layer on one chip.
+
+    GQA/MHA: K and V for the rank's kv heads. MLA: the compressed latent (kv_lora_rank) and the
+    shared RoPE key (qk_rope_head_dim), replicated on every rank.
+    """
+    kv_bytes = PRECISION_BYTES[kv_precision]
+    if model.is_mla:
+        return (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
+    return 2 * kv_heads_per_chip(model, tp) * model.head_dim * kv_bytes
+
+
+def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str) -> list[LinearOp]:
+    """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`."""
+    act = ACTIVATION_BYTES
+    weight_bytes = PRECISION_BYTES[weight_precision]
+    embed_bytes = PRECISION_BYTES[EMBEDDING_PRECISION]
+    gemm_rate = chip.effective_flops(weight_precision)
+    bf16_rate = chip.effective_flops(EMBEDDING_PRECISION)
+    h = model.hidden_size
+    layers = model.num_layers
+    vocab_per_chip = model.vocab_size / tp
+
+    def gemm(name: str, n_layers: int, params: float, in_width: float, out_width: float, *,
+             extra_width: float = 0.0, param_bytes: float = weight_bytes, rate: float = gemm_rate) -> LinearOp:
+        """A linear layer applied to every token: 2 FLOPs per weight per token; its weights are read
+        once per step, and each token's input, output (and `extra_width` fused elementwise traffic)
+        once."""
+        return LinearOp(
+            name, rate,
+            flops_per_token=2.0 * params * n_layers,
+            bytes_fixed=params * param_bytes * n_layers,
+            bytes_per_token=(in_width + out_width + extra_width) * act * n_layers,
+            resident_bytes=params * param_bytes * n_layers,
+        )
+
+    ops = [LinearOp(
+        "embedding", bf16_rate,
+        bytes_per_token=h * embed_bytes / tp + h * act,  # this rank's share of the rows, full output
+        resident_bytes=vocab_per_chip * h * embed_bytes,
+    )]
+
+    # Fused residual-add + RMSNorm: reads input and residual, writes both. Two per layer and a final
+    # one; MLA adds plain norms on its q and kv latents.
+    norms = 2 * layers + 1
+    latent_width = (model.q_lora_rank + model.kv_lora_rank) * layers if model.is_mla else 0
+    ops.append(LinearOp(
+        "norms", bf16_rate,
+        bytes_fixed=(norms * h + latent_width) * act,
+        bytes_per_token=(4 * norms * h + 2 * latent_width) * act,
+        resident_bytes=(norms * h + latent_width) * act,
+    ))
+
+    heads = model.num_heads / tp
+    kv_layer = kv_bytes_per_token_per_layer(model, tp, kv_precision)
+    if model.is_mla:
+        rank, nope, rope, v = model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+        if model.q_lora_rank:
+            q_rank = model.q_lora_rank
+            ops.append(gemm("q_a_proj", layers, h * q_rank, h, q_rank))
+            ops.append(gemm("q_b_proj", layers, q_rank * heads * (nope + rope), q_rank, heads * (nope + rope)))
+        else:
+            ops.append(gemm("q_proj", layers, h * heads * (nope + rope), h, heads * (nope + rope)))
+        ops.append(gemm("kv_a_proj", layers, h * (rank + rope), h, rank + rope))
+        # Absorbed form: W_UK maps q_nope into the latent space and W_UV maps the latent attention
+        # output back to v_head_dim; together 2 FLOPs per kv_b weight per token.
+        ops.append(gemm("kv_b_proj", layers, rank * heads * (nope + v),
+                        heads * (nope + rank), heads * (rank + v)))
+        # Attention runs in the latent space: scores over rank + rope, values over rank.
+        qk_width, pv_width, new_kv_width, o_in = rank + rope, rank, rank + rope, heads * v
+    else:
+        d = model.head_dim
+        kv_heads = kv_heads_per_chip(model, tp)
+        ops.append(gemm("qkv_proj", layers, h * (heads + 2 * kv_heads) * d, h, (heads + 2 * kv_heads) * d))
+        qk_width, pv_width, new_kv_width, o_in = d, d, 2 * kv_heads * d, heads * d
+    # Attention: QK^T and PV, 2 FLOPs per multiply-add, per head and (query, key) pair; reads the
+    # cached KV of every position attended, reads each new token's q and K/V, writes its output and
+    # its KV-cache entry.
+    ops.append(LinearOp(
+        "attention", chip.effective_flops(ATTENTION_PRECISION),
+        flops_per_pair=2.0 * heads * (qk_width + pv_width) * layers,
+        bytes_per_token=(kv_layer + (heads * (qk_width + pv_width) + new_kv_width) * act) * layers,
+        bytes_per_kv_read=kv_layer * layers,
+    ))
+    ops.append(gemm("o_proj", layers, o_in * h, o_in, h))
+
+    if model.dense_layers:
+        inter = model.intermediate_size / tp
+        # SiLU(gate) * up is fused after gate_up: reads 2 x inter, writes inter.
+        ops.append(gemm("mlp_gate_up", model.dense_layers, 2 * h * inter, h, 2 * inter, extra_width=3 * inter))
+        ops.append(gemm("mlp_down", model.dense_layers, inter * h, inter, h))
+
+    if model.is_moe:
+        moe_layers = model.moe_layers
+        inter = model.moe_intermediate_size / tp
+        expert_params = 3 * h * inter
+        ops.append(gemm("moe_router", moe_layers, h * model.num_experts, h, model.num_experts,
+                        param_bytes=embed_bytes, rate=bf16_rate))
+        # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
+        # out h.
+        ops.append(LinearOp(
+            "moe_experts", gemm_rate,
+            flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
+            bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * act * moe_layers,
+            bytes_per_expert=expert_params * weight_bytes * moe_layers,
+            resident_bytes=model.num_experts * expert_params * weight_bytes * moe_layers,
+        ))
+        if model.num_shared_experts:
+            shared = model.num_shared_experts
+            ops.append(gemm("shared_experts", moe_layers, shared * expert_params, h, h, extra_width=6 * shared * inter))
+
+    ops.append(LinearOp(
+        "lm_head", bf16_rate,
+        flops_per_logit=2.0 * h * vocab_per_chip,
+        bytes_fixed=vocab_per_chip * h * embed_bytes,
+        bytes_per_logit=h * act + vocab_per_chip * LOGIT_BYTES,
+        resident_bytes=0.0 if model.tie_word_embeddings else vocab_per_chip * h * embed_bytes,
+    ))
+    return ops

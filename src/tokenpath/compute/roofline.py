@@ -1,0 +1,211 @@
+"""Roofline time of one engine step on one chip of a tensor-parallel group.
+
+Each op takes max(FLOPs / sustained FLOP/s, bytes / sustained HBM bandwidth); a step is the sum of
+its ops plus efficiency.STEP_OVERHEAD_S. Communication (the tensor-parallel all-reduces) is not
+included: `allreduce_bytes` and `allreduces_per_step` describe it for the fabric layer.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from tokenpath.compute import efficiency
+from tokenpath.compute.chip import ChipSpec
+from tokenpath.compute.model import ModelSpec
+from tokenpath.compute.ops import LOGIT_BYTES, LinearOp, build_ops, kv_bytes_per_token_per_layer, kv_heads_per_chip
+from tokenpath.compute.precision import PRECISION_BYTES, check_precision
+from tokenpath.errors import UserError
+
+__all__ = ["PRECISION_BYTES", "OpCost", "ComputeModel"]
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One op's cost in one step, summed over its layers, on one chip."""
+
+    name: str
+    flops: float
+    bytes: float
+    time_s: float
+    bound: str  # "compute" | "memory"
+
+
+class ComputeModel:
+    """Per-chip step cost of `model` sharded `tp` ways on `chip`.
+
+    Step arguments, for one engine step of a continuous-batching engine:
+    num_tokens: tokens processed (decode tokens + prefill-chunk tokens), the M of every GEMM;
+    num_logits: sequences that sample a token (LM-head rows);
+    attn_pairs: sum over sequences of (query, attended key) pairs, q*p + q*(q+1)/2 for a causal
+      chunk of q tokens after p cached ones, the context length for a decode token;
+    kv_read_tokens: sum over sequences of KV positions read from HBM (p + q for a chunk).
+    """
+
+    def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str):
+        _check_tp(model, tp)
+        self.model = model
+        self.chip = chip
+        self.tp = tp
+        self.weight_precision = check_precision(weight_precision, "weight_precision")
+        self.kv_precision = check_precision(kv_precision, "kv_precision")
+        self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision)
+        self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops)
+        self.kv_bytes_per_token_per_chip: float = (
+            kv_bytes_per_token_per_layer(model, tp, kv_precision) * model.num_layers
+        )
+        self.allreduces_per_step: int = 2 * model.num_layers if tp > 1 else 0
+        self.step_overhead_s: float = efficiency.STEP_OVERHEAD_S
+        self._compile()
+
+    @property
+    def heads_per_chip(self) -> float:
+        return self.model.num_heads / self.tp
+
+    @property
+    def kv_heads_per_chip(self) -> float:
+        return 1.0 if self.model.is_mla else kv_heads_per_chip(self.model, self.tp)
+
+    # -- memory ------------------------------------------------------------------------------------
+
+    def activation_reserve_bytes(self, max_batched_tokens: int) -> float:
+        """Peak activation workspace of a forward pass over `max_batched_tokens` tokens, plus runtime.
+
+        Live at the widest point of a layer, per token at bf16: the hidden state and residual plus the
+        widest intermediate (QKV or MLA projections, MLP gate_up output and its activated half, or the
+        routed experts' intermediates); plus fp32 logits for up to efficiency.RESERVED_LOGIT_ROWS
+        sampled rows; plus efficiency.RUNTIME_RESERVE_BYTES (context, comm buffers, CUDA graphs).
+        """
+        if max_batched_tokens < 0:
+            raise UserError(f"max_batched_tokens must be >= 0, got {max_batched_tokens}")
+        m, tp = self.model, self.tp
+        h = m.hidden_size
+        heads = self.heads_per_chip
+        if m.is_mla:  # q_a output, then per head the q_b output and the query mapped into the latent space
+            widths = [m.q_lora_rank + heads * (m.head_dim + m.kv_lora_rank + m.qk_rope_head_dim)]
+        else:
+            widths = [(heads + 2 * self.kv_heads_per_chip) * m.head_dim]
+        if m.dense_layers:
+            widths.append(3 * m.intermediate_size / tp)
+        if m.is_moe:  # router logits, each routed copy's input and intermediates, shared experts
+            widths.append(m.num_experts + m.experts_per_token * (h + 3 * m.moe_intermediate_size / tp)
+                          + m.num_shared_experts * 3 * m.moe_intermediate_size / tp)
+        per_token = (2 * h + max(widths)) * efficiency.ACTIVATION_BYTES
+        logit_rows = min(max_batched_tokens, efficiency.RESERVED_LOGIT_ROWS)
+        logits = logit_rows * m.vocab_size / tp * LOGIT_BYTES
+        return max_batched_tokens * per_token + logits + efficiency.RUNTIME_RESERVE_BYTES
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_batched_tokens: int) -> int:
+        """KV-cache tokens that fit: (hbm x utilization - weights - activations) / KV bytes per token."""
+        if not 0 < gpu_memory_utilization <= 1:
+            raise UserError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}; "
+                            f"e.g. 0.9")
+        budget = self.chip.hbm_bytes * gpu_memory_utilization
+        weights = self.weight_bytes_per_chip
+        activations = self.activation_reserve_bytes(max_batched_tokens)
+        free = budget - weights - activations
+        if free < self.kv_bytes_per_token_per_chip:
+            where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"
+            what = f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, tp={self.tp}"
+            if weights >= budget:
+                raise UserError(f"model {self.model.name} ({what}) does not fit in {where}; "
+                                f"raise --tp or use a lower precision")
+            raise UserError(f"model {self.model.name} ({what}, plus {activations / 2**30:.1f} GiB of activation "
+                            f"workspace) leaves no room for KV cache in {where} at gpu_memory_utilization="
+                            f"{gpu_memory_utilization:g}; raise --tp, use a lower precision or lower "
+                            f"max_batched_tokens")
+        return int(free // self.kv_bytes_per_token_per_chip)
+
+    # -- communication -----------------------------------------------------------------------------
+
+    def allreduce_bytes(self, num_tokens: int) -> float:
+        """Bytes of one tensor-parallel all-reduce of the hidden state (bf16)."""
+        return num_tokens * self.model.hidden_size * efficiency.ACTIVATION_BYTES
+
+    # -- time ----------------------------------------------------------------------------------------
+
+    def experts_touched(self, num_tokens: float) -> float:
+        """Expected distinct routed experts per layer hit by `num_tokens` tokens routed uniformly at
+        random to top-k of E: E * (1 - (1 - k/E)^T)."""
+        if not self.model.is_moe:
+            return 0.0
+        return self._num_experts * (1.0 - self._expert_miss ** num_tokens)
+
+    def step_ops(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> list[OpCost]:
+        """Every op's FLOPs, bytes and roofline time in this step (the rows of an --explain table)."""
+        touched = self.experts_touched(num_tokens)
+        bw = self.chip.effective_hbm_bw_Bps
+        costs = []
+        for op in self.ops:
+            flops = op.flops(num_tokens, num_logits, attn_pairs)
+            nbytes = op.bytes(num_tokens, num_logits, kv_read_tokens, touched)
+            compute_s, memory_s = flops / op.flops_per_s, nbytes / bw
+            bound = "compute" if compute_s > memory_s else "memory"
+            costs.append(OpCost(op.name, flops, nbytes, max(compute_s, memory_s), bound))
+        return costs
+
+    def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
+        """Sum of step_ops times plus the per-step overhead, from coefficients precomputed in __init__."""
+        t = num_tokens
+        piece = bisect_right(self._token_breaks, t)
+        total = self._token_intercepts[piece] + self._token_slopes[piece] * t
+        touched = self._num_experts * (1.0 - self._expert_miss ** t) if self._num_experts else 0.0
+        for ft, fl, fp, b0, bt, bl, bk, be in self._other_ops:
+            compute_s = ft * t + fl * num_logits + fp * attn_pairs
+            memory_s = b0 + bt * t + bl * num_logits + bk * kv_read_tokens + be * touched
+            total += compute_s if compute_s > memory_s else memory_s
+        return total
+
+    def _compile(self) -> None:
+        """Per-op coefficients in seconds, for step_time_s.
+
+        Ops that depend on num_tokens alone each cost max(a*t, b + c*t): memory-bound below
+        t = b / (a - c), compute-bound above. Their sum is piecewise linear in t, so it is stored as
+        sorted breakpoints with one (intercept, slope) per piece, the step overhead folded into the
+        intercepts. The few other ops (attention, routed experts, LM head) keep all coefficients.
+        """
+        bw = self.chip.effective_hbm_bw_Bps
+        token_ops, other_ops = [], []
+        for op in self.ops:
+            rate = op.flops_per_s
+            coeffs = (op.flops_per_token / rate, op.flops_per_logit / rate, op.flops_per_pair / rate,
+                      op.bytes_fixed / bw, op.bytes_per_token / bw, op.bytes_per_logit / bw,
+                      op.bytes_per_kv_read / bw, op.bytes_per_expert / bw)
+            ft, fl, fp, b0, bt, bl, bk, be = coeffs
+            if fl == fp == bl == bk == be == 0.0:
+                token_ops.append((ft, b0, bt))
+            else:
+                other_ops.append(coeffs)
+        # An op turns compute-bound at its breakpoint; one with a <= c never does.
+        breaks = sorted({b / (a - c) for a, b, c in token_ops if a > c})
+        self._token_breaks = tuple(breaks)
+        intercepts, slopes = [], []
+        for lower in (-math.inf, *breaks):  # the piece starting at `lower`
+            intercept, slope = [self.step_overhead_s], []
+            for a, b, c in token_ops:
+                if a > c and b / (a - c) <= lower:
+                    slope.append(a)
+                else:
+                    intercept.append(b)
+                    slope.append(c)
+            intercepts.append(math.fsum(intercept))
+            slopes.append(math.fsum(slope))
+        self._token_intercepts = tuple(intercepts)
+        self._token_slopes = tuple(slopes)
+        self._other_ops = tuple(other_ops)
+        m = self.model
+        self._num_experts = float(m.num_experts)
+        self._expert_miss = 1.0 - m.experts_per_token / m.num_experts if m.is_moe else 1.0
+
+
+def _check_tp(model: ModelSpec, tp: int) -> None:
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise UserError(f"tp must be a whole number >= 1, got {tp!r}")
+    if model.num_heads % tp:
+        raise UserError(f"tp={tp} does not divide the {model.num_heads} attention heads of {model.name}; "
+                        f"use a --tp that divides {model.num_heads}")
+    kv = model.num_kv_heads
+    if not model.is_mla and (kv % tp if kv >= tp else tp % kv):
+        raise UserError(f"tp={tp} cannot shard the {kv} KV heads of {model.name} (tp must divide them or be "
+                        f"a multiple of them); use a --tp such as {min(kv, model.num_heads)}")

@@ -1,0 +1,38 @@
+"""Turn a `WorkloadSpec` into `Requests`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tokenpath.workload._files import sha256_file
+from tokenpath.workload.arrivals import arrival_times_s
+from tokenpath.workload.lengths import sample_lengths
+from tokenpath.workload.requests import Requests
+from tokenpath.workload.spec import WorkloadSpec
+from tokenpath.workload.traces import read_trace
+
+
+def generate(spec: WorkloadSpec, rng: np.random.Generator) -> Requests:
+    """The requests `spec` describes. Draws input lengths, then output lengths, then arrivals from
+    `rng`, always in that order, so one seed gives one result. With a trace, replays its first
+    `num_requests` rows in time order and draws nothing."""
+    n = spec.num_requests
+    if spec.trace is not None:
+        requests = read_trace(spec.trace.path, spec.trace.format, time_scale=spec.trace.time_scale)
+        return requests if len(requests) <= n else requests.take(np.arange(n))
+    input_tokens = sample_lengths(spec.input, n, rng, "workload.input")
+    output_tokens = sample_lengths(spec.output, n, rng, "workload.output")
+    return Requests(arrival_times_s(spec.arrival, n, rng), input_tokens, output_tokens)
+
+
+def fingerprint_inputs(spec: WorkloadSpec) -> dict[str, str]:
+    """The sha256 (hex) of each file the workload reads, keyed by its path as written in the spec, so
+    a scenario's fingerprint changes when a trace or lengths file does."""
+    files: dict[str, str] = {}
+    if spec.trace is not None:
+        files[spec.trace.path] = "workload.trace file"
+    else:
+        for field, lengths in (("workload.input", spec.input), ("workload.output", spec.output)):
+            if lengths.kind == "empirical":
+                files.setdefault(lengths.path, f"{field} lengths file")
+    return {path: sha256_file(path, what) for path, what in files.items()}

@@ -1,0 +1,91 @@
+"""Token-count samplers for prompts and completions."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+import numpy as np
+
+from tokenpath.errors import UserError
+from tokenpath.workload._files import open_text
+from tokenpath.workload.spec import MAX_TOKENS, LengthSpec
+
+
+def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator, field: str) -> np.ndarray:
+    """`n` token counts (int64) drawn from `spec` with `rng`; `field` (e.g. "workload.input") names
+    the spec in error messages."""
+    if n < 0:
+        raise ValueError(f"{field}: cannot draw {n} lengths")
+    if spec.kind == "fixed":
+        tokens = np.full(n, spec.value, dtype=np.int64)
+    elif spec.kind == "normal":
+        tokens = _normal(spec.mean, spec.sd, spec.min, n, rng)
+    elif spec.kind == "lognormal":
+        sigma = math.sqrt(math.log1p((spec.sd / spec.mean) ** 2))
+        mu = math.log(spec.mean) - sigma**2 / 2
+        tokens = _as_tokens(np.rint(rng.lognormal(mu, sigma, size=n)))
+    elif spec.kind == "uniform":
+        low = int(spec.mean * (1 - spec.range_ratio))
+        high = int(spec.mean * (1 + spec.range_ratio))
+        tokens = rng.integers(low, high, size=n, endpoint=True, dtype=np.int64)
+    elif spec.kind == "empirical":
+        values = read_length_file(spec.path, spec.column, field)
+        tokens = values[rng.integers(0, len(values), size=n)]
+    else:
+        raise AssertionError(f"unhandled length kind {spec.kind!r}")
+    return np.clip(tokens, spec.min, spec.max or MAX_TOKENS)
+
+
+def _normal(mean: float, sd: float, min_tokens: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """LLMPerf's `int(random.gauss(mean, sd))`, redrawing (vectorized) the rows below `min_tokens`."""
+    tokens = _as_tokens(np.trunc(rng.normal(mean, sd, size=n)))
+    low = np.flatnonzero(tokens < min_tokens)
+    while low.size:
+        tokens[low] = _as_tokens(np.trunc(rng.normal(mean, sd, size=low.size)))
+        low = low[tokens[low] < min_tokens]
+    return tokens
+
+
+def _as_tokens(draws: np.ndarray) -> np.ndarray:
+    """Whole-number float draws as int64, far tails held within the int64 range."""
+    return np.clip(draws, -MAX_TOKENS, MAX_TOKENS).astype(np.int64)
+
+
+def read_length_file(path: str | os.PathLike[str], column: str | None, field: str) -> np.ndarray:
+    """The token counts in `path` (int64): one integer per line (blank lines skipped) or, with
+    `column`, that column of a CSV file with a header row."""
+    values: list[int] = []
+    with open_text(path, f"{field} lengths file") as file:
+        if column is None:
+            for line_number, line in enumerate(file, start=1):
+                if text := line.strip():
+                    values.append(_count(text, path, line_number, "length", "put one whole number per line"))
+        else:
+            reader = csv.reader(file)
+            header = [name.strip() for name in next(reader, [])]
+            if column not in header:
+                raise UserError(
+                    f"{path}:1: no column {column!r} in the header {header}; set {field}.column to one of them"
+                )
+            position = header.index(column)
+            for row in reader:
+                if not row:
+                    continue
+                if position >= len(row):
+                    raise UserError(f"{path}:{reader.line_num}: row has no {column!r} value; fill in the column")
+                values.append(_count(row[position], path, reader.line_num, column, "use whole token counts"))
+    if not values:
+        raise UserError(f"{path}: no lengths in the file; {field} kind 'empirical' needs at least one")
+    return np.array(values, dtype=np.int64)
+
+
+def _count(text: str, path: object, line_number: int, name: str, fix: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UserError(f"{path}:{line_number}: {name} {text!r} is not an integer; {fix}") from None
+    if not 0 <= value <= MAX_TOKENS:
+        raise UserError(f"{path}:{line_number}: {name} {value} is out of range; use 0 to {MAX_TOKENS} tokens")
+    return value

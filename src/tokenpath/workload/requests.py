@@ -1,0 +1,54 @@
+"""The requests of one run, as struct-of-arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Requests:
+    """One row per request, struct-of-arrays.
+
+    `arrival_s` is the scheduled send time in seconds after the run's start (the first may be > 0),
+    non-decreasing; token counts are at least 1. Treat the arrays as read-only.
+    """
+
+    arrival_s: np.ndarray  # float64
+    input_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+
+    def __post_init__(self) -> None:
+        columns = {"arrival_s": np.float64, "input_tokens": np.int64, "output_tokens": np.int64}
+        for name, dtype in columns.items():
+            array = getattr(self, name)
+            if not isinstance(array, np.ndarray) or array.ndim != 1 or array.dtype != dtype:
+                raise TypeError(f"Requests.{name} must be a 1-D numpy array of {np.dtype(dtype).name}")
+        n = len(self.arrival_s)
+        if len(self.input_tokens) != n or len(self.output_tokens) != n:
+            raise ValueError(
+                f"Requests columns differ in length: arrival_s {n}, input_tokens {len(self.input_tokens)}, "
+                f"output_tokens {len(self.output_tokens)}"
+            )
+        arrival_s = self.arrival_s
+        if n and not (np.isfinite(arrival_s).all() and arrival_s[0] >= 0 and (np.diff(arrival_s) >= 0).all()):
+            raise ValueError("Requests.arrival_s must be finite, >= 0 and non-decreasing")
+        if n and (self.input_tokens.min() < 1 or self.output_tokens.min() < 1):
+            raise ValueError("Requests token counts must be >= 1")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Requests):
+            return NotImplemented
+        return (
+            np.array_equal(self.arrival_s, other.arrival_s)
+            and np.array_equal(self.input_tokens, other.input_tokens)
+            and np.array_equal(self.output_tokens, other.output_tokens)
+        )
+
+    def take(self, index: np.ndarray) -> Requests:
+        """The rows at `index` (increasing integer positions or a boolean mask), e.g. one replica's share."""
+        return Requests(self.arrival_s[index], self.input_tokens[index], self.output_tokens[index])

@@ -1,0 +1,186 @@
+"""The `[workload]` tables of a scenario: pydantic models, validated at the edge.
+
+Unknown keys and values of the wrong type are errors. Problems are raised as pydantic
+`ValidationError`s whose location names the field (e.g. `input`) and whose message says the fix;
+the scenario layer turns them into a one-line `UserError`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+LengthKind = Literal["fixed", "normal", "lognormal", "uniform", "empirical"]
+TraceFormat = Literal["azure", "burstgpt", "mooncake"]
+
+_CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False, ser_json_inf_nan="strings")
+
+# Fields each kind needs, and the ones it may take (min and max apply to every kind).
+_REQUIRED = {
+    "fixed": ("value",),
+    "normal": ("mean", "sd"),
+    "lognormal": ("mean", "sd"),
+    "uniform": ("mean", "range_ratio"),
+    "empirical": ("path",),
+}
+_OPTIONAL = {"empirical": ("column",)}
+_PER_KIND = ("value", "mean", "sd", "range_ratio", "path", "column")
+# The most tokens one prompt or completion may have, in specs and traces alike.
+MAX_TOKENS = 2**31 - 1
+# A normal spec whose draws land at or above `min` less often than this would resample for too long.
+_MIN_ACCEPT_PROBABILITY = 1e-3
+
+
+def _invalid(reason: str) -> PydanticCustomError:
+    return PydanticCustomError("invalid_workload", "{reason}", {"reason": reason})
+
+
+def _resolve(path: str, base_dir: str | os.PathLike[str]) -> str:
+    return path if os.path.isabs(path) else os.path.join(base_dir, path)
+
+
+class LengthSpec(BaseModel):
+    """How many tokens a request's prompt (or completion) has.
+
+    - fixed: every request has `value` tokens.
+    - normal: `int(gauss(mean, sd))` as LLMPerf draws it: truncated toward zero, redrawn while below `min`.
+    - lognormal: lognormal whose resulting token count has mean `mean` and standard deviation `sd`,
+      rounded to the nearest integer.
+    - uniform: vLLM's random dataset, integers uniform in
+      [int(mean * (1 - range_ratio)), int(mean * (1 + range_ratio))], both ends included.
+    - empirical: drawn with replacement from the integers in `path`: one per line, or, when `column`
+      is given, that column of a CSV file with a header row.
+
+    Every kind is then clipped to [`min`, `max`] (`max` defaults to MAX_TOKENS).
+    """
+
+    model_config = _CONFIG
+
+    kind: LengthKind
+    value: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    mean: float | None = Field(None, ge=0, le=MAX_TOKENS)
+    sd: float | None = Field(None, ge=0, le=MAX_TOKENS)
+    range_ratio: float | None = Field(None, ge=0, lt=1)
+    path: str | None = None
+    column: str | None = None
+    min: int = Field(1, ge=1, le=MAX_TOKENS)
+    max: int | None = Field(None, ge=1, le=MAX_TOKENS)
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> LengthSpec:
+        required = _REQUIRED[self.kind]
+        missing = [name for name in required if getattr(self, name) is None]
+        if missing:
+            raise _invalid(f"kind {self.kind!r} needs {' and '.join(required)}; missing {', '.join(missing)}")
+        allowed = required + _OPTIONAL.get(self.kind, ())
+        unused = [name for name in _PER_KIND if name not in allowed and getattr(self, name) is not None]
+        if unused:
+            raise _invalid(f"kind {self.kind!r} does not use {', '.join(unused)}; remove it or change kind")
+        if self.max is not None and self.max < self.min:
+            raise _invalid(f"max {self.max} is below min {self.min}; raise max or lower min")
+        if self.kind == "fixed" and not self.min <= self.value <= (self.max or self.value):
+            raise _invalid(f"value {self.value} lies outside [min, max]; change value or the bounds")
+        if self.kind == "lognormal" and self.mean < 1:
+            raise _invalid(f"kind 'lognormal' needs mean >= 1 token, got {self.mean:g}")
+        if self.kind == "normal" and self._accept_probability() < _MIN_ACCEPT_PROBABILITY:
+            raise _invalid(
+                f"mean {self.mean:g} and sd {self.sd:g} put almost no draws at or above min {self.min}; "
+                "raise mean or sd, or lower min"
+            )
+        return self
+
+    def _accept_probability(self) -> float:
+        """P(int(gauss(mean, sd)) >= min); for an integer min >= 1 that is P(gauss(mean, sd) >= min)."""
+        if self.sd == 0:
+            return 1.0 if self.mean >= self.min else 0.0
+        return 0.5 * math.erfc((self.min - self.mean) / (self.sd * math.sqrt(2.0)))
+
+    def resolve_paths(self, base_dir: str | os.PathLike[str]) -> LengthSpec:
+        """A copy whose relative `path` is taken relative to `base_dir`."""
+        if self.path is None:
+            return self
+        return self.model_copy(update={"path": _resolve(self.path, base_dir)})
+
+
+class ArrivalSpec(BaseModel):
+    """When requests are sent.
+
+    - gamma: inter-arrival gaps drawn from a gamma distribution with shape `burstiness` and mean
+      1/`rate` (vLLM bench's --request-rate and --burstiness); burstiness 1 is a Poisson process,
+      lower is burstier. The first request goes at t = 0.
+    - constant: request i goes at i / `rate`.
+
+    `rate` is in requests per second; `"inf"` sends every request at t = 0 (an offline batch).
+    """
+
+    model_config = _CONFIG
+
+    rate: float = Field(10.0, allow_inf_nan=True)
+    burstiness: float = Field(1.0, gt=0)
+    pattern: Literal["gamma", "constant"] = "gamma"
+
+    @field_validator("rate", mode="before")
+    @classmethod
+    def _read_inf(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
+            return math.inf
+        return value
+
+    @field_validator("rate")
+    @classmethod
+    def _check_rate(cls, value: float) -> float:
+        if not value > 0:
+            raise _invalid(f"rate {value!r} must be a number of requests/s > 0, or \"inf\" to send all at t = 0")
+        return value
+
+
+class TraceSpec(BaseModel):
+    """A recorded trace to replay: its arrival times and token counts replace the generated ones.
+
+    Formats: azure (Azure LLM inference trace CSV), burstgpt (BurstGPT CSV), mooncake (Mooncake JSONL).
+    Trace inter-arrival times are divided by `time_scale` (2.0 replays twice as fast).
+    """
+
+    model_config = _CONFIG
+
+    path: str
+    format: TraceFormat
+    time_scale: float = Field(1.0, gt=0)
+
+    def resolve_paths(self, base_dir: str | os.PathLike[str]) -> TraceSpec:
+        """A copy whose relative `path` is taken relative to `base_dir`."""
+        return self.model_copy(update={"path": _resolve(self.path, base_dir)})
+
+
+class WorkloadSpec(BaseModel):
+    """What requests look like. The default is LLMPerf's workload (ray-project/llmperf
+    token_benchmark_ray.py): input tokens normal(550, 150), output tokens normal(150, 80), here sent
+    as a Poisson process at 10 requests/s, 2000 requests.
+
+    When `trace` is given, arrivals and lengths come from the trace and the `input`, `output` and
+    `arrival` tables are ignored; `num_requests` then caps how many trace rows are taken (the first N
+    in time order). `max_concurrency` caps the requests outstanding at once (a closed loop); None
+    leaves the loop open. Relative file paths are taken relative to the current directory unless
+    `resolve_paths` is called.
+    """
+
+    model_config = _CONFIG
+
+    num_requests: int = Field(2000, ge=1)
+    max_concurrency: int | None = Field(None, ge=1)
+    input: LengthSpec = LengthSpec(kind="normal", mean=550, sd=150)
+    output: LengthSpec = LengthSpec(kind="normal", mean=150, sd=80)
+    arrival: ArrivalSpec = ArrivalSpec()
+    trace: TraceSpec | None = None
+
+    def resolve_paths(self, base_dir: str | os.PathLike[str]) -> WorkloadSpec:
+        """A copy whose relative trace and empirical-length paths are taken relative to `base_dir`
+        (e.g. the directory of the scenario file)."""
+        update = {"input": self.input.resolve_paths(base_dir), "output": self.output.resolve_paths(base_dir)}
+        if self.trace is not None:
+            update["trace"] = self.trace.resolve_paths(base_dir)
+        return self.model_copy(update=update)

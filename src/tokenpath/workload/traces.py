@@ -1,0 +1,300 @@
+"""Recorded request traces: read them as `Requests`, write `Requests` back out.
+
+Formats:
+- azure: Azure LLM inference trace CSV (Azure/AzurePublicDataset), header
+  `TIMESTAMP,ContextTokens,GeneratedTokens`; TIMESTAMP is a date-time such as
+  `2023-11-16 18:15:46.6805900` (up to 9 fractional digits, optional `Z` or `+HH:MM`) or plain seconds.
+- burstgpt: BurstGPT CSV (HPMLL/BurstGPT), columns `Timestamp` (seconds), `Request tokens`,
+  `Response tokens` and others, which are ignored.
+- mooncake: Mooncake JSONL (kvcache-ai/Mooncake), one object per line with `timestamp` (ms),
+  `input_length` and `output_length`; `hash_ids` and other keys are ignored.
+
+Rows are sorted by time (stably) and arrivals are measured from the earliest row. Rows with 0 input or
+0 output tokens are skipped, and their count is logged as a warning: a 0-token response marks a failed
+request in BurstGPT, and a simulated request needs at least one token each way. A malformed row is a
+`UserError` naming the file and its 1-based line number.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import functools
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import IO
+
+import numpy as np
+
+from tokenpath.errors import UserError
+from tokenpath.workload._files import open_text
+from tokenpath.workload.requests import Requests
+from tokenpath.workload.spec import MAX_TOKENS
+
+TRACE_FORMATS = ("azure", "burstgpt", "mooncake")
+
+_log = logging.getLogger(__name__)
+
+# Header names of the (time, input tokens, output tokens) columns of the CSV formats.
+_CSV_COLUMNS = {
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
+}
+_BURSTGPT_HEADER = (
+    "Timestamp", "Session ID", "Elapsed time", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type",
+)
+_DATETIME = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d(?:\.\d{1,9})?)\s*(Z|[+-]\d\d:?\d\d)?")
+# The date written traces start on (the first day of the Azure 2023 trace).
+_WRITE_EPOCH = dt.date(2023, 11, 16)
+_TICKS_PER_S = 10**7  # Azure timestamps carry 7 fractional digits
+_MOONCAKE_BLOCK_TOKENS = 512
+
+
+class _RowError(Exception):
+    """A problem with one row; the reader adds the file and line."""
+
+
+Rows = Iterator[tuple[float, int, int]]  # (time in seconds, input tokens, output tokens)
+
+
+def read_trace(path: str | os.PathLike[str], format: str, *, time_scale: float = 1.0) -> Requests:
+    """The requests in the trace at `path`, sorted by time, arrivals in seconds after the earliest
+    row and divided by `time_scale` (2.0 replays twice as fast)."""
+    if format not in TRACE_FORMATS:
+        raise UserError(f"trace format {format!r} is unknown; use one of {', '.join(TRACE_FORMATS)}")
+    if not 0 < time_scale < math.inf:
+        raise ValueError(f"time_scale must be a finite number > 0, got {time_scale!r}")
+    times_s: list[float] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    skipped = 0
+    with open_text(path, f"{format} trace") as file:
+        rows = _mooncake_rows(file, path) if format == "mooncake" else _csv_rows(file, format, path)
+        for time_s, input_tokens, output_tokens in rows:
+            if input_tokens == 0 or output_tokens == 0:
+                skipped += 1
+                continue
+            times_s.append(time_s)
+            inputs.append(input_tokens)
+            outputs.append(output_tokens)
+    if skipped:
+        _log.warning("%s: skipped %d of %d rows with 0 input or 0 output tokens", path, skipped, skipped + len(times_s))
+    if not times_s:
+        detail = f"all {skipped} rows have 0 input or 0 output tokens" if skipped else "it has no rows"
+        raise UserError(f"{path}: no requests in the {format} trace ({detail}); point at a trace with requests")
+    times = np.array(times_s, dtype=np.float64)
+    order = np.argsort(times, kind="stable")
+    times = times[order]
+    arrival_s = (times - times[0]) / time_scale
+    if not np.isfinite(arrival_s[-1]):
+        raise UserError(f"{path}: the trace spans too long a time to replay at time_scale {time_scale}")
+    return Requests(
+        arrival_s=arrival_s,
+        input_tokens=np.array(inputs, dtype=np.int64)[order],
+        output_tokens=np.array(outputs, dtype=np.int64)[order],
+    )
+
+
+def _csv_rows(file: IO[str], format: str, path: object) -> Rows:
+    reader = csv.reader(file)
+    try:
+        yield from _csv_records(reader, format, path)
+    except csv.Error as error:
+        raise UserError(f"{path}:{reader.line_num}: not readable as CSV ({error}); fix the row") from None
+
+
+def _csv_records(reader: Iterator[list[str]], format: str, path: object) -> Rows:
+    columns = _CSV_COLUMNS[format]
+    header = [name.strip() for name in next(reader, [])]
+    missing = [name for name in columns if name not in header]
+    if missing:
+        raise UserError(
+            f"{path}:1: header lacks {', '.join(map(repr, missing))}; a {format} trace's header names the columns "
+            f"{', '.join(columns)}"
+        )
+    time_at, input_at, output_at = (header.index(name) for name in columns)
+    time_name, input_name, output_name = columns
+    width = len(header)
+    parse_time: Callable[[str], float] | None = None
+    for row in reader:
+        if len(row) != width:
+            if not row:
+                continue
+            raise UserError(
+                f"{path}:{reader.line_num}: row has {len(row)} fields, the header has {width}; fix or remove the row"
+            )
+        try:
+            if parse_time is None:
+                parse_time = _time_parser(format, time_name, row[time_at])
+            yield parse_time(row[time_at]), _tokens(row[input_at], input_name), _tokens(row[output_at], output_name)
+        except _RowError as error:
+            raise UserError(f"{path}:{reader.line_num}: {error}") from None
+
+
+def _mooncake_rows(file: IO[str], path: object) -> Rows:
+    for line_number, line in enumerate(file, start=1):
+        if not line.strip():
+            continue
+        try:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise _RowError(f"not valid JSON ({error.msg}); write one JSON object per line") from None
+            if not isinstance(record, dict):
+                raise _RowError("not a JSON object; write one object per line")
+            for key in ("timestamp", "input_length", "output_length"):
+                if key not in record:
+                    raise _RowError(f"missing {key!r}; each line needs timestamp, input_length and output_length")
+            yield (
+                _json_seconds(record["timestamp"], "timestamp", per_s=1000),
+                _json_tokens(record["input_length"], "input_length"),
+                _json_tokens(record["output_length"], "output_length"),
+            )
+        except _RowError as error:
+            raise UserError(f"{path}:{line_number}: {error}") from None
+
+
+def _tokens(text: str, name: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise _RowError(f"{name} {text!r} is not an integer; token counts are whole numbers") from None
+    return _token_range(count, name)
+
+
+def _json_tokens(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _RowError(f"{name} {value!r} is not an integer; token counts are whole numbers")
+    return _token_range(value, name)
+
+
+def _token_range(count: int, name: str) -> int:
+    if not 0 <= count <= MAX_TOKENS:
+        raise _RowError(f"{name} {count} is out of range; token counts run from 0 to {MAX_TOKENS}")
+    return count
+
+
+def _seconds(text: str | float, name: str, per_s: int = 1) -> float:
+    """A time written as a number of units, `per_s` units to the second."""
+    try:
+        number = float(text)
+    except (ValueError, OverflowError):
+        raise _RowError(f"{name} {text!r} is not a number; write the time as a number") from None
+    if not 0 <= number < math.inf:
+        raise _RowError(f"{name} {text!r} must be a finite time of 0 or more")
+    return number / per_s
+
+
+def _json_seconds(value: object, name: str, per_s: int) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise _RowError(f"{name} {value!r} is not a number; write the time as a number")
+    return _seconds(value, name, per_s)
+
+
+def _time_parser(format: str, name: str, first: str) -> Callable[[str], float]:
+    """How to read the time column, decided by the first row: Azure TIMESTAMPs are date-times (the
+    rows must then all be) or plain seconds."""
+    if format == "azure" and ":" in first:
+        return _DateTimes(name).seconds
+    return functools.partial(_seconds, name=name)
+
+
+class _DateTimes:
+    """Reads date-times as seconds after midnight of the first one's date (shifted to UTC where a
+    zone is given)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.first_ordinal: int | None = None
+        self.day_s: dict[str, int] = {}  # date text -> its midnight, in seconds after the first date's
+
+    def seconds(self, text: str) -> float:
+        match = _DATETIME.fullmatch(text.strip())
+        if match is None:
+            raise _RowError(
+                f"{self.name} {text!r} is not a date-time like '2023-11-16 18:15:46.6805900'; "
+                "every row must use the same style as the first"
+            )
+        date, hour, minute, second, zone = match.groups()
+        day_s = self.day_s.get(date)
+        if day_s is None:
+            day_s = self._midnight_s(date, text)
+        hour, minute, second = int(hour), int(minute), float(second)
+        if hour > 23 or minute > 59 or second >= 61:
+            raise _RowError(f"{self.name} {text!r} has an invalid time of day")
+        time_s = day_s + hour * 3600 + minute * 60 + second
+        if zone and zone != "Z":
+            offset_s = int(zone[1:3]) * 3600 + int(zone[-2:]) * 60
+            time_s += -offset_s if zone[0] == "+" else offset_s
+        return time_s
+
+    def _midnight_s(self, date: str, text: str) -> int:
+        try:
+            ordinal = dt.date.fromisoformat(date).toordinal()
+        except ValueError as error:
+            raise _RowError(f"{self.name} {text!r} has an invalid date ({error})") from None
+        if self.first_ordinal is None:
+            self.first_ordinal = ordinal
+        self.day_s[date] = day_s = (ordinal - self.first_ordinal) * 86400
+        return day_s
+
+
+def write_trace(requests: Requests, path: str | os.PathLike[str], format: str) -> None:
+    """Write `requests` as a trace in `format`. Times keep the resolution the format has: 100 ns for
+    azure (dates start on 2023-11-16), exact for burstgpt (whose other columns get placeholders),
+    1 ms for mooncake (whose `hash_ids` are fresh 512-token blocks, so no request shares a prefix)."""
+    if format not in TRACE_FORMATS:
+        raise UserError(f"trace format {format!r} is unknown; use one of {', '.join(TRACE_FORMATS)}")
+    writer: Callable[[Requests], Iterator[str]] = {
+        "azure": _azure_lines,
+        "burstgpt": _burstgpt_lines,
+        "mooncake": _mooncake_lines,
+    }[format]
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as file:
+            file.writelines(writer(requests))
+    except OSError as error:
+        raise UserError(f"{path}: cannot write the trace: {error.strerror}; check the path") from None
+
+
+def _rows(times: list, requests: Requests) -> Iterator[tuple[float, int, int]]:
+    return zip(times, requests.input_tokens.tolist(), requests.output_tokens.tolist())
+
+
+def _azure_lines(requests: Requests) -> Iterator[str]:
+    yield "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+    ticks = np.rint(requests.arrival_s * _TICKS_PER_S).astype(np.int64).tolist()
+    epoch = _WRITE_EPOCH.toordinal()
+    for tick, input_tokens, output_tokens in _rows(ticks, requests):
+        days, tick = divmod(tick, 86400 * _TICKS_PER_S)
+        second, fraction = divmod(tick, _TICKS_PER_S)
+        hour, second = divmod(second, 3600)
+        minute, second = divmod(second, 60)
+        date = dt.date.fromordinal(epoch + days).isoformat()
+        yield f"{date} {hour:02d}:{minute:02d}:{second:02d}.{fraction:07d},{input_tokens},{output_tokens}\r\n"
+
+
+def _burstgpt_lines(requests: Requests) -> Iterator[str]:
+    yield ",".join(_BURSTGPT_HEADER) + "\r\n"
+    for time_s, input_tokens, output_tokens in _rows(requests.arrival_s.tolist(), requests):
+        total = input_tokens + output_tokens
+        yield f"{time_s!r},,0,ChatGPT,{input_tokens},{output_tokens},{total},Conversation log\r\n"
+
+
+def _mooncake_lines(requests: Requests) -> Iterator[str]:
+    times_ms = np.rint(requests.arrival_s * 1000).astype(np.int64).tolist()
+    next_block = 0
+    for time_ms, input_tokens, output_tokens in _rows(times_ms, requests):
+        blocks = -(-input_tokens // _MOONCAKE_BLOCK_TOKENS)
+        record = {
+            "timestamp": time_ms,
+            "input_length": input_tokens,
+            "output_length": output_tokens,
+            "hash_ids": list(range(next_block, next_block + blocks)),
+        }
+        next_block += blocks
+        yield json.dumps(record) + "\n"

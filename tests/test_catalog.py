@@ -1,0 +1,95 @@
+"""The embedded model and chip catalogs: every entry loads, cites a source, and resolves names."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenpath import catalog
+from tokenpath.compute import list_chips, list_models, load_chip, load_model
+from tokenpath.errors import UserError
+
+
+def test_catalog_lists_the_expected_entries():
+    assert list_models() == ["llama-2-7b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
+                             "mixtral-8x7b", "qwen2.5-72b", "deepseek-v3"]
+    assert list_chips() == ["h100", "h200", "b200", "gb200", "mi300x", "mi325x", "tpu-v5p", "tpu-v6e", "gaudi3"]
+
+
+@pytest.mark.parametrize("filename", [catalog.MODELS_FILE, catalog.CHIPS_FILE])
+def test_every_entry_cites_a_source(filename):
+    for name in catalog.entry_names(filename):
+        _, table = catalog.lookup(filename, name, "entry", "x")
+        assert table["source"].strip(), name
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_every_model_loads(name):
+    assert load_model(name).name == name
+
+
+@pytest.mark.parametrize("name", list_chips())
+def test_every_chip_loads_with_efficiencies_in_range(name):
+    chip = load_chip(name)
+    assert chip.name == name and "bf16" in chip.peak_flops
+    assert all(0 < eff <= 1 for eff in chip.matmul_efficiency.values())
+    assert set(chip.matmul_efficiency) == set(chip.peak_flops)
+
+
+def test_aliases_and_spellings_resolve():
+    assert load_model("llama-3.3-70b") == load_model("llama-3.1-70b")
+    assert load_model("llama-3.1-70b-instruct").name == "llama-3.1-70b"
+    assert load_model("meta-llama/Llama-3.3-70B-Instruct").name == "llama-3.1-70b"
+    assert load_chip("H200_SXM").name == "h200"
+    assert load_chip("h100-sxm") == load_chip("h100")
+
+
+def test_unknown_model_suggests_the_nearest_name():
+    with pytest.raises(UserError) as err:
+        load_model("llama-3-70b")
+    assert str(err.value) == "unknown model 'llama-3-70b'; did you mean 'llama-3.1-70b'? See `tokenpath models`."
+
+
+def test_unknown_chip_suggests_the_nearest_name():
+    with pytest.raises(UserError, match=r"unknown chip 'h20'; did you mean 'h200'\? See `tokenpath chips`"):
+        load_chip("h20")
+
+
+def test_unknown_name_without_a_near_match_lists_the_catalog():
+    with pytest.raises(UserError, match="known models: llama-2-7b, .*deepseek-v3"):
+        load_model("gpt-4")
+
+
+def test_chip_strings_are_parsed_to_si():
+    h200 = load_chip("h200")
+    assert h200.hbm_bytes == 141 * 2**30  # the vendor's GB read as the GiB the driver reports
+    assert h200.hbm_bw_Bps == pytest.approx(4.8e12)
+    assert h200.scaleup_bw_Bps == 450e9
+    assert h200.measured_scaleup_bw_Bps == 396e9
+    assert h200.peak_flops == {"bf16": 989e12, "fp8": 1979e12}
+
+
+def test_matmul_efficiency_is_measured_over_peak_or_the_default():
+    from tokenpath.compute.efficiency import DEFAULT_MATMUL_EFFICIENCY
+
+    h100 = load_chip("h100")
+    assert h100.matmul_efficiency["bf16"] == pytest.approx(794.5 / 989)
+    assert h100.matmul_efficiency["fp8"] == pytest.approx(1402.6 / 1979)
+    assert load_chip("h200").matmul_efficiency["bf16"] == DEFAULT_MATMUL_EFFICIENCY
+    assert load_chip("b200").matmul_efficiency["fp4"] == DEFAULT_MATMUL_EFFICIENCY
+
+
+def test_missing_precision_falls_back_to_bf16():
+    v5p = load_chip("tpu-v5p")
+    assert v5p.compute_precision("fp8") == "bf16"
+    assert v5p.effective_flops("fp8") == v5p.effective_flops("bf16") == pytest.approx(459e12 * 0.7)
+    h100 = load_chip("h100")
+    assert h100.compute_precision("fp4") == "bf16"
+    assert h100.compute_precision("fp16") == "bf16"
+    assert load_chip("b200").compute_precision("fp4") == "fp4"
+
+
+def test_scaleup_conventions():
+    assert load_chip("tpu-v5p").scaleup_bw_Bps == 600e9  # 1200 GB/s bidirectional ICI, halved
+    assert load_chip("tpu-v6e").scaleup_bw_Bps == 400e9
+    assert load_chip("gaudi3").scaleup_bw_Bps == pytest.approx(21 * 200e9 / 8)  # 21 x 200 GbE
+    assert load_chip("mi300x").scaleup_bw_Bps == 7 * 64e9

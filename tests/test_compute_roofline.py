@@ -1,0 +1,190 @@
+"""Roofline step times, weight and KV bytes, and memory capacity, checked against closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenpath.compute import ComputeModel, load_chip, load_model
+from tokenpath.compute.efficiency import (
+    ACTIVATION_BYTES,
+    HBM_BW_EFFICIENCY,
+    RESERVED_LOGIT_ROWS,
+    RUNTIME_RESERVE_BYTES,
+    STEP_OVERHEAD_S,
+)
+from tokenpath.errors import UserError
+
+H200_BW_EFF = 4.8e12 * HBM_BW_EFFICIENCY
+
+
+def compute_model(model="llama-3.1-70b", chip="h200", tp=8, weights="fp8", kv="bf16") -> ComputeModel:
+    return ComputeModel(load_model(model), load_chip(chip), tp, weights, kv)
+
+
+def decode_step(cm: ComputeModel, batch: int, context: int) -> float:
+    return cm.step_time_s(batch, batch, batch * context, batch * context)
+
+
+# -- bytes -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "mixtral-8x7b", "qwen2.5-72b", "deepseek-v3", "llama-2-7b"])
+def test_bf16_weights_at_tp1_are_two_bytes_per_parameter(name):
+    cm = compute_model(name, chip="b200", tp=1, weights="bf16")
+    assert cm.weight_bytes_per_chip == 2 * load_model(name).params_total()
+
+
+def test_fp8_weights_keep_embeddings_bf16_and_split_over_tp():
+    model = load_model("llama-3.1-70b")
+    embedding_params = 2 * model.vocab_size * model.hidden_size  # embedding + LM head
+    norm_params = (2 * 80 + 1) * 8192
+    linear_params = model.params_total() - embedding_params - norm_params
+    expected = linear_params * 1 / 8 + embedding_params * 2 / 8 + norm_params * 2  # norms replicated
+    assert compute_model(tp=8).weight_bytes_per_chip == pytest.approx(expected, rel=1e-12)
+
+
+def test_kv_bytes_per_token_gqa():
+    assert compute_model(tp=1).kv_bytes_per_token_per_chip == 2 * 80 * 8 * 128 * 2 == 327_680
+    assert compute_model(tp=8).kv_bytes_per_token_per_chip == 327_680 / 8
+    assert compute_model(tp=8, kv="fp8").kv_bytes_per_token_per_chip == 327_680 / 16
+    # 16 ranks, 8 KV heads: each rank holds one replicated head, same as tp=8.
+    assert compute_model(tp=16).kv_bytes_per_token_per_chip == 327_680 / 8
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_kv_bytes_per_token_mla_is_latent_and_replicated(tp):
+    assert compute_model("deepseek-v3", tp=tp).kv_bytes_per_token_per_chip == 61 * (512 + 64) * 2
+
+
+def test_allreduce_shape():
+    cm = compute_model(tp=8)
+    assert cm.allreduce_bytes(100) == 100 * 8192 * 2
+    assert cm.allreduces_per_step == 160
+    assert compute_model(tp=1).allreduces_per_step == 0
+
+
+# -- time --------------------------------------------------------------------------------------------
+
+def test_batch1_decode_is_weight_streaming():
+    cm = compute_model()
+    model = cm.model
+    embedding_table = model.vocab_size / 8 * model.hidden_size * 2  # resident, only one row is read
+    step = decode_step(cm, batch=1, context=1)
+    assert step - STEP_OVERHEAD_S == pytest.approx(cm.weight_bytes_per_chip / H200_BW_EFF, rel=0.05)
+    assert step - STEP_OVERHEAD_S == pytest.approx((cm.weight_bytes_per_chip - embedding_table) / H200_BW_EFF,
+                                                   rel=0.01)
+    assert all(op.bound == "memory" for op in cm.step_ops(1, 1, 1, 1))
+
+
+def test_decode_time_is_linear_in_kv_read_tokens():
+    cm = compute_model()
+    times = [decode_step(cm, batch=8, context=c) for c in (1000, 2000, 3000, 4000)]
+    slopes = [(b - a) / (8 * 1000) for a, b in zip(times, times[1:])]
+    expected = cm.kv_bytes_per_token_per_chip / H200_BW_EFF
+    assert slopes == pytest.approx([expected] * 3, rel=1e-6)
+
+
+def test_prefill_8192_is_compute_bound():
+    cm = compute_model()
+    tokens = 8192
+    pairs = tokens * (tokens + 1) / 2
+    ops = {op.name: op for op in cm.step_ops(tokens, 1, pairs, tokens)}
+    gemms = ["qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"]
+    assert all(ops[name].bound == "compute" for name in gemms + ["attention"])
+    # GEMMs: 2 FLOPs per linear weight per token at the measured fp8 rate.
+    model = cm.model
+    linear_params = model.num_layers * (model.attention_params() + model.mlp_params(model.intermediate_size))
+    gemm_s = 2 * linear_params / 8 * tokens / 1453.4e12
+    assert sum(ops[name].time_s for name in gemms) == pytest.approx(gemm_s, rel=1e-9)
+    # Attention: 4 * heads per chip * head_dim FLOPs per pair per layer at the bf16 rate (default efficiency).
+    attention_s = 4 * 8 * 128 * pairs * 80 / (989e12 * 0.7)
+    assert ops["attention"].time_s == pytest.approx(attention_s, rel=1e-9)
+    assert sum(op.time_s for op in ops.values() if op.bound == "compute") > 0.8 * sum(
+        op.time_s for op in ops.values())
+
+
+def test_step_time_equals_sum_of_ops_plus_overhead():
+    for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3"):
+        cm = compute_model(name)
+        for args in [(1, 1, 5000, 5000), (300, 20, 2e6, 3e5), (8192, 1, 8192 * 8193 / 2, 8192), (0, 0, 0, 0)]:
+            ops_s = math.fsum(op.time_s for op in cm.step_ops(*args))
+            assert cm.step_time_s(*args) == pytest.approx(ops_s + STEP_OVERHEAD_S, rel=1e-12)
+
+
+def test_moe_expected_experts_touched():
+    cm = compute_model("deepseek-v3")
+    assert cm.experts_touched(0) == 0
+    assert cm.experts_touched(1) == pytest.approx(8)
+    assert cm.experts_touched(4096) == pytest.approx(256)
+    assert cm.experts_touched(10) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 10))
+    # Batch-1 decode streams 8 routed experts per MoE layer, not all 256.
+    one = {op.name: op for op in cm.step_ops(1, 1, 1, 1)}["moe_experts"]
+    expert_bytes = 3 * 7168 * 2048 / 8 * 58  # fp8, intermediate split over tp=8
+    assert one.bytes == pytest.approx(8 * expert_bytes, rel=0.01)
+
+
+def test_mla_attention_uses_latent_dims():
+    cm = compute_model("deepseek-v3", tp=8)
+    attention = {op.name: op for op in cm.step_ops(1, 1, 1000, 1000)}["attention"]
+    heads = 128 / 8
+    assert attention.flops == 1000 * 61 * 2 * heads * ((512 + 64) + 512)
+
+
+_MODELS = {name: compute_model(name) for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3")}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.sampled_from(sorted(_MODELS)),
+    base=st.tuples(st.integers(0, 20_000), st.integers(0, 2_000), st.floats(0, 1e9), st.floats(0, 1e7)),
+    which=st.integers(0, 3),
+    delta=st.floats(0, 1e6),
+)
+def test_step_time_is_monotone_in_each_argument(name, base, which, delta):
+    cm = _MODELS[name]
+    bigger = list(base)
+    bigger[which] += int(delta) if which < 2 else delta
+    assert cm.step_time_s(*bigger) >= cm.step_time_s(*base)
+
+
+# -- memory ------------------------------------------------------------------------------------------
+
+def test_activation_reserve_closed_form():
+    cm = compute_model()
+    tokens = 8192
+    per_token = (2 * 8192 + 3 * 28672 / 8) * ACTIVATION_BYTES
+    logits = RESERVED_LOGIT_ROWS * 128256 / 8 * 4
+    assert cm.activation_reserve_bytes(tokens) == pytest.approx(tokens * per_token + logits + RUNTIME_RESERVE_BYTES)
+
+
+def test_kv_capacity_closed_form():
+    cm = compute_model()
+    free = 141 * 2**30 * 0.9 - cm.weight_bytes_per_chip - cm.activation_reserve_bytes(8192)
+    assert cm.kv_capacity_tokens(0.9, 8192) == int(free // (327_680 / 8))
+
+
+def test_405b_fp8_on_one_h100_does_not_fit():
+    cm = compute_model("llama-3.1-405b", chip="h100", tp=1, weights="fp8")
+    with pytest.raises(UserError, match=r"model llama-3.1-405b \(\d+\.\d GiB of weights per chip at fp8, tp=1\) "
+                                        r"does not fit in h100's 80 GiB HBM; raise --tp or use a lower precision"):
+        cm.kv_capacity_tokens(0.9, 8192)
+
+
+def test_activations_crowding_out_kv_is_reported():
+    cm = compute_model("llama-3.1-8b", chip="tpu-v6e", tp=1, weights="bf16")
+    with pytest.raises(UserError, match="leaves no room for KV cache .* lower max_batched_tokens"):
+        cm.kv_capacity_tokens(0.9, 1_000_000)
+
+
+def test_bad_arguments_are_user_errors():
+    with pytest.raises(UserError, match="tp=3 does not divide the 64 attention heads"):
+        compute_model(tp=3)
+    with pytest.raises(UserError, match="weight_precision: unknown precision 'int4'"):
+        compute_model(weights="int4")
+    with pytest.raises(UserError, match="kv_precision"):
+        compute_model(kv="fp6")
+    with pytest.raises(UserError, match="gpu_memory_utilization"):
+        compute_model().kv_capacity_tokens(1.5, 8192)
