@@ -32,8 +32,11 @@ class StepCosts(Protocol):
 class Host(Protocol):
     """What the engine needs from the delivery path (implemented by delivery.LastMile)."""
 
+    needs_token_index: bool  # whether on_step needs each emitted token's index and its sequence's length
+
     def upload_ns(self, input_tokens: int) -> int: ...
-    def on_step(self, gpu_end_ns: int, token_index: np.ndarray, output_tokens: np.ndarray) -> tuple[int, int]: ...
+    def on_step(self, gpu_end_ns: int, emitted: int, token_index: np.ndarray | None = None,
+                output_tokens: np.ndarray | None = None) -> tuple[int, int]: ...
     def last_event_arrival_ns(self, leave_ns: int, output_tokens: int) -> int: ...
 
 
@@ -66,6 +69,31 @@ def _ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
+class _Running:
+    """The running sequences, in admission order, as arrays aligned with each other.
+
+    Kept aligned (rather than gathered from per-request arrays every step) because the engine loop
+    touches every running sequence every step; rows leave only when sequences finish or are preempted.
+    """
+
+    FIELDS = ("ids", "target", "computed", "blocks", "left", "sent", "compute", "traffic", "delivery")
+
+    def __init__(self) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, np.empty(0, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def append(self, rows: dict[str, list[int]]) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, np.concatenate([getattr(self, name), np.array(rows[name], np.int64)]))
+
+    def keep(self, mask: np.ndarray) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, getattr(self, name)[mask])
+
+
 def run_engine(
     scheduled_ns: np.ndarray,
     input_tokens: np.ndarray,
@@ -85,9 +113,8 @@ def run_engine(
     free_blocks = kv_capacity_tokens // block
     budget_max = spec.max_num_batched_tokens
 
-    computed = np.zeros(n, np.int64)  # tokens with KV in the cache
-    generated = np.zeros(n, np.int64)  # tokens sampled and sent
-    blocks = np.zeros(n, np.int64)
+    # Per-request state while waiting (a preempted request keeps the tokens it has sent).
+    generated = np.zeros(n, np.int64)
     acc_compute = np.zeros(n, np.int64)
     acc_traffic = np.zeros(n, np.int64)
     acc_delivery = np.zeros(n, np.int64)
@@ -109,8 +136,16 @@ def run_engine(
         send(i, int(scheduled_ns[i]))
     next_to_send = first_wave
 
+    def park(rows: np.ndarray, run: _Running) -> None:
+        """Write running rows' accounts back to the per-request arrays."""
+        ids = run.ids[rows]
+        generated[ids] = out[ids] - run.left[rows]
+        acc_compute[ids] = run.compute[rows]
+        acc_traffic[ids] = run.traffic[rows]
+        acc_delivery[ids] = run.delivery[rows]
+
     waiting: deque[int] = deque()
-    running = np.empty(0, np.int64)
+    run = _Running()
     steps: list[tuple[int, ...]] = []
     emitted: list[np.ndarray] = []
     now = 0
@@ -120,96 +155,113 @@ def run_engine(
     while done < n:
         while arrivals and arrivals[0][0] <= now:
             waiting.append(heapq.heappop(arrivals)[1])
-        if not waiting and len(running) == 0:
+        if not waiting and len(run) == 0:
             now = arrivals[0][0]
             continue
 
+        # Running sequences first, in admission order, each taking what it needs from the budget.
         budget = budget_max
-        num = np.empty(0, np.int64)
-        if len(running):
-            need = prompt[running] + generated[running] - computed[running]
-            before = np.cumsum(need) - need
-            num = np.clip(budget - before, 0, need)
-            extra = np.maximum(-(-(computed[running] + num) // block) - blocks[running], 0)
-            if extra.sum() > free_blocks:
-                # Keep the longest head whose growth fits in the free blocks plus those freed by
-                # preempting everything behind it.
-                held_behind = np.append(np.cumsum(blocks[running][::-1])[::-1][1:], 0)
-                fits = np.cumsum(extra) <= free_blocks + held_behind
-                keep = int(np.argmin(fits)) if not fits.all() else len(running)
-                victims = running[keep:]
-                free_blocks += int(blocks[victims].sum())
-                blocks[victims] = 0
-                computed[victims] = 0
-                waiting.extendleft(victims[::-1].tolist())
-                preemptions += len(victims)
-                running, num, extra = running[:keep], num[:keep], extra[:keep]
-            blocks[running] += extra
-            free_blocks -= int(extra.sum())
-            budget -= int(num.sum())
+        need = run.target - run.computed
+        total_need = int(need.sum())
+        if total_need <= budget:
+            num = need
+        else:
+            num = np.minimum(np.maximum(budget - (np.cumsum(need) - need), 0), need)
+        grown_blocks = (run.computed + num + (block - 1)) // block
+        extra = grown_blocks - run.blocks
+        if int(extra.sum()) > free_blocks:
+            # Keep the longest head whose growth fits in the free blocks plus those freed by
+            # preempting everything behind it; the preempted lose their cache and wait at the front.
+            held_behind = np.append(np.cumsum(run.blocks[::-1])[::-1][1:], 0)
+            fits = np.cumsum(extra) <= free_blocks + held_behind
+            keep = int(np.argmin(fits))
+            victims = np.arange(keep, len(run))
+            park(victims, run)
+            free_blocks += int(run.blocks[keep:].sum())
+            waiting.extendleft(run.ids[keep:][::-1].tolist())
+            preemptions += len(victims)
+            head = np.arange(len(run)) < keep
+            run.keep(head)
+            num, grown_blocks, extra = num[:keep], grown_blocks[:keep], extra[:keep]
+        run.blocks = grown_blocks
+        free_blocks -= int(extra.sum())
+        budget -= int(num.sum())
 
-        admitted: list[int] = []
+        # Then waiting sequences, first come first served, while the step has room.
+        admitted: dict[str, list[int]] = {name: [] for name in _Running.FIELDS} if waiting else {}
         admitted_num: list[int] = []
-        room = spec.max_num_seqs - len(running)
-        while waiting and len(admitted) < room and budget > 0:
+        room = spec.max_num_seqs - len(run)
+        while waiting and len(admitted_num) < room and budget > 0:
             i = waiting[0]
-            need_i = int(prompt[i] + generated[i] - computed[i])
+            need_i = int(prompt[i] + generated[i])  # a waiting sequence has no cache
             if need_i > budget and not spec.chunked_prefill:
                 break
             num_i = min(need_i, budget)
-            extra_i = -(-(int(computed[i]) + num_i) // block) - int(blocks[i])
-            if extra_i > free_blocks:
+            blocks_i = -(-num_i // block)
+            if blocks_i > free_blocks:
                 break
             waiting.popleft()
-            blocks[i] += extra_i
-            free_blocks -= extra_i
+            free_blocks -= blocks_i
             budget -= num_i
-            admitted.append(i)
+            row = (i, need_i, 0, blocks_i, int(out[i] - generated[i]), int(sent[i]),
+                   int(acc_compute[i]), int(acc_traffic[i]), int(acc_delivery[i]))
+            for name, value in zip(_Running.FIELDS, row):
+                admitted[name].append(value)
             admitted_num.append(num_i)
-        if admitted:
-            running = np.concatenate([running, np.array(admitted, np.int64)])
+        if admitted_num:
+            run.append(admitted)
             num = np.concatenate([num, np.array(admitted_num, np.int64)])
 
+        # The step: its cost from the batch actually formed.
         active = num > 0
-        part = running[active]
-        q = num[active]
-        p = computed[part]
-        if len(part) == 0:
-            raise RuntimeError("engine stalled with work queued: a request cannot fit the KV cache")
-        emits = p + q == prompt[part] + generated[part]
-        emitters = part[emits]
+        all_active = bool(active.all())
+        q = num if all_active else num[active]
+        p = run.computed if all_active else run.computed[active]
+        emits = run.computed + num == run.target
         num_tokens = int(q.sum())
-        attn_pairs = float((q * p).sum() + (q * (q + 1) // 2).sum())
-        kv_read = float((p + q).sum())
+        attn_pairs = float(np.dot(q, p) + np.dot(q, q + 1) // 2)
+        kv_read = int(p.sum()) + num_tokens
+        emitters = run.ids[emits]
         compute_ns = _ns(costs.compute_s(num_tokens, len(emitters), attn_pairs, kv_read))
         traffic_ns = _ns(costs.traffic_s(num_tokens))
         gpu_end = now + compute_ns + traffic_ns
-        blocking_ns, leave_ns = host.on_step(gpu_end, generated[emitters], out[emitters])
+        if host.needs_token_index:
+            blocking_ns, leave_ns = host.on_step(gpu_end, len(emitters), out[emitters] - run.left[emits], out[emitters])
+        else:
+            blocking_ns, leave_ns = host.on_step(gpu_end, len(emitters))
         end = gpu_end + blocking_ns
 
-        acc_compute[part] += compute_ns
-        acc_traffic[part] += traffic_ns
-        acc_delivery[part] += blocking_ns
-        computed[part] += q
-        generated[emitters] += 1
-        decode_seqs = int(np.count_nonzero((q == 1) & (p >= prompt[part])))
-        steps.append((now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, len(part), decode_seqs, int(kv_read)))
+        if all_active:
+            run.compute += compute_ns
+            run.traffic += traffic_ns
+            run.delivery += blocking_ns
+        else:
+            run.compute[active] += compute_ns
+            run.traffic[active] += traffic_ns
+            run.delivery[active] += blocking_ns
+        run.computed += num
+        run.target += emits
+        run.left -= emits
+        decode_seqs = int(np.count_nonzero(num == 1)) if num_tokens != len(num) else len(num)
+        steps.append((now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, len(q), decode_seqs, kv_read))
         emitted.append(emitters)
 
-        finished = emitters[generated[emitters] == out[emitters]]
-        if len(finished):
-            last_end[finished] = end
-            free_blocks += int(blocks[finished].sum())
-            blocks[finished] = 0
-            running = running[~np.isin(running, finished)]
-            done += len(finished)
-            for f in finished.tolist():
+        finished = run.left == 0
+        if finished.any():
+            rows = np.flatnonzero(finished)
+            park(rows, run)
+            ids = run.ids[rows]
+            last_end[ids] = end
+            free_blocks += int(run.blocks[rows].sum())
+            run.keep(~finished)
+            done += len(rows)
+            for f in ids.tolist():
                 if next_to_send < n:
                     freed_at = host.last_event_arrival_ns(leave_ns, int(out[f]))
                     send(next_to_send, max(int(scheduled_ns[next_to_send]), freed_at))
                     next_to_send += 1
             if progress is not None:
-                progress(len(finished))
+                progress(len(rows))
         now = end
 
     step_rows = np.array(steps, dtype=np.int64).reshape(-1, 9)
