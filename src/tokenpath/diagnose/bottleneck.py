@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from tokenpath.compute.roofline import ComputeModel
 from tokenpath.summary import LAYER_OF_PART
 
 
@@ -14,11 +13,10 @@ class Evidence:
     """Facts from a simulation that explain each layer's share."""
 
     offered_rate_per_s: float
-    served_rate_per_s: float
     busy_fraction: float           # share of the window the engine was running steps
     mean_batch_seqs: float
     preemptions: int
-    memory_bound_fraction: float   # share of compute time in memory-bound ops, at a typical step
+    memory_bound_fraction: float   # share of compute time in memory-bound ops
     allreduces_per_step: int
     tp: int
     network_rtt_s: float
@@ -38,7 +36,7 @@ def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str
     elif part == "compute":
         bound = "HBM-bandwidth" if e.memory_bound_fraction >= 0.5 else "FLOP"
         why = (f"{share:.0%} of E2E is engine compute at a mean batch of {e.mean_batch_seqs:.0f} sequences; "
-               f"{e.memory_bound_fraction:.0%} of a typical step is memory-bound, so steps are {bound}-bound")
+               f"{e.memory_bound_fraction:.0%} of compute time is in memory-bound ops, so steps are {bound}-bound")
     elif part == "traffic":
         why = (f"{share:.0%} of E2E is tensor-parallel traffic: {e.allreduces_per_step} all-reduces per step "
                f"across {e.tp} chips")
@@ -48,8 +46,18 @@ def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str
     return LAYER_OF_PART[part], why
 
 
-def typical_step(tokens: np.ndarray, kv_read_tokens: np.ndarray, seqs: np.ndarray) -> tuple[int, int, float]:
-    """The median step by tokens processed: (num_tokens, num_seqs, kv_read_tokens)."""
-    order = np.argsort(tokens, kind="stable")
-    middle = order[len(order) // 2]
-    return int(tokens[middle]), int(seqs[middle]), float(kv_read_tokens[middle])
+def memory_bound_share(compute: ComputeModel, steps: list[tuple[int, int, int, int]], samples: int = 200) -> float:
+    """Share of compute time spent in memory-bound ops, over up to `samples` evenly spaced steps.
+
+    `steps` rows are (num_tokens, num_logits, attn_pairs, kv_read_tokens); each sampled
+    step's ops are weighted by their own roofline times, so long steps count for more.
+    """
+    if not steps:
+        return 0.0
+    picked = steps[:: max(1, len(steps) // samples)]
+    memory_s = total_s = 0.0
+    for tokens, logits, pairs, kv_read in picked:
+        for op in compute.step_ops(tokens, logits, pairs, kv_read):
+            total_s += op.time_s
+            memory_s += op.time_s if op.bound == "memory" else 0.0
+    return memory_s / total_s if total_s else 0.0

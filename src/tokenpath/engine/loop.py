@@ -61,6 +61,8 @@ class EngineTrace:
     step_seqs: np.ndarray        # sequences taking part
     step_decode_seqs: np.ndarray  # of those, sequences decoding one token
     step_kv_read_tokens: np.ndarray
+    step_attn_pairs: np.ndarray  # sum over sequences of query tokens x attended positions
+    step_logits: np.ndarray      # sequences that sampled a token
     kv_capacity_tokens: int
     preemptions: int
 
@@ -219,7 +221,7 @@ def run_engine(
         p = run.computed if all_active else run.computed[active]
         emits = run.computed + num == run.target
         num_tokens = int(q.sum())
-        attn_pairs = float(np.dot(q, p) + np.dot(q, q + 1) // 2)
+        attn_pairs = int(np.dot(q, p) + np.dot(q, q + 1) // 2)
         kv_read = int(p.sum()) + num_tokens
         emitters = run.ids[emits]
         compute_ns = _ns(costs.compute_s(num_tokens, len(emitters), attn_pairs, kv_read))
@@ -243,7 +245,8 @@ def run_engine(
         run.target += emits
         run.left -= emits
         decode_seqs = int(np.count_nonzero(num == 1)) if num_tokens != len(num) else len(num)
-        steps.append((now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, len(q), decode_seqs, kv_read))
+        steps.append((now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, len(q), decode_seqs, kv_read,
+                      attn_pairs, len(emitters)))
         emitted.append(emitters)
 
         finished = run.left == 0
@@ -264,7 +267,7 @@ def run_engine(
                 progress(len(rows))
         now = end
 
-    step_rows = np.array(steps, dtype=np.int64).reshape(-1, 9)
+    step_rows = np.array(steps, dtype=np.int64).reshape(-1, 11)
     emit_ids = np.concatenate(emitted) if emitted else np.empty(0, np.int64)
     emit_steps = np.repeat(np.arange(len(emitted)), [len(e) for e in emitted])
     order = np.argsort(emit_ids, kind="stable")
@@ -286,6 +289,8 @@ def run_engine(
         step_seqs=step_rows[:, 6],
         step_decode_seqs=step_rows[:, 7],
         step_kv_read_tokens=step_rows[:, 8],
+        step_attn_pairs=step_rows[:, 9],
+        step_logits=step_rows[:, 10],
         kv_capacity_tokens=kv_capacity_tokens,
         preemptions=preemptions,
     )

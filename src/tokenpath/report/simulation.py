@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenpath.diagnose.bottleneck import Evidence, bottleneck, typical_step
+from tokenpath.diagnose.bottleneck import Evidence, bottleneck, memory_bound_share
 from tokenpath.pipeline import Simulation
 from tokenpath.summary import summarize, window_ns
 from tokenpath.units import format_bytes, format_duration
@@ -18,12 +18,11 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
     step_ns = np.concatenate([t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns for t in traces])
     blocking = np.concatenate([t.step_blocking_ns for t in traces])
     seqs = np.concatenate([t.step_seqs for t in traces])
-    tokens = np.concatenate([t.step_tokens for t in traces])
-    kv_read = np.concatenate([t.step_kv_read_tokens for t in traces])
-    num_tokens, num_seqs, kv = typical_step(tokens, kv_read, seqs)
-    ops = sim.deployment.compute.step_ops(num_tokens, num_seqs, kv, kv)
-    op_time = sum(op.time_s for op in ops) or 1.0
-    memory_bound = sum(op.time_s for op in ops if op.bound == "memory") / op_time
+    compute_steps = [
+        row for t in traces
+        for row in zip(t.step_tokens.tolist(), t.step_logits.tolist(), t.step_attn_pairs.tolist(), t.step_kv_read_tokens.tolist())
+    ]
+    memory_bound = memory_bound_share(sim.deployment.compute, compute_steps)
     busy_s = step_ns.sum() / 1e9 / max(len(traces), 1)
     arrival = sim.requests.arrival_s
     span_s = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
@@ -31,7 +30,6 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
     scenario = sim.scenario
     return Evidence(
         offered_rate_per_s=offered,
-        served_rate_per_s=len(arrival) / window_s if window_s else 0.0,
         busy_fraction=min(1.0, busy_s / window_s) if window_s else 0.0,
         mean_batch_seqs=float(seqs.mean()) if len(seqs) else 0.0,
         preemptions=sum(t.preemptions for t in traces),
