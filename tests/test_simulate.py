@@ -97,3 +97,22 @@ def test_a_small_batch_limit_under_a_flood_makes_queueing_the_bottleneck():
     document, reason = result_document(simulate(scenario))
     assert document["bottleneck"] == "distribution"
     assert "wait" in reason
+
+
+def test_a_recorded_trace_drives_arrivals_and_lengths(tmp_path):
+    from tokenpath.workload import Requests, write_trace
+
+    recorded = Requests(
+        arrival_s=np.array([0.0, 0.25, 0.5, 2.0]),
+        input_tokens=np.array([300, 1200, 80, 512]),
+        output_tokens=np.array([20, 5, 64, 1]),
+    )
+    write_trace(recorded, tmp_path / "trace.csv", "azure")
+    (tmp_path / "replay.toml").write_text(
+        'name = "replay"\n[workload]\nnum_requests = 10\n[workload.trace]\npath = "trace.csv"\nformat = "azure"\n'
+    )
+    sim = simulate(load_scenario(str(tmp_path / "replay.toml")))
+    assert list(sim.run.input_tokens) == [300, 1200, 80, 512]
+    assert list(sim.run.output_tokens) == [20, 5, 64, 1]
+    assert list(sim.run.scheduled_ns) == [0, 250_000_000, 500_000_000, 2_000_000_000]
+    assert np.array_equal(sim.run.queue_ns + sim.run.compute_ns + sim.run.traffic_ns + sim.run.delivery_ns, sim.run.e2e_ns)

@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import json
 import tomllib
+import typing
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -142,20 +143,34 @@ def set_path(table: dict[str, Any], dotted: str, value: Any) -> None:
     table[leaf] = value
 
 
+def _model_at(model: type[BaseModel], path: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that holds the table at `path` (unwrapping `X | None`)."""
+    owner: Any = model
+    for part in path:
+        field = owner.model_fields.get(str(part))
+        if field is None:
+            return None
+        candidates = [field.annotation, *typing.get_args(field.annotation)]
+        owner = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if owner is None:
+            return None
+    return owner
+
+
 def _explain(error: ValidationError, source: str, model: type[BaseModel]) -> UserError:
     """The first validation error as one line: where, what, and how to fix it."""
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
     if first["type"] == "extra_forbidden":
-        owner: Any = model
-        for part in first["loc"][:-1]:
-            field = owner.model_fields.get(str(part)) if isinstance(owner, type) and issubclass(owner, BaseModel) else None
-            owner = field.annotation if field is not None else None
-        known = list(owner.model_fields) if isinstance(owner, type) and issubclass(owner, BaseModel) else []
+        owner = _model_at(model, first["loc"][:-1])
+        known = list(owner.model_fields) if owner is not None else []
         close = difflib.get_close_matches(str(first["loc"][-1]), known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         return UserError(f"{source}: unknown key {where!r}; {hint}allowed here: {', '.join(known)}")
     message = first["msg"].removeprefix("Value error, ")
+    given = first.get("input")
+    if isinstance(given, (str, int, float, bool)) and repr(given) not in message:
+        message += f" (got {given!r})"
     return UserError(f"{source}: {where}: {message}")
 
 
