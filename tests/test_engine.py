@@ -120,3 +120,29 @@ def test_per_request_accounts_never_exceed_the_time_in_the_system(seed):
     accounted = trace.compute_ns + trace.traffic_ns + trace.delivery_ns
     assert (accounted <= in_system).all()
     assert (trace.compute_ns > 0).all() and (trace.traffic_ns > 0).all()
+
+
+@pytest.mark.parametrize("interval, max_seqs, kv_blocks, concurrency", [
+    (1, 256, 10**6, None), (3, 8, 10**6, None), (1, 16, 60, None), (2, 32, 10**6, 6),
+])
+def test_decode_stretches_match_the_general_step_exactly(monkeypatch, interval, max_seqs, kv_blocks, concurrency):
+    from tokenpath.engine import loop
+
+    rng = np.random.default_rng(7)
+    n = 80
+    inputs, outputs = rng.integers(1, 300, n), rng.integers(1, 120, n)
+    arrivals = np.sort(rng.uniform(0, 0.2, n))
+    costs = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5)
+    delivery = DeliverySpec(stream_interval=interval)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=512)
+
+    def simulate():
+        return engine(inputs, outputs, arrivals, spec=spec, costs=costs, delivery=delivery,
+                      kv_tokens=16 * kv_blocks, max_concurrency=concurrency)
+
+    fast = simulate()
+    monkeypatch.setattr(loop._Replica, "decode_run", lambda self: 0)
+    general = simulate()
+    for field in fast.__dataclass_fields__:
+        a, b = getattr(fast, field), getattr(general, field)
+        assert np.array_equal(a, b), field
