@@ -140,7 +140,11 @@ def test_decode_stretches_match_the_general_step_exactly(monkeypatch, interval, 
         return engine(inputs, outputs, arrivals, spec=spec, costs=costs, delivery=delivery,
                       kv_tokens=16 * kv_blocks, max_concurrency=concurrency)
 
+    stretch_steps = []
+    original = loop._Replica.decode_run
+    monkeypatch.setattr(loop._Replica, "decode_run", lambda self: stretch_steps.append(original(self)) or stretch_steps[-1])
     fast = simulate()
+    assert sum(stretch_steps) > 0  # the fast path did take steps
     monkeypatch.setattr(loop._Replica, "decode_run", lambda self: 0)
     general = simulate()
     for field in fast.__dataclass_fields__:
