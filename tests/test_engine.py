@@ -2,6 +2,9 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference_engine import reference_engine
 
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
@@ -45,13 +48,13 @@ def test_single_request_takes_one_prefill_step_then_one_step_per_token():
 
 
 def test_chunked_prefill_splits_a_long_prompt_over_the_token_budget():
-    trace = engine([250], [2], spec=EngineSpec(max_num_batched_tokens=100))
+    trace = engine([250], [2], spec=EngineSpec(max_num_seqs=8, max_num_batched_tokens=100))
     assert list(trace.step_tokens) == [100, 100, 50, 1]
     assert list(trace.token_step) == [2, 3]  # the first token comes with the last prefill chunk
 
 
 def test_without_chunked_prefill_a_prompt_waits_for_a_step_with_room():
-    spec = EngineSpec(max_num_batched_tokens=100, chunked_prefill=False)
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False)
     trace = engine([60, 60], [3, 3], spec=spec)
     # the second prompt does not fit beside the first; it joins the next step with one decode
     assert list(trace.step_tokens[:2]) == [60, 61]
@@ -122,31 +125,43 @@ def test_per_request_accounts_never_exceed_the_time_in_the_system(seed):
     assert (trace.compute_ns > 0).all() and (trace.traffic_ns > 0).all()
 
 
-@pytest.mark.parametrize("interval, max_seqs, kv_blocks, concurrency", [
-    (1, 256, 10**6, None), (3, 8, 10**6, None), (1, 16, 60, None), (2, 32, 10**6, 6),
-])
-def test_decode_stretches_match_the_general_step_exactly(monkeypatch, interval, max_seqs, kv_blocks, concurrency):
-    from tokenpath.engine import loop
-
-    rng = np.random.default_rng(7)
-    n = 80
-    inputs, outputs = rng.integers(1, 300, n), rng.integers(1, 120, n)
-    arrivals = np.sort(rng.uniform(0, 0.2, n))
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    interval=st.integers(1, 4),
+    max_seqs=st.sampled_from([1, 2, 8, 64]),
+    budget=st.sampled_from([64, 256, 2048]),
+    kv_blocks=st.integers(30, 400),
+    chunked=st.booleans(),
+    concurrency=st.one_of(st.none(), st.integers(1, 8)),
+    detokenize=st.sampled_from(["inline", "async"]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_engine_matches_the_straightforward_reference_exactly(
+        n, interval, max_seqs, budget, kv_blocks, chunked, concurrency, detokenize, seed):
+    rng = np.random.default_rng(seed)
+    block = 16
+    longest = min(budget, block * kv_blocks) if not chunked else block * kv_blocks
+    inputs = rng.integers(1, max(2, longest // 2), n)
+    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    arrivals = np.sort(rng.uniform(0, 0.05, n))
     costs = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5)
-    delivery = DeliverySpec(stream_interval=interval)
-    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=512)
-
-    def simulate():
-        return engine(inputs, outputs, arrivals, spec=spec, costs=costs, delivery=delivery,
-                      kv_tokens=16 * kv_blocks, max_concurrency=concurrency)
-
-    stretch_steps = []
-    original = loop._Replica.decode_run
-    monkeypatch.setattr(loop._Replica, "decode_run", lambda self: stretch_steps.append(original(self)) or stretch_steps[-1])
-    fast = simulate()
-    assert sum(stretch_steps) > 0  # the fast path did take steps
-    monkeypatch.setattr(loop._Replica, "decode_run", lambda self: 0)
-    general = simulate()
+    delivery = DeliverySpec(stream_interval=interval, detokenize=detokenize, detokenize_per_token=2e-5)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs),
+                      chunked_prefill=chunked, block_size=block)
+    scheduled = np.rint(arrivals * 1e9).astype(np.int64)
+    args = (scheduled, inputs, outputs, costs)
+    fast = run_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency)
+    slow = reference_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency)
     for field in fast.__dataclass_fields__:
-        a, b = getattr(fast, field), getattr(general, field)
-        assert np.array_equal(a, b), field
+        assert np.array_equal(getattr(fast, field), getattr(slow, field)), field
+
+
+def test_preemption_is_exercised_by_the_reference_comparison():
+    spec = EngineSpec(block_size=16, max_num_seqs=8)
+    inputs, outputs = np.array([64] * 6), np.array([64] * 6)
+    args = (np.zeros(6, np.int64), inputs, outputs, FixedCosts())
+    fast = run_engine(*args, LastMile(NO_NETWORK), spec, 16 * 20)
+    slow = reference_engine(*args, LastMile(NO_NETWORK), spec, 16 * 20)
+    assert fast.preemptions == slow.preemptions > 0
+    assert np.array_equal(fast.token_step, slow.token_step)

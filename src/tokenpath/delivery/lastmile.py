@@ -56,14 +56,11 @@ class LastMile:
         return int(network_ns) if np.ndim(network_ns) == 0 else network_ns
 
     @property
-    def needs_token_index(self) -> bool:
-        """Grouped events: which tokens close an event depends on their index in the sequence."""
-        return self.spec.stream_interval > 1
+    def stream_interval(self) -> int:
+        return self.spec.stream_interval
 
-    def on_step(self, gpu_end_ns: int, emitted: int, token_index: np.ndarray | None = None,
-                output_tokens: np.ndarray | None = None) -> tuple[int, int]:
-        """Account one step that sampled `emitted` tokens (with `token_index` of sequences of
-        `output_tokens` when `needs_token_index`).
+    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int]:
+        """Account one step that sampled `emitted` tokens, closing `events` SSE events.
 
         Returns (blocking_ns, leave_ns): how long the step is extended before the next one can start,
         and when this step's tokens leave the server.
@@ -72,10 +69,6 @@ class LastMile:
             return 0, gpu_end_ns
         spec = self.spec
         copy_ns = _ns(spec.host_link_latency + emitted * ID_BYTES / spec.host_link_bw)
-        if self.needs_token_index:
-            events = int(np.count_nonzero(closes_event(token_index, output_tokens, spec.stream_interval)))
-        else:
-            events = emitted
         host_ns = _ns(emitted * spec.detokenize_per_token + events * spec.frame_per_event)
         if spec.detokenize == "inline":
             blocking_ns = copy_ns + host_ns

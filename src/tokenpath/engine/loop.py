@@ -1,47 +1,21 @@
-"""Continuous batching over time, as vLLM's V1 scheduler does it.
-
-Each step: running sequences first, in admission order, each taking the tokens it still needs (one to
-decode, the rest of its prompt when prefilling) from the step's token budget; then waiting sequences,
-first come first served, while the step has room (sequences, tokens, KV-cache blocks). A prompt longer
-than the remaining budget is prefilled in chunks across steps. When a growing sequence finds no free
-KV block, the most recently admitted running sequences are preempted and will be recomputed: they lose
-their cache and go back to the front of the queue, keeping the tokens already sent.
-
-A step lasts its compute time plus its non-overlapped traffic time, then whatever the host blocks it
-for (copying the sampled ids, and detokenizing when that runs inline). Time is integer nanoseconds,
-so each request's time splits exactly into waiting, compute, traffic and delivery.
-
-Most steps of a busy engine only decode: every running sequence adds one token and nothing else
-changes until a sequence finishes, a request arrives or the cache runs short. Such stretches are
-advanced step by step with scalar arithmetic only (`_Replica.decode_run`), which gives the same
-result as the general step at a fraction of its cost.
-"""
+"""Run one engine replica over a whole workload: the client side (when each request is sent, and
+the closed loop of a concurrency cap) around `Replica`, and the trace it leaves."""
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import numpy as np
 
+from tokenpath.engine.replica import Host, Replica, StepCosts
 from tokenpath.engine.spec import EngineSpec
 
 
-class StepCosts(Protocol):
-    def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float: ...
-    def traffic_s(self, num_tokens: int) -> float: ...
-
-
-class Host(Protocol):
-    """What the engine needs from the delivery path (implemented by delivery.LastMile)."""
-
-    needs_token_index: bool  # whether on_step needs each emitted token's index and its sequence's length
+class Client(Host, Protocol):
+    """What the driver needs beyond the engine's own view of the delivery path."""
 
     def upload_ns(self, input_tokens: int) -> int: ...
-    def on_step(self, gpu_end_ns: int, emitted: int, token_index: np.ndarray | None = None,
-                output_tokens: np.ndarray | None = None) -> tuple[int, int]: ...
     def last_event_arrival_ns(self, leave_ns: int, output_tokens: int) -> int: ...
 
 
@@ -64,44 +38,11 @@ class EngineTrace:
     step_leave_ns: np.ndarray    # when each step's tokens leave the server
     step_tokens: np.ndarray      # tokens processed (prefill + decode)
     step_seqs: np.ndarray        # sequences taking part
-    step_kv_read_tokens: np.ndarray
     step_attn_pairs: np.ndarray  # sum over sequences of query tokens x attended positions
+    step_kv_read_tokens: np.ndarray
     step_logits: np.ndarray      # sequences that sampled a token
     kv_capacity_tokens: int
     preemptions: int
-
-
-def _ns(seconds: float) -> int:
-    return int(round(seconds * 1e9))
-
-
-class _Running:
-    """The running sequences, in admission order: one int64 row per field, one column per sequence.
-
-    Kept as one aligned block (rather than gathered from per-request arrays every step) because the
-    engine touches every running sequence every step; columns leave only when sequences finish or are
-    preempted. Fields are read and updated in place through their row views.
-    """
-
-    FIELDS = ("ids", "target", "computed", "blocks", "left", "sent", "compute", "traffic", "delivery")
-
-    def __init__(self) -> None:
-        self._set(np.empty((len(self.FIELDS), 0), np.int64))
-
-    def _set(self, state: np.ndarray) -> None:
-        self.state = state
-        (self.ids, self.target, self.computed, self.blocks, self.left, self.sent,
-         self.compute, self.traffic, self.delivery) = state
-
-    def __len__(self) -> int:
-        return self.state.shape[1]
-
-    def append(self, columns: list[tuple[int, ...]]) -> None:
-        """Add sequences, each a tuple of FIELDS values."""
-        self._set(np.concatenate([self.state, np.array(columns, np.int64).T], axis=1))
-
-    def keep(self, mask: np.ndarray) -> None:
-        self._set(self.state[:, mask])
 
 
 def run_engine(
@@ -109,287 +50,72 @@ def run_engine(
     input_tokens: np.ndarray,
     output_tokens: np.ndarray,
     costs: StepCosts,
-    host: Host,
+    client: Client,
     spec: EngineSpec,
     kv_capacity_tokens: int,
     max_concurrency: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> EngineTrace:
-    """Simulate one engine replica serving the given requests (rows sorted by scheduled time)."""
-    replica = _Replica(scheduled_ns, input_tokens, output_tokens, costs, host, spec, kv_capacity_tokens,
-                       max_concurrency, progress)
-    return replica.run()
+    """Simulate one engine replica serving the given requests (rows sorted by scheduled time).
+
+    Open loop: each request is sent at its scheduled time. With `max_concurrency`, at most that many
+    are outstanding: the next one is sent when a slot frees (the client has a last byte) or at its
+    scheduled time, whichever is later.
+    """
+    n = len(scheduled_ns)
+    prompt = [int(x) for x in input_tokens]
+    out = [int(x) for x in output_tokens]
+    scheduled = [int(x) for x in scheduled_ns]
+    sent = [0] * n
+    replica = Replica(costs, client, spec, kv_capacity_tokens)
+
+    def send(i: int, at_ns: int) -> None:
+        upload_ns = client.upload_ns(prompt[i])
+        sent[i] = at_ns
+        replica.submit(prompt[i], out[i], at_ns + upload_ns, upload_ns)
+
+    first_wave = n if max_concurrency is None else min(n, max_concurrency)
+    for i in range(first_wave):
+        send(i, scheduled[i])
+    next_to_send = first_wave
+    done = 0
+    while done < n:
+        finished = replica.step()
+        if finished:
+            done += len(finished)
+            leave_ns = replica.steps[-1][4]
+            for f in finished:
+                if next_to_send < n:
+                    freed_ns = client.last_event_arrival_ns(leave_ns, out[f])
+                    send(next_to_send, max(scheduled[next_to_send], freed_ns))
+                    next_to_send += 1
+            if progress is not None:
+                progress(len(finished))
+    return _trace(replica, sent, out, kv_capacity_tokens)
 
 
-class _Replica:
-    """The state of one engine replica over a simulation; `run` drives it to the end."""
-
-    def __init__(self, scheduled_ns, input_tokens, output_tokens, costs, host, spec, kv_capacity_tokens,
-                 max_concurrency, progress) -> None:
-        n = len(scheduled_ns)
-        self.n = n
-        self.scheduled_ns = np.asarray(scheduled_ns, dtype=np.int64)
-        self.prompt = np.asarray(input_tokens, dtype=np.int64)
-        self.out = np.asarray(output_tokens, dtype=np.int64)
-        self.costs, self.host, self.spec, self.progress = costs, host, spec, progress
-        self.kv_capacity_tokens = kv_capacity_tokens
-        self.block = spec.block_size
-        self.free_blocks = kv_capacity_tokens // spec.block_size
-
-        # Per-request accounts, kept here while a request is not running (a preempted request keeps
-        # the tokens it has sent and the time it has spent).
-        self.generated = np.zeros(n, np.int64)
-        self.acc_compute = np.zeros(n, np.int64)
-        self.acc_traffic = np.zeros(n, np.int64)
-        self.acc_delivery = np.zeros(n, np.int64)
-        self.sent = np.full(n, -1, np.int64)
-        self.arrival = np.full(n, -1, np.int64)
-        self.last_end = np.zeros(n, np.int64)
-
-        self.arrivals: list[tuple[int, int]] = []  # heap of (arrival at the server, request)
-        self.waiting: deque[int] = deque()
-        self.running = _Running()
-        self.steps: list[tuple[int, ...]] = []
-        self.emitted: list[np.ndarray] = []  # per step, the requests that got a token
-        self.now = 0
-        self.done = 0
-        self.preemptions = 0
-
-        first_wave = n if max_concurrency is None else min(n, max_concurrency)
-        for i in range(first_wave):
-            self.send(i, int(self.scheduled_ns[i]))
-        self.next_to_send = first_wave
-
-    def send(self, i: int, at_ns: int) -> None:
-        """The client sends request i at `at_ns`; it reaches the server after its upload."""
-        upload = self.host.upload_ns(int(self.prompt[i]))
-        self.sent[i] = at_ns
-        self.arrival[i] = at_ns + upload
-        self.acc_delivery[i] += upload
-        heapq.heappush(self.arrivals, (int(self.arrival[i]), i))
-
-    def run(self) -> EngineTrace:
-        while self.done < self.n:
-            while self.arrivals and self.arrivals[0][0] <= self.now:
-                self.waiting.append(heapq.heappop(self.arrivals)[1])
-            if not self.waiting and len(self.running) == 0:
-                self.now = self.arrivals[0][0]
-                continue
-            if not self.decode_run():
-                self.step()
-        return self.trace()
-
-    # -- the general step --------------------------------------------------------------------------
-
-    def park(self, rows: np.ndarray) -> None:
-        """Write running rows' accounts back to the per-request arrays."""
-        run = self.running
-        ids = run.ids[rows]
-        self.generated[ids] = self.out[ids] - run.left[rows]
-        self.acc_compute[ids] = run.compute[rows]
-        self.acc_traffic[ids] = run.traffic[rows]
-        self.acc_delivery[ids] = run.delivery[rows]
-
-    def schedule_running(self) -> np.ndarray:
-        """Tokens each running sequence computes this step; preempts when the cache runs short."""
-        run, block = self.running, self.block
-        budget = self.spec.max_num_batched_tokens
-        need = run.target - run.computed
-        if int(need.sum()) <= budget:
-            num = need
-        else:
-            num = np.minimum(np.maximum(budget - (np.cumsum(need) - need), 0), need)
-        grown_blocks = (run.computed + num + (block - 1)) // block
-        extra = grown_blocks - run.blocks
-        if int(extra.sum()) > self.free_blocks:
-            # Keep the longest head whose growth fits in the free blocks plus those freed by
-            # preempting everything behind it; the preempted lose their cache and wait at the front.
-            held_behind = np.append(np.cumsum(run.blocks[::-1])[::-1][1:], 0)
-            keep = int(np.argmin(np.cumsum(extra) <= self.free_blocks + held_behind))
-            self.park(np.arange(keep, len(run)))
-            self.free_blocks += int(run.blocks[keep:].sum())
-            self.waiting.extendleft(run.ids[keep:][::-1].tolist())
-            self.preemptions += len(run) - keep
-            run.keep(np.arange(len(run)) < keep)
-            num, grown_blocks, extra = num[:keep], grown_blocks[:keep], extra[:keep]
-        run.blocks[:] = grown_blocks
-        self.free_blocks -= int(extra.sum())
-        return num
-
-    def admit_waiting(self, budget: int) -> list[int]:
-        """Admit waiting sequences first come first served while the step has room; their token counts."""
-        spec, block = self.spec, self.block
-        admitted: list[tuple[int, ...]] = []
-        admitted_num: list[int] = []
-        room = spec.max_num_seqs - len(self.running)
-        while self.waiting and len(admitted_num) < room and budget > 0:
-            i = self.waiting[0]
-            need = int(self.prompt[i] + self.generated[i])  # a waiting sequence has no cache
-            if need > budget and not spec.chunked_prefill:
-                break
-            num = min(need, budget)
-            blocks = -(-num // block)
-            if blocks > self.free_blocks:
-                break
-            self.waiting.popleft()
-            self.free_blocks -= blocks
-            budget -= num
-            admitted.append((i, need, 0, blocks, int(self.out[i] - self.generated[i]), int(self.sent[i]),
-                             int(self.acc_compute[i]), int(self.acc_traffic[i]), int(self.acc_delivery[i])))
-            admitted_num.append(num)
-        if admitted_num:
-            self.running.append(admitted)
-        return admitted_num
-
-    def step(self) -> None:
-        """One step of whatever batch the scheduler forms."""
-        num = self.schedule_running()
-        if self.waiting:
-            admitted = self.admit_waiting(self.spec.max_num_batched_tokens - int(num.sum()))
-            if admitted:
-                num = np.concatenate([num, np.array(admitted, np.int64)])
-        run = self.running
-        active = num > 0
-        all_active = bool(active.all())
-        q = num if all_active else num[active]
-        p = run.computed if all_active else run.computed[active]
-        emits = run.computed + num == run.target
-        num_tokens = int(q.sum())
-        attn_pairs = int(np.dot(q, p) + np.dot(q, q + 1) // 2)
-        kv_read = int(p.sum()) + num_tokens
-        emitters = run.ids[emits]
-        token_index = self.out[emitters] - run.left[emits] if self.host.needs_token_index else None
-        compute_ns, traffic_ns, blocking_ns, end = self.account(
-            num_tokens, len(q), len(emitters), attn_pairs, kv_read, emitters, token_index)
-        if all_active:
-            run.compute += compute_ns
-            run.traffic += traffic_ns
-            run.delivery += blocking_ns
-        else:
-            run.compute[active] += compute_ns
-            run.traffic[active] += traffic_ns
-            run.delivery[active] += blocking_ns
-        run.computed += num
-        run.target += emits
-        run.left -= emits
-        self.finish(end)
-
-    def account(self, num_tokens: int, num_seqs: int, num_logits: int, attn_pairs: int, kv_read: int,
-                emitters: np.ndarray, token_index: np.ndarray | None) -> tuple[int, int, int, int]:
-        """Cost one step, record it and advance time: (compute_ns, traffic_ns, blocking_ns, end_ns)."""
-        compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read))
-        traffic_ns = _ns(self.costs.traffic_s(num_tokens))
-        gpu_end = self.now + compute_ns + traffic_ns
-        if token_index is None:
-            blocking_ns, leave_ns = self.host.on_step(gpu_end, num_logits)
-        else:
-            blocking_ns, leave_ns = self.host.on_step(gpu_end, num_logits, token_index, self.out[emitters])
-        end = gpu_end + blocking_ns
-        self.steps.append((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, num_seqs,
-                           attn_pairs, kv_read, num_logits))
-        self.emitted.append(emitters)
-        self.now = end
-        return compute_ns, traffic_ns, blocking_ns, end
-
-    def finish(self, end_ns: int) -> None:
-        """Retire the sequences that got their last token; a closed loop sends the next requests."""
-        run = self.running
-        finished = run.left == 0
-        if not finished.any():
-            return
-        rows = np.flatnonzero(finished)
-        self.park(rows)
-        ids = run.ids[rows]
-        self.last_end[ids] = end_ns
-        self.free_blocks += int(run.blocks[rows].sum())
-        run.keep(~finished)
-        self.done += len(rows)
-        leave_ns = self.steps[-1][4]
-        for f in ids.tolist():
-            if self.next_to_send < self.n:
-                freed_at = self.host.last_event_arrival_ns(leave_ns, int(self.out[f]))
-                self.send(self.next_to_send, max(int(self.scheduled_ns[self.next_to_send]), freed_at))
-                self.next_to_send += 1
-        if self.progress is not None:
-            self.progress(len(rows))
-
-    # -- stretches of pure decode ------------------------------------------------------------------
-
-    def decode_run(self) -> int:
-        """Advance through consecutive decode-only steps; the number of steps taken (0 if none apply).
-
-        Applies while every running sequence decodes one token within the token budget, no waiting
-        request can be admitted, and the cache has room for every block the stretch will add. It
-        stops before the step in which a sequence finishes, and after any step that ends once a
-        request has arrived, so the general step handles every event exactly as it would have.
-        """
-        run, spec = self.running, self.spec
-        batch = len(run)
-        if batch == 0 or batch > spec.max_num_batched_tokens:
-            return 0
-        if self.waiting and batch < spec.max_num_seqs:
-            return 0
-        if int((run.target - run.computed).sum()) != batch:  # some sequence is still prefilling
-            return 0
-        length = int(run.left.min()) - 1  # the step after these finishes a sequence
-        if length < 1:
-            return 0
-        grown_blocks = (run.computed + length + (self.block - 1)) // self.block
-        if int((grown_blocks - run.blocks).sum()) > self.free_blocks:
-            return 0
-
-        kv_before = int(run.computed.sum())
-        emitters = run.ids
-        token_index = self.out[emitters] - run.left if self.host.needs_token_index else None
-        compute_sum = traffic_sum = blocking_sum = 0
-        taken = 0
-        while taken < length:
-            # Each sequence attends to its cache plus its new token: pairs = positions read.
-            kv_read = kv_before + batch * (taken + 1)
-            compute_ns, traffic_ns, blocking_ns, end = self.account(
-                batch, batch, batch, kv_read, kv_read, emitters, None if token_index is None else token_index + taken)
-            compute_sum += compute_ns
-            traffic_sum += traffic_ns
-            blocking_sum += blocking_ns
-            taken += 1
-            if self.arrivals and self.arrivals[0][0] <= end:
-                break
-        grown_blocks = (run.computed + taken + (self.block - 1)) // self.block
-        self.free_blocks -= int((grown_blocks - run.blocks).sum())
-        run.blocks[:] = grown_blocks
-        run.computed += taken
-        run.target += taken
-        run.left -= taken
-        run.compute += compute_sum
-        run.traffic += traffic_sum
-        run.delivery += blocking_sum
-        return taken
-
-    def trace(self) -> EngineTrace:
-        step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 10)
-        counts = [len(e) for e in self.emitted]
-        emit_ids = np.concatenate(self.emitted) if self.emitted else np.empty(0, np.int64)
-        emit_steps = np.repeat(np.arange(len(self.emitted)), counts)
-        order = np.argsort(emit_ids, kind="stable")
-        return EngineTrace(
-            sent_ns=self.sent,
-            arrival_ns=self.arrival,
-            compute_ns=self.acc_compute,
-            traffic_ns=self.acc_traffic,
-            delivery_ns=self.acc_delivery,
-            last_step_end_ns=self.last_end,
-            token_step=emit_steps[order],
-            token_offsets=np.concatenate([[0], np.cumsum(self.out)]).astype(np.int64),
-            step_start_ns=step_rows[:, 0],
-            step_compute_ns=step_rows[:, 1],
-            step_traffic_ns=step_rows[:, 2],
-            step_blocking_ns=step_rows[:, 3],
-            step_leave_ns=step_rows[:, 4],
-            step_tokens=step_rows[:, 5],
-            step_seqs=step_rows[:, 6],
-            step_attn_pairs=step_rows[:, 7],
-            step_kv_read_tokens=step_rows[:, 8],
-            step_logits=step_rows[:, 9],
-            kv_capacity_tokens=self.kv_capacity_tokens,
-            preemptions=self.preemptions,
-        )
+def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens: int) -> EngineTrace:
+    steps = np.array(replica.steps, dtype=np.int64).reshape(-1, 10)
+    as_array = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    return EngineTrace(
+        sent_ns=as_array(sent),
+        arrival_ns=as_array(replica.arrival),
+        compute_ns=as_array(replica.acc_compute),
+        traffic_ns=as_array(replica.acc_traffic),
+        delivery_ns=as_array(replica.acc_delivery),
+        last_step_end_ns=as_array(replica.last_end),
+        token_step=replica.token_steps(),
+        token_offsets=np.concatenate([[0], np.cumsum(out)]).astype(np.int64),
+        step_start_ns=steps[:, 0],
+        step_compute_ns=steps[:, 1],
+        step_traffic_ns=steps[:, 2],
+        step_blocking_ns=steps[:, 3],
+        step_leave_ns=steps[:, 4],
+        step_tokens=steps[:, 5],
+        step_seqs=steps[:, 6],
+        step_attn_pairs=steps[:, 7],
+        step_kv_read_tokens=steps[:, 8],
+        step_logits=steps[:, 9],
+        kv_capacity_tokens=kv_capacity_tokens,
+        preemptions=replica.preemptions,
+    )

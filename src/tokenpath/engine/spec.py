@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class EngineSpec(BaseModel):
@@ -19,3 +19,13 @@ class EngineSpec(BaseModel):
     block_size: int = Field(16, ge=1, description="tokens per KV-cache block")
     chunked_prefill: bool = Field(True, description="split long prompts across steps within the token budget")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the engine may use")
+
+    @model_validator(mode="after")
+    def _budget_covers_every_sequence(self) -> EngineSpec:
+        # vLLM refuses this too: every running sequence must be able to decode in every step.
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least max_num_seqs "
+                f"({self.max_num_seqs}); raise max_num_batched_tokens or lower max_num_seqs"
+            )
+        return self

@@ -1,0 +1,344 @@
+"""One engine replica doing continuous batching as vLLM's V1 scheduler does, one step at a time.
+
+Each step: running sequences first, in admission order, each taking the tokens it still needs (one to
+decode, the rest of its prompt while prefilling) from the step's token budget; then waiting
+sequences, first come first served, while the step has room (sequences, tokens, KV-cache blocks). A
+prompt longer than the remaining budget is prefilled in chunks over several steps. When a growing
+sequence finds no free KV block, the most recently admitted running sequences are preempted and will
+be recomputed: they lose their cache and go back to the front of the queue, keeping the tokens
+already sent.
+
+A step lasts its compute time plus its non-overlapped traffic time, then whatever the host blocks it
+for (copying the sampled ids, and detokenizing when that runs inline). Time is integer nanoseconds,
+so each request's time splits exactly into waiting, compute, traffic and delivery.
+
+Why the bookkeeping looks the way it does: a step costs O(1) Python work plus O(1) per request that
+joins, finishes or is preempted, never O(batch). That holds because the token budget covers every
+decoding sequence (vLLM requires max_num_batched_tokens >= max_num_seqs), so at most one sequence is
+part-way through its prompt, and it is the one admitted last. Decoding sequences are then described
+by aggregates (their count and summed context) plus, per sequence, the step it started decoding at:
+its context, its KV blocks and its token index at any later step follow from that, and the per-step
+costs it shares are read from running sums when it leaves.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from tokenpath.engine.spec import EngineSpec
+
+
+class StepCosts(Protocol):
+    def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float: ...
+    def traffic_s(self, num_tokens: int) -> float: ...
+
+
+class Host(Protocol):
+    """What the engine needs from the delivery path (implemented by delivery.LastMile)."""
+
+    stream_interval: int  # tokens per SSE event: the first token alone, then groups, the last flushed
+
+    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int]:
+        """(blocking_ns, leave_ns) of a step that sampled `emitted` tokens closing `events` events."""
+        ...
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * 1e9))
+
+
+def closes_event(token_index: int, output_tokens: int, interval: int) -> bool:
+    """Whether token `token_index` of a sequence is the last of its SSE event (see delivery.lastmile)."""
+    return token_index % interval == 0 or token_index == output_tokens - 1
+
+
+@dataclass
+class _Prefill:
+    """The one sequence part-way through its prompt (or its recompute after preemption)."""
+
+    request: int
+    computed: int
+    blocks: int
+
+
+class Replica:
+    """An engine replica. `submit` requests, then call `step` until `idle`."""
+
+    def __init__(self, costs: StepCosts, host: Host, spec: EngineSpec, kv_capacity_tokens: int,
+                 record_emitters: bool = False) -> None:
+        if spec.max_num_batched_tokens < spec.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
+        self.costs, self.host, self.spec = costs, host, spec
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.block = spec.block_size
+        self.interval = host.stream_interval
+        self.free_blocks = kv_capacity_tokens // spec.block_size
+        self.record_emitters = record_emitters
+        self.now = 0
+
+        # Per request (index = submission order).
+        self.prompt: list[int] = []
+        self.out: list[int] = []
+        self.arrival: list[int] = []
+        self.generated: list[int] = []   # tokens sampled and sent so far
+        self.acc_compute: list[int] = []
+        self.acc_traffic: list[int] = []
+        self.acc_delivery: list[int] = []
+        self.last_end: list[int] = []    # end of the step that produced the last token
+        self.entry: list[int] = []       # while decoding: the first step it decodes in
+        self.context0: list[int] = []    # while decoding: its context (KV tokens) at that step
+        self.epoch: list[int] = []       # bumped on preemption, to skip stale finish-heap entries
+        self.spans: list[tuple[int, int, int]] = []  # (request, first step, tokens): where tokens came from
+
+        self.arrivals: list[tuple[int, int]] = []  # heap of (arrival at the server, request)
+        self.waiting: deque[int] = deque()
+        self.prefill: _Prefill | None = None
+        self.decoding: dict[int, None] = {}  # in admission order
+        self.context_sum = 0                 # summed context of the decoding sequences
+        self.block_due = [0] * self.block    # decoding sequences that need a new block at step % block
+        self.event_due = [0] * self.interval  # decoding sequences whose token closes an event at step % interval
+        self.finishes: list[tuple[int, int, int]] = []  # heap of (last step, request, epoch)
+
+        self.steps: list[tuple[int, ...]] = []
+        self.cum_compute = [0]  # running sums of step costs: steps [a, b) cost cum[b] - cum[a]
+        self.cum_traffic = [0]
+        self.cum_blocking = [0]
+        self.emitters: list[int] = []  # with record_emitters: the requests that got a token last step
+        self.preemptions = 0
+
+    # -- requests in -----------------------------------------------------------------------------
+
+    def submit(self, input_tokens: int, output_tokens: int, arrival_ns: int, delivery_ns: int = 0) -> int:
+        """Queue a request that reaches the server at `arrival_ns`; `delivery_ns` is time it already
+        spent on the way (its upload). Returns its index."""
+        i = len(self.prompt)
+        for column, value in ((self.prompt, input_tokens), (self.out, output_tokens), (self.arrival, arrival_ns),
+                              (self.generated, 0), (self.acc_compute, 0), (self.acc_traffic, 0),
+                              (self.acc_delivery, delivery_ns), (self.last_end, 0), (self.entry, 0),
+                              (self.context0, 0), (self.epoch, 0)):
+            column.append(value)
+        heapq.heappush(self.arrivals, (arrival_ns, i))
+        return i
+
+    @property
+    def idle(self) -> bool:
+        return not (self.arrivals or self.waiting or self.decoding or self.prefill)
+
+    # -- one step ----------------------------------------------------------------------------------
+
+    def step(self) -> list[int]:
+        """Form and run the next step; returns the requests that finished in it.
+
+        An idle engine first jumps to the next arrival. Afterwards `now` is the step's end and
+        `steps[-1]` describes it.
+        """
+        arrivals, waiting = self.arrivals, self.waiting
+        if not (waiting or self.decoding or self.prefill):
+            self.now = max(self.now, arrivals[0][0])
+        while arrivals and arrivals[0][0] <= self.now:
+            waiting.append(heapq.heappop(arrivals)[1])
+
+        s = len(self.steps)
+        block, spec = self.block, self.spec
+        budget = spec.max_num_batched_tokens - len(self.decoding)
+
+        # Running sequences: every decoding one takes a token; the prefill takes what is left.
+        new_blocks = self.block_due[s % block]
+        prefill, prefill_num, prefill_blocks = self.prefill, 0, 0
+        if prefill is not None:
+            prefill_num = min(self._need(prefill.request, prefill.computed), budget)
+            prefill_blocks = -(-(prefill.computed + prefill_num) // block) - prefill.blocks
+        preempting = new_blocks + prefill_blocks > self.free_blocks
+        if preempting:
+            new_blocks, prefill_blocks, prefill_num = self._preempt(s, new_blocks + prefill_blocks)
+            prefill = self.prefill
+        self.free_blocks -= new_blocks + prefill_blocks
+        budget -= prefill_num
+
+        # Waiting sequences, first come first served, while the step has room; none in a step that
+        # had to preempt (as vLLM does).
+        admitted: list[tuple[int, int]] = []
+        room = spec.max_num_seqs - len(self.decoding) - (prefill is not None)
+        while waiting and not preempting and len(admitted) < room and budget > 0:
+            i = waiting[0]
+            need = self._need(i, 0)
+            if need > budget and not spec.chunked_prefill:
+                break
+            num = min(need, budget)
+            blocks = -(-num // block)
+            if blocks > self.free_blocks:
+                break
+            waiting.popleft()
+            self.free_blocks -= blocks
+            budget -= num
+            admitted.append((i, num))
+
+        # The batch: its shape, then its cost.
+        decode = len(self.decoding)
+        num_tokens = decode + prefill_num
+        attn_pairs = kv_read = self.context_sum + decode
+        completing: list[tuple[int, int]] = []  # (request, context after this step)
+        if prefill is not None:
+            p, q = prefill.computed, prefill_num
+            num_tokens, attn_pairs, kv_read = num_tokens, attn_pairs + q * p + q * (q + 1) // 2, kv_read + p + q
+            prefill.computed += q
+            prefill.blocks += prefill_blocks
+            if prefill.computed == self._need(prefill.request, 0):
+                completing.append((prefill.request, prefill.computed))
+                self.prefill = None
+        for i, q in admitted:
+            num_tokens += q
+            attn_pairs += q * (q + 1) // 2
+            kv_read += q
+            if q == self._need(i, 0):
+                completing.append((i, q))
+            else:
+                self.prefill = _Prefill(i, q, -(-q // block))
+        finishing = self._due_to_finish(s)
+        emitted = decode + len(completing)
+        events = emitted if self.interval == 1 else self._events(s, finishing, completing)
+
+        compute_ns = _ns(self.costs.compute_s(num_tokens, emitted, attn_pairs, kv_read))
+        traffic_ns = _ns(self.costs.traffic_s(num_tokens))
+        gpu_end = self.now + compute_ns + traffic_ns
+        blocking_ns, leave_ns = self.host.on_step(gpu_end, emitted, events)
+        end = gpu_end + blocking_ns
+        self.steps.append((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
+                           decode + (prefill is not None) + len(admitted), attn_pairs, kv_read, emitted))
+        self.cum_compute.append(self.cum_compute[-1] + compute_ns)
+        self.cum_traffic.append(self.cum_traffic[-1] + traffic_ns)
+        self.cum_blocking.append(self.cum_blocking[-1] + blocking_ns)
+        if self.record_emitters:
+            self.emitters = list(self.decoding) + [i for i, _ in completing]
+        self.now = end
+
+        # Apply the step: the sequences outside the decoding aggregates pay it directly.
+        self.context_sum += decode
+        if prefill is not None:
+            self._charge(prefill.request, compute_ns, traffic_ns, blocking_ns)
+        for i, _ in admitted:
+            self._charge(i, compute_ns, traffic_ns, blocking_ns)
+        finished = [self._finish_decoding(i, s, end) for i in finishing]
+        for i, context in completing:
+            self.spans.append((i, s, 1))
+            self.generated[i] += 1
+            if self.generated[i] == self.out[i]:
+                self.last_end[i] = end
+                self.free_blocks += -(-context // block)
+                finished.append(i)
+            else:
+                self._start_decoding(i, s + 1, context)
+        return finished
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+
+    def _need(self, i: int, computed: int) -> int:
+        """Tokens request i still has to compute: its prompt and the tokens it has sent, less its cache."""
+        return self.prompt[i] + self.generated[i] - computed
+
+    def _charge(self, i: int, compute_ns: int, traffic_ns: int, blocking_ns: int) -> None:
+        self.acc_compute[i] += compute_ns
+        self.acc_traffic[i] += traffic_ns
+        self.acc_delivery[i] += blocking_ns
+
+    def _start_decoding(self, i: int, first_step: int, context: int) -> None:
+        self.decoding[i] = None
+        self.entry[i] = first_step
+        self.context0[i] = context
+        self.context_sum += context
+        self.block_due[(first_step - context) % self.block] += 1
+        self.event_due[(first_step - self.generated[i]) % self.interval] += 1
+        last_step = first_step + self.out[i] - self.generated[i] - 1
+        heapq.heappush(self.finishes, (last_step, i, self.epoch[i]))
+
+    def _stop_decoding(self, i: int, steps_taken: int) -> int:
+        """Take request i out of the decoding aggregates after `steps_taken` decode steps; its context."""
+        del self.decoding[i]
+        first = self.entry[i]
+        context = self.context0[i] + steps_taken
+        self.context_sum -= context
+        self.block_due[(first - self.context0[i]) % self.block] -= 1
+        self.event_due[(first - self.generated[i]) % self.interval] -= 1
+        last = first + steps_taken
+        self.acc_compute[i] += self.cum_compute[last] - self.cum_compute[first]
+        self.acc_traffic[i] += self.cum_traffic[last] - self.cum_traffic[first]
+        self.acc_delivery[i] += self.cum_blocking[last] - self.cum_blocking[first]
+        if steps_taken:
+            self.spans.append((i, first, steps_taken))
+        self.generated[i] += steps_taken
+        return context
+
+    def _due_to_finish(self, s: int) -> list[int]:
+        """Decoding requests whose last token comes in step s."""
+        due = []
+        finishes = self.finishes
+        while finishes and finishes[0][0] <= s:  # earlier entries belong to preempted decodes
+            step, i, epoch = heapq.heappop(finishes)
+            if epoch == self.epoch[i]:
+                due.append(i)
+        return due
+
+    def _finish_decoding(self, i: int, s: int, end_ns: int) -> int:
+        context = self._stop_decoding(i, s - self.entry[i] + 1)
+        self.free_blocks += -(-context // self.block)
+        self.last_end[i] = end_ns
+        return i
+
+    def _events(self, s: int, finishing: list[int], completing: list[tuple[int, int]]) -> int:
+        """SSE events the step's tokens close (only needed when events group several tokens)."""
+        interval = self.interval
+        events = self.event_due[s % interval]
+        for i in finishing:  # a last token always closes its event; count those off the grid
+            if (self.out[i] - 1) % interval:
+                events += 1
+        for i, _ in completing:
+            events += closes_event(self.generated[i], self.out[i], interval)
+        return events
+
+    def _preempt(self, s: int, demand: int) -> tuple[int, int, int]:
+        """Preempt from the tail of the running order (the prefill, then the newest decoding) until
+        the step's new blocks fit. Returns the step's (decode blocks, prefill blocks, prefill tokens)."""
+        victims: list[int] = []
+        prefill = self.prefill
+        new_blocks = self.block_due[s % self.block]
+        budget = self.spec.max_num_batched_tokens - len(self.decoding)
+        if prefill is not None:
+            prefill_num = min(self._need(prefill.request, prefill.computed), budget)
+            prefill_blocks = -(-(prefill.computed + prefill_num) // self.block) - prefill.blocks
+        if prefill is not None and demand > self.free_blocks:
+            demand -= prefill_blocks
+            self.free_blocks += prefill.blocks
+            victims.append(prefill.request)
+            self.prefill = prefill = None
+        while demand > self.free_blocks and self.decoding:
+            i = next(reversed(self.decoding))
+            first = self.entry[i]
+            crossing = (s - first + self.context0[i]) % self.block == 0
+            context = self._stop_decoding(i, s - first)
+            self.epoch[i] += 1
+            self.free_blocks += -(-context // self.block)
+            demand -= crossing
+            new_blocks -= crossing
+            victims.append(i)
+        self.preemptions += len(victims)
+        self.waiting.extendleft(victims)
+        if prefill is None:
+            return new_blocks, 0, 0
+        return new_blocks, prefill_blocks, prefill_num
+
+    # -- results -----------------------------------------------------------------------------------
+
+    def token_steps(self) -> np.ndarray:
+        """Per output token (flat, request-major, in order): the step that produced it."""
+        if not self.spans:
+            return np.empty(0, np.int64)
+        spans = np.array(self.spans, dtype=np.int64)
+        spans = spans[np.lexsort((spans[:, 1], spans[:, 0]))]
+        starts, counts = spans[:, 1], spans[:, 2]
+        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        return np.repeat(starts, counts) + within
