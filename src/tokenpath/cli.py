@@ -188,6 +188,29 @@ def validate(
         print_validation(console, rows)
 
 
+@app.command(help="Serve an OpenAI-compatible API that streams real text on the scenario's simulated timing."
+             "\n\nExample:\n\n  tokenpath serve --port 8000\n\n"
+             "  curl -N localhost:8000/v1/completions -d '{\"model\": \"m\", \"prompt\": \"Hi\", \"max_tokens\": 20, \"stream\": true}'")
+def serve(
+    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    host: str = typer.Option("127.0.0.1", help="address to bind; other hosts reach it only if you say so"),
+    port: int = typer.Option(8000, help="TCP port"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="require 'Authorization: Bearer KEY'"),
+    served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="the only model name accepted"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer file (HF tokenizer.json, Tekken, SentencePiece)"),
+    send_log: Optional[str] = typer.Option(None, "--send-log", help="append each SSE event's send time (JSONL)"),
+) -> None:
+    from aiohttp import web
+
+    from tokenpath.scenario import load_scenario
+    from tokenpath.serve import ServeOptions, make_app
+    from tokenpath.serve.app import SERVER
+
+    application = make_app(load_scenario(scenario), ServeOptions(api_key, served_model_name, tokenizer, send_log))
+    err_console.print(f"serving {application[SERVER].model_name} on http://{host}:{port}/v1 (Ctrl-C stops)")
+    web.run_app(application, host=host, port=port, print=None)
+
+
 def main() -> None:
     """Entry point: a user's mistake is one line on stderr and exit status 2, never a traceback."""
     try:

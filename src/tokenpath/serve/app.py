@@ -1,0 +1,206 @@
+"""`tokenpath serve`: an OpenAI-compatible server whose tokens come out on the simulated engine's timing.
+
+Every request joins a live simulated engine (one per data-parallel replica, routed round-robin), so
+its first token waits for the batching, queueing and prefill the scenario's deployment would give
+under the load clients actually offer. The text is real: each request streams a stretch of the
+shipped corpus, token by token through the real detokenizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import numpy as np
+from aiohttp import web
+
+from tokenpath.bench.prompts import corpus_text
+from tokenpath.delivery import Detokenizer
+from tokenpath.engine.replica import closes_event
+from tokenpath.pipeline import build_deployment
+from tokenpath.scenario import Scenario
+from tokenpath.serve.live import FINISHED, LiveEngine
+from tokenpath.serve.openai import ApiError, Ask, parse
+from tokenpath.serve.sse import ChunkWriter
+from tokenpath.workload.lengths import sample_lengths
+
+MAX_BODY_BYTES = 4 * 2**20
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    api_key: str | None = None
+    served_model_name: str | None = None  # when set, the only model name accepted
+    tokenizer: str | None = None          # a tokenizer file; None: the embedded default
+    send_log: str | None = None           # JSONL of each event's send time, for client accuracy tests
+
+
+class Server:
+    """The state behind the routes: engines, tokenizer, corpus and the run's random stream."""
+
+    def __init__(self, scenario: Scenario, options: ServeOptions) -> None:
+        self.scenario, self.options = scenario, options
+        self.deployment = build_deployment(scenario)
+        self.model_name = options.served_model_name or scenario.model.name
+        self.detokenizer = Detokenizer.load(options.tokenizer)
+        self.corpus_ids = np.array(self.detokenizer.encode(corpus_text()), dtype=np.int64)
+        self.rng = np.random.default_rng(scenario.seed)
+        self.engines: list[LiveEngine] = []
+        self.next_engine = itertools.cycle(range(self.deployment.replicas))
+        self.tasks: list[asyncio.Task[None]] = []
+        self.send_log = None
+
+    async def start(self, app: web.Application) -> None:
+        self.engines = [LiveEngine(self.scenario, self.deployment) for _ in range(self.deployment.replicas)]
+        self.tasks = [asyncio.create_task(engine.run()) for engine in self.engines]
+        if self.options.send_log:
+            self.send_log = open(self.options.send_log, "a", encoding="utf-8")
+
+    async def stop(self, app: web.Application) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.send_log is not None:
+            self.send_log.close()
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.detokenizer.encode(text))
+
+    def output_tokens(self, ask: Ask) -> int:
+        """The tokens this request will get: max_tokens, else a draw from the scenario's lengths."""
+        if ask.max_tokens is not None:
+            return ask.max_tokens
+        return int(sample_lengths(self.scenario.workload.output, 1, self.rng, "workload.output")[0])
+
+    def check_fits(self, ask: Ask, output_tokens: int) -> None:
+        total = ask.prompt_tokens + output_tokens
+        limit = min(self.deployment.model.max_context, self.deployment.kv_capacity_tokens)
+        if total > limit:
+            raise ApiError(400, f"this request needs {total} tokens of context ({ask.prompt_tokens} in the prompt "
+                                f"+ {output_tokens} to generate) but the deployment holds {limit}; "
+                                "shorten the prompt or lower max_tokens", "max_tokens", code="context_length_exceeded")
+
+
+SERVER = web.AppKey("server", Server)
+
+
+def _authorize(server: Server, request: web.Request) -> None:
+    if server.options.api_key is None:
+        return
+    if request.headers.get("Authorization", "") != f"Bearer {server.options.api_key}":
+        raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
+                       kind="authentication_error", code="invalid_api_key")
+
+
+async def _body(request: web.Request) -> Any:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes") from None
+    try:
+        return json.loads(raw)
+    except ValueError as error:
+        raise ApiError(400, f"the request body is not valid JSON: {error}") from None
+
+
+def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        server: Server = request.app[SERVER]
+        _authorize(server, request)
+        ask = parse(await _body(request), endpoint, server.count_tokens)
+        if server.options.served_model_name and ask.model != server.model_name:
+            raise ApiError(404, f"the model {ask.model!r} does not exist; this server serves {server.model_name!r}",
+                           "model", code="model_not_found")
+        output_tokens = server.output_tokens(ask)
+        server.check_fits(ask, output_tokens)
+        engine = server.engines[next(server.next_engine)]
+        stream = engine.submit(ask.prompt_tokens, output_tokens)
+        start = int(server.rng.integers(0, len(server.corpus_ids)))
+        ids = np.take(server.corpus_ids, np.arange(start, start + output_tokens), mode="wrap")
+        writer = ChunkWriter(ask, f"{'chatcmpl' if endpoint == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
+                             int(time.time()), server.detokenizer.batch(1))
+        interval = server.scenario.delivery.stream_interval
+        if ask.stream:
+            return await _stream(request, server, stream, ids, writer, interval)
+        while await stream.queue.get() != FINISHED:
+            pass
+        return web.json_response(writer.whole(ids))
+
+    return handle
+
+
+async def _stream(request: web.Request, server: Server, stream, ids: np.ndarray, writer: ChunkWriter,
+                  interval: int) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    log = server.send_log
+    request_id = writer.completion_id
+    events = 0
+
+    async def send(data: bytes) -> None:
+        nonlocal events
+        if not data:
+            return
+        await response.write(data)
+        if log is not None:
+            log.write(f'{{"id":"{request_id}","event":{events},"send_ns":{time.perf_counter_ns()}}}\n')
+        events += 1
+
+    await send(writer.opening())
+    total = len(ids)
+    while (released := await stream.queue.get()) != FINISHED:
+        index = released - 1
+        writer.add(int(ids[index]))
+        if writer.stopped:  # the engine runs the request to its end; nobody needs the rest
+            break
+        if closes_event(index, total, interval):
+            await send(writer.chunk(final=index == total - 1))
+    await send(writer.closing())
+    await response.write_eof()
+    return response
+
+
+async def _models(request: web.Request) -> web.Response:
+    server: Server = request.app[SERVER]
+    _authorize(server, request)
+    return web.json_response({"object": "list", "data": [
+        {"id": server.model_name, "object": "model", "created": 0, "owned_by": "tokenpath"}]})
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+@web.middleware
+async def _errors(request: web.Request, handler) -> web.StreamResponse:
+    """Every refusal as an OpenAI-style JSON error; nothing a client sends stops the server."""
+    try:
+        return await handler(request)
+    except ApiError as error:
+        return web.json_response(error.body(), status=error.status)
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        return web.json_response(ApiError(error.status, error.reason).body(), status=error.status)
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception as error:  # a bug of ours: report it to the client, keep serving others
+        return web.json_response(ApiError(500, f"internal error: {error!r}", kind="server_error").body(), status=500)
+
+
+def make_app(scenario: Scenario, options: ServeOptions = ServeOptions()) -> web.Application:
+    server = Server(scenario, options)
+    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
+    app[SERVER] = server
+    app.on_startup.append(server.start)
+    app.on_cleanup.append(server.stop)
+    app.router.add_post("/v1/completions", _completion_route("completions"))
+    app.router.add_post("/v1/chat/completions", _completion_route("chat"))
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    return app

@@ -1,0 +1,109 @@
+"""The OpenAI-compatible request side of `tokenpath serve`: what a request asks for, and errors in
+the shape OpenAI clients expect ({"error": {"message", "type", "param", "code"}})."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+Endpoint = Literal["completions", "chat"]
+
+
+class ApiError(Exception):
+    """A request the server refuses, with its HTTP status and OpenAI error fields."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 kind: str = "invalid_request_error", code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One parsed completion request."""
+
+    endpoint: Endpoint
+    model: str
+    prompt_tokens: int
+    max_tokens: int | None      # None: as many as the scenario's output lengths draw
+    stream: bool
+    include_usage: bool
+    stop: list[str] = field(default_factory=list)
+
+
+def _int(body: dict[str, Any], key: str, low: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ApiError(400, f"'{key}' must be an integer >= {low}, got {value!r}", key)
+    return value
+
+
+def _text_parts(content: Any, where: str) -> str:
+    """A chat message's text: a string, or a list of {"type": "text", "text": ...} parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ApiError(400, f"{where}: only text content parts are supported", where)
+            texts.append(part["text"])
+        return "".join(texts)
+    if content is None:
+        return ""
+    raise ApiError(400, f"{where} must be a string or a list of text parts", where)
+
+
+# Tokens a chat template adds around each message (role markers and separators): a small constant,
+# as for Llama-3 and Mistral templates.
+CHAT_TOKENS_PER_MESSAGE = 4
+
+
+def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> Ask:
+    """Validate a request body; raises ApiError naming the offending field."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, "'model' is required: the name of a model from /v1/models", "model")
+    if (n := _int(body, "n", 1)) not in (None, 1):
+        raise ApiError(400, f"'n' must be 1 here, got {n}", "n")
+    if endpoint == "completions":
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            prompt_tokens = count_tokens(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            prompt_tokens = len(prompt)
+        else:
+            raise ApiError(400, "'prompt' must be a string or a list of token ids (one prompt per request)", "prompt")
+    else:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "'messages' must be a non-empty list of {role, content}", "messages")
+        prompt_tokens = 0
+        for j, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise ApiError(400, f"messages[{j}] must be an object with a 'role'", f"messages[{j}]")
+            prompt_tokens += CHAT_TOKENS_PER_MESSAGE + count_tokens(_text_parts(message.get("content"), f"messages[{j}].content"))
+    max_tokens = _int(body, "max_completion_tokens", 1) if endpoint == "chat" else None
+    if max_tokens is None:
+        max_tokens = _int(body, "max_tokens", 1)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be true or false", "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise ApiError(400, "'stream_options' must be an object", "stream_options")
+    stop = body.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 4:
+        raise ApiError(400, "'stop' must be a non-empty string or a list of up to 4 of them", "stop")
+    return Ask(endpoint, model, prompt_tokens, max_tokens, stream, bool(options.get("include_usage")), stop)
