@@ -116,3 +116,15 @@ def test_a_recorded_trace_drives_arrivals_and_lengths(tmp_path):
     assert list(sim.run.output_tokens) == [20, 5, 64, 1]
     assert list(sim.run.scheduled_ns) == [0, 250_000_000, 500_000_000, 2_000_000_000]
     assert np.array_equal(sim.run.queue_ns + sim.run.compute_ns + sim.run.traffic_ns + sim.run.delivery_ns, sim.run.e2e_ns)
+
+
+def test_explain_breaks_a_steady_step_into_ops_that_add_up_to_its_compute_time():
+    from tokenpath.report.explain import explain
+
+    sim = simulate(small(**{"workload.num_requests": 200}))
+    step = explain(sim)
+    ops_s = sum(op["time_s"] for op in step["ops"]) + step["overhead_s"]
+    assert abs(ops_s - step["compute_s"]) <= 1e-9  # the step's compute time is rounded to whole ns
+    assert step["shape"]["tokens"] >= step["shape"]["sequences"] >= step["shape"]["sampled"] > 0
+    assert step["allreduces"] == 2 * sim.deployment.model.num_layers
+    assert {op["bound"] for op in step["ops"]} <= {"compute", "memory"}

@@ -76,7 +76,8 @@ def _write_json(document: dict[str, Any], target: str) -> None:
         Path(target).write_text(text, encoding="utf-8")
 
 
-def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any]) -> None:
+def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any],
+                         show_explain: bool = False) -> None:
     from tokenpath.report.simulation import describe, result_document
     from tokenpath.pipeline import prepare, simulate
     from tokenpath.scenario import build_scenario, read_scenario_table, set_path
@@ -95,12 +96,18 @@ def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], f
         task = progress.add_task("simulate", total=len(prepared.requests))
         simulation = simulate(prepared, progress=lambda k: progress.advance(task, k))
     document, reason = result_document(simulation)
+    if show_explain:
+        from tokenpath.report.explain import explain, explain_table
+
+        document["explain"] = explain(simulation)
     if json_out is not None:
         _write_json(document, json_out)
     if not quiet:
         from tokenpath.report.table import print_summary
 
         print_summary(console, document, describe(simulation), reason)
+        if show_explain:
+            console.print(explain_table(document["explain"], simulation.deployment.chip.name))
 
 
 SIMULATE_EXAMPLE = """
@@ -132,11 +139,12 @@ def simulate(
     num_requests: Optional[int] = typer.Option(None, "--num-requests", help="requests to simulate"),
     seed: Optional[int] = typer.Option(None, help="random seed"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write the result schema to PATH, or '-' for stdout"),
+    show_explain: bool = typer.Option(False, "--explain", help="also show the per-op roofline of one steady-state step"),
 ) -> None:
     flags = dict(locals())
-    flags.pop("scenario")
-    flags.pop("json_out")
-    _simulate_and_report(scenario, json_out, flags)
+    for not_a_scenario_flag in ("scenario", "json_out", "show_explain"):
+        flags.pop(not_a_scenario_flag)
+    _simulate_and_report(scenario, json_out, flags, show_explain)
 
 
 @app.command(help="Simulate the embedded default scenario ('typical').\n\nExample:\n\n  tokenpath run --json result.json")

@@ -1,0 +1,67 @@
+"""--explain: the roofline of one steady-state step, op by op, so a user sees why a number is what it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from tokenpath.pipeline import Simulation
+from tokenpath.units import format_bytes, format_duration
+
+
+def steady_step(sim: Simulation) -> int:
+    """Index (in the first replica's trace) of a typical step: among the steps in the middle half of
+    the run, the one with the median number of tokens."""
+    trace = sim.traces[0]
+    start = trace.step_start_ns
+    low, high = np.percentile(start, [25, 75])
+    middle = np.flatnonzero((start >= low) & (start <= high))
+    order = middle[np.argsort(trace.step_tokens[middle], kind="stable")]
+    return int(order[len(order) // 2])
+
+
+def explain(sim: Simulation) -> dict[str, Any]:
+    """The typical step's shape, each op's FLOPs, bytes, roofline time and bound, and the step's parts."""
+    trace, deployment = sim.traces[0], sim.deployment
+    i = steady_step(sim)
+    shape = {
+        "tokens": int(trace.step_tokens[i]), "sequences": int(trace.step_seqs[i]),
+        "sampled": int(trace.step_logits[i]), "attention_pairs": int(trace.step_attn_pairs[i]),
+        "kv_read_tokens": int(trace.step_kv_read_tokens[i]),
+    }
+    ops = deployment.compute.step_ops(shape["tokens"], shape["sampled"], shape["attention_pairs"], shape["kv_read_tokens"])
+    compute = deployment.compute
+    return {
+        "step": i,
+        "shape": shape,
+        "ops": [{"op": op.name, "flops": op.flops, "bytes": op.bytes, "time_s": op.time_s, "bound": op.bound} for op in ops],
+        "overhead_s": compute.step_overhead_s,
+        "compute_s": trace.step_compute_ns[i] / 1e9,
+        "traffic_s": trace.step_traffic_ns[i] / 1e9,
+        "allreduces": compute.allreduces_per_step,
+        "allreduce_bytes": compute.allreduce_bytes(shape["tokens"]) if compute.allreduces_per_step else 0.0,
+        "host_blocking_s": trace.step_blocking_ns[i] / 1e9,
+    }
+
+
+def explain_table(step: dict[str, Any], chip: str) -> Table:
+    shape = step["shape"]
+    title = (f"One steady-state step on one {chip} (step {step['step']}): {shape['tokens']} tokens from "
+             f"{shape['sequences']} sequences, {shape['sampled']} sampled, {shape['kv_read_tokens']:,} KV positions read")
+    table = Table(title=title, title_justify="left")
+    for column in ("op", "GFLOP", "bytes", "time", "bound", "share"):
+        table.add_column(column, justify="left" if column in ("op", "bound") else "right")
+    total = step["compute_s"] + step["traffic_s"] + step["host_blocking_s"]
+    for op in step["ops"]:
+        table.add_row(op["op"], f"{op['flops'] / 1e9:,.1f}", format_bytes(op["bytes"]), format_duration(op["time_s"]),
+                      op["bound"], f"{op['time_s'] / total:.1%}")
+    table.add_row("step overhead", "", "", format_duration(step["overhead_s"]), "fixed", f"{step['overhead_s'] / total:.1%}")
+    if step["allreduces"]:
+        table.add_row(f"{step['allreduces']} all-reduces of {format_bytes(step['allreduce_bytes'])}", "", "",
+                      format_duration(step["traffic_s"]), "traffic", f"{step['traffic_s'] / total:.1%}")
+    table.add_row("host (copy ids, detokenize)", "", "", format_duration(step["host_blocking_s"]), "delivery",
+                  f"{step['host_blocking_s'] / total:.1%}")
+    table.add_row("step", "", "", format_duration(total), "", "100.0%", style="bold")
+    return table
