@@ -128,3 +128,19 @@ def test_explain_breaks_a_steady_step_into_ops_that_add_up_to_its_compute_time()
     assert step["shape"]["tokens"] >= step["shape"]["sequences"] >= step["shape"]["sampled"] > 0
     assert step["allreduces"] == 2 * sim.deployment.model.num_layers
     assert {op["bound"] for op in step["ops"]} <= {"compute", "memory"}
+
+
+def test_validate_predicts_the_published_rows_it_covers():
+    from tokenpath.validate import run_validation
+
+    result = run_validation({"trtllm_batch1_ttft", "nccl_allreduce"})
+    rows = result["rows"]
+    assert len(rows) == 4 + 9
+    for row in rows:
+        assert row["predicted"] > 0
+        assert row["error"] == row["predicted"] / row["published"] - 1
+    calibrated = [r for r in rows if r.get("calibration")]
+    assert len(calibrated) == 3 and all(abs(r["error"]) < 0.02 for r in calibrated)
+    assert result["groups"]["nccl_allreduce"]["rows"] == 6
+    # a published TTFT is never more than 3x off: a loose guard against a broken compute model
+    assert all(abs(r["error"]) < 0.75 for r in rows if r["group"] == "trtllm_batch1_ttft")
