@@ -335,6 +335,7 @@ class _Replica:
         emit_ids = np.concatenate(self.emitted) if self.emitted else np.empty(0, np.int64)
         emit_steps = np.repeat(np.arange(len(self.emitted)), counts)
         order = np.argsort(emit_ids, kind="stable")
+        spans = np.stack([emit_ids[order], emit_steps[order], np.ones(len(order), np.int64)], axis=1)
         return EngineTrace(
             sent_ns=self.sent,
             arrival_ns=self.arrival,
@@ -342,7 +343,7 @@ class _Replica:
             traffic_ns=self.acc_traffic,
             delivery_ns=self.acc_delivery,
             last_step_end_ns=self.last_end,
-            token_step=emit_steps[order],
+            spans=spans,
             token_offsets=np.concatenate([[0], np.cumsum(self.out)]).astype(np.int64),
             step_start_ns=step_rows[:, 0],
             step_compute_ns=step_rows[:, 1],

@@ -56,7 +56,7 @@ def build_deployment(scenario: Scenario) -> Deployment:
         raise UserError(f"deployment.tp: {dep.tp} is larger than deployment.chips ({dep.chips}); lower --tp or raise --chips")
     if dep.chips % dep.tp:
         raise UserError(f"deployment.chips: {dep.chips} chips do not split into groups of tp={dep.tp}; use a multiple of {dep.tp}")
-    model = load_model(scenario.model.name)
+    model = load_model(scenario.model_source())
     chip = load_chip(dep.chip)
     if model.num_heads % dep.tp:
         raise UserError(f"deployment.tp: {model.name} has {model.num_heads} attention heads, not divisible by tp={dep.tp}")
@@ -100,7 +100,7 @@ def _replica_run(trace: EngineTrace, requests: Requests, scheduled_ns: np.ndarra
                  visible: np.ndarray) -> dict[str, np.ndarray]:
     """Per-request client-side timings of one replica, with exact attribution."""
     offsets = trace.token_offsets
-    leave_ns = trace.step_leave_ns[trace.token_step]
+    leave_ns = trace.step_leave_ns[trace.token_steps()]
     client_ns = last_mile.client_times_ns(leave_ns, offsets)
     first, last = offsets[:-1], offsets[1:] - 1
     e2e = client_ns[last] - trace.sent_ns
@@ -157,7 +157,7 @@ def prepare(scenario: Scenario) -> Prepared:
     """Resolve the deployment and draw the workload, checking that every request can be served."""
     deployment = build_deployment(scenario)
     seeds = np.random.SeedSequence(scenario.seed).spawn(2)
-    requests = generate(scenario.workload, np.random.default_rng(seeds[_WORKLOAD_STREAM]))
+    requests = generate(scenario.resolved_workload(), np.random.default_rng(seeds[_WORKLOAD_STREAM]))
     _check_fits(requests, deployment, scenario)
     return Prepared(scenario, deployment, requests)
 

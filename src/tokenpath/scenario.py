@@ -14,16 +14,17 @@ import tomllib
 import typing
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError
 
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.errors import UserError
 from tokenpath.fabric.spec import FabricSpec
 from tokenpath.units import Duration
+from tokenpath.workload._files import sha256_file
 from tokenpath.workload.generate import fingerprint_inputs
 from tokenpath.workload.spec import WorkloadSpec
 
@@ -64,15 +65,24 @@ class DeploymentSection(BaseModel):
         return self.chips // self.tp
 
 
+def _none_or_duration(value: object) -> object:
+    return None if value is None or (isinstance(value, str) and value.strip().lower() == "none") else value
+
+
+# An SLO target: a duration, or "none" for no target (TOML has no null).
+Target = Annotated[Duration | None, BeforeValidator(_none_or_duration),
+                   PlainSerializer(lambda v: "none" if v is None else v, when_used="json")]
+
+
 class SloSpec(BaseModel):
-    """Latency targets a request must meet to count towards goodput; unset ones are not checked."""
+    """Latency targets a request must meet to count towards goodput; "none" turns one off."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    ttft: Duration | None = 2.0
-    ttfv: Duration | None = None
-    tpot: Duration | None = 0.1
-    e2e: Duration | None = None
+    ttft: Target = 2.0
+    ttfv: Target = None
+    tpot: Target = 0.1
+    e2e: Target = None
 
 
 class Scenario(BaseModel):
@@ -88,10 +98,34 @@ class Scenario(BaseModel):
     delivery: DeliverySpec = DeliverySpec()
     slo: SloSpec = SloSpec()
 
+    # The folder of the scenario file: relative paths in it (traces, length files, a model's
+    # config.json) are read from there. Not part of the scenario's identity.
+    _base_dir: Path | None = PrivateAttr(None)
+
+    def resolve_path(self, path: str) -> str:
+        if self._base_dir is None or Path(path).is_absolute():
+            return path
+        return str(self._base_dir / path)
+
+    def resolved_workload(self) -> WorkloadSpec:
+        """The workload with its file paths resolved against the scenario's folder."""
+        return self.workload if self._base_dir is None else self.workload.resolve_paths(self._base_dir)
+
+    def model_source(self) -> str:
+        """What to load the model from: a catalog name, or a config.json path (resolved)."""
+        resolved = self.resolve_path(self.model.name)
+        return resolved if Path(resolved).exists() else self.model.name
+
     def fingerprint(self) -> str:
-        """sha256 of the normalized scenario and of the contents of any files it reads."""
+        """sha256 of the normalized scenario (paths as written) and of the contents of the files it
+        reads, so it changes when a trace or a model config does and not when the folder moves."""
         normal = self.model_dump(mode="json")
-        normal["files"] = fingerprint_inputs(self.workload)
+        files = list(fingerprint_inputs(self.resolved_workload()).values())
+        source = self.model_source()
+        if Path(source).exists():
+            config = Path(source) / "config.json" if Path(source).is_dir() else Path(source)
+            files.append(sha256_file(config, "model config"))
+        normal["files"] = files
         return hashlib.sha256(json.dumps(normal, sort_keys=True).encode()).hexdigest()
 
     def to_toml(self) -> str:
@@ -180,8 +214,7 @@ def build_scenario(table: dict[str, Any], source: str, base_dir: Path | None = N
         scenario = Scenario.model_validate(table)
     except ValidationError as error:
         raise _explain(error, source, Scenario) from None
-    if base_dir is not None:
-        scenario = scenario.model_copy(update={"workload": scenario.workload.resolve_paths(base_dir)})
+    scenario._base_dir = base_dir
     return scenario
 
 

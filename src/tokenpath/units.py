@@ -20,10 +20,10 @@ _PREFIX = {
     "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
     "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50,
 }
-_TIME_S = {
-    "": 1.0, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0,
-    "min": 60.0, "h": 3600.0,
-}
+# Units below a second divide by an exact power of ten ("10 us" is exactly 10 / 1e6), so values
+# round-trip through their human strings bit for bit.
+_PER_S = {"ns": 1e9, "us": 1e6, "µs": 1e6, "μs": 1e6, "ms": 1e3}
+_TIME_S = {"": 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[^\s\d].*?)?\s*$")
 _BYTES_UNIT = re.compile(r"^(?P<prefix>[kKMGTP]i?|)(?P<base>B|bytes?)$")
@@ -68,6 +68,8 @@ def _parse_duration_s(value: object) -> float:
     """'25 us', '20 ms', '1.5 s', '2 min' or a number of seconds -> seconds."""
     example = "20 ms"
     number, unit = _split(value, "a duration", example)
+    if unit in _PER_S:
+        return _non_negative(number / _PER_S[unit], value, example)
     if unit not in _TIME_S:
         raise ValueError(f"unknown time unit {unit!r} in {value!r}; use one of ns, us, ms, s, min, h")
     return _non_negative(number * _TIME_S[unit], value, example)
@@ -104,29 +106,34 @@ parse_bytes = _with_field(_parse_bytes)
 parse_bandwidth_Bps = _with_field(_parse_bandwidth_Bps)
 
 
-def _exact(value: float, units: tuple[tuple[str, float], ...]) -> str:
-    """A lossless human string: the largest unit the value reaches, 12 significant digits."""
+def _exact(value: float, units: tuple[tuple[str, float], ...], parse: Callable[[object], float]) -> str | float:
+    """The value as a human string in the largest unit it reaches, when that string parses back to
+    exactly the same float; else the plain SI number, which always does."""
     for unit, scale in units:
-        if abs(value) >= scale:
-            return f"{value / scale:.12g} {unit}"
-    return f"{value / units[-1][1]:.12g} {units[-1][0]}"
+        if abs(value) >= scale or scale == units[-1][1]:
+            text = f"{value / scale:.15g} {unit}"
+            return text if parse(text) == value else value
+    return value
 
 
 # Config field types: accept human strings or SI numbers, hold SI floats, write human strings back.
 Duration = Annotated[
     float,
     BeforeValidator(_parse_duration_s),
-    PlainSerializer(lambda v: _exact(v, (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))), when_used="json"),
+    PlainSerializer(lambda v: _exact(v, (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)), _parse_duration_s),
+                    when_used="json"),
 ]
 Size = Annotated[
     float,
     BeforeValidator(_parse_bytes),
-    PlainSerializer(lambda v: _exact(v, (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))), when_used="json"),
+    PlainSerializer(lambda v: _exact(v, (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0)), _parse_bytes),
+                    when_used="json"),
 ]
 Bandwidth = Annotated[
     float,
     BeforeValidator(_parse_bandwidth_Bps),
-    PlainSerializer(lambda v: _exact(v, (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))), when_used="json"),
+    PlainSerializer(lambda v: _exact(v, (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0)),
+                                      _parse_bandwidth_Bps), when_used="json"),
 ]
 
 

@@ -29,8 +29,8 @@ class EngineTrace:
     traffic_ns: np.ndarray       # summed traffic time of those steps
     delivery_ns: np.ndarray      # upload plus the host time that blocked those steps
     last_step_end_ns: np.ndarray  # end of the step that produced each request's last token
-    token_step: np.ndarray       # per output token (flat, request-major): the step that produced it
-    token_offsets: np.ndarray    # request i's tokens are token_step[token_offsets[i]:token_offsets[i+1]]
+    spans: np.ndarray            # (request, first step, tokens) rows, sorted: where each token came from
+    token_offsets: np.ndarray    # request i's tokens are [token_offsets[i], token_offsets[i+1]) of the flat order
     step_start_ns: np.ndarray
     step_compute_ns: np.ndarray
     step_traffic_ns: np.ndarray
@@ -43,6 +43,15 @@ class EngineTrace:
     step_logits: np.ndarray      # sequences that sampled a token
     kv_capacity_tokens: int
     preemptions: int
+
+    def token_steps(self, first: int = 0, stop: int | None = None) -> np.ndarray:
+        """The step that produced each output token of requests [first, stop), flat, request-major."""
+        requests = self.spans[:, 0]
+        stop = len(self.token_offsets) - 1 if stop is None else stop
+        rows = self.spans[np.searchsorted(requests, first):np.searchsorted(requests, stop)]
+        starts, counts = rows[:, 1], rows[:, 2]
+        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        return np.repeat(starts, counts) + within
 
 
 def run_engine(
@@ -83,7 +92,7 @@ def run_engine(
         finished = replica.step()
         if finished:
             done += len(finished)
-            leave_ns = replica.steps[-1][4]
+            leave_ns = replica.last_leave_ns
             for f in finished:
                 if next_to_send < n:
                     freed_ns = client.last_event_arrival_ns(leave_ns, out[f])
@@ -95,7 +104,7 @@ def run_engine(
 
 
 def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens: int) -> EngineTrace:
-    steps = np.array(replica.steps, dtype=np.int64).reshape(-1, 10)
+    steps = replica.steps()
     as_array = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
     return EngineTrace(
         sent_ns=as_array(sent),
@@ -104,18 +113,9 @@ def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens
         traffic_ns=as_array(replica.acc_traffic),
         delivery_ns=as_array(replica.acc_delivery),
         last_step_end_ns=as_array(replica.last_end),
-        token_step=replica.token_steps(),
+        spans=replica.spans(),
         token_offsets=np.concatenate([[0], np.cumsum(out)]).astype(np.int64),
-        step_start_ns=steps[:, 0],
-        step_compute_ns=steps[:, 1],
-        step_traffic_ns=steps[:, 2],
-        step_blocking_ns=steps[:, 3],
-        step_leave_ns=steps[:, 4],
-        step_tokens=steps[:, 5],
-        step_seqs=steps[:, 6],
-        step_attn_pairs=steps[:, 7],
-        step_kv_read_tokens=steps[:, 8],
-        step_logits=steps[:, 9],
+        **{f"step_{name}": values for name, values in steps.items()},
         kv_capacity_tokens=kv_capacity_tokens,
         preemptions=replica.preemptions,
     )

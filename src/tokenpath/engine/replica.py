@@ -24,6 +24,7 @@ costs it shares are read from running sums when it leaves.
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
@@ -46,6 +47,10 @@ class Host(Protocol):
     def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int]:
         """(blocking_ns, leave_ns) of a step that sampled `emitted` tokens closing `events` events."""
         ...
+
+
+STEP_FIELDS = ("start_ns", "compute_ns", "traffic_ns", "blocking_ns", "leave_ns", "tokens", "seqs",
+               "attn_pairs", "kv_read_tokens", "logits")
 
 
 def _ns(seconds: float) -> int:
@@ -81,19 +86,21 @@ class Replica:
         self.record_emitters = record_emitters
         self.now = 0
 
-        # Per request (index = submission order).
-        self.prompt: list[int] = []
-        self.out: list[int] = []
-        self.arrival: list[int] = []
-        self.generated: list[int] = []   # tokens sampled and sent so far
-        self.acc_compute: list[int] = []
-        self.acc_traffic: list[int] = []
-        self.acc_delivery: list[int] = []
-        self.last_end: list[int] = []    # end of the step that produced the last token
-        self.entry: list[int] = []       # while decoding: the first step it decodes in
-        self.context0: list[int] = []    # while decoding: its context (KV tokens) at that step
-        self.epoch: list[int] = []       # bumped on preemption, to skip stale finish-heap entries
-        self.spans: list[tuple[int, int, int]] = []  # (request, first step, tokens): where tokens came from
+        # Per request (index = submission order), as compact int64 columns: a run can hold millions.
+        self.prompt = array("q")
+        self.out = array("q")
+        self.arrival = array("q")
+        self.generated = array("q")     # tokens sampled and sent so far
+        self.acc_compute = array("q")
+        self.acc_traffic = array("q")
+        self.acc_delivery = array("q")
+        self.last_end = array("q")      # end of the step that produced the last token
+        self.entry = array("q")         # while decoding: the first step it decodes in
+        self.context0 = array("q")      # while decoding: its context (KV tokens) at that step
+        self.epoch = array("q")         # bumped on preemption, to skip stale finish-heap entries
+        # Where tokens came from: request span_request[k] got span_count[k] tokens in consecutive
+        # steps from span_start[k].
+        self.span_request, self.span_start, self.span_count = array("q"), array("q"), array("q")
 
         self.arrivals: list[tuple[int, int]] = []  # heap of (arrival at the server, request)
         self.waiting: deque[int] = deque()
@@ -104,10 +111,12 @@ class Replica:
         self.event_due = [0] * self.interval  # decoding sequences whose token closes an event at step % interval
         self.finishes: list[tuple[int, int, int]] = []  # heap of (last step, request, epoch)
 
-        self.steps: list[tuple[int, ...]] = []
-        self.cum_compute = [0]  # running sums of step costs: steps [a, b) cost cum[b] - cum[a]
-        self.cum_traffic = [0]
-        self.cum_blocking = [0]
+        # Per step, one column each (see STEP_FIELDS); and running sums of step costs: steps [a, b)
+        # cost cum[b] - cum[a].
+        self.step_columns = tuple(array("q") for _ in STEP_FIELDS)
+        self.cum_compute, self.cum_traffic, self.cum_blocking = array("q", [0]), array("q", [0]), array("q", [0])
+        self.num_steps = 0
+        self.last_leave_ns = 0
         self.emitters: list[int] = []  # with record_emitters: the requests that got a token last step
         self.preemptions = 0
 
@@ -121,7 +130,7 @@ class Replica:
                               (self.generated, 0), (self.acc_compute, 0), (self.acc_traffic, 0),
                               (self.acc_delivery, delivery_ns), (self.last_end, 0), (self.entry, 0),
                               (self.context0, 0), (self.epoch, 0)):
-            column.append(value)
+            column.append(int(value))
         heapq.heappush(self.arrivals, (arrival_ns, i))
         return i
 
@@ -135,7 +144,7 @@ class Replica:
         """Form and run the next step; returns the requests that finished in it.
 
         An idle engine first jumps to the next arrival. Afterwards `now` is the step's end and
-        `steps[-1]` describes it.
+        `last_leave_ns` when its tokens leave the server.
         """
         arrivals, waiting = self.arrivals, self.waiting
         if not (waiting or self.decoding or self.prefill):
@@ -143,7 +152,7 @@ class Replica:
         while arrivals and arrivals[0][0] <= self.now:
             waiting.append(heapq.heappop(arrivals)[1])
 
-        s = len(self.steps)
+        s = self.num_steps
         block, spec = self.block, self.spec
         budget = spec.max_num_batched_tokens - len(self.decoding)
 
@@ -208,8 +217,12 @@ class Replica:
         gpu_end = self.now + compute_ns + traffic_ns
         blocking_ns, leave_ns = self.host.on_step(gpu_end, emitted, events)
         end = gpu_end + blocking_ns
-        self.steps.append((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
-                           decode + (prefill is not None) + len(admitted), attn_pairs, kv_read, emitted))
+        row = (self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
+               decode + (prefill is not None) + len(admitted), attn_pairs, kv_read, emitted)
+        for column, value in zip(self.step_columns, row):
+            column.append(value)
+        self.num_steps = s + 1
+        self.last_leave_ns = leave_ns
         self.cum_compute.append(self.cum_compute[-1] + compute_ns)
         self.cum_traffic.append(self.cum_traffic[-1] + traffic_ns)
         self.cum_blocking.append(self.cum_blocking[-1] + blocking_ns)
@@ -225,7 +238,7 @@ class Replica:
             self._charge(i, compute_ns, traffic_ns, blocking_ns)
         finished = [self._finish_decoding(i, s, end) for i in finishing]
         for i, context in completing:
-            self.spans.append((i, s, 1))
+            self._span(i, s, 1)
             self.generated[i] += 1
             if self.generated[i] == self.out[i]:
                 self.last_end[i] = end
@@ -240,6 +253,11 @@ class Replica:
     def _need(self, i: int, computed: int) -> int:
         """Tokens request i still has to compute: its prompt and the tokens it has sent, less its cache."""
         return self.prompt[i] + self.generated[i] - computed
+
+    def _span(self, i: int, first_step: int, tokens: int) -> None:
+        self.span_request.append(i)
+        self.span_start.append(first_step)
+        self.span_count.append(tokens)
 
     def _charge(self, i: int, compute_ns: int, traffic_ns: int, blocking_ns: int) -> None:
         self.acc_compute[i] += compute_ns
@@ -269,7 +287,7 @@ class Replica:
         self.acc_traffic[i] += self.cum_traffic[last] - self.cum_traffic[first]
         self.acc_delivery[i] += self.cum_blocking[last] - self.cum_blocking[first]
         if steps_taken:
-            self.spans.append((i, first, steps_taken))
+            self._span(i, first, steps_taken)
         self.generated[i] += steps_taken
         return context
 
@@ -333,12 +351,12 @@ class Replica:
 
     # -- results -----------------------------------------------------------------------------------
 
-    def token_steps(self) -> np.ndarray:
-        """Per output token (flat, request-major, in order): the step that produced it."""
-        if not self.spans:
-            return np.empty(0, np.int64)
-        spans = np.array(self.spans, dtype=np.int64)
-        spans = spans[np.lexsort((spans[:, 1], spans[:, 0]))]
-        starts, counts = spans[:, 1], spans[:, 2]
-        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        return np.repeat(starts, counts) + within
+    def steps(self) -> dict[str, np.ndarray]:
+        """Per-step columns as arrays, keyed by STEP_FIELDS."""
+        return {name: np.frombuffer(column, dtype=np.int64) for name, column in zip(STEP_FIELDS, self.step_columns)}
+
+    def spans(self) -> np.ndarray:
+        """(request, first step, tokens) rows, sorted by request then step."""
+        spans = np.stack([np.frombuffer(c, dtype=np.int64) for c in (self.span_request, self.span_start, self.span_count)],
+                         axis=1) if self.span_request else np.empty((0, 3), np.int64)
+        return spans[np.lexsort((spans[:, 1], spans[:, 0]))]

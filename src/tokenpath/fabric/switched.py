@@ -73,7 +73,10 @@ class SwitchedDomain:
         return min(self._ring_s(op, size_bytes, ranks), self._nvls_s(op, size_bytes, ranks))
 
     def bus_bandwidth_Bps(self, op: str, size_bytes: float, ranks: int) -> float:
-        """nccl-tests busbw: algbw scaled so it compares with the link bandwidth."""
-        algbw = size_bytes / self.collective_time_s(op, size_bytes, ranks)
+        """nccl-tests busbw: algbw scaled so it compares with the link bandwidth (0 when nothing moves)."""
+        time_s = self.collective_time_s(op, size_bytes, ranks)
+        if time_s == 0:
+            return 0.0
+        algbw = size_bytes / time_s
         factor = 2 * (ranks - 1) / ranks if op == "all_reduce" else (ranks - 1) / ranks
         return algbw * factor

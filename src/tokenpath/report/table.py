@@ -74,7 +74,9 @@ def print_summary(console: Console, summary: dict[str, Any], scenario_lines: lis
 def catalog_table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
     table = Table(title=title, title_justify="left")
     for i, column in enumerate(columns):
-        table.add_column(column, justify="left" if i == 0 else "right", style="bold" if i == 0 else None)
+        first = i == 0
+        table.add_column(column, justify="left" if first else "right", style="bold" if first else None,
+                         no_wrap=first, min_width=max((len(row[0]) for row in rows), default=0) if first else None)
     for row in rows:
         table.add_row(*row)
     return table

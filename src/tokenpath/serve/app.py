@@ -75,7 +75,7 @@ class Server:
         """The tokens this request will get: max_tokens, else a draw from the scenario's lengths."""
         if ask.max_tokens is not None:
             return ask.max_tokens
-        return int(sample_lengths(self.scenario.workload.output, 1, self.rng, "workload.output")[0])
+        return int(sample_lengths(self.scenario.resolved_workload().output, 1, self.rng, "workload.output")[0])
 
     def check_fits(self, ask: Ask, output_tokens: int) -> None:
         total = ask.prompt_tokens + output_tokens

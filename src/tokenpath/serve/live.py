@@ -66,7 +66,7 @@ class LiveEngine:
                 continue
             replica.now = max(replica.now, self.elapsed_ns())
             finished = replica.step()
-            leave_ns = replica.steps[-1][4]
+            leave_ns = replica.last_leave_ns
             emitters = replica.emitters
             delay_s = max(0.0, (self.start_ns + leave_ns - self.clock_ns()) / 1e9)
             loop.call_later(delay_s, self._release, emitters, finished)

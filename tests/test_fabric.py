@@ -1,0 +1,194 @@
+"""The switched scale-up domain: alpha-beta collective times against nccl-tests references."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenpath.errors import UserError
+from tokenpath.fabric.switched import (
+    NVLINK_HOP_LATENCY_S,
+    NVLS_LATENCY_S,
+    RING_BASE_LATENCY_S,
+    SwitchedDomain,
+)
+
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "collectives.toml"
+H100_LINK_BPS = 450e9  # NVLink4 per direction (the nccl-tests references ran on 8x H100/H200 SXM)
+LARGE_BYTES = 8e9      # "several GB": bandwidth-bound, latency < 0.1% of the time
+
+
+def _reference_busbw(system_prefix: str) -> float:
+    """busbw in bytes/s of the all_reduce reference row whose system starts with `system_prefix`."""
+    if not REFERENCE.exists():
+        pytest.skip(f"reference data not found at {REFERENCE}")
+    rows = tomllib.loads(REFERENCE.read_text(encoding="utf-8"))["all_reduce"]
+    matches = [row for row in rows if row["system"].startswith(system_prefix)]
+    assert len(matches) == 1, f"expected one reference row for {system_prefix!r}"
+    return matches[0]["busbw_gb_per_s"] * 1e9
+
+
+def domain(algorithm: str = "auto", hosts: int = 8, nvls: bool = True) -> SwitchedDomain:
+    return SwitchedDomain(hosts=hosts, link_bw_Bps=H100_LINK_BPS, algorithm=algorithm, nvls=nvls)
+
+
+# Large messages: bus bandwidth reproduces nccl-tests.
+
+def test_nvls_all_reduce_bus_bandwidth_matches_nccl_tests_on_8_h100():
+    measured = _reference_busbw("8x H100 SXM, NVLink4 + NVSwitch, NVLS")
+    assert measured == 480e9
+    predicted = domain("nvls").bus_bandwidth_Bps("all_reduce", LARGE_BYTES, 8)
+    assert predicted == pytest.approx(measured, rel=0.02)
+
+
+def test_ring_all_reduce_bus_bandwidth_matches_nccl_tests_on_8_h100():
+    measured = _reference_busbw("8x H100 SXM, NVLink4, ring")
+    assert measured == 370e9
+    predicted = domain("ring").bus_bandwidth_Bps("all_reduce", LARGE_BYTES, 8)
+    assert predicted == pytest.approx(measured, rel=0.02)
+
+
+def test_ring_bus_bandwidth_is_the_same_with_nvls_switched_off():
+    ring = domain("ring").bus_bandwidth_Bps("all_reduce", LARGE_BYTES, 8)
+    no_sharp = domain("auto", nvls=False).bus_bandwidth_Bps("all_reduce", LARGE_BYTES, 8)
+    assert no_sharp == ring
+
+
+def test_default_all_reduce_on_8_h200_matches_the_nccl_tests_sweep():
+    measured = _reference_busbw("8x H200")
+    predicted = domain("auto").bus_bandwidth_Bps("all_reduce", 4e9, 8)
+    assert predicted == pytest.approx(measured, rel=0.02)
+
+
+def test_bus_bandwidth_is_the_nccl_tests_definition():
+    d = domain("ring")
+    size, ranks = 1e9, 8
+    algbw = size / d.collective_time_s("all_reduce", size, ranks)
+    assert d.bus_bandwidth_Bps("all_reduce", size, ranks) == pytest.approx(algbw * 2 * 7 / 8, rel=1e-12)
+    algbw = size / d.collective_time_s("all_gather", size, ranks)
+    assert d.bus_bandwidth_Bps("all_gather", size, ranks) == pytest.approx(algbw * 7 / 8, rel=1e-12)
+
+
+def test_ring_all_gather_and_reduce_scatter_reach_the_ring_bus_bandwidth():
+    for op in ("all_gather", "reduce_scatter"):
+        busbw = domain("ring").bus_bandwidth_Bps(op, LARGE_BYTES, 8)
+        assert busbw == pytest.approx(370e9, rel=0.02)
+
+
+def test_nvls_only_reduces_in_the_switch_for_all_reduce():
+    for op in ("all_gather", "reduce_scatter"):
+        assert domain("nvls").collective_time_s(op, 1e6, 8) == domain("ring").collective_time_s(op, 1e6, 8)
+
+
+def test_all_gather_moves_half_the_steps_of_an_all_reduce_on_a_ring():
+    d = domain("ring")
+    size = 2e9
+    latency_ar = RING_BASE_LATENCY_S + 14 * NVLINK_HOP_LATENCY_S
+    latency_ag = RING_BASE_LATENCY_S + 7 * NVLINK_HOP_LATENCY_S
+    wire_ar = d.collective_time_s("all_reduce", size, 8) - latency_ar
+    wire_ag = d.collective_time_s("all_gather", size, 8) - latency_ag
+    assert wire_ar == pytest.approx(2 * wire_ag, rel=1e-9)
+
+
+def test_bandwidth_scales_with_the_link():
+    slow = SwitchedDomain(hosts=8, link_bw_Bps=450e9, algorithm="ring")
+    fast = SwitchedDomain(hosts=8, link_bw_Bps=900e9, algorithm="ring")
+    ratio = fast.bus_bandwidth_Bps("all_reduce", LARGE_BYTES, 8) / slow.bus_bandwidth_Bps("all_reduce", LARGE_BYTES, 8)
+    assert ratio == pytest.approx(2.0, rel=1e-3)
+
+
+# Small messages: latency-bound.
+
+def test_small_ring_all_reduce_costs_the_ring_latency():
+    expected = RING_BASE_LATENCY_S + 2 * 7 * NVLINK_HOP_LATENCY_S  # 6.6 us + 14 hops x 0.6 us = 15 us
+    assert expected == pytest.approx(15e-6)
+    assert domain("ring").collective_time_s("all_reduce", 8, 8) == pytest.approx(expected, rel=1e-4)
+
+
+def test_small_nvls_all_reduce_costs_the_nvls_latency():
+    assert NVLS_LATENCY_S == pytest.approx(6e-6)  # nccl issue 1259: ~6 us with CUDA graphs
+    assert domain("nvls").collective_time_s("all_reduce", 8, 8) == pytest.approx(NVLS_LATENCY_S, rel=1e-4)
+
+
+def test_custom_hop_latency_enters_the_ring_latency():
+    d = SwitchedDomain(hosts=4, link_bw_Bps=H100_LINK_BPS, link_latency_s=2e-6, algorithm="ring")
+    assert d.collective_time_s("all_reduce", 4, 4) == pytest.approx(RING_BASE_LATENCY_S + 6 * 2e-6, rel=1e-4)
+
+
+# auto picks the faster algorithm.
+
+@settings(max_examples=150, deadline=None)
+@given(size=st.floats(1.0, 1e11), ranks=st.integers(2, 8), op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter"]))
+def test_auto_is_the_faster_of_ring_and_nvls(size, ranks, op):
+    auto = domain("auto").collective_time_s(op, size, ranks)
+    ring = domain("ring").collective_time_s(op, size, ranks)
+    nvls = domain("nvls").collective_time_s(op, size, ranks)
+    assert auto == min(ring, nvls)
+
+
+def test_auto_switches_to_ring_where_ring_is_faster():
+    # Two ranks, large buffer: ring's busbw 370 GB/s beats NVLS's 274 GB/s (algbw = busbw at n=2).
+    ring = domain("ring").collective_time_s("all_reduce", LARGE_BYTES, 2)
+    nvls = domain("nvls").collective_time_s("all_reduce", LARGE_BYTES, 2)
+    assert ring < nvls
+    assert domain("auto").collective_time_s("all_reduce", LARGE_BYTES, 2) == ring
+    # Eight ranks, a small buffer: NVLS's 6 us beats the ring's 15 us.
+    assert domain("auto").collective_time_s("all_reduce", 1024, 8) == domain("nvls").collective_time_s("all_reduce", 1024, 8)
+
+
+def test_without_in_switch_reduction_auto_uses_the_ring():
+    for size in (8, 1e6, LARGE_BYTES):
+        assert domain("auto", nvls=False).collective_time_s("all_reduce", size, 8) == domain("ring").collective_time_s("all_reduce", size, 8)
+
+
+# Shape of the cost curve.
+
+@settings(max_examples=200, deadline=None)
+@given(
+    a=st.floats(0.0, 1e11),
+    b=st.floats(0.0, 1e11),
+    ranks=st.integers(1, 8),
+    algorithm=st.sampled_from(["auto", "ring", "nvls"]),
+    op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter"]),
+)
+def test_time_is_monotone_in_size(a, b, ranks, algorithm, op):
+    small, large = sorted((a, b))
+    d = domain(algorithm)
+    assert 0.0 <= d.collective_time_s(op, small, ranks) <= d.collective_time_s(op, large, ranks)
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "nvls"])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_one_rank_or_no_bytes_cost_nothing(algorithm, op):
+    d = domain(algorithm)
+    assert d.collective_time_s(op, 1e9, 1) == 0.0
+    assert d.collective_time_s(op, 0, 8) == 0.0
+    assert d.collective_time_s(op, 1.0, 2) > 0.0
+
+
+def test_a_group_larger_than_the_domain_is_a_user_error():
+    with pytest.raises(UserError, match=r"group of 16 chips does not fit a 8-chip"):
+        domain(hosts=8).collective_time_s("all_reduce", 1e6, 16)
+    assert domain(hosts=16).collective_time_s("all_reduce", 1e6, 16) > 0
+
+
+def test_bad_configurations_are_user_errors():
+    with pytest.raises(UserError, match="fabric.algorithm"):
+        SwitchedDomain(hosts=8, link_bw_Bps=H100_LINK_BPS, algorithm="tree")
+    with pytest.raises(UserError, match="fabric.algorithm: 'nvls' needs"):
+        SwitchedDomain(hosts=8, link_bw_Bps=H100_LINK_BPS, algorithm="nvls", nvls=False)
+    with pytest.raises(UserError, match="fabric.link_bw"):
+        SwitchedDomain(hosts=8, link_bw_Bps=0.0)
+
+
+def test_unknown_collective_is_a_programming_error():
+    with pytest.raises(ValueError, match="all_to_all"):
+        domain().collective_time_s("all_to_all", 1e6, 8)
+
+
+def test_bus_bandwidth_of_a_single_rank_is_zero():
+    assert domain().bus_bandwidth_Bps("all_reduce", 1e6, 1) == 0.0
