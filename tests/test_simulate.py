@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -144,3 +145,20 @@ def test_validate_predicts_the_published_rows_it_covers():
     assert result["groups"]["nccl_allreduce"]["rows"] == 6
     # a published TTFT is never more than 3x off: a loose guard against a broken compute model
     assert all(abs(r["error"]) < 0.75 for r in rows if r["group"] == "trtllm_batch1_ttft")
+
+
+def test_large_run_mode_matches_the_full_run_except_itl_within_a_tenth_of_a_percent(monkeypatch):
+    from tokenpath import pipeline
+
+    scenario = small(**{"workload.num_requests": 150, "delivery.stream_interval": 2})
+    full = result_document(simulate(scenario))[0]
+    monkeypatch.setattr(pipeline, "KEEP_TOKENS_LIMIT", 0)
+    monkeypatch.setattr(pipeline, "CHUNK_TOKENS", 1000)  # many chunks
+    sim = simulate(scenario)
+    assert sim.run.token_client_ns is None
+    bounded = result_document(sim)[0]
+    itl_full, itl_bounded = full["latency_s"].pop("itl"), bounded["latency_s"].pop("itl")
+    assert bounded == full
+    assert itl_bounded["mean"] == pytest.approx(itl_full["mean"], rel=1e-12)
+    for key in ("p50", "p90", "p99", "p999"):
+        assert itl_bounded[key] == pytest.approx(itl_full[key], rel=1.5e-3)

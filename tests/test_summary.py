@@ -226,3 +226,19 @@ def test_run_length_and_completed_mask():
     run = hand_run()
     assert len(run) == 3 and run.completed.tolist() == [True, True, True]
     assert hand_run(failed=np.array([True, False, False])).completed.tolist() == [False, True, True]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 10**12), min_size=1, max_size=400))
+def test_log_histogram_percentiles_are_within_a_tenth_of_a_percent(values):
+    from tokenpath.summary import LogHistogram, stats_s
+
+    histogram = LogHistogram()
+    half = len(values) // 2
+    histogram.add(np.array(values[:half], np.int64))
+    histogram.add(np.array(values[half:], np.int64))
+    exact, approx = stats_s(np.array(values)), histogram.stats_s()
+    assert approx["mean"] == pytest.approx(exact["mean"], rel=1e-12)
+    for key in ("p50", "p90", "p99", "p999"):
+        # each sample is placed within 0.1% of itself, so any blend of two samples is too
+        assert approx[key] == pytest.approx(exact[key], rel=1.001e-3)

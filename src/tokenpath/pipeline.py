@@ -18,7 +18,8 @@ from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.errors import UserError
 from tokenpath.fabric.switched import SwitchedDomain
-from tokenpath.run import Run
+from tokenpath.run import Run, itl_gaps_ns
+from tokenpath.summary import LogHistogram
 from tokenpath.scenario import Scenario
 from tokenpath.workload import Requests, generate
 
@@ -96,35 +97,62 @@ def _check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) 
         )
 
 
+# Token times are built this many at a time, so memory stays bounded however long the run.
+CHUNK_TOKENS = 2_000_000
+# Runs with more output tokens than this keep per-request results and an ITL histogram only.
+KEEP_TOKENS_LIMIT = 20_000_000
+
+
 def _replica_run(trace: EngineTrace, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
-                 visible: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-request client-side timings of one replica, with exact attribution."""
+                 visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None) -> dict[str, np.ndarray]:
+    """Per-request client-side timings of one replica, with exact attribution.
+
+    With `keep_tokens` the result holds every token's arrival at the client ("token_client_ns");
+    otherwise ITL gaps go into `itl`.
+    """
+    n = len(requests)
     offsets = trace.token_offsets
-    leave_ns = trace.step_leave_ns[trace.token_steps()]
-    client_ns = last_mile.client_times_ns(leave_ns, offsets)
-    first, last = offsets[:-1], offsets[1:] - 1
-    e2e = client_ns[last] - trace.sent_ns
-    delivery = trace.delivery_ns + (client_ns[last] - trace.last_step_end_ns)
+    ttft, ttfv, last_client = (np.empty(n, np.int64) for _ in range(3))
+    tokens = np.empty(offsets[-1], np.int64) if keep_tokens else None
+    lo = 0
+    while lo < n:
+        hi = min(n, max(lo + 1, int(np.searchsorted(offsets, offsets[lo] + CHUNK_TOKENS, side="right")) - 1))
+        local = offsets[lo:hi + 1] - offsets[lo]
+        leave_ns = trace.step_leave_ns[trace.token_steps(lo, hi)]
+        client_ns = last_mile.client_times_ns(leave_ns, local)
+        first = local[:-1]
+        ttft[lo:hi] = leave_ns[first]
+        ttfv[lo:hi] = client_ns[first + visible[lo:hi]]
+        last_client[lo:hi] = client_ns[local[1:] - 1]
+        if tokens is not None:
+            tokens[offsets[lo]:offsets[hi]] = client_ns
+        else:
+            itl.add(itl_gaps_ns(client_ns, local))
+        lo = hi
+    e2e = last_client - trace.sent_ns
+    delivery = trace.delivery_ns + (last_client - trace.last_step_end_ns)
     queue = e2e - trace.compute_ns - trace.traffic_ns - delivery
     if (queue < 0).any():
         raise AssertionError("attribution exceeds end-to-end time: the engine's accounting is broken")
-    return {
+    part = {
         "scheduled_ns": scheduled_ns,
         "sent_ns": trace.sent_ns,
         "input_tokens": requests.input_tokens,
         "output_tokens": requests.output_tokens,
-        "ttft_ns": leave_ns[first] - trace.sent_ns,
-        "ttfv_ns": client_ns[first + visible] - trace.sent_ns,
+        "ttft_ns": ttft - trace.sent_ns,
+        "ttfv_ns": ttfv - trace.sent_ns,
         "e2e_ns": e2e,
-        "token_client_ns": client_ns,
         "queue_ns": queue,
         "compute_ns": trace.compute_ns,
         "traffic_ns": trace.traffic_ns,
         "delivery_ns": delivery,
     }
+    if tokens is not None:
+        part["token_client_ns"] = tokens
+    return part
 
 
-def _merge(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n: int) -> Run:
+def _merge(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n: int, itl: LogHistogram | None) -> Run:
     """Put replica rows back in workload order and rebuild the flat token array."""
     fields: dict[str, np.ndarray] = {}
     for key in parts[0]:
@@ -135,6 +163,8 @@ def _merge(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n: int)
             merged[rows] = part[key]
         fields[key] = merged
     offsets = np.concatenate([[0], np.cumsum(fields["output_tokens"])]).astype(np.int64)
+    if itl is not None:
+        return Run(source="simulate", token_client_ns=None, token_offsets=offsets, itl_histogram=itl, **fields)
     tokens = np.empty(offsets[-1], np.int64)
     for part, rows in zip(parts, owners):
         lengths = part["output_tokens"]
@@ -173,6 +203,8 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     scheduled_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
     n, replicas = len(requests), deployment.replicas
     concurrency = scenario.workload.max_concurrency
+    keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
+    itl = None if keep_tokens else LogHistogram()
     parts, owners, traces = [], [], []
     for replica in range(replicas):
         # Round-robin routing; a concurrency cap is shared out evenly between the replicas.
@@ -186,7 +218,7 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
             scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
             scenario.engine, deployment.kv_capacity_tokens, share, progress,
         )
-        parts.append(_replica_run(trace, sub, scheduled_ns[rows], last_mile, visible[rows]))
+        parts.append(_replica_run(trace, sub, scheduled_ns[rows], last_mile, visible[rows], keep_tokens, itl))
         owners.append(rows)
         traces.append(trace)
-    return Simulation(scenario, deployment, requests, _merge(parts, owners, n), traces)
+    return Simulation(scenario, deployment, requests, _merge(parts, owners, n, itl), traces)

@@ -7,6 +7,7 @@ arrival times at the client are one flat array split by `token_offsets`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,13 +22,15 @@ class Run:
     ttft_ns: np.ndarray          # sent -> first token leaves the engine
     ttfv_ns: np.ndarray          # sent -> first visible character at the client
     e2e_ns: np.ndarray           # sent -> last byte at the client
-    token_client_ns: np.ndarray  # per output token, absolute arrival time at the client (flat)
+    token_client_ns: np.ndarray | None  # per output token, arrival at the client (flat); None for
+                                        # runs too large to keep, which carry itl_histogram instead
     token_offsets: np.ndarray    # request i's tokens: token_client_ns[token_offsets[i]:token_offsets[i+1]]
     queue_ns: np.ndarray | None = None     # per-request attribution: these four sum to e2e_ns
     compute_ns: np.ndarray | None = None
     traffic_ns: np.ndarray | None = None
     delivery_ns: np.ndarray | None = None
     failed: np.ndarray | None = None       # measured runs: requests that did not complete
+    itl_histogram: Any = None              # summary.LogHistogram of ITL when token times are not kept
 
     def __len__(self) -> int:
         return len(self.sent_ns)
@@ -37,16 +40,21 @@ class Run:
         return np.ones(len(self), bool) if self.failed is None else ~self.failed
 
     def itl_ns(self) -> np.ndarray:
-        """Gaps between successive text arrivals at the client, over all requests.
+        """Gaps between successive text arrivals at the client, over all completed requests."""
+        return itl_gaps_ns(self.token_client_ns, self.token_offsets, self.failed)
 
-        Tokens that arrive in the same event are one arrival, so zero gaps inside an event drop out.
-        """
-        gaps = np.diff(self.token_client_ns)
-        first_of_request = self.token_offsets[1:-1] - 1  # the gap that crosses into the next request
-        keep = np.ones(len(gaps), bool)
-        keep[first_of_request[(first_of_request >= 0) & (first_of_request < len(gaps))]] = False
-        if self.failed is not None:
-            owner = np.repeat(np.arange(len(self)), np.diff(self.token_offsets))[1:]
-            keep &= ~self.failed[owner]
-        gaps = gaps[keep]
-        return gaps[gaps > 0]
+
+def itl_gaps_ns(token_client_ns: np.ndarray, token_offsets: np.ndarray, failed: np.ndarray | None = None) -> np.ndarray:
+    """Gaps between successive text arrivals of each request (flat token times split by offsets).
+
+    Tokens that arrive in the same event are one arrival, so zero gaps inside an event drop out.
+    """
+    gaps = np.diff(token_client_ns)
+    first_of_request = token_offsets[1:-1] - 1  # the gap that crosses into the next request
+    keep = np.ones(len(gaps), bool)
+    keep[first_of_request[(first_of_request >= 0) & (first_of_request < len(gaps))]] = False
+    if failed is not None:
+        owner = np.repeat(np.arange(len(token_offsets) - 1), np.diff(token_offsets))[1:]
+        keep &= ~failed[owner]
+    gaps = gaps[keep]
+    return gaps[gaps > 0]
