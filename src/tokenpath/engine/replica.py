@@ -53,10 +53,6 @@ STEP_FIELDS = ("start_ns", "compute_ns", "traffic_ns", "blocking_ns", "leave_ns"
                "attn_pairs", "kv_read_tokens", "logits")
 
 
-def _ns(seconds: float) -> int:
-    return int(round(seconds * 1e9))
-
-
 def closes_event(token_index: int, output_tokens: int, interval: int) -> bool:
     """Whether token `token_index` of a sequence is the last of its SSE event (see delivery.lastmile)."""
     return token_index % interval == 0 or token_index == output_tokens - 1
@@ -111,10 +107,10 @@ class Replica:
         self.event_due = [0] * self.interval  # decoding sequences whose token closes an event at step % interval
         self.finishes: list[tuple[int, int, int]] = []  # heap of (last step, request, epoch)
 
-        # Per step, one column each (see STEP_FIELDS); and running sums of step costs: steps [a, b)
-        # cost cum[b] - cum[a].
-        self.step_columns = tuple(array("q") for _ in STEP_FIELDS)
-        self.cum_compute, self.cum_traffic, self.cum_blocking = array("q", [0]), array("q", [0]), array("q", [0])
+        # Per step, one row of STEP_FIELDS; and running sums of (compute, traffic, blocking) time:
+        # steps [a, b) cost cum_costs[3b + k] - cum_costs[3a + k].
+        self.step_rows = array("q")
+        self.cum_costs = array("q", [0, 0, 0])
         self.num_steps = 0
         self.last_leave_ns = 0
         self.emitters: list[int] = []  # with record_emitters: the requests that got a token last step
@@ -208,24 +204,21 @@ class Replica:
                 completing.append((i, q))
             else:
                 self.prefill = _Prefill(i, q, -(-q // block))
-        finishing = self._due_to_finish(s)
+        finishing = self._due_to_finish(s) if self.finishes and self.finishes[0][0] <= s else []
         emitted = decode + len(completing)
         events = emitted if self.interval == 1 else self._events(s, finishing, completing)
 
-        compute_ns = _ns(self.costs.compute_s(num_tokens, emitted, attn_pairs, kv_read))
-        traffic_ns = _ns(self.costs.traffic_s(num_tokens))
+        compute_ns = round(self.costs.compute_s(num_tokens, emitted, attn_pairs, kv_read) * 1e9)
+        traffic_ns = round(self.costs.traffic_s(num_tokens) * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
         blocking_ns, leave_ns = self.host.on_step(gpu_end, emitted, events)
         end = gpu_end + blocking_ns
-        row = (self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
-               decode + (prefill is not None) + len(admitted), attn_pairs, kv_read, emitted)
-        for column, value in zip(self.step_columns, row):
-            column.append(value)
+        self.step_rows.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
+                               decode + (prefill is not None) + len(admitted), attn_pairs, kv_read, emitted))
         self.num_steps = s + 1
         self.last_leave_ns = leave_ns
-        self.cum_compute.append(self.cum_compute[-1] + compute_ns)
-        self.cum_traffic.append(self.cum_traffic[-1] + traffic_ns)
-        self.cum_blocking.append(self.cum_blocking[-1] + blocking_ns)
+        cum = self.cum_costs
+        cum.extend((cum[-3] + compute_ns, cum[-2] + traffic_ns, cum[-1] + blocking_ns))
         if self.record_emitters:
             self.emitters = list(self.decoding) + [i for i, _ in completing]
         self.now = end
@@ -282,10 +275,10 @@ class Replica:
         self.context_sum -= context
         self.block_due[(first - self.context0[i]) % self.block] -= 1
         self.event_due[(first - self.generated[i]) % self.interval] -= 1
-        last = first + steps_taken
-        self.acc_compute[i] += self.cum_compute[last] - self.cum_compute[first]
-        self.acc_traffic[i] += self.cum_traffic[last] - self.cum_traffic[first]
-        self.acc_delivery[i] += self.cum_blocking[last] - self.cum_blocking[first]
+        cum, a, b = self.cum_costs, 3 * first, 3 * (first + steps_taken)
+        self.acc_compute[i] += cum[b] - cum[a]
+        self.acc_traffic[i] += cum[b + 1] - cum[a + 1]
+        self.acc_delivery[i] += cum[b + 2] - cum[a + 2]
         if steps_taken:
             self._span(i, first, steps_taken)
         self.generated[i] += steps_taken
@@ -353,7 +346,8 @@ class Replica:
 
     def steps(self) -> dict[str, np.ndarray]:
         """Per-step columns as arrays, keyed by STEP_FIELDS."""
-        return {name: np.frombuffer(column, dtype=np.int64) for name, column in zip(STEP_FIELDS, self.step_columns)}
+        rows = np.frombuffer(self.step_rows, dtype=np.int64).reshape(-1, len(STEP_FIELDS))
+        return {name: rows[:, k].copy() for k, name in enumerate(STEP_FIELDS)}
 
     def spans(self) -> np.ndarray:
         """(request, first step, tokens) rows, sorted by request then step."""
