@@ -201,6 +201,7 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
         requests.output_tokens, scenario.delivery.invisible_token_fraction, np.random.default_rng(seeds[_DELIVERY_STREAM])
     )
     scheduled_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
+    delivery = scenario.resolved_delivery()
     n, replicas = len(requests), deployment.replicas
     concurrency = scenario.workload.max_concurrency
     keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
@@ -213,7 +214,7 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
             continue
         share = None if concurrency is None else max(1, concurrency // replicas + (replica < concurrency % replicas))
         sub = requests.take(rows)
-        last_mile = LastMile(scenario.delivery)
+        last_mile = LastMile(delivery)
         trace = run_engine(
             scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
             scenario.engine, deployment.kv_capacity_tokens, share, progress,

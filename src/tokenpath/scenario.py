@@ -111,6 +111,12 @@ class Scenario(BaseModel):
         """The workload with its file paths resolved against the scenario's folder."""
         return self.workload if self._base_dir is None else self.workload.resolve_paths(self._base_dir)
 
+    def resolved_delivery(self) -> DeliverySpec:
+        """The delivery spec with its calibration file resolved against the scenario's folder."""
+        if self.delivery.calibration is None:
+            return self.delivery
+        return self.delivery.model_copy(update={"calibration": self.resolve_path(self.delivery.calibration)})
+
     def model_source(self) -> str:
         """What to load the model from: a catalog name, or a config.json path (resolved)."""
         resolved = self.resolve_path(self.model.name)
@@ -121,6 +127,8 @@ class Scenario(BaseModel):
         reads, so it changes when a trace or a model config does and not when the folder moves."""
         normal = self.model_dump(mode="json")
         files = list(fingerprint_inputs(self.resolved_workload()).values())
+        if self.delivery.calibration is not None:
+            files.append(sha256_file(self.resolved_delivery().calibration, "delivery.calibration file"))
         source = self.model_source()
         if Path(source).exists():
             config = Path(source) / "config.json" if Path(source).is_dir() else Path(source)

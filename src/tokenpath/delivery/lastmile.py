@@ -1,6 +1,8 @@
 """The delivery-time model: from a token sampled on the device to its text at the client.
 
-Per engine step the sampled ids are copied to the host, detokenized and framed as SSE events. Inline,
+Per engine step the sampled ids are copied to the host, detokenized and framed as SSE events (at the
+constant costs of the spec, or at this machine's measured cost per batch size when the spec names a
+calibration file from `tokenpath calibrate delivery`). Inline,
 that host work blocks the next step; async, a separate worker does it while the device runs on, and a
 step's tokens leave when the worker reaches them. Each event then crosses the network: half a round
 trip plus its bytes over the client's bandwidth.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tokenpath.delivery.calibration import CalibratedCost
 from tokenpath.delivery.spec import DeliverySpec
 
 ID_BYTES = 4  # one sampled token id (int32) copied to the host
@@ -43,6 +46,14 @@ class LastMile:
         self.spec = spec
         self._worker_free_ns = 0
         self._half_rtt_ns = _ns(spec.network_rtt / 2)
+        # Per-step costs in ns, precomputed: on_step runs once per engine step.
+        self._inline = spec.detokenize == "inline"
+        self._copy_fixed_ns = spec.host_link_latency * 1e9
+        self._copy_per_id_ns = ID_BYTES / spec.host_link_bw * 1e9
+        self._detokenize_ns = spec.detokenize_per_token * 1e9
+        self._frame_ns = spec.frame_per_event * 1e9
+        # A measured calibration, read once here: on_step runs every engine step.
+        self._calibrated = CalibratedCost.from_file(spec.calibration) if spec.calibration else None
 
     def upload_ns(self, input_tokens: int) -> int:
         """Client -> server: half a round trip plus the request's bytes."""
@@ -67,14 +78,15 @@ class LastMile:
         """
         if emitted == 0:
             return 0, gpu_end_ns
-        spec = self.spec
-        copy_ns = _ns(spec.host_link_latency + emitted * ID_BYTES / spec.host_link_bw)
-        host_ns = _ns(emitted * spec.detokenize_per_token + events * spec.frame_per_event)
-        if spec.detokenize == "inline":
+        copy_ns = round(self._copy_fixed_ns + emitted * self._copy_per_id_ns)
+        if self._calibrated is None:
+            host_ns = round(emitted * self._detokenize_ns + events * self._frame_ns)
+        else:
+            host_ns = self._calibrated.host_ns(emitted, events)
+        if self._inline:
             blocking_ns = copy_ns + host_ns
             return blocking_ns, gpu_end_ns + blocking_ns
-        step_end_ns = gpu_end_ns + copy_ns
-        self._worker_free_ns = max(self._worker_free_ns, step_end_ns) + host_ns
+        self._worker_free_ns = max(self._worker_free_ns, gpu_end_ns + copy_ns) + host_ns
         return copy_ns, self._worker_free_ns
 
     def last_event_arrival_ns(self, leave_ns: int, output_tokens: int) -> int:

@@ -6,7 +6,7 @@ own process (as a synchronous engine does), one SSE event per token, a client 20
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,3 +45,8 @@ class DeliverySpec(BaseModel):
     bytes_per_token: float = Field(4.0, ge=0, description="average UTF-8 bytes of text per token")
     request_overhead_bytes: int = Field(400, ge=0, description="bytes of an HTTP request around its prompt")
     invisible_token_fraction: float = Field(INVISIBLE_TOKEN_FRACTION, ge=0, lt=1)
+    calibration: Optional[str] = Field(
+        None,
+        description="a file from `tokenpath calibrate delivery`: its measured host cost per step and per token "
+                    "replaces detokenize_per_token and frame_per_event (a relative path is read from the scenario's folder)",
+    )

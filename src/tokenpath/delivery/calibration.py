@@ -1,0 +1,139 @@
+"""Delivery calibration files: this machine's measured host cost of the last mile, per batch size.
+
+`tokenpath calibrate delivery` writes one; a scenario's `delivery.calibration` names it, and the
+delivery model then charges each engine step what the measurement says for its batch size, instead
+of the constants `detokenize_per_token` and `frame_per_event`.
+
+Per measured batch size b the file holds the fixed cost of a step (`step_s`, a step where no sequence
+has a token), the cost per token of the whole path with every token framed as its own event
+(`per_token_s`: detokenize, stop check and framing) and the framing share of it (`frame_per_event_s`).
+A step with b tokens costs step_s + b * per_token_s, interpolated linearly between measured batch
+sizes and extended linearly beyond them; when events group tokens, framing is charged per event.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from tokenpath.errors import UserError
+
+SCHEMA = "tokenpath.delivery-calibration/1"
+
+
+@dataclass(frozen=True)
+class BatchCost:
+    batch_size: int
+    step_s: float            # fixed cost of one step
+    per_token_s: float       # detokenize + stop check + framing, per token, one event per token
+    frame_per_event_s: float  # the framing part of per_token_s
+
+    @property
+    def total_s(self) -> float:
+        return self.step_s + self.batch_size * self.per_token_s
+
+
+@dataclass
+class Calibration:
+    batches: list[BatchCost]
+    machine: dict[str, Any] = field(default_factory=dict)
+    tokenizer: dict[str, Any] = field(default_factory=dict)
+    path: dict[str, Any] = field(default_factory=dict)
+    measured_at: str = ""
+
+    def to_toml(self) -> str:
+        document = {"schema": SCHEMA, "measured_at": self.measured_at, "machine": self.machine,
+                    "tokenizer": self.tokenizer, "path": self.path, "batch": [asdict(b) for b in self.batches]}
+        return tomli_w.dumps(document)
+
+    def write(self, path: str | Path) -> None:
+        try:
+            Path(path).write_text(self.to_toml(), encoding="utf-8")
+        except OSError as error:
+            raise UserError(f"--out {path}: cannot write it ({error.strerror}); choose a writable path") from None
+
+    @classmethod
+    def read(cls, path: str | Path, field_name: str = "delivery.calibration") -> "Calibration":
+        where = f"{field_name} = {str(path)!r}"
+        try:
+            document = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{where}: no such file; write one with `tokenpath calibrate delivery --out {path}`") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise UserError(f"{where}: cannot read it ({error}); check the path") from None
+        except tomllib.TOMLDecodeError as error:
+            raise UserError(f"{where}: not valid TOML ({error}); write it again with `tokenpath calibrate delivery`") from None
+        if document.get("schema") != SCHEMA:
+            raise UserError(f"{where}: schema is {document.get('schema')!r}, expected {SCHEMA!r}; "
+                            "write it again with `tokenpath calibrate delivery`")
+        batches = []
+        for k, row in enumerate(document.get("batch", [])):
+            try:
+                cost = BatchCost(int(row["batch_size"]), float(row["step_s"]), float(row["per_token_s"]),
+                                 float(row["frame_per_event_s"]))
+            except (KeyError, TypeError, ValueError) as error:
+                raise UserError(f"{where}: batch[{k}] lacks or garbles {error}; each [[batch]] needs batch_size, "
+                                "step_s, per_token_s, frame_per_event_s") from None
+            if cost.batch_size < 1 or min(cost.step_s, cost.per_token_s, cost.frame_per_event_s) < 0:
+                raise UserError(f"{where}: batch[{k}] has a batch_size < 1 or a negative cost; "
+                                "write it again with `tokenpath calibrate delivery`")
+            batches.append(cost)
+        if not batches:
+            raise UserError(f"{where}: no [[batch]] rows; write it again with `tokenpath calibrate delivery`")
+        batches.sort(key=lambda b: b.batch_size)
+        if len({b.batch_size for b in batches}) != len(batches):
+            raise UserError(f"{where}: a batch_size appears twice; keep one row per batch size")
+        return cls(batches, document.get("machine", {}), document.get("tokenizer", {}), document.get("path", {}),
+                   str(document.get("measured_at", "")))
+
+
+def _interpolate(points: list[tuple[int, float]], b: float) -> float:
+    """Piecewise linear through the points, extended linearly past both ends (never below zero)."""
+    if len(points) == 1:
+        return points[0][1]
+    if b <= points[0][0]:
+        (x0, y0), (x1, y1) = points[0], points[1]
+    elif b >= points[-1][0]:
+        (x0, y0), (x1, y1) = points[-2], points[-1]
+    else:
+        k = next(j for j in range(1, len(points)) if points[j][0] >= b)
+        (x0, y0), (x1, y1) = points[k - 1], points[k]
+    return max(0.0, y0 + (y1 - y0) * (b - x0) / (x1 - x0))
+
+
+class CalibratedCost:
+    """Host seconds of one step from a calibration; a table per batch size so a lookup is O(1)."""
+
+    def __init__(self, calibration: Calibration) -> None:
+        batches = calibration.batches
+        totals = [(b.batch_size, b.total_s) for b in batches]
+        if len(batches) == 1:  # one point: a line through it with its own per-token slope
+            only = batches[0]
+            totals = [(0, only.step_s), (only.batch_size, only.total_s)] if only.batch_size else totals
+        frames = [(b.batch_size, b.frame_per_event_s) for b in batches]
+        self._top = batches[-1].batch_size
+        self._total = [_interpolate(totals, b) for b in range(self._top + 1)]
+        self._frame = [_interpolate(frames, b) for b in range(self._top + 1)]
+        self._slope = (self._total[self._top] - self._total[self._top - 1]) if self._top >= 1 else 0.0
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "CalibratedCost":
+        return cls(Calibration.read(path))
+
+    def host_s(self, tokens: int, events: int) -> float:
+        """Host time of a step that emits `tokens` tokens in `events` SSE events."""
+        if tokens <= 0:
+            return 0.0
+        if tokens <= self._top:
+            total, frame = self._total[tokens], self._frame[tokens]
+        else:
+            total, frame = self._total[self._top] + (tokens - self._top) * self._slope, self._frame[self._top]
+        return max(0.0, total + (events - tokens) * frame)
+
+    def host_ns(self, tokens: int, events: int) -> int:
+        """`host_s` in whole nanoseconds."""
+        return round(self.host_s(tokens, events) * 1e9)

@@ -1,0 +1,98 @@
+"""Measure this machine's host cost of the last mile (detokenize, stop check, SSE framing) per batch size.
+
+Token streams are windows of a mixed sample text (English, Chinese, code, emoji) encoded by the
+chosen tokenizer. For each batch size the whole path runs `steps` engine steps, `repeats` times; the
+median is kept, because the machine may be shared. A step with no tokens at all gives the fixed cost
+of a step; framing is also timed alone, to charge it per event when events group tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from datetime import datetime, timezone
+from typing import Callable, Sequence
+
+import numpy as np
+
+from tokenpath.delivery.calibration import BatchCost, Calibration
+from tokenpath.delivery.detokenizer import Detokenizer
+from tokenpath.delivery.path import TextPath
+from tokenpath.delivery.sample_text import MIXED
+from tokenpath.delivery.sse import SseFramer
+
+DEFAULT_BATCH_SIZES = (1, 8, 32, 128, 256)
+DEFAULT_STOPS = ("\n\nUser:", "<|end|>")
+
+
+def token_streams(det: Detokenizer, batch: int, steps: int, seed: int = 0) -> np.ndarray:
+    """(steps, batch) ids: each column a window of the sample text, starting at a random token."""
+    text_ids = np.asarray(det.encode(MIXED), dtype=np.int64)
+    repeats = -(-(steps + 1) // len(text_ids)) + 1
+    corpus = np.tile(text_ids, repeats)
+    starts = np.random.default_rng(seed).integers(0, len(text_ids), batch)
+    return np.ascontiguousarray(np.stack([corpus[s:s + steps] for s in starts], axis=1))
+
+
+def _time_path(det: Detokenizer, ids: np.ndarray, stops: Sequence[str]) -> float:
+    path = TextPath(det, ids.shape[1], stops)
+    start = time.perf_counter()
+    for row in ids:
+        path.step(row)
+    return (time.perf_counter() - start) / len(ids)
+
+
+def _time_framing(texts: list[list[str]]) -> float:
+    framer = SseFramer(len(texts[0]))
+    for i in range(framer.n):
+        framer.open(i, f"chatcmpl-{i}", "tokenpath", 0)
+    start = time.perf_counter()
+    for row in texts:
+        framer.step(row)
+    return (time.perf_counter() - start) / len(texts)
+
+
+def measure_batch(det: Detokenizer, batch: int, steps: int, repeats: int, stops: Sequence[str]) -> BatchCost:
+    ids = token_streams(det, batch, steps)
+    stream = det.batch(batch)
+    texts = [stream.step(row) for row in ids]
+    full, empty, frame = [], [], []
+    for _ in range(repeats):  # interleaved, so drift in the machine's load hits all three alike
+        full.append(_time_path(det, ids, stops))
+        empty.append(_time_path(det, np.full_like(ids, -1), stops))
+        frame.append(_time_framing(texts))
+    full_s, empty_s, frame_s = (statistics.median(x) for x in (full, empty, frame))
+    per_token_s = max(0.0, full_s - empty_s) / batch
+    return BatchCost(batch, empty_s, per_token_s, min(per_token_s, frame_s / batch))
+
+
+def machine() -> dict[str, object]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "logical_cores": os.cpu_count() or 0, "platform": platform.platform(),
+            "python": platform.python_version(), "numpy": np.__version__}
+
+
+def calibrate(det: Detokenizer, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, steps: int = 200,
+              repeats: int = 5, stops: Sequence[str] = DEFAULT_STOPS,
+              progress: Callable[[int], None] | None = None) -> Calibration:
+    """Measure every batch size; `progress(batch_size)` is called after each."""
+    batches = []
+    for batch in batch_sizes:
+        batches.append(measure_batch(det, batch, steps, repeats, stops))
+        if progress is not None:
+            progress(batch)
+    return Calibration(
+        batches=sorted(batches, key=lambda b: b.batch_size),
+        machine=machine(),
+        tokenizer={"name": det.name, "kind": det.kind, "vocab_size": det.vocab_size},
+        path={"text": "mixed sample: English, Chinese, code, emoji", "stop_strings": list(stops), "api": "chat",
+              "stream_interval": 1, "steps": steps, "repeats": repeats, "statistic": "median"},
+        measured_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )

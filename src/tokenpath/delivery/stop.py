@@ -1,0 +1,114 @@
+"""Stop strings on streaming text, as an OpenAI-compatible server applies them.
+
+While a sequence streams, its last max(len(stop)) - 1 characters are held back: they could be the
+start of a stop string that the next token completes, and text once sent cannot be taken back. Each
+step searches only the held characters plus the new text, never what was already released. When a
+stop string appears, the text before it is released and the sequence stops; the stop string itself
+and anything after it are never shown.
+
+Sequences that share a stop list are searched together: their buffers are joined with a separator
+no stop string contains and each stop string is looked for once in the joined text (`str.find`, a
+C-level scan), so a step costs a few scans for the whole group; only a group with a hit is searched
+sequence by sequence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from tokenpath.errors import UserError
+
+SEPARATOR = "\x00"
+
+
+@dataclass(eq=False)
+class _Group:
+    stops: tuple[str, ...]
+    pattern: re.Pattern[str]
+    hold: int                                  # characters held back: max(len(stop)) - 1
+    joinable: bool                             # no stop contains the separator
+    members: list[int] = field(default_factory=list)
+
+
+def _absent(stops: tuple[str, ...], text: str) -> bool:
+    return all(text.find(stop) < 0 for stop in stops)
+
+
+class StopStrings:
+    """Per-sequence stop strings for a batch of n text streams."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._groups: dict[tuple[str, ...], _Group] = {}
+        self._group_of: list[_Group | None] = [None] * n
+        self._held = [""] * n
+        self.stopped = [False] * n
+
+    def set(self, i: int, stops: Sequence[str]) -> None:
+        """Start a new sequence in slot i with these stop strings (empty: none)."""
+        stops = tuple(dict.fromkeys(stops))
+        if any(not s for s in stops):
+            raise UserError("stop: an empty stop string would end every response at once; remove it")
+        self._leave(i)
+        self._held[i], self.stopped[i] = "", False
+        if stops:
+            group = self._groups.get(stops)
+            if group is None:
+                pattern = re.compile("|".join(re.escape(s) for s in sorted(stops, key=len, reverse=True)))
+                group = self._groups[stops] = _Group(stops, pattern, max(map(len, stops)) - 1,
+                                                     not any(SEPARATOR in s for s in stops))
+            group.members.append(i)
+            group.members.sort()
+            self._group_of[i] = group
+
+    def feed(self, texts: Sequence[str]) -> list[str]:
+        """The text each sequence may show now, given its new text."""
+        out = list(texts)
+        if any(self.stopped):  # sequences that stopped before: nothing more to show
+            out = ["" if stopped else text for text, stopped in zip(out, self.stopped)]
+        for group in list(self._groups.values()):
+            self._feed_group(group, texts, out)
+        return out
+
+    def finish(self, i: int, tail: str = "") -> str:
+        """End sequence i, whose last text is `tail`: what it may still show (nothing if it stopped)."""
+        text, group = self._held[i] + tail, self._group_of[i]
+        if self.stopped[i]:
+            text = ""
+        elif group is not None and (match := group.pattern.search(text)) is not None:
+            text = text[:match.start()]
+            self.stopped[i] = True
+        self._leave(i)
+        self._held[i] = ""
+        return text
+
+    def _feed_group(self, group: _Group, texts: Sequence[str], out: list[str]) -> None:
+        members, held, hold = group.members, self._held, group.hold
+        everyone = len(members) == self.n
+        buffers = [h + t for h, t in zip(held, texts)] if everyone else [held[i] + texts[i] for i in members]
+        if group.joinable and _absent(group.stops, SEPARATOR.join(buffers)):
+            if everyone:
+                out[:] = [b[:-hold] for b in buffers] if hold else buffers
+                self._held = [b[-hold:] for b in buffers] if hold else [""] * self.n
+            else:
+                for i, b in zip(members, buffers):
+                    out[i], held[i] = (b[:-hold], b[-hold:]) if hold else (b, "")
+            return
+        for i, b in zip(list(members), buffers):
+            match = group.pattern.search(b)
+            if match is not None:
+                out[i], self._held[i] = b[:match.start()], ""
+                self.stopped[i] = True
+                self._leave(i)
+            else:
+                out[i], self._held[i] = (b[:-hold], b[-hold:]) if hold else (b, "")
+
+    def _leave(self, i: int) -> None:
+        group = self._group_of[i]
+        if group is not None:
+            group.members.remove(i)
+            if not group.members:
+                del self._groups[group.stops]
+            self._group_of[i] = None
