@@ -99,10 +99,12 @@ class LastMile:
         A token arrives with its event: when the event's last token has left, plus the event's
         network time.
         """
+        interval = self.spec.stream_interval
+        if interval == 1:  # every token is its own event
+            return leave_ns + self.event_network_ns(1)
         output_tokens = np.diff(offsets)
         request = np.repeat(np.arange(len(output_tokens)), output_tokens)
         token_index = np.arange(len(leave_ns)) - offsets[request]
-        interval = self.spec.stream_interval
         event = np.where(token_index == 0, 0, 1 + (token_index - 1) // interval)
         last_event = np.where(output_tokens == 1, 0, 1 + (output_tokens - 2) // interval)
         # The index of the token that closes each token's event, within its sequence.

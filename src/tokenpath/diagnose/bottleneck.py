@@ -46,18 +46,20 @@ def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str
     return LAYER_OF_PART[part], why
 
 
-def memory_bound_share(compute: ComputeModel, steps: list[tuple[int, int, int, int]], samples: int = 200) -> float:
-    """Share of compute time spent in memory-bound ops, over up to `samples` evenly spaced steps.
+def sample_steps(num_steps: int, samples: int = 200) -> range:
+    """Up to `samples` evenly spaced step indices."""
+    return range(0, num_steps, max(1, num_steps // samples))
 
-    `steps` rows are (num_tokens, num_logits, attn_pairs, kv_read_tokens); each sampled
-    step's ops are weighted by their own roofline times, so long steps count for more.
+
+def memory_bound_share(compute: ComputeModel, steps: list[tuple[int, int, int, int]]) -> float:
+    """Share of compute time spent in memory-bound ops over the given steps.
+
+    `steps` rows are (num_tokens, num_logits, attn_pairs, kv_read_tokens); each step's ops are
+    weighted by their own roofline times, so long steps count for more.
     """
-    if not steps:
-        return 0.0
-    picked = steps[:: max(1, len(steps) // samples)]
     memory_s = total_s = 0.0
-    for tokens, logits, pairs, kv_read in picked:
-        for op in compute.step_ops(tokens, logits, pairs, kv_read):
+    for tokens, logits, pairs, kv_read in steps:
+        for op in compute.step_ops(int(tokens), int(logits), int(pairs), int(kv_read)):
             total_s += op.time_s
             memory_s += op.time_s if op.bound == "memory" else 0.0
     return memory_s / total_s if total_s else 0.0

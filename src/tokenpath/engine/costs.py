@@ -15,10 +15,9 @@ class GroupStepCosts:
         self.compute = compute
         self.fabric = fabric
         self.tp = tp
+        # Both run once per engine step: bind them directly.
+        self.compute_s = compute.step_time_s
         self.traffic_s = lru_cache(maxsize=65536)(self._traffic_s)
-
-    def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
-        return self.compute.step_time_s(num_tokens, num_logits, attn_pairs, kv_read_tokens)
 
     def _traffic_s(self, num_tokens: int) -> float:
         if self.tp <= 1 or self.compute.allreduces_per_step == 0:

@@ -75,6 +75,7 @@ class Replica:
         if spec.max_num_batched_tokens < spec.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
         self.costs, self.host, self.spec = costs, host, spec
+        self.max_batched, self.max_seqs = spec.max_num_batched_tokens, spec.max_num_seqs
         self.kv_capacity_tokens = kv_capacity_tokens
         self.block = spec.block_size
         self.interval = host.stream_interval
@@ -149,8 +150,8 @@ class Replica:
             waiting.append(heapq.heappop(arrivals)[1])
 
         s = self.num_steps
-        block, spec = self.block, self.spec
-        budget = spec.max_num_batched_tokens - len(self.decoding)
+        block = self.block
+        budget = self.max_batched - len(self.decoding)
 
         # Running sequences: every decoding one takes a token; the prefill takes what is left.
         new_blocks = self.block_due[s % block]
@@ -168,11 +169,11 @@ class Replica:
         # Waiting sequences, first come first served, while the step has room; none in a step that
         # had to preempt (as vLLM does).
         admitted: list[tuple[int, int]] = []
-        room = spec.max_num_seqs - len(self.decoding) - (prefill is not None)
+        room = self.max_seqs - len(self.decoding) - (prefill is not None)
         while waiting and not preempting and len(admitted) < room and budget > 0:
             i = waiting[0]
             need = self._need(i, 0)
-            if need > budget and not spec.chunked_prefill:
+            if need > budget and not self.spec.chunked_prefill:
                 break
             num = min(need, budget)
             blocks = -(-num // block)
@@ -317,7 +318,7 @@ class Replica:
         victims: list[int] = []
         prefill = self.prefill
         new_blocks = self.block_due[s % self.block]
-        budget = self.spec.max_num_batched_tokens - len(self.decoding)
+        budget = self.max_batched - len(self.decoding)
         if prefill is not None:
             prefill_num = min(self._need(prefill.request, prefill.computed), budget)
             prefill_blocks = -(-(prefill.computed + prefill_num) // self.block) - prefill.blocks

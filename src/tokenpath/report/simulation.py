@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenpath.diagnose.bottleneck import Evidence, bottleneck, memory_bound_share
+from tokenpath.diagnose.bottleneck import Evidence, bottleneck, memory_bound_share, sample_steps
 from tokenpath.pipeline import Simulation
 from tokenpath.summary import summarize, window_ns
 from tokenpath.units import format_bytes, format_duration
@@ -18,11 +18,10 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
     step_ns = np.concatenate([t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns for t in traces])
     blocking = np.concatenate([t.step_blocking_ns for t in traces])
     seqs = np.concatenate([t.step_seqs for t in traces])
-    compute_steps = [
-        row for t in traces
-        for row in zip(t.step_tokens.tolist(), t.step_logits.tolist(), t.step_attn_pairs.tolist(), t.step_kv_read_tokens.tolist())
-    ]
-    memory_bound = memory_bound_share(sim.deployment.compute, compute_steps)
+    memory_bound = memory_bound_share(sim.deployment.compute, [
+        (t.step_tokens[k], t.step_logits[k], t.step_attn_pairs[k], t.step_kv_read_tokens[k])
+        for t in traces for k in sample_steps(len(t.step_tokens))
+    ])
     busy_s = step_ns.sum() / 1e9 / max(len(traces), 1)
     arrival = sim.requests.arrival_s
     span_s = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
