@@ -166,13 +166,18 @@ def test_api_key_model_name_and_body_size_are_enforced():
 def test_concurrent_requests_all_complete_with_their_lengths():
     async def body(url, session):
         async def one(n):
-            request = {"model": "m", "prompt": "word " * (50 + n), "max_tokens": 5 + n, "stream": True}
+            request = {"model": "m", "prompt": "word " * (50 + n), "max_tokens": 5 + n, "stream": True,
+                       "stream_options": {"include_usage": True}}
             async with session.post(f"{url}/v1/completions", json=request) as response:
                 events = await read_events(response)
-            return sum(1 for _, data in events if data != "[DONE]")
+            return [json.loads(data) for _, data in events if data != "[DONE]"]
 
         return await asyncio.gather(*(one(n) for n in range(20)))
 
-    counts = serve()(body)
-    # one event per token (stream interval 1), tokens that show no text yet are merged forward
-    assert all(1 <= c <= 5 + n for n, c in enumerate(counts))
+    for n, chunks in enumerate(serve()(body)):
+        usage = chunks[-1]["usage"]
+        assert usage["completion_tokens"] == 5 + n
+        choices = [c["choices"][0] for c in chunks[:-1]]
+        # at most one event per token (tokens that show no text yet are merged forward), then the end
+        assert sum(1 for c in choices if c["text"]) <= 5 + n
+        assert [c["finish_reason"] for c in choices if c["finish_reason"]] == ["length"]

@@ -12,7 +12,6 @@ import asyncio
 import itertools
 import json
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -21,12 +20,11 @@ from aiohttp import web
 
 from tokenpath.bench.prompts import corpus_text
 from tokenpath.delivery import Detokenizer
-from tokenpath.engine.replica import closes_event
 from tokenpath.pipeline import build_deployment
 from tokenpath.scenario import Scenario
-from tokenpath.serve.live import FINISHED, LiveEngine
+from tokenpath.serve.live import LiveEngine
 from tokenpath.serve.openai import ApiError, Ask, parse
-from tokenpath.serve.sse import ChunkWriter
+from tokenpath.serve.output import DONE, Response, new_response
 from tokenpath.workload.lengths import sample_lengths
 
 MAX_BODY_BYTES = 4 * 2**20
@@ -56,7 +54,8 @@ class Server:
         self.send_log = None
 
     async def start(self, app: web.Application) -> None:
-        self.engines = [LiveEngine(self.scenario, self.deployment) for _ in range(self.deployment.replicas)]
+        self.engines = [LiveEngine(self.scenario, self.deployment, self.detokenizer)
+                        for _ in range(self.deployment.replicas)]
         self.tasks = [asyncio.create_task(engine.run()) for engine in self.engines]
         if self.options.send_log:
             self.send_log = open(self.options.send_log, "a", encoding="utf-8")
@@ -118,51 +117,46 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
                            "model", code="model_not_found")
         output_tokens = server.output_tokens(ask)
         server.check_fits(ask, output_tokens)
-        engine = server.engines[next(server.next_engine)]
-        stream = engine.submit(ask.prompt_tokens, output_tokens)
         start = int(server.rng.integers(0, len(server.corpus_ids)))
         ids = np.take(server.corpus_ids, np.arange(start, start + output_tokens), mode="wrap")
-        writer = ChunkWriter(ask, f"{'chatcmpl' if endpoint == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
-                             int(time.time()), server.detokenizer.batch(1))
-        interval = server.scenario.delivery.stream_interval
+        response = new_response(ask, ids)
+        server.engines[next(server.next_engine)].submit(response)
         if ask.stream:
-            return await _stream(request, server, stream, ids, writer, interval)
-        while await stream.queue.get() != FINISHED:
-            pass
-        return web.json_response(writer.whole(ids))
+            return await _stream(request, server, response)
+        return web.json_response(await _whole(response))
 
     return handle
 
 
-async def _stream(request: web.Request, server: Server, stream, ids: np.ndarray, writer: ChunkWriter,
-                  interval: int) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
+async def _whole(response: Response) -> dict[str, Any]:
+    """A non-streaming response: all the text, once the last token has come."""
+    parts = []
+    while (piece := await response.queue.get()) is not DONE:
+        parts.append(piece)
+    ask, text = response.ask, "".join(parts)
+    if ask.endpoint == "chat":
+        kind, choice = "chat.completion", {"index": 0, "message": {"role": "assistant", "content": text}}
+    else:
+        kind, choice = "text_completion", {"index": 0, "text": text}
+    choice.update(logprobs=None, finish_reason=response.finish_reason)
+    usage = {"prompt_tokens": ask.prompt_tokens, "completion_tokens": response.tokens,
+             "total_tokens": ask.prompt_tokens + response.tokens}
+    return {"id": response.request_id, "object": kind, "created": response.created, "model": ask.model,
+            "choices": [choice], "usage": usage}
+
+
+async def _stream(request: web.Request, server: Server, response: Response) -> web.StreamResponse:
+    http = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await http.prepare(request)
     log = server.send_log
-    request_id = writer.completion_id
     events = 0
-
-    async def send(data: bytes) -> None:
-        nonlocal events
-        if not data:
-            return
-        await response.write(data)
+    while (data := await response.queue.get()) is not DONE:
+        await http.write(data)
         if log is not None:
-            log.write(f'{{"id":"{request_id}","event":{events},"send_ns":{time.perf_counter_ns()}}}\n')
+            log.write(f'{{"id":"{response.request_id}","event":{events},"send_ns":{time.perf_counter_ns()}}}\n')
         events += 1
-
-    await send(writer.opening())
-    total = len(ids)
-    while (released := await stream.queue.get()) != FINISHED:
-        index = released - 1
-        writer.add(int(ids[index]))
-        if writer.stopped:  # the engine runs the request to its end; nobody needs the rest
-            break
-        if closes_event(index, total, interval):
-            await send(writer.chunk(final=index == total - 1))
-    await send(writer.closing())
-    await response.write_eof()
-    return response
+    await http.write_eof()
+    return http
 
 
 async def _models(request: web.Request) -> web.Response:

@@ -1,0 +1,146 @@
+"""The real last mile of `tokenpath serve`, run once per engine step for the whole batch.
+
+Each request holds a slot while it streams: one batched detokenizer step turns the step's token ids
+into text for every slot at once, the stop-string filter holds back what could still become a stop
+string, and the SSE framer renders each stream's event from pre-rendered bytes. This is the path
+`tokenpath calibrate delivery` measures and the simulated delivery model charges for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tokenpath.delivery import Detokenizer
+from tokenpath.delivery.sse import SseFramer
+from tokenpath.delivery.stop import StopStrings
+from tokenpath.serve.openai import Ask
+
+DONE = None  # put on a response's queue after its last piece
+
+
+@dataclass(eq=False)
+class Response:
+    """One request's output: what the handler sends (SSE bytes, or text when not streaming)."""
+
+    ask: Ask
+    request_id: str
+    created: int
+    token_ids: np.ndarray                 # the tokens it will generate, in order
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    bank: "_Bank | None" = None           # where its slot is, once its first token has come
+    slot: int = -1
+    tokens: int = 0                       # tokens released so far
+    ended: bool = False                   # its end has been sent (a stop string can end it early)
+    finish_reason: str = ""
+
+
+class _Bank:
+    """A fixed batch of slots: one batched detokenizer, stop filter and SSE framer per API."""
+
+    def __init__(self, detokenizer: Detokenizer, slots: int, interval: int) -> None:
+        self.texts = detokenizer.batch(slots)
+        self.stops = StopStrings(slots)
+        self.framers = {api: SseFramer(slots, api, interval) for api in ("chat", "completions")}
+        self.free = list(range(slots - 1, -1, -1))
+        self.ids = np.full(slots, -1, np.int64)
+
+    def open(self, response: Response) -> None:
+        response.bank, response.slot = self, self.free.pop()
+        self.stops.set(response.slot, response.ask.stop)
+        ask = response.ask
+        first = self.framers[ask.endpoint].open(response.slot, response.request_id, ask.model, response.created)
+        if ask.stream and first:
+            response.queue.put_nowait(first)
+
+    def step(self, responses: list[Response]) -> None:
+        ids = self.ids
+        ids.fill(-1)
+        for response in responses:
+            ids[response.slot] = response.token_ids[response.tokens]
+            response.tokens += 1
+        visible = self.stops.feed(self.texts.step(ids))
+        for api, framer in self.framers.items():
+            members = [r for r in responses if r.ask.endpoint == api and r.ask.stream]
+            if not members:
+                continue
+            active = [False] * len(ids)
+            for response in members:
+                active[response.slot] = True
+            events = framer.step(visible, active)
+            for response in members:
+                if events[response.slot]:
+                    response.queue.put_nowait(events[response.slot])
+        for response in responses:
+            if not response.ask.stream and visible[response.slot]:
+                response.queue.put_nowait(visible[response.slot])
+            if self.stops.stopped[response.slot] and not response.ended:
+                self.end(response, "stop", "")
+
+    def finish(self, response: Response) -> None:
+        slot = response.slot
+        tail = self.stops.finish(slot, self.texts.finish(slot)[0])
+        if not response.ended:
+            stopped = self.stops.stopped[slot]
+            self.end(response, "stop" if stopped or response.ask.max_tokens is None else "length", tail)
+        self.free.append(slot)
+
+    def end(self, response: Response, reason: str, tail: str) -> None:
+        ask = response.ask
+        if ask.stream:
+            usage = None
+            if ask.include_usage:
+                usage = {"prompt_tokens": ask.prompt_tokens, "completion_tokens": response.tokens,
+                         "total_tokens": ask.prompt_tokens + response.tokens}
+            response.queue.put_nowait(self.framers[ask.endpoint].close(response.slot, reason, tail, usage))
+        elif tail:
+            response.queue.put_nowait(tail)
+        response.finish_reason = reason
+        response.ended = True
+        response.queue.put_nowait(DONE)
+
+
+class OutputSlots:
+    """Detokenize, stop-filter and frame the tokens of one engine's running requests, per step.
+
+    Slots come in banks of BANK_SLOTS, opened as concurrency grows, so a step costs in proportion
+    to the banks that have streams in them rather than to the engine's largest possible batch.
+    """
+
+    BANK_SLOTS = 64
+
+    def __init__(self, detokenizer: Detokenizer, interval: int) -> None:
+        self.detokenizer, self.interval = detokenizer, interval
+        self.banks: list[_Bank] = []
+
+    def _open(self, response: Response) -> None:
+        bank = next((b for b in self.banks if b.free), None)
+        if bank is None:
+            bank = _Bank(self.detokenizer, self.BANK_SLOTS, self.interval)
+            self.banks.append(bank)
+        bank.open(response)
+
+    def step(self, responses: list[Response]) -> None:
+        """Each of `responses` got its next token in this engine step."""
+        by_bank: dict[_Bank, list[Response]] = {}
+        for response in responses:
+            if response.bank is None:
+                self._open(response)
+            by_bank.setdefault(response.bank, []).append(response)
+        for bank, members in by_bank.items():
+            bank.step(members)
+
+    def finish(self, response: Response) -> None:
+        """The engine produced the response's last token: end it (unless a stop string did), free its slot."""
+        if response.bank is None:  # no token ever came (nothing to flush)
+            self._open(response)
+        response.bank.finish(response)
+
+
+def new_response(ask: Ask, token_ids: np.ndarray) -> Response:
+    prefix = "chatcmpl" if ask.endpoint == "chat" else "cmpl"
+    return Response(ask, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), token_ids)
