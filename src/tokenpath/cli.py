@@ -6,7 +6,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 scenario_app = typer.Typer(help="Inspect scenarios.", no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
+calibrate_app = typer.Typer(help="Measure this machine and write calibration files.", no_args_is_help=True)
+app.add_typer(calibrate_app, name="calibrate")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -66,6 +68,19 @@ def _overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
         if mean is not None or sd is not None:
             out[f"workload.{which}"] = _length(table, which, mean, sd)
     return out
+
+
+# The workload flags, shared by simulate and bench: vLLM bench's names.
+InputLen = Annotated[Optional[float], typer.Option("--input-len", help="mean input tokens")]
+InputSd = Annotated[Optional[float], typer.Option("--input-sd", help="sd of input tokens (0 = fixed)")]
+OutputLen = Annotated[Optional[float], typer.Option("--output-len", help="mean output tokens")]
+OutputSd = Annotated[Optional[float], typer.Option("--output-sd", help="sd of output tokens (0 = fixed)")]
+RequestRate = Annotated[Optional[str], typer.Option("--request-rate", help="requests/s, or 'inf' (all at t=0)")]
+Burstiness = Annotated[Optional[float], typer.Option("--burstiness", help="gamma shape of arrival gaps; 1 = Poisson")]
+MaxConcurrency = Annotated[Optional[int], typer.Option("--max-concurrency", help="cap on outstanding requests")]
+NumRequests = Annotated[Optional[int], typer.Option("--num-requests", help="requests to send")]
+Seed = Annotated[Optional[int], typer.Option("--seed", help="random seed")]
+JsonOut = Annotated[Optional[str], typer.Option("--json", help="write the result schema to PATH, or '-' for stdout")]
 
 
 def _write_json(document: dict[str, Any], target: str) -> None:
@@ -129,16 +144,16 @@ def simulate(
     chips: Optional[int] = typer.Option(None, help="total chips; chips / tp data-parallel replicas"),
     tp: Optional[int] = typer.Option(None, help="tensor-parallel size"),
     precision: Optional[str] = typer.Option(None, help="weight precision: bf16, fp8 or fp4"),
-    input_len: Optional[float] = typer.Option(None, "--input-len", help="mean input tokens"),
-    input_sd: Optional[float] = typer.Option(None, "--input-sd", help="sd of input tokens (0 = fixed)"),
-    output_len: Optional[float] = typer.Option(None, "--output-len", help="mean output tokens"),
-    output_sd: Optional[float] = typer.Option(None, "--output-sd", help="sd of output tokens (0 = fixed)"),
-    request_rate: Optional[str] = typer.Option(None, "--request-rate", help="requests/s, or 'inf' (all at t=0)"),
-    burstiness: Optional[float] = typer.Option(None, help="gamma shape of arrival gaps; 1 = Poisson"),
-    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="cap on outstanding requests"),
-    num_requests: Optional[int] = typer.Option(None, "--num-requests", help="requests to simulate"),
-    seed: Optional[int] = typer.Option(None, help="random seed"),
-    json_out: Optional[str] = typer.Option(None, "--json", help="write the result schema to PATH, or '-' for stdout"),
+    input_len: InputLen = None,
+    input_sd: InputSd = None,
+    output_len: OutputLen = None,
+    output_sd: OutputSd = None,
+    request_rate: RequestRate = None,
+    burstiness: Burstiness = None,
+    max_concurrency: MaxConcurrency = None,
+    num_requests: NumRequests = None,
+    seed: Seed = None,
+    json_out: JsonOut = None,
     show_explain: bool = typer.Option(False, "--explain", help="also show the per-op roofline of one steady-state step"),
 ) -> None:
     flags = dict(locals())
@@ -148,9 +163,7 @@ def simulate(
 
 
 @app.command(help="Simulate the embedded default scenario ('typical').\n\nExample:\n\n  tokenpath run --json result.json")
-def run(
-    json_out: Optional[str] = typer.Option(None, "--json", help="write the result schema to PATH, or '-' for stdout"),
-) -> None:
+def run(json_out: JsonOut = None) -> None:
     _simulate_and_report(None, json_out, {})
 
 
@@ -219,6 +232,68 @@ def serve(
     web.run_app(application, host=host, port=port, print=None)
 
 
+def _batch_sizes(given: str, extra: list[str]) -> list[int]:
+    """--batch-sizes takes "1,8,32" or "1 8 32" (the values after the flag)."""
+    words = given.replace(",", " ").split() + extra
+    try:
+        sizes = sorted({int(word) for word in words})
+    except ValueError:
+        raise UserError(f"--batch-sizes: {' '.join(words)!r} must be whole numbers, e.g. --batch-sizes 1 8 32 128 256") from None
+    if not sizes or sizes[0] < 1:
+        raise UserError(f"--batch-sizes: {' '.join(words)!r} must be batch sizes >= 1, e.g. --batch-sizes 1 8 32 128 256")
+    return sizes
+
+
+CALIBRATE_DELIVERY_EXAMPLE = """
+Measures detokenize + stop-string check + SSE framing per engine step at several batch sizes and
+writes a file that a scenario names as `delivery.calibration = "delivery-calibration.toml"`.
+
+Examples:
+
+  tokenpath calibrate delivery
+
+  tokenpath calibrate delivery --tokenizer tokenizer.model.v1 --batch-sizes 1 8 32 128 256
+
+  tokenpath calibrate delivery --tokenizer path/to/tokenizer.json --out my-host.toml
+"""
+
+
+@calibrate_app.command("delivery", help="Measure this machine's last-mile host cost per batch size." + CALIBRATE_DELIVERY_EXAMPLE,
+                       context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def calibrate_delivery(
+    ctx: typer.Context,
+    tokenizer: Optional[str] = typer.Option(
+        None, help="tokenizer.json, tekken*.json, SentencePiece .model, or a name shipped with mistral-common "
+                   "(default: tekken_240911.json)"),
+    out: str = typer.Option("delivery-calibration.toml", help="calibration file to write"),
+    batch_sizes: str = typer.Option("1 8 32 128 256", "--batch-sizes", help="batch sizes to measure, e.g. 1 8 32 128 256"),
+    steps: int = typer.Option(200, min=10, help="engine steps per measurement"),
+    repeats: int = typer.Option(5, min=1, help="repeats per measurement; the median is kept"),
+) -> None:
+    from rich.table import Table
+
+    from tokenpath.delivery import Detokenizer
+    from tokenpath.delivery.measure import calibrate
+
+    sizes = _batch_sizes(batch_sizes, list(ctx.args))
+    det = Detokenizer.load(tokenizer)
+    progress = Progress(TextColumn("measuring batch sizes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=err_console, transient=True)
+    with progress:
+        task = progress.add_task("calibrate", total=len(sizes))
+        calibration = calibrate(det, sizes, steps=steps, repeats=repeats, progress=lambda _: progress.advance(task))
+    calibration.write(out)
+    table = Table(title=f"last-mile host cost on {calibration.machine['cpu']} ({det.name})")
+    for column in ("batch", "step (fixed)", "per token", "of which framing", "whole step", "tokens/s"):
+        table.add_column(column, justify="right")
+    for row in calibration.batches:
+        table.add_row(str(row.batch_size), f"{row.step_s * 1e6:.1f} us", f"{row.per_token_s * 1e6:.2f} us",
+                      f"{row.frame_per_event_s * 1e6:.2f} us", f"{row.total_s * 1e6:.1f} us",
+                      f"{row.batch_size / row.total_s:,.0f}")
+    console.print(table)
+    console.print(f"wrote {out}; use it with delivery.calibration = {out!r} in a scenario")
+
+
 def main() -> None:
     """Entry point: a user's mistake is one line on stderr and exit status 2, never a traceback."""
     try:
@@ -226,3 +301,8 @@ def main() -> None:
     except UserError as error:
         err_console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         sys.exit(2)
+
+
+from tokenpath.cli_bench import register as _register_bench  # noqa: E402  (bench, report, compare)
+
+_register_bench(app)

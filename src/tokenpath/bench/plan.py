@@ -1,0 +1,181 @@
+"""From a scenario to the requests a bench run sends: the workload simulate would draw, as prompts.
+
+The workload (lengths, arrival times) is drawn exactly as `simulate` draws it from the same scenario,
+so a measured and a simulated run describe the same requests. Each prompt is built to the drawn input
+length with the tokenizer; `max_tokens` is the drawn output length, and `ignore_eos` asks the server
+to generate all of it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+
+from tokenpath.bench.http import KERNEL_TIMESTAMPS, Endpoint
+from tokenpath.bench.prompts import PromptBuilder
+from tokenpath.bench.results import RESULTS_SCHEMA
+from tokenpath.bench.runner import Plan, auto_workers
+from tokenpath.bench.tokenizer import Tokenizer
+from tokenpath.errors import UserError
+from tokenpath.scenario import Scenario
+from tokenpath.workload import Requests, generate
+
+# The random streams simulate derives from the scenario seed: the workload is stream 0. Prompt
+# starting points use a stream of their own, so they never shift the workload's draws.
+_WORKLOAD_STREAM, _PROMPT_STREAM = 0, 2
+Api = Literal["completions", "chat"]
+SLO_KEYS = ("ttft", "ttfv", "tpot", "e2e")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server and how to talk to it."""
+
+    base_url: str
+    model: str
+    endpoint: Api = "completions"
+    api_key: str | None = None
+    strict_openai: bool = False       # only standard OpenAI fields: no ignore_eos, no per-event usage
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def url(self) -> str:
+        base = self.base_url.rstrip("/")
+        if not base.endswith("/v1"):
+            base += "/v1"
+        return base + ("/completions" if self.endpoint == "completions" else "/chat/completions")
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def workload_requests(scenario: Scenario) -> Requests:
+    """The requests of the scenario, drawn as `simulate` draws them."""
+    seeds = np.random.SeedSequence(scenario.seed).spawn(_PROMPT_STREAM + 1)
+    return generate(_workload(scenario), np.random.default_rng(seeds[_WORKLOAD_STREAM]))
+
+
+def _workload(scenario: Scenario):
+    """The workload with file paths resolved against the scenario's folder."""
+    resolved = getattr(scenario, "resolved_workload", None)
+    return resolved() if resolved is not None else scenario.workload
+
+
+def prompt_rng(scenario: Scenario) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(scenario.seed).spawn(_PROMPT_STREAM + 1)[_PROMPT_STREAM])
+
+
+def request_body(target: Target, prompt: str, max_tokens: int) -> bytes:
+    body: dict[str, Any] = {"model": target.model, "stream": True, "max_tokens": int(max_tokens)}
+    if target.endpoint == "completions":
+        body["prompt"] = prompt
+    else:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    if target.strict_openai:
+        body["stream_options"] = {"include_usage": True}
+    else:
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        body["ignore_eos"] = True
+    body.update(target.extra_body)
+    return orjson.dumps(body)
+
+
+def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokenizer_name: str,
+               requests: Requests | None = None, timeouts: dict[str, float | None] | None = None,
+               prompt_tag: str | None = None, kernel_timestamps: bool = True) -> tuple[Plan, dict[str, Any]]:
+    """The plan (bodies and send schedule) and the results header for a scenario against a target."""
+    requests = requests if requests is not None else workload_requests(scenario)
+    builder = PromptBuilder(tokenizer)
+    tag = prompt_tag if prompt_tag is not None else os.urandom(3).hex() + "-"
+    prompts = builder.build_many(requests.input_tokens, prompt_rng(scenario), tag)
+    bodies = [request_body(target, prompt, out) for prompt, out in zip(prompts, requests.output_tokens.tolist())]
+    plan = Plan(
+        url=target.url(),
+        bodies=bodies,
+        scheduled_ns=np.rint(requests.arrival_s * 1e9).astype(np.int64),
+        input_tokens=requests.input_tokens,
+        output_tokens=requests.output_tokens,
+        max_concurrency=scenario.workload.max_concurrency,
+        headers=target.headers(),
+        kernel_timestamps=kernel_timestamps,
+        **(timeouts or {}),
+    )
+    header = {
+        "schema": RESULTS_SCHEMA,
+        "kind": "header",
+        "scenario": {"name": scenario.name, "fingerprint": scenario.fingerprint(),
+                     "table": scenario.model_dump(mode="json")},
+        "slo": {key: getattr(scenario.slo, key) for key in SLO_KEYS},
+        "planned": len(requests),
+        "base_url": target.base_url,
+        "url": plan.url,
+        "model": target.model,
+        "endpoint": target.endpoint,
+        "strict_openai": target.strict_openai,
+        "tokenizer": tokenizer_name,
+        "prompt_tag": tag,
+        "timeouts_s": {"connect": plan.connect_timeout_s, "stall": plan.stall_timeout_s,
+                       "request": plan.request_timeout_s},
+        "timestamps": "kernel" if plan.kernel_timestamps and KERNEL_TIMESTAMPS and plan.url.startswith("http:") else "event loop",
+        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    return plan, header
+
+
+def default_workers(scenario: Scenario, requests: Requests) -> int:
+    workload = _workload(scenario)
+    rate = workload.arrival.rate if workload.trace is None else _trace_rate(requests)
+    return auto_workers(rate, float(requests.output_tokens.mean()) if len(requests) else 0.0,
+                        scenario.workload.max_concurrency, len(requests))
+
+
+def _trace_rate(requests: Requests) -> float:
+    span = float(requests.arrival_s[-1] - requests.arrival_s[0]) if len(requests) > 1 else 0.0
+    return (len(requests) - 1) / span if span > 0 else math.inf
+
+
+def preflight(target: Target, timeout_s: float) -> None:
+    """One-line errors before a run: the server cannot be reached, refuses the key, or lacks the model."""
+    endpoint = Endpoint.parse(target.base_url)
+    base = target.base_url.rstrip("/")
+    models_url = (base if base.endswith("/v1") else base + "/v1") + "/models"
+    request = urllib.request.Request(models_url, headers={**target.headers(), "Accept": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=timeout_s) as response:
+            listing = response.read(1 << 20)
+    except urllib.error.HTTPError as error:
+        if error.code in (401, 403):
+            raise UserError(f"{models_url}: the server refused the API key (HTTP {error.code}); "
+                            "set it with --api-key-env VAR") from None
+        return  # no model list on this server: nothing to check
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        reason = getattr(reason, "strerror", None) or str(reason)
+        raise UserError(f"cannot reach {endpoint.url()}: {reason}; is the server running at --base-url?") from None
+    try:
+        served = [entry["id"] for entry in orjson.loads(listing)["data"]]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return
+    if served and target.model not in served:
+        raise UserError(f"--model {target.model!r}: the server does not serve it; it serves: {', '.join(map(str, served[:10]))}")
+
+
+def parse_extra_body(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        raise UserError(f"--extra-body: not JSON ({error}); give an object like '{{\"temperature\": 0}}'") from None
+    if not isinstance(value, dict):
+        raise UserError("--extra-body: give a JSON object like '{\"temperature\": 0}'")
+    return value
+

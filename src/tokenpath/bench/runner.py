@@ -1,0 +1,364 @@
+"""Send a planned workload to a server and append each finished request to the results file.
+
+The send schedule is computed before the run starts. Requests are shared round-robin between worker
+processes (one by default; more when the target rate needs them), each with its own event loop
+(uvloop where installed) and connection pool; a concurrency cap is shared out between them. Every
+worker appends each finished request to the results JSONL as one line, in one `write` on a file
+opened for appending, so whatever happens to the run, every request that finished is on disk.
+Ctrl-C stops sending, records the requests in flight as interrupted, and keeps everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any, Callable
+
+import numpy as np
+import orjson
+
+from tokenpath.bench.http import Connection, Endpoint, Pool, request_head
+from tokenpath.bench.stream import CONNECT, INTERRUPTED, STALLED, TIMEOUT, Exchange
+
+# Streamed events per second one worker process takes while its p99 timestamp error stays under a
+# millisecond: benchmarks/bench_client.py measured 10,000 to 29,000 on one CPU of a shared 2-CPU
+# machine, from run to run; the automatic worker count plans for the low end.
+EVENTS_PER_WORKER = 10_000
+# A stream's typical pace, used to guess the event rate when the arrival rate is unbounded.
+TOKENS_PER_S_PER_STREAM = 100
+_START_DELAY_NS = 20_000_000
+
+
+@dataclass
+class Plan:
+    """Everything a worker needs to send its requests, computed before the run."""
+
+    url: str
+    bodies: list[bytes]
+    scheduled_ns: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    max_concurrency: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    connect_timeout_s: float = 10.0
+    stall_timeout_s: float = 60.0
+    request_timeout_s: float | None = 600.0
+    kernel_timestamps: bool = True   # plain http on Linux: the kernel's receive time of each read
+
+
+@dataclass
+class Outcome:
+    interrupted: bool
+    recorded: int
+    failed: int
+    t0_ns: int
+
+
+def auto_workers(rate: float, mean_output_tokens: float, concurrency: int | None, n: int,
+                 cpus: int | None = None) -> int:
+    """Worker processes for a target event rate: one per EVENTS_PER_WORKER, at most one per CPU."""
+    cpus = cpus or os.cpu_count() or 1
+    if math.isinf(rate):
+        streams = min(concurrency or n, n)
+        events_per_s = streams * TOKENS_PER_S_PER_STREAM
+    else:
+        events_per_s = rate * mean_output_tokens
+        if concurrency:
+            events_per_s = min(events_per_s, concurrency * TOKENS_PER_S_PER_STREAM)
+    return int(max(1, min(cpus, math.ceil(events_per_s / EVENTS_PER_WORKER), n)))
+
+
+def concurrency_share(concurrency: int | None, workers: int, worker: int) -> int | None:
+    if concurrency is None:
+        return None
+    return max(1, concurrency // workers + (worker < concurrency % workers))
+
+
+def _raise_fd_limit(wanted: int) -> None:
+    try:
+        import resource
+    except ImportError:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, wanted)
+    if soft < min(wanted, target):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(wanted, soft), target), hard))
+        except (ValueError, OSError):
+            pass
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class Worker:
+    """Sends a share of the plan's requests on one event loop."""
+
+    def __init__(self, plan: Plan, indices: np.ndarray, concurrency: int | None, t0_ns: int,
+                 write: Callable[[Exchange], None]) -> None:
+        endpoint = Endpoint.parse(plan.url)
+        self.plan, self.indices, self.concurrency, self.t0_ns = plan, indices, concurrency, t0_ns
+        self.endpoint, self.path = endpoint, endpoint.path
+        self._write = write
+        self.active: dict[int, Exchange] = {}
+        self.connections: dict[int, Connection] = {}
+        self.starting: set[asyncio.Task] = set()
+        self.finished = 0
+        self.scheduled_all = False
+        self._done: asyncio.Future | None = None
+        self._slots: asyncio.Semaphore | None = None
+
+    def _on_end(self, exchange: Exchange) -> None:
+        self.active.pop(exchange.index, None)
+        connection = self.connections.pop(exchange.index, None)
+        if exchange.error is not None and connection is not None and connection.exchange is exchange:
+            connection.exchange = None
+            connection.close()
+        self.finished += 1
+        self._write(exchange)
+        if self._slots is not None:
+            self._slots.release()
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        if self.scheduled_all and not self.active and not self.starting and not self._done.done():
+            self._done.set_result(None)
+
+    async def _start(self, i: int, sent_ns: int) -> None:
+        plan = self.plan
+        exchange = Exchange(i, int(plan.scheduled_ns[i]), sent_ns, self._on_end,
+                            int(plan.input_tokens[i]), int(plan.output_tokens[i]))
+        self.active[i] = exchange
+        try:
+            connection = await self.pool.acquire()
+        except asyncio.TimeoutError:
+            exchange.fail(CONNECT, f"no connection within {self.plan.connect_timeout_s:g} s", perf_counter_ns())
+            return
+        except OSError as error:
+            exchange.fail(CONNECT, f"{self.endpoint.host}:{self.endpoint.port}: {error.strerror or error}", perf_counter_ns())
+            return
+        except asyncio.CancelledError:
+            exchange.fail(INTERRUPTED, "stopped before it was sent", perf_counter_ns())
+            raise
+        finally:
+            self.starting.discard(asyncio.current_task())
+            self._maybe_done()
+        if exchange.finished:
+            self.pool.release(connection)
+            return
+        body = self.plan.bodies[i]
+        self.connections[i] = connection
+        connection.send(exchange, request_head(self.endpoint, self.path, len(body), self.plan.headers) + body)
+
+    async def _watchdog(self) -> None:
+        stall_ns = int(self.plan.stall_timeout_s * 1e9)
+        total_ns = None if self.plan.request_timeout_s is None else int(self.plan.request_timeout_s * 1e9)
+        period_s = min(1.0, self.plan.stall_timeout_s / 4, (self.plan.request_timeout_s or 1.0) / 4)
+        while True:
+            await asyncio.sleep(period_s)
+            self.pool.clock.sample()
+            now = perf_counter_ns()
+            for exchange in list(self.active.values()):
+                if exchange.finished or exchange.index not in self.connections:
+                    continue
+                if now - exchange.last_rx_ns > stall_ns:
+                    exchange.fail(STALLED, f"no bytes for {self.plan.stall_timeout_s:g} s after {exchange.events} events", now)
+                elif total_ns is not None and now - exchange.sent_ns > total_ns:
+                    exchange.fail(TIMEOUT, f"not finished within {self.plan.request_timeout_s:g} s", now)
+
+    async def run(self) -> bool:
+        """Send every request on schedule and wait for them; True if interrupted."""
+        loop = asyncio.get_running_loop()
+        self.pool = Pool(self.endpoint, self.plan.connect_timeout_s, self.plan.kernel_timestamps)
+        self._done = loop.create_future()
+        if self.concurrency is not None:
+            self._slots = asyncio.Semaphore(self.concurrency)
+        watchdog = loop.create_task(self._watchdog())
+        scheduled = self.plan.scheduled_ns
+        t0 = self.t0_ns
+        try:
+            for i in self.indices.tolist():
+                if self._slots is not None:
+                    await self._slots.acquire()
+                delay_ns = t0 + int(scheduled[i]) - perf_counter_ns()
+                if delay_ns > 0:
+                    await asyncio.sleep(delay_ns / 1e9)
+                task = loop.create_task(self._start(i, perf_counter_ns()))
+                self.starting.add(task)
+            self.scheduled_all = True
+            if self.active or self.starting:
+                await self._done
+            return False
+        except asyncio.CancelledError:
+            self._interrupt()
+            return True
+        finally:
+            watchdog.cancel()
+            self.pool.close()
+
+    def _interrupt(self) -> None:
+        now = perf_counter_ns()
+        for task in list(self.starting):
+            task.cancel()
+        for exchange in list(self.active.values()):
+            exchange.fail(INTERRUPTED, f"stopped after {exchange.events} events", now)
+        for connection in list(self.connections.values()):
+            connection.close()
+
+
+def _run_loop(worker: Worker) -> bool:
+    # Everything built before the run (tokenizer tables, prompts) is long-lived: keep the cyclic
+    # garbage collector from walking it during the run, where a full pass would stall the loop.
+    gc.collect()
+    gc.freeze()
+    loop = new_loop()
+    asyncio.set_event_loop(loop)
+    main = loop.create_task(worker.run())
+    try:
+        loop.add_signal_handler(signal.SIGINT, main.cancel)
+        loop.add_signal_handler(signal.SIGTERM, main.cancel)
+    except (NotImplementedError, RuntimeError, ValueError):
+        pass
+    try:
+        interrupted = loop.run_until_complete(main)
+        loop.run_until_complete(asyncio.sleep(0))  # let closed transports finish
+        return interrupted
+    finally:
+        try:
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+        asyncio.set_event_loop(None)
+        loop.close()
+        gc.unfreeze()
+
+
+class _Appender:
+    """Writes each finished request to the results file as one line, in one write."""
+
+    def __init__(self, path: str, t0_ns: int, counts: Any = None) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.t0_ns = t0_ns
+        self.counts = counts
+        self.recorded = self.failed = 0
+
+    def __call__(self, exchange: Exchange) -> None:
+        os.write(self.fd, orjson.dumps(exchange.record(self.t0_ns)) + b"\n")
+        self.recorded += 1
+        self.failed += exchange.error is not None
+        if self.counts is not None:
+            self.counts[0] = self.recorded
+            self.counts[1] = self.failed
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def write_line(path: str, document: dict[str, Any]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+    finally:
+        os.close(fd)
+
+
+def _worker_main(plan: Plan, indices: np.ndarray, concurrency: int | None, path: str, ready: Any,
+                 go: Any, t0: Any, counts: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the loop's own handler is in place
+    appender = _Appender(path, 0, counts)
+    ready.put(os.getpid())
+    go.wait()
+    appender.t0_ns = t0.value
+    try:
+        _run_loop(Worker(plan, indices, concurrency, t0.value, appender))
+    finally:
+        appender.close()
+
+
+def execute(plan: Plan, path: str, header: dict[str, Any], workers: int = 1,
+            progress: Callable[[int, int], None] | None = None) -> Outcome:
+    """Run the plan, writing `header` (with the run's start time added) and then one line per request.
+
+    `progress(recorded, failed)` is called as requests finish.
+    """
+    n = len(plan.bodies)
+    _raise_fd_limit(n + 64 if plan.max_concurrency is None else plan.max_concurrency * 2 + 64)
+    workers = max(1, min(workers, n))
+    if workers == 1:
+        t0 = perf_counter_ns() + _START_DELAY_NS
+        write_line(path, {**header, "t0_monotonic_ns": t0, "workers": 1})
+        appender = _Appender(path, t0)
+        write = appender
+        if progress is not None:
+            def write(exchange: Exchange) -> None:
+                appender(exchange)
+                progress(appender.recorded, appender.failed)
+        try:
+            interrupted = _run_loop(Worker(plan, np.arange(n), plan.max_concurrency, t0, write))
+        finally:
+            appender.close()
+        return Outcome(interrupted, appender.recorded, appender.failed, t0)
+    return _execute_processes(plan, path, header, workers, progress)
+
+
+def _execute_processes(plan: Plan, path: str, header: dict[str, Any], workers: int,
+                       progress: Callable[[int, int], None] | None) -> Outcome:
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    context = multiprocessing.get_context(method)
+    ready, go = context.Queue(), context.Event()
+    t0 = context.Value("q", 0, lock=False)
+    counts = [context.Array("q", 2, lock=False) for _ in range(workers)]
+    n = len(plan.bodies)
+    processes = [
+        context.Process(
+            target=_worker_main,
+            args=(plan, np.arange(w, n, workers), concurrency_share(plan.max_concurrency, workers, w), path,
+                  ready, go, t0, counts[w]),
+            daemon=True,
+        )
+        for w in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    interrupted = False
+    try:
+        for _ in processes:
+            ready.get(timeout=60)
+        t0.value = perf_counter_ns() + _START_DELAY_NS
+        write_line(path, {**header, "t0_monotonic_ns": t0.value, "workers": workers})
+        go.set()
+        while any(process.is_alive() for process in processes):
+            time.sleep(0.1)
+            if progress is not None:
+                progress(sum(c[0] for c in counts), sum(c[1] for c in counts))
+    except KeyboardInterrupt:
+        interrupted = True
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGINT)
+        for process in processes:
+            process.join(timeout=30)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=5)
+    recorded, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    if progress is not None:
+        progress(recorded, failed)
+    interrupted = interrupted or any(process.exitcode not in (0, None) for process in processes) or recorded < n
+    return Outcome(interrupted, recorded, failed, t0.value)

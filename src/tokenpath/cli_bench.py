@@ -1,0 +1,235 @@
+"""The `tokenpath bench`, `report` and `compare` commands; `register(app)` adds them to the CLI."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from tokenpath.cli import (Burstiness, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputLen, OutputSd,
+                           RequestRate, Seed)
+from tokenpath.errors import UserError
+
+BENCH_EXAMPLE = """
+Examples:
+
+  tokenpath bench --base-url http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B-Instruct
+
+  tokenpath bench my.toml --base-url http://127.0.0.1:8000 --model m --request-rate 4 --num-requests 200 --json bench.json
+
+  tokenpath bench --base-url https://api.example.com --model m --endpoint chat --api-key-env MY_KEY --strict-openai
+"""
+
+REPORT_EXAMPLE = "\n\nExample:\n\n  tokenpath report bench-results.jsonl --json bench.json"
+COMPARE_EXAMPLE = "\n\nExample:\n\n  tokenpath simulate my.toml --json sim.json\n\n  tokenpath compare sim.json bench.json"
+
+
+def _consoles():
+    from tokenpath.cli import console, err_console
+
+    return console, err_console
+
+
+def _write_json(document: dict[str, Any], target: str) -> None:
+    from tokenpath.cli import _write_json as write
+
+    write(document, target)
+
+
+def _positive(value: float | None, flag: str) -> None:
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise UserError(f"{flag}: must be a number of seconds > 0, got {value}")
+
+
+def bench(
+    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000 (required)"),
+    model: Optional[str] = typer.Option(None, "--model", help="the model name the server serves (required)"),
+    endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat"),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
+    input_len: InputLen = None,
+    input_sd: InputSd = None,
+    output_len: OutputLen = None,
+    output_sd: OutputSd = None,
+    request_rate: RequestRate = None,
+    burstiness: Burstiness = None,
+    max_concurrency: MaxConcurrency = None,
+    num_requests: NumRequests = None,
+    seed: Seed = None,
+    workers: Optional[int] = typer.Option(None, "--workers", help="client processes (default: as the target rate needs)"),
+    timeout: float = typer.Option(600.0, "--timeout", help="seconds a request may take in all"),
+    stall_timeout: float = typer.Option(60.0, "--stall-timeout", help="seconds a stream may go without a byte"),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="seconds to open a connection"),
+    strict_openai: bool = typer.Option(False, "--strict-openai", help="send only standard OpenAI fields (no ignore_eos, no per-event usage)"),
+    extra_body: Optional[str] = typer.Option(None, "--extra-body", help="JSON object merged into every request body"),
+    kernel_timestamps: bool = typer.Option(True, "--kernel-timestamps/--loop-timestamps",
+                                           help="stamp arrivals with the kernel's receive time (Linux, http) or when the event loop reads them"),
+    json_out: JsonOut = None,
+    results: Optional[str] = typer.Option(None, "--results", help="results JSONL, one line per finished request (default: bench-TIME.jsonl)"),
+) -> None:
+    from tokenpath.bench import Target, build_plan, default_workers, execute, load_tokenizer, preflight, read_results, workload_requests
+    from tokenpath.bench.http import Endpoint
+    from tokenpath.bench.plan import parse_extra_body
+    from tokenpath.bench.results import bench_summary
+    from tokenpath.bench.tokenizer import tokenizer_name
+    from tokenpath.cli import _overrides
+    from tokenpath.scenario import build_scenario, read_scenario_table, set_path
+
+    console, err_console = _consoles()
+    if not base_url:
+        raise UserError("--base-url is required: the server to measure, e.g. --base-url http://127.0.0.1:8000")
+    if not model:
+        raise UserError("--model is required: the model name the server serves (see its /v1/models)")
+    if endpoint not in ("completions", "chat"):
+        raise UserError(f"--endpoint: {endpoint!r} is not one of completions, chat")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers: must be 1 or more, got {workers}")
+    for value, flag in ((timeout, "--timeout"), (stall_timeout, "--stall-timeout"), (connect_timeout, "--connect-timeout")):
+        _positive(value, flag)
+    api_key = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise UserError(f"--api-key-env: the environment variable {api_key_env} is not set or empty")
+    Endpoint.parse(base_url)
+    target = Target(base_url, model, endpoint, api_key, strict_openai, parse_extra_body(extra_body))  # type: ignore[arg-type]
+    results_path = results or time.strftime("bench-%Y%m%d-%H%M%S.jsonl")
+    if Path(results_path).exists() and Path(results_path).stat().st_size > 0:
+        raise UserError(f"--results: {results_path} already exists; give a new path (a run never overwrites measurements)")
+
+    table, source, base_dir = read_scenario_table(scenario)
+    flags = dict(input_len=input_len, input_sd=input_sd, output_len=output_len, output_sd=output_sd,
+                 request_rate=request_rate, burstiness=burstiness, max_concurrency=max_concurrency,
+                 num_requests=num_requests, seed=seed)
+    for dotted, value in _overrides(table, **flags).items():
+        set_path(table, dotted, value)
+    built = build_scenario(table, source, base_dir)
+    preflight(target, connect_timeout)
+
+    quiet = json_out == "-"
+    requests = workload_requests(built)
+    with err_console.status("building prompts", spinner="dots") if not quiet else _Null():
+        loaded = load_tokenizer(tokenizer)
+        plan, header = build_plan(built, target, loaded, tokenizer_name(loaded, tokenizer), requests,
+                                  {"connect_timeout_s": connect_timeout, "stall_timeout_s": stall_timeout,
+                                   "request_timeout_s": timeout}, kernel_timestamps=kernel_timestamps)
+    count = workers or default_workers(built, requests)
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
+        TimeElapsedColumn(), console=err_console, transient=True, disable=quiet,
+    )
+    with progress:
+        task = progress.add_task("bench", total=len(requests), failed=0)
+        outcome = execute(plan, results_path, header, count,
+                          lambda done, failed: progress.update(task, completed=done, failed=failed))
+    header, rows = read_results(results_path)
+    summary = bench_summary(header, rows)
+    _emit(summary, header, rows, results_path, json_out)
+    if outcome.interrupted:
+        err_console.print(f"stopped early: {len(rows)} of {len(requests)} requests recorded in {results_path}; "
+                          f"`tokenpath report {results_path}` rebuilds this summary", highlight=False)
+        raise typer.Exit(130)
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def describe_bench(header: dict[str, Any], rows: list[dict[str, Any]], results_path: str) -> list[tuple[str, str]]:
+    """Scenario lines for a measured run's report."""
+    workload = header["scenario"].get("table", {}).get("workload", {})
+    arrival = workload.get("arrival", {})
+    rate = arrival.get("rate")
+    arrivals = "all at t=0" if rate in ("inf", "Infinity") or (isinstance(rate, float) and math.isinf(rate)) else \
+        f"{rate:g} req/s, burstiness {arrival.get('burstiness', 1.0):g}" if isinstance(rate, (int, float)) else str(rate)
+    if workload.get("max_concurrency"):
+        arrivals += f", at most {workload['max_concurrency']} outstanding"
+    return [
+        ("server", f"{header.get('url')} ({header.get('endpoint')})"),
+        ("model", str(header.get("model"))),
+        ("prompts", f"{header.get('tokenizer')} tokenizer, exact drawn lengths"),
+        ("workload", f"{header.get('planned')} requests planned, {len(rows)} recorded"),
+        ("arrivals", arrivals),
+        ("client", f"{header.get('workers')} worker process(es), {header.get('timestamps', 'event loop')} timestamps"),
+        ("results", results_path),
+    ]
+
+
+def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, Any]], results_path: str,
+          json_out: Optional[str]) -> None:
+    from tokenpath.bench.results import failures
+    from tokenpath.report.table import print_summary
+    from tokenpath.units import format_duration
+
+    console, _ = _consoles()
+    if json_out is not None:
+        _write_json(summary, json_out)
+    if json_out == "-":
+        return
+    print_summary(console, summary, describe_bench(header, rows, results_path), None)
+    block = summary["bench"]
+    wait = block["client_wait_s"]
+    console.print(f"client wait (scheduled -> sent): mean {format_duration(wait['mean'])}, "
+                  f"p99 {format_duration(wait['p99'])}", highlight=False)
+    if block["reasoning"]["requests"]:
+        r = block["reasoning"]
+        console.print(f"reasoning: {r['requests']} requests, {r['tokens_mean']:.0f} reasoning tokens on average, "
+                      f"{format_duration(r['time_s']['mean'])} before the answer", highlight=False)
+    if block["failure_reasons"]:
+        reasons = ", ".join(f"{name} {count}" for name, count in block["failure_reasons"].items())
+        console.print(f"[red]failed:[/red] {reasons}", highlight=False)
+        for line in failures(rows):
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
+
+
+def report(
+    results: str = typer.Argument(..., help="a results JSONL written by `tokenpath bench`"),
+    json_out: JsonOut = None,
+) -> None:
+    from tokenpath.bench import read_results
+    from tokenpath.bench.results import bench_summary
+
+    header, rows = read_results(results)
+    _emit(bench_summary(header, rows), header, rows, results, json_out)
+
+
+def compare(
+    a: str = typer.Argument(..., help="first summary (--json of simulate, bench or report)"),
+    b: str = typer.Argument(..., help="second summary"),
+    json_out: Optional[str] = typer.Option(None, "--json", help="write the comparison to PATH, or '-' for stdout"),
+) -> None:
+    from tokenpath.report.compare import compare_document, compare_table, load_summary
+
+    console, _ = _consoles()
+    first, second = load_summary(a), load_summary(b)
+    if json_out is not None:
+        _write_json(compare_document(first, second, a, b), json_out)
+    if json_out == "-":
+        return
+    console.print(compare_table(first, second, Path(a).name, Path(b).name))
+    if first.get("scenario", {}).get("fingerprint") != second.get("scenario", {}).get("fingerprint"):
+        console.print("note: the two runs are of different scenarios (fingerprints differ)", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(help="Measure a real OpenAI-compatible server under a scenario's workload, in the same schema as "
+                     "simulate." + BENCH_EXAMPLE)(bench)
+    app.command(help="Rebuild the summary of a bench results file (also of a run cut short)." + REPORT_EXAMPLE)(report)
+    app.command(help="Two summaries side by side with the relative difference per metric." + COMPARE_EXAMPLE)(compare)
+
+
+__all__ = ["bench", "compare", "describe_bench", "register", "report"]
+

@@ -1,0 +1,114 @@
+"""Two summaries side by side (e.g. simulate vs bench), with the relative difference per metric."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from tokenpath.errors import UserError
+from tokenpath.summary import LAYERS, PERCENTILES, SCHEMA
+from tokenpath.units import format_duration
+
+_LATENCIES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
+_STATS = ("mean", *PERCENTILES)
+
+
+def load_summary(path: str | Path) -> dict[str, Any]:
+    """A result document (`--json` of simulate, bench or report); a `UserError` if it is not one."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file; give the --json output of simulate, bench or report") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path}: cannot read it ({error})") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        hint = "; for a bench results file run `tokenpath report` on it first" if str(path).endswith(".jsonl") else ""
+        raise UserError(f"{path}: not a JSON summary{hint}") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise UserError(f"{path}: not a {SCHEMA} summary (schema is {document.get('schema') if isinstance(document, dict) else None!r})")
+    return document
+
+
+def relative(a: float | None, b: float | None) -> float | None:
+    """(b - a) / a; 0 when both are 0; None when it is undefined."""
+    if a is None or b is None:
+        return None
+    if a == 0:
+        return 0.0 if b == 0 else None
+    return (b - a) / a
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per metric: {"metric", "unit", "a", "b", "relative"} ("relative" is (b - a) / a)."""
+    rows: list[dict[str, Any]] = []
+
+    def add(metric: str, unit: str, x: Any, y: Any) -> None:
+        x = float(x) if isinstance(x, (int, float)) else None
+        y = float(y) if isinstance(y, (int, float)) else None
+        rows.append({"metric": metric, "unit": unit, "a": x, "b": y, "relative": relative(x, y)})
+
+    ta, tb = a.get("throughput", {}), b.get("throughput", {})
+    add("output tokens/s", "1/s", ta.get("output_tokens_per_s"), tb.get("output_tokens_per_s"))
+    add("requests/s", "1/s", ta.get("requests_per_s"), tb.get("requests_per_s"))
+    add("goodput requests/s", "1/s", ta.get("goodput_requests_per_s"), tb.get("goodput_requests_per_s"))
+    ra, rb = a.get("requests", {}), b.get("requests", {})
+    add("requests completed", "", ra.get("completed"), rb.get("completed"))
+    add("requests failed", "", ra.get("failed"), rb.get("failed"))
+    add("input tokens (mean)", "", ra.get("input_tokens_mean"), rb.get("input_tokens_mean"))
+    add("output tokens (mean)", "", ra.get("output_tokens_mean"), rb.get("output_tokens_mean"))
+    add("window", "s", a.get("window_s"), b.get("window_s"))
+    la, lb = a.get("latency_s", {}), b.get("latency_s", {})
+    for key, name in _LATENCIES.items():
+        for stat in _STATS:
+            label = stat.replace("p999", "p99.9")
+            add(f"{name} {label}", "s", la.get(key, {}).get(stat), lb.get(key, {}).get(stat))
+    aa, ab = a.get("attribution_s"), b.get("attribution_s")
+    if aa or ab:
+        for layer in LAYERS:
+            add(f"{layer} (mean)", "s", (aa or {}).get(layer), (ab or {}).get(layer))
+    return rows
+
+
+def _cell(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return format_duration(value)
+    if unit == "1/s":
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return f"{value:,.4g}"
+
+
+def _delta(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:+.1%}"
+
+
+def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str = "A", name_b: str = "B") -> Table:
+    title = (f"{name_a} ({a.get('source')}, {a.get('scenario', {}).get('name')}) vs "
+             f"{name_b} ({b.get('source')}, {b.get('scenario', {}).get('name')})")
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric", style="bold")
+    table.add_column(name_a, justify="right")
+    table.add_column(name_b, justify="right")
+    table.add_column("B vs A", justify="right")
+    for row in compare(a, b):
+        table.add_row(row["metric"], _cell(row["a"], row["unit"]), _cell(row["b"], row["unit"]), _delta(row["relative"]))
+    return table
+
+
+def compare_document(a: dict[str, Any], b: dict[str, Any], path_a: str, path_b: str) -> dict[str, Any]:
+    same = a.get("scenario", {}).get("fingerprint") == b.get("scenario", {}).get("fingerprint")
+    return {
+        "schema": "tokenpath.compare/1",
+        "a": {"path": path_a, "source": a.get("source"), "scenario": a.get("scenario")},
+        "b": {"path": path_b, "source": b.get("source"), "scenario": b.get("scenario")},
+        "same_scenario": same,
+        "rows": compare(a, b),
+    }

@@ -1,0 +1,388 @@
+"""bench without the network: prompts of exact lengths, SSE and HTTP parsing, token accounting, the
+measured Run and its summary, the results file."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tokenpath.bench import PromptBuilder, Target, build_run, load_tokenizer, read_results, token_times, workload_requests
+from tokenpath.bench.http import Connection, Endpoint
+from tokenpath.bench.plan import request_body
+from tokenpath.bench.results import bench_summary
+from tokenpath.bench.runner import auto_workers, concurrency_share
+from tokenpath.bench.stream import DROPPED, EMPTY, INCOMPLETE, MALFORMED, SERVER_ERROR, Exchange, allocate
+from tokenpath.errors import UserError
+from tokenpath.scenario import load_scenario
+
+
+@pytest.fixture(scope="module")
+def tekken():
+    return load_tokenizer(None)
+
+
+@pytest.fixture(scope="module")
+def builder(tekken):
+    return PromptBuilder(tekken)
+
+
+# ---- prompts ------------------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(length=st.integers(1, 3000), start=st.integers(0, 10_000), index=st.integers(0, 10**6))
+def test_prompt_has_exact_token_length(builder, tekken, length, start, index):
+    text = builder.build(length, start, f"[ab12-{index}]")
+    assert len(tekken.encode(text)) == length
+
+
+def test_long_prompt_tiles_the_corpus(builder, tekken):
+    text = builder.build(20_000, 5, "[x-1]")
+    assert len(tekken.encode(text)) == 20_000
+    assert text.startswith("[x-1]")
+
+
+def test_prompts_are_tagged_and_distinct(builder, tekken):
+    rng = np.random.default_rng(1)
+    lengths = np.array([50, 50, 50, 3, 400])
+    prompts = builder.build_many(lengths, rng, "t-")
+    assert [len(tekken.encode(p)) for p in prompts] == lengths.tolist()
+    assert prompts[0].startswith("[t-0]") and prompts[2].startswith("[t-2]")
+    assert not prompts[3].startswith("[")  # too short for a tag
+    assert len(set(prompts)) == len(prompts)
+
+
+def test_prompts_with_a_word_level_tokenizer(tmp_path):
+    """A tokenizer whose per-token decode is not a slice of the text takes the decode path, still exact."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+
+    from tokenpath.bench.prompts import corpus_text
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.train_from_iterator([corpus_text()], trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    path = tmp_path / "tokenizer.json"
+    tokenizer.save(str(path))
+    loaded = load_tokenizer(str(path))
+    words = PromptBuilder(loaded)
+    for length in (1, 2, 9, 77, 1500):
+        assert len(loaded.encode(words.build(length, 3, "[q-7]"))) == length
+
+
+def test_tokenizer_errors_are_one_line(tmp_path):
+    with pytest.raises(UserError, match="tokenizer"):
+        load_tokenizer(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UserError, match="tokenizer"):
+        load_tokenizer(str(bad))
+
+
+# ---- plan ---------------------------------------------------------------------------------------------
+def test_workload_is_drawn_as_simulate_draws_it():
+    from tokenpath.pipeline import prepare
+
+    scenario = load_scenario(None, {"workload.num_requests": 300, "seed": 7})
+    assert workload_requests(scenario) == prepare(scenario).requests
+
+
+def test_request_bodies():
+    target = Target("http://h:1/", "m")
+    body = orjson.loads(request_body(target, "hello", 17))
+    assert body == {"model": "m", "stream": True, "max_tokens": 17, "prompt": "hello", "ignore_eos": True,
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    chat = Target("http://h:1/v1", "m", "chat", strict_openai=True, extra_body={"temperature": 0})
+    body = orjson.loads(request_body(chat, "hi", 3))
+    assert body == {"model": "m", "stream": True, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}],
+                    "stream_options": {"include_usage": True}, "temperature": 0}
+    assert target.url() == "http://h:1/v1/completions"
+    assert chat.url() == "http://h:1/v1/chat/completions"
+
+
+def test_endpoint_parsing():
+    assert Endpoint.parse("http://127.0.0.1:8000").host_header == "127.0.0.1:8000"
+    assert Endpoint.parse("https://api.example.com/v1").port == 443
+    for bad in ("ftp://x", "127.0.0.1:8000", "http://"):
+        with pytest.raises(UserError, match="--base-url"):
+            Endpoint.parse(bad)
+
+
+def test_worker_counts():
+    assert auto_workers(10.0, 150.0, None, 2000, cpus=8) == 1
+    assert auto_workers(100.0, 150.0, None, 10_000, cpus=8) == 2
+    assert auto_workers(2000.0, 150.0, None, 10_000, cpus=8) == 8
+    assert auto_workers(2000.0, 150.0, None, 10_000, cpus=2) == 2
+    assert auto_workers(2000.0, 150.0, None, 3, cpus=8) == 3
+    assert auto_workers(float("inf"), 150.0, 64, 1000, cpus=8) == 1
+    assert [concurrency_share(5, 2, w) for w in range(2)] == [3, 2]
+    assert concurrency_share(None, 3, 0) is None
+
+
+# ---- SSE ----------------------------------------------------------------------------------------------
+def _sse(events: list[dict | str], sep: bytes = b"\n\n") -> bytes:
+    return b"".join(b"data: " + (e.encode() if isinstance(e, str) else orjson.dumps(e)) + sep for e in events)
+
+
+def _text(t: str, done: int | None = None, finish: str | None = None) -> dict:
+    event = {"id": "x", "choices": [{"index": 0, "text": t, "finish_reason": finish}]}
+    if done is not None:
+        event["usage"] = {"prompt_tokens": 5, "completion_tokens": done}
+    return event
+
+
+def _delta(content=None, reasoning=None, role=False, finish=None) -> dict:
+    delta = {}
+    if role:
+        delta["role"] = "assistant"
+    if content is not None:
+        delta["content"] = content
+    if reasoning is not None:
+        delta["reasoning_content"] = reasoning
+    return {"id": "c", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def _exchange() -> tuple[Exchange, list[Exchange]]:
+    ended: list[Exchange] = []
+    exchange = Exchange(0, 0, 1000, ended.append, 10, 4)
+    exchange.status = 200
+    return exchange, ended
+
+
+STREAM = [_text(" a", 1), _text(" b c", 3), _text(" d", 4, "length"),
+          {"id": "x", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}}, "[DONE]"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(cuts=st.lists(st.integers(0, len(_sse(STREAM))), max_size=8), crlf=st.booleans())
+def test_sse_pieces_parse_the_same_however_split(cuts, crlf):
+    data = _sse(STREAM, b"\r\n\r\n" if crlf else b"\n\n")
+    exchange, ended = _exchange()
+    bounds = sorted(set([0, *cuts, len(data)]))
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        exchange.feed(data[a:b], 2000 + k)
+    assert ended == [exchange] and exchange.error is None
+    assert sum(exchange.arrival_tokens) == 4
+    assert exchange.usage_prompt == 5 and exchange.per_event_usage
+    record = exchange.record(0)
+    assert record["output_tokens"] == 4 and record["ok"] and record["finish_reason"] == "length"
+
+
+def test_role_only_and_empty_chunks_do_not_start_ttft():
+    exchange, ended = _exchange()
+    exchange.feed(_sse([_delta(role=True, content="")]), 2000)
+    exchange.feed(_sse([_delta(content="")]), 3000)
+    exchange.feed(_sse([_delta(content="  ")]), 4000)  # whitespace: a token, not visible
+    exchange.feed(_sse([_delta(content="Hi", finish="stop"), "[DONE]"]), 5000)
+    assert exchange.first_token_ns == 4000
+    assert exchange.first_visible_ns == 5000
+    assert exchange.arrival_ns == [4000, 5000] and exchange.arrival_tokens == [1, 1]
+    assert exchange.tokens_from == "events" and ended
+
+
+def test_reasoning_is_counted_apart():
+    exchange, _ = _exchange()
+    exchange.feed(_sse([_delta(reasoning="think")]), 2000)
+    exchange.feed(_sse([_delta(reasoning="more")]), 3000)
+    exchange.feed(_sse([_delta(content="Answer", finish="stop"), "[DONE]"]), 4000)
+    record = exchange.record(0)
+    assert record["first_token_ns"] == 2000 and record["first_visible_ns"] == 4000
+    assert record["first_content_ns"] == 4000 and record["reasoning_tokens"] == 2 and record["output_tokens"] == 3
+
+
+def test_usage_total_spreads_multi_token_events_by_text():
+    exchange, _ = _exchange()
+    exchange.feed(_sse([_text("a")]), 2000)
+    exchange.feed(_sse([_text("bbbbbb")]), 3000)  # several tokens in one event, no per-event usage
+    exchange.feed(_sse([_text("c", finish="length"), {"choices": [], "usage": {"completion_tokens": 8}}, "[DONE]"]), 4000)
+    assert exchange.tokens_from == "usage"
+    assert exchange.arrival_tokens == [1, 6, 1]
+
+
+def test_allocate():
+    assert allocate(3, [1, 1, 1], [1, 1, 1]) == [1, 1, 1]
+    assert allocate(7, [1, 1], [1, 3]) == [2, 5]
+    assert allocate(2, [1, 1, 1], [5, 5, 5]) == [1, 1, 0]
+    assert allocate(0, [1, 1], [1, 1]) == [0, 0]
+
+
+@pytest.mark.parametrize("events, reason", [
+    ([_text("a"), "{broken"], MALFORMED),
+    ([_text("a"), {"error": {"message": "boom"}}], SERVER_ERROR),
+    ([{"object": "error", "message": "bad"}], SERVER_ERROR),
+    (["[DONE]"], EMPTY),
+    ([_text("a"), '{"choices": [5]}'], MALFORMED),
+    (['[1, 2]'], MALFORMED),
+])
+def test_stream_failures(events, reason):
+    exchange, ended = _exchange()
+    exchange.feed(_sse(events), 2000)
+    assert ended == [exchange] and exchange.error == reason
+
+
+def test_comments_and_fields_are_skipped():
+    exchange, _ = _exchange()
+    exchange.feed(b": ping\n\nevent: message\nid: 3\ndata: " + orjson.dumps(_text("x", finish="stop")) + b"\n\ndata: [DONE]\n\n", 5)
+    assert exchange.error is None and exchange.arrival_tokens == [1] and exchange.events == 1
+
+
+def test_body_end_without_finish_is_incomplete():
+    exchange, _ = _exchange()
+    exchange.feed(_sse([_text("x")]), 5)
+    exchange.body_end(6)
+    assert exchange.error == INCOMPLETE
+
+
+# ---- HTTP parsing -------------------------------------------------------------------------------------
+class _Transport:
+    def __init__(self):
+        self.written, self.closed = [], False
+
+    def write(self, data):
+        self.written.append(data)
+
+    def close(self):
+        self.closed = True
+
+
+class _Pool:
+    """The pool's side of a connection: the stamped-bytes inbox, parsed on flush."""
+
+    def __init__(self):
+        self.released, self.inbox = [], []
+
+    def schedule_flush(self):
+        pass
+
+    def flush(self):
+        items, self.inbox = self.inbox, []
+        for connection, data, now in items:
+            connection.process(data, now)
+
+    def release(self, connection):
+        self.released.append(connection)
+
+
+def _chunked(body: bytes, sizes: list[int]) -> bytes:
+    out, pos = [], 0
+    for size in sizes:
+        piece = body[pos:pos + size]
+        if not piece:
+            break
+        out.append(b"%x;ext=1\r\n" % len(piece) + piece + b"\r\n")
+        pos += len(piece)
+    if pos < len(body):
+        out.append(b"%x\r\n" % (len(body) - pos) + body[pos:] + b"\r\n")
+    return b"".join(out) + b"0\r\n\r\n"
+
+
+@settings(max_examples=80, deadline=None)
+@given(sizes=st.lists(st.integers(1, 60), max_size=6), cuts=st.lists(st.integers(0, 2000), max_size=10),
+       chunked=st.booleans())
+def test_http_response_parsing_however_split(sizes, cuts, chunked):
+    body = _sse(STREAM)
+    if chunked:
+        wire = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunked(body, sizes)
+    else:
+        wire = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    pool = _Pool()
+    connection = Connection(pool)
+    connection.connection_made(_Transport())
+    exchange, ended = _exchange()
+    connection.send(exchange, b"request")
+    bounds = sorted(set([0, *[c % (len(wire) + 1) for c in cuts], len(wire)]))
+    for a, b in zip(bounds, bounds[1:]):
+        connection.data_received(wire[a:b])
+    assert not ended  # stamped, not parsed yet
+    pool.flush()
+    assert ended == [exchange] and exchange.error is None and sum(exchange.arrival_tokens) == 4
+    assert pool.released == [connection]  # the whole body was read: the connection is reusable
+
+
+def test_http_error_status_and_dropped_connection():
+    pool = _Pool()
+    connection = Connection(pool)
+    connection.connection_made(_Transport())
+    exchange, _ = _exchange()
+    connection.send(exchange, b"r")
+    body = b'{"error": {"message": "slow down"}}'
+    connection.data_received(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    pool.flush()
+    assert exchange.error == "http_429" and exchange.detail == "slow down"
+
+    connection = Connection(_Pool())
+    connection.connection_made(_Transport())
+    exchange, _ = _exchange()
+    connection.send(exchange, b"r")
+    connection.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunked(_sse([_text("a")]), [])[:-5])
+    connection.connection_lost(None)
+    assert exchange.error == DROPPED
+
+
+def test_http_garbage_status_line():
+    pool = _Pool()
+    connection = Connection(pool)
+    transport = _Transport()
+    connection.connection_made(transport)
+    exchange, _ = _exchange()
+    connection.send(exchange, b"r")
+    connection.data_received(b"SSH-2.0-OpenSSH\r\n\r\n")
+    pool.flush()
+    assert exchange.error == MALFORMED and transport.closed
+
+
+# ---- the measured run ---------------------------------------------------------------------------------
+def test_token_times_split_gaps():
+    times = token_times(np.array([100, 200, 500]), np.array([2, 1, 3]))
+    assert times.tolist() == [100, 100, 200, 300, 400, 500]
+    assert token_times(np.array([], np.int64), np.array([], np.int64)).tolist() == []
+
+
+def _row(i, ok=True, sent=0, arrivals=((10, 1), (20, 1), (40, 2)), end=45, visible=20, **extra):
+    row = {"i": i, "scheduled_ns": sent - 5, "sent_ns": sent, "input_tokens": 7, "ok": ok,
+           "error": None if ok else "http_500", "detail": None if ok else "x", "first_token_ns": sent + arrivals[0][0] if arrivals else None,
+           "first_visible_ns": None if visible is None else sent + visible, "first_content_ns": sent + 10,
+           "end_ns": sent + end, "arrival_ns": [sent + a for a, _ in arrivals], "arrival_tokens": [k for _, k in arrivals],
+           "tokens_from": "usage_per_event", "reasoning_tokens": 0, "prompt_tokens_server": 8, "output_tokens": 4}
+    row.update(extra)
+    return row
+
+
+def test_build_run_metrics():
+    rows = [_row(0), _row(1, ok=False, arrivals=()), _row(2, sent=100, visible=None)]
+    run = build_run(rows)
+    assert run.failed.tolist() == [False, True, False]
+    assert run.output_tokens.tolist() == [4, 0, 4]
+    assert run.ttft_ns.tolist() == [10, 0, 10]
+    assert run.ttfv_ns.tolist() == [20, 0, 45]  # nothing visible: the reply shows at its end
+    assert run.e2e_ns.tolist() == [45, 0, 45]
+    assert run.token_client_ns.tolist() == [10, 20, 30, 40, 110, 120, 130, 140]
+    assert sorted(run.itl_ns().tolist()) == [10] * 6
+    header = {"scenario": {"name": "s", "fingerprint": "f"}, "slo": {"ttft": 1.0, "tpot": None}, "planned": 4}
+    summary = bench_summary(header, rows)
+    assert summary["source"] == "bench" and summary["attribution_s"] is None
+    assert summary["requests"] == {"completed": 2, "failed": 1, "input_tokens_mean": 7.0, "output_tokens_mean": 4.0}
+    assert summary["latency_s"]["tpot"]["mean"] == pytest.approx(35 / 3 / 1e9)
+    assert summary["window_s"] == pytest.approx(145 / 1e9)
+    assert summary["bench"]["not_sent"] == 1 and summary["bench"]["failure_reasons"] == {"http_500": 1}
+    assert summary["bench"]["client_wait_s"]["mean"] == pytest.approx(5e-9)
+
+
+def test_results_file_survives_a_torn_last_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    header = {"schema": "tokenpath.bench/1", "scenario": {"name": "s", "fingerprint": "f"}, "slo": {}, "planned": 3}
+    lines = [json.dumps(header), json.dumps(_row(1)), json.dumps(_row(0)), json.dumps(_row(2))[:40]]
+    path.write_text("\n".join(lines))
+    got_header, rows = read_results(path)
+    assert got_header["planned"] == 3 and [r["i"] for r in rows] == [0, 1]
+    path.write_text("\n".join([lines[0], lines[3], lines[1]]) + "\n")
+    with pytest.raises(UserError, match=":2: not a JSON line"):
+        read_results(path)
+    path.write_text('{"schema": "other"}\n')
+    with pytest.raises(UserError, match="not a tokenpath bench results file"):
+        read_results(path)
+    with pytest.raises(UserError, match="no such results file"):
+        read_results(tmp_path / "none.jsonl")

@@ -1,0 +1,133 @@
+"""`tokenpath bench`, `report` and `compare` from the command line: one-line errors, a full run."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+import pytest
+
+from test_bench_server import MODEL, FakeServer
+from tokenpath.cli import main
+
+
+def run_cli(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["tokenpath", *argv])
+    code = 0
+    try:
+        main()
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(code: int, out: str, err: str, *fragments: str) -> str:
+    assert code == 2, (out, err)
+    assert "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeServer("ok") as running:
+        yield running
+
+
+SMALL = ["--num-requests", "10", "--request-rate", "50", "--input-len", "30", "--input-sd", "0",
+         "--output-len", "8", "--output-sd", "0"]
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--model", MODEL], ["--base-url is required"]),
+    (["--base-url", "http://127.0.0.1:1"], ["--model is required"]),
+    (["--base-url", "ftp://host", "--model", MODEL], ["--base-url", "not an http(s) URL"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--endpoint", "embeddings"], ["--endpoint", "completions, chat"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--workers", "0"], ["--workers"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--timeout", "-1"], ["--timeout"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--extra-body", "{oops"], ["--extra-body", "not JSON"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--extra-body", "[1]"], ["--extra-body", "object"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--api-key-env", "TOKENPATH_TEST_UNSET_KEY"], ["TOKENPATH_TEST_UNSET_KEY", "not set"]),
+    (["--base-url", "SERVER", "--model", "other-model"], ["--model 'other-model'", "test-model"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--request-rate", "fast"], ["--request-rate"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--tokenizer", "no/such/tokenizer.json"], ["tokenizer", "no/such/tokenizer.json"]),
+    (["nonexistent.toml", "--base-url", "SERVER", "--model", MODEL], ["nonexistent.toml"]),
+])
+def test_bad_flags_are_one_line_errors(args, fragments, server, monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TOKENPATH_TEST_UNSET_KEY", raising=False)
+    args = [server.url if a == "SERVER" else a for a in args]
+    one_line_error(*run_cli(["bench", *SMALL, *args], monkeypatch, capsys), *fragments)
+    assert not list(tmp_path.glob("bench-*.jsonl"))  # a refused run leaves no results file
+
+
+def test_unreachable_server_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    url = f"http://127.0.0.1:{free_port()}"
+    line = one_line_error(*run_cli(["bench", "--base-url", url, "--model", MODEL, *SMALL], monkeypatch, capsys),
+                          "cannot reach", url)
+    assert "refused" in line.lower()
+
+
+def test_existing_results_file_is_not_overwritten(server, monkeypatch, capsys, tmp_path):
+    results = tmp_path / "r.jsonl"
+    results.write_text("precious\n")
+    one_line_error(*run_cli(["bench", "--base-url", server.url, "--model", MODEL, "--results", str(results), *SMALL],
+                            monkeypatch, capsys), "already exists")
+    assert results.read_text() == "precious\n"
+
+
+def test_bench_report_and_compare(server, monkeypatch, capsys, tmp_path):
+    results, bench_json, report_json, sim_json = (tmp_path / name for name in ("r.jsonl", "b.json", "rep.json", "s.json"))
+    code, out, err = run_cli(["bench", "--base-url", server.url, "--model", MODEL, "--results", str(results),
+                              "--json", str(bench_json), *SMALL], monkeypatch, capsys)
+    assert code == 0, err
+    assert "TTFT" in out and "client wait" in out
+    bench = json.loads(bench_json.read_text())
+    assert bench["schema"] == "tokenpath.summary/1" and bench["source"] == "bench"
+    assert bench["requests"] == {"completed": 10, "failed": 0, "input_tokens_mean": 30.0, "output_tokens_mean": 8.0}
+    assert bench["attribution_s"] is None and bench["bench"]["planned"] == 10
+
+    code, out, err = run_cli(["report", str(results), "--json", str(report_json)], monkeypatch, capsys)
+    assert code == 0, err
+    assert json.loads(report_json.read_text()) == bench
+
+    code, out, err = run_cli(["simulate", *SMALL, "--json", str(sim_json)], monkeypatch, capsys)
+    assert code == 0, err
+    simulated = json.loads(sim_json.read_text())
+    assert simulated["scenario"]["fingerprint"] == bench["scenario"]["fingerprint"]  # same workload, same scenario
+
+    code, out, err = run_cli(["compare", str(sim_json), str(bench_json), "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["same_scenario"] is True
+    rows = {row["metric"]: row for row in document["rows"]}
+    ttft = rows["TTFT p50"]
+    assert ttft["a"] == simulated["latency_s"]["ttft"]["p50"] and ttft["b"] == bench["latency_s"]["ttft"]["p50"]
+    assert ttft["relative"] == pytest.approx((ttft["b"] - ttft["a"]) / ttft["a"])
+    assert rows["requests completed"]["relative"] == 0.0
+
+    code, out, err = run_cli(["compare", str(sim_json), str(bench_json)], monkeypatch, capsys)
+    assert code == 0 and "TTFT p50" in out and "B vs A" in out
+
+
+def test_report_and_compare_errors(monkeypatch, capsys, tmp_path):
+    one_line_error(*run_cli(["report", str(tmp_path / "none.jsonl")], monkeypatch, capsys), "no such results file")
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("{}\n")
+    one_line_error(*run_cli(["report", str(junk)], monkeypatch, capsys), "not a tokenpath bench results file")
+    one_line_error(*run_cli(["compare", str(junk), str(junk)], monkeypatch, capsys), "report")
+    other = tmp_path / "other.json"
+    other.write_text('{"schema": "something/9"}')
+    one_line_error(*run_cli(["compare", str(other), str(other)], monkeypatch, capsys), "not a tokenpath.summary/1")

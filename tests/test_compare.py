@@ -1,0 +1,63 @@
+"""compare: the relative difference per metric of two summaries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tokenpath.errors import UserError
+from tokenpath.report.compare import compare, compare_document, compare_table, load_summary, relative
+
+
+def _summary(scale: float, source: str, attribution: bool) -> dict:
+    stats = {"mean": 1.0 * scale, "p50": 0.5 * scale, "p90": 2.0 * scale, "p99": 3.0 * scale, "p999": 4.0 * scale}
+    return {
+        "schema": "tokenpath.summary/1", "source": source, "scenario": {"name": "s", "fingerprint": "f"},
+        "requests": {"completed": 10, "failed": 0, "input_tokens_mean": 5.0, "output_tokens_mean": 7.0},
+        "window_s": 2.0 * scale,
+        "throughput": {"output_tokens_per_s": 100.0 / scale, "requests_per_s": 5.0 / scale, "goodput_requests_per_s": 0.0},
+        "latency_s": {key: dict(stats) for key in ("ttft", "ttfv", "tpot", "itl", "e2e")},
+        "attribution_s": {"queue": 0.1, "compute": 0.2, "traffic": 0.0, "delivery": 0.05} if attribution else None,
+        "bottleneck": None,
+    }
+
+
+def test_relative():
+    assert relative(2.0, 3.0) == pytest.approx(0.5)
+    assert relative(4.0, 1.0) == pytest.approx(-0.75)
+    assert relative(0.0, 0.0) == 0.0
+    assert relative(0.0, 1.0) is None
+    assert relative(None, 1.0) is None
+
+
+def test_compare_rows():
+    a, b = _summary(1.0, "simulate", True), _summary(2.0, "bench", False)
+    rows = {row["metric"]: row for row in compare(a, b)}
+    assert rows["TTFT p50"] == {"metric": "TTFT p50", "unit": "s", "a": 0.5, "b": 1.0, "relative": 1.0}
+    assert rows["E2E p99.9"]["relative"] == pytest.approx(1.0)
+    assert rows["output tokens/s"]["relative"] == pytest.approx(-0.5)
+    assert rows["goodput requests/s"]["relative"] == 0.0
+    assert rows["requests completed"]["relative"] == 0.0
+    # Attribution on one side only: the other side has none, so no difference is claimed.
+    assert rows["queue (mean)"]["a"] == 0.1 and rows["queue (mean)"]["b"] is None and rows["queue (mean)"]["relative"] is None
+    assert len([m for m in rows if m.startswith(("TTFT", "TTFV", "TPOT", "ITL", "E2E"))]) == 25
+    document = compare_document(a, b, "a.json", "b.json")
+    assert document["same_scenario"] is True and document["rows"] == compare(a, b)
+    assert compare_table(a, b).row_count == len(rows)
+
+
+def test_load_summary_errors(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_summary(1.0, "bench", False)))
+    assert load_summary(good)["source"] == "bench"
+    with pytest.raises(UserError, match="no such file"):
+        load_summary(tmp_path / "missing.json")
+    results = tmp_path / "r.jsonl"
+    results.write_text('{"a": 1}\n{"b": 2}\n')
+    with pytest.raises(UserError, match="tokenpath report"):
+        load_summary(results)
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text("[1, 2]")
+    with pytest.raises(UserError, match="not a tokenpath.summary/1"):
+        load_summary(wrong)
