@@ -9,28 +9,11 @@ import sys
 import pytest
 
 from test_bench_server import MODEL, FakeServer
-from tokenpath.cli import main
+from cli_helpers import assert_user_error, run_cli
 
 
-def run_cli(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["tokenpath", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def one_line_error(code: int, out: str, err: str, *fragments: str) -> str:
-    assert code == 2, (out, err)
-    assert "Traceback" not in out + err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def free_port() -> int:
@@ -68,14 +51,14 @@ def test_bad_flags_are_one_line_errors(args, fragments, server, monkeypatch, cap
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TOKENPATH_TEST_UNSET_KEY", raising=False)
     args = [server.url if a == "SERVER" else a for a in args]
-    one_line_error(*run_cli(["bench", *SMALL, *args], monkeypatch, capsys), *fragments)
+    assert_user_error(*run_cli(["bench", *SMALL, *args], monkeypatch, capsys), *fragments)
     assert not list(tmp_path.glob("bench-*.jsonl"))  # a refused run leaves no results file
 
 
-def test_unreachable_server_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+def test_unreachable_server_is_a_assert_user_error(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
     url = f"http://127.0.0.1:{free_port()}"
-    line = one_line_error(*run_cli(["bench", "--base-url", url, "--model", MODEL, *SMALL], monkeypatch, capsys),
+    line = assert_user_error(*run_cli(["bench", "--base-url", url, "--model", MODEL, *SMALL], monkeypatch, capsys),
                           "cannot reach", url)
     assert "refused" in line.lower()
 
@@ -83,7 +66,7 @@ def test_unreachable_server_is_a_one_line_error(monkeypatch, capsys, tmp_path):
 def test_existing_results_file_is_not_overwritten(server, monkeypatch, capsys, tmp_path):
     results = tmp_path / "r.jsonl"
     results.write_text("precious\n")
-    one_line_error(*run_cli(["bench", "--base-url", server.url, "--model", MODEL, "--results", str(results), *SMALL],
+    assert_user_error(*run_cli(["bench", "--base-url", server.url, "--model", MODEL, "--results", str(results), *SMALL],
                             monkeypatch, capsys), "already exists")
     assert results.read_text() == "precious\n"
 
@@ -123,11 +106,11 @@ def test_bench_report_and_compare(server, monkeypatch, capsys, tmp_path):
 
 
 def test_report_and_compare_errors(monkeypatch, capsys, tmp_path):
-    one_line_error(*run_cli(["report", str(tmp_path / "none.jsonl")], monkeypatch, capsys), "no such results file")
+    assert_user_error(*run_cli(["report", str(tmp_path / "none.jsonl")], monkeypatch, capsys), "no such results file")
     junk = tmp_path / "junk.jsonl"
     junk.write_text("{}\n")
-    one_line_error(*run_cli(["report", str(junk)], monkeypatch, capsys), "not a tokenpath bench results file")
-    one_line_error(*run_cli(["compare", str(junk), str(junk)], monkeypatch, capsys), "report")
+    assert_user_error(*run_cli(["report", str(junk)], monkeypatch, capsys), "not a tokenpath bench results file")
+    assert_user_error(*run_cli(["compare", str(junk), str(junk)], monkeypatch, capsys), "report")
     other = tmp_path / "other.json"
     other.write_text('{"schema": "something/9"}')
-    one_line_error(*run_cli(["compare", str(other), str(other)], monkeypatch, capsys), "not a tokenpath.summary/1")
+    assert_user_error(*run_cli(["compare", str(other), str(other)], monkeypatch, capsys), "not a tokenpath.summary/1")

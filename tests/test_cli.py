@@ -22,7 +22,7 @@ import pytest
 from rich.console import Console
 
 from tokenpath import cli
-from tokenpath.cli import main
+from cli_helpers import assert_user_error, run_cli
 from tokenpath.compute.chip import list_chips
 from tokenpath.compute.model import list_models
 from tokenpath.scenario import load_scenario
@@ -85,27 +85,8 @@ def process(tmp_path_factory):
     pool.shutdown(wait=True)
 
 
-def in_process(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    """Run the entry point as `tokenpath ARGV`: (exit status, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["tokenpath", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def assert_user_error(code: int, out: str, err: str, *fragments: str) -> str:
-    assert code == 2, (out, err)
-    assert "Traceback" not in out and "Traceback" not in err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def check_process_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -150,13 +131,13 @@ def test_malformed_trace_row_names_the_file_and_line(process):
     (["scenario", "show", "typcal"], ["unknown scenario 'typcal'; did you mean 'typical'"]),
 ])
 def test_more_user_errors_are_one_line(argv, fragments, monkeypatch, capsys):
-    assert_user_error(*in_process(argv, monkeypatch, capsys), *fragments)
+    assert_user_error(*run_cli(argv, monkeypatch, capsys), *fragments)
 
 
 def test_a_model_config_that_is_not_json(tmp_path, monkeypatch, capsys):
     config = tmp_path / "config.json"
     config.write_text("{not json", encoding="utf-8")
-    assert_user_error(*in_process(["simulate", "--model", str(config), "--num-requests", "5"], monkeypatch, capsys),
+    assert_user_error(*run_cli(["simulate", "--model", str(config), "--num-requests", "5"], monkeypatch, capsys),
                       "model config", "JSON")
 
 
@@ -196,7 +177,7 @@ def test_the_same_command_gives_byte_identical_output(process):
 
 def test_json_to_a_file_also_prints_the_tables(tmp_path, monkeypatch, capsys):
     target = tmp_path / "result.json"
-    code, out, err = in_process(["simulate", "--num-requests", "30", "--json", str(target)], monkeypatch, capsys)
+    code, out, err = run_cli(["simulate", "--num-requests", "30", "--json", str(target)], monkeypatch, capsys)
     assert code == 0, err
     doc = json.loads(target.read_text(encoding="utf-8"))
     assert doc["schema"] == "tokenpath.summary/1" and doc["requests"]["completed"] == 30
@@ -207,7 +188,7 @@ def test_json_to_a_file_also_prints_the_tables(tmp_path, monkeypatch, capsys):
 
 
 def test_json_to_stdout_prints_nothing_else(monkeypatch, capsys):
-    code, out, err = in_process(["simulate", "--num-requests", "20", "--json", "-"], monkeypatch, capsys)
+    code, out, err = run_cli(["simulate", "--num-requests", "20", "--json", "-"], monkeypatch, capsys)
     assert code == 0
     assert json.loads(out)["requests"]["completed"] == 20  # the whole stdout is one JSON document
     assert err == ""
@@ -216,38 +197,38 @@ def test_json_to_stdout_prints_nothing_else(monkeypatch, capsys):
 # scenario show
 
 def test_scenario_show_prints_toml_that_simulates_like_the_default(tmp_path, monkeypatch, capsys):
-    code, shown, _ = in_process(["scenario", "show"], monkeypatch, capsys)
+    code, shown, _ = run_cli(["scenario", "show"], monkeypatch, capsys)
     assert code == 0
     table = tomllib.loads(shown)
     assert table["name"] == "typical" and table["model"]["name"] == "llama-3.1-70b"
     path = tmp_path / "shown.toml"
     path.write_text(shown, encoding="utf-8")
-    code, from_file, _ = in_process(["simulate", str(path), "--num-requests", "30", "--json", "-"], monkeypatch, capsys)
+    code, from_file, _ = run_cli(["simulate", str(path), "--num-requests", "30", "--json", "-"], monkeypatch, capsys)
     assert code == 0
-    code, default, _ = in_process(["simulate", "--num-requests", "30", "--json", "-"], monkeypatch, capsys)
+    code, default, _ = run_cli(["simulate", "--num-requests", "30", "--json", "-"], monkeypatch, capsys)
     assert code == 0
     assert json.loads(from_file)["scenario"]["fingerprint"] == json.loads(default)["scenario"]["fingerprint"]
     assert json.loads(from_file)["requests"] == json.loads(default)["requests"]
 
 
 def test_scenario_show_output_simulates_byte_identically(tmp_path, monkeypatch, capsys):
-    _, shown, _ = in_process(["scenario", "show"], monkeypatch, capsys)
+    _, shown, _ = run_cli(["scenario", "show"], monkeypatch, capsys)
     path = tmp_path / "shown.toml"
     path.write_text(shown, encoding="utf-8")
-    _, from_file, _ = in_process(["simulate", str(path), "--num-requests", "30", "--json", "-"], monkeypatch, capsys)
-    _, default, _ = in_process(["simulate", "--num-requests", "30", "--json", "-"], monkeypatch, capsys)
+    _, from_file, _ = run_cli(["simulate", str(path), "--num-requests", "30", "--json", "-"], monkeypatch, capsys)
+    _, default, _ = run_cli(["simulate", "--num-requests", "30", "--json", "-"], monkeypatch, capsys)
     assert from_file == default
 
 
 def test_scenario_list_names_the_embedded_scenarios(monkeypatch, capsys):
-    code, out, _ = in_process(["scenario", "list"], monkeypatch, capsys)
+    code, out, _ = run_cli(["scenario", "list"], monkeypatch, capsys)
     assert code == 0 and "typical" in out
 
 
 # Flags map onto the scenario
 
 def simulate_json(argv: list[str], monkeypatch, capsys) -> dict:
-    code, out, err = in_process(["simulate", *argv, "--json", "-"], monkeypatch, capsys)
+    code, out, err = run_cli(["simulate", *argv, "--json", "-"], monkeypatch, capsys)
     assert code == 0, err
     return json.loads(out)
 
@@ -321,7 +302,7 @@ def test_model_from_a_hugging_face_config_matches_the_catalog_entry(tmp_path, mo
 # Help, catalogs, the entry point
 
 def test_simulate_help_shows_examples(monkeypatch, capsys):
-    code, out, _ = in_process(["simulate", "--help"], monkeypatch, capsys)
+    code, out, _ = run_cli(["simulate", "--help"], monkeypatch, capsys)
     assert code == 0
     assert "Examples" in out
     assert "tokenpath simulate" in out and "--request-rate" in out
@@ -330,7 +311,7 @@ def test_simulate_help_shows_examples(monkeypatch, capsys):
 def catalog_listing(command: str, width: int, monkeypatch, capsys) -> str:
     """The command's output on a console `width` columns wide (80 is what a pipe gets)."""
     monkeypatch.setattr(cli, "console", Console(width=width))
-    code, out, _ = in_process([command], monkeypatch, capsys)
+    code, out, _ = run_cli([command], monkeypatch, capsys)
     assert code == 0
     return out
 
@@ -361,4 +342,4 @@ def test_console_script_points_at_main():
     scripts = metadata.entry_points(group="console_scripts")
     (entry,) = [e for e in scripts if e.name == "tokenpath"]
     assert entry.value == "tokenpath.cli:main"
-    assert entry.load() is main
+    assert entry.load() is cli.main

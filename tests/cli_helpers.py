@@ -1,0 +1,28 @@
+"""Running the `tokenpath` entry point inside a test, and checking a user error's one line."""
+
+import sys
+
+from tokenpath.cli import main
+
+
+def run_cli(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+    """Run the entry point as `tokenpath ARGV`: (exit status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["tokenpath", *argv])
+    code = 0
+    try:
+        main()
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code: int, out: str, err: str, *fragments: str) -> str:
+    """Exit status 2, no traceback, one `error:` line holding every fragment; returns the line."""
+    assert code == 2, (out, err)
+    assert "Traceback" not in out and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
