@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,19 +14,19 @@ from tokenpath.fabric.switched import (
     SwitchedDomain,
 )
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "collectives.toml"
 H100_LINK_BPS = 450e9  # NVLink4 per direction (the nccl-tests references ran on 8x H100/H200 SXM)
 LARGE_BYTES = 8e9      # "several GB": bandwidth-bound, latency < 0.1% of the time
 
 
-def _reference_busbw(system_prefix: str) -> float:
-    """busbw in bytes/s of the all_reduce reference row whose system starts with `system_prefix`."""
-    if not REFERENCE.exists():
-        pytest.skip(f"reference data not found at {REFERENCE}")
-    rows = tomllib.loads(REFERENCE.read_text(encoding="utf-8"))["all_reduce"]
-    matches = [row for row in rows if row["system"].startswith(system_prefix)]
-    assert len(matches) == 1, f"expected one reference row for {system_prefix!r}"
-    return matches[0]["busbw_gb_per_s"] * 1e9
+def _reference_busbw(chip: str, algorithm: str) -> float:
+    """Published bus bandwidth (bytes/s) of a large 8-rank all-reduce, from the project's validation data."""
+    from tokenpath.validate import published_rows
+
+    _, rows = published_rows()
+    matches = [r for r in rows if r["group"] == "nccl_allreduce" and r["chip"] == chip and r["ranks"] == 8
+               and r["algorithm"] == algorithm and r.get("unit") != "s"]
+    assert len(matches) == 1, f"expected one reference row for {chip} {algorithm}"
+    return matches[0]["published"]
 
 
 def domain(algorithm: str = "auto", hosts: int = 8, nvls: bool = True) -> SwitchedDomain:
@@ -39,14 +36,14 @@ def domain(algorithm: str = "auto", hosts: int = 8, nvls: bool = True) -> Switch
 # Large messages: bus bandwidth reproduces nccl-tests.
 
 def test_nvls_all_reduce_bus_bandwidth_matches_nccl_tests_on_8_h100():
-    measured = _reference_busbw("8x H100 SXM, NVLink4 + NVSwitch, NVLS")
+    measured = _reference_busbw("h100", "nvls")
     assert measured == 480e9
     predicted = domain("nvls").bus_bandwidth_Bps("all_reduce", LARGE_BYTES, 8)
     assert predicted == pytest.approx(measured, rel=0.02)
 
 
 def test_ring_all_reduce_bus_bandwidth_matches_nccl_tests_on_8_h100():
-    measured = _reference_busbw("8x H100 SXM, NVLink4, ring")
+    measured = _reference_busbw("h100", "ring")
     assert measured == 370e9
     predicted = domain("ring").bus_bandwidth_Bps("all_reduce", LARGE_BYTES, 8)
     assert predicted == pytest.approx(measured, rel=0.02)
@@ -59,7 +56,7 @@ def test_ring_bus_bandwidth_is_the_same_with_nvls_switched_off():
 
 
 def test_default_all_reduce_on_8_h200_matches_the_nccl_tests_sweep():
-    measured = _reference_busbw("8x H200")
+    measured = _reference_busbw("h200", "auto")
     predicted = domain("auto").bus_bandwidth_Bps("all_reduce", 4e9, 8)
     assert predicted == pytest.approx(measured, rel=0.02)
 

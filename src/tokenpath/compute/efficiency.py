@@ -1,8 +1,8 @@
 """Every tunable assumption of the compute model, in one place.
 
 They are shared by all models and chips: no constant here is specific to one model. Each is an
-assumption to calibrate against measurements (see /work/shared/reference/serving.toml for published
-serving numbers); the chip-specific matmul efficiencies come from measured GEMM rates in
+assumption to calibrate against measurements (`tokenpath validate` compares with published serving
+numbers); the chip-specific matmul efficiencies come from measured GEMM rates in
 catalog/chips.toml instead, where those are published.
 """
 

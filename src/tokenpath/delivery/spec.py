@@ -12,17 +12,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tokenpath.units import Bandwidth, Duration
 
-# PCIe Gen5 x16: 128 GB/s both directions together (shared/reference/chips.toml, h200_sxm.host_link).
+# PCIe Gen5 x16: 128 GB/s both directions together (the H200 SXM host link, nvidia.com/h200).
 PCIE_GEN5_X16_PER_DIRECTION_BPS = 64e9
 # A small device-to-host cudaMemcpy (a few KB) costs about 10 us of latency on PCIe Gen5 hosts; an
 # assumption, to be replaced by a measured calibration.
 D2H_COPY_LATENCY_S = 10e-6
 # Reported cost of one incremental detokenize call in vLLM: 17-55 us (vLLM issue 5206); the low end.
 DETOKENIZE_PER_TOKEN_S = 17e-6
-# Building one SSE chunk with json.dumps of a dict: 2.6 us (shared/reference/bench-clients.md).
+# Building one SSE chunk with json.dumps of a dict: about 2.6 us on a current x86 core (measured; see
+# `tokenpath calibrate delivery` for this machine's figure with the fast framer).
 FRAME_PER_EVENT_S = 2.6e-6
-# Share of Tekken tokens that are not valid UTF-8 alone and so show nothing until the next token
-# completes the character (shared/reference/bench-clients.md): 5.8%.
+# Share of tokens that are not valid UTF-8 alone and so show nothing until a later token completes the
+# character: 5.8% of Tekken tokens in multilingual chat text. It depends on the language: measured with
+# tokenpath.delivery on its sample texts, 0% for English prose and code, 10% for Chinese, 64% for
+# emoji-heavy text. Set it for the traffic at hand.
 INVISIBLE_TOKEN_FRACTION = 0.058
 
 
