@@ -32,6 +32,7 @@ import numpy as np
 
 from tokenpath.delivery.lastmile import closes_event
 from tokenpath.engine.loop import EngineTrace
+from tokenpath.engine.replica import Host, StepCosts
 from tokenpath.engine.spec import EngineSpec
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 
 import pytest
 

@@ -19,13 +19,17 @@ from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.errors import UserError
 from tokenpath.fabric.switched import SwitchedDomain
 from tokenpath.run import Run, itl_gaps_ns
-from tokenpath.summary import LogHistogram
 from tokenpath.scenario import Scenario
+from tokenpath.summary import LogHistogram
 from tokenpath.workload import Requests, generate
 
 # Independent random streams derived from the scenario seed, so adding draws to one layer never
 # shifts another's.
 _WORKLOAD_STREAM, _DELIVERY_STREAM = 0, 1
+
+
+def _rng(scenario: Scenario, stream: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(scenario.seed).spawn(2)[stream])
 
 
 @dataclass(frozen=True)
@@ -186,8 +190,7 @@ class Prepared:
 def prepare(scenario: Scenario) -> Prepared:
     """Resolve the deployment and draw the workload, checking that every request can be served."""
     deployment = build_deployment(scenario)
-    seeds = np.random.SeedSequence(scenario.seed).spawn(2)
-    requests = generate(scenario.resolved_workload(), np.random.default_rng(seeds[_WORKLOAD_STREAM]))
+    requests = generate(scenario.resolved_workload(), _rng(scenario, _WORKLOAD_STREAM))
     _check_fits(requests, deployment, scenario)
     return Prepared(scenario, deployment, requests)
 
@@ -196,9 +199,8 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     """Simulate the scenario end to end. `progress(k)` is called as k more requests finish."""
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
-    seeds = np.random.SeedSequence(scenario.seed).spawn(2)
     visible = first_visible_index(
-        requests.output_tokens, scenario.delivery.invisible_token_fraction, np.random.default_rng(seeds[_DELIVERY_STREAM])
+        requests.output_tokens, scenario.delivery.invisible_token_fraction, _rng(scenario, _DELIVERY_STREAM)
     )
     scheduled_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
     delivery = scenario.resolved_delivery()

@@ -45,7 +45,7 @@ def _token_bytes(token: str, alphabet: dict[str, int]) -> bytes:
 def _piece_maps(steps: list[dict], path: Path) -> tuple[list[Callable[[str, bool], str]], bool, str, int]:
     """Per-token maps, then whether ByteFallback runs, and Strip's (character, count)."""
     maps: list[Callable[[str, bool], str]] = []
-    byte_fallback, fused, strip_char, strip_count = False, False, " ", 0
+    byte_fallback, strip_char, strip_count = False, " ", 0
     stage = 0  # 0: maps, 1: ByteFallback seen, 2: Fuse seen, 3: Strip seen
     for step in steps:
         kind = step.get("type")
@@ -59,8 +59,8 @@ def _piece_maps(steps: list[dict], path: Path) -> tuple[list[Callable[[str, bool
             maps.append(lambda s, first, c=char, d=drop_first: s.replace(c, "") if first and d else s.replace(c, " "))
         elif kind == "ByteFallback" and stage == 0:
             byte_fallback, stage = True, 1
-        elif kind == "Fuse" and stage <= 1:
-            fused, stage = True, 2
+        elif kind == "Fuse" and stage <= 1:  # the stream always joins pieces; Fuse only orders the steps
+            stage = 2
         elif kind == "Strip" and stage == 2 and int(step.get("stop", 0)) == 0:
             strip_char, strip_count, stage = step.get("content", " "), int(step.get("start", 0)), 3
         else:
