@@ -1,4 +1,4 @@
-"""The switched scale-up domain: alpha-beta collective times against nccl-tests references."""
+"""Collectives on one switched scale-up domain: alpha-beta times against nccl-tests references."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpath.errors import UserError
-from tokenpath.fabric.switched import (
-    NVLINK_HOP_LATENCY_S,
-    NVLS_LATENCY_S,
-    RING_BASE_LATENCY_S,
-    SwitchedDomain,
-)
+from tokenpath.fabric.build import NVLINK_HOP_LATENCY_S
+from tokenpath.fabric.collectives import BASE_LATENCY_S as RING_BASE_LATENCY_S
+from tokenpath.fabric.collectives import NVLS_LATENCY_S, Collectives
+from tokenpath.fabric.single_hop import Switch
 
 H100_LINK_BPS = 450e9  # NVLink4 per direction (the nccl-tests references ran on 8x H100/H200 SXM)
 LARGE_BYTES = 8e9      # "several GB": bandwidth-bound, latency < 0.1% of the time
@@ -27,6 +25,21 @@ def _reference_busbw(chip: str, algorithm: str) -> float:
                and r["algorithm"] == algorithm and r.get("unit") != "s"]
     assert len(matches) == 1, f"expected one reference row for {chip} {algorithm}"
     return matches[0]["published"]
+
+
+class SwitchedDomain:
+    """One switch of `hosts` chips; a collective runs on the first `ranks` of them."""
+
+    def __init__(self, hosts: int, link_bw_Bps: float, algorithm: str = "auto", nvls: bool = True,
+                 link_latency_s: float = NVLINK_HOP_LATENCY_S) -> None:
+        # A chip-to-chip hop crosses two links: up to the switch and down.
+        self.collectives = Collectives(Switch(hosts, link_bw_Bps, link_latency_s / 2, nvls=nvls), algorithm)
+
+    def collective_time_s(self, op: str, size_bytes: float, ranks: int) -> float:
+        return self.collectives.time_s(op, size_bytes, [list(range(ranks))])
+
+    def bus_bandwidth_Bps(self, op: str, size_bytes: float, ranks: int) -> float:
+        return self.collectives.bus_bandwidth_Bps(op, size_bytes, [list(range(ranks))])
 
 
 def domain(algorithm: str = "auto", hosts: int = 8, nvls: bool = True) -> SwitchedDomain:
@@ -52,7 +65,8 @@ def test_ring_all_reduce_bus_bandwidth_matches_nccl_tests_on_8_h100():
 def test_ring_bus_bandwidth_is_the_same_with_nvls_switched_off():
     ring = domain("ring").bus_bandwidth_Bps("all_reduce", LARGE_BYTES, 8)
     no_sharp = domain("auto", nvls=False).bus_bandwidth_Bps("all_reduce", LARGE_BYTES, 8)
-    assert no_sharp == ring
+    # auto may take halving-doubling, which moves the same bytes with fewer latency steps
+    assert no_sharp == pytest.approx(ring, rel=1e-3) and no_sharp >= ring
 
 
 def test_default_all_reduce_on_8_h200_matches_the_nccl_tests_sweep():
@@ -120,11 +134,12 @@ def test_custom_hop_latency_enters_the_ring_latency():
 
 @settings(max_examples=150, deadline=None)
 @given(size=st.floats(1.0, 1e11), ranks=st.integers(2, 8), op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter"]))
-def test_auto_is_the_faster_of_ring_and_nvls(size, ranks, op):
+def test_auto_is_the_fastest_algorithm_at_every_size(size, ranks, op):
     auto = domain("auto").collective_time_s(op, size, ranks)
-    ring = domain("ring").collective_time_s(op, size, ranks)
-    nvls = domain("nvls").collective_time_s(op, size, ranks)
-    assert auto == min(ring, nvls)
+    names = ["ring", "tree", "nvls"] if op == "all_reduce" else ["ring"]
+    if ranks & (ranks - 1) == 0:
+        names.append("halving_doubling")
+    assert auto == min(domain(name).collective_time_s(op, size, ranks) for name in names)
 
 
 def test_auto_switches_to_ring_where_ring_is_faster():
@@ -137,9 +152,12 @@ def test_auto_switches_to_ring_where_ring_is_faster():
     assert domain("auto").collective_time_s("all_reduce", 1024, 8) == domain("nvls").collective_time_s("all_reduce", 1024, 8)
 
 
-def test_without_in_switch_reduction_auto_uses_the_ring():
+def test_without_in_switch_reduction_auto_never_uses_nvls():
+    no_sharp = domain("auto", nvls=False)
+    assert "nvls" not in no_sharp.collectives.available("all_reduce", 8)
     for size in (8, 1e6, LARGE_BYTES):
-        assert domain("auto", nvls=False).collective_time_s("all_reduce", size, 8) == domain("ring").collective_time_s("all_reduce", size, 8)
+        best = min(domain(a).collective_time_s("all_reduce", size, 8) for a in ("ring", "tree", "halving_doubling"))
+        assert no_sharp.collective_time_s("all_reduce", size, 8) == best
 
 
 # Shape of the cost curve.
@@ -154,12 +172,15 @@ def test_without_in_switch_reduction_auto_uses_the_ring():
 )
 def test_time_is_monotone_in_size(a, b, ranks, algorithm, op):
     small, large = sorted((a, b))
+    if algorithm == "nvls" and op != "all_reduce":
+        algorithm = "ring"
     d = domain(algorithm)
     assert 0.0 <= d.collective_time_s(op, small, ranks) <= d.collective_time_s(op, large, ranks)
 
 
-@pytest.mark.parametrize("algorithm", ["auto", "ring", "nvls"])
-@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("algorithm, op", [(a, o) for a in ("auto", "ring", "tree", "nvls")
+                                           for o in ("all_reduce", "all_gather", "reduce_scatter")
+                                           if a in ("auto", "ring") or o == "all_reduce"])
 def test_one_rank_or_no_bytes_cost_nothing(algorithm, op):
     d = domain(algorithm)
     assert d.collective_time_s(op, 1e9, 1) == 0.0
@@ -168,23 +189,24 @@ def test_one_rank_or_no_bytes_cost_nothing(algorithm, op):
 
 
 def test_a_group_larger_than_the_domain_is_a_user_error():
-    with pytest.raises(UserError, match=r"group of 16 chips does not fit a 8-chip"):
+    with pytest.raises(UserError, match=r"placement: host 8 is outside this 8-host switch"):
         domain(hosts=8).collective_time_s("all_reduce", 1e6, 16)
     assert domain(hosts=16).collective_time_s("all_reduce", 1e6, 16) > 0
 
 
 def test_bad_configurations_are_user_errors():
-    with pytest.raises(UserError, match="fabric.algorithm"):
-        SwitchedDomain(hosts=8, link_bw_Bps=H100_LINK_BPS, algorithm="tree")
-    with pytest.raises(UserError, match="fabric.algorithm: 'nvls' needs"):
-        SwitchedDomain(hosts=8, link_bw_Bps=H100_LINK_BPS, algorithm="nvls", nvls=False)
+    with pytest.raises(UserError, match="fabric.algorithm: unknown 'bogus'"):
+        SwitchedDomain(hosts=8, link_bw_Bps=H100_LINK_BPS, algorithm="bogus")
+    with pytest.raises(UserError, match="fabric.algorithm: 'nvls' cannot run all_reduce over 8 ranks on a switch"):
+        SwitchedDomain(hosts=8, link_bw_Bps=H100_LINK_BPS, algorithm="nvls", nvls=False).collective_time_s(
+            "all_reduce", 1e6, 8)
     with pytest.raises(UserError, match="fabric.link_bw"):
         SwitchedDomain(hosts=8, link_bw_Bps=0.0)
 
 
-def test_unknown_collective_is_a_programming_error():
-    with pytest.raises(ValueError, match="all_to_all"):
-        domain().collective_time_s("all_to_all", 1e6, 8)
+def test_unknown_collective_is_a_user_error():
+    with pytest.raises(UserError, match="collective: unknown 'all_to_some'"):
+        domain().collective_time_s("all_to_some", 1e6, 8)
 
 
 def test_bus_bandwidth_of_a_single_rank_is_zero():

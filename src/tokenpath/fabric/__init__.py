@@ -1,5 +1,1 @@
-"""Traffic layer: how long bytes take between chips on a topology."""
-
-from tokenpath.fabric.switched import SwitchedDomain
-
-__all__ = ["SwitchedDomain"]
+"""Traffic layer: topologies, their routing and link loads, and collectives on them."""

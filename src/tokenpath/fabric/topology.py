@@ -195,7 +195,7 @@ class Topology(ABC):
         seen = set()
         for a, b in zip(self.links.src.tolist(), self.links.dst.tolist()):
             key = (min(a, b), max(a, b))
-            if key not in seen:
+            if key[0] >= 0 and key not in seen:  # a negative end is a port with nothing behind it
                 seen.add(key)
                 half.append((a, b, None))
         g.add_edges_from(half)

@@ -1,0 +1,74 @@
+"""Pydantic validation errors as one line: where, what, and how to fix it.
+
+Shared by every table a user writes (scenarios, topology files). Tagged unions (a `kind` key choosing
+the model) are walked through, so an unknown key lists the keys allowed for that kind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through Optional, Union and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        found += _models_in(arg)
+    return found
+
+
+def _walk(root: Any, loc: tuple[Any, ...]) -> tuple[type[BaseModel] | None, list[str]]:
+    """The model holding the table at `loc`, and `loc` without the union tags pydantic inserts."""
+    candidates = _models_in(root)
+    owner: type[BaseModel] | None = None
+    shown: list[str] = []
+    parts = list(loc)
+    while parts:
+        part = str(parts.pop(0))
+        if owner is None or len(candidates) > 1:
+            tagged = [m for m in candidates if m.model_fields.get("kind") and m.model_fields["kind"].default == part]
+            if tagged:
+                owner, candidates = tagged[0], [tagged[0]]
+                continue
+            if len(candidates) == 1:
+                owner = candidates[0]
+        if owner is None:
+            return None, shown + [part] + [str(p) for p in parts]
+        field = owner.model_fields.get(part)
+        shown.append(part)
+        if field is None:
+            return None, shown + [str(p) for p in parts]
+        candidates = _models_in(field.annotation)
+        owner = candidates[0] if len(candidates) == 1 else None
+    if owner is None and len(candidates) == 1:
+        owner = candidates[0]
+    return owner, shown
+
+
+def explain(error: ValidationError, source: str, root: Any) -> str:
+    """The first error of validating a table against `root` (a model class or a type), as one line."""
+    first = error.errors()[0]
+    loc = tuple(first["loc"])
+    if first["type"] == "extra_forbidden":
+        owner, shown = _walk(root, loc[:-1])
+        where = ".".join(shown + [str(loc[-1])])
+        known = list(owner.model_fields) if owner is not None else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"{source}: unknown key {where!r}; {hint}allowed here: {', '.join(known)}"
+    _, shown = _walk(root, loc)
+    where = ".".join(shown)
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "union_tag_invalid":
+        message = (message.replace("Input tag", "kind").replace(" found using 'kind'", "")
+                   .replace("does not match any of the expected tags:", "is not one of"))
+    given = first.get("input")
+    if isinstance(given, (str, int, float, bool)) and repr(given) not in message:
+        message += f" (got {given!r})"
+    return f"{source}: {where}: {message}" if where else f"{source}: {message}"

@@ -1,0 +1,83 @@
+"""Turn a fabric table into a topology, filling defaults from the chip.
+
+Defaults, shared by every scenario:
+- scale-up link bandwidth: the chip's scale-up bandwidth per direction, shared over its ports (one port
+  into a switch; hosts-1 in a full mesh; 2 per dimension in a torus or mesh);
+- scale-up link latency: NVLink's 0.6 us per chip-to-chip hop (NCCL src/graph/tuning.cc, LL), i.e.
+  0.3 us on each of the two links through a switch;
+- scale-out link latency: NCCL's 2.7 us per network hop (tuning.cc, LL) over the four links a
+  leaf-spine route crosses, 0.675 us per link. Scale-out bandwidth has no default: give the NIC's.
+"""
+
+from __future__ import annotations
+
+from tokenpath.errors import UserError
+from tokenpath.fabric.spec import (
+    DragonFlyFabric,
+    FatTreeFabric,
+    FullMeshFabric,
+    HierarchyFabric,
+    MeshFabric,
+    SwitchFabric,
+    TorusFabric,
+)
+from tokenpath.fabric.topology import Topology
+
+NVLINK_HOP_LATENCY_S = 0.6e-6
+SCALEOUT_LINK_LATENCY_S = 2.7e-6 / 4
+
+
+def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None = None) -> Topology:
+    """The topology of `spec`; `scaleup_bw_Bps` (the chip's) and `chips` (the deployment's) fill
+    unset scale-up bandwidth and host counts."""
+    from tokenpath.fabric.dragonfly import DragonFly
+    from tokenpath.fabric.fattree import FatTree
+    from tokenpath.fabric.hierarchy import Hierarchy
+    from tokenpath.fabric.single_hop import FullMesh, Switch
+    from tokenpath.fabric.torus import Mesh, Torus
+
+    def scaleup_bw(ports: int, field: str = "fabric.link_bw") -> float:
+        if spec.link_bw is not None:
+            return spec.link_bw
+        if scaleup_bw_Bps is None:
+            raise UserError(f"{field}: not set and no chip to take it from; give it, e.g. '450 GB/s'")
+        return scaleup_bw_Bps / ports
+
+    def scaleout_bw() -> float:
+        if spec.link_bw is None:
+            raise UserError(f"fabric.link_bw: a {spec.kind} network needs its link bandwidth, e.g. '50 GB/s' "
+                            "for a 400 Gb/s NIC")
+        return spec.link_bw
+
+    def latency(default_s: float) -> float:
+        return default_s if spec.link_latency is None else spec.link_latency
+
+    def hosts() -> int:
+        if spec.hosts is not None:
+            return spec.hosts
+        if chips is None or (chips < 2 and spec.kind != "switch"):
+            raise UserError(f"fabric.hosts: a {spec.kind} needs at least 2 hosts; set fabric.hosts")
+        return chips
+
+    if isinstance(spec, SwitchFabric):
+        return Switch(hosts(), scaleup_bw(1), latency(NVLINK_HOP_LATENCY_S / 2), nvls=spec.nvls)
+    if isinstance(spec, FullMeshFabric):
+        n = hosts()
+        return FullMesh(n, scaleup_bw(n - 1), latency(NVLINK_HOP_LATENCY_S))
+    if isinstance(spec, MeshFabric):
+        return Mesh(tuple(spec.dims), scaleup_bw(2 * max(1, len(spec.dims))), latency(NVLINK_HOP_LATENCY_S))
+    if isinstance(spec, TorusFabric):
+        return Torus(tuple(spec.dims), scaleup_bw(2 * max(1, len(spec.dims))), latency(NVLINK_HOP_LATENCY_S),
+                     wraparound=spec.wraparound)
+    if isinstance(spec, FatTreeFabric):
+        ratios = None if spec.oversubscription is None else tuple(spec.oversubscription)
+        return FatTree(spec.k, scaleout_bw(), latency(SCALEOUT_LINK_LATENCY_S), levels=spec.levels,
+                       oversubscription=ratios)
+    if isinstance(spec, DragonFlyFabric):
+        return DragonFly(spec.p, scaleout_bw(), latency(SCALEOUT_LINK_LATENCY_S), a=spec.a, h=spec.h, g=spec.g,
+                         routing=spec.routing, global_bw_Bps=spec.global_bw, global_latency_s=spec.global_latency)
+    if isinstance(spec, HierarchyFabric):
+        node = build_topology(spec.node, scaleup_bw_Bps, None)
+        network = build_topology(spec.network, None, None)
+        return Hierarchy(spec.nodes, node, network, rails=spec.rails)
+    raise AssertionError(spec)

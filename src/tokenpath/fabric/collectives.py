@@ -1,0 +1,367 @@
+"""Collectives as traffic on the actual topology: alpha-beta times that see congestion.
+
+An algorithm is a list of rounds; each round is a set of concurrent flows between ranks, repeated
+`count` times. A round takes the latency of its longest route plus its busiest link's bytes over that
+link's achievable bandwidth; rounds run one after another. Loads come from the topology's own routing,
+so a ring whose neighbours share an uplink, an oversubscribed tier, or several groups running at once
+(`groups`, e.g. the tensor-parallel groups of every data-parallel replica) all show in the time.
+
+Every round's bytes scale with the message size, so for one set of groups each algorithm costs
+`alpha_s + size_bytes * beta_s_per_byte` exactly; `Collectives.cost` computes the pair once, and
+`auto` takes the cheapest algorithm at each size, as NCCL's tuner does.
+
+Constants are named with their source and shared by every topology.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from tokenpath.errors import UserError
+from tokenpath.fabric.hierarchy import Hierarchy
+from tokenpath.fabric.topology import Topology, Traffic
+
+# NCCL src/graph/tuning.cc: base latency of one collective launch (Ring, LL protocol).
+BASE_LATENCY_S = 6.6e-6
+# NVLS (in-switch reduction) small-message all-reduce latency: ~6 us with CUDA graphs on H100
+# (NVIDIA/nccl issue 1259).
+NVLS_LATENCY_S = 6.0e-6
+# Achieved fraction of the per-direction NVLink bandwidth at large sizes, from nccl-tests on 8x H100 SXM
+# (450 GB/s per direction): ring all-reduce busbw 370 GB/s (nccl-tests issues 212, 309); NVLS all-reduce
+# busbw 480 GB/s, i.e. algbw 480 / (2*7/8) = 274 GB/s (nccl-tests issue 212).
+SCALEUP_BW_EFFICIENCY = 370.0 / 450.0
+NVLS_BW_EFFICIENCY = (480.0 / (2 * 7 / 8)) / 450.0
+# A 400 Gb/s (50 GB/s) InfiniBand NIC reaches 46-48 GB/s busbw (nccl-tests issue 290).
+SCALEOUT_BW_EFFICIENCY = 47.0 / 50.0
+# Above this many flows a round's latency is bounded by the topology's diameter instead of routing each.
+_ROUTED_LATENCY_FLOWS = 1024
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+ALGORITHMS = ("auto", "ring", "tree", "halving_doubling", "nvls", "bucket", "hierarchical", "direct")
+
+
+@dataclass(frozen=True)
+class Round:
+    """Concurrent flows src[i] -> dst[i], each carrying `fraction` of the message, `count` times over,
+    paying route latency `steps` times (default: once per repetition; a pipelined pass differs)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    fraction: float
+    count: int
+    steps: int | None = None
+
+
+@dataclass(frozen=True)
+class AffineCost:
+    """time_s(size) = alpha_s + size_bytes * beta_s_per_byte (zero when nothing moves)."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+
+    def time_s(self, size_bytes: float) -> float:
+        return 0.0 if size_bytes <= 0 else self.alpha_s + size_bytes * self.beta_s_per_byte
+
+
+def bus_bandwidth_factor(op: str, ranks: int) -> float:
+    """nccl-tests busbw = algbw * factor (doc/PERFORMANCE.md), so it compares with link bandwidth."""
+    if op == "all_reduce":
+        return 2 * (ranks - 1) / ranks
+    if op == "send_recv":
+        return 1.0
+    return (ranks - 1) / ranks
+
+
+# -- algorithms as rounds over rank indices -----------------------------------------------------------
+
+def _ring(op: str, n: int) -> list[Round]:
+    ranks = np.arange(n)
+    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+    return [Round(ranks, (ranks + 1) % n, 1.0 / n, steps)]
+
+
+def _tree(n: int) -> list[Round]:
+    """NCCL's double binary tree all-reduce: two complementary trees each reduce then broadcast half the
+    message, pipelined, so every tree edge carries its half up and down once; latency ~2 * depth steps."""
+    depth = max(1, math.ceil(math.log2(n)))
+    child = np.arange(1, n)
+    parent = (child - 1) // 2
+    # The second tree mirrors the first (rank i -> n-1-i), so a rank inner in one is a leaf in the other.
+    a = np.concatenate([child, n - 1 - child])
+    b = np.concatenate([parent, n - 1 - parent])
+    return [Round(np.concatenate([a, b]), np.concatenate([b, a]), 0.5, count=1, steps=2 * depth)]
+
+
+def _halving_doubling(op: str, n: int) -> list[Round]:
+    """Recursive halving (reduce-scatter) then doubling (all-gather): log2(n) exchanges each way with the
+    partner at distance n/2, n/4, ..., the message halving each time (Rabenseifner)."""
+    ranks = np.arange(n)
+    steps = int(math.log2(n))
+    rs = [Round(ranks, ranks ^ (n >> (k + 1)), 1.0 / (2 ** (k + 1)), 1) for k in range(steps)]
+    if op == "reduce_scatter":
+        return rs
+    ag = rs[::-1]
+    return ag if op == "all_gather" else rs + ag
+
+
+def _send_recv(n: int) -> list[Round]:
+    ranks = np.arange(n)
+    return [Round(ranks[:-1], ranks[1:], 1.0, 1)]
+
+
+class Collectives:
+    """Collective costs on `topology`. `bw_efficiency` is the achievable fraction of every link's
+    bandwidth (a scalar or one value per link); default: by the kind of link (see link_efficiency)."""
+
+    def __init__(self, topology: Topology, algorithm: str = "auto", bw_efficiency: float | np.ndarray | None = None):
+        if algorithm not in ALGORITHMS:
+            raise UserError(f"fabric.algorithm: unknown {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
+        self.topology = topology
+        self.algorithm = algorithm
+        eff = link_efficiency(topology) if bw_efficiency is None else bw_efficiency
+        self._capacity_Bps = topology.links.bw_Bps * eff
+        self._cost = lru_cache(maxsize=4096)(self._cost_uncached)
+        if isinstance(topology, Hierarchy):  # groups inside one node run on that node alone
+            node_eff = eff if np.ndim(eff) == 0 else np.asarray(eff)[: len(topology.node.links)]
+            self._inside = Collectives(topology.node, "auto", node_eff)
+
+    # -- public -----------------------------------------------------------------------------
+    def available(self, op: str, ranks: int) -> list[str]:
+        """Algorithms that can run `op` over `ranks` ranks on this topology."""
+        _check_op(op)
+        if op == "send_recv" or op == "all_to_all":
+            return ["direct"]
+        names = ["ring"]
+        if op == "all_reduce":
+            names.append("tree")
+            if getattr(self.topology, "nvls", False):
+                names.append("nvls")
+        if ranks & (ranks - 1) == 0:
+            names.append("halving_doubling")
+        if self.topology.kind in ("torus", "mesh"):
+            names.append("bucket")
+        if self.topology.kind == "hierarchy":
+            names.append("hierarchical")
+        return names
+
+    def cost(self, op: str, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> AffineCost:
+        """Cost of `op` run at once by every group of `groups` (host lists of equal size); `algorithm`
+        defaults to the one this instance was made with. For `auto` the result is the cheapest at
+        1 MiB; use `time_s` for the per-size choice."""
+        key = tuple(tuple(int(h) for h in g) for g in groups)
+        algorithm = algorithm or self.algorithm
+        if op in ("all_to_all", "send_recv"):
+            algorithm = "direct"  # point-to-point whatever the reduction algorithm
+        elif algorithm in ("nvls", "tree") and op != "all_reduce":
+            algorithm = "ring"  # in-switch reduction and NCCL's trees serve all-reduce only
+        return self._cost(op, key, algorithm)
+
+    def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> float:
+        """Time of one collective of `size_bytes` per rank (nccl-tests' size) run by each group."""
+        algorithm = algorithm or self.algorithm
+        if algorithm == "auto" and op not in ("all_to_all", "send_recv"):
+            return min(self.cost(op, groups, a).time_s(size_bytes) for a in self._auto_candidates(op, groups))
+        return self.cost(op, groups, algorithm).time_s(size_bytes)
+
+    def choose(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]]) -> str:
+        """The algorithm `auto` picks at this size."""
+        return min(self._auto_candidates(op, groups), key=lambda a: self.cost(op, groups, a).time_s(size_bytes))
+
+    def bus_bandwidth_Bps(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],
+                          algorithm: str | None = None) -> float:
+        time_s = self.time_s(op, size_bytes, groups, algorithm)
+        ranks = len(groups[0])
+        return 0.0 if time_s == 0 else size_bytes / time_s * bus_bandwidth_factor(op, ranks)
+
+    # -- internals --------------------------------------------------------------------------
+    def _auto_candidates(self, op: str, groups: Sequence[Sequence[int]]) -> list[str]:
+        hosts = np.array(groups, np.int64)
+        if isinstance(self.topology, Hierarchy) and self.topology.within_nodes(hosts):
+            return self._inside._auto_candidates(op, hosts % self.topology.per_node)
+        names = self.available(op, len(groups[0]))
+        if "bucket" in names and _box(self.topology, hosts[0]) is None:
+            names.remove("bucket")
+        if "hierarchical" in names and not _even_over_nodes(self.topology, hosts[0]):
+            names.remove("hierarchical")
+        return names
+
+    def _cost_uncached(self, op: str, groups: tuple[tuple[int, ...], ...], algorithm: str) -> AffineCost:
+        _check_op(op)
+        n = len(groups[0])
+        if any(len(g) != n for g in groups):
+            raise ValueError("groups of one collective must have the same size")
+        for g in groups:
+            self.topology.check_hosts(np.array(g), "placement")
+        if n <= 1:
+            return AffineCost(0.0, 0.0)
+        hosts = np.array(groups, np.int64)
+        if isinstance(self.topology, Hierarchy) and self.topology.within_nodes(hosts):
+            return self._inside_nodes(op, hosts, algorithm)
+        if algorithm == "auto":
+            return min((self._cost(op, groups, a) for a in self._auto_candidates(op, groups)),
+                       key=lambda c: c.time_s(2**20))
+        if algorithm == "hierarchical" and algorithm in self.available(op, n):
+            _hierarchical(op, self.topology, hosts[0])  # says what is wrong with the layout, if anything
+        if algorithm not in self._auto_candidates(op, groups):
+            raise UserError(f"fabric.algorithm: {algorithm!r} cannot run {op} over {n} ranks on a "
+                            f"{self.topology.kind}; use one of {', '.join(self._auto_candidates(op, groups))} "
+                            "or 'auto'")
+        if algorithm == "nvls":
+            return self._nvls(groups)
+        if op == "all_to_all":
+            return self._all_to_all(hosts)
+        rounds = self._rounds(op, algorithm, groups)
+        alpha_s, beta = BASE_LATENCY_S, 0.0
+        for r in rounds:
+            src = hosts[:, r.src].ravel()
+            dst = hosts[:, r.dst].ravel()
+            traffic = Traffic.from_flows(self.topology, src, dst, r.fraction)
+            busiest_s_per_byte = float((self.topology.link_loads(traffic) / self._capacity_Bps).max(initial=0.0))
+            alpha_s += (r.count if r.steps is None else r.steps) * self._round_latency_s(src, dst)
+            beta += r.count * busiest_s_per_byte
+        return AffineCost(alpha_s, beta)
+
+    def _rounds(self, op: str, algorithm: str, groups: tuple[tuple[int, ...], ...]) -> list[Round]:
+        n = len(groups[0])
+        if algorithm == "ring":
+            return _ring(op, n)
+        if algorithm == "tree":
+            return _tree(n)
+        if algorithm == "halving_doubling":
+            return _halving_doubling(op, n)
+        if algorithm == "direct":
+            return _send_recv(n)
+        if algorithm == "bucket":
+            return _bucket(op, self.topology, np.array(groups[0]))
+        if algorithm == "hierarchical":
+            return _hierarchical(op, self.topology, np.array(groups[0]))
+        raise AssertionError(algorithm)
+
+    def _inside_nodes(self, op: str, hosts: np.ndarray, algorithm: str) -> AffineCost:
+        """Groups that stay inside nodes: each node is on its own, so the slowest node sets the time."""
+        hier = self.topology
+        inner = self._inside
+        if algorithm == "hierarchical":
+            algorithm = "ring"
+        worst = AffineCost(0.0, 0.0)
+        nodes = hosts[:, 0] // hier.per_node
+        for node in np.unique(nodes):
+            local = hosts[nodes == node] % hier.per_node
+            cost = inner.cost(op, local.tolist(), algorithm)
+            worst = max(worst, cost, key=lambda c: c.time_s(2**20))
+        return worst
+
+    def _all_to_all(self, hosts: np.ndarray) -> AffineCost:
+        """Every rank sends 1/n of its buffer to every other rank, all at once (NCCL's p2p all-to-all),
+        folded per router so large groups cost no more than their routers."""
+        n = hosts.shape[1]
+        loads = sum(self.topology.link_loads(Traffic.all_to_all(self.topology, 1.0 / n, hosts=g)) for g in hosts)
+        if n * n <= _ROUTED_LATENCY_FLOWS:
+            src, dst = np.nonzero(~np.eye(n, dtype=bool))
+            latency_s = self._round_latency_s(hosts[:, src].ravel(), hosts[:, dst].ravel())
+        else:
+            latency_s = self.topology.diameter() * float(self.topology.links.latency_s.max())
+        return AffineCost(BASE_LATENCY_S + latency_s, float((loads / self._capacity_Bps).max()))
+
+    def _nvls(self, groups: tuple[tuple[int, ...], ...]) -> AffineCost:
+        """In-switch reduction: each rank sends its buffer up once and receives the result once."""
+        hosts = np.array(groups, np.int64).ravel()
+        up_down = np.concatenate([hosts, hosts + self.topology.hosts])  # host links (Topology.host_links)
+        bw = self.topology.links.bw_Bps[up_down] * NVLS_BW_EFFICIENCY
+        return AffineCost(NVLS_LATENCY_S, float((1.0 / bw).max()))
+
+    def _round_latency_s(self, src: np.ndarray, dst: np.ndarray) -> float:
+        """Latency of the longest route among the round's flows."""
+        links = self.topology.links
+        if len(src) > _ROUTED_LATENCY_FLOWS:
+            return self.topology.diameter() * float(links.latency_s.max())
+        worst = 0.0
+        for s, d in set(zip(src.tolist(), dst.tolist())):
+            route = self.topology.route(s, d)
+            worst = max(worst, sum(f * links.latency_s[i] for i, f in route.items()))
+        return worst
+
+
+def _box(torus: Topology, group: np.ndarray) -> np.ndarray | None:
+    """The group's ranks as an array shaped like the box of torus coordinates it fills, or None."""
+    coords = np.stack(np.unravel_index(group, torus.dims), axis=1)
+    lows, highs = coords.min(axis=0), coords.max(axis=0)
+    extents = highs - lows + 1
+    if int(np.prod(extents)) != len(group):
+        return None
+    box = np.full(tuple(extents), -1, np.int64)
+    box[tuple((coords - lows).T)] = np.arange(len(group))
+    return None if (box < 0).any() else box
+
+
+def _bucket(op: str, torus: Topology, group: np.ndarray) -> list[Round]:
+    """Per-dimension bucket all-reduce on a box of a torus or mesh: reduce-scatter along each dimension
+    in turn over bidirectional rings (half each way), then all-gather back in reverse order."""
+    box = _box(torus, group)
+    if box is None:
+        raise UserError("fabric.algorithm: 'bucket' needs each group to fill a box of the torus; use 'ring' or 'auto'")
+    rounds, share = [], 1.0
+    for axis, extent in enumerate(box.shape):
+        if extent == 1:
+            continue
+        fwd, back = np.roll(box, -1, axis=axis).ravel(), np.roll(box, 1, axis=axis).ravel()
+        src = np.concatenate([box.ravel(), box.ravel()])
+        dst = np.concatenate([fwd, back])
+        rounds.append(Round(src, dst, share / extent / 2, extent - 1))
+        share /= extent
+    if op == "all_reduce":
+        rounds = rounds + rounds[::-1]
+    elif op == "all_gather":
+        rounds = rounds[::-1]
+    return rounds
+
+
+def _even_over_nodes(hier: Hierarchy, group: np.ndarray) -> bool:
+    counts = np.bincount(group // hier.per_node)
+    counts = counts[counts > 0]
+    return bool((counts == counts[0]).all())
+
+
+def _hierarchical(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
+    """Reduce-scatter inside each node, all-reduce across nodes rail by rail (ranks with the same local
+    position), all-gather inside each node; needs the same number of ranks on every node."""
+    nodes = group // hier.per_node
+    order = np.argsort(nodes, kind="stable")
+    per_node = np.bincount(nodes)[np.unique(nodes)]
+    m, q = int(per_node[0]), len(per_node)
+    if (per_node != m).any():
+        raise UserError("fabric.algorithm: 'hierarchical' needs the same number of ranks on every node; "
+                        "use 'ring' or 'auto'")
+    grid = order.reshape(q, m)  # grid[node, local] = rank index
+    intra_src, intra_dst = grid.ravel(), np.roll(grid, -1, axis=1).ravel()
+    inter_src, inter_dst = grid.ravel(), np.roll(grid, -1, axis=0).ravel()
+    rounds = []
+    if m > 1:
+        rounds.append(Round(intra_src, intra_dst, 1.0 / (m * 1.0), m - 1))
+    if q > 1:
+        steps = 2 * (q - 1) if op == "all_reduce" else q - 1
+        rounds.append(Round(inter_src, inter_dst, 1.0 / (m * q), steps))
+    if op == "all_reduce" and m > 1:
+        rounds.append(Round(intra_src, intra_dst, 1.0 / m, m - 1))
+    return rounds
+
+
+def link_efficiency(topology: Topology) -> np.ndarray:
+    """Achievable fraction of each link's bandwidth: NVLink-class measurements for scale-up domains
+    (switch, full mesh, torus, mesh), NIC measurements for scale-out networks (fat tree, DragonFly).
+    A topology may define its own `link_efficiency()` (a hierarchy mixes both)."""
+    own = getattr(topology, "link_efficiency", None)
+    if own is not None:
+        return own()
+    scale_up = topology.kind in ("switch", "fullmesh", "torus", "mesh")
+    return np.full(len(topology.links), SCALEUP_BW_EFFICIENCY if scale_up else SCALEOUT_BW_EFFICIENCY)
+
+
+def _check_op(op: str) -> None:
+    if op not in OPS:
+        raise UserError(f"collective: unknown {op!r}; use one of {', '.join(OPS)}")

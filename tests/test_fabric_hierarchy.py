@@ -1,0 +1,344 @@
+"""Hierarchy: scale-up nodes (an 8-chip NVSwitch each) with every chip's NIC on a scale-out network.
+
+Structure and routes against hand numbering and brute force; collectives against hand arithmetic:
+NVLink at 450 GB/s x SCALEUP_BW_EFFICIENCY inside a node, NICs at 50 GB/s x SCALEOUT_BW_EFFICIENCY
+across nodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tokenpath.errors import UserError
+from tokenpath.fabric.collectives import (
+    BASE_LATENCY_S,
+    SCALEOUT_BW_EFFICIENCY,
+    SCALEUP_BW_EFFICIENCY,
+    Collectives,
+    link_efficiency,
+)
+from tokenpath.fabric.hierarchy import Hierarchy
+from tokenpath.fabric.fattree import FatTree
+from tokenpath.fabric.single_hop import Switch
+from tokenpath.fabric.topology import Traffic
+from tokenpath.fabric.torus import Torus
+
+
+NV_BW, NV_LAT = 450e9, 0.3e-6      # NVLink per direction; per link (chip-switch), 0.6 us per hop
+NIC_BW, NIC_LAT = 50e9, 0.7e-6     # 400 Gb/s NIC; per network link
+SU, SO = SCALEUP_BW_EFFICIENCY, SCALEOUT_BW_EFFICIENCY
+NV_HOP = 2 * NV_LAT
+REL = 1e-12
+
+
+def node() -> Switch:
+    return Switch(8, NV_BW, NV_LAT)
+
+
+def switched(nodes: int = 4, rails: bool = True, network_hosts: int = 32) -> Hierarchy:
+    return Hierarchy(nodes, node(), Switch(network_hosts, NIC_BW, NIC_LAT), rails=rails)
+
+
+def leaf_spine(nodes: int = 4, rails: bool = True, over: tuple[float, ...] | None = None) -> Hierarchy:
+    # k=8 leaf-spine: 8 leaves x 4 hosts = 32 NICs, 4 spines. With rails and 4 nodes, rail i = leaf i.
+    return Hierarchy(nodes, node(), FatTree(8, NIC_BW, NIC_LAT, levels=2, oversubscription=over), rails=rails)
+
+
+def same(cost, alpha_s: float, beta_s_per_byte: float) -> None:
+    assert cost.alpha_s == pytest.approx(alpha_s, rel=REL, abs=0)
+    assert cost.beta_s_per_byte == pytest.approx(beta_s_per_byte, rel=REL, abs=0)
+
+
+def route_loads(topology, src, dst, size) -> np.ndarray:
+    loads = np.zeros(len(topology.links))
+    for s, d, b in zip(src.tolist(), dst.tolist(), size.tolist()):
+        for link, fraction in topology.route(s, d).items():
+            loads[link] += b * fraction
+    return loads
+
+
+# -- structure ---------------------------------------------------------------------------------------
+
+def test_structure_with_a_switch_network():
+    h = switched()
+    assert (h.hosts, h.routers, h.per_node, h.nodes) == (32, 32, 8, 4)
+    assert h.switches == 4 + 1                       # one NVSwitch per node + the network switch
+    assert h.cables == 4 * 8 + 32                    # 8 NVLink cables per node + 32 NIC cables
+    assert len(h.links) == 2 * 64
+    assert h.tier_names == ("node host", "network host")
+    assert h.diameter() == 2
+    # Network bisection 16 x 50 GB/s; half the NICs 16 x 50 GB/s.
+    assert h.bisection_bw_Bps() == 16 * NIC_BW
+    # Every route, inside or across, is 2 links.
+    assert h.avg_hops() == 2.0
+    # Tiers: node links first (index 0 = "node host"), then the network's (1 = "network host").
+    assert (h.links.tier[:64] == 0).all() and (h.links.tier[64:] == 1).all()
+    assert (h.links.bw_Bps[:64] == NV_BW).all() and (h.links.bw_Bps[64:] == NIC_BW).all()
+
+
+def test_bisection_is_capped_by_half_the_nics():
+    # A 64-port network switch: its own bisection 32 x 50 GB/s, but only 16 NICs per half exist.
+    h = switched(network_hosts=64)
+    assert h.bisection_bw_Bps() == min(32 * NIC_BW, 16 * NIC_BW) == 800e9
+    assert h.cables == 4 * 8 + 32                    # the 32 spare network ports have nothing behind them
+
+
+def test_structure_with_a_leaf_spine_network():
+    h = leaf_spine()
+    assert h.switches == 4 + (8 + 4)                 # 4 NVSwitches + 8 leaves + 4 spines
+    assert h.cables == 4 * 8 + (32 + 8 * 4)           # NVLink + host cables + leaf-spine cables
+    assert h.tier_names == ("node host", "network host", "network leaf-spine")
+    assert h.diameter() == 4                          # NIC-leaf-spine-leaf-NIC
+    # 4:1 oversubscribed leaves: network bisection 16 x 50/4 GB/s = 200 GB/s < 16 NICs.
+    assert leaf_spine(over=(4.0,)).bisection_bw_Bps() == 16 * NIC_BW / 4
+
+
+def test_one_node_is_just_the_node():
+    h = Hierarchy(1, node(), Switch(8, NIC_BW, NIC_LAT))
+    assert h.diameter() == 2
+    assert h.bisection_bw_Bps() == 4 * NV_BW         # the NVSwitch's: 4 chips' links
+    assert h.avg_hops() == 2.0
+
+
+@pytest.mark.parametrize("rails, expected", [
+    # Per chip: 7 node peers at 2 links. Rails: the 3 same-rail chips of other nodes share its leaf
+    # (2 links), the other 21 are a leaf away (4 links): (14 + 6 + 84) / 31.
+    (True, (7 * 2 + 3 * 2 + 21 * 4) / 31),
+    # No rails: node n's NICs fill leaves 2n, 2n+1, so every other node is a leaf away: (14 + 96) / 31.
+    (False, (7 * 2 + 24 * 4) / 31),
+])
+def test_avg_hops_exact_against_brute_force(rails, expected):
+    h = leaf_spine(rails=rails)
+    brute = np.mean([h.hops(s, d) for s, d in itertools.permutations(range(h.hosts), 2)])
+    assert brute == pytest.approx(expected, rel=REL, abs=0)
+    assert h.avg_hops() == pytest.approx(expected, rel=REL, abs=0)
+    assert max(h.hops(s, d) for s, d in itertools.permutations(range(h.hosts), 2)) == h.diameter()
+
+
+# -- NICs and routes ---------------------------------------------------------------------------------
+
+def test_nic_mapping_with_and_without_rails():
+    h = switched(rails=True)
+    chip = np.arange(32)
+    np.testing.assert_array_equal(h.nic, (chip % 8) * 4 + chip // 8)   # local i of node n -> i*4 + n
+    assert [int(h.nic[c]) for c in (0, 1, 8, 13, 31)] == [0, 4, 1, 21, 31]
+    np.testing.assert_array_equal(switched(rails=False).nic, chip)
+    # Two nodes of 8 on rails: local i of node n -> 2i + n.
+    assert [int(x) for x in switched(nodes=2).nic[[0, 7, 8, 15]]] == [0, 14, 1, 15]
+
+
+def test_routes_inside_a_node_use_only_its_links():
+    h = switched()
+    # Node 1's block is links 16..31 (8 up, then 8 down); chip 8 is its local 0, chip 13 its local 5.
+    assert h.route(8, 13) == {16 + 0: 1.0, 16 + 8 + 5: 1.0}
+    assert (int(h.links.src[16]), int(h.links.dst[16])) == (8, 32 + 1)    # chip 8 -> node 1's switch
+    assert (int(h.links.src[29]), int(h.links.dst[29])) == (32 + 1, 13)
+    for s, d in itertools.permutations(range(24, 32), 2):
+        assert all(3 * 16 <= link < 4 * 16 for link in h.route(s, d))
+    assert h.route(5, 5) == {}
+
+
+def test_routes_across_nodes_use_only_network_links():
+    h = switched()
+    # Chip 3 (node 0, local 3) -> NIC 12; chip 12 (node 1, local 4) -> NIC 17. Network links start at 64:
+    # NIC 12's up link is 64 + 12, NIC 17's down link 64 + 32 + 17.
+    assert h.route(3, 12) == {64 + 12: 1.0, 64 + 32 + 17: 1.0}
+    network_switch = 32 + 4                                  # after the chips and the 4 NVSwitches
+    assert (int(h.links.src[76]), int(h.links.dst[76])) == (3, network_switch)
+    assert (int(h.links.src[113]), int(h.links.dst[113])) == (network_switch, 12)
+    for s, d in itertools.product(range(8), range(8, 32)):
+        assert all(link >= 64 for link in h.route(s, d))
+    no_rails = switched(rails=False)
+    assert no_rails.route(3, 12) == {64 + 3: 1.0, 64 + 32 + 12: 1.0}
+
+
+def test_one_intra_node_flow_loads_two_nvlink_links():
+    h = switched()
+    loads = h.link_loads(Traffic.from_flows(h, np.array([8]), np.array([13]), 5.0))
+    expected = np.zeros(len(h.links))
+    expected[[16, 29]] = 5.0
+    np.testing.assert_array_equal(loads, expected)
+
+
+def _networks():
+    nets = [("switch", True), ("switch", False)]
+    if FatTree is not None:
+        nets += [("leafspine", True), ("leafspine", False), ("leafspine_over", True)]
+    return nets
+
+
+@pytest.mark.parametrize("net, rails", _networks())
+def test_link_loads_equal_the_sum_of_routes(net, rails):
+    if net == "switch":
+        h = switched(rails=rails)
+    else:
+        h = leaf_spine(rails=rails, over=(2.0,) if net == "leafspine_over" else None)
+    rng = np.random.default_rng(7 + rails + 10 * len(net))
+    n = 300
+    src = rng.integers(0, h.hosts, n)
+    dst = rng.integers(0, h.hosts, n)      # some src == dst: they move nothing
+    src[:40] = rng.integers(8, 16, 40)     # plenty of flows inside node 1
+    dst[:40] = rng.integers(8, 16, 40)
+    size = rng.uniform(1.0, 1e6, n)
+    loads = h.link_loads(Traffic.from_flows(h, src, dst, size))
+    np.testing.assert_allclose(loads, route_loads(h, src, dst, size), rtol=1e-10, atol=1e-6)
+    # Conservation: every moving byte leaves its chip once (node up link or NIC up link).
+    moving = src != dst
+    up = np.concatenate([np.arange(n_ * 16, n_ * 16 + 8) for n_ in range(4)] + [64 + np.arange(32)])
+    assert loads[up].sum() == pytest.approx(size[moving].sum(), rel=1e-10, abs=0)
+
+
+# -- collectives -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "tree", "halving_doubling", "nvls", "hierarchical"])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+def test_a_tp_group_inside_one_node_costs_what_it_costs_on_the_node_switch(algorithm, op):
+    h = switched()
+    c, alone = Collectives(h), Collectives(node())
+    inner = "ring" if algorithm == "hierarchical" else algorithm
+    expected = alone.cost(op, [list(range(8))], inner)
+    assert c.cost(op, [list(range(8, 16))], algorithm) == expected
+    # Every node running its own TP group at once: nodes are independent.
+    assert c.cost(op, [list(range(8 * n, 8 * n + 8)) for n in range(4)], algorithm) == expected
+    for size in (1.0, 1e5, 1e9):
+        assert c.time_s(op, size, [list(range(8, 16))], algorithm) == alone.time_s(op, size, [list(range(8))], inner)
+
+
+def test_nvls_inside_a_node_hand_computed():
+    from tokenpath.fabric.collectives import NVLS_BW_EFFICIENCY, NVLS_LATENCY_S
+
+    c = Collectives(switched())
+    same(c.cost("all_reduce", [list(range(16, 24))], "nvls"), NVLS_LATENCY_S, 1 / (NV_BW * NVLS_BW_EFFICIENCY))
+    assert c.choose("all_reduce", 1024, [list(range(16, 24))]) == "nvls"
+    # NVLS needs every rank on one NVSwitch: not offered to a group spanning nodes.
+    assert "nvls" not in c.available("all_reduce", 16)
+    with pytest.raises(UserError, match="fabric.algorithm: 'nvls' cannot run all_reduce over 16 ranks on a hierarchy"):
+        c.cost("all_reduce", [list(range(16))], "nvls")
+
+
+def test_hierarchical_all_reduce_over_two_nodes_hand_computed():
+    c = Collectives(leaf_spine(nodes=2))
+    # Intra-node ring reduce-scatter: 7 steps of 1/8 on each chip's NVLink up link (one hop, 0.6 us).
+    # Inter-node ring all-reduce of size/8 per rail over q=2 nodes: 2 steps of 1/16 on each NIC; on rails
+    # local i of both nodes are NICs 2i, 2i+1 on leaf i//2: 2 links of 0.7 us.
+    # Intra-node all-gather: 7 more steps of 1/8.
+    beta = 2 * 7 * (1 / 8) / (NV_BW * SU) + 2 * (1 / 16) / (NIC_BW * SO)
+    alpha = BASE_LATENCY_S + 14 * NV_HOP + 2 * (2 * NIC_LAT)
+    same(c.cost("all_reduce", [list(range(16))], "hierarchical"), alpha, beta)
+    assert alpha == pytest.approx(17.8e-6, rel=REL, abs=0)
+    # All-gather / reduce-scatter: one intra pass (7 x 1/8) and one inter pass (1 x 1/16).
+    for op in ("all_gather", "reduce_scatter"):
+        same(c.cost(op, [list(range(16))], "hierarchical"),
+             BASE_LATENCY_S + 7 * NV_HOP + 2 * NIC_LAT, 7 / 8 / (NV_BW * SU) + (1 / 16) / (NIC_BW * SO))
+
+
+def test_rails_keep_the_inter_node_ring_off_an_oversubscribed_spine():
+    over = (2.0,)
+    intra = 2 * 7 * (1 / 8) / (NV_BW * SU)
+    # Rails: the inter-node ring stays on one leaf per rail; oversubscription changes nothing.
+    same(Collectives(leaf_spine(nodes=2, over=over)).cost("all_reduce", [list(range(16))], "hierarchical"),
+         BASE_LATENCY_S + 14 * NV_HOP + 2 * 2 * NIC_LAT, intra + 2 * (1 / 16) / (NIC_BW * SO))
+    # No rails: chips 0..3 (leaf 0) send to chips 8..11 (leaf 2); leaf 0 pushes 4 x 1/16 over 4 uplinks of
+    # 25 GB/s: 1/16 per uplink at half the NIC rate, i.e. 2 x (1/16) per NIC rate; 4 links per route.
+    same(Collectives(leaf_spine(nodes=2, rails=False, over=over)).cost("all_reduce", [list(range(16))],
+                                                                       "hierarchical"),
+         BASE_LATENCY_S + 14 * NV_HOP + 2 * 4 * NIC_LAT, intra + 2 * 2 * (1 / 16) / (NIC_BW * SO))
+
+
+def test_hierarchical_beats_ring_for_32_ranks_over_4_nodes():
+    c = Collectives(leaf_spine())
+    group = [list(range(32))]
+    # Ring 0..31: 62 steps of 1/32. NVLink flows cost 1/32 per 370 GB/s; the 4 node-crossing flows
+    # 7->8, 15->16, 23->24, 31->0 go from local 7 (leaf 7) to local 0 (leaf 0): 1/32 per NIC, and
+    # leaf 7's 4 x 1/32 split over 4 uplinks: 1/32 each at 47 GB/s, the busiest. Latency: 4 links.
+    ring = c.cost("all_reduce", group, "ring")
+    same(ring, BASE_LATENCY_S + 62 * 4 * NIC_LAT, 62 * (1 / 32) / (NIC_BW * SO))
+    # Hierarchical: intra 2 x 7 x 1/8 over NVLink; inter ring of q=4 per rail on one leaf: 6 x 1/32.
+    hier = c.cost("all_reduce", group, "hierarchical")
+    same(hier, BASE_LATENCY_S + 14 * NV_HOP + 6 * 2 * NIC_LAT,
+         14 / 8 / (NV_BW * SU) + 6 * (1 / 32) / (NIC_BW * SO))
+    for size in (1e6, 1e8, 1e10):
+        assert c.time_s("all_reduce", size, group, "hierarchical") < c.time_s("all_reduce", size, group, "ring")
+    assert c.choose("all_reduce", 1e9, group) == "hierarchical"
+    assert c.time_s("all_reduce", 1e9, group) == c.time_s("all_reduce", 1e9, group, "hierarchical")
+
+
+def test_hierarchical_over_a_switch_network_moves_the_hand_computed_bytes():
+    c = Collectives(switched(), bw_efficiency=1.0)
+    # 32 ranks over 4 nodes, efficiency 1: intra 14 x 1/8 at 450 GB/s; inter 6 x 1/32 on each NIC.
+    same(c.cost("all_reduce", [list(range(32))], "hierarchical"),
+         BASE_LATENCY_S + 14 * NV_HOP + 6 * 2 * NIC_LAT, 14 / 8 / NV_BW + 6 / 32 / NIC_BW)
+
+
+def test_hierarchical_needs_equal_ranks_per_node():
+    c = Collectives(switched())
+    with pytest.raises(UserError, match="fabric.algorithm: 'hierarchical' needs the same number of ranks on every node"):
+        c.cost("all_reduce", [list(range(12))], "hierarchical")       # 8 on node 0, 4 on node 1
+    # Equal but partial nodes are fine: 4 + 4 ranks. Intra 2 x 3 x 1/4, inter 2 x 1/8 at efficiency 1.
+    c1 = Collectives(switched(), bw_efficiency=1.0)
+    same(c1.cost("all_reduce", [[0, 1, 2, 3, 8, 9, 10, 11]], "hierarchical"),
+         BASE_LATENCY_S + 6 * NV_HOP + 2 * 2 * NIC_LAT, 6 / 4 / NV_BW + 2 / 8 / NIC_BW)
+
+
+def test_hierarchical_is_offered_only_on_a_hierarchy():
+    assert "hierarchical" in Collectives(switched()).available("all_reduce", 16)
+    assert "hierarchical" not in Collectives(node()).available("all_reduce", 8)
+
+
+# -- errors ------------------------------------------------------------------------------------------
+
+def test_too_few_network_hosts_is_a_user_error():
+    with pytest.raises(UserError, match=r"fabric.network: 4 nodes of 8 chips need 32 NICs but the network has 16 hosts"):
+        Hierarchy(4, node(), Switch(16, NIC_BW, NIC_LAT))
+
+
+@pytest.mark.parametrize("nodes", [0, -1])
+def test_nodes_below_one_is_a_user_error(nodes):
+    with pytest.raises(UserError, match=r"fabric.nodes: must be a whole number >= 1"):
+        Hierarchy(nodes, node(), Switch(32, NIC_BW, NIC_LAT))
+
+
+def test_chips_outside_the_hierarchy_are_user_errors():
+    with pytest.raises(UserError, match=r"placement: host 32 is outside this 32-host hierarchy"):
+        Collectives(switched()).time_s("all_reduce", 1e6, [[0, 32]])
+
+
+# -- cases found broken once ------------------------------------------------------------------------
+
+def test_auto_skips_hierarchical_for_unequal_ranks_per_node():
+    c = Collectives(switched())
+    group = [list(range(12))]                     # 8 ranks on node 0, 4 on node 1
+    expected = min(c.time_s("all_reduce", 1e6, group, a) for a in ("ring", "tree"))
+    assert c.time_s("all_reduce", 1e6, group) == expected
+
+
+def test_a_switch_network_runs_at_the_nic_efficiency():
+    h = switched(nodes=2)
+    np.testing.assert_allclose(link_efficiency(h)[32:], SO)
+    c = Collectives(h)
+    beta = 2 * 7 * (1 / 8) / (NV_BW * SU) + 2 * (1 / 16) / (NIC_BW * SO)
+    same(c.cost("all_reduce", [list(range(16))], "hierarchical"), BASE_LATENCY_S + 14 * NV_HOP + 2 * 2 * NIC_LAT, beta)
+
+
+def test_explicit_efficiency_applies_inside_nodes():
+    c = Collectives(switched(), bw_efficiency=1.0)
+    # Ring of 8 inside node 0 at full link rate: 14 x 1/8 / 450 GB/s.
+    same(c.cost("all_reduce", [list(range(8))], "ring"), BASE_LATENCY_S + 14 * NV_HOP, 14 / 8 / NV_BW)
+
+
+def test_auto_inside_torus_nodes_skips_bucket_for_a_non_box_group():
+    h = Hierarchy(2, Torus((4,), 100e9, 1e-6), Switch(8, NIC_BW, NIC_LAT))
+    inside = Collectives(h.node)
+    # [0, 2] on a ring of 4 is not a box (it spans 3 chips); on the node alone auto skips bucket.
+    assert Collectives(h).time_s("all_reduce", 1e6, [[0, 2]]) == inside.time_s("all_reduce", 1e6, [[0, 2]])
+
+
+def test_graph_of_a_hierarchy_with_spare_network_ports():
+    h = switched(nodes=2, network_hosts=32)       # 16 chips, 16 unused network ports
+    g = h.graph()
+    network_switch = 16 + 2                       # after the 16 chips and the 2 NVSwitches
+    assert all(g.has_edge(chip, network_switch) for chip in range(16))
+    assert all(g.has_edge(chip, 16 + chip // 8) for chip in range(16))
