@@ -127,7 +127,9 @@ def test_explain_breaks_a_steady_step_into_ops_that_add_up_to_its_compute_time()
     ops_s = sum(op["time_s"] for op in step["ops"]) + step["overhead_s"]
     assert abs(ops_s - step["compute_s"]) <= 1e-9  # the step's compute time is rounded to whole ns
     assert step["shape"]["tokens"] >= step["shape"]["sequences"] >= step["shape"]["sampled"] > 0
-    assert step["allreduces"] == 2 * sim.deployment.model.num_layers
+    assert sim.deployment.costs.allreduces_per_step == 2 * sim.deployment.model.num_layers
+    assert step["traffic_parts_s"]["tp_all_reduce"] > 0
+    assert abs(sum(step["traffic_parts_s"].values()) - step["traffic_s"]) <= 1e-9
     assert {op["bound"] for op in step["ops"]} <= {"compute", "memory"}
 
 

@@ -57,10 +57,14 @@ def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Option
 def _overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
     direct = {
         "model": "model.name", "chip": "deployment.chip", "chips": "deployment.chips", "tp": "deployment.tp",
+        "pp": "deployment.pp", "placement": "deployment.placement",
         "precision": "model.precision", "burstiness": "workload.arrival.burstiness",
         "max_concurrency": "workload.max_concurrency", "num_requests": "workload.num_requests", "seed": "seed",
     }
     out = {path: flags[flag] for flag, path in direct.items() if flags.get(flag) is not None}
+    if flags.get("fabric") is not None:  # a preset name, or a topology file read from here
+        fabric = flags["fabric"]
+        out["deployment.fabric"] = str(Path(fabric).resolve()) if fabric.endswith(".toml") else fabric
     if flags.get("request_rate") is not None:
         out["workload.arrival.rate"] = _rate(flags["request_rate"])
     for which in ("input", "output"):
@@ -133,6 +137,8 @@ Examples:
   tokenpath simulate --model llama-3.1-8b --chip h100 --chips 1 --tp 1 --request-rate 8
 
   tokenpath simulate my.toml --request-rate inf --input-len 128 --input-sd 0 --json result.json
+
+  tokenpath simulate --chips 32 --fabric h100-4x8-rail --placement spread
 """
 
 
@@ -143,6 +149,9 @@ def simulate(
     chip: Optional[str] = typer.Option(None, help="catalog chip name (see `tokenpath chips`)"),
     chips: Optional[int] = typer.Option(None, help="total chips; chips / tp data-parallel replicas"),
     tp: Optional[int] = typer.Option(None, help="tensor-parallel size"),
+    pp: Optional[int] = typer.Option(None, help="pipeline-parallel stages"),
+    fabric: Optional[str] = typer.Option(None, help="fabric preset name (see `tokenpath fabric --list`) or topology .toml"),
+    placement: Optional[str] = typer.Option(None, help="packed or spread: where each group sits on the fabric"),
     precision: Optional[str] = typer.Option(None, help="weight precision: bf16, fp8 or fp4"),
     input_len: InputLen = None,
     input_sd: InputSd = None,
@@ -306,3 +315,7 @@ def main() -> None:
 from tokenpath.cli_bench import register as _register_bench  # noqa: E402  (bench, report, compare)
 
 _register_bench(app)
+
+from tokenpath.cli_fabric import register as _register_fabric  # noqa: E402  (fabric)
+
+_register_fabric(app)

@@ -17,7 +17,10 @@ from tokenpath.delivery.lastmile import LastMile, first_visible_index
 from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.errors import UserError
-from tokenpath.fabric.switched import SwitchedDomain
+from tokenpath.engine.placement import Placement, place
+from tokenpath.fabric.build import build_topology
+from tokenpath.fabric.collectives import Collectives
+from tokenpath.fabric.topology import Topology
 from tokenpath.run import Run, itl_gaps_ns
 from tokenpath.scenario import Scenario
 from tokenpath.summary import LogHistogram
@@ -39,10 +42,12 @@ class Deployment:
     model: ModelSpec
     chip: ChipSpec
     compute: ComputeModel
-    fabric: SwitchedDomain
+    topology: Topology
+    collectives: Collectives
+    placement: Placement
     costs: GroupStepCosts
-    kv_capacity_tokens: int
-    replicas: int
+    kv_capacity_tokens: int   # per engine
+    replicas: int             # engines: data-parallel replicas x pipeline batches in flight
 
 
 @dataclass(frozen=True)
@@ -55,29 +60,34 @@ class Simulation:
 
 
 def build_deployment(scenario: Scenario) -> Deployment:
-    """Resolve names, check the configuration is possible, and size the KV cache."""
+    """Resolve names, check the configuration is possible, place the chips and size the KV cache.
+
+    Pipeline parallelism runs as `pp` batches in flight per replica (vLLM's virtual engines): each is
+    an engine of its own whose step crosses every stage, with 1/pp of the replica's KV cache.
+    """
     dep = scenario.deployment
-    if dep.tp > dep.chips:
-        raise UserError(f"deployment.tp: {dep.tp} is larger than deployment.chips ({dep.chips}); lower --tp or raise --chips")
-    if dep.chips % dep.tp:
-        raise UserError(f"deployment.chips: {dep.chips} chips do not split into groups of tp={dep.tp}; use a multiple of {dep.tp}")
+    group = dep.tp * dep.pp
+    if group > dep.chips:
+        raise UserError(f"deployment.tp: tp*pp = {group} is larger than deployment.chips ({dep.chips}); "
+                        "lower --tp/pp or raise --chips")
+    if dep.chips % group:
+        raise UserError(f"deployment.chips: {dep.chips} chips do not split into replicas of tp*pp={group}; "
+                        f"use a multiple of {group}")
     model = load_model(scenario.model_source())
     chip = load_chip(dep.chip)
     if model.num_heads % dep.tp:
         raise UserError(f"deployment.tp: {model.name} has {model.num_heads} attention heads, not divisible by tp={dep.tp}")
-    compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision())
-    kv_tokens = compute.kv_capacity_tokens(scenario.engine.gpu_memory_utilization, scenario.engine.max_num_batched_tokens)
-    fabric_spec = dep.fabric
-    link_latency = {} if fabric_spec.link_latency is None else {"link_latency_s": fabric_spec.link_latency}
-    fabric = SwitchedDomain(
-        hosts=dep.chips,
-        link_bw_Bps=fabric_spec.link_bw or chip.scaleup_bw_Bps,
-        nvls=fabric_spec.nvls,
-        algorithm=fabric_spec.algorithm,
-        **link_latency,
-    )
-    costs = GroupStepCosts(compute, fabric, dep.tp)
-    return Deployment(model, chip, compute, fabric, costs, kv_tokens, dep.replicas)
+    if model.num_layers % dep.pp:
+        raise UserError(f"deployment.pp: {model.name} has {model.num_layers} layers, not divisible by pp={dep.pp}")
+    compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(), pp=dep.pp)
+    kv_tokens = compute.kv_capacity_tokens(scenario.engine.gpu_memory_utilization,
+                                           scenario.engine.max_num_batched_tokens) // dep.pp
+    topology = build_topology(dep.fabric, chip.scaleup_bw_Bps, dep.chips)
+    placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
+    collectives = Collectives(topology, dep.fabric.algorithm)
+    costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel)
+    return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens,
+                      dep.replicas * dep.pp)
 
 
 def _check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:

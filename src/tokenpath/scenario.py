@@ -11,7 +11,6 @@ import difflib
 import hashlib
 import json
 import tomllib
-import typing
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,10 +18,11 @@ from typing import Annotated, Any, Literal
 import tomli_w
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError
 
+from tokenpath.config_errors import explain
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.errors import UserError
-from tokenpath.fabric.spec import FabricSpec
+from tokenpath.fabric.spec import FabricSpec, SwitchFabric, read_topology_file
 from tokenpath.units import Duration
 from tokenpath.workload._files import sha256_file
 from tokenpath.workload.generate import fingerprint_inputs
@@ -51,18 +51,26 @@ class ModelSection(BaseModel):
 
 
 class DeploymentSection(BaseModel):
-    """The chips and how they are split: `chips / tp` data-parallel replicas of `tp` chips each."""
+    """The chips and how they are split: `chips / (tp * pp)` data-parallel replicas, each `pp` pipeline
+    stages of `tp` chips; the fabric that joins them and where each chip sits on it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     chip: str = "h200"
     chips: int = Field(8, ge=1)
     tp: int = Field(8, ge=1)
-    fabric: FabricSpec = FabricSpec()
+    pp: int = Field(1, ge=1, description="pipeline stages per replica")
+    expert_parallel: bool = Field(False, description="MoE experts split over the tensor-parallel group, "
+                                                     "with all-to-all dispatch and combine")
+    fabric: FabricSpec = SwitchFabric()
+    placement: Literal["packed", "spread"] | list[int] = Field(
+        "packed", description="packed: each group on consecutive hosts; spread: a group's ranks strided "
+                              "across the fabric; or the host of every chip, replica by replica, stage by "
+                              "stage, rank by rank")
 
     @property
     def replicas(self) -> int:
-        return self.chips // self.tp
+        return self.chips // (self.tp * self.pp)
 
 
 def _none_or_duration(value: object) -> object:
@@ -185,43 +193,16 @@ def set_path(table: dict[str, Any], dotted: str, value: Any) -> None:
     table[leaf] = value
 
 
-def _model_at(model: type[BaseModel], path: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model that holds the table at `path` (unwrapping `X | None`)."""
-    owner: Any = model
-    for part in path:
-        field = owner.model_fields.get(str(part))
-        if field is None:
-            return None
-        candidates = [field.annotation, *typing.get_args(field.annotation)]
-        owner = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-        if owner is None:
-            return None
-    return owner
-
-
-def _explain(error: ValidationError, source: str, model: type[BaseModel]) -> UserError:
-    """The first validation error as one line: where, what, and how to fix it."""
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    if first["type"] == "extra_forbidden":
-        owner = _model_at(model, first["loc"][:-1])
-        known = list(owner.model_fields) if owner is not None else []
-        close = difflib.get_close_matches(str(first["loc"][-1]), known, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        return UserError(f"{source}: unknown key {where!r}; {hint}allowed here: {', '.join(known)}")
-    message = first["msg"].removeprefix("Value error, ")
-    given = first.get("input")
-    if isinstance(given, (str, int, float, bool)) and repr(given) not in message:
-        message += f" (got {given!r})"
-    return UserError(f"{source}: {where}: {message}")
-
-
 def build_scenario(table: dict[str, Any], source: str, base_dir: Path | None = None) -> Scenario:
     """Validate a raw table into a Scenario; relative file paths are taken from `base_dir`."""
+    fabric = table.get("deployment", {}).get("fabric") if isinstance(table.get("deployment"), dict) else None
+    if isinstance(fabric, str) and fabric.endswith(".toml"):
+        path = Path(fabric) if base_dir is None or Path(fabric).is_absolute() else base_dir / fabric
+        table = {**table, "deployment": {**table["deployment"], "fabric": read_topology_file(path)}}
     try:
         scenario = Scenario.model_validate(table)
     except ValidationError as error:
-        raise _explain(error, source, Scenario) from None
+        raise UserError(explain(error, source, Scenario)) from None
     scenario._base_dir = base_dir
     return scenario
 

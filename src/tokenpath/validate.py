@@ -16,7 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tokenpath.compute.chip import load_chip
-from tokenpath.fabric.switched import SwitchedDomain
+from tokenpath.fabric.build import build_topology
+from tokenpath.fabric.collectives import Collectives
+from tokenpath.fabric.spec import SwitchFabric
 from tokenpath.pipeline import simulate
 from tokenpath.scenario import Scenario, build_scenario
 from tokenpath.summary import summarize
@@ -53,10 +55,12 @@ def row_scenario(row: dict[str, Any], group: dict[str, Any]) -> Scenario:
 def predict_collective(row: dict[str, Any]) -> float:
     """Bus bandwidth (B/s) of a large all-reduce, or the time (s) of a small one, on one switched domain."""
     chip = load_chip(row["chip"])
-    fabric = SwitchedDomain(hosts=row["ranks"], link_bw_Bps=chip.scaleup_bw_Bps, algorithm=row["algorithm"])
+    topology = build_topology(SwitchFabric(hosts=row["ranks"]), chip.scaleup_bw_Bps)
+    collectives = Collectives(topology, row["algorithm"])
+    group = [list(range(row["ranks"]))]
     if row.get("unit") == "s":
-        return fabric.collective_time_s("all_reduce", row["size_bytes"], row["ranks"])
-    return fabric.bus_bandwidth_Bps("all_reduce", row["size_bytes"], row["ranks"])
+        return collectives.time_s("all_reduce", row["size_bytes"], group)
+    return collectives.bus_bandwidth_Bps("all_reduce", row["size_bytes"], group)
 
 
 def predict(row: dict[str, Any], group: dict[str, Any]) -> float:

@@ -2,7 +2,7 @@
 
 Each op takes max(FLOPs / sustained FLOP/s, bytes / sustained HBM bandwidth); a step is the sum of
 its ops plus efficiency.STEP_OVERHEAD_S. Communication (the tensor-parallel all-reduces) is not
-included: `allreduce_bytes` and `allreduces_per_step` describe it for the fabric layer.
+included: `allreduce_bytes` sizes the hidden state the engine's costs move between chips.
 """
 
 from __future__ import annotations
@@ -43,19 +43,23 @@ class ComputeModel:
     kv_read_tokens: sum over sequences of KV positions read from HBM (p + q for a chunk).
     """
 
-    def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str):
+    def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
+                 pp: int = 1):
         _check_tp(model, tp)
+        if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
+            raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
         self.model = model
         self.chip = chip
         self.tp = tp
+        # Pipeline stages hold layers/pp each: memory per chip divides; one step still crosses every layer.
+        self.pp = pp
         self.weight_precision = check_precision(weight_precision, "weight_precision")
         self.kv_precision = check_precision(kv_precision, "kv_precision")
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision)
-        self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops)
+        self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
         self.kv_bytes_per_token_per_chip: float = (
-            kv_bytes_per_token_per_layer(model, tp, kv_precision) * model.num_layers
+            kv_bytes_per_token_per_layer(model, tp, kv_precision) * model.num_layers / pp
         )
-        self.allreduces_per_step: int = 2 * model.num_layers if tp > 1 else 0
         self.step_overhead_s: float = efficiency.STEP_OVERHEAD_S
         self._compile()
 
@@ -107,7 +111,7 @@ class ComputeModel:
         free = budget - weights - activations
         if free < self.kv_bytes_per_token_per_chip:
             where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"
-            what = f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, tp={self.tp}"
+            what = f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, tp={self.tp}, pp={self.pp}"
             if weights >= budget:
                 raise UserError(f"model {self.model.name} ({what}) does not fit in {where}; "
                                 f"raise --tp or use a lower precision")

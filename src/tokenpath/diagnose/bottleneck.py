@@ -17,8 +17,7 @@ class Evidence:
     mean_batch_seqs: float
     preemptions: int
     memory_bound_fraction: float   # share of compute time in memory-bound ops
-    allreduces_per_step: int
-    tp: int
+    traffic_detail: str            # what the fabric carries each step, e.g. "160 TP all-reduces over 8 chips"
     network_rtt_s: float
     detokenize: str
     host_share_of_step: float      # share of step time the host blocked the device
@@ -38,8 +37,7 @@ def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str
         why = (f"{share:.0%} of E2E is engine compute at a mean batch of {e.mean_batch_seqs:.0f} sequences; "
                f"{e.memory_bound_fraction:.0%} of compute time is in memory-bound ops, so steps are {bound}-bound")
     elif part == "traffic":
-        why = (f"{share:.0%} of E2E is tensor-parallel traffic: {e.allreduces_per_step} all-reduces per step "
-               f"across {e.tp} chips")
+        why = f"{share:.0%} of E2E is fabric traffic: {e.traffic_detail}"
     else:
         why = (f"{share:.0%} of E2E is the last mile: a {e.network_rtt_s * 1e3:.3g} ms client round trip, and "
                f"{e.detokenize} detokenization blocking {e.host_share_of_step:.0%} of each step")

@@ -1,26 +1,63 @@
-"""One step's cost on a tensor-parallel group: compute on each chip, then the all-reduces between them."""
+"""One step's cost on a replica: compute on each chip, then the traffic its parallelism puts on the fabric.
+
+Traffic of one step, not overlapped with compute (as in eager TP all-reduces):
+- tensor parallel: two all-reduces of the hidden state per layer, run by every TP group of every stage
+  and replica at once, so groups that share links slow each other down;
+- expert parallel (MoE, experts spread over every chip of the deployment): each MoE layer's all-reduce
+  becomes an all-to-all dispatch and an all-to-all combine of the routed token copies, the tokens split
+  over the TP ranks; replicas are assumed to step with similar batches, as wide-EP engines keep them;
+- pipeline parallel: the hidden state handed from each stage to the next, each TP rank its slice.
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
 from tokenpath.compute.roofline import ComputeModel
-from tokenpath.fabric.switched import SwitchedDomain
+from tokenpath.engine.placement import Placement
+from tokenpath.errors import UserError
+from tokenpath.fabric.collectives import Collectives
 
 
 class GroupStepCosts:
-    """Compute from the roofline model; traffic as the TP all-reduces of the hidden state, not overlapped."""
-
-    def __init__(self, compute: ComputeModel, fabric: SwitchedDomain, tp: int) -> None:
+    def __init__(self, compute: ComputeModel, collectives: Collectives, placement: Placement,
+                 expert_parallel: bool = False) -> None:
+        model = compute.model
+        if expert_parallel and not model.is_moe:
+            raise UserError(f"deployment.expert_parallel: {model.name} has no experts; set it to false")
+        if expert_parallel and placement.pp > 1:
+            raise UserError("deployment.expert_parallel: not modelled together with pp > 1; use pp = 1")
         self.compute = compute
-        self.fabric = fabric
-        self.tp = tp
+        self.collectives = collectives
+        self.placement = placement
+        tp = placement.tp
+        moe_layers = model.num_layers - model.dense_layers if expert_parallel else 0
+        self.allreduces_per_step = (2 * model.num_layers - moe_layers) if tp > 1 else 0
+        self.all_to_alls_per_step = 2 * moe_layers if placement.hosts.size > 1 else 0
+        self._tp_groups = placement.tp_groups()
+        self._ep_group = placement.all_chips()
+        self._handoffs = [placement.stage_handoffs(s) for s in range(placement.pp - 1)]
         # Both run once per engine step: bind them directly.
         self.compute_s = compute.step_time_s
         self.traffic_s = lru_cache(maxsize=65536)(self._traffic_s)
 
+    def traffic_parts_s(self, num_tokens: int) -> dict[str, float]:
+        """Per-step traffic time by kind, for a step of `num_tokens` tokens."""
+        hidden_bytes = self.compute.allreduce_bytes(num_tokens)
+        tp = self.placement.tp
+        parts = {"tp_all_reduce": 0.0, "ep_all_to_all": 0.0, "pp_send_recv": 0.0}
+        if num_tokens <= 0:
+            return parts
+        if self.allreduces_per_step:
+            parts["tp_all_reduce"] = self.allreduces_per_step * self.collectives.time_s(
+                "all_reduce", hidden_bytes, self._tp_groups)
+        if self.all_to_alls_per_step:
+            routed_bytes = hidden_bytes / tp * self.compute.model.experts_per_token
+            parts["ep_all_to_all"] = self.all_to_alls_per_step * self.collectives.time_s(
+                "all_to_all", routed_bytes, self._ep_group)
+        for pairs in self._handoffs:
+            parts["pp_send_recv"] += self.collectives.time_s("send_recv", hidden_bytes / tp, pairs)
+        return parts
+
     def _traffic_s(self, num_tokens: int) -> float:
-        if self.tp <= 1 or self.compute.allreduces_per_step == 0:
-            return 0.0
-        one_s = self.fabric.collective_time_s("all_reduce", self.compute.allreduce_bytes(num_tokens), self.tp)
-        return self.compute.allreduces_per_step * one_s
+        return sum(self.traffic_parts_s(num_tokens).values())

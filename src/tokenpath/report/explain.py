@@ -40,10 +40,14 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "overhead_s": compute.step_overhead_s,
         "compute_s": trace.step_compute_ns[i] / 1e9,
         "traffic_s": trace.step_traffic_ns[i] / 1e9,
-        "allreduces": compute.allreduces_per_step,
-        "allreduce_bytes": compute.allreduce_bytes(shape["tokens"]) if compute.allreduces_per_step else 0.0,
+        "traffic_parts_s": deployment.costs.traffic_parts_s(shape["tokens"]),
+        "hidden_state_bytes": compute.allreduce_bytes(shape["tokens"]),
         "host_blocking_s": trace.step_blocking_ns[i] / 1e9,
     }
+
+
+TRAFFIC_LABELS = {"tp_all_reduce": "tensor-parallel all-reduces", "ep_all_to_all": "expert all-to-alls",
+                  "pp_send_recv": "pipeline hand-offs"}
 
 
 def explain_table(step: dict[str, Any], chip: str) -> Table:
@@ -58,9 +62,10 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
         table.add_row(op["op"], f"{op['flops'] / 1e9:,.1f}", format_bytes(op["bytes"]), format_duration(op["time_s"]),
                       op["bound"], f"{op['time_s'] / total:.1%}")
     table.add_row("step overhead", "", "", format_duration(step["overhead_s"]), "fixed", f"{step['overhead_s'] / total:.1%}")
-    if step["allreduces"]:
-        table.add_row(f"{step['allreduces']} all-reduces of {format_bytes(step['allreduce_bytes'])}", "", "",
-                      format_duration(step["traffic_s"]), "traffic", f"{step['traffic_s'] / total:.1%}")
+    for part, seconds in step["traffic_parts_s"].items():
+        if seconds:
+            table.add_row(f"{TRAFFIC_LABELS[part]} ({format_bytes(step['hidden_state_bytes'])} hidden state)", "", "",
+                          format_duration(seconds), "traffic", f"{seconds / total:.1%}")
     table.add_row("host (copy ids, detokenize)", "", "", format_duration(step["host_blocking_s"]), "delivery",
                   f"{step['host_blocking_s'] / total:.1%}")
     table.add_row("step", "", "", format_duration(total), "", "100.0%", style="bold")

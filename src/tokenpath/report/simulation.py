@@ -33,12 +33,29 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         mean_batch_seqs=float(seqs.mean()) if len(seqs) else 0.0,
         preemptions=sum(t.preemptions for t in traces),
         memory_bound_fraction=memory_bound,
-        allreduces_per_step=sim.deployment.compute.allreduces_per_step,
-        tp=scenario.deployment.tp,
+        traffic_detail=traffic_detail(sim),
         network_rtt_s=scenario.delivery.network_rtt,
         detokenize=scenario.delivery.detokenize,
         host_share_of_step=float(blocking.sum() / step_ns.sum()) if step_ns.sum() else 0.0,
     )
+
+
+def traffic_detail(sim: Simulation) -> str:
+    """What the fabric carries each step, in words."""
+    costs, dep = sim.deployment.costs, sim.scenario.deployment
+    parts = []
+    if costs.allreduces_per_step:
+        parts.append(f"{costs.allreduces_per_step} tensor-parallel all-reduces per step across {dep.tp} chips")
+    if costs.all_to_alls_per_step:
+        parts.append(f"{costs.all_to_alls_per_step} expert-parallel all-to-alls across {dep.chips} chips")
+    if dep.pp > 1:
+        parts.append(f"{dep.pp - 1} pipeline hand-offs")
+    what = ", ".join(parts) or "nothing"
+    return f"{what} on a {sim.deployment.topology.kind} fabric"
+
+
+def _placement(placement: str | list[int]) -> str:
+    return placement if isinstance(placement, str) else "explicit"
 
 
 def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
@@ -73,8 +90,11 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
     mean_in, mean_out = sim.requests.input_tokens.mean(), sim.requests.output_tokens.mean()
     return [
         ("model", f"{d.model.name}, {s.model.precision} weights, {s.model.kv_precision()} KV cache"),
-        ("deployment", f"{s.deployment.chips}x {d.chip.name}, TP={s.deployment.tp}, {d.replicas} replica(s), "
-                       f"{s.deployment.fabric.kind} fabric"),
+        ("deployment", f"{s.deployment.chips}x {d.chip.name}, TP={s.deployment.tp}, PP={s.deployment.pp}"
+                       f"{', EP over all chips' if s.deployment.expert_parallel else ''}, "
+                       f"{s.deployment.replicas} replica(s)"),
+        ("fabric", f"{d.topology.kind}, {d.topology.hosts} hosts, {d.topology.diameter()} links across, "
+                   f"{_placement(s.deployment.placement)} placement, {s.deployment.fabric.algorithm} collectives"),
         ("KV cache", f"{d.kv_capacity_tokens:,} tokens per replica "
                      f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip)"),
         ("engine", f"max {s.engine.max_num_seqs} seqs, {s.engine.max_num_batched_tokens} tokens/step, "

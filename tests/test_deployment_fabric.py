@@ -1,0 +1,127 @@
+"""The engine's traffic on real topologies: TP, DP, PP and EP groups placed on the fabric."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenpath.engine.placement import place
+from tokenpath.errors import UserError
+from tokenpath.pipeline import build_deployment, simulate
+from tokenpath.scenario import load_scenario
+from tokenpath.summary import summarize
+
+
+def scenario(**overrides):
+    base = {"workload.num_requests": 400}
+    return load_scenario("typical", {**base, **overrides})
+
+
+def shares(s) -> dict[str, float]:
+    attribution = summarize(simulate(s).run, s.name, "", {})["attribution_s"]
+    total = sum(attribution.values())
+    return {part: value / total for part, value in attribution.items()}
+
+
+def test_moving_from_an_nvswitch_domain_to_a_2d_torus_raises_the_traffic_share():
+    # The same 8 H200s at TP8: one NVSwitch (450 GB/s per chip into the switch, NVLS) versus a 2x4
+    # torus whose four ports per chip share the same 450 GB/s (112.5 GB/s per link).
+    switch = shares(scenario())
+    torus = shares(scenario(**{"deployment.fabric": {"kind": "torus", "dims": [2, 4]}}))
+    assert switch["traffic"] == pytest.approx(0.33, abs=0.05)
+    assert torus["traffic"] > switch["traffic"] + 0.15
+    assert torus["compute"] < switch["compute"]
+
+
+def test_torus_step_traffic_is_the_bucket_all_reduce_on_its_links():
+    dep = build_deployment(scenario(**{"deployment.fabric": {"kind": "torus", "dims": [2, 4]}}))
+    tokens = 512
+    size = dep.compute.allreduce_bytes(tokens)  # 512 tokens x 8192 x 2 B
+    groups = dep.placement.tp_groups()
+    assert groups == [list(range(8))]
+    per_all_reduce = dep.collectives.time_s("all_reduce", size, groups)
+    assert dep.collectives.choose("all_reduce", size, groups) == "bucket"
+    assert dep.costs.traffic_s(tokens) == pytest.approx(160 * per_all_reduce, rel=1e-12)
+
+
+def test_spreading_tensor_parallel_groups_over_nodes_moves_their_traffic_onto_the_nics():
+    packed = build_deployment(scenario(**{"deployment.chips": 32, "deployment.fabric": "h100-4x8-rail"}))
+    spread = build_deployment(scenario(**{"deployment.chips": 32, "deployment.fabric": "h100-4x8-rail",
+                                          "deployment.placement": "spread"}))
+    assert packed.placement.tp_groups()[1] == list(range(8, 16))
+    assert spread.placement.tp_groups()[1] == [1, 5, 9, 13, 17, 21, 25, 29]  # two ranks on each node
+    tokens = 4096
+    # Packed groups stay inside their NVSwitch node: NVLS, algbw 274 GB/s. Spread groups must cross
+    # 50 GB/s NICs (47 GB/s achieved): several times slower per step.
+    assert spread.costs.traffic_s(tokens) > 4 * packed.costs.traffic_s(tokens)
+
+
+def test_data_parallel_groups_that_share_links_slow_each_other_down():
+    # Two TP4 replicas on a line of 8 chips. Packed, each group has its own four chips and links;
+    # spread (0,2,4,6 and 1,3,5,7), both rings cross the same links.
+    line = {"kind": "mesh", "dims": [8], "link_bw": "100 GB/s"}
+    common = {"deployment.tp": 4, "deployment.fabric": line, "deployment.fabric.algorithm": "ring"}
+    packed = build_deployment(scenario(**common))
+    spread = build_deployment(scenario(**common, **{"deployment.placement": "spread"}))
+    alone = spread.collectives.cost("all_reduce", spread.placement.tp_groups()[:1])
+    together = spread.collectives.cost("all_reduce", spread.placement.tp_groups())
+    assert together.beta_s_per_byte > alone.beta_s_per_byte
+    assert spread.costs.traffic_s(1000) > packed.costs.traffic_s(1000)
+    one_packed = packed.collectives.cost("all_reduce", packed.placement.tp_groups()[:1])
+    both_packed = packed.collectives.cost("all_reduce", packed.placement.tp_groups())
+    assert both_packed.beta_s_per_byte == one_packed.beta_s_per_byte
+
+
+def test_pipeline_stages_hand_off_the_hidden_state_and_divide_the_memory():
+    one = build_deployment(scenario(**{"deployment.chips": 8, "deployment.tp": 4}))
+    two = build_deployment(scenario(**{"deployment.chips": 8, "deployment.tp": 4, "deployment.pp": 2}))
+    assert one.replicas == 2 and two.replicas == 2  # 2 DP replicas, or 1 replica with 2 batches in flight
+    assert two.compute.weight_bytes_per_chip == pytest.approx(one.compute.weight_bytes_per_chip / 2)
+    # Each in-flight batch gets half of a replica whose chips each hold half the layers' KV.
+    assert two.kv_capacity_tokens > one.kv_capacity_tokens
+    parts = two.costs.traffic_parts_s(100)
+    assert parts["pp_send_recv"] > 0
+    handoff = two.collectives.time_s("send_recv", two.compute.allreduce_bytes(100) / 4,
+                                     two.placement.stage_handoffs(0))
+    assert parts["pp_send_recv"] == pytest.approx(handoff, rel=1e-12)
+    assert two.placement.stage_handoffs(0)[0] == [0, 4]
+
+
+def test_expert_parallel_replaces_moe_all_reduces_with_all_to_alls():
+    s = scenario(**{"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8,
+                    "deployment.tp": 2, "deployment.expert_parallel": True})
+    dep = build_deployment(s)
+    # 32 layers, all MoE: attention all-reduces stay (32), MoE all-reduces become dispatch + combine.
+    assert dep.costs.allreduces_per_step == 32
+    assert dep.costs.all_to_alls_per_step == 64
+    parts = dep.costs.traffic_parts_s(256)
+    routed = dep.compute.allreduce_bytes(256) / 2 * 2  # tokens split over 2 TP ranks, top-2 copies
+    assert parts["ep_all_to_all"] == pytest.approx(
+        64 * dep.collectives.time_s("all_to_all", routed, [list(range(8))]), rel=1e-12)
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"deployment.chips": 16, "deployment.fabric": "dgx-h100"}, "16 chips do not fit the fabric's 8 hosts"),
+    ({"deployment.placement": [0, 1, 2]}, "deployment.placement: give one host per chip (8)"),
+    ({"deployment.placement": [0, 1, 2, 3, 4, 5, 6, 6]}, "a host appears twice"),
+    ({"deployment.placement": [0, 1, 2, 3, 4, 5, 6, 9]}, "hosts must be in 0..7, got 9"),
+    ({"deployment.pp": 3}, "deployment.tp: tp*pp = 24 is larger than deployment.chips (8)"),
+    ({"deployment.tp": 4, "deployment.chips": 12, "deployment.pp": 2},
+     "deployment.chips: 12 chips do not split into replicas of tp*pp=8"),
+    ({"deployment.tp": 1, "deployment.pp": 3, "deployment.chips": 3, "model.name": "llama-3.1-8b"},
+     "not divisible by pp=3"),
+    ({"deployment.expert_parallel": True}, "has no experts"),
+    ({"deployment.fabric": {"kind": "fattree", "k": 4}}, "fabric.link_bw: a fattree network needs"),
+    ({"deployment.fabric": "dgx-h1000"}, "fabric preset: unknown 'dgx-h1000'"),
+])
+def test_impossible_deployments_are_one_line_errors(overrides, fragment):
+    with pytest.raises(UserError) as error:
+        build_deployment(scenario(**overrides))
+    assert fragment in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_spread_placement_interleaves_groups():
+    placement = place("spread", replicas=2, pp=1, tp=4, fabric_hosts=8)
+    assert placement.tp_groups() == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    explicit = place([7, 6, 5, 4, 3, 2, 1, 0], replicas=2, pp=1, tp=4, fabric_hosts=8)
+    assert explicit.tp_groups() == [[7, 6, 5, 4], [3, 2, 1, 0]]
