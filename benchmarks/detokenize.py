@@ -33,8 +33,6 @@ from pathlib import Path
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np  # noqa: E402
-
 from tokenpath.delivery import Detokenizer  # noqa: E402
 from tokenpath.delivery.hf_export import to_hf_tokenizer  # noqa: E402
 from tokenpath.delivery.measure import DEFAULT_STOPS, machine, token_streams  # noqa: E402
