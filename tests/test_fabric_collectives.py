@@ -259,14 +259,19 @@ def test_bucket_beats_ring_on_a_4x4_torus():
     # 30 steps: beta = 30/16 / eff; alpha = 6.6 us + 30 x 2 hops.
     ring = c.cost("all_reduce", whole(16), "ring")
     same(ring, BASE_LATENCY_S + 30 * 2 * TORUS_LAT, (30 / 16) / eff)
-    # Bucket: reduce-scatter along dim 0 in both directions (1/4 / 2 = 1/8 on each of the one-hop plus
-    # and minus links) for 3 steps, then dim 1 on a quarter (1/16 / 2 = 1/32) for 3 steps; all-gather
-    # mirrors. beta = 2 x 3 x (1/8 + 1/32) / eff = 15/16 / eff; alpha = 6.6 us + 12 one-hop steps.
+    # Bucket, the two dimensions equal, so two shards run at once: shard 0 reduce-scatters along dim 0
+    # while shard 1 does dim 1, each half the message, both ring directions: (1/2)(1/4)/2 = 1/16 on
+    # every one-hop link for 3 steps; then the other dimension on a quarter: 1/64 for 3 steps.
+    # All-gather mirrors. beta = 2 x 3 x (1/16 + 1/64) / eff = 15/32 / eff; alpha 6.6 us + 12 one-hop steps.
     bucket = c.cost("all_reduce", whole(16), "bucket")
-    same(bucket, BASE_LATENCY_S + 12 * TORUS_LAT, (15 / 16) / eff)
-    assert bucket.beta_s_per_byte == pytest.approx(ring.beta_s_per_byte / 2, rel=REL, abs=0)
+    same(bucket, BASE_LATENCY_S + 12 * TORUS_LAT, (15 / 32) / eff)
+    assert bucket.beta_s_per_byte == pytest.approx(ring.beta_s_per_byte / 4, rel=REL, abs=0)
     # Reduce-scatter alone: half of it.
-    same(c.cost("reduce_scatter", whole(16), "bucket"), BASE_LATENCY_S + 6 * TORUS_LAT, (15 / 32) / eff)
+    same(c.cost("reduce_scatter", whole(16), "bucket"), BASE_LATENCY_S + 6 * TORUS_LAT, (15 / 64) / eff)
+    # Unequal dimensions (2 x 4 box of a 4x4 torus) go one dimension at a time: dim 0 (extent 2: both
+    # ring directions reach the same partner over the same link, 2 x 1/2/2 = 1/2, 1 step), then dim 1
+    # on half (1/2/4/2 = 1/16 each way, 3 steps): beta = 2 x (1/2 + 3/16) / eff = 11/8 / eff.
+    same(c.cost("all_reduce", [list(range(8))], "bucket"), BASE_LATENCY_S + 8 * TORUS_LAT, (11 / 8) / eff)
     assert c.choose("all_reduce", 1e9, whole(16)) == "bucket"
 
 

@@ -301,18 +301,30 @@ def _box(torus: Topology, group: np.ndarray) -> np.ndarray | None:
 
 def _bucket(op: str, torus: Topology, group: np.ndarray) -> list[Round]:
     """Per-dimension bucket all-reduce on a box of a torus or mesh: reduce-scatter along each dimension
-    in turn over bidirectional rings (half each way), then all-gather back in reverse order."""
+    in turn over bidirectional rings (half each way), then all-gather back in reverse order.
+
+    When the box's dimensions are equal, the message is split into one shard per dimension and shard j
+    starts at dimension j, so every dimension's links are busy in every round (TPU-style multi-axis
+    collectives, jax-ml scaling-book "sharding"): the bandwidth term drops by the number of dimensions.
+    """
     box = _box(torus, group)
     if box is None:
         raise UserError("fabric.algorithm: 'bucket' needs each group to fill a box of the torus; use 'ring' or 'auto'")
-    rounds, share = [], 1.0
-    for axis, extent in enumerate(box.shape):
-        if extent == 1:
-            continue
+    axes = [axis for axis, extent in enumerate(box.shape) if extent > 1]
+    extents = {box.shape[axis] for axis in axes}
+    shards = len(axes) if len(extents) == 1 else 1
+
+    def ring_flows(axis: int) -> tuple[np.ndarray, np.ndarray]:
         fwd, back = np.roll(box, -1, axis=axis).ravel(), np.roll(box, 1, axis=axis).ravel()
-        src = np.concatenate([box.ravel(), box.ravel()])
-        dst = np.concatenate([fwd, back])
-        rounds.append(Round(src, dst, share / extent / 2, extent - 1))
+        return np.concatenate([box.ravel(), box.ravel()]), np.concatenate([fwd, back])
+
+    rounds, share = [], 1.0
+    for step in range(len(axes)):
+        extent = box.shape[axes[step]]
+        flows = [ring_flows(axes[(shard + step) % len(axes)]) for shard in range(shards)]
+        src = np.concatenate([f[0] for f in flows])
+        dst = np.concatenate([f[1] for f in flows])
+        rounds.append(Round(src, dst, share / extent / 2 / shards, extent - 1))
         share /= extent
     if op == "all_reduce":
         rounds = rounds + rounds[::-1]
