@@ -149,6 +149,21 @@ def test_validate_predicts_the_published_rows_it_covers():
     assert all(abs(r["error"]) < 0.75 for r in rows if r["group"] == "trtllm_batch1_ttft")
 
 
+def test_validate_predicts_collectives_across_nodes_on_the_measured_topologies():
+    from tokenpath.validate import run_validation
+
+    result = run_validation({"nccl_allreduce", "collectives_scaleout"})
+    rows = {r.get("what"): r for r in result["rows"] if r["group"] == "collectives_scaleout"}
+    assert len(rows) == 7
+    assert abs(rows["all-reduce, 2 NICs"]["error"]) < 0.01  # the calibration row
+    # Intra-node all-to-all at NVLink efficiency: within 10% of DeepEP's dispatch and combine.
+    assert abs(rows["EP8 dispatch (DeepEP)"]["error"]) < 0.10
+    assert abs(rows["EP8 combine (DeepEP)"]["error"]) < 0.10
+    # The bar: 8-GPU ring ~370 and NVLS ~480 GB/s within 10%; medians below 10%.
+    assert result["groups"]["nccl_allreduce"]["median_abs_error"] < 0.10
+    assert result["groups"]["collectives_scaleout"]["median_abs_error"] < 0.10
+
+
 def test_large_run_mode_matches_the_full_run_except_itl_within_a_tenth_of_a_percent(monkeypatch):
     from tokenpath import pipeline
 

@@ -101,7 +101,7 @@ def _print(document: dict[str, Any], description: str) -> None:
     console.print(structure)
     table = Table(title="Collectives (nccl-tests columns; size per rank)", title_justify="left")
     for column in ("op", "ranks", "size", "algorithm", "time", "algbw GB/s", "busbw GB/s"):
-        table.add_column(column, justify="left" if column in ("op", "algorithm") else "right")
+        table.add_column(column, justify="left" if column in ("op", "algorithm") else "right", no_wrap=True)
     for row in document["collectives"]:
         table.add_row(row["op"], str(row["ranks"]), format_bytes(row["size_bytes"]), row["algorithm"],
                       format_duration(row["time_s"]), f"{row['algbw_Bps'] / 1e9:,.2f}", f"{row['busbw_Bps'] / 1e9:,.2f}")

@@ -12,13 +12,15 @@ import tomllib
 from importlib import resources
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from rich.console import Console
 from rich.table import Table
 
 from tokenpath.compute.chip import load_chip
 from tokenpath.fabric.build import build_topology
 from tokenpath.fabric.collectives import Collectives
-from tokenpath.fabric.spec import SwitchFabric
+from tokenpath.fabric.spec import FabricSpec, SwitchFabric
 from tokenpath.pipeline import simulate
 from tokenpath.scenario import Scenario, build_scenario
 from tokenpath.summary import summarize
@@ -53,14 +55,25 @@ def row_scenario(row: dict[str, Any], group: dict[str, Any]) -> Scenario:
 
 
 def predict_collective(row: dict[str, Any]) -> float:
-    """Bus bandwidth (B/s) of a large all-reduce, or the time (s) of a small one, on one switched domain."""
-    chip = load_chip(row["chip"])
-    topology = build_topology(SwitchFabric(hosts=row["ranks"]), chip.scaleup_bw_Bps)
+    """A collective's bus bandwidth (B/s), time (s) or inter-node bandwidth (B/s) on the row's topology:
+    its `fabric` table, or one switched domain of `ranks` of its `chip`."""
+    if "fabric" in row:
+        topology = build_topology(TypeAdapter(FabricSpec).validate_python(row["fabric"]))
+    else:
+        topology = build_topology(SwitchFabric(hosts=row["ranks"]), load_chip(row["chip"]).scaleup_bw_Bps)
+    group = [row.get("hosts") or list(range(row["ranks"]))]
+    op, size = row.get("op", "all_reduce"), row["size_bytes"]
     collectives = Collectives(topology, row["algorithm"])
-    group = [list(range(row["ranks"]))]
-    if row.get("unit") == "s":
-        return collectives.time_s("all_reduce", row["size_bytes"], group)
-    return collectives.bus_bandwidth_Bps("all_reduce", row["size_bytes"], group)
+    metric = row.get("metric", "time" if row.get("unit") == "s" else "busbw")
+    if metric == "time":
+        return collectives.time_s(op, size, group)
+    if metric == "busbw":
+        return collectives.bus_bandwidth_Bps(op, size, group)
+    # Bytes each rank sends off its node per second (all-to-all: an equal share to every other rank).
+    ranks = len(group[0])
+    per_node = topology.per_node
+    off_node = (ranks - min(ranks, per_node)) / ranks
+    return size * off_node / collectives.time_s(op, size, group)
 
 
 def predict(row: dict[str, Any], group: dict[str, Any]) -> float:
@@ -94,6 +107,9 @@ def run_validation(groups_wanted: set[str] | None = None) -> dict[str, Any]:
 
 def _describe(row: dict[str, Any]) -> tuple[str, str, str]:
     """(what, shape, precision) columns of a row."""
+    if "fabric" in row:
+        ranks = len(row.get("hosts") or range(row["ranks"]))
+        return row["what"], f"{ranks} ranks", f"{row['size_bytes']:.3g} B"
     if "ranks" in row:
         return f"all-reduce {row['algorithm']}", f"{row['ranks']} ranks", f"{row['size_bytes']:.3g} B"
     shape = f"TP{row['tp']} {row['input_tokens']}/{row['output_tokens']}"
@@ -101,9 +117,9 @@ def _describe(row: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def _value(row: dict[str, Any], value: float) -> str:
-    if row.get("unit") == "s" or "ttft" in row["group"]:
+    if row.get("unit") == "s" or row.get("metric") == "time" or "ttft" in row["group"]:
         return f"{value * 1e3:.3g} ms" if value >= 1e-3 else f"{value * 1e6:.3g} us"
-    if "ranks" in row:
+    if "ranks" in row or "fabric" in row:
         return f"{value / 1e9:,.0f} GB/s"
     return f"{value:,.0f}"
 
@@ -113,11 +129,11 @@ def print_validation(console: Console, result: dict[str, Any]) -> None:
         table = Table(title=f"{group['title']}\n{group['source']}", title_justify="left")
         for column in ("what", "chip", "shape", "precision", "published", "predicted", "error"):
             table.add_column(column, justify="left" if column in ("what", "chip", "shape", "precision") else "right",
-                             no_wrap=column == "what")
+                             no_wrap=column != "what")
         for r in (r for r in result["rows"] if r["group"] == name):
             what, shape, precision = _describe(r)
             what += " (calibration)" if r.get("calibration") else ""
-            table.add_row(what, r["chip"], shape, precision, _value(r, r["published"]), _value(r, r["predicted"]),
+            table.add_row(what, r.get("chip") or r["fabric"]["kind"], shape, precision, _value(r, r["published"]), _value(r, r["predicted"]),
                           f"{r['error']:+.1%}")
         console.print(table)
         console.print(f"median |error| {group['median_abs_error']:.1%}, worst {group['worst_abs_error']:.1%} "
