@@ -99,8 +99,9 @@ def _print(document: dict[str, Any], description: str) -> None:
                          ("bisection", f"{document['bisection_bw_Bps'] / 1e9:,.1f} GB/s")):
         structure.add_row(label, value)
     console.print(structure)
-    table = Table(title="Collectives (nccl-tests columns; size per rank)", title_justify="left")
-    for column in ("op", "ranks", "size", "algorithm", "time", "algbw GB/s", "busbw GB/s"):
+    table = Table(title="Collectives (nccl-tests columns: size per rank, algbw and busbw in GB/s)",
+                  title_justify="left")
+    for column in ("op", "ranks", "size", "algorithm", "time", "algbw", "busbw"):
         table.add_column(column, justify="left" if column in ("op", "algorithm") else "right", no_wrap=True)
     for row in document["collectives"]:
         table.add_row(row["op"], str(row["ranks"]), format_bytes(row["size_bytes"]), row["algorithm"],
