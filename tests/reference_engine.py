@@ -79,10 +79,14 @@ def reference_engine(
     kv_capacity_tokens: int,
     max_concurrency: int | None = None,
     progress: Callable[[int], None] | None = None,
+    cached_tokens: np.ndarray | None = None,
 ) -> EngineTrace:
-    """Simulate one engine replica serving the given requests (rows sorted by scheduled time)."""
+    """Simulate one engine replica serving the given requests (rows sorted by scheduled time); the KV
+    of each request's first `cached_tokens` prompt tokens comes with it."""
     replica = _Replica(scheduled_ns, input_tokens, output_tokens, costs, host, spec, kv_capacity_tokens,
                        max_concurrency, progress)
+    if cached_tokens is not None:
+        replica.cached[:] = cached_tokens
     return replica.run()
 
 
@@ -105,6 +109,7 @@ class _Replica:
         # Per-request accounts, kept here while a request is not running (a preempted request keeps
         # the tokens it has sent and the time it has spent).
         self.generated = np.zeros(n, np.int64)
+        self.cached = np.zeros(n, np.int64)  # prompt KV that came with the request; lost on preemption
         self.acc_compute = np.zeros(n, np.int64)
         self.acc_traffic = np.zeros(n, np.int64)
         self.acc_delivery = np.zeros(n, np.int64)
@@ -174,6 +179,7 @@ class _Replica:
             held_behind = np.append(np.cumsum(run.blocks[::-1])[::-1][1:], 0)
             keep = int(np.argmin(np.cumsum(extra) <= self.free_blocks + held_behind))
             self.park(np.arange(keep, len(run)))
+            self.cached[run.ids[keep:]] = 0
             self.free_blocks += int(run.blocks[keep:].sum())
             self.waiting.extendleft(run.ids[keep:][::-1].tolist())
             self.preemptions += len(run) - keep
@@ -191,17 +197,19 @@ class _Replica:
         room = spec.max_num_seqs - len(self.running)
         while self.waiting and len(admitted_num) < room and budget > 0:
             i = self.waiting[0]
-            need = int(self.prompt[i] + self.generated[i])  # a waiting sequence has no cache
+            target = int(self.prompt[i] + self.generated[i])
+            cached = int(self.cached[i])  # only the KV that came with the request
+            need = target - cached
             if need > budget and not spec.chunked_prefill:
                 break
             num = min(need, budget)
-            blocks = -(-num // block)
+            blocks = -(-(cached + num) // block)
             if blocks > self.free_blocks:
                 break
             self.waiting.popleft()
             self.free_blocks -= blocks
             budget -= num
-            admitted.append((i, need, 0, blocks, int(self.out[i] - self.generated[i]), int(self.sent[i]),
+            admitted.append((i, target, cached, blocks, int(self.out[i] - self.generated[i]), int(self.sent[i]),
                              int(self.acc_compute[i]), int(self.acc_traffic[i]), int(self.acc_delivery[i])))
             admitted_num.append(num)
         if admitted_num:

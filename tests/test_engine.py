@@ -135,10 +135,11 @@ def test_per_request_accounts_never_exceed_the_time_in_the_system(seed):
     chunked=st.booleans(),
     concurrency=st.one_of(st.none(), st.integers(1, 8)),
     detokenize=st.sampled_from(["inline", "async"]),
+    prefilled=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_the_engine_matches_the_straightforward_reference_exactly(
-        n, interval, max_seqs, budget, kv_blocks, chunked, concurrency, detokenize, seed):
+        n, interval, max_seqs, budget, kv_blocks, chunked, concurrency, detokenize, prefilled, seed):
     rng = np.random.default_rng(seed)
     block = 16
     longest = min(budget, block * kv_blocks) if not chunked else block * kv_blocks
@@ -151,8 +152,10 @@ def test_the_engine_matches_the_straightforward_reference_exactly(
                       chunked_prefill=chunked, block_size=block)
     scheduled = np.rint(arrivals * 1e9).astype(np.int64)
     args = (scheduled, inputs, outputs, costs)
-    fast = run_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency)
-    slow = reference_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency)
+    # Prefilled requests (a decode engine's): part of each prompt's KV arrives with it.
+    cached = rng.integers(0, inputs) if prefilled else None
+    fast = run_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency, cached_tokens=cached)
+    slow = reference_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency, cached_tokens=cached)
     for field in fast.__dataclass_fields__:
         if field != "spans":  # the same tokens, merged into longer runs by the fast engine
             assert np.array_equal(getattr(fast, field), getattr(slow, field)), field

@@ -64,15 +64,18 @@ def run_engine(
     kv_capacity_tokens: int,
     max_concurrency: int | None = None,
     progress: Callable[[int], None] | None = None,
+    cached_tokens: np.ndarray | None = None,
 ) -> EngineTrace:
     """Simulate one engine replica serving the given requests (rows sorted by scheduled time).
 
     Open loop: each request is sent at its scheduled time. With `max_concurrency`, at most that many
     are outstanding: the next one is sent when a slot frees (the client has a last byte) or at its
-    scheduled time, whichever is later.
+    scheduled time, whichever is later. `cached_tokens`: prompt tokens whose KV arrives with each
+    request.
     """
     n = len(scheduled_ns)
     prompt = [int(x) for x in input_tokens]
+    cached = [0] * n if cached_tokens is None else [int(x) for x in cached_tokens]
     out = [int(x) for x in output_tokens]
     scheduled = [int(x) for x in scheduled_ns]
     sent = [0] * n
@@ -81,7 +84,7 @@ def run_engine(
     def send(i: int, at_ns: int) -> None:
         upload_ns = client.upload_ns(prompt[i])
         sent[i] = at_ns
-        replica.submit(prompt[i], out[i], at_ns + upload_ns, upload_ns)
+        replica.submit(prompt[i], out[i], at_ns + upload_ns, upload_ns, cached[i])
 
     first_wave = n if max_concurrency is None else min(n, max_concurrency)
     for i in range(first_wave):

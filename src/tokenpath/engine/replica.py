@@ -85,6 +85,7 @@ class Replica:
 
         # Per request (index = submission order), as compact int64 columns: a run can hold millions.
         self.prompt = array("q")
+        self.cached = array("q")        # prompt tokens whose KV arrived with the request (0 after preemption)
         self.out = array("q")
         self.arrival = array("q")
         self.generated = array("q")     # tokens sampled and sent so far
@@ -119,11 +120,16 @@ class Replica:
 
     # -- requests in -----------------------------------------------------------------------------
 
-    def submit(self, input_tokens: int, output_tokens: int, arrival_ns: int, delivery_ns: int = 0) -> int:
+    def submit(self, input_tokens: int, output_tokens: int, arrival_ns: int, delivery_ns: int = 0,
+               cached_tokens: int = 0) -> int:
         """Queue a request that reaches the server at `arrival_ns`; `delivery_ns` is time it already
-        spent on the way (its upload). Returns its index."""
+        spent on the way (its upload); the KV of its first `cached_tokens` prompt tokens comes with it
+        (a decode engine receiving a prefilled request). Returns its index."""
+        if not 0 <= cached_tokens < input_tokens:
+            raise ValueError("cached_tokens must leave at least one prompt token to compute")
         i = len(self.prompt)
-        for column, value in ((self.prompt, input_tokens), (self.out, output_tokens), (self.arrival, arrival_ns),
+        for column, value in ((self.prompt, input_tokens), (self.cached, cached_tokens),
+                              (self.out, output_tokens), (self.arrival, arrival_ns),
                               (self.generated, 0), (self.acc_compute, 0), (self.acc_traffic, 0),
                               (self.acc_delivery, delivery_ns), (self.last_end, 0), (self.entry, 0),
                               (self.context0, 0), (self.epoch, 0)):
@@ -172,11 +178,12 @@ class Replica:
         room = self.max_seqs - len(self.decoding) - (prefill is not None)
         while waiting and not preempting and len(admitted) < room and budget > 0:
             i = waiting[0]
-            need = self._need(i, 0)
+            cached = self.cached[i]
+            need = self._need(i, cached)
             if need > budget and not self.spec.chunked_prefill:
                 break
             num = min(need, budget)
-            blocks = -(-num // block)
+            blocks = -(-(cached + num) // block)
             if blocks > self.free_blocks:
                 break
             waiting.popleft()
@@ -198,13 +205,14 @@ class Replica:
                 completing.append((prefill.request, prefill.computed))
                 self.prefill = None
         for i, q in admitted:
+            p = self.cached[i]
             num_tokens += q
-            attn_pairs += q * (q + 1) // 2
-            kv_read += q
-            if q == self._need(i, 0):
-                completing.append((i, q))
+            attn_pairs += q * p + q * (q + 1) // 2
+            kv_read += p + q
+            if p + q == self._need(i, 0):
+                completing.append((i, p + q))
             else:
-                self.prefill = _Prefill(i, q, -(-q // block))
+                self.prefill = _Prefill(i, p + q, -(-(p + q) // block))
         finishing = self._due_to_finish(s) if self.finishes and self.finishes[0][0] <= s else []
         emitted = decode + len(completing)
         events = emitted if self.interval == 1 else self._events(s, finishing, completing)
@@ -338,6 +346,8 @@ class Replica:
             new_blocks -= crossing
             victims.append(i)
         self.preemptions += len(victims)
+        for i in victims:  # a preempted sequence recomputes everything, its prefix included
+            self.cached[i] = 0
         self.waiting.extendleft(victims)
         if prefill is None:
             return new_blocks, 0, 0
