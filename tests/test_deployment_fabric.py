@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tokenpath.engine.placement import place
@@ -125,3 +126,54 @@ def test_spread_placement_interleaves_groups():
     assert placement.tp_groups() == [[0, 2, 4, 6], [1, 3, 5, 7]]
     explicit = place([7, 6, 5, 4, 3, 2, 1, 0], replicas=2, pp=1, tp=4, fabric_hosts=8)
     assert explicit.tp_groups() == [[7, 6, 5, 4], [3, 2, 1, 0]]
+
+
+# -- disaggregated serving: prefill replicas hand the KV cache to decode replicas ----------------------
+
+def pd_scenario(**overrides):
+    return scenario(**{"deployment.chips": 16, "deployment.prefill_replicas": 1, **overrides})
+
+
+def test_disaggregated_requests_split_exactly_into_queue_compute_traffic_delivery():
+    sim = simulate(pd_scenario())
+    run = sim.run
+    parts = run.queue_ns + run.compute_ns + run.traffic_ns + run.delivery_ns
+    assert np.array_equal(parts, run.e2e_ns)
+    assert (run.queue_ns >= 0).all()
+    assert len(sim.traces) == 2  # one prefill engine, one decode engine
+    # The prefill engine made exactly one token per request; the decode engine the rest.
+    assert sim.traces[0].token_offsets[-1] == len(run.e2e_ns)
+    assert sim.traces[1].token_offsets[-1] == int(run.output_tokens.sum()) - len(run.e2e_ns)
+
+
+def test_kv_cache_crosses_the_fabric_between_the_pools():
+    # 2 x TP8 on the 4-node rail cluster: the prefill replica on node 0, the decode replica on node 1,
+    # so each rank's KV share crosses its NIC: 1000 tokens x 80 layers x 1 KV head x 128 x 2 (K, V)
+    # x 1 B (fp8) = 20.48 MB per rank, at 50 GB/s x 0.94.
+    dep = build_deployment(pd_scenario(**{"deployment.fabric": "h100-4x8-rail"}))
+    per_rank = 1000 * dep.compute.kv_bytes_per_token_per_chip
+    assert per_rank == 1000 * 80 * 2 * 128 * 1
+    seconds = dep.costs.kv_transfer_s(1000, 0, 1)
+    # Rank t of node 0 to rank t of node 1: the same rail, so NIC -> leaf -> NIC (2 links of 0.675 us),
+    # after NCCL's 6.6 us launch.
+    assert seconds == pytest.approx(6.6e-6 + 2 * 0.675e-6 + per_rank / (50e9 * 0.94), rel=1e-9)
+    # Inside one NVSwitch domain the same transfer is an order of magnitude faster.
+    local = build_deployment(pd_scenario(**{"deployment.fabric": {"kind": "switch", "hosts": 16}}))
+    assert local.costs.kv_transfer_s(1000, 0, 1) < seconds / 5
+
+
+def test_decode_replicas_free_of_prefills_give_steadier_tokens():
+    colocated = summarize(simulate(scenario(**{"deployment.chips": 16})).run, "a", "", {})
+    split = summarize(simulate(pd_scenario()).run, "b", "", {})
+    assert split["latency_s"]["tpot"]["p90"] < colocated["latency_s"]["tpot"]["p90"]
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"deployment.prefill_replicas": 2}, "leaves none to decode"),
+    ({"deployment.tp": 4, "deployment.pp": 2}, "pp = 1 only"),
+    ({"workload.max_concurrency": 8}, "needs open-loop arrivals"),
+])
+def test_impossible_disaggregations_are_one_line_errors(overrides, fragment):
+    with pytest.raises(UserError) as error:
+        build_deployment(pd_scenario(**overrides))
+    assert fragment in str(error.value)

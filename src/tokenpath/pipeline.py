@@ -79,6 +79,14 @@ def build_deployment(scenario: Scenario) -> Deployment:
         raise UserError(f"deployment.tp: {model.name} has {model.num_heads} attention heads, not divisible by tp={dep.tp}")
     if model.num_layers % dep.pp:
         raise UserError(f"deployment.pp: {model.name} has {model.num_layers} layers, not divisible by pp={dep.pp}")
+    if dep.prefill_replicas and not dep.prefill_replicas < dep.replicas:
+        raise UserError(f"deployment.prefill_replicas: {dep.prefill_replicas} of {dep.replicas} replicas leaves none "
+                        "to decode; use fewer, or more chips")
+    if dep.prefill_replicas and dep.pp > 1:
+        raise UserError("deployment.prefill_replicas: disaggregated serving is modelled with pp = 1 only")
+    if dep.prefill_replicas and scenario.workload.max_concurrency is not None:
+        raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
+                        "unset workload.max_concurrency")
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(), pp=dep.pp)
     kv_tokens = compute.kv_capacity_tokens(scenario.engine.gpu_memory_utilization,
                                            scenario.engine.max_num_batched_tokens) // dep.pp
@@ -117,7 +125,28 @@ CHUNK_TOKENS = 2_000_000
 KEEP_TOKENS_LIMIT = 20_000_000
 
 
-def _replica_run(trace: EngineTrace, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
+@dataclass(frozen=True)
+class Served:
+    """What the server side did for a set of requests: per request (input order) the time it was sent
+    and its summed compute, traffic and delivery (upload and host blocking) time, the end of the step
+    that made its last token, and when each token left the server (`leave_ns(lo, hi)`: the flat token
+    times of requests lo..hi-1)."""
+
+    sent_ns: np.ndarray
+    compute_ns: np.ndarray
+    traffic_ns: np.ndarray
+    delivery_ns: np.ndarray
+    last_step_end_ns: np.ndarray
+    token_offsets: np.ndarray
+    leave_ns: Callable[[int, int], np.ndarray]
+
+    @staticmethod
+    def of(trace: EngineTrace) -> Served:
+        return Served(trace.sent_ns, trace.compute_ns, trace.traffic_ns, trace.delivery_ns, trace.last_step_end_ns,
+                      trace.token_offsets, lambda lo, hi: trace.step_leave_ns[trace.token_steps(lo, hi)])
+
+
+def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
                  visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None) -> dict[str, np.ndarray]:
     """Per-request client-side timings of one replica, with exact attribution.
 
@@ -132,7 +161,7 @@ def _replica_run(trace: EngineTrace, requests: Requests, scheduled_ns: np.ndarra
     while lo < n:
         hi = min(n, max(lo + 1, int(np.searchsorted(offsets, offsets[lo] + CHUNK_TOKENS, side="right")) - 1))
         local = offsets[lo:hi + 1] - offsets[lo]
-        leave_ns = trace.step_leave_ns[trace.token_steps(lo, hi)]
+        leave_ns = trace.leave_ns(lo, hi)
         client_ns = last_mile.client_times_ns(leave_ns, local)
         first = local[:-1]
         ttft[lo:hi] = leave_ns[first]
@@ -218,6 +247,9 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     concurrency = scenario.workload.max_concurrency
     keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
     itl = None if keep_tokens else LogHistogram()
+    if scenario.deployment.prefill_replicas:
+        run, traces = _disaggregated(prepared, scheduled_ns, visible, keep_tokens, itl, progress)
+        return Simulation(scenario, deployment, requests, run, traces)
     parts, owners, traces = [], [], []
     for replica in range(replicas):
         # Round-robin routing; a concurrency cap is shared out evenly between the replicas.
@@ -231,7 +263,98 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
             scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
             scenario.engine, deployment.kv_capacity_tokens, share, progress,
         )
-        parts.append(_replica_run(trace, sub, scheduled_ns[rows], last_mile, visible[rows], keep_tokens, itl))
+        parts.append(_replica_run(Served.of(trace), sub, scheduled_ns[rows], last_mile, visible[rows], keep_tokens, itl))
         owners.append(rows)
         traces.append(trace)
     return Simulation(scenario, deployment, requests, _merge(parts, owners, n, itl), traces)
+
+
+class _Proxy:
+    """The host side of a decode engine in disaggregated serving: requests come from the prefill
+    engines (their KV transfer is traffic), so there is no client upload; the rest is the last mile's."""
+
+    def __init__(self, last_mile: LastMile) -> None:
+        self.last_mile = last_mile
+        self.stream_interval = last_mile.stream_interval
+
+    def upload_ns(self, input_tokens: int) -> int:
+        return 0
+
+    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int]:
+        return self.last_mile.on_step(gpu_end_ns, emitted, events)
+
+    def last_event_arrival_ns(self, leave_ns: int, output_tokens: int) -> int:
+        return self.last_mile.last_event_arrival_ns(leave_ns, output_tokens)
+
+
+def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.ndarray, keep_tokens: bool,
+                   itl: LogHistogram | None, progress: Callable[[int], None] | None) -> tuple[Run, list[EngineTrace]]:
+    """Prefill replicas make each request's KV cache and first token; the KV crosses the fabric to a
+    decode replica, which makes the remaining tokens with the prompt (and the first token) cached.
+
+    Requests go round-robin to the prefill replicas, and round-robin again to the decode replicas.
+    The client's stream carries the first token from the prefill replica and the rest from the decode
+    replica, each through the last mile.
+    """
+    scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
+    n = len(requests)
+    prefills = scenario.deployment.prefill_replicas
+    decodes = deployment.replicas - prefills
+    delivery, engine, costs = scenario.resolved_delivery(), scenario.engine, deployment.costs
+    inputs, outputs = requests.input_tokens, requests.output_tokens
+    traces: list[EngineTrace] = []
+
+    # Prefill: every request for one token.
+    sent, compute, traffic, host_ns = (np.zeros(n, np.int64) for _ in range(4))
+    first_end, first_leave = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for p in range(prefills):
+        rows = np.arange(p, n, prefills)
+        if len(rows) == 0:
+            continue
+        trace = run_engine(scheduled_ns[rows], inputs[rows], np.ones(len(rows), np.int64), costs,
+                           LastMile(delivery), engine, deployment.kv_capacity_tokens)
+        traces.append(trace)
+        sent[rows], compute[rows], traffic[rows] = trace.sent_ns, trace.compute_ns, trace.traffic_ns
+        host_ns[rows] = trace.delivery_ns
+        first_end[rows] = trace.last_step_end_ns
+        first_leave[rows] = trace.step_leave_ns[trace.token_steps()]
+    if progress is not None:
+        progress(int((outputs == 1).sum()))
+
+    # KV transfer, then decode of the remaining tokens.
+    prefill_of = np.arange(n) % prefills
+    decode_of = prefills + np.arange(n) % decodes
+    transfer = np.array([round(costs.kv_transfer_s(int(t), int(s), int(d)) * 1e9)
+                         for t, s, d in zip(inputs, prefill_of, decode_of)], np.int64)
+    last_end = first_end.copy()
+    rest_leave = np.zeros(int(outputs.sum()) - n, np.int64)
+    rest_offsets = np.concatenate([[0], np.cumsum(outputs - 1)]).astype(np.int64)
+    for d in range(prefills, deployment.replicas):
+        rows = np.flatnonzero((decode_of == d) & (outputs > 1))
+        if len(rows) == 0:
+            continue
+        arrival = first_end[rows] + transfer[rows]
+        rows = rows[np.argsort(arrival, kind="stable")]
+        trace = run_engine(first_end[rows] + transfer[rows], inputs[rows] + 1, outputs[rows] - 1, costs,
+                           _Proxy(LastMile(delivery)), engine, deployment.kv_capacity_tokens,
+                           progress=progress, cached_tokens=inputs[rows])
+        traces.append(trace)
+        compute[rows] += trace.compute_ns
+        traffic[rows] += trace.traffic_ns
+        host_ns[rows] += trace.delivery_ns
+        last_end[rows] = trace.last_step_end_ns
+        leave = trace.step_leave_ns[trace.token_steps()]
+        local = trace.token_offsets
+        for k, i in enumerate(rows):  # place each request's tokens at its own offset
+            rest_leave[rest_offsets[i]:rest_offsets[i + 1]] = leave[local[k]:local[k + 1]]
+    traffic += transfer
+
+    offsets = np.concatenate([[0], np.cumsum(outputs)]).astype(np.int64)
+    leave_all = np.empty(offsets[-1], np.int64)
+    leave_all[offsets[:-1]] = first_leave
+    rest_positions = np.setdiff1d(np.arange(offsets[-1]), offsets[:-1], assume_unique=True)
+    leave_all[rest_positions] = rest_leave
+    served = Served(sent, compute, traffic, host_ns, last_end, offsets,
+                    lambda lo, hi: leave_all[offsets[lo]:offsets[hi]])
+    part = _replica_run(served, requests, scheduled_ns, LastMile(delivery), visible, keep_tokens, itl)
+    return _merge([part], [np.arange(n)], n, itl), traces

@@ -62,6 +62,8 @@ class DeploymentSection(BaseModel):
     pp: int = Field(1, ge=1, description="pipeline stages per replica")
     expert_parallel: bool = Field(False, description="MoE experts split over the tensor-parallel group, "
                                                      "with all-to-all dispatch and combine")
+    prefill_replicas: int = Field(0, ge=0, description="replicas that only prefill (disaggregated serving); "
+                                                       "0: every replica prefills and decodes")
     fabric: FabricSpec = SwitchFabric()
     placement: Literal["packed", "spread"] | list[int] = Field(
         "packed", description="packed: each group on consecutive hosts; spread: a group's ranks strided "

@@ -6,7 +6,10 @@ Traffic of one step, not overlapped with compute (as in eager TP all-reduces):
 - expert parallel (MoE, experts spread over every chip of the deployment): each MoE layer's all-reduce
   becomes an all-to-all dispatch and an all-to-all combine of the routed token copies, the tokens split
   over the TP ranks; replicas are assumed to step with similar batches, as wide-EP engines keep them;
-- pipeline parallel: the hidden state handed from each stage to the next, each TP rank its slice.
+- pipeline parallel: the hidden state handed from each stage to the next, each TP rank its slice;
+- disaggregated serving: a prefilled request's KV cache sent from the prefill replica to the decode
+  replica, each TP rank its own heads to the same rank there (`kv_transfer_s`). Transfers of different
+  requests are not modelled as sharing links.
 """
 
 from __future__ import annotations
@@ -58,6 +61,13 @@ class GroupStepCosts:
         for pairs in self._handoffs:
             parts["pp_send_recv"] += self.collectives.time_s("send_recv", hidden_bytes / tp, pairs)
         return parts
+
+    def kv_transfer_s(self, prompt_tokens: int, src_replica: int, dst_replica: int) -> float:
+        """Time to move `prompt_tokens` tokens of KV cache from one replica to another."""
+        hosts = self.placement.hosts
+        pairs = [[int(a), int(b)] for a, b in zip(hosts[src_replica].ravel(), hosts[dst_replica].ravel())]
+        size = prompt_tokens * self.compute.kv_bytes_per_token_per_chip
+        return self.collectives.time_s("send_recv", size, pairs)
 
     def _traffic_s(self, num_tokens: int) -> float:
         return sum(self.traffic_parts_s(num_tokens).values())

@@ -50,8 +50,16 @@ def traffic_detail(sim: Simulation) -> str:
         parts.append(f"{costs.all_to_alls_per_step} expert-parallel all-to-alls across {dep.chips} chips")
     if dep.pp > 1:
         parts.append(f"{dep.pp - 1} pipeline hand-offs")
+    if dep.prefill_replicas:
+        parts.append("each request's KV cache from a prefill to a decode replica")
     what = ", ".join(parts) or "nothing"
     return f"{what} on a {sim.deployment.topology.kind} fabric"
+
+
+def _replicas(dep: Any) -> str:
+    if dep.prefill_replicas:
+        return f"{dep.prefill_replicas} prefill + {dep.replicas - dep.prefill_replicas} decode replicas"
+    return f"{dep.replicas} replica(s)"
 
 
 def _placement(placement: str | list[int]) -> str:
@@ -92,7 +100,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         ("model", f"{d.model.name}, {s.model.precision} weights, {s.model.kv_precision()} KV cache"),
         ("deployment", f"{s.deployment.chips}x {d.chip.name}, TP={s.deployment.tp}, PP={s.deployment.pp}"
                        f"{', EP over all chips' if s.deployment.expert_parallel else ''}, "
-                       f"{s.deployment.replicas} replica(s)"),
+                       f"{_replicas(s.deployment)}"),
         ("fabric", f"{d.topology.kind}, {d.topology.hosts} hosts, {d.topology.diameter()} links across, "
                    f"{_placement(s.deployment.placement)} placement, {s.deployment.fabric.algorithm} collectives"),
         ("KV cache", f"{d.kv_capacity_tokens:,} tokens per replica "

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from tokenpath.bench.prompts import corpus_text
 from tokenpath.delivery import Detokenizer
+from tokenpath.errors import UserError
 from tokenpath.pipeline import build_deployment
 from tokenpath.scenario import Scenario
 from tokenpath.serve.live import LiveEngine
@@ -43,6 +44,8 @@ class Server:
 
     def __init__(self, scenario: Scenario, options: ServeOptions) -> None:
         self.scenario, self.options = scenario, options
+        if scenario.deployment.prefill_replicas:
+            raise UserError("deployment.prefill_replicas: serve runs colocated replicas only; set it to 0 to serve")
         self.deployment = build_deployment(scenario)
         self.model_name = options.served_model_name or scenario.model.name
         self.detokenizer = Detokenizer.load(options.tokenizer)
