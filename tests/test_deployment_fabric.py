@@ -112,7 +112,7 @@ def test_expert_parallel_replaces_moe_all_reduces_with_all_to_alls():
      "not divisible by pp=3"),
     ({"deployment.expert_parallel": True}, "has no experts"),
     ({"deployment.fabric": {"kind": "fattree", "k": 4}}, "fabric.link_bw: a fattree network needs"),
-    ({"deployment.fabric": "dgx-h1000"}, "fabric preset: unknown 'dgx-h1000'"),
+    ({"deployment.fabric": "dgx-h1000"}, "deployment.fabric: unknown preset 'dgx-h1000'; use one of dgx-h100"),
 ])
 def test_impossible_deployments_are_one_line_errors(overrides, fragment):
     with pytest.raises(UserError) as error:

@@ -38,8 +38,7 @@ def fabric_document(topology, collectives, ops: list[str], ranks: int, algorithm
     rows = []
     for op in ops:
         for size in SIZES_BYTES:
-            chosen = collectives.choose(op, size, group) if algorithm == "auto" and op not in ("all_to_all", "send_recv") \
-                else ("direct" if op in ("all_to_all", "send_recv") else algorithm)
+            chosen = collectives.choose(op, size, group, algorithm)
             time_s = collectives.time_s(op, size, group, chosen)
             algbw = size / time_s
             rows.append({"op": op, "algorithm": chosen, "ranks": ranks, "size_bytes": size, "time_s": time_s,

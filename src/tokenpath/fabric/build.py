@@ -77,7 +77,15 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
         return DragonFly(spec.p, scaleout_bw(), latency(SCALEOUT_LINK_LATENCY_S), a=spec.a, h=spec.h, g=spec.g,
                          routing=spec.routing, global_bw_Bps=spec.global_bw, global_latency_s=spec.global_latency)
     if isinstance(spec, HierarchyFabric):
-        node = build_topology(spec.node, scaleup_bw_Bps, None)
-        network = build_topology(spec.network, None, None)
+        node = _part(spec.node, "node", scaleup_bw_Bps)
+        network = _part(spec.network, "network", None)
         return Hierarchy(spec.nodes, node, network, rails=spec.rails)
     raise AssertionError(spec)
+
+
+def _part(spec, name: str, scaleup_bw_Bps: float | None) -> Topology:
+    """A hierarchy's node or network; its errors name the sub-table (fabric.node.hosts, ...)."""
+    try:
+        return build_topology(spec, scaleup_bw_Bps, None)
+    except UserError as error:
+        raise UserError(str(error).replace("fabric.", f"fabric.{name}.", 1)) from None

@@ -154,12 +154,18 @@ class Collectives:
         defaults to the one this instance was made with. For `auto` the result is the cheapest at
         1 MiB; use `time_s` for the per-size choice."""
         key = tuple(tuple(int(h) for h in g) for g in groups)
-        algorithm = algorithm or self.algorithm
+        return self._cost(op, key, self.runs_as(op, groups, algorithm or self.algorithm))
+
+    def runs_as(self, op: str, groups: Sequence[Sequence[int]], algorithm: str) -> str:
+        """The algorithm that actually runs when `algorithm` is asked for (auto stays auto)."""
         if op in ("all_to_all", "send_recv"):
-            algorithm = "direct"  # point-to-point whatever the reduction algorithm
-        elif algorithm in ("nvls", "tree") and op != "all_reduce":
-            algorithm = "ring"  # in-switch reduction and NCCL's trees serve all-reduce only
-        return self._cost(op, key, algorithm)
+            return "direct"  # point-to-point whatever the reduction algorithm
+        if algorithm in ("nvls", "tree") and op != "all_reduce":
+            return "ring"  # in-switch reduction and NCCL's trees serve all-reduce only
+        if algorithm == "hierarchical" and isinstance(self.topology, Hierarchy) \
+                and self.topology.within_nodes(np.array(groups, np.int64)):
+            return "ring"  # a group inside one node has no inter-node stage
+        return algorithm
 
     def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> float:
         """Time of one collective of `size_bytes` per rank (nccl-tests' size) run by each group."""
@@ -168,8 +174,10 @@ class Collectives:
             return min(self.cost(op, groups, a).time_s(size_bytes) for a in self._auto_candidates(op, groups))
         return self.cost(op, groups, algorithm).time_s(size_bytes)
 
-    def choose(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]]) -> str:
-        """The algorithm `auto` picks at this size."""
+    def choose(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str = "auto") -> str:
+        """The algorithm that runs at this size: the fastest for `auto`, else what `algorithm` runs as."""
+        if algorithm != "auto" or op in ("all_to_all", "send_recv"):
+            return self.runs_as(op, groups, algorithm)
         return min(self._auto_candidates(op, groups), key=lambda a: self.cost(op, groups, a).time_s(size_bytes))
 
     def bus_bandwidth_Bps(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],

@@ -22,12 +22,15 @@ from tokenpath.units import Bandwidth, Duration
 Algorithm = Literal["auto", "ring", "tree", "halving_doubling", "nvls", "bucket", "hierarchical"]
 
 
-class _Fabric(BaseModel):
+class _Common(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    algorithm: Algorithm = Field("auto", description="collective algorithm; auto picks the fastest per size, as NCCL")
+
+
+class _Fabric(_Common):
     link_bw: Bandwidth | None = Field(None, description="per link and direction")
     link_latency: Duration | None = Field(None, description="per link")
-    algorithm: Algorithm = Field("auto", description="collective algorithm; auto picks the fastest per size, as NCCL")
 
 
 class SwitchFabric(_Fabric):
@@ -82,13 +85,15 @@ class DragonFlyFabric(_Fabric):
     global_latency: Duration | None = Field(None, description="default: link_latency")
 
 
-ScaleUp = Annotated[Union[SwitchFabric, FullMeshFabric, TorusFabric, MeshFabric], Field(discriminator="kind")]
+ScaleUp = Annotated[Union[SwitchFabric, FullMeshFabric, TorusFabric, MeshFabric], Field(discriminator="kind"),
+                    BeforeValidator(lambda value: _expand_preset(value))]
 ScaleOut = Annotated[Union[FatTreeFabric, DragonFlyFabric, TorusFabric, MeshFabric, SwitchFabric],
-                     Field(discriminator="kind")]
+                     Field(discriminator="kind"), BeforeValidator(lambda value: _expand_preset(value))]
 
 
-class HierarchyFabric(_Fabric):
-    """`nodes` scale-up domains, every chip with its own NIC on a scale-out network."""
+class HierarchyFabric(_Common):
+    """`nodes` scale-up domains, every chip with its own NIC on a scale-out network; link figures
+    belong to the `node` and `network` tables."""
 
     kind: Literal["hierarchy"] = "hierarchy"
     nodes: int = Field(ge=1)
@@ -99,12 +104,15 @@ class HierarchyFabric(_Fabric):
 
 def _expand_preset(value: Any) -> Any:
     """A preset name, or a table with `preset = NAME` and overrides, becomes the full table; a table
-    without a kind is a switched domain."""
-    if isinstance(value, str):
-        return preset_table(value)
-    if isinstance(value, dict) and "preset" in value:
-        overrides = {k: v for k, v in value.items() if k != "preset"}
-        return {**preset_table(value["preset"]), **overrides}
+    without a kind is a switched domain. (ValueError, so the error names where the name was given.)"""
+    try:
+        if isinstance(value, str):
+            return preset_table(value)
+        if isinstance(value, dict) and "preset" in value:
+            overrides = {k: v for k, v in value.items() if k != "preset"}
+            return {**preset_table(value["preset"]), **overrides}
+    except UserError as error:
+        raise ValueError(str(error).removeprefix("fabric: ")) from None
     if isinstance(value, dict) and "kind" not in value:
         return {"kind": "switch", **value}
     return value
@@ -128,7 +136,7 @@ def preset_names() -> list[str]:
 def preset_table(name: str) -> dict[str, Any]:
     path = _presets_dir() / f"{name}.toml"
     if not path.is_file():
-        raise UserError(f"fabric preset: unknown {name!r}; use one of {', '.join(preset_names())}")
+        raise UserError(f"fabric: unknown preset {name!r}; use one of {', '.join(preset_names())}")
     table = tomllib.loads(path.read_text(encoding="utf-8"))
     table.pop("description", None)
     table.pop("source", None)
