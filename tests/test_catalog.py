@@ -69,19 +69,19 @@ def test_chip_strings_are_parsed_to_si():
 
 
 def test_matmul_efficiency_is_measured_over_peak_or_the_default():
-    from tokenpath.compute.efficiency import DEFAULT_MATMUL_EFFICIENCY
+    from tokenpath.compute.efficiency import DEFAULT_MATMUL_EFFICIENCY, SERVING_GEMM_FRACTION
 
     h100 = load_chip("h100")
-    assert h100.matmul_efficiency["bf16"] == pytest.approx(794.5 / 989)
-    assert h100.matmul_efficiency["fp8"] == pytest.approx(1402.6 / 1979)
-    assert load_chip("h200").matmul_efficiency["bf16"] == DEFAULT_MATMUL_EFFICIENCY
-    assert load_chip("b200").matmul_efficiency["fp4"] == DEFAULT_MATMUL_EFFICIENCY
+    assert h100.matmul_efficiency["bf16"] == pytest.approx(794.5 / 989 * SERVING_GEMM_FRACTION)
+    assert h100.matmul_efficiency["fp8"] == pytest.approx(1402.6 / 1979 * SERVING_GEMM_FRACTION)
+    assert load_chip("h200").matmul_efficiency["bf16"] == DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION
+    assert load_chip("b200").matmul_efficiency["fp4"] == DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION
 
 
 def test_missing_precision_falls_back_to_bf16():
     v5p = load_chip("tpu-v5p")
     assert v5p.compute_precision("fp8") == "bf16"
-    assert v5p.effective_flops("fp8") == v5p.effective_flops("bf16") == pytest.approx(459e12 * 0.7)
+    assert v5p.effective_flops("fp8") == v5p.effective_flops("bf16") == pytest.approx(459e12 * 0.7 * 0.8)
     h100 = load_chip("h100")
     assert h100.compute_precision("fp4") == "bf16"
     assert h100.compute_precision("fp16") == "bf16"

@@ -14,6 +14,7 @@ from tokenpath.compute.efficiency import (
     HBM_BW_EFFICIENCY,
     RESERVED_LOGIT_ROWS,
     RUNTIME_RESERVE_BYTES,
+    SERVING_GEMM_FRACTION,
     STEP_OVERHEAD_S,
 )
 from tokenpath.errors import UserError
@@ -92,13 +93,13 @@ def test_prefill_8192_is_compute_bound():
     ops = {op.name: op for op in cm.step_ops(tokens, 1, pairs, tokens)}
     gemms = ["qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"]
     assert all(ops[name].bound == "compute" for name in gemms + ["attention"])
-    # GEMMs: 2 FLOPs per linear weight per token at the measured fp8 rate.
+    # GEMMs: 2 FLOPs per linear weight per token at the serving fraction of the measured fp8 rate.
     model = cm.model
     linear_params = model.num_layers * (model.attention_params() + model.mlp_params(model.intermediate_size))
-    gemm_s = 2 * linear_params / 8 * tokens / 1453.4e12
+    gemm_s = 2 * linear_params / 8 * tokens / (1453.4e12 * SERVING_GEMM_FRACTION)
     assert sum(ops[name].time_s for name in gemms) == pytest.approx(gemm_s, rel=1e-9)
     # Attention: 4 * heads per chip * head_dim FLOPs per pair per layer at the bf16 rate (default efficiency).
-    attention_s = 4 * 8 * 128 * pairs * 80 / (989e12 * 0.7)
+    attention_s = 4 * 8 * 128 * pairs * 80 / (989e12 * 0.7 * SERVING_GEMM_FRACTION)
     assert ops["attention"].time_s == pytest.approx(attention_s, rel=1e-9)
     assert sum(op.time_s for op in ops.values() if op.bound == "compute") > 0.8 * sum(
         op.time_s for op in ops.values())

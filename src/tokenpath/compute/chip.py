@@ -79,9 +79,9 @@ def load_chip(name: str) -> ChipSpec:
             if not 0 < measured[precision] <= peak:
                 raise UserError(f"{where} measured_matmul_tflops.{precision}: must be positive and at most "
                                 f"the peak ({peak / 1e12:g})")
-            matmul_efficiency[precision] = measured[precision] / peak
+            matmul_efficiency[precision] = measured[precision] / peak * efficiency.SERVING_GEMM_FRACTION
         else:
-            matmul_efficiency[precision] = efficiency.DEFAULT_MATMUL_EFFICIENCY
+            matmul_efficiency[precision] = efficiency.DEFAULT_MATMUL_EFFICIENCY * efficiency.SERVING_GEMM_FRACTION
     measured_scaleup = table.get("measured_scaleup_bw")
     return ChipSpec(
         name=canonical,

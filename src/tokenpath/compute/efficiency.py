@@ -11,6 +11,14 @@ DEFAULT_MATMUL_EFFICIENCY = 0.7
 measured rate. 0.7 is about the median of the measured/peak ratios catalog/chips.toml does publish
 (0.51 for MI300X bf16 to 0.80 for H100 bf16)."""
 
+SERVING_GEMM_FRACTION = 0.8
+"""Fraction of a chip's large-GEMM ceiling (the measured MAMF rate, or the default above) that the
+GEMMs of a serving step reach. MAMF is the best rate over a sweep of large, well-shaped GEMMs; a
+step's GEMMs have the model's own shapes (M = the step's tokens, N a tensor-parallel shard, K the
+hidden or intermediate width), FP8/FP4 scaling epilogues, and run between other kernels. Calibrated
+once, on the H100 rows of the TensorRT-LLM offline throughput group in `tokenpath validate` (the
+value minimising their median |error|: 0.80, 3.6%); the H200 and B200 rows are predicted with it."""
+
 HBM_BW_EFFICIENCY = 0.85
 """Fraction of peak HBM bandwidth a streaming kernel (weight-bound GEMV, paged-attention KV reads)
 sustains. About 0.85 is widely reported for H100/H200 streaming kernels; an assumption applied to
