@@ -29,8 +29,7 @@ PATTERN_BYTES_PER_HOST = 2**20
 WORST_LINKS = 10
 
 
-def fabric_document(topology, collectives, ops: list[str], ranks: int, algorithm: str,
-                    pattern: str | None) -> dict[str, Any]:
+def fabric_document(topology, collectives, ops: list[str], ranks: int, pattern: str | None) -> dict[str, Any]:
     """Structure, collective sweep and (optionally) a traffic pattern's busiest links, as one document."""
     from tokenpath.fabric.collectives import bus_bandwidth_factor
 
@@ -38,7 +37,7 @@ def fabric_document(topology, collectives, ops: list[str], ranks: int, algorithm
     rows = []
     for op in ops:
         for size in SIZES_BYTES:
-            chosen = collectives.choose(op, size, group, algorithm)
+            chosen = collectives.choose(op, size, group, collectives.algorithm)
             time_s = collectives.time_s(op, size, group, chosen)
             algbw = size / time_s
             rows.append({"op": op, "algorithm": chosen, "ranks": ranks, "size_bytes": size, "time_s": time_s,
@@ -71,7 +70,7 @@ def pattern_document(topology, pattern: str) -> dict[str, Any]:
     worst = np.argsort(-busy_s, kind="stable")[:WORST_LINKS]
     return {
         "name": pattern, "bytes_per_host": PATTERN_BYTES_PER_HOST,
-        "completion_time_s": float(busy_s.max()) + topology.diameter() * float(links.latency_s.max()),
+        "completion_time_s": float(busy_s.max()) + topology.longest_route_latency_s(),
         "mean_link_utilization": float(busy_s.mean() / busy_s.max()) if busy_s.max() > 0 else 0.0,
         "worst_links": [{"link": int(i), "from": _node(topology, int(links.src[i])), "to": _node(topology, int(links.dst[i])),
                          "tier": topology.tier_names[links.tier[i]], "bytes": float(loads[i]), "busy_s": float(busy_s[i])}
@@ -158,9 +157,10 @@ def fabric(
     ranks = topology.hosts if ranks is None else ranks
     if not 2 <= ranks <= topology.hosts:
         raise UserError(f"--ranks: must be from 2 to the {topology.hosts} hosts of this fabric, got {ranks}")
-    collectives = Collectives(topology, algorithm if algorithm != "auto" else spec.algorithm)
-    document = fabric_document(topology, collectives, ops, ranks, algorithm if algorithm != "auto" else spec.algorithm,
-                               pattern)
+    if algorithm == "auto":
+        algorithm = spec.algorithm  # the file's choice, itself auto by default
+    collectives = Collectives(topology, algorithm)
+    document = fabric_document(topology, collectives, ops, ranks, pattern)
     if json_out == "-":
         _write_json(document, "-")
         return

@@ -326,6 +326,7 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
     decode_of = prefills + np.arange(n) % decodes
     transfer = np.array([round(costs.kv_transfer_s(int(t), int(s), int(d)) * 1e9)
                          for t, s, d in zip(inputs, prefill_of, decode_of)], np.int64)
+    decode_arrival = first_end + transfer
     last_end = first_end.copy()
     rest_leave = np.zeros(int(outputs.sum()) - n, np.int64)
     rest_offsets = np.concatenate([[0], np.cumsum(outputs - 1)]).astype(np.int64)
@@ -333,9 +334,8 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
         rows = np.flatnonzero((decode_of == d) & (outputs > 1))
         if len(rows) == 0:
             continue
-        arrival = first_end[rows] + transfer[rows]
-        rows = rows[np.argsort(arrival, kind="stable")]
-        trace = run_engine(first_end[rows] + transfer[rows], inputs[rows] + 1, outputs[rows] - 1, costs,
+        rows = rows[np.argsort(decode_arrival[rows], kind="stable")]
+        trace = run_engine(decode_arrival[rows], inputs[rows] + 1, outputs[rows] - 1, costs,
                            _Proxy(LastMile(delivery)), engine, deployment.kv_capacity_tokens,
                            progress=progress, cached_tokens=inputs[rows])
         traces.append(trace)

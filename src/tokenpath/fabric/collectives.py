@@ -273,7 +273,7 @@ class Collectives:
             src, dst = np.nonzero(~np.eye(n, dtype=bool))
             latency_s = self._round_latency_s(hosts[:, src].ravel(), hosts[:, dst].ravel())
         else:
-            latency_s = self.topology.diameter() * float(self.topology.links.latency_s.max())
+            latency_s = self.topology.longest_route_latency_s()
         return AffineCost(BASE_LATENCY_S + latency_s, float((loads / self._capacity_Bps).max()))
 
     def _nvls(self, groups: tuple[tuple[int, ...], ...]) -> AffineCost:
@@ -287,7 +287,7 @@ class Collectives:
         """Latency of the longest route among the round's flows."""
         links = self.topology.links
         if len(src) > _ROUTED_LATENCY_FLOWS:
-            return self.topology.diameter() * float(links.latency_s.max())
+            return self.topology.longest_route_latency_s()
         worst = 0.0
         for s, d in set(zip(src.tolist(), dst.tolist())):
             route = self.topology.route(s, d)

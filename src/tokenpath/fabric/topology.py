@@ -133,7 +133,8 @@ class Topology(ABC):
 
     @abstractmethod
     def bisection_bw_Bps(self) -> float:
-        """Capacity, one direction, across the worst cut into two equal halves of the hosts."""
+        """Capacity, one direction, across a cut of the hosts into two equal halves: the narrowest
+        one for a fat tree, torus or mesh; each topology documents the cut it takes."""
 
     # -- routing --------------------------------------------------------------------------------
     @abstractmethod
@@ -165,7 +166,11 @@ class Topology(ABC):
         plus the latency of the longest route."""
         loads = self.link_loads(traffic)
         busy = loads / (self.links.bw_Bps * bw_efficiency)
-        return float(busy.max(initial=0.0)) + self.diameter() * float(self.links.latency_s.max(initial=0.0))
+        return float(busy.max(initial=0.0)) + self.longest_route_latency_s()
+
+    def longest_route_latency_s(self) -> float:
+        """An upper bound on a route's latency: the diameter at the slowest link's latency."""
+        return self.diameter() * float(self.links.latency_s.max(initial=0.0))
 
     # -- named patterns -------------------------------------------------------------------------
     def tornado_traffic(self, bytes_per_host: float) -> Traffic:
