@@ -41,6 +41,8 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "compute_s": trace.step_compute_ns[i] / 1e9,
         "traffic_s": trace.step_traffic_ns[i] / 1e9,
         "traffic_parts_s": deployment.costs.traffic_parts_s(shape["tokens"]),
+        "tp_all_reduce_algorithm": deployment.collectives.choose(
+            "all_reduce", compute.allreduce_bytes(shape["tokens"]), deployment.placement.tp_groups()),
         "hidden_state_bytes": compute.allreduce_bytes(shape["tokens"]),
         "host_blocking_s": trace.step_blocking_ns[i] / 1e9,
     }
@@ -64,7 +66,8 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
     table.add_row("step overhead", "", "", format_duration(step["overhead_s"]), "fixed", f"{step['overhead_s'] / total:.1%}")
     for part, seconds in step["traffic_parts_s"].items():
         if seconds:
-            table.add_row(f"{TRAFFIC_LABELS[part]} ({format_bytes(step['hidden_state_bytes'])} hidden state)", "", "",
+            how = f"{step['tp_all_reduce_algorithm']}, " if part == "tp_all_reduce" else ""
+            table.add_row(f"{TRAFFIC_LABELS[part]} ({how}{format_bytes(step['hidden_state_bytes'])} hidden state)", "", "",
                           format_duration(seconds), "traffic", f"{seconds / total:.1%}")
     table.add_row("host (copy ids, detokenize)", "", "", format_duration(step["host_blocking_s"]), "delivery",
                   f"{step['host_blocking_s'] / total:.1%}")

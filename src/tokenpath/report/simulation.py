@@ -80,6 +80,13 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
         "steps": int(sum(len(t.step_start_ns) for t in sim.traces)),
         "preemptions": int(sum(t.preemptions for t in sim.traces)),
     }
+    topology = sim.deployment.topology
+    document["fabric"] = {
+        "kind": topology.kind, "hosts": topology.hosts, "switches": topology.switches, "links": topology.cables,
+        "diameter": topology.diameter(), "avg_hops": topology.avg_hops(),
+        "bisection_bw_Bps": topology.bisection_bw_Bps(),
+        "placement": sim.deployment.placement.hosts.tolist(),
+    }
     return document, reason
 
 
