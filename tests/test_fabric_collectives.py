@@ -454,3 +454,15 @@ def test_hosts_outside_the_topology_are_user_errors():
     # Even a one-rank group is checked.
     with pytest.raises(UserError, match=r"placement: host 9 is outside"):
         switch(8).cost("all_reduce", [[9]], "ring")
+
+
+def test_traffic_outside_the_topology_is_a_user_error():
+    from tokenpath.errors import UserError
+
+    t = Switch(4, 1e9, 1e-6)
+    with pytest.raises(UserError, match="traffic: host 4 is outside this 4-host switch"):
+        Traffic.from_flows(t, [0, 4], [1, 2], 1.0)
+    with pytest.raises(UserError, match="traffic: host -1 is outside"):
+        Traffic.all_to_all(t, 1.0, hosts=[0, -1])
+    with pytest.raises(ValueError, match="listed twice"):
+        Traffic.all_to_all(t, 1.0, hosts=[0, 1, 1])

@@ -75,7 +75,8 @@ def test_closed_forms_match_hand_counts(shape, hosts, routers, cables, diameter,
     assert (t.hosts, t.routers, t.switches, t.cables) == (hosts, routers, routers, cables)
     assert t.diameter() == diameter
     assert t.avg_hops() == pytest.approx(avg, rel=1e-12)
-    assert t.bisection_bw_Bps() == pytest.approx(cut_links * 3.0)
+    # The global links (3.0 each) across the group halves, unless half the host links (BW each) are less.
+    assert t.bisection_bw_Bps() == pytest.approx(min(cut_links * 3.0, hosts // 2 * BW))
     assert t.tier_names == ("host", "local", "global") and t.kind == "dragonfly"
 
 
@@ -310,3 +311,14 @@ def test_route_checks_hosts_and_demand_shape():
         t.router_link_loads(np.zeros((5, 5)))
     with pytest.raises(UserError, match="g >= 3"):
         _df(1, 2, 1, 2).route(0, 3, valiant=True)
+
+
+def test_the_latency_bound_follows_the_routing():
+    # MIN: host, local, global, local, host. Valiant: one more global hop and up to two local ones.
+    assert _df(2).max_route_links() == 5
+    assert _df(2, routing="valiant").max_route_links() == 7
+    assert _df(2, routing="ugal").longest_route_latency_s() == pytest.approx(7 * 1e-7)
+    assert _df(2, a=1, h=3, g=4, routing="valiant").max_route_links() == 4
+    # The bound holds for every Valiant route of a small instance.
+    t = _df(1, routing="valiant")
+    assert max(t.hops(s, d) for s in range(t.hosts) for d in range(t.hosts)) <= t.max_route_links()

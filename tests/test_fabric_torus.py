@@ -53,7 +53,7 @@ HAND = [
     ((4, 4), True, 32, 4, 32 / 15, 8),      # per ring mean 1 incl. identical; 2 * 16/15
     ((4, 4), False, 24, 6, 8 / 3, 4),       # per line (16-1)/12 = 5/4; 5/2 * 16/15
     ((6, 4), True, 48, 5, 60 / 23, 8),      # (6/4 + 4/4) * 24/23; cut the 6: 2 * 24/6
-    ((5, 3), True, 30, 3, 2.0, 6),          # (24/20 + 8/12) * 15/14; cut the 5: 2 * 15/5
+    ((5, 3), True, 30, 3, 2.0, 8),          # (24/20 + 8/12) * 15/14; cut the 5 (2 * 15/5) and split the middle 3-ring (2)
     ((3, 2), True, 9, 2, 7 / 5, 3),         # (8/12 + 1/2) * 6/5; cutting the 2 (3 cables) beats the 3 (4)
     ((4, 4, 4), True, 192, 6, 64 / 21, 32),  # 3 * 64/63
     ((2, 2, 2), True, 12, 3, 12 / 7, 4),    # the 3-cube: distances 1,1,1,2,2,2,3
@@ -235,23 +235,16 @@ def test_mesh_adversarial_is_the_reflection():
     assert mesh.link_loads(mesh.adversarial_traffic(1.0)).max() == 2.0
 
 
-def test_large_machines_route_fast():
-    import time
-
+def test_large_machines_match_the_closed_forms():
     for dims in [(8, 8, 8), (64, 64)]:
         t = Torus(dims, BW, LAT)
-        traffic = Traffic.all_to_all(t, 1.0)
-        begin = time.perf_counter()
-        loads = t.link_loads(traffic)
-        assert time.perf_counter() - begin < 1.0
+        loads = t.link_loads(Traffic.all_to_all(t, 1.0))
         # Symmetric all-to-all on k x k x ...: every link carries N * k/8 (N/k lines' sources, k^2/8 each).
         k = dims[0]
         assert np.allclose(loads, t.hosts * k / 8)
     big = Mesh((128, 128), BW, LAT)
     src = np.arange(big.hosts)
-    begin = time.perf_counter()
     loads = big.flow_link_loads(src, (src + 1) % big.hosts, 1.0)  # structured traffic, no dense demand
-    assert time.perf_counter() - begin < 1.0
     # Hops: 128*127 flows step along a row; 127 row ends go down one and back 127; the last goes home.
     assert loads.sum() == pytest.approx(128 * 127 * 1 + 127 * 128 + 254)
 
@@ -274,3 +267,30 @@ def test_empty_dims_and_bad_links_are_user_errors():
             Torus((4, 4), bw, LAT)
     with pytest.raises(UserError, match=r"^fabric\.link_latency: must be >= 0"):
         Torus((4, 4), BW, -1e-6)
+
+
+def _brute_force_bisection_cables(t) -> int:
+    """Fewest cables across any split of the hosts into halves (sizes floor and ceil of N/2)."""
+    import itertools
+
+    n = t.hosts
+    half = n // 2
+    ends = {(min(a, b), max(a, b)) for a, b in zip(t.links.src.tolist(), t.links.dst.tolist())}
+    a, b = np.array(sorted(ends)).T
+    best = None
+    for side in itertools.combinations(range(1, n), half - 1 if n % 2 == 0 else half):
+        inside = np.zeros(n, bool)
+        inside[[0, *side]] = True  # host 0 on the first side: each split counted once
+        crossing = int(np.count_nonzero(inside[a] != inside[b]))
+        best = crossing if best is None else min(best, crossing)
+    return best
+
+
+@pytest.mark.parametrize("dims, wrap", [
+    ((5, 2), False), ((7, 2), False), ((5, 4), False), ((5, 4), True), ((3, 2), True), ((4, 4), True),
+    ((4, 3), False), ((3, 3), True), ((8,), True), ((7,), False), ((2, 2, 3), True), ((2, 2, 2), False),
+    ((5, 3), True),
+])
+def test_bisection_is_the_cheapest_equal_cut(dims, wrap):
+    t = Torus(dims, BW, LAT, wraparound=wrap)
+    assert t.bisection_bw_Bps() == _brute_force_bisection_cables(t) * BW

@@ -191,6 +191,13 @@ class DragonFly(Topology):
         """MIN routes: host, local, global, local, host (5); with a = 1 there are no local hops (3)."""
         return 5 if self.a > 1 else 3
 
+    def max_route_links(self) -> int:
+        """Valiant (and UGAL's Valiant pairs) add a global hop and up to two local ones: host, local,
+        global, local, global, local, host (7); with a = 1, host, global, global, host (4)."""
+        if self.routing == "min":
+            return self.diameter()
+        return 7 if self.a > 1 else 4
+
     def avg_hops(self) -> float:
         """Per source host: p-1 hosts on its router (2 links), p(a-1) elsewhere in its group (3), and
         pa(g-1) in other groups: 3 links plus each local hop, needed unless the global link used starts
@@ -206,14 +213,14 @@ class DragonFly(Topology):
         e.g. the balanced largest size, m = 1) every split of whole groups crosses
         floor(g/2)*ceil(g/2)*m links, so this is the bisection over group splits. Otherwise pairs have m
         or m+1 links and this contiguous split is counted exactly, link by link, in O(links); another
-        split of the groups may cross a few links fewer."""
+        split of the groups may cross a few links fewer. Half the hosts' own links cap it."""
         src = self.links.src - self.hosts
         dst = self.links.dst - self.hosts
         first = self._global0
         half = self.g // 2
         s_group, d_group = src[first:] // self.a, dst[first:] // self.a
         crossing = (s_group < half) & (d_group >= half)
-        return float(self.links.bw_Bps[first:][crossing].sum())
+        return min(float(self.links.bw_Bps[first:][crossing].sum()), self.hosts // 2 * self.link_bw_Bps)
 
     # -- routing --------------------------------------------------------------------------------
     def _local_link(self, group: int, x: int, y: int) -> int:

@@ -82,6 +82,8 @@ class Traffic:
         """Traffic of explicit host-to-host flows (flows from a host to itself move nothing)."""
         src = np.asarray(src, np.int64)
         dst = np.asarray(dst, np.int64)
+        topology.check_hosts(src, "traffic")
+        topology.check_hosts(dst, "traffic")
         size = np.broadcast_to(np.asarray(size_bytes, np.float64), src.shape)
         moving = src != dst
         src, dst, size = src[moving], dst[moving], size[moving]
@@ -96,6 +98,9 @@ class Traffic:
     def all_to_all(topology: Topology, bytes_per_pair: float, hosts: np.ndarray | None = None) -> Traffic:
         """Every host of `hosts` (default: all) sends `bytes_per_pair` to every other one."""
         members = np.arange(topology.hosts) if hosts is None else np.asarray(hosts, np.int64)
+        topology.check_hosts(members, "traffic")
+        if len(np.unique(members)) != len(members):
+            raise ValueError("all_to_all: a host is listed twice")
         per_router = np.bincount(topology.host_router[members], minlength=topology.routers).astype(np.float64)
         folded = np.multiply.outer(per_router, per_router)
         folded[np.diag_indices_from(folded)] -= per_router  # no host sends to itself
@@ -162,15 +167,20 @@ class Topology(ABC):
         return float(sum(self.route(src, dst).values()))
 
     def completion_time_s(self, traffic: Traffic, bw_efficiency: float = 1.0) -> float:
-        """Lower bound on the time to deliver `traffic`: the busiest link's bytes over its capacity,
+        """Time to deliver `traffic` if the busiest link sets the pace: its bytes over its capacity,
         plus the latency of the longest route."""
         loads = self.link_loads(traffic)
         busy = loads / (self.links.bw_Bps * bw_efficiency)
         return float(busy.max(initial=0.0)) + self.longest_route_latency_s()
 
     def longest_route_latency_s(self) -> float:
-        """An upper bound on a route's latency: the diameter at the slowest link's latency."""
-        return self.diameter() * float(self.links.latency_s.max(initial=0.0))
+        """Latency of the longest route the routing takes, at the slowest link's latency (an estimate
+        for the latency term of a round whose flows are too many to route one by one)."""
+        return self.max_route_links() * float(self.links.latency_s.max(initial=0.0))
+
+    def max_route_links(self) -> int:
+        """Most links on any route the topology's routing takes (the diameter, for minimal routing)."""
+        return self.diameter()
 
     # -- named patterns -------------------------------------------------------------------------
     def tornado_traffic(self, bytes_per_host: float) -> Traffic:
