@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from cli_helpers import run_cli
@@ -26,6 +29,7 @@ from tokenpath.fabric.spec import (
     preset_names,
 )
 from tokenpath.scenario import build_scenario, load_scenario
+from tokenpath.units import parse_bandwidth_Bps, parse_duration_s
 
 SCALEUP = 900e9  # a made-up chip's scale-up bandwidth per direction, so defaults are easy to see
 HIERARCHY = {
@@ -345,3 +349,48 @@ def test_spread_placement_on_the_rail_cluster_moves_more_traffic_than_packed(mon
     assert packed["traffic"] > 0
     # Spread TP groups cross the 50 GB/s NICs instead of staying on each node's NVSwitch.
     assert spread["traffic"] > 2 * packed["traffic"]
+
+
+# -- property: any valid topology table survives TOML and builds the topology it describes -----------
+
+_BANDWIDTHS = st.sampled_from(["25 GB/s", "50 GB/s", "100 GB/s", "400 Gb/s", "1.8 TB/s"])
+_LATENCIES = st.sampled_from(["0.3 us", "1 us", "675 ns", "2 us"])
+
+
+@st.composite
+def fabric_tables(draw):
+    kind = draw(st.sampled_from(["switch", "fullmesh", "torus", "mesh", "fattree", "dragonfly"]))
+    table = {"kind": kind, "link_bw": draw(_BANDWIDTHS), "link_latency": draw(_LATENCIES)}
+    if kind in ("switch", "fullmesh"):
+        table["hosts"] = draw(st.integers(2, 16))
+        expected_hosts = table["hosts"]
+    elif kind in ("torus", "mesh"):
+        table["dims"] = draw(st.lists(st.integers(2, 5), min_size=1, max_size=3))
+        expected_hosts = math.prod(table["dims"])
+    elif kind == "fattree":
+        table["k"] = 2 * draw(st.integers(1, 4))
+        table["levels"] = draw(st.sampled_from([2, 3]))
+        table["oversubscription"] = [draw(st.sampled_from([1.0, 1.5, 2.0])) for _ in range(table["levels"] - 1)]
+        k = table["k"]
+        expected_hosts = k**3 // 4 if table["levels"] == 3 else k * k // 2
+    else:
+        p = draw(st.integers(1, 2))
+        a, h = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+        table.update(p=p, a=a, h=h, g=draw(st.integers(2, a * h + 1)))
+        expected_hosts = p * a * table["g"]
+    return table, expected_hosts
+
+
+@settings(max_examples=60, deadline=None)
+@given(fabric_tables())
+def test_any_valid_table_round_trips_through_toml_and_builds_its_hosts(drawn):
+    import tomli_w
+
+    table, expected_hosts = drawn
+    parsed = spec(table)
+    again = spec(tomllib.loads(tomli_w.dumps(parsed.model_dump(mode="json", exclude_none=True))))
+    assert again == parsed
+    topology = build_topology(parsed)
+    assert topology.hosts == expected_hosts
+    assert topology.links.bw_Bps.max() <= parse_bandwidth_Bps(table["link_bw"], "link_bw")
+    assert set(topology.links.latency_s.tolist()) == {parse_duration_s(table["link_latency"], "link_latency")}
