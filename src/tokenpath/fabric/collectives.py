@@ -8,7 +8,9 @@ so a ring whose neighbours share an uplink, an oversubscribed tier, or several g
 
 Every round's bytes scale with the message size, so for one set of groups each algorithm costs
 `alpha_s + size_bytes * beta_s_per_byte` exactly; `Collectives.cost` computes the pair once, and
-`auto` takes the cheapest algorithm at each size, as NCCL's tuner does.
+`auto` takes the cheapest algorithm at each size, as NCCL's tuner does, among what NCCL runs (ring,
+tree, NVLS, and across nodes the hierarchical path) or, on a torus, the bucket algorithm TPU runtimes
+use. Recursive halving-doubling (MPI, Gloo) runs only when asked for.
 
 Constants are named with their source and shared by every topology.
 """
@@ -188,9 +190,14 @@ class Collectives:
 
     # -- internals --------------------------------------------------------------------------
     def _auto_candidates(self, op: str, groups: Sequence[Sequence[int]]) -> list[str]:
+        """What `auto` chooses from: the runnable algorithms an NCCL (or TPU) runtime would use."""
+        return [a for a in self._runnable(op, groups) if a != "halving_doubling"]
+
+    def _runnable(self, op: str, groups: Sequence[Sequence[int]]) -> list[str]:
+        """The algorithms that can run `op` for these groups where they sit."""
         hosts = np.array(groups, np.int64)
         if isinstance(self.topology, Hierarchy) and self.topology.within_nodes(hosts):
-            return self._inside._auto_candidates(op, hosts % self.topology.per_node)
+            return self._inside._runnable(op, hosts % self.topology.per_node)
         names = self.available(op, len(groups[0]))
         if "bucket" in names and _box(self.topology, hosts[0]) is None:
             names.remove("bucket")
@@ -215,9 +222,9 @@ class Collectives:
                        key=lambda c: c.time_s(2**20))
         if algorithm == "hierarchical" and algorithm in self.available(op, n):
             _hierarchical(op, self.topology, hosts[0])  # says what is wrong with the layout, if anything
-        if algorithm not in self._auto_candidates(op, groups):
+        if algorithm not in self._runnable(op, groups):
             raise UserError(f"fabric.algorithm: {algorithm!r} cannot run {op} over {n} ranks on a "
-                            f"{self.topology.kind}; use one of {', '.join(self._auto_candidates(op, groups))} "
+                            f"{self.topology.kind}; use one of {', '.join(self._runnable(op, groups))} "
                             "or 'auto'")
         if algorithm == "nvls":
             return self._nvls(groups)
