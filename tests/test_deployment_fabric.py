@@ -190,3 +190,12 @@ def test_the_result_document_describes_the_fabric_and_explain_names_the_algorith
                       "avg_hops": pytest.approx((1 / 2 + 1) * 8 / 7), "bisection_bw_Bps": pytest.approx(4 * 112.5e9),
                       "placement": [[list(range(8))]]}
     assert explain(sim)["tp_all_reduce_algorithm"] == "bucket"
+
+
+def test_the_engine_block_counts_replicas_and_engines_apart():
+    from tokenpath.report.simulation import result_document
+
+    sim = simulate(scenario(**{"workload.num_requests": 50, "deployment.tp": 4, "deployment.pp": 2}))
+    engine = result_document(sim)[0]["engine"]
+    assert (engine["replicas"], engine["engines"]) == (1, 2)  # one replica, two batches in flight
+    assert engine["kv_capacity_tokens_per_engine"] == sim.deployment.kv_capacity_tokens

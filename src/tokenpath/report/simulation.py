@@ -75,8 +75,9 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
     document["bottleneck"] = layer
     document["bottleneck_reason"] = reason
     document["engine"] = {
-        "replicas": sim.deployment.replicas,
-        "kv_capacity_tokens_per_replica": sim.deployment.kv_capacity_tokens,
+        "replicas": scenario.deployment.replicas,
+        "engines": sim.deployment.replicas,  # replicas x pipeline batches in flight
+        "kv_capacity_tokens_per_engine": sim.deployment.kv_capacity_tokens,
         "steps": int(sum(len(t.step_start_ns) for t in sim.traces)),
         "preemptions": int(sum(t.preemptions for t in sim.traces)),
     }
@@ -110,7 +111,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                        f"{_replicas(s.deployment)}"),
         ("fabric", f"{d.topology.kind}, {d.topology.hosts} hosts, {d.topology.diameter()} links across, "
                    f"{_placement(s.deployment.placement)} placement, {s.deployment.fabric.algorithm} collectives"),
-        ("KV cache", f"{d.kv_capacity_tokens:,} tokens per replica "
+        ("KV cache", f"{d.kv_capacity_tokens:,} tokens per engine "
                      f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip)"),
         ("engine", f"max {s.engine.max_num_seqs} seqs, {s.engine.max_num_batched_tokens} tokens/step, "
                    f"chunked prefill {'on' if s.engine.chunked_prefill else 'off'}"),
