@@ -199,3 +199,15 @@ def test_the_engine_block_counts_replicas_and_engines_apart():
     engine = result_document(sim)[0]["engine"]
     assert (engine["replicas"], engine["engines"]) == (1, 2)  # one replica, two batches in flight
     assert engine["kv_capacity_tokens_per_engine"] == sim.deployment.kv_capacity_tokens
+
+
+def test_kv_transfers_queue_for_the_replicas_links():
+    from tokenpath.pipeline import _kv_transfers
+
+    dep = build_deployment(pd_scenario(**{"deployment.chips": 24}))  # 1 prefill, 2 decode replicas
+    one = round(dep.costs.kv_transfer_s(1000, 0, 1) * 1e9)
+    ready = np.array([0, 0, 0, 10 * one])
+    done = _kv_transfers(ready, np.full(4, 1000), np.zeros(4, int), np.array([1, 2, 1, 2]), dep.costs, 3)
+    # All leave the one prefill replica: the second and third wait for the first, the fourth is late
+    # enough to find the links free.
+    assert done.tolist() == [one, 2 * one, 3 * one, 11 * one]

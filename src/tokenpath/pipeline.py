@@ -294,7 +294,7 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
 
     Requests go round-robin to the prefill replicas, and round-robin again to the decode replicas.
     The client's stream carries the first token from the prefill replica and the rest from the decode
-    replica, each through the last mile.
+    replica, each through the last mile. The KV transfer, waiting for its links included, is traffic.
     """
     scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
     n = len(requests)
@@ -324,9 +324,8 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
     # KV transfer, then decode of the remaining tokens.
     prefill_of = np.arange(n) % prefills
     decode_of = prefills + np.arange(n) % decodes
-    transfer = np.array([round(costs.kv_transfer_s(int(t), int(s), int(d)) * 1e9)
-                         for t, s, d in zip(inputs, prefill_of, decode_of)], np.int64)
-    decode_arrival = first_end + transfer
+    decode_arrival = _kv_transfers(first_end, inputs, prefill_of, decode_of, costs, deployment.replicas)
+    transfer = decode_arrival - first_end
     last_end = first_end.copy()
     rest_leave = np.zeros(int(outputs.sum()) - n, np.int64)
     rest_offsets = np.concatenate([[0], np.cumsum(outputs - 1)]).astype(np.int64)
@@ -358,3 +357,21 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
                     lambda lo, hi: leave_all[offsets[lo]:offsets[hi]])
     part = _replica_run(served, requests, scheduled_ns, LastMile(delivery), visible, keep_tokens, itl)
     return _merge([part], [np.arange(n)], n, itl), traces
+
+
+def _kv_transfers(ready_ns: np.ndarray, prompt_tokens: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                  costs: GroupStepCosts, replicas: int) -> np.ndarray:
+    """When each request's KV cache has reached its decode replica.
+
+    Transfers start when the prefill is done, in that order, and queue first come first served for
+    the sending replica's links and the receiving replica's: one transfer at a time leaves a prefill
+    replica and one arrives at a decode replica. Links further inside the network are not shared
+    between transfers of different replica pairs.
+    """
+    done = np.empty(len(ready_ns), np.int64)
+    free_ns = [0] * replicas  # when each replica's links are next free
+    for i in np.argsort(ready_ns, kind="stable").tolist():
+        s, d = int(src[i]), int(dst[i])
+        start = max(int(ready_ns[i]), free_ns[s], free_ns[d])
+        done[i] = free_ns[s] = free_ns[d] = start + round(costs.kv_transfer_s(int(prompt_tokens[i]), s, d) * 1e9)
+    return done

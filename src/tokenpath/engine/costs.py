@@ -8,8 +8,8 @@ Traffic of one step, not overlapped with compute (as in eager TP all-reduces):
   over the TP ranks; replicas are assumed to step with similar batches, as wide-EP engines keep them;
 - pipeline parallel: the hidden state handed from each stage to the next, each TP rank its slice;
 - disaggregated serving: a prefilled request's KV cache sent from the prefill replica to the decode
-  replica, each TP rank its own heads to the same rank there (`kv_transfer_s`). Transfers of different
-  requests are not modelled as sharing links.
+  replica, each TP rank its own heads to the same rank there (`kv_transfer_s`; the pipeline queues
+  transfers that share a replica).
 """
 
 from __future__ import annotations
