@@ -211,3 +211,14 @@ def test_kv_transfers_queue_for_the_replicas_links():
     # All leave the one prefill replica: the second and third wait for the first, the fourth is late
     # enough to find the links free.
     assert done.tolist() == [one, 2 * one, 3 * one, 11 * one]
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("bogus", "deployment.placement: use 'packed', 'spread' or a list of host ids (got 'bogus')"),
+    ([0, "x"], "deployment.placement: every host in the list must be a whole number"),
+    (3, "deployment.placement: use 'packed', 'spread' or a list of host ids (got 3)"),
+])
+def test_a_bad_placement_is_one_line_naming_the_field(value, fragment):
+    with pytest.raises(UserError) as error:
+        scenario(**{"deployment.placement": value})
+    assert fragment in str(error.value) and "\n" not in str(error.value)

@@ -31,6 +31,8 @@ def _walk(root: Any, loc: tuple[Any, ...]) -> tuple[type[BaseModel] | None, list
     parts = list(loc)
     while parts:
         part = str(parts.pop(0))
+        if "[" in part:  # a union member's label (list[int], literal['a','b']): not a key
+            continue
         if owner is None or len(candidates) > 1:
             tagged = [m for m in candidates if m.model_fields.get("kind") and m.model_fields["kind"].default == part]
             if tagged:

@@ -50,6 +50,17 @@ class ModelSection(BaseModel):
         return "bf16" if self.precision == "bf16" else "fp8"
 
 
+def _check_placement(value: object) -> object:
+    """One clear message for the two shapes a placement takes."""
+    if isinstance(value, str) and value not in ("packed", "spread"):
+        raise ValueError(f"use 'packed', 'spread' or a list of host ids (got {value!r})")
+    if isinstance(value, list) and not all(isinstance(h, int) and not isinstance(h, bool) for h in value):
+        raise ValueError("every host in the list must be a whole number, e.g. [0, 1, 2, 3]")
+    if not isinstance(value, (str, list)):
+        raise ValueError(f"use 'packed', 'spread' or a list of host ids (got {value!r})")
+    return value
+
+
 class DeploymentSection(BaseModel):
     """The chips and how they are split: `chips / (tp * pp)` data-parallel replicas, each `pp` pipeline
     stages of `tp` chips; the fabric that joins them and where each chip sits on it."""
@@ -65,7 +76,7 @@ class DeploymentSection(BaseModel):
     prefill_replicas: int = Field(0, ge=0, description="replicas that only prefill (disaggregated serving); "
                                                        "0: every replica prefills and decodes")
     fabric: FabricSpec = SwitchFabric()
-    placement: Literal["packed", "spread"] | list[int] = Field(
+    placement: Annotated[Literal["packed", "spread"] | list[int], BeforeValidator(_check_placement)] = Field(
         "packed", description="packed: each group on consecutive hosts; spread: a group's ranks strided "
                               "across the fabric; or the host of every chip, replica by replica, stage by "
                               "stage, rank by rank")
