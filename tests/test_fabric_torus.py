@@ -265,7 +265,7 @@ def test_empty_dims_and_bad_links_are_user_errors():
     for bw in (0.0, -1.0):
         with pytest.raises(UserError, match=r"^fabric\.link_bw: must be positive"):
             Torus((4, 4), bw, LAT)
-    with pytest.raises(UserError, match=r"^fabric\.link_latency: must be >= 0"):
+    with pytest.raises(UserError, match=r"^fabric\.link_latency: must be a finite duration >= 0"):
         Torus((4, 4), BW, -1e-6)
 
 

@@ -56,6 +56,7 @@ from tokenpath.fabric.topology import (
     LinkTable,
     Topology,
     Traffic,
+    check_latency,
     check_positive,
     check_whole,
 )
@@ -96,13 +97,11 @@ class DragonFly(Topology):
             raise UserError(f"fabric.routing: {routing!r} needs g >= 3 groups (an intermediate group other than "
                             f"source and destination), got g = {g}; use 'min'")
         check_positive(link_bw_Bps, "fabric.link_bw", "'200 Gb/s'")
-        if not link_latency_s >= 0:
-            raise UserError(f"fabric.link_latency: must be >= 0 seconds, got {link_latency_s!r}; e.g. '100 ns'")
+        check_latency(link_latency_s, "fabric.link_latency", "'100 ns'")
         global_bw_Bps = link_bw_Bps if global_bw_Bps is None else global_bw_Bps
         check_positive(global_bw_Bps, "fabric.global_bw", "'200 Gb/s'")
         global_latency_s = link_latency_s if global_latency_s is None else global_latency_s
-        if not global_latency_s >= 0:
-            raise UserError(f"fabric.global_latency: must be >= 0 seconds, got {global_latency_s!r}; e.g. '1 us'")
+        check_latency(global_latency_s, "fabric.global_latency")
 
         self.p, self.a, self.h, self.g = int(p), int(a), int(h), int(g)
         self.routing = routing
@@ -362,7 +361,7 @@ class DragonFly(Topology):
         times the MIN hops beats the Valiant queue times the Valiant hops; with queues read as these
         loads and 2 global hops against 1, a pair goes Valiant when G[i, k]/m > 2 * (2*S/n). Uniform
         traffic therefore stays MIN and a pair that would swamp its own links goes Valiant."""
-        demand = self._check_demand(router_bytes)
+        demand = self.demand(router_bytes)
         _, to_group, _ = self._aggregate(demand)
         return self._ugal_choice(to_group.sum(axis=1))
 
@@ -376,17 +375,11 @@ class DragonFly(Topology):
             per_link = np.where(m > 0, group / np.maximum(m, 1), 0.0)
         return per_link > UGAL_HOP_RATIO * valiant_mean
 
-    def _check_demand(self, router_bytes: np.ndarray) -> np.ndarray:
-        demand = np.asarray(router_bytes, np.float64)
-        if demand.shape != (self.routers, self.routers):
-            raise ValueError(f"router_bytes must be {self.routers} x {self.routers}, got {demand.shape}")
-        return np.ascontiguousarray(demand)
-
     def router_link_loads(self, router_bytes: np.ndarray) -> np.ndarray:
         """Loads from the router->group, group->router and group->group sums (no loop over router pairs,
         no R x R temporary); traffic inside a group loads its local link directly. For "ugal" this also
         fixes the per-pair choice that `route` then follows."""
-        demand = self._check_demand(router_bytes)
+        demand = self.demand(router_bytes)
         a, g = self.a, self.g
         loads = np.zeros(len(self.links))
         inside, to_group, from_group = self._aggregate(demand)

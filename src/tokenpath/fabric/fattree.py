@@ -35,6 +35,7 @@ from tokenpath.fabric.topology import (
     LinkTable,
     Topology,
     Traffic,
+    check_latency,
     check_positive,
     check_whole,
 )
@@ -57,8 +58,7 @@ class FatTree(Topology):
         if isinstance(levels, bool) or levels not in LEVELS:
             raise UserError(f"fabric.levels: must be 2 (leaf-spine) or 3 (fat tree), got {levels!r}")
         check_positive(link_bw_Bps, "fabric.link_bw", "'400 Gb/s'")
-        if not link_latency_s >= 0:
-            raise UserError(f"fabric.link_latency: must be >= 0 seconds, got {link_latency_s!r}; e.g. '1 us'")
+        check_latency(link_latency_s, "fabric.link_latency")
         self.k, self.levels = int(k), int(levels)
         self.link_bw_Bps, self.link_latency_s = float(link_bw_Bps), float(link_latency_s)
         self.oversubscription = _check_ratios(oversubscription, self.levels)
@@ -151,9 +151,7 @@ class FatTree(Topology):
     def router_link_loads(self, router_bytes: np.ndarray) -> np.ndarray:
         """Each router uplink carries 1/(k/2) of what leaves the router; each agg-core uplink 1/(k/2)^2
         of what leaves the pod (downlinks likewise with what enters)."""
-        demand = np.asarray(router_bytes, np.float64)
-        if demand.shape != (self.routers, self.routers):
-            raise ValueError(f"router_bytes must be {self.routers} x {self.routers}, got {demand.shape}")
+        demand = self.demand(router_bytes)
         m = self._half
         loads = np.zeros(len(self.links))
         local = np.diagonal(demand)

@@ -150,6 +150,13 @@ class Topology(ABC):
     def router_link_loads(self, router_bytes: np.ndarray) -> np.ndarray:
         """Bytes on every directed link from router-level demand (host links left at zero)."""
 
+    def demand(self, router_bytes: np.ndarray) -> np.ndarray:
+        """`router_bytes` as a float64 routers x routers array, checked (for `router_link_loads`)."""
+        demand = np.ascontiguousarray(router_bytes, np.float64)
+        if demand.shape != (self.routers, self.routers):
+            raise ValueError(f"router_bytes must be {self.routers} x {self.routers}, got {demand.shape}")
+        return demand
+
     def host_links(self, host: int) -> tuple[int, int]:
         """Indices of the host's (up, down) links; indirect networks add these first, as one block."""
         return host, self.hosts + host
@@ -220,6 +227,11 @@ class Topology(ABC):
 def check_positive(value: float, field: str, example: str) -> None:
     if not value > 0:
         raise UserError(f"{field}: must be positive, got {value!r}; e.g. {example}")
+
+
+def check_latency(value: float, field: str, example: str = "'1 us'") -> None:
+    if not (value >= 0 and np.isfinite(value)):
+        raise UserError(f"{field}: must be a finite duration >= 0, got {value!r}; e.g. {example}")
 
 
 def check_whole(value: int, field: str, lowest: int, hint: str = "") -> None:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tokenpath.errors import UserError
-from tokenpath.fabric.topology import LinkTable, Topology, Traffic, check_positive
+from tokenpath.fabric.topology import LinkTable, Topology, Traffic, check_latency, check_positive
 
 _DIMS_EXAMPLE = "e.g. [8, 8] for a 64-chip 2D torus, or [16] for a ring of 16"
 
@@ -71,8 +71,7 @@ class Torus(Topology):
                  wraparound: bool = True) -> None:
         self.dims = _check_dims(dims)
         check_positive(link_bw_Bps, "fabric.link_bw", "'100 GB/s'")
-        if not link_latency_s >= 0:
-            raise UserError(f"fabric.link_latency: must be >= 0, got {link_latency_s!r}; e.g. '1 us'")
+        check_latency(link_latency_s, "fabric.link_latency")
         self.wraparound = bool(wraparound)
         self.kind = "torus" if wraparound else "mesh"
         self.link_bw_Bps = float(link_bw_Bps)
@@ -194,10 +193,8 @@ class Torus(Topology):
         along d at (a_t, *, b_s). That leaves a k x k demand per line; a plus arc s -> t covers cables
         s..t-1 (mod k) and a minus arc covers t..s-1, so each line's loads are a cumulative sum of row
         sums minus column sums, plus the wrapping arcs' total at cable 0. O(n N^2) for dense demand."""
-        demand = np.asarray(router_bytes, np.float64)
+        demand = self.demand(router_bytes)
         n = self.hosts
-        if demand.shape != (n, n):
-            raise ValueError(f"router_bytes must be {n} x {n}, got {demand.shape}")
         loads = np.zeros(len(self.links))
         for d, k in enumerate(self.dims):
             before, after = self._before[d], self._after[d]
