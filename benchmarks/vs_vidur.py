@@ -30,10 +30,9 @@ per replica, keeps Vidur's A100 replica busy (batches near the cap of 128, mean 
 but stable (it finishes within seconds of the last arrival); the table shows each tool's simulated end
 time and mean E2E so the load can be checked.
 
-Hardware: the Vidur repository holds Meta-Llama-3-8B MLP profiles for the A100 only, so Vidur simulates
-an A100 (--vidur-device a100) while tokenpath, whose catalog has no A100, simulates an H100. The faster
-H100 runs smaller batches, so tokenpath simulates several times more engine steps for the same
-requests (the steps column).
+Hardware: the Vidur repository holds Meta-Llama-3-8B MLP profiles for the A100 only, so both tools
+simulate an A100 (--vidur-device a100; tokenpath's catalog a100). Each tool predicts its own step times,
+so the step counts still differ (the steps column): the table reports them, and the per-step speed.
 
 Profiles. Vidur 0.0.26 ships no profiles: its execution-time predictor fetches them from Hugging Face
 dataset repositories at run time, which cannot work offline. The script lays them out as an offline
@@ -97,7 +96,7 @@ from tokenpath.workload import generate, write_trace
 VIDUR_MODEL = "meta-llama/Llama-3-8B"  # Vidur's name for the model
 VIDUR_REPO_MODEL_DIR = "meta-llama/Meta-Llama-3-8B"  # its folder in the repository's profiling data
 TOKENPATH_MODEL = "llama-3.1-8b"  # same architecture: 32 layers, 4096 wide, 32 q / 8 kv heads, MLP 14336
-TOKENPATH_CHIP = "h100"
+TOKENPATH_CHIP = "a100"
 
 # Llama-3-8B attention shape.
 N_EMBD, N_Q_HEAD, N_KV_HEAD = 4096, 32, 8

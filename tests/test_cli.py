@@ -333,7 +333,7 @@ def test_models_lists_full_names_at_80_columns(monkeypatch, capsys):
 def test_chips_lists_the_catalog(monkeypatch, capsys):
     out = catalog_listing("chips", 80, monkeypatch, capsys)
     names = list_chips()
-    assert len(names) == 9
+    assert len(names) == 10
     for name in names:
         assert re.search(rf"(^|\s){re.escape(name)}\s", out, re.MULTILINE), name
 
