@@ -147,7 +147,7 @@ def simulate(
     scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     model: Optional[str] = typer.Option(None, help="catalog model name or path to a HF config.json"),
     chip: Optional[str] = typer.Option(None, help="catalog chip name (see `tokenpath chips`)"),
-    chips: Optional[int] = typer.Option(None, help="total chips; chips / tp data-parallel replicas"),
+    chips: Optional[int] = typer.Option(None, help="total chips; chips / (tp * pp) data-parallel replicas"),
     tp: Optional[int] = typer.Option(None, help="tensor-parallel size"),
     pp: Optional[int] = typer.Option(None, help="pipeline-parallel stages"),
     fabric: Optional[str] = typer.Option(None, help="fabric preset name (see `tokenpath fabric --list`) or topology .toml"),

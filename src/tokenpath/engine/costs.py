@@ -19,7 +19,7 @@ from functools import lru_cache
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.engine.placement import Placement
 from tokenpath.errors import UserError
-from tokenpath.fabric.collectives import Collectives
+from tokenpath.fabric.collectives import AffineCost, Collectives
 
 
 class GroupStepCosts:
@@ -64,10 +64,15 @@ class GroupStepCosts:
 
     def kv_transfer_s(self, prompt_tokens: int, src_replica: int, dst_replica: int) -> float:
         """Time to move `prompt_tokens` tokens of KV cache from one replica to another."""
+        size = prompt_tokens * self.compute.kv_bytes_per_token_per_chip
+        return self._kv_path(src_replica, dst_replica).time_s(size)
+
+    @lru_cache(maxsize=None)
+    def _kv_path(self, src_replica: int, dst_replica: int) -> AffineCost:
+        """Rank t of one replica to rank t of the other, all ranks at once."""
         hosts = self.placement.hosts
         pairs = [[int(a), int(b)] for a, b in zip(hosts[src_replica].ravel(), hosts[dst_replica].ravel())]
-        size = prompt_tokens * self.compute.kv_bytes_per_token_per_chip
-        return self.collectives.time_s("send_recv", size, pairs)
+        return self.collectives.cost("send_recv", pairs)
 
     def _traffic_s(self, num_tokens: int) -> float:
         return sum(self.traffic_parts_s(num_tokens).values())
