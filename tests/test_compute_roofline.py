@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from tokenpath.compute import ComputeModel, load_chip, load_model
 from tokenpath.compute.efficiency import (
     ACTIVATION_BYTES,
+    EAGER_KERNEL_LAUNCH_S,
     HBM_BW_EFFICIENCY,
+    KERNELS_PER_LAYER,
     RESERVED_LOGIT_ROWS,
     RUNTIME_RESERVE_BYTES,
     SERVING_GEMM_FRACTION,
@@ -111,6 +113,33 @@ def test_step_time_equals_sum_of_ops_plus_overhead():
         for args in [(1, 1, 5000, 5000), (300, 20, 2e6, 3e5), (8192, 1, 8192 * 8193 / 2, 8192), (0, 0, 0, 0)]:
             ops_s = math.fsum(op.time_s for op in cm.step_ops(*args))
             assert cm.step_time_s(*args) == pytest.approx(ops_s + STEP_OVERHEAD_S, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp, all_reduce_kernels", [(1, 0), (8, 2)])
+def test_eager_steps_pay_every_layers_kernel_launches(tp, all_reduce_kernels):
+    cm = ComputeModel(load_model("llama-3.1-70b"), load_chip("h200"), tp, "fp8", "bf16", cuda_graphs="none")
+    graphed = compute_model(tp=tp)
+    expected = 80 * (KERNELS_PER_LAYER + all_reduce_kernels) * EAGER_KERNEL_LAUNCH_S
+    for args in [(1, 1, 5000, 5000), (300, 20, 2e6, 3e5)]:
+        assert cm.launch_s(*args[:2]) == pytest.approx(expected, rel=1e-12)
+        assert graphed.launch_s(*args[:2]) == 0.0
+        assert cm.step_time_s(*args) - graphed.step_time_s(*args) == pytest.approx(expected, rel=1e-9)
+
+
+def test_cuda_graph_policy_decides_which_steps_launch_eagerly():
+    model, chip = load_model("llama-3.1-8b"), load_chip("h100")
+    decode_only = ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="decode")
+    capped = ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="all", cuda_graph_max_tokens=512)
+    eager_s = 32 * KERNELS_PER_LAYER * EAGER_KERNEL_LAUNCH_S
+    # decode: graphed only when every sequence decodes one token (tokens == sampled logits)
+    assert decode_only.launch_s(256, 256) == 0.0
+    assert decode_only.launch_s(300, 45) == pytest.approx(eager_s)
+    assert decode_only.launch_s(128, 1) == pytest.approx(eager_s)  # a batch-1 prefill
+    # all, up to a size: mixed steps too, but not past the largest captured size
+    assert capped.launch_s(300, 45) == 0.0 and capped.launch_s(512, 1) == 0.0
+    assert capped.launch_s(513, 1) == pytest.approx(eager_s)
+    with pytest.raises(UserError, match="cuda_graphs must be all, decode or none"):
+        ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="eager")
 
 
 def test_moe_expected_experts_touched():

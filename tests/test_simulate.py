@@ -125,12 +125,30 @@ def test_explain_breaks_a_steady_step_into_ops_that_add_up_to_its_compute_time()
     sim = simulate(small(**{"workload.num_requests": 200}))
     step = explain(sim)
     ops_s = sum(op["time_s"] for op in step["ops"]) + step["overhead_s"]
+    assert step["launch_s"] == 0.0  # the default engine replays CUDA graphs
     assert abs(ops_s - step["compute_s"]) <= 1e-9  # the step's compute time is rounded to whole ns
     assert step["shape"]["tokens"] >= step["shape"]["sequences"] >= step["shape"]["sampled"] > 0
     assert sim.deployment.costs.allreduces_per_step == 2 * sim.deployment.model.num_layers
     assert step["traffic_parts_s"]["tp_all_reduce"] > 0
     assert abs(sum(step["traffic_parts_s"].values()) - step["traffic_s"]) <= 1e-9
     assert {op["bound"] for op in step["ops"]} <= {"compute", "memory"}
+
+
+def test_an_eager_engine_pays_its_kernel_launches_on_every_step():
+    from tokenpath.report.explain import explain
+
+    same = {"workload.num_requests": 200, "workload.arrival.rate": "inf", "workload.input": {"kind": "fixed", "value": 100},
+            "workload.output": {"kind": "fixed", "value": 20}, "engine.max_num_seqs": 200}
+    graphed = simulate(small(**same))
+    eager = simulate(small(**same, **{"engine.cuda_graphs": "none"}))
+    launch_s = eager.deployment.compute.eager_launch_s
+    step = explain(eager)
+    ops_s = sum(op["time_s"] for op in step["ops"]) + step["overhead_s"] + step["launch_s"]
+    assert step["launch_s"] == launch_s > 0 and abs(ops_s - step["compute_s"]) <= 1e-9
+    # Offline, fixed lengths: the same steps, each one longer by the launches.
+    g, e = graphed.traces[0], eager.traces[0]
+    assert np.array_equal(g.step_tokens, e.step_tokens)
+    assert np.allclose(e.step_compute_ns - g.step_compute_ns, launch_s * 1e9, atol=1)
 
 
 def test_validate_predicts_the_published_rows_it_covers():
@@ -143,20 +161,21 @@ def test_validate_predicts_the_published_rows_it_covers():
         assert row["predicted"] > 0
         assert row["error"] == row["predicted"] / row["published"] - 1
     calibrated = [r for r in rows if r.get("calibration")]
-    assert len(calibrated) == 3 and all(abs(r["error"]) < 0.02 for r in calibrated)
+    assert len(calibrated) == 4 and all(abs(r["error"]) < 0.02 for r in calibrated)
     assert result["groups"]["nccl_allreduce"]["rows"] == 6
     # a published TTFT is never more than 3x off: a loose guard against a broken compute model
     assert all(abs(r["error"]) < 0.75 for r in rows if r["group"] == "trtllm_batch1_ttft")
 
 
-def test_validation_medians_stay_at_or_below_where_they_are():
-    """Guards the calibration: offline throughput meets the <= 10% goal; batch-1 TTFT (TensorRT-LLM
-    v0.6.1, 2023) does not meet its 15% goal and must not get worse than today's 38%."""
+def test_validation_medians_stay_at_or_below_the_goal():
+    """Guards the calibration: offline throughput within 10% and batch-1 TTFT within 15% (median
+    |error| over the rows that set no constant)."""
     from tokenpath.validate import run_validation
 
     groups = run_validation({"trtllm_offline", "trtllm_batch1_ttft"})["groups"]
     assert groups["trtllm_offline"]["median_abs_error"] <= 0.10
-    assert groups["trtllm_batch1_ttft"]["median_abs_error"] <= 0.39
+    assert groups["trtllm_batch1_ttft"]["rows"] == 3
+    assert groups["trtllm_batch1_ttft"]["median_abs_error"] <= 0.15
 
 
 def test_validate_predicts_collectives_across_nodes_on_the_measured_topologies():

@@ -57,7 +57,7 @@ def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Option
 def _overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
     direct = {
         "model": "model.name", "chip": "deployment.chip", "chips": "deployment.chips", "tp": "deployment.tp",
-        "pp": "deployment.pp", "placement": "deployment.placement",
+        "pp": "deployment.pp", "placement": "deployment.placement", "cuda_graphs": "engine.cuda_graphs",
         "precision": "model.precision", "burstiness": "workload.arrival.burstiness",
         "max_concurrency": "workload.max_concurrency", "num_requests": "workload.num_requests", "seed": "seed",
     }
@@ -153,6 +153,8 @@ def simulate(
     fabric: Optional[str] = typer.Option(None, help="fabric preset name (see `tokenpath fabric --list`) or topology .toml"),
     placement: Optional[str] = typer.Option(None, help="packed or spread: where each group sits on the fabric"),
     precision: Optional[str] = typer.Option(None, help="weight precision: bf16, fp8 or fp4"),
+    cuda_graphs: Optional[str] = typer.Option(
+        None, "--cuda-graphs", help="steps that replay a CUDA graph: all, decode or none (eager, as --enforce-eager)"),
     input_len: InputLen = None,
     input_sd: InputSd = None,
     output_len: OutputLen = None,

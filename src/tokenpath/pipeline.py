@@ -87,9 +87,10 @@ def build_deployment(scenario: Scenario) -> Deployment:
     if dep.prefill_replicas and scenario.workload.max_concurrency is not None:
         raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
                         "unset workload.max_concurrency")
-    compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(), pp=dep.pp)
-    kv_tokens = compute.kv_capacity_tokens(scenario.engine.gpu_memory_utilization,
-                                           scenario.engine.max_num_batched_tokens) // dep.pp
+    engine = scenario.engine
+    compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(), pp=dep.pp,
+                           cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=engine.cuda_graph_max_tokens)
+    kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens) // dep.pp
     topology = build_topology(dep.fabric, chip.scaleup_bw_Bps, dep.chips)
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
     collectives = Collectives(topology, dep.fabric.algorithm)

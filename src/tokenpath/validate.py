@@ -31,6 +31,10 @@ ENGINE_SIDE_DELIVERY = {
 }
 
 
+# How each group's runs were configured, as `[engine]` settings.
+ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "cuda_graphs", "cuda_graph_max_tokens")
+
+
 def published_rows() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     text = (resources.files("tokenpath.catalog") / "validation" / "published.toml").read_text(encoding="utf-8")
     data = tomllib.loads(text)
@@ -42,7 +46,7 @@ def row_scenario(row: dict[str, Any], group: dict[str, Any]) -> Scenario:
         "name": f"validate {row['model']} {row['chip']} tp{row['tp']} {row['precision']} {row['input_tokens']}/{row['output_tokens']}",
         "model": {"name": row["model"], "precision": row["precision"]},
         "deployment": {"chip": row["chip"], "chips": row["tp"], "tp": row["tp"]},
-        "engine": {"max_num_seqs": group["max_num_seqs"], "max_num_batched_tokens": group["max_num_batched_tokens"]},
+        "engine": {key: group[key] for key in ENGINE_KEYS},
         "workload": {
             "num_requests": group["num_requests"],
             "input": {"kind": "fixed", "value": row["input_tokens"]},

@@ -29,6 +29,21 @@ STEP_OVERHEAD_S = 0.5e-3
 sampling bookkeeping and launching the step's CUDA graph, plus the gaps between kernels. Order of
 magnitude for a modern engine (vLLM V1, SGLang) with CUDA graphs; calibrate per engine."""
 
+KERNELS_PER_LAYER = 14
+"""Kernels one transformer layer launches when it runs eagerly, tensor-parallel all-reduces not
+included: input norm, QKV GEMM, RoPE and KV-cache write, attention, O GEMM, residual add and norm,
+gate/up GEMM, activation, down GEMM, residual add, and at FP8 a quantization of each GEMM's input.
+The count varies with the runtime's fusions; EAGER_KERNEL_LAUNCH_S is calibrated with it, so what
+the model fixes is their product per layer."""
+
+EAGER_KERNEL_LAUNCH_S = 8.2e-6
+"""Time a step that does not replay a captured CUDA graph loses per kernel it launches: the host's
+launch call and the GPU's idle gap before the kernel starts. A graph replays all its kernels with one
+launch, so captured steps pay only STEP_OVERHEAD_S. Calibrated once, on the Llama-2-7B 128-token row
+of the TensorRT-LLM batch-1 TTFT group in `tokenpath validate` (a context phase, which that runtime
+runs eagerly); the other rows of the group are predicted with it. It is of the order reported for
+eager launches (several microseconds per kernel) and is applied to every chip and runtime."""
+
 ACTIVATION_BYTES = 2.0
 """Bytes per activation element: activations, the residual stream and all-reduced hidden states are
 bf16."""

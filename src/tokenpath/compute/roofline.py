@@ -1,7 +1,8 @@
 """Roofline time of one engine step on one chip of a tensor-parallel group.
 
 Each op takes max(FLOPs / sustained FLOP/s, bytes / sustained HBM bandwidth); a step is the sum of
-its ops plus efficiency.STEP_OVERHEAD_S. Communication (the tensor-parallel all-reduces) is not
+its ops plus efficiency.STEP_OVERHEAD_S, plus its kernel launches when it does not replay a captured
+CUDA graph (efficiency.EAGER_KERNEL_LAUNCH_S per kernel). Communication (the tensor-parallel all-reduces) is not
 included: `allreduce_bytes` sizes the hidden state the engine's costs move between chips.
 """
 
@@ -41,10 +42,14 @@ class ComputeModel:
     attn_pairs: sum over sequences of (query, attended key) pairs, q*p + q*(q+1)/2 for a causal
       chunk of q tokens after p cached ones, the context length for a decode token;
     kv_read_tokens: sum over sequences of KV positions read from HBM (p + q for a chunk).
+
+    CUDA graphs (the engine's `cuda_graphs` and `cuda_graph_max_tokens`): "all" captures every step of
+    up to `cuda_graph_max_tokens` tokens (None: any size), "decode" only those where every sequence
+    decodes one token (num_tokens == num_logits), "none" no step.
     """
 
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
-                 pp: int = 1):
+                 pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -61,6 +66,14 @@ class ComputeModel:
             kv_bytes_per_token_per_layer(model, tp, kv_precision) * model.num_layers / pp
         )
         self.step_overhead_s: float = efficiency.STEP_OVERHEAD_S
+        if cuda_graphs not in ("all", "decode", "none"):
+            raise UserError(f"cuda_graphs must be all, decode or none, got {cuda_graphs!r}")
+        self._graph_max_tokens = -1 if cuda_graphs == "none" else (
+            cuda_graph_max_tokens if cuda_graph_max_tokens is not None else math.inf)
+        self._graphs_decode_only = cuda_graphs == "decode"
+        # Every layer's kernels, and its two all-reduces when tensor-parallel, on each step's path.
+        kernels_per_layer = efficiency.KERNELS_PER_LAYER + (2 if tp > 1 else 0)
+        self.eager_launch_s: float = model.num_layers * kernels_per_layer * efficiency.EAGER_KERNEL_LAUNCH_S
         self._compile()
 
     @property
@@ -149,11 +162,17 @@ class ComputeModel:
             costs.append(OpCost(op.name, flops, nbytes, max(compute_s, memory_s), bound))
         return costs
 
+    def launch_s(self, num_tokens: int, num_logits: int) -> float:
+        """Kernel-launch time of a step: none when it replays a captured CUDA graph."""
+        captured = num_tokens <= self._graph_max_tokens and not (self._graphs_decode_only and num_tokens != num_logits)
+        return 0.0 if captured else self.eager_launch_s
+
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
-        """Sum of step_ops times plus the per-step overhead, from coefficients precomputed in __init__."""
+        """Sum of step_ops times, the per-step overhead and launch_s, from coefficients precomputed in
+        __init__."""
         t = num_tokens
         piece = bisect_right(self._token_breaks, t)
-        total = self._token_intercepts[piece] + self._token_slopes[piece] * t
+        total = self._token_intercepts[piece] + self._token_slopes[piece] * t + self.launch_s(t, num_logits)
         touched = self._num_experts * (1.0 - self._expert_miss ** t) if self._num_experts else 0.0
         for ft, fl, fp, b0, bt, bl, bk, be in self._other_ops:
             compute_s = ft * t + fl * num_logits + fp * attn_pairs

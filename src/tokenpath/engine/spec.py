@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class EngineSpec(BaseModel):
-    """Continuous-batching limits.
+    """Continuous-batching limits, and which steps replay a captured CUDA graph.
 
     Defaults are what vLLM's OpenAI server picks on a GPU with at least 70 GiB that is not an A100
     (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): 1024 sequences, 8192 tokens per step.
+    CUDA graphs: by default every step pays no per-kernel launch cost. vLLM V1 replays captured graphs
+    for steps of up to 512 tokens (its max_cudagraph_capture_size), decode-only or mixed; its larger
+    steps run long kernels that hide their launches. `cuda_graphs = "none"` is an eager engine (vLLM
+    --enforce-eager), whose every step pays compute.efficiency.EAGER_KERNEL_LAUNCH_S per kernel.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -19,6 +25,11 @@ class EngineSpec(BaseModel):
     block_size: int = Field(16, ge=1, description="tokens per KV-cache block")
     chunked_prefill: bool = Field(True, description="split long prompts across steps within the token budget")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the engine may use")
+    cuda_graphs: Literal["all", "decode", "none"] = Field(
+        "all", description="steps that replay a captured CUDA graph: all (vLLM V1), decode (only steps where "
+                           "every sequence decodes one token: SGLang, TensorRT-LLM, vLLM V0) or none (eager)")
+    cuda_graph_max_tokens: int | None = Field(
+        None, ge=0, description="largest step, in tokens, that replays a captured graph (unset: any size)")
 
     @model_validator(mode="after")
     def _budget_covers_every_sequence(self) -> EngineSpec:
