@@ -86,10 +86,17 @@ def run_engine(
         sent[i] = at_ns
         replica.submit(prompt[i], out[i], at_ns + upload_ns, upload_ns, cached[i])
 
-    first_wave = n if max_concurrency is None else min(n, max_concurrency)
-    for i in range(first_wave):
-        send(i, scheduled[i])
-    next_to_send = first_wave
+    if max_concurrency is None:  # open loop: every request is sent at its scheduled time
+        upload = np.array([client.upload_ns(p) for p in prompt], dtype=np.int64)
+        sent = scheduled
+        replica.submit_all(np.asarray(input_tokens, np.int64), np.asarray(output_tokens, np.int64),
+                           np.asarray(scheduled_ns, np.int64) + upload, upload,
+                           np.array(cached, dtype=np.int64))
+        next_to_send = n
+    else:
+        for i in range(min(n, max_concurrency)):
+            send(i, scheduled[i])
+        next_to_send = min(n, max_concurrency)
     done = 0
     while done < n:
         finished = replica.step()

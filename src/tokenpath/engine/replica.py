@@ -75,6 +75,8 @@ class Replica:
         if spec.max_num_batched_tokens < spec.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
         self.costs, self.host, self.spec = costs, host, spec
+        # Called once per step: bound once here.
+        self._compute_s, self._traffic_s, self._on_step = costs.compute_s, costs.traffic_s, host.on_step
         self.max_batched, self.max_seqs = spec.max_num_batched_tokens, spec.max_num_seqs
         self.kv_capacity_tokens = kv_capacity_tokens
         self.block = spec.block_size
@@ -137,6 +139,22 @@ class Replica:
         heapq.heappush(self.arrivals, (arrival_ns, i))
         return i
 
+    def submit_all(self, input_tokens: np.ndarray, output_tokens: np.ndarray, arrival_ns: np.ndarray,
+                   delivery_ns: np.ndarray, cached_tokens: np.ndarray) -> None:
+        """`submit` for many requests at once (int64 arrays, one row per request), in one pass."""
+        if not ((0 <= cached_tokens) & (cached_tokens < input_tokens)).all():
+            raise ValueError("cached_tokens must leave at least one prompt token to compute")
+        first, n = len(self.prompt), len(input_tokens)
+        zeros = np.zeros(n, np.int64).tobytes()
+        for column, values in ((self.prompt, input_tokens), (self.cached, cached_tokens),
+                               (self.out, output_tokens), (self.arrival, arrival_ns),
+                               (self.generated, None), (self.acc_compute, None), (self.acc_traffic, None),
+                               (self.acc_delivery, delivery_ns), (self.last_end, None), (self.entry, None),
+                               (self.context0, None), (self.epoch, None)):
+            column.frombytes(zeros if values is None else np.ascontiguousarray(values, np.int64).tobytes())
+        self.arrivals.extend(zip(arrival_ns.tolist(), range(first, first + n)))
+        heapq.heapify(self.arrivals)
+
     @property
     def idle(self) -> bool:
         return not (self.arrivals or self.waiting or self.decoding or self.prefill)
@@ -163,8 +181,9 @@ class Replica:
         new_blocks = self.block_due[s % block]
         prefill, prefill_num, prefill_blocks = self.prefill, 0, 0
         if prefill is not None:
-            prefill_num = min(self._need(prefill.request, prefill.computed), budget)
-            prefill_blocks = -(-(prefill.computed + prefill_num) // block) - prefill.blocks
+            computed = prefill.computed
+            prefill_num = min(self._need(prefill.request, computed), budget)
+            prefill_blocks = -(-(computed + prefill_num) // block) - prefill.blocks
         preempting = new_blocks + prefill_blocks > self.free_blocks
         if preempting:
             new_blocks, prefill_blocks, prefill_num = self._preempt(s, new_blocks + prefill_blocks)
@@ -217,10 +236,10 @@ class Replica:
         emitted = decode + len(completing)
         events = emitted if self.interval == 1 else self._events(s, finishing, completing)
 
-        compute_ns = round(self.costs.compute_s(num_tokens, emitted, attn_pairs, kv_read) * 1e9)
-        traffic_ns = round(self.costs.traffic_s(num_tokens) * 1e9)
+        compute_ns = round(self._compute_s(num_tokens, emitted, attn_pairs, kv_read) * 1e9)
+        traffic_ns = round(self._traffic_s(num_tokens) * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
-        blocking_ns, leave_ns = self.host.on_step(gpu_end, emitted, events)
+        blocking_ns, leave_ns = self._on_step(gpu_end, emitted, events)
         end = gpu_end + blocking_ns
         self.step_rows.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
                                decode + (prefill is not None) + len(admitted), attn_pairs, kv_read, emitted))
@@ -238,16 +257,18 @@ class Replica:
             self._charge(prefill.request, compute_ns, traffic_ns, blocking_ns)
         for i, _ in admitted:
             self._charge(i, compute_ns, traffic_ns, blocking_ns)
-        finished = [self._finish_decoding(i, s, end) for i in finishing]
-        for i, context in completing:
-            self._span(i, s, 1)
-            self.generated[i] += 1
-            if self.generated[i] == self.out[i]:
-                self.last_end[i] = end
-                self.free_blocks += -(-context // block)
-                finished.append(i)
-            else:
-                self._start_decoding(i, s + 1, context)
+        finished = [self._finish_decoding(i, s, end) for i in finishing] if finishing else []
+        if completing:
+            generated, out = self.generated, self.out
+            for i, context in completing:
+                self._span(i, s, 1)
+                generated[i] += 1
+                if generated[i] == out[i]:
+                    self.last_end[i] = end
+                    self.free_blocks += -(-context // block)
+                    finished.append(i)
+                else:
+                    self._start_decoding(i, s + 1, context)
         return finished
 
     # -- bookkeeping -------------------------------------------------------------------------------
