@@ -167,6 +167,23 @@ def test_validate_predicts_the_published_rows_it_covers():
     assert all(abs(r["error"]) < 0.75 for r in rows if r["group"] == "trtllm_batch1_ttft")
 
 
+@pytest.mark.parametrize("model, chip, tp, isl, osl, expected", [
+    # 136 GB of KV cache / 2176 tokens x 64 KiB per token = 955 requests: rounded up to 128s; tokens at least 2048
+    ("llama-3.1-8b", "h200", 1, 128, 2048, (1024, 2048)),
+    # the same 955 requests at 1 + 2048/128 tokens each, rounded up to 1024s
+    ("llama-3.1-8b", "h200", 1, 2048, 128, (1024, 16384)),
+    # 214 requests: rounded up to 32s below 256
+    ("llama-3.3-70b", "h200", 1, 128, 2048, (224, 2048)),
+    # more than 4096 requests fit: capped
+    ("llama-3.1-8b", "h100", 1, 128, 128, (4096, 8192)),
+])
+def test_trtllm_bench_picks_its_batch_limits_from_the_kv_cache_that_fits(model, chip, tp, isl, osl, expected):
+    from tokenpath.validate import trtllm_bench_limits
+
+    row = {"model": model, "chip": chip, "tp": tp, "precision": "fp8", "input_tokens": isl, "output_tokens": osl}
+    assert trtllm_bench_limits(row, 0.95) == expected
+
+
 def test_validation_medians_stay_at_or_below_the_goal():
     """Guards the calibration: offline throughput within 10% and batch-1 TTFT within 15% (median
     |error| over the rows that set no constant)."""

@@ -7,6 +7,7 @@ are the engine's own. Constants are shared by all rows; nothing here is tuned pe
 
 from __future__ import annotations
 
+import math
 import statistics
 import tomllib
 from importlib import resources
@@ -18,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tokenpath.compute.chip import load_chip
+from tokenpath.compute.model import load_model
+from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.fabric.build import build_topology
 from tokenpath.fabric.collectives import Collectives
 from tokenpath.fabric.spec import FabricSpec, SwitchFabric
@@ -32,7 +35,7 @@ ENGINE_SIDE_DELIVERY = {
 
 
 # How each group's runs were configured, as `[engine]` settings.
-ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "cuda_graphs", "cuda_graph_max_tokens")
+ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "cuda_graphs", "cuda_graph_max_tokens")
 
 
 def published_rows() -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -41,14 +44,51 @@ def published_rows() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return data["groups"], data["rows"]
 
 
+def trtllm_bench_limits(row: dict[str, Any], kv_cache_fraction: float) -> tuple[int, int]:
+    """(max_batch_size, max_num_tokens) that `trtllm-bench throughput` picks for a row when given
+    neither: the requests of the row's shape whose KV cache fits in the memory the weights leave,
+    rounded up "optimistically" (TensorRT-LLM tensorrt_llm/bench/build/tuning.py, calc_engine_setting
+    and finetune_setting, pp = 1); without chunked prefill, at least one prompt plus a token for every
+    other sequence (bench/benchmark/utils/general.py, get_settings)."""
+    model, chip = load_model(row["model"]), load_chip(row["chip"])
+    isl, osl, tp = row["input_tokens"], row["output_tokens"], row["tp"]
+    weight_bytes = model.params_total() * PRECISION_BYTES[row["precision"]]
+    # FP8 and NVFP4 checkpoints keep an FP8 KV cache; every rank holds at least one KV head.
+    kv_bytes_per_token = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim * 1.0
+    cache_bytes = (chip.hbm_bytes * tp - weight_bytes) * kv_cache_fraction
+    requests = min(cache_bytes / (kv_bytes_per_token * (isl + osl)), 4096)
+    if requests < 256:
+        batch = max(64, 32 * math.ceil(requests / 32))
+    elif requests < 1024:
+        batch = 128 * math.ceil(requests / 128)
+    else:
+        batch = 256 * math.ceil(requests / 256)
+    raw_tokens = min(requests * (1 + isl / osl), 32768)
+    if raw_tokens < 4096:
+        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+    elif raw_tokens < 8192:
+        tokens = 512 * math.ceil(raw_tokens / 512)
+    else:
+        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    return batch, max(tokens, isl + batch)
+
+
 def row_scenario(row: dict[str, Any], group: dict[str, Any]) -> Scenario:
+    engine = {key: group[key] for key in ENGINE_KEYS if key in group}
+    if group.get("batch_limits") == "trtllm-bench":
+        fraction = group["kv_cache_free_gpu_mem_fraction"]
+        engine["max_num_seqs"], engine["max_num_batched_tokens"] = trtllm_bench_limits(row, fraction)
+        engine["gpu_memory_utilization"] = fraction
+    num_requests = group["num_requests"]
+    if isinstance(num_requests, dict):
+        num_requests = num_requests[f"{row['input_tokens']}/{row['output_tokens']}"]
     table = {
         "name": f"validate {row['model']} {row['chip']} tp{row['tp']} {row['precision']} {row['input_tokens']}/{row['output_tokens']}",
         "model": {"name": row["model"], "precision": row["precision"]},
         "deployment": {"chip": row["chip"], "chips": row["tp"], "tp": row["tp"]},
-        "engine": {key: group[key] for key in ENGINE_KEYS},
+        "engine": engine,
         "workload": {
-            "num_requests": group["num_requests"],
+            "num_requests": num_requests,
             "input": {"kind": "fixed", "value": row["input_tokens"]},
             "output": {"kind": "fixed", "value": row["output_tokens"]},
             "arrival": {"rate": "inf"},

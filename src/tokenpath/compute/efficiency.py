@@ -16,8 +16,9 @@ SERVING_GEMM_FRACTION = 0.8
 GEMMs of a serving step reach. MAMF is the best rate over a sweep of large, well-shaped GEMMs; a
 step's GEMMs have the model's own shapes (M = the step's tokens, N a tensor-parallel shard, K the
 hidden or intermediate width), FP8/FP4 scaling epilogues, and run between other kernels. Calibrated
-once, on the H100 rows of the TensorRT-LLM offline throughput group in `tokenpath validate` (the
-value minimising their median |error|: 0.80, 3.6%); the H200 and B200 rows are predicted with it."""
+once, on the H100 rows of the TensorRT-LLM offline throughput group in `tokenpath validate`, each
+run with the request count and batch limits trtllm-bench used (the value minimising their median
+|error| in steps of 0.05: 0.80, 4.3%; 0.75 gives 4.5%); the H200 and B200 rows are predicted with it."""
 
 HBM_BW_EFFICIENCY = 0.85
 """Fraction of peak HBM bandwidth a streaming kernel (weight-bound GEMV, paged-attention KV reads)
