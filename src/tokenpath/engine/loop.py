@@ -74,10 +74,10 @@ def run_engine(
     request.
     """
     n = len(scheduled_ns)
-    prompt = [int(x) for x in input_tokens]
-    cached = [0] * n if cached_tokens is None else [int(x) for x in cached_tokens]
-    out = [int(x) for x in output_tokens]
-    scheduled = [int(x) for x in scheduled_ns]
+    if cached_tokens is None:
+        cached_tokens = np.zeros(n, np.int64)
+    prompt, cached, out = input_tokens.tolist(), cached_tokens.tolist(), output_tokens.tolist()
+    scheduled = scheduled_ns.tolist()
     sent = [0] * n
     replica = Replica(costs, client, spec, kv_capacity_tokens)
 
@@ -89,9 +89,7 @@ def run_engine(
     if max_concurrency is None:  # open loop: every request is sent at its scheduled time
         upload = np.array([client.upload_ns(p) for p in prompt], dtype=np.int64)
         sent = scheduled
-        replica.submit_all(np.asarray(input_tokens, np.int64), np.asarray(output_tokens, np.int64),
-                           np.asarray(scheduled_ns, np.int64) + upload, upload,
-                           np.array(cached, dtype=np.int64))
+        replica.submit_all(input_tokens, output_tokens, scheduled_ns + upload, upload, cached_tokens)
         next_to_send = n
     else:
         for i in range(min(n, max_concurrency)):
