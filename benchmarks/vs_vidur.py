@@ -19,7 +19,7 @@ What runs:
   By default it uses its C++ execution-time predictor (use_native_execution_time_predictor: the same
   predictions, looked up faster; --no-vidur-native-predictor turns it off). After main() returns the
   subprocess prints how many batches (engine steps) Vidur simulated.
-- tokenpath runs in this process: `simulate(load_scenario(...))` on the same requests, replayed from an
+- tokenpath runs in this process: `simulate(prepare(load_scenario(...)))` on the same requests, replayed from an
   Azure-format trace written from the same arrays, with the same batch limits (max_num_seqs =
   sarathi batch_size_cap, max_num_batched_tokens = sarathi chunk_size; 128 and 512, Vidur's defaults).
 
@@ -59,11 +59,15 @@ accuracy and setup time: the simulation itself looks predictions up in tables ei
 Its prediction tables span 1..4096 tokens per request (prediction_max_tokens_per_request = 4096, the
 model's max_model_len in Vidur; its default of 2M only makes setup longer).
 
-Timing: the script timestamps Vidur's log lines. Setup is process start until "Starting simulation";
-"after setup" is from there until "Metrics written" (the event loop and writing its results); "whole
-run" is the process from start to exit. tokenpath's figure is the whole simulate() call (reading the
-trace, the engine, delivery and per-request results), after one untimed warm-up call. Medians of
---repeats runs each; the machine may be noisy.
+Timing: the script timestamps Vidur's log lines. Setup is process start until "Starting simulation"
+(parsing its configuration, loading its predictor, reading the trace into request objects); "after
+setup" is from there until "Metrics written" (the event loop and writing its results); "whole run" is
+the process from start to exit. tokenpath is timed the same way, in this process after one untimed
+warm-up call: setup is prepare() (building the deployment and reading the trace), "after setup" is
+simulate() on what prepare() returned (the engine, delivery and per-request results), and "whole run"
+is both. Medians of --repeats runs of Vidur and --tokenpath-repeats runs of tokenpath, the latter
+spread over the former (a share after each Vidur run) so that both see the same stretches of a noisy
+machine.
 
 If Vidur cannot be installed or run, the script says exactly why, prints Vidur's own error output,
 and exits non-zero; it never reports numbers it did not measure.
@@ -89,7 +93,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenpath.pipeline import simulate
+from tokenpath.pipeline import prepare, simulate
 from tokenpath.scenario import load_scenario
 from tokenpath.workload import generate, write_trace
 
@@ -541,7 +545,8 @@ def run_vidur(
 
 @dataclass
 class TokenpathRun:
-    wall_s: float
+    setup_s: float  # prepare(): the deployment (compute model, fabric, KV capacity) and the requests read from the trace
+    sim_s: float  # simulate(): the engine, the last mile and the per-request results
     simulated_end_s: float
     steps: int
     completed: int
@@ -568,11 +573,14 @@ def tokenpath_scenario(wl: Workload, args: argparse.Namespace):
 def run_tokenpath(wl: Workload, args: argparse.Namespace) -> TokenpathRun:
     scenario = tokenpath_scenario(wl, args)
     start = time.perf_counter()
-    sim = simulate(scenario)
-    wall = time.perf_counter() - start
+    prepared = prepare(scenario)
+    ready = time.perf_counter()
+    sim = simulate(prepared)
+    end = time.perf_counter()
     run = sim.run
     return TokenpathRun(
-        wall_s=wall,
+        setup_s=ready - start,
+        sim_s=end - ready,
         simulated_end_s=float((run.sent_ns + run.e2e_ns).max() / 1e9),
         steps=int(sum(len(t.step_start_ns) for t in sim.traces)),
         completed=int(len(run.e2e_ns) - np.count_nonzero(run.failed)),
@@ -600,7 +608,8 @@ def summarize(
     v_sim = median([r.sim_s for r in vidur_runs])
     v_wall = median([r.wall_s for r in vidur_runs])
     v_setup = median([r.setup_s for r in vidur_runs])
-    t_wall = median([r.wall_s for r in tp_runs])
+    t_sim = median([r.sim_s for r in tp_runs])
+    t_wall = median([r.setup_s + r.sim_s for r in tp_runs])
     v0, t0 = vidur_runs[0], tp_runs[0]
     return {
         "case": case.name,
@@ -629,14 +638,17 @@ def summarize(
         },
         "tokenpath": {
             "wall_s_median": t_wall,
-            "wall_s_all": [r.wall_s for r in tp_runs],
-            "requests_per_wall_s": case.num_requests / t_wall,
+            "setup_s_median": median([r.setup_s for r in tp_runs]),
+            "sim_s_median": t_sim,
+            "sim_s_all": [r.sim_s for r in tp_runs],
+            "requests_per_wall_s_after_setup": case.num_requests / t_sim,
+            "requests_per_wall_s_total": case.num_requests / t_wall,
             "steps": t0.steps,
             "simulated_end_s": t0.simulated_end_s,
             "completed": t0.completed,
             "mean_e2e_s": t0.mean_e2e_s,
         },
-        "ratio_after_setup": v_sim / t_wall,
+        "ratio_after_setup": v_sim / t_sim,
         "ratio_total": v_wall / t_wall,
     }
 
@@ -646,7 +658,7 @@ def print_table(results: list[dict]) -> None:
         return "-" if x is None else format(x, spec)
 
     print()
-    print(f"{'tool':<21} {'case':<11} {'requests':>8} {'rate':>7} {'median wall':>11} {'req/wall-s':>10} "
+    print(f"{'tool':<22} {'case':<11} {'requests':>8} {'rate':>7} {'median wall':>11} {'req/wall-s':>10} "
           f"{'steps':>8} {'sim. end':>8} {'mean E2E':>8}")
     for r in results:
         case = f"{r['replicas']} replica{'s' if r['replicas'] > 1 else ''}"
@@ -654,17 +666,19 @@ def print_table(results: list[dict]) -> None:
         rows = [
             ("vidur, after setup", v["sim_s_median"], v["requests_per_wall_s_after_setup"], v),
             ("vidur, whole run", v["wall_s_median"], v["requests_per_wall_s_total"], v),
-            ("tokenpath", t["wall_s_median"], t["requests_per_wall_s"], t),
+            ("tokenpath, after setup", t["sim_s_median"], t["requests_per_wall_s_after_setup"], t),
+            ("tokenpath, whole run", t["wall_s_median"], t["requests_per_wall_s_total"], t),
         ]
         for tool, wall, rps, d in rows:
-            print(f"{tool:<21} {case:<11} {r['num_requests']:>8,} {r['rate_rps']:>5g}/s {wall:>10.2f}s {rps:>10,.0f} "
+            print(f"{tool:<22} {case:<11} {r['num_requests']:>8,} {r['rate_rps']:>5g}/s {wall:>10.2f}s {rps:>10,.0f} "
                   f"{fmt(d['steps'], ',d'):>8} {fmt(d['simulated_end_s'], '.0f'):>7}s "
                   f"{fmt(d['mean_e2e_s'], '.2f'):>7}s")
     print()
     for r in results:
         v = r["vidur"]
-        print(f"{r['case']}: tokenpath is {r['ratio_after_setup']:.1f}x Vidur's speed after its setup, "
-              f"{r['ratio_total']:.1f}x its whole run (Vidur setup {v['setup_s_median']:.1f}s with a cached predictor; "
+        print(f"{r['case']}: tokenpath is {r['ratio_after_setup']:.1f}x Vidur's speed after setup (each tool's), "
+              f"{r['ratio_total']:.1f}x over the whole run (setup: tokenpath {r['tokenpath']['setup_s_median']:.2f}s; "
+              f"Vidur {v['setup_s_median']:.1f}s with a cached predictor; "
               f"setup run {v['setup_run']['setup_s']:.1f}s"
               f"{', training its predictor' if v['setup_run']['trained_predictor'] else ''}). "
               f"Last arrival at {r['last_arrival_s']:.0f}s.")
@@ -691,7 +705,9 @@ def main() -> int:
     parser.add_argument("--batch-cap", type=int, default=128, help="sarathi batch_size_cap = tokenpath max_num_seqs")
     parser.add_argument("--chunk-size", type=int, default=512,
                         help="sarathi chunk_size = tokenpath max_num_batched_tokens")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of Vidur per case")
+    parser.add_argument("--tokenpath-repeats", type=int, default=9,
+                        help="timed runs of tokenpath per case, spread over Vidur's runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", dest="json_path", type=Path)
     args = parser.parse_args()
@@ -729,22 +745,25 @@ def main() -> int:
     for case in args.cases:
         wl = make_workload(case, args.rate, args.work_dir, args.seed)
         case_dir = args.work_dir / f"vidur_{case.name}"
-        try:
-            vidur_runs = []
-            for k in range(args.repeats):
-                r = run_vidur(python, data, wl, args, case_dir, f"repeat{k}")
-                vidur_runs.append(r)
-                print(f"[{case.name}] vidur repeat {k + 1}: total {r.wall_s:.1f}s, setup {r.setup_s:.1f}s, "
-                      f"simulation {r.sim_s:.1f}s (event loop {r.loop_s:.1f}s)", flush=True)
-        except BenchError as error:
-            print(f"Vidur cannot be run: {error}", file=sys.stderr)
-            return 1
         run_tokenpath(wl, args)  # warm-up: imports, caches
-        tp_runs = []
+        # Each Vidur run is followed by its share of tokenpath's runs, so that both tools' medians
+        # come from the same stretches of a noisy machine.
+        per_round = math.ceil(args.tokenpath_repeats / args.repeats)
+        vidur_runs, tp_runs = [], []
         for k in range(args.repeats):
-            r = run_tokenpath(wl, args)
-            tp_runs.append(r)
-            print(f"[{case.name}] tokenpath repeat {k + 1}: {r.wall_s:.2f}s", flush=True)
+            try:
+                r = run_vidur(python, data, wl, args, case_dir, f"repeat{k}")
+            except BenchError as error:
+                print(f"Vidur cannot be run: {error}", file=sys.stderr)
+                return 1
+            vidur_runs.append(r)
+            print(f"[{case.name}] vidur repeat {k + 1}: total {r.wall_s:.1f}s, setup {r.setup_s:.1f}s, "
+                  f"simulation {r.sim_s:.1f}s (event loop {r.loop_s:.1f}s)", flush=True)
+            for _ in range(min(per_round, args.tokenpath_repeats - len(tp_runs))):
+                t = run_tokenpath(wl, args)
+                tp_runs.append(t)
+                print(f"[{case.name}] tokenpath repeat {len(tp_runs)}: setup {t.setup_s:.2f}s, "
+                      f"simulation {t.sim_s:.2f}s", flush=True)
         results.append(summarize(case, wl, first, vidur_runs, tp_runs))
 
     print_table(results)
