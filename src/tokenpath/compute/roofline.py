@@ -170,13 +170,15 @@ class ComputeModel:
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
         """Sum of step_ops times, the per-step overhead and launch_s, from coefficients precomputed in
         __init__."""
-        t = num_tokens
+        t, n = num_tokens, num_logits
         piece = bisect_right(self._token_breaks, t)
-        total = self._token_intercepts[piece] + self._token_slopes[piece] * t + self.launch_s(t, num_logits)
+        total = self._token_intercepts[piece] + self._token_slopes[piece] * t + self.launch_s(t, n)
+        piece = bisect_right(self._logit_breaks, n)
+        total += self._logit_intercepts[piece] + self._logit_slopes[piece] * n
         touched = self._num_experts * (1.0 - self._expert_miss ** t) if self._num_experts else 0.0
         for ft, fl, fp, b0, bt, bl, bk, be in self._other_ops:
-            compute_s = ft * t + fl * num_logits + fp * attn_pairs
-            memory_s = b0 + bt * t + bl * num_logits + bk * kv_read_tokens + be * touched
+            compute_s = ft * t + fl * n + fp * attn_pairs
+            memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched
             total += compute_s if compute_s > memory_s else memory_s
         return total
 
@@ -186,10 +188,11 @@ class ComputeModel:
         Ops that depend on num_tokens alone each cost max(a*t, b + c*t): memory-bound below
         t = b / (a - c), compute-bound above. Their sum is piecewise linear in t, so it is stored as
         sorted breakpoints with one (intercept, slope) per piece, the step overhead folded into the
-        intercepts. The few other ops (attention, routed experts, LM head) keep all coefficients.
+        intercepts. Ops that depend on num_logits alone (the LM head) are summed the same way in
+        num_logits. The few other ops (attention, routed experts) keep all coefficients.
         """
         bw = self.chip.effective_hbm_bw_Bps
-        token_ops, other_ops = [], []
+        token_ops, logit_ops, other_ops = [], [], []
         for op in self.ops:
             rate = op.flops_per_s
             coeffs = (op.flops_per_token / rate, op.flops_per_logit / rate, op.flops_per_pair / rate,
@@ -198,28 +201,35 @@ class ComputeModel:
             ft, fl, fp, b0, bt, bl, bk, be = coeffs
             if fl == fp == bl == bk == be == 0.0:
                 token_ops.append((ft, b0, bt))
+            elif ft == fp == bt == bk == be == 0.0:
+                logit_ops.append((fl, b0, bl))
             else:
                 other_ops.append(coeffs)
-        # An op turns compute-bound at its breakpoint; one with a <= c never does.
-        breaks = sorted({b / (a - c) for a, b, c in token_ops if a > c})
-        self._token_breaks = tuple(breaks)
-        intercepts, slopes = [], []
-        for lower in (-math.inf, *breaks):  # the piece starting at `lower`
-            intercept, slope = [self.step_overhead_s], []
-            for a, b, c in token_ops:
-                if a > c and b / (a - c) <= lower:
-                    slope.append(a)
-                else:
-                    intercept.append(b)
-                    slope.append(c)
-            intercepts.append(math.fsum(intercept))
-            slopes.append(math.fsum(slope))
-        self._token_intercepts = tuple(intercepts)
-        self._token_slopes = tuple(slopes)
+        self._token_breaks, self._token_intercepts, self._token_slopes = _piecewise(token_ops, self.step_overhead_s)
+        self._logit_breaks, self._logit_intercepts, self._logit_slopes = _piecewise(logit_ops, 0.0)
         self._other_ops = tuple(other_ops)
         m = self.model
         self._num_experts = float(m.num_experts)
         self._expert_miss = 1.0 - m.experts_per_token / m.num_experts if m.is_moe else 1.0
+
+
+def _piecewise(ops: list[tuple[float, float, float]], constant: float) -> tuple[tuple[float, ...], ...]:
+    """The sum of max(a*x, b + c*x) over `ops`, plus `constant`, as (breakpoints, intercepts, slopes):
+    piece k (x from breakpoints[k-1] up to breakpoints[k]) costs intercepts[k] + slopes[k] * x."""
+    # An op turns compute-bound at its breakpoint; one with a <= c never does.
+    breaks = sorted({b / (a - c) for a, b, c in ops if a > c})
+    intercepts, slopes = [], []
+    for lower in (-math.inf, *breaks):  # the piece starting at `lower`
+        intercept, slope = [constant], []
+        for a, b, c in ops:
+            if a > c and b / (a - c) <= lower:
+                slope.append(a)
+            else:
+                intercept.append(b)
+                slope.append(c)
+        intercepts.append(math.fsum(intercept))
+        slopes.append(math.fsum(slope))
+    return tuple(breaks), tuple(intercepts), tuple(slopes)
 
 
 def _check_tp(model: ModelSpec, tp: int) -> None:
