@@ -57,20 +57,16 @@ def trtllm_bench_limits(row: dict[str, Any], kv_cache_fraction: float) -> tuple[
     kv_bytes_per_token = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim * 1.0
     cache_bytes = (chip.hbm_bytes * tp - weight_bytes) * kv_cache_fraction
     requests = min(cache_bytes / (kv_bytes_per_token * (isl + osl)), 4096)
-    if requests < 256:
-        batch = max(64, 32 * math.ceil(requests / 32))
-    elif requests < 1024:
-        batch = 128 * math.ceil(requests / 128)
-    else:
-        batch = 256 * math.ceil(requests / 256)
-    raw_tokens = min(requests * (1 + isl / osl), 32768)
-    if raw_tokens < 4096:
-        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
-    elif raw_tokens < 8192:
-        tokens = 512 * math.ceil(raw_tokens / 512)
-    else:
-        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    batch = _round_up(requests, at_least=64, steps=((256, 32), (1024, 128), (math.inf, 256)))
+    tokens = _round_up(min(requests * (1 + isl / osl), 32768), at_least=2048,
+                       steps=((4096, 256), (8192, 512), (math.inf, 1024)))
     return batch, max(tokens, isl + batch)
+
+
+def _round_up(x: float, at_least: int, steps: tuple[tuple[float, int], ...]) -> int:
+    """x rounded up to a multiple of the step of the first (below, step) tier with x < below."""
+    step = next(step for below, step in steps if x < below)
+    return max(at_least, step * math.ceil(x / step))
 
 
 def row_scenario(row: dict[str, Any], group: dict[str, Any]) -> Scenario:
