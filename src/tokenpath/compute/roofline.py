@@ -2,8 +2,9 @@
 
 Each op takes max(FLOPs / sustained FLOP/s, bytes / sustained HBM bandwidth); a step is the sum of
 its ops plus efficiency.STEP_OVERHEAD_S, plus its kernel launches when it does not replay a captured
-CUDA graph (efficiency.EAGER_KERNEL_LAUNCH_S per kernel). Communication (the tensor-parallel all-reduces) is not
-included: `allreduce_bytes` sizes the hidden state the engine's costs move between chips.
+CUDA graph (efficiency.EAGER_KERNEL_LAUNCH_S per kernel). Communication (the tensor-parallel
+all-reduces) is not included: `allreduce_bytes` sizes the hidden state the engine's costs move
+between chips.
 """
 
 from __future__ import annotations

@@ -181,9 +181,8 @@ class Replica:
         new_blocks = self.block_due[s % block]
         prefill, prefill_num, prefill_blocks = self.prefill, 0, 0
         if prefill is not None:
-            computed = prefill.computed
-            prefill_num = min(self._need(prefill.request, computed), budget)
-            prefill_blocks = -(-(computed + prefill_num) // block) - prefill.blocks
+            prefill_num = min(self._need(prefill.request, prefill.computed), budget)
+            prefill_blocks = -(-(prefill.computed + prefill_num) // block) - prefill.blocks
         preempting = new_blocks + prefill_blocks > self.free_blocks
         if preempting:
             new_blocks, prefill_blocks, prefill_num = self._preempt(s, new_blocks + prefill_blocks)
@@ -257,18 +256,16 @@ class Replica:
             self._charge(prefill.request, compute_ns, traffic_ns, blocking_ns)
         for i, _ in admitted:
             self._charge(i, compute_ns, traffic_ns, blocking_ns)
-        finished = [self._finish_decoding(i, s, end) for i in finishing] if finishing else []
-        if completing:
-            generated, out = self.generated, self.out
-            for i, context in completing:
-                self._span(i, s, 1)
-                generated[i] += 1
-                if generated[i] == out[i]:
-                    self.last_end[i] = end
-                    self.free_blocks += -(-context // block)
-                    finished.append(i)
-                else:
-                    self._start_decoding(i, s + 1, context)
+        finished = [self._finish_decoding(i, s, end) for i in finishing]
+        for i, context in completing:
+            self._span(i, s, 1)
+            self.generated[i] += 1
+            if self.generated[i] == self.out[i]:
+                self.last_end[i] = end
+                self.free_blocks += -(-context // block)
+                finished.append(i)
+            else:
+                self._start_decoding(i, s + 1, context)
         return finished
 
     # -- bookkeeping -------------------------------------------------------------------------------
