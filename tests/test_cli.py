@@ -129,6 +129,7 @@ def test_malformed_trace_row_names_the_file_and_line(process):
     (["simulate", "--model", "llama-2-7b", "--input-len", "5000", "--input-sd", "0", "--num-requests", "5",
       "--chips", "1", "--tp", "1"], ["workload", "context", "4096"]),
     (["scenario", "show", "typcal"], ["unknown scenario 'typcal'; did you mean 'typical'"]),
+    (["simulate", "--cuda-graphs", "eager", "--num-requests", "5"], ["engine.cuda_graphs", "'all', 'decode' or 'none'"]),
 ])
 def test_more_user_errors_are_one_line(argv, fragments, monkeypatch, capsys):
     assert_user_error(*run_cli(argv, monkeypatch, capsys), *fragments)
