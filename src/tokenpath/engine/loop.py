@@ -112,16 +112,12 @@ def run_engine(
 
 
 def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens: int) -> EngineTrace:
-    steps = replica.steps()
-    as_array = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    steps, spans = replica.steps(), replica.spans()
     return EngineTrace(
-        sent_ns=as_array(sent),
-        arrival_ns=as_array(replica.arrival),
-        compute_ns=as_array(replica.acc_compute),
-        traffic_ns=as_array(replica.acc_traffic),
-        delivery_ns=as_array(replica.acc_delivery),
-        last_step_end_ns=as_array(replica.last_end),
-        spans=replica.spans(),
+        sent_ns=np.array(sent, dtype=np.int64),
+        arrival_ns=np.array(replica.arrival, dtype=np.int64),
+        **replica.accounts(steps, spans),
+        spans=spans,
         token_offsets=np.concatenate([[0], np.cumsum(out)]).astype(np.int64),
         **{f"step_{name}": values for name, values in steps.items()},
         kv_capacity_tokens=kv_capacity_tokens,

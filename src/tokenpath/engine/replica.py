@@ -17,8 +17,13 @@ joins, finishes or is preempted, never O(batch). That holds because the token bu
 decoding sequence (vLLM requires max_num_batched_tokens >= max_num_seqs), so at most one sequence is
 part-way through its prompt, and it is the one admitted last. Decoding sequences are then described
 by aggregates (their count and summed context) plus, per sequence, the step it started decoding at:
-its context, its KV blocks and its token index at any later step follow from that, and the per-step
-costs it shares are read from running sums when it leaves.
+its context, its KV blocks and its token index at any later step follow from that.
+
+Nor is each request's share of the step costs added up while stepping: the replica records which
+steps each request took part in (spans of consecutive steps) and `accounts` sums the step columns
+over them afterwards, in numpy. Per-step and per-span rows are buffered as Python ints and moved into
+numpy in blocks (`_Rows`): writing one item of an `array("q")` goes through argument parsing, about
+a thousand machine instructions, where appending to a list takes a few dozen.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ class Host(Protocol):
         ...
 
 
+# Heap keys pack (time or step, request) into one int, which compares far faster than a tuple.
+_ID_BITS = 32
+_ID_MASK = (1 << _ID_BITS) - 1
+
 STEP_FIELDS = ("start_ns", "compute_ns", "traffic_ns", "blocking_ns", "leave_ns", "tokens", "seqs",
                "attn_pairs", "kv_read_tokens", "logits")
 
@@ -58,13 +67,38 @@ def closes_event(token_index: int, output_tokens: int, interval: int) -> bool:
     return token_index % interval == 0 or token_index == output_tokens - 1
 
 
+class _Rows:
+    """A growing int64 table: rows are appended to `buffer` (a flat list of Python ints) and moved
+    into numpy blocks by `flush`, so memory stays at 8 bytes per value however long the run."""
+
+    FLUSH_VALUES = 1 << 16
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.buffer: list[int] = []  # callers extend it in place: its identity never changes
+        self.blocks: list[np.ndarray] = []
+
+    def flush(self) -> None:
+        if self.buffer:
+            self.blocks.append(np.fromiter(self.buffer, np.int64, len(self.buffer)).reshape(-1, self.width))
+            self.buffer.clear()
+
+    def array(self) -> np.ndarray:
+        """Every row so far, as a (rows, width) array."""
+        self.flush()
+        if len(self.blocks) != 1:
+            self.blocks = [np.concatenate(self.blocks) if self.blocks else np.empty((0, self.width), np.int64)]
+        return self.blocks[0]
+
+
 @dataclass
 class _Prefill:
     """The one sequence part-way through its prompt (or its recompute after preemption)."""
 
     request: int
-    computed: int
+    computed: int  # tokens in its KV cache
     blocks: int
+    target: int    # tokens it needs in its KV cache to sample: its prompt and the tokens already sent
 
 
 class Replica:
@@ -85,36 +119,31 @@ class Replica:
         self.record_emitters = record_emitters
         self.now = 0
 
-        # Per request (index = submission order), as compact int64 columns: a run can hold millions.
+        # Per request (index = submission order). Set at submission, as compact int64 columns (a run
+        # can hold millions), except the one updated as the request runs.
         self.prompt = array("q")
         self.cached = array("q")        # prompt tokens whose KV arrived with the request (0 after preemption)
         self.out = array("q")
         self.arrival = array("q")
-        self.generated = array("q")     # tokens sampled and sent so far
-        self.acc_compute = array("q")
-        self.acc_traffic = array("q")
-        self.acc_delivery = array("q")
-        self.last_end = array("q")      # end of the step that produced the last token
-        self.entry = array("q")         # while decoding: the first step it decodes in
-        self.context0 = array("q")      # while decoding: its context (KV tokens) at that step
-        self.epoch = array("q")         # bumped on preemption, to skip stale finish-heap entries
-        # Where tokens came from: request span_request[k] got span_count[k] tokens in consecutive
-        # steps from span_start[k].
-        self.span_request, self.span_start, self.span_count = array("q"), array("q"), array("q")
+        self.upload = array("q")        # time spent on the way in, counted as delivery
+        self.generated: list[int] = []  # tokens sampled and sent so far
 
-        self.arrivals: list[tuple[int, int]] = []  # heap of (arrival at the server, request)
+        self.arrivals: list[int] = []  # heap of arrival at the server << _ID_BITS | request
         self.waiting: deque[int] = deque()
         self.prefill: _Prefill | None = None
-        self.decoding: dict[int, None] = {}  # in admission order
+        # In admission order, request -> (first step it decodes in, its context then, its last step).
+        self.decoding: dict[int, tuple[int, int, int]] = {}
         self.context_sum = 0                 # summed context of the decoding sequences
         self.block_due = [0] * self.block    # decoding sequences that need a new block at step % block
         self.event_due = [0] * self.interval  # decoding sequences whose token closes an event at step % interval
-        self.finishes: list[tuple[int, int, int]] = []  # heap of (last step, request, epoch)
+        self.finishes: list[int] = []        # heap of last step << _ID_BITS | request; stale after preemption
 
-        # Per step, one row of STEP_FIELDS; and running sums of (compute, traffic, blocking) time:
-        # steps [a, b) cost cum_costs[3b + k] - cum_costs[3a + k].
-        self.step_rows = array("q")
-        self.cum_costs = array("q", [0, 0, 0])
+        # One row of STEP_FIELDS per step. Where tokens came from: (request, first step, tokens) spans,
+        # a token in each of consecutive steps. Steps a request took part in without sampling (a
+        # prompt chunk that does not finish its prompt): (request, step).
+        self.step_rows, self.span_rows, self.silent_rows = _Rows(len(STEP_FIELDS)), _Rows(3), _Rows(2)
+        self._step_buffer, self._span_buffer = self.step_rows.buffer, self.span_rows.buffer
+        self._silent_buffer = self.silent_rows.buffer
         self.num_steps = 0
         self.last_leave_ns = 0
         self.emitters: list[int] = []  # with record_emitters: the requests that got a token last step
@@ -130,13 +159,13 @@ class Replica:
         if not 0 <= cached_tokens < input_tokens:
             raise ValueError("cached_tokens must leave at least one prompt token to compute")
         i = len(self.prompt)
-        for column, value in ((self.prompt, input_tokens), (self.cached, cached_tokens),
-                              (self.out, output_tokens), (self.arrival, arrival_ns),
-                              (self.generated, 0), (self.acc_compute, 0), (self.acc_traffic, 0),
-                              (self.acc_delivery, delivery_ns), (self.last_end, 0), (self.entry, 0),
-                              (self.context0, 0), (self.epoch, 0)):
+        if i > _ID_MASK:
+            raise ValueError(f"a replica takes at most {_ID_MASK + 1} requests")
+        for column, value in ((self.prompt, input_tokens), (self.cached, cached_tokens), (self.out, output_tokens),
+                              (self.arrival, arrival_ns), (self.upload, delivery_ns)):
             column.append(int(value))
-        heapq.heappush(self.arrivals, (arrival_ns, i))
+        self.generated.append(0)
+        heapq.heappush(self.arrivals, int(arrival_ns) << _ID_BITS | i)
         return i
 
     def submit_all(self, input_tokens: np.ndarray, output_tokens: np.ndarray, arrival_ns: np.ndarray,
@@ -145,14 +174,13 @@ class Replica:
         if not ((0 <= cached_tokens) & (cached_tokens < input_tokens)).all():
             raise ValueError("cached_tokens must leave at least one prompt token to compute")
         first, n = len(self.prompt), len(input_tokens)
-        zeros = np.zeros(n, np.int64).tobytes()
-        for column, values in ((self.prompt, input_tokens), (self.cached, cached_tokens),
-                               (self.out, output_tokens), (self.arrival, arrival_ns),
-                               (self.generated, None), (self.acc_compute, None), (self.acc_traffic, None),
-                               (self.acc_delivery, delivery_ns), (self.last_end, None), (self.entry, None),
-                               (self.context0, None), (self.epoch, None)):
-            column.frombytes(zeros if values is None else np.ascontiguousarray(values, np.int64).tobytes())
-        self.arrivals.extend(zip(arrival_ns.tolist(), range(first, first + n)))
+        if first + n > _ID_MASK + 1:
+            raise ValueError(f"a replica takes at most {_ID_MASK + 1} requests")
+        for column, values in ((self.prompt, input_tokens), (self.cached, cached_tokens), (self.out, output_tokens),
+                               (self.arrival, arrival_ns), (self.upload, delivery_ns)):
+            column.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
+        self.generated.extend([0] * n)
+        self.arrivals.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
         heapq.heapify(self.arrivals)
 
     @property
@@ -169,9 +197,10 @@ class Replica:
         """
         arrivals, waiting = self.arrivals, self.waiting
         if not (waiting or self.decoding or self.prefill):
-            self.now = max(self.now, arrivals[0][0])
-        while arrivals and arrivals[0][0] <= self.now:
-            waiting.append(heapq.heappop(arrivals)[1])
+            self.now = max(self.now, arrivals[0] >> _ID_BITS)
+        arrived = (self.now + 1) << _ID_BITS
+        while arrivals and arrivals[0] < arrived:
+            waiting.append(heapq.heappop(arrivals) & _ID_MASK)
 
         s = self.num_steps
         block = self.block
@@ -181,7 +210,7 @@ class Replica:
         new_blocks = self.block_due[s % block]
         prefill, prefill_num, prefill_blocks = self.prefill, 0, 0
         if prefill is not None:
-            prefill_num = min(self._need(prefill.request, prefill.computed), budget)
+            prefill_num = min(prefill.target - prefill.computed, budget)
             prefill_blocks = -(-(prefill.computed + prefill_num) // block) - prefill.blocks
         preempting = new_blocks + prefill_blocks > self.free_blocks
         if preempting:
@@ -192,12 +221,13 @@ class Replica:
 
         # Waiting sequences, first come first served, while the step has room; none in a step that
         # had to preempt (as vLLM does).
-        admitted: list[tuple[int, int]] = []
+        admitted: list[tuple[int, int, int]] = []  # (request, tokens this step, its prefill target)
         room = self.max_seqs - len(self.decoding) - (prefill is not None)
         while waiting and not preempting and len(admitted) < room and budget > 0:
             i = waiting[0]
             cached = self.cached[i]
-            need = self._need(i, cached)
+            target = self.prompt[i] + self.generated[i]  # a preempted request recomputes the tokens it sent
+            need = target - cached
             if need > budget and not self.spec.chunked_prefill:
                 break
             num = min(need, budget)
@@ -207,9 +237,10 @@ class Replica:
             waiting.popleft()
             self.free_blocks -= blocks
             budget -= num
-            admitted.append((i, num))
+            admitted.append((i, num, target))
 
-        # The batch: its shape, then its cost.
+        # The batch: its shape, then its cost. Sequences still short of their prompt take part
+        # silently; the others sample a token.
         decode = len(self.decoding)
         num_tokens = decode + prefill_num
         attn_pairs = kv_read = self.context_sum + decode
@@ -219,19 +250,22 @@ class Replica:
             num_tokens, attn_pairs, kv_read = num_tokens, attn_pairs + q * p + q * (q + 1) // 2, kv_read + p + q
             prefill.computed += q
             prefill.blocks += prefill_blocks
-            if prefill.computed == self._need(prefill.request, 0):
+            if prefill.computed == prefill.target:
                 completing.append((prefill.request, prefill.computed))
                 self.prefill = None
-        for i, q in admitted:
+            else:
+                self._silent_buffer.extend((prefill.request, s))
+        for i, q, target in admitted:
             p = self.cached[i]
             num_tokens += q
             attn_pairs += q * p + q * (q + 1) // 2
             kv_read += p + q
-            if p + q == self._need(i, 0):
+            if p + q == target:
                 completing.append((i, p + q))
             else:
-                self.prefill = _Prefill(i, p + q, -(-(p + q) // block))
-        finishing = self._due_to_finish(s) if self.finishes and self.finishes[0][0] <= s else []
+                self.prefill = _Prefill(i, p + q, -(-(p + q) // block), target)
+                self._silent_buffer.extend((i, s))
+        finishing = self._due_to_finish(s) if self.finishes and self.finishes[0] < (s + 1) << _ID_BITS else []
         emitted = decode + len(completing)
         events = emitted if self.interval == 1 else self._events(s, finishing, completing)
 
@@ -239,92 +273,69 @@ class Replica:
         traffic_ns = round(self._traffic_s(num_tokens) * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
         blocking_ns, leave_ns = self._on_step(gpu_end, emitted, events)
-        end = gpu_end + blocking_ns
-        self.step_rows.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
-                               decode + (prefill is not None) + len(admitted), attn_pairs, kv_read, emitted))
+        self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
+                                  decode + (prefill is not None) + len(admitted), attn_pairs, kv_read, emitted))
         self.num_steps = s + 1
         self.last_leave_ns = leave_ns
-        cum = self.cum_costs
-        cum.extend((cum[-3] + compute_ns, cum[-2] + traffic_ns, cum[-1] + blocking_ns))
         if self.record_emitters:
             self.emitters = list(self.decoding) + [i for i, _ in completing]
-        self.now = end
+        self.now = gpu_end + blocking_ns
 
-        # Apply the step: the sequences outside the decoding aggregates pay it directly.
+        # Apply the step.
         self.context_sum += decode
-        if prefill is not None:
-            self._charge(prefill.request, compute_ns, traffic_ns, blocking_ns)
-        for i, _ in admitted:
-            self._charge(i, compute_ns, traffic_ns, blocking_ns)
-        finished = [self._finish_decoding(i, s, end) for i in finishing]
+        finished = [self._finish_decoding(i, s) for i in finishing]
         for i, context in completing:
-            self._span(i, s, 1)
+            self._span_buffer.extend((i, s, 1))
             self.generated[i] += 1
             if self.generated[i] == self.out[i]:
-                self.last_end[i] = end
                 self.free_blocks += -(-context // block)
                 finished.append(i)
             else:
                 self._start_decoding(i, s + 1, context)
+        if len(self._step_buffer) >= _Rows.FLUSH_VALUES:
+            for rows in (self.step_rows, self.span_rows, self.silent_rows):
+                rows.flush()
         return finished
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
-    def _need(self, i: int, computed: int) -> int:
-        """Tokens request i still has to compute: its prompt and the tokens it has sent, less its cache."""
-        return self.prompt[i] + self.generated[i] - computed
-
-    def _span(self, i: int, first_step: int, tokens: int) -> None:
-        self.span_request.append(i)
-        self.span_start.append(first_step)
-        self.span_count.append(tokens)
-
-    def _charge(self, i: int, compute_ns: int, traffic_ns: int, blocking_ns: int) -> None:
-        self.acc_compute[i] += compute_ns
-        self.acc_traffic[i] += traffic_ns
-        self.acc_delivery[i] += blocking_ns
-
     def _start_decoding(self, i: int, first_step: int, context: int) -> None:
-        self.decoding[i] = None
-        self.entry[i] = first_step
-        self.context0[i] = context
+        last_step = first_step + self.out[i] - self.generated[i] - 1
+        self.decoding[i] = (first_step, context, last_step)
         self.context_sum += context
         self.block_due[(first_step - context) % self.block] += 1
         self.event_due[(first_step - self.generated[i]) % self.interval] += 1
-        last_step = first_step + self.out[i] - self.generated[i] - 1
-        heapq.heappush(self.finishes, (last_step, i, self.epoch[i]))
+        heapq.heappush(self.finishes, last_step << _ID_BITS | i)
 
     def _stop_decoding(self, i: int, steps_taken: int) -> int:
         """Take request i out of the decoding aggregates after `steps_taken` decode steps; its context."""
-        del self.decoding[i]
-        first = self.entry[i]
-        context = self.context0[i] + steps_taken
+        first, context0, _ = self.decoding.pop(i)
+        context = context0 + steps_taken
         self.context_sum -= context
-        self.block_due[(first - self.context0[i]) % self.block] -= 1
+        self.block_due[(first - context0) % self.block] -= 1
         self.event_due[(first - self.generated[i]) % self.interval] -= 1
-        cum, a, b = self.cum_costs, 3 * first, 3 * (first + steps_taken)
-        self.acc_compute[i] += cum[b] - cum[a]
-        self.acc_traffic[i] += cum[b + 1] - cum[a + 1]
-        self.acc_delivery[i] += cum[b + 2] - cum[a + 2]
         if steps_taken:
-            self._span(i, first, steps_taken)
+            self._span_buffer.extend((i, first, steps_taken))
         self.generated[i] += steps_taken
         return context
 
     def _due_to_finish(self, s: int) -> list[int]:
         """Decoding requests whose last token comes in step s."""
         due = []
-        finishes = self.finishes
-        while finishes and finishes[0][0] <= s:  # earlier entries belong to preempted decodes
-            step, i, epoch = heapq.heappop(finishes)
-            if epoch == self.epoch[i]:
+        finishes, decoding = self.finishes, self.decoding
+        stop = (s + 1) << _ID_BITS
+        while finishes and finishes[0] < stop:
+            key = heapq.heappop(finishes)
+            i = key & _ID_MASK
+            state = decoding.get(i)
+            # A preempted request's entry is stale: it is not decoding, or decoding towards a later step.
+            if state is not None and state[2] == key >> _ID_BITS:
                 due.append(i)
         return due
 
-    def _finish_decoding(self, i: int, s: int, end_ns: int) -> int:
-        context = self._stop_decoding(i, s - self.entry[i] + 1)
+    def _finish_decoding(self, i: int, s: int) -> int:
+        context = self._stop_decoding(i, s - self.decoding[i][0] + 1)
         self.free_blocks += -(-context // self.block)
-        self.last_end[i] = end_ns
         return i
 
     def _events(self, s: int, finishing: list[int], completing: list[tuple[int, int]]) -> int:
@@ -346,7 +357,7 @@ class Replica:
         new_blocks = self.block_due[s % self.block]
         budget = self.max_batched - len(self.decoding)
         if prefill is not None:
-            prefill_num = min(self._need(prefill.request, prefill.computed), budget)
+            prefill_num = min(prefill.target - prefill.computed, budget)
             prefill_blocks = -(-(prefill.computed + prefill_num) // self.block) - prefill.blocks
         if prefill is not None and demand > self.free_blocks:
             demand -= prefill_blocks
@@ -355,10 +366,9 @@ class Replica:
             self.prefill = prefill = None
         while demand > self.free_blocks and self.decoding:
             i = next(reversed(self.decoding))
-            first = self.entry[i]
-            crossing = (s - first + self.context0[i]) % self.block == 0
+            first, context0, _ = self.decoding[i]
+            crossing = (s - first + context0) % self.block == 0
             context = self._stop_decoding(i, s - first)
-            self.epoch[i] += 1
             self.free_blocks += -(-context // self.block)
             demand -= crossing
             new_blocks -= crossing
@@ -375,11 +385,39 @@ class Replica:
 
     def steps(self) -> dict[str, np.ndarray]:
         """Per-step columns as arrays, keyed by STEP_FIELDS."""
-        rows = np.frombuffer(self.step_rows, dtype=np.int64).reshape(-1, len(STEP_FIELDS))
+        rows = self.step_rows.array()
         return {name: rows[:, k].copy() for k, name in enumerate(STEP_FIELDS)}
 
     def spans(self) -> np.ndarray:
         """(request, first step, tokens) rows, sorted by request then step."""
-        spans = np.stack([np.frombuffer(c, dtype=np.int64) for c in (self.span_request, self.span_start, self.span_count)],
-                         axis=1) if self.span_request else np.empty((0, 3), np.int64)
+        spans = self.span_rows.array()
         return spans[np.lexsort((spans[:, 1], spans[:, 0]))]
+
+    def accounts(self, steps: dict[str, np.ndarray], spans: np.ndarray) -> dict[str, np.ndarray]:
+        """Per request (from `steps()` and `spans()`): the summed compute and traffic time of the steps
+        it took part in, its delivery time (its upload, then the host time that blocked those steps),
+        and the end of the step that made its last token (0 for a request with none yet)."""
+        n = len(self.prompt)
+        requests, first, count = spans[:, 0], spans[:, 1], spans[:, 2]
+        silent = self.silent_rows.array()
+        totals = {}
+        for name in ("compute_ns", "traffic_ns", "blocking_ns"):
+            per_step = steps[name]
+            cum = np.concatenate([[0], np.cumsum(per_step)])
+            total = np.zeros(n, np.int64)
+            np.add.at(total, requests, cum[first + count] - cum[first])
+            np.add.at(total, silent[:, 0], per_step[silent[:, 1]])
+            totals[name] = total
+        step_end = steps["start_ns"] + steps["compute_ns"] + steps["traffic_ns"] + steps["blocking_ns"]
+        last = np.searchsorted(requests, np.arange(n), side="right") - 1  # each request's last span
+        has_tokens = last >= 0
+        has_tokens[has_tokens] = requests[last[has_tokens]] == np.flatnonzero(has_tokens)
+        last_step_end = np.zeros(n, np.int64)
+        rows = last[has_tokens]
+        last_step_end[has_tokens] = step_end[first[rows] + count[rows] - 1]
+        return {
+            "compute_ns": totals["compute_ns"],
+            "traffic_ns": totals["traffic_ns"],
+            "delivery_ns": np.frombuffer(self.upload, np.int64) + totals["blocking_ns"],
+            "last_step_end_ns": last_step_end,
+        }
