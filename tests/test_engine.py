@@ -9,6 +9,7 @@ from reference_engine import reference_engine
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.loop import run_engine
+from tokenpath.engine.replica import _Rows as Rows
 from tokenpath.engine.spec import EngineSpec
 
 NO_NETWORK = DeliverySpec(
@@ -170,3 +171,19 @@ def test_preemption_is_exercised_by_the_reference_comparison():
     slow = reference_engine(*args, LastMile(NO_NETWORK), spec, 16 * 20)
     assert fast.preemptions == slow.preemptions > 0
     assert np.array_equal(fast.token_steps(), slow.token_steps())
+
+
+def test_rows_moved_into_numpy_blocks_mid_run_give_the_same_trace(monkeypatch):
+    # Step and span rows are buffered as Python ints and flushed into numpy blocks; a run long
+    # enough to flush many times must match one that never does, field by field.
+    rng = np.random.default_rng(3)
+    n = 80
+    args = (np.sort(rng.integers(0, 50_000_000, n)), rng.integers(1, 300, n), rng.integers(1, 60, n),
+            FixedCosts(base_s=3e-4, per_token_s=2e-6))
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=128)
+    whole = run_engine(*args, LastMile(NO_NETWORK), spec, 16 * 60)
+    monkeypatch.setattr(Rows, "FLUSH_VALUES", 7)
+    flushed = run_engine(*args, LastMile(NO_NETWORK), spec, 16 * 60)
+    assert len(whole.step_start_ns) > 50 and whole.preemptions > 0
+    for field in whole.__dataclass_fields__:
+        assert np.array_equal(getattr(whole, field), getattr(flushed, field)), field
