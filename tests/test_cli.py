@@ -130,6 +130,7 @@ def test_malformed_trace_row_names_the_file_and_line(process):
       "--chips", "1", "--tp", "1"], ["workload", "context", "4096"]),
     (["scenario", "show", "typcal"], ["unknown scenario 'typcal'; did you mean 'typical'"]),
     (["simulate", "--cuda-graphs", "eager", "--num-requests", "5"], ["engine.cuda_graphs", "'all', 'decode' or 'none'"]),
+    (["simulate", "--workers", "0", "--num-requests", "5"], ["--workers", "at least 1"]),
 ])
 def test_more_user_errors_are_one_line(argv, fragments, monkeypatch, capsys):
     assert_user_error(*run_cli(argv, monkeypatch, capsys), *fragments)

@@ -59,6 +59,46 @@ def test_data_parallel_replicas_split_the_load():
     assert np.array_equal(one.run.queue_ns + one.run.compute_ns + one.run.traffic_ns + one.run.delivery_ns, one.run.e2e_ns)
 
 
+def _run_fields(run):
+    return {name: getattr(run, name) for name in run.__dataclass_fields__ if isinstance(getattr(run, name), np.ndarray)}
+
+
+@pytest.mark.parametrize("keep_tokens", [True, False])
+def test_replicas_in_forked_workers_give_exactly_the_in_process_result(monkeypatch, keep_tokens):
+    from tokenpath import pipeline
+
+    if not keep_tokens:  # per-worker ITL histograms, merged
+        monkeypatch.setattr(pipeline, "KEEP_TOKENS_LIMIT", 0)
+    scenario = small(**{"deployment.chips": 8, "deployment.tp": 2, "workload.num_requests": 90})
+    serial = simulate(scenario, workers=1)
+    reported = []
+    forked = simulate(scenario, workers=3, progress=reported.append)
+    assert forked.deployment.replicas == 4 and sum(reported) == 90
+    serial_fields, forked_fields = _run_fields(serial.run), _run_fields(forked.run)
+    assert serial_fields.keys() == forked_fields.keys() and "e2e_ns" in serial_fields
+    for name, values in serial_fields.items():
+        assert np.array_equal(values, forked_fields[name]), name
+    if not keep_tokens:
+        assert np.array_equal(serial.run.itl_histogram.counts, forked.run.itl_histogram.counts)
+        assert serial.run.itl_histogram.counts.sum() > 0
+    for a, b in zip(serial.traces, forked.traces):
+        assert np.array_equal(a.step_start_ns, b.step_start_ns)
+
+
+def test_an_error_in_a_forked_worker_reaches_the_caller():
+    from tokenpath.forked import map_forked
+
+    def work(item, progress):
+        if item == 2:
+            raise ValueError(f"bad item {item}")
+        progress(1)
+        return item * 10
+
+    assert map_forked(work, [0, 1, 3], workers=2) == [0, 10, 30]
+    with pytest.raises(ValueError, match="bad item 2"):
+        map_forked(work, [0, 1, 2, 3], workers=2)
+
+
 def test_batch_one_decode_step_is_the_weight_read_bound():
     scenario = load_scenario("typical", {
         "model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1,

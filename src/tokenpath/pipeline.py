@@ -21,6 +21,7 @@ from tokenpath.engine.placement import Placement, place
 from tokenpath.fabric.build import build_topology
 from tokenpath.fabric.collectives import Collectives
 from tokenpath.fabric.topology import Topology
+from tokenpath.forked import available_cpus, can_fork, map_forked
 from tokenpath.run import Run, itl_gaps_ns
 from tokenpath.scenario import Scenario
 from tokenpath.summary import LogHistogram
@@ -235,8 +236,14 @@ def prepare(scenario: Scenario) -> Prepared:
     return Prepared(scenario, deployment, requests)
 
 
-def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | None = None) -> Simulation:
-    """Simulate the scenario end to end. `progress(k)` is called as k more requests finish."""
+def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | None = None,
+             workers: int | None = None) -> Simulation:
+    """Simulate the scenario end to end. `progress(k)` is called as k more requests finish.
+
+    Data-parallel replicas are simulated by up to `workers` forked processes (unset: one per
+    available CPU when the run has at least PARALLEL_MIN_REQUESTS requests, else in this process).
+    The result does not depend on the number of workers.
+    """
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
     visible = first_visible_index(
@@ -247,27 +254,42 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     n, replicas = len(requests), deployment.replicas
     concurrency = scenario.workload.max_concurrency
     keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
-    itl = None if keep_tokens else LogHistogram()
     if scenario.deployment.prefill_replicas:
+        itl = None if keep_tokens else LogHistogram()
         run, traces = _disaggregated(prepared, scheduled_ns, visible, keep_tokens, itl, progress)
         return Simulation(scenario, deployment, requests, run, traces)
-    parts, owners, traces = [], [], []
-    for replica in range(replicas):
+
+    def serve(replica: int, progress: Callable[[int], None] | None) -> tuple[dict, EngineTrace, LogHistogram | None]:
         # Round-robin routing; a concurrency cap is shared out evenly between the replicas.
         rows = np.arange(replica, n, replicas)
-        if len(rows) == 0:
-            continue
         share = None if concurrency is None else max(1, concurrency // replicas + (replica < concurrency % replicas))
         sub = requests.take(rows)
         last_mile = LastMile(delivery)
+        itl = None if keep_tokens else LogHistogram()
         trace = run_engine(
             scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
             scenario.engine, deployment.kv_capacity_tokens, share, progress,
         )
-        parts.append(_replica_run(Served.of(trace), sub, scheduled_ns[rows], last_mile, visible[rows], keep_tokens, itl))
-        owners.append(rows)
-        traces.append(trace)
-    return Simulation(scenario, deployment, requests, _merge(parts, owners, n, itl), traces)
+        return _replica_run(Served.of(trace), sub, scheduled_ns[rows], last_mile, visible[rows], keep_tokens, itl), trace, itl
+
+    serving = range(min(n, replicas))  # a replica with no requests does nothing
+    workers = min(len(serving), _default_workers(n) if workers is None else workers)
+    if workers > 1 and can_fork():
+        results = map_forked(serve, serving, workers, progress)
+    else:
+        results = [serve(replica, progress) for replica in serving]
+    parts, traces, itls = zip(*results)
+    owners = [np.arange(replica, n, replicas) for replica in serving]
+    itl = None if keep_tokens else LogHistogram.merged(itls)
+    return Simulation(scenario, deployment, requests, _merge(list(parts), owners, n, itl), list(traces))
+
+
+# Below this many requests a run is over before forking workers would pay off.
+PARALLEL_MIN_REQUESTS = 20_000
+
+
+def _default_workers(num_requests: int) -> int:
+    return available_cpus() if num_requests >= PARALLEL_MIN_REQUESTS else 1
 
 
 class _Proxy:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -41,6 +41,15 @@ class LogHistogram:
         bins = np.minimum(np.log(values) / np.log(self.RATIO), self.BINS - 1).astype(np.int64)
         self.counts += np.bincount(bins, minlength=self.BINS)
         self.total_ns += int(values.sum())
+
+    @classmethod
+    def merged(cls, histograms: Iterable[LogHistogram]) -> LogHistogram:
+        """One histogram holding the samples of all of `histograms`."""
+        merged = cls()
+        for histogram in histograms:
+            merged.counts += histogram.counts
+            merged.total_ns += histogram.total_ns
+        return merged
 
     def stats_s(self) -> dict[str, float]:
         count = int(self.counts.sum())
