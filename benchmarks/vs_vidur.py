@@ -69,6 +69,11 @@ is both. Medians of --repeats runs of Vidur and --tokenpath-repeats runs of toke
 spread over the former (a share after each Vidur run) so that both see the same stretches of a noisy
 machine.
 
+Processes: Vidur simulates every replica in one process. tokenpath is timed that way too (workers=1,
+the "tokenpath" rows and ratios); for cases with several replicas it is also timed as it runs by
+default, its replicas simulated side by side by one forked worker per CPU (the "tokenpath, N workers"
+rows). Both results are identical, request by request.
+
 If Vidur cannot be installed or run, the script says exactly why, prints Vidur's own error output,
 and exits non-zero; it never reports numbers it did not measure.
 """
@@ -93,6 +98,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenpath.forked import available_cpus
 from tokenpath.pipeline import prepare, simulate
 from tokenpath.scenario import load_scenario
 from tokenpath.workload import generate, write_trace
@@ -570,12 +576,12 @@ def tokenpath_scenario(wl: Workload, args: argparse.Namespace):
     )
 
 
-def run_tokenpath(wl: Workload, args: argparse.Namespace) -> TokenpathRun:
+def run_tokenpath(wl: Workload, args: argparse.Namespace, workers: int) -> TokenpathRun:
     scenario = tokenpath_scenario(wl, args)
     start = time.perf_counter()
     prepared = prepare(scenario)
     ready = time.perf_counter()
-    sim = simulate(prepared)
+    sim = simulate(prepared, workers=workers)
     end = time.perf_counter()
     run = sim.run
     return TokenpathRun(
@@ -602,15 +608,33 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def summarize_tokenpath(case: Case, tp_runs: list[TokenpathRun], workers: int) -> dict:
+    t_sim = median([r.sim_s for r in tp_runs])
+    t_wall = median([r.setup_s + r.sim_s for r in tp_runs])
+    t0 = tp_runs[0]
+    return {
+        "workers": workers,
+        "wall_s_median": t_wall,
+        "setup_s_median": median([r.setup_s for r in tp_runs]),
+        "sim_s_median": t_sim,
+        "sim_s_all": [r.sim_s for r in tp_runs],
+        "requests_per_wall_s_after_setup": case.num_requests / t_sim,
+        "requests_per_wall_s_total": case.num_requests / t_wall,
+        "steps": t0.steps,
+        "simulated_end_s": t0.simulated_end_s,
+        "completed": t0.completed,
+        "mean_e2e_s": t0.mean_e2e_s,
+    }
+
+
 def summarize(
-    case: Case, wl: Workload, first: VidurRun, vidur_runs: list[VidurRun], tp_runs: list[TokenpathRun]
+    case: Case, wl: Workload, first: VidurRun, vidur_runs: list[VidurRun], tp_runs: dict[int, list[TokenpathRun]]
 ) -> dict:
     v_sim = median([r.sim_s for r in vidur_runs])
     v_wall = median([r.wall_s for r in vidur_runs])
     v_setup = median([r.setup_s for r in vidur_runs])
-    t_sim = median([r.sim_s for r in tp_runs])
-    t_wall = median([r.setup_s + r.sim_s for r in tp_runs])
-    v0, t0 = vidur_runs[0], tp_runs[0]
+    v0 = vidur_runs[0]
+    tokenpath = {workers: summarize_tokenpath(case, runs, workers) for workers, runs in tp_runs.items()}
     return {
         "case": case.name,
         "replicas": case.replicas,
@@ -636,20 +660,10 @@ def summarize(
             "completed": v0.completed,
             "mean_e2e_s": v0.mean_e2e_s,
         },
-        "tokenpath": {
-            "wall_s_median": t_wall,
-            "setup_s_median": median([r.setup_s for r in tp_runs]),
-            "sim_s_median": t_sim,
-            "sim_s_all": [r.sim_s for r in tp_runs],
-            "requests_per_wall_s_after_setup": case.num_requests / t_sim,
-            "requests_per_wall_s_total": case.num_requests / t_wall,
-            "steps": t0.steps,
-            "simulated_end_s": t0.simulated_end_s,
-            "completed": t0.completed,
-            "mean_e2e_s": t0.mean_e2e_s,
-        },
-        "ratio_after_setup": v_sim / t_sim,
-        "ratio_total": v_wall / t_wall,
+        # One entry per process count, the first one process (as Vidur); ratios are Vidur's time / tokenpath's.
+        "tokenpath": list(tokenpath.values()),
+        "ratio_after_setup": {workers: v_sim / t["sim_s_median"] for workers, t in tokenpath.items()},
+        "ratio_total": {workers: v_wall / t["wall_s_median"] for workers, t in tokenpath.items()},
     }
 
 
@@ -658,30 +672,35 @@ def print_table(results: list[dict]) -> None:
         return "-" if x is None else format(x, spec)
 
     print()
-    print(f"{'tool':<22} {'case':<11} {'requests':>8} {'rate':>7} {'median wall':>11} {'req/wall-s':>10} "
+    print(f"{'tool':<34} {'case':<11} {'requests':>8} {'rate':>7} {'median wall':>11} {'req/wall-s':>10} "
           f"{'steps':>8} {'sim. end':>8} {'mean E2E':>8}")
     for r in results:
         case = f"{r['replicas']} replica{'s' if r['replicas'] > 1 else ''}"
-        v, t = r["vidur"], r["tokenpath"]
+        v = r["vidur"]
         rows = [
             ("vidur, after setup", v["sim_s_median"], v["requests_per_wall_s_after_setup"], v),
             ("vidur, whole run", v["wall_s_median"], v["requests_per_wall_s_total"], v),
-            ("tokenpath, after setup", t["sim_s_median"], t["requests_per_wall_s_after_setup"], t),
-            ("tokenpath, whole run", t["wall_s_median"], t["requests_per_wall_s_total"], t),
         ]
+        for t in r["tokenpath"]:
+            tool = "tokenpath" if t["workers"] == 1 else f"tokenpath, {t['workers']} workers"
+            rows += [(f"{tool}, after setup", t["sim_s_median"], t["requests_per_wall_s_after_setup"], t),
+                     (f"{tool}, whole run", t["wall_s_median"], t["requests_per_wall_s_total"], t)]
         for tool, wall, rps, d in rows:
-            print(f"{tool:<22} {case:<11} {r['num_requests']:>8,} {r['rate_rps']:>5g}/s {wall:>10.2f}s {rps:>10,.0f} "
+            print(f"{tool:<34} {case:<11} {r['num_requests']:>8,} {r['rate_rps']:>5g}/s {wall:>10.2f}s {rps:>10,.0f} "
                   f"{fmt(d['steps'], ',d'):>8} {fmt(d['simulated_end_s'], '.0f'):>7}s "
                   f"{fmt(d['mean_e2e_s'], '.2f'):>7}s")
     print()
     for r in results:
         v = r["vidur"]
-        print(f"{r['case']}: tokenpath is {r['ratio_after_setup']:.1f}x Vidur's speed after setup (each tool's), "
-              f"{r['ratio_total']:.1f}x over the whole run (setup: tokenpath {r['tokenpath']['setup_s_median']:.2f}s; "
-              f"Vidur {v['setup_s_median']:.1f}s with a cached predictor; "
-              f"setup run {v['setup_run']['setup_s']:.1f}s"
-              f"{', training its predictor' if v['setup_run']['trained_predictor'] else ''}). "
-              f"Last arrival at {r['last_arrival_s']:.0f}s.")
+        for t in r["tokenpath"]:
+            workers = t["workers"]
+            how = "in one process" if workers == 1 else f"with {workers} workers"
+            print(f"{r['case']}: tokenpath {how} is {r['ratio_after_setup'][workers]:.1f}x Vidur's speed after setup "
+                  f"(each tool's), {r['ratio_total'][workers]:.1f}x over the whole run (setup: tokenpath "
+                  f"{t['setup_s_median']:.2f}s; Vidur {v['setup_s_median']:.1f}s with a cached predictor; "
+                  f"setup run {v['setup_run']['setup_s']:.1f}s"
+                  f"{', training its predictor' if v['setup_run']['trained_predictor'] else ''}). "
+                  f"Last arrival at {r['last_arrival_s']:.0f}s.")
 
 
 def main() -> int:
@@ -745,11 +764,13 @@ def main() -> int:
     for case in args.cases:
         wl = make_workload(case, args.rate, args.work_dir, args.seed)
         case_dir = args.work_dir / f"vidur_{case.name}"
-        run_tokenpath(wl, args)  # warm-up: imports, caches
+        # One process as Vidur; and, with several replicas, one worker per CPU as tokenpath runs by default.
+        worker_counts = [1] + ([min(case.replicas, available_cpus())] if min(case.replicas, available_cpus()) > 1 else [])
+        run_tokenpath(wl, args, 1)  # warm-up: imports, caches
         # Each Vidur run is followed by its share of tokenpath's runs, so that both tools' medians
         # come from the same stretches of a noisy machine.
         per_round = math.ceil(args.tokenpath_repeats / args.repeats)
-        vidur_runs, tp_runs = [], []
+        vidur_runs, tp_runs = [], {workers: [] for workers in worker_counts}
         for k in range(args.repeats):
             try:
                 r = run_vidur(python, data, wl, args, case_dir, f"repeat{k}")
@@ -759,11 +780,12 @@ def main() -> int:
             vidur_runs.append(r)
             print(f"[{case.name}] vidur repeat {k + 1}: total {r.wall_s:.1f}s, setup {r.setup_s:.1f}s, "
                   f"simulation {r.sim_s:.1f}s (event loop {r.loop_s:.1f}s)", flush=True)
-            for _ in range(min(per_round, args.tokenpath_repeats - len(tp_runs))):
-                t = run_tokenpath(wl, args)
-                tp_runs.append(t)
-                print(f"[{case.name}] tokenpath repeat {len(tp_runs)}: setup {t.setup_s:.2f}s, "
-                      f"simulation {t.sim_s:.2f}s", flush=True)
+            for _ in range(min(per_round, args.tokenpath_repeats - len(tp_runs[1]))):
+                for workers, runs in tp_runs.items():
+                    t = run_tokenpath(wl, args, workers)
+                    runs.append(t)
+                    print(f"[{case.name}] tokenpath ({workers} process{'es' if workers > 1 else ''}) repeat "
+                          f"{len(runs)}: setup {t.setup_s:.2f}s, simulation {t.sim_s:.2f}s", flush=True)
         results.append(summarize(case, wl, first, vidur_runs, tp_runs))
 
     print_table(results)
