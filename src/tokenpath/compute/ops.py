@@ -38,6 +38,7 @@ class LinearOp:
     bytes_per_kv_read: float = 0.0
     bytes_per_expert: float = 0.0  # x expected distinct routed experts touched per layer
     resident_bytes: float = 0.0  # weights it keeps in HBM
+    gemm: bool = False  # a matrix multiply by weights: its time blends compute and memory (roofline.op_time_s)
 
     def flops(self, num_tokens: float, num_logits: float, attn_pairs: float) -> float:
         return (self.flops_per_token * num_tokens + self.flops_per_logit * num_logits
@@ -87,6 +88,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
             bytes_fixed=params * param_bytes * n_layers,
             bytes_per_token=(in_width + out_width + extra_width) * act * n_layers,
             resident_bytes=params * param_bytes * n_layers,
+            gemm=True,
         )
 
     ops = [LinearOp(
@@ -159,6 +161,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
             bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * act * moe_layers,
             bytes_per_expert=expert_params * weight_bytes * moe_layers,
             resident_bytes=model.num_experts * expert_params * weight_bytes * moe_layers,
+            gemm=True,
         ))
         if model.num_shared_experts:
             shared = model.num_shared_experts
@@ -170,5 +173,6 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         bytes_fixed=vocab_per_chip * h * embed_bytes,
         bytes_per_logit=h * act + vocab_per_chip * LOGIT_BYTES,
         resident_bytes=0.0 if model.tie_word_embeddings else vocab_per_chip * h * embed_bytes,
+        gemm=True,
     ))
     return ops

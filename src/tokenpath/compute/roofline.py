@@ -1,7 +1,8 @@
 """Roofline time of one engine step on one chip of a tensor-parallel group.
 
-Each op takes max(FLOPs / sustained FLOP/s, bytes / sustained HBM bandwidth); a step is the sum of
-its ops plus efficiency.STEP_OVERHEAD_S, plus its kernel launches when it does not replay a captured
+Each op takes the larger of FLOPs / sustained FLOP/s and bytes / sustained HBM bandwidth, or for a
+GEMM a blend of the two that is slower near the ridge point (`op_time_s`); a step is the sum of its
+ops plus efficiency.STEP_OVERHEAD_S, plus its kernel launches when it does not replay a captured
 CUDA graph (efficiency.EAGER_KERNEL_LAUNCH_S per kernel). Communication (the tensor-parallel
 all-reduces) is not included: `allreduce_bytes` sizes the hidden state the engine's costs move
 between chips.
@@ -10,7 +11,6 @@ between chips.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass
 
 from tokenpath.compute import efficiency
@@ -160,7 +160,7 @@ class ComputeModel:
             nbytes = op.bytes(num_tokens, num_logits, kv_read_tokens, touched)
             compute_s, memory_s = flops / op.flops_per_s, nbytes / bw
             bound = "compute" if compute_s > memory_s else "memory"
-            costs.append(OpCost(op.name, flops, nbytes, max(compute_s, memory_s), bound))
+            costs.append(OpCost(op.name, flops, nbytes, op_time_s(compute_s, memory_s, op.gemm), bound))
         return costs
 
     def launch_s(self, num_tokens: int, num_logits: int) -> float:
@@ -169,31 +169,38 @@ class ComputeModel:
         return 0.0 if captured else self.eager_launch_s
 
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
-        """Sum of step_ops times, the per-step overhead and launch_s, from coefficients precomputed in
-        __init__."""
+        """Sum of step_ops times, the per-step overhead and launch_s.
+
+        Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
+        distinct num_tokens and kept, those on num_logits alone likewise; only the few others
+        (attention, routed experts) are evaluated every step, from coefficients precomputed in
+        _compile.
+        """
         t, n = num_tokens, num_logits
-        piece = bisect_right(self._token_breaks, t)
-        total = self._token_intercepts[piece] + self._token_slopes[piece] * t + self.launch_s(t, n)
-        piece = bisect_right(self._logit_breaks, n)
-        total += self._logit_intercepts[piece] + self._logit_slopes[piece] * n
+        total = self._tokens_s.get(t)
+        if total is None:
+            total = self._tokens_s[t] = self.step_overhead_s + self._sum_s(self._token_ops, t, 0)
+        logits_s = self._logits_s.get(n)
+        if logits_s is None:
+            logits_s = self._logits_s[n] = self._sum_s(self._logit_ops, 0, n)
+        total += logits_s + self.launch_s(t, n)
         touched = self._num_experts * (1.0 - self._expert_miss ** t) if self._num_experts else 0.0
-        for ft, fl, fp, b0, bt, bl, bk, be in self._other_ops:
+        for ft, fl, fp, b0, bt, bl, bk, be, gemm in self._other_ops:
             compute_s = ft * t + fl * n + fp * attn_pairs
             memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched
-            total += compute_s if compute_s > memory_s else memory_s
+            total += op_time_s(compute_s, memory_s, gemm)
         return total
 
-    def _compile(self) -> None:
-        """Per-op coefficients in seconds, for step_time_s.
-
-        Ops that depend on num_tokens alone each cost max(a*t, b + c*t): memory-bound below
-        t = b / (a - c), compute-bound above. Their sum is piecewise linear in t, so it is stored as
-        sorted breakpoints with one (intercept, slope) per piece, the step overhead folded into the
-        intercepts. Ops that depend on num_logits alone (the LM head) are summed the same way in
-        num_logits. The few other ops (attention, routed experts) keep all coefficients.
-        """
+    def _sum_s(self, ops: list[LinearOp], num_tokens: int, num_logits: int) -> float:
         bw = self.chip.effective_hbm_bw_Bps
-        token_ops, logit_ops, other_ops = [], [], []
+        return math.fsum(op_time_s(op.flops(num_tokens, num_logits, 0.0) / op.flops_per_s,
+                                   op.bytes(num_tokens, num_logits, 0.0, 0.0) / bw, op.gemm) for op in ops)
+
+    def _compile(self) -> None:
+        """Sort the ops for step_time_s: those that depend on num_tokens alone, those on num_logits
+        alone (the LM head), and the others as coefficients in seconds."""
+        bw = self.chip.effective_hbm_bw_Bps
+        self._token_ops, self._logit_ops, other_ops = [], [], []
         for op in self.ops:
             rate = op.flops_per_s
             coeffs = (op.flops_per_token / rate, op.flops_per_logit / rate, op.flops_per_pair / rate,
@@ -201,36 +208,27 @@ class ComputeModel:
                       op.bytes_per_kv_read / bw, op.bytes_per_expert / bw)
             ft, fl, fp, b0, bt, bl, bk, be = coeffs
             if fl == fp == bl == bk == be == 0.0:
-                token_ops.append((ft, b0, bt))
+                self._token_ops.append(op)
             elif ft == fp == bt == bk == be == 0.0:
-                logit_ops.append((fl, b0, bl))
+                self._logit_ops.append(op)
             else:
-                other_ops.append(coeffs)
-        self._token_breaks, self._token_intercepts, self._token_slopes = _piecewise(token_ops, self.step_overhead_s)
-        self._logit_breaks, self._logit_intercepts, self._logit_slopes = _piecewise(logit_ops, 0.0)
+                other_ops.append((*coeffs, op.gemm))
         self._other_ops = tuple(other_ops)
+        self._tokens_s: dict[int, float] = {}
+        self._logits_s: dict[int, float] = {}
         m = self.model
         self._num_experts = float(m.num_experts)
         self._expert_miss = 1.0 - m.experts_per_token / m.num_experts if m.is_moe else 1.0
 
 
-def _piecewise(ops: list[tuple[float, float, float]], constant: float) -> tuple[tuple[float, ...], ...]:
-    """The sum of max(a*x, b + c*x) over `ops`, plus `constant`, as (breakpoints, intercepts, slopes):
-    piece k (x from breakpoints[k-1] up to breakpoints[k]) costs intercepts[k] + slopes[k] * x."""
-    # An op turns compute-bound at its breakpoint; one with a <= c never does.
-    breaks = sorted({b / (a - c) for a, b, c in ops if a > c})
-    intercepts, slopes = [], []
-    for lower in (-math.inf, *breaks):  # the piece starting at `lower`
-        intercept, slope = [constant], []
-        for a, b, c in ops:
-            if a > c and b / (a - c) <= lower:
-                slope.append(a)
-            else:
-                intercept.append(b)
-                slope.append(c)
-        intercepts.append(math.fsum(intercept))
-        slopes.append(math.fsum(slope))
-    return tuple(breaks), tuple(intercepts), tuple(slopes)
+def op_time_s(compute_s: float, memory_s: float, gemm: bool) -> float:
+    """An op's time from its compute and memory times: their efficiency.GEMM_OVERLAP_NORM norm for a
+    GEMM, the larger of the two for anything else."""
+    longer = compute_s if compute_s > memory_s else memory_s
+    p = efficiency.GEMM_OVERLAP_NORM
+    if not gemm or longer == 0.0 or p == math.inf:
+        return longer
+    return longer * ((compute_s / longer) ** p + (memory_s / longer) ** p) ** (1.0 / p)
 
 
 def _check_tp(model: ModelSpec, tp: int) -> None:
