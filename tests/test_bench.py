@@ -39,6 +39,14 @@ def test_prompt_has_exact_token_length(builder, tekken, length, start, index):
     assert len(tekken.encode(text)) == length
 
 
+def test_a_tag_longer_than_the_prompt_is_left_out(builder, tekken):
+    tag = "[ab12-100]"  # 9 Tekken tokens: every digit is one
+    assert len(tekken.encode(tag)) == 9
+    assert len(tekken.encode(builder.build(8, 0, tag))) == 8
+    assert not builder.build(8, 0, tag).startswith(tag)
+    assert builder.build(10, 0, tag).startswith(tag)
+
+
 def test_long_prompt_tiles_the_corpus(builder, tekken):
     text = builder.build(20_000, 5, "[x-1]")
     assert len(tekken.encode(text)) == 20_000

@@ -87,6 +87,8 @@ class PromptBuilder:
         self._ensure(length + 2 * _FIX_ROUNDS)
         marker = tag if tag and length >= _MIN_TAGGED_TOKENS else ""
         marker_tokens = self.count(marker) if marker else 0
+        if marker_tokens >= length:  # a tag as long as the prompt: leave it out, as for short prompts
+            marker, marker_tokens = "", 0
         position = int(np.searchsorted(self._starts, start % len(self._unit)))
         for attempt in range(_STARTS_TRIED):
             begin = int(self._starts[(position + attempt) % len(self._starts)])
