@@ -240,9 +240,9 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
              workers: int | None = None) -> Simulation:
     """Simulate the scenario end to end. `progress(k)` is called as k more requests finish.
 
-    Data-parallel replicas are simulated by up to `workers` forked processes (unset: one per
-    available CPU when the run has at least PARALLEL_MIN_REQUESTS requests, else in this process).
-    The result does not depend on the number of workers.
+    Data-parallel replicas are simulated by up to `workers` forked processes where the platform can
+    fork (unset: one per available CPU when the run has at least PARALLEL_MIN_REQUESTS requests,
+    else in this process). The result does not depend on the number of workers.
     """
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
@@ -259,9 +259,12 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
         run, traces = _disaggregated(prepared, scheduled_ns, visible, keep_tokens, itl, progress)
         return Simulation(scenario, deployment, requests, run, traces)
 
+    def routed(replica: int) -> np.ndarray:
+        return np.arange(replica, n, replicas)  # round-robin routing
+
     def serve(replica: int, progress: Callable[[int], None] | None) -> tuple[dict, EngineTrace, LogHistogram | None]:
-        # Round-robin routing; a concurrency cap is shared out evenly between the replicas.
-        rows = np.arange(replica, n, replicas)
+        rows = routed(replica)
+        # A concurrency cap is shared out evenly between the replicas.
         share = None if concurrency is None else max(1, concurrency // replicas + (replica < concurrency % replicas))
         sub = requests.take(rows)
         last_mile = LastMile(delivery)
@@ -279,7 +282,7 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     else:
         results = [serve(replica, progress) for replica in serving]
     parts, traces, itls = zip(*results)
-    owners = [np.arange(replica, n, replicas) for replica in serving]
+    owners = [routed(replica) for replica in serving]
     itl = None if keep_tokens else LogHistogram.merged(itls)
     return Simulation(scenario, deployment, requests, _merge(list(parts), owners, n, itl), list(traces))
 
