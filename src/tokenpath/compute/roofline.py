@@ -72,6 +72,7 @@ class ComputeModel:
         self._graph_max_tokens = -1 if cuda_graphs == "none" else (
             cuda_graph_max_tokens if cuda_graph_max_tokens is not None else math.inf)
         self._graphs_decode_only = cuda_graphs == "decode"
+        self._every_step_captured = self._graph_max_tokens == math.inf and not self._graphs_decode_only
         # Every layer's kernels, and its two all-reduces when tensor-parallel, on each step's path.
         kernels_per_layer = efficiency.KERNELS_PER_LAYER + (2 if tp > 1 else 0)
         self.eager_launch_s: float = model.num_layers * kernels_per_layer * efficiency.EAGER_KERNEL_LAUNCH_S
@@ -183,12 +184,17 @@ class ComputeModel:
         logits_s = self._logits_s.get(n)
         if logits_s is None:
             logits_s = self._logits_s[n] = self._sum_s(self._logit_ops, 0, n)
-        total += logits_s + self.launch_s(t, n)
+        total += logits_s
+        if not self._every_step_captured:
+            total += self.launch_s(t, n)
         touched = self._num_experts * (1.0 - self._expert_miss ** t) if self._num_experts else 0.0
         for ft, fl, fp, b0, bt, bl, bk, be, gemm in self._other_ops:
             compute_s = ft * t + fl * n + fp * attn_pairs
             memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched
-            total += op_time_s(compute_s, memory_s, gemm)
+            if gemm:
+                total += op_time_s(compute_s, memory_s, gemm)
+            else:
+                total += compute_s if compute_s > memory_s else memory_s
         return total
 
     def _sum_s(self, ops: list[LinearOp], num_tokens: int, num_logits: int) -> float:

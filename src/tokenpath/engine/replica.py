@@ -135,7 +135,8 @@ class Replica:
         self.decoding: dict[int, tuple[int, int, int]] = {}
         self.context_sum = 0                 # summed context of the decoding sequences
         self.block_due = [0] * self.block    # decoding sequences that need a new block at step % block
-        self.event_due = [0] * self.interval  # decoding sequences whose token closes an event at step % interval
+        # With several tokens per SSE event: decoding sequences whose token closes an event at step % interval.
+        self.event_due = [0] * self.interval
         self.finishes: list[int] = []        # heap of last step << _ID_BITS | request; stale after preemption
 
         # One row of STEP_FIELDS per step. Where tokens came from: (request, first step, tokens) spans,
@@ -304,7 +305,8 @@ class Replica:
         self.decoding[i] = (first_step, context, last_step)
         self.context_sum += context
         self.block_due[(first_step - context) % self.block] += 1
-        self.event_due[(first_step - self.generated[i]) % self.interval] += 1
+        if self.interval > 1:
+            self.event_due[(first_step - self.generated[i]) % self.interval] += 1
         heapq.heappush(self.finishes, last_step << _ID_BITS | i)
 
     def _stop_decoding(self, i: int, steps_taken: int) -> int:
@@ -313,7 +315,8 @@ class Replica:
         context = context0 + steps_taken
         self.context_sum -= context
         self.block_due[(first - context0) % self.block] -= 1
-        self.event_due[(first - self.generated[i]) % self.interval] -= 1
+        if self.interval > 1:
+            self.event_due[(first - self.generated[i]) % self.interval] -= 1
         if steps_taken:
             self._span_buffer.extend((i, first, steps_taken))
         self.generated[i] += steps_taken
