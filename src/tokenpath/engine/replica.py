@@ -54,7 +54,7 @@ class Host(Protocol):
         ...
 
 
-# Heap keys pack (time or step, request) into one int, which compares far faster than a tuple.
+# Arrival heap keys pack (time, request) into one int, which compares far faster than a tuple.
 _ID_BITS = 32
 _ID_MASK = (1 << _ID_BITS) - 1
 
@@ -137,7 +137,8 @@ class Replica:
         self.block_due = [0] * self.block    # decoding sequences that need a new block at step % block
         # With several tokens per SSE event: decoding sequences whose token closes an event at step % interval.
         self.event_due = [0] * self.interval
-        self.finishes: list[int] = []        # heap of last step << _ID_BITS | request; stale after preemption
+        # Decoding requests by the step of their last token; a preempted request's entry goes stale.
+        self.finishing_at: dict[int, list[int]] = {}
 
         # One row of STEP_FIELDS per step. Where tokens came from: (request, first step, tokens) spans,
         # a token in each of consecutive steps. Steps a request took part in without sampling (a
@@ -266,7 +267,8 @@ class Replica:
             else:
                 self.prefill = _Prefill(i, p + q, -(-(p + q) // block), target)
                 self._silent_buffer.extend((i, s))
-        finishing = self._due_to_finish(s) if self.finishes and self.finishes[0] < (s + 1) << _ID_BITS else []
+        due = self.finishing_at.pop(s, None)
+        finishing = self._still_due(s, due) if due else []
         emitted = decode + len(completing)
         events = emitted if self.interval == 1 else self._events(s, finishing, completing)
 
@@ -307,7 +309,11 @@ class Replica:
         self.block_due[(first_step - context) % self.block] += 1
         if self.interval > 1:
             self.event_due[(first_step - self.generated[i]) % self.interval] += 1
-        heapq.heappush(self.finishes, last_step << _ID_BITS | i)
+        due = self.finishing_at.get(last_step)
+        if due is None:
+            self.finishing_at[last_step] = [i]
+        else:
+            due.append(i)
 
     def _stop_decoding(self, i: int, steps_taken: int) -> int:
         """Take request i out of the decoding aggregates after `steps_taken` decode steps; its context."""
@@ -322,19 +328,11 @@ class Replica:
         self.generated[i] += steps_taken
         return context
 
-    def _due_to_finish(self, s: int) -> list[int]:
-        """Decoding requests whose last token comes in step s."""
-        due = []
-        finishes, decoding = self.finishes, self.decoding
-        stop = (s + 1) << _ID_BITS
-        while finishes and finishes[0] < stop:
-            key = heapq.heappop(finishes)
-            i = key & _ID_MASK
-            state = decoding.get(i)
-            # A preempted request's entry is stale: it is not decoding, or decoding towards a later step.
-            if state is not None and state[2] == key >> _ID_BITS:
-                due.append(i)
-        return due
+    def _still_due(self, s: int, due: list[int]) -> list[int]:
+        """Those of `due` (entered to finish in step s) that still do: a request preempted since is not
+        decoding, or decoding towards a later last step."""
+        decoding = self.decoding
+        return [i for i in due if (state := decoding.get(i)) is not None and state[2] == s]
 
     def _finish_decoding(self, i: int, s: int) -> int:
         context = self._stop_decoding(i, s - self.decoding[i][0] + 1)
