@@ -32,7 +32,7 @@ time and mean E2E so the load can be checked.
 
 Hardware: the Vidur repository holds Meta-Llama-3-8B MLP profiles for the A100 only, so both tools
 simulate an A100 (--vidur-device a100; tokenpath's catalog a100). Each tool predicts its own step times,
-so the step counts still differ (the steps column): the table reports them, and the per-step speed.
+so the step counts can differ: the table reports each (the steps column).
 
 Profiles. Vidur 0.0.26 ships no profiles: its execution-time predictor fetches them from Hugging Face
 dataset repositories at run time, which cannot work offline. The script lays them out as an offline
@@ -725,7 +725,7 @@ def main() -> int:
     parser.add_argument("--chunk-size", type=int, default=512,
                         help="sarathi chunk_size = tokenpath max_num_batched_tokens")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of Vidur per case")
-    parser.add_argument("--tokenpath-repeats", type=int, default=9,
+    parser.add_argument("--tokenpath-repeats", type=int, default=15,
                         help="timed runs of tokenpath per case, spread over Vidur's runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", dest="json_path", type=Path)
