@@ -196,6 +196,17 @@ def test_json_to_stdout_prints_nothing_else(monkeypatch, capsys):
     assert err == ""
 
 
+def test_workers_change_nothing_in_the_result(monkeypatch, capsys):
+    argv = ["simulate", "--chips", "8", "--tp", "2", "--num-requests", "40", "--json", "-"]
+    documents = []
+    for workers in ("1", "3"):
+        code, out, err = run_cli([*argv, "--workers", workers], monkeypatch, capsys)
+        assert code == 0, err
+        documents.append(json.loads(out))
+    assert documents[0]["engine"]["replicas"] == 4 and documents[0]["requests"]["completed"] == 40
+    assert documents[0] == documents[1]
+
+
 # scenario show
 
 def test_scenario_show_prints_toml_that_simulates_like_the_default(tmp_path, monkeypatch, capsys):
