@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tokenpath.compute import ComputeModel, load_chip, load_model
 from tokenpath.compute.efficiency import (
     ACTIVATION_BYTES,
+    ATTENTION_QUERY_OVERHEAD_PAIRS,
     EAGER_KERNEL_LAUNCH_S,
     GEMM_OVERLAP_NORM,
     HBM_BW_EFFICIENCY,
@@ -79,7 +80,7 @@ def test_batch1_decode_is_weight_streaming():
     assert step - STEP_OVERHEAD_S == pytest.approx(cm.weight_bytes_per_chip / H200_BW_EFF, rel=0.05)
     assert step - STEP_OVERHEAD_S == pytest.approx((cm.weight_bytes_per_chip - embedding_table) / H200_BW_EFF,
                                                    rel=0.01)
-    assert all(op.bound == "memory" for op in cm.step_ops(1, 1, 1, 1))
+    assert all(op.bound == "memory" for op in cm.step_ops(1, 1, 1000, 1000))  # a 1000-token context
 
 
 def test_decode_time_is_linear_in_kv_read_tokens():
@@ -103,8 +104,10 @@ def test_prefill_8192_is_compute_bound():
     gemm_s = 2 * linear_params / 8 * tokens / (1453.4e12 * SERVING_GEMM_FRACTION)
     # Past the ridge point a GEMM's memory time adds a little on top (op_time_s): here under 2%.
     assert gemm_s < sum(ops[name].time_s for name in gemms) < 1.02 * gemm_s
-    # Attention: 4 * heads per chip * head_dim FLOPs per pair per layer at the bf16 rate (default efficiency).
-    attention_s = 4 * 8 * 128 * pairs * 80 / (989e12 * 0.7 * SERVING_GEMM_FRACTION)
+    # Attention: 4 * heads per chip * head_dim FLOPs per pair per layer at the bf16 rate (default
+    # efficiency), and its fixed work per query token.
+    work_pairs = pairs + ATTENTION_QUERY_OVERHEAD_PAIRS * tokens
+    attention_s = 4 * 8 * 128 * work_pairs * 80 / (989e12 * 0.7 * SERVING_GEMM_FRACTION)
     assert ops["attention"].time_s == pytest.approx(attention_s, rel=1e-9)
     assert sum(op.time_s for op in ops.values() if op.bound == "compute") > 0.8 * sum(
         op.time_s for op in ops.values())
@@ -131,6 +134,23 @@ def test_large_batch_decode_gemms_cost_more_than_the_plain_roofline_near_the_rid
         plain = sum(max(cost.flops / op.flops_per_s, cost.bytes / bw) for op, cost in gemms)
         ratio = sum(cost.time_s for _, cost in gemms) / plain
         assert low <= ratio <= high, (batch, ratio)
+
+
+# FlashAttention-3 forward, H100, bf16, head dim 128 (pytorch/benchmark commit ff65cb67): tokens -> TFLOP/s.
+FA3_H100_TFLOPS = {512: 430.32, 1024: 517.10, 2048: 565.54, 4096: 590.23, 8192: 614.23, 16384: 620.73}
+
+
+@pytest.mark.parametrize("tokens, measured_tflops", FA3_H100_TFLOPS.items())
+def test_attention_rate_grows_with_sequence_length_as_flashattention3_measured(tokens, measured_tflops):
+    # One sequence attending all of its own tokens (not causal, as measured), 16 heads of 128 on one chip.
+    model = load_model("llama-3.1-8b")
+    cm = ComputeModel(model, load_chip("h100"), 2, "bf16", "bf16")  # 32 heads / 2 = 16 per chip
+    attention = next(op for op in cm.ops if op.name == "attention")
+    pairs = tokens * tokens
+    flops = attention.flops(tokens, 0, pairs)
+    achieved_tflops = flops / attention.compute_s(tokens, 0, pairs) / 1e12
+    assert flops == 4 * 16 * 128 * pairs * model.num_layers
+    assert achieved_tflops == pytest.approx(measured_tflops, rel=0.025)
 
 
 def test_step_time_equals_sum_of_ops_plus_overhead():

@@ -65,6 +65,17 @@ EMBEDDING_PRECISION = "bf16"
 native FP8, NVFP4 exports) keep these two in bf16, so they are never counted at the weight
 precision."""
 
+ATTENTION_QUERY_OVERHEAD_PAIRS = 256
+"""Attention's fixed work per query token, in (query, key) pairs: a FlashAttention-style kernel runs
+as if each query attended this many more keys (loading its query tile, finishing its softmax,
+writing its output). So attention is less efficient on short sequences: full attention over L
+tokens runs at L / (L + 256) of the kernel's plateau rate. Fitted to FlashAttention-3's forward
+pass on an H100 (bf16, head dim 128, batch x sequence = 16k, heads x head dim = 2048), measured in
+pytorch/benchmark commit ff65cb67 ("Fix dimension order for FlashAttention-3"): 430, 517, 566,
+590, 614 and 621 TFLOP/s at 512, 1k, 2k, 4k, 8k and 16k tokens. With the plateau at this model's
+H100 bf16 attention rate (the MAMF ceiling x SERVING_GEMM_FRACTION, 636 TFLOP/s), 256 pairs
+reproduces each within 2.1% (tests/test_compute_roofline.py)."""
+
 ATTENTION_PRECISION = "bf16"
 """Tensor-core precision attention's QK^T and PV products run at. Even with an fp8 KV cache the
 common kernels dequantize K/V and multiply in bf16, so attention FLOPs use the bf16 peak."""

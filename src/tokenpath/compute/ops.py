@@ -15,7 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenpath.compute.chip import ChipSpec
-from tokenpath.compute.efficiency import ACTIVATION_BYTES, ATTENTION_PRECISION, EMBEDDING_PRECISION
+from tokenpath.compute.efficiency import (
+    ACTIVATION_BYTES,
+    ATTENTION_PRECISION,
+    ATTENTION_QUERY_OVERHEAD_PAIRS,
+    EMBEDDING_PRECISION,
+)
 from tokenpath.compute.model import ModelSpec
 from tokenpath.compute.precision import PRECISION_BYTES
 
@@ -32,6 +37,7 @@ class LinearOp:
     flops_per_token: float = 0.0
     flops_per_logit: float = 0.0
     flops_per_pair: float = 0.0
+    overhead_pairs_per_token: float = 0.0  # time, not FLOPs: each token costs as many more pairs
     bytes_fixed: float = 0.0  # weights streamed once per step
     bytes_per_token: float = 0.0
     bytes_per_logit: float = 0.0
@@ -43,6 +49,11 @@ class LinearOp:
     def flops(self, num_tokens: float, num_logits: float, attn_pairs: float) -> float:
         return (self.flops_per_token * num_tokens + self.flops_per_logit * num_logits
                 + self.flops_per_pair * attn_pairs)
+
+    def compute_s(self, num_tokens: float, num_logits: float, attn_pairs: float) -> float:
+        """Its FLOPs at its sustained rate, plus its fixed work per token."""
+        overhead = self.flops_per_pair * self.overhead_pairs_per_token * num_tokens
+        return (self.flops(num_tokens, num_logits, attn_pairs) + overhead) / self.flops_per_s
 
     def bytes(self, num_tokens: float, num_logits: float, kv_read_tokens: float, experts_touched: float) -> float:
         return (self.bytes_fixed + self.bytes_per_token * num_tokens + self.bytes_per_logit * num_logits
@@ -136,6 +147,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     ops.append(LinearOp(
         "attention", chip.effective_flops(ATTENTION_PRECISION),
         flops_per_pair=2.0 * heads * (qk_width + pv_width) * layers,
+        overhead_pairs_per_token=ATTENTION_QUERY_OVERHEAD_PAIRS,
         bytes_per_token=(kv_layer + (heads * (qk_width + pv_width) + new_kv_width) * act) * layers,
         bytes_per_kv_read=kv_layer * layers,
     ))

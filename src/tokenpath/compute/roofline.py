@@ -159,7 +159,7 @@ class ComputeModel:
         for op in self.ops:
             flops = op.flops(num_tokens, num_logits, attn_pairs)
             nbytes = op.bytes(num_tokens, num_logits, kv_read_tokens, touched)
-            compute_s, memory_s = flops / op.flops_per_s, nbytes / bw
+            compute_s, memory_s = op.compute_s(num_tokens, num_logits, attn_pairs), nbytes / bw
             bound = "compute" if compute_s > memory_s else "memory"
             costs.append(OpCost(op.name, flops, nbytes, op_time_s(compute_s, memory_s, op.gemm), bound))
         return costs
@@ -199,7 +199,7 @@ class ComputeModel:
 
     def _sum_s(self, ops: list[LinearOp], num_tokens: int, num_logits: int) -> float:
         bw = self.chip.effective_hbm_bw_Bps
-        return math.fsum(op_time_s(op.flops(num_tokens, num_logits, 0.0) / op.flops_per_s,
+        return math.fsum(op_time_s(op.compute_s(num_tokens, num_logits, 0.0),
                                    op.bytes(num_tokens, num_logits, 0.0, 0.0) / bw, op.gemm) for op in ops)
 
     def _compile(self) -> None:
@@ -209,7 +209,8 @@ class ComputeModel:
         self._token_ops, self._logit_ops, other_ops = [], [], []
         for op in self.ops:
             rate = op.flops_per_s
-            coeffs = (op.flops_per_token / rate, op.flops_per_logit / rate, op.flops_per_pair / rate,
+            per_token = op.flops_per_token + op.flops_per_pair * op.overhead_pairs_per_token
+            coeffs = (per_token / rate, op.flops_per_logit / rate, op.flops_per_pair / rate,
                       op.bytes_fixed / bw, op.bytes_per_token / bw, op.bytes_per_logit / bw,
                       op.bytes_per_kv_read / bw, op.bytes_per_expert / bw)
             ft, fl, fp, b0, bt, bl, bk, be = coeffs
