@@ -192,8 +192,8 @@ class ComputeModel:
             compute_s = ft * t + fl * n + fp * attn_pairs
             memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched
             if gemm:
-                total += op_time_s(compute_s, memory_s, gemm)
-            else:
+                total += op_time_s(compute_s, memory_s, True)
+            else:  # op_time_s's max, inline: this runs every step
                 total += compute_s if compute_s > memory_s else memory_s
         return total
 
