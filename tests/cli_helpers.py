@@ -1,5 +1,6 @@
 """Running the `tokenpath` entry point inside a test, and checking a user error's one line."""
 
+import json
 import sys
 
 from tokenpath.cli import main
@@ -15,6 +16,13 @@ def run_cli(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
         code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def simulate_json(argv: list[str], monkeypatch, capsys) -> dict:
+    """`tokenpath simulate ARGV --json -`, which must succeed: its result document."""
+    code, out, err = run_cli(["simulate", *argv, "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    return json.loads(out)
 
 
 def assert_user_error(code: int, out: str, err: str, *fragments: str) -> str:

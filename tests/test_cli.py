@@ -22,7 +22,7 @@ import pytest
 from rich.console import Console
 
 from tokenpath import cli
-from cli_helpers import assert_user_error, run_cli
+from cli_helpers import assert_user_error, run_cli, simulate_json
 from tokenpath.compute.chip import list_chips
 from tokenpath.compute.model import list_models
 from tokenpath.scenario import load_scenario
@@ -197,12 +197,8 @@ def test_json_to_stdout_prints_nothing_else(monkeypatch, capsys):
 
 
 def test_workers_change_nothing_in_the_result(monkeypatch, capsys):
-    argv = ["simulate", "--chips", "8", "--tp", "2", "--num-requests", "40", "--json", "-"]
-    documents = []
-    for workers in ("1", "3"):
-        code, out, err = run_cli([*argv, "--workers", workers], monkeypatch, capsys)
-        assert code == 0, err
-        documents.append(json.loads(out))
+    argv = ["--chips", "8", "--tp", "2", "--num-requests", "40"]
+    documents = [simulate_json([*argv, "--workers", workers], monkeypatch, capsys) for workers in ("1", "3")]
     assert documents[0]["engine"]["replicas"] == 4 and documents[0]["requests"]["completed"] == 40
     assert documents[0] == documents[1]
 
@@ -239,12 +235,6 @@ def test_scenario_list_names_the_embedded_scenarios(monkeypatch, capsys):
 
 
 # Flags map onto the scenario
-
-def simulate_json(argv: list[str], monkeypatch, capsys) -> dict:
-    code, out, err = run_cli(["simulate", *argv, "--json", "-"], monkeypatch, capsys)
-    assert code == 0, err
-    return json.loads(out)
-
 
 def test_fixed_input_length(monkeypatch, capsys):
     doc = simulate_json(["--input-len", "128", "--input-sd", "0", "--num-requests", "30"], monkeypatch, capsys)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from cli_helpers import run_cli
+from cli_helpers import run_cli, simulate_json
 from tokenpath.compute.chip import load_chip
 from tokenpath.errors import UserError
 from tokenpath.fabric.build import NVLINK_HOP_LATENCY_S, SCALEOUT_LINK_LATENCY_S, build_topology
@@ -323,12 +323,6 @@ def test_an_unknown_preset_in_a_scenario_names_the_scenario_and_the_field(tmp_pa
 
 
 # -- the fabric in a simulation --------------------------------------------------------------------
-
-def simulate_json(argv: list[str], monkeypatch, capsys) -> dict:
-    code, out, err = run_cli(["simulate", *argv, "--json", "-"], monkeypatch, capsys)
-    assert code == 0, err
-    return json.loads(out)
-
 
 def test_simulate_on_a_torus_preset_spends_time_in_traffic(monkeypatch, capsys):
     doc = simulate_json(["--fabric", "tpu-v5p-4x4x4", "--chips", "8", "--num-requests", "50"], monkeypatch, capsys)
