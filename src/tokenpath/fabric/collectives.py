@@ -9,7 +9,7 @@ so a ring whose neighbours share an uplink, an oversubscribed tier, or several g
 Every round's bytes scale with the message size, so for one set of groups each algorithm costs
 `alpha_s + size_bytes * beta_s_per_byte` exactly; `Collectives.cost` computes the pair once, and
 `auto` takes the cheapest algorithm at each size, as NCCL's tuner does, among what NCCL runs (ring,
-tree, NVLS, and across nodes the hierarchical path) or, on a torus, the bucket algorithm TPU runtimes
+tree, NVLS, and across nodes NVLSTree and the hierarchical path) or, on a torus, the bucket algorithm TPU runtimes
 use. Recursive halving-doubling (MPI, Gloo) runs only when asked for.
 
 Constants are named with their source and shared by every topology.
@@ -33,6 +33,9 @@ BASE_LATENCY_S = 6.6e-6
 # NVLS (in-switch reduction) small-message all-reduce latency: ~6 us with CUDA graphs on H100
 # (NVIDIA/nccl issue 1259).
 NVLS_LATENCY_S = 6.0e-6
+# NVLSTree's latency per network step of its inter-node tree: NCCL src/graph/tuning.cc, hwLatencies
+# NET / NVLSTree / Simple (NVLS runs the Simple protocol only), 20.9 us; 2 * log2(nodes) steps.
+NVLS_TREE_NET_STEP_LATENCY_S = 20.9e-6
 # Achieved fraction of the per-direction NVLink bandwidth at large sizes, from nccl-tests on 8x H100 SXM
 # (450 GB/s per direction): ring all-reduce busbw 370 GB/s (nccl-tests issues 212, 309); NVLS all-reduce
 # busbw 480 GB/s, i.e. algbw 480 / (2*7/8) = 274 GB/s (nccl-tests issue 212).
@@ -44,7 +47,7 @@ SCALEOUT_BW_EFFICIENCY = 47.0 / 50.0
 _ROUTED_LATENCY_FLOWS = 1024
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-ALGORITHMS = ("auto", "ring", "tree", "halving_doubling", "nvls", "bucket", "hierarchical", "direct")
+ALGORITHMS = ("auto", "ring", "tree", "halving_doubling", "nvls", "nvls_tree", "bucket", "hierarchical", "direct")
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,8 @@ class Collectives:
             names.append("bucket")
         if self.topology.kind == "hierarchy":
             names.append("hierarchical")
+            if op == "all_reduce" and getattr(self.topology.node, "nvls", False):
+                names.append("nvls_tree")
         return names
 
     def cost(self, op: str, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> AffineCost:
@@ -162,11 +167,11 @@ class Collectives:
         """The algorithm that actually runs when `algorithm` is asked for (auto stays auto)."""
         if op in ("all_to_all", "send_recv"):
             return "direct"  # point-to-point whatever the reduction algorithm
-        if algorithm in ("nvls", "tree") and op != "all_reduce":
+        if algorithm in ("nvls", "nvls_tree", "tree") and op != "all_reduce":
             return "ring"  # in-switch reduction and NCCL's trees serve all-reduce only
-        if algorithm == "hierarchical" and isinstance(self.topology, Hierarchy) \
+        if algorithm in ("hierarchical", "nvls_tree") and isinstance(self.topology, Hierarchy) \
                 and self.topology.within_nodes(np.array(groups, np.int64)):
-            return "ring"  # a group inside one node has no inter-node stage
+            return "ring" if algorithm == "hierarchical" else "nvls"  # a group inside one node has no inter-node stage
         return algorithm
 
     def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> float:
@@ -203,6 +208,9 @@ class Collectives:
             names.remove("bucket")
         if "hierarchical" in names and not _even_over_nodes(self.topology, hosts[0]):
             names.remove("hierarchical")
+        if "nvls_tree" in names and not (_even_over_nodes(self.topology, hosts[0])
+                                         and len(hosts[0]) > len(np.unique(hosts[0] // self.topology.per_node))):
+            names.remove("nvls_tree")  # NVLS needs two or more ranks on every node
         return names
 
     def _cost_uncached(self, op: str, groups: tuple[tuple[int, ...], ...], algorithm: str) -> AffineCost:
@@ -220,14 +228,16 @@ class Collectives:
         if algorithm == "auto":
             return min((self._cost(op, groups, a) for a in self._auto_candidates(op, groups)),
                        key=lambda c: c.time_s(2**20))
-        if algorithm == "hierarchical" and algorithm in self.available(op, n):
-            _hierarchical(op, self.topology, hosts[0])  # says what is wrong with the layout, if anything
+        if algorithm in ("hierarchical", "nvls_tree") and algorithm in self.available(op, n):
+            _node_grid(self.topology, hosts[0], algorithm)  # says what is wrong with the layout, if anything
         if algorithm not in self._runnable(op, groups):
             raise UserError(f"fabric.algorithm: {algorithm!r} cannot run {op} over {n} ranks on a "
                             f"{self.topology.kind}; use one of {', '.join(self._runnable(op, groups))} "
                             "or 'auto'")
         if algorithm == "nvls":
             return self._nvls(groups)
+        if algorithm == "nvls_tree":
+            return self._nvls_tree(hosts)
         if op == "all_to_all":
             return self._all_to_all(hosts)
         rounds = self._rounds(op, algorithm, groups)
@@ -289,6 +299,24 @@ class Collectives:
         up_down = np.concatenate([hosts, hosts + self.topology.hosts])  # host links (Topology.host_links)
         bw = self.topology.links.bw_Bps[up_down] * NVLS_BW_EFFICIENCY
         return AffineCost(NVLS_LATENCY_S, float((1.0 / bw).max()))
+
+    def _nvls_tree(self, hosts: np.ndarray) -> AffineCost:
+        """NCCL's NVLSTree all-reduce across nodes: an in-switch reduction inside each node leaves local
+        rank l with slice l of the sum, a double binary tree across nodes all-reduces each slice over
+        its own rail, and an in-switch broadcast returns the result. The stages are pipelined, so the
+        slower one sets the bandwidth (tuning.cc takes min(intraBw, interBw))."""
+        hier = self.topology
+        grids = [group[_node_grid(hier, group, "nvls_tree")] for group in hosts]  # grid[node, local] = host
+        nodes, per_node = grids[0].shape
+        tree = _tree(nodes)[0]
+        src = np.concatenate([g[tree.src].ravel() for g in grids])
+        dst = np.concatenate([g[tree.dst].ravel() for g in grids])
+        loads = self.topology.link_loads(Traffic.from_flows(self.topology, src, dst, tree.fraction / per_node))
+        inter_beta = float((loads / self._capacity_Bps).max())
+        locals_ = np.concatenate(grids) % hier.per_node
+        intra = self._inside._nvls(tuple(map(tuple, locals_.tolist())))
+        alpha_s = intra.alpha_s + tree.steps * NVLS_TREE_NET_STEP_LATENCY_S
+        return AffineCost(alpha_s, max(intra.beta_s_per_byte, inter_beta))
 
     def _round_latency_s(self, src: np.ndarray, dst: np.ndarray) -> float:
         """Latency of the longest route among the round's flows."""
@@ -354,17 +382,23 @@ def _even_over_nodes(hier: Hierarchy, group: np.ndarray) -> bool:
     return bool((counts == counts[0]).all())
 
 
-def _hierarchical(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
-    """Reduce-scatter inside each node, all-reduce across nodes rail by rail (ranks with the same local
-    position), all-gather inside each node; needs the same number of ranks on every node."""
+def _node_grid(hier: Hierarchy, group: np.ndarray, algorithm: str) -> np.ndarray:
+    """grid[node, local] = index into `group` of each rank, nodes in order; needs the same number of
+    ranks on every node."""
     nodes = group // hier.per_node
     order = np.argsort(nodes, kind="stable")
     per_node = np.bincount(nodes)[np.unique(nodes)]
-    m, q = int(per_node[0]), len(per_node)
-    if (per_node != m).any():
-        raise UserError("fabric.algorithm: 'hierarchical' needs the same number of ranks on every node; "
+    if (per_node != per_node[0]).any():
+        raise UserError(f"fabric.algorithm: {algorithm!r} needs the same number of ranks on every node; "
                         "use 'ring' or 'auto'")
-    grid = order.reshape(q, m)  # grid[node, local] = rank index
+    return order.reshape(len(per_node), int(per_node[0]))
+
+
+def _hierarchical(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
+    """Reduce-scatter inside each node, all-reduce across nodes rail by rail (ranks with the same local
+    position), all-gather inside each node; needs the same number of ranks on every node."""
+    grid = _node_grid(hier, group, "hierarchical")
+    q, m = grid.shape
     intra_src, intra_dst = grid.ravel(), np.roll(grid, -1, axis=1).ravel()
     inter_src, inter_dst = grid.ravel(), np.roll(grid, -1, axis=0).ravel()
     rounds = []

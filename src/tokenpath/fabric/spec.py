@@ -19,7 +19,7 @@ from tokenpath.config_errors import explain
 from tokenpath.errors import UserError
 from tokenpath.units import Bandwidth, Duration
 
-Algorithm = Literal["auto", "ring", "tree", "halving_doubling", "nvls", "bucket", "hierarchical"]
+Algorithm = Literal["auto", "ring", "tree", "halving_doubling", "nvls", "nvls_tree", "bucket", "hierarchical"]
 
 
 class _Common(BaseModel):
