@@ -99,6 +99,24 @@ def test_an_error_in_a_forked_worker_reaches_the_caller():
         map_forked(work, [0, 1, 2, 3], workers=2)
 
 
+def test_a_worker_killed_mid_run_becomes_a_one_line_error():
+    """What the out-of-memory killer does to a worker: the caller gets a UserError naming --workers."""
+    import os
+    import signal
+
+    from tokenpath.errors import UserError
+    from tokenpath.forked import map_forked
+
+    def work(item, progress):
+        if item == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return item
+
+    with pytest.raises(UserError, match=r"^--workers: a worker process died .* --workers 1 ") as caught:
+        map_forked(work, [0, 1, 2], workers=2)
+    assert "\n" not in str(caught.value)
+
+
 def test_batch_one_decode_step_is_the_weight_read_bound():
     scenario = load_scenario("typical", {
         "model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1,

@@ -11,7 +11,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Sequence, TypeVar
+
+from tokenpath.errors import UserError
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -40,7 +43,8 @@ def map_forked(work: Callable[[Item, Progress], Result], items: Sequence[Item], 
     """[work(item, progress) for item in items], computed by up to `workers` forked processes.
 
     Each call reports progress through its second argument; the parent forwards the total to
-    `progress` as it grows. An exception raised by `work` is raised here.
+    `progress` as it grows. An exception raised by `work` is raised here; a worker that dies (the
+    kernel's out-of-memory killer is the usual cause) becomes a one-line UserError.
     """
     global _task
     context = multiprocessing.get_context("fork")
@@ -57,6 +61,10 @@ def map_forked(work: Callable[[Item, Progress], Result], items: Sequence[Item], 
                     progress(done - reported)
                     reported = done
             return [future.result() for future in futures]
+    except BrokenProcessPool:
+        raise UserError(f"--workers: a worker process died before it finished (most often the system ran out "
+                        f"of memory with {workers} workers at once); rerun with fewer workers, or --workers 1 "
+                        "to simulate in this process") from None
     finally:
         _task = None
 
