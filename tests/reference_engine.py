@@ -253,7 +253,7 @@ class _Replica:
                 emitters: np.ndarray, token_index: np.ndarray | None) -> tuple[int, int, int, int]:
         """Cost one step, record it and advance time: (compute_ns, traffic_ns, blocking_ns, end_ns)."""
         compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read))
-        traffic_ns = _ns(self.costs.traffic_s(num_tokens))
+        traffic_ns = _ns(self.costs.traffic_s(num_tokens, num_logits == num_tokens))
         gpu_end = self.now + compute_ns + traffic_ns
         events = int(np.count_nonzero(closes_event(token_index, self.out[emitters], self.host.stream_interval)))
         blocking_ns, leave_ns = self.host.on_step(gpu_end, num_logits, events)

@@ -7,6 +7,7 @@ import pytest
 
 from tokenpath.engine.placement import place
 from tokenpath.errors import UserError
+from tokenpath.fabric.collectives import LOW_LATENCY_ALL_TO_ALL_S
 from tokenpath.pipeline import build_deployment, simulate
 from tokenpath.scenario import load_scenario
 from tokenpath.summary import summarize
@@ -41,7 +42,7 @@ def test_torus_step_traffic_is_the_bucket_all_reduce_on_its_links():
     assert groups == [list(range(8))]
     per_all_reduce = dep.collectives.time_s("all_reduce", size, groups)
     assert dep.collectives.choose("all_reduce", size, groups) == "bucket"
-    assert dep.costs.traffic_s(tokens) == pytest.approx(160 * per_all_reduce, rel=1e-12)
+    assert dep.costs.traffic_s(tokens, False) == pytest.approx(160 * per_all_reduce, rel=1e-12)
 
 
 def test_spreading_tensor_parallel_groups_over_nodes_moves_their_traffic_onto_the_nics():
@@ -53,7 +54,7 @@ def test_spreading_tensor_parallel_groups_over_nodes_moves_their_traffic_onto_th
     tokens = 4096
     # Packed groups stay inside their NVSwitch node: NVLS, algbw 274 GB/s. Spread groups must cross
     # 50 GB/s NICs (47 GB/s achieved): several times slower per step.
-    assert spread.costs.traffic_s(tokens) > 4 * packed.costs.traffic_s(tokens)
+    assert spread.costs.traffic_s(tokens, False) > 4 * packed.costs.traffic_s(tokens, False)
 
 
 def test_data_parallel_groups_that_share_links_slow_each_other_down():
@@ -66,7 +67,7 @@ def test_data_parallel_groups_that_share_links_slow_each_other_down():
     alone = spread.collectives.cost("all_reduce", spread.placement.tp_groups()[:1])
     together = spread.collectives.cost("all_reduce", spread.placement.tp_groups())
     assert together.beta_s_per_byte > alone.beta_s_per_byte
-    assert spread.costs.traffic_s(1000) > packed.costs.traffic_s(1000)
+    assert spread.costs.traffic_s(1000, False) > packed.costs.traffic_s(1000, False)
     one_packed = packed.collectives.cost("all_reduce", packed.placement.tp_groups()[:1])
     both_packed = packed.collectives.cost("all_reduce", packed.placement.tp_groups())
     assert both_packed.beta_s_per_byte == one_packed.beta_s_per_byte
@@ -98,6 +99,16 @@ def test_expert_parallel_replaces_moe_all_reduces_with_all_to_alls():
     routed = dep.compute.allreduce_bytes(256) / 2 * 2  # tokens split over 2 TP ranks, top-2 copies
     assert parts["ep_all_to_all"] == pytest.approx(
         64 * dep.collectives.time_s("all_to_all", routed, [list(range(8))]), rel=1e-12)
+    # A decode-only step runs them with the low-latency kernels: each call pays their fixed cost too.
+    decode = dep.costs.traffic_parts_s(256, decode_only=True)
+    assert decode["ep_all_to_all"] - parts["ep_all_to_all"] == pytest.approx(64 * LOW_LATENCY_ALL_TO_ALL_S, rel=1e-9)
+    assert decode["tp_all_reduce"] == parts["tp_all_reduce"]
+    assert dep.costs.traffic_s(256, True) == pytest.approx(sum(decode.values()), rel=1e-12)
+
+
+def test_without_expert_parallel_decode_only_steps_cost_the_same_traffic():
+    dep = build_deployment(scenario(**{"deployment.chips": 8, "deployment.tp": 8}))
+    assert dep.costs.traffic_s(64, True) == dep.costs.traffic_s(64, False) > 0
 
 
 @pytest.mark.parametrize("overrides, fragment", [

@@ -27,7 +27,7 @@ class FixedCosts:
     def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens):
         return self.base_s + self.per_token_s * num_tokens
 
-    def traffic_s(self, num_tokens):
+    def traffic_s(self, num_tokens, decode_only):
         return self._traffic_s
 
 

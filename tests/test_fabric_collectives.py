@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tokenpath.errors import UserError
 from tokenpath.fabric.collectives import (
     BASE_LATENCY_S,
+    LOW_LATENCY_ALL_TO_ALL_S,
     NVLS_BW_EFFICIENCY,
     NVLS_LATENCY_S,
     SCALEOUT_BW_EFFICIENCY,
@@ -295,6 +296,16 @@ def test_all_to_all_on_a_switch(n):
     c = switch(8)
     # Each rank sends 1/n to each of n-1 others: its up link carries (n-1)/n; routes are 2 links.
     same(c.cost("all_to_all", whole(n)), BASE_LATENCY_S + 2 * LAT, ((n - 1) / n) / (BW * SU))
+
+
+def test_low_latency_all_to_all_adds_the_kernels_fixed_cost_and_nothing_else():
+    c = switch(8)
+    same(c.cost("all_to_all", whole(8), "low_latency"),
+         BASE_LATENCY_S + 2 * LAT + LOW_LATENCY_ALL_TO_ALL_S, (7 / 8) / (BW * SU))
+    # Auto (and any reduction algorithm) runs the plain all-to-all; low-latency kernels are all-to-all only.
+    assert c.cost("all_to_all", whole(8), "ring") == c.cost("all_to_all", whole(8))
+    with pytest.raises(UserError, match="fabric.algorithm: 'low_latency' cannot run all_reduce over 8 ranks"):
+        c.cost("all_reduce", whole(8), "low_latency")
 
 
 def test_all_to_all_of_64_ranks_on_a_switch_uses_the_diameter_latency():

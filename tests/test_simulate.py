@@ -268,15 +268,24 @@ def test_validate_predicts_collectives_across_nodes_on_the_measured_topologies()
     assert result["groups"]["collectives_scaleout"]["median_abs_error"] < 0.10
 
 
-def test_deepep_low_latency_rows_are_underpredicted_by_the_kernels_own_work():
-    """Latency rows: the all-to-all on the measured topology leaves out the kernels' per-token work,
-    so every prediction is low; the median (21% today) must not get worse than 25%."""
+def test_deepep_low_latency_rows_within_the_latency_goal():
+    """The low-latency kernels' fixed cost, set on the EP8 dispatch row, carries to combine and to
+    EP256 over 32 nodes: every predicted row within 10%, the median within the 15% latency goal."""
     from tokenpath.validate import run_validation
 
     result = run_validation({"deepep_low_latency"})
-    errors = [r["error"] for r in result["rows"]]
-    assert len(errors) == 4 and all(-0.45 < e < 0 for e in errors)
-    assert result["groups"]["deepep_low_latency"]["median_abs_error"] <= 0.25
+    rows = {r["what"]: r for r in result["rows"]}
+    assert abs(rows["EP8 low-latency dispatch (DeepEP)"]["error"]) < 0.005  # the calibration row
+    assert all(abs(r["error"]) < 0.10 for r in rows.values())
+    assert result["groups"]["deepep_low_latency"]["rows"] == 3
+    assert result["groups"]["deepep_low_latency"]["median_abs_error"] <= 0.15
+
+
+def test_the_2x8_h20_nvls_tree_latency_row_is_nvls_plus_two_network_steps():
+    from tokenpath.validate import run_validation
+
+    rows = {r["what"]: r for r in run_validation({"collectives_scaleout"})["rows"]}
+    assert abs(rows["all-reduce 2x8 H20"]["error"]) < 0.05
 
 
 def test_large_run_mode_matches_the_full_run_except_itl_within_a_tenth_of_a_percent(monkeypatch):

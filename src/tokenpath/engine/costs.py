@@ -5,7 +5,9 @@ Traffic of one step, not overlapped with compute (as in eager TP all-reduces):
   and replica at once, so groups that share links slow each other down;
 - expert parallel (MoE, experts spread over every chip of the deployment): each MoE layer's all-reduce
   becomes an all-to-all dispatch and an all-to-all combine of the routed token copies, the tokens split
-  over the TP ranks; replicas are assumed to step with similar batches, as wide-EP engines keep them;
+  over the TP ranks; replicas are assumed to step with similar batches, as wide-EP engines keep them.
+  Decode-only steps run them with low-latency kernels and steps with prompt tokens with the
+  bandwidth-oriented ones, as SGLang's and vLLM's DeepEP backends do;
 - pipeline parallel: the hidden state handed from each stage to the next, each TP rank its slice;
 - disaggregated serving: a prefilled request's KV cache sent from the prefill replica to the decode
   replica, each TP rank its own heads to the same rank there (`kv_transfer_s`; the pipeline queues
@@ -44,8 +46,9 @@ class GroupStepCosts:
         self.compute_s = compute.step_time_s
         self.traffic_s = lru_cache(maxsize=65536)(self._traffic_s)
 
-    def traffic_parts_s(self, num_tokens: int) -> dict[str, float]:
-        """Per-step traffic time by kind, for a step of `num_tokens` tokens."""
+    def traffic_parts_s(self, num_tokens: int, decode_only: bool = False) -> dict[str, float]:
+        """Per-step traffic time by kind, for a step of `num_tokens` tokens (`decode_only`: one for each
+        decoding sequence, no prompt tokens)."""
         hidden_bytes = self.compute.allreduce_bytes(num_tokens)
         tp = self.placement.tp
         parts = {"tp_all_reduce": 0.0, "ep_all_to_all": 0.0, "pp_send_recv": 0.0}
@@ -56,8 +59,9 @@ class GroupStepCosts:
                 "all_reduce", hidden_bytes, self._tp_groups)
         if self.all_to_alls_per_step:
             routed_bytes = hidden_bytes / tp * self.compute.model.experts_per_token
+            kernels = "low_latency" if decode_only else "direct"
             parts["ep_all_to_all"] = self.all_to_alls_per_step * self.collectives.time_s(
-                "all_to_all", routed_bytes, self._ep_group)
+                "all_to_all", routed_bytes, self._ep_group, kernels)
         for pairs in self._handoffs:
             parts["pp_send_recv"] += self.collectives.time_s("send_recv", hidden_bytes / tp, pairs)
         return parts
@@ -74,5 +78,5 @@ class GroupStepCosts:
         pairs = [[int(a), int(b)] for a, b in zip(hosts[src_replica].ravel(), hosts[dst_replica].ravel())]
         return self.collectives.cost("send_recv", pairs)
 
-    def _traffic_s(self, num_tokens: int) -> float:
-        return sum(self.traffic_parts_s(num_tokens).values())
+    def _traffic_s(self, num_tokens: int, decode_only: bool) -> float:
+        return sum(self.traffic_parts_s(num_tokens, decode_only).values())

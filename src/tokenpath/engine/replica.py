@@ -41,7 +41,7 @@ from tokenpath.engine.spec import EngineSpec
 
 class StepCosts(Protocol):
     def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float: ...
-    def traffic_s(self, num_tokens: int) -> float: ...
+    def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
 
 
 class Host(Protocol):
@@ -273,7 +273,7 @@ class Replica:
         events = emitted if self.interval == 1 else self._events(s, finishing, completing)
 
         compute_ns = round(self._compute_s(num_tokens, emitted, attn_pairs, kv_read) * 1e9)
-        traffic_ns = round(self._traffic_s(num_tokens) * 1e9)
+        traffic_ns = round(self._traffic_s(num_tokens, emitted == num_tokens) * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
         blocking_ns, leave_ns = self._on_step(gpu_end, emitted, events)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,

@@ -43,11 +43,18 @@ SCALEUP_BW_EFFICIENCY = 370.0 / 450.0
 NVLS_BW_EFFICIENCY = (480.0 / (2 * 7 / 8)) / 450.0
 # A 400 Gb/s (50 GB/s) InfiniBand NIC reaches 46-48 GB/s busbw (nccl-tests issue 290).
 SCALEOUT_BW_EFFICIENCY = 47.0 / 50.0
+# Fixed cost of one call of DeepEP's low-latency dispatch or combine kernel beyond the all-to-all's own
+# alpha-beta time (issuing one message per routed token copy, then waiting for every rank's completion
+# flags before unpacking). DeepEP's published H800 low-latency table runs ~40 us above its bytes at
+# the link rates of this model, from EP8 to EP64, dispatch and combine alike; the constant is set on
+# its EP8 dispatch row (77 us) and the other rows are predicted (tokenpath validate).
+LOW_LATENCY_ALL_TO_ALL_S = 30.7e-6
 # Above this many flows a round's latency is bounded by the topology's diameter instead of routing each.
 _ROUTED_LATENCY_FLOWS = 1024
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-ALGORITHMS = ("auto", "ring", "tree", "halving_doubling", "nvls", "nvls_tree", "bucket", "hierarchical", "direct")
+ALGORITHMS = ("auto", "ring", "tree", "halving_doubling", "nvls", "nvls_tree", "bucket", "hierarchical", "direct",
+              "low_latency")
 
 
 @dataclass(frozen=True)
@@ -139,8 +146,10 @@ class Collectives:
     def available(self, op: str, ranks: int) -> list[str]:
         """Algorithms that can run `op` over `ranks` ranks on this topology."""
         _check_op(op)
-        if op == "send_recv" or op == "all_to_all":
+        if op == "send_recv":
             return ["direct"]
+        if op == "all_to_all":
+            return ["direct", "low_latency"]
         names = ["ring"]
         if op == "all_reduce":
             names.append("tree")
@@ -165,6 +174,8 @@ class Collectives:
 
     def runs_as(self, op: str, groups: Sequence[Sequence[int]], algorithm: str) -> str:
         """The algorithm that actually runs when `algorithm` is asked for (auto stays auto)."""
+        if op == "all_to_all" and algorithm == "low_latency":
+            return algorithm
         if op in ("all_to_all", "send_recv"):
             return "direct"  # point-to-point whatever the reduction algorithm
         if algorithm in ("nvls", "nvls_tree", "tree") and op != "all_reduce":
@@ -239,7 +250,10 @@ class Collectives:
         if algorithm == "nvls_tree":
             return self._nvls_tree(hosts)
         if op == "all_to_all":
-            return self._all_to_all(hosts)
+            direct = self._all_to_all(hosts)
+            if algorithm == "low_latency":
+                return AffineCost(direct.alpha_s + LOW_LATENCY_ALL_TO_ALL_S, direct.beta_s_per_byte)
+            return direct
         rounds = self._rounds(op, algorithm, groups)
         alpha_s, beta = BASE_LATENCY_S, 0.0
         for r in rounds:

@@ -41,7 +41,7 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "launch_s": compute.launch_s(shape["tokens"], shape["sampled"]),
         "compute_s": trace.step_compute_ns[i] / 1e9,
         "traffic_s": trace.step_traffic_ns[i] / 1e9,
-        "traffic_parts_s": deployment.costs.traffic_parts_s(shape["tokens"]),
+        "traffic_parts_s": deployment.costs.traffic_parts_s(shape["tokens"], shape["sampled"] == shape["tokens"]),
         "tp_all_reduce_algorithm": deployment.collectives.choose(
             "all_reduce", compute.allreduce_bytes(shape["tokens"]), deployment.placement.tp_groups()),
         "hidden_state_bytes": compute.allreduce_bytes(shape["tokens"]),
