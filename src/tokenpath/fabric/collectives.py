@@ -9,8 +9,9 @@ so a ring whose neighbours share an uplink, an oversubscribed tier, or several g
 Every round's bytes scale with the message size, so for one set of groups each algorithm costs
 `alpha_s + size_bytes * beta_s_per_byte` exactly; `Collectives.cost` computes the pair once, and
 `auto` takes the cheapest algorithm at each size, as NCCL's tuner does, among what NCCL runs (ring,
-tree, NVLS, and across nodes NVLSTree and the hierarchical path) or, on a torus, the bucket algorithm TPU runtimes
-use. Recursive halving-doubling (MPI, Gloo) runs only when asked for.
+tree, NVLS, and across nodes NVLSTree and the hierarchical path) or, on a torus, the bucket algorithm
+TPU runtimes use. Recursive halving-doubling (MPI, Gloo) runs only when asked for; an all-to-all runs
+directly, or with the fixed cost of DeepEP-style low-latency kernels when asked for.
 
 Constants are named with their source and shared by every topology.
 """
@@ -45,9 +46,9 @@ NVLS_BW_EFFICIENCY = (480.0 / (2 * 7 / 8)) / 450.0
 SCALEOUT_BW_EFFICIENCY = 47.0 / 50.0
 # Fixed cost of one call of DeepEP's low-latency dispatch or combine kernel beyond the all-to-all's own
 # alpha-beta time (issuing one message per routed token copy, then waiting for every rank's completion
-# flags before unpacking). DeepEP's published H800 low-latency table runs ~40 us above its bytes at
-# the link rates of this model, from EP8 to EP64, dispatch and combine alike; the constant is set on
-# its EP8 dispatch row (77 us) and the other rows are predicted (tokenpath validate).
+# flags before unpacking). DeepEP's published H800 low-latency times sit 35-45 us above their bytes at
+# this model's link rates from EP8 to EP64, dispatch and combine alike. Set on its EP8 dispatch row
+# (77 us, of which the plain all-to-all is 46.3 us); the other rows are predicted (tokenpath validate).
 LOW_LATENCY_ALL_TO_ALL_S = 30.7e-6
 # Above this many flows a round's latency is bounded by the topology's diameter instead of routing each.
 _ROUTED_LATENCY_FLOWS = 1024
@@ -182,7 +183,8 @@ class Collectives:
             return "ring"  # in-switch reduction and NCCL's trees serve all-reduce only
         if algorithm in ("hierarchical", "nvls_tree") and isinstance(self.topology, Hierarchy) \
                 and self.topology.within_nodes(np.array(groups, np.int64)):
-            return "ring" if algorithm == "hierarchical" else "nvls"  # a group inside one node has no inter-node stage
+            # A group inside one node has no inter-node stage.
+            return "ring" if algorithm == "hierarchical" else "nvls"
         return algorithm
 
     def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> float:
