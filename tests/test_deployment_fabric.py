@@ -106,6 +106,40 @@ def test_expert_parallel_replaces_moe_all_reduces_with_all_to_alls():
     assert dep.costs.traffic_s(256, True) == pytest.approx(sum(decode.values()), rel=1e-12)
 
 
+def test_expert_parallel_spreads_whole_experts_over_every_chip():
+    """8 chips as 4 replicas of TP2: each chip holds 2 of Mixtral's 8 experts whole instead of half of
+    all 8, so its expert weights, and the expert bytes a step reads, are a quarter; FLOPs are unchanged."""
+    base = {"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8, "deployment.tp": 2}
+    tp = build_deployment(scenario(**base)).compute
+    ep = build_deployment(scenario(**base, **{"deployment.expert_parallel": True})).compute
+    assert ep.expert_replicas == 4 and tp.expert_replicas == 1
+
+    def experts(compute, tokens):
+        return next(op for op in compute.step_ops(tokens, tokens, tokens * 500, tokens * 500) if op.name == "moe_experts")
+
+    expert_weights = next(op.resident_bytes for op in tp.ops if op.name == "moe_experts")
+    assert tp.weight_bytes_per_chip - ep.weight_bytes_per_chip == pytest.approx(expert_weights * 3 / 4, rel=1e-12)
+    assert ep.kv_capacity_tokens(0.9, 8192) > tp.kv_capacity_tokens(0.9, 8192)
+    per_expert = next(op.bytes_per_expert for op in tp.ops if op.name == "moe_experts")
+    activations = next(op.bytes_per_token for op in tp.ops if op.name == "moe_experts")
+    for tokens in (1, 4, 64):
+        a, b = experts(tp, tokens), experts(ep, tokens)
+        assert b.flops == a.flops
+        # Experts touched on this chip: by the tokens of all 4 replicas, top-2 of 8 each.
+        touched_by_all = 8 * (1 - (6 / 8) ** (4 * tokens))
+        assert b.bytes == pytest.approx(activations * tokens + per_expert / 4 * touched_by_all, rel=1e-12)
+        assert a.bytes == pytest.approx(activations * tokens + per_expert * 8 * (1 - (6 / 8) ** tokens), rel=1e-12)
+
+
+def test_wide_expert_parallel_fits_a_model_tensor_parallel_alone_does_not():
+    base = {"model.name": "deepseek-v3", "model.precision": "fp8", "deployment.chip": "h100",
+            "deployment.chips": 32, "deployment.tp": 8, "deployment.fabric": "h100-4x8-rail"}
+    with pytest.raises(UserError, match=r"79.3 GiB of weights per chip at fp8, tp=8, pp=1\) does not fit"):
+        build_deployment(scenario(**base))
+    dep = build_deployment(scenario(**base, **{"deployment.expert_parallel": True}))
+    assert dep.compute.weight_bytes_per_chip / 2**30 == pytest.approx(22.18, abs=0.01)
+
+
 def test_without_expert_parallel_decode_only_steps_cost_the_same_traffic():
     dep = build_deployment(scenario(**{"deployment.chips": 8, "deployment.tp": 8}))
     assert dep.costs.traffic_s(64, True) == dep.costs.traffic_s(64, False) > 0

@@ -11,7 +11,7 @@ between chips.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tokenpath.compute import efficiency
 from tokenpath.compute.chip import ChipSpec
@@ -47,10 +47,17 @@ class ComputeModel:
     CUDA graphs (the engine's `cuda_graphs` and `cuda_graph_max_tokens`): "all" captures every step of
     up to `cuda_graph_max_tokens` tokens (None: any size), "decode" only those where every sequence
     decodes one token (num_tokens == num_logits), "none" no step.
+
+    Expert parallelism over `expert_replicas` replicas of `tp` chips each: every chip holds whole
+    routed experts, 1/(tp * expert_replicas) of them, which serve the tokens of all those replicas.
+    With the replicas stepping with similar batches and tokens routed uniformly, a chip's expert FLOPs
+    are those of tensor parallelism, while its expert weights, and the expert bytes a step reads (of
+    experts touched by every replica's tokens), divide by `expert_replicas`.
     """
 
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
-                 pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None):
+                 pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
+                 expert_replicas: int = 1):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -62,6 +69,11 @@ class ComputeModel:
         self.weight_precision = check_precision(weight_precision, "weight_precision")
         self.kv_precision = check_precision(kv_precision, "kv_precision")
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision)
+        self.expert_replicas = expert_replicas
+        if expert_replicas > 1:
+            self.ops = [replace(op, bytes_per_expert=op.bytes_per_expert / expert_replicas,
+                                resident_bytes=op.resident_bytes / expert_replicas) if op.bytes_per_expert else op
+                        for op in self.ops]
         self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
         self.kv_bytes_per_token_per_chip: float = (
             kv_bytes_per_token_per_layer(model, tp, kv_precision) * model.num_layers / pp
@@ -127,6 +139,8 @@ class ComputeModel:
         if free < self.kv_bytes_per_token_per_chip:
             where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"
             what = f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, tp={self.tp}, pp={self.pp}"
+            if self.expert_replicas > 1:
+                what += f", experts over {self.tp * self.expert_replicas} chips"
             if weights >= budget:
                 raise UserError(f"model {self.model.name} ({what}) does not fit in {where}; "
                                 f"raise --tp or use a lower precision")
@@ -145,11 +159,11 @@ class ComputeModel:
     # -- time ----------------------------------------------------------------------------------------
 
     def experts_touched(self, num_tokens: float) -> float:
-        """Expected distinct routed experts per layer hit by `num_tokens` tokens routed uniformly at
-        random to top-k of E: E * (1 - (1 - k/E)^T)."""
+        """Expected distinct routed experts per layer hit by `num_tokens` tokens of each expert replica,
+        routed uniformly at random to top-k of E: E * (1 - (1 - k/E)^(T * expert_replicas))."""
         if not self.model.is_moe:
             return 0.0
-        return self._num_experts * (1.0 - self._expert_miss ** num_tokens)
+        return self._num_experts * (1.0 - self._expert_miss ** (num_tokens * self.expert_replicas))
 
     def step_ops(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> list[OpCost]:
         """Every op's FLOPs, bytes and roofline time in this step (the rows of an --explain table)."""
@@ -187,7 +201,9 @@ class ComputeModel:
         total += logits_s
         if not self._every_step_captured:
             total += self.launch_s(t, n)
-        touched = self._num_experts * (1.0 - self._expert_miss ** t) if self._num_experts else 0.0
+        touched = 0.0
+        if self._num_experts:
+            touched = self._num_experts * (1.0 - self._expert_miss ** (t * self.expert_replicas))
         for ft, fl, fp, b0, bt, bl, bk, be, gemm in self._other_ops:
             compute_s = ft * t + fl * n + fp * attn_pairs
             memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched
