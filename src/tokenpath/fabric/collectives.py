@@ -98,6 +98,22 @@ def _ring(op: str, n: int) -> list[Round]:
     return [Round(ranks, (ranks + 1) % n, 1.0 / n, steps)]
 
 
+def _rail_rings(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
+    """NCCL's rings across nodes: one channel per local rank, each carrying 1/m of the message over all
+    n ranks. Each channel crosses between nodes rail to rail (it leaves a node from the local rank it
+    enters the next one at) and visits the other ranks of a node over its scale-up links, and the
+    channels leave from different local ranks: each NIC carries one channel's crossing each way."""
+    grid = _node_grid(hier, group, "ring")
+    q, m = grid.shape
+    n = q * m
+    # Channel c enters node k at local (c - k) mod m and leaves from the local before that.
+    channels = [np.concatenate([np.roll(grid[k], -((c - k) % m)) for k in range(q)]) for c in range(m)]
+    src = np.concatenate(channels)
+    dst = np.concatenate([np.roll(order, -1) for order in channels])
+    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+    return [Round(src, dst, 1.0 / (n * m), steps)]
+
+
 def _tree(n: int) -> list[Round]:
     """NCCL's double binary tree all-reduce: two complementary trees each reduce then broadcast half the
     message, pipelined, so every tree edge carries its half up and down once; latency ~2 * depth steps."""
@@ -270,6 +286,8 @@ class Collectives:
     def _rounds(self, op: str, algorithm: str, groups: tuple[tuple[int, ...], ...]) -> list[Round]:
         n = len(groups[0])
         if algorithm == "ring":
+            if isinstance(self.topology, Hierarchy) and _even_over_nodes(self.topology, np.array(groups[0])):
+                return _rail_rings(op, self.topology, np.array(groups[0]))
             return _ring(op, n)
         if algorithm == "tree":
             return _tree(n)
