@@ -212,8 +212,6 @@ def test_a_tp_group_inside_one_node_costs_what_it_costs_on_the_node_switch(algor
 
 
 def test_nvls_inside_a_node_hand_computed():
-    from tokenpath.fabric.collectives import NVLS_BW_EFFICIENCY, NVLS_LATENCY_S
-
     c = Collectives(switched())
     same(c.cost("all_reduce", [list(range(16, 24))], "nvls"), NVLS_LATENCY_S, 1 / (NV_BW * NVLS_BW_EFFICIENCY))
     assert c.choose("all_reduce", 1024, [list(range(16, 24))]) == "nvls"
@@ -278,6 +276,49 @@ def test_rings_over_unequal_nodes_are_one_ring():
     c = Collectives(switched(), bw_efficiency=1.0)
     # 8 ranks on node 0 and 4 on node 1: no channel per NIC; one ring 0..11, two crossings of 1/12.
     same(c.cost("all_gather", [list(range(12))], "ring"), BASE_LATENCY_S + 11 * 2 * NIC_LAT, 11 / 12 / NIC_BW)
+
+
+# -- NVLSTree: in-switch reduction inside nodes, a tree across them ----------------------------------
+
+NVLS_BETA = 1 / (NV_BW * NVLS_BW_EFFICIENCY)   # each chip's buffer up to the switch and back, once
+
+
+def test_nvls_tree_over_two_nodes_is_bound_by_the_in_switch_stage():
+    c = Collectives(leaf_spine(nodes=2))
+    # Across 2 nodes the two mirrored trees are one exchange per rail: each NIC carries slice 1/8 of the
+    # message each way (two halves), 1/8 / 47 GB/s < the NVLS stage's 1 / 274 GB/s, which sets the rate.
+    # Latency: NVLS's, then 2 network steps (up and down a tree of depth 1) at NCCL's 20.9 us.
+    assert (1 / 8) / (NIC_BW * SO) < NVLS_BETA
+    same(c.cost("all_reduce", [list(range(16))], "nvls_tree"),
+         NVLS_LATENCY_S + 2 * NVLS_TREE_NET_STEP_LATENCY_S, NVLS_BETA)
+    assert NVLS_LATENCY_S + 2 * NVLS_TREE_NET_STEP_LATENCY_S == pytest.approx(47.8e-6, rel=REL, abs=0)
+
+
+def test_nvls_tree_over_four_nodes_is_bound_by_the_busiest_nic():
+    c = Collectives(leaf_spine(nodes=4))
+    # Trees over nodes 0..3: parent of 1, 2 is 0 and of 3 is 1; the mirror tree has 3 at the root. Node 0
+    # sends down to 1 and 2 in the first tree and up to 2 in the second: 3 halves of its slice 1/8 = 3/16
+    # on its NIC, more than the NVLS stage; 4 network steps (depth 2, up and down).
+    assert (3 / 16) / (NIC_BW * SO) > NVLS_BETA
+    same(c.cost("all_reduce", [list(range(32))], "nvls_tree"),
+         NVLS_LATENCY_S + 4 * NVLS_TREE_NET_STEP_LATENCY_S, (3 / 16) / (NIC_BW * SO))
+    # Auto: hierarchical for small messages (lower latency), NVLSTree for large ones, as NCCL picks.
+    assert c.choose("all_reduce", 1e4, [list(range(32))]) == "hierarchical"
+    assert c.choose("all_reduce", 1e9, [list(range(32))]) == "nvls_tree"
+
+
+def test_nvls_tree_runs_only_where_nccl_runs_it():
+    c = Collectives(switched())
+    assert "nvls_tree" in c.available("all_reduce", 16)
+    assert "nvls_tree" not in c.available("all_gather", 16)
+    assert "nvls_tree" not in Collectives(switched(nvls=False)).available("all_reduce", 16)
+    # One rank per node leaves nothing for the switch to reduce: auto does not consider it.
+    assert "nvls_tree" not in c._auto_candidates("all_reduce", [[0, 8, 16, 24]])
+    with pytest.raises(UserError, match="fabric.algorithm: 'nvls_tree' needs the same number of ranks on every node"):
+        c.cost("all_reduce", [list(range(12))], "nvls_tree")
+    # Inside one node it is plain NVLS; for other collectives, a ring.
+    assert c.cost("all_reduce", [list(range(8))], "nvls_tree") == c.cost("all_reduce", [list(range(8))], "nvls")
+    assert c.runs_as("all_gather", [list(range(16))], "nvls_tree") == "ring"
 
 
 def test_hierarchical_over_a_switch_network_moves_the_hand_computed_bytes():
