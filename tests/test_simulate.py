@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_helpers import assert_user_error, run_cli
 from tokenpath.compute.efficiency import EMBEDDING_PRECISION, STEP_OVERHEAD_S
 from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.pipeline import simulate
@@ -283,6 +284,16 @@ def test_deepep_low_latency_rows_within_the_latency_goal():
     assert all(abs(r["error"]) < 0.10 for r in rows.values())
     assert result["groups"]["deepep_low_latency"]["rows"] == 3
     assert result["groups"]["deepep_low_latency"]["median_abs_error"] <= 0.15
+
+
+def test_validate_runs_the_groups_asked_for_and_names_the_known_ones(monkeypatch, capsys):
+    code, out, err = run_cli(["validate", "--group", "deepep_low_latency", "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    assert {r["group"] for r in document["rows"]} == {"deepep_low_latency"} and len(document["rows"]) == 4
+    assert list(document["groups"]) == ["deepep_low_latency"]
+    assert_user_error(*run_cli(["validate", "--group", "nccl"], monkeypatch, capsys),
+                      "--group: unknown 'nccl'; use one of trtllm_offline,", "deepep_low_latency")
 
 
 def test_the_2x8_h20_nvls_tree_latency_row_is_nvls_plus_two_network_steps():
