@@ -193,6 +193,26 @@ def test_explain_breaks_a_steady_step_into_ops_that_add_up_to_its_compute_time()
     assert {op["bound"] for op in step["ops"]} <= {"compute", "memory"}
 
 
+def test_explain_names_the_low_latency_all_to_alls_of_a_decode_step(capsys):
+    from rich.console import Console
+
+    from tokenpath.fabric.collectives import LOW_LATENCY_ALL_TO_ALL_S
+    from tokenpath.report.explain import explain, explain_table
+
+    sim = simulate(small(**{"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8,
+                            "deployment.tp": 2, "deployment.expert_parallel": True, "workload.num_requests": 100,
+                            "workload.input": {"kind": "fixed", "value": 50},
+                            "workload.output": {"kind": "fixed", "value": 400}}))
+    step = explain(sim)
+    assert step["decode_only"] and step["shape"]["tokens"] == step["shape"]["sampled"]
+    costs = sim.deployment.costs
+    plain = costs.traffic_parts_s(step["shape"]["tokens"])["ep_all_to_all"]
+    assert step["traffic_parts_s"]["ep_all_to_all"] == pytest.approx(plain + 64 * LOW_LATENCY_ALL_TO_ALL_S, rel=1e-9)
+    assert abs(sum(step["traffic_parts_s"].values()) - step["traffic_s"]) <= 1e-9
+    Console(width=200).print(explain_table(step, "h200"))
+    assert "expert all-to-alls (low-latency kernels," in capsys.readouterr().out
+
+
 def test_an_eager_engine_pays_its_kernel_launches_on_every_step():
     from tokenpath.report.explain import explain
 

@@ -41,6 +41,7 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "launch_s": compute.launch_s(shape["tokens"], shape["sampled"]),
         "compute_s": trace.step_compute_ns[i] / 1e9,
         "traffic_s": trace.step_traffic_ns[i] / 1e9,
+        "decode_only": shape["sampled"] == shape["tokens"],
         "traffic_parts_s": deployment.costs.traffic_parts_s(shape["tokens"], shape["sampled"] == shape["tokens"]),
         "tp_all_reduce_algorithm": deployment.collectives.choose(
             "all_reduce", compute.allreduce_bytes(shape["tokens"]), deployment.placement.tp_groups()),
@@ -70,7 +71,8 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
                       f"{step['launch_s'] / total:.1%}")
     for part, seconds in step["traffic_parts_s"].items():
         if seconds:
-            how = f"{step['tp_all_reduce_algorithm']}, " if part == "tp_all_reduce" else ""
+            how = {"tp_all_reduce": f"{step['tp_all_reduce_algorithm']}, ",
+                   "ep_all_to_all": "low-latency kernels, " if step["decode_only"] else ""}.get(part, "")
             table.add_row(f"{TRAFFIC_LABELS[part]} ({how}{format_bytes(step['hidden_state_bytes'])} hidden state)", "", "",
                           format_duration(seconds), "traffic", f"{seconds / total:.1%}")
     table.add_row("host (copy ids, detokenize)", "", "", format_duration(step["host_blocking_s"]), "delivery",
