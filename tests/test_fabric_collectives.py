@@ -16,7 +16,7 @@ from tokenpath.errors import UserError
 from tokenpath.fabric.collectives import (
     BASE_LATENCY_S,
     LOW_LATENCY_ALL_TO_ALL_S,
-    NVLS_BW_EFFICIENCY,
+    NVLS_LINK_EFFICIENCY,
     NVLS_LATENCY_S,
     SCALEOUT_BW_EFFICIENCY,
     SCALEUP_BW_EFFICIENCY,
@@ -55,7 +55,7 @@ def test_constants_are_the_cited_measurements():
     assert BASE_LATENCY_S == 6.6e-6
     assert NVLS_LATENCY_S == 6.0e-6
     assert SU * 450e9 == pytest.approx(370e9, rel=REL, abs=0)
-    assert NVLS_BW_EFFICIENCY * 450e9 * (2 * 7 / 8) == pytest.approx(480e9, rel=REL, abs=0)
+    assert NVLS_LINK_EFFICIENCY * 450e9 / (1 + 1 / 8) * (2 * 7 / 8) == pytest.approx(480e9, rel=REL, abs=0)
     assert SO * 50e9 == pytest.approx(47e9, rel=REL, abs=0)
 
 
@@ -235,10 +235,11 @@ def test_nvls_needs_an_nvls_switch():
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_nvls_cost_and_bus_bandwidth(n):
     c = switch(8)
-    # Each rank pushes its buffer up once and pulls the result once: 1 per byte on both host links.
-    same(c.cost("all_reduce", whole(n), "nvls"), NVLS_LATENCY_S, 1 / (BW * NVLS_BW_EFFICIENCY))
+    # Each rank's buffer goes up and its slice of the sum comes back, then the slices are stored to all:
+    # (1 + 1/n) per byte on both host links.
+    same(c.cost("all_reduce", whole(n), "nvls"), NVLS_LATENCY_S, (1 + 1 / n) / (BW * NVLS_LINK_EFFICIENCY))
     if n == 8:
-        # algbw -> 450 x 274.29/450 = 274.29 GB/s; busbw = algbw x 2 x 7/8 = 480 GB/s.
+        # algbw -> 450 x 0.686 / 1.125 = 274.29 GB/s; busbw = algbw x 2 x 7/8 = 480 GB/s.
         busbw = c.bus_bandwidth_Bps("all_reduce", 1e12, whole(8), "nvls")
         assert busbw == pytest.approx(480e9, rel=1e-5, abs=0)
         assert busbw < 480e9

@@ -15,7 +15,7 @@ import pytest
 from tokenpath.errors import UserError
 from tokenpath.fabric.collectives import (
     BASE_LATENCY_S,
-    NVLS_BW_EFFICIENCY,
+    NVLS_LINK_EFFICIENCY,
     NVLS_LATENCY_S,
     NVLS_TREE_NET_STEP_LATENCY_S,
     SCALEOUT_BW_EFFICIENCY,
@@ -213,7 +213,7 @@ def test_a_tp_group_inside_one_node_costs_what_it_costs_on_the_node_switch(algor
 
 def test_nvls_inside_a_node_hand_computed():
     c = Collectives(switched())
-    same(c.cost("all_reduce", [list(range(16, 24))], "nvls"), NVLS_LATENCY_S, 1 / (NV_BW * NVLS_BW_EFFICIENCY))
+    same(c.cost("all_reduce", [list(range(16, 24))], "nvls"), NVLS_LATENCY_S, (1 + 1 / 8) / (NV_BW * NVLS_LINK_EFFICIENCY))
     assert c.choose("all_reduce", 1024, [list(range(16, 24))]) == "nvls"
     # NVLS needs every rank on one NVSwitch: not offered to a group spanning nodes.
     assert "nvls" not in c.available("all_reduce", 16)
@@ -280,7 +280,7 @@ def test_rings_over_unequal_nodes_are_one_ring():
 
 # -- NVLSTree: in-switch reduction inside nodes, a tree across them ----------------------------------
 
-NVLS_BETA = 1 / (NV_BW * NVLS_BW_EFFICIENCY)   # each chip's buffer up to the switch and back, once
+NVLS_BETA = (1 + 1 / 8) / (NV_BW * NVLS_LINK_EFFICIENCY)   # 8 ranks per node: 9/8 per byte each way
 
 
 def test_nvls_tree_over_two_nodes_is_bound_by_the_in_switch_stage():

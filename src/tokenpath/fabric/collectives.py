@@ -38,10 +38,14 @@ NVLS_LATENCY_S = 6.0e-6
 # NET / NVLSTree / Simple (NVLS runs the Simple protocol only), 20.9 us; 2 * log2(nodes) steps.
 NVLS_TREE_NET_STEP_LATENCY_S = 20.9e-6
 # Achieved fraction of the per-direction NVLink bandwidth at large sizes, from nccl-tests on 8x H100 SXM
-# (450 GB/s per direction): ring all-reduce busbw 370 GB/s (nccl-tests issues 212, 309); NVLS all-reduce
-# busbw 480 GB/s, i.e. algbw 480 / (2*7/8) = 274 GB/s (nccl-tests issue 212).
+# (450 GB/s per direction): ring all-reduce busbw 370 GB/s (nccl-tests issues 212, 309).
 SCALEUP_BW_EFFICIENCY = 370.0 / 450.0
-NVLS_BW_EFFICIENCY = (480.0 / (2 * 7 / 8)) / 450.0
+# The same for NVLS. An NVLS all-reduce of n ranks moves (1 + 1/n) x its size over each host link and
+# direction (NVIDIA/nccl issue 2140): a rank's buffer goes up to be reduced and its 1/n slice of the sum
+# comes back, then it stores that slice to all and receives every other slice. Set on 8x H100's busbw
+# of 480 GB/s (nccl-tests issue 212): algbw 480 / (2*7/8) = 274 GB/s, i.e. 309 GB/s of link traffic.
+# The factor gives the algbw measured with 5, 6 and 7 GPUs (258, 265, 270 GB/s; nccl issue 1455) within 1%.
+NVLS_LINK_EFFICIENCY = (480.0 / (2 * 7 / 8)) * (1 + 1 / 8) / 450.0
 # A 400 Gb/s (50 GB/s) InfiniBand NIC reaches 46-48 GB/s busbw (nccl-tests issue 290).
 SCALEOUT_BW_EFFICIENCY = 47.0 / 50.0
 # Fixed cost of one call of DeepEP's low-latency dispatch or combine kernel beyond the all-to-all's own
@@ -328,11 +332,11 @@ class Collectives:
         return AffineCost(BASE_LATENCY_S + latency_s, float((loads / self._capacity_Bps).max()))
 
     def _nvls(self, groups: tuple[tuple[int, ...], ...]) -> AffineCost:
-        """In-switch reduction: each rank sends its buffer up once and receives the result once."""
+        """In-switch reduction: (1 + 1/n) x the buffer over each rank's host link, each way."""
         hosts = np.array(groups, np.int64).ravel()
         up_down = np.concatenate([hosts, hosts + self.topology.hosts])  # host links (Topology.host_links)
-        bw = self.topology.links.bw_Bps[up_down] * NVLS_BW_EFFICIENCY
-        return AffineCost(NVLS_LATENCY_S, float((1.0 / bw).max()))
+        bw = self.topology.links.bw_Bps[up_down] * NVLS_LINK_EFFICIENCY
+        return AffineCost(NVLS_LATENCY_S, (1 + 1 / len(groups[0])) * float((1.0 / bw).max()))
 
     def _nvls_tree(self, hosts: np.ndarray) -> AffineCost:
         """NCCL's NVLSTree all-reduce across nodes: an in-switch reduction inside each node leaves local
