@@ -618,12 +618,20 @@ def summarize_tokenpath(case: Case, tp_runs: list[TokenpathRun], workers: int) -
         "setup_s_median": median([r.setup_s for r in tp_runs]),
         "sim_s_median": t_sim,
         "sim_s_all": [r.sim_s for r in tp_runs],
-        "requests_per_wall_s_after_setup": case.num_requests / t_sim,
-        "requests_per_wall_s_total": case.num_requests / t_wall,
-        "steps": t0.steps,
-        "simulated_end_s": t0.simulated_end_s,
-        "completed": t0.completed,
-        "mean_e2e_s": t0.mean_e2e_s,
+        **_outcome(case, t_sim, t_wall, t0.steps, t0.simulated_end_s, t0.completed, t0.mean_e2e_s),
+    }
+
+
+def _outcome(case: Case, sim_s: float, wall_s: float, steps: int | None, simulated_end_s: float | None,
+             completed: int | None, mean_e2e_s: float | None) -> dict:
+    """What both tools report alike: requests per wall-second, and the first run's simulated outcome."""
+    return {
+        "requests_per_wall_s_after_setup": case.num_requests / sim_s,
+        "requests_per_wall_s_total": case.num_requests / wall_s,
+        "steps": steps,
+        "simulated_end_s": simulated_end_s,
+        "completed": completed,
+        "mean_e2e_s": mean_e2e_s,
     }
 
 
@@ -653,12 +661,7 @@ def summarize(
             "wall_s_all": [r.wall_s for r in vidur_runs],
             "setup_s_all": [r.setup_s for r in vidur_runs],
             "sim_s_all": [r.sim_s for r in vidur_runs],
-            "requests_per_wall_s_after_setup": case.num_requests / v_sim,
-            "requests_per_wall_s_total": case.num_requests / v_wall,
-            "steps": v0.batches,
-            "simulated_end_s": v0.simulated_end_s,
-            "completed": v0.completed,
-            "mean_e2e_s": v0.mean_e2e_s,
+            **_outcome(case, v_sim, v_wall, v0.batches, v0.simulated_end_s, v0.completed, v0.mean_e2e_s),
         },
         # One entry per process count, the first one process (as Vidur); ratios are Vidur's time / tokenpath's.
         "tokenpath": list(tokenpath.values()),
