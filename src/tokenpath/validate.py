@@ -21,6 +21,7 @@ from rich.table import Table
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
 from tokenpath.compute.precision import PRECISION_BYTES
+from tokenpath.errors import UserError
 from tokenpath.fabric.build import build_topology
 from tokenpath.fabric.collectives import Collectives
 from tokenpath.fabric.spec import FabricSpec, SwitchFabric
@@ -130,6 +131,9 @@ def run_validation(groups_wanted: set[str] | None = None) -> dict[str, Any]:
     """Every row's prediction and signed error, and per group the median and worst |error| over the
     rows that did not set a constant."""
     groups, rows = published_rows()
+    unknown = sorted(set(groups_wanted or ()) - set(groups))
+    if unknown:
+        raise UserError(f"--group: unknown {unknown[0]!r}; use one of {', '.join(groups)}")
     results = []
     for row in rows:
         if groups_wanted and row["group"] not in groups_wanted:
