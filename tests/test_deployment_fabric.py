@@ -191,6 +191,22 @@ def test_disaggregated_requests_split_exactly_into_queue_compute_traffic_deliver
     assert sim.traces[1].token_offsets[-1] == int(run.output_tokens.sum()) - len(run.e2e_ns)
 
 
+def test_disaggregated_requests_of_one_token_finish_on_the_prefill_replica_and_move_no_kv():
+    # Output lengths from 1 to 3: every third request is done after its prefill, so it neither moves its
+    # KV cache nor holds the links of the transfers that do.
+    sim = simulate(pd_scenario(**{"workload.num_requests": 300,
+                                  "workload.output": {"kind": "uniform", "mean": 2, "range_ratio": 0.5}}))
+    run = sim.run
+    one = run.output_tokens == 1
+    assert 50 < one.sum() < 250
+    assert (run.queue_ns >= 0).all()
+    assert np.array_equal(run.queue_ns + run.compute_ns + run.traffic_ns + run.delivery_ns, run.e2e_ns)
+    # A one-token request's traffic is its prefill steps' all-reduces only: no transfer added.
+    prefill = sim.traces[0]
+    assert np.array_equal(run.traffic_ns[one], prefill.traffic_ns[one])
+    assert (run.traffic_ns[~one] > prefill.traffic_ns[~one]).all()
+
+
 def test_kv_cache_crosses_the_fabric_between_the_pools():
     # 2 x TP8 on the 4-node rail cluster: the prefill replica on node 0, the decode replica on node 1,
     # so each rank's KV share crosses its NIC: 1000 tokens x 80 layers x 1 KV head x 128 x 2 (K, V)

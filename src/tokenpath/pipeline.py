@@ -349,9 +349,14 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
         progress(int((outputs == 1).sum()))
 
     # KV transfer, then decode of the remaining tokens.
+    # Only requests with tokens left to make move their KV cache; one whose only token came from the
+    # prefill replica is finished there.
     prefill_of = np.arange(n) % prefills
     decode_of = prefills + np.arange(n) % decodes
-    decode_arrival = _kv_transfers(first_end, inputs, prefill_of, decode_of, costs, deployment.replicas)
+    moving = np.flatnonzero(outputs > 1)
+    decode_arrival = first_end.copy()
+    decode_arrival[moving] = _kv_transfers(first_end[moving], inputs[moving], prefill_of[moving], decode_of[moving],
+                                           costs, deployment.replicas)
     transfer = decode_arrival - first_end
     last_end = first_end.copy()
     rest_leave = np.zeros(int(outputs.sum()) - n, np.int64)
