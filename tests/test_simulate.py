@@ -338,3 +338,20 @@ def test_large_run_mode_matches_the_full_run_except_itl_within_a_tenth_of_a_perc
     assert itl_bounded["mean"] == pytest.approx(itl_full["mean"], rel=1e-12)
     for key in ("p50", "p90", "p99", "p999"):
         assert itl_bounded[key] == pytest.approx(itl_full[key], rel=1.5e-3)
+
+
+def test_ttft_ends_at_the_client_so_tpot_matches_the_gaps_between_tokens():
+    # One request at a time, a client a second away: TTFT holds the upload and the trip back (half a
+    # round trip each), so TPOT is the steady gap between tokens, as a client measures it.
+    scenario = load_scenario("typical", {
+        "model.name": "llama-3.1-8b", "deployment.chip": "h100", "deployment.chips": 1, "deployment.tp": 1,
+        "workload.num_requests": 5, "workload.max_concurrency": 1, "delivery.network_rtt": "1000 ms",
+    })
+    run = simulate(scenario).run
+    ttft_s, engine_s = run.ttft_ns / 1e9, run.ttft_engine_ns / 1e9
+    assert ttft_s - engine_s == pytest.approx(np.full(5, 0.5), abs=2e-3)   # the trip back to the client
+    assert (engine_s > 0.5).all() and (engine_s < 0.55).all()               # the upload, then the prefill
+    tpot = (run.e2e_ns - run.ttft_ns) / (run.output_tokens - 1)
+    gaps = np.diff(run.token_client_ns[run.token_offsets[0]:run.token_offsets[1]])
+    assert tpot[0] == pytest.approx(gaps.mean(), rel=1e-6)
+    assert tpot[0] < 10e6  # a few ms per token, not a share of the round trip

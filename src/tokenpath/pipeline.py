@@ -158,7 +158,7 @@ def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, la
     """
     n = len(requests)
     offsets = trace.token_offsets
-    ttft, ttfv, last_client = (np.empty(n, np.int64) for _ in range(3))
+    first_leave, ttft, ttfv, last_client = (np.empty(n, np.int64) for _ in range(4))
     tokens = np.empty(offsets[-1], np.int64) if keep_tokens else None
     lo = 0
     while lo < n:
@@ -167,7 +167,8 @@ def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, la
         leave_ns = trace.leave_ns(lo, hi)
         client_ns = last_mile.client_times_ns(leave_ns, local)
         first = local[:-1]
-        ttft[lo:hi] = leave_ns[first]
+        first_leave[lo:hi] = leave_ns[first]
+        ttft[lo:hi] = client_ns[first]
         ttfv[lo:hi] = client_ns[first + visible[lo:hi]]
         last_client[lo:hi] = client_ns[local[1:] - 1]
         if tokens is not None:
@@ -186,6 +187,7 @@ def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, la
         "input_tokens": requests.input_tokens,
         "output_tokens": requests.output_tokens,
         "ttft_ns": ttft - trace.sent_ns,
+        "ttft_engine_ns": first_leave - trace.sent_ns,
         "ttfv_ns": ttfv - trace.sent_ns,
         "e2e_ns": e2e,
         "queue_ns": queue,

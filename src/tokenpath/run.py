@@ -19,7 +19,7 @@ class Run:
     sent_ns: np.ndarray          # when it was sent (later than scheduled under a concurrency cap)
     input_tokens: np.ndarray
     output_tokens: np.ndarray
-    ttft_ns: np.ndarray          # sent -> first token leaves the engine
+    ttft_ns: np.ndarray          # sent -> the first event carrying a token reaches the client
     ttfv_ns: np.ndarray          # sent -> first visible character at the client
     e2e_ns: np.ndarray           # sent -> last byte at the client
     token_client_ns: np.ndarray | None  # per output token, arrival at the client (flat); None for
@@ -31,6 +31,7 @@ class Run:
     delivery_ns: np.ndarray | None = None
     failed: np.ndarray | None = None       # measured runs: requests that did not complete
     itl_histogram: Any = None              # summary.LogHistogram of ITL when token times are not kept
+    ttft_engine_ns: np.ndarray | None = None  # simulated runs: sent -> first token leaves the engine
 
     def __len__(self) -> int:
         return len(self.sent_ns)
