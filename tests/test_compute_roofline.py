@@ -15,12 +15,12 @@ from tokenpath.compute.efficiency import (
     EAGER_KERNEL_LAUNCH_S,
     GEMM_OVERLAP_NORM,
     HBM_BW_EFFICIENCY,
-    KERNELS_PER_LAYER,
+    KERNEL_FIXED_S,
     RESERVED_LOGIT_ROWS,
     RUNTIME_RESERVE_BYTES,
     SERVING_GEMM_FRACTION,
-    STEP_OVERHEAD_S,
 )
+from tokenpath.compute import efficiency
 from tokenpath.compute.roofline import op_time_s
 from tokenpath.errors import UserError
 
@@ -72,18 +72,37 @@ def test_allreduce_shape():
 
 # -- time --------------------------------------------------------------------------------------------
 
-def test_batch1_decode_is_weight_streaming():
+def test_batch1_decode_is_weight_streaming(monkeypatch):
+    monkeypatch.setattr(efficiency, "KERNEL_FIXED_S", 0.0)  # the roofline alone
     cm = compute_model()
     model = cm.model
     embedding_table = model.vocab_size / 8 * model.hidden_size * 2  # resident, only one row is read
     step = decode_step(cm, batch=1, context=1)
-    assert step - STEP_OVERHEAD_S == pytest.approx(cm.weight_bytes_per_chip / H200_BW_EFF, rel=0.05)
-    assert step - STEP_OVERHEAD_S == pytest.approx((cm.weight_bytes_per_chip - embedding_table) / H200_BW_EFF,
-                                                   rel=0.01)
+    assert step == pytest.approx(cm.weight_bytes_per_chip / H200_BW_EFF, rel=0.05)
+    assert step == pytest.approx((cm.weight_bytes_per_chip - embedding_table) / H200_BW_EFF, rel=0.01)
     assert all(op.bound == "memory" for op in cm.step_ops(1, 1, 1000, 1000))  # a 1000-token context
 
 
-def test_decode_time_is_linear_in_kv_read_tokens():
+def test_every_kernel_adds_its_fixed_cost_to_its_work(monkeypatch):
+    # 70B fp8 at TP8, batch 1: each layer launches two norms and a residual add (plus the final norm),
+    # RoPE, the KV-cache write, split-KV attention and its combine, and each GEMM after quantizing its
+    # input; the MLP's activation runs between its GEMMs.
+    ops = {op.name: op for op in compute_model().step_ops(1, 1, 1000, 1000)}
+    monkeypatch.setattr(efficiency, "KERNEL_FIXED_S", 0.0)
+    work = {op.name: op for op in compute_model().step_ops(1, 1, 1000, 1000)}
+    kernels = {"norms": 3 * 80 + 1, "attention": 4 * 80, "qkv_proj": 2 * 80, "o_proj": 2 * 80,
+               "mlp_gate_up": 3 * 80, "mlp_down": 2 * 80, "embedding": 1, "lm_head": 1}
+    for name, count in kernels.items():
+        assert ops[name].time_s == pytest.approx(work[name].time_s + count * KERNEL_FIXED_S, rel=1e-12)
+    assert ops["norms"].bound == ops["qkv_proj"].bound == "fixed"  # more launch than work at TP8
+    assert ops["mlp_gate_up"].bound == "memory"
+    # Every step pays them all once: 16 kernels a layer and three more.
+    cm = compute_model()
+    assert cm.kernels_per_step == 80 * (16 + 2) + 3  # with the two all-reduces of each layer
+
+
+def test_decode_time_is_linear_in_kv_read_tokens(monkeypatch):
+
     cm = compute_model()
     times = [decode_step(cm, batch=8, context=c) for c in (1000, 2000, 3000, 4000)]
     slopes = [(b - a) / (8 * 1000) for a, b in zip(times, times[1:])]
@@ -91,7 +110,8 @@ def test_decode_time_is_linear_in_kv_read_tokens():
     assert slopes == pytest.approx([expected] * 3, rel=1e-6)
 
 
-def test_prefill_8192_is_compute_bound():
+def test_prefill_8192_is_compute_bound(monkeypatch):
+    monkeypatch.setattr(efficiency, "KERNEL_FIXED_S", 0.0)  # the work alone
     cm = compute_model()
     tokens = 8192
     pairs = tokens * (tokens + 1) / 2
@@ -124,7 +144,8 @@ def test_a_gemm_blends_compute_and_memory_time_and_other_ops_take_the_larger():
     assert op_time_s(1e-300, 1e-300, gemm=True) > 0  # no underflow for tiny times
 
 
-def test_large_batch_decode_gemms_cost_more_than_the_plain_roofline_near_the_ridge():
+def test_large_batch_decode_gemms_cost_more_than_the_plain_roofline_near_the_ridge(monkeypatch):
+    monkeypatch.setattr(efficiency, "KERNEL_FIXED_S", 0.0)  # the work alone
     cm = compute_model()  # 70B fp8 TP8 on H200: its GEMMs reach the ridge point at about 200 tokens per step
     bw = cm.chip.effective_hbm_bw_Bps
     for batch, low, high in [(1, 1.0, 1.001), (192, 1.3, 1.42), (8192, 1.0, 1.02)]:
@@ -153,19 +174,23 @@ def test_attention_rate_grows_with_sequence_length_as_flashattention3_measured(t
     assert achieved_tflops == pytest.approx(measured_tflops, rel=0.025)
 
 
-def test_step_time_equals_sum_of_ops_plus_overhead():
+def test_step_time_equals_sum_of_ops_plus_the_hosts_time():
     for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3"):
-        cm = compute_model(name)
+        cm = ComputeModel(load_model(name), load_chip("h200"), 8, "fp8", "bf16", host_step_s=1e-3,
+                          host_per_sequence_s=20e-6)
         for args in [(1, 1, 5000, 5000), (300, 20, 2e6, 3e5), (8192, 1, 8192 * 8193 / 2, 8192), (0, 0, 0, 0)]:
             ops_s = math.fsum(op.time_s for op in cm.step_ops(*args))
-            assert cm.step_time_s(*args) == pytest.approx(ops_s + STEP_OVERHEAD_S, rel=1e-12)
+            assert cm.step_time_s(*args) == pytest.approx(ops_s + 1e-3 + args[1] * 20e-6, rel=1e-12)
 
 
 @pytest.mark.parametrize("tp, all_reduce_kernels", [(1, 0), (8, 2)])
 def test_eager_steps_pay_every_layers_kernel_launches(tp, all_reduce_kernels):
     cm = ComputeModel(load_model("llama-3.1-70b"), load_chip("h200"), tp, "fp8", "bf16", cuda_graphs="none")
     graphed = compute_model(tp=tp)
-    expected = 80 * (KERNELS_PER_LAYER + all_reduce_kernels) * EAGER_KERNEL_LAUNCH_S
+    # Per layer: 2 norms and a residual add, RoPE, the KV-cache write, attention and its combine, 4
+    # GEMMs with their fp8 input quantization, the activation; then the embedding, the final norm and
+    # the LM head.
+    expected = (80 * (16 + all_reduce_kernels) + 3) * EAGER_KERNEL_LAUNCH_S
     for args in [(1, 1, 5000, 5000), (300, 20, 2e6, 3e5)]:
         assert cm.launch_s(*args[:2]) == pytest.approx(expected, rel=1e-12)
         assert graphed.launch_s(*args[:2]) == 0.0
@@ -176,7 +201,7 @@ def test_cuda_graph_policy_decides_which_steps_launch_eagerly():
     model, chip = load_model("llama-3.1-8b"), load_chip("h100")
     decode_only = ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="decode")
     capped = ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="all", cuda_graph_max_tokens=512)
-    eager_s = 32 * KERNELS_PER_LAYER * EAGER_KERNEL_LAUNCH_S
+    eager_s = (32 * 16 + 3) * EAGER_KERNEL_LAUNCH_S
     # decode: graphed only when every sequence decodes one token (tokens == sampled logits)
     assert decode_only.launch_s(256, 256) == 0.0
     assert decode_only.launch_s(300, 45) == pytest.approx(eager_s)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tokenpath.errors import UserError
 from tokenpath.fabric.build import NVLINK_HOP_LATENCY_S
 from tokenpath.fabric.collectives import BASE_LATENCY_S as RING_BASE_LATENCY_S
-from tokenpath.fabric.collectives import NVLS_LATENCY_S, Collectives
+from tokenpath.fabric.collectives import NVLS_LATENCY_S, NVLS_TUNER_LATENCY_S, Collectives
 from tokenpath.fabric.single_hop import Switch
 
 H100_LINK_BPS = 450e9  # NVLink4 per direction (the nccl-tests references ran on 8x H100/H200 SXM)
@@ -130,14 +130,16 @@ def test_custom_hop_latency_enters_the_ring_latency():
     assert d.collective_time_s("all_reduce", 4, 4) == pytest.approx(RING_BASE_LATENCY_S + 6 * 2e-6, rel=1e-4)
 
 
-# auto picks the faster algorithm.
+# auto picks what NCCL's tuner picks: the fastest, with NVLS rated at the tuner's latency.
 
 @settings(max_examples=150, deadline=None)
 @given(size=st.floats(1.0, 1e11), ranks=st.integers(2, 8), op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter"]))
-def test_auto_is_the_fastest_algorithm_at_every_size(size, ranks, op):
+def test_auto_is_the_fastest_algorithm_at_every_size_as_nccls_tuner_rates_them(size, ranks, op):
     auto = domain("auto").collective_time_s(op, size, ranks)
     names = ["ring", "tree", "nvls"] if op == "all_reduce" else ["ring"]  # what NCCL runs
-    assert auto == min(domain(name).collective_time_s(op, size, ranks) for name in names)
+    times = {name: domain(name).collective_time_s(op, size, ranks) for name in names}
+    penalty = NVLS_TUNER_LATENCY_S - NVLS_LATENCY_S
+    assert auto == times[min(names, key=lambda name: times[name] + penalty * (name == "nvls"))]
 
 
 def test_auto_switches_to_ring_where_ring_is_faster():
@@ -146,8 +148,8 @@ def test_auto_switches_to_ring_where_ring_is_faster():
     nvls = domain("nvls").collective_time_s("all_reduce", LARGE_BYTES, 2)
     assert ring < nvls
     assert domain("auto").collective_time_s("all_reduce", LARGE_BYTES, 2) == ring
-    # Eight ranks, a small buffer: NVLS's 6 us beats the ring's 15 us.
-    assert domain("auto").collective_time_s("all_reduce", 1024, 8) == domain("nvls").collective_time_s("all_reduce", 1024, 8)
+    # Eight ranks, a small buffer: the ring's 15 us, which NCCL's tuner prefers to NVLS's table 25 us.
+    assert domain("auto").collective_time_s("all_reduce", 1024, 8) == domain("ring").collective_time_s("all_reduce", 1024, 8)
 
 
 def test_without_in_switch_reduction_auto_never_uses_nvls():

@@ -18,6 +18,7 @@ from tokenpath.fabric.collectives import (
     LOW_LATENCY_ALL_TO_ALL_S,
     NVLS_LINK_EFFICIENCY,
     NVLS_LATENCY_S,
+    NVLS_TUNER_LATENCY_S,
     SCALEOUT_BW_EFFICIENCY,
     SCALEUP_BW_EFFICIENCY,
     AffineCost,
@@ -205,15 +206,21 @@ def test_double_binary_tree_on_a_switch_of_8():
     # Degrees (tree 1 + tree 2): 0: 2+1, 1: 3+1, 2: 3+1, 3: 2+1, and mirrored; x 0.5 per edge.
     np.testing.assert_allclose(up, 0.5 * np.array([3, 4, 4, 3, 3, 4, 4, 3]), rtol=REL)
     # Busiest up link: 3 edges interior in one tree + 1 edge leaf in the other = 2 per byte.
-    # Latency: 2 x ceil(log2 8) = 6 steps of one hop (2 links).
+    # Latency: inside one switch NCCL chains the ranks, 2 x (8 - 1) = 14 steps of one hop (2 links).
     c = Collectives(sw)
-    same(c.cost("all_reduce", whole(8), "tree"), BASE_LATENCY_S + 6 * 2 * LAT, 2 / (BW * SU))
+    same(c.cost("all_reduce", whole(8), "tree"), BASE_LATENCY_S + 14 * 2 * LAT, 2 / (BW * SU))
 
 
-@pytest.mark.parametrize("n, steps", [(2, 2), (3, 4), (5, 6), (16, 8)])
-def test_tree_latency_steps_are_twice_the_depth(n, steps):
+@pytest.mark.parametrize("n, steps", [(2, 2), (3, 4), (5, 8), (16, 30)])
+def test_tree_latency_inside_one_switch_is_a_chain_of_its_ranks(n, steps):
     c = switch(n)
     assert c.cost("all_reduce", whole(n), "tree").alpha_s == pytest.approx(BASE_LATENCY_S + steps * 2 * LAT, rel=REL, abs=0)
+
+
+def test_tree_latency_across_a_network_is_twice_the_depth():
+    # 8 hosts on one 8-port leaf of a leaf-spine: every route is 2 links, the tree 2 x 3 steps deep.
+    c = Collectives(FatTree(16, 50e9, LAT, levels=2))
+    assert c.cost("all_reduce", whole(8), "tree").alpha_s == pytest.approx(BASE_LATENCY_S + 6 * 2 * LAT, rel=REL, abs=0)
 
 
 def test_tree_serves_all_reduce_only():
@@ -383,21 +390,25 @@ def _case(name: str) -> tuple[Collectives, list[list[int]], dict[str, list[str]]
 @settings(max_examples=120, deadline=None)
 @given(case=st.sampled_from(sorted(_CASES)), op=st.sampled_from(["all_reduce", "all_gather"]),
        size=st.one_of(st.floats(1.0, 1e11), st.integers(1, 2**40).map(float)))
-def test_auto_is_the_minimum_over_the_available_algorithms(case, op, size):
+def test_auto_is_the_minimum_over_the_available_algorithms_by_nccls_tuner_latencies(case, op, size):
     c, groups, names = _case(case)
     times = {a: c.time_s(op, size, groups, a) for a in names[op]}
-    best = min(times.values())
-    assert c.time_s(op, size, groups) == best
-    assert times[c.choose(op, size, groups)] == best
-    assert c.choose(op, size, groups) in names[op]
+    # NCCL's tuner sees NVLS at its table latency, not the one NVLS achieves.
+    tuner = {a: t + (NVLS_TUNER_LATENCY_S - NVLS_LATENCY_S) * (a in ("nvls", "nvls_tree")) for a, t in times.items()}
+    chosen = c.choose(op, size, groups)
+    assert chosen in names[op] and tuner[chosen] == min(tuner.values())
+    assert c.time_s(op, size, groups) == times[chosen]
 
 
-def test_auto_cost_is_the_cheapest_at_one_mebibyte():
+def test_auto_cost_is_the_choice_at_one_mebibyte():
     c = switch(8)
-    costs = {a: c.cost("all_reduce", whole(8), a) for a in ("ring", "tree", "nvls")}
-    assert c.cost("all_reduce", whole(8)) == min(costs.values(), key=lambda k: k.time_s(2**20))
-    # Where the choice flips: NVLS wins small (6 us alpha), ring beats NVLS on 2 ranks at large sizes.
-    assert c.choose("all_reduce", 1024, whole(8)) == "nvls"
+    assert c.cost("all_reduce", whole(8)) == c.cost("all_reduce", whole(8), c.choose("all_reduce", 2**20, whole(8)))
+    # Where the choice flips: small messages keep the ring (6.6 us + 14 steps of 0.6 us, NCCL's LL
+    # ring), as nccl-tests measures 15.6 us at 512 B on 8 H100s; NVLS wins from about 10 MB;
+    # the ring beats NVLS on 2 ranks at large sizes.
+    assert c.choose("all_reduce", 1024, whole(8)) == "ring"
+    assert c.time_s("all_reduce", 1024, whole(8)) == pytest.approx(15.0e-6, rel=0.02)
+    assert c.choose("all_reduce", 64e6, whole(8)) == "nvls"
     assert c.choose("all_reduce", 8e9, whole(2)) == "ring"
 
 

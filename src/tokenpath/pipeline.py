@@ -15,6 +15,7 @@ from tokenpath.compute.model import ModelSpec, load_model
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.delivery.lastmile import LastMile, first_visible_index
 from tokenpath.engine.costs import GroupStepCosts
+from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.errors import UserError
 from tokenpath.engine.placement import Placement, place
@@ -89,9 +90,11 @@ def build_deployment(scenario: Scenario) -> Deployment:
         raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
                         "unset workload.max_concurrency")
     engine = scenario.engine
+    host = host_step_cost("vllm-v1")
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(), pp=dep.pp,
                            cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=engine.cuda_graph_max_tokens,
-                           expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1)
+                           expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
+                           host_step_s=host.step_s, host_per_sequence_s=host.per_sequence_s)
     kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens) // dep.pp
     topology = build_topology(dep.fabric, chip.scaleup_bw_Bps, dep.chips)
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)

@@ -36,25 +36,24 @@ HBM_BW_EFFICIENCY = 0.85
 sustains. About 0.85 is widely reported for H100/H200 streaming kernels; an assumption applied to
 every chip until calibrated."""
 
-STEP_OVERHEAD_S = 0.5e-3
-"""Fixed cost of one engine step beyond its kernels' roofline: scheduling, input preparation,
-sampling bookkeeping and launching the step's CUDA graph, plus the gaps between kernels. Order of
-magnitude for a modern engine (vLLM V1, SGLang) with CUDA graphs; calibrate per engine."""
+KERNEL_FIXED_S = 2.45e-6
+"""Fixed time of one kernel of a step, on top of its work: its start from the captured graph, the
+ramp-up of its thread blocks and the drain at its end. The shortest GEMM in AIConfigurator's measured
+H100 table (aiconfigurator-core 0.12.0, systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet:
+bf16, m=8, n=32, k=32, almost no work) takes 2.45 us. The same tables agree with a fixed cost per
+kernel on top of the roofline: an fp8 GEMM (its input's quantization, then the GEMM) of 8192 x 1024
+at one token takes 7.6 us where its 8.4 MB of weights stream in 2.9 us; vLLM's decode attention
+(RoPE, KV-cache write, split-KV attention and its combine) takes 11.2 us over one cached token.
+A decode step of a large model at small batch is mostly such fixed costs: compute/ops.py counts each
+op's kernels."""
 
-KERNELS_PER_LAYER = 14
-"""Kernels one transformer layer launches when it runs eagerly, tensor-parallel all-reduces not
-included: input norm, QKV GEMM, RoPE and KV-cache write, attention, O GEMM, residual add and norm,
-gate/up GEMM, activation, down GEMM, residual add, and at FP8 a quantization of each GEMM's input.
-The count varies with the runtime's fusions; EAGER_KERNEL_LAUNCH_S is calibrated with it, so what
-the model fixes is their product per layer."""
-
-EAGER_KERNEL_LAUNCH_S = 7.3e-6
-"""Time a step that does not replay a captured CUDA graph loses per kernel it launches: the host's
-launch call and the GPU's idle gap before the kernel starts. A graph replays all its kernels with one
-launch, so captured steps pay only STEP_OVERHEAD_S. Calibrated once, on the Llama-2-7B 128-token row
-of the TensorRT-LLM batch-1 TTFT group in `tokenpath validate` (a context phase, which that runtime
-runs eagerly); the other rows of the group are predicted with it. It is of the order reported for
-eager launches (several microseconds per kernel) and is applied to every chip and runtime."""
+EAGER_KERNEL_LAUNCH_S = 3.9e-6
+"""Time a step that does not replay a captured CUDA graph loses per kernel it launches, on top of the
+kernel's KERNEL_FIXED_S: the host's launch call, which the GPU waits for when kernels are short. A
+graph replays all its kernels with one launch. Calibrated once, on the Llama-2-7B 128-token row of
+the TensorRT-LLM batch-1 TTFT group in `tokenpath validate` (a context phase, which that runtime runs
+eagerly); the other rows of the group are predicted with it. With the fixed cost, an eager kernel
+costs 6.4 us, the order reported for eager launches; applied to every chip and runtime."""
 
 ACTIVATION_BYTES = 2.0
 """Bytes per activation element: activations, the residual stream and all-reduced hidden states are

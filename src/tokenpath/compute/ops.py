@@ -44,6 +44,7 @@ class LinearOp:
     bytes_per_kv_read: float = 0.0
     bytes_per_expert: float = 0.0  # x expected distinct routed experts touched per layer
     resident_bytes: float = 0.0  # weights it keeps in HBM
+    kernels: float = 0.0  # kernels it launches per step, over all its layers (each costs efficiency.KERNEL_FIXED_S)
     gemm: bool = False  # a matrix multiply by weights: its time blends compute and memory (roofline.op_time_s)
 
     def flops(self, num_tokens: float, num_logits: float, attn_pairs: float) -> float:
@@ -88,17 +89,22 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     layers = model.num_layers
     vocab_per_chip = model.vocab_size / tp
 
+    # Below 16-bit weights each GEMM's input is quantized by a kernel of its own first.
+    quantize = 1 if weight_bytes < 2 else 0
+
     def gemm(name: str, n_layers: int, params: float, in_width: float, out_width: float, *,
-             extra_width: float = 0.0, param_bytes: float = weight_bytes, rate: float = gemm_rate) -> LinearOp:
+             extra_width: float = 0.0, param_bytes: float = weight_bytes, rate: float = gemm_rate,
+             extra_kernels: int = 0) -> LinearOp:
         """A linear layer applied to every token: 2 FLOPs per weight per token; its weights are read
         once per step, and each token's input, output (and `extra_width` fused elementwise traffic)
-        once."""
+        once. Per layer it launches the GEMM, its input's quantization and `extra_kernels` more."""
         return LinearOp(
             name, rate,
             flops_per_token=2.0 * params * n_layers,
             bytes_fixed=params * param_bytes * n_layers,
             bytes_per_token=(in_width + out_width + extra_width) * act * n_layers,
             resident_bytes=params * param_bytes * n_layers,
+            kernels=(1 + (quantize if param_bytes == weight_bytes else 0) + extra_kernels) * n_layers,
             gemm=True,
         )
 
@@ -106,10 +112,12 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         "embedding", bf16_rate,
         bytes_per_token=h * embed_bytes / tp + h * act,  # this rank's share of the rows, full output
         resident_bytes=vocab_per_chip * h * embed_bytes,
+        kernels=1,
     )]
 
     # Fused residual-add + RMSNorm: reads input and residual, writes both. Two per layer and a final
-    # one; MLA adds plain norms on its q and kv latents.
+    # one; MLA adds plain norms on its q and kv latents. Kernels: the two norms and the residual add
+    # closing each layer, the final norm, and MLA's latent norms.
     norms = 2 * layers + 1
     latent_width = (model.q_lora_rank + model.kv_lora_rank) * layers if model.is_mla else 0
     ops.append(LinearOp(
@@ -117,6 +125,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         bytes_fixed=(norms * h + latent_width) * act,
         bytes_per_token=(4 * norms * h + 2 * latent_width) * act,
         resident_bytes=(norms * h + latent_width) * act,
+        kernels=3 * layers + 1 + ((1 + bool(model.q_lora_rank)) * layers if model.is_mla else 0),
     ))
 
     heads = model.num_heads / tp
@@ -143,20 +152,23 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         qk_width, pv_width, new_kv_width, o_in = d, d, 2 * kv_heads * d, heads * d
     # Attention: QK^T and PV, 2 FLOPs per multiply-add, per head and (query, key) pair; reads the
     # cached KV of every position attended, reads each new token's q and K/V, writes its output and
-    # its KV-cache entry.
+    # its KV-cache entry. Kernels: RoPE, the KV-cache write, attention over the KV split in parts
+    # (FlashAttention's split-KV decode, as vLLM and SGLang run it), and the combine of the parts.
     ops.append(LinearOp(
         "attention", chip.effective_flops(ATTENTION_PRECISION),
         flops_per_pair=2.0 * heads * (qk_width + pv_width) * layers,
         overhead_pairs_per_token=ATTENTION_QUERY_OVERHEAD_PAIRS,
         bytes_per_token=(kv_layer + (heads * (qk_width + pv_width) + new_kv_width) * act) * layers,
         bytes_per_kv_read=kv_layer * layers,
+        kernels=4 * layers,
     ))
     ops.append(gemm("o_proj", layers, o_in * h, o_in, h))
 
     if model.dense_layers:
         inter = model.intermediate_size / tp
         # SiLU(gate) * up is fused after gate_up: reads 2 x inter, writes inter.
-        ops.append(gemm("mlp_gate_up", model.dense_layers, 2 * h * inter, h, 2 * inter, extra_width=3 * inter))
+        ops.append(gemm("mlp_gate_up", model.dense_layers, 2 * h * inter, h, 2 * inter, extra_width=3 * inter,
+                        extra_kernels=1))  # the activation
         ops.append(gemm("mlp_down", model.dense_layers, inter * h, inter, h))
 
     if model.is_moe:
@@ -164,7 +176,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         inter = model.moe_intermediate_size / tp
         expert_params = 3 * h * inter
         ops.append(gemm("moe_router", moe_layers, h * model.num_experts, h, model.num_experts,
-                        param_bytes=embed_bytes, rate=bf16_rate))
+                        param_bytes=embed_bytes, rate=bf16_rate, extra_kernels=1))  # top-k selection
         # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
         # out h.
         ops.append(LinearOp(
@@ -173,11 +185,15 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
             bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * act * moe_layers,
             bytes_per_expert=expert_params * weight_bytes * moe_layers,
             resident_bytes=model.num_experts * expert_params * weight_bytes * moe_layers,
+            # Align and permute the copies, grouped gate_up, activation, grouped down, combine; and
+            # the two inputs' quantization.
+            kernels=(5 + 2 * quantize) * moe_layers,
             gemm=True,
         ))
         if model.num_shared_experts:
             shared = model.num_shared_experts
-            ops.append(gemm("shared_experts", moe_layers, shared * expert_params, h, h, extra_width=6 * shared * inter))
+            ops.append(gemm("shared_experts", moe_layers, shared * expert_params, h, h, extra_width=6 * shared * inter,
+                            extra_kernels=2 + quantize))  # activation, down GEMM and its quantization
 
     ops.append(LinearOp(
         "lm_head", bf16_rate,
@@ -185,6 +201,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         bytes_fixed=vocab_per_chip * h * embed_bytes,
         bytes_per_logit=h * act + vocab_per_chip * LOGIT_BYTES,
         resident_bytes=0.0 if model.tie_word_embeddings else vocab_per_chip * h * embed_bytes,
+        kernels=1,
         gemm=True,
     ))
     return ops

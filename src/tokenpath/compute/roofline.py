@@ -1,9 +1,11 @@
 """Roofline time of one engine step on one chip of a tensor-parallel group.
 
 Each op takes the larger of FLOPs / sustained FLOP/s and bytes / sustained HBM bandwidth, or for a
-GEMM a blend of the two that is slower near the ridge point (`op_time_s`); a step is the sum of its
-ops plus efficiency.STEP_OVERHEAD_S, plus its kernel launches when it does not replay a captured
-CUDA graph (efficiency.EAGER_KERNEL_LAUNCH_S per kernel). Communication (the tensor-parallel
+GEMM a blend of the two that is slower near the ridge point (`op_time_s`), plus the fixed cost of
+each kernel it launches (efficiency.KERNEL_FIXED_S); a step is the sum of its ops plus the host's time
+for the step (`host_step_s`, and `host_per_sequence_s` per sequence sampled: the engine's, passed in),
+plus its kernel launches when it does not replay a captured CUDA graph
+(efficiency.EAGER_KERNEL_LAUNCH_S per kernel). Communication (the tensor-parallel
 all-reduces) is not included: `allreduce_bytes` sizes the hidden state the engine's costs move
 between chips.
 """
@@ -57,7 +59,7 @@ class ComputeModel:
 
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
-                 expert_replicas: int = 1):
+                 expert_replicas: int = 1, host_step_s: float = 0.0, host_per_sequence_s: float = 0.0):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -78,16 +80,17 @@ class ComputeModel:
         self.kv_bytes_per_token_per_chip: float = (
             kv_bytes_per_token_per_layer(model, tp, kv_precision) * model.num_layers / pp
         )
-        self.step_overhead_s: float = efficiency.STEP_OVERHEAD_S
+        self.host_step_s = host_step_s
+        self.host_per_sequence_s = host_per_sequence_s
         if cuda_graphs not in ("all", "decode", "none"):
             raise UserError(f"cuda_graphs must be all, decode or none, got {cuda_graphs!r}")
         self._graph_max_tokens = -1 if cuda_graphs == "none" else (
             cuda_graph_max_tokens if cuda_graph_max_tokens is not None else math.inf)
         self._graphs_decode_only = cuda_graphs == "decode"
         self._every_step_captured = self._graph_max_tokens == math.inf and not self._graphs_decode_only
-        # Every layer's kernels, and its two all-reduces when tensor-parallel, on each step's path.
-        kernels_per_layer = efficiency.KERNELS_PER_LAYER + (2 if tp > 1 else 0)
-        self.eager_launch_s: float = model.num_layers * kernels_per_layer * efficiency.EAGER_KERNEL_LAUNCH_S
+        # Every op's kernels, and each layer's two all-reduces when tensor-parallel, on each step's path.
+        self.kernels_per_step: float = sum(op.kernels for op in self.ops) + (2 * model.num_layers if tp > 1 else 0)
+        self.eager_launch_s: float = self.kernels_per_step * efficiency.EAGER_KERNEL_LAUNCH_S
         self._compile()
 
     @property
@@ -174,8 +177,10 @@ class ComputeModel:
             flops = op.flops(num_tokens, num_logits, attn_pairs)
             nbytes = op.bytes(num_tokens, num_logits, kv_read_tokens, touched)
             compute_s, memory_s = op.compute_s(num_tokens, num_logits, attn_pairs), nbytes / bw
-            bound = "compute" if compute_s > memory_s else "memory"
-            costs.append(OpCost(op.name, flops, nbytes, op_time_s(compute_s, memory_s, op.gemm), bound))
+            work_s = op_time_s(compute_s, memory_s, op.gemm)
+            fixed_s = op.kernels * efficiency.KERNEL_FIXED_S
+            bound = "fixed" if fixed_s > work_s else "compute" if compute_s > memory_s else "memory"
+            costs.append(OpCost(op.name, flops, nbytes, work_s + fixed_s, bound))
         return costs
 
     def launch_s(self, num_tokens: int, num_logits: int) -> float:
@@ -183,8 +188,12 @@ class ComputeModel:
         captured = num_tokens <= self._graph_max_tokens and not (self._graphs_decode_only and num_tokens != num_logits)
         return 0.0 if captured else self.eager_launch_s
 
+    def host_s(self, num_logits: int) -> float:
+        """The host's time for a step that samples `num_logits` sequences."""
+        return self.host_step_s + self.host_per_sequence_s * num_logits
+
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
-        """Sum of step_ops times, the per-step overhead and launch_s.
+        """Sum of step_ops times, host_s and launch_s.
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
@@ -194,10 +203,10 @@ class ComputeModel:
         t, n = num_tokens, num_logits
         total = self._tokens_s.get(t)
         if total is None:
-            total = self._tokens_s[t] = self.step_overhead_s + self._sum_s(self._token_ops, t, 0)
+            total = self._tokens_s[t] = self._kernels_fixed_s + self._sum_s(self._token_ops, t, 0)
         logits_s = self._logits_s.get(n)
         if logits_s is None:
-            logits_s = self._logits_s[n] = self._sum_s(self._logit_ops, 0, n)
+            logits_s = self._logits_s[n] = self.host_s(n) + self._sum_s(self._logit_ops, 0, n)
         total += logits_s
         if not self._every_step_captured:
             total += self.launch_s(t, n)
@@ -237,6 +246,8 @@ class ComputeModel:
             else:
                 other_ops.append((*coeffs, op.gemm))
         self._other_ops = tuple(other_ops)
+        # Every kernel's fixed cost, the same in every step: added once, with the ops of num_tokens.
+        self._kernels_fixed_s = math.fsum(op.kernels for op in self.ops) * efficiency.KERNEL_FIXED_S
         self._tokens_s: dict[int, float] = {}
         self._logits_s: dict[int, float] = {}
         m = self.model

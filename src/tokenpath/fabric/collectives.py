@@ -34,6 +34,12 @@ BASE_LATENCY_S = 6.6e-6
 # NVLS (in-switch reduction) small-message all-reduce latency: ~6 us with CUDA graphs on H100
 # (NVIDIA/nccl issue 1259).
 NVLS_LATENCY_S = 6.0e-6
+# The latency NCCL's tuner assumes for NVLS when it chooses an algorithm (tuning.cc hwLatencies NVLINK /
+# NVLS / Simple, 25 us; NVLS has no base latency): far above NVLS_LATENCY_S, so for small messages it
+# keeps the ring with the LL protocol (6.6 + 0.6 us per step), as nccl-tests shows on 8 H100s: 15.6 us
+# at 512 B (AIConfigurator's measured table, aiconfigurator-core 0.12.0,
+# systems/data/h100_sxm/comm/nccl/2.29.2). `auto` chooses with it, then costs the choice physically.
+NVLS_TUNER_LATENCY_S = 25.0e-6
 # NVLSTree's latency per network step of its inter-node tree: NCCL src/graph/tuning.cc, hwLatencies
 # NET / NVLSTree / Simple (NVLS runs the Simple protocol only), 20.9 us; 2 * log2(nodes) steps.
 NVLS_TREE_NET_STEP_LATENCY_S = 20.9e-6
@@ -118,10 +124,12 @@ def _rail_rings(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
     return [Round(src, dst, 1.0 / (n * m), steps)]
 
 
-def _tree(n: int) -> list[Round]:
+def _tree(n: int, chain: bool = False) -> list[Round]:
     """NCCL's double binary tree all-reduce: two complementary trees each reduce then broadcast half the
-    message, pipelined, so every tree edge carries its half up and down once; latency ~2 * depth steps."""
-    depth = max(1, math.ceil(math.log2(n)))
+    message, pipelined, so every tree edge carries its half up and down once; latency ~2 * depth steps.
+    With `chain` (ranks inside one scale-up domain) the latency is that of NCCL's tree there, which
+    chains a node's ranks: 2 * (n - 1) steps (tuning.cc: 2 * (nRanks/nNodes - 1) * intraLat)."""
+    depth = n - 1 if chain else max(1, math.ceil(math.log2(n)))
     child = np.arange(1, n)
     parent = (child - 1) // 2
     # The second tree mirrors the first (rank i -> n-1-i), so a rank inner in one is a leaf in the other.
@@ -188,7 +196,7 @@ class Collectives:
 
     def cost(self, op: str, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> AffineCost:
         """Cost of `op` run at once by every group of `groups` (host lists of equal size); `algorithm`
-        defaults to the one this instance was made with. For `auto` the result is the cheapest at
+        defaults to the one this instance was made with. For `auto` the result is the choice at
         1 MiB; use `time_s` for the per-size choice."""
         key = tuple(tuple(int(h) for h in g) for g in groups)
         return self._cost(op, key, self.runs_as(op, groups, algorithm or self.algorithm))
@@ -209,16 +217,20 @@ class Collectives:
 
     def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> float:
         """Time of one collective of `size_bytes` per rank (nccl-tests' size) run by each group."""
-        algorithm = algorithm or self.algorithm
-        if algorithm == "auto" and op not in ("all_to_all", "send_recv"):
-            return min(self.cost(op, groups, a).time_s(size_bytes) for a in self._auto_candidates(op, groups))
+        algorithm = self.choose(op, size_bytes, groups, algorithm or self.algorithm)
         return self.cost(op, groups, algorithm).time_s(size_bytes)
 
     def choose(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str = "auto") -> str:
-        """The algorithm that runs at this size: the fastest for `auto`, else what `algorithm` runs as."""
+        """The algorithm that runs at this size: for `auto` the one NCCL's tuner would pick (the fastest
+        by its own latencies, see NVLS_TUNER_LATENCY_S), else what `algorithm` runs as."""
         if algorithm != "auto" or op in ("all_to_all", "send_recv"):
             return self.runs_as(op, groups, algorithm)
-        return min(self._auto_candidates(op, groups), key=lambda a: self.cost(op, groups, a).time_s(size_bytes))
+
+        def tuner_time_s(name: str) -> float:
+            cost = self.cost(op, groups, name)
+            tuner_penalty_s = NVLS_TUNER_LATENCY_S - NVLS_LATENCY_S if name in ("nvls", "nvls_tree") else 0.0
+            return cost.time_s(size_bytes) + tuner_penalty_s
+        return min(self._auto_candidates(op, groups), key=tuner_time_s)
 
     def bus_bandwidth_Bps(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],
                           algorithm: str | None = None) -> float:
@@ -259,8 +271,7 @@ class Collectives:
         if isinstance(self.topology, Hierarchy) and self.topology.within_nodes(hosts):
             return self._inside_nodes(op, hosts, algorithm)
         if algorithm == "auto":
-            return min((self._cost(op, groups, a) for a in self._auto_candidates(op, groups)),
-                       key=lambda c: c.time_s(2**20))
+            return self._cost(op, groups, self.choose(op, 2**20, groups))
         if algorithm in ("hierarchical", "nvls_tree") and algorithm in self.available(op, n):
             _node_grid(self.topology, hosts[0], algorithm)  # says what is wrong with the layout, if anything
         if algorithm not in self._runnable(op, groups):
@@ -294,7 +305,7 @@ class Collectives:
                 return _rail_rings(op, self.topology, np.array(groups[0]))
             return _ring(op, n)
         if algorithm == "tree":
-            return _tree(n)
+            return _tree(n, chain=self.topology.kind in ("switch", "fullmesh"))
         if algorithm == "halving_doubling":
             return _halving_doubling(op, n)
         if algorithm == "direct":
