@@ -130,10 +130,12 @@ def predict(row: dict[str, Any], group: dict[str, Any]) -> float:
 def run_validation(groups_wanted: set[str] | None = None) -> dict[str, Any]:
     """Every row's prediction and signed error, and per group the median and worst |error| over the
     rows that did not set a constant."""
+    from tokenpath.validate_latency import GROUP as LATENCY_GROUP, run_latency_group
+
     groups, rows = published_rows()
-    unknown = sorted(set(groups_wanted or ()) - set(groups))
+    unknown = sorted(set(groups_wanted or ()) - {*groups, LATENCY_GROUP})
     if unknown:
-        raise UserError(f"--group: unknown {unknown[0]!r}; use one of {', '.join(groups)}")
+        raise UserError(f"--group: unknown {unknown[0]!r}; use one of {', '.join([*groups, LATENCY_GROUP])}")
     results = []
     for row in rows:
         if groups_wanted and row["group"] not in groups_wanted:
@@ -146,6 +148,10 @@ def run_validation(groups_wanted: set[str] | None = None) -> dict[str, Any]:
         if errors:
             summary[name] = {"title": group["title"], "source": group["source"], "rows": len(errors),
                              "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
+    if not groups_wanted or LATENCY_GROUP in groups_wanted:
+        latency = run_latency_group()
+        results += latency["rows"]
+        summary[LATENCY_GROUP] = latency["summary"]
     return {"rows": results, "groups": summary}
 
 
@@ -169,7 +175,12 @@ def _value(row: dict[str, Any], value: float) -> str:
 
 
 def print_validation(console: Console, result: dict[str, Any]) -> None:
+    from tokenpath.validate_latency import GROUP as LATENCY_GROUP, print_latency
+
     for name, group in result["groups"].items():
+        if name == LATENCY_GROUP:
+            print_latency(console, [r for r in result["rows"] if r["group"] == name], group)
+            continue
         table = Table(title=f"{group['title']}\n{group['source']}", title_justify="left")
         for column in ("what", "chip", "shape", "precision", "published", "predicted", "error"):
             table.add_column(column, justify="left" if column in ("what", "chip", "shape", "precision") else "right",

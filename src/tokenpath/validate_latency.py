@@ -1,0 +1,216 @@
+"""The latency validation group: published TTFT and TPOT / ITL under load, each row simulated the way
+it was measured (catalog/validation/latency.toml says how each source measured).
+
+A row becomes a scenario with the source's model, chip, tensor parallelism, precision, lengths,
+arrival process and engine settings, and an engine-side last mile (the sources' clients ran on the
+serving host). The prediction is the same statistic (mean or median) of the same metric over the same
+requests: TTFT includes queueing; "tpot" is (E2E - TTFT) / (tokens - 1) per request; "itl" is every gap
+between streamed tokens. The row's `engine` ("vllm", "sglang", "trtllm") is recorded; today every row
+runs the one engine model, with the row's `engine_settings`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenpath.pipeline import simulate
+from tokenpath.run import Run, itl_gaps_ns
+from tokenpath.scenario import Scenario, build_scenario
+from tokenpath.validate import ENGINE_SIDE_DELIVERY
+
+GROUP = "latency"
+TITLE = "Latency under load: TTFT and TPOT / ITL at a stated request rate or concurrency"
+
+# The most requests a row simulates: enough for stable medians, and the whole group stays within
+# seconds (a source's run of 2400 or 3200 requests is cut to its first 2000).
+MAX_SIMULATED_REQUESTS = 2000
+# One request at a time has no start-up transient, so a source's short run (10 requests) is simulated
+# longer only to average out the sampled lengths.
+CONCURRENCY_ONE_REQUESTS = 100
+# Steady-state rows whose source does not state its request count: this many requests per concurrent
+# slot, the first WARMUP_PER_SLOT per slot skipped (every slot has turned over twice by then).
+STEADY_REQUESTS_PER_SLOT = 10
+STEADY_MIN_REQUESTS = 100
+WARMUP_PER_SLOT = 2
+# ShareGPT lengths as a lognormal with the published mean and this coefficient of variation. No
+# published median or standard deviation of the filtered set was found; this is an assumption, to be
+# replaced by the built-in `sharegpt` distribution (one function, `sharegpt_lengths`, maps the rows).
+SHAREGPT_ASSUMED_CV = 1.0
+# Bench "random" datasets draw lengths uniformly from 1 up to the requested length: tokenpath's
+# uniform kind with this range ratio spans [1, 2 x mean] around the mean the run drew.
+UNIFORM_FULL_RANGE_RATIO = 0.998
+_STAT_KEY = {"mean": "mean", "median": "p50"}
+
+
+def load_latency(path: str | Path | None = None) -> dict[str, Any]:
+    """The latency data: `sharegpt` statistics, `sources` and `rows` (the catalog's file by default)."""
+    if path is None:
+        text = (resources.files("tokenpath.catalog") / "validation" / "latency.toml").read_text(encoding="utf-8")
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def sharegpt_lengths(row: dict[str, Any], sharegpt: dict[str, Any]) -> tuple[dict, dict]:
+    """(input, output) length tables for a ShareGPT row: lognormals with the run's published means,
+    clipped as the benchmark clients filter the set."""
+    cv = SHAREGPT_ASSUMED_CV
+    low = sharegpt["min_tokens"]
+    prompt = {"kind": "lognormal", "mean": row["input_mean"], "sd": cv * row["input_mean"],
+              "min": low, "max": sharegpt["clip_input_max"]}
+    completion = {"kind": "lognormal", "mean": row["output_mean"], "sd": cv * row["output_mean"],
+                  "min": low, "max": sharegpt["clip_total_max"] - low}
+    return prompt, completion
+
+
+def row_lengths(row: dict[str, Any], sharegpt: dict[str, Any]) -> tuple[dict, dict]:
+    kind = row["lengths"]
+    if kind == "fixed":
+        return {"kind": "fixed", "value": row["input_len"]}, {"kind": "fixed", "value": row["output_len"]}
+    if kind == "uniform":
+        return tuple({"kind": "uniform", "mean": row[f"{part}_mean"], "range_ratio": UNIFORM_FULL_RANGE_RATIO}
+                     for part in ("input", "output"))
+    if kind == "sharegpt":
+        return sharegpt_lengths(row, sharegpt)
+    raise ValueError(f"latency row from {row['source']}: unknown lengths {kind!r}")
+
+
+def simulated_requests(row: dict[str, Any]) -> tuple[int, int]:
+    """(requests to simulate, requests to skip as warm-up) for a row."""
+    concurrency = row.get("concurrency")
+    if row["window"] == "steady":
+        return max(STEADY_REQUESTS_PER_SLOT * concurrency, STEADY_MIN_REQUESTS), WARMUP_PER_SLOT * concurrency
+    count = min(row["num_requests"], MAX_SIMULATED_REQUESTS)
+    if concurrency == 1:
+        count = max(count, CONCURRENCY_ONE_REQUESTS)
+    return count, 0
+
+
+def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any]) -> Scenario:
+    prompt, completion = row_lengths(row, sharegpt)
+    count, _ = simulated_requests(row)
+    workload: dict[str, Any] = {"num_requests": count, "input": prompt, "output": completion}
+    if row["arrival"] == "poisson":
+        workload["arrival"] = {"rate": row["rate"]}
+    elif row["arrival"] == "concurrency":
+        workload["arrival"] = {"rate": "inf"}
+        workload["max_concurrency"] = row["concurrency"]
+    elif row["arrival"] == "all_at_once":
+        workload["arrival"] = {"rate": "inf"}
+    else:
+        raise ValueError(f"latency row from {row['source']}: unknown arrival {row['arrival']!r}")
+    table = {
+        "name": f"latency {row['source']} {row['engine']} {row['model']} {row['chip']} tp{row['tp']}",
+        "seed": 0,
+        "model": {"name": row["model"], "precision": row["precision"]},
+        "deployment": {"chip": row["chip"], "chips": row["tp"], "tp": row["tp"]},
+        "engine": dict(row.get("engine_settings", {})),
+        "workload": workload,
+        "delivery": ENGINE_SIDE_DELIVERY,
+    }
+    return build_scenario(table, "latency validation row")
+
+
+def measured(run: Run, skip: int) -> dict[str, np.ndarray]:
+    """Per-request TTFT and TPOT, and every ITL gap, in seconds, of the requests after the first `skip`
+    (requests are numbered in the order they were sent)."""
+    kept = run.completed.copy()
+    kept[:skip] = False
+    multi = kept & (run.output_tokens > 1)
+    tpot = (run.e2e_ns[multi] - run.ttft_ns[multi]) / (run.output_tokens[multi] - 1)
+    itl = itl_gaps_ns(run.token_client_ns, run.token_offsets, ~kept) if run.token_client_ns is not None \
+        else run.itl_ns()
+    return {"ttft": run.ttft_ns[kept] / 1e9, "tpot": tpot / 1e9, "itl": itl / 1e9}
+
+
+def _statistic(values: np.ndarray, stat: str) -> float:
+    return float(np.mean(values)) if _STAT_KEY[stat] == "mean" else float(np.median(values))
+
+
+def predict_row(row: dict[str, Any], sharegpt: dict[str, Any]) -> dict[str, float]:
+    """The row's TTFT and decode metric (seconds), predicted with the row's statistic."""
+    _, skip = simulated_requests(row)
+    values = measured(simulate(row_scenario(row, sharegpt)).run, skip)
+    return {"ttft_s": _statistic(values["ttft"], row["ttft_stat"]),
+            "decode_s": _statistic(values[row["decode_metric"]], row["decode_stat"])}
+
+
+def run_latency_group(data: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every row's predictions and signed errors, and the medians of |error| for TTFT and for the
+    decode metric over the rows that set no constant."""
+    data = load_latency() if data is None else data
+    rows = []
+    for row in data["rows"]:
+        predicted = predict_row(row, data["sharegpt"])
+        rows.append({**row, "group": GROUP,
+                     "predicted_ttft_ms": predicted["ttft_s"] * 1e3,
+                     "predicted_decode_ms": predicted["decode_s"] * 1e3,
+                     "ttft_error": predicted["ttft_s"] * 1e3 / row["ttft_ms"] - 1.0,
+                     "decode_error": predicted["decode_s"] * 1e3 / row["decode_ms"] - 1.0})
+    scored = [r for r in rows if not r.get("calibration")]
+    ttft = [abs(r["ttft_error"]) for r in scored]
+    decode = [abs(r["decode_error"]) for r in scored]
+    summary = {
+        "title": TITLE,
+        "source": ", ".join(sorted({r["source"] for r in rows})),
+        "rows": len(scored),
+        "calibration_rows": len(rows) - len(scored),
+        "median_abs_error_ttft": statistics.median(ttft) if ttft else math.nan,
+        "median_abs_error_decode": statistics.median(decode) if decode else math.nan,
+        "worst_abs_error_ttft": max(ttft, default=math.nan),
+        "worst_abs_error_decode": max(decode, default=math.nan),
+    }
+    # The group's headline: the worse of its two medians.
+    summary["median_abs_error"] = max(summary["median_abs_error_ttft"], summary["median_abs_error_decode"])
+    summary["worst_abs_error"] = max(summary["worst_abs_error_ttft"], summary["worst_abs_error_decode"])
+    return {"rows": rows, "summary": summary}
+
+
+def _load(row: dict[str, Any]) -> str:
+    if row["arrival"] == "poisson":
+        return f"{row['rate']:g} req/s"
+    if row["arrival"] == "concurrency":
+        return f"concurrency {row['concurrency']}"
+    return f"{row['num_requests']} at once"
+
+
+def _lengths(row: dict[str, Any]) -> str:
+    if row["lengths"] == "fixed":
+        return f"{row['input_len']}/{row['output_len']}"
+    if row["lengths"] == "uniform":
+        return f"U(1..{row['input_max']})/U(1..{row['output_max']})"
+    return "ShareGPT"
+
+
+def _ms(value_ms: float) -> str:
+    return f"{value_ms / 1e3:.3g} s" if value_ms >= 10_000 else f"{value_ms:.3g} ms"
+
+
+def print_latency(console: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{summary['title']}\n{summary['source']}", title_justify="left")
+    for column in ("source, engine", "model, chips", "workload", "TTFT", "predicted", "error",
+                   "TPOT / ITL", "predicted", "error"):
+        wrap = column in ("source, engine", "model, chips", "workload")
+        table.add_column(column, justify="left" if wrap else "right", no_wrap=not wrap)
+    for r in rows:
+        table.add_row(
+            f"{r['source']} {r['engine']}" + (" (calibration)" if r.get("calibration") else ""),
+            f"{r['model']} {r['precision']} {r['chip']} TP{r['tp']}",
+            f"{_lengths(r)}, {_load(r)}",
+            f"{r['ttft_stat']} {_ms(r['ttft_ms'])}", _ms(r["predicted_ttft_ms"]), f"{r['ttft_error']:+.1%}",
+            f"{r['decode_metric']} {r['decode_stat']} {_ms(r['decode_ms'])}", _ms(r["predicted_decode_ms"]),
+            f"{r['decode_error']:+.1%}")
+    console.print(table)
+    console.print(f"median |error| TTFT {summary['median_abs_error_ttft']:.1%}, TPOT/ITL "
+                  f"{summary['median_abs_error_decode']:.1%}; worst TTFT {summary['worst_abs_error_ttft']:.1%}, "
+                  f"TPOT/ITL {summary['worst_abs_error_decode']:.1%} over {summary['rows']} rows "
+                  f"({summary['calibration_rows']} calibration rows left out)\n")
