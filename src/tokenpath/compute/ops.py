@@ -175,9 +175,9 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
             resident_bytes=model.num_experts * expert_params * weight_bytes * moe_layers,
             gemm=True,
         ))
-        if model.num_shared_experts:
-            shared = model.num_shared_experts
-            ops.append(gemm("shared_experts", moe_layers, shared * expert_params, h, h, extra_width=6 * shared * inter))
+        if model.shared_intermediate_size:
+            shared = model.shared_intermediate_size / tp
+            ops.append(gemm("shared_experts", moe_layers, 3 * h * shared, h, h, extra_width=6 * shared))
 
     ops.append(LinearOp(
         "lm_head", bf16_rate,

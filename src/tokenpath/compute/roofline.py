@@ -121,7 +121,7 @@ class ComputeModel:
             widths.append(3 * m.intermediate_size / tp)
         if m.is_moe:  # router logits, each routed copy's input and intermediates, shared experts
             widths.append(m.num_experts + m.experts_per_token * (h + 3 * m.moe_intermediate_size / tp)
-                          + m.num_shared_experts * 3 * m.moe_intermediate_size / tp)
+                          + 3 * m.shared_intermediate_size / tp)
         per_token = (2 * h + max(widths)) * efficiency.ACTIVATION_BYTES
         logit_rows = min(max_batched_tokens, efficiency.RESERVED_LOGIT_ROWS)
         logits = logit_rows * m.vocab_size / tp * LOGIT_BYTES
