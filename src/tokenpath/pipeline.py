@@ -92,7 +92,8 @@ def build_deployment(scenario: Scenario) -> Deployment:
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(), pp=dep.pp,
                            cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=engine.cuda_graph_max_tokens,
                            expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1)
-    kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens) // dep.pp
+    kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens,
+                                           engine.max_num_seqs * dep.pp) // dep.pp
     topology = build_topology(dep.fabric, chip.scaleup_bw_Bps, dep.chips)
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
     collectives = Collectives(topology, dep.fabric.algorithm)
