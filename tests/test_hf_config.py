@@ -6,6 +6,7 @@ The fixtures copy the fields of each model's config.json on the Hugging Face Hub
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -113,6 +114,11 @@ def test_qwen3_30b_a3b_weighs_57_gib_in_bf16(tmp_path):
     assert (model.num_experts, model.experts_per_token, model.moe_intermediate_size) == (128, 8, 768)
     compute = ComputeModel(model, load_chip("h100"), 1, "bf16", "bf16")
     assert compute.weight_bytes_per_chip / 2**30 == pytest.approx(56.9, rel=0.02)
+
+
+@pytest.mark.parametrize("config, name", [(QWEN3_30B_A3B, "qwen3-30b-a3b"), (GPT_OSS_120B, "gpt-oss-120b")])
+def test_the_catalog_entry_is_what_its_config_reads_as(tmp_path, config, name):
+    assert dataclasses.replace(read(tmp_path, config), name=name) == load_model(name)
 
 
 def test_gpt_oss_active_parameters_as_its_model_card_counts_them(tmp_path):
