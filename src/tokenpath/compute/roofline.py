@@ -180,13 +180,13 @@ class ComputeModel:
                             f"workspace) leaves no room for KV cache in {where} at gpu_memory_utilization="
                             f"{gpu_memory_utilization:g}; raise --tp, use a lower precision or lower "
                             f"max_batched_tokens")
-        tokens = free / self.kv_bytes_per_token_per_chip
+        tokens = free // self.kv_bytes_per_token_per_chip
         sliding = self.sliding_kv_bytes_per_token_per_chip
         if sliding and max_num_seqs:
             windows = max_num_seqs * self._window * sliding
             full = self.kv_bytes_per_token_per_chip - sliding
-            if free > windows:  # every layer slides: each running sequence may reach the model's context
-                tokens = max(tokens, (free - windows) / full if full else max_num_seqs * self.model.max_context)
+            if free > windows:  # with every layer sliding, each sequence may reach the model's context
+                tokens = max(tokens, (free - windows) // full if full else max_num_seqs * self.model.max_context)
         return int(tokens)
 
     # -- communication -----------------------------------------------------------------------------
