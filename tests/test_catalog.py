@@ -11,7 +11,7 @@ from tokenpath.errors import UserError
 
 def test_catalog_lists_the_expected_entries():
     assert list_models() == ["llama-2-7b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
-                             "mixtral-8x7b", "qwen2.5-72b", "deepseek-v3"]
+                             "mixtral-8x7b", "qwen2.5-72b", "deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b"]
     assert list_chips() == ["a100", "h100", "h200", "b200", "gb200", "mi300x", "mi325x", "tpu-v5p", "tpu-v6e", "gaudi3"]
 
 
@@ -78,14 +78,26 @@ def test_matmul_efficiency_is_measured_over_peak_or_the_default():
     assert load_chip("b200").matmul_efficiency["fp4"] == DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION
 
 
-def test_missing_precision_falls_back_to_bf16():
-    v5p = load_chip("tpu-v5p")
-    assert v5p.compute_precision("fp8") == "bf16"
-    assert v5p.effective_flops("fp8") == v5p.effective_flops("bf16") == pytest.approx(459e12 * 0.7 * 0.8)
-    h100 = load_chip("h100")
-    assert h100.compute_precision("fp4") == "bf16"
-    assert h100.compute_precision("fp16") == "bf16"
+def test_a_precision_without_tensor_cores_runs_weight_only_where_engines_do():
+    """fp8 on A100 and fp4 on Hopper run as vLLM's Marlin kernels run them: stored low, multiplied at bf16."""
+    a100, h100 = load_chip("a100"), load_chip("h100")
+    assert a100.compute_precision("fp8") == "bf16" and a100.is_weight_only("fp8")
+    assert a100.effective_flops("fp8") == a100.effective_flops("bf16")
+    assert h100.compute_precision("fp4") == "bf16" and h100.is_weight_only("fp4")
+    assert h100.compute_precision("fp8") == "fp8" and not h100.is_weight_only("fp8")
+    assert h100.compute_precision("fp16") == "bf16" and not h100.is_weight_only("fp16")
     assert load_chip("b200").compute_precision("fp4") == "fp4"
+    assert load_chip("gaudi3").compute_precision("fp8") == "fp8"
+
+
+@pytest.mark.parametrize("chip, precision", [("tpu-v5p", "fp8"), ("tpu-v6e", "fp4"), ("gaudi3", "fp4")])
+def test_a_precision_nothing_runs_is_a_one_line_error(chip, precision):
+    with pytest.raises(UserError) as error:
+        load_chip(chip).compute_precision(precision)
+    message = str(error.value)
+    assert message.startswith(f"model.precision: {precision} does not run on {chip} (deployment.chip)")
+    assert message.endswith("use one it runs: " + ("bf16, fp8, fp16" if chip == "gaudi3" else "bf16, fp16"))
+    assert "\n" not in message
 
 
 def test_scaleup_conventions():

@@ -322,7 +322,7 @@ def catalog_listing(command: str, width: int, monkeypatch, capsys) -> str:
 def test_models_lists_the_catalog(monkeypatch, capsys):
     out = catalog_listing("models", 200, monkeypatch, capsys)
     names = list_models()
-    assert len(names) == 8
+    assert len(names) == 10
     for name in names:
         assert re.search(rf"(^|\s){re.escape(name)}\s", out, re.MULTILINE), name
 

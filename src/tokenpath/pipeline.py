@@ -19,8 +19,9 @@ from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.errors import UserError
 from tokenpath.engine.placement import Placement, place
-from tokenpath.fabric.build import build_topology
+from tokenpath.fabric.build import build_topology, default_fabric
 from tokenpath.fabric.collectives import Collectives
+from tokenpath.fabric.spec import SwitchFabric
 from tokenpath.fabric.topology import Topology
 from tokenpath.forked import available_cpus, can_fork, map_forked
 from tokenpath.run import Run, itl_gaps_ns
@@ -50,6 +51,7 @@ class Deployment:
     costs: GroupStepCosts
     kv_capacity_tokens: int   # per engine
     replicas: int             # engines: data-parallel replicas x pipeline batches in flight
+    fabric_name: str = ""     # what the fabric is, and whether it is the chip's default
 
 
 @dataclass(frozen=True)
@@ -95,13 +97,17 @@ def build_deployment(scenario: Scenario) -> Deployment:
                            cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=engine.cuda_graph_max_tokens,
                            expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
                            host_step_s=host.step_s, host_per_sequence_s=host.per_sequence_s)
-    kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens) // dep.pp
-    topology = build_topology(dep.fabric, chip.scaleup_bw_Bps, dep.chips)
+    kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens,
+                                           engine.max_num_seqs * dep.pp) // dep.pp
+    fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
+    if fabric == SwitchFabric():  # none given (or only its defaults): the chip's own, nodes beyond its domain
+        fabric, fabric_name = default_fabric(chip.name, dep.chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
+    topology = build_topology(fabric, chip.scaleup_bw_Bps, dep.chips)
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
-    collectives = Collectives(topology, dep.fabric.algorithm)
+    collectives = Collectives(topology, fabric.algorithm)
     costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel)
     return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens,
-                      dep.replicas * dep.pp)
+                      dep.replicas * dep.pp, fabric_name)
 
 
 def _check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:

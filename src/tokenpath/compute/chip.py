@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tokenpath import catalog
@@ -17,7 +18,12 @@ _FALLBACK_PRECISION = "bf16"
 class ChipSpec:
     """One chip. `peak_flops` is dense FLOP/s per precision; `matmul_efficiency` the fraction of it a
     large GEMM reaches (measured where published, else efficiency.DEFAULT_MATMUL_EFFICIENCY);
-    `scaleup_bw_Bps` is per direction. `measured_scaleup_bw_Bps` is 0.0 where none is published."""
+    `scaleup_bw_Bps` is per direction. `measured_scaleup_bw_Bps` is 0.0 where none is published.
+    `weight_only` lists the precisions it has no tensor cores for but serving engines run as
+    weight-only quantization (weights stored at that precision, multiplied at bf16).
+    `scaleup_domain` is how many chips one scale-up fabric joins (an NVLink domain), `scaleup` that
+    fabric's table without its size, `nic_bw_Bps` each chip's scale-out NIC (0.0: none in the
+    catalog)."""
 
     name: str
     peak_flops: dict[str, float]
@@ -29,16 +35,31 @@ class ChipSpec:
     source: str
     measured_scaleup_bw_Bps: float = 0.0
     host_link: str = ""
+    weight_only: tuple[str, ...] = ()
+    scaleup_domain: int = 8
+    scaleup: dict = dataclasses.field(default_factory=lambda: {"kind": "switch"})
+    nic_bw_Bps: float = 0.0
 
     def compute_precision(self, precision: str) -> str:
         """The tensor-core precision that multiplies operands stored at `precision`.
 
-        fp16 runs at the bf16 rate; a precision the chip does not list (fp8 on TPU v5p, fp4 on H100)
-        falls back to bf16, the weights being up-converted before the multiply.
+        fp16 runs at the bf16 rate; a weight-only precision (fp8 on A100, fp4 on H100) is up-converted
+        and multiplied at bf16, as vLLM's Marlin kernels do; any other is an error naming what the
+        chip runs.
         """
         if precision in self.peak_flops:
             return precision
-        return _FALLBACK_PRECISION
+        if precision == "fp16" or precision in self.weight_only:
+            return _FALLBACK_PRECISION
+        native = [*self.peak_flops, *(["fp16"] if "fp16" not in self.peak_flops else [])]
+        runs = ", ".join([*native, *(f"{p} (weight-only)" for p in self.weight_only)])
+        raise UserError(f"model.precision: {precision} does not run on {self.name} (deployment.chip): it has no "
+                        f"{precision} tensor cores and no weight-only {precision} kernel is known for it; use one it runs: "
+                        f"{runs}")
+
+    def is_weight_only(self, precision: str) -> bool:
+        """Whether weights stored at `precision` are multiplied at bf16 on this chip."""
+        return precision in self.weight_only and precision not in self.peak_flops
 
     def effective_flops(self, precision: str) -> float:
         """Sustained GEMM FLOP/s for operands at `precision`: peak x matmul efficiency."""
@@ -50,8 +71,9 @@ class ChipSpec:
         return self.hbm_bw_Bps * self.hbm_bw_efficiency
 
 
-_REQUIRED = ("source", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw")
-_OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "host_link")
+_REQUIRED = ("source", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
+_OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "host_link", "weight_only", "scaleup",
+             "nic_bw")
 
 
 def list_chips() -> list[str]:
@@ -83,6 +105,18 @@ def load_chip(name: str) -> ChipSpec:
         else:
             matmul_efficiency[precision] = efficiency.DEFAULT_MATMUL_EFFICIENCY * efficiency.SERVING_GEMM_FRACTION
     measured_scaleup = table.get("measured_scaleup_bw")
+    weight_only = table.get("weight_only", [])
+    if not isinstance(weight_only, list) or any(p not in PRECISION_BYTES or p in peak_flops for p in weight_only):
+        raise UserError(f"{where} weight_only: list precisions it has no peak_tflops for, from "
+                        f"{', '.join(PRECISION_BYTES)}; got {weight_only!r}")
+    domain = table["scaleup_domain"]
+    if isinstance(domain, bool) or not isinstance(domain, int) or domain < 1:
+        raise UserError(f"{where} scaleup_domain: the chips one scale-up fabric joins, a whole number >= 1; "
+                        f"got {domain!r}")
+    scaleup = table.get("scaleup", {"kind": "switch"})
+    if not isinstance(scaleup, dict) or "hosts" in scaleup:
+        raise UserError(f"{where} scaleup: a fabric table without hosts (scaleup_domain sizes it), "
+                        f"e.g. {{ kind = \"switch\" }}; got {scaleup!r}")
     return ChipSpec(
         name=canonical,
         peak_flops=peak_flops,
@@ -96,6 +130,10 @@ def load_chip(name: str) -> ChipSpec:
             parse_bandwidth_Bps(measured_scaleup, f"{where} measured_scaleup_bw") if measured_scaleup else 0.0
         ),
         host_link=str(table.get("host_link", "")),
+        weight_only=tuple(weight_only),
+        scaleup_domain=domain,
+        scaleup=scaleup,
+        nic_bw_Bps=parse_bandwidth_Bps(table["nic_bw"], f"{where} nic_bw") if "nic_bw" in table else 0.0,
     )
 
 

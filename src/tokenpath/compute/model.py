@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,10 +12,15 @@ from tokenpath.errors import UserError
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Shape of a Llama-style decoder: RMSNorm, SwiGLU MLP or MoE, GQA or MLA attention.
+    """Shape of a Llama-style decoder: RMSNorm, SwiGLU MLP or MoE, GQA or MLA attention, optionally
+    sliding-window attention on some layers.
 
     MoE fields are zero for dense models, MLA fields zero for models with standard attention. For MLA
-    `head_dim` is the query/key head width (qk_nope_head_dim + qk_rope_head_dim). Biases are not
+    `head_dim` is the query/key head width (qk_nope_head_dim + qk_rope_head_dim). An MoE model's
+    `dense_mlp_layers` have a dense MLP of `intermediate_size` instead of experts, wherever they sit;
+    `shared_intermediate_size` is the summed width of the shared experts every token runs (DeepSeek's
+    n_shared_experts x moe_intermediate_size, Qwen2-MoE's shared_expert_intermediate_size).
+    `sliding_layers` of the layers attend only the last `sliding_window` positions. Biases are not
     modelled.
     """
 
@@ -33,13 +37,15 @@ class ModelSpec:
     num_experts: int = 0
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
-    num_shared_experts: int = 0
-    first_dense_layers: int = 0
+    shared_intermediate_size: int = 0
+    dense_mlp_layers: int = 0
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    sliding_window: int = 0
+    sliding_layers: int = 0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -59,14 +65,22 @@ class ModelSpec:
                                 f"({self.num_experts}), got {self.experts_per_token}")
             if self.moe_intermediate_size == 0:
                 raise UserError(f"model {self.name}: an MoE model needs moe_intermediate_size > 0")
-            if self.first_dense_layers > self.num_layers:
-                raise UserError(f"model {self.name}: first_dense_layers ({self.first_dense_layers}) "
+            if self.dense_mlp_layers > self.num_layers:
+                raise UserError(f"model {self.name}: dense_mlp_layers ({self.dense_mlp_layers}) "
                                 f"exceeds num_layers ({self.num_layers})")
+        elif self.shared_intermediate_size or self.dense_mlp_layers:
+            raise UserError(f"model {self.name}: shared_intermediate_size and dense_mlp_layers need num_experts > 0")
         if self.dense_layers and self.intermediate_size == 0:
             raise UserError(f"model {self.name}: intermediate_size must be positive for its dense MLP layers")
         if self.kv_lora_rank and (self.qk_rope_head_dim == 0 or self.qk_nope_head_dim == 0 or self.v_head_dim == 0):
             raise UserError(f"model {self.name}: an MLA model needs qk_nope_head_dim, qk_rope_head_dim and "
                             f"v_head_dim > 0")
+        if self.sliding_layers > self.num_layers:
+            raise UserError(f"model {self.name}: sliding_layers ({self.sliding_layers}) exceeds num_layers "
+                            f"({self.num_layers})")
+        if bool(self.sliding_layers) != bool(self.sliding_window):
+            raise UserError(f"model {self.name}: sliding_window and sliding_layers go together: set both > 0 "
+                            f"(got {self.sliding_window} and {self.sliding_layers}), or neither")
 
     @property
     def is_moe(self) -> bool:
@@ -78,12 +92,17 @@ class ModelSpec:
 
     @property
     def dense_layers(self) -> int:
-        """Layers with a dense MLP: all of them, or an MoE model's first_dense_layers."""
-        return self.first_dense_layers if self.is_moe else self.num_layers
+        """Layers with a dense MLP: all of them, or an MoE model's dense_mlp_layers."""
+        return self.dense_mlp_layers if self.is_moe else self.num_layers
 
     @property
     def moe_layers(self) -> int:
-        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+        return self.num_layers - self.dense_mlp_layers if self.is_moe else 0
+
+    @property
+    def sliding_fraction(self) -> float:
+        """Share of the layers with sliding-window attention."""
+        return self.sliding_layers / self.num_layers
 
     # Parameter counts, per layer and whole-model. Norm weights are counted; biases are not.
 
@@ -112,7 +131,8 @@ class ModelSpec:
         embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
         norms = (2 * self.num_layers + 1) * h
         dense = self.dense_layers * self.mlp_params(self.intermediate_size)
-        moe_layer = (routed_experts + self.num_shared_experts) * self.mlp_params(self.moe_intermediate_size)
+        moe_layer = (routed_experts * self.mlp_params(self.moe_intermediate_size)
+                     + self.mlp_params(self.shared_intermediate_size))
         moe = self.moe_layers * (moe_layer + h * self.num_experts)  # + router
         return embeddings + norms + self.num_layers * self.attention_params() + dense + moe
 
@@ -135,7 +155,9 @@ def load_model(name_or_path: str) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
     if path.suffix == ".json" or path.is_file():
-        return _from_hf_config(path)
+        from tokenpath.compute.hf_config import read_hf_config
+
+        return read_hf_config(path)
     canonical, table = catalog.lookup(catalog.MODELS_FILE, name_or_path, "model", "models")
     table.pop("source")
     table.pop("aliases", None)
@@ -148,82 +170,3 @@ def load_model(name_or_path: str) -> ModelSpec:
         return ModelSpec(name=canonical, **table)
     except TypeError as exc:  # a required field is missing
         raise UserError(f"catalog models.toml [{canonical}]: {exc}") from None
-
-
-def _from_hf_config(path: Path) -> ModelSpec:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"model config {path}: file not found; give a catalog name (`tokenpath models`) "
-                        f"or the path of a Hugging Face config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"model config {path}: cannot read it as JSON ({exc}); give a Hugging Face "
-                        f"config.json") from None
-    if not isinstance(config, dict):
-        raise UserError(f"model config {path}: expected a JSON object of config fields")
-    if "text_config" in config and "hidden_size" not in config:
-        config = config["text_config"]  # multimodal wrappers keep the language model's shape here
-
-    def get(key: str, default: object = None, required: bool = False) -> object:
-        value = config.get(key)
-        if value is None:
-            if required:
-                raise UserError(f"model config {path}: missing required field {key!r}; "
-                                f"add it from the model's config.json")
-            return default
-        return value
-
-    def get_int(key: str, default: int = 0, required: bool = False) -> int:
-        value = get(key, default, required)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise UserError(f"model config {path}: field {key!r} must be a whole number, got {value!r}")
-        return value
-
-    hidden = get_int("hidden_size", required=True)
-    heads = get_int("num_attention_heads", required=True)
-    experts = get_int("num_local_experts") or get_int("n_routed_experts")
-    if config.get("moe_layer_freq", 1) != 1:
-        raise UserError(f"model config {path}: moe_layer_freq={config['moe_layer_freq']} is not supported; "
-                        f"only every layer after first_k_dense_replace being MoE is")
-    mla = {
-        "q_lora_rank": get_int("q_lora_rank"),
-        "kv_lora_rank": get_int("kv_lora_rank"),
-        "qk_nope_head_dim": get_int("qk_nope_head_dim"),
-        "qk_rope_head_dim": get_int("qk_rope_head_dim"),
-        "v_head_dim": get_int("v_head_dim"),
-    }
-    if mla["kv_lora_rank"]:
-        head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
-    else:
-        if heads == 0 or hidden % heads:
-            head_dim = get_int("head_dim", required=True)
-        else:
-            head_dim = get_int("head_dim", hidden // heads)
-    intermediate = get_int("intermediate_size", required=True)
-    moe = {}
-    if experts:
-        moe = {
-            "num_experts": experts,
-            "experts_per_token": get_int("num_experts_per_tok", required=True),
-            # Mixtral's experts are full-width MLPs and its config has no moe_intermediate_size.
-            "moe_intermediate_size": get_int("moe_intermediate_size", intermediate),
-            "num_shared_experts": get_int("n_shared_experts"),
-            "first_dense_layers": get_int("first_k_dense_replace"),
-        }
-    name = path.parent.name or path.stem
-    if isinstance(config.get("_name_or_path"), str) and config["_name_or_path"].strip():
-        name = config["_name_or_path"].strip().rstrip("/").rsplit("/", 1)[-1]
-    return ModelSpec(
-        name=name,
-        hidden_size=hidden,
-        num_layers=get_int("num_hidden_layers", required=True),
-        num_heads=heads,
-        num_kv_heads=get_int("num_key_value_heads", heads),
-        head_dim=head_dim,
-        intermediate_size=intermediate,
-        vocab_size=get_int("vocab_size", required=True),
-        tie_word_embeddings=bool(get("tie_word_embeddings", False)),
-        max_context=get_int("max_position_embeddings", required=True),
-        **moe,
-        **mla,
-    )

@@ -190,9 +190,9 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
             kernels=(5 + 2 * quantize) * moe_layers,
             gemm=True,
         ))
-        if model.num_shared_experts:
-            shared = model.num_shared_experts
-            ops.append(gemm("shared_experts", moe_layers, shared * expert_params, h, h, extra_width=6 * shared * inter,
+        if model.shared_intermediate_size:
+            shared = model.shared_intermediate_size / tp
+            ops.append(gemm("shared_experts", moe_layers, 3 * h * shared, h, h, extra_width=6 * shared,
                             extra_kernels=2 + quantize))  # activation, down GEMM and its quantization
 
     ops.append(LinearOp(

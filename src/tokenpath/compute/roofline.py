@@ -46,6 +46,17 @@ class ComputeModel:
       chunk of q tokens after p cached ones, the context length for a decode token;
     kv_read_tokens: sum over sequences of KV positions read from HBM (p + q for a chunk).
 
+    Sliding-window attention (model.sliding_layers of the layers attend the last model.sliding_window
+    = W positions) caps both per sequence: a query attends at most W keys, and a chunk of q tokens
+    reads at most W - 1 + q positions. The step sees only the sums over its sequences, so a sliding
+    layer's pairs are taken as min(attn_pairs, W * num_tokens) and its reads as
+    min(kv_read_tokens, (W - 1) * sequences + num_tokens), with sequences = num_logits, plus one when
+    the step has more tokens than logits (at most one sequence is part-way through its prompt). Each
+    sum of minima is at most the minimum of the sums, so this is an upper bound on the sliding layers'
+    work: exact when every sequence in the step is within its window (a full-attention cost) or when
+    every query is past it (decode of long contexts, W per token), and high when short and long
+    sequences share a step. Full-attention layers take the sums as they are.
+
     CUDA graphs (the engine's `cuda_graphs` and `cuda_graph_max_tokens`): "all" captures every step of
     up to `cuda_graph_max_tokens` tokens (None: any size), "decode" only those where every sequence
     decodes one token (num_tokens == num_logits), "none" no step.
@@ -77,9 +88,13 @@ class ComputeModel:
                                 resident_bytes=op.resident_bytes / expert_replicas) if op.bytes_per_expert else op
                         for op in self.ops]
         self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
-        self.kv_bytes_per_token_per_chip: float = (
-            kv_bytes_per_token_per_layer(model, tp, kv_precision) * model.num_layers / pp
-        )
+        per_layer = kv_bytes_per_token_per_layer(model, tp, kv_precision)
+        # A token of a sequence still within every window holds KV in every layer; a sliding layer
+        # keeps only the last sliding_window tokens of each sequence.
+        self.kv_bytes_per_token_per_chip: float = per_layer * model.num_layers / pp
+        self.sliding_kv_bytes_per_token_per_chip: float = per_layer * model.sliding_layers / pp
+        self._window = model.sliding_window
+        self._sliding_fraction = model.sliding_fraction
         self.host_step_s = host_step_s
         self.host_per_sequence_s = host_per_sequence_s
         if cuda_graphs not in ("all", "decode", "none"):
@@ -124,14 +139,31 @@ class ComputeModel:
             widths.append(3 * m.intermediate_size / tp)
         if m.is_moe:  # router logits, each routed copy's input and intermediates, shared experts
             widths.append(m.num_experts + m.experts_per_token * (h + 3 * m.moe_intermediate_size / tp)
-                          + m.num_shared_experts * 3 * m.moe_intermediate_size / tp)
+                          + 3 * m.shared_intermediate_size / tp)
         per_token = (2 * h + max(widths)) * efficiency.ACTIVATION_BYTES
         logit_rows = min(max_batched_tokens, efficiency.RESERVED_LOGIT_ROWS)
         logits = logit_rows * m.vocab_size / tp * LOGIT_BYTES
         return max_batched_tokens * per_token + logits + efficiency.RUNTIME_RESERVE_BYTES
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_batched_tokens: int) -> int:
-        """KV-cache tokens that fit: (hbm x utilization - weights - activations) / KV bytes per token."""
+    def kv_cache_bytes_per_chip(self, tokens: int) -> float:
+        """KV-cache bytes one sequence of `tokens` tokens holds on one chip (its sliding layers only
+        the last sliding_window tokens)."""
+        sliding = self.sliding_kv_bytes_per_token_per_chip
+        full = self.kv_bytes_per_token_per_chip - sliding
+        return full * tokens + sliding * min(tokens, self._window)
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_batched_tokens: int,
+                           max_num_seqs: int | None = None) -> int:
+        """KV-cache tokens that fit: (hbm x utilization - weights - activations) / KV bytes per token.
+
+        With sliding-window layers a sequence of L tokens holds full x L + sliding x min(L, window)
+        bytes, which one count of tokens cannot say exactly. The capacity is the larger of two bounds
+        that never overcommit memory: every token charged to every layer (exact while sequences are
+        shorter than the window), and, with at most `max_num_seqs` sequences, their sliding layers set
+        aside whole (max_num_seqs x window tokens) and the rest charged to the full-attention layers
+        alone (exact when that many sequences run, all past the window). vLLM's hybrid KV-cache
+        manager frees the blocks that fall out of a window, as the second bound assumes.
+        """
         if not 0 < gpu_memory_utilization <= 1:
             raise UserError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}; "
                             f"e.g. 0.9")
@@ -151,7 +183,14 @@ class ComputeModel:
                             f"workspace) leaves no room for KV cache in {where} at gpu_memory_utilization="
                             f"{gpu_memory_utilization:g}; raise --tp, use a lower precision or lower "
                             f"max_batched_tokens")
-        return int(free // self.kv_bytes_per_token_per_chip)
+        tokens = free // self.kv_bytes_per_token_per_chip
+        sliding = self.sliding_kv_bytes_per_token_per_chip
+        if sliding and max_num_seqs:
+            windows = max_num_seqs * self._window * sliding
+            full = self.kv_bytes_per_token_per_chip - sliding
+            if free > windows:  # with every layer sliding, each sequence may reach the model's context
+                tokens = max(tokens, (free - windows) // full if full else max_num_seqs * self.model.max_context)
+        return int(tokens)
 
     # -- communication -----------------------------------------------------------------------------
 
@@ -168,8 +207,26 @@ class ComputeModel:
             return 0.0
         return self._num_experts * (1.0 - self._expert_miss ** (num_tokens * self.expert_replicas))
 
+    def attention_aggregates(self, num_tokens: int, num_logits: int, attn_pairs: float,
+                             kv_read_tokens: float) -> tuple[float, float]:
+        """(attn_pairs, kv_read_tokens) averaged over the layers, the sliding layers' capped at their
+        window (see the class docstring: an upper bound, exact at either extreme)."""
+        window = self._window
+        if not window:
+            return attn_pairs, kv_read_tokens
+        share = self._sliding_fraction
+        pairs_cap = window * num_tokens
+        if attn_pairs > pairs_cap:
+            attn_pairs -= share * (attn_pairs - pairs_cap)
+        sequences = num_logits + (num_tokens > num_logits)
+        read_cap = (window - 1) * sequences + num_tokens
+        if kv_read_tokens > read_cap:
+            kv_read_tokens -= share * (kv_read_tokens - read_cap)
+        return attn_pairs, kv_read_tokens
+
     def step_ops(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> list[OpCost]:
         """Every op's FLOPs, bytes and roofline time in this step (the rows of an --explain table)."""
+        attn_pairs, kv_read_tokens = self.attention_aggregates(num_tokens, num_logits, attn_pairs, kv_read_tokens)
         touched = self.experts_touched(num_tokens)
         bw = self.chip.effective_hbm_bw_Bps
         costs = []
@@ -210,6 +267,8 @@ class ComputeModel:
         total += logits_s
         if not self._every_step_captured:
             total += self.launch_s(t, n)
+        if self._window:
+            attn_pairs, kv_read_tokens = self.attention_aggregates(t, n, attn_pairs, kv_read_tokens)
         touched = 0.0
         if self._num_experts:
             touched = self._num_experts * (1.0 - self._expert_miss ** (t * self.expert_replicas))

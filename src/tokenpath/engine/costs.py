@@ -68,7 +68,7 @@ class GroupStepCosts:
 
     def kv_transfer_s(self, prompt_tokens: int, src_replica: int, dst_replica: int) -> float:
         """Time to move `prompt_tokens` tokens of KV cache from one replica to another."""
-        size = prompt_tokens * self.compute.kv_bytes_per_token_per_chip
+        size = self.compute.kv_cache_bytes_per_chip(prompt_tokens)
         return self._kv_path(src_replica, dst_replica).time_s(size)
 
     @lru_cache(maxsize=None)

@@ -7,13 +7,20 @@ Defaults, shared by every scenario:
   0.3 us on each of the two links through a switch;
 - scale-out link latency: NCCL's 2.7 us per network hop (tuning.cc, LL) over the four links a
   leaf-spine route crosses, 0.675 us per link. Scale-out bandwidth has no default: give the NIC's.
+
+A deployment that names no fabric gets `default_fabric`: its chip's scale-up fabric when the chips fit
+one scale-up domain, else nodes of that domain on a rail-optimized leaf-spine of the chip's NICs.
 """
 
 from __future__ import annotations
 
+from pydantic import TypeAdapter, ValidationError
+
+from tokenpath.config_errors import explain
 from tokenpath.errors import UserError
 from tokenpath.fabric.spec import (
     DragonFlyFabric,
+    FabricSpec,
     FatTreeFabric,
     FullMeshFabric,
     HierarchyFabric,
@@ -89,3 +96,40 @@ def _part(spec, name: str, scaleup_bw_Bps: float | None) -> Topology:
         return build_topology(spec, scaleup_bw_Bps, None)
     except UserError as error:
         raise UserError(str(error).replace("fabric.", f"fabric.{name}.", 1)) from None
+
+
+def default_fabric(chip: str, chips: int, domain: int, scaleup: dict, nic_bw_Bps: float) -> tuple[object, str]:
+    """The fabric of `chips` chips named `chip` when the scenario gives none, and a line saying what it is.
+
+    Up to `domain` chips (the chip's scale-up domain), its `scaleup` fabric: a switch of the chips
+    used, or a full mesh of the whole domain (its links are per pair, whatever the chips used). Beyond
+    that, as the h100-4x8-rail preset builds and NVIDIA's DGX SuperPOD reference architecture cables
+    it: ceil(chips / domain) such nodes, every chip with a `nic_bw_Bps` NIC, NIC i of every node on
+    rail i of a non-blocking leaf-spine sized to hold them, each rail within one leaf.
+    """
+    def spec(table: dict, where: str):
+        try:
+            return TypeAdapter(FabricSpec).validate_python(table)
+        except ValidationError as error:
+            raise UserError(explain(error, where, FabricSpec)) from None
+
+    node = dict(scaleup)
+    kind = node.get("kind", "switch")
+    if kind == "fullmesh":
+        node["hosts"] = domain
+    if chips <= domain:
+        size = domain if kind == "fullmesh" else chips
+        return spec(node, f"catalog chips.toml [{chip}] scaleup"), f"one {size}-chip {kind} (default for {chips} {chip})"
+    if not nic_bw_Bps:
+        raise UserError(f"deployment.fabric: {chips} {chip} are more than one scale-up domain ({domain} chips) and the "
+                        f"catalog has no NIC bandwidth for {chip}; give deployment.fabric (`tokenpath fabric --list`)")
+    node["hosts"] = domain
+    nodes = -(-chips // domain)
+    rails_per_leaf = 1  # the smallest leaf-spine of k = 2 * rails_per_leaf * nodes ports that holds every NIC
+    while 2 * rails_per_leaf ** 2 * nodes < domain:
+        rails_per_leaf += 1
+    network = {"kind": "fattree", "levels": 2, "k": 2 * rails_per_leaf * nodes, "link_bw": nic_bw_Bps}
+    table = {"kind": "hierarchy", "nodes": nodes, "rails": True, "node": node, "network": network}
+    nic = f"{nic_bw_Bps * 8 / 1e9:g}G"
+    return (spec(table, f"default fabric for {chips} {chip}"),
+            f"{nodes} x {domain}-chip nodes on {nic} rails (default for {chips} {chip})")

@@ -16,6 +16,8 @@ def models_table() -> Table:
         m = load_model(name)
         kind = "MoE" if m.is_moe else "dense"
         attention = "MLA" if m.is_mla else ("GQA" if m.num_kv_heads < m.num_heads else "MHA")
+        if m.sliding_layers:
+            attention += f"+SWA {m.sliding_window}"
         rows.append([
             name, f"{m.params_total() / 1e9:.1f} B", f"{m.params_active_per_token() / 1e9:.1f} B", kind, attention,
             str(m.num_layers), str(m.hidden_size), f"{m.max_context:,}",
@@ -28,6 +30,9 @@ def chips_table() -> Table:
     for name in list_chips():
         c = load_chip(name)
         flops = ", ".join(f"{p} {v / 1e12:,.0f}" for p, v in c.peak_flops.items())
-        rows.append([name, flops, format_bytes(c.hbm_bytes), format_bandwidth(c.hbm_bw_Bps), format_bandwidth(c.scaleup_bw_Bps)])
-    return catalog_table("Chips (dense peak TFLOP/s; scale-up per direction)",
-                         ["name", "TFLOP/s", "HBM", "HBM bandwidth", "scale-up"], rows)
+        nic = format_bandwidth(c.nic_bw_Bps) if c.nic_bw_Bps else "-"
+        rows.append([name, flops, ", ".join(c.weight_only) or "-", format_bytes(c.hbm_bytes),
+                     format_bandwidth(c.hbm_bw_Bps), f"{format_bandwidth(c.scaleup_bw_Bps)} x {c.scaleup_domain:,}", nic])
+    return catalog_table("Chips (dense peak TFLOP/s; weight-only precisions multiply at bf16; scale-up per direction "
+                         "x chips in its domain; NIC per direction)",
+                         ["name", "TFLOP/s", "weight-only", "HBM", "HBM bandwidth", "scale-up", "NIC"], rows)

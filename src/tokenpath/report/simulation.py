@@ -83,6 +83,7 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
     }
     topology = sim.deployment.topology
     document["fabric"] = {
+        "name": sim.deployment.fabric_name,
         "kind": topology.kind, "hosts": topology.hosts, "switches": topology.switches, "links": topology.cables,
         "diameter": topology.diameter(), "avg_hops": topology.avg_hops(),
         "bisection_bw_Bps": topology.bisection_bw_Bps(),
@@ -105,12 +106,12 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
     )
     mean_in, mean_out = sim.requests.input_tokens.mean(), sim.requests.output_tokens.mean()
     return [
-        ("model", f"{d.model.name}, {s.model.precision} weights, {s.model.kv_precision()} KV cache"),
+        ("model", _model_line(d, s.model.precision, s.model.kv_precision())),
         ("deployment", f"{s.deployment.chips}x {d.chip.name}, TP={s.deployment.tp}, PP={s.deployment.pp}"
                        f"{', EP over all chips' if s.deployment.expert_parallel else ''}, "
                        f"{_replicas(s.deployment)}"),
-        ("fabric", f"{d.topology.kind}, {d.topology.hosts} hosts, {d.topology.diameter()} links across, "
-                   f"{_placement(s.deployment.placement)} placement, {s.deployment.fabric.algorithm} collectives"),
+        ("fabric", f"{d.fabric_name}: {d.topology.kind}, {d.topology.hosts} hosts, {d.topology.diameter()} links "
+                   f"across, {_placement(s.deployment.placement)} placement, {d.collectives.algorithm} collectives"),
         ("KV cache", f"{d.kv_capacity_tokens:,} tokens per engine "
                      f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip)"),
         ("engine", f"max {s.engine.max_num_seqs} seqs, {s.engine.max_num_batched_tokens} tokens/step, "
@@ -121,6 +122,17 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                       f"{format_duration(s.delivery.network_rtt)} RTT"),
         ("seed", str(s.seed)),
     ]
+
+
+def _model_line(d: Any, precision: str, kv_precision: str) -> str:
+    """The model, its precisions (saying when weights run weight-only) and its sliding window."""
+    line = f"{d.model.name}, {precision} weights"
+    if d.chip.is_weight_only(precision):
+        line += f" (weight-only: {d.chip.name} has no {precision} tensor cores, so they multiply at bf16)"
+    line += f", {kv_precision} KV cache"
+    if d.model.sliding_layers:
+        line += f", sliding window {d.model.sliding_window:,} on {d.model.sliding_layers} of {d.model.num_layers} layers"
+    return line
 
 
 def _length(spec: Any) -> str:

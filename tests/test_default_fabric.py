@@ -1,0 +1,102 @@
+"""The fabric a deployment gets when it names none: the chip's scale-up domain, and beyond it nodes of
+that domain on a rail-optimized leaf-spine of the chip's NICs, named in the report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tokenpath.compute import load_chip
+from tokenpath.errors import UserError
+from tokenpath.fabric.build import build_topology, default_fabric
+from tokenpath.fabric.spec import load_fabric
+from tokenpath.pipeline import build_deployment, simulate
+from tokenpath.report.simulation import describe, result_document
+from tokenpath.scenario import build_scenario, load_scenario
+
+
+def deployment(chip: str, chips: int, tp: int = 8, **more):
+    return build_deployment(load_scenario(None, {"deployment.chip": chip, "deployment.chips": chips,
+                                                 "deployment.tp": tp, **more}))
+
+
+def test_within_one_domain_the_chips_share_its_switch():
+    d = deployment("h100", 8)
+    assert (d.topology.kind, d.topology.hosts, d.topology.nvls) == ("switch", 8, True)
+    assert d.fabric_name == "one 8-chip switch (default for 8 h100)"
+
+
+def test_32_h100_get_the_4x8_rail_preset():
+    d = deployment("h100", 32)
+    preset = build_topology(load_fabric("h100-4x8-rail")[0], load_chip("h100").scaleup_bw_Bps)
+    assert d.fabric_name == "4 x 8-chip nodes on 400G rails (default for 32 h100)"
+    for field in ("src", "dst", "bw_Bps", "latency_s", "tier"):
+        assert np.array_equal(getattr(d.topology.links, field), getattr(preset.links, field)), field
+    assert np.array_equal(d.topology.nic, preset.nic)
+
+
+@pytest.mark.parametrize("chip, chips, nodes, per_node, nic_Bps", [
+    ("h100", 16, 2, 8, 50e9), ("h200", 12, 2, 8, 50e9), ("a100", 64, 8, 8, 25e9), ("b200", 24, 3, 8, 50e9),
+    ("gb200", 144, 2, 72, 50e9), ("mi300x", 16, 2, 8, 50e9), ("gaudi3", 16, 2, 8, 75e9),
+])
+def test_beyond_one_domain_nodes_of_it_on_rails_of_its_nics(chip, chips, nodes, per_node, nic_Bps):
+    domain = load_chip(chip)
+    spec, name = default_fabric(chip, chips, domain.scaleup_domain, domain.scaleup, domain.nic_bw_Bps)
+    topology = build_topology(spec, domain.scaleup_bw_Bps, chips)
+    assert (topology.kind, topology.nodes, topology.per_node) == ("hierarchy", nodes, per_node)
+    assert topology.hosts >= chips and topology.network.hosts >= topology.hosts
+    assert name == f"{nodes} x {per_node}-chip nodes on {nic_Bps * 8 / 1e9:g}G rails (default for {chips} {chip})"
+    assert set(topology.network.links.bw_Bps) == {nic_Bps}
+    # Rail-optimized: NIC i of every node sits on one leaf, so same-rail traffic never crosses a spine.
+    leaf_of = topology.network.host_router[topology.nic]
+    rails = np.arange(topology.hosts) % per_node
+    for rail in range(per_node):
+        assert len(set(leaf_of[rails == rail])) == 1
+
+
+def test_tp16_over_two_h100_nodes_is_not_one_giant_nvswitch(tmp_path):
+    """The issue's case: `--chips 16 --tp 16` ran TP16 at full NVLink speed."""
+    common = {"deployment.chip": "h100", "deployment.chips": 16, "deployment.tp": 16,
+              "workload.num_requests": 60}
+    default = simulate(load_scenario(None, common))
+    giant = simulate(load_scenario(None, {**common, "deployment.fabric": {"kind": "switch", "hosts": 16}}))
+    assert default.deployment.topology.kind == "hierarchy" and giant.deployment.topology.kind == "switch"
+    bytes_ = default.deployment.compute.allreduce_bytes(256)
+    group = default.deployment.placement.tp_groups()
+    across = default.deployment.collectives.time_s("all_reduce", bytes_, group)
+    inside = giant.deployment.collectives.time_s("all_reduce", bytes_, group)
+    assert across > 2 * inside
+    document = result_document(default)[0]
+    assert document["fabric"]["name"] == "2 x 8-chip nodes on 400G rails (default for 16 h100)"
+    assert document["fabric"]["kind"] == "hierarchy"
+    line = dict(describe(default))["fabric"]
+    assert line.startswith("2 x 8-chip nodes on 400G rails (default for 16 h100): hierarchy, 16 hosts")
+    assert document["attribution_s"]["traffic"] > result_document(giant)[0]["attribution_s"]["traffic"]
+
+
+def test_a_given_fabric_is_used_and_named_so():
+    d = deployment("h100", 16, **{"deployment.fabric": {"kind": "switch", "hosts": 16}})
+    assert (d.topology.kind, d.topology.hosts, d.fabric_name) == ("switch", 16, "switch given in deployment.fabric")
+
+
+def test_scenario_show_round_trips_to_the_same_default():
+    """`scenario show` prints the default fabric table; read back, it still means the chip's default."""
+    scenario = load_scenario(None, {"deployment.chip": "h100", "deployment.chips": 32})
+    import tomllib
+    again = build_scenario(tomllib.loads(scenario.to_toml()), "shown")
+    assert build_deployment(again).fabric_name == "4 x 8-chip nodes on 400G rails (default for 32 h100)"
+
+
+def test_the_chips_own_scale_up_fabric():
+    assert not deployment("a100", 8).topology.nvls  # NVSwitch gen 2: no NVLink SHARP
+    mi300x = deployment("mi300x", 4, tp=4)
+    assert (mi300x.topology.kind, mi300x.topology.hosts) == ("fullmesh", 8)  # xGMI: a link per pair of the 8
+    assert mi300x.fabric_name == "one 8-chip fullmesh (default for 4 mi300x)"
+
+
+def test_beyond_a_domain_without_a_nic_in_the_catalog_is_a_one_line_error():
+    chip = load_chip("tpu-v6e")
+    with pytest.raises(UserError) as error:
+        default_fabric("tpu-v6e", 512, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
+    assert str(error.value).startswith("deployment.fabric: 512 tpu-v6e are more than one scale-up domain (256 chips)")
+    assert "\n" not in str(error.value)

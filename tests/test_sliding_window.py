@@ -1,0 +1,131 @@
+"""Sliding-window attention: its layers' attention pairs and KV reads capped at the window, and the KV
+cache they hold, against per-sequence sums and closed forms."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenpath.compute import ComputeModel, load_chip, load_model
+from tokenpath.pipeline import simulate
+from tokenpath.scenario import load_scenario
+
+WINDOW = 4096
+LLAMA_8B = load_model("llama-3.1-8b")
+
+
+def with_window(sliding_layers: int, window: int = WINDOW):
+    return dataclasses.replace(LLAMA_8B, sliding_window=window, sliding_layers=sliding_layers)
+
+
+def compute(model, chip="h100") -> ComputeModel:
+    return ComputeModel(model, load_chip(chip), 1, "bf16", "bf16")
+
+
+def attention_row(cm: ComputeModel, tokens, logits, pairs, reads):
+    return next(op for op in cm.step_ops(tokens, logits, pairs, reads) if op.name == "attention")
+
+
+def test_long_decode_costs_what_the_window_holds():
+    """Every query past the window: a sliding model's decode step is the full model's at context W."""
+    batch, context = 64, 20_000
+    pairs = batch * (context + 1)
+    slides, full = compute(with_window(32)), compute(LLAMA_8B)
+    assert slides.step_time_s(batch, batch, pairs, pairs) == full.step_time_s(batch, batch, batch * WINDOW,
+                                                                             batch * WINDOW)
+    assert slides.step_time_s(batch, batch, pairs, pairs) < 0.5 * full.step_time_s(batch, batch, pairs, pairs)
+
+
+def test_within_the_window_nothing_changes():
+    batch, context = 64, 1000
+    pairs = batch * (context + 1)
+    prefill_pairs = 2000 * 2001 // 2
+    for cm_args in ((batch, batch, pairs, pairs), (2000, 0, prefill_pairs, 2000)):
+        assert compute(with_window(32)).step_time_s(*cm_args) == compute(LLAMA_8B).step_time_s(*cm_args)
+
+
+def test_half_the_layers_slide():
+    """gpt-oss style: the attention row's FLOPs are half the full pairs and half the capped ones."""
+    batch, context = 16, 10_000
+    pairs = batch * (context + 1)
+    row = attention_row(compute(with_window(16)), batch, batch, pairs, pairs)
+    full = attention_row(compute(LLAMA_8B), batch, batch, pairs, pairs)
+    assert row.flops == pytest.approx(full.flops * (0.5 + 0.5 * WINDOW / (context + 1)), rel=1e-12)
+    assert row.bytes < full.bytes
+
+
+@settings(max_examples=200, deadline=None)
+@given(sequences=st.lists(st.tuples(st.integers(0, 3 * WINDOW), st.integers(1, 2 * WINDOW)), min_size=1, max_size=8),
+       decodes=st.lists(st.integers(0, 3 * WINDOW), max_size=30))
+def test_aggregates_bound_the_per_sequence_sums(sequences, decodes):
+    """At most one chunk is part-way through its prompt: that one samples no token."""
+    chunks = [(p, q) for p, q in sequences]
+    tokens = sum(q for _, q in chunks) + len(decodes)
+    logits = len(decodes) + len(chunks) - 1
+    pairs = sum(q * p + q * (q + 1) // 2 for p, q in chunks) + sum(c + 1 for c in decodes)
+    reads = sum(p + q for p, q in chunks) + sum(c + 1 for c in decodes)
+    exact_pairs = sum(min(p + j, WINDOW) for p, q in chunks for j in range(1, q + 1)) + sum(
+        min(c + 1, WINDOW) for c in decodes)
+    exact_reads = sum(min(p + q, WINDOW - 1 + q) for p, q in chunks) + sum(min(c + 1, WINDOW) for c in decodes)
+    capped_pairs, capped_reads = compute(with_window(32)).attention_aggregates(tokens, logits, pairs, reads)
+    assert exact_pairs <= capped_pairs <= pairs
+    assert exact_reads <= capped_reads <= reads
+    if all(p >= WINDOW for p, _ in chunks) and all(c + 1 >= WINDOW for c in decodes):
+        assert capped_pairs == exact_pairs  # every query past its window: exact
+    if all(p + q <= WINDOW for p, q in chunks) and all(c + 1 <= WINDOW for c in decodes):
+        assert (capped_pairs, capped_reads) == (exact_pairs, exact_reads)  # all within: exact
+
+
+def test_kv_cache_bytes_of_one_sequence():
+    cm = compute(with_window(16))
+    per_layer = 2 * 8 * 128 * 2
+    assert cm.kv_cache_bytes_per_chip(1000) == 32 * per_layer * 1000
+    assert cm.kv_cache_bytes_per_chip(10_000) == 16 * per_layer * 10_000 + 16 * per_layer * WINDOW
+
+
+def test_kv_capacity_never_overcommits_and_beats_charging_every_layer():
+    half, full = compute(with_window(16)), compute(LLAMA_8B)
+    seqs = 64
+    free = full.kv_capacity_tokens(0.9, 8192) * full.kv_bytes_per_token_per_chip
+    assert half.kv_capacity_tokens(0.9, 8192) == full.kv_capacity_tokens(0.9, 8192)  # no bound on sequences
+    tokens = half.kv_capacity_tokens(0.9, 8192, max_num_seqs=seqs)
+    per_layer = 2 * 8 * 128 * 2
+    assert tokens == pytest.approx((free - seqs * WINDOW * 16 * per_layer) / (16 * per_layer), abs=2)
+    # The worst case it allows: every sequence holds its window in the sliding layers.
+    assert seqs * half.kv_cache_bytes_per_chip(tokens // seqs) <= free + per_layer * 32
+    assert tokens > 1.4 * full.kv_capacity_tokens(0.9, 8192)
+
+
+def test_kv_capacity_when_every_layer_slides():
+    cm = compute(with_window(32))
+    assert cm.kv_capacity_tokens(0.9, 8192, max_num_seqs=8) == 8 * LLAMA_8B.max_context
+    # Too many sequences for their windows to fit: every token charged to every layer.
+    assert cm.kv_capacity_tokens(0.9, 8192, max_num_seqs=10_000) == compute(LLAMA_8B).kv_capacity_tokens(0.9, 8192)
+
+
+def test_mistral_7b_decodes_long_contexts_faster_than_without_its_window(tmp_path):
+    config = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+              "intermediate_size": 14336, "max_position_embeddings": 32768, "num_attention_heads": 32,
+              "num_hidden_layers": 32, "num_key_value_heads": 8, "sliding_window": 4096,
+              "tie_word_embeddings": False, "vocab_size": 32000}
+    tpot, capacity = {}, {}
+    for name, window in (("sliding", 4096), ("full", None)):
+        path = tmp_path / name / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({**config, "sliding_window": window}))
+        scenario = load_scenario(None, {
+            "model.name": str(path), "model.precision": "bf16", "deployment.chip": "h100",
+            "deployment.chips": 1, "deployment.tp": 1, "engine.max_num_seqs": 16, "workload.num_requests": 16,
+            "workload.input": {"kind": "fixed", "value": 16_000}, "workload.output": {"kind": "fixed", "value": 64},
+            "workload.arrival": {"rate": "inf"}})
+        sim = simulate(scenario)
+        run = sim.run
+        tpot[name] = float(((run.e2e_ns - run.ttft_ns) / (run.output_tokens - 1)).mean())
+        capacity[name] = sim.deployment.kv_capacity_tokens
+    assert tpot["sliding"] < 0.9 * tpot["full"]
+    # 16 sequences' windows fit beside the weights: each may reach the model's whole context.
+    assert capacity["sliding"] == 16 * 32768 > capacity["full"]
