@@ -266,3 +266,29 @@ def test_a_stopped_run_keeps_what_was_measured(tmp_path, small_tokenizer, worker
     assert summary["requests"] == {"completed": 3, "failed": 3, "input_tokens_mean": 20.0, "output_tokens_mean": 40.0}
     assert summary["bench"]["failure_reasons"] == {"interrupted": 3}
     assert Path(results).stat().st_size > 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker processes in /proc")
+def test_sigterm_while_the_workers_start_stops_the_run(tmp_path, small_tokenizer):
+    """SIGTERM as soon as the workers exist (before or just after the first send): exit 143, no
+    traceback, no worker left, and every request the server got is in the results file."""
+    results = tmp_path / "r.jsonl"
+    with FakeServer("drip", drip_s=0.5) as server:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tokenpath", "bench", "--base-url", server.url, "--model", MODEL,
+             "--num-requests", "40", "--request-rate", "20", "--input-len", "20", "--input-sd", "0",
+             "--output-len", "40", "--output-sd", "0", "--results", str(results), "--workers", "2",
+             "--tokenizer", small_tokenizer],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 60
+        while not (workers := _children(process.pid)) and time.monotonic() < deadline:
+            pass  # no sleep: the signal lands while the parent is still starting its workers
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=15)
+        received = len(server.received)
+    assert process.returncode == 143, err
+    assert "Traceback" not in err and "stopped by SIGTERM" in err
+    assert workers and not any(map(_alive, workers))
+    recorded = len(read_results(results)[1]) if results.stat().st_size else 0
+    assert recorded == received

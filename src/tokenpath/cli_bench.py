@@ -154,6 +154,10 @@ def bench(
         task = progress.add_task("bench", total=len(requests), failed=0)
         outcome = execute(plan, results_path, header, count,
                           lambda done, failed: progress.update(task, completed=done, failed=failed))
+    if outcome.signal and not (Path(results_path).exists() and Path(results_path).stat().st_size):
+        err_console.print(f"stopped by {signal.Signals(outcome.signal).name} before the first request was sent: "
+                          "nothing was measured", highlight=False)
+        raise typer.Exit(128 + int(outcome.signal))
     header, rows = read_results(results_path, _warn)
     summary = bench_summary(header, rows)
     _emit(summary, header, rows, results_path, json_out)

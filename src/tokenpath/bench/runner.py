@@ -7,7 +7,7 @@ worker appends each finished request to the results JSONL as one line, in one `w
 opened for appending, so whatever happens to the run, every request that finished is on disk.
 
 Ctrl-C (SIGINT) and SIGTERM, in the parent or in a worker, stop sending, record the requests in
-flight as interrupted, and keep everything else; the parent passes the signal on to its workers.
+flight as interrupted, and keep everything else; the parent passes the stop on to its workers.
 Workers never outlive their parent: on Linux the kernel sends them SIGTERM when it exits
 (PR_SET_PDEATHSIG), and everywhere they check every second that their parent is still there.
 """
@@ -19,6 +19,7 @@ import gc
 import math
 import multiprocessing
 import os
+import queue
 import signal
 import sys
 import time
@@ -340,16 +341,27 @@ def _worker_main(plan: Plan, indices: np.ndarray, concurrency: int | None, path:
         appender.close()
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM in the parent of worker processes, handled as Ctrl-C is."""
+class _StopRequest:
+    """The parent's SIGINT / SIGTERM handler: it notes the first signal and the waiting loops act on
+    it (an exception raised from a handler can land in code that swallows it, such as fork's hooks)."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+    def __init__(self) -> None:
+        self.signum = 0
+        self.previous: dict[int, Any] = {}
 
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.signum = self.signum or signum
 
-def _raise_stopped(signum: int, frame: Any) -> None:
-    raise Stopped(signum)
+    def install(self) -> None:
+        for signum in STOP_SIGNALS:
+            try:
+                self.previous[signum] = signal.signal(signum, self)
+            except ValueError:  # not the main thread: signals keep their handlers
+                return
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def execute(plan: Plan, path: str, header: dict[str, Any], workers: int = 1,
@@ -395,42 +407,43 @@ def _execute_processes(plan: Plan, path: str, header: dict[str, Any], workers: i
         )
         for w in range(workers)
     ]
-    stopped_by = 0
-    previous_term = signal.getsignal(signal.SIGTERM)
-    try:
-        signal.signal(signal.SIGTERM, _raise_stopped)
-        handling_term = True
-    except ValueError:  # not the main thread: SIGTERM keeps its handler
-        handling_term = False
+    stop = _StopRequest()
+    stop.install()
     try:
         for process in processes:
             process.start()
-        for _ in processes:
-            ready.get(timeout=60)
-        t0.value = perf_counter_ns() + _START_DELAY_NS
-        write_line(path, {**header, "t0_monotonic_ns": t0.value, "workers": workers})
-        go.set()
-        while any(process.is_alive() for process in processes):
+        started, deadline_s = 0, time.monotonic() + 60
+        while started < workers and not stop.signum:
+            try:
+                ready.get(timeout=0.1)
+                started += 1
+            except queue.Empty:
+                if time.monotonic() > deadline_s:
+                    raise RuntimeError(f"{workers - started} of {workers} bench worker processes did not start within 60 s") from None
+        if not stop.signum:
+            t0.value = perf_counter_ns() + _START_DELAY_NS
+            write_line(path, {**header, "t0_monotonic_ns": t0.value, "workers": workers})
+            go.set()
+        while not stop.signum and any(process.is_alive() for process in processes):
             time.sleep(0.1)
             if progress is not None:
                 progress(sum(c[0] for c in counts), sum(c[1] for c in counts))
-    except KeyboardInterrupt as stop:
-        stopped_by = getattr(stop, "signum", signal.SIGINT)
-        for process in processes:  # each records its requests in flight as interrupted, then exits
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, stopped_by)
-        for process in processes:
-            if process.pid is not None:
+        if stop.signum and go.is_set():
+            # Each worker records its requests in flight as interrupted, then exits. SIGTERM, whatever
+            # stopped the parent: a worker still setting up its loop ignores SIGINT but dies of SIGTERM.
+            for process in processes:
+                if process.is_alive() and process.pid is not None:
+                    os.kill(process.pid, signal.SIGTERM)
+            for process in processes:
                 process.join(timeout=30)
     finally:
-        for process in processes:
+        for process in processes:  # stragglers, and workers stopped before anything was sent
             if process.is_alive():
                 process.terminate()
                 process.join(timeout=5)
-        if handling_term:
-            signal.signal(signal.SIGTERM, previous_term if previous_term is not None else signal.SIG_DFL)
+        stop.restore()
     recorded, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)
     if progress is not None:
         progress(recorded, failed)
-    interrupted = bool(stopped_by) or any(process.exitcode not in (0, None) for process in processes) or recorded < n
-    return Outcome(interrupted, recorded, failed, t0.value, stopped_by)
+    interrupted = bool(stop.signum) or any(process.exitcode not in (0, None) for process in processes) or recorded < n
+    return Outcome(interrupted, recorded, failed, t0.value, stop.signum)
