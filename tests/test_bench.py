@@ -165,9 +165,10 @@ STREAM = [_text(" a", 1), _text(" b c", 3), _text(" d", 4, "length"),
 
 
 @settings(max_examples=80, deadline=None)
-@given(cuts=st.lists(st.integers(0, len(_sse(STREAM))), max_size=8), crlf=st.booleans())
-def test_sse_pieces_parse_the_same_however_split(cuts, crlf):
-    data = _sse(STREAM, b"\r\n\r\n" if crlf else b"\n\n")
+@given(cuts=st.lists(st.integers(0, len(_sse(STREAM, b"\r\n\r\n"))), max_size=8),
+       sep=st.sampled_from([b"\n\n", b"\r\n\r\n", b"\r\r", b"\r\n\n", b"\n\n\n"]))
+def test_sse_pieces_parse_the_same_however_split(cuts, sep):
+    data = _sse(STREAM, sep)
     exchange, ended = _exchange()
     bounds = sorted(set([0, *cuts, len(data)]))
     for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
@@ -242,6 +243,78 @@ def test_body_end_without_finish_is_incomplete():
     exchange.feed(_sse([_text("x")]), 5)
     exchange.body_end(6)
     assert exchange.error == INCOMPLETE
+    exchange, _ = _exchange()
+    exchange.feed(b": keep-alive\n\n", 5)  # SSE, but nothing came before the end
+    exchange.body_end(6)
+    assert exchange.error == INCOMPLETE
+
+
+def test_events_read_together_are_arrivals_of_their_own_at_one_time():
+    exchange, _ = _exchange()
+    exchange.feed(_sse([_text(" a"), _text(" b"), _text(" c d")]), 2000)
+    exchange.feed(_sse([_text(" e", finish="length"), "[DONE]"]), 3000)
+    assert exchange.arrival_ns == [2000, 2000, 2000, 3000]
+    assert exchange.arrival_tokens == [1, 1, 1, 1] and exchange.error is None
+
+
+@pytest.mark.parametrize("content_type, body, detail", [
+    ("application/json", b'{"id": "c", "choices": [{"text": "Hello there", "finish_reason": "stop"}]}',
+     'the server answered application/json, not an SSE stream (does it ignore "stream": true?): {"id": "c", "choices"'),
+    ("application/problem+json; charset=utf-8", b'{"title": "nope"}', 'not an SSE stream (does it ignore "stream": true?): {"title": "nope"}'),
+    ("text/html", b"<html>\n<body>Welcome</body>\n</html>\n\n", "not an SSE stream (Content-Type: text/html): <html> <body>Welcome"),
+    ("", b"plain words " * 20, "not an SSE stream (Content-Type: none): plain words plain words"),
+])
+def test_an_answer_that_is_not_sse_says_what_came(content_type, body, detail):
+    exchange, ended = _exchange()
+    exchange.head(200, content_type)
+    for k in range(0, len(body), 7):
+        exchange.feed(body[k:k + 7], 2000)
+    exchange.body_end(3000)
+    assert ended == [exchange] and exchange.error == MALFORMED
+    assert detail in exchange.detail
+    assert len(exchange.detail) < 300 and "\n" not in exchange.detail
+
+
+def test_a_partial_event_grows_in_place_and_is_bounded():
+    """A huge SSE line costs its size once (not a copy per piece), and past the limit fails its request."""
+    import tracemalloc
+
+    size = 8 * 2**20
+    head, text, tail = b'data: {"choices": [{"text": "', b"x" * size, b'", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
+    pieces = [head, *(text[k:k + 2**16] for k in range(0, size, 2**16))]
+    exchange, ended = _exchange()
+    exchange.max_event_bytes = 2 * size
+    tracemalloc.start()
+    for piece in pieces:
+        exchange.feed(piece, 2000)
+    _, peak_bytes = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak_bytes < 1.5 * size  # appending to an immutable buffer would hold two copies: 2x
+    exchange.feed(tail, 3000)
+    assert ended == [exchange] and exchange.error is None and exchange.arrival_tokens == [1]
+    assert exchange.arrival_chars == [size]
+
+    exchange, ended = _exchange()
+    exchange.max_event_bytes = 2**20
+    for piece in pieces:
+        exchange.feed(piece, 2000)
+    assert ended == [exchange] and exchange.error == MALFORMED
+    assert "event 0 is over 1048576 bytes (raise --max-event-bytes" in exchange.detail
+    assert 'it starts: data: {"choices": [{"text": "xxx' in exchange.detail
+    assert len(exchange._sse) == 0  # what it held is let go
+    # An event over the limit that arrives whole in one piece fails the same way.
+    exchange, ended = _exchange()
+    exchange.max_event_bytes = 100
+    exchange.feed(_sse([_text("y" * 200)]), 2000)
+    assert exchange.error == MALFORMED and "over 100 bytes" in exchange.detail
+
+
+def test_usage_counts_must_be_integers_not_booleans():
+    exchange, _ = _exchange()
+    exchange.feed(_sse([_text("a"), _text("b", finish="length"),
+                        {"choices": [], "usage": {"prompt_tokens": True, "completion_tokens": True}}, "[DONE]"]), 5)
+    assert exchange.usage_completion is None and exchange.usage_prompt is None
+    assert exchange.arrival_tokens == [1, 1]
 
 
 # ---- HTTP parsing -------------------------------------------------------------------------------------
@@ -343,10 +416,18 @@ def test_http_garbage_status_line():
 
 
 # ---- the measured run ---------------------------------------------------------------------------------
-def test_token_times_split_gaps():
+def test_tokens_arrive_with_their_event():
     times = token_times(np.array([100, 200, 500]), np.array([2, 1, 3]))
-    assert times.tolist() == [100, 100, 200, 300, 400, 500]
+    assert times.tolist() == [100, 100, 200, 500, 500, 500]
     assert token_times(np.array([], np.int64), np.array([], np.int64)).tolist() == []
+    # ITL: one gap per event after the first (the 3-token event is one 300 ns gap, not three of 100).
+    run = build_run([_row(0, arrivals=((100, 2), (200, 1), (500, 3)), end=500, visible=100)])
+    assert run.itl_ns().tolist() == [100, 300]
+    # Events read together share the read's time: one arrival at the client, and the summary says how many.
+    rows = [_row(0, arrivals=((100, 1), (200, 1), (200, 1), (500, 1)), end=500, visible=100)]
+    assert build_run(rows).itl_ns().tolist() == [100, 300]
+    header = {"scenario": {"name": "s", "fingerprint": "f"}, "slo": {}, "planned": 1}
+    assert bench_summary(header, rows)["bench"]["arrivals"] == {"events": 4, "sharing_a_read": 1}
 
 
 def _row(i, ok=True, sent=0, arrivals=((10, 1), (20, 1), (40, 2)), end=45, visible=20, **extra):
@@ -367,8 +448,8 @@ def test_build_run_metrics():
     assert run.ttft_ns.tolist() == [10, 0, 10]
     assert run.ttfv_ns.tolist() == [20, 0, 45]  # nothing visible: the reply shows at its end
     assert run.e2e_ns.tolist() == [45, 0, 45]
-    assert run.token_client_ns.tolist() == [10, 20, 30, 40, 110, 120, 130, 140]
-    assert sorted(run.itl_ns().tolist()) == [10] * 6
+    assert run.token_client_ns.tolist() == [10, 20, 40, 40, 110, 120, 140, 140]
+    assert sorted(run.itl_ns().tolist()) == [10, 10, 20, 20]
     header = {"scenario": {"name": "s", "fingerprint": "f"}, "slo": {"ttft": 1.0, "tpot": None}, "planned": 4}
     summary = bench_summary(header, rows)
     assert summary["source"] == "bench" and summary["attribution_s"] is None
@@ -383,14 +464,83 @@ def test_results_file_survives_a_torn_last_line(tmp_path):
     path = tmp_path / "r.jsonl"
     header = {"schema": "tokenpath.bench/1", "scenario": {"name": "s", "fingerprint": "f"}, "slo": {}, "planned": 3}
     lines = [json.dumps(header), json.dumps(_row(1)), json.dumps(_row(0)), json.dumps(_row(2))[:40]]
-    path.write_text("\n".join(lines))
-    got_header, rows = read_results(path)
+    path.write_text("\n".join(lines))  # a crash mid-write: the last line has no newline
+    warnings = []
+    got_header, rows = read_results(path, warnings.append)
     assert got_header["planned"] == 3 and [r["i"] for r in rows] == [0, 1]
+    assert warnings == [f"{path}:4: skipped a torn last line (the run was cut off while writing it)"]
     path.write_text("\n".join([lines[0], lines[3], lines[1]]) + "\n")
     with pytest.raises(UserError, match=":2: not a JSON line"):
+        read_results(path)
+    path.write_text("\n".join(lines) + "\n")  # a whole last line that is not JSON: damage, not a crash
+    with pytest.raises(UserError, match=":4: not a JSON line"):
         read_results(path)
     path.write_text('{"schema": "other"}\n')
     with pytest.raises(UserError, match="not a tokenpath bench results file"):
         read_results(path)
     with pytest.raises(UserError, match="no such results file"):
         read_results(tmp_path / "none.jsonl")
+
+
+@pytest.mark.parametrize("line, change, message", [
+    (2, {"sent_ns": "soon"}, ":2: 'sent_ns' must be an integer (ns), got \"soon\""),
+    (2, {"sent_ns": None}, ":2: 'sent_ns' must be an integer (ns), got null"),
+    (3, {"arrival_tokens": [1, -1, 2]}, ":3: 'arrival_tokens' must be a list of counts"),
+    (3, {"arrival_tokens": [1, 1]}, ":3: 'arrival_ns' has 3 entries but 'arrival_tokens' 2"),
+    (3, {"ok": "yes"}, ":3: 'ok' must be true or false"),
+    (2, {"i": 0}, ":3: request 0 is already on line 2"),
+    (2, {"end_ns": 2**70}, ":2: 'end_ns' must be an integer (ns)"),
+    (1, {"scenario": "typical"}, ":1: 'scenario' must be an object"),
+    (1, {"slo": {"ttft": "fast"}}, ':1: slo "ttft" = "fast" is not an SLO'),
+])
+def test_a_damaged_results_line_is_a_one_line_error(tmp_path, line, change, message):
+    header = {"schema": "tokenpath.bench/1", "scenario": {"name": "s", "fingerprint": "f"}, "slo": {}, "planned": 2}
+    documents = [header, _row(1), _row(0)]
+    documents[line - 1] = {**documents[line - 1], **change}
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(json.dumps(d) for d in documents) + "\n")
+    with pytest.raises(UserError) as error:
+        read_results(path)
+    line = str(error.value)
+    assert line.startswith(f"{path}{message}") and "\n" not in line and len(line) < len(str(path)) + 200
+
+
+_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**64, 2**64) | st.floats(allow_nan=False) | st.text(max_size=5),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                       max_leaves=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_any_damage_to_a_results_file_is_a_user_error_or_a_summary(tmp_path_factory, data):
+    """Whatever is changed in a results file, `report` reads it or says which line is damaged."""
+    import tokenpath.cli  # noqa: F401  (the CLI module registers cli_bench's commands)
+    from tokenpath.cli_bench import describe_bench
+
+    header = {"schema": "tokenpath.bench/1", "kind": "header", "planned": 3, "workers": 1,
+              "scenario": {"name": "s", "fingerprint": "f", "table": {"workload": {"arrival": {"rate": 2.0}}}},
+              "slo": {"ttft": 1.0, "tpot": None}}
+    documents = [header, _row(0), _row(1, ok=False, arrivals=()), _row(2, sent=100)]
+    target = data.draw(st.sampled_from(documents))
+    for _ in range(data.draw(st.integers(1, 3))):
+        key = data.draw(st.sampled_from(sorted(target)) | st.text(max_size=4))
+        if data.draw(st.booleans()):
+            target.pop(key, None)
+        else:
+            target[key] = data.draw(_VALUES)
+    try:
+        text = b"\n".join(orjson.dumps(d) for d in documents) + b"\n"
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits: not what a JSON writer would produce
+        return
+    if data.draw(st.booleans()):
+        text = text[:data.draw(st.integers(0, len(text)))]
+    path = tmp_path_factory.mktemp("r") / "r.jsonl"
+    path.write_bytes(text)
+    try:
+        header, rows = read_results(path, lambda message: None)
+        summary = bench_summary(header, rows)
+        describe_bench(header, rows, str(path))
+    except UserError as error:
+        assert str(error).startswith(str(path)) and "\n" not in str(error)
+        return
+    json.dumps(summary)  # the summary is plain JSON

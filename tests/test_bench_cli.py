@@ -45,6 +45,9 @@ SMALL = ["--num-requests", "10", "--request-rate", "50", "--input-len", "30", "-
     (["--base-url", "SERVER", "--model", MODEL, "--request-rate", "fast"], ["--request-rate"]),
     (["--base-url", "SERVER", "--model", MODEL, "--tokenizer", "no/such/tokenizer.json"], ["tokenizer", "no/such/tokenizer.json"]),
     (["nonexistent.toml", "--base-url", "SERVER", "--model", MODEL], ["nonexistent.toml"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--max-failure-ratio", "1.5"], ["--max-failure-ratio", "from 0 to 1"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--max-event-bytes", "lots"], ["--max-event-bytes", "'lots'"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--max-event-bytes", "0"], ["--max-event-bytes", "from 1 B"]),
 ])
 def test_bad_flags_are_one_line_errors(args, fragments, server, monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
@@ -113,3 +116,64 @@ def test_report_and_compare_errors(monkeypatch, capsys, tmp_path):
     other = tmp_path / "other.json"
     other.write_text('{"schema": "something/9"}')
     assert_user_error(*run_cli(["compare", str(other), str(other)], monkeypatch, capsys), "not a tokenpath.summary/1")
+
+
+def test_failed_requests_set_the_exit_status(monkeypatch, capsys, tmp_path):
+    """Any failed request exits 1, unless --max-failure-ratio allows that share."""
+    with FakeServer(lambda i: "http500" if i == 3 else "ok") as server:
+        def bench(name, *extra):
+            return run_cli(["bench", "--base-url", server.url, "--model", MODEL, "--results", str(tmp_path / name),
+                            *SMALL, *extra], monkeypatch, capsys)
+
+        code, out, err = bench("a.jsonl")
+        assert code == 1 and "1 of 10 requests failed (10.0%), more than --max-failure-ratio 0 allows" in err
+        assert "Traceback" not in err and "TTFT" in out  # the summary is printed all the same
+        code, out, err = bench("b.jsonl", "--max-failure-ratio", "0.1")
+        assert code == 0 and "failed (" not in err
+        code, out, err = bench("c.jsonl", "--max-failure-ratio", "0.05")
+        assert code == 1
+
+
+def test_a_run_where_every_request_failed_has_unknown_latencies(monkeypatch, capsys, tmp_path):
+    results, bench_json, sim_json = tmp_path / "r.jsonl", tmp_path / "b.json", tmp_path / "s.json"
+    with FakeServer("http500") as server:
+        code, out, err = run_cli(["bench", "--base-url", server.url, "--model", MODEL, "--results", str(results),
+                                  "--json", str(bench_json), *SMALL], monkeypatch, capsys)
+    assert code == 1 and "10 of 10 requests failed" in err
+    bench = json.loads(bench_json.read_text())
+    for metric, stats in bench["latency_s"].items():
+        assert set(stats.values()) == {None}, metric  # unknown, not 0 s
+    ttft_row = next(line for line in out.splitlines() if "TTFT" in line)
+    assert ttft_row.split("TTFT")[1].split() == ["│", "-", "│", "-", "│", "-", "│", "-", "│", "-", "│"]
+
+    code, out, err = run_cli(["report", str(results), "--json", "-"], monkeypatch, capsys)
+    assert code == 0 and json.loads(out) == bench
+    code, out, err = run_cli(["simulate", *SMALL, "--json", str(sim_json)], monkeypatch, capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["compare", str(sim_json), str(bench_json), "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    rows = {row["metric"]: row for row in json.loads(out)["rows"]}
+    assert rows["TTFT p99"]["a"] > 0 and rows["TTFT p99"]["b"] is None and rows["TTFT p99"]["relative"] is None
+    code, out, err = run_cli(["compare", str(sim_json), str(bench_json)], monkeypatch, capsys)
+    assert code == 0 and "Traceback" not in err
+    assert "n/a" in next(line for line in out.splitlines() if "TTFT p99 " in line)
+
+
+def test_report_on_a_damaged_results_file(server, monkeypatch, capsys, tmp_path):
+    results = tmp_path / "r.jsonl"
+    code, _, err = run_cli(["bench", "--base-url", server.url, "--model", MODEL, "--results", str(results), *SMALL],
+                           monkeypatch, capsys)
+    assert code == 0, err
+    lines = results.read_bytes().splitlines(keepends=True)
+    torn = tmp_path / "torn.jsonl"  # a crash mid-write: the last line cut short, no newline
+    torn.write_bytes(b"".join(lines[:-1]) + lines[-1][:30])
+    code, out, err = run_cli(["report", str(torn), "--json", "-"], monkeypatch, capsys)
+    assert code == 0 and json.loads(out)["bench"]["recorded"] == 9
+    assert err.strip() == f"warning: {torn}:11: skipped a torn last line (the run was cut off while writing it)"
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_bytes(b"".join(lines[:4]) + b'{"i": 3, "sent_ns": "later"}\n' + b"".join(lines[5:]))
+    assert_user_error(*run_cli(["report", str(damaged)], monkeypatch, capsys),
+                      f"{damaged}:5: no field 'scheduled_ns'", "the file is damaged")
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b"".join(lines[:4]) + b"\x00\xff garbage\n" + b"".join(lines[5:]))
+    assert_user_error(*run_cli(["report", str(garbage)], monkeypatch, capsys), f"{garbage}:5: not a JSON line")

@@ -23,8 +23,9 @@ _TAG = re.compile(r"^\[[0-9a-f]*-?(\d+)\]")
 
 BEHAVIORS = (
     "ok", "multi", "drop", "http500", "http429", "malformed", "stall", "drip", "empty_first", "role_first",
-    "whitespace_first", "reasoning", "error_event", "no_done", "comments", "crlf",
+    "whitespace_first", "reasoning", "error_event", "no_done", "comments", "crlf", "json", "html", "huge",
 )
+HUGE_EVENT_BYTES = 3 * 2**20  # the "huge" behavior's second event: one SSE line of this size
 
 
 class FakeServer:
@@ -99,6 +100,11 @@ class FakeServer:
             return web.json_response({"error": {"message": "internal failure for the test"}}, status=500)
         if behavior == "http429":
             return web.json_response({"error": {"message": "rate limited for the test"}}, status=429)
+        if behavior == "json":  # a server that ignores "stream": true
+            return web.json_response({"id": f"cmpl-{i}", "object": "text_completion",
+                                      "choices": [{"index": 0, "text": " w0 w1", "finish_reason": "length"}]})
+        if behavior == "html":  # something else answering at that address
+            return web.Response(text="<html><body>Welcome to nginx!</body></html>", content_type="text/html")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         response.enable_chunked_encoding()
         await response.prepare(request)
@@ -160,6 +166,12 @@ class FakeServer:
                 return response
             if behavior == "malformed" and k == 2:
                 await send(b"data: {this is not json\n\n")
+            if behavior == "huge" and k == 1:  # the client gives up on the request part way through it
+                try:
+                    await send(b'data: {"choices": [{"text": "' + b"x" * HUGE_EVENT_BYTES + b'"}]}\n\n')
+                    await asyncio.sleep(3600)
+                except ConnectionError:
+                    return response
             if behavior == "error_event" and k == 2:
                 await send({"error": {"message": "engine died for the test", "code": 500}})
             if behavior == "stall" and k == 2:

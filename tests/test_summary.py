@@ -69,8 +69,8 @@ def test_stats_of_a_hand_sample():
     assert list(got) == ["mean", "p50", "p90", "p99", "p999"]
 
 
-def test_stats_of_an_empty_sample_are_zeros():
-    assert stats_s(np.empty(0, np.int64)) == {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "p999": 0.0}
+def test_stats_of_an_empty_sample_are_unknown():
+    assert stats_s(np.empty(0, np.int64)) == {"mean": None, "p50": None, "p90": None, "p99": None, "p999": None}
 
 
 @settings(max_examples=100, deadline=None)
@@ -212,13 +212,13 @@ def test_failed_requests_are_left_out_of_every_latency_and_count():
     assert got["attribution_s"]["queue"] == pytest.approx(0.035)  # (10 + 60) / 2
 
 
-def test_summary_of_a_run_where_everything_failed_is_all_zeros():
+def test_summary_of_a_run_where_everything_failed_has_no_latencies():
     got = summarize(hand_run(failed=np.array([True, True, True])), "hand", "0" * 64, NO_SLO)
     assert got["requests"] == {"completed": 0, "failed": 3, "input_tokens_mean": 0.0, "output_tokens_mean": 0.0}
     assert got["window_s"] == 0.0
     assert set(got["throughput"].values()) == {0.0}
-    for stats in got["latency_s"].values():
-        assert set(stats.values()) == {0.0}
+    for stats in got["latency_s"].values():  # no sample: unknown, not 0 s
+        assert set(stats.values()) == {None}
     assert set(got["attribution_s"].values()) == {0.0}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-
+import signal
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -23,6 +23,12 @@ Examples:
   tokenpath bench my.toml --base-url http://127.0.0.1:8000 --model m --request-rate 4 --num-requests 200 --json bench.json
 
   tokenpath bench --base-url https://api.example.com --model m --endpoint chat --api-key-env MY_KEY --strict-openai
+
+Exit status: 0 when every planned request was recorded and at most --max-failure-ratio of them failed
+(default 0: none may fail); 1 when more failed, or when a worker process ended before its requests did;
+2 for bad input; 130 after Ctrl-C (SIGINT) and 143 after SIGTERM (128 + the signal's number, as a shell
+reports a process the signal ended). A stopped run keeps every request measured so far in the results
+file, the requests in flight recorded as interrupted.
 """
 
 REPORT_EXAMPLE = "\n\nExample:\n\n  tokenpath report bench-results.jsonl --json bench.json"
@@ -44,6 +50,15 @@ def _write_json(document: dict[str, Any], target: str) -> None:
 def _positive(value: float | None, flag: str) -> None:
     if value is not None and not (value > 0 and math.isfinite(value)):
         raise UserError(f"{flag}: must be a number of seconds > 0, got {value}")
+
+
+def _event_bytes(value: str) -> int:
+    from tokenpath.units import parse_bytes
+
+    size = parse_bytes(value, "--max-event-bytes")
+    if not 1 <= size <= 2**40:
+        raise UserError(f"--max-event-bytes: {value!r} must be from 1 B to 1 TiB, e.g. '16 MiB'")
+    return int(size)
 
 
 def bench(
@@ -70,6 +85,10 @@ def bench(
     extra_body: Optional[str] = typer.Option(None, "--extra-body", help="JSON object merged into every request body"),
     kernel_timestamps: bool = typer.Option(True, "--kernel-timestamps/--loop-timestamps",
                                            help="stamp arrivals with the kernel's receive time (Linux, http) or when the event loop reads them"),
+    max_failure_ratio: float = typer.Option(0.0, "--max-failure-ratio",
+                                            help="exit 1 when more than this share of the requests failed (0 to 1)"),
+    max_event_bytes: str = typer.Option("16 MiB", "--max-event-bytes",
+                                        help="a larger SSE event fails its request as malformed"),
     json_out: JsonOut = None,
     results: Optional[str] = typer.Option(None, "--results", help="results JSONL, one line per finished request (default: bench-TIME.jsonl)"),
 ) -> None:
@@ -92,6 +111,9 @@ def bench(
         raise UserError(f"--workers: must be 1 or more, got {workers}")
     for value, flag in ((timeout, "--timeout"), (stall_timeout, "--stall-timeout"), (connect_timeout, "--connect-timeout")):
         _positive(value, flag)
+    if not 0 <= max_failure_ratio <= 1:
+        raise UserError(f"--max-failure-ratio: must be from 0 to 1 (the share of requests allowed to fail), got {max_failure_ratio}")
+    event_bytes = _event_bytes(max_event_bytes)
     api_key = None
     if api_key_env is not None:
         api_key = os.environ.get(api_key_env)
@@ -118,7 +140,8 @@ def bench(
         loaded = load_tokenizer(tokenizer)
         plan, header = build_plan(built, target, loaded, tokenizer_name(loaded, tokenizer), requests,
                                   {"connect_timeout_s": connect_timeout, "stall_timeout_s": stall_timeout,
-                                   "request_timeout_s": timeout}, kernel_timestamps=kernel_timestamps)
+                                   "request_timeout_s": timeout}, kernel_timestamps=kernel_timestamps,
+                                  max_event_bytes=event_bytes)
     count = workers or default_workers(built, requests)
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -131,13 +154,36 @@ def bench(
         task = progress.add_task("bench", total=len(requests), failed=0)
         outcome = execute(plan, results_path, header, count,
                           lambda done, failed: progress.update(task, completed=done, failed=failed))
-    header, rows = read_results(results_path)
+    if outcome.signal and not (Path(results_path).exists() and Path(results_path).stat().st_size):
+        err_console.print(f"stopped by {signal.Signals(outcome.signal).name} before the first request was sent: "
+                          "nothing was measured", highlight=False)
+        raise typer.Exit(128 + int(outcome.signal))
+    header, rows = read_results(results_path, _warn)
     summary = bench_summary(header, rows)
     _emit(summary, header, rows, results_path, json_out)
+    raise typer.Exit(_exit_status(outcome, len(rows), len(requests), summary["requests"]["failed"], max_failure_ratio,
+                                  results_path))
+
+
+def _exit_status(outcome: Any, recorded: int, planned: int, failed: int, max_failure_ratio: float,
+                 results_path: str) -> int:
+    """0, or why not: 128 + the signal that stopped the run; 1 for a worker that died or too many failures."""
+    _, err_console = _consoles()
     if outcome.interrupted:
-        err_console.print(f"stopped early: {len(rows)} of {len(requests)} requests recorded in {results_path}; "
+        why = f"stopped by {signal.Signals(outcome.signal).name}" if outcome.signal else "a worker process ended early"
+        err_console.print(f"{why}: {recorded} of {planned} requests recorded in {results_path}; "
                           f"`tokenpath report {results_path}` rebuilds this summary", highlight=False)
-        raise typer.Exit(130)
+        return 128 + int(outcome.signal) if outcome.signal else 1
+    if recorded and failed / recorded > max_failure_ratio:
+        err_console.print(f"{failed} of {recorded} requests failed ({failed / recorded:.1%}), more than "
+                          f"--max-failure-ratio {max_failure_ratio:g} allows: exit status 1", highlight=False)
+        return 1
+    return 0
+
+
+def _warn(message: str) -> None:
+    _, err_console = _consoles()
+    err_console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
 
 
 class _Null:
@@ -150,11 +196,18 @@ class _Null:
 
 def describe_bench(header: dict[str, Any], rows: list[dict[str, Any]], results_path: str) -> list[tuple[str, str]]:
     """Scenario lines for a measured run's report."""
-    workload = header["scenario"].get("table", {}).get("workload", {})
-    arrival = workload.get("arrival", {})
-    rate = arrival.get("rate")
-    arrivals = "all at t=0" if rate in ("inf", "Infinity") or (isinstance(rate, float) and math.isinf(rate)) else \
-        f"{rate:g} req/s, burstiness {arrival.get('burstiness', 1.0):g}" if isinstance(rate, (int, float)) else str(rate)
+    def table(parent: dict[str, Any], key: str) -> dict[str, Any]:  # a damaged header shows less, never fails
+        value = parent.get(key)
+        return value if isinstance(value, dict) else {}
+
+    workload = table(table(table(header, "scenario"), "table"), "workload")
+    arrival = table(workload, "arrival")
+    rate, burstiness = arrival.get("rate"), arrival.get("burstiness", 1.0)
+    burstiness = f"{burstiness:g}" if isinstance(burstiness, (int, float)) else str(burstiness)
+    # An infinite rate is written as null (JSON has no infinity).
+    unbounded = rate is None or rate in ("inf", "Infinity") or (isinstance(rate, float) and math.isinf(rate))
+    arrivals = "all at t=0" if unbounded else \
+        f"{rate:g} req/s, burstiness {burstiness}" if isinstance(rate, (int, float)) else str(rate)
     if workload.get("max_concurrency"):
         arrivals += f", at most {workload['max_concurrency']} outstanding"
     return [
@@ -171,8 +224,7 @@ def describe_bench(header: dict[str, Any], rows: list[dict[str, Any]], results_p
 def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, Any]], results_path: str,
           json_out: Optional[str]) -> None:
     from tokenpath.bench.results import failures
-    from tokenpath.report.table import print_summary
-    from tokenpath.units import format_duration
+    from tokenpath.report.table import duration_or_dash, print_summary
 
     console, _ = _consoles()
     if json_out is not None:
@@ -182,12 +234,17 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
     print_summary(console, summary, describe_bench(header, rows, results_path), None)
     block = summary["bench"]
     wait = block["client_wait_s"]
-    console.print(f"client wait (scheduled -> sent): mean {format_duration(wait['mean'])}, "
-                  f"p99 {format_duration(wait['p99'])}", highlight=False)
+    console.print(f"client wait (scheduled -> sent): mean {duration_or_dash(wait['mean'])}, "
+                  f"p99 {duration_or_dash(wait['p99'])}", highlight=False)
+    arrivals = block["arrivals"]
+    if arrivals["sharing_a_read"]:
+        console.print(f"{arrivals['sharing_a_read']:,} of {arrivals['events']:,} token events arrived in one read with the "
+                      "event before (the client was behind): they share its timestamp, so ITL's tail reads long",
+                      highlight=False)
     if block["reasoning"]["requests"]:
         r = block["reasoning"]
         console.print(f"reasoning: {r['requests']} requests, {r['tokens_mean']:.0f} reasoning tokens on average, "
-                      f"{format_duration(r['time_s']['mean'])} before the answer", highlight=False)
+                      f"{duration_or_dash(r['time_s']['mean'])} before the answer", highlight=False)
     if block["failure_reasons"]:
         reasons = ", ".join(f"{name} {count}" for name, count in block["failure_reasons"].items())
         console.print(f"[red]failed:[/red] {reasons}", highlight=False)
@@ -202,7 +259,7 @@ def report(
     from tokenpath.bench import read_results
     from tokenpath.bench.results import bench_summary
 
-    header, rows = read_results(results)
+    header, rows = read_results(results, _warn)
     _emit(bench_summary(header, rows), header, rows, results, json_out)
 
 

@@ -15,10 +15,11 @@ LAYERS = ("queue", "compute", "traffic", "delivery")
 LAYER_OF_PART = {"queue": "distribution", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
 
 
-def stats_s(values_ns: np.ndarray) -> dict[str, float]:
-    """Mean and percentiles of nanosecond samples, in seconds; zeros for an empty sample."""
+def stats_s(values_ns: np.ndarray) -> dict[str, float | None]:
+    """Mean and percentiles of nanosecond samples, in seconds; None (unknown) for an empty sample,
+    e.g. the latencies of a run where every request failed."""
     if len(values_ns) == 0:
-        return {"mean": 0.0, **{key: 0.0 for key in PERCENTILES}}
+        return {"mean": None, **{key: None for key in PERCENTILES}}
     seconds = np.asarray(values_ns, dtype=np.float64) / 1e9
     points = np.percentile(seconds, list(PERCENTILES.values()))
     return {"mean": float(seconds.mean()), **{key: float(v) for key, v in zip(PERCENTILES, points)}}
@@ -51,7 +52,7 @@ class LogHistogram:
             merged.total_ns += histogram.total_ns
         return merged
 
-    def stats_s(self) -> dict[str, float]:
+    def stats_s(self) -> dict[str, float | None]:
         count = int(self.counts.sum())
         if count == 0:
             return stats_s(np.empty(0))

@@ -16,6 +16,7 @@ from tokenpath.bench.plan import Target, build_plan, default_workers, preflight,
 from tokenpath.bench.prompts import PromptBuilder, corpus_text
 from tokenpath.bench.results import RESULTS_SCHEMA, bench_summary, build_run, read_results, token_times
 from tokenpath.bench.runner import Outcome, Plan, execute
+from tokenpath.bench.stream import MAX_EVENT_BYTES
 from tokenpath.bench.tokenizer import Tokenizer, load_tokenizer, tokenizer_name
 from tokenpath.scenario import Scenario
 
@@ -36,12 +37,14 @@ class BenchResult:
 
 def run_bench(scenario: Scenario, target: Target, results_path: str, tokenizer: str | Tokenizer | None = None,
               workers: int | None = None, timeouts: dict[str, float | None] | None = None,
-              progress: Callable[[int, int], None] | None = None, kernel_timestamps: bool = True) -> BenchResult:
+              progress: Callable[[int, int], None] | None = None, kernel_timestamps: bool = True,
+              max_event_bytes: int = MAX_EVENT_BYTES) -> BenchResult:
     """Measure `target` under `scenario`'s workload; every finished request goes to `results_path`."""
     loaded = tokenizer if tokenizer is not None and not isinstance(tokenizer, str) else load_tokenizer(tokenizer)
     name = tokenizer_name(loaded, tokenizer if isinstance(tokenizer, str) else None)
     requests = workload_requests(scenario)
-    plan, header = build_plan(scenario, target, loaded, name, requests, timeouts, kernel_timestamps=kernel_timestamps)
+    plan, header = build_plan(scenario, target, loaded, name, requests, timeouts, kernel_timestamps=kernel_timestamps,
+                              max_event_bytes=max_event_bytes)
     count = workers if workers is not None else default_workers(scenario, requests)
     outcome = execute(plan, results_path, header, count, progress)
     header, rows = read_results(results_path)

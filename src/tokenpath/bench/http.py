@@ -7,9 +7,11 @@ the last socket read is stamped a microsecond or so per socket after the first, 
 of all the others.
 
 On Linux, plain-http connections go further: the kernel stamps each received packet
-(`SO_TIMESTAMPNS`) and the client reads that stamp with the bytes, so a recorded arrival is when the
-bytes reached the socket, however busy the client process was (its CPU taken by other work, or its
-event loop behind). Elsewhere, and for https, the stamp is taken when the event loop reads the socket.
+(`SO_TIMESTAMPNS`) and the client reads that stamp with the bytes, so a recorded arrival does not
+wait for the event loop. One read has one stamp, though, that of the last packet it holds: when the
+client falls behind (its CPU taken by other work, or its loop busy), the packets that queued up are
+read together and all get the last one's time. Elsewhere, and for https, the stamp is taken when the
+event loop reads the socket.
 Connections are kept alive and reused; https works through the standard `ssl` module. Proxies are
 not supported.
 """
@@ -185,7 +187,7 @@ class Connection(asyncio.Protocol):
             name, _, value = line.partition(b":")
             headers[name.strip().lower()] = value.strip()
         self._status = status
-        self.exchange.status = status
+        self.exchange.head(status, headers.get(b"content-type", b"").decode("latin-1"))
         connection = headers.get(b"connection", b"").lower()
         self._keep_alive = version == b"HTTP/1.1" and connection != b"close" or connection == b"keep-alive"
         if b"chunked" in headers.get(b"transfer-encoding", b"").lower():

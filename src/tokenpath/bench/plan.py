@@ -21,8 +21,9 @@ import orjson
 
 from tokenpath.bench.http import KERNEL_TIMESTAMPS, Endpoint
 from tokenpath.bench.prompts import PromptBuilder
-from tokenpath.bench.results import RESULTS_SCHEMA
+from tokenpath.bench.results import RESULTS_SCHEMA, SLO_KEYS
 from tokenpath.bench.runner import Plan, auto_workers
+from tokenpath.bench.stream import MAX_EVENT_BYTES
 from tokenpath.bench.tokenizer import Tokenizer
 from tokenpath.errors import UserError
 from tokenpath.scenario import Scenario
@@ -32,7 +33,6 @@ from tokenpath.workload import Requests, generate
 # starting points use a stream of their own, so they never shift the workload's draws.
 _WORKLOAD_STREAM, _PROMPT_STREAM = 0, 2
 Api = Literal["completions", "chat"]
-SLO_KEYS = ("ttft", "ttfv", "tpot", "e2e")
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,8 @@ def request_body(target: Target, prompt: str, max_tokens: int) -> bytes:
 
 def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokenizer_name: str,
                requests: Requests | None = None, timeouts: dict[str, float | None] | None = None,
-               prompt_tag: str | None = None, kernel_timestamps: bool = True) -> tuple[Plan, dict[str, Any]]:
+               prompt_tag: str | None = None, kernel_timestamps: bool = True,
+               max_event_bytes: int = MAX_EVENT_BYTES) -> tuple[Plan, dict[str, Any]]:
     """The plan (bodies and send schedule) and the results header for a scenario against a target."""
     requests = requests if requests is not None else workload_requests(scenario)
     builder = PromptBuilder(tokenizer)
@@ -105,6 +106,7 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
         max_concurrency=scenario.workload.max_concurrency,
         headers=target.headers(),
         kernel_timestamps=kernel_timestamps,
+        max_event_bytes=max_event_bytes,
         **(timeouts or {}),
     )
     header = {
@@ -123,6 +125,7 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
         "prompt_tag": tag,
         "timeouts_s": {"connect": plan.connect_timeout_s, "stall": plan.stall_timeout_s,
                        "request": plan.request_timeout_s},
+        "max_event_bytes": plan.max_event_bytes,
         "timestamps": "kernel" if plan.kernel_timestamps and KERNEL_TIMESTAMPS and plan.url.startswith("http:") else "event loop",
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -2,18 +2,20 @@
 
 A results file is JSONL: a header line (what was run, against what, with which SLOs), then one line
 per finished request in the order they finished. A run cut short leaves a valid file: every line is
-a whole request, and a torn last line (a crash mid-write) is skipped.
+a whole request, and a torn last line (a crash mid-write: no newline after it) is skipped with a
+warning. Any other damaged line is a one-line error naming the file, the line and the field.
 
-Token arrival times: the tokens of one arrival (events read together, or one event carrying several
-tokens) share the gap since the previous arrival evenly, so ITL is per token (SGLang's convention);
-the tokens of the first arrival all arrive with it.
+Token arrival times: each token arrives with the event that carried it (an event carrying several
+tokens gives them all its time), so ITL, the gaps between successive arrivals, has one sample per
+event after the first, as vLLM's `bench serve` counts it. Events the client read together share the
+read's time and count as one arrival.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import orjson
@@ -23,16 +25,25 @@ from tokenpath.run import Run
 from tokenpath.summary import stats_s, summarize
 
 RESULTS_SCHEMA = "tokenpath.bench/1"
+SLO_KEYS = ("ttft", "ttfv", "tpot", "e2e")
+# Bounds a results row is checked against, so a damaged file is an error rather than an overflow or
+# a huge allocation: times within 2^62 ns (146 years) of the run's start; at most 2^24 (16.8M) tokens
+# in one request, beyond the longest context any model has (10M).
+_MAX_ABS_NS = 2**62
+_MAX_TOKENS = 2**24
 
 
-def read_results(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(header, request rows sorted by index) of a results file; a `UserError` if it is not one."""
+def read_results(path: str | Path, warn: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(header, request rows sorted by index) of a results file; a `UserError` if it is not one.
+
+    A torn last line is skipped, and `warn` (when given) is told so.
+    """
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: no such results file; give the --results file of a `tokenpath bench` run") from None
     except OSError as error:
-        raise UserError(f"{path}: cannot read it ({error.strerror})") from None
+        raise UserError(f"{path}: cannot read it ({error.strerror or error})") from None
     lines = data.split(b"\n")
     try:
         header = orjson.loads(lines[0]) if lines and lines[0].strip() else None
@@ -40,33 +51,105 @@ def read_results(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]
         header = None
     if not isinstance(header, dict) or header.get("schema") != RESULTS_SCHEMA:
         raise UserError(f"{path}: not a tokenpath bench results file (its first line is not a {RESULTS_SCHEMA} header)")
+    _check_header(header, f"{path}:1")
     rows: dict[int, dict[str, Any]] = {}
+    line_of: dict[int, int] = {}
+    torn = not data.endswith(b"\n")  # a crash mid-write leaves the last line without its newline
     numbered = [(number, line) for number, line in enumerate(lines[1:], start=2) if line.strip()]
     for position, (number, line) in enumerate(numbered):
         try:
             row = orjson.loads(line)
         except orjson.JSONDecodeError:
-            if position == len(numbered) - 1:
-                continue  # the last line, torn by a crash mid-write
+            if torn and position == len(numbered) - 1 and number == len(lines):
+                if warn is not None:
+                    warn(f"{path}:{number}: skipped a torn last line (the run was cut off while writing it)")
+                continue
             raise UserError(f"{path}:{number}: not a JSON line; the file is damaged") from None
-        if not isinstance(row, dict) or "i" not in row:
-            raise UserError(f"{path}:{number}: not a request row (no 'i')")
-        rows[int(row["i"])] = row
+        _check_row(row, f"{path}:{number}")
+        i = row["i"]
+        if i in rows:
+            raise UserError(f"{path}:{number}: request {i} is already on line {line_of[i]}; the file is damaged")
+        rows[i], line_of[i] = row, number
     return header, [rows[i] for i in sorted(rows)]
 
 
+def _short(value: Any) -> str:
+    """A value as JSON, cut to about 100 characters, for an error line."""
+    text = orjson.dumps(value).decode() if not isinstance(value, bytes) else repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _is_ns(value: Any) -> bool:
+    return type(value) is int and -_MAX_ABS_NS < value < _MAX_ABS_NS
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= _MAX_TOKENS
+
+
+def _field(document: dict[str, Any], name: str, check: Callable[[Any], bool], what: str, where: str) -> Any:
+    if name not in document:
+        raise UserError(f"{where}: no field '{name}'; the file is damaged")
+    value = document[name]
+    if not check(value):
+        raise UserError(f"{where}: '{name}' must be {what}, got {_short(value)}; the file is damaged")
+    return value
+
+
+def _check_header(header: dict[str, Any], where: str) -> None:
+    scenario = _field(header, "scenario", lambda v: isinstance(v, dict), "an object", where)
+    _field(scenario, "name", lambda v: isinstance(v, str), "a string", f"{where}: scenario")
+    _field(scenario, "fingerprint", lambda v: isinstance(v, str), "a string", f"{where}: scenario")
+    if "table" in scenario:
+        _field(scenario, "table", lambda v: isinstance(v, dict), "an object", f"{where}: scenario")
+    if "planned" in header:
+        _field(header, "planned", lambda v: _is_int(v) and 0 <= v < _MAX_ABS_NS, "a count >= 0", where)
+    slo = header.get("slo")
+    if slo is not None:
+        _field(header, "slo", lambda v: isinstance(v, dict), "an object", where)
+        for key, limit in slo.items():
+            if key not in SLO_KEYS or not (limit is None or (isinstance(limit, (int, float)) and not isinstance(limit, bool))):
+                raise UserError(f"{where}: slo {_short(key)} = {_short(limit)} is not an SLO ({', '.join(SLO_KEYS)}: seconds "
+                                "or null); the file is damaged")
+
+
+def _check_row(row: Any, where: str) -> None:
+    """A request row has what the summary reads, with the right types."""
+    if not isinstance(row, dict):
+        raise UserError(f"{where}: not a request row (a JSON object with 'i'); the file is damaged")
+    _field(row, "i", lambda v: _is_int(v) and 0 <= v < _MAX_ABS_NS, "a request index >= 0", where)
+    for name in ("scheduled_ns", "sent_ns"):
+        _field(row, name, _is_ns, "an integer (ns)", where)
+    _field(row, "input_tokens", _is_count, f"a count from 0 to {_MAX_TOKENS}", where)
+    ok = _field(row, "ok", lambda v: isinstance(v, bool), "true or false", where)
+    for name in ("reasoning_tokens", "prompt_tokens_server"):
+        if row.get(name) is not None:
+            _field(row, name, _is_count, f"a count from 0 to {_MAX_TOKENS}, or null", where)
+    if not ok:
+        _field(row, "error", lambda v: isinstance(v, str), "a failure reason", where)
+        return
+    for name in ("first_token_ns", "end_ns"):
+        _field(row, name, _is_ns, "an integer (ns)", where)
+    for name in ("first_visible_ns", "first_content_ns"):
+        if row.get(name) is not None:
+            _field(row, name, _is_ns, "an integer (ns) or null", where)
+    _field(row, "tokens_from", lambda v: isinstance(v, str), "a string", where)
+    times = _field(row, "arrival_ns", lambda v: isinstance(v, list) and all(map(_is_ns, v)), "a list of integers (ns)", where)
+    counts = _field(row, "arrival_tokens", lambda v: isinstance(v, list) and all(map(_is_count, v)) and sum(v) <= _MAX_TOKENS,
+                    f"a list of counts adding up to at most {_MAX_TOKENS}", where)
+    if len(times) != len(counts):
+        raise UserError(f"{where}: 'arrival_ns' has {len(times)} entries but 'arrival_tokens' {len(counts)}; "
+                        "the file is damaged")
+
+
 def token_times(arrival_ns: np.ndarray, arrival_tokens: np.ndarray) -> np.ndarray:
-    """Per-token arrival times: each arrival's tokens split the gap since the previous arrival evenly."""
-    arrival_ns = np.asarray(arrival_ns, dtype=np.int64)
+    """Per-token arrival times: each token at the time of the arrival that carried it."""
     counts = np.asarray(arrival_tokens, dtype=np.int64)
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    previous = np.concatenate((arrival_ns[:1], arrival_ns[:-1]))
-    gap = arrival_ns - previous
-    owner = np.repeat(np.arange(len(counts)), counts)
-    position = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + 1
-    return previous[owner] + gap[owner] * position // counts[owner]
+    return np.repeat(np.asarray(arrival_ns, dtype=np.int64), counts)
 
 
 def build_run(rows: list[dict[str, Any]]) -> Run:
@@ -89,7 +172,7 @@ def build_run(rows: list[dict[str, Any]]) -> Run:
         outputs[k] = len(times)
         ttft[k] = row["first_token_ns"] - row["sent_ns"]
         e2e[k] = row["end_ns"] - row["sent_ns"]
-        visible = row["first_visible_ns"]
+        visible = row.get("first_visible_ns")
         # A reply with no visible character at all shows nothing until it ends.
         ttfv[k] = (visible if visible is not None else row["end_ns"]) - row["sent_ns"]
     offsets = np.concatenate(([0], np.cumsum(outputs))).astype(np.int64)
@@ -119,6 +202,10 @@ def _bench_block(header: dict[str, Any], rows: list[dict[str, Any]], run: Run) -
     )
     server_prompt = [row["prompt_tokens_server"] for row in ok if row.get("prompt_tokens_server") is not None]
     planned = int(header.get("planned", len(rows)))
+    # Events the client read in one piece with the one before: they share its timestamp (the client was
+    # behind), so their own gaps are lost and the ITL tail reads long.
+    events = sum(len(row["arrival_ns"]) for row in ok)
+    sharing = sum(int((np.diff(np.asarray(row["arrival_ns"], np.int64)) == 0).sum()) for row in ok)
     return {
         "server": header.get("base_url"),
         "model": header.get("model"),
@@ -131,6 +218,7 @@ def _bench_block(header: dict[str, Any], rows: list[dict[str, Any]], run: Run) -
         "failure_reasons": dict(sorted(reasons.items())),
         # Scheduled -> sent: the client's own queue (a concurrency cap, or a late send).
         "client_wait_s": stats_s(run.sent_ns - run.scheduled_ns),
+        "arrivals": {"events": events, "sharing_a_read": sharing},
         "output_tokens_from": dict(sorted(Counter(row["tokens_from"] for row in ok).items())),
         "server_prompt_tokens_mean": float(np.mean(server_prompt)) if server_prompt else None,
         "reasoning": {
@@ -143,4 +231,4 @@ def _bench_block(header: dict[str, Any], rows: list[dict[str, Any]], run: Run) -
 
 def failures(rows: list[dict[str, Any]], limit: int = 5) -> list[str]:
     """A few failed requests as lines for people: index, reason, detail."""
-    return [f"request {row['i']}: {row['error']}: {row['detail']}" for row in rows if not row["ok"]][:limit]
+    return [f"request {row['i']}: {row['error']}: {row.get('detail')}" for row in rows if not row["ok"]][:limit]

@@ -5,7 +5,11 @@ processes (one by default; more when the target rate needs them), each with its 
 (uvloop where installed) and connection pool; a concurrency cap is shared out between them. Every
 worker appends each finished request to the results JSONL as one line, in one `write` on a file
 opened for appending, so whatever happens to the run, every request that finished is on disk.
-Ctrl-C stops sending, records the requests in flight as interrupted, and keeps everything else.
+
+Ctrl-C (SIGINT) and SIGTERM, in the parent or in a worker, stop sending, record the requests in
+flight as interrupted, and keep everything else; the parent passes the stop on to its workers.
+Workers never outlive their parent: on Linux the kernel sends them SIGTERM when it exits
+(PR_SET_PDEATHSIG), and everywhere they check every second that their parent is still there.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import gc
 import math
 import multiprocessing
 import os
+import queue
 import signal
 import sys
 import time
@@ -26,7 +31,7 @@ import numpy as np
 import orjson
 
 from tokenpath.bench.http import Connection, Endpoint, Pool, request_head
-from tokenpath.bench.stream import CONNECT, INTERRUPTED, STALLED, TIMEOUT, Exchange
+from tokenpath.bench.stream import CONNECT, INTERRUPTED, MAX_EVENT_BYTES, STALLED, TIMEOUT, Exchange
 
 # Streamed events per second one worker process takes while its p99 timestamp error stays under a
 # millisecond: benchmarks/bench_client.py measured 10,000 to 29,000 on one CPU of a shared 2-CPU
@@ -35,6 +40,10 @@ EVENTS_PER_WORKER = 10_000
 # A stream's typical pace, used to guess the event rate when the arrival rate is unbounded.
 TOKENS_PER_S_PER_STREAM = 100
 _START_DELAY_NS = 20_000_000
+# prctl option asking the kernel to signal this process when its parent exits
+# (linux/include/uapi/linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass
@@ -52,14 +61,16 @@ class Plan:
     stall_timeout_s: float = 60.0
     request_timeout_s: float | None = 600.0
     kernel_timestamps: bool = True   # plain http on Linux: the kernel's receive time of each read
+    max_event_bytes: int = MAX_EVENT_BYTES  # a larger SSE event fails its request as malformed
 
 
 @dataclass
 class Outcome:
-    interrupted: bool
+    interrupted: bool   # stopped by a signal, or ended without recording every request
     recorded: int
     failed: int
     t0_ns: int
+    signal: int = 0     # the signal that stopped the run (SIGINT, SIGTERM); 0 if none
 
 
 def auto_workers(rate: float, mean_output_tokens: float, concurrency: int | None, n: int,
@@ -108,9 +119,12 @@ class Worker:
     """Sends a share of the plan's requests on one event loop."""
 
     def __init__(self, plan: Plan, indices: np.ndarray, concurrency: int | None, t0_ns: int,
-                 write: Callable[[Exchange], None]) -> None:
+                 write: Callable[[Exchange], None], parent_pid: int | None = None) -> None:
         endpoint = Endpoint.parse(plan.url)
         self.plan, self.indices, self.concurrency, self.t0_ns = plan, indices, concurrency, t0_ns
+        self.parent_pid = parent_pid  # a worker process: stop when this process is no longer its parent
+        self.task: asyncio.Task | None = None
+        self.stopped_by = 0
         self.endpoint, self.path = endpoint, endpoint.path
         self._write = write
         self.active: dict[int, Exchange] = {}
@@ -120,6 +134,13 @@ class Worker:
         self.scheduled_all = False
         self._done: asyncio.Future | None = None
         self._slots: asyncio.Semaphore | None = None
+
+    def stop(self, signum: int) -> None:
+        """Stop sending and end the requests in flight as interrupted (a signal, or the parent gone)."""
+        if not self.stopped_by:
+            self.stopped_by = signum
+        if self.task is not None:
+            self.task.cancel()
 
     def _on_end(self, exchange: Exchange) -> None:
         self.active.pop(exchange.index, None)
@@ -140,7 +161,7 @@ class Worker:
     async def _start(self, i: int, sent_ns: int) -> None:
         plan = self.plan
         exchange = Exchange(i, int(plan.scheduled_ns[i]), sent_ns, self._on_end,
-                            int(plan.input_tokens[i]), int(plan.output_tokens[i]))
+                            int(plan.input_tokens[i]), int(plan.output_tokens[i]), plan.max_event_bytes)
         self.active[i] = exchange
         try:
             connection = await self.pool.acquire()
@@ -169,6 +190,9 @@ class Worker:
         period_s = min(1.0, self.plan.stall_timeout_s / 4, (self.plan.request_timeout_s or 1.0) / 4)
         while True:
             await asyncio.sleep(period_s)
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                self.stop(signal.SIGTERM)  # orphaned: the parent is gone, so is whoever would read the results
+                return
             self.pool.clock.sample()
             now = perf_counter_ns()
             for exchange in list(self.active.values()):
@@ -219,29 +243,36 @@ class Worker:
             connection.close()
 
 
-def _run_loop(worker: Worker) -> bool:
+def _run_loop(worker: Worker) -> int:
+    """Run the worker to its end; the signal that stopped it early, or 0."""
     # Everything built before the run (tokenizer tables, prompts) is long-lived: keep the cyclic
     # garbage collector from walking it during the run, where a full pass would stall the loop.
     gc.collect()
     gc.freeze()
     loop = new_loop()
     asyncio.set_event_loop(loop)
-    main = loop.create_task(worker.run())
-    try:
-        loop.add_signal_handler(signal.SIGINT, main.cancel)
-        loop.add_signal_handler(signal.SIGTERM, main.cancel)
-    except (NotImplementedError, RuntimeError, ValueError):
-        pass
-    try:
-        interrupted = loop.run_until_complete(main)
-        loop.run_until_complete(asyncio.sleep(0))  # let closed transports finish
-        return interrupted
-    finally:
+    worker.task = main = loop.create_task(worker.run())
+    previous = {}
+    for signum in STOP_SIGNALS:
         try:
-            loop.remove_signal_handler(signal.SIGINT)
-            loop.remove_signal_handler(signal.SIGTERM)
+            previous[signum] = signal.getsignal(signum)
+            loop.add_signal_handler(signum, worker.stop, signum)
         except (NotImplementedError, RuntimeError, ValueError):
-            pass
+            previous.pop(signum, None)
+    try:
+        try:
+            interrupted = loop.run_until_complete(main)
+        except asyncio.CancelledError:  # stopped before it began: nothing was sent
+            interrupted = True
+        loop.run_until_complete(asyncio.sleep(0))  # let closed transports finish
+        return (worker.stopped_by or signal.SIGINT) if interrupted else 0
+    finally:
+        for signum, handler in previous.items():
+            try:
+                loop.remove_signal_handler(signum)
+                signal.signal(signum, handler)
+            except (NotImplementedError, RuntimeError, ValueError, TypeError):
+                pass
         asyncio.set_event_loop(None)
         loop.close()
         gc.unfreeze()
@@ -276,17 +307,61 @@ def write_line(path: str, document: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def _die_with_parent() -> None:
+    """On Linux, have the kernel send this process SIGTERM when its parent exits, however it exits."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # the worker's own check of its parent still holds
+
+
 def _worker_main(plan: Plan, indices: np.ndarray, concurrency: int | None, path: str, ready: Any,
-                 go: Any, t0: Any, counts: Any) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the loop's own handler is in place
+                 go: Any, t0: Any, counts: Any, parent_pid: int) -> None:
+    # Ctrl-C reaches the whole process group; the parent passes every stop on, so until the loop's
+    # own handlers are in place SIGINT is ignored and SIGTERM ends the worker (nothing sent yet).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+    if os.getppid() != parent_pid:
+        return  # the parent exited before the worker could ask to die with it
     appender = _Appender(path, 0, counts)
     ready.put(os.getpid())
-    go.wait()
+    while not go.wait(1.0):
+        if os.getppid() != parent_pid:
+            appender.close()
+            return
     appender.t0_ns = t0.value
     try:
-        _run_loop(Worker(plan, indices, concurrency, t0.value, appender))
+        _run_loop(Worker(plan, indices, concurrency, t0.value, appender, parent_pid))
     finally:
         appender.close()
+
+
+class _StopRequest:
+    """The parent's SIGINT / SIGTERM handler: it notes the first signal and the waiting loops act on
+    it (an exception raised from a handler can land in code that swallows it, such as fork's hooks)."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.previous: dict[int, Any] = {}
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.signum = self.signum or signum
+
+    def install(self) -> None:
+        for signum in STOP_SIGNALS:
+            try:
+                self.previous[signum] = signal.signal(signum, self)
+            except ValueError:  # not the main thread: signals keep their handlers
+                return
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def execute(plan: Plan, path: str, header: dict[str, Any], workers: int = 1,
@@ -308,10 +383,10 @@ def execute(plan: Plan, path: str, header: dict[str, Any], workers: int = 1,
                 appender(exchange)
                 progress(appender.recorded, appender.failed)
         try:
-            interrupted = _run_loop(Worker(plan, np.arange(n), plan.max_concurrency, t0, write))
+            stopped_by = _run_loop(Worker(plan, np.arange(n), plan.max_concurrency, t0, write))
         finally:
             appender.close()
-        return Outcome(interrupted, appender.recorded, appender.failed, t0)
+        return Outcome(bool(stopped_by) or appender.recorded < n, appender.recorded, appender.failed, t0, stopped_by)
     return _execute_processes(plan, path, header, workers, progress)
 
 
@@ -327,38 +402,48 @@ def _execute_processes(plan: Plan, path: str, header: dict[str, Any], workers: i
         context.Process(
             target=_worker_main,
             args=(plan, np.arange(w, n, workers), concurrency_share(plan.max_concurrency, workers, w), path,
-                  ready, go, t0, counts[w]),
+                  ready, go, t0, counts[w], os.getpid()),
             daemon=True,
         )
         for w in range(workers)
     ]
-    for process in processes:
-        process.start()
-    interrupted = False
+    stop = _StopRequest()
+    stop.install()
     try:
-        for _ in processes:
-            ready.get(timeout=60)
-        t0.value = perf_counter_ns() + _START_DELAY_NS
-        write_line(path, {**header, "t0_monotonic_ns": t0.value, "workers": workers})
-        go.set()
-        while any(process.is_alive() for process in processes):
+        for process in processes:
+            process.start()
+        started, deadline_s = 0, time.monotonic() + 60
+        while started < workers and not stop.signum:
+            try:
+                ready.get(timeout=0.1)
+                started += 1
+            except queue.Empty:
+                if time.monotonic() > deadline_s:
+                    raise RuntimeError(f"{workers - started} of {workers} bench worker processes did not start within 60 s") from None
+        if not stop.signum:
+            t0.value = perf_counter_ns() + _START_DELAY_NS
+            write_line(path, {**header, "t0_monotonic_ns": t0.value, "workers": workers})
+            go.set()
+        while not stop.signum and any(process.is_alive() for process in processes):
             time.sleep(0.1)
             if progress is not None:
                 progress(sum(c[0] for c in counts), sum(c[1] for c in counts))
-    except KeyboardInterrupt:
-        interrupted = True
-        for process in processes:
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGINT)
-        for process in processes:
-            process.join(timeout=30)
+        if stop.signum and go.is_set():
+            # Each worker records its requests in flight as interrupted, then exits. SIGTERM, whatever
+            # stopped the parent: a worker still setting up its loop ignores SIGINT but dies of SIGTERM.
+            for process in processes:
+                if process.is_alive() and process.pid is not None:
+                    os.kill(process.pid, signal.SIGTERM)
+            for process in processes:
+                process.join(timeout=30)
     finally:
-        for process in processes:
+        for process in processes:  # stragglers, and workers stopped before anything was sent
             if process.is_alive():
                 process.terminate()
                 process.join(timeout=5)
+        stop.restore()
     recorded, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)
     if progress is not None:
         progress(recorded, failed)
-    interrupted = interrupted or any(process.exitcode not in (0, None) for process in processes) or recorded < n
-    return Outcome(interrupted, recorded, failed, t0.value)
+    interrupted = bool(stop.signum) or any(process.exitcode not in (0, None) for process in processes) or recorded < n
+    return Outcome(interrupted, recorded, failed, t0.value, stop.signum)

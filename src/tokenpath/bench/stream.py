@@ -1,11 +1,15 @@
 """One streamed completion as the client sees it: SSE events parsed as they arrive, timed, counted.
 
 `Exchange.feed(body_bytes, now_ns)` takes the decoded HTTP body in whatever pieces the socket gave,
-with the time each piece was read. Events that arrive in one piece arrive together: they form one
-*arrival*, and the arrival records the tokens they carry. Tokens per event come from the server's
-running usage count where it sends one (`continuous_usage_stats`), else one per event that carries
-text, reconciled at the end with the `usage` total (the extra tokens of multi-token events are put
-where the text is).
+with the time each piece was read. Each event that carries a token is one *arrival*, stamped with the
+time of the read that completed it: events the client read together share that read's time. Tokens
+per event come from the server's running usage count where it sends one (`continuous_usage_stats`),
+else one per event that carries text, reconciled at the end with the `usage` total (the extra tokens
+of multi-token events are put where the text is).
+
+Event assembly is linear in the bytes received (a held partial event grows in place and is searched
+only where new bytes came), and one event may hold at most `max_event_bytes`: a larger one fails its
+request as malformed instead of growing without bound.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ EMPTY = "empty"
 INTERRUPTED = "interrupted"
 
 _ERROR_BODY_BYTES = 4096
+# The most bytes of a body quoted in a failure's detail.
+_QUOTE_BYTES = 100
+# The default bound on one SSE event (--max-event-bytes). A token stream's events are a few hundred
+# bytes; 16 MiB still holds a whole long reply sent as one event, while a server that never ends its
+# event cannot make the client hold more than this.
+MAX_EVENT_BYTES = 16 * 2**20
 
 
 class Exchange:
@@ -38,14 +48,19 @@ class Exchange:
         "first_token_ns", "first_visible_ns", "first_content_ns", "end_ns", "last_rx_ns", "cumulative",
         "per_event_usage", "usage_completion", "usage_prompt", "reasoning_tokens", "finish_reason",
         "response_id", "error", "detail", "finished", "_sse", "_error_body", "_on_end", "events",
-        "input_tokens", "max_tokens",
+        "input_tokens", "max_tokens", "max_event_bytes", "content_type", "_json", "_cr", "_body_start",
     )
 
     def __init__(self, index: int, scheduled_ns: int, sent_ns: int, on_end: Callable[[Exchange], None],
-                 input_tokens: int = 0, max_tokens: int = 0) -> None:
+                 input_tokens: int = 0, max_tokens: int = 0, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self.index, self.scheduled_ns, self.sent_ns = index, scheduled_ns, sent_ns
         self.input_tokens, self.max_tokens = input_tokens, max_tokens
+        self.max_event_bytes = max_event_bytes
         self.status = 0
+        self.content_type = ""
+        self._json = False       # a 200 answer in JSON: not a stream (the server ignored "stream")
+        self._cr = False         # the last piece ended in CR: an LF starting the next one belongs to it
+        self._body_start = b""   # the body's first bytes, to quote when it is not SSE
         self.arrival_ns: list[int] = []
         self.arrival_tokens: list[int] = []
         self.arrival_chars: list[int] = []
@@ -62,7 +77,7 @@ class Exchange:
         self.detail: str | None = None
         self.finished = False
         self.events = 0
-        self._sse = b""
+        self._sse = bytearray()  # a partial event, held until its blank line comes
         self._error_body = b""
         self._on_end = on_end
 
@@ -86,14 +101,26 @@ class Exchange:
         self.finished = True
         self._on_end(self)
 
+    def head(self, status: int, content_type: str) -> None:
+        """The response's status and Content-Type, before any of its body."""
+        self.status, self.content_type = status, content_type
+        media = content_type.split(";", 1)[0].strip().lower()
+        self._json = status == 200 and (media == "application/json" or media.endswith("+json"))
+
     def body_end(self, now_ns: int) -> None:
         """The server finished the HTTP body."""
         if self.finished:
             return
         if self.status != 200:
             self.fail(HTTP_STATUS.format(status=self.status), _error_text(self._error_body), now_ns)
+        elif self._json:
+            self.fail(MALFORMED, f"the server answered {self.content_type}, not an SSE stream (does it ignore "
+                                 f"\"stream\": true?): {_quote(self._error_body)}", now_ns)
         elif self.finish_reason is not None:
             self._succeed(now_ns)
+        elif self.events == 0 and self._body_start.strip() and not _looks_like_sse(self._body_start):
+            self.fail(MALFORMED, f"the body is not an SSE stream (Content-Type: {self.content_type or 'none'}): "
+                                 f"{_quote(self._body_start)}", now_ns)
         else:
             self.fail(INCOMPLETE, f"the stream ended without [DONE] or a finish_reason after {self.events} events", now_ns)
 
@@ -102,28 +129,38 @@ class Exchange:
         """A piece of the HTTP body, read at `now_ns`."""
         if self.finished:
             return
-        if self.status != 200:
+        if self.status != 200 or self._json:
             if len(self._error_body) < _ERROR_BODY_BYTES:
-                self._error_body += data[:_ERROR_BODY_BYTES]
+                self._error_body += data[:_ERROR_BODY_BYTES - len(self._error_body)]
             return
-        buffer = self._sse + data if self._sse else data
-        if b"\r" in buffer:
-            held = buffer.endswith(b"\r")  # a CR whose LF may come in the next piece
-            buffer = buffer[:-1] if held else buffer
-            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if held else b"")
-        end = buffer.find(b"\n\n")
-        if end < 0:
-            self._sse = buffer
+        if not data:
             return
-        if end == len(buffer) - 2:  # one whole event: the common case
-            blocks = [buffer[:end]]
-            self._sse = b""
+        if len(self._body_start) < _QUOTE_BYTES:
+            self._body_start += data[:_QUOTE_BYTES - len(self._body_start)]
+        if self._cr or b"\r" in data:
+            data = self._lf_line_ends(data)
+        held = self._sse
+        if held:
+            start = len(held) - 1  # a blank line may begin with the held event's last LF
+            held += data
+            end = held.rfind(b"\n\n", start)
+            if end < 0:
+                self._too_large(held, now_ns)
+                return
+            buffer = bytes(held[:end])
+            del held[:end + 2]
         else:
-            blocks = buffer.split(b"\n\n")
-            self._sse = blocks.pop()
-        tokens = chars = 0
-        carried = False
-        for block in blocks:
+            end = data.rfind(b"\n\n")
+            if end < 0:
+                self._sse = bytearray(data)
+                self._too_large(data, now_ns)
+                return
+            buffer = data[:end]
+            if end + 2 < len(data):
+                self._sse = bytearray(data[end + 2:])
+        for block in buffer.split(b"\n\n"):
+            if len(block) > self.max_event_bytes and self._too_large(block, now_ns):
+                return
             if block[:6] == b"data: " and b"\n" not in block:
                 payload = block[6:]
             else:
@@ -131,7 +168,6 @@ class Exchange:
                 if payload is None:
                     continue
             if payload == b"[DONE]":
-                self._close_arrival(now_ns, carried, tokens, chars)
                 self._succeed(now_ns)
                 return
             try:
@@ -162,14 +198,12 @@ class Exchange:
                         else:
                             got = 1 if text else 0
                         if text:
-                            chars += len(text)
                             if self.first_content_ns is None:
                                 self.first_content_ns = now_ns
                             if self.first_visible_ns is None and not text.isspace():
                                 self.first_visible_ns = now_ns
                         if text or got:
-                            carried = True
-                            tokens += got
+                            self._arrive(now_ns, got, len(text))
                         continue
                 if type(event) is not dict:
                     self.fail(MALFORMED, f"event {self.events - 1} is not a JSON object: {payload[:80]!r}", now_ns)
@@ -178,21 +212,35 @@ class Exchange:
                 if result is None:
                     return
                 if result[0]:
-                    carried = True
-                    tokens += result[1]
-                    chars += result[2]
+                    self._arrive(now_ns, result[1], result[2])
             except (AttributeError, TypeError, IndexError, KeyError):
                 self.fail(MALFORMED, f"event {self.events - 1} has an unexpected shape: {payload[:80]!r}", now_ns)
                 return
-        self._close_arrival(now_ns, carried, tokens, chars)
 
-    def _close_arrival(self, now_ns: int, carried: bool, tokens: int, chars: int) -> None:
-        if carried:
-            if self.first_token_ns is None:
-                self.first_token_ns = now_ns
-            self.arrival_ns.append(now_ns)
-            self.arrival_tokens.append(tokens)
-            self.arrival_chars.append(chars)
+    def _lf_line_ends(self, data: bytes) -> bytes:
+        """CRLF and a lone CR as LF (SSE allows all three line ends), also when a CRLF is split between pieces."""
+        if self._cr and data[:1] == b"\n":
+            data = data[1:]
+        self._cr = data[-1:] == b"\r"
+        return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+
+    def _too_large(self, event: bytes | bytearray, now_ns: int) -> bool:
+        """Fail the request if one event (whole or still partial) is over `max_event_bytes`."""
+        if len(event) <= self.max_event_bytes:
+            return False
+        start = _quote(bytes(event[:_QUOTE_BYTES]))
+        self._sse = bytearray()
+        self.fail(MALFORMED, f"event {self.events} is over {self.max_event_bytes} bytes (raise --max-event-bytes "
+                             f"if the server's events are that large); it starts: {start}", now_ns)
+        return True
+
+    def _arrive(self, now_ns: int, tokens: int, chars: int) -> None:
+        """An event that carries a token, read at `now_ns`."""
+        if self.first_token_ns is None:
+            self.first_token_ns = now_ns
+        self.arrival_ns.append(now_ns)
+        self.arrival_tokens.append(tokens)
+        self.arrival_chars.append(chars)
 
     def _event(self, event: dict[str, Any], now_ns: int) -> tuple[bool, int, int] | None:
         """(carries a token, tokens, characters) of one event; None when it ended the exchange."""
@@ -219,7 +267,7 @@ class Exchange:
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        if isinstance(usage, dict) and type(usage.get("completion_tokens")) is int:
             before = self.cumulative
             self._usage(usage, True)
             tokens = max(self.cumulative - before, 0)
@@ -239,13 +287,13 @@ class Exchange:
 
     def _usage(self, usage: dict[str, Any], per_event: bool) -> None:
         completion = usage.get("completion_tokens")
-        if isinstance(completion, int):
+        if type(completion) is int:  # not a bool
             self.usage_completion = completion
             if per_event:
                 self.per_event_usage = True
                 self.cumulative = max(self.cumulative, completion)
         prompt = usage.get("prompt_tokens")
-        if isinstance(prompt, int):
+        if type(prompt) is int:
             self.usage_prompt = prompt
 
     def _reconcile(self) -> None:
@@ -339,6 +387,17 @@ def _data_of(block: bytes) -> bytes | None:
             value = line[5:]
             data.append(value[1:] if value[:1] == b" " else value)
     return b"\n".join(data) if data else None
+
+
+def _looks_like_sse(start: bytes) -> bool:
+    """Whether a body begins as SSE does: a comment, or a field (data, event, id, retry)."""
+    first = start.lstrip().split(b"\n", 1)[0]
+    return first[:1] == b":" or first.split(b":", 1)[0] in (b"data", b"event", b"id", b"retry")
+
+
+def _quote(body: bytes) -> str:
+    """The first bytes of a body as one line of text, to quote in a failure's detail."""
+    return " ".join(body[:_QUOTE_BYTES].decode("utf-8", "replace").split())
 
 
 def _error_text(body: bytes) -> str:

@@ -26,6 +26,7 @@ from tokenpath.scenario import Scenario
 from tokenpath.serve.live import LiveEngine
 from tokenpath.serve.openai import ApiError, Ask, parse
 from tokenpath.serve.output import DONE, Response, new_response
+from tokenpath.serve.send_log import SendLog
 from tokenpath.workload.lengths import sample_lengths
 
 MAX_BODY_BYTES = 4 * 2**20
@@ -36,7 +37,7 @@ class ServeOptions:
     api_key: str | None = None
     served_model_name: str | None = None  # when set, the only model name accepted
     tokenizer: str | None = None          # a tokenizer file; None: the embedded default
-    send_log: str | None = None           # JSONL of each event's send time, for client accuracy tests
+    send_log: str | None = None           # JSONL of arrivals and each event's send time, for client accuracy tests
 
 
 class Server:
@@ -61,7 +62,7 @@ class Server:
                         for _ in range(self.deployment.replicas)]
         self.tasks = [asyncio.create_task(engine.run()) for engine in self.engines]
         if self.options.send_log:
-            self.send_log = open(self.options.send_log, "a", encoding="utf-8")
+            self.send_log = SendLog(self.options.send_log)
 
     async def stop(self, app: web.Application) -> None:
         for task in self.tasks:
@@ -94,7 +95,9 @@ SERVER = web.AppKey("server", Server)
 def _authorize(server: Server, request: web.Request) -> None:
     if server.options.api_key is None:
         return
-    if request.headers.get("Authorization", "") != f"Bearer {server.options.api_key}":
+    # The scheme is case-insensitive and one or more spaces end it (RFC 7235 section 2.1).
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or credentials.lstrip(" ") != server.options.api_key:
         raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
                        kind="authentication_error", code="invalid_api_key")
 
@@ -112,6 +115,7 @@ async def _body(request: web.Request) -> Any:
 
 def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
+        arrival_ns = time.perf_counter_ns()
         server: Server = request.app[SERVER]
         _authorize(server, request)
         ask = parse(await _body(request), endpoint, server.count_tokens)
@@ -125,7 +129,7 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
         response = new_response(ask, ids)
         server.engines[next(server.next_engine)].submit(response)
         if ask.stream:
-            return await _stream(request, server, response)
+            return await _stream(request, server, response, arrival_ns)
         return web.json_response(await _whole(response))
 
     return handle
@@ -148,10 +152,12 @@ async def _whole(response: Response) -> dict[str, Any]:
             "choices": [choice], "usage": usage}
 
 
-async def _stream(request: web.Request, server: Server, response: Response) -> web.StreamResponse:
+async def _stream(request: web.Request, server: Server, response: Response, arrival_ns: int) -> web.StreamResponse:
     http = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await http.prepare(request)
     log = server.send_log
+    if log is not None:
+        log.write(f'{{"id":"{response.request_id}","arrival_ns":{arrival_ns}}}\n')
     events = 0
     while (data := await response.queue.get()) is not DONE:
         await http.write(data)
