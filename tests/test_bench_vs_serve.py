@@ -6,17 +6,14 @@ same requests. What separates them is real and small: loopback HTTP, two event l
 The tolerances below are set from that, not from the values measured.
 """
 
-import asyncio
-import threading
-
 import pytest
-from aiohttp import web
 
 from tokenpath.bench import Target, run_bench
 from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
 from tokenpath.scenario import load_scenario
-from tokenpath.serve import make_app
+
+from serve_helpers import LoopbackServer
 
 SCENARIO = {
     "deployment.chip": "h100", "deployment.chips": 4, "deployment.tp": 4, "model.name": "llama-3.1-70b",
@@ -26,36 +23,6 @@ SCENARIO = {
     # loopback: no simulated network in the way
     "delivery.network_rtt": 0, "delivery.network_bw": "10 GB/s",
 }
-
-
-class LoopbackServer:
-    """tokenpath serve on a free 127.0.0.1 port, in a thread of its own."""
-
-    def __init__(self, scenario):
-        self.app = make_app(scenario)
-        self.ready = threading.Event()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        asyncio.set_event_loop(self.loop)
-        self.runner = web.AppRunner(self.app)
-        self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]
-        self.ready.set()
-        self.loop.run_forever()
-
-    def __enter__(self):
-        self.thread.start()
-        assert self.ready.wait(60)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc):
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(30)
 
 
 def test_bench_measures_what_simulate_predicts_for_the_same_requests(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import signal
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
@@ -23,6 +24,7 @@ from tokenpath.delivery import Detokenizer
 from tokenpath.errors import UserError
 from tokenpath.pipeline import build_deployment
 from tokenpath.scenario import Scenario
+from tokenpath.serve.connections import ConnectionLimits, Connections, Listener
 from tokenpath.serve.live import LiveEngine
 from tokenpath.serve.openai import ApiError, Ask, parse
 from tokenpath.serve.output import DONE, Response, new_response
@@ -37,6 +39,7 @@ class ServeOptions:
     served_model_name: str | None = None  # when set, the only model name accepted
     tokenizer: str | None = None          # a tokenizer file; None: the embedded default
     send_log: str | None = None           # JSONL of each event's send time, for client accuracy tests
+    limits: ConnectionLimits = ConnectionLimits()
 
 
 class Server:
@@ -89,6 +92,7 @@ class Server:
 
 
 SERVER = web.AppKey("server", Server)
+CONNECTIONS = web.AppKey("connections", Connections)
 
 
 def _authorize(server: Server, request: web.Request) -> None:
@@ -99,11 +103,15 @@ def _authorize(server: Server, request: web.Request) -> None:
                        kind="authentication_error", code="invalid_api_key")
 
 
-async def _body(request: web.Request) -> Any:
+async def _body(request: web.Request, timeout_s: float) -> Any:
+    """The request's JSON body."""
     try:
-        raw = await request.read()
+        raw = await asyncio.wait_for(request.read(), timeout_s)
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes") from None
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s (serve --body-timeout)",
+                       code="request_timeout") from None
     try:
         return json.loads(raw)
     except ValueError as error:
@@ -114,7 +122,7 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
     async def handle(request: web.Request) -> web.StreamResponse:
         server: Server = request.app[SERVER]
         _authorize(server, request)
-        ask = parse(await _body(request), endpoint, server.count_tokens)
+        ask = parse(await _body(request, server.options.limits.body_timeout_s), endpoint, server.count_tokens)
         if server.options.served_model_name and ask.model != server.model_name:
             raise ApiError(404, f"the model {ask.model!r} does not exist; this server serves {server.model_name!r}",
                            "model", code="model_not_found")
@@ -179,7 +187,10 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as error:
-        return web.json_response(error.body(), status=error.status)
+        response = web.json_response(error.body(), status=error.status)
+        if error.status == 408:  # the rest of the body may still come: nothing else can follow on this connection
+            return await _send_and_close(request, response)
+        return response
     except web.HTTPException as error:
         if error.status < 400:
             raise
@@ -190,10 +201,20 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
         return web.json_response(ApiError(500, f"internal error: {error!r}", kind="server_error").body(), status=500)
 
 
+async def _send_and_close(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    if request.transport is not None:
+        request.transport.close()
+    return response
+
+
 def make_app(scenario: Scenario, options: ServeOptions = ServeOptions()) -> web.Application:
     server = Server(scenario, options)
-    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
-    app[SERVER] = server
+    connections = Connections(options.limits)
+    app = web.Application(middlewares=[connections.middleware, _errors], client_max_size=MAX_BODY_BYTES)
+    app[SERVER], app[CONNECTIONS] = server, connections
     app.on_startup.append(server.start)
     app.on_cleanup.append(server.stop)
     app.router.add_post("/v1/completions", _completion_route("completions"))
@@ -201,3 +222,46 @@ def make_app(scenario: Scenario, options: ServeOptions = ServeOptions()) -> web.
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     return app
+
+
+async def start_server(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, Listener]:
+    """Serve `app` on host:port (0: a free port, `listener.port`) behind serve's connection limits."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    listener = Listener(app[CONNECTIONS], runner.server)
+    try:
+        await listener.start(host, port)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, listener
+
+
+async def stop_server(runner: web.AppRunner, listener: Listener) -> None:
+    await listener.close()
+    await runner.cleanup()
+
+
+def run(app: web.Application, host: str, port: int, on_ready: Callable[[int], None] | None = None) -> None:
+    """Serve until Ctrl-C or SIGTERM (the `serve` command); `on_ready` gets the port once listening."""
+
+    async def main() -> None:
+        runner, listener = await start_server(app, host, port)
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signal_number in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(signal_number, stopping.set)
+            except (NotImplementedError, RuntimeError):  # Windows: Ctrl-C raises KeyboardInterrupt instead
+                pass
+        try:
+            if on_ready is not None:
+                on_ready(listener.port)
+            await stopping.wait()
+        finally:
+            await stop_server(runner, listener)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
