@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import signal
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import numpy as np
+import orjson
 from aiohttp import web
 
 from tokenpath.bench.prompts import corpus_text
@@ -31,6 +31,9 @@ from tokenpath.serve.output import DONE, Response, new_response
 from tokenpath.workload.lengths import sample_lengths
 
 MAX_BODY_BYTES = 4 * 2**20
+# Deepest JSON nesting a body may have: serde_json's default recursion limit (the JSON parser of
+# Rust-based servers). OpenAI requests nest a few levels; tool schemas a dozen or so.
+MAX_JSON_DEPTH = 128
 
 
 @dataclass(frozen=True)
@@ -112,10 +115,32 @@ async def _body(request: web.Request, timeout_s: float) -> Any:
     except asyncio.TimeoutError:
         raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s (serve --body-timeout)",
                        code="request_timeout") from None
+    except web.RequestPayloadError as error:
+        raise ApiError(400, f"the request body could not be read: {error}") from None
+    return decode_body(raw)
+
+
+def decode_body(raw: bytes) -> Any:
+    """A body as JSON, or a 400 saying why not (never an exception of another kind)."""
     try:
-        return json.loads(raw)
-    except ValueError as error:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
         raise ApiError(400, f"the request body is not valid JSON: {error}") from None
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _depth_exceeds(value, MAX_JSON_DEPTH):
+        raise ApiError(400, f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} deep")
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` deep (a loop, not recursion: any depth is safe)."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
