@@ -25,8 +25,9 @@ from tokenpath.errors import UserError
 from tokenpath.pipeline import build_deployment
 from tokenpath.scenario import Scenario
 from tokenpath.serve.connections import ConnectionLimits, Connections, Listener
+from tokenpath.serve.fields import parse_request
 from tokenpath.serve.live import LiveEngine
-from tokenpath.serve.openai import ApiError, Ask, parse
+from tokenpath.serve.openai import ApiError, Ask
 from tokenpath.serve.output import DONE, Response, new_response
 from tokenpath.workload.lengths import sample_lengths
 
@@ -34,6 +35,8 @@ MAX_BODY_BYTES = 4 * 2**20
 # Deepest JSON nesting a body may have: serde_json's default recursion limit (the JSON parser of
 # Rust-based servers). OpenAI requests nest a few levels; tool schemas a dozen or so.
 MAX_JSON_DEPTH = 128
+# The text a JSON-mode response wraps the corpus in: {"text": "..."}.
+JSON_OPEN, JSON_CLOSE = '{"text": "', '"}'
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,13 @@ class Server:
         self.model_name = options.served_model_name or scenario.model.name
         self.detokenizer = Detokenizer.load(options.tokenizer)
         self.corpus_ids = np.array(self.detokenizer.encode(corpus_text()), dtype=np.int64)
+        # JSON mode streams the corpus inside a JSON string: quotes, backslashes and control characters
+        # replaced, so that any stretch of it is valid inside one.
+        safe = corpus_text().translate({ord('"'): "'", ord("\\"): "/", **{c: " " for c in range(32)}})
+        self.json_corpus_ids = np.array(self.detokenizer.encode(safe), dtype=np.int64)
+        self.json_open_ids = np.array(self.detokenizer.encode(JSON_OPEN), dtype=np.int64)
+        self.json_close_ids = np.array(self.detokenizer.encode(JSON_CLOSE), dtype=np.int64)
+        self.fingerprint = "fp_" + scenario.fingerprint()[:10]
         self.rng = np.random.default_rng(scenario.seed)
         self.engines: list[LiveEngine] = []
         self.next_engine = itertools.cycle(range(self.deployment.replicas))
@@ -79,11 +89,33 @@ class Server:
     def count_tokens(self, text: str) -> int:
         return len(self.detokenizer.encode(text))
 
-    def output_tokens(self, ask: Ask) -> int:
-        """The tokens this request will get: max_tokens, else a draw from the scenario's lengths."""
+    def rng_for(self, ask: Ask) -> np.random.Generator:
+        """The request's random stream: its own when it names a seed (the same seed, the same text)."""
+        seed = ask.extras.seed
+        return self.rng if seed is None else np.random.default_rng(seed % 2**64)
+
+    def output_tokens(self, ask: Ask, rng: np.random.Generator) -> int:
+        """The tokens this request will get: max_tokens, else a draw from the scenario's lengths
+        (at least min_tokens)."""
+        min_tokens = ask.extras.min_tokens
         if ask.max_tokens is not None:
+            if min_tokens > ask.max_tokens:
+                raise ApiError(400, f"'min_tokens' ({min_tokens}) must be at most max_tokens ({ask.max_tokens})",
+                               "min_tokens")
             return ask.max_tokens
-        return int(sample_lengths(self.scenario.resolved_workload().output, 1, self.rng, "workload.output")[0])
+        drawn = int(sample_lengths(self.scenario.resolved_workload().output, 1, rng, "workload.output")[0])
+        return max(drawn, min_tokens)
+
+    def token_ids(self, ask: Ask, output_tokens: int, rng: np.random.Generator) -> np.ndarray:
+        """What the request generates: a stretch of the corpus, or in JSON mode a JSON document of
+        exactly `output_tokens` tokens (cut short, as a model's, when that is too few to close it)."""
+        corpus = self.json_corpus_ids if ask.extras.json_mode else self.corpus_ids
+        start = int(rng.integers(0, len(corpus)))
+        if not ask.extras.json_mode:
+            return np.take(corpus, np.arange(start, start + output_tokens), mode="wrap")
+        inner = max(0, output_tokens - len(self.json_open_ids) - len(self.json_close_ids))
+        stretch = np.take(corpus, np.arange(start, start + inner), mode="wrap")
+        return np.concatenate([self.json_open_ids, stretch, self.json_close_ids])[:output_tokens]
 
     def check_fits(self, ask: Ask, output_tokens: int) -> None:
         total = ask.prompt_tokens + output_tokens
@@ -147,15 +179,14 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
     async def handle(request: web.Request) -> web.StreamResponse:
         server: Server = request.app[SERVER]
         _authorize(server, request)
-        ask = parse(await _body(request, server.options.limits.body_timeout_s), endpoint, server.count_tokens)
+        ask = parse_request(await _body(request, server.options.limits.body_timeout_s), endpoint, server.count_tokens)
         if server.options.served_model_name and ask.model != server.model_name:
             raise ApiError(404, f"the model {ask.model!r} does not exist; this server serves {server.model_name!r}",
                            "model", code="model_not_found")
-        output_tokens = server.output_tokens(ask)
+        rng = server.rng_for(ask)
+        output_tokens = server.output_tokens(ask, rng)
         server.check_fits(ask, output_tokens)
-        start = int(server.rng.integers(0, len(server.corpus_ids)))
-        ids = np.take(server.corpus_ids, np.arange(start, start + output_tokens), mode="wrap")
-        response = new_response(ask, ids)
+        response = new_response(ask, server.token_ids(ask, output_tokens, rng), server.fingerprint)
         server.engines[next(server.next_engine)].submit(response)
         if ask.stream:
             return await _stream(request, server, response)
@@ -178,7 +209,7 @@ async def _whole(response: Response) -> dict[str, Any]:
     usage = {"prompt_tokens": ask.prompt_tokens, "completion_tokens": response.tokens,
              "total_tokens": ask.prompt_tokens + response.tokens}
     return {"id": response.request_id, "object": kind, "created": response.created, "model": ask.model,
-            "choices": [choice], "usage": usage}
+            "system_fingerprint": response.system_fingerprint, "choices": [choice], "usage": usage}
 
 
 async def _stream(request: web.Request, server: Server, response: Response) -> web.StreamResponse:
