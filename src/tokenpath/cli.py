@@ -238,6 +238,10 @@ def serve(
     served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="the only model name accepted"),
     tokenizer: Optional[str] = typer.Option(None, help="tokenizer file (HF tokenizer.json, Tekken, SentencePiece)"),
     send_log: Optional[str] = typer.Option(None, "--send-log", help="append each SSE event's send time (JSONL)"),
+    network_delay: bool = typer.Option(
+        True, "--network-delay/--no-network-delay",
+        help="delay what is received and sent by the scenario's network (half its RTT plus the bytes at its "
+             "bandwidth), as simulate does; off to measure the server alone over loopback"),
     header_timeout: Optional[float] = typer.Option(
         None, "--header-timeout", min=0.001, help="seconds a connection has to send a complete request head (default 20)"),
     body_timeout: Optional[float] = typer.Option(
@@ -257,7 +261,7 @@ def serve(
     given = {"header_timeout_s": header_timeout, "body_timeout_s": body_timeout, "idle_timeout_s": idle_timeout,
              "max_connections": max_connections}
     limits = ConnectionLimits(**{key: value for key, value in given.items() if value is not None})
-    options = ServeOptions(api_key, served_model_name, tokenizer, send_log, limits)
+    options = ServeOptions(api_key, served_model_name, tokenizer, send_log, limits, network_delay)
     application = make_app(load_scenario(scenario), options)
     name = application[SERVER].model_name
     run(application, host, port,

@@ -21,12 +21,14 @@ from aiohttp import web
 
 from tokenpath.bench.prompts import corpus_text
 from tokenpath.delivery import Detokenizer
+from tokenpath.delivery.lastmile import LastMile
 from tokenpath.errors import UserError
 from tokenpath.pipeline import build_deployment
 from tokenpath.scenario import Scenario
 from tokenpath.serve.connections import ConnectionLimits, Connections, Listener
 from tokenpath.serve.fields import parse_request
 from tokenpath.serve.live import LiveEngine
+from tokenpath.serve.network import Network
 from tokenpath.serve.openai import ApiError, Ask
 from tokenpath.serve.output import DONE, Response, new_response
 from tokenpath.workload.lengths import sample_lengths
@@ -46,6 +48,7 @@ class ServeOptions:
     tokenizer: str | None = None          # a tokenizer file; None: the embedded default
     send_log: str | None = None           # JSONL of each event's send time, for client accuracy tests
     limits: ConnectionLimits = ConnectionLimits()
+    network_delay: bool = True            # emulate the scenario's client network (off: loopback measurement)
 
 
 class Server:
@@ -66,6 +69,7 @@ class Server:
         self.json_open_ids = np.array(self.detokenizer.encode(JSON_OPEN), dtype=np.int64)
         self.json_close_ids = np.array(self.detokenizer.encode(JSON_CLOSE), dtype=np.int64)
         self.fingerprint = "fp_" + scenario.fingerprint()[:10]
+        self.network = Network(LastMile(scenario.resolved_delivery()), options.network_delay)
         self.rng = np.random.default_rng(scenario.seed)
         self.engines: list[LiveEngine] = []
         self.next_engine = itertools.cycle(range(self.deployment.replicas))
@@ -138,8 +142,8 @@ def _authorize(server: Server, request: web.Request) -> None:
                        kind="authentication_error", code="invalid_api_key")
 
 
-async def _body(request: web.Request, timeout_s: float) -> Any:
-    """The request's JSON body."""
+async def _body(request: web.Request, timeout_s: float) -> tuple[Any, int]:
+    """The request's JSON body, and its size in bytes."""
     try:
         raw = await asyncio.wait_for(request.read(), timeout_s)
     except web.HTTPRequestEntityTooLarge:
@@ -149,7 +153,7 @@ async def _body(request: web.Request, timeout_s: float) -> Any:
                        code="request_timeout") from None
     except web.RequestPayloadError as error:
         raise ApiError(400, f"the request body could not be read: {error}") from None
-    return decode_body(raw)
+    return decode_body(raw), len(raw)
 
 
 def decode_body(raw: bytes) -> Any:
@@ -175,11 +179,18 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
+def _request_bytes(request: web.Request, body_bytes: int) -> int:
+    """The bytes of the request as it crossed the network: request line, headers and body."""
+    line = len(request.method) + len(request.raw_path) + len("  HTTP/1.1\r\n")
+    return line + sum(len(k) + len(v) + 4 for k, v in request.raw_headers) + 2 + body_bytes
+
+
 def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         server: Server = request.app[SERVER]
         _authorize(server, request)
-        ask = parse_request(await _body(request, server.options.limits.body_timeout_s), endpoint, server.count_tokens)
+        body, body_bytes = await _body(request, server.options.limits.body_timeout_s)
+        ask = parse_request(body, endpoint, server.count_tokens)
         if server.options.served_model_name and ask.model != server.model_name:
             raise ApiError(404, f"the model {ask.model!r} does not exist; this server serves {server.model_name!r}",
                            "model", code="model_not_found")
@@ -187,10 +198,15 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
         output_tokens = server.output_tokens(ask, rng)
         server.check_fits(ask, output_tokens)
         response = new_response(ask, server.token_ids(ask, output_tokens, rng), server.fingerprint)
-        server.engines[next(server.next_engine)].submit(response)
+        if ask.stream and server.network.enabled:
+            response.queue = server.network.queue()  # type: ignore[assignment]
+        upload_ns = server.network.delay_ns(_request_bytes(request, body_bytes))  # the engine sees it after its upload
+        server.engines[next(server.next_engine)].submit(response, upload_ns)
         if ask.stream:
             return await _stream(request, server, response)
-        return web.json_response(await _whole(response))
+        reply = orjson.dumps(await _whole(response))
+        await server.network.carry(len(reply))
+        return web.Response(body=reply, content_type="application/json")
 
     return handle
 
