@@ -261,7 +261,7 @@ def serve(
     given = {"header_timeout_s": header_timeout, "body_timeout_s": body_timeout, "idle_timeout_s": idle_timeout,
              "max_connections": max_connections}
     limits = ConnectionLimits(**{key: value for key, value in given.items() if value is not None})
-    options = ServeOptions(api_key, served_model_name, tokenizer, send_log, limits, network_delay)
+    options = ServeOptions(api_key, served_model_name, tokenizer, send_log, limits=limits, network_delay=network_delay)
     application = make_app(load_scenario(scenario), options)
     name = application[SERVER].model_name
     run(application, host, port,
