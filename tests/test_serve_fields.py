@@ -31,7 +31,8 @@ CASES = [
     ("completions", {"suffix": "end"}, "suffix"),
     ("completions", {"best_of": 2}, "best_of"),
     ("chat", {"n": 2}, "n"),
-    ("chat", {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+    ("chat", {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+     "response_format"),
     ("chat", {"response_format": {"type": "yaml"}}, "response_format"),
     ("chat", {"guided_json": {"type": "object"}}, "guided_json"),
     ("chat", {"modalities": ["text", "audio"]}, "modalities"),
@@ -120,7 +121,7 @@ def test_chunks_carry_usage_null_until_the_last_and_a_running_count_when_asked()
     # continuous_usage_stats (vLLM): each chunk counts the tokens so far, ending at 6
     counts = [c["usage"]["completion_tokens"] for c in running]
     assert counts == sorted(counts) and counts[-1] == 6
-    assert all(c["usage"]["total_tokens"] == c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"] for c in running)
+    assert all(u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] for u in (c["usage"] for c in running))
     # not asked: no usage key at all
     assert all("usage" not in c for c in none)
 
@@ -169,7 +170,8 @@ def test_any_bytes_decode_or_are_a_400(raw):
         assert error.status == 400 and error.message
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63) | st.floats(allow_nan=False) | st.text(max_size=8),
+SCALARS = st.none() | st.booleans() | st.integers(-2**63, 2**63) | st.floats(allow_nan=False) | st.text(max_size=8)
+JSON = st.recursive(SCALARS,
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
                     max_leaves=8)
 KEYS = st.sampled_from(["model", "prompt", "messages", "max_tokens", "stream", "stream_options", "stop", "n", "tools",

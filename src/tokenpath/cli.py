@@ -243,7 +243,8 @@ def serve(
         help="delay what is received and sent by the scenario's network (half its RTT plus the bytes at its "
              "bandwidth), as simulate does; off to measure the server alone over loopback"),
     header_timeout: Optional[float] = typer.Option(
-        None, "--header-timeout", min=0.001, help="seconds a connection has to send a complete request head (default 20)"),
+        None, "--header-timeout", min=0.001,
+        help="seconds a connection has to send a complete request head (default 20)"),
     body_timeout: Optional[float] = typer.Option(
         None, "--body-timeout", min=0.001, help="seconds a request has to send its whole body (default 60)"),
     idle_timeout: Optional[float] = typer.Option(

@@ -201,7 +201,8 @@ def check_fields(body: dict[str, Any], endpoint: Endpoint, count_tokens: Callabl
         if value is not None:
             _BOOL(f"stream_options.{key}", value)
     seed, min_tokens, truncate = body.get("seed"), body.get("min_tokens"), body.get("truncate_prompt_tokens")
-    for key, value, low in (("seed", seed, -2**63), ("min_tokens", min_tokens, 0), ("truncate_prompt_tokens", truncate, 1)):
+    for key, value, low in (("seed", seed, -2**63), ("min_tokens", min_tokens, 0),
+                            ("truncate_prompt_tokens", truncate, 1)):
         if value is not None:
             _integer(low, 2**64 - 1)(key, value)
     return Extras(
