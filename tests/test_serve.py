@@ -6,10 +6,9 @@ import time
 
 import aiohttp
 import pytest
-from aiohttp import web
-
 from tokenpath.scenario import load_scenario
 from tokenpath.serve import ServeOptions, make_app
+from tokenpath.serve.app import start_server, stop_server
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 
@@ -20,16 +19,12 @@ def serve(options=ServeOptions(), **overrides):
     def run(body):
         async def main():
             app = make_app(load_scenario("typical", {**FAST, **overrides}), options)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]
+            runner, listener = await start_server(app, "127.0.0.1", 0)
             try:
                 async with aiohttp.ClientSession() as session:
-                    return await body(f"http://127.0.0.1:{port}", session)
+                    return await body(f"http://127.0.0.1:{listener.port}", session)
             finally:
-                await runner.cleanup()
+                await stop_server(runner, listener)
 
         return asyncio.run(main())
 

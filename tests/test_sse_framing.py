@@ -79,3 +79,23 @@ def test_usage_is_sent_before_done():
     parsed = events(framer.close(0, usage={"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}))
     assert parsed[-2]["usage"]["total_tokens"] == 8 and parsed[-2]["choices"] == []
     assert framer.close(0).endswith(DONE)
+
+
+def test_usage_is_null_until_the_end_or_a_running_count_and_the_fingerprint_is_on_every_chunk():
+    framer = SseFramer(2, "completions", 3)
+    framer.open(0, "a", "m", 0, fingerprint="fp_1", include_usage=True)
+    framer.open(1, "b", "m", 0, fingerprint="fp_1", include_usage=True, running_usage_prompt_tokens=10)
+    blobs = [b"", b""]
+    for text in ["x", "y", "z", "w", "v"]:
+        for i, event in enumerate(framer.step([text, text], active=[True, True])):
+            blobs[i] += event
+    total = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    for i in range(2):
+        blobs[i] += framer.close(i, "length", usage=total)
+    plain, running = (events(blob)[:-1] for blob in blobs)
+    assert all(e["system_fingerprint"] == "fp_1" for e in plain + running)
+    assert [e["usage"] for e in plain[:-1]] == [None] * (len(plain) - 1) and plain[-1]["usage"] == total
+    # events after tokens 1, 4 and the close with 5: each counts the tokens so far
+    counts = [e["usage"]["completion_tokens"] for e in running[:-1]]
+    assert counts == [1, 4, 5, 5] and running[-1]["usage"] == total
+    assert "".join(e["choices"][0]["text"] for e in running if e["choices"]) == "xyzwv"

@@ -238,16 +238,35 @@ def serve(
     served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="the only model name accepted"),
     tokenizer: Optional[str] = typer.Option(None, help="tokenizer file (HF tokenizer.json, Tekken, SentencePiece)"),
     send_log: Optional[str] = typer.Option(None, "--send-log", help="append each SSE event's send time (JSONL)"),
+    network_delay: bool = typer.Option(
+        True, "--network-delay/--no-network-delay",
+        help="delay what is received and sent by the scenario's network (half its RTT plus the bytes at its "
+             "bandwidth), as simulate does; off to measure the server alone over loopback"),
+    header_timeout: Optional[float] = typer.Option(
+        None, "--header-timeout", min=0.001,
+        help="seconds a connection has to send a complete request head (default 20)"),
+    body_timeout: Optional[float] = typer.Option(
+        None, "--body-timeout", min=0.001, help="seconds a request has to send its whole body (default 60)"),
+    idle_timeout: Optional[float] = typer.Option(
+        None, "--idle-timeout", min=0.001, help="seconds an idle keep-alive connection stays open (default 5)"),
+    max_connections: Optional[int] = typer.Option(
+        None, "--max-connections", min=1,
+        help="open connections at most (default: the open-file limit less 64); when full, the longest idle "
+             "or slowest-to-send one is closed to make room, else the new one gets a 503"),
 ) -> None:
-    from aiohttp import web
-
     from tokenpath.scenario import load_scenario
     from tokenpath.serve import ServeOptions, make_app
-    from tokenpath.serve.app import SERVER
+    from tokenpath.serve.app import SERVER, run
+    from tokenpath.serve.connections import ConnectionLimits
 
-    application = make_app(load_scenario(scenario), ServeOptions(api_key, served_model_name, tokenizer, send_log))
-    err_console.print(f"serving {application[SERVER].model_name} on http://{host}:{port}/v1 (Ctrl-C stops)")
-    web.run_app(application, host=host, port=port, print=None)
+    given = {"header_timeout_s": header_timeout, "body_timeout_s": body_timeout, "idle_timeout_s": idle_timeout,
+             "max_connections": max_connections}
+    limits = ConnectionLimits(**{key: value for key, value in given.items() if value is not None})
+    options = ServeOptions(api_key, served_model_name, tokenizer, send_log, limits=limits, network_delay=network_delay)
+    application = make_app(load_scenario(scenario), options)
+    name = application[SERVER].model_name
+    run(application, host, port,
+        on_ready=lambda bound: err_console.print(f"serving {name} on http://{host}:{bound}/v1 (Ctrl-C stops)"))
 
 
 def _batch_sizes(given: str, extra: list[str]) -> list[int]:

@@ -57,7 +57,11 @@ class LastMile:
 
     def upload_ns(self, input_tokens: int) -> int:
         """Client -> server: half a round trip plus the request's bytes."""
-        size_bytes = self.spec.request_overhead_bytes + self.spec.bytes_per_token * input_tokens
+        return self.network_ns(self.spec.request_overhead_bytes + self.spec.bytes_per_token * input_tokens)
+
+    def network_ns(self, size_bytes: float) -> int:
+        """One message of `size_bytes` over the client's network, either way: half a round trip plus
+        its bytes at the network's bandwidth (the model of `upload_ns` and `event_network_ns`)."""
         return self._half_rtt_ns + _ns(size_bytes / self.spec.network_bw)
 
     def event_network_ns(self, tokens_in_event: np.ndarray | int) -> np.ndarray | int:

@@ -10,26 +10,36 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
+import signal
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import numpy as np
+import orjson
 from aiohttp import web
 
 from tokenpath.bench.prompts import corpus_text
 from tokenpath.delivery import Detokenizer
+from tokenpath.delivery.lastmile import LastMile
 from tokenpath.errors import UserError
 from tokenpath.pipeline import build_deployment
 from tokenpath.scenario import Scenario
+from tokenpath.serve.connections import ConnectionLimits, Connections, Listener
+from tokenpath.serve.fields import parse_request
 from tokenpath.serve.live import LiveEngine
-from tokenpath.serve.openai import ApiError, Ask, parse
+from tokenpath.serve.network import Network
+from tokenpath.serve.openai import ApiError, Ask
 from tokenpath.serve.output import DONE, Response, new_response
 from tokenpath.serve.send_log import SendLog
 from tokenpath.workload.lengths import sample_lengths
 
 MAX_BODY_BYTES = 4 * 2**20
+# Deepest JSON nesting a body may have: serde_json's default recursion limit (the JSON parser of
+# Rust-based servers). OpenAI requests nest a few levels; tool schemas a dozen or so.
+MAX_JSON_DEPTH = 128
+# The text a JSON-mode response wraps the corpus in: {"text": "..."}.
+JSON_OPEN, JSON_CLOSE = '{"text": "', '"}'
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,8 @@ class ServeOptions:
     served_model_name: str | None = None  # when set, the only model name accepted
     tokenizer: str | None = None          # a tokenizer file; None: the embedded default
     send_log: str | None = None           # JSONL of arrivals and each event's send time, for client accuracy tests
+    limits: ConnectionLimits = ConnectionLimits()
+    network_delay: bool = True            # emulate the scenario's client network (off: loopback measurement)
 
 
 class Server:
@@ -51,6 +63,14 @@ class Server:
         self.model_name = options.served_model_name or scenario.model.name
         self.detokenizer = Detokenizer.load(options.tokenizer)
         self.corpus_ids = np.array(self.detokenizer.encode(corpus_text()), dtype=np.int64)
+        # JSON mode streams the corpus inside a JSON string: quotes, backslashes and control characters
+        # replaced, so that any stretch of it is valid inside one.
+        safe = corpus_text().translate({ord('"'): "'", ord("\\"): "/", **{c: " " for c in range(32)}})
+        self.json_corpus_ids = np.array(self.detokenizer.encode(safe), dtype=np.int64)
+        self.json_open_ids = np.array(self.detokenizer.encode(JSON_OPEN), dtype=np.int64)
+        self.json_close_ids = np.array(self.detokenizer.encode(JSON_CLOSE), dtype=np.int64)
+        self.fingerprint = "fp_" + scenario.fingerprint()[:10]
+        self.network = Network(LastMile(scenario.resolved_delivery()), options.network_delay)
         self.rng = np.random.default_rng(scenario.seed)
         self.engines: list[LiveEngine] = []
         self.next_engine = itertools.cycle(range(self.deployment.replicas))
@@ -74,11 +94,33 @@ class Server:
     def count_tokens(self, text: str) -> int:
         return len(self.detokenizer.encode(text))
 
-    def output_tokens(self, ask: Ask) -> int:
-        """The tokens this request will get: max_tokens, else a draw from the scenario's lengths."""
+    def rng_for(self, ask: Ask) -> np.random.Generator:
+        """The request's random stream: its own when it names a seed (the same seed, the same text)."""
+        seed = ask.extras.seed
+        return self.rng if seed is None else np.random.default_rng(seed % 2**64)
+
+    def output_tokens(self, ask: Ask, rng: np.random.Generator) -> int:
+        """The tokens this request will get: max_tokens, else a draw from the scenario's lengths
+        (at least min_tokens)."""
+        min_tokens = ask.extras.min_tokens
         if ask.max_tokens is not None:
+            if min_tokens > ask.max_tokens:
+                raise ApiError(400, f"'min_tokens' ({min_tokens}) must be at most max_tokens ({ask.max_tokens})",
+                               "min_tokens")
             return ask.max_tokens
-        return int(sample_lengths(self.scenario.resolved_workload().output, 1, self.rng, "workload.output")[0])
+        drawn = int(sample_lengths(self.scenario.resolved_workload().output, 1, rng, "workload.output")[0])
+        return max(drawn, min_tokens)
+
+    def token_ids(self, ask: Ask, output_tokens: int, rng: np.random.Generator) -> np.ndarray:
+        """What the request generates: a stretch of the corpus, or in JSON mode a JSON document of
+        exactly `output_tokens` tokens (cut short, as a model's, when that is too few to close it)."""
+        corpus = self.json_corpus_ids if ask.extras.json_mode else self.corpus_ids
+        start = int(rng.integers(0, len(corpus)))
+        if not ask.extras.json_mode:
+            return np.take(corpus, np.arange(start, start + output_tokens), mode="wrap")
+        inner = max(0, output_tokens - len(self.json_open_ids) - len(self.json_close_ids))
+        stretch = np.take(corpus, np.arange(start, start + inner), mode="wrap")
+        return np.concatenate([self.json_open_ids, stretch, self.json_close_ids])[:output_tokens]
 
     def check_fits(self, ask: Ask, output_tokens: int) -> None:
         total = ask.prompt_tokens + output_tokens
@@ -90,6 +132,7 @@ class Server:
 
 
 SERVER = web.AppKey("server", Server)
+CONNECTIONS = web.AppKey("connections", Connections)
 
 
 def _authorize(server: Server, request: web.Request) -> None:
@@ -102,15 +145,47 @@ def _authorize(server: Server, request: web.Request) -> None:
                        kind="authentication_error", code="invalid_api_key")
 
 
-async def _body(request: web.Request) -> Any:
+async def _body(request: web.Request, timeout_s: float) -> tuple[Any, int]:
+    """The request's JSON body, and its size in bytes."""
     try:
-        raw = await request.read()
+        raw = await asyncio.wait_for(request.read(), timeout_s)
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes") from None
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s (serve --body-timeout)",
+                       code="request_timeout") from None
+    except web.RequestPayloadError as error:
+        raise ApiError(400, f"the request body could not be read: {error}") from None
+    return decode_body(raw), len(raw)
+
+
+def decode_body(raw: bytes) -> Any:
+    """A body as JSON, or a 400 saying why not (never an exception of another kind)."""
     try:
-        return json.loads(raw)
-    except ValueError as error:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
         raise ApiError(400, f"the request body is not valid JSON: {error}") from None
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _depth_exceeds(value, MAX_JSON_DEPTH):
+        raise ApiError(400, f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} deep")
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` deep (a loop, not recursion: any depth is safe)."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _request_bytes(request: web.Request, body_bytes: int) -> int:
+    """The bytes of the request as it crossed the network: request line, headers and body."""
+    line = len(request.method) + len(request.raw_path) + len("  HTTP/1.1\r\n")
+    return line + sum(len(k) + len(v) + 4 for k, v in request.raw_headers) + 2 + body_bytes
 
 
 def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -118,19 +193,24 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
         arrival_ns = time.perf_counter_ns()
         server: Server = request.app[SERVER]
         _authorize(server, request)
-        ask = parse(await _body(request), endpoint, server.count_tokens)
+        body, body_bytes = await _body(request, server.options.limits.body_timeout_s)
+        ask = parse_request(body, endpoint, server.count_tokens)
         if server.options.served_model_name and ask.model != server.model_name:
             raise ApiError(404, f"the model {ask.model!r} does not exist; this server serves {server.model_name!r}",
                            "model", code="model_not_found")
-        output_tokens = server.output_tokens(ask)
+        rng = server.rng_for(ask)
+        output_tokens = server.output_tokens(ask, rng)
         server.check_fits(ask, output_tokens)
-        start = int(server.rng.integers(0, len(server.corpus_ids)))
-        ids = np.take(server.corpus_ids, np.arange(start, start + output_tokens), mode="wrap")
-        response = new_response(ask, ids)
-        server.engines[next(server.next_engine)].submit(response)
+        response = new_response(ask, server.token_ids(ask, output_tokens, rng), server.fingerprint)
+        if ask.stream and server.network.enabled:
+            response.queue = server.network.queue()  # type: ignore[assignment]
+        upload_ns = server.network.delay_ns(_request_bytes(request, body_bytes))  # the engine sees it after its upload
+        server.engines[next(server.next_engine)].submit(response, upload_ns)
         if ask.stream:
             return await _stream(request, server, response, arrival_ns)
-        return web.json_response(await _whole(response))
+        reply = orjson.dumps(await _whole(response))
+        await server.network.carry(len(reply))
+        return web.Response(body=reply, content_type="application/json")
 
     return handle
 
@@ -149,7 +229,7 @@ async def _whole(response: Response) -> dict[str, Any]:
     usage = {"prompt_tokens": ask.prompt_tokens, "completion_tokens": response.tokens,
              "total_tokens": ask.prompt_tokens + response.tokens}
     return {"id": response.request_id, "object": kind, "created": response.created, "model": ask.model,
-            "choices": [choice], "usage": usage}
+            "system_fingerprint": response.system_fingerprint, "choices": [choice], "usage": usage}
 
 
 async def _stream(request: web.Request, server: Server, response: Response, arrival_ns: int) -> web.StreamResponse:
@@ -185,7 +265,10 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as error:
-        return web.json_response(error.body(), status=error.status)
+        response = web.json_response(error.body(), status=error.status)
+        if error.status == 408:  # the rest of the body may still come: nothing else can follow on this connection
+            return await _send_and_close(request, response)
+        return response
     except web.HTTPException as error:
         if error.status < 400:
             raise
@@ -196,10 +279,20 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
         return web.json_response(ApiError(500, f"internal error: {error!r}", kind="server_error").body(), status=500)
 
 
+async def _send_and_close(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    if request.transport is not None:
+        request.transport.close()
+    return response
+
+
 def make_app(scenario: Scenario, options: ServeOptions = ServeOptions()) -> web.Application:
     server = Server(scenario, options)
-    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
-    app[SERVER] = server
+    connections = Connections(options.limits)
+    app = web.Application(middlewares=[connections.middleware, _errors], client_max_size=MAX_BODY_BYTES)
+    app[SERVER], app[CONNECTIONS] = server, connections
     app.on_startup.append(server.start)
     app.on_cleanup.append(server.stop)
     app.router.add_post("/v1/completions", _completion_route("completions"))
@@ -207,3 +300,46 @@ def make_app(scenario: Scenario, options: ServeOptions = ServeOptions()) -> web.
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     return app
+
+
+async def start_server(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, Listener]:
+    """Serve `app` on host:port (0: a free port, `listener.port`) behind serve's connection limits."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    listener = Listener(app[CONNECTIONS], runner.server)
+    try:
+        await listener.start(host, port)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, listener
+
+
+async def stop_server(runner: web.AppRunner, listener: Listener) -> None:
+    await listener.close()
+    await runner.cleanup()
+
+
+def run(app: web.Application, host: str, port: int, on_ready: Callable[[int], None] | None = None) -> None:
+    """Serve until Ctrl-C or SIGTERM (the `serve` command); `on_ready` gets the port once listening."""
+
+    async def main() -> None:
+        runner, listener = await start_server(app, host, port)
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signal_number in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(signal_number, stopping.set)
+            except (NotImplementedError, RuntimeError):  # Windows: Ctrl-C raises KeyboardInterrupt instead
+                pass
+        try:
+            if on_ready is not None:
+                on_ready(listener.port)
+            await stopping.wait()
+        finally:
+            await stop_server(runner, listener)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass

@@ -39,9 +39,11 @@ class LiveEngine:
     def elapsed_ns(self) -> int:
         return self.clock_ns() - self.start_ns
 
-    def submit(self, response: Response) -> None:
-        """Queue a request arriving now; its output will appear on `response.queue`."""
-        handle = self.replica.submit(response.ask.prompt_tokens, len(response.token_ids), self.elapsed_ns())
+    def submit(self, response: Response, upload_ns: int = 0) -> None:
+        """Queue a request arriving now, or `upload_ns` from now (its upload across the emulated
+        network, as simulate's arrival); its output will appear on `response.queue`."""
+        handle = self.replica.submit(response.ask.prompt_tokens, len(response.token_ids), self.elapsed_ns() + upload_ns,
+                                     upload_ns)
         self.responses[handle] = response
         self.wake.set()
 

@@ -22,6 +22,18 @@ class ApiError(Exception):
 
 
 @dataclass(frozen=True)
+class Extras:
+    """What the fields checked in fields.py ask for (the defaults: nothing)."""
+
+    json_mode: bool = False             # response_format json_object: the output is a JSON document
+    seed: int | None = None             # the same seed gives the same text and length
+    min_tokens: int = 0
+    truncate_prompt_tokens: int | None = None
+    prompt_tokens_added: int = 0        # tool definitions in the prompt (sent with tool_choice "none")
+    continuous_usage: bool = False      # stream_options.continuous_usage_stats: usage on every chunk
+
+
+@dataclass(frozen=True)
 class Ask:
     """One parsed completion request."""
 
@@ -32,6 +44,7 @@ class Ask:
     stream: bool
     include_usage: bool
     stop: list[str] = field(default_factory=list)
+    extras: Extras = Extras()
 
 
 def _int(body: dict[str, Any], key: str, low: int) -> int | None:
@@ -72,7 +85,7 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
     if not isinstance(model, str) or not model:
         raise ApiError(400, "'model' is required: the name of a model from /v1/models", "model")
     if (n := _int(body, "n", 1)) not in (None, 1):
-        raise ApiError(400, f"'n' must be 1 here, got {n}", "n")
+        raise ApiError(400, f"'n': one choice per request is emulated, got {n}; send n = 1 (or {n} requests)", "n")
     if endpoint == "completions":
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):

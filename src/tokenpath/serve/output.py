@@ -37,6 +37,7 @@ class Response:
     tokens: int = 0                       # tokens released so far
     ended: bool = False                   # its end has been sent (a stop string can end it early)
     finish_reason: str = ""
+    system_fingerprint: str | None = None  # the server's configuration, as OpenAI's responses carry it
 
 
 class _Bank:
@@ -53,7 +54,9 @@ class _Bank:
         response.bank, response.slot = self, self.free.pop()
         self.stops.set(response.slot, response.ask.stop)
         ask = response.ask
-        first = self.framers[ask.endpoint].open(response.slot, response.request_id, ask.model, response.created)
+        running_usage = ask.prompt_tokens if ask.extras.continuous_usage else None
+        first = self.framers[ask.endpoint].open(response.slot, response.request_id, ask.model, response.created,
+                                                response.system_fingerprint, ask.include_usage, running_usage)
         if ask.stream and first:
             response.queue.put_nowait(first)
 
@@ -141,6 +144,7 @@ class OutputSlots:
         response.bank.finish(response)
 
 
-def new_response(ask: Ask, token_ids: np.ndarray) -> Response:
+def new_response(ask: Ask, token_ids: np.ndarray, system_fingerprint: str | None = None) -> Response:
     prefix = "chatcmpl" if ask.endpoint == "chat" else "cmpl"
-    return Response(ask, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), token_ids)
+    return Response(ask, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), token_ids,
+                    system_fingerprint=system_fingerprint)
