@@ -7,8 +7,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenpath import catalog
-from tokenpath.errors import UserError
+from tokenpath import catalog, files
+from tokenpath.errors import UserError, quoted
+
+# Every dimension of a model fits a signed 32-bit int, as in Hugging Face configs; the largest real
+# ones (vocabularies, context lengths) are about 2^18 to 2^24.
+MAX_DIMENSION = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,10 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise UserError(f"model {self.name}: {field.name} must be a whole number >= 0, got {value!r}")
+            if field.type == "int" and (not isinstance(value, int) or isinstance(value, bool)
+                                        or not 0 <= value <= MAX_DIMENSION):
+                raise UserError(f"model {self.name}: {field.name} must be a whole number from 0 to {MAX_DIMENSION}, "
+                                f"got {quoted(value)}")
         if not isinstance(self.tie_word_embeddings, bool):
             raise UserError(f"model {self.name}: tie_word_embeddings must be true or false, "
                             f"got {self.tie_word_embeddings!r}")
@@ -53,6 +59,10 @@ class ModelSpec:
                      "max_context"):
             if getattr(self, name) == 0:
                 raise UserError(f"model {self.name}: {name} must be positive")
+        # Grouped-query attention: each KV head serves a whole group of query heads.
+        if not self.is_mla and (self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads):
+            raise UserError(f"model {self.name}: {self.num_kv_heads} KV heads (num_key_value_heads) must divide "
+                            f"the {self.num_heads} attention heads (num_attention_heads)")
         if self.num_experts:
             if not 1 <= self.experts_per_token <= self.num_experts:
                 raise UserError(f"model {self.name}: experts_per_token must be between 1 and num_experts "
@@ -131,10 +141,14 @@ def list_models() -> list[str]:
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A catalog model by name or alias, or any Hugging Face config.json (a file, or a folder holding one)."""
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
+    files.check_path(name_or_path, "model")
+    try:
+        path = Path(name_or_path).expanduser()
+    except RuntimeError:  # '~someone' of no such user
+        path = Path(name_or_path)
+    if files.exists(path) and path.is_dir():
         path = path / "config.json"
-    if path.suffix == ".json" or path.is_file():
+    if path.suffix == ".json" or files.is_file(path):
         return _from_hf_config(path)
     canonical, table = catalog.lookup(catalog.MODELS_FILE, name_or_path, "model", "models")
     table.pop("source")
@@ -151,17 +165,22 @@ def load_model(name_or_path: str) -> ModelSpec:
 
 
 def _from_hf_config(path: Path) -> ModelSpec:
+    if not files.exists(path):
+        files.check_path(path, "model config")
+        raise UserError(f"model config {files.shown(path)}: file not found; give a catalog name (`tokenpath models`) "
+                        f"or the path of a Hugging Face config.json")
+    text = files.read_text(path, "model config")
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"model config {path}: file not found; give a catalog name (`tokenpath models`) "
-                        f"or the path of a Hugging Face config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"model config {path}: cannot read it as JSON ({exc}); give a Hugging Face "
-                        f"config.json") from None
+        config = json.loads(text)
+    except RecursionError:
+        raise UserError(f"model config {files.shown(path)}: cannot read it as JSON (nested too deep); give a "
+                        "Hugging Face config.json") from None
+    except ValueError as exc:  # invalid JSON, or an integer of more digits than Python converts
+        raise UserError(f"model config {files.shown(path)}: cannot read it as JSON ({str(exc).split(';')[0]}); "
+                        "give a Hugging Face config.json") from None
     if not isinstance(config, dict):
         raise UserError(f"model config {path}: expected a JSON object of config fields")
-    if "text_config" in config and "hidden_size" not in config:
+    if isinstance(config.get("text_config"), dict) and "hidden_size" not in config:
         config = config["text_config"]  # multimodal wrappers keep the language model's shape here
 
     def get(key: str, default: object = None, required: bool = False) -> object:
@@ -176,14 +195,20 @@ def _from_hf_config(path: Path) -> ModelSpec:
     def get_int(key: str, default: int = 0, required: bool = False) -> int:
         value = get(key, default, required)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise UserError(f"model config {path}: field {key!r} must be a whole number, got {value!r}")
+            raise UserError(f"model config {path}: field {key!r} must be a whole number, got {quoted(value)}")
+        return value
+
+    def get_bool(key: str) -> bool:
+        value = get(key, False)
+        if not isinstance(value, bool):
+            raise UserError(f"model config {path}: field {key!r} must be true or false, got {quoted(value)}")
         return value
 
     hidden = get_int("hidden_size", required=True)
     heads = get_int("num_attention_heads", required=True)
     experts = get_int("num_local_experts") or get_int("n_routed_experts")
     if config.get("moe_layer_freq", 1) != 1:
-        raise UserError(f"model config {path}: moe_layer_freq={config['moe_layer_freq']} is not supported; "
+        raise UserError(f"model config {path}: moe_layer_freq={quoted(config['moe_layer_freq'])} is not supported; "
                         f"only every layer after first_k_dense_replace being MoE is")
     mla = {
         "q_lora_rank": get_int("q_lora_rank"),
@@ -212,7 +237,7 @@ def _from_hf_config(path: Path) -> ModelSpec:
         }
     name = path.parent.name or path.stem
     if isinstance(config.get("_name_or_path"), str) and config["_name_or_path"].strip():
-        name = config["_name_or_path"].strip().rstrip("/").rsplit("/", 1)[-1]
+        name = config["_name_or_path"].strip().rstrip("/").rsplit("/", 1)[-1][:200]
     return ModelSpec(
         name=name,
         hidden_size=hidden,
@@ -222,7 +247,7 @@ def _from_hf_config(path: Path) -> ModelSpec:
         head_dim=head_dim,
         intermediate_size=intermediate,
         vocab_size=get_int("vocab_size", required=True),
-        tie_word_embeddings=bool(get("tie_word_embeddings", False)),
+        tie_word_embeddings=get_bool("tie_word_embeddings"),
         max_context=get_int("max_position_embeddings", required=True),
         **moe,
         **mla,
