@@ -13,6 +13,7 @@ import typer
 
 from tokenpath.cli import (Burstiness, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputLen, OutputSd,
                            RequestRate, Seed)
+from tokenpath import files
 from tokenpath.errors import UserError
 
 BENCH_EXAMPLE = """
@@ -78,7 +79,7 @@ def bench(
     from tokenpath.bench.plan import parse_extra_body
     from tokenpath.bench.results import bench_summary
     from tokenpath.bench.tokenizer import tokenizer_name
-    from tokenpath.cli import _overrides
+    from tokenpath.cli import _overrides, check_tokenizer
     from tokenpath.scenario import build_scenario, read_scenario_table, set_path
 
     console, err_console = _consoles()
@@ -100,8 +101,12 @@ def bench(
     Endpoint.parse(base_url)
     target = Target(base_url, model, endpoint, api_key, strict_openai, parse_extra_body(extra_body))  # type: ignore[arg-type]
     results_path = results or time.strftime("bench-%Y%m%d-%H%M%S.jsonl")
+    files.check_writable(results_path, "--results")
     if Path(results_path).exists() and Path(results_path).stat().st_size > 0:
         raise UserError(f"--results: {results_path} already exists; give a new path (a run never overwrites measurements)")
+    if json_out is not None:
+        files.check_writable(json_out, "--json")
+    check_tokenizer(tokenizer, "--tokenizer")
 
     table, source, base_dir = read_scenario_table(scenario)
     flags = dict(input_len=input_len, input_sd=input_sd, output_len=output_len, output_sd=output_sd,
@@ -155,6 +160,8 @@ def describe_bench(header: dict[str, Any], rows: list[dict[str, Any]], results_p
     rate = arrival.get("rate")
     arrivals = "all at t=0" if rate in ("inf", "Infinity") or (isinstance(rate, float) and math.isinf(rate)) else \
         f"{rate:g} req/s, burstiness {arrival.get('burstiness', 1.0):g}" if isinstance(rate, (int, float)) else str(rate)
+    if isinstance(workload.get("trace"), dict):  # the trace's times replace the arrival table
+        arrivals = f"as recorded in the trace (time_scale {workload['trace'].get('time_scale', 1.0):g})"
     if workload.get("max_concurrency"):
         arrivals += f", at most {workload['max_concurrency']} outstanding"
     return [
