@@ -106,7 +106,8 @@ def _checked_size(path: str | os.PathLike[str], what: str, max_bytes: int) -> in
     if stat.S_ISDIR(info.st_mode):
         raise UserError(f"{shown(path)}: {what} is a folder; give the path of a file")
     if not stat.S_ISREG(info.st_mode):
-        raise UserError(f"{shown(path)}: {what} is not a regular file (a device, pipe or socket); give the path of a file")
+        raise UserError(f"{shown(path)}: {what} is not a regular file (a device, pipe or socket); "
+                        "give the path of a file")
     if info.st_size > max_bytes:
         raise UserError(f"{shown(path)}: {what} is {info.st_size:,} bytes, more than the {max_bytes:,} read; "
                         "give a smaller file")
