@@ -4,7 +4,9 @@ each is now one `error:` line with exit status 2, or a right result."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -12,15 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli
 from tokenpath import pipeline
 from tokenpath.compute.model import load_model
 from tokenpath.errors import UserError, quoted
+from tokenpath.files import path_problem
 from tokenpath.scenario import load_scenario
 from tokenpath.serve.openai import ApiError, parse
-from tokenpath.workload.lengths import read_length_file
-from tokenpath.workload.traces import read_trace
+from tokenpath.workload.lengths import parse_count, read_length_file
+from tokenpath.workload.traces import _RowError, _seconds, read_trace
 
 LLAMA_8B_CONFIG = {
     "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -374,3 +379,41 @@ def test_a_trace_run_shows_the_trace_s_arrivals_not_the_arrival_table(replay, mo
     code, out, err = run_cli(["simulate", replay], monkeypatch, capsys)
     assert code == 0, err
     assert "as recorded in the trace" in out and "req/s, burstiness" not in out
+
+
+def test_fabric_json_into_a_missing_folder_fails_before_the_sweep(monkeypatch, capsys):
+    assert_user_error(*run_cli(["fabric", "--preset", "dgx-h100", "--json", "/nonexistent/dir/f.json"],
+                               monkeypatch, capsys), "--json /nonexistent/dir/f.json", "does not exist")
+
+
+@given(st.text(max_size=30) | st.from_regex(r"\s*[+-]?[0-9]{1,25}\s*", fullmatch=True))
+def test_a_count_is_read_exactly_when_it_is_ascii_digits(text):
+    count = parse_count(text)
+    if re.fullmatch(r"[+-]?[0-9]+", text.strip(), re.ASCII) is None:
+        assert count is None
+    elif len(text.strip()) <= 20:
+        assert count == int(text.strip())
+    else:  # beyond int64 however it is written: out of range either way
+        assert abs(count) == 2**63
+
+
+@given(st.text(max_size=40) | st.from_regex(r"[+-]?[0-9]{0,6}(\.[0-9]{0,6})?([eE][+-]?[0-9]{1,3})?", fullmatch=True))
+def test_a_trace_time_is_read_only_when_it_is_a_finite_ascii_decimal(text):
+    try:
+        seconds = _seconds(text, "t")
+    except _RowError:
+        return
+    assert re.fullmatch(r"\s*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?\s*", text, re.ASCII)
+    assert 0 <= seconds < math.inf and seconds == float(text)
+
+
+@given(st.text() | st.integers() | st.floats() | st.lists(st.text(), max_size=50))
+def test_quoted_is_short_for_any_value(value):
+    assert len(quoted(value)) <= 2 * 100 + 40
+
+
+@given(st.text(max_size=300))
+def test_a_path_problem_is_exactly_a_nul_or_an_over_long_name(text):
+    encoded = text.encode("utf-8", "surrogatepass")
+    expected = "\0" in text or len(encoded) >= 4096 or any(len(part) > 255 for part in encoded.split(b"/"))
+    assert (path_problem(text) is not None) == expected

@@ -134,7 +134,10 @@ def fabric(
     from tokenpath.fabric.build import build_topology
     from tokenpath.fabric.collectives import OPS, Collectives
     from tokenpath.fabric.spec import load_fabric, preset_description, preset_names
+    from tokenpath.files import check_writable
 
+    if json_out is not None:
+        check_writable(json_out, "--json")
     if list_presets:
         for name in preset_names():
             console.print(f"[bold]{name}[/bold]  {preset_description(name)}", highlight=False)
