@@ -417,3 +417,16 @@ def test_a_path_problem_is_exactly_a_nul_or_an_over_long_name(text):
     encoded = text.encode("utf-8", "surrogatepass")
     expected = "\0" in text or len(encoded) >= 4096 or any(len(part) > 255 for part in encoded.split(b"/"))
     assert (path_problem(text) is not None) == expected
+
+
+@pytest.mark.parametrize("fabric", [
+    "{kind = 'fattree', k = 4, levels = " + "1" * 4000 + ", link_bw = '50 GB/s'}",
+    "{kind = 'fattree', k = -" + "2" * 4000 + ", link_bw = '50 GB/s'}",
+    "{kind = 'torus', dims = [" + "3" * 4000 + "]}",
+    "{kind = 'torus', dims = [" + "1, " * 20000 + "1]}",
+    "{kind = 'dragonfly', p = -" + "1" * 4000 + ", link_bw = '50 GB/s'}",
+    "{kind = 'fattree', k = 4, oversubscription = [" + "0.5, " * 5000 + "1], link_bw = '50 GB/s'}",
+])
+def test_fabric_errors_quote_huge_values_short(fabric, tmp_path, monkeypatch, capsys):
+    line = _simulate_error(tmp_path, monkeypatch, capsys, f"[deployment]\nfabric = {fabric}\n", "fabric")
+    assert len(line) < 500, line

@@ -37,9 +37,9 @@ def _rate(value: str) -> float | str:
     try:
         rate = float(value)
     except ValueError:
-        raise UserError(f"--request-rate: {value!r} is not a number; give requests/s (e.g. 12.5) or 'inf'") from None
+        raise UserError(f"--request-rate: {quoted(value)} is not a number; give requests/s (e.g. 12.5) or 'inf'") from None
     if not math.isfinite(rate) or rate <= 0:
-        raise UserError(f"--request-rate: {value!r} must be > 0 requests/s, or 'inf' to send everything at t=0")
+        raise UserError(f"--request-rate: {quoted(value)} must be > 0 requests/s, or 'inf' to send everything at t=0")
     return rate
 
 
@@ -351,9 +351,9 @@ def _batch_sizes(given: str, extra: list[str]) -> list[int]:
     try:
         sizes = sorted({int(word) for word in words})
     except ValueError:
-        raise UserError(f"--batch-sizes: {' '.join(words)!r} must be whole numbers, e.g. --batch-sizes 1 8 32 128 256") from None
+        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be whole numbers, e.g. --batch-sizes 1 8 32 128 256") from None
     if not sizes or sizes[0] < 1:
-        raise UserError(f"--batch-sizes: {' '.join(words)!r} must be batch sizes >= 1, e.g. --batch-sizes 1 8 32 128 256")
+        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be batch sizes >= 1, e.g. --batch-sizes 1 8 32 128 256")
     return sizes
 
 

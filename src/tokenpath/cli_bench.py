@@ -14,7 +14,7 @@ import typer
 from tokenpath.cli import (Burstiness, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputLen, OutputSd,
                            RequestRate, Seed)
 from tokenpath import files
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 
 BENCH_EXAMPLE = """
 Examples:
@@ -88,7 +88,7 @@ def bench(
     if not model:
         raise UserError("--model is required: the model name the server serves (see its /v1/models)")
     if endpoint not in ("completions", "chat"):
-        raise UserError(f"--endpoint: {endpoint!r} is not one of completions, chat")
+        raise UserError(f"--endpoint: {quoted(endpoint)} is not one of completions, chat")
     if workers is not None and workers < 1:
         raise UserError(f"--workers: must be 1 or more, got {workers}")
     for value, flag in ((timeout, "--timeout"), (stall_timeout, "--stall-timeout"), (connect_timeout, "--connect-timeout")):
@@ -97,7 +97,7 @@ def bench(
     if api_key_env is not None:
         api_key = os.environ.get(api_key_env)
         if not api_key:
-            raise UserError(f"--api-key-env: the environment variable {api_key_env} is not set or empty")
+            raise UserError(f"--api-key-env: the environment variable {quoted(api_key_env)} is not set or empty")
     Endpoint.parse(base_url)
     target = Target(base_url, model, endpoint, api_key, strict_openai, parse_extra_body(extra_body))  # type: ignore[arg-type]
     results_path = results or time.strftime("bench-%Y%m%d-%H%M%S.jsonl")

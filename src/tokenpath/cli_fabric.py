@@ -8,7 +8,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 
 FABRIC_EXAMPLE = """
 Examples:
@@ -145,11 +145,11 @@ def fabric(
     if (topology_file is None) == (preset is None):
         raise UserError("fabric: give a topology file or --preset NAME (one of them); --list shows the presets")
     if pattern is not None and pattern not in PATTERNS:
-        raise UserError(f"--pattern: unknown {pattern!r}; use one of {', '.join(PATTERNS)}")
+        raise UserError(f"--pattern: unknown {quoted(pattern)}; use one of {', '.join(PATTERNS)}")
     ops = ops or ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
     for op in ops:
         if op not in OPS:
-            raise UserError(f"--op: unknown {op!r}; use one of {', '.join(OPS)}")
+            raise UserError(f"--op: unknown {quoted(op)}; use one of {', '.join(OPS)}")
     spec, description = load_fabric(topology_file or preset)
     scaleup_bw_Bps = None
     if chip is not None:

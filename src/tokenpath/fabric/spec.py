@@ -34,10 +34,13 @@ MAX_FULLMESH_HOSTS = 1024
 
 
 def _check_size(kind: str, hosts: int, routers: int) -> None:
+    def count(n: int) -> str:
+        return f"{n:,}" if n < 10**18 else "more than 10^18"
+
     if hosts > MAX_FABRIC_HOSTS:
-        raise ValueError(f"this {kind} has {hosts:,} hosts; fabrics are limited to {MAX_FABRIC_HOSTS:,}")
+        raise ValueError(f"this {kind} has {count(hosts)} hosts; fabrics are limited to {MAX_FABRIC_HOSTS:,}")
     if routers > MAX_ROUTERS:
-        raise ValueError(f"this {kind} has {routers:,} routers; fabrics are limited to {MAX_ROUTERS:,} "
+        raise ValueError(f"this {kind} has {count(routers)} routers; fabrics are limited to {MAX_ROUTERS:,} "
                          "(link loads are computed on a routers x routers matrix)")
 
 
