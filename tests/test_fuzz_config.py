@@ -6,7 +6,8 @@ small deployment on a torus, a trace replay with an empirical length file, a dis
 applies a few mutations (a value replaced by a random TOML value of another type, a huge, tiny or
 negative number, a long or non-ASCII string; a key deleted; an unknown key added; a table nested
 where a value was; raw corruption of the file's text), adds random flags, and runs `simulate` (or
-`scenario show`) in-process through the entry point.
+`scenario show`) in-process through the entry point. The cases are derandomized (the same every run);
+TOKENPATH_FUZZ_SEED=N draws another sequence.
 
 To keep a case fast whatever the mutation asks for, the harness caps the requests actually generated
 at a few (validation still sees the value as written) and simulates only runs with few tokens; larger
@@ -27,13 +28,14 @@ from importlib import resources
 
 import pytest
 import tomli_w
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from tokenpath import pipeline
 from tokenpath.cli import main
 
 EXAMPLES = int(os.environ.get("TOKENPATH_FUZZ_EXAMPLES", "250"))
+SEED = os.environ.get("TOKENPATH_FUZZ_SEED")
 # The most requests a case generates, and the most tokens it simulates.
 CASE_REQUESTS = 6
 CASE_TOKENS = 40_000
@@ -287,7 +289,8 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
     return code, out, err
 
 
-@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+@seed(int(SEED or 0))  # only used when derandomize is off
+@settings(max_examples=EXAMPLES, derandomize=SEED is None, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large, HealthCheck.large_base_example])
 @given(text=scenario_texts(), flags=flag_lists(), config=model_configs(), show=st.integers(0, 5))
