@@ -286,7 +286,7 @@ def test_bad_toml_names_the_file(tmp_path, monkeypatch, capsys):
 
 def test_missing_file_names_it(tmp_path, monkeypatch, capsys):
     assert_user_error(*run_cli(["fabric", str(tmp_path / "nowhere.toml")], monkeypatch, capsys),
-                      "nowhere.toml", "cannot read")
+                      "nowhere.toml", "topology file not found")
 
 
 def test_unknown_key_names_it_and_lists_the_keys_of_its_kind(tmp_path, monkeypatch, capsys):
@@ -307,7 +307,7 @@ def test_unknown_key_in_a_dragonfly_lists_the_dragonfly_keys(tmp_path, monkeypat
 @pytest.mark.parametrize("text, fragments", [
     ('kind = "dragonfly"\np = 1\na = 2\nh = 1\ng = 4\nlink_bw = "25 GB/s"\n', ("fabric.g", "a*h+1 = 3", "got 4")),
     ('kind = "torus"\ndims = [4, 1]\nlink_bw = "1 GB/s"\n', ("fabric.dims", ">= 2", "[4, 1]")),
-    ('kind = "torus"\ndims = [4]\nlink_bw = "0 GB/s"\n', ("fabric.link_bw", "positive")),
+    ('kind = "torus"\ndims = [4]\nlink_bw = "0 GB/s"\n', ("link_bw", "'0 GB/s' is out of range", "1 kB/s to 100 PB/s")),
     ('kind = "fattree"\nk = 4\n', ("fabric.link_bw", "fattree", "50 GB/s")),
     ('kind = "switch"\nhosts = 4\n', ("fabric.link_bw", "not set")),
     ('kind = "torus"\ndims = [4]\nlink_bw = "35 parsecs"\n', ("link_bw", "parsecs")),

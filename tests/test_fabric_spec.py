@@ -153,7 +153,7 @@ def test_a_missing_fabric_file_names_the_path_in_the_scenario_folder(tmp_path, m
     with pytest.raises(UserError) as caught:
         load_scenario(str(scenario_path))
     message = str(caught.value)
-    assert str(tmp_path / "scenarios" / "net.toml") in message and "cannot read" in message
+    assert str(tmp_path / "scenarios" / "net.toml") in message and "topology file not found" in message
 
 
 def test_a_scenario_with_a_fabric_file_simulates_from_another_folder(tmp_path, monkeypatch, capsys):

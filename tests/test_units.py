@@ -8,9 +8,13 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from tokenpath.errors import UserError
-from tokenpath.units import Bandwidth, Duration, Size, parse_bandwidth_Bps, parse_bytes, parse_duration_s
+from tokenpath.units import (MAX_BANDWIDTH_BPS, MAX_DURATION_S, MIN_BANDWIDTH_BPS, Bandwidth, Duration, Size,
+                             parse_bandwidth_Bps, parse_bytes, parse_duration_s)
 
 finite = st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False)
+# The physical ranges config fields accept.
+durations = st.floats(min_value=0, max_value=MAX_DURATION_S)
+bandwidths = st.floats(min_value=MIN_BANDWIDTH_BPS, max_value=MAX_BANDWIDTH_BPS)
 
 
 @pytest.mark.parametrize("text, seconds", [
@@ -63,7 +67,7 @@ class Quantities(BaseModel):
     bandwidth: Bandwidth
 
 
-@given(finite, finite, finite)
+@given(durations, finite, bandwidths)
 def test_config_types_round_trip_through_their_human_strings(d, s, b):
     original = Quantities(duration=d, size=s, bandwidth=b)
     written = original.model_dump(mode="json")
@@ -72,10 +76,39 @@ def test_config_types_round_trip_through_their_human_strings(d, s, b):
     assert Quantities.model_validate(written) == original
 
 
+@pytest.mark.parametrize("field, value, fragment", [
+    ("duration", 1e308, "1e+308 is out of range: durations run from 0 to 1 h"),
+    ("duration", 9223372036854775807, "9223372036854775807 is out of range"),
+    ("duration", "61 min", "'61 min' is out of range"),
+    ("duration", 10**400, "not a finite number"),
+    ("bandwidth", "1e308 GB/s", "'1e308 GB/s' is out of range: bandwidths run from 1 kB/s to 100 PB/s"),
+    ("bandwidth", 0, "0 is out of range"),
+    ("bandwidth", 1e-300, "1e-300 is out of range"),
+    ("bandwidth", "999 B/s", "out of range"),
+    ("bandwidth", "101 PB/s", "out of range"),
+    ("bandwidth", "x" * 5000 + " GB/s", "... (5,005 characters)"),
+])
+def test_config_quantities_outside_their_physical_range_are_refused(field, value, fragment):
+    values = {"duration": 1.0, "size": 1.0, "bandwidth": 1e9, field: value}
+    with pytest.raises(ValueError, match=r"^1 validation error") as raised:
+        Quantities.model_validate(values)
+    message = raised.value.errors()[0]["msg"]
+    assert fragment in message
+    assert len(message) < 300  # a bad value is quoted, not copied whole
+
+
+@pytest.mark.parametrize("field, value", [
+    ("duration", 0.0), ("duration", "1 h"), ("bandwidth", "1 kB/s"), ("bandwidth", "100 PB/s"), ("bandwidth", "8 kb/s"),
+])
+def test_the_ends_of_each_physical_range_are_accepted(field, value):
+    values = {"duration": 1.0, "size": 1.0, "bandwidth": 1e9, field: value}
+    assert Quantities.model_validate(values) is not None
+
+
 @pytest.mark.parametrize("text", ["10 us", "20 ms", "1.5 s", "64 GB/s", "141 GiB", "400 Gb/s"])
 def test_round_values_are_written_back_as_written(text):
     field = "duration" if text.endswith("s") and "/" not in text else "bandwidth" if "/" in text else "size"
-    values = {"duration": 1.0, "size": 1.0, "bandwidth": 1.0, field: text}
+    values = {"duration": 1.0, "size": 1.0, "bandwidth": 1e9, field: text}
     written = Quantities.model_validate(values).model_dump(mode="json")[field]
     assert Quantities.model_validate({**values, field: written}).model_dump()[field] == Quantities.model_validate(values).model_dump()[field]
     assert isinstance(written, str)

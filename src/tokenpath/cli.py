@@ -10,9 +10,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tokenpath.errors import UserError
+from tokenpath import files
+from tokenpath.errors import UserError, quoted
 
 app = typer.Typer(
     help="Where the time goes between an LLM request and readable text on the user's screen.",
@@ -35,23 +37,55 @@ def _rate(value: str) -> float | str:
     try:
         rate = float(value)
     except ValueError:
-        raise UserError(f"--request-rate: {value!r} is not a number; give requests/s (e.g. 12.5) or 'inf'") from None
+        raise UserError(f"--request-rate: {quoted(value)} is not a number; give requests/s (e.g. 12.5) or 'inf'") from None
     if not math.isfinite(rate) or rate <= 0:
-        raise UserError(f"--request-rate: {value!r} must be > 0 requests/s, or 'inf' to send everything at t=0")
+        raise UserError(f"--request-rate: {quoted(value)} must be > 0 requests/s, or 'inf' to send everything at t=0")
     return rate
+
+
+def _table(table: Any, key: str) -> dict[str, Any]:
+    """`table[key]` when both are tables, else an empty one (validation reports what is wrong)."""
+    value = table.get(key) if isinstance(table, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Optional[float]) -> dict[str, Any]:
     """--input-len/--input-sd replace the length table: normal(mean, sd), or fixed when sd is 0."""
-    current = table.get("workload", {}).get(which, {})
+    current = _table(_table(table, "workload"), which)
     defaults = {"input": (550.0, 150.0), "output": (150.0, 80.0)}[which]
     mean = mean if mean is not None else current.get("mean", current.get("value", defaults[0]))
     sd = sd if sd is not None else current.get("sd", 0.0 if current.get("kind") == "fixed" else defaults[1])
     if sd == 0:
-        if mean < 1 or mean != int(mean):
-            raise UserError(f"--{which}-len: a fixed length must be a whole number of tokens >= 1, got {mean}")
+        if not _number(mean) or not math.isfinite(mean) or mean < 1 or mean != int(mean):
+            raise UserError(f"--{which}-len: a fixed length must be a whole number of tokens >= 1, got {quoted(mean)}")
         return {"kind": "fixed", "value": int(mean)}
-    return {"kind": "normal", "mean": float(mean), "sd": float(sd)}
+    return {"kind": "normal", "mean": float(mean) if _number(mean) else mean, "sd": float(sd) if _number(sd) else sd}
+
+
+# Flags a trace replay overrides: its rows give every arrival time and token count.
+_TRACE_OVERRIDES = {
+    "request_rate": ("--request-rate", "arrival times"), "burstiness": ("--burstiness", "arrival times"),
+    "input_len": ("--input-len", "input token counts"), "input_sd": ("--input-sd", "input token counts"),
+    "output_len": ("--output-len", "output token counts"), "output_sd": ("--output-sd", "output token counts"),
+}
+
+
+def _refuse_trace_overrides(table: dict[str, Any], flags: dict[str, Any]) -> None:
+    """A flag that a scenario's trace would silently override is an error, not a setting shown as used."""
+    trace = _table(table, "workload").get("trace")
+    if trace is None:
+        return
+    path = trace.get("path") if isinstance(trace, dict) else None
+    which = f"the trace {quoted(path)}" if isinstance(path, str) else "a trace"
+    for flag, (name, what) in _TRACE_OVERRIDES.items():
+        if flags.get(flag) is not None:
+            raise UserError(f"{name}: the scenario replays {which} (workload.trace), whose {what} replace it; "
+                            f"drop {name}, or use a scenario without a trace (workload.trace.time_scale speeds "
+                            "a trace up or slows it down)")
 
 
 def _overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
@@ -61,10 +95,14 @@ def _overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
         "precision": "model.precision", "burstiness": "workload.arrival.burstiness",
         "max_concurrency": "workload.max_concurrency", "num_requests": "workload.num_requests", "seed": "seed",
     }
+    _refuse_trace_overrides(table, flags)
     out = {path: flags[flag] for flag, path in direct.items() if flags.get(flag) is not None}
     if flags.get("fabric") is not None:  # a preset name, or a topology file read from here
         fabric = flags["fabric"]
-        out["deployment.fabric"] = str(Path(fabric).resolve()) if fabric.endswith(".toml") else fabric
+        if fabric.endswith(".toml"):
+            files.check_path(fabric, "--fabric")
+            fabric = str(Path(fabric).resolve())
+        out["deployment.fabric"] = fabric
     if flags.get("request_rate") is not None:
         out["workload.arrival.rate"] = _rate(flags["request_rate"])
     for which in ("input", "output"):
@@ -91,8 +129,12 @@ def _write_json(document: dict[str, Any], target: str) -> None:
     text = json.dumps(document, indent=2) + "\n"
     if target == "-":
         sys.stdout.write(text)
-    else:
+        return
+    try:
         Path(target).write_text(text, encoding="utf-8")
+    except OSError as error:  # checked before the run (files.check_writable), so a change since
+        raise UserError(f"--json {files.shown(target)}: cannot write it ({error.strerror}); the result was not "
+                        "saved: choose another path") from None
 
 
 def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any],
@@ -103,6 +145,8 @@ def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], f
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be at least 1 (1 simulates every replica in this process)")
+    if json_out is not None:
+        files.check_writable(json_out, "--json")
     table, source, base_dir = read_scenario_table(scenario_ref)
     for dotted, value in _overrides(table, **flags).items():
         set_path(table, dotted, value)
@@ -115,20 +159,28 @@ def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], f
     )
     with progress:
         task = progress.add_task("simulate", total=len(prepared.requests))
-        simulation = simulate(prepared, progress=lambda k: progress.advance(task, k), workers=workers)
+        try:
+            simulation = simulate(prepared, progress=lambda k: progress.advance(task, k), workers=workers)
+        except OverflowError:  # a time past int64 nanoseconds, which every simulated time is held in
+            simulation = None
+    run = simulation.run if simulation is not None else None
+    if run is None or min(int(times.min()) for times in (run.ttft_ns, run.ttfv_ns, run.e2e_ns)) < 0:
+        raise UserError("the simulated run lasts more than 292 years (the range of int64 nanoseconds); lower the "
+                        "delivery costs, raise the fabric's bandwidth, or lower the output lengths or "
+                        "workload.num_requests")
     document, reason = result_document(simulation)
     if show_explain:
         from tokenpath.report.explain import explain, explain_table
 
         document["explain"] = explain(simulation)
-    if json_out is not None:
-        _write_json(document, json_out)
     if not quiet:
         from tokenpath.report.table import print_summary
 
         print_summary(console, document, describe(simulation), reason)
         if show_explain:
             console.print(explain_table(document["explain"], simulation.deployment.chip.name))
+    if json_out is not None:  # after the summary: a file that cannot be written loses nothing shown
+        _write_json(document, json_out)
 
 
 SIMULATE_EXAMPLE = """
@@ -220,6 +272,8 @@ def validate(
 ) -> None:
     from tokenpath.validate import print_validation, run_validation
 
+    if json_out is not None:
+        files.check_writable(json_out, "--json")
     rows = run_validation(set(groups) if groups else None)
     if json_out is not None:
         _write_json(rows, json_out)
@@ -259,14 +313,55 @@ def serve(
     from tokenpath.serve.app import SERVER, run
     from tokenpath.serve.connections import ConnectionLimits
 
+    check_listen(host, port)
+    if send_log is not None:
+        files.check_writable(send_log, "--send-log")
+    check_tokenizer(tokenizer, "--tokenizer")
     given = {"header_timeout_s": header_timeout, "body_timeout_s": body_timeout, "idle_timeout_s": idle_timeout,
              "max_connections": max_connections}
     limits = ConnectionLimits(**{key: value for key, value in given.items() if value is not None})
     options = ServeOptions(api_key, served_model_name, tokenizer, send_log, limits=limits, network_delay=network_delay)
     application = make_app(load_scenario(scenario), options)
     name = application[SERVER].model_name
-    run(application, host, port,
-        on_ready=lambda bound: err_console.print(f"serving {name} on http://{host}:{bound}/v1 (Ctrl-C stops)"))
+    try:
+        run(application, host, port,
+            on_ready=lambda bound: err_console.print(f"serving {name} on http://{host}:{bound}/v1 (Ctrl-C stops)"))
+    except OSError as error:  # the address was taken between check_listen and now
+        raise UserError(f"--host/--port: cannot listen on {host}:{port} ({error.strerror or error}); "
+                        "choose another --port") from None
+
+
+def check_listen(host: str, port: int) -> None:
+    """Refuse, before loading anything, an address serve cannot listen on: a port out of range, a host
+    that is not an address of this machine, a port in use or reserved."""
+    import socket
+
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port: {port} is not a TCP port; use 1 to 65535 (0: any free port)")
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise UserError(f"--host: cannot listen on {quoted(host)} ({reason}); give an address of this machine, "
+                        "e.g. 127.0.0.1") from None
+    for family, kind, protocol, _, address in addresses:
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+            try:
+                probe.bind(address)
+            except OSError as error:
+                raise UserError(f"--host/--port: cannot listen on {host}:{port} ({error.strerror}); choose another "
+                                "--port, or stop what holds it") from None
+
+
+def check_tokenizer(path: Optional[str], flag: str) -> None:
+    """A --tokenizer that names a file must be a regular file (a name shipped with a library passes)."""
+    if path is None:
+        return
+    files.check_path(path, flag)
+    if files.exists(path) and not files.is_file(path) and not Path(path).is_dir():
+        raise UserError(f"{flag} {files.shown(path)}: not a regular file (a device, pipe or socket); give a "
+                        "tokenizer file")
 
 
 def _batch_sizes(given: str, extra: list[str]) -> list[int]:
@@ -275,9 +370,9 @@ def _batch_sizes(given: str, extra: list[str]) -> list[int]:
     try:
         sizes = sorted({int(word) for word in words})
     except ValueError:
-        raise UserError(f"--batch-sizes: {' '.join(words)!r} must be whole numbers, e.g. --batch-sizes 1 8 32 128 256") from None
+        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be whole numbers, e.g. --batch-sizes 1 8 32 128 256") from None
     if not sizes or sizes[0] < 1:
-        raise UserError(f"--batch-sizes: {' '.join(words)!r} must be batch sizes >= 1, e.g. --batch-sizes 1 8 32 128 256")
+        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be batch sizes >= 1, e.g. --batch-sizes 1 8 32 128 256")
     return sizes
 
 
@@ -313,6 +408,8 @@ def calibrate_delivery(
     from tokenpath.delivery.measure import calibrate
 
     sizes = _batch_sizes(batch_sizes, list(ctx.args))
+    files.check_writable(out, "--out")
+    check_tokenizer(tokenizer, "--tokenizer")
     det = Detokenizer.load(tokenizer)
     progress = Progress(TextColumn("measuring batch sizes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True)
@@ -331,13 +428,42 @@ def calibrate_delivery(
     console.print(f"wrote {out}; use it with delivery.calibration = {out!r} in a scenario")
 
 
+# A command-line usage error quotes the user's words; this much of it is shown.
+_USAGE_ERROR_CHARS = 300
+
+
+def _fail(message: str) -> None:
+    """Print `message` as one `error:` line (control characters escaped, no markup) and exit 2."""
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    err_console.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+    sys.exit(2)
+
+
 def main() -> None:
-    """Entry point: a user's mistake is one line on stderr and exit status 2, never a traceback."""
+    """Entry point: a user's mistake is one line on stderr and exit status 2, never a traceback.
+
+    Usage errors (an unknown flag, a value of the wrong type) are that one line too, instead of
+    typer's boxed usage text.
+    """
     try:
-        app()
+        status = app(prog_name="tokenpath", standalone_mode=False)
     except UserError as error:
-        err_console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        _fail(str(error))
+    except typer.TyperException as error:  # click's usage errors
+        if type(error).__name__ == "NoArgsIsHelpError":  # the help is already printed
+            sys.exit(2)
+        message = error.format_message()
+        if len(message) > _USAGE_ERROR_CHARS:
+            message = message[:_USAGE_ERROR_CHARS] + "..."
+        context = getattr(error, "ctx", None)
+        hint = f"; see `{context.command_path} --help`" if context is not None else ""
+        _fail(message + hint)
+    except typer.Abort:  # end of input at a prompt
+        sys.exit(1)
+    except MemoryError:
+        _fail("out of memory: the run is too large for this machine; lower workload.num_requests or the "
+              "deployment's size")
+    sys.exit(status if isinstance(status, int) else 0)
 
 
 from tokenpath.cli_bench import register as _register_bench  # noqa: E402  (bench, report, compare)

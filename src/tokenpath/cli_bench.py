@@ -13,7 +13,8 @@ import typer
 
 from tokenpath.cli import (Burstiness, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputLen, OutputSd,
                            RequestRate, Seed)
-from tokenpath.errors import UserError
+from tokenpath import files
+from tokenpath.errors import UserError, quoted
 
 BENCH_EXAMPLE = """
 Examples:
@@ -97,7 +98,7 @@ def bench(
     from tokenpath.bench.plan import parse_extra_body
     from tokenpath.bench.results import bench_summary
     from tokenpath.bench.tokenizer import tokenizer_name
-    from tokenpath.cli import _overrides
+    from tokenpath.cli import _overrides, check_tokenizer
     from tokenpath.scenario import build_scenario, read_scenario_table, set_path
 
     console, err_console = _consoles()
@@ -106,7 +107,7 @@ def bench(
     if not model:
         raise UserError("--model is required: the model name the server serves (see its /v1/models)")
     if endpoint not in ("completions", "chat"):
-        raise UserError(f"--endpoint: {endpoint!r} is not one of completions, chat")
+        raise UserError(f"--endpoint: {quoted(endpoint)} is not one of completions, chat")
     if workers is not None and workers < 1:
         raise UserError(f"--workers: must be 1 or more, got {workers}")
     for value, flag in ((timeout, "--timeout"), (stall_timeout, "--stall-timeout"), (connect_timeout, "--connect-timeout")):
@@ -118,12 +119,16 @@ def bench(
     if api_key_env is not None:
         api_key = os.environ.get(api_key_env)
         if not api_key:
-            raise UserError(f"--api-key-env: the environment variable {api_key_env} is not set or empty")
+            raise UserError(f"--api-key-env: the environment variable {quoted(api_key_env)} is not set or empty")
     Endpoint.parse(base_url)
     target = Target(base_url, model, endpoint, api_key, strict_openai, parse_extra_body(extra_body))  # type: ignore[arg-type]
     results_path = results or time.strftime("bench-%Y%m%d-%H%M%S.jsonl")
+    files.check_writable(results_path, "--results")
     if Path(results_path).exists() and Path(results_path).stat().st_size > 0:
         raise UserError(f"--results: {results_path} already exists; give a new path (a run never overwrites measurements)")
+    if json_out is not None:
+        files.check_writable(json_out, "--json")
+    check_tokenizer(tokenizer, "--tokenizer")
 
     table, source, base_dir = read_scenario_table(scenario)
     flags = dict(input_len=input_len, input_sd=input_sd, output_len=output_len, output_sd=output_sd,
@@ -208,6 +213,10 @@ def describe_bench(header: dict[str, Any], rows: list[dict[str, Any]], results_p
     unbounded = rate is None or rate in ("inf", "Infinity") or (isinstance(rate, float) and math.isinf(rate))
     arrivals = "all at t=0" if unbounded else \
         f"{rate:g} req/s, burstiness {burstiness}" if isinstance(rate, (int, float)) else str(rate)
+    if isinstance(workload.get("trace"), dict):  # the trace's times replace the arrival table
+        scale = workload["trace"].get("time_scale", 1.0)
+        arrivals = f"as recorded in the trace (time_scale {scale:g})" if isinstance(scale, (int, float)) else \
+            "as recorded in the trace"
     if workload.get("max_concurrency"):
         arrivals += f", at most {workload['max_concurrency']} outstanding"
     return [

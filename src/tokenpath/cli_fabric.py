@@ -8,7 +8,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 
 FABRIC_EXAMPLE = """
 Examples:
@@ -134,7 +134,10 @@ def fabric(
     from tokenpath.fabric.build import build_topology
     from tokenpath.fabric.collectives import OPS, Collectives
     from tokenpath.fabric.spec import load_fabric, preset_description, preset_names
+    from tokenpath.files import check_writable
 
+    if json_out is not None:
+        check_writable(json_out, "--json")
     if list_presets:
         for name in preset_names():
             console.print(f"[bold]{name}[/bold]  {preset_description(name)}", highlight=False)
@@ -142,11 +145,11 @@ def fabric(
     if (topology_file is None) == (preset is None):
         raise UserError("fabric: give a topology file or --preset NAME (one of them); --list shows the presets")
     if pattern is not None and pattern not in PATTERNS:
-        raise UserError(f"--pattern: unknown {pattern!r}; use one of {', '.join(PATTERNS)}")
+        raise UserError(f"--pattern: unknown {quoted(pattern)}; use one of {', '.join(PATTERNS)}")
     ops = ops or ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
     for op in ops:
         if op not in OPS:
-            raise UserError(f"--op: unknown {op!r}; use one of {', '.join(OPS)}")
+            raise UserError(f"--op: unknown {quoted(op)}; use one of {', '.join(OPS)}")
     spec, description = load_fabric(topology_file or preset)
     scaleup_bw_Bps = None
     if chip is not None:

@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from tokenpath.errors import QUOTE_CHARS, quoted
+
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
     """The pydantic models an annotation can hold (through Optional, Union and Annotated)."""
@@ -61,16 +63,19 @@ def explain(error: ValidationError, source: str, root: Any) -> str:
         owner, shown = _walk(root, loc[:-1])
         where = ".".join(shown + [str(loc[-1])])
         known = list(owner.model_fields) if owner is not None else []
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        close = difflib.get_close_matches(str(loc[-1])[:200], known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        return f"{source}: unknown key {where!r}; {hint}allowed here: {', '.join(known)}"
+        return f"{source}: unknown key {quoted(where)}; {hint}allowed here: {', '.join(known)}"
     _, shown = _walk(root, loc)
     where = ".".join(shown)
+    where = where if len(where) <= QUOTE_CHARS else f"{where[:QUOTE_CHARS]}..."
     message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "union_tag_invalid":
-        message = (message.replace("Input tag", "kind").replace(" found using 'kind'", "")
-                   .replace("does not match any of the expected tags:", "is not one of"))
     given = first.get("input")
-    if isinstance(given, (str, int, float, bool)) and repr(given) not in message:
-        message += f" (got {given!r})"
+    if first["type"] == "union_tag_invalid":
+        context = first.get("ctx", {})
+        message = f"kind {quoted(context.get('tag'))} is not one of {context.get('expected_tags')}"
+    if isinstance(given, bool):  # as TOML writes it
+        message += f" (got {str(given).lower()})"
+    elif isinstance(given, (str, int, float)) and quoted(given) not in message:
+        message += f" (got {quoted(given)})"
     return f"{source}: {where}: {message}" if where else f"{source}: {message}"

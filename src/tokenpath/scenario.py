@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,11 +17,13 @@ from typing import Annotated, Any, Literal
 import tomli_w
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError
 
+from tokenpath import files
+from tokenpath.files import PathText
 from tokenpath.config_errors import explain
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.errors import UserError
-from tokenpath.fabric.spec import FabricSpec, SwitchFabric, read_topology_file
+from tokenpath.errors import UserError, quoted
+from tokenpath.fabric.spec import MAX_FABRIC_HOSTS, FabricSpec, SwitchFabric, read_topology_file
 from tokenpath.units import Duration
 from tokenpath.workload._files import sha256_file
 from tokenpath.workload.generate import fingerprint_inputs
@@ -32,13 +33,19 @@ DEFAULT_SCENARIO = "typical"
 
 Precision = Literal["bf16", "fp8", "fp4"]
 
+# Every chip of a deployment sits on one fabric host, so the fabric's limit bounds the deployment.
+MAX_CHIPS = MAX_FABRIC_HOSTS
+# numpy's seeds take any integer; 2^63 - 1 keeps a seed one JSON number every reader takes.
+MAX_SEED = 2**63 - 1
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
 
 class ModelSection(BaseModel):
     """Which model, at which precision. `name` is a catalog name or a path to a HF config.json."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
-    name: str = "llama-3.1-70b"
+    name: PathText = "llama-3.1-70b"
     precision: Precision = "fp8"
     kv_cache_precision: Literal["auto", "bf16", "fp8"] = Field(
         "auto", description="auto: fp8 when the weights are fp8 or fp4, else bf16"
@@ -53,11 +60,15 @@ class ModelSection(BaseModel):
 def _check_placement(value: object) -> object:
     """One clear message for the two shapes a placement takes."""
     if isinstance(value, str) and value not in ("packed", "spread"):
-        raise ValueError(f"use 'packed', 'spread' or a list of host ids (got {value!r})")
-    if isinstance(value, list) and not all(isinstance(h, int) and not isinstance(h, bool) for h in value):
-        raise ValueError("every host in the list must be a whole number, e.g. [0, 1, 2, 3]")
+        raise ValueError(f"use 'packed', 'spread' or a list of host ids (got {quoted(value)})")
+    if isinstance(value, list):
+        if len(value) > MAX_CHIPS:
+            raise ValueError(f"a list of {len(value):,} hosts; a deployment has at most {MAX_CHIPS:,} chips")
+        if not all(isinstance(h, int) and not isinstance(h, bool) and 0 <= h < MAX_FABRIC_HOSTS for h in value):
+            raise ValueError(f"every host in the list must be a whole number from 0 to {MAX_FABRIC_HOSTS - 1:,}, "
+                             "e.g. [0, 1, 2, 3]")
     if not isinstance(value, (str, list)):
-        raise ValueError(f"use 'packed', 'spread' or a list of host ids (got {value!r})")
+        raise ValueError(f"use 'packed', 'spread' or a list of host ids (got {quoted(value)})")
     return value
 
 
@@ -65,15 +76,15 @@ class DeploymentSection(BaseModel):
     """The chips and how they are split: `chips / (tp * pp)` data-parallel replicas, each `pp` pipeline
     stages of `tp` chips; the fabric that joins them and where each chip sits on it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
-    chip: str = "h200"
-    chips: int = Field(8, ge=1)
-    tp: int = Field(8, ge=1)
-    pp: int = Field(1, ge=1, description="pipeline stages per replica")
+    chip: str = Field("h200", max_length=200)
+    chips: int = Field(8, ge=1, le=MAX_CHIPS)
+    tp: int = Field(8, ge=1, le=MAX_CHIPS)
+    pp: int = Field(1, ge=1, le=MAX_CHIPS, description="pipeline stages per replica")
     expert_parallel: bool = Field(False, description="MoE experts split over the tensor-parallel group, "
                                                      "with all-to-all dispatch and combine")
-    prefill_replicas: int = Field(0, ge=0, description="replicas that only prefill (disaggregated serving); "
+    prefill_replicas: int = Field(0, ge=0, le=MAX_CHIPS, description="replicas that only prefill (disaggregated serving); "
                                                        "0: every replica prefills and decodes")
     fabric: FabricSpec = SwitchFabric()
     placement: Annotated[Literal["packed", "spread"] | list[int], BeforeValidator(_check_placement)] = Field(
@@ -98,7 +109,7 @@ Target = Annotated[Duration | None, BeforeValidator(_none_or_duration),
 class SloSpec(BaseModel):
     """Latency targets a request must meet to count towards goodput; "none" turns one off."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
     ttft: Target = 2.0
     ttfv: Target = None
@@ -107,11 +118,11 @@ class SloSpec(BaseModel):
 
 
 class Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
-    name: str = "custom"
-    description: str = ""
-    seed: int = Field(0, ge=0)
+    name: str = Field("custom", max_length=200)
+    description: str = Field("", max_length=10_000)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     model: ModelSection = ModelSection()
     deployment: DeploymentSection = DeploymentSection()
     engine: EngineSpec = EngineSpec()
@@ -141,20 +152,21 @@ class Scenario(BaseModel):
     def model_source(self) -> str:
         """What to load the model from: a catalog name, or a config.json path (resolved)."""
         resolved = self.resolve_path(self.model.name)
-        return resolved if Path(resolved).exists() else self.model.name
+        return resolved if files.exists(resolved) else self.model.name
 
     def fingerprint(self) -> str:
         """sha256 of the normalized scenario (paths as written) and of the contents of the files it
         reads, so it changes when a trace or a model config does and not when the folder moves."""
         normal = self.model_dump(mode="json")
-        files = list(fingerprint_inputs(self.resolved_workload()).values())
+        inputs = list(fingerprint_inputs(self.resolved_workload()).values())
         if self.delivery.calibration is not None:
-            files.append(sha256_file(self.resolved_delivery().calibration, "delivery.calibration file"))
+            inputs.append(sha256_file(self.resolved_delivery().calibration, "delivery.calibration file",
+                                      files.MAX_CONFIG_BYTES))
         source = self.model_source()
-        if Path(source).exists():
+        if files.exists(source):
             config = Path(source) / "config.json" if Path(source).is_dir() else Path(source)
-            files.append(sha256_file(config, "model config"))
-        normal["files"] = files
+            inputs.append(sha256_file(config, "model config", files.MAX_CONFIG_BYTES))
+        normal["files"] = inputs
         return hashlib.sha256(json.dumps(normal, sort_keys=True).encode()).hexdigest()
 
     def to_toml(self) -> str:
@@ -172,28 +184,26 @@ def scenario_names() -> list[str]:
     return sorted(entry.name.removesuffix(".toml") for entry in folder.iterdir() if entry.name.endswith(".toml"))
 
 
-def _read_toml(text: str, source: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise UserError(f"{source}: not valid TOML: {error}") from None
-
-
 def read_scenario_table(name_or_path: str | None) -> tuple[dict[str, Any], str, Path | None]:
     """The raw table of a catalog scenario or a TOML file: (table, where it came from, its folder)."""
     name_or_path = name_or_path or DEFAULT_SCENARIO
     path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
-            raise UserError(f"{name_or_path}: no such scenario file; give a path to a .toml file or one of: {', '.join(scenario_names())}")
-        return _read_toml(path.read_text(encoding="utf-8"), str(path)), str(path), path.resolve().parent
+    if name_or_path.endswith(".toml") or files.exists(name_or_path) or files.path_problem(name_or_path):
+        if not files.exists(name_or_path):
+            files.check_path(name_or_path, "scenario")
+            raise UserError(f"{files.shown(name_or_path)}: no such scenario file; give a path to a .toml file "
+                            f"or one of: {', '.join(scenario_names())}")
+        text = files.read_text(name_or_path, "scenario file")
+        source = files.shown(name_or_path)
+        return files.parse_toml(text, source), source, path.resolve().parent
     names = scenario_names()
     if name_or_path not in names:
-        close = difflib.get_close_matches(name_or_path, names, n=1)
+        close = difflib.get_close_matches(name_or_path[:200], names, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UserError(f"unknown scenario {name_or_path!r}; {hint}known: {', '.join(names)} (or a path to a .toml file)")
+        raise UserError(f"unknown scenario {quoted(name_or_path)}; {hint}known: {', '.join(names)} "
+                        "(or a path to a .toml file)")
     text = (resources.files("tokenpath.catalog") / "scenarios" / f"{name_or_path}.toml").read_text(encoding="utf-8")
-    return _read_toml(text, f"scenario {name_or_path!r}"), f"scenario {name_or_path!r}", None
+    return files.parse_toml(text, f"scenario {name_or_path!r}"), f"scenario {name_or_path!r}", None
 
 
 def set_path(table: dict[str, Any], dotted: str, value: Any) -> None:
@@ -210,6 +220,7 @@ def build_scenario(table: dict[str, Any], source: str, base_dir: Path | None = N
     """Validate a raw table into a Scenario; relative file paths are taken from `base_dir`."""
     fabric = table.get("deployment", {}).get("fabric") if isinstance(table.get("deployment"), dict) else None
     if isinstance(fabric, str) and fabric.endswith(".toml"):
+        files.check_path(fabric, "deployment.fabric")
         path = Path(fabric) if base_dir is None or Path(fabric).is_absolute() else base_dir / fabric
         table = {**table, "deployment": {**table["deployment"], "fabric": read_topology_file(path)}}
     try:

@@ -14,7 +14,7 @@ from typing import Annotated, Callable
 
 from pydantic import BeforeValidator, PlainSerializer
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 
 _PREFIX = {
     "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
@@ -33,20 +33,23 @@ _BW_UNIT = re.compile(r"^(?P<prefix>[kKMGTP]i?|)(?P<base>B/s|b/s|bps|Bps)$")
 def _split(value: object, what: str, example: str) -> tuple[float, str]:
     if isinstance(value, bool):
         raise ValueError(f"expected {what} such as {example!r}, got {value!r}")
-    if isinstance(value, (int, float)):
-        number, unit = float(value), ""
-    elif isinstance(value, str) and (match := _QUANTITY.match(value)):
-        number, unit = float(match["num"]), match["unit"] or ""
-    else:
-        raise ValueError(f"cannot read {value!r} as {what}; write a number and a unit, e.g. {example!r}")
+    try:
+        if isinstance(value, (int, float)):
+            number, unit = float(value), ""
+        elif isinstance(value, str) and (match := _QUANTITY.match(value)):
+            number, unit = float(match["num"]), match["unit"] or ""
+        else:
+            raise ValueError(f"cannot read {quoted(value)} as {what}; write a number and a unit, e.g. {example!r}")
+    except OverflowError:  # an integer beyond any float
+        number = math.inf
     if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not a finite number; write e.g. {example!r}")
+        raise ValueError(f"{quoted(value)} is not a finite number; write e.g. {example!r}")
     return number, unit
 
 
 def _non_negative(number: float, value: object, example: str) -> float:
     if number < 0:
-        raise ValueError(f"{value!r} is negative; it must be zero or more, e.g. {example!r}")
+        raise ValueError(f"{quoted(value)} is negative; it must be zero or more, e.g. {example!r}")
     return number
 
 
@@ -71,7 +74,7 @@ def _parse_duration_s(value: object) -> float:
     if unit in _PER_S:
         return _non_negative(number / _PER_S[unit], value, example)
     if unit not in _TIME_S:
-        raise ValueError(f"unknown time unit {unit!r} in {value!r}; use one of ns, us, ms, s, min, h")
+        raise ValueError(f"unknown time unit {quoted(unit)} in {quoted(value)}; use one of ns, us, ms, s, min, h")
     return _non_negative(number * _TIME_S[unit], value, example)
 
 
@@ -81,7 +84,7 @@ def _parse_bytes(value: object) -> float:
     number, unit = _split(value, "a size in bytes", example)
     match = _BYTES_UNIT.match(unit) if unit else None
     if unit and not match:
-        raise ValueError(f"unknown size unit {unit!r} in {value!r}; use B, kB, MB, GB, KiB, MiB, GiB, ...")
+        raise ValueError(f"unknown size unit {quoted(unit)} in {quoted(value)}; use B, kB, MB, GB, KiB, MiB, GiB, ...")
     scale = _PREFIX[match["prefix"]] if match else 1.0
     return _non_negative(number * scale, value, example)
 
@@ -93,7 +96,7 @@ def _parse_bandwidth_Bps(value: object) -> float:
     match = _BW_UNIT.match(unit) if unit else None
     if unit and not match:
         raise ValueError(
-            f"unknown bandwidth unit {unit!r} in {value!r}; use e.g. GB/s (bytes) or Gb/s, Gbps (bits)"
+            f"unknown bandwidth unit {quoted(unit)} in {quoted(value)}; use e.g. GB/s (bytes) or Gb/s, Gbps (bits)"
         )
     scale = 1.0
     if match:
@@ -116,10 +119,37 @@ def _exact(value: float, units: tuple[tuple[str, float], ...], parse: Callable[[
     return value
 
 
+# The physical range of every quantity a scenario or topology file gives, checked as it is read. The
+# bounds lie far outside any real deployment, so a value beyond them is a typo or a unit mistake; they
+# also keep every time the simulation derives (in int64 nanoseconds) finite and in range.
+MAX_DURATION_S = 3600.0   # latencies, round trips, per-token costs, SLO targets: up to an hour
+# Bandwidths from 1 kB/s (below a 9.6 kb/s modem's 1.2 kB/s) up to 100 PB/s, 10^4 x the fastest
+# link or memory there is (NVLink 5: 1.8 TB/s per GPU; B200's HBM3e: 8 TB/s).
+MIN_BANDWIDTH_BPS = 1e3
+MAX_BANDWIDTH_BPS = 1e17
+
+
+def _within(parse: Callable[[object], float], low: float, high: float, what: str, span: str) -> Callable[[object], float]:
+    """`parse`, refusing results outside [low, high] with a message that gives the range."""
+
+    def parse_within(value: object) -> float:
+        number = parse(value)
+        if not low <= number <= high:
+            raise ValueError(f"{quoted(value)} is out of range: {what} run from {span}")
+        return number
+
+    parse_within.__name__ = parse.__name__
+    return parse_within
+
+
+_bounded_duration_s = _within(_parse_duration_s, 0.0, MAX_DURATION_S, "durations", "0 to 1 h")
+_bounded_bandwidth_Bps = _within(_parse_bandwidth_Bps, MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS, "bandwidths",
+                                 "1 kB/s to 100 PB/s")
+
 # Config field types: accept human strings or SI numbers, hold SI floats, write human strings back.
 Duration = Annotated[
     float,
-    BeforeValidator(_parse_duration_s),
+    BeforeValidator(_bounded_duration_s),
     PlainSerializer(lambda v: _exact(v, (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)), _parse_duration_s),
                     when_used="json"),
 ]
@@ -131,7 +161,7 @@ Size = Annotated[
 ]
 Bandwidth = Annotated[
     float,
-    BeforeValidator(_parse_bandwidth_Bps),
+    BeforeValidator(_bounded_bandwidth_Bps),
     PlainSerializer(lambda v: _exact(v, (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0)),
                                       _parse_bandwidth_Bps), when_used="json"),
 ]

@@ -16,7 +16,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 
 MODELS_FILE = "models.toml"
 CHIPS_FILE = "chips.toml"
@@ -58,9 +58,9 @@ def lookup(filename: str, name: str, kind: str, list_command: str) -> tuple[str,
     canonical = index.get(normalize_name(name))
     if canonical is not None:
         return canonical, dict(_load(filename)[canonical])
-    key = normalize_name(name)
+    key = normalize_name(name)[:200]
     close = difflib.get_close_matches(key, entry_names(filename), n=1) or difflib.get_close_matches(
         key, list(index), n=1
     )
     hint = f"did you mean {close[0]!r}?" if close else f"known {kind}s: {', '.join(entry_names(filename))}."
-    raise UserError(f"unknown {kind} {name!r}; {hint} See `tokenpath {list_command}`.")
+    raise UserError(f"unknown {kind} {quoted(name)}; {hint} See `tokenpath {list_command}`.")

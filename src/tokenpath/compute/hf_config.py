@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tokenpath import files
 from tokenpath.compute.model import ModelSpec
 from tokenpath.errors import UserError
 
@@ -119,19 +120,24 @@ class _Config:
 
 
 def read_hf_config(path: Path) -> ModelSpec:
+    if not files.exists(path):
+        files.check_path(path, "model config")
+        raise UserError(f"model config {files.shown(path)}: file not found; give a catalog name (`tokenpath models`) "
+                        f"or the path of a Hugging Face config.json")
+    text = files.read_text(path, "model config")  # a regular file of bounded size
     try:
-        table = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"model config {path}: file not found; give a catalog name (`tokenpath models`) "
-                        f"or the path of a Hugging Face config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"model config {path}: cannot read it as JSON ({exc}); give a Hugging Face "
-                        f"config.json") from None
+        table = json.loads(text)
+    except RecursionError:
+        raise UserError(f"model config {files.shown(path)}: cannot read it as JSON (nested too deep); give a "
+                        "Hugging Face config.json") from None
+    except ValueError as exc:  # invalid JSON, or an integer of more digits than Python converts
+        raise UserError(f"model config {files.shown(path)}: cannot read it as JSON ({str(exc).split(';')[0]}); "
+                        "give a Hugging Face config.json") from None
     if not isinstance(table, dict):
-        raise UserError(f"model config {path}: expected a JSON object of config fields")
+        raise UserError(f"model config {files.shown(path)}: expected a JSON object of config fields")
     name = path.parent.name or path.stem
     if isinstance(table.get("_name_or_path"), str) and table["_name_or_path"].strip():
-        name = table["_name_or_path"].strip().rstrip("/").rsplit("/", 1)[-1]
+        name = table["_name_or_path"].strip().rstrip("/").rsplit("/", 1)[-1][:200]
     if isinstance(table.get("text_config"), dict) and "hidden_size" not in table:
         table = table["text_config"]  # multimodal wrappers keep the language model's shape here
     config = _Config(path, table)

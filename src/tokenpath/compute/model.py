@@ -6,8 +6,12 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenpath import catalog
-from tokenpath.errors import UserError
+from tokenpath import catalog, files
+from tokenpath.errors import UserError, quoted
+
+# Every dimension of a model fits a signed 32-bit int, as in Hugging Face configs; the largest real
+# ones (vocabularies, context lengths) are about 2^18 to 2^24.
+MAX_DIMENSION = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,10 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise UserError(f"model {self.name}: {field.name} must be a whole number >= 0, got {value!r}")
+            if field.type == "int" and (not isinstance(value, int) or isinstance(value, bool)
+                                        or not 0 <= value <= MAX_DIMENSION):
+                raise UserError(f"model {self.name}: {field.name} must be a whole number from 0 to {MAX_DIMENSION}, "
+                                f"got {quoted(value)}")
         if not isinstance(self.tie_word_embeddings, bool):
             raise UserError(f"model {self.name}: tie_word_embeddings must be true or false, "
                             f"got {self.tie_word_embeddings!r}")
@@ -59,6 +65,10 @@ class ModelSpec:
                      "max_context"):
             if getattr(self, name) == 0:
                 raise UserError(f"model {self.name}: {name} must be positive")
+        # Grouped-query attention: each KV head serves a whole group of query heads.
+        if not self.is_mla and (self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads):
+            raise UserError(f"model {self.name}: {self.num_kv_heads} KV heads (num_key_value_heads) must divide "
+                            f"the {self.num_heads} attention heads (num_attention_heads)")
         if self.num_experts:
             if not 1 <= self.experts_per_token <= self.num_experts:
                 raise UserError(f"model {self.name}: experts_per_token must be between 1 and num_experts "
@@ -151,10 +161,14 @@ def list_models() -> list[str]:
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A catalog model by name or alias, or any Hugging Face config.json (a file, or a folder holding one)."""
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
+    files.check_path(name_or_path, "model")
+    try:
+        path = Path(name_or_path).expanduser()
+    except RuntimeError:  # '~someone' of no such user
+        path = Path(name_or_path)
+    if files.exists(path) and path.is_dir():
         path = path / "config.json"
-    if path.suffix == ".json" or path.is_file():
+    if path.suffix == ".json" or files.is_file(path):
         from tokenpath.compute.hf_config import read_hf_config
 
         return read_hf_config(path)

@@ -13,13 +13,13 @@ sizes and extended linearly beyond them; when events group tokens, framing is ch
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from tokenpath import files
 from tokenpath.errors import UserError
 
 SCHEMA = "tokenpath.delivery-calibration/1"
@@ -58,15 +58,11 @@ class Calibration:
 
     @classmethod
     def read(cls, path: str | Path, field_name: str = "delivery.calibration") -> "Calibration":
-        where = f"{field_name} = {str(path)!r}"
-        try:
-            document = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"{where}: no such file; write one with `tokenpath calibrate delivery --out {path}`") from None
-        except (OSError, UnicodeDecodeError) as error:
-            raise UserError(f"{where}: cannot read it ({error}); check the path") from None
-        except tomllib.TOMLDecodeError as error:
-            raise UserError(f"{where}: not valid TOML ({error}); write it again with `tokenpath calibrate delivery`") from None
+        where = f"{field_name} = {files.shown(path)!r}"
+        if not files.exists(path):
+            files.check_path(path, field_name)
+            raise UserError(f"{where}: no such file; write one with `tokenpath calibrate delivery --out {path}`")
+        document = files.parse_toml(files.read_text(path, f"{field_name} file"), where)
         if document.get("schema") != SCHEMA:
             raise UserError(f"{where}: schema is {document.get('schema')!r}, expected {SCHEMA!r}; "
                             "write it again with `tokenpath calibrate delivery`")
@@ -75,11 +71,12 @@ class Calibration:
             try:
                 cost = BatchCost(int(row["batch_size"]), float(row["step_s"]), float(row["per_token_s"]),
                                  float(row["frame_per_event_s"]))
-            except (KeyError, TypeError, ValueError) as error:
+            except (KeyError, TypeError, ValueError, OverflowError) as error:
                 raise UserError(f"{where}: batch[{k}] lacks or garbles {error}; each [[batch]] needs batch_size, "
                                 "step_s, per_token_s, frame_per_event_s") from None
-            if cost.batch_size < 1 or min(cost.step_s, cost.per_token_s, cost.frame_per_event_s) < 0:
-                raise UserError(f"{where}: batch[{k}] has a batch_size < 1 or a negative cost; "
+            costs_s = (cost.step_s, cost.per_token_s, cost.frame_per_event_s)
+            if not 1 <= cost.batch_size <= 2**20 or not all(0 <= c <= 3600 for c in costs_s):
+                raise UserError(f"{where}: batch[{k}] has a batch_size outside 1..2^20 or a cost outside 0..1 h; "
                                 "write it again with `tokenpath calibrate delivery`")
             batches.append(cost)
         if not batches:

@@ -10,6 +10,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tokenpath.files import PathText
 from tokenpath.units import Bandwidth, Duration
 
 # PCIe Gen5 x16: 128 GB/s both directions together (the H200 SXM host link, nvidia.com/h200).
@@ -27,28 +28,43 @@ FRAME_PER_EVENT_S = 2.6e-6
 # tokenpath.delivery on its sample texts, 0% for English prose and code, 10% for Chinese, 64% for
 # emoji-heavy text. Set it for the traffic at hand.
 INVISIBLE_TOKEN_FRACTION = 0.058
+# Bounds of the counts below, far beyond real ones: a server streams 1 to a few tens of tokens per SSE
+# event (vLLM's and SGLang's --stream-interval default to 1); a chunk's JSON around its text is about
+# 230 bytes and a request's HTTP headers and JSON a few kB; the longest tokens of common vocabularies
+# are a few tens of bytes.
+MAX_STREAM_INTERVAL = 4096
+# Host costs paid per engine step or per token (the copy latency, detokenizing, framing) add up over a
+# run, so they are held to 1 s, 10^4 x the largest reported (55 us per token, vLLM issue 5206).
+MAX_HOST_COST_S = 1.0
+MAX_OVERHEAD_BYTES = 2**20
+MAX_BYTES_PER_TOKEN = 1024.0
 
 
 class DeliverySpec(BaseModel):
     """Last-mile parameters. Times are per token or per event as named."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     host_link_bw: Bandwidth = Field(PCIE_GEN5_X16_PER_DIRECTION_BPS, description="device-to-host bandwidth")
-    host_link_latency: Duration = Field(D2H_COPY_LATENCY_S, description="latency of one device-to-host copy")
+    host_link_latency: Duration = Field(D2H_COPY_LATENCY_S, le=MAX_HOST_COST_S,
+                                        description="latency of one device-to-host copy")
     detokenize: Literal["inline", "async"] = Field(
         "inline", description="inline blocks the next engine step; async overlaps it in another worker"
     )
-    detokenize_per_token: Duration = DETOKENIZE_PER_TOKEN_S
-    frame_per_event: Duration = FRAME_PER_EVENT_S
-    stream_interval: int = Field(1, ge=1, description="tokens per SSE event (the first token is sent at once)")
+    detokenize_per_token: Duration = Field(DETOKENIZE_PER_TOKEN_S, le=MAX_HOST_COST_S)
+    frame_per_event: Duration = Field(FRAME_PER_EVENT_S, le=MAX_HOST_COST_S)
+    stream_interval: int = Field(1, ge=1, le=MAX_STREAM_INTERVAL,
+                                 description="tokens per SSE event (the first token is sent at once)")
     network_rtt: Duration = Field(20e-3, description="client round trip; each direction costs half")
     network_bw: Bandwidth = Field(12.5e6, description="client link bandwidth (100 Mb/s)")
-    event_overhead_bytes: int = Field(230, ge=0, description="bytes of one chat-completion SSE chunk around its text")
-    bytes_per_token: float = Field(4.0, ge=0, description="average UTF-8 bytes of text per token")
-    request_overhead_bytes: int = Field(400, ge=0, description="bytes of an HTTP request around its prompt")
+    event_overhead_bytes: int = Field(230, ge=0, le=MAX_OVERHEAD_BYTES,
+                                      description="bytes of one chat-completion SSE chunk around its text")
+    bytes_per_token: float = Field(4.0, ge=0, le=MAX_BYTES_PER_TOKEN, allow_inf_nan=False,
+                                   description="average UTF-8 bytes of text per token")
+    request_overhead_bytes: int = Field(400, ge=0, le=MAX_OVERHEAD_BYTES,
+                                        description="bytes of an HTTP request around its prompt")
     invisible_token_fraction: float = Field(INVISIBLE_TOKEN_FRACTION, ge=0, lt=1)
-    calibration: Optional[str] = Field(
+    calibration: Optional[PathText] = Field(
         None,
         description="a file from `tokenpath calibrate delivery`: its measured host cost per step and per token "
                     "replaces detokenize_per_token and frame_per_event (a relative path is read from the scenario's folder)",

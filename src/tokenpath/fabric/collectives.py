@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 from tokenpath.fabric.hierarchy import Hierarchy
 from tokenpath.fabric.topology import Topology, Traffic
 
@@ -161,7 +161,7 @@ class Collectives:
 
     def __init__(self, topology: Topology, algorithm: str = "auto", bw_efficiency: float | np.ndarray | None = None):
         if algorithm not in ALGORITHMS:
-            raise UserError(f"fabric.algorithm: unknown {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
+            raise UserError(f"fabric.algorithm: unknown {quoted(algorithm)}; use one of {', '.join(ALGORITHMS)}")
         self.topology = topology
         self.algorithm = algorithm
         eff = link_efficiency(topology) if bw_efficiency is None else bw_efficiency
@@ -474,4 +474,4 @@ def link_efficiency(topology: Topology) -> np.ndarray:
 
 def _check_op(op: str) -> None:
     if op not in OPS:
-        raise UserError(f"collective: unknown {op!r}; use one of {', '.join(OPS)}")
+        raise UserError(f"collective: unknown {quoted(op)}; use one of {', '.join(OPS)}")

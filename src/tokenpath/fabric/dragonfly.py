@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 from tokenpath.fabric.topology import (
     LinkTable,
     Topology,
@@ -90,7 +90,7 @@ class DragonFly(Topology):
         check_whole(g, "fabric.g", 2, f"number of groups, at most a*h+1 = {most}")
         if g > most:
             raise UserError(f"fabric.g: must be <= a*h+1 = {most} (each group has a*h = {a * h} global ports, "
-                            f"one per other group at least), got {g!r}")
+                            f"one per other group at least), got {quoted(g)}")
         if routing not in ROUTINGS:
             raise UserError(f"fabric.routing: must be one of {', '.join(map(repr, ROUTINGS))}, got {routing!r}")
         if routing != "min" and g < 3:

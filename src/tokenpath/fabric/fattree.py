@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 from tokenpath.fabric.topology import (
     LinkTable,
     Topology,
@@ -53,10 +53,10 @@ class FatTree(Topology):
                  oversubscription: tuple[float, ...] | None = None) -> None:
         check_whole(k, "fabric.k", 2, "the switch port count, e.g. 64")
         if k % 2:
-            raise UserError(f"fabric.k: must be even (half of a switch's ports go down, half up), got {k!r}; "
+            raise UserError(f"fabric.k: must be even (half of a switch's ports go down, half up), got {quoted(k)}; "
                             "e.g. 4, 48 or 64")
         if isinstance(levels, bool) or levels not in LEVELS:
-            raise UserError(f"fabric.levels: must be 2 (leaf-spine) or 3 (fat tree), got {levels!r}")
+            raise UserError(f"fabric.levels: must be 2 (leaf-spine) or 3 (fat tree), got {quoted(levels)}")
         check_positive(link_bw_Bps, "fabric.link_bw", "'400 Gb/s'")
         check_latency(link_latency_s, "fabric.link_latency")
         self.k, self.levels = int(k), int(levels)
@@ -188,12 +188,12 @@ def _check_ratios(ratios: tuple[float, ...] | None, levels: int) -> tuple[float,
     if isinstance(ratios, (str, bytes)) or not hasattr(ratios, "__len__") or len(ratios) != tiers:
         names = "edge-agg, agg-core" if levels == 3 else "leaf-spine"
         raise UserError(f"fabric.oversubscription: needs {tiers} ratio{'s' if tiers > 1 else ''} for {levels} "
-                        f"levels ({names}), got {ratios!r}; e.g. {(1.0,) * tiers!r}")
+                        f"levels ({names}), got {quoted(ratios)}; e.g. {(1.0,) * tiers!r}")
     out = []
     for value in ratios:
         ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
         if not ok or not 1 <= value < math.inf:
             raise UserError(f"fabric.oversubscription: each ratio must be a number >= 1 (1 = non-blocking), "
-                            f"got {value!r}")
+                            f"got {quoted(value)}")
         out.append(float(value))
     return tuple(out)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 from tokenpath.fabric.topology import Links, Topology, Traffic
 
 
@@ -24,7 +24,7 @@ class Hierarchy(Topology):
 
     def __init__(self, nodes: int, node: Topology, network: Topology, rails: bool = True) -> None:
         if nodes < 1:
-            raise UserError(f"fabric.nodes: must be a whole number >= 1, got {nodes!r}")
+            raise UserError(f"fabric.nodes: must be a whole number >= 1, got {quoted(nodes)}")
         if network.hosts < nodes * node.hosts:
             raise UserError(f"fabric.network: {nodes} nodes of {node.hosts} chips need {nodes * node.hosts} NICs "
                             f"but the network has {network.hosts} hosts; enlarge it or lower fabric.nodes")

@@ -7,23 +7,45 @@ scale-up table leaves `link_bw` out, the chip's scale-up bandwidth is shared ove
 
 from __future__ import annotations
 
+import math
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from tokenpath import files
 from tokenpath.config_errors import explain
-
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 from tokenpath.units import Bandwidth, Duration
 
 Algorithm = Literal["auto", "ring", "tree", "halving_doubling", "nvls", "nvls_tree", "bucket", "hierarchical"]
 
+# Size limits of a fabric, so that building one never takes absurd memory or time. Hosts: 2^17 =
+# 131,072 chips, more than any one model is served on. Routers: link loads are
+# computed on a routers x routers demand matrix, so direct networks (tori, meshes, full meshes and
+# hierarchies, where every chip is a router) and DragonFly groups are held to 2^14 = 16,384 routers
+# (a 2 GiB matrix; a TPU v5p pod is 8,960 chips). A full mesh has a cable per pair of chips: 1,024
+# chips is 1,023 ports each, beyond any chip.
+MAX_FABRIC_HOSTS = 2**17
+MAX_ROUTERS = 2**14
+MAX_FULLMESH_HOSTS = 1024
+
+
+def _check_size(kind: str, hosts: int, routers: int) -> None:
+    def count(n: int) -> str:
+        return f"{n:,}" if n < 10**18 else "more than 10^18"
+
+    if hosts > MAX_FABRIC_HOSTS:
+        raise ValueError(f"this {kind} has {count(hosts)} hosts; fabrics are limited to {MAX_FABRIC_HOSTS:,}")
+    if routers > MAX_ROUTERS:
+        raise ValueError(f"this {kind} has {count(routers)} routers; fabrics are limited to {MAX_ROUTERS:,} "
+                         "(link loads are computed on a routers x routers matrix)")
+
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     algorithm: Algorithm = Field("auto", description="collective algorithm; auto picks the fastest per size, as NCCL")
 
@@ -37,7 +59,7 @@ class SwitchFabric(_Fabric):
     """One non-blocking switched domain (NVSwitch, NVL72)."""
 
     kind: Literal["switch"] = "switch"
-    hosts: int | None = Field(None, ge=1, description="default: the deployment's chips")
+    hosts: int | None = Field(None, ge=1, le=MAX_FABRIC_HOSTS, description="default: the deployment's chips")
     nvls: bool = Field(True, description="the switch reduces in the network (NVLink SHARP)")
 
 
@@ -45,7 +67,7 @@ class FullMeshFabric(_Fabric):
     """A cable between every pair of chips (xGMI, UB-Mesh-style)."""
 
     kind: Literal["fullmesh"] = "fullmesh"
-    hosts: int | None = Field(None, ge=2, description="default: the deployment's chips")
+    hosts: int | None = Field(None, ge=2, le=MAX_FULLMESH_HOSTS, description="default: the deployment's chips")
 
 
 class TorusFabric(_Fabric):
@@ -55,6 +77,11 @@ class TorusFabric(_Fabric):
     dims: list[int]
     wraparound: bool = True
 
+    @model_validator(mode="after")
+    def _size(self) -> TorusFabric:
+        _check_size(self.kind, _chips(self.dims), _chips(self.dims))
+        return self
+
 
 class MeshFabric(_Fabric):
     """A torus without wraparound links."""
@@ -62,27 +89,54 @@ class MeshFabric(_Fabric):
     kind: Literal["mesh"] = "mesh"
     dims: list[int]
 
+    @model_validator(mode="after")
+    def _size(self) -> MeshFabric:
+        _check_size(self.kind, _chips(self.dims), _chips(self.dims))
+        return self
+
+
+def _chips(dims: list[int]) -> int:
+    """Chips of a torus or mesh (a dimension below 1 is left to the topology's own check)."""
+    return math.prod(max(1, k) for k in dims)
+
 
 class FatTreeFabric(_Fabric):
     """k-ary fat tree: 3 levels (k^3/4 hosts) or a 2-tier leaf-spine (k^2/2 hosts)."""
 
     kind: Literal["fattree"] = "fattree"
-    k: int
+    k: int = Field(le=MAX_FABRIC_HOSTS)
     levels: int = 3
     oversubscription: list[float] | None = Field(None, description="one ratio per switch tier, bottom up; 1 = non-blocking")
+
+    @model_validator(mode="after")
+    def _size(self) -> FatTreeFabric:
+        half = max(1, self.k // 2)
+        hosts = self.k * half * half if self.levels == 3 else self.k * half
+        _check_size(self.kind, hosts, hosts // half)
+        return self
 
 
 class DragonFlyFabric(_Fabric):
     """Groups of all-to-all routers joined by global links; balanced a = 2p = 2h by default."""
 
     kind: Literal["dragonfly"] = "dragonfly"
-    p: int
-    a: int | None = None
-    h: int | None = None
-    g: int | None = None
+    p: int = Field(le=MAX_FABRIC_HOSTS)
+    a: int | None = Field(None, le=MAX_ROUTERS)
+    h: int | None = Field(None, le=MAX_ROUTERS)
+    g: int | None = Field(None, le=MAX_ROUTERS)
     routing: Literal["min", "valiant", "ugal"] = "min"
     global_bw: Bandwidth | None = Field(None, description="default: link_bw")
     global_latency: Duration | None = Field(None, description="default: link_latency")
+
+    @model_validator(mode="after")
+    def _size(self) -> DragonFlyFabric:
+        # The defaults of fabric.dragonfly.DragonFly: a = 2p, h = p, g = a*h + 1.
+        a = 2 * self.p if self.a is None else self.a
+        h = self.p if self.h is None else self.h
+        g = a * h + 1 if self.g is None else self.g
+        routers = max(1, a) * max(1, g)
+        _check_size(self.kind, max(1, self.p) * routers, routers)
+        return self
 
 
 ScaleUp = Annotated[Union[SwitchFabric, FullMeshFabric, TorusFabric, MeshFabric], Field(discriminator="kind"),
@@ -96,10 +150,17 @@ class HierarchyFabric(_Common):
     belong to the `node` and `network` tables."""
 
     kind: Literal["hierarchy"] = "hierarchy"
-    nodes: int = Field(ge=1)
+    nodes: int = Field(ge=1, le=MAX_ROUTERS)
     node: ScaleUp
     network: ScaleOut
     rails: bool = Field(True, description="NIC i of every node on rail i (rail-optimized)")
+
+    @model_validator(mode="after")
+    def _size(self) -> HierarchyFabric:
+        per_node = _chips(self.node.dims) if isinstance(self.node, (TorusFabric, MeshFabric)) else self.node.hosts
+        if per_node is not None:  # every chip of a hierarchy is a router
+            _check_size(self.kind, self.nodes * per_node, self.nodes * per_node)
+        return self
 
 
 def _expand_preset(value: Any) -> Any:
@@ -134,9 +195,9 @@ def preset_names() -> list[str]:
 
 
 def preset_table(name: str) -> dict[str, Any]:
+    if name not in preset_names():
+        raise UserError(f"fabric: unknown preset {quoted(name)}; use one of {', '.join(preset_names())}")
     path = _presets_dir() / f"{name}.toml"
-    if not path.is_file():
-        raise UserError(f"fabric: unknown preset {name!r}; use one of {', '.join(preset_names())}")
     table = tomllib.loads(path.read_text(encoding="utf-8"))
     table.pop("description", None)
     table.pop("source", None)
@@ -148,14 +209,13 @@ def preset_description(name: str) -> str:
     return table.get("description", "")
 
 
+def _read_topology(path: Path) -> dict[str, Any]:
+    return files.parse_toml(files.read_text(path, "topology file"), files.shown(path))
+
+
 def read_topology_file(path: Path) -> dict[str, Any]:
     """A topology TOML file's table, without its description and source."""
-    try:
-        table = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the topology file ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: not valid TOML ({exc})") from None
+    table = _read_topology(path)
     table.pop("description", None)
     table.pop("source", None)
     return table
@@ -164,12 +224,13 @@ def read_topology_file(path: Path) -> dict[str, Any]:
 def load_fabric(ref: str) -> tuple[Any, str]:
     """A fabric spec from a preset name or a topology TOML file: (spec, its description)."""
     path = Path(ref)
-    if path.suffix == ".toml" or path.exists():
-        table = read_topology_file(path)
-        source = str(path)
-        description = tomllib.loads(path.read_text(encoding="utf-8")).get("description", "")
+    if ref.endswith(".toml") or files.exists(ref) or files.path_problem(ref):
+        table = _read_topology(path)
+        description = table.pop("description", "")
+        table.pop("source", None)
+        source = files.shown(path)
     else:
-        table, source, description = ref, f"fabric preset {ref!r}", preset_description(ref) if ref in preset_names() else ""
+        table, source, description = ref, f"fabric preset {quoted(ref)}", preset_description(ref) if ref in preset_names() else ""
     try:
         return TypeAdapter(FabricSpec).validate_python(table), description
     except ValidationError as error:

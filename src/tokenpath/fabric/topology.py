@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 
 
 @dataclass(frozen=True)
@@ -226,14 +226,14 @@ class Topology(ABC):
 
 def check_positive(value: float, field: str, example: str) -> None:
     if not value > 0:
-        raise UserError(f"{field}: must be positive, got {value!r}; e.g. {example}")
+        raise UserError(f"{field}: must be positive, got {quoted(value)}; e.g. {example}")
 
 
 def check_latency(value: float, field: str, example: str = "'1 us'") -> None:
     if not (value >= 0 and np.isfinite(value)):
-        raise UserError(f"{field}: must be a finite duration >= 0, got {value!r}; e.g. {example}")
+        raise UserError(f"{field}: must be a finite duration >= 0, got {quoted(value)}; e.g. {example}")
 
 
 def check_whole(value: int, field: str, lowest: int, hint: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lowest:
-        raise UserError(f"{field}: must be a whole number >= {lowest}, got {value!r}{'; ' + hint if hint else ''}")
+        raise UserError(f"{field}: must be a whole number >= {lowest}, got {quoted(value)}{'; ' + hint if hint else ''}")

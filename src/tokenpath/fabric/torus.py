@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 from tokenpath.fabric.topology import LinkTable, Topology, Traffic, check_latency, check_positive
 
 _DIMS_EXAMPLE = "e.g. [8, 8] for a 64-chip 2D torus, or [16] for a ring of 16"
@@ -34,12 +34,12 @@ _DIMS_EXAMPLE = "e.g. [8, 8] for a 64-chip 2D torus, or [16] for a ring of 16"
 
 def _check_dims(dims: Sequence[int]) -> tuple[int, ...]:
     if isinstance(dims, (int, np.integer)) or not isinstance(dims, (Sequence, np.ndarray)):
-        raise UserError(f"fabric.dims: must be a list of dimension sizes, got {dims!r}; {_DIMS_EXAMPLE}")
+        raise UserError(f"fabric.dims: must be a list of dimension sizes, got {quoted(dims)}; {_DIMS_EXAMPLE}")
     if len(dims) == 0:
         raise UserError(f"fabric.dims: must list at least one dimension size; {_DIMS_EXAMPLE}")
     for k in dims:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2:
-            raise UserError(f"fabric.dims: every dimension must be >= 2 (a whole number), got {list(dims)!r}; "
+            raise UserError(f"fabric.dims: every dimension must be >= 2 (a whole number), got {quoted(list(dims))}; "
                             f"{_DIMS_EXAMPLE}")
     return tuple(int(k) for k in dims)
 

@@ -98,6 +98,10 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
     w = s.workload
     rate = w.arrival.rate
     arrivals = "all at t=0" if math.isinf(rate) else f"{rate:g} req/s, burstiness {w.arrival.burstiness:g}"
+    if w.trace:  # the trace's times replace the arrival table
+        span_s = float(sim.requests.arrival_s[-1] - sim.requests.arrival_s[0])
+        offered = f"{(len(sim.requests) - 1) / span_s:.3g} req/s on average" if span_s > 0 else "all at t=0"
+        arrivals = f"as recorded in the trace (time_scale {w.trace.time_scale:g}), {offered}"
     if w.max_concurrency:
         arrivals += f", at most {w.max_concurrency} outstanding"
     lengths = (

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from tokenpath.errors import quoted
+
 Endpoint = Literal["completions", "chat"]
 
 
@@ -72,6 +74,8 @@ def _text_parts(content: Any, where: str) -> str:
     raise ApiError(400, f"{where} must be a string or a list of text parts", where)
 
 
+# Token ids are int32 in inference engines (vLLM, TensorRT-LLM): anything outside 0..2^31-1 is no token.
+MAX_TOKEN_ID = 2**31 - 1
 # Tokens a chat template adds around each message (role markers and separators): a small constant,
 # as for Llama-3 and Mistral templates.
 CHAT_TOKENS_PER_MESSAGE = 4
@@ -93,6 +97,10 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
         if isinstance(prompt, str):
             prompt_tokens = count_tokens(prompt)
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            bad = next((t for t in prompt if not 0 <= t <= MAX_TOKEN_ID), None)
+            if bad is not None:
+                raise ApiError(400, f"'prompt' token ids must be whole numbers from 0 to {MAX_TOKEN_ID}, got "
+                                    f"{quoted(bad)}", "prompt")
             prompt_tokens = len(prompt)
         else:
             raise ApiError(400, "'prompt' must be a string or a list of token ids (one prompt per request)", "prompt")

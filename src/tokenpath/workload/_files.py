@@ -8,34 +8,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
-from tokenpath.errors import UserError
+from tokenpath.files import MAX_DATA_BYTES, open_input
 
 
 @contextmanager
 def open_text(path: str | os.PathLike[str], what: str) -> Iterator[IO[str]]:
-    """Open `path` as UTF-8 text (a leading byte-order mark is dropped); a `UserError` if that fails."""
-    try:
-        file = open(path, encoding="utf-8-sig", newline="")
-    except FileNotFoundError:
-        raise UserError(f"{path}: {what} not found; check the path") from None
-    except OSError as error:
-        raise UserError(f"{path}: cannot open {what}: {error.strerror}; check the path") from None
-    with file:
-        try:
-            yield file
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: {what} is not UTF-8 text; convert it or point at the right file") from None
+    """Open `path` as UTF-8 text (a leading byte-order mark is dropped); a `UserError` if that fails,
+    if it is not a regular file of at most MAX_DATA_BYTES, or if it is not UTF-8."""
+    with open_input(path, what, MAX_DATA_BYTES, encoding="utf-8-sig") as file:
+        yield file
 
 
-def sha256_file(path: str | os.PathLike[str], what: str) -> str:
+def sha256_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_DATA_BYTES) -> str:
     """The hex sha256 of the file's bytes."""
     digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as file:
-            for chunk in iter(lambda: file.read(1 << 20), b""):
-                digest.update(chunk)
-    except FileNotFoundError:
-        raise UserError(f"{path}: {what} not found; check the path") from None
-    except OSError as error:
-        raise UserError(f"{path}: cannot read {what}: {error.strerror}; check the path") from None
+    with open_input(path, what, max_bytes, binary=True) as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
     return digest.hexdigest()

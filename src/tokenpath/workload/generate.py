@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from tokenpath.errors import UserError
 from tokenpath.workload._files import sha256_file
 from tokenpath.workload.arrivals import arrival_times_s
 from tokenpath.workload.lengths import sample_lengths
 from tokenpath.workload.requests import Requests
-from tokenpath.workload.spec import WorkloadSpec
+from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, WorkloadSpec
 from tokenpath.workload.traces import read_trace
 
 
@@ -22,7 +23,13 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator) -> Requests:
         return requests if len(requests) <= n else requests.take(np.arange(n))
     input_tokens = sample_lengths(spec.input, n, rng, "workload.input")
     output_tokens = sample_lengths(spec.output, n, rng, "workload.output")
-    return Requests(arrival_times_s(spec.arrival, n, rng), input_tokens, output_tokens)
+    arrival_s = arrival_times_s(spec.arrival, n, rng)
+    if not arrival_s[-1] <= MAX_ARRIVAL_SPAN_S:
+        days = arrival_s[-1] / 86400
+        raise UserError(f"workload.arrival: {n:,} requests at {spec.arrival.rate:g} requests/s arrive over "
+                        f"{days:,.0f} days; at most {MAX_ARRIVAL_SPAN_S / 86400:.0f} days are simulated: "
+                        "raise the rate or lower num_requests")
+    return Requests(arrival_s, input_tokens, output_tokens)
 
 
 def fingerprint_inputs(spec: WorkloadSpec) -> dict[str, str]:

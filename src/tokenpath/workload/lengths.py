@@ -5,12 +5,38 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 from tokenpath.workload._files import open_text
 from tokenpath.workload.spec import MAX_TOKENS, LengthSpec
+
+
+# Token counts as files write them: ASCII digits only, so '1_000' and '١٢' (Arabic-Indic digits),
+# which Python's int() takes, are errors.
+_COUNT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+
+
+def parse_count(text: str) -> int | None:
+    """A whole number written in ASCII digits (an optional sign, surrounding blanks), else None.
+
+    Beyond 20 characters a number is outside int64 whatever it says; it is returned as -2^63 or 2^63
+    rather than converted digit by digit.
+    """
+    text = text.strip()
+    if not _COUNT.fullmatch(text):
+        return None
+    if len(text) > 20:
+        return -(2**63) if text.startswith("-") else 2**63
+    return int(text)
+
+
+def shown_count(text: str) -> str:
+    """A count's text for an error line: as written, cut when long."""
+    text = text.strip()
+    return text if len(text) <= 20 else quoted(text)
 
 
 def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator, field: str) -> np.ndarray:
@@ -58,34 +84,42 @@ def read_length_file(path: str | os.PathLike[str], column: str | None, field: st
     `column`, that column of a CSV file with a header row."""
     values: list[int] = []
     with open_text(path, f"{field} lengths file") as file:
-        if column is None:
-            for line_number, line in enumerate(file, start=1):
-                if text := line.strip():
-                    values.append(_count(text, path, line_number, "length", "put one whole number per line"))
-        else:
-            reader = csv.reader(file)
-            header = [name.strip() for name in next(reader, [])]
-            if column not in header:
-                raise UserError(
-                    f"{path}:1: no column {column!r} in the header {header}; set {field}.column to one of them"
-                )
-            position = header.index(column)
-            for row in reader:
-                if not row:
-                    continue
-                if position >= len(row):
-                    raise UserError(f"{path}:{reader.line_num}: row has no {column!r} value; fill in the column")
-                values.append(_count(row[position], path, reader.line_num, column, "use whole token counts"))
+        try:
+            _read_counts(file, path, column, field, values)
+        except csv.Error as error:
+            raise UserError(f"{path}: not readable as CSV ({error}); fix the file") from None
     if not values:
         raise UserError(f"{path}: no lengths in the file; {field} kind 'empirical' needs at least one")
     return np.array(values, dtype=np.int64)
 
 
+def _read_counts(file, path: object, column: str | None, field: str, values: list[int]) -> None:
+    """Append the counts of `file` to `values`: one per line, or the `column` of a CSV file."""
+    if column is None:
+        for line_number, line in enumerate(file, start=1):
+            if text := line.strip():
+                values.append(_count(text, path, line_number, "length", "put one whole number per line"))
+        return
+    reader = csv.reader(file)
+    header = [name.strip() for name in next(reader, [])]
+    if column not in header:
+        raise UserError(
+            f"{path}:1: no column {column!r} in the header {quoted(header)}; set {field}.column to one of them"
+        )
+    position = header.index(column)
+    for row in reader:
+        if not row:
+            continue
+        if position >= len(row):
+            raise UserError(f"{path}:{reader.line_num}: row has no {column!r} value; fill in the column")
+        values.append(_count(row[position], path, reader.line_num, column, "use whole token counts"))
+
+
 def _count(text: str, path: object, line_number: int, name: str, fix: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UserError(f"{path}:{line_number}: {name} {text!r} is not an integer; {fix}") from None
+    value = parse_count(text)
+    if value is None:
+        raise UserError(f"{path}:{line_number}: {name} {quoted(text)} is not an integer in digits 0-9; {fix}")
     if not 0 <= value <= MAX_TOKENS:
-        raise UserError(f"{path}:{line_number}: {name} {value} is out of range; use 0 to {MAX_TOKENS} tokens")
+        raise UserError(f"{path}:{line_number}: {name} {shown_count(text)} is out of range; "
+                        f"use 0 to {MAX_TOKENS} tokens")
     return value

@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tokenpath.files import PathText
+
 LengthKind = Literal["fixed", "normal", "lognormal", "uniform", "empirical"]
 TraceFormat = Literal["azure", "burstgpt", "mooncake"]
 
@@ -31,6 +33,18 @@ _OPTIONAL = {"empirical": ("column",)}
 _PER_KIND = ("value", "mean", "sd", "range_ratio", "path", "column")
 # The most tokens one prompt or completion may have, in specs and traces alike.
 MAX_TOKENS = 2**31 - 1
+# The most requests one run takes: at about 1.2 kB of results per request (README: 1M requests of the
+# default scenario peak at 1.2 GB), 10M requests need about 12 GB. Trace replays are capped the same.
+MAX_REQUESTS = 10_000_000
+# Arrivals may span at most a year: public LLM serving traces cover days to months (Azure's 2024 trace:
+# one week), and a longer span is nearly always a unit mistake (milliseconds read as seconds); it also
+# keeps every simulated time far inside int64 nanoseconds (292 years).
+MAX_ARRIVAL_SPAN_S = 365 * 86400.0
+# Arrival rates from one request every 11.6 days to 10^9 per second ("inf" sends all at once), gamma
+# shapes from very bursty to nearly constant, trace speed-ups from a millionth to a million.
+MIN_RATE_PER_S, MAX_RATE_PER_S = 1e-6, 1e9
+MIN_BURSTINESS, MAX_BURSTINESS = 1e-3, 1e3
+MIN_TIME_SCALE, MAX_TIME_SCALE = 1e-6, 1e6
 # A normal spec whose draws land at or above `min` less often than this would resample for too long.
 _MIN_ACCEPT_PROBABILITY = 1e-3
 
@@ -65,8 +79,8 @@ class LengthSpec(BaseModel):
     mean: float | None = Field(None, ge=0, le=MAX_TOKENS)
     sd: float | None = Field(None, ge=0, le=MAX_TOKENS)
     range_ratio: float | None = Field(None, ge=0, lt=1)
-    path: str | None = None
-    column: str | None = None
+    path: PathText | None = None
+    column: str | None = Field(None, max_length=200)
     min: int = Field(1, ge=1, le=MAX_TOKENS)
     max: int | None = Field(None, ge=1, le=MAX_TOKENS)
 
@@ -120,7 +134,7 @@ class ArrivalSpec(BaseModel):
     model_config = _CONFIG
 
     rate: float = Field(10.0, allow_inf_nan=True)
-    burstiness: float = Field(1.0, gt=0)
+    burstiness: float = Field(1.0, ge=MIN_BURSTINESS, le=MAX_BURSTINESS)
     pattern: Literal["gamma", "constant"] = "gamma"
 
     @field_validator("rate", mode="before")
@@ -133,8 +147,11 @@ class ArrivalSpec(BaseModel):
     @field_validator("rate")
     @classmethod
     def _check_rate(cls, value: float) -> float:
-        if not value > 0:
-            raise _invalid(f"rate {value!r} must be a number of requests/s > 0, or \"inf\" to send all at t = 0")
+        if value == math.inf:
+            return value
+        if not MIN_RATE_PER_S <= value <= MAX_RATE_PER_S:
+            raise _invalid(f"rate {value!r} must be a number of requests/s from {MIN_RATE_PER_S:g} to "
+                           f"{MAX_RATE_PER_S:g}, or \"inf\" to send all at t = 0")
         return value
 
 
@@ -147,9 +164,9 @@ class TraceSpec(BaseModel):
 
     model_config = _CONFIG
 
-    path: str
+    path: PathText
     format: TraceFormat
-    time_scale: float = Field(1.0, gt=0)
+    time_scale: float = Field(1.0, ge=MIN_TIME_SCALE, le=MAX_TIME_SCALE)
 
     def resolve_paths(self, base_dir: str | os.PathLike[str]) -> TraceSpec:
         """A copy whose relative `path` is taken relative to `base_dir`."""
@@ -170,8 +187,8 @@ class WorkloadSpec(BaseModel):
 
     model_config = _CONFIG
 
-    num_requests: int = Field(2000, ge=1)
-    max_concurrency: int | None = Field(None, ge=1)
+    num_requests: int = Field(2000, ge=1, le=MAX_REQUESTS)
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
     input: LengthSpec = LengthSpec(kind="normal", mean=550, sd=150)
     output: LengthSpec = LengthSpec(kind="normal", mean=150, sd=80)
     arrival: ArrivalSpec = ArrivalSpec()

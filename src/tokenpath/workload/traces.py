@@ -30,10 +30,12 @@ from typing import IO
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
+from tokenpath.files import shown
 from tokenpath.workload._files import open_text
+from tokenpath.workload.lengths import parse_count, shown_count
 from tokenpath.workload.requests import Requests
-from tokenpath.workload.spec import MAX_TOKENS
+from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_TOKENS
 
 TRACE_FORMATS = ("azure", "burstgpt", "mooncake")
 
@@ -47,7 +49,12 @@ _CSV_COLUMNS = {
 _BURSTGPT_HEADER = (
     "Timestamp", "Session ID", "Elapsed time", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type",
 )
-_DATETIME = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d(?:\.\d{1,9})?)\s*(Z|[+-]\d\d:?\d\d)?")
+_DATETIME = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d(?:\.\d{1,9})?)\s*(Z|[+-]\d\d:?\d\d)?", re.ASCII)
+# Times as traces write them: ASCII decimals only, so '1_000', '١٢' (Arabic-Indic digits), 'inf' and
+# 'nan', which Python's float() takes, are errors.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+# Real UTC offsets run from -12:00 to +14:00.
+_MAX_ZONE_OFFSET_S = 14 * 3600
 # The date written traces start on (the first day of the Azure 2023 trace).
 _WRITE_EPOCH = dt.date(2023, 11, 16)
 _TICKS_PER_S = 10**7  # Azure timestamps carry 7 fractional digits
@@ -90,13 +97,23 @@ def read_trace(path: str | os.PathLike[str], format: str, *, time_scale: float =
     order = np.argsort(times, kind="stable")
     times = times[order]
     arrival_s = (times - times[0]) / time_scale
-    if not np.isfinite(arrival_s[-1]):
-        raise UserError(f"{path}: the trace spans too long a time to replay at time_scale {time_scale}")
+    if not arrival_s[-1] <= MAX_ARRIVAL_SPAN_S:  # also catches inf
+        raise UserError(_span_error(path, format, float(times[-1] - times[0]), time_scale))
     return Requests(
         arrival_s=arrival_s,
         input_tokens=np.array(inputs, dtype=np.int64)[order],
         output_tokens=np.array(outputs, dtype=np.int64)[order],
     )
+
+
+def _span_error(path: object, format: str, span_s: float, time_scale: float) -> str:
+    """Why a trace's arrivals cannot be replayed: they span more than MAX_ARRIVAL_SPAN_S."""
+    years = span_s / time_scale / (365 * 86400)
+    span = f"{years:,.0f} years" if np.isfinite(years) else "more time than a float holds"
+    read_as, unit_hint = ("milliseconds", "microseconds") if format == "mooncake" else ("seconds", "milliseconds")
+    return (f"{shown(path)}: the {format} trace's arrivals span {span} (time_scale {time_scale:g}); at most "
+            f"{MAX_ARRIVAL_SPAN_S / 86400:.0f} days are replayed. Its times are read as {read_as}: if they are "
+            f"{unit_hint}, convert them or set workload.trace.time_scale = 1000")
 
 
 def _csv_rows(file: IO[str], format: str, path: object) -> Rows:
@@ -144,6 +161,10 @@ def _mooncake_rows(file: IO[str], path: object) -> Rows:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
                 raise _RowError(f"not valid JSON ({error.msg}); write one JSON object per line") from None
+            except RecursionError:
+                raise _RowError("not valid JSON (nested too deep); write one flat JSON object per line") from None
+            except ValueError as error:  # an integer of more digits than Python converts
+                raise _RowError(f"not valid JSON ({str(error).split(';')[0]}); write one JSON object per line") from None
             if not isinstance(record, dict):
                 raise _RowError("not a JSON object; write one object per line")
             for key in ("timestamp", "input_length", "output_length"):
@@ -159,39 +180,42 @@ def _mooncake_rows(file: IO[str], path: object) -> Rows:
 
 
 def _tokens(text: str, name: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise _RowError(f"{name} {text!r} is not an integer; token counts are whole numbers") from None
-    return _token_range(count, name)
+    count = parse_count(text)
+    if count is None:
+        raise _RowError(f"{name} {quoted(text)} is not an integer; token counts are whole numbers in digits 0-9")
+    return _token_range(count, name, shown_count(text))
 
 
 def _json_tokens(value: object, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise _RowError(f"{name} {value!r} is not an integer; token counts are whole numbers")
-    return _token_range(value, name)
+        raise _RowError(f"{name} {quoted(value)} is not an integer; token counts are whole numbers")
+    return _token_range(value, name, quoted(value))
 
 
-def _token_range(count: int, name: str) -> int:
+def _token_range(count: int, name: str, as_written: str) -> int:
     if not 0 <= count <= MAX_TOKENS:
-        raise _RowError(f"{name} {count} is out of range; token counts run from 0 to {MAX_TOKENS}")
+        raise _RowError(f"{name} {as_written} is out of range; token counts run from 0 to {MAX_TOKENS}")
     return count
 
 
 def _seconds(text: str | float, name: str, per_s: int = 1) -> float:
     """A time written as a number of units, `per_s` units to the second."""
+    if isinstance(text, str) and not _DECIMAL.fullmatch(text.strip()):
+        if text.strip().lower().lstrip("+-") in ("inf", "infinity", "nan"):
+            raise _RowError(f"{name} {quoted(text)} must be a finite time of 0 or more")
+        raise _RowError(f"{name} {quoted(text)} is not a number; write the time as a decimal number in digits 0-9")
     try:
         number = float(text)
     except (ValueError, OverflowError):
-        raise _RowError(f"{name} {text!r} is not a number; write the time as a number") from None
+        number = math.inf
     if not 0 <= number < math.inf:
-        raise _RowError(f"{name} {text!r} must be a finite time of 0 or more")
+        raise _RowError(f"{name} {quoted(text)} must be a finite time of 0 or more")
     return number / per_s
 
 
 def _json_seconds(value: object, name: str, per_s: int) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise _RowError(f"{name} {value!r} is not a number; write the time as a number")
+        raise _RowError(f"{name} {quoted(value)} is not a number; write the time as a number")
     return _seconds(value, name, per_s)
 
 
@@ -216,7 +240,7 @@ class _DateTimes:
         match = _DATETIME.fullmatch(text.strip())
         if match is None:
             raise _RowError(
-                f"{self.name} {text!r} is not a date-time like '2023-11-16 18:15:46.6805900'; "
+                f"{self.name} {quoted(text)} is not a date-time like '2023-11-16 18:15:46.6805900'; "
                 "every row must use the same style as the first"
             )
         date, hour, minute, second, zone = match.groups()
@@ -225,10 +249,14 @@ class _DateTimes:
             day_s = self._midnight_s(date, text)
         hour, minute, second = int(hour), int(minute), float(second)
         if hour > 23 or minute > 59 or second >= 61:
-            raise _RowError(f"{self.name} {text!r} has an invalid time of day")
+            raise _RowError(f"{self.name} {quoted(text)} has an invalid time of day")
         time_s = day_s + hour * 3600 + minute * 60 + second
         if zone and zone != "Z":
-            offset_s = int(zone[1:3]) * 3600 + int(zone[-2:]) * 60
+            zone_hours, zone_minutes = int(zone[1:3]), int(zone[-2:])
+            offset_s = zone_hours * 3600 + zone_minutes * 60
+            if zone_minutes > 59 or offset_s > _MAX_ZONE_OFFSET_S:
+                raise _RowError(f"{self.name} {quoted(text)} has an invalid time-zone offset {zone}; "
+                                "offsets run from -12:00 to +14:00")
             time_s += -offset_s if zone[0] == "+" else offset_s
         return time_s
 
@@ -236,7 +264,7 @@ class _DateTimes:
         try:
             ordinal = dt.date.fromisoformat(date).toordinal()
         except ValueError as error:
-            raise _RowError(f"{self.name} {text!r} has an invalid date ({error})") from None
+            raise _RowError(f"{self.name} {quoted(text)} has an invalid date ({error})") from None
         if self.first_ordinal is None:
             self.first_ordinal = ordinal
         self.day_s[date] = day_s = (ordinal - self.first_ordinal) * 86400
