@@ -286,6 +286,45 @@ def test_deployment_and_seed_flags(monkeypatch, capsys):
     assert doc["scenario"]["fingerprint"] == expected.fingerprint()
 
 
+def test_engine_delivery_and_distribution_flags_set_their_scenario_keys(monkeypatch, capsys):
+    doc = simulate_json([*SMALL_8B, "--max-num-seqs", "64", "--max-num-batched-tokens", "4096",
+                         "--no-enable-chunked-prefill", "--gpu-memory-utilization", "0.8", "--kv-cache-dtype", "fp8",
+                         "--network-rtt", "5 ms", "--detokenize", "async", "--input-dist", "sharegpt",
+                         "--output-len", "100", "--output-sd", "30", "--output-dist", "lognormal"], monkeypatch, capsys)
+    expected = load_scenario(None, {
+        "model.name": "llama-3.1-8b", "deployment.chip": "h100", "deployment.chips": 1, "deployment.tp": 1,
+        "workload.arrival.rate": 8.0, "workload.num_requests": 30, "engine.max_num_seqs": 64,
+        "engine.max_num_batched_tokens": 4096, "engine.chunked_prefill": False,
+        "engine.gpu_memory_utilization": 0.8, "model.kv_cache_precision": "fp8", "delivery.network_rtt": "5 ms",
+        "delivery.detokenize": "async", "workload.input": {"kind": "sharegpt"},
+        "workload.output": {"kind": "lognormal", "mean": 100.0, "sd": 30.0},
+    })
+    assert doc["scenario"]["fingerprint"] == expected.fingerprint()
+    # A uniform draw keeps the mean and sd asked for: its range is mean +- sqrt(3) sd.
+    uniform = simulate_json([*SMALL_8B, "--output-len", "100", "--output-sd", "20", "--output-dist", "uniform"],
+                            monkeypatch, capsys)
+    expected = load_scenario(None, {
+        "model.name": "llama-3.1-8b", "deployment.chip": "h100", "deployment.chips": 1, "deployment.tp": 1,
+        "workload.arrival.rate": 8.0, "workload.num_requests": 30,
+        "workload.output": {"kind": "uniform", "mean": 100.0, "range_ratio": 3 ** 0.5 * 20 / 100},
+    })
+    assert uniform["scenario"]["fingerprint"] == expected.fingerprint()
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--input-dist", "zipf"], ["--input-dist", "'zipf'", "sharegpt"]),
+    (["--input-dist", "sharegpt", "--input-len", "100"], ["--input-dist sharegpt", "drop --input-len"]),
+    (["--output-len", "10", "--output-sd", "8", "--output-dist", "uniform"], ["--output-sd", "uniform"]),
+    (["--detokenize", "later"], ["delivery.detokenize"]),
+    (["--kv-cache-dtype", "int3"], ["model.kv_cache_precision"]),
+    (["--network-rtt", "fast"], ["delivery.network_rtt"]),
+    (["--gpu-memory-utilization", "1.5"], ["engine.gpu_memory_utilization"]),
+    (["--max-num-seqs", "0"], ["engine.max_num_seqs"]),
+])
+def test_engine_and_distribution_flags_refuse_bad_values_in_one_line(argv, fragments, monkeypatch, capsys):
+    assert_user_error(*run_cli(["simulate", "--num-requests", "5", *argv], monkeypatch, capsys), *fragments)
+
+
 def test_model_from_a_hugging_face_config_matches_the_catalog_entry(tmp_path, monkeypatch, capsys):
     folder = tmp_path / "Llama-3.1-8B"
     folder.mkdir()

@@ -455,3 +455,16 @@ def test_fingerprint_missing_file(tmp_path):
     spec = WorkloadSpec(trace=TraceSpec(path=str(tmp_path / "gone.csv"), format="azure"))
     with pytest.raises(UserError, match="gone.csv: workload.trace file not found"):
         fingerprint_inputs(spec)
+
+
+def test_sharegpt_lengths_have_the_published_means_within_the_clients_filter():
+    from tokenpath.workload.sharegpt import SHAREGPT_MAX_TOKENS, SHAREGPT_MEAN_TOKENS
+
+    rng = np.random.default_rng(0)
+    spec = LengthSpec(kind="sharegpt")
+    for side in ("input", "output"):
+        tokens = sample_lengths(spec, 200_000, rng, f"workload.{side}")
+        assert tokens.min() >= 4 and tokens.max() <= SHAREGPT_MAX_TOKENS[side]
+        # The lognormal has the published mean; clipping its far tail takes a few percent off.
+        assert 0.9 * SHAREGPT_MEAN_TOKENS[side] < tokens.mean() < SHAREGPT_MEAN_TOKENS[side]
+        assert np.median(tokens) < 0.8 * tokens.mean()  # heavy-tailed, as conversation lengths are

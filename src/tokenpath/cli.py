@@ -53,17 +53,42 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Optional[float]) -> dict[str, Any]:
-    """--input-len/--input-sd replace the length table: normal(mean, sd), or fixed when sd is 0."""
+LENGTH_DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform", "sharegpt")
+
+
+def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Optional[float],
+            dist: Optional[str] = None) -> dict[str, Any]:
+    """--input-len/--input-sd/--input-dist replace the length table. Without --input-dist: normal(mean,
+    sd), or fixed when sd is 0. A uniform draw has the given mean and sd (its range is mean +- sqrt(3) sd);
+    sharegpt takes neither."""
+    flag = f"--{which}-dist"
+    if dist is not None and dist not in LENGTH_DISTRIBUTIONS:
+        raise UserError(f"{flag}: unknown {quoted(dist)}; use one of {', '.join(LENGTH_DISTRIBUTIONS)}")
+    if dist == "sharegpt":
+        if mean is not None or sd is not None:
+            raise UserError(f"{flag} sharegpt: its lengths are ShareGPT's; drop --{which}-len and --{which}-sd")
+        return {"kind": "sharegpt"}
     current = _table(_table(table, "workload"), which)
     defaults = {"input": (550.0, 150.0), "output": (150.0, 80.0)}[which]
     mean = mean if mean is not None else current.get("mean", current.get("value", defaults[0]))
     sd = sd if sd is not None else current.get("sd", 0.0 if current.get("kind") == "fixed" else defaults[1])
-    if sd == 0:
-        if not _number(mean) or not math.isfinite(mean) or mean < 1 or mean != int(mean):
+    if dist is None:
+        dist = "fixed" if sd == 0 else "normal"
+    if not _number(mean) or not math.isfinite(mean) or mean < 1:
+        raise UserError(f"--{which}-len: a mean of at least 1 token, got {quoted(mean)}")
+    if dist == "fixed":
+        if mean != int(mean):
             raise UserError(f"--{which}-len: a fixed length must be a whole number of tokens >= 1, got {quoted(mean)}")
         return {"kind": "fixed", "value": int(mean)}
-    return {"kind": "normal", "mean": float(mean) if _number(mean) else mean, "sd": float(sd) if _number(sd) else sd}
+    if not _number(sd) or not math.isfinite(sd) or sd < 0:
+        raise UserError(f"--{which}-sd: a standard deviation of 0 tokens or more, got {quoted(sd)}")
+    if dist == "uniform":
+        ratio = math.sqrt(3.0) * sd / mean
+        if ratio >= 1:
+            raise UserError(f"--{which}-sd: a uniform draw of mean {mean:g} has an sd below {mean / math.sqrt(3.0):.4g} "
+                            f"(its range must stay above 0); lower --{which}-sd")
+        return {"kind": "uniform", "mean": float(mean), "range_ratio": ratio}
+    return {"kind": dist, "mean": float(mean), "sd": float(sd)}
 
 
 # Flags a trace replay overrides: its rows give every arrival time and token count.
@@ -71,6 +96,7 @@ _TRACE_OVERRIDES = {
     "request_rate": ("--request-rate", "arrival times"), "burstiness": ("--burstiness", "arrival times"),
     "input_len": ("--input-len", "input token counts"), "input_sd": ("--input-sd", "input token counts"),
     "output_len": ("--output-len", "output token counts"), "output_sd": ("--output-sd", "output token counts"),
+    "input_dist": ("--input-dist", "input token counts"), "output_dist": ("--output-dist", "output token counts"),
 }
 
 
@@ -94,6 +120,10 @@ def _overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
         "pp": "deployment.pp", "placement": "deployment.placement", "cuda_graphs": "engine.cuda_graphs",
         "precision": "model.precision", "burstiness": "workload.arrival.burstiness",
         "max_concurrency": "workload.max_concurrency", "num_requests": "workload.num_requests", "seed": "seed",
+        "max_num_seqs": "engine.max_num_seqs", "max_num_batched_tokens": "engine.max_num_batched_tokens",
+        "chunked_prefill": "engine.chunked_prefill", "gpu_memory_utilization": "engine.gpu_memory_utilization",
+        "kv_cache_dtype": "model.kv_cache_precision", "network_rtt": "delivery.network_rtt",
+        "detokenize": "delivery.detokenize",
     }
     _refuse_trace_overrides(table, flags)
     out = {path: flags[flag] for flag, path in direct.items() if flags.get(flag) is not None}
@@ -106,9 +136,9 @@ def _overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
     if flags.get("request_rate") is not None:
         out["workload.arrival.rate"] = _rate(flags["request_rate"])
     for which in ("input", "output"):
-        mean, sd = flags.get(f"{which}_len"), flags.get(f"{which}_sd")
-        if mean is not None or sd is not None:
-            out[f"workload.{which}"] = _length(table, which, mean, sd)
+        mean, sd, dist = flags.get(f"{which}_len"), flags.get(f"{which}_sd"), flags.get(f"{which}_dist")
+        if mean is not None or sd is not None or dist is not None:
+            out[f"workload.{which}"] = _length(table, which, mean, sd, dist)
     return out
 
 
@@ -117,6 +147,11 @@ InputLen = Annotated[Optional[float], typer.Option("--input-len", help="mean inp
 InputSd = Annotated[Optional[float], typer.Option("--input-sd", help="sd of input tokens (0 = fixed)")]
 OutputLen = Annotated[Optional[float], typer.Option("--output-len", help="mean output tokens")]
 OutputSd = Annotated[Optional[float], typer.Option("--output-sd", help="sd of output tokens (0 = fixed)")]
+InputDist = Annotated[Optional[str], typer.Option(
+    "--input-dist", help="input length distribution: fixed, normal, lognormal, uniform (mean and sd from --input-len "
+                         "and --input-sd) or sharegpt (ShareGPT V3 as benchmark clients sample it)")]
+OutputDist = Annotated[Optional[str], typer.Option(
+    "--output-dist", help="output length distribution, as --input-dist")]
 RequestRate = Annotated[Optional[str], typer.Option("--request-rate", help="requests/s, or 'inf' (all at t=0)")]
 Burstiness = Annotated[Optional[float], typer.Option("--burstiness", help="gamma shape of arrival gaps; 1 = Poisson")]
 MaxConcurrency = Annotated[Optional[int], typer.Option("--max-concurrency", help="cap on outstanding requests")]
@@ -209,10 +244,27 @@ def simulate(
     precision: Optional[str] = typer.Option(None, help="weight precision: bf16, fp8 or fp4"),
     cuda_graphs: Optional[str] = typer.Option(
         None, "--cuda-graphs", help="steps that replay a CUDA graph: all, decode or none (eager, as --enforce-eager)"),
+    max_num_seqs: Optional[int] = typer.Option(
+        None, "--max-num-seqs", help="most sequences in one engine step (scenario default: 1024)"),
+    max_num_batched_tokens: Optional[int] = typer.Option(
+        None, "--max-num-batched-tokens", help="most tokens in one engine step (scenario default: 8192)"),
+    chunked_prefill: Optional[bool] = typer.Option(
+        None, "--enable-chunked-prefill/--no-enable-chunked-prefill",
+        help="split long prompts over steps within the token budget (scenario default: on)", show_default=False),
+    gpu_memory_utilization: Optional[float] = typer.Option(
+        None, "--gpu-memory-utilization", help="share of HBM the engine may use (scenario default: 0.9)"),
+    kv_cache_dtype: Optional[str] = typer.Option(
+        None, "--kv-cache-dtype", help="KV-cache precision: auto (the engine's default), bf16, fp8"),
+    network_rtt: Optional[str] = typer.Option(
+        None, "--network-rtt", help="client round trip, with a unit: '20 ms' (scenario default: 20 ms)"),
+    detokenize: Optional[str] = typer.Option(
+        None, "--detokenize", help="inline (blocks the next step) or async (scenario default: inline)"),
     input_len: InputLen = None,
     input_sd: InputSd = None,
+    input_dist: InputDist = None,
     output_len: OutputLen = None,
     output_sd: OutputSd = None,
+    output_dist: OutputDist = None,
     request_rate: RequestRate = None,
     burstiness: Burstiness = None,
     max_concurrency: MaxConcurrency = None,

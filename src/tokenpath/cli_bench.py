@@ -11,8 +11,8 @@ from typing import Any, Optional
 
 import typer
 
-from tokenpath.cli import (Burstiness, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputLen, OutputSd,
-                           RequestRate, Seed)
+from tokenpath.cli import (Burstiness, InputDist, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputDist,
+                           OutputLen, OutputSd, RequestRate, Seed)
 from tokenpath import files
 from tokenpath.errors import UserError, quoted
 
@@ -71,8 +71,10 @@ def bench(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
     input_len: InputLen = None,
     input_sd: InputSd = None,
+    input_dist: InputDist = None,
     output_len: OutputLen = None,
     output_sd: OutputSd = None,
+    output_dist: OutputDist = None,
     request_rate: RequestRate = None,
     burstiness: Burstiness = None,
     max_concurrency: MaxConcurrency = None,
@@ -131,7 +133,8 @@ def bench(
     check_tokenizer(tokenizer, "--tokenizer")
 
     table, source, base_dir = read_scenario_table(scenario)
-    flags = dict(input_len=input_len, input_sd=input_sd, output_len=output_len, output_sd=output_sd,
+    flags = dict(input_len=input_len, input_sd=input_sd, input_dist=input_dist, output_len=output_len,
+                 output_sd=output_sd, output_dist=output_dist,
                  request_rate=request_rate, burstiness=burstiness, max_concurrency=max_concurrency,
                  num_requests=num_requests, seed=seed)
     for dotted, value in _overrides(table, **flags).items():

@@ -146,4 +146,6 @@ def _length(spec: Any) -> str:
         return f"{spec.kind} {spec.mean:g} (sd {spec.sd:g})"
     if spec.kind == "uniform":
         return f"uniform {spec.mean:g} +/- {spec.range_ratio:.0%}"
+    if spec.kind == "sharegpt":
+        return "ShareGPT"
     return f"empirical from {spec.path}"

@@ -11,6 +11,8 @@ import numpy as np
 
 from tokenpath.errors import UserError, quoted
 from tokenpath.workload._files import open_text
+from tokenpath.workload.sharegpt import (SHAREGPT_ASSUMED_CV, SHAREGPT_MAX_TOKENS, SHAREGPT_MEAN_TOKENS,
+                                       SHAREGPT_MIN_TOKENS)
 from tokenpath.workload.spec import MAX_TOKENS, LengthSpec
 
 
@@ -49,9 +51,12 @@ def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator, field: st
     elif spec.kind == "normal":
         tokens = _normal(spec.mean, spec.sd, spec.min, n, rng)
     elif spec.kind == "lognormal":
-        sigma = math.sqrt(math.log1p((spec.sd / spec.mean) ** 2))
-        mu = math.log(spec.mean) - sigma**2 / 2
-        tokens = _as_tokens(np.rint(rng.lognormal(mu, sigma, size=n)))
+        tokens = _lognormal(spec.mean, spec.sd, n, rng)
+    elif spec.kind == "sharegpt":  # the prompt or the completion, as the field says
+        side = "output" if field.endswith("output") else "input"
+        mean = SHAREGPT_MEAN_TOKENS[side]
+        tokens = np.clip(_lognormal(mean, SHAREGPT_ASSUMED_CV * mean, n, rng), SHAREGPT_MIN_TOKENS,
+                         SHAREGPT_MAX_TOKENS[side])
     elif spec.kind == "uniform":
         low = int(spec.mean * (1 - spec.range_ratio))
         high = int(spec.mean * (1 + spec.range_ratio))
@@ -62,6 +67,13 @@ def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator, field: st
     else:
         raise AssertionError(f"unhandled length kind {spec.kind!r}")
     return np.clip(tokens, spec.min, spec.max or MAX_TOKENS)
+
+
+def _lognormal(mean: float, sd: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Rounded lognormal draws whose mean is `mean` and standard deviation `sd`."""
+    sigma = math.sqrt(math.log1p((sd / mean) ** 2))
+    mu = math.log(mean) - sigma**2 / 2
+    return _as_tokens(np.rint(rng.lognormal(mu, sigma, size=n)))
 
 
 def _normal(mean: float, sd: float, min_tokens: int, n: int, rng: np.random.Generator) -> np.ndarray:

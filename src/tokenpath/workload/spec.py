@@ -16,7 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from tokenpath.files import PathText
 
-LengthKind = Literal["fixed", "normal", "lognormal", "uniform", "empirical"]
+LengthKind = Literal["fixed", "normal", "lognormal", "uniform", "empirical", "sharegpt"]
 TraceFormat = Literal["azure", "burstgpt", "mooncake"]
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False, ser_json_inf_nan="strings")
@@ -28,6 +28,7 @@ _REQUIRED = {
     "lognormal": ("mean", "sd"),
     "uniform": ("mean", "range_ratio"),
     "empirical": ("path",),
+    "sharegpt": (),
 }
 _OPTIONAL = {"empirical": ("column",)}
 _PER_KIND = ("value", "mean", "sd", "range_ratio", "path", "column")
@@ -68,6 +69,8 @@ class LengthSpec(BaseModel):
       [int(mean * (1 - range_ratio)), int(mean * (1 + range_ratio))], both ends included.
     - empirical: drawn with replacement from the integers in `path`: one per line, or, when `column`
       is given, that column of a CSV file with a header row.
+    - sharegpt: ShareGPT V3 prompts or completions as vLLM's and SGLang's benchmark clients sample them
+      (workload/sharegpt.py: the published means, clipped to the clients' filter).
 
     Every kind is then clipped to [`min`, `max`] (`max` defaults to MAX_TOKENS).
     """
