@@ -74,12 +74,12 @@ def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Option
     sd = sd if sd is not None else current.get("sd", 0.0 if current.get("kind") == "fixed" else defaults[1])
     if dist is None:
         dist = "fixed" if sd == 0 else "normal"
-    if not _number(mean) or not math.isfinite(mean) or mean < 1:
-        raise UserError(f"--{which}-len: a mean of at least 1 token, got {quoted(mean)}")
     if dist == "fixed":
-        if mean != int(mean):
+        if not _number(mean) or not math.isfinite(mean) or mean < 1 or mean != int(mean):
             raise UserError(f"--{which}-len: a fixed length must be a whole number of tokens >= 1, got {quoted(mean)}")
         return {"kind": "fixed", "value": int(mean)}
+    if not _number(mean) or not math.isfinite(mean) or mean < 1:
+        raise UserError(f"--{which}-len: a mean of at least 1 token, got {quoted(mean)}")
     if not _number(sd) or not math.isfinite(sd) or sd < 0:
         raise UserError(f"--{which}-sd: a standard deviation of 0 tokens or more, got {quoted(sd)}")
     if dist == "uniform":
