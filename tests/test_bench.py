@@ -453,7 +453,8 @@ def test_build_run_metrics():
     header = {"scenario": {"name": "s", "fingerprint": "f"}, "slo": {"ttft": 1.0, "tpot": None}, "planned": 4}
     summary = bench_summary(header, rows)
     assert summary["source"] == "bench" and summary["attribution_s"] is None
-    assert summary["requests"] == {"completed": 2, "failed": 1, "input_tokens_mean": 7.0, "output_tokens_mean": 4.0}
+    assert summary["requests"] == {"completed": 2, "failed": 1, "input_tokens_mean": 7.0, "output_tokens_mean": 4.0,
+                                  "warmup": 0}
     assert summary["latency_s"]["tpot"]["mean"] == pytest.approx(35 / 3 / 1e9)
     assert summary["window_s"] == pytest.approx(145 / 1e9)
     assert summary["bench"]["not_sent"] == 1 and summary["bench"]["failure_reasons"] == {"http_500": 1}

@@ -81,7 +81,8 @@ def test_bench_report_and_compare(server, monkeypatch, capsys, tmp_path):
     assert "TTFT" in out and "client wait" in out
     bench = json.loads(bench_json.read_text())
     assert bench["schema"] == "tokenpath.summary/1" and bench["source"] == "bench"
-    assert bench["requests"] == {"completed": 10, "failed": 0, "input_tokens_mean": 30.0, "output_tokens_mean": 8.0}
+    assert bench["requests"] == {"completed": 10, "failed": 0, "input_tokens_mean": 30.0, "output_tokens_mean": 8.0,
+                                 "warmup": 0}
     assert bench["attribution_s"] is None and bench["bench"]["planned"] == 10
 
     code, out, err = run_cli(["report", str(results), "--json", str(report_json)], monkeypatch, capsys)

@@ -263,7 +263,8 @@ def test_a_stopped_run_keeps_what_was_measured(tmp_path, small_tokenizer, worker
     if stop != signal.SIGKILL:
         assert f"stopped by {signal.Signals(stop).name}" in err and "tokenpath report" in err
     summary = bench_summary(header, rows)  # what `report` prints (tests/test_bench_cli.py runs it)
-    assert summary["requests"] == {"completed": 3, "failed": 3, "input_tokens_mean": 20.0, "output_tokens_mean": 40.0}
+    assert summary["requests"] == {"completed": 3, "failed": 3, "input_tokens_mean": 20.0, "output_tokens_mean": 40.0,
+                                  "warmup": 0}
     assert summary["bench"]["failure_reasons"] == {"interrupted": 3}
     assert Path(results).stat().st_size > 0
 

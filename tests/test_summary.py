@@ -176,7 +176,8 @@ def test_summary_of_a_hand_made_run():
     assert got["schema"] == SCHEMA == "tokenpath.summary/1"
     assert got["source"] == "simulate"
     assert got["scenario"] == {"name": "hand", "fingerprint": "ab" * 32}
-    assert got["requests"] == {"completed": 3, "failed": 0, "input_tokens_mean": 200.0, "output_tokens_mean": 8 / 3}
+    assert got["requests"] == {"completed": 3, "failed": 0, "input_tokens_mean": 200.0, "output_tokens_mean": 8 / 3,
+                                "warmup": 0}
     assert got["window_s"] == pytest.approx(0.2)
     assert got["throughput"] == pytest.approx(
         {"output_tokens_per_s": 8 / 0.2, "requests_per_s": 3 / 0.2, "goodput_requests_per_s": 2 / 0.2})
@@ -198,7 +199,7 @@ def test_summary_of_a_hand_made_run():
 
 def test_failed_requests_are_left_out_of_every_latency_and_count():
     got = summarize(hand_run(failed=np.array([False, True, False])), "hand", "0" * 64, {**NO_SLO, "ttft": 0.15})
-    assert got["requests"] == {"completed": 2, "failed": 1, "input_tokens_mean": 200.0, "output_tokens_mean": 2.0}
+    assert got["requests"] == {"completed": 2, "failed": 1, "input_tokens_mean": 200.0, "output_tokens_mean": 2.0, "warmup": 0}
     latency = got["latency_s"]
     assert latency["ttft"]["mean"] == pytest.approx(0.110)      # (50 + 170) / 2
     assert latency["ttfv"]["mean"] == pytest.approx(0.130)      # (80 + 180) / 2
@@ -214,7 +215,8 @@ def test_failed_requests_are_left_out_of_every_latency_and_count():
 
 def test_summary_of_a_run_where_everything_failed_has_no_latencies():
     got = summarize(hand_run(failed=np.array([True, True, True])), "hand", "0" * 64, NO_SLO)
-    assert got["requests"] == {"completed": 0, "failed": 3, "input_tokens_mean": 0.0, "output_tokens_mean": 0.0}
+    assert got["requests"] == {"completed": 0, "failed": 3, "input_tokens_mean": 0.0, "output_tokens_mean": 0.0,
+                               "warmup": 0}
     assert got["window_s"] == 0.0
     assert set(got["throughput"].values()) == {0.0}
     for stats in got["latency_s"].values():  # no sample: unknown, not 0 s
@@ -242,3 +244,31 @@ def test_log_histogram_percentiles_are_within_a_tenth_of_a_percent(values):
     for key in ("p50", "p90", "p99", "p999"):
         # each sample is placed within 0.1% of itself, so any blend of two samples is too
         assert approx[key] == pytest.approx(exact[key], rel=1.001e-3)
+
+
+def test_a_warm_up_leaves_the_first_requests_out_of_every_metric():
+    from tokenpath.pipeline import simulate
+    from tokenpath.report.simulation import result_document
+    from tokenpath.scenario import load_scenario
+
+    overrides = {"workload.num_requests": 60, "workload.max_concurrency": 6, "workload.arrival.rate": "inf"}
+    whole = simulate(load_scenario("typical", overrides)).run
+    warm = result_document(simulate(load_scenario("typical", {**overrides, "workload.warmup_requests": 20})))[0]
+    kept = whole.after(20)
+    assert warm["requests"]["completed"] == 40 and warm["requests"]["warmup"] == 20
+    assert warm["latency_s"]["ttft"]["mean"] == pytest.approx(kept.ttft_ns.mean() / 1e9, rel=1e-12)
+    assert warm["latency_s"]["e2e"]["p50"] == pytest.approx(np.percentile(kept.e2e_ns, 50) / 1e9, rel=1e-12)
+    assert warm["attribution_s"]["queue"] == pytest.approx(kept.queue_ns.mean() / 1e9, rel=1e-12)
+    # The window runs from the first measured send to the last byte.
+    assert warm["window_s"] == pytest.approx(((kept.sent_ns + kept.e2e_ns).max() - kept.sent_ns.min()) / 1e9)
+    # Its tokens are the measured requests' own: ITL over the 40 requests' gaps only.
+    assert len(kept.itl_ns()) < len(whole.itl_ns())
+    assert np.array_equal(kept.token_client_ns, whole.token_client_ns[whole.token_offsets[20]:])
+
+
+def test_a_warm_up_that_leaves_nothing_to_measure_is_a_one_line_error():
+    from tokenpath.errors import UserError
+    from tokenpath.scenario import load_scenario
+
+    with pytest.raises(UserError, match="warmup_requests 50 leaves none of the 50 requests"):
+        load_scenario("typical", {"workload.num_requests": 50, "workload.warmup_requests": 50})

@@ -120,6 +120,7 @@ def _overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
         "pp": "deployment.pp", "placement": "deployment.placement", "cuda_graphs": "engine.cuda_graphs",
         "precision": "model.precision", "burstiness": "workload.arrival.burstiness",
         "max_concurrency": "workload.max_concurrency", "num_requests": "workload.num_requests", "seed": "seed",
+        "warmup_requests": "workload.warmup_requests",
         "max_num_seqs": "engine.max_num_seqs", "max_num_batched_tokens": "engine.max_num_batched_tokens",
         "chunked_prefill": "engine.chunked_prefill", "gpu_memory_utilization": "engine.gpu_memory_utilization",
         "kv_cache_dtype": "model.kv_cache_precision", "network_rtt": "delivery.network_rtt",
@@ -156,6 +157,8 @@ RequestRate = Annotated[Optional[str], typer.Option("--request-rate", help="requ
 Burstiness = Annotated[Optional[float], typer.Option("--burstiness", help="gamma shape of arrival gaps; 1 = Poisson")]
 MaxConcurrency = Annotated[Optional[int], typer.Option("--max-concurrency", help="cap on outstanding requests")]
 NumRequests = Annotated[Optional[int], typer.Option("--num-requests", help="requests to send")]
+WarmupRequests = Annotated[Optional[int], typer.Option(
+    "--warmup-requests", help="the first requests sent, left out of every metric (scenario default: 0)")]
 Seed = Annotated[Optional[int], typer.Option("--seed", help="random seed")]
 JsonOut = Annotated[Optional[str], typer.Option("--json", help="write the result schema to PATH, or '-' for stdout")]
 
@@ -269,6 +272,7 @@ def simulate(
     burstiness: Burstiness = None,
     max_concurrency: MaxConcurrency = None,
     num_requests: NumRequests = None,
+    warmup_requests: WarmupRequests = None,
     seed: Seed = None,
     json_out: JsonOut = None,
     show_explain: bool = typer.Option(False, "--explain", help="also show the per-op roofline of one steady-state step"),

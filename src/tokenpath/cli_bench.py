@@ -12,7 +12,7 @@ from typing import Any, Optional
 import typer
 
 from tokenpath.cli import (Burstiness, InputDist, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputDist,
-                           OutputLen, OutputSd, RequestRate, Seed)
+                           OutputLen, OutputSd, RequestRate, Seed, WarmupRequests)
 from tokenpath import files
 from tokenpath.errors import UserError, quoted
 
@@ -79,6 +79,7 @@ def bench(
     burstiness: Burstiness = None,
     max_concurrency: MaxConcurrency = None,
     num_requests: NumRequests = None,
+    warmup_requests: WarmupRequests = None,
     seed: Seed = None,
     workers: Optional[int] = typer.Option(None, "--workers", help="client processes (default: as the target rate needs)"),
     timeout: float = typer.Option(600.0, "--timeout", help="seconds a request may take in all"),
@@ -136,7 +137,7 @@ def bench(
     flags = dict(input_len=input_len, input_sd=input_sd, input_dist=input_dist, output_len=output_len,
                  output_sd=output_sd, output_dist=output_dist,
                  request_rate=request_rate, burstiness=burstiness, max_concurrency=max_concurrency,
-                 num_requests=num_requests, seed=seed)
+                 num_requests=num_requests, warmup_requests=warmup_requests, seed=seed)
     for dotted, value in _overrides(table, **flags).items():
         set_path(table, dotted, value)
     built = build_scenario(table, source, base_dir)

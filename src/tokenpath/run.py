@@ -6,7 +6,7 @@ arrival times at the client are one flat array split by `token_offsets`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,19 @@ class Run:
     @property
     def completed(self) -> np.ndarray:
         return np.ones(len(self), bool) if self.failed is None else ~self.failed
+
+    def after(self, skipped: int) -> Run:
+        """The run without its first `skipped` requests (a warm-up): per-request rows and their tokens.
+        A run that kept no token times keeps its ITL histogram, warm-up included."""
+        if skipped <= 0:
+            return self
+        fields = {}
+        for name, value in vars(self).items():
+            if isinstance(value, np.ndarray) and name not in ("token_client_ns", "token_offsets"):
+                fields[name] = value[skipped:]
+        first = int(self.token_offsets[skipped])
+        tokens = None if self.token_client_ns is None else self.token_client_ns[first:]
+        return replace(self, **fields, token_client_ns=tokens, token_offsets=self.token_offsets[skipped:] - first)
 
     def itl_ns(self) -> np.ndarray:
         """Gaps between successive text arrivals at the client, over all completed requests."""

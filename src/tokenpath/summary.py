@@ -105,8 +105,10 @@ def attribution_s(run: Run) -> dict[str, float] | None:
 
 
 def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, float | None],
-              bottleneck: str | None = None) -> dict[str, Any]:
-    """The result schema of DESIGN.md for one run."""
+              bottleneck: str | None = None, warmup_requests: int = 0) -> dict[str, Any]:
+    """The result schema of DESIGN.md for one run, over the requests after the first `warmup_requests`
+    (the window then starts at the first measured request's send)."""
+    run = run.after(warmup_requests)
     done = run.completed
     window_s = window_ns(run) / 1e9
     per_s = (lambda count: count / window_s) if window_s > 0 else (lambda count: 0.0)
@@ -119,6 +121,7 @@ def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, flo
             "failed": int((~done).sum()),
             "input_tokens_mean": float(run.input_tokens[done].mean()) if done.any() else 0.0,
             "output_tokens_mean": float(run.output_tokens[done].mean()) if done.any() else 0.0,
+            "warmup": warmup_requests,
         },
         "window_s": window_s,
         "throughput": {

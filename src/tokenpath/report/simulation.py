@@ -70,7 +70,8 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
     """The result schema for a simulation, and the one-line reason behind its bottleneck."""
     scenario = sim.scenario
     slo = {key: getattr(scenario.slo, key) for key in ("ttft", "ttfv", "tpot", "e2e")}
-    document = summarize(sim.run, scenario.name, scenario.fingerprint(), slo)
+    document = summarize(sim.run, scenario.name, scenario.fingerprint(), slo,
+                         warmup_requests=scenario.workload.warmup_requests)
     layer, reason = bottleneck(document["attribution_s"], _evidence(sim, window_ns(sim.run) / 1e9))
     document["bottleneck"] = layer
     document["bottleneck_reason"] = reason

@@ -184,18 +184,28 @@ class WorkloadSpec(BaseModel):
     When `trace` is given, arrivals and lengths come from the trace and the `input`, `output` and
     `arrival` tables are ignored; `num_requests` then caps how many trace rows are taken (the first N
     in time order). `max_concurrency` caps the requests outstanding at once (a closed loop); None
-    leaves the loop open. Relative file paths are taken relative to the current directory unless
+    leaves the loop open. The first `warmup_requests` are served but not measured. Relative file paths are taken relative to the current directory unless
     `resolve_paths` is called.
     """
 
     model_config = _CONFIG
 
     num_requests: int = Field(2000, ge=1, le=MAX_REQUESTS)
+    warmup_requests: int = Field(
+        0, ge=0, le=MAX_REQUESTS, description="the first requests sent, run but left out of every metric "
+                                              "(a warm-up, as AIPerf's --warmup-request-count)")
     max_concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
     input: LengthSpec = LengthSpec(kind="normal", mean=550, sd=150)
     output: LengthSpec = LengthSpec(kind="normal", mean=150, sd=80)
     arrival: ArrivalSpec = ArrivalSpec()
     trace: TraceSpec | None = None
+
+    @model_validator(mode="after")
+    def _measures_something(self) -> WorkloadSpec:
+        if self.warmup_requests >= self.num_requests:
+            raise _invalid(f"warmup_requests {self.warmup_requests} leaves none of the {self.num_requests} requests "
+                           "to measure; lower warmup_requests or raise num_requests")
+        return self
 
     def resolve_paths(self, base_dir: str | os.PathLike[str]) -> WorkloadSpec:
         """A copy whose relative trace and empirical-length paths are taken relative to `base_dir`
