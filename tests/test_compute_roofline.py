@@ -287,3 +287,16 @@ def test_bad_arguments_are_user_errors():
         compute_model(kv="fp6")
     with pytest.raises(UserError, match="gpu_memory_utilization"):
         compute_model().kv_capacity_tokens(1.5, 8192)
+
+
+def test_an_overlapped_host_costs_only_what_the_gpu_does_not_hide():
+    model, chip = load_model("llama-3.1-8b"), load_chip("h100")
+    gpu = ComputeModel(model, chip, 1, "fp8", "bf16")
+    for host_s, per_seq_s in ((1e-3, 10e-6), (20e-3, 0.0)):
+        hidden = ComputeModel(model, chip, 1, "fp8", "bf16", host_step_s=host_s, host_per_sequence_s=per_seq_s,
+                              host_overlapped=True)
+        in_path = ComputeModel(model, chip, 1, "fp8", "bf16", host_step_s=host_s, host_per_sequence_s=per_seq_s)
+        for args in [(1, 1, 500, 500), (64, 64, 64_000, 64_000), (4096, 4, 4096 * 2048, 4096)]:
+            gpu_s, host = gpu.step_time_s(*args), host_s + per_seq_s * args[1]
+            assert hidden.step_time_s(*args) == pytest.approx(max(gpu_s, host), rel=1e-12)
+            assert in_path.step_time_s(*args) == pytest.approx(gpu_s + host, rel=1e-12)

@@ -3,7 +3,9 @@
 Each op takes the larger of FLOPs / sustained FLOP/s and bytes / sustained HBM bandwidth, or for a
 GEMM a blend of the two that is slower near the ridge point (`op_time_s`), plus the fixed cost of
 each kernel it launches (efficiency.KERNEL_FIXED_S); a step is the sum of its ops plus the host's time
-for the step (`host_step_s`, and `host_per_sequence_s` per sequence sampled: the engine's, passed in),
+for the step (`host_step_s`, and `host_per_sequence_s` per sequence sampled: the engine's, passed in;
+with `host_overlapped` the host prepares each step while the GPU runs the one before, so a step takes
+the longer of the two instead of their sum),
 plus its kernel launches when it does not replay a captured CUDA graph
 (efficiency.EAGER_KERNEL_LAUNCH_S per kernel). Communication (the tensor-parallel
 all-reduces) is not included: `allreduce_bytes` sizes the hidden state the engine's costs move
@@ -70,7 +72,8 @@ class ComputeModel:
 
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
-                 expert_replicas: int = 1, host_step_s: float = 0.0, host_per_sequence_s: float = 0.0):
+                 expert_replicas: int = 1, host_step_s: float = 0.0, host_per_sequence_s: float = 0.0,
+                 host_overlapped: bool = False):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -97,6 +100,7 @@ class ComputeModel:
         self._sliding_fraction = model.sliding_fraction
         self.host_step_s = host_step_s
         self.host_per_sequence_s = host_per_sequence_s
+        self.host_overlapped = host_overlapped
         if cuda_graphs not in ("all", "decode", "none"):
             raise UserError(f"cuda_graphs must be all, decode or none, got {cuda_graphs!r}")
         self._graph_max_tokens = -1 if cuda_graphs == "none" else (
@@ -250,7 +254,7 @@ class ComputeModel:
         return self.host_step_s + self.host_per_sequence_s * num_logits
 
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
-        """Sum of step_ops times, host_s and launch_s.
+        """Sum of step_ops times and launch_s, plus host_s (or, overlapped, the larger of the two).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
@@ -262,8 +266,9 @@ class ComputeModel:
         if total is None:
             total = self._tokens_s[t] = self._kernels_fixed_s + self._sum_s(self._token_ops, t, 0)
         logits_s = self._logits_s.get(n)
-        if logits_s is None:
-            logits_s = self._logits_s[n] = self.host_s(n) + self._sum_s(self._logit_ops, 0, n)
+        if logits_s is None:  # a host in the step's path is added here, once per distinct n
+            host_s = 0.0 if self.host_overlapped else self.host_s(n)
+            logits_s = self._logits_s[n] = host_s + self._sum_s(self._logit_ops, 0, n)
         total += logits_s
         if not self._every_step_captured:
             total += self.launch_s(t, n)
@@ -279,6 +284,9 @@ class ComputeModel:
                 total += op_time_s(compute_s, memory_s, True)
             else:  # op_time_s's max, inline: this runs every step
                 total += compute_s if compute_s > memory_s else memory_s
+        if self.host_overlapped:
+            host_s = self.host_step_s + self.host_per_sequence_s * n
+            return total if total > host_s else host_s
         return total
 
     def _sum_s(self, ops: list[LinearOp], num_tokens: int, num_logits: int) -> float:

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class HostStepCost:
-    """Host time of one step: `step_s`, plus `per_sequence_s` for every sequence that samples a token."""
+    """Host time of one step: `step_s`, plus `per_sequence_s` for every sequence that samples a token.
+    `overlapped`: the engine prepares each step while the GPU runs the one before (SGLang's
+    zero-overhead scheduler, TensorRT-LLM's overlap scheduler), so a step lasts the longer of the two."""
 
     step_s: float
     per_sequence_s: float
+    overlapped: bool = False
 
 
 # PLACEHOLDER values, calibrated below.
