@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import threading
 import time
 
 import aiohttp
@@ -10,12 +11,14 @@ from aiohttp import web
 
 from tokenpath.scenario import load_scenario
 from tokenpath.serve import ServeOptions, make_app
+from tokenpath.serve.app import SERVER
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 
 
-def serve(options=ServeOptions(), **overrides):
-    """Run `body(base_url, session)` against a live server on a free loopback port."""
+def serve(options=ServeOptions(), with_app=False, **overrides):
+    """Run `body(base_url, session)` (with `with_app`: `body(base_url, session, app)`) against a live
+    server on a free loopback port."""
 
     def run(body):
         async def main():
@@ -26,8 +29,8 @@ def serve(options=ServeOptions(), **overrides):
             await site.start()
             port = site._server.sockets[0].getsockname()[1]
             try:
-                async with aiohttp.ClientSession() as session:
-                    return await body(f"http://127.0.0.1:{port}", session)
+                async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+                    return await body(f"http://127.0.0.1:{port}", session, *((app,) if with_app else ()))
             finally:
                 await runner.cleanup()
 
@@ -181,3 +184,61 @@ def test_concurrent_requests_all_complete_with_their_lengths():
         # at most one event per token (tokens that show no text yet are merged forward), then the end
         assert sum(1 for c in choices if c["text"]) <= 5 + n
         assert [c["finish_reason"] for c in choices if c["finish_reason"]] == ["length"]
+
+
+def test_bad_fields_get_a_400_naming_them_while_other_streams_go_on():
+    context = 131072  # llama-3.1-8b's
+    bad = [  # (path, body, param)
+        ("/v1/completions", b'{"model": "\\ud800", "prompt": "x"}', "model"),
+        ("/v1/completions", json.dumps({"model": "m" * 257, "prompt": "x"}).encode(), "model"),
+        ("/v1/completions", json.dumps({"model": "m", "prompt": "x", "stop": list("abcde")}).encode(), "stop"),
+        ("/v1/completions", json.dumps({"model": "m", "prompt": "x", "stop": ["x" * 257]}).encode(), "stop"),
+        ("/v1/completions", json.dumps({"model": "m", "prompt": "x", "stop": "." * 3_900_000}).encode(), "stop"),
+        ("/v1/completions", b'{"model": "m", "prompt": "x", "stop": ["ok", "\\udfff"]}', "stop"),
+        ("/v1/completions", b'{"model": "m", "prompt": "a\\ud800b"}', "prompt"),
+        ("/v1/chat/completions", b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}',
+         "messages[0].content"),
+        ("/v1/completions", json.dumps({"model": "m", "prompt": [7] * context}).encode(), "prompt"),
+        ("/v1/chat/completions", json.dumps({"model": "m", "messages": [
+            {"role": "user", "content": "word " * context}]}).encode(), "messages"),
+    ]
+
+    async def body(url, session):
+        async def stream():
+            request = {"model": "m", "prompt": "Once upon a time", "max_tokens": 40, "stream": True,
+                       "stream_options": {"include_usage": True}}
+            async with session.post(f"{url}/v1/completions", json=request) as response:
+                events = await read_events(response)
+            return json.loads(events[-2][1])["usage"]["completion_tokens"]
+
+        async def refused(path, payload):
+            async with session.post(f"{url}{path}", data=payload) as response:
+                return response.status, (await response.json())["error"]
+
+        streams = [asyncio.create_task(stream()) for _ in range(8)]
+        await asyncio.sleep(0.05)  # the streams are under way
+        errors = [await refused(path, payload) for path, payload, _ in bad]
+        return errors, await asyncio.gather(*streams)
+
+    errors, streamed = serve()(body)
+    assert [(status, error["param"]) for status, error in errors] == [(400, param) for *_, param in bad]
+    assert "lone surrogate" in errors[0][1]["message"] and "at most 256" in errors[1][1]["message"]
+    assert errors[-1][1]["code"] == errors[-2][1]["code"] == "context_length_exceeded"
+    assert streamed == [40] * 8
+
+
+def test_a_large_body_is_tokenized_off_the_event_loop(monkeypatch):
+    threads = []
+
+    async def body(url, session, app):
+        server = app[SERVER]
+        count = server.count_tokens
+        monkeypatch.setattr(server, "count_tokens", lambda text: threads.append(threading.get_ident()) or count(text))
+        for size in (100, 5_000):  # 500 bytes, then 25 kB (above INLINE_PARSE_BYTES)
+            request = {"model": "m", "prompt": "word " * size, "max_tokens": 2}
+            async with session.post(f"{url}/v1/completions", json=request) as response:
+                assert response.status == 200
+        return threading.get_ident()
+
+    loop_thread = serve(with_app=True)(body)
+    assert threads[0] == loop_thread != threads[1]

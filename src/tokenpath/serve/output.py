@@ -17,7 +17,7 @@ import numpy as np
 
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.sse import SseFramer
-from tokenpath.delivery.stop import StopStrings
+from tokenpath.delivery.stop import StopList, StopStrings, compile_stops
 from tokenpath.serve.openai import Ask
 
 DONE = None  # put on a response's queue after its last piece
@@ -31,6 +31,7 @@ class Response:
     request_id: str
     created: int
     token_ids: np.ndarray                 # the tokens it will generate, in order
+    stops: StopList                       # its stop strings, compiled when it came in
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     bank: "_Bank | None" = None           # where its slot is, once its first token has come
     slot: int = -1
@@ -51,7 +52,7 @@ class _Bank:
 
     def open(self, response: Response) -> None:
         response.bank, response.slot = self, self.free.pop()
-        self.stops.set(response.slot, response.ask.stop)
+        self.stops.set(response.slot, response.stops)
         ask = response.ask
         first = self.framers[ask.endpoint].open(response.slot, response.request_id, ask.model, response.created)
         if ask.stream and first:
@@ -142,5 +143,6 @@ class OutputSlots:
 
 
 def new_response(ask: Ask, token_ids: np.ndarray) -> Response:
+    """A response, with everything per request that streaming needs built now, off the engine's path."""
     prefix = "chatcmpl" if ask.endpoint == "chat" else "cmpl"
-    return Response(ask, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), token_ids)
+    return Response(ask, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), token_ids, compile_stops(ask.stop))
