@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import random
 import threading
 import time
 
@@ -242,3 +243,19 @@ def test_a_large_body_is_tokenized_off_the_event_loop(monkeypatch):
 
     loop_thread = serve(with_app=True)(body)
     assert threads[0] == loop_thread != threads[1]
+
+
+def test_releases_keep_step_order_when_their_timers_fire_out_of_order():
+    # Each step's tokens are released by a timer set from a clock read; a stall between reading the
+    # clock and setting the timer (a GC pause, a busy machine) made a later step's timer fire first,
+    # ending a request before its last token was counted (the flaky completion_tokens 2 of 3).
+    async def body(url, session, app):
+        rng = random.Random(0)  # a third of the engine's clock reads come 20 ms late
+        app[SERVER].engines[0].clock_ns = lambda: time.perf_counter_ns() - (20_000_000 if rng.random() < 1 / 3 else 0)
+        counts = []
+        for _ in range(8):
+            async with session.post(f"{url}/v1/completions", json={"model": "m", "prompt": "ok", "max_tokens": 3}) as response:
+                counts.append((await response.json())["usage"]["completion_tokens"])
+        return counts
+
+    assert serve(with_app=True)(body) == [3] * 8

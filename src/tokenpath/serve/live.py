@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
+from typing import Callable
 
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.lastmile import LastMile
@@ -34,6 +36,8 @@ class LiveEngine:
         self.clock_ns = clock_ns
         self.start_ns = clock_ns()
         self.responses: dict[int, Response] = {}
+        # Steps whose tokens have not left yet, in step order: (step, leave_ns, emitters, finished).
+        self.unreleased: deque[tuple[int, int, list[int], list[int]]] = deque()
         self.wake = asyncio.Event()
 
     def elapsed_ns(self) -> int:
@@ -50,14 +54,28 @@ class LiveEngine:
         loop = asyncio.get_running_loop()
         replica = self.replica
         while True:
+            # Tokens that leave by the time the next step starts go out before it is formed: a late
+            # host can find their timer not yet run.
+            self._release_through(lambda step, leave_ns: leave_ns <= replica.now)
             if replica.idle:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
             finished = replica.step()
+            step = replica.num_steps - 1
+            self.unreleased.append((step, replica.last_leave_ns, replica.emitters, finished))
             delay_s = (self.start_ns + replica.last_leave_ns - self.clock_ns()) / 1e9
-            loop.call_later(max(0.0, delay_s), self._release, replica.emitters, finished)
+            loop.call_later(max(0.0, delay_s), self._release_through, lambda s, leave_ns: s <= step)
             await asyncio.sleep(max(0.0, (self.start_ns + replica.now - self.clock_ns()) / 1e9))
+
+    def _release_through(self, due: Callable[[int, int], bool]) -> None:
+        """Release the steps, oldest first, while `due(step, leave_ns)`. Steps go out in step order
+        whatever order their timers fire in: a timer's deadline adds the time between reading the
+        clock and scheduling it, and timers due at once run in heap order, which ties do not fix."""
+        unreleased = self.unreleased
+        while unreleased and due(unreleased[0][0], unreleased[0][1]):
+            _, _, emitters, finished = unreleased.popleft()
+            self._release(emitters, finished)
 
     def _release(self, emitters: list[int], finished: list[int]) -> None:
         """The step's tokens leave the server: detokenize, filter and frame them for their clients."""
