@@ -17,6 +17,7 @@ from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
 from tokenpath.scenario import load_scenario
 from tokenpath.serve import make_app
+from tokenpath.serve.app import RUN_OPTIONS
 
 SCENARIO = {
     "deployment.chip": "h100", "deployment.chips": 4, "deployment.tp": 4, "model.name": "llama-3.1-70b",
@@ -39,7 +40,7 @@ class LoopbackServer:
 
     def _run(self):
         asyncio.set_event_loop(self.loop)
-        self.runner = web.AppRunner(self.app)
+        self.runner = web.AppRunner(self.app, **RUN_OPTIONS)
         self.loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         self.loop.run_until_complete(site.start())

@@ -7,12 +7,17 @@ import threading
 import time
 
 import aiohttp
+import numpy as np
 import pytest
 from aiohttp import web
 
+from tokenpath.delivery import Detokenizer
 from tokenpath.scenario import load_scenario
 from tokenpath.serve import ServeOptions, make_app
-from tokenpath.serve.app import SERVER
+from tokenpath.serve.app import RUN_OPTIONS, SERVER
+from tokenpath.serve.live import LiveEngine
+from tokenpath.serve.openai import Ask
+from tokenpath.serve.output import OutputSlots, new_response
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 
@@ -24,7 +29,7 @@ def serve(options=ServeOptions(), with_app=False, **overrides):
     def run(body):
         async def main():
             app = make_app(load_scenario("typical", {**FAST, **overrides}), options)
-            runner = web.AppRunner(app)
+            runner = web.AppRunner(app, **RUN_OPTIONS)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()
@@ -245,6 +250,7 @@ def test_a_large_body_is_tokenized_off_the_event_loop(monkeypatch):
     assert threads[0] == loop_thread != threads[1]
 
 
+
 def test_releases_keep_step_order_when_their_timers_fire_out_of_order():
     # Each step's tokens are released by a timer set from a clock read; a stall between reading the
     # clock and setting the timer (a GC pause, a busy machine) made a later step's timer fire first,
@@ -259,3 +265,102 @@ def test_releases_keep_step_order_when_their_timers_fire_out_of_order():
         return counts
 
     assert serve(with_app=True)(body) == [3] * 8
+
+
+def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as_on_an_idle_server(monkeypatch):
+    # 64 requests for 2,000 tokens ended by a stop string, and 64 whose clients leave: mid-stream,
+    # before their first token, or a non-streaming client timing out.
+    aborts = []  # (handle, tokens released, engine step, by a stop string) when the server learned of the end
+    abort_in_engine = LiveEngine.abort
+
+    def abort(engine, response):
+        if response.handle in engine.responses:
+            aborts.append((response.handle, response.tokens, engine.replica.num_steps, response.ended))
+        abort_in_engine(engine, response)
+
+    monkeypatch.setattr(LiveEngine, "abort", abort)
+    alone = {"model": "m", "prompt": [7] * 200, "max_tokens": 20, "stream": True}
+    long = {"model": "m", "prompt": "Tell me a story.", "max_tokens": 2000, "stream": True}
+
+    async def body(url, session, app):
+        async def post(request, events=None, timeout=None):
+            """The chunks of a whole response, or None: hung up after `events` events, or timed out."""
+            try:
+                async with session.post(f"{url}/v1/completions", json=request,
+                                        timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+                    assert response.status == 200
+                    if events is None:
+                        return [json.loads(data) for _, data in await read_events(response) if data != "[DONE]"]
+                    async for line in response.content:
+                        events -= line.startswith(b"data: ")
+                        if events <= 0:
+                            return None
+            except asyncio.TimeoutError:
+                return None
+
+        engine = app[SERVER].engines[0]
+        first = await post(alone)
+        await asyncio.gather(
+            *(post({**long, "stop": ["."]}) for _ in range(64)),
+            *(post(long, events=3) for _ in range(48)),
+            *(post({**long, "prompt": [7] * 4000}, events=0) for _ in range(8)),
+            *(post({**long, "stream": False}, timeout=0.3) for _ in range(8)))
+        while len(aborts) < 128:  # the server learns of the last hang-ups a few loop turns later
+            await asyncio.sleep(0.01)
+        replica = engine.replica
+        left = replica.idle, replica.free_blocks == replica.kv_capacity_tokens // replica.block
+        second = await post(alone)
+        return first, second, left, engine
+
+    first, second, left, engine = serve(with_app=True)(body)
+    assert len(aborts) == 128 and sum(by_stop for *_, by_stop in aborts) == 64
+    assert left == (True, True)  # nothing running, queued or holding KV blocks once they had ended
+    assert engine.responses == {} and not engine.unreleased  # nothing kept per dropped stream
+    assert all(len(bank.free) == bank.ids.size for bank in engine.output.banks)
+    replica = engine.replica
+    steps, spans, silent = replica.steps(), replica.spans(), replica.silent_rows.array()
+    for handle, tokens, step, by_stop in aborts:
+        last_steps = (spans[:, 1] + spans[:, 2] - 1)[spans[:, 0] == handle]
+        assert (last_steps < step).all() and (silent[silent[:, 0] == handle, 1] < step).all()
+        # a stop string is seen before the next step starts; a client can leave while a step is running
+        assert replica.generated[handle] - tokens <= (0 if by_stop else 1)
+
+    def token_steps(handle):
+        return np.concatenate([np.arange(f, f + c) for _, f, c in spans[spans[:, 0] == handle]])
+
+    # the later request runs alone, exactly as the first did on the idle server: the same simulated TPOT
+    a, b = token_steps(0), token_steps(len(replica.prompt) - 1)
+    assert len(a) == len(b) == 20 and (steps["seqs"][b] == 1).all()
+    assert np.diff(steps["leave_ns"][a]).mean() == np.diff(steps["leave_ns"][b]).mean()
+    assert len(first) == len(second) and first[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_one_requests_failing_output_ends_only_that_request_with_an_error():
+    # A name that cannot be encoded reached the framer once (now refused at the edge): it raised in
+    # the step's release, so its stream never ended and the next stream lost its token.
+    detokenizer = Detokenizer.load()
+    slots = OutputSlots(detokenizer, 1)
+    ids = np.array(detokenizer.encode("The quick brown fox jumps over the lazy dog again and again"))
+    asks = [Ask("completions", model, 3, len(ids), True, False) for model in ("a", "\ud800", "c")]
+    responses = [new_response(ask, ids) for ask in asks]
+    ended = slots.step(responses)
+    for _ in range(len(ids) - 1):
+        assert slots.step([responses[0], responses[2]]) == []
+    for response in responses[::2]:
+        slots.finish(response)
+    assert ended == [responses[1]] and responses[1].finish_reason == "error"
+
+    def drained(response):
+        items = []
+        while not response.queue.empty():
+            items.append(response.queue.get_nowait())
+        return items
+
+    bad = drained(responses[1])
+    assert bad[-1] is None and json.loads(bad[0].split(b"\n\n")[0][6:])["error"]["type"] == "server_error"
+    assert bad[0].endswith(b"data: [DONE]\n\n")
+    for response in responses[::2]:
+        events = drained(response)
+        text = "".join(json.loads(e.split(b"\n\n")[0][6:])["choices"][0]["text"] for e in events[:-1])
+        assert response.tokens == len(ids) and text == detokenizer.decode(ids) and events[-1] is None
+    assert all(len(bank.free) == bank.ids.size for bank in slots.banks)  # every slot came back

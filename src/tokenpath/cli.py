@@ -243,11 +243,11 @@ def serve(
 
     from tokenpath.scenario import load_scenario
     from tokenpath.serve import ServeOptions, make_app
-    from tokenpath.serve.app import SERVER
+    from tokenpath.serve.app import RUN_OPTIONS, SERVER
 
     application = make_app(load_scenario(scenario), ServeOptions(api_key, served_model_name, tokenizer, send_log))
     err_console.print(f"serving {application[SERVER].model_name} on http://{host}:{port}/v1 (Ctrl-C stops)")
-    web.run_app(application, host=host, port=port, print=None)
+    web.run_app(application, host=host, port=port, print=None, **RUN_OPTIONS)
 
 
 def _batch_sizes(given: str, extra: list[str]) -> list[int]:

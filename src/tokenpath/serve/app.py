@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
@@ -33,6 +34,10 @@ MAX_BODY_BYTES = 4 * 2**20
 # tokenizer encodes about 10 MB/s on one core (3.9 MB in 0.38 s), so at most about 2 ms. Larger ones
 # go to a worker thread, so that streams keep their pace meanwhile.
 INLINE_PARSE_BYTES = 16 * 2**10
+# aiohttp cancels a handler whose client has gone only when asked: serve runs with this, so that a
+# request whose client left is aborted at once, wherever it waits.
+RUN_OPTIONS = {"handler_cancellation": True}
+log = logging.getLogger("tokenpath.serve")
 
 
 @dataclass(frozen=True)
@@ -136,10 +141,16 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
         start = int(server.rng.integers(0, len(server.corpus_ids)))
         ids = np.take(server.corpus_ids, np.arange(start, start + output_tokens), mode="wrap")
         response = new_response(ask, ids)
-        server.engines[next(server.next_engine)].submit(response)
-        if ask.stream:
-            return await _stream(request, server, response)
-        return web.json_response(await _whole(response))
+        engine = server.engines[next(server.next_engine)]
+        engine.submit(response)
+        try:
+            if ask.stream:
+                return await _stream(request, server, response)
+            return web.json_response(await _whole(response))
+        finally:  # if it ended early (its client left), the engine stops working on it
+            if not response.ended:
+                log.info("%s aborted after %d tokens: its client left", response.request_id, response.tokens)
+            engine.abort(response)
 
     return handle
 
@@ -149,6 +160,8 @@ async def _whole(response: Response) -> dict[str, Any]:
     parts = []
     while (piece := await response.queue.get()) is not DONE:
         parts.append(piece)
+    if response.error is not None:
+        raise response.error
     ask, text = response.ask, "".join(parts)
     if ask.endpoint == "chat":
         kind, choice = "chat.completion", {"index": 0, "message": {"role": "assistant", "content": text}}
@@ -163,15 +176,18 @@ async def _whole(response: Response) -> dict[str, Any]:
 
 async def _stream(request: web.Request, server: Server, response: Response) -> web.StreamResponse:
     http = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await http.prepare(request)
-    log = server.send_log
+    send_log = server.send_log
     events = 0
-    while (data := await response.queue.get()) is not DONE:
-        await http.write(data)
-        if log is not None:
-            log.write(f'{{"id":"{response.request_id}","event":{events},"send_ns":{time.perf_counter_ns()}}}\n')
-        events += 1
-    await http.write_eof()
+    try:
+        await http.prepare(request)
+        while (data := await response.queue.get()) is not DONE:
+            await http.write(data)
+            if send_log is not None:
+                send_log.write(f'{{"id":"{response.request_id}","event":{events},"send_ns":{time.perf_counter_ns()}}}\n')
+            events += 1
+        await http.write_eof()
+    except ConnectionError:  # the client left mid-stream: nothing to send it; the caller aborts the request
+        pass
     return http
 
 

@@ -7,6 +7,9 @@ arrives at the wall-clock time it was submitted, and each step's tokens are rele
 simulated step says they leave the server. When the host falls behind (its own work for a step took
 longer than the step), tokens go out late but the engine's timeline does not drift: the next step
 still starts when the last one ended.
+
+A request that ends early (a stop string, its client gone) is aborted in the engine at once, so the
+next step neither computes it nor holds its KV cache.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class LiveEngine:
         self.output = OutputSlots(detokenizer, scenario.delivery.stream_interval)
         self.clock_ns = clock_ns
         self.start_ns = clock_ns()
-        self.responses: dict[int, Response] = {}
+        self.responses: dict[int, Response] = {}  # by engine handle, until it ends
         # Steps whose tokens have not left yet, in step order: (step, leave_ns, emitters, finished).
         self.unreleased: deque[tuple[int, int, list[int], list[int]]] = deque()
         self.wake = asyncio.Event()
@@ -45,17 +48,25 @@ class LiveEngine:
 
     def submit(self, response: Response) -> None:
         """Queue a request arriving now; its output will appear on `response.queue`."""
-        handle = self.replica.submit(response.ask.prompt_tokens, len(response.token_ids), self.elapsed_ns())
-        self.responses[handle] = response
+        response.handle = self.replica.submit(response.ask.prompt_tokens, len(response.token_ids), self.elapsed_ns())
+        self.responses[response.handle] = response
         self.wake.set()
+
+    def abort(self, response: Response) -> None:
+        """End a response early (a stop string ended it, or its client left): the engine drops it
+        before its next step and its output slot is freed. Nothing if it has already ended."""
+        if self.responses.pop(response.handle, None) is None:
+            return
+        self.replica.abort(response.handle)
+        self.output.release(response)
 
     async def run(self) -> None:
         """Step whenever there is work, forever (cancel the task to stop)."""
         loop = asyncio.get_running_loop()
         replica = self.replica
         while True:
-            # Tokens that leave by the time the next step starts go out before it is formed: a late
-            # host can find their timer not yet run.
+            # Tokens that leave by the time the next step starts go out before it is formed (a late
+            # host can find their timer not yet run): a stop string among them keeps its request out.
             self._release_through(lambda step, leave_ns: leave_ns <= replica.now)
             if replica.idle:
                 self.wake.clear()
@@ -79,6 +90,11 @@ class LiveEngine:
 
     def _release(self, emitters: list[int], finished: list[int]) -> None:
         """The step's tokens leave the server: detokenize, filter and frame them for their clients."""
-        self.output.step([self.responses[handle] for handle in emitters])
+        responses = self.responses
+        ended = self.output.step([r for handle in emitters if (r := responses.get(handle)) is not None])
         for handle in finished:
-            self.output.finish(self.responses.pop(handle))
+            response = responses.pop(handle, None)
+            if response is not None:
+                self.output.finish(response)
+        for response in ended:  # a stop string ended it, or its output failed
+            self.abort(response)
