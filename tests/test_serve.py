@@ -305,7 +305,9 @@ def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as
             *(post(long, events=3) for _ in range(48)),
             *(post({**long, "prompt": [7] * 4000}, events=0) for _ in range(8)),
             *(post({**long, "stream": False}, timeout=0.3) for _ in range(8)))
-        while len(aborts) < 128:  # the server learns of the last hang-ups a few loop turns later
+        for _ in range(3000):  # the server learns of the last hang-ups a few loop turns later
+            if not engine.responses:
+                break
             await asyncio.sleep(0.01)
         replica = engine.replica
         left = replica.idle, replica.free_blocks == replica.kv_capacity_tokens // replica.block
@@ -313,7 +315,9 @@ def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as
         return first, second, left, engine
 
     first, second, left, engine = serve(with_app=True)(body)
-    assert len(aborts) == 128 and sum(by_stop for *_, by_stop in aborts) == 64
+    # every one was aborted, but a non-streaming request whose client timed out before it reached
+    # the engine (a busy machine) has nothing to abort
+    assert 120 <= len(aborts) <= 128 and sum(by_stop for *_, by_stop in aborts) == 64
     assert left == (True, True)  # nothing running, queued or holding KV blocks once they had ended
     assert engine.responses == {} and not engine.unreleased  # nothing kept per dropped stream
     assert all(len(bank.free) == bank.ids.size for bank in engine.output.banks)
