@@ -80,14 +80,24 @@ def reference_engine(
     max_concurrency: int | None = None,
     progress: Callable[[int], None] | None = None,
     cached_tokens: np.ndarray | None = None,
+    aborts: dict[int, list[int]] | None = None,
+    abort_results: list[bool] | None = None,
 ) -> EngineTrace:
     """Simulate one engine replica serving the given requests (rows sorted by scheduled time); the KV
-    of each request's first `cached_tokens` prompt tokens comes with it."""
+    of each request's first `cached_tokens` prompt tokens comes with it. `aborts` (open loop only):
+    step -> requests ended just before that step, keeping the tokens they have (see `_Replica.abort`);
+    what each abort returned is appended to `abort_results`."""
+    if aborts and max_concurrency is not None:
+        raise ValueError("aborts are defined for an open loop only")
     replica = _Replica(scheduled_ns, input_tokens, output_tokens, costs, host, spec, kv_capacity_tokens,
                        max_concurrency, progress)
     if cached_tokens is not None:
         replica.cached[:] = cached_tokens
-    return replica.run()
+    replica.aborts = {step: list(requests) for step, requests in (aborts or {}).items()}
+    trace = replica.run()
+    if abort_results is not None:
+        abort_results.extend(replica.aborted)
+    return trace
 
 
 
@@ -125,6 +135,8 @@ class _Replica:
         self.now = 0
         self.done = 0
         self.preemptions = 0
+        self.aborts: dict[int, list[int]] = {}  # step -> requests to abort just before it
+        self.aborted: list[bool] = []           # what each abort returned, in order
 
         first_wave = n if max_concurrency is None else min(n, max_concurrency)
         for i in range(first_wave):
@@ -141,6 +153,10 @@ class _Replica:
 
     def run(self) -> EngineTrace:
         while self.done < self.n:
+            for i in self.aborts.pop(len(self.steps), ()):
+                self.aborted.append(self.abort(i))
+            if self.done == self.n:
+                break
             while self.arrivals and self.arrivals[0][0] <= self.now:
                 self.waiting.append(heapq.heappop(self.arrivals)[1])
             if not self.waiting and len(self.running) == 0:
@@ -149,6 +165,26 @@ class _Replica:
             if not self.decode_run():
                 self.step()
         return self.trace()
+
+    def abort(self, i: int) -> bool:
+        """End request i between steps with the tokens it has: out of the arrivals, the queue or the
+        running batch (its KV blocks freed). False if it had already finished."""
+        run = self.running
+        rows = np.flatnonzero(run.ids == i)
+        if len(rows):
+            self.park(rows)
+            self.free_blocks += int(run.blocks[rows].sum())
+            run.keep(run.ids != i)
+        elif i in self.waiting:
+            self.waiting.remove(i)
+        elif any(r == i for _, r in self.arrivals):
+            self.arrivals = [(t, r) for t, r in self.arrivals if r != i]
+            heapq.heapify(self.arrivals)
+        else:
+            return False
+        self.out[i] = self.generated[i]
+        self.done += 1
+        return True
 
     # -- the general step --------------------------------------------------------------------------
 
@@ -234,7 +270,7 @@ class _Replica:
         kv_read = int(p.sum()) + num_tokens
         emitters = run.ids[emits]
         token_index = self.out[emitters] - run.left[emits]
-        compute_ns, traffic_ns, blocking_ns, end = self.account(
+        compute_ns, traffic_ns, blocking_ns, _ = self.account(
             num_tokens, len(q), len(emitters), attn_pairs, kv_read, emitters, token_index)
         if all_active:
             run.compute += compute_ns
@@ -247,7 +283,7 @@ class _Replica:
         run.computed += num
         run.target += emits
         run.left -= emits
-        self.finish(end)
+        self.finish()
 
     def account(self, num_tokens: int, num_seqs: int, num_logits: int, attn_pairs: int, kv_read: int,
                 emitters: np.ndarray, token_index: np.ndarray | None) -> tuple[int, int, int, int]:
@@ -261,10 +297,11 @@ class _Replica:
         self.steps.append((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, num_seqs,
                            attn_pairs, kv_read, num_logits))
         self.emitted.append(emitters)
+        self.last_end[emitters] = end
         self.now = end
         return compute_ns, traffic_ns, blocking_ns, end
 
-    def finish(self, end_ns: int) -> None:
+    def finish(self) -> None:
         """Retire the sequences that got their last token; a closed loop sends the next requests."""
         run = self.running
         finished = run.left == 0
@@ -273,7 +310,6 @@ class _Replica:
         rows = np.flatnonzero(finished)
         self.park(rows)
         ids = run.ids[rows]
-        self.last_end[ids] = end_ns
         self.free_blocks += int(run.blocks[rows].sum())
         run.keep(~finished)
         self.done += len(rows)
@@ -305,6 +341,8 @@ class _Replica:
         if int((run.target - run.computed).sum()) != batch:  # some sequence is still prefilling
             return 0
         length = int(run.left.min()) - 1  # the step after these finishes a sequence
+        if self.aborts:  # and none runs into a step that an abort comes before
+            length = min(length, min(self.aborts) - len(self.steps))
         if length < 1:
             return 0
         grown_blocks = (run.computed + length + (self.block - 1)) // self.block

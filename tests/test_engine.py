@@ -8,7 +8,9 @@ from reference_engine import reference_engine
 
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.engine.loop import _trace as trace_of
 from tokenpath.engine.loop import run_engine
+from tokenpath.engine.replica import Replica
 from tokenpath.engine.replica import _Rows as Rows
 from tokenpath.engine.spec import EngineSpec
 
@@ -187,3 +189,110 @@ def test_rows_moved_into_numpy_blocks_mid_run_give_the_same_trace(monkeypatch):
     assert len(whole.step_start_ns) > 50 and whole.preemptions > 0
     for field in whole.__dataclass_fields__:
         assert np.array_equal(getattr(whole, field), getattr(flushed, field)), field
+
+
+def state_of(replica, i):
+    """Where request i is in the fast engine, between steps."""
+    if i in replica.decoding:
+        return "decoding"
+    if replica.prefill is not None and replica.prefill.request == i:
+        return "prefilling"
+    if replica.generated[i] >= replica.out[i]:
+        return "finished"
+    if i in replica.waiting:
+        return "preempted" if replica.generated[i] else "waiting"
+    return "arriving"
+
+
+def run_with_aborts(scheduled_ns, inputs, outputs, costs, host, spec, kv_capacity_tokens, cached, aborts, states=None):
+    """run_engine's open loop, calling `Replica.abort` for the requests due just before each step
+    (noting each one's state in `states`)."""
+    replica = Replica(costs, host, spec, kv_capacity_tokens)
+    upload = np.array([host.upload_ns(int(p)) for p in inputs], dtype=np.int64)
+    replica.submit_all(inputs, outputs, scheduled_ns + upload, upload, cached)
+    returned = []
+    most_steps = 2 * int(inputs.sum() + outputs.sum()) + 1000  # an engine that stops making progress fails
+    while not replica.idle:
+        assert replica.num_steps < most_steps
+        due = aborts.get(replica.num_steps, ())
+        if states is not None:
+            states += [state_of(replica, i) for i in due]
+        returned += [replica.abort(i) for i in due]
+        if not replica.idle:
+            replica.step()
+    assert replica.free_blocks == kv_capacity_tokens // spec.block_size  # every block came back
+    return trace_of(replica, scheduled_ns.tolist(), list(replica.out), kv_capacity_tokens), returned
+
+
+ABORT_COSTS = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5)
+
+
+def draw_abort_steps(rng, share, scheduled, inputs, outputs, spec, kv_tokens, cached, delivery):
+    """For each request, with probability `share`, a step to abort it before (-1: never), drawn over
+    the steps the same workload takes without aborts."""
+    args = (scheduled, inputs, outputs, ABORT_COSTS, LastMile(delivery), spec, kv_tokens, cached, {})
+    steps = len(run_with_aborts(*args)[0].step_start_ns)
+    return np.where(rng.random(len(inputs)) < share, rng.integers(0, steps + 2, len(inputs)), -1)
+
+
+def assert_aborts_match(scheduled, inputs, outputs, spec, kv_tokens, cached, delivery, abort_steps):
+    """Abort request i just before step abort_steps[i] (-1: never) in both engines and compare the
+    traces and what each abort returned; the states the aborted requests were in."""
+    args = (scheduled, inputs, outputs, ABORT_COSTS)
+    aborts: dict[int, list[int]] = {}
+    for i, step in enumerate(abort_steps):
+        if step >= 0:
+            aborts.setdefault(step, []).append(i)
+    states: list[str] = []
+    fast, fast_returned = run_with_aborts(*args, LastMile(delivery), spec, kv_tokens, cached, aborts, states)
+    slow_returned: list[bool] = []
+    slow = reference_engine(*args, LastMile(delivery), spec, kv_tokens, cached_tokens=cached, aborts=aborts,
+                            abort_results=slow_returned)
+    for field in fast.__dataclass_fields__:
+        if field != "spans":
+            assert np.array_equal(getattr(fast, field), getattr(slow, field)), field
+    assert np.array_equal(fast.token_steps(), slow.token_steps())
+    assert fast_returned == slow_returned == [state != "finished" for state in states]
+    return states
+
+
+def test_aborts_in_every_state_match_the_reference():
+    rng = np.random.default_rng(120)  # a draw that aborts requests in each of the six states
+    n, block = 12, 16
+    inputs, outputs = rng.integers(1, 300, n), rng.integers(1, 80, n)
+    scheduled = np.rint(np.sort(rng.uniform(0, 0.02, n)) * 1e9).astype(np.int64)
+    spec = EngineSpec(max_num_seqs=4, max_num_batched_tokens=64, chunked_prefill=True, block_size=block)
+    workload = (scheduled, inputs, outputs, spec, block * 24, np.zeros(n, np.int64), NO_NETWORK)
+    abort_steps = draw_abort_steps(rng, 1.0, *workload)
+    states = assert_aborts_match(*workload, abort_steps)
+    assert set(states) == {"arriving", "waiting", "prefilling", "decoding", "preempted", "finished"}
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    interval=st.integers(1, 3),
+    max_seqs=st.sampled_from([1, 2, 8, 64]),
+    budget=st.sampled_from([64, 256]),
+    kv_blocks=st.integers(30, 200),
+    chunked=st.booleans(),
+    prefilled=st.booleans(),
+    share=st.sampled_from([0.2, 0.5, 1.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_aborts_give_the_same_trace_in_both_engines(
+        n, interval, max_seqs, budget, kv_blocks, chunked, prefilled, share, seed):
+    # Requests aborted before random steps (arriving, queued, prefilling, decoding, preempted or done):
+    # both engines keep the tokens made, free the same blocks and run the rest identically.
+    rng = np.random.default_rng(seed)
+    block = 16
+    longest = min(budget, block * kv_blocks) if not chunked else block * kv_blocks
+    inputs = rng.integers(1, max(2, longest // 2), n)
+    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    scheduled = np.rint(np.sort(rng.uniform(0, 0.02, n)) * 1e9).astype(np.int64)
+    cached = rng.integers(0, inputs) if prefilled else np.zeros(n, np.int64)
+    delivery = DeliverySpec(stream_interval=interval, detokenize_per_token=2e-5)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs),
+                      chunked_prefill=chunked, block_size=block)
+    workload = (scheduled, inputs, outputs, spec, block * kv_blocks, cached, delivery)
+    assert_aborts_match(*workload, draw_abort_steps(rng, share, *workload))

@@ -2,27 +2,35 @@
 
 import asyncio
 import json
+import random
+import threading
 import time
 
 import aiohttp
+import numpy as np
 import pytest
+from tokenpath.delivery import Detokenizer
 from tokenpath.scenario import load_scenario
 from tokenpath.serve import ServeOptions, make_app
-from tokenpath.serve.app import start_server, stop_server
+from tokenpath.serve.app import SERVER, start_server, stop_server
+from tokenpath.serve.live import LiveEngine
+from tokenpath.serve.openai import Ask
+from tokenpath.serve.output import OutputSlots, new_response
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 
 
-def serve(options=ServeOptions(), **overrides):
-    """Run `body(base_url, session)` against a live server on a free loopback port."""
+def serve(options=ServeOptions(), with_app=False, **overrides):
+    """Run `body(base_url, session)` (with `with_app`: `body(base_url, session, app)`) against a live
+    server on a free loopback port."""
 
     def run(body):
         async def main():
             app = make_app(load_scenario("typical", {**FAST, **overrides}), options)
             runner, listener = await start_server(app, "127.0.0.1", 0)
             try:
-                async with aiohttp.ClientSession() as session:
-                    return await body(f"http://127.0.0.1:{listener.port}", session)
+                async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+                    return await body(f"http://127.0.0.1:{listener.port}", session, *((app,) if with_app else ()))
             finally:
                 await stop_server(runner, listener)
 
@@ -176,3 +184,181 @@ def test_concurrent_requests_all_complete_with_their_lengths():
         # at most one event per token (tokens that show no text yet are merged forward), then the end
         assert sum(1 for c in choices if c["text"]) <= 5 + n
         assert [c["finish_reason"] for c in choices if c["finish_reason"]] == ["length"]
+
+
+def test_bad_fields_get_a_400_naming_them_while_other_streams_go_on():
+    context = 131072  # llama-3.1-8b's
+    # (path, body, param): text with a lone surrogate is not valid JSON text, refused as the body is read
+    bad = [
+        ("/v1/completions", b'{"model": "\\ud800", "prompt": "x"}', None),
+        ("/v1/completions", json.dumps({"model": "m" * 257, "prompt": "x"}).encode(), "model"),
+        ("/v1/completions", json.dumps({"model": "m", "prompt": "x", "stop": list("abcde")}).encode(), "stop"),
+        ("/v1/completions", json.dumps({"model": "m", "prompt": "x", "stop": ["x" * 257]}).encode(), "stop"),
+        ("/v1/completions", json.dumps({"model": "m", "prompt": "x", "stop": "." * 3_900_000}).encode(), "stop"),
+        ("/v1/completions", b'{"model": "m", "prompt": "x", "stop": ["ok", "\\udfff"]}', None),
+        ("/v1/completions", b'{"model": "m", "prompt": "a\\ud800b"}', None),
+        ("/v1/chat/completions", b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}', None),
+        ("/v1/completions", json.dumps({"model": "m", "prompt": [7] * context}).encode(), "prompt"),
+        ("/v1/chat/completions", json.dumps({"model": "m", "messages": [
+            {"role": "user", "content": "word " * context}]}).encode(), "messages"),
+    ]
+
+    async def body(url, session):
+        async def stream():
+            request = {"model": "m", "prompt": "Once upon a time", "max_tokens": 40, "stream": True,
+                       "stream_options": {"include_usage": True}}
+            async with session.post(f"{url}/v1/completions", json=request) as response:
+                events = await read_events(response)
+            return json.loads(events[-2][1])["usage"]["completion_tokens"]
+
+        async def refused(path, payload):
+            async with session.post(f"{url}{path}", data=payload) as response:
+                return response.status, (await response.json())["error"]
+
+        streams = [asyncio.create_task(stream()) for _ in range(8)]
+        await asyncio.sleep(0.05)  # the streams are under way
+        errors = [await refused(path, payload) for path, payload, _ in bad]
+        return errors, await asyncio.gather(*streams)
+
+    errors, streamed = serve()(body)
+    assert [(status, error["param"]) for status, error in errors] == [(400, param) for *_, param in bad]
+    assert "surrogate" in errors[0][1]["message"] and "at most 256" in errors[1][1]["message"]
+    assert errors[-1][1]["code"] == errors[-2][1]["code"] == "context_length_exceeded"
+    assert streamed == [40] * 8
+
+
+def test_a_large_body_is_tokenized_off_the_event_loop(monkeypatch):
+    threads = []
+
+    async def body(url, session, app):
+        server = app[SERVER]
+        count = server.count_tokens
+        monkeypatch.setattr(server, "count_tokens", lambda text: threads.append(threading.get_ident()) or count(text))
+        for size in (100, 5_000):  # 500 bytes, then 25 kB (above INLINE_PARSE_BYTES)
+            request = {"model": "m", "prompt": "word " * size, "max_tokens": 2}
+            async with session.post(f"{url}/v1/completions", json=request) as response:
+                assert response.status == 200
+        return threading.get_ident()
+
+    loop_thread = serve(with_app=True)(body)
+    assert threads[0] == loop_thread != threads[1]
+
+
+
+def test_releases_keep_step_order_when_their_timers_fire_out_of_order():
+    # Each step's tokens are released by a timer set from a clock read; a stall between reading the
+    # clock and setting the timer (a GC pause, a busy machine) made a later step's timer fire first,
+    # ending a request before its last token was counted (the flaky completion_tokens 2 of 3).
+    async def body(url, session, app):
+        rng = random.Random(0)  # a third of the engine's clock reads come 20 ms late
+        app[SERVER].engines[0].clock_ns = lambda: time.perf_counter_ns() - (20_000_000 if rng.random() < 1 / 3 else 0)
+        counts = []
+        for _ in range(8):
+            async with session.post(f"{url}/v1/completions", json={"model": "m", "prompt": "ok", "max_tokens": 3}) as response:
+                counts.append((await response.json())["usage"]["completion_tokens"])
+        return counts
+
+    assert serve(with_app=True)(body) == [3] * 8
+
+
+def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as_on_an_idle_server(monkeypatch):
+    # 64 requests for 2,000 tokens ended by a stop string, and 64 whose clients leave: mid-stream,
+    # before their first token, or a non-streaming client timing out.
+    aborts = []  # (handle, tokens released, engine step, by a stop string) when the server learned of the end
+    abort_in_engine = LiveEngine.abort
+
+    def abort(engine, response):
+        if response.handle in engine.responses:
+            aborts.append((response.handle, response.tokens, engine.replica.num_steps, response.ended))
+        abort_in_engine(engine, response)
+
+    monkeypatch.setattr(LiveEngine, "abort", abort)
+    alone = {"model": "m", "prompt": [7] * 200, "max_tokens": 20, "stream": True}
+    long = {"model": "m", "prompt": "Tell me a story.", "max_tokens": 2000, "stream": True}
+
+    async def body(url, session, app):
+        async def post(request, events=None, timeout=None):
+            """The chunks of a whole response, or None: hung up after `events` events, or timed out."""
+            try:
+                async with session.post(f"{url}/v1/completions", json=request,
+                                        timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+                    assert response.status == 200
+                    if events is None:
+                        return [json.loads(data) for _, data in await read_events(response) if data != "[DONE]"]
+                    async for line in response.content:
+                        events -= line.startswith(b"data: ")
+                        if events <= 0:
+                            return None
+            except asyncio.TimeoutError:
+                return None
+
+        engine = app[SERVER].engines[0]
+        first = await post(alone)
+        await asyncio.gather(
+            *(post({**long, "stop": ["."]}) for _ in range(64)),
+            *(post(long, events=3) for _ in range(48)),
+            *(post({**long, "prompt": [7] * 4000}, events=0) for _ in range(8)),
+            *(post({**long, "stream": False}, timeout=0.3) for _ in range(8)))
+        for _ in range(3000):  # the server learns of the last hang-ups a few loop turns later
+            if not engine.responses:
+                break
+            await asyncio.sleep(0.01)
+        replica = engine.replica
+        left = replica.idle, replica.free_blocks == replica.kv_capacity_tokens // replica.block
+        second = await post(alone)
+        return first, second, left, engine
+
+    first, second, left, engine = serve(with_app=True)(body)
+    # every one was aborted, but a non-streaming request whose client timed out before it reached
+    # the engine (a busy machine) has nothing to abort
+    assert 120 <= len(aborts) <= 128 and sum(by_stop for *_, by_stop in aborts) == 64
+    assert left == (True, True)  # nothing running, queued or holding KV blocks once they had ended
+    assert engine.responses == {} and not engine.unreleased  # nothing kept per dropped stream
+    assert all(len(bank.free) == bank.ids.size for bank in engine.output.banks)
+    replica = engine.replica
+    steps, spans, silent = replica.steps(), replica.spans(), replica.silent_rows.array()
+    for handle, tokens, step, by_stop in aborts:
+        last_steps = (spans[:, 1] + spans[:, 2] - 1)[spans[:, 0] == handle]
+        assert (last_steps < step).all() and (silent[silent[:, 0] == handle, 1] < step).all()
+        # a stop string is seen before the next step starts; a client can leave while a step is running
+        assert replica.generated[handle] - tokens <= (0 if by_stop else 1)
+
+    def token_steps(handle):
+        return np.concatenate([np.arange(f, f + c) for _, f, c in spans[spans[:, 0] == handle]])
+
+    # the later request runs alone, exactly as the first did on the idle server: the same simulated TPOT
+    a, b = token_steps(0), token_steps(len(replica.prompt) - 1)
+    assert len(a) == len(b) == 20 and (steps["seqs"][b] == 1).all()
+    assert np.diff(steps["leave_ns"][a]).mean() == np.diff(steps["leave_ns"][b]).mean()
+    assert len(first) == len(second) and first[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_one_requests_failing_output_ends_only_that_request_with_an_error():
+    # A name that cannot be encoded reached the framer once (now refused at the edge): it raised in
+    # the step's release, so its stream never ended and the next stream lost its token.
+    detokenizer = Detokenizer.load()
+    slots = OutputSlots(detokenizer, 1)
+    ids = np.array(detokenizer.encode("The quick brown fox jumps over the lazy dog again and again"))
+    asks = [Ask("completions", model, 3, len(ids), True, False) for model in ("a", "\ud800", "c")]
+    responses = [new_response(ask, ids) for ask in asks]
+    ended = slots.step(responses)
+    for _ in range(len(ids) - 1):
+        assert slots.step([responses[0], responses[2]]) == []
+    for response in responses[::2]:
+        slots.finish(response)
+    assert ended == [responses[1]] and responses[1].finish_reason == "error"
+
+    def drained(response):
+        items = []
+        while not response.queue.empty():
+            items.append(response.queue.get_nowait())
+        return items
+
+    bad = drained(responses[1])
+    assert bad[-1] is None and json.loads(bad[0].split(b"\n\n")[0][6:])["error"]["type"] == "server_error"
+    assert bad[0].endswith(b"data: [DONE]\n\n")
+    for response in responses[::2]:
+        events = drained(response)
+        text = "".join(json.loads(e.split(b"\n\n")[0][6:])["choices"][0]["text"] for e in events[:-1])
+        assert response.tokens == len(ids) and text == detokenizer.decode(ids) and events[-1] is None
+    assert all(len(bank.free) == bank.ids.size for bank in slots.banks)  # every slot came back

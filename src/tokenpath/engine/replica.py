@@ -189,6 +189,38 @@ class Replica:
     def idle(self) -> bool:
         return not (self.arrivals or self.waiting or self.decoding or self.prefill)
 
+    def abort(self, i: int) -> bool:
+        """End request i now, between steps (a stop string, a client gone), as vLLM's abort does: it
+        takes no part in the next step, which can give its batch slot and KV blocks to others. It
+        keeps the tokens already made and from then on counts as finished with them (`out[i]`
+        becomes `generated[i]`). Returns False if it had already finished (or been aborted).
+
+        O(1) Python work, plus a C-level scan of one list: those due to finish in the same step as a
+        decoding request, or the queue (or arrivals) holding a waiting (or arriving) one."""
+        prefill = self.prefill
+        if i in self.decoding:
+            first, _, last_step = self.decoding[i]
+            due = self.finishing_at[last_step]
+            due.remove(i)
+            if not due:
+                del self.finishing_at[last_step]
+            context = self._stop_decoding(i, self.num_steps - first)
+            self.free_blocks += -(-context // self.block)
+        elif prefill is not None and prefill.request == i:
+            self.free_blocks += prefill.blocks
+            self.prefill = None
+        elif self.generated[i] >= self.out[i]:
+            return False
+        else:
+            key = self.arrival[i] << _ID_BITS | i
+            if key in self.arrivals:
+                self.arrivals.remove(key)
+                heapq.heapify(self.arrivals)
+            else:
+                self.waiting.remove(i)
+        self.out[i] = self.generated[i]
+        return True
+
     # -- one step ----------------------------------------------------------------------------------
 
     def step(self) -> list[int]:

@@ -7,12 +7,17 @@ arrives at the wall-clock time it was submitted, and each step's tokens are rele
 simulated step says they leave the server. When the host falls behind (its own work for a step took
 longer than the step), tokens go out late but the engine's timeline does not drift: the next step
 still starts when the last one ended.
+
+A request that ends early (a stop string, its client gone) is aborted in the engine at once, so the
+next step neither computes it nor holds its KV cache.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
+from typing import Callable
 
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.lastmile import LastMile
@@ -33,7 +38,9 @@ class LiveEngine:
         self.output = OutputSlots(detokenizer, scenario.delivery.stream_interval)
         self.clock_ns = clock_ns
         self.start_ns = clock_ns()
-        self.responses: dict[int, Response] = {}
+        self.responses: dict[int, Response] = {}  # by engine handle, until it ends
+        # Steps whose tokens have not left yet, in step order: (step, leave_ns, emitters, finished).
+        self.unreleased: deque[tuple[int, int, list[int], list[int]]] = deque()
         self.wake = asyncio.Event()
 
     def elapsed_ns(self) -> int:
@@ -42,27 +49,54 @@ class LiveEngine:
     def submit(self, response: Response, upload_ns: int = 0) -> None:
         """Queue a request arriving now, or `upload_ns` from now (its upload across the emulated
         network, as simulate's arrival); its output will appear on `response.queue`."""
-        handle = self.replica.submit(response.ask.prompt_tokens, len(response.token_ids), self.elapsed_ns() + upload_ns,
-                                     upload_ns)
-        self.responses[handle] = response
+        response.handle = self.replica.submit(response.ask.prompt_tokens, len(response.token_ids),
+                                              self.elapsed_ns() + upload_ns, upload_ns)
+        self.responses[response.handle] = response
         self.wake.set()
+
+    def abort(self, response: Response) -> None:
+        """End a response early (a stop string ended it, or its client left): the engine drops it
+        before its next step and its output slot is freed. Nothing if it has already ended."""
+        if self.responses.pop(response.handle, None) is None:
+            return
+        self.replica.abort(response.handle)
+        self.output.release(response)
 
     async def run(self) -> None:
         """Step whenever there is work, forever (cancel the task to stop)."""
         loop = asyncio.get_running_loop()
         replica = self.replica
         while True:
+            # Tokens that leave by the time the next step starts go out before it is formed (a late
+            # host can find their timer not yet run): a stop string among them keeps its request out.
+            self._release_through(lambda step, leave_ns: leave_ns <= replica.now)
             if replica.idle:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
             finished = replica.step()
+            step = replica.num_steps - 1
+            self.unreleased.append((step, replica.last_leave_ns, replica.emitters, finished))
             delay_s = (self.start_ns + replica.last_leave_ns - self.clock_ns()) / 1e9
-            loop.call_later(max(0.0, delay_s), self._release, replica.emitters, finished)
+            loop.call_later(max(0.0, delay_s), self._release_through, lambda s, leave_ns: s <= step)
             await asyncio.sleep(max(0.0, (self.start_ns + replica.now - self.clock_ns()) / 1e9))
+
+    def _release_through(self, due: Callable[[int, int], bool]) -> None:
+        """Release the steps, oldest first, while `due(step, leave_ns)`. Steps go out in step order
+        whatever order their timers fire in: a timer's deadline adds the time between reading the
+        clock and scheduling it, and timers due at once run in heap order, which ties do not fix."""
+        unreleased = self.unreleased
+        while unreleased and due(unreleased[0][0], unreleased[0][1]):
+            _, _, emitters, finished = unreleased.popleft()
+            self._release(emitters, finished)
 
     def _release(self, emitters: list[int], finished: list[int]) -> None:
         """The step's tokens leave the server: detokenize, filter and frame them for their clients."""
-        self.output.step([self.responses[handle] for handle in emitters])
+        responses = self.responses
+        ended = self.output.step([r for handle in emitters if (r := responses.get(handle)) is not None])
         for handle in finished:
-            self.output.finish(self.responses.pop(handle))
+            response = responses.pop(handle, None)
+            if response is not None:
+                self.output.finish(response)
+        for response in ended:  # a stop string ended it, or its output failed
+            self.abort(response)

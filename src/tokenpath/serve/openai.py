@@ -49,6 +49,26 @@ class Ask:
     extras: Extras = Extras()
 
 
+# OpenAI's API reference: `stop` takes "up to 4 sequences".
+MAX_STOPS = 4
+# A stop string's regular expression costs about 1 us per character to build (4 x 256 characters: 0.95
+# ms), and the filter holds back len - 1 characters of the stream; 256 is far beyond any stop marker in use.
+MAX_STOP_CHARS = 256
+# Hugging Face model ids are at most 96 + 1 + 96 characters (namespace/name, huggingface_hub's
+# REPO_ID_REGEX); the name is repeated in every chunk of the response, so it is bounded.
+MAX_MODEL_CHARS = 256
+
+
+def _unicode(text: str, where: str) -> str:
+    """`text`, if it can be sent on as UTF-8 (a JSON escape such as \\ud800 decodes to a lone surrogate, which cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ApiError(400, f"'{where}' holds a lone surrogate (\\u{ord(text[error.start]):04x}) at character "
+                            f"{error.start}: send valid Unicode", where) from None
+    return text
+
+
 def _int(body: dict[str, Any], key: str, low: int) -> int | None:
     value = body.get(key)
     if value is None:
@@ -61,14 +81,14 @@ def _int(body: dict[str, Any], key: str, low: int) -> int | None:
 def _text_parts(content: Any, where: str) -> str:
     """A chat message's text: a string, or a list of {"type": "text", "text": ...} parts."""
     if isinstance(content, str):
-        return content
+        return _unicode(content, where)
     if isinstance(content, list):
         texts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise ApiError(400, f"{where}: only text content parts are supported", where)
             texts.append(part["text"])
-        return "".join(texts)
+        return _unicode("".join(texts), where)
     if content is None:
         return ""
     raise ApiError(400, f"{where} must be a string or a list of text parts", where)
@@ -88,6 +108,10 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "'model' is required: the name of a model from /v1/models", "model")
+    if len(model) > MAX_MODEL_CHARS:
+        raise ApiError(400, f"'model' is {len(model)} characters long; a model name has at most {MAX_MODEL_CHARS}",
+                       "model")
+    _unicode(model, "model")
     if (n := _int(body, "n", 1)) not in (None, 1):
         raise ApiError(400, f"'n': one choice per request is emulated, got {n}; send n = 1 (or {n} requests)", "n")
     if endpoint == "completions":
@@ -95,7 +119,7 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            prompt_tokens = count_tokens(prompt)
+            prompt_tokens = count_tokens(_unicode(prompt, "prompt"))
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             bad = next((t for t in prompt if not 0 <= t <= MAX_TOKEN_ID), None)
             if bad is not None:
@@ -125,6 +149,11 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
     stop = body.get("stop") or []
     if isinstance(stop, str):
         stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 4:
-        raise ApiError(400, "'stop' must be a non-empty string or a list of up to 4 of them", "stop")
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > MAX_STOPS:
+        raise ApiError(400, f"'stop' must be a non-empty string or a list of up to {MAX_STOPS} of them", "stop")
+    for j, text in enumerate(stop):
+        if len(text) > MAX_STOP_CHARS:
+            raise ApiError(400, f"stop[{j}] is {len(text)} characters long; a stop string has at most "
+                                f"{MAX_STOP_CHARS}", "stop")
+        _unicode(text, "stop")
     return Ask(endpoint, model, prompt_tokens, max_tokens, stream, bool(options.get("include_usage")), stop)

@@ -9,18 +9,22 @@ string, and the SSE framer renders each stream's event from pre-rendered bytes. 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 
 from tokenpath.delivery import Detokenizer
+from tokenpath.delivery.sse import DONE as SSE_DONE
 from tokenpath.delivery.sse import SseFramer
-from tokenpath.delivery.stop import StopStrings
-from tokenpath.serve.openai import Ask
+from tokenpath.delivery.stop import StopList, StopStrings, compile_stops
+from tokenpath.serve.openai import ApiError, Ask
 
 DONE = None  # put on a response's queue after its last piece
+log = logging.getLogger("tokenpath.serve")
 
 
 @dataclass(eq=False)
@@ -31,13 +35,16 @@ class Response:
     request_id: str
     created: int
     token_ids: np.ndarray                 # the tokens it will generate, in order
+    stops: StopList                       # its stop strings, compiled when it came in
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    handle: int = -1                      # its request in the engine
     bank: "_Bank | None" = None           # where its slot is, once its first token has come
     slot: int = -1
     tokens: int = 0                       # tokens released so far
     ended: bool = False                   # its end has been sent (a stop string can end it early)
     finish_reason: str = ""
     system_fingerprint: str | None = None  # the server's configuration, as OpenAI's responses carry it
+    error: ApiError | None = None         # why its output failed, if it did
 
 
 class _Bank:
@@ -52,7 +59,7 @@ class _Bank:
 
     def open(self, response: Response) -> None:
         response.bank, response.slot = self, self.free.pop()
-        self.stops.set(response.slot, response.ask.stop)
+        self.stops.set(response.slot, response.stops)
         ask = response.ask
         running_usage = ask.prompt_tokens if ask.extras.continuous_usage else None
         first = self.framers[ask.endpoint].open(response.slot, response.request_id, ask.model, response.created,
@@ -60,7 +67,8 @@ class _Bank:
         if ask.stream and first:
             response.queue.put_nowait(first)
 
-    def step(self, responses: list[Response]) -> None:
+    def step(self, responses: list[Response]) -> list[Response]:
+        """Each of `responses` got its next token; those a stop string ended."""
         ids = self.ids
         ids.fill(-1)
         for response in responses:
@@ -78,19 +86,36 @@ class _Bank:
             for response in members:
                 if events[response.slot]:
                     response.queue.put_nowait(events[response.slot])
+        stopped = []
         for response in responses:
             if not response.ask.stream and visible[response.slot]:
                 response.queue.put_nowait(visible[response.slot])
             if self.stops.stopped[response.slot] and not response.ended:
-                self.end(response, "stop", "")
+                try:
+                    self.end(response, "stop", "")
+                except Exception as error:
+                    _fail(response, error)
+                stopped.append(response)
+        return stopped
 
     def finish(self, response: Response) -> None:
+        """End a response whose last token came (unless a stop string did) and free its slot."""
         slot = response.slot
         tail = self.stops.finish(slot, self.texts.finish(slot)[0])
         if not response.ended:
             stopped = self.stops.stopped[slot]
             self.end(response, "stop" if stopped or response.ask.max_tokens is None else "length", tail)
-        self.free.append(slot)
+        self._free(response)
+
+    def release(self, response: Response) -> None:
+        """Free the slot of a response ended early, sending nothing more: its text state is dropped."""
+        self.texts.finish(response.slot)
+        self.stops.finish(response.slot)
+        self._free(response)
+
+    def _free(self, response: Response) -> None:
+        self.free.append(response.slot)
+        response.bank, response.slot = None, -1
 
     def end(self, response: Response, reason: str, tail: str) -> None:
         ask = response.ask
@@ -127,24 +152,69 @@ class OutputSlots:
             self.banks.append(bank)
         bank.open(response)
 
-    def step(self, responses: list[Response]) -> None:
-        """Each of `responses` got its next token in this engine step."""
+    def step(self, responses: list[Response]) -> list[Response]:
+        """Each of `responses` got its next token in this engine step. Returns those that ended early:
+        a stop string came, or their output failed (each such failure ends only its own response)."""
         by_bank: dict[_Bank, list[Response]] = {}
+        ended = []
         for response in responses:
             if response.bank is None:
-                self._open(response)
+                try:
+                    self._open(response)
+                except Exception as error:
+                    self._fail(response, error)
+                    ended.append(response)
+                    continue
             by_bank.setdefault(response.bank, []).append(response)
         for bank, members in by_bank.items():
-            bank.step(members)
+            try:
+                ended += bank.step(members)
+            except Exception as error:  # a fault in the batch's shared path: ends this bank's streams only
+                for response in members:
+                    if not response.ended:
+                        self._fail(response, error)
+                ended += members
+        return ended
 
     def finish(self, response: Response) -> None:
         """The engine produced the response's last token: end it (unless a stop string did), free its slot."""
-        if response.bank is None:  # no token ever came (nothing to flush)
-            self._open(response)
-        response.bank.finish(response)
+        if response.ended and response.bank is None:  # its output failed earlier: ended and freed then
+            return
+        try:
+            if response.bank is None:  # no token ever came (nothing to flush)
+                self._open(response)
+            response.bank.finish(response)
+        except Exception as error:
+            self._fail(response, error)
+
+    def release(self, response: Response) -> None:
+        """Free the slot of a response ended early (a stop string, its client gone), sending nothing more."""
+        if response.bank is not None:
+            response.bank.release(response)
+
+    def _fail(self, response: Response, error: Exception) -> None:
+        _fail(response, error)
+        try:
+            self.release(response)
+        except Exception:  # its slot is lost, not the others
+            response.bank, response.slot = None, -1
+
+
+def _fail(response: Response, error: Exception) -> None:
+    """End one response with an error (an error event then [DONE] when streaming; a 500 otherwise),
+    logged in one line. One whose end was already sent has nothing more to hear."""
+    log.error("%s: its output failed: %r", response.request_id, error)
+    if response.ended:
+        return
+    response.error = ApiError(500, f"internal error while streaming: {error!r}", kind="server_error")
+    if response.ask.stream:
+        response.queue.put_nowait(b"data: " + orjson.dumps(response.error.body()) + b"\n\n" + SSE_DONE)
+    response.finish_reason, response.ended = "error", True
+    response.queue.put_nowait(DONE)
 
 
 def new_response(ask: Ask, token_ids: np.ndarray, system_fingerprint: str | None = None) -> Response:
+    """A response, with everything per request that streaming needs built now, off the engine's path."""
     prefix = "chatcmpl" if ask.endpoint == "chat" else "cmpl"
-    return Response(ask, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), token_ids,
+    return Response(ask, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), token_ids, compile_stops(ask.stop),
                     system_fingerprint=system_fingerprint)
