@@ -1,4 +1,4 @@
-"""The metrics of a run, in the one schema shared by simulate and bench (DESIGN.md)."""
+"""The metrics of a run, in the one schema shared by simulate and bench (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def attribution_s(run: Run) -> dict[str, float] | None:
 
 def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, float | None],
               bottleneck: str | None = None, warmup_requests: int = 0) -> dict[str, Any]:
-    """The result schema of DESIGN.md for one run, over the requests after the first `warmup_requests`
+    """The result schema of docs/design.md for one run, over the requests after the first `warmup_requests`
     (the window then starts at the first measured request's send)."""
     run = run.after(warmup_requests)
     done = run.completed

@@ -34,7 +34,7 @@ _OPTIONAL = {"empirical": ("column",)}
 _PER_KIND = ("value", "mean", "sd", "range_ratio", "path", "column")
 # The most tokens one prompt or completion may have, in specs and traces alike.
 MAX_TOKENS = 2**31 - 1
-# The most requests one run takes: at about 1.2 kB of results per request (README: 1M requests of the
+# The most requests one run takes: at about 1.2 kB of results per request (docs/model.md: 1M requests of the
 # default scenario peak at 1.2 GB), 10M requests need about 12 GB. Trace replays are capped the same.
 MAX_REQUESTS = 10_000_000
 # Arrivals may span at most a year: public LLM serving traces cover days to months (Azure's 2024 trace:
