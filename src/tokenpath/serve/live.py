@@ -56,11 +56,13 @@ class LiveEngine:
                 continue
             finished = replica.step()
             delay_s = (self.start_ns + replica.last_leave_ns - self.clock_ns()) / 1e9
-            loop.call_later(max(0.0, delay_s), self._release, replica.emitters, finished)
+            loop.call_later(max(0.0, delay_s), self._release, replica.released, finished)
             await asyncio.sleep(max(0.0, (self.start_ns + replica.now - self.clock_ns()) / 1e9))
 
-    def _release(self, emitters: list[int], finished: list[int]) -> None:
-        """The step's tokens leave the server: detokenize, filter and frame them for their clients."""
-        self.output.step([self.responses[handle] for handle in emitters])
+    def _release(self, released: list[list[int]], finished: list[int]) -> None:
+        """Tokens leave the server (one step's, or a multi-step window's, one step at a time): detokenize,
+        filter and frame them for their clients."""
+        for emitters in released:
+            self.output.step([self.responses[handle] for handle in emitters])
         for handle in finished:
             self.output.finish(self.responses.pop(handle))
