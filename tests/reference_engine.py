@@ -2,15 +2,22 @@
 
 tokenpath.engine.replica computes the same thing with O(1) work per step; tests check the two
 agree exactly. This one recomputes every running sequence every step, which is easy to read.
+engine/spec.py describes the scheduler profiles; here each is written out plainly:
 
-Continuous batching over time, as vLLM's V1 scheduler does it.
-
-Each step: running sequences first, in admission order, each taking the tokens it still needs (one to
-decode, the rest of its prompt when prefilling) from the step's token budget; then waiting sequences,
-first come first served, while the step has room (sequences, tokens, KV-cache blocks). A prompt longer
-than the remaining budget is prefilled in chunks across steps. When a growing sequence finds no free
-KV block, the most recently admitted running sequences are preempted and will be recomputed: they lose
-their cache and go back to the front of the queue, keeping the tokens already sent.
+- vllm-v1 and trtllm (`step_mixed`): running sequences first, in admission order, each taking the
+  tokens it still needs (one to decode, the rest of its prompt when prefilling) from the step's token
+  budget; then waiting sequences, first come first served, while the step has room (sequences,
+  tokens, KV-cache blocks). A prompt longer than the remaining budget is prefilled in chunks across
+  steps (trtllm: a cut chunk is rounded down to whole blocks). When a growing sequence finds no free
+  KV block, the most recently admitted running sequences are preempted and will be recomputed: they
+  lose their cache and go back to the front of the queue, keeping the tokens already sent. Reserving
+  (trtllm), a request is admitted only if its whole KV cache fits in the blocks no running request
+  has reserved.
+- prefill-first (`step_prefill_first`): a step prefills (the prompt in progress, then waiting
+  prompts) while decoding sequences pause, when that can run; otherwise every decoding sequence
+  decodes, for one step or, with multi-step scheduling, for a window of k steps with a fixed batch
+  (sequences done mid-window are computed to its end, and the window's tokens leave at its end).
+  With mixed chunks the batch is formed as vllm-v1's.
 
 A step lasts its compute time plus its non-overlapped traffic time, then whatever the host blocks it
 for (copying the sampled ids, and detokenizing when that runs inline). Time is integer nanoseconds,
@@ -48,7 +55,8 @@ class _Running:
     preempted. Fields are read and updated in place through their row views.
     """
 
-    FIELDS = ("ids", "target", "computed", "blocks", "left", "sent", "compute", "traffic", "delivery")
+    FIELDS = ("ids", "target", "computed", "blocks", "left", "sent", "compute", "traffic", "delivery",
+              "decoding", "reserved")
 
     def __init__(self) -> None:
         self._set(np.empty((len(self.FIELDS), 0), np.int64))
@@ -56,7 +64,7 @@ class _Running:
     def _set(self, state: np.ndarray) -> None:
         self.state = state
         (self.ids, self.target, self.computed, self.blocks, self.left, self.sent,
-         self.compute, self.traffic, self.delivery) = state
+         self.compute, self.traffic, self.delivery, self.decoding, self.reserved) = state
 
     def __len__(self) -> int:
         return self.state.shape[1]
@@ -114,7 +122,12 @@ class _Replica:
         self.costs, self.host, self.spec, self.progress = costs, host, spec, progress
         self.kv_capacity_tokens = kv_capacity_tokens
         self.block = spec.block_size
-        self.free_blocks = kv_capacity_tokens // spec.block_size
+        self.total_blocks = kv_capacity_tokens // spec.block_size
+        self.free_blocks = self.total_blocks
+        self.pauses = spec.scheduler == "prefill-first" and not spec.mixed_chunk
+        self.window = spec.num_scheduler_steps
+        self.reserve = spec.kv_admission == "reserve"
+        self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1
 
         # Per-request accounts, kept here while a request is not running (a preempted request keeps
         # the tokens it has sent and the time it has spent).
@@ -126,6 +139,7 @@ class _Replica:
         self.sent = np.full(n, -1, np.int64)
         self.arrival = np.full(n, -1, np.int64)
         self.last_end = np.zeros(n, np.int64)
+        self.last_step = np.full(n, -1, np.int64)  # the step of each request's last token
 
         self.arrivals: list[tuple[int, int]] = []  # heap of (arrival at the server, request)
         self.waiting: deque[int] = deque()
@@ -137,6 +151,10 @@ class _Replica:
         self.preemptions = 0
         self.aborts: dict[int, list[int]] = {}  # step -> requests to abort just before it
         self.aborted: list[bool] = []           # what each abort returned, in order
+        # Multi-step: steps left in the current decode window after this one, and the tokens and
+        # events of its steps so far (the host takes them when it ends).
+        self.window_left = 0
+        self.window_tokens = self.window_events = 0
 
         first_wave = n if max_concurrency is None else min(n, max_concurrency)
         for i in range(first_wave):
@@ -163,7 +181,10 @@ class _Replica:
                 self.now = self.arrivals[0][0]
                 continue
             if not self.decode_run():
-                self.step()
+                if self.pauses:
+                    self.step_prefill_first()
+                else:
+                    self.step_mixed()
         return self.trace()
 
     def abort(self, i: int) -> bool:
@@ -186,7 +207,64 @@ class _Replica:
         self.done += 1
         return True
 
-    # -- the general step --------------------------------------------------------------------------
+    # -- the profiles' steps -----------------------------------------------------------------------
+
+    def step_mixed(self) -> None:
+        """vllm-v1 and trtllm: the running sequences take what they need from the budget, in order;
+        waiting ones join unless the step preempted or a prompt is still in progress."""
+        run = self.running
+        budget = self.spec.max_num_batched_tokens
+        need = run.target - run.computed
+        if int(need.sum()) <= budget:
+            num = need.copy()
+        else:
+            num = np.minimum(np.maximum(budget - (np.cumsum(need) - need), 0), need)
+            cut = num < need
+            num[cut] -= num[cut] % self.chunk_unit
+        partial = bool((num < need).any())
+        preempted = self.grow(num)
+        num = num[:len(self.running)]
+        if self.waiting and not preempted and not partial:
+            admitted = self.admit_waiting(budget - int(num.sum()), self.spec.max_num_seqs - len(self.running))
+            num = np.concatenate([num, np.array(admitted, np.int64)])
+        self.run_batch(num)
+
+    def step_prefill_first(self) -> None:
+        """prefill-first: a prefill step when the prompt in progress fits, or else when waiting prompts
+        can be admitted; otherwise a decode window. Decoding sequences pause in prefill steps."""
+        run, spec = self.running, self.spec
+        if self.window_left:
+            self.window_left -= 1
+            self.run_batch(run.decoding.copy())
+            return
+        budget = spec.max_num_batched_tokens
+        room = spec.max_num_seqs - len(run)
+        prefilling = run.decoding == 0
+        num = np.zeros(len(run), np.int64)
+        if prefilling.any():
+            need = np.where(prefilling, run.target - run.computed, 0)
+            num = np.minimum(np.maximum(budget - (np.cumsum(need) - need), 0), need)
+            grown = (run.computed + num + self.block - 1) // self.block
+            if int((grown - run.blocks).sum()) <= self.free_blocks:
+                self.free_blocks -= int((grown - run.blocks).sum())
+                run.blocks[:] = grown
+                if self.waiting and (num == need).all():
+                    admitted = self.admit_waiting(budget - int(num.sum()), room)
+                    num = np.concatenate([num, np.array(admitted, np.int64)])
+                self.run_batch(num)
+                return
+        elif self.waiting:
+            admitted = self.admit_waiting(budget, room)
+            if admitted:
+                self.run_batch(np.concatenate([num, np.array(admitted, np.int64)]))
+                return
+        # A decode window: every decoding sequence, with the blocks for all its steps.
+        self.grow(run.decoding * self.window)
+        run = self.running
+        self.window_left = self.window - 1 if run.decoding.any() else 0
+        self.run_batch(run.decoding.copy())
+
+    # -- KV blocks and admission -------------------------------------------------------------------
 
     def park(self, rows: np.ndarray) -> None:
         """Write running rows' accounts back to the per-request arrays."""
@@ -197,17 +275,12 @@ class _Replica:
         self.acc_traffic[ids] = run.traffic[rows]
         self.acc_delivery[ids] = run.delivery[rows]
 
-    def schedule_running(self) -> tuple[np.ndarray, bool]:
-        """Tokens each running sequence computes this step, and whether it had to preempt."""
+    def grow(self, ahead: np.ndarray) -> bool:
+        """Give each running sequence the KV blocks for `ahead` more tokens in its cache; when they do
+        not fit, preempt from the tail first. Returns whether it preempted."""
         run, block = self.running, self.block
-        budget = self.spec.max_num_batched_tokens
-        need = run.target - run.computed
-        if int(need.sum()) <= budget:
-            num = need
-        else:
-            num = np.minimum(np.maximum(budget - (np.cumsum(need) - need), 0), need)
-        grown_blocks = (run.computed + num + (block - 1)) // block
-        extra = grown_blocks - run.blocks
+        grown = (run.computed + ahead + (block - 1)) // block
+        extra = grown - run.blocks
         preempting = int(extra.sum()) > self.free_blocks
         if preempting:
             # Keep the longest head whose growth fits in the free blocks plus those freed by
@@ -220,79 +293,95 @@ class _Replica:
             self.waiting.extendleft(run.ids[keep:][::-1].tolist())
             self.preemptions += len(run) - keep
             run.keep(np.arange(len(run)) < keep)
-            num, grown_blocks, extra = num[:keep], grown_blocks[:keep], extra[:keep]
-        run.blocks[:] = grown_blocks
+            grown, extra = grown[:keep], extra[:keep]
+        run.blocks[:] = grown
         self.free_blocks -= int(extra.sum())
-        return num, preempting
+        return preempting
 
-    def admit_waiting(self, budget: int) -> list[int]:
+    def admit_waiting(self, budget: int, room: int) -> list[int]:
         """Admit waiting sequences first come first served while the step has room; their token counts."""
         spec, block = self.spec, self.block
         admitted: list[tuple[int, ...]] = []
         admitted_num: list[int] = []
-        room = spec.max_num_seqs - len(self.running)
+        unreserved = self.total_blocks - int(self.running.reserved.sum())
         while self.waiting and len(admitted_num) < room and budget > 0:
             i = self.waiting[0]
             target = int(self.prompt[i] + self.generated[i])
             cached = int(self.cached[i])  # only the KV that came with the request
-            need = target - cached
-            if need > budget and not spec.chunked_prefill:
-                break
-            num = min(need, budget)
+            need = num = target - cached
+            if need > budget:
+                if not spec.chunked_prefill:
+                    break
+                num = budget // self.chunk_unit * self.chunk_unit
+                if num == 0:
+                    break
             blocks = -(-(cached + num) // block)
-            if blocks > self.free_blocks:
+            reserved = -(-int(self.prompt[i] + self.out[i]) // block) if self.reserve else 0
+            if reserved > unreserved or blocks > self.free_blocks:
                 break
             self.waiting.popleft()
             self.free_blocks -= blocks
+            unreserved -= reserved
             budget -= num
             admitted.append((i, target, cached, blocks, int(self.out[i] - self.generated[i]), int(self.sent[i]),
-                             int(self.acc_compute[i]), int(self.acc_traffic[i]), int(self.acc_delivery[i])))
+                             int(self.acc_compute[i]), int(self.acc_traffic[i]), int(self.acc_delivery[i]),
+                             0, reserved))
             admitted_num.append(num)
+            if num < need:
+                break
         if admitted_num:
             self.running.append(admitted)
         return admitted_num
 
-    def step(self) -> None:
-        """One step of whatever batch the scheduler forms."""
-        num, preempting = self.schedule_running()
-        if self.waiting and not preempting:
-            admitted = self.admit_waiting(self.spec.max_num_batched_tokens - int(num.sum()))
-            if admitted:
-                num = np.concatenate([num, np.array(admitted, np.int64)])
+    # -- one step of a given batch -----------------------------------------------------------------
+
+    def run_batch(self, num: np.ndarray) -> None:
+        """Run the running sequences for `num` tokens each (0: not in this step). Decoding sequences and
+        prompts that complete sample a token; one that already has all its tokens (mid-window) is
+        computed but sends nothing and is not accounted."""
         run = self.running
-        active = num > 0
-        all_active = bool(active.all())
-        q = num if all_active else num[active]
-        p = run.computed if all_active else run.computed[active]
-        emits = run.computed + num == run.target
+        part = num > 0
+        q, p = num[part], run.computed[part]
+        samples = part & ((run.decoding == 1) | (run.computed + num == run.target))
+        done = run.left == 0
+        emits = samples & ~done
+        charged = part & ~done
         num_tokens = int(q.sum())
         attn_pairs = int(np.dot(q, p) + np.dot(q, q + 1) // 2)
         kv_read = int(p.sum()) + num_tokens
         emitters = run.ids[emits]
         token_index = self.out[emitters] - run.left[emits]
-        compute_ns, traffic_ns, blocking_ns, _ = self.account(
-            num_tokens, len(q), len(emitters), attn_pairs, kv_read, emitters, token_index)
-        if all_active:
-            run.compute += compute_ns
-            run.traffic += traffic_ns
-            run.delivery += blocking_ns
-        else:
-            run.compute[active] += compute_ns
-            run.traffic[active] += traffic_ns
-            run.delivery[active] += blocking_ns
+        compute_ns, traffic_ns, blocking_ns, end = self.account(
+            num_tokens, int(part.sum()), int(samples.sum()), attn_pairs, kv_read, emitters, token_index)
+        run.compute[charged] += compute_ns
+        run.traffic[charged] += traffic_ns
+        run.delivery[charged] += blocking_ns
         run.computed += num
         run.target += emits
         run.left -= emits
+        run.decoding[samples] = 1
+        # Every token's step is recorded, so a request ended early (aborted) has its last one too.
+        self.last_end[run.ids[emits]] = end
+        self.last_step[run.ids[emits]] = len(self.steps) - 1
         self.finish()
 
     def account(self, num_tokens: int, num_seqs: int, num_logits: int, attn_pairs: int, kv_read: int,
-                emitters: np.ndarray, token_index: np.ndarray | None) -> tuple[int, int, int, int]:
-        """Cost one step, record it and advance time: (compute_ns, traffic_ns, blocking_ns, end_ns)."""
+                emitters: np.ndarray, token_index: np.ndarray) -> tuple[int, int, int, int]:
+        """Cost one step, record it and advance time: (compute_ns, traffic_ns, blocking_ns, end_ns).
+        Inside a multi-step window the host takes nothing until the window's last step, which hands it
+        every token of the window at once."""
         compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read))
         traffic_ns = _ns(self.costs.traffic_s(num_tokens, num_logits == num_tokens))
         gpu_end = self.now + compute_ns + traffic_ns
         events = int(np.count_nonzero(closes_event(token_index, self.out[emitters], self.host.stream_interval)))
-        blocking_ns, leave_ns = self.host.on_step(gpu_end, num_logits, events)
+        if self.window_left:
+            self.window_tokens += len(emitters)
+            self.window_events += events
+            blocking_ns, leave_ns = 0, -1
+        else:
+            blocking_ns, leave_ns = self.host.on_step(gpu_end, len(emitters) + self.window_tokens,
+                                                      events + self.window_events)
+            self.window_tokens = self.window_events = 0
         end = gpu_end + blocking_ns
         self.steps.append((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, num_seqs,
                            attn_pairs, kv_read, num_logits))
@@ -302,12 +391,14 @@ class _Replica:
         return compute_ns, traffic_ns, blocking_ns, end
 
     def finish(self) -> None:
-        """Retire the sequences that got their last token; a closed loop sends the next requests."""
+        """Retire the sequences that got their last token (mid-window: when the window ends), in the
+        order of their last tokens; a closed loop sends the next requests."""
         run = self.running
         finished = run.left == 0
-        if not finished.any():
+        if self.window_left or not finished.any():
             return
         rows = np.flatnonzero(finished)
+        rows = rows[np.argsort(self.last_step[run.ids[rows]], kind="stable")]
         self.park(rows)
         ids = run.ids[rows]
         self.free_blocks += int(run.blocks[rows].sum())
@@ -328,17 +419,18 @@ class _Replica:
         """Advance through consecutive decode-only steps; the number of steps taken (0 if none apply).
 
         Applies while every running sequence decodes one token within the token budget, no waiting
-        request can be admitted, and the cache has room for every block the stretch will add. It
-        stops before the step in which a sequence finishes, and after any step that ends once a
-        request has arrived, so the general step handles every event exactly as it would have.
+        request can be admitted, and the cache has room for every block the stretch will add (and not
+        with multi-step windows). It stops before the step in which a sequence finishes, and after any
+        step that ends once a request has arrived, so the general step handles every event exactly as
+        it would have.
         """
         run, spec = self.running, self.spec
         batch = len(run)
-        if batch == 0 or batch > spec.max_num_batched_tokens:
+        if batch == 0 or batch > spec.max_num_batched_tokens or self.window > 1:
             return 0
         if self.waiting and batch < spec.max_num_seqs:
             return 0
-        if int((run.target - run.computed).sum()) != batch:  # some sequence is still prefilling
+        if not run.decoding.all():  # some sequence is still prefilling
             return 0
         length = int(run.left.min()) - 1  # the step after these finishes a sequence
         if self.aborts:  # and none runs into a step that an abort comes before
@@ -378,6 +470,10 @@ class _Replica:
 
     def trace(self) -> EngineTrace:
         step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 10)
+        leave = step_rows[:, 4]
+        for k in range(len(leave) - 2, -1, -1):  # a step inside a window leaves with the window's last
+            if leave[k] < 0:
+                leave[k] = leave[k + 1]
         counts = [len(e) for e in self.emitted]
         emit_ids = np.concatenate(self.emitted) if self.emitted else np.empty(0, np.int64)
         emit_steps = np.repeat(np.arange(len(self.emitted)), counts)
@@ -391,12 +487,13 @@ class _Replica:
             delivery_ns=self.acc_delivery,
             last_step_end_ns=self.last_end,
             spans=spans,
+            tick_steps=None,
             token_offsets=np.concatenate([[0], np.cumsum(self.out)]).astype(np.int64),
             step_start_ns=step_rows[:, 0],
             step_compute_ns=step_rows[:, 1],
             step_traffic_ns=step_rows[:, 2],
             step_blocking_ns=step_rows[:, 3],
-            step_leave_ns=step_rows[:, 4],
+            step_leave_ns=leave,
             step_tokens=step_rows[:, 5],
             step_seqs=step_rows[:, 6],
             step_attn_pairs=step_rows[:, 7],

@@ -248,10 +248,7 @@ def assert_aborts_match(scheduled, inputs, outputs, spec, kv_tokens, cached, del
     slow_returned: list[bool] = []
     slow = reference_engine(*args, LastMile(delivery), spec, kv_tokens, cached_tokens=cached, aborts=aborts,
                             abort_results=slow_returned)
-    for field in fast.__dataclass_fields__:
-        if field != "spans":
-            assert np.array_equal(getattr(fast, field), getattr(slow, field)), field
-    assert np.array_equal(fast.token_steps(), slow.token_steps())
+    assert_same_trace(fast, slow)
     assert fast_returned == slow_returned == [state != "finished" for state in states]
     return states
 
@@ -278,10 +275,12 @@ def test_aborts_in_every_state_match_the_reference():
     chunked=st.booleans(),
     prefilled=st.booleans(),
     share=st.sampled_from([0.2, 0.5, 1.0]),
+    profile=st.sampled_from([{}, {"scheduler": "prefill-first"}, {"scheduler": "trtllm"},
+                             {"scheduler": "trtllm", "kv_admission": "on_demand"}]),
     seed=st.integers(0, 2**16),
 )
 def test_random_aborts_give_the_same_trace_in_both_engines(
-        n, interval, max_seqs, budget, kv_blocks, chunked, prefilled, share, seed):
+        n, interval, max_seqs, budget, kv_blocks, chunked, prefilled, share, profile, seed):
     # Requests aborted before random steps (arriving, queued, prefilling, decoding, preempted or done):
     # both engines keep the tokens made, free the same blocks and run the rest identically.
     rng = np.random.default_rng(seed)
@@ -293,6 +292,219 @@ def test_random_aborts_give_the_same_trace_in_both_engines(
     cached = rng.integers(0, inputs) if prefilled else np.zeros(n, np.int64)
     delivery = DeliverySpec(stream_interval=interval, detokenize_per_token=2e-5)
     spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs),
-                      chunked_prefill=chunked, block_size=block)
+                      chunked_prefill=chunked, block_size=block, **profile)
     workload = (scheduled, inputs, outputs, spec, block * kv_blocks, cached, delivery)
     assert_aborts_match(*workload, draw_abort_steps(rng, share, *workload))
+
+
+# -- scheduler profiles ------------------------------------------------------------------------------
+
+def assert_same_trace(fast, slow):
+    """Every field of two traces equal; spans compared as the step of each token (the fast engine merges
+    them into runs of decode ticks)."""
+    for field in fast.__dataclass_fields__:
+        if field not in ("spans", "tick_steps"):
+            assert np.array_equal(getattr(fast, field), getattr(slow, field)), field
+    assert np.array_equal(fast.token_steps(), slow.token_steps())
+
+
+PROFILES = {
+    "prefill-first": dict(scheduler="prefill-first"),
+    "prefill-first, mixed chunks": dict(scheduler="prefill-first", mixed_chunk=True, chunked_prefill=True),
+    "prefill-first, multi-step": dict(scheduler="prefill-first", num_scheduler_steps=None),  # steps drawn below
+    "trtllm, reserve": dict(scheduler="trtllm", kv_admission="reserve"),
+    "trtllm, on demand": dict(scheduler="trtllm", kv_admission="on_demand"),
+}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    interval=st.integers(1, 4),
+    max_seqs=st.sampled_from([1, 2, 8, 64]),
+    budget=st.sampled_from([64, 100, 256, 2048]),
+    kv_blocks=st.integers(30, 400),
+    chunked=st.booleans(),
+    window=st.integers(2, 5),
+    concurrency=st.one_of(st.none(), st.integers(1, 8)),
+    detokenize=st.sampled_from(["inline", "async"]),
+    prefilled=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_each_profile_matches_its_straightforward_reference_exactly(
+        profile, n, interval, max_seqs, budget, kv_blocks, chunked, window, concurrency, detokenize, prefilled, seed):
+    settings_ = {"chunked_prefill": chunked, **PROFILES[profile]}
+    if "num_scheduler_steps" in settings_:
+        settings_["num_scheduler_steps"] = window
+    chunked = settings_["chunked_prefill"]
+    rng = np.random.default_rng(seed)
+    block = 16
+    # Requests up to 1,500 tokens (fewer steps than the vllm-v1 test's): the cache still runs short.
+    longest = min(budget, block * kv_blocks) if not chunked else min(1500, block * kv_blocks)
+    inputs = rng.integers(1, max(2, longest // 2), n)
+    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    arrivals = np.sort(rng.uniform(0, 0.05, n))
+    costs = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5)
+    delivery = DeliverySpec(stream_interval=interval, detokenize=detokenize, detokenize_per_token=2e-5)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=block,
+                      **settings_)
+    args = (np.rint(arrivals * 1e9).astype(np.int64), inputs, outputs, costs)
+    cached = rng.integers(0, inputs) if prefilled else None
+    fast = run_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency, cached_tokens=cached)
+    slow = reference_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency, cached_tokens=cached)
+    assert_same_trace(fast, slow)
+    if spec.kv_admission == "reserve":
+        assert fast.preemptions == 0
+
+
+@pytest.mark.parametrize("profile", ["prefill-first", "prefill-first, multi-step", "trtllm, on demand"])
+def test_preemption_is_exercised_by_each_profile_comparison(profile):
+    settings_ = {**PROFILES[profile]}
+    if "num_scheduler_steps" in settings_:
+        settings_["num_scheduler_steps"] = 3
+    spec = EngineSpec(block_size=16, max_num_seqs=8, **settings_)
+    inputs, outputs = np.array([64] * 6), np.array([64] * 6)
+    args = (np.zeros(6, np.int64), inputs, outputs, FixedCosts())
+    fast = run_engine(*args, LastMile(NO_NETWORK), spec, 16 * 20)
+    slow = reference_engine(*args, LastMile(NO_NETWORK), spec, 16 * 20)
+    assert fast.preemptions == slow.preemptions > 0
+    assert_same_trace(fast, slow)
+
+
+
+def test_a_sequence_recomputed_at_once_finishes_once():
+    # prefill-first, 4 blocks of 16 tokens. In the first decode step both sequences need a block: B,
+    # the newest, is preempted, A samples its last token and frees its blocks, and B's recompute is the
+    # next step's prefill. The decode clock stopped there, so B is due to finish at the same tick as
+    # before its preemption, and must finish once.
+    spec = EngineSpec(scheduler="prefill-first", block_size=16, max_num_seqs=8, max_num_batched_tokens=256)
+    args = (np.zeros(2, np.int64), np.array([16, 48]), np.array([2, 10]), FixedCosts())
+    fast = run_engine(*args, LastMile(NO_NETWORK), spec, 64)
+    assert fast.preemptions == 1
+    assert list(fast.step_tokens) == [64, 1, 49] + [1] * 8
+    assert list(fast.token_steps(1, 2)) == [0] + list(range(2, 11))
+    assert_same_trace(fast, reference_engine(*args, LastMile(NO_NETWORK), spec, 64))
+
+def test_prefill_first_pauses_decoding_for_a_newcomers_prefill():
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False)
+    # A decodes; B arrives during A's third step and is prefilled in a step of its own.
+    trace = engine([10, 50], [5, 2], arrivals_s=[0.0, 0.0025], spec=spec)
+    assert list(trace.step_tokens) == [10, 1, 1, 50, 2, 1]
+    assert list(trace.step_seqs) == [1, 1, 1, 1, 2, 1]
+    assert list(trace.token_steps(0, 1)) == [0, 1, 2, 4, 5]  # A's gap spans B's prefill step
+    assert list(trace.token_steps(1, 2)) == [3, 4]
+    # A took part in 5 of the 6 one-millisecond steps: the prefill step is queue for it.
+    assert trace.compute_ns[0] == 5_000_000 and trace.last_step_end_ns[0] == 6_000_000
+    mixed = engine([10, 50], [5, 2], arrivals_s=[0.0, 0.0025],
+                   spec=EngineSpec(max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False))
+    assert list(mixed.step_tokens) == [10, 1, 1, 51, 2]  # vllm-v1: B's prompt rides with A's decode
+    assert mixed.compute_ns[0] == 5_000_000 and mixed.last_step_end_ns[0] == 5_000_000
+
+
+def test_prefill_first_runs_a_chunked_prompt_back_to_back():
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=True)
+    trace = engine([10, 250], [6, 2], arrivals_s=[0.0, 0.0015], spec=spec)
+    assert list(trace.step_tokens) == [10, 1, 100, 100, 50, 2, 1, 1, 1]
+    assert list(trace.token_steps(0, 1)) == [0, 1, 5, 6, 7, 8]
+    assert list(trace.token_steps(1, 2)) == [4, 5]
+    assert trace.compute_ns[1] == 4_000_000  # B's three chunks and its decode
+
+
+def test_prefill_first_with_mixed_chunks_forms_the_batches_of_vllm_v1():
+    rng = np.random.default_rng(7)
+    n = 60
+    args = ([int(x) for x in rng.integers(1, 400, n)], [int(x) for x in rng.integers(1, 80, n)],
+            np.sort(rng.uniform(0, 0.03, n)))
+    limits = dict(max_num_seqs=16, max_num_batched_tokens=128)
+    mixed = engine(*args, spec=EngineSpec(scheduler="prefill-first", mixed_chunk=True, **limits), kv_tokens=16 * 80)
+    v1 = engine(*args, spec=EngineSpec(**limits), kv_tokens=16 * 80)
+    assert v1.preemptions > 0
+    assert_same_trace(mixed, v1)
+
+
+def test_trtllm_reserve_waits_for_the_whole_kv_cache_and_never_preempts():
+    # 10 blocks of 16 tokens; each request needs ceil((32 + 64) / 16) = 6 blocks to finish.
+    reserve = engine([32, 32], [64, 64], spec=EngineSpec(scheduler="trtllm", block_size=16), kv_tokens=160)
+    assert reserve.preemptions == 0
+    assert reserve.token_steps(0, 1)[-1] == 63
+    assert reserve.token_steps(1, 2)[0] == 64  # B starts once A has given back its reservation
+    assert reserve.step_seqs.max() == 1
+    # Taking blocks on demand, both start at once and the cache runs out on the way.
+    on_demand = engine([32, 32], [64, 64], spec=EngineSpec(scheduler="trtllm", kv_admission="on_demand",
+                                                          block_size=16), kv_tokens=160)
+    assert on_demand.token_steps(1, 2)[0] == 0
+    assert on_demand.preemptions > 0
+
+
+def test_trtllm_cuts_prompt_chunks_to_whole_blocks():
+    limits = dict(max_num_seqs=8, max_num_batched_tokens=100, block_size=16)
+    trtllm = engine([250], [2], spec=EngineSpec(scheduler="trtllm", kv_admission="on_demand", **limits))
+    assert list(trtllm.step_tokens) == [96, 96, 58, 1]
+    assert list(engine([250], [2], spec=EngineSpec(**limits)).step_tokens) == [100, 100, 50, 1]
+
+
+def test_trtllm_without_chunking_batches_as_vllm_v1_does():
+    rng = np.random.default_rng(11)
+    n = 50
+    args = ([int(x) for x in rng.integers(1, 120, n)], [int(x) for x in rng.integers(1, 60, n)],
+            np.sort(rng.uniform(0, 0.02, n)))
+    limits = dict(max_num_seqs=8, max_num_batched_tokens=256, chunked_prefill=False)
+    trtllm = engine(*args, spec=EngineSpec(scheduler="trtllm", kv_admission="on_demand", **limits), kv_tokens=16 * 40)
+    v1 = engine(*args, spec=EngineSpec(**limits), kv_tokens=16 * 40)
+    assert v1.preemptions > 0
+    assert_same_trace(trtllm, v1)
+
+
+def test_multi_step_tokens_leave_in_groups_of_k():
+    spec = EngineSpec(scheduler="prefill-first", num_scheduler_steps=4, chunked_prefill=False,
+                      max_num_seqs=8, max_num_batched_tokens=100)
+    trace = engine([10], [9], spec=spec)
+    leave_ms = trace.step_leave_ns[trace.token_steps()] / 1e6
+    assert list(leave_ms) == [1, 5, 5, 5, 5, 9, 9, 9, 9]  # the prefill's token, then two windows of 4
+
+
+def test_multi_step_holds_newcomers_and_finished_sequences_until_the_window_ends():
+    spec = EngineSpec(scheduler="prefill-first", num_scheduler_steps=4, chunked_prefill=False,
+                      max_num_seqs=8, max_num_batched_tokens=100)
+    # B arrives during A's first window: it is prefilled when the window ends. In the second window
+    # both sample their last tokens early (B at step 6, A at step 7) and stay in the batch to its end.
+    trace = engine([10, 20], [7, 2], arrivals_s=[0.0, 0.0015], spec=spec)
+    assert list(trace.step_tokens) == [10, 1, 1, 1, 1, 20, 2, 2, 2, 2]
+    assert list(trace.step_logits) == [1, 1, 1, 1, 1, 1, 2, 2, 2, 2]
+    assert list(trace.token_steps(0, 1)) == [0, 1, 2, 3, 4, 6, 7]
+    assert list(trace.token_steps(1, 2)) == [5, 6]
+    assert list(trace.step_leave_ns / 1e6) == [1, 5, 5, 5, 5, 6, 10, 10, 10, 10]
+    assert list(trace.last_step_end_ns) == [8_000_000, 7_000_000]
+    assert list(trace.compute_ns) == [7_000_000, 2_000_000]  # not charged for the steps after their last token
+    # A closed loop sends the next request when the window has ended, not when the last token was made.
+    closed = engine([10, 10], [3, 1], spec=spec, max_concurrency=1)
+    assert closed.sent_ns[1] == 5_000_000  # A's last token came at 3 ms, its window ended at 5 ms
+
+
+@pytest.mark.parametrize("settings_, fragments", [
+    (dict(scheduler="fifo"), ["scheduler", "'vllm-v1', 'prefill-first' or 'trtllm'"]),
+    (dict(mixed_chunk=True), ["mixed_chunk", "prefill-first"]),
+    (dict(scheduler="prefill-first", mixed_chunk=True, chunked_prefill=False), ["mixed_chunk", "chunked_prefill"]),
+    (dict(kv_admission="reserve"), ["kv_admission", "trtllm"]),
+    (dict(scheduler="trtllm", kv_admission="later"), ["kv_admission", "'reserve' or 'on_demand'"]),
+    (dict(num_scheduler_steps=4), ["num_scheduler_steps", "vLLM V1 has none"]),
+    (dict(scheduler="trtllm", num_scheduler_steps=4), ["num_scheduler_steps", "TensorRT-LLM has none"]),
+    (dict(scheduler="prefill-first", num_scheduler_steps=0), ["num_scheduler_steps", "greater than or equal to 1"]),
+])
+def test_profile_settings_that_do_not_fit_are_one_line_errors(settings_, fragments):
+    from tokenpath.errors import UserError
+    from tokenpath.scenario import build_scenario
+
+    with pytest.raises(UserError) as error:
+        build_scenario({"engine": settings_}, "mine.toml")
+    message = str(error.value)
+    assert "\n" not in message and "engine" in message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_trtllm_reserves_by_default_and_the_others_take_blocks_on_demand():
+    assert EngineSpec(scheduler="trtllm").kv_admission == "reserve"
+    assert EngineSpec(scheduler="prefill-first").kv_admission == "on_demand"
+    assert EngineSpec().kv_admission == "on_demand"

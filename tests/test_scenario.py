@@ -209,7 +209,7 @@ FIELD_CHANGES = [
     ("deployment.fabric.link_bw", "900 GB/s"), ("deployment.fabric.link_latency", "1 us"),
     ("deployment.fabric.algorithm", "ring"), ("deployment.fabric.nvls", False),
     ("engine.max_num_seqs", 256), ("engine.max_num_batched_tokens", 4096), ("engine.block_size", 32),
-    ("engine.chunked_prefill", False), ("engine.gpu_memory_utilization", 0.8),
+    ("engine.chunked_prefill", False), ("engine.gpu_memory_utilization", 0.8), ("engine.scheduler", "trtllm"),
     ("workload.num_requests", 2001), ("workload.max_concurrency", 8),
     ("workload.input.mean", 551.0), ("workload.input.sd", 149.0), ("workload.input.max", 4000),
     ("workload.output.mean", 151.0), ("workload.output.min", 2),
@@ -314,7 +314,9 @@ def test_to_toml_writes_every_default():
     assert set(table) == {"name", "description", "seed", "model", "deployment", "engine", "workload", "delivery", "slo"}
     # cuda_graph_max_tokens is unset (no limit), which TOML cannot write
     assert set(table["engine"]) == {"max_num_seqs", "max_num_batched_tokens", "block_size", "chunked_prefill",
-                                    "gpu_memory_utilization", "cuda_graphs"}
+                                    "gpu_memory_utilization", "cuda_graphs", "scheduler", "mixed_chunk",
+                                    "kv_admission", "num_scheduler_steps"}
+    assert (table["engine"]["scheduler"], table["engine"]["kv_admission"]) == ("vllm-v1", "on_demand")
     assert table["delivery"]["network_rtt"] == "20 ms" and table["delivery"]["host_link_bw"] == "64 GB/s"
     assert table["deployment"]["fabric"] == {"kind": "switch", "algorithm": "auto", "nvls": True}
 
@@ -344,6 +346,22 @@ def test_to_toml_round_trips_exactly(seed, name, tp, interval, detokenize, rate,
     s = load_scenario(None, {k: v for k, v in overrides.items() if v is not None})
     assert round_trip(s) == s
 
+
+
+@pytest.mark.parametrize("engine", [
+    {"engine.scheduler": "trtllm"},
+    {"engine.scheduler": "trtllm", "engine.kv_admission": "on_demand", "engine.chunked_prefill": False},
+    {"engine.scheduler": "prefill-first", "engine.num_scheduler_steps": 8},
+    {"engine.scheduler": "prefill-first", "engine.mixed_chunk": True},
+])
+def test_to_toml_round_trips_scheduler_profiles(engine):
+    s = load_scenario(None, engine)
+    assert round_trip(s) == s
+    written = tomllib.loads(s.to_toml())["engine"]
+    assert written["scheduler"] == engine["engine.scheduler"]
+    # The admission each profile takes by default is written out, so the file says what runs.
+    assert written["kv_admission"] == engine.get("engine.kv_admission", "reserve" if s.engine.scheduler == "trtllm"
+                                                 else "on_demand")
 
 def test_to_toml_round_trips_the_default_scenario():
     s = load_scenario()

@@ -72,6 +72,21 @@ def test_streamed_completion_has_the_openai_shape_and_exact_token_count():
     assert len("".join(texts).split()) >= 5  # real words from the corpus
 
 
+
+@pytest.mark.parametrize("engine", [{"engine.scheduler": "prefill-first", "engine.num_scheduler_steps": 8},
+                                    {"engine.scheduler": "trtllm"}])
+def test_other_scheduler_profiles_stream_every_token(engine):
+    # Multi-step: the 20 tokens after the first leave in windows of 8, the last window ending early.
+    async def body(url, session):
+        request = {"model": "m", "prompt": "Once upon a time", "max_tokens": 21, "stream": True,
+                   "stream_options": {"include_usage": True}}
+        async with session.post(f"{url}/v1/completions", json=request) as response:
+            return await read_events(response)
+
+    chunks = [json.loads(data) for _, data in serve(**engine)(body)[:-1]]
+    assert chunks[-1]["usage"]["completion_tokens"] == 21
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+
 def test_chat_streams_a_role_first_and_never_leaks_a_stop_string():
     async def body(url, session):
         request = {"model": "m", "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 400,

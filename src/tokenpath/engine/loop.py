@@ -29,7 +29,8 @@ class EngineTrace:
     traffic_ns: np.ndarray       # summed traffic time of those steps
     delivery_ns: np.ndarray      # upload plus the host time that blocked those steps
     last_step_end_ns: np.ndarray  # end of the step that produced each request's last token
-    spans: np.ndarray            # (request, first step, tokens) rows, sorted: where each token came from
+    spans: np.ndarray            # (request, first tick, tokens) rows, sorted: where each token came from
+    tick_steps: np.ndarray | None  # the step of each tick (None: ticks are steps; see engine.replica)
     token_offsets: np.ndarray    # request i's tokens are [token_offsets[i], token_offsets[i+1]) of the flat order
     step_start_ns: np.ndarray
     step_compute_ns: np.ndarray
@@ -51,7 +52,8 @@ class EngineTrace:
         rows = self.spans[np.searchsorted(requests, first):np.searchsorted(requests, stop)]
         starts, counts = rows[:, 1], rows[:, 2]
         within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        return np.repeat(starts, counts) + within
+        ticks = np.repeat(starts, counts) + within
+        return ticks if self.tick_steps is None else self.tick_steps[ticks]
 
 
 def run_engine(
@@ -112,12 +114,13 @@ def run_engine(
 
 
 def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens: int) -> EngineTrace:
-    steps, spans = replica.steps(), replica.spans()
+    steps, spans, tick_steps = replica.steps(), replica.spans(), replica.tick_steps()
     return EngineTrace(
         sent_ns=np.array(sent, dtype=np.int64),
         arrival_ns=np.array(replica.arrival, dtype=np.int64),
-        **replica.accounts(steps, spans),
+        **replica.accounts(steps, spans, tick_steps),
         spans=spans,
+        tick_steps=tick_steps,
         token_offsets=np.concatenate([[0], np.cumsum(out)]).astype(np.int64),
         **{f"step_{name}": values for name, values in steps.items()},
         kv_capacity_tokens=kv_capacity_tokens,

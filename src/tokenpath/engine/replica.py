@@ -1,12 +1,19 @@
-"""One engine replica doing continuous batching as vLLM's V1 scheduler does, one step at a time.
+"""One engine replica doing continuous batching, one step at a time, under a scheduler profile.
 
-Each step: running sequences first, in admission order, each taking the tokens it still needs (one to
-decode, the rest of its prompt while prefilling) from the step's token budget; then waiting
-sequences, first come first served, while the step has room (sequences, tokens, KV-cache blocks). A
-prompt longer than the remaining budget is prefilled in chunks over several steps. When a growing
-sequence finds no free KV block, the most recently admitted running sequences are preempted and will
-be recomputed: they lose their cache and go back to the front of the queue, keeping the tokens
-already sent.
+A step runs in phases, each a method: take the arrivals; the profile composes the batch (the running
+sequences' demands, preempting when KV blocks run out, then admission of waiting sequences); the
+batch's shape and cost; applying it. The profiles (engine/spec.py describes each, with its sources):
+- vllm-v1: every step, each decoding sequence takes a token, the prompt in progress the rest of the
+  token budget, then waiting sequences while the step has room (sequences, tokens, KV blocks), a long
+  prompt chunked to the budget. When a growing sequence finds no free KV block, the most recently
+  admitted running sequences are preempted and will be recomputed: they lose their cache and go back
+  to the front of the queue, keeping the tokens already sent.
+- trtllm: the same batch shape, but a partial prompt chunk is rounded down to whole blocks, and with
+  "reserve" admission a request is admitted only if its whole KV cache fits in the unreserved blocks
+  (so nothing is ever preempted).
+- prefill-first: a step either prefills (waiting prompts, and the prompt in progress) while decoding
+  sequences pause, or decodes every running sequence; with multi-step scheduling a decode step is a
+  window of k steps with a fixed batch.
 
 A step lasts its compute time plus its non-overlapped traffic time, then whatever the host blocks it
 for (copying the sampled ids, and detokenizing when that runs inline). Time is integer nanoseconds,
@@ -16,12 +23,18 @@ Why the bookkeeping looks the way it does: a step costs O(1) Python work plus O(
 joins, finishes or is preempted, never O(batch). That holds because the token budget covers every
 decoding sequence (vLLM requires max_num_batched_tokens >= max_num_seqs), so at most one sequence is
 part-way through its prompt, and it is the one admitted last. Decoding sequences are then described
-by aggregates (their count and summed context) plus, per sequence, the step it started decoding at:
-its context, its KV blocks and its token index at any later step follow from that.
+by aggregates (their count and summed context) plus, per sequence, the tick it started decoding at:
+its context, its KV blocks and its token index at any later tick follow from that.
+
+Ticks count the steps in which decoding sequences advance (the decode clock). Under vllm-v1 and
+trtllm they advance in every step, so a tick is a step; under prefill-first they pause in prefill
+steps, and the clock stops there. The aggregates (first tick, block_due, event_due, finishing_at)
+are keyed by tick, so a paused decoder costs nothing per step; the step of each tick is recorded
+(`tick_steps`) only when the two differ.
 
 Nor is each request's share of the step costs added up while stepping: the replica records which
-steps each request took part in (spans of consecutive steps) and `accounts` sums the step columns
-over them afterwards, in numpy. Per-step and per-span rows are buffered as Python ints and moved into
+ticks each request sampled in (spans of consecutive ticks) and `accounts` sums the step columns over
+them afterwards, in numpy. Per-step and per-span rows are buffered as Python ints and moved into
 numpy in blocks (`_Rows`): writing one item of an `array("q")` goes through argument parsing, about
 a thousand machine instructions, where appending to a list takes a few dozen.
 """
@@ -32,7 +45,7 @@ import heapq
 from array import array
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -101,6 +114,9 @@ class _Prefill:
     target: int    # tokens it needs in its KV cache to sample: its prompt and the tokens already sent
 
 
+_NONE: tuple = ()  # no admissions, no finishers: shared, so a step without them allocates nothing
+
+
 class Replica:
     """An engine replica. `submit` requests, then call `step` until `idle`."""
 
@@ -119,6 +135,18 @@ class Replica:
         self.record_emitters = record_emitters
         self.now = 0
 
+        # The profile (engine/spec.py): how a step's batch is composed, as bound methods and flags.
+        self.chunked = spec.chunked_prefill
+        self.pauses = spec.scheduler == "prefill-first" and not spec.mixed_chunk  # decoders pause in prefill steps
+        self.window = spec.num_scheduler_steps  # steps of a decode window (multi-step scheduling)
+        self.reserve = spec.kv_admission == "reserve"
+        # TensorRT-LLM cuts a prompt chunk that is not the prompt's rest to whole KV blocks (its
+        # chunkUnitSize is the tokens per block: trtGptModelInflightBatching.cpp).
+        self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1
+        self.unreserved_blocks = self.free_blocks  # reserving: blocks no running request has reserved
+        self._compose = self._compose_prefill_first if self.pauses else self._compose_mixed
+        self._host = self._on_step if self.window == 1 else self._host_window
+
         # Per request (index = submission order). Set at submission, as compact int64 columns (a run
         # can hold millions), except the one updated as the request runs.
         self.prompt = array("q")
@@ -131,24 +159,38 @@ class Replica:
         self.arrivals: list[int] = []  # heap of arrival at the server << _ID_BITS | request
         self.waiting: deque[int] = deque()
         self.prefill: _Prefill | None = None
-        # In admission order, request -> (first step it decodes in, its context then, its last step).
-        self.decoding: dict[int, tuple[int, int, int]] = {}
+        self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
+        # In admission order, request -> (first tick it decodes in, its context then, its last tick, request).
+        self.decoding: dict[int, tuple[int, int, int, int]] = {}
         self.context_sum = 0                 # summed context of the decoding sequences
-        self.block_due = [0] * self.block    # decoding sequences that need a new block at step % block
-        # With several tokens per SSE event: decoding sequences whose token closes an event at step % interval.
+        self.block_due = [0] * self.block    # decoding sequences that need a new block at tick % block
+        # With several tokens per SSE event: decoding sequences whose token closes an event at tick % interval.
         self.event_due = [0] * self.interval
-        # Decoding requests by the step of their last token; a preempted request's entry goes stale.
-        self.finishing_at: dict[int, list[int]] = {}
+        # Decoding states by the tick of their last token; a preempted request's entry goes stale.
+        self.finishing_at: dict[int, list[tuple[int, int, int, int]]] = {}
+        # Multi-step: steps of the current decode window after this one, the sequences that sampled
+        # their last token in it (still computed until it ends), and the tokens and events it made so far.
+        self.window_left = 0
+        self.zombies: list[int] = []
+        self._window_emitted = self._window_events = 0
 
-        # One row of STEP_FIELDS per step. Where tokens came from: (request, first step, tokens) spans,
-        # a token in each of consecutive steps. Steps a request took part in without sampling (a
-        # prompt chunk that does not finish its prompt): (request, step).
+        # One row of STEP_FIELDS per step. Where tokens came from: (request, first tick, tokens) spans,
+        # a token in each of consecutive ticks, and each prompt's first token (request, step, 1): the
+        # same table when ticks are steps. Steps a request took part in without sampling (a prompt
+        # chunk that does not finish its prompt): (request, step). The step of each tick, when they differ.
         self.step_rows, self.span_rows, self.silent_rows = _Rows(len(STEP_FIELDS)), _Rows(3), _Rows(2)
+        self.first_rows = _Rows(3) if self.pauses else self.span_rows
+        self.tick_rows = _Rows(1)
         self._step_buffer, self._span_buffer = self.step_rows.buffer, self.span_rows.buffer
-        self._silent_buffer = self.silent_rows.buffer
+        self._silent_buffer, self._first_buffer = self.silent_rows.buffer, self.first_rows.buffer
+        self._tick_buffer = self.tick_rows.buffer
         self.num_steps = 0
         self.last_leave_ns = 0
         self.emitters: list[int] = []  # with record_emitters: the requests that got a token last step
+        # With record_emitters: the emitters of each step whose tokens left at `last_leave_ns` with the
+        # last step (that step's alone; with multi-step, every step of the window it ended, or none).
+        self.released: list[list[int]] = []
+        self._window_emitters: list[list[int]] = []
         self.preemptions = 0
 
     # -- requests in -----------------------------------------------------------------------------
@@ -160,6 +202,7 @@ class Replica:
         (a decode engine receiving a prefilled request). Returns its index."""
         if not 0 <= cached_tokens < input_tokens:
             raise ValueError("cached_tokens must leave at least one prompt token to compute")
+        self._check_reservable(input_tokens + output_tokens)
         i = len(self.prompt)
         if i > _ID_MASK:
             raise ValueError(f"a replica takes at most {_ID_MASK + 1} requests")
@@ -175,6 +218,8 @@ class Replica:
         """`submit` for many requests at once (int64 arrays, one row per request), in one pass."""
         if not ((0 <= cached_tokens) & (cached_tokens < input_tokens)).all():
             raise ValueError("cached_tokens must leave at least one prompt token to compute")
+        if len(input_tokens):
+            self._check_reservable(int((input_tokens + output_tokens).max()))
         first, n = len(self.prompt), len(input_tokens)
         if first + n > _ID_MASK + 1:
             raise ValueError(f"a replica takes at most {_ID_MASK + 1} requests")
@@ -184,6 +229,12 @@ class Replica:
         self.generated.extend([0] * n)
         self.arrivals.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
         heapq.heapify(self.arrivals)
+
+    def _check_reservable(self, tokens: int) -> None:
+        """Reserving, a request whose whole KV cache exceeds the cache would wait forever."""
+        total = self.kv_capacity_tokens // self.block
+        if self.reserve and -(-tokens // self.block) > total:
+            raise ValueError(f"a request of {tokens} tokens needs more than the {total} KV blocks of the cache")
 
     @property
     def idle(self) -> bool:
@@ -195,22 +246,18 @@ class Replica:
         keeps the tokens already made and from then on counts as finished with them (`out[i]`
         becomes `generated[i]`). Returns False if it had already finished (or been aborted).
 
-        O(1) Python work, plus a C-level scan of one list: those due to finish in the same step as a
-        decoding request, or the queue (or arrivals) holding a waiting (or arriving) one."""
+        O(1) Python work, plus a C-level scan of the queue (or arrivals) holding a waiting (or
+        arriving) request."""
         prefill = self.prefill
-        if i in self.decoding:
-            first, _, last_step = self.decoding[i]
-            due = self.finishing_at[last_step]
-            due.remove(i)
-            if not due:
-                del self.finishing_at[last_step]
-            context = self._stop_decoding(i, self.num_steps - first)
-            self.free_blocks += -(-context // self.block)
+        if self.generated[i] >= self.out[i]:  # finished (under multi-step, perhaps waiting for its window's end)
+            return False
+        if i in self.decoding:  # its entry in finishing_at goes stale (see _still_due)
+            context = self._stop_decoding(i, self.tick - self.decoding[i][0])
+            self._release(i, context)
         elif prefill is not None and prefill.request == i:
+            self._release(i, 0)
             self.free_blocks += prefill.blocks
             self.prefill = None
-        elif self.generated[i] >= self.out[i]:
-            return False
         else:
             key = self.arrival[i] << _ID_BITS | i
             if key in self.arrivals:
@@ -224,11 +271,20 @@ class Replica:
     # -- one step ----------------------------------------------------------------------------------
 
     def step(self) -> list[int]:
-        """Form and run the next step; returns the requests that finished in it.
+        """Form and run the next step; returns the requests that finished in it (with multi-step, those
+        that finished in the window it ends).
 
         An idle engine first jumps to the next arrival. Afterwards `now` is the step's end and
-        `last_leave_ns` when its tokens leave the server.
+        `last_leave_ns` when the tokens that left last left the server.
         """
+        self._take_arrivals()
+        s, d = self.num_steps, self.tick
+        decode, prefill_num, admitted = self._compose(d)
+        completing, finishing = self._run_batch(s, d, decode, prefill_num, admitted)
+        return self._apply(s, d, decode, completing, finishing)
+
+    def _take_arrivals(self) -> None:
+        """Queue the requests that have reached the server; an idle engine first waits for one."""
         arrivals, waiting = self.arrivals, self.waiting
         if not (waiting or self.decoding or self.prefill):
             self.now = max(self.now, arrivals[0] >> _ID_BITS)
@@ -236,145 +292,303 @@ class Replica:
         while arrivals and arrivals[0] < arrived:
             waiting.append(heapq.heappop(arrivals) & _ID_MASK)
 
-        s = self.num_steps
-        block = self.block
-        budget = self.max_batched - len(self.decoding)
+    # The profiles' batches. Each returns (decoding sequences taking part, tokens of the prompt in
+    # progress, admitted (request, tokens, target)), having taken the KV blocks they need.
 
-        # Running sequences: every decoding one takes a token; the prefill takes what is left.
-        new_blocks = self.block_due[s % block]
-        prefill, prefill_num, prefill_blocks = self.prefill, 0, 0
-        if prefill is not None:
-            prefill_num = min(prefill.target - prefill.computed, budget)
-            prefill_blocks = -(-(prefill.computed + prefill_num) // block) - prefill.blocks
-        preempting = new_blocks + prefill_blocks > self.free_blocks
-        if preempting:
-            new_blocks, prefill_blocks, prefill_num = self._preempt(s, new_blocks + prefill_blocks)
-            prefill = self.prefill
-        self.free_blocks -= new_blocks + prefill_blocks
-        budget -= prefill_num
+    def _compose_mixed(self, d: int) -> tuple[int, int, Sequence[tuple[int, int, int]]]:
+        """vllm-v1 and trtllm (and prefill-first with mixed chunks): the running sequences, then waiting
+        ones while the step has room; none in a step that had to preempt (as vLLM does), nor while a
+        prompt is still in progress."""
+        prefill, new_blocks = self.prefill, self.block_due[d % self.block]
+        if prefill is None and new_blocks <= self.free_blocks:  # the common case, without a call
+            self.free_blocks -= new_blocks
+            decode = len(self.decoding)
+            if not self.waiting:
+                return decode, 0, _NONE
+            return decode, 0, self._admit(self.max_batched - decode, self.max_seqs - decode)
+        prefill_num, preempted = self._running_demands(d)
+        if preempted or not self.waiting:
+            return len(self.decoding), prefill_num, _NONE
+        decode = len(self.decoding)
+        if prefill_num < prefill.target - prefill.computed:
+            return decode, prefill_num, _NONE
+        return decode, prefill_num, self._admit(self.max_batched - decode - prefill_num, self.max_seqs - decode - 1)
 
-        # Waiting sequences, first come first served, while the step has room; none in a step that
-        # had to preempt (as vLLM does).
-        admitted: list[tuple[int, int, int]] = []  # (request, tokens this step, its prefill target)
+    def _compose_prefill_first(self, d: int) -> tuple[int, int, Sequence[tuple[int, int, int]]]:
+        """prefill-first: a prefill step (the prompt in progress, then waiting prompts) while decoding
+        sequences pause, when one can run; otherwise a decode window of every decoding sequence (one
+        step, or num_scheduler_steps with a fixed batch)."""
+        if self.window_left:
+            self.window_left -= 1
+            return len(self.decoding), 0, _NONE
+        prefill, budget = self.prefill, self.max_batched
         room = self.max_seqs - len(self.decoding) - (prefill is not None)
-        while waiting and not preempting and len(admitted) < room and budget > 0:
+        if prefill is not None:
+            rest = prefill.target - prefill.computed
+            num = rest if rest <= budget else budget
+            blocks = -(-(prefill.computed + num) // self.block) - prefill.blocks
+            if blocks <= self.free_blocks:
+                self.free_blocks -= blocks
+                prefill.blocks += blocks
+                return 0, num, self._admit(budget - num, room) if num == rest and self.waiting else _NONE
+        elif self.waiting:
+            admitted = self._admit(budget, room)
+            if admitted:
+                return 0, 0, admitted
+        return self._decode_window(d), 0, _NONE
+
+    # The phases the profiles share.
+
+    def _running_demands(self, d: int) -> tuple[int, bool]:
+        """The running sequences' tokens and KV blocks when they all take part: a token for every
+        decoding sequence, the rest of the budget for the prompt in progress. Preempts when the blocks
+        do not fit. Returns (tokens of the prompt in progress, whether it preempted)."""
+        new_blocks = self.block_due[d % self.block]
+        prefill = self.prefill
+        if prefill is None:
+            if new_blocks <= self.free_blocks:
+                self.free_blocks -= new_blocks
+                return 0, False
+        else:
+            rest, budget = prefill.target - prefill.computed, self.max_batched - len(self.decoding)
+            num = rest if rest <= budget else budget - budget % self.chunk_unit
+            blocks = -(-(prefill.computed + num) // self.block) - prefill.blocks
+            if new_blocks + blocks <= self.free_blocks:
+                self.free_blocks -= new_blocks + blocks
+                prefill.blocks += blocks
+                return num, False
+        new_blocks = self._preempt(d, new_blocks, 1)  # (it frees blocks: not inside `free_blocks -= ...`)
+        self.free_blocks -= new_blocks
+        return 0, True
+
+    def _decode_window(self, d: int) -> int:
+        """Start a decode window: take the KV blocks every decoding sequence needs over its steps,
+        preempting when they do not fit. Returns the decoding sequences taking part."""
+        window, block, due = self.window, self.block, self.block_due
+        new_blocks = due[d % block] if window == 1 else sum(due[(d + j) % block] for j in range(window))
+        if new_blocks > self.free_blocks:
+            new_blocks = self._preempt(d, new_blocks, window)
+        self.free_blocks -= new_blocks
+        decode = len(self.decoding)
+        self.window_left = window - 1 if decode else 0
+        return decode
+
+    def _preempt(self, d: int, new_blocks: int, window: int) -> int:
+        """Preempt from the tail of the running order (the prompt in progress, then the newest decoding)
+        until the blocks the decoding sequences need over the next `window` ticks fit. Preempted
+        sequences lose their cache (a prefix that came with the request too) and go back to the front
+        of the queue. Returns the blocks the remaining decoding sequences need."""
+        victims: list[int] = []
+        prefill, block = self.prefill, self.block
+        if prefill is not None:
+            self.free_blocks += prefill.blocks
+            victims.append(prefill.request)
+            self.prefill = None
+        while new_blocks > self.free_blocks and self.decoding:
+            i = next(reversed(self.decoding))
+            first, context0, _, _ = self.decoding[i]
+            context = context0 + d - first
+            new_blocks -= (context + window - 1) // block - (context - 1) // block  # its blocks in the window
+            self._stop_decoding(i, d - first)
+            self.free_blocks += -(-context // block)
+            victims.append(i)
+        self.preemptions += len(victims)
+        for i in victims:
+            self.cached[i] = 0
+        self.waiting.extendleft(victims)
+        return new_blocks
+
+    def _admit(self, budget: int, room: int) -> list[tuple[int, int, int]]:
+        """Waiting sequences, first come first served, while the step has room: sequences, tokens and
+        KV blocks (reserving: the whole KV cache of each, prompt and output). A prompt longer than the
+        budget left waits, or with chunked prefill is cut to it (to whole blocks under trtllm) and is
+        the last admitted. Returns (request, tokens this step, its prefill target) for each."""
+        admitted: list[tuple[int, int, int]] = []
+        waiting, block = self.waiting, self.block
+        while waiting and len(admitted) < room and budget > 0:
             i = waiting[0]
             cached = self.cached[i]
             target = self.prompt[i] + self.generated[i]  # a preempted request recomputes the tokens it sent
-            need = target - cached
-            if need > budget and not self.spec.chunked_prefill:
-                break
-            num = min(need, budget)
+            need = num = target - cached
+            if need > budget:
+                if not self.chunked:
+                    break
+                num = budget - budget % self.chunk_unit
+                if not num:
+                    break
             blocks = -(-(cached + num) // block)
-            if blocks > self.free_blocks:
+            if self.reserve:
+                reserved = -(-(self.prompt[i] + self.out[i]) // block)
+                if reserved > self.unreserved_blocks:
+                    break
+                self.unreserved_blocks -= reserved
+            elif blocks > self.free_blocks:
                 break
             waiting.popleft()
             self.free_blocks -= blocks
-            budget -= num
             admitted.append((i, num, target))
+            if num < need:
+                break
+            budget -= num
+        return admitted
 
-        # The batch: its shape, then its cost. Sequences still short of their prompt take part
-        # silently; the others sample a token.
-        decode = len(self.decoding)
+    def _run_batch(self, s: int, d: int, decode: int, prefill_num: int,
+                   admitted: Sequence[tuple[int, int, int]]) -> tuple[list[tuple[int, int]], Sequence[int]]:
+        """The batch's shape, its cost and its row; moves `now` to the step's end. Sequences still short
+        of their prompt take part silently; the others sample a token. Returns the sequences that
+        finish their prompt (request, context after the step) and the decoding ones whose token is
+        their last."""
         num_tokens = decode + prefill_num
-        attn_pairs = kv_read = self.context_sum + decode
-        completing: list[tuple[int, int]] = []  # (request, context after this step)
-        if prefill is not None:
+        # Each decoding sequence attends to its cache plus its new token: pairs = positions read.
+        attn_pairs = kv_read = self.context_sum + decode if decode else 0
+        completing: list[tuple[int, int]] = []
+        if prefill_num:
+            prefill = self.prefill
             p, q = prefill.computed, prefill_num
-            num_tokens, attn_pairs, kv_read = num_tokens, attn_pairs + q * p + q * (q + 1) // 2, kv_read + p + q
-            prefill.computed += q
-            prefill.blocks += prefill_blocks
-            if prefill.computed == prefill.target:
-                completing.append((prefill.request, prefill.computed))
+            attn_pairs, kv_read = attn_pairs + q * p + q * (q + 1) // 2, kv_read + p + q
+            prefill.computed = p + q
+            if p + q == prefill.target:
+                completing.append((prefill.request, p + q))
                 self.prefill = None
             else:
                 self._silent_buffer.extend((prefill.request, s))
+        cached = self.cached
         for i, q, target in admitted:
-            p = self.cached[i]
+            p = cached[i]
             num_tokens += q
             attn_pairs += q * p + q * (q + 1) // 2
             kv_read += p + q
             if p + q == target:
                 completing.append((i, p + q))
             else:
-                self.prefill = _Prefill(i, p + q, -(-(p + q) // block), target)
+                self.prefill = _Prefill(i, p + q, -(-(p + q) // self.block), target)
                 self._silent_buffer.extend((i, s))
-        due = self.finishing_at.pop(s, None)
-        finishing = self._still_due(s, due) if due else []
-        emitted = decode + len(completing)
-        events = emitted if self.interval == 1 else self._events(s, finishing, completing)
+        finishing: Sequence[int] = _NONE
+        if decode or not self.pauses:  # the decode clock ticks
+            due = self.finishing_at.pop(d, None)
+            if due:
+                finishing = self._still_due(due)
+        logits = decode + len(completing)
+        events = logits if self.interval == 1 else self._events(d, decode, finishing, completing)
 
-        compute_ns = round(self._compute_s(num_tokens, emitted, attn_pairs, kv_read) * 1e9)
-        traffic_ns = round(self._traffic_s(num_tokens, emitted == num_tokens) * 1e9)
+        compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read) * 1e9)
+        traffic_ns = round(self._traffic_s(num_tokens, logits == num_tokens) * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
-        blocking_ns, leave_ns = self._on_step(gpu_end, emitted, events)
+        blocking_ns, leave_ns = self._host(gpu_end, logits, events)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
-                                  decode + (prefill is not None) + len(admitted), attn_pairs, kv_read, emitted))
+                                  decode + (prefill_num > 0) + len(admitted), attn_pairs, kv_read, logits))
         self.num_steps = s + 1
-        self.last_leave_ns = leave_ns
+        if leave_ns >= 0:
+            self.last_leave_ns = leave_ns
         if self.record_emitters:
-            self.emitters = list(self.decoding) + [i for i, _ in completing]
+            self._record_emitters(decode, completing)
         self.now = gpu_end + blocking_ns
+        return completing, finishing
 
-        # Apply the step.
-        self.context_sum += decode
-        finished = [self._finish_decoding(i, s) for i in finishing]
+    def _apply(self, s: int, d: int, decode: int, completing: list[tuple[int, int]],
+               finishing: Sequence[int]) -> list[int]:
+        """Advance the decoding sequences a token, retire the finished, and start decoding the sequences
+        that finished their prompt. Returns the requests that finished."""
+        if decode or not self.pauses:
+            self.context_sum += decode
+            self.tick = d + 1
+            if self.pauses:
+                self._tick_buffer.append(s)
+        if self.window > 1:
+            finished = self._retire_in_window(d, finishing)
+        elif finishing:
+            finished = [self._finish_decoding(i, d) for i in finishing]
+        else:
+            finished = []
+        first_tick = self.tick
         for i, context in completing:
-            self._span_buffer.extend((i, s, 1))
+            self._first_buffer.extend((i, s, 1))
             self.generated[i] += 1
             if self.generated[i] == self.out[i]:
-                self.free_blocks += -(-context // block)
+                self._release(i, context)
                 finished.append(i)
             else:
-                self._start_decoding(i, s + 1, context)
+                self._start_decoding(i, first_tick, context)
         if len(self._step_buffer) >= _Rows.FLUSH_VALUES:
-            for rows in (self.step_rows, self.span_rows, self.silent_rows):
+            for rows in (self.step_rows, self.span_rows, self.silent_rows, self.first_rows, self.tick_rows):
                 rows.flush()
         return finished
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
-    def _start_decoding(self, i: int, first_step: int, context: int) -> None:
-        last_step = first_step + self.out[i] - self.generated[i] - 1
-        self.decoding[i] = (first_step, context, last_step)
+    def _start_decoding(self, i: int, first_tick: int, context: int) -> None:
+        last_tick = first_tick + self.out[i] - self.generated[i] - 1
+        self.decoding[i] = state = (first_tick, context, last_tick, i)
         self.context_sum += context
-        self.block_due[(first_step - context) % self.block] += 1
+        self.block_due[(first_tick - context) % self.block] += 1
         if self.interval > 1:
-            self.event_due[(first_step - self.generated[i]) % self.interval] += 1
-        due = self.finishing_at.get(last_step)
+            self.event_due[(first_tick - self.generated[i]) % self.interval] += 1
+        due = self.finishing_at.get(last_tick)
         if due is None:
-            self.finishing_at[last_step] = [i]
+            self.finishing_at[last_tick] = [state]
         else:
-            due.append(i)
+            due.append(state)
 
-    def _stop_decoding(self, i: int, steps_taken: int) -> int:
-        """Take request i out of the decoding aggregates after `steps_taken` decode steps; its context."""
-        first, context0, _ = self.decoding.pop(i)
-        context = context0 + steps_taken
+    def _stop_decoding(self, i: int, ticks_taken: int) -> int:
+        """Take request i out of the decoding aggregates after `ticks_taken` decode ticks; its context."""
+        first, context0, _, _ = self.decoding.pop(i)
+        context = context0 + ticks_taken
         self.context_sum -= context
         self.block_due[(first - context0) % self.block] -= 1
         if self.interval > 1:
             self.event_due[(first - self.generated[i]) % self.interval] -= 1
-        if steps_taken:
-            self._span_buffer.extend((i, first, steps_taken))
-        self.generated[i] += steps_taken
+        if ticks_taken:
+            self._span_buffer.extend((i, first, ticks_taken))
+        self.generated[i] += ticks_taken
         return context
 
-    def _still_due(self, s: int, due: list[int]) -> list[int]:
-        """Those of `due` (entered to finish in step s) that still do: a request preempted since is not
-        decoding, or decoding towards a later last step."""
+    def _still_due(self, due: list[tuple[int, int, int, int]]) -> list[int]:
+        """The requests of `due` (decoding states entered to finish at this tick) that still do: one
+        preempted since is not decoding, or decoding again under a new state (which, recomputed at
+        once, can be due at the same tick: its new entry is the one that counts)."""
         decoding = self.decoding
-        return [i for i in due if (state := decoding.get(i)) is not None and state[2] == s]
+        return [state[3] for state in due if decoding.get(state[3]) is state]
 
-    def _finish_decoding(self, i: int, s: int) -> int:
-        context = self._stop_decoding(i, s - self.decoding[i][0] + 1)
-        self.free_blocks += -(-context // self.block)
+    def _finish_decoding(self, i: int, d: int) -> int:
+        self._release(i, self._stop_decoding(i, d - self.decoding[i][0] + 1))
         return i
 
-    def _events(self, s: int, finishing: list[int], completing: list[tuple[int, int]]) -> int:
+    def _release(self, i: int, context: int) -> None:
+        """A finished request gives back its KV blocks (and, reserving, its reservation)."""
+        self.free_blocks += -(-context // self.block)
+        if self.reserve:
+            self.unreserved_blocks += -(-(self.prompt[i] + self.out[i]) // self.block)
+
+    def _retire_in_window(self, d: int, finishing: Sequence[int]) -> list[int]:
+        """Multi-step: a sequence that sampled its last token stays in the batch, computed but sampling
+        nothing more, until the window ends; then every such sequence leaves, in the order of their
+        last tokens."""
+        if self.window_left:
+            for i in finishing:
+                first = self.decoding[i][0]
+                ticks = d - first + 1
+                self._span_buffer.extend((i, first, ticks))
+                if self.interval > 1:
+                    self.event_due[(first - self.generated[i]) % self.interval] -= 1
+                self.generated[i] += ticks
+                self.zombies.append(i)
+            return []
+        finished = []
+        for i in self.zombies:
+            first, context0, _, _ = self.decoding.pop(i)
+            context = context0 + d + 1 - first
+            self.context_sum -= context
+            self.block_due[(first - context0) % self.block] -= 1
+            self._release(i, context)
+            finished.append(i)
+        self.zombies.clear()
+        finished += [self._finish_decoding(i, d) for i in finishing]
+        return finished
+
+    def _events(self, d: int, decode: int, finishing: Sequence[int], completing: list[tuple[int, int]]) -> int:
         """SSE events the step's tokens close (only needed when events group several tokens)."""
         interval = self.interval
-        events = self.event_due[s % interval]
+        events = self.event_due[d % interval] if decode else 0
         for i in finishing:  # a last token always closes its event; count those off the grid
             if (self.out[i] - 1) % interval:
                 events += 1
@@ -382,61 +596,75 @@ class Replica:
             events += closes_event(self.generated[i], self.out[i], interval)
         return events
 
-    def _preempt(self, s: int, demand: int) -> tuple[int, int, int]:
-        """Preempt from the tail of the running order (the prefill, then the newest decoding) until
-        the step's new blocks fit. Returns the step's (decode blocks, prefill blocks, prefill tokens)."""
-        victims: list[int] = []
-        prefill = self.prefill
-        new_blocks = self.block_due[s % self.block]
-        budget = self.max_batched - len(self.decoding)
-        if prefill is not None:
-            prefill_num = min(prefill.target - prefill.computed, budget)
-            prefill_blocks = -(-(prefill.computed + prefill_num) // self.block) - prefill.blocks
-        if prefill is not None and demand > self.free_blocks:
-            demand -= prefill_blocks
-            self.free_blocks += prefill.blocks
-            victims.append(prefill.request)
-            self.prefill = prefill = None
-        while demand > self.free_blocks and self.decoding:
-            i = next(reversed(self.decoding))
-            first, context0, _ = self.decoding[i]
-            crossing = (s - first + context0) % self.block == 0
-            context = self._stop_decoding(i, s - first)
-            self.free_blocks += -(-context // self.block)
-            demand -= crossing
-            new_blocks -= crossing
-            victims.append(i)
-        self.preemptions += len(victims)
-        for i in victims:  # a preempted sequence recomputes everything, its prefix included
-            self.cached[i] = 0
-        self.waiting.extendleft(victims)
-        if prefill is None:
-            return new_blocks, 0, 0
-        return new_blocks, prefill_blocks, prefill_num
+    def _host_window(self, gpu_end_ns: int, logits: int, events: int) -> tuple[int, int]:
+        """Multi-step: the host takes a window's tokens (not the dropped ones of sequences already
+        done) once, when its last step ends; until then steps are not blocked and leave nothing (-1)."""
+        emitted = logits - len(self.zombies)
+        if self.interval == 1:  # every token its own event (the others are counted without the zombies)
+            events = emitted
+        if self.window_left:
+            self._window_emitted += emitted
+            self._window_events += events
+            return 0, -1
+        emitted, events = emitted + self._window_emitted, events + self._window_events
+        self._window_emitted = self._window_events = 0
+        return self._on_step(gpu_end_ns, emitted, events)
+
+    def _record_emitters(self, decode: int, completing: list[tuple[int, int]]) -> None:
+        zombies = set(self.zombies)
+        emitters = [i for i in self.decoding if i not in zombies] if decode else []
+        self.emitters = emitters + [i for i, _ in completing]
+        self._window_emitters.append(self.emitters)
+        self.released = [] if self.window_left else self._window_emitters
+        if not self.window_left:
+            self._window_emitters = []
 
     # -- results -----------------------------------------------------------------------------------
 
     def steps(self) -> dict[str, np.ndarray]:
-        """Per-step columns as arrays, keyed by STEP_FIELDS."""
+        """Per-step columns as arrays, keyed by STEP_FIELDS; a step inside a multi-step window leaves
+        its tokens when the window's last step does."""
         rows = self.step_rows.array()
-        return {name: rows[:, k].copy() for k, name in enumerate(STEP_FIELDS)}
+        steps = {name: rows[:, k].copy() for k, name in enumerate(STEP_FIELDS)}
+        leave = steps["leave_ns"]
+        left = np.flatnonzero(leave >= 0)
+        if len(left) < len(leave):
+            later = np.searchsorted(left, np.arange(len(leave)))
+            known = later < len(left)
+            leave[known] = leave[left[later[known]]]
+        return steps
+
+    def tick_steps(self) -> np.ndarray | None:
+        """The step of each tick of `spans`, or None where ticks are steps. Ticks [0, self.tick) are
+        the decode clock's; each prompt's first token is at tick self.tick + its step."""
+        if not self.pauses:
+            return None
+        return np.concatenate([self.tick_rows.array()[:, 0], np.arange(self.num_steps, dtype=np.int64)])
 
     def spans(self) -> np.ndarray:
-        """(request, first step, tokens) rows, sorted by request then step."""
+        """(request, first tick, tokens) rows, a token in each of consecutive ticks (see `tick_steps`),
+        sorted by request then step."""
         spans = self.span_rows.array()
-        return spans[np.lexsort((spans[:, 1], spans[:, 0]))]
+        if not self.pauses:
+            return spans[np.lexsort((spans[:, 1], spans[:, 0]))]
+        firsts = self.first_rows.array() + np.array([0, self.tick, 0])
+        spans = np.concatenate([spans, firsts])
+        return spans[np.lexsort((self.tick_steps()[spans[:, 1]], spans[:, 0]))]
 
-    def accounts(self, steps: dict[str, np.ndarray], spans: np.ndarray) -> dict[str, np.ndarray]:
-        """Per request (from `steps()` and `spans()`): the summed compute and traffic time of the steps
-        it took part in, its delivery time (its upload, then the host time that blocked those steps),
-        and the end of the step that made its last token (0 for a request with none yet)."""
+    def accounts(self, steps: dict[str, np.ndarray], spans: np.ndarray,
+                 tick_steps: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Per request (from `steps()`, `spans()` and `tick_steps()`): the summed compute and traffic
+        time of the steps it took part in, its delivery time (its upload, then the host time that
+        blocked those steps), and the end of the step that made its last token (0 for a request with
+        none yet)."""
         n = len(self.prompt)
         requests, first, count = spans[:, 0], spans[:, 1], spans[:, 2]
         silent = self.silent_rows.array()
         totals = {}
         for name in ("compute_ns", "traffic_ns", "blocking_ns"):
             per_step = steps[name]
-            cum = np.concatenate([[0], np.cumsum(per_step)])
+            per_tick = per_step if tick_steps is None else per_step[tick_steps]
+            cum = np.concatenate([[0], np.cumsum(per_tick)])
             total = np.zeros(n, np.int64)
             np.add.at(total, requests, cum[first + count] - cum[first])
             np.add.at(total, silent[:, 0], per_step[silent[:, 1]])
@@ -447,7 +675,8 @@ class Replica:
         has_tokens[has_tokens] = requests[last[has_tokens]] == np.flatnonzero(has_tokens)
         last_step_end = np.zeros(n, np.int64)
         rows = last[has_tokens]
-        last_step_end[has_tokens] = step_end[first[rows] + count[rows] - 1]
+        last_tick = first[rows] + count[rows] - 1
+        last_step_end[has_tokens] = step_end[last_tick if tick_steps is None else tick_steps[last_tick]]
         return {
             "compute_ns": totals["compute_ns"],
             "traffic_ns": totals["traffic_ns"],

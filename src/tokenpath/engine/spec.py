@@ -1,8 +1,8 @@
-"""The `[engine]` table: the serving engine's batching limits, as vLLM names them."""
+"""The `[engine]` table: the serving engine's batching limits, as vLLM names them, and its scheduler profile."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -14,9 +14,47 @@ MAX_STEP_TOKENS = 2**24
 # vLLM's KV-cache block sizes run from 1 to 256 tokens; SGLang's page size is 1 to 64.
 MAX_BLOCK_SIZE = 4096
 
+Scheduler = Literal["vllm-v1", "prefill-first", "trtllm"]
+
+SCHEDULERS: dict[str, str] = {
+    "vllm-v1": """vLLM V1's scheduler (vllm/v1/core/sched/scheduler.py), the default. Every step, the
+    running sequences first, in admission order: each decoding one takes a token, the prompt in
+    progress the rest of the token budget; then waiting sequences, first come first served, while
+    the step has room (sequences, tokens, KV blocks), a long prompt cut to the budget (chunked
+    prefill). Prompt chunks and decodes share each step. Blocks are taken as sequences grow; when
+    they run out, the newest running sequences are preempted and recomputed later.""",
+    "prefill-first": """vLLM V0 without chunked prefill (vllm/core/scheduler.py, _schedule_default) and
+    SGLang's default (scheduler.py, get_next_batch_to_run). When waiting prompts can be admitted the
+    step is a prefill batch of its own: as many waiting prompts as fit the token budget, the free
+    sequences and the free KV blocks; decoding sequences pause (they do not take part, and that
+    time counts as queue for them). Otherwise the step decodes every running sequence. With
+    `chunked_prefill` the token budget is SGLang's chunked_prefill_size: a longer prompt is split
+    over several prefill steps, run back to back. `mixed_chunk` is SGLang's --enable-mixed-chunk:
+    the decodes join the prefill step (the batch is then formed as vllm-v1 forms it).
+    `num_scheduler_steps` > 1 is vLLM V0's multi-step scheduling (below).""",
+    "trtllm": """TensorRT-LLM's in-flight batching (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp
+    and microBatchScheduler.cpp). The capacity scheduler admits requests first come first served:
+    with `kv_admission = "reserve"` (GUARANTEED_NO_EVICT, TensorRT-LLM's default) only while the
+    request's whole KV cache, prompt and output, fits in the blocks no running request has reserved,
+    so no request is ever preempted; with "on_demand" (MAX_UTILIZATION) blocks are taken as
+    sequences grow and the newest are paused (recomputed) when they run out, as in vLLM. The
+    micro-batch scheduler puts the generation requests first, one token each, then contexts within
+    max_num_tokens (`max_num_batched_tokens`): whole without chunked context, and with it cut to the
+    budget left, rounded down to whole KV blocks (its chunkUnitSize is the tokens per block).""",
+}
+
+MULTI_STEP = """Multi-step scheduling (vLLM V0 --num-scheduler-steps k, with scheduler = "prefill-first"):
+the scheduler runs at window starts only. A prefill step is a window of its own; otherwise the
+running sequences decode for k steps as one fixed batch, their KV blocks for all k steps taken at
+the window's start (vLLM allocates k - 1 lookahead slots). New requests are admitted only at window
+starts. The window's tokens leave the server together when its last step ends (vLLM processes a
+window's outputs after its last step); a sequence that samples its last token mid-window stays in
+the batch until the window ends (the GPU keeps computing it, its extra tokens are dropped, vLLM
+issue 10890) and frees its slot then; for that request the wait counts as delivery."""
+
 
 class EngineSpec(BaseModel):
-    """Continuous-batching limits, and which steps replay a captured CUDA graph.
+    """Continuous-batching limits, the scheduler profile, and which steps replay a captured CUDA graph.
 
     Defaults are what vLLM's OpenAI server picks on a GPU with at least 70 GiB that is not an A100
     (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): 1024 sequences, 8192 tokens per step.
@@ -24,6 +62,7 @@ class EngineSpec(BaseModel):
     for steps of up to 512 tokens (its max_cudagraph_capture_size), decode-only or mixed; its larger
     steps run long kernels that hide their launches. `cuda_graphs = "none"` is an eager engine (vLLM
     --enforce-eager), whose every step pays compute.efficiency.EAGER_KERNEL_LAUNCH_S per kernel.
+    Scheduler profiles: see SCHEDULERS and MULTI_STEP above.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -39,6 +78,24 @@ class EngineSpec(BaseModel):
                            "every sequence decodes one token: SGLang, TensorRT-LLM, vLLM V0) or none (eager)")
     cuda_graph_max_tokens: int | None = Field(
         None, ge=0, le=MAX_STEP_TOKENS, description="largest step, in tokens, that replays a captured graph (unset: any size)")
+    scheduler: Scheduler = Field(
+        "vllm-v1", description="how each step's batch is formed: vllm-v1 (prompt chunks mixed with decodes), "
+                               "prefill-first (vLLM V0, SGLang: prompts in steps of their own) or trtllm")
+    mixed_chunk: bool = Field(
+        False, description="prefill-first only: decodes join the prefill steps (SGLang --enable-mixed-chunk)")
+    kv_admission: Literal["reserve", "on_demand"] = Field(
+        "on_demand", description="trtllm: reserve each request's whole KV cache at admission (GUARANTEED_NO_EVICT, "
+                                 "the default there) or take blocks as it grows (MAX_UTILIZATION, as vLLM)")
+    num_scheduler_steps: int = Field(
+        1, ge=1, le=1024, description="prefill-first only: decode steps per scheduler call (vLLM V0 --num-scheduler-steps)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_defaults(cls, data: Any) -> Any:
+        # TensorRT-LLM reserves by default; the other engines take blocks on demand.
+        if isinstance(data, dict) and "kv_admission" not in data:
+            data = {**data, "kv_admission": "reserve" if data.get("scheduler") == "trtllm" else "on_demand"}
+        return data
 
     @model_validator(mode="after")
     def _budget_covers_every_sequence(self) -> EngineSpec:
@@ -48,4 +105,21 @@ class EngineSpec(BaseModel):
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least max_num_seqs "
                 f"({self.max_num_seqs}); raise max_num_batched_tokens or lower max_num_seqs"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _settings_fit_the_profile(self) -> EngineSpec:
+        if self.mixed_chunk and self.scheduler != "prefill-first":
+            raise ValueError(f"mixed_chunk applies to scheduler = \"prefill-first\" only ({self.scheduler} always "
+                             "runs decodes beside prompt chunks); remove mixed_chunk")
+        if self.mixed_chunk and not self.chunked_prefill:
+            raise ValueError("mixed_chunk needs chunked_prefill = true (SGLang mixes decodes into chunked prefill "
+                             "steps only); set chunked_prefill = true or mixed_chunk = false")
+        if self.kv_admission == "reserve" and self.scheduler != "trtllm":
+            raise ValueError("kv_admission = \"reserve\" is TensorRT-LLM's GUARANTEED_NO_EVICT; use "
+                             "scheduler = \"trtllm\" or kv_admission = \"on_demand\"")
+        if self.num_scheduler_steps > 1 and (self.scheduler != "prefill-first" or self.mixed_chunk):
+            engine = {"vllm-v1": "vLLM V1 has", "trtllm": "TensorRT-LLM has"}.get(self.scheduler, "mixed chunks have")
+            raise ValueError(f"num_scheduler_steps > 1 is vLLM V0's multi-step scheduling and {engine} none; "
+                             "use scheduler = \"prefill-first\" without mixed_chunk, or num_scheduler_steps = 1")
         return self

@@ -39,8 +39,10 @@ class LiveEngine:
         self.clock_ns = clock_ns
         self.start_ns = clock_ns()
         self.responses: dict[int, Response] = {}  # by engine handle, until it ends
-        # Steps whose tokens have not left yet, in step order: (step, leave_ns, emitters, finished).
-        self.unreleased: deque[tuple[int, int, list[int], list[int]]] = deque()
+        # Steps whose tokens have not left yet, in step order: (step, leave_ns, released, finished), where
+        # `released` holds the emitters of each step whose tokens leave then (several for a multi-step
+        # window, whose tokens leave together when it ends).
+        self.unreleased: deque[tuple[int, int, list[list[int]], list[int]]] = deque()
         self.wake = asyncio.Event()
 
     def elapsed_ns(self) -> int:
@@ -76,7 +78,7 @@ class LiveEngine:
                 continue
             finished = replica.step()
             step = replica.num_steps - 1
-            self.unreleased.append((step, replica.last_leave_ns, replica.emitters, finished))
+            self.unreleased.append((step, replica.last_leave_ns, replica.released, finished))
             delay_s = (self.start_ns + replica.last_leave_ns - self.clock_ns()) / 1e9
             loop.call_later(max(0.0, delay_s), self._release_through, lambda s, leave_ns: s <= step)
             await asyncio.sleep(max(0.0, (self.start_ns + replica.now - self.clock_ns()) / 1e9))
@@ -87,13 +89,16 @@ class LiveEngine:
         clock and scheduling it, and timers due at once run in heap order, which ties do not fix."""
         unreleased = self.unreleased
         while unreleased and due(unreleased[0][0], unreleased[0][1]):
-            _, _, emitters, finished = unreleased.popleft()
-            self._release(emitters, finished)
+            _, _, released, finished = unreleased.popleft()
+            self._release(released, finished)
 
-    def _release(self, emitters: list[int], finished: list[int]) -> None:
-        """The step's tokens leave the server: detokenize, filter and frame them for their clients."""
+    def _release(self, released: list[list[int]], finished: list[int]) -> None:
+        """Tokens leave the server (one step's, or a multi-step window's, one step at a time): detokenize,
+        filter and frame them for their clients."""
         responses = self.responses
-        ended = self.output.step([r for handle in emitters if (r := responses.get(handle)) is not None])
+        ended = []
+        for emitters in released:
+            ended += self.output.step([r for handle in emitters if (r := responses.get(handle)) is not None])
         for handle in finished:
             response = responses.pop(handle, None)
             if response is not None:
