@@ -211,7 +211,7 @@ def test_kv_cache_crosses_the_fabric_between_the_pools():
     # 2 x TP8 on the 4-node rail cluster: the prefill replica on node 0, the decode replica on node 1,
     # so each rank's KV share crosses its NIC: 1000 tokens x 80 layers x 1 KV head x 128 x 2 (K, V)
     # x 1 B (fp8) = 20.48 MB per rank, at 50 GB/s x 0.94.
-    dep = build_deployment(pd_scenario(**{"deployment.fabric": "h100-4x8-rail"}))
+    dep = build_deployment(pd_scenario(**{"deployment.fabric": "h100-4x8-rail", "model.kv_cache_precision": "fp8"}))
     per_rank = 1000 * dep.compute.kv_bytes_per_token_per_chip
     assert per_rank == 1000 * 80 * 2 * 128 * 1
     seconds = dep.costs.kv_transfer_s(1000, 0, 1)
@@ -219,7 +219,8 @@ def test_kv_cache_crosses_the_fabric_between_the_pools():
     # after NCCL's 6.6 us launch.
     assert seconds == pytest.approx(6.6e-6 + 2 * 0.675e-6 + per_rank / (50e9 * 0.94), rel=1e-9)
     # Inside one NVSwitch domain the same transfer is an order of magnitude faster.
-    local = build_deployment(pd_scenario(**{"deployment.fabric": {"kind": "switch", "hosts": 16}}))
+    local = build_deployment(pd_scenario(**{"deployment.fabric": {"kind": "switch", "hosts": 16},
+                                            "model.kv_cache_precision": "fp8"}))
     assert local.costs.kv_transfer_s(1000, 0, 1) < seconds / 5
 
 

@@ -46,7 +46,9 @@ def trace_scenario(folder: Path, trace_text: str = AZURE_TRACE) -> Path:
 def test_default_scenario_is_the_typical_deployment():
     s = load_scenario()
     assert s.name == "typical"
-    assert (s.model.name, s.model.precision, s.model.kv_precision()) == ("llama-3.1-70b", "fp8", "fp8")
+    # vLLM (the default profile) keeps the KV cache at the model's bf16; TensorRT-LLM quantizes it with fp8 weights.
+    assert (s.model.name, s.model.precision, s.model.kv_precision()) == ("llama-3.1-70b", "fp8", "bf16")
+    assert s.model.kv_precision("trtllm") == "fp8"
     assert (s.deployment.chip, s.deployment.chips, s.deployment.tp, s.deployment.replicas) == ("h200", 8, 8, 1)
     assert s.workload.arrival.rate == 36.0 and s.workload.arrival.burstiness == 1.0
     assert s.workload.num_requests == 2000 and s.workload.trace is None and s.workload.max_concurrency is None

@@ -48,13 +48,17 @@ class ModelSection(BaseModel):
     name: PathText = "llama-3.1-70b"
     precision: Precision = "fp8"
     kv_cache_precision: Literal["auto", "bf16", "fp8"] = Field(
-        "auto", description="auto: fp8 when the weights are fp8 or fp4, else bf16"
+        "auto", description="auto: the engine's default: the model's own bf16 in vLLM and SGLang (their "
+                            "--kv-cache-dtype auto); fp8 with fp8 or fp4 weights in TensorRT-LLM (trtllm)"
     )
 
-    def kv_precision(self) -> str:
+    def kv_precision(self, scheduler: str = "vllm-v1") -> str:
+        """The KV cache's precision. vLLM's and SGLang's `--kv-cache-dtype auto` keep the model's
+        activation dtype (bf16) whatever the weights' precision; TensorRT-LLM's fp8 and NVFP4
+        checkpoints (ModelOpt) quantize the KV cache to fp8."""
         if self.kv_cache_precision != "auto":
             return self.kv_cache_precision
-        return "bf16" if self.precision == "bf16" else "fp8"
+        return "fp8" if scheduler == "trtllm" and self.precision != "bf16" else "bf16"
 
 
 def _check_placement(value: object) -> object:

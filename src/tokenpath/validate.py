@@ -36,7 +36,8 @@ ENGINE_SIDE_DELIVERY = {
 
 
 # How each group's runs were configured, as `[engine]` settings.
-ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "cuda_graphs", "cuda_graph_max_tokens")
+ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "cuda_graphs", "cuda_graph_max_tokens",
+               "scheduler")
 
 
 def published_rows() -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -5,8 +5,8 @@ A row becomes a scenario with the source's model, chip, tensor parallelism, prec
 arrival process and engine settings, and an engine-side last mile (the sources' clients ran on the
 serving host). The prediction is the same statistic (mean or median) of the same metric over the same
 requests: TTFT includes queueing; "tpot" is (E2E - TTFT) / (tokens - 1) per request; "itl" is every gap
-between streamed tokens. The row's `engine` ("vllm", "sglang", "trtllm") is recorded; today every row
-runs the one engine model, with the row's `engine_settings`.
+between streamed tokens. The row's `engine` ("vllm", "sglang", "trtllm") picks the scheduler profile
+(ENGINE_PROFILES), and the row's `engine_settings` go over it.
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ SHAREGPT_ASSUMED_CV = 1.0
 # uniform kind with this range ratio spans [1, 2 x mean] around the mean the run drew.
 UNIFORM_FULL_RANGE_RATIO = 0.998
 _STAT_KEY = {"mean": "mean", "median": "p50"}
+# Each engine's scheduler profile (engine/spec.py); a row's engine_settings can refine it (vLLM V0).
+ENGINE_PROFILES = {"vllm": {"scheduler": "vllm-v1"}, "sglang": {"scheduler": "prefill-first"},
+                   "trtllm": {"scheduler": "trtllm"}}
 
 
 def load_latency(path: str | Path | None = None) -> dict[str, Any]:
@@ -111,7 +114,7 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any]) -> Scenario:
         "seed": 0,
         "model": {"name": row["model"], "precision": row["precision"]},
         "deployment": {"chip": row["chip"], "chips": row["tp"], "tp": row["tp"]},
-        "engine": dict(row.get("engine_settings", {})),
+        "engine": {**ENGINE_PROFILES[row["engine"]], **row.get("engine_settings", {})},
         "workload": workload,
         "delivery": ENGINE_SIDE_DELIVERY,
     }

@@ -47,13 +47,13 @@ at one token takes 7.6 us where its 8.4 MB of weights stream in 2.9 us; vLLM's d
 A decode step of a large model at small batch is mostly such fixed costs: compute/ops.py counts each
 op's kernels."""
 
-EAGER_KERNEL_LAUNCH_S = 3.9e-6
+EAGER_KERNEL_LAUNCH_S = 4.9e-6
 """Time a step that does not replay a captured CUDA graph loses per kernel it launches, on top of the
 kernel's KERNEL_FIXED_S: the host's launch call, which the GPU waits for when kernels are short. A
 graph replays all its kernels with one launch. Calibrated once, on the Llama-2-7B 128-token row of
 the TensorRT-LLM batch-1 TTFT group in `tokenpath validate` (a context phase, which that runtime runs
 eagerly); the other rows of the group are predicted with it. With the fixed cost, an eager kernel
-costs 6.4 us, the order reported for eager launches; applied to every chip and runtime."""
+costs 7.35 us, the order reported for eager launches; applied to every chip and runtime."""
 
 ACTIVATION_BYTES = 2.0
 """Bytes per activation element: activations, the residual stream and all-reduced hidden states are

@@ -1,32 +1,51 @@
 """The host's share of an engine step: what the engine's own process does around the GPU's kernels.
 
 Each step an engine schedules the batch, prepares its inputs (block tables, positions, sampling
-parameters), samples and processes the outputs. Where that runs in the step's critical path it adds
-to the step's time, as a fixed part and a part per sequence sampled. The constants are per engine
-profile, each with its source, and set on published measurements (`tokenpath validate --group latency`).
+parameters), samples and processes the outputs: a fixed part and a part per sequence sampled. Where
+that runs in the step's critical path it adds to the step's time; an engine that prepares the next
+step while the GPU runs the current one (SGLang's zero-overhead batch scheduler since v0.4,
+TensorRT-LLM's overlap scheduler, enabled by default) hides it behind the GPU, and a step then lasts
+the longer of the two (`[engine] host_overlap` overrides the profile's default). Under vLLM V0's
+multi-step scheduling the scheduler and input preparation run once per window of steps.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
 class HostStepCost:
-    """Host time of one step: `step_s`, plus `per_sequence_s` for every sequence that samples a token.
-    `overlapped`: the engine prepares each step while the GPU runs the one before (SGLang's
-    zero-overhead scheduler, TensorRT-LLM's overlap scheduler), so a step lasts the longer of the two."""
+    """Host time of one step: `step_s`, plus `per_sequence_s` for every sequence that samples a token;
+    `overlapped`: prepared while the GPU runs the step before."""
 
     step_s: float
     per_sequence_s: float
-    overlapped: bool = False
+    overlapped: bool
 
 
-# PLACEHOLDER values, calibrated below.
+# The fixed host time of a step, the same order for every engine written in Python around the GPU:
+# 0.5 ms, of which vLLM's V1 scheduler and input preparation take most at small batches. It reproduces
+# the vLLM rows of AIConfigurator's measured runs at one chip (tokenpath validate --group latency);
+# an order of magnitude to calibrate per deployment.
+HOST_STEP_S = 0.5e-3
+# Per sequence sampled: vLLM V1's Scheduler.update_from_output takes 0.287 ms for 256 decoding
+# sequences, 1.12 us each (vllm-project/vllm pull request 46112's micro-benchmark).
+HOST_PER_SEQUENCE_S = 1.12e-6
+
 HOST_STEP_COSTS = {
-    "vllm-v1": HostStepCost(step_s=0.5e-3, per_sequence_s=0.0),
+    "vllm-v1": HostStepCost(HOST_STEP_S, HOST_PER_SEQUENCE_S, overlapped=False),
+    "prefill-first": HostStepCost(HOST_STEP_S, HOST_PER_SEQUENCE_S, overlapped=True),   # SGLang >= 0.4
+    "trtllm": HostStepCost(HOST_STEP_S, HOST_PER_SEQUENCE_S, overlapped=True),
 }
 
 
-def host_step_cost(profile: str) -> HostStepCost:
-    return HOST_STEP_COSTS[profile]
+def host_step_cost(scheduler: str, overlap: bool | None = None, scheduler_steps: int = 1) -> HostStepCost:
+    """The host cost of a step under `scheduler`; `overlap` (None: the profile's) and multi-step windows
+    of `scheduler_steps` steps, whose scheduling and input preparation are shared by the window."""
+    cost = HOST_STEP_COSTS[scheduler]
+    if overlap is not None:
+        cost = replace(cost, overlapped=overlap)
+    if scheduler_steps > 1:
+        cost = replace(cost, step_s=cost.step_s / scheduler_steps)
+    return cost

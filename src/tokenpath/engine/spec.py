@@ -86,6 +86,9 @@ class EngineSpec(BaseModel):
     kv_admission: Literal["reserve", "on_demand"] = Field(
         "on_demand", description="trtllm: reserve each request's whole KV cache at admission (GUARANTEED_NO_EVICT, "
                                  "the default there) or take blocks as it grows (MAX_UTILIZATION, as vLLM)")
+    host_overlap: bool | None = Field(
+        None, description="the host prepares each step while the GPU runs the one before, so a step takes the "
+                          "longer of the two (unset: the profile's: prefill-first and trtllm yes, vllm-v1 no)")
     num_scheduler_steps: int = Field(
         1, ge=1, le=1024, description="prefill-first only: decode steps per scheduler call (vLLM V0 --num-scheduler-steps)")
 

@@ -111,7 +111,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
     )
     mean_in, mean_out = sim.requests.input_tokens.mean(), sim.requests.output_tokens.mean()
     return [
-        ("model", _model_line(d, s.model.precision, s.model.kv_precision())),
+        ("model", _model_line(d, s.model.precision, s.model.kv_precision(s.engine.scheduler))),
         ("deployment", f"{s.deployment.chips}x {d.chip.name}, TP={s.deployment.tp}, PP={s.deployment.pp}"
                        f"{', EP over all chips' if s.deployment.expert_parallel else ''}, "
                        f"{_replicas(s.deployment)}"),
