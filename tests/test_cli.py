@@ -290,6 +290,7 @@ def test_engine_delivery_and_distribution_flags_set_their_scenario_keys(monkeypa
     doc = simulate_json([*SMALL_8B, "--max-num-seqs", "64", "--max-num-batched-tokens", "4096",
                          "--no-enable-chunked-prefill", "--gpu-memory-utilization", "0.8", "--kv-cache-dtype", "fp8",
                          "--network-rtt", "5 ms", "--detokenize", "async", "--input-dist", "sharegpt",
+                         "--scheduler", "prefill-first", "--num-scheduler-steps", "4",
                          "--output-len", "100", "--output-sd", "30", "--output-dist", "lognormal"], monkeypatch, capsys)
     expected = load_scenario(None, {
         "model.name": "llama-3.1-8b", "deployment.chip": "h100", "deployment.chips": 1, "deployment.tp": 1,
@@ -297,6 +298,7 @@ def test_engine_delivery_and_distribution_flags_set_their_scenario_keys(monkeypa
         "engine.max_num_batched_tokens": 4096, "engine.chunked_prefill": False,
         "engine.gpu_memory_utilization": 0.8, "model.kv_cache_precision": "fp8", "delivery.network_rtt": "5 ms",
         "delivery.detokenize": "async", "workload.input": {"kind": "sharegpt"},
+        "engine.scheduler": "prefill-first", "engine.num_scheduler_steps": 4,
         "workload.output": {"kind": "lognormal", "mean": 100.0, "sd": 30.0},
     })
     assert doc["scenario"]["fingerprint"] == expected.fingerprint()
@@ -320,6 +322,8 @@ def test_engine_delivery_and_distribution_flags_set_their_scenario_keys(monkeypa
     (["--network-rtt", "fast"], ["delivery.network_rtt"]),
     (["--gpu-memory-utilization", "1.5"], ["engine.gpu_memory_utilization"]),
     (["--max-num-seqs", "0"], ["engine.max_num_seqs"]),
+    (["--scheduler", "fifo"], ["engine.scheduler"]),
+    (["--num-scheduler-steps", "8"], ["num_scheduler_steps"]),  # vllm-v1 has no multi-step
 ])
 def test_engine_and_distribution_flags_refuse_bad_values_in_one_line(argv, fragments, monkeypatch, capsys):
     assert_user_error(*run_cli(["simulate", "--num-requests", "5", *argv], monkeypatch, capsys), *fragments)

@@ -123,6 +123,7 @@ def _overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
         "warmup_requests": "workload.warmup_requests",
         "max_num_seqs": "engine.max_num_seqs", "max_num_batched_tokens": "engine.max_num_batched_tokens",
         "chunked_prefill": "engine.chunked_prefill", "gpu_memory_utilization": "engine.gpu_memory_utilization",
+        "scheduler": "engine.scheduler", "num_scheduler_steps": "engine.num_scheduler_steps",
         "kv_cache_dtype": "model.kv_cache_precision", "network_rtt": "delivery.network_rtt",
         "detokenize": "delivery.detokenize",
     }
@@ -256,6 +257,12 @@ def simulate(
         help="split long prompts over steps within the token budget (scenario default: on)", show_default=False),
     gpu_memory_utilization: Optional[float] = typer.Option(
         None, "--gpu-memory-utilization", help="share of HBM the engine may use (scenario default: 0.9)"),
+    scheduler: Optional[str] = typer.Option(
+        None, "--scheduler", help="engine scheduler profile: vllm-v1 (default), prefill-first (vLLM V0, SGLang) "
+                                  "or trtllm"),
+    num_scheduler_steps: Optional[int] = typer.Option(
+        None, "--num-scheduler-steps", help="prefill-first: decode steps per scheduler call (vLLM V0 multi-step; "
+                                            "default 1)"),
     kv_cache_dtype: Optional[str] = typer.Option(
         None, "--kv-cache-dtype", help="KV-cache precision: auto (the engine's default), bf16, fp8"),
     network_rtt: Optional[str] = typer.Option(

@@ -62,6 +62,16 @@ def _replicas(dep: Any) -> str:
     return f"{dep.replicas} replica(s)"
 
 
+def _engine_line(engine: Any, compute: Any) -> str:
+    """The scheduler profile, its limits, and how the host's time per step counts."""
+    line = f"{engine.scheduler} scheduler, max {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} tokens/step, " \
+           f"chunked prefill {'on' if engine.chunked_prefill else 'off'}"
+    if engine.num_scheduler_steps > 1:
+        line += f", {engine.num_scheduler_steps}-step windows"
+    host = format_duration(compute.host_step_s)
+    return line + f"; host {host}/step, {'overlapped' if compute.host_overlapped else 'in the step'}"
+
+
 def _placement(placement: str | list[int]) -> str:
     return placement if isinstance(placement, str) else "explicit"
 
@@ -119,8 +129,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                    f"across, {_placement(s.deployment.placement)} placement, {d.collectives.algorithm} collectives"),
         ("KV cache", f"{d.kv_capacity_tokens:,} tokens per engine "
                      f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip)"),
-        ("engine", f"max {s.engine.max_num_seqs} seqs, {s.engine.max_num_batched_tokens} tokens/step, "
-                   f"chunked prefill {'on' if s.engine.chunked_prefill else 'off'}"),
+        ("engine", _engine_line(s.engine, d.compute)),
         ("workload", f"{w.num_requests:,} requests, {lengths} (drawn means {mean_in:.0f}/{mean_out:.0f})"),
         ("arrivals", arrivals),
         ("last mile", f"{s.delivery.detokenize} detokenize, {s.delivery.stream_interval} token(s)/event, "
