@@ -128,6 +128,14 @@ def test_per_request_accounts_never_exceed_the_time_in_the_system(seed):
     assert (trace.compute_ns > 0).all() and (trace.traffic_ns > 0).all()
 
 
+
+def random_lengths(rng, n, budget, block, kv_blocks, chunked):
+    """Prompt and output lengths that always fit: a whole request within the KV cache, and without
+    chunked prefill a prompt within one step's budget."""
+    longest = min(budget, block * kv_blocks) if not chunked else block * kv_blocks
+    inputs = rng.integers(1, max(2, longest // 2), n)
+    return inputs, rng.integers(1, max(2, longest - inputs.max()), n)
+
 @settings(max_examples=60, deadline=None)
 @given(
     n=st.integers(1, 60),
@@ -145,9 +153,7 @@ def test_the_engine_matches_the_straightforward_reference_exactly(
         n, interval, max_seqs, budget, kv_blocks, chunked, concurrency, detokenize, prefilled, seed):
     rng = np.random.default_rng(seed)
     block = 16
-    longest = min(budget, block * kv_blocks) if not chunked else block * kv_blocks
-    inputs = rng.integers(1, max(2, longest // 2), n)
-    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    inputs, outputs = random_lengths(rng, n, budget, block, kv_blocks, chunked)
     arrivals = np.sort(rng.uniform(0, 0.05, n))
     costs = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5)
     delivery = DeliverySpec(stream_interval=interval, detokenize=detokenize, detokenize_per_token=2e-5)
@@ -285,9 +291,7 @@ def test_random_aborts_give_the_same_trace_in_both_engines(
     # both engines keep the tokens made, free the same blocks and run the rest identically.
     rng = np.random.default_rng(seed)
     block = 16
-    longest = min(budget, block * kv_blocks) if not chunked else block * kv_blocks
-    inputs = rng.integers(1, max(2, longest // 2), n)
-    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    inputs, outputs = random_lengths(rng, n, budget, block, kv_blocks, chunked)
     scheduled = np.rint(np.sort(rng.uniform(0, 0.02, n)) * 1e9).astype(np.int64)
     cached = rng.integers(0, inputs) if prefilled else np.zeros(n, np.int64)
     delivery = DeliverySpec(stream_interval=interval, detokenize_per_token=2e-5)
