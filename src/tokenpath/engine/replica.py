@@ -184,6 +184,7 @@ class Replica:
         self._step_buffer, self._span_buffer = self.step_rows.buffer, self.span_rows.buffer
         self._silent_buffer, self._first_buffer = self.silent_rows.buffer, self.first_rows.buffer
         self._tick_buffer = self.tick_rows.buffer
+        self._flush_values = _Rows.FLUSH_VALUES
         self.num_steps = 0
         self.last_leave_ns = 0
         self.emitters: list[int] = []  # with record_emitters: the requests that got a token last step
@@ -500,7 +501,6 @@ class Replica:
             finished = [self._finish_decoding(i, d) for i in finishing]
         else:
             finished = []
-        first_tick = self.tick
         for i, context in completing:
             self._first_buffer.extend((i, s, 1))
             self.generated[i] += 1
@@ -508,8 +508,8 @@ class Replica:
                 self._release(i, context)
                 finished.append(i)
             else:
-                self._start_decoding(i, first_tick, context)
-        if len(self._step_buffer) >= _Rows.FLUSH_VALUES:
+                self._start_decoding(i, self.tick, context)
+        if len(self._step_buffer) >= self._flush_values:
             for rows in (self.step_rows, self.span_rows, self.silent_rows, self.first_rows, self.tick_rows):
                 rows.flush()
         return finished
@@ -550,7 +550,10 @@ class Replica:
         return [state[3] for state in due if decoding.get(state[3]) is state]
 
     def _finish_decoding(self, i: int, d: int) -> int:
-        self._release(i, self._stop_decoding(i, d - self.decoding[i][0] + 1))
+        context = self._stop_decoding(i, d - self.decoding[i][0] + 1)
+        self.free_blocks += -(-context // self.block)
+        if self.reserve:
+            self.unreserved_blocks += -(-(self.prompt[i] + self.out[i]) // self.block)
         return i
 
     def _release(self, i: int, context: int) -> None:
