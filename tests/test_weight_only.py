@@ -36,7 +36,7 @@ def test_the_report_says_the_weights_run_weight_only():
                                         "workload.num_requests": 20}))
     line = dict(describe(sim))["model"]
     assert line.startswith("llama-3.1-8b, fp4 weights (weight-only: h100 has no fp4 tensor cores, so they "
-                           "multiply at bf16), fp8 KV cache")
+                           "multiply at bf16), bf16 KV cache")
     native = simulate(load_scenario(None, {"model.name": "llama-3.1-8b", "deployment.chip": "b200",
                                            "deployment.chips": 1, "deployment.tp": 1, "model.precision": "fp4",
                                            "workload.num_requests": 20}))
