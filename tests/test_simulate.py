@@ -383,3 +383,14 @@ def test_multi_step_tokens_reach_the_client_in_bursts():
 
     assert arrivals_per_token(**{"engine.scheduler": "prefill-first", "engine.num_scheduler_steps": 8}) < 0.2
     assert arrivals_per_token() > 0.95
+
+
+def test_explain_of_a_run_of_two_steps_takes_one_of_them():
+    from tokenpath.report.explain import steady_step
+
+    # Two requests of one output token each: two steps, and the middle half (25th to 75th percentile)
+    # of two start times holds neither of them.
+    sim = simulate(small(**{"workload.num_requests": 2, "workload.arrival.rate": "inf",
+                            "workload.output": {"kind": "fixed", "value": 1}}))
+    assert len(sim.traces[0].step_start_ns) == 2
+    assert steady_step(sim) in range(len(sim.traces[0].step_start_ns))

@@ -18,6 +18,8 @@ def steady_step(sim: Simulation) -> int:
     start = trace.step_start_ns
     low, high = np.percentile(start, [25, 75])
     middle = np.flatnonzero((start >= low) & (start <= high))
+    if len(middle) == 0:  # two steps (or so few that none lies inside the middle half): any of them
+        middle = np.arange(len(start))
     order = middle[np.argsort(trace.step_tokens[middle], kind="stable")]
     return int(order[len(order) // 2])
 
