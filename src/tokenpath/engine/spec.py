@@ -31,16 +31,22 @@ SCHEDULERS: dict[str, str] = {
     `chunked_prefill` the token budget is SGLang's chunked_prefill_size: a longer prompt is split
     over several prefill steps, run back to back. `mixed_chunk` is SGLang's --enable-mixed-chunk:
     the decodes join the prefill step (the batch is then formed as vllm-v1 forms it).
-    `num_scheduler_steps` > 1 is vLLM V0's multi-step scheduling (below).""",
+    `num_scheduler_steps` > 1 is vLLM V0's multi-step scheduling (below). Not modelled: SGLang's
+    admission headroom for the running requests' future tokens (new_token_ratio) and its separate
+    max_prefill_tokens, vLLM V0's 1% free-block watermark.""",
     "trtllm": """TensorRT-LLM's in-flight batching (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp
     and microBatchScheduler.cpp). The capacity scheduler admits requests first come first served:
     with `kv_admission = "reserve"` (GUARANTEED_NO_EVICT, TensorRT-LLM's default) only while the
-    request's whole KV cache, prompt and output, fits in the blocks no running request has reserved,
-    so no request is ever preempted; with "on_demand" (MAX_UTILIZATION) blocks are taken as
+    request's whole KV cache, prompt and output (TensorRT-LLM reserves for max_tokens, which
+    benchmarks set to the output length), fits in the blocks no running request has reserved, so no
+    request is ever preempted; with "on_demand" (MAX_UTILIZATION) blocks are taken as
     sequences grow and the newest are paused (recomputed) when they run out, as in vLLM. The
     micro-batch scheduler puts the generation requests first, one token each, then contexts within
     max_num_tokens (`max_num_batched_tokens`): whole without chunked context, and with it cut to the
-    budget left, rounded down to whole KV blocks (its chunkUnitSize is the tokens per block).""",
+    budget left, rounded down to whole KV blocks (its chunkUnitSize is the tokens per block).
+    Approximated: after a cut chunk no other context joins the step (TensorRT-LLM lets one whose
+    whole rest fits in the leftover, under a block); MAX_UTILIZATION pauses the newest started
+    request, which here waits at the front of the queue as in vLLM.""",
 }
 
 MULTI_STEP = """Multi-step scheduling (vLLM V0 --num-scheduler-steps k, with scheduler = "prefill-first"):
