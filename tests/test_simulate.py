@@ -394,3 +394,20 @@ def test_explain_of_a_run_of_two_steps_takes_one_of_them():
                             "workload.output": {"kind": "fixed", "value": 1}}))
     assert len(sim.traces[0].step_start_ns) == 2
     assert steady_step(sim) in range(len(sim.traces[0].step_start_ns))
+
+
+def test_a_request_whose_reserved_blocks_exceed_the_cache_is_a_one_line_error():
+    from tokenpath.errors import UserError
+    from tokenpath.pipeline import prepare
+
+    # Llama-3.1-8B at bf16 on one H100 at 30% of its memory holds 58,481 tokens of KV cache: 3,655
+    # whole blocks of 16. A request of all 58,481 tokens fits token by token, but TensorRT-LLM reserves
+    # whole blocks for its whole cache: 3,656 of them.
+    base = {"model.name": "llama-3.1-8b", "model.precision": "bf16", "deployment.chip": "h100",
+            "deployment.chips": 1, "deployment.tp": 1, "engine.gpu_memory_utilization": 0.3,
+            "workload.num_requests": 2, "workload.input": {"kind": "fixed", "value": 58_000},
+            "workload.output": {"kind": "fixed", "value": 481}}
+    assert prepare(load_scenario("typical", base)).deployment.kv_capacity_tokens == 58_481
+    with pytest.raises(UserError, match=r"^workload: request 0 needs 58496 tokens of KV cache but one replica holds "
+                                        r"58480;"):
+        prepare(load_scenario("typical", {**base, "engine.scheduler": "trtllm"}))

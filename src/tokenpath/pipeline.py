@@ -120,10 +120,14 @@ def _check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) 
             f"workload: request {worst} needs {longest} tokens of context but {deployment.model.name} holds "
             f"{deployment.model.max_context}; lower the input/output lengths (or their max)"
         )
-    if longest > deployment.kv_capacity_tokens:
+    needed, held = longest, deployment.kv_capacity_tokens
+    if scenario.engine.kv_admission == "reserve":  # TensorRT-LLM reserves whole blocks for the whole cache
+        block = scenario.engine.block_size
+        needed, held = -(-longest // block) * block, held // block * block
+    if needed > held:
         raise UserError(
-            f"workload: request {worst} needs {longest} tokens of KV cache but one replica holds "
-            f"{deployment.kv_capacity_tokens}; raise --tp, use fp8, or lower the lengths"
+            f"workload: request {worst} needs {needed} tokens of KV cache but one replica holds "
+            f"{held}; raise --tp, use fp8, or lower the lengths"
         )
     if not scenario.engine.chunked_prefill and longest > scenario.engine.max_num_batched_tokens:
         raise UserError(
