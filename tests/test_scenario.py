@@ -50,7 +50,7 @@ def test_default_scenario_is_the_typical_deployment():
     assert (s.model.name, s.model.precision, s.model.kv_precision()) == ("llama-3.1-70b", "fp8", "bf16")
     assert s.model.kv_precision("trtllm") == "fp8"
     assert (s.deployment.chip, s.deployment.chips, s.deployment.tp, s.deployment.replicas) == ("h200", 8, 8, 1)
-    assert s.workload.arrival.rate == 36.0 and s.workload.arrival.burstiness == 1.0
+    assert s.workload.arrival.rate == 34.0 and s.workload.arrival.burstiness == 1.0
     assert s.workload.num_requests == 2000 and s.workload.trace is None and s.workload.max_concurrency is None
     assert (s.workload.input.kind, s.workload.input.mean, s.workload.input.sd) == ("normal", 550.0, 150.0)
     assert (s.workload.output.kind, s.workload.output.mean, s.workload.output.sd) == ("normal", 150.0, 80.0)
