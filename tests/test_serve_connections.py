@@ -13,7 +13,6 @@ import sys
 import time
 
 import aiohttp
-import pytest
 
 from tokenpath.scenario import load_scenario
 from tokenpath.serve import ServeOptions

@@ -21,6 +21,7 @@ from rich.table import Table
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
 from tokenpath.compute.precision import PRECISION_BYTES
+from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
 from tokenpath.errors import UserError
 from tokenpath.fabric.build import build_topology
 from tokenpath.fabric.collectives import Collectives
@@ -28,12 +29,8 @@ from tokenpath.fabric.spec import FabricSpec, SwitchFabric
 from tokenpath.pipeline import simulate
 from tokenpath.scenario import Scenario, build_scenario
 from tokenpath.summary import summarize
-
-ENGINE_SIDE_DELIVERY = {
-    "network_rtt": 0.0, "host_link_latency": 0.0, "detokenize_per_token": 0.0, "frame_per_event": 0.0,
-    "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
-}
-
+from tokenpath.validate_latency import GROUP as LATENCY_GROUP
+from tokenpath.validate_latency import print_latency, run_latency_group
 
 # How each group's runs were configured, as `[engine]` settings.
 ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "cuda_graphs", "cuda_graph_max_tokens",
@@ -131,8 +128,6 @@ def predict(row: dict[str, Any], group: dict[str, Any]) -> float:
 def run_validation(groups_wanted: set[str] | None = None) -> dict[str, Any]:
     """Every row's prediction and signed error, and per group the median and worst |error| over the
     rows that did not set a constant."""
-    from tokenpath.validate_latency import GROUP as LATENCY_GROUP, run_latency_group
-
     groups, rows = published_rows()
     unknown = sorted(set(groups_wanted or ()) - {*groups, LATENCY_GROUP})
     if unknown:
@@ -176,8 +171,6 @@ def _value(row: dict[str, Any], value: float) -> str:
 
 
 def print_validation(console: Console, result: dict[str, Any]) -> None:
-    from tokenpath.validate_latency import GROUP as LATENCY_GROUP, print_latency
-
     for name, group in result["groups"].items():
         if name == LATENCY_GROUP:
             print_latency(console, [r for r in result["rows"] if r["group"] == name], group)

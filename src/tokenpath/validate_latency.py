@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
 from tokenpath.pipeline import simulate
-from tokenpath.run import Run, itl_gaps_ns
+from tokenpath.run import Run
 from tokenpath.scenario import Scenario, build_scenario
-from tokenpath.validate import ENGINE_SIDE_DELIVERY
+from tokenpath.summary import tpot_ns
 
 GROUP = "latency"
 TITLE = "Latency under load: TTFT and TPOT / ITL at a stated request rate or concurrency"
@@ -124,13 +125,8 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any]) -> Scenario:
 def measured(run: Run, skip: int) -> dict[str, np.ndarray]:
     """Per-request TTFT and TPOT, and every ITL gap, in seconds, of the requests after the first `skip`
     (requests are numbered in the order they were sent)."""
-    kept = run.completed.copy()
-    kept[:skip] = False
-    multi = kept & (run.output_tokens > 1)
-    tpot = (run.e2e_ns[multi] - run.ttft_ns[multi]) / (run.output_tokens[multi] - 1)
-    itl = itl_gaps_ns(run.token_client_ns, run.token_offsets, ~kept) if run.token_client_ns is not None \
-        else run.itl_ns()
-    return {"ttft": run.ttft_ns[kept] / 1e9, "tpot": tpot / 1e9, "itl": itl / 1e9}
+    run = run.after(skip)
+    return {"ttft": run.ttft_ns[run.completed] / 1e9, "tpot": tpot_ns(run) / 1e9, "itl": run.itl_ns() / 1e9}
 
 
 def _statistic(values: np.ndarray, stat: str) -> float:

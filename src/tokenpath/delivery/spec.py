@@ -28,6 +28,13 @@ FRAME_PER_EVENT_S = 2.6e-6
 # tokenpath.delivery on its sample texts, 0% for English prose and code, 10% for Chinese, 64% for
 # emoji-heavy text. Set it for the traffic at hand.
 INVISIBLE_TOKEN_FRACTION = 0.058
+
+# A `[delivery]` table for measurements taken at the engine (published benchmarks whose client runs on
+# the serving host): no network, and no host cost beyond the engine's own.
+ENGINE_SIDE_DELIVERY = {
+    "network_rtt": 0.0, "host_link_latency": 0.0, "detokenize_per_token": 0.0, "frame_per_event": 0.0,
+    "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
+}
 # Bounds of the counts below, far beyond real ones: a server streams 1 to a few tens of tokens per SSE
 # event (vLLM's and SGLang's --stream-interval default to 1); a chunk's JSON around its text is about
 # 230 bytes and a request's HTTP headers and JSON a few kB; the longest tokens of common vocabularies
