@@ -93,8 +93,8 @@ def build_deployment(scenario: Scenario) -> Deployment:
                         "unset workload.max_concurrency")
     engine = scenario.engine
     host = host_step_cost(engine.scheduler, engine.host_overlap, engine.num_scheduler_steps)
-    compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler), pp=dep.pp,
-                           cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=engine.cuda_graph_max_tokens,
+    compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
+                           pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=engine.cuda_graph_max_tokens,
                            expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
                            host_step_s=host.step_s, host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped)

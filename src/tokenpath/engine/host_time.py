@@ -11,7 +11,7 @@ multi-step scheduling the scheduler and input preparation run once per window of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -33,19 +33,13 @@ HOST_STEP_S = 0.5e-3
 # sequences, 1.12 us each (vllm-project/vllm pull request 46112's micro-benchmark).
 HOST_PER_SEQUENCE_S = 1.12e-6
 
-HOST_STEP_COSTS = {
-    "vllm-v1": HostStepCost(HOST_STEP_S, HOST_PER_SEQUENCE_S, overlapped=False),
-    "prefill-first": HostStepCost(HOST_STEP_S, HOST_PER_SEQUENCE_S, overlapped=True),   # SGLang >= 0.4
-    "trtllm": HostStepCost(HOST_STEP_S, HOST_PER_SEQUENCE_S, overlapped=True),
-}
+# Whether each profile's engine prepares a step while the GPU runs the one before: vLLM V1's engine
+# core does not (before its opt-in async scheduling); SGLang (since v0.4) and TensorRT-LLM do.
+OVERLAPPED_BY_DEFAULT = {"vllm-v1": False, "prefill-first": True, "trtllm": True}
 
 
 def host_step_cost(scheduler: str, overlap: bool | None = None, scheduler_steps: int = 1) -> HostStepCost:
     """The host cost of a step under `scheduler`; `overlap` (None: the profile's) and multi-step windows
     of `scheduler_steps` steps, whose scheduling and input preparation are shared by the window."""
-    cost = HOST_STEP_COSTS[scheduler]
-    if overlap is not None:
-        cost = replace(cost, overlapped=overlap)
-    if scheduler_steps > 1:
-        cost = replace(cost, step_s=cost.step_s / scheduler_steps)
-    return cost
+    return HostStepCost(HOST_STEP_S / scheduler_steps, HOST_PER_SEQUENCE_S,
+                        OVERLAPPED_BY_DEFAULT[scheduler] if overlap is None else overlap)
