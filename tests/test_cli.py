@@ -22,6 +22,7 @@ import pytest
 from rich.console import Console
 
 from tokenpath import cli
+from tokenpath.cli import catalog as cli_catalog
 from cli_helpers import assert_user_error, run_cli, simulate_json
 from tokenpath.compute.chip import list_chips
 from tokenpath.compute.model import list_models
@@ -356,7 +357,7 @@ def test_simulate_help_shows_examples(monkeypatch, capsys):
 
 def catalog_listing(command: str, width: int, monkeypatch, capsys) -> str:
     """The command's output on a console `width` columns wide (80 is what a pipe gets)."""
-    monkeypatch.setattr(cli, "console", Console(width=width))
+    monkeypatch.setattr(cli_catalog, "console", Console(width=width))
     code, out, _ = run_cli([command], monkeypatch, capsys)
     assert code == 0
     return out

@@ -1,4 +1,4 @@
-"""The `tokenpath bench`, `report` and `compare` commands; `register(app)` adds them to the CLI."""
+"""`tokenpath bench` (measure a real server), `report` (a bench results file's summary) and `compare`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import Any, Optional
 
 import typer
 
-from tokenpath.cli import (Burstiness, InputDist, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputDist,
-                           OutputLen, OutputSd, RequestRate, Seed, WarmupRequests)
+from tokenpath.cli.app import app, console, err_console, write_json
+from tokenpath.cli.options import (Burstiness, InputDist, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputDist,
+                                   OutputLen, OutputSd, RequestRate, Seed, WarmupRequests)
 from tokenpath import files
 from tokenpath.errors import UserError, quoted
 
@@ -36,18 +37,6 @@ REPORT_EXAMPLE = "\n\nExample:\n\n  tokenpath report bench-results.jsonl --json 
 COMPARE_EXAMPLE = "\n\nExample:\n\n  tokenpath simulate my.toml --json sim.json\n\n  tokenpath compare sim.json bench.json"
 
 
-def _consoles():
-    from tokenpath.cli import console, err_console
-
-    return console, err_console
-
-
-def _write_json(document: dict[str, Any], target: str) -> None:
-    from tokenpath.cli import _write_json as write
-
-    write(document, target)
-
-
 def _positive(value: float | None, flag: str) -> None:
     if value is not None and not (value > 0 and math.isfinite(value)):
         raise UserError(f"{flag}: must be a number of seconds > 0, got {value}")
@@ -62,6 +51,8 @@ def _event_bytes(value: str) -> int:
     return int(size)
 
 
+@app.command(help="Measure a real OpenAI-compatible server under a scenario's workload, in the same schema as "
+                  "simulate." + BENCH_EXAMPLE)
 def bench(
     scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000 (required)"),
@@ -101,10 +92,9 @@ def bench(
     from tokenpath.bench.plan import parse_extra_body
     from tokenpath.bench.results import bench_summary
     from tokenpath.bench.tokenizer import tokenizer_name
-    from tokenpath.cli import _overrides, check_tokenizer
+    from tokenpath.cli.options import check_tokenizer, scenario_overrides
     from tokenpath.scenario import build_scenario, read_scenario_table, set_path
 
-    console, err_console = _consoles()
     if not base_url:
         raise UserError("--base-url is required: the server to measure, e.g. --base-url http://127.0.0.1:8000")
     if not model:
@@ -138,7 +128,7 @@ def bench(
                  output_sd=output_sd, output_dist=output_dist,
                  request_rate=request_rate, burstiness=burstiness, max_concurrency=max_concurrency,
                  num_requests=num_requests, warmup_requests=warmup_requests, seed=seed)
-    for dotted, value in _overrides(table, **flags).items():
+    for dotted, value in scenario_overrides(table, **flags).items():
         set_path(table, dotted, value)
     built = build_scenario(table, source, base_dir)
     preflight(target, connect_timeout)
@@ -177,7 +167,6 @@ def bench(
 def _exit_status(outcome: Any, recorded: int, planned: int, failed: int, max_failure_ratio: float,
                  results_path: str) -> int:
     """0, or why not: 128 + the signal that stopped the run; 1 for a worker that died or too many failures."""
-    _, err_console = _consoles()
     if outcome.interrupted:
         why = f"stopped by {signal.Signals(outcome.signal).name}" if outcome.signal else "a worker process ended early"
         err_console.print(f"{why}: {recorded} of {planned} requests recorded in {results_path}; "
@@ -191,7 +180,6 @@ def _exit_status(outcome: Any, recorded: int, planned: int, failed: int, max_fai
 
 
 def _warn(message: str) -> None:
-    _, err_console = _consoles()
     err_console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
 
 
@@ -239,9 +227,8 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
     from tokenpath.bench.results import failures
     from tokenpath.report.table import duration_or_dash, print_summary
 
-    console, _ = _consoles()
     if json_out is not None:
-        _write_json(summary, json_out)
+        write_json(summary, json_out)
     if json_out == "-":
         return
     print_summary(console, summary, describe_bench(header, rows, results_path), None)
@@ -265,6 +252,7 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
             console.print(f"  {line}", highlight=False, soft_wrap=True)
 
 
+@app.command(help="Rebuild the summary of a bench results file (also of a run cut short)." + REPORT_EXAMPLE)
 def report(
     results: str = typer.Argument(..., help="a results JSONL written by `tokenpath bench`"),
     json_out: JsonOut = None,
@@ -276,6 +264,7 @@ def report(
     _emit(bench_summary(header, rows), header, rows, results, json_out)
 
 
+@app.command(help="Two summaries side by side with the relative difference per metric." + COMPARE_EXAMPLE)
 def compare(
     a: str = typer.Argument(..., help="first summary (--json of simulate, bench or report)"),
     b: str = typer.Argument(..., help="second summary"),
@@ -283,23 +272,11 @@ def compare(
 ) -> None:
     from tokenpath.report.compare import compare_document, compare_table, load_summary
 
-    console, _ = _consoles()
     first, second = load_summary(a), load_summary(b)
     if json_out is not None:
-        _write_json(compare_document(first, second, a, b), json_out)
+        write_json(compare_document(first, second, a, b), json_out)
     if json_out == "-":
         return
     console.print(compare_table(first, second, Path(a).name, Path(b).name))
     if first.get("scenario", {}).get("fingerprint") != second.get("scenario", {}).get("fingerprint"):
         console.print("note: the two runs are of different scenarios (fingerprints differ)", highlight=False)
-
-
-def register(app: typer.Typer) -> None:
-    app.command(help="Measure a real OpenAI-compatible server under a scenario's workload, in the same schema as "
-                     "simulate." + BENCH_EXAMPLE)(bench)
-    app.command(help="Rebuild the summary of a bench results file (also of a run cut short)." + REPORT_EXAMPLE)(report)
-    app.command(help="Two summaries side by side with the relative difference per metric." + COMPARE_EXAMPLE)(compare)
-
-
-__all__ = ["bench", "compare", "describe_bench", "register", "report"]
-

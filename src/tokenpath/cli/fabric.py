@@ -8,6 +8,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from tokenpath.cli.app import app, console, write_json
 from tokenpath.errors import UserError, quoted
 
 FABRIC_EXAMPLE = """
@@ -83,7 +84,6 @@ def _node(topology, node: int) -> str:
 
 
 def _print(document: dict[str, Any], description: str) -> None:
-    from tokenpath.cli import console
     from tokenpath.units import format_bytes, format_duration
 
     if description:
@@ -118,6 +118,8 @@ def _print(document: dict[str, Any], description: str) -> None:
         console.print(worst)
 
 
+@app.command(help="Structure, collective times and worst links of a topology (a TOML file or a preset)."
+                     + FABRIC_EXAMPLE)
 def fabric(
     topology_file: Optional[str] = typer.Argument(None, help="a topology TOML file (kind + parameters)"),
     preset: Optional[str] = typer.Option(None, "--preset", help="a named topology; see --list"),
@@ -130,7 +132,6 @@ def fabric(
     pattern: Optional[str] = typer.Option(None, "--pattern", help="all-to-all | tornado | adversarial: show the busiest links"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write the result to PATH, or '-' for stdout"),
 ) -> None:
-    from tokenpath.cli import _write_json, console
     from tokenpath.fabric.build import build_topology
     from tokenpath.fabric.collectives import OPS, Collectives
     from tokenpath.fabric.spec import load_fabric, preset_description, preset_names
@@ -165,13 +166,8 @@ def fabric(
     collectives = Collectives(topology, algorithm)
     document = fabric_document(topology, collectives, ops, ranks, pattern)
     if json_out == "-":
-        _write_json(document, "-")
+        write_json(document, "-")
         return
     _print(document, description)
     if json_out:
-        _write_json(document, json_out)
-
-
-def register(app: typer.Typer) -> None:
-    app.command(help="Structure, collective times and worst links of a topology (a TOML file or a preset)."
-                     + FABRIC_EXAMPLE)(fabric)
+        write_json(document, json_out)

@@ -1,0 +1,48 @@
+"""The typer application, its command groups and consoles, and what every command shares: writing a
+JSON document and failing with one line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from tokenpath import files
+from tokenpath.errors import UserError
+
+app = typer.Typer(
+    help="Where the time goes between an LLM request and readable text on the user's screen.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+scenario_app = typer.Typer(help="Inspect scenarios.", no_args_is_help=True)
+app.add_typer(scenario_app, name="scenario")
+calibrate_app = typer.Typer(help="Measure this machine and write calibration files.", no_args_is_help=True)
+app.add_typer(calibrate_app, name="calibrate")
+
+console = Console()
+err_console = Console(stderr=True)
+
+def write_json(document: dict[str, Any], target: str) -> None:
+    text = json.dumps(document, indent=2) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        Path(target).write_text(text, encoding="utf-8")
+    except OSError as error:  # checked before the run (files.check_writable), so a change since
+        raise UserError(f"--json {files.shown(target)}: cannot write it ({error.strerror}); the result was not "
+                        "saved: choose another path") from None
+
+
+def fail(message: str) -> None:
+    """Print `message` as one `error:` line (control characters escaped, no markup) and exit 2."""
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    err_console.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+    sys.exit(2)

@@ -1,0 +1,137 @@
+"""`tokenpath simulate` and `tokenpath run`."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tokenpath import files
+from tokenpath.cli.app import app, console, err_console, write_json
+from tokenpath.cli.options import (Burstiness, InputDist, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests,
+                                   OutputDist, OutputLen, OutputSd, RequestRate, Seed, WarmupRequests,
+                                   scenario_overrides)
+from tokenpath.errors import UserError
+
+
+def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any],
+                         show_explain: bool = False, workers: Optional[int] = None) -> None:
+    from tokenpath.report.simulation import describe, result_document
+    from tokenpath.pipeline import prepare, simulate
+    from tokenpath.scenario import build_scenario, read_scenario_table, set_path
+
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers: {workers} must be at least 1 (1 simulates every replica in this process)")
+    if json_out is not None:
+        files.check_writable(json_out, "--json")
+    table, source, base_dir = read_scenario_table(scenario_ref)
+    for dotted, value in scenario_overrides(table, **flags).items():
+        set_path(table, dotted, value)
+    prepared = prepare(build_scenario(table, source, base_dir))
+
+    quiet = json_out == "-"
+    progress = Progress(
+        TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err_console, transient=True, disable=quiet,
+    )
+    with progress:
+        task = progress.add_task("simulate", total=len(prepared.requests))
+        try:
+            simulation = simulate(prepared, progress=lambda k: progress.advance(task, k), workers=workers)
+        except OverflowError:  # a time past int64 nanoseconds, which every simulated time is held in
+            simulation = None
+    run = simulation.run if simulation is not None else None
+    if run is None or min(int(times.min()) for times in (run.ttft_ns, run.ttfv_ns, run.e2e_ns)) < 0:
+        raise UserError("the simulated run lasts more than 292 years (the range of int64 nanoseconds); lower the "
+                        "delivery costs, raise the fabric's bandwidth, or lower the output lengths or "
+                        "workload.num_requests")
+    document, reason = result_document(simulation)
+    if show_explain:
+        from tokenpath.report.explain import explain, explain_table
+
+        document["explain"] = explain(simulation)
+    if not quiet:
+        from tokenpath.report.table import print_summary
+
+        print_summary(console, document, describe(simulation), reason)
+        if show_explain:
+            console.print(explain_table(document["explain"], simulation.deployment.chip.name))
+    if json_out is not None:  # after the summary: a file that cannot be written loses nothing shown
+        write_json(document, json_out)
+
+
+SIMULATE_EXAMPLE = """
+Examples:
+
+  tokenpath simulate                                   # the embedded default scenario
+
+  tokenpath simulate --model llama-3.1-8b --chip h100 --chips 1 --tp 1 --request-rate 8
+
+  tokenpath simulate my.toml --request-rate inf --input-len 128 --input-sd 0 --json result.json
+
+  tokenpath simulate --chips 32 --fabric h100-4x8-rail --placement spread
+"""
+
+
+@app.command(help="Simulate a scenario (default: the embedded 'typical') and print where the time goes." + SIMULATE_EXAMPLE)
+def simulate(
+    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    model: Optional[str] = typer.Option(None, help="catalog model name or path to a HF config.json"),
+    chip: Optional[str] = typer.Option(None, help="catalog chip name (see `tokenpath chips`)"),
+    chips: Optional[int] = typer.Option(None, help="total chips; chips / (tp * pp) data-parallel replicas"),
+    tp: Optional[int] = typer.Option(None, help="tensor-parallel size"),
+    pp: Optional[int] = typer.Option(None, help="pipeline-parallel stages"),
+    fabric: Optional[str] = typer.Option(None, help="fabric preset name (see `tokenpath fabric --list`) or topology .toml"),
+    placement: Optional[str] = typer.Option(None, help="packed or spread: where each group sits on the fabric"),
+    precision: Optional[str] = typer.Option(None, help="weight precision: bf16, fp8 or fp4"),
+    cuda_graphs: Optional[str] = typer.Option(
+        None, "--cuda-graphs", help="steps that replay a CUDA graph: all, decode or none (eager, as --enforce-eager)"),
+    max_num_seqs: Optional[int] = typer.Option(
+        None, "--max-num-seqs", help="most sequences in one engine step (scenario default: 1024)"),
+    max_num_batched_tokens: Optional[int] = typer.Option(
+        None, "--max-num-batched-tokens", help="most tokens in one engine step (scenario default: 8192)"),
+    chunked_prefill: Optional[bool] = typer.Option(
+        None, "--enable-chunked-prefill/--no-enable-chunked-prefill",
+        help="split long prompts over steps within the token budget (scenario default: on)", show_default=False),
+    gpu_memory_utilization: Optional[float] = typer.Option(
+        None, "--gpu-memory-utilization", help="share of HBM the engine may use (scenario default: 0.9)"),
+    scheduler: Optional[str] = typer.Option(
+        None, "--scheduler", help="engine scheduler profile: vllm-v1 (default), prefill-first (vLLM V0, SGLang) "
+                                  "or trtllm"),
+    num_scheduler_steps: Optional[int] = typer.Option(
+        None, "--num-scheduler-steps", help="prefill-first: decode steps per scheduler call (vLLM V0 multi-step; "
+                                            "default 1)"),
+    kv_cache_dtype: Optional[str] = typer.Option(
+        None, "--kv-cache-dtype", help="KV-cache precision: auto (the engine's default), bf16, fp8"),
+    network_rtt: Optional[str] = typer.Option(
+        None, "--network-rtt", help="client round trip, with a unit: '20 ms' (scenario default: 20 ms)"),
+    detokenize: Optional[str] = typer.Option(
+        None, "--detokenize", help="inline (blocks the next step) or async (scenario default: inline)"),
+    input_len: InputLen = None,
+    input_sd: InputSd = None,
+    input_dist: InputDist = None,
+    output_len: OutputLen = None,
+    output_sd: OutputSd = None,
+    output_dist: OutputDist = None,
+    request_rate: RequestRate = None,
+    burstiness: Burstiness = None,
+    max_concurrency: MaxConcurrency = None,
+    num_requests: NumRequests = None,
+    warmup_requests: WarmupRequests = None,
+    seed: Seed = None,
+    json_out: JsonOut = None,
+    show_explain: bool = typer.Option(False, "--explain", help="also show the per-op roofline of one steady-state step"),
+    workers: Optional[int] = typer.Option(
+        None, help="processes simulating data-parallel replicas side by side (default: one per CPU for "
+                          "runs of 20,000 requests or more); the result does not depend on it"),
+) -> None:
+    flags = dict(locals())
+    for not_a_scenario_flag in ("scenario", "json_out", "show_explain", "workers"):
+        flags.pop(not_a_scenario_flag)
+    _simulate_and_report(scenario, json_out, flags, show_explain, workers)
+
+
+@app.command(help="Simulate the embedded default scenario ('typical').\n\nExample:\n\n  tokenpath run --json result.json")
+def run(json_out: JsonOut = None) -> None:
+    _simulate_and_report(None, json_out, {})
