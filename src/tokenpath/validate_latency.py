@@ -35,8 +35,9 @@ MAX_SIMULATED_REQUESTS = 2000
 # One request at a time has no start-up transient, so a source's short run (10 requests) is simulated
 # longer only to average out the sampled lengths.
 CONCURRENCY_ONE_REQUESTS = 100
-# Steady-state rows whose source does not state its request count: this many requests per concurrent
-# slot, the first WARMUP_PER_SLOT per slot skipped (every slot has turned over twice by then).
+# Steady-state rows: a row's `requests_per_slot` requests per concurrent slot (this many where the
+# source does not state its request count), the first WARMUP_PER_SLOT per slot skipped (every slot
+# has turned over twice by then).
 STEADY_REQUESTS_PER_SLOT = 10
 STEADY_MIN_REQUESTS = 100
 WARMUP_PER_SLOT = 2
@@ -90,7 +91,8 @@ def simulated_requests(row: dict[str, Any]) -> tuple[int, int]:
     """(requests to simulate, requests to skip as warm-up) for a row."""
     concurrency = row.get("concurrency")
     if row["window"] == "steady":
-        return max(STEADY_REQUESTS_PER_SLOT * concurrency, STEADY_MIN_REQUESTS), WARMUP_PER_SLOT * concurrency
+        per_slot = row.get("requests_per_slot", STEADY_REQUESTS_PER_SLOT)
+        return max(per_slot * concurrency, STEADY_MIN_REQUESTS), WARMUP_PER_SLOT * concurrency
     count = min(row["num_requests"], MAX_SIMULATED_REQUESTS)
     if concurrency == 1:
         count = max(count, CONCURRENCY_ONE_REQUESTS)
