@@ -19,6 +19,10 @@ engine/spec.py describes the scheduler profiles; here each is written out plainl
   (sequences done mid-window are computed to its end, and the window's tokens leave at its end).
   With mixed chunks the batch is formed as vllm-v1's.
 
+With the host overlapped (SGLang, TensorRT-LLM), a busy engine's batch is formed when the step before
+it starts, so it takes only the requests that had arrived by then; an idle engine takes a request as
+soon as it arrives.
+
 A step lasts its compute time plus its non-overlapped traffic time, then whatever the host blocks it
 for (copying the sampled ids, and detokenizing when that runs inline). Time is integer nanoseconds,
 so each request's time splits exactly into waiting, compute, traffic and delivery.
@@ -39,6 +43,7 @@ import numpy as np
 
 from tokenpath.delivery.lastmile import closes_event
 from tokenpath.engine.loop import EngineTrace
+from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.replica import Host, StepCosts
 from tokenpath.engine.spec import EngineSpec
 
@@ -128,6 +133,9 @@ class _Replica:
         self.window = spec.num_scheduler_steps
         self.reserve = spec.kv_admission == "reserve"
         self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1
+        # An overlapped scheduler forms a busy engine's next batch when the step before it starts.
+        self.lagged = host_overlapped(spec.scheduler, spec.host_overlap)
+        self.formed = 0  # the start of the last step
 
         # Per-request accounts, kept here while a request is not running (a preempted request keeps
         # the tokens it has sent and the time it has spent).
@@ -175,7 +183,9 @@ class _Replica:
                 self.aborted.append(self.abort(i))
             if self.done == self.n:
                 break
-            while self.arrivals and self.arrivals[0][0] <= self.now:
+            busy = self.waiting or len(self.running)
+            formed = self.formed if busy and self.lagged else self.now
+            while self.arrivals and self.arrivals[0][0] <= formed:
                 self.waiting.append(heapq.heappop(self.arrivals)[1])
             if not self.waiting and len(self.running) == 0:
                 self.now = self.arrivals[0][0]
@@ -387,6 +397,7 @@ class _Replica:
                            attn_pairs, kv_read, num_logits))
         self.emitted.append(emitters)
         self.last_end[emitters] = end
+        self.formed = self.now
         self.now = end
         return compute_ns, traffic_ns, blocking_ns, end
 

@@ -391,7 +391,8 @@ def test_a_sequence_recomputed_at_once_finishes_once():
     assert_same_trace(fast, reference_engine(*args, LastMile(NO_NETWORK), spec, 64))
 
 def test_prefill_first_pauses_decoding_for_a_newcomers_prefill():
-    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False)
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False,
+                      host_overlap=False)
     # A decodes; B arrives during A's third step and is prefilled in a step of its own.
     trace = engine([10, 50], [5, 2], arrivals_s=[0.0, 0.0025], spec=spec)
     assert list(trace.step_tokens) == [10, 1, 1, 50, 2, 1]
@@ -406,8 +407,21 @@ def test_prefill_first_pauses_decoding_for_a_newcomers_prefill():
     assert mixed.compute_ns[0] == 5_000_000 and mixed.last_step_end_ns[0] == 5_000_000
 
 
+def test_an_overlapped_scheduler_admits_a_newcomer_one_step_later():
+    # As above, with the host overlapped (SGLang's and TensorRT-LLM's default): the batch of A's fourth
+    # step was formed when its third started, before B arrived, so B's prefill waits one more step.
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False)
+    trace = engine([10, 50], [5, 2], arrivals_s=[0.0, 0.0025], spec=spec)
+    assert list(trace.step_tokens) == [10, 1, 1, 1, 50, 2]
+    assert list(trace.token_steps(1, 2)) == [4, 5]  # B arrived at 2.5 ms; its prefill runs from 4 ms
+    # An idle engine forms its batch when a request arrives: B alone is prefilled at once.
+    alone = engine([10, 50], [1, 2], arrivals_s=[0.0, 0.0025], spec=spec)
+    assert list(alone.step_start_ns) == [0, 2_500_000, 3_500_000]
+
+
 def test_prefill_first_runs_a_chunked_prompt_back_to_back():
-    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=True)
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=True,
+                      host_overlap=False)
     trace = engine([10, 250], [6, 2], arrivals_s=[0.0, 0.0015], spec=spec)
     assert list(trace.step_tokens) == [10, 1, 100, 100, 50, 2, 1, 1, 1]
     assert list(trace.token_steps(0, 1)) == [0, 1, 5, 6, 7, 8]
@@ -454,7 +468,8 @@ def test_trtllm_without_chunking_batches_as_vllm_v1_does():
     args = ([int(x) for x in rng.integers(1, 120, n)], [int(x) for x in rng.integers(1, 60, n)],
             np.sort(rng.uniform(0, 0.02, n)))
     limits = dict(max_num_seqs=8, max_num_batched_tokens=256, chunked_prefill=False)
-    trtllm = engine(*args, spec=EngineSpec(scheduler="trtllm", kv_admission="on_demand", **limits), kv_tokens=16 * 40)
+    trtllm = engine(*args, spec=EngineSpec(scheduler="trtllm", kv_admission="on_demand", host_overlap=False, **limits),
+                    kv_tokens=16 * 40)
     v1 = engine(*args, spec=EngineSpec(**limits), kv_tokens=16 * 40)
     assert v1.preemptions > 0
     assert_same_trace(trtllm, v1)

@@ -38,8 +38,18 @@ HOST_PER_SEQUENCE_S = 1.12e-6
 OVERLAPPED_BY_DEFAULT = {"vllm-v1": False, "prefill-first": True, "trtllm": True}
 
 
+def host_overlapped(scheduler: str, overlap: bool | None = None) -> bool:
+    """Whether the host prepares each step while the GPU runs the one before: `overlap`, or the
+    profile's default when None.
+
+    An overlapped scheduler forms a step's batch when it launches the step before (SGLang's
+    event_loop_overlap, TensorRT-LLM's overlap executor loop), so a request that arrives while the
+    GPU is busy joins the step after next: it waits out the current step and one more. An idle
+    engine forms a batch as soon as a request arrives."""
+    return OVERLAPPED_BY_DEFAULT[scheduler] if overlap is None else overlap
+
+
 def host_step_cost(scheduler: str, overlap: bool | None = None, scheduler_steps: int = 1) -> HostStepCost:
     """The host cost of a step under `scheduler`; `overlap` (None: the profile's) and multi-step windows
     of `scheduler_steps` steps, whose scheduling and input preparation are shared by the window."""
-    return HostStepCost(HOST_STEP_S / scheduler_steps, HOST_PER_SEQUENCE_S,
-                        OVERLAPPED_BY_DEFAULT[scheduler] if overlap is None else overlap)
+    return HostStepCost(HOST_STEP_S / scheduler_steps, HOST_PER_SEQUENCE_S, host_overlapped(scheduler, overlap))

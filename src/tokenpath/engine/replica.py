@@ -49,6 +49,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.spec import EngineSpec
 
 
@@ -146,6 +147,11 @@ class Replica:
         self.unreserved_blocks = self.free_blocks  # reserving: blocks no running request has reserved
         self._compose = self._compose_prefill_first if self.pauses else self._compose_mixed
         self._host = self._on_step if self.window == 1 else self._host_window
+        # An overlapped scheduler forms each batch when the step before starts (host_time.host_overlapped):
+        # while the engine is busy, the next step takes only requests that arrived by `formed_ns`, the
+        # start of the step that just ran.
+        self.lagged = host_overlapped(spec.scheduler, spec.host_overlap)
+        self.formed_ns = 0
 
         # Per request (index = submission order). Set at submission, as compact int64 columns (a run
         # can hold millions), except the one updated as the request runs.
@@ -285,11 +291,14 @@ class Replica:
         return self._apply(s, d, decode, completing, finishing)
 
     def _take_arrivals(self) -> None:
-        """Queue the requests that have reached the server; an idle engine first waits for one."""
+        """Queue the requests that have reached the server by the time the step's batch is formed; an
+        idle engine first waits for one and forms its batch at once."""
         arrivals, waiting = self.arrivals, self.waiting
-        if not (waiting or self.decoding or self.prefill):
-            self.now = max(self.now, arrivals[0] >> _ID_BITS)
-        arrived = (self.now + 1) << _ID_BITS
+        if waiting or self.decoding or self.prefill:
+            formed = self.formed_ns if self.lagged else self.now
+        else:
+            formed = self.now = max(self.now, arrivals[0] >> _ID_BITS)
+        arrived = (formed + 1) << _ID_BITS
         while arrivals and arrivals[0] < arrived:
             waiting.append(heapq.heappop(arrivals) & _ID_MASK)
 
@@ -483,6 +492,7 @@ class Replica:
             self.last_leave_ns = leave_ns
         if self.record_emitters:
             self._record_emitters(decode, completing)
+        self.formed_ns = self.now  # the next step's batch, if formed while this one runs
         self.now = gpu_end + blocking_ns
         return completing, finishing
 

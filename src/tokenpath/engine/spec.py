@@ -94,7 +94,8 @@ class EngineSpec(BaseModel):
                                  "the default there) or take blocks as it grows (MAX_UTILIZATION, as vLLM)")
     host_overlap: bool | None = Field(
         None, description="the host prepares each step while the GPU runs the one before, so a step takes the "
-                          "longer of the two (unset: the profile's: prefill-first and trtllm yes, vllm-v1 no)")
+                          "longer of the two and a busy engine's batch is formed when the step before starts "
+                          "(unset: the profile's: prefill-first and trtllm yes, vllm-v1 no)")
     num_scheduler_steps: int = Field(
         1, ge=1, le=1024, description="prefill-first only: decode steps per scheduler call (vLLM V0 --num-scheduler-steps)")
 
