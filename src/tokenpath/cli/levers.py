@@ -66,7 +66,9 @@ def _layer(change: dict[str, Any]) -> str:
     if not parts:
         return "-"
     layer = change["layer"]
-    return f"{'queue' if layer == 'queue' else layer} {_signed(parts[layer], 's')}"
+    if abs(parts[layer]) < 1e-6:  # no layer moved by a microsecond
+        return "-"
+    return f"{layer} {_signed(parts[layer], 's')}"
 
 
 def _print(document: dict[str, Any], num_requests: int) -> None:
@@ -79,7 +81,7 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
     table = Table(title=title, title_justify="left")
     for column, justify in (("#", "right"), ("lever", "left"), ("group", "left"), (metric.split(".", 1)[-1], "right"),
                             ("change", "right"), (tie.split(".", 1)[-1] if tie else "", "right"),
-                            ("largest layer change (mean)", "left")):
+                            ("layer moved most (mean)", "left")):
         if column or justify == "left":
             table.add_column(column, justify=justify)
     base = document["baseline"]

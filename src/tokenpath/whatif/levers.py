@@ -34,12 +34,6 @@ class _UserLever(BaseModel):
         return _flatten(value)
 
 
-class _LeversFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    levers: list[_UserLever] = Field(min_length=1)
-
-
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """`{"delivery": {"stream_interval": 2}}` (TOML's unquoted dotted keys) as {"delivery.stream_interval": 2}."""
     flat: dict[str, Any] = {}
@@ -56,14 +50,22 @@ def read_levers_file(path: str) -> list[Lever]:
     files.check_path(path, "--levers")
     where = files.shown(path)
     table = files.parse_toml(files.read_text(path, "levers file"), where)
-    try:
-        parsed = _LeversFile.model_validate(table)
-    except ValidationError as error:
-        raise UserError(explain(error, where, _LeversFile)) from None
-    for number, lever in enumerate(parsed.levers, 1):
+    rows = table.get("levers")
+    if set(table) != {"levers"} or not isinstance(rows, list) or not rows:
+        raise UserError(f"{where}: a levers file holds [[levers]] tables only (name, group, overrides), "
+                        f"e.g. [[levers]] name = \"TP4\" overrides = {{ \"deployment.tp\" = 4 }}")
+    parsed = []
+    for number, row in enumerate(rows, 1):
+        name = row.get("name") if isinstance(row, dict) else None
+        source = f"{where}: lever {number}" + (f" ({name})" if isinstance(name, str) else "")
+        try:
+            lever = _UserLever.model_validate(row)
+        except ValidationError as error:
+            raise UserError(explain(error, source, _UserLever)) from None
         for dotted in lever.overrides:
-            check_key(dotted, flag=f"{where}: lever {number} ({lever.name}):")
-    return [Lever(lever.name, lever.group, lever.overrides) for lever in parsed.levers]
+            check_key(dotted, flag=f"{source}:")
+        parsed.append(lever)
+    return [Lever(lever.name, lever.group, lever.overrides) for lever in parsed]
 
 
 def _change(objective: Objective, base: Outcome, outcome: Outcome, base_value: float) -> dict[str, Any]:
@@ -117,7 +119,6 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
     baseline = outcomes[0]
     if baseline.summary is None:
         raise UserError(baseline.error or "the scenario could not be simulated")
-    objective.check(baseline.summary)
     base_value = objective.value(baseline.summary, baseline.chip, baseline.chips)
     if base_value is None:
         raise UserError(f"--objective cost: no price for {baseline.chip} in the price table; give --prices FILE "

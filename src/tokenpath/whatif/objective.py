@@ -3,6 +3,7 @@ the cost per million output tokens from a chip price table; and which way is bet
 
 from __future__ import annotations
 
+import difflib
 import math
 import tomllib
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any
 
 from tokenpath import files
 from tokenpath.errors import UserError, quoted
+from tokenpath.summary import LAYERS, PERCENTILES
 
 # The default: p99 time to first visible text, then mean E2E (see `Objective.default`).
 DEFAULT_OBJECTIVE = "latency_s.ttfv.p99"
@@ -19,7 +21,7 @@ DEFAULT_TIE_BREAK = "latency_s.e2e.mean"
 # tie-break metric orders them (a simulation's percentiles move by about this much from noise alone).
 TIE_SHARE = 0.01
 # Metrics where more is better; every other summary metric (latencies, attribution) is better lower.
-HIGHER_IS_BETTER = ("throughput.", "requests.completed")
+HIGHER_IS_BETTER = ("throughput.",)
 COST = "cost"
 COST_NAME = "cost per million output tokens (USD)"
 ALIASES = {"goodput": "throughput.goodput_requests_per_s"}
@@ -64,16 +66,12 @@ def metric_value(summary: dict[str, Any], path: str) -> Any:
     return value
 
 
-def numeric_paths(summary: dict[str, Any], prefix: str = "") -> list[str]:
-    """Every dotted path to a number in a summary document."""
-    paths = []
-    for key, value in summary.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            paths += numeric_paths(value, path + ".")
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            paths.append(path)
-    return paths
+def known_metrics() -> list[str]:
+    """The summary's metrics an objective can name (summary.py's schema)."""
+    latencies = [f"latency_s.{metric}.{stat}" for metric in ("ttft", "ttfv", "tpot", "itl", "e2e")
+                 for stat in ("mean", *PERCENTILES)]
+    throughput = [f"throughput.{key}" for key in ("output_tokens_per_s", "requests_per_s", "goodput_requests_per_s")]
+    return latencies + throughput + [f"attribution_s.{part}" for part in LAYERS] + ["window_s"]
 
 
 @dataclass(frozen=True)
@@ -91,16 +89,20 @@ class Objective:
         text = ALIASES.get(text.strip(), text.strip())
         if text == COST:
             return Objective(COST, DEFAULT_OBJECTIVE, prices or Prices.load())
-        return Objective(text)
+        objective = Objective(text)
+        objective.check()
+        return objective
 
-    def check(self, summary: dict[str, Any]) -> None:
-        """An objective the summary has no number for is a one-line error listing the ones it has."""
-        if self.metric == COST or isinstance(metric_value(summary, self.metric), (int, float)):
+    def check(self) -> None:
+        """An objective that is no metric of the summary schema is a one-line error naming the closest."""
+        if self.metric == COST or self.metric in known_metrics():
             return
-        known = [p for p in numeric_paths(summary) if p.startswith(("latency_s.", "throughput.", "attribution_s."))]
-        raise UserError(f"--objective: {quoted(self.metric)} is not a metric of the summary; use goodput, cost or a "
-                        f"dotted path such as {', '.join(known[:6])}, ... (any of the {len(known)} under latency_s, "
-                        "throughput, attribution_s)")
+        close = difflib.get_close_matches(self.metric, known_metrics(), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UserError(f"--objective: {quoted(self.metric)} is not a metric of the summary; {hint}use goodput, cost "
+                        "or a dotted path: latency_s.METRIC.STAT (METRIC ttft, ttfv, tpot, itl, e2e; STAT mean, p50, "
+                        "p90, p99, p999), throughput.output_tokens_per_s, throughput.requests_per_s, "
+                        "throughput.goodput_requests_per_s, attribution_s.LAYER (queue, compute, traffic, delivery)")
 
     @property
     def name(self) -> str:
