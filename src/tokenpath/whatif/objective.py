@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
