@@ -157,8 +157,9 @@ def test_throughput_saturates_and_ttft_grows_with_load():
 def test_a_small_batch_limit_under_a_flood_makes_queueing_the_bottleneck():
     scenario = small(**{"workload.arrival.rate": "inf", "engine.max_num_seqs": 8})
     document, reason = result_document(simulate(scenario))
-    assert document["bottleneck"] == "distribution"
-    assert "wait" in reason
+    # Overloaded first, with the layer that limits capacity; the wait for a batch slot after it.
+    assert document["bottleneck"] == "compute" and document["load"]["overloaded"]
+    assert reason.startswith("overloaded: offered all at once") and "requests wait" in reason
 
 
 def test_a_recorded_trace_drives_arrivals_and_lengths(tmp_path):

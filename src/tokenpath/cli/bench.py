@@ -13,7 +13,7 @@ import typer
 
 from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import (Burstiness, InputDist, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputDist,
-                                   OutputLen, OutputSd, RequestRate, Seed, WarmupRequests)
+                                   OutputLen, OutputSd, RequestRate, Seed, Set, WarmupRequests)
 from tokenpath import files
 from tokenpath.errors import UserError, quoted
 
@@ -72,6 +72,7 @@ def bench(
     num_requests: NumRequests = None,
     warmup_requests: WarmupRequests = None,
     seed: Seed = None,
+    sets: Set = None,
     workers: Optional[int] = typer.Option(None, "--workers", help="client processes (default: as the target rate needs)"),
     timeout: float = typer.Option(600.0, "--timeout", help="seconds a request may take in all"),
     stall_timeout: float = typer.Option(60.0, "--stall-timeout", help="seconds a stream may go without a byte"),
@@ -92,8 +93,8 @@ def bench(
     from tokenpath.bench.plan import parse_extra_body
     from tokenpath.bench.results import bench_summary
     from tokenpath.bench.tokenizer import tokenizer_name
-    from tokenpath.cli.options import check_tokenizer, scenario_overrides
-    from tokenpath.scenario import build_scenario, read_scenario_table, set_path
+    from tokenpath.cli.options import check_tokenizer, scenario_table
+    from tokenpath.scenario import build_scenario
 
     if not base_url:
         raise UserError("--base-url is required: the server to measure, e.g. --base-url http://127.0.0.1:8000")
@@ -123,13 +124,11 @@ def bench(
         files.check_writable(json_out, "--json")
     check_tokenizer(tokenizer, "--tokenizer")
 
-    table, source, base_dir = read_scenario_table(scenario)
     flags = dict(input_len=input_len, input_sd=input_sd, input_dist=input_dist, output_len=output_len,
                  output_sd=output_sd, output_dist=output_dist,
                  request_rate=request_rate, burstiness=burstiness, max_concurrency=max_concurrency,
                  num_requests=num_requests, warmup_requests=warmup_requests, seed=seed)
-    for dotted, value in scenario_overrides(table, **flags).items():
-        set_path(table, dotted, value)
+    table, source, base_dir = scenario_table(scenario, sets, flags)
     built = build_scenario(table, source, base_dir)
     preflight(target, connect_timeout)
 

@@ -143,7 +143,25 @@ NumRequests = Annotated[Optional[int], typer.Option("--num-requests", help="requ
 WarmupRequests = Annotated[Optional[int], typer.Option(
     "--warmup-requests", help="the first requests sent, left out of every metric (scenario default: 0)")]
 Seed = Annotated[Optional[int], typer.Option("--seed", help="random seed")]
+Set = Annotated[Optional[list[str]], typer.Option(
+    "--set", metavar="KEY=VALUE",
+    help="set any scenario key by its dotted path, the value as TOML (a bare word is a string), e.g. "
+         "--set deployment.tp=4 --set delivery.detokenize=async; repeatable; the named flags apply after it")]
 JsonOut = Annotated[Optional[str], typer.Option("--json", help="write the result schema to PATH, or '-' for stdout")]
+
+
+def scenario_table(scenario_ref: Optional[str], sets: Optional[list[str]], flags: dict[str, Any]):
+    """The raw table of a scenario with its changes applied in order: the file, then `--set`, then the
+    named flags (so `--tp 2 --set deployment.tp=4` runs TP=2). Returns (table, source, base_dir)."""
+    from tokenpath.overrides import apply_overrides, parse_assignments
+    from tokenpath.scenario import read_scenario_table, set_path
+
+    overrides = parse_assignments(sets)
+    table, source, base_dir = read_scenario_table(scenario_ref)
+    apply_overrides(table, overrides)
+    for dotted, value in scenario_overrides(table, **flags).items():
+        set_path(table, dotted, value)
+    return table, source, base_dir
 
 
 def check_tokenizer(path: Optional[str], flag: str) -> None:

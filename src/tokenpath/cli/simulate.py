@@ -10,24 +10,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tokenpath import files
 from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import (Burstiness, InputDist, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests,
-                                   OutputDist, OutputLen, OutputSd, RequestRate, Seed, WarmupRequests,
-                                   scenario_overrides)
+                                   OutputDist, OutputLen, OutputSd, RequestRate, Seed, Set, WarmupRequests,
+                                   scenario_table)
 from tokenpath.errors import UserError
 
 
 def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any],
-                         show_explain: bool = False, workers: Optional[int] = None) -> None:
+                         show_explain: bool = False, workers: Optional[int] = None,
+                         sets: Optional[list[str]] = None) -> None:
     from tokenpath.report.simulation import describe, result_document
     from tokenpath.pipeline import prepare, simulate
-    from tokenpath.scenario import build_scenario, read_scenario_table, set_path
+    from tokenpath.scenario import build_scenario
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be at least 1 (1 simulates every replica in this process)")
     if json_out is not None:
         files.check_writable(json_out, "--json")
-    table, source, base_dir = read_scenario_table(scenario_ref)
-    for dotted, value in scenario_overrides(table, **flags).items():
-        set_path(table, dotted, value)
+    table, source, base_dir = scenario_table(scenario_ref, sets, flags)
     prepared = prepare(build_scenario(table, source, base_dir))
 
     quiet = json_out == "-"
@@ -71,6 +70,8 @@ Examples:
   tokenpath simulate my.toml --request-rate inf --input-len 128 --input-sd 0 --json result.json
 
   tokenpath simulate --chips 32 --fabric h100-4x8-rail --placement spread
+
+  tokenpath simulate --set deployment.tp=4 --set delivery.detokenize=async
 """
 
 
@@ -120,6 +121,7 @@ def simulate(
     num_requests: NumRequests = None,
     warmup_requests: WarmupRequests = None,
     seed: Seed = None,
+    sets: Set = None,
     json_out: JsonOut = None,
     show_explain: bool = typer.Option(False, "--explain", help="also show the per-op roofline of one steady-state step"),
     workers: Optional[int] = typer.Option(
@@ -127,9 +129,9 @@ def simulate(
                           "runs of 20,000 requests or more); the result does not depend on it"),
 ) -> None:
     flags = dict(locals())
-    for not_a_scenario_flag in ("scenario", "json_out", "show_explain", "workers"):
+    for not_a_scenario_flag in ("scenario", "json_out", "show_explain", "workers", "sets"):
         flags.pop(not_a_scenario_flag)
-    _simulate_and_report(scenario, json_out, flags, show_explain, workers)
+    _simulate_and_report(scenario, json_out, flags, show_explain, workers, sets)
 
 
 @app.command(help="Simulate the embedded default scenario ('typical').\n\nExample:\n\n  tokenpath run --json result.json")

@@ -1,8 +1,12 @@
-"""Which layer holds most of a request's time, and why, in one line."""
+"""Which layer holds most of a request's time, and why, in one line; and, first, whether the run was
+overloaded (offered more than it served), and then which layer limits its capacity."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.summary import LAYER_OF_PART
@@ -21,10 +25,91 @@ class Evidence:
     network_rtt_s: float
     detokenize: str
     host_share_of_step: float      # share of step time the host blocked the device
+    load: Load | None = None
+    # Engine busy time by layer, summed over steps and engines: compute, traffic, delivery (host blocking).
+    busy_s: dict[str, float] = field(default_factory=dict)
+
+
+# A run is overloaded when it served clearly less than it was offered, so work piled up through it:
+# either its requests got their first token over a span more than OVERLOAD_RATE_RATIO times the span
+# they were sent over (a queue for admission grew), or they finished over such a span (in a
+# continuous-batching engine the pile is as often a growing batch as a queue). A finite stable run
+# finishes a little later than it sends, by about one E2E, so the finish test needs a run at least
+# MIN_SPAN_E2ES median E2Es long: a shorter burst cannot tell. Measured (seed 0 and 1): the default
+# scenario's finish ratio is 1.04 at 84% of its capacity, 1.26-1.28 at 120%, 2.4 at 250% (where the
+# first-token ratio is 2.1-2.2); Llama-3.1-8B on one H100 (about 54 req/s capacity, 1,000 requests)
+# 1.02-1.03 at 46%, 1.2-1.27 at 110%, and at 2x a first-token ratio of 1.4-1.5.
+OVERLOAD_RATE_RATIO = 1.2
+MIN_SPAN_E2ES = 2.0
+
+
+@dataclass(frozen=True)
+class Load:
+    """What a run was offered and what it served."""
+
+    offered_per_s: float      # requests sent per second, first send to last (inf: all at once)
+    admitted_per_s: float     # first tokens per second, first to last
+    served_per_s: float       # requests finished per second, first finish to last
+    long_enough: bool         # sent over at least MIN_SPAN_E2ES median E2Es
+
+    @property
+    def overloaded(self) -> bool:
+        queued = self.offered_per_s > OVERLOAD_RATE_RATIO * self.admitted_per_s
+        piled = self.long_enough and self.offered_per_s > OVERLOAD_RATE_RATIO * self.served_per_s
+        return bool(queued or piled)
+
+    def document(self) -> dict[str, float | bool | None]:
+        return {"offered_requests_per_s": self.offered_per_s if math.isfinite(self.offered_per_s) else None,
+                "served_requests_per_s": self.served_per_s, "overloaded": self.overloaded}
+
+
+def load_of(sent_ns: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, completed: np.ndarray) -> Load:
+    """The load facts of a run from each request's send time, TTFT and E2E (of completed requests)."""
+    sent = sent_ns[completed]
+    if len(sent) < 2:
+        return Load(0.0, 0.0, 0.0, False)
+
+    def rate(times_ns: np.ndarray) -> float:
+        span_s = float(times_ns.max() - times_ns.min()) / 1e9
+        return (len(times_ns) - 1) / span_s if span_s > 0 else math.inf
+
+    send_span_s = float(sent.max() - sent.min()) / 1e9
+    median_e2e_s = float(np.median(e2e_ns[completed])) / 1e9
+    return Load(rate(sent), rate(sent + ttft_ns[completed]), rate(sent + e2e_ns[completed]),
+                send_span_s >= MIN_SPAN_E2ES * median_e2e_s)
+
+
+def capacity_layer(evidence: Evidence) -> tuple[str, str]:
+    """(layer, why) for the layer that takes most of the engine's busy time, which limits how many
+    requests per second it can serve."""
+    busy = evidence.busy_s
+    total = sum(busy.values()) or 1.0
+    part = max(busy, key=busy.get) if busy else "compute"
+    share = busy.get(part, 0.0) / total
+    e = evidence
+    if part == "compute":
+        bound = "HBM-bandwidth" if e.memory_bound_fraction >= 0.5 else "FLOP"
+        why = (f"{share:.0%} of the engine's busy time is compute at a mean batch of {e.mean_batch_seqs:.0f} "
+               f"sequences, {bound}-bound")
+    elif part == "traffic":
+        why = f"{share:.0%} of the engine's busy time is fabric traffic: {e.traffic_detail}"
+    else:
+        why = f"{share:.0%} of the engine's busy time is the host blocking it ({e.detokenize} detokenization)"
+    return part, why
 
 
 def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str, str]:
-    """(layer, reason) for the largest mean part of E2E."""
+    """(layer, reason) for the largest mean part of E2E; for an overloaded run, the layer that limits
+    capacity, the reason starting with "overloaded: offered X req/s, served Y req/s"."""
+    load = evidence.load
+    if load is not None and load.overloaded:
+        layer, why = capacity_layer(evidence)
+        offered = "all at once" if math.isinf(load.offered_per_s) else f"{load.offered_per_s:.3g} req/s"
+        reason = f"overloaded: offered {offered}, served {load.served_per_s:.3g} req/s; {layer} limits capacity: {why}"
+        total = sum(attribution_s.values()) or 1.0
+        if max(attribution_s, key=attribution_s.get) == "queue":
+            reason += f"; requests wait {attribution_s['queue'] / total:.0%} of E2E for a batch slot"
+        return layer, reason
     total = sum(attribution_s.values()) or 1.0
     part = max(attribution_s, key=attribution_s.get)
     share = attribution_s[part] / total

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenpath.diagnose.bottleneck import Evidence, bottleneck, memory_bound_share, sample_steps
+from tokenpath.diagnose.bottleneck import Evidence, bottleneck, load_of, memory_bound_share, sample_steps
 from tokenpath.pipeline import Simulation
 from tokenpath.summary import summarize, window_ns
 from tokenpath.units import format_bytes, format_duration
@@ -37,7 +37,17 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         network_rtt_s=scenario.delivery.network_rtt,
         detokenize=scenario.delivery.detokenize,
         host_share_of_step=float(blocking.sum() / step_ns.sum()) if step_ns.sum() else 0.0,
+        load=_load(sim),
+        busy_s={"compute": sum(float(t.step_compute_ns.sum()) for t in traces) / 1e9,
+                "traffic": sum(float(t.step_traffic_ns.sum()) for t in traces) / 1e9,
+                "delivery": float(blocking.sum()) / 1e9},
     )
+
+
+def _load(sim: Simulation):
+    """Offered and served rates and the backlog, over the measured requests (after the warmup)."""
+    run = sim.run.after(sim.scenario.workload.warmup_requests)
+    return load_of(run.sent_ns, run.ttft_ns, run.e2e_ns, run.completed)
 
 
 def traffic_detail(sim: Simulation) -> str:
@@ -82,9 +92,11 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
     slo = {key: getattr(scenario.slo, key) for key in ("ttft", "ttfv", "tpot", "e2e")}
     document = summarize(sim.run, scenario.name, scenario.fingerprint(), slo,
                          warmup_requests=scenario.workload.warmup_requests)
-    layer, reason = bottleneck(document["attribution_s"], _evidence(sim, window_ns(sim.run) / 1e9))
+    evidence = _evidence(sim, window_ns(sim.run) / 1e9)
+    layer, reason = bottleneck(document["attribution_s"], evidence)
     document["bottleneck"] = layer
     document["bottleneck_reason"] = reason
+    document["load"] = evidence.load.document()
     document["engine"] = {
         "replicas": scenario.deployment.replicas,
         "engines": sim.deployment.replicas,  # replicas x pipeline batches in flight

@@ -72,7 +72,9 @@ def print_summary(console: Console, summary: dict[str, Any], scenario_lines: lis
     console.print(latency_table(summary))
     if summary["attribution_s"] is not None:
         console.print(attribution_table(summary))
-    if summary["bottleneck"]:
+    if summary["bottleneck"] and reason and reason.startswith("overloaded"):  # the overload first
+        console.print(f"[bold]Bottleneck: {reason.partition(';')[0]}[/bold];{reason.partition(';')[2]}")
+    elif summary["bottleneck"]:
         console.print(f"[bold]Bottleneck: {summary['bottleneck']}[/bold] - {reason}")
 
 

@@ -1,0 +1,94 @@
+"""`tokenpath capacity`: the highest request rate that meets an SLO."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tokenpath import files
+from tokenpath.cli.app import app, console, err_console, write_json
+from tokenpath.cli.options import JsonOut, NumRequests, Seed, Set, scenario_table
+from tokenpath.errors import UserError
+
+CAPACITY_EXAMPLE = """
+Bisects the request rate over full simulations: each point simulates the whole workload at that rate
+(same seed, so the same arrival gaps scaled). Targets are METRIC_STAT=DURATION with METRIC one of ttft,
+ttfv, tpot, itl, e2e and STAT one of mean, p50, p90, p99, p999; without --slo, the scenario's [slo]
+taken as p99 targets. A run with a failed request misses every target. It searches the rate only; a
+scenario's max_concurrency, if any, stays as it is.
+
+Examples:
+
+  tokenpath capacity --slo ttft_p99=2s,tpot_p99=100ms
+
+  tokenpath capacity my.toml --slo ttfv_p90=500ms,e2e_p99=20s --json capacity.json
+
+  tokenpath capacity --set delivery.detokenize=async --num-requests 4000
+"""
+
+
+def _print(document: dict[str, Any]) -> None:
+    from tokenpath.report.table import duration_or_dash
+
+    binding = document["binding"]
+    above = document["above"]
+    targets = ", ".join(f"{name} <= {duration_or_dash(row['target_s'])} ({duration_or_dash(row['observed_s'])})"
+                        for name, row in document["slo"].items())
+    console.print(f"[bold]Capacity: {document['request_rate']:.4g} req/s[/bold] meets {targets}", highlight=False)
+    console.print(f"At {above['request_rate']:.4g} req/s {binding['metric']} is "
+                  f"{duration_or_dash(binding['observed_above_s'])}, over its {duration_or_dash(binding['target_s'])}: "
+                  f"{binding['metric']} binds", highlight=False)
+    if document["layer"]:
+        grew = document["attribution_growth_s"][document["layer"]]
+        layer = "queue (distribution)" if document["layer"] == "queue" else document["layer"]
+        console.print(f"Between the two, {layer} grew most: {duration_or_dash(abs(grew))} per request on average "
+                      f"({'more' if grew >= 0 else 'less'})", highlight=False)
+    summary = document["summary"]
+    console.print(f"At capacity: {summary['throughput']['output_tokens_per_s']:,.0f} output tokens/s, "
+                  f"{summary['throughput']['goodput_requests_per_s']:.3g} req/s goodput; bottleneck "
+                  f"{summary['bottleneck']} - {summary.get('bottleneck_reason', '')}", highlight=False)
+    console.print(f"({document['simulations']} simulations, bracket within {document['tolerance']:.0%})", style="dim")
+
+
+@app.command(help="The highest request rate that meets an SLO, by bisection over full simulations." + CAPACITY_EXAMPLE)
+def capacity(
+    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    slo: Optional[str] = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=2s,tpot_p99=100ms "
+                                                           "(default: the scenario's [slo] as p99 targets)"),
+    tolerance: float = typer.Option(0.01, "--tolerance", help="stop when the bracket is this share of the rate"),
+    sets: Set = None,
+    num_requests: NumRequests = None,
+    seed: Seed = None,
+    workers: Optional[int] = typer.Option(None, "--workers", help="simulations side by side (default: one per CPU)"),
+    json_out: JsonOut = None,
+) -> None:
+    from tokenpath.forked import available_cpus
+    from tokenpath.whatif.capacity import parse_slo, scenario_slo, search
+    from tokenpath.whatif.run import Base
+
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers: {workers} must be at least 1")
+    if not 0.0001 <= tolerance <= 0.5:
+        raise UserError(f"--tolerance: {tolerance:g} must be from 0.0001 to 0.5 (a share of the rate)")
+    targets = parse_slo(slo) if slo is not None else None
+    if json_out is not None:
+        files.check_writable(json_out, "--json")
+    table, source, base_dir = scenario_table(scenario, sets, dict(num_requests=num_requests, seed=seed))
+    base = Base(table, source, base_dir)
+    built = base.scenario()
+    if targets is None:
+        targets = scenario_slo(built.slo)
+        if not targets:
+            raise UserError("--slo: the scenario sets no [slo] target; give --slo, e.g. --slo ttft_p99=2s")
+    quiet = json_out == "-"
+    progress = Progress(TextColumn("searching the rate"), BarColumn(), TextColumn("{task.completed} simulations"),
+                        TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
+    with progress:
+        task = progress.add_task("capacity", total=None)
+        document = search(base, targets, tolerance, workers or available_cpus(), lambda k: progress.advance(task, k))
+    if not quiet:
+        _print(document)
+    if json_out is not None:
+        write_json(document, json_out)

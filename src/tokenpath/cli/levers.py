@@ -1,0 +1,168 @@
+"""`tokenpath levers`: which change moves it most, the catalog of what-ifs ranked."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tokenpath import files
+from tokenpath.cli.app import app, console, err_console, write_json
+from tokenpath.cli.options import JsonOut, NumRequests, RequestRate, Seed, Set, scenario_table
+from tokenpath.errors import UserError
+
+LEVERS_EXAMPLE = """
+Simulates the scenario and every what-if of the catalog in full (wider: links, NVLS, replicas, TP x DP,
+scale-out; closer: async detokenization, measured last mile, client RTT, disaggregated prefill, prefix
+caching; more continuous: stream interval, token budget, max_num_seqs, scheduler; compute: next chip,
+next precision), and ranks them by the change in the objective. Levers that do not apply are listed
+with the reason.
+
+Objectives: latency_s.ttfv.p99 (the default, near-ties broken by latency_s.e2e.mean), any summary metric
+by its dotted path (latency_s.ttft.p99, throughput.output_tokens_per_s, attribution_s.queue, ...),
+goodput (requests/s within the scenario's [slo]) or cost (US dollars per million output tokens, from
+the chip price table: catalog/prices.toml, or --prices FILE).
+
+Examples:
+
+  tokenpath levers
+
+  tokenpath levers my.toml --objective latency_s.ttft.p99 --json levers.json
+
+  tokenpath levers --objective cost --set workload.arrival.rate=20
+
+  tokenpath levers --levers my-levers.toml --no-catalog
+
+A levers file holds [[levers]] tables: name, group and overrides, e.g.
+
+  [[levers]]
+  name = "TP4 with async detokenization"
+  group = "mine"
+  overrides = { "deployment.tp" = 4, "delivery.detokenize" = "async" }
+"""
+
+
+def _signed(value: float, unit: str = "") -> str:
+    from tokenpath.units import format_duration
+
+    text = format_duration(abs(value)) if unit == "s" else f"{abs(value):.4g}"
+    return ("-" if value < 0 else "+") + text
+
+
+def _value(value: float | None, metric: str) -> str:
+    from tokenpath.units import format_duration
+
+    if value is None:
+        return "-"
+    if metric.startswith(("latency_s.", "attribution_s.")) or metric == "window_s":
+        return format_duration(value)
+    return f"{value:,.4g}"
+
+
+def _layer(change: dict[str, Any]) -> str:
+    parts = change.get("attribution_s")
+    if not parts:
+        return "-"
+    layer = change["layer"]
+    if abs(parts[layer]) < 1e-6:  # no layer moved by a microsecond
+        return "-"
+    return f"{layer} {_signed(parts[layer], 's')}"
+
+
+def _print(document: dict[str, Any], num_requests: int) -> None:
+    objective = document["objective"]
+    metric = objective["metric"]
+    unit_metric = metric if metric != "cost" else ""
+    tie = objective["tie_break"]
+    title = (f"Levers ranked by {objective['name']} ({objective['better']} is better"
+             f"{f'; near-ties by {tie}' if tie else ''}), {num_requests:,} requests each")
+    table = Table(title=title, title_justify="left")
+    for column, justify in (("#", "right"), ("lever", "left"), ("group", "left"), (metric.split(".", 1)[-1], "right"),
+                            ("change", "right"), (tie.split(".", 1)[-1] if tie else "", "right"),
+                            ("layer moved most (mean)", "left")):
+        if column or justify == "left":
+            table.add_column(column, justify=justify)
+    base = document["baseline"]
+    row = ["", "baseline", "", _value(objective["value"], unit_metric), ""]
+    if tie:
+        row.append(_value(_path(base, tie), tie))
+    table.add_row(*row, "", style="dim")
+    for rank, lever in enumerate(document["levers"], 1):
+        change = lever["change"]
+        relative = change["relative"]
+        row = [str(rank), lever["name"], lever["group"], _value(change["value"], unit_metric),
+               f"{relative:+.1%}" if relative is not None else "-"]
+        if tie:
+            row.append(_value(change["tie_break"]["value"], tie))
+        style = "green" if (change["better"] or 0) > 0 else ("red" if (change["better"] or 0) < 0 else None)
+        table.add_row(*row, _layer(change), style=style)
+    console.print(table)
+    if document["skipped"]:
+        skipped = Table(title="Not applicable here", title_justify="left")
+        skipped.add_column("lever")
+        skipped.add_column("group")
+        skipped.add_column("why")
+        for lever in document["skipped"]:
+            skipped.add_row(lever["name"], lever["group"], lever["reason"])
+        console.print(skipped)
+    if "prices" in objective:
+        for chip, price in objective["prices"].items():
+            console.print(f"{chip}: ${price['usd_per_hour']:g} per chip-hour ({price['source']})", highlight=False)
+
+
+def _path(summary: dict[str, Any], dotted: str) -> Any:
+    from tokenpath.whatif.objective import metric_value
+
+    return metric_value(summary, dotted)
+
+
+@app.command(help="Rank what-ifs of a scenario (wider, closer, more continuous, compute) by the change in an "
+                  "objective." + LEVERS_EXAMPLE)
+def levers(
+    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    objective: Optional[str] = typer.Option(
+        None, "--objective", help="latency_s.ttfv.p99 (default), any summary metric's dotted path, goodput or cost"),
+    levers_file: Optional[str] = typer.Option(None, "--levers", help="a TOML file of your own [[levers]]"),
+    use_catalog: bool = typer.Option(True, "--catalog/--no-catalog", help="run the built-in catalog of levers"),
+    prices: Optional[str] = typer.Option(None, "--prices", help="chip prices for --objective cost (default: "
+                                                                  "the catalog's, with their sources)"),
+    sets: Set = None,
+    request_rate: RequestRate = None,
+    num_requests: NumRequests = None,
+    seed: Seed = None,
+    workers: Optional[int] = typer.Option(None, "--workers", help="processes simulating levers side by side "
+                                                                  "(default: one per CPU)"),
+    json_out: JsonOut = None,
+) -> None:
+    from tokenpath.whatif.levers import read_levers_file, run_levers
+    from tokenpath.whatif.objective import COST, Objective, Prices
+    from tokenpath.whatif.run import Base
+
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers: {workers} must be at least 1")
+    if json_out is not None:
+        files.check_writable(json_out, "--json")
+    table, source, base_dir = scenario_table(scenario, sets, dict(request_rate=request_rate,
+                                                                  num_requests=num_requests, seed=seed))
+    base = Base(table, source, base_dir)
+    built = base.scenario()  # every mistake in the scenario or the flags shows before anything runs
+    chosen = Objective.parse(objective, Prices.load(prices) if prices or objective == COST else None)
+    if chosen.metric == "throughput.goodput_requests_per_s" and all(
+            getattr(built.slo, key) is None for key in ("ttft", "ttfv", "tpot", "e2e")):
+        raise UserError("--objective goodput: the scenario sets no [slo] target; set one, e.g. --set slo.ttft=2s")
+    extra = read_levers_file(levers_file) if levers_file else []
+    if not use_catalog and not extra:
+        raise UserError("--no-catalog: then give your own levers with --levers FILE")
+
+    quiet = json_out == "-"
+    progress = Progress(TextColumn("simulating levers"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=err_console, transient=True, disable=quiet)
+    with progress:
+        task = progress.add_task("levers", total=None)
+        document = run_levers(base, chosen, extra, use_catalog, workers, lambda k: progress.advance(task, k))
+    if not quiet:
+        _print(document, built.workload.num_requests)
+    if json_out is not None:
+        write_json(document, json_out)

@@ -1,0 +1,209 @@
+"""The catalog of what-ifs: for one scenario, each lever a real set of dotted-key overrides, in four
+groups (the test a design must pass: wider links, a closer path from token to text, output that flows
+more continuously, and the compute itself). A lever that does not apply carries the reason instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tokenpath.compute.chip import load_chip
+from tokenpath.engine.spec import SCHEDULERS, EngineSpec
+from tokenpath.fabric.build import default_fabric
+from tokenpath.fabric.spec import FullMeshFabric, HierarchyFabric, MeshFabric, SwitchFabric, TorusFabric
+from tokenpath.scenario import Scenario
+
+GROUPS = ("wider", "closer", "more continuous", "compute")
+
+# The next generation of each catalog chip from the same vendor (NVIDIA: Ampere A100 -> Hopper H100
+# -> H200, its HBM3e refresh -> Blackwell B200 -> GB200 NVL72; AMD: MI300X -> MI325X, its HBM3e
+# refresh). Chips without one here have no successor in the catalog.
+NEXT_CHIP = {"a100": "h100", "h100": "h200", "h200": "b200", "b200": "gb200", "mi300x": "mi325x"}
+NEXT_PRECISION = {"bf16": "fp8", "fp8": "fp4"}
+# `tokenpath calibrate delivery` writes this file in the folder it runs in (cli/calibrate.py).
+CALIBRATION_FILE = "delivery-calibration.toml"
+BANDWIDTH_FACTOR = 2.0       # "interconnect bandwidth x2", "a faster scale-out network"
+RTT_DIVISOR = 4              # "the client closer": a quarter of the round trip
+STREAM_INTERVAL = 4          # tokens per SSE event, the what-if against one per token
+PREFILL_SHARE = 4            # disaggregated: a quarter of the replicas prefill (at least one)
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One what-if: a name, its group, the overrides that make it, or why it does not apply."""
+
+    name: str
+    group: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    skipped: str | None = None
+
+
+def _scaleup_link_bw_Bps(spec: Any, chip_bw_Bps: float, chips: int) -> float:
+    """A scale-up table's link bandwidth, where it leaves it to the chip as fabric.build does."""
+    if spec.link_bw is not None:
+        return spec.link_bw
+    if isinstance(spec, FullMeshFabric):
+        return chip_bw_Bps / max(1, (spec.hosts or chips) - 1)
+    if isinstance(spec, (TorusFabric, MeshFabric)):
+        return chip_bw_Bps / (2 * max(1, len(spec.dims)))
+    return chip_bw_Bps
+
+
+def _gbps(bw_Bps: float) -> str:
+    return f"{bw_Bps / 1e9:.6g} GB/s"
+
+
+class _Fabric:
+    """The scenario's fabric as simulated (its own, or the chip's default), and the overrides that
+    change one part of it: leaf keys where they reach the change, else the whole table."""
+
+    def __init__(self, scenario: Scenario, table: dict[str, Any]) -> None:
+        dep = scenario.deployment
+        self.chip = load_chip(dep.chip)
+        self.chips = dep.chips
+        self.is_default = dep.fabric == SwitchFabric()
+        self.spec = dep.fabric if not self.is_default else default_fabric(
+            self.chip.name, dep.chips, self.chip.scaleup_domain, self.chip.scaleup, self.chip.nic_bw_Bps)[0]
+        raw = table.get("deployment", {}).get("fabric") if isinstance(table.get("deployment"), dict) else None
+        self.raw_is_table = isinstance(raw, dict) and "preset" not in raw
+
+    @property
+    def scaleup(self) -> Any:
+        return self.spec.node if isinstance(self.spec, HierarchyFabric) else self.spec
+
+    def overrides(self, path: tuple[str, ...], value: Any) -> dict[str, Any]:
+        """Overrides that set `path` (inside the fabric table) to `value` in the fabric as simulated."""
+        dumped = self.spec.model_dump(mode="json", exclude_none=True)
+        target = dumped
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        if self.raw_is_table and not self.is_default:
+            return {"deployment.fabric." + ".".join(path): value}
+        return {"deployment.fabric": dumped}
+
+
+def catalog(scenario: Scenario, table: dict[str, Any], here: Path | None = None) -> list[Lever]:
+    """Every lever of the catalog for `scenario` (its raw `table` decides how overrides are written);
+    `here` is where a delivery calibration file is looked for (default: the current folder)."""
+    levers: list[Lever] = []
+    for group, make in _MAKERS:
+        for lever in make(scenario, table, here or Path.cwd()):
+            levers.append(Lever(lever.name, group, lever.overrides, lever.skipped))
+    return levers
+
+
+def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:
+    dep = scenario.deployment
+    fabric = _Fabric(scenario, table)
+    up, inside = fabric.scaleup, (("node",) if isinstance(fabric.spec, HierarchyFabric) else ())
+    levers = []
+    bw = _scaleup_link_bw_Bps(up, fabric.chip.scaleup_bw_Bps, dep.chips)
+    levers.append(Lever(f"scale-up links x{BANDWIDTH_FACTOR:g} ({_gbps(bw * BANDWIDTH_FACTOR)})", "",
+                        fabric.overrides((*inside, "link_bw"), _gbps(bw * BANDWIDTH_FACTOR))))
+    if isinstance(up, SwitchFabric):
+        levers.append(Lever(f"NVLS {'off' if up.nvls else 'on'}", "", fabric.overrides((*inside, "nvls"), not up.nvls)))
+    else:
+        levers.append(Lever("NVLS", "", skipped=f"NVLink SHARP reduces in a switch; this scale-up fabric is a {up.kind}"))
+    group = dep.tp * dep.pp
+    levers.append(Lever(f"one more replica ({dep.chips + group} chips)", "", {"deployment.chips": dep.chips + group}))
+    for divisor in (2, 4):
+        tp = dep.tp // divisor
+        name = f"TP{dep.tp} -> TP{tp}x{dep.chips // max(1, tp * dep.pp)}" if tp else f"TP{dep.tp} / {divisor}"
+        if dep.tp % divisor:
+            levers.append(Lever(name, "", skipped=f"tp={dep.tp} does not divide by {divisor}"))
+        else:
+            levers.append(Lever(name, "", {"deployment.tp": tp}))
+    if isinstance(fabric.spec, HierarchyFabric):
+        net = fabric.spec.network.link_bw
+        levers.append(Lever(f"scale-out network x{BANDWIDTH_FACTOR:g} ({_gbps(net * BANDWIDTH_FACTOR)} per link)", "",
+                            fabric.overrides(("network", "link_bw"), _gbps(net * BANDWIDTH_FACTOR))))
+    else:
+        levers.append(Lever("faster scale-out network", "",
+                            skipped=f"one {fabric.spec.kind} joins all {dep.chips} chips: no scale-out network in the path"))
+    return levers
+
+
+def _closer(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:
+    delivery, dep = scenario.delivery, scenario.deployment
+    levers = []
+    if delivery.detokenize == "inline":
+        levers.append(Lever("async detokenization", "", {"delivery.detokenize": "async"}))
+    else:
+        levers.append(Lever("async detokenization", "", skipped="the scenario detokenizes async already"))
+    calibration = here / CALIBRATION_FILE
+    if delivery.calibration is not None:
+        levers.append(Lever("this machine's last mile", "", skipped="the scenario uses a measured calibration already"))
+    elif calibration.is_file():
+        levers.append(Lever("this machine's last mile", "", {"delivery.calibration": str(calibration.resolve())}))
+    else:
+        levers.append(Lever("this machine's last mile", "", skipped=f"no {CALIBRATION_FILE} here: run `tokenpath "
+                                                                  "calibrate delivery` first"))
+    if delivery.network_rtt > 0:
+        rtt_ms = delivery.network_rtt / RTT_DIVISOR * 1e3
+        levers.append(Lever(f"client closer (RTT / {RTT_DIVISOR}: {rtt_ms:.4g} ms)", "",
+                            {"delivery.network_rtt": f"{rtt_ms:.6g} ms"}))
+    else:
+        levers.append(Lever("client closer", "", skipped="the client's round trip is 0 already"))
+    if dep.prefill_replicas:
+        levers.append(Lever("disaggregated prefill", "", skipped="the scenario is disaggregated already"))
+    elif dep.replicas < 2:
+        levers.append(Lever("disaggregated prefill", "", skipped=f"needs 2 or more replicas; TP{dep.tp} on {dep.chips} "
+                                                                f"chips is {dep.replicas}"))
+    else:
+        prefill = max(1, dep.replicas // PREFILL_SHARE)
+        levers.append(Lever(f"disaggregated prefill ({prefill} of {dep.replicas} replicas)", "",
+                            {"deployment.prefill_replicas": prefill}))
+    if "prefix_caching" not in EngineSpec.model_fields:
+        levers.append(Lever("prefix caching", "", skipped="the engine model has no engine.prefix_caching yet"))
+    elif getattr(scenario.engine, "prefix_caching"):
+        levers.append(Lever("prefix caching", "", skipped="the scenario caches prefixes already"))
+    else:
+        levers.append(Lever("prefix caching", "", {"engine.prefix_caching": True}))
+    return levers
+
+
+def _continuous(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:
+    engine, interval = scenario.engine, scenario.delivery.stream_interval
+    target = STREAM_INTERVAL if interval == 1 else 1
+    levers = [Lever(f"stream interval {target} token(s)/event", "", {"delivery.stream_interval": target})]
+    budget = engine.max_num_batched_tokens
+    levers.append(Lever(f"token budget {budget * 2}/step", "", {"engine.max_num_batched_tokens": budget * 2}))
+    levers.append(Lever(f"token budget {budget // 2}/step", "", {"engine.max_num_batched_tokens": budget // 2}))
+    for seqs in (engine.max_num_seqs // 4, engine.max_num_seqs * 2):
+        overrides: dict[str, Any] = {"engine.max_num_seqs": seqs}
+        if seqs > budget:  # vLLM needs a token per running sequence in every step
+            overrides["engine.max_num_batched_tokens"] = seqs
+        levers.append(Lever(f"max_num_seqs {seqs}", "", overrides) if seqs >= 1 else
+                      Lever("max_num_seqs / 4", "", skipped=f"max_num_seqs is {engine.max_num_seqs}"))
+    for profile in SCHEDULERS:
+        if profile != engine.scheduler:
+            overrides = {"engine.scheduler": profile}
+            if engine.num_scheduler_steps > 1:
+                overrides["engine.num_scheduler_steps"] = 1
+            if engine.mixed_chunk:
+                overrides["engine.mixed_chunk"] = False
+            levers.append(Lever(f"scheduler {profile}", "", overrides))
+    return levers
+
+
+def _compute(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:
+    chip, precision = scenario.deployment.chip, scenario.model.precision
+    levers = []
+    nxt = NEXT_CHIP.get(chip)
+    levers.append(Lever(f"next chip: {nxt}", "", {"deployment.chip": nxt}) if nxt else
+                  Lever("next chip", "", skipped=f"no successor of {chip} in the catalog"))
+    better = NEXT_PRECISION.get(precision)
+    if better is None:
+        levers.append(Lever("next precision", "", skipped=f"{precision} weights are the lowest precision modelled"))
+    else:
+        weight_only = " (weight-only on this chip)" if load_chip(chip).is_weight_only(better) else ""
+        levers.append(Lever(f"{better} weights{weight_only}", "", {"model.precision": better}))
+    return levers
+
+
+_MAKERS: tuple[tuple[str, Callable[[Scenario, dict[str, Any], Path], list[Lever]]], ...] = (
+    ("wider", _wider), ("closer", _closer), ("more continuous", _continuous), ("compute", _compute))
+

@@ -1,0 +1,153 @@
+"""Ranked levers: simulate a scenario and each what-if in full, and order them by the change in an
+objective, each with the layer its change came from. Users add their own levers in a TOML file."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tokenpath import files
+from tokenpath.config_errors import explain
+from tokenpath.errors import UserError
+from tokenpath.overrides import check_key
+from tokenpath.summary import LAYERS
+from tokenpath.whatif.catalog import Lever, catalog
+from tokenpath.whatif.objective import TIE_SHARE, Objective
+from tokenpath.whatif.run import Base, Outcome, simulate_many
+
+SCHEMA = "tokenpath.levers/1"
+
+
+class _UserLever(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(min_length=1, max_length=200)
+    group: str = Field("custom", min_length=1, max_length=40)
+    overrides: dict[str, Any] = Field(min_length=1, description="dotted scenario keys and their values")
+
+    @field_validator("overrides")
+    @classmethod
+    def _dotted(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _flatten(value)
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"delivery": {"stream_interval": 2}}` (TOML's unquoted dotted keys) as {"delivery.stream_interval": 2}."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def read_levers_file(path: str) -> list[Lever]:
+    """A user's `[[levers]]` (name, group, overrides); unknown keys, in a lever or its overrides, are errors."""
+    files.check_path(path, "--levers")
+    where = files.shown(path)
+    table = files.parse_toml(files.read_text(path, "levers file"), where)
+    rows = table.get("levers")
+    if set(table) != {"levers"} or not isinstance(rows, list) or not rows:
+        raise UserError(f"{where}: a levers file holds [[levers]] tables only (name, group, overrides), "
+                        f"e.g. [[levers]] name = \"TP4\" overrides = {{ \"deployment.tp\" = 4 }}")
+    parsed = []
+    for number, row in enumerate(rows, 1):
+        name = row.get("name") if isinstance(row, dict) else None
+        source = f"{where}: lever {number}" + (f" ({name})" if isinstance(name, str) else "")
+        try:
+            lever = _UserLever.model_validate(row)
+        except ValidationError as error:
+            raise UserError(explain(error, source, _UserLever)) from None
+        for dotted in lever.overrides:
+            check_key(dotted, flag=f"{source}:")
+        parsed.append(lever)
+    return [Lever(lever.name, lever.group, lever.overrides) for lever in parsed]
+
+
+def _change(objective: Objective, base: Outcome, outcome: Outcome, base_value: float) -> dict[str, Any]:
+    """How a lever moved the objective and each layer's mean time, and the layer that moved most."""
+    value = objective.value(outcome.summary, outcome.chip, outcome.chips)
+    delta = None if value is None else value - base_value
+    change: dict[str, Any] = {
+        "value": value, "baseline": base_value, "delta": delta,
+        "relative": delta / abs(base_value) if delta is not None and base_value else None,
+        "better": objective.better(delta) if delta is not None else None,
+    }
+    if objective.tie_break is not None:
+        tie = Objective(objective.tie_break)
+        before = tie.value(base.summary, base.chip, base.chips)
+        after = tie.value(outcome.summary, outcome.chip, outcome.chips)
+        change["tie_break"] = {"metric": tie.metric, "value": after, "baseline": before,
+                               "better": tie.better(after - before) if None not in (after, before) else None}
+    parts_before, parts_after = base.summary["attribution_s"], outcome.summary["attribution_s"]
+    if parts_before and parts_after:
+        moved = {part: parts_after[part] - parts_before[part] for part in LAYERS}
+        change["attribution_s"] = moved
+        change["layer"] = max(moved, key=lambda part: abs(moved[part]))
+    return change
+
+
+def _order(objective: Objective, base_value: float) -> Callable[[dict, dict], int]:
+    """Best first: by the objective's improvement; within TIE_SHARE of the baseline, by the tie-break."""
+    tie = TIE_SHARE * abs(base_value)
+
+    def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
+        first, second = a["change"]["better"], b["change"]["better"]
+        if first is None or second is None:
+            return (first is None) - (second is None)
+        if abs(first - second) > tie or "tie_break" not in a["change"]:
+            return -1 if first > second else (1 if first < second else 0)
+        first, second = a["change"]["tie_break"]["better"] or 0.0, b["change"]["tie_break"]["better"] or 0.0
+        return -1 if first > second else (1 if first < second else 0)
+
+    return compare
+
+
+def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = None, use_catalog: bool = True,
+               workers: int | None = None, progress: Callable[[int], None] | None = None,
+               here: Path | None = None) -> dict[str, Any]:
+    """The levers document: the objective, the baseline's summary, the levers ranked best first (each
+    with its overrides, summary and change) and the levers skipped with their reasons."""
+    scenario = base.scenario()
+    levers = (catalog(scenario, base.table, here) if use_catalog else []) + list(extra or [])
+    runnable = [lever for lever in levers if lever.skipped is None]
+    outcomes = simulate_many(base, [{}] + [lever.overrides for lever in runnable], workers, progress)
+    baseline = outcomes[0]
+    if baseline.summary is None:
+        raise UserError(baseline.error or "the scenario could not be simulated")
+    base_value = objective.value(baseline.summary, baseline.chip, baseline.chips)
+    if base_value is None:
+        raise UserError(f"--objective cost: no price for {baseline.chip} in the price table; give --prices FILE "
+                        "(see `tokenpath levers --help`)")
+    ranked, skipped = [], [{"name": lever.name, "group": lever.group, "overrides": lever.overrides,
+                            "reason": lever.skipped} for lever in levers if lever.skipped is not None]
+    for lever, outcome in zip(runnable, outcomes[1:]):
+        if outcome.summary is None:
+            skipped.append({"name": lever.name, "group": lever.group, "overrides": lever.overrides,
+                            "reason": outcome.error})
+            continue
+        change = _change(objective, baseline, outcome, base_value)
+        if change["value"] is None:
+            skipped.append({"name": lever.name, "group": lever.group, "overrides": lever.overrides,
+                            "reason": f"no price for {outcome.chip} in the price table"})
+            continue
+        ranked.append({"name": lever.name, "group": lever.group, "overrides": lever.overrides,
+                       "summary": outcome.summary, "change": change})
+    ranked.sort(key=functools.cmp_to_key(_order(objective, base_value)))
+    document: dict[str, Any] = {
+        "schema": SCHEMA,
+        "objective": {"metric": objective.metric, "name": objective.name,
+                      "better": "higher" if objective.higher_is_better else "lower",
+                      "tie_break": objective.tie_break, "value": base_value},
+        "baseline": baseline.summary,
+        "levers": ranked,
+        "skipped": skipped,
+    }
+    if objective.prices is not None:
+        document["objective"]["prices"] = {chip: {"usd_per_hour": price, "source": objective.prices.source[chip]}
+                                           for chip, price in objective.prices.usd_per_hour.items()}
+    return document

@@ -1,0 +1,127 @@
+"""What a what-if is judged by: a summary metric by its dotted path, goodput at the scenario's SLO, or
+the cost per million output tokens from a chip price table; and which way is better."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from tokenpath import files
+from tokenpath.errors import UserError, quoted
+from tokenpath.summary import LAYERS, PERCENTILES
+
+# The default: p99 time to first visible text, then mean E2E (see `Objective.default`).
+DEFAULT_OBJECTIVE = "latency_s.ttfv.p99"
+DEFAULT_TIE_BREAK = "latency_s.e2e.mean"
+# Two levers whose primary metric differs by less than this share of the baseline are tied, and the
+# tie-break metric orders them (a simulation's percentiles move by about this much from noise alone).
+TIE_SHARE = 0.01
+# Metrics where more is better; every other summary metric (latencies, attribution) is better lower.
+HIGHER_IS_BETTER = ("throughput.",)
+COST = "cost"
+COST_NAME = "cost per million output tokens (USD)"
+ALIASES = {"goodput": "throughput.goodput_requests_per_s"}
+
+
+@dataclass(frozen=True)
+class Prices:
+    """US dollars per chip-hour by catalog chip name, and where each figure comes from."""
+
+    usd_per_hour: dict[str, float]
+    source: dict[str, str]
+
+    @staticmethod
+    def load(path: str | None = None) -> Prices:
+        """The embedded table (catalog/prices.toml), or a user's file of the same format."""
+        if path is None:
+            text = (resources.files("tokenpath.catalog") / "prices.toml").read_text(encoding="utf-8")
+            where = "catalog prices.toml"
+        else:
+            files.check_path(path, "--prices")
+            text, where = files.read_text(path, "--prices file"), files.shown(path)
+        table = files.parse_toml(text, where)
+        usd, source = {}, {}
+        for chip, row in table.items():
+            if not isinstance(row, dict) or set(row) != {"usd_per_hour", "source"}:
+                raise UserError(f"{where}: [{chip}] needs exactly usd_per_hour (a number) and source (where it "
+                                "comes from)")
+            price = row["usd_per_hour"]
+            if isinstance(price, bool) or not isinstance(price, (int, float)) or not (price > 0 and math.isfinite(price)):
+                raise UserError(f"{where}: [{chip}] usd_per_hour must be a price > 0, got {quoted(price)}")
+            usd[chip], source[chip] = float(price), str(row["source"])
+        return Prices(usd, source)
+
+
+def metric_value(summary: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path of a summary document, or None where it has none."""
+    value: Any = summary
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def known_metrics() -> list[str]:
+    """The summary's metrics an objective can name (summary.py's schema)."""
+    latencies = [f"latency_s.{metric}.{stat}" for metric in ("ttft", "ttfv", "tpot", "itl", "e2e")
+                 for stat in ("mean", *PERCENTILES)]
+    throughput = [f"throughput.{key}" for key in ("output_tokens_per_s", "requests_per_s", "goodput_requests_per_s")]
+    return latencies + throughput + [f"attribution_s.{part}" for part in LAYERS] + ["window_s"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A metric to improve, which way is better, and a metric that breaks near-ties."""
+
+    metric: str                      # a dotted summary path, or COST
+    tie_break: str | None = None
+    prices: Prices | None = None
+
+    @staticmethod
+    def parse(text: str | None, prices: Prices | None = None) -> Objective:
+        if text is None:
+            return Objective(DEFAULT_OBJECTIVE, DEFAULT_TIE_BREAK)
+        text = ALIASES.get(text.strip(), text.strip())
+        if text == COST:
+            return Objective(COST, DEFAULT_OBJECTIVE, prices or Prices.load())
+        objective = Objective(text)
+        objective.check()
+        return objective
+
+    def check(self) -> None:
+        """An objective that is no metric of the summary schema is a one-line error naming the closest."""
+        if self.metric == COST or self.metric in known_metrics():
+            return
+        close = difflib.get_close_matches(self.metric, known_metrics(), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UserError(f"--objective: {quoted(self.metric)} is not a metric of the summary; {hint}use goodput, cost "
+                        "or a dotted path: latency_s.METRIC.STAT (METRIC ttft, ttfv, tpot, itl, e2e; STAT mean, p50, "
+                        "p90, p99, p999), throughput.output_tokens_per_s, throughput.requests_per_s, "
+                        "throughput.goodput_requests_per_s, attribution_s.LAYER (queue, compute, traffic, delivery)")
+
+    @property
+    def name(self) -> str:
+        return COST_NAME if self.metric == COST else self.metric
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric.startswith(HIGHER_IS_BETTER)
+
+    def value(self, summary: dict[str, Any], chip: str, chips: int) -> float | None:
+        """The objective's value for one simulated scenario (its chip and chip count, for the cost)."""
+        if self.metric != COST:
+            value = metric_value(summary, self.metric)
+            return float(value) if isinstance(value, (int, float)) else None
+        tokens_per_s = summary["throughput"]["output_tokens_per_s"]
+        price = self.prices.usd_per_hour.get(chip) if self.prices else None
+        if price is None or not tokens_per_s:
+            return None
+        return chips * price / 3600.0 / tokens_per_s * 1e6
+
+    def better(self, change: float) -> float:
+        """A change expressed so that larger is better."""
+        return change if self.higher_is_better else -change
