@@ -46,8 +46,10 @@ def static_assignment(policy: str, n: int, replicas: int, prefixes: Prefixes | N
     if policy == "session_affinity" and prefixes is not None:
         has = prefixes.offsets[1:] > prefixes.offsets[:-1]
         first = prefixes.keys[prefixes.offsets[:-1][has]]
-        # A fixed mixing of the key (Knuth's multiplicative hash), so neighbouring keys spread out.
-        assignment[has] = (first * 2654435761 % 2**32) % replicas
+        # Fibonacci hashing (the key times 2^64 / golden ratio, modulo 2^64), scaled to the replicas
+        # by its top bits, the well-mixed ones: keys that differ in any bits spread out.
+        mixed = (first.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
+        assignment[has] = ((mixed * np.uint64(replicas)) >> np.uint64(32)).astype(np.int64)
     return assignment
 
 
@@ -64,6 +66,8 @@ class Router:
     def choose(self, i: int, prompt_tokens: int, kv_used: Sequence[float]) -> int:
         replicas = range(len(self.outstanding))
         load = self.outstanding
+        if self.policy == "round_robin":  # (decided up front in runs; here to check the shared clock)
+            return i % len(load)
         if self.policy == "least_outstanding":
             return min(replicas, key=load.__getitem__)
         if self.policy == "least_kv_load":
