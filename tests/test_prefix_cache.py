@@ -28,7 +28,7 @@ def random_prefixes(rng, inputs, families, segment_tokens):
 
 
 @pytest.mark.parametrize("profile", ["vllm-v1", *PROFILES])
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     n=st.integers(1, 40),
     max_seqs=st.sampled_from([1, 4, 64]),
