@@ -52,6 +52,70 @@ def _ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
+class _PlainPrefixCache:
+    """Prefix caching written out block by block (engine/prefix_cache.py has the rules): every free
+    block is one item of `queue`, head first, labelled with the cached segment it holds (None: none);
+    taking a block pops the head at once, and a cached segment whose block is taken is forgotten, its
+    other blocks left as plain ones."""
+
+    def __init__(self, block: int, free_blocks: int) -> None:
+        self.block = block
+        self.queue: deque = deque([None] * free_blocks)
+        self.entries: dict[int, list[int]] = {}  # key -> [blocks, references]
+        self.segments: dict[int, tuple[list[int], list[int]]] = {}  # request -> (keys, end block of each)
+        self.held: dict[int, list[int]] = {}
+        self.cached_upto: dict[int, int] = {}  # request -> segments of its prefix it has walked through
+        self.hit_tokens: dict[int, int] = {}
+
+    def lookup(self, i: int, target: int) -> tuple[int, int, int]:
+        keys, ends = self.segments[i]
+        found = 0
+        while (found < len(keys) and keys[found] in self.entries
+               and ends[found] <= (target - 1) // self.block):
+            found += 1
+        queued = sum(self.entries[k][0] for k in keys[:found] if self.entries[k][1] == 0)
+        return found, ends[found - 1] if found else 0, queued
+
+    def acquire(self, i: int, found: int) -> None:
+        keys = self.segments[i][0][:found]
+        for key in keys:
+            if self.entries[key][1] == 0:
+                self.queue = deque(label for label in self.queue if label != key)
+            self.entries[key][1] += 1
+        self.held[i] = list(keys)
+        self.cached_upto[i] = found
+        if i not in self.hit_tokens:
+            self.hit_tokens[i] = (self.segments[i][1][found - 1] if found else 0) * self.block
+
+    def take(self, blocks: int) -> None:
+        for _ in range(blocks):
+            label = self.queue.popleft()
+            if label is not None:
+                del self.entries[label]
+                self.queue = deque(None if other == label else other for other in self.queue)
+
+    def computed(self, i: int, tokens: int) -> None:
+        if i not in self.cached_upto:
+            return
+        keys, ends = self.segments[i]
+        k = self.cached_upto[i]
+        while k < len(keys) and ends[k] <= tokens // self.block:
+            if keys[k] not in self.entries:
+                self.entries[keys[k]] = [ends[k] - (ends[k - 1] if k else 0), 1]
+                self.held[i].append(keys[k])
+            k += 1
+        self.cached_upto[i] = k
+
+    def give(self, i: int, blocks: int) -> None:
+        held = self.held.pop(i, [])
+        self.cached_upto.pop(i, None)
+        self.queue.extend([None] * (blocks - sum(self.entries[k][0] for k in held)))
+        for key in reversed(held):
+            self.entries[key][1] -= 1
+            if self.entries[key][1] == 0:
+                self.queue.extend([key] * self.entries[key][0])
+
+
 class _Running:
     """The running sequences, in admission order: one int64 row per field, one column per sequence.
 
@@ -95,6 +159,7 @@ def reference_engine(
     cached_tokens: np.ndarray | None = None,
     aborts: dict[int, list[int]] | None = None,
     abort_results: list[bool] | None = None,
+    prefixes=None,
 ) -> EngineTrace:
     """Simulate one engine replica serving the given requests (rows sorted by scheduled time); the KV
     of each request's first `cached_tokens` prompt tokens comes with it. `aborts` (open loop only):
@@ -107,6 +172,12 @@ def reference_engine(
     if cached_tokens is not None:
         replica.cached[:] = cached_tokens
     replica.aborts = {step: list(requests) for step, requests in (aborts or {}).items()}
+    if prefixes is not None and spec.prefix_caching and (prefixes.offsets[-1] > 0):
+        replica.prefix = _PlainPrefixCache(spec.block_size, replica.free_blocks)
+        for i in range(len(prefixes)):
+            keys, ends = prefixes.segments(i)
+            if keys:
+                replica.prefix.segments[i] = (keys, [end // spec.block_size for end in ends])
     trace = replica.run()
     if abort_results is not None:
         abort_results.extend(replica.aborted)
@@ -129,6 +200,7 @@ class _Replica:
         self.block = spec.block_size
         self.total_blocks = kv_capacity_tokens // spec.block_size
         self.free_blocks = self.total_blocks
+        self.prefix: _PlainPrefixCache | None = None
         self.pauses = spec.scheduler == "prefill-first" and not spec.mixed_chunk
         self.window = spec.num_scheduler_steps
         self.reserve = spec.kv_admission == "reserve"
@@ -204,7 +276,7 @@ class _Replica:
         rows = np.flatnonzero(run.ids == i)
         if len(rows):
             self.park(rows)
-            self.free_blocks += int(run.blocks[rows].sum())
+            self.give(run.ids[rows], run.blocks[rows])
             run.keep(run.ids != i)
         elif i in self.waiting:
             self.waiting.remove(i)
@@ -216,6 +288,26 @@ class _Replica:
         self.out[i] = self.generated[i]
         self.done += 1
         return True
+
+    def take(self, blocks: int) -> None:
+        self.free_blocks -= blocks
+        if self.prefix is not None:
+            self.prefix.take(blocks)
+
+    def give(self, ids, blocks) -> None:
+        """Requests `ids` give back their blocks, in that order."""
+        for i, b in zip(np.atleast_1d(ids).tolist(), np.atleast_1d(blocks).tolist()):
+            if self.prefix is not None:
+                self.prefix.give(i, b)
+                self.free_blocks = len(self.prefix.queue)
+            else:
+                self.free_blocks += b
+
+    def cache_computed(self, rows: np.ndarray) -> None:
+        """Prefix caching: running rows that prefill have blocks for `computed + ahead` tokens."""
+        if self.prefix is not None:
+            for i, tokens in rows:
+                self.prefix.computed(int(i), int(tokens))
 
     # -- the profiles' steps -----------------------------------------------------------------------
 
@@ -256,8 +348,9 @@ class _Replica:
             num = np.minimum(np.maximum(budget - (np.cumsum(need) - need), 0), need)
             grown = (run.computed + num + self.block - 1) // self.block
             if int((grown - run.blocks).sum()) <= self.free_blocks:
-                self.free_blocks -= int((grown - run.blocks).sum())
+                self.take(int((grown - run.blocks).sum()))
                 run.blocks[:] = grown
+                self.cache_computed(zip(run.ids[prefilling], (run.computed + num)[prefilling]))
                 if self.waiting and (num == need).all():
                     admitted = self.admit_waiting(budget - int(num.sum()), room)
                     num = np.concatenate([num, np.array(admitted, np.int64)])
@@ -299,13 +392,15 @@ class _Replica:
             keep = int(np.argmin(np.cumsum(extra) <= self.free_blocks + held_behind))
             self.park(np.arange(keep, len(run)))
             self.cached[run.ids[keep:]] = 0
-            self.free_blocks += int(run.blocks[keep:].sum())
+            self.give(run.ids[keep:][::-1], run.blocks[keep:][::-1])
             self.waiting.extendleft(run.ids[keep:][::-1].tolist())
             self.preemptions += len(run) - keep
             run.keep(np.arange(len(run)) < keep)
             grown, extra = grown[:keep], extra[:keep]
         run.blocks[:] = grown
-        self.free_blocks -= int(extra.sum())
+        self.take(int(extra.sum()))
+        prefilling = run.decoding == 0
+        self.cache_computed(zip(run.ids[prefilling], (run.computed + ahead[:len(run)])[prefilling]))
         return preempting
 
     def admit_waiting(self, budget: int, room: int) -> list[int]:
@@ -317,7 +412,11 @@ class _Replica:
         while self.waiting and len(admitted_num) < room and budget > 0:
             i = self.waiting[0]
             target = int(self.prompt[i] + self.generated[i])
-            cached = int(self.cached[i])  # only the KV that came with the request
+            cached = int(self.cached[i])  # the KV that came with the request, or the prefix cache's
+            queued = hit_blocks = 0
+            if self.prefix is not None and i in self.prefix.segments:
+                found, hit_blocks, queued = self.prefix.lookup(i, target)
+                cached = hit_blocks * block
             need = num = target - cached
             if need > budget:
                 if not spec.chunked_prefill:
@@ -327,10 +426,16 @@ class _Replica:
                     break
             blocks = -(-(cached + num) // block)
             reserved = -(-int(self.prompt[i] + self.out[i]) // block) if self.reserve else 0
-            if reserved > unreserved or blocks > self.free_blocks:
+            if reserved > unreserved or (not self.reserve and blocks - hit_blocks + queued > self.free_blocks):
                 break
             self.waiting.popleft()
-            self.free_blocks -= blocks
+            if self.prefix is not None and i in self.prefix.segments:
+                self.prefix.acquire(i, found)
+                self.free_blocks -= queued
+                self.cached[i] = cached
+            self.take(blocks - hit_blocks)
+            if self.prefix is not None:
+                self.prefix.computed(i, cached + num)
             unreserved -= reserved
             budget -= num
             admitted.append((i, target, cached, blocks, int(self.out[i] - self.generated[i]), int(self.sent[i]),
@@ -412,7 +517,7 @@ class _Replica:
         rows = rows[np.argsort(self.last_step[run.ids[rows]], kind="stable")]
         self.park(rows)
         ids = run.ids[rows]
-        self.free_blocks += int(run.blocks[rows].sum())
+        self.give(ids, run.blocks[rows])
         run.keep(~finished)
         self.done += len(rows)
         leave_ns = self.steps[-1][4]
@@ -469,7 +574,7 @@ class _Replica:
             if self.arrivals and self.arrivals[0][0] <= end:
                 break
         grown_blocks = (run.computed + taken + (self.block - 1)) // self.block
-        self.free_blocks -= int((grown_blocks - run.blocks).sum())
+        self.take(int((grown_blocks - run.blocks).sum()))
         run.blocks[:] = grown_blocks
         run.computed += taken
         run.target += taken
@@ -512,4 +617,6 @@ class _Replica:
             step_logits=step_rows[:, 9],
             kv_capacity_tokens=self.kv_capacity_tokens,
             preemptions=self.preemptions,
+            prefix_hit_tokens=np.array([0 if self.prefix is None else self.prefix.hit_tokens.get(i, 0)
+                                        for i in range(self.n)], np.int64),
         )

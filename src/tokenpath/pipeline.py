@@ -16,7 +16,9 @@ from tokenpath.compute.roofline import ComputeModel
 from tokenpath.delivery.lastmile import LastMile, first_visible_index
 from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.host_time import host_step_cost
+from tokenpath.engine.cluster import run_cluster
 from tokenpath.engine.loop import EngineTrace, run_engine
+from tokenpath.engine.routing import STATIC, static_assignment
 from tokenpath.errors import UserError
 from tokenpath.engine.placement import Placement, place
 from tokenpath.fabric.build import build_topology, default_fabric
@@ -88,6 +90,9 @@ def build_deployment(scenario: Scenario) -> Deployment:
                         "to decode; use fewer, or more chips")
     if dep.prefill_replicas and dep.pp > 1:
         raise UserError("deployment.prefill_replicas: disaggregated serving is modelled with pp = 1 only")
+    if dep.prefill_replicas and dep.routing != "round_robin":
+        raise UserError(f"deployment.routing: disaggregated serving routes round-robin only (got {dep.routing}); "
+                        "set routing = \"round_robin\" or prefill_replicas = 0")
     if dep.prefill_replicas and scenario.workload.max_concurrency is not None:
         raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
                         "unset workload.max_concurrency")
@@ -276,25 +281,41 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
         run, traces = _disaggregated(prepared, scheduled_ns, visible, keep_tokens, itl, progress)
         return Simulation(scenario, deployment, requests, run, traces)
 
+    policy = scenario.deployment.routing
+    if policy in STATIC or replicas == 1:
+        assignment = static_assignment(policy, n, replicas, requests.prefixes)
+        joint: list[EngineTrace] = []
+    else:  # the router looks at the replicas as requests come: all of them in this process
+        last_miles = [LastMile(delivery) for _ in range(replicas)]
+        assignment, joint = run_cluster(scheduled_ns, requests.input_tokens, requests.output_tokens, requests.prefixes,
+                                        deployment.costs, last_miles, scenario.engine, deployment.kv_capacity_tokens,
+                                        policy, concurrency, progress)
+
     def routed(replica: int) -> np.ndarray:
-        return np.arange(replica, n, replicas)  # round-robin routing
+        return np.flatnonzero(assignment == replica)
 
     def serve(replica: int, progress: Callable[[int], None] | None) -> tuple[dict, EngineTrace, LogHistogram | None]:
         rows = routed(replica)
-        # A concurrency cap is shared out evenly between the replicas.
-        share = None if concurrency is None else max(1, concurrency // replicas + (replica < concurrency % replicas))
         sub = requests.take(rows)
-        last_mile = LastMile(delivery)
         itl = None if keep_tokens else LogHistogram()
-        trace = run_engine(
-            scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
-            scenario.engine, deployment.kv_capacity_tokens, share, progress,
-        )
-        return _replica_run(Served.of(trace), sub, scheduled_ns[rows], last_mile, visible[rows], keep_tokens, itl), trace, itl
+        if joint:
+            last_mile, trace = last_miles[replica], joint[replica]
+        else:
+            # A concurrency cap is shared out evenly between the replicas.
+            share = None if concurrency is None else max(1, concurrency // replicas + (replica < concurrency % replicas))
+            last_mile = LastMile(delivery)
+            trace = run_engine(
+                scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
+                scenario.engine, deployment.kv_capacity_tokens, share, progress, prefixes=sub.prefixes,
+            )
+        part = _replica_run(Served.of(trace), sub, scheduled_ns[rows], last_mile, visible[rows], keep_tokens, itl)
+        part["prefix_hit_tokens"] = trace.prefix_hit_tokens
+        part["replica"] = np.full(len(rows), replica, np.int64)
+        return part, trace, itl
 
-    serving = range(min(n, replicas))  # a replica with no requests does nothing
+    serving = [r for r in range(replicas) if (assignment == r).any()]  # a replica with no requests does nothing
     workers = min(len(serving), _default_workers(n) if workers is None else workers)
-    if workers > 1 and can_fork():
+    if workers > 1 and can_fork() and not joint:
         results = map_forked(serve, serving, workers, progress)
     else:
         results = [serve(replica, progress) for replica in serving]
@@ -354,8 +375,9 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
         rows = np.arange(p, n, prefills)
         if len(rows) == 0:
             continue
+        prefixes = None if requests.prefixes is None else requests.prefixes.take(rows)
         trace = run_engine(scheduled_ns[rows], inputs[rows], np.ones(len(rows), np.int64), costs,
-                           LastMile(delivery), engine, deployment.kv_capacity_tokens)
+                           LastMile(delivery), engine, deployment.kv_capacity_tokens, prefixes=prefixes)
         traces.append(trace)
         sent[rows], compute[rows], traffic[rows] = trace.sent_ns, trace.compute_ns, trace.traffic_ns
         host_ns[rows] = trace.delivery_ns

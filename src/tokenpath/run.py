@@ -32,6 +32,8 @@ class Run:
     failed: np.ndarray | None = None       # measured runs: requests that did not complete
     itl_histogram: Any = None              # summary.LogHistogram of ITL when token times are not kept
     ttft_engine_ns: np.ndarray | None = None  # simulated runs: sent -> first token leaves the engine
+    prefix_hit_tokens: np.ndarray | None = None  # simulated runs: prompt tokens found in the prefix cache
+    replica: np.ndarray | None = None  # simulated runs: the replica that served each request
 
     def __len__(self) -> int:
         return len(self.sent_ns)

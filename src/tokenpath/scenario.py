@@ -21,6 +21,7 @@ from tokenpath import files
 from tokenpath.files import PathText
 from tokenpath.config_errors import explain
 from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.engine.routing import Routing
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.errors import UserError, quoted
 from tokenpath.fabric.spec import MAX_FABRIC_HOSTS, FabricSpec, SwitchFabric, read_topology_file
@@ -90,6 +91,10 @@ class DeploymentSection(BaseModel):
                                                      "with all-to-all dispatch and combine")
     prefill_replicas: int = Field(0, ge=0, le=MAX_CHIPS, description="replicas that only prefill (disaggregated serving); "
                                                        "0: every replica prefills and decodes")
+    routing: Routing = Field(
+        "round_robin", description="how requests are spread over the replicas: round_robin, least_outstanding, "
+                                   "least_kv_load, prefix_aware (SGLang router's cache-aware policy) or "
+                                   "session_affinity; see engine/routing.py")
     fabric: FabricSpec = SwitchFabric()
     placement: Annotated[Literal["packed", "spread"] | list[int], BeforeValidator(_check_placement)] = Field(
         "packed", description="packed: each group on consecutive hosts; spread: a group's ranks strided "

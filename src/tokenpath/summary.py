@@ -139,4 +139,10 @@ def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, flo
         "attribution_s": attribution_s(run),
         "bottleneck": bottleneck,
     }
+    if run.prefix_hit_tokens is not None:
+        prompt = int(run.input_tokens[done].sum())
+        summary["prefix_cache"] = {
+            "hit_rate": int(run.prefix_hit_tokens[done].sum()) / prompt if prompt else 0.0,
+            "hit_tokens_mean": float(run.prefix_hit_tokens[done].mean()) if done.any() else 0.0,
+        }
     return summary

@@ -107,7 +107,8 @@ def scenario_overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
         "chunked_prefill": "engine.chunked_prefill", "gpu_memory_utilization": "engine.gpu_memory_utilization",
         "scheduler": "engine.scheduler", "num_scheduler_steps": "engine.num_scheduler_steps",
         "kv_cache_dtype": "model.kv_cache_precision", "network_rtt": "delivery.network_rtt",
-        "detokenize": "delivery.detokenize",
+        "detokenize": "delivery.detokenize", "prefix_caching": "engine.prefix_caching",
+        "routing": "deployment.routing",
     }
     _refuse_trace_overrides(table, flags)
     out = {path: flags[flag] for flag, path in direct.items() if flags.get(flag) is not None}

@@ -95,6 +95,12 @@ def simulate(
     chunked_prefill: Optional[bool] = typer.Option(
         None, "--enable-chunked-prefill/--no-enable-chunked-prefill",
         help="split long prompts over steps within the token budget (scenario default: on)", show_default=False),
+    prefix_caching: Optional[bool] = typer.Option(
+        None, "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="reuse the KV cache of shared prompt prefixes (scenario default: on, as vLLM V1)", show_default=False),
+    routing: Optional[str] = typer.Option(
+        None, "--routing", help="requests over replicas: round_robin (default), least_outstanding, least_kv_load, "
+                                "prefix_aware or session_affinity"),
     gpu_memory_utilization: Optional[float] = typer.Option(
         None, "--gpu-memory-utilization", help="share of HBM the engine may use (scenario default: 0.9)"),
     scheduler: Optional[str] = typer.Option(
@@ -126,7 +132,7 @@ def simulate(
     show_explain: bool = typer.Option(False, "--explain", help="also show the per-op roofline of one steady-state step"),
     workers: Optional[int] = typer.Option(
         None, help="processes simulating data-parallel replicas side by side (default: one per CPU for "
-                          "runs of 20,000 requests or more); the result does not depend on it"),
+                          "runs of 20,000 requests or more; load- and cache-aware routing simulates every replica in one); the result does not depend on it"),
 ) -> None:
     flags = dict(locals())
     for not_a_scenario_flag in ("scenario", "json_out", "show_explain", "workers", "sets"):

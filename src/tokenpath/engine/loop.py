@@ -10,6 +10,7 @@ import numpy as np
 
 from tokenpath.engine.replica import Host, Replica, StepCosts
 from tokenpath.engine.spec import EngineSpec
+from tokenpath.workload.prefixes import Prefixes
 
 
 class Client(Host, Protocol):
@@ -44,6 +45,7 @@ class EngineTrace:
     step_logits: np.ndarray      # sequences that sampled a token
     kv_capacity_tokens: int
     preemptions: int
+    prefix_hit_tokens: np.ndarray  # per request: prompt tokens found in the prefix cache at its first admission
 
     def token_steps(self, first: int = 0, stop: int | None = None) -> np.ndarray:
         """The step that produced each output token of requests [first, stop), flat, request-major."""
@@ -67,6 +69,7 @@ def run_engine(
     max_concurrency: int | None = None,
     progress: Callable[[int], None] | None = None,
     cached_tokens: np.ndarray | None = None,
+    prefixes: Prefixes | None = None,
 ) -> EngineTrace:
     """Simulate one engine replica serving the given requests (rows sorted by scheduled time).
 
@@ -86,12 +89,13 @@ def run_engine(
     def send(i: int, at_ns: int) -> None:
         upload_ns = client.upload_ns(prompt[i])
         sent[i] = at_ns
-        replica.submit(prompt[i], out[i], at_ns + upload_ns, upload_ns, cached[i])
+        prefix = None if prefixes is None else prefixes.segments(i)
+        replica.submit(prompt[i], out[i], at_ns + upload_ns, upload_ns, cached[i], prefix)
 
     if max_concurrency is None:  # open loop: every request is sent at its scheduled time
         upload = np.array([client.upload_ns(p) for p in prompt], dtype=np.int64)
         sent = scheduled
-        replica.submit_all(input_tokens, output_tokens, scheduled_ns + upload, upload, cached_tokens)
+        replica.submit_all(input_tokens, output_tokens, scheduled_ns + upload, upload, cached_tokens, prefixes)
         next_to_send = n
     else:
         for i in range(min(n, max_concurrency)):
@@ -115,6 +119,10 @@ def run_engine(
 
 def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens: int) -> EngineTrace:
     steps, spans, tick_steps = replica.steps(), replica.spans(), replica.tick_steps()
+    hits = np.zeros(len(sent), np.int64)
+    if replica.prefix is not None and replica.prefix.hit_tokens:
+        found = replica.prefix.hit_tokens
+        hits[np.fromiter(found.keys(), np.int64, len(found))] = np.fromiter(found.values(), np.int64, len(found))
     return EngineTrace(
         sent_ns=np.array(sent, dtype=np.int64),
         arrival_ns=np.array(replica.arrival, dtype=np.int64),
@@ -125,4 +133,5 @@ def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens
         **{f"step_{name}": values for name, values in steps.items()},
         kv_capacity_tokens=kv_capacity_tokens,
         preemptions=replica.preemptions,
+        prefix_hit_tokens=hits,
     )

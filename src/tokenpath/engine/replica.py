@@ -50,7 +50,9 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from tokenpath.engine.host_time import host_overlapped
+from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.spec import EngineSpec
+from tokenpath.workload.prefixes import Prefixes
 
 
 class StepCosts(Protocol):
@@ -145,6 +147,10 @@ class Replica:
         # chunkUnitSize is the tokens per block: trtGptModelInflightBatching.cpp).
         self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1
         self.unreserved_blocks = self.free_blocks  # reserving: blocks no running request has reserved
+        # Prefix caching (engine/prefix_cache.py): made when the first request with a prefix comes,
+        # so a workload without shared prefixes pays nothing for it.
+        self.prefix_caching = spec.prefix_caching
+        self.prefix: PrefixCache | None = None
         self._compose = self._compose_prefill_first if self.pauses else self._compose_mixed
         self._host = self._on_step if self.window == 1 else self._host_window
         # An overlapped scheduler forms each batch when the step before starts (host_time.host_overlapped):
@@ -203,10 +209,11 @@ class Replica:
     # -- requests in -----------------------------------------------------------------------------
 
     def submit(self, input_tokens: int, output_tokens: int, arrival_ns: int, delivery_ns: int = 0,
-               cached_tokens: int = 0) -> int:
+               cached_tokens: int = 0, prefix: tuple[list[int], list[int]] | None = None) -> int:
         """Queue a request that reaches the server at `arrival_ns`; `delivery_ns` is time it already
         spent on the way (its upload); the KV of its first `cached_tokens` prompt tokens comes with it
-        (a decode engine receiving a prefilled request). Returns its index."""
+        (a decode engine receiving a prefilled request); `prefix`: the keys of its shared prompt
+        segments and the token each ends at (workload.prefixes). Returns its index."""
         if not 0 <= cached_tokens < input_tokens:
             raise ValueError("cached_tokens must leave at least one prompt token to compute")
         self._check_reservable(input_tokens + output_tokens)
@@ -217,11 +224,22 @@ class Replica:
                               (self.arrival, arrival_ns), (self.upload, delivery_ns)):
             column.append(int(value))
         self.generated.append(0)
+        if prefix is not None and prefix[0]:
+            self._add_prefix(i, *prefix)
         heapq.heappush(self.arrivals, int(arrival_ns) << _ID_BITS | i)
         return i
 
+    def _add_prefix(self, i: int, keys: list[int], end_tokens: list[int]) -> None:
+        if not self.prefix_caching:
+            return
+        if self.cached[i]:
+            raise ValueError("a request with KV cache of its own cannot also look up prefixes")
+        if self.prefix is None:
+            self.prefix = PrefixCache(self.block, self.free_blocks)
+        self.prefix.add(i, keys, end_tokens)
+
     def submit_all(self, input_tokens: np.ndarray, output_tokens: np.ndarray, arrival_ns: np.ndarray,
-                   delivery_ns: np.ndarray, cached_tokens: np.ndarray) -> None:
+                   delivery_ns: np.ndarray, cached_tokens: np.ndarray, prefixes: Prefixes | None = None) -> None:
         """`submit` for many requests at once (int64 arrays, one row per request), in one pass."""
         if not ((0 <= cached_tokens) & (cached_tokens < input_tokens)).all():
             raise ValueError("cached_tokens must leave at least one prompt token to compute")
@@ -234,6 +252,9 @@ class Replica:
                                (self.arrival, arrival_ns), (self.upload, delivery_ns)):
             column.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
         self.generated.extend([0] * n)
+        if prefixes is not None and self.prefix_caching:
+            for k in np.flatnonzero(prefixes.offsets[1:] > prefixes.offsets[:-1]).tolist():
+                self._add_prefix(first + k, *prefixes.segments(k))
         self.arrivals.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
         heapq.heapify(self.arrivals)
 
@@ -262,8 +283,7 @@ class Replica:
             context = self._stop_decoding(i, self.tick - self.decoding[i][0])
             self._release(i, context)
         elif prefill is not None and prefill.request == i:
-            self._release(i, 0)
-            self.free_blocks += prefill.blocks
+            self._release(i, 0, prefill.blocks)
             self.prefill = None
         else:
             key = self.arrival[i] << _ID_BITS | i
@@ -340,6 +360,8 @@ class Replica:
             if blocks <= self.free_blocks:
                 self.free_blocks -= blocks
                 prefill.blocks += blocks
+                if self.prefix is not None:
+                    self.prefix.computed(prefill.request, prefill.computed + num)
                 return 0, num, self._admit(budget - num, room) if num == rest and self.waiting else _NONE
         elif self.waiting:
             admitted = self._admit(budget, room)
@@ -366,6 +388,8 @@ class Replica:
             if new_blocks + blocks <= self.free_blocks:
                 self.free_blocks -= new_blocks + blocks
                 prefill.blocks += blocks
+                if self.prefix is not None:
+                    self.prefix.computed(prefill.request, prefill.computed + num)
                 return num, False
         new_blocks = self._preempt(d, new_blocks, 1)  # (it frees blocks: not inside `free_blocks -= ...`)
         self.free_blocks -= new_blocks
@@ -391,7 +415,7 @@ class Replica:
         victims: list[int] = []
         prefill, block = self.prefill, self.block
         if prefill is not None:
-            self.free_blocks += prefill.blocks
+            self._free(prefill.request, prefill.blocks)
             victims.append(prefill.request)
             self.prefill = None
         while new_blocks > self.free_blocks and self.decoding:
@@ -400,7 +424,7 @@ class Replica:
             context = context0 + d - first
             new_blocks -= (context + window - 1) // block - (context - 1) // block  # its blocks in the window
             self._stop_decoding(i, d - first)
-            self.free_blocks += -(-context // block)
+            self._free(i, -(-context // block))
             victims.append(i)
         self.preemptions += len(victims)
         for i in victims:
@@ -415,10 +439,16 @@ class Replica:
         the last admitted. Returns (request, tokens this step, its prefill target) for each."""
         admitted: list[tuple[int, int, int]] = []
         waiting, block = self.waiting, self.block
+        prefix = self.prefix
         while waiting and len(admitted) < room and budget > 0:
             i = waiting[0]
             cached = self.cached[i]
             target = self.prompt[i] + self.generated[i]  # a preempted request recomputes the tokens it sent
+            touched = 0  # with a prefix hit: cached blocks taken off the free queue, less the hit blocks
+            if prefix is not None and i in prefix.segments:
+                found, hit_blocks, queued = prefix.lookup(i, target, self.free_blocks)
+                cached = hit_blocks * block
+                touched = queued - hit_blocks
             need = num = target - cached
             if need > budget:
                 if not self.chunked:
@@ -432,10 +462,14 @@ class Replica:
                 if reserved > self.unreserved_blocks:
                     break
                 self.unreserved_blocks -= reserved
-            elif blocks > self.free_blocks:
+            elif blocks + touched > self.free_blocks:
                 break
             waiting.popleft()
-            self.free_blocks -= blocks
+            self.free_blocks -= blocks + touched
+            if prefix is not None and i in prefix.segments:
+                prefix.acquire(i, found, i not in prefix.hit_tokens)
+                self.cached[i] = cached
+                prefix.computed(i, cached + num)
             admitted.append((i, num, target))
             if num < need:
                 break
@@ -561,16 +595,28 @@ class Replica:
 
     def _finish_decoding(self, i: int, d: int) -> int:
         context = self._stop_decoding(i, d - self.decoding[i][0] + 1)
-        self.free_blocks += -(-context // self.block)
+        if self.prefix is None:
+            self.free_blocks += -(-context // self.block)
+        else:
+            self.free_blocks += self.prefix.release(i, -(-context // self.block))
         if self.reserve:
             self.unreserved_blocks += -(-(self.prompt[i] + self.out[i]) // self.block)
         return i
 
-    def _release(self, i: int, context: int) -> None:
-        """A finished request gives back its KV blocks (and, reserving, its reservation)."""
-        self.free_blocks += -(-context // self.block)
+    def _release(self, i: int, context: int, blocks: int | None = None) -> None:
+        """A finished request gives back its KV blocks (those of `context` tokens unless given) and,
+        reserving, its reservation."""
+        self._free(i, -(-context // self.block) if blocks is None else blocks)
         if self.reserve:
             self.unreserved_blocks += -(-(self.prompt[i] + self.out[i]) // self.block)
+
+    def _free(self, i: int, blocks: int) -> None:
+        """Request i gives back its `blocks` KV blocks; with prefix caching its shared ones stay cached
+        until evicted (they still count as free: they can be taken)."""
+        if self.prefix is None:
+            self.free_blocks += blocks
+        else:
+            self.free_blocks += self.prefix.release(i, blocks)
 
     def _retire_in_window(self, d: int, finishing: Sequence[int]) -> list[int]:
         """Multi-step: a sequence that sampled its last token stays in the batch, computed but sampling

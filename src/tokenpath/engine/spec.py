@@ -96,6 +96,10 @@ class EngineSpec(BaseModel):
         None, description="the host prepares each step while the GPU runs the one before, so a step takes the "
                           "longer of the two and a busy engine's batch is formed when the step before starts "
                           "(unset: the profile's: prefill-first and trtllm yes, vllm-v1 no)")
+    prefix_caching: bool = Field(
+        True, description="keep the KV blocks of shared prompt prefixes and reuse them (vLLM V1's automatic "
+                          "prefix caching, on by default; SGLang's RadixAttention; TensorRT-LLM's KV cache reuse): "
+                          "see docs/prefix-caching.md")
     num_scheduler_steps: int = Field(
         1, ge=1, le=1024, description="prefill-first only: decode steps per scheduler call (vLLM V0 --num-scheduler-steps)")
 

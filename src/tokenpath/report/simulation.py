@@ -103,7 +103,16 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
         "kv_capacity_tokens_per_engine": sim.deployment.kv_capacity_tokens,
         "steps": int(sum(len(t.step_start_ns) for t in sim.traces)),
         "preemptions": int(sum(t.preemptions for t in sim.traces)),
+        "prefix_caching": scenario.engine.prefix_caching,
     }
+    if sim.run.replica is not None and not scenario.deployment.prefill_replicas:
+        served = np.bincount(sim.run.replica, minlength=scenario.deployment.replicas * scenario.deployment.pp)
+        document["routing"] = {
+            "policy": scenario.deployment.routing,
+            "requests_per_replica": served.tolist(),
+            # the busiest replica's requests over the mean: 1.0 is perfectly even
+            "imbalance": float(served.max() / served.mean()) if served.sum() else 0.0,
+        }
     topology = sim.deployment.topology
     document["fabric"] = {
         "name": sim.deployment.fabric_name,

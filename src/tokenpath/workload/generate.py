@@ -9,7 +9,8 @@ from tokenpath.workload._files import sha256_file
 from tokenpath.workload.arrivals import arrival_times_s
 from tokenpath.workload.lengths import sample_lengths
 from tokenpath.workload.requests import Requests
-from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, WorkloadSpec
+from tokenpath.workload.prefixes import SEGMENT_TOKENS, Prefixes
+from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, SharedPrefixSpec, WorkloadSpec
 from tokenpath.workload.traces import read_trace
 
 
@@ -29,7 +30,23 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator) -> Requests:
         raise UserError(f"workload.arrival: {n:,} requests at {spec.arrival.rate:g} requests/s arrive over "
                         f"{days:,.0f} days; at most {MAX_ARRIVAL_SPAN_S / 86400:.0f} days are simulated: "
                         "raise the rate or lower num_requests")
-    return Requests(arrival_s, input_tokens, output_tokens)
+    if spec.shared_prefix is None:
+        return Requests(arrival_s, input_tokens, output_tokens)
+    prefixes = shared_prefixes(spec.shared_prefix, n, rng)
+    return Requests(arrival_s, input_tokens + prefixes.tokens, output_tokens, prefixes)
+
+
+def shared_prefixes(spec: SharedPrefixSpec, n: int, rng: np.random.Generator) -> Prefixes:
+    """Which of `spec.count` shared prompts each of n requests starts with (none for the rest), drawn
+    after everything else so that adding a shared prefix leaves the other draws as they were."""
+    carries = rng.random(n) < spec.fraction
+    which = rng.integers(0, spec.count, n)
+    segments = -(-spec.tokens // SEGMENT_TOKENS)
+    counts = np.where(carries, segments, 0)
+    starts = np.repeat(which[carries] * segments, segments)
+    keys = starts + np.tile(np.arange(segments), int(carries.sum()))
+    return Prefixes(keys.astype(np.int64), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                    np.where(carries, spec.tokens, 0).astype(np.int64))
 
 
 def fingerprint_inputs(spec: WorkloadSpec) -> dict[str, str]:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenpath.workload.prefixes import Prefixes
+
 
 @dataclass(frozen=True)
 class Requests:
@@ -18,6 +20,7 @@ class Requests:
     arrival_s: np.ndarray  # float64
     input_tokens: np.ndarray  # int64
     output_tokens: np.ndarray  # int64
+    prefixes: Prefixes | None = None  # which prompt tokens requests share (None: every prompt is its own)
 
     def __post_init__(self) -> None:
         columns = {"arrival_s": np.float64, "input_tokens": np.int64, "output_tokens": np.int64}
@@ -36,6 +39,8 @@ class Requests:
             raise ValueError("Requests.arrival_s must be finite, >= 0 and non-decreasing")
         if n and (self.input_tokens.min() < 1 or self.output_tokens.min() < 1):
             raise ValueError("Requests token counts must be >= 1")
+        if self.prefixes is not None and not (len(self.prefixes) == n and (self.prefixes.tokens <= self.input_tokens).all()):
+            raise ValueError("Requests.prefixes must have one row per request, covering at most its prompt")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -47,8 +52,10 @@ class Requests:
             np.array_equal(self.arrival_s, other.arrival_s)
             and np.array_equal(self.input_tokens, other.input_tokens)
             and np.array_equal(self.output_tokens, other.output_tokens)
+            and self.prefixes == other.prefixes
         )
 
     def take(self, index: np.ndarray) -> Requests:
         """The rows at `index` (increasing integer positions or a boolean mask), e.g. one replica's share."""
-        return Requests(self.arrival_s[index], self.input_tokens[index], self.output_tokens[index])
+        prefixes = None if self.prefixes is None else self.prefixes.take(index)
+        return Requests(self.arrival_s[index], self.input_tokens[index], self.output_tokens[index], prefixes)

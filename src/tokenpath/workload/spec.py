@@ -176,6 +176,18 @@ class TraceSpec(BaseModel):
         return self.model_copy(update={"path": _resolve(self.path, base_dir)})
 
 
+class SharedPrefixSpec(BaseModel):
+    """Prompts that begin alike (system prompts, few-shot templates): a `fraction` of requests, chosen
+    at random, start with one of `count` distinct shared prompts of `tokens` tokens, chosen uniformly;
+    the drawn prompt length follows it (a request's prompt is `tokens` + its drawn input length)."""
+
+    model_config = _CONFIG
+
+    count: int = Field(1, ge=1, le=MAX_REQUESTS, description="distinct shared prefixes")
+    tokens: int = Field(1000, ge=1, le=MAX_TOKENS // 2, description="tokens in each shared prefix")
+    fraction: float = Field(1.0, ge=0, le=1, description="share of requests that start with one")
+
+
 class WorkloadSpec(BaseModel):
     """What requests look like. The default is LLMPerf's workload (ray-project/llmperf
     token_benchmark_ray.py): input tokens normal(550, 150), output tokens normal(150, 80), here sent
@@ -199,12 +211,16 @@ class WorkloadSpec(BaseModel):
     output: LengthSpec = LengthSpec(kind="normal", mean=150, sd=80)
     arrival: ArrivalSpec = ArrivalSpec()
     trace: TraceSpec | None = None
+    shared_prefix: SharedPrefixSpec | None = None
 
     @model_validator(mode="after")
     def _measures_something(self) -> WorkloadSpec:
         if self.warmup_requests >= self.num_requests:
             raise _invalid(f"warmup_requests {self.warmup_requests} leaves none of the {self.num_requests} requests "
                            "to measure; lower warmup_requests or raise num_requests")
+        if self.trace is not None and self.shared_prefix is not None:
+            raise _invalid("shared_prefix applies to generated requests, not to a trace (a mooncake trace names its "
+                           "shared blocks in hash_ids); remove one of them")
         return self
 
     def resolve_paths(self, base_dir: str | os.PathLike[str]) -> WorkloadSpec:

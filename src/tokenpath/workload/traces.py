@@ -7,7 +7,9 @@ Formats:
 - burstgpt: BurstGPT CSV (HPMLL/BurstGPT), columns `Timestamp` (seconds), `Request tokens`,
   `Response tokens` and others, which are ignored.
 - mooncake: Mooncake JSONL (kvcache-ai/Mooncake), one object per line with `timestamp` (ms),
-  `input_length` and `output_length`; `hash_ids` and other keys are ignored.
+  `input_length` and `output_length`, and optionally `hash_ids`: the prompt's blocks of 512 tokens,
+  equal ids marking equal prefixes (the trace's README), replayed as shared prefixes
+  (workload/prefixes.py); other keys are ignored.
 
 Rows are sorted by time (stably) and arrivals are measured from the earliest row. Rows with 0 input or
 0 output tokens are skipped, and their count is logged as a warning: a 0-token response marks a failed
@@ -34,6 +36,7 @@ from tokenpath.errors import UserError, quoted
 from tokenpath.files import shown
 from tokenpath.workload._files import open_text
 from tokenpath.workload.lengths import parse_count, shown_count
+from tokenpath.workload.prefixes import chain
 from tokenpath.workload.requests import Requests
 from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_TOKENS
 
@@ -78,16 +81,19 @@ def read_trace(path: str | os.PathLike[str], format: str, *, time_scale: float =
     times_s: list[float] = []
     inputs: list[int] = []
     outputs: list[int] = []
+    hash_ids: list[list[int]] = []
     skipped = 0
     with open_text(path, f"{format} trace") as file:
         rows = _mooncake_rows(file, path) if format == "mooncake" else _csv_rows(file, format, path)
-        for time_s, input_tokens, output_tokens in rows:
+        for time_s, input_tokens, output_tokens, *ids in rows:
             if input_tokens == 0 or output_tokens == 0:
                 skipped += 1
                 continue
             times_s.append(time_s)
             inputs.append(input_tokens)
             outputs.append(output_tokens)
+            if ids:
+                hash_ids.append(ids[0])
     if skipped:
         _log.warning("%s: skipped %d of %d rows with 0 input or 0 output tokens", path, skipped, skipped + len(times_s))
     if not times_s:
@@ -99,10 +105,17 @@ def read_trace(path: str | os.PathLike[str], format: str, *, time_scale: float =
     arrival_s = (times - times[0]) / time_scale
     if not arrival_s[-1] <= MAX_ARRIVAL_SPAN_S:  # also catches inf
         raise UserError(_span_error(path, format, float(times[-1] - times[0]), time_scale))
+    input_tokens = np.array(inputs, dtype=np.int64)[order]
+    prefixes = None
+    if any(hash_ids):
+        ordered = [hash_ids[k] for k in order.tolist()]
+        prefixes = chain(ordered, [min(len(ids) * _MOONCAKE_BLOCK_TOKENS, int(tokens))
+                                   for ids, tokens in zip(ordered, input_tokens.tolist())], _MOONCAKE_BLOCK_TOKENS)
     return Requests(
         arrival_s=arrival_s,
-        input_tokens=np.array(inputs, dtype=np.int64)[order],
+        input_tokens=input_tokens,
         output_tokens=np.array(outputs, dtype=np.int64)[order],
+        prefixes=prefixes,
     )
 
 
@@ -170,13 +183,26 @@ def _mooncake_rows(file: IO[str], path: object) -> Rows:
             for key in ("timestamp", "input_length", "output_length"):
                 if key not in record:
                     raise _RowError(f"missing {key!r}; each line needs timestamp, input_length and output_length")
+            input_tokens = _json_tokens(record["input_length"], "input_length")
             yield (
                 _json_seconds(record["timestamp"], "timestamp", per_s=1000),
-                _json_tokens(record["input_length"], "input_length"),
+                input_tokens,
                 _json_tokens(record["output_length"], "output_length"),
+                _hash_ids(record.get("hash_ids", []), input_tokens),
             )
         except _RowError as error:
             raise UserError(f"{path}:{line_number}: {error}") from None
+
+
+def _hash_ids(value: object, input_tokens: int) -> list[int]:
+    """A row's hash_ids: whole numbers, at most one per 512-token block of its prompt."""
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise _RowError(f"hash_ids {quoted(value)} is not a list of integers; write the prompt's block ids, e.g. [0, 1, 2]")
+    blocks = -(-input_tokens // _MOONCAKE_BLOCK_TOKENS)
+    if len(value) > blocks:
+        raise _RowError(f"hash_ids has {len(value)} ids but input_length {input_tokens} makes {blocks} blocks of "
+                        f"{_MOONCAKE_BLOCK_TOKENS} tokens; drop the extra ids")
+    return value
 
 
 def _tokens(text: str, name: str) -> int:

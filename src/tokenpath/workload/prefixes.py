@@ -1,0 +1,73 @@
+"""Which prompt tokens requests share: prefix identities, as a hash chain over segments of tokens.
+
+Request i's first `tokens[i]` prompt tokens are cut into segments of `segment_tokens` tokens (the
+last may be shorter); segment k is named by `keys[offsets[i] + k]`, and a key stands for the whole
+prefix up to its segment's end (a hash chain, as vLLM names KV blocks by the hash of their tokens and
+their parent's hash): two requests with the same key at segment k have the same first
+`min((k+1) * segment_tokens, tokens)` tokens. The prompt tokens past `tokens[i]` are the request's
+own. Keys are small ints handed out by `chain` in the order prefixes are first seen.
+
+The segment is the workload's unit of identity (a Mooncake trace's `hash_ids` name 512-token
+blocks); the engine maps segments to its own, smaller KV blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Sequence
+
+import numpy as np
+
+# Tokens per segment: the block of the Mooncake traces' hash_ids (kvcache-ai/Mooncake
+# FAST25-release/README.md: "The block size is 512 tokens"), used for generated prefixes too.
+SEGMENT_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    keys: np.ndarray     # int64, flat: every request's segment keys, request after request
+    offsets: np.ndarray  # int64, n + 1: request i's keys are keys[offsets[i]:offsets[i + 1]]
+    tokens: np.ndarray   # int64, n: prompt tokens the keys cover
+    segment_tokens: int = SEGMENT_TOKENS
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def take(self, index: np.ndarray) -> Prefixes:
+        """The rows at `index` (integer positions or a boolean mask)."""
+        rows = np.arange(len(self))[index]
+        counts = (self.offsets[1:] - self.offsets[:-1])[rows]
+        starts = self.offsets[:-1][rows]
+        flat = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        return Prefixes(self.keys[flat], np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                        self.tokens[rows], self.segment_tokens)
+
+    def segments(self, i: int) -> tuple[list[int], list[int]]:
+        """Request i's segment keys and the token at which each segment ends."""
+        keys = self.keys[self.offsets[i]:self.offsets[i + 1]].tolist()
+        step, end = self.segment_tokens, int(self.tokens[i])
+        return keys, [min((k + 1) * step, end) for k in range(len(keys))]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Prefixes):
+            return NotImplemented
+        return (self.segment_tokens == other.segment_tokens and np.array_equal(self.keys, other.keys)
+                and np.array_equal(self.offsets, other.offsets) and np.array_equal(self.tokens, other.tokens))
+
+
+def chain(ids: Iterable[Sequence[Hashable]], tokens: Sequence[int], segment_tokens: int = SEGMENT_TOKENS) -> Prefixes:
+    """Prefixes from each request's segment ids (ids that name one segment's tokens, or already chained
+    ones such as Mooncake's) and the prompt tokens they cover. The key of segment k is handed out per
+    distinct (key of segment k-1, id, segment length), so equal keys mean equal prefixes."""
+    interned: dict[tuple, int] = {}
+    keys: list[int] = []
+    counts: list[int] = []
+    for request_ids, covered in zip(ids, tokens):
+        parent = -1
+        for k, segment_id in enumerate(request_ids):
+            length = min(segment_tokens, covered - k * segment_tokens)
+            parent = interned.setdefault((parent, segment_id, length), len(interned))
+            keys.append(parent)
+        counts.append(len(request_ids))
+    return Prefixes(np.array(keys, np.int64), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                    np.asarray(tokens, np.int64), segment_tokens)

@@ -1,0 +1,120 @@
+"""Prefix caching in the engine: against the block-by-block reference, and against closed-form answers."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference_engine import reference_engine
+from test_engine import NO_NETWORK, PROFILES, FixedCosts, assert_same_trace
+
+from tokenpath.delivery.lastmile import LastMile
+from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.engine.loop import run_engine
+from tokenpath.engine.spec import EngineSpec
+from tokenpath.workload.prefixes import chain
+
+BLOCK = 16
+
+
+def random_prefixes(rng, inputs, families, segment_tokens):
+    """Each request shares the first segments of one of `families` prompts (or none: family -1)."""
+    family = rng.integers(-1, families, len(inputs))
+    ids, covered = [], []
+    for f, prompt in zip(family.tolist(), inputs.tolist()):
+        tokens = 0 if f < 0 else int(rng.integers(0, prompt + 1))
+        ids.append([(f, k) for k in range(-(-tokens // segment_tokens))])
+        covered.append(tokens)
+    return chain(ids, covered, segment_tokens)
+
+
+@pytest.mark.parametrize("profile", ["vllm-v1", *PROFILES])
+@settings(max_examples=15, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    max_seqs=st.sampled_from([1, 4, 64]),
+    budget=st.sampled_from([64, 100, 2048]),
+    kv_blocks=st.integers(30, 300),
+    chunked=st.booleans(),
+    concurrency=st.one_of(st.none(), st.integers(1, 8)),
+    families=st.integers(1, 4),
+    segment_tokens=st.sampled_from([16, 40, 512]),
+    seed=st.integers(0, 2**16),
+)
+def test_prefix_caching_matches_the_block_by_block_reference(
+        profile, n, max_seqs, budget, kv_blocks, chunked, concurrency, families, segment_tokens, seed):
+    settings_ = {"chunked_prefill": chunked, **PROFILES.get(profile, {})}
+    if "num_scheduler_steps" in settings_:
+        settings_["num_scheduler_steps"] = 3
+    chunked = settings_["chunked_prefill"]
+    rng = np.random.default_rng(seed)
+    longest = min(budget, BLOCK * kv_blocks) if not chunked else min(1500, BLOCK * kv_blocks)
+    inputs = rng.integers(1, max(2, longest // 2), n)
+    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    prefixes = random_prefixes(rng, inputs, families, segment_tokens)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=BLOCK,
+                      **settings_)
+    args = (np.rint(np.sort(rng.uniform(0, 0.05, n)) * 1e9).astype(np.int64), inputs, outputs,
+            FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5))
+    delivery = DeliverySpec(stream_interval=2, detokenize_per_token=2e-5)
+    fast = run_engine(*args, LastMile(delivery), spec, BLOCK * kv_blocks, concurrency, prefixes=prefixes)
+    slow = reference_engine(*args, LastMile(delivery), spec, BLOCK * kv_blocks, concurrency, prefixes=prefixes)
+    assert_same_trace(fast, slow)
+
+
+def test_the_reference_comparison_sees_hits_evictions_and_preemptions():
+    # A cache of 40 blocks, prompts of 320 tokens (20 blocks) from two families: hits and
+    # preemptions happen, and both engines agree on each.
+    n = 24
+    inputs, outputs = np.full(n, 320), np.full(n, 40)
+    prefixes = chain([[(i % 2, k) for k in range(5)] for i in range(n)], [300] * n, 64)
+    spec = EngineSpec(max_num_seqs=4, max_num_batched_tokens=512, block_size=BLOCK)
+    args = (np.arange(n, dtype=np.int64) * 5_000_000, inputs, outputs, FixedCosts())
+    fast = run_engine(*args, LastMile(NO_NETWORK), spec, BLOCK * 40, prefixes=prefixes)
+    slow = reference_engine(*args, LastMile(NO_NETWORK), spec, BLOCK * 40, prefixes=prefixes)
+    assert_same_trace(fast, slow)
+    assert fast.preemptions > 0
+    hits = fast.prefix_hit_tokens
+    assert (hits[2:] > 0).all() and hits.max() == 288  # 18 whole blocks of the 300 shared tokens
+
+
+def test_a_shared_prefix_is_computed_once_then_found_in_whole_blocks():
+    # One request after another, each 1,000 shared tokens + 100 of its own: the first computes it
+    # all; the others find floor(1000 / 16) = 62 blocks (992 tokens) and compute the rest.
+    n = 5
+    inputs, outputs = np.full(n, 1100), np.full(n, 2)
+    prefixes = chain([["system"]] * n, [1000] * n, 1000)
+    spec = EngineSpec(block_size=BLOCK)
+    costs = FixedCosts(base_s=1e-3, per_token_s=1e-6)
+    trace = run_engine(np.zeros(n, np.int64), inputs, outputs, costs, LastMile(NO_NETWORK), spec, 10**6,
+                       max_concurrency=1, prefixes=prefixes)
+    assert trace.prefix_hit_tokens.tolist() == [0] + [992] * (n - 1)
+    # Each request's prefill step processes its uncached tokens only.
+    prefill_tokens = trace.step_tokens[::2]
+    assert prefill_tokens.tolist() == [1100] + [108] * (n - 1)
+    off = run_engine(np.zeros(n, np.int64), inputs, outputs, costs, LastMile(NO_NETWORK),
+                     EngineSpec(block_size=BLOCK, prefix_caching=False), 10**6, max_concurrency=1, prefixes=prefixes)
+    assert off.prefix_hit_tokens.tolist() == [0] * n
+    assert off.step_tokens[::2].tolist() == [1100] * n
+
+
+def test_the_last_prompt_token_is_always_computed():
+    # A prompt made only of a cached prefix still computes its last block's worth: the segment
+    # holding the last token is not taken from the cache.
+    inputs, outputs = np.array([512, 512]), np.array([1, 1])
+    prefixes = chain([["a"], ["a"]], [512, 512], 512)
+    trace = run_engine(np.zeros(2, np.int64), inputs, outputs, FixedCosts(), LastMile(NO_NETWORK),
+                       EngineSpec(block_size=BLOCK), 10**6, max_concurrency=1, prefixes=prefixes)
+    assert trace.prefix_hit_tokens.tolist() == [0, 0]
+
+
+def test_an_evicted_prefix_is_computed_again():
+    # A cache of 80 blocks: prefix A (64 blocks) is cached, then prefix B's request needs 64 + 2
+    # blocks, which takes A's (least recently freed first); A's next request misses.
+    inputs, outputs = np.array([1040, 1040, 1040]), np.array([1, 1, 1])
+    prefixes = chain([["A"], ["B"], ["A"]], [1024] * 3, 1024)
+    trace = run_engine(np.zeros(3, np.int64), inputs, outputs, FixedCosts(), LastMile(NO_NETWORK),
+                       EngineSpec(block_size=BLOCK), BLOCK * 80, max_concurrency=1, prefixes=prefixes)
+    assert trace.prefix_hit_tokens.tolist() == [0, 0, 0]
+    roomy = run_engine(np.zeros(3, np.int64), inputs, outputs, FixedCosts(), LastMile(NO_NETWORK),
+                       EngineSpec(block_size=BLOCK), BLOCK * 200, max_concurrency=1, prefixes=prefixes)
+    assert roomy.prefix_hit_tokens.tolist() == [0, 0, 1024]
