@@ -10,7 +10,6 @@ import pytest
 import tomli_w
 
 from cli_helpers import assert_user_error, run_cli, simulate_json
-from tokenpath.engine.spec import EngineSpec
 from tokenpath.overrides import apply_overrides
 from tokenpath.scenario import read_scenario_table
 from tokenpath.whatif.capacity import misses, parse_slo
@@ -100,10 +99,12 @@ def test_levers_that_do_not_apply_say_why(tmp_path):
     levers = {lever.name: lever for lever in catalog(torus.scenario(), torus.table, tmp_path)}
     assert "this scale-up fabric is a torus" in levers["NVLS"].skipped
     assert "no delivery-calibration.toml here" in levers["this machine's last mile"].skipped
-    if "prefix_caching" in EngineSpec.model_fields:  # once the engine has the key, the lever turns it on
-        assert levers["prefix caching"].overrides == {"engine.prefix_caching": True}
-    else:
-        assert "no engine.prefix_caching" in levers["prefix caching"].skipped
+    assert "caches prefixes already" in levers["prefix caching"].skipped  # on by default, as in vLLM V1
+    assert levers["prefix-aware routing"].overrides == {"deployment.routing": "prefix_aware"}
+    uncached = _small_base(**{"engine.prefix_caching": False})
+    without = {lever.name: lever for lever in catalog(uncached.scenario(), uncached.table, tmp_path)}
+    assert without["prefix caching"].overrides == {"engine.prefix_caching": True}
+    assert "does not cache prefixes" in without["prefix-aware routing"].skipped
     # two replicas: disaggregation applies, one of them prefilling
     assert levers["disaggregated prefill (1 of 2 replicas)"].overrides == {"deployment.prefill_replicas": 1}
     # the scenario gives a fabric table: a lever changes the key it needs, nothing else

@@ -11,7 +11,7 @@ from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.loop import run_engine
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.workload.prefixes import chain
+from tokenpath.prefixes import chain
 
 BLOCK = 16
 

@@ -21,7 +21,7 @@ from tokenpath.engine.loop import Client, EngineTrace, _trace
 from tokenpath.engine.replica import _ID_BITS, Replica, StepCosts
 from tokenpath.engine.routing import Router
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.workload.prefixes import Prefixes
+from tokenpath.prefixes import Prefixes
 
 _NEVER = 1 << 62
 

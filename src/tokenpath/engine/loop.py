@@ -10,7 +10,7 @@ import numpy as np
 
 from tokenpath.engine.replica import Host, Replica, StepCosts
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.workload.prefixes import Prefixes
+from tokenpath.prefixes import Prefixes
 
 
 class Client(Host, Protocol):

@@ -3,7 +3,7 @@ KVCacheManager and BlockPool do (vllm/v1/core/kv_cache_manager.py, block_pool.py
 
 What it follows from vLLM:
 - A block is named by the hash chain of its tokens (here: the workload's prefix keys, see
-  workload/prefixes.py); it becomes reusable once it is full and allocated for computing (vLLM caches
+  prefixes.py); it becomes reusable once it is full and allocated for computing (vLLM caches
   blocks in allocate_slots, for the tokens about to be computed).
 - A request that arrives looks up the longest run of cached blocks from its start (whole blocks), up
   to its length less one token: the last token is always computed, to sample from. Those blocks are

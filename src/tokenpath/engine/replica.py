@@ -52,7 +52,7 @@ import numpy as np
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.workload.prefixes import Prefixes
+from tokenpath.prefixes import Prefixes
 
 
 class StepCosts(Protocol):

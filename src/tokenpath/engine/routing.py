@@ -28,7 +28,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from tokenpath.workload.prefixes import Prefixes
+from tokenpath.prefixes import Prefixes
 
 Routing = Literal["round_robin", "least_outstanding", "least_kv_load", "prefix_aware", "session_affinity"]
 ROUTINGS: tuple[str, ...] = ("round_robin", "least_outstanding", "least_kv_load", "prefix_aware", "session_affinity")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tokenpath.compute.chip import load_chip
-from tokenpath.engine.spec import SCHEDULERS, EngineSpec
+from tokenpath.engine.spec import SCHEDULERS
 from tokenpath.fabric.build import default_fabric
 from tokenpath.fabric.spec import FullMeshFabric, HierarchyFabric, MeshFabric, SwitchFabric, TorusFabric
 from tokenpath.scenario import Scenario
@@ -156,13 +156,25 @@ def _closer(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever
         prefill = max(1, dep.replicas // PREFILL_SHARE)
         levers.append(Lever(f"disaggregated prefill ({prefill} of {dep.replicas} replicas)", "",
                             {"deployment.prefill_replicas": prefill}))
-    if "prefix_caching" not in EngineSpec.model_fields:
-        levers.append(Lever("prefix caching", "", skipped="the engine model has no engine.prefix_caching yet"))
-    elif getattr(scenario.engine, "prefix_caching"):
+    if scenario.engine.prefix_caching:
         levers.append(Lever("prefix caching", "", skipped="the scenario caches prefixes already"))
     else:
         levers.append(Lever("prefix caching", "", {"engine.prefix_caching": True}))
+    levers.append(_prefix_aware_routing(scenario))
     return levers
+
+
+def _prefix_aware_routing(scenario: Scenario) -> Lever:
+    dep, name = scenario.deployment, "prefix-aware routing"
+    if dep.routing == "prefix_aware":
+        return Lever(name, "", skipped="the scenario routes by cached prefix already")
+    if dep.replicas < 2:
+        return Lever(name, "", skipped=f"needs 2 or more replicas; TP{dep.tp} on {dep.chips} chips is {dep.replicas}")
+    if dep.prefill_replicas:
+        return Lever(name, "", skipped="disaggregated serving routes round-robin only")
+    if not scenario.engine.prefix_caching:
+        return Lever(name, "", skipped="the engine does not cache prefixes (see the prefix caching lever)")
+    return Lever(name, "", {"deployment.routing": "prefix_aware"})
 
 
 def _continuous(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:

@@ -9,7 +9,7 @@ from tokenpath.workload._files import sha256_file
 from tokenpath.workload.arrivals import arrival_times_s
 from tokenpath.workload.lengths import sample_lengths
 from tokenpath.workload.requests import Requests
-from tokenpath.workload.prefixes import SEGMENT_TOKENS, Prefixes
+from tokenpath.prefixes import SEGMENT_TOKENS, Prefixes
 from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, SharedPrefixSpec, WorkloadSpec
 from tokenpath.workload.traces import read_trace
 

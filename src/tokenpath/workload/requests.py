@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenpath.workload.prefixes import Prefixes
+from tokenpath.prefixes import Prefixes
 
 
 @dataclass(frozen=True)

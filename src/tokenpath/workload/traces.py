@@ -9,7 +9,7 @@ Formats:
 - mooncake: Mooncake JSONL (kvcache-ai/Mooncake), one object per line with `timestamp` (ms),
   `input_length` and `output_length`, and optionally `hash_ids`: the prompt's blocks of 512 tokens,
   equal ids marking equal prefixes (the trace's README), replayed as shared prefixes
-  (workload/prefixes.py); other keys are ignored.
+  (prefixes.py); other keys are ignored.
 
 Rows are sorted by time (stably) and arrivals are measured from the earliest row. Rows with 0 input or
 0 output tokens are skipped, and their count is logged as a warning: a 0-token response marks a failed
@@ -36,7 +36,7 @@ from tokenpath.errors import UserError, quoted
 from tokenpath.files import shown
 from tokenpath.workload._files import open_text
 from tokenpath.workload.lengths import parse_count, shown_count
-from tokenpath.workload.prefixes import chain
+from tokenpath.prefixes import chain
 from tokenpath.workload.requests import Requests
 from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_TOKENS
 
