@@ -16,6 +16,7 @@ from tokenpath.cli.options import (Burstiness, InputDist, InputLen, InputSd, Jso
                                    OutputLen, OutputSd, RequestRate, Seed, WarmupRequests)
 from tokenpath import files
 from tokenpath.errors import UserError, quoted
+from tokenpath.units import format_number
 
 BENCH_EXAMPLE = """
 Examples:
@@ -200,14 +201,14 @@ def describe_bench(header: dict[str, Any], rows: list[dict[str, Any]], results_p
     workload = table(table(table(header, "scenario"), "table"), "workload")
     arrival = table(workload, "arrival")
     rate, burstiness = arrival.get("rate"), arrival.get("burstiness", 1.0)
-    burstiness = f"{burstiness:g}" if isinstance(burstiness, (int, float)) else str(burstiness)
+    burstiness = format_number(burstiness, 6) if isinstance(burstiness, (int, float)) else str(burstiness)
     # An infinite rate is written as null (JSON has no infinity).
     unbounded = rate is None or rate in ("inf", "Infinity") or (isinstance(rate, float) and math.isinf(rate))
     arrivals = "all at t=0" if unbounded else \
-        f"{rate:g} req/s, burstiness {burstiness}" if isinstance(rate, (int, float)) else str(rate)
+        f"{format_number(rate, 6)} req/s, burstiness {burstiness}" if isinstance(rate, (int, float)) else str(rate)
     if isinstance(workload.get("trace"), dict):  # the trace's times replace the arrival table
         scale = workload["trace"].get("time_scale", 1.0)
-        arrivals = f"as recorded in the trace (time_scale {scale:g})" if isinstance(scale, (int, float)) else \
+        arrivals = f"as recorded in the trace (time_scale {format_number(scale, 6)})" if isinstance(scale, (int, float)) else \
             "as recorded in the trace"
     if workload.get("max_concurrency"):
         arrivals += f", at most {workload['max_concurrency']} outstanding"
