@@ -140,6 +140,8 @@ class _Replica:
         self.arrival = np.full(n, -1, np.int64)
         self.last_end = np.zeros(n, np.int64)
         self.last_step = np.full(n, -1, np.int64)  # the step of each request's last token
+        self.first_start = np.full(n, -1, np.int64)  # the start of the first step each request was charged for
+        self.times_preempted = np.zeros(n, np.int64)
 
         self.arrivals: list[tuple[int, int]] = []  # heap of (arrival at the server, request)
         self.waiting: deque[int] = deque()
@@ -292,6 +294,7 @@ class _Replica:
             self.free_blocks += int(run.blocks[keep:].sum())
             self.waiting.extendleft(run.ids[keep:][::-1].tolist())
             self.preemptions += len(run) - keep
+            self.times_preempted[run.ids[keep:]] += 1
             run.keep(np.arange(len(run)) < keep)
             grown, extra = grown[:keep], extra[:keep]
         run.blocks[:] = grown
@@ -351,6 +354,8 @@ class _Replica:
         kv_read = int(p.sum()) + num_tokens
         emitters = run.ids[emits]
         token_index = self.out[emitters] - run.left[emits]
+        starting = run.ids[charged][self.first_start[run.ids[charged]] < 0]
+        self.first_start[starting] = self.now
         compute_ns, traffic_ns, blocking_ns, end = self.account(
             num_tokens, int(part.sum()), int(samples.sum()), attn_pairs, kv_read, emitters, token_index)
         run.compute[charged] += compute_ns
@@ -501,4 +506,6 @@ class _Replica:
             step_logits=step_rows[:, 9],
             kv_capacity_tokens=self.kv_capacity_tokens,
             preemptions=self.preemptions,
+            first_step_start_ns=self.first_start,
+            times_preempted=self.times_preempted,
         )

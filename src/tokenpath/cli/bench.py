@@ -1,4 +1,4 @@
-"""`tokenpath bench` (measure a real server), `report` (a bench results file's summary) and `compare`."""
+"""`tokenpath bench` (measure a real server) and `compare` (two summaries side by side)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ reports a process the signal ended). A stopped run keeps every request measured 
 file, the requests in flight recorded as interrupted.
 """
 
-REPORT_EXAMPLE = "\n\nExample:\n\n  tokenpath report bench-results.jsonl --json bench.json"
 COMPARE_EXAMPLE = "\n\nExample:\n\n  tokenpath simulate my.toml --json sim.json\n\n  tokenpath compare sim.json bench.json"
 
 
@@ -251,18 +250,6 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
         console.print(f"[red]failed:[/red] {reasons}", highlight=False)
         for line in failures(rows):
             console.print(f"  {line}", highlight=False, soft_wrap=True)
-
-
-@app.command(help="Rebuild the summary of a bench results file (also of a run cut short)." + REPORT_EXAMPLE)
-def report(
-    results: str = typer.Argument(..., help="a results JSONL written by `tokenpath bench`"),
-    json_out: JsonOut = None,
-) -> None:
-    from tokenpath.bench import read_results
-    from tokenpath.bench.results import bench_summary
-
-    header, rows = read_results(results, _warn)
-    _emit(bench_summary(header, rows), header, rows, results, json_out)
 
 
 @app.command(help="Two summaries side by side with the relative difference per metric." + COMPARE_EXAMPLE)

@@ -9,6 +9,7 @@ import numpy as np
 
 from tokenpath.diagnose.bottleneck import Evidence, bottleneck, memory_bound_share, sample_steps
 from tokenpath.pipeline import Simulation
+from tokenpath.report.assumptions import assumption_line, assumptions
 from tokenpath.summary import summarize, window_ns
 from tokenpath.units import format_bytes, format_duration, format_number
 
@@ -85,6 +86,7 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
     layer, reason = bottleneck(document["attribution_s"], _evidence(sim, window_ns(sim.run) / 1e9))
     document["bottleneck"] = layer
     document["bottleneck_reason"] = reason
+    document["assumptions"] = assumptions(scenario)
     document["engine"] = {
         "replicas": scenario.deployment.replicas,
         "engines": sim.deployment.replicas,  # replicas x pipeline batches in flight
@@ -134,6 +136,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         ("arrivals", arrivals),
         ("last mile", f"{s.delivery.detokenize} detokenize, {s.delivery.stream_interval} token(s)/event, "
                       f"{format_duration(s.delivery.network_rtt)} RTT"),
+        ("assumed", assumption_line(assumptions(s))),
         ("seed", str(s.seed)),
     ]
 
