@@ -157,7 +157,8 @@ def load_inputs(paths: list[str]) -> Inputs:
     for path in paths:
         label = Path(path).name
         if not files.exists(path):
-            raise UserError(f"{files.shown(path)}: no such file; give a summary JSON, a results file or a sweep")
+            raise UserError(f"{files.shown(path)}: no such results file; give a summary JSON, a bench or per-request "
+                            "results file, or a sweep")
         suffix = Path(path).suffix.lower()
         if suffix == ".json":
             document = _load_json(path)
@@ -179,7 +180,8 @@ def load_inputs(paths: list[str]) -> Inputs:
         elif suffix in (".parquet", ".csv", ".jsonl"):
             frame, summary, lines = read_results_table(path)
             if "e2e_s" not in frame.columns:
-                raise UserError(f"{files.shown(path)}: no 'e2e_s' column; give a --results file of simulate or report")
+                raise UserError(f"{files.shown(path)}: not a tokenpath bench results file, nor per-request results (no "
+                                "'e2e_s' column); give the --results file of bench, simulate or report")
             summary = summary or _summary_of(frame)
             inputs.runs.append(RunView(label, summary, lines or summary_lines(summary), frame))
         else:
