@@ -38,6 +38,8 @@ class Figure:
 def _alt() -> Any:
     import altair as alt
 
+    # Every chart's rows are bounded here (quantiles, samples), not by altair's 5,000-row guard.
+    alt.data_transformers.disable_max_rows()
     return alt
 
 
@@ -75,22 +77,27 @@ def layer_distributions(inputs: Inputs) -> Figure | None:
     if not runs:
         return None
     alt = _alt()
-    import pandas as pd
-
-    frames = []
-    for run in runs:
+    rows = []
+    for run in runs:  # each box from every request (its five numbers), so the page holds 5 values a box
         kept = _measured(run.requests)
         for layer in LAYERS:
-            frames.append(pd.DataFrame({"run": run.label, "layer": layer, "ms": kept[f"{layer}_s"] * 1e3}))
-    data = pd.concat(frames, ignore_index=True)
-    chart = alt.Chart(data).mark_boxplot(extent="min-max").encode(
-        x=alt.X("ms:Q", title="time per request (ms)", axis=alt.Axis(format=NUMBER)),
-        y=alt.Y("layer:N", sort=list(LAYERS), title=None),
+            values = kept[f"{layer}_s"].dropna().to_numpy(np.float64) * 1e3
+            if len(values):
+                low, q1, median, q3, high = np.percentile(values, [0, 25, 50, 75, 100])
+                rows.append({"run": run.label, "layer": layer, "min": low, "q1": q1, "median": median, "q3": q3,
+                             "max": high})
+    base = alt.Chart(_frame(rows)).encode(
+        y=alt.Y("layer:N", sort=list(LAYERS), title=None), yOffset="run:N",
         color=alt.Color("run:N", scale=_runs_scale(runs)),
-        yOffset="run:N",
-    ).properties(width=WIDTH, height=70 * len(LAYERS))
+        tooltip=["run", "layer", *(alt.Tooltip(f"{k}:Q", format=",.3~r", title=f"{k} (ms)")
+                                   for k in ("min", "q1", "median", "q3", "max"))])
+    whiskers = base.mark_rule().encode(
+        x=alt.X("min:Q", title="time per request (ms)", axis=alt.Axis(format=NUMBER)), x2="max:Q")
+    boxes = base.mark_bar(height=14).encode(x="q1:Q", x2="q3:Q")
+    medians = base.mark_tick(thickness=2, size=14).encode(x="median:Q", color=alt.value("black"))
+    chart = (whiskers + boxes + medians).properties(width=WIDTH, height=60 * len(LAYERS))
     return Figure("layers", "Each layer per request: the spread", chart,
-                  "Box: the middle half of the requests, line inside: the median, whiskers: min to max.")
+                  "Box: the middle half of the requests, black tick: the median, line: min to max.")
 
 
 def _measured(frame: Any) -> Any:
