@@ -220,6 +220,8 @@ class _Replica:
         self.arrival = np.full(n, -1, np.int64)
         self.last_end = np.zeros(n, np.int64)
         self.last_step = np.full(n, -1, np.int64)  # the step of each request's last token
+        self.first_start = np.full(n, -1, np.int64)  # the start of the first step each request was charged for
+        self.times_preempted = np.zeros(n, np.int64)
 
         self.arrivals: list[tuple[int, int]] = []  # heap of (arrival at the server, request)
         self.waiting: deque[int] = deque()
@@ -395,6 +397,7 @@ class _Replica:
             self.give(run.ids[keep:][::-1], run.blocks[keep:][::-1])
             self.waiting.extendleft(run.ids[keep:][::-1].tolist())
             self.preemptions += len(run) - keep
+            self.times_preempted[run.ids[keep:]] += 1
             run.keep(np.arange(len(run)) < keep)
             grown, extra = grown[:keep], extra[:keep]
         run.blocks[:] = grown
@@ -466,6 +469,8 @@ class _Replica:
         kv_read = int(p.sum()) + num_tokens
         emitters = run.ids[emits]
         token_index = self.out[emitters] - run.left[emits]
+        starting = run.ids[charged][self.first_start[run.ids[charged]] < 0]
+        self.first_start[starting] = self.now
         compute_ns, traffic_ns, blocking_ns, end = self.account(
             num_tokens, int(part.sum()), int(samples.sum()), attn_pairs, kv_read, emitters, token_index)
         run.compute[charged] += compute_ns
@@ -619,4 +624,6 @@ class _Replica:
             preemptions=self.preemptions,
             prefix_hit_tokens=np.array([0 if self.prefix is None else self.prefix.hit_tokens.get(i, 0)
                                         for i in range(self.n)], np.int64),
+            first_step_start_ns=self.first_start,
+            times_preempted=self.times_preempted,
         )

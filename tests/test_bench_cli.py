@@ -9,6 +9,8 @@ import pytest
 
 from test_bench_server import MODEL, FakeServer
 from cli_helpers import assert_user_error, run_cli
+from report_helpers import assert_means_match
+from tokenpath.report.requests import read_results_table
 
 
 
@@ -88,6 +90,15 @@ def test_bench_report_and_compare(server, monkeypatch, capsys, tmp_path):
     code, out, err = run_cli(["report", str(results), "--json", str(report_json)], monkeypatch, capsys)
     assert code == 0, err
     assert json.loads(report_json.read_text()) == bench
+
+    # The same requests as one row each, in every format: their means are the summary's.
+    for name in ("rows.parquet", "rows.csv", "rows.jsonl"):
+        code, out, err = run_cli(["report", str(results), "--results", str(tmp_path / name)], monkeypatch, capsys)
+        assert code == 0, err
+        frame, _, _ = read_results_table(str(tmp_path / name))
+        assert len(frame) == 10 and sorted(frame["request"]) == list(range(10))
+        assert_means_match(frame, bench)
+        assert frame["queue_s"].isna().all() and frame["replica"].isna().all()  # a measurement has neither
 
     code, out, err = run_cli(["simulate", *SMALL, "--json", str(sim_json)], monkeypatch, capsys)
     assert code == 0, err

@@ -112,3 +112,42 @@ def test_round_values_are_written_back_as_written(text):
     written = Quantities.model_validate(values).model_dump(mode="json")[field]
     assert Quantities.model_validate({**values, field: written}).model_dump()[field] == Quantities.model_validate(values).model_dump()[field]
     assert isinstance(written, str)
+
+
+# -- numbers for people ------------------------------------------------------------------------------
+
+from tokenpath.units import format_bandwidth, format_bytes, format_duration, format_number  # noqa: E402
+
+
+@pytest.mark.parametrize("value, text", [
+    (3830.4, "3,830"), (0.0123456, "0.0123"), (1e9, "1,000,000,000"), (999.6, "1,000"), (0.9996, "1"),
+    (-5.5, "-5.5"), (12.0, "12"), (0.0, "0"), (1e-7, "0.0000001"), (math.inf, "inf"),
+])
+def test_format_number_examples(value, text):
+    assert format_number(value) == text
+
+
+@pytest.mark.parametrize("shown, text", [
+    (format_duration(1234.5), "1,234 s"), (format_duration(0.9999), "1 s"), (format_duration(0.0925), "92.5 ms"),
+    (format_bytes(1000 * 2**20), "1,000 MiB"), (format_bytes(4e9), "3.73 GiB"), (format_bytes(12), "12 B"),
+    (format_bandwidth(3.83e3), "3.83 kB/s"), (format_duration(3e-9), "3 ns"),
+])
+def test_formatted_quantities(shown, text):
+    assert shown == text
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e18, max_value=1e18))
+def test_format_number_is_plain_and_close(value):
+    """No exponent, only digits, separators, a sign and a point; and it reads back within 3 significant
+    digits (or half a unit, for numbers shown to the unit)."""
+    text = format_number(value)
+    assert "e" not in text.lower() and set(text) <= set("0123456789,.-")
+    back = float(text.replace(",", ""))
+    assert abs(back - value) <= max(0.005 * abs(value) * (1 + 1e-9), 0.5 if abs(value) >= 100 else 0) or \
+        abs(back - value) <= 5 * 10 ** (math.floor(math.log10(abs(value))) - 3) if value else back == 0
+
+
+@given(st.floats(min_value=0, max_value=1e16, allow_nan=False))
+def test_formatted_quantities_have_no_exponent(value):
+    for text in (format_duration(value), format_bytes(value), format_bandwidth(value)):
+        assert "e+" not in text and "e-" not in text

@@ -161,11 +161,14 @@ class Served:
     last_step_end_ns: np.ndarray
     token_offsets: np.ndarray
     leave_ns: Callable[[int, int], np.ndarray]
+    first_step_start_ns: np.ndarray | None = None  # when each request's first step (its prefill) began
+    times_preempted: np.ndarray | None = None
 
     @staticmethod
     def of(trace: EngineTrace) -> Served:
         return Served(trace.sent_ns, trace.compute_ns, trace.traffic_ns, trace.delivery_ns, trace.last_step_end_ns,
-                      trace.token_offsets, lambda lo, hi: trace.step_leave_ns[trace.token_steps(lo, hi)])
+                      trace.token_offsets, lambda lo, hi: trace.step_leave_ns[trace.token_steps(lo, hi)],
+                      trace.first_step_start_ns, trace.times_preempted)
 
 
 def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
@@ -213,7 +216,12 @@ def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, la
         "compute_ns": trace.compute_ns,
         "traffic_ns": trace.traffic_ns,
         "delivery_ns": delivery,
+        "engine_done_ns": trace.last_step_end_ns,
     }
+    if trace.first_step_start_ns is not None:
+        part["prefill_start_ns"] = trace.first_step_start_ns
+    if trace.times_preempted is not None:
+        part["preemptions"] = trace.times_preempted
     if tokens is not None:
         part["token_client_ns"] = tokens
     return part
@@ -369,7 +377,7 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
     traces: list[EngineTrace] = []
 
     # Prefill: every request for one token.
-    sent, compute, traffic, host_ns = (np.zeros(n, np.int64) for _ in range(4))
+    sent, compute, traffic, host_ns, prefill_start, preempted = (np.zeros(n, np.int64) for _ in range(6))
     first_end, first_leave = np.zeros(n, np.int64), np.zeros(n, np.int64)
     for p in range(prefills):
         rows = np.arange(p, n, prefills)
@@ -381,6 +389,7 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
         traces.append(trace)
         sent[rows], compute[rows], traffic[rows] = trace.sent_ns, trace.compute_ns, trace.traffic_ns
         host_ns[rows] = trace.delivery_ns
+        prefill_start[rows], preempted[rows] = trace.first_step_start_ns, trace.times_preempted
         first_end[rows] = trace.last_step_end_ns
         first_leave[rows] = trace.step_leave_ns[trace.token_steps()]
     if progress is not None:
@@ -411,6 +420,7 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
         compute[rows] += trace.compute_ns
         traffic[rows] += trace.traffic_ns
         host_ns[rows] += trace.delivery_ns
+        preempted[rows] += trace.times_preempted
         last_end[rows] = trace.last_step_end_ns
         leave = trace.step_leave_ns[trace.token_steps()]
         local = trace.token_offsets
@@ -424,8 +434,10 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
     rest_positions = np.setdiff1d(np.arange(offsets[-1]), offsets[:-1], assume_unique=True)
     leave_all[rest_positions] = rest_leave
     served = Served(sent, compute, traffic, host_ns, last_end, offsets,
-                    lambda lo, hi: leave_all[offsets[lo]:offsets[hi]])
+                    lambda lo, hi: leave_all[offsets[lo]:offsets[hi]], prefill_start, preempted)
     part = _replica_run(served, requests, scheduled_ns, LastMile(delivery), visible, keep_tokens, itl)
+    # A request's replica is the one that made its last token: its decode replica, unless it had one token.
+    part["replica"] = np.where(outputs > 1, decode_of, prefill_of)
     return _merge([part], [np.arange(n)], n, itl), traces
 
 

@@ -33,7 +33,12 @@ class Run:
     itl_histogram: Any = None              # summary.LogHistogram of ITL when token times are not kept
     ttft_engine_ns: np.ndarray | None = None  # simulated runs: sent -> first token leaves the engine
     prefix_hit_tokens: np.ndarray | None = None  # simulated runs: prompt tokens found in the prefix cache
-    replica: np.ndarray | None = None  # simulated runs: the replica that served each request
+    # Simulated runs, per request: when its first engine step (its prefill) began and when the step
+    # that made its last token ended (run-relative), how often it was preempted, and its engine.
+    prefill_start_ns: np.ndarray | None = None
+    engine_done_ns: np.ndarray | None = None
+    preemptions: np.ndarray | None = None
+    replica: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.sent_ns)

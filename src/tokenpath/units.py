@@ -167,28 +167,50 @@ Bandwidth = Annotated[
 ]
 
 
+def format_number(value: float, digits: int = 3) -> str:
+    """A number as people write it: `digits` significant digits, never an exponent, thousands
+    separated, trailing zeros dropped: 3830.4 -> '3,830', 0.0123456 -> '0.0123', 1e9 -> '1,000,000,000'.
+
+    Integer digits are never rounded away (1234567 stays '1,234,567'): a number is shown to at least
+    the unit. Non-finite values print as 'inf', '-inf' and 'nan'.
+    """
+    if not math.isfinite(value):
+        return str(float(value))
+    if value == 0:
+        return "0"
+    # Rounding first can carry into another digit (999.6 -> 1000), so the decimals follow the rounded value.
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    rounded = round(value, decimals)
+    if rounded != 0:
+        decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+    text = f"{value:,.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _scaled(value: float, units: tuple[tuple[str, float], ...], smallest: str) -> str:
+    """`value` in the largest unit it reaches (`units` largest first), else in `smallest` (scale 1).
+    The unit is chosen on the value as shown, so 0.9999 s is '1 s', not '1,000 ms'."""
+    shown = abs(float(f"{value:.3g}"))
+    for unit, scale in units:
+        if shown >= scale:
+            return f"{format_number(value / scale)} {unit}"
+    return f"{format_number(value)} {smallest}"
+
+
 def format_duration(seconds: float) -> str:
-    """A duration for people: '812 us', '23.4 ms', '1.25 s'."""
-    magnitude = abs(seconds)
-    if magnitude == 0:
+    """A duration for people: '812 us', '23.4 ms', '1.25 s', '1,234 s'."""
+    if seconds == 0:
         return "0 s"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if magnitude >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+    return _scaled(seconds * 1e9, (("s", 1e9), ("ms", 1e6), ("us", 1e3)), "ns")
 
 
 def format_bytes(size_bytes: float) -> str:
-    """A size for people, binary prefixes: '1.5 GiB'."""
-    for unit, scale in (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
-        if abs(size_bytes) >= scale:
-            return f"{size_bytes / scale:.3g} {unit}"
-    return f"{size_bytes:.0f} B"
+    """A size for people, binary prefixes: '1.5 GiB', '1,023 MiB'."""
+    return _scaled(size_bytes, (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)), "B")
 
 
 def format_bandwidth(bw_Bps: float) -> str:
     """A bandwidth for people, decimal prefixes: '900 GB/s'."""
-    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if abs(bw_Bps) >= scale:
-            return f"{bw_Bps / scale:.3g} {unit}"
-    return f"{bw_Bps:.3g} B/s"
+    return _scaled(bw_Bps, (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)), "B/s")

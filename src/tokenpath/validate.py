@@ -29,6 +29,7 @@ from tokenpath.fabric.spec import FabricSpec, SwitchFabric
 from tokenpath.pipeline import simulate
 from tokenpath.scenario import Scenario, build_scenario
 from tokenpath.summary import summarize
+from tokenpath.units import format_bytes, format_number
 from tokenpath.validate_latency import GROUP as LATENCY_GROUP
 from tokenpath.validate_latency import print_latency, run_latency_group
 
@@ -155,16 +156,16 @@ def _describe(row: dict[str, Any]) -> tuple[str, str, str]:
     """(what, shape, precision) columns of a row."""
     if "fabric" in row:
         ranks = len(row.get("hosts") or range(row["ranks"]))
-        return row["what"], f"{ranks} ranks", f"{row['size_bytes']:.3g} B"
+        return row["what"], f"{ranks} ranks", format_bytes(row['size_bytes'])
     if "ranks" in row:
-        return f"all-reduce {row['algorithm']}", f"{row['ranks']} ranks", f"{row['size_bytes']:.3g} B"
+        return f"all-reduce {row['algorithm']}", f"{row['ranks']} ranks", format_bytes(row['size_bytes'])
     shape = f"TP{row['tp']} {row['input_tokens']}/{row['output_tokens']}"
     return row["model"], shape, row["precision"]
 
 
 def _value(row: dict[str, Any], value: float) -> str:
     if row.get("unit") == "s" or row.get("metric") == "time" or "ttft" in row["group"]:
-        return f"{value * 1e3:.3g} ms" if value >= 1e-3 else f"{value * 1e6:.3g} us"
+        return f"{format_number(value * 1e3)} ms" if value >= 1e-3 else f"{format_number(value * 1e6)} us"
     if "ranks" in row or "fabric" in row:
         return f"{value / 1e9:,.0f} GB/s"
     return f"{value:,.0f}"

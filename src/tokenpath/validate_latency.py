@@ -25,6 +25,7 @@ from tokenpath.pipeline import simulate
 from tokenpath.run import Run
 from tokenpath.scenario import Scenario, build_scenario
 from tokenpath.summary import tpot_ns
+from tokenpath.units import format_duration
 
 GROUP = "latency"
 TITLE = "Latency under load: TTFT and TPOT / ITL at a stated request rate or concurrency"
@@ -191,7 +192,7 @@ def _lengths(row: dict[str, Any]) -> str:
 
 
 def _ms(value_ms: float) -> str:
-    return f"{value_ms / 1e3:.3g} s" if value_ms >= 10_000 else f"{value_ms:.3g} ms"
+    return format_duration(value_ms / 1e3)
 
 
 def print_latency(console: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:

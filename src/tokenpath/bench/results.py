@@ -183,17 +183,21 @@ def build_run(rows: list[dict[str, Any]]) -> Run:
     )
 
 
+def warmup_rows(header: dict[str, Any], rows: list[dict[str, Any]]) -> int:
+    """How many of the (index-sorted) rows are the warm-up: those of the first `warmup_requests`
+    indices recorded, leaving at least one row."""
+    workload = header["scenario"].get("table", {}).get("workload", {})
+    warmup = workload.get("warmup_requests", 0) if isinstance(workload, dict) else 0
+    warmup = warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0
+    return min(sum(1 for row in rows if row["i"] < warmup), max(len(rows) - 1, 0))
+
+
 def bench_summary(header: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The shared result schema for a measured run, plus a `bench` block of what only a measurement has."""
     run = build_run(rows)
     slo = header.get("slo") or {}
-    workload = header["scenario"].get("table", {}).get("workload", {})
-    warmup = workload.get("warmup_requests", 0) if isinstance(workload, dict) else 0
-    warmup = warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0
-    # Rows are sorted by request index: the warm-up is those of the first `warmup` indices recorded.
-    warmup_rows = min(sum(1 for row in rows if row["i"] < warmup), max(len(rows) - 1, 0))
     summary = summarize(run, header["scenario"]["name"], header["scenario"]["fingerprint"], slo,
-                        warmup_requests=warmup_rows)
+                        warmup_requests=warmup_rows(header, rows))
     summary["bench"] = _bench_block(header, rows, run)
     return summary
 

@@ -1,4 +1,4 @@
-"""`tokenpath bench` (measure a real server), `report` (a bench results file's summary) and `compare`."""
+"""`tokenpath bench` (measure a real server) and `compare` (two summaries side by side)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tokenpath.cli.options import (Burstiness, InputDist, InputLen, InputSd, Jso
                                    OutputLen, OutputSd, RequestRate, Seed, Set, WarmupRequests)
 from tokenpath import files
 from tokenpath.errors import UserError, quoted
+from tokenpath.units import format_number
 
 BENCH_EXAMPLE = """
 Examples:
@@ -33,7 +34,6 @@ reports a process the signal ended). A stopped run keeps every request measured 
 file, the requests in flight recorded as interrupted.
 """
 
-REPORT_EXAMPLE = "\n\nExample:\n\n  tokenpath report bench-results.jsonl --json bench.json"
 COMPARE_EXAMPLE = "\n\nExample:\n\n  tokenpath simulate my.toml --json sim.json\n\n  tokenpath compare sim.json bench.json"
 
 
@@ -199,14 +199,14 @@ def describe_bench(header: dict[str, Any], rows: list[dict[str, Any]], results_p
     workload = table(table(table(header, "scenario"), "table"), "workload")
     arrival = table(workload, "arrival")
     rate, burstiness = arrival.get("rate"), arrival.get("burstiness", 1.0)
-    burstiness = f"{burstiness:g}" if isinstance(burstiness, (int, float)) else str(burstiness)
+    burstiness = format_number(burstiness, 6) if isinstance(burstiness, (int, float)) else str(burstiness)
     # An infinite rate is written as null (JSON has no infinity).
     unbounded = rate is None or rate in ("inf", "Infinity") or (isinstance(rate, float) and math.isinf(rate))
     arrivals = "all at t=0" if unbounded else \
-        f"{rate:g} req/s, burstiness {burstiness}" if isinstance(rate, (int, float)) else str(rate)
+        f"{format_number(rate, 6)} req/s, burstiness {burstiness}" if isinstance(rate, (int, float)) else str(rate)
     if isinstance(workload.get("trace"), dict):  # the trace's times replace the arrival table
         scale = workload["trace"].get("time_scale", 1.0)
-        arrivals = f"as recorded in the trace (time_scale {scale:g})" if isinstance(scale, (int, float)) else \
+        arrivals = f"as recorded in the trace (time_scale {format_number(scale, 6)})" if isinstance(scale, (int, float)) else \
             "as recorded in the trace"
     if workload.get("max_concurrency"):
         arrivals += f", at most {workload['max_concurrency']} outstanding"
@@ -249,18 +249,6 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
         console.print(f"[red]failed:[/red] {reasons}", highlight=False)
         for line in failures(rows):
             console.print(f"  {line}", highlight=False, soft_wrap=True)
-
-
-@app.command(help="Rebuild the summary of a bench results file (also of a run cut short)." + REPORT_EXAMPLE)
-def report(
-    results: str = typer.Argument(..., help="a results JSONL written by `tokenpath bench`"),
-    json_out: JsonOut = None,
-) -> None:
-    from tokenpath.bench import read_results
-    from tokenpath.bench.results import bench_summary
-
-    header, rows = read_results(results, _warn)
-    _emit(bench_summary(header, rows), header, rows, results, json_out)
 
 
 @app.command(help="Two summaries side by side with the relative difference per metric." + COMPARE_EXAMPLE)

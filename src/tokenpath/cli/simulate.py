@@ -12,12 +12,14 @@ from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import (Burstiness, InputDist, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests,
                                    OutputDist, OutputLen, OutputSd, RequestRate, Seed, Set, WarmupRequests,
                                    scenario_table)
+from tokenpath.cli.report import HtmlOut, PngOut, check_report_outputs, write_report
 from tokenpath.errors import UserError
 
 
 def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any],
                          show_explain: bool = False, workers: Optional[int] = None,
-                         sets: Optional[list[str]] = None) -> None:
+                         sets: Optional[list[str]] = None, results: Optional[str] = None,
+                         html_out: Optional[str] = None, png_dir: Optional[str] = None) -> None:
     from tokenpath.report.simulation import describe, result_document
     from tokenpath.pipeline import prepare, simulate
     from tokenpath.scenario import build_scenario
@@ -26,6 +28,11 @@ def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], f
         raise UserError(f"--workers: {workers} must be at least 1 (1 simulates every replica in this process)")
     if json_out is not None:
         files.check_writable(json_out, "--json")
+    if results is not None:
+        from tokenpath.report.requests import check_results_path
+
+        check_results_path(results)
+    check_report_outputs(html_out, png_dir)
     table, source, base_dir = scenario_table(scenario_ref, sets, flags)
     prepared = prepare(build_scenario(table, source, base_dir))
 
@@ -58,6 +65,25 @@ def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], f
             console.print(explain_table(document["explain"], simulation.deployment.chip.name))
     if json_out is not None:  # after the summary: a file that cannot be written loses nothing shown
         write_json(document, json_out)
+    _write_outputs(simulation, document, results, html_out, png_dir)
+
+
+def _write_outputs(simulation: Any, document: dict[str, Any], results: Optional[str], html_out: Optional[str],
+                   png_dir: Optional[str]) -> None:
+    """The per-request results file and the HTML report (and PNG figures) of a simulation."""
+    from tokenpath.report.simulation import describe
+
+    lines = describe(simulation) if results is not None or html_out is not None or png_dir is not None else []
+    if results is not None:
+        from tokenpath.report.requests import request_columns, to_arrow, write_results
+
+        columns = request_columns(simulation.run, simulation.scenario.workload.warmup_requests)
+        write_results(to_arrow(columns, document, lines), results)
+    if html_out is not None or png_dir is not None:
+        from tokenpath.report.views import Inputs, from_simulation
+
+        view = from_simulation(simulation, document, lines, simulation.scenario.name)
+        write_report(Inputs([view]), html_out, png_dir, f"tokenpath simulate: {simulation.scenario.name}")
 
 
 SIMULATE_EXAMPLE = """
@@ -130,14 +156,19 @@ def simulate(
     sets: Set = None,
     json_out: JsonOut = None,
     show_explain: bool = typer.Option(False, "--explain", help="also show the per-op roofline of one steady-state step"),
+    results: Optional[str] = typer.Option(
+        None, "--results", help="write one row per request: .parquet (default), .csv or .jsonl"),
+    html_out: Optional[str] = HtmlOut,
+    png_dir: Optional[str] = PngOut,
     workers: Optional[int] = typer.Option(
         None, help="processes simulating data-parallel replicas side by side (default: one per CPU for "
                           "runs of 20,000 requests or more; load- and cache-aware routing simulates every replica in one); the result does not depend on it"),
 ) -> None:
     flags = dict(locals())
-    for not_a_scenario_flag in ("scenario", "json_out", "show_explain", "workers", "sets"):
+    for not_a_scenario_flag in ("scenario", "json_out", "show_explain", "workers", "sets", "results", "html_out",
+                                "png_dir"):
         flags.pop(not_a_scenario_flag)
-    _simulate_and_report(scenario, json_out, flags, show_explain, workers, sets)
+    _simulate_and_report(scenario, json_out, flags, show_explain, workers, sets, results, html_out, png_dir)
 
 
 @app.command(help="Simulate the embedded default scenario ('typical').\n\nExample:\n\n  tokenpath run --json result.json")

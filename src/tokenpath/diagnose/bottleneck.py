@@ -10,6 +10,7 @@ import numpy as np
 
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.summary import LAYER_OF_PART
+from tokenpath.units import format_number
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str
     e = evidence
     if part == "queue":
         why = (f"requests wait {share:.0%} of E2E for a batch slot: the engine was busy {e.busy_fraction:.0%} of the "
-               f"time at {e.offered_rate_per_s:.3g} req/s offered, {e.preemptions} preemptions")
+               f"time at {format_number(e.offered_rate_per_s)} req/s offered, {e.preemptions} preemptions")
     elif part == "compute":
         bound = "HBM-bandwidth" if e.memory_bound_fraction >= 0.5 else "FLOP"
         why = (f"{share:.0%} of E2E is engine compute at a mean batch of {e.mean_batch_seqs:.0f} sequences; "
@@ -124,7 +125,7 @@ def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str
     elif part == "traffic":
         why = f"{share:.0%} of E2E is fabric traffic: {e.traffic_detail}"
     else:
-        why = (f"{share:.0%} of E2E is the last mile: a {e.network_rtt_s * 1e3:.3g} ms client round trip, and "
+        why = (f"{share:.0%} of E2E is the last mile: a {format_number(e.network_rtt_s * 1e3)} ms client round trip, and "
                f"{e.detokenize} detokenization blocking {e.host_share_of_step:.0%} of each step")
     return LAYER_OF_PART[part], why
 

@@ -46,6 +46,8 @@ class EngineTrace:
     kv_capacity_tokens: int
     preemptions: int
     prefix_hit_tokens: np.ndarray  # per request: prompt tokens found in the prefix cache at its first admission
+    first_step_start_ns: np.ndarray | None = None  # per request: start of the first step it took part in, or -1
+    times_preempted: np.ndarray | None = None      # per request: how often it lost its KV cache
 
     def token_steps(self, first: int = 0, stop: int | None = None) -> np.ndarray:
         """The step that produced each output token of requests [first, stop), flat, request-major."""

@@ -167,6 +167,7 @@ class Replica:
         self.arrival = array("q")
         self.upload = array("q")        # time spent on the way in, counted as delivery
         self.generated: list[int] = []  # tokens sampled and sent so far
+        self.times_preempted = array("q")  # per request: how often it lost its cache and went back to wait
 
         self.arrivals: list[int] = []  # heap of arrival at the server << _ID_BITS | request
         self.waiting: deque[int] = deque()
@@ -226,6 +227,7 @@ class Replica:
         self.generated.append(0)
         if prefix is not None and prefix[0]:
             self._add_prefix(i, *prefix)
+        self.times_preempted.append(0)
         heapq.heappush(self.arrivals, int(arrival_ns) << _ID_BITS | i)
         return i
 
@@ -255,6 +257,7 @@ class Replica:
         if prefixes is not None and self.prefix_caching:
             for k in np.flatnonzero(prefixes.offsets[1:] > prefixes.offsets[:-1]).tolist():
                 self._add_prefix(first + k, *prefixes.segments(k))
+        self.times_preempted.frombytes(bytes(8 * n))
         self.arrivals.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
         heapq.heapify(self.arrivals)
 
@@ -429,6 +432,7 @@ class Replica:
         self.preemptions += len(victims)
         for i in victims:
             self.cached[i] = 0
+            self.times_preempted[i] += 1
         self.waiting.extendleft(victims)
         return new_blocks
 
@@ -736,7 +740,18 @@ class Replica:
         rows = last[has_tokens]
         last_tick = first[rows] + count[rows] - 1
         last_step_end[has_tokens] = step_end[last_tick if tick_steps is None else tick_steps[last_tick]]
+        # The first step each request took part in: a prompt chunk that sampled nothing, or its first token.
+        first_step = np.full(n, len(steps["start_ns"]), np.int64)
+        first_row = np.searchsorted(requests, np.arange(n), side="left")
+        has_row = first_row < len(requests)
+        has_row[has_row] = requests[first_row[has_row]] == np.flatnonzero(has_row)
+        ticks = first[first_row[has_row]]
+        first_step[has_row] = ticks if tick_steps is None else tick_steps[ticks]
+        np.minimum.at(first_step, silent[:, 0], silent[:, 1])
+        starts = np.append(steps["start_ns"], -1)  # -1: in no step (a request aborted before it ran)
         return {
+            "first_step_start_ns": starts[first_step],
+            "times_preempted": np.frombuffer(self.times_preempted, np.int64).copy(),
             "compute_ns": totals["compute_ns"],
             "traffic_ns": totals["traffic_ns"],
             "delivery_ns": np.frombuffer(self.upload, np.int64) + totals["blocking_ns"],

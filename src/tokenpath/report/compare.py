@@ -10,7 +10,7 @@ from rich.table import Table
 
 from tokenpath.errors import UserError
 from tokenpath.summary import LAYERS, PERCENTILES, SCHEMA
-from tokenpath.units import format_duration
+from tokenpath.units import format_duration, format_number
 
 _LATENCIES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 _STATS = ("mean", *PERCENTILES)
@@ -80,8 +80,8 @@ def _cell(value: float | None, unit: str) -> str:
     if unit == "s":
         return format_duration(value)
     if unit == "1/s":
-        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-    return f"{value:,.4g}"
+        return format_number(value)
+    return format_number(value, 4)
 
 
 def _delta(value: float | None) -> str:

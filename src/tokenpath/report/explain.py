@@ -49,6 +49,9 @@ def explain(sim: Simulation) -> dict[str, Any]:
             "all_reduce", compute.allreduce_bytes(shape["tokens"]), deployment.placement.tp_groups()),
         "hidden_state_bytes": compute.allreduce_bytes(shape["tokens"]),
         "host_blocking_s": trace.step_blocking_ns[i] / 1e9,
+        # The roofline's roofs: sustained GEMM FLOP/s at the weights' precision, and HBM bandwidth.
+        "roof": {"flops_per_s": compute.chip.effective_flops(compute.weight_precision),
+                 "hbm_bytes_per_s": compute.chip.effective_hbm_bw_Bps},
     }
 
 

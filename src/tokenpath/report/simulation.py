@@ -9,8 +9,9 @@ import numpy as np
 
 from tokenpath.diagnose.bottleneck import Evidence, bottleneck, load_of, memory_bound_share, sample_steps
 from tokenpath.pipeline import Simulation
+from tokenpath.report.assumptions import assumption_line, assumptions
 from tokenpath.summary import summarize, window_ns
-from tokenpath.units import format_bytes, format_duration
+from tokenpath.units import format_bytes, format_duration, format_number
 
 
 def _evidence(sim: Simulation, window_s: float) -> Evidence:
@@ -97,6 +98,7 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
     document["bottleneck"] = layer
     document["bottleneck_reason"] = reason
     document["load"] = evidence.load.document()
+    document["assumptions"] = assumptions(scenario)
     document["engine"] = {
         "replicas": scenario.deployment.replicas,
         "engines": sim.deployment.replicas,  # replicas x pipeline batches in flight
@@ -129,11 +131,11 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
     s, d = sim.scenario, sim.deployment
     w = s.workload
     rate = w.arrival.rate
-    arrivals = "all at t=0" if math.isinf(rate) else f"{rate:g} req/s, burstiness {w.arrival.burstiness:g}"
+    arrivals = "all at t=0" if math.isinf(rate) else f"{format_number(rate, 6)} req/s, burstiness {format_number(w.arrival.burstiness, 6)}"
     if w.trace:  # the trace's times replace the arrival table
         span_s = float(sim.requests.arrival_s[-1] - sim.requests.arrival_s[0])
-        offered = f"{(len(sim.requests) - 1) / span_s:.3g} req/s on average" if span_s > 0 else "all at t=0"
-        arrivals = f"as recorded in the trace (time_scale {w.trace.time_scale:g}), {offered}"
+        offered = f"{format_number((len(sim.requests) - 1) / span_s)} req/s on average" if span_s > 0 else "all at t=0"
+        arrivals = f"as recorded in the trace (time_scale {format_number(w.trace.time_scale, 6)}), {offered}"
     if w.max_concurrency:
         arrivals += f", at most {w.max_concurrency} outstanding"
     lengths = (
@@ -155,6 +157,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         ("arrivals", arrivals),
         ("last mile", f"{s.delivery.detokenize} detokenize, {s.delivery.stream_interval} token(s)/event, "
                       f"{format_duration(s.delivery.network_rtt)} RTT"),
+        ("assumed", assumption_line(assumptions(s))),
         ("seed", str(s.seed)),
     ]
 
@@ -174,9 +177,9 @@ def _length(spec: Any) -> str:
     if spec.kind == "fixed":
         return f"{spec.value} fixed"
     if spec.kind in ("normal", "lognormal"):
-        return f"{spec.kind} {spec.mean:g} (sd {spec.sd:g})"
+        return f"{spec.kind} {format_number(spec.mean, 6)} (sd {format_number(spec.sd, 6)})"
     if spec.kind == "uniform":
-        return f"uniform {spec.mean:g} +/- {spec.range_ratio:.0%}"
+        return f"uniform {format_number(spec.mean, 6)} +/- {spec.range_ratio:.0%}"
     if spec.kind == "sharegpt":
         return "ShareGPT"
     return f"empirical from {spec.path}"

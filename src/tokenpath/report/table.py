@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tokenpath.summary import PERCENTILES
-from tokenpath.units import format_duration
+from tokenpath.units import format_duration, format_number
 
 _LATENCY_NAMES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 _PART_NAMES = {"queue": "queue (distribution)", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
@@ -44,9 +44,9 @@ def throughput_table(summary: dict[str, Any]) -> Table:
     table.add_column(style="bold")
     table.add_column(justify="right")
     t, r = summary["throughput"], summary["requests"]
-    table.add_row("output tokens/s", f"{t['output_tokens_per_s']:,.0f}")
-    table.add_row("requests/s", f"{t['requests_per_s']:.3g}")
-    table.add_row("goodput (meets SLOs), requests/s", f"{t['goodput_requests_per_s']:.3g}")
+    table.add_row("output tokens/s", format_number(t['output_tokens_per_s']))
+    table.add_row("requests/s", format_number(t['requests_per_s']))
+    table.add_row("goodput (meets SLOs), requests/s", format_number(t['goodput_requests_per_s']))
     table.add_row("requests completed / failed", f"{r['completed']:,} / {r['failed']:,}")
     table.add_row("window", format_duration(summary["window_s"]))
     return table

@@ -1,0 +1,360 @@
+"""The report's figures as Vega-Lite charts (through altair), one function per figure.
+
+Each returns a `Figure` (a name for its PNG, a title, the chart, a note on what it shows) or None
+when the inputs do not have what it needs. Two runs are drawn in one chart, told apart by colour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tokenpath.report.views import Inputs, RunView
+
+# A reader of the reply: 238 words/min, the mean silent reading rate of adults for non-fiction
+# (Brysbaert 2019, J. Memory and Language 109), at 4/3 tokens per word (OpenAI's rule of thumb
+# that a token is about 3/4 of an English word): 5.3 tokens/s.
+READER_TOKENS_PER_S = 238 / 60 * 4 / 3
+CDF_POINTS = 200          # quantiles drawn per latency curve
+TIMELINE_REQUESTS = 120   # requests drawn in the timeline (an even sample of the run)
+LAYERS = ("queue", "compute", "traffic", "delivery")
+LAYER_COLORS = ["#9e9e9e", "#4c78a8", "#f58518", "#54a24b"]
+LATENCIES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
+# Axis labels without exponents or SI letters (d3-format: thousands separated, trailing zeros off).
+NUMBER = ",~r"
+WIDTH = 560
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    title: str
+    chart: Any
+    note: str = ""
+
+
+def _alt() -> Any:
+    import altair as alt
+
+    # Every chart's rows are bounded here (quantiles, samples), not by altair's 5,000-row guard.
+    alt.data_transformers.disable_max_rows()
+    return alt
+
+
+def _frame(rows: list[dict[str, Any]]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def _runs_scale(runs: list[RunView]) -> Any:
+    alt = _alt()
+    return alt.Scale(domain=[run.label for run in runs], range=["#4c78a8", "#e45756"][:len(runs)])
+
+
+def attribution(inputs: Inputs) -> Figure | None:
+    runs = [run for run in inputs.runs if run.summary.get("attribution_s")]
+    if not runs:
+        return None
+    alt = _alt()
+    rows = [{"run": run.label, "layer": layer, "order": k, "ms": run.summary["attribution_s"][layer] * 1e3}
+            for run in runs for k, layer in enumerate(LAYERS)]
+    chart = alt.Chart(_frame(rows)).mark_bar().encode(
+        x=alt.X("sum(ms):Q", title="mean time per request (ms)", axis=alt.Axis(format=NUMBER)),
+        y=alt.Y("run:N", title=None),
+        color=alt.Color("layer:N", sort=list(LAYERS), scale=alt.Scale(domain=list(LAYERS), range=LAYER_COLORS)),
+        order=alt.Order("order:Q"),
+        tooltip=["run", "layer", alt.Tooltip("ms:Q", format=",.3~r")],
+    ).properties(width=WIDTH, height=40 * len(runs))
+    return Figure("attribution", "Where a request's time goes: queue + compute + traffic + delivery = E2E", chart,
+                  "Each layer's mean over the measured requests; the four add up to the mean E2E.")
+
+
+def layer_distributions(inputs: Inputs) -> Figure | None:
+    runs = [run for run in inputs.runs if run.requests is not None and run.requests["queue_s"].notna().any()]
+    if not runs:
+        return None
+    alt = _alt()
+    rows = []
+    for run in runs:  # each box from every request (its five numbers), so the page holds 5 values a box
+        kept = _measured(run.requests)
+        for layer in LAYERS:
+            values = kept[f"{layer}_s"].dropna().to_numpy(np.float64) * 1e3
+            if len(values):
+                low, q1, median, q3, high = np.percentile(values, [0, 25, 50, 75, 100])
+                rows.append({"run": run.label, "layer": layer, "min": low, "q1": q1, "median": median, "q3": q3,
+                             "max": high})
+    base = alt.Chart(_frame(rows)).encode(
+        y=alt.Y("layer:N", sort=list(LAYERS), title=None), yOffset="run:N",
+        color=alt.Color("run:N", scale=_runs_scale(runs)),
+        tooltip=["run", "layer", *(alt.Tooltip(f"{k}:Q", format=",.3~r", title=f"{k} (ms)")
+                                   for k in ("min", "q1", "median", "q3", "max"))])
+    whiskers = base.mark_rule().encode(
+        x=alt.X("min:Q", title="time per request (ms)", axis=alt.Axis(format=NUMBER)), x2="max:Q")
+    boxes = base.mark_bar(height=14).encode(x="q1:Q", x2="q3:Q")
+    medians = base.mark_tick(thickness=2, size=14).encode(x="median:Q", color=alt.value("black"))
+    chart = (whiskers + boxes + medians).properties(width=WIDTH, height=60 * len(LAYERS))
+    return Figure("layers", "Each layer per request: the spread", chart,
+                  "Box: the middle half of the requests, black tick: the median, line: min to max.")
+
+
+def _measured(frame: Any) -> Any:
+    return frame[frame["ok"].astype(bool) & ~frame["warmup"].astype(bool)]
+
+
+def _curve(values_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    values = np.sort(values_s[np.isfinite(values_s)])
+    if len(values) == 0:
+        return values, values
+    fractions = np.linspace(0, 1, min(CDF_POINTS, len(values)))
+    return np.quantile(values, fractions), fractions
+
+
+def latency_cdfs(inputs: Inputs) -> Figure:
+    """One CDF per latency: from every request where the input has them, else the summary's percentiles."""
+    alt = _alt()
+    from tokenpath.summary import PERCENTILES
+
+    rows = []
+    for run in inputs.runs:
+        for key, name in LATENCIES.items():
+            values = None
+            if key == "itl":
+                values = run.itl_s
+            elif run.requests is not None:
+                values = _measured(run.requests)[f"{key}_s"].to_numpy(np.float64)
+            if values is not None and len(values):
+                xs, ys = _curve(values)
+            else:  # the summary's percentiles: a few points of the same curve
+                stats = run.summary["latency_s"].get(key) or {}
+                points = [(stats.get(p), q / 100) for p, q in PERCENTILES.items() if stats.get(p) is not None]
+                xs, ys = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+            rows += [{"run": run.label, "metric": name, "ms": float(x) * 1e3, "fraction": float(y)} for x, y in zip(xs, ys)]
+    data = _frame(rows)
+    charts = []
+    for name in LATENCIES.values():
+        part = data[data["metric"] == name] if len(data) else data
+        if not len(part):
+            continue
+        charts.append(alt.Chart(part, title=name).mark_line(point=len(part) < 20 * len(inputs.runs)).encode(
+            x=alt.X("ms:Q", title=f"{name} (ms)", axis=alt.Axis(format=NUMBER)),
+            y=alt.Y("fraction:Q", title="share of requests at or below", axis=alt.Axis(format="%")),
+            color=alt.Color("run:N", scale=_runs_scale(inputs.runs)),
+            tooltip=["run", alt.Tooltip("ms:Q", format=",.3~r"), alt.Tooltip("fraction:Q", format=".1%")],
+        ).properties(width=250, height=180))
+    rows_of_charts = [alt.hconcat(*charts[k:k + 3]) for k in range(0, len(charts), 3)]
+    chart = alt.vconcat(*rows_of_charts)
+    note = "Curves from every measured request (ITL: every gap between text arrivals)."
+    if any(run.requests is None for run in inputs.runs):
+        note += " A summary alone gives only its percentiles (p50, p90, p99, p99.9), drawn as points."
+    if any(run.itl_s is None for run in inputs.runs):
+        note += " ITL needs token times, which a summary or a results file does not keep."
+    return Figure("latency", "Latency: the share of requests within each time", chart, note)
+
+
+def timeline(inputs: Inputs) -> Figure | None:
+    """Per request, its phases as bars over the run's time (an even sample of the requests)."""
+    runs = [run for run in inputs.runs if run.requests is not None]
+    if not runs:
+        return None
+    alt = _alt()
+    rows = []
+    for run in runs:
+        frame = run.requests[run.requests["ok"].astype(bool)]
+        picks = frame.iloc[np.unique(np.linspace(0, len(frame) - 1, min(TIMELINE_REQUESTS, len(frame))).astype(int))] \
+            if len(frame) else frame
+        engine = picks["prefill_start_s"].notna().all() and picks["engine_done_s"].notna().all()
+        for row in picks.itertuples():
+            if engine:
+                phases = [("queue", row.send_s, row.prefill_start_s),
+                          ("prefill (to first token at the client)", row.prefill_start_s, row.first_token_s),
+                          ("decode", row.first_token_s, row.engine_done_s),
+                          ("delivery", row.engine_done_s, row.last_byte_s)]
+            else:
+                phases = [("to first token", row.send_s, row.first_token_s),
+                          ("streaming", row.first_token_s, row.last_byte_s)]
+            rows += [{"run": run.label, "request": int(row.request), "phase": phase, "start_s": float(a),
+                      "end_s": float(max(a, b))} for phase, a, b in phases]
+    colors = {"queue": "#9e9e9e", "prefill (to first token at the client)": "#f58518", "decode": "#4c78a8",
+              "delivery": "#54a24b", "to first token": "#f58518", "streaming": "#4c78a8"}
+    order = [phase for phase in colors if any(row["phase"] == phase for row in rows)]
+    chart = alt.Chart(_frame(rows)).mark_bar(height=3).encode(
+        x=alt.X("start_s:Q", title="time from the run's start (s)", axis=alt.Axis(format=NUMBER)),
+        x2="end_s:Q",
+        y=alt.Y("request:O", title="request", axis=alt.Axis(labels=False, ticks=False)),
+        color=alt.Color("phase:N", sort=order, scale=alt.Scale(domain=order, range=[colors[p] for p in order])),
+        tooltip=["run", "request", "phase", alt.Tooltip("start_s:Q", format=",.4~r"),
+                 alt.Tooltip("end_s:Q", format=",.4~r")],
+    ).properties(width=WIDTH, height=300)
+    if len(runs) > 1:
+        chart = chart.facet(row=alt.Row("run:N", title=None))
+    return Figure("timeline", "Requests over time: queue, prefill, decode and delivery", chart,
+                  f"An even sample of up to {TIMELINE_REQUESTS} completed requests, one line each. Measured runs "
+                  "show the wait for the first token and the streaming after it.")
+
+
+def reader(inputs: Inputs) -> Figure | None:
+    """One typical request's tokens as they arrive, against a person reading them."""
+    runs = [run for run in inputs.runs if run.reader]
+    if not runs:
+        return None
+    alt = _alt()
+    rows = []
+    for run in runs:
+        arrivals = np.asarray(run.reader["arrival_s"])
+        start = run.reader["first_visible_s"]
+        read = np.empty(len(arrivals))
+        at = start
+        for k, arrived in enumerate(arrivals):  # a reader takes each token in turn, waiting for it if need be
+            at = max(at, arrived) + (1 / READER_TOKENS_PER_S if k else 0.0)
+            read[k] = at
+        label = f"{run.label}: request {run.reader['request']}"
+        rows += [{"run": label, "line": "arrived at the client", "s": float(t), "tokens": k + 1}
+                 for k, t in enumerate(arrivals)]
+        rows += [{"run": label, "line": f"read ({READER_TOKENS_PER_S:.1f} tokens/s)", "s": float(t), "tokens": k + 1}
+                 for k, t in enumerate(read)]
+    chart = alt.Chart(_frame(rows)).mark_line(interpolate="step-after").encode(
+        x=alt.X("s:Q", title="time since the request was sent (s)", axis=alt.Axis(format=NUMBER)),
+        y=alt.Y("tokens:Q", title="tokens", axis=alt.Axis(format=NUMBER)),
+        color=alt.Color("line:N", title=None),
+        strokeDash=alt.StrokeDash("run:N", title=None),
+    ).properties(width=WIDTH, height=260)
+    return Figure("reader", "Token delivery against a reader", chart,
+                  "The request with the median E2E. Where the arrival line runs left of the reader's, text is "
+                  "ready before a person reads it; where they touch, the reader waits (a stall).")
+
+
+def steps(inputs: Inputs) -> Figure | None:
+    runs = [run for run in inputs.runs if run.steps is not None and len(run.steps)]
+    if not runs:
+        return None
+    alt = _alt()
+    import pandas as pd
+
+    data = pd.concat([run.steps.assign(run=run.label, step_ms=run.steps["step_s"] * 1e3) for run in runs],
+                     ignore_index=True)
+    base = alt.Chart(data).encode(
+        x=alt.X("start_s:Q", title="time from the run's start (s)", axis=alt.Axis(format=NUMBER)),
+        color=alt.Color("run:N", scale=_runs_scale(runs)),
+    ).properties(width=WIDTH, height=160)
+    batch = base.mark_line(strokeWidth=1).encode(y=alt.Y("seqs:Q", title="batch (sequences)", axis=alt.Axis(format=NUMBER)))
+    step = base.mark_point(size=6, filled=True, opacity=0.5).encode(
+        y=alt.Y("step_ms:Q", title="step time (ms)", axis=alt.Axis(format=NUMBER)))
+    return Figure("steps", "The engine over the run: batch size and step time", alt.vconcat(batch, step),
+                  "Every engine step, or an even sample of them; replicas overlaid.")
+
+
+def roofline(inputs: Inputs) -> Figure | None:
+    runs = [run for run in inputs.runs if run.explain and run.explain.get("roof")]
+    if not runs:
+        return None
+    alt = _alt()
+    run = runs[0]
+    step, roof = run.explain, run.explain["roof"]
+    ops = [op for op in step["ops"] if op["flops"] > 0 and op["bytes"] > 0 and op["time_s"] > 0]
+    if not ops:
+        return None
+    rows = [{"op": op["op"], "bound": op["bound"], "intensity": op["flops"] / op["bytes"],
+             "tflops": op["flops"] / op["time_s"] / 1e12, "ms": op["time_s"] * 1e3} for op in ops]
+    low = min(r["intensity"] for r in rows) / 2
+    high = max(r["intensity"] for r in rows) * 2
+    ridge = roof["flops_per_s"] / roof["hbm_bytes_per_s"]
+    xs = np.geomspace(low, high, 60).tolist() + [ridge]
+    roofs = [{"intensity": x, "tflops": min(roof["flops_per_s"], x * roof["hbm_bytes_per_s"]) / 1e12} for x in sorted(xs)]
+    log_x = alt.Scale(type="log")
+    line = alt.Chart(_frame(roofs)).mark_line(color="#888").encode(
+        x=alt.X("intensity:Q", scale=log_x, title="arithmetic intensity (FLOP per byte of HBM)",
+                axis=alt.Axis(format=NUMBER)),
+        y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s", axis=alt.Axis(format=NUMBER)))
+    points = alt.Chart(_frame(rows)).mark_circle(size=90).encode(
+        x="intensity:Q", y="tflops:Q", color=alt.Color("bound:N"),
+        tooltip=["op", "bound", alt.Tooltip("ms:Q", format=",.3~r"), alt.Tooltip("tflops:Q", format=",.3~r")])
+    labels = points.mark_text(align="left", dx=7, fontSize=10).encode(text="op:N", color=alt.value("#333"))
+    shape = step["shape"]
+    return Figure("roofline", f"The roofline of one step: {shape['tokens']:,} tokens from {shape['sequences']:,} "
+                  "sequences", (line + points + labels).properties(width=WIDTH, height=320),
+                  "Each op of one steady-state step (as --explain): achieved FLOP/s against FLOPs per byte. Ops on "
+                  "the sloped roof are memory-bound, on the flat one compute-bound; below both, fixed kernel costs.")
+
+
+def _dotted(document: dict[str, Any], path: str) -> Any:
+    value: Any = document
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def tornado(inputs: Inputs) -> Figure | None:
+    """Each lever's change of the objective, largest first."""
+    if inputs.levers is None:
+        return None
+    alt = _alt()
+    levers, objective = inputs.levers, str(inputs.levers.get("objective"))
+    base = _dotted(levers["baseline"], objective)
+    rows = []
+    for lever in levers["levers"]:
+        change = lever.get("change")
+        if not isinstance(change, (int, float)):
+            value = _dotted(lever.get("summary") or {}, objective)
+            change = (value - base) / base if isinstance(value, (int, float)) and isinstance(base, (int, float)) and base \
+                else None
+        if change is not None:
+            rows.append({"lever": lever["name"], "group": str(lever.get("group", "")), "change": float(change)})
+    if not rows:
+        return None
+    order = [r["lever"] for r in sorted(rows, key=lambda r: -abs(r["change"]))]
+    chart = alt.Chart(_frame(rows)).mark_bar().encode(
+        x=alt.X("change:Q", title=f"change of {objective}", axis=alt.Axis(format="+.0%")),
+        y=alt.Y("lever:N", sort=order, title=None),
+        color=alt.Color("group:N"),
+        tooltip=["lever", "group", alt.Tooltip("change:Q", format="+.1%")],
+    ).properties(width=WIDTH, height=22 * len(rows))
+    return Figure("levers", f"Levers: what each change does to {objective}", chart,
+                  "One bar per lever, the largest change first (negative: the objective falls).")
+
+
+SWEEP_X, SWEEP_Y = "throughput.output_tokens_per_s", "latency_s.e2e.p99"
+
+
+def pareto(inputs: Inputs) -> Figure | None:
+    """The sweep's points: throughput against tail latency, the Pareto front joined."""
+    frame = inputs.sweep
+    if frame is None or SWEEP_X not in frame or SWEEP_Y not in frame:
+        return None
+    alt = _alt()
+    metrics = [c for c in frame.columns if c.split(".")[0] in ("throughput", "latency_s", "requests", "window_s",
+                                                                "attribution_s", "bottleneck", "schema", "source",
+                                                                "scenario", "engine", "fabric", "continuity")]
+    axes = [c for c in frame.columns if c not in metrics]
+    data = frame[[*axes, SWEEP_X, SWEEP_Y]].copy()
+    data["point"] = [", ".join(f"{a}={row[a]}" for a in axes) for _, row in data.iterrows()]
+    data["e2e_p99_s"], data["tokens_per_s"] = data[SWEEP_Y], data[SWEEP_X]
+    ordered = data.sort_values(["tokens_per_s", "e2e_p99_s"], ascending=[False, True])
+    best, front = np.inf, []
+    for index, row in ordered.iterrows():  # most throughput first: a point is on the front if faster than all before
+        if row["e2e_p99_s"] < best:
+            best = row["e2e_p99_s"]
+            front.append(index)
+    data["on the Pareto front"] = data.index.isin(front)
+    points = alt.Chart(data[["point", "tokens_per_s", "e2e_p99_s", "on the Pareto front"]]).mark_circle(size=70).encode(
+        x=alt.X("tokens_per_s:Q", title="output tokens/s", axis=alt.Axis(format=NUMBER)),
+        y=alt.Y("e2e_p99_s:Q", title="E2E p99 (s)", axis=alt.Axis(format=NUMBER)),
+        color=alt.Color("on the Pareto front:N"),
+        tooltip=["point", alt.Tooltip("tokens_per_s:Q", format=",.3~r"), alt.Tooltip("e2e_p99_s:Q", format=",.3~r")])
+    line = alt.Chart(data.loc[front, ["tokens_per_s", "e2e_p99_s"]]).mark_line(color="#54a24b").encode(
+        x="tokens_per_s:Q", y="e2e_p99_s:Q")
+    return Figure("sweep", f"Sweep {inputs.sweep_name}: throughput against tail latency",
+                  (line + points).properties(width=WIDTH, height=320),
+                  f"{len(data)} points over {', '.join(axes) or 'no axis'}; the line joins those no other point beats "
+                  "on both.")
+
+
+def figures(inputs: Inputs) -> list[Figure]:
+    """Every figure the inputs can draw, in the report's order."""
+    made = [attribution(inputs), layer_distributions(inputs), latency_cdfs(inputs), timeline(inputs),
+            reader(inputs), steps(inputs), roofline(inputs), tornado(inputs), pareto(inputs)]
+    return [figure for figure in made if figure is not None]

@@ -1,0 +1,191 @@
+"""One self-contained HTML report, and its figures as PNG files.
+
+The page carries everything it needs: Vega, Vega-Lite and vega-embed inlined from vl-convert's
+bundle (no script or style from the network), each chart's spec and data, and the run's summary as
+JSON. Numbers shown in its tables carry `data-key` (the summary's dotted key) and `data-value`, so
+a test can check that what is shown is what the JSON says.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from tokenpath import files
+from tokenpath.errors import UserError
+from tokenpath.report.charts import LATENCIES, LAYERS, Figure, figures
+from tokenpath.report.views import Inputs
+from tokenpath.summary import PERCENTILES
+from tokenpath.units import format_duration, format_number
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#222;
+padding:0 1rem}h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.2rem .7rem;border-bottom:1px solid #eee;text-align:right}
+td:first-child,th:first-child{text-align:left}table.lines td{text-align:left}.note{color:#666;font-size:.9rem}
+.verdict{background:#f4f6fa;border-left:4px solid #4c78a8;padding:.6rem 1rem}.chart{margin:1rem 0}
+"""
+
+
+@lru_cache(maxsize=1)
+def _vega_bundle() -> str:
+    """Vega, Vega-Lite and vega-embed as one script (vl-convert ships them; no network)."""
+    import vl_convert
+
+    return vl_convert.javascript_bundle()
+
+
+def _cell(text: str, key: str | None = None, value: float | None = None) -> str:
+    attrs = "" if key is None else f' data-key="{html.escape(key)}" data-value="{"" if value is None else repr(value)}"'
+    return f"<td{attrs}>{html.escape(text)}</td>"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else format_duration(value)
+
+
+def _numbers(inputs: Inputs) -> str:
+    """Throughput, latency and attribution of each run, side by side."""
+    runs = inputs.runs
+    head = "<tr><th>metric</th>" + "".join(f"<th>{html.escape(run.label)}</th>" for run in runs) + "</tr>"
+    body = []
+
+    def row(name: str, key: str, show: Any) -> None:
+        cells = []
+        for k, run in enumerate(runs):
+            value: Any = run.summary
+            for part in key.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            number = float(value) if isinstance(value, (int, float)) else None
+            cells.append(_cell("-" if number is None else show(number), f"{k}:{key}", number))
+        body.append(f"<tr><td>{html.escape(name)}</td>{''.join(cells)}</tr>")
+
+    row("output tokens/s", "throughput.output_tokens_per_s", format_number)
+    row("requests/s", "throughput.requests_per_s", format_number)
+    row("goodput (meets SLOs), requests/s", "throughput.goodput_requests_per_s", format_number)
+    row("requests completed", "requests.completed", format_number)
+    row("requests failed", "requests.failed", format_number)
+    row("window", "window_s", _seconds)
+    for key, name in LATENCIES.items():
+        for stat in ("mean", *PERCENTILES):
+            row(f"{name} {stat.replace('p999', 'p99.9')}", f"latency_s.{key}.{stat}", _seconds)
+    if any(run.summary.get("attribution_s") for run in runs):
+        for layer in LAYERS:
+            row(f"{layer} (mean)", f"attribution_s.{layer}", _seconds)
+    return f"<table id='numbers'>{head}{''.join(body)}</table>"
+
+
+def _scenario(run: Any) -> str:
+    rows = "".join(f"<tr><td><b>{html.escape(k)}</b></td><td>{html.escape(v)}</td></tr>" for k, v in run.scenario_lines)
+    return f"<h3>{html.escape(run.label)}</h3><table class='lines'>{rows}</table>"
+
+
+def _verdicts(inputs: Inputs) -> str:
+    parts = []
+    for run in inputs.runs:
+        layer = run.summary.get("bottleneck")
+        if layer:
+            reason = run.summary.get("bottleneck_reason") or ""
+            parts.append(f"<p class='verdict'><b>{html.escape(run.label)}: bottleneck {html.escape(str(layer))}</b>"
+                         f"{' - ' + html.escape(reason) if reason else ''}</p>")
+    return "".join(parts) or "<p class='note'>No bottleneck verdict: the input has no attribution (a measured run).</p>"
+
+
+def _continuity(inputs: Inputs) -> str:
+    """The `continuity` block of a summary, when a run has one, as a table of its numbers."""
+    blocks = [(run.label, run.summary["continuity"]) for run in inputs.runs if isinstance(run.summary.get("continuity"), dict)]
+    if not blocks:
+        return ""
+    rows = []
+    for label, block in blocks:
+        for key, value in _flatten(block):
+            shown = format_duration(value) if key.endswith("_s") or "_s." in key else format_number(value)
+            rows.append(f"<tr><td>{html.escape(label)}</td><td>{html.escape(key)}</td>{_cell(shown)}</tr>")
+    return f"<h2>Continuity</h2><table>{''.join(rows)}</table>"
+
+
+def _flatten(block: dict[str, Any], prefix: str = "") -> list[tuple[str, float]]:
+    out = []
+    for key, value in block.items():
+        if isinstance(value, dict):
+            out += _flatten(value, f"{prefix}{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append((f"{prefix}{key}", float(value)))
+    return out
+
+
+def _spec(figure: Figure) -> dict[str, Any]:
+    spec = figure.chart.to_dict()
+    spec.setdefault("config", {}).setdefault("view", {"stroke": None})
+    return spec
+
+
+def _script_json(value: Any) -> str:
+    """JSON safe inside a <script> element."""
+    return json.dumps(value).replace("</", "<\\/")
+
+
+def render(inputs: Inputs, title: str) -> str:
+    """The whole page."""
+    figs = figures(inputs)
+    specs = {f"chart-{k}": _spec(figure) for k, figure in enumerate(figs)}
+    sections = []
+    for k, figure in enumerate(figs):
+        sections.append(f"<h2>{html.escape(figure.title)}</h2><div class='chart' id='chart-{k}' "
+                        f"data-name='{figure.name}'></div><p class='note'>{html.escape(figure.note)}</p>")
+    summaries = [run.summary for run in inputs.runs]
+    boot = """
+window.tokenpathCharts = {};
+window.tokenpathRendered = Promise.all(Object.entries(SPECS).map(([id, spec]) =>
+  vegaEmbed('#' + id, spec, {renderer: 'svg', actions: false}).then(result => {
+    window.tokenpathCharts[id] = result.view;
+  }).catch(error => console.error('chart ' + id + ': ' + error))));
+"""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{_STYLE}</style></head><body>
+<h1>{html.escape(title)}</h1>
+<h2>Scenario</h2>{''.join(_scenario(run) for run in inputs.runs)}
+<h2>Bottleneck</h2>{_verdicts(inputs)}
+<h2>Numbers</h2>{_numbers(inputs)}
+{_continuity(inputs)}
+{''.join(sections)}
+<script type="application/json" id="tokenpath-summaries">{_script_json(summaries)}</script>
+<script>{_vega_bundle()}</script>
+<script>const SPECS = {_script_json(specs)};{boot}</script>
+</body></html>
+"""
+
+
+def write_html(inputs: Inputs, path: str, title: str, flag: str = "--html") -> None:
+    text = render(inputs, title)
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"{flag} {files.shown(path)}: cannot write it ({error.strerror}); choose another path") from None
+
+
+def write_pngs(inputs: Inputs, folder: str, flag: str = "--png") -> list[Path]:
+    """Each figure as DIR/NN-name.png (rendered by vl-convert, no browser), at twice the pixels."""
+    import vl_convert
+
+    out = Path(folder)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"{flag} {files.shown(folder)}: cannot make the folder ({error.strerror})") from None
+    written = []
+    for k, figure in enumerate(figures(inputs)):
+        target = out / f"{k + 1:02d}-{figure.name}.png"
+        spec = _spec(figure)
+        spec.setdefault("title", figure.title)
+        spec.setdefault("background", "white")
+        try:
+            target.write_bytes(vl_convert.vegalite_to_png(spec, scale=2))
+        except OSError as error:
+            raise UserError(f"{flag} {files.shown(str(target))}: cannot write it ({error.strerror})") from None
+        written.append(target)
+    return written

@@ -1,0 +1,22 @@
+"""Checks shared by the tests of per-request results and reports."""
+
+import math
+
+import numpy as np
+
+
+def assert_means_match(frame, summary) -> None:
+    """The per-request rows' means and p99 over the measured requests (ok, not warm-up) are the summary's,
+    to float rounding (a CSV holds each float as its shortest decimal)."""
+    kept = frame[frame["ok"].astype(bool) & ~frame["warmup"].astype(bool)]
+    assert len(kept) == summary["requests"]["completed"]
+    for key in ("ttft", "ttfv", "tpot", "e2e"):
+        values = kept[f"{key}_s"].dropna().to_numpy(np.float64)
+        assert math.isclose(values.mean(), summary["latency_s"][key]["mean"], rel_tol=1e-9), key
+        assert math.isclose(np.percentile(values, 99), summary["latency_s"][key]["p99"], rel_tol=1e-9), key
+    assert math.isclose(kept["output_tokens"].mean(), summary["requests"]["output_tokens_mean"], rel_tol=1e-9)
+    if summary["attribution_s"] is not None:
+        for layer, mean_s in summary["attribution_s"].items():
+            assert math.isclose(kept[f"{layer}_s"].mean(), mean_s, rel_tol=1e-9), layer
+        parts = kept[["queue_s", "compute_s", "traffic_s", "delivery_s"]].sum(axis=1)
+        assert np.allclose(parts, kept["e2e_s"], rtol=1e-9)  # the four layers add up to E2E, per request

@@ -1,0 +1,176 @@
+"""Per-request results and the HTML report: the rows reproduce the summary, and the report, opened in
+headless Chromium, logs no error, fetches nothing from the network, draws every chart and shows the
+JSON's numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from browser import chromium, in_ci, open_page
+from cli_helpers import assert_user_error, run_cli
+from report_helpers import assert_means_match
+from tokenpath.report.requests import read_results_table
+from tokenpath.units import format_duration, format_number
+
+SMALL = ["--num-requests", "60", "--input-len", "200", "--output-len", "40", "--warmup-requests", "5"]
+
+# What the page reports back: for each chart, how many data marks it drew (axes, legends and titles
+# left out), and every number shown with its summary key and value.
+PROBE = """window.tokenpathRendered.then(() => ({
+  charts: [...document.querySelectorAll('div.chart')].map(el => ({
+    name: el.dataset.name,
+    marks: [...el.querySelectorAll('g.role-mark')]
+      .filter(g => !g.closest('.role-axis, .role-legend, .role-title'))
+      .reduce((n, g) => n + g.children.length, 0)})),
+  numbers: [...document.querySelectorAll('td[data-key]')].map(td => [td.dataset.key, td.dataset.value, td.textContent]),
+}))"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two small simulated runs (the second at a higher rate), with results, HTML and PNGs of the first."""
+    folder = tmp_path_factory.mktemp("report")
+    mp = pytest.MonkeyPatch()
+
+    class Capture:  # capsys is function-scoped; the CLI writes through rich consoles bound to sys.stdout
+        def readouterr(self):
+            return "", ""
+
+    a, b = folder / "a.json", folder / "b.json"
+    code, _, _ = run_cli(["simulate", *SMALL, "--json", str(a), "--results", str(folder / "a.parquet"),
+                          "--html", str(folder / "a.html"), "--png", str(folder / "png")], mp, Capture())
+    assert code == 0
+    code, _, _ = run_cli(["simulate", *SMALL, "--request-rate", "60", "--json", str(b)], mp, Capture())
+    assert code == 0
+    mp.undo()
+    return folder
+
+
+def test_results_reproduce_the_summary(runs):
+    summary = json.loads((runs / "a.json").read_text())
+    frame, embedded, lines = read_results_table(str(runs / "a.parquet"))
+    assert embedded == summary and dict(lines)["model"].startswith("llama-3.1-70b")
+    assert len(frame) == 60 and frame["warmup"].sum() == 5
+    assert_means_match(frame, summary)
+    # The engine's times sit in order inside each request's life.
+    kept = frame[frame["ok"]]
+    assert (kept["send_s"] <= kept["prefill_start_s"]).all() and (kept["prefill_start_s"] < kept["first_token_s"]).all()
+    assert (kept["engine_done_s"] < kept["last_byte_s"]).all()
+    assert (frame["replica"] == 0).all() and (frame["preemptions"] == 0).all()
+
+
+def test_results_formats_and_errors(runs, monkeypatch, capsys, tmp_path):
+    for name in ("r.csv", "r.jsonl"):
+        code, out, err = run_cli(["simulate", *SMALL, "--results", str(tmp_path / name)], monkeypatch, capsys)
+        assert code == 0, err
+        frame, _, _ = read_results_table(str(tmp_path / name))
+        assert_means_match(frame, json.loads((runs / "a.json").read_text()))
+    assert_user_error(*run_cli(["simulate", "--results", str(tmp_path / "r.xlsx")], monkeypatch, capsys),
+                      "--results", ".parquet")
+    assert_user_error(*run_cli(["report", str(runs / "a.json"), "--html", str(tmp_path / "x.txt")], monkeypatch, capsys),
+                      "--html", ".html")
+    assert_user_error(*run_cli(["report", str(tmp_path / "none.json"), "--html", str(tmp_path / "x.html")],
+                               monkeypatch, capsys), "no such results file")
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"schema": "other/1"}')
+    assert_user_error(*run_cli(["report", str(junk), "--html", str(tmp_path / "x.html")], monkeypatch, capsys),
+                      "not a tokenpath.summary/1")
+
+
+def test_png_figures(runs):
+    names = sorted(path.name for path in (runs / "png").iterdir())
+    assert names == ["01-attribution.png", "02-layers.png", "03-latency.png", "04-timeline.png", "05-reader.png",
+                     "06-steps.png", "07-roofline.png"]
+    for name in names:
+        data = (runs / "png" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def _fixtures(runs: Path) -> tuple[Path, Path]:
+    """A levers JSON and a sweep Parquet in the schemas `tokenpath levers --json` and `tokenpath sweep` write."""
+    base = json.loads((runs / "a.json").read_text())
+    other = json.loads((runs / "b.json").read_text())
+    levers = {"objective": "latency_s.e2e.p99", "baseline": base, "levers": [
+        {"name": "request rate 60", "group": "workload", "overrides": {"workload.arrival.rate": 60}, "summary": other,
+         "change": None},
+        {"name": "tp 4", "group": "deployment", "overrides": {"deployment.tp": 4}, "summary": base, "change": -0.25},
+    ]}
+    (runs / "levers.json").write_text(json.dumps(levers))
+    rows = {"workload.arrival.rate": [10.0, 20.0, 40.0, 80.0],
+            "throughput.output_tokens_per_s": [400.0, 800.0, 1500.0, 1450.0],
+            "latency_s.e2e.p99": [2.0, 2.5, 4.0, 9.0], "latency_s.ttft.p99": [0.1, 0.2, 0.3, 0.9]}
+    pq.write_table(pa.table(rows), runs / "sweep.parquet")
+    return runs / "levers.json", runs / "sweep.parquet"
+
+
+def test_overlay_levers_and_sweep_report(runs, monkeypatch, capsys):
+    levers, sweep = _fixtures(runs)
+    out = runs / "both.html"
+    code, _, err = run_cli(["report", str(runs / "a.json"), str(runs / "b.json"), str(levers), str(sweep),
+                            "--html", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    text = out.read_text()
+    assert "a.json" in text and "b.json" in text and "Levers" in text and "Sweep" in text
+
+
+def _check_page(path: Path, summaries: list[dict], expected_charts: list[str]) -> None:
+    page = open_page(path.resolve().as_uri(), PROBE)
+    assert page["errors"] == []
+    assert page["requests"] and all(url.startswith(("file:", "data:")) for url in page["requests"]), page["requests"]
+    charts = page["value"]["charts"]
+    assert [chart["name"] for chart in charts] == expected_charts
+    assert all(chart["marks"] > 0 for chart in charts), charts
+    numbers = page["value"]["numbers"]
+    assert len(numbers) > 30 * len(summaries)
+    for key, value, text in numbers:
+        run, dotted = key.split(":")
+        expected = summaries[int(run)]
+        for part in dotted.split("."):
+            expected = expected[part]
+        if expected is None:
+            assert text == "-"
+            continue
+        assert float(value) == expected
+        seconds = dotted.startswith(("latency_s", "attribution_s", "window_s"))
+        assert text == (format_duration(expected) if seconds else format_number(expected)), (key, text)
+
+
+@pytest.mark.skipif(chromium() is None and not in_ci(), reason="needs Debian's chromium (.ci/run installs it)")
+def test_html_report_in_a_browser(runs, monkeypatch, capsys):
+    html = (runs / "a.html").read_text()
+    assert "<script src" not in html and "<link" not in html  # nothing to fetch
+    summary = json.loads((runs / "a.json").read_text())
+    _check_page(runs / "a.html", [summary], ["attribution", "layers", "latency", "timeline", "reader", "steps",
+                                               "roofline"])
+    levers, sweep = _fixtures(runs)
+    out = runs / "overlay.html"
+    code, _, err = run_cli(["report", str(runs / "a.json"), str(runs / "b.json"), str(levers), str(sweep),
+                            "--html", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    _check_page(out, [summary, json.loads((runs / "b.json").read_text())],
+                ["attribution", "latency", "levers", "sweep"])  # summaries alone: no rows, steps or roofline
+
+
+def test_tornado_and_pareto_data(runs):
+    """The tornado's bars are each lever's change of the objective; the Pareto front leaves out the
+    point another beats on both throughput and latency."""
+    from tokenpath.report.charts import pareto, tornado
+    from tokenpath.report.views import load_inputs
+
+    levers, sweep = _fixtures(runs)
+    inputs = load_inputs([str(levers), str(sweep)])
+    bars = tornado(inputs).chart.to_dict()
+    values = {row["lever"]: row["change"] for row in next(iter(bars["datasets"].values()))}
+    base = json.loads((runs / "a.json").read_text())["latency_s"]["e2e"]["p99"]
+    other = json.loads((runs / "b.json").read_text())["latency_s"]["e2e"]["p99"]
+    assert values == {"request rate 60": pytest.approx((other - base) / base), "tp 4": -0.25}
+    spec = pareto(inputs).chart.to_dict()
+    front = [row for data in spec["datasets"].values() for row in data if row.get("on the Pareto front") is True]
+    assert sorted(row["tokens_per_s"] for row in front) == [400.0, 800.0, 1500.0]  # 1450 tokens/s at 9 s is beaten
+    assert np.isfinite([row["e2e_p99_s"] for row in front]).all()
