@@ -32,6 +32,9 @@ class Run:
     failed: np.ndarray | None = None       # measured runs: requests that did not complete
     itl_histogram: Any = None              # summary.LogHistogram of ITL when token times are not kept
     ttft_engine_ns: np.ndarray | None = None  # simulated runs: sent -> first token leaves the engine
+    stalls: np.ndarray | None = None       # per request, continuity.per_request: stalls after the first
+    stall_ns: np.ndarray | None = None     # visible text, their summed length, and Andes' QoE; None
+    qoe: np.ndarray | None = None          # where the summary computes them from token_client_ns
 
     def __len__(self) -> int:
         return len(self.sent_ns)

@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from tokenpath import continuity
 from tokenpath.run import Run
 
 SCHEMA = "tokenpath.summary/1"
@@ -138,5 +139,20 @@ def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, flo
         },
         "attribution_s": attribution_s(run),
         "bottleneck": bottleneck,
+        "continuity": continuity_block(run),
     }
     return summary
+
+
+def continuity_block(run: Run) -> dict[str, Any] | None:
+    """Stalls and QoE over completed requests (continuity.py): from the run's per-request values, or
+    computed here from its token times; None for a run that has neither."""
+    if run.qoe is not None:
+        flow = {"stalls": run.stalls, "stall_ns": run.stall_ns, "qoe": run.qoe}
+    elif run.token_client_ns is not None:
+        flow = continuity.per_request(run.token_client_ns, run.token_offsets, run.sent_ns,
+                                      run.sent_ns + run.ttfv_ns)
+    else:
+        return None
+    done = run.completed
+    return continuity.summary_block(flow["stalls"][done], flow["stall_ns"][done], flow["qoe"][done])
