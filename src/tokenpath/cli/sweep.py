@@ -38,7 +38,7 @@ Examples:
 
   tokenpath sweep sweep.toml --out results.parquet --ray            # a local Ray instance
 
-  tokenpath sweep sweep.toml --out results.parquet --ray auto       # the Ray cluster this machine is in
+  tokenpath sweep sweep.toml --out results.parquet --ray-address auto   # the Ray cluster this machine is in
 
 Rerunning the same command resumes: only the points missing from --out run.
 """
@@ -49,10 +49,11 @@ Rerunning the same command resumes: only the points missing from --out run.
 def sweep(
     spec: str = typer.Argument(..., help="the sweep spec (.toml): scenario, [overrides], [axes], samples, seed"),
     out: str = typer.Option(..., "--out", help="the results table: .parquet (or .pq) or .csv"),
-    ray: Optional[str] = typer.Option(
-        None, "--ray", flag_value="local",
-        help="run the points on Ray: --ray alone starts a local instance, --ray ADDRESS joins a cluster "
-             "(needs pip install 'tokenpath[ray]')"),
+    ray: bool = typer.Option(
+        False, "--ray", help="run the points on Ray: a local instance, or the cluster at --ray-address "
+                             "(needs pip install 'tokenpath[ray]')"),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="a Ray cluster to join ('auto', or HOST:PORT); implies --ray"),
     pareto: Optional[str] = typer.Option(
         None, "--pareto", help="X,Y: print and write the frontier of two metrics, each X:max or X:min "
                                "(inferred for latencies, stalls, throughput and QoE)"),
@@ -62,18 +63,20 @@ def sweep(
     from tokenpath.sweep.pareto import frontier, parse_objectives
     from tokenpath.sweep.run import run_sweep
     from tokenpath.sweep.spec import load_spec
-    from tokenpath.sweep.store import pareto_path, table_format
+    from tokenpath.sweep.store import table_format
 
     out_path = Path(out)
     table_format(out_path)
     files.check_writable(out, "--out")
     objectives = parse_objectives(pareto) if pareto is not None else None
-    if ray is not None and workers is not None:
+    ray = ray or ray_address is not None
+    if ray and workers is not None:
         raise UserError("--workers: Ray places points on the cluster's CPUs itself; leave out --workers with --ray")
     sweep_spec = load_spec(spec)
 
     progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("ETA"), TimeRemainingColumn(), console=err_console, transient=True)
+                        TextColumn("ETA"), TimeRemainingColumn(), console=err_console, transient=True,
+                        disable=not err_console.is_terminal)
     task = progress.add_task("sweep", total=len(sweep_spec.points))
 
     def started(done: int, total: int) -> None:
@@ -83,8 +86,7 @@ def sweep(
 
     try:
         with progress:
-            result = run_sweep(sweep_spec, out_path, workers=workers, ray=ray is not None,
-                               ray_address=None if ray in (None, "local") else ray, started=started,
+            result = run_sweep(sweep_spec, out_path, workers=workers, ray=ray, ray_address=ray_address, started=started,
                                finished=lambda row: progress.advance(task))
     except KeyboardInterrupt:
         err_console.print(f"interrupted: the finished points are kept in {files.shown(out)}; rerun the same "

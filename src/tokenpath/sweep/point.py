@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tokenpath.errors import UserError
 from tokenpath.sweep.spec import point_id, scenario_for
 
 
@@ -31,7 +32,11 @@ def simulate_point(scenario: str, overrides: dict[str, Any], values: dict[str, A
     from tokenpath.pipeline import prepare, simulate
     from tokenpath.report.simulation import result_document
 
-    simulation = simulate(prepare(scenario_for(scenario, overrides, values)), workers=1)
+    try:
+        simulation = simulate(prepare(scenario_for(scenario, overrides, values)), workers=1)
+    except UserError as error:  # a deployment that cannot be built: say which point
+        shown = ", ".join(f"{key}={value!r}" for key, value in values.items())
+        raise UserError(f"point {shown}: {error}") from None
     document, _ = result_document(simulation)
     row: dict[str, Any] = {"point": point_id(values), "sweep": sweep, **values}
     for key, value in flatten_summary(document).items():

@@ -10,7 +10,8 @@
     "workload.arrival.rate" = {min = 5, max = 40, log = true}  # a range: `samples` random draws
 
 Every combination of the grid axes is crossed with the `samples` random draws of the range axes
-(one point per combination when there are no ranges). Dotted keys may be quoted or written as TOML
+(one point per combination when there are no ranges); a point drawn twice (an integer range can
+repeat a value) is run once. Dotted keys may be quoted or written as TOML
 dotted keys; both mean the same scenario key.
 """
 
@@ -68,7 +69,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _range_values(key: str, spec: dict, samples: int, rng: np.random.Generator) -> list:
+def _check_range(key: str, spec: dict) -> None:
     low, high, log = spec.get("min"), spec.get("max"), spec.get("log", False)
     if not (_number(low) and _number(high) and low < high):
         raise UserError(f"axes.{key}: a range needs numbers min < max, got min={low!r}, max={high!r}")
@@ -76,6 +77,10 @@ def _range_values(key: str, spec: dict, samples: int, rng: np.random.Generator) 
         raise UserError(f"axes.{key}: log must be true or false, got {log!r}")
     if log and low <= 0:
         raise UserError(f"axes.{key}: a log range needs min > 0, got {low!r}")
+
+
+def _range_values(spec: dict, samples: int, rng: np.random.Generator) -> list:
+    low, high, log = spec["min"], spec["max"], spec.get("log", False)
     draws = np.exp(rng.uniform(math.log(low), math.log(high), samples)) if log else rng.uniform(low, high, samples)
     if isinstance(low, int) and isinstance(high, int):  # an integer range draws integers
         return [int(v) for v in np.clip(np.rint(draws), low, high)]
@@ -121,6 +126,7 @@ def load_spec(path: str | Path) -> SweepSpec:
             if not _is_range(value):
                 raise UserError(f"axes.{key}: a range has min, max and optionally log, got "
                                 f"{', '.join(sorted(value))}")
+            _check_range(key, value)
             ranges[key] = value
         else:
             raise UserError(f"axes.{key}: must be a list of values or a range {{min, max, log}}, got {value!r}")
@@ -134,19 +140,21 @@ def load_spec(path: str | Path) -> SweepSpec:
     elif samples is not None:
         raise UserError(f"{source}: samples is for range axes, and every axis here is a list; remove it")
     rng = np.random.default_rng(seed)
-    drawn = {key: _range_values(key, spec, samples, rng) for key, spec in ranges.items()}
+    drawn = {key: _range_values(spec, samples, rng) for key, spec in ranges.items()}
     draws = [{key: values[s] for key, values in drawn.items()} for s in range(samples)] if ranges else [{}]
     count = math.prod(len(values) for values in grid.values()) * len(draws)
     if count > MAX_POINTS:
         raise UserError(f"{source}: {count:,} points is more than {MAX_POINTS:,}; use fewer values or samples")
-    points = []
+    if any(len(set(map(repr, values))) < len(values) for values in grid.values()):
+        raise UserError(f"{source}: an axis lists a value twice; list each value once")
+    points, seen = [], set()
     for combination in itertools.product(*grid.values()):
         for draw in draws:
             values = dict(zip(grid, combination)) | draw
-            points.append({key: values[key] for key in axes})
-    if len({point_id(p) for p in points}) < len(points):
-        raise UserError(f"{source}: some points repeat (a value listed twice, or a range drawn twice); "
-                        "list each value once")
+            point = {key: values[key] for key in axes}
+            if point_id(point) not in seen:  # an integer range can draw the same value twice: once is enough
+                seen.add(point_id(point))
+                points.append(point)
 
     base = scenario_for(scenario, overrides, {})
     for values in points:  # every user error surfaces before the first simulation
