@@ -76,21 +76,23 @@ def per_request(client_ns: np.ndarray, offsets: np.ndarray, sent_ns: np.ndarray,
     ends = offsets[1:] - 1
     gaps[ends[lengths > 0]] = 0
 
-    # Stalls are rare: find the long gaps first, then keep those after the first visible character.
-    long = np.flatnonzero(gaps > spec.stall_threshold_s * 1e9)
-    if len(long):
-        owner = np.searchsorted(offsets, long, side="right") - 1
-        after_visible = client_ns[long] >= np.asarray(visible_ns, np.int64)[owner]
-        owner, long = owner[after_visible], long[after_visible]
-        stalls += np.bincount(owner, minlength=n)
-        stall_ns += np.bincount(owner, weights=gaps[long], minlength=n).astype(np.int64)
-
-    # A reader is never behind when the first visible text comes by the expected TTFT and no gap is
-    # longer than a token's reading time: QoE 1 without the exact sum.
     has = lengths > 0
     starts = offsets[:-1]
     max_gap = np.zeros(n, np.int64)
     max_gap[has] = np.maximum.reduceat(gaps, starts[has])
+
+    # Stalls are rare: look for them only in the requests whose longest gap is long enough.
+    stalled = np.flatnonzero(max_gap > spec.stall_threshold_s * 1e9)
+    if len(stalled):
+        count = lengths[stalled]
+        owner = np.repeat(stalled, count)
+        index = np.repeat(starts[stalled], count) + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
+        stall = (gaps[index] > spec.stall_threshold_s * 1e9) & (client_ns[index] >= np.asarray(visible_ns, np.int64)[owner])
+        stalls += np.bincount(owner[stall], minlength=n)
+        stall_ns += np.bincount(owner[stall], weights=gaps[index[stall]], minlength=n).astype(np.int64)
+
+    # A reader is never behind when the first visible text comes by the expected TTFT and no gap is
+    # longer than a token's reading time: QoE 1 without the exact sum.
     first_rel = np.maximum(client_ns[np.minimum(starts, len(client_ns) - 1)] - sent_ns, visible_rel)
     maybe_late = has & ((first_rel > expected_ns) | (max_gap > period_ns))
     qoe[has & ~maybe_late] = 1.0

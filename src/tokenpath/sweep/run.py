@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -40,6 +41,10 @@ def _local(spec: SweepSpec, todo: list[dict[str, Any]], workers: int) -> Iterato
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 yield future.result()
+    except BrokenProcessPool:
+        raise UserError("a worker process died before its point finished (most often the system ran out of "
+                        "memory, or Ctrl-C reached it); rerun the same command to run the missing points, with "
+                        "fewer --workers if memory is short") from None
     finally:  # stopped (Ctrl-C, or a point's error): start no more points
         pool.shutdown(wait=True, cancel_futures=True)
 
