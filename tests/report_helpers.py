@@ -20,3 +20,8 @@ def assert_means_match(frame, summary) -> None:
             assert math.isclose(kept[f"{layer}_s"].mean(), mean_s, rel_tol=1e-9), layer
         parts = kept[["queue_s", "compute_s", "traffic_s", "delivery_s"]].sum(axis=1)
         assert np.allclose(parts, kept["e2e_s"], rtol=1e-9)  # the four layers add up to E2E, per request
+    flow = summary.get("continuity")
+    if flow is not None:  # the continuity block, from the same rows
+        assert math.isclose(kept["stalls"].mean(), flow["stalls_per_request"], rel_tol=1e-9, abs_tol=1e-12)
+        assert math.isclose(kept["stall_s"].mean(), flow["stall_s_per_request"], rel_tol=1e-9, abs_tol=1e-12)
+        assert math.isclose(kept["qoe"].mean(), flow["qoe"]["mean"], rel_tol=1e-9)

@@ -30,9 +30,10 @@ HUGE_EVENT_BYTES = 3 * 2**20  # the "huge" behavior's second event: one SSE line
 
 class FakeServer:
     def __init__(self, behavior: Callable[[int], str] | str = "ok", itl_s: float = 0.0, first_delay_s: float = 0.0,
-                 drip_s: float = 0.05, chunks_per_write: int = 1) -> None:
+                 drip_s: float = 0.05, chunks_per_write: int = 1, pause_s: float = 0.6) -> None:
         self.behavior = behavior if callable(behavior) else (lambda i, name=behavior: name)
         self.itl_s, self.first_delay_s, self.drip_s = itl_s, first_delay_s, drip_s
+        self.pause_s = pause_s  # the "pause" behavior: this long a silence after the third event
         self.sends: dict[int, list[tuple[int, int]]] = defaultdict(list)  # i -> [(send_ns, tokens)]
         self.received: dict[int, dict] = {}
         self.received_ns: dict[int, int] = {}
@@ -176,6 +177,8 @@ class FakeServer:
                 await send({"error": {"message": "engine died for the test", "code": 500}})
             if behavior == "stall" and k == 2:
                 await asyncio.sleep(3600)
+            if behavior == "pause" and k == 3:
+                await asyncio.sleep(self.pause_s)
             if behavior == "drip":
                 await asyncio.sleep(self.drip_s)
             elif self.itl_s:

@@ -172,7 +172,9 @@ def test_summary_of_a_hand_made_run():
     slo = {**NO_SLO, "ttft": 0.15}
     got = summarize(hand_run(), "hand", "ab" * 32, slo, bottleneck="compute")
     assert list(got) == ["schema", "source", "scenario", "requests", "window_s", "throughput", "latency_s",
-                         "attribution_s", "bottleneck"]
+                         "attribution_s", "bottleneck", "continuity"]
+    # Every token within 180 ms of its send and no gap near 250 ms: the reader is never behind.
+    assert got["continuity"]["qoe"]["mean"] == 1.0 and got["continuity"]["stalls_per_request"] == 0.0
     assert got["schema"] == SCHEMA == "tokenpath.summary/1"
     assert got["source"] == "simulate"
     assert got["scenario"] == {"name": "hand", "fingerprint": "ab" * 32}

@@ -10,6 +10,7 @@ from typing import Callable
 
 import numpy as np
 
+from tokenpath import continuity
 from tokenpath.compute.chip import ChipSpec, load_chip
 from tokenpath.compute.model import ModelSpec, load_model
 from tokenpath.compute.roofline import ComputeModel
@@ -180,7 +181,8 @@ def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, la
     """
     n = len(requests)
     offsets = trace.token_offsets
-    first_leave, ttft, ttfv, last_client = (np.empty(n, np.int64) for _ in range(4))
+    first_leave, ttft, ttfv, last_client, stalls, stall_ns = (np.empty(n, np.int64) for _ in range(6))
+    qoe = np.empty(n)
     tokens = np.empty(offsets[-1], np.int64) if keep_tokens else None
     lo = 0
     while lo < n:
@@ -193,6 +195,8 @@ def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, la
         ttft[lo:hi] = client_ns[first]
         ttfv[lo:hi] = client_ns[first + visible[lo:hi]]
         last_client[lo:hi] = client_ns[local[1:] - 1]
+        flow = continuity.per_request(client_ns, local, trace.sent_ns[lo:hi], ttfv[lo:hi])
+        stalls[lo:hi], stall_ns[lo:hi], qoe[lo:hi] = flow["stalls"], flow["stall_ns"], flow["qoe"]
         if tokens is not None:
             tokens[offsets[lo]:offsets[hi]] = client_ns
         else:
@@ -217,6 +221,9 @@ def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, la
         "traffic_ns": trace.traffic_ns,
         "delivery_ns": delivery,
         "engine_done_ns": trace.last_step_end_ns,
+        "stalls": stalls,
+        "stall_ns": stall_ns,
+        "qoe": qoe,
     }
     if trace.first_step_start_ns is not None:
         part["prefill_start_ns"] = trace.first_step_start_ns

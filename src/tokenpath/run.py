@@ -39,6 +39,9 @@ class Run:
     engine_done_ns: np.ndarray | None = None
     preemptions: np.ndarray | None = None
     replica: np.ndarray | None = None
+    stalls: np.ndarray | None = None       # per request, continuity.per_request: stalls after the first
+    stall_ns: np.ndarray | None = None     # visible text, their summed length, and Andes' QoE; None
+    qoe: np.ndarray | None = None          # where the summary computes them from token_client_ns
 
     def __len__(self) -> int:
         return len(self.sent_ns)

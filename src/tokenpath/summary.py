@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from tokenpath import continuity
 from tokenpath.run import Run
 
 SCHEMA = "tokenpath.summary/1"
@@ -138,6 +139,7 @@ def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, flo
         },
         "attribution_s": attribution_s(run),
         "bottleneck": bottleneck,
+        "continuity": continuity_block(run),
     }
     if run.prefix_hit_tokens is not None:
         prompt = int(run.input_tokens[done].sum())
@@ -146,3 +148,22 @@ def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, flo
             "hit_tokens_mean": float(run.prefix_hit_tokens[done].mean()) if done.any() else 0.0,
         }
     return summary
+
+
+def continuity_per_request(run: Run) -> dict[str, np.ndarray] | None:
+    """Each request's stalls, stall_ns and qoe (continuity.py): the run's own values, or computed from
+    its token times; None for a run that has neither."""
+    if run.qoe is not None:
+        return {"stalls": run.stalls, "stall_ns": run.stall_ns, "qoe": run.qoe}
+    if run.token_client_ns is not None:
+        return continuity.per_request(run.token_client_ns, run.token_offsets, run.sent_ns, run.sent_ns + run.ttfv_ns)
+    return None
+
+
+def continuity_block(run: Run) -> dict[str, Any] | None:
+    """Stalls and QoE over completed requests; None for a run without per-request continuity."""
+    flow = continuity_per_request(run)
+    if flow is None:
+        return None
+    done = run.completed
+    return continuity.summary_block(flow["stalls"][done], flow["stall_ns"][done], flow["qoe"][done])

@@ -5,8 +5,8 @@ computed from the run's integer nanoseconds exactly as the summary computes it, 
 column over the measured requests (`ok` and not `warmup`) is the summary's mean.
 
 A column a run does not have is null: a measured run has no attribution, no engine times and no
-replica. Other per-request metrics join through `extra` (the `continuity` block's stalls and QoE,
-when a run has them), without this module knowing them.
+replica, and the continuity metrics (stalls after the first visible text, their total, Andes' QoE)
+where the run has token times.
 
 Parquet files carry the run's summary and scenario lines in their metadata, so `tokenpath report
 RESULTS.parquet` rebuilds the whole report from the file alone.
@@ -23,6 +23,7 @@ import numpy as np
 from tokenpath import files
 from tokenpath.errors import UserError
 from tokenpath.run import Run
+from tokenpath.summary import continuity_per_request
 
 SCHEMA = "tokenpath.requests/1"
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
@@ -53,14 +54,16 @@ COLUMNS = {
     "traffic_s": "attribution: fabric traffic of those steps",
     "delivery_s": "attribution: upload, host time blocking its steps, and the last mile",
     "preemptions": "how often it lost its KV cache and was recomputed (simulated runs)",
+    "stalls": "gaps over the stall threshold after the first visible text (continuity.py)",
+    "stall_s": "their summed length",
+    "qoe": "Andes' QoE: delivered text against a reader's expected timeline, 1 when never behind",
 }
 
 
-def request_columns(run: Run, warmup_requests: int = 0, request_ids: np.ndarray | None = None,
-                    extra: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+def request_columns(run: Run, warmup_requests: int = 0,
+                    request_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The per-request table of a run as named columns: a value the run lacks is NaN (float columns)
-    or -1 (replica, preemptions), both written as null. `extra` columns (one value per request) are
-    appended as given."""
+    or -1 (replica, preemptions, stalls), both written as null."""
     n = len(run)
     ok = run.completed
     seconds = lambda ns: np.asarray(ns, dtype=np.float64) / 1e9  # noqa: E731  as summary.stats_s does
@@ -104,17 +107,15 @@ def request_columns(run: Run, warmup_requests: int = 0, request_ids: np.ndarray 
         "delivery_s": duration(run.delivery_ns),
         "preemptions": np.full(n, -1, np.int64) if run.preemptions is None else np.asarray(run.preemptions, np.int64),
     }
-    for name, values in (extra or {}).items():
-        if name in columns:
-            raise ValueError(f"extra column {name!r} is already a results column")
-        if len(values) != n:
-            raise ValueError(f"extra column {name!r} has {len(values)} values for {n} requests")
-        columns[name] = np.asarray(values)
+    flow = continuity_per_request(run)
+    columns["stalls"] = np.full(n, -1, np.int64) if flow is None else np.where(ok, flow["stalls"], -1)
+    columns["stall_s"] = missing if flow is None else duration(flow["stall_ns"])
+    columns["qoe"] = missing if flow is None else np.where(ok, flow["qoe"], np.nan)
     return columns
 
 
 # Integer columns where -1 means "this run does not have it": written as null.
-_NULL_IF_NEGATIVE = ("replica", "preemptions")
+_NULL_IF_NEGATIVE = ("replica", "preemptions", "stalls")
 
 
 def to_arrow(columns: Mapping[str, np.ndarray], summary: dict[str, Any] | None = None,

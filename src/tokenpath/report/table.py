@@ -72,10 +72,24 @@ def print_summary(console: Console, summary: dict[str, Any], scenario_lines: lis
     console.print(latency_table(summary))
     if summary["attribution_s"] is not None:
         console.print(attribution_table(summary))
+    line = continuity_line(summary.get("continuity"))
+    if line:
+        console.print(line)
     if summary["bottleneck"] and reason and reason.startswith("overloaded"):  # the overload first
         console.print(f"[bold]Bottleneck: {reason.partition(';')[0]}[/bold];{reason.partition(';')[2]}")
     elif summary["bottleneck"]:
         console.print(f"[bold]Bottleneck: {summary['bottleneck']}[/bold] - {reason}")
+
+
+def continuity_line(flow: dict[str, Any] | None) -> str | None:
+    """One line on continuity: Andes' QoE against a reader, and the stalls after the first visible text."""
+    if not flow or flow["qoe"]["mean"] is None:
+        return None
+    qoe = flow["qoe"]
+    return (f"Continuity: QoE {qoe['mean']:.3f} mean, {qoe['p10']:.3f} p10 (reader at "
+            f"{flow['reading_tokens_per_s']:.2f} tokens/s from {flow['expected_ttft_s']:g} s); "
+            f"{flow['stalls_per_request']:.2f} stalls over {flow['stall_threshold_s'] * 1000:g} ms per request, "
+            f"{flow['requests_with_stalls']:.1%} of requests stalled")
 
 
 def catalog_table(title: str, columns: list[str], rows: list[list[str]]) -> Table:

@@ -1,0 +1,44 @@
+"""One point of a sweep: a full simulation (the same pipeline as `tokenpath simulate`), as one flat row.
+
+This is what a local worker process or a Ray task runs; it takes and returns plain data only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tokenpath.errors import UserError
+from tokenpath.sweep.spec import point_id, scenario_for
+
+
+def flatten_summary(document: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested summary keys joined with dots (`latency_s.ttft.p99`); lists become JSON text."""
+    flat: dict[str, Any] = {}
+    for key, value in document.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_summary(value, dotted + "."))
+        elif isinstance(value, (list, tuple)):
+            flat[dotted] = json.dumps(value)
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def simulate_point(scenario: str, overrides: dict[str, Any], values: dict[str, Any], sweep: str) -> dict[str, Any]:
+    """The row of one point: its id, the sweep's fingerprint, its axis values, then every summary metric.
+    A metric named like an axis key is kept as `summary.<key>`."""
+    from tokenpath.pipeline import prepare, simulate
+    from tokenpath.report.simulation import result_document
+
+    try:
+        simulation = simulate(prepare(scenario_for(scenario, overrides, values)), workers=1)
+    except UserError as error:  # a deployment that cannot be built: say which point
+        shown = ", ".join(f"{key}={value!r}" for key, value in values.items())
+        raise UserError(f"point {shown}: {error}") from None
+    document, _ = result_document(simulation)
+    row: dict[str, Any] = {"point": point_id(values), "sweep": sweep, **values}
+    for key, value in flatten_summary(document).items():
+        row[f"summary.{key}" if key in row else key] = value
+    return row

@@ -1,0 +1,108 @@
+"""Run a sweep's missing points on local processes or a Ray cluster, keeping each row as it finishes."""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from tokenpath.errors import UserError
+from tokenpath.forked import available_cpus
+from tokenpath.sweep.point import simulate_point
+from tokenpath.sweep.spec import SweepSpec, point_id
+from tokenpath.sweep.store import ResultStore
+
+RAY_INSTALL = "pip install 'tokenpath[ray]'"
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    total: int        # points in the spec
+    already: int      # found finished in the output before this run
+    ran: int          # simulated in this run
+    out: Path
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """forkserver where the platform has it (clean workers, unlike fork; started once), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def _local(spec: SweepSpec, todo: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+    try:
+        pending = {pool.submit(simulate_point, spec.scenario, spec.overrides, values, spec.fingerprint)
+                   for values in todo}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+    except BrokenProcessPool:
+        raise UserError("a worker process died before its point finished (most often the system ran out of "
+                        "memory, or Ctrl-C reached it); rerun the same command to run the missing points, with "
+                        "fewer --workers if memory is short") from None
+    finally:  # stopped (Ctrl-C, or a point's error): start no more points
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ray(spec: SweepSpec, todo: list[dict[str, Any]], address: str | None) -> Iterator[dict[str, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise UserError(f"--ray: Ray is not installed; install it with {RAY_INSTALL}") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    try:
+        task = ray.remote(simulate_point)
+        pending = [task.remote(spec.scenario, spec.overrides, values, spec.fingerprint) for values in todo]
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                yield ray.get(done[0])
+        finally:
+            for ref in pending:
+                ray.cancel(ref)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_sweep(spec: SweepSpec, out: Path, workers: int | None = None, ray: bool = False,
+              ray_address: str | None = None, started: Callable[[int, int], None] | None = None,
+              finished: Callable[[dict[str, Any]], None] | None = None) -> SweepRun:
+    """Simulate every point of `spec` not yet in `out`, keeping each row as it finishes.
+
+    `started(done, total)` is told what was already there before anything runs; `finished(row)` after
+    each new row is safe. Whatever stops the run (Ctrl-C, a point's error), the rows kept stay kept and
+    the table is rewritten before the exception goes on.
+    """
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers: {workers} must be at least 1")
+    store = ResultStore(out, spec.fingerprint)
+    store.load()
+    order = [point_id(values) for values in spec.points]
+    todo = [values for values, pid in zip(spec.points, order) if pid not in store.rows]
+    already = len(spec.points) - len(todo)
+    if started is not None:
+        started(already, len(spec.points))
+    ran = 0
+    try:
+        if todo:
+            rows = _ray(spec, todo, ray_address) if ray else _local(spec, todo, min(len(todo), workers or available_cpus()))
+            try:
+                for row in rows:
+                    store.add(row)
+                    ran += 1
+                    if finished is not None:
+                        finished(row)
+            finally:
+                rows.close()
+    finally:
+        store.write_table(order)
+    return SweepRun(len(spec.points), already, ran, out)

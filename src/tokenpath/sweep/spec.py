@@ -1,0 +1,172 @@
+"""A sweep spec (TOML): a base scenario, optional overrides, and axes to vary.
+
+    scenario = "typical"            # a catalog name, or a scenario file relative to this spec
+    samples = 20                    # ranges only: how many random draws
+    seed = 0                        # ranges only: the draws' seed
+    [overrides]
+    "workload.num_requests" = 10000
+    [axes]
+    "deployment.tp" = [4, 8]                              # a grid axis: every value
+    "workload.arrival.rate" = {min = 5, max = 40, log = true}  # a range: `samples` random draws
+
+Every combination of the grid axes is crossed with the `samples` random draws of the range axes
+(one point per combination when there are no ranges); a point drawn twice (an integer range can
+repeat a value) is run once. Dotted keys may be quoted or written as TOML
+dotted keys; both mean the same scenario key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenpath import files
+from tokenpath.errors import UserError
+from tokenpath.overrides import apply_overrides
+from tokenpath.scenario import build_scenario, read_scenario_table
+
+SPEC_KEYS = ("scenario", "overrides", "axes", "samples", "seed")
+RANGE_KEYS = {"min", "max", "log"}
+MAX_POINTS = 1_000_000
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    scenario: str                    # a catalog name or an absolute scenario file path
+    overrides: dict[str, Any]        # dotted key -> value, applied before each point's values
+    axes: list[str]                  # dotted keys, in the spec's order
+    points: list[dict[str, Any]]     # each point's axis values, in a fixed order
+    fingerprint: str                 # of the base scenario (overrides applied) and the axes' keys
+
+
+def point_id(values: dict[str, Any]) -> str:
+    """A point's identity: a hash of its axis values (so a rerun finds it again)."""
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _flatten(table: dict[str, Any], prefix: str, is_leaf) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and not is_leaf(value):
+            flat.update(_flatten(value, dotted + ".", is_leaf))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _is_range(value: dict) -> bool:
+    return bool(value) and set(value) <= RANGE_KEYS and "min" in value
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_range(key: str, spec: dict) -> None:
+    low, high, log = spec.get("min"), spec.get("max"), spec.get("log", False)
+    if not (_number(low) and _number(high) and low < high):
+        raise UserError(f"axes.{key}: a range needs numbers min < max, got min={low!r}, max={high!r}")
+    if not isinstance(log, bool):
+        raise UserError(f"axes.{key}: log must be true or false, got {log!r}")
+    if log and low <= 0:
+        raise UserError(f"axes.{key}: a log range needs min > 0, got {low!r}")
+
+
+def _range_values(spec: dict, samples: int, rng: np.random.Generator) -> list:
+    low, high, log = spec["min"], spec["max"], spec.get("log", False)
+    draws = np.exp(rng.uniform(math.log(low), math.log(high), samples)) if log else rng.uniform(low, high, samples)
+    if isinstance(low, int) and isinstance(high, int):  # an integer range draws integers
+        return [int(v) for v in np.clip(np.rint(draws), low, high)]
+    return [float(v) for v in draws]
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and check a sweep spec; every point's scenario is validated here, before anything runs."""
+    path = Path(path)
+    if not files.exists(str(path)):
+        files.check_path(str(path), "sweep spec")
+        raise UserError(f"{files.shown(str(path))}: no such sweep spec; give a .toml file")
+    source = files.shown(str(path))
+    table = files.parse_toml(files.read_text(str(path), "sweep spec"), source)
+    unknown = [key for key in table if key not in SPEC_KEYS]
+    if unknown:
+        raise UserError(f"{source}: unknown key(s) {', '.join(map(repr, unknown))}; a sweep spec has "
+                        f"{', '.join(SPEC_KEYS)}")
+    scenario = table.get("scenario")
+    if not isinstance(scenario, str) or not scenario:
+        raise UserError(f"{source}: scenario = NAME or FILE is required (a catalog name or a .toml file "
+                        "relative to the spec)")
+    relative = path.resolve().parent / scenario
+    if scenario.endswith(".toml") or relative.exists():
+        scenario = str(relative)
+    overrides = table.get("overrides", {})
+    axes = table.get("axes")
+    if not isinstance(overrides, dict):
+        raise UserError(f"{source}: [overrides] must be a table of dotted keys and values")
+    if not isinstance(axes, dict) or not axes:
+        raise UserError(f"{source}: [axes] is required: dotted keys mapped to a list of values or a range "
+                        "{min, max, log}")
+    overrides = _flatten(overrides, "", lambda value: False)
+    axes = _flatten(axes, "", _is_range)
+    grid: dict[str, list] = {}
+    ranges: dict[str, dict] = {}
+    for key, value in axes.items():
+        if isinstance(value, list):
+            if not value:
+                raise UserError(f"axes.{key}: an empty list of values; give at least one")
+            grid[key] = value
+        elif isinstance(value, dict):
+            if not _is_range(value):
+                raise UserError(f"axes.{key}: a range has min, max and optionally log, got "
+                                f"{', '.join(sorted(value))}")
+            _check_range(key, value)
+            ranges[key] = value
+        else:
+            raise UserError(f"axes.{key}: must be a list of values or a range {{min, max, log}}, got {value!r}")
+    samples, seed = table.get("samples"), table.get("seed", 0)
+    if ranges:
+        if not (isinstance(samples, int) and not isinstance(samples, bool) and samples >= 1):
+            raise UserError(f"{source}: samples = N (at least 1) is required with range axes "
+                            f"({', '.join(ranges)})")
+        if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
+            raise UserError(f"{source}: seed must be an integer >= 0, got {seed!r}")
+    elif samples is not None:
+        raise UserError(f"{source}: samples is for range axes, and every axis here is a list; remove it")
+    rng = np.random.default_rng(seed)
+    drawn = {key: _range_values(spec, samples, rng) for key, spec in ranges.items()}
+    draws = [{key: values[s] for key, values in drawn.items()} for s in range(samples)] if ranges else [{}]
+    count = math.prod(len(values) for values in grid.values()) * len(draws)
+    if count > MAX_POINTS:
+        raise UserError(f"{source}: {count:,} points is more than {MAX_POINTS:,}; use fewer values or samples")
+    if any(len(set(map(repr, values))) < len(values) for values in grid.values()):
+        raise UserError(f"{source}: an axis lists a value twice; list each value once")
+    points, seen = [], set()
+    for combination in itertools.product(*grid.values()):
+        for draw in draws:
+            values = dict(zip(grid, combination)) | draw
+            point = {key: values[key] for key in axes}
+            if point_id(point) not in seen:  # an integer range can draw the same value twice: once is enough
+                seen.add(point_id(point))
+                points.append(point)
+
+    base = scenario_for(scenario, overrides, {})
+    for values in points:  # every user error surfaces before the first simulation
+        scenario_for(scenario, overrides, values)
+    fingerprint = hashlib.sha256(json.dumps([base.fingerprint(), list(axes)]).encode()).hexdigest()[:16]
+    return SweepSpec(scenario, overrides, list(axes), points, fingerprint)
+
+
+def scenario_for(scenario: str, overrides: dict[str, Any], values: dict[str, Any]):
+    """The scenario of one point: the base, its overrides, then the point's axis values."""
+    table, source, base_dir = read_scenario_table(scenario)
+    apply_overrides(table, overrides | values, flag="sweep spec:")
+    where = source + (" with " + ", ".join(f"{k}={v!r}" for k, v in values.items()) if values else "")
+    return build_scenario(table, where, base_dir)

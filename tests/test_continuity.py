@@ -1,0 +1,116 @@
+"""Continuity: stalls after the first visible text and Andes' QoE (continuity.py), in simulate and bench."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+from hypothesis import given, settings, strategies as st
+
+from test_bench_server import MODEL, FakeServer
+from tokenpath.bench import Target, run_bench
+from tokenpath.continuity import READING_TOKENS_PER_S, ContinuitySpec, per_request
+from tokenpath.pipeline import simulate
+from tokenpath.report.simulation import result_document
+from tokenpath.scenario import load_scenario
+
+MS = 1_000_000
+
+
+def reference_qoe(arrivals_ns, sent_ns, visible_ns, spec):
+    """Andes' QoE token by token, as its definition reads: a reader digests at most one token per 1/TDS,
+    nothing before the first visible character; QoE = 1 - S_delay / S_whole."""
+    period = round(1e9 / spec.reading_tokens_per_s)
+    read, previous = [], None
+    for arrival in arrivals_ns:
+        arrival = max(arrival, visible_ns)
+        previous = arrival if previous is None else max(arrival, previous + period)
+        read.append(previous)
+    expected = [sent_ns + spec.expected_ttft_s * 1e9 + k * period for k in range(len(arrivals_ns))]
+    end = max(read[-1], expected[-1])
+    s_delay = sum(max(0.0, r - e) for r, e in zip(read, expected))
+    s_whole = sum(end - e for e in expected)
+    return 1.0 if s_delay == 0 else 1.0 - s_delay / s_whole
+
+
+def test_hand_computed_request():
+    # Reader at 10 tokens/s, expecting the first token at 1 s: tokens arrive at 1.5, 1.6 and 2.2 s.
+    # Read at 1.5, 1.6, 2.2 against 1.0, 1.1, 1.2 expected: S_delay = 0.5 + 0.5 + 1.0 = 2.0 token-s;
+    # S_whole to t_end = 2.2 s: 1.2 + 1.1 + 1.0 = 3.3 token-s; QoE = 1 - 2.0/3.3. One stall: 1.6 -> 2.2.
+    spec = ContinuitySpec(stall_threshold_s=0.25, reading_tokens_per_s=10.0, expected_ttft_s=1.0)
+    flow = per_request(np.array([1500, 1600, 2200]) * MS, np.array([0, 3]), np.array([0]), np.array([1500 * MS]), spec)
+    assert flow["stalls"].tolist() == [1]
+    assert flow["stall_ns"].tolist() == [600 * MS]
+    assert abs(flow["qoe"][0] - (1 - 2.0 / 3.3)) < 1e-12
+
+
+def test_reading_speed_default_is_brysbaert_in_tokens():
+    assert abs(READING_TOKENS_PER_S - 238 / 60 * 4 / 3) < 1e-12  # 5.29 tokens/s
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_vectorized_matches_the_definition(data):
+    n = data.draw(st.integers(1, 5))
+    spec = ContinuitySpec(0.25, data.draw(st.sampled_from([2.0, 5.29, 40.0])), data.draw(st.sampled_from([0.2, 1.0])))
+    tokens, offsets, sent, visible = [], [0], [], []
+    for _ in range(n):
+        start = data.draw(st.integers(0, 10**9))
+        times = sorted(start + t for t in data.draw(st.lists(st.integers(0, 4 * 10**9), min_size=1, max_size=8)))
+        tokens += times
+        offsets.append(len(tokens))
+        sent.append(start)
+        visible.append(times[data.draw(st.integers(0, len(times) - 1))])
+    flow = per_request(np.array(tokens), np.array(offsets), np.array(sent), np.array(visible), spec)
+    for i in range(n):
+        times = tokens[offsets[i]:offsets[i + 1]]
+        assert abs(flow["qoe"][i] - reference_qoe(times, sent[i], visible[i], spec)) < 1e-9
+        gaps = [(b - a) for a, b in zip(times, times[1:]) if a >= visible[i] and b - a > 0.25e9]
+        assert flow["stalls"][i] == len(gaps) and flow["stall_ns"][i] == sum(gaps)
+
+
+def _small(n=200, **extra):
+    return load_scenario(None, {"workload.num_requests": n, **extra})
+
+
+def test_qoe_is_one_when_delivery_outpaces_the_reader():
+    # The default deployment at 34 req/s: TTFV about 0.1 s and about 30 ms a token, both well ahead of
+    # a reader expecting the first token at 1 s and one every 0.19 s.
+    document, _ = result_document(simulate(_small()))
+    flow = document["continuity"]
+    assert flow["qoe"]["mean"] == 1.0 and flow["qoe"]["p1"] == 1.0
+    assert flow["stalls_per_request"] == 0.0
+
+
+def test_simulate_matches_the_definition_on_its_own_token_times():
+    # A 3 s round trip puts every first token past the reader's 1 s: QoE below 1, as the reference says.
+    sim = simulate(_small(40, **{"delivery.network_rtt": "3 s"}))
+    run, spec = sim.run, ContinuitySpec()
+    qoe = []
+    for i in range(len(run)):
+        times = run.token_client_ns[run.token_offsets[i]:run.token_offsets[i + 1]].tolist()
+        qoe.append(reference_qoe(times, int(run.sent_ns[i]), int(run.sent_ns[i] + run.ttfv_ns[i]), spec))
+    assert np.allclose(run.qoe, qoe, atol=1e-9)
+    assert max(qoe) < 1.0
+    document, _ = result_document(sim)
+    assert abs(document["continuity"]["qoe"]["mean"] - np.mean(qoe)) < 1e-9
+
+
+def test_bench_counts_a_server_stall(tmp_path):
+    scenario = load_scenario(None, {"workload.num_requests": 2, "workload.arrival.rate": 100.0,
+                                    "workload.input": {"kind": "fixed", "value": 16},
+                                    "workload.output": {"kind": "fixed", "value": 8}})
+    with FakeServer("pause", pause_s=0.6) as server:
+        result = run_bench(scenario, Target(server.url, MODEL), str(tmp_path / "r.jsonl"), workers=1,
+                           timeouts={"stall_timeout_s": 5.0, "request_timeout_s": 20.0, "connect_timeout_s": 5.0})
+    flow = result.summary["continuity"]
+    # Recount from the recorded arrivals: every gap after the first visible text over 250 ms.
+    rows = [orjson.loads(line) for line in (tmp_path / "r.jsonl").read_bytes().splitlines()[1:]]
+    stalls = []
+    for row in rows:
+        times = row["arrival_ns"]
+        stalls.append([b - a for a, b in zip(times, times[1:]) if a >= row["first_visible_ns"] and b - a > 0.25e9])
+    assert all(len(gaps) >= 1 for gaps in stalls)  # the server's 0.6 s pause, in every request
+    assert flow["stalls_per_request"] == np.mean([len(gaps) for gaps in stalls])
+    assert abs(flow["stall_s_per_request"] - np.mean([sum(gaps) for gaps in stalls]) / 1e9) < 1e-9
+    assert flow["stall_s_max"] >= 0.6
+    assert flow["requests_with_stalls"] == 1.0

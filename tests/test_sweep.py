@@ -1,0 +1,221 @@
+"""tokenpath sweep: a grid of full simulations into a table, kept point by point, resumed, on Ray too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tokenpath.errors import UserError
+from tokenpath.pipeline import simulate
+from tokenpath.report.simulation import result_document
+from tokenpath.scenario import load_scenario
+from tokenpath.sweep.pareto import frontier, parse_objectives
+from tokenpath.sweep.point import flatten_summary
+from tokenpath.sweep.run import run_sweep
+from tokenpath.sweep.spec import load_spec, point_id
+
+SPEC = """
+scenario = "typical"
+[overrides]
+"workload.num_requests" = 150
+[axes]
+"workload.arrival.rate" = [5.0, 10.0, 20.0]
+delivery.stream_interval = [1, 4]
+"""
+
+
+def _spec(tmp_path: Path, text: str = SPEC) -> Path:
+    path = tmp_path / "sweep.toml"
+    path.write_text(text)
+    return path
+
+
+def _by_point(rows):
+    return {row["point"]: row for row in rows}
+
+
+def test_grid_of_two_axes_writes_one_row_per_point(tmp_path):
+    spec = load_spec(_spec(tmp_path))
+    out = tmp_path / "r.parquet"
+    result = run_sweep(spec, out, workers=2)
+    rows = pq.read_table(out).to_pylist()
+    assert (result.ran, result.already, len(rows)) == (6, 0, 6)
+    assert sorted((r["workload.arrival.rate"], r["delivery.stream_interval"]) for r in rows) == \
+        sorted((rate, k) for rate in (5.0, 10.0, 20.0) for k in (1, 4))
+    # A row is the summary `simulate` gives for that point, flattened.
+    row = next(r for r in rows if r["workload.arrival.rate"] == 10.0 and r["delivery.stream_interval"] == 4)
+    scenario = load_scenario(None, {"workload.num_requests": 150, "workload.arrival.rate": 10.0,
+                                    "delivery.stream_interval": 4})
+    expected = flatten_summary(result_document(simulate(scenario))[0])
+    assert row["latency_s.ttft.p99"] == expected["latency_s.ttft.p99"]
+    assert row["continuity.qoe.mean"] == expected["continuity.qoe.mean"]
+    assert {key: row[key] for key in expected} == expected
+    assert row["point"] == point_id({"workload.arrival.rate": 10.0, "delivery.stream_interval": 4})
+
+
+def test_a_stopped_sweep_resumes_with_the_missing_points_only(tmp_path):
+    spec = load_spec(_spec(tmp_path))
+    out = tmp_path / "r.csv"
+    seen = []
+
+    def stop_after_three(row):
+        seen.append(row["point"])
+        if len(seen) == 3:
+            raise KeyboardInterrupt  # as Ctrl-C would, between points
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, out, workers=1, finished=stop_after_three)
+    first = pacsv.read_csv(out).to_pylist()
+    assert sorted(r["point"] for r in first) == sorted(seen)
+
+    ran = []
+    result = run_sweep(spec, out, workers=1, finished=lambda row: ran.append(row["point"]))
+    assert (result.already, result.ran) == (3, 3)
+    assert not set(ran) & set(seen)
+    rows = pacsv.read_csv(out).to_pylist()
+    assert sorted(r["point"] for r in rows) == sorted(point_id(p) for p in spec.points)
+    # The resumed table equals one run straight through.
+    straight = tmp_path / "straight.csv"
+    run_sweep(spec, straight, workers=1)
+    assert _by_point(rows) == _by_point(pacsv.read_csv(straight).to_pylist())
+
+
+def test_the_table_alone_is_enough_to_resume(tmp_path):
+    spec = load_spec(_spec(tmp_path))
+    out = tmp_path / "r.parquet"
+    run_sweep(spec, out, workers=2)
+    for part in (tmp_path / ".r.parquet.sweep").iterdir():
+        part.unlink()
+    (tmp_path / ".r.parquet.sweep").rmdir()
+    result = run_sweep(spec, out, workers=1)
+    assert (result.already, result.ran) == (6, 0)
+
+
+def test_another_base_scenario_against_the_same_table_is_an_error(tmp_path):
+    out = tmp_path / "r.parquet"
+    run_sweep(load_spec(_spec(tmp_path)), out, workers=2)
+    changed = load_spec(_spec(tmp_path, SPEC.replace("= 150", "= 160")))
+    with pytest.raises(UserError, match="another base scenario"):
+        run_sweep(changed, out)
+
+
+def test_ray_gives_identical_rows(tmp_path):
+    pytest.importorskip("ray")
+    spec = load_spec(_spec(tmp_path))
+    run_sweep(spec, tmp_path / "local.parquet", workers=2)
+    run_sweep(spec, tmp_path / "ray.parquet", ray=True)
+    local = pq.read_table(tmp_path / "local.parquet").to_pylist()
+    on_ray = pq.read_table(tmp_path / "ray.parquet").to_pylist()
+    assert local == on_ray  # same rows, same order (the spec's)
+
+
+def test_ranges_draw_samples_from_a_seed(tmp_path):
+    text = """
+scenario = "typical"
+samples = 4
+seed = 7
+[axes]
+"workload.arrival.rate" = {min = 1.0, max = 100.0, log = true}
+"workload.num_requests" = {min = 50, max = 80}
+"delivery.stream_interval" = [1, 2]
+"""
+    spec = load_spec(_spec(tmp_path, text))
+    assert len(spec.points) == 8
+    assert all(1.0 <= p["workload.arrival.rate"] <= 100.0 for p in spec.points)
+    assert all(isinstance(p["workload.num_requests"], int) and 50 <= p["workload.num_requests"] <= 80
+               for p in spec.points)
+    assert load_spec(_spec(tmp_path, text)).points == spec.points
+    assert load_spec(_spec(tmp_path, text.replace("seed = 7", "seed = 8"))).points != spec.points
+
+
+@settings(max_examples=15, deadline=None)
+@given(low=st.integers(1, 10**6), width=st.integers(1, 10**6), samples=st.integers(1, 20),
+       log=st.booleans(), seed=st.integers(0, 2**32))
+def test_integer_ranges_stay_inside(tmp_path_factory, low, width, samples, log, seed):
+    folder = tmp_path_factory.mktemp("r")
+    spec = load_spec(_spec(folder, f"""
+scenario = "typical"
+samples = {samples}
+seed = {seed}
+[axes]
+"workload.num_requests" = {{min = {low}, max = {low + width}, log = {str(log).lower()}}}
+"""))
+    values = [p["workload.num_requests"] for p in spec.points]
+    assert all(low <= v <= low + width for v in values)
+    assert len(values) == len(set(values)) and 1 <= len(values) <= samples  # a repeated draw runs once
+
+
+@pytest.mark.parametrize("text, message", [
+    ('scenario = "typical"\nsample = 3\n[axes]\n"seed" = [1, 2]', "unknown key(s) 'sample'"),
+    ('[axes]\n"seed" = [1, 2]', "scenario = NAME or FILE is required"),
+    ('scenario = "typical"\n[axes]\n"deployment.tp" = []', "axes.deployment.tp: an empty list"),
+    ('scenario = "typical"\n[axes]\n"deployment.tp" = {min = 4}', "a range needs numbers min < max"),
+    ('scenario = "typical"\n[axes]\n"deployment.tp" = {min = 1, max = 8}', "samples = N"),
+    ('scenario = "typical"\n[axes]\n"deployment.tpp" = [1, 2]', "tpp"),
+])
+def test_bad_specs_are_one_line_errors(tmp_path, text, message):
+    path = _spec(tmp_path, text)
+    with pytest.raises(UserError) as error:
+        load_spec(path)
+    assert message in str(error.value) and "\n" not in str(error.value)
+    if "unknown key" not in message:
+        return
+    # and through the command line: one line, exit status 2
+    done = subprocess.run([sys.executable, "-m", "tokenpath", "sweep", str(path), "--out", str(tmp_path / "o.parquet")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_a_point_that_cannot_be_built_stops_the_sweep_with_one_line_naming_it(tmp_path):
+    # 12 chips do not split into TP8 replicas: the scenario is valid, its deployment cannot be built
+    path = _spec(tmp_path, SPEC.replace("delivery.stream_interval = [1, 4]", '"deployment.chips" = [8, 12]'))
+    done = subprocess.run([sys.executable, "-m", "tokenpath", "sweep", str(path), "--out", str(tmp_path / "o.csv"),
+                           "--workers", "1"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "point workload.arrival.rate=" in done.stderr and "deployment.chips=12" in done.stderr
+    kept = pacsv.read_csv(tmp_path / "o.csv").to_pylist()  # what finished before it is kept
+    assert kept and all(row["deployment.chips"] == 8 for row in kept)
+
+
+def test_ray_missing_is_a_one_line_error(tmp_path):
+    shadow = tmp_path / "shadow" / "ray"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no ray here')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "tokenpath", "sweep", str(_spec(tmp_path)), "--out",
+                           str(tmp_path / "o.parquet"), "--ray"], capture_output=True, text=True, env=env)
+    assert done.returncode == 2
+    assert "pip install 'tokenpath[ray]'" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_cli_writes_the_table_and_the_pareto_frontier(tmp_path):
+    out = tmp_path / "r.parquet"
+    done = subprocess.run([sys.executable, "-m", "tokenpath", "sweep", str(_spec(tmp_path)), "--out", str(out),
+                           "--workers", "2", "--pareto", "throughput.output_tokens_per_s,latency_s.ttft.p99"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = pq.read_table(out).to_pylist()
+    best = frontier(rows, [("throughput.output_tokens_per_s", "max"), ("latency_s.ttft.p99", "min")])
+    written = pacsv.read_csv(tmp_path / "r.pareto.csv").to_pylist()
+    assert [r["point"] for r in written] == [r["point"] for r in best]
+    again = subprocess.run([sys.executable, "-m", "tokenpath", "sweep", str(_spec(tmp_path)), "--out", str(out)],
+                           capture_output=True, text=True)
+    assert again.returncode == 0 and "0 point(s) simulated, 6 already there" in again.stdout
+
+
+def test_frontier_by_hand():
+    rows = [{"point": p, "x": x, "y": y} for p, x, y in
+            [("a", 10, 5), ("b", 8, 3), ("c", 8, 4), ("d", 12, 9), ("e", 5, 3), ("f", 12, 9)]]
+    # maximize x, minimize y: a (10,5), b (8,3), d and f (12,9, equal) survive; c is beaten by b, e by b.
+    assert [r["point"] for r in frontier(rows, [("x", "max"), ("y", "min")])] == ["d", "f", "a", "b"]
+    assert parse_objectives("throughput.output_tokens_per_s,latency_s.ttft.p99") == \
+        [("throughput.output_tokens_per_s", "max"), ("latency_s.ttft.p99", "min")]
+    with pytest.raises(UserError, match="better high or low"):
+        parse_objectives("engine.steps,latency_s.e2e.mean")
