@@ -137,8 +137,13 @@ def _check_page(path: Path, summaries: list[dict], expected_charts: list[str]) -
             assert text == "-"
             continue
         assert float(value) == expected
-        seconds = dotted.startswith(("latency_s", "attribution_s", "window_s"))
-        assert text == (format_duration(expected) if seconds else format_number(expected)), (key, text)
+        if dotted.startswith(("latency_s", "attribution_s", "window_s")) or dotted.endswith("_s_per_request") \
+                or dotted.endswith("_s_max"):
+            assert text == format_duration(expected), (key, text)
+        elif dotted.endswith(("requests_with_stalls", "below_0_9")):  # shares of the requests
+            assert text == f"{expected:.1%}", (key, text)
+        else:
+            assert text == format_number(expected), (key, text)
 
 
 @pytest.mark.skipif(chromium() is None and not in_ci(), reason="needs Debian's chromium (.ci/run installs it)")

@@ -75,6 +75,14 @@ def _numbers(inputs: Inputs) -> str:
     if any(run.summary.get("attribution_s") for run in runs):
         for layer in LAYERS:
             row(f"{layer} (mean)", f"attribution_s.{layer}", _seconds)
+    if any(run.summary.get("continuity") for run in runs):
+        row("stalls per request", "continuity.stalls_per_request", format_number)
+        row("stalled time per request", "continuity.stall_s_per_request", _seconds)
+        row("requests with a stall", "continuity.requests_with_stalls", _share)
+        row("longest stall", "continuity.stall_s_max", _seconds)
+        for stat in ("mean", "p10", "p1"):
+            row(f"QoE {stat}", f"continuity.qoe.{stat}", format_number)
+        row("requests with QoE below 0.9", "continuity.qoe.below_0_9", _share)
     return f"<table id='numbers'>{head}{''.join(body)}</table>"
 
 
@@ -94,27 +102,20 @@ def _verdicts(inputs: Inputs) -> str:
     return "".join(parts) or "<p class='note'>No bottleneck verdict: the input has no attribution (a measured run).</p>"
 
 
-def _continuity(inputs: Inputs) -> str:
-    """The `continuity` block of a summary, when a run has one, as a table of its numbers."""
-    blocks = [(run.label, run.summary["continuity"]) for run in inputs.runs if isinstance(run.summary.get("continuity"), dict)]
-    if not blocks:
-        return ""
-    rows = []
-    for label, block in blocks:
-        for key, value in _flatten(block):
-            shown = format_duration(value) if key.endswith("_s") or "_s." in key else format_number(value)
-            rows.append(f"<tr><td>{html.escape(label)}</td><td>{html.escape(key)}</td>{_cell(shown)}</tr>")
-    return f"<h2>Continuity</h2><table>{''.join(rows)}</table>"
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
-def _flatten(block: dict[str, Any], prefix: str = "") -> list[tuple[str, float]]:
-    out = []
-    for key, value in block.items():
-        if isinstance(value, dict):
-            out += _flatten(value, f"{prefix}{key}.")
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append((f"{prefix}{key}", float(value)))
-    return out
+def _continuity_note(inputs: Inputs) -> str:
+    """What the continuity rows of the numbers table measured against (continuity.py)."""
+    for run in inputs.runs:
+        block = run.summary.get("continuity")
+        if isinstance(block, dict):
+            return (f"<p class='note'>Continuity: gaps over {format_duration(block['stall_threshold_s'])} after the "
+                    f"first visible text count as stalls; QoE (Andes) compares the text delivered with a reader at "
+                    f"{format_number(block['reading_tokens_per_s'])} tokens/s from "
+                    f"{format_duration(block['expected_ttft_s'])}, 1 when never behind.</p>")
+    return ""
 
 
 def _spec(figure: Figure) -> dict[str, Any]:
@@ -151,7 +152,7 @@ window.tokenpathRendered = Promise.all(Object.entries(SPECS).map(([id, spec]) =>
 <h2>Scenario</h2>{''.join(_scenario(run) for run in inputs.runs)}
 <h2>Bottleneck</h2>{_verdicts(inputs)}
 <h2>Numbers</h2>{_numbers(inputs)}
-{_continuity(inputs)}
+{_continuity_note(inputs)}
 {''.join(sections)}
 <script type="application/json" id="tokenpath-summaries">{_script_json(summaries)}</script>
 <script>{_vega_bundle()}</script>
