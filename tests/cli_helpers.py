@@ -3,6 +3,8 @@
 import json
 import sys
 
+import tomli_w
+
 from tokenpath.cli import main
 
 
@@ -34,3 +36,12 @@ def assert_user_error(code: int, out: str, err: str, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     return lines[0]
+
+
+def toml_value(value) -> str:
+    """`value` written on one line as a TOML value (what a user types after `--set KEY=`)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f'"{k}" = {toml_value(v)}' for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return tomli_w.dumps({"v": value}).removeprefix("v = ").strip()

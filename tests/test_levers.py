@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import tomli_w
 
-from cli_helpers import assert_user_error, run_cli, simulate_json
+from cli_helpers import assert_user_error, run_cli, simulate_json, toml_value
 from tokenpath.overrides import apply_overrides
 from tokenpath.scenario import read_scenario_table
 from tokenpath.whatif.capacity import misses, parse_slo
@@ -20,14 +19,6 @@ from tokenpath.whatif.run import Base, simulate_summary
 SMALL_SETS = ["--set", "model.name=llama-3.1-8b", "--set", "deployment.chip=h100", "--set", "deployment.chips=1",
               "--set", "deployment.tp=1", "--num-requests", "300"]
 
-
-def _toml_value(value) -> str:
-    """A value as one line of TOML, as a user writes it after `--set KEY=`."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return tomli_w.dumps({"v": value}).removeprefix("v = ").strip()
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +72,7 @@ def test_two_levers_equal_simulate_with_their_overrides(default_levers, monkeypa
     by_name = {lever["name"]: lever for lever in document["levers"]}
     links = next(lever for name, lever in by_name.items() if name.startswith("scale-up links"))
     for lever in (by_name["async detokenization"], links):
-        argv = [arg for dotted, value in lever["overrides"].items() for arg in ("--set", f"{dotted}={_toml_value(value)}")]
+        argv = [arg for dotted, value in lever["overrides"].items() for arg in ("--set", f"{dotted}={toml_value(value)}")]
         assert simulate_json(argv, monkeypatch, capsys) == lever["summary"]
     assert links["summary"] != document["baseline"]
 

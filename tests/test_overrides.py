@@ -7,11 +7,10 @@ import math
 import tomllib
 
 import pytest
-import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli_helpers import assert_user_error, run_cli, simulate_json
+from cli_helpers import assert_user_error, run_cli, simulate_json, toml_value
 from tokenpath.errors import UserError
 from tokenpath.overrides import apply_overrides, check_key, parse_assignment, parse_assignments, parse_value
 
@@ -27,19 +26,11 @@ _values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_siz
                        max_leaves=8)
 
 
-def _toml_value(value) -> str:
-    """`value` written on one line as a TOML value (what a user types after '=')."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(f'"{k}" = {_toml_value(v)}' for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return tomli_w.dumps({"v": value}).removeprefix("v = ").strip()
-
 
 @settings(max_examples=300, deadline=None)
 @given(_values)
 def test_any_toml_value_reads_back_as_itself(value):
-    assert parse_value(_toml_value(value)) == value
+    assert parse_value(toml_value(value)) == value
 
 
 @settings(max_examples=300, deadline=None)

@@ -167,3 +167,13 @@ def continuity_block(run: Run) -> dict[str, Any] | None:
         return None
     done = run.completed
     return continuity.summary_block(flow["stalls"][done], flow["stall_ns"][done], flow["qoe"][done])
+
+
+def metric_value(summary: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path of a summary document (`latency_s.ttft.p99`), or None where it has none."""
+    value: Any = summary
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value

@@ -12,6 +12,7 @@ from tokenpath import files
 from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import JsonOut, NumRequests, RequestRate, Seed, Set, scenario_table
 from tokenpath.errors import UserError
+from tokenpath.summary import metric_value
 
 LEVERS_EXAMPLE = """
 Simulates the scenario and every what-if of the catalog in full (wider: links, NVLS, replicas, TP x DP,
@@ -87,7 +88,7 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
     base = document["baseline"]
     row = ["", "baseline", "", _value(objective["value"], unit_metric), ""]
     if tie:
-        row.append(_value(_path(base, tie), tie))
+        row.append(_value(metric_value(base, tie), tie))
     table.add_row(*row, "", style="dim")
     for rank, lever in enumerate(document["levers"], 1):
         change = lever["change"]
@@ -110,12 +111,6 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
     if "prices" in objective:
         for chip, price in objective["prices"].items():
             console.print(f"{chip}: ${price['usd_per_hour']:g} per chip-hour ({price['source']})", highlight=False)
-
-
-def _path(summary: dict[str, Any], dotted: str) -> Any:
-    from tokenpath.whatif.objective import metric_value
-
-    return metric_value(summary, dotted)
 
 
 @app.command(help="Rank what-ifs of a scenario (wider, closer, more continuous, compute) by the change in an "

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tokenpath.report.views import Inputs, RunView
+from tokenpath.summary import metric_value
 
 # A reader of the reply: 238 words/min, the mean silent reading rate of adults for non-fiction
 # (Brysbaert 2019, J. Memory and Language 109), at 4/3 tokens per word (OpenAI's rule of thumb
@@ -279,14 +280,6 @@ def roofline(inputs: Inputs) -> Figure | None:
                   "the sloped roof are memory-bound, on the flat one compute-bound; below both, fixed kernel costs.")
 
 
-def _dotted(document: dict[str, Any], path: str) -> Any:
-    value: Any = document
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
-
 
 def tornado(inputs: Inputs) -> Figure | None:
     """Each lever's change of the objective, largest first."""
@@ -294,12 +287,12 @@ def tornado(inputs: Inputs) -> Figure | None:
         return None
     alt = _alt()
     levers, objective = inputs.levers, str(inputs.levers.get("objective"))
-    base = _dotted(levers["baseline"], objective)
+    base = metric_value(levers["baseline"], objective)
     rows = []
     for lever in levers["levers"]:
         change = lever.get("change")
         if not isinstance(change, (int, float)):
-            value = _dotted(lever.get("summary") or {}, objective)
+            value = metric_value(lever.get("summary") or {}, objective)
             change = (value - base) / base if isinstance(value, (int, float)) and isinstance(base, (int, float)) and base \
                 else None
         if change is not None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from tokenpath import files
 from tokenpath.errors import UserError, quoted
-from tokenpath.summary import LAYERS, PERCENTILES
+from tokenpath.summary import LAYERS, PERCENTILES, metric_value
 
 # The default: p99 time to first visible text, then mean E2E (see `Objective.default`).
 DEFAULT_OBJECTIVE = "latency_s.ttfv.p99"
@@ -54,15 +54,6 @@ class Prices:
             usd[chip], source[chip] = float(price), str(row["source"])
         return Prices(usd, source)
 
-
-def metric_value(summary: dict[str, Any], path: str) -> Any:
-    """The value at a dotted path of a summary document, or None where it has none."""
-    value: Any = summary
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
 
 
 def known_metrics() -> list[str]:
