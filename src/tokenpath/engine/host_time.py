@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpath.assumptions import assumed
+
 
 @dataclass(frozen=True)
 class HostStepCost:
@@ -41,5 +43,6 @@ OVERLAPPED_BY_DEFAULT = {"vllm-v1": False, "prefill-first": True, "trtllm": True
 def host_step_cost(scheduler: str, overlap: bool | None = None, scheduler_steps: int = 1) -> HostStepCost:
     """The host cost of a step under `scheduler`; `overlap` (None: the profile's) and multi-step windows
     of `scheduler_steps` steps, whose scheduling and input preparation are shared by the window."""
-    return HostStepCost(HOST_STEP_S / scheduler_steps, HOST_PER_SEQUENCE_S,
+    return HostStepCost(assumed("host_step_s", HOST_STEP_S) / scheduler_steps,
+                        assumed("host_per_sequence_s", HOST_PER_SEQUENCE_S),
                         OVERLAPPED_BY_DEFAULT[scheduler] if overlap is None else overlap)

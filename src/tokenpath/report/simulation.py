@@ -83,6 +83,7 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
     document = summarize(sim.run, scenario.name, scenario.fingerprint(), slo,
                          warmup_requests=scenario.workload.warmup_requests)
     layer, reason = bottleneck(document["attribution_s"], _evidence(sim, window_ns(sim.run) / 1e9))
+    document["scenario"]["assumptions"] = scenario.resolved_assumptions().describe()
     document["bottleneck"] = layer
     document["bottleneck_reason"] = reason
     document["engine"] = {
@@ -134,8 +135,26 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         ("arrivals", arrivals),
         ("last mile", f"{s.delivery.detokenize} detokenize, {s.delivery.stream_interval} token(s)/event, "
                       f"{format_duration(s.delivery.network_rtt)} RTT"),
+        ("assumptions", assumptions_line(s.resolved_assumptions())),
         ("seed", str(s.seed)),
     ]
+
+
+def assumptions_line(assumptions: Any) -> str:
+    """Which assumptions differ from the registry's (`tokenpath assumptions`), and where from."""
+    from tokenpath.assumptions import format_value
+
+    parts = []
+    if assumptions.overridden:
+        parts.append("overridden " + ", ".join(f"{n} = {format_value(n, assumptions.values[n])}"
+                                               for n in assumptions.overridden))
+    by_file: dict[str, list[str]] = {}
+    for name, path in assumptions.calibrated.items():
+        by_file.setdefault(path, []).append(f"{name} = {format_value(name, assumptions.values[name])}")
+    parts += [f"calibrated by {path}: {', '.join(names)}" for path, names in by_file.items()]
+    if assumptions.delivery_calibration:
+        parts.append(f"last mile calibrated by {assumptions.delivery_calibration}")
+    return "; ".join(parts) or "the registry's defaults (`tokenpath assumptions`)"
 
 
 def _model_line(d: Any, precision: str, kv_precision: str) -> str:
