@@ -142,6 +142,9 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("frame_per_event_s", _DELIVERY, "FRAME_PER_EVENT_S", "s",
                "one SSE chunk with json.dumps: about 2.6 us on a current x86 core (measured)",
                "tests/test_delivery.py; tokenpath calibrate delivery"),
+    Assumption("frontend_per_request_s", _DELIVERY, "FRONTEND_PER_REQUEST_S", "s",
+               "0: the engine-side measurements the model is validated on have no front end; fitted per "
+               "server by `tokenpath calibrate engine`", "tests/test_calibrate_engine.py"),
     Assumption("invisible_token_fraction", _DELIVERY, "INVISIBLE_TOKEN_FRACTION", "1",
                "5.8% of Tekken tokens in multilingual chat text show nothing alone (measured)",
                "tests/test_delivery.py"),
@@ -152,7 +155,8 @@ BY_NAME: dict[str, Assumption] = {a.name: a for a in REGISTRY}
 # Delivery assumptions are the defaults of fields of the scenario's [delivery] table.
 DELIVERY_FIELDS = {"host_link_bw_Bps": "host_link_bw", "host_link_latency_s": "host_link_latency",
                    "detokenize_per_token_s": "detokenize_per_token", "frame_per_event_s": "frame_per_event",
-                   "invisible_token_fraction": "invisible_token_fraction"}
+                   "invisible_token_fraction": "invisible_token_fraction",
+                   "frontend_per_request_s": "frontend_per_request"}
 
 CALIBRATION_KEY = "calibration"
 

@@ -10,6 +10,7 @@ from typing import Callable
 
 import numpy as np
 
+from tokenpath.assumptions import Assumptions
 from tokenpath.compute.chip import ChipSpec, load_chip
 from tokenpath.compute.model import ModelSpec, load_model
 from tokenpath.compute.roofline import ComputeModel
@@ -63,14 +64,15 @@ class Simulation:
     traces: list[EngineTrace]
 
 
-def build_deployment(scenario: Scenario) -> Deployment:
+def build_deployment(scenario: Scenario, assumptions: Assumptions | None = None) -> Deployment:
     """Resolve names, check the configuration is possible, place the chips and size the KV cache,
-    under the scenario's assumptions (the objects built keep the values they read).
+    under the scenario's assumptions, or `assumptions` where given (the objects built keep the values they
+    read).
 
     Pipeline parallelism runs as `pp` batches in flight per replica (vLLM's virtual engines): each is
     an engine of its own whose step crosses every stage, with 1/pp of the replica's KV cache.
     """
-    with scenario.resolved_assumptions().active():
+    with (assumptions or scenario.resolved_assumptions()).active():
         return _build_deployment(scenario)
 
 

@@ -1,0 +1,145 @@
+"""`tokenpath calibrate engine` closes the loop: probe a server from outside, fit, predict a new load.
+
+The server is `tokenpath serve` running a scenario whose assumptions are perturbed (the serving GEMM
+fraction halved, the host's step overhead x4), so its truth is known and far from the defaults. The
+probe is calibrated against the same scenario without the perturbation, and simulate with the
+calibration file must then predict a bench run at a request rate the probe never used: within 10%
+on TTFT and TPOT medians, where the uncalibrated prediction misses by more than 30%.
+"""
+
+import json
+import math
+import sys
+
+import pytest
+import tomli_w
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from tokenpath.bench import Target, run_bench
+from tokenpath.cli import main
+from tokenpath.pipeline import simulate
+from tokenpath.report.simulation import result_document
+from tokenpath.scenario import build_scenario, load_scenario
+from tokenpath.serve import ServeOptions
+
+from cli_helpers import assert_user_error, run_cli
+from serve_helpers import LoopbackServer
+
+TABLE = {
+    "name": "calibrated-8b",
+    "model": {"name": "llama-3.1-8b"},
+    "deployment": {"chip": "h100", "chips": 1, "tp": 1},
+    # loopback: no client network in the way; the shipped corpus shows a character per token
+    "delivery": {"network_rtt": 0, "network_bw": "10 GB/s", "invisible_token_fraction": 0},
+}
+TRUTH = {"serving_gemm_fraction": 0.4, "host_step_s": "2 ms"}  # defaults 0.8 and 0.5 ms
+CHECK = {"workload.num_requests": 25, "workload.warmup_requests": 1, "workload.arrival.rate": 7.5,
+         "workload.input": {"kind": "fixed", "value": 2048}, "workload.output": {"kind": "fixed", "value": 16}}
+PROBE = ["--prompt-lens", "512 2048 4096", "--concurrencies", "1 8", "--output-len", "16", "--budget", "20s"]
+
+
+def _cli(argv):
+    """The entry point as `tokenpath ARGV` (for a module-scoped fixture): its exit status."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["tokenpath", *argv])
+        try:
+            main()
+        except SystemExit as exit:
+            return exit.code
+    return 0
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    """Probe the perturbed server, fit, and bench it at the check load: (folder, calibration, bench)."""
+    folder = tmp_path_factory.mktemp("calibrate")
+    (folder / "scenario.toml").write_text(tomli_w.dumps(TABLE))
+    (folder / "calibrated.toml").write_text(tomli_w.dumps({**TABLE, "assumptions": {"calibration": "cal.toml"}}))
+    served = build_scenario({**TABLE, "assumptions": TRUTH}, "served")
+    with LoopbackServer(served, ServeOptions(network_delay=False)) as url:
+        assert _cli(["calibrate", "engine", str(folder / "scenario.toml"), "--base-url", url, "--model", "llama-3.1-8b",
+                     "--out", str(folder / "cal.toml"), *PROBE]) == 0
+        check = load_scenario(str(folder / "scenario.toml"), CHECK)
+        measured = run_bench(check, Target(url, "llama-3.1-8b"), str(folder / "check.jsonl"), workers=1).summary
+    return folder, tomllib.loads((folder / "cal.toml").read_text()), measured
+
+
+def test_calibrated_simulate_predicts_a_load_the_probe_did_not_use(loop):
+    folder, calibration, measured = loop
+    probe_rates = [p["rate_per_s"] for p in calibration["probe"] if p["rate_per_s"] != "inf"]
+    assert all(abs(rate / CHECK["workload.arrival.rate"] - 1) > 0.1 for rate in probe_rates)
+
+    plain = result_document(simulate(load_scenario(str(folder / "scenario.toml"), CHECK)))[0]["latency_s"]
+    calibrated_scenario = load_scenario(str(folder / "scenario.toml"),
+                                        {**CHECK, "assumptions.calibration": "cal.toml"})
+    calibrated = result_document(simulate(calibrated_scenario))[0]
+    m, c, p = measured["latency_s"], calibrated["latency_s"], plain
+    assert measured["requests"]["failed"] == 0
+    for metric in ("ttft", "tpot"):
+        assert c[metric]["p50"] == pytest.approx(m[metric]["p50"], rel=0.10), metric
+        assert abs(p[metric]["p50"] / m[metric]["p50"] - 1) > 0.30, metric
+    assert set(calibrated["scenario"]["assumptions"]["calibrated"]) == set(calibration["fit"]["fitted"])
+
+
+def test_the_calibration_file_holds_the_fit_its_uncertainty_and_the_probe(loop):
+    _, calibration, _ = loop
+    assert calibration["schema"] == "tokenpath.engine-calibration/1"
+    assert calibration["server"]["model"] == "llama-3.1-8b" and calibration["server"]["base_url"].startswith("http://127.0.0.1:")
+    assert calibration["measured_at"][:2] == "20"
+    fitted = calibration["fitted"]
+    assert {"host_step_s", "serving_gemm_fraction"} <= set(fitted)
+    gemm = fitted["serving_gemm_fraction"]
+    assert gemm["value"] == pytest.approx(0.4, rel=0.1) and gemm["default"] == 0.8
+    assert all(0 < entry["uncertainty"] < entry["value"] for entry in fitted.values())
+    fit = calibration["fit"]
+    assert fit["rms_error_after"] < fit["rms_error_before"] / 3
+    phases = [p["phase"] for p in calibration["probe"]]
+    assert phases[:5] == ["single-512", "single-2048", "single-4096", "loop-1", "loop-8"]
+    single = calibration["probe"][1]
+    assert single["requests"] == 3 and single["input_tokens_mean"] == pytest.approx(2048, rel=0.02)
+    assert single["ttft_p50_s_predicted_after"] == pytest.approx(single["ttft_p50_s"], rel=0.15)
+
+
+def test_calibrate_from_results_already_measured_fits_the_same(loop, monkeypatch, capsys):
+    folder, calibration, _ = loop
+    results = [p["results"] for p in calibration["probe"]]
+    argv = ["calibrate", "engine", str(folder / "scenario.toml"), "--out", str(folder / "again.toml")]
+    for path in results:
+        argv += ["--from", path]
+    code, out, err = run_cli(argv, monkeypatch, capsys)
+    assert code == 0, err
+    again = tomllib.loads((folder / "again.toml").read_text())
+    assert again["fit"]["fitted"] == calibration["fit"]["fitted"]
+    for name, entry in again["fitted"].items():
+        assert entry["value"] == pytest.approx(calibration["fitted"][name]["value"], rel=1e-9)
+    assert again["server"] == {"results": results}
+
+
+def test_compare_shows_simulate_with_calibration_against_bench(loop, monkeypatch, capsys):
+    folder, _, measured = loop
+    (folder / "bench.json").write_text(json.dumps(measured))
+    code, _, err = run_cli(["simulate", str(folder / "calibrated.toml"), "--request-rate", "7.5", "--num-requests", "25",
+                            "--warmup-requests", "1", "--input-len", "2048", "--input-sd", "0", "--output-len", "16",
+                            "--output-sd", "0", "--json", str(folder / "sim.json")], monkeypatch, capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["compare", str(folder / "sim.json"), str(folder / "bench.json"), "--json", "-"],
+                             monkeypatch, capsys)
+    assert code == 0, err
+    rows = {row["metric"]: row for row in json.loads(out)["rows"]}
+    assert abs(rows["TTFT p50"]["relative"]) < 0.1 and abs(rows["TPOT p50"]["relative"]) < 0.1
+
+
+def test_bad_calibration_input_is_one_line(tmp_path, monkeypatch, capsys):
+    assert_user_error(*run_cli(["calibrate", "engine", "--out", str(tmp_path / "c.toml")], monkeypatch, capsys),
+                      "--base-url and --model")
+    assert_user_error(*run_cli(["calibrate", "engine", "--base-url", "http://127.0.0.1:9", "--model", "llama-3.1-8b",
+                                "--budget", "soon", "--out", str(tmp_path / "c.toml")], monkeypatch, capsys), "--budget")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('schema = "tokenpath.engine-calibration/1"\n[fitted.host_step_sec]\nvalue = 1e-3\n')
+    with pytest.raises(Exception, match="host_step_sec: no such assumption; did you mean 'host_step_s'"):
+        load_scenario("typical", {"assumptions.calibration": str(bad)}).resolved_assumptions()
+    assert math.isfinite(load_scenario("typical").resolved_assumptions().value("host_step_s"))
