@@ -1,13 +1,22 @@
 """Fit the assumptions a deployment is sensitive to, so simulate reproduces what a probe measured.
 
 Each measured phase is replayed in the simulator (its requests arriving when the probe sent them,
-with the lengths the server saw) under candidate assumption values; the residuals are log(predicted /
-measured) of each phase's TTFT and TPOT medians. Which assumptions to fit is decided from the
-Jacobian at the starting values: in order of preference (`CANDIDATES`), each that moves the residuals
-enough and is not nearly collinear with one already chosen (a constant cost per step is the same to
-the probe whether it is the host's or the kernels'). The fit is bounded least squares over their
-logarithms (scipy.optimize.least_squares), and each value's uncertainty comes from the Jacobian at
-the solution, with the residuals' own scale (at least NOISE_FLOOR).
+with the lengths the server saw) under candidate assumption values; the residuals are the logs of
+(predicted + 5 ms) / (measured + 5 ms) of each phase's TTFT and TPOT medians. Which to fit:
+
+1. screen `CANDIDATES` (most preferred first) by the Jacobian at the starting values: each that moves
+   the residuals enough and is not nearly collinear with one already kept (a constant cost per step
+   is the same to the probe whether the host's or the kernels');
+2. fit them (bounded least squares over their logarithms, scipy.optimize.least_squares, from the best
+   points of a Sobol search: a step's time is not smooth in them);
+3. drop, least preferred first, any the fit leaves undetermined (one sigma over MAX_RELATIVE_UNCERTAINTY
+   of its value) and then any the residuals do not need (the fit without it within PARSIMONY), and fit
+   the rest again.
+
+Each value's uncertainty (one sigma) comes from the Jacobian at the solution, with the residuals' own
+scale, at least NOISE_FLOOR. Where two assumptions trade off (a step's fixed host time against the HBM
+efficiency of its weight streaming, for a small model at small batches), the probe cannot tell which
+it is; either predicts the probe's loads alike, and the file says which were left out and why.
 """
 
 from __future__ import annotations
@@ -37,8 +46,11 @@ MAX_COSINE = 0.9
 MAX_FITTED = 4
 # An assumption the fit leaves this uncertain (one sigma over its value) is not determined by the probe:
 # the least preferred of such keeps its value and the others are fitted again without it.
-MAX_RELATIVE_UNCERTAINTY = 0.5
+MAX_RELATIVE_UNCERTAINTY = 0.75
 MAX_EVALUATIONS = 60  # of each local fit
+# A fitted assumption is dropped again, least preferred first, when the fit without it is at most this
+# share worse (in rms): the probe's noise (a few % per median) explains that much.
+PARSIMONY = 0.05
 # Relative scale of a median's error when the fit leaves less: bench's timestamps and a server's
 # run-to-run spread on a few requests per phase (about 1-2% on loopback in this project's tests).
 NOISE_FLOOR = 0.02
@@ -166,27 +178,41 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
     if not names:
         raise UserError("calibrate engine: the probe's medians do not depend on any candidate assumption; "
                         "probe longer prompts or more concurrency")
-    while True:
-        result, sigma = _fit(model, names)
+    result, sigma = _fit(model, names)
+    while len(names) > 1:  # what the fit leaves loose is not determined: the least preferred goes
         spread = {n: _slope(model.start[n], float(x)) * float(s) / max(_value(model.start[n], float(x)), 1e-30)
                   for n, x, s in zip(names, result.x, sigma)}
         loose = [n for n in names if spread[n] > MAX_RELATIVE_UNCERTAINTY]
-        if not loose or len(names) == 1:
+        if not loose:
             break
-        dropped = loose[-1]  # the least preferred of them: two that trade off are both loose
-        not_fitted[dropped] = f"not determined by this probe (+/- {spread[dropped]:.0%} when fitted)"
-        names = [n for n in names if n != dropped]
+        not_fitted[loose[-1]] = f"not determined by this probe (+/- {spread[loose[-1]]:.0%} when fitted)"
+        names = [n for n in names if n != loose[-1]]
+        result, sigma = _fit(model, names)
+    for name in names[::-1]:  # the simplest explanation: drop what the medians do not need
+        if len(names) == 1:
+            break
+        rest = [n for n in names if n != name]
+        simpler, simpler_sigma = _fit(model, rest)
+        if _rms(simpler.fun) <= _rms(result.fun) * (1 + PARSIMONY):
+            not_fitted[name] = (f"not needed: the fit without it is as good ({_rms(simpler.fun):.1%} against "
+                                f"{_rms(result.fun):.1%} rms)")
+            names, result, sigma = rest, simpler, simpler_sigma
     values = model.values(result.x, names)
     return Fit(
         names=names, start={k: model.start[k] for k in names}, values=values,
         uncertainty={k: _slope(model.start[k], float(x)) * float(s) for k, x, s in zip(names, result.x, sigma)},
-        rms_before=float(np.sqrt(np.mean(r0 ** 2))), rms_after=float(np.sqrt(np.mean(result.fun ** 2))),
+        rms_before=_rms(r0), rms_after=_rms(result.fun),
         predicted_before=model.predict({}), predicted_after=model.predict(values), not_fitted=not_fitted,
     )
 
 
+def _rms(residuals: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(residuals ** 2)))
+
+
 def _fit(model: _Model, names: list[str]):
-    """Bounded least squares over `names` from the best starts: (scipy's result, one sigma of each x)."""
+    """Bounded least squares over `names` from the best starts of a search: (scipy's result, one sigma
+    of each x)."""
     from scipy.optimize import least_squares
 
     low, high = (np.array(b) for b in zip(*(_bounds(n, model.start[n]) for n in names)))
