@@ -181,3 +181,22 @@ def test_assumptions_command_lists_every_one_as_json(tmp_path, monkeypatch, caps
     assert host["value"] == pytest.approx(3e-3) and host["default"] == 0.5e-3 and host["origin"] == "scenario"
     path.write_text("[assumptions]\nhost_stp_s = 1\n")
     assert_user_error(*run_cli(["simulate", str(path)], monkeypatch, capsys), "did you mean 'host_step_s'")
+
+
+def test_explain_names_the_assumptions_behind_each_row(monkeypatch, capsys):
+    from tokenpath.report.explain import explain
+
+    simulation = simulate(load_scenario("typical", {**SMALL, "deployment.tp": 2, **PERTURBED}))
+    step = explain(simulation)
+    by_op = {op["op"]: op for op in step["ops"]}
+    assert by_op["mlp_gate_up"]["assumptions"][-1] == "kernel_fixed_s"
+    assert {"serving_gemm_fraction", "hbm_bw_efficiency"} & set(by_op["mlp_gate_up"]["assumptions"])
+    assert all(name in BY_NAME for op in step["ops"] for name in op["assumptions"])
+    assert step["assumptions_changed"] == sorted(["serving_gemm_fraction", "host_step_s", "kernel_fixed_s",
+                                                  "base_latency_s"])
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_cli(["simulate", "--model", "llama-3.1-8b", "--chip", "h100", "--chips", "1", "--tp", "1",
+                              "--num-requests", "50", "--explain"], monkeypatch, capsys)
+    assert code == 0, err
+    host_row = next(line for line in out.splitlines() if "engine host time" in line)
+    assert "host_step_s" in host_row and "host_step_s*" not in host_row and "assumptions" in out
