@@ -200,3 +200,26 @@ def test_explain_names_the_assumptions_behind_each_row(monkeypatch, capsys):
     assert code == 0, err
     host_row = next(line for line in out.splitlines() if "engine host time" in line)
     assert "host_step_s" in host_row and "host_step_s*" not in host_row and "assumptions" in out
+
+
+def test_a_delivery_calibration_joins_through_the_assumptions_table(tmp_path):
+    from tokenpath.delivery.calibration import BatchCost, Calibration
+
+    slow = tmp_path / "host.toml"
+    Calibration([BatchCost(1, 1e-3, 1e-3, 0.0), BatchCost(256, 1e-3, 1e-3, 0.0)], machine={"cpu": "test"}).write(slow)
+    engine = tmp_path / "engine.toml"
+    engine.write_text('schema = "tokenpath.engine-calibration/1"\n[fitted.host_step_s]\nvalue = 0.002\n'
+                      '[fitted.serving_gemm_fraction]\nvalue = 0.5\n')
+    (tmp_path / "s.toml").write_text('[assumptions]\ncalibration = ["engine.toml", "host.toml"]\n'
+                                     'serving_gemm_fraction = 0.6\n')
+    scenario = load_scenario(str(tmp_path / "s.toml"), SMALL)
+    assert scenario.resolved_delivery().calibration == str(slow)
+    resolved = scenario.resolved_assumptions()
+    assert resolved.values == {"host_step_s": 0.002, "serving_gemm_fraction": 0.6}  # the scenario's own wins
+    assert resolved.calibrated == {"host_step_s": str(engine)} and resolved.overridden == ("serving_gemm_fraction",)
+    plain = load_scenario("typical", SMALL)
+    slower = _latency(scenario)["tpot"]["p50"]
+    assert slower > _latency(plain)["tpot"]["p50"] + 1e-3  # the delivery calibration's 1 ms per token blocks steps
+    before = scenario.fingerprint()
+    engine.write_text(engine.read_text().replace("0.002", "0.003"))  # the file is part of the fingerprint
+    assert load_scenario(str(tmp_path / "s.toml"), SMALL).fingerprint() != before
