@@ -223,3 +223,27 @@ def test_a_delivery_calibration_joins_through_the_assumptions_table(tmp_path):
     before = scenario.fingerprint()
     engine.write_text(engine.read_text().replace("0.002", "0.003"))  # the file is part of the fingerprint
     assert load_scenario(str(tmp_path / "s.toml"), SMALL).fingerprint() != before
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+@given(st.floats(min_value=0, max_value=1e6, allow_nan=False), st.sampled_from(["s", "ms", "us", "ns"]))
+def test_a_duration_assumption_takes_any_duration_string(number, unit):
+    from tokenpath.assumptions import parse_value
+
+    scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
+    value = parse_value(lookup("host_step_s"), f"{number!r} {unit}", "assumptions.host_step_s")
+    assert value == pytest.approx(number * scale, rel=1e-12, abs=1e-300)
+
+
+@given(st.one_of(st.floats(allow_nan=True), st.integers(), st.text(max_size=20), st.booleans(), st.none()))
+def test_a_plain_assumption_takes_a_non_negative_number_or_says_which(value):
+    from tokenpath.assumptions import parse_value
+
+    try:
+        number = parse_value(lookup("serving_gemm_fraction"), value, "assumptions.serving_gemm_fraction")
+    except UserError as error:
+        assert str(error).startswith("assumptions.serving_gemm_fraction: ") and "\n" not in str(error)
+    else:
+        assert 0 <= number < float("inf") and not isinstance(value, bool)

@@ -166,3 +166,53 @@ def test_bad_calibration_input_is_one_line(tmp_path, monkeypatch, capsys):
     with pytest.raises(Exception, match="host_step_sec: no such assumption; did you mean 'host_step_s'"):
         load_scenario("typical", {"assumptions.calibration": str(bad)}).resolved_assumptions()
     assert math.isfinite(load_scenario("typical").resolved_assumptions().value("host_step_s"))
+
+
+def test_the_probe_stops_itself_when_its_budget_is_spent(tmp_path, monkeypatch):
+    """Each phase 'takes' 10 s on a fake clock: a 25 s budget runs three and lists the rest as skipped."""
+    import numpy as np
+
+    from tokenpath.calibrate import probe
+    from tokenpath.workload import Requests
+
+    now = [0.0]
+    sent = []
+
+    def fake_bench(scenario, target, path, tokenizer, workers, progress, timeouts):
+        sent.append((scenario.workload.num_requests, scenario.workload.max_concurrency, timeouts["request_timeout_s"]))
+        now[0] += 10.0
+
+    def fake_measured(path, name):
+        one = Requests(np.zeros(1), np.ones(1, np.int64), np.full(1, 2, np.int64))
+        return probe.Measured(name, one, np.ones(1, bool), 0.1, 0.01, path)
+
+    monkeypatch.setattr(probe, "run_bench", fake_bench)
+    monkeypatch.setattr(probe, "measured_from_results", fake_measured)
+    monkeypatch.setattr("tokenpath.bench.load_tokenizer", lambda name: None)
+    measured, skipped = probe.run_probe(TABLE, "test", None, Target("http://127.0.0.1:9", MODEL), tmp_path, 25.0,
+                                        131072, (128, 512), (1, 4), 8, clock=lambda: now[0])
+    assert [m.name for m in measured] == ["single-128", "single-512", "loop-1"]
+    assert skipped == ["loop-4"]  # and no ramp: the largest loop never ran
+    singles = probe.SINGLES_PER_LENGTH + probe.WARMUP_REQUESTS
+    assert sent == [(singles, 1, 25.0), (singles, 1, 15.0), (6 + 1, 1, 5.0)]  # each gets what is left
+
+
+@pytest.mark.parametrize("given, seconds", [("5m", 300.0), ("90 s", 90.0), ("2 min", 120.0), ("1500 ms", 1.5)])
+def test_budget_takes_minutes_and_durations(given, seconds):
+    from tokenpath.cli.calibrate import _budget_s
+
+    assert _budget_s(given) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("given", ["0 s", "soon", "2 days", "-5m"])
+def test_a_bad_budget_is_refused(given):
+    from tokenpath.cli.calibrate import _budget_s
+    from tokenpath.errors import UserError
+
+    with pytest.raises(UserError, match="--budget"):
+        _budget_s(given)
+
+
+def test_from_a_missing_results_file_is_one_line(tmp_path, monkeypatch, capsys):
+    assert_user_error(*run_cli(["calibrate", "engine", "--from", str(tmp_path / "none.jsonl"),
+                                "--out", str(tmp_path / "c.toml")], monkeypatch, capsys), "none.jsonl")
