@@ -110,7 +110,10 @@ def test_values_take_the_registry_unit_or_a_string_with_a_unit(given, expected):
 
 @pytest.mark.parametrize("name, value, message", [
     ("host_step_s", "2 GB", "host_step_s"), ("serving_gemm_fraction", "lots", "not a number"),
-    ("serving_gemm_fraction", -1, "finite number >= 0"), ("serving_gemm_fraction", True, "not a number"),
+    ("serving_gemm_fraction", -1, "above 0 and at most 1"), ("serving_gemm_fraction", True, "not a number"),
+    ("hbm_bw_efficiency", 0, "out of range"), ("hbm_bw_efficiency", 1.5, "at most 1"),
+    ("host_link_bw_Bps", "0 GB/s", "above 0"), ("gemm_overlap_norm", 0.5, "at least 1"),
+    ("activation_bytes", float("inf"), "not a finite number"), ("host_step_s", "2 h", "at most 3600"),
     ("calibration", 3, "calibration file"),
 ])
 def test_a_bad_value_names_the_assumption(name, value, message):
@@ -246,4 +249,9 @@ def test_a_plain_assumption_takes_a_non_negative_number_or_says_which(value):
     except UserError as error:
         assert str(error).startswith("assumptions.serving_gemm_fraction: ") and "\n" not in str(error)
     else:
-        assert 0 <= number < float("inf") and not isinstance(value, bool)
+        assert 0 < number <= 1 and not isinstance(value, bool)
+
+
+def test_the_assumptions_table_must_be_a_table():
+    with pytest.raises(UserError, match="assumptions: 5 is not a table"):
+        load_scenario("typical", {"assumptions": 5})

@@ -18,8 +18,8 @@ import contextlib
 import contextvars
 import difflib
 import importlib
+import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Iterator, Mapping
 
 from tokenpath.errors import UserError, quoted
@@ -160,6 +160,31 @@ DELIVERY_FIELDS = {"host_link_bw_Bps": "host_link_bw", "host_link_latency_s": "h
 
 CALIBRATION_KEY = "calibration"
 
+# What a value may be, beyond its unit: (lowest, highest, whether the lowest itself is excluded).
+# Durations run from 0 to an hour; a fraction of a rate is above 0 and at most 1; sizes and ratios are
+# above 0. Anything else: any finite number >= 0.
+_FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "hbm_bw_efficiency", "scaleup_bw_efficiency",
+              "nvls_link_efficiency", "scaleout_bw_efficiency")
+_POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ratio")
+RANGES: dict[str, tuple[float, float, bool]] = {
+    **{a.name: (0.0, 3600.0, False) for a in REGISTRY if a.unit == "s"},
+    **{name: (0.0, 1.0, True) for name in _FRACTIONS},
+    **{name: (0.0, math.inf, True) for name in _POSITIVE},
+    "gemm_overlap_norm": (1.0, math.inf, False),  # a p-norm; inf: the plain roofline max
+    "invisible_token_fraction": (0.0, 0.999, False),
+}
+
+
+def _in_range(name: str, number: float) -> bool:
+    low, high, open_low = RANGES.get(name, (0.0, math.inf, False))
+    above = number > low if open_low else number >= low
+    return above and number <= high and (math.isfinite(number) or name == "gemm_overlap_norm")
+
+
+def _range_text(name: str) -> str:
+    low, high, open_low = RANGES.get(name, (0.0, math.inf, False))
+    return f"{'above' if open_low else 'at least'} {low:g}" + (f" and at most {high:g}" if high < math.inf else "")
+
 
 def lookup(name: str, where: str = "assumptions") -> Assumption:
     """The registered assumption `name`; an unknown name is a UserError naming the closest ones."""
@@ -179,20 +204,25 @@ def parse_value(assumption: Assumption, value: object, where: str) -> float:
         raise UserError(f"{where}: {quoted(value)} is not a number; give a number in {assumption.unit}")
     parse = {"s": parse_duration_s, "bytes": parse_bytes, "B/s": parse_bandwidth_Bps}.get(assumption.unit)
     if parse is not None:
-        return parse(value, where)
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise UserError(f"{where}: {quoted(value)} is not a number; {assumption.name} is a plain number, "
-                        f"e.g. {assumption.value:g}") from None
-    if not 0 <= number < float("inf"):
-        raise UserError(f"{where}: {quoted(value)} must be a finite number >= 0, e.g. {assumption.value:g}")
+        number = parse(value, where)
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise UserError(f"{where}: {quoted(value)} is not a number; {assumption.name} is a plain number, "
+                            f"e.g. {assumption.value:g}") from None
+    if math.isnan(number) or not _in_range(assumption.name, number):
+        raise UserError(f"{where}: {quoted(value)} is out of range; {assumption.name} must be "
+                        f"{_range_text(assumption.name)} (default {format_value(assumption.name, assumption.value)})")
     return number
 
 
 def check_table(table: Mapping[str, Any]) -> dict[str, Any]:
     """A scenario's [assumptions] table with each value in SI ({name: float}, plus `calibration`:
     a file name or a list of them). Raises UserError naming the key."""
+    if not isinstance(table, dict):
+        raise UserError(f"assumptions: {quoted(table)} is not a table; write [assumptions] with name = value "
+                        "lines (`tokenpath assumptions` lists the names)")
     checked: dict[str, Any] = {}
     for name, value in table.items():
         if name == CALIBRATION_KEY:
@@ -238,8 +268,11 @@ class Assumptions:
 
     def describe(self) -> dict[str, Any]:
         """The result document's `scenario.assumptions` block."""
-        return {"overridden": {n: self.values[n] for n in self.overridden},
-                "calibrated": {n: {"value": self.values[n], "file": f} for n, f in self.calibrated.items()},
+        def shown(value: float) -> float | str:  # JSON has no infinity
+            return value if math.isfinite(value) else "inf"
+
+        return {"overridden": {n: shown(self.values[n]) for n in self.overridden},
+                "calibrated": {n: {"value": shown(self.values[n]), "file": f} for n, f in self.calibrated.items()},
                 "calibration_files": list(self.calibration_files)}
 
 
@@ -250,11 +283,6 @@ def format_value(name: str, value: float) -> str:
     unit = lookup(name).unit
     shown = {"s": format_duration, "bytes": format_bytes, "B/s": format_bandwidth}.get(unit)
     return shown(value) if shown is not None else f"{value:.4g}"
-
-
-@lru_cache(maxsize=1)
-def defaults() -> dict[str, float]:
-    return {a.name: a.value for a in REGISTRY}
 
 
 def listing(values: Mapping[str, float] | None = None) -> list[dict[str, Any]]:

@@ -170,7 +170,12 @@ class Scenario(BaseModel):
             update["calibration"] = self.resolve_path(calibration)
         elif assumptions.delivery_calibration is not None:
             update["calibration"] = assumptions.delivery_calibration
-        return self.delivery.model_copy(update=update) if update else self.delivery
+        if not update:
+            return self.delivery
+        try:  # validated again: an assumption's value must also fit the [delivery] field it sets
+            return DeliverySpec.model_validate({**self.delivery.model_dump(), **update})
+        except ValidationError as error:
+            raise UserError(explain(error, "assumptions (as [delivery])", DeliverySpec)) from None
 
     def model_source(self) -> str:
         """What to load the model from: a catalog name, or a config.json path (resolved)."""
