@@ -313,7 +313,8 @@ def test_to_toml_parses_and_is_stable_under_a_second_trip():
 
 def test_to_toml_writes_every_default():
     table = tomllib.loads(load_scenario().to_toml())
-    assert set(table) == {"name", "description", "seed", "model", "deployment", "engine", "workload", "delivery", "slo"}
+    assert set(table) == {"name", "description", "seed", "model", "deployment", "engine", "workload", "delivery", "slo",
+                          "assumptions"}
     # cuda_graph_max_tokens is unset (no limit), which TOML cannot write
     assert set(table["engine"]) == {"max_num_seqs", "max_num_batched_tokens", "block_size", "chunked_prefill",
                                     "gpu_memory_utilization", "cuda_graphs", "scheduler", "mixed_chunk",

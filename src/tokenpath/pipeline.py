@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 from tokenpath import continuity
+from tokenpath.assumptions import Assumptions
 from tokenpath.compute.chip import ChipSpec, load_chip
 from tokenpath.compute.model import ModelSpec, load_model
 from tokenpath.compute.roofline import ComputeModel
@@ -66,12 +67,19 @@ class Simulation:
     traces: list[EngineTrace]
 
 
-def build_deployment(scenario: Scenario) -> Deployment:
-    """Resolve names, check the configuration is possible, place the chips and size the KV cache.
+def build_deployment(scenario: Scenario, assumptions: Assumptions | None = None) -> Deployment:
+    """Resolve names, check the configuration is possible, place the chips and size the KV cache,
+    under the scenario's assumptions, or `assumptions` where given (the objects built keep the values they
+    read).
 
     Pipeline parallelism runs as `pp` batches in flight per replica (vLLM's virtual engines): each is
     an engine of its own whose step crosses every stage, with 1/pp of the replica's KV cache.
     """
+    with (assumptions or scenario.resolved_assumptions()).active():
+        return _build_deployment(scenario)
+
+
+def _build_deployment(scenario: Scenario) -> Deployment:
     dep = scenario.deployment
     group = dep.tp * dep.pp
     if group > dep.chips:
@@ -284,7 +292,7 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
     visible = first_visible_index(
-        requests.output_tokens, scenario.delivery.invisible_token_fraction, _rng(scenario, _DELIVERY_STREAM)
+        requests.output_tokens, scenario.resolved_delivery().invisible_token_fraction, _rng(scenario, _DELIVERY_STREAM)
     )
     scheduled_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
     delivery = scenario.resolved_delivery()

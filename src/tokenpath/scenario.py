@@ -18,6 +18,7 @@ import tomli_w
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError
 
 from tokenpath import files
+from tokenpath.assumptions import Assumptions, check_table, resolve
 from tokenpath.files import PathText
 from tokenpath.config_errors import explain
 from tokenpath.delivery.spec import DeliverySpec
@@ -138,6 +139,9 @@ class Scenario(BaseModel):
     workload: WorkloadSpec = WorkloadSpec()
     delivery: DeliverySpec = DeliverySpec()
     slo: SloSpec = SloSpec()
+    assumptions: Annotated[dict[str, Any], BeforeValidator(check_table)] = Field(
+        default_factory=dict, description="overrides of the model's assumptions by name (`tokenpath assumptions` "
+                                          "lists them), and `calibration`: calibration files to apply")
 
     # The folder of the scenario file: relative paths in it (traces, length files, a model's
     # config.json) are read from there. Not part of the scenario's identity.
@@ -152,11 +156,31 @@ class Scenario(BaseModel):
         """The workload with its file paths resolved against the scenario's folder."""
         return self.workload if self._base_dir is None else self.workload.resolve_paths(self._base_dir)
 
+    def calibration_files(self) -> list[str]:
+        """The files of `[assumptions] calibration`, resolved against the scenario's folder."""
+        given = self.assumptions.get("calibration", [])
+        return [self.resolve_path(p) for p in ([given] if isinstance(given, str) else given)]
+
+    def resolved_assumptions(self) -> Assumptions:
+        """The assumptions this scenario runs with: calibration files first, its own overrides over them."""
+        return resolve(self.assumptions, self.calibration_files())
+
     def resolved_delivery(self) -> DeliverySpec:
-        """The delivery spec with its calibration file resolved against the scenario's folder."""
-        if self.delivery.calibration is None:
+        """The delivery spec with its calibration file resolved against the scenario's folder, and the
+        scenario's delivery assumptions (overridden or calibrated) for the fields its table leaves unset."""
+        assumptions = self.resolved_assumptions()
+        update = assumptions.delivery_fields(self.delivery.model_fields_set)
+        calibration = self.delivery.calibration
+        if calibration is not None:
+            update["calibration"] = self.resolve_path(calibration)
+        elif assumptions.delivery_calibration is not None:
+            update["calibration"] = assumptions.delivery_calibration
+        if not update:
             return self.delivery
-        return self.delivery.model_copy(update={"calibration": self.resolve_path(self.delivery.calibration)})
+        try:  # validated again: an assumption's value must also fit the [delivery] field it sets
+            return DeliverySpec.model_validate({**self.delivery.model_dump(), **update})
+        except ValidationError as error:
+            raise UserError(explain(error, "assumptions (as [delivery])", DeliverySpec)) from None
 
     def model_source(self) -> str:
         """What to load the model from: a catalog name, or a config.json path (resolved)."""
@@ -167,10 +191,14 @@ class Scenario(BaseModel):
         """sha256 of the normalized scenario (paths as written) and of the contents of the files it
         reads, so it changes when a trace or a model config does and not when the folder moves."""
         normal = self.model_dump(mode="json")
+        if not normal["assumptions"]:  # none: the fingerprint it had before assumptions could be set
+            del normal["assumptions"]
         inputs = list(fingerprint_inputs(self.resolved_workload()).values())
         if self.delivery.calibration is not None:
             inputs.append(sha256_file(self.resolved_delivery().calibration, "delivery.calibration file",
                                       files.MAX_CONFIG_BYTES))
+        for path in self.calibration_files():
+            inputs.append(sha256_file(path, "assumptions.calibration file", files.MAX_CONFIG_BYTES))
         source = self.model_source()
         if files.exists(source):
             config = Path(source) / "config.json" if Path(source).is_dir() else Path(source)

@@ -10,7 +10,7 @@ from tokenpath.cli.app import app, fail
 from tokenpath.errors import UserError
 
 # Importing a command's module registers it; the order here is the order `--help` lists them.
-from tokenpath.cli import simulate, levers, capacity, sweep, catalog, validate, serve, calibrate, bench, report, fabric  # noqa: E402,F401  isort: skip
+from tokenpath.cli import simulate, levers, capacity, sweep, catalog, assumptions, validate, serve, calibrate, bench, report, fabric  # noqa: E402,F401  isort: skip
 
 _USAGE_ERROR_CHARS = 300  # a command-line usage error quotes the user's words; this much of it is shown
 

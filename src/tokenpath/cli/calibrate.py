@@ -75,3 +75,124 @@ def calibrate_delivery(
                       f"{row.batch_size / row.total_s:,.0f}")
     console.print(table)
     console.print(f"wrote {out}; use it with delivery.calibration = {out!r} in a scenario")
+
+
+CALIBRATE_ENGINE_EXAMPLE = """
+Probes a running server with the bench client (single requests across prompt lengths, closed loops at a
+few concurrencies, a short ramp of open-loop arrivals), fits the assumptions the scenario's deployment
+is sensitive to, and writes a file a scenario applies with `\\[assumptions] calibration = "FILE"`.
+
+Examples:
+
+  tokenpath calibrate engine --base-url http://127.0.0.1:8000 --model m my.toml --out engine-calibration.toml
+
+  tokenpath calibrate engine my.toml --from bench-results.jsonl --from other-run.jsonl --out engine-calibration.toml
+"""
+
+
+def _budget_s(text: str) -> float:
+    from tokenpath.units import parse_duration_s
+
+    words = text.strip()
+    if words.endswith("m") and not words.endswith(("ms", "nm")):
+        words = words[:-1] + "min"  # "5m": minutes
+    budget = parse_duration_s(words, "--budget")
+    if not 1 <= budget <= 24 * 3600:
+        raise UserError(f"--budget: {quoted(text)} must be from 1 s to 24 h, e.g. '5m' or '90 s'")
+    return budget
+
+
+def _whole_numbers(text: str, flag: str, example: str) -> tuple[int, ...]:
+    try:
+        numbers = tuple(sorted({int(word) for word in text.replace(",", " ").split()}))
+    except ValueError:
+        numbers = ()
+    if not numbers or numbers[0] < 1:
+        raise UserError(f"{flag}: {quoted(text)} must be whole numbers >= 1, e.g. {flag} '{example}'")
+    return numbers
+
+
+@calibrate_app.command("engine", help="Fit the model's assumptions to a running server, from outside." + CALIBRATE_ENGINE_EXAMPLE)
+def calibrate_engine(
+    scenario: Optional[str] = typer.Argument(None, help="the scenario whose deployment the server runs (.toml or "
+                                                        "catalog name); default 'typical'"),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000"),
+    model: Optional[str] = typer.Option(None, "--model", help="the model name the server serves"),
+    out: str = typer.Option("engine-calibration.toml", "--out", help="calibration file to write"),
+    budget: str = typer.Option("5m", "--budget", help="the probe's time budget; it stops itself when spent"),
+    from_results: Optional[list[str]] = typer.Option(
+        None, "--from", help="fit from bench results files already measured instead of probing (repeatable)"),
+    prompt_lens: str = typer.Option("128 512 2048", "--prompt-lens", help="prompt lengths of the single requests"),
+    concurrencies: str = typer.Option("1 4 16 64", "--concurrencies", help="concurrencies of the closed loops"),
+    output_len: int = typer.Option(64, "--output-len", min=2, max=4096, help="output tokens per request of the loops"),
+    endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat"),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
+) -> None:
+    import os
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from tokenpath.assumptions import format_value
+    from tokenpath.calibrate.engine_file import calibration_document, write_calibration
+    from tokenpath.calibrate.fit import fit_engine
+    from tokenpath.calibrate.probe import measured_from_results, run_probe
+    from tokenpath.compute.model import load_model
+    from tokenpath.scenario import build_scenario, read_scenario_table
+
+    files.check_writable(out, "--out")
+    table, source, base_dir = read_scenario_table(scenario)
+    loaded = build_scenario(table, source, base_dir)
+    if from_results:
+        for path in from_results:
+            files.check_path(path, "--from")
+        measured, skipped = [measured_from_results(path) for path in from_results], []
+        server = {"results": list(from_results)}
+    else:
+        from tokenpath.bench import Target, preflight
+
+        if not base_url or not model:
+            raise UserError("calibrate engine: give --base-url and --model of the server to probe, or --from "
+                            "bench results files")
+        if endpoint not in ("completions", "chat"):
+            raise UserError(f"--endpoint: {quoted(endpoint)} must be completions or chat")
+        check_tokenizer(tokenizer, "--tokenizer")
+        api_key = None
+        if api_key_env is not None:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise UserError(f"--api-key-env: the environment variable {quoted(api_key_env)} is not set or empty")
+        target = Target(base_url, model, endpoint, api_key)  # type: ignore[arg-type]
+        budget_s = _budget_s(budget)
+        preflight(target, 10.0)
+        folder = Path(out).with_suffix("").with_name(Path(out).stem + "-probe")
+        progress = Progress(TextColumn("probing {task.description}"), BarColumn(), TimeElapsedColumn(),
+                            TextColumn("of {task.fields[budget]:.0f} s"), console=err_console, transient=True)
+        with progress:
+            task = progress.add_task("", total=budget_s, budget=budget_s)
+            import time
+
+            start = time.monotonic()
+
+            def advance(phase: str, done: int, failed: int) -> None:
+                progress.update(task, description=phase, completed=min(budget_s, time.monotonic() - start))
+
+            measured, skipped = run_probe(
+                table, source, base_dir, target, folder, budget_s, load_model(loaded.model_source()).max_context,
+                _whole_numbers(prompt_lens, "--prompt-lens", "128 512 2048"),
+                _whole_numbers(concurrencies, "--concurrencies", "1 4 16 64"), output_len, tokenizer, advance)
+        server = {"base_url": base_url, "model": model, "endpoint": endpoint, "probe_results": str(folder)}
+    fit = fit_engine(loaded, measured)
+    write_calibration(out, calibration_document(fit, measured, skipped, loaded, server))
+
+    result = Table(title=f"fitted to {len(measured)} phases: error {fit.rms_before:.1%} -> {fit.rms_after:.1%} (rms of log)")
+    for column in ("assumption", "before", "fitted", "+/-"):
+        result.add_column(column, justify="right" if column != "assumption" else "left")
+    for name in fit.names:
+        result.add_row(name, format_value(name, fit.start[name]), format_value(name, fit.values[name]),
+                       format_value(name, fit.uncertainty[name]))
+    console.print(result)
+    if skipped:
+        console.print(f"budget spent: skipped {', '.join(skipped)}")
+    console.print(f"wrote {out}; use it with \\[assumptions] calibration = {out!r} in a scenario")

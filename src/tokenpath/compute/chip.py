@@ -10,6 +10,7 @@ from tokenpath.compute import efficiency
 from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.errors import UserError
 from tokenpath.units import parse_bandwidth_Bps, parse_bytes
+from tokenpath.assumptions import assumed
 
 _FALLBACK_PRECISION = "bf16"
 
@@ -96,14 +97,16 @@ def load_chip(name: str) -> ChipSpec:
         raise UserError(f"{where} peak_tflops: needs a {_FALLBACK_PRECISION} entry")
     measured = _tflops(table.get("measured_matmul_tflops", {}), f"{where} measured_matmul_tflops")
     matmul_efficiency = {}
+    gemm_fraction = assumed("serving_gemm_fraction", efficiency.SERVING_GEMM_FRACTION)
+    default_efficiency = assumed("default_matmul_efficiency", efficiency.DEFAULT_MATMUL_EFFICIENCY)
     for precision, peak in peak_flops.items():
         if precision in measured:
             if not 0 < measured[precision] <= peak:
                 raise UserError(f"{where} measured_matmul_tflops.{precision}: must be positive and at most "
                                 f"the peak ({peak / 1e12:g})")
-            matmul_efficiency[precision] = measured[precision] / peak * efficiency.SERVING_GEMM_FRACTION
+            matmul_efficiency[precision] = measured[precision] / peak * gemm_fraction
         else:
-            matmul_efficiency[precision] = efficiency.DEFAULT_MATMUL_EFFICIENCY * efficiency.SERVING_GEMM_FRACTION
+            matmul_efficiency[precision] = default_efficiency * gemm_fraction
     measured_scaleup = table.get("measured_scaleup_bw")
     weight_only = table.get("weight_only", [])
     if not isinstance(weight_only, list) or any(p not in PRECISION_BYTES or p in peak_flops for p in weight_only):
@@ -124,7 +127,7 @@ def load_chip(name: str) -> ChipSpec:
         hbm_bw_Bps=parse_bandwidth_Bps(table["hbm_bw"], f"{where} hbm_bw"),
         scaleup_bw_Bps=parse_bandwidth_Bps(table["scaleup_bw"], f"{where} scaleup_bw"),
         matmul_efficiency=matmul_efficiency,
-        hbm_bw_efficiency=efficiency.HBM_BW_EFFICIENCY,
+        hbm_bw_efficiency=assumed("hbm_bw_efficiency", efficiency.HBM_BW_EFFICIENCY),
         source=str(table["source"]),
         measured_scaleup_bw_Bps=(
             parse_bandwidth_Bps(measured_scaleup, f"{where} measured_scaleup_bw") if measured_scaleup else 0.0

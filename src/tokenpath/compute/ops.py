@@ -23,6 +23,7 @@ from tokenpath.compute.efficiency import (
 )
 from tokenpath.compute.model import ModelSpec
 from tokenpath.compute.precision import PRECISION_BYTES
+from tokenpath.assumptions import assumed
 
 LOGIT_BYTES = 4.0
 """Logits are materialized in fp32 for sampling."""
@@ -80,7 +81,8 @@ def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_precision: str) -
 
 def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`."""
-    act = ACTIVATION_BYTES
+    act = assumed("activation_bytes", ACTIVATION_BYTES)
+    logit_bytes = assumed("logit_bytes", LOGIT_BYTES)
     weight_bytes = PRECISION_BYTES[weight_precision]
     embed_bytes = PRECISION_BYTES[EMBEDDING_PRECISION]
     gemm_rate = chip.effective_flops(weight_precision)
@@ -157,7 +159,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     ops.append(LinearOp(
         "attention", chip.effective_flops(ATTENTION_PRECISION),
         flops_per_pair=2.0 * heads * (qk_width + pv_width) * layers,
-        overhead_pairs_per_token=ATTENTION_QUERY_OVERHEAD_PAIRS,
+        overhead_pairs_per_token=assumed("attention_query_overhead_pairs", ATTENTION_QUERY_OVERHEAD_PAIRS),
         bytes_per_token=(kv_layer + (heads * (qk_width + pv_width) + new_kv_width) * act) * layers,
         bytes_per_kv_read=kv_layer * layers,
         kernels=4 * layers,
@@ -199,7 +201,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         "lm_head", bf16_rate,
         flops_per_logit=2.0 * h * vocab_per_chip,
         bytes_fixed=vocab_per_chip * h * embed_bytes,
-        bytes_per_logit=h * act + vocab_per_chip * LOGIT_BYTES,
+        bytes_per_logit=h * act + vocab_per_chip * logit_bytes,
         resident_bytes=0.0 if model.tie_word_embeddings else vocab_per_chip * h * embed_bytes,
         kernels=1,
         gemm=True,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from tokenpath.assumptions import assumed
 from tokenpath.compute import efficiency
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.model import ModelSpec
@@ -109,7 +110,15 @@ class ComputeModel:
         self._every_step_captured = self._graph_max_tokens == math.inf and not self._graphs_decode_only
         # Every op's kernels, and each layer's two all-reduces when tensor-parallel, on each step's path.
         self.kernels_per_step: float = sum(op.kernels for op in self.ops) + (2 * model.num_layers if tp > 1 else 0)
-        self.eager_launch_s: float = self.kernels_per_step * efficiency.EAGER_KERNEL_LAUNCH_S
+        # The assumptions this model uses, read once here: a built model keeps its run's values.
+        self.kernel_fixed_s = assumed("kernel_fixed_s", efficiency.KERNEL_FIXED_S)
+        self.gemm_overlap_norm = assumed("gemm_overlap_norm", efficiency.GEMM_OVERLAP_NORM)
+        self._activation_bytes = assumed("activation_bytes", efficiency.ACTIVATION_BYTES)
+        self._reserved_logit_rows = assumed("reserved_logit_rows", efficiency.RESERVED_LOGIT_ROWS)
+        self._runtime_reserve_bytes = assumed("runtime_reserve_bytes", efficiency.RUNTIME_RESERVE_BYTES)
+        self._logit_bytes = assumed("logit_bytes", LOGIT_BYTES)
+        self.eager_launch_s: float = self.kernels_per_step * assumed("eager_kernel_launch_s",
+                                                                      efficiency.EAGER_KERNEL_LAUNCH_S)
         self._compile()
 
     @property
@@ -144,10 +153,10 @@ class ComputeModel:
         if m.is_moe:  # router logits, each routed copy's input and intermediates, shared experts
             widths.append(m.num_experts + m.experts_per_token * (h + 3 * m.moe_intermediate_size / tp)
                           + 3 * m.shared_intermediate_size / tp)
-        per_token = (2 * h + max(widths)) * efficiency.ACTIVATION_BYTES
-        logit_rows = min(max_batched_tokens, efficiency.RESERVED_LOGIT_ROWS)
-        logits = logit_rows * m.vocab_size / tp * LOGIT_BYTES
-        return max_batched_tokens * per_token + logits + efficiency.RUNTIME_RESERVE_BYTES
+        per_token = (2 * h + max(widths)) * self._activation_bytes
+        logit_rows = min(max_batched_tokens, self._reserved_logit_rows)
+        logits = logit_rows * m.vocab_size / tp * self._logit_bytes
+        return max_batched_tokens * per_token + logits + self._runtime_reserve_bytes
 
     def kv_cache_bytes_per_chip(self, tokens: int) -> float:
         """KV-cache bytes one sequence of `tokens` tokens holds on one chip (its sliding layers only
@@ -200,7 +209,7 @@ class ComputeModel:
 
     def allreduce_bytes(self, num_tokens: int) -> float:
         """Bytes of one tensor-parallel all-reduce of the hidden state (bf16)."""
-        return num_tokens * self.model.hidden_size * efficiency.ACTIVATION_BYTES
+        return num_tokens * self.model.hidden_size * self._activation_bytes
 
     # -- time ----------------------------------------------------------------------------------------
 
@@ -238,8 +247,8 @@ class ComputeModel:
             flops = op.flops(num_tokens, num_logits, attn_pairs)
             nbytes = op.bytes(num_tokens, num_logits, kv_read_tokens, touched)
             compute_s, memory_s = op.compute_s(num_tokens, num_logits, attn_pairs), nbytes / bw
-            work_s = op_time_s(compute_s, memory_s, op.gemm)
-            fixed_s = op.kernels * efficiency.KERNEL_FIXED_S
+            work_s = op_time_s(compute_s, memory_s, op.gemm, self.gemm_overlap_norm)
+            fixed_s = op.kernels * self.kernel_fixed_s
             bound = "fixed" if fixed_s > work_s else "compute" if compute_s > memory_s else "memory"
             costs.append(OpCost(op.name, flops, nbytes, work_s + fixed_s, bound))
         return costs
@@ -281,7 +290,7 @@ class ComputeModel:
             compute_s = ft * t + fl * n + fp * attn_pairs
             memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched
             if gemm:
-                total += op_time_s(compute_s, memory_s, True)
+                total += op_time_s(compute_s, memory_s, True, self.gemm_overlap_norm)
             else:  # op_time_s's max, inline: this runs every step
                 total += compute_s if compute_s > memory_s else memory_s
         if self.host_overlapped:
@@ -292,7 +301,8 @@ class ComputeModel:
     def _sum_s(self, ops: list[LinearOp], num_tokens: int, num_logits: int) -> float:
         bw = self.chip.effective_hbm_bw_Bps
         return math.fsum(op_time_s(op.compute_s(num_tokens, num_logits, 0.0),
-                                   op.bytes(num_tokens, num_logits, 0.0, 0.0) / bw, op.gemm) for op in ops)
+                                   op.bytes(num_tokens, num_logits, 0.0, 0.0) / bw, op.gemm,
+                                   self.gemm_overlap_norm) for op in ops)
 
     def _compile(self) -> None:
         """Sort the ops for step_time_s: those that depend on num_tokens alone, those on num_logits
@@ -314,7 +324,7 @@ class ComputeModel:
                 other_ops.append((*coeffs, op.gemm))
         self._other_ops = tuple(other_ops)
         # Every kernel's fixed cost, the same in every step: added once, with the ops of num_tokens.
-        self._kernels_fixed_s = math.fsum(op.kernels for op in self.ops) * efficiency.KERNEL_FIXED_S
+        self._kernels_fixed_s = math.fsum(op.kernels for op in self.ops) * self.kernel_fixed_s
         self._tokens_s: dict[int, float] = {}
         self._logits_s: dict[int, float] = {}
         m = self.model
@@ -322,11 +332,10 @@ class ComputeModel:
         self._expert_miss = 1.0 - m.experts_per_token / m.num_experts if m.is_moe else 1.0
 
 
-def op_time_s(compute_s: float, memory_s: float, gemm: bool) -> float:
-    """An op's time from its compute and memory times: their efficiency.GEMM_OVERLAP_NORM norm for a
-    GEMM, the larger of the two for anything else."""
+def op_time_s(compute_s: float, memory_s: float, gemm: bool, p: float = efficiency.GEMM_OVERLAP_NORM) -> float:
+    """An op's time from its compute and memory times: their p-norm for a GEMM (p: the model's
+    gemm_overlap_norm assumption), the larger of the two for anything else."""
     longer = compute_s if compute_s > memory_s else memory_s
-    p = efficiency.GEMM_OVERLAP_NORM
     if not gemm or longer == 0.0 or p == math.inf:
         return longer
     return longer * ((compute_s / longer) ** p + (memory_s / longer) ** p) ** (1.0 / p)

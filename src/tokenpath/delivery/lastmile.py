@@ -46,6 +46,7 @@ class LastMile:
         self.spec = spec
         self._worker_free_ns = 0
         self._half_rtt_ns = _ns(spec.network_rtt / 2)
+        self._frontend_ns = _ns(spec.frontend_per_request)
         # Per-step costs in ns, precomputed: on_step runs once per engine step.
         self._inline = spec.detokenize == "inline"
         self._copy_fixed_ns = spec.host_link_latency * 1e9
@@ -56,8 +57,9 @@ class LastMile:
         self._calibrated = CalibratedCost.from_file(spec.calibration) if spec.calibration else None
 
     def upload_ns(self, input_tokens: int) -> int:
-        """Client -> server: half a round trip plus the request's bytes."""
-        return self.network_ns(self.spec.request_overhead_bytes + self.spec.bytes_per_token * input_tokens)
+        """Client -> engine: half a round trip plus the request's bytes, then the server's front end."""
+        return self.network_ns(self.spec.request_overhead_bytes + self.spec.bytes_per_token * input_tokens) \
+            + self._frontend_ns
 
     def network_ns(self, size_bytes: float) -> int:
         """One message of `size_bytes` over the client's network, either way: half a round trip plus

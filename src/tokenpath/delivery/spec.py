@@ -28,11 +28,16 @@ FRAME_PER_EVENT_S = 2.6e-6
 # tokenpath.delivery on its sample texts, 0% for English prose and code, 10% for Chinese, 64% for
 # emoji-heavy text. Set it for the traffic at hand.
 INVISIBLE_TOKEN_FRACTION = 0.058
+# A server's front end: the time from a request's arrival to the engine seeing it (HTTP and JSON
+# parsing, tokenization, the hand-off to the engine's process). 0 by default, as in the measurements
+# the model is validated on (taken at the engine); `tokenpath calibrate engine` fits it for a server,
+# where it is a few ms (tokenpath serve: HTTP plus its tokenizer's 10 MB/s, serve/app.py).
+FRONTEND_PER_REQUEST_S = 0.0
 
 # A `[delivery]` table for measurements taken at the engine (published benchmarks whose client runs on
 # the serving host): no network, and no host cost beyond the engine's own.
 ENGINE_SIDE_DELIVERY = {
-    "network_rtt": 0.0, "host_link_latency": 0.0, "detokenize_per_token": 0.0, "frame_per_event": 0.0,
+    "network_rtt": 0.0, "host_link_latency": 0.0, "frontend_per_request": 0.0, "detokenize_per_token": 0.0, "frame_per_event": 0.0,
     "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
 }
 # Bounds of the counts below, far beyond real ones: a server streams 1 to a few tens of tokens per SSE
@@ -71,6 +76,9 @@ class DeliverySpec(BaseModel):
     request_overhead_bytes: int = Field(400, ge=0, le=MAX_OVERHEAD_BYTES,
                                         description="bytes of an HTTP request around its prompt")
     invisible_token_fraction: float = Field(INVISIBLE_TOKEN_FRACTION, ge=0, lt=1)
+    frontend_per_request: Duration = Field(
+        FRONTEND_PER_REQUEST_S, le=MAX_HOST_COST_S,
+        description="the server's front end per request, before the engine sees it (HTTP, tokenization)")
     calibration: Optional[PathText] = Field(
         None,
         description="a file from `tokenpath calibrate delivery`: its measured host cost per step and per token "

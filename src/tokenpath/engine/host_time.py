@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpath.assumptions import assumed
+
 
 @dataclass(frozen=True)
 class HostStepCost:
@@ -52,4 +54,6 @@ def host_overlapped(scheduler: str, overlap: bool | None = None) -> bool:
 def host_step_cost(scheduler: str, overlap: bool | None = None, scheduler_steps: int = 1) -> HostStepCost:
     """The host cost of a step under `scheduler`; `overlap` (None: the profile's) and multi-step windows
     of `scheduler_steps` steps, whose scheduling and input preparation are shared by the window."""
-    return HostStepCost(HOST_STEP_S / scheduler_steps, HOST_PER_SEQUENCE_S, host_overlapped(scheduler, overlap))
+    return HostStepCost(assumed("host_step_s", HOST_STEP_S) / scheduler_steps,
+                        assumed("host_per_sequence_s", HOST_PER_SEQUENCE_S),
+                        host_overlapped(scheduler, overlap))

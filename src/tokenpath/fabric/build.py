@@ -29,8 +29,13 @@ from tokenpath.fabric.spec import (
     TorusFabric,
 )
 from tokenpath.fabric.topology import Topology
+from tokenpath.assumptions import assumed
 
+# NCCL's latency per NVLink step of a ring (src/graph/tuning.cc hwLatencies NVLINK, Ring / LL: 0.6 us);
+# a switch's two links (host up, switch down) share it.
 NVLINK_HOP_LATENCY_S = 0.6e-6
+# NCCL's latency per network step of a ring (tuning.cc hwLatencies NET, Ring / LL: 2.7 us), spread over
+# the 4 links of a route between two leaves of a fat tree (host up, leaf up, spine down, leaf down).
 SCALEOUT_LINK_LATENCY_S = 2.7e-6 / 4
 
 
@@ -67,21 +72,21 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
         return chips
 
     if isinstance(spec, SwitchFabric):
-        return Switch(hosts(), scaleup_bw(1), latency(NVLINK_HOP_LATENCY_S / 2), nvls=spec.nvls)
+        return Switch(hosts(), scaleup_bw(1), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S) / 2), nvls=spec.nvls)
     if isinstance(spec, FullMeshFabric):
         n = hosts()
-        return FullMesh(n, scaleup_bw(n - 1), latency(NVLINK_HOP_LATENCY_S))
+        return FullMesh(n, scaleup_bw(n - 1), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
     if isinstance(spec, MeshFabric):
-        return Mesh(tuple(spec.dims), scaleup_bw(2 * max(1, len(spec.dims))), latency(NVLINK_HOP_LATENCY_S))
+        return Mesh(tuple(spec.dims), scaleup_bw(2 * max(1, len(spec.dims))), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
     if isinstance(spec, TorusFabric):
-        return Torus(tuple(spec.dims), scaleup_bw(2 * max(1, len(spec.dims))), latency(NVLINK_HOP_LATENCY_S),
+        return Torus(tuple(spec.dims), scaleup_bw(2 * max(1, len(spec.dims))), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)),
                      wraparound=spec.wraparound)
     if isinstance(spec, FatTreeFabric):
         ratios = None if spec.oversubscription is None else tuple(spec.oversubscription)
-        return FatTree(spec.k, scaleout_bw(), latency(SCALEOUT_LINK_LATENCY_S), levels=spec.levels,
+        return FatTree(spec.k, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)), levels=spec.levels,
                        oversubscription=ratios)
     if isinstance(spec, DragonFlyFabric):
-        return DragonFly(spec.p, scaleout_bw(), latency(SCALEOUT_LINK_LATENCY_S), a=spec.a, h=spec.h, g=spec.g,
+        return DragonFly(spec.p, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)), a=spec.a, h=spec.h, g=spec.g,
                          routing=spec.routing, global_bw_Bps=spec.global_bw, global_latency_s=spec.global_latency)
     if isinstance(spec, HierarchyFabric):
         node = _part(spec.node, "node", scaleup_bw_Bps)

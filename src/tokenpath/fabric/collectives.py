@@ -25,6 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
+from tokenpath.assumptions import assumed
 from tokenpath.errors import UserError, quoted
 from tokenpath.fabric.hierarchy import Hierarchy
 from tokenpath.fabric.topology import Topology, Traffic
@@ -164,6 +165,13 @@ class Collectives:
             raise UserError(f"fabric.algorithm: unknown {quoted(algorithm)}; use one of {', '.join(ALGORITHMS)}")
         self.topology = topology
         self.algorithm = algorithm
+        # The assumptions the costs use, read once here: a built Collectives keeps its run's values.
+        self.base_latency_s = assumed("base_latency_s", BASE_LATENCY_S)
+        self.nvls_latency_s = assumed("nvls_latency_s", NVLS_LATENCY_S)
+        self.nvls_tuner_latency_s = assumed("nvls_tuner_latency_s", NVLS_TUNER_LATENCY_S)
+        self.nvls_tree_net_step_latency_s = assumed("nvls_tree_net_step_latency_s", NVLS_TREE_NET_STEP_LATENCY_S)
+        self.nvls_link_efficiency = assumed("nvls_link_efficiency", NVLS_LINK_EFFICIENCY)
+        self.low_latency_all_to_all_s = assumed("low_latency_all_to_all_s", LOW_LATENCY_ALL_TO_ALL_S)
         eff = link_efficiency(topology) if bw_efficiency is None else bw_efficiency
         self._capacity_Bps = topology.links.bw_Bps * eff
         self._cost = lru_cache(maxsize=4096)(self._cost_uncached)
@@ -228,7 +236,7 @@ class Collectives:
 
         def tuner_time_s(name: str) -> float:
             cost = self.cost(op, groups, name)
-            tuner_penalty_s = NVLS_TUNER_LATENCY_S - NVLS_LATENCY_S if name in ("nvls", "nvls_tree") else 0.0
+            tuner_penalty_s = self.nvls_tuner_latency_s - self.nvls_latency_s if name in ("nvls", "nvls_tree") else 0.0
             return cost.time_s(size_bytes) + tuner_penalty_s
         return min(self._auto_candidates(op, groups), key=tuner_time_s)
 
@@ -285,10 +293,10 @@ class Collectives:
         if op == "all_to_all":
             direct = self._all_to_all(hosts)
             if algorithm == "low_latency":
-                return AffineCost(direct.alpha_s + LOW_LATENCY_ALL_TO_ALL_S, direct.beta_s_per_byte)
+                return AffineCost(direct.alpha_s + self.low_latency_all_to_all_s, direct.beta_s_per_byte)
             return direct
         rounds = self._rounds(op, algorithm, groups)
-        alpha_s, beta = BASE_LATENCY_S, 0.0
+        alpha_s, beta = self.base_latency_s, 0.0
         for r in rounds:
             src = hosts[:, r.src].ravel()
             dst = hosts[:, r.dst].ravel()
@@ -340,14 +348,14 @@ class Collectives:
             latency_s = self._round_latency_s(hosts[:, src].ravel(), hosts[:, dst].ravel())
         else:
             latency_s = self.topology.longest_route_latency_s()
-        return AffineCost(BASE_LATENCY_S + latency_s, float((loads / self._capacity_Bps).max()))
+        return AffineCost(self.base_latency_s + latency_s, float((loads / self._capacity_Bps).max()))
 
     def _nvls(self, groups: tuple[tuple[int, ...], ...]) -> AffineCost:
         """In-switch reduction: (1 + 1/n) x the buffer over each rank's host link, each way."""
         hosts = np.array(groups, np.int64).ravel()
         up_down = np.concatenate([hosts, hosts + self.topology.hosts])  # host links (Topology.host_links)
-        bw = self.topology.links.bw_Bps[up_down] * NVLS_LINK_EFFICIENCY
-        return AffineCost(NVLS_LATENCY_S, (1 + 1 / len(groups[0])) * float((1.0 / bw).max()))
+        bw = self.topology.links.bw_Bps[up_down] * self.nvls_link_efficiency
+        return AffineCost(self.nvls_latency_s, (1 + 1 / len(groups[0])) * float((1.0 / bw).max()))
 
     def _nvls_tree(self, hosts: np.ndarray) -> AffineCost:
         """NCCL's NVLSTree all-reduce across nodes: an in-switch reduction inside each node leaves local
@@ -364,7 +372,7 @@ class Collectives:
         inter_beta = float((loads / self._capacity_Bps).max())
         locals_ = np.concatenate(grids) % hier.per_node
         intra = self._inside._nvls(tuple(map(tuple, locals_.tolist())))
-        alpha_s = intra.alpha_s + tree.steps * NVLS_TREE_NET_STEP_LATENCY_S
+        alpha_s = intra.alpha_s + tree.steps * self.nvls_tree_net_step_latency_s
         return AffineCost(alpha_s, max(intra.beta_s_per_byte, inter_beta))
 
     def _round_latency_s(self, src: np.ndarray, dst: np.ndarray) -> float:
@@ -469,7 +477,9 @@ def link_efficiency(topology: Topology) -> np.ndarray:
     if own is not None:
         return own()
     scale_up = topology.kind in ("switch", "fullmesh", "torus", "mesh")
-    return np.full(len(topology.links), SCALEUP_BW_EFFICIENCY if scale_up else SCALEOUT_BW_EFFICIENCY)
+    efficiency = (assumed("scaleup_bw_efficiency", SCALEUP_BW_EFFICIENCY) if scale_up
+                  else assumed("scaleout_bw_efficiency", SCALEOUT_BW_EFFICIENCY))
+    return np.full(len(topology.links), efficiency)
 
 
 def _check_op(op: str) -> None:

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tokenpath.assumptions import assumed
 from tokenpath.errors import UserError, quoted
 from tokenpath.fabric.topology import (
     LinkTable,
@@ -81,6 +82,7 @@ class DragonFly(Topology):
                  h: int | None = None, g: int | None = None, routing: str = "min",
                  global_bw_Bps: float | None = None, global_latency_s: float | None = None) -> None:
         check_whole(p, "fabric.p", 1, "hosts per router, e.g. 4")
+        self.ugal_hop_ratio = assumed("ugal_hop_ratio", UGAL_HOP_RATIO)  # read once: the run's value
         a = 2 * p if a is None else a
         check_whole(a, "fabric.a", 1, "routers per group, e.g. 2*p")
         h = p if h is None else h
@@ -373,7 +375,7 @@ class DragonFly(Topology):
         valiant_mean = 2.0 * group.sum() / n_global
         with np.errstate(invalid="ignore", divide="ignore"):
             per_link = np.where(m > 0, group / np.maximum(m, 1), 0.0)
-        return per_link > UGAL_HOP_RATIO * valiant_mean
+        return per_link > self.ugal_hop_ratio * valiant_mean
 
     def router_link_loads(self, router_bytes: np.ndarray) -> np.ndarray:
         """Loads from the router->group, group->router and group->group sums (no loop over router pairs,

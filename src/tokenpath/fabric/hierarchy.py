@@ -93,10 +93,12 @@ class Hierarchy(Topology):
 
     def link_efficiency(self) -> np.ndarray:
         """The node's links as the node's kind; every network link at NIC efficiency, whatever its kind."""
+        from tokenpath.assumptions import assumed
         from tokenpath.fabric.collectives import SCALEOUT_BW_EFFICIENCY, link_efficiency
 
         return np.concatenate([np.tile(link_efficiency(self.node), self.nodes),
-                               np.full(len(self.network.links), SCALEOUT_BW_EFFICIENCY)])
+                               np.full(len(self.network.links),
+                                       assumed("scaleout_bw_efficiency", SCALEOUT_BW_EFFICIENCY))])
 
     @property
     def cables(self) -> int:

@@ -24,6 +24,35 @@ def steady_step(sim: Simulation) -> int:
     return int(order[len(order) // 2])
 
 
+def op_assumptions(name: str, gemm: bool, bound: str) -> list[str]:
+    """The registry's assumptions (`tokenpath assumptions`) that set an op's time where it is bound."""
+    fixed = ["kernel_fixed_s"]
+    if bound == "fixed":
+        return fixed
+    if name == "attention":
+        rate = ["serving_gemm_fraction", "attention_query_overhead_pairs"] if bound == "compute" else ["hbm_bw_efficiency"]
+        return rate + fixed
+    if gemm:
+        rate = "serving_gemm_fraction" if bound == "compute" else "hbm_bw_efficiency"
+        return [rate, "gemm_overlap_norm", *(["logit_bytes"] if name == "lm_head" else []), *fixed]
+    return ["hbm_bw_efficiency", "activation_bytes", *fixed]
+
+
+def traffic_assumptions(part: str, algorithm: str, decode_only: bool) -> list[str]:
+    """The assumptions behind a step's collectives: NCCL's latencies, the links' achieved bandwidth."""
+    if part == "tp_all_reduce" and algorithm in ("nvls", "nvls_tree"):
+        names = ["nvls_latency_s", "nvls_link_efficiency"]
+        return names + (["nvls_tree_net_step_latency_s", "scaleout_bw_efficiency"] if algorithm == "nvls_tree" else [])
+    names = ["base_latency_s", "nvlink_hop_latency_s", "scaleup_bw_efficiency"]
+    if part == "ep_all_to_all" and decode_only:
+        names.append("low_latency_all_to_all_s")
+    return names + ["activation_bytes"]
+
+
+HOST_ASSUMPTIONS = ["host_step_s", "host_per_sequence_s"]
+DELIVERY_ASSUMPTIONS = ["host_link_latency_s", "host_link_bw_Bps", "detokenize_per_token_s", "frame_per_event_s"]
+
+
 def explain(sim: Simulation) -> dict[str, Any]:
     """The typical step's shape, each op's FLOPs, bytes, roofline time and bound, and the step's parts."""
     trace, deployment = sim.traces[0], sim.deployment
@@ -38,7 +67,9 @@ def explain(sim: Simulation) -> dict[str, Any]:
     return {
         "step": i,
         "shape": shape,
-        "ops": [{"op": op.name, "flops": op.flops, "bytes": op.bytes, "time_s": op.time_s, "bound": op.bound} for op in ops],
+        "ops": [{"op": op.name, "flops": op.flops, "bytes": op.bytes, "time_s": op.time_s, "bound": op.bound,
+                 "assumptions": op_assumptions(op.name, linear.gemm, op.bound)}
+                for op, linear in zip(ops, deployment.compute.ops)],
         "engine_host_s": compute.host_s(shape["sampled"]),
         "launch_s": compute.launch_s(shape["tokens"], shape["sampled"]),
         "compute_s": trace.step_compute_ns[i] / 1e9,
@@ -52,6 +83,7 @@ def explain(sim: Simulation) -> dict[str, Any]:
         # The roofline's roofs: sustained GEMM FLOP/s at the weights' precision, and HBM bandwidth.
         "roof": {"flops_per_s": compute.chip.effective_flops(compute.weight_precision),
                  "hbm_bytes_per_s": compute.chip.effective_hbm_bw_Bps},
+        "assumptions_changed": sorted(sim.scenario.resolved_assumptions().values),
     }
 
 
@@ -60,28 +92,39 @@ TRAFFIC_LABELS = {"tp_all_reduce": "tensor-parallel all-reduces", "ep_all_to_all
 
 
 def explain_table(step: dict[str, Any], chip: str) -> Table:
+    """The step as a table; each row names the assumptions behind it, a * on those the scenario changed
+    (overridden or calibrated)."""
     shape = step["shape"]
+    changed = set(step.get("assumptions_changed", ()))
+
+    def named(names: list[str]) -> str:
+        return ", ".join(f"{n}*" if n in changed else n for n in names)
+
     title = (f"One steady-state step on one {chip} (step {step['step']}): {shape['tokens']} tokens from "
              f"{shape['sequences']} sequences, {shape['sampled']} sampled, {shape['kv_read_tokens']:,} KV positions read")
-    table = Table(title=title, title_justify="left")
-    for column in ("op", "GFLOP", "bytes", "time", "bound", "share"):
-        table.add_column(column, justify="left" if column in ("op", "bound") else "right")
+    table = Table(title=title, title_justify="left",
+                  caption="assumptions: `tokenpath assumptions` lists them" + (", * changed by this scenario" if changed else ""),
+                  caption_justify="left")
+    for column in ("op", "GFLOP", "bytes", "time", "bound", "share", "assumptions"):
+        table.add_column(column, justify="left" if column in ("op", "bound", "assumptions") else "right",
+                         overflow="fold")
     total = step["compute_s"] + step["traffic_s"] + step["host_blocking_s"]
     for op in step["ops"]:
         table.add_row(op["op"], f"{op['flops'] / 1e9:,.1f}", format_bytes(op["bytes"]), format_duration(op["time_s"]),
-                      op["bound"], f"{op['time_s'] / total:.1%}")
+                      op["bound"], f"{op['time_s'] / total:.1%}", named(op["assumptions"]))
     table.add_row("engine host time", "", "", format_duration(step["engine_host_s"]),
-                  "host", f"{step['engine_host_s'] / total:.1%}")
+                  "host", f"{step['engine_host_s'] / total:.1%}", named(HOST_ASSUMPTIONS))
     if step["launch_s"]:
         table.add_row("kernel launches (no CUDA graph)", "", "", format_duration(step["launch_s"]), "fixed",
-                      f"{step['launch_s'] / total:.1%}")
+                      f"{step['launch_s'] / total:.1%}", named(["eager_kernel_launch_s"]))
     for part, seconds in step["traffic_parts_s"].items():
         if seconds:
             how = {"tp_all_reduce": f"{step['tp_all_reduce_algorithm']}, ",
                    "ep_all_to_all": "low-latency kernels, " if step["decode_only"] else ""}.get(part, "")
             table.add_row(f"{TRAFFIC_LABELS[part]} ({how}{format_bytes(step['hidden_state_bytes'])} hidden state)", "", "",
-                          format_duration(seconds), "traffic", f"{seconds / total:.1%}")
+                          format_duration(seconds), "traffic", f"{seconds / total:.1%}",
+                          named(traffic_assumptions(part, step["tp_all_reduce_algorithm"], step["decode_only"])))
     table.add_row("host (copy ids, detokenize)", "", "", format_duration(step["host_blocking_s"]), "delivery",
-                  f"{step['host_blocking_s'] / total:.1%}")
+                  f"{step['host_blocking_s'] / total:.1%}", named(DELIVERY_ASSUMPTIONS))
     table.add_row("step", "", "", format_duration(total), "", "100.0%", style="bold")
     return table

@@ -9,7 +9,6 @@ import numpy as np
 
 from tokenpath.diagnose.bottleneck import Evidence, bottleneck, load_of, memory_bound_share, sample_steps
 from tokenpath.pipeline import Simulation
-from tokenpath.report.assumptions import assumption_line, assumptions
 from tokenpath.summary import summarize, window_ns
 from tokenpath.units import format_bytes, format_duration, format_number
 
@@ -95,10 +94,10 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
                          warmup_requests=scenario.workload.warmup_requests)
     evidence = _evidence(sim, window_ns(sim.run) / 1e9)
     layer, reason = bottleneck(document["attribution_s"], evidence)
+    document["scenario"]["assumptions"] = assumptions_block(scenario)
     document["bottleneck"] = layer
     document["bottleneck_reason"] = reason
     document["load"] = evidence.load.document()
-    document["assumptions"] = assumptions(scenario)
     document["engine"] = {
         "replicas": scenario.deployment.replicas,
         "engines": sim.deployment.replicas,  # replicas x pipeline batches in flight
@@ -157,9 +156,49 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         ("arrivals", arrivals),
         ("last mile", f"{s.delivery.detokenize} detokenize, {s.delivery.stream_interval} token(s)/event, "
                       f"{format_duration(s.delivery.network_rtt)} RTT"),
-        ("assumed", assumption_line(assumptions(s))),
+        ("assumptions", assumptions_line(assumptions_block(s))),
         ("seed", str(s.seed)),
     ]
+
+
+def assumptions_block(scenario: Any) -> dict[str, Any]:
+    """The result document's `scenario.assumptions`: what differs from the registry (assumptions.py:
+    `overridden`, `calibrated`, `calibration_files`), plus the assumed last-mile costs the scenario's
+    [delivery] table sets to other values than the registry's (`delivery_fields`, by assumption name)
+    and the delivery calibration file in use."""
+    from tokenpath.assumptions import DELIVERY_FIELDS, lookup
+
+    block = scenario.resolved_assumptions().describe()
+    given = scenario.delivery
+    block["delivery_fields"] = {name: float(getattr(given, field)) for name, field in DELIVERY_FIELDS.items()
+                                if field in given.model_fields_set and getattr(given, field) != lookup(name).value}
+    calibration = scenario.resolved_delivery().calibration
+    block["delivery_calibration"] = None if calibration is None else str(calibration)
+    return block
+
+
+def assumptions_line(block: dict[str, Any] | None) -> str:
+    """A `scenario.assumptions` block in one line for people: which assumptions differ from the
+    registry's (`tokenpath assumptions`), and where from."""
+    from tokenpath.assumptions import format_value
+
+    if not block:
+        return "not recorded"
+
+    def shown(name: str, value: Any) -> str:
+        return f"{name} = {format_value(name, value) if isinstance(value, (int, float)) else value}"
+
+    parts = []
+    overridden = {**block.get("overridden", {}), **block.get("delivery_fields", {})}
+    if overridden:
+        parts.append("overridden " + ", ".join(shown(name, value) for name, value in overridden.items()))
+    by_file: dict[str, list[str]] = {}
+    for name, entry in block.get("calibrated", {}).items():
+        by_file.setdefault(entry["file"], []).append(shown(name, entry["value"]))
+    parts += [f"calibrated by {path}: {', '.join(names)}" for path, names in by_file.items()]
+    if block.get("delivery_calibration"):
+        parts.append(f"last mile calibrated by {block['delivery_calibration']}")
+    return "; ".join(parts) or "the registry's defaults (`tokenpath assumptions`)"
 
 
 def _model_line(d: Any, precision: str, kv_precision: str) -> str:

@@ -111,13 +111,13 @@ def from_bench(header: dict[str, Any], rows: list[dict[str, Any]], summary: dict
 
 def summary_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """Scenario lines from a summary alone."""
-    from tokenpath.report.assumptions import assumption_line
+    from tokenpath.report.simulation import assumptions_line
 
     scenario = summary.get("scenario", {})
     lines = [("scenario", f"{scenario.get('name')} (fingerprint {str(scenario.get('fingerprint'))[:12]})"),
              ("source", str(summary.get("source")))]
     if summary.get("source") == "simulate":
-        lines.append(("assumed", assumption_line(summary.get("assumptions"))))
+        lines.append(("assumptions", assumptions_line(scenario.get("assumptions"))))
     return lines
 
 

@@ -1,0 +1,343 @@
+"""Every constant that sets a prediction, in one registry: name, value, unit, source, and what guards it.
+
+The constants themselves stay in the modules that use them, each beside its full reasoning
+(compute/efficiency.py, engine/host_time.py, fabric/collectives.py, ...); this registry names them,
+so a scenario can override any by name and every report can say which were changed.
+
+Overrides flow as data: a scenario's `[assumptions]` table becomes an `Assumptions` object, and the
+deployment is built inside `Assumptions.active()`. Model code reads a constant through
+`assumed(name, CONSTANT)`, which gives the active run's value or the constant itself, and it does so
+while the deployment is built (objects keep what they read), so a built deployment carries its
+assumptions into forked workers and `serve` without any module global changing. Two scenarios in one
+process each see their own values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import difflib
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from tokenpath.errors import UserError, quoted
+
+_ACTIVE: contextvars.ContextVar[Mapping[str, float]] = contextvars.ContextVar("tokenpath_assumptions", default={})
+
+
+def assumed(name: str, default: float) -> float:
+    """The active run's value of assumption `name`; `default` (the module's constant) when not overridden."""
+    return _ACTIVE.get().get(name, default)
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """One registered constant: `module.constant` holds its default value, in `unit` (SI)."""
+
+    name: str
+    module: str
+    constant: str
+    unit: str        # "s", "bytes", "B/s", or "1" for a plain number (a fraction, a ratio, a count)
+    source: str
+    guarded_by: str  # the tests and `tokenpath validate` groups that would fail if it drifted
+
+    @property
+    def value(self) -> float:
+        return float(getattr(importlib.import_module(self.module), self.constant))
+
+
+_EFF, _HOST, _COLL, _BUILD = ("tokenpath.compute.efficiency", "tokenpath.engine.host_time",
+                              "tokenpath.fabric.collectives", "tokenpath.fabric.build")
+_DELIVERY = "tokenpath.delivery.spec"
+_ROOFLINE_TESTS = "tests/test_compute_roofline.py"
+
+REGISTRY: tuple[Assumption, ...] = (
+    # -- compute: a step's kernels ----------------------------------------------------------------------
+    Assumption("default_matmul_efficiency", _EFF, "DEFAULT_MATMUL_EFFICIENCY", "1",
+               "median measured/peak GEMM ratio of catalog/chips.toml, for chips without a measured rate",
+               "tests/test_catalog.py; validate trtllm_offline (H200, B200 rows)"),
+    Assumption("serving_gemm_fraction", _EFF, "SERVING_GEMM_FRACTION", "1",
+               "fitted with gemm_overlap_norm on the H100 rows of TensorRT-LLM offline throughput",
+               "validate trtllm_offline; " + _ROOFLINE_TESTS),
+    Assumption("gemm_overlap_norm", _EFF, "GEMM_OVERLAP_NORM", "1",
+               "p of the p-norm of a GEMM's compute and memory times; fitted with serving_gemm_fraction",
+               "validate trtllm_offline; " + _ROOFLINE_TESTS),
+    Assumption("hbm_bw_efficiency", _EFF, "HBM_BW_EFFICIENCY", "1",
+               "streaming kernels reach about 85% of peak HBM bandwidth on H100/H200 (widely reported)",
+               "validate latency (TPOT rows); " + _ROOFLINE_TESTS),
+    Assumption("kernel_fixed_s", _EFF, "KERNEL_FIXED_S", "s",
+               "shortest GEMM in AIConfigurator's measured H100 table (aiconfigurator-core 0.12.0): 2.45 us",
+               "validate latency; " + _ROOFLINE_TESTS),
+    Assumption("eager_kernel_launch_s", _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
+               "fitted on the Llama-2-7B 128-token row of TensorRT-LLM batch-1 TTFT",
+               "validate trtllm_batch1_ttft; " + _ROOFLINE_TESTS),
+    Assumption("activation_bytes", _EFF, "ACTIVATION_BYTES", "bytes",
+               "activations, residual stream and all-reduced hidden states are bf16",
+               _ROOFLINE_TESTS),
+    Assumption("attention_query_overhead_pairs", _EFF, "ATTENTION_QUERY_OVERHEAD_PAIRS", "1",
+               "fitted to FlashAttention-3 forward on H100 (pytorch/benchmark ff65cb67), within 2.1%",
+               _ROOFLINE_TESTS),
+    Assumption("reserved_logit_rows", _EFF, "RESERVED_LOGIT_ROWS", "1",
+               "fp32 logit rows the memory reserve holds: an engine's usual cap of 256 running sequences",
+               _ROOFLINE_TESTS),
+    Assumption("runtime_reserve_bytes", _EFF, "RUNTIME_RESERVE_BYTES", "bytes",
+               "about 1 GiB of non-torch memory (CUDA context, comm buffers, graphs) as engines report",
+               _ROOFLINE_TESTS),
+    Assumption("logit_bytes", "tokenpath.compute.ops", "LOGIT_BYTES", "bytes",
+               "logits are computed and sampled in fp32 (vLLM's sampler)", _ROOFLINE_TESTS),
+    # -- engine: the host's share of a step ---------------------------------------------------------------
+    Assumption("host_step_s", _HOST, "HOST_STEP_S", "s",
+               "vLLM V1 scheduler and input preparation; reproduces AIConfigurator's vLLM rows at one chip",
+               "validate latency; tests/test_engine.py"),
+    Assumption("host_per_sequence_s", _HOST, "HOST_PER_SEQUENCE_S", "s",
+               "vLLM V1 update_from_output: 0.287 ms for 256 sequences (vllm-project/vllm PR 46112)",
+               "validate latency; tests/test_engine.py"),
+    # -- fabric: links and collectives ---------------------------------------------------------------------
+    Assumption("nvlink_hop_latency_s", _BUILD, "NVLINK_HOP_LATENCY_S", "s",
+               "NCCL's per-step NVLink latency (src/graph/tuning.cc hwLatencies NVLINK, LL: 0.6 us)",
+               "validate nccl_allreduce; tests/test_fabric.py"),
+    Assumption("scaleout_link_latency_s", _BUILD, "SCALEOUT_LINK_LATENCY_S", "s",
+               "NCCL's network step latency (tuning.cc hwLatencies NET, LL: 2.7 us) over 4 links of a route",
+               "validate collectives_scaleout; tests/test_fabric_spec.py"),
+    Assumption("base_latency_s", _COLL, "BASE_LATENCY_S", "s",
+               "NCCL src/graph/tuning.cc: base latency of a collective launch (Ring, LL), 6.6 us",
+               "validate nccl_allreduce; tests/test_fabric_collectives.py"),
+    Assumption("nvls_latency_s", _COLL, "NVLS_LATENCY_S", "s",
+               "NVLS small-message all-reduce, ~6 us with CUDA graphs on H100 (NVIDIA/nccl issue 1259)",
+               "validate nccl_allreduce; tests/test_fabric.py"),
+    Assumption("nvls_tuner_latency_s", _COLL, "NVLS_TUNER_LATENCY_S", "s",
+               "the NVLS latency NCCL's tuner assumes when choosing (tuning.cc hwLatencies NVLS, 25 us)",
+               "validate nccl_allreduce; tests/test_fabric_collectives.py"),
+    Assumption("nvls_tree_net_step_latency_s", _COLL, "NVLS_TREE_NET_STEP_LATENCY_S", "s",
+               "NCCL tuning.cc hwLatencies NET / NVLSTree / Simple, 20.9 us per network step",
+               "validate collectives_scaleout; tests/test_fabric_hierarchy.py"),
+    Assumption("scaleup_bw_efficiency", _COLL, "SCALEUP_BW_EFFICIENCY", "1",
+               "ring all-reduce busbw 370 of 450 GB/s on 8x H100 (nccl-tests issues 212, 309)",
+               "validate nccl_allreduce; tests/test_fabric_collectives.py"),
+    Assumption("nvls_link_efficiency", _COLL, "NVLS_LINK_EFFICIENCY", "1",
+               "NVLS busbw 480 GB/s on 8x H100 (nccl-tests issue 212) as link traffic over 450 GB/s",
+               "validate nccl_allreduce; tests/test_fabric_collectives.py"),
+    Assumption("scaleout_bw_efficiency", _COLL, "SCALEOUT_BW_EFFICIENCY", "1",
+               "a 400 Gb/s NIC reaches 46-48 of 50 GB/s busbw (nccl-tests issue 290)",
+               "validate collectives_scaleout; tests/test_fabric_hierarchy.py"),
+    Assumption("low_latency_all_to_all_s", _COLL, "LOW_LATENCY_ALL_TO_ALL_S", "s",
+               "fitted on DeepEP's EP8 low-latency dispatch row on H800 (77 us)",
+               "validate deepep_low_latency; tests/test_fabric_collectives.py"),
+    Assumption("ugal_hop_ratio", "tokenpath.fabric.dragonfly", "UGAL_HOP_RATIO", "1",
+               "UGAL stand-in: Valiant when MIN links would carry over 2x all-Valiant's mean global load "
+               "(a Valiant path crosses two global links, a MIN path one)",
+               "tests/test_fabric_dragonfly.py"),
+    # -- delivery: the last mile (the defaults of the scenario's [delivery] table) ---------------------------
+    Assumption("host_link_bw_Bps", _DELIVERY, "PCIE_GEN5_X16_PER_DIRECTION_BPS", "B/s",
+               "PCIe Gen5 x16, 64 GB/s per direction (the H200 SXM host link, nvidia.com/h200)",
+               "tests/test_delivery.py"),
+    Assumption("host_link_latency_s", _DELIVERY, "D2H_COPY_LATENCY_S", "s",
+               "a small device-to-host cudaMemcpy costs about 10 us on PCIe Gen5 hosts",
+               "tests/test_delivery.py"),
+    Assumption("detokenize_per_token_s", _DELIVERY, "DETOKENIZE_PER_TOKEN_S", "s",
+               "one incremental detokenize call in vLLM: 17-55 us (vLLM issue 5206), the low end",
+               "tests/test_delivery.py; tokenpath calibrate delivery"),
+    Assumption("frame_per_event_s", _DELIVERY, "FRAME_PER_EVENT_S", "s",
+               "one SSE chunk with json.dumps: about 2.6 us on a current x86 core (measured)",
+               "tests/test_delivery.py; tokenpath calibrate delivery"),
+    Assumption("frontend_per_request_s", _DELIVERY, "FRONTEND_PER_REQUEST_S", "s",
+               "0: the engine-side measurements the model is validated on have no front end; fitted per "
+               "server by `tokenpath calibrate engine`", "tests/test_calibrate_engine.py"),
+    Assumption("invisible_token_fraction", _DELIVERY, "INVISIBLE_TOKEN_FRACTION", "1",
+               "5.8% of Tekken tokens in multilingual chat text show nothing alone (measured)",
+               "tests/test_delivery.py"),
+)
+
+BY_NAME: dict[str, Assumption] = {a.name: a for a in REGISTRY}
+
+# Delivery assumptions are the defaults of fields of the scenario's [delivery] table.
+DELIVERY_FIELDS = {"host_link_bw_Bps": "host_link_bw", "host_link_latency_s": "host_link_latency",
+                   "detokenize_per_token_s": "detokenize_per_token", "frame_per_event_s": "frame_per_event",
+                   "invisible_token_fraction": "invisible_token_fraction",
+                   "frontend_per_request_s": "frontend_per_request"}
+
+CALIBRATION_KEY = "calibration"
+
+# What a value may be, beyond its unit: (lowest, highest, whether the lowest itself is excluded).
+# Durations run from 0 to an hour; a fraction of a rate is above 0 and at most 1; sizes and ratios are
+# above 0. Anything else: any finite number >= 0.
+_FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "hbm_bw_efficiency", "scaleup_bw_efficiency",
+              "nvls_link_efficiency", "scaleout_bw_efficiency")
+_POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ratio")
+RANGES: dict[str, tuple[float, float, bool]] = {
+    **{a.name: (0.0, 3600.0, False) for a in REGISTRY if a.unit == "s"},
+    **{name: (0.0, 1.0, True) for name in _FRACTIONS},
+    **{name: (0.0, math.inf, True) for name in _POSITIVE},
+    "gemm_overlap_norm": (1.0, math.inf, False),  # a p-norm; inf: the plain roofline max
+    "invisible_token_fraction": (0.0, 0.999, False),
+}
+
+
+def _in_range(name: str, number: float) -> bool:
+    low, high, open_low = RANGES.get(name, (0.0, math.inf, False))
+    above = number > low if open_low else number >= low
+    return above and number <= high and (math.isfinite(number) or name == "gemm_overlap_norm")
+
+
+def _range_text(name: str) -> str:
+    low, high, open_low = RANGES.get(name, (0.0, math.inf, False))
+    return f"{'above' if open_low else 'at least'} {low:g}" + (f" and at most {high:g}" if high < math.inf else "")
+
+
+def lookup(name: str, where: str = "assumptions") -> Assumption:
+    """The registered assumption `name`; an unknown name is a UserError naming the closest ones."""
+    found = BY_NAME.get(name)
+    if found is None:
+        close = difflib.get_close_matches(str(name)[:200], list(BY_NAME), n=3, cutoff=0.5)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise UserError(f"{where}.{name}: no such assumption; {hint}`tokenpath assumptions` lists them all")
+    return found
+
+
+def parse_value(assumption: Assumption, value: object, where: str) -> float:
+    """A value in the assumption's unit: a number already in it, or a string with a unit ("20 us")."""
+    from tokenpath.units import parse_bandwidth_Bps, parse_bytes, parse_duration_s
+
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UserError(f"{where}: {quoted(value)} is not a number; give a number in {assumption.unit}")
+    parse = {"s": parse_duration_s, "bytes": parse_bytes, "B/s": parse_bandwidth_Bps}.get(assumption.unit)
+    if parse is not None:
+        number = parse(value, where)
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise UserError(f"{where}: {quoted(value)} is not a number; {assumption.name} is a plain number, "
+                            f"e.g. {assumption.value:g}") from None
+    if math.isnan(number) or not _in_range(assumption.name, number):
+        raise UserError(f"{where}: {quoted(value)} is out of range; {assumption.name} must be "
+                        f"{_range_text(assumption.name)} (default {format_value(assumption.name, assumption.value)})")
+    return number
+
+
+def check_table(table: Mapping[str, Any]) -> dict[str, Any]:
+    """A scenario's [assumptions] table with each value in SI ({name: float}, plus `calibration`:
+    a file name or a list of them). Raises UserError naming the key."""
+    if not isinstance(table, dict):
+        raise UserError(f"assumptions: {quoted(table)} is not a table; write [assumptions] with name = value "
+                        "lines (`tokenpath assumptions` lists the names)")
+    checked: dict[str, Any] = {}
+    for name, value in table.items():
+        if name == CALIBRATION_KEY:
+            paths = [value] if isinstance(value, str) else value
+            if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
+                raise UserError("assumptions.calibration: give a calibration file, or a list of them, e.g. "
+                                "calibration = \"engine-calibration.toml\"")
+            checked[name] = value
+            continue
+        checked[name] = parse_value(lookup(name), value, f"assumptions.{name}")
+    return checked
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """The values a run uses where they differ from the registry: `values` by name (SI units), with
+    where each came from: `overridden` (named in the scenario) and `calibrated` (name -> the file)."""
+
+    values: Mapping[str, float] = field(default_factory=dict)
+    overridden: tuple[str, ...] = ()
+    calibrated: Mapping[str, str] = field(default_factory=dict)
+    calibration_files: tuple[str, ...] = ()
+
+    delivery_calibration: str | None = None  # a `calibrate delivery` file among the calibration files
+
+    def value(self, name: str) -> float:
+        return self.values.get(name, lookup(name).value)
+
+    def delivery_fields(self, set_in_table: set[str] | frozenset[str]) -> dict[str, float]:
+        """[delivery] field -> value for the delivery assumptions this run changes, except the fields
+        the scenario's [delivery] table sets itself (those win)."""
+        return {field: self.values[name] for name, field in DELIVERY_FIELDS.items()
+                if name in self.values and field not in set_in_table}
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Model code reads these values (through `assumed`) inside this block."""
+        token = _ACTIVE.set(dict(self.values))
+        try:
+            yield
+        finally:
+            _ACTIVE.reset(token)
+
+    def describe(self) -> dict[str, Any]:
+        """The result document's `scenario.assumptions` block."""
+        def shown(value: float) -> float | str:  # JSON has no infinity
+            return value if math.isfinite(value) else "inf"
+
+        return {"overridden": {n: shown(self.values[n]) for n in self.overridden},
+                "calibrated": {n: {"value": shown(self.values[n]), "file": f} for n, f in self.calibrated.items()},
+                "calibration_files": list(self.calibration_files)}
+
+
+def format_value(name: str, value: float) -> str:
+    """A value for people, in its assumption's unit ("2 ms", "0.6")."""
+    from tokenpath.units import format_bandwidth, format_bytes, format_duration
+
+    unit = lookup(name).unit
+    shown = {"s": format_duration, "bytes": format_bytes, "B/s": format_bandwidth}.get(unit)
+    return shown(value) if shown is not None else f"{value:.4g}"
+
+
+def listing(values: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+    """Every assumption as a JSON-ready object (`values` overrides the registry's)."""
+    values = values or {}
+    return [{"name": a.name, "value": values.get(a.name, a.value), "default": a.value, "unit": a.unit,
+             "source": a.source, "guarded_by": a.guarded_by, "defined_in": f"{a.module}.{a.constant}"}
+            for a in REGISTRY]
+
+
+ENGINE_CALIBRATION_SCHEMA = "tokenpath.engine-calibration/1"
+DELIVERY_CALIBRATION_SCHEMA = "tokenpath.delivery-calibration/1"
+
+
+def read_calibration(path: str) -> tuple[dict[str, float], str | None]:
+    """A calibration file's fitted values by name, or (for a `calibrate delivery` file) its path as the
+    delivery calibration. Either kind joins a scenario through `[assumptions] calibration`."""
+    from tokenpath import files
+
+    where = f"assumptions.calibration = {files.shown(path)!r}"
+    if not files.exists(path):
+        files.check_path(path, "assumptions.calibration")
+        raise UserError(f"{where}: no such file; write one with `tokenpath calibrate engine --out {path}` "
+                        "(or `calibrate delivery`)")
+    document = files.parse_toml(files.read_text(path, "calibration file"), where)
+    schema = document.get("schema")
+    if schema == DELIVERY_CALIBRATION_SCHEMA:
+        return {}, path
+    if schema != ENGINE_CALIBRATION_SCHEMA:
+        raise UserError(f"{where}: schema is {quoted(schema)}, expected {ENGINE_CALIBRATION_SCHEMA!r} or "
+                        f"{DELIVERY_CALIBRATION_SCHEMA!r}; write it with `tokenpath calibrate engine`")
+    fitted = document.get("fitted")
+    if not isinstance(fitted, dict):
+        raise UserError(f"{where}: no [fitted] table; write it again with `tokenpath calibrate engine`")
+    values = {}
+    for name, entry in fitted.items():
+        assumption = lookup(name, f"{where}: fitted")
+        value = entry.get("value") if isinstance(entry, dict) else None
+        values[name] = parse_value(assumption, value, f"{where}: fitted.{name}.value")
+    return values, None
+
+
+def resolve(table: Mapping[str, Any], calibration_files: list[str]) -> Assumptions:
+    """The Assumptions of a scenario's checked [assumptions] table, its calibration files (resolved
+    paths) applied first, in order, and its own values over them."""
+    values: dict[str, float] = {}
+    calibrated: dict[str, str] = {}
+    delivery_calibration = None
+    for path in calibration_files:
+        fitted, delivery = read_calibration(path)
+        values.update(fitted)
+        calibrated.update({name: path for name in fitted})
+        delivery_calibration = delivery or delivery_calibration
+    own = {name: value for name, value in table.items() if name != CALIBRATION_KEY}
+    values.update(own)
+    for name in own:
+        calibrated.pop(name, None)
+    return Assumptions(values, tuple(own), calibrated, tuple(calibration_files), delivery_calibration)

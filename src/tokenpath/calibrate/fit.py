@@ -1,0 +1,228 @@
+"""Fit the assumptions a deployment is sensitive to, so simulate reproduces what a probe measured.
+
+Each measured phase is replayed in the simulator (its requests arriving when the probe sent them,
+with the lengths the server saw) under candidate assumption values; the residuals are the logs of
+(predicted + 5 ms) / (measured + 5 ms) of each phase's TTFT and TPOT medians. Which to fit:
+
+1. screen `CANDIDATES` (most preferred first) by the Jacobian at the starting values: each that moves
+   the residuals enough and is not nearly collinear with one already kept (a constant cost per step
+   is the same to the probe whether the host's or the kernels');
+2. fit them (bounded least squares over their logarithms, scipy.optimize.least_squares, from the best
+   points of a Sobol search: a step's time is not smooth in them);
+3. drop, least preferred first, any the fit leaves undetermined (one sigma over MAX_RELATIVE_UNCERTAINTY
+   of its value) and then any the residuals do not need (the fit without it within PARSIMONY), and fit
+   the rest again.
+
+Each value's uncertainty (one sigma) comes from the Jacobian at the solution, with the residuals' own
+scale, at least NOISE_FLOOR. Where two assumptions trade off (a step's fixed host time against the HBM
+efficiency of its weight streaming, for a small model at small batches), the probe cannot tell which
+it is; either predicts the probe's loads alike, and the file says which were left out and why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tokenpath.assumptions import lookup
+from tokenpath.calibrate.probe import Measured, medians_s
+from tokenpath.errors import UserError
+from tokenpath.pipeline import Prepared, build_deployment, simulate
+from tokenpath.scenario import Scenario
+
+# The assumptions an engine probe can see, most preferred first: a server's own overheads (its host
+# time per step, its front end) and its kernels' rate before what is a property of the chip and
+# measured widely (HBM efficiency, the fixed cost of a kernel). Where the probe cannot tell two apart,
+# the one earlier here is fitted.
+CANDIDATES = ("host_step_s", "serving_gemm_fraction", "frontend_per_request_s", "host_per_sequence_s",
+              "base_latency_s", "hbm_bw_efficiency", "kernel_fixed_s", "attention_query_overhead_pairs")
+# Least change of the residuals (in log units) per log unit of an assumption for it to be fitted: a
+# 10% change of it must move the phases' medians by about 1% together.
+MIN_SENSITIVITY = 0.1
+# Two assumptions whose Jacobian columns are this aligned cannot be told apart by the probe.
+MAX_COSINE = 0.9
+MAX_FITTED = 4
+# An assumption the fit leaves this uncertain (one sigma over its value) is not determined by the probe:
+# the least preferred of such keeps its value and the others are fitted again without it.
+MAX_RELATIVE_UNCERTAINTY = 0.75
+MAX_EVALUATIONS = 60  # of each local fit
+# A fitted assumption is dropped again, least preferred first, when the fit without it is at most this
+# share worse (in rms): the probe's noise (a few % per median) explains that much.
+PARSIMONY = 0.05
+# Relative scale of a median's error when the fit leaves less: bench's timestamps and a server's
+# run-to-run spread on a few requests per phase (about 1-2% on loopback in this project's tests).
+NOISE_FLOOR = 0.02
+# Bounds: fractions of a rate stay within (0.02, 1]; everything else within 1/20 to 20 times its start.
+SPAN = 20.0
+# Residuals compare log(predicted + this) with log(measured + this): a median of a few milliseconds
+# weighs less, as a server's HTTP and front-end time (which the model does not hold) is a larger share of it.
+ABSOLUTE_FLOOR_S = 5e-3
+STEP = 0.02
+# An assumption that starts at zero (a server's front end) is fitted as REFERENCE_S * (e^x - 1), up to
+# MAX_FROM_ZERO_S: a few ms is the order of a server's HTTP and tokenization.
+REFERENCE_S = 5e-3
+MAX_FROM_ZERO_S = 0.1
+SEARCH_SPAN = 8.0     # the global search looks within 1/8 to 8 times the starting values
+SEARCH_POINTS = 16    # Sobol points of that search (a power of 2)
+LOCAL_FITS = 2        # local fits, from the best points found
+
+
+@dataclass
+class Fit:
+    names: list[str]
+    start: dict[str, float]
+    values: dict[str, float]
+    uncertainty: dict[str, float]
+    rms_before: float
+    rms_after: float
+    predicted_before: list[tuple[float, float]]
+    predicted_after: list[tuple[float, float]]
+    not_fitted: dict[str, str] = field(default_factory=dict)
+
+
+class _Model:
+    """Residuals of the phases for assumption values given as log multipliers of their start."""
+
+    def __init__(self, scenario: Scenario, measured: list[Measured], names: list[str]):
+        self.scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(
+            update={"max_concurrency": None})})
+        self.scenario._base_dir = scenario._base_dir
+        self.base = scenario.resolved_assumptions()
+        self.measured = measured
+        self.names = names
+        self.start = {n: self.base.value(n) for n in names}
+        self.targets = np.array([v for m in measured for v in (m.ttft_p50_s, m.tpot_p50_s)])
+        self.used = np.isfinite(self.targets) & (self.targets > 0)
+
+    def predict(self, values: dict[str, float]) -> list[tuple[float, float]]:
+        scenario = self.scenario.model_copy(update={"assumptions": {**self.scenario.assumptions, **values}})
+        scenario._base_dir = self.scenario._base_dir
+        deployment = build_deployment(scenario)
+        return [medians_s(simulate(Prepared(scenario, deployment, m.requests), workers=1).run, m.counted)
+                for m in self.measured]
+        return out
+
+    def values(self, x: np.ndarray, names: list[str]) -> dict[str, float]:
+        return {n: _value(self.start[n], v) for n, v in zip(names, x)}
+
+    def residuals(self, x: np.ndarray, names: list[str]) -> np.ndarray:
+        predicted = np.array([v for pair in self.predict(self.values(x, names)) for v in pair])
+        floor = ABSOLUTE_FLOOR_S
+        return np.log((predicted[self.used] + floor) / (self.targets[self.used] + floor))
+
+
+def _value(start: float, x: float) -> float:
+    """An assumption's value at fit coordinate x: start * e^x, or from zero REFERENCE_S * (e^x - 1)."""
+    return start * math.exp(x) if start > 0 else REFERENCE_S * math.expm1(x)
+
+
+def _slope(start: float, x: float) -> float:
+    """d value / d x at x, to carry an uncertainty in x over to the value."""
+    return start * math.exp(x) if start > 0 else REFERENCE_S * math.exp(x)
+
+
+def _bounds(name: str, start: float) -> tuple[float, float]:
+    if start == 0:
+        return 0.0, math.log1p(MAX_FROM_ZERO_S / REFERENCE_S)
+    if lookup(name).unit == "1" and name != "attention_query_overhead_pairs":
+        return math.log(0.02 / start), math.log(1.0 / start)
+    return -math.log(SPAN), math.log(SPAN)
+
+
+def _starts(model: _Model, names: list[str], low: np.ndarray, high: np.ndarray) -> list[np.ndarray]:
+    """Where the local fits start: the best few of the starting values and a scrambled Sobol sample of
+    the box within SEARCH_SPAN of them. A step's time is not smooth in the assumptions (a prefill that
+    fits one step more or less changes the batching), so a fit from one start can stop in a dip."""
+    from scipy.stats import qmc
+
+    box_low = np.maximum(low, -math.log(SEARCH_SPAN))
+    box_high = np.minimum(high, math.log(SEARCH_SPAN))
+    sample = qmc.scale(qmc.Sobol(len(names), seed=0).random(SEARCH_POINTS), box_low, box_high)
+    points = [np.clip(np.zeros(len(names)), low, high), *sample]
+    costs = [float(np.sum(model.residuals(x, names) ** 2)) for x in points]
+    return [points[k] for k in np.argsort(costs, kind="stable")[:LOCAL_FITS]]
+
+
+def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[str, ...] = CANDIDATES) -> Fit:
+    """Choose and fit the assumptions; see the module's docstring."""
+    if not measured:
+        raise UserError("calibrate engine: no phase measured anything; check the server, or give --from files")
+    usable = [n for n in candidates if scenario.deployment.tp > 1 or n != "base_latency_s"]
+    model = _Model(scenario, measured, usable)
+    r0 = model.residuals(np.zeros(len(usable)), usable)
+    columns = []
+    for k, name in enumerate(usable):
+        x = np.zeros(len(usable))
+        x[k] = STEP
+        columns.append((model.residuals(x, usable) - r0) / STEP)
+    chosen: list[int] = []
+    not_fitted: dict[str, str] = {}
+    limit = min(MAX_FITTED, max(1, len(r0) - 1))
+    for k, name in enumerate(usable):
+        norm = float(np.linalg.norm(columns[k]))
+        if norm < MIN_SENSITIVITY:
+            not_fitted[name] = f"the probe barely sees it (sensitivity {norm:.2g})"
+            continue
+        twin = next((usable[j] for j in chosen if abs(float(columns[j] @ columns[k])) /
+                     (norm * float(np.linalg.norm(columns[j]))) > MAX_COSINE), None)
+        if twin is not None:
+            not_fitted[name] = f"indistinguishable from {twin} in this probe"
+            continue
+        if len(chosen) == limit:
+            not_fitted[name] = f"at most {limit} fitted from {len(r0)} medians"
+            continue
+        chosen.append(k)
+    names = [usable[k] for k in chosen]
+    if not names:
+        raise UserError("calibrate engine: the probe's medians do not depend on any candidate assumption; "
+                        "probe longer prompts or more concurrency")
+    result, sigma = _fit(model, names)
+    while len(names) > 1:  # what the fit leaves loose is not determined: the least preferred goes
+        spread = {n: _slope(model.start[n], float(x)) * float(s) / max(_value(model.start[n], float(x)), 1e-30)
+                  for n, x, s in zip(names, result.x, sigma)}
+        loose = [n for n in names if spread[n] > MAX_RELATIVE_UNCERTAINTY]
+        if not loose:
+            break
+        not_fitted[loose[-1]] = f"not determined by this probe (+/- {spread[loose[-1]]:.0%} when fitted)"
+        names = [n for n in names if n != loose[-1]]
+        result, sigma = _fit(model, names)
+    for name in names[::-1]:  # the simplest explanation: drop what the medians do not need
+        if len(names) == 1:
+            break
+        rest = [n for n in names if n != name]
+        simpler, simpler_sigma = _fit(model, rest)
+        if _rms(simpler.fun) <= _rms(result.fun) * (1 + PARSIMONY):
+            not_fitted[name] = (f"not needed: the fit without it is as good ({_rms(simpler.fun):.1%} against "
+                                f"{_rms(result.fun):.1%} rms)")
+            names, result, sigma = rest, simpler, simpler_sigma
+    values = model.values(result.x, names)
+    return Fit(
+        names=names, start={k: model.start[k] for k in names}, values=values,
+        uncertainty={k: _slope(model.start[k], float(x)) * float(s) for k, x, s in zip(names, result.x, sigma)},
+        rms_before=_rms(r0), rms_after=_rms(result.fun),
+        predicted_before=model.predict({}), predicted_after=model.predict(values), not_fitted=not_fitted,
+    )
+
+
+def _rms(residuals: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(residuals ** 2)))
+
+
+def _fit(model: _Model, names: list[str]):
+    """Bounded least squares over `names` from the best starts of a search: (scipy's result, one sigma
+    of each x)."""
+    from scipy.optimize import least_squares
+
+    low, high = (np.array(b) for b in zip(*(_bounds(n, model.start[n]) for n in names)))
+    result = None
+    for x0 in _starts(model, names, low, high):
+        trial = least_squares(model.residuals, x0, bounds=(low, high), args=(names,), diff_step=STEP, x_scale=1.0,
+                              max_nfev=MAX_EVALUATIONS)
+        if result is None or trial.cost < result.cost:
+            result = trial
+    m, n = len(result.fun), len(names)
+    scale2 = max(float(result.fun @ result.fun) / (m - n), NOISE_FLOOR ** 2) if m > n else NOISE_FLOOR ** 2
+    covariance = np.linalg.pinv(result.jac.T @ result.jac) * scale2
+    return result, np.sqrt(np.clip(np.diag(covariance), 0.0, None))

@@ -1,0 +1,186 @@
+"""The engine probe: a short, designed set of bench runs against a server, each one a phase.
+
+- singles: one request at a time across prompt lengths: the prefill's cost against its length (TTFT);
+- closed loops at a few concurrencies: the decode step's cost against the batch (TPOT);
+- a short ramp: open-loop arrivals at two fractions of the throughput the largest loop reached, where
+  queueing starts.
+
+Each phase's results are a bench results file, so a probe can be fitted again later (`--from`). The
+load is bounded (a fixed number of requests per phase, each capped in length) and the probe stops
+itself when its time budget is spent: a phase in flight gets what remains as its requests' timeout,
+and the phases after it are not run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from tokenpath.bench import Target, read_results, run_bench
+from tokenpath.bench.results import build_run
+from tokenpath.errors import UserError
+from tokenpath.scenario import Scenario, build_scenario, set_path
+from tokenpath.run import Run
+from tokenpath.workload import Requests
+
+DEFAULT_PROMPT_LENS = (128, 512, 2048)
+DEFAULT_CONCURRENCIES = (1, 4, 16, 64)
+DEFAULT_OUTPUT_LEN = 64
+SINGLES_PER_LENGTH = 3
+# Each phase's first request is sent but not counted: it opens the connection and finds the server's
+# caches cold (its TTFT reads several ms long on loopback).
+WARMUP_REQUESTS = 1
+LOOP_WAVES = 3          # a closed loop of c runs LOOP_WAVES * c requests (at least 6)
+RAMP_FRACTIONS = (0.5, 0.85)  # of the largest loop's measured requests/s
+RAMP_BUDGET_SHARE = 0.1       # each ramp phase sends its arrivals over this share of the budget
+MIN_RAMP_REQUESTS = 8
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One bench run of the probe: fixed lengths, a concurrency cap (closed loop) or a rate."""
+
+    name: str
+    input_len: int
+    output_len: int
+    num_requests: int
+    concurrency: int | None = None
+    rate: float = math.inf
+
+    def overrides(self) -> dict[str, object]:
+        return {"workload.input": {"kind": "fixed", "value": self.input_len},
+                "workload.output": {"kind": "fixed", "value": self.output_len},
+                "workload.num_requests": self.num_requests + WARMUP_REQUESTS,
+                "workload.warmup_requests": WARMUP_REQUESTS,
+                "workload.max_concurrency": self.concurrency, "workload.arrival.rate": self.rate,
+                "workload.arrival.burstiness": 1.0}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one phase measured: its requests as the server saw them (arrival = the measured send,
+    relative to the phase's first) and its TTFT and TPOT medians over the `counted` ones (not warm-up)."""
+
+    name: str
+    requests: Requests
+    counted: np.ndarray  # bool, per request of `requests`
+    ttft_p50_s: float
+    tpot_p50_s: float
+    results: str
+    concurrency: int | None = None
+    rate: float = math.inf
+
+    def describe(self) -> dict[str, object]:
+        return {"phase": self.name, "results": self.results, "requests": int(self.counted.sum()),
+                "input_tokens_mean": float(self.requests.input_tokens.mean()),
+                "output_tokens_mean": float(self.requests.output_tokens.mean()),
+                "concurrency": self.concurrency or 0, "rate_per_s": "inf" if math.isinf(self.rate) else self.rate,
+                "ttft_p50_s": self.ttft_p50_s, "tpot_p50_s": self.tpot_p50_s}
+
+
+def medians_s(run: Run, counted: np.ndarray) -> tuple[float, float]:
+    """TTFT and TPOT medians (seconds) over the counted requests of a run (TPOT: those with 2+ tokens)."""
+    several = counted & (run.output_tokens > 1)
+    tpot_ns = (run.e2e_ns[several] - run.ttft_ns[several]) / (run.output_tokens[several] - 1)
+    return float(np.median(run.ttft_ns[counted])) / 1e9, float(np.median(tpot_ns)) / 1e9 if len(tpot_ns) else math.nan
+
+
+def measured_from_results(path: str, name: str | None = None) -> Measured:
+    """A bench results file as a probe phase (any bench run serves: its own workload is replayed)."""
+    header, rows = read_results(path)
+    ok = [row for row in rows if row["ok"]]
+    if len(ok) < 1:
+        raise UserError(f"--from {path}: no request of it completed; nothing to fit")
+    sent_ns = np.array([row["sent_ns"] for row in ok], np.int64)
+    order = np.argsort(sent_ns, kind="stable")
+    sent_s = (sent_ns[order] - sent_ns[order[0]]) / 1e9
+    # The server's own count of each prompt where it reported one: that is what it computed.
+    prompt = np.array([row.get("prompt_tokens_server") or row["input_tokens"] for row in ok], np.int64)[order]
+    outputs = np.array([sum(row["arrival_tokens"]) for row in ok], np.int64)[order]
+    requests = Requests(sent_s.astype(np.float64), np.maximum(prompt, 1), np.maximum(outputs, 1))
+    workload = header.get("scenario", {}).get("table", {}).get("workload", {})
+    warmup = workload.get("warmup_requests", 0) if isinstance(workload, dict) else 0
+    warmup = warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0
+    counted = np.array([row["i"] >= warmup for row in ok])[order]
+    if not counted.any():
+        counted[:] = True
+    ttft_p50_s, tpot_p50_s = medians_s(build_run([ok[k] for k in order]), counted)
+    arrival = workload.get("arrival", {}) if isinstance(workload, dict) else {}
+    rate = arrival.get("rate", math.inf) if isinstance(arrival, dict) else math.inf
+    return Measured(name or Path(path).stem, requests, counted, ttft_p50_s, tpot_p50_s, str(path),
+                    workload.get("max_concurrency") if isinstance(workload, dict) else None,
+                    float(rate) if isinstance(rate, (int, float)) else math.inf)
+
+
+def first_phases(prompt_lens: tuple[int, ...], concurrencies: tuple[int, ...], output_len: int,
+                 max_context: int) -> list[Phase]:
+    """Singles across prompt lengths, then closed loops (prompts of the middle length)."""
+    lengths = [n for n in prompt_lens if n + output_len <= max_context] or [max(1, max_context - output_len)]
+    singles = [Phase(f"single-{n}", n, min(output_len, 16), SINGLES_PER_LENGTH, concurrency=1) for n in lengths]
+    middle = sorted(lengths)[len(lengths) // 2]
+    loops = [Phase(f"loop-{c}", middle, output_len, max(6, LOOP_WAVES * c), concurrency=c) for c in concurrencies]
+    return singles + loops
+
+
+def ramp_phases(loop: Measured, input_len: int, output_len: int, sending_s: float) -> list[Phase]:
+    """Open-loop arrivals at fractions of the requests/s the largest closed loop sustained, each
+    sending for about `sending_s`."""
+    loop_s = float(loop.requests.arrival_s[-1]) + loop.tpot_p50_s * output_len + loop.ttft_p50_s
+    rate = len(loop.requests) / loop_s if loop_s > 0 else 0.0
+    if not rate > 0 or not math.isfinite(rate):
+        return []
+    return [Phase(f"ramp-{f:g}", input_len, output_len, max(MIN_RAMP_REQUESTS, round(f * rate * sending_s)),
+                  rate=round(f * rate, 3)) for f in RAMP_FRACTIONS]
+
+
+def phase_scenario(table: dict, source: str, base_dir: Path | None, phase: Phase) -> Scenario:
+    table = {key: (dict(value) if isinstance(value, dict) else value) for key, value in table.items()}
+    for dotted, value in phase.overrides().items():
+        set_path(table, dotted, value)
+    return build_scenario(table, source, base_dir)
+
+
+def run_probe(table: dict, source: str, base_dir: Path | None, target: Target, folder: Path, budget_s: float,
+              max_context: int, prompt_lens: tuple[int, ...] = DEFAULT_PROMPT_LENS,
+              concurrencies: tuple[int, ...] = DEFAULT_CONCURRENCIES, output_len: int = DEFAULT_OUTPUT_LEN,
+              tokenizer: str | None = None, progress: Callable[[str, int, int], None] | None = None,
+              clock: Callable[[], float] = time.monotonic) -> tuple[list[Measured], list[str]]:
+    """Run the phases in order until the budget is spent: (what each measured, the phases skipped)."""
+    from tokenpath.bench import load_tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    start = clock()
+    loaded = load_tokenizer(tokenizer)  # once: every phase builds its prompts with it
+    phases = first_phases(prompt_lens, concurrencies, output_len, max_context)
+    measured: list[Measured] = []
+    skipped: list[str] = []
+    ramp_added = False
+    k = 0
+    while k < len(phases):
+        phase = phases[k]
+        k += 1
+        left_s = budget_s - (clock() - start)
+        if left_s <= 0:
+            skipped.append(phase.name)
+            continue
+        scenario = phase_scenario(table, source, base_dir, phase)
+        path = folder / f"{phase.name}.jsonl"
+        path.unlink(missing_ok=True)  # a results file from an earlier probe is replaced, not appended to
+        report = None if progress is None else (lambda done, failed, name=phase.name: progress(name, done, failed))
+        run_bench(scenario, target, str(path), loaded, workers=1, progress=report,
+                  timeouts={"request_timeout_s": max(left_s, 1.0)})
+        try:
+            measured.append(measured_from_results(str(path), phase.name))
+        except UserError:
+            skipped.append(phase.name)  # nothing completed in time
+        if not ramp_added and phase.name.startswith("loop-") and k == len(phases):
+            ramp_added = True
+            loops = [m for m in measured if m.name.startswith("loop-")]
+            if loops:
+                phases += ramp_phases(loops[-1], phases[-1].input_len, output_len, RAMP_BUDGET_SHARE * budget_s)
+    return measured, skipped

@@ -1,0 +1,270 @@
+"""The registry of assumptions: complete, each one read where it is used, overridable per scenario."""
+
+import ast
+import importlib
+import json
+import pathlib
+import pkgutil
+
+import pytest
+
+import tokenpath
+from tokenpath.assumptions import BY_NAME, DELIVERY_FIELDS, REGISTRY, lookup
+from tokenpath.errors import UserError
+from tokenpath.pipeline import build_deployment, simulate
+from tokenpath.report.simulation import assumptions_line, result_document
+from tokenpath.scenario import load_scenario
+
+from cli_helpers import assert_user_error, run_cli
+
+SRC = pathlib.Path(tokenpath.__file__).parent
+MODEL_PACKAGES = ("compute", "fabric", "engine", "delivery")
+
+# Numeric module-level constants in the model packages that are not assumptions, each with why.
+NOT_ASSUMPTIONS = {
+    "tokenpath.compute.model.MAX_DIMENSION": "a bound on config input (int32 shapes), not a prediction",
+    "tokenpath.compute.hf_config._LLAMA4_NO_ROPE_INTERVAL": "Llama 4's architecture (every 4th layer), a fact",
+    "tokenpath.fabric.spec.MAX_FABRIC_HOSTS": "a bound on config input",
+    "tokenpath.fabric.spec.MAX_ROUTERS": "a bound on config input",
+    "tokenpath.fabric.spec.MAX_FULLMESH_HOSTS": "a bound on config input",
+    "tokenpath.fabric.collectives._ROUTED_LATENCY_FLOWS": "where routing each flow stops paying off (speed only)",
+    "tokenpath.engine.replica._ID_BITS": "a packing of request ids into integers",
+    "tokenpath.engine.replica._ID_MASK": "a packing of request ids into integers",
+    "tokenpath.engine.spec.MAX_NUM_SEQS": "a bound on config input",
+    "tokenpath.engine.spec.MAX_STEP_TOKENS": "a bound on config input",
+    "tokenpath.engine.spec.MAX_BLOCK_SIZE": "a bound on config input",
+    "tokenpath.delivery.lastmile.ID_BYTES": "the size of an int32 token id, a data type",
+    "tokenpath.delivery.spec.MAX_STREAM_INTERVAL": "a bound on config input",
+    "tokenpath.delivery.spec.MAX_HOST_COST_S": "a bound on config input",
+    "tokenpath.delivery.spec.MAX_OVERHEAD_BYTES": "a bound on config input",
+    "tokenpath.delivery.spec.MAX_BYTES_PER_TOKEN": "a bound on config input",
+    "tokenpath.delivery.sse.MEMO_ENTRIES": "a cache size of the SSE framer (speed only)",
+    "tokenpath.engine.cluster._NEVER": "a sentinel time, later than any event",
+    "tokenpath.engine.prefix_cache._PLAIN": "a marker in the free-block queue",
+    "tokenpath.engine.routing.CACHE_THRESHOLD": "the modelled router's own setting (SGLang router default, cited there)",
+    "tokenpath.engine.routing.BALANCE_ABS_THRESHOLD": "the modelled router's own setting (SGLang router default)",
+    "tokenpath.engine.routing.BALANCE_REL_THRESHOLD": "the modelled router's own setting (SGLang router default)",
+}
+
+
+def _model_modules():
+    for package in MODEL_PACKAGES:
+        pkg = importlib.import_module(f"tokenpath.{package}")
+        for info in pkgutil.iter_modules(pkg.__path__):
+            yield f"tokenpath.{package}.{info.name}"
+
+
+def _numeric_constants(module_name):
+    """UPPER_CASE names assigned at module level whose value is an int or a float."""
+    module = importlib.import_module(module_name)
+    tree = ast.parse(pathlib.Path(module.__file__).read_text(encoding="utf-8"))
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id.lstrip("_").isupper():
+                value = getattr(module, target.id)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    yield target.id
+
+
+def test_every_numeric_constant_of_the_model_packages_is_registered_or_excused():
+    registered = {f"{a.module}.{a.constant}" for a in REGISTRY}
+    found = {f"{m}.{name}" for m in _model_modules() for name in _numeric_constants(m)}
+    missing = sorted(found - registered - set(NOT_ASSUMPTIONS))
+    assert not missing, f"register these in tokenpath/assumptions.py (or excuse them here, with why): {missing}"
+    assert not set(NOT_ASSUMPTIONS) - found, "an excused constant no longer exists: drop it from the list"
+    assert registered <= found  # every registry entry names a real constant of a model package
+
+
+def _assumed_calls():
+    """(name, constant) of every assumed("name", CONSTANT) call in the source."""
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "assumed":
+                name, default = node.args
+                constant = default.attr if isinstance(default, ast.Attribute) else default.id
+                yield name.value, constant
+
+
+def test_every_assumption_is_read_through_the_registry_by_its_own_constant():
+    calls = list(_assumed_calls())
+    for name, constant in calls:
+        assert BY_NAME[name].constant == constant, f"assumed({name!r}, {constant}) reads the wrong constant"
+    read = {name for name, _ in calls} | set(DELIVERY_FIELDS)  # delivery ones are [delivery] defaults
+    assert read == set(BY_NAME), f"registered but never read (an override would do nothing): {set(BY_NAME) - read}"
+
+
+def test_every_entry_has_a_unit_a_source_and_a_guard():
+    for a in REGISTRY:
+        assert a.unit in ("s", "bytes", "B/s", "1") and len(a.source) > 20 and a.guarded_by
+        assert a.value >= 0
+
+
+def test_an_unknown_name_is_one_line_with_the_closest_names():
+    with pytest.raises(UserError, match=r"assumptions.serving_gemm_fractoin: no such assumption; did you mean "
+                                        r"'serving_gemm_fraction'"):
+        load_scenario("typical", {"assumptions.serving_gemm_fractoin": 0.6})
+    assert lookup("host_step_s").constant == "HOST_STEP_S"
+
+
+@pytest.mark.parametrize("given, expected", [(2e-3, 2e-3), ("2 ms", 2e-3), ("1500 us", 1.5e-3), (0, 0.0)])
+def test_values_take_the_registry_unit_or_a_string_with_a_unit(given, expected):
+    scenario = load_scenario("typical", {"assumptions.host_step_s": given})
+    assert scenario.resolved_assumptions().values == {"host_step_s": pytest.approx(expected, rel=1e-12)}
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("host_step_s", "2 GB", "host_step_s"), ("serving_gemm_fraction", "lots", "not a number"),
+    ("serving_gemm_fraction", -1, "above 0 and at most 1"), ("serving_gemm_fraction", True, "not a number"),
+    ("hbm_bw_efficiency", 0, "out of range"), ("hbm_bw_efficiency", 1.5, "at most 1"),
+    ("host_link_bw_Bps", "0 GB/s", "above 0"), ("gemm_overlap_norm", 0.5, "at least 1"),
+    ("activation_bytes", float("inf"), "not a finite number"), ("host_step_s", "2 h", "at most 3600"),
+    ("calibration", 3, "calibration file"),
+])
+def test_a_bad_value_names_the_assumption(name, value, message):
+    with pytest.raises(UserError, match=message):
+        load_scenario("typical", {f"assumptions.{name}": value})
+
+
+SMALL = {"model.name": "llama-3.1-8b", "deployment.chip": "h100", "deployment.chips": 2, "deployment.tp": 1,
+         "workload.num_requests": 60, "workload.arrival.rate": 10.0,
+         "workload.output": {"kind": "fixed", "value": 20}}
+PERTURBED = {"assumptions.serving_gemm_fraction": 0.4, "assumptions.host_step_s": "2 ms",
+             "assumptions.kernel_fixed_s": "5 us", "assumptions.base_latency_s": "20 us"}
+
+
+def _latency(scenario, workers=1):
+    return result_document(simulate(scenario, workers=workers))[0]["latency_s"]
+
+
+def test_overrides_change_the_deployment_and_do_not_leak_into_the_next_scenario():
+    base = load_scenario("typical", SMALL)
+    perturbed = load_scenario("typical", {**SMALL, **PERTURBED})
+    before = build_deployment(base)
+    changed = build_deployment(perturbed)
+    after = build_deployment(base)
+    assert changed.compute.host_step_s == 2e-3 and before.compute.host_step_s == after.compute.host_step_s == 0.5e-3
+    assert changed.chip.matmul_efficiency["fp8"] == pytest.approx(before.chip.matmul_efficiency["fp8"] / 2)
+    assert changed.compute.kernel_fixed_s == 5e-6 and after.compute.kernel_fixed_s == 2.45e-6
+    assert changed.collectives.base_latency_s == 20e-6 and after.collectives.base_latency_s == 6.6e-6
+    # built objects keep their values outside the block they were built in
+    assert changed.compute.step_time_s(1, 1, 100, 100) > 1.5 * before.compute.step_time_s(1, 1, 100, 100)
+    assert _latency(base) == _latency(load_scenario("typical", SMALL))
+
+
+def test_overrides_reach_forked_workers():
+    perturbed = load_scenario("typical", {**SMALL, **PERTURBED})
+    one, two = _latency(perturbed, workers=1), _latency(perturbed, workers=2)
+    assert one == two
+    assert one["tpot"]["p50"] > 1.5 * _latency(load_scenario("typical", SMALL))["tpot"]["p50"]
+
+
+def test_delivery_assumptions_set_the_defaults_of_the_delivery_table():
+    scenario = load_scenario("typical", {"assumptions.detokenize_per_token_s": "40 us"})
+    assert scenario.resolved_delivery().detokenize_per_token == pytest.approx(40e-6)
+    own = load_scenario("typical", {"assumptions.detokenize_per_token_s": "40 us",
+                                    "delivery.detokenize_per_token": "1 us"})
+    assert own.resolved_delivery().detokenize_per_token == pytest.approx(1e-6)  # the [delivery] table wins
+
+
+def test_the_result_document_names_what_was_overridden():
+    document = result_document(simulate(load_scenario("typical", {**SMALL, **PERTURBED})))[0]
+    assert document["scenario"]["assumptions"]["overridden"] == {
+        "serving_gemm_fraction": 0.4, "host_step_s": 0.002, "kernel_fixed_s": 5e-6, "base_latency_s": 2e-5}
+    plain = result_document(simulate(load_scenario("typical", SMALL)))[0]
+    assert plain["scenario"]["assumptions"] == {"overridden": {}, "calibrated": {}, "calibration_files": [],
+                                                "delivery_fields": {}, "delivery_calibration": None}
+    assert assumptions_line(plain["scenario"]["assumptions"]) == "the registry's defaults (`tokenpath assumptions`)"
+    # A last-mile cost set in [delivery] itself is an override too, and the lines say each in its unit.
+    own = result_document(simulate(load_scenario("typical", {**SMALL, "delivery.detokenize_per_token": "30 us"})))[0]
+    assert own["scenario"]["assumptions"]["delivery_fields"] == {"detokenize_per_token_s": pytest.approx(30e-6)}
+    assert assumptions_line(own["scenario"]["assumptions"]) == "overridden detokenize_per_token_s = 30 us"
+    line = assumptions_line(document["scenario"]["assumptions"])
+    assert line.startswith("overridden serving_gemm_fraction = 0.4, host_step_s = 2 ms,"), line
+
+
+def test_assumptions_command_lists_every_one_as_json(tmp_path, monkeypatch, capsys):
+    code, out, err = run_cli(["assumptions", "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == [a.name for a in REGISTRY]
+    gemm = next(r for r in rows if r["name"] == "serving_gemm_fraction")
+    assert gemm["value"] == 0.8 and gemm["unit"] == "1" and "TensorRT-LLM" in gemm["source"]
+    path = tmp_path / "s.toml"
+    path.write_text('[assumptions]\nhost_step_s = "3 ms"\n')
+    rows = json.loads(run_cli(["assumptions", str(path), "--json", "-"], monkeypatch, capsys)[1])
+    host = next(r for r in rows if r["name"] == "host_step_s")
+    assert host["value"] == pytest.approx(3e-3) and host["default"] == 0.5e-3 and host["origin"] == "scenario"
+    path.write_text("[assumptions]\nhost_stp_s = 1\n")
+    assert_user_error(*run_cli(["simulate", str(path)], monkeypatch, capsys), "did you mean 'host_step_s'")
+
+
+def test_explain_names_the_assumptions_behind_each_row(monkeypatch, capsys):
+    from tokenpath.report.explain import explain
+
+    simulation = simulate(load_scenario("typical", {**SMALL, "deployment.tp": 2, **PERTURBED}))
+    step = explain(simulation)
+    by_op = {op["op"]: op for op in step["ops"]}
+    assert by_op["mlp_gate_up"]["assumptions"][-1] == "kernel_fixed_s"
+    assert {"serving_gemm_fraction", "hbm_bw_efficiency"} & set(by_op["mlp_gate_up"]["assumptions"])
+    assert all(name in BY_NAME for op in step["ops"] for name in op["assumptions"])
+    assert step["assumptions_changed"] == sorted(["serving_gemm_fraction", "host_step_s", "kernel_fixed_s",
+                                                  "base_latency_s"])
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_cli(["simulate", "--model", "llama-3.1-8b", "--chip", "h100", "--chips", "1", "--tp", "1",
+                              "--num-requests", "50", "--explain"], monkeypatch, capsys)
+    assert code == 0, err
+    host_row = next(line for line in out.splitlines() if "engine host time" in line)
+    assert "host_step_s" in host_row and "host_step_s*" not in host_row and "assumptions" in out
+
+
+def test_a_delivery_calibration_joins_through_the_assumptions_table(tmp_path):
+    from tokenpath.delivery.calibration import BatchCost, Calibration
+
+    slow = tmp_path / "host.toml"
+    Calibration([BatchCost(1, 1e-3, 1e-3, 0.0), BatchCost(256, 1e-3, 1e-3, 0.0)], machine={"cpu": "test"}).write(slow)
+    engine = tmp_path / "engine.toml"
+    engine.write_text('schema = "tokenpath.engine-calibration/1"\n[fitted.host_step_s]\nvalue = 0.002\n'
+                      '[fitted.serving_gemm_fraction]\nvalue = 0.5\n')
+    (tmp_path / "s.toml").write_text('[assumptions]\ncalibration = ["engine.toml", "host.toml"]\n'
+                                     'serving_gemm_fraction = 0.6\n')
+    scenario = load_scenario(str(tmp_path / "s.toml"), SMALL)
+    assert scenario.resolved_delivery().calibration == str(slow)
+    resolved = scenario.resolved_assumptions()
+    assert resolved.values == {"host_step_s": 0.002, "serving_gemm_fraction": 0.6}  # the scenario's own wins
+    assert resolved.calibrated == {"host_step_s": str(engine)} and resolved.overridden == ("serving_gemm_fraction",)
+    plain = load_scenario("typical", SMALL)
+    slower = _latency(scenario)["tpot"]["p50"]
+    assert slower > _latency(plain)["tpot"]["p50"] + 1e-3  # the delivery calibration's 1 ms per token blocks steps
+    before = scenario.fingerprint()
+    engine.write_text(engine.read_text().replace("0.002", "0.003"))  # the file is part of the fingerprint
+    assert load_scenario(str(tmp_path / "s.toml"), SMALL).fingerprint() != before
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+@given(st.floats(min_value=0, max_value=3600, allow_nan=False), st.sampled_from(["s", "ms", "us", "ns"]))
+def test_a_duration_assumption_takes_any_duration_string(number, unit):
+    from tokenpath.assumptions import parse_value
+
+    scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
+    value = parse_value(lookup("host_step_s"), f"{number!r} {unit}", "assumptions.host_step_s")
+    assert value == pytest.approx(number * scale, rel=1e-12, abs=1e-300)
+
+
+@given(st.one_of(st.floats(allow_nan=True), st.integers(), st.text(max_size=20), st.booleans(), st.none()))
+def test_a_plain_assumption_takes_a_non_negative_number_or_says_which(value):
+    from tokenpath.assumptions import parse_value
+
+    try:
+        number = parse_value(lookup("serving_gemm_fraction"), value, "assumptions.serving_gemm_fraction")
+    except UserError as error:
+        assert str(error).startswith("assumptions.serving_gemm_fraction: ") and "\n" not in str(error)
+    else:
+        assert 0 < number <= 1 and not isinstance(value, bool)
+
+
+def test_the_assumptions_table_must_be_a_table():
+    with pytest.raises(UserError, match="assumptions: 5 is not a table"):
+        load_scenario("typical", {"assumptions": 5})
