@@ -98,3 +98,25 @@ def test_bad_session_settings_are_one_line_errors(sessions, extra, fragment):
         load_scenario("typical", {"workload.sessions": sessions, **extra})
     message = str(caught.value)
     assert fragment in message and "\n" not in message
+
+
+def test_the_printed_summary_shows_the_hit_rate_the_load_per_replica_and_the_sessions():
+    import io
+    import re
+
+    from rich.console import Console
+
+    from tokenpath.report.simulation import describe
+    from tokenpath.report.table import print_summary
+
+    sim, document = _routed("session_affinity")
+    out = io.StringIO()
+    print_summary(Console(file=out, width=200), document, describe(sim), None)
+    text = out.getvalue()
+    served = document["routing"]["requests_per_replica"]
+    rate = document["prefix_cache"]["hit_rate"]
+    assert re.search(r"prefix cache hit rate\s*│\s*" + re.escape(f"{rate:.1%} ("), text)
+    assert " / ".join(str(count) for count in served) + f" (imbalance {max(served) / (sum(served) / 4):.2f})" in text
+    assert "4 replicas, session-affinity routing" in text
+    assert "3 turns each, 1.5 s think time after each answer's last byte" in text
+    assert f"the turns of {int(sim.requests.sessions.session[-1]) + 1} sessions" in text
