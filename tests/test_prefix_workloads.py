@@ -113,7 +113,7 @@ def test_replicas_stepped_together_on_one_clock_match_replicas_run_apart():
     scheduled = np.sort(rng.integers(0, 2_000_000_000, n))
     spec, costs = EngineSpec(max_num_seqs=8, max_num_batched_tokens=512), FixedCosts(base_s=3e-4, per_token_s=2e-6)
     delivery = DeliverySpec(stream_interval=2)
-    assignment, traces = run_cluster(scheduled, inputs, outputs, prefixes, costs,
+    assignment, traces, _ = run_cluster(scheduled, inputs, outputs, prefixes, costs,
                                      [LastMile(delivery) for _ in range(replicas)], spec, 16 * 200, "round_robin")
     assert np.array_equal(assignment, np.arange(n) % replicas)
     for r in range(replicas):

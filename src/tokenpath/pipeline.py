@@ -20,7 +20,7 @@ from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.cluster import run_cluster
 from tokenpath.engine.loop import EngineTrace, run_engine
-from tokenpath.engine.routing import STATIC, static_assignment
+from tokenpath.engine.routing import static_assignment
 from tokenpath.errors import UserError
 from tokenpath.engine.placement import Placement, place
 from tokenpath.fabric.build import build_topology, default_fabric
@@ -102,6 +102,9 @@ def _build_deployment(scenario: Scenario) -> Deployment:
     if dep.prefill_replicas and dep.routing != "round_robin":
         raise UserError(f"deployment.routing: disaggregated serving routes round-robin only (got {dep.routing}); "
                         "set routing = \"round_robin\" or prefill_replicas = 0")
+    if dep.prefill_replicas and scenario.workload.sessions is not None:
+        raise UserError("deployment.prefill_replicas: disaggregated serving is modelled without multi-turn sessions; "
+                        "remove workload.sessions or set prefill_replicas = 0")
     if dep.prefill_replicas and scenario.workload.max_concurrency is not None:
         raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
                         "unset workload.max_concurrency")
@@ -305,33 +308,44 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
         return Simulation(scenario, deployment, requests, run, traces)
 
     policy = scenario.deployment.routing
-    if policy in STATIC or replicas == 1:
-        assignment = static_assignment(policy, n, replicas, requests.prefixes)
+    sessions = requests.sessions
+    # Sessions' later turns wait for the turn before: -1 for a request sent at its scheduled time.
+    think_ns = None if sessions is None else np.where(sessions.turn > 0, np.rint(sessions.think_s * 1e9), -1).astype(np.int64)
+    # Round-robin moves a session's turns between replicas, so they must share a clock too.
+    apart = policy == "session_affinity" or (policy == "round_robin" and sessions is None)
+    if apart or replicas == 1:
+        assignment = static_assignment(policy, n, replicas, requests.prefixes,
+                                       None if sessions is None else sessions.session)
         joint: list[EngineTrace] = []
     else:  # the router looks at the replicas as requests come: all of them in this process
         last_miles = [LastMile(delivery) for _ in range(replicas)]
-        assignment, joint = run_cluster(scheduled_ns, requests.input_tokens, requests.output_tokens, requests.prefixes,
-                                        deployment.costs, last_miles, scenario.engine, deployment.kv_capacity_tokens,
-                                        policy, concurrency, progress)
+        assignment, joint, joint_rows = run_cluster(
+            scheduled_ns, requests.input_tokens, requests.output_tokens, requests.prefixes, deployment.costs,
+            last_miles, scenario.engine, deployment.kv_capacity_tokens, policy, concurrency, progress, think_ns)
 
     def routed(replica: int) -> np.ndarray:
-        return np.flatnonzero(assignment == replica)
+        return joint_rows[replica] if joint else np.flatnonzero(assignment == replica)
 
     def serve(replica: int, progress: Callable[[int], None] | None) -> tuple[dict, EngineTrace, LogHistogram | None]:
         rows = routed(replica)
-        sub = requests.take(rows)
         itl = None if keep_tokens else LogHistogram()
-        if joint:
+        if joint:  # (its rows in routing order, which sessions' later turns can make other than the input order)
+            sub = Requests(np.zeros(len(rows)), requests.input_tokens[rows], requests.output_tokens[rows])
             last_mile, trace = last_miles[replica], joint[replica]
         else:
+            sub = requests.take(rows)
             # A concurrency cap is shared out evenly between the replicas.
             share = None if concurrency is None else max(1, concurrency // replicas + (replica < concurrency % replicas))
             last_mile = LastMile(delivery)
             trace = run_engine(
                 scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
                 scenario.engine, deployment.kv_capacity_tokens, share, progress, prefixes=sub.prefixes,
+                think_ns=None if think_ns is None else think_ns[rows],
             )
-        part = _replica_run(Served.of(trace), sub, scheduled_ns[rows], last_mile, visible[rows], keep_tokens, itl)
+        scheduled = scheduled_ns[rows]
+        if sessions is not None:  # a later turn is meant to go when it went: its think time after the last answer
+            scheduled = np.where(think_ns[rows] >= 0, trace.sent_ns, scheduled)
+        part = _replica_run(Served.of(trace), sub, scheduled, last_mile, visible[rows], keep_tokens, itl)
         part["prefix_hit_tokens"] = trace.prefix_hit_tokens
         part["replica"] = np.full(len(rows), replica, np.int64)
         return part, trace, itl

@@ -8,7 +8,12 @@ their parent's hash): two requests with the same key at segment k have the same 
 own. Keys are small ints handed out by `chain` in the order prefixes are first seen.
 
 The segment is the workload's unit of identity (a Mooncake trace's `hash_ids` name 512-token
-blocks); the engine maps segments to its own, smaller KV blocks.
+blocks); the engine maps segments to its own, smaller KV blocks. Segments may instead end where the
+workload says (`ends`): a multi-turn session cuts its history at each turn's message and answer.
+
+Keys may run past the prompt into the request's answer (`tokens` up to prompt + output - 1, the tokens
+whose KV the engine computes): those segments are cached when the request finishes, so that a
+session's next turn, whose prompt repeats the answer, finds them.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class Prefixes:
     offsets: np.ndarray  # int64, n + 1: request i's keys are keys[offsets[i]:offsets[i + 1]]
     tokens: np.ndarray   # int64, n: prompt tokens the keys cover
     segment_tokens: int = SEGMENT_TOKENS
+    ends: np.ndarray | None = None  # int64, flat like keys: the token each segment ends at (None: every segment_tokens)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -40,11 +46,14 @@ class Prefixes:
         starts = self.offsets[:-1][rows]
         flat = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
         return Prefixes(self.keys[flat], np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-                        self.tokens[rows], self.segment_tokens)
+                        self.tokens[rows], self.segment_tokens, None if self.ends is None else self.ends[flat])
 
     def segments(self, i: int) -> tuple[list[int], list[int]]:
         """Request i's segment keys and the token at which each segment ends."""
-        keys = self.keys[self.offsets[i]:self.offsets[i + 1]].tolist()
+        lo, hi = self.offsets[i], self.offsets[i + 1]
+        keys = self.keys[lo:hi].tolist()
+        if self.ends is not None:
+            return keys, self.ends[lo:hi].tolist()
         step, end = self.segment_tokens, int(self.tokens[i])
         return keys, [min((k + 1) * step, end) for k in range(len(keys))]
 
@@ -52,7 +61,8 @@ class Prefixes:
         if not isinstance(other, Prefixes):
             return NotImplemented
         return (self.segment_tokens == other.segment_tokens and np.array_equal(self.keys, other.keys)
-                and np.array_equal(self.offsets, other.offsets) and np.array_equal(self.tokens, other.tokens))
+                and np.array_equal(self.offsets, other.offsets) and np.array_equal(self.tokens, other.tokens)
+                and (self.ends is None) == (other.ends is None) and (self.ends is None or np.array_equal(self.ends, other.ends)))
 
 
 def chain(ids: Iterable[Sequence[Hashable]], tokens: Sequence[int], segment_tokens: int = SEGMENT_TOKENS) -> Prefixes:

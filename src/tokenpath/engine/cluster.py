@@ -8,6 +8,10 @@ step, as in run_engine). Cost: replicas are no longer simulated in parallel proc
 routed request costs a look at every replica (O(replicas)).
 
 With a concurrency cap the cap is the client's, over all replicas together.
+
+Multi-turn sessions (`think_ns`): a session's next turn is sent its think time after the turn before
+finishes at the client, and routed then, so under round_robin and the load-aware policies a session's
+turns may land on different replicas (as with a real router that does not pin sessions).
 """
 
 from __future__ import annotations
@@ -47,10 +51,12 @@ def run_cluster(
     policy: str,
     max_concurrency: int | None = None,
     progress: Callable[[int], None] | None = None,
-) -> tuple[np.ndarray, list[EngineTrace]]:
+    think_ns: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[EngineTrace], list[np.ndarray]]:
     """Route and serve the requests (rows sorted by scheduled time) over len(clients) replicas.
-    Returns the replica of each request and each replica's trace (its requests in routing order,
-    which is the input order)."""
+    Returns the replica of each request, each replica's trace (its requests in routing order) and
+    each replica's requests in that order (the input order, but for sessions' later turns).
+    `think_ns`: as run_engine's (sessions; no concurrency cap)."""
     n, count = len(scheduled_ns), len(clients)
     replicas = [Replica(costs, client, spec, kv_capacity_tokens) for client in clients]
     total_blocks = kv_capacity_tokens // spec.block_size
@@ -63,14 +69,23 @@ def run_cluster(
     ready: list[int] = []  # closed loop: heap of times at which a slot frees
     if max_concurrency is not None:
         ready = [0] * min(n, max_concurrency)
-    next_to_send = 0
+    if think_ns is not None and max_concurrency is not None:
+        raise ValueError("sessions are closed loops of their own: no concurrency cap")
+    # Requests sent at their scheduled time (all, or sessions' first turns), and a heap of
+    # (send time, request) of sessions' next turns, pushed as the turn before finishes.
+    firsts = list(range(n)) if think_ns is None else np.flatnonzero(think_ns < 0).tolist()
+    think = [-1] * (n + 1) if think_ns is None else think_ns.tolist() + [-1]
+    pending: list[tuple[int, int]] = []
+    next_first = 0
     done = 0
     while done < n:
-        if next_to_send < n:
-            send_ns = scheduled[next_to_send] if max_concurrency is None else (
-                max(scheduled[next_to_send], ready[0]) if ready else _NEVER)
+        if next_first < len(firsts):
+            i = firsts[next_first]
+            send_ns = scheduled[i] if max_concurrency is None else (max(scheduled[i], ready[0]) if ready else _NEVER)
         else:
             send_ns = _NEVER
+        if pending and pending[0][0] < send_ns:
+            send_ns, i = pending[0]
         starts = [_next_step_ns(r) for r in replicas]
         first = min(range(count), key=starts.__getitem__)
         if starts[first] < send_ns or send_ns == _NEVER:
@@ -82,10 +97,17 @@ def run_cluster(
                 for f in finished:
                     if max_concurrency is not None:
                         heapq.heappush(ready, clients[first].last_event_arrival_ns(replica.last_leave_ns, outs[first][f]))
+                    g = owner[first][f]
+                    if think[g + 1] >= 0:
+                        last_byte_ns = clients[first].last_event_arrival_ns(replica.last_leave_ns, outs[first][f])
+                        heapq.heappush(pending, (last_byte_ns + think[g + 1], g + 1))
                 if progress is not None:
                     progress(len(finished))
             continue
-        i = next_to_send
+        if pending and pending[0][1] == i:
+            heapq.heappop(pending)
+        else:
+            next_first += 1
         if max_concurrency is not None:
             heapq.heappop(ready)
         kv_used = [1 - r.free_blocks / total_blocks for r in replicas]
@@ -98,5 +120,5 @@ def run_cluster(
         sent[r].append(send_ns)
         outs[r].append(out[i])
         owner[r].append(i)
-        next_to_send += 1
-    return assignment, [_trace(replica, sent[r], outs[r], kv_capacity_tokens) for r, replica in enumerate(replicas)]
+    traces = [_trace(replica, sent[r], outs[r], kv_capacity_tokens) for r, replica in enumerate(replicas)]
+    return assignment, traces, [np.array(rows, np.int64) for rows in owner]

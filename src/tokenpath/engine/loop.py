@@ -72,13 +72,15 @@ def run_engine(
     progress: Callable[[int], None] | None = None,
     cached_tokens: np.ndarray | None = None,
     prefixes: Prefixes | None = None,
+    think_ns: np.ndarray | None = None,
 ) -> EngineTrace:
     """Simulate one engine replica serving the given requests (rows sorted by scheduled time).
 
     Open loop: each request is sent at its scheduled time. With `max_concurrency`, at most that many
     are outstanding: the next one is sent when a slot frees (the client has a last byte) or at its
     scheduled time, whichever is later. `cached_tokens`: prompt tokens whose KV arrives with each
-    request.
+    request. `think_ns` (multi-turn sessions; open loop only): a row with a value >= 0 is the next turn
+    of the row before it, sent that long after the previous answer's last byte reaches the client.
     """
     n = len(scheduled_ns)
     if cached_tokens is None:
@@ -94,6 +96,11 @@ def run_engine(
         prefix = None if prefixes is None else prefixes.segments(i)
         replica.submit(prompt[i], out[i], at_ns + upload_ns, upload_ns, cached[i], prefix)
 
+    if think_ns is not None:
+        if max_concurrency is not None:
+            raise ValueError("sessions are closed loops of their own: no concurrency cap")
+        return _run_sessions(scheduled_ns, input_tokens, output_tokens, cached_tokens, prefixes, think_ns,
+                             replica, client, progress, kv_capacity_tokens)
     if max_concurrency is None:  # open loop: every request is sent at its scheduled time
         upload = np.array([client.upload_ns(p) for p in prompt], dtype=np.int64)
         sent = scheduled
@@ -114,6 +121,34 @@ def run_engine(
                     freed_ns = client.last_event_arrival_ns(leave_ns, out[f])
                     send(next_to_send, max(scheduled[next_to_send], freed_ns))
                     next_to_send += 1
+            if progress is not None:
+                progress(len(finished))
+    return _trace(replica, sent, out, kv_capacity_tokens)
+
+
+def _run_sessions(scheduled_ns: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
+                  cached_tokens: np.ndarray, prefixes: Prefixes | None, think_ns: np.ndarray, replica: Replica,
+                  client: Client, progress: Callable[[int], None] | None, kv_capacity_tokens: int) -> EngineTrace:
+    """Sessions' first turns go at their scheduled times; each later turn is held until the turn before
+    it finishes at the client, then sent after its think time: O(1) per finished request."""
+    n = len(scheduled_ns)
+    upload = np.array([client.upload_ns(p) for p in input_tokens.tolist()], dtype=np.int64)
+    held = think_ns >= 0
+    replica.submit_all(input_tokens, output_tokens, scheduled_ns + upload, upload, cached_tokens, prefixes, held)
+    sent = scheduled_ns.tolist()
+    out, think, uploads = output_tokens.tolist(), think_ns.tolist(), upload.tolist()
+    think.append(-1)  # nothing follows the last row
+    done = 0
+    while done < n:
+        finished = replica.step()
+        if finished:
+            done += len(finished)
+            for f in finished:
+                wait_ns = think[f + 1]
+                if wait_ns >= 0:
+                    at_ns = client.last_event_arrival_ns(replica.last_leave_ns, out[f]) + wait_ns
+                    sent[f + 1] = at_ns
+                    replica.send(f + 1, at_ns + uploads[f + 1], uploads[f + 1])
             if progress is not None:
                 progress(len(finished))
     return _trace(replica, sent, out, kv_capacity_tokens)

@@ -15,7 +15,8 @@ What it follows from vLLM:
 
 Approximated: blocks are handled per prefix segment (a Mooncake hash id is 512 tokens, 32 blocks of
 16): a segment is reused whole or not at all, and evicting any of its blocks forgets all of it (its
-other blocks count as plain free blocks). Only the workload's shared prefixes carry names; a
+other blocks count as plain free blocks). Named segments past the prompt (a session turn's answer)
+become cached when the request finishes. Only the workload's shared prefixes carry names; a
 request's own tokens are never found again (vLLM names them too, so a request preempted and
 recomputed can find its own earlier blocks: here it finds only the shared ones).
 

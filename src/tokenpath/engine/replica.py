@@ -241,8 +241,10 @@ class Replica:
         self.prefix.add(i, keys, end_tokens)
 
     def submit_all(self, input_tokens: np.ndarray, output_tokens: np.ndarray, arrival_ns: np.ndarray,
-                   delivery_ns: np.ndarray, cached_tokens: np.ndarray, prefixes: Prefixes | None = None) -> None:
-        """`submit` for many requests at once (int64 arrays, one row per request), in one pass."""
+                   delivery_ns: np.ndarray, cached_tokens: np.ndarray, prefixes: Prefixes | None = None,
+                   held: np.ndarray | None = None) -> None:
+        """`submit` for many requests at once (int64 arrays, one row per request), in one pass. Rows
+        where `held` is true do not arrive until `send` names them (a session's later turns)."""
         if not ((0 <= cached_tokens) & (cached_tokens < input_tokens)).all():
             raise ValueError("cached_tokens must leave at least one prompt token to compute")
         if len(input_tokens):
@@ -258,8 +260,17 @@ class Replica:
             for k in np.flatnonzero(prefixes.offsets[1:] > prefixes.offsets[:-1]).tolist():
                 self._add_prefix(first + k, *prefixes.segments(k))
         self.times_preempted.frombytes(bytes(8 * n))
-        self.arrivals.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
+        if held is None:
+            self.arrivals.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
+        else:
+            rows = np.flatnonzero(~held)
+            self.arrivals.extend([t << _ID_BITS | i for i, t in zip((rows + first).tolist(), arrival_ns[rows].tolist())])
         heapq.heapify(self.arrivals)
+
+    def send(self, i: int, arrival_ns: int, delivery_ns: int) -> None:
+        """Request i, submitted held, reaches the server at `arrival_ns` after `delivery_ns` on the way."""
+        self.arrival[i], self.upload[i] = arrival_ns, delivery_ns
+        heapq.heappush(self.arrivals, arrival_ns << _ID_BITS | i)
 
     def _check_reservable(self, tokens: int) -> None:
         """Reserving, a request whose whole KV cache exceeds the cache would wait forever."""
@@ -602,6 +613,7 @@ class Replica:
         if self.prefix is None:
             self.free_blocks += -(-context // self.block)
         else:
+            self.prefix.computed(i, context)  # its answer's segments, if named (a session's next turn repeats it)
             self.free_blocks += self.prefix.release(i, -(-context // self.block))
         if self.reserve:
             self.unreserved_blocks += -(-(self.prompt[i] + self.out[i]) // self.block)
@@ -609,7 +621,9 @@ class Replica:
 
     def _release(self, i: int, context: int, blocks: int | None = None) -> None:
         """A finished request gives back its KV blocks (those of `context` tokens unless given) and,
-        reserving, its reservation."""
+        reserving, its reservation. Named segments of its answer become cached (prefixes.py)."""
+        if self.prefix is not None and context:
+            self.prefix.computed(i, context)
         self._free(i, -(-context // self.block) if blocks is None else blocks)
         if self.reserve:
             self.unreserved_blocks += -(-(self.prompt[i] + self.out[i]) // self.block)

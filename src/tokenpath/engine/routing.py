@@ -2,9 +2,10 @@
 
 - round_robin: request i to replica i mod R, decided up front (replicas then run independently,
   in parallel worker processes).
-- session_affinity: consistent by key: a request goes to the replica its first prefix segment
-  (a session's or shared prompt's first block) hashes to, so one conversation or one system prompt
-  always lands on the same replica; requests without a prefix go round-robin. Also decided up front.
+- session_affinity: consistent by key: a request goes to the replica its session (in a workload of
+  multi-turn sessions) or else its first prefix segment (a shared prompt's first block) hashes to, so
+  one conversation or one system prompt always lands on the same replica; requests without either go
+  round-robin. Also decided up front.
 - least_outstanding: the replica with the fewest requests routed to it and not yet finished
   (SGLang router's shortest-queue; ties to the lowest index).
 - least_kv_load: the replica whose KV cache is least used (vLLM's kv_cache_usage: blocks neither free
@@ -19,7 +20,8 @@
   2^26 characters, is far beyond these runs).
 
 The last three look at replicas as the request arrives, so every replica is simulated in one
-process, stepped in time order (engine/cluster.py).
+process, stepped in time order (engine/cluster.py); so is round_robin over multi-turn sessions,
+whose turns each wait for the one before, wherever it ran.
 """
 
 from __future__ import annotations
@@ -40,17 +42,23 @@ BALANCE_ABS_THRESHOLD = 64
 BALANCE_REL_THRESHOLD = 1.5
 
 
-def static_assignment(policy: str, n: int, replicas: int, prefixes: Prefixes | None) -> np.ndarray:
-    """The replica of each request under a routing decided up front."""
+def static_assignment(policy: str, n: int, replicas: int, prefixes: Prefixes | None,
+                      sessions: np.ndarray | None = None) -> np.ndarray:
+    """The replica of each request under a routing decided up front (`sessions`: each request's session)."""
     assignment = np.arange(n, dtype=np.int64) % replicas
-    if policy == "session_affinity" and prefixes is not None:
+    if policy == "session_affinity" and sessions is not None:
+        assignment = _hashed(sessions, replicas)
+    elif policy == "session_affinity" and prefixes is not None:
         has = prefixes.offsets[1:] > prefixes.offsets[:-1]
-        first = prefixes.keys[prefixes.offsets[:-1][has]]
-        # Fibonacci hashing (the key times 2^64 / golden ratio, modulo 2^64), scaled to the replicas
-        # by its top bits, the well-mixed ones: keys that differ in any bits spread out.
-        mixed = (first.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
-        assignment[has] = ((mixed * np.uint64(replicas)) >> np.uint64(32)).astype(np.int64)
+        assignment[has] = _hashed(prefixes.keys[prefixes.offsets[:-1][has]], replicas)
     return assignment
+
+
+def _hashed(keys: np.ndarray, replicas: int) -> np.ndarray:
+    """Fibonacci hashing (the key times 2^64 / golden ratio, modulo 2^64), scaled to the replicas by
+    its top bits, the well-mixed ones: keys that differ in any bits spread out."""
+    mixed = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
+    return ((mixed * np.uint64(replicas)) >> np.uint64(32)).astype(np.int64)
 
 
 class Router:
@@ -62,18 +70,23 @@ class Router:
         self.prefixes = prefixes
         self.sent_keys: list[set[int]] = [set() for _ in range(replicas)]  # the router's record per replica
         self.tree_tokens = [0] * replicas
+        self.sends = 0  # requests routed so far (round_robin's turn)
 
     def choose(self, i: int, prompt_tokens: int, kv_used: Sequence[float]) -> int:
         replicas = range(len(self.outstanding))
         load = self.outstanding
-        if self.policy == "round_robin":  # (decided up front in runs; here to check the shared clock)
-            return i % len(load)
+        self.sends += 1
+        if self.policy == "round_robin":  # in send order (up front in runs without sessions: the same)
+            return (self.sends - 1) % len(load)
         if self.policy == "least_outstanding":
             return min(replicas, key=load.__getitem__)
         if self.policy == "least_kv_load":
             return min(replicas, key=lambda r: (kv_used[r], load[r]))
         # prefix_aware
         keys, ends = self.prefixes.segments(i) if self.prefixes is not None else ([], [])
+        if ends and ends[-1] > prompt_tokens:  # segments of the answer (a session's turn): not in the prompt
+            within = sum(end <= prompt_tokens for end in ends)
+            keys, ends = keys[:within], ends[:within]
         most, least = max(load), min(load)
         if most - least > BALANCE_ABS_THRESHOLD and most > least * BALANCE_REL_THRESHOLD:
             choice = min(replicas, key=load.__getitem__)

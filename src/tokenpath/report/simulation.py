@@ -69,6 +69,8 @@ def traffic_detail(sim: Simulation) -> str:
 def _replicas(dep: Any) -> str:
     if dep.prefill_replicas:
         return f"{dep.prefill_replicas} prefill + {dep.replicas - dep.prefill_replicas} decode replicas"
+    if dep.replicas > 1:
+        return f"{dep.replicas} replicas, {dep.routing.replace('_', '-')} routing"
     return f"{dep.replicas} replica(s)"
 
 
@@ -137,6 +139,8 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         arrivals = f"as recorded in the trace (time_scale {format_number(w.trace.time_scale, 6)}), {offered}"
     if w.max_concurrency:
         arrivals += f", at most {w.max_concurrency} outstanding"
+    if w.sessions:
+        arrivals = f"sessions start at {arrivals}; {_sessions(w.sessions)}"
     lengths = (
         f"{w.trace.format} trace {w.trace.path}" if w.trace else
         f"input {_length(w.input)}, output {_length(w.output)}"
@@ -151,8 +155,9 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                    f"across, {_placement(s.deployment.placement)} placement, {d.collectives.algorithm} collectives"),
         ("KV cache", f"{d.kv_capacity_tokens:,} tokens per engine "
                      f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip)"),
-        ("engine", _engine_line(s.engine, d.compute)),
-        ("workload", f"{w.num_requests:,} requests, {lengths} (drawn means {mean_in:.0f}/{mean_out:.0f})"),
+        ("engine", _engine_line(s.engine, d.compute) + f", prefix caching {'on' if s.engine.prefix_caching else 'off'}"),
+        ("workload", f"{w.num_requests:,} requests{_session_count(sim.requests)}, {lengths} "
+                     f"(drawn means {mean_in:.0f}/{mean_out:.0f})"),
         ("arrivals", arrivals),
         ("last mile", f"{s.delivery.detokenize} detokenize, {s.delivery.stream_interval} token(s)/event, "
                       f"{format_duration(s.delivery.network_rtt)} RTT"),
@@ -210,6 +215,20 @@ def _model_line(d: Any, precision: str, kv_precision: str) -> str:
     if d.model.sliding_layers:
         line += f", sliding window {d.model.sliding_window:,} on {d.model.sliding_layers} of {d.model.num_layers} layers"
     return line
+
+
+def _session_count(requests: Any) -> str:
+    if requests.sessions is None:
+        return ""
+    return f" (the turns of {int(requests.sessions.session[-1]) + 1:,} sessions; input is each new message)"
+
+
+def _sessions(spec: Any) -> str:
+    """How a multi-turn session goes: its turns, and the wait between them."""
+    turns = f"{spec.turns} turns" if isinstance(spec.turns, int) else f"turns {_length(spec.turns)}"
+    think = format_duration(spec.think_time)
+    wait = f"{think} think time" if spec.think_distribution == "fixed" else f"think time exponential, mean {think}"
+    return f"{turns} each, {wait} after each answer's last byte"
 
 
 def _length(spec: Any) -> str:

@@ -49,7 +49,29 @@ def throughput_table(summary: dict[str, Any]) -> Table:
     table.add_row("goodput (meets SLOs), requests/s", format_number(t['goodput_requests_per_s']))
     table.add_row("requests completed / failed", f"{r['completed']:,} / {r['failed']:,}")
     table.add_row("window", format_duration(summary["window_s"]))
+    for name, value in cache_and_routing_rows(summary):
+        table.add_row(name, value)
     return table
+
+
+# Up to this many replicas each one's count is listed; beyond it, the range.
+_LISTED_REPLICAS = 8
+
+
+def cache_and_routing_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The prefix cache's hit rate and the requests each replica served, where the summary has them."""
+    rows = []
+    cache = summary.get("prefix_cache")
+    if cache is not None:
+        rows.append(("prefix cache hit rate", f"{cache['hit_rate']:.1%} "
+                                              f"({format_number(cache['hit_tokens_mean'])} tokens/request)"))
+    routing = summary.get("routing")
+    if routing is not None and len(routing["requests_per_replica"]) > 1:
+        served = routing["requests_per_replica"]
+        counts = (" / ".join(f"{count:,}" for count in served) if len(served) <= _LISTED_REPLICAS
+                  else f"{min(served):,} to {max(served):,} over {len(served)} replicas")
+        rows.append(("requests per replica", f"{counts} (imbalance {routing['imbalance']:.2f})"))
+    return rows
 
 
 def attribution_table(summary: dict[str, Any]) -> Table:

@@ -8,9 +8,9 @@ from tokenpath.errors import UserError
 from tokenpath.workload._files import sha256_file
 from tokenpath.workload.arrivals import arrival_times_s
 from tokenpath.workload.lengths import sample_lengths
-from tokenpath.workload.requests import Requests
+from tokenpath.workload.requests import Requests, Sessions
 from tokenpath.prefixes import SEGMENT_TOKENS, Prefixes
-from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, SharedPrefixSpec, WorkloadSpec
+from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_TURNS, SessionSpec, SharedPrefixSpec, WorkloadSpec
 from tokenpath.workload.traces import read_trace
 
 
@@ -30,6 +30,8 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator) -> Requests:
         raise UserError(f"workload.arrival: {n:,} requests at {spec.arrival.rate:g} requests/s arrive over "
                         f"{days:,.0f} days; at most {MAX_ARRIVAL_SPAN_S / 86400:.0f} days are simulated: "
                         "raise the rate or lower num_requests")
+    if spec.sessions is not None:
+        return sessions(spec.sessions, arrival_s, input_tokens, output_tokens, rng)
     if spec.shared_prefix is None:
         return Requests(arrival_s, input_tokens, output_tokens)
     prefixes = shared_prefixes(spec.shared_prefix, n, rng)
@@ -49,6 +51,61 @@ def shared_prefixes(spec: SharedPrefixSpec, n: int, rng: np.random.Generator) ->
                     np.where(carries, spec.tokens, 0).astype(np.int64))
 
 
+def sessions(spec: SessionSpec, start_s: np.ndarray, message_tokens: np.ndarray, answer_tokens: np.ndarray,
+             rng: np.random.Generator) -> Requests:
+    """Multi-turn sessions over n requests: session s starts at start_s[s]; its turns take the next rows,
+    each with a new message and an answer of the drawn lengths. Turn counts, then think times, are
+    drawn after everything else (n of each, the most that can be needed).
+
+    Prefix identities: each turn's message and answer (less its last token, whose KV is never
+    computed) is a segment of its own, so turn k's keys name the whole session so far; the next
+    turn's prompt repeats it, and finds it cached."""
+    n = len(message_tokens)
+    if isinstance(spec.turns, int):
+        turns = np.full(n, spec.turns, np.int64)
+    else:
+        turns = np.minimum(sample_lengths(spec.turns, n, rng, "workload.sessions.turns"), MAX_TURNS)
+    if spec.think_distribution == "exponential":
+        think_s = rng.exponential(spec.think_time, n)
+    else:
+        think_s = np.full(n, spec.think_time)
+    ends = np.cumsum(turns)
+    count = int(np.searchsorted(ends, n)) + 1  # sessions needed; the last may be cut short
+    turns = turns[:count].copy()
+    turns[-1] -= ends[count - 1] - n
+    session = np.repeat(np.arange(count, dtype=np.int64), turns)
+    first_row = np.repeat(np.cumsum(turns) - turns, turns)
+    turn = np.arange(n, dtype=np.int64) - first_row
+    think_s = np.where(turn > 0, think_s, 0.0)
+    # Prompt = history (earlier messages and answers) + the new message.
+    spent = np.cumsum(message_tokens + answer_tokens)
+    history = spent - (message_tokens + answer_tokens) - (spent - (message_tokens + answer_tokens))[first_row]
+    prompt = history + message_tokens
+    # Row r's segments: key 2r for its message (ending at its prompt's end), 2r + 1 for its answer.
+    keys: list[int] = []
+    segment_ends: list[int] = []
+    counts = np.empty(n, np.int64)
+    own_keys: list[int] = []
+    own_ends: list[int] = []
+    prompts, answers, turns_list = prompt.tolist(), answer_tokens.tolist(), turn.tolist()
+    for r in range(n):
+        if turns_list[r] == 0:
+            own_keys, own_ends = [], []
+        own_keys.append(2 * r)
+        own_ends.append(prompts[r])
+        if answers[r] > 1:
+            own_keys.append(2 * r + 1)
+            own_ends.append(prompts[r] + answers[r] - 1)
+        keys.extend(own_keys)
+        segment_ends.extend(own_ends)
+        counts[r] = len(own_keys)
+    covered = prompt + answer_tokens - 1
+    prefixes = Prefixes(np.array(keys, np.int64), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                        covered.astype(np.int64), SEGMENT_TOKENS, np.array(segment_ends, np.int64))
+    return Requests(start_s[session], prompt.astype(np.int64), answer_tokens, prefixes,
+                    Sessions(session, turn, think_s.astype(np.float64)))
+
+
 def fingerprint_inputs(spec: WorkloadSpec) -> dict[str, str]:
     """The sha256 (hex) of each file the workload reads, keyed by its path as written in the spec, so
     a scenario's fingerprint changes when a trace or lengths file does."""
@@ -56,7 +113,10 @@ def fingerprint_inputs(spec: WorkloadSpec) -> dict[str, str]:
     if spec.trace is not None:
         files[spec.trace.path] = "workload.trace file"
     else:
-        for field, lengths in (("workload.input", spec.input), ("workload.output", spec.output)):
+        counted = [("workload.input", spec.input), ("workload.output", spec.output)]
+        if spec.sessions is not None and not isinstance(spec.sessions.turns, int):
+            counted.append(("workload.sessions.turns", spec.sessions.turns))
+        for field, lengths in counted:
             if lengths.kind == "empirical":
                 files.setdefault(lengths.path, f"{field} lengths file")
     return {path: sha256_file(path, what) for path, what in files.items()}

@@ -10,6 +10,26 @@ from tokenpath.prefixes import Prefixes
 
 
 @dataclass(frozen=True)
+class Sessions:
+    """Multi-turn conversations: a session's turns are consecutive rows, in order. Turn k > 0 is sent
+    `think_s` after the previous row's answer has fully reached the client (its scheduled time is only
+    a lower bound)."""
+
+    session: np.ndarray  # int64: each request's session
+    turn: np.ndarray     # int64: its turn in the session, 0 for the first
+    think_s: np.ndarray  # float64: the wait before it, after the previous turn's last byte (0 for a first turn)
+
+    def take(self, index: np.ndarray) -> Sessions:
+        """The rows at `index`; every session must be taken whole (a session stays on one replica)."""
+        return Sessions(self.session[index], self.turn[index], self.think_s[index])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sessions):
+            return NotImplemented
+        return all(np.array_equal(getattr(self, name), getattr(other, name)) for name in ("session", "turn", "think_s"))
+
+
+@dataclass(frozen=True)
 class Requests:
     """One row per request, struct-of-arrays.
 
@@ -21,6 +41,7 @@ class Requests:
     input_tokens: np.ndarray  # int64
     output_tokens: np.ndarray  # int64
     prefixes: Prefixes | None = None  # which prompt tokens requests share (None: every prompt is its own)
+    sessions: Sessions | None = None  # multi-turn conversations (None: every request stands alone)
 
     def __post_init__(self) -> None:
         columns = {"arrival_s": np.float64, "input_tokens": np.int64, "output_tokens": np.int64}
@@ -39,8 +60,12 @@ class Requests:
             raise ValueError("Requests.arrival_s must be finite, >= 0 and non-decreasing")
         if n and (self.input_tokens.min() < 1 or self.output_tokens.min() < 1):
             raise ValueError("Requests token counts must be >= 1")
-        if self.prefixes is not None and not (len(self.prefixes) == n and (self.prefixes.tokens <= self.input_tokens).all()):
-            raise ValueError("Requests.prefixes must have one row per request, covering at most its prompt")
+        # Prefix keys may cover the answer too (prefixes.py), up to its last token, whose KV is never computed.
+        if self.prefixes is not None and not (
+                len(self.prefixes) == n and (self.prefixes.tokens < self.input_tokens + self.output_tokens).all()):
+            raise ValueError("Requests.prefixes must have one row per request, covering at most its prompt and answer")
+        if self.sessions is not None and len(self.sessions.turn) != n:
+            raise ValueError("Requests.sessions must have one row per request")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -53,9 +78,11 @@ class Requests:
             and np.array_equal(self.input_tokens, other.input_tokens)
             and np.array_equal(self.output_tokens, other.output_tokens)
             and self.prefixes == other.prefixes
+            and self.sessions == other.sessions
         )
 
     def take(self, index: np.ndarray) -> Requests:
         """The rows at `index` (increasing integer positions or a boolean mask), e.g. one replica's share."""
         prefixes = None if self.prefixes is None else self.prefixes.take(index)
-        return Requests(self.arrival_s[index], self.input_tokens[index], self.output_tokens[index], prefixes)
+        sessions = None if self.sessions is None else self.sessions.take(index)
+        return Requests(self.arrival_s[index], self.input_tokens[index], self.output_tokens[index], prefixes, sessions)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from tokenpath.files import PathText
+from tokenpath.units import Duration
 
 LengthKind = Literal["fixed", "normal", "lognormal", "uniform", "empirical", "sharegpt"]
 TraceFormat = Literal["azure", "burstgpt", "mooncake"]
@@ -188,6 +189,36 @@ class SharedPrefixSpec(BaseModel):
     fraction: float = Field(1.0, ge=0, le=1, description="share of requests that start with one")
 
 
+# A session has at most this many turns: long agent conversations in public traces run to hundreds of
+# turns (LMSYS-Chat-1M's longest), and each turn's prompt repeats the whole history before it.
+MAX_TURNS = 1000
+
+
+class SessionSpec(BaseModel):
+    """Multi-turn conversations: each session is `turns` requests (a number, or token-length style
+    distribution of counts), each turn's prompt the whole history (earlier prompts and answers) plus a
+    new message drawn from `input`, its answer from `output` (drawn counts are clipped to MAX_TURNS). A turn is sent `think_time` after the
+    previous answer's last byte reaches the client (`think_distribution` "exponential": drawn with that
+    mean), so each session is a closed loop; sessions start by the arrival process."""
+
+    model_config = _CONFIG
+
+    turns: int | LengthSpec = Field(3, description="turns per session: a count, or a distribution of counts")
+    think_time: Duration = Field(5.0, description="wait between an answer's last byte and the next turn")
+    think_distribution: Literal["fixed", "exponential"] = "fixed"
+
+    @field_validator("turns")
+    @classmethod
+    def _check_turns(cls, value: int | LengthSpec) -> int | LengthSpec:
+        if isinstance(value, int) and not 1 <= value <= MAX_TURNS:
+            raise _invalid(f"turns {value} must be from 1 to {MAX_TURNS}")
+        if isinstance(value, LengthSpec):
+            for name in ("value", "max"):
+                if (getattr(value, name) or 0) > MAX_TURNS:
+                    raise _invalid(f"turns: {name} {getattr(value, name)} is above {MAX_TURNS}; lower it")
+        return value
+
+
 class WorkloadSpec(BaseModel):
     """What requests look like. The default is LLMPerf's workload (ray-project/llmperf
     token_benchmark_ray.py): input tokens normal(550, 150), output tokens normal(150, 80), here sent
@@ -195,7 +226,8 @@ class WorkloadSpec(BaseModel):
 
     When `trace` is given, arrivals and lengths come from the trace and the `input`, `output` and
     `arrival` tables are ignored; `num_requests` then caps how many trace rows are taken (the first N
-    in time order). `max_concurrency` caps the requests outstanding at once (a closed loop); None
+    in time order). With `sessions`, requests are the turns of multi-turn conversations and `num_requests`
+counts turns (the last session may be cut short); the arrival process then starts sessions. `max_concurrency` caps the requests outstanding at once (a closed loop); None
     leaves the loop open. The first `warmup_requests` are served but not measured. Relative file paths are taken relative to the current directory unless
     `resolve_paths` is called.
     """
@@ -212,6 +244,7 @@ class WorkloadSpec(BaseModel):
     arrival: ArrivalSpec = ArrivalSpec()
     trace: TraceSpec | None = None
     shared_prefix: SharedPrefixSpec | None = None
+    sessions: SessionSpec | None = None
 
     @model_validator(mode="after")
     def _measures_something(self) -> WorkloadSpec:
@@ -221,6 +254,11 @@ class WorkloadSpec(BaseModel):
         if self.trace is not None and self.shared_prefix is not None:
             raise _invalid("shared_prefix applies to generated requests, not to a trace (a mooncake trace names its "
                            "shared blocks in hash_ids); remove one of them")
+        if self.sessions is not None:
+            for name in ("trace", "shared_prefix", "max_concurrency"):
+                if getattr(self, name) is not None:
+                    raise _invalid(f"sessions are closed loops of generated requests and do not combine with {name}; "
+                                   f"remove {name} or sessions")
         return self
 
     def resolve_paths(self, base_dir: str | os.PathLike[str]) -> WorkloadSpec:
@@ -229,4 +267,6 @@ class WorkloadSpec(BaseModel):
         update = {"input": self.input.resolve_paths(base_dir), "output": self.output.resolve_paths(base_dir)}
         if self.trace is not None:
             update["trace"] = self.trace.resolve_paths(base_dir)
+        if self.sessions is not None and isinstance(self.sessions.turns, LengthSpec):
+            update["sessions"] = self.sessions.model_copy(update={"turns": self.sessions.turns.resolve_paths(base_dir)})
         return self.model_copy(update=update)
