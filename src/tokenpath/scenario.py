@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from tokenpath import files
 from tokenpath.files import PathText
 from tokenpath.config_errors import explain
+from tokenpath.continuity import ContinuitySettings
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.routing import Routing
 from tokenpath.engine.spec import EngineSpec
@@ -138,6 +139,7 @@ class Scenario(BaseModel):
     workload: WorkloadSpec = WorkloadSpec()
     delivery: DeliverySpec = DeliverySpec()
     slo: SloSpec = SloSpec()
+    continuity: ContinuitySettings = ContinuitySettings()
 
     # The folder of the scenario file: relative paths in it (traces, length files, a model's
     # config.json) are read from there. Not part of the scenario's identity.
