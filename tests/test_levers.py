@@ -76,9 +76,9 @@ def test_levers_on_the_default_scenario_are_ranked_with_every_group(default_leve
     assert better[0] > 0 and better[-1] < 0
     # the table shows them in that order, the baseline first, and what was skipped and why
     rows = [line for line in out.splitlines() if "│" in line]
-    for rank, lever in enumerate(levers, 1):
+    for place, lever in enumerate(levers, 1):
         row = next(line for line in rows if f" {lever['name']} " in line)
-        assert row.split("│")[1].strip() == str(rank) and lever["group"] in row
+        assert row.split("│")[1].strip() == str(place) and lever["group"] in row
     assert rows.index(next(line for line in rows if " baseline " in line)) < rows.index(
         next(line for line in rows if f" {levers[0]['name']} " in line))
     skipped = {lever["name"]: lever["reason"] for lever in document["skipped"]}
