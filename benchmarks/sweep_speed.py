@@ -4,7 +4,7 @@ Usage: python benchmarks/sweep_speed.py [--requests 10000] [--rates 10 20 30] [-
 
 One run does both, side by side: `tokenpath sweep` on a grid (workload.arrival.rate x
 delivery.stream_interval over the default scenario, `--requests` requests a point), then each point as
-its own `tokenpath simulate POINT.toml --json` process, one after the other (a scenario file per point).
+its own `tokenpath simulate --set KEY=VALUE ... --json` process, one after the other.
 It checks that both give the same numbers, and prints points per minute and the ratio.
 """
 
@@ -24,7 +24,6 @@ import pyarrow.parquet as pq
 import tomli_w
 
 from tokenpath.forked import available_cpus
-from tokenpath.scenario import read_scenario_table, set_path
 
 
 def main() -> None:
@@ -50,14 +49,11 @@ def main() -> None:
                 for r in pq.read_table(folder / "r.parquet").to_pylist()}
 
         one_by_one_s = 0.0
-        for i, point in enumerate(points):
-            table, _, _ = read_scenario_table("typical")
-            for key, value in ({"workload.num_requests": args.requests} | point).items():
-                set_path(table, key, value)
-            path = folder / f"point{i}.toml"
-            path.write_text(tomli_w.dumps(table))
+        for point in points:
+            sets = [arg for key, value in ({"workload.num_requests": args.requests} | point).items()
+                    for arg in ("--set", f"{key}={value!r}")]
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "tokenpath", "simulate", str(path), "--json", str(folder / "p.json")],
+            subprocess.run([sys.executable, "-m", "tokenpath", "simulate", *sets, "--json", str(folder / "p.json")],
                            check=True, capture_output=True)
             one_by_one_s += time.perf_counter() - start
             document = json.loads((folder / "p.json").read_text())

@@ -20,6 +20,10 @@ def _summary(scale: float, source: str, attribution: bool) -> dict:
         "latency_s": {key: dict(stats) for key in ("ttft", "ttfv", "tpot", "itl", "e2e")},
         "attribution_s": {"queue": 0.1, "compute": 0.2, "traffic": 0.0, "delivery": 0.05} if attribution else None,
         "bottleneck": None,
+        "continuity": {"stall_threshold_s": 0.25, "reading_tokens_per_s": 5.29, "expected_ttft_s": 1.0,
+                       "stalls_per_request": 0.5 * scale, "stall_s_per_request": 0.3 * scale,
+                       "requests_with_stalls": 0.2 * scale, "stall_s_max": 0.9 * scale,
+                       "qoe": {"mean": 0.98 / scale, "p1": 0.5, "p10": 0.9 / scale, "p50": 1.0, "below_0_9": 0.1}},
     }
 
 
@@ -61,3 +65,23 @@ def test_load_summary_errors(tmp_path):
     wrong.write_text("[1, 2]")
     with pytest.raises(UserError, match="not a tokenpath.summary/1"):
         load_summary(wrong)
+
+
+def test_compare_shows_continuity():
+    a, b = _summary(1.0, "simulate", True), _summary(2.0, "bench", False)
+    rows = {row["metric"]: row for row in compare(a, b)}
+    assert rows["stalls per request"] == {"metric": "stalls per request", "unit": "", "a": 0.5, "b": 1.0, "relative": 1.0}
+    assert rows["stall time per request"]["unit"] == "s" and rows["stall time per request"]["b"] == pytest.approx(0.6)
+    assert rows["requests with stalls"]["relative"] == pytest.approx(1.0)
+    assert rows["QoE mean"]["a"] == 0.98 and rows["QoE mean"]["relative"] == pytest.approx(-0.5)
+    assert rows["QoE p10"]["b"] == pytest.approx(0.45)
+    assert "stall threshold" not in rows  # the same settings on both sides
+    b["continuity"]["stall_threshold_s"] = 0.5
+    rows = {row["metric"]: row for row in compare(a, b)}
+    assert (rows["stall threshold"]["a"], rows["stall threshold"]["b"]) == (0.25, 0.5)
+    table = compare_table(a, b)
+    assert "QoE p10" in table.columns[0]._cells and table.columns[1]._cells[table.columns[0]._cells.index("QoE p10")] == "0.9"
+    # A summary without the block (an older file): the rows are there, unknown on that side.
+    del a["continuity"]
+    rows = {row["metric"]: row for row in compare(a, b)}
+    assert rows["QoE mean"]["a"] is None and rows["QoE mean"]["relative"] is None

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from test_bench_server import MODEL, FakeServer
 from tokenpath.bench import Target, run_bench
-from tokenpath.continuity import READING_TOKENS_PER_S, ContinuitySpec, per_request
+from tokenpath.continuity import READING_TOKENS_PER_S, ContinuitySettings, ContinuitySpec, parse_reading_speed, per_request
+from tokenpath.errors import UserError
 from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
 from tokenpath.scenario import load_scenario
@@ -114,3 +116,70 @@ def test_bench_counts_a_server_stall(tmp_path):
     assert abs(flow["stall_s_per_request"] - np.mean([sum(gaps) for gaps in stalls]) / 1e9) < 1e-9
     assert flow["stall_s_max"] >= 0.6
     assert flow["requests_with_stalls"] == 1.0
+
+
+def test_the_stall_threshold_decides_what_counts():
+    # Tokens at 1.0 (first visible), 1.1, 1.4, 2.0 s: gaps of 100, 300 and 600 ms after the first
+    # visible text. 50 ms counts all three, 250 ms the two longer, 500 ms only the 600 ms gap.
+    arrivals = np.array([1000, 1100, 1400, 2000]) * MS
+    counted = {}
+    for threshold in ("50 ms", "250 ms", "500 ms", "1 s"):
+        spec = ContinuitySettings.model_validate({"stall_threshold": threshold}).spec()
+        flow = per_request(arrivals, np.array([0, 4]), np.array([0]), np.array([1000 * MS]), spec)
+        counted[threshold] = (int(flow["stalls"][0]), int(flow["stall_ns"][0]) // MS)
+    assert counted == {"50 ms": (3, 1000), "250 ms": (2, 900), "500 ms": (1, 600), "1 s": (0, 0)}
+
+
+def test_scenario_continuity_settings_reach_the_summary():
+    # A 20 ms threshold on a stream about 30 ms a token: nearly every gap is a stall; the default
+    # 250 ms finds none. A reader expecting the first token at 10 ms is always behind: QoE below 1.
+    default, _ = result_document(simulate(_small(40)))
+    tight, _ = result_document(simulate(_small(40, **{"continuity": {"stall_threshold": "20 ms", "expected_ttft": "10 ms",
+                                                                     "reading_speed": "600 words/min"}})))
+    assert default["continuity"]["stalls_per_request"] == 0.0 and default["continuity"]["qoe"]["mean"] == 1.0
+    assert tight["continuity"]["stalls_per_request"] > 10 and tight["continuity"]["qoe"]["mean"] < 1.0
+    assert (tight["continuity"]["stall_threshold_s"], tight["continuity"]["expected_ttft_s"]) == (0.02, 0.01)
+    assert tight["continuity"]["reading_tokens_per_s"] == pytest.approx(600 / 60 * 4 / 3)
+    assert default["continuity"]["stall_threshold_s"] == 0.25
+
+
+@pytest.mark.parametrize("table, fragment", [
+    ({"stall_threshold": "0 ms"}, "continuity.stall_threshold: Input should be greater than 0"),
+    ({"stall_threshold": "soon"}, "continuity.stall_threshold: cannot read 'soon' as a duration"),
+    ({"reading_speed": "238 words/hour"}, "continuity.reading_speed: cannot read '238 words/hour' as a reading speed"),
+    ({"reading_speed": 0}, "continuity.reading_speed: 0 is out of range: a reading speed runs from 0.1"),
+    ({"reading": "238 words/min"}, "continuity.reading"),
+])
+def test_bad_continuity_settings_are_one_line_errors(table, fragment):
+    with pytest.raises(UserError) as error:
+        _small(4, continuity=table)
+    assert fragment in str(error.value) and "\n" not in str(error.value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0.1, 10_000.0), st.sampled_from(["tokens/s", "token/s", "tokens / min", "words/min", "words/s", ""]))
+def test_reading_speeds_parse_in_their_unit(number, unit):
+    per_token = {"tokens/s": 1.0, "token/s": 1.0, "tokens / min": 1 / 60, "words/min": 4 / 3 / 60, "words/s": 4 / 3, "": 1.0}
+    tokens_per_s = number * per_token[unit]
+    if not 0.1 <= tokens_per_s <= 10_000:
+        with pytest.raises(ValueError, match="out of range"):
+            parse_reading_speed(f"{number!r} {unit}")
+        return
+    assert parse_reading_speed(f"{number!r} {unit}") == pytest.approx(tokens_per_s, rel=1e-12)
+    settings_ = ContinuitySettings.model_validate({"reading_speed": f"{number!r} {unit}"})
+    assert ContinuitySettings.model_validate(settings_.model_dump(mode="json")) == settings_  # round trip
+
+
+def test_bench_judges_stalls_by_the_scenario_threshold(tmp_path):
+    # The server's 0.6 s pause is no stall when the scenario's threshold is 1 s.
+    scenario = load_scenario(None, {"workload.num_requests": 2, "workload.arrival.rate": 100.0,
+                                    "workload.input": {"kind": "fixed", "value": 16},
+                                    "workload.output": {"kind": "fixed", "value": 8},
+                                    "continuity.stall_threshold": "1 s"})
+    with FakeServer("pause", pause_s=0.6) as server:
+        result = run_bench(scenario, Target(server.url, MODEL), str(tmp_path / "r.jsonl"), workers=1,
+                           timeouts={"stall_timeout_s": 5.0, "request_timeout_s": 20.0, "connect_timeout_s": 5.0})
+    flow = result.summary["continuity"]
+    assert flow["stall_threshold_s"] == 1.0 and flow["stalls_per_request"] == 0.0 and flow["stall_s_max"] == 0.0
+    header = orjson.loads((tmp_path / "r.jsonl").read_bytes().splitlines()[0])
+    assert header["scenario"]["table"]["continuity"]["stall_threshold"] == "1 s"

@@ -40,3 +40,23 @@ def test_overload_is_served_well_below_offered():
     assert Load(float("inf"), 0.0, 40.0, False).overloaded
     assert not Load(100.0, 95.0, 40.0, False).overloaded  # a burst shorter than its E2Es
     assert not Load(34.0, 34.0, 32.7, True).overloaded
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_default_scenario_overloaded_at_2x_capacity_and_not_at_half_or_0_9x(seed):
+    # The default scenario, 1,000 requests a run: capacity is the rate it serves with every request sent
+    # at once (about 40 req/s); the verdict must flip between 0.9x and 2x of it.
+    def run(rate: float) -> dict:
+        document, _ = result_document(simulate(load_scenario(None, {"workload.num_requests": 1000, "seed": seed,
+                                                                    "workload.arrival.rate": rate})))
+        return document
+
+    capacity = run(float("inf"))["load"]["served_requests_per_s"]
+    assert 30 < capacity < 50
+    over = run(2.0 * capacity)
+    assert over["load"]["overloaded"] is True and over["bottleneck_reason"].startswith("overloaded: offered ")
+    for share in (0.5, 0.9):
+        under = run(share * capacity)
+        assert under["load"]["overloaded"] is False, share
+        assert "overloaded" not in under["bottleneck_reason"]
+        assert under["load"]["offered_requests_per_s"] == pytest.approx(share * capacity, rel=0.1)

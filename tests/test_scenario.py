@@ -314,7 +314,9 @@ def test_to_toml_parses_and_is_stable_under_a_second_trip():
 def test_to_toml_writes_every_default():
     table = tomllib.loads(load_scenario().to_toml())
     assert set(table) == {"name", "description", "seed", "model", "deployment", "engine", "workload", "delivery", "slo",
-                          "assumptions"}
+                          "continuity", "assumptions"}
+    assert table["continuity"] == {"stall_threshold": "250 ms", "reading_speed": f"{238 / 60 * 4 / 3!r} tokens/s",
+                                   "expected_ttft": "1 s"}
     # cuda_graph_max_tokens is unset (no limit), which TOML cannot write
     assert set(table["engine"]) == {"max_num_seqs", "max_num_batched_tokens", "block_size", "chunked_prefill",
                                     "gpu_memory_utilization", "cuda_graphs", "scheduler", "mixed_chunk",

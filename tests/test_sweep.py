@@ -219,3 +219,12 @@ def test_frontier_by_hand():
         [("throughput.output_tokens_per_s", "max"), ("latency_s.ttft.p99", "min")]
     with pytest.raises(UserError, match="better high or low"):
         parse_objectives("engine.steps,latency_s.e2e.mean")
+
+
+def test_frontier_on_continuity_metrics_infers_their_directions():
+    rows = [{"point": p, "continuity.qoe.p10": q, "continuity.stalls_per_request": s} for p, q, s in
+            [("a", 0.95, 0.5), ("b", 0.99, 1.0), ("c", 0.90, 0.2), ("d", 0.94, 0.6), ("e", 0.99, 1.2)]]
+    objectives = parse_objectives("continuity.qoe.p10,continuity.stalls_per_request")
+    assert objectives == [("continuity.qoe.p10", "max"), ("continuity.stalls_per_request", "min")]
+    # QoE up, stalls down: d is beaten by a (better on both), e by b (same QoE, more stalls)
+    assert [r["point"] for r in frontier(rows, objectives)] == ["b", "a", "c"]

@@ -22,9 +22,16 @@ S_delay = sum_k max(0, d_k - e_k) and S_whole = sum_k (t_end - e_k), t_end = max
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+
+from tokenpath.errors import quoted
+from tokenpath.units import Duration
 
 # Brysbaert, M. (2019). "How many words do we read per minute? A review and meta-analysis of reading
 # rate." Journal of Memory and Language 109, 104047 (doi:10.1016/j.jml.2019.104047): silent reading
@@ -49,6 +56,60 @@ class ContinuitySpec:
 
 
 DEFAULT = ContinuitySpec()
+
+# Reading speeds a scenario may give, in tokens/s: from 0.1 (a word every 7.5 s) to 10,000, far
+# beyond any reader (speed readers claim ~1,000 words/min, 22 tokens/s), to catch unit mistakes.
+MIN_READING_TOKENS_PER_S, MAX_READING_TOKENS_PER_S = 0.1, 10_000.0
+_SPEED = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*"
+                    r"(?:(?P<what>tokens?|words?)\s*/\s*(?P<per>s|sec|min))?\s*$")
+
+
+def parse_reading_speed(value: object) -> float:
+    """'238 words/min', '5.3 tokens/s' or a number of tokens/s -> tokens per second (words count as
+    TOKENS_PER_WORD tokens)."""
+    example = "'238 words/min' or '5.3 tokens/s'"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a reading speed such as {example}, got {quoted(value)}")
+    if isinstance(value, str):
+        match = _SPEED.match(value)
+        if not match or (match["what"] is None and value.strip() != match["num"]):
+            raise ValueError(f"cannot read {quoted(value)} as a reading speed; write {example}")
+        number = float(match["num"])
+        if match["what"] is not None:
+            number *= (TOKENS_PER_WORD if match["what"].startswith("word") else 1.0) / (60.0 if match["per"] == "min" else 1.0)
+    else:
+        number = float(value)
+    if not (math.isfinite(number) and MIN_READING_TOKENS_PER_S <= number <= MAX_READING_TOKENS_PER_S):
+        raise ValueError(f"{quoted(value)} is out of range: a reading speed runs from {MIN_READING_TOKENS_PER_S:g} to "
+                         f"{MAX_READING_TOKENS_PER_S:,.0f} tokens/s (4.5 to 450,000 words/min); write {example}")
+    return number
+
+
+ReadingSpeed = Annotated[float, BeforeValidator(parse_reading_speed),
+                         PlainSerializer(lambda v: f"{v!r} tokens/s", when_used="json")]
+
+
+class ContinuitySettings(BaseModel):
+    """A scenario's optional `[continuity]` table: what counts as a stall and the reader QoE is judged
+    against. Defaults: 250 ms (issue #15), Brysbaert's 238 words/min, Nielsen's 1 s."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    stall_threshold: Duration = Field(STALL_THRESHOLD_S, gt=0.0, description="a gap longer than this after the "
+                                                                             "first visible text is a stall")
+    reading_speed: ReadingSpeed = Field(READING_TOKENS_PER_S, description="the reader's pace: words/min or tokens/s")
+    expected_ttft: Duration = Field(EXPECTED_TTFT_S, description="when the reader expects the first token")
+
+    def spec(self) -> ContinuitySpec:
+        return ContinuitySpec(self.stall_threshold, self.reading_speed, self.expected_ttft)
+
+
+def spec_of(table: Any) -> ContinuitySpec:
+    """The spec of a scenario table's `continuity` entry as a results header records it (already
+    validated when the run was made); the defaults where it has none."""
+    if not isinstance(table, dict):
+        return DEFAULT
+    return ContinuitySettings.model_validate(table, strict=False).spec()
 
 
 def per_request(client_ns: np.ndarray, offsets: np.ndarray, sent_ns: np.ndarray, visible_ns: np.ndarray,

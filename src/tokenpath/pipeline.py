@@ -5,7 +5,7 @@ This is the only place that composes the engine with the delivery path; the laye
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -184,7 +184,8 @@ class Served:
 
 
 def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
-                 visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None) -> dict[str, np.ndarray]:
+                 visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None,
+                 flow_spec: continuity.ContinuitySpec = continuity.DEFAULT) -> dict[str, np.ndarray]:
     """Per-request client-side timings of one replica, with exact attribution.
 
     With `keep_tokens` the result holds every token's arrival at the client ("token_client_ns");
@@ -206,7 +207,7 @@ def _replica_run(trace: Served, requests: Requests, scheduled_ns: np.ndarray, la
         ttft[lo:hi] = client_ns[first]
         ttfv[lo:hi] = client_ns[first + visible[lo:hi]]
         last_client[lo:hi] = client_ns[local[1:] - 1]
-        flow = continuity.per_request(client_ns, local, trace.sent_ns[lo:hi], ttfv[lo:hi])
+        flow = continuity.per_request(client_ns, local, trace.sent_ns[lo:hi], ttfv[lo:hi], flow_spec)
         stalls[lo:hi], stall_ns[lo:hi], qoe[lo:hi] = flow["stalls"], flow["stall_ns"], flow["qoe"]
         if tokens is not None:
             tokens[offsets[lo]:offsets[hi]] = client_ns
@@ -305,7 +306,7 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     if scenario.deployment.prefill_replicas:
         itl = None if keep_tokens else LogHistogram()
         run, traces = _disaggregated(prepared, scheduled_ns, visible, keep_tokens, itl, progress)
-        return Simulation(scenario, deployment, requests, run, traces)
+        return Simulation(scenario, deployment, requests, replace(run, continuity=scenario.continuity.spec()), traces)
 
     policy = scenario.deployment.routing
     sessions = requests.sessions
@@ -345,7 +346,8 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
         scheduled = scheduled_ns[rows]
         if sessions is not None:  # a later turn is meant to go when it went: its think time after the last answer
             scheduled = np.where(think_ns[rows] >= 0, trace.sent_ns, scheduled)
-        part = _replica_run(Served.of(trace), sub, scheduled, last_mile, visible[rows], keep_tokens, itl)
+        part = _replica_run(Served.of(trace), sub, scheduled, last_mile, visible[rows], keep_tokens, itl,
+                            scenario.continuity.spec())
         part["prefix_hit_tokens"] = trace.prefix_hit_tokens
         part["replica"] = np.full(len(rows), replica, np.int64)
         return part, trace, itl
@@ -359,7 +361,8 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     parts, traces, itls = zip(*results)
     owners = [routed(replica) for replica in serving]
     itl = None if keep_tokens else LogHistogram.merged(itls)
-    return Simulation(scenario, deployment, requests, _merge(list(parts), owners, n, itl), list(traces))
+    run = replace(_merge(list(parts), owners, n, itl), continuity=scenario.continuity.spec())
+    return Simulation(scenario, deployment, requests, run, list(traces))
 
 
 # Below this many requests a run is over before forking workers would pay off.
@@ -464,7 +467,8 @@ def _disaggregated(prepared: Prepared, scheduled_ns: np.ndarray, visible: np.nda
     leave_all[rest_positions] = rest_leave
     served = Served(sent, compute, traffic, host_ns, last_end, offsets,
                     lambda lo, hi: leave_all[offsets[lo]:offsets[hi]], prefill_start, preempted)
-    part = _replica_run(served, requests, scheduled_ns, LastMile(delivery), visible, keep_tokens, itl)
+    part = _replica_run(served, requests, scheduled_ns, LastMile(delivery), visible, keep_tokens, itl,
+                        prepared.scenario.continuity.spec())
     # A request's replica is the one that made its last token: its decode replica, unless it had one token.
     part["replica"] = np.where(outputs > 1, decode_of, prefill_of)
     return _merge([part], [np.arange(n)], n, itl), traces

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from tokenpath.continuity import DEFAULT as DEFAULT_CONTINUITY, ContinuitySpec
+
 
 @dataclass(frozen=True)
 class Run:
@@ -42,6 +44,7 @@ class Run:
     stalls: np.ndarray | None = None       # per request, continuity.per_request: stalls after the first
     stall_ns: np.ndarray | None = None     # visible text, their summed length, and Andes' QoE; None
     qoe: np.ndarray | None = None          # where the summary computes them from token_client_ns
+    continuity: ContinuitySpec = DEFAULT_CONTINUITY  # the stall threshold and reader they were judged by
 
     def __len__(self) -> int:
         return len(self.sent_ns)

@@ -21,6 +21,7 @@ from tokenpath import files
 from tokenpath.assumptions import Assumptions, check_table, resolve
 from tokenpath.files import PathText
 from tokenpath.config_errors import explain
+from tokenpath.continuity import ContinuitySettings
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.routing import Routing
 from tokenpath.engine.spec import EngineSpec
@@ -142,6 +143,7 @@ class Scenario(BaseModel):
     assumptions: Annotated[dict[str, Any], BeforeValidator(check_table)] = Field(
         default_factory=dict, description="overrides of the model's assumptions by name (`tokenpath assumptions` "
                                           "lists them), and `calibration`: calibration files to apply")
+    continuity: ContinuitySettings = ContinuitySettings()
 
     # The folder of the scenario file: relative paths in it (traces, length files, a model's
     # config.json) are read from there. Not part of the scenario's identity.

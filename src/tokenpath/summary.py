@@ -156,7 +156,8 @@ def continuity_per_request(run: Run) -> dict[str, np.ndarray] | None:
     if run.qoe is not None:
         return {"stalls": run.stalls, "stall_ns": run.stall_ns, "qoe": run.qoe}
     if run.token_client_ns is not None:
-        return continuity.per_request(run.token_client_ns, run.token_offsets, run.sent_ns, run.sent_ns + run.ttfv_ns)
+        return continuity.per_request(run.token_client_ns, run.token_offsets, run.sent_ns, run.sent_ns + run.ttfv_ns,
+                                      run.continuity)
     return None
 
 
@@ -166,7 +167,7 @@ def continuity_block(run: Run) -> dict[str, Any] | None:
     if flow is None:
         return None
     done = run.completed
-    return continuity.summary_block(flow["stalls"][done], flow["stall_ns"][done], flow["qoe"][done])
+    return continuity.summary_block(flow["stalls"][done], flow["stall_ns"][done], flow["qoe"][done], run.continuity)
 
 
 def metric_value(summary: dict[str, Any], path: str) -> Any:

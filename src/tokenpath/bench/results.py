@@ -19,7 +19,9 @@ from typing import Any, Callable
 
 import numpy as np
 import orjson
+from pydantic import ValidationError
 
+from tokenpath.continuity import ContinuitySpec, spec_of
 from tokenpath.errors import UserError
 from tokenpath.run import Run
 from tokenpath.summary import stats_s, summarize
@@ -106,6 +108,11 @@ def _check_header(header: dict[str, Any], where: str) -> None:
     _field(scenario, "fingerprint", lambda v: isinstance(v, str), "a string", f"{where}: scenario")
     if "table" in scenario:
         _field(scenario, "table", lambda v: isinstance(v, dict), "an object", f"{where}: scenario")
+        try:
+            continuity_spec(header)
+        except (ValidationError, ValueError) as error:
+            raise UserError(f"{where}: scenario.table.continuity: {str(error).splitlines()[-1].strip()}; the file "
+                            "is damaged") from None
     if "planned" in header:
         _field(header, "planned", lambda v: _is_int(v) and 0 <= v < _MAX_ABS_NS, "a count >= 0", where)
     slo = header.get("slo")
@@ -152,8 +159,15 @@ def token_times(arrival_ns: np.ndarray, arrival_tokens: np.ndarray) -> np.ndarra
     return np.repeat(np.asarray(arrival_ns, dtype=np.int64), counts)
 
 
-def build_run(rows: list[dict[str, Any]]) -> Run:
-    """The measured run: one row per recorded request; failed ones carry no tokens."""
+def continuity_spec(header: dict[str, Any] | None) -> ContinuitySpec:
+    """The stall threshold and reader of the scenario the run was made from (its `[continuity]`)."""
+    table = (header or {}).get("scenario", {}).get("table", {})
+    return spec_of(table.get("continuity") if isinstance(table, dict) else None)
+
+
+def build_run(rows: list[dict[str, Any]], header: dict[str, Any] | None = None) -> Run:
+    """The measured run: one row per recorded request; failed ones carry no tokens. Its continuity is
+    judged by the header's scenario's `[continuity]` settings (the defaults without a header)."""
     n = len(rows)
     failed = np.array([not row["ok"] for row in rows], dtype=bool)
     scheduled = np.array([row["scheduled_ns"] for row in rows], dtype=np.int64)
@@ -180,6 +194,7 @@ def build_run(rows: list[dict[str, Any]]) -> Run:
     return Run(
         source="bench", scheduled_ns=scheduled, sent_ns=sent, input_tokens=inputs, output_tokens=outputs,
         ttft_ns=ttft, ttfv_ns=ttfv, e2e_ns=e2e, token_client_ns=tokens, token_offsets=offsets, failed=failed,
+        continuity=continuity_spec(header),
     )
 
 
@@ -194,7 +209,7 @@ def warmup_rows(header: dict[str, Any], rows: list[dict[str, Any]]) -> int:
 
 def bench_summary(header: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The shared result schema for a measured run, plus a `bench` block of what only a measurement has."""
-    run = build_run(rows)
+    run = build_run(rows, header)
     slo = header.get("slo") or {}
     summary = summarize(run, header["scenario"]["name"], header["scenario"]["fingerprint"], slo,
                         warmup_requests=warmup_rows(header, rows))

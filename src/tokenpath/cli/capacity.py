@@ -14,9 +14,10 @@ from tokenpath.errors import UserError
 
 CAPACITY_EXAMPLE = """
 Bisects the request rate over full simulations: each point simulates the whole workload at that rate
-(same seed, so the same arrival gaps scaled). Targets are METRIC_STAT=DURATION with METRIC one of ttft,
-ttfv, tpot, itl, e2e and STAT one of mean, p50, p90, p99, p999; without --slo, the scenario's [slo]
-taken as p99 targets. A run with a failed request misses every target. It searches the rate only; a
+(same seed, so the same arrival gaps scaled). Targets are METRIC_STAT=DURATION (at most) with METRIC one
+of ttft, ttfv, tpot, itl, e2e and STAT one of mean, p50, p90, p99, p999; continuity targets are
+qoe_mean, qoe_p1, qoe_p10, qoe_p50 = a number from 0 to 1 (at least) and stalls_per_request,
+requests_with_stalls = a number (at most); without --slo, the scenario's [slo] taken as p99 targets. A run with a failed request misses every target. It searches the rate only; a
 scenario's max_concurrency, if any, stays as it is.
 
 Examples:
@@ -25,8 +26,18 @@ Examples:
 
   tokenpath capacity my.toml --slo ttfv_p90=500ms,e2e_p99=20s --json capacity.json
 
+  tokenpath capacity --slo ttft_p99=2s,qoe_p10=0.9
+
   tokenpath capacity --set delivery.detokenize=async --num-requests 4000
 """
+
+
+def _shown(value: float | None, unit: str | None) -> str:
+    from tokenpath.report.table import duration_or_dash
+
+    if unit == "s":
+        return duration_or_dash(value)
+    return "-" if value is None else f"{value:.3g}"
 
 
 def _print(document: dict[str, Any]) -> None:
@@ -34,12 +45,13 @@ def _print(document: dict[str, Any]) -> None:
 
     binding = document["binding"]
     above = document["above"]
-    targets = ", ".join(f"{name} <= {duration_or_dash(row['target_s'])} ({duration_or_dash(row['observed_s'])})"
-                        for name, row in document["slo"].items())
+    targets = ", ".join(f"{name} {'>=' if row['bound'] == 'min' else '<='} {_shown(row['target'], row['unit'])} "
+                        f"({_shown(row['observed'], row['unit'])})" for name, row in document["slo"].items())
     console.print(f"[bold]Capacity: {document['request_rate']:.4g} req/s[/bold] meets {targets}", highlight=False)
+    side = "under" if binding["bound"] == "min" else "over"
     console.print(f"At {above['request_rate']:.4g} req/s {binding['metric']} is "
-                  f"{duration_or_dash(binding['observed_above_s'])}, over its {duration_or_dash(binding['target_s'])}: "
-                  f"{binding['metric']} binds", highlight=False)
+                  f"{_shown(binding['observed_above'], binding['unit'])}, {side} its "
+                  f"{_shown(binding['target'], binding['unit'])}: {binding['metric']} binds", highlight=False)
     if document["layer"]:
         grew = document["attribution_growth_s"][document["layer"]]
         layer = "queue (distribution)" if document["layer"] == "queue" else document["layer"]
@@ -55,7 +67,7 @@ def _print(document: dict[str, Any]) -> None:
 @app.command(help="The highest request rate that meets an SLO, by bisection over full simulations." + CAPACITY_EXAMPLE)
 def capacity(
     scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
-    slo: Optional[str] = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=2s,tpot_p99=100ms "
+    slo: Optional[str] = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9 "
                                                            "(default: the scenario's [slo] as p99 targets)"),
     tolerance: float = typer.Option(0.01, "--tolerance", help="stop when the bracket is this share of the rate"),
     sets: Set = None,

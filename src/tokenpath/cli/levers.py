@@ -21,8 +21,10 @@ caching; more continuous: stream interval, token budget, max_num_seqs, scheduler
 next precision), and ranks them by the change in the objective. Levers that do not apply are listed
 with the reason.
 
-Objectives: latency_s.ttfv.p99 (the default, near-ties broken by latency_s.e2e.mean), any summary metric
-by its dotted path (latency_s.ttft.p99, throughput.output_tokens_per_s, attribution_s.queue, ...),
+Objectives: latency_s.ttfv.p99 (the default; levers whose change rounds to the same 1% of the baseline
+are ordered by latency_s.e2e.mean), any summary metric by its dotted path (latency_s.ttft.p99,
+throughput.output_tokens_per_s, attribution_s.queue, continuity.qoe.mean, ...; throughput and QoE are
+better higher, the rest lower),
 goodput (requests/s within the scenario's [slo]) or cost (US dollars per million output tokens, from
 the chip price table: catalog/prices.toml, or --prices FILE).
 
@@ -55,9 +57,11 @@ def _signed(value: float, unit: str = "") -> str:
 def _value(value: float | None, metric: str) -> str:
     from tokenpath.units import format_duration
 
+    from tokenpath.metrics import is_duration
+
     if value is None:
         return "-"
-    if metric.startswith(("latency_s.", "attribution_s.")) or metric == "window_s":
+    if is_duration(metric):
         return format_duration(value)
     return f"{value:,.4g}"
 
@@ -78,7 +82,8 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
     unit_metric = metric if metric != "cost" else ""
     tie = objective["tie_break"]
     title = (f"Levers ranked by {objective['name']} ({objective['better']} is better"
-             f"{f'; near-ties by {tie}' if tie else ''}), {num_requests:,} requests each")
+             f"{f'; changes within the same 1% of the baseline ordered by {tie}' if tie else ''}), "
+             f"{num_requests:,} requests each")
     table = Table(title=title, title_justify="left")
     for column, justify in (("#", "right"), ("lever", "left"), ("group", "left"), (metric.split(".", 1)[-1], "right"),
                             ("change", "right"), (tie.split(".", 1)[-1] if tie else "", "right"),

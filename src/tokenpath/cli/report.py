@@ -101,7 +101,7 @@ def _bench_file(path: str, json_out: Optional[str], results: Optional[str], quie
         import numpy as np
 
         ids = np.array([row["i"] for row in rows], dtype=np.int64)
-        columns = request_columns(build_run(rows), warmup_rows(header, rows), ids)
+        columns = request_columns(build_run(rows, header), warmup_rows(header, rows), ids)
         write_results(to_arrow(columns, summary, describe_bench(header, rows, path)), results)
     if not quiet or json_out is not None:
         _emit(summary, header, rows, path, json_out)

@@ -14,6 +14,9 @@ from tokenpath.units import format_duration, format_number
 
 _LATENCIES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 _STATS = ("mean", *PERCENTILES)
+_CONTINUITY_SETTINGS = (("stall_threshold_s", "stall threshold", "s"),
+                        ("reading_tokens_per_s", "reading speed (tokens/s)", ""),
+                        ("expected_ttft_s", "expected TTFT", "s"))
 
 
 def load_summary(path: str | Path) -> dict[str, Any]:
@@ -71,6 +74,18 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     if aa or ab:
         for layer in LAYERS:
             add(f"{layer} (mean)", "s", (aa or {}).get(layer), (ab or {}).get(layer))
+    ca, cb = a.get("continuity"), b.get("continuity")
+    if ca or cb:
+        ca, cb = ca or {}, cb or {}
+        add("stalls per request", "", ca.get("stalls_per_request"), cb.get("stalls_per_request"))
+        add("stall time per request", "s", ca.get("stall_s_per_request"), cb.get("stall_s_per_request"))
+        add("requests with stalls", "", ca.get("requests_with_stalls"), cb.get("requests_with_stalls"))
+        add("QoE mean", "", (ca.get("qoe") or {}).get("mean"), (cb.get("qoe") or {}).get("mean"))
+        add("QoE p10", "", (ca.get("qoe") or {}).get("p10"), (cb.get("qoe") or {}).get("p10"))
+        # Judged by other settings, the two sides' continuity numbers do not compare: show the settings.
+        for key, name, unit in _CONTINUITY_SETTINGS:
+            if ca and cb and ca.get(key) != cb.get(key):
+                add(name, unit, ca.get(key), cb.get(key))
     return rows
 
 

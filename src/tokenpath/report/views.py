@@ -103,7 +103,7 @@ def from_bench(header: dict[str, Any], rows: list[dict[str, Any]], summary: dict
     """A measured run: its requests and token arrivals (no attribution, steps or roofline)."""
     from tokenpath.bench.results import build_run, warmup_rows
 
-    run = build_run(rows)
+    run = build_run(rows, header)
     ids = np.array([row["i"] for row in rows], dtype=np.int64)
     return RunView(label, summary, lines, _requests_frame(run, warmup_rows(header, rows), ids), _itl_sample(run),
                    _reader_request(run))

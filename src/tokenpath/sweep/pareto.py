@@ -5,11 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenpath.errors import UserError
-
-# Directions inferred from a metric's name when none is given: times and stalls are better low;
-# throughput and QoE are better high.
-_MIN_PREFIXES = ("latency_s.", "attribution_s.", "window_s", "continuity.stall")
-_MAX_PREFIXES = ("throughput.", "continuity.qoe")
+from tokenpath.metrics import higher_is_better
 
 
 def parse_objectives(text: str) -> list[tuple[str, str]]:
@@ -29,12 +25,10 @@ def parse_objectives(text: str) -> list[tuple[str, str]]:
 
 
 def _infer(metric: str) -> str:
-    if metric == "continuity.requests_with_stalls":
-        return "min"
-    if metric.startswith(_MIN_PREFIXES):
-        return "min"
-    if metric.startswith(_MAX_PREFIXES):
-        return "max"
+    """The direction metrics.py knows for the metric: times and stalls better low, throughput and QoE high."""
+    higher = higher_is_better(metric)
+    if higher is not None:
+        return "max" if higher else "min"
     raise UserError(f"--pareto: cannot tell whether {metric!r} is better high or low; write {metric}:max or "
                     f"{metric}:min")
 

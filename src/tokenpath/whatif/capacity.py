@@ -1,5 +1,5 @@
 """Capacity at an SLO: the highest request rate whose full simulation meets every target (latency
-percentiles, e.g. ttft_p99 <= 2 s), found by bracketing and then narrowing the bracket, as vLLM
+percentiles, e.g. ttft_p99 <= 2 s; continuity, e.g. qoe_p10 >= 0.9), found by bracketing and then narrowing the bracket, as vLLM
 bench's goodput and Vidur's capacity search do; and which target binds there, and which layer's time
 grows as the rate passes it.
 
@@ -16,6 +16,7 @@ from typing import Any, Callable
 from tokenpath.errors import UserError, quoted
 from tokenpath.summary import LAYERS, PERCENTILES
 from tokenpath.units import parse_duration_s
+from tokenpath.whatif.objective import metric_value
 from tokenpath.whatif.run import Base, Outcome, simulate_many
 
 SCHEMA = "tokenpath.capacity/1"
@@ -29,51 +30,111 @@ MAX_BRACKET_STEPS = 20
 _START_RATE_PER_S = 10.0
 
 
+# Continuity targets (continuity.py's summary block): QoE statistics are lower bounds (at least), from
+# 0 to 1; stalls per request and the share of requests with a stall are upper bounds (at most).
+QOE_STATS = ("mean", "p1", "p10", "p50")
+STALL_TARGETS = {"stalls_per_request": "continuity.stalls_per_request",
+                 "requests_with_stalls": "continuity.requests_with_stalls"}
+_NAMES_TEXT = (f"METRIC_STAT=DURATION (at most) with METRIC one of {', '.join(METRICS)} and STAT one of "
+               f"{', '.join(STATS)} (e.g. ttft_p99=2s); {', '.join(f'qoe_{stat}' for stat in QOE_STATS)}=NUMBER "
+               "(at least, 0 to 1, e.g. qoe_p10=0.9); stalls_per_request=NUMBER or requests_with_stalls=SHARE "
+               "(at most, e.g. requests_with_stalls=0.05)")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One SLO target: the summary metric it reads, its limit, and which side of the limit passes."""
+
+    name: str            # as written in --slo, e.g. ttft_p99, qoe_p10
+    path: str            # the summary's dotted path, e.g. latency_s.ttft.p99
+    limit: float
+    at_least: bool       # True: the run must reach the limit (QoE); False: stay at or under it
+    unit: str | None     # "s" for durations, None for plain numbers
+
+    def missed_by(self, value: float | None) -> float | None:
+        """How far a run's value is from passing, as a ratio > 1 (inf when unknown or the limit is 0);
+        None when it passes."""
+        if value is None:
+            return math.inf
+        if self.at_least:
+            return None if value >= self.limit else (self.limit / value if value > 0 else math.inf)
+        return None if value <= self.limit else (value / self.limit if self.limit > 0 else math.inf)
+
+    def document(self) -> dict[str, Any]:
+        return {"target": self.limit, "unit": self.unit, "bound": "min" if self.at_least else "max"}
+
+
 def valid_names() -> list[str]:
-    return [f"{metric}_{stat}" for metric in METRICS for stat in STATS]
+    return ([f"{metric}_{stat}" for metric in METRICS for stat in STATS] + [f"qoe_{stat}" for stat in QOE_STATS]
+            + list(STALL_TARGETS))
 
 
-def parse_slo(text: str) -> dict[str, float]:
-    """'ttft_p99=2s,tpot_p99=100ms' -> {'ttft_p99': 2.0, 'tpot_p99': 0.1}."""
-    slo: dict[str, float] = {}
+def _number(value: str, name: str, low: float, high: float) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not low <= number <= high:
+        raise UserError(f"--slo {name}: the target must be a number from {low:g} to {high:g}, got {quoted(value)}")
+    return number
+
+
+def parse_target(name: str, value: str) -> Target:
+    """One `NAME=VALUE` of --slo as a Target."""
+    if name not in valid_names():
+        raise UserError(f"--slo: unknown metric {quoted(name)}; use {_NAMES_TEXT}")
+    if name.startswith("qoe_"):
+        stat = name.removeprefix("qoe_")
+        limit = _number(value, name, 0.0, 1.0)
+        if not limit > 0:
+            raise UserError(f"--slo {name}: a QoE target of 0 is always met; give a number above 0, up to 1")
+        return Target(name, f"continuity.qoe.{stat}", limit, True, None)
+    if name in STALL_TARGETS:
+        limit = _number(value, name, 0.0, 1.0 if name == "requests_with_stalls" else 1e9)
+        return Target(name, STALL_TARGETS[name], limit, False, None)
+    limit_s = parse_duration_s(value, f"--slo {name}")
+    if not limit_s > 0:
+        raise UserError(f"--slo {name}: the target must be a duration > 0, got {quoted(value)}")
+    metric, _, stat = name.partition("_")
+    return Target(name, f"latency_s.{metric}.{stat}", limit_s, False, "s")
+
+
+def parse_slo(text: str) -> dict[str, Target]:
+    """'ttft_p99=2s,qoe_p10=0.9' -> {'ttft_p99': Target(..., 2.0), 'qoe_p10': Target(..., 0.9)}."""
+    slo: dict[str, Target] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         name, equals, value = item.partition("=")
         name = name.strip().lower()
         if not equals:
-            raise UserError(f"--slo: {quoted(item)} needs NAME=DURATION, e.g. --slo ttft_p99=2s,tpot_p99=100ms")
-        if name not in valid_names():
-            raise UserError(f"--slo: unknown metric {quoted(name)}; use METRIC_STAT with METRIC one of "
-                            f"{', '.join(METRICS)} and STAT one of {', '.join(STATS)} (e.g. ttft_p99, e2e_mean)")
-        limit_s = parse_duration_s(value.strip(), f"--slo {name}")
-        if not limit_s > 0:
-            raise UserError(f"--slo {name}: the target must be a duration > 0, got {quoted(value.strip())}")
-        slo[name] = limit_s
+            raise UserError(f"--slo: {quoted(item)} needs NAME=VALUE, e.g. --slo ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9")
+        slo[name] = parse_target(name, value.strip())
     if not slo:
         raise UserError("--slo: give at least one target, e.g. --slo ttft_p99=2s,tpot_p99=100ms")
     return slo
 
 
-def scenario_slo(slo: Any) -> dict[str, float]:
+def scenario_slo(slo: Any) -> dict[str, Target]:
     """A scenario's [slo] (per-request targets) as p99 targets: e.g. ttft = 2 s -> ttft_p99 <= 2 s."""
-    return {f"{key}_p99": getattr(slo, key) for key in ("ttft", "ttfv", "tpot", "e2e") if getattr(slo, key) is not None}
+    return {f"{key}_p99": Target(f"{key}_p99", f"latency_s.{key}.p99", getattr(slo, key), False, "s")
+            for key in ("ttft", "ttfv", "tpot", "e2e") if getattr(slo, key) is not None}
 
 
-def observed_s(summary: dict[str, Any], name: str) -> float | None:
-    metric, _, stat = name.partition("_")
-    return summary["latency_s"][metric][stat]
+def observed(summary: dict[str, Any], target: Target) -> float | None:
+    value = metric_value(summary, target.path)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def misses(summary: dict[str, Any], slo: dict[str, float]) -> dict[str, float]:
-    """The targets a run misses, each with observed / target; a run with failed requests misses all."""
+def misses(summary: dict[str, Any], slo: dict[str, Target]) -> dict[str, float]:
+    """The targets a run misses, each with how far off (a ratio > 1); a run with failed requests misses all."""
     if summary["requests"]["failed"]:
         return {name: math.inf for name in slo}
     missed = {}
-    for name, limit_s in slo.items():
-        value = observed_s(summary, name)
-        if value is None or value > limit_s:
-            missed[name] = math.inf if value is None else value / limit_s
+    for name, target in slo.items():
+        ratio = target.missed_by(observed(summary, target))
+        if ratio is not None:
+            missed[name] = ratio
     return missed
 
 
@@ -87,7 +148,7 @@ class Point:
         return self.outcome.summary
 
 
-def search(base: Base, slo: dict[str, float], tolerance: float = DEFAULT_TOLERANCE, workers: int | None = None,
+def search(base: Base, slo: dict[str, Target], tolerance: float = DEFAULT_TOLERANCE, workers: int | None = None,
            progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """The capacity document: the highest rate found to meet `slo` and the lowest found to miss it
     (within `tolerance`), the binding target and the layer whose time grew most between them."""
@@ -154,9 +215,9 @@ def search(base: Base, slo: dict[str, float], tolerance: float = DEFAULT_TOLERAN
         if low.summary["attribution_s"] and high.summary["attribution_s"] else {}
     return {
         "schema": SCHEMA,
-        "slo": {name: {"target_s": limit_s, "observed_s": observed_s(low.summary, name)} for name, limit_s in slo.items()},
+        "slo": {name: {**target.document(), "observed": observed(low.summary, target)} for name, target in slo.items()},
         "request_rate": low.rate_per_s,
-        "binding": {"metric": binding, "target_s": slo[binding], "observed_above_s": observed_s(high.summary, binding)},
+        "binding": {"metric": binding, **slo[binding].document(), "observed_above": observed(high.summary, slo[binding])},
         "layer": max(grew, key=grew.get) if grew else None,
         "attribution_growth_s": grew,
         "tolerance": tolerance,
@@ -167,5 +228,6 @@ def search(base: Base, slo: dict[str, float], tolerance: float = DEFAULT_TOLERAN
 
 
 def _missed_text(missed: dict[str, float]) -> str:
-    return ", ".join(f"{name} {ratio:.3g}x its target" if math.isfinite(ratio) else f"{name} unknown (requests failed)"
+    return ", ".join(f"{name} off its target by {ratio:.3g}x" if math.isfinite(ratio)
+                     else f"{name} missed (no value, a stall against a zero target, or failed requests)"
                      for name, ratio in missed.items())

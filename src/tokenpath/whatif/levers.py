@@ -3,7 +3,7 @@ objective, each with the layer its change came from. Users add their own levers 
 
 from __future__ import annotations
 
-import functools
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,7 +15,7 @@ from tokenpath.errors import UserError
 from tokenpath.overrides import check_key
 from tokenpath.summary import LAYERS
 from tokenpath.whatif.catalog import Lever, catalog
-from tokenpath.whatif.objective import TIE_SHARE, Objective
+from tokenpath.whatif.objective import RESOLUTION_SHARE, Objective
 from tokenpath.whatif.run import Base, Outcome, simulate_many
 
 SCHEMA = "tokenpath.levers/1"
@@ -91,20 +91,25 @@ def _change(objective: Objective, base: Outcome, outcome: Outcome, base_value: f
     return change
 
 
-def _order(objective: Objective, base_value: float) -> Callable[[dict, dict], int]:
-    """Best first: by the objective's improvement; within TIE_SHARE of the baseline, by the tie-break."""
-    tie = TIE_SHARE * abs(base_value)
+def rank_key(lever: dict[str, Any], step: float) -> tuple:
+    """A lever's place in the ranking, best first, as a sort key: (1) the improvement in the objective
+    rounded to whole `step`s (RESOLUTION_SHARE of the baseline's value), larger first; (2) within a step,
+    the improvement in the tie-break metric, larger first; (3) the exact improvement; (4) the name.
+    One key per lever, so the order is total and every pair of levers compares the same way whatever
+    the others are. A lever without a value comes last; a missing tie-break counts as no change."""
+    change = lever["change"]
+    better = change["better"]
+    if better is None:
+        return (1, 0.0, 0.0, 0.0, lever["name"])
+    bucket = math.floor(better / step + 0.5) if step > 0 else better
+    tie = (change.get("tie_break") or {}).get("better") or 0.0
+    return (0, -bucket, -tie, -better, lever["name"])
 
-    def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
-        first, second = a["change"]["better"], b["change"]["better"]
-        if first is None or second is None:
-            return (first is None) - (second is None)
-        if abs(first - second) > tie or "tie_break" not in a["change"]:
-            return -1 if first > second else (1 if first < second else 0)
-        first, second = a["change"]["tie_break"]["better"] or 0.0, b["change"]["tie_break"]["better"] or 0.0
-        return -1 if first > second else (1 if first < second else 0)
 
-    return compare
+def rank(levers: list[dict[str, Any]], base_value: float) -> list[dict[str, Any]]:
+    """The levers best first by `rank_key`."""
+    step = RESOLUTION_SHARE * abs(base_value)
+    return sorted(levers, key=lambda lever: rank_key(lever, step))
 
 
 def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = None, use_catalog: bool = True,
@@ -120,9 +125,12 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
     if baseline.summary is None:
         raise UserError(baseline.error or "the scenario could not be simulated")
     base_value = objective.value(baseline.summary, baseline.chip, baseline.chips)
-    if base_value is None:
+    if base_value is None and objective.prices is not None:
         raise UserError(f"--objective cost: no price for {baseline.chip} in the price table; give --prices FILE "
                         "(see `tokenpath levers --help`)")
+    if base_value is None:
+        raise UserError(f"--objective {objective.metric}: the baseline has no value for it (e.g. no request "
+                        "completed); choose another objective")
     ranked, skipped = [], [{"name": lever.name, "group": lever.group, "overrides": lever.overrides,
                             "reason": lever.skipped} for lever in levers if lever.skipped is not None]
     for lever, outcome in zip(runnable, outcomes[1:]):
@@ -133,16 +141,18 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
         change = _change(objective, baseline, outcome, base_value)
         if change["value"] is None:
             skipped.append({"name": lever.name, "group": lever.group, "overrides": lever.overrides,
-                            "reason": f"no price for {outcome.chip} in the price table"})
+                            "reason": f"no price for {outcome.chip} in the price table" if objective.prices
+                            else f"no value for {objective.metric}"})
             continue
         ranked.append({"name": lever.name, "group": lever.group, "overrides": lever.overrides,
                        "summary": outcome.summary, "change": change})
-    ranked.sort(key=functools.cmp_to_key(_order(objective, base_value)))
+    ranked = rank(ranked, base_value)
     document: dict[str, Any] = {
         "schema": SCHEMA,
         "objective": {"metric": objective.metric, "name": objective.name,
                       "better": "higher" if objective.higher_is_better else "lower",
-                      "tie_break": objective.tie_break, "value": base_value},
+                      "tie_break": objective.tie_break, "value": base_value,
+                      "resolution": RESOLUTION_SHARE * abs(base_value)},
         "baseline": baseline.summary,
         "levers": ranked,
         "skipped": skipped,

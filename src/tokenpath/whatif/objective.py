@@ -11,16 +11,16 @@ from typing import Any
 
 from tokenpath import files
 from tokenpath.errors import UserError, quoted
-from tokenpath.summary import LAYERS, PERCENTILES, metric_value
+from tokenpath.summary import metric_value
+from tokenpath.metrics import higher_is_better, known_metrics
 
 # The default: p99 time to first visible text, then mean E2E (see `Objective.default`).
 DEFAULT_OBJECTIVE = "latency_s.ttfv.p99"
 DEFAULT_TIE_BREAK = "latency_s.e2e.mean"
-# Two levers whose primary metric differs by less than this share of the baseline are tied, and the
-# tie-break metric orders them (a simulation's percentiles move by about this much from noise alone).
-TIE_SHARE = 0.01
-# Metrics where more is better; every other summary metric (latencies, attribution) is better lower.
-HIGHER_IS_BETTER = ("throughput.",)
+# Levers are ranked by their change in the objective rounded to steps of this share of the baseline's
+# value (a simulation's percentiles move by about this much from noise alone); levers in the same step
+# are ordered by the tie-break metric (levers.py, `rank_key`).
+RESOLUTION_SHARE = 0.01
 COST = "cost"
 COST_NAME = "cost per million output tokens (USD)"
 ALIASES = {"goodput": "throughput.goodput_requests_per_s"}
@@ -56,14 +56,6 @@ class Prices:
 
 
 
-def known_metrics() -> list[str]:
-    """The summary's metrics an objective can name (summary.py's schema)."""
-    latencies = [f"latency_s.{metric}.{stat}" for metric in ("ttft", "ttfv", "tpot", "itl", "e2e")
-                 for stat in ("mean", *PERCENTILES)]
-    throughput = [f"throughput.{key}" for key in ("output_tokens_per_s", "requests_per_s", "goodput_requests_per_s")]
-    return latencies + throughput + [f"attribution_s.{part}" for part in LAYERS] + ["window_s"]
-
-
 @dataclass(frozen=True)
 class Objective:
     """A metric to improve, which way is better, and a metric that breaks near-ties."""
@@ -92,7 +84,9 @@ class Objective:
         raise UserError(f"--objective: {quoted(self.metric)} is not a metric of the summary; {hint}use goodput, cost "
                         "or a dotted path: latency_s.METRIC.STAT (METRIC ttft, ttfv, tpot, itl, e2e; STAT mean, p50, "
                         "p90, p99, p999), throughput.output_tokens_per_s, throughput.requests_per_s, "
-                        "throughput.goodput_requests_per_s, attribution_s.LAYER (queue, compute, traffic, delivery)")
+                        "throughput.goodput_requests_per_s, attribution_s.LAYER (queue, compute, traffic, delivery), "
+                        "continuity.qoe.STAT (mean, p1, p10, p50, below_0_9), continuity.stalls_per_request, "
+                        "continuity.stall_s_per_request, continuity.requests_with_stalls, continuity.stall_s_max")
 
     @property
     def name(self) -> str:
@@ -100,7 +94,8 @@ class Objective:
 
     @property
     def higher_is_better(self) -> bool:
-        return self.metric.startswith(HIGHER_IS_BETTER)
+        """Cost is better low; a metric's direction is metrics.py's (throughput and QoE high, the rest low)."""
+        return self.metric != COST and bool(higher_is_better(self.metric))
 
     def value(self, summary: dict[str, Any], chip: str, chips: int) -> float | None:
         """The objective's value for one simulated scenario (its chip and chip count, for the cost)."""
