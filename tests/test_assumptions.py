@@ -11,7 +11,8 @@ import pytest
 import tokenpath
 from tokenpath.assumptions import BY_NAME, DELIVERY_FIELDS, REGISTRY, lookup
 from tokenpath.errors import UserError
-from tokenpath.pipeline import build_deployment, simulate
+from tokenpath.deployment import build_deployment
+from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import assumptions_line, result_document
 from tokenpath.scenario import load_scenario
 

@@ -10,7 +10,8 @@ from tokenpath.compute import load_chip
 from tokenpath.errors import UserError
 from tokenpath.fabric.build import build_topology, default_fabric
 from tokenpath.fabric.spec import load_fabric
-from tokenpath.pipeline import build_deployment, simulate
+from tokenpath.deployment import build_deployment
+from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import describe, result_document
 from tokenpath.scenario import build_scenario, load_scenario
 

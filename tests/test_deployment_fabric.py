@@ -8,7 +8,8 @@ import pytest
 from tokenpath.engine.placement import place
 from tokenpath.errors import UserError
 from tokenpath.fabric.collectives import LOW_LATENCY_ALL_TO_ALL_S
-from tokenpath.pipeline import build_deployment, simulate
+from tokenpath.deployment import build_deployment
+from tokenpath.pipeline import simulate
 from tokenpath.scenario import load_scenario
 from tokenpath.summary import summarize
 
@@ -264,12 +265,12 @@ def test_the_engine_block_counts_replicas_and_engines_apart():
 
 
 def test_kv_transfers_queue_for_the_replicas_links():
-    from tokenpath.pipeline import _kv_transfers
+    from tokenpath.disaggregated import kv_transfers
 
     dep = build_deployment(pd_scenario(**{"deployment.chips": 24}))  # 1 prefill, 2 decode replicas
     one = round(dep.costs.kv_transfer_s(1000, 0, 1) * 1e9)
     ready = np.array([0, 0, 0, 10 * one])
-    done = _kv_transfers(ready, np.full(4, 1000), np.zeros(4, int), np.array([1, 2, 1, 2]), dep.costs, 3)
+    done = kv_transfers(ready, np.full(4, 1000), np.zeros(4, int), np.array([1, 2, 1, 2]), dep.costs, 3)
     # All leave the one prefill replica: the second and third wait for the first, the fourth is late
     # enough to find the links free.
     assert done.tolist() == [one, 2 * one, 3 * one, 11 * one]

@@ -180,7 +180,7 @@ def test_a_switch_takes_the_chips_scale_up_bandwidth():
 
 
 def test_the_default_scenario_switch_has_the_h200_nvlink():
-    from tokenpath.pipeline import build_deployment
+    from tokenpath.deployment import build_deployment
 
     deployment = build_deployment(load_scenario())
     assert deployment.topology.kind == "switch" and deployment.topology.hosts == 8

@@ -103,7 +103,7 @@ def test_chat_streams_a_role_first_and_never_leaks_a_stop_string():
 
 def test_tokens_never_arrive_before_the_simulated_engine_releases_them():
     # Alone on the engine, a 2,000-token prompt's first token cannot come before its prefill step.
-    from tokenpath.pipeline import build_deployment
+    from tokenpath.deployment import build_deployment
 
     deployment = build_deployment(load_scenario("typical", FAST))
     prefill_s = deployment.costs.compute_s(2000, 1, 2000 * 2001 / 2, 2000)

@@ -67,7 +67,7 @@ def _run_fields(run):
 
 @pytest.mark.parametrize("keep_tokens", [True, False])
 def test_replicas_in_forked_workers_give_exactly_the_in_process_result(monkeypatch, keep_tokens):
-    from tokenpath import pipeline
+    from tokenpath import pipeline, served
 
     if not keep_tokens:  # per-worker ITL histograms, merged
         monkeypatch.setattr(pipeline, "KEEP_TOKENS_LIMIT", 0)
@@ -327,12 +327,12 @@ def test_the_2x8_h20_nvls_tree_latency_row_is_nvls_plus_two_network_steps():
 
 
 def test_large_run_mode_matches_the_full_run_except_itl_within_a_tenth_of_a_percent(monkeypatch):
-    from tokenpath import pipeline
+    from tokenpath import pipeline, served
 
     scenario = small(**{"workload.num_requests": 150, "delivery.stream_interval": 2})
     full = result_document(simulate(scenario))[0]
     monkeypatch.setattr(pipeline, "KEEP_TOKENS_LIMIT", 0)
-    monkeypatch.setattr(pipeline, "CHUNK_TOKENS", 1000)  # many chunks
+    monkeypatch.setattr(served, "CHUNK_TOKENS", 1000)  # many chunks
     sim = simulate(scenario)
     assert sim.run.token_client_ns is None
     bounded = result_document(sim)[0]

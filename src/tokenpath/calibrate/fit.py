@@ -29,7 +29,8 @@ import numpy as np
 from tokenpath.assumptions import lookup
 from tokenpath.calibrate.probe import Measured, medians_s
 from tokenpath.errors import UserError
-from tokenpath.pipeline import Prepared, build_deployment, simulate
+from tokenpath.deployment import build_deployment
+from tokenpath.pipeline import Prepared, simulate
 from tokenpath.scenario import Scenario
 
 # The assumptions an engine probe can see, most preferred first: a server's own overheads (its host

@@ -24,7 +24,7 @@ from tokenpath.bench.prompts import corpus_text
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.errors import UserError
-from tokenpath.pipeline import build_deployment
+from tokenpath.deployment import build_deployment
 from tokenpath.scenario import Scenario
 from tokenpath.serve.connections import ConnectionLimits, Connections, Listener
 from tokenpath.serve.fields import parse_request

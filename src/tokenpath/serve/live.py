@@ -22,7 +22,7 @@ from typing import Callable
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.engine.replica import Replica
-from tokenpath.pipeline import Deployment
+from tokenpath.deployment import Deployment
 from tokenpath.scenario import Scenario
 from tokenpath.serve.output import OutputSlots, Response
 

@@ -1,0 +1,126 @@
+"""A scenario's deployment resolved: the model and chip, the compute model, the fabric and the
+placement of every replica on it, the step costs and the KV cache each engine holds; and the check
+that every request of a workload fits it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenpath.assumptions import Assumptions
+from tokenpath.compute.chip import ChipSpec, load_chip
+from tokenpath.compute.model import ModelSpec, load_model
+from tokenpath.compute.roofline import ComputeModel
+from tokenpath.engine.costs import GroupStepCosts
+from tokenpath.engine.host_time import host_step_cost
+from tokenpath.engine.placement import Placement, place
+from tokenpath.errors import UserError
+from tokenpath.fabric.build import build_topology, default_fabric
+from tokenpath.fabric.collectives import Collectives
+from tokenpath.fabric.spec import SwitchFabric
+from tokenpath.fabric.topology import Topology
+from tokenpath.scenario import Scenario
+from tokenpath.workload import Requests
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The resolved hardware and models of a scenario, shared by every replica."""
+
+    model: ModelSpec
+    chip: ChipSpec
+    compute: ComputeModel
+    topology: Topology
+    collectives: Collectives
+    placement: Placement
+    costs: GroupStepCosts
+    kv_capacity_tokens: int   # per engine
+    replicas: int             # engines: data-parallel replicas x pipeline batches in flight
+    fabric_name: str = ""     # what the fabric is, and whether it is the chip's default
+
+
+def build_deployment(scenario: Scenario, assumptions: Assumptions | None = None) -> Deployment:
+    """Resolve names, check the configuration is possible, place the chips and size the KV cache,
+    under the scenario's assumptions, or `assumptions` where given (the objects built keep the values they
+    read).
+
+    Pipeline parallelism runs as `pp` batches in flight per replica (vLLM's virtual engines): each is
+    an engine of its own whose step crosses every stage, with 1/pp of the replica's KV cache.
+    """
+    with (assumptions or scenario.resolved_assumptions()).active():
+        return _build_deployment(scenario)
+
+
+def _build_deployment(scenario: Scenario) -> Deployment:
+    dep = scenario.deployment
+    group = dep.tp * dep.pp
+    if group > dep.chips:
+        raise UserError(f"deployment.tp: tp*pp = {group} is larger than deployment.chips ({dep.chips}); "
+                        "lower --tp/pp or raise --chips")
+    if dep.chips % group:
+        raise UserError(f"deployment.chips: {dep.chips} chips do not split into replicas of tp*pp={group}; "
+                        f"use a multiple of {group}")
+    model = load_model(scenario.model_source())
+    chip = load_chip(dep.chip)
+    if model.num_heads % dep.tp:
+        raise UserError(f"deployment.tp: {model.name} has {model.num_heads} attention heads, not divisible by tp={dep.tp}")
+    if model.num_layers % dep.pp:
+        raise UserError(f"deployment.pp: {model.name} has {model.num_layers} layers, not divisible by pp={dep.pp}")
+    if dep.prefill_replicas and not dep.prefill_replicas < dep.replicas:
+        raise UserError(f"deployment.prefill_replicas: {dep.prefill_replicas} of {dep.replicas} replicas leaves none "
+                        "to decode; use fewer, or more chips")
+    if dep.prefill_replicas and dep.pp > 1:
+        raise UserError("deployment.prefill_replicas: disaggregated serving is modelled with pp = 1 only")
+    if dep.prefill_replicas and dep.routing != "round_robin":
+        raise UserError(f"deployment.routing: disaggregated serving routes round-robin only (got {dep.routing}); "
+                        "set routing = \"round_robin\" or prefill_replicas = 0")
+    if dep.prefill_replicas and scenario.workload.sessions is not None:
+        raise UserError("deployment.prefill_replicas: disaggregated serving is modelled without multi-turn sessions; "
+                        "remove workload.sessions or set prefill_replicas = 0")
+    if dep.prefill_replicas and scenario.workload.max_concurrency is not None:
+        raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
+                        "unset workload.max_concurrency")
+    engine = scenario.engine
+    host = host_step_cost(engine.scheduler, engine.host_overlap, engine.num_scheduler_steps)
+    compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
+                           pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=engine.cuda_graph_max_tokens,
+                           expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
+                           host_step_s=host.step_s, host_per_sequence_s=host.per_sequence_s,
+                           host_overlapped=host.overlapped)
+    kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens,
+                                           engine.max_num_seqs * dep.pp) // dep.pp
+    fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
+    if fabric == SwitchFabric():  # none given (or only its defaults): the chip's own, nodes beyond its domain
+        fabric, fabric_name = default_fabric(chip.name, dep.chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
+    topology = build_topology(fabric, chip.scaleup_bw_Bps, dep.chips)
+    placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
+    collectives = Collectives(topology, fabric.algorithm)
+    costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel)
+    return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens,
+                      dep.replicas * dep.pp, fabric_name)
+
+
+def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:
+    total = requests.input_tokens + requests.output_tokens
+    worst = int(np.argmax(total))
+    longest = int(total[worst])
+    if longest > deployment.model.max_context:
+        raise UserError(
+            f"workload: request {worst} needs {longest} tokens of context but {deployment.model.name} holds "
+            f"{deployment.model.max_context}; lower the input/output lengths (or their max)"
+        )
+    needed, held = longest, deployment.kv_capacity_tokens
+    if scenario.engine.kv_admission == "reserve":  # TensorRT-LLM reserves whole blocks for the whole cache
+        block = scenario.engine.block_size
+        needed, held = -(-longest // block) * block, held // block * block
+    if needed > held:
+        raise UserError(
+            f"workload: request {worst} needs {needed} tokens of KV cache but one replica holds "
+            f"{held}; raise --tp, use fp8, or lower the lengths"
+        )
+    if not scenario.engine.chunked_prefill and longest > scenario.engine.max_num_batched_tokens:
+        raise UserError(
+            f"engine.max_num_batched_tokens: request {worst} needs {longest} tokens in one step without chunked "
+            "prefill; enable engine.chunked_prefill or raise max_num_batched_tokens"
+        )

@@ -1,0 +1,137 @@
+"""Disaggregated serving: prefill replicas make each request's KV cache and first token, the KV
+crosses the fabric to a decode replica, which makes the rest."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from tokenpath.delivery.lastmile import LastMile
+from tokenpath.deployment import Deployment
+from tokenpath.engine.costs import GroupStepCosts
+from tokenpath.engine.loop import EngineTrace, run_engine
+from tokenpath.run import Run
+from tokenpath.scenario import Scenario
+from tokenpath.served import Served, client_side, merge_parts
+from tokenpath.summary import LogHistogram
+from tokenpath.workload import Requests
+
+
+class _Proxy:
+    """The host side of a decode engine in disaggregated serving: requests come from the prefill
+    engines (their KV transfer is traffic), so there is no client upload; the rest is the last mile's."""
+
+    def __init__(self, last_mile: LastMile) -> None:
+        self.last_mile = last_mile
+        self.stream_interval = last_mile.stream_interval
+
+    def upload_ns(self, input_tokens: int) -> int:
+        return 0
+
+    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int]:
+        return self.last_mile.on_step(gpu_end_ns, emitted, events)
+
+    def last_event_arrival_ns(self, leave_ns: int, output_tokens: int) -> int:
+        return self.last_mile.last_event_arrival_ns(leave_ns, output_tokens)
+
+
+def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests: Requests, scheduled_ns: np.ndarray,
+                           visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None,
+                           progress: Callable[[int], None] | None) -> tuple[Run, list[EngineTrace]]:
+    """Prefill replicas make each request's KV cache and first token; the KV crosses the fabric to a
+    decode replica, which makes the remaining tokens with the prompt (and the first token) cached.
+
+    Requests go round-robin to the prefill replicas, and round-robin again to the decode replicas.
+    The client's stream carries the first token from the prefill replica and the rest from the decode
+    replica, each through the last mile. The KV transfer, waiting for its links included, is traffic.
+    """
+    n = len(requests)
+    prefills = scenario.deployment.prefill_replicas
+    decodes = deployment.replicas - prefills
+    delivery, engine, costs = scenario.resolved_delivery(), scenario.engine, deployment.costs
+    inputs, outputs = requests.input_tokens, requests.output_tokens
+    traces: list[EngineTrace] = []
+
+    # Prefill: every request for one token.
+    sent, compute, traffic, host_ns, prefill_start, preempted = (np.zeros(n, np.int64) for _ in range(6))
+    first_end, first_leave = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for p in range(prefills):
+        rows = np.arange(p, n, prefills)
+        if len(rows) == 0:
+            continue
+        prefixes = None if requests.prefixes is None else requests.prefixes.take(rows)
+        trace = run_engine(scheduled_ns[rows], inputs[rows], np.ones(len(rows), np.int64), costs,
+                           LastMile(delivery), engine, deployment.kv_capacity_tokens, prefixes=prefixes)
+        traces.append(trace)
+        sent[rows], compute[rows], traffic[rows] = trace.sent_ns, trace.compute_ns, trace.traffic_ns
+        host_ns[rows] = trace.delivery_ns
+        prefill_start[rows], preempted[rows] = trace.first_step_start_ns, trace.times_preempted
+        first_end[rows] = trace.last_step_end_ns
+        first_leave[rows] = trace.step_leave_ns[trace.token_steps()]
+    if progress is not None:
+        progress(int((outputs == 1).sum()))
+
+    # KV transfer, then decode of the remaining tokens.
+    # Only requests with tokens left to make move their KV cache; one whose only token came from the
+    # prefill replica is finished there.
+    prefill_of = np.arange(n) % prefills
+    decode_of = prefills + np.arange(n) % decodes
+    moving = np.flatnonzero(outputs > 1)
+    decode_arrival = first_end.copy()
+    decode_arrival[moving] = kv_transfers(first_end[moving], inputs[moving], prefill_of[moving], decode_of[moving],
+                                           costs, deployment.replicas)
+    transfer = decode_arrival - first_end
+    last_end = first_end.copy()
+    rest_leave = np.zeros(int(outputs.sum()) - n, np.int64)
+    rest_offsets = np.concatenate([[0], np.cumsum(outputs - 1)]).astype(np.int64)
+    for d in range(prefills, deployment.replicas):
+        rows = np.flatnonzero((decode_of == d) & (outputs > 1))
+        if len(rows) == 0:
+            continue
+        rows = rows[np.argsort(decode_arrival[rows], kind="stable")]
+        trace = run_engine(decode_arrival[rows], inputs[rows] + 1, outputs[rows] - 1, costs,
+                           _Proxy(LastMile(delivery)), engine, deployment.kv_capacity_tokens,
+                           progress=progress, cached_tokens=inputs[rows])
+        traces.append(trace)
+        compute[rows] += trace.compute_ns
+        traffic[rows] += trace.traffic_ns
+        host_ns[rows] += trace.delivery_ns
+        preempted[rows] += trace.times_preempted
+        last_end[rows] = trace.last_step_end_ns
+        leave = trace.step_leave_ns[trace.token_steps()]
+        local = trace.token_offsets
+        for k, i in enumerate(rows):  # place each request's tokens at its own offset
+            rest_leave[rest_offsets[i]:rest_offsets[i + 1]] = leave[local[k]:local[k + 1]]
+    traffic += transfer
+
+    offsets = np.concatenate([[0], np.cumsum(outputs)]).astype(np.int64)
+    leave_all = np.empty(offsets[-1], np.int64)
+    leave_all[offsets[:-1]] = first_leave
+    rest_positions = np.setdiff1d(np.arange(offsets[-1]), offsets[:-1], assume_unique=True)
+    leave_all[rest_positions] = rest_leave
+    served = Served(sent, compute, traffic, host_ns, last_end, offsets,
+                    lambda lo, hi: leave_all[offsets[lo]:offsets[hi]], prefill_start, preempted)
+    part = client_side(served, requests, scheduled_ns, LastMile(delivery), visible, keep_tokens, itl,
+                        scenario.continuity.spec())
+    # A request's replica is the one that made its last token: its decode replica, unless it had one token.
+    part["replica"] = np.where(outputs > 1, decode_of, prefill_of)
+    return merge_parts([part], [np.arange(n)], n, itl), traces
+
+
+def kv_transfers(ready_ns: np.ndarray, prompt_tokens: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                  costs: GroupStepCosts, replicas: int) -> np.ndarray:
+    """When each request's KV cache has reached its decode replica.
+
+    Transfers start when the prefill is done, in that order, and queue first come first served for
+    the sending replica's links and the receiving replica's: one transfer at a time leaves a prefill
+    replica and one arrives at a decode replica. Links further inside the network are not shared
+    between transfers of different replica pairs.
+    """
+    done = np.empty(len(ready_ns), np.int64)
+    free_ns = [0] * replicas  # when each replica's links are next free
+    for i in np.argsort(ready_ns, kind="stable").tolist():
+        s, d = int(src[i]), int(dst[i])
+        start = max(int(ready_ns[i]), free_ns[s], free_ns[d])
+        done[i] = free_ns[s] = free_ns[d] = start + round(costs.kv_transfer_s(int(prompt_tokens[i]), s, d) * 1e9)
+    return done

@@ -1,0 +1,132 @@
+"""From what the server did to what the client saw: each request's token times through the last
+mile, its TTFT, TTFV, E2E and continuity, and its time split exactly into queue, compute, traffic and
+delivery; then the replicas' rows merged back into one Run in workload order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from tokenpath import continuity
+from tokenpath.delivery.lastmile import LastMile
+from tokenpath.engine.loop import EngineTrace
+from tokenpath.run import Run, itl_gaps_ns
+from tokenpath.summary import LogHistogram
+from tokenpath.workload import Requests
+
+
+# Token times are built this many at a time, so memory stays bounded however long the run.
+CHUNK_TOKENS = 2_000_000
+# Runs with more output tokens than this keep per-request results and an ITL histogram only.
+KEEP_TOKENS_LIMIT = 20_000_000
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the server side did for a set of requests: per request (input order) the time it was sent
+    and its summed compute, traffic and delivery (upload and host blocking) time, the end of the step
+    that made its last token, and when each token left the server (`leave_ns(lo, hi)`: the flat token
+    times of requests lo..hi-1)."""
+
+    sent_ns: np.ndarray
+    compute_ns: np.ndarray
+    traffic_ns: np.ndarray
+    delivery_ns: np.ndarray
+    last_step_end_ns: np.ndarray
+    token_offsets: np.ndarray
+    leave_ns: Callable[[int, int], np.ndarray]
+    first_step_start_ns: np.ndarray | None = None  # when each request's first step (its prefill) began
+    times_preempted: np.ndarray | None = None
+
+    @staticmethod
+    def of(trace: EngineTrace) -> Served:
+        return Served(trace.sent_ns, trace.compute_ns, trace.traffic_ns, trace.delivery_ns, trace.last_step_end_ns,
+                      trace.token_offsets, lambda lo, hi: trace.step_leave_ns[trace.token_steps(lo, hi)],
+                      trace.first_step_start_ns, trace.times_preempted)
+
+
+def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
+                 visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None,
+                 flow_spec: continuity.ContinuitySpec = continuity.DEFAULT) -> dict[str, np.ndarray]:
+    """Per-request client-side timings of one replica, with exact attribution.
+
+    With `keep_tokens` the result holds every token's arrival at the client ("token_client_ns");
+    otherwise ITL gaps go into `itl`.
+    """
+    n = len(requests)
+    offsets = trace.token_offsets
+    first_leave, ttft, ttfv, last_client, stalls, stall_ns = (np.empty(n, np.int64) for _ in range(6))
+    qoe = np.empty(n)
+    tokens = np.empty(offsets[-1], np.int64) if keep_tokens else None
+    lo = 0
+    while lo < n:
+        hi = min(n, max(lo + 1, int(np.searchsorted(offsets, offsets[lo] + CHUNK_TOKENS, side="right")) - 1))
+        local = offsets[lo:hi + 1] - offsets[lo]
+        leave_ns = trace.leave_ns(lo, hi)
+        client_ns = last_mile.client_times_ns(leave_ns, local)
+        first = local[:-1]
+        first_leave[lo:hi] = leave_ns[first]
+        ttft[lo:hi] = client_ns[first]
+        ttfv[lo:hi] = client_ns[first + visible[lo:hi]]
+        last_client[lo:hi] = client_ns[local[1:] - 1]
+        flow = continuity.per_request(client_ns, local, trace.sent_ns[lo:hi], ttfv[lo:hi], flow_spec)
+        stalls[lo:hi], stall_ns[lo:hi], qoe[lo:hi] = flow["stalls"], flow["stall_ns"], flow["qoe"]
+        if tokens is not None:
+            tokens[offsets[lo]:offsets[hi]] = client_ns
+        else:
+            itl.add(itl_gaps_ns(client_ns, local))
+        lo = hi
+    e2e = last_client - trace.sent_ns
+    delivery = trace.delivery_ns + (last_client - trace.last_step_end_ns)
+    queue = e2e - trace.compute_ns - trace.traffic_ns - delivery
+    if (queue < 0).any():
+        raise AssertionError("attribution exceeds end-to-end time: the engine's accounting is broken")
+    part = {
+        "scheduled_ns": scheduled_ns,
+        "sent_ns": trace.sent_ns,
+        "input_tokens": requests.input_tokens,
+        "output_tokens": requests.output_tokens,
+        "ttft_ns": ttft - trace.sent_ns,
+        "ttft_engine_ns": first_leave - trace.sent_ns,
+        "ttfv_ns": ttfv - trace.sent_ns,
+        "e2e_ns": e2e,
+        "queue_ns": queue,
+        "compute_ns": trace.compute_ns,
+        "traffic_ns": trace.traffic_ns,
+        "delivery_ns": delivery,
+        "engine_done_ns": trace.last_step_end_ns,
+        "stalls": stalls,
+        "stall_ns": stall_ns,
+        "qoe": qoe,
+    }
+    if trace.first_step_start_ns is not None:
+        part["prefill_start_ns"] = trace.first_step_start_ns
+    if trace.times_preempted is not None:
+        part["preemptions"] = trace.times_preempted
+    if tokens is not None:
+        part["token_client_ns"] = tokens
+    return part
+
+
+def merge_parts(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n: int, itl: LogHistogram | None) -> Run:
+    """Put replica rows back in workload order and rebuild the flat token array."""
+    fields: dict[str, np.ndarray] = {}
+    for key in parts[0]:
+        if key == "token_client_ns":
+            continue
+        merged = np.empty(n, dtype=parts[0][key].dtype)
+        for part, rows in zip(parts, owners):
+            merged[rows] = part[key]
+        fields[key] = merged
+    offsets = np.concatenate([[0], np.cumsum(fields["output_tokens"])]).astype(np.int64)
+    if itl is not None:
+        return Run(source="simulate", token_client_ns=None, token_offsets=offsets, itl_histogram=itl, **fields)
+    tokens = np.empty(offsets[-1], np.int64)
+    for part, rows in zip(parts, owners):
+        lengths = part["output_tokens"]
+        local_starts = np.cumsum(lengths) - lengths
+        shift = np.repeat(offsets[rows] - local_starts, lengths)
+        tokens[shift + np.arange(len(shift))] = part["token_client_ns"]
+    return Run(source="simulate", token_offsets=offsets, token_client_ns=tokens, **fields)
