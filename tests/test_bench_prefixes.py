@@ -155,3 +155,32 @@ def test_a_start_that_would_merge_across_the_join_is_passed_over(builder, tekken
     text = builder.build(50, newline_start, after=left)
     assert len(tekken.encode(text)) == 50
     assert tekken.encode(left + text) == tekken.encode(left) + tekken.encode(text)
+
+
+def test_the_mooncake_trace_prompts_share_what_its_hash_ids_share(builder, tekken):
+    from tokenpath.workload.traces import read_trace
+
+    requests = read_trace("tests/data/mooncake_conversation_2000.jsonl", "mooncake").take(np.arange(12))
+    prompts = builder.build_many(requests.input_tokens, np.random.default_rng(0), "t-", requests.prefixes)
+    encoded = [tekken.encode(p) for p in prompts]
+    assert [len(ids) for ids in encoded] == requests.input_tokens.tolist()
+    seen: dict[int, tuple[str, list[int]]] = {}
+    shared = 0
+    for i, prompt in enumerate(prompts):
+        for key, end in zip(*requests.prefixes.segments(i)):
+            text, ids = seen.setdefault(key, (prompt, encoded[i][:end]))
+            assert encoded[i][:end] == ids
+            shared += text is not prompt
+    assert shared > 5  # the trace's conversations repeat earlier blocks
+
+
+def test_no_unique_prompts_from_the_command_line(monkeypatch, capsys, tmp_path):
+    with FakeServer() as server:
+        code, out, err = run_cli(["bench", "--base-url", server.url, "--model", MODEL, "--results",
+                                  str(tmp_path / "r.jsonl"), "--num-requests", "5", "--input-len", "60",
+                                  "--output-len", "3", "--request-rate", "inf", "--no-unique-prompts"],
+                                 monkeypatch, capsys)
+        prompts = list(server.prompts)
+    assert code == 0, err
+    assert len(prompts) == 5 and not any(p.startswith("[") for p in prompts)
+    assert "untagged" in out
