@@ -36,6 +36,7 @@ class FakeServer:
         self.pause_s = pause_s  # the "pause" behavior: this long a silence after the third event
         self.sends: dict[int, list[tuple[int, int]]] = defaultdict(list)  # i -> [(send_ns, tokens)]
         self.received: dict[int, dict] = {}
+        self.prompts: list[str] = []  # every prompt, in the order received (untagged ones too)
         self.received_ns: dict[int, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -95,6 +96,7 @@ class FakeServer:
         prompt = body["messages"][0]["content"] if chat else body["prompt"]
         match = _TAG.match(prompt)
         i = int(match.group(1)) if match else -1
+        self.prompts.append(prompt)
         self.received[i], self.received_ns[i] = body, received
         behavior = self.behavior(i)
         if behavior == "http500":

@@ -38,13 +38,13 @@ class BenchResult:
 def run_bench(scenario: Scenario, target: Target, results_path: str, tokenizer: str | Tokenizer | None = None,
               workers: int | None = None, timeouts: dict[str, float | None] | None = None,
               progress: Callable[[int, int], None] | None = None, kernel_timestamps: bool = True,
-              max_event_bytes: int = MAX_EVENT_BYTES) -> BenchResult:
+              max_event_bytes: int = MAX_EVENT_BYTES, unique_prompts: bool = True) -> BenchResult:
     """Measure `target` under `scenario`'s workload; every finished request goes to `results_path`."""
     loaded = tokenizer if tokenizer is not None and not isinstance(tokenizer, str) else load_tokenizer(tokenizer)
     name = tokenizer_name(loaded, tokenizer if isinstance(tokenizer, str) else None)
     requests = workload_requests(scenario)
     plan, header = build_plan(scenario, target, loaded, name, requests, timeouts, kernel_timestamps=kernel_timestamps,
-                              max_event_bytes=max_event_bytes)
+                              max_event_bytes=max_event_bytes, unique_prompts=unique_prompts)
     count = workers if workers is not None else default_workers(scenario, requests)
     outcome = execute(plan, results_path, header, count, progress)
     header, rows = read_results(results_path)

@@ -3,7 +3,9 @@
 The workload (lengths, arrival times) is drawn exactly as `simulate` draws it from the same scenario,
 so a measured and a simulated run describe the same requests. Each prompt is built to the drawn input
 length with the tokenizer; `max_tokens` is the drawn output length, and `ignore_eos` asks the server
-to generate all of it.
+to generate all of it. Requests the workload says share a prefix share its text (prompts.py).
+Multi-turn sessions are refused: each turn would have to carry the server's real answer to the turn
+before, which needs the client to chain requests; it does not yet.
 """
 
 from __future__ import annotations
@@ -90,12 +92,16 @@ def request_body(target: Target, prompt: str, max_tokens: int) -> bytes:
 def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokenizer_name: str,
                requests: Requests | None = None, timeouts: dict[str, float | None] | None = None,
                prompt_tag: str | None = None, kernel_timestamps: bool = True,
-               max_event_bytes: int = MAX_EVENT_BYTES) -> tuple[Plan, dict[str, Any]]:
-    """The plan (bodies and send schedule) and the results header for a scenario against a target."""
+               max_event_bytes: int = MAX_EVENT_BYTES, unique_prompts: bool = True) -> tuple[Plan, dict[str, Any]]:
+    """The plan (bodies and send schedule) and the results header for a scenario against a target.
+
+    `unique_prompts` tags each prompt's own text (after any shared prefix) and each shared segment
+    with this run's tag, so a server's prefix cache finds only what the workload shares."""
     requests = requests if requests is not None else workload_requests(scenario)
+    check_benchable(requests)
     builder = PromptBuilder(tokenizer)
     tag = prompt_tag if prompt_tag is not None else os.urandom(3).hex() + "-"
-    prompts = builder.build_many(requests.input_tokens, prompt_rng(scenario), tag)
+    prompts = builder.build_many(requests.input_tokens, prompt_rng(scenario), tag, requests.prefixes, unique_prompts)
     bodies = [request_body(target, prompt, out) for prompt, out in zip(prompts, requests.output_tokens.tolist())]
     plan = Plan(
         url=target.url(),
@@ -122,7 +128,9 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
         "endpoint": target.endpoint,
         "strict_openai": target.strict_openai,
         "tokenizer": tokenizer_name,
-        "prompt_tag": tag,
+        "prompt_tag": tag if unique_prompts else None,
+        "unique_prompts": unique_prompts,
+        "shared_prefix_requests": 0 if requests.prefixes is None else int((requests.prefixes.tokens > 0).sum()),
         "timeouts_s": {"connect": plan.connect_timeout_s, "stall": plan.stall_timeout_s,
                        "request": plan.request_timeout_s},
         "max_event_bytes": plan.max_event_bytes,
@@ -130,6 +138,13 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     return plan, header
+
+
+def check_benchable(requests: Requests) -> None:
+    """A one-line error for a workload bench cannot send as it is meant."""
+    if requests.sessions is not None:
+        raise UserError("workload.sessions: bench does not send multi-turn sessions yet (each turn must carry the "
+                        "server's real answer to the turn before); remove [workload.sessions] to bench this scenario")
 
 
 def default_workers(scenario: Scenario, requests: Requests) -> int:

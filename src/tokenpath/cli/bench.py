@@ -85,12 +85,15 @@ def bench(
                                             help="exit 1 when more than this share of the requests failed (0 to 1)"),
     max_event_bytes: str = typer.Option("16 MiB", "--max-event-bytes",
                                         help="a larger SSE event fails its request as malformed"),
+    unique_prompts: bool = typer.Option(True, "--unique-prompts/--no-unique-prompts",
+                                        help="tag each prompt's own text (after any shared prefix) so a prefix cache finds "
+                                             "only what the workload shares (default on)"),
     json_out: JsonOut = None,
     results: Optional[str] = typer.Option(None, "--results", help="results JSONL, one line per finished request (default: bench-TIME.jsonl)"),
 ) -> None:
     from tokenpath.bench import Target, build_plan, default_workers, execute, load_tokenizer, preflight, read_results, workload_requests
     from tokenpath.bench.http import Endpoint
-    from tokenpath.bench.plan import parse_extra_body
+    from tokenpath.bench.plan import check_benchable, parse_extra_body
     from tokenpath.bench.results import bench_summary
     from tokenpath.bench.tokenizer import tokenizer_name
     from tokenpath.cli.options import check_tokenizer, scenario_table
@@ -130,16 +133,17 @@ def bench(
                  num_requests=num_requests, warmup_requests=warmup_requests, seed=seed)
     table, source, base_dir = scenario_table(scenario, sets, flags)
     built = build_scenario(table, source, base_dir)
+    requests = workload_requests(built)
+    check_benchable(requests)
     preflight(target, connect_timeout)
 
     quiet = json_out == "-"
-    requests = workload_requests(built)
     with err_console.status("building prompts", spinner="dots") if not quiet else _Null():
         loaded = load_tokenizer(tokenizer)
         plan, header = build_plan(built, target, loaded, tokenizer_name(loaded, tokenizer), requests,
                                   {"connect_timeout_s": connect_timeout, "stall_timeout_s": stall_timeout,
                                    "request_timeout_s": timeout}, kernel_timestamps=kernel_timestamps,
-                                  max_event_bytes=event_bytes)
+                                  max_event_bytes=event_bytes, unique_prompts=unique_prompts)
     count = workers or default_workers(built, requests)
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -213,12 +217,18 @@ def describe_bench(header: dict[str, Any], rows: list[dict[str, Any]], results_p
     return [
         ("server", f"{header.get('url')} ({header.get('endpoint')})"),
         ("model", str(header.get("model"))),
-        ("prompts", f"{header.get('tokenizer')} tokenizer, exact drawn lengths"),
+        ("prompts", f"{header.get('tokenizer')} tokenizer, exact drawn lengths, {_sharing(header)}"),
         ("workload", f"{header.get('planned')} requests planned, {len(rows)} recorded"),
         ("arrivals", arrivals),
         ("client", f"{header.get('workers')} worker process(es), {header.get('timestamps', 'event loop')} timestamps"),
         ("results", results_path),
     ]
+
+
+def _sharing(header: dict[str, Any]) -> str:
+    shared = header.get("shared_prefix_requests") or 0
+    tagged = "each tagged" if header.get("unique_prompts", True) else "untagged"
+    return f"{tagged}, {shared} with a shared prefix" if shared else tagged
 
 
 def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, Any]], results_path: str,
