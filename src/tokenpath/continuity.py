@@ -170,25 +170,35 @@ def _qoe_exact(client_ns: np.ndarray, offsets: np.ndarray, sent_ns: np.ndarray, 
     (p: a token's reading time; V: the first visible character's arrival) and expected at T + k*p, so
     its delay is max(0, max(V, running max) - T): one segmented running maximum, in integer ns."""
     lengths = offsets[rows + 1] - offsets[rows]
+    total = int(lengths.sum())
     seg = np.cumsum(lengths) - lengths            # each request's first token in the gathered arrays
-    local = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(seg, lengths)
     owner = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
-    rel = client_ns[np.repeat(offsets[rows], lengths) + local] - sent_ns[rows][owner] - local * period_ns
+    local = np.arange(total, dtype=np.int64)
+    local -= seg[owner]                           # each token's index in its request
+    if len(rows) == len(offsets) - 1:             # every request: the tokens as they lie
+        rel = client_ns[offsets[0]:offsets[-1]] - sent_ns[owner]
+    else:
+        rel = client_ns[offsets[rows][owner] + local] - sent_ns[rows][owner]
+    local *= period_ns
+    rel -= local                                  # a_k - k*p, in place from here on
     low = int(rel.min())
     span = int(rel.max()) - low + 1
-    running = np.empty_like(rel)
     # A running maximum that restarts at each request: lift request r by r*span, so no earlier request's
     # values reach it; requests in batches small enough for that lift to stay inside int64.
     batch = max(1, 2**62 // span)
     for first in range(0, len(rows), batch):
         last = min(len(rows), first + batch)
         part = slice(int(seg[first]), int(seg[last - 1] + lengths[last - 1]))
-        lift = (owner[part] - first) * span
-        running[part] = np.maximum.accumulate(rel[part] - low + lift) - lift + low
-    floor = visible_rel[rows]
-    delay = np.maximum(np.maximum(running, floor[owner]) - expected_ns, 0).astype(np.float64)
-    s_delay = np.add.reduceat(delay, seg)
-    behind = np.maximum(np.maximum(running[seg + lengths - 1], floor), expected_ns) - expected_ns
+        lift = (owner[part] - first) * span - low
+        view = rel[part]
+        view += lift
+        np.maximum.accumulate(view, out=view)
+        view -= lift
+    np.maximum(rel, visible_rel[rows][owner], out=rel)
+    rel -= expected_ns
+    np.maximum(rel, 0, out=rel)                   # each token's delay behind the expected timeline
+    s_delay = np.add.reduceat(rel, seg).astype(np.float64)
+    behind = rel[seg + lengths - 1]               # how far behind the last token is read
     count = lengths.astype(np.float64)
     s_whole = period_ns * count * (count - 1) / 2 + count * behind
     with np.errstate(invalid="ignore", divide="ignore"):
