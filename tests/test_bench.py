@@ -21,16 +21,6 @@ from tokenpath.errors import UserError
 from tokenpath.scenario import load_scenario
 
 
-@pytest.fixture(scope="module")
-def tekken():
-    return load_tokenizer(None)
-
-
-@pytest.fixture(scope="module")
-def builder(tekken):
-    return PromptBuilder(tekken)
-
-
 # ---- prompts ------------------------------------------------------------------------------------------
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(length=st.integers(1, 3000), start=st.integers(0, 10_000), index=st.integers(0, 10**6))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenpath.bench import PromptBuilder, Target, load_tokenizer, run_bench, workload_requests
+from tokenpath.bench import Target, run_bench, workload_requests
 from tokenpath.prefixes import Prefixes
 from tokenpath.scenario import load_scenario
 from tokenpath.serve import ServeOptions
@@ -24,16 +24,6 @@ from test_bench_server import MODEL, FakeServer
 CACHE_BLOCK_TOKENS = 16
 SMALL = {"workload.input": {"kind": "fixed", "value": 200}, "workload.output": {"kind": "fixed", "value": 4},
          "workload.arrival.rate": "inf"}
-
-
-@pytest.fixture(scope="module")
-def tekken():
-    return load_tokenizer(None)
-
-
-@pytest.fixture(scope="module")
-def builder(tekken):
-    return PromptBuilder(tekken)
 
 
 def _sent(scenario, tmp_path, unique=True):
@@ -64,7 +54,7 @@ def test_a_shared_prefix_is_sent_as_identical_text_then_the_prompts_differ(tmp_p
         at = a.index(f" [{tag}0]")
         assert b.index(f" [{tag}1]") == at and len(tekken.encode(a[:at])) == 1000
     else:
-        assert result.header["prompt_tag"] is None and f"-0]" not in a
+        assert result.header["prompt_tag"] is None and "-0]" not in a
 
 
 def test_unique_prompts_share_no_cache_block(tmp_path, tekken):
