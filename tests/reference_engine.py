@@ -388,13 +388,16 @@ class _Replica:
         extra = grown - run.blocks
         preempting = int(extra.sum()) > self.free_blocks
         if preempting:
-            # Keep the longest head whose growth fits in the free blocks plus those freed by
-            # preempting everything behind it; the preempted lose their cache and wait at the front.
-            held_behind = np.append(np.cumsum(run.blocks[::-1])[::-1][1:], 0)
-            keep = int(np.argmin(np.cumsum(extra) <= self.free_blocks + held_behind))
+            # Preempt from the tail, one sequence at a time, until the growth of those left fits in
+            # the free blocks. Each gives back what it frees: with prefix caching, not the shared
+            # blocks a sequence left running still references. The preempted lose their cache and
+            # wait at the front.
+            keep = len(run)
+            while int(extra[:keep].sum()) > self.free_blocks:
+                keep -= 1
+                self.give(run.ids[keep], run.blocks[keep])
             self.park(np.arange(keep, len(run)))
             self.cached[run.ids[keep:]] = 0
-            self.give(run.ids[keep:][::-1], run.blocks[keep:][::-1])
             self.waiting.extendleft(run.ids[keep:][::-1].tolist())
             self.preemptions += len(run) - keep
             self.times_preempted[run.ids[keep:]] += 1

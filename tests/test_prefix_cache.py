@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from reference_engine import reference_engine
 from test_engine import NO_NETWORK, PROFILES, FixedCosts, assert_same_trace
@@ -40,6 +40,10 @@ def random_prefixes(rng, inputs, families, segment_tokens):
     segment_tokens=st.sampled_from([16, 40, 512]),
     seed=st.integers(0, 2**16),
 )
+# Multi-step: a window's growth finds no free block, and the newest sequence, preempted, frees less
+# than it holds (a prefix segment an older running sequence shares).
+@example(n=24, max_seqs=64, budget=100, kv_blocks=34, chunked=False, concurrency=None, families=2,
+         segment_tokens=16, seed=45)
 def test_prefix_caching_matches_the_block_by_block_reference(
         profile, n, max_seqs, budget, kv_blocks, chunked, concurrency, families, segment_tokens, seed):
     settings_ = {"chunked_prefill": chunked, **PROFILES.get(profile, {})}
