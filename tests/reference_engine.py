@@ -19,6 +19,10 @@ engine/spec.py describes the scheduler profiles; here each is written out plainl
   (sequences done mid-window are computed to its end, and the window's tokens leave at its end).
   With mixed chunks the batch is formed as vllm-v1's.
 
+Prefix caching (`_PlainPrefixCache`) keeps every free block as one queue item; a request that
+finishes caches the named segments its computed tokens cover (a session turn's answer), and a
+session's next turn is sent its think time after the turn before finishes at the client.
+
 With the host overlapped (SGLang, TensorRT-LLM), a busy engine's batch is formed when the step before
 it starts, so it takes only the requests that had arrived by then; an idle engine takes a request as
 soon as it arrives.
@@ -160,15 +164,20 @@ def reference_engine(
     aborts: dict[int, list[int]] | None = None,
     abort_results: list[bool] | None = None,
     prefixes=None,
+    think_ns: np.ndarray | None = None,
 ) -> EngineTrace:
     """Simulate one engine replica serving the given requests (rows sorted by scheduled time); the KV
     of each request's first `cached_tokens` prompt tokens comes with it. `aborts` (open loop only):
     step -> requests ended just before that step, keeping the tokens they have (see `_Replica.abort`);
-    what each abort returned is appended to `abort_results`."""
+    what each abort returned is appended to `abort_results`. `think_ns` (multi-turn sessions, no
+    concurrency cap): a row with a value >= 0 is sent that long after the row before it finishes at
+    the client."""
     if aborts and max_concurrency is not None:
         raise ValueError("aborts are defined for an open loop only")
+    if think_ns is not None and max_concurrency is not None:
+        raise ValueError("sessions are closed loops of their own: no concurrency cap")
     replica = _Replica(scheduled_ns, input_tokens, output_tokens, costs, host, spec, kv_capacity_tokens,
-                       max_concurrency, progress)
+                       max_concurrency, progress, think_ns)
     if cached_tokens is not None:
         replica.cached[:] = cached_tokens
     replica.aborts = {step: list(requests) for step, requests in (aborts or {}).items()}
@@ -189,7 +198,7 @@ class _Replica:
     """The state of one engine replica over a simulation; `run` drives it to the end."""
 
     def __init__(self, scheduled_ns, input_tokens, output_tokens, costs, host, spec, kv_capacity_tokens,
-                 max_concurrency, progress) -> None:
+                 max_concurrency, progress, think_ns=None) -> None:
         n = len(scheduled_ns)
         self.n = n
         self.scheduled_ns = np.asarray(scheduled_ns, dtype=np.int64)
@@ -238,9 +247,12 @@ class _Replica:
         self.window_left = 0
         self.window_tokens = self.window_events = 0
 
+        # Sessions: the think time before each row, -1 for a row sent at its scheduled time.
+        self.think_ns = np.full(n, -1, np.int64) if think_ns is None else np.asarray(think_ns, np.int64)
         first_wave = n if max_concurrency is None else min(n, max_concurrency)
         for i in range(first_wave):
-            self.send(i, int(self.scheduled_ns[i]))
+            if self.think_ns[i] < 0:
+                self.send(i, int(self.scheduled_ns[i]))
         self.next_to_send = first_wave
 
     def send(self, i: int, at_ns: int) -> None:
@@ -278,7 +290,7 @@ class _Replica:
         rows = np.flatnonzero(run.ids == i)
         if len(rows):
             self.park(rows)
-            self.give(run.ids[rows], run.blocks[rows])
+            self.retire(rows)
             run.keep(run.ids != i)
         elif i in self.waiting:
             self.waiting.remove(i)
@@ -304,6 +316,16 @@ class _Replica:
                 self.free_blocks = len(self.prefix.queue)
             else:
                 self.free_blocks += b
+
+    def retire(self, rows: np.ndarray) -> None:
+        """Running rows leave for good (finished or aborted), in that order: each first caches the
+        named segments its computed tokens cover (a session turn's answer: its next turn repeats it),
+        then gives back its blocks."""
+        run = self.running
+        for row in np.atleast_1d(rows).tolist():
+            if self.prefix is not None:
+                self.prefix.computed(int(run.ids[row]), int(run.computed[row]))
+            self.give(run.ids[row], run.blocks[row])
 
     def cache_computed(self, rows: np.ndarray) -> None:
         """Prefix caching: running rows that prefill have blocks for `computed + ahead` tokens."""
@@ -388,13 +410,16 @@ class _Replica:
         extra = grown - run.blocks
         preempting = int(extra.sum()) > self.free_blocks
         if preempting:
-            # Keep the longest head whose growth fits in the free blocks plus those freed by
-            # preempting everything behind it; the preempted lose their cache and wait at the front.
-            held_behind = np.append(np.cumsum(run.blocks[::-1])[::-1][1:], 0)
-            keep = int(np.argmin(np.cumsum(extra) <= self.free_blocks + held_behind))
+            # Preempt from the tail, one sequence at a time, until the growth of those left fits in
+            # the free blocks. Each gives back what it frees: with prefix caching, not the shared
+            # blocks a sequence left running still references. The preempted lose their cache and
+            # wait at the front.
+            keep = len(run)
+            while int(extra[:keep].sum()) > self.free_blocks:
+                keep -= 1
+                self.give(run.ids[keep], run.blocks[keep])
             self.park(np.arange(keep, len(run)))
             self.cached[run.ids[keep:]] = 0
-            self.give(run.ids[keep:][::-1], run.blocks[keep:][::-1])
             self.waiting.extendleft(run.ids[keep:][::-1].tolist())
             self.preemptions += len(run) - keep
             self.times_preempted[run.ids[keep:]] += 1
@@ -522,12 +547,15 @@ class _Replica:
         rows = rows[np.argsort(self.last_step[run.ids[rows]], kind="stable")]
         self.park(rows)
         ids = run.ids[rows]
-        self.give(ids, run.blocks[rows])
+        self.retire(rows)
         run.keep(~finished)
         self.done += len(rows)
         leave_ns = self.steps[-1][4]
         for f in ids.tolist():
-            if self.next_to_send < self.n:
+            if f + 1 < self.n and self.think_ns[f + 1] >= 0:  # the session's next turn
+                at_ns = self.host.last_event_arrival_ns(leave_ns, int(self.out[f])) + int(self.think_ns[f + 1])
+                self.send(f + 1, at_ns)
+            elif self.next_to_send < self.n:
                 freed_at = self.host.last_event_arrival_ns(leave_ns, int(self.out[f]))
                 self.send(self.next_to_send, max(int(self.scheduled_ns[self.next_to_send]), freed_at))
                 self.next_to_send += 1

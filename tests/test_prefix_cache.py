@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from reference_engine import reference_engine
 from test_engine import NO_NETWORK, PROFILES, FixedCosts, assert_same_trace
@@ -12,6 +12,8 @@ from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.loop import run_engine
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.prefixes import chain
+from tokenpath.workload.generate import sessions
+from tokenpath.workload.spec import SessionSpec
 
 BLOCK = 16
 
@@ -40,6 +42,10 @@ def random_prefixes(rng, inputs, families, segment_tokens):
     segment_tokens=st.sampled_from([16, 40, 512]),
     seed=st.integers(0, 2**16),
 )
+# Multi-step: a window's growth finds no free block, and the newest sequence, preempted, frees less
+# than it holds (a prefix segment an older running sequence shares).
+@example(n=24, max_seqs=64, budget=100, kv_blocks=34, chunked=False, concurrency=None, families=2,
+         segment_tokens=16, seed=45)
 def test_prefix_caching_matches_the_block_by_block_reference(
         profile, n, max_seqs, budget, kv_blocks, chunked, concurrency, families, segment_tokens, seed):
     settings_ = {"chunked_prefill": chunked, **PROFILES.get(profile, {})}
@@ -61,6 +67,45 @@ def test_prefix_caching_matches_the_block_by_block_reference(
     assert_same_trace(fast, slow)
 
 
+@pytest.mark.parametrize("profile", ["vllm-v1", *PROFILES])
+@settings(max_examples=10, deadline=None)
+@given(
+    n=st.integers(1, 30),
+    turns=st.integers(1, 4),
+    max_seqs=st.sampled_from([1, 4, 64]),
+    budget=st.sampled_from([64, 100, 2048]),
+    kv_blocks=st.integers(30, 300),
+    chunked=st.booleans(),
+    think_s=st.sampled_from([0.0, 1e-3, 0.02]),
+    seed=st.integers(0, 2**16),
+)
+def test_sessions_match_the_block_by_block_reference(profile, n, turns, max_seqs, budget, kv_blocks, chunked,
+                                                     think_s, seed):
+    # Multi-turn sessions (workload.generate.sessions): each turn is sent its think time after the
+    # one before finishes, and finds the previous prompt and answer, cached when that turn finished.
+    settings_ = {"chunked_prefill": chunked, **PROFILES.get(profile, {})}
+    if "num_scheduler_steps" in settings_:
+        settings_["num_scheduler_steps"] = 3
+    chunked = settings_["chunked_prefill"]
+    rng = np.random.default_rng(seed)
+    longest = min(budget, BLOCK * kv_blocks) if not chunked else min(1500, BLOCK * kv_blocks)
+    # A whole session (every message and answer) fits in a step's budget and in the cache.
+    per_turn = max(2, longest // (2 * turns))
+    requests = sessions(SessionSpec(turns=turns, think_time=think_s), np.sort(rng.uniform(0, 0.05, n)),
+                        rng.integers(1, per_turn, n), rng.integers(1, per_turn, n), rng)
+    think_ns = np.where(requests.sessions.turn > 0, np.rint(requests.sessions.think_s * 1e9), -1).astype(np.int64)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=BLOCK,
+                      **settings_)
+    args = (np.rint(requests.arrival_s * 1e9).astype(np.int64), requests.input_tokens, requests.output_tokens,
+            FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5))
+    delivery = DeliverySpec(stream_interval=2, detokenize_per_token=2e-5)
+    fast = run_engine(*args, LastMile(delivery), spec, BLOCK * kv_blocks, prefixes=requests.prefixes,
+                      think_ns=think_ns)
+    slow = reference_engine(*args, LastMile(delivery), spec, BLOCK * kv_blocks, prefixes=requests.prefixes,
+                            think_ns=think_ns)
+    assert_same_trace(fast, slow)
+
+
 def test_the_reference_comparison_sees_hits_evictions_and_preemptions():
     # A cache of 40 blocks, prompts of 320 tokens (20 blocks) from two families: hits and
     # preemptions happen, and both engines agree on each.
@@ -75,6 +120,32 @@ def test_the_reference_comparison_sees_hits_evictions_and_preemptions():
     assert fast.preemptions > 0
     hits = fast.prefix_hit_tokens
     assert (hits[2:] > 0).all() and hits.max() == 288  # 18 whole blocks of the 300 shared tokens
+
+
+def test_the_session_comparison_sees_answers_found_evicted_and_preempted():
+    # Four 3-turn sessions, messages of 100 tokens, answers of 60: turn 2 can find turn 1's prompt
+    # and answer (159 tokens: 9 whole blocks, 144), turn 3 both turns (319: 304). With 1,000 blocks
+    # every turn finds them; with 80, evictions and a preemption cut some hits short, and both
+    # engines agree on each.
+    n = 12
+    requests = sessions(SessionSpec(turns=3, think_time=0.001), np.arange(n) * 0.002, np.full(n, 100),
+                        np.full(n, 60), np.random.default_rng(0))
+    think_ns = np.where(requests.sessions.turn > 0, np.rint(requests.sessions.think_s * 1e9), -1).astype(np.int64)
+    spec = EngineSpec(max_num_seqs=4, max_num_batched_tokens=512, block_size=BLOCK)
+    args = (np.rint(requests.arrival_s * 1e9).astype(np.int64), requests.input_tokens, requests.output_tokens,
+            FixedCosts())
+    hits = {}
+    for blocks in (80, 1000):
+        fast = run_engine(*args, LastMile(NO_NETWORK), spec, BLOCK * blocks, prefixes=requests.prefixes,
+                          think_ns=think_ns)
+        slow = reference_engine(*args, LastMile(NO_NETWORK), spec, BLOCK * blocks, prefixes=requests.prefixes,
+                                think_ns=think_ns)
+        assert_same_trace(fast, slow)
+        hits[blocks] = fast.prefix_hit_tokens.tolist()
+        if blocks == 80:
+            assert fast.preemptions > 0
+    assert hits[1000] == [0, 144, 304] * 4
+    assert hits[80] == [0, 144, 304, 0, 144, 144, 0, 144, 0, 0, 144, 0]
 
 
 def test_a_shared_prefix_is_computed_once_then_found_in_whole_blocks():
