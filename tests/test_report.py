@@ -140,7 +140,7 @@ def _check_page(path: Path, summaries: list[dict], expected_charts: list[str]) -
         if dotted.startswith(("latency_s", "attribution_s", "window_s")) or dotted.endswith("_s_per_request") \
                 or dotted.endswith("_s_max"):
             assert text == format_duration(expected), (key, text)
-        elif dotted.endswith(("requests_with_stalls", "below_0_9")):  # shares of the requests
+        elif dotted.endswith(("requests_with_stalls", "below_0_9", "hit_rate")):  # shares
             assert text == f"{expected:.1%}", (key, text)
         else:
             assert text == format_number(expected), (key, text)

@@ -75,6 +75,10 @@ def _numbers(inputs: Inputs) -> str:
     if any(run.summary.get("attribution_s") for run in runs):
         for layer in LAYERS:
             row(f"{layer} (mean)", f"attribution_s.{layer}", _seconds)
+    if any(run.summary.get("prefix_cache") for run in runs):
+        row("prefix-cache hit rate (prompt tokens)", "prefix_cache.hit_rate", _share)
+    if any(run.summary.get("routing") for run in runs):
+        row("load imbalance across replicas (most / mean)", "routing.imbalance", format_number)
     if any(run.summary.get("continuity") for run in runs):
         row("stalls per request", "continuity.stalls_per_request", format_number)
         row("stalled time per request", "continuity.stall_s_per_request", _seconds)
