@@ -29,6 +29,15 @@ def random_prefixes(rng, inputs, families, segment_tokens):
     return chain(ids, covered, segment_tokens)
 
 
+def _profile(profile, chunked, budget, kv_blocks):
+    """The profile's engine settings (multi-step windows of 3) and the longest sequence the run allows."""
+    settings_ = {"chunked_prefill": chunked, **PROFILES.get(profile, {})}
+    if "num_scheduler_steps" in settings_:
+        settings_["num_scheduler_steps"] = 3
+    cap = budget if not settings_["chunked_prefill"] else 1500
+    return settings_, min(cap, BLOCK * kv_blocks)
+
+
 @pytest.mark.parametrize("profile", ["vllm-v1", *PROFILES])
 @settings(max_examples=15, deadline=None)
 @given(
@@ -48,12 +57,8 @@ def random_prefixes(rng, inputs, families, segment_tokens):
          segment_tokens=16, seed=45)
 def test_prefix_caching_matches_the_block_by_block_reference(
         profile, n, max_seqs, budget, kv_blocks, chunked, concurrency, families, segment_tokens, seed):
-    settings_ = {"chunked_prefill": chunked, **PROFILES.get(profile, {})}
-    if "num_scheduler_steps" in settings_:
-        settings_["num_scheduler_steps"] = 3
-    chunked = settings_["chunked_prefill"]
+    settings_, longest = _profile(profile, chunked, budget, kv_blocks)
     rng = np.random.default_rng(seed)
-    longest = min(budget, BLOCK * kv_blocks) if not chunked else min(1500, BLOCK * kv_blocks)
     inputs = rng.integers(1, max(2, longest // 2), n)
     outputs = rng.integers(1, max(2, longest - inputs.max()), n)
     prefixes = random_prefixes(rng, inputs, families, segment_tokens)
@@ -83,12 +88,8 @@ def test_sessions_match_the_block_by_block_reference(profile, n, turns, max_seqs
                                                      think_s, seed):
     # Multi-turn sessions (workload.generate.sessions): each turn is sent its think time after the
     # one before finishes, and finds the previous prompt and answer, cached when that turn finished.
-    settings_ = {"chunked_prefill": chunked, **PROFILES.get(profile, {})}
-    if "num_scheduler_steps" in settings_:
-        settings_["num_scheduler_steps"] = 3
-    chunked = settings_["chunked_prefill"]
+    settings_, longest = _profile(profile, chunked, budget, kv_blocks)
     rng = np.random.default_rng(seed)
-    longest = min(budget, BLOCK * kv_blocks) if not chunked else min(1500, BLOCK * kv_blocks)
     # A whole session (every message and answer) fits in a step's budget and in the cache.
     per_turn = max(2, longest // (2 * turns))
     requests = sessions(SessionSpec(turns=turns, think_time=think_s), np.sort(rng.uniform(0, 0.05, n)),

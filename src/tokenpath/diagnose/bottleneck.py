@@ -116,8 +116,9 @@ def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str
     load = evidence.load
     if load is not None and load.overloaded:
         layer, why = capacity_layer(evidence)
-        offered = "all at once" if math.isinf(load.offered_per_s) else f"{load.offered_per_s:.3g} req/s"
-        reason = f"overloaded: offered {offered}, served {load.served_per_s:.3g} req/s; {layer} limits capacity: {why}"
+        offered = "all at once" if math.isinf(load.offered_per_s) else f"{format_number(load.offered_per_s)} req/s"
+        reason = (f"overloaded: offered {offered}, served {format_number(load.served_per_s)} req/s; {layer} limits "
+                  f"capacity: {why}")
         total = sum(attribution_s.values()) or 1.0
         if max(attribution_s, key=attribution_s.get) == "queue":
             reason += f"; requests wait {attribution_s['queue'] / total:.0%} of E2E for a batch slot"
