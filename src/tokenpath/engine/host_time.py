@@ -4,8 +4,8 @@ Each step an engine schedules the batch, prepares its inputs (block tables, posi
 parameters), samples and processes the outputs: a fixed part and a part per sequence sampled. Where
 that runs in the step's critical path it adds to the step's time; an engine that prepares the next
 step while the GPU runs the current one (SGLang's zero-overhead batch scheduler since v0.4,
-TensorRT-LLM's overlap scheduler, enabled by default) hides it behind the GPU, and a step then lasts
-the longer of the two (`[engine] host_overlap` overrides the profile's default). Under vLLM V0's
+TensorRT-LLM's overlap scheduler, on by default in its PyTorch backend; the C++ executor that runs
+built TensorRT engines has none) hides it behind the GPU, and a step then lasts the longer of the two (`[engine] host_overlap` overrides the profile's default). Under vLLM V0's
 multi-step scheduling the scheduler and input preparation run once per window of steps.
 """
 
@@ -36,7 +36,8 @@ HOST_STEP_S = 0.5e-3
 HOST_PER_SEQUENCE_S = 1.12e-6
 
 # Whether each profile's engine prepares a step while the GPU runs the one before: vLLM V1's engine
-# core does not (before its opt-in async scheduling); SGLang (since v0.4) and TensorRT-LLM do.
+# core does not (before its opt-in async scheduling); SGLang (since v0.4) and TensorRT-LLM's PyTorch
+# backend do.
 OVERLAPPED_BY_DEFAULT = {"vllm-v1": False, "prefill-first": True, "trtllm": True}
 
 
