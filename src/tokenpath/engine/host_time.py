@@ -5,8 +5,9 @@ parameters), samples and processes the outputs: a fixed part and a part per sequ
 that runs in the step's critical path it adds to the step's time; an engine that prepares the next
 step while the GPU runs the current one (SGLang's zero-overhead batch scheduler since v0.4,
 TensorRT-LLM's overlap scheduler, on by default in its PyTorch backend; the C++ executor that runs
-built TensorRT engines has none) hides it behind the GPU, and a step then lasts the longer of the two (`[engine] host_overlap` overrides the profile's default). Under vLLM V0's
-multi-step scheduling the scheduler and input preparation run once per window of steps.
+built TensorRT engines has none) hides it behind the GPU, and a step then lasts the longer of the two
+(`[engine] host_overlap` overrides the profile's default). Under vLLM V0's multi-step scheduling the
+scheduler and input preparation run once per window of steps.
 """
 
 from __future__ import annotations
