@@ -112,12 +112,22 @@ def test_set_changes_the_simulation_and_named_flags_win(monkeypatch, capsys):
     assert interval["latency_s"]["itl"]["mean"] > 4 * base["latency_s"]["itl"]["mean"]
 
 
+def test_set_reaches_the_assumptions_by_name(monkeypatch, capsys):
+    base = simulate_json(SMALL, monkeypatch, capsys)
+    slow = simulate_json([*SMALL, "--set", "assumptions.host_step_s=5 ms"], monkeypatch, capsys)
+    assert slow["scenario"]["assumptions"]["overridden"] == {"host_step_s": 0.005}
+    assert slow["latency_s"]["tpot"]["mean"] > base["latency_s"]["tpot"]["mean"] + 0.004  # each step 4.5 ms longer
+
+
 @pytest.mark.parametrize("argv, fragments", [
     (["--set", "deployment.tpp=4"], ["--set deployment.tpp", "unknown key 'tpp'", "did you mean 'tp'?"]),
     (["--set", "tp"], ["--set 'tp'", "KEY=VALUE"]),
     (["--set", "engine.block_size=four"], ["engine.block_size", "'four'"]),
     (["--set", "deployment.fabric.speed=1"], ["deployment.fabric.speed", "unknown key"]),
     (["--set", "delivery.network_rtt=fast"], ["delivery.network_rtt", "'fast'"]),
+    (["--set", "assumptions.serving_gemm_fractoin=0.5"], ["--set assumptions.serving_gemm_fractoin", "serving_gemm_fraction"]),
+    (["--set", "assumptions.host_step_s.x=1"], ["assumptions.host_step_s is a value, not a table"]),
+    (["--set", "assumptions.serving_gemm_fraction=2"], ["serving_gemm_fraction", "out of range"]),
 ])
 def test_set_errors_are_one_line(argv, fragments, monkeypatch, capsys):
     assert_user_error(*run_cli(["simulate", *SMALL, *argv], monkeypatch, capsys), *fragments)

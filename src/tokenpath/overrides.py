@@ -63,6 +63,19 @@ def check_key_syntax(dotted: str, flag: str = "--set") -> None:
                         "or '-', e.g. deployment.tp")
 
 
+def _check_assumption(dotted: str, names: list[str], flag: str) -> None:
+    """`assumptions.NAME`: a registered assumption (`tokenpath assumptions`) or `calibration`."""
+    from tokenpath.assumptions import lookup
+
+    if len(names) > 1:
+        raise UserError(f"{flag} {dotted}: assumptions.{names[0]} is a value, not a table; set it itself")
+    if names[0] != "calibration":
+        try:
+            lookup(names[0])
+        except UserError as error:
+            raise UserError(f"{flag} {error}") from None
+
+
 def check_key(dotted: str, root: type[BaseModel] | None = None, flag: str = "--set") -> None:
     """An unknown key of the scenario schema is an error naming it and the keys allowed there.
 
@@ -76,6 +89,9 @@ def check_key(dotted: str, root: type[BaseModel] | None = None, flag: str = "--s
     check_key_syntax(dotted, flag)
     owner: type[BaseModel] | None = root
     parts = dotted.split(".")
+    if parts[0] == "assumptions" and len(parts) > 1 and "assumptions" in root.model_fields:
+        _check_assumption(dotted, parts[1:], flag)
+        return
     for depth, part in enumerate(parts):
         field = owner.model_fields.get(part)
         if field is None:
