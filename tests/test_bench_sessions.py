@@ -136,3 +136,18 @@ def test_bench_cli_runs_sessions_and_report_reads_them(tmp_path, monkeypatch, ca
     assert code == 0, err
     import json
     assert json.loads(out)["requests"]["completed"] == 6
+
+
+def test_sessions_against_tokenpath_serve_count_the_prompts_as_the_server_does(tmp_path):
+    from serve_helpers import LoopbackServer
+    from tokenpath.serve import ServeOptions
+
+    scenario = _scenario(**{"delivery.network_rtt": 0})
+    with LoopbackServer(scenario, ServeOptions(network_delay=False)) as url:
+        result = run_bench(scenario, Target(url, "m"), str(tmp_path / "results.jsonl"), workers=1)
+    rows = result.rows
+    assert len(rows) == 6 and all(row["ok"] for row in rows)
+    assert [row["input_tokens"] for row in rows] == [row["prompt_tokens_server"] for row in rows]
+    for turns in _by_session(rows).values():  # the prompt grows by the answer and a new message each turn
+        assert turns[0]["input_tokens"] < turns[1]["input_tokens"] < turns[2]["input_tokens"]
+        assert all(after["sent_ns"] >= before["end_ns"] + after["think_ns"] for before, after in zip(turns, turns[1:]))

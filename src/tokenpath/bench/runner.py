@@ -249,8 +249,8 @@ class Worker:
                     if previous.error is not None:
                         previous = self._skip(i, scheduled_ns, previous)
                         continue
-                    delay_ns = due_ns - perf_counter_ns()
-                    if delay_ns > 0:
+                    # A loop's timer may fire early by up to its resolution (libuv's is 1 ms): sleep again.
+                    while (delay_ns := due_ns - perf_counter_ns()) > 0:
                         await asyncio.sleep(delay_ns / 1e9)
                     answer = "".join(previous.answer or ())
                     text += answer
