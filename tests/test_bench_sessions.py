@@ -4,14 +4,23 @@ turn's last byte; every turn is recorded with its session and turn. Over real HT
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 
-from tokenpath.bench import Target, run_bench, workload_requests
+from tokenpath.bench import Target, bench_summary, read_results, run_bench, workload_requests
 from tokenpath.bench.plan import message_tokens
 from tokenpath.scenario import load_scenario
+from tokenpath.serve import ServeOptions
 
 from cli_helpers import run_cli
+from serve_helpers import LoopbackServer
 from test_bench_server import MODEL, FakeServer
 
 THINK_S = 0.15
@@ -134,14 +143,10 @@ def test_bench_cli_runs_sessions_and_report_reads_them(tmp_path, monkeypatch, ca
     assert code == 0, err
     code, out, err = run_cli(["report", str(results), "--json", "-"], monkeypatch, capsys)
     assert code == 0, err
-    import json
     assert json.loads(out)["requests"]["completed"] == 6
 
 
 def test_sessions_against_tokenpath_serve_count_the_prompts_as_the_server_does(tmp_path):
-    from serve_helpers import LoopbackServer
-    from tokenpath.serve import ServeOptions
-
     scenario = _scenario(**{"delivery.network_rtt": 0})
     with LoopbackServer(scenario, ServeOptions(network_delay=False)) as url:
         result = run_bench(scenario, Target(url, "m"), str(tmp_path / "results.jsonl"), workers=1)
@@ -151,3 +156,27 @@ def test_sessions_against_tokenpath_serve_count_the_prompts_as_the_server_does(t
     for turns in _by_session(rows).values():  # the prompt grows by the answer and a new message each turn
         assert turns[0]["input_tokens"] < turns[1]["input_tokens"] < turns[2]["input_tokens"]
         assert all(after["sent_ns"] >= before["end_ns"] + after["think_ns"] for before, after in zip(turns, turns[1:]))
+
+
+def test_a_run_stopped_while_sessions_think_keeps_their_finished_turns(tmp_path):
+    """Ctrl-C while both sessions wait a long think time: exit 130 at once, both first turns kept, the
+    turns not yet sent left out (not_sent), and the summary rebuilt from the file."""
+
+    results = tmp_path / "r.jsonl"
+    with FakeServer() as server:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tokenpath", "bench", "--base-url", server.url, "--model", MODEL,
+             "--num-requests", "6", "--request-rate", "inf", "--input-len", "20", "--input-dist", "fixed",
+             "--output-len", "4", "--output-dist", "fixed", "--results", str(results), "--workers", "1",
+             "--set", "workload.sessions.turns=3", "--set", "workload.sessions.think_time=60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (results.exists() and len(results.read_text().splitlines()) >= 3):
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=15)  # well before the 60 s think time ends
+    assert process.returncode == 130, err
+    header, rows = read_results(results)
+    assert [(row["session"], row["turn"], row["ok"]) for row in rows] == [(0, 0, True), (1, 0, True)]
+    summary = bench_summary(header, rows)
+    assert summary["requests"]["completed"] == 2 and summary["bench"]["not_sent"] == 4
