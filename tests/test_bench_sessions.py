@@ -117,7 +117,7 @@ def test_a_failed_turn_skips_the_rest_of_its_session(tmp_path):
     assert len(by_row) == 6 and sent == 5  # session 0's third turn is never sent
     assert [by_row[i]["ok"] for i in range(6)] == [True, False, False, True, True, True]
     assert by_row[1]["error"] == "http_500" and by_row[2]["error"] == "skipped"
-    assert "turn 1 of session 0 failed" in by_row[2]["detail"]
+    assert by_row[2]["detail"] == "not sent: turn 1 of session 0 failed (http_500)"
     assert result.summary["requests"]["failed"] == 2
 
 

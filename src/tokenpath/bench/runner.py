@@ -1,15 +1,17 @@
 """Send a planned workload to a server and append each finished request to the results file.
 
 The send schedule is computed before the run starts. Requests are shared round-robin between worker
-processes (a multi-turn session's turns all on one worker, sessions shared round-robin) (one by default; more when the target rate needs them), each with its own event loop
-(uvloop where installed) and connection pool; a concurrency cap is shared out between them.
-
-A session runs as one task on its worker's loop: it sends its first turn at the session's arrival
-time and each later turn its think time after the previous turn's last byte, with the previous
-prompt, the server's answer text and the new message (`SessionPlan`); while it waits, the loop serves
-every other session. A turn after a failed one is not sent: it is recorded as failed, "skipped". Every
+processes (one by default; more when the target rate needs them), each with its own event loop
+(uvloop where installed) and connection pool; a concurrency cap is shared out between them. Every
 worker appends each finished request to the results JSONL as one line, in one `write` on a file
 opened for appending, so whatever happens to the run, every request that finished is on disk.
+
+Multi-turn sessions are shared round-robin by session, so all of a session's turns are on one
+worker. A session runs as one task on its worker's loop: it sends its first turn at the session's
+arrival time and each later turn its think time after the previous turn's last byte, with the
+previous prompt, the server's answer text and the new message (`SessionPlan`); while it waits, the
+loop serves every other session. A turn after a failed one is not sent: it is recorded as failed,
+"skipped".
 
 Ctrl-C (SIGINT) and SIGTERM, in the parent or in a worker, stop sending, record the requests in
 flight as interrupted, and keep everything else; the parent passes the stop on to its workers.
@@ -288,7 +290,9 @@ class Worker:
         now = perf_counter_ns()
         exchange = self._turn(Exchange(i, scheduled_ns, now, record, int(self.plan.input_tokens[i]),
                                        int(self.plan.output_tokens[i]), self.plan.max_event_bytes))
-        exchange.fail(SKIPPED, f"not sent: turn {failed.turn} of session {failed.session} failed ({failed.error})", now)
+        detail = (failed.detail or "" if failed.error == SKIPPED
+                  else f"not sent: turn {failed.turn} of session {failed.session} failed ({failed.error})")
+        exchange.fail(SKIPPED, detail, now)
         return exchange
 
     async def _watchdog(self) -> None:
@@ -323,14 +327,15 @@ class Worker:
         try:
             if self.plan.sessions is not None:
                 await self._start_sessions()
-            for i in ([] if self.plan.sessions is not None else self.indices.tolist()):
-                if self._slots is not None:
-                    await self._slots.acquire()
-                delay_ns = t0 + int(scheduled[i]) - perf_counter_ns()
-                if delay_ns > 0:
-                    await asyncio.sleep(delay_ns / 1e9)
-                task = loop.create_task(self._start(i, perf_counter_ns()))
-                self.starting.add(task)
+            else:
+                for i in self.indices.tolist():
+                    if self._slots is not None:
+                        await self._slots.acquire()
+                    delay_ns = t0 + int(scheduled[i]) - perf_counter_ns()
+                    if delay_ns > 0:
+                        await asyncio.sleep(delay_ns / 1e9)
+                    task = loop.create_task(self._start(i, perf_counter_ns()))
+                    self.starting.add(task)
             self.scheduled_all = True
             if self.active or self.starting or self.session_tasks:
                 await self._done
