@@ -16,7 +16,7 @@ from tokenpath.prefixes import Prefixes
 from tokenpath.scenario import load_scenario
 from tokenpath.serve import ServeOptions
 
-from cli_helpers import assert_user_error, run_cli
+from cli_helpers import run_cli
 from serve_helpers import LoopbackServer
 from test_bench_server import MODEL, FakeServer
 
@@ -130,13 +130,6 @@ def test_a_shared_prefix_workload_against_serve(tmp_path):
     assert len(result.rows) == 12
     assert result.summary["requests"]["completed"] == 12 and result.summary["requests"]["failed"] == 0
     assert result.header["shared_prefix_requests"] == int((workload_requests(scenario).prefixes.tokens > 0).sum()) > 0
-
-
-def test_bench_refuses_sessions_in_one_line(monkeypatch, capsys, tmp_path):
-    args = ["bench", "--base-url", "http://127.0.0.1:9", "--model", MODEL, "--results", str(tmp_path / "r.jsonl"),
-            "--num-requests", "6", "--set", "workload.sessions.turns=3"]
-    assert_user_error(*run_cli(args, monkeypatch, capsys), "workload.sessions", "not", "multi-turn")
-    assert not (tmp_path / "r.jsonl").exists()
 
 
 def test_a_start_that_would_merge_across_the_join_is_passed_over(builder, tekken):

@@ -37,6 +37,7 @@ class FakeServer:
         self.sends: dict[int, list[tuple[int, int]]] = defaultdict(list)  # i -> [(send_ns, tokens)]
         self.received: dict[int, dict] = {}
         self.prompts: list[str] = []  # every prompt, in the order received (untagged ones too)
+        self.bodies: list[dict] = []  # every request body, in the order received
         self.received_ns: dict[int, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -97,6 +98,7 @@ class FakeServer:
         match = _TAG.match(prompt)
         i = int(match.group(1)) if match else -1
         self.prompts.append(prompt)
+        self.bodies.append(body)
         self.received[i], self.received_ns[i] = body, received
         behavior = self.behavior(i)
         if behavior == "http500":

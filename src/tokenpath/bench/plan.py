@@ -4,13 +4,17 @@ The workload (lengths, arrival times) is drawn exactly as `simulate` draws it fr
 so a measured and a simulated run describe the same requests. Each prompt is built to the drawn input
 length with the tokenizer; `max_tokens` is the drawn output length, and `ignore_eos` asks the server
 to generate all of it. Requests the workload says share a prefix share its text (prompts.py).
-Multi-turn sessions are refused: each turn would have to carry the server's real answer to the turn
-before, which needs the client to chain requests; it does not yet.
+
+Multi-turn sessions (`[workload.sessions]`) are sent for real: each turn's new message is built to its
+drawn length up front, and the client chains the turns (runner.SessionPlan): turn k+1 goes its think
+time after turn k's last byte, its prompt turn k's prompt + the server's answer text + the new
+message. Its input tokens are then counted on the text actually sent, not taken from the draw.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from functools import partial
 import math
 import os
 import urllib.error
@@ -24,7 +28,7 @@ import orjson
 from tokenpath.bench.http import KERNEL_TIMESTAMPS, Endpoint
 from tokenpath.bench.prompts import PromptBuilder
 from tokenpath.bench.results import RESULTS_SCHEMA, SLO_KEYS
-from tokenpath.bench.runner import Plan, auto_workers
+from tokenpath.bench.runner import Plan, SessionPlan, auto_workers
 from tokenpath.bench.stream import MAX_EVENT_BYTES
 from tokenpath.bench.tokenizer import Tokenizer
 from tokenpath.errors import UserError
@@ -74,12 +78,13 @@ def prompt_rng(scenario: Scenario) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(scenario.seed).spawn(_PROMPT_STREAM + 1)[_PROMPT_STREAM])
 
 
-def request_body(target: Target, prompt: str, max_tokens: int) -> bytes:
+def request_body(target: Target, prompt: str | list[dict[str, str]], max_tokens: int) -> bytes:
+    """The JSON body of one request; `prompt` is a text, or for chat optionally the whole message history."""
     body: dict[str, Any] = {"model": target.model, "stream": True, "max_tokens": int(max_tokens)}
     if target.endpoint == "completions":
         body["prompt"] = prompt
     else:
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
     if target.strict_openai:
         body["stream_options"] = {"include_usage": True}
     else:
@@ -98,11 +103,19 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
     `unique_prompts` tags each prompt's own text (after any shared prefix) and each shared segment
     with this run's tag, so a server's prefix cache finds only what the workload shares."""
     requests = requests if requests is not None else workload_requests(scenario)
-    check_benchable(requests)
     builder = PromptBuilder(tokenizer)
     tag = prompt_tag if prompt_tag is not None else os.urandom(3).hex() + "-"
-    prompts = builder.build_many(requests.input_tokens, prompt_rng(scenario), tag, requests.prefixes, unique_prompts)
-    bodies = [request_body(target, prompt, out) for prompt, out in zip(prompts, requests.output_tokens.tolist())]
+    sessions = None
+    if requests.sessions is not None:
+        messages = builder.build_many(message_tokens(requests), prompt_rng(scenario), tag, None, unique_prompts)
+        sessions = SessionPlan(requests.sessions.session, requests.sessions.turn,
+                               np.rint(requests.sessions.think_s * 1e9).astype(np.int64), messages,
+                               partial(request_body, target), partial(_count_tokens, tokenizer),
+                               target.endpoint == "chat")
+        bodies = []  # built as each turn is sent
+    else:
+        prompts = builder.build_many(requests.input_tokens, prompt_rng(scenario), tag, requests.prefixes, unique_prompts)
+        bodies = [request_body(target, prompt, out) for prompt, out in zip(prompts, requests.output_tokens.tolist())]
     plan = Plan(
         url=target.url(),
         bodies=bodies,
@@ -113,6 +126,7 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
         headers=target.headers(),
         kernel_timestamps=kernel_timestamps,
         max_event_bytes=max_event_bytes,
+        sessions=sessions,
         **(timeouts or {}),
     )
     header = {
@@ -130,7 +144,9 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
         "tokenizer": tokenizer_name,
         "prompt_tag": tag if unique_prompts else None,
         "unique_prompts": unique_prompts,
-        "shared_prefix_requests": 0 if requests.prefixes is None else int((requests.prefixes.tokens > 0).sum()),
+        "shared_prefix_requests": (0 if requests.prefixes is None or requests.sessions is not None
+                                   else int((requests.prefixes.tokens > 0).sum())),
+        "sessions": None if requests.sessions is None else int(len(np.unique(requests.sessions.session))),
         "timeouts_s": {"connect": plan.connect_timeout_s, "stall": plan.stall_timeout_s,
                        "request": plan.request_timeout_s},
         "max_event_bytes": plan.max_event_bytes,
@@ -140,11 +156,17 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
     return plan, header
 
 
-def check_benchable(requests: Requests) -> None:
-    """A one-line error for a workload bench cannot send as it is meant."""
-    if requests.sessions is not None:
-        raise UserError("workload.sessions: bench does not send multi-turn sessions yet (each turn must carry the "
-                        "server's real answer to the turn before); remove [workload.sessions] to bench this scenario")
+def message_tokens(requests: Requests) -> np.ndarray:
+    """Each session turn's new message length: its drawn prompt less the previous turn's prompt and answer
+    (workload.generate.sessions builds prompt[k] = prompt[k-1] + answer[k-1] + message[k])."""
+    turn = requests.sessions.turn
+    inputs, outputs = requests.input_tokens, requests.output_tokens
+    before = np.concatenate(([0], inputs[:-1] + outputs[:-1])).astype(np.int64)
+    return np.where(turn > 0, inputs - before, inputs)
+
+
+def _count_tokens(tokenizer: Tokenizer, text: str) -> int:
+    return len(tokenizer.encode(text))
 
 
 def default_workers(scenario: Scenario, requests: Requests) -> int:

@@ -6,6 +6,13 @@ processes (one by default; more when the target rate needs them), each with its 
 worker appends each finished request to the results JSONL as one line, in one `write` on a file
 opened for appending, so whatever happens to the run, every request that finished is on disk.
 
+Multi-turn sessions are shared round-robin by session, so all of a session's turns are on one
+worker. A session runs as one task on its worker's loop: it sends its first turn at the session's
+arrival time and each later turn its think time after the previous turn's last byte, with the
+previous prompt, the server's answer text and the new message (`SessionPlan`); while it waits, the
+loop serves every other session. A turn after a failed one is not sent: it is recorded as failed,
+"skipped".
+
 Ctrl-C (SIGINT) and SIGTERM, in the parent or in a worker, stop sending, record the requests in
 flight as interrupted, and keep everything else; the parent passes the stop on to its workers.
 Workers never outlive their parent: on Linux the kernel sends them SIGTERM when it exits
@@ -31,7 +38,7 @@ import numpy as np
 import orjson
 
 from tokenpath.bench.http import Connection, Endpoint, Pool, request_head
-from tokenpath.bench.stream import CONNECT, INTERRUPTED, MAX_EVENT_BYTES, STALLED, TIMEOUT, Exchange
+from tokenpath.bench.stream import CONNECT, INTERRUPTED, MAX_EVENT_BYTES, SKIPPED, STALLED, TIMEOUT, Exchange
 
 # Streamed events per second one worker process takes while its p99 timestamp error stays under a
 # millisecond: benchmarks/bench_client.py measured 10,000 to 29,000 on one CPU of a shared 2-CPU
@@ -47,8 +54,27 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass
+class SessionPlan:
+    """Multi-turn sessions: what a worker needs to build each turn's request when it is due.
+
+    A session's turns are consecutive rows. Turn k's prompt text is turn k-1's prompt text, the
+    server's answer text to it, then row k's message; for chat the same texts go as a history of
+    messages (user, assistant, user, ...). Its input tokens are the prompt text's, counted by
+    `count_tokens` (for chat: the messages' texts put together, without the chat template)."""
+
+    session: np.ndarray    # int64: each row's session
+    turn: np.ndarray       # int64: its turn, 0 for the first
+    think_ns: np.ndarray   # int64: the wait after the previous turn's last byte (0 for a first turn)
+    messages: list[str]    # each row's new message text (a first turn's whole prompt)
+    body: Callable[[Any, int], bytes]   # (prompt text, or chat messages; max_tokens) -> the request body
+    count_tokens: Callable[[str], int]
+    chat: bool = False
+
+
+@dataclass
 class Plan:
-    """Everything a worker needs to send its requests, computed before the run."""
+    """Everything a worker needs to send its requests, computed before the run. With `sessions`, the
+    bodies are built as each turn is sent (`bodies` is empty)."""
 
     url: str
     bodies: list[bytes]
@@ -62,6 +88,20 @@ class Plan:
     request_timeout_s: float | None = 600.0
     kernel_timestamps: bool = True   # plain http on Linux: the kernel's receive time of each read
     max_event_bytes: int = MAX_EVENT_BYTES  # a larger SSE event fails its request as malformed
+    sessions: SessionPlan | None = None
+
+    def __len__(self) -> int:
+        return len(self.scheduled_ns)
+
+    def parallel(self) -> int:
+        """How many workers could share the plan: one per request, or per session."""
+        return len(self) if self.sessions is None else len(np.unique(self.sessions.session))
+
+    def share(self, workers: int, worker: int) -> np.ndarray:
+        """The rows one of `workers` workers sends: round-robin by request, or by session."""
+        if self.sessions is None:
+            return np.arange(worker, len(self), workers)
+        return np.flatnonzero(self.sessions.session % workers == worker)
 
 
 @dataclass
@@ -131,6 +171,8 @@ class Worker:
         self.connections: dict[int, Connection] = {}
         self.starting: set[asyncio.Task] = set()
         self.finished = 0
+        self.session_tasks: set[asyncio.Task] = set()
+        self._ends: dict[int, asyncio.Future] = {}  # a session's turn in flight -> done when it ends
         self.scheduled_all = False
         self._done: asyncio.Future | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -152,16 +194,24 @@ class Worker:
         self._write(exchange)
         if self._slots is not None:
             self._slots.release()
+        waiter = self._ends.pop(exchange.index, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
         self._maybe_done()
 
     def _maybe_done(self) -> None:
-        if self.scheduled_all and not self.active and not self.starting and not self._done.done():
+        if (self.scheduled_all and not self.active and not self.starting and not self.session_tasks
+                and not self._done.done()):
             self._done.set_result(None)
 
     async def _start(self, i: int, sent_ns: int) -> None:
         plan = self.plan
         exchange = Exchange(i, int(plan.scheduled_ns[i]), sent_ns, self._on_end,
                             int(plan.input_tokens[i]), int(plan.output_tokens[i]), plan.max_event_bytes)
+        await self._send(exchange, plan.bodies[i])
+
+    async def _send(self, exchange: Exchange, body: bytes) -> None:
+        i = exchange.index
         self.active[i] = exchange
         try:
             connection = await self.pool.acquire()
@@ -180,9 +230,70 @@ class Worker:
         if exchange.finished:
             self.pool.release(connection)
             return
-        body = self.plan.bodies[i]
         self.connections[i] = connection
         connection.send(exchange, request_head(self.endpoint, self.path, len(body), self.plan.headers) + body)
+
+    async def _session(self, rows: list[int]) -> None:
+        """One session's turns in order: each later one its think time after the previous one's last
+        byte, carrying the conversation so far (see SessionPlan)."""
+        plan, sessions = self.plan, self.plan.sessions
+        loop = asyncio.get_running_loop()
+        text, messages = "", []
+        previous: Exchange | None = None
+        try:
+            for i in rows:
+                out = int(plan.output_tokens[i])
+                if previous is None:
+                    scheduled_ns = int(plan.scheduled_ns[i])
+                else:
+                    due_ns = previous.end_ns + int(sessions.think_ns[i])
+                    scheduled_ns = due_ns - self.t0_ns
+                    if previous.error is not None:
+                        previous = self._skip(i, scheduled_ns, previous)
+                        continue
+                    # A loop's timer may fire early by up to its resolution (libuv's is 1 ms): sleep again.
+                    while (delay_ns := due_ns - perf_counter_ns()) > 0:
+                        await asyncio.sleep(delay_ns / 1e9)
+                    answer = "".join(previous.answer or ())
+                    text += answer
+                    messages.append({"role": "assistant", "content": answer})
+                if self._slots is not None:
+                    await self._slots.acquire()
+                text += sessions.messages[i]
+                messages.append({"role": "user", "content": sessions.messages[i]})
+                body = sessions.body(messages if sessions.chat else text, out)
+                tokens = sessions.count_tokens(text)
+                exchange = self._turn(Exchange(i, scheduled_ns, perf_counter_ns(), self._on_end, tokens, out,
+                                               plan.max_event_bytes))
+                exchange.answer = []
+                ended = self._ends[i] = loop.create_future()
+                await self._send(exchange, body)
+                await ended
+                previous = exchange
+        finally:
+            self.session_tasks.discard(asyncio.current_task())
+            self._maybe_done()
+
+    def _turn(self, exchange: Exchange) -> Exchange:
+        """Mark an exchange as its session's turn, for the results row."""
+        sessions, i = self.plan.sessions, exchange.index
+        exchange.session, exchange.turn = int(sessions.session[i]), int(sessions.turn[i])
+        exchange.think_ns = int(sessions.think_ns[i])
+        return exchange
+
+    def _skip(self, i: int, scheduled_ns: int, failed: Exchange) -> Exchange:
+        """Record a turn that follows a failed one as failed, without sending it."""
+        def record(exchange: Exchange) -> None:
+            self.finished += 1
+            self._write(exchange)
+
+        now = perf_counter_ns()
+        exchange = self._turn(Exchange(i, scheduled_ns, now, record, int(self.plan.input_tokens[i]),
+                                       int(self.plan.output_tokens[i]), self.plan.max_event_bytes))
+        detail = (failed.detail or "" if failed.error == SKIPPED
+                  else f"not sent: turn {failed.turn} of session {failed.session} failed ({failed.error})")
+        exchange.fail(SKIPPED, detail, now)
+        return exchange
 
     async def _watchdog(self) -> None:
         stall_ns = int(self.plan.stall_timeout_s * 1e9)
@@ -214,16 +325,19 @@ class Worker:
         scheduled = self.plan.scheduled_ns
         t0 = self.t0_ns
         try:
-            for i in self.indices.tolist():
-                if self._slots is not None:
-                    await self._slots.acquire()
-                delay_ns = t0 + int(scheduled[i]) - perf_counter_ns()
-                if delay_ns > 0:
-                    await asyncio.sleep(delay_ns / 1e9)
-                task = loop.create_task(self._start(i, perf_counter_ns()))
-                self.starting.add(task)
+            if self.plan.sessions is not None:
+                await self._start_sessions()
+            else:
+                for i in self.indices.tolist():
+                    if self._slots is not None:
+                        await self._slots.acquire()
+                    delay_ns = t0 + int(scheduled[i]) - perf_counter_ns()
+                    if delay_ns > 0:
+                        await asyncio.sleep(delay_ns / 1e9)
+                    task = loop.create_task(self._start(i, perf_counter_ns()))
+                    self.starting.add(task)
             self.scheduled_all = True
-            if self.active or self.starting:
+            if self.active or self.starting or self.session_tasks:
                 await self._done
             return False
         except asyncio.CancelledError:
@@ -233,8 +347,22 @@ class Worker:
             watchdog.cancel()
             self.pool.close()
 
+    async def _start_sessions(self) -> None:
+        """Start each session of this worker's share at its first turn's scheduled time."""
+        loop = asyncio.get_running_loop()
+        turn = self.plan.sessions.turn
+        rows = self.indices.tolist()
+        firsts = [k for k, i in enumerate(rows) if turn[i] == 0] + [len(rows)]
+        for start, end in zip(firsts, firsts[1:]):
+            delay_ns = self.t0_ns + int(self.plan.scheduled_ns[rows[start]]) - perf_counter_ns()
+            if delay_ns > 0:
+                await asyncio.sleep(delay_ns / 1e9)
+            self.session_tasks.add(loop.create_task(self._session(rows[start:end])))
+
     def _interrupt(self) -> None:
         now = perf_counter_ns()
+        for task in list(self.session_tasks):
+            task.cancel()
         for task in list(self.starting):
             task.cancel()
         for exchange in list(self.active.values()):
@@ -370,9 +498,9 @@ def execute(plan: Plan, path: str, header: dict[str, Any], workers: int = 1,
 
     `progress(recorded, failed)` is called as requests finish.
     """
-    n = len(plan.bodies)
+    n = len(plan)
     _raise_fd_limit(n + 64 if plan.max_concurrency is None else plan.max_concurrency * 2 + 64)
-    workers = max(1, min(workers, n))
+    workers = max(1, min(workers, plan.parallel()))
     if workers == 1:
         t0 = perf_counter_ns() + _START_DELAY_NS
         write_line(path, {**header, "t0_monotonic_ns": t0, "workers": 1})
@@ -397,11 +525,11 @@ def _execute_processes(plan: Plan, path: str, header: dict[str, Any], workers: i
     ready, go = context.Queue(), context.Event()
     t0 = context.Value("q", 0, lock=False)
     counts = [context.Array("q", 2, lock=False) for _ in range(workers)]
-    n = len(plan.bodies)
+    n = len(plan)
     processes = [
         context.Process(
             target=_worker_main,
-            args=(plan, np.arange(w, n, workers), concurrency_share(plan.max_concurrency, workers, w), path,
+            args=(plan, plan.share(workers, w), concurrency_share(plan.max_concurrency, workers, w), path,
                   ready, go, t0, counts[w], os.getpid()),
             daemon=True,
         )

@@ -30,6 +30,7 @@ TIMEOUT = "timeout"
 INCOMPLETE = "incomplete"
 EMPTY = "empty"
 INTERRUPTED = "interrupted"
+SKIPPED = "skipped"  # a session's turn not sent because an earlier turn of it failed
 
 _ERROR_BODY_BYTES = 4096
 # The most bytes of a body quoted in a failure's detail.
@@ -49,6 +50,7 @@ class Exchange:
         "per_event_usage", "usage_completion", "usage_prompt", "reasoning_tokens", "finish_reason",
         "response_id", "error", "detail", "finished", "_sse", "_error_body", "_on_end", "events",
         "input_tokens", "max_tokens", "max_event_bytes", "content_type", "_json", "_cr", "_body_start",
+        "answer", "session", "turn", "think_ns",
     )
 
     def __init__(self, index: int, scheduled_ns: int, sent_ns: int, on_end: Callable[[Exchange], None],
@@ -80,6 +82,10 @@ class Exchange:
         self._sse = bytearray()  # a partial event, held until its blank line comes
         self._error_body = b""
         self._on_end = on_end
+        self.answer: list[str] | None = None  # the answer's text pieces, kept only when asked (a session's turn)
+        self.session: int | None = None       # a session's turn: its session, turn and think time before it
+        self.turn: int | None = None
+        self.think_ns: int | None = None
 
     # ---- the end of an exchange: exactly once -------------------------------------------------
     def fail(self, reason: str, detail: str, now_ns: int) -> None:
@@ -202,6 +208,8 @@ class Exchange:
                                 self.first_content_ns = now_ns
                             if self.first_visible_ns is None and not text.isspace():
                                 self.first_visible_ns = now_ns
+                            if self.answer is not None:
+                                self.answer.append(text)
                         if text or got:
                             self._arrive(now_ns, got, len(text))
                         continue
@@ -276,6 +284,8 @@ class Exchange:
         chars = 0
         if text:
             chars = len(text)
+            if self.answer is not None:
+                self.answer.append(text)
             if self.first_content_ns is None:
                 self.first_content_ns = now_ns
             if self.first_visible_ns is None and not text.isspace():
@@ -319,7 +329,7 @@ class Exchange:
         def rel(value: int | None) -> int | None:
             return None if value is None else value - t0_ns
 
-        return {
+        row = {
             "i": self.index,
             "scheduled_ns": self.scheduled_ns,
             "sent_ns": self.sent_ns - t0_ns,
@@ -343,6 +353,9 @@ class Exchange:
             "arrival_ns": [t - t0_ns for t in self.arrival_ns],
             "arrival_tokens": self.arrival_tokens,
         }
+        if self.session is not None:
+            row.update(session=self.session, turn=self.turn, think_ns=self.think_ns)
+        return row
 
 
 def allocate(total: int, counts: list[int], chars: list[int]) -> list[int]:

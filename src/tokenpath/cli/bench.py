@@ -93,7 +93,7 @@ def bench(
 ) -> None:
     from tokenpath.bench import Target, build_plan, default_workers, execute, load_tokenizer, preflight, read_results, workload_requests
     from tokenpath.bench.http import Endpoint
-    from tokenpath.bench.plan import check_benchable, parse_extra_body
+    from tokenpath.bench.plan import parse_extra_body
     from tokenpath.bench.results import bench_summary
     from tokenpath.bench.tokenizer import tokenizer_name
     from tokenpath.cli.options import check_tokenizer, scenario_table
@@ -134,7 +134,6 @@ def bench(
     table, source, base_dir = scenario_table(scenario, sets, flags)
     built = build_scenario(table, source, base_dir)
     requests = workload_requests(built)
-    check_benchable(requests)
     preflight(target, connect_timeout)
 
     quiet = json_out == "-"
