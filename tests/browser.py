@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -30,19 +31,30 @@ def chromium() -> str | None:
 def open_page(url: str, script: str, timeout_s: float = 60.0) -> dict[str, Any]:
     """Load `url`, then evaluate `script` (an expression; a promise is awaited). Returns {"value",
     "errors": console errors and uncaught exceptions, "requests": every URL the page asked for}."""
-    with tempfile.TemporaryDirectory() as profile:
+    # Chromium's helper processes can still write to the profile as the browser exits: they are ended
+    # with it (one process group), and a file they leave behind does not fail the test.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         process = subprocess.Popen([chromium(), *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             port = _port(Path(profile) / "DevToolsActivePort", process)
             return asyncio.run(asyncio.wait_for(_session(port, url, script), timeout_s))
         finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            _end(process)
+
+
+def _end(process: subprocess.Popen) -> None:
+    """Terminate the browser and every process it started; kill them if they linger."""
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _port(active: Path, process: subprocess.Popen) -> int:
