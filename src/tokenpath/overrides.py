@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel
 
@@ -107,6 +107,19 @@ def check_key(dotted: str, root: type[BaseModel] | None = None, flag: str = "--s
         if len(models) != 1:  # a value, or a table whose keys depend on its kind
             return
         owner = models[0]
+
+
+def flatten(table: dict[str, Any], is_leaf: Callable[[dict[str, Any]], bool] = lambda value: False,
+            prefix: str = "") -> dict[str, Any]:
+    """Nested tables as dotted keys: `{"delivery": {"stream_interval": 2}}` (TOML's unquoted dotted keys)
+    -> {"delivery.stream_interval": 2}; a table for which `is_leaf` holds stays a value."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict) and not is_leaf(value):
+            flat.update(flatten(value, is_leaf, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def apply_overrides(table: dict[str, Any], overrides: dict[str, Any], check: bool = True,

@@ -9,21 +9,14 @@ import json
 from typing import Any
 
 from tokenpath.errors import UserError
+from tokenpath.overrides import flatten
 from tokenpath.sweep.spec import point_id, scenario_for
 
 
-def flatten_summary(document: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_summary(document: dict[str, Any]) -> dict[str, Any]:
     """Nested summary keys joined with dots (`latency_s.ttft.p99`); lists become JSON text."""
-    flat: dict[str, Any] = {}
-    for key, value in document.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten_summary(value, dotted + "."))
-        elif isinstance(value, (list, tuple)):
-            flat[dotted] = json.dumps(value)
-        else:
-            flat[dotted] = value
-    return flat
+    return {key: json.dumps(value) if isinstance(value, (list, tuple)) else value
+            for key, value in flatten(document).items()}
 
 
 def simulate_point(scenario: str, overrides: dict[str, Any], values: dict[str, Any], sweep: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import numpy as np
 
 from tokenpath import files
 from tokenpath.errors import UserError
-from tokenpath.overrides import apply_overrides
+from tokenpath.overrides import apply_overrides, flatten
 from tokenpath.scenario import build_scenario, read_scenario_table
 
 SPEC_KEYS = ("scenario", "overrides", "axes", "samples", "seed")
@@ -50,16 +50,6 @@ def point_id(values: dict[str, Any]) -> str:
     """A point's identity: a hash of its axis values (so a rerun finds it again)."""
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
-
-def _flatten(table: dict[str, Any], prefix: str, is_leaf) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and not is_leaf(value):
-            flat.update(_flatten(value, dotted + ".", is_leaf))
-        else:
-            flat[dotted] = value
-    return flat
 
 
 def _is_range(value: dict) -> bool:
@@ -114,8 +104,8 @@ def load_spec(path: str | Path) -> SweepSpec:
     if not isinstance(axes, dict) or not axes:
         raise UserError(f"{source}: [axes] is required: dotted keys mapped to a list of values or a range "
                         "{min, max, log}")
-    overrides = _flatten(overrides, "", lambda value: False)
-    axes = _flatten(axes, "", _is_range)
+    overrides = flatten(overrides)
+    axes = flatten(axes, _is_range)
     grid: dict[str, list] = {}
     ranges: dict[str, dict] = {}
     for key, value in axes.items():

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tokenpath import files
 from tokenpath.config_errors import explain
 from tokenpath.errors import UserError
-from tokenpath.overrides import check_key
+from tokenpath.overrides import check_key, flatten
 from tokenpath.summary import LAYERS
 from tokenpath.whatif.catalog import Lever, catalog
 from tokenpath.whatif.objective import RESOLUTION_SHARE, Objective
@@ -31,18 +31,8 @@ class _UserLever(BaseModel):
     @field_validator("overrides")
     @classmethod
     def _dotted(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _flatten(value)
+        return flatten(value)
 
-
-def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"delivery": {"stream_interval": 2}}` (TOML's unquoted dotted keys) as {"delivery.stream_interval": 2}."""
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def read_levers_file(path: str) -> list[Lever]:
