@@ -76,20 +76,19 @@ def check_path(path: str | os.PathLike[str], what: str) -> None:
 
 def is_file(path: str | os.PathLike[str]) -> bool:
     """Whether `path` names an existing regular file (False for any path that cannot name one)."""
-    if path_problem(path) is not None:
-        return False
-    try:
-        return os.path.isfile(path)
-    except (OSError, ValueError):
-        return False
+    return _holds(os.path.isfile, path)
 
 
 def exists(path: str | os.PathLike[str]) -> bool:
     """Whether `path` names anything (False for any path that cannot name a file)."""
+    return _holds(os.path.exists, path)
+
+
+def _holds(test, path: str | os.PathLike[str]) -> bool:
     if path_problem(path) is not None:
         return False
     try:
-        return os.path.exists(path)
+        return test(path)
     except (OSError, ValueError):
         return False
 
