@@ -70,11 +70,10 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     """
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
-    visible = first_visible_index(
-        requests.output_tokens, scenario.resolved_delivery().invisible_token_fraction, _rng(scenario, _DELIVERY_STREAM)
-    )
+    delivery = scenario.resolved_delivery()  # reads the scenario's calibration files: once
+    visible = first_visible_index(requests.output_tokens, delivery.invisible_token_fraction,
+                                  _rng(scenario, _DELIVERY_STREAM))
     scheduled_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
-    delivery = scenario.resolved_delivery()
     n, replicas = len(requests), deployment.replicas
     concurrency = scenario.workload.max_concurrency
     keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
