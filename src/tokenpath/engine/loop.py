@@ -55,8 +55,8 @@ class EngineTrace:
         stop = len(self.token_offsets) - 1 if stop is None else stop
         rows = self.spans[np.searchsorted(requests, first):np.searchsorted(requests, stop)]
         starts, counts = rows[:, 1], rows[:, 2]
-        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        ticks = np.repeat(starts, counts) + within
+        ticks = np.repeat(starts - (np.cumsum(counts) - counts), counts)  # each span's first tick, less its place
+        ticks += np.arange(len(ticks))
         return ticks if self.tick_steps is None else self.tick_steps[ticks]
 
 
