@@ -183,3 +183,16 @@ def test_bench_judges_stalls_by_the_scenario_threshold(tmp_path):
     assert flow["stall_threshold_s"] == 1.0 and flow["stalls_per_request"] == 0.0 and flow["stall_s_max"] == 0.0
     header = orjson.loads((tmp_path / "r.jsonl").read_bytes().splitlines()[0])
     assert header["scenario"]["table"]["continuity"]["stall_threshold"] == "1 s"
+
+
+def test_a_request_read_on_time_is_not_held_back_by_the_one_before():
+    # Request 0 (sent at 2 s) has all its tokens by 2.3 s, before the reader expects the first one
+    # (3 s); its 300 ms gap is longer than a token's reading time (100 ms), so it takes the exact sum.
+    # Request 1, sent at 0, is read at 0.5 and 0.9 s, ahead of 1.0 and 1.1 s. Both are never behind,
+    # whatever else shares the computation.
+    spec = ContinuitySpec(stall_threshold_s=0.25, reading_tokens_per_s=10.0, expected_ttft_s=1.0)
+    tokens = np.array([2000, 2300, 500, 900]) * MS
+    flow = per_request(tokens, np.array([0, 2, 4]), np.array([2000, 0]) * MS, np.array([2000, 500]) * MS, spec)
+    assert flow["qoe"].tolist() == [1.0, 1.0]
+    assert flow["qoe"].tolist() == [reference_qoe([2000 * MS, 2300 * MS], 2000 * MS, 2000 * MS, spec),
+                                    reference_qoe([500 * MS, 900 * MS], 0, 500 * MS, spec)]

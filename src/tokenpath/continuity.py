@@ -158,6 +158,8 @@ def per_request(client_ns: np.ndarray, offsets: np.ndarray, sent_ns: np.ndarray,
     maybe_late = has & ((first_rel > expected_ns) | (max_gap > period_ns))
     qoe[has & ~maybe_late] = 1.0
     late = np.flatnonzero(maybe_late)
+    if has.all() and lengths[late].sum() * 2 > len(client_ns):
+        late = np.arange(n)  # cheaper than gathering their tokens; the rest come out exactly 1.0 too
     if len(late):
         qoe[late] = _qoe_exact(client_ns, offsets, sent_ns, visible_rel, late, period_ns, expected_ns)
     return {"stalls": stalls, "stall_ns": stall_ns, "qoe": qoe}
@@ -165,40 +167,43 @@ def per_request(client_ns: np.ndarray, offsets: np.ndarray, sent_ns: np.ndarray,
 
 def _qoe_exact(client_ns: np.ndarray, offsets: np.ndarray, sent_ns: np.ndarray, visible_rel: np.ndarray,
                rows: np.ndarray, period_ns: int, expected_ns: int) -> np.ndarray:
-    """Andes' QoE of the requests `rows` (each with at least one token), by the sums in the module's
-    docstring. Relative to its send, a request's token k is read at k*p + max(V, max_{j<=k}(a_j - j*p))
+    """Andes' QoE of the requests `rows` (ascending, each with at least one token), by the sums in the
+    module's docstring. Relative to its send, a request's token k is read at k*p + max(V, max_{j<=k}(a_j - j*p))
     (p: a token's reading time; V: the first visible character's arrival) and expected at T + k*p, so
-    its delay is max(0, max(V, running max) - T): one segmented running maximum, in integer ns."""
+    its delay is max(V, T, running max) - T: one segmented running maximum, in integer ns."""
     lengths = offsets[rows + 1] - offsets[rows]
-    total = int(lengths.sum())
     seg = np.cumsum(lengths) - lengths            # each request's first token in the gathered arrays
-    owner = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
-    local = np.arange(total, dtype=np.int64)
-    local -= seg[owner]                           # each token's index in its request
-    if len(rows) == len(offsets) - 1:             # every request: the tokens as they lie
-        rel = client_ns[offsets[0]:offsets[-1]] - sent_ns[owner]
-    else:
-        rel = client_ns[offsets[rows][owner] + local] - sent_ns[rows][owner]
-    local *= period_ns
-    rel -= local                                  # a_k - k*p, in place from here on
-    low = int(rel.min())
-    span = int(rel.max()) - low + 1
-    # A running maximum that restarts at each request: lift request r by r*span, so no earlier request's
-    # values reach it; requests in batches small enough for that lift to stay inside int64.
+    tokens = client_ns[offsets[0]:offsets[-1]]
+    if len(rows) < len(offsets) - 1:              # only these requests' tokens, in order
+        chosen = np.zeros(len(offsets) - 1, bool)
+        chosen[rows] = True
+        tokens = tokens[np.repeat(chosen, np.diff(offsets))]
+    # w = a - (index among the gathered tokens)*p, built in place; a request's a_k - k*p is w plus
+    # its seg*p. Bounds of a_k - k*p (not sent-relative) give the lift that makes the running maximum
+    # restart at each request: lift request r by r*span, so no earlier request's values reach it.
+    w = np.arange(len(tokens), dtype=np.int64)
+    w *= -period_ns
+    w += tokens
+    floor = sent_ns[rows] + np.maximum(visible_rel[rows], expected_ns)
+    low = min(int(tokens.min()) - int(lengths.max() - 1) * period_ns, int(floor.min()))
+    span = max(int(tokens.max()), int(floor.max())) - low + 1
+    # Before the running maximum each request's values are raised to max(V, T) (in sent-relative
+    # terms, by its first value alone: a running maximum carries it on), and afterwards every value
+    # is taken back to its delay behind the expected timeline. Requests go in batches small enough
+    # for the lift to stay inside int64.
     batch = max(1, 2**62 // span)
     for first in range(0, len(rows), batch):
         last = min(len(rows), first + batch)
         part = slice(int(seg[first]), int(seg[last - 1] + lengths[last - 1]))
-        lift = (owner[part] - first) * span - low
-        view = rel[part]
-        view += lift
+        lift = np.arange(last - first, dtype=np.int64) * span - low
+        view = w[part]
+        view += np.repeat(lift + seg[first:last] * period_ns, lengths[first:last])
+        starts = seg[first:last] - seg[first]
+        view[starts] = np.maximum(view[starts], floor[first:last] + lift)
         np.maximum.accumulate(view, out=view)
-        view -= lift
-    np.maximum(rel, visible_rel[rows][owner], out=rel)
-    rel -= expected_ns
-    np.maximum(rel, 0, out=rel)                   # each token's delay behind the expected timeline
-    s_delay = np.add.reduceat(rel, seg).astype(np.float64)
-    behind = rel[seg + lengths - 1]               # how far behind the last token is read
+        view -= np.repeat(lift + sent_ns[rows[first:last]] + expected_ns, lengths[first:last])
+    s_delay = np.add.reduceat(w, seg).astype(np.float64)
+    behind = w[seg + lengths - 1]                 # how far behind the last token is read
     count = lengths.astype(np.float64)
     s_whole = period_ns * count * (count - 1) / 2 + count * behind
     with np.errstate(invalid="ignore", divide="ignore"):

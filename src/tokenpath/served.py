@@ -59,7 +59,7 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
     offsets = trace.token_offsets
     first_leave, ttft, ttfv, last_client, stalls, stall_ns = (np.empty(n, np.int64) for _ in range(6))
     qoe = np.empty(n)
-    tokens = np.empty(offsets[-1], np.int64) if keep_tokens else None
+    chunks: list[np.ndarray] = []  # each chunk's token arrivals, with keep_tokens
     lo = 0
     while lo < n:
         hi = min(n, max(lo + 1, int(np.searchsorted(offsets, offsets[lo] + CHUNK_TOKENS, side="right")) - 1))
@@ -73,8 +73,8 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
         last_client[lo:hi] = client_ns[local[1:] - 1]
         flow = continuity.per_request(client_ns, local, trace.sent_ns[lo:hi], ttfv[lo:hi], flow_spec)
         stalls[lo:hi], stall_ns[lo:hi], qoe[lo:hi] = flow["stalls"], flow["stall_ns"], flow["qoe"]
-        if tokens is not None:
-            tokens[offsets[lo]:offsets[hi]] = client_ns
+        if keep_tokens:
+            chunks.append(client_ns)
         else:
             itl.add(itl_gaps_ns(client_ns, local))
         lo = hi
@@ -105,8 +105,8 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
         part["prefill_start_ns"] = trace.first_step_start_ns
     if trace.times_preempted is not None:
         part["preemptions"] = trace.times_preempted
-    if tokens is not None:
-        part["token_client_ns"] = tokens
+    if keep_tokens:
+        part["token_client_ns"] = chunks[0] if len(chunks) == 1 else np.concatenate([np.empty(0, np.int64), *chunks])
     return part
 
 
@@ -123,6 +123,8 @@ def merge_parts(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n:
     offsets = np.concatenate([[0], np.cumsum(fields["output_tokens"])]).astype(np.int64)
     if itl is not None:
         return Run(source="simulate", token_client_ns=None, token_offsets=offsets, itl_histogram=itl, **fields)
+    if len(parts) == 1 and _in_order(owners[0], n):  # one replica's rows as they were: its tokens as they lie
+        return Run(source="simulate", token_offsets=offsets, token_client_ns=parts[0]["token_client_ns"], **fields)
     tokens = np.empty(offsets[-1], np.int64)
     for part, rows in zip(parts, owners):
         lengths = part["output_tokens"]
@@ -130,3 +132,8 @@ def merge_parts(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n:
         shift = np.repeat(offsets[rows] - local_starts, lengths)
         tokens[shift + np.arange(len(shift))] = part["token_client_ns"]
     return Run(source="simulate", token_offsets=offsets, token_client_ns=tokens, **fields)
+
+
+def _in_order(rows: np.ndarray, n: int) -> bool:
+    """Whether `rows` is 0, 1, ..., n-1."""
+    return len(rows) == n and (n == 0 or (rows[0] == 0 and bool((np.diff(rows) == 1).all())))

@@ -55,8 +55,8 @@ class EngineTrace:
         stop = len(self.token_offsets) - 1 if stop is None else stop
         rows = self.spans[np.searchsorted(requests, first):np.searchsorted(requests, stop)]
         starts, counts = rows[:, 1], rows[:, 2]
-        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        ticks = np.repeat(starts, counts) + within
+        ticks = np.repeat(starts - (np.cumsum(counts) - counts), counts)  # each span's first tick, less its place
+        ticks += np.arange(len(ticks))
         return ticks if self.tick_steps is None else self.tick_steps[ticks]
 
 
@@ -102,7 +102,7 @@ def run_engine(
         return _run_sessions(scheduled_ns, input_tokens, output_tokens, cached_tokens, prefixes, think_ns,
                              replica, client, progress, kv_capacity_tokens)
     if max_concurrency is None:  # open loop: every request is sent at its scheduled time
-        upload = np.array([client.upload_ns(p) for p in prompt], dtype=np.int64)
+        upload = _uploads(client, input_tokens)
         sent = scheduled
         replica.submit_all(input_tokens, output_tokens, scheduled_ns + upload, upload, cached_tokens, prefixes)
         next_to_send = n
@@ -132,7 +132,7 @@ def _run_sessions(scheduled_ns: np.ndarray, input_tokens: np.ndarray, output_tok
     """Sessions' first turns go at their scheduled times; each later turn is held until the turn before
     it finishes at the client, then sent after its think time: O(1) per finished request."""
     n = len(scheduled_ns)
-    upload = np.array([client.upload_ns(p) for p in input_tokens.tolist()], dtype=np.int64)
+    upload = _uploads(client, input_tokens)
     held = think_ns >= 0
     replica.submit_all(input_tokens, output_tokens, scheduled_ns + upload, upload, cached_tokens, prefixes, held)
     sent = scheduled_ns.tolist()
@@ -152,6 +152,12 @@ def _run_sessions(scheduled_ns: np.ndarray, input_tokens: np.ndarray, output_tok
             if progress is not None:
                 progress(len(finished))
     return _trace(replica, sent, out, kv_capacity_tokens)
+
+
+def _uploads(client: Client, input_tokens: np.ndarray) -> np.ndarray:
+    """Each request's upload time: once per distinct prompt length."""
+    lengths, which = np.unique(input_tokens, return_inverse=True)
+    return np.array([client.upload_ns(p) for p in lengths.tolist()], dtype=np.int64)[which]
 
 
 def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens: int) -> EngineTrace:
