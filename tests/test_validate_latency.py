@@ -35,7 +35,7 @@ def test_every_row_names_a_known_model_chip_statistic_and_metric():
         assert row["ttft_stat"] in ("mean", "median") and row["decode_stat"] in ("mean", "median")
         assert row["decode_metric"] in ("tpot", "itl")
         assert row["ttft_ms"] > 0 and row["decode_ms"] > 0
-        assert row["window"] in ("whole", "steady")
+        assert row["window"] in ("whole", "steady", "profiling_phase")
 
 
 @pytest.mark.parametrize("row, expected", [
@@ -47,9 +47,17 @@ def test_every_row_names_a_known_model_chip_statistic_and_metric():
     # steady state: 10 requests per slot, the first 2 per slot skipped
     ({"window": "steady", "arrival": "concurrency", "concurrency": 25}, (250, 50)),
     ({"window": "steady", "arrival": "concurrency", "concurrency": 1}, (100, 2)),
+    # AIPerf's profiling phase, after a drained warm-up phase: its requests alone, none skipped
+    ({"window": "profiling_phase", "arrival": "concurrency", "concurrency": 64, "requests_per_slot": 20}, (1280, 0)),
+    ({"window": "profiling_phase", "arrival": "concurrency", "concurrency": 4, "requests_per_slot": 20}, (80, 0)),
 ])
 def test_simulated_requests_follow_the_window(row, expected):
     assert simulated_requests(row) == expected
+
+
+def test_an_unknown_window_is_refused():
+    with pytest.raises(ValueError, match="unknown window 'rolling'"):
+        simulated_requests({"source": "test", "window": "rolling", "arrival": "poisson", "num_requests": 10})
 
 
 def _row(**changes):
@@ -103,6 +111,22 @@ def test_measured_skips_the_warm_up_and_follows_the_metric_definitions():
     # every gap between streamed tokens of the kept requests: 49 per request at 50 tokens
     assert len(values["itl"]) == 32 * 49
     assert np.allclose(np.sort(measured(run, skip=0)["itl"]), np.sort(run.itl_ns() / 1e9))
+
+
+def test_a_run_too_large_to_keep_token_times_still_gives_ttft_and_tpot(monkeypatch):
+    """Past the limit of kept token times a run carries an ITL histogram only: TTFT and TPOT rows are
+    still predicted after a warm-up, and an ITL row gets a one-line reason instead of a crash."""
+    monkeypatch.setattr("tokenpath.pipeline.KEEP_TOKENS_LIMIT", 100)
+    row = _row(arrival="concurrency", concurrency=4, num_requests=40)
+    run = simulate(row_scenario(row, DATA["sharegpt"])).run
+    assert run.token_client_ns is None
+    values = measured(run, skip=8)
+    assert "itl" not in values and len(values["tpot"]) == 32
+    with pytest.raises(ValueError, match="kept no per-token times"):
+        run.itl_ns()
+    assert predict_row(row, DATA["sharegpt"])["decode_s"] > 0
+    with pytest.raises(ValueError, match="its ITL needs every token's time"):
+        predict_row(_row(decode_metric="itl"), DATA["sharegpt"])
 
 
 def test_a_prediction_uses_the_rows_statistic():

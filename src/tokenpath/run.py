@@ -68,6 +68,9 @@ class Run:
 
     def itl_ns(self) -> np.ndarray:
         """Gaps between successive text arrivals at the client, over all completed requests."""
+        if self.token_client_ns is None:
+            raise ValueError("this run kept no per-token times (too many tokens to keep); "
+                             "its ITL statistics are in itl_histogram")
         return itl_gaps_ns(self.token_client_ns, self.token_offsets, self.failed)
 
 

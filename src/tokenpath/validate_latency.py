@@ -36,9 +36,11 @@ MAX_SIMULATED_REQUESTS = 2000
 # One request at a time has no start-up transient, so a source's short run (10 requests) is simulated
 # longer only to average out the sampled lengths.
 CONCURRENCY_ONE_REQUESTS = 100
-# Steady-state rows: a row's `requests_per_slot` requests per concurrent slot (this many where the
-# source does not state its request count), the first WARMUP_PER_SLOT per slot skipped (every slot
-# has turned over twice by then).
+# Steady-state rows (one continuous run): a row's `requests_per_slot` requests per concurrent slot
+# (this many where the source does not state its request count), the first WARMUP_PER_SLOT per slot
+# skipped (every slot has turned over twice by then). Profiling-phase rows (a client that drains its
+# warm-up phase before it starts measuring, as AIPerf does) simulate the measured requests alone:
+# `requests_per_slot` per slot, none skipped, starting from a burst of `concurrency` requests.
 STEADY_REQUESTS_PER_SLOT = 10
 STEADY_MIN_REQUESTS = 100
 WARMUP_PER_SLOT = 2
@@ -89,11 +91,21 @@ def row_lengths(row: dict[str, Any], sharegpt: dict[str, Any]) -> tuple[dict, di
 
 
 def simulated_requests(row: dict[str, Any]) -> tuple[int, int]:
-    """(requests to simulate, requests to skip as warm-up) for a row."""
+    """(requests to simulate, requests to skip as warm-up) for a row.
+
+    A row's `window` says how its source measured: "whole" (every request of one run), "steady" (one
+    continuous run after its first requests) or "profiling_phase" (AIPerf: the warm-up phase's requests
+    all complete before the measured phase sends its first `concurrency` at once, so the measured
+    phase is a run of its own; the warm-up leaves nothing behind that a synthetic prompt reuses)."""
     concurrency = row.get("concurrency")
-    if row["window"] == "steady":
-        per_slot = row.get("requests_per_slot", STEADY_REQUESTS_PER_SLOT)
-        return max(per_slot * concurrency, STEADY_MIN_REQUESTS), WARMUP_PER_SLOT * concurrency
+    window = row["window"]
+    if window in ("steady", "profiling_phase"):
+        count = row.get("requests_per_slot", STEADY_REQUESTS_PER_SLOT) * concurrency
+        if window == "profiling_phase":
+            return count, 0
+        return max(count, STEADY_MIN_REQUESTS), WARMUP_PER_SLOT * concurrency
+    if window != "whole":
+        raise ValueError(f"latency row from {row['source']}: unknown window {window!r}")
     count = min(row["num_requests"], MAX_SIMULATED_REQUESTS)
     if concurrency == 1:
         count = max(count, CONCURRENCY_ONE_REQUESTS)
@@ -126,10 +138,13 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any]) -> Scenario:
 
 
 def measured(run: Run, skip: int) -> dict[str, np.ndarray]:
-    """Per-request TTFT and TPOT, and every ITL gap, in seconds, of the requests after the first `skip`
-    (requests are numbered in the order they were sent)."""
+    """Per-request TTFT and TPOT, and every ITL gap where the run kept its token times, in seconds, of
+    the requests after the first `skip` (requests are numbered in the order they were sent)."""
     run = run.after(skip)
-    return {"ttft": run.ttft_ns[run.completed] / 1e9, "tpot": tpot_ns(run) / 1e9, "itl": run.itl_ns() / 1e9}
+    values = {"ttft": run.ttft_ns[run.completed] / 1e9, "tpot": tpot_ns(run) / 1e9}
+    if run.token_client_ns is not None:
+        values["itl"] = run.itl_ns() / 1e9
+    return values
 
 
 def _statistic(values: np.ndarray, stat: str) -> float:
@@ -140,6 +155,9 @@ def predict_row(row: dict[str, Any], sharegpt: dict[str, Any]) -> dict[str, floa
     """The row's TTFT and decode metric (seconds), predicted with the row's statistic."""
     _, skip = simulated_requests(row)
     values = measured(simulate(row_scenario(row, sharegpt)).run, skip)
+    if row["decode_metric"] not in values:
+        raise ValueError(f"latency row from {row['source']}: its ITL needs every token's time, which a run "
+                         "this large does not keep; simulate fewer requests")
     return {"ttft_s": _statistic(values["ttft"], row["ttft_stat"]),
             "decode_s": _statistic(values[row["decode_metric"]], row["decode_stat"])}
 
