@@ -237,7 +237,8 @@ counts turns (the last session may be cut short); the arrival process then start
     num_requests: int = Field(2000, ge=1, le=MAX_REQUESTS)
     warmup_requests: int = Field(
         0, ge=0, le=MAX_REQUESTS, description="the first requests sent, run but left out of every metric "
-                                              "(a warm-up, as AIPerf's --warmup-request-count)")
+                                              "in the same continuous run (AIPerf instead lets its warm-up finish before "
+                                              "it measures: simulate its measured requests alone, with 0 here)")
     max_concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
     input: LengthSpec = LengthSpec(kind="normal", mean=550, sd=150)
     output: LengthSpec = LengthSpec(kind="normal", mean=150, sd=80)

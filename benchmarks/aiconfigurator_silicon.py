@@ -1,0 +1,102 @@
+"""tokenpath's latency predictions on AIConfigurator's measured serving runs that the project does not ship.
+
+NVIDIA's AIConfigurator validates its own predictions against thousands of measured runs, published in
+the `aiconfigurator-core` wheel as `systems/silicon_sample.csv` (TTFT and TPOT means of aiperf runs at
+fixed lengths and a stated concurrency). `tokenpath validate --group latency` ships 13 of them; this
+script draws others at random, the aggregated (one-engine) runs of the models and chips tokenpath's
+catalog has, and predicts each the way `validate` predicts its rows: the engine limits AIConfigurator's
+generator writes, 20 x concurrency requests as its benchmark script sends, and AIPerf's measured phase
+alone (its warm-up drains first).
+
+    pip install aiconfigurator-core
+    python benchmarks/aiconfigurator_silicon.py --rows 60 --seed 1
+
+`--window steady` predicts the same runs as one continuous run with the warm-up skipped instead, to
+compare the two readings of how AIPerf measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from tokenpath.validate_latency import load_latency, predict_row
+
+# silicon_sample.csv's names -> the catalog's
+MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+          "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "deepseek-ai/DeepSeek-V3": "deepseek-v3",
+          "deepseek-ai/DeepSeek-R1": "deepseek-v3"}
+CHIPS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200"}
+REQUESTS_PER_SLOT = 20  # bench_run.sh.j2: --num-requests concurrency x BENCH_MULTI_ROUND (20)
+
+
+def engine_settings(backend: str, isl: int) -> dict:
+    """The limits AIConfigurator's generator writes for an aggregated worker (generator/rule_plugin/*.rule),
+    as the shipped rows of catalog/validation/latency.toml record them."""
+    if backend == "vllm":
+        return {"max_num_seqs": 512, "max_num_batched_tokens": 512 + isl + 1500}
+    if backend == "trtllm":
+        return {"max_num_seqs": 128, "max_num_batched_tokens": math.ceil((128 + isl + 500) / 32) * 32}
+    return {"max_num_batched_tokens": isl + 1500, "mixed_chunk": True}
+
+
+def default_csv() -> Path:
+    try:
+        return Path(str(resources.files("aiconfigurator_core") / "systems" / "silicon_sample.csv"))
+    except ModuleNotFoundError:
+        sys.exit("aiconfigurator-core is not installed: pip install aiconfigurator-core, or pass --csv PATH")
+
+
+def candidate_runs(csv: Path, shipped: set[str]) -> pd.DataFrame:
+    df = pd.read_csv(csv)
+    runs = df[(df["mode"] == "agg") & df.model_path.isin(MODELS) & df.system.isin(CHIPS) & (df.pp_size == 1)
+              & (df.attention_dp_size == 1) & (df.moe_ep_size.fillna(1) == 1) & ~df.id.isin(shipped)
+              & df.gemm_quant_mode.isin(["fp8", "fp8_block"]) & df.silicon_ttft_ms.notna() & df.silicon_tpot_ms.notna()]
+    runs = runs.assign(concurrency=runs.silicon_data_source.str.extract(r"silicon_concurrency=(\d+)")[0].astype(float))
+    runs = runs[runs.concurrency.notna()]
+    return runs.drop_duplicates(["model_path", "system", "backend", "isl", "osl", "tp_size", "concurrency"])
+
+
+def row_of(run: pd.Series, window: str) -> dict:
+    concurrency = int(run.concurrency)
+    row = {"source": f"silicon_sample {run.id}", "engine": run.backend, "model": MODELS[run.model_path],
+           "precision": "fp8", "chip": CHIPS[run.system], "tp": int(run.tp_size), "lengths": "fixed",
+           "input_len": int(run.isl), "output_len": int(run.osl), "arrival": "concurrency",
+           "concurrency": concurrency, "engine_settings": engine_settings(run.backend, int(run.isl)),
+           "window": window, "requests_per_slot": REQUESTS_PER_SLOT,
+           "ttft_stat": "mean", "decode_metric": "tpot", "decode_stat": "mean"}
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, help="silicon_sample.csv (default: the installed aiconfigurator-core's)")
+    parser.add_argument("--rows", type=int, default=60, help="runs drawn at random")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--window", choices=["profiling_phase", "steady"], default="profiling_phase")
+    args = parser.parse_args()
+    data = load_latency()
+    shipped = {row.get("id") for row in data["rows"]}
+    runs = candidate_runs(args.csv or default_csv(), shipped)
+    runs = runs.sample(min(args.rows, len(runs)), random_state=args.seed)
+    errors = []
+    for _, run in runs.iterrows():
+        predicted = predict_row(row_of(run, args.window), data["sharegpt"])
+        ttft = predicted["ttft_s"] * 1e3 / run.silicon_ttft_ms - 1
+        tpot = predicted["decode_s"] * 1e3 / run.silicon_tpot_ms - 1
+        errors.append((ttft, tpot))
+        print(f"{run.backend:6} {MODELS[run.model_path]:13} {run.system:8} tp{int(run.tp_size)} "
+              f"{int(run.isl)}/{int(run.osl)} c{int(run.concurrency):<4} TTFT {run.silicon_ttft_ms:8.1f} ms {ttft:+6.0%}  "
+              f"TPOT {run.silicon_tpot_ms:6.1f} ms {tpot:+6.0%}", flush=True)
+    print(f"{len(errors)} runs ({args.window}): median |error| TTFT "
+          f"{statistics.median(abs(t) for t, _ in errors):.1%}, TPOT {statistics.median(abs(d) for _, d in errors):.1%}")
+
+
+if __name__ == "__main__":
+    main()
