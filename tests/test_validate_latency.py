@@ -155,3 +155,25 @@ def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, 
         assert r["decode_error"] == pytest.approx(r["predicted_decode_ms"] / r["decode_ms"] - 1)
     scored = [r for r in rows if not r.get("calibration")]
     assert group["median_abs_error_ttft"] == pytest.approx(np.median([abs(r["ttft_error"]) for r in scored]))
+
+
+def _silicon_script():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "aiconfigurator_silicon.py"
+    spec = importlib.util.spec_from_file_location("aiconfigurator_silicon", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_unshipped_silicon_check_predicts_runs_as_the_shipped_rows_are_predicted():
+    """benchmarks/aiconfigurator_silicon.py must build its rows as latency.toml's AIConfigurator rows are
+    written, or its figures would not check the same model."""
+    script = _silicon_script()
+    shipped = [r for r in DATA["rows"] if r["source"] == "aiconfigurator_silicon"]
+    assert len(shipped) == 13
+    for row in shipped:
+        settings = {"chunked_prefill": True, **script.engine_settings(row["engine"], row["input_len"])}
+        assert {k: row["engine_settings"].get(k, settings[k]) for k in settings} == settings, row["id"]
+        assert row["window"] == "profiling_phase" and row["requests_per_slot"] == script.REQUESTS_PER_SLOT
