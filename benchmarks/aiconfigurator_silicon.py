@@ -64,14 +64,13 @@ def candidate_runs(csv: Path, shipped: set[str]) -> pd.DataFrame:
 
 
 def row_of(run: pd.Series, window: str) -> dict:
-    concurrency = int(run.concurrency)
-    row = {"source": f"silicon_sample {run.id}", "engine": run.backend, "model": MODELS[run.model_path],
-           "precision": "fp8", "chip": CHIPS[run.system], "tp": int(run.tp_size), "lengths": "fixed",
-           "input_len": int(run.isl), "output_len": int(run.osl), "arrival": "concurrency",
-           "concurrency": concurrency, "engine_settings": engine_settings(run.backend, int(run.isl)),
-           "window": window, "requests_per_slot": REQUESTS_PER_SLOT,
-           "ttft_stat": "mean", "decode_metric": "tpot", "decode_stat": "mean"}
-    return row
+    """A latency row, as catalog/validation/latency.toml writes AIConfigurator's, for one measured run."""
+    return {"source": f"silicon_sample {run.id}", "engine": run.backend, "model": MODELS[run.model_path],
+            "precision": "fp8", "chip": CHIPS[run.system], "tp": int(run.tp_size), "lengths": "fixed",
+            "input_len": int(run.isl), "output_len": int(run.osl), "arrival": "concurrency",
+            "concurrency": int(run.concurrency), "engine_settings": engine_settings(run.backend, int(run.isl)),
+            "window": window, "requests_per_slot": REQUESTS_PER_SLOT,
+            "ttft_stat": "mean", "decode_metric": "tpot", "decode_stat": "mean"}
 
 
 def main() -> None:
