@@ -78,6 +78,39 @@ def test_matmul_efficiency_is_measured_over_peak_or_the_default():
     assert load_chip("b200").matmul_efficiency["fp4"] == DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION
 
 
+def test_hbm_efficiency_is_the_measured_stream_bandwidth_over_peak_or_the_default():
+    """Decode GEMMs measured on A100 stream at 1.48 of its 2.039 TB/s; a chip without a measurement
+    takes the shared default."""
+    from tokenpath.compute.efficiency import HBM_BW_EFFICIENCY
+
+    assert load_chip("a100").hbm_bw_efficiency == pytest.approx(1.48 / 2.039)
+    assert load_chip("h200").effective_hbm_bw_Bps == pytest.approx(3.95e12)
+    assert load_chip("mi300x").hbm_bw_efficiency == HBM_BW_EFFICIENCY
+
+
+def test_an_hbm_efficiency_override_replaces_the_measured_one_too():
+    from tokenpath.assumptions import Assumptions
+
+    with Assumptions(values={"hbm_bw_efficiency": 0.6}, overridden=("hbm_bw_efficiency",)).active():
+        assert load_chip("a100").hbm_bw_efficiency == 0.6
+        assert load_chip("mi300x").hbm_bw_efficiency == 0.6
+
+
+@pytest.mark.parametrize("value", ["2.5 TB/s", "0 TB/s"])
+def test_a_measured_stream_bandwidth_beyond_the_peak_is_a_one_line_error(monkeypatch, value):
+    real_lookup = catalog.lookup
+
+    def lookup(filename, name, kind, list_command):
+        canonical, table = real_lookup(filename, name, kind, list_command)
+        return canonical, {**table, "measured_stream_bw": value}
+
+    monkeypatch.setattr(catalog, "lookup", lookup)
+    with pytest.raises(UserError) as error:
+        load_chip("a100")
+    assert str(error.value) == ("catalog chips.toml [a100] measured_stream_bw: must be positive and at most "
+                                f"hbm_bw (2.039 TB/s); got {value!r}")
+
+
 def test_a_precision_without_tensor_cores_runs_weight_only_where_engines_do():
     """fp8 on A100 and fp4 on Hopper run as vLLM's Marlin kernels run them: stored low, multiplied at bf16."""
     a100, h100 = load_chip("a100"), load_chip("h100")

@@ -32,6 +32,11 @@ def assumed(name: str, default: float) -> float:
     return _ACTIVE.get().get(name, default)
 
 
+def overridden(name: str) -> bool:
+    """Whether the active run overrides assumption `name` (so it replaces a catalog's measured figure too)."""
+    return name in _ACTIVE.get()
+
+
 @dataclass(frozen=True)
 class Assumption:
     """One registered constant: `module.constant` holds its default value, in `unit` (SI)."""
@@ -65,7 +70,8 @@ REGISTRY: tuple[Assumption, ...] = (
                "p of the p-norm of a GEMM's compute and memory times; fitted with serving_gemm_fraction",
                "validate trtllm_offline; " + _ROOFLINE_TESTS),
     Assumption("hbm_bw_efficiency", _EFF, "HBM_BW_EFFICIENCY", "1",
-               "streaming kernels reach about 85% of peak HBM bandwidth on H100/H200 (widely reported)",
+               "streaming kernels reach about 85% of peak HBM bandwidth (widely reported); the default of "
+               "chips whose catalog entry has no measured_stream_bw",
                "validate latency (TPOT rows); " + _ROOFLINE_TESTS),
     Assumption("kernel_fixed_s", _EFF, "KERNEL_FIXED_S", "s",
                "shortest GEMM in AIConfigurator's measured H100 table (aiconfigurator-core 0.12.0): 2.45 us",

@@ -10,7 +10,7 @@ from tokenpath.compute import efficiency
 from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.errors import UserError
 from tokenpath.units import parse_bandwidth_Bps, parse_bytes
-from tokenpath.assumptions import assumed
+from tokenpath.assumptions import assumed, overridden
 
 _FALLBACK_PRECISION = "bf16"
 
@@ -20,6 +20,9 @@ class ChipSpec:
     """One chip. `peak_flops` is dense FLOP/s per precision; `matmul_efficiency` the fraction of it a
     large GEMM reaches (measured where published, else efficiency.DEFAULT_MATMUL_EFFICIENCY);
     `scaleup_bw_Bps` is per direction. `measured_scaleup_bw_Bps` is 0.0 where none is published.
+    `hbm_bw_efficiency` is the fraction of `hbm_bw_Bps` a memory-bound kernel sustains: the catalog's
+    measured_stream_bw over hbm_bw where published, else efficiency.HBM_BW_EFFICIENCY (an override of
+    the hbm_bw_efficiency assumption replaces either).
     `weight_only` lists the precisions it has no tensor cores for but serving engines run as
     weight-only quantization (weights stored at that precision, multiplied at bf16).
     `scaleup_domain` is how many chips one scale-up fabric joins (an NVLink domain), `scaleup` that
@@ -73,8 +76,8 @@ class ChipSpec:
 
 
 _REQUIRED = ("source", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
-_OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "host_link", "weight_only", "scaleup",
-             "nic_bw")
+_OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "measured_stream_bw", "host_link",
+             "weight_only", "scaleup", "nic_bw")
 
 
 def list_chips() -> list[str]:
@@ -108,6 +111,15 @@ def load_chip(name: str) -> ChipSpec:
         else:
             matmul_efficiency[precision] = default_efficiency * gemm_fraction
     measured_scaleup = table.get("measured_scaleup_bw")
+    hbm_bw_Bps = parse_bandwidth_Bps(table["hbm_bw"], f"{where} hbm_bw")
+    hbm_bw_efficiency = assumed("hbm_bw_efficiency", efficiency.HBM_BW_EFFICIENCY)
+    if "measured_stream_bw" in table:
+        stream_Bps = parse_bandwidth_Bps(table["measured_stream_bw"], f"{where} measured_stream_bw")
+        if not 0 < stream_Bps <= hbm_bw_Bps:
+            raise UserError(f"{where} measured_stream_bw: must be positive and at most hbm_bw "
+                            f"({table['hbm_bw']}); got {table['measured_stream_bw']!r}")
+        if not overridden("hbm_bw_efficiency"):
+            hbm_bw_efficiency = stream_Bps / hbm_bw_Bps
     weight_only = table.get("weight_only", [])
     if not isinstance(weight_only, list) or any(p not in PRECISION_BYTES or p in peak_flops for p in weight_only):
         raise UserError(f"{where} weight_only: list precisions it has no peak_tflops for, from "
@@ -124,10 +136,10 @@ def load_chip(name: str) -> ChipSpec:
         name=canonical,
         peak_flops=peak_flops,
         hbm_bytes=parse_bytes(table["hbm"], f"{where} hbm"),
-        hbm_bw_Bps=parse_bandwidth_Bps(table["hbm_bw"], f"{where} hbm_bw"),
+        hbm_bw_Bps=hbm_bw_Bps,
         scaleup_bw_Bps=parse_bandwidth_Bps(table["scaleup_bw"], f"{where} scaleup_bw"),
         matmul_efficiency=matmul_efficiency,
-        hbm_bw_efficiency=assumed("hbm_bw_efficiency", efficiency.HBM_BW_EFFICIENCY),
+        hbm_bw_efficiency=hbm_bw_efficiency,
         source=str(table["source"]),
         measured_scaleup_bw_Bps=(
             parse_bandwidth_Bps(measured_scaleup, f"{where} measured_scaleup_bw") if measured_scaleup else 0.0
