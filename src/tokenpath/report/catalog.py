@@ -32,7 +32,9 @@ def chips_table() -> Table:
         flops = ", ".join(f"{p} {v / 1e12:,.0f}" for p, v in c.peak_flops.items())
         nic = format_bandwidth(c.nic_bw_Bps) if c.nic_bw_Bps else "-"
         rows.append([name, flops, ", ".join(c.weight_only) or "-", format_bytes(c.hbm_bytes),
-                     format_bandwidth(c.hbm_bw_Bps), f"{format_bandwidth(c.scaleup_bw_Bps)} x {c.scaleup_domain:,}", nic])
-    return catalog_table("Chips (dense peak TFLOP/s; weight-only precisions multiply at bf16; scale-up per direction "
-                         "x chips in its domain; NIC per direction)",
-                         ["name", "TFLOP/s", "weight-only", "HBM", "HBM bandwidth", "scale-up", "NIC"], rows)
+                     format_bandwidth(c.hbm_bw_Bps), format_bandwidth(c.effective_hbm_bw_Bps),
+                     f"{format_bandwidth(c.scaleup_bw_Bps)} x {c.scaleup_domain:,}", nic])
+    return catalog_table("Chips (dense peak TFLOP/s; weight-only precisions multiply at bf16; streamed: the HBM bandwidth "
+                         "memory-bound kernels run at, measured where published; scale-up per direction x chips in its "
+                         "domain; NIC per direction)",
+                         ["name", "TFLOP/s", "weight-only", "HBM", "HBM bandwidth", "streamed", "scale-up", "NIC"], rows)
