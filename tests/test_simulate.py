@@ -397,6 +397,25 @@ def test_explain_of_a_run_of_two_steps_takes_one_of_them():
     assert steady_step(sim) in range(len(sim.traces[0].step_start_ns))
 
 
+def test_without_chunked_prefill_a_step_must_hold_a_whole_prompt_or_recompute():
+    """Without chunked prefill a prompt runs in one step; where a sequence can be preempted (on-demand
+    KV) its recompute of prompt and output does too, and with reserved KV (TensorRT-LLM's
+    GUARANTEED_NO_EVICT) nothing is preempted, so the prompt alone must fit."""
+    from tokenpath.errors import UserError
+    from tokenpath.pipeline import prepare
+
+    lengths = {"workload.num_requests": 4, "workload.input": {"kind": "fixed", "value": 1024},
+               "workload.output": {"kind": "fixed", "value": 1024}, "engine.chunked_prefill": False,
+               "engine.max_num_batched_tokens": 1664, "engine.max_num_seqs": 128}
+    prepare(load_scenario("typical", {**lengths, "engine.scheduler": "trtllm"}))  # 1,024 <= 1,664
+    with pytest.raises(UserError, match=r"^engine\.max_num_batched_tokens: request 0 needs 2048 tokens in one step "
+                                        r"without chunked prefill; enable engine\.chunked_prefill"):
+        prepare(load_scenario("typical", {**lengths, "engine.scheduler": "trtllm", "engine.kv_admission": "on_demand"}))
+    with pytest.raises(UserError, match=r"needs 1024 tokens in one step"):
+        prepare(load_scenario("typical", {**lengths, "engine.scheduler": "trtllm",
+                                          "engine.max_num_batched_tokens": 1000}))
+
+
 def test_a_request_whose_reserved_blocks_exceed_the_cache_is_a_one_line_error():
     from tokenpath.errors import UserError
     from tokenpath.pipeline import prepare

@@ -119,8 +119,13 @@ def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -
             f"workload: request {worst} needs {needed} tokens of KV cache but one replica holds "
             f"{held}; raise --tp, use fp8, or lower the lengths"
         )
-    if not scenario.engine.chunked_prefill and longest > scenario.engine.max_num_batched_tokens:
-        raise UserError(
-            f"engine.max_num_batched_tokens: request {worst} needs {longest} tokens in one step without chunked "
-            "prefill; enable engine.chunked_prefill or raise max_num_batched_tokens"
-        )
+    if not scenario.engine.chunked_prefill:
+        # A whole prompt runs in one step; where sequences can be preempted, a recompute of the prompt
+        # and the tokens generated so far does too (with reserved KV nothing is ever preempted).
+        step = requests.input_tokens if scenario.engine.kv_admission == "reserve" else total
+        worst = int(np.argmax(step))
+        if step[worst] > scenario.engine.max_num_batched_tokens:
+            raise UserError(
+                f"engine.max_num_batched_tokens: request {worst} needs {int(step[worst])} tokens in one step "
+                "without chunked prefill; enable engine.chunked_prefill or raise max_num_batched_tokens"
+            )
