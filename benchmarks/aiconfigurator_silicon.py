@@ -42,8 +42,9 @@ def engine_settings(backend: str, isl: int) -> dict:
     if backend == "vllm":
         return {"max_num_seqs": 512, "max_num_batched_tokens": 512 + isl + 1500}
     if backend == "trtllm":
-        return {"max_num_seqs": 128, "max_num_batched_tokens": math.ceil((128 + isl + 500) / 32) * 32}
-    return {"max_num_batched_tokens": isl + 1500, "mixed_chunk": True}
+        return {"max_num_seqs": 128, "max_num_batched_tokens": math.ceil((128 + isl + 500) / 32) * 32,
+                "chunked_prefill": False, "cuda_graphs": "decode"}
+    return {"max_num_batched_tokens": isl + 1500, "mixed_chunk": True, "cuda_graphs": "decode"}
 
 
 def default_csv() -> Path:
