@@ -197,6 +197,33 @@ def test_rows_moved_into_numpy_blocks_mid_run_give_the_same_trace(monkeypatch):
         assert np.array_equal(getattr(whole, field), getattr(flushed, field)), field
 
 
+def test_a_replica_that_does_not_keep_its_rows_serves_the_same_steps_in_bounded_memory(monkeypatch):
+    """A live server steps for as long as it runs and never reads its rows back: with keep_rows=False
+    each flush drops them, and the steps it takes are the same."""
+    monkeypatch.setattr(Rows, "FLUSH_VALUES", 64)
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=128)
+
+    def serve(keep_rows):
+        replica = Replica(FixedCosts(base_s=3e-4, per_token_s=2e-6), LastMile(NO_NETWORK), spec, 10**6,
+                          record_emitters=True, keep_rows=keep_rows)
+        for i in range(40):
+            replica.submit(100 + i, 30, arrival_ns=i * 1_000_000)
+        emitted, finished = [], []
+        while not replica.idle:
+            finished += replica.step()
+            emitted.append(sorted(replica.emitters))
+        return replica, emitted, finished
+
+    kept, emitted_kept, finished_kept = serve(True)
+    dropped, emitted, finished = serve(False)
+    assert (emitted, finished, dropped.now) == (emitted_kept, finished_kept, kept.now)
+    assert dropped.num_steps > 100 and len(kept.steps()["start_ns"]) == kept.num_steps
+    rows = (dropped.step_rows, dropped.span_rows, dropped.silent_rows, dropped.tick_rows)
+    assert all(not r.blocks and len(r.buffer) < 64 + 3 * 8 * 8 for r in rows)
+    with pytest.raises(RuntimeError, match="keep_rows=False"):
+        dropped.steps()
+
+
 def state_of(replica, i):
     """Where request i is in the fast engine, between steps."""
     if i in replica.decoding:

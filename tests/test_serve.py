@@ -13,6 +13,8 @@ from tokenpath.delivery import Detokenizer
 from tokenpath.scenario import load_scenario
 from tokenpath.serve import ServeOptions, make_app
 from tokenpath.serve.app import SERVER, start_server, stop_server
+from tokenpath.engine.replica import Replica
+from tokenpath.serve import live
 from tokenpath.serve.live import LiveEngine
 from tokenpath.serve.openai import Ask
 from tokenpath.serve.output import OutputSlots, new_response
@@ -288,6 +290,8 @@ def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as
         abort_in_engine(engine, response)
 
     monkeypatch.setattr(LiveEngine, "abort", abort)
+    # the server drops its step rows as it goes; this test reads them back to see where each request stopped
+    monkeypatch.setattr(live, "Replica", lambda *args, **kwargs: Replica(*args, **{**kwargs, "keep_rows": True}))
     alone = {"model": "m", "prompt": [7] * 200, "max_tokens": 20, "stream": True}
     long = {"model": "m", "prompt": "Tell me a story.", "max_tokens": 2000, "stream": True}
 

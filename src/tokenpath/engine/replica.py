@@ -89,18 +89,22 @@ class _Rows:
 
     FLUSH_VALUES = 1 << 16
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, keep: bool = True) -> None:
         self.width = width
+        self.keep = keep  # False: rows are dropped at each flush (a server that never reads them back)
         self.buffer: list[int] = []  # callers extend it in place: its identity never changes
         self.blocks: list[np.ndarray] = []
 
     def flush(self) -> None:
         if self.buffer:
-            self.blocks.append(np.fromiter(self.buffer, np.int64, len(self.buffer)).reshape(-1, self.width))
+            if self.keep:
+                self.blocks.append(np.fromiter(self.buffer, np.int64, len(self.buffer)).reshape(-1, self.width))
             self.buffer.clear()
 
     def array(self) -> np.ndarray:
         """Every row so far, as a (rows, width) array."""
+        if not self.keep:
+            raise RuntimeError("this replica was built with keep_rows=False: its step rows were not kept")
         self.flush()
         if len(self.blocks) != 1:
             self.blocks = [np.concatenate(self.blocks) if self.blocks else np.empty((0, self.width), np.int64)]
@@ -124,7 +128,10 @@ class Replica:
     """An engine replica. `submit` requests, then call `step` until `idle`."""
 
     def __init__(self, costs: StepCosts, host: Host, spec: EngineSpec, kv_capacity_tokens: int,
-                 record_emitters: bool = False) -> None:
+                 record_emitters: bool = False, keep_rows: bool = True) -> None:
+        """`record_emitters`: keep each step's emitters for a live caller (serve); `keep_rows`: keep the
+        per-step and per-token rows `steps`, `spans` and `accounts` read back (a long-running server
+        that never reads them passes False, so its memory does not grow with every step)."""
         if spec.max_num_batched_tokens < spec.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
         self.costs, self.host, self.spec = costs, host, spec
@@ -191,9 +198,10 @@ class Replica:
         # a token in each of consecutive ticks, and each prompt's first token (request, step, 1): the
         # same table when ticks are steps. Steps a request took part in without sampling (a prompt
         # chunk that does not finish its prompt): (request, step). The step of each tick, when they differ.
-        self.step_rows, self.span_rows, self.silent_rows = _Rows(len(STEP_FIELDS)), _Rows(3), _Rows(2)
-        self.first_rows = _Rows(3) if self.pauses else self.span_rows
-        self.tick_rows = _Rows(1)
+        self.step_rows = _Rows(len(STEP_FIELDS), keep_rows)
+        self.span_rows, self.silent_rows = _Rows(3, keep_rows), _Rows(2, keep_rows)
+        self.first_rows = _Rows(3, keep_rows) if self.pauses else self.span_rows
+        self.tick_rows = _Rows(1, keep_rows)
         self._step_buffer, self._span_buffer = self.step_rows.buffer, self.span_rows.buffer
         self._silent_buffer, self._first_buffer = self.silent_rows.buffer, self.first_rows.buffer
         self._tick_buffer = self.tick_rows.buffer

@@ -34,7 +34,7 @@ class LiveEngine:
                  clock_ns=time.perf_counter_ns) -> None:
         engine = scenario.engine
         self.replica = Replica(deployment.costs, LastMile(scenario.resolved_delivery()), engine,
-                               deployment.kv_capacity_tokens, record_emitters=True)
+                               deployment.kv_capacity_tokens, record_emitters=True, keep_rows=False)
         self.output = OutputSlots(detokenizer, scenario.delivery.stream_interval)
         self.clock_ns = clock_ns
         self.start_ns = clock_ns()
