@@ -212,6 +212,40 @@ def test_cuda_graph_policy_decides_which_steps_launch_eagerly():
         ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="eager")
 
 
+def test_an_eager_step_lasts_at_least_its_hosts_launches():
+    """With a host time per kernel (vLLM's and SGLang's Python), an eager step lasts the longer of its
+    kernels with their launch gaps and the host's launches; a replayed graph, or no host time (a C++
+    runtime), leaves the step as it was. The host's own step time comes on top, or overlaps."""
+    model, chip = load_model("llama-3.1-70b"), load_chip("h200")
+    per_kernel = 38e-6
+    floored = ComputeModel(model, chip, 4, "bf16", "bf16", cuda_graphs="decode", host_step_s=1e-3,
+                           host_eager_per_kernel_s=per_kernel)
+    plain = ComputeModel(model, chip, 4, "bf16", "bf16", cuda_graphs="decode", host_step_s=1e-3)
+    kernels = 80 * (12 + 2) + 3  # bf16: the fp8 count less 4 input quantizations; two all-reduces a layer at TP4
+    assert floored.kernels_per_step == kernels and floored.eager_host_s == pytest.approx(kernels * per_kernel)
+    short = (224, 1, 224 * 225 / 2, 224)        # a ShareGPT-sized prefill: the host's launches are longer
+    long = (8192, 1, 8192 * 8193 / 2, 8192)     # a long one: the kernels are
+    decode = (32, 32, 0, 32 * 500)              # replays a graph
+    assert plain.step_time_s(*short) < floored.eager_host_s
+    assert floored.step_time_s(*short) == pytest.approx(kernels * per_kernel + 1e-3, rel=1e-12)
+    assert floored.step_time_s(*long) == plain.step_time_s(*long) > floored.eager_host_s
+    assert floored.step_time_s(*decode) == plain.step_time_s(*decode)
+    overlapped = ComputeModel(model, chip, 4, "bf16", "bf16", cuda_graphs="decode", host_step_s=1e-3,
+                              host_overlapped=True, host_eager_per_kernel_s=per_kernel)
+    assert overlapped.step_time_s(*short) == pytest.approx(kernels * per_kernel, rel=1e-12)
+
+
+def test_the_python_engines_pay_the_eager_host_floor_and_tensorrt_llm_does_not():
+    from tokenpath.assumptions import Assumptions
+    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S, host_step_cost
+
+    assert host_step_cost("prefill-first").eager_per_kernel_s == EAGER_HOST_PER_KERNEL_S
+    assert host_step_cost("vllm-v1").eager_per_kernel_s == EAGER_HOST_PER_KERNEL_S
+    assert host_step_cost("trtllm").eager_per_kernel_s == 0.0
+    with Assumptions(values={"eager_host_per_kernel_s": 20e-6}).active():
+        assert host_step_cost("prefill-first").eager_per_kernel_s == 20e-6
+
+
 def test_moe_expected_experts_touched():
     cm = compute_model("deepseek-v3")
     assert cm.experts_touched(0) == 0

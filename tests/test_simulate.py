@@ -216,21 +216,32 @@ def test_explain_names_the_low_latency_all_to_alls_of_a_decode_step(capsys):
     assert "expert all-to-alls (low-latency kernels," in capsys.readouterr().out
 
 
-def test_an_eager_engine_pays_its_kernel_launches_on_every_step():
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "trtllm"])
+def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
+    """Each step of an eager engine is its kernels with their launch gaps; under vLLM's Python host it
+    is no shorter than the host's launches (engine/host_time.py), and TensorRT-LLM has no such floor."""
     from tokenpath.report.explain import explain
 
     same = {"workload.num_requests": 200, "workload.arrival.rate": "inf", "workload.input": {"kind": "fixed", "value": 100},
-            "workload.output": {"kind": "fixed", "value": 20}, "engine.max_num_seqs": 200}
+            "workload.output": {"kind": "fixed", "value": 20}, "engine.max_num_seqs": 200,
+            "engine.scheduler": scheduler, "engine.host_overlap": False}
     graphed = simulate(small(**same))
     eager = simulate(small(**same, **{"engine.cuda_graphs": "none"}))
-    launch_s = eager.deployment.compute.eager_launch_s
+    compute = eager.deployment.compute
+    launch_s, floor_s = compute.eager_launch_s, compute.eager_host_s
+    assert (floor_s > 0) == (scheduler == "vllm-v1") and launch_s > 0
     step = explain(eager)
-    ops_s = sum(op["time_s"] for op in step["ops"]) + step["engine_host_s"] + step["launch_s"]
-    assert step["launch_s"] == launch_s > 0 and abs(ops_s - step["compute_s"]) <= 1e-9
-    # Offline, fixed lengths: the same steps, each one longer by the launches.
+    kernels_only_s = sum(op["time_s"] for op in step["ops"])
+    assert abs(kernels_only_s + step["engine_host_s"] + step["launch_s"] - step["compute_s"]) <= 1e-9
+    assert step["launch_s"] == pytest.approx(max(launch_s, floor_s - kernels_only_s), rel=1e-9)
+    assert step["launch_host_bound"] == (floor_s - kernels_only_s > launch_s)
+    # Offline, fixed lengths: the same steps, each one's kernels longer by the launches, or the host's
     g, e = graphed.traces[0], eager.traces[0]
     assert np.array_equal(g.step_tokens, e.step_tokens)
-    assert np.allclose(e.step_compute_ns - g.step_compute_ns, launch_s * 1e9, atol=1)
+    host_s = np.array([compute.host_s(n) for n in g.step_logits])
+    kernels_s = g.step_compute_ns / 1e9 - host_s
+    expected_s = np.maximum(kernels_s + launch_s, floor_s) + host_s
+    assert np.allclose(e.step_compute_ns, expected_s * 1e9, atol=2)
 
 
 def test_validate_predicts_the_published_rows_it_covers():

@@ -87,7 +87,7 @@ def _build_deployment(scenario: Scenario) -> Deployment:
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=engine.cuda_graph_max_tokens,
                            expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
                            host_step_s=host.step_s, host_per_sequence_s=host.per_sequence_s,
-                           host_overlapped=host.overlapped)
+                           host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s)
     kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens,
                                            engine.max_num_seqs * dep.pp) // dep.pp
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"

@@ -62,7 +62,9 @@ class ComputeModel:
 
     CUDA graphs (the engine's `cuda_graphs` and `cuda_graph_max_tokens`): "all" captures every step of
     up to `cuda_graph_max_tokens` tokens (None: any size), "decode" only those where every sequence
-    decodes one token (num_tokens == num_logits), "none" no step.
+    decodes one token (num_tokens == num_logits), "none" no step. A step that replays no graph adds
+    its launch gaps to its kernels, and lasts at least its kernel count times
+    `host_eager_per_kernel_s`, the host's time to launch them (engine/host_time.py; 0: no floor).
 
     Expert parallelism over `expert_replicas` replicas of `tp` chips each: every chip holds whole
     routed experts, 1/(tp * expert_replicas) of them, which serve the tokens of all those replicas.
@@ -74,7 +76,7 @@ class ComputeModel:
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
                  expert_replicas: int = 1, host_step_s: float = 0.0, host_per_sequence_s: float = 0.0,
-                 host_overlapped: bool = False):
+                 host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -119,6 +121,8 @@ class ComputeModel:
         self._logit_bytes = assumed("logit_bytes", LOGIT_BYTES)
         self.eager_launch_s: float = self.kernels_per_step * assumed("eager_kernel_launch_s",
                                                                       efficiency.EAGER_KERNEL_LAUNCH_S)
+        # The host's time to launch an eager step's kernels, a floor under the step (engine/host_time.py).
+        self.eager_host_s: float = self.kernels_per_step * host_eager_per_kernel_s
         self._compile()
 
     @property
@@ -262,8 +266,18 @@ class ComputeModel:
         """The host's time for a step that samples `num_logits` sequences."""
         return self.host_step_s + self.host_per_sequence_s * num_logits
 
+    def kernels_s(self, kernels_s: float, num_tokens: int, num_logits: int) -> float:
+        """The GPU part of a step whose kernels take `kernels_s`: with its launch gaps when it replays no
+        graph, and then no shorter than the host's time to launch them (eager_host_s)."""
+        launch_s = self.launch_s(num_tokens, num_logits)
+        if not launch_s:
+            return kernels_s
+        kernels_s += launch_s
+        return kernels_s if kernels_s > self.eager_host_s else self.eager_host_s
+
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
-        """Sum of step_ops times and launch_s, plus host_s (or, overlapped, the larger of the two).
+        """The sum of step_ops times, as `kernels_s` launches them, plus host_s (or, overlapped, the
+        larger of the two).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
@@ -275,12 +289,9 @@ class ComputeModel:
         if total is None:
             total = self._tokens_s[t] = self._kernels_fixed_s + self._sum_s(self._token_ops, t, 0)
         logits_s = self._logits_s.get(n)
-        if logits_s is None:  # a host in the step's path is added here, once per distinct n
-            host_s = 0.0 if self.host_overlapped else self.host_s(n)
-            logits_s = self._logits_s[n] = host_s + self._sum_s(self._logit_ops, 0, n)
+        if logits_s is None:
+            logits_s = self._logits_s[n] = self._sum_s(self._logit_ops, 0, n)
         total += logits_s
-        if not self._every_step_captured:
-            total += self.launch_s(t, n)
         if self._window:
             attn_pairs, kv_read_tokens = self.attention_aggregates(t, n, attn_pairs, kv_read_tokens)
         touched = 0.0
@@ -293,10 +304,12 @@ class ComputeModel:
                 total += op_time_s(compute_s, memory_s, True, self.gemm_overlap_norm)
             else:  # op_time_s's max, inline: this runs every step
                 total += compute_s if compute_s > memory_s else memory_s
+        if not self._every_step_captured:
+            total = self.kernels_s(total, t, n)
+        host_s = self.host_step_s + self.host_per_sequence_s * n
         if self.host_overlapped:
-            host_s = self.host_step_s + self.host_per_sequence_s * n
             return total if total > host_s else host_s
-        return total
+        return total + host_s
 
     def _sum_s(self, ops: list[LinearOp], num_tokens: int, num_logits: int) -> float:
         bw = self.chip.effective_hbm_bw_Bps

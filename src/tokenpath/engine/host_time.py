@@ -20,11 +20,13 @@ from tokenpath.assumptions import assumed
 @dataclass(frozen=True)
 class HostStepCost:
     """Host time of one step: `step_s`, plus `per_sequence_s` for every sequence that samples a token;
-    `overlapped`: prepared while the GPU runs the step before."""
+    `overlapped`: prepared while the GPU runs the step before; `eager_per_kernel_s`: the host's time
+    per kernel when the step replays no CUDA graph (0: not a floor under the step)."""
 
     step_s: float
     per_sequence_s: float
     overlapped: bool
+    eager_per_kernel_s: float = 0.0
 
 
 # The fixed host time of a step, the same order for every engine written in Python around the GPU:
@@ -35,6 +37,21 @@ HOST_STEP_S = 0.5e-3
 # Per sequence sampled: vLLM V1's Scheduler.update_from_output takes 0.287 ms for 256 decoding
 # sequences, 1.12 us each (vllm-project/vllm pull request 46112's micro-benchmark).
 HOST_PER_SEQUENCE_S = 1.12e-6
+
+# A Python engine's host time per kernel of a step it launches eagerly (no CUDA graph replayed): the
+# model's Python forward pass, the PyTorch dispatcher and the launch call, spread over the kernels it
+# launches. The host runs ahead of the GPU, so such a step lasts the longer of its kernels (with their
+# launch gaps, compute/efficiency.EAGER_KERNEL_LAUNCH_S each) and the host's launches: prefills of a
+# few hundred tokens are host-bound, long ones are not. Calibrated once, on DataCrunch's SGLang
+# ShareGPT run at 4 req/s (Llama 3.3 70B on 4 x H200, a calibration row of `tokenpath validate --group
+# latency`): 35 us gives -5% TTFT there, 38 us +0.04%, 40 us +3%. For comparison, AIConfigurator times
+# one eager custom all-reduce call in vLLM and SGLang at 19-22 us on H100 and H200 hosts, where its
+# kernel takes 5 us; a whole layer's Python per kernel is more.
+EAGER_HOST_PER_KERNEL_S = 38e-6
+# The profiles that pay it: vLLM and SGLang, where it was calibrated and checked. TensorRT-LLM's C++
+# runtime launches from C++; its PyTorch backend fuses more of a layer into fewer, custom ops, and its
+# host time per kernel is not calibrated here: no floor.
+EAGER_HOST_FLOOR = {"vllm-v1": True, "prefill-first": True, "trtllm": False}
 
 # Whether each profile's engine prepares a step while the GPU runs the one before: vLLM V1's engine
 # core does not (before its opt-in async scheduling); SGLang (since v0.4) and TensorRT-LLM's PyTorch
@@ -58,4 +75,5 @@ def host_step_cost(scheduler: str, overlap: bool | None = None, scheduler_steps:
     of `scheduler_steps` steps, whose scheduling and input preparation are shared by the window."""
     return HostStepCost(assumed("host_step_s", HOST_STEP_S) / scheduler_steps,
                         assumed("host_per_sequence_s", HOST_PER_SEQUENCE_S),
-                        host_overlapped(scheduler, overlap))
+                        host_overlapped(scheduler, overlap),
+                        assumed("eager_host_per_kernel_s", EAGER_HOST_PER_KERNEL_S) if EAGER_HOST_FLOOR[scheduler] else 0.0)
