@@ -266,9 +266,9 @@ class ComputeModel:
         """The host's time for a step that samples `num_logits` sequences."""
         return self.host_step_s + self.host_per_sequence_s * num_logits
 
-    def kernels_s(self, kernels_s: float, num_tokens: int, num_logits: int) -> float:
-        """The GPU part of a step whose kernels take `kernels_s`: with its launch gaps when it replays no
-        graph, and then no shorter than the host's time to launch them (eager_host_s)."""
+    def launched_s(self, kernels_s: float, num_tokens: int, num_logits: int) -> float:
+        """How long a step whose kernels take `kernels_s` lasts as launched: with its launch gaps when
+        it replays no graph, and then no shorter than the host's time to launch them (eager_host_s)."""
         launch_s = self.launch_s(num_tokens, num_logits)
         if not launch_s:
             return kernels_s
@@ -276,7 +276,7 @@ class ComputeModel:
         return kernels_s if kernels_s > self.eager_host_s else self.eager_host_s
 
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
-        """The sum of step_ops times, as `kernels_s` launches them, plus host_s (or, overlapped, the
+        """The sum of step_ops times, as `launched_s` launches them, plus host_s (or, overlapped, the
         larger of the two).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
@@ -305,7 +305,7 @@ class ComputeModel:
             else:  # op_time_s's max, inline: this runs every step
                 total += compute_s if compute_s > memory_s else memory_s
         if not self._every_step_captured:
-            total = self.kernels_s(total, t, n)
+            total = self.launched_s(total, t, n)
         host_s = self.host_step_s + self.host_per_sequence_s * n
         if self.host_overlapped:
             return total if total > host_s else host_s

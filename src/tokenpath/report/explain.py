@@ -65,7 +65,7 @@ def explain(sim: Simulation) -> dict[str, Any]:
     ops = deployment.compute.step_ops(shape["tokens"], shape["sampled"], shape["attention_pairs"], shape["kv_read_tokens"])
     compute = deployment.compute
     kernels_s = sum(op.time_s for op in ops)
-    launched_s = compute.kernels_s(kernels_s, shape["tokens"], shape["sampled"])
+    launched_s = compute.launched_s(kernels_s, shape["tokens"], shape["sampled"])
     return {
         "step": i,
         "shape": shape,
