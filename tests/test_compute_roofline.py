@@ -213,7 +213,7 @@ def test_cuda_graph_policy_decides_which_steps_launch_eagerly():
 
 
 def test_an_eager_step_lasts_at_least_its_hosts_launches():
-    """With a host time per kernel (vLLM's and SGLang's Python), an eager step lasts the longer of its
+    """With a host time per kernel (SGLang's and vLLM V0's Python), an eager step lasts the longer of its
     kernels with their launch gaps and the host's launches; a replayed graph, or no host time (a C++
     runtime), leaves the step as it was. The host's own step time comes on top, or overlaps."""
     model, chip = load_model("llama-3.1-70b"), load_chip("h200")
@@ -235,13 +235,12 @@ def test_an_eager_step_lasts_at_least_its_hosts_launches():
     assert overlapped.step_time_s(*short) == pytest.approx(kernels * per_kernel, rel=1e-12)
 
 
-def test_the_python_engines_pay_the_eager_host_floor_and_tensorrt_llm_does_not():
+def test_sglang_and_vllm_v0_pay_the_eager_host_floor_and_the_compiled_or_cpp_engines_do_not():
     from tokenpath.assumptions import Assumptions
     from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S, host_step_cost
 
     assert host_step_cost("prefill-first").eager_per_kernel_s == EAGER_HOST_PER_KERNEL_S
-    assert host_step_cost("vllm-v1").eager_per_kernel_s == EAGER_HOST_PER_KERNEL_S
-    assert host_step_cost("trtllm").eager_per_kernel_s == 0.0
+    assert host_step_cost("vllm-v1").eager_per_kernel_s == host_step_cost("trtllm").eager_per_kernel_s == 0.0
     with Assumptions(values={"eager_host_per_kernel_s": 20e-6}).active():
         assert host_step_cost("prefill-first").eager_per_kernel_s == 20e-6
 

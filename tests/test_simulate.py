@@ -216,10 +216,11 @@ def test_explain_names_the_low_latency_all_to_alls_of_a_decode_step(capsys):
     assert "expert all-to-alls (low-latency kernels," in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("scheduler", ["vllm-v1", "trtllm"])
+@pytest.mark.parametrize("scheduler", ["prefill-first", "trtllm"])
 def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
-    """Each step of an eager engine is its kernels with their launch gaps; under vLLM's Python host it
-    is no shorter than the host's launches (engine/host_time.py), and TensorRT-LLM has no such floor."""
+    """Each step of an eager engine is its kernels with their launch gaps; under SGLang's and vLLM V0's
+    Python host it is no shorter than the host's launches (engine/host_time.py), and TensorRT-LLM has
+    no such floor."""
     from tokenpath.report.explain import explain
 
     same = {"workload.num_requests": 200, "workload.arrival.rate": "inf", "workload.input": {"kind": "fixed", "value": 100},
@@ -229,7 +230,7 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     eager = simulate(small(**same, **{"engine.cuda_graphs": "none"}))
     compute = eager.deployment.compute
     launch_s, floor_s = compute.eager_launch_s, compute.eager_host_s
-    assert (floor_s > 0) == (scheduler == "vllm-v1") and launch_s > 0
+    assert (floor_s > 0) == (scheduler == "prefill-first") and launch_s > 0
     step = explain(eager)
     kernels_only_s = sum(op["time_s"] for op in step["ops"])
     assert abs(kernels_only_s + step["engine_host_s"] + step["launch_s"] - step["compute_s"]) <= 1e-9

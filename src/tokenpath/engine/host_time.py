@@ -48,10 +48,12 @@ HOST_PER_SEQUENCE_S = 1.12e-6
 # one eager custom all-reduce call in vLLM and SGLang at 19-22 us on H100 and H200 hosts, where its
 # kernel takes 5 us; a whole layer's Python per kernel is more.
 EAGER_HOST_PER_KERNEL_S = 38e-6
-# The profiles that pay it: vLLM and SGLang, where it was calibrated and checked. TensorRT-LLM's C++
-# runtime launches from C++; its PyTorch backend fuses more of a layer into fewer, custom ops, and its
-# host time per kernel is not calibrated here: no floor.
-EAGER_HOST_FLOOR = {"vllm-v1": True, "prefill-first": True, "trtllm": False}
+# The profiles that pay it: prefill-first, SGLang's and vLLM V0's, whose model code runs op by op in
+# Python when no graph is replayed (calibrated on SGLang, checked on vLLM V0). vLLM V1 compiles its
+# model with torch.compile by default (fused kernels, a Python call per compiled piece), TensorRT-LLM
+# launches from its C++ runtime or fuses a layer into fewer custom ops in its PyTorch backend: neither
+# host time per kernel is measured here, so no floor.
+EAGER_HOST_FLOOR = {"vllm-v1": False, "prefill-first": True, "trtllm": False}
 
 # Whether each profile's engine prepares a step while the GPU runs the one before: vLLM V1's engine
 # core does not (before its opt-in async scheduling); SGLang (since v0.4) and TensorRT-LLM's PyTorch
