@@ -83,7 +83,10 @@ class PromptBuilder:
         tiled = (self.text + "\n\n") * copies
         self._ids = list(self.tokenizer.encode(tiled))
         if self._by_offset:
-            pieces = [self.tokenizer.decode([token]) for token in self._ids]
+            if self._ids == self._unit * copies:  # the copies join cleanly: one copy's pieces, repeated
+                pieces = self._pieces * copies
+            else:
+                pieces = [self.tokenizer.decode([token]) for token in self._ids]
             if "".join(pieces) == tiled:
                 self._tiled = tiled
                 self._offsets = np.concatenate(([0], np.cumsum([len(piece) for piece in pieces]))).tolist()
