@@ -44,8 +44,8 @@ def stream_fractions(table: Path, peak_Bps: float) -> list[float]:
     """Each qualifying GEMM's sustained bandwidth over the chip's peak."""
     df = pd.read_parquet(table)
     df = df[(df.gemm_dtype == "bfloat16") & (df.m <= MAX_M)]
+    df = df[df.n * df.k * BF16_BYTES >= MIN_WEIGHT_BYTES]
     weight_bytes = df.n * df.k * BF16_BYTES
-    df, weight_bytes = df[weight_bytes >= MIN_WEIGHT_BYTES], weight_bytes[weight_bytes >= MIN_WEIGHT_BYTES]
     seconds = df.latency * 1e-3 - KERNEL_FIXED_S   # the tables hold milliseconds
     return list(weight_bytes / seconds / peak_Bps)
 

@@ -99,11 +99,11 @@ def simulated_requests(row: dict[str, Any]) -> tuple[int, int]:
     phase is a run of its own; the warm-up leaves nothing behind that a synthetic prompt reuses)."""
     concurrency = row.get("concurrency")
     window = row["window"]
-    if window in ("steady", "profiling_phase"):
-        count = row.get("requests_per_slot", STEADY_REQUESTS_PER_SLOT) * concurrency
-        if window == "profiling_phase":
-            return count, 0
-        return max(count, STEADY_MIN_REQUESTS), WARMUP_PER_SLOT * concurrency
+    per_slot = row.get("requests_per_slot", STEADY_REQUESTS_PER_SLOT)
+    if window == "profiling_phase":
+        return per_slot * concurrency, 0
+    if window == "steady":
+        return max(per_slot * concurrency, STEADY_MIN_REQUESTS), WARMUP_PER_SLOT * concurrency
     if window != "whole":
         raise ValueError(f"latency row from {row['source']}: unknown window {window!r}")
     count = min(row["num_requests"], MAX_SIMULATED_REQUESTS)

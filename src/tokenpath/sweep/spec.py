@@ -51,7 +51,6 @@ def point_id(values: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
-
 def _is_range(value: dict) -> bool:
     return bool(value) and set(value) <= RANGE_KEYS and "min" in value
 

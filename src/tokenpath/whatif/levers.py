@@ -34,7 +34,6 @@ class _UserLever(BaseModel):
         return flatten(value)
 
 
-
 def read_levers_file(path: str) -> list[Lever]:
     """A user's `[[levers]]` (name, group, overrides); unknown keys, in a lever or its overrides, are errors."""
     files.check_path(path, "--levers")
