@@ -74,7 +74,8 @@ def test_matmul_efficiency_is_measured_over_peak_or_the_default():
     h100 = load_chip("h100")
     assert h100.matmul_efficiency["bf16"] == pytest.approx(794.5 / 989 * SERVING_GEMM_FRACTION)
     assert h100.matmul_efficiency["fp8"] == pytest.approx(1402.6 / 1979 * SERVING_GEMM_FRACTION)
-    assert load_chip("h200").matmul_efficiency["bf16"] == DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION
+    # The H200 runs the H100's compute die: its bf16 figure, from AIConfigurator's tables, is within 2%.
+    assert load_chip("h200").matmul_efficiency["bf16"] == pytest.approx(808 / 989 * SERVING_GEMM_FRACTION)
     assert load_chip("b200").matmul_efficiency["fp4"] == DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION
 
 

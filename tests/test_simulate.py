@@ -219,8 +219,9 @@ def test_explain_names_the_low_latency_all_to_alls_of_a_decode_step(capsys):
 @pytest.mark.parametrize("scheduler", ["prefill-first", "trtllm"])
 def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     """Each step of an eager engine is its kernels with their launch gaps; under SGLang's and vLLM V0's
-    Python host it is no shorter than the host's launches (engine/host_time.py), and TensorRT-LLM has
-    no such floor."""
+    Python host, the host's launches come on top (engine/host_time.py); TensorRT-LLM has none."""
+    from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S
+    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S
     from tokenpath.report.explain import explain
 
     same = {"workload.num_requests": 200, "workload.arrival.rate": "inf", "workload.input": {"kind": "fixed", "value": 100},
@@ -229,20 +230,18 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     graphed = simulate(small(**same))
     eager = simulate(small(**same, **{"engine.cuda_graphs": "none"}))
     compute = eager.deployment.compute
-    launch_s, floor_s = compute.eager_launch_s, compute.eager_host_s
-    assert (floor_s > 0) == (scheduler == "prefill-first") and launch_s > 0
+    per_kernel_s = EAGER_KERNEL_LAUNCH_S + (EAGER_HOST_PER_KERNEL_S if scheduler == "prefill-first" else 0.0)
+    launch_s = compute.eager_launch_s
+    assert launch_s == pytest.approx(compute.kernels_per_step * per_kernel_s, rel=1e-12)
     step = explain(eager)
     kernels_only_s = sum(op["time_s"] for op in step["ops"])
     assert abs(kernels_only_s + step["engine_host_s"] + step["launch_s"] - step["compute_s"]) <= 1e-9
-    assert step["launch_s"] == pytest.approx(max(launch_s, floor_s - kernels_only_s), rel=1e-9)
-    assert step["launch_host_bound"] == (floor_s - kernels_only_s > launch_s)
-    # Offline, fixed lengths: the same steps, each one's kernels longer by the launches, or the host's
+    assert step["launch_s"] == pytest.approx(launch_s, rel=1e-12)
+    assert step["launch_includes_host"] == (scheduler == "prefill-first")
+    # Offline, fixed lengths: the same steps, each one's kernels longer by the launches
     g, e = graphed.traces[0], eager.traces[0]
     assert np.array_equal(g.step_tokens, e.step_tokens)
-    host_s = np.array([compute.host_s(n) for n in g.step_logits])
-    kernels_s = g.step_compute_ns / 1e9 - host_s
-    expected_s = np.maximum(kernels_s + launch_s, floor_s) + host_s
-    assert np.allclose(e.step_compute_ns, expected_s * 1e9, atol=2)
+    assert np.allclose(e.step_compute_ns - g.step_compute_ns, launch_s * 1e9, atol=2)
 
 
 def test_validate_predicts_the_published_rows_it_covers():

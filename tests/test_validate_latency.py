@@ -139,15 +139,15 @@ def test_a_prediction_uses_the_rows_statistic():
 
 
 def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, capsys):
-    """A guard on today's medians (TTFT 16.2%, TPOT/ITL 11.3% over 37 rows): the goal is 15% on each;
-    TTFT is not there yet (docs/validation.md says where it is off)."""
+    """The goal, 15% on each median, as a guard (today TTFT 13.3%, TPOT/ITL 9.4% over 37 rows; the rows
+    the project does not ship are further off: docs/validation.md)."""
     code, out, err = run_cli(["validate", "--group", "latency", "--json", "-"], monkeypatch, capsys)
     assert code == 0, err
     document = json.loads(out)
     group = document["groups"]["latency"]
     assert group["rows"] == len(DATA["rows"]) - 3 and group["calibration_rows"] == 3
-    assert group["median_abs_error_ttft"] <= 0.17
-    assert group["median_abs_error_decode"] <= 0.12
+    assert group["median_abs_error_ttft"] <= 0.15
+    assert group["median_abs_error_decode"] <= 0.15
     rows = document["rows"]
     assert len(rows) == len(DATA["rows"]) and {r["group"] for r in rows} == {"latency"}
     for r in rows:

@@ -98,8 +98,9 @@ REGISTRY: tuple[Assumption, ...] = (
                "vLLM V1 scheduler and input preparation; reproduces AIConfigurator's vLLM rows at one chip",
                "validate latency; tests/test_engine.py"),
     Assumption("eager_host_per_kernel_s", _HOST, "EAGER_HOST_PER_KERNEL_S", "s",
-               "SGLang's and vLLM V0's host time per kernel of an eager step; calibrated on DataCrunch's SGLang "
-               "ShareGPT run at 4 req/s (70B, 4 x H200)", "validate latency; tests/test_engine.py"),
+               "SGLang's and vLLM V0's host time per kernel of an eager step, added to its kernels; calibrated on "
+               "DataCrunch's SGLang ShareGPT run at 4 req/s (70B, 4 x H200)",
+               "validate latency; tests/test_compute_roofline.py, tests/test_simulate.py"),
     Assumption("host_per_sequence_s", _HOST, "HOST_PER_SEQUENCE_S", "s",
                "vLLM V1 update_from_output: 0.287 ms for 256 sequences (vllm-project/vllm PR 46112)",
                "validate latency; tests/test_engine.py"),

@@ -63,8 +63,8 @@ class ComputeModel:
     CUDA graphs (the engine's `cuda_graphs` and `cuda_graph_max_tokens`): "all" captures every step of
     up to `cuda_graph_max_tokens` tokens (None: any size), "decode" only those where every sequence
     decodes one token (num_tokens == num_logits), "none" no step. A step that replays no graph adds
-    its launch gaps to its kernels, and lasts at least its kernel count times
-    `host_eager_per_kernel_s`, the host's time to launch them (engine/host_time.py; 0: no floor).
+    to its kernels, per kernel, its launch gap and `host_eager_per_kernel_s`, the time a Python
+    engine's host spends launching it that its kernels do not hide (engine/host_time.py; 0: none).
 
     Expert parallelism over `expert_replicas` replicas of `tp` chips each: every chip holds whole
     routed experts, 1/(tp * expert_replicas) of them, which serve the tokens of all those replicas.
@@ -119,10 +119,10 @@ class ComputeModel:
         self._reserved_logit_rows = assumed("reserved_logit_rows", efficiency.RESERVED_LOGIT_ROWS)
         self._runtime_reserve_bytes = assumed("runtime_reserve_bytes", efficiency.RUNTIME_RESERVE_BYTES)
         self._logit_bytes = assumed("logit_bytes", LOGIT_BYTES)
-        self.eager_launch_s: float = self.kernels_per_step * assumed("eager_kernel_launch_s",
-                                                                      efficiency.EAGER_KERNEL_LAUNCH_S)
-        # The host's time to launch an eager step's kernels, a floor under the step (engine/host_time.py).
-        self.eager_host_s: float = self.kernels_per_step * host_eager_per_kernel_s
+        # What an eager step adds to its kernels: every kernel's launch gap and the host's time to launch it.
+        self.host_eager_per_kernel_s = host_eager_per_kernel_s
+        self.eager_launch_s: float = self.kernels_per_step * (
+            assumed("eager_kernel_launch_s", efficiency.EAGER_KERNEL_LAUNCH_S) + host_eager_per_kernel_s)
         self._compile()
 
     @property
@@ -258,7 +258,7 @@ class ComputeModel:
         return costs
 
     def launch_s(self, num_tokens: int, num_logits: int) -> float:
-        """Kernel-launch time of a step: none when it replays a captured CUDA graph."""
+        """Kernel-launch time of a step, added to its kernels: none when it replays a captured CUDA graph."""
         captured = num_tokens <= self._graph_max_tokens and not (self._graphs_decode_only and num_tokens != num_logits)
         return 0.0 if captured else self.eager_launch_s
 
@@ -266,18 +266,8 @@ class ComputeModel:
         """The host's time for a step that samples `num_logits` sequences."""
         return self.host_step_s + self.host_per_sequence_s * num_logits
 
-    def launched_s(self, kernels_s: float, num_tokens: int, num_logits: int) -> float:
-        """How long a step whose kernels take `kernels_s` lasts as launched: with its launch gaps when
-        it replays no graph, and then no shorter than the host's time to launch them (eager_host_s)."""
-        launch_s = self.launch_s(num_tokens, num_logits)
-        if not launch_s:
-            return kernels_s
-        kernels_s += launch_s
-        return kernels_s if kernels_s > self.eager_host_s else self.eager_host_s
-
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
-        """The sum of step_ops times, as `launched_s` launches them, plus host_s (or, overlapped, the
-        larger of the two).
+        """The sum of step_ops times and launch_s, plus host_s (or, overlapped, the larger of the two).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
@@ -305,7 +295,7 @@ class ComputeModel:
             else:  # op_time_s's max, inline: this runs every step
                 total += compute_s if compute_s > memory_s else memory_s
         if not self._every_step_captured:
-            total = self.launched_s(total, t, n)
+            total += self.launch_s(t, n)
         host_s = self.host_step_s + self.host_per_sequence_s * n
         if self.host_overlapped:
             return total if total > host_s else host_s

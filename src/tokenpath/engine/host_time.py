@@ -21,7 +21,7 @@ from tokenpath.assumptions import assumed
 class HostStepCost:
     """Host time of one step: `step_s`, plus `per_sequence_s` for every sequence that samples a token;
     `overlapped`: prepared while the GPU runs the step before; `eager_per_kernel_s`: the host's time
-    per kernel when the step replays no CUDA graph (0: not a floor under the step)."""
+    per kernel, added to the kernels, when the step replays no CUDA graph."""
 
     step_s: float
     per_sequence_s: float
@@ -40,20 +40,23 @@ HOST_PER_SEQUENCE_S = 1.12e-6
 
 # A Python engine's host time per kernel of a step it launches eagerly (no CUDA graph replayed): the
 # model's Python forward pass, the PyTorch dispatcher and the launch call, spread over the kernels it
-# launches. The host runs ahead of the GPU, so such a step lasts the longer of its kernels (with their
-# launch gaps, compute/efficiency.EAGER_KERNEL_LAUNCH_S each) and the host's launches: prefills of a
-# few hundred tokens are host-bound, long ones are not. Calibrated once, on DataCrunch's SGLang
-# ShareGPT run at 4 req/s (Llama 3.3 70B on 4 x H200, a calibration row of `tokenpath validate --group
-# latency`): 35 us gives -5% TTFT there, 38 us +0.04%, 40 us +3%. For comparison, AIConfigurator times
-# one eager custom all-reduce call in vLLM and SGLang at 19-22 us on H100 and H200 hosts, where its
-# kernel takes 5 us; a whole layer's Python per kernel is more.
-EAGER_HOST_PER_KERNEL_S = 38e-6
+# launches. The measured steps show it adding to the kernels rather than hiding behind them: such a
+# step lasts its kernels, plus per kernel the launch gap (compute/efficiency.EAGER_KERNEL_LAUNCH_S) and
+# this. (A host running ahead of the GPU would make the step the longer of its kernels and its
+# launches; with that form, calibrated the same way at 38 us, prefills of 500 tokens came out 15-16%
+# short of DataCrunch's measured TTFTs where prefills of 230 tokens matched, and the latency group's
+# TTFT median was 17.7% against 13.3%: tokenpath validate --group latency.) Calibrated once, on
+# DataCrunch's SGLang ShareGPT run at 4 req/s (Llama 3.3 70B on 4 x H200, a calibration row of
+# `tokenpath validate --group latency`): 17.5 us gives -0.8% TTFT there, 18 us +0.5%. For comparison,
+# AIConfigurator times one eager custom all-reduce call in vLLM and SGLang at 19-22 us on H100 and H200
+# hosts, where its kernel takes 5 us.
+EAGER_HOST_PER_KERNEL_S = 18e-6
 # The profiles that pay it: prefill-first, SGLang's and vLLM V0's, whose model code runs op by op in
 # Python when no graph is replayed (calibrated on SGLang, checked on vLLM V0). vLLM V1 compiles its
 # model with torch.compile by default (fused kernels, a Python call per compiled piece), TensorRT-LLM
 # launches from its C++ runtime or fuses a layer into fewer custom ops in its PyTorch backend: neither
-# host time per kernel is measured here, so no floor.
-EAGER_HOST_FLOOR = {"vllm-v1": False, "prefill-first": True, "trtllm": False}
+# host time per kernel is measured here, so none.
+PAYS_EAGER_HOST = {"vllm-v1": False, "prefill-first": True, "trtllm": False}
 
 # Whether each profile's engine prepares a step while the GPU runs the one before: vLLM V1's engine
 # core does not (before its opt-in async scheduling); SGLang (since v0.4) and TensorRT-LLM's PyTorch
@@ -78,4 +81,4 @@ def host_step_cost(scheduler: str, overlap: bool | None = None, scheduler_steps:
     return HostStepCost(assumed("host_step_s", HOST_STEP_S) / scheduler_steps,
                         assumed("host_per_sequence_s", HOST_PER_SEQUENCE_S),
                         host_overlapped(scheduler, overlap),
-                        assumed("eager_host_per_kernel_s", EAGER_HOST_PER_KERNEL_S) if EAGER_HOST_FLOOR[scheduler] else 0.0)
+                        assumed("eager_host_per_kernel_s", EAGER_HOST_PER_KERNEL_S) if PAYS_EAGER_HOST[scheduler] else 0.0)
