@@ -117,9 +117,10 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
     table.add_row("engine host time", "", "", format_duration(step["engine_host_s"]),
                   "host", f"{step['engine_host_s'] / total:.1%}", named(HOST_ASSUMPTIONS))
     if step["launch_s"]:
-        table.add_row("kernel launches (no CUDA graph)", "", "", format_duration(step["launch_s"]), "fixed",
-                      f"{step['launch_s'] / total:.1%}",
-                      named(["eager_kernel_launch_s"] + (["eager_host_per_kernel_s"] if step.get("launch_includes_host") else [])))
+        host = step.get("launch_includes_host", False)
+        table.add_row("kernel launches (no CUDA graph)", "", "", format_duration(step["launch_s"]),
+                      "host" if host else "fixed", f"{step['launch_s'] / total:.1%}",
+                      named(["eager_kernel_launch_s"] + (["eager_host_per_kernel_s"] if host else [])))
     for part, seconds in step["traffic_parts_s"].items():
         if seconds:
             how = {"tp_all_reduce": f"{step['tp_all_reduce_algorithm']}, ",
