@@ -222,7 +222,9 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     Python host, the host's launches come on top (engine/host_time.py); TensorRT-LLM has none."""
     from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S
     from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S
-    from tokenpath.report.explain import explain
+    from rich.console import Console
+
+    from tokenpath.report.explain import explain, explain_table
 
     same = {"workload.num_requests": 200, "workload.arrival.rate": "inf", "workload.input": {"kind": "fixed", "value": 100},
             "workload.output": {"kind": "fixed", "value": 20}, "engine.max_num_seqs": 200,
@@ -238,6 +240,12 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     assert abs(kernels_only_s + step["engine_host_s"] + step["launch_s"] - step["compute_s"]) <= 1e-9
     assert step["launch_s"] == pytest.approx(launch_s, rel=1e-12)
     assert step["launch_includes_host"] == (scheduler == "prefill-first")
+    console = Console(width=250, record=True)
+    console.print(explain_table(step, "h100"))
+    launches = next(line for line in console.export_text().splitlines() if "kernel launches" in line).split("│")
+    python_host = scheduler == "prefill-first"
+    assert launches[5].strip() == ("host" if python_host else "fixed")
+    assert ("eager_host_per_kernel_s" in launches[7]) == python_host
     # Offline, fixed lengths: the same steps, each one's kernels longer by the launches
     g, e = graphed.traces[0], eager.traces[0]
     assert np.array_equal(g.step_tokens, e.step_tokens)
