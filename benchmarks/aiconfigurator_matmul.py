@@ -21,8 +21,8 @@ import statistics
 from pathlib import Path
 
 import pandas as pd
-
 from aiconfigurator_stream_bw import CHIPS, default_data
+
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.efficiency import SERVING_GEMM_FRACTION
 

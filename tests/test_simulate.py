@@ -220,16 +220,16 @@ def test_explain_names_the_low_latency_all_to_alls_of_a_decode_step(capsys):
 def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     """Each step of an eager engine is its kernels with their launch gaps; under SGLang's and vLLM V0's
     Python host, the host's launches come on top (engine/host_time.py); TensorRT-LLM has none."""
-    from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S
-    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S
     from rich.console import Console
 
+    from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S
+    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S
     from tokenpath.report.explain import explain, explain_table
 
     same = {"workload.num_requests": 200, "workload.arrival.rate": "inf", "workload.input": {"kind": "fixed", "value": 100},
             "workload.output": {"kind": "fixed", "value": 20}, "engine.max_num_seqs": 200,
             "engine.scheduler": scheduler, "engine.host_overlap": False}
-    graphed = simulate(small(**same))
+    graphed = simulate(small(**same, **{"engine.cuda_graphs": "all", "engine.cuda_graph_max_tokens": 8192}))
     eager = simulate(small(**same, **{"engine.cuda_graphs": "none"}))
     compute = eager.deployment.compute
     per_kernel_s = EAGER_KERNEL_LAUNCH_S + (EAGER_HOST_PER_KERNEL_S if scheduler == "prefill-first" else 0.0)

@@ -13,6 +13,7 @@ from tokenpath.compute.chip import ChipSpec, load_chip
 from tokenpath.compute.model import ModelSpec, load_model
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.engine.costs import GroupStepCosts
+from tokenpath.engine.cuda_graphs import default_graph_max_tokens
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.placement import Placement, place
 from tokenpath.errors import UserError
@@ -83,8 +84,11 @@ def _build_deployment(scenario: Scenario) -> Deployment:
                         "unset workload.max_concurrency")
     engine = scenario.engine
     host = host_step_cost(engine.scheduler, engine.host_overlap, engine.num_scheduler_steps)
+    graph_max_tokens = engine.cuda_graph_max_tokens
+    if graph_max_tokens is None:
+        graph_max_tokens = default_graph_max_tokens(engine.scheduler, chip.hbm_bytes, dep.tp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
-                           pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=engine.cuda_graph_max_tokens,
+                           pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
                            expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
                            host_step_s=host.step_s, host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s)

@@ -257,6 +257,16 @@ class ComputeModel:
             costs.append(OpCost(op.name, flops, nbytes, work_s + fixed_s, bound))
         return costs
 
+    def graph_policy(self) -> str:
+        """Which steps replay a captured CUDA graph, in words (for reports)."""
+        if self._graph_max_tokens < 0:
+            return "no CUDA graphs"
+        steps = "decode steps" if self._graphs_decode_only else "steps"
+        if self._graph_max_tokens == math.inf:
+            return f"CUDA graphs for all {steps}"
+        unit = "sequences" if self._graphs_decode_only else "tokens"
+        return f"CUDA graphs for {steps} of up to {int(self._graph_max_tokens)} {unit}"
+
     def launch_s(self, num_tokens: int, num_logits: int) -> float:
         """Kernel-launch time of a step, added to its kernels: none when it replays a captured CUDA graph."""
         captured = num_tokens <= self._graph_max_tokens and not (self._graphs_decode_only and num_tokens != num_logits)

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tokenpath.engine.cuda_graphs import default_graphs
+
 # Bounds far beyond any serving engine (vLLM's defaults are 256-1024 sequences and 2,048-16,384 tokens
 # per step; TensorRT-LLM's largest published batch is 4,096 sequences and 23,552 tokens), which keep
 # the per-step bookkeeping within memory.
@@ -64,10 +66,12 @@ class EngineSpec(BaseModel):
 
     Defaults are what vLLM's OpenAI server picks on a GPU with at least 70 GiB that is not an A100
     (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): 1024 sequences, 8192 tokens per step.
-    CUDA graphs: by default every step pays no per-kernel launch cost. vLLM V1 replays captured graphs
-    for steps of up to 512 tokens (its max_cudagraph_capture_size), decode-only or mixed; its larger
-    steps run long kernels that hide their launches. `cuda_graphs = "none"` is an eager engine (vLLM
-    --enforce-eager), whose every step pays compute.efficiency.EAGER_KERNEL_LAUNCH_S per kernel.
+    CUDA graphs: by default every step of vllm-v1 and trtllm pays no per-kernel launch cost. vLLM V1
+    replays captured graphs for steps of up to 512 tokens (its max_cudagraph_capture_size),
+    decode-only or mixed; its larger steps run long kernels that hide their launches. prefill-first
+    replays decode batches up to SGLang's default size only (engine/cuda_graphs.py). `cuda_graphs =
+    "none"` is an eager engine (vLLM --enforce-eager), whose every step pays
+    compute.efficiency.EAGER_KERNEL_LAUNCH_S per kernel.
     Scheduler profiles: see SCHEDULERS and MULTI_STEP above.
     """
 
@@ -81,9 +85,13 @@ class EngineSpec(BaseModel):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the engine may use")
     cuda_graphs: Literal["all", "decode", "none"] = Field(
         "all", description="steps that replay a captured CUDA graph: all (vLLM V1), decode (only steps where "
-                           "every sequence decodes one token: SGLang, TensorRT-LLM, vLLM V0) or none (eager)")
+                           "every sequence decodes one token: SGLang, TensorRT-LLM, vLLM V0) or none (eager) "
+                           "(unset: the profile's: decode under prefill-first, all otherwise)")
     cuda_graph_max_tokens: int | None = Field(
-        None, ge=0, le=MAX_STEP_TOKENS, description="largest step, in tokens, that replays a captured graph (unset: any size)")
+        None, ge=0, le=MAX_STEP_TOKENS,
+        description="largest step, in tokens, that replays a captured graph (unset: the profile's: under "
+                    "prefill-first SGLang's default cuda_graph_max_bs for the chip's memory and tp, "
+                    "engine/cuda_graphs.py; any size otherwise)")
     scheduler: Scheduler = Field(
         "vllm-v1", description="how each step's batch is formed: vllm-v1 (prompt chunks mixed with decodes), "
                                "prefill-first (vLLM V0, SGLang: prompts in steps of their own) or trtllm")
@@ -106,9 +114,13 @@ class EngineSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _profile_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
         # TensorRT-LLM reserves by default; the other engines take blocks on demand.
-        if isinstance(data, dict) and "kv_admission" not in data:
+        if "kv_admission" not in data:
             data = {**data, "kv_admission": "reserve" if data.get("scheduler") == "trtllm" else "on_demand"}
+        if "cuda_graphs" not in data:
+            data = {**data, "cuda_graphs": default_graphs(data.get("scheduler", "vllm-v1"))}
         return data
 
     @model_validator(mode="after")

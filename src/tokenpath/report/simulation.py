@@ -81,7 +81,7 @@ def _engine_line(engine: Any, compute: Any) -> str:
     if engine.num_scheduler_steps > 1:
         line += f", {engine.num_scheduler_steps}-step windows"
     host = format_duration(compute.host_step_s)
-    return line + f"; host {host}/step, {'overlapped' if compute.host_overlapped else 'in the step'}"
+    return line + f"; {compute.graph_policy()}; host {host}/step, {'overlapped' if compute.host_overlapped else 'in the step'}"
 
 
 def _placement(placement: str | list[int]) -> str:

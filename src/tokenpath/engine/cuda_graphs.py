@@ -1,0 +1,45 @@
+"""Which steps a scheduler profile replays as captured CUDA graphs when the scenario does not say.
+
+The engines of the prefill-first profile capture decode batches only: SGLang's CudaGraphRunner
+replays a graph when the batch is decode-or-idle (python/sglang/srt/model_executor/cuda_graph_runner.py,
+can_run), vLLM V0 captured decode batches (vllm/worker/model_runner.py, _BATCH_SIZES_TO_CAPTURE), and
+both run prompt steps eagerly. Decode batches above a size run eagerly too: SGLang's
+`cuda_graph_max_bs` defaults by the GPU's memory and the tensor-parallel size, the table below
+(python/sglang/srt/server_args.py since sgl-project/sglang pull request 10372, September 2025; its
+releases before then captured up to 160 on GPUs of 25 GB or more, so a scenario reproducing one of
+those sets `cuda_graph_max_tokens = 160`). vLLM V0 captured up to 256, its default max_num_seqs, so
+no V0 batch ran past it unless raised. vLLM V1 and TensorRT-LLM keep the engine's defaults of
+`cuda_graphs = "all"` at any size (engine/spec.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+# SGLang's default cuda_graph_max_bs (ServerArgs._handle_gpu_memory_settings): (the GPU's memory
+# below, in GiB, as server_args.py compares MiB: at tp < 4, at tp >= 4). Its comments name the GPUs
+# of each tier.
+SGLANG_CUDA_GRAPH_MAX_BS = (
+    (20, (8, 8)),           # T4, 4080
+    (35, (24, 80)),         # A10, 4090, 5090
+    (60, (32, 160)),        # A100 40 GB, L40
+    (90, (256, 512)),       # H100, A100 80 GB
+    (160, (256, 512)),      # H20, H200
+    (math.inf, (512, 512)), # B200, MI300X
+)
+
+
+def sglang_cuda_graph_max_bs(hbm_bytes: float, tp: int) -> int:
+    """SGLang's default largest decode batch replayed as a graph, on a GPU of `hbm_bytes` at `tp`."""
+    small_tp, large_tp = next(sizes for below_gib, sizes in SGLANG_CUDA_GRAPH_MAX_BS if hbm_bytes < below_gib * 2**30)
+    return small_tp if tp < 4 else large_tp
+
+
+def default_graphs(scheduler: str) -> str:
+    """The profile's `cuda_graphs` when the scenario sets none."""
+    return "decode" if scheduler == "prefill-first" else "all"
+
+
+def default_graph_max_tokens(scheduler: str, hbm_bytes: float, tp: int) -> int | None:
+    """The profile's `cuda_graph_max_tokens` when the scenario sets none (None: any size)."""
+    return sglang_cuda_graph_max_bs(hbm_bytes, tp) if scheduler == "prefill-first" else None

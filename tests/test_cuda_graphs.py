@@ -1,0 +1,46 @@
+"""Which steps replay a CUDA graph when the scenario does not say: the profiles' defaults."""
+
+import pytest
+
+from tokenpath.deployment import build_deployment
+from tokenpath.engine.cuda_graphs import sglang_cuda_graph_max_bs
+from tokenpath.engine.spec import EngineSpec
+from tokenpath.scenario import build_scenario
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(("hbm_gib", "tp", "max_bs"), [
+    (16, 1, 8), (16, 8, 8),          # T4-class
+    (20, 1, 24), (24, 4, 80),        # A10, 4090: from 20 GiB on
+    (40, 2, 32), (40, 4, 160),       # A100 40 GB
+    (80, 1, 256), (80, 8, 512),      # H100, A100 80 GB
+    (141, 3, 256), (141, 4, 512),    # H200
+    (160, 1, 512), (192, 8, 512),    # B200, MI300X
+])
+def test_sglang_captures_decode_batches_up_to_its_default_for_the_gpu_and_tp(hbm_gib, tp, max_bs):
+    assert sglang_cuda_graph_max_bs(hbm_gib * GIB, tp) == max_bs
+
+
+def test_prefill_first_replays_decode_steps_only_unless_told():
+    assert EngineSpec(scheduler="prefill-first").cuda_graphs == "decode"
+    assert EngineSpec(scheduler="prefill-first", cuda_graphs="all").cuda_graphs == "all"
+    assert EngineSpec().cuda_graphs == EngineSpec(scheduler="trtllm").cuda_graphs == "all"
+
+
+def _compute(chip, tp, **engine):
+    table = {"model": {"name": "llama-3.1-8b"}, "deployment": {"chip": chip, "chips": tp, "tp": tp}, "engine": engine}
+    return build_deployment(build_scenario(table, "test")).compute
+
+
+def test_a_prefill_first_deployment_graphs_decode_batches_up_to_sglangs_default():
+    h100 = _compute("h100", 1, scheduler="prefill-first")
+    assert h100.launch_s(256, 256) == 0.0 and h100.launch_s(257, 257) > 0.0   # 256 at TP1 on 80 GB
+    assert h100.launch_s(100, 1) > 0.0                                       # a prefill runs eagerly
+    assert h100.graph_policy() == "CUDA graphs for decode steps of up to 256 sequences"
+    assert _compute("h100", 4, scheduler="prefill-first").launch_s(512, 512) == 0.0
+    capped = _compute("h100", 1, scheduler="prefill-first", cuda_graph_max_tokens=160)
+    assert capped.launch_s(160, 160) == 0.0 and capped.launch_s(161, 161) > 0.0
+    v1 = _compute("h100", 1)
+    assert v1.launch_s(4096, 1) == 0.0 and v1.graph_policy() == "CUDA graphs for all steps"
+    assert _compute("h100", 1, cuda_graphs="none").graph_policy() == "no CUDA graphs"
