@@ -430,6 +430,26 @@ def _row(i, ok=True, sent=0, arrivals=((10, 1), (20, 1), (40, 2)), end=45, visib
     return row
 
 
+def test_a_measured_run_judges_each_requests_continuity_once(monkeypatch):
+    """The summary and the per-request rows read the same stalls and QoE, judged once by build_run."""
+    from tokenpath import continuity
+    from tokenpath.report.requests import request_columns
+
+    judged = []
+    per_request = continuity.per_request
+    monkeypatch.setattr(continuity, "per_request", lambda *args: judged.append(args) or per_request(*args))
+    rows = [_row(0), _row(1, ok=False, arrivals=()), _row(2, sent=100, visible=None)]
+    header = {"scenario": {"name": "s", "fingerprint": "f"}, "slo": {}, "planned": 3}
+    run = build_run(rows, header)
+    summary = bench_summary(header, rows, run)
+    columns = request_columns(run)
+    assert len(judged) == 1
+    expected = per_request(*judged[0])
+    assert np.array_equal(run.qoe, expected["qoe"], equal_nan=True) and np.array_equal(run.stalls, expected["stalls"])
+    assert columns["qoe"][[0, 2]].tolist() == expected["qoe"][[0, 2]].tolist() and np.isnan(columns["qoe"][1])
+    assert summary["continuity"]["qoe"]["mean"] == pytest.approx(expected["qoe"][[0, 2]].mean())
+
+
 def test_build_run_metrics():
     rows = [_row(0), _row(1, ok=False, arrivals=()), _row(2, sent=100, visible=None)]
     run = build_run(rows)

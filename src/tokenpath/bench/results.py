@@ -14,6 +14,7 @@ read's time and count as one arrival.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,7 +25,7 @@ from pydantic import ValidationError
 from tokenpath.continuity import ContinuitySpec, spec_of
 from tokenpath.errors import UserError
 from tokenpath.run import Run
-from tokenpath.summary import stats_s, summarize
+from tokenpath.summary import continuity_per_request, stats_s, summarize
 
 RESULTS_SCHEMA = "tokenpath.bench/1"
 SLO_KEYS = ("ttft", "ttfv", "tpot", "e2e")
@@ -167,7 +168,8 @@ def continuity_spec(header: dict[str, Any] | None) -> ContinuitySpec:
 
 def build_run(rows: list[dict[str, Any]], header: dict[str, Any] | None = None) -> Run:
     """The measured run: one row per recorded request; failed ones carry no tokens. Its continuity is
-    judged by the header's scenario's `[continuity]` settings (the defaults without a header)."""
+    judged by the header's scenario's `[continuity]` settings (the defaults without a header), per
+    request, once."""
     n = len(rows)
     failed = np.array([not row["ok"] for row in rows], dtype=bool)
     scheduled = np.array([row["scheduled_ns"] for row in rows], dtype=np.int64)
@@ -191,11 +193,14 @@ def build_run(rows: list[dict[str, Any]], header: dict[str, Any] | None = None) 
         ttfv[k] = (visible if visible is not None else row["end_ns"]) - row["sent_ns"]
     offsets = np.concatenate(([0], np.cumsum(outputs))).astype(np.int64)
     tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-    return Run(
+    run = Run(
         source="bench", scheduled_ns=scheduled, sent_ns=sent, input_tokens=inputs, output_tokens=outputs,
         ttft_ns=ttft, ttfv_ns=ttfv, e2e_ns=e2e, token_client_ns=tokens, token_offsets=offsets, failed=failed,
         continuity=continuity_spec(header),
     )
+    # Each request's stalls and QoE, judged once here for the summary and the per-request rows alike.
+    flow = continuity_per_request(run)
+    return replace(run, stalls=flow["stalls"], stall_ns=flow["stall_ns"], qoe=flow["qoe"])
 
 
 def warmup_rows(header: dict[str, Any], rows: list[dict[str, Any]]) -> int:
@@ -207,9 +212,10 @@ def warmup_rows(header: dict[str, Any], rows: list[dict[str, Any]]) -> int:
     return min(sum(1 for row in rows if row["i"] < warmup), max(len(rows) - 1, 0))
 
 
-def bench_summary(header: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The shared result schema for a measured run, plus a `bench` block of what only a measurement has."""
-    run = build_run(rows, header)
+def bench_summary(header: dict[str, Any], rows: list[dict[str, Any]], run: Run | None = None) -> dict[str, Any]:
+    """The shared result schema for a measured run, plus a `bench` block of what only a measurement has;
+    `run`: the rows' build_run, where the caller has it already."""
+    run = build_run(rows, header) if run is None else run
     slo = header.get("slo") or {}
     summary = summarize(run, header["scenario"]["name"], header["scenario"]["fingerprint"], slo,
                         warmup_requests=warmup_rows(header, rows))

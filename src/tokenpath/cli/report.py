@@ -96,12 +96,13 @@ def _bench_file(path: str, json_out: Optional[str], results: Optional[str], quie
     if results is not None:
         check_results_path(results)
     header, rows = read_results(path, _warn)
-    summary = bench_summary(header, rows)
+    run = build_run(rows, header)
+    summary = bench_summary(header, rows, run)
     if results is not None:
         import numpy as np
 
         ids = np.array([row["i"] for row in rows], dtype=np.int64)
-        columns = request_columns(build_run(rows, header), warmup_rows(header, rows), ids)
+        columns = request_columns(run, warmup_rows(header, rows), ids)
         write_results(to_arrow(columns, summary, describe_bench(header, rows, path)), results)
     if not quiet or json_out is not None:
         _emit(summary, header, rows, path, json_out)

@@ -98,12 +98,12 @@ def from_simulation(sim: Any, document: dict[str, Any], lines: list[tuple[str, s
                    _reader_request(sim.run), steps, document.get("explain") or explain(sim))
 
 
-def from_bench(header: dict[str, Any], rows: list[dict[str, Any]], summary: dict[str, Any],
+def from_bench(header: dict[str, Any], rows: list[dict[str, Any]], run: Run, summary: dict[str, Any],
                lines: list[tuple[str, str]], label: str) -> RunView:
-    """A measured run: its requests and token arrivals (no attribution, steps or roofline)."""
-    from tokenpath.bench.results import build_run, warmup_rows
+    """A measured run (`run`: the rows' build_run): its requests and token arrivals (no attribution,
+    steps or roofline)."""
+    from tokenpath.bench.results import warmup_rows
 
-    run = build_run(rows, header)
     ids = np.array([row["i"] for row in rows], dtype=np.int64)
     return RunView(label, summary, lines, _requests_frame(run, warmup_rows(header, rows), ids), _itl_sample(run),
                    _reader_request(run))
@@ -169,12 +169,13 @@ def load_inputs(paths: list[str]) -> Inputs:
             inputs.runs.append(RunView(label, summary, summary_lines(summary), explain=summary.get("explain")))
         elif suffix == ".jsonl" and _is_bench_file(path):
             from tokenpath.bench import read_results
-            from tokenpath.bench.results import bench_summary
+            from tokenpath.bench.results import bench_summary, build_run
             from tokenpath.cli.bench import describe_bench
 
             header, rows = read_results(path)
-            summary = bench_summary(header, rows)
-            inputs.runs.append(from_bench(header, rows, summary, describe_bench(header, rows, path), label))
+            run = build_run(rows, header)
+            summary = bench_summary(header, rows, run)
+            inputs.runs.append(from_bench(header, rows, run, summary, describe_bench(header, rows, path), label))
         elif suffix == ".parquet" and not _has_schema(path, META_SCHEMA):
             inputs.sweep, inputs.sweep_name = _read_sweep(path), label
         elif suffix in (".parquet", ".csv", ".jsonl"):
