@@ -31,7 +31,7 @@ from tokenpath.scenario import Scenario, build_scenario
 from tokenpath.summary import summarize
 from tokenpath.units import format_bytes, format_number
 from tokenpath.validate_latency import GROUP as LATENCY_GROUP
-from tokenpath.validate_latency import print_latency, run_latency_group
+from tokenpath.validate_latency import load_latency, print_latency, run_latency_group
 
 # How each group's runs were configured, as `[engine]` settings.
 ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "cuda_graphs", "cuda_graph_max_tokens",
@@ -126,9 +126,9 @@ def predict(row: dict[str, Any], group: dict[str, Any]) -> float:
     return summary["latency_s"]["ttft"]["mean"]
 
 
-def run_validation(groups_wanted: set[str] | None = None) -> dict[str, Any]:
+def run_validation(groups_wanted: set[str] | None = None, latency_rows: str | None = None) -> dict[str, Any]:
     """Every row's prediction and signed error, and per group the median and worst |error| over the
-    rows that did not set a constant."""
+    rows that did not set a constant; the latency group from the file `latency_rows` where given."""
     groups, rows = published_rows()
     unknown = sorted(set(groups_wanted or ()) - {*groups, LATENCY_GROUP})
     if unknown:
@@ -145,8 +145,10 @@ def run_validation(groups_wanted: set[str] | None = None) -> dict[str, Any]:
         if errors:
             summary[name] = {"title": group["title"], "source": group["source"], "rows": len(errors),
                              "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
+    if latency_rows is not None and groups_wanted and LATENCY_GROUP not in groups_wanted:
+        raise UserError("--latency-rows: replaces the latency group's rows; add --group latency, or drop --group")
     if not groups_wanted or LATENCY_GROUP in groups_wanted:
-        latency = run_latency_group()
+        latency = run_latency_group(None if latency_rows is None else load_latency(latency_rows))
         results += latency["rows"]
         summary[LATENCY_GROUP] = latency["summary"]
     return {"rows": results, "groups": summary}

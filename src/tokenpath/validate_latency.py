@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import math
 import statistics
-import tomllib
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
+from tokenpath.errors import UserError
+from tokenpath.latency_rows import read_latency_rows
 from tokenpath.pipeline import simulate
 from tokenpath.run import Run
 from tokenpath.scenario import Scenario, build_scenario
@@ -58,12 +58,9 @@ ENGINE_PROFILES = {"vllm": {"scheduler": "vllm-v1"}, "sglang": {"scheduler": "pr
 
 
 def load_latency(path: str | Path | None = None) -> dict[str, Any]:
-    """The latency data: `sharegpt` statistics, `sources` and `rows` (the catalog's file by default)."""
-    if path is None:
-        text = (resources.files("tokenpath.catalog") / "validation" / "latency.toml").read_text(encoding="utf-8")
-    else:
-        text = Path(path).read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    """The latency data: `sharegpt` statistics, `sources` and `rows` (the catalog's file by default),
+    every row checked (latency_rows.py)."""
+    return read_latency_rows(path)
 
 
 def sharegpt_lengths(row: dict[str, Any], sharegpt: dict[str, Any]) -> tuple[dict, dict]:
@@ -134,7 +131,7 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any]) -> Scenario:
         "workload": workload,
         "delivery": ENGINE_SIDE_DELIVERY,
     }
-    return build_scenario(table, "latency validation row")
+    return build_scenario(table, "its scenario")
 
 
 def measured(run: Run, skip: int) -> dict[str, np.ndarray]:
@@ -167,8 +164,11 @@ def run_latency_group(data: dict[str, Any] | None = None) -> dict[str, Any]:
     decode metric over the rows that set no constant."""
     data = load_latency() if data is None else data
     rows = []
-    for row in data["rows"]:
-        predicted = predict_row(row, data["sharegpt"])
+    for k, row in enumerate(data["rows"]):
+        try:
+            predicted = predict_row(row, data["sharegpt"])
+        except UserError as error:
+            raise UserError(f"latency rows[{k}] ({row['source']}): {error}") from None
         rows.append({**row, "group": GROUP,
                      "predicted_ttft_ms": predicted["ttft_s"] * 1e3,
                      "predicted_decode_ms": predicted["decode_s"] * 1e3,

@@ -10,17 +10,23 @@ from tokenpath import files
 from tokenpath.cli.app import app, console, write_json
 
 
-@app.command(help="Compare predictions with published measurements.\n\nExample:\n\n"
-             "  tokenpath validate --group nccl_allreduce --json -")
+@app.command(help="Compare predictions with published measurements.\n\nExamples:\n\n"
+             "  tokenpath validate --group nccl_allreduce --json -\n\n"
+             "  tokenpath validate --latency-rows my_measurements.toml   # your own rows, as latency.toml writes them")
 def validate(
     json_out: Optional[str] = typer.Option(None, "--json", help="write the rows to PATH, or '-' for stdout"),
     groups: Optional[list[str]] = typer.Option(None, "--group", help="only this group of rows (repeatable)"),
+    latency_rows: Optional[str] = typer.Option(
+        None, "--latency-rows", help="the latency group from this TOML file of [[rows]] (the form of "
+                                     "catalog/validation/latency.toml) instead of the shipped one; alone, only that group"),
 ) -> None:
     from tokenpath.validate import print_validation, run_validation
 
     if json_out is not None:
         files.check_writable(json_out, "--json")
-    rows = run_validation(set(groups) if groups else None)
+    if latency_rows is not None and not groups:
+        groups = ["latency"]
+    rows = run_validation(set(groups) if groups else None, latency_rows)
     if json_out is not None:
         write_json(rows, json_out)
     if json_out != "-":

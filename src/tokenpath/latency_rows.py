@@ -1,0 +1,96 @@
+"""A file of published latency rows, checked: the shipped `catalog/validation/latency.toml`, or a user's
+own measurements in the same form (`tokenpath validate --latency-rows FILE`).
+
+Each `[[rows]]` table states one measurement and how it was taken: the deployment (`engine`,
+`engine_settings` as `[engine]` keys, `model`, `precision`, `chip`, `tp`), the workload (`lengths` with
+its sizes, `arrival` with its rate or concurrency, the request count or `window`), and the measured
+TTFT and TPOT or ITL with the statistic the source reported. validate_latency.py simulates it the same
+way. A row that cannot be read is refused with one line naming the row and the field.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tokenpath import files
+from tokenpath.errors import UserError
+
+Stat = Literal["mean", "median"]
+
+
+class LatencyRow(BaseModel):
+    """One published measurement of latency under load."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    source: str
+    engine: Literal["vllm", "sglang", "trtllm"]
+    engine_version: str = ""
+    engine_settings: dict[str, Any] = Field(default_factory=dict)
+    model: str
+    precision: str
+    chip: str
+    tp: int = Field(ge=1)
+    lengths: Literal["fixed", "uniform", "sharegpt"]
+    input_len: int | None = Field(None, ge=1)
+    output_len: int | None = Field(None, ge=1)
+    input_mean: float | None = Field(None, gt=0)
+    output_mean: float | None = Field(None, gt=0)
+    input_max: int | None = Field(None, ge=1)   # as the source states it (the means set the simulated lengths)
+    output_max: int | None = Field(None, ge=1)
+    arrival: Literal["poisson", "concurrency", "all_at_once"]
+    rate: float | None = Field(None, gt=0)
+    concurrency: int | None = Field(None, ge=1)
+    num_requests: int | None = Field(None, ge=1)
+    window: Literal["whole", "steady", "profiling_phase"]
+    requests_per_slot: int | None = Field(None, ge=1)
+    ttft_ms: float = Field(gt=0)
+    ttft_stat: Stat
+    decode_ms: float = Field(gt=0)
+    decode_metric: Literal["itl", "tpot"]
+    decode_stat: Stat
+    also: dict[str, Any] = Field(default_factory=dict)  # other figures the source gives, for the record
+    calibration: bool = False                          # the row sets a constant: left out of the medians
+    id: str = ""
+
+    @model_validator(mode="after")
+    def _complete(self) -> LatencyRow:
+        needs = {"fixed": ("input_len", "output_len"), "uniform": ("input_mean", "output_mean"),
+                 "sharegpt": ("input_mean", "output_mean")}[self.lengths]
+        needs += {"poisson": ("rate",), "concurrency": ("concurrency",), "all_at_once": ()}[self.arrival]
+        needs += ("num_requests",) if self.window == "whole" else ("concurrency",)
+        missing = [name for name in needs if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"needs {missing[0]} (lengths = {self.lengths!r}, arrival = {self.arrival!r}, "
+                             f"window = {self.window!r})")
+        return self
+
+
+def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
+    """The latency data (`sharegpt` statistics, `sources`, `rows`) of `path`, or the shipped file, each
+    row checked; the shipped ShareGPT statistics where the file gives none."""
+    shipped = tomllib.loads((resources.files("tokenpath.catalog") / "validation" / "latency.toml").read_text(encoding="utf-8"))
+    if path is None:
+        data, where = shipped, "catalog/validation/latency.toml"
+    else:
+        where = files.shown(path)
+        data = files.parse_toml(files.read_text(path, "the latency rows file"), where)
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise UserError(f"{where}: no [[rows]]; give at least one published measurement (see docs/validation.md)")
+    for k, row in enumerate(rows):
+        label = f"{where}: rows[{k}]" + (f" ({row['source']})" if isinstance(row, dict) and isinstance(row.get("source"), str) else "")
+        if not isinstance(row, dict):
+            raise UserError(f"{label}: a row is a table of fields")
+        try:
+            LatencyRow.model_validate(row)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or "row"
+            raise UserError(f"{label}: {field}: {first['msg']}") from None
+    return {"sharegpt": data.get("sharegpt", shipped["sharegpt"]), "sources": data.get("sources", {}), "rows": rows}

@@ -1,0 +1,88 @@
+"""`tokenpath validate --latency-rows FILE`: a user's own latency rows, checked and predicted as the shipped ones."""
+
+import json
+
+import pytest
+import tomli_w
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenpath.errors import UserError
+from tokenpath.latency_rows import read_latency_rows
+
+from cli_helpers import assert_user_error, run_cli
+
+SHIPPED = read_latency_rows()
+ROW = next(r for r in SHIPPED["rows"] if r.get("id", "").endswith("1024x1024_c4_tp8_ep1_725"))  # 80 requests
+
+
+def _file(tmp_path, rows, **top):
+    path = tmp_path / "rows.toml"
+    path.write_text(tomli_w.dumps({**top, "rows": rows}))
+    return str(path)
+
+
+def test_a_users_row_is_predicted_as_the_shipped_group_predicts_it(tmp_path, monkeypatch, capsys):
+    code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [ROW]), "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    mine = json.loads(out)
+    code, out, err = run_cli(["validate", "--group", "latency", "--json", "-"], monkeypatch, capsys)
+    shipped = next(r for r in json.loads(out)["rows"] if r.get("id") == ROW["id"])
+    [row] = mine["rows"]
+    assert row["predicted_ttft_ms"] == shipped["predicted_ttft_ms"] and row["predicted_decode_ms"] == shipped["predicted_decode_ms"]
+    group = mine["groups"]["latency"]
+    assert group["rows"] == 1 and group["median_abs_error_ttft"] == pytest.approx(abs(row["ttft_error"]))
+    assert set(mine["groups"]) == {"latency"}  # alone, only the latency group
+
+
+def test_the_table_names_the_users_rows(tmp_path, monkeypatch, capsys):
+    code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [{**ROW, "source": "my_lab"}])], monkeypatch, capsys)
+    assert code == 0, err
+    assert "my_lab" in out and "(0 calibration rows left out)" in out
+
+
+def _without(key):
+    return {k: v for k, v in ROW.items() if k != key}
+
+
+@pytest.mark.parametrize(("rows", "fragments"), [
+    ([{**ROW, "enigne": "vllm"}], ["rows[0] (aiconfigurator_silicon)", "enigne", "Extra inputs"]),
+    ([{**ROW, "engine": "tgi"}], ["rows[0]", "engine", "'vllm', 'sglang' or 'trtllm'"]),
+    ([{**ROW, "tp": "8"}], ["rows[0]", "tp"]),
+    ([{**ROW, "ttft_ms": -3.0}], ["rows[0]", "ttft_ms", "greater than 0"]),
+    ([_without("input_len")], ["rows[0]", "needs input_len", "lengths = 'fixed'"]),
+    ([{**ROW, "window": "whole"}], ["rows[0]", "needs num_requests"]),
+    ([{**ROW, "arrival": "poisson"}], ["rows[0]", "needs rate"]),
+    ([ROW, {**ROW, "model": "llama-9b"}], ["latency rows[1] (aiconfigurator_silicon)", "unknown model 'llama-9b'"]),
+    ([{**ROW, "engine_settings": {"cuda_graph": "decode"}}], ["rows[0]", "unknown key 'engine.cuda_graph'", "cuda_graphs"]),
+    ([], ["no [[rows]]"]),
+])
+def test_a_row_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys, rows, fragments):
+    assert_user_error(*run_cli(["validate", "--latency-rows", _file(tmp_path, rows)], monkeypatch, capsys), *fragments)
+
+
+def test_a_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys):
+    assert_user_error(*run_cli(["validate", "--latency-rows", str(tmp_path / "none.toml")], monkeypatch, capsys),
+                      "none.toml", "latency rows file not found")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[rows]\nsource = 1")
+    assert_user_error(*run_cli(["validate", "--latency-rows", str(bad)], monkeypatch, capsys), "bad.toml", "not valid TOML")
+    assert_user_error(*run_cli(["validate", "--latency-rows", str(bad), "--group", "nccl_allreduce"], monkeypatch, capsys),
+                      "--latency-rows", "--group latency")
+
+
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True), st.text(max_size=8),
+                   st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+
+
+@settings(max_examples=150, deadline=None)
+@given(key=st.sampled_from(sorted(ROW) + ["input_mean", "rate", "extra"]), value=VALUES, drop=st.booleans())
+def test_a_mutated_row_is_read_or_refused_in_one_line(tmp_path_factory, key, value, drop):
+    row = _without(key) if drop else {**ROW, key: value}
+    path = _file(tmp_path_factory.mktemp("rows"), [{k: v for k, v in row.items() if v is not None}])
+    try:
+        data = read_latency_rows(path)
+    except UserError as error:
+        assert "\n" not in str(error) and "rows[0]" in str(error)
+    else:
+        assert data["rows"][0]["source"] == ROW["source"] or key == "source"
