@@ -61,6 +61,13 @@ def test_a_row_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys, ro
     assert_user_error(*run_cli(["validate", "--latency-rows", _file(tmp_path, rows)], monkeypatch, capsys), *fragments)
 
 
+def test_the_sharegpt_table_is_checked_too(tmp_path, monkeypatch, capsys):
+    stats = {"clip_input_max": 1024, "clip_total_max": 2048}
+    assert_user_error(*run_cli(["validate", "--latency-rows", _file(tmp_path, [ROW], sharegpt=stats)], monkeypatch, capsys),
+                      "sharegpt.min_tokens", "Field required")
+    assert read_latency_rows(_file(tmp_path, [ROW], sharegpt={**stats, "min_tokens": 4}))["sharegpt"]["min_tokens"] == 4
+
+
 def test_a_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys):
     assert_user_error(*run_cli(["validate", "--latency-rows", str(tmp_path / "none.toml")], monkeypatch, capsys),
                       "none.toml", "latency rows file not found")

@@ -71,6 +71,17 @@ class LatencyRow(BaseModel):
         return self
 
 
+class ShareGPTStats(BaseModel):
+    """How the benchmark clients filter ShareGPT (validate_latency.sharegpt_lengths); other keys, such as
+    the published means the rows quote, are kept for the record."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    clip_input_max: int = Field(ge=1)
+    clip_total_max: int = Field(ge=2)
+    min_tokens: int = Field(ge=1)
+
+
 def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
     """The latency data (`sharegpt` statistics, `sources`, `rows`) of `path`, or the shipped file, each
     row checked; the shipped ShareGPT statistics where the file gives none."""
@@ -80,6 +91,12 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
     else:
         where = files.shown(path)
         data = files.parse_toml(files.read_text(path, "the latency rows file"), where)
+    sharegpt = data.get("sharegpt", shipped["sharegpt"])
+    try:
+        ShareGPTStats.model_validate(sharegpt)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise UserError(f"{where}: sharegpt.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:
         raise UserError(f"{where}: no [[rows]]; give at least one published measurement (see docs/validation.md)")
@@ -93,4 +110,4 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
             first = error.errors()[0]
             field = ".".join(str(part) for part in first["loc"]) or "row"
             raise UserError(f"{label}: {field}: {first['msg']}") from None
-    return {"sharegpt": data.get("sharegpt", shipped["sharegpt"]), "sources": data.get("sources", {}), "rows": rows}
+    return {"sharegpt": sharegpt, "sources": data.get("sources", {}), "rows": rows}
