@@ -64,7 +64,7 @@ def test_a_row_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys, ro
 def test_the_sharegpt_table_is_checked_too(tmp_path, monkeypatch, capsys):
     stats = {"clip_input_max": 1024, "clip_total_max": 2048}
     assert_user_error(*run_cli(["validate", "--latency-rows", _file(tmp_path, [ROW], sharegpt=stats)], monkeypatch, capsys),
-                      "sharegpt.min_tokens", "Field required")
+                      "sharegpt: min_tokens: Field required")
     assert read_latency_rows(_file(tmp_path, [ROW], sharegpt={**stats, "min_tokens": 4}))["sharegpt"]["min_tokens"] == 4
 
 

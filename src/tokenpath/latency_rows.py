@@ -92,11 +92,7 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
         where = files.shown(path)
         data = files.parse_toml(files.read_text(path, "the latency rows file"), where)
     sharegpt = data.get("sharegpt", shipped["sharegpt"])
-    try:
-        ShareGPTStats.model_validate(sharegpt)
-    except ValidationError as error:
-        first = error.errors()[0]
-        raise UserError(f"{where}: sharegpt.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    _check(ShareGPTStats, sharegpt, f"{where}: sharegpt")
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:
         raise UserError(f"{where}: no [[rows]]; give at least one published measurement (see docs/validation.md)")
@@ -104,10 +100,15 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
         label = f"{where}: rows[{k}]" + (f" ({row['source']})" if isinstance(row, dict) and isinstance(row.get("source"), str) else "")
         if not isinstance(row, dict):
             raise UserError(f"{label}: a row is a table of fields")
-        try:
-            LatencyRow.model_validate(row)
-        except ValidationError as error:
-            first = error.errors()[0]
-            field = ".".join(str(part) for part in first["loc"]) or "row"
-            raise UserError(f"{label}: {field}: {first['msg']}") from None
+        _check(LatencyRow, row, label)
     return {"sharegpt": sharegpt, "sources": data.get("sources", {}), "rows": rows}
+
+
+def _check(model: type[BaseModel], table: Any, label: str) -> None:
+    """`table` read as `model`, or a UserError naming `label` and the first field at fault."""
+    try:
+        model.model_validate(table)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise UserError(f"{label}: {field + ': ' if field else ''}{first['msg']}") from None
