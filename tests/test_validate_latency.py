@@ -8,6 +8,7 @@ import pytest
 from cli_helpers import run_cli
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
+from tokenpath.errors import UserError
 from tokenpath.pipeline import prepare, simulate
 from tokenpath.validate_latency import (
     MAX_SIMULATED_REQUESTS, load_latency, measured, predict_row, row_scenario, sharegpt_lengths,
@@ -125,7 +126,7 @@ def test_a_run_too_large_to_keep_token_times_still_gives_ttft_and_tpot(monkeypat
     with pytest.raises(ValueError, match="kept no per-token times"):
         run.itl_ns()
     assert predict_row(row, DATA["sharegpt"])["decode_s"] > 0
-    with pytest.raises(ValueError, match="its ITL needs every token's time"):
+    with pytest.raises(UserError, match="its ITL needs every token's time"):
         predict_row(_row(decode_metric="itl"), DATA["sharegpt"])
 
 

@@ -153,8 +153,8 @@ def predict_row(row: dict[str, Any], sharegpt: dict[str, Any]) -> dict[str, floa
     _, skip = simulated_requests(row)
     values = measured(simulate(row_scenario(row, sharegpt)).run, skip)
     if row["decode_metric"] not in values:
-        raise ValueError(f"latency row from {row['source']}: its ITL needs every token's time, which a run "
-                         "this large does not keep; simulate fewer requests")
+        raise UserError("its ITL needs every token's time, which a run this large does not keep; give the row "
+                        "fewer requests or state its TPOT (decode_metric = \"tpot\")")
     return {"ttft_s": _statistic(values["ttft"], row["ttft_stat"]),
             "decode_s": _statistic(values[row["decode_metric"]], row["decode_stat"])}
 
