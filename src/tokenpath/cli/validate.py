@@ -17,7 +17,7 @@ def validate(
     json_out: Optional[str] = typer.Option(None, "--json", help="write the rows to PATH, or '-' for stdout"),
     groups: Optional[list[str]] = typer.Option(None, "--group", help="only this group of rows (repeatable)"),
     latency_rows: Optional[str] = typer.Option(
-        None, "--latency-rows", help="the latency group from this TOML file of [[rows]] (the form of "
+        None, "--latency-rows", help="the latency group from this TOML file of rows tables (the form of "
                                      "catalog/validation/latency.toml) instead of the shipped one; alone, only that group"),
 ) -> None:
     from tokenpath.validate import print_validation, run_validation
