@@ -44,7 +44,7 @@ TRUTH = {"serving_gemm_fraction": 0.4, "host_step_s": "2 ms"}  # defaults 0.8 an
 # The server runs in real time on a shared machine: a moment of contention during the check slows what
 # is measured, which the fit, made earlier, cannot know. A check of 48 measured requests (6 s) averages
 # such moments out better than a short one, and the bound keeps twice the margin to the uncalibrated
-# miss (a 10% bound failed once in 10 clean CI runs here, at 12%).
+# miss (a 10% bound failed in one of five clean CI runs on one day, at 12%).
 TOLERANCE = 0.15
 CHECK = {"workload.num_requests": 49, "workload.warmup_requests": 1, "workload.arrival.rate": 7.5,
          "workload.input": {"kind": "fixed", "value": 2048}, "workload.output": {"kind": "fixed", "value": 16}}
