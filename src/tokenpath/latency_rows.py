@@ -85,13 +85,12 @@ class ShareGPTStats(BaseModel):
 def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
     """The latency data (`sharegpt` statistics, `sources`, `rows`) of `path`, or the shipped file, each
     row checked; the shipped ShareGPT statistics where the file gives none."""
-    shipped = tomllib.loads((resources.files("tokenpath.catalog") / "validation" / "latency.toml").read_text(encoding="utf-8"))
     if path is None:
-        data, where = shipped, "catalog/validation/latency.toml"
+        data, where = _shipped(), "catalog/validation/latency.toml"
     else:
         where = files.shown(path)
         data = files.parse_toml(files.read_text(path, "the latency rows file"), where)
-    sharegpt = data.get("sharegpt", shipped["sharegpt"])
+    sharegpt = data["sharegpt"] if "sharegpt" in data else _shipped()["sharegpt"]
     _check(ShareGPTStats, sharegpt, f"{where}: sharegpt")
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:
@@ -102,6 +101,10 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
             raise UserError(f"{label}: a row is a table of fields")
         _check(LatencyRow, row, label)
     return {"sharegpt": sharegpt, "sources": data.get("sources", {}), "rows": rows}
+
+
+def _shipped() -> dict[str, Any]:
+    return tomllib.loads((resources.files("tokenpath.catalog") / "validation" / "latency.toml").read_text(encoding="utf-8"))
 
 
 def _check(model: type[BaseModel], table: Any, label: str) -> None:

@@ -277,7 +277,7 @@ class ComputeModel:
         return self.host_step_s + self.host_per_sequence_s * num_logits
 
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
-        """The sum of step_ops times and launch_s, plus host_s (or, overlapped, the larger of the two).
+        """Sum of step_ops times and launch_s, plus host_s (or, overlapped, the larger of the two).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
@@ -289,9 +289,12 @@ class ComputeModel:
         if total is None:
             total = self._tokens_s[t] = self._kernels_fixed_s + self._sum_s(self._token_ops, t, 0)
         logits_s = self._logits_s.get(n)
-        if logits_s is None:
-            logits_s = self._logits_s[n] = self._sum_s(self._logit_ops, 0, n)
+        if logits_s is None:  # a host in the step's path is added here, once per distinct n
+            host_s = 0.0 if self.host_overlapped else self.host_s(n)
+            logits_s = self._logits_s[n] = host_s + self._sum_s(self._logit_ops, 0, n)
         total += logits_s
+        if not self._every_step_captured:
+            total += self.launch_s(t, n)
         if self._window:
             attn_pairs, kv_read_tokens = self.attention_aggregates(t, n, attn_pairs, kv_read_tokens)
         touched = 0.0
@@ -304,12 +307,10 @@ class ComputeModel:
                 total += op_time_s(compute_s, memory_s, True, self.gemm_overlap_norm)
             else:  # op_time_s's max, inline: this runs every step
                 total += compute_s if compute_s > memory_s else memory_s
-        if not self._every_step_captured:
-            total += self.launch_s(t, n)
-        host_s = self.host_step_s + self.host_per_sequence_s * n
         if self.host_overlapped:
+            host_s = self.host_step_s + self.host_per_sequence_s * n
             return total if total > host_s else host_s
-        return total + host_s
+        return total
 
     def _sum_s(self, ops: list[LinearOp], num_tokens: int, num_logits: int) -> float:
         bw = self.chip.effective_hbm_bw_Bps
