@@ -36,7 +36,8 @@ HBM_BW_EFFICIENCY = 0.85
 sustains, for a chip whose catalog entry publishes no `measured_stream_bw`. About 0.85 is widely
 reported for H100/H200 streaming kernels. Where measured, the chip's own figure replaces it
 (catalog/chips.toml: decode GEMMs in AIConfigurator's tables sustain 0.73 of peak on A100, 0.84 on
-H100, 0.82 on H200, 0.76 on B200); an override of this assumption replaces both."""
+H100, 0.82 on H200, 0.76 on B200; hipBLASLt's GEMVs 0.74 on MI300X); an override of this assumption
+replaces both."""
 
 KERNEL_FIXED_S = 2.45e-6
 """Fixed time of one kernel of a step, on top of its work: its start from the captured graph, the
