@@ -35,6 +35,15 @@ def test_a_users_row_is_predicted_as_the_shipped_group_predicts_it(tmp_path, mon
     assert set(mine["groups"]) == {"latency"}  # alone, only the latency group
 
 
+def test_a_rows_kv_cache_precision_reaches_its_scenario():
+    """A source that ran an fp8 KV cache says so; unset, the engine's default (bf16 in vLLM)."""
+    from tokenpath.validate_latency import row_scenario
+
+    assert row_scenario(ROW, SHIPPED["sharegpt"]).model.kv_precision("vllm-v1") == "bf16"
+    fp8 = row_scenario({**ROW, "kv_cache_precision": "fp8"}, SHIPPED["sharegpt"])
+    assert fp8.model.kv_precision("vllm-v1") == "fp8"
+
+
 def test_the_table_names_the_users_rows(tmp_path, monkeypatch, capsys):
     code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [{**ROW, "source": "my_lab"}])], monkeypatch, capsys)
     assert code == 0, err
@@ -55,6 +64,7 @@ def _without(key):
     ([{**ROW, "arrival": "poisson"}], ["rows[0]", "needs rate"]),
     ([ROW, {**ROW, "model": "llama-9b"}], ["latency rows[1] (aiconfigurator_silicon)", "unknown model 'llama-9b'"]),
     ([{**ROW, "engine_settings": {"cuda_graph": "decode"}}], ["rows[0]", "unknown key 'engine.cuda_graph'", "cuda_graphs"]),
+    ([{**ROW, "kv_cache_precision": "int8"}], ["rows[0]", "kv_cache_precision", "'auto', 'bf16' or 'fp8'"]),
     ([], ["no [[rows]]"]),
 ])
 def test_a_row_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys, rows, fragments):

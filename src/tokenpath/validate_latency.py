@@ -125,7 +125,8 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any]) -> Scenario:
     table = {
         "name": f"latency {row['source']} {row['engine']} {row['model']} {row['chip']} tp{row['tp']}",
         "seed": 0,
-        "model": {"name": row["model"], "precision": row["precision"]},
+        "model": {"name": row["model"], "precision": row["precision"],
+                  "kv_cache_precision": row.get("kv_cache_precision", "auto")},
         "deployment": {"chip": row["chip"], "chips": row["tp"], "tp": row["tp"]},
         "engine": {**ENGINE_PROFILES[row["engine"]], **row.get("engine_settings", {})},
         "workload": workload,
