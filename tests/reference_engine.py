@@ -18,6 +18,7 @@ engine/spec.py describes the scheduler profiles; here each is written out plainl
   decodes, for one step or, with multi-step scheduling, for a window of k steps with a fixed batch
   (sequences done mid-window are computed to its end, and the window's tokens leave at its end).
   With mixed chunks the batch is formed as vllm-v1's.
+- vllm-v0: prefill-first's batches without chunked prefill, vllm-v1's with it.
 
 Prefix caching (`_PlainPrefixCache`) keeps every free block as one queue item; a request that
 finishes caches the named segments its computed tokens cover (a session turn's answer), and a
@@ -210,7 +211,8 @@ class _Replica:
         self.total_blocks = kv_capacity_tokens // spec.block_size
         self.free_blocks = self.total_blocks
         self.prefix: _PlainPrefixCache | None = None
-        self.pauses = spec.scheduler == "prefill-first" and not spec.mixed_chunk
+        self.pauses = ((spec.scheduler == "prefill-first" and not spec.mixed_chunk)
+                       or (spec.scheduler == "vllm-v0" and not spec.chunked_prefill))
         self.window = spec.num_scheduler_steps
         self.reserve = spec.kv_admission == "reserve"
         self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1

@@ -42,6 +42,7 @@ NOT_ASSUMPTIONS = {
     "tokenpath.delivery.sse.MEMO_ENTRIES": "a cache size of the SSE framer (speed only)",
     "tokenpath.engine.cluster._NEVER": "a sentinel time, later than any event",
     "tokenpath.engine.prefix_cache._PLAIN": "a marker in the free-block queue",
+    "tokenpath.engine.cuda_graphs.VLLM_V0_CUDA_GRAPH_MAX_BS": "vLLM V0's own capture list (cited there), a fact",
     "tokenpath.engine.routing.CACHE_THRESHOLD": "the modelled router's own setting (SGLang router default, cited there)",
     "tokenpath.engine.routing.BALANCE_ABS_THRESHOLD": "the modelled router's own setting (SGLang router default)",
     "tokenpath.engine.routing.BALANCE_REL_THRESHOLD": "the modelled router's own setting (SGLang router default)",

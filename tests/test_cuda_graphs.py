@@ -44,3 +44,18 @@ def test_a_prefill_first_deployment_graphs_decode_batches_up_to_sglangs_default(
     v1 = _compute("h100", 1)
     assert v1.launch_s(4096, 1) == 0.0 and v1.graph_policy() == "CUDA graphs for all steps"
     assert _compute("h100", 1, cuda_graphs="none").graph_policy() == "no CUDA graphs"
+
+
+def test_vllm_v0_graphs_decode_batches_up_to_256_and_its_host_runs_in_every_step():
+    """vLLM V0 captured decode batches of 1, 2, 4, 8, ..., 256 and ran prompt and mixed chunked-prefill
+    steps eagerly from Python; it prepares each step while the GPU waits (engine/host_time.py)."""
+    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S, HOST_STEP_S, VLLM_V0_HOST_STEP_S
+
+    assert EngineSpec(scheduler="vllm-v0").cuda_graphs == "decode"
+    v0 = _compute("h200", 4, scheduler="vllm-v0")
+    assert v0.launch_s(256, 256) == 0.0 and v0.launch_s(257, 257) > 0.0
+    assert v0.launch_s(100, 1) > 0.0 and v0.launch_s(130, 30) > 0.0  # a prefill, a mixed chunked step
+    assert v0.graph_policy() == "CUDA graphs for decode steps of up to 256 sequences"
+    assert v0.host_step_s == VLLM_V0_HOST_STEP_S > HOST_STEP_S and not v0.host_overlapped
+    assert v0.host_eager_per_kernel_s == EAGER_HOST_PER_KERNEL_S
+    assert _compute("h200", 4).host_step_s == HOST_STEP_S

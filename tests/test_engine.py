@@ -343,6 +343,8 @@ PROFILES = {
     "prefill-first": dict(scheduler="prefill-first"),
     "prefill-first, mixed chunks": dict(scheduler="prefill-first", mixed_chunk=True, chunked_prefill=True),
     "prefill-first, multi-step": dict(scheduler="prefill-first", num_scheduler_steps=None),  # steps drawn below
+    "vllm-v0": dict(scheduler="vllm-v0"),
+    "vllm-v0, multi-step": dict(scheduler="vllm-v0", chunked_prefill=False, num_scheduler_steps=None),
     "trtllm, reserve": dict(scheduler="trtllm", kv_admission="reserve"),
     "trtllm, on demand": dict(scheduler="trtllm", kv_admission="on_demand"),
 }
@@ -468,6 +470,23 @@ def test_prefill_first_with_mixed_chunks_forms_the_batches_of_vllm_v1():
     assert_same_trace(mixed, v1)
 
 
+@pytest.mark.parametrize(("chunked", "same_as"), [
+    (False, dict(scheduler="prefill-first", host_overlap=False)), (True, dict(scheduler="vllm-v1"))])
+def test_vllm_v0_forms_the_batches_of_prefill_first_or_with_chunked_prefill_of_vllm_v1(chunked, same_as):
+    """V0's _schedule_default runs prompts in steps of their own; _schedule_chunked_prefill mixes them with
+    the decodes. Its host is never overlapped, so the batches match prefill-first's without the overlap."""
+    rng = np.random.default_rng(11)
+    n = 60
+    args = ([int(x) for x in rng.integers(1, 120, n)], [int(x) for x in rng.integers(1, 80, n)],
+            np.sort(rng.uniform(0, 0.03, n)))
+    limits = dict(max_num_seqs=16, max_num_batched_tokens=128, chunked_prefill=chunked)
+    v0 = engine(*args, spec=EngineSpec(scheduler="vllm-v0", **limits), kv_tokens=16 * 80)
+    other = engine(*args, spec=EngineSpec(**same_as, **limits), kv_tokens=16 * 80)
+    assert v0.preemptions > 0
+    assert EngineSpec(scheduler="vllm-v0", **limits).prefills_alone == (not chunked)
+    assert_same_trace(v0, other)
+
+
 def test_trtllm_reserve_waits_for_the_whole_kv_cache_and_never_preempts():
     # 10 blocks of 16 tokens; each request needs ceil((32 + 64) / 16) = 6 blocks to finish.
     reserve = engine([32, 32], [64, 64], spec=EngineSpec(scheduler="trtllm", block_size=16), kv_tokens=160)
@@ -529,7 +548,8 @@ def test_multi_step_holds_newcomers_and_finished_sequences_until_the_window_ends
 
 
 @pytest.mark.parametrize("settings_, fragments", [
-    (dict(scheduler="fifo"), ["scheduler", "'vllm-v1', 'prefill-first' or 'trtllm'"]),
+    (dict(scheduler="fifo"), ["scheduler", "'vllm-v1', 'vllm-v0', 'prefill-first' or 'trtllm'"]),
+    (dict(scheduler="vllm-v0", num_scheduler_steps=4), ["num_scheduler_steps", "chunked prefill has none"]),
     (dict(mixed_chunk=True), ["mixed_chunk", "prefill-first"]),
     (dict(scheduler="prefill-first", mixed_chunk=True, chunked_prefill=False), ["mixed_chunk", "chunked_prefill"]),
     (dict(kv_admission="reserve"), ["kv_admission", "trtllm"]),

@@ -216,10 +216,11 @@ def test_explain_names_the_low_latency_all_to_alls_of_a_decode_step(capsys):
     assert "expert all-to-alls (low-latency kernels," in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("scheduler", ["prefill-first", "trtllm"])
+@pytest.mark.parametrize("scheduler", ["prefill-first", "vllm-v0", "trtllm"])
 def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     """Each step of an eager engine is its kernels with their launch gaps; under SGLang's and vLLM V0's
     Python host, the host's launches come on top (engine/host_time.py); TensorRT-LLM has none."""
+    python_host = scheduler in ("prefill-first", "vllm-v0")
     from rich.console import Console
 
     from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S
@@ -232,18 +233,20 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     graphed = simulate(small(**same, **{"engine.cuda_graphs": "all", "engine.cuda_graph_max_tokens": 8192}))
     eager = simulate(small(**same, **{"engine.cuda_graphs": "none"}))
     compute = eager.deployment.compute
-    per_kernel_s = EAGER_KERNEL_LAUNCH_S + (EAGER_HOST_PER_KERNEL_S if scheduler == "prefill-first" else 0.0)
+    per_kernel_s = EAGER_KERNEL_LAUNCH_S + (EAGER_HOST_PER_KERNEL_S if python_host else 0.0)
     launch_s = compute.eager_launch_s
     assert launch_s == pytest.approx(compute.kernels_per_step * per_kernel_s, rel=1e-12)
     step = explain(eager)
     kernels_only_s = sum(op["time_s"] for op in step["ops"])
     assert abs(kernels_only_s + step["engine_host_s"] + step["launch_s"] - step["compute_s"]) <= 1e-9
     assert step["launch_s"] == pytest.approx(launch_s, rel=1e-12)
-    assert step["launch_includes_host"] == (scheduler == "prefill-first")
+    assert step["launch_includes_host"] == python_host
     console = Console(width=250, record=True)
     console.print(explain_table(step, "h100"))
-    launches = next(line for line in console.export_text().splitlines() if "kernel launches" in line).split("│")
-    python_host = scheduler == "prefill-first"
+    lines = console.export_text().splitlines()
+    launches = next(line for line in lines if "kernel launches" in line).split("│")
+    host_row = next(line for line in lines if "engine host time" in line).split("│")
+    assert ("vllm_v0_host_step_s" in host_row[7]) == (scheduler == "vllm-v0")
     assert launches[5].strip() == ("host" if python_host else "fixed")
     assert ("eager_host_per_kernel_s" in launches[7]) == python_host
     # Offline, fixed lengths: the same steps, each one's kernels longer by the launches

@@ -97,6 +97,10 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("host_step_s", _HOST, "HOST_STEP_S", "s",
                "vLLM V1 scheduler and input preparation; reproduces AIConfigurator's vLLM rows at one chip",
                "validate latency; tests/test_engine.py"),
+    Assumption("vllm_v0_host_step_s", _HOST, "VLLM_V0_HOST_STEP_S", "s",
+               "vLLM V0's host time per step, in its path (the vllm-v0 profile); calibrated on the vLLM performance "
+               "benchmark's V0 run of Llama 3 70B on 4 x H200 at 1 req/s",
+               "validate latency; tests/test_engine.py"),
     Assumption("eager_host_per_kernel_s", _HOST, "EAGER_HOST_PER_KERNEL_S", "s",
                "SGLang's and vLLM V0's host time per kernel of an eager step, added to its kernels; calibrated on "
                "DataCrunch's SGLang ShareGPT run at 4 req/s (70B, 4 x H200)",

@@ -114,7 +114,7 @@ def simulate(
     precision: Optional[str] = typer.Option(None, help="weight precision: bf16, fp8 or fp4"),
     cuda_graphs: Optional[str] = typer.Option(
         None, "--cuda-graphs", help="steps that replay a CUDA graph: all, decode or none (eager, as --enforce-eager); "
-                                       "default: the scheduler profile's (decode under prefill-first, else all)"),
+                                       "default: the scheduler profile's (decode under prefill-first and vllm-v0, else all)"),
     max_num_seqs: Optional[int] = typer.Option(
         None, "--max-num-seqs", help="most sequences in one engine step (scenario default: 1024)"),
     max_num_batched_tokens: Optional[int] = typer.Option(
@@ -131,11 +131,11 @@ def simulate(
     gpu_memory_utilization: Optional[float] = typer.Option(
         None, "--gpu-memory-utilization", help="share of HBM the engine may use (scenario default: 0.9)"),
     scheduler: Optional[str] = typer.Option(
-        None, "--scheduler", help="engine scheduler profile: vllm-v1 (default), prefill-first (vLLM V0, SGLang) "
-                                  "or trtllm"),
+        None, "--scheduler", help="engine scheduler profile: vllm-v1 (default), vllm-v0 (vLLM's V0 engine), "
+                                  "prefill-first (SGLang) or trtllm"),
     num_scheduler_steps: Optional[int] = typer.Option(
-        None, "--num-scheduler-steps", help="prefill-first: decode steps per scheduler call (vLLM V0 multi-step; "
-                                            "default 1)"),
+        None, "--num-scheduler-steps", help="vllm-v0 without chunked prefill, or prefill-first: decode steps per "
+                                            "scheduler call (vLLM V0 multi-step; default 1)"),
     kv_cache_dtype: Optional[str] = typer.Option(
         None, "--kv-cache-dtype", help="KV-cache precision: auto (the engine's default), bf16, fp8"),
     network_rtt: Optional[str] = typer.Option(

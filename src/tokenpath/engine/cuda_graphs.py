@@ -1,14 +1,14 @@
 """Which steps a scheduler profile replays as captured CUDA graphs when the scenario does not say.
 
-The engines of the prefill-first profile capture decode batches only: SGLang's CudaGraphRunner
-replays a graph when the batch is decode-or-idle (python/sglang/srt/model_executor/cuda_graph_runner.py,
-can_run), vLLM V0 captured decode batches (vllm/worker/model_runner.py, _BATCH_SIZES_TO_CAPTURE), and
-both run prompt steps eagerly. Decode batches above a size run eagerly too: SGLang's
+The engines of the prefill-first and vllm-v0 profiles capture decode batches only: SGLang's
+CudaGraphRunner replays a graph when the batch is decode-or-idle
+(python/sglang/srt/model_executor/cuda_graph_runner.py, can_run), vLLM V0 captured decode batches
+(vllm/worker/model_runner.py, _BATCH_SIZES_TO_CAPTURE), and both run prompt steps (and V0 its mixed
+chunked-prefill steps) eagerly. Decode batches above a size run eagerly too: SGLang's
 `cuda_graph_max_bs` defaults by the GPU's memory and the tensor-parallel size, the table below
 (python/sglang/srt/server_args.py since sgl-project/sglang pull request 10372, September 2025; its
 releases before then captured up to 160 on GPUs of 25 GB or more, so a scenario reproducing one of
-those sets `cuda_graph_max_tokens = 160`). vLLM V0 captured up to 256, its default max_num_seqs, so
-no V0 batch ran past it unless raised. vLLM V1 and TensorRT-LLM keep the engine's defaults of
+those sets `cuda_graph_max_tokens = 160`). vLLM V0 captured up to 256, its default max_num_seqs. vLLM V1 and TensorRT-LLM keep the engine's defaults of
 `cuda_graphs = "all"` at any size (engine/spec.py).
 """
 
@@ -35,11 +35,18 @@ def sglang_cuda_graph_max_bs(hbm_bytes: float, tp: int) -> int:
     return small_tp if tp < 4 else large_tp
 
 
+# vLLM V0's captured decode batches: 1, 2, 4 and multiples of 8 up to 256 (vllm/worker/model_runner.py,
+# _BATCH_SIZES_TO_CAPTURE = [1, 2, 4] + [8 * i for i in range(1, 33)]).
+VLLM_V0_CUDA_GRAPH_MAX_BS = 256
+
+
 def default_graphs(scheduler: str) -> str:
     """The profile's `cuda_graphs` when the scenario sets none."""
-    return "decode" if scheduler == "prefill-first" else "all"
+    return "decode" if scheduler in ("prefill-first", "vllm-v0") else "all"
 
 
 def default_graph_max_tokens(scheduler: str, hbm_bytes: float, tp: int) -> int | None:
     """The profile's `cuda_graph_max_tokens` when the scenario sets none (None: any size)."""
+    if scheduler == "vllm-v0":
+        return VLLM_V0_CUDA_GRAPH_MAX_BS
     return sglang_cuda_graph_max_bs(hbm_bytes, tp) if scheduler == "prefill-first" else None

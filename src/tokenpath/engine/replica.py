@@ -147,7 +147,7 @@ class Replica:
 
         # The profile (engine/spec.py): how a step's batch is composed, as bound methods and flags.
         self.chunked = spec.chunked_prefill
-        self.pauses = spec.scheduler == "prefill-first" and not spec.mixed_chunk  # decoders pause in prefill steps
+        self.pauses = spec.prefills_alone  # decoders pause in prefill steps
         self.window = spec.num_scheduler_steps  # steps of a decode window (multi-step scheduling)
         self.reserve = spec.kv_admission == "reserve"
         # TensorRT-LLM cuts a prompt chunk that is not the prompt's rest to whole KV blocks (its

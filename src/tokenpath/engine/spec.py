@@ -16,7 +16,7 @@ MAX_STEP_TOKENS = 2**24
 # vLLM's KV-cache block sizes run from 1 to 256 tokens; SGLang's page size is 1 to 64.
 MAX_BLOCK_SIZE = 4096
 
-Scheduler = Literal["vllm-v1", "prefill-first", "trtllm"]
+Scheduler = Literal["vllm-v1", "vllm-v0", "prefill-first", "trtllm"]
 
 SCHEDULERS: dict[str, str] = {
     "vllm-v1": """vLLM V1's scheduler (vllm/v1/core/sched/scheduler.py), the default. Every step, the
@@ -25,6 +25,13 @@ SCHEDULERS: dict[str, str] = {
     the step has room (sequences, tokens, KV blocks), a long prompt cut to the budget (chunked
     prefill). Prompt chunks and decodes share each step. Blocks are taken as sequences grow; when
     they run out, the newest running sequences are preempted and recomputed later.""",
+    "vllm-v0": """vLLM's V0 engine (releases before 0.8, or VLLM_USE_V1=0): its scheduler as prefill-first
+    forms batches without `chunked_prefill` (vllm/core/scheduler.py, _schedule_default) and as vllm-v1
+    does with it (_schedule_chunked_prefill: the running decodes first, then prompt chunks within the
+    budget); CUDA graphs for decode batches of up to 256 sequences; and its host's time in every
+    step's path (engine/host_time.py: V0 schedules, prepares inputs and samples synchronously, and
+    launches eager steps op by op from Python). `num_scheduler_steps` > 1 is its multi-step
+    scheduling (below), without chunked prefill.""",
     "prefill-first": """vLLM V0 without chunked prefill (vllm/core/scheduler.py, _schedule_default) and
     SGLang's default (scheduler.py, get_next_batch_to_run). When waiting prompts can be admitted the
     step is a prefill batch of its own: as many waiting prompts as fit the token budget, the free
@@ -51,7 +58,8 @@ SCHEDULERS: dict[str, str] = {
     request, which here waits at the front of the queue as in vLLM.""",
 }
 
-MULTI_STEP = """Multi-step scheduling (vLLM V0 --num-scheduler-steps k, with scheduler = "prefill-first"):
+MULTI_STEP = """Multi-step scheduling (vLLM V0 --num-scheduler-steps k, with scheduler = "vllm-v0" or
+"prefill-first", prompts in steps of their own):
 the scheduler runs at window starts only. A prefill step is a window of its own; otherwise the
 running sequences decode for k steps as one fixed batch, their KV blocks for all k steps taken at
 the window's start (vLLM allocates k - 1 lookahead slots). New requests are admitted only at window
@@ -93,8 +101,9 @@ class EngineSpec(BaseModel):
                     "prefill-first SGLang's default cuda_graph_max_bs for the chip's memory and tp, "
                     "engine/cuda_graphs.py; any size otherwise)")
     scheduler: Scheduler = Field(
-        "vllm-v1", description="how each step's batch is formed: vllm-v1 (prompt chunks mixed with decodes), "
-                               "prefill-first (vLLM V0, SGLang: prompts in steps of their own) or trtllm")
+        "vllm-v1", description="the engine's profile: vllm-v1 (prompt chunks mixed with decodes), vllm-v0 (vLLM's "
+                               "V0 engine: its host in every step's path), prefill-first (SGLang: prompts in steps of "
+                               "their own) or trtllm")
     mixed_chunk: bool = Field(
         False, description="prefill-first only: decodes join the prefill steps (SGLang --enable-mixed-chunk)")
     kv_admission: Literal["reserve", "on_demand"] = Field(
@@ -109,7 +118,8 @@ class EngineSpec(BaseModel):
                           "prefix caching, on by default; SGLang's RadixAttention; TensorRT-LLM's KV cache reuse): "
                           "see docs/prefix-caching.md")
     num_scheduler_steps: int = Field(
-        1, ge=1, le=1024, description="prefill-first only: decode steps per scheduler call (vLLM V0 --num-scheduler-steps)")
+        1, ge=1, le=1024, description="vllm-v0 without chunked prefill, or prefill-first: decode steps per scheduler call (vLLM V0 "
+                                   "--num-scheduler-steps)")
 
     @model_validator(mode="before")
     @classmethod
@@ -144,8 +154,17 @@ class EngineSpec(BaseModel):
         if self.kv_admission == "reserve" and self.scheduler != "trtllm":
             raise ValueError("kv_admission = \"reserve\" is TensorRT-LLM's GUARANTEED_NO_EVICT; use "
                              "scheduler = \"trtllm\" or kv_admission = \"on_demand\"")
-        if self.num_scheduler_steps > 1 and (self.scheduler != "prefill-first" or self.mixed_chunk):
-            engine = {"vllm-v1": "vLLM V1 has", "trtllm": "TensorRT-LLM has"}.get(self.scheduler, "mixed chunks have")
-            raise ValueError(f"num_scheduler_steps > 1 is vLLM V0's multi-step scheduling and {engine} none; "
-                             "use scheduler = \"prefill-first\" without mixed_chunk, or num_scheduler_steps = 1")
+        if self.num_scheduler_steps > 1 and not self.prefills_alone:
+            engine = {"vllm-v1": "vLLM V1 has", "trtllm": "TensorRT-LLM has", "vllm-v0": "chunked prefill has"}.get(
+                self.scheduler, "mixed chunks have")
+            raise ValueError(f"num_scheduler_steps > 1 is vLLM V0's multi-step scheduling and {engine} none here; "
+                             "use scheduler = \"vllm-v0\" with chunked_prefill = false, or num_scheduler_steps = 1")
         return self
+
+    @property
+    def prefills_alone(self) -> bool:
+        """Whether prompts run in steps of their own while the decoding sequences pause: prefill-first
+        without mixed chunks, and vLLM V0 without chunked prefill."""
+        if self.scheduler == "prefill-first":
+            return not self.mixed_chunk
+        return self.scheduler == "vllm-v0" and not self.chunked_prefill

@@ -49,7 +49,11 @@ def traffic_assumptions(part: str, algorithm: str, decode_only: bool) -> list[st
     return names + ["activation_bytes"]
 
 
-HOST_ASSUMPTIONS = ["host_step_s", "host_per_sequence_s"]
+def host_assumptions(scheduler: str) -> list[str]:
+    """The assumptions behind a step's engine host time under `scheduler`."""
+    return ["vllm_v0_host_step_s" if scheduler == "vllm-v0" else "host_step_s", "host_per_sequence_s"]
+
+
 DELIVERY_ASSUMPTIONS = ["host_link_latency_s", "host_link_bw_Bps", "detokenize_per_token_s", "frame_per_event_s"]
 
 
@@ -71,6 +75,7 @@ def explain(sim: Simulation) -> dict[str, Any]:
                  "assumptions": op_assumptions(op.name, linear.gemm, op.bound)}
                 for op, linear in zip(ops, deployment.compute.ops)],
         "engine_host_s": compute.host_s(shape["sampled"]),
+        "engine_host_assumptions": host_assumptions(sim.scenario.engine.scheduler),
         # Beyond the kernels when no graph is replayed: launch gaps and the host's time to launch them.
         "launch_s": compute.launch_s(shape["tokens"], shape["sampled"]),
         "launch_includes_host": compute.host_eager_per_kernel_s > 0,
@@ -115,7 +120,7 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
         table.add_row(op["op"], f"{op['flops'] / 1e9:,.1f}", format_bytes(op["bytes"]), format_duration(op["time_s"]),
                       op["bound"], f"{op['time_s'] / total:.1%}", named(op["assumptions"]))
     table.add_row("engine host time", "", "", format_duration(step["engine_host_s"]),
-                  "host", f"{step['engine_host_s'] / total:.1%}", named(HOST_ASSUMPTIONS))
+                  "host", f"{step['engine_host_s'] / total:.1%}", named(step.get("engine_host_assumptions", host_assumptions("vllm-v1"))))
     if step["launch_s"]:
         host = step.get("launch_includes_host", False)
         table.add_row("kernel launches (no CUDA graph)", "", "", format_duration(step["launch_s"]),
