@@ -49,6 +49,7 @@ import numpy as np
 from tokenpath.delivery.lastmile import closes_event
 from tokenpath.engine.loop import EngineTrace
 from tokenpath.engine.host_time import host_overlapped
+from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.replica import Host, StepCosts
 from tokenpath.engine.spec import EngineSpec
 
@@ -215,6 +216,8 @@ class _Replica:
                        or (spec.scheduler == "vllm-v0" and not spec.chunked_prefill))
         self.window = spec.num_scheduler_steps
         self.reserve = spec.kv_admission == "reserve"
+        self.ratio = NewTokenRatio() if spec.scheduler == "prefill-first" else None
+        self.preempted_in_step = False
         self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1
         # An overlapped scheduler forms a busy engine's next batch when the step before it starts.
         self.lagged = host_overlapped(spec.scheduler, spec.host_overlap)
@@ -276,8 +279,11 @@ class _Replica:
             while self.arrivals and self.arrivals[0][0] <= formed:
                 self.waiting.append(heapq.heappop(self.arrivals)[1])
             if not self.waiting and len(self.running) == 0:
+                if self.ratio is not None:
+                    self.ratio.idle()
                 self.now = self.arrivals[0][0]
                 continue
+            self.preempted_in_step = False
             if not self.decode_run():
                 if self.pauses:
                     self.step_prefill_first()
@@ -427,6 +433,11 @@ class _Replica:
             self.times_preempted[run.ids[keep:]] += 1
             run.keep(np.arange(len(run)) < keep)
             grown, extra = grown[:keep], extra[:keep]
+            self.preempted_in_step = True
+            if self.ratio is not None:
+                rows = run.decoding == 1
+                out = self.out[run.ids[rows]]
+                self.ratio.retracted(int((out - run.left[rows]).sum()), int(out.sum()), int(rows.sum()))
         run.blocks[:] = grown
         self.take(int(extra.sum()))
         prefilling = run.decoding == 0
@@ -439,6 +450,8 @@ class _Replica:
         admitted: list[tuple[int, ...]] = []
         admitted_num: list[int] = []
         unreserved = self.total_blocks - int(self.running.reserved.sum())
+        if self.ratio is not None:
+            spare = self.ratio.spare_tokens(self.free_blocks * block, int(self.running.left.sum()))
         while self.waiting and len(admitted_num) < room and budget > 0:
             i = self.waiting[0]
             target = int(self.prompt[i] + self.generated[i])
@@ -455,6 +468,11 @@ class _Replica:
                 if num == 0:
                     break
             blocks = -(-(cached + num) // block)
+            if self.ratio is not None:
+                estimate = new_request_tokens(need, int(self.out[i] - self.generated[i]), self.total_blocks * block)
+                if estimate >= spare:
+                    break
+                spare -= estimate
             reserved = -(-int(self.prompt[i] + self.out[i]) // block) if self.reserve else 0
             if reserved > unreserved or (not self.reserve and blocks - hit_blocks + queued > self.free_blocks):
                 break
@@ -486,6 +504,8 @@ class _Replica:
         computed but sends nothing and is not accounted."""
         run = self.running
         part = num > 0
+        if self.ratio is not None and part.any() and (run.decoding[part] == 1).all() and not self.preempted_in_step:
+            self.ratio.decoded()
         q, p = num[part], run.computed[part]
         samples = part & ((run.decoding == 1) | (run.computed + num == run.target))
         done = run.left == 0
@@ -606,6 +626,8 @@ class _Replica:
             traffic_sum += traffic_ns
             blocking_sum += blocking_ns
             taken += 1
+            if self.ratio is not None:
+                self.ratio.decoded()
             if self.arrivals and self.arrivals[0][0] <= end:
                 break
         grown_blocks = (run.computed + taken + (self.block - 1)) // self.block

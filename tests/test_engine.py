@@ -397,21 +397,27 @@ def test_preemption_is_exercised_by_each_profile_comparison(profile):
     if "num_scheduler_steps" in settings_:
         settings_["num_scheduler_steps"] = 3
     spec = EngineSpec(block_size=16, max_num_seqs=8, **settings_)
-    inputs, outputs = np.array([64] * 6), np.array([64] * 6)
-    args = (np.zeros(6, np.int64), inputs, outputs, FixedCosts())
-    fast = run_engine(*args, LastMile(NO_NETWORK), spec, 16 * 20)
-    slow = reference_engine(*args, LastMile(NO_NETWORK), spec, 16 * 20)
+    inputs, outputs, kv_tokens = np.array([64] * 6), np.array([64] * 6), 16 * 20
+    if spec.scheduler == "prefill-first":
+        # SGLang's headroom admits these one at a time; it over-admits only once its ratio has decayed
+        # and an output is longer than its clipped estimate (new_token_ratio.py).
+        inputs, outputs, kv_tokens = np.array([16, 16]), np.array([5000, 5000]), 16 * 400
+    args = (np.zeros(len(inputs), np.int64), inputs, outputs, FixedCosts())
+    fast = run_engine(*args, LastMile(NO_NETWORK), spec, kv_tokens)
+    slow = reference_engine(*args, LastMile(NO_NETWORK), spec, kv_tokens)
     assert fast.preemptions == slow.preemptions > 0
     assert_same_trace(fast, slow)
 
 
 
 def test_a_sequence_recomputed_at_once_finishes_once():
-    # prefill-first, 4 blocks of 16 tokens. In the first decode step both sequences need a block: B,
-    # the newest, is preempted, A samples its last token and frees its blocks, and B's recompute is the
-    # next step's prefill. The decode clock stopped there, so B is due to finish at the same tick as
-    # before its preemption, and must finish once.
-    spec = EngineSpec(scheduler="prefill-first", block_size=16, max_num_seqs=8, max_num_batched_tokens=256)
+    # prefill-first's batches (vLLM V0's, which admits without SGLang's headroom), 4 blocks of 16
+    # tokens. In the first decode step both sequences need a block: B, the newest, is preempted, A
+    # samples its last token and frees its blocks, and B's recompute is the next step's prefill. The
+    # decode clock stopped there, so B is due to finish at the same tick as before its preemption, and
+    # must finish once.
+    spec = EngineSpec(scheduler="vllm-v0", chunked_prefill=False, block_size=16, max_num_seqs=8,
+                      max_num_batched_tokens=256)
     args = (np.zeros(2, np.int64), np.array([16, 48]), np.array([2, 10]), FixedCosts())
     fast = run_engine(*args, LastMile(NO_NETWORK), spec, 64)
     assert fast.preemptions == 1
@@ -464,27 +470,68 @@ def test_prefill_first_with_mixed_chunks_forms_the_batches_of_vllm_v1():
     args = ([int(x) for x in rng.integers(1, 400, n)], [int(x) for x in rng.integers(1, 80, n)],
             np.sort(rng.uniform(0, 0.03, n)))
     limits = dict(max_num_seqs=16, max_num_batched_tokens=128)
-    mixed = engine(*args, spec=EngineSpec(scheduler="prefill-first", mixed_chunk=True, **limits), kv_tokens=16 * 80)
-    v1 = engine(*args, spec=EngineSpec(**limits), kv_tokens=16 * 80)
-    assert v1.preemptions > 0
+    # A cache with room: SGLang's admission headroom (new_token_ratio.py), which vLLM lacks, never binds.
+    mixed = engine(*args, spec=EngineSpec(scheduler="prefill-first", mixed_chunk=True, **limits), kv_tokens=10**9)
+    v1 = engine(*args, spec=EngineSpec(**limits), kv_tokens=10**9)
     assert_same_trace(mixed, v1)
 
 
-@pytest.mark.parametrize(("chunked", "same_as"), [
-    (False, dict(scheduler="prefill-first", host_overlap=False)), (True, dict(scheduler="vllm-v1"))])
-def test_vllm_v0_forms_the_batches_of_prefill_first_or_with_chunked_prefill_of_vllm_v1(chunked, same_as):
+@pytest.mark.parametrize(("chunked", "same_as", "kv_tokens"), [
+    (False, dict(scheduler="prefill-first", host_overlap=False), 10**9),  # SGLang's headroom never binds
+    (True, dict(scheduler="vllm-v1"), 16 * 80)])
+def test_vllm_v0_forms_the_batches_of_prefill_first_or_with_chunked_prefill_of_vllm_v1(chunked, same_as, kv_tokens):
     """V0's _schedule_default runs prompts in steps of their own; _schedule_chunked_prefill mixes them with
-    the decodes. Its host is never overlapped, so the batches match prefill-first's without the overlap."""
+    the decodes. Its host is never overlapped, so the batches match prefill-first's without the overlap
+    (where the cache has room: V0 has no admission headroom)."""
     rng = np.random.default_rng(11)
     n = 60
     args = ([int(x) for x in rng.integers(1, 120, n)], [int(x) for x in rng.integers(1, 80, n)],
             np.sort(rng.uniform(0, 0.03, n)))
     limits = dict(max_num_seqs=16, max_num_batched_tokens=128, chunked_prefill=chunked)
-    v0 = engine(*args, spec=EngineSpec(scheduler="vllm-v0", **limits), kv_tokens=16 * 80)
-    other = engine(*args, spec=EngineSpec(**same_as, **limits), kv_tokens=16 * 80)
-    assert v0.preemptions > 0
+    v0 = engine(*args, spec=EngineSpec(scheduler="vllm-v0", **limits), kv_tokens=kv_tokens)
+    other = engine(*args, spec=EngineSpec(**same_as, **limits), kv_tokens=kv_tokens)
+    assert v0.preemptions > 0 or kv_tokens == 10**9
     assert EngineSpec(scheduler="vllm-v0", **limits).prefills_alone == (not chunked)
     assert_same_trace(v0, other)
+
+
+def test_sglangs_headroom_keeps_an_overloaded_cache_from_thrashing():
+    """Without headroom (vLLM V0's batches) 40 requests of 800 tokens each, on a cache of 3,200, are
+    admitted as their prompts fit, run out of blocks and are preempted and recomputed over and over;
+    SGLang's new_token_ratio admits about as many as will fit their outputs and retracts only after
+    the ratio has decayed (then it starts cautious again), so it recomputes a tenth as much."""
+    inputs, outputs = [200] * 40, [600] * 40
+    limits = dict(max_num_seqs=64, max_num_batched_tokens=8192, chunked_prefill=False)
+    sglang = engine(inputs, outputs, spec=EngineSpec(scheduler="prefill-first", host_overlap=False, **limits),
+                    kv_tokens=16 * 200)
+    v0 = engine(inputs, outputs, spec=EngineSpec(scheduler="vllm-v0", **limits), kv_tokens=16 * 200)
+    assert v0.preemptions > 5 * sglang.preemptions > 0
+    once = 40 * (200 + 600 - 1)  # every token computed once
+    assert int(sglang.step_tokens.sum()) < 1.15 * once < 1.5 * once < int(v0.step_tokens.sum())
+    assert sglang.step_seqs.max() < v0.step_seqs.max()
+
+
+def test_the_new_token_ratio_decays_resets_on_retraction_and_when_idle():
+    from tokenpath.engine.new_token_ratio import (CLIP_MAX_NEW_TOKENS_ESTIMATION, INIT_NEW_TOKEN_RATIO,
+                                                  NewTokenRatio, new_request_tokens)
+
+    ratio = NewTokenRatio()
+    assert ratio.value == INIT_NEW_TOKEN_RATIO == 0.7
+    for _ in range(300):
+        ratio.decoded()
+    assert ratio.value == pytest.approx(0.7 - 300 * (0.7 - 0.098) / 600)
+    for _ in range(400):
+        ratio.decoded()
+    assert ratio.value == pytest.approx(0.098)  # SGLang's floor: 0.14 of the initial ratio
+    ratio.retracted(decoded_tokens=300, max_new_tokens=1000, running=5)  # (300 + 20 x 5) / 1000
+    assert ratio.value == pytest.approx(0.4)
+    ratio.retracted(decoded_tokens=990, max_new_tokens=1000, running=5)
+    assert ratio.value == 1.0
+    ratio.idle()
+    assert ratio.value == 0.7
+    assert ratio.spare_tokens(1000, 500) == pytest.approx(650)
+    assert new_request_tokens(100, 10_000, 10**6) == 100 + CLIP_MAX_NEW_TOKENS_ESTIMATION
+    assert new_request_tokens(100, 10_000, 1000) == 999  # one that alone fits an empty cache is admitted
 
 
 def test_trtllm_reserve_waits_for_the_whole_kv_cache_and_never_preempts():

@@ -50,6 +50,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from tokenpath.engine.host_time import host_overlapped
+from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.prefixes import Prefixes
@@ -150,6 +151,9 @@ class Replica:
         self.pauses = spec.prefills_alone  # decoders pause in prefill steps
         self.window = spec.num_scheduler_steps  # steps of a decode window (multi-step scheduling)
         self.reserve = spec.kv_admission == "reserve"
+        # SGLang's admission headroom for the running requests' outputs still to come (new_token_ratio.py).
+        self.ratio = NewTokenRatio() if spec.scheduler == "prefill-first" else None
+        self.cache_tokens = kv_capacity_tokens // spec.block_size * spec.block_size
         # TensorRT-LLM cuts a prompt chunk that is not the prompt's rest to whole KV blocks (its
         # chunkUnitSize is the tokens per block: trtGptModelInflightBatching.cpp).
         self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1
@@ -183,6 +187,9 @@ class Replica:
         # In admission order, request -> (first tick it decodes in, its context then, its last tick, request).
         self.decoding: dict[int, tuple[int, int, int, int]] = {}
         self.context_sum = 0                 # summed context of the decoding sequences
+        self.last_tick_sum = 0               # summed last ticks of the decoding sequences (outputs to come)
+        self.out_sum = 0                     # summed output lengths of the decoding sequences
+        self.preempted_in_step = False
         self.block_due = [0] * self.block    # decoding sequences that need a new block at tick % block
         # With several tokens per SSE event: decoding sequences whose token closes an event at tick % interval.
         self.event_due = [0] * self.interval
@@ -328,7 +335,10 @@ class Replica:
         """
         self._take_arrivals()
         s, d = self.num_steps, self.tick
+        self.preempted_in_step = False
         decode, prefill_num, admitted = self._compose(d)
+        if self.ratio is not None and decode and not prefill_num and not admitted and not self.preempted_in_step:
+            self.ratio.decoded()
         completing, finishing = self._run_batch(s, d, decode, prefill_num, admitted)
         return self._apply(s, d, decode, completing, finishing)
 
@@ -339,7 +349,10 @@ class Replica:
         if waiting or self.decoding or self.prefill:
             formed = self.formed_ns if self.lagged else self.now
         else:
-            formed = self.now = max(self.now, arrivals[0] >> _ID_BITS)
+            first_ns = arrivals[0] >> _ID_BITS
+            if first_ns > self.now and self.ratio is not None:  # it waits idle: SGLang starts the ratio over
+                self.ratio.idle()
+            formed = self.now = max(self.now, first_ns)
         arrived = (formed + 1) << _ID_BITS
         while arrivals and arrivals[0] < arrived:
             waiting.append(heapq.heappop(arrivals) & _ID_MASK)
@@ -453,6 +466,10 @@ class Replica:
             self.cached[i] = 0
             self.times_preempted[i] += 1
         self.waiting.extendleft(victims)
+        self.preempted_in_step = True
+        if self.ratio is not None:
+            left = self.last_tick_sum - len(self.decoding) * (d - 1)
+            self.ratio.retracted(self.out_sum - left, self.out_sum, len(self.decoding))
         return new_blocks
 
     def _admit(self, budget: int, room: int) -> list[tuple[int, int, int]]:
@@ -462,7 +479,9 @@ class Replica:
         the last admitted. Returns (request, tokens this step, its prefill target) for each."""
         admitted: list[tuple[int, int, int]] = []
         waiting, block = self.waiting, self.block
-        prefix = self.prefix
+        prefix, ratio = self.prefix, self.ratio
+        if ratio is not None:
+            spare = ratio.spare_tokens(self.free_blocks * block, self._outputs_to_come())
         while waiting and len(admitted) < room and budget > 0:
             i = waiting[0]
             cached = self.cached[i]
@@ -480,6 +499,11 @@ class Replica:
                 if not num:
                     break
             blocks = -(-(cached + num) // block)
+            if ratio is not None:
+                estimate = new_request_tokens(need, self.out[i] - self.generated[i], self.cache_tokens)
+                if estimate >= spare:
+                    break
+                spare -= estimate
             if self.reserve:
                 reserved = -(-(self.prompt[i] + self.out[i]) // block)
                 if reserved > self.unreserved_blocks:
@@ -498,6 +522,15 @@ class Replica:
                 break
             budget -= num
         return admitted
+
+    def _outputs_to_come(self) -> int:
+        """Tokens the running sequences will still generate: the decoding ones' (from their last ticks, at
+        this tick) and the prompt in progress's."""
+        left = self.last_tick_sum - len(self.decoding) * (self.tick - 1)
+        prefill = self.prefill
+        if prefill is not None:
+            left += self.out[prefill.request] - self.generated[prefill.request]
+        return left
 
     def _run_batch(self, s: int, d: int, decode: int, prefill_num: int,
                    admitted: Sequence[tuple[int, int, int]]) -> tuple[list[tuple[int, int]], Sequence[int]]:
@@ -587,6 +620,8 @@ class Replica:
         last_tick = first_tick + self.out[i] - self.generated[i] - 1
         self.decoding[i] = state = (first_tick, context, last_tick, i)
         self.context_sum += context
+        self.last_tick_sum += last_tick
+        self.out_sum += self.out[i]
         self.block_due[(first_tick - context) % self.block] += 1
         if self.interval > 1:
             self.event_due[(first_tick - self.generated[i]) % self.interval] += 1
@@ -598,9 +633,11 @@ class Replica:
 
     def _stop_decoding(self, i: int, ticks_taken: int) -> int:
         """Take request i out of the decoding aggregates after `ticks_taken` decode ticks; its context."""
-        first, context0, _, _ = self.decoding.pop(i)
+        first, context0, last_tick, _ = self.decoding.pop(i)
         context = context0 + ticks_taken
         self.context_sum -= context
+        self.last_tick_sum -= last_tick
+        self.out_sum -= self.out[i]
         self.block_due[(first - context0) % self.block] -= 1
         if self.interval > 1:
             self.event_due[(first - self.generated[i]) % self.interval] -= 1
@@ -660,9 +697,11 @@ class Replica:
             return []
         finished = []
         for i in self.zombies:
-            first, context0, _, _ = self.decoding.pop(i)
+            first, context0, last_tick, _ = self.decoding.pop(i)
             context = context0 + d + 1 - first
             self.context_sum -= context
+            self.last_tick_sum -= last_tick
+            self.out_sum -= self.out[i]
             self.block_due[(first - context0) % self.block] -= 1
             self._release(i, context)
             finished.append(i)

@@ -31,7 +31,7 @@ SCHEDULERS: dict[str, str] = {
     budget); CUDA graphs for decode batches of up to 256 sequences; and its host's time in every
     step's path (engine/host_time.py: V0 schedules, prepares inputs and samples synchronously, and
     launches eager steps op by op from Python). `num_scheduler_steps` > 1 is its multi-step
-    scheduling (below), without chunked prefill.""",
+    scheduling (below), without chunked prefill. Not modelled: its 1% free-block watermark.""",
     "prefill-first": """vLLM V0 without chunked prefill (vllm/core/scheduler.py, _schedule_default) and
     SGLang's default (scheduler.py, get_next_batch_to_run). When waiting prompts can be admitted the
     step is a prefill batch of its own: as many waiting prompts as fit the token budget, the free
@@ -40,9 +40,10 @@ SCHEDULERS: dict[str, str] = {
     `chunked_prefill` the token budget is SGLang's chunked_prefill_size: a longer prompt is split
     over several prefill steps, run back to back. `mixed_chunk` is SGLang's --enable-mixed-chunk:
     the decodes join the prefill step (the batch is then formed as vllm-v1 forms it).
-    `num_scheduler_steps` > 1 is vLLM V0's multi-step scheduling (below). Not modelled: SGLang's
-    admission headroom for the running requests' future tokens (new_token_ratio) and its separate
-    max_prefill_tokens, vLLM V0's 1% free-block watermark.""",
+    `num_scheduler_steps` > 1 is vLLM V0's multi-step scheduling (below). A waiting prompt is admitted
+    only while the cache also has room for a share of the running requests' outputs still to come,
+    SGLang's new_token_ratio (engine/new_token_ratio.py), so an overloaded engine rarely has to retract
+    and recompute. Not modelled: SGLang's separate max_prefill_tokens.""",
     "trtllm": """TensorRT-LLM's in-flight batching (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp
     and microBatchScheduler.cpp). The capacity scheduler admits requests first come first served:
     with `kv_admission = "reserve"` (GUARANTEED_NO_EVICT, TensorRT-LLM's default) only while the

@@ -1,0 +1,64 @@
+"""SGLang's admission headroom: the share of the running requests' outputs still to come that a new
+request must leave room for in the KV cache.
+
+SGLang's scheduler (python/sglang/srt/managers/schedule_policy.py, PrefillAdder) admits a waiting
+request only while its prompt plus its max_new_tokens (clipped at CLIP_MAX_NEW_TOKENS_ESTIMATION)
+fits in the free KV cache less `new_token_ratio` times the running requests' outputs still to come,
+and less what it admitted before it in the same step. The ratio starts at INIT_NEW_TOKEN_RATIO, falls
+by a fixed decrement with every decode step (update_running_batch) to MIN_NEW_TOKEN_RATIO_FACTOR of
+that, and when a decode step does not fit and requests are retracted it becomes the running
+requests' share decoded so far, plus RETRACT_DECODE_STEPS tokens each (ScheduleBatch.retract_decode):
+over-admission makes it cautious again. An idle engine starts over at INIT_NEW_TOKEN_RATIO
+(self_check_during_idle). The defaults are python/sglang/srt/global_config.py's (v0.4 to v0.5),
+with --schedule-conservativeness 1.
+
+Where the cache has room, this changes nothing; under overload it keeps the engine from admitting
+requests that it must retract a few steps later (and recompute), which otherwise thrashes.
+"""
+
+from __future__ import annotations
+
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+RETRACT_DECODE_STEPS = 20
+CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096
+
+
+class NewTokenRatio:
+    """The ratio's value as the engine runs."""
+
+    def __init__(self) -> None:
+        self.minimum = INIT_NEW_TOKEN_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR
+        self.decrement = (INIT_NEW_TOKEN_RATIO - self.minimum) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.value = INIT_NEW_TOKEN_RATIO
+
+    def decoded(self) -> None:
+        """One decode step ran."""
+        value = self.value - self.decrement
+        self.value = value if value > self.minimum else self.minimum
+
+    def retracted(self, decoded_tokens: int, max_new_tokens: int, running: int) -> None:
+        """A decode step retracted requests; the others, `running`, have decoded `decoded_tokens` of
+        their `max_new_tokens`."""
+        if not max_new_tokens:
+            self.value = INIT_NEW_TOKEN_RATIO
+            return
+        estimate = (decoded_tokens + RETRACT_DECODE_STEPS * running) / max_new_tokens
+        self.value = estimate if estimate < 1.0 else 1.0
+
+    def idle(self) -> None:
+        self.value = INIT_NEW_TOKEN_RATIO
+
+    def spare_tokens(self, free_tokens: int, outputs_to_come: int) -> float:
+        """KV tokens left for new requests: the free ones less the ratio's share of what the running
+        requests will still write."""
+        return free_tokens - self.value * outputs_to_come
+
+
+def new_request_tokens(prompt_tokens: int, outputs_to_come: int, cache_tokens: int) -> int:
+    """What a waiting request must fit: the prompt it still has to compute and its output, clipped;
+    at most one token less than the whole cache of `cache_tokens` (SGLang caps a request's
+    max_new_tokens so that it fits the KV pool alone), so an idle engine always admits it."""
+    tokens = prompt_tokens + min(outputs_to_come, CLIP_MAX_NEW_TOKENS_ESTIMATION)
+    return tokens if tokens < cache_tokens else cache_tokens - 1
