@@ -2,10 +2,10 @@
 own measurements in the same form (`tokenpath validate --latency-rows FILE`).
 
 Each `[[rows]]` table states one measurement and how it was taken: the deployment (`engine`,
-`engine_settings` as `[engine]` keys, `model`, `precision`, `kv_cache_precision`, `chip`, `tp`), the workload (`lengths` with
-its sizes, `arrival` with its rate or concurrency, the request count or `window`), and the measured
-TTFT and TPOT or ITL with the statistic the source reported. validate_latency.py simulates it the same
-way. A row that cannot be read is refused with one line naming the row and the field.
+`engine_settings` as `[engine]` keys, `model`, `precision`, `kv_cache_precision`, `chip`, `tp`), the
+workload (`lengths` with its sizes, `arrival` with its rate or concurrency, the request count or
+`window`), and the measured TTFT and TPOT or ITL with the statistic the source reported.
+validate_latency.py simulates it the same way. A row that cannot be read is refused with one line naming the row and the field.
 """
 
 from __future__ import annotations

@@ -114,7 +114,8 @@ def simulate(
     precision: Optional[str] = typer.Option(None, help="weight precision: bf16, fp8 or fp4"),
     cuda_graphs: Optional[str] = typer.Option(
         None, "--cuda-graphs", help="steps that replay a CUDA graph: all, decode or none (eager, as --enforce-eager); "
-                                       "default: the scheduler profile's (decode under prefill-first and vllm-v0, else all)"),
+                                       "default: the scheduler profile's (decode under prefill-first and vllm-v0, "
+                                       "else all)"),
     max_num_seqs: Optional[int] = typer.Option(
         None, "--max-num-seqs", help="most sequences in one engine step (scenario default: 1024)"),
     max_num_batched_tokens: Optional[int] = typer.Option(

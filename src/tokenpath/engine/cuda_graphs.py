@@ -8,8 +8,9 @@ chunked-prefill steps) eagerly. Decode batches above a size run eagerly too: SGL
 `cuda_graph_max_bs` defaults by the GPU's memory and the tensor-parallel size, the table below
 (python/sglang/srt/server_args.py since sgl-project/sglang pull request 10372, September 2025; its
 releases before then captured up to 160 on GPUs of 25 GB or more, so a scenario reproducing one of
-those sets `cuda_graph_max_tokens = 160`). vLLM V0 captured up to 256, its default max_num_seqs. vLLM V1 and TensorRT-LLM keep the engine's defaults of
-`cuda_graphs = "all"` at any size (engine/spec.py).
+those sets `cuda_graph_max_tokens = 160`). vLLM V0 captured up to 256, its default max_num_seqs.
+vLLM V1 and TensorRT-LLM keep the engine's defaults of `cuda_graphs = "all"` at any size
+(engine/spec.py).
 """
 
 from __future__ import annotations

@@ -32,8 +32,9 @@ SCHEDULERS: dict[str, str] = {
     step's path (engine/host_time.py: V0 schedules, prepares inputs and samples synchronously, and
     launches eager steps op by op from Python). `num_scheduler_steps` > 1 is its multi-step
     scheduling (below), without chunked prefill. Not modelled: its 1% free-block watermark.""",
-    "prefill-first": """vLLM V0 without chunked prefill (vllm/core/scheduler.py, _schedule_default) and
-    SGLang's default (scheduler.py, get_next_batch_to_run). When waiting prompts can be admitted the
+    "prefill-first": """SGLang's default (scheduler.py, get_next_batch_to_run), whose batches vLLM V0 forms
+    too without chunked prefill (vllm/core/scheduler.py, _schedule_default; vllm-v0 adds V0's host,
+    and admits without the headroom below). When waiting prompts can be admitted the
     step is a prefill batch of its own: as many waiting prompts as fit the token budget, the free
     sequences and the free KV blocks; decoding sequences pause (they do not take part, and that
     time counts as queue for them). Otherwise the step decodes every running sequence. With
@@ -119,8 +120,8 @@ class EngineSpec(BaseModel):
                           "prefix caching, on by default; SGLang's RadixAttention; TensorRT-LLM's KV cache reuse): "
                           "see docs/prefix-caching.md")
     num_scheduler_steps: int = Field(
-        1, ge=1, le=1024, description="vllm-v0 without chunked prefill, or prefill-first: decode steps per scheduler call (vLLM V0 "
-                                   "--num-scheduler-steps)")
+        1, ge=1, le=1024, description="vllm-v0 without chunked prefill, or prefill-first: decode steps per "
+                                   "scheduler call (vLLM V0 --num-scheduler-steps)")
 
     @model_validator(mode="before")
     @classmethod

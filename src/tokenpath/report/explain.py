@@ -120,7 +120,8 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
         table.add_row(op["op"], f"{op['flops'] / 1e9:,.1f}", format_bytes(op["bytes"]), format_duration(op["time_s"]),
                       op["bound"], f"{op['time_s'] / total:.1%}", named(op["assumptions"]))
     table.add_row("engine host time", "", "", format_duration(step["engine_host_s"]),
-                  "host", f"{step['engine_host_s'] / total:.1%}", named(step.get("engine_host_assumptions", host_assumptions("vllm-v1"))))
+                  "host", f"{step['engine_host_s'] / total:.1%}",
+                  named(step.get("engine_host_assumptions", host_assumptions("vllm-v1"))))
     if step["launch_s"]:
         host = step.get("launch_includes_host", False)
         table.add_row("kernel launches (no CUDA graph)", "", "", format_duration(step["launch_s"]),
