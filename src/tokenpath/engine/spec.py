@@ -96,12 +96,12 @@ class EngineSpec(BaseModel):
     cuda_graphs: Literal["all", "decode", "none"] = Field(
         "all", description="steps that replay a captured CUDA graph: all (vLLM V1), decode (only steps where "
                            "every sequence decodes one token: SGLang, TensorRT-LLM, vLLM V0) or none (eager) "
-                           "(unset: the profile's: decode under prefill-first, all otherwise)")
+                           "(unset: the profile's: decode under prefill-first and vllm-v0, all otherwise)")
     cuda_graph_max_tokens: int | None = Field(
         None, ge=0, le=MAX_STEP_TOKENS,
         description="largest step, in tokens, that replays a captured graph (unset: the profile's: under "
                     "prefill-first SGLang's default cuda_graph_max_bs for the chip's memory and tp, "
-                    "engine/cuda_graphs.py; any size otherwise)")
+                    "under vllm-v0 256, engine/cuda_graphs.py; any size otherwise)")
     scheduler: Scheduler = Field(
         "vllm-v1", description="the engine's profile: vllm-v1 (prompt chunks mixed with decodes), vllm-v0 (vLLM's "
                                "V0 engine: its host in every step's path), prefill-first (SGLang: prompts in steps of "
