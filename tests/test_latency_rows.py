@@ -16,6 +16,12 @@ SHIPPED = read_latency_rows()
 ROW = next(r for r in SHIPPED["rows"] if r.get("id", "").endswith("1024x1024_c4_tp8_ep1_725"))  # 80 requests
 
 
+# A closed loop drawing lengths from 819 to 1,024 tokens (SGLang's --random-range-ratio 0.8).
+UNIFORM = {**{k: v for k, v in ROW.items() if k not in ("input_len", "output_len")}, "lengths": "uniform",
+           "input_mean": 921.5, "output_mean": 921.5, "input_min": 819, "input_max": 1024, "output_min": 819,
+           "output_max": 1024}
+
+
 def _file(tmp_path, rows, **top):
     path = tmp_path / "rows.toml"
     path.write_text(tomli_w.dumps({**top, "rows": rows}))
@@ -44,6 +50,20 @@ def test_a_rows_kv_cache_precision_reaches_its_scenario():
     assert fp8.model.kv_precision("vllm-v1") == "fp8"
 
 
+def test_a_uniform_row_with_a_range_draws_its_lengths_from_it():
+    """From input_min to input_max around the mean; without them, from 1 to twice the mean."""
+    import numpy as np
+
+    from tokenpath.pipeline import simulate
+    from tokenpath.validate_latency import row_scenario
+
+    run = simulate(row_scenario(UNIFORM, SHIPPED["sharegpt"])).run
+    prompts = np.asarray(run.input_tokens)
+    assert prompts.min() >= 819 and prompts.max() <= 1024 and abs(prompts.mean() - 921.5) < 25
+    wide = {k: v for k, v in UNIFORM.items() if k not in ("input_min", "output_min")}
+    assert row_scenario(wide, SHIPPED["sharegpt"]).workload.input.range_ratio == pytest.approx(0.998)
+
+
 def test_the_table_names_the_users_rows(tmp_path, monkeypatch, capsys):
     code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [{**ROW, "source": "my_lab"}])], monkeypatch, capsys)
     assert code == 0, err
@@ -65,6 +85,8 @@ def _without(key):
     ([ROW, {**ROW, "model": "llama-9b"}], ["latency rows[1] (aiconfigurator_silicon)", "unknown model 'llama-9b'"]),
     ([{**ROW, "engine_settings": {"cuda_graph": "decode"}}], ["rows[0]", "unknown key 'engine.cuda_graph'", "cuda_graphs"]),
     ([{**ROW, "kv_cache_precision": "int8"}], ["rows[0]", "kv_cache_precision", "'auto', 'bf16' or 'fp8'"]),
+    ([{**ROW, "input_min": 100}], ["rows[0]", "input_min goes with lengths = 'uniform'"]),
+    ([{**UNIFORM, "output_mean": 2000.0}], ["rows[0]", "output_mean (2000) must lie between output_min (819)"]),
     ([], ["no [[rows]]"]),
 ])
 def test_a_row_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys, rows, fragments):

@@ -44,6 +44,8 @@ class LatencyRow(BaseModel):
     output_mean: float | None = Field(None, gt=0)
     input_max: int | None = Field(None, ge=1)   # as the source states it (the means set the simulated lengths)
     output_max: int | None = Field(None, ge=1)
+    input_min: int | None = Field(None, ge=1)   # uniform lengths drawn from min to max (default: from 1)
+    output_min: int | None = Field(None, ge=1)
     arrival: Literal["poisson", "concurrency", "all_at_once"]
     rate: float | None = Field(None, gt=0)
     concurrency: int | None = Field(None, ge=1)
@@ -69,6 +71,14 @@ class LatencyRow(BaseModel):
         if missing:
             raise ValueError(f"needs {missing[0]} (lengths = {self.lengths!r}, arrival = {self.arrival!r}, "
                              f"window = {self.window!r})")
+        for part in ("input", "output"):
+            low, high, mean = (getattr(self, f"{part}_{end}") for end in ("min", "max", "mean"))
+            if low is None:
+                continue
+            if self.lengths != "uniform" or high is None:
+                raise ValueError(f"{part}_min goes with lengths = 'uniform' and its {part}_max; remove it or add them")
+            if not low <= mean <= high:
+                raise ValueError(f"{part}_mean ({mean:g}) must lie between {part}_min ({low}) and {part}_max ({high})")
         return self
 
 

@@ -80,11 +80,21 @@ def row_lengths(row: dict[str, Any], sharegpt: dict[str, Any]) -> tuple[dict, di
     if kind == "fixed":
         return {"kind": "fixed", "value": row["input_len"]}, {"kind": "fixed", "value": row["output_len"]}
     if kind == "uniform":
-        return tuple({"kind": "uniform", "mean": row[f"{part}_mean"], "range_ratio": UNIFORM_FULL_RANGE_RATIO}
+        return tuple({"kind": "uniform", "mean": row[f"{part}_mean"], "range_ratio": _range_ratio(row, part)}
                      for part in ("input", "output"))
     if kind == "sharegpt":
         return sharegpt_lengths(row, sharegpt)
     raise ValueError(f"latency row from {row['source']}: unknown lengths {kind!r}")
+
+
+def _range_ratio(row: dict[str, Any], part: str) -> float:
+    """A uniform row's spread around its mean: from `{part}_min` to `{part}_max` where the source draws
+    from a range (SGLang's --random-range-ratio), else from 1 to twice the mean."""
+    low = row.get(f"{part}_min")
+    if low is None:
+        return UNIFORM_FULL_RANGE_RATIO
+    high = row[f"{part}_max"]
+    return (high - low) / (high + low)
 
 
 def simulated_requests(row: dict[str, Any]) -> tuple[int, int]:
@@ -206,7 +216,8 @@ def _lengths(row: dict[str, Any]) -> str:
     if row["lengths"] == "fixed":
         return f"{row['input_len']}/{row['output_len']}"
     if row["lengths"] == "uniform":
-        return f"U(1..{row['input_max']})/U(1..{row['output_max']})"
+        return (f"U({row.get('input_min') or 1}..{row['input_max']})/"
+                f"U({row.get('output_min') or 1}..{row['output_max']})")
     return "ShareGPT"
 
 
