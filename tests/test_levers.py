@@ -203,6 +203,8 @@ def test_levers_that_do_not_apply_say_why(tmp_path):
     without = {lever.name: lever for lever in catalog(uncached.scenario(), uncached.table, tmp_path)}
     assert without["prefix caching"].overrides == {"engine.prefix_caching": True}
     assert "does not cache prefixes" in without["prefix-aware routing"].skipped
+    # the other engines' schedulers, but not vLLM's V0 engine: a release to reproduce, not a change to make
+    assert {name for name in levers if name.startswith("scheduler ")} == {"scheduler prefill-first", "scheduler trtllm"}
     # two replicas: disaggregation applies, one of them prefilling
     assert levers["disaggregated prefill (1 of 2 replicas)"].overrides == {"deployment.prefill_replicas": 1}
     # the scenario gives a fabric table: a lever changes the key it needs, nothing else

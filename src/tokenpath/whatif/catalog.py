@@ -191,7 +191,8 @@ def _continuous(scenario: Scenario, table: dict[str, Any], here: Path) -> list[L
         levers.append(Lever(f"max_num_seqs {seqs}", "", overrides) if seqs >= 1 else
                       Lever("max_num_seqs / 4", "", skipped=f"max_num_seqs is {engine.max_num_seqs}"))
     for profile in SCHEDULERS:
-        if profile != engine.scheduler:
+        # vLLM's V0 engine is a release to reproduce (its rows), not a change to make.
+        if profile not in (engine.scheduler, "vllm-v0"):
             overrides = {"engine.scheduler": profile}
             if engine.num_scheduler_steps > 1:
                 overrides["engine.num_scheduler_steps"] = 1
