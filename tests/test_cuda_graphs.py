@@ -52,6 +52,8 @@ def test_vllm_v0_graphs_decode_batches_up_to_256_and_its_host_runs_in_every_step
     from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S, HOST_STEP_S, VLLM_V0_HOST_STEP_S
 
     assert EngineSpec(scheduler="vllm-v0").cuda_graphs == "decode"
+    assert EngineSpec(scheduler="vllm-v0").max_num_seqs == 256 and EngineSpec().max_num_seqs == 1024
+    assert EngineSpec(scheduler="vllm-v0", max_num_seqs=64).max_num_seqs == 64
     v0 = _compute("h200", 4, scheduler="vllm-v0")
     assert v0.launch_s(256, 256) == 0.0 and v0.launch_s(257, 257) > 0.0
     assert v0.launch_s(100, 1) > 0.0 and v0.launch_s(130, 30) > 0.0  # a prefill, a mixed chunked step

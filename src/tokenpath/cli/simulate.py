@@ -117,7 +117,8 @@ def simulate(
                                        "default: the scheduler profile's (decode under prefill-first and vllm-v0, "
                                        "else all)"),
     max_num_seqs: Optional[int] = typer.Option(
-        None, "--max-num-seqs", help="most sequences in one engine step (scenario default: 1024)"),
+        None, "--max-num-seqs", help="most sequences in one engine step (scenario default: 1024; 256 under "
+                                     "vllm-v0)"),
     max_num_batched_tokens: Optional[int] = typer.Option(
         None, "--max-num-batched-tokens", help="most tokens in one engine step (scenario default: 8192)"),
     chunked_prefill: Optional[bool] = typer.Option(

@@ -17,6 +17,7 @@ MAX_STEP_TOKENS = 2**24
 MAX_BLOCK_SIZE = 4096
 
 Scheduler = Literal["vllm-v1", "vllm-v0", "prefill-first", "trtllm"]
+VLLM_V0_MAX_NUM_SEQS = 256
 
 SCHEDULERS: dict[str, str] = {
     "vllm-v1": """vLLM V1's scheduler (vllm/v1/core/sched/scheduler.py), the default. Every step, the
@@ -31,7 +32,9 @@ SCHEDULERS: dict[str, str] = {
     budget); CUDA graphs for decode batches of up to 256 sequences; and its host's time in every
     step's path (engine/host_time.py: V0 schedules, prepares inputs and samples synchronously, and
     launches eager steps op by op from Python). `num_scheduler_steps` > 1 is its multi-step
-    scheduling (below), without chunked prefill. Not modelled: its 1% free-block watermark.""",
+    scheduling (below), without chunked prefill. Unset, `max_num_seqs` is V0's default, 256; the other
+    limits keep this table's defaults (V0 turned chunked prefill on, with a 512-token budget, for models
+    of over 32k tokens of context: state it). Not modelled: its 1% free-block watermark.""",
     "prefill-first": """SGLang's default (scheduler.py, get_next_batch_to_run), whose batches vLLM V0 forms
     too without chunked prefill (vllm/core/scheduler.py, _schedule_default; vllm-v0 adds V0's host,
     and admits without the headroom below). When waiting prompts can be admitted the
@@ -133,6 +136,9 @@ class EngineSpec(BaseModel):
             data = {**data, "kv_admission": "reserve" if data.get("scheduler") == "trtllm" else "on_demand"}
         if "cuda_graphs" not in data:
             data = {**data, "cuda_graphs": default_graphs(data.get("scheduler", "vllm-v1"))}
+        # vLLM V0 ran at most 256 sequences by default (EngineArgs.max_num_seqs before V1's defaults).
+        if data.get("scheduler") == "vllm-v0" and "max_num_seqs" not in data:
+            data = {**data, "max_num_seqs": VLLM_V0_MAX_NUM_SEQS}
         return data
 
     @model_validator(mode="after")
