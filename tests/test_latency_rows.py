@@ -64,6 +64,16 @@ def test_a_uniform_row_with_a_range_draws_its_lengths_from_it():
     assert row_scenario(wide, SHIPPED["sharegpt"]).workload.input.range_ratio == pytest.approx(0.998)
 
 
+def test_a_uniform_row_without_its_range_prints_the_range_simulated(tmp_path, monkeypatch, capsys):
+    from tokenpath.validate_latency import _lengths
+
+    bare = {k: v for k, v in UNIFORM.items() if k not in ("input_min", "input_max", "output_min", "output_max")}
+    code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [bare])], monkeypatch, capsys)
+    assert code == 0, err
+    assert _lengths(bare) == "U(1..1843)/U(1..1843)"  # from 1 to twice the mean, 921.5
+    assert _lengths(UNIFORM) == "U(819..1024)/U(819..1024)"
+
+
 def test_the_table_names_the_users_rows(tmp_path, monkeypatch, capsys):
     code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [{**ROW, "source": "my_lab"}])], monkeypatch, capsys)
     assert code == 0, err

@@ -5,7 +5,8 @@ Each `[[rows]]` table states one measurement and how it was taken: the deploymen
 `engine_settings` as `[engine]` keys, `model`, `precision`, `kv_cache_precision`, `chip`, `tp`), the
 workload (`lengths` with its sizes, `arrival` with its rate or concurrency, the request count or
 `window`), and the measured TTFT and TPOT or ITL with the statistic the source reported.
-validate_latency.py simulates it the same way. A row that cannot be read is refused with one line naming the row and the field.
+validate_latency.py simulates it the same way. A row that cannot be read is refused with one line
+naming the row and the field.
 """
 
 from __future__ import annotations

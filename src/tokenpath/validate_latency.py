@@ -216,8 +216,9 @@ def _lengths(row: dict[str, Any]) -> str:
     if row["lengths"] == "fixed":
         return f"{row['input_len']}/{row['output_len']}"
     if row["lengths"] == "uniform":
-        return (f"U({row.get('input_min') or 1}..{row['input_max']})/"
-                f"U({row.get('output_min') or 1}..{row['output_max']})")
+        # The range the source states, else the one simulated: from 1 to twice the mean.
+        return "/".join(f"U({row.get(f'{part}_min') or 1}..{row.get(f'{part}_max') or round(2 * row[f'{part}_mean'])})"
+                        for part in ("input", "output"))
     return "ShareGPT"
 
 

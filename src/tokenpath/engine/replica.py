@@ -467,9 +467,8 @@ class Replica:
             self.times_preempted[i] += 1
         self.waiting.extendleft(victims)
         self.preempted_in_step = True
-        if self.ratio is not None:
-            left = self.last_tick_sum - len(self.decoding) * (d - 1)
-            self.ratio.retracted(self.out_sum - left, self.out_sum, len(self.decoding))
+        if self.ratio is not None:  # (the prompt in progress, if any, was the first victim)
+            self.ratio.retracted(self.out_sum - self._outputs_to_come(), self.out_sum, len(self.decoding))
         return new_blocks
 
     def _admit(self, budget: int, room: int) -> list[tuple[int, int, int]]:
