@@ -108,6 +108,8 @@ DEEPSEEK_V3_CONFIG = {
     "q_lora_rank": 1536,
     "qk_nope_head_dim": 128,
     "qk_rope_head_dim": 64,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                            "weight_block_size": [128, 128]},
     "tie_word_embeddings": False,
     "topk_group": 4,
     "v_head_dim": 128,
@@ -164,3 +166,10 @@ def test_hf_config_wrong_type_is_a_user_error(tmp_path):
     path.write_text(json.dumps({**LLAMA_31_8B_CONFIG, "hidden_size": "4096"}))
     with pytest.raises(UserError, match="'hidden_size' must be a whole number"):
         load_model(str(path))
+
+
+def test_fp8_block_scaling_is_true_or_false():
+    deepseek = load_model("deepseek-v3")
+    assert deepseek.fp8_block_scaled and not load_model("llama-3.1-70b").fp8_block_scaled
+    with pytest.raises(UserError, match="deepseek-v3: fp8_block_scaled must be true or false, got 'yes'"):
+        dataclasses.replace(deepseek, fp8_block_scaled="yes")

@@ -188,6 +188,26 @@ def test_gemma_ties_embeddings_unless_told(tmp_path):
     assert not read(tmp_path, MISTRAL_7B_V01).tie_word_embeddings
 
 
+FP8_BLOCKS = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+
+
+@pytest.mark.parametrize(("quantization", "block_scaled"), [
+    (FP8_BLOCKS, True),                                                     # DeepSeek-V3, Qwen3 FP8
+    ({"activation_scheme": "dynamic", "quant_method": "fp8"}, False),       # per-tensor fp8
+    ({"quant_method": "compressed-tensors", "weight_block_size": [128, 128]}, False),
+    (None, False),
+])
+def test_fp8_weights_scaled_per_block_are_read_from_the_quantization_config(tmp_path, quantization, block_scaled):
+    config = {**DEEPSEEK_V2_LITE, **({"quantization_config": quantization} if quantization else {})}
+    assert read(tmp_path, config).fp8_block_scaled is block_scaled
+
+
+@pytest.mark.parametrize("block", [[128], [0, 128], "128x128", [128.0, 128], [True, 128]])
+def test_a_block_size_that_is_not_two_positive_whole_numbers_is_refused(tmp_path, block):
+    with pytest.raises(UserError, match="config.json: quantization_config.weight_block_size must be two positive"):
+        read(tmp_path, {**DEEPSEEK_V2_LITE, "quantization_config": {**FP8_BLOCKS, "weight_block_size": block}})
+
+
 @pytest.mark.parametrize(
     ("config", "key"),
     [
@@ -213,7 +233,8 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 200) | st.float
                      lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
                      max_leaves=8)
 _KEYS = sorted({key for config in (QWEN3_30B_A3B, QWEN2_57B_A14B, DEEPSEEK_V2_LITE, GPT_OSS_120B, GEMMA2_9B)
-                for key in config} | {"moe_layers", "no_rope_layers", "attention_chunk_size", "sliding_window_pattern"})
+                for key in config} | {"moe_layers", "no_rope_layers", "attention_chunk_size", "sliding_window_pattern",
+                                      "quantization_config"})
 
 
 @settings(max_examples=150, deadline=None)

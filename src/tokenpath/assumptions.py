@@ -76,6 +76,14 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("kernel_fixed_s", _EFF, "KERNEL_FIXED_S", "s",
                "shortest GEMM in AIConfigurator's measured H100 table (aiconfigurator-core 0.12.0): 2.45 us",
                "validate latency; " + _ROOFLINE_TESTS),
+    Assumption("expert_gemm_half_width", _EFF, "EXPERT_GEMM_HALF_WIDTH", "1",
+               "routed experts' grouped GEMMs run at w / (w + this) of the dense rate, w the expert's width on a "
+               "chip: fitted to AIConfigurator's measured MoE tables on H100 / H200 (benchmarks/aiconfigurator_moe.py)",
+               "validate latency (DeepSeek-V3 rows); " + _ROOFLINE_TESTS),
+    Assumption("block_scaled_expert_gemm_ceiling", _EFF, "BLOCK_SCALED_EXPERT_GEMM_CEILING", "1",
+               "grouped GEMMs of fp8 experts scaled per 128 x 128 block reach at most this fraction of the dense "
+               "rate: fitted to the same tables (benchmarks/aiconfigurator_moe.py)",
+               "validate latency (DeepSeek-V3 rows); " + _ROOFLINE_TESTS),
     Assumption("eager_kernel_launch_s", _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
                "fitted on the Llama-2-7B 128-token row of TensorRT-LLM batch-1 TTFT",
                "validate trtllm_batch1_ttft; " + _ROOFLINE_TESTS),
@@ -178,7 +186,7 @@ CALIBRATION_KEY = "calibration"
 # Durations run from 0 to an hour; a fraction of a rate is above 0 and at most 1; sizes and ratios are
 # above 0. Anything else: any finite number >= 0.
 _FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "hbm_bw_efficiency", "scaleup_bw_efficiency",
-              "nvls_link_efficiency", "scaleout_bw_efficiency")
+              "nvls_link_efficiency", "scaleout_bw_efficiency", "block_scaled_expert_gemm_ceiling")
 _POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ratio")
 RANGES: dict[str, tuple[float, float, bool]] = {
     **{a.name: (0.0, 3600.0, False) for a in REGISTRY if a.unit == "s"},

@@ -58,6 +58,27 @@ the TensorRT-LLM batch-1 TTFT group in `tokenpath validate` (a context phase, wh
 eagerly); the other rows of the group are predicted with it. With the fixed cost, an eager kernel
 costs 7.35 us, the order reported for eager launches; applied to every chip and runtime."""
 
+EXPERT_GEMM_HALF_WIDTH = 450.0
+"""Routed experts run as grouped GEMMs, one small GEMM per expert, each as wide as the expert's
+intermediate width on one chip, w (moe_intermediate_size / tp when tensor parallelism splits the
+experts, the whole width when experts are placed whole). Narrow experts keep a kernel's tiles short
+on one side and its K loop short (the down projection's K is w), so where the routed tokens make
+them compute-bound they run at w / (w + 450) of the dense serving GEMM rate: a quarter at w = 128
+(Qwen3-30B-A3B at tp 4), 36% at w = 256 (DeepSeek-V3 at tp 8), 82% at w = 2048. From AIConfigurator's
+measured MoE tables (aiconfigurator-core 0.12.0, systems/data/{h100_sxm,h200_sxm}/moe/*: SGLang,
+TensorRT-LLM and vLLM kernels; bf16 and per-tensor fp8; one expert-parallel rank, uniform routing,
+at least 256 tokens per expert): the fit of w / (w + w_half) to the median fraction per width,
+median |log error| 0.09. `benchmarks/aiconfigurator_moe.py` reproduces it. Only the compute side
+changes: at decode sizes experts stream their weights as other GEMMs do."""
+
+BLOCK_SCALED_EXPERT_GEMM_CEILING = 0.61
+"""What fp8 expert weights scaled per 128 x 128 block (DeepSeek-V3's published checkpoints,
+`weight_block_size` in their config) add: their grouped GEMMs rescale every block of K, and reach at
+most 0.61 of the dense rate, so they run at 0.61 x w / (w + EXPERT_GEMM_HALF_WIDTH) of it (22% at
+DeepSeek-V3's w = 256). The same tables' block-scaled runs (Hopper, the same selection), fitted with
+the half-width above, median |log error| 0.10. Dense GEMMs of block-scaled weights (DeepGEMM) run
+at the per-tensor rate in the same tables, so only the experts pay it."""
+
 ACTIVATION_BYTES = 2.0
 """Bytes per activation element: activations, the residual stream and all-reduced hidden states are
 bf16."""

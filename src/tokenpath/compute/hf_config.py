@@ -166,6 +166,7 @@ def read_hf_config(path: Path) -> ModelSpec:
         max_context=config.int("max_position_embeddings", required=True),
         sliding_window=window,
         sliding_layers=sliding_layers,
+        fp8_block_scaled=_fp8_block_scaled(config),
         **_mlp(config, layers),
         **mla,
     )
@@ -173,6 +174,22 @@ def read_hf_config(path: Path) -> ModelSpec:
         return ModelSpec(**shape)
     except UserError as error:  # a shape that does not hold together: name the file, not the model
         raise config.error(str(error).removeprefix(f"model {name}: ")) from None
+
+
+def _fp8_block_scaled(config: _Config) -> bool:
+    """Whether the checkpoint's fp8 weights are scaled per block: quantization_config's quant_method
+    "fp8" with a weight_block_size (DeepSeek-V3: [128, 128])."""
+    quantization = config.table.get("quantization_config")
+    if not isinstance(quantization, dict) or quantization.get("quant_method") != "fp8":
+        return False
+    block = quantization.get("weight_block_size")
+    if block is None:
+        return False
+    if not (isinstance(block, list) and len(block) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in block)):
+        raise config.error(f"quantization_config.weight_block_size must be two positive whole numbers "
+                           f"(rows, columns), got {block!r}")
+    return True
 
 
 def _refuse_unmodelled(config: _Config) -> None:

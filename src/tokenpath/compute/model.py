@@ -24,8 +24,10 @@ class ModelSpec:
     `dense_mlp_layers` have a dense MLP of `intermediate_size` instead of experts, wherever they sit;
     `shared_intermediate_size` is the summed width of the shared experts every token runs (DeepSeek's
     n_shared_experts x moe_intermediate_size, Qwen2-MoE's shared_expert_intermediate_size).
-    `sliding_layers` of the layers attend only the last `sliding_window` positions. Biases are not
-    modelled.
+    `sliding_layers` of the layers attend only the last `sliding_window` positions.
+    `fp8_block_scaled`: its fp8 checkpoint scales weights per block (`weight_block_size` in the
+    config's quantization_config, DeepSeek-V3's 128 x 128), which slows its routed experts' grouped
+    GEMMs (efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING) when it runs in fp8. Biases are not modelled.
     """
 
     name: str
@@ -50,6 +52,7 @@ class ModelSpec:
     v_head_dim: int = 0
     sliding_window: int = 0
     sliding_layers: int = 0
+    fp8_block_scaled: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -58,9 +61,9 @@ class ModelSpec:
                                         or not 0 <= value <= MAX_DIMENSION):
                 raise UserError(f"model {self.name}: {field.name} must be a whole number from 0 to {MAX_DIMENSION}, "
                                 f"got {quoted(value)}")
-        if not isinstance(self.tie_word_embeddings, bool):
-            raise UserError(f"model {self.name}: tie_word_embeddings must be true or false, "
-                            f"got {self.tie_word_embeddings!r}")
+        for name in ("tie_word_embeddings", "fp8_block_scaled"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"model {self.name}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
                      "max_context"):
             if getattr(self, name) == 0:

@@ -19,7 +19,9 @@ from tokenpath.compute.efficiency import (
     ACTIVATION_BYTES,
     ATTENTION_PRECISION,
     ATTENTION_QUERY_OVERHEAD_PAIRS,
+    BLOCK_SCALED_EXPERT_GEMM_CEILING,
     EMBEDDING_PRECISION,
+    EXPERT_GEMM_HALF_WIDTH,
 )
 from tokenpath.compute.model import ModelSpec
 from tokenpath.compute.precision import PRECISION_BYTES
@@ -79,8 +81,23 @@ def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_precision: str) -
     return 2 * kv_heads_per_chip(model, tp) * model.head_dim * kv_bytes
 
 
-def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str) -> list[LinearOp]:
-    """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`."""
+def expert_gemm_fraction(width: float, block_scaled: bool) -> float:
+    """The fraction of the dense GEMM rate routed experts of `width` (an expert's intermediate width on
+    one chip) reach where they are compute-bound; `block_scaled`: fp8 weights scaled per block."""
+    fraction = width / (width + assumed("expert_gemm_half_width", EXPERT_GEMM_HALF_WIDTH))
+    if block_scaled:
+        fraction *= assumed("block_scaled_expert_gemm_ceiling", BLOCK_SCALED_EXPERT_GEMM_CEILING)
+    return fraction
+
+
+def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
+              expert_replicas: int = 1) -> list[LinearOp]:
+    """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
+
+    Expert parallelism over `expert_replicas` > 1 replicas (roofline.ComputeModel) places routed
+    experts whole, 1/(tp * expert_replicas) of them per chip: their FLOPs per chip are those of
+    tensor parallelism, their weights and the bytes a step reads divide by `expert_replicas`, and
+    their grouped GEMMs are as wide as a whole expert."""
     act = assumed("activation_bytes", ACTIVATION_BYTES)
     logit_bytes = assumed("logit_bytes", LOGIT_BYTES)
     weight_bytes = PRECISION_BYTES[weight_precision]
@@ -181,12 +198,14 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
                         param_bytes=embed_bytes, rate=bf16_rate, extra_kernels=1))  # top-k selection
         # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
         # out h.
+        width = model.moe_intermediate_size if expert_replicas > 1 else inter
+        block_scaled = model.fp8_block_scaled and weight_precision == "fp8"
         ops.append(LinearOp(
-            "moe_experts", gemm_rate,
+            "moe_experts", gemm_rate * expert_gemm_fraction(width, block_scaled),
             flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
             bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * act * moe_layers,
-            bytes_per_expert=expert_params * weight_bytes * moe_layers,
-            resident_bytes=model.num_experts * expert_params * weight_bytes * moe_layers,
+            bytes_per_expert=expert_params * weight_bytes * moe_layers / expert_replicas,
+            resident_bytes=model.num_experts * expert_params * weight_bytes * moe_layers / expert_replicas,
             # Align and permute the copies, grouped gate_up, activation, grouped down, combine; and
             # the two inputs' quantization.
             kernels=(5 + 2 * quantize) * moe_layers,

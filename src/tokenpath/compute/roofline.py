@@ -15,7 +15,7 @@ between chips.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tokenpath.assumptions import assumed
 from tokenpath.compute import efficiency
@@ -70,7 +70,8 @@ class ComputeModel:
     routed experts, 1/(tp * expert_replicas) of them, which serve the tokens of all those replicas.
     With the replicas stepping with similar batches and tokens routed uniformly, a chip's expert FLOPs
     are those of tensor parallelism, while its expert weights, and the expert bytes a step reads (of
-    experts touched by every replica's tokens), divide by `expert_replicas`.
+    experts touched by every replica's tokens), divide by `expert_replicas`; their grouped GEMMs are as
+    wide as whole experts (ops.build_ops).
     """
 
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
@@ -87,12 +88,8 @@ class ComputeModel:
         self.pp = pp
         self.weight_precision = check_precision(weight_precision, "weight_precision")
         self.kv_precision = check_precision(kv_precision, "kv_precision")
-        self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision)
+        self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas)
         self.expert_replicas = expert_replicas
-        if expert_replicas > 1:
-            self.ops = [replace(op, bytes_per_expert=op.bytes_per_expert / expert_replicas,
-                                resident_bytes=op.resident_bytes / expert_replicas) if op.bytes_per_expert else op
-                        for op in self.ops]
         self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
         per_layer = kv_bytes_per_token_per_layer(model, tp, kv_precision)
         # A token of a sequence still within every window holds KV in every layer; a sliding layer

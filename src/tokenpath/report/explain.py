@@ -33,8 +33,10 @@ def op_assumptions(name: str, gemm: bool, bound: str) -> list[str]:
         rate = ["serving_gemm_fraction", "attention_query_overhead_pairs"] if bound == "compute" else ["hbm_bw_efficiency"]
         return rate + fixed
     if gemm:
-        rate = "serving_gemm_fraction" if bound == "compute" else "hbm_bw_efficiency"
-        return [rate, "gemm_overlap_norm", *(["logit_bytes"] if name == "lm_head" else []), *fixed]
+        rate = ["serving_gemm_fraction"] if bound == "compute" else ["hbm_bw_efficiency"]
+        if name == "moe_experts" and bound == "compute":
+            rate += ["expert_gemm_half_width", "block_scaled_expert_gemm_ceiling"]
+        return [*rate, "gemm_overlap_norm", *(["logit_bytes"] if name == "lm_head" else []), *fixed]
     return ["hbm_bw_efficiency", "activation_bytes", *fixed]
 
 

@@ -1,0 +1,83 @@
+"""How fast routed experts' grouped GEMMs run, against the dense rate, from AIConfigurator's MoE tables.
+
+A mixture-of-experts layer runs its routed experts as grouped GEMMs: per expert, the tokens routed to
+it times that expert's gate_up (hidden -> 2 w) and down (w -> hidden) weights, where w is the expert's
+intermediate width on one chip (moe_intermediate_size / tp under tensor parallelism). `aiconfigurator-
+core` publishes each serving engine's measured MoE latencies per chip (`systems/data/<chip>/moe/
+<engine>/<version>/moe_perf.parquet`). For every run with one expert-parallel rank, uniform routing and
+at least 256 tokens per expert (so that it is bound by its arithmetic, not by streaming the weights),
+this takes the rate it reached, 2 x tokens x top-k x 3 x hidden x w / latency, as a fraction of the
+chip's dense serving GEMM rate for that precision (what a dense GEMM runs at in tokenpath), and
+prints the median fraction per width on the Hopper chips (H100, H200).
+
+Two fits of fraction = ceiling x w / (w + w_half) follow, minimising the median |log error| over
+the widths: bf16 and per-tensor fp8 weights with the ceiling held at 1 (wide experts reach the dense
+rate), which sets efficiency.EXPERT_GEMM_HALF_WIDTH; then fp8 weights scaled per 128 x 128 block
+(DeepSeek-V3's checkpoints) with that half-width, which sets
+efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING.
+
+    pip install aiconfigurator-core
+    python benchmarks/aiconfigurator_moe.py [--data PATH/systems/data]
+
+Not a speed claim: it reproduces two constants of compute/efficiency.py from their source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from pathlib import Path
+
+import pandas as pd
+from aiconfigurator_stream_bw import default_data
+
+from tokenpath.compute.chip import load_chip
+
+HOPPER = {"h100_sxm": "h100", "h200_sxm": "h200"}
+MIN_TOKENS_PER_EXPERT = 256    # compute-bound: each expert's GEMMs have M of at least this
+PRECISIONS = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8"}
+
+
+def fractions(data: Path) -> pd.DataFrame:
+    """One row per measured run: its dtype, its per-chip expert width w and its rate / the dense rate."""
+    rows = []
+    for folder, chip_name in HOPPER.items():
+        chip = load_chip(chip_name)
+        for table in sorted((data / folder / "moe").glob("*/*/moe_perf.parquet")):
+            df = pd.read_parquet(table)
+            df = df[(df.moe_ep_size == 1) & df.distribution.isin(["balanced", "uniform"])
+                    & df.moe_dtype.isin(list(PRECISIONS))
+                    & (df.num_tokens * df.topk / df.num_experts >= MIN_TOKENS_PER_EXPERT)]
+            width = df.inter_size / df.moe_tp_size
+            flops = 2 * df.num_tokens * df.topk * 3 * df.hidden_size * width
+            dense = df.moe_dtype.map(lambda dtype: chip.effective_flops(PRECISIONS[dtype]))
+            rows.append(pd.DataFrame({"dtype": df.moe_dtype, "width": width,
+                                      "fraction": flops / (df.latency * 1e-3) / dense}))  # the tables hold ms
+    return pd.concat(rows)
+
+
+def fit(medians: pd.Series, ceilings: list[float], half_widths: list[float]) -> tuple[float, float, float]:
+    """(ceiling, w_half, median |log error|) of the best fit of ceiling x w / (w + w_half)."""
+    return min(((c, w0, statistics.median(abs(math.log(c * w / (w + w0) / f)) for w, f in medians.items()))
+                for c in ceilings for w0 in half_widths), key=lambda fit: fit[2])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=None, help="aiconfigurator-core's systems/data folder")
+    runs = fractions(parser.parse_args().data or default_data())
+    per_tensor = runs[runs.dtype != "fp8_block"].groupby("width").fraction.median()
+    block = runs[runs.dtype == "fp8_block"].groupby("width").fraction.median()
+    print(f"{len(runs)} runs on H100 and H200; median fraction of the dense rate per expert width w:")
+    for name, medians in (("bf16 / per-tensor fp8", per_tensor), ("fp8, 128 x 128 blocks", block)):
+        shown = [w for w in medians.index if w in (64, 128, 256, 512, 1024, 2048, 4096, 7168)]
+        print(f"  {name:22} " + "  ".join(f"w {w:g}: {medians[w]:.2f}" for w in shown))
+    _, half_width, error = fit(per_tensor, [1.0], list(range(50, 3001, 10)))
+    print(f"bf16 / per-tensor fp8, ceiling 1: w_half {half_width:.0f} (median |log error| {error:.2f})")
+    ceiling, _, error = fit(block, [c / 100 for c in range(20, 101)], [half_width])
+    print(f"fp8 in 128 x 128 blocks, w_half {half_width:.0f}: ceiling {ceiling:.2f} (median |log error| {error:.2f})")
+
+
+if __name__ == "__main__":
+    main()
