@@ -168,8 +168,8 @@ def test_attention_rate_grows_with_sequence_length_as_flashattention3_measured(t
     cm = ComputeModel(model, load_chip("h100"), 2, "bf16", "bf16")  # 32 heads / 2 = 16 per chip
     attention = next(op for op in cm.ops if op.name == "attention")
     pairs = tokens * tokens
-    flops = attention.flops(tokens, 0, pairs)
-    achieved_tflops = flops / attention.compute_s(tokens, 0, pairs) / 1e12
+    flops = attention.flops(tokens, 0, pairs, tokens)
+    achieved_tflops = flops / attention.compute_s(tokens, 0, pairs, tokens) / 1e12
     assert flops == 4 * 16 * 128 * pairs * model.num_layers
     assert achieved_tflops == pytest.approx(measured_tflops, rel=0.025)
 
@@ -294,11 +294,20 @@ def test_deepseek_v3_prefill_experts_at_tp8_take_about_as_long_as_the_measured_g
     assert per_layer_s == pytest.approx(2.37e-3, rel=0.3)
 
 
-def test_mla_attention_uses_latent_dims():
+def test_mla_decode_attends_in_the_latent_space_and_prompts_as_multi_head_attention():
     cm = compute_model("deepseek-v3", tp=8)
-    attention = {op.name: op for op in cm.step_ops(1, 1, 1000, 1000)}["attention"]
     heads = 128 / 8
-    assert attention.flops == 1000 * 61 * 2 * heads * ((512 + 64) + 512)
+    # One decode token over 1000 cached positions: 1000 pairs, 1000 reads, latent widths.
+    decode = {op.name: op for op in cm.step_ops(1, 1, 1000, 1000)}["attention"]
+    assert decode.flops == pytest.approx(1000 * 61 * 2 * heads * ((512 + 64) + 512))
+    # A 4096-token prompt: its pairs at the multi-head widths (192 + 128), its 4096 reads at the excess.
+    pairs = 4096 * 4097 / 2
+    prompt = {op.name: op for op in cm.step_ops(4096, 1, pairs, 4096)}["attention"]
+    assert prompt.flops == pytest.approx(61 * 2 * heads * (pairs * (192 + 128) + 4096 * (576 + 512 - 192 - 128)))
+    assert prompt.flops < 0.31 * pairs * 61 * 2 * heads * (576 + 512)
+    # GQA models have one form: reads add nothing.
+    llama = {op.name: op for op in compute_model("llama-3.1-70b").step_ops(4096, 1, pairs, 4096)}["attention"]
+    assert llama.flops == pytest.approx(pairs * 80 * 2 * (64 / 8) * (128 + 128))
 
 
 _MODELS = {name: compute_model(name) for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3")}

@@ -40,7 +40,8 @@ class LinearOp:
     flops_per_token: float = 0.0
     flops_per_logit: float = 0.0
     flops_per_pair: float = 0.0
-    overhead_pairs_per_token: float = 0.0  # time, not FLOPs: each token costs as many more pairs
+    flops_per_kv_read: float = 0.0
+    overhead_pairs_per_token: float = 0.0  # time, not FLOPs: each token costs as many more decode pairs
     bytes_fixed: float = 0.0  # weights streamed once per step
     bytes_per_token: float = 0.0
     bytes_per_logit: float = 0.0
@@ -50,14 +51,15 @@ class LinearOp:
     kernels: float = 0.0  # kernels it launches per step, over all its layers (each costs efficiency.KERNEL_FIXED_S)
     gemm: bool = False  # a matrix multiply by weights: its time blends compute and memory (roofline.op_time_s)
 
-    def flops(self, num_tokens: float, num_logits: float, attn_pairs: float) -> float:
+    def flops(self, num_tokens: float, num_logits: float, attn_pairs: float, kv_read_tokens: float) -> float:
         return (self.flops_per_token * num_tokens + self.flops_per_logit * num_logits
-                + self.flops_per_pair * attn_pairs)
+                + self.flops_per_pair * attn_pairs + self.flops_per_kv_read * kv_read_tokens)
 
-    def compute_s(self, num_tokens: float, num_logits: float, attn_pairs: float) -> float:
-        """Its FLOPs at its sustained rate, plus its fixed work per token."""
-        overhead = self.flops_per_pair * self.overhead_pairs_per_token * num_tokens
-        return (self.flops(num_tokens, num_logits, attn_pairs) + overhead) / self.flops_per_s
+    def compute_s(self, num_tokens: float, num_logits: float, attn_pairs: float, kv_read_tokens: float) -> float:
+        """Its FLOPs at its sustained rate, plus its fixed work per token (in decode pairs, each of
+        which is one pair and one position read)."""
+        overhead = (self.flops_per_pair + self.flops_per_kv_read) * self.overhead_pairs_per_token * num_tokens
+        return (self.flops(num_tokens, num_logits, attn_pairs, kv_read_tokens) + overhead) / self.flops_per_s
 
     def bytes(self, num_tokens: float, num_logits: float, kv_read_tokens: float, experts_touched: float) -> float:
         return (self.bytes_fixed + self.bytes_per_token * num_tokens + self.bytes_per_logit * num_logits
@@ -162,20 +164,30 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         # output back to v_head_dim; together 2 FLOPs per kv_b weight per token.
         ops.append(gemm("kv_b_proj", layers, rank * heads * (nope + v),
                         heads * (nope + rank), heads * (rank + v)))
-        # Attention runs in the latent space: scores over rank + rope, values over rank.
+        # Decode attention runs in the latent space: scores over rank + rope, values over rank.
         qk_width, pv_width, new_kv_width, o_in = rank + rope, rank, rank + rope, heads * v
+        # Prompt tokens attend as multi-head attention over K/V decompressed from the latent (scores
+        # over nope + rope, values over v), as vLLM's and SGLang's MLA backends run prefill: 3.4x
+        # fewer FLOPs per pair for DeepSeek-V3. The step gives only sums, so a pair costs the MHA
+        # width and each position read adds the latent form's excess: exact for decode tokens (one
+        # read per pair), and for a prompt chunk of q tokens after p, whose q*p + q(q+1)/2 pairs
+        # read p + q positions, nearly all MHA. Decompressing a cached prefix's K/V (kv_b_proj over
+        # p positions, for chunks after the first) is not counted.
+        prefill_qk_width, prefill_pv_width = nope + rope, v
     else:
         d = model.head_dim
         kv_heads = kv_heads_per_chip(model, tp)
         ops.append(gemm("qkv_proj", layers, h * (heads + 2 * kv_heads) * d, h, (heads + 2 * kv_heads) * d))
         qk_width, pv_width, new_kv_width, o_in = d, d, 2 * kv_heads * d, heads * d
+        prefill_qk_width, prefill_pv_width = qk_width, pv_width
     # Attention: QK^T and PV, 2 FLOPs per multiply-add, per head and (query, key) pair; reads the
     # cached KV of every position attended, reads each new token's q and K/V, writes its output and
     # its KV-cache entry. Kernels: RoPE, the KV-cache write, attention over the KV split in parts
     # (FlashAttention's split-KV decode, as vLLM and SGLang run it), and the combine of the parts.
     ops.append(LinearOp(
         "attention", chip.effective_flops(ATTENTION_PRECISION),
-        flops_per_pair=2.0 * heads * (qk_width + pv_width) * layers,
+        flops_per_pair=2.0 * heads * (prefill_qk_width + prefill_pv_width) * layers,
+        flops_per_kv_read=2.0 * heads * (qk_width + pv_width - prefill_qk_width - prefill_pv_width) * layers,
         overhead_pairs_per_token=assumed("attention_query_overhead_pairs", ATTENTION_QUERY_OVERHEAD_PAIRS),
         bytes_per_token=(kv_layer + (heads * (qk_width + pv_width) + new_kv_width) * act) * layers,
         bytes_per_kv_read=kv_layer * layers,

@@ -245,9 +245,9 @@ class ComputeModel:
         bw = self.chip.effective_hbm_bw_Bps
         costs = []
         for op in self.ops:
-            flops = op.flops(num_tokens, num_logits, attn_pairs)
+            flops = op.flops(num_tokens, num_logits, attn_pairs, kv_read_tokens)
             nbytes = op.bytes(num_tokens, num_logits, kv_read_tokens, touched)
-            compute_s, memory_s = op.compute_s(num_tokens, num_logits, attn_pairs), nbytes / bw
+            compute_s, memory_s = op.compute_s(num_tokens, num_logits, attn_pairs, kv_read_tokens), nbytes / bw
             work_s = op_time_s(compute_s, memory_s, op.gemm, self.gemm_overlap_norm)
             fixed_s = op.kernels * self.kernel_fixed_s
             bound = "fixed" if fixed_s > work_s else "compute" if compute_s > memory_s else "memory"
@@ -297,8 +297,8 @@ class ComputeModel:
         touched = 0.0
         if self._num_experts:
             touched = self._num_experts * (1.0 - self._expert_miss ** (t * self.expert_replicas))
-        for ft, fl, fp, b0, bt, bl, bk, be, gemm in self._other_ops:
-            compute_s = ft * t + fl * n + fp * attn_pairs
+        for ft, fl, fp, fk, b0, bt, bl, bk, be, gemm in self._other_ops:
+            compute_s = ft * t + fl * n + fp * attn_pairs + fk * kv_read_tokens
             memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched
             if gemm:
                 total += op_time_s(compute_s, memory_s, True, self.gemm_overlap_norm)
@@ -311,7 +311,7 @@ class ComputeModel:
 
     def _sum_s(self, ops: list[LinearOp], num_tokens: int, num_logits: int) -> float:
         bw = self.chip.effective_hbm_bw_Bps
-        return math.fsum(op_time_s(op.compute_s(num_tokens, num_logits, 0.0),
+        return math.fsum(op_time_s(op.compute_s(num_tokens, num_logits, 0.0, 0.0),
                                    op.bytes(num_tokens, num_logits, 0.0, 0.0) / bw, op.gemm,
                                    self.gemm_overlap_norm) for op in ops)
 
@@ -322,14 +322,14 @@ class ComputeModel:
         self._token_ops, self._logit_ops, other_ops = [], [], []
         for op in self.ops:
             rate = op.flops_per_s
-            per_token = op.flops_per_token + op.flops_per_pair * op.overhead_pairs_per_token
+            per_token = op.flops_per_token + (op.flops_per_pair + op.flops_per_kv_read) * op.overhead_pairs_per_token
             coeffs = (per_token / rate, op.flops_per_logit / rate, op.flops_per_pair / rate,
-                      op.bytes_fixed / bw, op.bytes_per_token / bw, op.bytes_per_logit / bw,
-                      op.bytes_per_kv_read / bw, op.bytes_per_expert / bw)
-            ft, fl, fp, b0, bt, bl, bk, be = coeffs
-            if fl == fp == bl == bk == be == 0.0:
+                      op.flops_per_kv_read / rate, op.bytes_fixed / bw, op.bytes_per_token / bw,
+                      op.bytes_per_logit / bw, op.bytes_per_kv_read / bw, op.bytes_per_expert / bw)
+            ft, fl, fp, fk, b0, bt, bl, bk, be = coeffs
+            if fl == fp == fk == bl == bk == be == 0.0:
                 self._token_ops.append(op)
-            elif ft == fp == bt == bk == be == 0.0:
+            elif ft == fp == fk == bt == bk == be == 0.0:
                 self._logit_ops.append(op)
             else:
                 other_ops.append((*coeffs, op.gemm))
