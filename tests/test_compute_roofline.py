@@ -261,16 +261,18 @@ def test_moe_expected_experts_touched():
     assert one.bytes == pytest.approx(8 * expert_bytes, rel=0.01)
 
 
-@pytest.mark.parametrize("model, weights, expert_replicas, width, ceiling", [
-    ("deepseek-v3", "fp8", 1, 2048 / 8, efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING),  # split over tp 8, blocks
-    ("deepseek-v3", "fp8", 2, 2048, efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING),      # whole experts under EP
-    ("deepseek-v3", "bf16", 1, 2048 / 8, 1.0),                                       # no fp8 blocks in bf16
-    ("mixtral-8x7b", "fp8", 1, 14336 / 8, 1.0),                                      # per-tensor fp8
+@pytest.mark.parametrize("model, chip, weights, expert_replicas, width, ceiling", [
+    ("deepseek-v3", "h200", "fp8", 1, 2048 / 8, efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING),  # tp 8, blocks
+    ("deepseek-v3", "h200", "fp8", 2, 2048, efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING),      # whole experts (EP)
+    ("deepseek-v3", "h200", "bf16", 1, 2048 / 8, 1.0),                                       # no fp8 blocks in bf16
+    ("deepseek-v3", "a100", "fp8", 1, 2048 / 8, 1.0),   # fp8 weight-only, multiplied at bf16: no block kernels
+    ("mixtral-8x7b", "h200", "fp8", 1, 14336 / 8, 1.0),                                      # per-tensor fp8
 ])
-def test_routed_experts_run_at_their_widths_share_of_the_dense_rate(model, weights, expert_replicas, width, ceiling):
-    cm = ComputeModel(load_model(model), load_chip("h200"), 8, weights, "bf16", expert_replicas=expert_replicas)
+def test_routed_experts_run_at_their_widths_share_of_the_dense_rate(model, chip, weights, expert_replicas, width,
+                                                                    ceiling):
+    cm = ComputeModel(load_model(model), load_chip(chip), 8, weights, "bf16", expert_replicas=expert_replicas)
     experts = next(op for op in cm.ops if op.name == "moe_experts")
-    dense = load_chip("h200").effective_flops(weights)
+    dense = load_chip(chip).effective_flops(weights)
     fraction = ceiling * width / (width + efficiency.EXPERT_GEMM_HALF_WIDTH)
     assert experts.flops_per_s == pytest.approx(dense * fraction)
     # Where they are compute-bound (a 16k-token prefill) their time is their FLOPs at that rate;
@@ -280,7 +282,7 @@ def test_routed_experts_run_at_their_widths_share_of_the_dense_rate(model, weigh
     assert big.bound == "compute"
     assert big.time_s >= big.flops / (dense * fraction)
     with Assumptions(values={"expert_gemm_half_width": 0.0, "block_scaled_expert_gemm_ceiling": 1.0}).active():
-        full = ComputeModel(load_model(model), load_chip("h200"), 8, weights, "bf16", expert_replicas=expert_replicas)
+        full = ComputeModel(load_model(model), load_chip(chip), 8, weights, "bf16", expert_replicas=expert_replicas)
     assert next(op for op in full.ops if op.name == "moe_experts").flops_per_s == pytest.approx(dense)
     assert full.step_time_s(1, 1, 1, 1) == pytest.approx(cm.step_time_s(1, 1, 1, 1), rel=1e-3)
 

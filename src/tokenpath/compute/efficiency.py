@@ -63,7 +63,7 @@ EXPERT_GEMM_HALF_WIDTH = 450.0
 intermediate width on one chip, w (moe_intermediate_size / tp when tensor parallelism splits the
 experts, the whole width when experts are placed whole). Narrow experts keep a kernel's tiles short
 on one side and its K loop short (the down projection's K is w), so where the routed tokens make
-them compute-bound they run at w / (w + 450) of the dense serving GEMM rate: a quarter at w = 128
+them compute-bound they run at w / (w + 450) of the dense serving GEMM rate: 30% at w = 192
 (Qwen3-30B-A3B at tp 4), 36% at w = 256 (DeepSeek-V3 at tp 8), 82% at w = 2048. From AIConfigurator's
 measured MoE tables (aiconfigurator-core 0.12.0, systems/data/{h100_sxm,h200_sxm}/moe/*: SGLang,
 TensorRT-LLM and vLLM kernels; bf16 and per-tensor fp8; one expert-parallel rank, uniform routing,

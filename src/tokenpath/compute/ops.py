@@ -40,7 +40,7 @@ class LinearOp:
     flops_per_token: float = 0.0
     flops_per_logit: float = 0.0
     flops_per_pair: float = 0.0
-    flops_per_kv_read: float = 0.0
+    flops_per_kv_read: float = 0.0  # per KV position read (MLA's decode form beyond its prefill form)
     overhead_pairs_per_token: float = 0.0  # time, not FLOPs: each token costs as many more decode pairs
     bytes_fixed: float = 0.0  # weights streamed once per step
     bytes_per_token: float = 0.0
@@ -211,7 +211,8 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
         # out h.
         width = model.moe_intermediate_size if expert_replicas > 1 else inter
-        block_scaled = model.fp8_block_scaled and weight_precision == "fp8"
+        # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.
+        block_scaled = model.fp8_block_scaled and chip.compute_precision(weight_precision) == "fp8"
         ops.append(LinearOp(
             "moe_experts", gemm_rate * expert_gemm_fraction(width, block_scaled),
             flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
