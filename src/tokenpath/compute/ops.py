@@ -171,8 +171,9 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         # fewer FLOPs per pair for DeepSeek-V3. The step gives only sums, so a pair costs the MHA
         # width and each position read adds the latent form's excess: exact for decode tokens (one
         # read per pair), and for a prompt chunk of q tokens after p, whose q*p + q(q+1)/2 pairs
-        # read p + q positions, nearly all MHA. Decompressing a cached prefix's K/V (kv_b_proj over
-        # p positions, for chunks after the first) is not counted.
+        # read p + q positions, nearly all MHA. Decompressing the K/V of the p positions already
+        # cached (kv_b_proj over them: a later chunk of a long prompt, a prefix-cache hit) is not
+        # counted, so a short prompt after a long cached prefix is charged too little.
         prefill_qk_width, prefill_pv_width = nope + rope, v
     else:
         d = model.head_dim
