@@ -51,7 +51,7 @@ def fractions(data: Path) -> pd.DataFrame:
                     & (df.num_tokens * df.topk / df.num_experts >= MIN_TOKENS_PER_EXPERT)]
             width = df.inter_size / df.moe_tp_size
             flops = 2 * df.num_tokens * df.topk * 3 * df.hidden_size * width
-            dense = df.moe_dtype.map(lambda dtype: chip.effective_flops(PRECISIONS[dtype]))
+            dense = df.moe_dtype.map({dtype: chip.effective_flops(p) for dtype, p in PRECISIONS.items()})
             rows.append(pd.DataFrame({"dtype": df.moe_dtype, "width": width,
                                       "fraction": flops / (df.latency * 1e-3) / dense}))  # the tables hold ms
     return pd.concat(rows)

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpath.compute import ComputeModel, load_chip, load_model
+from tokenpath.assumptions import Assumptions
+from tokenpath.compute import ComputeModel, efficiency, load_chip, load_model
 from tokenpath.compute.efficiency import (
     ACTIVATION_BYTES,
     ATTENTION_QUERY_OVERHEAD_PAIRS,
@@ -19,8 +20,6 @@ from tokenpath.compute.efficiency import (
     RUNTIME_RESERVE_BYTES,
     SERVING_GEMM_FRACTION,
 )
-from tokenpath.assumptions import Assumptions
-from tokenpath.compute import efficiency
 from tokenpath.compute.roofline import op_time_s
 from tokenpath.errors import UserError
 
