@@ -323,7 +323,7 @@ def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as
                 break
             await asyncio.sleep(0.01)
         replica = engine.replica
-        left = replica.idle, replica.free_blocks == replica.kv_capacity_tokens // replica.block
+        left = replica.idle, replica.free_blocks == replica.cache_blocks
         second = await post(alone)
         return first, second, left, engine
 

@@ -139,10 +139,10 @@ class Replica:
         # Called once per step: bound once here.
         self._compute_s, self._traffic_s, self._on_step = costs.compute_s, costs.traffic_s, host.on_step
         self.max_batched, self.max_seqs = spec.max_num_batched_tokens, spec.max_num_seqs
-        self.kv_capacity_tokens = kv_capacity_tokens
         self.block = spec.block_size
         self.interval = host.stream_interval
-        self.free_blocks = kv_capacity_tokens // spec.block_size
+        self.cache_blocks = kv_capacity_tokens // spec.block_size  # whole blocks of the KV cache
+        self.free_blocks = self.cache_blocks
         self.record_emitters = record_emitters
         self.now = 0
 
@@ -153,7 +153,6 @@ class Replica:
         self.reserve = spec.kv_admission == "reserve"
         # SGLang's admission headroom for the running requests' outputs still to come (new_token_ratio.py).
         self.ratio = NewTokenRatio() if spec.scheduler == "prefill-first" else None
-        self.cache_tokens = kv_capacity_tokens // spec.block_size * spec.block_size
         # TensorRT-LLM cuts a prompt chunk that is not the prompt's rest to whole KV blocks (its
         # chunkUnitSize is the tokens per block: trtGptModelInflightBatching.cpp).
         self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1
@@ -289,9 +288,9 @@ class Replica:
 
     def _check_reservable(self, tokens: int) -> None:
         """Reserving, a request whose whole KV cache exceeds the cache would wait forever."""
-        total = self.kv_capacity_tokens // self.block
-        if self.reserve and -(-tokens // self.block) > total:
-            raise ValueError(f"a request of {tokens} tokens needs more than the {total} KV blocks of the cache")
+        if self.reserve and -(-tokens // self.block) > self.cache_blocks:
+            raise ValueError(f"a request of {tokens} tokens needs more than the {self.cache_blocks} KV blocks "
+                             "of the cache")
 
     @property
     def idle(self) -> bool:
@@ -499,7 +498,7 @@ class Replica:
                     break
             blocks = -(-(cached + num) // block)
             if ratio is not None:
-                estimate = new_request_tokens(need, self.out[i] - self.generated[i], self.cache_tokens)
+                estimate = new_request_tokens(need, self.out[i] - self.generated[i], self.cache_blocks * block)
                 if estimate >= spare:
                     break
                 spare -= estimate
