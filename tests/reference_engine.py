@@ -514,12 +514,14 @@ class _Replica:
         num_tokens = int(q.sum())
         attn_pairs = int(np.dot(q, p) + np.dot(q, q + 1) // 2)
         kv_read = int(p.sum()) + num_tokens
+        chunk_context = int(p[run.decoding[part] == 0].sum())  # prompt chunks' cached positions
         emitters = run.ids[emits]
         token_index = self.out[emitters] - run.left[emits]
         starting = run.ids[charged][self.first_start[run.ids[charged]] < 0]
         self.first_start[starting] = self.now
         compute_ns, traffic_ns, blocking_ns, end = self.account(
-            num_tokens, int(part.sum()), int(samples.sum()), attn_pairs, kv_read, emitters, token_index)
+            num_tokens, int(part.sum()), int(samples.sum()), attn_pairs, kv_read, chunk_context, emitters,
+            token_index)
         run.compute[charged] += compute_ns
         run.traffic[charged] += traffic_ns
         run.delivery[charged] += blocking_ns
@@ -533,11 +535,11 @@ class _Replica:
         self.finish()
 
     def account(self, num_tokens: int, num_seqs: int, num_logits: int, attn_pairs: int, kv_read: int,
-                emitters: np.ndarray, token_index: np.ndarray) -> tuple[int, int, int, int]:
+                chunk_context: int, emitters: np.ndarray, token_index: np.ndarray) -> tuple[int, int, int, int]:
         """Cost one step, record it and advance time: (compute_ns, traffic_ns, blocking_ns, end_ns).
         Inside a multi-step window the host takes nothing until the window's last step, which hands it
         every token of the window at once."""
-        compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read))
+        compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read, chunk_context))
         traffic_ns = _ns(self.costs.traffic_s(num_tokens, num_logits == num_tokens))
         gpu_end = self.now + compute_ns + traffic_ns
         events = int(np.count_nonzero(closes_event(token_index, self.out[emitters], self.host.stream_interval)))
@@ -551,7 +553,7 @@ class _Replica:
             self.window_tokens = self.window_events = 0
         end = gpu_end + blocking_ns
         self.steps.append((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, num_seqs,
-                           attn_pairs, kv_read, num_logits))
+                           attn_pairs, kv_read, chunk_context, num_logits))
         self.emitted.append(emitters)
         self.last_end[emitters] = end
         self.formed = self.now
@@ -621,7 +623,7 @@ class _Replica:
             # Each sequence attends to its cache plus its new token: pairs = positions read.
             kv_read = kv_before + batch * (taken + 1)
             compute_ns, traffic_ns, blocking_ns, end = self.account(
-                batch, batch, batch, kv_read, kv_read, emitters, token_index + taken)
+                batch, batch, batch, kv_read, kv_read, 0, emitters, token_index + taken)
             compute_sum += compute_ns
             traffic_sum += traffic_ns
             blocking_sum += blocking_ns
@@ -642,7 +644,7 @@ class _Replica:
         return taken
 
     def trace(self) -> EngineTrace:
-        step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 10)
+        step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 11)
         leave = step_rows[:, 4]
         for k in range(len(leave) - 2, -1, -1):  # a step inside a window leaves with the window's last
             if leave[k] < 0:
@@ -671,7 +673,8 @@ class _Replica:
             step_seqs=step_rows[:, 6],
             step_attn_pairs=step_rows[:, 7],
             step_kv_read_tokens=step_rows[:, 8],
-            step_logits=step_rows[:, 9],
+            step_chunk_context_tokens=step_rows[:, 9],
+            step_logits=step_rows[:, 10],
             kv_capacity_tokens=self.kv_capacity_tokens,
             preemptions=self.preemptions,
             prefix_hit_tokens=np.array([0 if self.prefix is None else self.prefix.hit_tokens.get(i, 0)

@@ -177,7 +177,8 @@ def test_step_time_equals_sum_of_ops_plus_the_hosts_time():
     for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3"):
         cm = ComputeModel(load_model(name), load_chip("h200"), 8, "fp8", "bf16", host_step_s=1e-3,
                           host_per_sequence_s=20e-6)
-        for args in [(1, 1, 5000, 5000), (300, 20, 2e6, 3e5), (8192, 1, 8192 * 8193 / 2, 8192), (0, 0, 0, 0)]:
+        for args in [(1, 1, 5000, 5000), (300, 20, 2e6, 3e5), (8192, 1, 8192 * 8193 / 2, 8192), (0, 0, 0, 0),
+                     (512, 1, 512 * 4096 + 512 * 513 / 2, 4096 + 512, 4096)]:
             ops_s = math.fsum(op.time_s for op in cm.step_ops(*args))
             assert cm.step_time_s(*args) == pytest.approx(ops_s + 1e-3 + args[1] * 20e-6, rel=1e-12)
 
@@ -311,14 +312,38 @@ def test_mla_decode_attends_in_the_latent_space_and_prompts_as_multi_head_attent
     assert llama.flops == pytest.approx(pairs * 80 * 2 * (64 / 8) * (128 + 128))
 
 
+def test_mla_prompt_chunks_decompress_their_cached_context():
+    """A prompt chunk after p cached positions (an earlier chunk, a prefix-cache hit) runs kv_b_proj over
+    those p latents too, 2 FLOPs per weight each, writing their K_nope and V: a 100-token prompt after a
+    4096-token cached prefix costs DeepSeek-V3 that much more than one with no context to decompress."""
+    cm = compute_model("deepseek-v3", tp=8)
+    heads, layers, rank = 128 / 8, 61, 512
+    q, p = 100, 4096
+    step = (q, 1, q * p + q * (q + 1) / 2, p + q)
+    without = {op.name: op for op in cm.step_ops(*step)}
+    with_context = {op.name: op for op in cm.step_ops(*step, p)}
+    params = rank * heads * (128 + 128)
+    assert with_context["kv_b_proj"].flops - without["kv_b_proj"].flops == pytest.approx(2 * params * layers * p)
+    assert with_context["kv_b_proj"].bytes - without["kv_b_proj"].bytes == pytest.approx(
+        (rank + heads * 256) * 2 * layers * p)
+    assert {name: op.flops for name, op in with_context.items() if name != "kv_b_proj"} == {
+        name: op.flops for name, op in without.items() if name != "kv_b_proj"}
+    # 1.1 TFLOP on one H200: over a millisecond more than the prompt's own 100 tokens cost in kv_b_proj.
+    assert cm.step_time_s(*step, p) - cm.step_time_s(*step) > 1e-3
+    # Models without MLA keep their K/V whole: the context costs nothing beyond its reads.
+    llama = compute_model("llama-3.1-70b")
+    assert llama.step_time_s(*step, p) == llama.step_time_s(*step)
+
+
 _MODELS = {name: compute_model(name) for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3")}
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     name=st.sampled_from(sorted(_MODELS)),
-    base=st.tuples(st.integers(0, 20_000), st.integers(0, 2_000), st.floats(0, 1e9), st.floats(0, 1e7)),
-    which=st.integers(0, 3),
+    base=st.tuples(st.integers(0, 20_000), st.integers(0, 2_000), st.floats(0, 1e9), st.floats(0, 1e7),
+                   st.floats(0, 1e6)),
+    which=st.integers(0, 4),
     delta=st.floats(0, 1e6),
 )
 def test_step_time_is_monotone_in_each_argument(name, base, which, delta):

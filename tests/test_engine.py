@@ -26,7 +26,7 @@ class FixedCosts:
     def __init__(self, base_s=1e-3, per_token_s=0.0, traffic_s=0.0):
         self.base_s, self.per_token_s, self._traffic_s = base_s, per_token_s, traffic_s
 
-    def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens):
+    def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens):
         return self.base_s + self.per_token_s * num_tokens
 
     def traffic_s(self, num_tokens, decode_only):
@@ -54,6 +54,9 @@ def test_chunked_prefill_splits_a_long_prompt_over_the_token_budget():
     trace = engine([250], [2], spec=EngineSpec(max_num_seqs=8, max_num_batched_tokens=100))
     assert list(trace.step_tokens) == [100, 100, 50, 1]
     assert list(trace.token_steps()) == [2, 3]  # the first token comes with the last prefill chunk
+    # Each chunk's context is the prompt computed before it; the decode step has no prompt chunk.
+    assert list(trace.step_chunk_context_tokens) == [0, 100, 200, 0]
+    assert list(trace.step_kv_read_tokens) == [100, 200, 250, 251]
 
 
 def test_without_chunked_prefill_a_prompt_waits_for_a_step_with_room():

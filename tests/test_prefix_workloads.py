@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from test_engine import NO_NETWORK, FixedCosts
 from tokenpath.delivery.lastmile import LastMile
@@ -49,9 +50,9 @@ def test_replaying_the_mooncake_trace_with_a_large_cache_finds_the_prefixes_its_
     assert 0.29 < rate < 0.30  # this first sixth of the trace; the whole trace implies 0.374 (docs/prefix-caching.md)
 
 
-def _system_prompt_run(caching):
+def _system_prompt_run(caching, model="llama-3.1-70b"):
     scenario = load_scenario("typical", {
-        "workload.num_requests": 30, "workload.warmup_requests": 1,
+        "model.name": model, "workload.num_requests": 30, "workload.warmup_requests": 1,
         "workload.arrival": {"rate": 1.0, "pattern": "constant"},
         "workload.input": {"kind": "fixed", "value": 100}, "workload.output": {"kind": "fixed", "value": 8},
         "workload.shared_prefix": {"count": 1, "tokens": 1000, "fraction": 1.0},
@@ -61,17 +62,21 @@ def _system_prompt_run(caching):
     return sim, result_document(sim)[0]
 
 
-def test_a_shared_system_prompt_is_found_after_warm_up_and_saves_its_prefill_time():
-    on, on_doc = _system_prompt_run(True)
-    off, off_doc = _system_prompt_run(False)
+@pytest.mark.parametrize("model", ["llama-3.1-70b", "deepseek-v3"])
+def test_a_shared_system_prompt_is_found_after_warm_up_and_saves_its_prefill_time(model):
+    on, on_doc = _system_prompt_run(True, model)
+    off, off_doc = _system_prompt_run(False, model)
     assert on_doc["prefix_cache"]["hit_rate"] >= 0.9  # 992 of 1,100 prompt tokens
     assert on.run.prefix_hit_tokens[1:].tolist() == [992] * 29  # 62 whole blocks of the 1,000 tokens
     assert off_doc["prefix_cache"]["hit_rate"] == 0.0
     # Requests come one second apart and each is alone: TTFT differs by exactly the prefill step's
-    # compute and traffic for 1,100 tokens against 108 tokens after 992 cached ones.
+    # compute and traffic for 1,100 tokens against 108 tokens after 992 cached ones (whose latents
+    # DeepSeek's MLA decompresses: the step records them as the chunk's context).
+    assert on.traces[0].step_chunk_context_tokens.max() == 992
     costs = on.deployment.costs
     def prefill_ns(q, p):
-        return round(costs.compute_s(q, 1, q * p + q * (q + 1) // 2, p + q) * 1e9) + round(costs.traffic_s(q, False) * 1e9)
+        return (round(costs.compute_s(q, 1, q * p + q * (q + 1) // 2, p + q, p) * 1e9)
+                + round(costs.traffic_s(q, False) * 1e9))
     saved_ns = prefill_ns(1100, 0) - prefill_ns(108, 992)
     assert saved_ns > 0
     assert np.array_equal(off.run.ttft_ns[1:] - on.run.ttft_ns[1:], np.full(29, saved_ns))

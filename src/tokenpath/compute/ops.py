@@ -1,8 +1,8 @@
 """Model arithmetic: FLOPs and bytes of one engine step, per chip of a tensor-parallel group.
 
 Each op is one row covering all the layers it occurs in, its FLOPs and bytes linear in the step's
-arguments (tokens, logits, attention pairs, KV positions read), except routed-expert weights, which
-scale with the expected number of distinct experts the step's tokens touch.
+arguments (tokens, logits, attention pairs, KV positions read, prompt chunks' cached context), except
+routed-expert weights, which scale with the expected number of distinct experts the step's tokens touch.
 
 Sharding follows the common tensor-parallel layout (Megatron-style, as in vLLM and SGLang): Q heads,
 MLP and expert intermediates, and the vocabulary are split over `tp`; K/V heads are split while
@@ -12,7 +12,7 @@ MoE router and the norms are replicated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.efficiency import (
@@ -41,29 +41,37 @@ class LinearOp:
     flops_per_logit: float = 0.0
     flops_per_pair: float = 0.0
     flops_per_kv_read: float = 0.0  # per KV position read (MLA's decode form beyond its prefill form)
+    flops_per_chunk_context: float = 0.0  # per cached position before a prompt chunk (MLA decompresses it)
     overhead_pairs_per_token: float = 0.0  # time, not FLOPs: each token costs as many more decode pairs
     bytes_fixed: float = 0.0  # weights streamed once per step
     bytes_per_token: float = 0.0
     bytes_per_logit: float = 0.0
     bytes_per_kv_read: float = 0.0
+    bytes_per_chunk_context: float = 0.0
     bytes_per_expert: float = 0.0  # x expected distinct routed experts touched per layer
     resident_bytes: float = 0.0  # weights it keeps in HBM
     kernels: float = 0.0  # kernels it launches per step, over all its layers (each costs efficiency.KERNEL_FIXED_S)
     gemm: bool = False  # a matrix multiply by weights: its time blends compute and memory (roofline.op_time_s)
 
-    def flops(self, num_tokens: float, num_logits: float, attn_pairs: float, kv_read_tokens: float) -> float:
+    def flops(self, num_tokens: float, num_logits: float, attn_pairs: float, kv_read_tokens: float,
+              chunk_context_tokens: float = 0.0) -> float:
         return (self.flops_per_token * num_tokens + self.flops_per_logit * num_logits
-                + self.flops_per_pair * attn_pairs + self.flops_per_kv_read * kv_read_tokens)
+                + self.flops_per_pair * attn_pairs + self.flops_per_kv_read * kv_read_tokens
+                + self.flops_per_chunk_context * chunk_context_tokens)
 
-    def compute_s(self, num_tokens: float, num_logits: float, attn_pairs: float, kv_read_tokens: float) -> float:
+    def compute_s(self, num_tokens: float, num_logits: float, attn_pairs: float, kv_read_tokens: float,
+                  chunk_context_tokens: float = 0.0) -> float:
         """Its FLOPs at its sustained rate, plus its fixed work per token (in decode pairs, each of
         which is one pair and one position read)."""
         overhead = (self.flops_per_pair + self.flops_per_kv_read) * self.overhead_pairs_per_token * num_tokens
-        return (self.flops(num_tokens, num_logits, attn_pairs, kv_read_tokens) + overhead) / self.flops_per_s
+        flops = self.flops(num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens)
+        return (flops + overhead) / self.flops_per_s
 
-    def bytes(self, num_tokens: float, num_logits: float, kv_read_tokens: float, experts_touched: float) -> float:
+    def bytes(self, num_tokens: float, num_logits: float, kv_read_tokens: float, experts_touched: float,
+              chunk_context_tokens: float = 0.0) -> float:
         return (self.bytes_fixed + self.bytes_per_token * num_tokens + self.bytes_per_logit * num_logits
-                + self.bytes_per_kv_read * kv_read_tokens + self.bytes_per_expert * experts_touched)
+                + self.bytes_per_kv_read * kv_read_tokens + self.bytes_per_expert * experts_touched
+                + self.bytes_per_chunk_context * chunk_context_tokens)
 
 
 def kv_heads_per_chip(model: ModelSpec, tp: int) -> float:
@@ -160,10 +168,16 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         else:
             ops.append(gemm("q_proj", layers, h * heads * (nope + rope), h, heads * (nope + rope)))
         ops.append(gemm("kv_a_proj", layers, h * (rank + rope), h, rank + rope))
-        # Absorbed form: W_UK maps q_nope into the latent space and W_UV maps the latent attention
-        # output back to v_head_dim; together 2 FLOPs per kv_b weight per token.
-        ops.append(gemm("kv_b_proj", layers, rank * heads * (nope + v),
-                        heads * (nope + rank), heads * (rank + v)))
+        # Absorbed form (decode): W_UK maps q_nope into the latent space and W_UV maps the latent
+        # attention output back to v_head_dim; together 2 FLOPs per kv_b weight per token. Prefill
+        # form: each prompt token's latent is decompressed to its K_nope and V, the same 2 FLOPs per
+        # weight; and so is every position already cached before a prompt chunk (an earlier chunk,
+        # a prefix-cache hit), as vLLM's MLA prefill does over the chunk's context, writing K_nope
+        # and V for its attention to read.
+        kv_b_params = rank * heads * (nope + v)
+        kv_b = gemm("kv_b_proj", layers, kv_b_params, heads * (nope + rank), heads * (rank + v))
+        ops.append(replace(kv_b, flops_per_chunk_context=2.0 * kv_b_params * layers,
+                           bytes_per_chunk_context=(rank + heads * (nope + v)) * act * layers))
         # Decode attention runs in the latent space: scores over rank + rope, values over rank.
         qk_width, pv_width, new_kv_width, o_in = rank + rope, rank, rank + rope, heads * v
         # Prompt tokens attend as multi-head attention over K/V decompressed from the latent (scores
@@ -171,9 +185,8 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
         # fewer FLOPs per pair for DeepSeek-V3. The step gives only sums, so a pair costs the MHA
         # width and each position read adds the latent form's excess: exact for decode tokens (one
         # read per pair), and for a prompt chunk of q tokens after p, whose q*p + q(q+1)/2 pairs
-        # read p + q positions, nearly all MHA. Decompressing the K/V of the p positions already
-        # cached (kv_b_proj over them: a later chunk of a long prompt, a prefix-cache hit) is not
-        # counted, so a short prompt after a long cached prefix is charged too little.
+        # read p + q positions, nearly all MHA. Decompressing the p positions already cached is
+        # kv_b_proj's (above).
         prefill_qk_width, prefill_pv_width = nope + rope, v
     else:
         d = model.head_dim

@@ -47,7 +47,9 @@ class ComputeModel:
     num_logits: sequences that sample a token (LM-head rows);
     attn_pairs: sum over sequences of (query, attended key) pairs, q*p + q*(q+1)/2 for a causal
       chunk of q tokens after p cached ones, the context length for a decode token;
-    kv_read_tokens: sum over sequences of KV positions read from HBM (p + q for a chunk).
+    kv_read_tokens: sum over sequences of KV positions read from HBM (p + q for a chunk);
+    chunk_context_tokens: sum over the step's prompt chunks of the positions already cached before
+      each (p: earlier chunks of the prompt, prefix-cache hits), which MLA's prefill decompresses.
 
     Sliding-window attention (model.sliding_layers of the layers attend the last model.sliding_window
     = W positions) caps both per sequence: a query attends at most W keys, and a chunk of q tokens
@@ -238,16 +240,18 @@ class ComputeModel:
             kv_read_tokens -= share * (kv_read_tokens - read_cap)
         return attn_pairs, kv_read_tokens
 
-    def step_ops(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> list[OpCost]:
+    def step_ops(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
+                 chunk_context_tokens: float = 0.0) -> list[OpCost]:
         """Every op's FLOPs, bytes and roofline time in this step (the rows of an --explain table)."""
         attn_pairs, kv_read_tokens = self.attention_aggregates(num_tokens, num_logits, attn_pairs, kv_read_tokens)
         touched = self.experts_touched(num_tokens)
         bw = self.chip.effective_hbm_bw_Bps
+        step = (num_tokens, num_logits, attn_pairs, kv_read_tokens)
         costs = []
         for op in self.ops:
-            flops = op.flops(num_tokens, num_logits, attn_pairs, kv_read_tokens)
-            nbytes = op.bytes(num_tokens, num_logits, kv_read_tokens, touched)
-            compute_s, memory_s = op.compute_s(num_tokens, num_logits, attn_pairs, kv_read_tokens), nbytes / bw
+            flops = op.flops(*step, chunk_context_tokens)
+            nbytes = op.bytes(num_tokens, num_logits, kv_read_tokens, touched, chunk_context_tokens)
+            compute_s, memory_s = op.compute_s(*step, chunk_context_tokens), nbytes / bw
             work_s = op_time_s(compute_s, memory_s, op.gemm, self.gemm_overlap_norm)
             fixed_s = op.kernels * self.kernel_fixed_s
             bound = "fixed" if fixed_s > work_s else "compute" if compute_s > memory_s else "memory"
@@ -273,13 +277,14 @@ class ComputeModel:
         """The host's time for a step that samples `num_logits` sequences."""
         return self.host_step_s + self.host_per_sequence_s * num_logits
 
-    def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float:
+    def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
+                    chunk_context_tokens: float = 0.0) -> float:
         """Sum of step_ops times and launch_s, plus host_s (or, overlapped, the larger of the two).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
-        (attention, routed experts) are evaluated every step, from coefficients precomputed in
-        _compile.
+        (attention, routed experts, MLA's kv_b_proj) are evaluated every step, from coefficients
+        precomputed in _compile.
         """
         t, n = num_tokens, num_logits
         total = self._tokens_s.get(t)
@@ -297,9 +302,10 @@ class ComputeModel:
         touched = 0.0
         if self._num_experts:
             touched = self._num_experts * (1.0 - self._expert_miss ** (t * self.expert_replicas))
-        for ft, fl, fp, fk, b0, bt, bl, bk, be, gemm in self._other_ops:
-            compute_s = ft * t + fl * n + fp * attn_pairs + fk * kv_read_tokens
-            memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched
+        c = chunk_context_tokens
+        for ft, fl, fp, fk, fc, b0, bt, bl, bk, be, bc, gemm in self._other_ops:
+            compute_s = ft * t + fl * n + fp * attn_pairs + fk * kv_read_tokens + fc * c
+            memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched + bc * c
             if gemm:
                 total += op_time_s(compute_s, memory_s, True, self.gemm_overlap_norm)
             else:  # op_time_s's max, inline: this runs every step
@@ -324,12 +330,13 @@ class ComputeModel:
             rate = op.flops_per_s
             per_token = op.flops_per_token + (op.flops_per_pair + op.flops_per_kv_read) * op.overhead_pairs_per_token
             coeffs = (per_token / rate, op.flops_per_logit / rate, op.flops_per_pair / rate,
-                      op.flops_per_kv_read / rate, op.bytes_fixed / bw, op.bytes_per_token / bw,
-                      op.bytes_per_logit / bw, op.bytes_per_kv_read / bw, op.bytes_per_expert / bw)
-            ft, fl, fp, fk, b0, bt, bl, bk, be = coeffs
-            if fl == fp == fk == bl == bk == be == 0.0:
+                      op.flops_per_kv_read / rate, op.flops_per_chunk_context / rate, op.bytes_fixed / bw,
+                      op.bytes_per_token / bw, op.bytes_per_logit / bw, op.bytes_per_kv_read / bw,
+                      op.bytes_per_expert / bw, op.bytes_per_chunk_context / bw)
+            ft, fl, fp, fk, fc, b0, bt, bl, bk, be, bc = coeffs
+            if fl == fp == fk == fc == bl == bk == be == bc == 0.0:
                 self._token_ops.append(op)
-            elif ft == fp == fk == bt == bk == be == 0.0:
+            elif ft == fp == fk == fc == bt == bk == be == bc == 0.0:
                 self._logit_ops.append(op)
             else:
                 other_ops.append((*coeffs, op.gemm))

@@ -147,15 +147,15 @@ def sample_steps(num_steps: int, samples: int = 200) -> range:
     return range(0, num_steps, max(1, num_steps // samples))
 
 
-def memory_bound_share(compute: ComputeModel, steps: list[tuple[int, int, int, int]]) -> float:
+def memory_bound_share(compute: ComputeModel, steps: list[tuple[int, int, int, int, int]]) -> float:
     """Share of compute time spent in memory-bound ops over the given steps.
 
-    `steps` rows are (num_tokens, num_logits, attn_pairs, kv_read_tokens); each step's ops are
+    `steps` rows are ComputeModel.step_ops's arguments; each step's ops are
     weighted by their own roofline times, so long steps count for more.
     """
     memory_s = total_s = 0.0
-    for tokens, logits, pairs, kv_read in steps:
-        for op in compute.step_ops(int(tokens), int(logits), int(pairs), int(kv_read)):
+    for step in steps:
+        for op in compute.step_ops(*(int(value) for value in step)):
             total_s += op.time_s
             memory_s += op.time_s if op.bound == "memory" else 0.0
     return memory_s / total_s if total_s else 0.0

@@ -42,6 +42,7 @@ class EngineTrace:
     step_seqs: np.ndarray        # sequences taking part
     step_attn_pairs: np.ndarray  # sum over sequences of query tokens x attended positions
     step_kv_read_tokens: np.ndarray
+    step_chunk_context_tokens: np.ndarray  # sum over prompt chunks of the positions cached before each
     step_logits: np.ndarray      # sequences that sampled a token
     kv_capacity_tokens: int
     preemptions: int

@@ -57,7 +57,8 @@ from tokenpath.prefixes import Prefixes
 
 
 class StepCosts(Protocol):
-    def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float) -> float: ...
+    def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
+                  chunk_context_tokens: float) -> float: ...
     def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
 
 
@@ -76,7 +77,7 @@ _ID_BITS = 32
 _ID_MASK = (1 << _ID_BITS) - 1
 
 STEP_FIELDS = ("start_ns", "compute_ns", "traffic_ns", "blocking_ns", "leave_ns", "tokens", "seqs",
-               "attn_pairs", "kv_read_tokens", "logits")
+               "attn_pairs", "kv_read_tokens", "chunk_context_tokens", "logits")
 
 
 def closes_event(token_index: int, output_tokens: int, interval: int) -> bool:
@@ -539,11 +540,12 @@ class Replica:
         num_tokens = decode + prefill_num
         # Each decoding sequence attends to its cache plus its new token: pairs = positions read.
         attn_pairs = kv_read = self.context_sum + decode if decode else 0
+        chunk_context = 0  # positions cached before each prompt chunk
         completing: list[tuple[int, int]] = []
         if prefill_num:
             prefill = self.prefill
             p, q = prefill.computed, prefill_num
-            attn_pairs, kv_read = attn_pairs + q * p + q * (q + 1) // 2, kv_read + p + q
+            attn_pairs, kv_read, chunk_context = attn_pairs + q * p + q * (q + 1) // 2, kv_read + p + q, p
             prefill.computed = p + q
             if p + q == prefill.target:
                 completing.append((prefill.request, p + q))
@@ -556,6 +558,7 @@ class Replica:
             num_tokens += q
             attn_pairs += q * p + q * (q + 1) // 2
             kv_read += p + q
+            chunk_context += p
             if p + q == target:
                 completing.append((i, p + q))
             else:
@@ -569,12 +572,13 @@ class Replica:
         logits = decode + len(completing)
         events = logits if self.interval == 1 else self._events(d, decode, finishing, completing)
 
-        compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read) * 1e9)
+        compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context) * 1e9)
         traffic_ns = round(self._traffic_s(num_tokens, logits == num_tokens) * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
         blocking_ns, leave_ns = self._host(gpu_end, logits, events)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
-                                  decode + (prefill_num > 0) + len(admitted), attn_pairs, kv_read, logits))
+                                  decode + (prefill_num > 0) + len(admitted), attn_pairs, kv_read, chunk_context,
+                                  logits))
         self.num_steps = s + 1
         if leave_ns >= 0:
             self.last_leave_ns = leave_ns

@@ -67,8 +67,10 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "tokens": int(trace.step_tokens[i]), "sequences": int(trace.step_seqs[i]),
         "sampled": int(trace.step_logits[i]), "attention_pairs": int(trace.step_attn_pairs[i]),
         "kv_read_tokens": int(trace.step_kv_read_tokens[i]),
+        "chunk_context_tokens": int(trace.step_chunk_context_tokens[i]),
     }
-    ops = deployment.compute.step_ops(shape["tokens"], shape["sampled"], shape["attention_pairs"], shape["kv_read_tokens"])
+    ops = deployment.compute.step_ops(shape["tokens"], shape["sampled"], shape["attention_pairs"],
+                                      shape["kv_read_tokens"], shape["chunk_context_tokens"])
     compute = deployment.compute
     return {
         "step": i,

@@ -19,7 +19,8 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
     blocking = np.concatenate([t.step_blocking_ns for t in traces])
     seqs = np.concatenate([t.step_seqs for t in traces])
     memory_bound = memory_bound_share(sim.deployment.compute, [
-        (t.step_tokens[k], t.step_logits[k], t.step_attn_pairs[k], t.step_kv_read_tokens[k])
+        (t.step_tokens[k], t.step_logits[k], t.step_attn_pairs[k], t.step_kv_read_tokens[k],
+         t.step_chunk_context_tokens[k])
         for t in traces for k in sample_steps(len(t.step_tokens))
     ])
     busy_s = step_ns.sum() / 1e9 / max(len(traces), 1)
