@@ -100,6 +100,60 @@ def expert_gemm_fraction(width: float, block_scaled: bool) -> float:
     return fraction
 
 
+@dataclass(frozen=True)
+class _Sharding:
+    """What every op row of one deployment shares: the model, the chip, the split and the byte sizes."""
+
+    model: ModelSpec
+    chip: ChipSpec
+    tp: int
+    weight_precision: str
+    kv_precision: str
+    expert_replicas: int
+
+    @property
+    def act(self) -> float:
+        return assumed("activation_bytes", ACTIVATION_BYTES)
+
+    @property
+    def weight_bytes(self) -> float:
+        return PRECISION_BYTES[self.weight_precision]
+
+    @property
+    def embed_bytes(self) -> float:
+        return PRECISION_BYTES[EMBEDDING_PRECISION]
+
+    @property
+    def gemm_rate(self) -> float:
+        return self.chip.effective_flops(self.weight_precision)
+
+    @property
+    def bf16_rate(self) -> float:
+        return self.chip.effective_flops(EMBEDDING_PRECISION)
+
+    @property
+    def quantize(self) -> int:
+        """Below 16-bit weights each GEMM's input is quantized by a kernel of its own first."""
+        return 1 if self.weight_bytes < 2 else 0
+
+    def gemm(self, name: str, n_layers: int, params: float, in_width: float, out_width: float, *,
+             extra_width: float = 0.0, param_bytes: float | None = None, rate: float | None = None,
+             extra_kernels: int = 0) -> LinearOp:
+        """A linear layer applied to every token: 2 FLOPs per weight per token; its weights are read
+        once per step, and each token's input, output (and `extra_width` fused elementwise traffic)
+        once. Per layer it launches the GEMM, its input's quantization and `extra_kernels` more."""
+        param_bytes = self.weight_bytes if param_bytes is None else param_bytes
+        return LinearOp(
+            name, self.gemm_rate if rate is None else rate,
+            flops_per_token=2.0 * params * n_layers,
+            bytes_fixed=params * param_bytes * n_layers,
+            bytes_per_token=(in_width + out_width + extra_width) * self.act * n_layers,
+            resident_bytes=params * param_bytes * n_layers,
+            kernels=(1 + (self.quantize if param_bytes == self.weight_bytes else 0) + extra_kernels) * n_layers,
+            gemm=True,
+        )
+
+
 def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
               expert_replicas: int = 1) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
@@ -108,148 +162,165 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     experts whole, 1/(tp * expert_replicas) of them per chip: their FLOPs per chip are those of
     tensor parallelism, their weights and the bytes a step reads divide by `expert_replicas`, and
     their grouped GEMMs are as wide as a whole expert."""
-    act = assumed("activation_bytes", ACTIVATION_BYTES)
-    logit_bytes = assumed("logit_bytes", LOGIT_BYTES)
-    weight_bytes = PRECISION_BYTES[weight_precision]
-    embed_bytes = PRECISION_BYTES[EMBEDDING_PRECISION]
-    gemm_rate = chip.effective_flops(weight_precision)
-    bf16_rate = chip.effective_flops(EMBEDDING_PRECISION)
-    h = model.hidden_size
-    layers = model.num_layers
-    vocab_per_chip = model.vocab_size / tp
+    s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas)
+    return [*_embedding_and_norms(s), *_attention(s), *_dense_mlp(s), *_moe(s), _lm_head(s)]
 
-    # Below 16-bit weights each GEMM's input is quantized by a kernel of its own first.
-    quantize = 1 if weight_bytes < 2 else 0
 
-    def gemm(name: str, n_layers: int, params: float, in_width: float, out_width: float, *,
-             extra_width: float = 0.0, param_bytes: float = weight_bytes, rate: float = gemm_rate,
-             extra_kernels: int = 0) -> LinearOp:
-        """A linear layer applied to every token: 2 FLOPs per weight per token; its weights are read
-        once per step, and each token's input, output (and `extra_width` fused elementwise traffic)
-        once. Per layer it launches the GEMM, its input's quantization and `extra_kernels` more."""
-        return LinearOp(
-            name, rate,
-            flops_per_token=2.0 * params * n_layers,
-            bytes_fixed=params * param_bytes * n_layers,
-            bytes_per_token=(in_width + out_width + extra_width) * act * n_layers,
-            resident_bytes=params * param_bytes * n_layers,
-            kernels=(1 + (quantize if param_bytes == weight_bytes else 0) + extra_kernels) * n_layers,
-            gemm=True,
-        )
-
-    ops = [LinearOp(
-        "embedding", bf16_rate,
-        bytes_per_token=h * embed_bytes / tp + h * act,  # this rank's share of the rows, full output
-        resident_bytes=vocab_per_chip * h * embed_bytes,
+def _embedding_and_norms(s: _Sharding) -> list[LinearOp]:
+    model, h, layers, act = s.model, s.model.hidden_size, s.model.num_layers, s.act
+    embedding = LinearOp(
+        "embedding", s.bf16_rate,
+        bytes_per_token=h * s.embed_bytes / s.tp + h * act,  # this rank's share of the rows, full output
+        resident_bytes=model.vocab_size / s.tp * h * s.embed_bytes,
         kernels=1,
-    )]
-
+    )
     # Fused residual-add + RMSNorm: reads input and residual, writes both. Two per layer and a final
     # one; MLA adds plain norms on its q and kv latents. Kernels: the two norms and the residual add
     # closing each layer, the final norm, and MLA's latent norms.
     norms = 2 * layers + 1
     latent_width = (model.q_lora_rank + model.kv_lora_rank) * layers if model.is_mla else 0
-    ops.append(LinearOp(
-        "norms", bf16_rate,
+    return [embedding, LinearOp(
+        "norms", s.bf16_rate,
         bytes_fixed=(norms * h + latent_width) * act,
         bytes_per_token=(4 * norms * h + 2 * latent_width) * act,
         resident_bytes=(norms * h + latent_width) * act,
         kernels=3 * layers + 1 + ((1 + bool(model.q_lora_rank)) * layers if model.is_mla else 0),
-    ))
+    )]
 
-    heads = model.num_heads / tp
-    kv_layer = kv_bytes_per_token_per_layer(model, tp, kv_precision)
-    if model.is_mla:
-        rank, nope, rope, v = model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
-        if model.q_lora_rank:
-            q_rank = model.q_lora_rank
-            ops.append(gemm("q_a_proj", layers, h * q_rank, h, q_rank))
-            ops.append(gemm("q_b_proj", layers, q_rank * heads * (nope + rope), q_rank, heads * (nope + rope)))
-        else:
-            ops.append(gemm("q_proj", layers, h * heads * (nope + rope), h, heads * (nope + rope)))
-        ops.append(gemm("kv_a_proj", layers, h * (rank + rope), h, rank + rope))
-        # Absorbed form (decode): W_UK maps q_nope into the latent space and W_UV maps the latent
-        # attention output back to v_head_dim; together 2 FLOPs per kv_b weight per token. Prefill
-        # form: each prompt token's latent is decompressed to its K_nope and V, the same 2 FLOPs per
-        # weight; and so is every position already cached before a prompt chunk (an earlier chunk,
-        # a prefix-cache hit), as vLLM's MLA prefill does over the chunk's context, writing K_nope
-        # and V for its attention to read.
-        kv_b_params = rank * heads * (nope + v)
-        kv_b = gemm("kv_b_proj", layers, kv_b_params, heads * (nope + rank), heads * (rank + v))
-        ops.append(replace(kv_b, flops_per_chunk_context=2.0 * kv_b_params * layers,
-                           bytes_per_chunk_context=(rank + heads * (nope + v)) * act * layers))
-        # Decode attention runs in the latent space: scores over rank + rope, values over rank.
-        qk_width, pv_width, new_kv_width, o_in = rank + rope, rank, rank + rope, heads * v
-        # Prompt tokens attend as multi-head attention over K/V decompressed from the latent (scores
-        # over nope + rope, values over v), as vLLM's and SGLang's MLA backends run prefill: 3.4x
-        # fewer FLOPs per pair for DeepSeek-V3. The step gives only sums, so a pair costs the MHA
-        # width and each position read adds the latent form's excess: exact for decode tokens (one
-        # read per pair), and for a prompt chunk of q tokens after p, whose q*p + q(q+1)/2 pairs
-        # read p + q positions, nearly all MHA. Decompressing the p positions already cached is
-        # kv_b_proj's (above).
-        prefill_qk_width, prefill_pv_width = nope + rope, v
-    else:
-        d = model.head_dim
-        kv_heads = kv_heads_per_chip(model, tp)
-        ops.append(gemm("qkv_proj", layers, h * (heads + 2 * kv_heads) * d, h, (heads + 2 * kv_heads) * d))
-        qk_width, pv_width, new_kv_width, o_in = d, d, 2 * kv_heads * d, heads * d
-        prefill_qk_width, prefill_pv_width = qk_width, pv_width
+
+@dataclass(frozen=True)
+class _AttentionWidths:
+    """Per head: the decode form's score and value widths, the prompt form's, the K/V each new token
+    writes (over the rank's heads) and the output projection's input width."""
+
+    qk: float
+    pv: float
+    prefill_qk: float
+    prefill_pv: float
+    new_kv: float
+    o_in: float
+
+
+def _attention(s: _Sharding) -> list[LinearOp]:
+    """The projections into attention, attention itself and the output projection."""
+    model, layers, act = s.model, s.model.num_layers, s.act
+    heads = model.num_heads / s.tp
+    projections, widths = _mla_projections(s) if model.is_mla else _gqa_projection(s)
+    kv_layer = kv_bytes_per_token_per_layer(model, s.tp, s.kv_precision)
     # Attention: QK^T and PV, 2 FLOPs per multiply-add, per head and (query, key) pair; reads the
     # cached KV of every position attended, reads each new token's q and K/V, writes its output and
     # its KV-cache entry. Kernels: RoPE, the KV-cache write, attention over the KV split in parts
     # (FlashAttention's split-KV decode, as vLLM and SGLang run it), and the combine of the parts.
-    ops.append(LinearOp(
-        "attention", chip.effective_flops(ATTENTION_PRECISION),
-        flops_per_pair=2.0 * heads * (prefill_qk_width + prefill_pv_width) * layers,
-        flops_per_kv_read=2.0 * heads * (qk_width + pv_width - prefill_qk_width - prefill_pv_width) * layers,
+    # A pair costs the prompt form's widths and each position read adds the decode form's excess
+    # (_mla_projections says why).
+    prefill_width = widths.prefill_qk + widths.prefill_pv
+    attention = LinearOp(
+        "attention", s.chip.effective_flops(ATTENTION_PRECISION),
+        flops_per_pair=2.0 * heads * prefill_width * layers,
+        flops_per_kv_read=2.0 * heads * (widths.qk + widths.pv - prefill_width) * layers,
         overhead_pairs_per_token=assumed("attention_query_overhead_pairs", ATTENTION_QUERY_OVERHEAD_PAIRS),
-        bytes_per_token=(kv_layer + (heads * (qk_width + pv_width) + new_kv_width) * act) * layers,
+        bytes_per_token=(kv_layer + (heads * (widths.qk + widths.pv) + widths.new_kv) * act) * layers,
         bytes_per_kv_read=kv_layer * layers,
         kernels=4 * layers,
-    ))
-    ops.append(gemm("o_proj", layers, o_in * h, o_in, h))
+    )
+    o_proj = s.gemm("o_proj", layers, widths.o_in * model.hidden_size, widths.o_in, model.hidden_size)
+    return [*projections, attention, o_proj]
 
-    if model.dense_layers:
-        inter = model.intermediate_size / tp
-        # SiLU(gate) * up is fused after gate_up: reads 2 x inter, writes inter.
-        ops.append(gemm("mlp_gate_up", model.dense_layers, 2 * h * inter, h, 2 * inter, extra_width=3 * inter,
-                        extra_kernels=1))  # the activation
-        ops.append(gemm("mlp_down", model.dense_layers, inter * h, inter, h))
 
-    if model.is_moe:
-        moe_layers = model.moe_layers
-        inter = model.moe_intermediate_size / tp
-        expert_params = 3 * h * inter
-        ops.append(gemm("moe_router", moe_layers, h * model.num_experts, h, model.num_experts,
-                        param_bytes=embed_bytes, rate=bf16_rate, extra_kernels=1))  # top-k selection
-        # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
-        # out h.
-        width = model.moe_intermediate_size if expert_replicas > 1 else inter
-        # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.
-        block_scaled = model.fp8_block_scaled and chip.compute_precision(weight_precision) == "fp8"
-        ops.append(LinearOp(
-            "moe_experts", gemm_rate * expert_gemm_fraction(width, block_scaled),
-            flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
-            bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * act * moe_layers,
-            bytes_per_expert=expert_params * weight_bytes * moe_layers / expert_replicas,
-            resident_bytes=model.num_experts * expert_params * weight_bytes * moe_layers / expert_replicas,
-            # Align and permute the copies, grouped gate_up, activation, grouped down, combine; and
-            # the two inputs' quantization.
-            kernels=(5 + 2 * quantize) * moe_layers,
-            gemm=True,
-        ))
-        if model.shared_intermediate_size:
-            shared = model.shared_intermediate_size / tp
-            ops.append(gemm("shared_experts", moe_layers, 3 * h * shared, h, h, extra_width=6 * shared,
-                            extra_kernels=2 + quantize))  # activation, down GEMM and its quantization
+def _gqa_projection(s: _Sharding) -> tuple[list[LinearOp], _AttentionWidths]:
+    model, h = s.model, s.model.hidden_size
+    d, heads, kv_heads = model.head_dim, model.num_heads / s.tp, kv_heads_per_chip(model, s.tp)
+    qkv = s.gemm("qkv_proj", model.num_layers, h * (heads + 2 * kv_heads) * d, h, (heads + 2 * kv_heads) * d)
+    return [qkv], _AttentionWidths(d, d, d, d, 2 * kv_heads * d, heads * d)
 
+
+def _mla_projections(s: _Sharding) -> tuple[list[LinearOp], _AttentionWidths]:
+    """Multi-head latent attention (DeepSeek V2/V3): queries through an optional low-rank q_a/q_b,
+    keys and values compressed to one latent per token (kv_a) and expanded by kv_b.
+
+    Decode attention runs in the latent space: scores over rank + rope, values over rank. Prompt tokens
+    attend as multi-head attention over K/V decompressed from the latent (scores over nope + rope,
+    values over v), as vLLM's and SGLang's MLA backends run prefill: 3.4x fewer FLOPs per pair for
+    DeepSeek-V3. The step gives only sums, so a pair costs the MHA width and each position read adds
+    the latent form's excess: exact for decode tokens (one read per pair), and for a prompt chunk of q
+    tokens after p, whose q*p + q(q+1)/2 pairs read p + q positions, nearly all MHA."""
+    model, h, layers, act = s.model, s.model.hidden_size, s.model.num_layers, s.act
+    rank, nope, rope, v = model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+    heads = model.num_heads / s.tp
+    ops = []
+    if model.q_lora_rank:
+        q_rank = model.q_lora_rank
+        ops.append(s.gemm("q_a_proj", layers, h * q_rank, h, q_rank))
+        ops.append(s.gemm("q_b_proj", layers, q_rank * heads * (nope + rope), q_rank, heads * (nope + rope)))
+    else:
+        ops.append(s.gemm("q_proj", layers, h * heads * (nope + rope), h, heads * (nope + rope)))
+    ops.append(s.gemm("kv_a_proj", layers, h * (rank + rope), h, rank + rope))
+    # Absorbed form (decode): W_UK maps q_nope into the latent space and W_UV maps the latent
+    # attention output back to v_head_dim; together 2 FLOPs per kv_b weight per token. Prefill
+    # form: each prompt token's latent is decompressed to its K_nope and V, the same 2 FLOPs per
+    # weight; and so is every position already cached before a prompt chunk (an earlier chunk,
+    # a prefix-cache hit), as vLLM's MLA prefill does over the chunk's context, writing K_nope
+    # and V for its attention to read.
+    kv_b_params = rank * heads * (nope + v)
+    kv_b = s.gemm("kv_b_proj", layers, kv_b_params, heads * (nope + rank), heads * (rank + v))
+    ops.append(replace(kv_b, flops_per_chunk_context=2.0 * kv_b_params * layers,
+                       bytes_per_chunk_context=(rank + heads * (nope + v)) * act * layers))
+    return ops, _AttentionWidths(rank + rope, rank, nope + rope, v, rank + rope, heads * v)
+
+
+def _dense_mlp(s: _Sharding) -> list[LinearOp]:
+    model, h = s.model, s.model.hidden_size
+    if not model.dense_layers:
+        return []
+    inter = model.intermediate_size / s.tp
+    # SiLU(gate) * up is fused after gate_up: reads 2 x inter, writes inter.
+    return [s.gemm("mlp_gate_up", model.dense_layers, 2 * h * inter, h, 2 * inter, extra_width=3 * inter,
+                   extra_kernels=1),  # the activation
+            s.gemm("mlp_down", model.dense_layers, inter * h, inter, h)]
+
+
+def _moe(s: _Sharding) -> list[LinearOp]:
+    """The router, the routed experts' grouped GEMMs and any shared experts."""
+    model, h = s.model, s.model.hidden_size
+    if not model.is_moe:
+        return []
+    moe_layers, replicas = model.moe_layers, s.expert_replicas
+    inter = model.moe_intermediate_size / s.tp
+    expert_params = 3 * h * inter
+    ops = [s.gemm("moe_router", moe_layers, h * model.num_experts, h, model.num_experts,
+                  param_bytes=s.embed_bytes, rate=s.bf16_rate, extra_kernels=1)]  # top-k selection
+    # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
+    # out h.
+    width = model.moe_intermediate_size if replicas > 1 else inter
+    # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.
+    block_scaled = model.fp8_block_scaled and s.chip.compute_precision(s.weight_precision) == "fp8"
     ops.append(LinearOp(
-        "lm_head", bf16_rate,
-        flops_per_logit=2.0 * h * vocab_per_chip,
-        bytes_fixed=vocab_per_chip * h * embed_bytes,
-        bytes_per_logit=h * act + vocab_per_chip * logit_bytes,
-        resident_bytes=0.0 if model.tie_word_embeddings else vocab_per_chip * h * embed_bytes,
-        kernels=1,
+        "moe_experts", s.gemm_rate * expert_gemm_fraction(width, block_scaled),
+        flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
+        bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * s.act * moe_layers,
+        bytes_per_expert=expert_params * s.weight_bytes * moe_layers / replicas,
+        resident_bytes=model.num_experts * expert_params * s.weight_bytes * moe_layers / replicas,
+        # Align and permute the copies, grouped gate_up, activation, grouped down, combine; and
+        # the two inputs' quantization.
+        kernels=(5 + 2 * s.quantize) * moe_layers,
         gemm=True,
     ))
+    if model.shared_intermediate_size:
+        shared = model.shared_intermediate_size / s.tp
+        ops.append(s.gemm("shared_experts", moe_layers, 3 * h * shared, h, h, extra_width=6 * shared,
+                          extra_kernels=2 + s.quantize))  # activation, down GEMM and its quantization
     return ops
+
+
+def _lm_head(s: _Sharding) -> LinearOp:
+    model, h = s.model, s.model.hidden_size
+    vocab_per_chip = model.vocab_size / s.tp
+    return LinearOp(
+        "lm_head", s.bf16_rate,
+        flops_per_logit=2.0 * h * vocab_per_chip,
+        bytes_fixed=vocab_per_chip * h * s.embed_bytes,
+        bytes_per_logit=h * s.act + vocab_per_chip * assumed("logit_bytes", LOGIT_BYTES),
+        resident_bytes=0.0 if model.tie_word_embeddings else vocab_per_chip * h * s.embed_bytes,
+        kernels=1,
+        gemm=True,
+    )
