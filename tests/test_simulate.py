@@ -216,6 +216,29 @@ def test_explain_names_the_low_latency_all_to_alls_of_a_decode_step(capsys):
     assert "expert all-to-alls (low-latency kernels," in capsys.readouterr().out
 
 
+def test_explain_shows_a_prompt_chunks_cached_context_and_mla_decompressing_it(capsys):
+    """A long DeepSeek prompt in chunks of 512: the typical step is a chunk after earlier ones, whose
+    latents kv_b_proj decompresses with the chunk's own tokens."""
+    from rich.console import Console
+
+    from tokenpath.report.explain import explain, explain_table
+
+    sim = simulate(small(**{"model.name": "deepseek-v3", "deployment.tp": 8, "workload.num_requests": 2,
+                            "workload.input": {"kind": "fixed", "value": 6000},
+                            "workload.output": {"kind": "fixed", "value": 2},
+                            "engine.max_num_batched_tokens": 512, "engine.max_num_seqs": 8}))
+    step = explain(sim)
+    shape = step["shape"]
+    assert shape["tokens"] == 512 and 0 < shape["chunk_context_tokens"] < 6000
+    model = sim.deployment.model
+    kv_b_params = model.kv_lora_rank * model.num_heads / 8 * (model.qk_nope_head_dim + model.v_head_dim)
+    kv_b = next(op for op in step["ops"] if op["op"] == "kv_b_proj")
+    assert kv_b["flops"] == pytest.approx(2 * kv_b_params * model.num_layers
+                                          * (shape["tokens"] + shape["chunk_context_tokens"]))
+    Console(width=250).print(explain_table(step, "h200"))
+    assert f"{shape['chunk_context_tokens']:,} of them cached before its prompt chunks" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("scheduler", ["prefill-first", "vllm-v0", "trtllm"])
 def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     """Each step of an eager engine is its kernels with their launch gaps; under SGLang's and vLLM V0's

@@ -113,6 +113,8 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
 
     title = (f"One steady-state step on one {chip} (step {step['step']}): {shape['tokens']} tokens from "
              f"{shape['sequences']} sequences, {shape['sampled']} sampled, {shape['kv_read_tokens']:,} KV positions read")
+    if shape.get("chunk_context_tokens"):
+        title += f", {shape['chunk_context_tokens']:,} of them cached before its prompt chunks"
     table = Table(title=title, title_justify="left",
                   caption="assumptions: `tokenpath assumptions` lists them" + (", * changed by this scenario" if changed else ""),
                   caption_justify="left")
