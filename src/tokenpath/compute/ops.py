@@ -259,12 +259,13 @@ def _mla_projections(s: _Sharding) -> tuple[list[LinearOp], _AttentionWidths]:
     # attention output back to v_head_dim; together 2 FLOPs per kv_b weight per token. Prefill
     # form: each prompt token's latent is decompressed to its K_nope and V, the same 2 FLOPs per
     # weight; and so is every position already cached before a prompt chunk (an earlier chunk,
-    # a prefix-cache hit), as vLLM's MLA prefill does over the chunk's context, writing K_nope
-    # and V for its attention to read.
+    # a prefix-cache hit), as vLLM's MLA prefill does over the chunk's context: it reads their
+    # cached latents and writes K_nope and V for its attention to read.
     kv_b_params = rank * heads * (nope + v)
     kv_b = s.gemm("kv_b_proj", layers, kv_b_params, heads * (nope + rank), heads * (rank + v))
+    latent_bytes = rank * PRECISION_BYTES[s.kv_precision]
     ops.append(replace(kv_b, flops_per_chunk_context=2.0 * kv_b_params * layers,
-                       bytes_per_chunk_context=(rank + heads * (nope + v)) * act * layers))
+                       bytes_per_chunk_context=(latent_bytes + heads * (nope + v) * act) * layers))
     return ops, _AttentionWidths(rank + rope, rank, nope + rope, v, rank + rope, heads * v)
 
 
