@@ -633,14 +633,20 @@ class Replica:
         else:
             due.append(state)
 
-    def _stop_decoding(self, i: int, ticks_taken: int) -> int:
-        """Take request i out of the decoding aggregates after `ticks_taken` decode ticks; its context."""
+    def _leave_aggregates(self, i: int, ticks_taken: int) -> tuple[int, int]:
+        """Take request i out of the decoding sequences' sums after `ticks_taken` decode ticks: (the tick
+        it started decoding at, its context)."""
         first, context0, last_tick, _ = self.decoding.pop(i)
         context = context0 + ticks_taken
         self.context_sum -= context
         self.last_tick_sum -= last_tick
         self.out_sum -= self.out[i]
         self.block_due[(first - context0) % self.block] -= 1
+        return first, context
+
+    def _stop_decoding(self, i: int, ticks_taken: int) -> int:
+        """Take request i out of the decoding aggregates after `ticks_taken` decode ticks; its context."""
+        first, context = self._leave_aggregates(i, ticks_taken)
         if self.interval > 1:
             self.event_due[(first - self.generated[i]) % self.interval] -= 1
         if ticks_taken:
@@ -698,13 +704,8 @@ class Replica:
                 self.zombies.append(i)
             return []
         finished = []
-        for i in self.zombies:
-            first, context0, last_tick, _ = self.decoding.pop(i)
-            context = context0 + d + 1 - first
-            self.context_sum -= context
-            self.last_tick_sum -= last_tick
-            self.out_sum -= self.out[i]
-            self.block_due[(first - context0) % self.block] -= 1
+        for i in self.zombies:  # their spans, events and tokens were counted when they sampled their last
+            _, context = self._leave_aggregates(i, d + 1 - self.decoding[i][0])
             self._release(i, context)
             finished.append(i)
         self.zombies.clear()
