@@ -3,9 +3,10 @@ that limits capacity; a run at half its capacity says nothing of it."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from tokenpath.diagnose.bottleneck import Load
+from tokenpath.diagnose.overload import Load, Steady, load_of
 from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
 from tokenpath.scenario import load_scenario
@@ -34,12 +35,62 @@ def test_capacity_first():
     assert half["load"]["served_requests_per_s"] == pytest.approx(0.5 * capacity, rel=0.1)
 
 
-def test_overload_is_served_well_below_offered():
-    assert Load(100.0, 45.0, 40.0, False).overloaded  # admission queued
-    assert Load(100.0, 95.0, 40.0, True).overloaded   # a pile of running requests, long run
-    assert Load(float("inf"), 0.0, 40.0, False).overloaded
-    assert not Load(100.0, 95.0, 40.0, False).overloaded  # a burst shorter than its E2Es
-    assert not Load(34.0, 34.0, 32.7, True).overloaded
+def test_overload_is_admission_queued_ttft_climbing_or_a_growing_backlog():
+    assert Load(100.0, 45.0, 40.0).overloaded  # admission queued
+    assert Load(float("inf"), 0.0, 40.0).overloaded
+    assert Load(100.0, 95.0, 90.0, ttft_trend=2.5).overloaded
+    assert not Load(100.0, 95.0, 90.0, ttft_trend=1.5).overloaded
+    # After it filled, 1,000 sends met 200 in the system: 800 finished is 20% growth, beyond 15% + 2 x 2%.
+    assert Load(100.0, 95.0, 90.0, 5.0, 1.0, Steady(10.0, 1000, 800, 200)).overloaded
+    assert not Load(100.0, 95.0, 90.0, 5.0, 1.0, Steady(10.0, 1000, 830, 200)).overloaded
+    # The same growth over few sends is within a stable run's noise.
+    assert not Load(100.0, 95.0, 90.0, 5.0, 1.0, Steady(1.0, 100, 80, 200)).overloaded
+    assert not Load(34.0, 34.0, 32.7).overloaded
+
+
+def _times(rate_per_s: float, e2e_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    n = len(e2e_s)
+    sent = np.rint(np.arange(n) / rate_per_s * 1e9).astype(np.int64)
+    e2e = np.rint(e2e_s * 1e9).astype(np.int64)
+    return sent, np.full(n, 50_000_000, np.int64), e2e, np.ones(n, bool)
+
+
+def test_a_backlog_that_grows_through_a_long_run_is_overload_at_any_send_rate_ratio():
+    # 20 req/s for 100 s, each request 5 s in the system: stable, confident.
+    stable = load_of(*_times(20.0, np.full(2000, 5.0)))
+    assert stable.confident and not stable.overloaded and stable.document()["confidence"] == "high"
+    assert stable.steady.served_per_s == pytest.approx(20.0, rel=0.02)
+    # Served at 16 req/s: the n-th request finishes at n / 16 s, so its time in the system grows.
+    n = np.arange(2000)
+    growing = load_of(*_times(20.0, 5.0 + n / 15.0 - n / 20.0))
+    assert growing.overloaded and growing.steady.served_per_s == pytest.approx(15.0, rel=0.05)
+    assert any("served 15" in sign for sign in growing.signs())
+
+
+def test_a_run_shorter_than_two_fills_is_judged_by_admission_and_ttft_and_says_so():
+    short = load_of(*_times(20.0, np.full(100, 5.0)))  # 5 s of sends, 5 s in the system
+    assert not short.confident and short.steady is None and short.document()["confidence"] == "low"
+    assert "short run" in short.caveat() and not short.overloaded
+
+
+@pytest.mark.parametrize(("rate", "overloaded"), [(35, False), (45, True)])
+def test_default_scenario_at_45_req_s_is_overloaded_by_its_growing_batch_and_at_35_is_not(rate, overloaded):
+    # Every request sent at once, the default deployment serves about 40.6 req/s. At 45 req/s nothing
+    # queues for admission (the batch grows instead), and the old served/offered ratio was 1.17.
+    document, reason = result_document(simulate(load_scenario(None, {"workload.arrival.rate": float(rate)})))
+    load = document["load"]
+    assert load["overloaded"] is overloaded and load["confidence"] == "high"
+    assert reason.startswith("overloaded") is overloaded
+
+
+def test_tp32_over_a_rail_fabric_overloads_in_a_run_shorter_than_two_e2es():
+    # TTFT climbs from about 0.17 s in the first quarter to 3.7 s in the last.
+    document, reason = result_document(simulate(load_scenario(None, {
+        "deployment.chip": "h100", "deployment.chips": 32, "deployment.fabric": "h100-4x8-rail",
+        "deployment.tp": 32, "workload.arrival.rate": 60.0})))
+    load = document["load"]
+    assert load["overloaded"] is True and load["confidence"] == "low" and load["ttft_trend"] > 10
+    assert "short run" in reason and "traffic" in reason
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -75,16 +75,20 @@ def tpot_ns(run: Run) -> np.ndarray:
     return (run.e2e_ns[ok] - run.ttft_ns[ok]) / (run.output_tokens[ok] - 1)
 
 
-def meets_slo(run: Run, slo: dict[str, float | None]) -> np.ndarray:
-    """Per request: completed and within every SLO that is set (seconds)."""
-    ok = run.completed.copy()
+def misses_slo(run: Run, slo: dict[str, float | None]) -> dict[str, np.ndarray]:
+    """Per SLO that is set (seconds), per request: whether it missed that target."""
     per_token = np.zeros(len(run))
     multi = run.output_tokens > 1
     per_token[multi] = (run.e2e_ns[multi] - run.ttft_ns[multi]) / (run.output_tokens[multi] - 1)
     observed = {"ttft": run.ttft_ns, "ttfv": run.ttfv_ns, "tpot": per_token, "e2e": run.e2e_ns}
-    for metric, limit_s in slo.items():
-        if limit_s is not None:
-            ok &= observed[metric] <= limit_s * 1e9
+    return {metric: observed[metric] > limit_s * 1e9 for metric, limit_s in slo.items() if limit_s is not None}
+
+
+def meets_slo(run: Run, slo: dict[str, float | None]) -> np.ndarray:
+    """Per request: completed and within every SLO that is set (seconds)."""
+    ok = run.completed.copy()
+    for missed in misses_slo(run, slo).values():
+        ok &= ~missed
     return ok
 
 

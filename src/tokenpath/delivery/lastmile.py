@@ -133,3 +133,18 @@ def first_visible_index(output_tokens: np.ndarray, invisible_fraction: float, rn
         return np.zeros(len(output_tokens), dtype=np.int64)
     leading_invisible = rng.geometric(1.0 - invisible_fraction, size=len(output_tokens)) - 1
     return np.minimum(leading_invisible, output_tokens - 1).astype(np.int64)
+
+
+def worker_busy_ns(ready_ns: np.ndarray, leave_ns: np.ndarray) -> int:
+    """How long the async detokenizing worker was busy, from each step's time its ids reached the host
+    (`ready_ns`, time order) and the time its tokens left (`leave_ns`; -1: nothing left then).
+
+    The worker takes steps first come first served (`LastMile.on_step`), so a step's work starts when
+    both its ids and the worker are ready, and ends when its tokens leave.
+    """
+    leaving = leave_ns >= 0
+    ready, leave = ready_ns[leaving], leave_ns[leaving]
+    if not len(leave):
+        return 0
+    free_before = np.concatenate([[ready[0]], np.maximum.accumulate(leave)[:-1]])
+    return int(np.maximum(0, leave - np.maximum(ready, free_before)).sum())

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from tokenpath.diagnose.bottleneck import Evidence, bottleneck, load_of, memory_bound_share, sample_steps
+from tokenpath.delivery.lastmile import LastMile, worker_busy_ns
+from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, memory_bound_share, sample_steps
+from tokenpath.diagnose.felt import felt_parts_s
+from tokenpath.diagnose.overload import load_of
 from tokenpath.pipeline import Simulation
-from tokenpath.summary import summarize, window_ns
+from tokenpath.summary import misses_slo, summarize, window_ns
 from tokenpath.units import format_bytes, format_duration, format_number
 
 
 def _evidence(sim: Simulation, window_s: float) -> Evidence:
-    traces = sim.traces
+    traces, scenario = sim.traces, sim.scenario
     step_ns = np.concatenate([t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns for t in traces])
     blocking = np.concatenate([t.step_blocking_ns for t in traces])
     seqs = np.concatenate([t.step_seqs for t in traces])
@@ -27,8 +31,10 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
     arrival = sim.requests.arrival_s
     span_s = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
     offered = (len(arrival) - 1) / span_s if span_s > 0 else math.inf
-    scenario = sim.scenario
-    return Evidence(
+    step_mix_s = {"compute": sum(float(t.step_compute_ns.sum()) for t in traces) / 1e9,
+                  "traffic": sum(float(t.step_traffic_ns.sum()) for t in traces) / 1e9,
+                  "delivery": float(blocking.sum()) / 1e9}
+    evidence = Evidence(
         offered_rate_per_s=offered,
         busy_fraction=min(1.0, busy_s / window_s) if window_s else 0.0,
         mean_batch_seqs=float(seqs.mean()) if len(seqs) else 0.0,
@@ -39,10 +45,63 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         detokenize=scenario.delivery.detokenize,
         host_share_of_step=float(blocking.sum() / step_ns.sum()) if step_ns.sum() else 0.0,
         load=_load(sim),
-        busy_s={"compute": sum(float(t.step_compute_ns.sum()) for t in traces) / 1e9,
-                "traffic": sum(float(t.step_traffic_ns.sum()) for t in traces) / 1e9,
-                "delivery": float(blocking.sum()) / 1e9},
     )
+    return replace(evidence, resources=_resources(sim, evidence, step_mix_s, window_s),
+                   **_felt(sim, step_mix_s))
+
+
+def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float], window_s: float) -> list[Resource]:
+    """The serial resources each replica's requests share: its engine and, detokenizing async, its worker."""
+    if window_s <= 0:
+        return []
+    engines = max(len(sim.traces), 1)
+    part = max(step_mix_s, key=step_mix_s.get)
+    if part == "compute":
+        bound = "HBM-bandwidth" if evidence.memory_bound_fraction >= 0.5 else "FLOP"
+        why = f"mostly compute at a mean batch of {evidence.mean_batch_seqs:.0f} sequences, {bound}-bound"
+    elif part == "traffic":
+        why = f"mostly fabric traffic: {evidence.traffic_detail}"
+    else:
+        why = f"mostly the host blocking it ({evidence.detokenize} detokenization)"
+    found = [Resource("engine", part, sum(step_mix_s.values()) / engines / window_s, why)]
+    delivery = sim.scenario.resolved_delivery()
+    if delivery.detokenize == "async":
+        busy_ns = sum(worker_busy_ns(t.step_start_ns + t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns,
+                                     t.step_leave_ns) for t in sim.traces)
+        per_token = format_duration(delivery.detokenize_per_token)
+        found.append(Resource("detokenizing worker", "delivery", busy_ns / 1e9 / engines / window_s,
+                              f"async detokenization at {per_token} a token"))
+    return found
+
+
+def _felt(sim: Simulation, step_mix_s: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """The Evidence fields on what users feel: each felt metric's parts, the network's share of them,
+    and the SLOs with the share of requests that miss each."""
+    scenario = sim.scenario
+    run = sim.run.after(scenario.workload.warmup_requests)
+    done = run.completed
+    slo_s = {key: getattr(scenario.slo, key) for key in ("ttft", "ttfv", "tpot", "e2e")
+             if getattr(scenario.slo, key) is not None}
+    misses = misses_slo(run, slo_s)
+    found: dict[str, Any] = {"slo_s": slo_s,
+                             "slo_miss_share": {k: float(v[done].mean()) if done.any() else 0.0 for k, v in misses.items()}}
+    if run.prefill_start_ns is None or run.ttft_engine_ns is None or not done.any():
+        return found
+    last_mile = LastMile(scenario.resolved_delivery())
+    inputs = run.input_tokens[done]
+    lengths, which = np.unique(inputs, return_inverse=True)
+    upload_ns = np.array([last_mile.upload_ns(int(p)) for p in lengths], np.int64)[which]
+    spec = last_mile.spec
+    network_ns = np.array([last_mile.network_ns(spec.request_overhead_bytes + spec.bytes_per_token * int(p))
+                           for p in lengths], np.int64)[which] + last_mile.event_network_ns(1)
+    total = sum(step_mix_s.values()) or 1.0
+    parts = felt_parts_s(run.sent_ns[done], upload_ns, run.prefill_start_ns[done], run.ttft_engine_ns[done],
+                         run.ttft_ns[done], run.ttfv_ns[done],
+                         {name: getattr(run, f"{name}_ns")[done] for name in ("queue", "compute", "traffic", "delivery")},
+                         run.output_tokens[done], {part: value / total for part, value in step_mix_s.items()})
+    network_s = float(network_ns.mean()) / 1e9
+    found.update(parts_s=parts, network_s={"ttft": network_s, "ttfv": network_s, "e2e": network_s})
+    return found
 
 
 def _load(sim: Simulation):

@@ -1,0 +1,173 @@
+"""Whether a run was overloaded: offered more than it could serve, so work piled up through it.
+
+A continuous-batching engine shows overload two ways. Either requests wait for admission (a queue: TTFT
+climbs through the run), or every request is admitted and the batch grows (TPOT and E2E climb while the
+backlog of requests in the system grows). Both are read from what the client saw, so the same rule judges
+simulated and measured runs, at any run length. A run is overloaded when it shows any of:
+
+- queued: first tokens came at a rate OVERLOAD_RATE_RATIO times below the send rate;
+- TTFT climbed: the last quarter of sends waited TTFT_TREND_RATIO times as long for a first token as the
+  first quarter did;
+- served below offered in its steady part: once the system had time to fill, requests finished at a
+  lower rate than they were sent, so the backlog grew by more than BACKLOG_GROWTH of the requests sent then. A stable system holds its
+  backlog (Little's law: arrival rate x time in system); an overloaded one gains (offered - served) /
+  offered of each new request. The count's own noise is allowed for: a stable run's growth has a standard
+  deviation of about sqrt(2 x backlog) / sends, and the growth must clear the threshold by two of them.
+
+The steady part starts one fill time (the FILL_QUANTILE of the run's E2Es) after the first send and
+needs the sends to go on for WATCH_FILLS of a fill time more. A shorter run cannot tell a batch that is
+still filling from one that never stops growing, so its verdict rests on the first two signs alone and
+says it is tentative (`confident` is False).
+
+Measured on the default scenario (Llama-3.1-70B FP8, TP8 on H200; every request sent at once, it serves
+40.6 req/s), 2,000 requests unless said, as (growth after filling, TTFT trend): 35 req/s 0.03 and 1.14
+(seed 2: -0.06 and 0.99; burstiness 0.5: 0.10 and 1.64); 36.5 req/s, 1,000 requests, seeds 0 and 1:
+0.19 and 1.66, 0.01 and 1.33; 40 req/s 0.18 and 1.57; 45 req/s 0.41 and 2.4 (8,000 requests: 0.13 and
+70, the queue having formed). Llama-3.1-8B on one H100 (54 req/s at once), 1,000 requests: 45 req/s 0.11
+and 1.30; 50 req/s 0.18 and 1.59; 60 req/s 0.39 and 2.27. The thresholds call the runs at 45 and 60
+req/s overloaded and those up to 0.9x of capacity not; within a few percent of capacity a finite run is
+still filling when it ends, and the verdict there is a judgement either way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tokenpath.units import format_number
+
+OVERLOAD_RATE_RATIO = 1.2
+TTFT_TREND_RATIO = 2.0
+BACKLOG_GROWTH = 0.15
+FILL_QUANTILE = 0.9
+WATCH_FILLS = 0.5
+# Fewer completed requests than this leave no quarter to compare.
+MIN_TREND_REQUESTS = 8
+
+
+@dataclass(frozen=True)
+class Load:
+    """What a run was offered and what it served, and how its latency and backlog moved through it."""
+
+    offered_per_s: float        # requests sent per second, first send to last (inf: all at once)
+    admitted_per_s: float       # first tokens per second, first to last
+    served_per_s: float         # requests finished per second, first finish to last
+    span_e2es: float = math.inf  # the sends' span in median E2Es
+    ttft_trend: float | None = None  # median TTFT of the last quarter of sends / the first quarter's
+    steady: Steady | None = None     # the run after it filled; None when too short to watch one
+
+    @property
+    def confident(self) -> bool:
+        """Long enough that a steady state could form and be watched."""
+        return self.steady is not None
+
+    def signs(self) -> list[str]:
+        """Each sign of overload this run shows, in words; empty when it shows none."""
+        found = []
+        if self.offered_per_s > OVERLOAD_RATE_RATIO * self.admitted_per_s:
+            found.append(f"first tokens came at {format_number(self.admitted_per_s)} req/s")
+        if self.ttft_trend is not None and self.ttft_trend > TTFT_TREND_RATIO:
+            found.append(f"TTFT grew {self.ttft_trend:.1f}x from the first quarter of requests to the last")
+        if self.steady is not None and self.steady.growing:
+            found.append(f"after it filled, it served {format_number(self.steady.served_per_s)} of "
+                         f"{format_number(self.steady.offered_per_s)} req/s offered")
+        return found
+
+    @property
+    def overloaded(self) -> bool:
+        return bool(self.signs())
+
+    def document(self) -> dict[str, Any]:
+        steady = self.steady
+        return {"offered_requests_per_s": self.offered_per_s if math.isfinite(self.offered_per_s) else None,
+                "served_requests_per_s": self.served_per_s, "overloaded": self.overloaded,
+                "confidence": "high" if self.confident else "low",
+                "span_e2es": self.span_e2es if math.isfinite(self.span_e2es) else None,
+                "ttft_trend": self.ttft_trend,
+                "steady_offered_requests_per_s": None if steady is None else steady.offered_per_s,
+                "steady_served_requests_per_s": None if steady is None else steady.served_per_s,
+                "signs": self.signs()}
+
+    def caveat(self) -> str:
+        """For a short run, why its verdict is tentative; empty otherwise."""
+        if self.confident:
+            return ""
+        return (f"a short run: sent over {self.span_e2es:.1f} median E2Es, too few to watch a steady state, so "
+                "overload is judged by admission and TTFT's trend only")
+
+
+@dataclass(frozen=True)
+class Steady:
+    """The sends after the system filled: how many were sent and finished, and the backlog they met."""
+
+    span_s: float
+    sent: int
+    finished: int
+    backlog_at_start: int
+
+    @property
+    def offered_per_s(self) -> float:
+        return self.sent / self.span_s
+
+    @property
+    def served_per_s(self) -> float:
+        return self.finished / self.span_s
+
+    @property
+    def growing(self) -> bool:
+        """The backlog grew by more than BACKLOG_GROWTH of the sends, and by two standard deviations of a
+        stable run's count more."""
+        growth = (self.sent - self.finished) / self.sent
+        noise = math.sqrt(2.0 * max(self.backlog_at_start, 1)) / self.sent
+        return growth > BACKLOG_GROWTH + 2.0 * noise
+
+
+def load_of(sent_ns: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, completed: np.ndarray) -> Load:
+    """The load facts of a run from each request's send time, TTFT and E2E (of completed requests)."""
+    order = np.argsort(sent_ns[completed], kind="stable")
+    sent, ttft, e2e = (values[completed][order] for values in (sent_ns, ttft_ns, e2e_ns))
+    if len(sent) < 2:
+        return Load(0.0, 0.0, 0.0)
+
+    def rate(times_ns: np.ndarray) -> float:
+        span_s = float(times_ns.max() - times_ns.min()) / 1e9
+        return (len(times_ns) - 1) / span_s if span_s > 0 else math.inf
+
+    median_e2e_ns = float(np.median(e2e))
+    span_e2es = float(sent[-1] - sent[0]) / median_e2e_ns if median_e2e_ns > 0 else math.inf
+    trend = _ttft_trend(ttft)
+    return Load(rate(sent), rate(sent + ttft), rate(sent + e2e), span_e2es, trend, _steady(sent, sent + e2e))
+
+
+def _ttft_trend(ttft_ns: np.ndarray) -> float | None:
+    """Median TTFT of the last quarter of requests (in send order) over the first quarter's."""
+    if len(ttft_ns) < MIN_TREND_REQUESTS:
+        return None
+    quarter = len(ttft_ns) // 4
+    first = float(np.median(ttft_ns[:quarter]))
+    return float(np.median(ttft_ns[-quarter:])) / first if first > 0 else None
+
+
+def _steady(sent_ns: np.ndarray, finished_ns: np.ndarray) -> Steady | None:
+    """The sends from one fill time after the first to the last (sent_ns sorted), when they last at least
+    one more fill time; the fill time is the FILL_QUANTILE of the first quarter's E2Es."""
+    if len(sent_ns) < MIN_TREND_REQUESTS:
+        return None
+    fill_ns = float(np.quantile(finished_ns - sent_ns, FILL_QUANTILE))
+    start_ns, end_ns = int(sent_ns[0] + fill_ns), int(sent_ns[-1])
+    if end_ns - start_ns < WATCH_FILLS * fill_ns or fill_ns <= 0:
+        return None
+    finished = np.sort(finished_ns)
+
+    def count(times_ns: np.ndarray, until_ns: int) -> int:
+        return int(np.searchsorted(times_ns, until_ns, side="right"))
+
+    sent = count(sent_ns, end_ns) - count(sent_ns, start_ns)
+    if sent == 0:
+        return None
+    done = count(finished, end_ns) - count(finished, start_ns)
+    backlog = count(sent_ns, start_ns) - count(finished, start_ns)
+    return Steady((end_ns - start_ns) / 1e9, sent, done, backlog)

@@ -1,0 +1,68 @@
+"""The bottleneck line names what limits and what users feel: every serial resource enters the capacity
+verdict, and a metric that misses its SLO is explained by the layer that holds it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tokenpath.delivery.lastmile import worker_busy_ns
+from tokenpath.diagnose.felt import PARTS, felt_parts_s
+from tokenpath.pipeline import simulate
+from tokenpath.report.simulation import result_document
+from tokenpath.scenario import load_scenario
+
+
+def _verdict(**changes) -> tuple[dict, str]:
+    return result_document(simulate(load_scenario(None, {"workload.num_requests": 600, **changes})))
+
+
+def test_a_saturated_detokenizing_worker_limits_capacity_and_the_verdict_names_delivery():
+    # 1 ms a token on one async worker: 1,000 tokens/s, about 6.4 requests/s of 156 tokens.
+    document, reason = _verdict(**{"delivery.detokenize": "async", "delivery.detokenize_per_token": "1 ms"})
+    assert document["load"]["overloaded"] is True
+    assert document["bottleneck"] == "delivery"
+    assert "delivery limits capacity: the detokenizing worker is busy" in reason
+    tokens_per_s = document["throughput"]["output_tokens_per_s"]
+    assert tokens_per_s == pytest.approx(1000, rel=0.1)
+
+
+def test_a_two_second_round_trip_is_what_users_feel_and_the_verdict_names_the_network():
+    document, reason = _verdict(**{"delivery.network_rtt": "2 s"})
+    assert document["bottleneck"] == "delivery"
+    assert "of TTFT is the last mile" in reason and "the network" in reason and "TTFT SLO of 2 s" in reason
+
+
+def test_without_a_missed_slo_the_verdict_is_e2e_s_layer_and_names_ttft_s_when_it_differs():
+    document, reason = _verdict(**{"delivery.network_rtt": "1 s"})
+    assert document["bottleneck"] == "compute" and "of E2E is engine compute" in reason
+    assert "; TTFT: " in reason and "of TTFT is the last mile" in reason
+
+
+def test_felt_parts_sum_to_each_metric():
+    rng = np.random.default_rng(0)
+    n = 50
+    sent = np.sort(rng.integers(0, 10**9, n))
+    upload = rng.integers(1, 10**6, n)
+    start = sent + upload + rng.integers(0, 10**8, n)
+    engine = rng.integers(1, 10**8, n)
+    after = rng.integers(1, 10**7, n)
+    ttft_engine = start + engine - sent
+    ttft = ttft_engine + after
+    ttfv = ttft + rng.integers(0, 10**7, n)
+    out = rng.integers(1, 100, n)
+    e2e = {part: rng.integers(10**8, 10**9, n) for part in PARTS}
+    mix = {"compute": 0.6, "traffic": 0.3, "delivery": 0.1}
+    parts = felt_parts_s(sent, upload, start, ttft_engine, ttft, ttfv, e2e, out, mix)
+    assert sum(parts["ttft"].values()) == pytest.approx(ttft.mean() / 1e9)
+    assert sum(parts["ttfv"].values()) == pytest.approx(ttfv.mean() / 1e9)
+    assert parts["ttft"]["queue"] == pytest.approx((start - sent - upload).mean() / 1e9)
+    assert parts["ttft"]["traffic"] == pytest.approx(0.3 * engine.mean() / 1e9)
+
+
+def test_the_async_worker_is_busy_from_when_both_it_and_a_step_s_ids_are_ready_until_they_leave():
+    # Steps ready at 0, 10, 12, 40; the worker takes 5 each: 0-5, 10-15, 15-20, 40-45. A step that left
+    # nothing (-1) costs nothing.
+    ready = np.array([0, 10, 12, 30, 40])
+    leave = np.array([5, 15, 20, -1, 45])
+    assert worker_busy_ns(ready, leave) == 20
