@@ -168,7 +168,8 @@ REGISTRY: tuple[Assumption, ...] = (
                "0: the engine-side measurements the model is validated on have no front end; fitted per "
                "server by `tokenpath calibrate engine`", "tests/test_calibrate_engine.py"),
     Assumption("invisible_token_fraction", _DELIVERY, "INVISIBLE_TOKEN_FRACTION", "1",
-               "5.8% of Tekken tokens in multilingual chat text show nothing alone (measured)",
+               "0: none of the 4,110 Tekken tokens of the workload's English corpus shows nothing alone "
+               "(measured; 4.9% of Chinese text, 36% of emoji-heavy text)",
                "tests/test_delivery.py"),
 )
 

@@ -22,7 +22,7 @@ from tokenpath.assumptions import Assumptions, check_table, resolve
 from tokenpath.files import PathText
 from tokenpath.config_errors import explain
 from tokenpath.continuity import ContinuitySettings
-from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, INVISIBLE_TOKEN_FRACTION_NOTE, DeliverySpec
 from tokenpath.engine.routing import Routing
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.errors import UserError, quoted
@@ -209,7 +209,12 @@ class Scenario(BaseModel):
         return hashlib.sha256(json.dumps(normal, sort_keys=True).encode()).hexdigest()
 
     def to_toml(self) -> str:
-        return tomli_w.dumps(_drop_none(self.model_dump(mode="json")))
+        """The scenario as TOML, a default whose value was measured followed by a comment saying where."""
+        text = tomli_w.dumps(_drop_none(self.model_dump(mode="json")))
+        if self.delivery.invisible_token_fraction == INVISIBLE_TOKEN_FRACTION:
+            line = f"invisible_token_fraction = {INVISIBLE_TOKEN_FRACTION!r}\n"
+            text = text.replace(line, f"{line[:-1]}  # {INVISIBLE_TOKEN_FRACTION_NOTE}\n", 1)
+        return text
 
 
 def _drop_none(value: Any) -> Any:
