@@ -49,14 +49,17 @@ HAND = [
     ((8,), True, 8, 4, 16 / 7, 2),          # ring of 8: distances 1,1,2,2,3,3,4 -> 16/7
     ((8,), False, 7, 7, 3.0, 1),            # line of 8: sum |i-j| = 168 over 56 pairs
     ((5,), True, 5, 2, 1.5, 2),             # ring of 5: distances 1,1,2,2
-    ((2,), True, 1, 1, 1.0, 1),             # ring of 2 is one cable
+    ((2,), True, 2, 1, 1.0, 2),             # ring of 2: two cables between the same two chips
+    ((2,), False, 1, 1, 1.0, 1),            # line of 2: one cable
     ((4, 4), True, 32, 4, 32 / 15, 8),      # per ring mean 1 incl. identical; 2 * 16/15
     ((4, 4), False, 24, 6, 8 / 3, 4),       # per line (16-1)/12 = 5/4; 5/2 * 16/15
     ((6, 4), True, 48, 5, 60 / 23, 8),      # (6/4 + 4/4) * 24/23; cut the 6: 2 * 24/6
     ((5, 3), True, 30, 3, 2.0, 8),          # (24/20 + 8/12) * 15/14; cut the 5 (2 * 15/5) and split the middle 3-ring (2)
-    ((3, 2), True, 9, 2, 7 / 5, 3),         # (8/12 + 1/2) * 6/5; cutting the 2 (3 cables) beats the 3 (4)
+    ((3, 2), True, 12, 2, 7 / 5, 6),        # (8/12 + 1/2) * 6/5; cut the 2 (two cables a pair: 6), or the 3
+                                            # (4) and the middle slice's ring of 2 (2)
     ((4, 4, 4), True, 192, 6, 64 / 21, 32),  # 3 * 64/63
-    ((2, 2, 2), True, 12, 3, 12 / 7, 4),    # the 3-cube: distances 1,1,1,2,2,2,3
+    ((2, 2, 2), True, 24, 3, 12 / 7, 8),    # the 3-cube with every edge doubled: distances 1,1,1,2,2,2,3
+    ((2, 2, 2), False, 12, 3, 12 / 7, 4),   # the 3-cube
     ((8, 4, 2), False, 136, 11, 40 / 9, 8),  # 56+48+32 cables; (63/24 + 15/12 + 3/6) * 64/63
 ]
 
@@ -86,8 +89,9 @@ def test_a_direct_network_with_row_major_numbering():
     assert np.array_equal(t.host_router, np.arange(6))
     assert t.coords(5) == (1, 2) and t.coords(1) == (0, 1)  # last dimension fastest
     assert t.tier_names == ("dim0", "dim1")
-    # dim0 (size 2): one cable per column; dim1 (ring of 3): three cables per row, wrap included.
-    assert np.array_equal(np.bincount(t.links.tier), [2 * 3, 2 * 6])
+    # dim0 (ring of 2): two cables per column; dim1 (ring of 3): three cables per row, wrap included.
+    assert np.array_equal(np.bincount(t.links.tier), [2 * 6, 2 * 6])
+    assert np.array_equal(np.bincount(Mesh((2, 3), BW, LAT).links.tier), [2 * 3, 2 * 4])
     assert np.array_equal(t.link_loads(Traffic.all_to_all(t, 0.0)), np.zeros(len(t.links)))
 
 
@@ -124,7 +128,7 @@ def test_dimension_order_routes_are_shortest_paths(dims, wrap):
     import rustworkx as rx
     t = make(dims, wrap)
     g = t.graph()
-    assert g.num_edges() == t.cables  # a size-2 ring has one cable, no doubled edge
+    assert g.num_edges() == t.cables  # a size-2 ring's two cables are two edges
     shortest = rx.distance_matrix(g)
     for s, d in itertools.permutations(range(t.hosts), 2):
         assert t.hops(s, d) == shortest[s, d]
@@ -275,13 +279,12 @@ def _brute_force_bisection_cables(t) -> int:
 
     n = t.hosts
     half = n // 2
-    ends = {(min(a, b), max(a, b)) for a, b in zip(t.links.src.tolist(), t.links.dst.tolist())}
-    a, b = np.array(sorted(ends)).T
+    a, b = t.links.src, t.links.dst  # every cable crosses a cut once in each direction
     best = None
     for side in itertools.combinations(range(1, n), half - 1 if n % 2 == 0 else half):
         inside = np.zeros(n, bool)
         inside[[0, *side]] = True  # host 0 on the first side: each split counted once
-        crossing = int(np.count_nonzero(inside[a] != inside[b]))
+        crossing = int(np.count_nonzero(inside[a] & ~inside[b]))
         best = crossing if best is None else min(best, crossing)
     return best
 
