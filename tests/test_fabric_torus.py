@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpath.errors import UserError
+from tokenpath.fabric.collectives import BASE_LATENCY_S, SCALEUP_BW_EFFICIENCY, Collectives
 from tokenpath.fabric.topology import Traffic
 from tokenpath.fabric.torus import Mesh, Torus
 
@@ -297,3 +298,78 @@ def _brute_force_bisection_cables(t) -> int:
 def test_bisection_is_the_cheapest_equal_cut(dims, wrap):
     t = Torus(dims, BW, LAT, wraparound=wrap)
     assert t.bisection_bw_Bps() == _brute_force_bisection_cables(t) * BW
+
+
+# -- collectives: the graph sets the times, not the order its dims are listed in ---------------------
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+SIZES_BYTES = (1.0, 2.0**16, 2.0**27)  # latency-bound to bandwidth-bound (128 MiB)
+SHAPES = st.lists(st.integers(2, 6), min_size=1, max_size=3).filter(lambda ds: math.prod(ds) <= 32).map(tuple)
+
+
+def turned(dims: tuple[int, ...], order: tuple[int, ...]) -> tuple[tuple[int, ...], list[int]]:
+    """The same machine with its dims listed in `order`, and where each host of `dims` is in it."""
+    coords = np.unravel_index(np.arange(math.prod(dims)), dims)
+    new = tuple(dims[d] for d in order)
+    return new, np.ravel_multi_index(tuple(coords[d] for d in order), new).tolist()
+
+
+def auto_times(topology: Torus, group: list[int] | None = None) -> np.ndarray:
+    """`auto`'s time of every op and size for `group` (default: every host, in host order)."""
+    c = Collectives(topology)
+    groups = [list(range(topology.hosts)) if group is None else group]
+    return np.array([c.time_s(op, size, groups) for op in OPS for size in SIZES_BYTES])
+
+
+def test_a_2x4_torus_all_reduces_as_fast_as_a_4x2_and_no_slower_than_a_ring_of_8():
+    # 128 MiB over 8 chips, 112.5 GB/s links (an H100's 450 GB/s over a 2D torus chip's 4 ports), 0.6 us a hop.
+    size, bw, lat = 128 * 2**20, 112.5e9, 0.6e-6
+    times = {dims: Collectives(Torus(dims, bw, lat)).time_s("all_reduce", size, [list(range(8))])
+             for dims in [(8,), (4, 2), (2, 4)]}
+    # Every algorithm moves (1 - 1/8) x 2 of the message over a link's achievable bandwidth: the ring of 8
+    # both ways round (7 steps each way of 1/16); the 2D bucket 1/8 per link for 3 steps along the 4 and
+    # then 1/16 along the 2, whose two cables share it. The ring pays 14 one-hop steps, the 2D torus 8.
+    beta_s = 2 * 7 / 16 * size / (bw * SCALEUP_BW_EFFICIENCY)
+    assert times[(8,)] == pytest.approx(BASE_LATENCY_S + 14 * lat + beta_s, rel=1e-12)
+    assert times[(4, 2)] == pytest.approx(BASE_LATENCY_S + 8 * lat + beta_s, rel=1e-12)
+    assert times[(2, 4)] == pytest.approx(times[(4, 2)], rel=1e-12)
+    assert times[(4, 2)] < times[(8,)]
+    assert times[(8,)] == pytest.approx(1.2846e-3, rel=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(dims=SHAPES, data=st.data())
+def test_listing_a_torus_or_meshs_dims_in_another_order_changes_no_collective(dims, data):
+    order = data.draw(st.permutations(range(len(dims))))
+    new, where = turned(dims, tuple(order))
+    everyone = list(range(math.prod(dims)))
+    # The algorithms laid out by the shape (bucket, all-to-all) cost the same on the same chips. (A tree's
+    # multi-hop flows are routed dimension by dimension in the order listed, so their sharing may differ.)
+    for wrap in (True, False):
+        before, after = Collectives(make(dims, wrap)), Collectives(make(new, wrap))
+        for op, algorithm in [("all_reduce", "bucket"), ("all_gather", "bucket"), ("reduce_scatter", "bucket"),
+                              ("all_to_all", "direct")]:
+            a, b = before.cost(op, [everyone], algorithm), after.cost(op, [where], algorithm)
+            assert b.alpha_s == pytest.approx(a.alpha_s, rel=1e-12, abs=0)
+            assert b.beta_s_per_byte == pytest.approx(a.beta_s_per_byte, rel=1e-12, abs=0)
+    # On a torus the fastest algorithm for the whole machine depends on its shape alone, not on which
+    # chip has which rank.
+    np.testing.assert_allclose(auto_times(make(new, True)), auto_times(make(dims, True)), rtol=1e-12, atol=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(dims=SHAPES)
+def test_adding_links_never_slows_a_collective(dims):
+    n = math.prod(dims)
+    torus = auto_times(make(dims, True))
+    # A torus of n chips holds a ring of n (and then some links), and its mesh plus the wrap cables.
+    assert np.all(torus <= auto_times(Torus((n,), BW, LAT)) * (1 + 1e-12))
+    assert np.all(torus <= auto_times(make(dims, False)) * (1 + 1e-12))
+
+
+@settings(max_examples=20, deadline=None)
+@given(dims=SHAPES, wrap=st.booleans(), faster=st.floats(1.0, 8.0))
+def test_more_link_bandwidth_never_slows_a_collective(dims, wrap, faster):
+    slow = auto_times(Torus(dims, BW, LAT, wraparound=wrap))
+    fast = auto_times(Torus(dims, BW * faster, LAT, wraparound=wrap))
+    assert np.all(fast <= slow * (1 + 1e-12))
