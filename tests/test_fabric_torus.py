@@ -314,10 +314,10 @@ def turned(dims: tuple[int, ...], order: tuple[int, ...]) -> tuple[tuple[int, ..
     return new, np.ravel_multi_index(tuple(coords[d] for d in order), new).tolist()
 
 
-def auto_times(topology: Torus, group: list[int] | None = None) -> np.ndarray:
-    """`auto`'s time of every op and size for `group` (default: every host, in host order)."""
+def auto_times(topology: Torus) -> np.ndarray:
+    """`auto`'s time of every op and size for every host, in host order."""
     c = Collectives(topology)
-    groups = [list(range(topology.hosts)) if group is None else group]
+    groups = [list(range(topology.hosts))]
     return np.array([c.time_s(op, size, groups) for op in OPS for size in SIZES_BYTES])
 
 
@@ -326,9 +326,9 @@ def test_a_2x4_torus_all_reduces_as_fast_as_a_4x2_and_no_slower_than_a_ring_of_8
     size, bw, lat = 128 * 2**20, 112.5e9, 0.6e-6
     times = {dims: Collectives(Torus(dims, bw, lat)).time_s("all_reduce", size, [list(range(8))])
              for dims in [(8,), (4, 2), (2, 4)]}
-    # Every algorithm moves (1 - 1/8) x 2 of the message over a link's achievable bandwidth: the ring of 8
-    # both ways round (7 steps each way of 1/16); the 2D bucket 1/8 per link for 3 steps along the 4 and
-    # then 1/16 along the 2, whose two cables share it. The ring pays 14 one-hop steps, the 2D torus 8.
+    # Both put 2 x 7/16 of the message on every busy link (reduce-scatter, then all-gather): the ring of 8
+    # both ways round, 7 steps of 1/16; the 2D bucket 3 steps of 1/8 along the 4, then one of 1/16 along
+    # the 2, whose two cables take a half each. The ring pays 14 one-hop steps, the 2D torus 8.
     beta_s = 2 * 7 / 16 * size / (bw * SCALEUP_BW_EFFICIENCY)
     assert times[(8,)] == pytest.approx(BASE_LATENCY_S + 14 * lat + beta_s, rel=1e-12)
     assert times[(4, 2)] == pytest.approx(BASE_LATENCY_S + 8 * lat + beta_s, rel=1e-12)
@@ -362,7 +362,7 @@ def test_listing_a_torus_or_meshs_dims_in_another_order_changes_no_collective(di
 def test_adding_links_never_slows_a_collective(dims):
     n = math.prod(dims)
     torus = auto_times(make(dims, True))
-    # A torus of n chips holds a ring of n (and then some links), and its mesh plus the wrap cables.
+    # A torus of n chips is a ring of n plus more links, and its mesh plus the wrap cables.
     assert np.all(torus <= auto_times(Torus((n,), BW, LAT)) * (1 + 1e-12))
     assert np.all(torus <= auto_times(make(dims, False)) * (1 + 1e-12))
 
