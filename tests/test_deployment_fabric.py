@@ -248,8 +248,8 @@ def test_the_result_document_describes_the_fabric_and_explain_names_the_algorith
 
     sim = simulate(scenario(**{"workload.num_requests": 100, "deployment.fabric": {"kind": "torus", "dims": [2, 4]}}))
     fabric = result_document(sim)[0]["fabric"]
-    # A 2x4 torus: the size-2 dimension has one cable per pair (4), the two 4-rings wrap (8).
-    assert fabric == {"name": "torus given in deployment.fabric", "kind": "torus", "hosts": 8, "switches": 0, "links": 12, "diameter": 3,
+    # A 2x4 torus: the size-2 dimension has two cables per pair (8), the two 4-rings wrap (8).
+    assert fabric == {"name": "torus given in deployment.fabric", "kind": "torus", "hosts": 8, "switches": 0, "links": 16, "diameter": 3,
                       "avg_hops": pytest.approx((1 / 2 + 1) * 8 / 7), "bisection_bw_Bps": pytest.approx(4 * 112.5e9),
                       "placement": [[list(range(8))]]}
     assert explain(sim)["tp_all_reduce_algorithm"] == "bucket"

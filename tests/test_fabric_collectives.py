@@ -277,10 +277,14 @@ def test_bucket_beats_ring_on_a_4x4_torus():
     assert bucket.beta_s_per_byte == pytest.approx(ring.beta_s_per_byte / 4, rel=REL, abs=0)
     # Reduce-scatter alone: half of it.
     same(c.cost("reduce_scatter", whole(16), "bucket"), BASE_LATENCY_S + 6 * TORUS_LAT, (15 / 64) / eff)
-    # Unequal dimensions (2 x 4 box of a 4x4 torus) go one dimension at a time: dim 0 (extent 2: both
-    # ring directions reach the same partner over the same link, 2 x 1/2/2 = 1/2, 1 step), then dim 1
-    # on half (1/2/4/2 = 1/16 each way, 3 steps): beta = 2 x (1/2 + 3/16) / eff = 11/8 / eff.
-    same(c.cost("all_reduce", [list(range(8))], "bucket"), BASE_LATENCY_S + 8 * TORUS_LAT, (11 / 8) / eff)
+    # Unequal dimensions (2 x 4 box of a 4x4 torus) go one dimension at a time, the whole ring first:
+    # dim 1 (1/4/2 = 1/8 each way, 3 steps), then dim 0 on a quarter (extent 2 of a ring of 4, a line:
+    # both ring directions reach the same partner over the same link, 2 x 1/4/2/2 = 1/8, 1 step):
+    # beta = 2 x (3/8 + 1/8) / eff = 1 / eff. Line first would cost 2 x (1/2 + 3/16) = 11/8.
+    two_by_four = c.cost("all_reduce", [list(range(8))], "bucket")
+    same(two_by_four, BASE_LATENCY_S + 8 * TORUS_LAT, 1 / eff)
+    # The 4 x 2 box (columns 0 and 1) is the same shape turned: the same cost.
+    assert c.cost("all_reduce", [[0, 1, 4, 5, 8, 9, 12, 13]], "bucket") == two_by_four
     assert c.choose("all_reduce", 1e9, whole(16)) == "bucket"
 
 

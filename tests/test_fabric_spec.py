@@ -202,6 +202,17 @@ def test_a_torus_or_mesh_shares_it_over_two_ports_per_dimension(kind):
     assert np.all(topology.links.latency_s == NVLINK_HOP_LATENCY_S)
 
 
+@pytest.mark.parametrize("dims", [[8], [2, 4], [4, 2], [2, 2, 2], [3, 2]])
+def test_every_chip_of_a_torus_sends_its_whole_scale_up_bandwidth(dims):
+    # Each port is cabled, a size-2 dimension's two included, so no chip leaves bandwidth unused.
+    topology = build_topology(spec({"kind": "torus", "dims": dims}), SCALEUP)
+    sent = np.bincount(topology.links.src, weights=topology.links.bw_Bps, minlength=topology.hosts)
+    np.testing.assert_allclose(sent, SCALEUP, rtol=1e-12)
+    # A mesh's corner chip has one of its two ports per dimension cabled (a line of 2 is one cable).
+    mesh = build_topology(spec({"kind": "mesh", "dims": dims}), SCALEUP)
+    assert mesh.links.bw_Bps[mesh.links.src == 0].sum() == pytest.approx(SCALEUP / 2, rel=1e-12)
+
+
 def test_scale_out_networks_default_to_the_network_hop_latency():
     fattree = build_topology(spec({"kind": "fattree", "k": 4, "link_bw": "50 GB/s"}), SCALEUP)
     assert np.all(fattree.links.bw_Bps == 50e9)  # the chip's scale-up bandwidth does not apply

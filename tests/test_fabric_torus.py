@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpath.errors import UserError
+from tokenpath.fabric.collectives import BASE_LATENCY_S, SCALEUP_BW_EFFICIENCY, Collectives
 from tokenpath.fabric.topology import Traffic
 from tokenpath.fabric.torus import Mesh, Torus
 
@@ -49,14 +50,17 @@ HAND = [
     ((8,), True, 8, 4, 16 / 7, 2),          # ring of 8: distances 1,1,2,2,3,3,4 -> 16/7
     ((8,), False, 7, 7, 3.0, 1),            # line of 8: sum |i-j| = 168 over 56 pairs
     ((5,), True, 5, 2, 1.5, 2),             # ring of 5: distances 1,1,2,2
-    ((2,), True, 1, 1, 1.0, 1),             # ring of 2 is one cable
+    ((2,), True, 2, 1, 1.0, 2),             # ring of 2: two cables between the same two chips
+    ((2,), False, 1, 1, 1.0, 1),            # line of 2: one cable
     ((4, 4), True, 32, 4, 32 / 15, 8),      # per ring mean 1 incl. identical; 2 * 16/15
     ((4, 4), False, 24, 6, 8 / 3, 4),       # per line (16-1)/12 = 5/4; 5/2 * 16/15
     ((6, 4), True, 48, 5, 60 / 23, 8),      # (6/4 + 4/4) * 24/23; cut the 6: 2 * 24/6
     ((5, 3), True, 30, 3, 2.0, 8),          # (24/20 + 8/12) * 15/14; cut the 5 (2 * 15/5) and split the middle 3-ring (2)
-    ((3, 2), True, 9, 2, 7 / 5, 3),         # (8/12 + 1/2) * 6/5; cutting the 2 (3 cables) beats the 3 (4)
+    ((3, 2), True, 12, 2, 7 / 5, 6),        # (8/12 + 1/2) * 6/5; cut the 2 (two cables a pair: 6), or the 3
+                                            # (4) and the middle slice's ring of 2 (2)
     ((4, 4, 4), True, 192, 6, 64 / 21, 32),  # 3 * 64/63
-    ((2, 2, 2), True, 12, 3, 12 / 7, 4),    # the 3-cube: distances 1,1,1,2,2,2,3
+    ((2, 2, 2), True, 24, 3, 12 / 7, 8),    # the 3-cube with every edge doubled: distances 1,1,1,2,2,2,3
+    ((2, 2, 2), False, 12, 3, 12 / 7, 4),   # the 3-cube
     ((8, 4, 2), False, 136, 11, 40 / 9, 8),  # 56+48+32 cables; (63/24 + 15/12 + 3/6) * 64/63
 ]
 
@@ -86,8 +90,9 @@ def test_a_direct_network_with_row_major_numbering():
     assert np.array_equal(t.host_router, np.arange(6))
     assert t.coords(5) == (1, 2) and t.coords(1) == (0, 1)  # last dimension fastest
     assert t.tier_names == ("dim0", "dim1")
-    # dim0 (size 2): one cable per column; dim1 (ring of 3): three cables per row, wrap included.
-    assert np.array_equal(np.bincount(t.links.tier), [2 * 3, 2 * 6])
+    # dim0 (ring of 2): two cables per column; dim1 (ring of 3): three cables per row, wrap included.
+    assert np.array_equal(np.bincount(t.links.tier), [2 * 6, 2 * 6])
+    assert np.array_equal(np.bincount(Mesh((2, 3), BW, LAT).links.tier), [2 * 3, 2 * 4])
     assert np.array_equal(t.link_loads(Traffic.all_to_all(t, 0.0)), np.zeros(len(t.links)))
 
 
@@ -124,7 +129,7 @@ def test_dimension_order_routes_are_shortest_paths(dims, wrap):
     import rustworkx as rx
     t = make(dims, wrap)
     g = t.graph()
-    assert g.num_edges() == t.cables  # a size-2 ring has one cable, no doubled edge
+    assert g.num_edges() == t.cables  # a size-2 ring's two cables are two edges
     shortest = rx.distance_matrix(g)
     for s, d in itertools.permutations(range(t.hosts), 2):
         assert t.hops(s, d) == shortest[s, d]
@@ -275,13 +280,12 @@ def _brute_force_bisection_cables(t) -> int:
 
     n = t.hosts
     half = n // 2
-    ends = {(min(a, b), max(a, b)) for a, b in zip(t.links.src.tolist(), t.links.dst.tolist())}
-    a, b = np.array(sorted(ends)).T
+    a, b = t.links.src, t.links.dst  # every cable crosses a cut once in each direction
     best = None
     for side in itertools.combinations(range(1, n), half - 1 if n % 2 == 0 else half):
         inside = np.zeros(n, bool)
         inside[[0, *side]] = True  # host 0 on the first side: each split counted once
-        crossing = int(np.count_nonzero(inside[a] != inside[b]))
+        crossing = int(np.count_nonzero(inside[a] & ~inside[b]))
         best = crossing if best is None else min(best, crossing)
     return best
 
@@ -294,3 +298,78 @@ def _brute_force_bisection_cables(t) -> int:
 def test_bisection_is_the_cheapest_equal_cut(dims, wrap):
     t = Torus(dims, BW, LAT, wraparound=wrap)
     assert t.bisection_bw_Bps() == _brute_force_bisection_cables(t) * BW
+
+
+# -- collectives: the graph sets the times, not the order its dims are listed in ---------------------
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+SIZES_BYTES = (1.0, 2.0**16, 2.0**27)  # latency-bound to bandwidth-bound (128 MiB)
+SHAPES = st.lists(st.integers(2, 6), min_size=1, max_size=3).filter(lambda ds: math.prod(ds) <= 32).map(tuple)
+
+
+def turned(dims: tuple[int, ...], order: tuple[int, ...]) -> tuple[tuple[int, ...], list[int]]:
+    """The same machine with its dims listed in `order`, and where each host of `dims` is in it."""
+    coords = np.unravel_index(np.arange(math.prod(dims)), dims)
+    new = tuple(dims[d] for d in order)
+    return new, np.ravel_multi_index(tuple(coords[d] for d in order), new).tolist()
+
+
+def auto_times(topology: Torus) -> np.ndarray:
+    """`auto`'s time of every op and size for every host, in host order."""
+    c = Collectives(topology)
+    groups = [list(range(topology.hosts))]
+    return np.array([c.time_s(op, size, groups) for op in OPS for size in SIZES_BYTES])
+
+
+def test_a_2x4_torus_all_reduces_as_fast_as_a_4x2_and_no_slower_than_a_ring_of_8():
+    # 128 MiB over 8 chips, 112.5 GB/s links (an H100's 450 GB/s over a 2D torus chip's 4 ports), 0.6 us a hop.
+    size, bw, lat = 128 * 2**20, 112.5e9, 0.6e-6
+    times = {dims: Collectives(Torus(dims, bw, lat)).time_s("all_reduce", size, [list(range(8))])
+             for dims in [(8,), (4, 2), (2, 4)]}
+    # Both put 2 x 7/16 of the message on every busy link (reduce-scatter, then all-gather): the ring of 8
+    # both ways round, 7 steps of 1/16; the 2D bucket 3 steps of 1/8 along the 4, then one of 1/16 along
+    # the 2, whose two cables take a half each. The ring pays 14 one-hop steps, the 2D torus 8.
+    beta_s = 2 * 7 / 16 * size / (bw * SCALEUP_BW_EFFICIENCY)
+    assert times[(8,)] == pytest.approx(BASE_LATENCY_S + 14 * lat + beta_s, rel=1e-12)
+    assert times[(4, 2)] == pytest.approx(BASE_LATENCY_S + 8 * lat + beta_s, rel=1e-12)
+    assert times[(2, 4)] == pytest.approx(times[(4, 2)], rel=1e-12)
+    assert times[(4, 2)] < times[(8,)]
+    assert times[(8,)] == pytest.approx(1.2846e-3, rel=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(dims=SHAPES, data=st.data())
+def test_listing_a_torus_or_meshs_dims_in_another_order_changes_no_collective(dims, data):
+    order = data.draw(st.permutations(range(len(dims))))
+    new, where = turned(dims, tuple(order))
+    everyone = list(range(math.prod(dims)))
+    # The algorithms laid out by the shape (bucket, all-to-all) cost the same on the same chips. (A tree's
+    # multi-hop flows are routed dimension by dimension in the order listed, so their sharing may differ.)
+    for wrap in (True, False):
+        before, after = Collectives(make(dims, wrap)), Collectives(make(new, wrap))
+        for op, algorithm in [("all_reduce", "bucket"), ("all_gather", "bucket"), ("reduce_scatter", "bucket"),
+                              ("all_to_all", "direct")]:
+            a, b = before.cost(op, [everyone], algorithm), after.cost(op, [where], algorithm)
+            assert b.alpha_s == pytest.approx(a.alpha_s, rel=1e-12, abs=0)
+            assert b.beta_s_per_byte == pytest.approx(a.beta_s_per_byte, rel=1e-12, abs=0)
+    # On a torus the fastest algorithm for the whole machine depends on its shape alone, not on which
+    # chip has which rank.
+    np.testing.assert_allclose(auto_times(make(new, True)), auto_times(make(dims, True)), rtol=1e-12, atol=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(dims=SHAPES)
+def test_adding_links_never_slows_a_collective(dims):
+    n = math.prod(dims)
+    torus = auto_times(make(dims, True))
+    # A torus of n chips is a ring of n plus more links, and its mesh plus the wrap cables.
+    assert np.all(torus <= auto_times(Torus((n,), BW, LAT)) * (1 + 1e-12))
+    assert np.all(torus <= auto_times(make(dims, False)) * (1 + 1e-12))
+
+
+@settings(max_examples=20, deadline=None)
+@given(dims=SHAPES, wrap=st.booleans(), faster=st.floats(1.0, 8.0))
+def test_more_link_bandwidth_never_slows_a_collective(dims, wrap, faster):
+    slow = auto_times(Torus(dims, BW, LAT, wraparound=wrap))
+    fast = auto_times(Torus(dims, BW * faster, LAT, wraparound=wrap))
+    assert np.all(fast <= slow * (1 + 1e-12))

@@ -403,6 +403,18 @@ def _bucket(op: str, torus: Topology, group: np.ndarray) -> list[Round]:
     """Per-dimension bucket all-reduce on a box of a torus or mesh: reduce-scatter along each dimension
     in turn over bidirectional rings (half each way), then all-gather back in reverse order.
 
+    Along an axis of extent k a rank sends (k-1)/k of what it still holds, half each way round, then
+    holds 1/k of it. Where the axis is a whole ring of the torus the two halves take two links; where it
+    is a line (a mesh dimension, or part of a ring) the way back round crosses the same links, which
+    carry twice as much. Over the axes the bytes per link telescope: (1 - 1/N)/2 when every axis is a
+    ring, what the bidirectional ring over all N chips (the 1-D torus) moves, here in sum(k-1) <= N-1
+    steps, so no single ring embedded in the torus is faster. Swapping two adjacent axes changes the
+    bytes by a_i a_j (m_i - m_j), with a = 1 - 1/k and m = 1/2 (ring) or 1 (line): rings go first, and
+    the order among rings or among lines does not matter, so neither does the order the dims are
+    listed in. (The dimension-by-dimension schedule is ASTRA-sim's multi-dimensional
+    all-reduce; Rashidi et al., "Themis", ISCA 2022, show its time depends on the dimension order when
+    the dimensions' bandwidths differ, as a line's halved bandwidth does here.)
+
     When the box's dimensions are equal, the message is split into one shard per dimension and shard j
     starts at dimension j, so every dimension's links are busy in every round (TPU-style multi-axis
     collectives, jax-ml scaling-book "sharding"): the bandwidth term drops by the number of dimensions.
@@ -410,7 +422,9 @@ def _bucket(op: str, torus: Topology, group: np.ndarray) -> list[Round]:
     box = _box(torus, group)
     if box is None:
         raise UserError("fabric.algorithm: 'bucket' needs each group to fill a box of the torus; use 'ring' or 'auto'")
-    axes = [axis for axis, extent in enumerate(box.shape) if extent > 1]
+    whole_ring = [torus.kind == "torus" and extent == k for extent, k in zip(box.shape, torus.dims)]
+    axes = sorted((axis for axis, extent in enumerate(box.shape) if extent > 1),
+                  key=lambda axis: not whole_ring[axis])  # rings first
     extents = {box.shape[axis] for axis in axes}
     shards = len(axes) if len(extents) == 1 else 1
 

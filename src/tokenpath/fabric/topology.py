@@ -211,16 +211,12 @@ class Topology(ABC):
         """The topology as an undirected rustworkx graph (nodes: hosts then switches; one edge per cable)."""
         import rustworkx as rx
 
-        g = rx.PyGraph(multigraph=False)
+        g = rx.PyGraph()
         g.add_nodes_from(range(self.hosts + self.switches))
-        half = []
-        seen = set()
-        for a, b in zip(self.links.src.tolist(), self.links.dst.tolist()):
-            key = (min(a, b), max(a, b))
-            if key[0] >= 0 and key not in seen:  # a negative end is a port with nothing behind it
-                seen.add(key)
-                half.append((a, b, None))
-        g.add_edges_from(half)
+        src, dst = self.links.src, self.links.dst
+        # Of a cable's two links one runs up the numbering; a negative end is a port with nothing behind it.
+        up = (src >= 0) & (src < dst)
+        g.add_edges_from_no_data(list(zip(src[up].tolist(), dst[up].tolist())))
         return g
 
 

@@ -9,9 +9,14 @@ Cables. Dimension d of size k gets one block of cables (so a link's index is ari
 (a, c, b) joins the chip at coords (a, c, b) to the one at (a, c + 1 mod k, b), where a ravels the
 coordinates before d and b those after it; the block is in C order over (a, c, b). Its "plus" link
 (c -> c + 1) is start_d + cable and its "minus" link (c + 1 -> c) is start_d + cables_d + cable.
-A mesh dimension has c = 0..k-2; a torus dimension of k >= 3 adds the wrap cable c = k-1 (k-1 <-> 0).
-A torus dimension of size 2 has ONE cable: both neighbours are the same chip, and real machines wire
-one link there, so it behaves exactly like a mesh dimension of 2.
+A mesh dimension has c = 0..k-2; a torus dimension adds the wrap cable c = k-1 (k-1 <-> 0).
+
+Ports. `link_bw` is per link and direction, and every chip of a torus has two ports per dimension
+(plus and minus), each cabled: a torus dimension of size 2 is a ring of two, whose two cables (c = 0
+and the wrap c = 1) both join the same pair of chips, as the E dimension of Blue Gene/Q's 5D torus
+does (10 links per node, +-A..+-E, E of size 2; IBM Redbook "Blue Gene/Q Hardware Overview", ch. 2).
+So a chip has 2n links whatever its sizes, and shapes with the same chips and sizes in any order are
+the same graph. A mesh dimension of 2 (`kind = "mesh"`, or `wraparound = false`) is one cable.
 
 Routing is dimension order: fix dimension 0 first, then 1, ...; along a ring go the shorter way round,
 and when both ways are equally short (even k, distance k/2) split the bytes 50/50 between them; along
@@ -61,7 +66,7 @@ def _arc_diffs(line: np.ndarray, first: np.ndarray, last: np.ndarray, w: np.ndar
 
 class Torus(Topology):
     """A k-ary n-cube of `dims` chips with per-direction links of `link_bw_Bps`; wraparound makes every
-    dimension of size >= 3 a ring (1D: a ring), without it every dimension is a line (a mesh)."""
+    dimension a ring (1D: a ring; size 2: two cables), without it every dimension is a line (a mesh)."""
 
     kind = "torus"
     direct = True
@@ -81,7 +86,7 @@ class Torus(Topology):
         self.tier_names = tuple(f"dim{d}" for d in range(len(self.dims)))
 
         # Per dimension: is it a ring, chips before/after it (a, b), cables along it, first link index.
-        self._ring = tuple(self.wraparound and k >= 3 for k in self.dims)
+        self._ring = (self.wraparound,) * len(self.dims)
         self._before = tuple(math.prod(self.dims[:d]) for d in range(len(self.dims)))
         self._after = tuple(math.prod(self.dims[d + 1:]) for d in range(len(self.dims)))
         self._span = tuple(k if ring else k - 1 for k, ring in zip(self.dims, self._ring))  # cables per line
@@ -127,7 +132,7 @@ class Torus(Topology):
 
     def bisection_bw_Bps(self) -> float:
         """The cheapest cut into equal halves: across one dimension it cuts every line of that dimension
-        once (a mesh line, or a ring of 2's single cable) or every ring twice, N/k or 2N/k cables. An odd
+        once (a mesh line) or every ring twice (a ring of 2's two cables), N/k or 2N/k cables. An odd
         dimension leaves the middle slice (N/k hosts) to split as well, which costs that slice's own
         bisection (halves then differ by at most one host). Checked against every split of small
         machines in the tests."""
