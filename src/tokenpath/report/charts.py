@@ -321,7 +321,8 @@ def pareto(inputs: Inputs) -> Figure | None:
     alt = _alt()
     metrics = [c for c in frame.columns if c.split(".")[0] in ("throughput", "latency_s", "requests", "window_s",
                                                                 "attribution_s", "bottleneck", "schema", "source",
-                                                                "scenario", "engine", "fabric", "continuity")]
+                                                                "scenario", "engine", "fabric", "continuity",
+                                                                "load", "resolved")]
     axes = [c for c in frame.columns if c not in metrics]
     data = frame[[*axes, SWEEP_X, SWEEP_Y]].copy()
     data["point"] = [", ".join(f"{a}={row[a]}" for a in axes) for _, row in data.iterrows()]
