@@ -119,6 +119,32 @@ def test_overlay_levers_and_sweep_report(runs, monkeypatch, capsys):
     assert "a.json" in text and "b.json" in text and "Levers" in text and "Sweep" in text
 
 
+def test_two_runs_are_named_by_what_differs(runs, monkeypatch, capsys, tmp_path):
+    """The second run differs in its request rate only: each run's name says its own, the page says both."""
+    from tokenpath.report.views import load_inputs
+
+    a, b = json.loads((runs / "a.json").read_text()), json.loads((runs / "b.json").read_text())
+    rate = format_number(a["resolved"]["workload"]["rate_per_s"], 6)
+    labels = [run.label for run in load_inputs([str(runs / "a.json"), str(runs / "b.json")]).runs]
+    assert labels == [f"a.json (rate {rate}/s)", "b.json (rate 60/s)"]
+    out = tmp_path / "two.html"
+    code, _, err = run_cli(["report", str(runs / "a.json"), str(runs / "b.json"), "--html", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    text = out.read_text()
+    assert f"<h1>tokenpath report: a.json (rate {rate}/s) vs b.json (rate 60/s)</h1>" in text
+    assert f"The runs differ in:</b> rate {rate}/s vs 60/s</p>" in text
+    # Files without the resolved scenario (from before it): named by their fingerprints.
+    for name, summary in (("old-a.json", a), ("old-b.json", b)):
+        del summary["resolved"]
+        (tmp_path / name).write_text(json.dumps(summary))
+    labels = [run.label for run in load_inputs([str(tmp_path / "old-a.json"), str(tmp_path / "old-b.json")]).runs]
+    assert labels == [f"old-a.json (scenario {a['scenario']['fingerprint'][:12]})",
+                      f"old-b.json (scenario {b['scenario']['fingerprint'][:12]})"]
+    # One scenario twice: the file names alone.
+    assert [run.label for run in load_inputs([str(runs / "a.json"), str(tmp_path / "old-a.json")]).runs] == \
+        ["a.json", "old-a.json"]
+
+
 def _check_page(path: Path, summaries: list[dict], expected_charts: list[str]) -> None:
     page = open_page(path.resolve().as_uri(), PROBE)
     assert page["errors"] == []
