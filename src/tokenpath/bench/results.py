@@ -215,7 +215,7 @@ def warmup_rows(header: dict[str, Any], rows: list[dict[str, Any]]) -> int:
 def bench_summary(header: dict[str, Any], rows: list[dict[str, Any]], run: Run | None = None) -> dict[str, Any]:
     """The shared result schema for a measured run, plus a `bench` block of what only a measurement has;
     `run`: the rows' build_run, where the caller has it already."""
-    from tokenpath.diagnose.bottleneck import load_of
+    from tokenpath.diagnose.overload import load_of
 
     run = build_run(rows, header) if run is None else run
     slo = header.get("slo") or {}
