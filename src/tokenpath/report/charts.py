@@ -177,20 +177,20 @@ def timeline(inputs: Inputs) -> Figure | None:
     """Per request, its phases as bars over the run's time (an even sample of the requests), and beside
     it each phase's length on a scale of its own: queue, prefill and delivery take milliseconds where
     decode takes seconds, too thin to see on the run's scale."""
-    runs = [run for run in inputs.runs if run.requests is not None]
-    if not runs:
+    # A run where every request failed has none to draw.
+    drawn = [(run, rows) for run in inputs.runs if run.requests is not None and (rows := _phases(run))]
+    if not drawn:
         return None
     alt = _alt()
     colors = {"queue": "#9e9e9e", "prefill": "#f58518", "decode": "#4c78a8", "delivery": "#54a24b",
               "to first token": "#f58518", "streaming": "#4c78a8"}
-    phases = {run.label: _phases(run) for run in runs}
     # Two runs on the same scales: each phase's longest of both, the later end of both.
-    longest = {phase: max(row["ms"] for rows in phases.values() for row in rows if row["phase"] == phase)
-               for phase in colors if any(row["phase"] == phase for rows in phases.values() for row in rows)}
-    end_s = max(row["end_s"] for rows in phases.values() for row in rows)
+    every = [row for _, rows in drawn for row in rows]
+    longest = {phase: max(row["ms"] for row in every if row["phase"] == phase)
+               for phase in colors if any(row["phase"] == phase for row in every)}
+    end_s = max(row["end_s"] for row in every)
     views = []
-    for run in runs:
-        rows = phases[run.label]
+    for run, rows in drawn:
         order = [phase for phase in colors if any(row["phase"] == phase for row in rows)]
         color = alt.Color("phase:N", sort=order, scale=alt.Scale(domain=order, range=[colors[p] for p in order]))
         tooltip = ["request", "phase", alt.Tooltip("start_s:Q", format=",.4~r"), alt.Tooltip("ms:Q", format=",.4~r")]
@@ -206,7 +206,7 @@ def timeline(inputs: Inputs) -> Figure | None:
             y=alt.Y("request:O", axis=None), color=color, tooltip=tooltip,
         ).properties(width=PHASE_WIDTH, height=300) for phase in order]
         view = alt.hconcat(over_time, *lengths, spacing=12).resolve_scale(y="shared")
-        views.append(view.properties(title=run.label) if len(runs) > 1 else view)
+        views.append(view.properties(title=run.label) if len(drawn) > 1 else view)
     chart = alt.vconcat(*views) if len(views) > 1 else views[0]
     return Figure("timeline", "Requests over time: queue, prefill, decode and delivery", chart,
                   f"An even sample of up to {TIMELINE_REQUESTS} completed requests, one line each: over the run's "
@@ -359,7 +359,7 @@ def roofline(inputs: Inputs) -> Figure | None:
                   "sequences", (line + points + labels).properties(width=WIDTH, height=ROOFLINE_HEIGHT),
                   "Each op of one steady-state step (as --explain): achieved FLOP/s against FLOPs per byte. Ops on "
                   "the sloped roof are memory-bound, on the flat one compute-bound; below both, fixed kernel costs. "
-                  "A label that would cover another's sits a line above or below its point.")
+                  "A label that would cover another's sits a line or more below or above its point.")
 
 
 def tornado(inputs: Inputs) -> Figure | None:

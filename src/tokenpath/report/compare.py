@@ -116,11 +116,8 @@ def _setting(key: str) -> str:
     """A `resolved` key for people: `deployment.fabric.kind` -> "fabric kind", `delivery.network_rtt_s` ->
     "network rtt"."""
     name = key.split(".", 1)[-1]
-    for suffix, _ in _SETTING_UNITS:
-        if name.endswith(suffix):
-            name = name.removesuffix(suffix)
-            break
-    return name.replace(".", " ").replace("_", " ")
+    unit = next((suffix for suffix, _ in _SETTING_UNITS if name.endswith(suffix)), "")
+    return name.removesuffix(unit).replace(".", " ").replace("_", " ")
 
 
 def _shown(key: str, value: Any) -> str:
