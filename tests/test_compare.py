@@ -7,7 +7,15 @@ import json
 import pytest
 
 from tokenpath.errors import UserError
-from tokenpath.report.compare import compare, compare_document, compare_table, load_summary, relative
+from tokenpath.report.compare import (
+    compare,
+    compare_document,
+    compare_table,
+    difference_line,
+    load_summary,
+    relative,
+    run_names,
+)
 
 
 def _summary(scale: float, source: str, attribution: bool) -> dict:
@@ -85,3 +93,73 @@ def test_compare_shows_continuity():
     del a["continuity"]
     rows = {row["metric"]: row for row in compare(a, b)}
     assert rows["QoE mean"]["a"] is None and rows["QoE mean"]["relative"] is None
+
+
+def _resolved(tp: int, pp: int, detokenize: str = "inline") -> dict:
+    return {"deployment": {"chip": "h200", "chips": 8, "tp": tp, "pp": pp, "fabric": {"kind": "switch", "name": "x"}},
+            "engine": {"scheduler": "vllm-v1", "host_overlap": False},
+            "delivery": {"detokenize": detokenize, "network_rtt_s": 0.02}, "workload": {"rate_per_s": None}}
+
+
+def test_two_runs_are_named_by_what_differs():
+    a, b = _summary(1.0, "simulate", True), _summary(1.0, "simulate", True)
+    a["resolved"], b["resolved"] = _resolved(8, 1), _resolved(2, 4)
+    b["scenario"]["fingerprint"] = "g"
+    assert run_names(a, b) == ("tp 8, pp 1", "tp 2, pp 4")
+    assert difference_line(a, b) == "tp 8 vs 2, pp 1 vs 4"
+    assert "tp 8, pp 1" in compare_table(a, b).title and "tp 2, pp 4" in compare_table(a, b).title
+    document = compare_document(a, b, "a.json", "b.json")
+    assert document["differences"] == [{"key": "deployment.tp", "a": 8, "b": 2},
+                                       {"key": "deployment.pp", "a": 1, "b": 4}]
+    assert (document["a"]["name"], document["b"]["name"]) == ("tp 8, pp 1", "tp 2, pp 4")
+    # Settings read with their units; a setting only one side has is "none" on the other.
+    b["resolved"] = _resolved(8, 1, "async")
+    b["resolved"]["delivery"]["network_rtt_s"] = 0.05
+    b["resolved"]["engine"]["host_overlap"] = True
+    b["resolved"]["workload"]["rate_per_s"] = 20.0
+    assert difference_line(a, b) == "host overlap off vs on, detokenize inline vs async, network rtt 20 ms vs 50 ms, " \
+                                    "rate none vs 20/s"
+    b["resolved"]["deployment"]["fabric"]["kind"] = "torus"
+    assert run_names(a, b)[1] == "fabric kind torus, host overlap on, detokenize async, network rtt 50 ms and 1 more"
+
+
+def test_runs_without_a_resolved_scenario_fall_back_to_the_fingerprint():
+    a, b = _summary(1.0, "simulate", True), _summary(1.0, "bench", False)
+    a["resolved"] = _resolved(8, 1)  # a measurement has no resolved scenario
+    assert run_names(a, b) is None and difference_line(a, b) is None  # one fingerprint: one scenario
+    b["scenario"]["fingerprint"] = "0123456789abcdef"
+    assert run_names(a, b) == ("scenario f", "scenario 0123456789ab")
+    assert difference_line(a, b) == "scenario f vs scenario 0123456789ab"
+    b["resolved"] = _resolved(8, 1)  # the same settings, another scenario (e.g. another seed)
+    assert run_names(a, b) == ("scenario f", "scenario 0123456789ab")
+
+
+def test_compare_shows_a_measured_overload():
+    """bench's summary carries `load` as a simulation's does (diagnose.overload.load_of), and compare shows it."""
+    from tokenpath.bench.results import bench_summary
+
+    ms = 1_000_000
+    # 20 requests sent 10 ms apart (100 req/s); the server finishes one every 100 ms (10 req/s).
+    rows = []
+    for k in range(20):
+        first, end = 100 * ms * k + 50 * ms, 100 * ms * (k + 1)
+        rows.append({"i": k, "scheduled_ns": 10 * ms * k, "sent_ns": 10 * ms * k, "input_tokens": 7, "ok": True,
+                     "first_token_ns": first, "first_visible_ns": first, "end_ns": end, "arrival_ns": [first, end],
+                     "arrival_tokens": [1, 1], "tokens_from": "usage_per_event"})
+    header = {"scenario": {"name": "s", "fingerprint": "f"}, "slo": {}, "planned": 20}
+    measured = bench_summary(header, rows)
+    load = measured["load"]
+    assert (load["offered_requests_per_s"], load["served_requests_per_s"], load["overloaded"]) == \
+        (pytest.approx(100.0), pytest.approx(10.0), True)
+    simulated = _summary(1.0, "simulate", True)
+    simulated["load"] = {"offered_requests_per_s": 100.0, "served_requests_per_s": 99.0, "overloaded": False}
+    rows = {row["metric"]: row for row in compare(simulated, measured)}
+    assert rows["offered requests/s"]["b"] == pytest.approx(100.0)
+    assert rows["served requests/s"]["relative"] == pytest.approx(10 / 99 - 1)
+    assert (rows["overloaded"]["a"], rows["overloaded"]["b"], rows["overloaded"]["relative"]) == (0.0, 1.0, None)
+    table = compare_table(simulated, measured)
+    cells = table.columns[0]._cells
+    assert [table.columns[k]._cells[cells.index("overloaded")] for k in (1, 2)] == ["no", "yes"]
+    # Neither side with a load block (older files): no load rows.
+    del simulated["load"], measured["load"]
+    assert "overloaded" not in {row["metric"] for row in compare(simulated, measured)}

@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from browser import chromium, in_ci, open_page
 from cli_helpers import assert_user_error, run_cli
@@ -119,6 +121,32 @@ def test_overlay_levers_and_sweep_report(runs, monkeypatch, capsys):
     assert "a.json" in text and "b.json" in text and "Levers" in text and "Sweep" in text
 
 
+def test_two_runs_are_named_by_what_differs(runs, monkeypatch, capsys, tmp_path):
+    """The second run differs in its request rate only: each run's name says its own, the page says both."""
+    from tokenpath.report.views import load_inputs
+
+    a, b = json.loads((runs / "a.json").read_text()), json.loads((runs / "b.json").read_text())
+    rate = format_number(a["resolved"]["workload"]["rate_per_s"], 6)
+    labels = [run.label for run in load_inputs([str(runs / "a.json"), str(runs / "b.json")]).runs]
+    assert labels == [f"a.json (rate {rate}/s)", "b.json (rate 60/s)"]
+    out = tmp_path / "two.html"
+    code, _, err = run_cli(["report", str(runs / "a.json"), str(runs / "b.json"), "--html", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    text = out.read_text()
+    assert f"<h1>tokenpath report: a.json (rate {rate}/s) vs b.json (rate 60/s)</h1>" in text
+    assert f"The runs differ in:</b> rate {rate}/s vs 60/s</p>" in text
+    # Files without the resolved scenario (from before it): named by their fingerprints.
+    for name, summary in (("old-a.json", a), ("old-b.json", b)):
+        del summary["resolved"]
+        (tmp_path / name).write_text(json.dumps(summary))
+    labels = [run.label for run in load_inputs([str(tmp_path / "old-a.json"), str(tmp_path / "old-b.json")]).runs]
+    assert labels == [f"old-a.json (scenario {a['scenario']['fingerprint'][:12]})",
+                      f"old-b.json (scenario {b['scenario']['fingerprint'][:12]})"]
+    # One scenario twice: the file names alone.
+    assert [run.label for run in load_inputs([str(runs / "a.json"), str(tmp_path / "old-a.json")]).runs] == \
+        ["a.json", "old-a.json"]
+
+
 def _check_page(path: Path, summaries: list[dict], expected_charts: list[str]) -> None:
     page = open_page(path.resolve().as_uri(), PROBE)
     assert page["errors"] == []
@@ -179,3 +207,117 @@ def test_tornado_and_pareto_data(runs):
     front = [row for data in spec["datasets"].values() for row in data if row.get("on the Pareto front") is True]
     assert sorted(row["tokens_per_s"] for row in front) == [400.0, 800.0, 1500.0]  # 1450 tokens/s at 9 s is beaten
     assert np.isfinite([row["e2e_p99_s"] for row in front]).all()
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    """A small simulation's view, as `simulate --html` draws it: requests, token times, steps and roofline."""
+    from tokenpath.pipeline import simulate
+    from tokenpath.report.simulation import describe, result_document
+    from tokenpath.report.views import Inputs, from_simulation
+    from tokenpath.scenario import load_scenario
+
+    sim = simulate(load_scenario("typical", {"workload.num_requests": 120}))
+    document, _ = result_document(sim)
+    return Inputs([from_simulation(sim, document, describe(sim), "typical")])
+
+
+def _rows(spec: dict) -> list[dict]:
+    return [row for data in spec["datasets"].values() for row in data]
+
+
+def test_the_reader_starts_where_qoe_starts_it(simulated):
+    """The reader's line starts at the later of the first visible text and the expected TTFT (1 s), as
+    the caption and continuity.py's QoE say; one run draws no key for its dashes."""
+    from tokenpath.report.charts import reader
+
+    view = simulated.runs[0]
+    figure = reader(simulated)
+    spec = figure.chart.to_dict()
+    read = sorted((row for row in _rows(spec) if row["line"].startswith("read")), key=lambda row: row["tokens"])
+    expected_ttft = view.summary["continuity"]["expected_ttft_s"]
+    assert view.reader["first_visible_s"] < expected_ttft == 1.0  # a typical request's text is there before 1 s
+    assert read[0]["s"] == max(view.reader["first_visible_s"], expected_ttft)
+    assert read[0]["line"] == "read (5.3 tokens/s from 1 s)" and "expected TTFT" in figure.note
+    assert "strokeDash" not in spec["encoding"]
+    assert {row["line"] for row in _rows(spec)} == {"arrived at the client", read[0]["line"]}  # every key has a line
+
+
+def test_the_readers_line_gives_the_runs_qoe():
+    """The reader drawn for a late request (first text at 1.5 s, then a 3 s gap) is the timeline QoE
+    counts: Andes' QoE from its read times is continuity.per_request's."""
+    from tokenpath import continuity
+    from tokenpath.report.charts import read_s
+
+    spec = continuity.ContinuitySpec(0.25, 4.0, 1.0)
+    arrivals = np.array([1.5, 1.6, 1.7, 4.7, 4.8, 4.9])
+    read = read_s(arrivals, 1.5, spec)
+    assert read.tolist() == pytest.approx([1.5, 1.75, 2.0, 4.7, 4.95, 5.2])
+    expected = spec.expected_ttft_s + np.arange(len(arrivals)) / spec.reading_tokens_per_s
+    end = max(read[-1], expected[-1])
+    qoe = 1 - np.maximum(read - expected, 0).sum() / (end - expected).sum()
+    ns = (arrivals * 1e9).astype(np.int64)
+    judged = continuity.per_request(ns, np.array([0, len(ns)]), np.array([0]), ns[:1], spec)["qoe"][0]
+    assert qoe == pytest.approx(judged, rel=1e-9) and qoe < 0.9
+    # Text there before the expected TTFT waits for it: the reader starts at 1 s.
+    assert read_s(np.array([0.2, 0.3]), 0.2, spec).tolist() == pytest.approx([1.0, 1.25])
+
+
+def test_the_timeline_shows_every_phase_on_a_scale_it_can_be_seen_at(simulated):
+    """Queue, prefill and delivery take milliseconds, a few pixels at most on the run's time axis, so each
+    phase also has a panel on a scale of its own: the median request's bar there is at least 3 pixels
+    wide, and over 5 times as wide as over the run."""
+    from tokenpath.report.charts import PHASE_WIDTH, TIMELINE_WIDTH, timeline
+
+    spec = timeline(simulated).chart.to_dict()
+    rows = _rows(spec)
+    window_s = max(row["end_s"] for row in rows)
+    panels = spec["hconcat"][1:]
+    shown = [panel["transform"][0]["filter"] for panel in panels]
+    assert shown == [f"(datum.phase === '{phase}')" for phase in ("queue", "prefill", "decode", "delivery")]
+    for phase, panel in zip(("queue", "prefill", "delivery"), [panels[0], panels[1], panels[3]]):
+        lengths_ms = np.array([row["ms"] for row in rows if row["phase"] == phase])
+        median_ms = float(np.median(lengths_ms))
+        assert panel["encoding"]["x"]["scale"]["domain"] == [0, lengths_ms.max()]
+        in_panel_px = median_ms / lengths_ms.max() * PHASE_WIDTH
+        assert in_panel_px >= 3.0 and in_panel_px > 5 * median_ms / 1e3 / window_s * TIMELINE_WIDTH, phase
+    # The legend names the phases drawn, no more.
+    assert spec["hconcat"][0]["encoding"]["color"]["scale"]["domain"] == ["queue", "prefill", "decode", "delivery"]
+
+
+def test_roofline_labels_do_not_collide(simulated):
+    from tokenpath.report.charts import LABEL_CHAR_PX, LABEL_DX_PX, LABEL_LINE_PX, ROOFLINE_HEIGHT, WIDTH, roofline
+
+    spec = roofline(simulated).chart.to_dict()
+    x_domain = np.log10(spec["layer"][0]["encoding"]["x"]["scale"]["domain"])
+    y_domain = np.log10(spec["layer"][0]["encoding"]["y"]["scale"]["domain"])
+    labels = [row for row in _rows(spec) if "op" in row]
+
+    def px(value, domain, size):
+        return (np.log10(value) - domain[0]) / (domain[1] - domain[0]) * size
+
+    boxes = [(px(r["intensity"], x_domain, WIDTH) + LABEL_DX_PX, LABEL_CHAR_PX * len(r["op"]),
+              ROOFLINE_HEIGHT - px(r["tflops"], y_domain, ROOFLINE_HEIGHT),
+              ROOFLINE_HEIGHT - px(r["label_tflops"], y_domain, ROOFLINE_HEIGHT)) for r in labels]
+    crowded = 0
+    for k, (left, width, point_y, label_y) in enumerate(boxes):
+        for left2, width2, point_y2, label_y2 in boxes[k + 1:]:
+            if left < left2 + width2 and left2 < left + width:  # overlapping in x
+                crowded += abs(point_y - point_y2) < LABEL_LINE_PX
+                assert abs(label_y - label_y2) >= LABEL_LINE_PX - 1e-6
+    assert crowded >= 2  # mlp_gate_up/mlp_down and qkv_proj/o_proj sit closer than a line at their points
+    assert spec["layer"][2]["encoding"]["y"]["field"] == "label_tflops"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=12), st.floats(0, 560), st.floats(0, 320)), max_size=12))
+def test_label_positions_never_overlap_and_stay_near_their_points(points):
+    from tokenpath.report.charts import LABEL_CHAR_PX, LABEL_DX_PX, LABEL_LINE_PX, label_positions
+
+    ys = label_positions(points)
+    for k, ((text, x, y), placed) in enumerate(zip(points, ys)):
+        assert abs(placed - y) <= LABEL_LINE_PX * len(points)
+        for (text2, x2, _), placed2 in zip(points[k + 1:], ys[k + 1:]):
+            if x + LABEL_DX_PX < x2 + LABEL_DX_PX + LABEL_CHAR_PX * len(text2) and \
+                    x2 < x + LABEL_CHAR_PX * len(text):
+                assert abs(placed - placed2) >= LABEL_LINE_PX

@@ -274,3 +274,25 @@ def test_a_warm_up_that_leaves_nothing_to_measure_is_a_one_line_error():
 
     with pytest.raises(UserError, match="warmup_requests 50 leaves none of the 50 requests"):
         load_scenario("typical", {"workload.num_requests": 50, "workload.warmup_requests": 50})
+
+
+def test_a_simulations_summary_carries_the_scenario_as_it_ran(monkeypatch, capsys):
+    """`resolved`: the deployment, engine and last mile as plain values, the defaults filled in."""
+    from cli_helpers import simulate_json
+
+    document = simulate_json(["--num-requests", "40", "--tp", "4", "--set", "delivery.detokenize=\"async\"",
+                              "--set", "delivery.network_rtt=\"50ms\""], monkeypatch, capsys)
+    resolved = document["resolved"]
+    assert {key: resolved["deployment"][key] for key in ("model", "precision", "chip", "chips", "tp", "pp", "replicas")} \
+        == {"model": "llama-3.1-70b", "precision": "fp8", "chip": "h200", "chips": 8, "tp": 4, "pp": 1, "replicas": 2}
+    assert resolved["deployment"]["fabric"]["kind"] == document["fabric"]["kind"] == "switch"
+    assert resolved["deployment"]["fabric"]["name"] == document["fabric"]["name"]
+    # The engine profile's defaults, resolved: vllm-v1 runs its host in the step and replays every step's graph.
+    assert (resolved["engine"]["scheduler"], resolved["engine"]["host_overlap"], resolved["engine"]["cuda_graphs"]) \
+        == ("vllm-v1", False, "all")
+    assert resolved["engine"]["max_num_seqs"] == 1024 and resolved["engine"]["max_num_batched_tokens"] == 8192
+    assert resolved["delivery"]["detokenize"] == "async"
+    assert resolved["delivery"]["network_rtt_s"] == pytest.approx(0.05)
+    assert resolved["delivery"]["stream_interval_tokens"] == 1
+    assert 0 < resolved["delivery"]["invisible_token_fraction"] < 1
+    assert resolved["workload"]["requests"] == 40

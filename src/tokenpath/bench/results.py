@@ -215,10 +215,16 @@ def warmup_rows(header: dict[str, Any], rows: list[dict[str, Any]]) -> int:
 def bench_summary(header: dict[str, Any], rows: list[dict[str, Any]], run: Run | None = None) -> dict[str, Any]:
     """The shared result schema for a measured run, plus a `bench` block of what only a measurement has;
     `run`: the rows' build_run, where the caller has it already."""
+    from tokenpath.diagnose.overload import load_of
+
     run = build_run(rows, header) if run is None else run
     slo = header.get("slo") or {}
+    warmup = warmup_rows(header, rows)
     summary = summarize(run, header["scenario"]["name"], header["scenario"]["fingerprint"], slo,
-                        warmup_requests=warmup_rows(header, rows))
+                        warmup_requests=warmup)
+    # Offered against served over the measured requests, as a simulation's summary has it.
+    measured = run.after(warmup)
+    summary["load"] = load_of(measured.sent_ns, measured.ttft_ns, measured.e2e_ns, measured.completed).document()
     summary["bench"] = _bench_block(header, rows, run)
     return summary
 

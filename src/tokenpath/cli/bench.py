@@ -266,7 +266,7 @@ def compare(
     b: str = typer.Argument(..., help="second summary"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write the comparison to PATH, or '-' for stdout"),
 ) -> None:
-    from tokenpath.report.compare import compare_document, compare_table, load_summary
+    from tokenpath.report.compare import compare_document, compare_table, difference_line, load_summary
 
     first, second = load_summary(a), load_summary(b)
     if json_out is not None:
@@ -274,5 +274,6 @@ def compare(
     if json_out == "-":
         return
     console.print(compare_table(first, second, Path(a).name, Path(b).name))
-    if first.get("scenario", {}).get("fingerprint") != second.get("scenario", {}).get("fingerprint"):
-        console.print("note: the two runs are of different scenarios (fingerprints differ)", highlight=False)
+    differs = difference_line(first, second)
+    if differs is not None:
+        console.print(f"note: the two runs are of different scenarios: {differs}", highlight=False)

@@ -11,13 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from tokenpath import continuity
 from tokenpath.report.views import Inputs, RunView
 from tokenpath.summary import metric_value
+from tokenpath.units import format_duration
 
-# A reader of the reply: 238 words/min, the mean silent reading rate of adults for non-fiction
-# (Brysbaert 2019, J. Memory and Language 109), at 4/3 tokens per word (OpenAI's rule of thumb
-# that a token is about 3/4 of an English word): 5.3 tokens/s.
-READER_TOKENS_PER_S = 238 / 60 * 4 / 3
 CDF_POINTS = 200          # quantiles drawn per latency curve
 TIMELINE_REQUESTS = 120   # requests drawn in the timeline (an even sample of the run)
 LAYERS = ("queue", "compute", "traffic", "delivery")
@@ -26,6 +24,7 @@ LATENCIES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e"
 # Axis labels without exponents or SI letters (d3-format: thousands separated, trailing zeros off).
 NUMBER = ",~r"
 WIDTH = 560
+TIMELINE_WIDTH, PHASE_WIDTH = 360, 90  # the timeline over the run, and each phase's lengths beside it
 
 
 @dataclass(frozen=True)
@@ -155,45 +154,84 @@ def latency_cdfs(inputs: Inputs) -> Figure:
     return Figure("latency", "Latency: the share of requests within each time", chart, note)
 
 
+def _phases(run: RunView) -> list[dict[str, Any]]:
+    """An even sample of the run's completed requests, each phase one row: run, request, phase, its start
+    and end (s from the run's start) and its length (ms)."""
+    frame = run.requests[run.requests["ok"].astype(bool)]
+    picks = frame.iloc[np.unique(np.linspace(0, len(frame) - 1, min(TIMELINE_REQUESTS, len(frame))).astype(int))] \
+        if len(frame) else frame
+    engine = picks["prefill_start_s"].notna().all() and picks["engine_done_s"].notna().all()
+    rows = []
+    for row in picks.itertuples():
+        if engine:
+            phases = [("queue", row.send_s, row.prefill_start_s), ("prefill", row.prefill_start_s, row.first_token_s),
+                      ("decode", row.first_token_s, row.engine_done_s), ("delivery", row.engine_done_s, row.last_byte_s)]
+        else:
+            phases = [("to first token", row.send_s, row.first_token_s), ("streaming", row.first_token_s, row.last_byte_s)]
+        rows += [{"run": run.label, "request": int(row.request), "phase": phase, "start_s": float(a),
+                  "end_s": float(max(a, b)), "ms": float(max(0.0, b - a)) * 1e3} for phase, a, b in phases]
+    return rows
+
+
 def timeline(inputs: Inputs) -> Figure | None:
-    """Per request, its phases as bars over the run's time (an even sample of the requests)."""
-    runs = [run for run in inputs.runs if run.requests is not None]
-    if not runs:
+    """Per request, its phases as bars over the run's time (an even sample of the requests), and beside
+    it each phase's length on a scale of its own: queue, prefill and delivery take milliseconds where
+    decode takes seconds, too thin to see on the run's scale."""
+    # A run where every request failed has none to draw.
+    drawn = [(run, rows) for run in inputs.runs if run.requests is not None and (rows := _phases(run))]
+    if not drawn:
         return None
     alt = _alt()
-    rows = []
-    for run in runs:
-        frame = run.requests[run.requests["ok"].astype(bool)]
-        picks = frame.iloc[np.unique(np.linspace(0, len(frame) - 1, min(TIMELINE_REQUESTS, len(frame))).astype(int))] \
-            if len(frame) else frame
-        engine = picks["prefill_start_s"].notna().all() and picks["engine_done_s"].notna().all()
-        for row in picks.itertuples():
-            if engine:
-                phases = [("queue", row.send_s, row.prefill_start_s),
-                          ("prefill (to first token at the client)", row.prefill_start_s, row.first_token_s),
-                          ("decode", row.first_token_s, row.engine_done_s),
-                          ("delivery", row.engine_done_s, row.last_byte_s)]
-            else:
-                phases = [("to first token", row.send_s, row.first_token_s),
-                          ("streaming", row.first_token_s, row.last_byte_s)]
-            rows += [{"run": run.label, "request": int(row.request), "phase": phase, "start_s": float(a),
-                      "end_s": float(max(a, b))} for phase, a, b in phases]
-    colors = {"queue": "#9e9e9e", "prefill (to first token at the client)": "#f58518", "decode": "#4c78a8",
-              "delivery": "#54a24b", "to first token": "#f58518", "streaming": "#4c78a8"}
-    order = [phase for phase in colors if any(row["phase"] == phase for row in rows)]
-    chart = alt.Chart(_frame(rows)).mark_bar(height=3).encode(
-        x=alt.X("start_s:Q", title="time from the run's start (s)", axis=alt.Axis(format=NUMBER)),
-        x2="end_s:Q",
-        y=alt.Y("request:O", title="request", axis=alt.Axis(labels=False, ticks=False)),
-        color=alt.Color("phase:N", sort=order, scale=alt.Scale(domain=order, range=[colors[p] for p in order])),
-        tooltip=["run", "request", "phase", alt.Tooltip("start_s:Q", format=",.4~r"),
-                 alt.Tooltip("end_s:Q", format=",.4~r")],
-    ).properties(width=WIDTH, height=300)
-    if len(runs) > 1:
-        chart = chart.facet(row=alt.Row("run:N", title=None))
+    colors = {"queue": "#9e9e9e", "prefill": "#f58518", "decode": "#4c78a8", "delivery": "#54a24b",
+              "to first token": "#f58518", "streaming": "#4c78a8"}
+    # Two runs on the same scales: each phase's longest of both, the later end of both.
+    every = [row for _, rows in drawn for row in rows]
+    longest = {phase: max(row["ms"] for row in every if row["phase"] == phase)
+               for phase in colors if any(row["phase"] == phase for row in every)}
+    end_s = max(row["end_s"] for row in every)
+    views = []
+    for run, rows in drawn:
+        order = [phase for phase in colors if any(row["phase"] == phase for row in rows)]
+        color = alt.Color("phase:N", sort=order, scale=alt.Scale(domain=order, range=[colors[p] for p in order]))
+        tooltip = ["request", "phase", alt.Tooltip("start_s:Q", format=",.4~r"), alt.Tooltip("ms:Q", format=",.4~r")]
+        base = alt.Chart(_frame(rows)).mark_bar(height=3)
+        over_time = base.encode(
+            x=alt.X("start_s:Q", title="time from the run's start (s)", axis=alt.Axis(format=NUMBER),
+                    scale=alt.Scale(domain=[0, end_s])), x2="end_s:Q",
+            y=alt.Y("request:O", title="request", axis=alt.Axis(labels=False, ticks=False)),
+            color=color, tooltip=tooltip).properties(width=TIMELINE_WIDTH, height=300)
+        lengths = [base.transform_filter(alt.datum.phase == phase).encode(
+            x=alt.X("ms:Q", title=f"{phase} (ms)", axis=alt.Axis(format=NUMBER, tickCount=3),
+                    scale=alt.Scale(domain=[0, longest[phase] or 1.0])),
+            y=alt.Y("request:O", axis=None), color=color, tooltip=tooltip,
+        ).properties(width=PHASE_WIDTH, height=300) for phase in order]
+        view = alt.hconcat(over_time, *lengths, spacing=12).resolve_scale(y="shared")
+        views.append(view.properties(title=run.label) if len(drawn) > 1 else view)
+    chart = alt.vconcat(*views) if len(views) > 1 else views[0]
     return Figure("timeline", "Requests over time: queue, prefill, decode and delivery", chart,
-                  f"An even sample of up to {TIMELINE_REQUESTS} completed requests, one line each. Measured runs "
-                  "show the wait for the first token and the streaming after it.")
+                  f"An even sample of up to {TIMELINE_REQUESTS} completed requests, one line each: over the run's "
+                  "time, and beside it each phase's length on a scale of its own (queue: sent to its first step; "
+                  "prefill: to its first token at the client; decode: to the step that made its last token; "
+                  "delivery: to its last byte). Measured runs show the wait for the first token and the streaming "
+                  "after it.")
+
+
+def read_s(arrivals_s: np.ndarray, first_visible_s: float, spec: continuity.ContinuitySpec) -> np.ndarray:
+    """When a reader has read each token, as QoE counts it (continuity.py, Andes' actual timeline): the
+    first at the later of its arrival, the first visible character and the expected TTFT, each next one
+    a reading time after the one before, never before it arrives."""
+    period_s = 1 / spec.reading_tokens_per_s
+    k = np.arange(len(arrivals_s))
+    ready = np.maximum.accumulate(np.asarray(arrivals_s, np.float64) - k * period_s)
+    return k * period_s + np.maximum(ready, max(first_visible_s, spec.expected_ttft_s))
+
+
+def _continuity_spec(summary: dict[str, Any]) -> continuity.ContinuitySpec:
+    """The reader the run's continuity numbers were judged against (its summary's block), else the default."""
+    block = summary.get("continuity")
+    if not isinstance(block, dict):
+        return continuity.DEFAULT
+    return continuity.ContinuitySpec(block["stall_threshold_s"], block["reading_tokens_per_s"], block["expected_ttft_s"])
 
 
 def reader(inputs: Inputs) -> Figure | None:
@@ -204,27 +242,27 @@ def reader(inputs: Inputs) -> Figure | None:
     alt = _alt()
     rows = []
     for run in runs:
-        arrivals = np.asarray(run.reader["arrival_s"])
-        start = run.reader["first_visible_s"]
-        read = np.empty(len(arrivals))
-        at = start
-        for k, arrived in enumerate(arrivals):  # a reader takes each token in turn, waiting for it if need be
-            at = max(at, arrived) + (1 / READER_TOKENS_PER_S if k else 0.0)
-            read[k] = at
+        spec = _continuity_spec(run.summary)
+        arrivals = np.asarray(run.reader["arrival_s"], np.float64)
+        read = read_s(arrivals, run.reader["first_visible_s"], spec)
+        reader_line = f"read ({spec.reading_tokens_per_s:.1f} tokens/s from {format_duration(spec.expected_ttft_s)})"
         label = f"{run.label}: request {run.reader['request']}"
         rows += [{"run": label, "line": "arrived at the client", "s": float(t), "tokens": k + 1}
                  for k, t in enumerate(arrivals)]
-        rows += [{"run": label, "line": f"read ({READER_TOKENS_PER_S:.1f} tokens/s)", "s": float(t), "tokens": k + 1}
-                 for k, t in enumerate(read)]
+        rows += [{"run": label, "line": reader_line, "s": float(t), "tokens": k + 1} for k, t in enumerate(read)]
     chart = alt.Chart(_frame(rows)).mark_line(interpolate="step-after").encode(
         x=alt.X("s:Q", title="time since the request was sent (s)", axis=alt.Axis(format=NUMBER)),
         y=alt.Y("tokens:Q", title="tokens", axis=alt.Axis(format=NUMBER)),
         color=alt.Color("line:N", title=None),
-        strokeDash=alt.StrokeDash("run:N", title=None),
-    ).properties(width=WIDTH, height=260)
-    return Figure("reader", "Token delivery against a reader", chart,
-                  "The request with the median E2E. Where the arrival line runs left of the reader's, text is "
-                  "ready before a person reads it; where they touch, the reader waits (a stall).")
+    )
+    if len(runs) > 1:  # one run needs no key for its dashes
+        chart = chart.encode(strokeDash=alt.StrokeDash("run:N", title=None))
+    which = f"Request {runs[0].reader['request']}, the" if len(runs) == 1 else "Each run's request with the"
+    return Figure("reader", "Token delivery against a reader", chart.properties(width=WIDTH, height=260),
+                  f"{which} median E2E. The reader starts at the first visible text or at the expected TTFT, "
+                  "whichever is later, and reads one token after another, as the QoE numbers count it. Where the "
+                  "arrival line runs left of the reader's, text is ready before a person reads it; where they "
+                  "touch, the reader waits (a stall).")
 
 
 def steps(inputs: Inputs) -> Figure | None:
@@ -247,6 +285,36 @@ def steps(inputs: Inputs) -> Figure | None:
                   "Every engine step, or an even sample of them; replicas overlaid.")
 
 
+ROOFLINE_HEIGHT = 320
+LABEL_FONT_PX, LABEL_DX_PX = 10, 7
+LABEL_CHAR_PX = 6            # a generous width of one character of the labels' font
+LABEL_LINE_PX = 12           # labels closer than this in y (and overlapping in x) would collide
+
+
+def _decades(low: float, high: float) -> tuple[float, float]:
+    """The powers of ten around [low, high], in log10: the domain of a log axis."""
+    return float(np.floor(np.log10(low))), float(np.ceil(np.log10(high)))
+
+
+def label_positions(points: list[tuple[str, float, float]]) -> list[float]:
+    """The y pixel of each point's label (points: text, x px, y px; a label starts LABEL_DX_PX right of
+    its point) so that no two overlap: each in turn from the top takes the free spot nearest its
+    point's height, in steps of one line down or up."""
+    placed: list[tuple[float, float, float]] = []  # left, right, y of the labels placed so far
+    ys = [0.0] * len(points)
+    for k in sorted(range(len(points)), key=lambda k: points[k][2]):
+        text, x_px, y_px = points[k]
+        left, right = x_px + LABEL_DX_PX, x_px + LABEL_DX_PX + LABEL_CHAR_PX * len(text)
+        for step in range(2 * len(points) + 1):
+            y = y_px + LABEL_LINE_PX * ((step + 1) // 2) * (1 if step % 2 else -1)  # 0, +1, -1, +2, -2 lines
+            if all(abs(y - y_other) >= LABEL_LINE_PX or right <= left_other or right_other <= left
+                   for left_other, right_other, y_other in placed):
+                break
+        placed.append((left, right, y))
+        ys[k] = y
+    return ys
+
+
 def roofline(inputs: Inputs) -> Figure | None:
     runs = [run for run in inputs.runs if run.explain and run.explain.get("roof")]
     if not runs:
@@ -259,26 +327,39 @@ def roofline(inputs: Inputs) -> Figure | None:
         return None
     rows = [{"op": op["op"], "bound": op["bound"], "intensity": op["flops"] / op["bytes"],
              "tflops": op["flops"] / op["time_s"] / 1e12, "ms": op["time_s"] * 1e3} for op in ops]
-    low = min(r["intensity"] for r in rows) / 2
-    high = max(r["intensity"] for r in rows) * 2
     ridge = roof["flops_per_s"] / roof["hbm_bytes_per_s"]
+    low = min(min(r["intensity"] for r in rows) / 2, ridge)
+    high = max(max(r["intensity"] for r in rows) * 2, ridge)
     xs = np.geomspace(low, high, 60).tolist() + [ridge]
     roofs = [{"intensity": x, "tflops": min(roof["flops_per_s"], x * roof["hbm_bytes_per_s"]) / 1e12} for x in sorted(xs)]
-    log_x = alt.Scale(type="log")
+    # The axes' domains are set here, so each label's pixel position is known and labels are kept apart.
+    x_domain = _decades(low, high)
+    y_domain = _decades(min(r["tflops"] for r in rows + roofs), max(r["tflops"] for r in rows + roofs))
+
+    def pixel(value: float, domain: tuple[float, float], size: float) -> float:
+        return (np.log10(value) - domain[0]) / (domain[1] - domain[0]) * size
+
+    points_px = [(r["op"], pixel(r["intensity"], x_domain, WIDTH),
+                  ROOFLINE_HEIGHT - pixel(r["tflops"], y_domain, ROOFLINE_HEIGHT)) for r in rows]
+    for r, y_px in zip(rows, label_positions(points_px)):
+        r["label_tflops"] = 10 ** (y_domain[1] - y_px / ROOFLINE_HEIGHT * (y_domain[1] - y_domain[0]))
+    log_x = alt.Scale(type="log", domain=[10 ** x_domain[0], 10 ** x_domain[1]], nice=False)
+    log_y = alt.Scale(type="log", domain=[10 ** y_domain[0], 10 ** y_domain[1]], nice=False)
     line = alt.Chart(_frame(roofs)).mark_line(color="#888").encode(
         x=alt.X("intensity:Q", scale=log_x, title="arithmetic intensity (FLOP per byte of HBM)",
                 axis=alt.Axis(format=NUMBER)),
-        y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s", axis=alt.Axis(format=NUMBER)))
+        y=alt.Y("tflops:Q", scale=log_y, title="TFLOP/s", axis=alt.Axis(format=NUMBER)))
     points = alt.Chart(_frame(rows)).mark_circle(size=90).encode(
         x="intensity:Q", y="tflops:Q", color=alt.Color("bound:N"),
         tooltip=["op", "bound", alt.Tooltip("ms:Q", format=",.3~r"), alt.Tooltip("tflops:Q", format=",.3~r")])
-    labels = points.mark_text(align="left", dx=7, fontSize=10).encode(text="op:N", color=alt.value("#333"))
+    labels = points.mark_text(align="left", baseline="middle", dx=LABEL_DX_PX, fontSize=LABEL_FONT_PX).encode(
+        y="label_tflops:Q", text="op:N", color=alt.value("#333"))
     shape = step["shape"]
     return Figure("roofline", f"The roofline of one step: {shape['tokens']:,} tokens from {shape['sequences']:,} "
-                  "sequences", (line + points + labels).properties(width=WIDTH, height=320),
+                  "sequences", (line + points + labels).properties(width=WIDTH, height=ROOFLINE_HEIGHT),
                   "Each op of one steady-state step (as --explain): achieved FLOP/s against FLOPs per byte. Ops on "
-                  "the sloped roof are memory-bound, on the flat one compute-bound; below both, fixed kernel costs.")
-
+                  "the sloped roof are memory-bound, on the flat one compute-bound; below both, fixed kernel costs. "
+                  "A label that would cover another's sits a line or more below or above its point.")
 
 
 def tornado(inputs: Inputs) -> Figure | None:
@@ -321,7 +402,8 @@ def pareto(inputs: Inputs) -> Figure | None:
     alt = _alt()
     metrics = [c for c in frame.columns if c.split(".")[0] in ("throughput", "latency_s", "requests", "window_s",
                                                                 "attribution_s", "bottleneck", "schema", "source",
-                                                                "scenario", "engine", "fabric", "continuity")]
+                                                                "scenario", "engine", "fabric", "continuity",
+                                                                "load", "resolved")]
     axes = [c for c in frame.columns if c not in metrics]
     data = frame[[*axes, SWEEP_X, SWEEP_Y]].copy()
     data["point"] = [", ".join(f"{a}={row[a]}" for a in axes) for _, row in data.iterrows()]

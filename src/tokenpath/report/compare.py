@@ -9,14 +9,19 @@ from typing import Any
 from rich.table import Table
 
 from tokenpath.errors import UserError
+from tokenpath.overrides import flatten
 from tokenpath.summary import LAYERS, PERCENTILES, SCHEMA
-from tokenpath.units import format_duration, format_number
+from tokenpath.units import format_bandwidth, format_duration, format_number
 
 _LATENCIES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 _STATS = ("mean", *PERCENTILES)
 _CONTINUITY_SETTINGS = (("stall_threshold_s", "stall threshold", "s"),
                         ("reading_tokens_per_s", "reading speed (tokens/s)", ""),
                         ("expected_ttft_s", "expected TTFT", "s"))
+# How a setting of the `resolved` block reads, by the unit its key ends with (the longest first).
+_SETTING_UNITS = (("_per_s", lambda v: f"{format_number(v, 6)}/s"), ("_Bps", format_bandwidth),
+                  ("_s", format_duration))
+MAX_NAMED = 4  # differences named in a run's name; the rest are counted
 
 
 def load_summary(path: str | Path) -> dict[str, Any]:
@@ -53,12 +58,19 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     def add(metric: str, unit: str, x: Any, y: Any) -> None:
         x = float(x) if isinstance(x, (int, float)) else None
         y = float(y) if isinstance(y, (int, float)) else None
-        rows.append({"metric": metric, "unit": unit, "a": x, "b": y, "relative": relative(x, y)})
+        rows.append({"metric": metric, "unit": unit, "a": x, "b": y,
+                     "relative": None if unit == "yes/no" else relative(x, y)})
 
     ta, tb = a.get("throughput", {}), b.get("throughput", {})
     add("output tokens/s", "1/s", ta.get("output_tokens_per_s"), tb.get("output_tokens_per_s"))
     add("requests/s", "1/s", ta.get("requests_per_s"), tb.get("requests_per_s"))
     add("goodput requests/s", "1/s", ta.get("goodput_requests_per_s"), tb.get("goodput_requests_per_s"))
+    loads = a.get("load"), b.get("load")
+    if any(loads):
+        la, lb = (load or {} for load in loads)
+        add("offered requests/s", "1/s", la.get("offered_requests_per_s"), lb.get("offered_requests_per_s"))
+        add("served requests/s", "1/s", la.get("served_requests_per_s"), lb.get("served_requests_per_s"))
+        add("overloaded", "yes/no", la.get("overloaded"), lb.get("overloaded"))
     ra, rb = a.get("requests", {}), b.get("requests", {})
     add("requests completed", "", ra.get("completed"), rb.get("completed"))
     add("requests failed", "", ra.get("failed"), rb.get("failed"))
@@ -89,9 +101,69 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where the two runs' `resolved` scenarios differ, as {"key", "a", "b"} (dotted keys, in the blocks'
+    order); none when either summary has no such block (a measurement, or a file from before it)."""
+    blocks = a.get("resolved"), b.get("resolved")
+    if not all(isinstance(block, dict) for block in blocks):
+        return []
+    fa, fb = (flatten(block) for block in blocks)
+    keys = [*fa, *(key for key in fb if key not in fa)]
+    return [{"key": key, "a": fa.get(key), "b": fb.get(key)} for key in keys if fa.get(key) != fb.get(key)]
+
+
+def _setting(key: str) -> str:
+    """A `resolved` key for people: `deployment.fabric.kind` -> "fabric kind", `delivery.network_rtt_s` ->
+    "network rtt"."""
+    name = key.split(".", 1)[-1]
+    unit = next((suffix for suffix, _ in _SETTING_UNITS if name.endswith(suffix)), "")
+    return name.removesuffix(unit).replace(".", " ").replace("_", " ")
+
+
+def _shown(key: str, value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (int, float)):
+        shown = next((show for suffix, show in _SETTING_UNITS if key.endswith(suffix)), format_number)
+        return shown(value)
+    return str(value)
+
+
+def _named(parts: list[str]) -> str:
+    more = len(parts) - MAX_NAMED
+    return ", ".join(parts[:MAX_NAMED]) + (f" and {more} more" if more > 0 else "")
+
+
+def run_names(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str] | None:
+    """Each run named by its own values where the two resolved scenarios differ ("tp 8, replicas 1" and
+    "tp 4, replicas 2"); by its scenario's fingerprint where nothing else tells them apart; None for two
+    runs of one scenario."""
+    found = differences(a, b)
+    if found:
+        name_a, name_b = (_named([f"{_setting(d['key'])} {_shown(d['key'], d[side])}" for d in found]) for side in "ab")
+        return name_a, name_b
+    prints = [str((s.get("scenario") or {}).get("fingerprint")) for s in (a, b)]
+    return None if prints[0] == prints[1] else (f"scenario {prints[0][:12]}", f"scenario {prints[1][:12]}")
+
+
+def difference_line(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """What differs between the two runs in one line ("tp 8 vs 4, detokenize inline vs async"); None for
+    two runs of one scenario."""
+    found = differences(a, b)
+    if found:
+        return _named([f"{_setting(d['key'])} {_shown(d['key'], d['a'])} vs {_shown(d['key'], d['b'])}"
+                       for d in found])
+    names = run_names(a, b)
+    return None if names is None else f"{names[0]} vs {names[1]}"
+
+
 def _cell(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
+    if unit == "yes/no":
+        return "yes" if value else "no"
     if unit == "s":
         return format_duration(value)
     if unit == "1/s":
@@ -106,8 +178,12 @@ def _delta(value: float | None) -> str:
 
 
 def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str = "A", name_b: str = "B") -> Table:
-    title = (f"{name_a} ({a.get('source')}, {a.get('scenario', {}).get('name')}) vs "
-             f"{name_b} ({b.get('source')}, {b.get('scenario', {}).get('name')})")
+    names = run_names(a, b)
+    sides = []
+    for k, (name, side) in enumerate(((name_a, a), (name_b, b))):
+        differs = f"; {names[k]}" if names else ""
+        sides.append(f"{name} ({side.get('source')}, {side.get('scenario', {}).get('name')}{differs})")
+    title = " vs ".join(sides)
     table = Table(title=title, title_justify="left")
     table.add_column("metric", style="bold")
     table.add_column(name_a, justify="right")
@@ -120,10 +196,12 @@ def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str = "A", name_
 
 def compare_document(a: dict[str, Any], b: dict[str, Any], path_a: str, path_b: str) -> dict[str, Any]:
     same = a.get("scenario", {}).get("fingerprint") == b.get("scenario", {}).get("fingerprint")
+    names = run_names(a, b) or (None, None)
     return {
         "schema": "tokenpath.compare/1",
-        "a": {"path": path_a, "source": a.get("source"), "scenario": a.get("scenario")},
-        "b": {"path": path_b, "source": b.get("source"), "scenario": b.get("scenario")},
+        "a": {"path": path_a, "source": a.get("source"), "scenario": a.get("scenario"), "name": names[0]},
+        "b": {"path": path_b, "source": b.get("source"), "scenario": b.get("scenario"), "name": names[1]},
         "same_scenario": same,
+        "differences": differences(a, b),
         "rows": compare(a, b),
     }

@@ -95,6 +95,14 @@ def _scenario(run: Any) -> str:
     return f"<h3>{html.escape(run.label)}</h3><table class='lines'>{rows}</table>"
 
 
+def _differences(inputs: Inputs) -> str:
+    """What differs between two runs' scenarios, in one line."""
+    from tokenpath.report.compare import difference_line
+
+    differs = difference_line(inputs.runs[0].summary, inputs.runs[1].summary) if len(inputs.runs) == 2 else None
+    return "" if differs is None else f"<p id='differences'><b>The runs differ in:</b> {html.escape(differs)}</p>"
+
+
 def _verdicts(inputs: Inputs) -> str:
     parts = []
     for run in inputs.runs:
@@ -153,7 +161,7 @@ window.tokenpathRendered = Promise.all(Object.entries(SPECS).map(([id, spec]) =>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_STYLE}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<h2>Scenario</h2>{''.join(_scenario(run) for run in inputs.runs)}
+<h2>Scenario</h2>{_differences(inputs)}{''.join(_scenario(run) for run in inputs.runs)}
 <h2>Bottleneck</h2>{_verdicts(inputs)}
 <h2>Numbers</h2>{_numbers(inputs)}
 {_continuity_note(inputs)}

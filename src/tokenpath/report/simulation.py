@@ -157,6 +157,7 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
     evidence = _evidence(sim, window_ns(sim.run) / 1e9)
     layer, reason = bottleneck(document["attribution_s"], evidence)
     document["scenario"]["assumptions"] = assumptions_block(scenario)
+    document["resolved"] = resolved_block(sim)
     document["bottleneck"] = layer
     document["bottleneck_reason"] = reason
     document["load"] = evidence.load.document()
@@ -185,6 +186,49 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
         "placement": sim.deployment.placement.hosts.tolist(),
     }
     return document, reason
+
+
+def resolved_block(sim: Simulation) -> dict[str, Any]:
+    """The result document's `resolved`: the scenario as it ran, in plain JSON values (seconds, bytes/s),
+    with what the scenario left to defaults filled in: the chip's default fabric, the engine profile's
+    host overlap and CUDA graphs, the last mile's assumptions and calibration. Two runs are named by
+    where their blocks differ (report/compare.py)."""
+    s, d = sim.scenario, sim.deployment
+    dep, engine, arrival = s.deployment, s.engine, s.workload.arrival
+    delivery = s.resolved_delivery()
+    return {
+        "deployment": {
+            "model": d.model.name, "precision": s.model.precision, "kv_precision": s.model.kv_precision(engine.scheduler),
+            "chip": d.chip.name, "chips": dep.chips, "tp": dep.tp, "pp": dep.pp, "replicas": dep.replicas,
+            "prefill_replicas": dep.prefill_replicas, "expert_parallel": dep.expert_parallel, "routing": dep.routing,
+            "placement": _placement(dep.placement), "fabric": {"kind": d.topology.kind, "name": d.fabric_name},
+            "collectives": d.collectives.algorithm,
+        },
+        "engine": {
+            "scheduler": engine.scheduler, "max_num_seqs": engine.max_num_seqs,
+            "max_num_batched_tokens": engine.max_num_batched_tokens, "block_size": engine.block_size,
+            "chunked_prefill": engine.chunked_prefill, "mixed_chunk": engine.mixed_chunk,
+            "num_scheduler_steps": engine.num_scheduler_steps, "kv_admission": engine.kv_admission,
+            "prefix_caching": engine.prefix_caching, "gpu_memory_utilization": engine.gpu_memory_utilization,
+            "cuda_graphs": engine.cuda_graphs, "cuda_graph_max_tokens": engine.cuda_graph_max_tokens,
+            "host_overlap": d.compute.host_overlapped, "host_step_s": d.compute.host_step_s,
+        },
+        "delivery": {
+            "detokenize": delivery.detokenize, "stream_interval_tokens": delivery.stream_interval,
+            "network_rtt_s": delivery.network_rtt, "network_bw_Bps": delivery.network_bw,
+            "invisible_token_fraction": delivery.invisible_token_fraction,
+            "detokenize_per_token_s": delivery.detokenize_per_token, "frame_per_event_s": delivery.frame_per_event,
+            "frontend_per_request_s": delivery.frontend_per_request,
+            "host_link_bw_Bps": delivery.host_link_bw, "host_link_latency_s": delivery.host_link_latency,
+            "calibration": None if delivery.calibration is None else str(delivery.calibration),
+        },
+        "workload": {
+            "requests": s.workload.num_requests, "warmup_requests": s.workload.warmup_requests,
+            "rate_per_s": arrival.rate if math.isfinite(arrival.rate) else None,  # null: all at t=0
+            "burstiness": arrival.burstiness, "max_concurrency": s.workload.max_concurrency,
+            "trace": None if s.workload.trace is None else str(s.workload.trace.path),
+        },
+    }
 
 
 def describe(sim: Simulation) -> list[tuple[str, str]]:

@@ -190,6 +190,12 @@ def load_inputs(paths: list[str]) -> Inputs:
                             ".parquet/.csv/.jsonl, a bench .jsonl or a sweep .parquet")
     if len(inputs.runs) > 2:
         raise UserError(f"report: {len(inputs.runs)} runs given; a report shows one run, or two side by side")
+    if len(inputs.runs) == 2:
+        from tokenpath.report.compare import run_names
+
+        names = run_names(inputs.runs[0].summary, inputs.runs[1].summary)
+        for run, name in zip(inputs.runs, names or ()):
+            run.label = f"{run.label} ({name})"
     if not inputs.runs and inputs.levers is not None:
         baseline = inputs.levers["baseline"]
         inputs.runs.append(RunView("baseline", baseline, summary_lines(baseline)))
