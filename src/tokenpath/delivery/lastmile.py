@@ -58,8 +58,11 @@ class LastMile:
 
     def upload_ns(self, input_tokens: int) -> int:
         """Client -> engine: half a round trip plus the request's bytes, then the server's front end."""
-        return self.network_ns(self.spec.request_overhead_bytes + self.spec.bytes_per_token * input_tokens) \
-            + self._frontend_ns
+        return self.upload_network_ns(input_tokens) + self._frontend_ns
+
+    def upload_network_ns(self, input_tokens: int) -> int:
+        """The network's part of the upload: half a round trip plus the request's bytes."""
+        return self.network_ns(self.spec.request_overhead_bytes + self.spec.bytes_per_token * input_tokens)
 
     def network_ns(self, size_bytes: float) -> int:
         """One message of `size_bytes` over the client's network, either way: half a round trip plus

@@ -53,6 +53,11 @@ class Evidence:
     slo_s: dict[str, float] = field(default_factory=dict)          # the SLOs that are set
     slo_miss_share: dict[str, float] = field(default_factory=dict)  # share of requests missing each
 
+    @property
+    def bound(self) -> str:
+        """What bounds the engine's compute: "HBM-bandwidth" or "FLOP"."""
+        return "HBM-bandwidth" if self.memory_bound_fraction >= 0.5 else "FLOP"
+
 
 def capacity_resource(evidence: Evidence) -> Resource:
     """The busiest serial resource: it limits how many requests per second the deployment serves."""
@@ -112,9 +117,8 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
         return (f"requests wait {of} for a batch slot: the engine was busy {e.busy_fraction:.0%} of the "
                 f"time at {format_number(e.offered_rate_per_s)} req/s offered, {e.preemptions} preemptions")
     if part == "compute":
-        bound = "HBM-bandwidth" if e.memory_bound_fraction >= 0.5 else "FLOP"
         return (f"{of} is engine compute at a mean batch of {e.mean_batch_seqs:.0f} sequences; "
-                f"{e.memory_bound_fraction:.0%} of compute time is in memory-bound ops, so steps are {bound}-bound")
+                f"{e.memory_bound_fraction:.0%} of compute time is in memory-bound ops, so steps are {e.bound}-bound")
     if part == "traffic":
         return f"{of} is fabric traffic: {e.traffic_detail}"
     rtt = f"a {format_number(e.network_rtt_s * 1e3)} ms client round trip"

@@ -9,10 +9,11 @@ simulated and measured runs, at any run length. A run is overloaded when it show
 - TTFT climbed: the last quarter of sends waited TTFT_TREND_RATIO times as long for a first token as the
   first quarter did;
 - served below offered in its steady part: once the system had time to fill, requests finished at a
-  lower rate than they were sent, so the backlog grew by more than BACKLOG_GROWTH of the requests sent then. A stable system holds its
-  backlog (Little's law: arrival rate x time in system); an overloaded one gains (offered - served) /
-  offered of each new request. The count's own noise is allowed for: a stable run's growth has a standard
-  deviation of about sqrt(2 x backlog) / sends, and the growth must clear the threshold by two of them.
+  lower rate than they were sent, so the backlog grew by more than BACKLOG_GROWTH of the requests sent
+  then. A stable system holds its backlog (Little's law: arrival rate x time in system); an overloaded
+  one gains (offered - served) / offered of each new request. The count's own noise is allowed for: a
+  stable run's growth has a standard deviation of about sqrt(2 x backlog) / sends, and the growth must
+  clear the threshold by two of them.
 
 The steady part starts one fill time (the FILL_QUANTILE of the run's E2Es) after the first send and
 needs the sends to go on for WATCH_FILLS of a fill time more. A shorter run cannot tell a batch that is

@@ -10,7 +10,7 @@ import numpy as np
 
 from tokenpath.delivery.lastmile import LastMile, worker_busy_ns
 from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, memory_bound_share, sample_steps
-from tokenpath.diagnose.felt import felt_parts_s
+from tokenpath.diagnose.felt import PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
 from tokenpath.pipeline import Simulation
 from tokenpath.summary import misses_slo, summarize, window_ns
@@ -57,8 +57,7 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
     engines = max(len(sim.traces), 1)
     part = max(step_mix_s, key=step_mix_s.get)
     if part == "compute":
-        bound = "HBM-bandwidth" if evidence.memory_bound_fraction >= 0.5 else "FLOP"
-        why = f"mostly compute at a mean batch of {evidence.mean_batch_seqs:.0f} sequences, {bound}-bound"
+        why = f"mostly compute at a mean batch of {evidence.mean_batch_seqs:.0f} sequences, {evidence.bound}-bound"
     elif part == "traffic":
         why = f"mostly fabric traffic: {evidence.traffic_detail}"
     else:
@@ -83,22 +82,22 @@ def _felt(sim: Simulation, step_mix_s: dict[str, float]) -> dict[str, dict[str, 
     slo_s = {key: getattr(scenario.slo, key) for key in ("ttft", "ttfv", "tpot", "e2e")
              if getattr(scenario.slo, key) is not None}
     misses = misses_slo(run, slo_s)
-    found: dict[str, Any] = {"slo_s": slo_s,
-                             "slo_miss_share": {k: float(v[done].mean()) if done.any() else 0.0 for k, v in misses.items()}}
+    shares = {metric: float(missed[done].mean()) if done.any() else 0.0 for metric, missed in misses.items()}
+    found: dict[str, Any] = {"slo_s": slo_s, "slo_miss_share": shares}
     if run.prefill_start_ns is None or run.ttft_engine_ns is None or not done.any():
         return found
     last_mile = LastMile(scenario.resolved_delivery())
     inputs = run.input_tokens[done]
     lengths, which = np.unique(inputs, return_inverse=True)
     upload_ns = np.array([last_mile.upload_ns(int(p)) for p in lengths], np.int64)[which]
-    spec = last_mile.spec
-    network_ns = np.array([last_mile.network_ns(spec.request_overhead_bytes + spec.bytes_per_token * int(p))
-                           for p in lengths], np.int64)[which] + last_mile.event_network_ns(1)
+    # The network's part: the upload's, and the first (or last) event's trip back.
+    network_ns = np.array([last_mile.upload_network_ns(int(p)) for p in lengths], np.int64)[which] \
+        + last_mile.event_network_ns(1)
     total = sum(step_mix_s.values()) or 1.0
+    e2e_parts_ns = {part: getattr(run, f"{part}_ns")[done] for part in PARTS}
     parts = felt_parts_s(run.sent_ns[done], upload_ns, run.prefill_start_ns[done], run.ttft_engine_ns[done],
-                         run.ttft_ns[done], run.ttfv_ns[done],
-                         {name: getattr(run, f"{name}_ns")[done] for name in ("queue", "compute", "traffic", "delivery")},
-                         run.output_tokens[done], {part: value / total for part, value in step_mix_s.items()})
+                         run.ttft_ns[done], run.ttfv_ns[done], e2e_parts_ns, run.output_tokens[done],
+                         {part: value / total for part, value in step_mix_s.items()})
     network_s = float(network_ns.mean()) / 1e9
     found.update(parts_s=parts, network_s={"ttft": network_s, "ttfv": network_s, "e2e": network_s})
     return found
