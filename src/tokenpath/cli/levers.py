@@ -149,7 +149,7 @@ def levers(
     if chosen.metric == "throughput.goodput_requests_per_s" and all(
             getattr(built.slo, key) is None for key in ("ttft", "ttfv", "tpot", "e2e")):
         raise UserError("--objective goodput: the scenario sets no [slo] target; set one, e.g. --set slo.ttft=2s")
-    extra = read_levers_file(levers_file) if levers_file else []
+    extra = read_levers_file(levers_file, base) if levers_file else []
     if not use_catalog and not extra:
         raise UserError("--no-catalog: then give your own levers with --levers FILE")
 
