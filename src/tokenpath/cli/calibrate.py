@@ -80,7 +80,7 @@ def calibrate_delivery(
 CALIBRATE_ENGINE_EXAMPLE = """
 Probes a running server with the bench client (single requests across prompt lengths, closed loops at a
 few concurrencies, a short ramp of open-loop arrivals), fits the assumptions the scenario's deployment
-is sensitive to, and writes a file a scenario applies with `\\[assumptions] calibration = "FILE"`.
+is sensitive to, and writes a file a scenario applies with `[assumptions] calibration = "FILE"`.
 
 Examples:
 
