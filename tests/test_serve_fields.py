@@ -44,6 +44,8 @@ CASES = [
     ("chat", {"prompt": "Hi"}, "prompt"),                        # the other endpoint's field
     ("completions", {"max_completion_tokens": 9}, "max_completion_tokens"),
     ("completions", {"min_tokens": 9}, "min_tokens"),  # more than max_tokens
+    ("completions", {"stop": ""}, "stop"),                      # a stop string is non-empty
+    ("chat", {"messages": [{"role": "wizard", "content": "Hi"}]}, "messages[0].role"),
     # accepted: harmless, or asking for nothing the emulator cannot give
     ("chat", {"tools": TOOLS, "tool_choice": "none"}, None),
     ("chat", {"response_format": {"type": "text"}}, None),
@@ -53,6 +55,9 @@ CASES = [
     ("completions", {"ignore_eos": True, "top_k": 20, "min_p": 0.1, "repetition_penalty": 1.1, "min_tokens": 2,
                      "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, None),
     ("completions", {"logprobs": None, "echo": False, "best_of": 1}, None),
+    ("completions", {"stop": []}, None),
+    ("chat", {"messages": [{"role": role, "content": "Hi"} for role in ("system", "developer", "user", "assistant",
+                                                                        "tool", "function")]}, None),
 ]
 
 
