@@ -74,3 +74,18 @@ def test_levers_ranks_against_the_scenario_its_flags_give(tmp_path, monkeypatch,
     document = json.loads(out)
     assert document["baseline"] == simulate_json(flags, monkeypatch, capsys)
     assert document["levers"][0]["summary"] == simulate_json([*flags, "--detokenize", "async"], monkeypatch, capsys)
+
+
+def test_a_duration_without_a_unit_is_seconds_as_the_help_says(monkeypatch, capsys):
+    def network_rtt(*flags: str) -> str:
+        code, out, err = run_cli(["scenario", "show", *flags], monkeypatch, capsys)
+        assert code == 0, err
+        return next(line for line in out.splitlines() if line.startswith("network_rtt = "))
+
+    assert network_rtt("--set", "delivery.network_rtt=20") == 'network_rtt = "20 s"'
+    assert network_rtt("--set", "delivery.network_rtt=0.02") == network_rtt("--network-rtt", "20 ms") \
+        == 'network_rtt = "20 ms"'
+    assert network_rtt("--network-rtt", "20") == 'network_rtt = "20 s"'
+    code, out, _ = run_cli(["simulate", "--help"], monkeypatch, capsys)
+    shown = " ".join(out.split())
+    assert "a duration without a unit is seconds" in shown and "(a bare number is seconds;" in shown

@@ -167,7 +167,8 @@ SCENARIO_FLAGS: dict[str, Any] = {
                                                                "decode steps per scheduler call (vLLM V0 multi-step; "
                                                                "default 1)"),
     "kv_cache_dtype": _flag(str, "--kv-cache-dtype", "KV-cache precision: auto (the engine's default), bf16, fp8"),
-    "network_rtt": _flag(str, "--network-rtt", "client round trip, with a unit: '20 ms' (scenario default: 20 ms)"),
+    "network_rtt": _flag(str, "--network-rtt", "client round trip, e.g. '20 ms' (a bare number is seconds; scenario "
+                                               "default: 20 ms)"),
     "detokenize": _flag(str, "--detokenize", "inline (blocks the next step) or async (scenario default: inline)"),
     "input_len": _flag(float, "--input-len", "mean input tokens"),
     "input_sd": _flag(float, "--input-sd", "sd of input tokens (0 = fixed)"),
