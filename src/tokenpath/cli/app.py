@@ -33,6 +33,7 @@ app.add_typer(calibrate_app, name="calibrate")
 console = Console()
 err_console = Console(stderr=True)
 
+
 def help_as_written(text: str) -> str:
     """A command's help laid out for click, which lists a command by its first paragraph and rewraps every
     paragraph to the terminal's width: the first line (the summary) becomes a paragraph of its own, and

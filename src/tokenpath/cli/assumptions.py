@@ -8,7 +8,7 @@ import typer
 
 from tokenpath import files
 from tokenpath.cli.app import app, console, write_json
-from tokenpath.cli.options import JsonOut, given, load_with_flags, scenario_flags
+from tokenpath.cli.options import JsonOut, load_with_flags, scenario_flags
 
 ASSUMPTIONS_EXAMPLE = """
 A scenario overrides any of them by name in its [assumptions] table (serving_gemm_fraction = 0.6,
@@ -37,7 +37,7 @@ def assumptions(
 
     if json_out is not None:
         files.check_writable(json_out, "--json")
-    chosen = scenario is not None or given(flags)
+    chosen = scenario is not None or any(value is not None for value in flags.values())
     resolved = load_with_flags(scenario, flags).resolved_assumptions() if chosen else None
     rows = listing(resolved.values if resolved is not None else None)
     for row in rows:

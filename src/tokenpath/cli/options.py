@@ -238,11 +238,6 @@ def scenario_table(scenario_ref: Optional[str], flags: dict[str, Any]):
     return table, source, base_dir
 
 
-def given(flags: dict[str, Any]) -> bool:
-    """Whether any scenario flag was given."""
-    return any(value is not None for value in flags.values())
-
-
 def load_with_flags(scenario_ref: Optional[str], flags: dict[str, Any]):
     """The scenario `scenario_ref` names, with the flags applied, built and checked."""
     from tokenpath.scenario import build_scenario

@@ -46,8 +46,8 @@ def read_levers_file(path: str, base: Base) -> list[Lever]:
     if set(table) != {"levers"} or not isinstance(rows, list) or not rows:
         raise UserError(f"{where}: a levers file holds [[levers]] tables only (name, group, overrides), "
                         f"e.g. [[levers]] name = \"TP4\" overrides = {{ \"deployment.tp\" = 4 }}")
-    parsed: dict[str, _UserLever] = {}
-    numbers: dict[str, int] = {}
+    levers: list[Lever] = []
+    numbers: dict[str, int] = {}  # of the levers by name
     for number, row in enumerate(rows, 1):
         name = row.get("name") if isinstance(row, dict) else None
         source = f"{where}: lever {number}" + (f" ({_clip(name)})" if isinstance(name, str) else "")
@@ -55,13 +55,14 @@ def read_levers_file(path: str, base: Base) -> list[Lever]:
             lever = _UserLever.model_validate(row)
         except ValidationError as error:
             raise UserError(explain(error, source, _UserLever)) from None
-        if lever.name in parsed:
+        if lever.name in numbers:
             raise UserError(f"{source}: lever {numbers[lever.name]} has this name too; give each lever its own name")
         for dotted in lever.overrides:
             check_key(dotted, flag=f"{source}:")
         Base(base.table, source, base.base_dir).scenario(lever.overrides)  # a refused value: its key and why
-        parsed[lever.name], numbers[lever.name] = lever, number
-    return [Lever(lever.name, lever.group, lever.overrides) for lever in parsed.values()]
+        numbers[lever.name] = number
+        levers.append(Lever(lever.name, lever.group, lever.overrides))
+    return levers
 
 
 def _clip(name: str) -> str:
