@@ -245,6 +245,35 @@ def test_user_levers_run_and_their_keys_are_checked(tmp_path, monkeypatch, capsy
     assert_user_error(*run_cli(["levers", "--levers", str(mine)], monkeypatch, capsys), "unknown key", "groupe", "did you mean 'group'?")
 
 
+@pytest.mark.parametrize("levers, fragments", [
+    ('name = "four"\noverrides = { "deployment.tp" = "four" }', ["lever 1 (four): deployment.tp:", "valid integer", "'four'"]),
+    ('name = "far"\noverrides = { "delivery.network_rtt" = "2 parsecs" }',
+     ["lever 1 (far): delivery.network_rtt:", "unknown time unit 'parsecs'", "use one of ns, us, ms"]),
+    ('name = "a"\noverrides = { seed = 1 }\n[[levers]]\nname = "a"\noverrides = { seed = 2 }',
+     ["lever 2 (a): lever 1 has this name too; give each lever its own name"]),
+    (f'name = "{"n" * 100_000}"\noverrides = {{ seed = 1 }}', [f"lever 1 ({'n' * 60}...): name: String should have at most 200"]),
+], ids=["a value of the wrong type", "a duration in no known unit", "a name given twice", "a 100 KB name"])
+def test_a_lever_the_scenario_refuses_is_an_error_not_a_skip(levers, fragments, tmp_path, monkeypatch, capsys):
+    mine = tmp_path / "mine.toml"
+    mine.write_text("[[levers]]\n" + levers + "\n", encoding="utf-8")
+    for catalog_flag in ("--catalog", "--no-catalog"):
+        line = assert_user_error(*run_cli(["levers", "--levers", str(mine), catalog_flag], monkeypatch, capsys),
+                                 *fragments)
+        assert len(line) < 400
+
+
+def test_a_valid_lever_that_cannot_run_here_is_listed_as_not_applicable(tmp_path, monkeypatch, capsys):
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[[levers]]\nname = "TP3"\noverrides = { "deployment.tp" = 3 }\n', encoding="utf-8")
+    code, out, err = run_cli(["levers", *SMALL_SETS, "--num-requests", "100", "--levers", str(mine), "--no-catalog",
+                              "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["levers"] == []
+    [skipped] = document["skipped"]
+    assert skipped["name"] == "TP3" and "tp*pp = 3 is larger than deployment.chips (1)" in skipped["reason"]
+
+
 def test_objectives(monkeypatch, capsys):
     assert_user_error(*run_cli(["levers", *SMALL_SETS, "--objective", "latency_s.ttft.p98"], monkeypatch, capsys),
                       "--objective", "'latency_s.ttft.p98'", "did you mean 'latency_s.ttft.p99'?")

@@ -44,6 +44,8 @@ CASES = [
     ("chat", {"prompt": "Hi"}, "prompt"),                        # the other endpoint's field
     ("completions", {"max_completion_tokens": 9}, "max_completion_tokens"),
     ("completions", {"min_tokens": 9}, "min_tokens"),  # more than max_tokens
+    ("completions", {"stop": ""}, "stop"),                      # a stop string is non-empty
+    ("chat", {"messages": [{"role": "wizard", "content": "Hi"}]}, "messages[0].role"),
     # accepted: harmless, or asking for nothing the emulator cannot give
     ("chat", {"tools": TOOLS, "tool_choice": "none"}, None),
     ("chat", {"response_format": {"type": "text"}}, None),
@@ -53,6 +55,9 @@ CASES = [
     ("completions", {"ignore_eos": True, "top_k": 20, "min_p": 0.1, "repetition_penalty": 1.1, "min_tokens": 2,
                      "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, None),
     ("completions", {"logprobs": None, "echo": False, "best_of": 1}, None),
+    ("completions", {"stop": []}, None),
+    ("chat", {"messages": [{"role": role, "content": "Hi"} for role in ("system", "developer", "user", "assistant",
+                                                                        "tool", "function")]}, None),
 ]
 
 
@@ -150,6 +155,37 @@ def test_a_body_that_does_not_parse_is_a_400_with_the_reason(payload, fragment):
     with pytest.raises(ApiError) as refused:
         decode_body(payload)
     assert refused.value.status == 400 and fragment in refused.value.message
+
+
+def test_a_parser_that_refuses_deep_nesting_itself_gives_the_same_400(monkeypatch):
+    """orjson 3.9 and later stop at 1024 levels with their own message; the reply names the depth all the same."""
+    import orjson
+
+    import tokenpath.serve.app as app
+
+    raw = b"[" * 2000 + b"]" * 2000
+
+    def refuse_deep(text):
+        raise orjson.JSONDecodeError("depth limit exceeded", text.decode(), 1025)
+
+    monkeypatch.setattr(app.orjson, "loads", refuse_deep)
+    with pytest.raises(ApiError) as refused:
+        decode_body(raw)
+    assert refused.value.status == 400
+    assert refused.value.message == f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} deep"
+
+
+def _nested(depth: int, inner: str) -> bytes:
+    return ("[" * depth + json.dumps(inner) + "]" * depth).encode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 300), st.text(alphabet='[]{}"\\ab', max_size=20))
+def test_nesting_is_counted_outside_strings_only(depth, inner):
+    from tokenpath.serve.app import _text_depth
+
+    assert _text_depth(_nested(depth, inner)) == depth
+    assert _text_depth(_nested(depth, inner)[:depth]) == depth  # cut short, as where a parser stopped
 
 
 def test_a_body_nested_100000_deep_is_a_400_over_http():

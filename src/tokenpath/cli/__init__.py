@@ -6,11 +6,16 @@ import sys
 
 import typer
 
-from tokenpath.cli.app import app, fail
+from tokenpath.cli.app import app, calibrate_app, fail, help_as_written, scenario_app
 from tokenpath.errors import UserError
 
 # Importing a command's module registers it; the order here is the order `--help` lists them.
 from tokenpath.cli import simulate, levers, capacity, sweep, catalog, assumptions, validate, serve, calibrate, bench, report, fabric  # noqa: E402,F401  isort: skip
+
+for _typer in (app, scenario_app, calibrate_app):
+    for _command in _typer.registered_commands:
+        _command.help = help_as_written(_command.help or "")
+        _command.short_help = _command.short_help or _command.help.partition("\n")[0]  # listed whole, not cut
 
 _USAGE_ERROR_CHARS = 300  # a command-line usage error quotes the user's words; this much of it is shown
 

@@ -15,19 +15,39 @@ from rich.markup import escape
 from tokenpath import files
 from tokenpath.errors import UserError
 
+# Help is plain text (click's formatting): rich markup would take the square brackets of TOML tables
+# ([axes], [[levers]]) and extras (tokenpath[ray]) for style tags and drop them.
 app = typer.Typer(
     help="Where the time goes between an LLM request and readable text on the user's screen.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-scenario_app = typer.Typer(help="Inspect scenarios.", no_args_is_help=True)
+scenario_app = typer.Typer(help="Inspect scenarios.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(scenario_app, name="scenario")
-calibrate_app = typer.Typer(help="Measure this machine and write calibration files.", no_args_is_help=True)
+calibrate_app = typer.Typer(help="Measure this machine and write calibration files.", no_args_is_help=True,
+                            rich_markup_mode=None)
 app.add_typer(calibrate_app, name="calibrate")
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def help_as_written(text: str) -> str:
+    """A command's help laid out for click, which lists a command by its first paragraph and rewraps every
+    paragraph to the terminal's width: the first line (the summary) becomes a paragraph of its own, and
+    each run of indented lines (example commands, TOML tables) is marked (\\b) to keep its lines as written."""
+    summary, _, rest = text.partition("\n")
+    lines: list[str] = [summary, ""]
+    for line in rest.strip("\n").splitlines():
+        if line.startswith("  ") and (not lines[-1] or not lines[-1].startswith("  ")):
+            if lines[-1]:
+                lines.append("")
+            lines.append("\b")
+        lines.append(line)
+    return "\n".join(lines).rstrip("\n")
+
 
 def write_json(document: dict[str, Any], target: str) -> None:
     text = json.dumps(document, indent=2) + "\n"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from tokenpath import files
 from tokenpath.cli.app import app, console, write_json
-from tokenpath.cli.options import JsonOut
+from tokenpath.cli.options import JsonOut, load_with_flags, scenario_flags
 
 ASSUMPTIONS_EXAMPLE = """
 A scenario overrides any of them by name in its [assumptions] table (serving_gemm_fraction = 0.6,
@@ -24,19 +24,21 @@ Examples:
 
 
 @app.command(help="List the model's assumptions: name, value, unit, source and what guards each." + ASSUMPTIONS_EXAMPLE)
+@scenario_flags()
 def assumptions(
     scenario: Optional[str] = typer.Argument(None, help="a scenario (.toml or catalog name): show the values it uses"),
     json_out: JsonOut = None,
+    *, flags: dict[str, Any],
 ) -> None:
     from rich.table import Table
 
     from tokenpath.assumptions import listing
-    from tokenpath.scenario import load_scenario
     from tokenpath.units import format_bandwidth, format_bytes, format_duration
 
     if json_out is not None:
         files.check_writable(json_out, "--json")
-    resolved = load_scenario(scenario).resolved_assumptions() if scenario is not None else None
+    chosen = scenario is not None or any(value is not None for value in flags.values())
+    resolved = load_with_flags(scenario, flags).resolved_assumptions() if chosen else None
     rows = listing(resolved.values if resolved is not None else None)
     for row in rows:
         if resolved is not None:
@@ -48,7 +50,7 @@ def assumptions(
         if json_out == "-":
             return
     shown = {"s": format_duration, "bytes": format_bytes, "B/s": format_bandwidth}
-    table = Table(title="assumptions" + (f" of {scenario}" if scenario else ""))
+    table = Table(title="assumptions" + (f" of {scenario or 'typical'}" if chosen else ""))
     for column in ("name", "value", "source", "guarded by") + (("from",) if resolved is not None else ()):
         table.add_column(column, overflow="fold", no_wrap=column in ("name", "value"))
     for row in rows:

@@ -12,8 +12,7 @@ from typing import Any, Optional
 import typer
 
 from tokenpath.cli.app import app, console, err_console, write_json
-from tokenpath.cli.options import (Burstiness, InputDist, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests, OutputDist,
-                                   OutputLen, OutputSd, RequestRate, Seed, Set, WarmupRequests)
+from tokenpath.cli.options import JsonOut, scenario_flags
 from tokenpath import files
 from tokenpath.errors import UserError, quoted
 from tokenpath.units import format_number
@@ -53,6 +52,7 @@ def _event_bytes(value: str) -> int:
 
 @app.command(help="Measure a real OpenAI-compatible server under a scenario's workload, in the same schema as "
                   "simulate." + BENCH_EXAMPLE)
+@scenario_flags(omit=("model",))  # --model is the name the server serves
 def bench(
     scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000 (required)"),
@@ -60,19 +60,6 @@ def bench(
     endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat"),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
-    input_len: InputLen = None,
-    input_sd: InputSd = None,
-    input_dist: InputDist = None,
-    output_len: OutputLen = None,
-    output_sd: OutputSd = None,
-    output_dist: OutputDist = None,
-    request_rate: RequestRate = None,
-    burstiness: Burstiness = None,
-    max_concurrency: MaxConcurrency = None,
-    num_requests: NumRequests = None,
-    warmup_requests: WarmupRequests = None,
-    seed: Seed = None,
-    sets: Set = None,
     workers: Optional[int] = typer.Option(None, "--workers", help="client processes (default: as the target rate needs)"),
     timeout: float = typer.Option(600.0, "--timeout", help="seconds a request may take in all"),
     stall_timeout: float = typer.Option(60.0, "--stall-timeout", help="seconds a stream may go without a byte"),
@@ -90,6 +77,7 @@ def bench(
                                              "only what the workload shares (default on)"),
     json_out: JsonOut = None,
     results: Optional[str] = typer.Option(None, "--results", help="results JSONL, one line per finished request (default: bench-TIME.jsonl)"),
+    *, flags: dict[str, Any],
 ) -> None:
     from tokenpath.bench import Target, build_plan, default_workers, execute, load_tokenizer, preflight, read_results, workload_requests
     from tokenpath.bench.http import Endpoint
@@ -127,11 +115,7 @@ def bench(
         files.check_writable(json_out, "--json")
     check_tokenizer(tokenizer, "--tokenizer")
 
-    flags = dict(input_len=input_len, input_sd=input_sd, input_dist=input_dist, output_len=output_len,
-                 output_sd=output_sd, output_dist=output_dist,
-                 request_rate=request_rate, burstiness=burstiness, max_concurrency=max_concurrency,
-                 num_requests=num_requests, warmup_requests=warmup_requests, seed=seed)
-    table, source, base_dir = scenario_table(scenario, sets, flags)
+    table, source, base_dir = scenario_table(scenario, flags)
     built = build_scenario(table, source, base_dir)
     requests = workload_requests(built)
     preflight(target, connect_timeout)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokenpath import files
 from tokenpath.cli.app import calibrate_app, console, err_console
-from tokenpath.cli.options import check_tokenizer
+from tokenpath.cli.options import WORKLOAD_FLAGS, check_tokenizer, scenario_flags, scenario_table
 from tokenpath.errors import UserError, quoted
 
 
@@ -80,7 +80,7 @@ def calibrate_delivery(
 CALIBRATE_ENGINE_EXAMPLE = """
 Probes a running server with the bench client (single requests across prompt lengths, closed loops at a
 few concurrencies, a short ramp of open-loop arrivals), fits the assumptions the scenario's deployment
-is sensitive to, and writes a file a scenario applies with `\\[assumptions] calibration = "FILE"`.
+is sensitive to, and writes a file a scenario applies with `[assumptions] calibration = "FILE"`.
 
 Examples:
 
@@ -113,6 +113,7 @@ def _whole_numbers(text: str, flag: str, example: str) -> tuple[int, ...]:
 
 
 @calibrate_app.command("engine", help="Fit the model's assumptions to a running server, from outside." + CALIBRATE_ENGINE_EXAMPLE)
+@scenario_flags(omit=("model", *WORKLOAD_FLAGS))  # --model is the name the server serves; the probe sets the workload
 def calibrate_engine(
     scenario: Optional[str] = typer.Argument(None, help="the scenario whose deployment the server runs (.toml or "
                                                         "catalog name); default 'typical'"),
@@ -128,6 +129,7 @@ def calibrate_engine(
     endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat"),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
+    *, flags: dict[str, Any],
 ) -> None:
     import os
     from pathlib import Path
@@ -139,10 +141,10 @@ def calibrate_engine(
     from tokenpath.calibrate.fit import fit_engine
     from tokenpath.calibrate.probe import measured_from_results, run_probe
     from tokenpath.compute.model import load_model
-    from tokenpath.scenario import build_scenario, read_scenario_table
+    from tokenpath.scenario import build_scenario
 
     files.check_writable(out, "--out")
-    table, source, base_dir = read_scenario_table(scenario)
+    table, source, base_dir = scenario_table(scenario, flags)
     loaded = build_scenario(table, source, base_dir)
     if from_results:
         for path in from_results:

@@ -9,7 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokenpath import files
 from tokenpath.cli.app import app, console, err_console, write_json
-from tokenpath.cli.options import JsonOut, NumRequests, Seed, Set, scenario_table
+from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.errors import UserError
 
 CAPACITY_EXAMPLE = """
@@ -65,16 +65,15 @@ def _print(document: dict[str, Any]) -> None:
 
 
 @app.command(help="The highest request rate that meets an SLO, by bisection over full simulations." + CAPACITY_EXAMPLE)
+@scenario_flags()
 def capacity(
     scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     slo: Optional[str] = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9 "
                                                            "(default: the scenario's [slo] as p99 targets)"),
     tolerance: float = typer.Option(0.01, "--tolerance", help="stop when the bracket is this share of the rate"),
-    sets: Set = None,
-    num_requests: NumRequests = None,
-    seed: Seed = None,
     workers: Optional[int] = typer.Option(None, "--workers", help="simulations side by side (default: one per CPU)"),
     json_out: JsonOut = None,
+    *, flags: dict[str, Any],
 ) -> None:
     from tokenpath.forked import available_cpus
     from tokenpath.whatif.capacity import parse_slo, scenario_slo, search
@@ -87,7 +86,7 @@ def capacity(
     targets = parse_slo(slo) if slo is not None else None
     if json_out is not None:
         files.check_writable(json_out, "--json")
-    table, source, base_dir = scenario_table(scenario, sets, dict(num_requests=num_requests, seed=seed))
+    table, source, base_dir = scenario_table(scenario, flags)
     base = Base(table, source, base_dir)
     built = base.scenario()
     if targets is None:

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from tokenpath.cli.app import app, console, scenario_app
+from tokenpath.cli.options import load_with_flags, scenario_flags
 
 
 @scenario_app.command("show", help="Print a scenario, every default filled in, as TOML.\n\nExample:\n\n  tokenpath scenario show typical")
-def scenario_show(name: Optional[str] = typer.Argument(None, help="catalog name or .toml path; default 'typical'")) -> None:
-    from tokenpath.scenario import load_scenario
-
-    sys.stdout.write(load_scenario(name).to_toml())
+@scenario_flags()
+def scenario_show(name: Optional[str] = typer.Argument(None, help="catalog name or .toml path; default 'typical'"),
+                  *, flags: dict[str, Any]) -> None:
+    sys.stdout.write(load_with_flags(name, flags).to_toml())
 
 
 @scenario_app.command("list", help="List the embedded scenarios.\n\nExample:\n\n  tokenpath scenario list")

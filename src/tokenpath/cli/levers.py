@@ -10,7 +10,7 @@ from rich.table import Table
 
 from tokenpath import files
 from tokenpath.cli.app import app, console, err_console, write_json
-from tokenpath.cli.options import JsonOut, NumRequests, RequestRate, Seed, Set, scenario_table
+from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.errors import UserError
 from tokenpath.summary import metric_value
 
@@ -120,6 +120,7 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
 
 @app.command(help="Rank what-ifs of a scenario (wider, closer, more continuous, compute) by the change in an "
                   "objective." + LEVERS_EXAMPLE)
+@scenario_flags()
 def levers(
     scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     objective: Optional[str] = typer.Option(
@@ -128,13 +129,10 @@ def levers(
     use_catalog: bool = typer.Option(True, "--catalog/--no-catalog", help="run the built-in catalog of levers"),
     prices: Optional[str] = typer.Option(None, "--prices", help="chip prices for --objective cost (default: "
                                                                   "the catalog's, with their sources)"),
-    sets: Set = None,
-    request_rate: RequestRate = None,
-    num_requests: NumRequests = None,
-    seed: Seed = None,
     workers: Optional[int] = typer.Option(None, "--workers", help="processes simulating levers side by side "
                                                                   "(default: one per CPU)"),
     json_out: JsonOut = None,
+    *, flags: dict[str, Any],
 ) -> None:
     from tokenpath.whatif.levers import read_levers_file, run_levers
     from tokenpath.whatif.objective import COST, Objective, Prices
@@ -144,15 +142,14 @@ def levers(
         raise UserError(f"--workers: {workers} must be at least 1")
     if json_out is not None:
         files.check_writable(json_out, "--json")
-    table, source, base_dir = scenario_table(scenario, sets, dict(request_rate=request_rate,
-                                                                  num_requests=num_requests, seed=seed))
+    table, source, base_dir = scenario_table(scenario, flags)
     base = Base(table, source, base_dir)
     built = base.scenario()  # every mistake in the scenario or the flags shows before anything runs
     chosen = Objective.parse(objective, Prices.load(prices) if prices or objective == COST else None)
     if chosen.metric == "throughput.goodput_requests_per_s" and all(
             getattr(built.slo, key) is None for key in ("ttft", "ttfv", "tpot", "e2e")):
         raise UserError("--objective goodput: the scenario sets no [slo] target; set one, e.g. --set slo.ttft=2s")
-    extra = read_levers_file(levers_file) if levers_file else []
+    extra = read_levers_file(levers_file, base) if levers_file else []
     if not use_catalog and not extra:
         raise UserError("--no-catalog: then give your own levers with --levers FILE")
 

@@ -1,11 +1,13 @@
-"""The flags that change a scenario (shared by simulate and bench, vLLM bench's names where they exist)
-and their translation into dotted scenario keys; checks of file flags several commands take."""
+"""The flags that change a scenario, the same on every command that takes one (vLLM bench's names where
+they exist), and their translation into dotted scenario keys; checks of file flags several commands take."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
@@ -127,42 +129,120 @@ def scenario_overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
     return out
 
 
-# The workload flags, shared by simulate and bench: vLLM bench's names.
-InputLen = Annotated[Optional[float], typer.Option("--input-len", help="mean input tokens")]
-InputSd = Annotated[Optional[float], typer.Option("--input-sd", help="sd of input tokens (0 = fixed)")]
-OutputLen = Annotated[Optional[float], typer.Option("--output-len", help="mean output tokens")]
-OutputSd = Annotated[Optional[float], typer.Option("--output-sd", help="sd of output tokens (0 = fixed)")]
-InputDist = Annotated[Optional[str], typer.Option(
-    "--input-dist", help="input length distribution: fixed, normal, lognormal, uniform (mean and sd from --input-len "
-                         "and --input-sd) or sharegpt (ShareGPT V3 as benchmark clients sample it)")]
-OutputDist = Annotated[Optional[str], typer.Option(
-    "--output-dist", help="output length distribution, as --input-dist")]
-RequestRate = Annotated[Optional[str], typer.Option("--request-rate", help="requests/s, or 'inf' (all at t=0)")]
-Burstiness = Annotated[Optional[float], typer.Option("--burstiness", help="gamma shape of arrival gaps; 1 = Poisson")]
-MaxConcurrency = Annotated[Optional[int], typer.Option("--max-concurrency", help="cap on outstanding requests")]
-NumRequests = Annotated[Optional[int], typer.Option("--num-requests", help="requests to send")]
-WarmupRequests = Annotated[Optional[int], typer.Option(
-    "--warmup-requests", help="the first requests sent, left out of every metric (scenario default: 0)")]
-Seed = Annotated[Optional[int], typer.Option("--seed", help="random seed")]
-Set = Annotated[Optional[list[str]], typer.Option(
-    "--set", metavar="KEY=VALUE",
-    help="set any scenario key by its dotted path, the value as TOML (a bare word is a string), e.g. "
-         "--set deployment.tp=4 --set delivery.detokenize=async; repeatable; the named flags apply after it")]
+# Every flag that changes a scenario, vLLM bench's names where it has them: each command that takes a
+# scenario takes them all (less the ones `scenario_flags` is told to omit), applied by `scenario_table`.
+def _flag(kind: Any, name: str, help: str, **option: Any) -> Any:
+    return Annotated[Optional[kind], typer.Option(name, help=help, **option)]
+
+
+SCENARIO_FLAGS: dict[str, Any] = {
+    "model": _flag(str, "--model", "catalog model name or path to a HF config.json"),
+    "chip": _flag(str, "--chip", "catalog chip name (see `tokenpath chips`)"),
+    "chips": _flag(int, "--chips", "total chips; chips / (tp * pp) data-parallel replicas"),
+    "tp": _flag(int, "--tp", "tensor-parallel size"),
+    "pp": _flag(int, "--pp", "pipeline-parallel stages"),
+    "fabric": _flag(str, "--fabric", "fabric preset name (see `tokenpath fabric --list`) or topology .toml"),
+    "placement": _flag(str, "--placement", "packed or spread: where each group sits on the fabric"),
+    "precision": _flag(str, "--precision", "weight precision: bf16, fp8 or fp4"),
+    "cuda_graphs": _flag(str, "--cuda-graphs", "steps that replay a CUDA graph: all, decode or none (eager, as "
+                                               "--enforce-eager); default: the scheduler profile's (decode under "
+                                               "prefill-first and vllm-v0, else all)"),
+    "max_num_seqs": _flag(int, "--max-num-seqs", "most sequences in one engine step (scenario default: 1024; 256 "
+                                                 "under vllm-v0)"),
+    "max_num_batched_tokens": _flag(int, "--max-num-batched-tokens", "most tokens in one engine step (scenario "
+                                                                     "default: 8192)"),
+    "chunked_prefill": _flag(bool, "--enable-chunked-prefill/--no-enable-chunked-prefill",
+                             "split long prompts over steps within the token budget (scenario default: on)",
+                             show_default=False),
+    "prefix_caching": _flag(bool, "--enable-prefix-caching/--no-enable-prefix-caching",
+                            "reuse the KV cache of shared prompt prefixes (scenario default: on, as vLLM V1)",
+                            show_default=False),
+    "routing": _flag(str, "--routing", "requests over replicas: round_robin (default), least_outstanding, "
+                                       "least_kv_load, prefix_aware or session_affinity"),
+    "gpu_memory_utilization": _flag(float, "--gpu-memory-utilization", "share of HBM the engine may use (scenario "
+                                                                       "default: 0.9)"),
+    "scheduler": _flag(str, "--scheduler", "engine scheduler profile: vllm-v1 (default), vllm-v0 (vLLM's V0 "
+                                           "engine), prefill-first (SGLang) or trtllm"),
+    "num_scheduler_steps": _flag(int, "--num-scheduler-steps", "vllm-v0 without chunked prefill, or prefill-first: "
+                                                               "decode steps per scheduler call (vLLM V0 multi-step; "
+                                                               "default 1)"),
+    "kv_cache_dtype": _flag(str, "--kv-cache-dtype", "KV-cache precision: auto (the engine's default), bf16, fp8"),
+    "network_rtt": _flag(str, "--network-rtt", "client round trip, e.g. '20 ms' (a bare number is seconds; scenario "
+                                               "default: 20 ms)"),
+    "detokenize": _flag(str, "--detokenize", "inline (blocks the next step) or async (scenario default: inline)"),
+    "input_len": _flag(float, "--input-len", "mean input tokens"),
+    "input_sd": _flag(float, "--input-sd", "sd of input tokens (0 = fixed)"),
+    "input_dist": _flag(str, "--input-dist", "input length distribution: fixed, normal, lognormal, uniform (mean "
+                                             "and sd from --input-len and --input-sd) or sharegpt (ShareGPT V3 as "
+                                             "benchmark clients sample it)"),
+    "output_len": _flag(float, "--output-len", "mean output tokens"),
+    "output_sd": _flag(float, "--output-sd", "sd of output tokens (0 = fixed)"),
+    "output_dist": _flag(str, "--output-dist", "output length distribution, as --input-dist"),
+    "request_rate": _flag(str, "--request-rate", "requests/s, or 'inf' (all at t=0)"),
+    "burstiness": _flag(float, "--burstiness", "gamma shape of arrival gaps; 1 = Poisson"),
+    "max_concurrency": _flag(int, "--max-concurrency", "cap on outstanding requests"),
+    "num_requests": _flag(int, "--num-requests", "requests to send"),
+    "warmup_requests": _flag(int, "--warmup-requests", "the first requests sent, left out of every metric "
+                                                       "(scenario default: 0)"),
+    "seed": _flag(int, "--seed", "random seed"),
+    "sets": _flag(list[str], "--set", "set any scenario key by its dotted path, the value as TOML (a bare word is "
+                                      "a string; a duration without a unit is seconds: write '20 ms'), e.g. "
+                                      "--set deployment.tp=4 --set delivery.detokenize=async; repeatable; the "
+                                      "named flags apply after it", metavar="KEY=VALUE"),
+}
+# The flags of the requests a workload generates: arrivals and prompts, then output lengths.
+ARRIVAL_AND_PROMPT_FLAGS = ("input_len", "input_sd", "input_dist", "request_rate", "burstiness", "max_concurrency",
+                            "num_requests", "warmup_requests")
+WORKLOAD_FLAGS = (*ARRIVAL_AND_PROMPT_FLAGS, "output_len", "output_sd", "output_dist")
+
+
+def scenario_flags(omit: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a typer command the scenario flags (less `omit`: a name the command uses for something else,
+    or a part of the scenario it replaces); it receives them as one dict, `flags`, for `scenario_table`."""
+    shared = {name: kind for name, kind in SCENARIO_FLAGS.items() if name not in omit}
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        own = inspect.signature(command, eval_str=True)
+        assert not shared.keys() & own.parameters.keys(), f"{command.__name__} declares a scenario flag itself"
+
+        @functools.wraps(command)
+        def with_flags(**given: Any) -> Any:
+            flags = {name: given.pop(name) for name in shared}
+            return command(**given, flags=flags)
+
+        parameters = [p for p in own.parameters.values() if p.name != "flags"]
+        parameters += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+                       for name, kind in shared.items()]
+        with_flags.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+        with_flags.__annotations__ = {p.name: p.annotation for p in parameters}
+        return with_flags
+
+    return decorate
+
+
 JsonOut = Annotated[Optional[str], typer.Option("--json", help="write the result schema to PATH, or '-' for stdout")]
 
 
-def scenario_table(scenario_ref: Optional[str], sets: Optional[list[str]], flags: dict[str, Any]):
+def scenario_table(scenario_ref: Optional[str], flags: dict[str, Any]):
     """The raw table of a scenario with its changes applied in order: the file, then `--set`, then the
     named flags (so `--tp 2 --set deployment.tp=4` runs TP=2). Returns (table, source, base_dir)."""
     from tokenpath.overrides import apply_overrides, parse_assignments
     from tokenpath.scenario import read_scenario_table, set_path
 
-    overrides = parse_assignments(sets)
+    named = dict(flags)
+    overrides = parse_assignments(named.pop("sets", None))
     table, source, base_dir = read_scenario_table(scenario_ref)
     apply_overrides(table, overrides)
-    for dotted, value in scenario_overrides(table, **flags).items():
+    for dotted, value in scenario_overrides(table, **named).items():
         set_path(table, dotted, value)
     return table, source, base_dir
+
+
+def load_with_flags(scenario_ref: Optional[str], flags: dict[str, Any]):
+    """The scenario `scenario_ref` names, with the flags applied, built and checked."""
+    from tokenpath.scenario import build_scenario
+
+    return build_scenario(*scenario_table(scenario_ref, flags))
 
 
 def check_tokenizer(path: Optional[str], flag: str) -> None:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from tokenpath import files
 from tokenpath.cli.app import app, err_console
-from tokenpath.cli.options import check_tokenizer
+from tokenpath.cli.options import ARRIVAL_AND_PROMPT_FLAGS, check_tokenizer, load_with_flags, scenario_flags
 from tokenpath.errors import UserError, quoted
 
 
 @app.command(help="Serve an OpenAI-compatible API that streams real text on the scenario's simulated timing."
              "\n\nExample:\n\n  tokenpath serve --port 8000\n\n"
              "  curl -N localhost:8000/v1/completions -d '{\"model\": \"m\", \"prompt\": \"Hi\", \"max_tokens\": 20, \"stream\": true}'")
+@scenario_flags(omit=ARRIVAL_AND_PROMPT_FLAGS)  # its clients send their own prompts, when they like
 def serve(
     scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     host: str = typer.Option("127.0.0.1", help="address to bind; other hosts reach it only if you say so"),
@@ -38,8 +39,8 @@ def serve(
         None, "--max-connections", min=1,
         help="open connections at most (default: the open-file limit less 64); when full, the longest idle "
              "or slowest-to-send one is closed to make room, else the new one gets a 503"),
+    *, flags: dict[str, Any],
 ) -> None:
-    from tokenpath.scenario import load_scenario
     from tokenpath.serve import ServeOptions, make_app
     from tokenpath.serve.app import SERVER, run
     from tokenpath.serve.connections import ConnectionLimits
@@ -52,7 +53,7 @@ def serve(
              "max_connections": max_connections}
     limits = ConnectionLimits(**{key: value for key, value in given.items() if value is not None})
     options = ServeOptions(api_key, served_model_name, tokenizer, send_log, limits=limits, network_delay=network_delay)
-    application = make_app(load_scenario(scenario), options)
+    application = make_app(load_with_flags(scenario, flags), options)
     name = application[SERVER].model_name
     try:
         run(application, host, port,

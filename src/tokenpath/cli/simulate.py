@@ -9,16 +9,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tokenpath import files
 from tokenpath.cli.app import app, console, err_console, write_json
-from tokenpath.cli.options import (Burstiness, InputDist, InputLen, InputSd, JsonOut, MaxConcurrency, NumRequests,
-                                   OutputDist, OutputLen, OutputSd, RequestRate, Seed, Set, WarmupRequests,
-                                   scenario_table)
+from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.cli.report import HtmlOut, PngOut, check_report_outputs, write_report
 from tokenpath.errors import UserError
 
 
 def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any],
-                         show_explain: bool = False, workers: Optional[int] = None,
-                         sets: Optional[list[str]] = None, results: Optional[str] = None,
+                         show_explain: bool = False, workers: Optional[int] = None, results: Optional[str] = None,
                          html_out: Optional[str] = None, png_dir: Optional[str] = None) -> None:
     from tokenpath.report.simulation import describe, result_document
     from tokenpath.pipeline import prepare, simulate
@@ -33,7 +30,7 @@ def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], f
 
         check_results_path(results)
     check_report_outputs(html_out, png_dir)
-    table, source, base_dir = scenario_table(scenario_ref, sets, flags)
+    table, source, base_dir = scenario_table(scenario_ref, flags)
     prepared = prepare(build_scenario(table, source, base_dir))
 
     quiet = json_out == "-"
@@ -102,61 +99,9 @@ Examples:
 
 
 @app.command(help="Simulate a scenario (default: the embedded 'typical') and print where the time goes." + SIMULATE_EXAMPLE)
+@scenario_flags()
 def simulate(
     scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
-    model: Optional[str] = typer.Option(None, help="catalog model name or path to a HF config.json"),
-    chip: Optional[str] = typer.Option(None, help="catalog chip name (see `tokenpath chips`)"),
-    chips: Optional[int] = typer.Option(None, help="total chips; chips / (tp * pp) data-parallel replicas"),
-    tp: Optional[int] = typer.Option(None, help="tensor-parallel size"),
-    pp: Optional[int] = typer.Option(None, help="pipeline-parallel stages"),
-    fabric: Optional[str] = typer.Option(None, help="fabric preset name (see `tokenpath fabric --list`) or topology .toml"),
-    placement: Optional[str] = typer.Option(None, help="packed or spread: where each group sits on the fabric"),
-    precision: Optional[str] = typer.Option(None, help="weight precision: bf16, fp8 or fp4"),
-    cuda_graphs: Optional[str] = typer.Option(
-        None, "--cuda-graphs", help="steps that replay a CUDA graph: all, decode or none (eager, as --enforce-eager); "
-                                       "default: the scheduler profile's (decode under prefill-first and vllm-v0, "
-                                       "else all)"),
-    max_num_seqs: Optional[int] = typer.Option(
-        None, "--max-num-seqs", help="most sequences in one engine step (scenario default: 1024; 256 under "
-                                     "vllm-v0)"),
-    max_num_batched_tokens: Optional[int] = typer.Option(
-        None, "--max-num-batched-tokens", help="most tokens in one engine step (scenario default: 8192)"),
-    chunked_prefill: Optional[bool] = typer.Option(
-        None, "--enable-chunked-prefill/--no-enable-chunked-prefill",
-        help="split long prompts over steps within the token budget (scenario default: on)", show_default=False),
-    prefix_caching: Optional[bool] = typer.Option(
-        None, "--enable-prefix-caching/--no-enable-prefix-caching",
-        help="reuse the KV cache of shared prompt prefixes (scenario default: on, as vLLM V1)", show_default=False),
-    routing: Optional[str] = typer.Option(
-        None, "--routing", help="requests over replicas: round_robin (default), least_outstanding, least_kv_load, "
-                                "prefix_aware or session_affinity"),
-    gpu_memory_utilization: Optional[float] = typer.Option(
-        None, "--gpu-memory-utilization", help="share of HBM the engine may use (scenario default: 0.9)"),
-    scheduler: Optional[str] = typer.Option(
-        None, "--scheduler", help="engine scheduler profile: vllm-v1 (default), vllm-v0 (vLLM's V0 engine), "
-                                  "prefill-first (SGLang) or trtllm"),
-    num_scheduler_steps: Optional[int] = typer.Option(
-        None, "--num-scheduler-steps", help="vllm-v0 without chunked prefill, or prefill-first: decode steps per "
-                                            "scheduler call (vLLM V0 multi-step; default 1)"),
-    kv_cache_dtype: Optional[str] = typer.Option(
-        None, "--kv-cache-dtype", help="KV-cache precision: auto (the engine's default), bf16, fp8"),
-    network_rtt: Optional[str] = typer.Option(
-        None, "--network-rtt", help="client round trip, with a unit: '20 ms' (scenario default: 20 ms)"),
-    detokenize: Optional[str] = typer.Option(
-        None, "--detokenize", help="inline (blocks the next step) or async (scenario default: inline)"),
-    input_len: InputLen = None,
-    input_sd: InputSd = None,
-    input_dist: InputDist = None,
-    output_len: OutputLen = None,
-    output_sd: OutputSd = None,
-    output_dist: OutputDist = None,
-    request_rate: RequestRate = None,
-    burstiness: Burstiness = None,
-    max_concurrency: MaxConcurrency = None,
-    num_requests: NumRequests = None,
-    warmup_requests: WarmupRequests = None,
-    seed: Seed = None,
-    sets: Set = None,
     json_out: JsonOut = None,
     show_explain: bool = typer.Option(False, "--explain", help="also show the per-op roofline of one steady-state step"),
     results: Optional[str] = typer.Option(
@@ -166,12 +111,9 @@ def simulate(
     workers: Optional[int] = typer.Option(
         None, help="processes simulating data-parallel replicas side by side (default: one per CPU for "
                           "runs of 20,000 requests or more; load- and cache-aware routing simulates every replica in one); the result does not depend on it"),
+    *, flags: dict[str, Any],
 ) -> None:
-    flags = dict(locals())
-    for not_a_scenario_flag in ("scenario", "json_out", "show_explain", "workers", "sets", "results", "html_out",
-                                "png_dir"):
-        flags.pop(not_a_scenario_flag)
-    _simulate_and_report(scenario, json_out, flags, show_explain, workers, sets, results, html_out, png_dir)
+    _simulate_and_report(scenario, json_out, flags, show_explain, workers, results, html_out, png_dir)
 
 
 @app.command(help="Simulate the embedded default scenario ('typical').\n\nExample:\n\n  tokenpath run --json result.json")

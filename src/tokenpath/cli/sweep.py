@@ -19,15 +19,10 @@ SWEEP_EXAMPLE = """
 Example spec (sweep.toml):
 
   scenario = "typical"
-
   [overrides]
-
   "workload.num_requests" = 10000
-
   [axes]
-
   "deployment.tp" = [2, 4, 8]
-
   "workload.arrival.rate" = [10, 20, 30]
 
 Examples:

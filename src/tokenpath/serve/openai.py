@@ -96,6 +96,9 @@ def _text_parts(content: Any, where: str) -> str:
 
 # Token ids are int32 in inference engines (vLLM, TensorRT-LLM): anything outside 0..2^31-1 is no token.
 MAX_TOKEN_ID = 2**31 - 1
+# The roles of OpenAI's chat messages (platform.openai.com/docs/api-reference/chat/create; function:
+# deprecated, still accepted there).
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # Tokens a chat template adds around each message (role markers and separators): a small constant,
 # as for Llama-3 and Mistral templates.
 CHAT_TOKENS_PER_MESSAGE = 4
@@ -136,6 +139,9 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
         for j, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise ApiError(400, f"messages[{j}] must be an object with a 'role'", f"messages[{j}]")
+            if message["role"] not in ROLES:
+                raise ApiError(400, f"messages[{j}].role: {quoted(message['role'])} is not a role; use one of "
+                                    f"{', '.join(ROLES)}", f"messages[{j}].role")
             prompt_tokens += CHAT_TOKENS_PER_MESSAGE + count_tokens(_text_parts(message.get("content"), f"messages[{j}].content"))
     max_tokens = _int(body, "max_completion_tokens", 1) if endpoint == "chat" else None
     if max_tokens is None:
@@ -146,7 +152,7 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object", "stream_options")
-    stop = body.get("stop") or []
+    stop = [] if body.get("stop") is None else body["stop"]
     if isinstance(stop, str):
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > MAX_STOPS:

@@ -19,6 +19,7 @@ from tokenpath.whatif.objective import RESOLUTION_SHARE, Objective
 from tokenpath.whatif.run import Base, Outcome, simulate_many
 
 SCHEMA = "tokenpath.levers/1"
+NAME_CHARS = 60  # of a lever's name in an error line
 
 
 class _UserLever(BaseModel):
@@ -34,8 +35,10 @@ class _UserLever(BaseModel):
         return flatten(value)
 
 
-def read_levers_file(path: str) -> list[Lever]:
-    """A user's `[[levers]]` (name, group, overrides); unknown keys, in a lever or its overrides, are errors."""
+def read_levers_file(path: str, base: Base) -> list[Lever]:
+    """A user's `[[levers]]` (name, group, overrides), each checked against the scenario `base`: an unknown
+    key (in a lever or its overrides), a value the scenario refuses and a name given twice are errors.
+    A lever the scenario accepts but cannot run (a split that does not divide) is listed as not applicable."""
     files.check_path(path, "--levers")
     where = files.shown(path)
     table = files.parse_toml(files.read_text(path, "levers file"), where)
@@ -43,18 +46,28 @@ def read_levers_file(path: str) -> list[Lever]:
     if set(table) != {"levers"} or not isinstance(rows, list) or not rows:
         raise UserError(f"{where}: a levers file holds [[levers]] tables only (name, group, overrides), "
                         f"e.g. [[levers]] name = \"TP4\" overrides = {{ \"deployment.tp\" = 4 }}")
-    parsed = []
+    levers: list[Lever] = []
+    numbers: dict[str, int] = {}  # of the levers by name
     for number, row in enumerate(rows, 1):
         name = row.get("name") if isinstance(row, dict) else None
-        source = f"{where}: lever {number}" + (f" ({name})" if isinstance(name, str) else "")
+        source = f"{where}: lever {number}" + (f" ({_clip(name)})" if isinstance(name, str) else "")
         try:
             lever = _UserLever.model_validate(row)
         except ValidationError as error:
             raise UserError(explain(error, source, _UserLever)) from None
+        if lever.name in numbers:
+            raise UserError(f"{source}: lever {numbers[lever.name]} has this name too; give each lever its own name")
         for dotted in lever.overrides:
             check_key(dotted, flag=f"{source}:")
-        parsed.append(lever)
-    return [Lever(lever.name, lever.group, lever.overrides) for lever in parsed]
+        Base(base.table, source, base.base_dir).scenario(lever.overrides)  # a refused value: its key and why
+        numbers[lever.name] = number
+        levers.append(Lever(lever.name, lever.group, lever.overrides))
+    return levers
+
+
+def _clip(name: str) -> str:
+    """A lever's name as an error line shows it: at most NAME_CHARS characters."""
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS] + "..."
 
 
 def _change(objective: Objective, base: Outcome, outcome: Outcome, base_value: float) -> dict[str, Any]:
