@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION
 from tokenpath.run import Run
 from tokenpath.summary import (
     LAYERS,
