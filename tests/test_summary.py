@@ -295,5 +295,5 @@ def test_a_simulations_summary_carries_the_scenario_as_it_ran(monkeypatch, capsy
     assert resolved["delivery"]["detokenize"] == "async"
     assert resolved["delivery"]["network_rtt_s"] == pytest.approx(0.05)
     assert resolved["delivery"]["stream_interval_tokens"] == 1
-    assert 0 < resolved["delivery"]["invisible_token_fraction"] < 1
+    assert resolved["delivery"]["invisible_token_fraction"] == INVISIBLE_TOKEN_FRACTION
     assert resolved["workload"]["requests"] == 40
