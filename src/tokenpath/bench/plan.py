@@ -149,7 +149,7 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
                                    else int((requests.prefixes.tokens > 0).sum())),
         "sessions": None if requests.sessions is None else int(len(np.unique(requests.sessions.session))),
         "timeouts_s": {"connect": plan.connect_timeout_s, "stall": plan.stall_timeout_s,
-                       "request": plan.request_timeout_s},
+                       "request": plan.request_timeout_s, "run": plan.run_timeout_s},
         "max_event_bytes": plan.max_event_bytes,
         "timestamps": "kernel" if plan.kernel_timestamps and KERNEL_TIMESTAMPS and plan.url.startswith("http:") else "event loop",
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -130,6 +130,7 @@ def calibrate_engine(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
 ) -> None:
     import os
+    import time
     from pathlib import Path
 
     from rich.table import Table
@@ -165,21 +166,20 @@ def calibrate_engine(
                 raise UserError(f"--api-key-env: the environment variable {quoted(api_key_env)} is not set or empty")
         target = Target(base_url, model, endpoint, api_key)  # type: ignore[arg-type]
         budget_s = _budget_s(budget)
-        preflight(target, 10.0)
+        start = time.monotonic()  # the budget holds from here: the preflight and every phase share it
+        preflight(target, min(10.0, budget_s))
         folder = Path(out).with_suffix("").with_name(Path(out).stem + "-probe")
         progress = Progress(TextColumn("probing {task.description}"), BarColumn(), TimeElapsedColumn(),
                             TextColumn("of {task.fields[budget]:.0f} s"), console=err_console, transient=True)
         with progress:
             task = progress.add_task("", total=budget_s, budget=budget_s)
-            import time
-
-            start = time.monotonic()
 
             def advance(phase: str, done: int, failed: int) -> None:
                 progress.update(task, description=phase, completed=min(budget_s, time.monotonic() - start))
 
             measured, skipped = run_probe(
-                table, source, base_dir, target, folder, budget_s, load_model(loaded.model_source()).max_context,
+                table, source, base_dir, target, folder, budget_s - (time.monotonic() - start),
+                load_model(loaded.model_source()).max_context,
                 _whole_numbers(prompt_lens, "--prompt-lens", "128 512 2048"),
                 _whole_numbers(concurrencies, "--concurrencies", "1 4 16 64"), output_len, tokenizer, advance)
         server = {"base_url": base_url, "model": model, "endpoint": endpoint, "probe_results": str(folder)}
