@@ -283,3 +283,24 @@ def test_a_server_that_is_not_openai_compatible_fails_at_once_saying_what_it_ans
     # the model list, then the first phase's warm-up and singles: not the rest of a 10-minute budget
     assert sent <= 1 + WARMUP_REQUESTS + SINGLES_PER_LENGTH
     assert not (tmp_path / "c.toml").exists()
+
+
+def test_a_round_trip_longer_than_the_measured_ttft_is_named_with_its_flag(loop, monkeypatch, capsys):
+    """The probe's server is on loopback: a scenario's 100 ms round trip alone is longer than the TTFT
+    it measured, which no fitted assumption can make up for; with --network-rtt 0 nothing is said."""
+    from tokenpath.calibrate.probe import measured_from_results
+    from tokenpath.units import format_duration
+
+    folder, calibration, _ = loop
+    single = next(p["results"] for p in calibration["probe"] if p["phase"] == "single-512")
+    measured = measured_from_results(single)
+    argv = ["calibrate", "engine", str(folder / "scenario.toml"), "--from", single, "--out", str(folder / "rtt.toml")]
+    code, out, err = run_cli([*argv, "--network-rtt", "100 ms"], monkeypatch, capsys)
+    assert code == 0, err
+    warning = " ".join(err.split())
+    assert warning.startswith("warning: the scenario's fixed parts, a 100 ms client round trip (delivery.network_rtt), "
+                              "alone take 100 ms of a TTFT")
+    assert f"where phase single-512 measured {format_duration(measured.ttft_p50_s)}" in warning
+    assert warning.endswith("for a server on this machine give --network-rtt 0")
+    code, out, err = run_cli([*argv, "--network-rtt", "0"], monkeypatch, capsys)
+    assert code == 0 and "warning" not in err, err

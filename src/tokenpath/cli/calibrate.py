@@ -119,7 +119,8 @@ def calibrate_engine(
     base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000"),
     model: Optional[str] = typer.Option(None, "--model", help="the model name the server serves"),
     out: str = typer.Option("engine-calibration.toml", "--out", help="calibration file to write"),
-    budget: str = typer.Option("5m", "--budget", help="the probe's time budget; it stops itself when spent"),
+    budget: str = typer.Option("5m", "--budget", help="the probe's time budget, its server check and every phase together; "
+                                              "it stops itself when spent (the fit follows)"),
     from_results: Optional[list[str]] = typer.Option(
         None, "--from", help="fit from bench results files already measured instead of probing (repeatable)"),
     prompt_lens: str = typer.Option("128 512 2048", "--prompt-lens", help="prompt lengths of the single requests"),
@@ -128,6 +129,9 @@ def calibrate_engine(
     endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat"),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
+    network_rtt: Optional[str] = typer.Option(
+        None, "--network-rtt", help="the client's round trip to the server, with a unit: '0' for a server on this "
+                                    "machine (scenario default: 20 ms)"),
 ) -> None:
     import os
     import time
@@ -140,10 +144,12 @@ def calibrate_engine(
     from tokenpath.calibrate.fit import fit_engine
     from tokenpath.calibrate.probe import measured_from_results, run_probe
     from tokenpath.compute.model import load_model
-    from tokenpath.scenario import build_scenario, read_scenario_table
+    from tokenpath.scenario import build_scenario, read_scenario_table, set_path
 
     files.check_writable(out, "--out")
     table, source, base_dir = read_scenario_table(scenario)
+    if network_rtt is not None:
+        set_path(table, "delivery.network_rtt", network_rtt)
     loaded = build_scenario(table, source, base_dir)
     if from_results:
         for path in from_results:
@@ -183,7 +189,10 @@ def calibrate_engine(
                 _whole_numbers(prompt_lens, "--prompt-lens", "128 512 2048"),
                 _whole_numbers(concurrencies, "--concurrencies", "1 4 16 64"), output_len, tokenizer, advance)
         server = {"base_url": base_url, "model": model, "endpoint": endpoint, "probe_results": str(folder)}
+        probe_s = time.monotonic() - start
+    fit_start = time.monotonic()
     fit = fit_engine(loaded, measured)
+    fit_s = time.monotonic() - fit_start
     write_calibration(out, calibration_document(fit, measured, skipped, loaded, server))
 
     result = Table(title=f"fitted to {len(measured)} phases: error {fit.rms_before:.1%} -> {fit.rms_after:.1%} (rms of log)")
@@ -193,6 +202,10 @@ def calibrate_engine(
         result.add_row(name, format_value(name, fit.start[name]), format_value(name, fit.values[name]),
                        format_value(name, fit.uncertainty[name]))
     console.print(result)
+    for line in fit.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False, soft_wrap=True)
     if skipped:
         console.print(f"budget spent: skipped {', '.join(skipped)}")
+    if not from_results:
+        console.print(f"probed for {probe_s:.0f} s of the {budget_s:.0f} s budget, fitted in {fit_s:.0f} s", highlight=False)
     console.print(f"wrote {out}; use it with \\[assumptions] calibration = {out!r} in a scenario")
