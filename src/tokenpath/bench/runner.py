@@ -325,7 +325,8 @@ class Worker:
                 elif total_ns is not None and now - exchange.sent_ns > total_ns:
                     exchange.fail(TIMEOUT, f"not finished within {self.plan.request_timeout_s:g} s", now)
                 elif self.deadline_ns is not None and now > self.deadline_ns:
-                    exchange.fail(TIMEOUT, f"not finished within the run's time limit of {self.plan.run_timeout_s:g} s", now)
+                    exchange.fail(TIMEOUT, f"not finished within the run's time limit of "
+                                           f"{self.plan.run_timeout_s:g} s", now)
 
     async def run(self) -> bool:
         """Send every request on schedule and wait for them; True if interrupted."""

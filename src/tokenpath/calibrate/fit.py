@@ -14,11 +14,12 @@ with the lengths the server saw) under candidate assumption values; the residual
    the rest again.
 
 Each value's uncertainty (one sigma) comes from the Jacobian at the solution, with the residuals' own
-scale, at least NOISE_FLOOR. Where the parts of a TTFT no fitted assumption changes (the client's
-network, the front end when it is not fitted) already take as long as a phase's measured TTFT, the fit
-cannot reproduce that phase, and `Fit.warnings` says which part and what sets it. Where two assumptions trade off (a step's fixed host time against the HBM
+scale, at least NOISE_FLOOR. Where two assumptions trade off (a step's fixed host time against the HBM
 efficiency of its weight streaming, for a small model at small batches), the probe cannot tell which
-it is; either predicts the probe's loads alike, and the file says which were left out and why.
+it is; either predicts the probe's loads alike, and the file says which were left out and why. Where
+the parts of a TTFT no fitted assumption changes (the client's network, the front end when it is not
+fitted) already take as long as a phase's measured TTFT, the fit cannot reproduce that phase, and
+`Fit.warnings` says which part and what sets it.
 """
 
 from __future__ import annotations
@@ -223,8 +224,9 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
     frontend_s = 0.0 if "frontend_per_request_s" in fitted else delivery.frontend_per_request
     reached = []  # (floor / measured, floor, phase)
     for m in measured:
-        request_bytes = delivery.request_overhead_bytes + delivery.bytes_per_token * float(m.requests.input_tokens.mean())
-        floor_s = (last_mile.network_ns(request_bytes) + last_mile.event_network_ns(1)) / 1e9 + frontend_s
+        prompt_bytes = delivery.bytes_per_token * float(m.requests.input_tokens.mean())
+        network_ns = last_mile.network_ns(delivery.request_overhead_bytes + prompt_bytes) + last_mile.event_network_ns(1)
+        floor_s = network_ns / 1e9 + frontend_s
         if 0 < m.ttft_p50_s <= floor_s:
             reached.append((floor_s / m.ttft_p50_s, floor_s, m))
     if not reached:
@@ -233,9 +235,9 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
     parts = f"a {format_duration(delivery.network_rtt)} client round trip (delivery.network_rtt)"
     if frontend_s:
         parts += f" and a {format_duration(frontend_s)} front end (delivery.frontend_per_request)"
-    return [f"the scenario's fixed parts, {parts}, alone take {format_duration(worst_floor_s)} of a TTFT, where phase {worst.name} "
-            f"measured {format_duration(worst.ttft_p50_s)}: no fitted assumption can make up for it; for a server "
-            "on this machine give --network-rtt 0"]
+    return [f"the scenario's fixed parts, {parts}, alone take {format_duration(worst_floor_s)} of a TTFT, where "
+            f"phase {worst.name} measured {format_duration(worst.ttft_p50_s)}: no fitted assumption can make up for "
+            "it; for a server on this machine give --network-rtt 0"]
 
 
 def _rms(residuals: np.ndarray) -> float:

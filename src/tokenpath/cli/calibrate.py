@@ -119,8 +119,8 @@ def calibrate_engine(
     base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000"),
     model: Optional[str] = typer.Option(None, "--model", help="the model name the server serves"),
     out: str = typer.Option("engine-calibration.toml", "--out", help="calibration file to write"),
-    budget: str = typer.Option("5m", "--budget", help="the probe's time budget, its server check and every phase together; "
-                                              "it stops itself when spent (the fit follows)"),
+    budget: str = typer.Option("5m", "--budget", help="the probe's time budget, its server check and every phase "
+                                                      "together; it stops itself when spent (the fit follows)"),
     from_results: Optional[list[str]] = typer.Option(
         None, "--from", help="fit from bench results files already measured instead of probing (repeatable)"),
     prompt_lens: str = typer.Option("128 512 2048", "--prompt-lens", help="prompt lengths of the single requests"),
@@ -207,5 +207,6 @@ def calibrate_engine(
     if skipped:
         console.print(f"budget spent: skipped {', '.join(skipped)}")
     if not from_results:
-        console.print(f"probed for {probe_s:.0f} s of the {budget_s:.0f} s budget, fitted in {fit_s:.0f} s", highlight=False)
+        console.print(f"probed for {probe_s:.0f} s of the {budget_s:.0f} s budget, fitted in {fit_s:.0f} s",
+                      highlight=False)
     console.print(f"wrote {out}; use it with \\[assumptions] calibration = {out!r} in a scenario")

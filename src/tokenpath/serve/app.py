@@ -46,8 +46,8 @@ JSON_OPEN, JSON_CLOSE = '{"text": "', '"}'
 # go to a worker thread, so that streams keep their pace meanwhile.
 INLINE_PARSE_BYTES = 16 * 2**10
 # aiohttp cancels a handler whose client has gone only when asked: serve runs with this, so that a
-# request whose client left is aborted at once, wherever it waits.
-# A request aiohttp's parser refuses is logged in one line (connections.ParseErrorLog).
+# request whose client left is aborted at once, wherever it waits. A request aiohttp's parser refuses
+# is logged in one line (connections.ParseErrorLog).
 RUN_OPTIONS = {"handler_cancellation": True, "logger": ParseErrorLog(logging.getLogger("aiohttp.server"), {})}
 log = logging.getLogger("tokenpath.serve")
 
