@@ -235,9 +235,9 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
     parts = f"a {format_duration(delivery.network_rtt)} client round trip (delivery.network_rtt)"
     if frontend_s:
         parts += f" and a {format_duration(frontend_s)} front end (delivery.frontend_per_request)"
-    return [f"the scenario's fixed parts, {parts}, alone take {format_duration(worst_floor_s)} of a TTFT, where "
-            f"phase {worst.name} measured {format_duration(worst.ttft_p50_s)}: no fitted assumption can make up for "
-            "it; for a server on this machine give --network-rtt 0"]
+    return [(f"the scenario's fixed parts, {parts}, alone take {format_duration(worst_floor_s)} of a TTFT, where "
+             f"phase {worst.name} measured {format_duration(worst.ttft_p50_s)}: no fitted assumption can make up for "
+             "it; for a server on this machine give --network-rtt 0")]
 
 
 def _rms(residuals: np.ndarray) -> float:
