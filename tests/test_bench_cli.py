@@ -189,3 +189,15 @@ def test_report_on_a_damaged_results_file(server, monkeypatch, capsys, tmp_path)
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_bytes(b"".join(lines[:4]) + b"\x00\xff garbage\n" + b"".join(lines[5:]))
     assert_user_error(*run_cli(["report", str(garbage)], monkeypatch, capsys), f"{garbage}:5: not a JSON line")
+
+
+def test_a_server_that_does_not_answer_in_http_is_one_line(monkeypatch, capsys, tmp_path):
+    from raw_server import RawServer
+
+    monkeypatch.chdir(tmp_path)
+    with RawServer(b"\x00\x01GARBAGE\r\n\r\n") as garbage:
+        line = assert_user_error(*run_cli(["bench", "--base-url", garbage.url, "--model", MODEL, *SMALL],
+                                          monkeypatch, capsys), f"{garbage.url}/v1/models", "not answer in HTTP",
+                                 "GARBAGE", "--base-url")
+    assert "BadStatusLine" in line
+    assert not list(tmp_path.glob("bench-*.jsonl"))

@@ -165,6 +165,20 @@ def test_request_timeout_bounds_a_slow_drip(tmp_path):
     assert [row["error"] for row in result.rows] == ["timeout", "timeout"]
 
 
+def test_the_run_time_limit_ends_the_request_in_flight_and_sends_no_more(tmp_path):
+    """A closed loop of one, each request dripping 2 s: a 0.6 s limit times the first out and records
+    the other two failed, unsent."""
+    with FakeServer("drip", drip_s=0.2) as server:
+        result = run_bench(_scenario(3, rate="inf", output_len=10, **{"workload.max_concurrency": 1}),
+                           Target(server.url, MODEL), str(tmp_path / "r.jsonl"), workers=1,
+                           timeouts={"stall_timeout_s": 5.0, "request_timeout_s": 20.0, "run_timeout_s": 0.6})
+        answered = len(server.received)
+    rows = sorted(result.rows, key=lambda r: r["i"])
+    assert [row["error"] for row in rows] == ["timeout", "skipped", "skipped"]
+    assert "the run's time limit of 0.6 s" in rows[0]["detail"] and rows[1]["detail"].startswith("not sent")
+    assert answered == 1 and result.header["timeouts_s"]["run"] == 0.6
+
+
 def test_two_worker_processes(tmp_path):
     with FakeServer(lambda i: "http500" if i == 5 else "ok") as server:
         result = run_bench(_scenario(12), Target(server.url, MODEL), str(tmp_path / "r.jsonl"), workers=2,

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import tomli_w
@@ -188,8 +189,10 @@ def test_the_probe_stops_itself_when_its_budget_is_spent(tmp_path, monkeypatch):
     sent = []
 
     def fake_bench(scenario, target, path, tokenizer, workers, progress, timeouts):
+        assert timeouts["run_timeout_s"] == timeouts["request_timeout_s"]  # the phase as a whole, too
         sent.append((scenario.workload.num_requests, scenario.workload.max_concurrency, timeouts["request_timeout_s"]))
         now[0] += 10.0
+        return SimpleNamespace(rows=[{"ok": True}])
 
     def fake_measured(path, name):
         one = Requests(np.zeros(1), np.ones(1, np.int64), np.full(1, 2, np.int64))
@@ -225,3 +228,79 @@ def test_a_bad_budget_is_refused(given):
 def test_from_a_missing_results_file_is_one_line(tmp_path, monkeypatch, capsys):
     assert_user_error(*run_cli(["calibrate", "engine", "--from", str(tmp_path / "none.jsonl"),
                                 "--out", str(tmp_path / "c.toml")], monkeypatch, capsys), "none.jsonl")
+
+
+def test_a_phase_the_budget_cut_short_is_skipped_not_an_error(tmp_path, monkeypatch):
+    """Requests that timed out or were never sent because the budget ran out are not the server's fault:
+    the phase is listed as skipped, as the ones after it, and the fit gets what was measured."""
+    import numpy as np
+
+    from tokenpath.calibrate import probe
+    from tokenpath.workload import Requests
+
+    now = [0.0]
+
+    def fake_bench(scenario, target, path, tokenizer, workers, progress, timeouts):
+        now[0] += 10.0
+        if scenario.workload.max_concurrency == 4:
+            return SimpleNamespace(rows=[{"ok": False, "error": "timeout", "i": 0, "detail": "limit"},
+                                         {"ok": False, "error": "skipped", "i": 1, "detail": "not sent"}])
+        return SimpleNamespace(rows=[{"ok": True}])
+
+    def fake_measured(path, name):
+        one = Requests(np.zeros(1), np.ones(1, np.int64), np.full(1, 2, np.int64))
+        return probe.Measured(name, one, np.ones(1, bool), 0.1, 0.01, path)
+
+    monkeypatch.setattr(probe, "run_bench", fake_bench)
+    monkeypatch.setattr(probe, "measured_from_results", fake_measured)
+    monkeypatch.setattr("tokenpath.bench.load_tokenizer", lambda name: None)
+    measured, skipped = probe.run_probe(TABLE, "test", None, Target("http://127.0.0.1:9", MODEL), tmp_path, 30.0,
+                                        131072, (128,), (1, 4, 8), 8, clock=lambda: now[0])
+    assert [m.name for m in measured] == ["single-128", "loop-1"] and skipped == ["loop-4", "loop-8"]
+
+
+NOT_OPENAI = "; check that it is an OpenAI-compatible server of --model 'llama-3.1-8b' at --endpoint completions"
+
+
+@pytest.mark.parametrize("answer, said", [
+    (b"\x00\x01GARBAGE\r\n\r\n", "/v1/models: the server did not answer in HTTP (BadStatusLine"),
+    ("404", "gave no valid answer in phase single-128 (request 0: http_404: no such route)" + NOT_OPENAI),
+    ("json", "gave no valid answer in phase single-128 (request 0: malformed: the server answered application/json"),
+])
+def test_a_server_that_is_not_openai_compatible_fails_at_once_saying_what_it_answered(answer, said, tmp_path,
+                                                                                     monkeypatch, capsys):
+    from raw_server import RawServer, http_response
+
+    from tokenpath.calibrate.probe import SINGLES_PER_LENGTH, WARMUP_REQUESTS
+
+    answer = {"404": http_response("404 Not Found", b"no such route"),
+              "json": http_response("200 OK", b'{"hello": "world"}', "application/json")}.get(answer, answer)
+    with RawServer(answer) as server:
+        assert_user_error(*run_cli(["calibrate", "engine", "--base-url", server.url, "--model", MODEL,
+                                    "--out", str(tmp_path / "c.toml"), "--budget", "10 min"], monkeypatch, capsys),
+                          server.url, said)
+        sent = server.requests
+    # the model list, then the first phase's warm-up and singles: not the rest of a 10-minute budget
+    assert sent <= 1 + WARMUP_REQUESTS + SINGLES_PER_LENGTH
+    assert not (tmp_path / "c.toml").exists()
+
+
+def test_a_round_trip_longer_than_the_measured_ttft_is_named_with_its_flag(loop, monkeypatch, capsys):
+    """The probe's server is on loopback: a scenario's 100 ms round trip alone is longer than the TTFT
+    it measured, which no fitted assumption can make up for; with --network-rtt 0 nothing is said."""
+    from tokenpath.calibrate.probe import measured_from_results
+    from tokenpath.units import format_duration
+
+    folder, calibration, _ = loop
+    single = next(p["results"] for p in calibration["probe"] if p["phase"] == "single-512")
+    measured = measured_from_results(single)
+    argv = ["calibrate", "engine", str(folder / "scenario.toml"), "--from", single, "--out", str(folder / "rtt.toml")]
+    code, out, err = run_cli([*argv, "--network-rtt", "100 ms"], monkeypatch, capsys)
+    assert code == 0, err
+    warning = " ".join(err.split())
+    assert warning.startswith("warning: the scenario's fixed parts, a 100 ms client round trip (delivery.network_rtt), "
+                              "alone take 100 ms of a TTFT")
+    assert f"where phase single-512 measured {format_duration(measured.ttft_p50_s)}" in warning
+    assert warning.endswith("for a server on this machine give --network-rtt 0")
+    code, out, err = run_cli([*argv, "--network-rtt", "0"], monkeypatch, capsys)
+    assert code == 0 and "warning" not in err, err

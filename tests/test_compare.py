@@ -163,3 +163,47 @@ def test_compare_shows_a_measured_overload():
     # Neither side with a load block (older files): no load rows.
     del simulated["load"], measured["load"]
     assert "overloaded" not in {row["metric"] for row in compare(simulated, measured)}
+
+
+@pytest.mark.parametrize("field, value, shown", [
+    (("latency_s", "ttft", "p50"), "12 ms", "'12 ms'"),
+    (("throughput", "requests_per_s"), [5.0], "[5.0]"),
+    (("requests", "failed"), True, "True"),
+    (("continuity", "qoe", "p10"), float("nan"), "nan"),
+])
+def test_report_and_compare_name_a_metric_that_is_not_a_number(field, value, shown, tmp_path, monkeypatch, capsys):
+    """A summary off the schema is bad input: both commands refuse it with the same line, naming the field."""
+    from cli_helpers import assert_user_error, run_cli
+
+    document = _summary(1.0, "bench", True)
+    parent = document
+    for key in field[:-1]:
+        parent = parent[key]
+    parent[field[-1]] = value
+    bad, good = tmp_path / "bad.json", tmp_path / "good.json"
+    bad.write_text(json.dumps(document))
+    good.write_text(json.dumps(_summary(1.0, "simulate", True)))
+    lines = [assert_user_error(*run_cli(argv, monkeypatch, capsys), "bad.json", f"{'.'.join(field)} is {shown}", "not a number")
+             for argv in (["report", str(bad)], ["compare", str(good), str(bad)])]
+    assert lines[0] == lines[1]
+
+
+def test_report_and_compare_show_an_unknown_metric_alike(tmp_path, monkeypatch, capsys):
+    """null (unknown) is '-' in report's table and compare's, with no difference claimed."""
+    from cli_helpers import run_cli
+
+    document = _summary(1.0, "bench", True)
+    document["latency_s"]["ttft"]["p50"] = None
+    document["throughput"]["goodput_requests_per_s"] = None
+    unknown, good = tmp_path / "unknown.json", tmp_path / "good.json"
+    unknown.write_text(json.dumps(document))
+    good.write_text(json.dumps(_summary(1.0, "simulate", True)))
+    code, out, err = run_cli(["report", str(unknown)], monkeypatch, capsys)
+    assert code == 0, err
+    ttft = next(line for line in out.splitlines() if "TTFT" in line).split("│")
+    assert [cell.strip() for cell in ttft[2:4]] == ["1 s", "-"]  # mean, p50
+    assert next(line for line in out.splitlines() if "goodput" in line).split("│")[2].strip() == "-"
+    code, out, err = run_cli(["compare", str(good), str(unknown)], monkeypatch, capsys)
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if "TTFT p50" in line).split("│")
+    assert [cell.strip() for cell in row[2:5]] == ["500 ms", "-", "n/a"]

@@ -205,3 +205,30 @@ def test_out_of_file_descriptors_the_server_still_answers_and_logs_once_per_inte
     assert "Traceback" not in err.decode()
     assert 1 <= sum("accept() failed: Too many open files" in line for line in lines) <= 2, lines[:5]
     assert server.returncode == 0
+
+
+def test_a_malformed_request_is_answered_400_and_logged_in_one_line(caplog):
+    """aiohttp answers what its parser refuses with a 400 and logs a traceback (a bad method: nothing);
+    serve logs one line per such request, naming the client and what was wrong."""
+    caplog.set_level(logging.DEBUG, logger="aiohttp.server")
+    caplog.set_level(logging.WARNING, logger="tokenpath.serve")
+    bad = [b"GARBAGE\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"]
+
+    async def main(port):
+        answers = []
+        for request in bad:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            answers.append(await read_until_closed(reader, 5))
+            writer.close()
+        return answers
+
+    with serving() as url:
+        answers = asyncio.run(main(int(url.rsplit(":", 1)[1])))
+    assert all(answer.startswith(b"HTTP/1.0 400 Bad Request") for answer in answers)
+    assert b"Invalid method" in answers[0] and b"Content-Length" in answers[1]
+    assert not [r for r in caplog.records if r.exc_info or r.name.startswith("aiohttp")]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and all("\n" not in line for line in lines)
+    assert lines[0] == "refused a malformed request from 127.0.0.1 with 400: Invalid method encountered: b'GARBAGE'"
+    assert lines[1].startswith("refused a malformed request from 127.0.0.1 with 400: Invalid character in Content-Length")

@@ -151,3 +151,9 @@ def test_format_number_is_plain_and_close(value):
 def test_formatted_quantities_have_no_exponent(value):
     for text in (format_duration(value), format_bytes(value), format_bandwidth(value)):
         assert "e+" not in text and "e-" not in text
+
+
+@pytest.mark.parametrize("unknown", [None, math.nan])
+def test_an_unknown_quantity_is_a_dash_never_nan(unknown):
+    assert [format_duration(unknown), format_number(unknown), format_bytes(unknown), format_bandwidth(unknown)] == ["-"] * 4
+    assert format_duration(math.inf) == "inf s" and format_number(-math.inf) == "-inf"

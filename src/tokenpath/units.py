@@ -167,13 +167,23 @@ Bandwidth = Annotated[
 ]
 
 
-def format_number(value: float, digits: int = 3) -> str:
+# How a table shows a value that is unknown (None) or not a number (NaN), never as 'nan ns'.
+MISSING = "-"
+
+
+def _missing(value: float | None) -> bool:
+    return value is None or math.isnan(value)
+
+
+def format_number(value: float | None, digits: int = 3) -> str:
     """A number as people write it: `digits` significant digits, never an exponent, thousands
     separated, trailing zeros dropped: 3830.4 -> '3,830', 0.0123456 -> '0.0123', 1e9 -> '1,000,000,000'.
 
     Integer digits are never rounded away (1234567 stays '1,234,567'): a number is shown to at least
-    the unit. Non-finite values print as 'inf', '-inf' and 'nan'.
+    the unit. Infinities print as 'inf' and '-inf'; None and NaN (unknown) as MISSING.
     """
+    if _missing(value):
+        return MISSING
     if not math.isfinite(value):
         return str(float(value))
     if value == 0:
@@ -189,9 +199,12 @@ def format_number(value: float, digits: int = 3) -> str:
     return "0" if text in ("-0", "") else text
 
 
-def _scaled(value: float, units: tuple[tuple[str, float], ...], smallest: str) -> str:
+def _scaled(value: float | None, units: tuple[tuple[str, float], ...], smallest: str) -> str:
     """`value` in the largest unit it reaches (`units` largest first), else in `smallest` (scale 1).
-    The unit is chosen on the value as shown, so 0.9999 s is '1 s', not '1,000 ms'."""
+    The unit is chosen on the value as shown, so 0.9999 s is '1 s', not '1,000 ms'; an unknown value
+    is MISSING."""
+    if _missing(value):
+        return MISSING
     shown = abs(float(f"{value:.3g}"))
     for unit, scale in units:
         if shown >= scale:
@@ -199,18 +212,18 @@ def _scaled(value: float, units: tuple[tuple[str, float], ...], smallest: str) -
     return f"{format_number(value)} {smallest}"
 
 
-def format_duration(seconds: float) -> str:
-    """A duration for people: '812 us', '23.4 ms', '1.25 s', '1,234 s'."""
+def format_duration(seconds: float | None) -> str:
+    """A duration for people: '812 us', '23.4 ms', '1.25 s', '1,234 s'; '-' when unknown."""
     if seconds == 0:
         return "0 s"
-    return _scaled(seconds * 1e9, (("s", 1e9), ("ms", 1e6), ("us", 1e3)), "ns")
+    return _scaled(None if seconds is None else seconds * 1e9, (("s", 1e9), ("ms", 1e6), ("us", 1e3)), "ns")
 
 
-def format_bytes(size_bytes: float) -> str:
+def format_bytes(size_bytes: float | None) -> str:
     """A size for people, binary prefixes: '1.5 GiB', '1,023 MiB'."""
     return _scaled(size_bytes, (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)), "B")
 
 
-def format_bandwidth(bw_Bps: float) -> str:
+def format_bandwidth(bw_Bps: float | None) -> str:
     """A bandwidth for people, decimal prefixes: '900 GB/s'."""
     return _scaled(bw_Bps, (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)), "B/s")

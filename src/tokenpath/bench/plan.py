@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from functools import partial
+import http.client
 import math
 import os
 import urllib.error
@@ -31,7 +32,7 @@ from tokenpath.bench.results import RESULTS_SCHEMA, SLO_KEYS
 from tokenpath.bench.runner import Plan, SessionPlan, auto_workers
 from tokenpath.bench.stream import MAX_EVENT_BYTES
 from tokenpath.bench.tokenizer import Tokenizer
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 from tokenpath.scenario import Scenario
 from tokenpath.workload import Requests, generate
 
@@ -148,7 +149,7 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
                                    else int((requests.prefixes.tokens > 0).sum())),
         "sessions": None if requests.sessions is None else int(len(np.unique(requests.sessions.session))),
         "timeouts_s": {"connect": plan.connect_timeout_s, "stall": plan.stall_timeout_s,
-                       "request": plan.request_timeout_s},
+                       "request": plan.request_timeout_s, "run": plan.run_timeout_s},
         "max_event_bytes": plan.max_event_bytes,
         "timestamps": "kernel" if plan.kernel_timestamps and KERNEL_TIMESTAMPS and plan.url.startswith("http:") else "event loop",
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -196,6 +197,11 @@ def preflight(target: Target, timeout_s: float) -> None:
             raise UserError(f"{models_url}: the server refused the API key (HTTP {error.code}); "
                             "set it with --api-key-env VAR") from None
         return  # no model list on this server: nothing to check
+    except http.client.HTTPException as error:  # bytes that are not an HTTP response (e.g. http to a TLS port)
+        answer = getattr(error, "line", None) or str(error) or error.__class__.__name__
+        raise UserError(f"{models_url}: the server did not answer in HTTP ({error.__class__.__name__}: "
+                        f"{quoted(answer)}); give --base-url the server's HTTP address, e.g. "
+                        "http://127.0.0.1:8000 (https:// for TLS)") from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         reason = getattr(reason, "strerror", None) or str(reason)

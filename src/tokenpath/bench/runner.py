@@ -13,6 +13,9 @@ previous prompt, the server's answer text and the new message (`SessionPlan`); w
 loop serves every other session. A turn after a failed one is not sent: it is recorded as failed,
 "skipped".
 
+A run may have a time limit (`Plan.run_timeout_s`, from its start): a request in flight when it
+passes fails as a timeout, and one not sent by then is recorded as failed, "skipped", unsent.
+
 Ctrl-C (SIGINT) and SIGTERM, in the parent or in a worker, stop sending, record the requests in
 flight as interrupted, and keep everything else; the parent passes the stop on to its workers.
 Workers never outlive their parent: on Linux the kernel sends them SIGTERM when it exits
@@ -86,6 +89,7 @@ class Plan:
     connect_timeout_s: float = 10.0
     stall_timeout_s: float = 60.0
     request_timeout_s: float | None = 600.0
+    run_timeout_s: float | None = None  # the whole run's limit, from its start (see the module's docstring)
     kernel_timestamps: bool = True   # plain http on Linux: the kernel's receive time of each read
     max_event_bytes: int = MAX_EVENT_BYTES  # a larger SSE event fails its request as malformed
     sessions: SessionPlan | None = None
@@ -176,6 +180,7 @@ class Worker:
         self.scheduled_all = False
         self._done: asyncio.Future | None = None
         self._slots: asyncio.Semaphore | None = None
+        self.deadline_ns = None if plan.run_timeout_s is None else t0_ns + int(plan.run_timeout_s * 1e9)
 
     def stop(self, signum: int) -> None:
         """Stop sending and end the requests in flight as interrupted (a signal, or the parent gone)."""
@@ -213,6 +218,11 @@ class Worker:
     async def _send(self, exchange: Exchange, body: bytes) -> None:
         i = exchange.index
         self.active[i] = exchange
+        if self.deadline_ns is not None and perf_counter_ns() >= self.deadline_ns:
+            self.starting.discard(asyncio.current_task())
+            exchange.fail(SKIPPED, f"not sent: the run's time limit of {self.plan.run_timeout_s:g} s had passed",
+                          perf_counter_ns())
+            return
         try:
             connection = await self.pool.acquire()
         except asyncio.TimeoutError:
@@ -298,7 +308,8 @@ class Worker:
     async def _watchdog(self) -> None:
         stall_ns = int(self.plan.stall_timeout_s * 1e9)
         total_ns = None if self.plan.request_timeout_s is None else int(self.plan.request_timeout_s * 1e9)
-        period_s = min(1.0, self.plan.stall_timeout_s / 4, (self.plan.request_timeout_s or 1.0) / 4)
+        period_s = min(1.0, self.plan.stall_timeout_s / 4, (self.plan.request_timeout_s or 1.0) / 4,
+                       (self.plan.run_timeout_s or 1.0) / 4)
         while True:
             await asyncio.sleep(period_s)
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
@@ -313,6 +324,9 @@ class Worker:
                     exchange.fail(STALLED, f"no bytes for {self.plan.stall_timeout_s:g} s after {exchange.events} events", now)
                 elif total_ns is not None and now - exchange.sent_ns > total_ns:
                     exchange.fail(TIMEOUT, f"not finished within {self.plan.request_timeout_s:g} s", now)
+                elif self.deadline_ns is not None and now > self.deadline_ns:
+                    exchange.fail(TIMEOUT, f"not finished within the run's time limit of "
+                                           f"{self.plan.run_timeout_s:g} s", now)
 
     async def run(self) -> bool:
         """Send every request on schedule and wait for them; True if interrupted."""
@@ -332,6 +346,8 @@ class Worker:
                     if self._slots is not None:
                         await self._slots.acquire()
                     delay_ns = t0 + int(scheduled[i]) - perf_counter_ns()
+                    if self.deadline_ns is not None:  # past the limit nothing is sent: no waiting for it
+                        delay_ns = min(delay_ns, self.deadline_ns - perf_counter_ns())
                     if delay_ns > 0:
                         await asyncio.sleep(delay_ns / 1e9)
                     task = loop.create_task(self._start(i, perf_counter_ns()))

@@ -16,7 +16,10 @@ with the lengths the server saw) under candidate assumption values; the residual
 Each value's uncertainty (one sigma) comes from the Jacobian at the solution, with the residuals' own
 scale, at least NOISE_FLOOR. Where two assumptions trade off (a step's fixed host time against the HBM
 efficiency of its weight streaming, for a small model at small batches), the probe cannot tell which
-it is; either predicts the probe's loads alike, and the file says which were left out and why.
+it is; either predicts the probe's loads alike, and the file says which were left out and why. Where
+the parts of a TTFT no fitted assumption changes (the client's network, the front end when it is not
+fitted) already take as long as a phase's measured TTFT, the fit cannot reproduce that phase, and
+`Fit.warnings` says which part and what sets it.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ import numpy as np
 
 from tokenpath.assumptions import lookup
 from tokenpath.calibrate.probe import Measured, medians_s
+from tokenpath.delivery.lastmile import LastMile
 from tokenpath.errors import UserError
 from tokenpath.deployment import build_deployment
 from tokenpath.pipeline import Prepared, simulate
 from tokenpath.scenario import Scenario
+from tokenpath.units import format_duration
 
 # The assumptions an engine probe can see, most preferred first: a server's own overheads (its host
 # time per step, its front end) and its kernels' rate before what is a property of the chip and
@@ -82,6 +87,7 @@ class Fit:
     predicted_before: list[tuple[float, float]]
     predicted_after: list[tuple[float, float]]
     not_fitted: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 class _Model:
@@ -205,7 +211,33 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
         uncertainty={k: _slope(model.start[k], float(x)) * float(s) for k, x, s in zip(names, result.x, sigma)},
         rms_before=_rms(r0), rms_after=_rms(result.fun),
         predicted_before=model.predict({}), predicted_after=model.predict(values), not_fitted=not_fitted,
+        warnings=fixed_part_warnings(scenario, measured, names),
     )
+
+
+def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: list[str]) -> list[str]:
+    """A line on the phase whose measured TTFT the unfitted parts of TTFT come closest to, where they
+    reach it: the client's network (a round trip plus the bytes, lastmile.py) and the front end when it
+    is not fitted. Its usual cause is the default 20 ms round trip against a server on this machine."""
+    delivery = scenario.delivery
+    last_mile = LastMile(delivery)
+    frontend_s = 0.0 if "frontend_per_request_s" in fitted else delivery.frontend_per_request
+    reached = []  # (floor / measured, floor, phase)
+    for m in measured:
+        prompt_bytes = delivery.bytes_per_token * float(m.requests.input_tokens.mean())
+        network_ns = last_mile.network_ns(delivery.request_overhead_bytes + prompt_bytes) + last_mile.event_network_ns(1)
+        floor_s = network_ns / 1e9 + frontend_s
+        if 0 < m.ttft_p50_s <= floor_s:
+            reached.append((floor_s / m.ttft_p50_s, floor_s, m))
+    if not reached:
+        return []
+    _, worst_floor_s, worst = max(reached, key=lambda entry: entry[0])
+    parts = f"a {format_duration(delivery.network_rtt)} client round trip (delivery.network_rtt)"
+    if frontend_s:
+        parts += f" and a {format_duration(frontend_s)} front end (delivery.frontend_per_request)"
+    return [(f"the scenario's fixed parts, {parts}, alone take {format_duration(worst_floor_s)} of a TTFT, where "
+             f"phase {worst.name} measured {format_duration(worst.ttft_p50_s)}: no fitted assumption can make up for "
+             "it; for a server on this machine give --network-rtt 0")]
 
 
 def _rms(residuals: np.ndarray) -> float:

@@ -7,8 +7,10 @@
 
 Each phase's results are a bench results file, so a probe can be fitted again later (`--from`). The
 load is bounded (a fixed number of requests per phase, each capped in length) and the probe stops
-itself when its time budget is spent: a phase in flight gets what remains as its requests' timeout,
-and the phases after it are not run.
+itself when its time budget is spent: a phase in flight gets what remains as its time limit (its
+request in flight then fails, and the ones not yet sent are not sent), and the phases after it are
+not run. A phase that gets no valid answer for any other reason (an error status, a body that is not
+an OpenAI stream) stops the probe at once with what the server answered.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Callable
 import numpy as np
 
 from tokenpath.bench import Target, read_results, run_bench
-from tokenpath.bench.results import build_run
+from tokenpath.bench.results import build_run, failures
+from tokenpath.bench.stream import SKIPPED, TIMEOUT
 from tokenpath.errors import UserError
 from tokenpath.scenario import Scenario, build_scenario, set_path
 from tokenpath.run import Run
@@ -172,12 +175,18 @@ def run_probe(table: dict, source: str, base_dir: Path | None, target: Target, f
         path = folder / f"{phase.name}.jsonl"
         path.unlink(missing_ok=True)  # a results file from an earlier probe is replaced, not appended to
         report = None if progress is None else (lambda done, failed, name=phase.name: progress(name, done, failed))
-        run_bench(scenario, target, str(path), loaded, workers=1, progress=report,
-                  timeouts={"request_timeout_s": max(left_s, 1.0)})
-        try:
-            measured.append(measured_from_results(str(path), phase.name))
-        except UserError:
-            skipped.append(phase.name)  # nothing completed in time
+        limit_s = max(left_s, 1.0)
+        rows = run_bench(scenario, target, str(path), loaded, workers=1, progress=report,
+                         timeouts={"request_timeout_s": limit_s, "run_timeout_s": limit_s}).rows
+        if not any(row["ok"] for row in rows):
+            refused = [row for row in rows if row["error"] not in (TIMEOUT, SKIPPED)]
+            if refused:
+                raise UserError(f"calibrate engine: {target.base_url} gave no valid answer in phase {phase.name} "
+                                f"({failures(refused, 1)[0]}); check that it is an OpenAI-compatible server of "
+                                f"--model {target.model!r} at --endpoint {target.endpoint}")
+            skipped.append(phase.name)  # the budget ran out before an answer completed
+            continue
+        measured.append(measured_from_results(str(path), phase.name))
         if not ramp_added and phase.name.startswith("loop-") and k == len(phases):
             ramp_added = True
             loops = [m for m in measured if m.name.startswith("loop-")]

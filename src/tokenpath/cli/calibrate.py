@@ -120,7 +120,8 @@ def calibrate_engine(
     base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000"),
     model: Optional[str] = typer.Option(None, "--model", help="the model name the server serves"),
     out: str = typer.Option("engine-calibration.toml", "--out", help="calibration file to write"),
-    budget: str = typer.Option("5m", "--budget", help="the probe's time budget; it stops itself when spent"),
+    budget: str = typer.Option("5m", "--budget", help="the probe's time budget, its server check and every phase "
+                                                      "together; it stops itself when spent (the fit follows)"),
     from_results: Optional[list[str]] = typer.Option(
         None, "--from", help="fit from bench results files already measured instead of probing (repeatable)"),
     prompt_lens: str = typer.Option("128 512 2048", "--prompt-lens", help="prompt lengths of the single requests"),
@@ -132,6 +133,7 @@ def calibrate_engine(
     *, flags: dict[str, Any],
 ) -> None:
     import os
+    import time
     from pathlib import Path
 
     from rich.table import Table
@@ -167,25 +169,27 @@ def calibrate_engine(
                 raise UserError(f"--api-key-env: the environment variable {quoted(api_key_env)} is not set or empty")
         target = Target(base_url, model, endpoint, api_key)  # type: ignore[arg-type]
         budget_s = _budget_s(budget)
-        preflight(target, 10.0)
+        start = time.monotonic()  # the budget holds from here: the preflight and every phase share it
+        preflight(target, min(10.0, budget_s))
         folder = Path(out).with_suffix("").with_name(Path(out).stem + "-probe")
         progress = Progress(TextColumn("probing {task.description}"), BarColumn(), TimeElapsedColumn(),
                             TextColumn("of {task.fields[budget]:.0f} s"), console=err_console, transient=True)
         with progress:
             task = progress.add_task("", total=budget_s, budget=budget_s)
-            import time
-
-            start = time.monotonic()
 
             def advance(phase: str, done: int, failed: int) -> None:
                 progress.update(task, description=phase, completed=min(budget_s, time.monotonic() - start))
 
             measured, skipped = run_probe(
-                table, source, base_dir, target, folder, budget_s, load_model(loaded.model_source()).max_context,
+                table, source, base_dir, target, folder, budget_s - (time.monotonic() - start),
+                load_model(loaded.model_source()).max_context,
                 _whole_numbers(prompt_lens, "--prompt-lens", "128 512 2048"),
                 _whole_numbers(concurrencies, "--concurrencies", "1 4 16 64"), output_len, tokenizer, advance)
         server = {"base_url": base_url, "model": model, "endpoint": endpoint, "probe_results": str(folder)}
+        probe_s = time.monotonic() - start
+    fit_start = time.monotonic()
     fit = fit_engine(loaded, measured)
+    fit_s = time.monotonic() - fit_start
     write_calibration(out, calibration_document(fit, measured, skipped, loaded, server))
 
     result = Table(title=f"fitted to {len(measured)} phases: error {fit.rms_before:.1%} -> {fit.rms_after:.1%} (rms of log)")
@@ -195,6 +199,11 @@ def calibrate_engine(
         result.add_row(name, format_value(name, fit.start[name]), format_value(name, fit.values[name]),
                        format_value(name, fit.uncertainty[name]))
     console.print(result)
+    for line in fit.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False, soft_wrap=True)
     if skipped:
         console.print(f"budget spent: skipped {', '.join(skipped)}")
+    if not from_results:
+        console.print(f"probed for {probe_s:.0f} s of the {budget_s:.0f} s budget, fitted in {fit_s:.0f} s",
+                      highlight=False)
     console.print(f"wrote {out}; use it with \\[assumptions] calibration = {out!r} in a scenario")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from tokenpath.errors import UserError
+from tokenpath.errors import UserError, quoted
 from tokenpath.overrides import flatten
 from tokenpath.summary import LAYERS, PERCENTILES, SCHEMA
 from tokenpath.units import format_bandwidth, format_duration, format_number
@@ -39,7 +40,28 @@ def load_summary(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path}: not a JSON summary{hint}") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise UserError(f"{path}: not a {SCHEMA} summary (schema is {document.get('schema') if isinstance(document, dict) else None!r})")
+    check_metrics(document, str(path))
     return document
+
+
+# The parts of a summary that hold its metrics, as report and compare show them.
+_METRIC_KEYS = ("requests", "window_s", "throughput", "latency_s", "attribution_s", "continuity", "prefix_cache")
+
+
+def check_metrics(summary: dict[str, Any], where: str) -> None:
+    """Every metric of a summary is a finite number, or null where it is unknown (a latency of a run
+    where every request failed): a `UserError` naming the first that is not."""
+    def check(value: Any, field: str) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                check(inner, f"{field}.{key}")
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                    or not math.isfinite(value)):
+            raise UserError(f"{where}: {field} is {quoted(value)}, not a number; a summary holds finite numbers "
+                            "(times in seconds), or null where a value is unknown")
+
+    for key in _METRIC_KEYS:
+        check(summary.get(key), key)
 
 
 def relative(a: float | None, b: float | None) -> float | None:

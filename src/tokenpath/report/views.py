@@ -18,6 +18,7 @@ import numpy as np
 
 from tokenpath import files
 from tokenpath.errors import UserError
+from tokenpath.report.compare import check_metrics
 from tokenpath.run import Run
 from tokenpath.summary import SCHEMA as SUMMARY_SCHEMA
 
@@ -135,6 +136,7 @@ def _check_summary(document: Any, path: str) -> dict[str, Any]:
     for key in ("latency_s", "throughput", "requests"):
         if not isinstance(document.get(key), dict):
             raise UserError(f"{files.shown(path)}: the summary has no '{key}' object; the file is damaged")
+    check_metrics(document, files.shown(path))
     return document
 
 

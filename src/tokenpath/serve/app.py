@@ -27,7 +27,7 @@ from tokenpath.delivery.lastmile import LastMile
 from tokenpath.errors import UserError
 from tokenpath.deployment import build_deployment
 from tokenpath.scenario import Scenario
-from tokenpath.serve.connections import ConnectionLimits, Connections, Listener
+from tokenpath.serve.connections import ConnectionLimits, Connections, Listener, ParseErrorLog
 from tokenpath.serve.fields import parse_request
 from tokenpath.serve.live import LiveEngine
 from tokenpath.serve.network import Network
@@ -47,8 +47,9 @@ JSON_OPEN, JSON_CLOSE = '{"text": "', '"}'
 # go to a worker thread, so that streams keep their pace meanwhile.
 INLINE_PARSE_BYTES = 16 * 2**10
 # aiohttp cancels a handler whose client has gone only when asked: serve runs with this, so that a
-# request whose client left is aborted at once, wherever it waits.
-RUN_OPTIONS = {"handler_cancellation": True}
+# request whose client left is aborted at once, wherever it waits. A request aiohttp's parser refuses
+# is logged in one line (connections.ParseErrorLog).
+RUN_OPTIONS = {"handler_cancellation": True, "logger": ParseErrorLog(logging.getLogger("aiohttp.server"), {})}
 log = logging.getLogger("tokenpath.serve")
 
 

@@ -31,8 +31,9 @@ from typing import Any, Callable
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
-from tokenpath.errors import UserError
+from tokenpath.errors import QUOTE_CHARS, UserError
 
 log = logging.getLogger("tokenpath.serve")
 
@@ -136,6 +137,21 @@ class _CountedLog:
             log.warning("%d more in the last %g s: %s", count, self.interval_s, text)
             self.counts[kind] = 0
             asyncio.get_running_loop().call_later(self.interval_s, self._flush, kind)
+
+
+class ParseErrorLog(logging.LoggerAdapter):
+    """aiohttp's server logger, for serve: a request its parser refuses (malformed HTTP, or bytes that are
+    not HTTP) is one warning line, where aiohttp logs a traceback (or, for a bad method, nothing); aiohttp
+    answers it with a 400 as before. Everything else passes to aiohttp's logger unchanged."""
+
+    def log(self, level: int, msg: object, *args: Any, exc_info: Any = None, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            # aiohttp's message quotes the bad line and marks the bad byte with '^' on a line of its own.
+            words = " ".join(line.strip() for line in str(exc_info.message).splitlines() if line.strip(" ^"))
+            log.warning("refused a malformed request from %s with 400: %s", args[0] if args else "a client",
+                        words[:2 * QUOTE_CHARS])
+            return
+        super().log(level, msg, *args, exc_info=exc_info, **kwargs)
 
 
 class Connections:
