@@ -176,6 +176,36 @@ def test_bad_specs_are_one_line_errors(tmp_path, text, message):
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
+def _no_draws(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("ranges drawn")
+
+    monkeypatch.setattr("tokenpath.sweep.spec._range_values", refuse)
+
+
+def test_too_many_samples_are_refused_before_any_is_drawn(tmp_path, monkeypatch):
+    # Drawing first held 1.08 GB for 5,000,000 samples before the count was checked.
+    _no_draws(monkeypatch)
+    path = _spec(tmp_path, 'scenario = "typical"\nsamples = 2000000\n[axes]\n"deployment.tp" = [4, 8]\n'
+                           '"workload.arrival.rate" = {min = 1.0, max = 9.0}')
+    with pytest.raises(UserError) as caught:
+        load_spec(path)
+    assert str(caught.value) == (f"{path}: samples = 2,000,000 with 2 combinations of the listed values makes "
+                                 "4,000,000 points, more than 1,000,000; lower samples")
+
+
+def test_samples_beyond_memory_are_refused_naming_samples(tmp_path, monkeypatch):
+    from tokenpath import memory
+
+    _no_draws(monkeypatch)
+    monkeypatch.setattr(memory, "available_bytes", lambda: memory.GIB)
+    path = _spec(tmp_path, 'scenario = "typical"\nsamples = 100000\n[axes]\n"workload.arrival.rate" = {min = 1.0, max = 9.0}')
+    with pytest.raises(UserError) as caught:
+        load_spec(path)
+    assert str(caught.value) == (f"{path}: samples = 100,000 makes 100,000 points, which need about 1.1 GiB of "
+                                 "memory and this machine has 1.0 GiB available; lower samples")
+
+
 def test_a_point_that_cannot_be_built_stops_the_sweep_with_one_line_naming_it(tmp_path):
     # 12 chips do not split into TP8 replicas: the scenario is valid, its deployment cannot be built
     path = _spec(tmp_path, SPEC.replace("delivery.stream_interval = [1, 4]", '"deployment.chips" = [8, 12]'))
