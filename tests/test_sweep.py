@@ -199,7 +199,8 @@ def test_samples_beyond_memory_are_refused_naming_samples(tmp_path, monkeypatch)
 
     _no_draws(monkeypatch)
     monkeypatch.setattr(memory, "available_bytes", lambda: memory.GIB)
-    path = _spec(tmp_path, 'scenario = "typical"\nsamples = 100000\n[axes]\n"workload.arrival.rate" = {min = 1.0, max = 9.0}')
+    path = _spec(tmp_path, 'scenario = "typical"\nsamples = 100000\n[axes]\n'
+                           '"workload.arrival.rate" = {min = 1.0, max = 9.0}')
     with pytest.raises(UserError) as caught:
         load_spec(path)
     assert str(caught.value) == (f"{path}: samples = 100,000 makes 100,000 points, which need about 1.1 GiB of "

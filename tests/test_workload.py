@@ -456,7 +456,8 @@ def test_a_shared_prefix_too_long_for_the_context_is_refused_before_its_keys_are
         raise AssertionError("shared prefix keys built")
 
     monkeypatch.setattr(importlib.import_module("tokenpath.workload.generate"), "shared_prefixes", refuse)
-    scenario = load_scenario("typical", {"workload.num_requests": 100_000, "workload.shared_prefix.tokens": 100_000_000})
+    scenario = load_scenario("typical", {"workload.num_requests": 100_000,
+                                         "workload.shared_prefix.tokens": 100_000_000})
     with pytest.raises(UserError, match=r"^workload: request \d+ needs 1000\d{5} tokens of context but llama-3.1-70b "
                                         "holds 131072; lower the input/output lengths"):
         prepare(scenario)

@@ -18,7 +18,8 @@ from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_TURNS, SessionSpec, 
 from tokenpath.workload.traces import read_trace
 
 
-def generate(spec: WorkloadSpec, rng: np.random.Generator, check: Callable[[Requests], None] | None = None) -> Requests:
+def generate(spec: WorkloadSpec, rng: np.random.Generator,
+             check: Callable[[Requests], None] | None = None) -> Requests:
     """The requests `spec` describes. Draws input lengths, then output lengths, then arrivals from
     `rng`, always in that order, so one seed gives one result. With a trace, replays its first
     `num_requests` rows in time order and draws nothing.
@@ -122,15 +123,10 @@ def _earlier_in_session(values: np.ndarray, turn: np.ndarray) -> np.ndarray:
     return before - before[np.arange(len(turn)) - turn]
 
 
-def _own_segments(answer_tokens: np.ndarray) -> np.ndarray:
-    """Segments each turn adds to its session's keys: its message, and its answer less the last token."""
-    return 1 + (answer_tokens > 1)
-
-
 def session_segments(rows: Requests) -> int:
     """How many prefix keys `session_prefixes(rows)` holds: each turn names every segment of its
     session so far."""
-    own = _own_segments(rows.output_tokens)
+    own = 1 + (rows.output_tokens > 1)  # each turn adds its message, and its answer less the last token
     return int((_earlier_in_session(own, rows.sessions.turn) + own).sum())
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from tokenpath import memory
 
-# Peak memory (max RSS) of `tokenpath simulate --workers 1` on the typical scenario, less the 0.1 GB
-# the program itself takes, per thing it grows with:
-# - a request: 1M requests 0.89 GB, 200k 0.29 GB (their times, not their tokens'): 0.76 kB;
-# - an output token while every token's time is kept (runs of up to served.KEEP_TOKENS_LIMIT output
-#   tokens): 100k requests of 150 tokens 0.66 GB, 20k 0.18 GB: 5.9 kB a request, 35 B a token beyond it;
-# - a prefix segment: 50k requests in sessions of 1, 100 and 200 turns of 50 + 50 tokens (0.1M, 5.1M and
-#   10.1M segments) 0.26, 0.69 and 1.24 GB: 87 to 110 B a segment.
+# What the peak memory (max RSS) of `tokenpath simulate --workers 1` on the typical scenario grows by,
+# from runs of two or three sizes (rounded up here):
+# - per request: 200k and 1M requests 0.29 and 0.89 GB (their times, not their tokens'): 0.76 kB;
+# - per output token while every token's time is kept (runs of up to served.KEEP_TOKENS_LIMIT output
+#   tokens): 20k and 100k requests of 150 tokens 0.18 and 0.66 GB: 5.9 kB a request, 35 B a token
+#   beyond the request's own;
+# - per prefix segment: 50k requests in sessions of 1, 100 and 200 turns of 50 + 50 tokens (0.1M, 5.1M
+#   and 10.1M segments) 0.26, 0.69 and 1.24 GB: 87 to 110 B a segment.
 REQUEST_BYTES = 1000
 TOKEN_BYTES = 40
 SEGMENT_BYTES = 120
