@@ -259,8 +259,8 @@ def fuzz_folder(tmp_path):
 
 
 def _capped_generate(real):
-    def generate(spec, rng):
-        return real(spec.model_copy(update={"num_requests": min(spec.num_requests, CASE_REQUESTS)}), rng)
+    def generate(spec, rng, **kwargs):
+        return real(spec.model_copy(update={"num_requests": min(spec.num_requests, CASE_REQUESTS)}), rng, **kwargs)
     return generate
 
 

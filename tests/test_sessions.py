@@ -1,15 +1,18 @@
 """Multi-turn sessions: each turn's prompt repeats the conversation so far, sent a think time after
 the previous answer reached the client; the prefix cache finds the history."""
 
+import importlib
+
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from tokenpath.errors import UserError
 from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
 from tokenpath.scenario import load_scenario
 from tokenpath.workload import generate
-from tokenpath.workload.spec import WorkloadSpec
+from tokenpath.workload.spec import SessionSpec, WorkloadSpec
 
 BLOCK = 16  # engine.block_size's default
 
@@ -120,3 +123,63 @@ def test_the_printed_summary_shows_the_hit_rate_the_load_per_replica_and_the_ses
     assert "4 replicas, session-affinity routing" in text
     assert "3 turns each, 1.5 s think time after each answer's last byte" in text
     assert f"the turns of {int(sim.requests.sessions.session[-1]) + 1} sessions" in text
+
+
+def _no_keys(monkeypatch):
+    """Fail the test if a session's prefix keys (n x turns of them) are built."""
+    def refuse(rows):
+        raise AssertionError(f"prefix keys built for {len(rows):,} requests")
+
+    monkeypatch.setattr(importlib.import_module("tokenpath.workload.generate"), "session_prefixes", refuse)
+
+
+def test_sessions_too_long_for_the_context_are_refused_before_their_keys_are_built(monkeypatch):
+    # 1000 turns of about 700 tokens each: the last turns need ~700k tokens of context, the model
+    # holds 131,072. Building the keys first took 23.7 GB for a million requests.
+    from tokenpath.pipeline import prepare
+
+    _no_keys(monkeypatch)
+    scenario = load_scenario("typical", {"workload.sessions.turns": 1000, "workload.num_requests": 1_000_000})
+    with pytest.raises(UserError) as caught:
+        prepare(scenario)
+    message = str(caught.value)
+    assert message.startswith("workload.sessions.turns: request ") and "of its session) needs " in message
+    assert "tokens of context but llama-3.1-70b holds 131072; lower workload.sessions.turns" in message
+
+
+def test_the_context_error_of_a_long_session_is_one_line_from_the_command_line():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "tokenpath", "simulate", "--set", "workload.sessions.turns=1000",
+                           "--set", "workload.num_requests=100000"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "workload.sessions.turns: request 20999 (turn 1000 of its session) needs" in done.stderr
+
+
+def test_sessions_too_large_for_memory_are_refused_naming_turns(monkeypatch):
+    # Short turns fit the context, but 1000 turns of a million requests name 1,001,000,000 segments
+    # (each turn its message and answer and every one before it): 113 GiB.
+    from tokenpath import memory
+
+    _no_keys(monkeypatch)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 * memory.GIB)
+    spec = WorkloadSpec(num_requests=1_000_000, sessions={"turns": 1000}, input={"kind": "fixed", "value": 10},
+                        output={"kind": "fixed", "value": 10})
+    with pytest.raises(UserError) as caught:
+        generate(spec, np.random.default_rng(0))
+    assert str(caught.value) == (
+        "workload.sessions.turns: 1,000,000 requests with 1,001,000,000 prefix segments (each turn names every turn "
+        "before it) need about 113.2 GiB of memory and this machine has 8.0 GiB available; lower "
+        "workload.sessions.turns or workload.num_requests")
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 60), turns=st.integers(1, 8), answer=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_the_segment_count_checked_is_the_number_of_keys_built(n, turns, answer, seed):
+    from tokenpath.workload.generate import session_prefixes, session_rows, session_segments
+
+    rng = np.random.default_rng(seed)
+    rows = session_rows(SessionSpec(turns=turns), np.zeros(n), rng.integers(1, 50, n), rng.integers(1, answer + 1, n),
+                        rng)
+    assert session_segments(rows) == len(session_prefixes(rows).keys)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pyarrow.csv as pacsv
@@ -18,7 +21,7 @@ from tokenpath.report.simulation import result_document
 from tokenpath.scenario import load_scenario
 from tokenpath.sweep.pareto import frontier, parse_objectives
 from tokenpath.sweep.point import flatten_summary
-from tokenpath.sweep.run import run_sweep
+from tokenpath.sweep.run import _in_order, run_sweep
 from tokenpath.sweep.spec import load_spec, point_id
 
 SPEC = """
@@ -173,6 +176,37 @@ def test_bad_specs_are_one_line_errors(tmp_path, text, message):
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
+def _no_draws(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("ranges drawn")
+
+    monkeypatch.setattr("tokenpath.sweep.spec._range_values", refuse)
+
+
+def test_too_many_samples_are_refused_before_any_is_drawn(tmp_path, monkeypatch):
+    # Drawing first held 1.08 GB for 5,000,000 samples before the count was checked.
+    _no_draws(monkeypatch)
+    path = _spec(tmp_path, 'scenario = "typical"\nsamples = 2000000\n[axes]\n"deployment.tp" = [4, 8]\n'
+                           '"workload.arrival.rate" = {min = 1.0, max = 9.0}')
+    with pytest.raises(UserError) as caught:
+        load_spec(path)
+    assert str(caught.value) == (f"{path}: samples = 2,000,000 with 2 combinations of the listed values makes "
+                                 "4,000,000 points, more than 1,000,000; lower samples")
+
+
+def test_samples_beyond_memory_are_refused_naming_samples(tmp_path, monkeypatch):
+    from tokenpath import memory
+
+    _no_draws(monkeypatch)
+    monkeypatch.setattr(memory, "available_bytes", lambda: memory.GIB)
+    path = _spec(tmp_path, 'scenario = "typical"\nsamples = 100000\n[axes]\n'
+                           '"workload.arrival.rate" = {min = 1.0, max = 9.0}')
+    with pytest.raises(UserError) as caught:
+        load_spec(path)
+    assert str(caught.value) == (f"{path}: samples = 100,000 makes 100,000 points, which need about 1.1 GiB of "
+                                 "memory and this machine has 1.0 GiB available; lower samples")
+
+
 def test_a_point_that_cannot_be_built_stops_the_sweep_with_one_line_naming_it(tmp_path):
     # 12 chips do not split into TP8 replicas: the scenario is valid, its deployment cannot be built
     path = _spec(tmp_path, SPEC.replace("delivery.stream_interval = [1, 4]", '"deployment.chips" = [8, 12]'))
@@ -182,6 +216,85 @@ def test_a_point_that_cannot_be_built_stops_the_sweep_with_one_line_naming_it(tm
     assert "point workload.arrival.rate=" in done.stderr and "deployment.chips=12" in done.stderr
     kept = pacsv.read_csv(tmp_path / "o.csv").to_pylist()  # what finished before it is kept
     assert kept and all(row["deployment.chips"] == 8 for row in kept)
+
+
+def test_finished_points_are_taken_in_the_spec_order_then_the_first_error():
+    # Points that finish together come back as a set, whose order is not the spec's (here the reverse):
+    # the rows come in the spec's order, every finished row before the first failure.
+    futures = [Future() for _ in range(6)]
+    done = set(futures)
+    pending = {future: index for index, future in enumerate(reversed(list(done)))}
+    for future, index in pending.items():
+        if index % 2:
+            future.set_exception(UserError(f"point {index} cannot be built"))
+        else:
+            future.set_result({"point": index})
+    rows = []
+    with pytest.raises(UserError, match="^point 1 cannot"):
+        for row in _in_order(done, pending):
+            rows.append(row["point"])
+    assert rows == [0, 2, 4] and not pending
+
+
+def _family(pid: int) -> set[tuple[int, str]]:
+    """The processes descended from `pid`, from /proc: (pid, start time) pairs, so a reused pid is not
+    taken for one of them."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None:
+                children.setdefault(int(stat[1]), []).append((int(entry), stat[19]))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child[0])
+    return found
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command: state, ppid, ... (field 22, the start time, is [19])."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def _running(process: tuple[int, str]) -> bool:
+    stat = _stat(process[0])
+    return stat is not None and stat[19] == process[1] and stat[0] not in "ZX"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="finds processes through /proc")
+def test_a_killed_sweep_leaves_no_process_behind(tmp_path):
+    rates = ", ".join(f"{rate}.0" for rate in range(1, 41))  # 80 points: far from done when killed
+    path = _spec(tmp_path, SPEC.replace("[5.0, 10.0, 20.0]", f"[{rates}]"))
+    sweep = subprocess.Popen([sys.executable, "-m", "tokenpath", "sweep", str(path), "--out", str(tmp_path / "o.csv"),
+                              "--workers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    family: set[tuple[int, str]] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sweep.poll() is None:
+            family |= _family(sweep.pid)
+            workers = [p for p in family if _running(p) and int(_stat(p[0])[1]) != sweep.pid]  # the forkserver's
+            if len(workers) >= 2:
+                break
+            time.sleep(0.05)
+        assert sweep.poll() is None and len(workers) >= 2, "the sweep never had its two workers running"
+        sweep.kill()
+        sweep.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(map(_running, family)):
+            time.sleep(0.05)
+        left = [p for p in family if _running(p)]
+        assert not left, f"{len(left)} of the sweep's {len(family)} processes outlived it"
+    finally:
+        sweep.kill()
+        for pid, started in family:
+            if _running((pid, started)):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_ray_missing_is_a_one_line_error(tmp_path):

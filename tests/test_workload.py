@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import math
 import os
+import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from tokenpath import memory
 from tokenpath.errors import UserError
 from tokenpath.workload import (
     ArrivalSpec,
@@ -433,6 +437,47 @@ def test_generate_from_trace_caps_rows_and_scales_time(tmp_path):
     assert requests == _requests([0.0, 0.5, 1.0], [10, 20, 30], [1, 2, 3])
     assert rng.random() == _rng(8).random()  # a trace draws nothing
     assert len(generate(WorkloadSpec(num_requests=100, trace=trace), rng)) == 4
+
+
+def test_generate_hands_the_drawn_requests_to_check_before_their_prefix_keys():
+    spec = WorkloadSpec(num_requests=40, shared_prefix={"count": 2, "tokens": 1000})
+    seen = []
+    requests = generate(spec, _rng(3), check=seen.append)
+    assert requests == generate(spec, _rng(3)) and requests.prefixes is not None
+    assert seen[0].prefixes is None and seen[0] == replace(requests, prefixes=None)
+
+
+def test_a_shared_prefix_too_long_for_the_context_is_refused_before_its_keys_are_built(monkeypatch):
+    # 100M-token prefixes: 195,313 segments each, 8 bytes a key for 100,000 requests (about 156 GB).
+    from tokenpath.pipeline import prepare
+    from tokenpath.scenario import load_scenario
+
+    def refuse(*args):
+        raise AssertionError("shared prefix keys built")
+
+    monkeypatch.setattr(importlib.import_module("tokenpath.workload.generate"), "shared_prefixes", refuse)
+    scenario = load_scenario("typical", {"workload.num_requests": 100_000,
+                                         "workload.shared_prefix.tokens": 100_000_000})
+    with pytest.raises(UserError, match=r"^workload: request \d+ needs 1000\d{5} tokens of context but llama-3.1-70b "
+                                        "holds 131072; lower the input/output lengths"):
+        prepare(scenario)
+
+
+def test_a_workload_larger_than_memory_is_refused_naming_num_requests(monkeypatch):
+    # 2M requests keep about 1.9 GiB of results (workload/size.py) on a machine with 1 GiB available.
+    monkeypatch.setattr(memory, "available_bytes", lambda: memory.GIB)
+    with pytest.raises(UserError) as caught:
+        generate(WorkloadSpec(num_requests=2_000_000), _rng())
+    assert str(caught.value) == ("workload.num_requests: 2,000,000 requests need about 1.9 GiB of memory and this "
+                                 "machine has 1.0 GiB available; lower workload.num_requests")
+    monkeypatch.setattr(memory, "available_bytes", lambda: None)  # where the platform does not tell: no limit
+    memory.require(2**62, "workload.num_requests: many requests", "lower workload.num_requests")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/meminfo")
+def test_available_memory_is_some_of_the_machines():
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert 0 < memory.available_bytes() <= total
 
 
 def test_fingerprint_inputs(tmp_path):

@@ -106,13 +106,21 @@ def _build_deployment(scenario: Scenario) -> Deployment:
 
 
 def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:
+    """Refuse a workload with a request the deployment cannot serve. It looks only at the lengths (and
+    sessions), so it can run before the prefix keys are built (workload.generate's `check`)."""
     total = requests.input_tokens + requests.output_tokens
     worst = int(np.argmax(total))
     longest = int(total[worst])
+    turn = 0 if requests.sessions is None else int(requests.sessions.turn[worst])
+    if turn:  # a later turn carries every turn before it: fewer turns is the fix to name first
+        where = f"workload.sessions.turns: request {worst} (turn {turn + 1} of its session)"
+        lengths = "workload.sessions.turns or the input/output lengths"
+    else:
+        where, lengths = f"workload: request {worst}", "the input/output lengths"
     if longest > deployment.model.max_context:
         raise UserError(
-            f"workload: request {worst} needs {longest} tokens of context but {deployment.model.name} holds "
-            f"{deployment.model.max_context}; lower the input/output lengths (or their max)"
+            f"{where} needs {longest} tokens of context but {deployment.model.name} holds "
+            f"{deployment.model.max_context}; lower {lengths} (or their max)"
         )
     needed, held = longest, deployment.kv_capacity_tokens
     if scenario.engine.kv_admission == "reserve":  # TensorRT-LLM reserves whole blocks for the whole cache
@@ -120,8 +128,8 @@ def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -
         needed, held = -(-longest // block) * block, held // block * block
     if needed > held:
         raise UserError(
-            f"workload: request {worst} needs {needed} tokens of KV cache but one replica holds "
-            f"{held}; raise --tp, use fp8, or lower the lengths"
+            f"{where} needs {needed} tokens of KV cache but one replica holds "
+            f"{held}; raise --tp, use fp8, or lower {lengths}"
         )
     if not scenario.engine.chunked_prefill:
         # A whole prompt runs in one step; where sequences can be preempted, a recompute of the prompt

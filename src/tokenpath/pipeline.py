@@ -55,8 +55,8 @@ class Prepared:
 def prepare(scenario: Scenario) -> Prepared:
     """Resolve the deployment and draw the workload, checking that every request can be served."""
     deployment = build_deployment(scenario)
-    requests = generate(scenario.resolved_workload(), _rng(scenario, _WORKLOAD_STREAM))
-    check_fits(requests, deployment, scenario)
+    requests = generate(scenario.resolved_workload(), _rng(scenario, _WORKLOAD_STREAM),
+                        check=lambda drawn: check_fits(drawn, deployment, scenario))
     return Prepared(scenario, deployment, requests)
 
 

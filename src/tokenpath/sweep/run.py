@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -33,20 +36,55 @@ def _context() -> multiprocessing.context.BaseContext:
 
 
 def _local(spec: SweepSpec, todo: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+    context = _context()
+    parent_alive, alive = context.Pipe(duplex=False)  # only this process holds `alive`, the writing end
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_exit_with_parent,
+                               initargs=(parent_alive,))
     try:
-        pending = {pool.submit(simulate_point, spec.scenario, spec.overrides, values, spec.fingerprint)
-                   for values in todo}
+        pending = {pool.submit(simulate_point, spec.scenario, spec.overrides, values, spec.fingerprint): index
+                   for index, values in enumerate(todo)}
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                yield future.result()
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            yield from _in_order(done, pending)
     except BrokenProcessPool:
         raise UserError("a worker process died before its point finished (most often the system ran out of "
                         "memory, or Ctrl-C reached it); rerun the same command to run the missing points, with "
                         "fewer --workers if memory is short") from None
     finally:  # stopped (Ctrl-C, or a point's error): start no more points
         pool.shutdown(wait=True, cancel_futures=True)
+        alive.close()
+        parent_alive.close()
+
+
+def _in_order(done: set[Future], pending: dict[Future, int]) -> Iterator[dict[str, Any]]:
+    """The rows of the `done` points (taken out of `pending`, which maps each to its place in the spec),
+    in the spec's order rather than the set's, which varies from run to run; then the first error
+    among them, if any. So the rows kept before a failing point do not depend on which finished first."""
+    finished = sorted(done, key=pending.__getitem__)
+    for future in finished:
+        del pending[future]
+    for future in finished:
+        if future.exception() is None:
+            yield future.result()
+    for future in finished:
+        future.result()
+
+
+def _exit_with_parent(parent_alive: Connection) -> None:
+    """In each worker: exit when the sweep's process dies, however it dies (SIGKILL included), rather
+    than wait idle for work forever. The sweep holds the only writing end of the `parent_alive` pipe;
+    the kernel closes it when the process dies, and the read waiting on it in a thread here ends.
+    (A worker's parent is the forkserver, which outlives the sweep while workers remain, so neither
+    PR_SET_PDEATHSIG nor watching getppid() would tell.)"""
+
+    def watch() -> None:
+        try:
+            parent_alive.recv_bytes()  # nothing is ever sent: this returns only at the end of the pipe
+        except (EOFError, OSError):
+            pass
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _ray(spec: SweepSpec, todo: list[dict[str, Any]], address: str | None) -> Iterator[dict[str, Any]]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Callable
+
 import numpy as np
 
 from tokenpath.errors import UserError
@@ -9,19 +12,27 @@ from tokenpath.workload._files import sha256_file
 from tokenpath.workload.arrivals import arrival_times_s
 from tokenpath.workload.lengths import sample_lengths
 from tokenpath.workload.requests import Requests, Sessions
+from tokenpath.workload.size import require_memory
 from tokenpath.prefixes import SEGMENT_TOKENS, Prefixes
 from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_TURNS, SessionSpec, SharedPrefixSpec, WorkloadSpec
 from tokenpath.workload.traces import read_trace
 
 
-def generate(spec: WorkloadSpec, rng: np.random.Generator) -> Requests:
+def generate(spec: WorkloadSpec, rng: np.random.Generator,
+             check: Callable[[Requests], None] | None = None) -> Requests:
     """The requests `spec` describes. Draws input lengths, then output lengths, then arrivals from
     `rng`, always in that order, so one seed gives one result. With a trace, replays its first
-    `num_requests` rows in time order and draws nothing."""
+    `num_requests` rows in time order and draws nothing.
+
+    Before the prefix keys are built (sessions' keys grow with the square of their turns), `check`,
+    where given, sees the requests drawn (without keys) and may refuse them, and the run's memory is
+    estimated: one too large for this machine is a UserError naming the key to lower."""
     n = spec.num_requests
     if spec.trace is not None:
         requests = read_trace(spec.trace.path, spec.trace.format, time_scale=spec.trace.time_scale)
-        return requests if len(requests) <= n else requests.take(np.arange(n))
+        requests = requests if len(requests) <= n else requests.take(np.arange(n))
+        _check(requests, check, 0 if requests.prefixes is None else len(requests.prefixes.keys))
+        return requests
     input_tokens = sample_lengths(spec.input, n, rng, "workload.input")
     output_tokens = sample_lengths(spec.output, n, rng, "workload.output")
     arrival_s = arrival_times_s(spec.arrival, n, rng)
@@ -31,18 +42,38 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator) -> Requests:
                         f"{days:,.0f} days; at most {MAX_ARRIVAL_SPAN_S / 86400:.0f} days are simulated: "
                         "raise the rate or lower num_requests")
     if spec.sessions is not None:
-        return sessions(spec.sessions, arrival_s, input_tokens, output_tokens, rng)
+        rows = session_rows(spec.sessions, arrival_s, input_tokens, output_tokens, rng)
+        _check(rows, check, session_segments(rows), "workload.sessions.turns", "each turn names every turn before it")
+        return replace(rows, prefixes=session_prefixes(rows))
     if spec.shared_prefix is None:
-        return Requests(arrival_s, input_tokens, output_tokens)
-    prefixes = shared_prefixes(spec.shared_prefix, n, rng)
-    return Requests(arrival_s, input_tokens + prefixes.tokens, output_tokens, prefixes)
+        requests = Requests(arrival_s, input_tokens, output_tokens)
+        _check(requests, check)
+        return requests
+    shared = spec.shared_prefix
+    carries, which = draw_shared_prefixes(shared, n, rng)
+    requests = Requests(arrival_s, input_tokens + np.where(carries, shared.tokens, 0), output_tokens)
+    _check(requests, check, int(carries.sum()) * -(-shared.tokens // SEGMENT_TOKENS), "workload.shared_prefix.tokens",
+           f"one per {SEGMENT_TOKENS} tokens of a shared prefix")
+    return replace(requests, prefixes=shared_prefixes(shared, carries, which))
 
 
-def shared_prefixes(spec: SharedPrefixSpec, n: int, rng: np.random.Generator) -> Prefixes:
-    """Which of `spec.count` shared prompts each of n requests starts with (none for the rest), drawn
-    after everything else so that adding a shared prefix leaves the other draws as they were."""
-    carries = rng.random(n) < spec.fraction
-    which = rng.integers(0, spec.count, n)
+def _check(drawn: Requests, check: Callable[[Requests], None] | None, segments: int = 0,
+           segments_key: str | None = None, segments_are: str = "") -> None:
+    """Refuse `drawn` (its `segments` prefix keys not built yet) when `check` does, or when its run
+    would need more memory than is available (size.py)."""
+    if check is not None:
+        check(drawn)
+    require_memory(len(drawn), int(drawn.output_tokens.sum()), segments, segments_key, segments_are)
+
+
+def draw_shared_prefixes(spec: SharedPrefixSpec, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each of n requests starts with a shared prompt, and which of `spec.count`, drawn after
+    everything else so that adding a shared prefix leaves the other draws as they were."""
+    return rng.random(n) < spec.fraction, rng.integers(0, spec.count, n)
+
+
+def shared_prefixes(spec: SharedPrefixSpec, carries: np.ndarray, which: np.ndarray) -> Prefixes:
+    """The keys of the shared prompts the requests that `carries` start with (`which` of them)."""
     segments = -(-spec.tokens // SEGMENT_TOKENS)
     counts = np.where(carries, segments, 0)
     starts = np.repeat(which[carries] * segments, segments)
@@ -53,13 +84,17 @@ def shared_prefixes(spec: SharedPrefixSpec, n: int, rng: np.random.Generator) ->
 
 def sessions(spec: SessionSpec, start_s: np.ndarray, message_tokens: np.ndarray, answer_tokens: np.ndarray,
              rng: np.random.Generator) -> Requests:
-    """Multi-turn sessions over n requests: session s starts at start_s[s]; its turns take the next rows,
-    each with a new message and an answer of the drawn lengths. Turn counts, then think times, are
-    drawn after everything else (n of each, the most that can be needed).
+    """Multi-turn sessions over n requests (`session_rows`), with their prefix keys."""
+    rows = session_rows(spec, start_s, message_tokens, answer_tokens, rng)
+    return replace(rows, prefixes=session_prefixes(rows))
 
-    Prefix identities: each turn's message and answer (less its last token, whose KV is never
-    computed) is a segment of its own, so turn k's keys name the whole session so far; the next
-    turn's prompt repeats it, and finds it cached."""
+
+def session_rows(spec: SessionSpec, start_s: np.ndarray, message_tokens: np.ndarray, answer_tokens: np.ndarray,
+                 rng: np.random.Generator) -> Requests:
+    """Multi-turn sessions over n requests, without prefix keys: session s starts at start_s[s]; its
+    turns take the next rows, each with a new message and an answer of the drawn lengths, its prompt
+    the history (earlier messages and answers) and the new message. Turn counts, then think times,
+    are drawn after everything else (n of each, the most that can be needed)."""
     n = len(message_tokens)
     if isinstance(spec.turns, int):
         turns = np.full(n, spec.turns, np.int64)
@@ -74,22 +109,41 @@ def sessions(spec: SessionSpec, start_s: np.ndarray, message_tokens: np.ndarray,
     turns = turns[:count].copy()
     turns[-1] -= ends[count - 1] - n
     session = np.repeat(np.arange(count, dtype=np.int64), turns)
-    first_row = np.repeat(np.cumsum(turns) - turns, turns)
-    turn = np.arange(n, dtype=np.int64) - first_row
+    turn = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(turns) - turns, turns)
     think_s = np.where(turn > 0, think_s, 0.0)
-    # Prompt = history (earlier messages and answers) + the new message.
-    spent = np.cumsum(message_tokens + answer_tokens)
-    history = spent - (message_tokens + answer_tokens) - (spent - (message_tokens + answer_tokens))[first_row]
-    prompt = history + message_tokens
-    # Row r's segments: key 2r for its message (ending at its prompt's end), 2r + 1 for its answer.
+    history = _earlier_in_session(message_tokens + answer_tokens, turn)
+    return Requests(start_s[session], (history + message_tokens).astype(np.int64), answer_tokens, None,
+                    Sessions(session, turn, think_s.astype(np.float64)))
+
+
+def _earlier_in_session(values: np.ndarray, turn: np.ndarray) -> np.ndarray:
+    """For each row, the sum of `values` over the earlier turns of its session."""
+    spent = np.cumsum(values)
+    before = spent - values
+    return before - before[np.arange(len(turn)) - turn]
+
+
+def session_segments(rows: Requests) -> int:
+    """How many prefix keys `session_prefixes(rows)` holds: each turn names every segment of its
+    session so far."""
+    own = 1 + (rows.output_tokens > 1)  # each turn adds its message, and its answer less the last token
+    return int((_earlier_in_session(own, rows.sessions.turn) + own).sum())
+
+
+def session_prefixes(rows: Requests) -> Prefixes:
+    """The prefix identities of `session_rows`: each turn's message and answer (less its last token,
+    whose KV is never computed) is a segment of its own, so turn k's keys name the whole session so
+    far; the next turn's prompt repeats it, and finds it cached. Row r's segments: key 2r for its
+    message (ending at its prompt's end), 2r + 1 for its answer."""
+    n = len(rows)
     keys: list[int] = []
     segment_ends: list[int] = []
     counts = np.empty(n, np.int64)
     own_keys: list[int] = []
     own_ends: list[int] = []
-    prompts, answers, turns_list = prompt.tolist(), answer_tokens.tolist(), turn.tolist()
+    prompts, answers, turns = rows.input_tokens.tolist(), rows.output_tokens.tolist(), rows.sessions.turn.tolist()
     for r in range(n):
-        if turns_list[r] == 0:
+        if turns[r] == 0:
             own_keys, own_ends = [], []
         own_keys.append(2 * r)
         own_ends.append(prompts[r])
@@ -99,11 +153,9 @@ def sessions(spec: SessionSpec, start_s: np.ndarray, message_tokens: np.ndarray,
         keys.extend(own_keys)
         segment_ends.extend(own_ends)
         counts[r] = len(own_keys)
-    covered = prompt + answer_tokens - 1
-    prefixes = Prefixes(np.array(keys, np.int64), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-                        covered.astype(np.int64), SEGMENT_TOKENS, np.array(segment_ends, np.int64))
-    return Requests(start_s[session], prompt.astype(np.int64), answer_tokens, prefixes,
-                    Sessions(session, turn, think_s.astype(np.float64)))
+    covered = rows.input_tokens + rows.output_tokens - 1
+    return Prefixes(np.array(keys, np.int64), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                    covered.astype(np.int64), SEGMENT_TOKENS, np.array(segment_ends, np.int64))
 
 
 def fingerprint_inputs(spec: WorkloadSpec) -> dict[str, str]:
