@@ -271,10 +271,11 @@ def test_kv_transfers_queue_for_the_replicas_links():
     dep = build_deployment(pd_scenario(**{"deployment.chips": 24}))  # 1 prefill, 2 decode replicas
     one = round(dep.costs.kv_transfer_s(1000, 0, 1) * 1e9)
     ready = np.array([0, 0, 0, 10 * one])
-    done = kv_transfers(ready, np.full(4, 1000), np.zeros(4, int), np.array([1, 2, 1, 2]), dep.costs, 3)
+    done, busy_ns = kv_transfers(ready, np.full(4, 1000), np.zeros(4, int), np.array([1, 2, 1, 2]), dep.costs, 3)
     # All leave the one prefill replica: the second and third wait for the first, the fourth is late
     # enough to find the links free.
     assert done.tolist() == [one, 2 * one, 3 * one, 11 * one]
+    assert busy_ns.tolist() == [4 * one, 2 * one, 2 * one]  # the prefill replica's links carried all four
 
 
 @pytest.mark.parametrize("value, fragment", [

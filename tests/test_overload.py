@@ -39,12 +39,13 @@ def test_overload_is_admission_queued_ttft_climbing_or_a_growing_backlog():
     assert Load(100.0, 45.0, 40.0).overloaded  # admission queued
     assert Load(float("inf"), 0.0, 40.0).overloaded
     assert Load(100.0, 95.0, 90.0, ttft_trend=2.5).overloaded
-    assert not Load(100.0, 95.0, 90.0, ttft_trend=1.5).overloaded
+    assert Load(100.0, 95.0, 90.0, e2e_trend=2.5).overloaded
+    assert not Load(100.0, 95.0, 90.0, ttft_trend=1.5, e2e_trend=1.5).overloaded
     # After it filled, 1,000 sends met 200 in the system: 800 finished is 20% growth, beyond 15% + 2 x 2%.
-    assert Load(100.0, 95.0, 90.0, 5.0, 1.0, Steady(10.0, 1000, 800, 200)).overloaded
-    assert not Load(100.0, 95.0, 90.0, 5.0, 1.0, Steady(10.0, 1000, 830, 200)).overloaded
+    assert Load(100.0, 95.0, 90.0, 5.0, 1.0, 1.0, Steady(10.0, 1000, 800, 200)).overloaded
+    assert not Load(100.0, 95.0, 90.0, 5.0, 1.0, 1.0, Steady(10.0, 1000, 830, 200)).overloaded
     # The same growth over few sends is within a stable run's noise.
-    assert not Load(100.0, 95.0, 90.0, 5.0, 1.0, Steady(1.0, 100, 80, 200)).overloaded
+    assert not Load(100.0, 95.0, 90.0, 5.0, 1.0, 1.0, Steady(1.0, 100, 80, 200)).overloaded
     assert not Load(34.0, 34.0, 32.7).overloaded
 
 

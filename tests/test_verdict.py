@@ -66,3 +66,16 @@ def test_the_async_worker_is_busy_from_when_both_it_and_a_step_s_ids_are_ready_u
     ready = np.array([0, 10, 12, 30, 40])
     leave = np.array([5, 15, 20, -1, 45])
     assert worker_busy_ns(ready, leave) == 20
+
+
+def test_kv_caches_queueing_for_slow_links_to_the_decode_pool_are_overload_that_names_the_links():
+    # One prefill and one decode replica whose nodes talk over 50 MB/s: every KV cache waits for the
+    # one before it, so E2E grows through the run while TTFT (from the prefill replica) does not.
+    fabric = {"kind": "hierarchy", "nodes": 2, "node": {"kind": "switch", "hosts": 8, "link_bw": "450 GB/s"},
+              "network": {"kind": "switch", "hosts": 16, "link_bw": "50 MB/s"}}
+    document, reason = _verdict(**{"workload.num_requests": 300, "deployment.chips": 16,
+                                   "deployment.prefill_replicas": 1, "deployment.fabric": fabric})
+    load = document["load"]
+    assert load["overloaded"] is True and load["e2e_trend"] > 2 and load["ttft_trend"] < 2
+    assert document["bottleneck"] == "traffic"
+    assert "the KV-transfer port of the busiest replica is busy" in reason

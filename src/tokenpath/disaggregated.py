@@ -38,13 +38,14 @@ class _Proxy:
 
 def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests: Requests, scheduled_ns: np.ndarray,
                            visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None,
-                           progress: Callable[[int], None] | None) -> tuple[Run, list[EngineTrace]]:
+                           progress: Callable[[int], None] | None) -> tuple[Run, list[EngineTrace], np.ndarray]:
     """Prefill replicas make each request's KV cache and first token; the KV crosses the fabric to a
     decode replica, which makes the remaining tokens with the prompt (and the first token) cached.
 
     Requests go round-robin to the prefill replicas, and round-robin again to the decode replicas.
     The client's stream carries the first token from the prefill replica and the rest from the decode
     replica, each through the last mile. The KV transfer, waiting for its links included, is traffic.
+    Returns the run, the engines' traces and how long each replica's links were busy with KV caches.
     """
     n = len(requests)
     prefills = scenario.deployment.prefill_replicas
@@ -79,8 +80,8 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     decode_of = prefills + np.arange(n) % decodes
     moving = np.flatnonzero(outputs > 1)
     decode_arrival = first_end.copy()
-    decode_arrival[moving] = kv_transfers(first_end[moving], inputs[moving], prefill_of[moving], decode_of[moving],
-                                           costs, deployment.replicas)
+    decode_arrival[moving], link_busy_ns = kv_transfers(first_end[moving], inputs[moving], prefill_of[moving],
+                                                                decode_of[moving], costs, deployment.replicas)
     transfer = decode_arrival - first_end
     last_end = first_end.copy()
     rest_leave = np.zeros(int(outputs.sum()) - n, np.int64)
@@ -116,12 +117,13 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
                         scenario.continuity.spec())
     # A request's replica is the one that made its last token: its decode replica, unless it had one token.
     part["replica"] = np.where(outputs > 1, decode_of, prefill_of)
-    return merge_parts([part], [np.arange(n)], n, itl), traces
+    return merge_parts([part], [np.arange(n)], n, itl), traces, link_busy_ns
 
 
 def kv_transfers(ready_ns: np.ndarray, prompt_tokens: np.ndarray, src: np.ndarray, dst: np.ndarray,
-                  costs: GroupStepCosts, replicas: int) -> np.ndarray:
-    """When each request's KV cache has reached its decode replica.
+                  costs: GroupStepCosts, replicas: int) -> tuple[np.ndarray, np.ndarray]:
+    """When each request's KV cache has reached its decode replica, and how long each replica's links
+    were busy moving KV caches.
 
     Transfers start when the prefill is done, in that order, and queue first come first served for
     the sending replica's links and the receiving replica's: one transfer at a time leaves a prefill
@@ -129,9 +131,13 @@ def kv_transfers(ready_ns: np.ndarray, prompt_tokens: np.ndarray, src: np.ndarra
     between transfers of different replica pairs.
     """
     done = np.empty(len(ready_ns), np.int64)
+    busy_ns = np.zeros(replicas, np.int64)
     free_ns = [0] * replicas  # when each replica's links are next free
     for i in np.argsort(ready_ns, kind="stable").tolist():
         s, d = int(src[i]), int(dst[i])
         start = max(int(ready_ns[i]), free_ns[s], free_ns[d])
-        done[i] = free_ns[s] = free_ns[d] = start + round(costs.kv_transfer_s(int(prompt_tokens[i]), s, d) * 1e9)
-    return done
+        took_ns = round(costs.kv_transfer_s(int(prompt_tokens[i]), s, d) * 1e9)
+        done[i] = free_ns[s] = free_ns[d] = start + took_ns
+        busy_ns[s] += took_ns
+        busy_ns[d] += took_ns
+    return done, busy_ns

@@ -41,6 +41,8 @@ class Simulation:
     requests: Requests
     run: Run
     traces: list[EngineTrace]
+    # Disaggregated runs: how long each replica's links were busy moving KV caches (a serial resource).
+    kv_link_busy_ns: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,10 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
     if scenario.deployment.prefill_replicas:
         itl = None if keep_tokens else LogHistogram()
-        run, traces = simulate_disaggregated(scenario, deployment, requests, scheduled_ns, visible, keep_tokens, itl,
-                                             progress)
-        return Simulation(scenario, deployment, requests, replace(run, continuity=scenario.continuity.spec()), traces)
+        run, traces, link_busy_ns = simulate_disaggregated(scenario, deployment, requests, scheduled_ns, visible,
+                                                           keep_tokens, itl, progress)
+        return Simulation(scenario, deployment, requests, replace(run, continuity=scenario.continuity.spec()), traces,
+                          link_busy_ns)
 
     policy = scenario.deployment.routing
     sessions = requests.sessions

@@ -29,6 +29,13 @@ class Resource:
     layer: str          # the attribution part its busy time belongs to
     utilization: float  # busy share of the run's window, per unit (the mean over replicas)
     why: str            # what keeps it busy, in words
+    # True for a resource that serves one item at a time (a worker, a link): busy all the time, it is
+    # saturated. An engine batches: busy all the time, it still serves more with a larger batch.
+    one_at_a_time: bool = True
+
+
+# A one-at-a-time resource busy this share of the time is saturated, and limits before an engine does.
+SATURATED = 0.9
 
 
 @dataclass(frozen=True)
@@ -60,10 +67,12 @@ class Evidence:
 
 
 def capacity_resource(evidence: Evidence) -> Resource:
-    """The busiest serial resource: it limits how many requests per second the deployment serves."""
+    """The serial resource that limits how many requests per second the deployment serves: a saturated
+    one-at-a-time resource (the busiest of them), else the busiest resource."""
     if not evidence.resources:
-        return Resource("engine", "compute", evidence.busy_fraction, "")
-    return max(evidence.resources, key=lambda resource: resource.utilization)
+        return Resource("engine", "compute", evidence.busy_fraction, "", one_at_a_time=False)
+    saturated = [r for r in evidence.resources if r.one_at_a_time and r.utilization >= SATURATED]
+    return max(saturated or evidence.resources, key=lambda resource: resource.utilization)
 
 
 def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str, str]:

@@ -51,10 +51,11 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
 
 
 def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float], window_s: float) -> list[Resource]:
-    """The serial resources each replica's requests share: its engine and, detokenizing async, its worker."""
-    if window_s <= 0:
+    """The serial resources requests share: each engine and, detokenizing async, its worker; with
+    disaggregated pools, each replica's links for KV caches. Each counts at its busiest instance, which
+    saturates first."""
+    if window_s <= 0 or not sim.traces:
         return []
-    engines = max(len(sim.traces), 1)
     part = max(step_mix_s, key=step_mix_s.get)
     if part == "compute":
         why = f"mostly compute at a mean batch of {evidence.mean_batch_seqs:.0f} sequences, {evidence.bound}-bound"
@@ -62,14 +63,20 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
         why = f"mostly fabric traffic: {evidence.traffic_detail}"
     else:
         why = f"mostly the host blocking it ({evidence.detokenize} detokenization)"
-    found = [Resource("engine", part, sum(step_mix_s.values()) / engines / window_s, why)]
+    engine_busy_ns = max(int((t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns).sum()) for t in sim.traces)
+    found = [Resource("busiest engine" if len(sim.traces) > 1 else "engine", part, engine_busy_ns / 1e9 / window_s, why,
+                      one_at_a_time=False)]
     delivery = sim.scenario.resolved_delivery()
     if delivery.detokenize == "async":
-        busy_ns = sum(worker_busy_ns(t.step_start_ns + t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns,
+        busy_ns = max(worker_busy_ns(t.step_start_ns + t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns,
                                      t.step_leave_ns) for t in sim.traces)
         per_token = format_duration(delivery.detokenize_per_token)
-        found.append(Resource("detokenizing worker", "delivery", busy_ns / 1e9 / engines / window_s,
+        found.append(Resource("detokenizing worker", "delivery", busy_ns / 1e9 / window_s,
                               f"async detokenization at {per_token} a token"))
+    if sim.kv_link_busy_ns is not None and len(sim.kv_link_busy_ns):
+        found.append(Resource("KV-transfer port of the busiest replica", "traffic",
+                              float(sim.kv_link_busy_ns.max()) / 1e9 / window_s,
+                              "each request's KV cache from a prefill to a decode replica, one at a time"))
     return found
 
 
