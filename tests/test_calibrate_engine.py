@@ -178,12 +178,25 @@ def test_bad_calibration_input_is_one_line(tmp_path, monkeypatch, capsys):
     assert math.isfinite(load_scenario("typical").resolved_assumptions().value("host_step_s"))
 
 
-def test_the_probe_stops_itself_when_its_budget_is_spent(tmp_path, monkeypatch):
-    """Each phase 'takes' 10 s on a fake clock: a 25 s budget runs three and lists the rest as skipped."""
+def _fake_phases(monkeypatch, fake_bench) -> None:
+    """The probe's phases run `fake_bench` instead of a server, and each measures one request."""
     import numpy as np
 
     from tokenpath.calibrate import probe
     from tokenpath.workload import Requests
+
+    def fake_measured(path, name):
+        one = Requests(np.zeros(1), np.ones(1, np.int64), np.full(1, 2, np.int64))
+        return probe.Measured(name, one, np.ones(1, bool), 0.1, 0.01, path)
+
+    monkeypatch.setattr(probe, "run_bench", fake_bench)
+    monkeypatch.setattr(probe, "measured_from_results", fake_measured)
+    monkeypatch.setattr("tokenpath.bench.load_tokenizer", lambda name: None)
+
+
+def test_the_probe_stops_itself_when_its_budget_is_spent(tmp_path, monkeypatch):
+    """Each phase 'takes' 10 s on a fake clock: a 25 s budget runs three and lists the rest as skipped."""
+    from tokenpath.calibrate import probe
 
     now = [0.0]
     sent = []
@@ -194,13 +207,7 @@ def test_the_probe_stops_itself_when_its_budget_is_spent(tmp_path, monkeypatch):
         now[0] += 10.0
         return SimpleNamespace(rows=[{"ok": True}])
 
-    def fake_measured(path, name):
-        one = Requests(np.zeros(1), np.ones(1, np.int64), np.full(1, 2, np.int64))
-        return probe.Measured(name, one, np.ones(1, bool), 0.1, 0.01, path)
-
-    monkeypatch.setattr(probe, "run_bench", fake_bench)
-    monkeypatch.setattr(probe, "measured_from_results", fake_measured)
-    monkeypatch.setattr("tokenpath.bench.load_tokenizer", lambda name: None)
+    _fake_phases(monkeypatch, fake_bench)
     measured, skipped = probe.run_probe(TABLE, "test", None, Target("http://127.0.0.1:9", MODEL), tmp_path, 25.0,
                                         131072, (128, 512), (1, 4), 8, clock=lambda: now[0])
     assert [m.name for m in measured] == ["single-128", "single-512", "loop-1"]
@@ -233,10 +240,7 @@ def test_from_a_missing_results_file_is_one_line(tmp_path, monkeypatch, capsys):
 def test_a_phase_the_budget_cut_short_is_skipped_not_an_error(tmp_path, monkeypatch):
     """Requests that timed out or were never sent because the budget ran out are not the server's fault:
     the phase is listed as skipped, as the ones after it, and the fit gets what was measured."""
-    import numpy as np
-
     from tokenpath.calibrate import probe
-    from tokenpath.workload import Requests
 
     now = [0.0]
 
@@ -247,13 +251,7 @@ def test_a_phase_the_budget_cut_short_is_skipped_not_an_error(tmp_path, monkeypa
                                          {"ok": False, "error": "skipped", "i": 1, "detail": "not sent"}])
         return SimpleNamespace(rows=[{"ok": True}])
 
-    def fake_measured(path, name):
-        one = Requests(np.zeros(1), np.ones(1, np.int64), np.full(1, 2, np.int64))
-        return probe.Measured(name, one, np.ones(1, bool), 0.1, 0.01, path)
-
-    monkeypatch.setattr(probe, "run_bench", fake_bench)
-    monkeypatch.setattr(probe, "measured_from_results", fake_measured)
-    monkeypatch.setattr("tokenpath.bench.load_tokenizer", lambda name: None)
+    _fake_phases(monkeypatch, fake_bench)
     measured, skipped = probe.run_probe(TABLE, "test", None, Target("http://127.0.0.1:9", MODEL), tmp_path, 30.0,
                                         131072, (128,), (1, 4, 8), 8, clock=lambda: now[0])
     assert [m.name for m in measured] == ["single-128", "loop-1"] and skipped == ["loop-4", "loop-8"]
