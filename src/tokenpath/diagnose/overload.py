@@ -102,8 +102,8 @@ class Load:
         """For a short run, why its verdict is tentative; empty otherwise."""
         if self.confident:
             return ""
-        return (f"a short run: sent over {self.span_e2es:.1f} median E2Es, too few to watch a steady state, so "
-                "overload is judged by admission and latency's trend only")
+        return (f"a short run, sent over {self.span_e2es:.1f} median E2Es: overload judged by admission and "
+                "latency trends only")
 
 
 @dataclass(frozen=True)
