@@ -342,6 +342,9 @@ def test_model_from_a_hugging_face_config_matches_the_catalog_entry(tmp_path, mo
     assert by_config["scenario"]["fingerprint"] != by_name["scenario"]["fingerprint"]
     by_name.pop("scenario")
     by_config.pop("scenario")
+    # The resolved deployment names the model as given: the catalog's name, or the config's folder.
+    assert (by_name["resolved"]["deployment"].pop("model"), by_config["resolved"]["deployment"].pop("model")) \
+        == ("llama-3.1-8b", "Llama-3.1-8B")
     assert by_config == by_name
     assert by_name["requests"]["completed"] == 30
 
