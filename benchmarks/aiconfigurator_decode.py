@@ -28,8 +28,8 @@ from aiconfigurator_stream_bw import CHIPS, default_data
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
 from tokenpath.compute.roofline import ComputeModel
-from tokenpath.deployment import build_deployment
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import load_scenario
 
 MODEL = "llama-3.1-70b"
 TP_SIZES = (2, 4, 8)

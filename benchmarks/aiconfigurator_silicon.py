@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tokenpath.validate_latency import load_latency, predict_row
+from tokenpath.validate.latency import load_latency, predict_row
 
 # silicon_sample.csv's names -> the catalog's
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",

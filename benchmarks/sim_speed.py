@@ -14,9 +14,9 @@ import platform
 import statistics
 import time
 
-from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 
 
 def measure(num_requests: int, repeats: int) -> dict:

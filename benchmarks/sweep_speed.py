@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import tomli_w
 
-from tokenpath.forked import available_cpus
+from tokenpath.sim.forked import available_cpus
 
 
 def main() -> None:

@@ -98,9 +98,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenpath.forked import available_cpus
-from tokenpath.pipeline import prepare, simulate
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.forked import available_cpus
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import prepare, simulate
 from tokenpath.workload import generate, write_trace
 
 VIDUR_MODEL = "meta-llama/Llama-3-8B"  # Vidur's name for the model

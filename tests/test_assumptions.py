@@ -9,14 +9,13 @@ import pkgutil
 import pytest
 
 import tokenpath
-from tokenpath.assumptions import BY_NAME, DELIVERY_FIELDS, REGISTRY, lookup
-from tokenpath.errors import UserError
-from tokenpath.deployment import build_deployment
-from tokenpath.pipeline import simulate
-from tokenpath.report.simulation import assumptions_line, result_document
-from tokenpath.scenario import load_scenario
-
 from cli_helpers import assert_user_error, run_cli
+from tokenpath.config.assumptions import BY_NAME, DELIVERY_FIELDS, REGISTRY, lookup
+from tokenpath.config.errors import UserError
+from tokenpath.report.simulation import assumptions_line, result_document
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 
 SRC = pathlib.Path(tokenpath.__file__).parent
 MODEL_PACKAGES = ("compute", "fabric", "engine", "delivery")
@@ -77,7 +76,7 @@ def test_every_numeric_constant_of_the_model_packages_is_registered_or_excused()
     registered = {f"{a.module}.{a.constant}" for a in REGISTRY}
     found = {f"{m}.{name}" for m in _model_modules() for name in _numeric_constants(m)}
     missing = sorted(found - registered - set(NOT_ASSUMPTIONS))
-    assert not missing, f"register these in tokenpath/assumptions.py (or excuse them here, with why): {missing}"
+    assert not missing, f"register these in tokenpath/config/assumptions.py (or excuse them here, with why): {missing}"
     assert not set(NOT_ASSUMPTIONS) - found, "an excused constant no longer exists: drop it from the list"
     assert registered <= found  # every registry entry names a real constant of a model package
 
@@ -247,12 +246,13 @@ def test_a_delivery_calibration_joins_through_the_assumptions_table(tmp_path):
     assert load_scenario(str(tmp_path / "s.toml"), SMALL).fingerprint() != before
 
 
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st
 
 
 @given(st.floats(min_value=0, max_value=3600, allow_nan=False), st.sampled_from(["s", "ms", "us", "ns"]))
 def test_a_duration_assumption_takes_any_duration_string(number, unit):
-    from tokenpath.assumptions import parse_value
+    from tokenpath.config.assumptions import parse_value
 
     scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
     value = parse_value(lookup("host_step_s"), f"{number!r} {unit}", "assumptions.host_step_s")
@@ -261,7 +261,7 @@ def test_a_duration_assumption_takes_any_duration_string(number, unit):
 
 @given(st.one_of(st.floats(allow_nan=True), st.integers(), st.text(max_size=20), st.booleans(), st.none()))
 def test_a_plain_assumption_takes_a_non_negative_number_or_says_which(value):
-    from tokenpath.assumptions import parse_value
+    from tokenpath.config.assumptions import parse_value
 
     try:
         number = parse_value(lookup("serving_gemm_fraction"), value, "assumptions.serving_gemm_fraction")

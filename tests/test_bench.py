@@ -11,14 +11,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenpath.bench import PromptBuilder, Target, build_run, load_tokenizer, read_results, token_times, workload_requests
+from tokenpath.bench import (
+    PromptBuilder,
+    Target,
+    build_run,
+    load_tokenizer,
+    read_results,
+    token_times,
+    workload_requests,
+)
 from tokenpath.bench.http import Connection, Endpoint
 from tokenpath.bench.plan import request_body
 from tokenpath.bench.results import bench_summary
 from tokenpath.bench.runner import auto_workers, concurrency_share
 from tokenpath.bench.stream import DROPPED, EMPTY, INCOMPLETE, MALFORMED, SERVER_ERROR, Exchange, allocate
-from tokenpath.errors import UserError
-from tokenpath.scenario import load_scenario
+from tokenpath.config.errors import UserError
+from tokenpath.sim.scenario import load_scenario
 
 
 # ---- prompts ------------------------------------------------------------------------------------------
@@ -55,7 +63,7 @@ def test_prompts_are_tagged_and_distinct(builder, tekken):
 
 def test_prompts_with_a_word_level_tokenizer(tmp_path):
     """A tokenizer whose per-token decode is not a slice of the text takes the decode path, still exact."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from tokenpath.bench.prompts import corpus_text
 
@@ -82,7 +90,7 @@ def test_tokenizer_errors_are_one_line(tmp_path):
 
 # ---- plan ---------------------------------------------------------------------------------------------
 def test_workload_is_drawn_as_simulate_draws_it():
-    from tokenpath.pipeline import prepare
+    from tokenpath.sim.simulate import prepare
 
     scenario = load_scenario(None, {"workload.num_requests": 300, "seed": 7})
     assert workload_requests(scenario) == prepare(scenario).requests
@@ -432,8 +440,8 @@ def _row(i, ok=True, sent=0, arrivals=((10, 1), (20, 1), (40, 2)), end=45, visib
 
 def test_a_measured_run_judges_each_requests_continuity_once(monkeypatch):
     """The summary and the per-request rows read the same stalls and QoE, judged once by build_run."""
-    from tokenpath import continuity
     from tokenpath.report.requests import request_columns
+    from tokenpath.sim import continuity
 
     judged = []
     per_request = continuity.per_request

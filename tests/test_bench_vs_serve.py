@@ -16,13 +16,12 @@ at the engine or at the client).
 import numpy as np
 import pytest
 
-from tokenpath.bench import Target, run_bench
-from tokenpath.pipeline import simulate
-from tokenpath.report.simulation import result_document
-from tokenpath.scenario import load_scenario
-from tokenpath.serve import ServeOptions
-
 from serve_helpers import LoopbackServer
+from tokenpath.bench import Target, run_bench
+from tokenpath.report.simulation import result_document
+from tokenpath.serve import ServeOptions
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 
 SCENARIO = {
     "deployment.chip": "h100", "deployment.chips": 4, "deployment.tp": 4, "model.name": "llama-3.1-70b",

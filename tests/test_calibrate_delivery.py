@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tokenpath.config.errors import UserError
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.calibration import BatchCost, CalibratedCost, Calibration
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.measure import calibrate, token_streams
 from tokenpath.delivery.spec import DeliverySpec
-from tokenpath.errors import UserError
 
 
 def write(tmp_path, batches, name="cal.toml"):
@@ -105,8 +105,8 @@ def test_the_cli_writes_a_calibration_and_refuses_bad_batch_sizes(tmp_path):
 
 
 def test_simulate_uses_the_calibration(tmp_path):
-    from tokenpath.pipeline import simulate
-    from tokenpath.scenario import load_scenario
+    from tokenpath.sim.scenario import load_scenario
+    from tokenpath.sim.simulate import simulate
 
     slow = write(tmp_path, [BatchCost(1, 1e-3, 1e-3, 0.0), BatchCost(256, 1e-3, 1e-3, 0.0)], "slow.toml")
     overrides = {"workload.num_requests": 60, "delivery.detokenize": "inline"}

@@ -25,13 +25,12 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from cli_helpers import assert_user_error, run_cli
 from tokenpath.bench import Target, run_bench
 from tokenpath.cli import main
-from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
-from tokenpath.scenario import load_scenario
-
-from cli_helpers import assert_user_error, run_cli
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 
 MODEL = "llama-3.1-8b"
 TABLE = {
@@ -226,7 +225,7 @@ def test_budget_takes_minutes_and_durations(given, seconds):
 @pytest.mark.parametrize("given", ["0 s", "soon", "2 days", "-5m"])
 def test_a_bad_budget_is_refused(given):
     from tokenpath.cli.calibrate import _budget_s
-    from tokenpath.errors import UserError
+    from tokenpath.config.errors import UserError
 
     with pytest.raises(UserError, match="--budget"):
         _budget_s(given)
@@ -268,7 +267,6 @@ NOT_OPENAI = "; check that it is an OpenAI-compatible server of --model 'llama-3
 def test_a_server_that_is_not_openai_compatible_fails_at_once_saying_what_it_answered(answer, said, tmp_path,
                                                                                      monkeypatch, capsys):
     from raw_server import RawServer, http_response
-
     from tokenpath.calibrate.probe import SINGLES_PER_LENGTH, WARMUP_REQUESTS
 
     answer = {"404": http_response("404 Not Found", b"no such route"),
@@ -287,7 +285,7 @@ def test_a_round_trip_longer_than_the_measured_ttft_is_named_with_its_flag(loop,
     """The probe's server is on loopback: a scenario's 100 ms round trip alone is longer than the TTFT
     it measured, which no fitted assumption can make up for; with --network-rtt 0 nothing is said."""
     from tokenpath.calibrate.probe import measured_from_results
-    from tokenpath.units import format_duration
+    from tokenpath.config.units import format_duration
 
     folder, calibration, _ = loop
     single = next(p["results"] for p in calibration["probe"] if p["phase"] == "single-512")

@@ -6,7 +6,7 @@ import pytest
 
 from tokenpath import catalog
 from tokenpath.compute import list_chips, list_models, load_chip, load_model
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 
 def test_catalog_lists_the_expected_entries():
@@ -91,7 +91,7 @@ def test_hbm_efficiency_is_the_measured_stream_bandwidth_over_peak_or_the_defaul
 
 
 def test_an_hbm_efficiency_override_replaces_the_measured_one_too():
-    from tokenpath.assumptions import Assumptions
+    from tokenpath.config.assumptions import Assumptions
 
     with Assumptions(values={"hbm_bw_efficiency": 0.6}, overridden=("hbm_bw_efficiency",)).active():
         assert load_chip("a100").hbm_bw_efficiency == 0.6

@@ -12,21 +12,20 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-
+import tomllib
 from rich.console import Console
 
+from cli_helpers import assert_user_error, run_cli, simulate_json
 from tokenpath import cli
 from tokenpath.cli import catalog as cli_catalog
-from cli_helpers import assert_user_error, run_cli, simulate_json
 from tokenpath.compute.chip import list_chips
 from tokenpath.compute.model import list_models
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.scenario import load_scenario
 
 LAYERS = {"distribution", "compute", "traffic", "delivery"}
 LATENCIES = ("ttft", "ttfv", "tpot", "itl", "e2e")
@@ -151,7 +150,7 @@ def test_json_to_stdout_has_the_schema_of_the_design(process):
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     doc = json.loads(result.stdout)
-    assert doc["schema"] == "tokenpath.summary/1"
+    assert doc["schema"] == "tokenpath.sim.summary/1"
     assert doc["source"] == "simulate"
     assert doc["scenario"]["name"] == "typical"
     assert re.fullmatch(r"[0-9a-f]{64}", doc["scenario"]["fingerprint"])
@@ -183,7 +182,7 @@ def test_json_to_a_file_also_prints_the_tables(tmp_path, monkeypatch, capsys):
     code, out, err = run_cli(["simulate", "--num-requests", "30", "--json", str(target)], monkeypatch, capsys)
     assert code == 0, err
     doc = json.loads(target.read_text(encoding="utf-8"))
-    assert doc["schema"] == "tokenpath.summary/1" and doc["requests"]["completed"] == 30
+    assert doc["schema"] == "tokenpath.sim.summary/1" and doc["requests"]["completed"] == 30
     assert "Bottleneck:" in out and f"Bottleneck: {doc['bottleneck']}" in out
     for title in ("Scenario: typical", "Throughput", "Latency", "TTFT", "E2E"):
         assert title in out

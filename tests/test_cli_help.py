@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 
 import pytest
+import tomllib
 import typer.main
 
 from cli_helpers import run_cli
@@ -100,7 +100,7 @@ def test_help_keeps_its_text_and_its_examples_run(path, monkeypatch, capsys):
 
 
 def test_the_example_spec_and_levers_file_are_read_as_they_are_shown(tmp_path, monkeypatch, capsys):
-    from tokenpath.scenario import read_scenario_table
+    from tokenpath.sim.scenario import read_scenario_table
     from tokenpath.sweep.spec import load_spec
     from tokenpath.whatif.levers import read_levers_file
     from tokenpath.whatif.run import Base

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tokenpath.compute import load_model
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpath.assumptions import Assumptions
 from tokenpath.compute import ComputeModel, efficiency, load_chip, load_model
 from tokenpath.compute.efficiency import (
     ACTIVATION_BYTES,
@@ -21,7 +20,8 @@ from tokenpath.compute.efficiency import (
     SERVING_GEMM_FRACTION,
 )
 from tokenpath.compute.roofline import op_time_s
-from tokenpath.errors import UserError
+from tokenpath.config.assumptions import Assumptions
+from tokenpath.config.errors import UserError
 
 H200_BW_EFF = 3.95e12  # catalog chips.toml: the H200's measured_stream_bw
 
@@ -240,7 +240,7 @@ def test_an_eager_step_adds_its_hosts_launches_to_its_kernels():
 
 
 def test_sglang_and_vllm_v0_pay_the_eager_host_time_and_the_compiled_or_cpp_engines_do_not():
-    from tokenpath.assumptions import Assumptions
+    from tokenpath.config.assumptions import Assumptions
     from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S, host_step_cost
 
     assert host_step_cost("prefill-first").eager_per_kernel_s == EAGER_HOST_PER_KERNEL_S

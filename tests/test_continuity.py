@@ -5,15 +5,22 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from test_bench_server import MODEL, FakeServer
 from tokenpath.bench import Target, run_bench
-from tokenpath.continuity import READING_TOKENS_PER_S, ContinuitySettings, ContinuitySpec, parse_reading_speed, per_request
-from tokenpath.errors import UserError
-from tokenpath.pipeline import simulate
+from tokenpath.config.errors import UserError
 from tokenpath.report.simulation import result_document
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.continuity import (
+    READING_TOKENS_PER_S,
+    ContinuitySettings,
+    ContinuitySpec,
+    parse_reading_speed,
+    per_request,
+)
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 
 MS = 1_000_000
 

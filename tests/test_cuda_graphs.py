@@ -2,10 +2,10 @@
 
 import pytest
 
-from tokenpath.deployment import build_deployment
 from tokenpath.engine.cuda_graphs import sglang_cuda_graph_max_bs
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.scenario import build_scenario
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import build_scenario
 
 GIB = 2**30
 

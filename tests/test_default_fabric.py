@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from tokenpath.compute import load_chip
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 from tokenpath.fabric.build import build_topology, default_fabric
 from tokenpath.fabric.spec import load_fabric
-from tokenpath.deployment import build_deployment
-from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import describe, result_document
-from tokenpath.scenario import build_scenario, load_scenario
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import build_scenario, load_scenario
+from tokenpath.sim.simulate import simulate
 
 
 def deployment(chip: str, chips: int, tp: int = 8, **more):

@@ -13,9 +13,9 @@ from tokenpath.delivery.lastmile import LastMile, closes_event, event_sizes, fir
 from tokenpath.delivery.sample_text import SAMPLES
 from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, INVISIBLE_TOKEN_FRACTION_NOTE, DeliverySpec
 from tokenpath.delivery.visibility import invisible_fraction
-from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 
 # Round numbers, so the costs can be worked out by hand: a copy costs 10 us + 1 ns per id (4 bytes at
 # 4 GB/s), detokenizing 100 us per token, framing 10 us per event.

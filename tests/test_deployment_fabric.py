@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tokenpath.config.errors import UserError
 from tokenpath.engine.placement import place
-from tokenpath.errors import UserError
 from tokenpath.fabric.collectives import LOW_LATENCY_ALL_TO_ALL_S
-from tokenpath.deployment import build_deployment
-from tokenpath.pipeline import simulate
-from tokenpath.scenario import load_scenario
-from tokenpath.summary import summarize
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
+from tokenpath.sim.summary import summarize
 
 
 def scenario(**overrides):
@@ -266,7 +266,7 @@ def test_the_engine_block_counts_replicas_and_engines_apart():
 
 
 def test_kv_transfers_queue_for_the_replicas_links():
-    from tokenpath.disaggregated import kv_transfers
+    from tokenpath.sim.disaggregated import kv_transfers
 
     dep = build_deployment(pd_scenario(**{"deployment.chips": 24}))  # 1 prefill, 2 decode replicas
     one = round(dep.costs.kv_transfer_s(1000, 0, 1) * 1e9)

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+from tokenpath.config.errors import UserError
 from tokenpath.delivery import Detokenizer, TokenIdError
-from tokenpath.errors import UserError
 
 
 def one_line(error: pytest.ExceptionInfo) -> str:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import describe, result_document
 from tokenpath.report.table import print_summary
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 # The README shows the run at the width of an 80-column terminal.

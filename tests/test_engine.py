@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference_engine import reference_engine
 
+from reference_engine import reference_engine
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.loop import _trace as trace_of
@@ -515,8 +515,12 @@ def test_sglangs_headroom_keeps_an_overloaded_cache_from_thrashing():
 
 
 def test_the_new_token_ratio_decays_resets_on_retraction_and_when_idle():
-    from tokenpath.engine.new_token_ratio import (CLIP_MAX_NEW_TOKENS_ESTIMATION, INIT_NEW_TOKEN_RATIO,
-                                                  NewTokenRatio, new_request_tokens)
+    from tokenpath.engine.new_token_ratio import (
+        CLIP_MAX_NEW_TOKENS_ESTIMATION,
+        INIT_NEW_TOKEN_RATIO,
+        NewTokenRatio,
+        new_request_tokens,
+    )
 
     ratio = NewTokenRatio()
     assert ratio.value == INIT_NEW_TOKEN_RATIO == 0.7
@@ -609,8 +613,8 @@ def test_multi_step_holds_newcomers_and_finished_sequences_until_the_window_ends
     (dict(scheduler="prefill-first", num_scheduler_steps=0), ["num_scheduler_steps", "greater than or equal to 1"]),
 ])
 def test_profile_settings_that_do_not_fit_are_one_line_errors(settings_, fragments):
-    from tokenpath.errors import UserError
-    from tokenpath.scenario import build_scenario
+    from tokenpath.config.errors import UserError
+    from tokenpath.sim.scenario import build_scenario
 
     with pytest.raises(UserError) as error:
         build_scenario({"engine": settings_}, "mine.toml")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 from tokenpath.fabric.build import NVLINK_HOP_LATENCY_S
 from tokenpath.fabric.collectives import BASE_LATENCY_S as RING_BASE_LATENCY_S
 from tokenpath.fabric.collectives import NVLS_LATENCY_S, NVLS_TUNER_LATENCY_S, Collectives
@@ -18,7 +18,7 @@ LARGE_BYTES = 8e9      # "several GB": bandwidth-bound, latency < 0.1% of the ti
 
 def _reference_busbw(chip: str, algorithm: str) -> float:
     """Published bus bandwidth (bytes/s) of a large 8-rank all-reduce, from the project's validation data."""
-    from tokenpath.validate import published_rows
+    from tokenpath.validate.groups import published_rows
 
     _, rows = published_rows()
     matches = [r for r in rows if r["group"] == "nccl_allreduce" and r["chip"] == chip and r["ranks"] == 8

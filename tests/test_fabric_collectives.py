@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 from tokenpath.fabric.collectives import (
     BASE_LATENCY_S,
     LOW_LATENCY_ALL_TO_ALL_S,
-    NVLS_LINK_EFFICIENCY,
     NVLS_LATENCY_S,
+    NVLS_LINK_EFFICIENCY,
     NVLS_TUNER_LATENCY_S,
     SCALEOUT_BW_EFFICIENCY,
     SCALEUP_BW_EFFICIENCY,
@@ -28,7 +28,6 @@ from tokenpath.fabric.fattree import FatTree
 from tokenpath.fabric.single_hop import Switch
 from tokenpath.fabric.topology import Traffic
 from tokenpath.fabric.torus import Mesh, Torus
-
 
 BW = 450e9          # NVLink per direction
 LAT = 0.3e-6        # per link; a chip-to-chip hop through a switch is 2 links = 0.6 us
@@ -481,7 +480,7 @@ def test_hosts_outside_the_topology_are_user_errors():
 
 
 def test_traffic_outside_the_topology_is_a_user_error():
-    from tokenpath.errors import UserError
+    from tokenpath.config.errors import UserError
 
     t = Switch(4, 1e9, 1e-6)
     with pytest.raises(UserError, match="traffic: host 4 is outside this 4-host switch"):

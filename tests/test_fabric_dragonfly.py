@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 from tokenpath.fabric.dragonfly import DragonFly
 from tokenpath.fabric.topology import Traffic
 

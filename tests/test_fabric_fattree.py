@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 from tokenpath.fabric.fattree import FatTree
 from tokenpath.fabric.topology import Traffic
 

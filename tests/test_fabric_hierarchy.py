@@ -12,23 +12,22 @@ import itertools
 import numpy as np
 import pytest
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 from tokenpath.fabric.collectives import (
     BASE_LATENCY_S,
-    NVLS_LINK_EFFICIENCY,
     NVLS_LATENCY_S,
+    NVLS_LINK_EFFICIENCY,
     NVLS_TREE_NET_STEP_LATENCY_S,
     SCALEOUT_BW_EFFICIENCY,
     SCALEUP_BW_EFFICIENCY,
     Collectives,
     link_efficiency,
 )
-from tokenpath.fabric.hierarchy import Hierarchy
 from tokenpath.fabric.fattree import FatTree
+from tokenpath.fabric.hierarchy import Hierarchy
 from tokenpath.fabric.single_hop import Switch
 from tokenpath.fabric.topology import Traffic
 from tokenpath.fabric.torus import Torus
-
 
 NV_BW, NV_LAT = 450e9, 0.3e-6      # NVLink per direction; per link (chip-switch), 0.6 us per hop
 NIC_BW, NIC_LAT = 50e9, 0.7e-6     # 400 Gb/s NIC; per network link

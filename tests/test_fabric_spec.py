@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 
 import numpy as np
 import pytest
+import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from cli_helpers import run_cli, simulate_json
 from tokenpath.compute.chip import load_chip
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
+from tokenpath.config.units import parse_bandwidth_Bps, parse_duration_s
 from tokenpath.fabric.build import NVLINK_HOP_LATENCY_S, SCALEOUT_LINK_LATENCY_S, build_topology
 from tokenpath.fabric.spec import (
     DragonFlyFabric,
@@ -28,8 +29,7 @@ from tokenpath.fabric.spec import (
     TorusFabric,
     preset_names,
 )
-from tokenpath.scenario import build_scenario, load_scenario
-from tokenpath.units import parse_bandwidth_Bps, parse_duration_s
+from tokenpath.sim.scenario import build_scenario, load_scenario
 
 SCALEUP = 900e9  # a made-up chip's scale-up bandwidth per direction, so defaults are easy to see
 HIERARCHY = {
@@ -180,7 +180,7 @@ def test_a_switch_takes_the_chips_scale_up_bandwidth():
 
 
 def test_the_default_scenario_switch_has_the_h200_nvlink():
-    from tokenpath.deployment import build_deployment
+    from tokenpath.sim.deployment import build_deployment
 
     deployment = build_deployment(load_scenario())
     assert deployment.topology.kind == "switch" and deployment.topology.hosts == 8

@@ -23,16 +23,16 @@ import json
 import math
 import os
 import sys
-import tomllib
 from importlib import resources
 
 import pytest
 import tomli_w
+import tomllib
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tokenpath import pipeline
 from tokenpath.cli import main
+from tokenpath.sim import simulate as pipeline
 
 EXAMPLES = int(os.environ.get("TOKENPATH_FUZZ_EXAMPLES", "250"))
 SEED = os.environ.get("TOKENPATH_FUZZ_SEED")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tokenpath.compute import load_chip, load_model
 from tokenpath.compute.hf_config import read_hf_config
 from tokenpath.compute.roofline import ComputeModel
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 QWEN3_30B_A3B = {  # Qwen/Qwen3-30B-A3B
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "decoder_sparse_step": 1,

@@ -7,10 +7,9 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpath.errors import UserError
-from tokenpath.latency_rows import read_latency_rows
-
 from cli_helpers import assert_user_error, run_cli
+from tokenpath.config.errors import UserError
+from tokenpath.validate.latency_rows import read_latency_rows
 
 SHIPPED = read_latency_rows()
 ROW = next(r for r in SHIPPED["rows"] if r.get("id", "").endswith("1024x1024_c4_tp8_ep1_725"))  # 80 requests
@@ -43,7 +42,7 @@ def test_a_users_row_is_predicted_as_the_shipped_group_predicts_it(tmp_path, mon
 
 def test_a_rows_kv_cache_precision_reaches_its_scenario():
     """A source that ran an fp8 KV cache says so; unset, the engine's default (bf16 in vLLM)."""
-    from tokenpath.validate_latency import row_scenario
+    from tokenpath.validate.latency import row_scenario
 
     assert row_scenario(ROW, SHIPPED["sharegpt"]).model.kv_precision("vllm-v1") == "bf16"
     fp8 = row_scenario({**ROW, "kv_cache_precision": "fp8"}, SHIPPED["sharegpt"])
@@ -54,8 +53,8 @@ def test_a_uniform_row_with_a_range_draws_its_lengths_from_it():
     """From input_min to input_max around the mean; without them, from 1 to twice the mean."""
     import numpy as np
 
-    from tokenpath.pipeline import simulate
-    from tokenpath.validate_latency import row_scenario
+    from tokenpath.sim.simulate import simulate
+    from tokenpath.validate.latency import row_scenario
 
     run = simulate(row_scenario(UNIFORM, SHIPPED["sharegpt"])).run
     prompts = np.asarray(run.input_tokens)
@@ -65,7 +64,7 @@ def test_a_uniform_row_with_a_range_draws_its_lengths_from_it():
 
 
 def test_a_uniform_row_without_its_range_prints_the_range_simulated(tmp_path, monkeypatch, capsys):
-    from tokenpath.validate_latency import _lengths
+    from tokenpath.validate.latency import _lengths
 
     bare = {k: v for k, v in UNIFORM.items() if k not in ("input_min", "input_max", "output_min", "output_max")}
     code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [bare])], monkeypatch, capsys)

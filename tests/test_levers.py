@@ -8,13 +8,14 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli, simulate_json, toml_value
-from tokenpath.overrides import apply_overrides
-from tokenpath.scenario import read_scenario_table
-from tokenpath.errors import UserError
-from tokenpath.metrics import known_metrics
+from tokenpath.config.errors import UserError
+from tokenpath.sim.metrics import known_metrics
+from tokenpath.sim.overrides import apply_overrides
+from tokenpath.sim.scenario import read_scenario_table
 from tokenpath.sweep.pareto import parse_objectives
 from tokenpath.whatif.capacity import misses, parse_slo
 from tokenpath.whatif.catalog import GROUPS, catalog

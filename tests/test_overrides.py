@@ -4,15 +4,15 @@ scenario schema, and the flag on `simulate` (precedence and one-line errors)."""
 from __future__ import annotations
 
 import math
-import tomllib
 
 import pytest
+import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli, simulate_json, toml_value
-from tokenpath.errors import UserError
-from tokenpath.overrides import apply_overrides, check_key, parse_assignment, parse_assignments, parse_value
+from tokenpath.config.errors import UserError
+from tokenpath.sim.overrides import apply_overrides, check_key, parse_assignment, parse_assignments, parse_value
 
 SMALL = ["--model", "llama-3.1-8b", "--chip", "h100", "--chips", "2", "--tp", "1", "--request-rate", "8",
          "--num-requests", "40"]

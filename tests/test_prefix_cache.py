@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+
 from reference_engine import reference_engine
 from test_engine import NO_NETWORK, PROFILES, FixedCosts, assert_same_trace
-
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.loop import run_engine

@@ -10,9 +10,9 @@ from test_engine import NO_NETWORK, FixedCosts
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.engine.loop import run_engine
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 from tokenpath.workload.traces import read_trace
 
 MOONCAKE = Path(__file__).parent / "data" / "mooncake_conversation_2000.jsonl"
@@ -108,9 +108,9 @@ def test_prefix_aware_routing_finds_more_of_the_prefixes_than_round_robin_and_an
 def test_replicas_stepped_together_on_one_clock_match_replicas_run_apart():
     # Routing round-robin through the shared clock must give each replica exactly the trace it has
     # when simulated on its own: the clock changes when the router looks, not what replicas do.
+    from test_prefix_cache import random_prefixes
     from tokenpath.delivery.spec import DeliverySpec
     from tokenpath.engine.cluster import run_cluster
-    from test_prefix_cache import random_prefixes
     rng = np.random.default_rng(7)
     n, replicas = 120, 3
     inputs, outputs = rng.integers(1, 600, n), rng.integers(1, 80, n)

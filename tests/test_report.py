@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from browser import chromium, in_ci, open_page
 from cli_helpers import assert_user_error, run_cli
 from report_helpers import assert_means_match
+from tokenpath.config.units import format_duration, format_number
 from tokenpath.report.requests import read_results_table
-from tokenpath.units import format_duration, format_number
 
 SMALL = ["--num-requests", "60", "--input-len", "200", "--output-len", "40", "--warmup-requests", "5"]
 
@@ -82,7 +82,7 @@ def test_results_formats_and_errors(runs, monkeypatch, capsys, tmp_path):
     junk = tmp_path / "junk.json"
     junk.write_text('{"schema": "other/1"}')
     assert_user_error(*run_cli(["report", str(junk), "--html", str(tmp_path / "x.html")], monkeypatch, capsys),
-                      "not a tokenpath.summary/1")
+                      "not a tokenpath.sim.summary/1")
 
 
 def test_png_figures(runs):
@@ -212,10 +212,10 @@ def test_tornado_and_pareto_data(runs):
 @pytest.fixture(scope="module")
 def simulated():
     """A small simulation's view, as `simulate --html` draws it: requests, token times, steps and roofline."""
-    from tokenpath.pipeline import simulate
     from tokenpath.report.simulation import describe, result_document
     from tokenpath.report.views import Inputs, from_simulation
-    from tokenpath.scenario import load_scenario
+    from tokenpath.sim.scenario import load_scenario
+    from tokenpath.sim.simulate import simulate
 
     sim = simulate(load_scenario("typical", {"workload.num_requests": 120}))
     document, _ = result_document(sim)
@@ -246,8 +246,8 @@ def test_the_reader_starts_where_qoe_starts_it(simulated):
 def test_the_readers_line_gives_the_runs_qoe():
     """The reader drawn for a late request (first text at 1.5 s, then a 3 s gap) is the timeline QoE
     counts: Andes' QoE from its read times is continuity.per_request's."""
-    from tokenpath import continuity
     from tokenpath.report.charts import read_s
+    from tokenpath.sim import continuity
 
     spec = continuity.ContinuitySpec(0.25, 4.0, 1.0)
     arrivals = np.array([1.5, 1.6, 1.7, 4.7, 4.8, 4.9])

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tomllib
 from importlib import resources
 from pathlib import Path
 
 import pytest
+import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpath.errors import UserError
-from tokenpath.scenario import Scenario, build_scenario, load_scenario, read_scenario_table, set_path
+from tokenpath.config.errors import UserError
+from tokenpath.sim.scenario import Scenario, build_scenario, load_scenario, read_scenario_table, set_path
 
 AZURE_TRACE = (
     "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -286,7 +286,7 @@ def test_fingerprint_does_not_depend_on_where_the_scenario_folder_lives(tmp_path
 
 
 def test_relative_model_config_paths_resolve_against_the_scenario_folder(tmp_path, monkeypatch):
-    from tokenpath.pipeline import prepare
+    from tokenpath.sim.simulate import prepare
 
     folder = tmp_path / "mine"
     folder.mkdir()

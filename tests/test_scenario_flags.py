@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-import tokenpath.scenario
+import tokenpath.sim.scenario
 import tokenpath.whatif.run
 from cli_helpers import assert_user_error, run_cli, simulate_json
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 SMALL = ["--model", "llama-3.1-8b", "--chip", "h100", "--chips", "4", "--tp", "4", "--num-requests", "200"]
 
@@ -31,13 +31,13 @@ COMMANDS = [
 def built(monkeypatch, tmp_path):
     """The scenarios commands build, each stopping the command once built (nothing is simulated)."""
     scenarios = []
-    real = tokenpath.scenario.build_scenario
+    real = tokenpath.sim.scenario.build_scenario
 
     def build_and_stop(*args, **kwargs):
         scenarios.append(real(*args, **kwargs))
         raise UserError("stopped once the scenario was built")
 
-    monkeypatch.setattr(tokenpath.scenario, "build_scenario", build_and_stop)
+    monkeypatch.setattr(tokenpath.sim.scenario, "build_scenario", build_and_stop)
     monkeypatch.setattr(tokenpath.whatif.run, "build_scenario", build_and_stop)
     monkeypatch.chdir(tmp_path)  # where bench and calibrate engine would write their files
     return scenarios

@@ -9,15 +9,15 @@ import time
 import aiohttp
 import numpy as np
 import pytest
+
 from tokenpath.delivery import Detokenizer
-from tokenpath.scenario import load_scenario
-from tokenpath.serve import ServeOptions, make_app
-from tokenpath.serve.app import SERVER, start_server, stop_server
 from tokenpath.engine.replica import Replica
-from tokenpath.serve import live
+from tokenpath.serve import ServeOptions, live, make_app
+from tokenpath.serve.app import SERVER, start_server, stop_server
 from tokenpath.serve.live import LiveEngine
 from tokenpath.serve.openai import Ask
 from tokenpath.serve.output import OutputSlots, new_response
+from tokenpath.sim.scenario import load_scenario
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 
@@ -105,7 +105,7 @@ def test_chat_streams_a_role_first_and_never_leaks_a_stop_string():
 
 def test_tokens_never_arrive_before_the_simulated_engine_releases_them():
     # Alone on the engine, a 2,000-token prompt's first token cannot come before its prefill step.
-    from tokenpath.deployment import build_deployment
+    from tokenpath.sim.deployment import build_deployment
 
     deployment = build_deployment(load_scenario("typical", FAST))
     prefill_s = deployment.costs.compute_s(2000, 1, 2000 * 2001 / 2, 2000)

@@ -14,11 +14,10 @@ import time
 
 import aiohttp
 
-from tokenpath.scenario import load_scenario
+from serve_helpers import LoopbackServer
 from tokenpath.serve import ServeOptions
 from tokenpath.serve.connections import ConnectionLimits
-
-from serve_helpers import LoopbackServer
+from tokenpath.sim.scenario import load_scenario
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 HEAD = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "   # never finished: no blank line follows
@@ -159,7 +158,7 @@ def test_a_body_that_does_not_arrive_in_time_gets_a_408_and_an_idle_connection_i
 SERVER_WITH_FEW_FILES = """
 import asyncio, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (100, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.scenario import load_scenario
 from tokenpath.serve import ServeOptions, make_app
 from tokenpath.serve.app import start_server, stop_server
 from tokenpath.serve.connections import ConnectionLimits

@@ -7,11 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from test_serve import read_events, serve
 from tokenpath.serve.app import MAX_JSON_DEPTH, decode_body
 from tokenpath.serve.fields import parse_request
 from tokenpath.serve.openai import ApiError, Ask
-
-from test_serve import read_events, serve
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5}
 TEXT = {"model": "m", "prompt": "Hi", "max_tokens": 5}

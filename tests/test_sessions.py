@@ -5,12 +5,13 @@ import importlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tokenpath.errors import UserError
-from tokenpath.pipeline import simulate
+from tokenpath.config.errors import UserError
 from tokenpath.report.simulation import result_document
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 from tokenpath.workload import generate
 from tokenpath.workload.spec import SessionSpec, WorkloadSpec
 
@@ -136,7 +137,7 @@ def _no_keys(monkeypatch):
 def test_sessions_too_long_for_the_context_are_refused_before_their_keys_are_built(monkeypatch):
     # 1000 turns of about 700 tokens each: the last turns need ~700k tokens of context, the model
     # holds 131,072. Building the keys first took 23.7 GB for a million requests.
-    from tokenpath.pipeline import prepare
+    from tokenpath.sim.simulate import prepare
 
     _no_keys(monkeypatch)
     scenario = load_scenario("typical", {"workload.sessions.turns": 1000, "workload.num_requests": 1_000_000})
@@ -160,7 +161,7 @@ def test_the_context_error_of_a_long_session_is_one_line_from_the_command_line()
 def test_sessions_too_large_for_memory_are_refused_naming_turns(monkeypatch):
     # Short turns fit the context, but 1000 turns of a million requests name 1,001,000,000 segments
     # (each turn its message and answer and every one before it): 113 GiB.
-    from tokenpath import memory
+    from tokenpath.config import memory
 
     _no_keys(monkeypatch)
     monkeypatch.setattr(memory, "available_bytes", lambda: 8 * memory.GIB)

@@ -11,10 +11,10 @@ from cli_helpers import assert_user_error, run_cli
 from tokenpath.compute import efficiency
 from tokenpath.compute.efficiency import EMBEDDING_PRECISION
 from tokenpath.compute.precision import PRECISION_BYTES
-from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
-from tokenpath.scenario import load_scenario
-from tokenpath.validate import ENGINE_SIDE_DELIVERY
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
+from tokenpath.validate.groups import ENGINE_SIDE_DELIVERY
 
 
 def small(**overrides):
@@ -67,7 +67,8 @@ def _run_fields(run):
 
 @pytest.mark.parametrize("keep_tokens", [True, False])
 def test_replicas_in_forked_workers_give_exactly_the_in_process_result(monkeypatch, keep_tokens):
-    from tokenpath import pipeline, served
+    from tokenpath.sim import served
+    from tokenpath.sim import simulate as pipeline
 
     if not keep_tokens:  # per-worker ITL histograms, merged
         monkeypatch.setattr(pipeline, "KEEP_TOKENS_LIMIT", 0)
@@ -88,7 +89,7 @@ def test_replicas_in_forked_workers_give_exactly_the_in_process_result(monkeypat
 
 
 def test_an_error_in_a_forked_worker_reaches_the_caller():
-    from tokenpath.forked import map_forked
+    from tokenpath.sim.forked import map_forked
 
     def work(item, progress):
         if item == 2:
@@ -106,8 +107,8 @@ def test_a_worker_killed_mid_run_becomes_a_one_line_error():
     import os
     import signal
 
-    from tokenpath.errors import UserError
-    from tokenpath.forked import map_forked
+    from tokenpath.config.errors import UserError
+    from tokenpath.sim.forked import map_forked
 
     def work(item, progress):
         if item == 1:
@@ -279,7 +280,7 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
 
 
 def test_validate_predicts_the_published_rows_it_covers():
-    from tokenpath.validate import run_validation
+    from tokenpath.validate.groups import run_validation
 
     result = run_validation({"trtllm_batch1_ttft", "nccl_allreduce"})
     rows = result["rows"]
@@ -305,7 +306,7 @@ def test_validate_predicts_the_published_rows_it_covers():
     ("llama-3.1-8b", "h100", 1, 128, 128, (4096, 8192)),
 ])
 def test_trtllm_bench_picks_its_batch_limits_from_the_kv_cache_that_fits(model, chip, tp, isl, osl, expected):
-    from tokenpath.validate import trtllm_bench_limits
+    from tokenpath.validate.groups import trtllm_bench_limits
 
     row = {"model": model, "chip": chip, "tp": tp, "precision": "fp8", "input_tokens": isl, "output_tokens": osl}
     assert trtllm_bench_limits(row, 0.95) == expected
@@ -314,7 +315,7 @@ def test_trtllm_bench_picks_its_batch_limits_from_the_kv_cache_that_fits(model, 
 def test_validation_medians_stay_at_or_below_the_goal():
     """Guards the calibration: offline throughput within 10% and batch-1 TTFT within 15% (median
     |error| over the rows that set no constant)."""
-    from tokenpath.validate import run_validation
+    from tokenpath.validate.groups import run_validation
 
     groups = run_validation({"trtllm_offline", "trtllm_batch1_ttft"})["groups"]
     assert groups["trtllm_offline"]["median_abs_error"] <= 0.10
@@ -323,7 +324,7 @@ def test_validation_medians_stay_at_or_below_the_goal():
 
 
 def test_validate_predicts_collectives_across_nodes_on_the_measured_topologies():
-    from tokenpath.validate import run_validation
+    from tokenpath.validate.groups import run_validation
 
     result = run_validation({"nccl_allreduce", "collectives_scaleout"})
     rows = {r.get("what"): r for r in result["rows"] if r["group"] == "collectives_scaleout"}
@@ -344,7 +345,7 @@ def test_validate_predicts_collectives_across_nodes_on_the_measured_topologies()
 def test_deepep_low_latency_rows_within_the_latency_goal():
     """The low-latency kernels' fixed cost, set on the EP8 dispatch row, carries to combine and to
     EP256 over 32 nodes: every predicted row within 10%, the median within the 15% latency goal."""
-    from tokenpath.validate import run_validation
+    from tokenpath.validate.groups import run_validation
 
     result = run_validation({"deepep_low_latency"})
     rows = {r["what"]: r for r in result["rows"]}
@@ -365,14 +366,15 @@ def test_validate_runs_the_groups_asked_for_and_names_the_known_ones(monkeypatch
 
 
 def test_the_2x8_h20_nvls_tree_latency_row_is_nvls_plus_two_network_steps():
-    from tokenpath.validate import run_validation
+    from tokenpath.validate.groups import run_validation
 
     rows = {r["what"]: r for r in run_validation({"collectives_scaleout"})["rows"]}
     assert abs(rows["all-reduce 2x8 H20"]["error"]) < 0.05
 
 
 def test_large_run_mode_matches_the_full_run_except_itl_within_a_tenth_of_a_percent(monkeypatch):
-    from tokenpath import pipeline, served
+    from tokenpath.sim import served
+    from tokenpath.sim import simulate as pipeline
 
     scenario = small(**{"workload.num_requests": 150, "delivery.stream_interval": 2})
     full = result_document(simulate(scenario))[0]
@@ -446,8 +448,8 @@ def test_without_chunked_prefill_a_step_must_hold_a_whole_prompt_or_recompute():
     """Without chunked prefill a prompt runs in one step; where a sequence can be preempted (on-demand
     KV) its recompute of prompt and output does too, and with reserved KV (TensorRT-LLM's
     GUARANTEED_NO_EVICT) nothing is preempted, so the prompt alone must fit."""
-    from tokenpath.errors import UserError
-    from tokenpath.pipeline import prepare
+    from tokenpath.config.errors import UserError
+    from tokenpath.sim.simulate import prepare
 
     lengths = {"workload.num_requests": 4, "workload.input": {"kind": "fixed", "value": 1024},
                "workload.output": {"kind": "fixed", "value": 1024}, "engine.chunked_prefill": False,
@@ -462,8 +464,8 @@ def test_without_chunked_prefill_a_step_must_hold_a_whole_prompt_or_recompute():
 
 
 def test_a_request_whose_reserved_blocks_exceed_the_cache_is_a_one_line_error():
-    from tokenpath.errors import UserError
-    from tokenpath.pipeline import prepare
+    from tokenpath.config.errors import UserError
+    from tokenpath.sim.simulate import prepare
 
     # Llama-3.1-8B at bf16 on one H100 at 30% of its memory holds 58,481 tokens of KV cache: 3,655
     # whole blocks of 16. A request of all 58,481 tokens fits token by token, but TensorRT-LLM reserves

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokenpath.config.errors import UserError
 from tokenpath.delivery.stop import StopStrings
-from tokenpath.errors import UserError
 
 CHARS = st.sampled_from(list("ab\n:XY中🎉"))
 STOPS = st.lists(st.text(CHARS, min_size=1, max_size=4), min_size=1, max_size=3)

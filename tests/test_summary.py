@@ -1,4 +1,4 @@
-"""Metrics of a run (tokenpath.summary, tokenpath.run.Run) on small runs worked out by hand."""
+"""Metrics of a run (tokenpath.sim.summary, tokenpath.sim.run.Run) on small runs worked out by hand."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION
-from tokenpath.run import Run
-from tokenpath.summary import (
+from tokenpath.sim.run import Run
+from tokenpath.sim.summary import (
     LAYERS,
     PERCENTILES,
     SCHEMA,
@@ -176,7 +176,7 @@ def test_summary_of_a_hand_made_run():
                          "attribution_s", "bottleneck", "continuity"]
     # Every token within 180 ms of its send and no gap near 250 ms: the reader is never behind.
     assert got["continuity"]["qoe"]["mean"] == 1.0 and got["continuity"]["stalls_per_request"] == 0.0
-    assert got["schema"] == SCHEMA == "tokenpath.summary/1"
+    assert got["schema"] == SCHEMA == "tokenpath.sim.summary/1"
     assert got["source"] == "simulate"
     assert got["scenario"] == {"name": "hand", "fingerprint": "ab" * 32}
     assert got["requests"] == {"completed": 3, "failed": 0, "input_tokens_mean": 200.0, "output_tokens_mean": 8 / 3,
@@ -236,7 +236,7 @@ def test_run_length_and_completed_mask():
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.integers(1, 10**12), min_size=1, max_size=400))
 def test_log_histogram_percentiles_are_within_a_tenth_of_a_percent(values):
-    from tokenpath.summary import LogHistogram, stats_s
+    from tokenpath.sim.summary import LogHistogram, stats_s
 
     histogram = LogHistogram()
     half = len(values) // 2
@@ -250,9 +250,9 @@ def test_log_histogram_percentiles_are_within_a_tenth_of_a_percent(values):
 
 
 def test_a_warm_up_leaves_the_first_requests_out_of_every_metric():
-    from tokenpath.pipeline import simulate
     from tokenpath.report.simulation import result_document
-    from tokenpath.scenario import load_scenario
+    from tokenpath.sim.scenario import load_scenario
+    from tokenpath.sim.simulate import simulate
 
     overrides = {"workload.num_requests": 60, "workload.max_concurrency": 6, "workload.arrival.rate": "inf"}
     whole = simulate(load_scenario("typical", overrides)).run
@@ -270,8 +270,8 @@ def test_a_warm_up_leaves_the_first_requests_out_of_every_metric():
 
 
 def test_a_warm_up_that_leaves_nothing_to_measure_is_a_one_line_error():
-    from tokenpath.errors import UserError
-    from tokenpath.scenario import load_scenario
+    from tokenpath.config.errors import UserError
+    from tokenpath.sim.scenario import load_scenario
 
     with pytest.raises(UserError, match="warmup_requests 50 leaves none of the 50 requests"):
         load_scenario("typical", {"workload.num_requests": 50, "workload.warmup_requests": 50})

@@ -13,12 +13,13 @@ from pathlib import Path
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tokenpath.errors import UserError
-from tokenpath.pipeline import simulate
+from tokenpath.config.errors import UserError
 from tokenpath.report.simulation import result_document
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 from tokenpath.sweep.pareto import frontier, parse_objectives
 from tokenpath.sweep.point import flatten_summary
 from tokenpath.sweep.run import _in_order, run_sweep
@@ -195,7 +196,7 @@ def test_too_many_samples_are_refused_before_any_is_drawn(tmp_path, monkeypatch)
 
 
 def test_samples_beyond_memory_are_refused_naming_samples(tmp_path, monkeypatch):
-    from tokenpath import memory
+    from tokenpath.config import memory
 
     _no_draws(monkeypatch)
     monkeypatch.setattr(memory, "available_bytes", lambda: memory.GIB)

@@ -7,9 +7,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from tokenpath.errors import UserError
-from tokenpath.units import (MAX_BANDWIDTH_BPS, MAX_DURATION_S, MIN_BANDWIDTH_BPS, Bandwidth, Duration, Size,
-                             parse_bandwidth_Bps, parse_bytes, parse_duration_s)
+from tokenpath.config.errors import UserError
+from tokenpath.config.units import (
+    MAX_BANDWIDTH_BPS,
+    MAX_DURATION_S,
+    MIN_BANDWIDTH_BPS,
+    Bandwidth,
+    Duration,
+    Size,
+    parse_bandwidth_Bps,
+    parse_bytes,
+    parse_duration_s,
+)
 
 finite = st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False)
 # The physical ranges config fields accept.
@@ -116,7 +125,7 @@ def test_round_values_are_written_back_as_written(text):
 
 # -- numbers for people ------------------------------------------------------------------------------
 
-from tokenpath.units import format_bandwidth, format_bytes, format_duration, format_number  # noqa: E402
+from tokenpath.config.units import format_bandwidth, format_bytes, format_duration, format_number  # noqa: E402
 
 
 @pytest.mark.parametrize("value, text", [

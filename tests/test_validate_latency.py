@@ -8,10 +8,15 @@ import pytest
 from cli_helpers import run_cli
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
-from tokenpath.errors import UserError
-from tokenpath.pipeline import prepare, simulate
-from tokenpath.validate_latency import (
-    MAX_SIMULATED_REQUESTS, load_latency, measured, predict_row, row_scenario, sharegpt_lengths,
+from tokenpath.config.errors import UserError
+from tokenpath.sim.simulate import prepare, simulate
+from tokenpath.validate.latency import (
+    MAX_SIMULATED_REQUESTS,
+    load_latency,
+    measured,
+    predict_row,
+    row_scenario,
+    sharegpt_lengths,
     simulated_requests,
 )
 
@@ -117,7 +122,7 @@ def test_measured_skips_the_warm_up_and_follows_the_metric_definitions():
 def test_a_run_too_large_to_keep_token_times_still_gives_ttft_and_tpot(monkeypatch):
     """Past the limit of kept token times a run carries an ITL histogram only: TTFT and TPOT rows are
     still predicted after a warm-up, and an ITL row gets a one-line reason instead of a crash."""
-    monkeypatch.setattr("tokenpath.pipeline.KEEP_TOKENS_LIMIT", 100)
+    monkeypatch.setattr("tokenpath.sim.simulate.KEEP_TOKENS_LIMIT", 100)
     row = _row(arrival="concurrency", concurrency=4, num_requests=40)
     run = simulate(row_scenario(row, DATA["sharegpt"])).run
     assert run.token_client_ns is None

@@ -8,9 +8,9 @@ import pytest
 
 from tokenpath.delivery.lastmile import worker_busy_ns
 from tokenpath.diagnose.felt import PARTS, felt_parts_s
-from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import result_document
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 
 
 def _verdict(**changes) -> tuple[dict, str]:

@@ -7,9 +7,9 @@ import pytest
 
 from cli_helpers import assert_user_error, run_cli
 from tokenpath.compute import ComputeModel, load_chip, load_model
-from tokenpath.pipeline import simulate
 from tokenpath.report.simulation import describe
-from tokenpath.scenario import load_scenario
+from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.simulate import simulate
 
 
 def step(chip: str, precision: str, tokens: int, context: int) -> float:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 from tokenpath.workload import Requests, read_trace, write_trace
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"

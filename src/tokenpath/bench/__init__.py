@@ -18,7 +18,7 @@ from tokenpath.bench.results import RESULTS_SCHEMA, bench_summary, build_run, re
 from tokenpath.bench.runner import Outcome, Plan, execute
 from tokenpath.bench.stream import MAX_EVENT_BYTES
 from tokenpath.bench.tokenizer import Tokenizer, load_tokenizer, tokenizer_name
-from tokenpath.scenario import Scenario
+from tokenpath.sim.scenario import Scenario
 
 __all__ = [
     "RESULTS_SCHEMA", "BenchResult", "Outcome", "Plan", "PromptBuilder", "Target", "Tokenizer", "bench_summary",

@@ -29,7 +29,7 @@ from time import perf_counter_ns, time_ns
 from urllib.parse import urlsplit
 
 from tokenpath.bench.stream import DROPPED, MALFORMED, Exchange
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 _HEAD_LIMIT = 64 * 1024
 _READ_BYTES = 1 << 18

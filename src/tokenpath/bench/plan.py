@@ -14,13 +14,13 @@ message. Its input tokens are then counted on the text actually sent, not taken 
 from __future__ import annotations
 
 import datetime as dt
-from functools import partial
 import http.client
 import math
 import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -32,8 +32,8 @@ from tokenpath.bench.results import RESULTS_SCHEMA, SLO_KEYS
 from tokenpath.bench.runner import Plan, SessionPlan, auto_workers
 from tokenpath.bench.stream import MAX_EVENT_BYTES
 from tokenpath.bench.tokenizer import Tokenizer
-from tokenpath.errors import UserError, quoted
-from tokenpath.scenario import Scenario
+from tokenpath.config.errors import UserError, quoted
+from tokenpath.sim.scenario import Scenario
 from tokenpath.workload import Requests, generate
 
 # The random streams simulate derives from the scenario seed: the workload is stream 0. Prompt

@@ -22,10 +22,10 @@ import numpy as np
 import orjson
 from pydantic import ValidationError
 
-from tokenpath.continuity import ContinuitySpec, spec_of
-from tokenpath.errors import UserError
-from tokenpath.run import Run
-from tokenpath.summary import continuity_per_request, stats_s, summarize
+from tokenpath.config.errors import UserError
+from tokenpath.sim.continuity import ContinuitySpec, spec_of
+from tokenpath.sim.run import Run
+from tokenpath.sim.summary import continuity_per_request, stats_s, summarize
 
 RESULTS_SCHEMA = "tokenpath.bench/1"
 SLO_KEYS = ("ttft", "ttfv", "tpot", "e2e")

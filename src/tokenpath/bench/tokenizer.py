@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 
 class Tokenizer(Protocol):

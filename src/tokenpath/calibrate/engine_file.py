@@ -19,11 +19,11 @@ from typing import Any
 
 import tomli_w
 
-from tokenpath.assumptions import ENGINE_CALIBRATION_SCHEMA, lookup
 from tokenpath.calibrate.fit import Fit
 from tokenpath.calibrate.probe import Measured
-from tokenpath.errors import UserError
-from tokenpath.scenario import Scenario
+from tokenpath.config.assumptions import ENGINE_CALIBRATION_SCHEMA, lookup
+from tokenpath.config.errors import UserError
+from tokenpath.sim.scenario import Scenario
 
 
 def _number(value: float) -> float | str:

@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokenpath.assumptions import lookup
 from tokenpath.calibrate.probe import Measured, medians_s
+from tokenpath.config.assumptions import lookup
+from tokenpath.config.errors import UserError
+from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.errors import UserError
-from tokenpath.deployment import build_deployment
-from tokenpath.pipeline import Prepared, simulate
-from tokenpath.scenario import Scenario
-from tokenpath.units import format_duration
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import Scenario
+from tokenpath.sim.simulate import Prepared, simulate
 
 # The assumptions an engine probe can see, most preferred first: a server's own overheads (its host
 # time per step, its front end) and its kernels' rate before what is a property of the chip and

@@ -26,9 +26,9 @@ import numpy as np
 from tokenpath.bench import Target, read_results, run_bench
 from tokenpath.bench.results import build_run, failures
 from tokenpath.bench.stream import SKIPPED, TIMEOUT
-from tokenpath.errors import UserError
-from tokenpath.scenario import Scenario, build_scenario, set_path
-from tokenpath.run import Run
+from tokenpath.config.errors import UserError
+from tokenpath.sim.run import Run
+from tokenpath.sim.scenario import Scenario, build_scenario, set_path
 from tokenpath.workload import Requests
 
 DEFAULT_PROMPT_LENS = (128, 512, 2048)

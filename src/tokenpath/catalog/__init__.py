@@ -16,7 +16,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.errors import UserError, quoted
 
 MODELS_FILE = "models.toml"
 CHIPS_FILE = "chips.toml"

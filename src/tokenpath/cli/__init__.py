@@ -7,7 +7,7 @@ import sys
 import typer
 
 from tokenpath.cli.app import app, calibrate_app, fail, help_as_written, scenario_app
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 # Importing a command's module registers it; the order here is the order `--help` lists them.
 from tokenpath.cli import simulate, levers, capacity, sweep, catalog, assumptions, validate, serve, calibrate, bench, report, fabric  # noqa: E402,F401  isort: skip

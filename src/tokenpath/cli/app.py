@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tokenpath import files
-from tokenpath.errors import UserError
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
 
 # Help is plain text (click's formatting): rich markup would take the square brackets of TOML tables
 # ([axes], [[levers]]) and extras (tokenpath[ray]) for style tags and drop them.

@@ -6,9 +6,9 @@ from typing import Any, Optional
 
 import typer
 
-from tokenpath import files
 from tokenpath.cli.app import app, console, write_json
 from tokenpath.cli.options import JsonOut, load_with_flags, scenario_flags
+from tokenpath.config import files
 
 ASSUMPTIONS_EXAMPLE = """
 A scenario overrides any of them by name in its [assumptions] table (serving_gemm_fraction = 0.6,
@@ -32,8 +32,8 @@ def assumptions(
 ) -> None:
     from rich.table import Table
 
-    from tokenpath.assumptions import listing
-    from tokenpath.units import format_bandwidth, format_bytes, format_duration
+    from tokenpath.config.assumptions import listing
+    from tokenpath.config.units import format_bandwidth, format_bytes, format_duration
 
     if json_out is not None:
         files.check_writable(json_out, "--json")

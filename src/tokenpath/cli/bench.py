@@ -13,9 +13,9 @@ import typer
 
 from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags
-from tokenpath import files
-from tokenpath.errors import UserError, quoted
-from tokenpath.units import format_number
+from tokenpath.config import files
+from tokenpath.config.errors import UserError, quoted
+from tokenpath.config.units import format_number
 
 BENCH_EXAMPLE = """
 Examples:
@@ -42,7 +42,7 @@ def _positive(value: float | None, flag: str) -> None:
 
 
 def _event_bytes(value: str) -> int:
-    from tokenpath.units import parse_bytes
+    from tokenpath.config.units import parse_bytes
 
     size = parse_bytes(value, "--max-event-bytes")
     if not 1 <= size <= 2**40:
@@ -79,13 +79,22 @@ def bench(
     results: Optional[str] = typer.Option(None, "--results", help="results JSONL, one line per finished request (default: bench-TIME.jsonl)"),
     *, flags: dict[str, Any],
 ) -> None:
-    from tokenpath.bench import Target, build_plan, default_workers, execute, load_tokenizer, preflight, read_results, workload_requests
+    from tokenpath.bench import (
+        Target,
+        build_plan,
+        default_workers,
+        execute,
+        load_tokenizer,
+        preflight,
+        read_results,
+        workload_requests,
+    )
     from tokenpath.bench.http import Endpoint
     from tokenpath.bench.plan import parse_extra_body
     from tokenpath.bench.results import bench_summary
     from tokenpath.bench.tokenizer import tokenizer_name
     from tokenpath.cli.options import check_tokenizer, scenario_table
-    from tokenpath.scenario import build_scenario
+    from tokenpath.sim.scenario import build_scenario
 
     if not base_url:
         raise UserError("--base-url is required: the server to measure, e.g. --base-url http://127.0.0.1:8000")

@@ -7,10 +7,10 @@ from typing import Any, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tokenpath import files
 from tokenpath.cli.app import calibrate_app, console, err_console
 from tokenpath.cli.options import WORKLOAD_FLAGS, check_tokenizer, scenario_flags, scenario_table
-from tokenpath.errors import UserError, quoted
+from tokenpath.config import files
+from tokenpath.config.errors import UserError, quoted
 
 
 def _batch_sizes(given: str, extra: list[str]) -> list[int]:
@@ -91,7 +91,7 @@ Examples:
 
 
 def _budget_s(text: str) -> float:
-    from tokenpath.units import parse_duration_s
+    from tokenpath.config.units import parse_duration_s
 
     words = text.strip()
     if words.endswith("m") and not words.endswith(("ms", "nm")):
@@ -138,12 +138,12 @@ def calibrate_engine(
 
     from rich.table import Table
 
-    from tokenpath.assumptions import format_value
     from tokenpath.calibrate.engine_file import calibration_document, write_calibration
     from tokenpath.calibrate.fit import fit_engine
     from tokenpath.calibrate.probe import measured_from_results, run_probe
     from tokenpath.compute.model import load_model
-    from tokenpath.scenario import build_scenario
+    from tokenpath.config.assumptions import format_value
+    from tokenpath.sim.scenario import build_scenario
 
     files.check_writable(out, "--out")
     table, source, base_dir = scenario_table(scenario, flags)

@@ -7,10 +7,10 @@ from typing import Any, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tokenpath import files
 from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
-from tokenpath.errors import UserError
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
 
 CAPACITY_EXAMPLE = """
 Bisects the request rate over full simulations: each point simulates the whole workload at that rate
@@ -75,7 +75,7 @@ def capacity(
     json_out: JsonOut = None,
     *, flags: dict[str, Any],
 ) -> None:
-    from tokenpath.forked import available_cpus
+    from tokenpath.sim.forked import available_cpus
     from tokenpath.whatif.capacity import parse_slo, scenario_slo, search
     from tokenpath.whatif.run import Base
 

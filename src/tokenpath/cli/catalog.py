@@ -20,7 +20,7 @@ def scenario_show(name: Optional[str] = typer.Argument(None, help="catalog name 
 
 @scenario_app.command("list", help="List the embedded scenarios.\n\nExample:\n\n  tokenpath scenario list")
 def scenario_list() -> None:
-    from tokenpath.scenario import load_scenario, scenario_names
+    from tokenpath.sim.scenario import load_scenario, scenario_names
 
     for name in scenario_names():
         console.print(f"[bold]{name}[/bold]  {load_scenario(name).description}")

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from tokenpath.cli.app import app, console, write_json
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.errors import UserError, quoted
 
 FABRIC_EXAMPLE = """
 Examples:
@@ -84,7 +84,7 @@ def _node(topology, node: int) -> str:
 
 
 def _print(document: dict[str, Any], description: str) -> None:
-    from tokenpath.units import format_bytes, format_duration
+    from tokenpath.config.units import format_bytes, format_duration
 
     if description:
         console.print(description, highlight=False)
@@ -132,10 +132,10 @@ def fabric(
     pattern: Optional[str] = typer.Option(None, "--pattern", help="all-to-all | tornado | adversarial: show the busiest links"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write the result to PATH, or '-' for stdout"),
 ) -> None:
+    from tokenpath.config.files import check_writable
     from tokenpath.fabric.build import build_topology
     from tokenpath.fabric.collectives import OPS, Collectives
     from tokenpath.fabric.spec import load_fabric, preset_description, preset_names
-    from tokenpath.files import check_writable
 
     if json_out is not None:
         check_writable(json_out, "--json")

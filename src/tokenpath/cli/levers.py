@@ -8,11 +8,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tokenpath import files
 from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
-from tokenpath.errors import UserError
-from tokenpath.summary import metric_value
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
+from tokenpath.sim.summary import metric_value
 
 LEVERS_EXAMPLE = """
 Simulates the scenario and every what-if of the catalog in full (wider: links, NVLS, replicas, TP x DP,
@@ -48,16 +48,15 @@ A levers file holds [[levers]] tables: name, group and overrides, e.g.
 
 
 def _signed(value: float, unit: str = "") -> str:
-    from tokenpath.units import format_duration
+    from tokenpath.config.units import format_duration
 
     text = format_duration(abs(value)) if unit == "s" else f"{abs(value):.4g}"
     return ("-" if value < 0 else "+") + text
 
 
 def _value(value: float | None, metric: str) -> str:
-    from tokenpath.units import format_duration
-
-    from tokenpath.metrics import is_duration
+    from tokenpath.config.units import format_duration
+    from tokenpath.sim.metrics import is_duration
 
     if value is None:
         return "-"

@@ -11,8 +11,8 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from tokenpath import files
-from tokenpath.errors import UserError, quoted
+from tokenpath.config import files
+from tokenpath.config.errors import UserError, quoted
 
 
 def _rate(value: str) -> float | str:
@@ -226,8 +226,8 @@ JsonOut = Annotated[Optional[str], typer.Option("--json", help="write the result
 def scenario_table(scenario_ref: Optional[str], flags: dict[str, Any]):
     """The raw table of a scenario with its changes applied in order: the file, then `--set`, then the
     named flags (so `--tp 2 --set deployment.tp=4` runs TP=2). Returns (table, source, base_dir)."""
-    from tokenpath.overrides import apply_overrides, parse_assignments
-    from tokenpath.scenario import read_scenario_table, set_path
+    from tokenpath.sim.overrides import apply_overrides, parse_assignments
+    from tokenpath.sim.scenario import read_scenario_table, set_path
 
     named = dict(flags)
     overrides = parse_assignments(named.pop("sets", None))
@@ -240,7 +240,7 @@ def scenario_table(scenario_ref: Optional[str], flags: dict[str, Any]):
 
 def load_with_flags(scenario_ref: Optional[str], flags: dict[str, Any]):
     """The scenario `scenario_ref` names, with the flags applied, built and checked."""
-    from tokenpath.scenario import build_scenario
+    from tokenpath.sim.scenario import build_scenario
 
     return build_scenario(*scenario_table(scenario_ref, flags))
 

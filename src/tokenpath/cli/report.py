@@ -10,7 +10,7 @@ import typer
 
 from tokenpath.cli.app import app, console
 from tokenpath.cli.options import JsonOut
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 REPORT_EXAMPLE = """
 Examples:
@@ -32,7 +32,7 @@ PngOut = typer.Option(None, "--png", help="write each figure of the report as PN
 
 def check_report_outputs(html_out: Optional[str], png_dir: Optional[str]) -> None:
     """Refuse unwritable outputs before any work."""
-    from tokenpath import files
+    from tokenpath.config import files
 
     if html_out is not None:
         if Path(html_out).suffix.lower() not in (".html", ".htm"):

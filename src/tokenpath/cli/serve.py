@@ -6,10 +6,10 @@ from typing import Any, Optional
 
 import typer
 
-from tokenpath import files
 from tokenpath.cli.app import app, err_console
 from tokenpath.cli.options import ARRIVAL_AND_PROMPT_FLAGS, check_tokenizer, load_with_flags, scenario_flags
-from tokenpath.errors import UserError, quoted
+from tokenpath.config import files
+from tokenpath.config.errors import UserError, quoted
 
 
 @app.command(help="Serve an OpenAI-compatible API that streams real text on the scenario's simulated timing."

@@ -7,19 +7,19 @@ from typing import Any, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tokenpath import files
 from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.cli.report import HtmlOut, PngOut, check_report_outputs, write_report
-from tokenpath.errors import UserError
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
 
 
 def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any],
                          show_explain: bool = False, workers: Optional[int] = None, results: Optional[str] = None,
                          html_out: Optional[str] = None, png_dir: Optional[str] = None) -> None:
     from tokenpath.report.simulation import describe, result_document
-    from tokenpath.pipeline import prepare, simulate
-    from tokenpath.scenario import build_scenario
+    from tokenpath.sim.scenario import build_scenario
+    from tokenpath.sim.simulate import prepare, simulate
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be at least 1 (1 simulates every replica in this process)")

@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from tokenpath import files
 from tokenpath.cli.app import app, console, err_console
-from tokenpath.errors import UserError
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
 
 SWEEP_EXAMPLE = """
 Example spec (sweep.toml):

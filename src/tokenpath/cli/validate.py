@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from tokenpath import files
 from tokenpath.cli.app import app, console, write_json
+from tokenpath.config import files
 
 
 @app.command(help="Compare predictions with published measurements.\n\nExamples:\n\n"
@@ -20,7 +20,7 @@ def validate(
         None, "--latency-rows", help="the latency group from this TOML file of rows tables (the form of "
                                      "catalog/validation/latency.toml) instead of the shipped one; alone, only that group"),
 ) -> None:
-    from tokenpath.validate import print_validation, run_validation
+    from tokenpath.validate.groups import print_validation, run_validation
 
     if json_out is not None:
         files.check_writable(json_out, "--json")

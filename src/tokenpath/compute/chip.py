@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from tokenpath import catalog
 from tokenpath.compute import efficiency
 from tokenpath.compute.precision import PRECISION_BYTES
-from tokenpath.errors import UserError
-from tokenpath.units import parse_bandwidth_Bps, parse_bytes
-from tokenpath.assumptions import assumed, overridden
+from tokenpath.config.assumptions import assumed, overridden
+from tokenpath.config.errors import UserError
+from tokenpath.config.units import parse_bandwidth_Bps, parse_bytes
 
 _FALLBACK_PRECISION = "bf16"
 

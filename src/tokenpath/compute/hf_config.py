@@ -31,9 +31,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenpath import files
 from tokenpath.compute.model import ModelSpec
-from tokenpath.errors import UserError
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
 
 # Keys whose presence (with a true value) means layers tokenpath does not model.
 _UNMODELLED = {

@@ -6,8 +6,9 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenpath import catalog, files
-from tokenpath.errors import UserError, quoted
+from tokenpath import catalog
+from tokenpath.config import files
+from tokenpath.config.errors import UserError, quoted
 
 # Every dimension of a model fits a signed 32-bit int, as in Hugging Face configs; the largest real
 # ones (vocabularies, context lengths) are about 2^18 to 2^24.

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tokenpath.assumptions import assumed
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.efficiency import (
     ACTIVATION_BYTES,
@@ -26,6 +25,7 @@ from tokenpath.compute.efficiency import (
 )
 from tokenpath.compute.model import ModelSpec
 from tokenpath.compute.precision import PRECISION_BYTES
+from tokenpath.config.assumptions import assumed
 
 LOGIT_BYTES = 4.0
 """Logits are materialized in fp32 for sampling."""

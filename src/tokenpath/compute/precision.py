@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 PRECISION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
 """Bytes per element. fp4 ignores its block scales (about 1 byte per 16 elements)."""

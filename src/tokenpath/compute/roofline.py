@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tokenpath.assumptions import assumed
 from tokenpath.compute import efficiency
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.model import ModelSpec
 from tokenpath.compute.ops import LOGIT_BYTES, LinearOp, build_ops, kv_bytes_per_token_per_layer, kv_heads_per_chip
 from tokenpath.compute.precision import PRECISION_BYTES, check_precision
-from tokenpath.errors import UserError
+from tokenpath.config.assumptions import assumed
+from tokenpath.config.errors import UserError
 
 __all__ = ["PRECISION_BYTES", "OpCost", "ComputeModel"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import tomli_w
 
-from tokenpath import files
-from tokenpath.errors import UserError
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
 
 SCHEMA = "tokenpath.delivery-calibration/1"
 

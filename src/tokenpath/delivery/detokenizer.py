@@ -12,8 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
+from tokenpath.config.errors import UserError
 from tokenpath.delivery.stream import INVALID, BatchStream, Table, TokenIdError
-from tokenpath.errors import UserError
 
 DEFAULT_TOKENIZER = "tekken_240911.json"
 

@@ -7,11 +7,11 @@ merges, so encode with the original tokenizer.
 
 from __future__ import annotations
 
+from tokenpath.config.errors import UserError
 from tokenpath.delivery.bytestream import ByteTable
 from tokenpath.delivery.detokenizer import Detokenizer
 from tokenpath.delivery.hf_file import byte_level_alphabet
 from tokenpath.delivery.spmstream import CONTROL, SpmTable
-from tokenpath.errors import UserError
 
 
 def to_hf_tokenizer(det: Detokenizer):

@@ -13,10 +13,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tokenpath.config.errors import UserError
 from tokenpath.delivery.bytestream import ByteTable
 from tokenpath.delivery.piecestream import PieceTable
 from tokenpath.delivery.stream import Table
-from tokenpath.errors import UserError
 
 SUPPORTED = "ByteLevel, or Replace/Metaspace followed by ByteFallback, Fuse and Strip"
 

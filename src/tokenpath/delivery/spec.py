@@ -10,8 +10,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tokenpath.files import PathText
-from tokenpath.units import Bandwidth, Duration
+from tokenpath.config.files import PathText
+from tokenpath.config.units import Bandwidth, Duration
 
 # PCIe Gen5 x16: 128 GB/s both directions together (the H200 SXM host link, nvidia.com/h200).
 PCIE_GEN5_X16_PER_DIRECTION_BPS = 64e9

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from tokenpath.config.errors import UserError
 from tokenpath.delivery.spmstream import BYTE, CONTROL, NORMAL, SPACE_SYMBOL, UNKNOWN, SpmTable
-from tokenpath.errors import UserError
 
 
 def open_model(path: Path):

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 SEPARATOR = "\x00"
 

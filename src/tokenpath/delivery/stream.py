@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 FAST, SLOW, INVALID = 0, 1, 2
 

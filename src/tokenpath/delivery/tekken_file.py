@@ -11,8 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from tokenpath.config.errors import UserError
 from tokenpath.delivery.bytestream import ByteTable
-from tokenpath.errors import UserError
 
 
 def is_tekken(document: Any) -> bool:

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, field
 
 from tokenpath.compute.roofline import ComputeModel
+from tokenpath.config.units import format_duration, format_number
 from tokenpath.diagnose.overload import Load
-from tokenpath.summary import LAYER_OF_PART
-from tokenpath.units import format_duration, format_number
+from tokenpath.sim.summary import LAYER_OF_PART
 
 # An SLO missed by at least this share of requests is what users feel first.
 FELT_MISS_SHARE = 0.1

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenpath.units import format_number
+from tokenpath.config.units import format_number
 
 OVERLOAD_RATE_RATIO = 1.2
 TREND_RATIO = 2.0

@@ -19,8 +19,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from tokenpath.compute.roofline import ComputeModel
+from tokenpath.config.errors import UserError
 from tokenpath.engine.placement import Placement
-from tokenpath.errors import UserError
 from tokenpath.fabric.collectives import AffineCost, Collectives
 
 

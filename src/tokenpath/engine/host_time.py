@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenpath.assumptions import assumed
+from tokenpath.config.assumptions import assumed
 
 
 @dataclass(frozen=True)

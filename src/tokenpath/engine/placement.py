@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 
 @dataclass(frozen=True)

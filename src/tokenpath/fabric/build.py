@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from pydantic import TypeAdapter, ValidationError
 
-from tokenpath.config_errors import explain
-from tokenpath.errors import UserError
+from tokenpath.config.assumptions import assumed
+from tokenpath.config.config_errors import explain
+from tokenpath.config.errors import UserError
 from tokenpath.fabric.spec import (
     DragonFlyFabric,
     FabricSpec,
@@ -29,7 +30,6 @@ from tokenpath.fabric.spec import (
     TorusFabric,
 )
 from tokenpath.fabric.topology import Topology
-from tokenpath.assumptions import assumed
 
 # NCCL's latency per NVLink step of a ring (src/graph/tuning.cc hwLatencies NVLINK, Ring / LL: 0.6 us);
 # a switch's two links (host up, switch down) share it.

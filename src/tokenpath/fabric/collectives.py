@@ -25,8 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
-from tokenpath.assumptions import assumed
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.assumptions import assumed
+from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.hierarchy import Hierarchy
 from tokenpath.fabric.topology import Topology, Traffic
 

@@ -51,8 +51,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenpath.assumptions import assumed
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.assumptions import assumed
+from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.topology import (
     LinkTable,
     Topology,

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.topology import (
     LinkTable,
     Topology,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.topology import Links, Topology, Traffic
 
 
@@ -93,7 +93,7 @@ class Hierarchy(Topology):
 
     def link_efficiency(self) -> np.ndarray:
         """The node's links as the node's kind; every network link at NIC efficiency, whatever its kind."""
-        from tokenpath.assumptions import assumed
+        from tokenpath.config.assumptions import assumed
         from tokenpath.fabric.collectives import SCALEOUT_BW_EFFICIENCY, link_efficiency
 
         return np.concatenate([np.tile(link_efficiency(self.node), self.nodes),

@@ -8,17 +8,17 @@ scale-up table leaves `link_bw` out, the chip's scale-up bandwidth is shared ove
 from __future__ import annotations
 
 import math
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
+import tomllib
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from tokenpath import files
-from tokenpath.config_errors import explain
-from tokenpath.errors import UserError, quoted
-from tokenpath.units import Bandwidth, Duration
+from tokenpath.config import files
+from tokenpath.config.config_errors import explain
+from tokenpath.config.errors import UserError, quoted
+from tokenpath.config.units import Bandwidth, Duration
 
 Algorithm = Literal["auto", "ring", "tree", "halving_doubling", "nvls", "nvls_tree", "bucket", "hierarchical"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.errors import UserError, quoted
 
 
 @dataclass(frozen=True)

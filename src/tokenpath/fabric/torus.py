@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.topology import LinkTable, Topology, Traffic, check_latency, check_positive
 
 _DIMS_EXAMPLE = "e.g. [8, 8] for a 64-chip 2D torus, or [16] for a ring of 16"

@@ -6,8 +6,8 @@ from rich.table import Table
 
 from tokenpath.compute.chip import list_chips, load_chip
 from tokenpath.compute.model import list_models, load_model
+from tokenpath.config.units import format_bandwidth, format_bytes
 from tokenpath.report.table import catalog_table
-from tokenpath.units import format_bandwidth, format_bytes
 
 
 def models_table() -> Table:

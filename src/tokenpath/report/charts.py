@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from tokenpath import continuity
+from tokenpath.config.units import format_duration
 from tokenpath.report.views import Inputs, RunView
-from tokenpath.summary import metric_value
-from tokenpath.units import format_duration
+from tokenpath.sim import continuity
+from tokenpath.sim.summary import metric_value
 
 CDF_POINTS = 200          # quantiles drawn per latency curve
 TIMELINE_REQUESTS = 120   # requests drawn in the timeline (an even sample of the run)
@@ -115,7 +115,7 @@ def _curve(values_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def latency_cdfs(inputs: Inputs) -> Figure:
     """One CDF per latency: from every request where the input has them, else the summary's percentiles."""
     alt = _alt()
-    from tokenpath.summary import PERCENTILES
+    from tokenpath.sim.summary import PERCENTILES
 
     rows = []
     for run in inputs.runs:

@@ -9,10 +9,10 @@ from typing import Any
 
 from rich.table import Table
 
-from tokenpath.errors import UserError, quoted
-from tokenpath.overrides import flatten
-from tokenpath.summary import LAYERS, PERCENTILES, SCHEMA
-from tokenpath.units import format_bandwidth, format_duration, format_number
+from tokenpath.config.errors import UserError, quoted
+from tokenpath.config.units import format_bandwidth, format_duration, format_number
+from tokenpath.sim.overrides import flatten
+from tokenpath.sim.summary import LAYERS, PERCENTILES, SCHEMA
 
 _LATENCIES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 _STATS = ("mean", *PERCENTILES)

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-from tokenpath.pipeline import Simulation
-from tokenpath.units import format_bytes, format_duration
+from tokenpath.config.units import format_bytes, format_duration
+from tokenpath.sim.simulate import Simulation
 
 
 def steady_step(sim: Simulation) -> int:

@@ -14,12 +14,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tokenpath import files
-from tokenpath.errors import UserError
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
+from tokenpath.config.units import format_duration, format_number
 from tokenpath.report.charts import LATENCIES, LAYERS, Figure, figures
 from tokenpath.report.views import Inputs
-from tokenpath.summary import PERCENTILES
-from tokenpath.units import format_duration, format_number
+from tokenpath.sim.summary import PERCENTILES
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#222;

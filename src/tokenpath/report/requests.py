@@ -20,15 +20,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tokenpath import files
-from tokenpath.errors import UserError
-from tokenpath.run import Run
-from tokenpath.summary import continuity_per_request
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
+from tokenpath.sim.run import Run
+from tokenpath.sim.summary import continuity_per_request
 
 SCHEMA = "tokenpath.requests/1"
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
 # Metadata keys of a Parquet results file.
-META_SCHEMA, META_SUMMARY, META_SCENARIO = b"tokenpath.schema", b"tokenpath.summary", b"tokenpath.scenario"
+META_SCHEMA, META_SUMMARY, META_SCENARIO = b"tokenpath.schema", b"tokenpath.sim.summary", b"tokenpath.sim.scenario"
 
 # The columns, in order, and what each is (docs/report.md lists them for users).
 COLUMNS = {

@@ -8,13 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from tokenpath.config.units import format_bytes, format_duration, format_number
 from tokenpath.delivery.lastmile import LastMile, worker_busy_ns
 from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, memory_bound_share, sample_steps
 from tokenpath.diagnose.felt import PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
-from tokenpath.pipeline import Simulation
-from tokenpath.summary import misses_slo, summarize, window_ns
-from tokenpath.units import format_bytes, format_duration, format_number
+from tokenpath.sim.simulate import Simulation
+from tokenpath.sim.summary import misses_slo, summarize, window_ns
 
 
 def _evidence(sim: Simulation, window_s: float) -> Evidence:
@@ -281,7 +281,7 @@ def assumptions_block(scenario: Any) -> dict[str, Any]:
     `overridden`, `calibrated`, `calibration_files`), plus the assumed last-mile costs the scenario's
     [delivery] table sets to other values than the registry's (`delivery_fields`, by assumption name)
     and the delivery calibration file in use."""
-    from tokenpath.assumptions import DELIVERY_FIELDS, lookup
+    from tokenpath.config.assumptions import DELIVERY_FIELDS, lookup
 
     block = scenario.resolved_assumptions().describe()
     given = scenario.delivery
@@ -295,7 +295,7 @@ def assumptions_block(scenario: Any) -> dict[str, Any]:
 def assumptions_line(block: dict[str, Any] | None) -> str:
     """A `scenario.assumptions` block in one line for people: which assumptions differ from the
     registry's (`tokenpath assumptions`), and where from."""
-    from tokenpath.assumptions import format_value
+    from tokenpath.config.assumptions import format_value
 
     if not block:
         return "not recorded"

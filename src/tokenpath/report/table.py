@@ -7,8 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tokenpath.summary import PERCENTILES
-from tokenpath.units import format_duration, format_number
+from tokenpath.config.units import format_duration, format_number
+from tokenpath.sim.summary import PERCENTILES
 
 _LATENCY_NAMES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 _PART_NAMES = {"queue": "queue (distribution)", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from tokenpath import files
-from tokenpath.errors import UserError
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
 from tokenpath.report.compare import check_metrics
-from tokenpath.run import Run
-from tokenpath.summary import SCHEMA as SUMMARY_SCHEMA
+from tokenpath.sim.run import Run
+from tokenpath.sim.summary import SCHEMA as SUMMARY_SCHEMA
 
 # Rows kept for charts: every chart's data is embedded in the HTML file, so a run of a million
 # requests is shown through an even sample of its requests and steps (the summary's numbers are
@@ -234,7 +234,7 @@ def _read_sweep(path: str) -> Any:
 def _summary_of(frame: Any) -> dict[str, Any]:
     """A summary from per-request rows alone (a CSV or JSONL results file): latencies, attribution and
     counts; ITL needs token times these files do not have."""
-    from tokenpath.summary import PERCENTILES, SCHEMA
+    from tokenpath.sim.summary import PERCENTILES, SCHEMA
 
     kept = frame[frame["ok"].astype(bool) & ~frame["warmup"].astype(bool)]
 

@@ -22,11 +22,9 @@ import orjson
 from aiohttp import web
 
 from tokenpath.bench.prompts import corpus_text
+from tokenpath.config.errors import UserError
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.errors import UserError
-from tokenpath.deployment import build_deployment
-from tokenpath.scenario import Scenario
 from tokenpath.serve.connections import ConnectionLimits, Connections, Listener, ParseErrorLog
 from tokenpath.serve.fields import parse_request
 from tokenpath.serve.live import LiveEngine
@@ -34,6 +32,8 @@ from tokenpath.serve.network import Network
 from tokenpath.serve.openai import ApiError, Ask
 from tokenpath.serve.output import DONE, Response, new_response
 from tokenpath.serve.send_log import SendLog
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import Scenario
 from tokenpath.workload.lengths import sample_lengths
 
 MAX_BODY_BYTES = 4 * 2**20

@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from tokenpath.errors import QUOTE_CHARS, UserError
+from tokenpath.config.errors import QUOTE_CHARS, UserError
 
 log = logging.getLogger("tokenpath.serve")
 

@@ -22,9 +22,9 @@ from typing import Callable
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.engine.replica import Replica
-from tokenpath.deployment import Deployment
-from tokenpath.scenario import Scenario
 from tokenpath.serve.output import OutputSlots, Response
+from tokenpath.sim.deployment import Deployment
+from tokenpath.sim.scenario import Scenario
 
 
 class LiveEngine:

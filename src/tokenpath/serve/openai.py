@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from tokenpath.errors import quoted
+from tokenpath.config.errors import quoted
 
 Endpoint = Literal["completions", "chat"]
 

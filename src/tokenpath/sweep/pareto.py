@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenpath.errors import UserError
-from tokenpath.metrics import higher_is_better
+from tokenpath.config.errors import UserError
+from tokenpath.sim.metrics import higher_is_better
 
 
 def parse_objectives(text: str) -> list[tuple[str, str]]:

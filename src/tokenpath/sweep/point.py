@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tokenpath.errors import UserError
-from tokenpath.overrides import flatten
+from tokenpath.config.errors import UserError
+from tokenpath.sim.overrides import flatten
 from tokenpath.sweep.spec import point_id, scenario_for
 
 
@@ -22,8 +22,8 @@ def flatten_summary(document: dict[str, Any]) -> dict[str, Any]:
 def simulate_point(scenario: str, overrides: dict[str, Any], values: dict[str, Any], sweep: str) -> dict[str, Any]:
     """The row of one point: its id, the sweep's fingerprint, its axis values, then every summary metric.
     A metric named like an axis key is kept as `summary.<key>`."""
-    from tokenpath.pipeline import prepare, simulate
     from tokenpath.report.simulation import result_document
+    from tokenpath.sim.simulate import prepare, simulate
 
     try:
         simulation = simulate(prepare(scenario_for(scenario, overrides, values)), workers=1)

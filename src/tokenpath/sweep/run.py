@@ -12,8 +12,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from tokenpath.errors import UserError
-from tokenpath.forked import available_cpus
+from tokenpath.config.errors import UserError
+from tokenpath.sim.forked import available_cpus
 from tokenpath.sweep.point import simulate_point
 from tokenpath.sweep.spec import SweepSpec, point_id
 from tokenpath.sweep.store import ResultStore

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from tokenpath import files, memory
-from tokenpath.errors import UserError
-from tokenpath.overrides import apply_overrides, flatten
-from tokenpath.scenario import build_scenario, read_scenario_table
+from tokenpath.config import files, memory
+from tokenpath.config.errors import UserError
+from tokenpath.sim.overrides import apply_overrides, flatten
+from tokenpath.sim.scenario import build_scenario, read_scenario_table
 
 SPEC_KEYS = ("scenario", "overrides", "axes", "samples", "seed")
 RANGE_KEYS = {"min", "max", "log"}

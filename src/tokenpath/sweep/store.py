@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from tokenpath import files
-from tokenpath.errors import UserError
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 # The table is rewritten at most this often while points finish (and always at the end): rewriting it

@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tokenpath.errors import UserError, quoted
-from tokenpath.summary import LAYERS, PERCENTILES
-from tokenpath.units import parse_duration_s
+from tokenpath.config.errors import UserError, quoted
+from tokenpath.config.units import parse_duration_s
+from tokenpath.sim.summary import LAYERS, PERCENTILES
 from tokenpath.whatif.objective import metric_value
 from tokenpath.whatif.run import Base, Outcome, simulate_many
 

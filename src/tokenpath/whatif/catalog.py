@@ -13,7 +13,7 @@ from tokenpath.compute.chip import load_chip
 from tokenpath.engine.spec import SCHEDULERS
 from tokenpath.fabric.build import default_fabric
 from tokenpath.fabric.spec import FullMeshFabric, HierarchyFabric, MeshFabric, SwitchFabric, TorusFabric
-from tokenpath.scenario import Scenario
+from tokenpath.sim.scenario import Scenario
 
 GROUPS = ("wider", "closer", "more continuous", "compute")
 

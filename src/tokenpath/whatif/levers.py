@@ -9,11 +9,11 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tokenpath import files
-from tokenpath.config_errors import explain
-from tokenpath.errors import UserError
-from tokenpath.overrides import check_key, flatten
-from tokenpath.summary import LAYERS
+from tokenpath.config import files
+from tokenpath.config.config_errors import explain
+from tokenpath.config.errors import UserError
+from tokenpath.sim.overrides import check_key, flatten
+from tokenpath.sim.summary import LAYERS
 from tokenpath.whatif.catalog import Lever, catalog
 from tokenpath.whatif.objective import RESOLUTION_SHARE, Objective
 from tokenpath.whatif.run import Base, Outcome, simulate_many

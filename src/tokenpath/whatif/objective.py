@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from tokenpath import files
-from tokenpath.errors import UserError, quoted
-from tokenpath.summary import metric_value
-from tokenpath.metrics import higher_is_better, known_metrics
+from tokenpath.config import files
+from tokenpath.config.errors import UserError, quoted
+from tokenpath.sim.metrics import higher_is_better, known_metrics
+from tokenpath.sim.summary import metric_value
 
 # The default: p99 time to first visible text, then mean E2E (see `Objective.default`).
 DEFAULT_OBJECTIVE = "latency_s.ttfv.p99"

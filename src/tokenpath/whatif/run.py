@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tokenpath.errors import UserError
-from tokenpath.forked import available_cpus, can_fork, map_forked
-from tokenpath.overrides import apply_overrides
-from tokenpath.scenario import Scenario, build_scenario
+from tokenpath.config.errors import UserError
+from tokenpath.sim.forked import available_cpus, can_fork, map_forked
+from tokenpath.sim.overrides import apply_overrides
+from tokenpath.sim.scenario import Scenario, build_scenario
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ def simulate_summary(base: Base, overrides: dict[str, Any]) -> Outcome:
     """The result document of `base` with `overrides`, as `tokenpath simulate` writes it; a scenario
     the overrides make impossible (a split that does not divide, a model that does not fit) is an
     Outcome with its error instead."""
-    from tokenpath.pipeline import simulate
     from tokenpath.report.simulation import result_document
+    from tokenpath.sim.simulate import simulate
 
     try:
         scenario = base.scenario(overrides)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
-from tokenpath.files import MAX_DATA_BYTES, open_input
+from tokenpath.config.files import MAX_DATA_BYTES, open_input
 
 
 @contextmanager

@@ -7,13 +7,13 @@ from typing import Callable
 
 import numpy as np
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
+from tokenpath.prefixes import SEGMENT_TOKENS, Prefixes
 from tokenpath.workload._files import sha256_file
 from tokenpath.workload.arrivals import arrival_times_s
 from tokenpath.workload.lengths import sample_lengths
 from tokenpath.workload.requests import Requests, Sessions
 from tokenpath.workload.size import require_memory
-from tokenpath.prefixes import SEGMENT_TOKENS, Prefixes
 from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_TURNS, SessionSpec, SharedPrefixSpec, WorkloadSpec
 from tokenpath.workload.traces import read_trace
 

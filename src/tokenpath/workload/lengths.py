@@ -9,12 +9,15 @@ import re
 
 import numpy as np
 
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.errors import UserError, quoted
 from tokenpath.workload._files import open_text
-from tokenpath.workload.sharegpt import (SHAREGPT_ASSUMED_CV, SHAREGPT_MAX_TOKENS, SHAREGPT_MEAN_TOKENS,
-                                       SHAREGPT_MIN_TOKENS)
+from tokenpath.workload.sharegpt import (
+    SHAREGPT_ASSUMED_CV,
+    SHAREGPT_MAX_TOKENS,
+    SHAREGPT_MEAN_TOKENS,
+    SHAREGPT_MIN_TOKENS,
+)
 from tokenpath.workload.spec import MAX_TOKENS, LengthSpec
-
 
 # Token counts as files write them: ASCII digits only, so '1_000' and '١٢' (Arabic-Indic digits),
 # which Python's int() takes, are errors.

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tokenpath import memory
+from tokenpath.config import memory
 
 # What the peak memory (max RSS) of `tokenpath simulate --workers 1` on the typical scenario grows by,
 # from runs of two or three sizes (rounded up here):
@@ -21,7 +21,7 @@ SEGMENT_BYTES = 120
 def run_bytes(requests: int, output_tokens: int, segments: int) -> int:
     """About the peak memory of simulating `requests` requests with `output_tokens` output tokens in
     all and `segments` prefix segments."""
-    from tokenpath.served import KEEP_TOKENS_LIMIT  # (served.py imports this package)
+    from tokenpath.sim.served import KEEP_TOKENS_LIMIT  # (served.py imports this package)
 
     kept_tokens = output_tokens if output_tokens <= KEEP_TOKENS_LIMIT else 0
     return requests * REQUEST_BYTES + kept_tokens * TOKEN_BYTES + segments * SEGMENT_BYTES

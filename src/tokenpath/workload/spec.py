@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from tokenpath.files import PathText
-from tokenpath.units import Duration
+from tokenpath.config.files import PathText
+from tokenpath.config.units import Duration
 
 LengthKind = Literal["fixed", "normal", "lognormal", "uniform", "empirical", "sharegpt"]
 TraceFormat = Literal["azure", "burstgpt", "mooncake"]

@@ -32,11 +32,11 @@ from typing import IO
 
 import numpy as np
 
-from tokenpath.errors import UserError, quoted
-from tokenpath.files import shown
+from tokenpath.config.errors import UserError, quoted
+from tokenpath.config.files import shown
+from tokenpath.prefixes import chain
 from tokenpath.workload._files import open_text
 from tokenpath.workload.lengths import parse_count, shown_count
-from tokenpath.prefixes import chain
 from tokenpath.workload.requests import Requests
 from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_TOKENS
 

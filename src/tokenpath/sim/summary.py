@@ -6,10 +6,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from tokenpath import continuity
-from tokenpath.run import Run
+from tokenpath.sim import continuity
+from tokenpath.sim.run import Run
 
-SCHEMA = "tokenpath.summary/1"
+SCHEMA = "tokenpath.sim.summary/1"
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 LAYERS = ("queue", "compute", "traffic", "delivery")
 # The layer each attribution part belongs to, as the bottleneck names it.

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.errors import UserError, quoted
 
 _ACTIVE: contextvars.ContextVar[Mapping[str, float]] = contextvars.ContextVar("tokenpath_assumptions", default={})
 
@@ -221,7 +221,7 @@ def lookup(name: str, where: str = "assumptions") -> Assumption:
 
 def parse_value(assumption: Assumption, value: object, where: str) -> float:
     """A value in the assumption's unit: a number already in it, or a string with a unit ("20 us")."""
-    from tokenpath.units import parse_bandwidth_Bps, parse_bytes, parse_duration_s
+    from tokenpath.config.units import parse_bandwidth_Bps, parse_bytes, parse_duration_s
 
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise UserError(f"{where}: {quoted(value)} is not a number; give a number in {assumption.unit}")
@@ -301,7 +301,7 @@ class Assumptions:
 
 def format_value(name: str, value: float) -> str:
     """A value for people, in its assumption's unit ("2 ms", "0.6")."""
-    from tokenpath.units import format_bandwidth, format_bytes, format_duration
+    from tokenpath.config.units import format_bandwidth, format_bytes, format_duration
 
     unit = lookup(name).unit
     shown = {"s": format_duration, "bytes": format_bytes, "B/s": format_bandwidth}.get(unit)
@@ -323,7 +323,7 @@ DELIVERY_CALIBRATION_SCHEMA = "tokenpath.delivery-calibration/1"
 def read_calibration(path: str) -> tuple[dict[str, float], str | None]:
     """A calibration file's fitted values by name, or (for a `calibrate delivery` file) its path as the
     delivery calibration. Either kind joins a scenario through `[assumptions] calibration`."""
-    from tokenpath import files
+    from tokenpath.config import files
 
     where = f"assumptions.calibration = {files.shown(path)!r}"
     if not files.exists(path):

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tokenpath.errors import QUOTE_CHARS, quoted
+from tokenpath.config.errors import QUOTE_CHARS, quoted
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

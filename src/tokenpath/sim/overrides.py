@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import difflib
 import re
-import tomllib
 from typing import Any, Callable
 
+import tomllib
 from pydantic import BaseModel
 
-from tokenpath.config_errors import _models_in
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.config_errors import _models_in
+from tokenpath.config.errors import UserError, quoted
 
 # A dotted key's parts are TOML bare keys: letters, digits, '_' and '-'.
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -65,7 +65,7 @@ def check_key_syntax(dotted: str, flag: str = "--set") -> None:
 
 def _check_assumption(dotted: str, names: list[str], flag: str) -> None:
     """`assumptions.NAME`: a registered assumption (`tokenpath assumptions`) or `calibration`."""
-    from tokenpath.assumptions import lookup
+    from tokenpath.config.assumptions import lookup
 
     if len(names) > 1:
         raise UserError(f"{flag} {dotted}: assumptions.{names[0]} is a value, not a table; set it itself")
@@ -83,7 +83,7 @@ def check_key(dotted: str, root: type[BaseModel] | None = None, flag: str = "--s
     `kind`): validating the whole table reports those.
     """
     if root is None:
-        from tokenpath.scenario import Scenario
+        from tokenpath.sim.scenario import Scenario
 
         root = Scenario
     check_key_syntax(dotted, flag)
@@ -129,7 +129,7 @@ def apply_overrides(table: dict[str, Any], overrides: dict[str, Any], check: boo
     With `check`, every key is first checked against the scenario schema (`check_key`); the values are
     validated when the table is built (`scenario.build_scenario`), like the file's own.
     """
-    from tokenpath.scenario import set_path
+    from tokenpath.sim.scenario import set_path
 
     for dotted, value in overrides.items():
         if check:

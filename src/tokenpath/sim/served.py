@@ -9,13 +9,12 @@ from typing import Callable
 
 import numpy as np
 
-from tokenpath import continuity
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.engine.loop import EngineTrace
-from tokenpath.run import Run, itl_gaps_ns
-from tokenpath.summary import LogHistogram
+from tokenpath.sim import continuity
+from tokenpath.sim.run import Run, itl_gaps_ns
+from tokenpath.sim.summary import LogHistogram
 from tokenpath.workload import Requests
-
 
 # Token times are built this many at a time, so memory stays bounded however long the run.
 CHUNK_TOKENS = 2_000_000

@@ -14,7 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Sequence, TypeVar
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")

@@ -6,7 +6,7 @@ a metric: does it exist, and is more of it better or worse. They ask here.
 
 from __future__ import annotations
 
-from tokenpath.summary import LAYERS, PERCENTILES
+from tokenpath.sim.summary import LAYERS, PERCENTILES
 
 LATENCIES = ("ttft", "ttfv", "tpot", "itl", "e2e")
 THROUGHPUT = ("output_tokens_per_s", "requests_per_s", "goodput_requests_per_s")

@@ -17,17 +17,17 @@ from typing import Annotated, Any, Literal
 import tomli_w
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError
 
-from tokenpath import files
-from tokenpath.assumptions import Assumptions, check_table, resolve
-from tokenpath.files import PathText
-from tokenpath.config_errors import explain
-from tokenpath.continuity import ContinuitySettings
+from tokenpath.config import files
+from tokenpath.config.assumptions import Assumptions, check_table, resolve
+from tokenpath.config.config_errors import explain
+from tokenpath.config.errors import UserError, quoted
+from tokenpath.config.files import PathText
+from tokenpath.config.units import Duration
 from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, INVISIBLE_TOKEN_FRACTION_NOTE, DeliverySpec
 from tokenpath.engine.routing import Routing
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.errors import UserError, quoted
 from tokenpath.fabric.spec import MAX_FABRIC_HOSTS, FabricSpec, SwitchFabric, read_topology_file
-from tokenpath.units import Duration
+from tokenpath.sim.continuity import ContinuitySettings
 from tokenpath.workload._files import sha256_file
 from tokenpath.workload.generate import fingerprint_inputs
 from tokenpath.workload.spec import WorkloadSpec

@@ -13,16 +13,16 @@ from typing import Callable
 import numpy as np
 
 from tokenpath.delivery.lastmile import LastMile, first_visible_index
-from tokenpath.deployment import Deployment, build_deployment, check_fits
-from tokenpath.disaggregated import simulate_disaggregated
 from tokenpath.engine.cluster import run_cluster
 from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.engine.routing import static_assignment
-from tokenpath.forked import available_cpus, can_fork, map_forked
-from tokenpath.run import Run
-from tokenpath.scenario import Scenario
-from tokenpath.served import KEEP_TOKENS_LIMIT, Served, client_side, merge_parts
-from tokenpath.summary import LogHistogram
+from tokenpath.sim.deployment import Deployment, build_deployment, check_fits
+from tokenpath.sim.disaggregated import simulate_disaggregated
+from tokenpath.sim.forked import available_cpus, can_fork, map_forked
+from tokenpath.sim.run import Run
+from tokenpath.sim.scenario import Scenario
+from tokenpath.sim.served import KEEP_TOKENS_LIMIT, Served, client_side, merge_parts
+from tokenpath.sim.summary import LogHistogram
 from tokenpath.workload import Requests, generate
 
 # Independent random streams derived from the scenario seed, so adding draws to one layer never

@@ -8,13 +8,13 @@ from typing import Callable
 import numpy as np
 
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.deployment import Deployment
 from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.loop import EngineTrace, run_engine
-from tokenpath.run import Run
-from tokenpath.scenario import Scenario
-from tokenpath.served import Served, client_side, merge_parts
-from tokenpath.summary import LogHistogram
+from tokenpath.sim.deployment import Deployment
+from tokenpath.sim.run import Run
+from tokenpath.sim.scenario import Scenario
+from tokenpath.sim.served import Served, client_side, merge_parts
+from tokenpath.sim.summary import LogHistogram
 from tokenpath.workload import Requests
 
 

@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from tokenpath.config.errors import UserError
+from tokenpath.config.units import format_duration
 from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
-from tokenpath.errors import UserError
-from tokenpath.latency_rows import read_latency_rows
-from tokenpath.pipeline import simulate
-from tokenpath.run import Run
-from tokenpath.scenario import Scenario, build_scenario
-from tokenpath.summary import tpot_ns
-from tokenpath.units import format_duration
+from tokenpath.sim.run import Run
+from tokenpath.sim.scenario import Scenario, build_scenario
+from tokenpath.sim.simulate import simulate
+from tokenpath.sim.summary import tpot_ns
+from tokenpath.validate.latency_rows import read_latency_rows
 
 GROUP = "latency"
 TITLE = "Latency under load: TTFT and TPOT / ITL at a stated request rate or concurrency"

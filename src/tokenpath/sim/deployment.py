@@ -8,20 +8,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenpath.assumptions import Assumptions
 from tokenpath.compute.chip import ChipSpec, load_chip
 from tokenpath.compute.model import ModelSpec, load_model
 from tokenpath.compute.roofline import ComputeModel
+from tokenpath.config.assumptions import Assumptions
+from tokenpath.config.errors import UserError
 from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.cuda_graphs import default_graph_max_tokens
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.placement import Placement, place
-from tokenpath.errors import UserError
 from tokenpath.fabric.build import build_topology, default_fabric
 from tokenpath.fabric.collectives import Collectives
 from tokenpath.fabric.spec import SwitchFabric
 from tokenpath.fabric.topology import Topology
-from tokenpath.scenario import Scenario
+from tokenpath.sim.scenario import Scenario
 from tokenpath.workload import Requests
 
 

@@ -5,7 +5,7 @@ Each `[[rows]]` table states one measurement and how it was taken: the deploymen
 `engine_settings` as `[engine]` keys, `model`, `precision`, `kv_cache_precision`, `chip`, `tp`), the
 workload (`lengths` with its sizes, `arrival` with its rate or concurrency, the request count or
 `window`), and the measured TTFT and TPOT or ITL with the statistic the source reported.
-validate_latency.py simulates it the same way. A row that cannot be read is refused with one line
+validate/latency.py simulates it the same way. A row that cannot be read is refused with one line
 naming the row and the field.
 """
 
@@ -18,8 +18,8 @@ from typing import Any, Literal
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tokenpath import files
-from tokenpath.errors import UserError
+from tokenpath.config import files
+from tokenpath.config.errors import UserError
 
 Stat = Literal["mean", "median"]
 

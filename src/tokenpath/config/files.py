@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import stat
-import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Annotated
 
+import tomllib
 from pydantic import AfterValidator, Field
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 # Linux limits (limits.h): NAME_MAX bytes in one path component, PATH_MAX bytes in a whole path
 # including its terminating NUL.

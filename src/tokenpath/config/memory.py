@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from tokenpath.errors import UserError
+from tokenpath.config.errors import UserError
 
 GIB = 2**30
 

@@ -9,29 +9,28 @@ from __future__ import annotations
 
 import math
 import statistics
-import tomllib
 from importlib import resources
 from typing import Any
 
+import tomllib
 from pydantic import TypeAdapter
-
 from rich.console import Console
 from rich.table import Table
 
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
 from tokenpath.compute.precision import PRECISION_BYTES
+from tokenpath.config.errors import UserError
+from tokenpath.config.units import format_bytes, format_number
 from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
-from tokenpath.errors import UserError
 from tokenpath.fabric.build import build_topology
 from tokenpath.fabric.collectives import Collectives
 from tokenpath.fabric.spec import FabricSpec, SwitchFabric
-from tokenpath.pipeline import simulate
-from tokenpath.scenario import Scenario, build_scenario
-from tokenpath.summary import summarize
-from tokenpath.units import format_bytes, format_number
-from tokenpath.validate_latency import GROUP as LATENCY_GROUP
-from tokenpath.validate_latency import load_latency, print_latency, run_latency_group
+from tokenpath.sim.scenario import Scenario, build_scenario
+from tokenpath.sim.simulate import simulate
+from tokenpath.sim.summary import summarize
+from tokenpath.validate.latency import GROUP as LATENCY_GROUP
+from tokenpath.validate.latency import load_latency, print_latency, run_latency_group
 
 # How each group's runs were configured, as `[engine]` settings.
 ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "cuda_graphs", "cuda_graph_max_tokens",

@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from tokenpath.continuity import DEFAULT as DEFAULT_CONTINUITY, ContinuitySpec
+from tokenpath.sim.continuity import DEFAULT as DEFAULT_CONTINUITY
+from tokenpath.sim.continuity import ContinuitySpec
 
 
 @dataclass(frozen=True)

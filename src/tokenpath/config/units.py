@@ -14,7 +14,7 @@ from typing import Annotated, Callable
 
 from pydantic import BeforeValidator, PlainSerializer
 
-from tokenpath.errors import UserError, quoted
+from tokenpath.config.errors import UserError, quoted
 
 _PREFIX = {
     "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,

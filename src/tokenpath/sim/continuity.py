@@ -30,8 +30,8 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
-from tokenpath.errors import quoted
-from tokenpath.units import Duration
+from tokenpath.config.errors import quoted
+from tokenpath.config.units import Duration
 
 # Brysbaert, M. (2019). "How many words do we read per minute? A review and meta-analysis of reading
 # rate." Journal of Memory and Language 109, 104047 (doi:10.1016/j.jml.2019.104047): silent reading
