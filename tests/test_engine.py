@@ -11,8 +11,8 @@ from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.loop import _trace as trace_of
 from tokenpath.engine.loop import run_engine
 from tokenpath.engine.replica import Replica
-from tokenpath.engine.replica import _Rows as Rows
 from tokenpath.engine.spec import EngineSpec
+from tokenpath.engine.trace_rows import Rows
 
 NO_NETWORK = DeliverySpec(
     network_rtt=0, host_link_latency=0, detokenize_per_token=0, frame_per_event=0,
@@ -214,17 +214,17 @@ def test_a_replica_that_does_not_keep_its_rows_serves_the_same_steps_in_bounded_
         emitted, finished = [], []
         while not replica.idle:
             finished += replica.step()
-            emitted.append(sorted(replica.emitters))
+            emitted.append(sorted(replica.rows.emitters))
         return replica, emitted, finished
 
     kept, emitted_kept, finished_kept = serve(True)
     dropped, emitted, finished = serve(False)
     assert (emitted, finished, dropped.now) == (emitted_kept, finished_kept, kept.now)
-    assert dropped.num_steps > 100 and len(kept.steps()["start_ns"]) == kept.num_steps
-    rows = (dropped.step_rows, dropped.span_rows, dropped.silent_rows, dropped.tick_rows)
+    assert dropped.num_steps > 100 and len(kept.rows.steps()["start_ns"]) == kept.num_steps
+    rows = (dropped.rows.step_rows, dropped.rows.span_rows, dropped.rows.silent_rows, dropped.rows.tick_rows)
     assert all(not r.blocks and len(r.buffer) < 64 + 3 * 8 * 8 for r in rows)
     with pytest.raises(RuntimeError, match="keep_rows=False"):
-        dropped.steps()
+        dropped.rows.steps()
 
 
 def state_of(replica, i):

@@ -335,7 +335,7 @@ def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as
     assert engine.responses == {} and not engine.unreleased  # nothing kept per dropped stream
     assert all(len(bank.free) == bank.ids.size for bank in engine.output.banks)
     replica = engine.replica
-    steps, spans, silent = replica.steps(), replica.spans(), replica.silent_rows.array()
+    steps, spans, silent = replica.rows.steps(), replica.rows.spans(), replica.rows.silent_rows.array()
     for handle, tokens, step, by_stop in aborts:
         last_steps = (spans[:, 1] + spans[:, 2] - 1)[spans[:, 0] == handle]
         assert (last_steps < step).all() and (silent[silent[:, 0] == handle, 1] < step).all()

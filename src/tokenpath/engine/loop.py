@@ -162,7 +162,8 @@ def _uploads(client: Client, input_tokens: np.ndarray) -> np.ndarray:
 
 
 def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens: int) -> EngineTrace:
-    steps, spans, tick_steps = replica.steps(), replica.spans(), replica.tick_steps()
+    rows = replica.rows
+    steps, spans, tick_steps = rows.steps(), rows.spans(), rows.tick_steps()
     hits = np.zeros(len(sent), np.int64)
     if replica.prefix is not None and replica.prefix.hit_tokens:
         found = replica.prefix.hit_tokens
@@ -170,7 +171,7 @@ def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens
     return EngineTrace(
         sent_ns=np.array(sent, dtype=np.int64),
         arrival_ns=np.array(replica.arrival, dtype=np.int64),
-        **replica.accounts(steps, spans, tick_steps),
+        **rows.accounts(steps, spans, tick_steps, replica.upload, replica.times_preempted),
         spans=spans,
         tick_steps=tick_steps,
         token_offsets=np.concatenate([[0], np.cumsum(out)]).astype(np.int64),

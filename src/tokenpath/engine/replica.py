@@ -32,11 +32,8 @@ steps, and the clock stops there. The aggregates (first tick, block_due, event_d
 are keyed by tick, so a paused decoder costs nothing per step; the step of each tick is recorded
 (`tick_steps`) only when the two differ.
 
-Nor is each request's share of the step costs added up while stepping: the replica records which
-ticks each request sampled in (spans of consecutive ticks) and `accounts` sums the step columns over
-them afterwards, in numpy. Per-step and per-span rows are buffered as Python ints and moved into
-numpy in blocks (`_Rows`): writing one item of an `array("q")` goes through argument parsing, about
-a thousand machine instructions, where appending to a list takes a few dozen.
+Nor is each request's share of the step costs added up while stepping: the replica records rows
+(engine/trace_rows.py) that are summed afterwards, in numpy.
 """
 
 from __future__ import annotations
@@ -53,6 +50,7 @@ from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.spec import EngineSpec
+from tokenpath.engine.trace_rows import TraceRows
 from tokenpath.prefixes import Prefixes
 
 
@@ -76,41 +74,9 @@ class Host(Protocol):
 _ID_BITS = 32
 _ID_MASK = (1 << _ID_BITS) - 1
 
-STEP_FIELDS = ("start_ns", "compute_ns", "traffic_ns", "blocking_ns", "leave_ns", "tokens", "seqs",
-               "attn_pairs", "kv_read_tokens", "chunk_context_tokens", "logits")
-
-
 def closes_event(token_index: int, output_tokens: int, interval: int) -> bool:
     """Whether token `token_index` of a sequence is the last of its SSE event (see delivery.lastmile)."""
     return token_index % interval == 0 or token_index == output_tokens - 1
-
-
-class _Rows:
-    """A growing int64 table: rows are appended to `buffer` (a flat list of Python ints) and moved
-    into numpy blocks by `flush`, so memory stays at 8 bytes per value however long the run."""
-
-    FLUSH_VALUES = 1 << 16
-
-    def __init__(self, width: int, keep: bool = True) -> None:
-        self.width = width
-        self.keep = keep  # False: rows are dropped at each flush (a server that never reads them back)
-        self.buffer: list[int] = []  # callers extend it in place: its identity never changes
-        self.blocks: list[np.ndarray] = []
-
-    def flush(self) -> None:
-        if self.buffer:
-            if self.keep:
-                self.blocks.append(np.fromiter(self.buffer, np.int64, len(self.buffer)).reshape(-1, self.width))
-            self.buffer.clear()
-
-    def array(self) -> np.ndarray:
-        """Every row so far, as a (rows, width) array."""
-        if not self.keep:
-            raise RuntimeError("this replica was built with keep_rows=False: its step rows were not kept")
-        self.flush()
-        if len(self.blocks) != 1:
-            self.blocks = [np.concatenate(self.blocks) if self.blocks else np.empty((0, self.width), np.int64)]
-        return self.blocks[0]
 
 
 @dataclass
@@ -201,25 +167,13 @@ class Replica:
         self.zombies: list[int] = []
         self._window_emitted = self._window_events = 0
 
-        # One row of STEP_FIELDS per step. Where tokens came from: (request, first tick, tokens) spans,
-        # a token in each of consecutive ticks, and each prompt's first token (request, step, 1): the
-        # same table when ticks are steps. Steps a request took part in without sampling (a prompt
-        # chunk that does not finish its prompt): (request, step). The step of each tick, when they differ.
-        self.step_rows = _Rows(len(STEP_FIELDS), keep_rows)
-        self.span_rows, self.silent_rows = _Rows(3, keep_rows), _Rows(2, keep_rows)
-        self.first_rows = _Rows(3, keep_rows) if self.pauses else self.span_rows
-        self.tick_rows = _Rows(1, keep_rows)
-        self._step_buffer, self._span_buffer = self.step_rows.buffer, self.span_rows.buffer
-        self._silent_buffer, self._first_buffer = self.silent_rows.buffer, self.first_rows.buffer
-        self._tick_buffer = self.tick_rows.buffer
-        self._flush_values = _Rows.FLUSH_VALUES
+        # What each step did, as rows: the replica appends to their buffers, bound here.
+        self.rows = rows = TraceRows(self.pauses, keep_rows)
+        self._step_buffer, self._span_buffer = rows.step_rows.buffer, rows.span_rows.buffer
+        self._silent_buffer, self._first_buffer = rows.silent_rows.buffer, rows.first_rows.buffer
+        self._tick_buffer, self._flush_values = rows.tick_rows.buffer, rows.flush_values
         self.num_steps = 0
         self.last_leave_ns = 0
-        self.emitters: list[int] = []  # with record_emitters: the requests that got a token last step
-        # With record_emitters: the emitters of each step whose tokens left at `last_leave_ns` with the
-        # last step (that step's alone; with multi-step, every step of the window it ended, or none).
-        self.released: list[list[int]] = []
-        self._window_emitters: list[list[int]] = []
         self.preemptions = 0
 
     # -- requests in -----------------------------------------------------------------------------
@@ -612,8 +566,7 @@ class Replica:
             else:
                 self._start_decoding(i, self.tick, context)
         if len(self._step_buffer) >= self._flush_values:
-            for rows in (self.step_rows, self.span_rows, self.silent_rows, self.first_rows, self.tick_rows):
-                rows.flush()
+            self.rows.flush()
         return finished
 
     # -- bookkeeping -------------------------------------------------------------------------------
@@ -740,84 +693,4 @@ class Replica:
     def _record_emitters(self, decode: int, completing: list[tuple[int, int]]) -> None:
         zombies = set(self.zombies)
         emitters = [i for i in self.decoding if i not in zombies] if decode else []
-        self.emitters = emitters + [i for i, _ in completing]
-        self._window_emitters.append(self.emitters)
-        self.released = [] if self.window_left else self._window_emitters
-        if not self.window_left:
-            self._window_emitters = []
-
-    # -- results -----------------------------------------------------------------------------------
-
-    def steps(self) -> dict[str, np.ndarray]:
-        """Per-step columns as arrays, keyed by STEP_FIELDS; a step inside a multi-step window leaves
-        its tokens when the window's last step does."""
-        rows = self.step_rows.array()
-        steps = {name: rows[:, k].copy() for k, name in enumerate(STEP_FIELDS)}
-        leave = steps["leave_ns"]
-        left = np.flatnonzero(leave >= 0)
-        if len(left) < len(leave):
-            later = np.searchsorted(left, np.arange(len(leave)))
-            known = later < len(left)
-            leave[known] = leave[left[later[known]]]
-        return steps
-
-    def tick_steps(self) -> np.ndarray | None:
-        """The step of each tick of `spans`, or None where ticks are steps. Ticks [0, self.tick) are
-        the decode clock's; each prompt's first token is at tick self.tick + its step."""
-        if not self.pauses:
-            return None
-        return np.concatenate([self.tick_rows.array()[:, 0], np.arange(self.num_steps, dtype=np.int64)])
-
-    def spans(self) -> np.ndarray:
-        """(request, first tick, tokens) rows, a token in each of consecutive ticks (see `tick_steps`),
-        sorted by request then step."""
-        spans = self.span_rows.array()
-        if not self.pauses:
-            return spans[np.lexsort((spans[:, 1], spans[:, 0]))]
-        firsts = self.first_rows.array() + np.array([0, self.tick, 0])
-        spans = np.concatenate([spans, firsts])
-        return spans[np.lexsort((self.tick_steps()[spans[:, 1]], spans[:, 0]))]
-
-    def accounts(self, steps: dict[str, np.ndarray], spans: np.ndarray,
-                 tick_steps: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        """Per request (from `steps()`, `spans()` and `tick_steps()`): the summed compute and traffic
-        time of the steps it took part in, its delivery time (its upload, then the host time that
-        blocked those steps), and the end of the step that made its last token (0 for a request with
-        none yet)."""
-        n = len(self.prompt)
-        requests, first, count = spans[:, 0], spans[:, 1], spans[:, 2]
-        silent = self.silent_rows.array()
-        totals = {}
-        for name in ("compute_ns", "traffic_ns", "blocking_ns"):
-            per_step = steps[name]
-            per_tick = per_step if tick_steps is None else per_step[tick_steps]
-            cum = np.concatenate([[0], np.cumsum(per_tick)])
-            total = np.zeros(n, np.int64)
-            np.add.at(total, requests, cum[first + count] - cum[first])
-            np.add.at(total, silent[:, 0], per_step[silent[:, 1]])
-            totals[name] = total
-        step_end = steps["start_ns"] + steps["compute_ns"] + steps["traffic_ns"] + steps["blocking_ns"]
-        last = np.searchsorted(requests, np.arange(n), side="right") - 1  # each request's last span
-        has_tokens = last >= 0
-        has_tokens[has_tokens] = requests[last[has_tokens]] == np.flatnonzero(has_tokens)
-        last_step_end = np.zeros(n, np.int64)
-        rows = last[has_tokens]
-        last_tick = first[rows] + count[rows] - 1
-        last_step_end[has_tokens] = step_end[last_tick if tick_steps is None else tick_steps[last_tick]]
-        # The first step each request took part in: a prompt chunk that sampled nothing, or its first token.
-        first_step = np.full(n, len(steps["start_ns"]), np.int64)
-        first_row = np.searchsorted(requests, np.arange(n), side="left")
-        has_row = first_row < len(requests)
-        has_row[has_row] = requests[first_row[has_row]] == np.flatnonzero(has_row)
-        ticks = first[first_row[has_row]]
-        first_step[has_row] = ticks if tick_steps is None else tick_steps[ticks]
-        np.minimum.at(first_step, silent[:, 0], silent[:, 1])
-        starts = np.append(steps["start_ns"], -1)  # -1: in no step (a request aborted before it ran)
-        return {
-            "first_step_start_ns": starts[first_step],
-            "times_preempted": np.frombuffer(self.times_preempted, np.int64).copy(),
-            "compute_ns": totals["compute_ns"],
-            "traffic_ns": totals["traffic_ns"],
-            "delivery_ns": np.frombuffer(self.upload, np.int64) + totals["blocking_ns"],
-            "last_step_end_ns": last_step_end,
-        }
+        self.rows.emitted(emitters + [i for i, _ in completing], not self.window_left)

@@ -78,7 +78,7 @@ class LiveEngine:
                 continue
             finished = replica.step()
             step = replica.num_steps - 1
-            self.unreleased.append((step, replica.last_leave_ns, replica.released, finished))
+            self.unreleased.append((step, replica.last_leave_ns, replica.rows.released, finished))
             delay_s = (self.start_ns + replica.last_leave_ns - self.clock_ns()) / 1e9
             loop.call_later(max(0.0, delay_s), self._release_through, lambda s, leave_ns: s <= step)
             await asyncio.sleep(max(0.0, (self.start_ns + replica.now - self.clock_ns()) / 1e9))
