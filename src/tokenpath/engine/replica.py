@@ -19,21 +19,10 @@ A step lasts its compute time plus its non-overlapped traffic time, then whateve
 for (copying the sampled ids, and detokenizing when that runs inline). Time is integer nanoseconds,
 so each request's time splits exactly into waiting, compute, traffic and delivery.
 
-Why the bookkeeping looks the way it does: a step costs O(1) Python work plus O(1) per request that
-joins, finishes or is preempted, never O(batch). That holds because the token budget covers every
-decoding sequence (vLLM requires max_num_batched_tokens >= max_num_seqs), so at most one sequence is
-part-way through its prompt, and it is the one admitted last. Decoding sequences are then described
-by aggregates (their count and summed context) plus, per sequence, the tick it started decoding at:
-its context, its KV blocks and its token index at any later tick follow from that.
-
-Ticks count the steps in which decoding sequences advance (the decode clock). Under vllm-v1 and
-trtllm they advance in every step, so a tick is a step; under prefill-first they pause in prefill
-steps, and the clock stops there. The aggregates (first tick, block_due, event_due, finishing_at)
-are keyed by tick, so a paused decoder costs nothing per step; the step of each tick is recorded
-(`tick_steps`) only when the two differ.
-
-Nor is each request's share of the step costs added up while stepping: the replica records rows
-(engine/trace_rows.py) that are summed afterwards, in numpy.
+A step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted, never
+O(batch): decoding sequences are kept as aggregates keyed by the decode clock, the ticks in which
+they advance (engine/decoding.py says how), and each request's share of the step costs is summed
+afterwards, in numpy, from rows the replica records (engine/trace_rows.py).
 """
 
 from __future__ import annotations
@@ -46,6 +35,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from tokenpath.engine.decoding import Decoding
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
@@ -73,11 +63,6 @@ class Host(Protocol):
 # Arrival heap keys pack (time, request) into one int, which compares far faster than a tuple.
 _ID_BITS = 32
 _ID_MASK = (1 << _ID_BITS) - 1
-
-def closes_event(token_index: int, output_tokens: int, interval: int) -> bool:
-    """Whether token `token_index` of a sequence is the last of its SSE event (see delivery.lastmile)."""
-    return token_index % interval == 0 or token_index == output_tokens - 1
-
 
 @dataclass
 class _Prefill:
@@ -150,17 +135,7 @@ class Replica:
         self.waiting: deque[int] = deque()
         self.prefill: _Prefill | None = None
         self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
-        # In admission order, request -> (first tick it decodes in, its context then, its last tick, request).
-        self.decoding: dict[int, tuple[int, int, int, int]] = {}
-        self.context_sum = 0                 # summed context of the decoding sequences
-        self.last_tick_sum = 0               # summed last ticks of the decoding sequences (outputs to come)
-        self.out_sum = 0                     # summed output lengths of the decoding sequences
         self.preempted_in_step = False
-        self.block_due = [0] * self.block    # decoding sequences that need a new block at tick % block
-        # With several tokens per SSE event: decoding sequences whose token closes an event at tick % interval.
-        self.event_due = [0] * self.interval
-        # Decoding states by the tick of their last token; a preempted request's entry goes stale.
-        self.finishing_at: dict[int, list[tuple[int, int, int, int]]] = {}
         # Multi-step: steps of the current decode window after this one, the sequences that sampled
         # their last token in it (still computed until it ends), and the tokens and events it made so far.
         self.window_left = 0
@@ -175,6 +150,11 @@ class Replica:
         self.num_steps = 0
         self.last_leave_ns = 0
         self.preemptions = 0
+        # The decoding sequences (engine/decoding.py); the hot path reads their states, due blocks and
+        # finishing ticks, and starts and stops them, through the names bound here.
+        self.decoders = decoders = Decoding(self.block, self.interval, self.out, self.generated, self._span_buffer)
+        self.decoding, self.block_due, self.finishing_at = decoders.states, decoders.block_due, decoders.finishing_at
+        self._start_decoding, self._stop_decoding = decoders.start, decoders.stop
 
     # -- requests in -----------------------------------------------------------------------------
 
@@ -262,7 +242,7 @@ class Replica:
         prefill = self.prefill
         if self.generated[i] >= self.out[i]:  # finished (under multi-step, perhaps waiting for its window's end)
             return False
-        if i in self.decoding:  # its entry in finishing_at goes stale (see _still_due)
+        if i in self.decoding:  # its entry in finishing_at goes stale (see Decoding.still_due)
             context = self._stop_decoding(i, self.tick - self.decoding[i][0])
             self._release(i, context)
         elif prefill is not None and prefill.request == i:
@@ -422,7 +402,8 @@ class Replica:
         self.waiting.extendleft(victims)
         self.preempted_in_step = True
         if self.ratio is not None:  # (the prompt in progress, if any, was the first victim)
-            self.ratio.retracted(self.out_sum - self._outputs_to_come(), self.out_sum, len(self.decoding))
+            out_sum = self.decoders.out_sum
+            self.ratio.retracted(out_sum - self._outputs_to_come(), out_sum, len(self.decoding))
         return new_blocks
 
     def _admit(self, budget: int, room: int) -> list[tuple[int, int, int]]:
@@ -479,7 +460,7 @@ class Replica:
     def _outputs_to_come(self) -> int:
         """Tokens the running sequences will still generate: the decoding ones' (from their last ticks, at
         this tick) and the prompt in progress's."""
-        left = self.last_tick_sum - len(self.decoding) * (self.tick - 1)
+        left = self.decoders.last_tick_sum - len(self.decoding) * (self.tick - 1)
         prefill = self.prefill
         if prefill is not None:
             left += self.out[prefill.request] - self.generated[prefill.request]
@@ -493,7 +474,7 @@ class Replica:
         their last."""
         num_tokens = decode + prefill_num
         # Each decoding sequence attends to its cache plus its new token: pairs = positions read.
-        attn_pairs = kv_read = self.context_sum + decode if decode else 0
+        attn_pairs = kv_read = self.decoders.context_sum + decode if decode else 0
         chunk_context = 0  # positions cached before each prompt chunk
         completing: list[tuple[int, int]] = []
         if prefill_num:
@@ -522,9 +503,9 @@ class Replica:
         if decode or not self.pauses:  # the decode clock ticks
             due = self.finishing_at.pop(d, None)
             if due:
-                finishing = self._still_due(due)
+                finishing = self.decoders.still_due(due)
         logits = decode + len(completing)
-        events = logits if self.interval == 1 else self._events(d, decode, finishing, completing)
+        events = logits if self.interval == 1 else self.decoders.events(d, decode, finishing, completing)
 
         compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context) * 1e9)
         traffic_ns = round(self._traffic_s(num_tokens, logits == num_tokens) * 1e9)
@@ -547,7 +528,7 @@ class Replica:
         """Advance the decoding sequences a token, retire the finished, and start decoding the sequences
         that finished their prompt. Returns the requests that finished."""
         if decode or not self.pauses:
-            self.context_sum += decode
+            self.decoders.context_sum += decode
             self.tick = d + 1
             if self.pauses:
                 self._tick_buffer.append(s)
@@ -570,49 +551,6 @@ class Replica:
         return finished
 
     # -- bookkeeping -------------------------------------------------------------------------------
-
-    def _start_decoding(self, i: int, first_tick: int, context: int) -> None:
-        last_tick = first_tick + self.out[i] - self.generated[i] - 1
-        self.decoding[i] = state = (first_tick, context, last_tick, i)
-        self.context_sum += context
-        self.last_tick_sum += last_tick
-        self.out_sum += self.out[i]
-        self.block_due[(first_tick - context) % self.block] += 1
-        if self.interval > 1:
-            self.event_due[(first_tick - self.generated[i]) % self.interval] += 1
-        due = self.finishing_at.get(last_tick)
-        if due is None:
-            self.finishing_at[last_tick] = [state]
-        else:
-            due.append(state)
-
-    def _leave_aggregates(self, i: int, ticks_taken: int) -> tuple[int, int]:
-        """Take request i out of the decoding sequences' sums after `ticks_taken` decode ticks: (the tick
-        it started decoding at, its context)."""
-        first, context0, last_tick, _ = self.decoding.pop(i)
-        context = context0 + ticks_taken
-        self.context_sum -= context
-        self.last_tick_sum -= last_tick
-        self.out_sum -= self.out[i]
-        self.block_due[(first - context0) % self.block] -= 1
-        return first, context
-
-    def _stop_decoding(self, i: int, ticks_taken: int) -> int:
-        """Take request i out of the decoding aggregates after `ticks_taken` decode ticks; its context."""
-        first, context = self._leave_aggregates(i, ticks_taken)
-        if self.interval > 1:
-            self.event_due[(first - self.generated[i]) % self.interval] -= 1
-        if ticks_taken:
-            self._span_buffer.extend((i, first, ticks_taken))
-        self.generated[i] += ticks_taken
-        return context
-
-    def _still_due(self, due: list[tuple[int, int, int, int]]) -> list[int]:
-        """The requests of `due` (decoding states entered to finish at this tick) that still do: one
-        preempted since is not decoding, or decoding again under a new state (which, recomputed at
-        once, can be due at the same tick: its new entry is the one that counts)."""
-        decoding = self.decoding
-        return [state[3] for state in due if decoding.get(state[3]) is state]
 
     def _finish_decoding(self, i: int, d: int) -> int:
         context = self._stop_decoding(i, d - self.decoding[i][0] + 1)
@@ -649,32 +587,17 @@ class Replica:
         if self.window_left:
             for i in finishing:
                 first = self.decoding[i][0]
-                ticks = d - first + 1
-                self._span_buffer.extend((i, first, ticks))
-                if self.interval > 1:
-                    self.event_due[(first - self.generated[i]) % self.interval] -= 1
-                self.generated[i] += ticks
+                self.decoders.sampled(i, first, d - first + 1)
                 self.zombies.append(i)
             return []
         finished = []
         for i in self.zombies:  # their spans, events and tokens were counted when they sampled their last
-            _, context = self._leave_aggregates(i, d + 1 - self.decoding[i][0])
+            _, context = self.decoders.leave(i, d + 1 - self.decoding[i][0])
             self._release(i, context)
             finished.append(i)
         self.zombies.clear()
         finished += [self._finish_decoding(i, d) for i in finishing]
         return finished
-
-    def _events(self, d: int, decode: int, finishing: Sequence[int], completing: list[tuple[int, int]]) -> int:
-        """SSE events the step's tokens close (only needed when events group several tokens)."""
-        interval = self.interval
-        events = self.event_due[d % interval] if decode else 0
-        for i in finishing:  # a last token always closes its event; count those off the grid
-            if (self.out[i] - 1) % interval:
-                events += 1
-        for i, _ in completing:
-            events += closes_event(self.generated[i], self.out[i], interval)
-        return events
 
     def _host_window(self, gpu_end_ns: int, logits: int, events: int) -> tuple[int, int]:
         """Multi-step: the host takes a window's tokens (not the dropped ones of sequences already

@@ -1,0 +1,106 @@
+"""A replica's decoding sequences, kept as aggregates keyed by the decode clock.
+
+Why: a step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted, never
+O(batch). That holds because the token budget covers every decoding sequence (vLLM requires
+max_num_batched_tokens >= max_num_seqs), so at most one sequence is part-way through its prompt, and
+it is the one admitted last. Decoding sequences are then described by aggregates (their count and
+summed context) plus, per sequence, the tick it started decoding at: its context, its KV blocks and
+its token index at any later tick follow from that.
+
+Ticks count the steps in which decoding sequences advance (the decode clock). Under vllm-v1 and
+trtllm they advance in every step, so a tick is a step; under prefill-first they pause in prefill
+steps, and the clock stops there. The aggregates (first tick, block_due, event_due, finishing_at)
+are keyed by tick, so a paused decoder costs nothing per step; the step of each tick is recorded
+(engine/trace_rows.py) only when the two differ.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+
+State = tuple[int, int, int, int]  # (first tick it decodes in, its context then, its last tick, request)
+
+
+def closes_event(token_index: int, output_tokens: int, interval: int) -> bool:
+    """Whether token `token_index` of a sequence is the last of its SSE event (see delivery.lastmile)."""
+    return token_index % interval == 0 or token_index == output_tokens - 1
+
+
+class Decoding:
+    """The decoding sequences of a replica. It reads the replica's per-request columns `out` (output
+    lengths) and `generated` (tokens sampled so far, which it advances when a sequence stops) and
+    appends a (request, first tick, tokens) row to `spans` for the tokens each sampled."""
+
+    def __init__(self, block_size: int, interval: int, out: array, generated: list[int], spans: list[int]) -> None:
+        self.block, self.interval = block_size, interval  # tokens per KV block, per SSE event
+        self.out, self.generated, self.spans = out, generated, spans
+        self.states: dict[int, State] = {}  # in admission order, request -> its state
+        self.context_sum = 0                # summed context of the decoding sequences
+        self.last_tick_sum = 0              # summed last ticks (outputs to come)
+        self.out_sum = 0                    # summed output lengths
+        self.block_due = [0] * block_size   # sequences that need a new block at tick % block
+        # With several tokens per SSE event: sequences whose token closes an event at tick % interval.
+        self.event_due = [0] * interval
+        # States by the tick of their last token; a preempted request's entry goes stale.
+        self.finishing_at: dict[int, list[State]] = {}
+
+    def start(self, i: int, first_tick: int, context: int) -> None:
+        """Request i decodes from `first_tick` on, with `context` tokens in its KV cache then."""
+        last_tick = first_tick + self.out[i] - self.generated[i] - 1
+        self.states[i] = state = (first_tick, context, last_tick, i)
+        self.context_sum += context
+        self.last_tick_sum += last_tick
+        self.out_sum += self.out[i]
+        self.block_due[(first_tick - context) % self.block] += 1
+        if self.interval > 1:
+            self.event_due[(first_tick - self.generated[i]) % self.interval] += 1
+        due = self.finishing_at.get(last_tick)
+        if due is None:
+            self.finishing_at[last_tick] = [state]
+        else:
+            due.append(state)
+
+    def leave(self, i: int, ticks_taken: int) -> tuple[int, int]:
+        """Take request i out of the sums after `ticks_taken` decode ticks: (the tick it started
+        decoding at, its context)."""
+        first, context0, last_tick, _ = self.states.pop(i)
+        context = context0 + ticks_taken
+        self.context_sum -= context
+        self.last_tick_sum -= last_tick
+        self.out_sum -= self.out[i]
+        self.block_due[(first - context0) % self.block] -= 1
+        return first, context
+
+    def sampled(self, i: int, first: int, ticks: int) -> None:
+        """Request i sampled a token in each of `ticks` ticks from `first`, and samples no more."""
+        if self.interval > 1:
+            self.event_due[(first - self.generated[i]) % self.interval] -= 1
+        if ticks:
+            self.spans.extend((i, first, ticks))
+        self.generated[i] += ticks
+
+    def stop(self, i: int, ticks_taken: int) -> int:
+        """Request i stops decoding after `ticks_taken` ticks (finished, preempted or aborted); its context."""
+        first, context = self.leave(i, ticks_taken)
+        self.sampled(i, first, ticks_taken)
+        return context
+
+    def still_due(self, due: list[State]) -> list[int]:
+        """The requests of `due` (states entered to finish at this tick) that still do: one preempted
+        since is not decoding, or decoding again under a new state (which, recomputed at once, can
+        be due at the same tick: its new entry is the one that counts)."""
+        states = self.states
+        return [state[3] for state in due if states.get(state[3]) is state]
+
+    def events(self, d: int, decode: int, finishing: Sequence[int], completing: list[tuple[int, int]]) -> int:
+        """SSE events closed by tick d's tokens (only needed when events group several tokens), with
+        `completing` (request, context) the sequences whose first token it also samples."""
+        interval, out = self.interval, self.out
+        events = self.event_due[d % interval] if decode else 0
+        for i in finishing:  # a last token always closes its event; count those off the grid
+            if (out[i] - 1) % interval:
+                events += 1
+        for i, _ in completing:
+            events += closes_event(self.generated[i], out[i], interval)
+        return events
