@@ -227,6 +227,23 @@ def test_a_replica_that_does_not_keep_its_rows_serves_the_same_steps_in_bounded_
         dropped.rows.steps()
 
 
+def test_a_replica_says_when_its_next_step_starts_and_how_full_its_kv_cache_is():
+    """What a router reads of each replica on a shared clock, asked of the replica itself."""
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=128)  # 16-token blocks
+    replica = Replica(FixedCosts(base_s=1e-3), LastMile(NO_NETWORK), spec, 16 * 100)
+    assert (replica.next_step_ns(), replica.kv_used()) == (None, 0)  # nothing to do
+    replica.submit(40, 3, arrival_ns=5_000_000)
+    replica.submit(10, 2, arrival_ns=20_000_000)
+    seen = [(replica.next_step_ns(), replica.kv_used())]
+    while not replica.idle:
+        replica.step()
+        seen.append((replica.now, replica.next_step_ns(), round(replica.kv_used(), 9)))
+    # idle, it steps when the next request arrives; busy, at once; a prompt of 40 tokens holds 3 of
+    # the 100 blocks, one of 10 tokens holds 1
+    assert seen == [(5_000_000, 0), (6_000_000, 6_000_000, 0.03), (7_000_000, 7_000_000, 0.03),
+                    (8_000_000, 20_000_000, 0), (21_000_000, 21_000_000, 0.01), (22_000_000, None, 0)]
+
+
 def state_of(replica, i):
     """Where request i is in the fast engine, between steps."""
     if i in replica.decoding:

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tokenpath.engine.loop import Client, EngineTrace, _trace
-from tokenpath.engine.replica import _ID_BITS, Replica, StepCosts
+from tokenpath.engine.replica import Replica, StepCosts
 from tokenpath.engine.routing import Router
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.prefixes import Prefixes
@@ -31,12 +31,9 @@ _NEVER = 1 << 62
 
 
 def _next_step_ns(replica: Replica) -> int:
-    """When the replica's next step starts: now if it has work, else its next arrival (never if none)."""
-    if replica.waiting or replica.decoding or replica.prefill:
-        return replica.now
-    if replica.arrivals:
-        return max(replica.now, replica.arrivals[0] >> _ID_BITS)
-    return _NEVER
+    """When the replica's next step starts (never if it has nothing to do)."""
+    start = replica.next_step_ns()
+    return _NEVER if start is None else start
 
 
 def run_cluster(
@@ -59,7 +56,6 @@ def run_cluster(
     `think_ns`: as run_engine's (sessions; no concurrency cap)."""
     n, count = len(scheduled_ns), len(clients)
     replicas = [Replica(costs, client, spec, kv_capacity_tokens) for client in clients]
-    total_blocks = kv_capacity_tokens // spec.block_size
     router = Router(policy, count, prefixes)
     prompt, out, scheduled = input_tokens.tolist(), output_tokens.tolist(), scheduled_ns.tolist()
     assignment = np.empty(n, np.int64)
@@ -110,7 +106,7 @@ def run_cluster(
             next_first += 1
         if max_concurrency is not None:
             heapq.heappop(ready)
-        kv_used = [1 - r.free_blocks / total_blocks for r in replicas]
+        kv_used = [r.kv_used() for r in replicas]
         r = router.choose(i, prompt[i], kv_used)
         router.outstanding[r] += 1
         assignment[i] = r

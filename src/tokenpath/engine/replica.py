@@ -227,6 +227,19 @@ class Replica:
             raise ValueError(f"a request of {tokens} tokens needs more than the {self.cache_blocks} KV blocks "
                              "of the cache")
 
+    def next_step_ns(self) -> int | None:
+        """When the next step starts: now if a request is queued or running, else at the next arrival
+        (None: nothing to do)."""
+        if self.waiting or self.decoding or self.prefill:
+            return self.now
+        if self.arrivals:
+            return max(self.now, self.arrivals[0] >> _ID_BITS)
+        return None
+
+    def kv_used(self) -> float:
+        """The share of the KV cache's blocks in use (cached prefix blocks count as free: they can be taken)."""
+        return 1 - self.free_blocks / self.cache_blocks
+
     @property
     def idle(self) -> bool:
         return not (self.arrivals or self.waiting or self.decoding or self.prefill)
