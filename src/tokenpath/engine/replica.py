@@ -28,7 +28,6 @@ afterwards, in numpy, from rows the replica records (engine/trace_rows.py).
 from __future__ import annotations
 
 import heapq
-from array import array
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol, Sequence
@@ -39,6 +38,7 @@ from tokenpath.engine.decoding import Decoding
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
+from tokenpath.engine.requests import _ID_BITS, _ID_MASK, Requests
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.engine.trace_rows import TraceRows
 from tokenpath.prefixes import Prefixes
@@ -60,9 +60,6 @@ class Host(Protocol):
         ...
 
 
-# Arrival heap keys pack (time, request) into one int, which compares far faster than a tuple.
-_ID_BITS = 32
-_ID_MASK = (1 << _ID_BITS) - 1
 
 @dataclass
 class _Prefill:
@@ -121,17 +118,12 @@ class Replica:
         self.lagged = host_overlapped(spec.scheduler, spec.host_overlap)
         self.formed_ns = 0
 
-        # Per request (index = submission order). Set at submission, as compact int64 columns (a run
-        # can hold millions), except the one updated as the request runs.
-        self.prompt = array("q")
-        self.cached = array("q")        # prompt tokens whose KV arrived with the request (0 after preemption)
-        self.out = array("q")
-        self.arrival = array("q")
-        self.upload = array("q")        # time spent on the way in, counted as delivery
-        self.generated: list[int] = []  # tokens sampled and sent so far
-        self.times_preempted = array("q")  # per request: how often it lost its cache and went back to wait
-
-        self.arrivals: list[int] = []  # heap of arrival at the server << _ID_BITS | request
+        # Per request (engine/requests.py): its columns and the arrival heap, bound here.
+        self.requests = requests = Requests()
+        self.prompt, self.cached, self.out, self.generated = (requests.prompt, requests.cached, requests.out,
+                                                              requests.generated)
+        self.arrival, self.upload, self.times_preempted = requests.arrival, requests.upload, requests.times_preempted
+        self.arrivals = requests.arrivals
         self.waiting: deque[int] = deque()
         self.prefill: _Prefill | None = None
         self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
@@ -167,17 +159,9 @@ class Replica:
         if not 0 <= cached_tokens < input_tokens:
             raise ValueError("cached_tokens must leave at least one prompt token to compute")
         self._check_reservable(input_tokens + output_tokens)
-        i = len(self.prompt)
-        if i > _ID_MASK:
-            raise ValueError(f"a replica takes at most {_ID_MASK + 1} requests")
-        for column, value in ((self.prompt, input_tokens), (self.cached, cached_tokens), (self.out, output_tokens),
-                              (self.arrival, arrival_ns), (self.upload, delivery_ns)):
-            column.append(int(value))
-        self.generated.append(0)
+        i = self.requests.add(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens)
         if prefix is not None and prefix[0]:
             self._add_prefix(i, *prefix)
-        self.times_preempted.append(0)
-        heapq.heappush(self.arrivals, int(arrival_ns) << _ID_BITS | i)
         return i
 
     def _add_prefix(self, i: int, keys: list[int], end_tokens: list[int]) -> None:
@@ -198,28 +182,14 @@ class Replica:
             raise ValueError("cached_tokens must leave at least one prompt token to compute")
         if len(input_tokens):
             self._check_reservable(int((input_tokens + output_tokens).max()))
-        first, n = len(self.prompt), len(input_tokens)
-        if first + n > _ID_MASK + 1:
-            raise ValueError(f"a replica takes at most {_ID_MASK + 1} requests")
-        for column, values in ((self.prompt, input_tokens), (self.cached, cached_tokens), (self.out, output_tokens),
-                               (self.arrival, arrival_ns), (self.upload, delivery_ns)):
-            column.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
-        self.generated.extend([0] * n)
+        first = self.requests.add_all(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens, held)
         if prefixes is not None and self.prefix_caching:
             for k in np.flatnonzero(prefixes.offsets[1:] > prefixes.offsets[:-1]).tolist():
                 self._add_prefix(first + k, *prefixes.segments(k))
-        self.times_preempted.frombytes(bytes(8 * n))
-        if held is None:
-            self.arrivals.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
-        else:
-            rows = np.flatnonzero(~held)
-            self.arrivals.extend([t << _ID_BITS | i for i, t in zip((rows + first).tolist(), arrival_ns[rows].tolist())])
-        heapq.heapify(self.arrivals)
 
     def send(self, i: int, arrival_ns: int, delivery_ns: int) -> None:
         """Request i, submitted held, reaches the server at `arrival_ns` after `delivery_ns` on the way."""
-        self.arrival[i], self.upload[i] = arrival_ns, delivery_ns
-        heapq.heappush(self.arrivals, arrival_ns << _ID_BITS | i)
+        self.requests.send(i, arrival_ns, delivery_ns)
 
     def _check_reservable(self, tokens: int) -> None:
         """Reserving, a request whose whole KV cache exceeds the cache would wait forever."""

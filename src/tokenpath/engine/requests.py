@@ -1,0 +1,67 @@
+"""The requests a replica was given, a row each in submission order, and the heap of those still on
+their way to the server."""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+
+import numpy as np
+
+# Arrival heap keys pack (time, request) into one int, which compares far faster than a tuple.
+_ID_BITS = 32
+_ID_MASK = (1 << _ID_BITS) - 1
+
+
+class Requests:
+    """Per request (index = submission order): set at submission, as compact int64 columns (a run can
+    hold millions), except the ones updated as it runs."""
+
+    def __init__(self) -> None:
+        self.prompt = array("q")
+        self.cached = array("q")        # prompt tokens whose KV arrived with the request (0 after preemption)
+        self.out = array("q")           # output tokens (an aborted request's: those it made)
+        self.arrival = array("q")
+        self.upload = array("q")        # time spent on the way in, counted as delivery
+        self.generated: list[int] = []  # tokens sampled and sent so far
+        self.times_preempted = array("q")  # how often it lost its cache and went back to wait
+        self.arrivals: list[int] = []   # heap of arrival at the server << _ID_BITS | request
+
+    def add(self, input_tokens: int, output_tokens: int, arrival_ns: int, delivery_ns: int, cached_tokens: int) -> int:
+        """A request that reaches the server at `arrival_ns`; returns its index."""
+        i = len(self.prompt)
+        if i > _ID_MASK:
+            raise ValueError(f"a replica takes at most {_ID_MASK + 1} requests")
+        for column, value in ((self.prompt, input_tokens), (self.cached, cached_tokens), (self.out, output_tokens),
+                              (self.arrival, arrival_ns), (self.upload, delivery_ns)):
+            column.append(int(value))
+        self.generated.append(0)
+        self.times_preempted.append(0)
+        heapq.heappush(self.arrivals, int(arrival_ns) << _ID_BITS | i)
+        return i
+
+    def add_all(self, input_tokens: np.ndarray, output_tokens: np.ndarray, arrival_ns: np.ndarray,
+                delivery_ns: np.ndarray, cached_tokens: np.ndarray, held: np.ndarray | None = None) -> int:
+        """`add` for many requests at once (int64 arrays, one row per request), in one pass; rows where
+        `held` is true do not arrive until `send` names them. Returns the index of the first."""
+        first, n = len(self.prompt), len(input_tokens)
+        if first + n > _ID_MASK + 1:
+            raise ValueError(f"a replica takes at most {_ID_MASK + 1} requests")
+        for column, values in ((self.prompt, input_tokens), (self.cached, cached_tokens), (self.out, output_tokens),
+                               (self.arrival, arrival_ns), (self.upload, delivery_ns)):
+            column.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
+        self.generated.extend([0] * n)
+        self.times_preempted.frombytes(bytes(8 * n))
+        if held is None:
+            self.arrivals.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
+        else:
+            rows = np.flatnonzero(~held)
+            sent = zip((rows + first).tolist(), arrival_ns[rows].tolist(), strict=True)
+            self.arrivals.extend([t << _ID_BITS | i for i, t in sent])
+        heapq.heapify(self.arrivals)
+        return first
+
+    def send(self, i: int, arrival_ns: int, delivery_ns: int) -> None:
+        """Request i, added held, reaches the server at `arrival_ns` after `delivery_ns` on the way."""
+        self.arrival[i], self.upload[i] = arrival_ns, delivery_ns
+        heapq.heappush(self.arrivals, arrival_ns << _ID_BITS | i)
