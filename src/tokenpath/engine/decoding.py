@@ -44,6 +44,9 @@ class Decoding:
         self.event_due = [0] * interval
         # States by the tick of their last token; a preempted request's entry goes stale.
         self.finishing_at: dict[int, list[State]] = {}
+        # Multi-step: sequences that sampled their last token in the decode window still open (still
+        # computed until it ends).
+        self.zombies: list[int] = []
 
     def start(self, i: int, first_tick: int, context: int) -> None:
         """Request i decodes from `first_tick` on, with `context` tokens in its KV cache then."""
@@ -85,6 +88,23 @@ class Decoding:
         first, context = self.leave(i, ticks_taken)
         self.sampled(i, first, ticks_taken)
         return context
+
+    def finish(self, d: int, finishing: Sequence[int], window_open: bool) -> list[tuple[int, int]]:
+        """The sequences that leave after tick d, (request, context) each, in the order of their last
+        tokens: `finishing`, whose last token it sampled. Under multi-step, those stay in the batch,
+        computed but sampling nothing more, until the window ends (`window_open` is false); then every
+        such sequence leaves."""
+        states = self.states
+        if window_open:
+            for i in finishing:
+                first = states[i][0]
+                self.sampled(i, first, d - first + 1)
+                self.zombies.append(i)
+            return []
+        # the zombies' spans, events and tokens were counted when they sampled their last
+        leaving = [(i, self.leave(i, d + 1 - states[i][0])[1]) for i in self.zombies]
+        self.zombies.clear()
+        return leaving + [(i, self.stop(i, d - states[i][0] + 1)) for i in finishing]
 
     def still_due(self, due: list[State]) -> list[int]:
         """The requests of `due` (states entered to finish at this tick) that still do: one preempted

@@ -128,10 +128,9 @@ class Replica:
         self.prefill: _Prefill | None = None
         self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
         self.preempted_in_step = False
-        # Multi-step: steps of the current decode window after this one, the sequences that sampled
-        # their last token in it (still computed until it ends), and the tokens and events it made so far.
+        # Multi-step: steps of the current decode window after this one, and the tokens and events it
+        # made so far.
         self.window_left = 0
-        self.zombies: list[int] = []
         self._window_emitted = self._window_events = 0
 
         # What each step did, as rows: the replica appends to their buffers, bound here.
@@ -147,6 +146,7 @@ class Replica:
         self.decoders = decoders = Decoding(self.block, self.interval, self.out, self.generated, self._span_buffer)
         self.decoding, self.block_due, self.finishing_at = decoders.states, decoders.block_due, decoders.finishing_at
         self._start_decoding, self._stop_decoding = decoders.start, decoders.stop
+        self.zombies = decoders.zombies
 
     # -- requests in -----------------------------------------------------------------------------
 
@@ -515,12 +515,11 @@ class Replica:
             self.tick = d + 1
             if self.pauses:
                 self._tick_buffer.append(s)
-        if self.window > 1:
-            finished = self._retire_in_window(d, finishing)
-        elif finishing:
-            finished = [self._finish_decoding(i, d) for i in finishing]
-        else:
-            finished = []
+        finished = []
+        if finishing or self.window > 1:
+            for i, context in self.decoders.finish(d, finishing, self.window_left > 0):
+                self._release(i, context)
+                finished.append(i)
         for i, context in completing:
             self._first_buffer.extend((i, s, 1))
             self.generated[i] += 1
@@ -534,17 +533,6 @@ class Replica:
         return finished
 
     # -- bookkeeping -------------------------------------------------------------------------------
-
-    def _finish_decoding(self, i: int, d: int) -> int:
-        context = self._stop_decoding(i, d - self.decoding[i][0] + 1)
-        if self.prefix is None:
-            self.free_blocks += -(-context // self.block)
-        else:
-            self.prefix.computed(i, context)  # its answer's segments, if named (a session's next turn repeats it)
-            self.free_blocks += self.prefix.release(i, -(-context // self.block))
-        if self.reserve:
-            self.unreserved_blocks += -(-(self.prompt[i] + self.out[i]) // self.block)
-        return i
 
     def _release(self, i: int, context: int, blocks: int | None = None) -> None:
         """A finished request gives back its KV blocks (those of `context` tokens unless given) and,
@@ -562,25 +550,6 @@ class Replica:
             self.free_blocks += blocks
         else:
             self.free_blocks += self.prefix.release(i, blocks)
-
-    def _retire_in_window(self, d: int, finishing: Sequence[int]) -> list[int]:
-        """Multi-step: a sequence that sampled its last token stays in the batch, computed but sampling
-        nothing more, until the window ends; then every such sequence leaves, in the order of their
-        last tokens."""
-        if self.window_left:
-            for i in finishing:
-                first = self.decoding[i][0]
-                self.decoders.sampled(i, first, d - first + 1)
-                self.zombies.append(i)
-            return []
-        finished = []
-        for i in self.zombies:  # their spans, events and tokens were counted when they sampled their last
-            _, context = self.decoders.leave(i, d + 1 - self.decoding[i][0])
-            self._release(i, context)
-            finished.append(i)
-        self.zombies.clear()
-        finished += [self._finish_decoding(i, d) for i in finishing]
-        return finished
 
     def _host_window(self, gpu_end_ns: int, logits: int, events: int) -> tuple[int, int]:
         """Multi-step: the host takes a window's tokens (not the dropped ones of sequences already
