@@ -50,7 +50,7 @@ from tokenpath.delivery.lastmile import closes_event
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.loop import EngineTrace
 from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
-from tokenpath.engine.replica import Host, StepCosts
+from tokenpath.engine.protocols import Host, StepCosts
 from tokenpath.engine.spec import EngineSpec
 
 

@@ -22,7 +22,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tokenpath.engine.loop import Client, EngineTrace, _trace
-from tokenpath.engine.replica import Replica, StepCosts
+from tokenpath.engine.protocols import StepCosts
+from tokenpath.engine.replica import Replica
 from tokenpath.engine.routing import Router
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.prefixes import Prefixes

@@ -8,7 +8,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from tokenpath.engine.replica import Host, Replica, StepCosts
+from tokenpath.engine.protocols import Host, StepCosts
+from tokenpath.engine.replica import Replica
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.prefixes import Prefixes
 

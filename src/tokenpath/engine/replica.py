@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -38,27 +38,11 @@ from tokenpath.engine.decoding import Decoding
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
+from tokenpath.engine.protocols import Host, StepCosts
 from tokenpath.engine.requests import _ID_BITS, _ID_MASK, Requests
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.engine.trace_rows import TraceRows
 from tokenpath.prefixes import Prefixes
-
-
-class StepCosts(Protocol):
-    def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
-                  chunk_context_tokens: float) -> float: ...
-    def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
-
-
-class Host(Protocol):
-    """What the engine needs from the delivery path (implemented by delivery.LastMile)."""
-
-    stream_interval: int  # tokens per SSE event: the first token alone, then groups, the last flushed
-
-    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int]:
-        """(blocking_ns, leave_ns) of a step that sampled `emitted` tokens closing `events` events."""
-        ...
-
 
 
 @dataclass
@@ -156,8 +140,6 @@ class Replica:
         spent on the way (its upload); the KV of its first `cached_tokens` prompt tokens comes with it
         (a decode engine receiving a prefilled request); `prefix`: the keys of its shared prompt
         segments and the token each ends at (workload.prefixes). Returns its index."""
-        if not 0 <= cached_tokens < input_tokens:
-            raise ValueError("cached_tokens must leave at least one prompt token to compute")
         self._check_reservable(input_tokens + output_tokens)
         i = self.requests.add(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens)
         if prefix is not None and prefix[0]:
@@ -178,8 +160,6 @@ class Replica:
                    held: np.ndarray | None = None) -> None:
         """`submit` for many requests at once (int64 arrays, one row per request), in one pass. Rows
         where `held` is true do not arrive until `send` names them (a session's later turns)."""
-        if not ((0 <= cached_tokens) & (cached_tokens < input_tokens)).all():
-            raise ValueError("cached_tokens must leave at least one prompt token to compute")
         if len(input_tokens):
             self._check_reservable(int((input_tokens + output_tokens).max()))
         first = self.requests.add_all(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens, held)

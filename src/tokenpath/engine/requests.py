@@ -12,6 +12,8 @@ import numpy as np
 _ID_BITS = 32
 _ID_MASK = (1 << _ID_BITS) - 1
 
+_CACHED_ERROR = "cached_tokens must leave at least one prompt token to compute"
+
 
 class Requests:
     """Per request (index = submission order): set at submission, as compact int64 columns (a run can
@@ -29,6 +31,8 @@ class Requests:
 
     def add(self, input_tokens: int, output_tokens: int, arrival_ns: int, delivery_ns: int, cached_tokens: int) -> int:
         """A request that reaches the server at `arrival_ns`; returns its index."""
+        if not 0 <= cached_tokens < input_tokens:
+            raise ValueError(_CACHED_ERROR)
         i = len(self.prompt)
         if i > _ID_MASK:
             raise ValueError(f"a replica takes at most {_ID_MASK + 1} requests")
@@ -44,6 +48,8 @@ class Requests:
                 delivery_ns: np.ndarray, cached_tokens: np.ndarray, held: np.ndarray | None = None) -> int:
         """`add` for many requests at once (int64 arrays, one row per request), in one pass; rows where
         `held` is true do not arrive until `send` names them. Returns the index of the first."""
+        if not ((0 <= cached_tokens) & (cached_tokens < input_tokens)).all():
+            raise ValueError(_CACHED_ERROR)
         first, n = len(self.prompt), len(input_tokens)
         if first + n > _ID_MASK + 1:
             raise ValueError(f"a replica takes at most {_ID_MASK + 1} requests")

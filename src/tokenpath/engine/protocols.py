@@ -1,0 +1,23 @@
+"""What an engine replica needs from the layers around it, as protocols: the cost of a step (engine/costs.py
+implements it over compute and fabric) and the delivery path (delivery.LastMile), which the engine reaches
+only through `Host`."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class StepCosts(Protocol):
+    def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
+                  chunk_context_tokens: float) -> float: ...
+    def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
+
+
+class Host(Protocol):
+    """What the engine needs from the delivery path (implemented by delivery.LastMile)."""
+
+    stream_interval: int  # tokens per SSE event: the first token alone, then groups, the last flushed
+
+    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int]:
+        """(blocking_ns, leave_ns) of a step that sampled `emitted` tokens closing `events` events."""
+        ...
