@@ -21,7 +21,7 @@ so each request's time splits exactly into waiting, compute, traffic and deliver
 
 A step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted, never
 O(batch): decoding sequences are kept as aggregates keyed by the decode clock, the ticks in which
-they advance (engine/decoding.py says how), and each request's share of the step costs is summed
+they advance (engine/running.py says how), and each request's share of the step costs is summed
 afterwards, in numpy, from rows the replica records (engine/trace_rows.py).
 """
 
@@ -29,31 +29,19 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from tokenpath.engine.decoding import Decoding
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.protocols import Host, StepCosts
 from tokenpath.engine.requests import _ID_BITS, _ID_MASK, Requests
+from tokenpath.engine.running import Decoding, Prefill
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.engine.trace_rows import TraceRows
 from tokenpath.prefixes import Prefixes
-
-
-@dataclass
-class _Prefill:
-    """The one sequence part-way through its prompt (or its recompute after preemption)."""
-
-    request: int
-    computed: int  # tokens in its KV cache
-    blocks: int
-    target: int    # tokens it needs in its KV cache to sample: its prompt and the tokens already sent
-
 
 _NONE: tuple = ()  # no admissions, no finishers: shared, so a step without them allocates nothing
 
@@ -109,7 +97,7 @@ class Replica:
         self.arrival, self.upload, self.times_preempted = requests.arrival, requests.upload, requests.times_preempted
         self.arrivals = requests.arrivals
         self.waiting: deque[int] = deque()
-        self.prefill: _Prefill | None = None
+        self.prefill: Prefill | None = None
         self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
         self.preempted_in_step = False
         # Multi-step: steps of the current decode window after this one, and the tokens and events it
@@ -125,7 +113,7 @@ class Replica:
         self.num_steps = 0
         self.last_leave_ns = 0
         self.preemptions = 0
-        # The decoding sequences (engine/decoding.py); the hot path reads their states, due blocks and
+        # The decoding sequences (engine/running.py); the hot path reads their states, due blocks and
         # finishing ticks, and starts and stops them, through the names bound here.
         self.decoders = decoders = Decoding(self.block, self.interval, self.out, self.generated, self._span_buffer)
         self.decoding, self.block_due, self.finishing_at = decoders.states, decoders.block_due, decoders.finishing_at
@@ -182,9 +170,7 @@ class Replica:
         (None: nothing to do)."""
         if self.waiting or self.decoding or self.prefill:
             return self.now
-        if self.arrivals:
-            return max(self.now, self.arrivals[0] >> _ID_BITS)
-        return None
+        return max(self.now, self.arrivals[0] >> _ID_BITS) if self.arrivals else None
 
     def kv_used(self) -> float:
         """The share of the KV cache's blocks in use (cached prefix blocks count as free: they can be taken)."""
@@ -211,13 +197,8 @@ class Replica:
         elif prefill is not None and prefill.request == i:
             self._release(i, 0, prefill.blocks)
             self.prefill = None
-        else:
-            key = self.arrival[i] << _ID_BITS | i
-            if key in self.arrivals:
-                self.arrivals.remove(key)
-                heapq.heapify(self.arrivals)
-            else:
-                self.waiting.remove(i)
+        elif not self.requests.withdraw(i):  # it is not on its way: it waits
+            self.waiting.remove(i)
         self.out[i] = self.generated[i]
         return True
 
@@ -460,7 +441,7 @@ class Replica:
             if p + q == target:
                 completing.append((i, p + q))
             else:
-                self.prefill = _Prefill(i, p + q, -(-(p + q) // self.block), target)
+                self.prefill = Prefill(i, p + q, -(-(p + q) // self.block), target)
                 self._silent_buffer.extend((i, s))
         finishing: Sequence[int] = _NONE
         if decode or not self.pauses:  # the decode clock ticks

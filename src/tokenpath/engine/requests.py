@@ -71,3 +71,12 @@ class Requests:
         """Request i, added held, reaches the server at `arrival_ns` after `delivery_ns` on the way."""
         self.arrival[i], self.upload[i] = arrival_ns, delivery_ns
         heapq.heappush(self.arrivals, arrival_ns << _ID_BITS | i)
+
+    def withdraw(self, i: int) -> bool:
+        """Take request i off its way to the server; False if it is not on it. A C-level scan of the heap."""
+        key = self.arrival[i] << _ID_BITS | i
+        if key not in self.arrivals:
+            return False
+        self.arrivals.remove(key)
+        heapq.heapify(self.arrivals)
+        return True

@@ -1,4 +1,5 @@
-"""A replica's decoding sequences, kept as aggregates keyed by the decode clock.
+"""A replica's running sequences: at most one part-way through its prompt (`Prefill`), and the
+decoding ones, kept as aggregates keyed by the decode clock (`Decoding`).
 
 Why: a step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted, never
 O(batch). That holds because the token budget covers every decoding sequence (vLLM requires
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 State = tuple[int, int, int, int]  # (first tick it decodes in, its context then, its last tick, request)
 
@@ -25,6 +27,16 @@ State = tuple[int, int, int, int]  # (first tick it decodes in, its context then
 def closes_event(token_index: int, output_tokens: int, interval: int) -> bool:
     """Whether token `token_index` of a sequence is the last of its SSE event (see delivery.lastmile)."""
     return token_index % interval == 0 or token_index == output_tokens - 1
+
+
+@dataclass
+class Prefill:
+    """The one sequence part-way through its prompt (or its recompute after preemption)."""
+
+    request: int
+    computed: int  # tokens in its KV cache
+    blocks: int
+    target: int    # tokens it needs in its KV cache to sample: its prompt and the tokens already sent
 
 
 class Decoding:
