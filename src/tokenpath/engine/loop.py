@@ -171,8 +171,8 @@ def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens
         hits[np.fromiter(found.keys(), np.int64, len(found))] = np.fromiter(found.values(), np.int64, len(found))
     return EngineTrace(
         sent_ns=np.array(sent, dtype=np.int64),
-        arrival_ns=np.array(replica.arrival, dtype=np.int64),
-        **rows.accounts(steps, spans, tick_steps, replica.upload, replica.times_preempted),
+        arrival_ns=np.array(replica.requests.arrival, dtype=np.int64),
+        **rows.accounts(steps, spans, tick_steps, replica.requests.upload, replica.times_preempted),
         spans=spans,
         tick_steps=tick_steps,
         token_offsets=np.concatenate([[0], np.cumsum(out)]).astype(np.int64),

@@ -34,6 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from tokenpath.engine.host_time import host_overlapped
+from tokenpath.engine.multistep import WindowHost
 from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.protocols import Host, StepCosts
@@ -52,8 +53,8 @@ class Replica:
     def __init__(self, costs: StepCosts, host: Host, spec: EngineSpec, kv_capacity_tokens: int,
                  record_emitters: bool = False, keep_rows: bool = True) -> None:
         """`record_emitters`: keep each step's emitters for a live caller (serve); `keep_rows`: keep the
-        per-step and per-token rows `steps`, `spans` and `accounts` read back (a long-running server
-        that never reads them passes False, so its memory does not grow with every step)."""
+        rows a trace is assembled from (`rows`: a long-running server that never reads them passes
+        False, so its memory does not grow with every step)."""
         if spec.max_num_batched_tokens < spec.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
         self.costs, self.host, self.spec = costs, host, spec
@@ -92,18 +93,14 @@ class Replica:
 
         # Per request (engine/requests.py): its columns and the arrival heap, bound here.
         self.requests = requests = Requests()
-        self.prompt, self.cached, self.out, self.generated = (requests.prompt, requests.cached, requests.out,
-                                                              requests.generated)
-        self.arrival, self.upload, self.times_preempted = requests.arrival, requests.upload, requests.times_preempted
-        self.arrivals = requests.arrivals
+        self.prompt, self.cached, self.out = requests.prompt, requests.cached, requests.out
+        self.generated, self.times_preempted, self.arrivals = requests.generated, requests.times_preempted, requests.arrivals
         self.waiting: deque[int] = deque()
         self.prefill: Prefill | None = None
         self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
         self.preempted_in_step = False
-        # Multi-step: steps of the current decode window after this one, and the tokens and events it
-        # made so far.
-        self.window_left = 0
-        self._window_emitted = self._window_events = 0
+        self.window_left = 0  # multi-step: steps of the current decode window after this one
+        self.window_host = WindowHost(self._on_step, self.interval)
 
         # What each step did, as rows: the replica appends to their buffers, bound here.
         self.rows = rows = TraceRows(self.pauses, keep_rows)
@@ -118,7 +115,6 @@ class Replica:
         self.decoders = decoders = Decoding(self.block, self.interval, self.out, self.generated, self._span_buffer)
         self.decoding, self.block_due, self.finishing_at = decoders.states, decoders.block_due, decoders.finishing_at
         self._start_decoding, self._stop_decoding = decoders.start, decoders.stop
-        self.zombies = decoders.zombies
 
     # -- requests in -----------------------------------------------------------------------------
 
@@ -462,7 +458,7 @@ class Replica:
         if leave_ns >= 0:
             self.last_leave_ns = leave_ns
         if self.record_emitters:
-            self._record_emitters(decode, completing)
+            self.rows.emitted(self.decoders.emitters(decode, completing), not self.window_left)
         self.formed_ns = self.now  # the next step's batch, if formed while this one runs
         self.now = gpu_end + blocking_ns
         return completing, finishing
@@ -513,20 +509,5 @@ class Replica:
             self.free_blocks += self.prefix.release(i, blocks)
 
     def _host_window(self, gpu_end_ns: int, logits: int, events: int) -> tuple[int, int]:
-        """Multi-step: the host takes a window's tokens (not the dropped ones of sequences already
-        done) once, when its last step ends; until then steps are not blocked and leave nothing (-1)."""
-        emitted = logits - len(self.zombies)
-        if self.interval == 1:  # every token its own event (the others are counted without the zombies)
-            events = emitted
-        if self.window_left:
-            self._window_emitted += emitted
-            self._window_events += events
-            return 0, -1
-        emitted, events = emitted + self._window_emitted, events + self._window_events
-        self._window_emitted = self._window_events = 0
-        return self._on_step(gpu_end_ns, emitted, events)
-
-    def _record_emitters(self, decode: int, completing: list[tuple[int, int]]) -> None:
-        zombies = set(self.zombies)
-        emitters = [i for i in self.decoding if i not in zombies] if decode else []
-        self.rows.emitted(emitters + [i for i, _ in completing], not self.window_left)
+        """Multi-step: the window's tokens leave when it ends, less the dropped ones of sequences already done."""
+        return self.window_host.step(gpu_end_ns, logits - len(self.decoders.zombies), events, not self.window_left)

@@ -118,6 +118,13 @@ class Decoding:
         self.zombies.clear()
         return leaving + [(i, self.stop(i, d - states[i][0] + 1)) for i in finishing]
 
+    def emitters(self, decode: int, completing: list[tuple[int, int]]) -> list[int]:
+        """The requests that got a token in a step: the decoding ones taking part (`decode`: all of them,
+        but those already done in a multi-step window) and those that finished their prompt."""
+        zombies = set(self.zombies)
+        emitters = [i for i in self.states if i not in zombies] if decode else []
+        return emitters + [i for i, _ in completing]
+
     def still_due(self, due: list[State]) -> list[int]:
         """The requests of `due` (states entered to finish at this tick) that still do: one preempted
         since is not decoding, or decoding again under a new state (which, recomputed at once, can
