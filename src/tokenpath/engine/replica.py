@@ -1,19 +1,10 @@
-"""One engine replica doing continuous batching, one step at a time, under a scheduler profile.
+"""One engine replica doing continuous batching, one step at a time, under a scheduler profile
+(engine/spec.py describes each, with its sources).
 
 A step runs in phases, each a method: take the arrivals; the profile composes the batch (the running
 sequences' demands, preempting when KV blocks run out, then admission of waiting sequences); the
-batch's shape and cost; applying it. The profiles (engine/spec.py describes each, with its sources):
-- vllm-v1: every step, each decoding sequence takes a token, the prompt in progress the rest of the
-  token budget, then waiting sequences while the step has room (sequences, tokens, KV blocks), a long
-  prompt chunked to the budget. When a growing sequence finds no free KV block, the most recently
-  admitted running sequences are preempted and will be recomputed: they lose their cache and go back
-  to the front of the queue, keeping the tokens already sent.
-- trtllm: the same batch shape, but a partial prompt chunk is rounded down to whole blocks, and with
-  "reserve" admission a request is admitted only if its whole KV cache fits in the unreserved blocks
-  (so nothing is ever preempted).
-- prefill-first: a step either prefills (waiting prompts, and the prompt in progress) while decoding
-  sequences pause, or decodes every running sequence; with multi-step scheduling a decode step is a
-  window of k steps with a fixed batch.
+batch's shape and cost; applying it. A preempted sequence loses its cache and goes back to the front
+of the queue, to be recomputed, keeping the tokens already sent.
 
 A step lasts its compute time plus its non-overlapped traffic time, then whatever the host blocks it
 for (copying the sampled ids, and detokenizing when that runs inline). Time is integer nanoseconds,
@@ -29,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -110,8 +101,7 @@ class Replica:
         self.num_steps = 0
         self.last_leave_ns = 0
         self.preemptions = 0
-        # The decoding sequences (engine/running.py); the hot path reads their states, due blocks and
-        # finishing ticks, and starts and stops them, through the names bound here.
+        # The decoding sequences (engine/running.py), and what the hot path reads of them, bound here.
         self.decoders = decoders = Decoding(self.block, self.interval, self.out, self.generated, self._span_buffer)
         self.decoding, self.block_due, self.finishing_at = decoders.states, decoders.block_due, decoders.finishing_at
         self._start_decoding, self._stop_decoding = decoders.start, decoders.stop
@@ -126,13 +116,11 @@ class Replica:
         segments and the token each ends at (workload.prefixes). Returns its index."""
         self._check_reservable(input_tokens + output_tokens)
         i = self.requests.add(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens)
-        if prefix is not None and prefix[0]:
+        if prefix is not None and prefix[0] and self.prefix_caching:
             self._add_prefix(i, *prefix)
         return i
 
     def _add_prefix(self, i: int, keys: list[int], end_tokens: list[int]) -> None:
-        if not self.prefix_caching:
-            return
         if self.cached[i]:
             raise ValueError("a request with KV cache of its own cannot also look up prefixes")
         if self.prefix is None:
@@ -162,8 +150,7 @@ class Replica:
                              "of the cache")
 
     def next_step_ns(self) -> int | None:
-        """When the next step starts: now if a request is queued or running, else at the next arrival
-        (None: nothing to do)."""
+        """When the next step starts: now with requests queued or running, else at the next arrival (or None)."""
         if self.waiting or self.decoding or self.prefill:
             return self.now
         return max(self.now, self.arrivals[0] >> _ID_BITS) if self.arrivals else None
@@ -188,8 +175,7 @@ class Replica:
         if self.generated[i] >= self.out[i]:  # finished (under multi-step, perhaps waiting for its window's end)
             return False
         if i in self.decoding:  # its entry in finishing_at goes stale (see Decoding.still_due)
-            context = self._stop_decoding(i, self.tick - self.decoding[i][0])
-            self._release(i, context)
+            self._release(i, self._stop_decoding(i, self.tick - self.decoding[i][0]))
         elif prefill is not None and prefill.request == i:
             self._release(i, 0, prefill.blocks)
             self.prefill = None
@@ -503,10 +489,7 @@ class Replica:
     def _free(self, i: int, blocks: int) -> None:
         """Request i gives back its `blocks` KV blocks; with prefix caching its shared ones stay cached
         until evicted (they still count as free: they can be taken)."""
-        if self.prefix is None:
-            self.free_blocks += blocks
-        else:
-            self.free_blocks += self.prefix.release(i, blocks)
+        self.free_blocks += blocks if self.prefix is None else self.prefix.release(i, blocks)
 
     def _host_window(self, gpu_end_ns: int, logits: int, events: int) -> tuple[int, int]:
         """Multi-step: the window's tokens leave when it ends, less the dropped ones of sequences already done."""
