@@ -85,7 +85,8 @@ class Replica:
         # Per request (engine/requests.py): its columns and the arrival heap, bound here.
         self.requests = requests = Requests()
         self.prompt, self.cached, self.out = requests.prompt, requests.cached, requests.out
-        self.generated, self.times_preempted, self.arrivals = requests.generated, requests.times_preempted, requests.arrivals
+        self.generated, self.times_preempted = requests.generated, requests.times_preempted
+        self.arrivals = requests.arrivals
         self.waiting: deque[int] = deque()
         self.prefill: Prefill | None = None
         self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
@@ -458,11 +459,8 @@ class Replica:
             self.tick = d + 1
             if self.pauses:
                 self._tick_buffer.append(s)
-        finished = []
-        if finishing or self.window > 1:
-            for i, context in self.decoders.finish(d, finishing, self.window_left > 0):
-                self._release(i, context)
-                finished.append(i)
+        finished = (self.decoders.finish(d, finishing, self.window_left > 0, self._release)
+                    if finishing or self.window > 1 else [])
         for i, context in completing:
             self._first_buffer.extend((i, s, 1))
             self.generated[i] += 1
@@ -480,9 +478,12 @@ class Replica:
     def _release(self, i: int, context: int, blocks: int | None = None) -> None:
         """A finished request gives back its KV blocks (those of `context` tokens unless given) and,
         reserving, its reservation. Named segments of its answer become cached (prefixes.py)."""
-        if self.prefix is not None and context:
-            self.prefix.computed(i, context)
-        self._free(i, -(-context // self.block) if blocks is None else blocks)
+        if blocks is None:
+            blocks = -(-context // self.block)
+        prefix = self.prefix  # (as _free does, inline: this is the path of every finished request)
+        if prefix is not None and context:
+            prefix.computed(i, context)
+        self.free_blocks += blocks if prefix is None else prefix.release(i, blocks)
         if self.reserve:
             self.unreserved_blocks += -(-(self.prompt[i] + self.out[i]) // self.block)
 

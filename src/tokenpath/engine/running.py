@@ -18,7 +18,7 @@ are keyed by tick, so a paused decoder costs nothing per step; the step of each 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 State = tuple[int, int, int, int]  # (first tick it decodes in, its context then, its last tick, request)
@@ -101,11 +101,12 @@ class Decoding:
         self.sampled(i, first, ticks_taken)
         return context
 
-    def finish(self, d: int, finishing: Sequence[int], window_open: bool) -> list[tuple[int, int]]:
-        """The sequences that leave after tick d, (request, context) each, in the order of their last
-        tokens: `finishing`, whose last token it sampled. Under multi-step, those stay in the batch,
-        computed but sampling nothing more, until the window ends (`window_open` is false); then every
-        such sequence leaves."""
+    def finish(self, d: int, finishing: Sequence[int], window_open: bool,
+               release: Callable[[int, int], None]) -> list[int]:
+        """The sequences that leave after tick d, each handed to `release(request, context)`, in the
+        order of their last tokens: `finishing`, whose last token it sampled. Under multi-step those
+        stay in the batch, computed but sampling nothing more, until the window ends (`window_open` is
+        false); then every such sequence leaves."""
         states = self.states
         if window_open:
             for i in finishing:
@@ -113,10 +114,13 @@ class Decoding:
                 self.sampled(i, first, d - first + 1)
                 self.zombies.append(i)
             return []
-        # the zombies' spans, events and tokens were counted when they sampled their last
-        leaving = [(i, self.leave(i, d + 1 - states[i][0])[1]) for i in self.zombies]
-        self.zombies.clear()
-        return leaving + [(i, self.stop(i, d - states[i][0] + 1)) for i in finishing]
+        for i in self.zombies:  # their spans, events and tokens were counted when they sampled their last
+            release(i, self.leave(i, d + 1 - states[i][0])[1])
+        for i in finishing:
+            release(i, self.stop(i, d - states[i][0] + 1))
+        finished, self.zombies = self.zombies, []
+        finished += finishing
+        return finished
 
     def emitters(self, decode: int, completing: list[tuple[int, int]]) -> list[int]:
         """The requests that got a token in a step: the decoding ones taking part (`decode`: all of them,
