@@ -17,7 +17,7 @@ turns may land on different replicas (as with a real router that does not pin se
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -93,7 +93,8 @@ def run_cluster(
                 router.outstanding[first] -= len(finished)
                 for f in finished:
                     if max_concurrency is not None:
-                        heapq.heappush(ready, clients[first].last_event_arrival_ns(replica.last_leave_ns, outs[first][f]))
+                        freed_ns = clients[first].last_event_arrival_ns(replica.last_leave_ns, outs[first][f])
+                        heapq.heappush(ready, freed_ns)
                     g = owner[first][f]
                     if think[g + 1] >= 0:
                         last_byte_ns = clients[first].last_event_arrival_ns(replica.last_leave_ns, outs[first][f])

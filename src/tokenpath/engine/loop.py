@@ -3,8 +3,9 @@ the closed loop of a concurrency cap) around `Replica`, and the trace it leaves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -163,7 +164,7 @@ def _uploads(client: Client, input_tokens: np.ndarray) -> np.ndarray:
 
 
 def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens: int) -> EngineTrace:
-    rows = replica.rows
+    rows, requests = replica.rows, replica.requests
     steps, spans, tick_steps = rows.steps(), rows.spans(), rows.tick_steps()
     hits = np.zeros(len(sent), np.int64)
     if replica.prefix is not None and replica.prefix.hit_tokens:
@@ -171,8 +172,8 @@ def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens
         hits[np.fromiter(found.keys(), np.int64, len(found))] = np.fromiter(found.values(), np.int64, len(found))
     return EngineTrace(
         sent_ns=np.array(sent, dtype=np.int64),
-        arrival_ns=np.array(replica.requests.arrival, dtype=np.int64),
-        **rows.accounts(steps, spans, tick_steps, replica.requests.upload, replica.times_preempted),
+        arrival_ns=np.array(requests.arrival, dtype=np.int64),
+        **rows.accounts(steps, spans, tick_steps, requests.upload, requests.times_preempted),
         spans=spans,
         tick_steps=tick_steps,
         token_offsets=np.concatenate([[0], np.cumsum(out)]).astype(np.int64),

@@ -62,7 +62,7 @@ class Requests:
             self.arrivals.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
         else:
             rows = np.flatnonzero(~held)
-            sent = zip((rows + first).tolist(), arrival_ns[rows].tolist(), strict=True)
+            sent = zip((rows + first).tolist(), arrival_ns[rows].tolist())
             self.arrivals.extend([t << _ID_BITS | i for i, t in sent])
         heapq.heapify(self.arrivals)
         return first
