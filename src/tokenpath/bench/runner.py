@@ -33,9 +33,10 @@ import queue
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter_ns
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import orjson

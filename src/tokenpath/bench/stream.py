@@ -14,7 +14,8 @@ request as malformed instead of growing without bound.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from orjson import JSONDecodeError, loads

@@ -8,8 +8,9 @@ Strip). Other decoders (WordPiece, BPE suffixes, CTC) are refused with a clear m
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

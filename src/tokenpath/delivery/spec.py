@@ -6,7 +6,7 @@ own process (as a synchronous engine does), one SSE event per token, a client 20
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -83,7 +83,7 @@ class DeliverySpec(BaseModel):
     frontend_per_request: Duration = Field(
         FRONTEND_PER_REQUEST_S, le=MAX_HOST_COST_S,
         description="the server's front end per request, before the engine sees it (HTTP, tokenization)")
-    calibration: Optional[PathText] = Field(
+    calibration: PathText | None = Field(
         None,
         description="a file from `tokenpath calibrate delivery`: its measured host cost per step and per token "
                     "replaces detokenize_per_token and frame_per_event (a relative path is read from the scenario's folder)",

@@ -8,7 +8,8 @@ sent. `close` flushes what is left and ends the stream with the finish reason an
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import orjson
 

@@ -7,9 +7,10 @@ mistral-common's `Tekkenizer`, which is also the reference decoder).
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tokenpath.config.errors import UserError
 from tokenpath.delivery.bytestream import ByteTable

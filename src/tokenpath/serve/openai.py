@@ -3,8 +3,9 @@ the shape OpenAI clients expect ({"error": {"message", "type", "param", "code"}}
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from tokenpath.config.errors import quoted
 
