@@ -50,13 +50,15 @@ def _read_json(path: Path) -> object | None:
     try:
         data = path.read_bytes()
     except OSError as error:
-        raise UserError(f"tokenizer {path}: cannot read it ({error.strerror}); check the path and permissions") from None
+        raise UserError(f"tokenizer {path}: cannot read it ({error.strerror}); "
+                        "check the path and permissions") from None
     if not data.lstrip()[:1] == b"{":
         return None
     try:
         return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise UserError(f"tokenizer {path}: broken JSON ({error}); pass a valid tokenizer.json or tekken*.json") from None
+        raise UserError(f"tokenizer {path}: broken JSON ({error}); "
+                        "pass a valid tokenizer.json or tekken*.json") from None
 
 
 @lru_cache(maxsize=8)

@@ -24,7 +24,8 @@ SUPPORTED = "ByteLevel, or Replace/Metaspace followed by ByteFallback, Fuse and 
 
 def byte_level_alphabet() -> dict[str, int]:
     """GPT-2's printable spelling of the 256 bytes: character -> byte."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
     chars, extra = {}, 0
     for b in range(256):
         if b in printable:

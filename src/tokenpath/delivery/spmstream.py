@@ -76,7 +76,8 @@ class SpmStream(BatchStream):
         self._shown = [False] * n    # the decoded text is not empty
 
     def _slow_rows(self, rows: list[int], tokens: list[int], out: list[str]) -> None:
-        flags, held, byte, kind, bos, shown = self._flags, self._held, self._t.byte, self._t.kind, self._bos, self._shown
+        flags, held, byte, kind, bos, shown = (self._flags, self._held, self._t.byte, self._t.kind,
+                                               self._bos, self._shown)
         for i, token in zip(rows, tokens):
             if token < 0:
                 continue

@@ -17,7 +17,8 @@ from tokenpath.delivery.bytestream import ByteTable
 
 
 def is_tekken(document: Any) -> bool:
-    return isinstance(document, dict) and isinstance(document.get("vocab"), list) and isinstance(document.get("config"), dict)
+    return (isinstance(document, dict) and isinstance(document.get("vocab"), list)
+            and isinstance(document.get("config"), dict))
 
 
 def _special_names(document: dict, count: int) -> list[str]:
