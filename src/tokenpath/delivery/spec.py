@@ -6,7 +6,7 @@ own process (as a synchronous engine does), one SSE event per token, a client 20
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,8 +41,8 @@ FRONTEND_PER_REQUEST_S = 0.0
 # A `[delivery]` table for measurements taken at the engine (published benchmarks whose client runs on
 # the serving host): no network, and no host cost beyond the engine's own.
 ENGINE_SIDE_DELIVERY = {
-    "network_rtt": 0.0, "host_link_latency": 0.0, "frontend_per_request": 0.0, "detokenize_per_token": 0.0, "frame_per_event": 0.0,
-    "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
+    "network_rtt": 0.0, "host_link_latency": 0.0, "frontend_per_request": 0.0, "detokenize_per_token": 0.0,
+    "frame_per_event": 0.0, "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
 }
 # Bounds of the counts below, far beyond real ones: a server streams 1 to a few tens of tokens per SSE
 # event (vLLM's and SGLang's --stream-interval default to 1); a chunk's JSON around its text is about
@@ -83,8 +83,9 @@ class DeliverySpec(BaseModel):
     frontend_per_request: Duration = Field(
         FRONTEND_PER_REQUEST_S, le=MAX_HOST_COST_S,
         description="the server's front end per request, before the engine sees it (HTTP, tokenization)")
-    calibration: Optional[PathText] = Field(
+    calibration: PathText | None = Field(
         None,
         description="a file from `tokenpath calibrate delivery`: its measured host cost per step and per token "
-                    "replaces detokenize_per_token and frame_per_event (a relative path is read from the scenario's folder)",
+                    "replaces detokenize_per_token and frame_per_event "
+                    "(a relative path is read from the scenario's folder)",
     )
