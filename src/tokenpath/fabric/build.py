@@ -68,10 +68,10 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
         return chips
 
     if isinstance(spec, SwitchFabric):
-        return Switch(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S) / 2), nvls=spec.nvls)
+        return Switch(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S) / 2),
+                      nvls=spec.nvls)
     if isinstance(spec, FullMeshFabric):
-        n = hosts()
-        return FullMesh(n, scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
+        return FullMesh(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
     if isinstance(spec, MeshFabric):
         return Mesh(tuple(spec.dims), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
     if isinstance(spec, TorusFabric):
