@@ -190,15 +190,15 @@ class Collectives:
         names = ["ring"]
         if op == "all_reduce":
             names.append("tree")
-            if getattr(self.topology, "nvls", False):
+            if self.topology.nvls:
                 names.append("nvls")
         if ranks & (ranks - 1) == 0:
             names.append("halving_doubling")
-        if self.topology.kind in ("torus", "mesh"):
+        if self.topology.dims:
             names.append("bucket")
-        if self.topology.kind == "hierarchy":
+        if isinstance(self.topology, Hierarchy):
             names.append("hierarchical")
-            if op == "all_reduce" and getattr(self.topology.node, "nvls", False):
+            if op == "all_reduce" and self.topology.node.nvls:
                 names.append("nvls_tree")
         return names
 
@@ -313,7 +313,7 @@ class Collectives:
                 return _rail_rings(op, self.topology, np.array(groups[0]))
             return _ring(op, n)
         if algorithm == "tree":
-            return _tree(n, chain=self.topology.kind in ("switch", "fullmesh"))
+            return _tree(n, chain=self.topology.single_hop)
         if algorithm == "halving_doubling":
             return _halving_doubling(op, n)
         if algorithm == "direct":
@@ -422,7 +422,7 @@ def _bucket(op: str, torus: Topology, group: np.ndarray) -> list[Round]:
     box = _box(torus, group)
     if box is None:
         raise UserError("fabric.algorithm: 'bucket' needs each group to fill a box of the torus; use 'ring' or 'auto'")
-    whole_ring = [torus.kind == "torus" and extent == k for extent, k in zip(box.shape, torus.dims)]
+    whole_ring = [ring and extent == k for extent, k, ring in zip(box.shape, torus.dims, torus.rings)]
     axes = sorted((axis for axis, extent in enumerate(box.shape) if extent > 1),
                   key=lambda axis: not whole_ring[axis])  # rings first
     extents = {box.shape[axis] for axis in axes}
@@ -484,16 +484,11 @@ def _hierarchical(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
 
 
 def link_efficiency(topology: Topology) -> np.ndarray:
-    """Achievable fraction of each link's bandwidth: NVLink-class measurements for scale-up domains
-    (switch, full mesh, torus, mesh), NIC measurements for scale-out networks (fat tree, DragonFly).
-    A topology may define its own `link_efficiency()` (a hierarchy mixes both)."""
-    own = getattr(topology, "link_efficiency", None)
-    if own is not None:
-        return own()
-    scale_up = topology.kind in ("switch", "fullmesh", "torus", "mesh")
-    efficiency = (assumed("scaleup_bw_efficiency", SCALEUP_BW_EFFICIENCY) if scale_up
-                  else assumed("scaleout_bw_efficiency", SCALEOUT_BW_EFFICIENCY))
-    return np.full(len(topology.links), efficiency)
+    """Achievable fraction of each link's bandwidth: NVLink-class measurements for the links of a
+    scale-up domain (switch, full mesh, torus, mesh), NIC measurements for those of a scale-out network
+    (fat tree, DragonFly, a hierarchy's network); `Topology.scale_up_links` says which is which."""
+    return np.where(topology.scale_up_links(), assumed("scaleup_bw_efficiency", SCALEUP_BW_EFFICIENCY),
+                    assumed("scaleout_bw_efficiency", SCALEOUT_BW_EFFICIENCY))
 
 
 def _check_op(op: str) -> None:

@@ -76,6 +76,8 @@ class DragonFly(Topology):
 
     kind = "dragonfly"
     direct = False
+    scale_up = False
+    single_hop = False
     tier_names = ("host", "local", "global")
 
     def __init__(self, p: int, link_bw_Bps: float, link_latency_s: float, a: int | None = None,

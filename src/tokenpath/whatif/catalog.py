@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 from tokenpath.compute.chip import load_chip
 from tokenpath.engine.spec import SCHEDULERS
-from tokenpath.fabric.build import default_fabric
-from tokenpath.fabric.spec import FullMeshFabric, HierarchyFabric, MeshFabric, SwitchFabric, TorusFabric
+from tokenpath.fabric.build import default_fabric, scaleup_link_bw_Bps
+from tokenpath.fabric.spec import HierarchyFabric, SwitchFabric
 from tokenpath.sim.scenario import Scenario
 
 GROUPS = ("wider", "closer", "more continuous", "compute")
@@ -38,17 +38,6 @@ class Lever:
     group: str
     overrides: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None
-
-
-def _scaleup_link_bw_Bps(spec: Any, chip_bw_Bps: float, chips: int) -> float:
-    """A scale-up table's link bandwidth, where it leaves it to the chip as fabric.build does."""
-    if spec.link_bw is not None:
-        return spec.link_bw
-    if isinstance(spec, FullMeshFabric):
-        return chip_bw_Bps / max(1, (spec.hosts or chips) - 1)
-    if isinstance(spec, (TorusFabric, MeshFabric)):
-        return chip_bw_Bps / (2 * max(1, len(spec.dims)))
-    return chip_bw_Bps
 
 
 def _gbps(bw_Bps: float) -> str:
@@ -100,7 +89,7 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
     fabric = _Fabric(scenario, table)
     up, inside = fabric.scaleup, (("node",) if isinstance(fabric.spec, HierarchyFabric) else ())
     levers = []
-    bw = _scaleup_link_bw_Bps(up, fabric.chip.scaleup_bw_Bps, dep.chips)
+    bw = scaleup_link_bw_Bps(up, fabric.chip.scaleup_bw_Bps, dep.chips)
     levers.append(Lever(f"scale-up links x{BANDWIDTH_FACTOR:g} ({_gbps(bw * BANDWIDTH_FACTOR)})", "",
                         fabric.overrides((*inside, "link_bw"), _gbps(bw * BANDWIDTH_FACTOR))))
     if isinstance(up, SwitchFabric):
