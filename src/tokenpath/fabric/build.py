@@ -79,11 +79,12 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
                      wraparound=spec.wraparound)
     if isinstance(spec, FatTreeFabric):
         ratios = None if spec.oversubscription is None else tuple(spec.oversubscription)
-        return FatTree(spec.k, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)), levels=spec.levels,
-                       oversubscription=ratios)
+        return FatTree(spec.k, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
+                       levels=spec.levels, oversubscription=ratios)
     if isinstance(spec, DragonFlyFabric):
-        return DragonFly(spec.p, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)), a=spec.a, h=spec.h, g=spec.g,
-                         routing=spec.routing, global_bw_Bps=spec.global_bw, global_latency_s=spec.global_latency)
+        return DragonFly(spec.p, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
+                         a=spec.a, h=spec.h, g=spec.g, routing=spec.routing, global_bw_Bps=spec.global_bw,
+                         global_latency_s=spec.global_latency)
     if isinstance(spec, HierarchyFabric):
         node = _part(spec.node, "node", scaleup_bw_Bps)
         network = _part(spec.network, "network", None)
@@ -141,7 +142,8 @@ def default_fabric(chip: str, chips: int, domain: int, scaleup: dict, nic_bw_Bps
         node["hosts"] = domain
     if chips <= domain:
         size = domain if kind == "fullmesh" else chips
-        return spec(node, f"catalog chips.toml [{chip}] scaleup"), f"one {size}-chip {kind} (default for {chips} {chip})"
+        return (spec(node, f"catalog chips.toml [{chip}] scaleup"),
+                f"one {size}-chip {kind} (default for {chips} {chip})")
     if not nic_bw_Bps:
         raise UserError(f"deployment.fabric: {chips} {chip} are more than one scale-up domain ({domain} chips) and the "
                         f"catalog has no NIC bandwidth for {chip}; give deployment.fabric (`tokenpath fabric --list`)")

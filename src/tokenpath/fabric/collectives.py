@@ -19,9 +19,9 @@ Constants are named with their source and shared by every topology.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 
@@ -223,7 +223,8 @@ class Collectives:
             return "ring" if algorithm == "hierarchical" else "nvls"
         return algorithm
 
-    def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> float:
+    def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],
+               algorithm: str | None = None) -> float:
         """Time of one collective of `size_bytes` per rank (nccl-tests' size) run by each group."""
         algorithm = self.choose(op, size_bytes, groups, algorithm or self.algorithm)
         return self.cost(op, groups, algorithm).time_s(size_bytes)

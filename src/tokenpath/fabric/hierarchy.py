@@ -38,7 +38,8 @@ class Hierarchy(Topology):
         chip = np.arange(self.hosts)
         local, which = chip % self.per_node, chip // self.per_node
         self.nic = local * nodes + which if rails else chip  # network host of each chip
-        self.tier_names = tuple(f"node {t}" for t in node.tier_names) + tuple(f"network {t}" for t in network.tier_names)
+        self.tier_names = (tuple(f"node {t}" for t in node.tier_names)
+                           + tuple(f"network {t}" for t in network.tier_names))
 
         # Node ids: chips, then each node's switches, then the network's switches.
         blocks = []

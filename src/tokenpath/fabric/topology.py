@@ -249,4 +249,5 @@ def check_latency(value: float, field: str, example: str = "'1 us'") -> None:
 
 def check_whole(value: int, field: str, lowest: int, hint: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lowest:
-        raise UserError(f"{field}: must be a whole number >= {lowest}, got {quoted(value)}{'; ' + hint if hint else ''}")
+        more = f"; {hint}" if hint else ""
+        raise UserError(f"{field}: must be a whole number >= {lowest}, got {quoted(value)}{more}")

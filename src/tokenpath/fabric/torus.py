@@ -95,7 +95,7 @@ class Torus(Topology):
         self._start: list[int] = []
         grid = np.arange(self.hosts).reshape(self.dims)
         table = LinkTable()
-        for d, k in enumerate(self.dims):
+        for d in range(len(self.dims)):
             a = np.moveaxis(grid, d, 0)[: self._span[d]]
             b = np.roll(np.moveaxis(grid, d, 0), -1, axis=0)[: self._span[d]]
             # C order over (before, c, after): move axis d back before raveling.
