@@ -12,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 
+from tokenpath.config.memory import KEEP_TOKENS_LIMIT
 from tokenpath.delivery.lastmile import LastMile, first_visible_index
 from tokenpath.engine.cluster import run_cluster
 from tokenpath.engine.loop import EngineTrace, run_engine
@@ -21,7 +22,7 @@ from tokenpath.sim.disaggregated import simulate_disaggregated
 from tokenpath.sim.forked import available_cpus, can_fork, map_forked
 from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario
-from tokenpath.sim.served import KEEP_TOKENS_LIMIT, Served, client_side, merge_parts
+from tokenpath.sim.served import Served, client_side, merge_parts
 from tokenpath.sim.summary import LogHistogram
 from tokenpath.workload import Requests, generate
 
