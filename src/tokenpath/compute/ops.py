@@ -23,7 +23,7 @@ from tokenpath.compute.efficiency import (
     EMBEDDING_PRECISION,
     EXPERT_GEMM_HALF_WIDTH,
 )
-from tokenpath.compute.model import ModelSpec
+from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.config.assumptions import assumed
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tokenpath.compute import efficiency
 from tokenpath.compute.chip import ChipSpec
-from tokenpath.compute.model import ModelSpec
+from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.ops import LOGIT_BYTES, LinearOp, build_ops, kv_bytes_per_token_per_layer, kv_heads_per_chip
 from tokenpath.compute.precision import PRECISION_BYTES, check_precision
 from tokenpath.config.assumptions import assumed

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenpath.compute.chip import ChipSpec, load_chip
-from tokenpath.compute.model import ModelSpec, load_model
+from tokenpath.compute.model import load_model
+from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.assumptions import Assumptions
 from tokenpath.config.errors import UserError
