@@ -534,7 +534,7 @@ _VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**64, 2**64) | 
 def test_any_damage_to_a_results_file_is_a_user_error_or_a_summary(tmp_path_factory, data):
     """Whatever is changed in a results file, `report` reads it or says which line is damaged."""
 
-    from tokenpath.cli.bench import describe_bench
+    from tokenpath.report.bench import describe_bench
 
     header = {"schema": "tokenpath.bench/1", "kind": "header", "planned": 3, "workers": 1,
               "scenario": {"name": "s", "fingerprint": "f", "table": {"workload": {"arrival": {"rate": 2.0}}}},

@@ -90,7 +90,8 @@ def report(
 def _bench_file(path: str, json_out: Optional[str], results: Optional[str], quiet: bool) -> None:
     from tokenpath.bench import read_results
     from tokenpath.bench.results import bench_summary, build_run, warmup_rows
-    from tokenpath.cli.bench import _emit, _warn, describe_bench
+    from tokenpath.cli.bench import _emit, _warn
+    from tokenpath.report.bench import describe_bench
     from tokenpath.report.requests import check_results_path, request_columns, to_arrow, write_results
 
     if results is not None:

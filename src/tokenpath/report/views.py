@@ -172,7 +172,7 @@ def load_inputs(paths: list[str]) -> Inputs:
         elif suffix == ".jsonl" and _is_bench_file(path):
             from tokenpath.bench import read_results
             from tokenpath.bench.results import bench_summary, build_run
-            from tokenpath.cli.bench import describe_bench
+            from tokenpath.report.bench import describe_bench
 
             header, rows = read_results(path)
             run = build_run(rows, header)
