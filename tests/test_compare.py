@@ -6,13 +6,13 @@ import json
 
 import pytest
 
+from tokenpath import load_summary
 from tokenpath.config.errors import UserError
 from tokenpath.report.compare import (
     compare,
     compare_document,
     compare_table,
     difference_line,
-    load_summary,
     relative,
     run_names,
 )

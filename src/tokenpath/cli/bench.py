@@ -222,7 +222,8 @@ def compare(
     b: str = typer.Argument(..., help="second summary"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write the comparison to PATH, or '-' for stdout"),
 ) -> None:
-    from tokenpath.report.compare import compare_document, compare_table, difference_line, load_summary
+    from tokenpath import load_summary
+    from tokenpath.report.compare import compare_document, compare_table, difference_line
 
     first, second = load_summary(a), load_summary(b)
     if json_out is not None:

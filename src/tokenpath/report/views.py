@@ -18,9 +18,9 @@ import numpy as np
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
-from tokenpath.report.compare import check_metrics
 from tokenpath.sim.run import Run
 from tokenpath.sim.summary import SCHEMA as SUMMARY_SCHEMA
+from tokenpath.sim.summary import check_metrics
 
 # Rows kept for charts: every chart's data is embedded in the HTML file, so a run of a million
 # requests is shown through an even sample of its requests and steps (the summary's numbers are
