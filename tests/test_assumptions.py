@@ -10,12 +10,12 @@ import pytest
 
 import tokenpath
 from cli_helpers import assert_user_error, run_cli
+from tokenpath import load_scenario, simulate
 from tokenpath.config.assumptions import BY_NAME, DELIVERY_FIELDS, REGISTRY, lookup
 from tokenpath.config.errors import UserError
-from tokenpath.report.simulation import assumptions_line, result_document
+from tokenpath.report.simulation import assumptions_line
 from tokenpath.sim.deployment import build_deployment
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 SRC = pathlib.Path(tokenpath.__file__).parent
 MODEL_PACKAGES = ("compute", "fabric", "engine", "delivery")

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tokenpath import load_scenario
 from tokenpath.bench import (
     PromptBuilder,
     Target,
@@ -26,7 +27,6 @@ from tokenpath.bench.results import bench_summary
 from tokenpath.bench.runner import auto_workers, concurrency_share
 from tokenpath.bench.stream import DROPPED, EMPTY, INCOMPLETE, MALFORMED, SERVER_ERROR, Exchange, allocate
 from tokenpath.config.errors import UserError
-from tokenpath.sim.scenario import load_scenario
 
 
 # ---- prompts ------------------------------------------------------------------------------------------

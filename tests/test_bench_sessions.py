@@ -17,10 +17,10 @@ import pytest
 from cli_helpers import run_cli
 from serve_helpers import LoopbackServer
 from test_bench_server import MODEL, FakeServer
+from tokenpath import load_scenario
 from tokenpath.bench import Target, bench_summary, read_results, run_bench, workload_requests
 from tokenpath.bench.plan import message_tokens
 from tokenpath.serve import ServeOptions
-from tokenpath.sim.scenario import load_scenario
 
 THINK_S = 0.15
 SESSIONS = {"workload.input": {"kind": "fixed", "value": 40}, "workload.output": {"kind": "fixed", "value": 5},

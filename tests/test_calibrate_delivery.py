@@ -105,8 +105,7 @@ def test_the_cli_writes_a_calibration_and_refuses_bad_batch_sizes(tmp_path):
 
 
 def test_simulate_uses_the_calibration(tmp_path):
-    from tokenpath.sim.scenario import load_scenario
-    from tokenpath.sim.simulate import simulate
+    from tokenpath import load_scenario, simulate
 
     slow = write(tmp_path, [BatchCost(1, 1e-3, 1e-3, 0.0), BatchCost(256, 1e-3, 1e-3, 0.0)], "slow.toml")
     overrides = {"workload.num_requests": 60, "delivery.detokenize": "inline"}

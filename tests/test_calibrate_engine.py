@@ -26,11 +26,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from cli_helpers import assert_user_error, run_cli
+from tokenpath import load_scenario, simulate
 from tokenpath.bench import Target, run_bench
 from tokenpath.cli import main
-from tokenpath.report.simulation import result_document
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 MODEL = "llama-3.1-8b"
 TABLE = {

@@ -21,11 +21,10 @@ import tomllib
 from rich.console import Console
 
 from cli_helpers import assert_user_error, run_cli, simulate_json
-from tokenpath import cli
+from tokenpath import cli, load_scenario
 from tokenpath.cli import catalog as cli_catalog
 from tokenpath.compute.chip import list_chips
 from tokenpath.compute.model import list_models
-from tokenpath.sim.scenario import load_scenario
 
 LAYERS = {"distribution", "compute", "traffic", "delivery"}
 LATENCIES = ("ttft", "ttfv", "tpot", "itl", "e2e")

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from test_bench_server import MODEL, FakeServer
+from tokenpath import load_scenario, simulate
 from tokenpath.bench import Target, run_bench
 from tokenpath.config.errors import UserError
-from tokenpath.report.simulation import result_document
 from tokenpath.sim.continuity import (
     READING_TOKENS_PER_S,
     ContinuitySettings,
@@ -19,8 +19,7 @@ from tokenpath.sim.continuity import (
     parse_reading_speed,
     per_request,
 )
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 MS = 1_000_000
 

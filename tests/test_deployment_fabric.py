@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tokenpath import load_scenario, simulate
 from tokenpath.config.errors import UserError
 from tokenpath.engine.placement import place
 from tokenpath.fabric.collectives import LOW_LATENCY_ALL_TO_ALL_S
 from tokenpath.sim.deployment import build_deployment
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
 from tokenpath.sim.summary import summarize
 
 
@@ -245,7 +244,7 @@ def test_impossible_disaggregations_are_one_line_errors(overrides, fragment):
 
 def test_the_result_document_describes_the_fabric_and_explain_names_the_algorithm():
     from tokenpath.report.explain import explain
-    from tokenpath.report.simulation import result_document
+    from tokenpath.sim.document import result_document
 
     sim = simulate(scenario(**{"workload.num_requests": 100, "deployment.fabric": {"kind": "torus", "dims": [2, 4]}}))
     fabric = result_document(sim)[0]["fabric"]
@@ -257,7 +256,7 @@ def test_the_result_document_describes_the_fabric_and_explain_names_the_algorith
 
 
 def test_the_engine_block_counts_replicas_and_engines_apart():
-    from tokenpath.report.simulation import result_document
+    from tokenpath.sim.document import result_document
 
     sim = simulate(scenario(**{"workload.num_requests": 50, "deployment.tp": 4, "deployment.pp": 2}))
     engine = result_document(sim)[0]["engine"]

@@ -53,7 +53,7 @@ def test_a_uniform_row_with_a_range_draws_its_lengths_from_it():
     """From input_min to input_max around the mean; without them, from 1 to twice the mean."""
     import numpy as np
 
-    from tokenpath.sim.simulate import simulate
+    from tokenpath import simulate
     from tokenpath.validate.latency import row_scenario
 
     run = simulate(row_scenario(UNIFORM, SHIPPED["sharegpt"])).run

@@ -212,10 +212,10 @@ def test_tornado_and_pareto_data(runs):
 @pytest.fixture(scope="module")
 def simulated():
     """A small simulation's view, as `simulate --html` draws it: requests, token times, steps and roofline."""
-    from tokenpath.report.simulation import describe, result_document
+    from tokenpath import load_scenario, simulate
+    from tokenpath.report.simulation import describe
     from tokenpath.report.views import Inputs, from_simulation
-    from tokenpath.sim.scenario import load_scenario
-    from tokenpath.sim.simulate import simulate
+    from tokenpath.sim.document import result_document
 
     sim = simulate(load_scenario("typical", {"workload.num_requests": 120}))
     document, _ = result_document(sim)

@@ -10,6 +10,7 @@ import aiohttp
 import numpy as np
 import pytest
 
+from tokenpath import load_scenario
 from tokenpath.delivery import Detokenizer
 from tokenpath.engine.replica import Replica
 from tokenpath.serve import ServeOptions, live, make_app
@@ -17,7 +18,6 @@ from tokenpath.serve.app import SERVER, start_server, stop_server
 from tokenpath.serve.live import LiveEngine
 from tokenpath.serve.openai import Ask
 from tokenpath.serve.output import OutputSlots, new_response
-from tokenpath.sim.scenario import load_scenario
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 

@@ -15,9 +15,9 @@ import time
 import aiohttp
 
 from serve_helpers import LoopbackServer
+from tokenpath import load_scenario
 from tokenpath.serve import ServeOptions
 from tokenpath.serve.connections import ConnectionLimits
-from tokenpath.sim.scenario import load_scenario
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 HEAD = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "   # never finished: no blank line follows

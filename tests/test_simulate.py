@@ -8,12 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli
+from tokenpath import load_scenario, simulate
 from tokenpath.compute import efficiency
 from tokenpath.compute.efficiency import EMBEDDING_PRECISION
 from tokenpath.compute.precision import PRECISION_BYTES
-from tokenpath.report.simulation import result_document
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 from tokenpath.validate.groups import ENGINE_SIDE_DELIVERY
 
 

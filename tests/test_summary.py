@@ -250,9 +250,8 @@ def test_log_histogram_percentiles_are_within_a_tenth_of_a_percent(values):
 
 
 def test_a_warm_up_leaves_the_first_requests_out_of_every_metric():
-    from tokenpath.report.simulation import result_document
-    from tokenpath.sim.scenario import load_scenario
-    from tokenpath.sim.simulate import simulate
+    from tokenpath import load_scenario, simulate
+    from tokenpath.sim.document import result_document
 
     overrides = {"workload.num_requests": 60, "workload.max_concurrency": 6, "workload.arrival.rate": "inf"}
     whole = simulate(load_scenario("typical", overrides)).run
@@ -270,8 +269,8 @@ def test_a_warm_up_leaves_the_first_requests_out_of_every_metric():
 
 
 def test_a_warm_up_that_leaves_nothing_to_measure_is_a_one_line_error():
+    from tokenpath import load_scenario
     from tokenpath.config.errors import UserError
-    from tokenpath.sim.scenario import load_scenario
 
     with pytest.raises(UserError, match="warmup_requests 50 leaves none of the 50 requests"):
         load_scenario("typical", {"workload.num_requests": 50, "workload.warmup_requests": 50})

@@ -17,7 +17,8 @@ from tokenpath.config.errors import UserError
 def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any],
                          show_explain: bool = False, workers: Optional[int] = None, results: Optional[str] = None,
                          html_out: Optional[str] = None, png_dir: Optional[str] = None) -> None:
-    from tokenpath.report.simulation import describe, result_document
+    from tokenpath.report.simulation import describe
+    from tokenpath.sim.document import result_document
     from tokenpath.sim.scenario import build_scenario
     from tokenpath.sim.simulate import prepare, simulate
 

@@ -8,7 +8,8 @@ pools.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from functools import cached_property
+from typing import Any, Callable
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.engine.routing import static_assignment
 from tokenpath.sim.deployment import Deployment, build_deployment, check_fits
 from tokenpath.sim.disaggregated import simulate_disaggregated
+from tokenpath.sim.document import result_document
 from tokenpath.sim.forked import available_cpus, can_fork, map_forked
 from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario
@@ -37,6 +39,9 @@ def _rng(scenario: Scenario, stream: int) -> np.random.Generator:
 
 @dataclass(frozen=True)
 class Simulation:
+    """A finished simulation: the scenario, its resolved deployment, the requests drawn, each request's
+    timings (`run`) and each engine's steps (`traces`)."""
+
     scenario: Scenario
     deployment: Deployment
     requests: Requests
@@ -44,6 +49,12 @@ class Simulation:
     traces: list[EngineTrace]
     # Disaggregated runs: how long each replica's links were busy moving KV caches (a serial resource).
     kv_link_busy_ns: np.ndarray | None = None
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        """The result document (`tokenpath simulate --json`: the summary schema, docs/design.md), built on
+        first use."""
+        return result_document(self)[0]
 
 
 @dataclass(frozen=True)

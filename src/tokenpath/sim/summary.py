@@ -16,8 +16,6 @@ from tokenpath.sim.run import Run
 SCHEMA = "tokenpath.sim.summary/1"
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 LAYERS = ("queue", "compute", "traffic", "delivery")
-# The layer each attribution part belongs to, as the bottleneck names it.
-LAYER_OF_PART = {"queue": "distribution", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
 
 
 def stats_s(values_ns: np.ndarray) -> dict[str, float | None]:

@@ -42,12 +42,11 @@ def simulate_summary(base: Base, overrides: dict[str, Any]) -> Outcome:
     """The result document of `base` with `overrides`, as `tokenpath simulate` writes it; a scenario
     the overrides make impossible (a split that does not divide, a model that does not fit) is an
     Outcome with its error instead."""
-    from tokenpath.report.simulation import result_document
     from tokenpath.sim.simulate import simulate
 
     try:
         scenario = base.scenario(overrides)
-        document, _ = result_document(simulate(scenario, workers=1))
+        document = simulate(scenario, workers=1).summary
     except UserError as error:
         return Outcome(None, str(error))
     except OverflowError:
