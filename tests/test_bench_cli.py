@@ -78,7 +78,7 @@ def test_bench_report_and_compare(server, monkeypatch, capsys, tmp_path):
     assert code == 0, err
     assert "TTFT" in out and "client wait" in out
     bench = json.loads(bench_json.read_text())
-    assert bench["schema"] == "tokenpath.sim.summary/1" and bench["source"] == "bench"
+    assert bench["schema"] == "tokenpath.summary/1" and bench["source"] == "bench"
     assert bench["requests"] == {"completed": 10, "failed": 0, "input_tokens_mean": 30.0, "output_tokens_mean": 8.0,
                                  "warmup": 0}
     assert bench["attribution_s"] is None and bench["bench"]["planned"] == 10
@@ -123,7 +123,7 @@ def test_report_and_compare_errors(monkeypatch, capsys, tmp_path):
     assert_user_error(*run_cli(["compare", str(junk), str(junk)], monkeypatch, capsys), "report")
     other = tmp_path / "other.json"
     other.write_text('{"schema": "something/9"}')
-    assert_user_error(*run_cli(["compare", str(other), str(other)], monkeypatch, capsys), "not a tokenpath.sim.summary/1")
+    assert_user_error(*run_cli(["compare", str(other), str(other)], monkeypatch, capsys), "not a tokenpath.summary/1")
 
 
 def test_failed_requests_set_the_exit_status(monkeypatch, capsys, tmp_path):

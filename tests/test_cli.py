@@ -149,7 +149,7 @@ def test_json_to_stdout_has_the_schema_of_the_design(process):
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     doc = json.loads(result.stdout)
-    assert doc["schema"] == "tokenpath.sim.summary/1"
+    assert doc["schema"] == "tokenpath.summary/1"
     assert doc["source"] == "simulate"
     assert doc["scenario"]["name"] == "typical"
     assert re.fullmatch(r"[0-9a-f]{64}", doc["scenario"]["fingerprint"])
@@ -181,7 +181,7 @@ def test_json_to_a_file_also_prints_the_tables(tmp_path, monkeypatch, capsys):
     code, out, err = run_cli(["simulate", "--num-requests", "30", "--json", str(target)], monkeypatch, capsys)
     assert code == 0, err
     doc = json.loads(target.read_text(encoding="utf-8"))
-    assert doc["schema"] == "tokenpath.sim.summary/1" and doc["requests"]["completed"] == 30
+    assert doc["schema"] == "tokenpath.summary/1" and doc["requests"]["completed"] == 30
     assert "Bottleneck:" in out and f"Bottleneck: {doc['bottleneck']}" in out
     for title in ("Scenario: typical", "Throughput", "Latency", "TTFT", "E2E"):
         assert title in out

@@ -21,7 +21,7 @@ from tokenpath.report.compare import (
 def _summary(scale: float, source: str, attribution: bool) -> dict:
     stats = {"mean": 1.0 * scale, "p50": 0.5 * scale, "p90": 2.0 * scale, "p99": 3.0 * scale, "p999": 4.0 * scale}
     return {
-        "schema": "tokenpath.sim.summary/1", "source": source, "scenario": {"name": "s", "fingerprint": "f"},
+        "schema": "tokenpath.summary/1", "source": source, "scenario": {"name": "s", "fingerprint": "f"},
         "requests": {"completed": 10, "failed": 0, "input_tokens_mean": 5.0, "output_tokens_mean": 7.0},
         "window_s": 2.0 * scale,
         "throughput": {"output_tokens_per_s": 100.0 / scale, "requests_per_s": 5.0 / scale, "goodput_requests_per_s": 0.0},
@@ -71,7 +71,7 @@ def test_load_summary_errors(tmp_path):
         load_summary(results)
     wrong = tmp_path / "wrong.json"
     wrong.write_text("[1, 2]")
-    with pytest.raises(UserError, match="not a tokenpath.sim.summary/1"):
+    with pytest.raises(UserError, match="not a tokenpath.summary/1"):
         load_summary(wrong)
 
 

@@ -82,7 +82,7 @@ def test_results_formats_and_errors(runs, monkeypatch, capsys, tmp_path):
     junk = tmp_path / "junk.json"
     junk.write_text('{"schema": "other/1"}')
     assert_user_error(*run_cli(["report", str(junk), "--html", str(tmp_path / "x.html")], monkeypatch, capsys),
-                      "not a tokenpath.sim.summary/1")
+                      "not a tokenpath.summary/1")
 
 
 def test_png_figures(runs):

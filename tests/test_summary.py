@@ -176,7 +176,7 @@ def test_summary_of_a_hand_made_run():
                          "attribution_s", "bottleneck", "continuity"]
     # Every token within 180 ms of its send and no gap near 250 ms: the reader is never behind.
     assert got["continuity"]["qoe"]["mean"] == 1.0 and got["continuity"]["stalls_per_request"] == 0.0
-    assert got["schema"] == SCHEMA == "tokenpath.sim.summary/1"
+    assert got["schema"] == SCHEMA == "tokenpath.summary/1"
     assert got["source"] == "simulate"
     assert got["scenario"] == {"name": "hand", "fingerprint": "ab" * 32}
     assert got["requests"] == {"completed": 3, "failed": 0, "input_tokens_mean": 200.0, "output_tokens_mean": 8 / 3,

@@ -13,7 +13,7 @@ from tokenpath.config.errors import UserError, quoted
 from tokenpath.sim import continuity
 from tokenpath.sim.run import Run
 
-SCHEMA = "tokenpath.sim.summary/1"
+SCHEMA = "tokenpath.summary/1"
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 LAYERS = ("queue", "compute", "traffic", "delivery")
 
