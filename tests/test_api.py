@@ -53,8 +53,9 @@ def test_a_summary_reads_back_from_its_file(tmp_path):
     path.write_text(json.dumps(document), encoding="utf-8")
     assert tokenpath.load_summary(path) == json.loads(json.dumps(document))
     path.write_text(json.dumps({**document, "schema": "tokenpath.levers/1"}), encoding="utf-8")
-    with pytest.raises(UserError, match=rf"sim\.json: not a {summary.SCHEMA} summary \(schema is 'tokenpath.levers/1'\)"):
+    with pytest.raises(UserError) as error:
         tokenpath.load_summary(path)
+    assert str(error.value) == f"{path}: not a {summary.SCHEMA} summary (schema is 'tokenpath.levers/1')"
 
 
 def test_the_example_in_docs_api_md_runs(capsys):

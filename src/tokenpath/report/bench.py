@@ -24,8 +24,8 @@ def describe_bench(header: dict[str, Any], rows: list[dict[str, Any]], results_p
         f"{format_number(rate, 6)} req/s, burstiness {burstiness}" if isinstance(rate, (int, float)) else str(rate)
     if isinstance(workload.get("trace"), dict):  # the trace's times replace the arrival table
         scale = workload["trace"].get("time_scale", 1.0)
-        arrivals = f"as recorded in the trace (time_scale {format_number(scale, 6)})" if isinstance(scale, (int, float)) else \
-            "as recorded in the trace"
+        arrivals = f"as recorded in the trace (time_scale {format_number(scale, 6)})" \
+            if isinstance(scale, (int, float)) else "as recorded in the trace"
     if workload.get("max_concurrency"):
         arrivals += f", at most {workload['max_concurrency']} outstanding"
     return [

@@ -72,7 +72,8 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
     delivery = s.resolved_delivery()
     return {
         "deployment": {
-            "model": d.model.name, "precision": s.model.precision, "kv_precision": s.model.kv_precision(engine.scheduler),
+            "model": d.model.name, "precision": s.model.precision,
+            "kv_precision": s.model.kv_precision(engine.scheduler),
             "chip": d.chip.name, "chips": dep.chips, "tp": dep.tp, "pp": dep.pp, "replicas": dep.replicas,
             "prefill_replicas": dep.prefill_replicas, "expert_parallel": dep.expert_parallel, "routing": dep.routing,
             "placement": placement_name(dep.placement), "fabric": {"kind": d.topology.kind, "name": d.fabric_name},

@@ -201,7 +201,8 @@ def load_summary(path: str | Path) -> dict[str, Any]:
         hint = "; for a bench results file run `tokenpath report` on it first" if str(path).endswith(".jsonl") else ""
         raise UserError(f"{path}: not a JSON summary{hint}") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise UserError(f"{path}: not a {SCHEMA} summary (schema is {document.get('schema') if isinstance(document, dict) else None!r})")
+        schema = document.get("schema") if isinstance(document, dict) else None
+        raise UserError(f"{path}: not a {SCHEMA} summary (schema is {schema!r})")
     check_metrics(document, str(path))
     return document
 
