@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -35,7 +36,7 @@ def test_importing_the_package_imports_nothing_else():
             "tokenpath.simulate; print(before, 'tokenpath.sim.simulate' in sys.modules)")
     src = str(pathlib.Path(tokenpath.__file__).parent.parent)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": src}).stdout
+                         env={**os.environ, "PYTHONPATH": src}).stdout
     assert out.split() == ["['tokenpath']", "True"]
 
 
