@@ -28,7 +28,7 @@ from tokenpath.sim.summary import continuity_per_request
 SCHEMA = "tokenpath.requests/1"
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
 # Metadata keys of a Parquet results file.
-META_SCHEMA, META_SUMMARY, META_SCENARIO = b"tokenpath.schema", b"tokenpath.sim.summary", b"tokenpath.sim.scenario"
+META_SCHEMA, META_SUMMARY, META_SCENARIO = b"tokenpath.schema", b"tokenpath.summary", b"tokenpath.scenario"
 
 # The columns, in order, and what each is (docs/report.md lists them for users).
 COLUMNS = {
