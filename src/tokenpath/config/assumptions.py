@@ -35,8 +35,8 @@ def assumed(name: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class Assumption:
-    """One registered constant: its default `value`, in `unit` (SI), and `module.constant`, the name the
-    model reads it by, where its full reasoning is written."""
+    """One registered constant: its default `value`, in `unit` (SI), and `module.constant`, the constant
+    bound to it where its full reasoning is written (`tokenpath assumptions --json`'s `defined_in`)."""
 
     name: str
     value: float
@@ -45,9 +45,6 @@ class Assumption:
     unit: str        # "s", "bytes", "B/s", or "1" for a plain number (a fraction, a ratio, a count)
     source: str
     guarded_by: str  # the tests and `tokenpath validate` groups that would fail if it drifted
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "value", float(self.value))  # a count (256) is held as the float it is read as
 
 
 _EFF, _HOST, _COLL, _BUILD = ("tokenpath.compute.efficiency", "tokenpath.engine.host_time",
@@ -87,10 +84,10 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("activation_bytes", 2.0, _EFF, "ACTIVATION_BYTES", "bytes",
                "activations, residual stream and all-reduced hidden states are bf16",
                _ROOFLINE_TESTS),
-    Assumption("attention_query_overhead_pairs", 256, _EFF, "ATTENTION_QUERY_OVERHEAD_PAIRS", "1",
+    Assumption("attention_query_overhead_pairs", 256.0, _EFF, "ATTENTION_QUERY_OVERHEAD_PAIRS", "1",
                "fitted to FlashAttention-3 forward on H100 (pytorch/benchmark ff65cb67), within 2.1%",
                _ROOFLINE_TESTS),
-    Assumption("reserved_logit_rows", 256, _EFF, "RESERVED_LOGIT_ROWS", "1",
+    Assumption("reserved_logit_rows", 256.0, _EFF, "RESERVED_LOGIT_ROWS", "1",
                "fp32 logit rows the memory reserve holds: an engine's usual cap of 256 running sequences",
                _ROOFLINE_TESTS),
     Assumption("runtime_reserve_bytes", float(2**30), _EFF, "RUNTIME_RESERVE_BYTES", "bytes",
@@ -135,7 +132,8 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("scaleup_bw_efficiency", 370.0 / 450.0, _COLL, "SCALEUP_BW_EFFICIENCY", "1",
                "ring all-reduce busbw 370 of 450 GB/s on 8x H100 (nccl-tests issues 212, 309)",
                "validate nccl_allreduce; tests/test_fabric_collectives.py"),
-    Assumption("nvls_link_efficiency", (480.0 / (2 * 7 / 8)) * (1 + 1 / 8) / 450.0, _COLL, "NVLS_LINK_EFFICIENCY", "1",
+    Assumption("nvls_link_efficiency", (480.0 / (2 * 7 / 8)) * (1 + 1 / 8) / 450.0, _COLL,
+               "NVLS_LINK_EFFICIENCY", "1",
                "NVLS busbw 480 GB/s on 8x H100 (nccl-tests issue 212) as link traffic over 450 GB/s",
                "validate nccl_allreduce; tests/test_fabric_collectives.py"),
     Assumption("scaleout_bw_efficiency", 47.0 / 50.0, _COLL, "SCALEOUT_BW_EFFICIENCY", "1",
@@ -174,8 +172,9 @@ BY_NAME: dict[str, Assumption] = {a.name: a for a in REGISTRY}
 
 
 def default(name: str) -> float:
-    """The registry's value of assumption `name`, for the module that names it to bind its constant."""
+    """The registry's value of assumption `name`, for the module that documents it to bind its constant."""
     return BY_NAME[name].value
+
 
 # Delivery assumptions are the defaults of fields of the scenario's [delivery] table.
 DELIVERY_FIELDS = {"host_link_bw_Bps": "host_link_bw", "host_link_latency_s": "host_link_latency",
