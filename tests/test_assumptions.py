@@ -3,8 +3,11 @@
 import ast
 import importlib
 import json
+import os
 import pathlib
 import pkgutil
+import subprocess
+import sys
 
 import pytest
 
@@ -82,21 +85,60 @@ def test_every_numeric_constant_of_the_model_packages_is_registered_or_excused()
 
 
 def _assumed_calls():
-    """(name, constant) of every assumed("name", CONSTANT) call in the source."""
+    """(name, constant) of every assumed("name", CONSTANT) call in the source, and (name, None) of every
+    assumptions.value("name") read (a run's Assumptions handed to the compute model)."""
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "assumed":
                 name, default = node.args
                 constant = default.attr if isinstance(default, ast.Attribute) else default.id
                 yield name.value, constant
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "value"
+                  and "assumptions" in (getattr(node.func.value, "id", None), getattr(node.func.value, "attr", None))):
+                yield node.args[0].value, None
 
 
 def test_every_assumption_is_read_through_the_registry_by_its_own_constant():
     calls = list(_assumed_calls())
     for name, constant in calls:
-        assert BY_NAME[name].constant == constant, f"assumed({name!r}, {constant}) reads the wrong constant"
+        assert constant is None or BY_NAME[name].constant == constant, \
+            f"assumed({name!r}, {constant}) reads the wrong constant"
     read = {name for name, _ in calls} | set(DELIVERY_FIELDS)  # delivery ones are [delivery] defaults
     assert read == set(BY_NAME), f"registered but never read (an override would do nothing): {set(BY_NAME) - read}"
+
+
+def test_each_module_binds_its_constant_to_the_registry_s_value():
+    for a in REGISTRY:
+        assert getattr(importlib.import_module(a.module), a.constant) == a.value, f"{a.module}.{a.constant}"
+
+
+def test_the_registry_lists_every_value_without_importing_the_model_packages():
+    # The registry is the ground floor: it holds the values, so listing them loads no module above it.
+    listed = subprocess.run(
+        [sys.executable, "-c", "import json, sys; from tokenpath.config.assumptions import listing; "
+                               "rows = listing(); print(json.dumps([sorted(m for m in sys.modules "
+                               "if m.startswith('tokenpath.') and not m.startswith('tokenpath.config')), "
+                               "{r['name']: r['value'] for r in rows}]))"],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(SRC.parent)})
+    loaded, values = json.loads(listed.stdout)
+    assert loaded == [] and values == {a.name: a.value for a in REGISTRY}
+    assert values["kernel_fixed_s"] == 2.45e-6 and values["scaleout_link_latency_s"] == 2.7e-6 / 4
+
+
+def test_the_compute_model_reads_the_assumptions_it_is_handed_and_no_others():
+    from tokenpath.compute.chip import load_chip
+    from tokenpath.compute.model import load_model
+    from tokenpath.compute.roofline import ComputeModel
+    from tokenpath.config.assumptions import DEFAULTS, Assumptions
+
+    model, changed = load_model("llama-3.1-8b"), Assumptions({"kernel_fixed_s": 5e-6, "serving_gemm_fraction": 0.4})
+    plain = ComputeModel(model, load_chip("h100"), 1, "fp8", "bf16")
+    handed = ComputeModel(model, load_chip("h100", changed), 1, "fp8", "bf16", assumptions=changed)
+    assert plain.kernel_fixed_s == 2.45e-6 and handed.kernel_fixed_s == 5e-6
+    assert handed.chip.matmul_efficiency["fp8"] == pytest.approx(plain.chip.matmul_efficiency["fp8"] / 2)
+    with changed.active():  # a run's block changes nothing for a model handed other assumptions
+        inside = ComputeModel(model, load_chip("h100", DEFAULTS), 1, "fp8", "bf16", assumptions=DEFAULTS)
+    assert inside.kernel_fixed_s == 2.45e-6 and inside.chip.matmul_efficiency == plain.chip.matmul_efficiency
 
 
 def test_every_entry_has_a_unit_a_source_and_a_guard():

@@ -225,6 +225,20 @@ def test_kv_cache_crosses_the_fabric_between_the_pools():
     assert local.costs.kv_transfer_s(1000, 0, 1) < seconds / 5
 
 
+def test_kv_paths_are_cached_per_deployment_and_die_with_it():
+    import gc
+    import weakref
+
+    dep = build_deployment(pd_scenario(**{"deployment.fabric": "h100-4x8-rail"}))
+    other = build_deployment(pd_scenario(**{"deployment.fabric": {"kind": "switch", "hosts": 16}}))
+    assert other.costs.kv_transfer_s(1000, 0, 1) < dep.costs.kv_transfer_s(1000, 0, 1) / 5
+    assert dep.costs._kv_path.cache_info().currsize == other.costs._kv_path.cache_info().currsize == 1
+    costs = weakref.ref(dep.costs)
+    del dep
+    gc.collect()
+    assert costs() is None
+
+
 def test_decode_replicas_free_of_prefills_give_steadier_tokens():
     colocated = summarize(simulate(scenario(**{"deployment.chips": 16})).run, "a", "", {})
     split = summarize(simulate(pd_scenario()).run, "b", "", {})

@@ -5,6 +5,7 @@ import json
 import random
 import threading
 import time
+from types import SimpleNamespace
 
 import aiohttp
 import numpy as np
@@ -276,6 +277,38 @@ def test_releases_keep_step_order_when_their_timers_fire_out_of_order():
         return counts
 
     assert serve(with_app=True)(body) == [3] * 8
+
+
+def test_a_steps_release_timer_releases_that_step_and_not_the_one_formed_since(monkeypatch):
+    # With async detokenization a step's tokens leave after the next step has started, so the next
+    # step is formed before the first one's timer fires; that timer must not release it early.
+    from tokenpath.sim.deployment import build_deployment
+
+    scenario = load_scenario("typical", {**FAST, "delivery.detokenize": "async"})
+    timers = []
+
+    class Stop(Exception):
+        pass
+
+    class Loop:  # records each step's release timer instead of running it
+        def call_later(self, delay_s, callback, due):
+            timers.append(lambda: callback(due))
+
+    async def sleep(delay_s):
+        if len(timers) == 2:
+            raise Stop  # two steps taken, neither timer fired
+
+    monkeypatch.setattr(live, "asyncio", SimpleNamespace(Event=asyncio.Event, get_running_loop=Loop, sleep=sleep))
+    engine = LiveEngine(scenario, build_deployment(scenario), Detokenizer.load(None), clock_ns=lambda: 0)
+    engine.replica.submit(20, 5, 0, 0)
+    with pytest.raises(Stop):
+        asyncio.run(engine.run())
+    (first, first_leave_ns, *_), (second, second_leave_ns, *_) = engine.unreleased
+    assert (first, second) == (0, 1) and first_leave_ns < second_leave_ns
+    timers[0]()  # step 0's tokens leave
+    assert [step for step, *_ in engine.unreleased] == [1]
+    timers[1]()
+    assert not engine.unreleased
 
 
 def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as_on_an_idle_server(monkeypatch):

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli
 from tokenpath import load_scenario, simulate
-from tokenpath.compute import efficiency
 from tokenpath.compute.efficiency import EMBEDDING_PRECISION
 from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.sim.document import result_document
@@ -119,9 +118,9 @@ def test_a_worker_killed_mid_run_becomes_a_one_line_error():
     assert "\n" not in str(caught.value)
 
 
-def test_batch_one_decode_step_is_the_weight_read_bound(monkeypatch):
-    monkeypatch.setattr(efficiency, "KERNEL_FIXED_S", 0.0)  # the roofline alone, plus the host's time
+def test_batch_one_decode_step_is_the_weight_read_bound():
     scenario = load_scenario("typical", {
+        "assumptions.kernel_fixed_s": 0.0,  # the roofline alone, plus the host's time
         "model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1,
         "workload.num_requests": 1, "workload.input": {"kind": "fixed", "value": 16},
         "workload.output": {"kind": "fixed", "value": 101}, "delivery": ENGINE_SIDE_DELIVERY,

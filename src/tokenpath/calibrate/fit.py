@@ -110,7 +110,6 @@ class _Model:
         deployment = build_deployment(scenario)
         return [medians_s(simulate(Prepared(scenario, deployment, m.requests), workers=1).run, m.counted)
                 for m in self.measured]
-        return out
 
     def values(self, x: np.ndarray, names: list[str]) -> dict[str, float]:
         return {n: _value(self.start[n], v) for n, v in zip(names, x)}

@@ -73,7 +73,7 @@ def bench(
                                         help="a larger SSE event fails its request as malformed"),
     unique_prompts: bool = typer.Option(True, "--unique-prompts/--no-unique-prompts",
                                         help="tag each prompt's own text (after any shared prefix) so a prefix cache finds "
-                                             "only what the workload shares (default on)"),
+                                             "only what the workload shares"),
     json_out: JsonOut = None,
     results: Optional[str] = typer.Option(None, "--results", help="results JSONL, one line per finished request (default: bench-TIME.jsonl)"),
     *, flags: dict[str, Any],

@@ -11,6 +11,7 @@ from tokenpath.cli.app import calibrate_app, console, err_console
 from tokenpath.cli.options import WORKLOAD_FLAGS, check_tokenizer, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
+from tokenpath.delivery.detokenizer import DEFAULT_TOKENIZER
 
 
 def _batch_sizes(given: str, extra: list[str]) -> list[int]:
@@ -45,7 +46,7 @@ def calibrate_delivery(
     ctx: typer.Context,
     tokenizer: Optional[str] = typer.Option(
         None, help="tokenizer.json, tekken*.json, SentencePiece .model, or a name shipped with mistral-common "
-                   "(default: tekken_240911.json)"),
+                   f"(default: {DEFAULT_TOKENIZER})"),
     out: str = typer.Option("delivery-calibration.toml", help="calibration file to write"),
     batch_sizes: str = typer.Option("1 8 32 128 256", "--batch-sizes", help="batch sizes to measure, e.g. 1 8 32 128 256"),
     steps: int = typer.Option(200, min=10, help="engine steps per measurement"),

@@ -13,6 +13,7 @@ from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
 from tokenpath.sim.summary import metric_value
+from tokenpath.whatif.objective import DEFAULT_OBJECTIVE
 
 LEVERS_EXAMPLE = """
 Simulates the scenario and every what-if of the catalog in full (wider: links, NVLS, replicas, TP x DP,
@@ -123,7 +124,7 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
 def levers(
     scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     objective: Optional[str] = typer.Option(
-        None, "--objective", help="latency_s.ttfv.p99 (default), any summary metric's dotted path, goodput or cost"),
+        None, "--objective", help=f"{DEFAULT_OBJECTIVE} (default), any summary metric's dotted path, goodput or cost"),
     levers_file: Optional[str] = typer.Option(None, "--levers", help="a TOML file of your own [[levers]]"),
     use_catalog: bool = typer.Option(True, "--catalog/--no-catalog", help="run the built-in catalog of levers"),
     prices: Optional[str] = typer.Option(None, "--prices", help="chip prices for --objective cost (default: "

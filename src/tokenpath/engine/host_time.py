@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenpath.config.assumptions import assumed
+from tokenpath.config.assumptions import assumed, default
 
 
 @dataclass(frozen=True)
@@ -33,16 +33,16 @@ class HostStepCost:
 # 0.5 ms, of which vLLM's V1 scheduler and input preparation take most at small batches. It reproduces
 # the vLLM rows of AIConfigurator's measured runs at one chip (tokenpath validate --group latency);
 # an order of magnitude to calibrate per deployment.
-HOST_STEP_S = 0.5e-3
+HOST_STEP_S = default("host_step_s")
 # vLLM's V0 engine (the vllm-v0 profile): its fixed host time per step, in the step's path. V0 schedules,
 # builds the step's inputs and metadata in Python and waits for the sampler every step, the costs V1
 # was rewritten to cut (vLLM's V1 announcement, January 2025). Calibrated once, on the vLLM performance
 # benchmark's V0 run of Llama 3 70B on 4 x H200 at 1 req/s (a calibration row of `tokenpath validate
 # --group latency`): 2.9 ms puts its mean ITL within 0.5% (HOST_STEP_S leaves it 15% short).
-VLLM_V0_HOST_STEP_S = 2.9e-3
+VLLM_V0_HOST_STEP_S = default("vllm_v0_host_step_s")
 # Per sequence sampled: vLLM V1's Scheduler.update_from_output takes 0.287 ms for 256 decoding
 # sequences, 1.12 us each (vllm-project/vllm pull request 46112's micro-benchmark).
-HOST_PER_SEQUENCE_S = 1.12e-6
+HOST_PER_SEQUENCE_S = default("host_per_sequence_s")
 
 # A Python engine's host time per kernel of a step it launches eagerly (no CUDA graph replayed): the
 # model's Python forward pass, the PyTorch dispatcher and the launch call, spread over the kernels it
@@ -56,7 +56,7 @@ HOST_PER_SEQUENCE_S = 1.12e-6
 # `tokenpath validate --group latency`): 17.5 us gives -0.8% TTFT there, 18 us +0.5%. For comparison,
 # AIConfigurator times one eager custom all-reduce call in vLLM and SGLang at 19-22 us on H100 and H200
 # hosts, where its kernel takes 5 us.
-EAGER_HOST_PER_KERNEL_S = 18e-6
+EAGER_HOST_PER_KERNEL_S = default("eager_host_per_kernel_s")
 # The profiles that pay it: prefill-first (SGLang's) and vllm-v0, whose model code runs op by op in
 # Python when no graph is replayed (calibrated on SGLang, checked on vLLM V0). vLLM V1 compiles its
 # model with torch.compile by default (fused kernels, a Python call per compiled piece), TensorRT-LLM

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import TypeAdapter, ValidationError
 
-from tokenpath.config.assumptions import assumed
+from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError
 from tokenpath.fabric.spec import (
@@ -33,10 +33,10 @@ from tokenpath.fabric.topology import Topology
 
 # NCCL's latency per NVLink step of a ring (src/graph/tuning.cc hwLatencies NVLINK, Ring / LL: 0.6 us);
 # a switch's two links (host up, switch down) share it.
-NVLINK_HOP_LATENCY_S = 0.6e-6
+NVLINK_HOP_LATENCY_S = default("nvlink_hop_latency_s")
 # NCCL's latency per network step of a ring (tuning.cc hwLatencies NET, Ring / LL: 2.7 us), spread over
 # the 4 links of a route between two leaves of a fat tree (host up, leaf up, spine down, leaf down).
-SCALEOUT_LINK_LATENCY_S = 2.7e-6 / 4
+SCALEOUT_LINK_LATENCY_S = default("scaleout_link_latency_s")
 
 
 def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None = None) -> Topology:

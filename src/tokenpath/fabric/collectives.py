@@ -25,42 +25,42 @@ from functools import lru_cache
 
 import numpy as np
 
-from tokenpath.config.assumptions import assumed
+from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.hierarchy import Hierarchy
 from tokenpath.fabric.topology import Topology, Traffic
 
 # NCCL src/graph/tuning.cc: base latency of one collective launch (Ring, LL protocol).
-BASE_LATENCY_S = 6.6e-6
+BASE_LATENCY_S = default("base_latency_s")
 # NVLS (in-switch reduction) small-message all-reduce latency: ~6 us with CUDA graphs on H100
 # (NVIDIA/nccl issue 1259).
-NVLS_LATENCY_S = 6.0e-6
+NVLS_LATENCY_S = default("nvls_latency_s")
 # The latency NCCL's tuner assumes for NVLS when it chooses an algorithm (tuning.cc hwLatencies NVLINK /
 # NVLS / Simple, 25 us; NVLS has no base latency): far above NVLS_LATENCY_S, so for small messages it
 # keeps the ring with the LL protocol (6.6 + 0.6 us per step), as nccl-tests shows on 8 H100s: 15.6 us
 # at 512 B (AIConfigurator's measured table, aiconfigurator-core 0.12.0,
 # systems/data/h100_sxm/comm/nccl/2.29.2). `auto` chooses with it, then costs the choice physically.
-NVLS_TUNER_LATENCY_S = 25.0e-6
+NVLS_TUNER_LATENCY_S = default("nvls_tuner_latency_s")
 # NVLSTree's latency per network step of its inter-node tree: NCCL src/graph/tuning.cc, hwLatencies
 # NET / NVLSTree / Simple (NVLS runs the Simple protocol only), 20.9 us; 2 * log2(nodes) steps.
-NVLS_TREE_NET_STEP_LATENCY_S = 20.9e-6
+NVLS_TREE_NET_STEP_LATENCY_S = default("nvls_tree_net_step_latency_s")
 # Achieved fraction of the per-direction NVLink bandwidth at large sizes, from nccl-tests on 8x H100 SXM
 # (450 GB/s per direction): ring all-reduce busbw 370 GB/s (nccl-tests issues 212, 309).
-SCALEUP_BW_EFFICIENCY = 370.0 / 450.0
+SCALEUP_BW_EFFICIENCY = default("scaleup_bw_efficiency")
 # The same for NVLS. An NVLS all-reduce of n ranks moves (1 + 1/n) x its size over each host link and
 # direction (NVIDIA/nccl issue 2140): a rank's buffer goes up to be reduced and its 1/n slice of the sum
 # comes back, then it stores that slice to all and receives every other slice. Set on 8x H100's busbw
 # of 480 GB/s (nccl-tests issue 212): algbw 480 / (2*7/8) = 274 GB/s, i.e. 309 GB/s of link traffic.
 # The factor gives the algbw measured with 5, 6 and 7 GPUs (258, 265, 270 GB/s; nccl issue 1455) within 1%.
-NVLS_LINK_EFFICIENCY = (480.0 / (2 * 7 / 8)) * (1 + 1 / 8) / 450.0
+NVLS_LINK_EFFICIENCY = default("nvls_link_efficiency")
 # A 400 Gb/s (50 GB/s) InfiniBand NIC reaches 46-48 GB/s busbw (nccl-tests issue 290).
-SCALEOUT_BW_EFFICIENCY = 47.0 / 50.0
+SCALEOUT_BW_EFFICIENCY = default("scaleout_bw_efficiency")
 # Fixed cost of one call of DeepEP's low-latency dispatch or combine kernel beyond the all-to-all's own
 # alpha-beta time (issuing one message per routed token copy, then waiting for every rank's completion
 # flags before unpacking). DeepEP's published H800 low-latency times sit 35-45 us above their bytes at
 # this model's link rates from EP8 to EP64, dispatch and combine alike. Set on its EP8 dispatch row
 # (77 us, of which the plain all-to-all is 46.3 us); the other rows are predicted (tokenpath validate).
-LOW_LATENCY_ALL_TO_ALL_S = 30.7e-6
+LOW_LATENCY_ALL_TO_ALL_S = default("low_latency_all_to_all_s")
 # Above this many flows a round's latency is bounded by the topology's diameter instead of routing each.
 _ROUTED_LATENCY_FLOWS = 1024
 
