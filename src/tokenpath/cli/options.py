@@ -13,6 +13,7 @@ import typer
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
+from tokenpath.engine.profiles import PROFILES, choices, profiles_where
 
 
 def _rate(value: str) -> float | str:
@@ -146,9 +147,9 @@ SCENARIO_FLAGS: dict[str, Any] = {
     "precision": _flag(str, "--precision", "weight precision: bf16, fp8 or fp4"),
     "cuda_graphs": _flag(str, "--cuda-graphs", "steps that replay a CUDA graph: all, decode or none (eager, as "
                                                "--enforce-eager); default: the scheduler profile's (decode under "
-                                               "prefill-first and vllm-v0, else all)"),
-    "max_num_seqs": _flag(int, "--max-num-seqs", "most sequences in one engine step (scenario default: 1024; 256 "
-                                                 "under vllm-v0)"),
+                                               f"{profiles_where(lambda p: p.cuda_graphs == 'decode')}, else all)"),
+    "max_num_seqs": _flag(int, "--max-num-seqs", "most sequences in one engine step (scenario default: 1024" + "".join(
+        f"; {p.max_num_seqs} under {name}" for name, p in PROFILES.items() if p.max_num_seqs) + ")"),
     "max_num_batched_tokens": _flag(int, "--max-num-batched-tokens", "most tokens in one engine step (scenario "
                                                                      "default: 8192)"),
     "chunked_prefill": _flag(bool, "--enable-chunked-prefill/--no-enable-chunked-prefill",
@@ -161,11 +162,9 @@ SCENARIO_FLAGS: dict[str, Any] = {
                                        "least_kv_load, prefix_aware or session_affinity"),
     "gpu_memory_utilization": _flag(float, "--gpu-memory-utilization", "share of HBM the engine may use (scenario "
                                                                        "default: 0.9)"),
-    "scheduler": _flag(str, "--scheduler", "engine scheduler profile: vllm-v1 (default), vllm-v0 (vLLM's V0 "
-                                           "engine), prefill-first (SGLang) or trtllm"),
-    "num_scheduler_steps": _flag(int, "--num-scheduler-steps", "vllm-v0 without chunked prefill, or prefill-first: "
-                                                               "decode steps per scheduler call (vLLM V0 multi-step; "
-                                                               "default 1)"),
+    "scheduler": _flag(str, "--scheduler", f"engine scheduler profile: {choices()}"),
+    "num_scheduler_steps": _flag(int, "--num-scheduler-steps", "decode steps per scheduler call where prompts run in "
+                                                               "steps of their own (vLLM V0 multi-step; default 1)"),
     "kv_cache_dtype": _flag(str, "--kv-cache-dtype", "KV-cache precision: auto (the engine's default), bf16, fp8"),
     "network_rtt": _flag(str, "--network-rtt", "client round trip, e.g. '20 ms' (a bare number is seconds; scenario "
                                                "default: 20 ms)"),
