@@ -14,6 +14,7 @@ import typer
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
+from tokenpath.engine.profiles import choices
 from tokenpath.sim.scenario import Scenario
 
 # The scenario key each flag sets as it is; --fabric, --request-rate and the length flags are translated
@@ -206,11 +207,9 @@ SCENARIO_FLAGS: dict[str, Any] = _with_defaults({
     "routing": _flag(str, "--routing", "requests over replicas: round_robin, least_outstanding, least_kv_load, "
                                        "prefix_aware or session_affinity"),
     "gpu_memory_utilization": _flag(float, "--gpu-memory-utilization", "share of HBM the engine may use"),
-    "scheduler": _flag(str, "--scheduler", "engine scheduler profile: vllm-v1, vllm-v0 (vLLM's V0 engine), "
-                                           "prefill-first (SGLang) or trtllm"),
-    "num_scheduler_steps": _flag(int, "--num-scheduler-steps", "vllm-v0 without chunked prefill, or prefill-first: "
-                                                               "decode steps per scheduler call (vLLM V0 "
-                                                               "multi-step)"),
+    "scheduler": _flag(str, "--scheduler", f"engine scheduler profile: {choices()}"),
+    "num_scheduler_steps": _flag(int, "--num-scheduler-steps", "decode steps per scheduler call where prompts run in "
+                                                               "steps of their own (vLLM V0 multi-step)"),
     "kv_cache_dtype": _flag(str, "--kv-cache-dtype", "KV-cache precision: auto (the engine's own choice), bf16 or "
                                                      "fp8"),
     "network_rtt": _flag(str, "--network-rtt", "client round trip, e.g. '20 ms' (a bare number is seconds)"),

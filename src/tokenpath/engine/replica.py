@@ -2,7 +2,7 @@
 
 A step runs in phases, each a method: take the arrivals; the profile composes the batch (the running
 sequences' demands, preempting when KV blocks run out, then admission of waiting sequences); the
-batch's shape and cost; applying it. The profiles (engine/spec.py describes each, with its sources):
+batch's shape and cost; applying it. The profiles (engine/profiles.py describes each, with its sources):
 - vllm-v1: every step, each decoding sequence takes a token, the prompt in progress the rest of the
   token budget, then waiting sequences while the step has room (sequences, tokens, KV blocks), a long
   prompt chunked to the budget. When a growing sequence finds no free KV block, the most recently
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -52,6 +51,7 @@ import numpy as np
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
+from tokenpath.engine.queues import QUEUES, WaitingQueue
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.prefixes import Prefixes
 
@@ -153,10 +153,9 @@ class Replica:
         self.window = spec.num_scheduler_steps  # steps of a decode window (multi-step scheduling)
         self.reserve = spec.kv_admission == "reserve"
         # SGLang's admission headroom for the running requests' outputs still to come (new_token_ratio.py).
-        self.ratio = NewTokenRatio() if spec.scheduler == "prefill-first" else None
-        # TensorRT-LLM cuts a prompt chunk that is not the prompt's rest to whole KV blocks (its
-        # chunkUnitSize is the tokens per block: trtGptModelInflightBatching.cpp).
-        self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1
+        self.ratio = NewTokenRatio() if spec.profile.new_token_ratio else None
+        # A prompt chunk that is not the prompt's rest: any tokens, or whole KV blocks (TensorRT-LLM).
+        self.chunk_unit = spec.block_size if spec.profile.chunk_unit == "block" else 1
         self.unreserved_blocks = self.free_blocks  # reserving: blocks no running request has reserved
         # Prefix caching (engine/prefix_cache.py): made when the first request with a prefix comes,
         # so a workload without shared prefixes pays nothing for it.
@@ -181,7 +180,7 @@ class Replica:
         self.times_preempted = array("q")  # per request: how often it lost its cache and went back to wait
 
         self.arrivals: list[int] = []  # heap of arrival at the server << _ID_BITS | request
-        self.waiting: deque[int] = deque()
+        self.waiting: WaitingQueue = QUEUES[spec.profile.queue_policy]()
         self.prefill: _Prefill | None = None
         self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
         # In admission order, request -> (first tick it decodes in, its context then, its last tick, request).

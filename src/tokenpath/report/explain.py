@@ -8,6 +8,7 @@ import numpy as np
 from rich.table import Table
 
 from tokenpath.config.units import format_bytes, format_duration
+from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES
 from tokenpath.sim.simulate import Simulation
 
 
@@ -53,7 +54,7 @@ def traffic_assumptions(part: str, algorithm: str, decode_only: bool) -> list[st
 
 def host_assumptions(scheduler: str) -> list[str]:
     """The assumptions behind a step's engine host time under `scheduler`."""
-    return ["vllm_v0_host_step_s" if scheduler == "vllm-v0" else "host_step_s", "host_per_sequence_s"]
+    return [PROFILES[scheduler].host_step_assumption, "host_per_sequence_s"]
 
 
 DELIVERY_ASSUMPTIONS = ["host_link_latency_s", "host_link_bw_Bps", "detokenize_per_token_s", "frame_per_event_s"]
@@ -127,7 +128,7 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
                       op["bound"], f"{op['time_s'] / total:.1%}", named(op["assumptions"]))
     table.add_row("engine host time", "", "", format_duration(step["engine_host_s"]),
                   "host", f"{step['engine_host_s'] / total:.1%}",
-                  named(step.get("engine_host_assumptions", host_assumptions("vllm-v1"))))
+                  named(step.get("engine_host_assumptions", host_assumptions(DEFAULT_PROFILE))))
     if step["launch_s"]:
         host = step.get("launch_includes_host", False)
         table.add_row("kernel launches (no CUDA graph)", "", "", format_duration(step["launch_s"]),

@@ -15,7 +15,6 @@ from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.assumptions import Assumptions
 from tokenpath.config.errors import UserError
 from tokenpath.engine.costs import GroupStepCosts
-from tokenpath.engine.cuda_graphs import default_graph_max_tokens
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.placement import Placement, place
 from tokenpath.fabric.build import build_topology, default_fabric
@@ -86,9 +85,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                         "unset workload.max_concurrency")
     engine = scenario.engine
     host = host_step_cost(engine.scheduler, engine.host_overlap, engine.num_scheduler_steps)
-    graph_max_tokens = engine.cuda_graph_max_tokens
-    if graph_max_tokens is None:
-        graph_max_tokens = default_graph_max_tokens(engine.scheduler, chip.hbm_bytes, dep.tp)
+    graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
                            expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
+from tokenpath.engine.profiles import MEASURED_ENGINES
 
 Stat = Literal["mean", "median"]
 
@@ -30,7 +31,7 @@ class LatencyRow(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     source: str
-    engine: Literal["vllm", "sglang", "trtllm"]
+    engine: Literal[tuple(MEASURED_ENGINES)]  # type: ignore[valid-type]  # an engine a profile is measured as
     engine_version: str = ""
     engine_settings: dict[str, Any] = Field(default_factory=dict)
     model: str

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tokenpath.compute.chip import load_chip
-from tokenpath.engine.spec import SCHEDULERS
+from tokenpath.engine.profiles import PROFILES
 from tokenpath.fabric.build import default_fabric, scaleup_link_bw_Bps
 from tokenpath.fabric.spec import HierarchyFabric, SwitchFabric
 from tokenpath.sim.scenario import Scenario
@@ -179,9 +179,8 @@ def _continuous(scenario: Scenario, table: dict[str, Any], here: Path) -> list[L
             overrides["engine.max_num_batched_tokens"] = seqs
         levers.append(Lever(f"max_num_seqs {seqs}", "", overrides) if seqs >= 1 else
                       Lever("max_num_seqs / 4", "", skipped=f"max_num_seqs is {engine.max_num_seqs}"))
-    for profile in SCHEDULERS:
-        # vLLM's V0 engine is a release to reproduce (its rows), not a change to make.
-        if profile not in (engine.scheduler, "vllm-v0"):
+    for profile, facts in PROFILES.items():
+        if profile != engine.scheduler and facts.offered_as_lever:
             overrides = {"engine.scheduler": profile}
             if engine.num_scheduler_steps > 1:
                 overrides["engine.num_scheduler_steps"] = 1
