@@ -65,7 +65,6 @@ def _run_fields(run):
 
 @pytest.mark.parametrize("keep_tokens", [True, False])
 def test_replicas_in_forked_workers_give_exactly_the_in_process_result(monkeypatch, keep_tokens):
-    from tokenpath.sim import served
     from tokenpath.sim import simulate as pipeline
 
     if not keep_tokens:  # per-worker ITL histograms, merged

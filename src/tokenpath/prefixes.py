@@ -18,8 +18,8 @@ session's next turn, whose prompt repeats the answer, finds them.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Sequence
 
 import numpy as np
 

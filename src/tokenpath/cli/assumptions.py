@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -26,7 +26,7 @@ Examples:
 @app.command(help="List the model's assumptions: name, value, unit, source and what guards each." + ASSUMPTIONS_EXAMPLE)
 @scenario_flags()
 def assumptions(
-    scenario: Optional[str] = typer.Argument(None, help="a scenario (.toml or catalog name): show the values it uses"),
+    scenario: str | None = typer.Argument(None, help="a scenario (.toml or catalog name): show the values it uses"),
     json_out: JsonOut = None,
     *, flags: dict[str, Any],
 ) -> None:

@@ -7,7 +7,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -53,18 +53,18 @@ def _event_bytes(value: str) -> int:
                   "simulate." + BENCH_EXAMPLE)
 @scenario_flags(omit=("model",))  # --model is the name the server serves
 def bench(
-    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000 (required)"),
-    model: Optional[str] = typer.Option(None, "--model", help="the model name the server serves (required)"),
+    scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    base_url: str | None = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000 (required)"),
+    model: str | None = typer.Option(None, "--model", help="the model name the server serves (required)"),
     endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat"),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="client processes (default: as the target rate needs)"),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
+    workers: int | None = typer.Option(None, "--workers", help="client processes (default: as the target rate needs)"),
     timeout: float = typer.Option(600.0, "--timeout", help="seconds a request may take in all"),
     stall_timeout: float = typer.Option(60.0, "--stall-timeout", help="seconds a stream may go without a byte"),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="seconds to open a connection"),
     strict_openai: bool = typer.Option(False, "--strict-openai", help="send only standard OpenAI fields (no ignore_eos, no per-event usage)"),
-    extra_body: Optional[str] = typer.Option(None, "--extra-body", help="JSON object merged into every request body"),
+    extra_body: str | None = typer.Option(None, "--extra-body", help="JSON object merged into every request body"),
     kernel_timestamps: bool = typer.Option(True, "--kernel-timestamps/--loop-timestamps",
                                            help="stamp arrivals with the kernel's receive time (Linux, http) or when the event loop reads them"),
     max_failure_ratio: float = typer.Option(0.0, "--max-failure-ratio",
@@ -75,7 +75,7 @@ def bench(
                                         help="tag each prompt's own text (after any shared prefix) so a prefix cache finds "
                                              "only what the workload shares"),
     json_out: JsonOut = None,
-    results: Optional[str] = typer.Option(None, "--results", help="results JSONL, one line per finished request (default: bench-TIME.jsonl)"),
+    results: str | None = typer.Option(None, "--results", help="results JSONL, one line per finished request (default: bench-TIME.jsonl)"),
     *, flags: dict[str, Any],
 ) -> None:
     from tokenpath.bench import (
@@ -186,7 +186,7 @@ class _Null:
 
 
 def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, Any]], results_path: str,
-          json_out: Optional[str]) -> None:
+          json_out: str | None) -> None:
     from tokenpath.bench.results import failures
     from tokenpath.report.bench import describe_bench
     from tokenpath.report.table import duration_or_dash, print_summary
@@ -220,7 +220,7 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
 def compare(
     a: str = typer.Argument(..., help="first summary (--json of simulate, bench or report)"),
     b: str = typer.Argument(..., help="second summary"),
-    json_out: Optional[str] = typer.Option(None, "--json", help="write the comparison to PATH, or '-' for stdout"),
+    json_out: str | None = typer.Option(None, "--json", help="write the comparison to PATH, or '-' for stdout"),
 ) -> None:
     from tokenpath import load_summary
     from tokenpath.report.compare import compare_document, compare_table, difference_line

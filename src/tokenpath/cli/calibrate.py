@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -44,7 +44,7 @@ Examples:
                        context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 def calibrate_delivery(
     ctx: typer.Context,
-    tokenizer: Optional[str] = typer.Option(
+    tokenizer: str | None = typer.Option(
         None, help="tokenizer.json, tekken*.json, SentencePiece .model, or a name shipped with mistral-common "
                    f"(default: {DEFAULT_TOKENIZER})"),
     out: str = typer.Option("delivery-calibration.toml", help="calibration file to write"),
@@ -116,21 +116,21 @@ def _whole_numbers(text: str, flag: str, example: str) -> tuple[int, ...]:
 @calibrate_app.command("engine", help="Fit the model's assumptions to a running server, from outside." + CALIBRATE_ENGINE_EXAMPLE)
 @scenario_flags(omit=("model", *WORKLOAD_FLAGS))  # --model is the name the server serves; the probe sets the workload
 def calibrate_engine(
-    scenario: Optional[str] = typer.Argument(None, help="the scenario whose deployment the server runs (.toml or "
+    scenario: str | None = typer.Argument(None, help="the scenario whose deployment the server runs (.toml or "
                                                         "catalog name); default 'typical'"),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000"),
-    model: Optional[str] = typer.Option(None, "--model", help="the model name the server serves"),
+    base_url: str | None = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000"),
+    model: str | None = typer.Option(None, "--model", help="the model name the server serves"),
     out: str = typer.Option("engine-calibration.toml", "--out", help="calibration file to write"),
     budget: str = typer.Option("5m", "--budget", help="the probe's time budget, its server check and every phase "
                                                       "together; it stops itself when spent (the fit follows)"),
-    from_results: Optional[list[str]] = typer.Option(
+    from_results: list[str] | None = typer.Option(
         None, "--from", help="fit from bench results files already measured instead of probing (repeatable)"),
     prompt_lens: str = typer.Option("128 512 2048", "--prompt-lens", help="prompt lengths of the single requests"),
     concurrencies: str = typer.Option("1 4 16 64", "--concurrencies", help="concurrencies of the closed loops"),
     output_len: int = typer.Option(64, "--output-len", min=2, max=4096, help="output tokens per request of the loops"),
     endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat"),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
     *, flags: dict[str, Any],
 ) -> None:
     import os

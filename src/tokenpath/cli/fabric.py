@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import typer
@@ -121,16 +121,16 @@ def _print(document: dict[str, Any], description: str) -> None:
 @app.command(help="Structure, collective times and worst links of a topology (a TOML file or a preset)."
                      + FABRIC_EXAMPLE)
 def fabric(
-    topology_file: Optional[str] = typer.Argument(None, help="a topology TOML file (kind + parameters)"),
-    preset: Optional[str] = typer.Option(None, "--preset", help="a named topology; see --list"),
+    topology_file: str | None = typer.Argument(None, help="a topology TOML file (kind + parameters)"),
+    preset: str | None = typer.Option(None, "--preset", help="a named topology; see --list"),
     list_presets: bool = typer.Option(False, "--list", help="list the presets and exit"),
-    ops: Optional[list[str]] = typer.Option(None, "--op", help="collective(s) to sweep; default all_reduce, "
+    ops: list[str] | None = typer.Option(None, "--op", help="collective(s) to sweep; default all_reduce, "
                                                                 "all_gather, reduce_scatter, all_to_all"),
-    ranks: Optional[int] = typer.Option(None, "--ranks", help="the first N hosts form the group; default all"),
+    ranks: int | None = typer.Option(None, "--ranks", help="the first N hosts form the group; default all"),
     algorithm: str = typer.Option("auto", "--algorithm", help="collective algorithm; auto picks per size"),
-    chip: Optional[str] = typer.Option(None, "--chip", help="fill unset scale-up bandwidth from this chip"),
-    pattern: Optional[str] = typer.Option(None, "--pattern", help="all-to-all | tornado | adversarial: show the busiest links"),
-    json_out: Optional[str] = typer.Option(None, "--json", help="write the result to PATH, or '-' for stdout"),
+    chip: str | None = typer.Option(None, "--chip", help="fill unset scale-up bandwidth from this chip"),
+    pattern: str | None = typer.Option(None, "--pattern", help="all-to-all | tornado | adversarial: show the busiest links"),
+    json_out: str | None = typer.Option(None, "--json", help="write the result to PATH, or '-' for stdout"),
 ) -> None:
     from tokenpath.config.files import check_writable
     from tokenpath.fabric.build import build_topology

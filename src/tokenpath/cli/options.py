@@ -7,8 +7,9 @@ import functools
 import inspect
 import math
 import operator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional, get_args
+from typing import Annotated, Any, get_args
 
 import typer
 
@@ -95,8 +96,8 @@ def _number(value: Any) -> bool:
 LENGTH_DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform", "sharegpt")
 
 
-def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Optional[float],
-            dist: Optional[str] = None) -> dict[str, Any]:
+def _length(table: dict[str, Any], which: str, mean: float | None, sd: float | None,
+            dist: str | None = None) -> dict[str, Any]:
     """--input-len/--input-sd/--input-dist replace the length table. Without --input-dist: normal(mean,
     sd), or fixed when sd is 0. A uniform draw has the given mean and sd (its range is mean +- sqrt(3) sd);
     sharegpt takes neither."""
@@ -174,7 +175,7 @@ def scenario_overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
 # Every flag that changes a scenario, vLLM bench's names where it has them: each command that takes a
 # scenario takes them all (less the ones `scenario_flags` is told to omit), applied by `scenario_table`.
 def _flag(kind: Any, name: str, help: str, **option: Any) -> Any:
-    return Annotated[Optional[kind], typer.Option(name, help=help, **option)]
+    return Annotated[kind | None, typer.Option(name, help=help, **option)]
 
 
 def _with_defaults(flags: dict[str, Any]) -> dict[str, Any]:
@@ -263,10 +264,10 @@ def scenario_flags(omit: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]],
     return decorate
 
 
-JsonOut = Annotated[Optional[str], typer.Option("--json", help="write the result schema to PATH, or '-' for stdout")]
+JsonOut = Annotated[str | None, typer.Option("--json", help="write the result schema to PATH, or '-' for stdout")]
 
 
-def scenario_table(scenario_ref: Optional[str], flags: dict[str, Any]):
+def scenario_table(scenario_ref: str | None, flags: dict[str, Any]):
     """The raw table of a scenario with its changes applied in order: the file, then `--set`, then the
     named flags (so `--tp 2 --set deployment.tp=4` runs TP=2). Returns (table, source, base_dir)."""
     from tokenpath.sim.overrides import apply_overrides, parse_assignments
@@ -281,14 +282,14 @@ def scenario_table(scenario_ref: Optional[str], flags: dict[str, Any]):
     return table, source, base_dir
 
 
-def load_with_flags(scenario_ref: Optional[str], flags: dict[str, Any]):
+def load_with_flags(scenario_ref: str | None, flags: dict[str, Any]):
     """The scenario `scenario_ref` names, with the flags applied, built and checked."""
     from tokenpath.sim.scenario import build_scenario
 
     return build_scenario(*scenario_table(scenario_ref, flags))
 
 
-def check_tokenizer(path: Optional[str], flag: str) -> None:
+def check_tokenizer(path: str | None, flag: str) -> None:
     """A --tokenizer that names a file must be a regular file (a name shipped with a library passes)."""
     if path is None:
         return

@@ -20,8 +20,9 @@ import contextlib
 import contextvars
 import difflib
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from tokenpath.config.errors import UserError, quoted
 

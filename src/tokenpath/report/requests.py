@@ -15,8 +15,9 @@ RESULTS.parquet` rebuilds the whole report from the file alone.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.lastmile import LastMile

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tomllib
 from pydantic import BaseModel

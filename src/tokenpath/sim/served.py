@@ -4,8 +4,8 @@ delivery; then the replicas' rows merged back into one Run in workload order."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

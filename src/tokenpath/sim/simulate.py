@@ -7,9 +7,10 @@ pools.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from tokenpath.config.errors import UserError
 from tokenpath.sim.forked import available_cpus

@@ -10,8 +10,9 @@ a concurrency cap, if any, stay as the scenario has them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.config.units import parse_duration_s

@@ -5,9 +5,10 @@ more continuously, and the compute itself). A lever that does not apply carries 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tokenpath.compute.chip import load_chip
 from tokenpath.engine.profiles import PROFILES

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tokenpath.config.errors import UserError
 from tokenpath.sim.forked import available_cpus, can_fork, map_forked
