@@ -10,6 +10,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tokenpath
 from cli_helpers import assert_user_error, run_cli
@@ -49,7 +51,8 @@ NOT_ASSUMPTIONS = {
     **{f"tokenpath.engine.new_token_ratio.{name}": "SGLang's own scheduler default (cited there), a fact"
        for name in ("INIT_NEW_TOKEN_RATIO", "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO_DECAY_STEPS",
                     "RETRACT_DECODE_STEPS", "CLIP_MAX_NEW_TOKENS_ESTIMATION")},
-    "tokenpath.engine.routing.CACHE_THRESHOLD": "the modelled router's own setting (SGLang router default, cited there)",
+    "tokenpath.engine.routing.CACHE_THRESHOLD":
+        "the modelled router's own setting (SGLang router default, cited there)",
     "tokenpath.engine.routing.BALANCE_ABS_THRESHOLD": "the modelled router's own setting (SGLang router default)",
     "tokenpath.engine.routing.BALANCE_REL_THRESHOLD": "the modelled router's own setting (SGLang router default)",
 }
@@ -67,7 +70,8 @@ def _numeric_constants(module_name):
     module = importlib.import_module(module_name)
     tree = ast.parse(pathlib.Path(module.__file__).read_text(encoding="utf-8"))
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
         for target in targets:
             if isinstance(target, ast.Name) and target.id.lstrip("_").isupper():
                 value = getattr(module, target.id)
@@ -286,10 +290,6 @@ def test_a_delivery_calibration_joins_through_the_assumptions_table(tmp_path):
     before = scenario.fingerprint()
     engine.write_text(engine.read_text().replace("0.002", "0.003"))  # the file is part of the fingerprint
     assert load_scenario(str(tmp_path / "s.toml"), SMALL).fingerprint() != before
-
-
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st
 
 
 @given(st.floats(min_value=0, max_value=3600, allow_nan=False), st.sampled_from(["s", "ms", "us", "ns"]))

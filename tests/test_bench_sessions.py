@@ -80,7 +80,8 @@ def test_each_turn_carries_the_previous_prompt_and_answer_and_waits_its_think_ti
             assert after["sent_ns"] >= before["end_ns"] + after["think_ns"]
             assert after["scheduled_ns"] == before["end_ns"] + after["think_ns"]
     # While session 0 waits its think time, session 1 (arriving at the same time) is not held back.
-    assert sessions[1][0]["sent_ns"] < sessions[0][1]["sent_ns"] and sessions[0][0]["sent_ns"] < sessions[1][1]["sent_ns"]
+    assert (sessions[1][0]["sent_ns"] < sessions[0][1]["sent_ns"]
+            and sessions[0][0]["sent_ns"] < sessions[1][1]["sent_ns"])
     assert result.header["sessions"] == 2
 
 

@@ -51,7 +51,8 @@ def test_last_mile_charges_the_calibrated_host_cost(tmp_path):
     measured = LastMile(DeliverySpec(calibration=path))
     blocking_constant, _ = constant.on_step(0, 50, 50)
     blocking_measured, leave = measured.on_step(0, 50, 50)
-    copy_ns = blocking_constant - round(50 * (DeliverySpec().detokenize_per_token + DeliverySpec().frame_per_event) * 1e9)
+    copy_ns = blocking_constant - round(
+        50 * (DeliverySpec().detokenize_per_token + DeliverySpec().frame_per_event) * 1e9)
     assert blocking_measured == copy_ns + CalibratedCost.from_file(path).host_ns(50, 50)
     assert leave == blocking_measured                      # inline: the tokens leave when the host is done
 

@@ -153,8 +153,9 @@ def test_calibrate_from_results_already_measured_fits_the_same(loop, monkeypatch
 def test_compare_shows_simulate_with_calibration_against_bench(loop, monkeypatch, capsys):
     folder, _, measured = loop
     (folder / "bench.json").write_text(json.dumps(measured))
-    code, _, err = run_cli(["simulate", str(folder / "calibrated.toml"), "--request-rate", "7.5", "--num-requests", "49",
-                            "--warmup-requests", "1", "--input-len", "2048", "--input-sd", "0", "--output-len", "16",
+    code, _, err = run_cli(["simulate", str(folder / "calibrated.toml"), "--request-rate", "7.5",
+                            "--num-requests", "49", "--warmup-requests", "1", "--input-len", "2048", "--input-sd", "0",
+                            "--output-len", "16",
                             "--output-sd", "0", "--json", str(folder / "sim.json")], monkeypatch, capsys)
     assert code == 0, err
     code, out, err = run_cli(["compare", str(folder / "sim.json"), str(folder / "bench.json"), "--json", "-"],
@@ -168,7 +169,8 @@ def test_bad_calibration_input_is_one_line(tmp_path, monkeypatch, capsys):
     assert_user_error(*run_cli(["calibrate", "engine", "--out", str(tmp_path / "c.toml")], monkeypatch, capsys),
                       "--base-url and --model")
     assert_user_error(*run_cli(["calibrate", "engine", "--base-url", "http://127.0.0.1:9", "--model", MODEL,
-                                "--budget", "soon", "--out", str(tmp_path / "c.toml")], monkeypatch, capsys), "--budget")
+                                "--budget", "soon", "--out", str(tmp_path / "c.toml")], monkeypatch, capsys),
+                      "--budget")
     bad = tmp_path / "bad.toml"
     bad.write_text('schema = "tokenpath.engine-calibration/1"\n[fitted.host_step_sec]\nvalue = 1e-3\n')
     with pytest.raises(Exception, match="host_step_sec: no such assumption; did you mean 'host_step_s'"):

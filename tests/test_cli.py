@@ -128,7 +128,8 @@ def test_malformed_trace_row_names_the_file_and_line(process):
     (["simulate", "--model", "llama-2-7b", "--input-len", "5000", "--input-sd", "0", "--num-requests", "5",
       "--chips", "1", "--tp", "1"], ["workload", "context", "4096"]),
     (["scenario", "show", "typcal"], ["unknown scenario 'typcal'; did you mean 'typical'"]),
-    (["simulate", "--cuda-graphs", "eager", "--num-requests", "5"], ["engine.cuda_graphs", "'all', 'decode' or 'none'"]),
+    (["simulate", "--cuda-graphs", "eager", "--num-requests", "5"],
+     ["engine.cuda_graphs", "'all', 'decode' or 'none'"]),
     (["simulate", "--workers", "0", "--num-requests", "5"], ["--workers", "at least 1"]),
 ])
 def test_more_user_errors_are_one_line(argv, fragments, monkeypatch, capsys):
@@ -265,7 +266,8 @@ def test_infinite_request_rate(monkeypatch, capsys):
 
 
 def test_max_concurrency(monkeypatch, capsys):
-    capped = simulate_json(["--max-concurrency", "4", "--request-rate", "inf", "--num-requests", "30"], monkeypatch, capsys)
+    capped = simulate_json(["--max-concurrency", "4", "--request-rate", "inf", "--num-requests", "30"],
+                           monkeypatch, capsys)
     expected = load_scenario(None, {"workload.max_concurrency": 4, "workload.arrival.rate": "inf",
                                     "workload.num_requests": 30})
     assert capped["scenario"]["fingerprint"] == expected.fingerprint()

@@ -145,7 +145,8 @@ def test_a_gemm_blends_compute_and_memory_time_and_other_ops_take_the_larger():
 
 
 def test_large_batch_decode_gemms_cost_more_than_the_plain_roofline_near_the_ridge():
-    cm = compute_model(assumptions=NO_FIXED_COST)  # 70B fp8 TP8 on H200: its GEMMs reach the ridge point at about 200 tokens per step
+    # 70B fp8 TP8 on H200: its GEMMs reach the ridge point at about 200 tokens per step
+    cm = compute_model(assumptions=NO_FIXED_COST)
     bw = cm.chip.effective_hbm_bw_Bps
     for batch, low, high in [(1, 1.0, 1.001), (192, 1.3, 1.42), (8192, 1.0, 1.02)]:
         pairs = list(zip(cm.ops, cm.step_ops(batch, batch, batch * 1000, batch * 1000)))
@@ -232,7 +233,8 @@ def test_an_eager_step_adds_its_hosts_launches_to_its_kernels():
     long = (8192, 1, 8192 * 8193 / 2, 8192)     # a long one
     decode = (32, 32, 0, 32 * 500)              # replays a graph
     for prefill in (short, long):
-        assert python.step_time_s(*prefill) - plain.step_time_s(*prefill) == pytest.approx(kernels * per_kernel, rel=1e-9)
+        assert (python.step_time_s(*prefill) - plain.step_time_s(*prefill)
+                == pytest.approx(kernels * per_kernel, rel=1e-9))
     assert python.step_time_s(*decode) == plain.step_time_s(*decode)
     overlapped = ComputeModel(model, chip, 4, "bf16", "bf16", cuda_graphs="decode", host_step_s=1e-3,
                               host_overlapped=True, host_eager_per_kernel_s=per_kernel)

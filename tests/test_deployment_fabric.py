@@ -116,7 +116,8 @@ def test_expert_parallel_spreads_whole_experts_over_every_chip():
     assert ep.expert_replicas == 4 and tp.expert_replicas == 1
 
     def experts(compute, tokens):
-        return next(op for op in compute.step_ops(tokens, tokens, tokens * 500, tokens * 500) if op.name == "moe_experts")
+        return next(op for op in compute.step_ops(tokens, tokens, tokens * 500, tokens * 500)
+                    if op.name == "moe_experts")
 
     expert_weights = next(op.resident_bytes for op in tp.ops if op.name == "moe_experts")
     assert tp.weight_bytes_per_chip - ep.weight_bytes_per_chip == pytest.approx(expert_weights * 3 / 4, rel=1e-12)
@@ -263,9 +264,9 @@ def test_the_result_document_describes_the_fabric_and_explain_names_the_algorith
     sim = simulate(scenario(**{"workload.num_requests": 100, "deployment.fabric": {"kind": "torus", "dims": [2, 4]}}))
     fabric = result_document(sim)[0]["fabric"]
     # A 2x4 torus: the size-2 dimension has two cables per pair (8), the two 4-rings wrap (8).
-    assert fabric == {"name": "torus given in deployment.fabric", "kind": "torus", "hosts": 8, "switches": 0, "links": 16, "diameter": 3,
-                      "avg_hops": pytest.approx((1 / 2 + 1) * 8 / 7), "bisection_bw_Bps": pytest.approx(4 * 112.5e9),
-                      "placement": [[list(range(8))]]}
+    assert fabric == {"name": "torus given in deployment.fabric", "kind": "torus", "hosts": 8, "switches": 0,
+                      "links": 16, "diameter": 3, "avg_hops": pytest.approx((1 / 2 + 1) * 8 / 7),
+                      "bisection_bw_Bps": pytest.approx(4 * 112.5e9), "placement": [[list(range(8))]]}
     assert explain(sim)["tp_all_reduce_algorithm"] == "bucket"
 
 

@@ -48,8 +48,8 @@ class Oracle:
         if det.kind == "tekken":
             from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
 
-            self.settled = lambda ids: not unfinished(self._runs(ids, lib.is_special,
-                                                                 lambda t: lib.id_to_byte_piece(t, SpecialTokenPolicy.KEEP)))
+            self.settled = lambda ids: not unfinished(
+                self._runs(ids, lib.is_special, lambda t: lib.id_to_byte_piece(t, SpecialTokenPolicy.KEEP)))
         elif det.kind == "sentencepiece":
             self.settled = lambda ids: not unfinished(self._runs(ids, lambda t: not lib.is_byte(t),
                                                                  lambda t: bytes([int(lib.id_to_piece(t)[3:5], 16)])))

@@ -75,8 +75,8 @@ def test_results_formats_and_errors(runs, monkeypatch, capsys, tmp_path):
         assert_means_match(frame, json.loads((runs / "a.json").read_text()))
     assert_user_error(*run_cli(["simulate", "--results", str(tmp_path / "r.xlsx")], monkeypatch, capsys),
                       "--results", ".parquet")
-    assert_user_error(*run_cli(["report", str(runs / "a.json"), "--html", str(tmp_path / "x.txt")], monkeypatch, capsys),
-                      "--html", ".html")
+    assert_user_error(*run_cli(["report", str(runs / "a.json"), "--html", str(tmp_path / "x.txt")],
+                               monkeypatch, capsys), "--html", ".html")
     assert_user_error(*run_cli(["report", str(tmp_path / "none.json"), "--html", str(tmp_path / "x.html")],
                                monkeypatch, capsys), "no such results file")
     junk = tmp_path / "junk.json"
@@ -130,7 +130,8 @@ def test_two_runs_are_named_by_what_differs(runs, monkeypatch, capsys, tmp_path)
     labels = [run.label for run in load_inputs([str(runs / "a.json"), str(runs / "b.json")]).runs]
     assert labels == [f"a.json (rate {rate}/s)", "b.json (rate 60/s)"]
     out = tmp_path / "two.html"
-    code, _, err = run_cli(["report", str(runs / "a.json"), str(runs / "b.json"), "--html", str(out)], monkeypatch, capsys)
+    code, _, err = run_cli(["report", str(runs / "a.json"), str(runs / "b.json"), "--html", str(out)],
+                           monkeypatch, capsys)
     assert code == 0, err
     text = out.read_text()
     assert f"<h1>tokenpath report: a.json (rate {rate}/s) vs b.json (rate 60/s)</h1>" in text

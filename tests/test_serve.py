@@ -146,13 +146,15 @@ def test_non_streaming_chat_returns_the_message_and_usage():
     ("/v1/completions", b'{"model": "m", "prompt": "x", "max_tokens": 0}', 400, "max_tokens"),
     ("/v1/completions", b'{"model": "m", "prompt": "x", "max_tokens": 9999999}', 400, "max_tokens"),
     ("/v1/chat/completions", b'{"model": "m", "messages": []}', 400, "messages"),
-    ("/v1/chat/completions", b'{"model": "m", "messages": [{"role": "user", "content": 3}]}', 400, "messages[0].content"),
+    ("/v1/chat/completions", b'{"model": "m", "messages": [{"role": "user", "content": 3}]}', 400,
+     "messages[0].content"),
 ])
 def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(path, payload, status, param):
     async def body(url, session):
         async with session.post(f"{url}{path}", data=payload) as response:
             bad = response.status, await response.json()
-        async with session.post(f"{url}/v1/completions", json={"model": "m", "prompt": "ok", "max_tokens": 3}) as response:
+        async with session.post(f"{url}/v1/completions",
+                                json={"model": "m", "prompt": "ok", "max_tokens": 3}) as response:
             good = response.status, await response.json()
         return bad, good
 
@@ -272,7 +274,8 @@ def test_releases_keep_step_order_when_their_timers_fire_out_of_order():
         app[SERVER].engines[0].clock_ns = lambda: time.perf_counter_ns() - (20_000_000 if rng.random() < 1 / 3 else 0)
         counts = []
         for _ in range(8):
-            async with session.post(f"{url}/v1/completions", json={"model": "m", "prompt": "ok", "max_tokens": 3}) as response:
+            async with session.post(f"{url}/v1/completions",
+                                    json={"model": "m", "prompt": "ok", "max_tokens": 3}) as response:
                 counts.append((await response.json())["usage"]["completion_tokens"])
         return counts
 

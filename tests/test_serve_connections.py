@@ -230,4 +230,5 @@ def test_a_malformed_request_is_answered_400_and_logged_in_one_line(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and all("\n" not in line for line in lines)
     assert lines[0] == "refused a malformed request from 127.0.0.1 with 400: Invalid method encountered: b'GARBAGE'"
-    assert lines[1].startswith("refused a malformed request from 127.0.0.1 with 400: Invalid character in Content-Length")
+    assert lines[1].startswith("refused a malformed request from 127.0.0.1 with 400: "
+                               "Invalid character in Content-Length")

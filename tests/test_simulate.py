@@ -56,7 +56,8 @@ def test_data_parallel_replicas_split_the_load():
     assert one.deployment.replicas == 2
     assert len(one.traces) == 2
     assert sorted(len(t.sent_ns) for t in one.traces) == [30, 30]
-    assert np.array_equal(one.run.queue_ns + one.run.compute_ns + one.run.traffic_ns + one.run.delivery_ns, one.run.e2e_ns)
+    assert np.array_equal(one.run.queue_ns + one.run.compute_ns + one.run.traffic_ns + one.run.delivery_ns,
+                          one.run.e2e_ns)
 
 
 def _run_fields(run):
@@ -139,7 +140,8 @@ def test_batch_one_decode_step_is_the_weight_read_bound():
 
 
 def _at_rate(rate):
-    return result_document(simulate(load_scenario("typical", {"workload.num_requests": 400, "workload.arrival.rate": rate})))[0]
+    return result_document(simulate(load_scenario("typical", {"workload.num_requests": 400,
+                                                              "workload.arrival.rate": rate})))[0]
 
 
 def test_throughput_saturates_and_ttft_grows_with_load():
@@ -176,7 +178,8 @@ def test_a_recorded_trace_drives_arrivals_and_lengths(tmp_path):
     assert list(sim.run.input_tokens) == [300, 1200, 80, 512]
     assert list(sim.run.output_tokens) == [20, 5, 64, 1]
     assert list(sim.run.scheduled_ns) == [0, 250_000_000, 500_000_000, 2_000_000_000]
-    assert np.array_equal(sim.run.queue_ns + sim.run.compute_ns + sim.run.traffic_ns + sim.run.delivery_ns, sim.run.e2e_ns)
+    assert np.array_equal(sim.run.queue_ns + sim.run.compute_ns + sim.run.traffic_ns + sim.run.delivery_ns,
+                          sim.run.e2e_ns)
 
 
 def test_explain_breaks_a_steady_step_into_ops_that_add_up_to_its_compute_time():
@@ -248,7 +251,8 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S
     from tokenpath.report.explain import explain, explain_table
 
-    same = {"workload.num_requests": 200, "workload.arrival.rate": "inf", "workload.input": {"kind": "fixed", "value": 100},
+    same = {"workload.num_requests": 200, "workload.arrival.rate": "inf",
+            "workload.input": {"kind": "fixed", "value": 100},
             "workload.output": {"kind": "fixed", "value": 20}, "engine.max_num_seqs": 200,
             "engine.scheduler": scheduler, "engine.host_overlap": False}
     graphed = simulate(small(**same, **{"engine.cuda_graphs": "all", "engine.cuda_graph_max_tokens": 8192}))

@@ -155,10 +155,12 @@ def test_attribution_means_per_layer_sum_to_the_mean_e2e():
     run = hand_run()
     got = attribution_s(run)
     assert list(got) == list(LAYERS)
-    assert got == pytest.approx({"queue": 0.1 / 3, "compute": 0.070, "traffic": 0.07 / 3, "delivery": 0.08 / 3}, rel=1e-12)
+    assert got == pytest.approx({"queue": 0.1 / 3, "compute": 0.070, "traffic": 0.07 / 3, "delivery": 0.08 / 3},
+                                rel=1e-12)
     assert sum(got.values()) == pytest.approx(run.e2e_ns.mean() / 1e9, rel=1e-12)
     only_first = attribution_s(hand_run(failed=np.array([False, True, True])))
-    assert only_first == pytest.approx({"queue": 0.010, "compute": 0.070, "traffic": 0.020, "delivery": 0.020}, rel=1e-12)
+    assert only_first == pytest.approx({"queue": 0.010, "compute": 0.070, "traffic": 0.020, "delivery": 0.020},
+                                       rel=1e-12)
 
 
 def test_attribution_is_absent_for_a_run_without_it():
@@ -202,7 +204,8 @@ def test_summary_of_a_hand_made_run():
 
 def test_failed_requests_are_left_out_of_every_latency_and_count():
     got = summarize(hand_run(failed=np.array([False, True, False])), "hand", "0" * 64, {**NO_SLO, "ttft": 0.15})
-    assert got["requests"] == {"completed": 2, "failed": 1, "input_tokens_mean": 200.0, "output_tokens_mean": 2.0, "warmup": 0}
+    assert got["requests"] == {"completed": 2, "failed": 1, "input_tokens_mean": 200.0, "output_tokens_mean": 2.0,
+                               "warmup": 0}
     latency = got["latency_s"]
     assert latency["ttft"]["mean"] == pytest.approx(0.110)      # (50 + 170) / 2
     assert latency["ttfv"]["mean"] == pytest.approx(0.130)      # (80 + 180) / 2
@@ -283,8 +286,10 @@ def test_a_simulations_summary_carries_the_scenario_as_it_ran(monkeypatch, capsy
     document = simulate_json(["--num-requests", "40", "--tp", "4", "--set", "delivery.detokenize=\"async\"",
                               "--set", "delivery.network_rtt=\"50ms\""], monkeypatch, capsys)
     resolved = document["resolved"]
-    assert {key: resolved["deployment"][key] for key in ("model", "precision", "chip", "chips", "tp", "pp", "replicas")} \
-        == {"model": "llama-3.1-70b", "precision": "fp8", "chip": "h200", "chips": 8, "tp": 4, "pp": 1, "replicas": 2}
+    assert ({key: resolved["deployment"][key]
+             for key in ("model", "precision", "chip", "chips", "tp", "pp", "replicas")}
+            == {"model": "llama-3.1-70b", "precision": "fp8", "chip": "h200", "chips": 8, "tp": 4, "pp": 1,
+                "replicas": 2})
     assert resolved["deployment"]["fabric"]["kind"] == document["fabric"]["kind"] == "switch"
     assert resolved["deployment"]["fabric"]["name"] == document["fabric"]["name"]
     # The engine profile's defaults, resolved: vllm-v1 runs its host in the step and replays every step's graph.
