@@ -160,7 +160,7 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
     model = _Model(scenario, measured, usable)
     r0 = model.residuals(np.zeros(len(usable)), usable)
     columns = []
-    for k, name in enumerate(usable):
+    for k in range(len(usable)):
         x = np.zeros(len(usable))
         x[k] = STEP
         columns.append((model.residuals(x, usable) - r0) / STEP)
