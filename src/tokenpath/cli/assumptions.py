@@ -43,7 +43,8 @@ def assumptions(
     for row in rows:
         if resolved is not None:
             row["origin"] = ("scenario" if row["name"] in resolved.overridden
-                             else f"calibration {resolved.calibrated[row['name']]}" if row["name"] in resolved.calibrated
+                             else f"calibration {resolved.calibrated[row['name']]}"
+                             if row["name"] in resolved.calibrated
                              else "default")
     if json_out is not None:
         write_json(rows, json_out)  # type: ignore[arg-type]  # a list: one object per assumption

@@ -16,12 +16,14 @@ from tokenpath.cli.options import JsonOut, scenario_flags
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
 
+# A backslash at the end of a line below joins it to the next: the help shows the example on one line.
 BENCH_EXAMPLE = """
 Examples:
 
   tokenpath bench --base-url http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B-Instruct
 
-  tokenpath bench my.toml --base-url http://127.0.0.1:8000 --model m --request-rate 4 --num-requests 200 --json bench.json
+  tokenpath bench my.toml --base-url http://127.0.0.1:8000 --model m --request-rate 4 --num-requests 200 \
+--json bench.json
 
   tokenpath bench --base-url https://api.example.com --model m --endpoint chat --api-key-env MY_KEY --strict-openai
 
@@ -32,7 +34,8 @@ reports a process the signal ended). A stopped run keeps every request measured 
 file, the requests in flight recorded as interrupted.
 """
 
-COMPARE_EXAMPLE = "\n\nExample:\n\n  tokenpath simulate my.toml --json sim.json\n\n  tokenpath compare sim.json bench.json"
+COMPARE_EXAMPLE = ("\n\nExample:\n\n  tokenpath simulate my.toml --json sim.json\n\n"
+                   "  tokenpath compare sim.json bench.json")
 
 
 def _positive(value: float | None, flag: str) -> None:
@@ -63,19 +66,22 @@ def bench(
     timeout: float = typer.Option(600.0, "--timeout", help="seconds a request may take in all"),
     stall_timeout: float = typer.Option(60.0, "--stall-timeout", help="seconds a stream may go without a byte"),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="seconds to open a connection"),
-    strict_openai: bool = typer.Option(False, "--strict-openai", help="send only standard OpenAI fields (no ignore_eos, no per-event usage)"),
+    strict_openai: bool = typer.Option(False, "--strict-openai",
+                                       help="send only standard OpenAI fields (no ignore_eos, no per-event usage)"),
     extra_body: str | None = typer.Option(None, "--extra-body", help="JSON object merged into every request body"),
     kernel_timestamps: bool = typer.Option(True, "--kernel-timestamps/--loop-timestamps",
-                                           help="stamp arrivals with the kernel's receive time (Linux, http) or when the event loop reads them"),
+                                           help="stamp arrivals with the kernel's receive time (Linux, http) or "
+                                                "when the event loop reads them"),
     max_failure_ratio: float = typer.Option(0.0, "--max-failure-ratio",
                                             help="exit 1 when more than this share of the requests failed (0 to 1)"),
     max_event_bytes: str = typer.Option("16 MiB", "--max-event-bytes",
                                         help="a larger SSE event fails its request as malformed"),
     unique_prompts: bool = typer.Option(True, "--unique-prompts/--no-unique-prompts",
-                                        help="tag each prompt's own text (after any shared prefix) so a prefix cache finds "
-                                             "only what the workload shares"),
+                                        help="tag each prompt's own text (after any shared prefix) so a prefix "
+                                             "cache finds only what the workload shares"),
     json_out: JsonOut = None,
-    results: str | None = typer.Option(None, "--results", help="results JSONL, one line per finished request (default: bench-TIME.jsonl)"),
+    results: str | None = typer.Option(None, "--results", help="results JSONL, one line per finished request "
+                                                                "(default: bench-TIME.jsonl)"),
     *, flags: dict[str, Any],
 ) -> None:
     from tokenpath.bench import (
@@ -103,10 +109,12 @@ def bench(
         raise UserError(f"--endpoint: {quoted(endpoint)} is not one of completions, chat")
     if workers is not None and workers < 1:
         raise UserError(f"--workers: must be 1 or more, got {workers}")
-    for value, flag in ((timeout, "--timeout"), (stall_timeout, "--stall-timeout"), (connect_timeout, "--connect-timeout")):
+    for value, flag in ((timeout, "--timeout"), (stall_timeout, "--stall-timeout"),
+                        (connect_timeout, "--connect-timeout")):
         _positive(value, flag)
     if not 0 <= max_failure_ratio <= 1:
-        raise UserError(f"--max-failure-ratio: must be from 0 to 1 (the share of requests allowed to fail), got {max_failure_ratio}")
+        raise UserError(f"--max-failure-ratio: must be from 0 to 1 (the share of requests allowed to fail), "
+                        f"got {max_failure_ratio}")
     event_bytes = _event_bytes(max_event_bytes)
     api_key = None
     if api_key_env is not None:
@@ -118,7 +126,8 @@ def bench(
     results_path = results or time.strftime("bench-%Y%m%d-%H%M%S.jsonl")
     files.check_writable(results_path, "--results")
     if Path(results_path).exists() and Path(results_path).stat().st_size > 0:
-        raise UserError(f"--results: {results_path} already exists; give a new path (a run never overwrites measurements)")
+        raise UserError(f"--results: {results_path} already exists; give a new path "
+                        "(a run never overwrites measurements)")
     if json_out is not None:
         files.check_writable(json_out, "--json")
     check_tokenizer(tokenizer, "--tokenizer")
@@ -202,9 +211,9 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
                   f"p99 {duration_or_dash(wait['p99'])}", highlight=False)
     arrivals = block["arrivals"]
     if arrivals["sharing_a_read"]:
-        console.print(f"{arrivals['sharing_a_read']:,} of {arrivals['events']:,} token events arrived in one read with the "
-                      "event before (the client was behind): they share its timestamp, so ITL's tail reads long",
-                      highlight=False)
+        console.print(f"{arrivals['sharing_a_read']:,} of {arrivals['events']:,} token events arrived in one read "
+                      "with the event before (the client was behind): they share its timestamp, so ITL's tail "
+                      "reads long", highlight=False)
     if block["reasoning"]["requests"]:
         r = block["reasoning"]
         console.print(f"reasoning: {r['requests']} requests, {r['tokens_mean']:.0f} reasoning tokens on average, "

@@ -20,9 +20,11 @@ def _batch_sizes(given: str, extra: list[str]) -> list[int]:
     try:
         sizes = sorted({int(word) for word in words})
     except ValueError:
-        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be whole numbers, e.g. --batch-sizes 1 8 32 128 256") from None
+        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be whole numbers, "
+                        "e.g. --batch-sizes 1 8 32 128 256") from None
     if not sizes or sizes[0] < 1:
-        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be batch sizes >= 1, e.g. --batch-sizes 1 8 32 128 256")
+        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be batch sizes >= 1, "
+                        "e.g. --batch-sizes 1 8 32 128 256")
     return sizes
 
 
@@ -40,7 +42,8 @@ Examples:
 """
 
 
-@calibrate_app.command("delivery", help="Measure this machine's last-mile host cost per batch size." + CALIBRATE_DELIVERY_EXAMPLE,
+@calibrate_app.command("delivery",
+                       help="Measure this machine's last-mile host cost per batch size." + CALIBRATE_DELIVERY_EXAMPLE,
                        context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 def calibrate_delivery(
     ctx: typer.Context,
@@ -48,7 +51,8 @@ def calibrate_delivery(
         None, help="tokenizer.json, tekken*.json, SentencePiece .model, or a name shipped with mistral-common "
                    f"(default: {DEFAULT_TOKENIZER})"),
     out: str = typer.Option("delivery-calibration.toml", help="calibration file to write"),
-    batch_sizes: str = typer.Option("1 8 32 128 256", "--batch-sizes", help="batch sizes to measure, e.g. 1 8 32 128 256"),
+    batch_sizes: str = typer.Option("1 8 32 128 256", "--batch-sizes",
+                                    help="batch sizes to measure, e.g. 1 8 32 128 256"),
     steps: int = typer.Option(200, min=10, help="engine steps per measurement"),
     repeats: int = typer.Option(5, min=1, help="repeats per measurement; the median is kept"),
 ) -> None:
@@ -113,7 +117,8 @@ def _whole_numbers(text: str, flag: str, example: str) -> tuple[int, ...]:
     return numbers
 
 
-@calibrate_app.command("engine", help="Fit the model's assumptions to a running server, from outside." + CALIBRATE_ENGINE_EXAMPLE)
+@calibrate_app.command("engine",
+                       help="Fit the model's assumptions to a running server, from outside." + CALIBRATE_ENGINE_EXAMPLE)
 @scenario_flags(omit=("model", *WORKLOAD_FLAGS))  # --model is the name the server serves; the probe sets the workload
 def calibrate_engine(
     scenario: str | None = typer.Argument(None, help="the scenario whose deployment the server runs (.toml or "
@@ -193,7 +198,8 @@ def calibrate_engine(
     fit_s = time.monotonic() - fit_start
     write_calibration(out, calibration_document(fit, measured, skipped, loaded, server))
 
-    result = Table(title=f"fitted to {len(measured)} phases: error {fit.rms_before:.1%} -> {fit.rms_after:.1%} (rms of log)")
+    result = Table(title=f"fitted to {len(measured)} phases: error {fit.rms_before:.1%} -> {fit.rms_after:.1%} "
+                         "(rms of log)")
     for column in ("assumption", "before", "fitted", "+/-"):
         result.add_column(column, justify="right" if column != "assumption" else "left")
     for name in fit.names:

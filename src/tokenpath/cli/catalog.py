@@ -11,7 +11,8 @@ from tokenpath.cli.app import app, console, scenario_app
 from tokenpath.cli.options import load_with_flags, scenario_flags
 
 
-@scenario_app.command("show", help="Print a scenario, every default filled in, as TOML.\n\nExample:\n\n  tokenpath scenario show typical")
+@scenario_app.command("show", help="Print a scenario, every default filled in, as TOML."
+                                   "\n\nExample:\n\n  tokenpath scenario show typical")
 @scenario_flags()
 def scenario_show(name: str | None = typer.Argument(None, help="catalog name or .toml path; default 'typical'"),
                   *, flags: dict[str, Any]) -> None:

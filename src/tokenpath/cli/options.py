@@ -77,7 +77,8 @@ def _rate(value: str) -> float | str:
     try:
         rate = float(value)
     except ValueError:
-        raise UserError(f"--request-rate: {quoted(value)} is not a number; give requests/s (e.g. 12.5) or 'inf'") from None
+        raise UserError(f"--request-rate: {quoted(value)} is not a number; give requests/s (e.g. 12.5) "
+                        "or 'inf'") from None
     if not math.isfinite(rate) or rate <= 0:
         raise UserError(f"--request-rate: {quoted(value)} must be > 0 requests/s, or 'inf' to send everything at t=0")
     return rate
@@ -125,8 +126,8 @@ def _length(table: dict[str, Any], which: str, mean: float | None, sd: float | N
     if dist == "uniform":
         ratio = math.sqrt(3.0) * sd / mean
         if ratio >= 1:
-            raise UserError(f"--{which}-sd: a uniform draw of mean {mean:g} has an sd below {mean / math.sqrt(3.0):.4g} "
-                            f"(its range must stay above 0); lower --{which}-sd")
+            raise UserError(f"--{which}-sd: a uniform draw of mean {mean:g} has an sd below "
+                            f"{mean / math.sqrt(3.0):.4g} (its range must stay above 0); lower --{which}-sd")
         return {"kind": "uniform", "mean": float(mean), "range_ratio": ratio}
     return {"kind": dist, "mean": float(mean), "sd": float(sd)}
 

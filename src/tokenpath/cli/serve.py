@@ -14,7 +14,8 @@ from tokenpath.config.errors import UserError, quoted
 
 @app.command(help="Serve an OpenAI-compatible API that streams real text on the scenario's simulated timing."
              "\n\nExample:\n\n  tokenpath serve --port 8000\n\n"
-             "  curl -N localhost:8000/v1/completions -d '{\"model\": \"m\", \"prompt\": \"Hi\", \"max_tokens\": 20, \"stream\": true}'")
+             "  curl -N localhost:8000/v1/completions "
+             "-d '{\"model\": \"m\", \"prompt\": \"Hi\", \"max_tokens\": 20, \"stream\": true}'")
 @scenario_flags(omit=ARRIVAL_AND_PROMPT_FLAGS)  # its clients send their own prompts, when they like
 def serve(
     scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),

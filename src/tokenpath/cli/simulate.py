@@ -99,24 +99,28 @@ Examples:
 """
 
 
-@app.command(help="Simulate a scenario (default: the embedded 'typical') and print where the time goes." + SIMULATE_EXAMPLE)
+@app.command(help="Simulate a scenario (default: the embedded 'typical') and print where the time goes."
+                  + SIMULATE_EXAMPLE)
 @scenario_flags()
 def simulate(
     scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     json_out: JsonOut = None,
-    show_explain: bool = typer.Option(False, "--explain", help="also show the per-op roofline of one steady-state step"),
+    show_explain: bool = typer.Option(False, "--explain",
+                                      help="also show the per-op roofline of one steady-state step"),
     results: str | None = typer.Option(
         None, "--results", help="write one row per request: .parquet (default), .csv or .jsonl"),
     html_out: str | None = HtmlOut,
     png_dir: str | None = PngOut,
     workers: int | None = typer.Option(
         None, help="processes simulating data-parallel replicas side by side (default: one per CPU for "
-                          "runs of 20,000 requests or more; load- and cache-aware routing simulates every replica in one); the result does not depend on it"),
+                   "runs of 20,000 requests or more; load- and cache-aware routing simulates every replica "
+                   "in one); the result does not depend on it"),
     *, flags: dict[str, Any],
 ) -> None:
     _simulate_and_report(scenario, json_out, flags, show_explain, workers, results, html_out, png_dir)
 
 
-@app.command(help="Simulate the embedded default scenario ('typical').\n\nExample:\n\n  tokenpath run --json result.json")
+@app.command(help="Simulate the embedded default scenario ('typical')."
+                  "\n\nExample:\n\n  tokenpath run --json result.json")
 def run(json_out: JsonOut = None) -> None:
     _simulate_and_report(None, json_out, {})

@@ -16,7 +16,8 @@ def validate(
     groups: list[str] | None = typer.Option(None, "--group", help="only this group of rows (repeatable)"),
     latency_rows: str | None = typer.Option(
         None, "--latency-rows", help="the latency group from this TOML file of rows tables (the form of "
-                                     "catalog/validation/latency.toml) instead of the shipped one; alone, only that group"),
+                                     "catalog/validation/latency.toml) instead of the shipped one; alone, "
+                                     "only that group"),
 ) -> None:
     from tokenpath.validate.groups import print_validation, run_validation
 

@@ -57,8 +57,8 @@ class ChipSpec:
         native = [*self.peak_flops, *(["fp16"] if "fp16" not in self.peak_flops else [])]
         runs = ", ".join([*native, *(f"{p} (weight-only)" for p in self.weight_only)])
         raise UserError(f"model.precision: {precision} does not run on {self.name} (deployment.chip): it has no "
-                        f"{precision} tensor cores and no weight-only {precision} kernel is known for it; use one it runs: "
-                        f"{runs}")
+                        f"{precision} tensor cores and no weight-only {precision} kernel is known for it; use one it "
+                        f"runs: {runs}")
 
     def is_weight_only(self, precision: str) -> bool:
         """Whether weights stored at `precision` are multiplied at bf16 on this chip."""

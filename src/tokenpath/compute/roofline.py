@@ -194,7 +194,8 @@ class ComputeModel:
         free = budget - weights - activations
         if free < self.kv_bytes_per_token_per_chip:
             where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"
-            what = f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, tp={self.tp}, pp={self.pp}"
+            what = (f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, "
+                    f"tp={self.tp}, pp={self.pp}")
             if self.expert_replicas > 1:
                 what += f", experts over {self.tp * self.expert_replicas} chips"
             if weights >= budget:

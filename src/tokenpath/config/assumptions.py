@@ -17,21 +17,23 @@ their own values.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import difflib
 import math
 from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from tokenpath.config.errors import UserError, quoted
 
-_ACTIVE: contextvars.ContextVar[Mapping[str, float]] = contextvars.ContextVar("tokenpath_assumptions", default={})
+# None outside `Assumptions.active()` (every constant at its default), not a shared mutable {}
+_ACTIVE: ContextVar[Mapping[str, float] | None] = ContextVar("tokenpath_assumptions", default=None)
 
 
 def assumed(name: str, default: float) -> float:
     """The active run's value of assumption `name`; `default` (the module's constant) when not overridden."""
-    return _ACTIVE.get().get(name, default)
+    values = _ACTIVE.get()
+    return default if values is None else values.get(name, default)
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,8 @@ def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str = "A", name_
     table.add_column(name_b, justify="right")
     table.add_column("B vs A", justify="right")
     for row in compare(a, b):
-        table.add_row(row["metric"], _cell(row["a"], row["unit"]), _cell(row["b"], row["unit"]), _delta(row["relative"]))
+        table.add_row(row["metric"], _cell(row["a"], row["unit"]), _cell(row["b"], row["unit"]),
+                      _delta(row["relative"]))
     return table
 
 

@@ -172,7 +172,8 @@ def write_results(table: Any, path: str, flag: str = "--results") -> None:
                 for row in table.to_pylist():
                     out.write(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
     except OSError as error:
-        raise UserError(f"{flag} {files.shown(path)}: cannot write it ({error.strerror}); choose another path") from None
+        raise UserError(f"{flag} {files.shown(path)}: cannot write it ({error.strerror}); "
+                        "choose another path") from None
 
 
 def read_results_table(path: str) -> tuple[Any, dict[str, Any] | None, list[tuple[str, str]] | None]:

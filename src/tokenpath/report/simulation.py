@@ -20,12 +20,13 @@ def _replicas(dep: Any) -> str:
 
 def _engine_line(engine: Any, compute: Any) -> str:
     """The scheduler profile, its limits, and how the host's time per step counts."""
-    line = f"{engine.scheduler} scheduler, max {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} tokens/step, " \
-           f"chunked prefill {'on' if engine.chunked_prefill else 'off'}"
+    line = (f"{engine.scheduler} scheduler, max {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
+            f"tokens/step, chunked prefill {'on' if engine.chunked_prefill else 'off'}")
     if engine.num_scheduler_steps > 1:
         line += f", {engine.num_scheduler_steps}-step windows"
     host = format_duration(compute.host_step_s)
-    return line + f"; {compute.graph_policy()}; host {host}/step, {'overlapped' if compute.host_overlapped else 'in the step'}"
+    return (line + f"; {compute.graph_policy()}; host {host}/step, "
+            f"{'overlapped' if compute.host_overlapped else 'in the step'}")
 
 
 def describe(sim: Simulation) -> list[tuple[str, str]]:
@@ -33,7 +34,8 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
     s, d = sim.scenario, sim.deployment
     w = s.workload
     rate = w.arrival.rate
-    arrivals = "all at t=0" if math.isinf(rate) else f"{format_number(rate, 6)} req/s, burstiness {format_number(w.arrival.burstiness, 6)}"
+    arrivals = ("all at t=0" if math.isinf(rate)
+                else f"{format_number(rate, 6)} req/s, burstiness {format_number(w.arrival.burstiness, 6)}")
     if w.trace:  # the trace's times replace the arrival table
         span_s = float(sim.requests.arrival_s[-1] - sim.requests.arrival_s[0])
         offered = f"{format_number((len(sim.requests) - 1) / span_s)} req/s on average" if span_s > 0 else "all at t=0"
@@ -53,10 +55,12 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                        f"{', EP over all chips' if s.deployment.expert_parallel else ''}, "
                        f"{_replicas(s.deployment)}"),
         ("fabric", f"{d.fabric_name}: {d.topology.kind}, {d.topology.hosts} hosts, {d.topology.diameter()} links "
-                   f"across, {placement_name(s.deployment.placement)} placement, {d.collectives.algorithm} collectives"),
+                   f"across, {placement_name(s.deployment.placement)} placement, "
+                   f"{d.collectives.algorithm} collectives"),
         ("KV cache", f"{d.kv_capacity_tokens:,} tokens per engine "
                      f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip)"),
-        ("engine", _engine_line(s.engine, d.compute) + f", prefix caching {'on' if s.engine.prefix_caching else 'off'}"),
+        ("engine", _engine_line(s.engine, d.compute)
+                   + f", prefix caching {'on' if s.engine.prefix_caching else 'off'}"),
         ("workload", f"{w.num_requests:,} requests{_session_count(sim.requests)}, {lengths} "
                      f"(drawn means {mean_in:.0f}/{mean_out:.0f})"),
         ("arrivals", arrivals),
@@ -98,7 +102,8 @@ def _model_line(d: Any, precision: str, kv_precision: str) -> str:
         line += f" (weight-only: {d.chip.name} has no {precision} tensor cores, so they multiply at bf16)"
     line += f", {kv_precision} KV cache"
     if d.model.sliding_layers:
-        line += f", sliding window {d.model.sliding_window:,} on {d.model.sliding_layers} of {d.model.num_layers} layers"
+        line += (f", sliding window {d.model.sliding_window:,} on {d.model.sliding_layers} of "
+                 f"{d.model.num_layers} layers")
     return line
 
 

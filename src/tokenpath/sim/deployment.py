@@ -66,7 +66,8 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     model = load_model(scenario.model_source())
     chip = load_chip(dep.chip, assumptions)
     if model.num_heads % dep.tp:
-        raise UserError(f"deployment.tp: {model.name} has {model.num_heads} attention heads, not divisible by tp={dep.tp}")
+        raise UserError(f"deployment.tp: {model.name} has {model.num_heads} attention heads, "
+                        f"not divisible by tp={dep.tp}")
     if model.num_layers % dep.pp:
         raise UserError(f"deployment.pp: {model.name} has {model.num_layers} layers, not divisible by pp={dep.pp}")
     if dep.prefill_replicas and not dep.prefill_replicas < dep.replicas:

@@ -94,8 +94,9 @@ class DeploymentSection(BaseModel):
     pp: int = Field(1, ge=1, le=MAX_CHIPS, description="pipeline stages per replica")
     expert_parallel: bool = Field(False, description="MoE experts split over the tensor-parallel group, "
                                                      "with all-to-all dispatch and combine")
-    prefill_replicas: int = Field(0, ge=0, le=MAX_CHIPS, description="replicas that only prefill (disaggregated serving); "
-                                                       "0: every replica prefills and decodes")
+    prefill_replicas: int = Field(0, ge=0, le=MAX_CHIPS,
+                                  description="replicas that only prefill (disaggregated serving); "
+                                              "0: every replica prefills and decodes")
     routing: Routing = Field(
         "round_robin", description="how requests are spread over the replicas: round_robin, least_outstanding, "
                                    "least_kv_load, prefix_aware (SGLang router's cache-aware policy) or "

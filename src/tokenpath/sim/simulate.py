@@ -102,7 +102,8 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     policy = scenario.deployment.routing
     sessions = requests.sessions
     # Sessions' later turns wait for the turn before: -1 for a request sent at its scheduled time.
-    think_ns = None if sessions is None else np.where(sessions.turn > 0, np.rint(sessions.think_s * 1e9), -1).astype(np.int64)
+    think_ns = (None if sessions is None
+                else np.where(sessions.turn > 0, np.rint(sessions.think_s * 1e9), -1).astype(np.int64))
     # Round-robin moves a session's turns between replicas, so they must share a clock too.
     apart = policy == "session_affinity" or (policy == "round_robin" and sessions is None)
     if apart or replicas == 1:
@@ -127,7 +128,8 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
         else:
             sub = requests.take(rows)
             # A concurrency cap is shared out evenly between the replicas.
-            share = None if concurrency is None else max(1, concurrency // replicas + (replica < concurrency % replicas))
+            share = (None if concurrency is None
+                     else max(1, concurrency // replicas + (replica < concurrency % replicas)))
             last_mile = LastMile(delivery)
             trace = run_engine(
                 scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,

@@ -133,7 +133,8 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int | None = None, ray: bool 
     ran = 0
     try:
         if todo:
-            rows = _ray(spec, todo, ray_address) if ray else _local(spec, todo, min(len(todo), workers or available_cpus()))
+            rows = (_ray(spec, todo, ray_address) if ray
+                    else _local(spec, todo, min(len(todo), workers or available_cpus())))
             try:
                 for row in rows:
                     store.add(row)

@@ -109,7 +109,8 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
     if not isinstance(rows, list) or not rows:
         raise UserError(f"{where}: no [[rows]]; give at least one published measurement (see docs/validation.md)")
     for k, row in enumerate(rows):
-        label = f"{where}: rows[{k}]" + (f" ({row['source']})" if isinstance(row, dict) and isinstance(row.get("source"), str) else "")
+        label = f"{where}: rows[{k}]" + (f" ({row['source']})"
+                                         if isinstance(row, dict) and isinstance(row.get("source"), str) else "")
         if not isinstance(row, dict):
             raise UserError(f"{label}: a row is a table of fields")
         _check(LatencyRow, row, label)
@@ -117,7 +118,8 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
 
 
 def _shipped() -> dict[str, Any]:
-    return tomllib.loads((resources.files("tokenpath.catalog") / "validation" / "latency.toml").read_text(encoding="utf-8"))
+    shipped = resources.files("tokenpath.catalog") / "validation" / "latency.toml"
+    return tomllib.loads(shipped.read_text(encoding="utf-8"))
 
 
 def _check(model: type[BaseModel], table: Any, label: str) -> None:

@@ -96,7 +96,8 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
     if isinstance(up, SwitchFabric):
         levers.append(Lever(f"NVLS {'off' if up.nvls else 'on'}", "", fabric.overrides((*inside, "nvls"), not up.nvls)))
     else:
-        levers.append(Lever("NVLS", "", skipped=f"NVLink SHARP reduces in a switch; this scale-up fabric is a {up.kind}"))
+        levers.append(Lever("NVLS", "",
+                            skipped=f"NVLink SHARP reduces in a switch; this scale-up fabric is a {up.kind}"))
     group = dep.tp * dep.pp
     levers.append(Lever(f"one more replica ({dep.chips + group} chips)", "", {"deployment.chips": dep.chips + group}))
     for divisor in (2, 4):
@@ -112,7 +113,8 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
                             fabric.overrides(("network", "link_bw"), _gbps(net * BANDWIDTH_FACTOR))))
     else:
         levers.append(Lever("faster scale-out network", "",
-                            skipped=f"one {fabric.spec.kind} joins all {dep.chips} chips: no scale-out network in the path"))
+                            skipped=f"one {fabric.spec.kind} joins all {dep.chips} chips: "
+                                    "no scale-out network in the path"))
     return levers
 
 
