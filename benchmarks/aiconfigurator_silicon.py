@@ -92,10 +92,12 @@ def main() -> None:
         tpot = predicted["decode_s"] * 1e3 / run.silicon_tpot_ms - 1
         errors.append((ttft, tpot))
         print(f"{run.backend:6} {MODELS[run.model_path]:13} {run.system:8} tp{int(run.tp_size)} "
-              f"{int(run.isl)}/{int(run.osl)} c{int(run.concurrency):<4} TTFT {run.silicon_ttft_ms:8.1f} ms {ttft:+6.0%}  "
+              f"{int(run.isl)}/{int(run.osl)} c{int(run.concurrency):<4} "
+              f"TTFT {run.silicon_ttft_ms:8.1f} ms {ttft:+6.0%}  "
               f"TPOT {run.silicon_tpot_ms:6.1f} ms {tpot:+6.0%}", flush=True)
     print(f"{len(errors)} runs ({args.window}): median |error| TTFT "
-          f"{statistics.median(abs(t) for t, _ in errors):.1%}, TPOT {statistics.median(abs(d) for _, d in errors):.1%}")
+          f"{statistics.median(abs(t) for t, _ in errors):.1%}, "
+          f"TPOT {statistics.median(abs(d) for _, d in errors):.1%}")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,8 @@ _HEAD_SSE = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Contr
 
 def _json_response(status: str, document: dict) -> bytes:
     body = json.dumps(document).encode()
-    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
 class _Stream:
@@ -166,7 +167,8 @@ class _Conn(asyncio.Protocol):
         method, path = line.split(" ")[:2]
         path = path.split("?")[0]
         if method == "GET" and path.endswith("/models"):
-            self.transport.write(_json_response("200 OK", {"object": "list", "data": [{"id": "bench", "object": "model"}]}))
+            self.transport.write(_json_response(
+                "200 OK", {"object": "list", "data": [{"id": "bench", "object": "model"}]}))
             return
         if method == "GET":  # /health, /version and the like
             self.transport.write(_json_response("200 OK", {}))
@@ -218,7 +220,8 @@ class ServerProcess:
     def __init__(self, step_ms: float, workdir: Path, cpu: int | None) -> None:
         self.log = workdir / "server_log.npz"
         ready = workdir / "server_port"
-        command = [sys.executable, __file__, "serve", "--step-ms", str(step_ms), "--log", str(self.log), "--ready", str(ready)]
+        command = [sys.executable, __file__, "serve", "--step-ms", str(step_ms), "--log", str(self.log),
+                   "--ready", str(ready)]
         self.process = subprocess.Popen(command, preexec_fn=lambda: _isolate({cpu} if cpu is not None else None))
         deadline = time.monotonic() + 30
         while not ready.exists() or not ready.read_text():
@@ -362,7 +365,8 @@ def _run(command: list[str], cpus: set[int] | None) -> None:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900,
                           preexec_fn=lambda: _isolate(cpus))
     if done.returncode != 0:
-        raise RuntimeError(f"{Path(command[0]).name} failed ({done.returncode}): {(done.stderr or done.stdout)[-2000:]}")
+        raise RuntimeError(f"{Path(command[0]).name} failed ({done.returncode}): "
+                           f"{(done.stderr or done.stdout)[-2000:]}")
 
 
 def make_tokenizer_dir(workdir: Path) -> Path:
@@ -383,7 +387,9 @@ def make_tokenizer_dir(workdir: Path) -> Path:
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "model_max_length": 4096,
     }))
-    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 2000, "max_position_embeddings": 4096}))
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "vocab_size": 2000, "max_position_embeddings": 4096,
+    }))
     return folder
 
 
@@ -397,7 +403,8 @@ def trial(client: str, runner, streams: int, args, workdir: Path, server_cpu: in
         output = runner(server.url, streams, folder)
     finally:
         log = server.stop()
-    errors = {"tokenpath": errors_tokenpath, "vllm": errors_vllm, "guidellm": errors_guidellm}[client.split(":")[0]](output, log)
+    errors = {"tokenpath": errors_tokenpath, "vllm": errors_vllm,
+              "guidellm": errors_guidellm}[client.split(":")[0]](output, log)
     mono = log["mono"]
     # Streamed tokens/s the client took: events sent, over the span of the sends.
     span_s = (mono.max() - mono.min()) / 1e9 if len(mono) > 1 else 0.0
@@ -474,9 +481,11 @@ def main() -> None:
         clients.append(("tokenpath:1w:loop-stamps", lambda url, s, folder: run_tokenpath(
             url, s, n(s), args.output_len, folder, 1, client_cpus, loop_timestamps=True)))
     if args.vllm:
-        clients.append(("vllm", lambda url, s, folder: run_vllm(args.vllm, url, s, n(s), args.output_len, folder, tokenizer, client_cpus)))
+        clients.append(("vllm", lambda url, s, folder: run_vllm(
+            args.vllm, url, s, n(s), args.output_len, folder, tokenizer, client_cpus)))
     if args.guidellm:
-        clients.append(("guidellm", lambda url, s, folder: run_guidellm(args.guidellm, url, s, n(s), args.output_len, folder, tokenizer, client_cpus)))
+        clients.append(("guidellm", lambda url, s, folder: run_guidellm(
+            args.guidellm, url, s, n(s), args.output_len, folder, tokenizer, client_cpus)))
 
     print(f"server step {args.step_ms:g} ms, {args.output_len} tokens per request, CPUs: server {server_cpu}, "
           f"clients {sorted(client_cpus) if client_cpus else 'shared'}", flush=True)
@@ -498,7 +507,8 @@ def main() -> None:
 
     best, loose = best_of("ok"), best_of("ok_loose")
     ratio, ratio_loose = ratio_of(best), ratio_of(loose)
-    for title, table in ((f"p99 error < {ERROR_LIMIT_S * 1e3:g} ms", best), (f"p99 error < {LOOSE_LIMIT_S * 1e3:g} ms", loose)):
+    for title, table in ((f"p99 error < {ERROR_LIMIT_S * 1e3:g} ms", best),
+                         (f"p99 error < {LOOSE_LIMIT_S * 1e3:g} ms", loose)):
         print(f"\nhighest streamed tokens/s with {title}")
         print(f"{'client':<26}{'tokens/s':>12}{'streams':>10}{'p50 err ms':>12}{'p99 err ms':>12}")
         for name, row in table.items():

@@ -195,7 +195,8 @@ def main() -> None:
     print(f"{'tokenizer':<24} {'method':<40} {'tok/s':>12} {'tokenpath x':>12} {'exact':>9}")
     for r in rows:
         exact = "-" if r["exact_sequences"] is None else f"{r['exact_sequences']}/{r['sequences']}"
-        print(f"{r['tokenizer']:<24} {r['method']:<40} {r['tokens_per_s']:>12,.0f} {r['tokenpath_x']:>11.1f}x {exact:>9}")
+        print(f"{r['tokenizer']:<24} {r['method']:<40} {r['tokens_per_s']:>12,.0f} "
+              f"{r['tokenpath_x']:>11.1f}x {exact:>9}")
     if args.json_path:
         Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json_path, "w") as out:

@@ -24,6 +24,7 @@ import json
 import platform
 import statistics
 import time
+from functools import partial
 
 import numpy as np
 
@@ -87,7 +88,7 @@ def run_family(name: str, sizes: list[int], build, exact: bool, repeats: int, bu
     rows = []
     peers_alive = {"igraph": True, "networkx": True}
     for size in sizes:
-        ours_s, (topology, loads) = median_time(lambda: tokenpath_loads(lambda: build(size)), repeats)
+        ours_s, (topology, loads) = median_time(partial(tokenpath_loads, partial(build, size)), repeats)
         row = {"family": name, "param": size, "hosts": topology.hosts, "routers": topology.routers,
                "links": len(topology.links), "tokenpath_s": ours_s}
         edges, cable_of_link = cables(topology) if any(peers_alive.values()) else (None, None)
@@ -96,7 +97,7 @@ def run_family(name: str, sizes: list[int], build, exact: bool, repeats: int, bu
         for peer, fn in (("igraph", igraph_loads), ("networkx", networkx_loads)):
             if not peers_alive[peer]:
                 continue
-            peer_s, (between,) = median_time(lambda: fn(topology, edges), repeats)
+            peer_s, (between,) = median_time(partial(fn, topology, edges), repeats)
             row[f"{peer}_s"] = peer_s
             row[f"{peer}_ratio"] = peer_s / ours_s
             if exact:

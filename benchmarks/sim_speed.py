@@ -14,7 +14,7 @@ import platform
 import statistics
 import time
 
-from tokenpath.report.simulation import result_document
+from tokenpath.sim.document import result_document
 from tokenpath.sim.scenario import load_scenario
 from tokenpath.sim.simulate import simulate
 

@@ -551,7 +551,7 @@ def run_vidur(
 
 @dataclass
 class TokenpathRun:
-    setup_s: float  # prepare(): the deployment (compute model, fabric, KV capacity) and the requests read from the trace
+    setup_s: float  # prepare(): the deployment (compute model, fabric, KV capacity) and the trace's requests
     sim_s: float  # simulate(): the engine, the last mile and the per-request results
     simulated_end_s: float
     steps: int
@@ -768,7 +768,8 @@ def main() -> int:
         wl = make_workload(case, args.rate, args.work_dir, args.seed)
         case_dir = args.work_dir / f"vidur_{case.name}"
         # One process as Vidur; and, with several replicas, one worker per CPU as tokenpath runs by default.
-        worker_counts = [1] + ([min(case.replicas, available_cpus())] if min(case.replicas, available_cpus()) > 1 else [])
+        worker_counts = [1] + ([min(case.replicas, available_cpus())]
+                               if min(case.replicas, available_cpus()) > 1 else [])
         run_tokenpath(wl, args, 1)  # warm-up: imports, caches
         # Each Vidur run is followed by its share of tokenpath's runs, so that both tools' medians
         # come from the same stretches of a noisy machine.

@@ -2,7 +2,8 @@
 
 tokenpath.engine.replica computes the same thing with O(1) work per step; tests check the two
 agree exactly. This one recomputes every running sequence every step, which is easy to read.
-engine/spec.py describes the scheduler profiles; here each is written out plainly:
+engine/profiles.py describes the scheduler profiles; here each is written out plainly, its rules in
+RULES (adding a profile there means adding its rules here, which the tests check):
 
 - vllm-v1 and trtllm (`step_mixed`): running sequences first, in admission order, each taking the
   tokens it still needs (one to decode, the rest of its prompt when prefilling) from the step's token
@@ -42,16 +43,37 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from tokenpath.delivery.lastmile import closes_event
-from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.loop import EngineTrace
 from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.protocols import Host, StepCosts
 from tokenpath.engine.spec import EngineSpec
+
+
+@dataclass(frozen=True)
+class Rules:
+    """A profile's rules as this engine applies them, stated here rather than read from
+    engine/profiles.py, so that the tests compare two statements of each profile."""
+
+    prefills_alone: Callable[[EngineSpec], bool]  # prompts in steps of their own, the decodes paused
+    chunk_in_blocks: bool  # a cut prompt chunk is whole KV blocks
+    headroom: bool         # admission keeps SGLang's new_token_ratio of the outputs to come
+    overlapped: bool       # the host prepares a step while the GPU runs the one before, unless told
+
+
+RULES = {
+    "vllm-v1": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=False, headroom=False, overlapped=False),
+    "vllm-v0": Rules(prefills_alone=lambda spec: not spec.chunked_prefill, chunk_in_blocks=False, headroom=False,
+                     overlapped=False),
+    "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
+                           overlapped=True),
+    "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True),
+}
 
 
 def _ns(seconds: float) -> int:
@@ -212,15 +234,15 @@ class _Replica:
         self.total_blocks = kv_capacity_tokens // spec.block_size
         self.free_blocks = self.total_blocks
         self.prefix: _PlainPrefixCache | None = None
-        self.pauses = ((spec.scheduler == "prefill-first" and not spec.mixed_chunk)
-                       or (spec.scheduler == "vllm-v0" and not spec.chunked_prefill))
+        rules = RULES[spec.scheduler]
+        self.pauses = rules.prefills_alone(spec)
         self.window = spec.num_scheduler_steps
         self.reserve = spec.kv_admission == "reserve"
-        self.ratio = NewTokenRatio() if spec.scheduler == "prefill-first" else None
+        self.ratio = NewTokenRatio() if rules.headroom else None
         self.preempted_in_step = False
-        self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1
+        self.chunk_unit = spec.block_size if rules.chunk_in_blocks else 1
         # An overlapped scheduler forms a busy engine's next batch when the step before it starts.
-        self.lagged = host_overlapped(spec.scheduler, spec.host_overlap)
+        self.lagged = rules.overlapped if spec.host_overlap is None else spec.host_overlap
         self.formed = 0  # the start of the last step
 
         # Per-request accounts, kept here while a request is not running (a preempted request keeps

@@ -3,26 +3,31 @@
 import ast
 import importlib
 import json
+import os
 import pathlib
 import pkgutil
+import subprocess
+import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tokenpath
 from cli_helpers import assert_user_error, run_cli
+from tokenpath import load_scenario, simulate
 from tokenpath.config.assumptions import BY_NAME, DELIVERY_FIELDS, REGISTRY, lookup
 from tokenpath.config.errors import UserError
-from tokenpath.report.simulation import assumptions_line, result_document
+from tokenpath.report.simulation import assumptions_line
 from tokenpath.sim.deployment import build_deployment
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 SRC = pathlib.Path(tokenpath.__file__).parent
 MODEL_PACKAGES = ("compute", "fabric", "engine", "delivery")
 
 # Numeric module-level constants in the model packages that are not assumptions, each with why.
 NOT_ASSUMPTIONS = {
-    "tokenpath.compute.model.MAX_DIMENSION": "a bound on config input (int32 shapes), not a prediction",
+    "tokenpath.compute.model_spec.MAX_DIMENSION": "a bound on config input (int32 shapes), not a prediction",
     "tokenpath.compute.hf_config._LLAMA4_NO_ROPE_INTERVAL": "Llama 4's architecture (every 4th layer), a fact",
     "tokenpath.fabric.spec.MAX_FABRIC_HOSTS": "a bound on config input",
     "tokenpath.fabric.spec.MAX_ROUTERS": "a bound on config input",
@@ -33,7 +38,7 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.spec.MAX_NUM_SEQS": "a bound on config input",
     "tokenpath.engine.spec.MAX_STEP_TOKENS": "a bound on config input",
     "tokenpath.engine.spec.MAX_BLOCK_SIZE": "a bound on config input",
-    "tokenpath.engine.spec.VLLM_V0_MAX_NUM_SEQS": "vLLM V0's own default (cited there), a fact",
+    "tokenpath.engine.profiles.VLLM_V0_MAX_NUM_SEQS": "vLLM V0's own default (cited there), a fact",
     "tokenpath.delivery.lastmile.ID_BYTES": "the size of an int32 token id, a data type",
     "tokenpath.delivery.spec.MAX_STREAM_INTERVAL": "a bound on config input",
     "tokenpath.delivery.spec.MAX_HOST_COST_S": "a bound on config input",
@@ -46,7 +51,8 @@ NOT_ASSUMPTIONS = {
     **{f"tokenpath.engine.new_token_ratio.{name}": "SGLang's own scheduler default (cited there), a fact"
        for name in ("INIT_NEW_TOKEN_RATIO", "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO_DECAY_STEPS",
                     "RETRACT_DECODE_STEPS", "CLIP_MAX_NEW_TOKENS_ESTIMATION")},
-    "tokenpath.engine.routing.CACHE_THRESHOLD": "the modelled router's own setting (SGLang router default, cited there)",
+    "tokenpath.engine.routing.CACHE_THRESHOLD":
+        "the modelled router's own setting (SGLang router default, cited there)",
     "tokenpath.engine.routing.BALANCE_ABS_THRESHOLD": "the modelled router's own setting (SGLang router default)",
     "tokenpath.engine.routing.BALANCE_REL_THRESHOLD": "the modelled router's own setting (SGLang router default)",
 }
@@ -64,7 +70,8 @@ def _numeric_constants(module_name):
     module = importlib.import_module(module_name)
     tree = ast.parse(pathlib.Path(module.__file__).read_text(encoding="utf-8"))
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
         for target in targets:
             if isinstance(target, ast.Name) and target.id.lstrip("_").isupper():
                 value = getattr(module, target.id)
@@ -82,21 +89,60 @@ def test_every_numeric_constant_of_the_model_packages_is_registered_or_excused()
 
 
 def _assumed_calls():
-    """(name, constant) of every assumed("name", CONSTANT) call in the source."""
+    """(name, constant) of every assumed("name", CONSTANT) call in the source, and (name, None) of every
+    assumptions.value("name") read (a run's Assumptions handed to the compute model)."""
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "assumed":
                 name, default = node.args
                 constant = default.attr if isinstance(default, ast.Attribute) else default.id
                 yield name.value, constant
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "value"
+                  and "assumptions" in (getattr(node.func.value, "id", None), getattr(node.func.value, "attr", None))):
+                yield node.args[0].value, None
 
 
 def test_every_assumption_is_read_through_the_registry_by_its_own_constant():
     calls = list(_assumed_calls())
     for name, constant in calls:
-        assert BY_NAME[name].constant == constant, f"assumed({name!r}, {constant}) reads the wrong constant"
+        assert constant is None or BY_NAME[name].constant == constant, \
+            f"assumed({name!r}, {constant}) reads the wrong constant"
     read = {name for name, _ in calls} | set(DELIVERY_FIELDS)  # delivery ones are [delivery] defaults
     assert read == set(BY_NAME), f"registered but never read (an override would do nothing): {set(BY_NAME) - read}"
+
+
+def test_each_module_binds_its_constant_to_the_registry_s_value():
+    for a in REGISTRY:
+        assert getattr(importlib.import_module(a.module), a.constant) == a.value, f"{a.module}.{a.constant}"
+
+
+def test_the_registry_lists_every_value_without_importing_the_model_packages():
+    # The registry is the ground floor: it holds the values, so listing them loads no module above it.
+    listed = subprocess.run(
+        [sys.executable, "-c", "import json, sys; from tokenpath.config.assumptions import listing; "
+                               "rows = listing(); print(json.dumps([sorted(m for m in sys.modules "
+                               "if m.startswith('tokenpath.') and not m.startswith('tokenpath.config')), "
+                               "{r['name']: r['value'] for r in rows}]))"],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(SRC.parent)})
+    loaded, values = json.loads(listed.stdout)
+    assert loaded == [] and values == {a.name: a.value for a in REGISTRY}
+    assert values["kernel_fixed_s"] == 2.45e-6 and values["scaleout_link_latency_s"] == 2.7e-6 / 4
+
+
+def test_the_compute_model_reads_the_assumptions_it_is_handed_and_no_others():
+    from tokenpath.compute.chip import load_chip
+    from tokenpath.compute.model import load_model
+    from tokenpath.compute.roofline import ComputeModel
+    from tokenpath.config.assumptions import DEFAULTS, Assumptions
+
+    model, changed = load_model("llama-3.1-8b"), Assumptions({"kernel_fixed_s": 5e-6, "serving_gemm_fraction": 0.4})
+    plain = ComputeModel(model, load_chip("h100"), 1, "fp8", "bf16")
+    handed = ComputeModel(model, load_chip("h100", changed), 1, "fp8", "bf16", assumptions=changed)
+    assert plain.kernel_fixed_s == 2.45e-6 and handed.kernel_fixed_s == 5e-6
+    assert handed.chip.matmul_efficiency["fp8"] == pytest.approx(plain.chip.matmul_efficiency["fp8"] / 2)
+    with changed.active():  # a run's block changes nothing for a model handed other assumptions
+        inside = ComputeModel(model, load_chip("h100", DEFAULTS), 1, "fp8", "bf16", assumptions=DEFAULTS)
+    assert inside.kernel_fixed_s == 2.45e-6 and inside.chip.matmul_efficiency == plain.chip.matmul_efficiency
 
 
 def test_every_entry_has_a_unit_a_source_and_a_guard():
@@ -244,10 +290,6 @@ def test_a_delivery_calibration_joins_through_the_assumptions_table(tmp_path):
     before = scenario.fingerprint()
     engine.write_text(engine.read_text().replace("0.002", "0.003"))  # the file is part of the fingerprint
     assert load_scenario(str(tmp_path / "s.toml"), SMALL).fingerprint() != before
-
-
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st
 
 
 @given(st.floats(min_value=0, max_value=3600, allow_nan=False), st.sampled_from(["s", "ms", "us", "ns"]))

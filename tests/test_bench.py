@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tokenpath import load_scenario
 from tokenpath.bench import (
     PromptBuilder,
     Target,
@@ -26,7 +27,6 @@ from tokenpath.bench.results import bench_summary
 from tokenpath.bench.runner import auto_workers, concurrency_share
 from tokenpath.bench.stream import DROPPED, EMPTY, INCOMPLETE, MALFORMED, SERVER_ERROR, Exchange, allocate
 from tokenpath.config.errors import UserError
-from tokenpath.sim.scenario import load_scenario
 
 
 # ---- prompts ------------------------------------------------------------------------------------------
@@ -204,7 +204,8 @@ def test_usage_total_spreads_multi_token_events_by_text():
     exchange, _ = _exchange()
     exchange.feed(_sse([_text("a")]), 2000)
     exchange.feed(_sse([_text("bbbbbb")]), 3000)  # several tokens in one event, no per-event usage
-    exchange.feed(_sse([_text("c", finish="length"), {"choices": [], "usage": {"completion_tokens": 8}}, "[DONE]"]), 4000)
+    exchange.feed(_sse([_text("c", finish="length"), {"choices": [], "usage": {"completion_tokens": 8}}, "[DONE]"]),
+                  4000)
     assert exchange.tokens_from == "usage"
     assert exchange.arrival_tokens == [1, 6, 1]
 
@@ -232,7 +233,8 @@ def test_stream_failures(events, reason):
 
 def test_comments_and_fields_are_skipped():
     exchange, _ = _exchange()
-    exchange.feed(b": ping\n\nevent: message\nid: 3\ndata: " + orjson.dumps(_text("x", finish="stop")) + b"\n\ndata: [DONE]\n\n", 5)
+    exchange.feed(b": ping\n\nevent: message\nid: 3\ndata: " + orjson.dumps(_text("x", finish="stop"))
+                  + b"\n\ndata: [DONE]\n\n", 5)
     assert exchange.error is None and exchange.arrival_tokens == [1] and exchange.events == 1
 
 
@@ -258,8 +260,10 @@ def test_events_read_together_are_arrivals_of_their_own_at_one_time():
 @pytest.mark.parametrize("content_type, body, detail", [
     ("application/json", b'{"id": "c", "choices": [{"text": "Hello there", "finish_reason": "stop"}]}',
      'the server answered application/json, not an SSE stream (does it ignore "stream": true?): {"id": "c", "choices"'),
-    ("application/problem+json; charset=utf-8", b'{"title": "nope"}', 'not an SSE stream (does it ignore "stream": true?): {"title": "nope"}'),
-    ("text/html", b"<html>\n<body>Welcome</body>\n</html>\n\n", "not an SSE stream (Content-Type: text/html): <html> <body>Welcome"),
+    ("application/problem+json; charset=utf-8", b'{"title": "nope"}',
+     'not an SSE stream (does it ignore "stream": true?): {"title": "nope"}'),
+    ("text/html", b"<html>\n<body>Welcome</body>\n</html>\n\n",
+     "not an SSE stream (Content-Type: text/html): <html> <body>Welcome"),
     ("", b"plain words " * 20, "not an SSE stream (Content-Type: none): plain words plain words"),
 ])
 def test_an_answer_that_is_not_sse_says_what_came(content_type, body, detail):
@@ -278,7 +282,8 @@ def test_a_partial_event_grows_in_place_and_is_bounded():
     import tracemalloc
 
     size = 8 * 2**20
-    head, text, tail = b'data: {"choices": [{"text": "', b"x" * size, b'", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
+    head, text, tail = (b'data: {"choices": [{"text": "', b"x" * size,
+                        b'", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n')
     pieces = [head, *(text[k:k + 2**16] for k in range(0, size, 2**16))]
     exchange, ended = _exchange()
     exchange.max_event_bytes = 2 * size
@@ -364,7 +369,8 @@ def _chunked(body: bytes, sizes: list[int]) -> bytes:
 def test_http_response_parsing_however_split(sizes, cuts, chunked):
     body = _sse(STREAM)
     if chunked:
-        wire = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunked(body, sizes)
+        wire = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + _chunked(body, sizes))
     else:
         wire = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
     pool = _Pool()
@@ -396,7 +402,8 @@ def test_http_error_status_and_dropped_connection():
     connection.connection_made(_Transport())
     exchange, _ = _exchange()
     connection.send(exchange, b"r")
-    connection.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunked(_sse([_text("a")]), [])[:-5])
+    connection.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             + _chunked(_sse([_text("a")]), [])[:-5])
     connection.connection_lost(None)
     assert exchange.error == DROPPED
 
@@ -430,9 +437,11 @@ def test_tokens_arrive_with_their_event():
 
 def _row(i, ok=True, sent=0, arrivals=((10, 1), (20, 1), (40, 2)), end=45, visible=20, **extra):
     row = {"i": i, "scheduled_ns": sent - 5, "sent_ns": sent, "input_tokens": 7, "ok": ok,
-           "error": None if ok else "http_500", "detail": None if ok else "x", "first_token_ns": sent + arrivals[0][0] if arrivals else None,
+           "error": None if ok else "http_500", "detail": None if ok else "x",
+           "first_token_ns": sent + arrivals[0][0] if arrivals else None,
            "first_visible_ns": None if visible is None else sent + visible, "first_content_ns": sent + 10,
-           "end_ns": sent + end, "arrival_ns": [sent + a for a, _ in arrivals], "arrival_tokens": [k for _, k in arrivals],
+           "end_ns": sent + end, "arrival_ns": [sent + a for a, _ in arrivals],
+           "arrival_tokens": [k for _, k in arrivals],
            "tokens_from": "usage_per_event", "reasoning_tokens": 0, "prompt_tokens_server": 8, "output_tokens": 4}
     row.update(extra)
     return row
@@ -524,8 +533,10 @@ def test_a_damaged_results_line_is_a_one_line_error(tmp_path, line, change, mess
     assert line.startswith(f"{path}{message}") and "\n" not in line and len(line) < len(str(path)) + 200
 
 
-_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**64, 2**64) | st.floats(allow_nan=False) | st.text(max_size=5),
-                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**64, 2**64) | st.floats(allow_nan=False)
+                       | st.text(max_size=5),
+                       lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.text(max_size=4), inner, max_size=3),
                        max_leaves=6)
 
 
@@ -534,7 +545,7 @@ _VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**64, 2**64) | 
 def test_any_damage_to_a_results_file_is_a_user_error_or_a_summary(tmp_path_factory, data):
     """Whatever is changed in a results file, `report` reads it or says which line is damaged."""
 
-    from tokenpath.cli.bench import describe_bench
+    from tokenpath.report.bench import describe_bench
 
     header = {"schema": "tokenpath.bench/1", "kind": "header", "planned": 3, "workers": 1,
               "scenario": {"name": "s", "fingerprint": "f", "table": {"workload": {"arrival": {"rate": 2.0}}}},

@@ -38,10 +38,12 @@ SMALL = ["--num-requests", "10", "--request-rate", "50", "--input-len", "30", "-
     (["--base-url", "SERVER", "--model", MODEL, "--timeout", "-1"], ["--timeout"]),
     (["--base-url", "SERVER", "--model", MODEL, "--extra-body", "{oops"], ["--extra-body", "not JSON"]),
     (["--base-url", "SERVER", "--model", MODEL, "--extra-body", "[1]"], ["--extra-body", "object"]),
-    (["--base-url", "SERVER", "--model", MODEL, "--api-key-env", "TOKENPATH_TEST_UNSET_KEY"], ["TOKENPATH_TEST_UNSET_KEY", "not set"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--api-key-env", "TOKENPATH_TEST_UNSET_KEY"],
+     ["TOKENPATH_TEST_UNSET_KEY", "not set"]),
     (["--base-url", "SERVER", "--model", "other-model"], ["--model 'other-model'", "test-model"]),
     (["--base-url", "SERVER", "--model", MODEL, "--request-rate", "fast"], ["--request-rate"]),
-    (["--base-url", "SERVER", "--model", MODEL, "--tokenizer", "no/such/tokenizer.json"], ["tokenizer", "no/such/tokenizer.json"]),
+    (["--base-url", "SERVER", "--model", MODEL, "--tokenizer", "no/such/tokenizer.json"],
+     ["tokenizer", "no/such/tokenizer.json"]),
     (["nonexistent.toml", "--base-url", "SERVER", "--model", MODEL], ["nonexistent.toml"]),
     (["--base-url", "SERVER", "--model", MODEL, "--max-failure-ratio", "1.5"], ["--max-failure-ratio", "from 0 to 1"]),
     (["--base-url", "SERVER", "--model", MODEL, "--max-event-bytes", "lots"], ["--max-event-bytes", "'lots'"]),
@@ -72,13 +74,14 @@ def test_existing_results_file_is_not_overwritten(server, monkeypatch, capsys, t
 
 
 def test_bench_report_and_compare(server, monkeypatch, capsys, tmp_path):
-    results, bench_json, report_json, sim_json = (tmp_path / name for name in ("r.jsonl", "b.json", "rep.json", "s.json"))
+    results, bench_json, report_json, sim_json = (tmp_path / name
+                                                  for name in ("r.jsonl", "b.json", "rep.json", "s.json"))
     code, out, err = run_cli(["bench", "--base-url", server.url, "--model", MODEL, "--results", str(results),
                               "--json", str(bench_json), *SMALL], monkeypatch, capsys)
     assert code == 0, err
     assert "TTFT" in out and "client wait" in out
     bench = json.loads(bench_json.read_text())
-    assert bench["schema"] == "tokenpath.sim.summary/1" and bench["source"] == "bench"
+    assert bench["schema"] == "tokenpath.summary/1" and bench["source"] == "bench"
     assert bench["requests"] == {"completed": 10, "failed": 0, "input_tokens_mean": 30.0, "output_tokens_mean": 8.0,
                                  "warmup": 0}
     assert bench["attribution_s"] is None and bench["bench"]["planned"] == 10
@@ -123,7 +126,7 @@ def test_report_and_compare_errors(monkeypatch, capsys, tmp_path):
     assert_user_error(*run_cli(["compare", str(junk), str(junk)], monkeypatch, capsys), "report")
     other = tmp_path / "other.json"
     other.write_text('{"schema": "something/9"}')
-    assert_user_error(*run_cli(["compare", str(other), str(other)], monkeypatch, capsys), "not a tokenpath.sim.summary/1")
+    assert_user_error(*run_cli(["compare", str(other), str(other)], monkeypatch, capsys), "not a tokenpath.summary/1")
 
 
 def test_failed_requests_set_the_exit_status(monkeypatch, capsys, tmp_path):

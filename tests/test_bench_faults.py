@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from test_bench_server import BEHAVIORS, MODEL, FakeServer
+from tokenpath import load_scenario
 from tokenpath.bench import Target, bench_summary, read_results, run_bench
-from tokenpath.sim.scenario import load_scenario
 
 EXPECTED = {
     "ok": None, "multi": None, "drop": "dropped", "http500": "http_500", "http429": "http_429",

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from cli_helpers import run_cli
 from serve_helpers import LoopbackServer
 from test_bench_server import MODEL, FakeServer
+from tokenpath import load_scenario
 from tokenpath.bench import Target, run_bench, workload_requests
 from tokenpath.prefixes import Prefixes
 from tokenpath.serve import ServeOptions
-from tokenpath.sim.scenario import load_scenario
 
 # A vLLM KV block (vllm/config: block_size defaults to 16 tokens), the least a prefix cache reuses.
 CACHE_BLOCK_TOKENS = 16

@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 

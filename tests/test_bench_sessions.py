@@ -17,10 +17,10 @@ import pytest
 from cli_helpers import run_cli
 from serve_helpers import LoopbackServer
 from test_bench_server import MODEL, FakeServer
+from tokenpath import load_scenario
 from tokenpath.bench import Target, bench_summary, read_results, run_bench, workload_requests
 from tokenpath.bench.plan import message_tokens
 from tokenpath.serve import ServeOptions
-from tokenpath.sim.scenario import load_scenario
 
 THINK_S = 0.15
 SESSIONS = {"workload.input": {"kind": "fixed", "value": 40}, "workload.output": {"kind": "fixed", "value": 5},
@@ -80,7 +80,8 @@ def test_each_turn_carries_the_previous_prompt_and_answer_and_waits_its_think_ti
             assert after["sent_ns"] >= before["end_ns"] + after["think_ns"]
             assert after["scheduled_ns"] == before["end_ns"] + after["think_ns"]
     # While session 0 waits its think time, session 1 (arriving at the same time) is not held back.
-    assert sessions[1][0]["sent_ns"] < sessions[0][1]["sent_ns"] and sessions[0][0]["sent_ns"] < sessions[1][1]["sent_ns"]
+    assert (sessions[1][0]["sent_ns"] < sessions[0][1]["sent_ns"]
+            and sessions[0][0]["sent_ns"] < sessions[1][1]["sent_ns"])
     assert result.header["sessions"] == 2
 
 

@@ -17,11 +17,10 @@ import numpy as np
 import pytest
 
 from serve_helpers import LoopbackServer
+from tokenpath import load_scenario, simulate
 from tokenpath.bench import Target, run_bench
-from tokenpath.report.simulation import result_document
 from tokenpath.serve import ServeOptions
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 SCENARIO = {
     "deployment.chip": "h100", "deployment.chips": 4, "deployment.tp": 4, "model.name": "llama-3.1-70b",

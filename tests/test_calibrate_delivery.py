@@ -51,7 +51,8 @@ def test_last_mile_charges_the_calibrated_host_cost(tmp_path):
     measured = LastMile(DeliverySpec(calibration=path))
     blocking_constant, _ = constant.on_step(0, 50, 50)
     blocking_measured, leave = measured.on_step(0, 50, 50)
-    copy_ns = blocking_constant - round(50 * (DeliverySpec().detokenize_per_token + DeliverySpec().frame_per_event) * 1e9)
+    copy_ns = blocking_constant - round(
+        50 * (DeliverySpec().detokenize_per_token + DeliverySpec().frame_per_event) * 1e9)
     assert blocking_measured == copy_ns + CalibratedCost.from_file(path).host_ns(50, 50)
     assert leave == blocking_measured                      # inline: the tokens leave when the host is done
 
@@ -105,8 +106,7 @@ def test_the_cli_writes_a_calibration_and_refuses_bad_batch_sizes(tmp_path):
 
 
 def test_simulate_uses_the_calibration(tmp_path):
-    from tokenpath.sim.scenario import load_scenario
-    from tokenpath.sim.simulate import simulate
+    from tokenpath import load_scenario, simulate
 
     slow = write(tmp_path, [BatchCost(1, 1e-3, 1e-3, 0.0), BatchCost(256, 1e-3, 1e-3, 0.0)], "slow.toml")
     overrides = {"workload.num_requests": 60, "delivery.detokenize": "inline"}

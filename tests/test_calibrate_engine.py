@@ -26,11 +26,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from cli_helpers import assert_user_error, run_cli
+from tokenpath import load_scenario, simulate
 from tokenpath.bench import Target, run_bench
 from tokenpath.cli import main
-from tokenpath.report.simulation import result_document
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 MODEL = "llama-3.1-8b"
 TABLE = {
@@ -154,8 +153,9 @@ def test_calibrate_from_results_already_measured_fits_the_same(loop, monkeypatch
 def test_compare_shows_simulate_with_calibration_against_bench(loop, monkeypatch, capsys):
     folder, _, measured = loop
     (folder / "bench.json").write_text(json.dumps(measured))
-    code, _, err = run_cli(["simulate", str(folder / "calibrated.toml"), "--request-rate", "7.5", "--num-requests", "49",
-                            "--warmup-requests", "1", "--input-len", "2048", "--input-sd", "0", "--output-len", "16",
+    code, _, err = run_cli(["simulate", str(folder / "calibrated.toml"), "--request-rate", "7.5",
+                            "--num-requests", "49", "--warmup-requests", "1", "--input-len", "2048", "--input-sd", "0",
+                            "--output-len", "16",
                             "--output-sd", "0", "--json", str(folder / "sim.json")], monkeypatch, capsys)
     assert code == 0, err
     code, out, err = run_cli(["compare", str(folder / "sim.json"), str(folder / "bench.json"), "--json", "-"],
@@ -169,7 +169,8 @@ def test_bad_calibration_input_is_one_line(tmp_path, monkeypatch, capsys):
     assert_user_error(*run_cli(["calibrate", "engine", "--out", str(tmp_path / "c.toml")], monkeypatch, capsys),
                       "--base-url and --model")
     assert_user_error(*run_cli(["calibrate", "engine", "--base-url", "http://127.0.0.1:9", "--model", MODEL,
-                                "--budget", "soon", "--out", str(tmp_path / "c.toml")], monkeypatch, capsys), "--budget")
+                                "--budget", "soon", "--out", str(tmp_path / "c.toml")], monkeypatch, capsys),
+                      "--budget")
     bad = tmp_path / "bad.toml"
     bad.write_text('schema = "tokenpath.engine-calibration/1"\n[fitted.host_step_sec]\nvalue = 1e-3\n')
     with pytest.raises(Exception, match="host_step_sec: no such assumption; did you mean 'host_step_s'"):

@@ -93,10 +93,10 @@ def test_hbm_efficiency_is_the_measured_stream_bandwidth_over_peak_or_the_defaul
 def test_an_hbm_efficiency_override_replaces_the_measured_one_too():
     from tokenpath.config.assumptions import Assumptions
 
-    with Assumptions(values={"hbm_bw_efficiency": 0.6}, overridden=("hbm_bw_efficiency",)).active():
-        assert load_chip("a100").hbm_bw_efficiency == 0.6
-        assert load_chip("mi300x").hbm_bw_efficiency == 0.6
-        assert load_chip("mi325x").hbm_bw_efficiency == 0.6
+    changed = Assumptions(values={"hbm_bw_efficiency": 0.6}, overridden=("hbm_bw_efficiency",))
+    assert load_chip("a100", changed).hbm_bw_efficiency == 0.6
+    assert load_chip("mi300x", changed).hbm_bw_efficiency == 0.6
+    assert load_chip("mi325x", changed).hbm_bw_efficiency == 0.6
 
 
 @pytest.mark.parametrize("value", ["2.5 TB/s", "0 TB/s"])

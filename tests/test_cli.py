@@ -21,11 +21,10 @@ import tomllib
 from rich.console import Console
 
 from cli_helpers import assert_user_error, run_cli, simulate_json
-from tokenpath import cli
+from tokenpath import cli, load_scenario
 from tokenpath.cli import catalog as cli_catalog
 from tokenpath.compute.chip import list_chips
 from tokenpath.compute.model import list_models
-from tokenpath.sim.scenario import load_scenario
 
 LAYERS = {"distribution", "compute", "traffic", "delivery"}
 LATENCIES = ("ttft", "ttfv", "tpot", "itl", "e2e")
@@ -129,7 +128,8 @@ def test_malformed_trace_row_names_the_file_and_line(process):
     (["simulate", "--model", "llama-2-7b", "--input-len", "5000", "--input-sd", "0", "--num-requests", "5",
       "--chips", "1", "--tp", "1"], ["workload", "context", "4096"]),
     (["scenario", "show", "typcal"], ["unknown scenario 'typcal'; did you mean 'typical'"]),
-    (["simulate", "--cuda-graphs", "eager", "--num-requests", "5"], ["engine.cuda_graphs", "'all', 'decode' or 'none'"]),
+    (["simulate", "--cuda-graphs", "eager", "--num-requests", "5"],
+     ["engine.cuda_graphs", "'all', 'decode' or 'none'"]),
     (["simulate", "--workers", "0", "--num-requests", "5"], ["--workers", "at least 1"]),
 ])
 def test_more_user_errors_are_one_line(argv, fragments, monkeypatch, capsys):
@@ -150,7 +150,7 @@ def test_json_to_stdout_has_the_schema_of_the_design(process):
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     doc = json.loads(result.stdout)
-    assert doc["schema"] == "tokenpath.sim.summary/1"
+    assert doc["schema"] == "tokenpath.summary/1"
     assert doc["source"] == "simulate"
     assert doc["scenario"]["name"] == "typical"
     assert re.fullmatch(r"[0-9a-f]{64}", doc["scenario"]["fingerprint"])
@@ -182,7 +182,7 @@ def test_json_to_a_file_also_prints_the_tables(tmp_path, monkeypatch, capsys):
     code, out, err = run_cli(["simulate", "--num-requests", "30", "--json", str(target)], monkeypatch, capsys)
     assert code == 0, err
     doc = json.loads(target.read_text(encoding="utf-8"))
-    assert doc["schema"] == "tokenpath.sim.summary/1" and doc["requests"]["completed"] == 30
+    assert doc["schema"] == "tokenpath.summary/1" and doc["requests"]["completed"] == 30
     assert "Bottleneck:" in out and f"Bottleneck: {doc['bottleneck']}" in out
     for title in ("Scenario: typical", "Throughput", "Latency", "TTFT", "E2E"):
         assert title in out
@@ -266,7 +266,8 @@ def test_infinite_request_rate(monkeypatch, capsys):
 
 
 def test_max_concurrency(monkeypatch, capsys):
-    capped = simulate_json(["--max-concurrency", "4", "--request-rate", "inf", "--num-requests", "30"], monkeypatch, capsys)
+    capped = simulate_json(["--max-concurrency", "4", "--request-rate", "inf", "--num-requests", "30"],
+                           monkeypatch, capsys)
     expected = load_scenario(None, {"workload.max_concurrency": 4, "workload.arrival.rate": "inf",
                                     "workload.num_requests": 30})
     assert capped["scenario"]["fingerprint"] == expected.fingerprint()

@@ -3,6 +3,7 @@ each example a command line that runs (its command and options exist) or a TOML 
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 
@@ -12,6 +13,9 @@ import typer.main
 
 from cli_helpers import run_cli
 from tokenpath.cli import app
+from tokenpath.cli.options import DEFAULT_KEYS, PROFILE_DEFAULTS
+from tokenpath.config.units import format_duration
+from tokenpath.sim.scenario import Scenario
 
 ROOT = typer.main.get_command(app)
 SECTIONS = re.compile(r"^(Arguments|Options|Commands):$")
@@ -114,3 +118,34 @@ def test_the_example_spec_and_levers_file_are_read_as_they_are_shown(tmp_path, m
     (tmp_path / "levers.toml").write_text("\n".join(levers), encoding="utf-8")
     [lever] = read_levers_file(str(tmp_path / "levers.toml"), Base(*read_scenario_table(None)))
     assert lever.overrides == {"deployment.tp": 4, "delivery.detokenize": "async"}
+
+
+def _scenario_flag_help(flag: str) -> str:
+    [param] = [param for param in _resolve(["simulate"]).params if param.name == flag]
+    return param.help
+
+
+@pytest.mark.parametrize("flag", sorted(DEFAULT_KEYS))
+def test_a_scenario_flag_s_help_ends_with_the_current_default_of_its_key(flag):
+    value = functools.reduce(getattr, DEFAULT_KEYS[flag].split("."), Scenario())
+    if isinstance(value, bool):
+        shown = "on" if value else "off"
+    elif value is None:
+        shown = "none"
+    elif flag == "network_rtt":
+        shown = format_duration(value)
+    elif isinstance(value, (int, float)):
+        shown = f"{value:g}"
+    else:
+        shown = value
+    if flag in PROFILE_DEFAULTS:
+        shown = f"the scheduler profile's; {shown} under {Scenario().engine.scheduler}"
+    text = _scenario_flag_help(flag)
+    assert text.endswith(f"scenario default: {shown})"), text
+    assert text.count("default") == 1, f"--help of {flag} states a default of its own: {text}"
+
+
+def test_defaults_the_scheduler_profile_sets_are_said_to_be_its():
+    assert _scenario_flag_help("max_num_seqs").endswith("(scenario default: the scheduler profile's; 1024 under "
+                                                        "vllm-v1)")
+    assert _scenario_flag_help("network_rtt").endswith("(a bare number is seconds; scenario default: 20 ms)")

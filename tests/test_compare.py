@@ -6,13 +6,13 @@ import json
 
 import pytest
 
+from tokenpath import load_summary
 from tokenpath.config.errors import UserError
 from tokenpath.report.compare import (
     compare,
     compare_document,
     compare_table,
     difference_line,
-    load_summary,
     relative,
     run_names,
 )
@@ -21,10 +21,11 @@ from tokenpath.report.compare import (
 def _summary(scale: float, source: str, attribution: bool) -> dict:
     stats = {"mean": 1.0 * scale, "p50": 0.5 * scale, "p90": 2.0 * scale, "p99": 3.0 * scale, "p999": 4.0 * scale}
     return {
-        "schema": "tokenpath.sim.summary/1", "source": source, "scenario": {"name": "s", "fingerprint": "f"},
+        "schema": "tokenpath.summary/1", "source": source, "scenario": {"name": "s", "fingerprint": "f"},
         "requests": {"completed": 10, "failed": 0, "input_tokens_mean": 5.0, "output_tokens_mean": 7.0},
         "window_s": 2.0 * scale,
-        "throughput": {"output_tokens_per_s": 100.0 / scale, "requests_per_s": 5.0 / scale, "goodput_requests_per_s": 0.0},
+        "throughput": {"output_tokens_per_s": 100.0 / scale, "requests_per_s": 5.0 / scale,
+                       "goodput_requests_per_s": 0.0},
         "latency_s": {key: dict(stats) for key in ("ttft", "ttfv", "tpot", "itl", "e2e")},
         "attribution_s": {"queue": 0.1, "compute": 0.2, "traffic": 0.0, "delivery": 0.05} if attribution else None,
         "bottleneck": None,
@@ -52,7 +53,8 @@ def test_compare_rows():
     assert rows["goodput requests/s"]["relative"] == 0.0
     assert rows["requests completed"]["relative"] == 0.0
     # Attribution on one side only: the other side has none, so no difference is claimed.
-    assert rows["queue (mean)"]["a"] == 0.1 and rows["queue (mean)"]["b"] is None and rows["queue (mean)"]["relative"] is None
+    assert (rows["queue (mean)"]["a"] == 0.1 and rows["queue (mean)"]["b"] is None
+            and rows["queue (mean)"]["relative"] is None)
     assert len([m for m in rows if m.startswith(("TTFT", "TTFV", "TPOT", "ITL", "E2E"))]) == 25
     document = compare_document(a, b, "a.json", "b.json")
     assert document["same_scenario"] is True and document["rows"] == compare(a, b)
@@ -71,14 +73,15 @@ def test_load_summary_errors(tmp_path):
         load_summary(results)
     wrong = tmp_path / "wrong.json"
     wrong.write_text("[1, 2]")
-    with pytest.raises(UserError, match="not a tokenpath.sim.summary/1"):
+    with pytest.raises(UserError, match="not a tokenpath.summary/1"):
         load_summary(wrong)
 
 
 def test_compare_shows_continuity():
     a, b = _summary(1.0, "simulate", True), _summary(2.0, "bench", False)
     rows = {row["metric"]: row for row in compare(a, b)}
-    assert rows["stalls per request"] == {"metric": "stalls per request", "unit": "", "a": 0.5, "b": 1.0, "relative": 1.0}
+    assert rows["stalls per request"] == {"metric": "stalls per request", "unit": "", "a": 0.5, "b": 1.0,
+                                          "relative": 1.0}
     assert rows["stall time per request"]["unit"] == "s" and rows["stall time per request"]["b"] == pytest.approx(0.6)
     assert rows["requests with stalls"]["relative"] == pytest.approx(1.0)
     assert rows["QoE mean"]["a"] == 0.98 and rows["QoE mean"]["relative"] == pytest.approx(-0.5)
@@ -88,7 +91,8 @@ def test_compare_shows_continuity():
     rows = {row["metric"]: row for row in compare(a, b)}
     assert (rows["stall threshold"]["a"], rows["stall threshold"]["b"]) == (0.25, 0.5)
     table = compare_table(a, b)
-    assert "QoE p10" in table.columns[0]._cells and table.columns[1]._cells[table.columns[0]._cells.index("QoE p10")] == "0.9"
+    assert ("QoE p10" in table.columns[0]._cells
+            and table.columns[1]._cells[table.columns[0]._cells.index("QoE p10")] == "0.9")
     # A summary without the block (an older file): the rows are there, unknown on that side.
     del a["continuity"]
     rows = {row["metric"]: row for row in compare(a, b)}
@@ -183,7 +187,8 @@ def test_report_and_compare_name_a_metric_that_is_not_a_number(field, value, sho
     bad, good = tmp_path / "bad.json", tmp_path / "good.json"
     bad.write_text(json.dumps(document))
     good.write_text(json.dumps(_summary(1.0, "simulate", True)))
-    lines = [assert_user_error(*run_cli(argv, monkeypatch, capsys), "bad.json", f"{'.'.join(field)} is {shown}", "not a number")
+    lines = [assert_user_error(*run_cli(argv, monkeypatch, capsys), "bad.json", f"{'.'.join(field)} is {shown}",
+                               "not a number")
              for argv in (["report", str(bad)], ["compare", str(good), str(bad)])]
     assert lines[0] == lines[1]
 

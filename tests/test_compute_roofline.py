@@ -20,14 +20,18 @@ from tokenpath.compute.efficiency import (
     SERVING_GEMM_FRACTION,
 )
 from tokenpath.compute.roofline import op_time_s
-from tokenpath.config.assumptions import Assumptions
+from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
 
 H200_BW_EFF = 3.95e12  # catalog chips.toml: the H200's measured_stream_bw
 
 
-def compute_model(model="llama-3.1-70b", chip="h200", tp=8, weights="fp8", kv="bf16") -> ComputeModel:
-    return ComputeModel(load_model(model), load_chip(chip), tp, weights, kv)
+def compute_model(model="llama-3.1-70b", chip="h200", tp=8, weights="fp8", kv="bf16",
+                  assumptions=DEFAULTS) -> ComputeModel:
+    return ComputeModel(load_model(model), load_chip(chip, assumptions), tp, weights, kv, assumptions=assumptions)
+
+
+NO_FIXED_COST = Assumptions({"kernel_fixed_s": 0.0})  # the work alone, no kernel's fixed cost
 
 
 def decode_step(cm: ComputeModel, batch: int, context: int) -> float:
@@ -71,9 +75,8 @@ def test_allreduce_shape():
 
 # -- time --------------------------------------------------------------------------------------------
 
-def test_batch1_decode_is_weight_streaming(monkeypatch):
-    monkeypatch.setattr(efficiency, "KERNEL_FIXED_S", 0.0)  # the roofline alone
-    cm = compute_model()
+def test_batch1_decode_is_weight_streaming():
+    cm = compute_model(assumptions=NO_FIXED_COST)  # the roofline alone
     model = cm.model
     embedding_table = model.vocab_size / 8 * model.hidden_size * 2  # resident, only one row is read
     step = decode_step(cm, batch=1, context=1)
@@ -82,13 +85,12 @@ def test_batch1_decode_is_weight_streaming(monkeypatch):
     assert all(op.bound == "memory" for op in cm.step_ops(1, 1, 1000, 1000))  # a 1000-token context
 
 
-def test_every_kernel_adds_its_fixed_cost_to_its_work(monkeypatch):
+def test_every_kernel_adds_its_fixed_cost_to_its_work():
     # 70B fp8 at TP8, batch 1: each layer launches two norms and a residual add (plus the final norm),
     # RoPE, the KV-cache write, split-KV attention and its combine, and each GEMM after quantizing its
     # input; the MLP's activation runs between its GEMMs.
     ops = {op.name: op for op in compute_model().step_ops(1, 1, 1000, 1000)}
-    monkeypatch.setattr(efficiency, "KERNEL_FIXED_S", 0.0)
-    work = {op.name: op for op in compute_model().step_ops(1, 1, 1000, 1000)}
+    work = {op.name: op for op in compute_model(assumptions=NO_FIXED_COST).step_ops(1, 1, 1000, 1000)}
     kernels = {"norms": 3 * 80 + 1, "attention": 4 * 80, "qkv_proj": 2 * 80, "o_proj": 2 * 80,
                "mlp_gate_up": 3 * 80, "mlp_down": 2 * 80, "embedding": 1, "lm_head": 1}
     for name, count in kernels.items():
@@ -109,9 +111,8 @@ def test_decode_time_is_linear_in_kv_read_tokens(monkeypatch):
     assert slopes == pytest.approx([expected] * 3, rel=1e-6)
 
 
-def test_prefill_8192_is_compute_bound(monkeypatch):
-    monkeypatch.setattr(efficiency, "KERNEL_FIXED_S", 0.0)  # the work alone
-    cm = compute_model()
+def test_prefill_8192_is_compute_bound():
+    cm = compute_model(assumptions=NO_FIXED_COST)
     tokens = 8192
     pairs = tokens * (tokens + 1) / 2
     ops = {op.name: op for op in cm.step_ops(tokens, 1, pairs, tokens)}
@@ -143,9 +144,9 @@ def test_a_gemm_blends_compute_and_memory_time_and_other_ops_take_the_larger():
     assert op_time_s(1e-300, 1e-300, gemm=True) > 0  # no underflow for tiny times
 
 
-def test_large_batch_decode_gemms_cost_more_than_the_plain_roofline_near_the_ridge(monkeypatch):
-    monkeypatch.setattr(efficiency, "KERNEL_FIXED_S", 0.0)  # the work alone
-    cm = compute_model()  # 70B fp8 TP8 on H200: its GEMMs reach the ridge point at about 200 tokens per step
+def test_large_batch_decode_gemms_cost_more_than_the_plain_roofline_near_the_ridge():
+    # 70B fp8 TP8 on H200: its GEMMs reach the ridge point at about 200 tokens per step
+    cm = compute_model(assumptions=NO_FIXED_COST)
     bw = cm.chip.effective_hbm_bw_Bps
     for batch, low, high in [(1, 1.0, 1.001), (192, 1.3, 1.42), (8192, 1.0, 1.02)]:
         pairs = list(zip(cm.ops, cm.step_ops(batch, batch, batch * 1000, batch * 1000)))
@@ -232,7 +233,8 @@ def test_an_eager_step_adds_its_hosts_launches_to_its_kernels():
     long = (8192, 1, 8192 * 8193 / 2, 8192)     # a long one
     decode = (32, 32, 0, 32 * 500)              # replays a graph
     for prefill in (short, long):
-        assert python.step_time_s(*prefill) - plain.step_time_s(*prefill) == pytest.approx(kernels * per_kernel, rel=1e-9)
+        assert (python.step_time_s(*prefill) - plain.step_time_s(*prefill)
+                == pytest.approx(kernels * per_kernel, rel=1e-9))
     assert python.step_time_s(*decode) == plain.step_time_s(*decode)
     overlapped = ComputeModel(model, chip, 4, "bf16", "bf16", cuda_graphs="decode", host_step_s=1e-3,
                               host_overlapped=True, host_eager_per_kernel_s=per_kernel)
@@ -281,8 +283,9 @@ def test_routed_experts_run_at_their_widths_share_of_the_dense_rate(model, chip,
     big = {op.name: op for op in cm.step_ops(tokens, 1, 0, 0)}["moe_experts"]
     assert big.bound == "compute"
     assert big.time_s >= big.flops / (dense * fraction)
-    with Assumptions(values={"expert_gemm_half_width": 0.0, "block_scaled_expert_gemm_ceiling": 1.0}).active():
-        full = ComputeModel(load_model(model), load_chip(chip), 8, weights, "bf16", expert_replicas=expert_replicas)
+    dense_rate = Assumptions(values={"expert_gemm_half_width": 0.0, "block_scaled_expert_gemm_ceiling": 1.0})
+    full = ComputeModel(load_model(model), load_chip(chip), 8, weights, "bf16", expert_replicas=expert_replicas,
+                        assumptions=dense_rate)
     assert next(op for op in full.ops if op.name == "moe_experts").flops_per_s == pytest.approx(dense)
     assert full.step_time_s(1, 1, 1, 1) == pytest.approx(cm.step_time_s(1, 1, 1, 1), rel=1e-3)
 

@@ -18,12 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli
+from tokenpath import load_scenario
 from tokenpath.compute.model import load_model
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.config.files import path_problem
 from tokenpath.serve.openai import ApiError, parse
 from tokenpath.sim import simulate as pipeline
-from tokenpath.sim.scenario import load_scenario
 from tokenpath.workload.lengths import parse_count, read_length_file
 from tokenpath.workload.traces import _RowError, _seconds, read_trace
 

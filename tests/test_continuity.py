@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from test_bench_server import MODEL, FakeServer
+from tokenpath import load_scenario, simulate
 from tokenpath.bench import Target, run_bench
 from tokenpath.config.errors import UserError
-from tokenpath.report.simulation import result_document
 from tokenpath.sim.continuity import (
     READING_TOKENS_PER_S,
     ContinuitySettings,
@@ -19,8 +19,7 @@ from tokenpath.sim.continuity import (
     parse_reading_speed,
     per_request,
 )
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 MS = 1_000_000
 
@@ -141,7 +140,8 @@ def test_scenario_continuity_settings_reach_the_summary():
     # A 20 ms threshold on a stream about 30 ms a token: nearly every gap is a stall; the default
     # 250 ms finds none. A reader expecting the first token at 10 ms is always behind: QoE below 1.
     default, _ = result_document(simulate(_small(40)))
-    tight, _ = result_document(simulate(_small(40, **{"continuity": {"stall_threshold": "20 ms", "expected_ttft": "10 ms",
+    tight, _ = result_document(simulate(_small(40, **{"continuity": {"stall_threshold": "20 ms",
+                                                                     "expected_ttft": "10 ms",
                                                                      "reading_speed": "600 words/min"}})))
     assert default["continuity"]["stalls_per_request"] == 0.0 and default["continuity"]["qoe"]["mean"] == 1.0
     assert tight["continuity"]["stalls_per_request"] > 10 and tight["continuity"]["qoe"]["mean"] < 1.0
@@ -166,7 +166,8 @@ def test_bad_continuity_settings_are_one_line_errors(table, fragment):
 @settings(max_examples=100, deadline=None)
 @given(st.floats(0.1, 10_000.0), st.sampled_from(["tokens/s", "token/s", "tokens / min", "words/min", "words/s", ""]))
 def test_reading_speeds_parse_in_their_unit(number, unit):
-    per_token = {"tokens/s": 1.0, "token/s": 1.0, "tokens / min": 1 / 60, "words/min": 4 / 3 / 60, "words/s": 4 / 3, "": 1.0}
+    per_token = {"tokens/s": 1.0, "token/s": 1.0, "tokens / min": 1 / 60, "words/min": 4 / 3 / 60, "words/s": 4 / 3,
+                 "": 1.0}
     tokens_per_s = number * per_token[unit]
     if not 0.1 <= tokens_per_s <= 10_000:
         with pytest.raises(ValueError, match="out of range"):

@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tokenpath import simulate
 from tokenpath.compute import load_chip
 from tokenpath.config.errors import UserError
 from tokenpath.fabric.build import build_topology, default_fabric
 from tokenpath.fabric.spec import load_fabric
-from tokenpath.report.simulation import describe, result_document
+from tokenpath.report.simulation import describe
 from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.document import result_document
 from tokenpath.sim.scenario import build_scenario, load_scenario
-from tokenpath.sim.simulate import simulate
 
 
 def deployment(chip: str, chips: int, tp: int = 8, **more):

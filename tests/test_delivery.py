@@ -7,15 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokenpath import load_scenario, simulate
 from tokenpath.bench.prompts import corpus_text
 from tokenpath.delivery.detokenizer import Detokenizer
 from tokenpath.delivery.lastmile import LastMile, closes_event, event_sizes, first_visible_index
 from tokenpath.delivery.sample_text import SAMPLES
 from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, INVISIBLE_TOKEN_FRACTION_NOTE, DeliverySpec
 from tokenpath.delivery.visibility import invisible_fraction
-from tokenpath.report.simulation import result_document
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 # Round numbers, so the costs can be worked out by hand: a copy costs 10 us + 1 ns per id (4 bytes at
 # 4 GB/s), detokenizing 100 us per token, framing 10 us per event.

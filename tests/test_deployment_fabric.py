@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tokenpath import load_scenario, simulate
 from tokenpath.config.errors import UserError
 from tokenpath.engine.placement import place
 from tokenpath.fabric.collectives import LOW_LATENCY_ALL_TO_ALL_S
 from tokenpath.sim.deployment import build_deployment
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
 from tokenpath.sim.summary import summarize
 
 
@@ -117,7 +116,8 @@ def test_expert_parallel_spreads_whole_experts_over_every_chip():
     assert ep.expert_replicas == 4 and tp.expert_replicas == 1
 
     def experts(compute, tokens):
-        return next(op for op in compute.step_ops(tokens, tokens, tokens * 500, tokens * 500) if op.name == "moe_experts")
+        return next(op for op in compute.step_ops(tokens, tokens, tokens * 500, tokens * 500)
+                    if op.name == "moe_experts")
 
     expert_weights = next(op.resident_bytes for op in tp.ops if op.name == "moe_experts")
     assert tp.weight_bytes_per_chip - ep.weight_bytes_per_chip == pytest.approx(expert_weights * 3 / 4, rel=1e-12)
@@ -226,6 +226,20 @@ def test_kv_cache_crosses_the_fabric_between_the_pools():
     assert local.costs.kv_transfer_s(1000, 0, 1) < seconds / 5
 
 
+def test_kv_paths_are_cached_per_deployment_and_die_with_it():
+    import gc
+    import weakref
+
+    dep = build_deployment(pd_scenario(**{"deployment.fabric": "h100-4x8-rail"}))
+    other = build_deployment(pd_scenario(**{"deployment.fabric": {"kind": "switch", "hosts": 16}}))
+    assert other.costs.kv_transfer_s(1000, 0, 1) < dep.costs.kv_transfer_s(1000, 0, 1) / 5
+    assert dep.costs._kv_path.cache_info().currsize == other.costs._kv_path.cache_info().currsize == 1
+    costs = weakref.ref(dep.costs)
+    del dep
+    gc.collect()
+    assert costs() is None
+
+
 def test_decode_replicas_free_of_prefills_give_steadier_tokens():
     colocated = summarize(simulate(scenario(**{"deployment.chips": 16})).run, "a", "", {})
     split = summarize(simulate(pd_scenario()).run, "b", "", {})
@@ -245,19 +259,19 @@ def test_impossible_disaggregations_are_one_line_errors(overrides, fragment):
 
 def test_the_result_document_describes_the_fabric_and_explain_names_the_algorithm():
     from tokenpath.report.explain import explain
-    from tokenpath.report.simulation import result_document
+    from tokenpath.sim.document import result_document
 
     sim = simulate(scenario(**{"workload.num_requests": 100, "deployment.fabric": {"kind": "torus", "dims": [2, 4]}}))
     fabric = result_document(sim)[0]["fabric"]
     # A 2x4 torus: the size-2 dimension has two cables per pair (8), the two 4-rings wrap (8).
-    assert fabric == {"name": "torus given in deployment.fabric", "kind": "torus", "hosts": 8, "switches": 0, "links": 16, "diameter": 3,
-                      "avg_hops": pytest.approx((1 / 2 + 1) * 8 / 7), "bisection_bw_Bps": pytest.approx(4 * 112.5e9),
-                      "placement": [[list(range(8))]]}
+    assert fabric == {"name": "torus given in deployment.fabric", "kind": "torus", "hosts": 8, "switches": 0,
+                      "links": 16, "diameter": 3, "avg_hops": pytest.approx((1 / 2 + 1) * 8 / 7),
+                      "bisection_bw_Bps": pytest.approx(4 * 112.5e9), "placement": [[list(range(8))]]}
     assert explain(sim)["tp_all_reduce_algorithm"] == "bucket"
 
 
 def test_the_engine_block_counts_replicas_and_engines_apart():
-    from tokenpath.report.simulation import result_document
+    from tokenpath.sim.document import result_document
 
     sim = simulate(scenario(**{"workload.num_requests": 50, "deployment.tp": 4, "deployment.pp": 2}))
     engine = result_document(sim)[0]["engine"]

@@ -48,8 +48,8 @@ class Oracle:
         if det.kind == "tekken":
             from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
 
-            self.settled = lambda ids: not unfinished(self._runs(ids, lib.is_special,
-                                                                 lambda t: lib.id_to_byte_piece(t, SpecialTokenPolicy.KEEP)))
+            self.settled = lambda ids: not unfinished(
+                self._runs(ids, lib.is_special, lambda t: lib.id_to_byte_piece(t, SpecialTokenPolicy.KEEP)))
         elif det.kind == "sentencepiece":
             self.settled = lambda ids: not unfinished(self._runs(ids, lambda t: not lib.is_byte(t),
                                                                  lambda t: bytes([int(lib.id_to_piece(t)[3:5], 16)])))
@@ -137,13 +137,13 @@ def files(tmp_path_factory):
     return functools.lru_cache(maxsize=None)(lambda key: FILES[key](tmp_path_factory))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _loaded(path, skip: bool) -> tuple[Detokenizer, Oracle]:
     det = Detokenizer.load(path, skip_special_tokens=skip)
     return det, Oracle(det)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def interesting_ids(det: Detokenizer) -> list[int]:
     """Ids where the rules bite: bytes, specials, pieces with leading spaces (from the library's data)."""
     lib, n = det.library, det.vocab_size

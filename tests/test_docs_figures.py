@@ -9,10 +9,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from tokenpath.report.simulation import describe, result_document
+from tokenpath import load_scenario, simulate
+from tokenpath.report.simulation import describe
 from tokenpath.report.table import print_summary
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 # The README shows the run at the width of an 80-column terminal.

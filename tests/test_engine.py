@@ -36,8 +36,10 @@ class FixedCosts:
 def engine(inputs, outputs, arrivals_s=None, spec=EngineSpec(), costs=None, delivery=NO_NETWORK,
            kv_tokens=10**9, max_concurrency=None):
     inputs, outputs = np.array(inputs), np.array(outputs)
-    arrivals = np.zeros(len(inputs), np.int64) if arrivals_s is None else np.rint(np.array(arrivals_s) * 1e9).astype(np.int64)
-    return run_engine(arrivals, inputs, outputs, costs or FixedCosts(), LastMile(delivery), spec, kv_tokens, max_concurrency)
+    arrivals = (np.zeros(len(inputs), np.int64) if arrivals_s is None
+                else np.rint(np.array(arrivals_s) * 1e9).astype(np.int64))
+    return run_engine(arrivals, inputs, outputs, costs or FixedCosts(), LastMile(delivery), spec, kv_tokens,
+                      max_concurrency)
 
 
 def test_single_request_takes_one_prefill_step_then_one_step_per_token():

@@ -133,7 +133,8 @@ def test_custom_hop_latency_enters_the_ring_latency():
 # auto picks what NCCL's tuner picks: the fastest, with NVLS rated at the tuner's latency.
 
 @settings(max_examples=150, deadline=None)
-@given(size=st.floats(1.0, 1e11), ranks=st.integers(2, 8), op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter"]))
+@given(size=st.floats(1.0, 1e11), ranks=st.integers(2, 8),
+       op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter"]))
 def test_auto_is_the_fastest_algorithm_at_every_size_as_nccls_tuner_rates_them(size, ranks, op):
     auto = domain("auto").collective_time_s(op, size, ranks)
     names = ["ring", "tree", "nvls"] if op == "all_reduce" else ["ring"]  # what NCCL runs
@@ -149,7 +150,8 @@ def test_auto_switches_to_ring_where_ring_is_faster():
     assert ring < nvls
     assert domain("auto").collective_time_s("all_reduce", LARGE_BYTES, 2) == ring
     # Eight ranks, a small buffer: the ring's 15 us, which NCCL's tuner prefers to NVLS's table 25 us.
-    assert domain("auto").collective_time_s("all_reduce", 1024, 8) == domain("ring").collective_time_s("all_reduce", 1024, 8)
+    assert (domain("auto").collective_time_s("all_reduce", 1024, 8)
+            == domain("ring").collective_time_s("all_reduce", 1024, 8))
 
 
 def test_without_in_switch_reduction_auto_never_uses_nvls():

@@ -213,7 +213,8 @@ def test_double_binary_tree_on_a_switch_of_8():
 @pytest.mark.parametrize("n, steps", [(2, 2), (3, 4), (5, 8), (16, 30)])
 def test_tree_latency_inside_one_switch_is_a_chain_of_its_ranks(n, steps):
     c = switch(n)
-    assert c.cost("all_reduce", whole(n), "tree").alpha_s == pytest.approx(BASE_LATENCY_S + steps * 2 * LAT, rel=REL, abs=0)
+    assert c.cost("all_reduce", whole(n), "tree").alpha_s == pytest.approx(BASE_LATENCY_S + steps * 2 * LAT,
+                                                                           rel=REL, abs=0)
 
 
 def test_tree_latency_across_a_network_is_twice_the_depth():

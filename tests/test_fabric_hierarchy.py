@@ -212,7 +212,8 @@ def test_a_tp_group_inside_one_node_costs_what_it_costs_on_the_node_switch(algor
 
 def test_nvls_inside_a_node_hand_computed():
     c = Collectives(switched())
-    same(c.cost("all_reduce", [list(range(16, 24))], "nvls"), NVLS_LATENCY_S, (1 + 1 / 8) / (NV_BW * NVLS_LINK_EFFICIENCY))
+    same(c.cost("all_reduce", [list(range(16, 24))], "nvls"), NVLS_LATENCY_S,
+         (1 + 1 / 8) / (NV_BW * NVLS_LINK_EFFICIENCY))
     assert c.choose("all_reduce", 1024, [list(range(16, 24))]) == "ring"  # NCCL keeps the ring for small sizes
     assert c.choose("all_reduce", 1e9, [list(range(16, 24))]) == "nvls"
     # NVLS needs every rank on one NVSwitch: not offered to a group spanning nodes.
@@ -330,7 +331,8 @@ def test_hierarchical_over_a_switch_network_moves_the_hand_computed_bytes():
 
 def test_hierarchical_needs_equal_ranks_per_node():
     c = Collectives(switched())
-    with pytest.raises(UserError, match="fabric.algorithm: 'hierarchical' needs the same number of ranks on every node"):
+    with pytest.raises(UserError,
+                       match="fabric.algorithm: 'hierarchical' needs the same number of ranks on every node"):
         c.cost("all_reduce", [list(range(12))], "hierarchical")       # 8 on node 0, 4 on node 1
     # Equal but partial nodes are fine: 4 + 4 ranks. Intra 2 x 3 x 1/4, inter 2 x 1/8 at efficiency 1.
     c1 = Collectives(switched(), bw_efficiency=1.0)
@@ -346,7 +348,8 @@ def test_hierarchical_is_offered_only_on_a_hierarchy():
 # -- errors ------------------------------------------------------------------------------------------
 
 def test_too_few_network_hosts_is_a_user_error():
-    with pytest.raises(UserError, match=r"fabric.network: 4 nodes of 8 chips need 32 NICs but the network has 16 hosts"):
+    with pytest.raises(UserError,
+                       match=r"fabric.network: 4 nodes of 8 chips need 32 NICs but the network has 16 hosts"):
         Hierarchy(4, node(), Switch(16, NIC_BW, NIC_LAT))
 
 

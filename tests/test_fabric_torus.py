@@ -55,7 +55,8 @@ HAND = [
     ((4, 4), True, 32, 4, 32 / 15, 8),      # per ring mean 1 incl. identical; 2 * 16/15
     ((4, 4), False, 24, 6, 8 / 3, 4),       # per line (16-1)/12 = 5/4; 5/2 * 16/15
     ((6, 4), True, 48, 5, 60 / 23, 8),      # (6/4 + 4/4) * 24/23; cut the 6: 2 * 24/6
-    ((5, 3), True, 30, 3, 2.0, 8),          # (24/20 + 8/12) * 15/14; cut the 5 (2 * 15/5) and split the middle 3-ring (2)
+    ((5, 3), True, 30, 3, 2.0, 8),          # (24/20 + 8/12) * 15/14; cut the 5 (2 * 15/5) and split the middle
+                                            # 3-ring (2)
     ((3, 2), True, 12, 2, 7 / 5, 6),        # (8/12 + 1/2) * 6/5; cut the 2 (two cables a pair: 6), or the 3
                                             # (4) and the middle slice's ring of 2 (2)
     ((4, 4, 4), True, 192, 6, 64 / 21, 32),  # 3 * 64/63

@@ -229,8 +229,10 @@ def test_unreadable_structure_is_refused_naming_the_key(tmp_path, config, key):
     assert "\n" not in str(error.value)
 
 
-_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 200) | st.floats(allow_nan=False) | st.text(max_size=5),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 200) | st.floats(allow_nan=False)
+                     | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=5), inner, max_size=4),
                      max_leaves=8)
 _KEYS = sorted({key for config in (QWEN3_30B_A3B, QWEN2_57B_A14B, DEEPSEEK_V2_LITE, GPT_OSS_120B, GEMMA2_9B)
                 for key in config} | {"moe_layers", "no_rope_layers", "attention_chunk_size", "sliding_window_pattern",

@@ -34,7 +34,8 @@ def test_a_users_row_is_predicted_as_the_shipped_group_predicts_it(tmp_path, mon
     code, out, err = run_cli(["validate", "--group", "latency", "--json", "-"], monkeypatch, capsys)
     shipped = next(r for r in json.loads(out)["rows"] if r.get("id") == ROW["id"])
     [row] = mine["rows"]
-    assert row["predicted_ttft_ms"] == shipped["predicted_ttft_ms"] and row["predicted_decode_ms"] == shipped["predicted_decode_ms"]
+    assert (row["predicted_ttft_ms"] == shipped["predicted_ttft_ms"]
+            and row["predicted_decode_ms"] == shipped["predicted_decode_ms"])
     group = mine["groups"]["latency"]
     assert group["rows"] == 1 and group["median_abs_error_ttft"] == pytest.approx(abs(row["ttft_error"]))
     assert set(mine["groups"]) == {"latency"}  # alone, only the latency group
@@ -53,7 +54,7 @@ def test_a_uniform_row_with_a_range_draws_its_lengths_from_it():
     """From input_min to input_max around the mean; without them, from 1 to twice the mean."""
     import numpy as np
 
-    from tokenpath.sim.simulate import simulate
+    from tokenpath import simulate
     from tokenpath.validate.latency import row_scenario
 
     run = simulate(row_scenario(UNIFORM, SHIPPED["sharegpt"])).run
@@ -74,7 +75,8 @@ def test_a_uniform_row_without_its_range_prints_the_range_simulated(tmp_path, mo
 
 
 def test_the_table_names_the_users_rows(tmp_path, monkeypatch, capsys):
-    code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [{**ROW, "source": "my_lab"}])], monkeypatch, capsys)
+    code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [{**ROW, "source": "my_lab"}])],
+                             monkeypatch, capsys)
     assert code == 0, err
     assert "my_lab" in out and "(0 calibration rows left out)" in out
 
@@ -92,7 +94,8 @@ def _without(key):
     ([{**ROW, "window": "whole"}], ["rows[0]", "needs num_requests"]),
     ([{**ROW, "arrival": "poisson"}], ["rows[0]", "needs rate"]),
     ([ROW, {**ROW, "model": "llama-9b"}], ["latency rows[1] (aiconfigurator_silicon)", "unknown model 'llama-9b'"]),
-    ([{**ROW, "engine_settings": {"cuda_graph": "decode"}}], ["rows[0]", "unknown key 'engine.cuda_graph'", "cuda_graphs"]),
+    ([{**ROW, "engine_settings": {"cuda_graph": "decode"}}],
+     ["rows[0]", "unknown key 'engine.cuda_graph'", "cuda_graphs"]),
     ([{**ROW, "kv_cache_precision": "int8"}], ["rows[0]", "kv_cache_precision", "'auto', 'bf16' or 'fp8'"]),
     ([{**ROW, "input_min": 100}], ["rows[0]", "input_min goes with lengths = 'uniform'"]),
     ([{**UNIFORM, "output_mean": 2000.0}], ["rows[0]", "output_mean (2000) must lie between output_min (819)"]),
@@ -104,7 +107,8 @@ def test_a_row_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys, ro
 
 def test_the_sharegpt_table_is_checked_too(tmp_path, monkeypatch, capsys):
     stats = {"clip_input_max": 1024, "clip_total_max": 2048}
-    assert_user_error(*run_cli(["validate", "--latency-rows", _file(tmp_path, [ROW], sharegpt=stats)], monkeypatch, capsys),
+    assert_user_error(*run_cli(["validate", "--latency-rows", _file(tmp_path, [ROW], sharegpt=stats)],
+                               monkeypatch, capsys),
                       "sharegpt: min_tokens: Field required")
     assert read_latency_rows(_file(tmp_path, [ROW], sharegpt={**stats, "min_tokens": 4}))["sharegpt"]["min_tokens"] == 4
 
@@ -114,8 +118,10 @@ def test_a_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys):
                       "none.toml", "latency rows file not found")
     bad = tmp_path / "bad.toml"
     bad.write_text("[[rows]\nsource = 1")
-    assert_user_error(*run_cli(["validate", "--latency-rows", str(bad)], monkeypatch, capsys), "bad.toml", "not valid TOML")
-    assert_user_error(*run_cli(["validate", "--latency-rows", str(bad), "--group", "nccl_allreduce"], monkeypatch, capsys),
+    assert_user_error(*run_cli(["validate", "--latency-rows", str(bad)], monkeypatch, capsys),
+                      "bad.toml", "not valid TOML")
+    assert_user_error(*run_cli(["validate", "--latency-rows", str(bad), "--group", "nccl_allreduce"],
+                               monkeypatch, capsys),
                       "--latency-rows", "--group latency")
 
 

@@ -180,7 +180,8 @@ def test_two_levers_equal_simulate_with_their_overrides(default_levers, monkeypa
     by_name = {lever["name"]: lever for lever in document["levers"]}
     links = next(lever for name, lever in by_name.items() if name.startswith("scale-up links"))
     for lever in (by_name["async detokenization"], links):
-        argv = [arg for dotted, value in lever["overrides"].items() for arg in ("--set", f"{dotted}={toml_value(value)}")]
+        argv = [arg for dotted, value in lever["overrides"].items()
+                for arg in ("--set", f"{dotted}={toml_value(value)}")]
         assert simulate_json(argv, monkeypatch, capsys) == lever["summary"]
     assert links["summary"] != document["baseline"]
 
@@ -243,16 +244,19 @@ def test_user_levers_run_and_their_keys_are_checked(tmp_path, monkeypatch, capsy
     assert_user_error(*run_cli(["levers", "--levers", str(mine)], monkeypatch, capsys),
                       "lever 1 (x)", "unknown key 'rtt' in delivery")
     mine.write_text('[[levers]]\nname = "x"\noverrides = { "seed" = 1 }\ngroupe = "mine"\n', encoding="utf-8")
-    assert_user_error(*run_cli(["levers", "--levers", str(mine)], monkeypatch, capsys), "unknown key", "groupe", "did you mean 'group'?")
+    assert_user_error(*run_cli(["levers", "--levers", str(mine)], monkeypatch, capsys),
+                      "unknown key", "groupe", "did you mean 'group'?")
 
 
 @pytest.mark.parametrize("levers, fragments", [
-    ('name = "four"\noverrides = { "deployment.tp" = "four" }', ["lever 1 (four): deployment.tp:", "valid integer", "'four'"]),
+    ('name = "four"\noverrides = { "deployment.tp" = "four" }',
+     ["lever 1 (four): deployment.tp:", "valid integer", "'four'"]),
     ('name = "far"\noverrides = { "delivery.network_rtt" = "2 parsecs" }',
      ["lever 1 (far): delivery.network_rtt:", "unknown time unit 'parsecs'", "use one of ns, us, ms"]),
     ('name = "a"\noverrides = { seed = 1 }\n[[levers]]\nname = "a"\noverrides = { seed = 2 }',
      ["lever 2 (a): lever 1 has this name too; give each lever its own name"]),
-    (f'name = "{"n" * 100_000}"\noverrides = {{ seed = 1 }}', [f"lever 1 ({'n' * 60}...): name: String should have at most 200"]),
+    (f'name = "{"n" * 100_000}"\noverrides = {{ seed = 1 }}',
+     [f"lever 1 ({'n' * 60}...): name: String should have at most 200"]),
 ], ids=["a value of the wrong type", "a duration in no known unit", "a name given twice", "a 100 KB name"])
 def test_a_lever_the_scenario_refuses_is_an_error_not_a_skip(levers, fragments, tmp_path, monkeypatch, capsys):
     mine = tmp_path / "mine.toml"
@@ -295,7 +299,8 @@ def test_capacity_meets_the_slo_at_its_answer_and_misses_it_5_percent_above(monk
     assert code == 0, err
     document = json.loads(out)
     rate = document["request_rate"]
-    assert document["binding"]["metric"] == "tpot_p99" and document["layer"] in ("queue", "compute", "traffic", "delivery")
+    assert (document["binding"]["metric"] == "tpot_p99"
+            and document["layer"] in ("queue", "compute", "traffic", "delivery"))
     at = simulate_json([*SMALL_SETS, "--request-rate", repr(rate)], monkeypatch, capsys)
     above = simulate_json([*SMALL_SETS, "--request-rate", repr(rate * 1.05)], monkeypatch, capsys)
     targets = parse_slo(slo)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tokenpath import load_scenario, simulate
 from tokenpath.diagnose.overload import Load, Steady, load_of
-from tokenpath.report.simulation import result_document
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 # Llama-3.1-8B on one H100: it serves about 54 requests/s with every request sent at once.
 SMALL = {"model.name": "llama-3.1-8b", "deployment.chip": "h100", "deployment.chips": 1, "deployment.tp": 1,

@@ -125,7 +125,8 @@ def test_set_reaches_the_assumptions_by_name(monkeypatch, capsys):
     (["--set", "engine.block_size=four"], ["engine.block_size", "'four'"]),
     (["--set", "deployment.fabric.speed=1"], ["deployment.fabric.speed", "unknown key"]),
     (["--set", "delivery.network_rtt=fast"], ["delivery.network_rtt", "'fast'"]),
-    (["--set", "assumptions.serving_gemm_fractoin=0.5"], ["--set assumptions.serving_gemm_fractoin", "serving_gemm_fraction"]),
+    (["--set", "assumptions.serving_gemm_fractoin=0.5"],
+     ["--set assumptions.serving_gemm_fractoin", "serving_gemm_fraction"]),
     (["--set", "assumptions.host_step_s.x=1"], ["assumptions.host_step_s is a value, not a table"]),
     (["--set", "assumptions.serving_gemm_fraction=2"], ["serving_gemm_fraction", "out of range"]),
 ])

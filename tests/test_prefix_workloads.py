@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 
 from test_engine import NO_NETWORK, FixedCosts
+from tokenpath import load_scenario, simulate
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.engine.loop import run_engine
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.report.simulation import result_document
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 from tokenpath.workload.traces import read_trace
 
 MOONCAKE = Path(__file__).parent / "data" / "mooncake_conversation_2000.jsonl"

@@ -75,14 +75,14 @@ def test_results_formats_and_errors(runs, monkeypatch, capsys, tmp_path):
         assert_means_match(frame, json.loads((runs / "a.json").read_text()))
     assert_user_error(*run_cli(["simulate", "--results", str(tmp_path / "r.xlsx")], monkeypatch, capsys),
                       "--results", ".parquet")
-    assert_user_error(*run_cli(["report", str(runs / "a.json"), "--html", str(tmp_path / "x.txt")], monkeypatch, capsys),
-                      "--html", ".html")
+    assert_user_error(*run_cli(["report", str(runs / "a.json"), "--html", str(tmp_path / "x.txt")],
+                               monkeypatch, capsys), "--html", ".html")
     assert_user_error(*run_cli(["report", str(tmp_path / "none.json"), "--html", str(tmp_path / "x.html")],
                                monkeypatch, capsys), "no such results file")
     junk = tmp_path / "junk.json"
     junk.write_text('{"schema": "other/1"}')
     assert_user_error(*run_cli(["report", str(junk), "--html", str(tmp_path / "x.html")], monkeypatch, capsys),
-                      "not a tokenpath.sim.summary/1")
+                      "not a tokenpath.summary/1")
 
 
 def test_png_figures(runs):
@@ -130,7 +130,8 @@ def test_two_runs_are_named_by_what_differs(runs, monkeypatch, capsys, tmp_path)
     labels = [run.label for run in load_inputs([str(runs / "a.json"), str(runs / "b.json")]).runs]
     assert labels == [f"a.json (rate {rate}/s)", "b.json (rate 60/s)"]
     out = tmp_path / "two.html"
-    code, _, err = run_cli(["report", str(runs / "a.json"), str(runs / "b.json"), "--html", str(out)], monkeypatch, capsys)
+    code, _, err = run_cli(["report", str(runs / "a.json"), str(runs / "b.json"), "--html", str(out)],
+                           monkeypatch, capsys)
     assert code == 0, err
     text = out.read_text()
     assert f"<h1>tokenpath report: a.json (rate {rate}/s) vs b.json (rate 60/s)</h1>" in text
@@ -212,10 +213,10 @@ def test_tornado_and_pareto_data(runs):
 @pytest.fixture(scope="module")
 def simulated():
     """A small simulation's view, as `simulate --html` draws it: requests, token times, steps and roofline."""
-    from tokenpath.report.simulation import describe, result_document
+    from tokenpath import load_scenario, simulate
+    from tokenpath.report.simulation import describe
     from tokenpath.report.views import Inputs, from_simulation
-    from tokenpath.sim.scenario import load_scenario
-    from tokenpath.sim.simulate import simulate
+    from tokenpath.sim.document import result_document
 
     sim = simulate(load_scenario("typical", {"workload.num_requests": 120}))
     document, _ = result_document(sim)

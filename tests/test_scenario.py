@@ -339,7 +339,8 @@ def test_to_toml_writes_every_default():
     concurrency=st.one_of(st.none(), st.integers(1, 4096)),
     rtt_ms=st.integers(0, 1000),
 )
-def test_to_toml_round_trips_exactly(seed, name, tp, interval, detokenize, rate, burstiness, requests, concurrency, rtt_ms):
+def test_to_toml_round_trips_exactly(seed, name, tp, interval, detokenize, rate, burstiness, requests, concurrency,
+                                     rtt_ms):
     overrides = {
         "seed": seed, "name": name, "deployment.tp": tp, "delivery.stream_interval": interval,
         "delivery.detokenize": detokenize, "workload.arrival.rate": rate, "workload.arrival.burstiness": burstiness,

@@ -5,11 +5,13 @@ import json
 import random
 import threading
 import time
+from types import SimpleNamespace
 
 import aiohttp
 import numpy as np
 import pytest
 
+from tokenpath import load_scenario
 from tokenpath.delivery import Detokenizer
 from tokenpath.engine.replica import Replica
 from tokenpath.serve import ServeOptions, live, make_app
@@ -17,7 +19,6 @@ from tokenpath.serve.app import SERVER, start_server, stop_server
 from tokenpath.serve.live import LiveEngine
 from tokenpath.serve.openai import Ask
 from tokenpath.serve.output import OutputSlots, new_response
-from tokenpath.sim.scenario import load_scenario
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 
@@ -145,13 +146,15 @@ def test_non_streaming_chat_returns_the_message_and_usage():
     ("/v1/completions", b'{"model": "m", "prompt": "x", "max_tokens": 0}', 400, "max_tokens"),
     ("/v1/completions", b'{"model": "m", "prompt": "x", "max_tokens": 9999999}', 400, "max_tokens"),
     ("/v1/chat/completions", b'{"model": "m", "messages": []}', 400, "messages"),
-    ("/v1/chat/completions", b'{"model": "m", "messages": [{"role": "user", "content": 3}]}', 400, "messages[0].content"),
+    ("/v1/chat/completions", b'{"model": "m", "messages": [{"role": "user", "content": 3}]}', 400,
+     "messages[0].content"),
 ])
 def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(path, payload, status, param):
     async def body(url, session):
         async with session.post(f"{url}{path}", data=payload) as response:
             bad = response.status, await response.json()
-        async with session.post(f"{url}/v1/completions", json={"model": "m", "prompt": "ok", "max_tokens": 3}) as response:
+        async with session.post(f"{url}/v1/completions",
+                                json={"model": "m", "prompt": "ok", "max_tokens": 3}) as response:
             good = response.status, await response.json()
         return bad, good
 
@@ -271,11 +274,44 @@ def test_releases_keep_step_order_when_their_timers_fire_out_of_order():
         app[SERVER].engines[0].clock_ns = lambda: time.perf_counter_ns() - (20_000_000 if rng.random() < 1 / 3 else 0)
         counts = []
         for _ in range(8):
-            async with session.post(f"{url}/v1/completions", json={"model": "m", "prompt": "ok", "max_tokens": 3}) as response:
+            async with session.post(f"{url}/v1/completions",
+                                    json={"model": "m", "prompt": "ok", "max_tokens": 3}) as response:
                 counts.append((await response.json())["usage"]["completion_tokens"])
         return counts
 
     assert serve(with_app=True)(body) == [3] * 8
+
+
+def test_a_steps_release_timer_releases_that_step_and_not_the_one_formed_since(monkeypatch):
+    # With async detokenization a step's tokens leave after the next step has started, so the next
+    # step is formed before the first one's timer fires; that timer must not release it early.
+    from tokenpath.sim.deployment import build_deployment
+
+    scenario = load_scenario("typical", {**FAST, "delivery.detokenize": "async"})
+    timers = []
+
+    class Stop(Exception):
+        pass
+
+    class Loop:  # records each step's release timer instead of running it
+        def call_later(self, delay_s, callback, due):
+            timers.append(lambda: callback(due))
+
+    async def sleep(delay_s):
+        if len(timers) == 2:
+            raise Stop  # two steps taken, neither timer fired
+
+    monkeypatch.setattr(live, "asyncio", SimpleNamespace(Event=asyncio.Event, get_running_loop=Loop, sleep=sleep))
+    engine = LiveEngine(scenario, build_deployment(scenario), Detokenizer.load(None), clock_ns=lambda: 0)
+    engine.replica.submit(20, 5, 0, 0)
+    with pytest.raises(Stop):
+        asyncio.run(engine.run())
+    (first, first_leave_ns, *_), (second, second_leave_ns, *_) = engine.unreleased
+    assert (first, second) == (0, 1) and first_leave_ns < second_leave_ns
+    timers[0]()  # step 0's tokens leave
+    assert [step for step, *_ in engine.unreleased] == [1]
+    timers[1]()
+    assert not engine.unreleased
 
 
 def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as_on_an_idle_server(monkeypatch):

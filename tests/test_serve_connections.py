@@ -15,9 +15,9 @@ import time
 import aiohttp
 
 from serve_helpers import LoopbackServer
+from tokenpath import load_scenario
 from tokenpath.serve import ServeOptions
 from tokenpath.serve.connections import ConnectionLimits
-from tokenpath.sim.scenario import load_scenario
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 HEAD = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "   # never finished: no blank line follows
@@ -230,4 +230,5 @@ def test_a_malformed_request_is_answered_400_and_logged_in_one_line(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and all("\n" not in line for line in lines)
     assert lines[0] == "refused a malformed request from 127.0.0.1 with 400: Invalid method encountered: b'GARBAGE'"
-    assert lines[1].startswith("refused a malformed request from 127.0.0.1 with 400: Invalid character in Content-Length")
+    assert lines[1].startswith("refused a malformed request from 127.0.0.1 with 400: "
+                               "Invalid character in Content-Length")

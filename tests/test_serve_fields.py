@@ -70,7 +70,7 @@ def test_each_field_is_refused_with_its_name_or_accepted():
                 results.append((response.status, await response.read()))
         return results
 
-    for (endpoint, fields, refused), (status, reply) in zip(CASES, serve()(body)):
+    for (_endpoint, fields, refused), (status, reply) in zip(CASES, serve()(body)):
         if refused is None:
             assert status == 200, (fields, reply)
             continue

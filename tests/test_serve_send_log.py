@@ -7,8 +7,8 @@ import time
 import aiohttp
 from aiohttp import web
 
+from tokenpath import load_scenario
 from tokenpath.serve import ServeOptions, make_app
-from tokenpath.sim.scenario import load_scenario
 
 FAST = {"model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "delivery.network_rtt": 0}
 

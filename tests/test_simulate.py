@@ -8,12 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli
-from tokenpath.compute import efficiency
+from tokenpath import load_scenario, simulate
 from tokenpath.compute.efficiency import EMBEDDING_PRECISION
 from tokenpath.compute.precision import PRECISION_BYTES
-from tokenpath.report.simulation import result_document
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 from tokenpath.validate.groups import ENGINE_SIDE_DELIVERY
 
 
@@ -58,7 +56,8 @@ def test_data_parallel_replicas_split_the_load():
     assert one.deployment.replicas == 2
     assert len(one.traces) == 2
     assert sorted(len(t.sent_ns) for t in one.traces) == [30, 30]
-    assert np.array_equal(one.run.queue_ns + one.run.compute_ns + one.run.traffic_ns + one.run.delivery_ns, one.run.e2e_ns)
+    assert np.array_equal(one.run.queue_ns + one.run.compute_ns + one.run.traffic_ns + one.run.delivery_ns,
+                          one.run.e2e_ns)
 
 
 def _run_fields(run):
@@ -67,7 +66,6 @@ def _run_fields(run):
 
 @pytest.mark.parametrize("keep_tokens", [True, False])
 def test_replicas_in_forked_workers_give_exactly_the_in_process_result(monkeypatch, keep_tokens):
-    from tokenpath.sim import served
     from tokenpath.sim import simulate as pipeline
 
     if not keep_tokens:  # per-worker ITL histograms, merged
@@ -120,9 +118,9 @@ def test_a_worker_killed_mid_run_becomes_a_one_line_error():
     assert "\n" not in str(caught.value)
 
 
-def test_batch_one_decode_step_is_the_weight_read_bound(monkeypatch):
-    monkeypatch.setattr(efficiency, "KERNEL_FIXED_S", 0.0)  # the roofline alone, plus the host's time
+def test_batch_one_decode_step_is_the_weight_read_bound():
     scenario = load_scenario("typical", {
+        "assumptions.kernel_fixed_s": 0.0,  # the roofline alone, plus the host's time
         "model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1,
         "workload.num_requests": 1, "workload.input": {"kind": "fixed", "value": 16},
         "workload.output": {"kind": "fixed", "value": 101}, "delivery": ENGINE_SIDE_DELIVERY,
@@ -142,7 +140,8 @@ def test_batch_one_decode_step_is_the_weight_read_bound(monkeypatch):
 
 
 def _at_rate(rate):
-    return result_document(simulate(load_scenario("typical", {"workload.num_requests": 400, "workload.arrival.rate": rate})))[0]
+    return result_document(simulate(load_scenario("typical", {"workload.num_requests": 400,
+                                                              "workload.arrival.rate": rate})))[0]
 
 
 def test_throughput_saturates_and_ttft_grows_with_load():
@@ -179,7 +178,8 @@ def test_a_recorded_trace_drives_arrivals_and_lengths(tmp_path):
     assert list(sim.run.input_tokens) == [300, 1200, 80, 512]
     assert list(sim.run.output_tokens) == [20, 5, 64, 1]
     assert list(sim.run.scheduled_ns) == [0, 250_000_000, 500_000_000, 2_000_000_000]
-    assert np.array_equal(sim.run.queue_ns + sim.run.compute_ns + sim.run.traffic_ns + sim.run.delivery_ns, sim.run.e2e_ns)
+    assert np.array_equal(sim.run.queue_ns + sim.run.compute_ns + sim.run.traffic_ns + sim.run.delivery_ns,
+                          sim.run.e2e_ns)
 
 
 def test_explain_breaks_a_steady_step_into_ops_that_add_up_to_its_compute_time():
@@ -251,7 +251,8 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S
     from tokenpath.report.explain import explain, explain_table
 
-    same = {"workload.num_requests": 200, "workload.arrival.rate": "inf", "workload.input": {"kind": "fixed", "value": 100},
+    same = {"workload.num_requests": 200, "workload.arrival.rate": "inf",
+            "workload.input": {"kind": "fixed", "value": 100},
             "workload.output": {"kind": "fixed", "value": 20}, "engine.max_num_seqs": 200,
             "engine.scheduler": scheduler, "engine.host_overlap": False}
     graphed = simulate(small(**same, **{"engine.cuda_graphs": "all", "engine.cuda_graph_max_tokens": 8192}))

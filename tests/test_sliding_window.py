@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokenpath import load_scenario, simulate
 from tokenpath.compute import ComputeModel, load_chip, load_model
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
 
 WINDOW = 4096
 LLAMA_8B = load_model("llama-3.1-8b")

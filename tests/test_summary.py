@@ -155,10 +155,12 @@ def test_attribution_means_per_layer_sum_to_the_mean_e2e():
     run = hand_run()
     got = attribution_s(run)
     assert list(got) == list(LAYERS)
-    assert got == pytest.approx({"queue": 0.1 / 3, "compute": 0.070, "traffic": 0.07 / 3, "delivery": 0.08 / 3}, rel=1e-12)
+    assert got == pytest.approx({"queue": 0.1 / 3, "compute": 0.070, "traffic": 0.07 / 3, "delivery": 0.08 / 3},
+                                rel=1e-12)
     assert sum(got.values()) == pytest.approx(run.e2e_ns.mean() / 1e9, rel=1e-12)
     only_first = attribution_s(hand_run(failed=np.array([False, True, True])))
-    assert only_first == pytest.approx({"queue": 0.010, "compute": 0.070, "traffic": 0.020, "delivery": 0.020}, rel=1e-12)
+    assert only_first == pytest.approx({"queue": 0.010, "compute": 0.070, "traffic": 0.020, "delivery": 0.020},
+                                       rel=1e-12)
 
 
 def test_attribution_is_absent_for_a_run_without_it():
@@ -176,7 +178,7 @@ def test_summary_of_a_hand_made_run():
                          "attribution_s", "bottleneck", "continuity"]
     # Every token within 180 ms of its send and no gap near 250 ms: the reader is never behind.
     assert got["continuity"]["qoe"]["mean"] == 1.0 and got["continuity"]["stalls_per_request"] == 0.0
-    assert got["schema"] == SCHEMA == "tokenpath.sim.summary/1"
+    assert got["schema"] == SCHEMA == "tokenpath.summary/1"
     assert got["source"] == "simulate"
     assert got["scenario"] == {"name": "hand", "fingerprint": "ab" * 32}
     assert got["requests"] == {"completed": 3, "failed": 0, "input_tokens_mean": 200.0, "output_tokens_mean": 8 / 3,
@@ -202,7 +204,8 @@ def test_summary_of_a_hand_made_run():
 
 def test_failed_requests_are_left_out_of_every_latency_and_count():
     got = summarize(hand_run(failed=np.array([False, True, False])), "hand", "0" * 64, {**NO_SLO, "ttft": 0.15})
-    assert got["requests"] == {"completed": 2, "failed": 1, "input_tokens_mean": 200.0, "output_tokens_mean": 2.0, "warmup": 0}
+    assert got["requests"] == {"completed": 2, "failed": 1, "input_tokens_mean": 200.0, "output_tokens_mean": 2.0,
+                               "warmup": 0}
     latency = got["latency_s"]
     assert latency["ttft"]["mean"] == pytest.approx(0.110)      # (50 + 170) / 2
     assert latency["ttfv"]["mean"] == pytest.approx(0.130)      # (80 + 180) / 2
@@ -250,9 +253,8 @@ def test_log_histogram_percentiles_are_within_a_tenth_of_a_percent(values):
 
 
 def test_a_warm_up_leaves_the_first_requests_out_of_every_metric():
-    from tokenpath.report.simulation import result_document
-    from tokenpath.sim.scenario import load_scenario
-    from tokenpath.sim.simulate import simulate
+    from tokenpath import load_scenario, simulate
+    from tokenpath.sim.document import result_document
 
     overrides = {"workload.num_requests": 60, "workload.max_concurrency": 6, "workload.arrival.rate": "inf"}
     whole = simulate(load_scenario("typical", overrides)).run
@@ -270,8 +272,8 @@ def test_a_warm_up_leaves_the_first_requests_out_of_every_metric():
 
 
 def test_a_warm_up_that_leaves_nothing_to_measure_is_a_one_line_error():
+    from tokenpath import load_scenario
     from tokenpath.config.errors import UserError
-    from tokenpath.sim.scenario import load_scenario
 
     with pytest.raises(UserError, match="warmup_requests 50 leaves none of the 50 requests"):
         load_scenario("typical", {"workload.num_requests": 50, "workload.warmup_requests": 50})
@@ -284,8 +286,10 @@ def test_a_simulations_summary_carries_the_scenario_as_it_ran(monkeypatch, capsy
     document = simulate_json(["--num-requests", "40", "--tp", "4", "--set", "delivery.detokenize=\"async\"",
                               "--set", "delivery.network_rtt=\"50ms\""], monkeypatch, capsys)
     resolved = document["resolved"]
-    assert {key: resolved["deployment"][key] for key in ("model", "precision", "chip", "chips", "tp", "pp", "replicas")} \
-        == {"model": "llama-3.1-70b", "precision": "fp8", "chip": "h200", "chips": 8, "tp": 4, "pp": 1, "replicas": 2}
+    assert ({key: resolved["deployment"][key]
+             for key in ("model", "precision", "chip", "chips", "tp", "pp", "replicas")}
+            == {"model": "llama-3.1-70b", "precision": "fp8", "chip": "h200", "chips": 8, "tp": 4, "pp": 1,
+                "replicas": 2})
     assert resolved["deployment"]["fabric"]["kind"] == document["fabric"]["kind"] == "switch"
     assert resolved["deployment"]["fabric"]["name"] == document["fabric"]["name"]
     # The engine profile's defaults, resolved: vllm-v1 runs its host in the step and replays every step's graph.

@@ -16,10 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokenpath import load_scenario, simulate
 from tokenpath.config.errors import UserError
-from tokenpath.report.simulation import result_document
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 from tokenpath.sweep.pareto import frontier, parse_objectives
 from tokenpath.sweep.point import flatten_summary
 from tokenpath.sweep.run import _in_order, run_sweep

@@ -119,7 +119,8 @@ def test_round_values_are_written_back_as_written(text):
     field = "duration" if text.endswith("s") and "/" not in text else "bandwidth" if "/" in text else "size"
     values = {"duration": 1.0, "size": 1.0, "bandwidth": 1e9, field: text}
     written = Quantities.model_validate(values).model_dump(mode="json")[field]
-    assert Quantities.model_validate({**values, field: written}).model_dump()[field] == Quantities.model_validate(values).model_dump()[field]
+    assert (Quantities.model_validate({**values, field: written}).model_dump()[field]
+            == Quantities.model_validate(values).model_dump()[field])
     assert isinstance(written, str)
 
 
@@ -164,5 +165,6 @@ def test_formatted_quantities_have_no_exponent(value):
 
 @pytest.mark.parametrize("unknown", [None, math.nan])
 def test_an_unknown_quantity_is_a_dash_never_nan(unknown):
-    assert [format_duration(unknown), format_number(unknown), format_bytes(unknown), format_bandwidth(unknown)] == ["-"] * 4
+    assert ([format_duration(unknown), format_number(unknown), format_bytes(unknown), format_bandwidth(unknown)]
+            == ["-"] * 4)
     assert format_duration(math.inf) == "inf s" and format_number(-math.inf) == "-inf"

@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tokenpath import load_scenario, simulate
 from tokenpath.delivery.lastmile import worker_busy_ns
 from tokenpath.diagnose.felt import PARTS, felt_parts_s
-from tokenpath.report.simulation import result_document
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.document import result_document
 
 
 def _verdict(**changes) -> tuple[dict, str]:

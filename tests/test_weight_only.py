@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 
 from cli_helpers import assert_user_error, run_cli
+from tokenpath import load_scenario, simulate
 from tokenpath.compute import ComputeModel, load_chip, load_model
 from tokenpath.report.simulation import describe
-from tokenpath.sim.scenario import load_scenario
-from tokenpath.sim.simulate import simulate
 
 
 def step(chip: str, precision: str, tokens: int, context: int) -> float:

@@ -449,7 +449,7 @@ def test_generate_hands_the_drawn_requests_to_check_before_their_prefix_keys():
 
 def test_a_shared_prefix_too_long_for_the_context_is_refused_before_its_keys_are_built(monkeypatch):
     # 100M-token prefixes: 195,313 segments each, 8 bytes a key for 100,000 requests (about 156 GB).
-    from tokenpath.sim.scenario import load_scenario
+    from tokenpath import load_scenario
     from tokenpath.sim.simulate import prepare
 
     def refuse(*args):

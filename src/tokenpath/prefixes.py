@@ -18,8 +18,8 @@ session's next turn, whose prompt repeats the answer, finds them.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -62,7 +62,8 @@ class Prefixes:
             return NotImplemented
         return (self.segment_tokens == other.segment_tokens and np.array_equal(self.keys, other.keys)
                 and np.array_equal(self.offsets, other.offsets) and np.array_equal(self.tokens, other.tokens)
-                and (self.ends is None) == (other.ends is None) and (self.ends is None or np.array_equal(self.ends, other.ends)))
+                and (self.ends is None) == (other.ends is None)
+                and (self.ends is None or np.array_equal(self.ends, other.ends)))
 
 
 def chain(ids: Iterable[Sequence[Hashable]], tokens: Sequence[int], segment_tokens: int = SEGMENT_TOKENS) -> Prefixes:

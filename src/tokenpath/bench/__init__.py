@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tokenpath.bench.plan import Target, build_plan, default_workers, preflight, workload_requests
 from tokenpath.bench.prompts import PromptBuilder, corpus_text

@@ -352,7 +352,8 @@ class StampedSocket:
                     self._lost(error)
 
             self._sending = self.loop.create_task(send_rest())
-            self._sending.add_done_callback(lambda task: setattr(self, "_sending", None) if self._sending is task else None)
+            self._sending.add_done_callback(
+                lambda task: setattr(self, "_sending", None) if self._sending is task else None)
 
     def is_closing(self) -> bool:
         return self._closing

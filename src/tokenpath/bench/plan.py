@@ -115,7 +115,8 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
                                target.endpoint == "chat")
         bodies = []  # built as each turn is sent
     else:
-        prompts = builder.build_many(requests.input_tokens, prompt_rng(scenario), tag, requests.prefixes, unique_prompts)
+        prompts = builder.build_many(requests.input_tokens, prompt_rng(scenario), tag, requests.prefixes,
+                                     unique_prompts)
         bodies = [request_body(target, prompt, out) for prompt, out in zip(prompts, requests.output_tokens.tolist())]
     plan = Plan(
         url=target.url(),
@@ -151,7 +152,8 @@ def build_plan(scenario: Scenario, target: Target, tokenizer: Tokenizer, tokeniz
         "timeouts_s": {"connect": plan.connect_timeout_s, "stall": plan.stall_timeout_s,
                        "request": plan.request_timeout_s, "run": plan.run_timeout_s},
         "max_event_bytes": plan.max_event_bytes,
-        "timestamps": "kernel" if plan.kernel_timestamps and KERNEL_TIMESTAMPS and plan.url.startswith("http:") else "event loop",
+        "timestamps": ("kernel" if plan.kernel_timestamps and KERNEL_TIMESTAMPS and plan.url.startswith("http:")
+                       else "event loop"),
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     return plan, header
@@ -211,7 +213,8 @@ def preflight(target: Target, timeout_s: float) -> None:
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return
     if served and target.model not in served:
-        raise UserError(f"--model {target.model!r}: the server does not serve it; it serves: {', '.join(map(str, served[:10]))}")
+        raise UserError(f"--model {target.model!r}: the server does not serve it; "
+                        f"it serves: {', '.join(map(str, served[:10]))}")
 
 
 def parse_extra_body(text: str | None) -> dict[str, Any]:

@@ -14,9 +14,10 @@ read's time and count as one arrival.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import orjson
@@ -36,7 +37,8 @@ _MAX_ABS_NS = 2**62
 _MAX_TOKENS = 2**24
 
 
-def read_results(path: str | Path, warn: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_results(path: str | Path,
+                 warn: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(header, request rows sorted by index) of a results file; a `UserError` if it is not one.
 
     A torn last line is skipped, and `warn` (when given) is told so.
@@ -120,9 +122,10 @@ def _check_header(header: dict[str, Any], where: str) -> None:
     if slo is not None:
         _field(header, "slo", lambda v: isinstance(v, dict), "an object", where)
         for key, limit in slo.items():
-            if key not in SLO_KEYS or not (limit is None or (isinstance(limit, (int, float)) and not isinstance(limit, bool))):
-                raise UserError(f"{where}: slo {_short(key)} = {_short(limit)} is not an SLO ({', '.join(SLO_KEYS)}: seconds "
-                                "or null); the file is damaged")
+            if key not in SLO_KEYS or not (
+                    limit is None or (isinstance(limit, (int, float)) and not isinstance(limit, bool))):
+                raise UserError(f"{where}: slo {_short(key)} = {_short(limit)} is not an SLO "
+                                f"({', '.join(SLO_KEYS)}: seconds or null); the file is damaged")
 
 
 def _check_row(row: Any, where: str) -> None:
@@ -146,8 +149,10 @@ def _check_row(row: Any, where: str) -> None:
         if row.get(name) is not None:
             _field(row, name, _is_ns, "an integer (ns) or null", where)
     _field(row, "tokens_from", lambda v: isinstance(v, str), "a string", where)
-    times = _field(row, "arrival_ns", lambda v: isinstance(v, list) and all(map(_is_ns, v)), "a list of integers (ns)", where)
-    counts = _field(row, "arrival_tokens", lambda v: isinstance(v, list) and all(map(_is_count, v)) and sum(v) <= _MAX_TOKENS,
+    times = _field(row, "arrival_ns", lambda v: isinstance(v, list) and all(map(_is_ns, v)),
+                   "a list of integers (ns)", where)
+    counts = _field(row, "arrival_tokens",
+                    lambda v: isinstance(v, list) and all(map(_is_count, v)) and sum(v) <= _MAX_TOKENS,
                     f"a list of counts adding up to at most {_MAX_TOKENS}", where)
     if len(times) != len(counts):
         raise UserError(f"{where}: 'arrival_ns' has {len(times)} entries but 'arrival_tokens' {len(counts)}; "

@@ -33,9 +33,10 @@ import queue
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter_ns
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import orjson
@@ -229,7 +230,8 @@ class Worker:
             exchange.fail(CONNECT, f"no connection within {self.plan.connect_timeout_s:g} s", perf_counter_ns())
             return
         except OSError as error:
-            exchange.fail(CONNECT, f"{self.endpoint.host}:{self.endpoint.port}: {error.strerror or error}", perf_counter_ns())
+            exchange.fail(CONNECT, f"{self.endpoint.host}:{self.endpoint.port}: {error.strerror or error}",
+                          perf_counter_ns())
             return
         except asyncio.CancelledError:
             exchange.fail(INTERRUPTED, "stopped before it was sent", perf_counter_ns())
@@ -321,7 +323,8 @@ class Worker:
                 if exchange.finished or exchange.index not in self.connections:
                     continue
                 if now - exchange.last_rx_ns > stall_ns:
-                    exchange.fail(STALLED, f"no bytes for {self.plan.stall_timeout_s:g} s after {exchange.events} events", now)
+                    exchange.fail(STALLED, f"no bytes for {self.plan.stall_timeout_s:g} s "
+                                           f"after {exchange.events} events", now)
                 elif total_ns is not None and now - exchange.sent_ns > total_ns:
                     exchange.fail(TIMEOUT, f"not finished within {self.plan.request_timeout_s:g} s", now)
                 elif self.deadline_ns is not None and now > self.deadline_ns:
@@ -563,7 +566,8 @@ def _execute_processes(plan: Plan, path: str, header: dict[str, Any], workers: i
                 started += 1
             except queue.Empty:
                 if time.monotonic() > deadline_s:
-                    raise RuntimeError(f"{workers - started} of {workers} bench worker processes did not start within 60 s") from None
+                    raise RuntimeError(f"{workers - started} of {workers} bench worker processes "
+                                       "did not start within 60 s") from None
         if not stop.signum:
             t0.value = perf_counter_ns() + _START_DELAY_NS
             write_line(path, {**header, "t0_monotonic_ns": t0.value, "workers": workers})

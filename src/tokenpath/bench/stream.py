@@ -14,7 +14,8 @@ request as malformed instead of growing without bound.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from orjson import JSONDecodeError, loads
@@ -128,7 +129,8 @@ class Exchange:
             self.fail(MALFORMED, f"the body is not an SSE stream (Content-Type: {self.content_type or 'none'}): "
                                  f"{_quote(self._body_start)}", now_ns)
         else:
-            self.fail(INCOMPLETE, f"the stream ended without [DONE] or a finish_reason after {self.events} events", now_ns)
+            self.fail(INCOMPLETE, f"the stream ended without [DONE] or a finish_reason after {self.events} events",
+                      now_ns)
 
     # ---- parsing ------------------------------------------------------------------------------
     def feed(self, data: bytes, now_ns: int) -> None:

@@ -53,7 +53,8 @@ def _tekken_default_path() -> str:
     try:
         import mistral_common
     except ImportError:
-        raise UserError("the default tokenizer needs mistral-common; `pip install mistral-common` or pass --tokenizer tokenizer.json") from None
+        raise UserError("the default tokenizer needs mistral-common; `pip install mistral-common` "
+                        "or pass --tokenizer tokenizer.json") from None
     return os.path.join(os.path.dirname(mistral_common.__file__), "data", "tekken_240911.json")
 
 
@@ -64,7 +65,8 @@ def _from_file(path: str) -> Tokenizer:
     except FileNotFoundError:
         raise UserError(f"--tokenizer: {path} not found; give the path to a tokenizer.json") from None
     except (OSError, ValueError, UnicodeDecodeError) as error:
-        raise UserError(f"--tokenizer: {path} is not a readable tokenizer.json ({error.__class__.__name__}); give a Hugging Face or Tekken tokenizer.json") from None
+        raise UserError(f"--tokenizer: {path} is not a readable tokenizer.json ({error.__class__.__name__}); "
+                        "give a Hugging Face or Tekken tokenizer.json") from None
     if not isinstance(head, dict):
         raise UserError(f"--tokenizer: {path} is not a tokenizer.json (top level is not an object)")
     if "config" in head and "vocab" in head:
@@ -81,7 +83,8 @@ def _from_file(path: str) -> Tokenizer:
             return _HfTokenizer(HfTokenizer.from_file(path), os.path.basename(path))
         except Exception as error:  # noqa: BLE001
             raise UserError(f"--tokenizer: {path}: cannot load as a Hugging Face tokenizer: {error}") from None
-    raise UserError(f"--tokenizer: {path} is neither a Hugging Face tokenizer.json (no 'model') nor a Tekken file (no 'config'/'vocab')")
+    raise UserError(f"--tokenizer: {path} is neither a Hugging Face tokenizer.json (no 'model') "
+                    "nor a Tekken file (no 'config'/'vocab')")
 
 
 @functools.lru_cache(maxsize=4)

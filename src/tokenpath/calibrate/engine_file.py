@@ -35,8 +35,10 @@ def calibration_document(fit: Fit, measured: list[Measured], skipped: list[str],
     probe = []
     for m, before, after in zip(measured, fit.predicted_before, fit.predicted_after):
         row = {key: _number(v) if isinstance(v, float) else v for key, v in m.describe().items()}
-        row.update({"ttft_p50_s_predicted_before": _number(before[0]), "tpot_p50_s_predicted_before": _number(before[1]),
-                    "ttft_p50_s_predicted_after": _number(after[0]), "tpot_p50_s_predicted_after": _number(after[1])})
+        row.update({"ttft_p50_s_predicted_before": _number(before[0]),
+                    "tpot_p50_s_predicted_before": _number(before[1]),
+                    "ttft_p50_s_predicted_after": _number(after[0]),
+                    "tpot_p50_s_predicted_after": _number(after[1])})
         probe.append(row)
     return {
         "schema": ENGINE_CALIBRATION_SCHEMA,

@@ -110,7 +110,6 @@ class _Model:
         deployment = build_deployment(scenario)
         return [medians_s(simulate(Prepared(scenario, deployment, m.requests), workers=1).run, m.counted)
                 for m in self.measured]
-        return out
 
     def values(self, x: np.ndarray, names: list[str]) -> dict[str, float]:
         return {n: _value(self.start[n], v) for n, v in zip(names, x)}
@@ -161,7 +160,7 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
     model = _Model(scenario, measured, usable)
     r0 = model.residuals(np.zeros(len(usable)), usable)
     columns = []
-    for k, name in enumerate(usable):
+    for k in range(len(usable)):
         x = np.zeros(len(usable))
         x[k] = STEP
         columns.append((model.residuals(x, usable) - r0) / STEP)
@@ -225,7 +224,8 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
     reached = []  # (floor / measured, floor, phase)
     for m in measured:
         prompt_bytes = delivery.bytes_per_token * float(m.requests.input_tokens.mean())
-        network_ns = last_mile.network_ns(delivery.request_overhead_bytes + prompt_bytes) + last_mile.event_network_ns(1)
+        network_ns = (last_mile.network_ns(delivery.request_overhead_bytes + prompt_bytes)
+                      + last_mile.event_network_ns(1))
         floor_s = network_ns / 1e9 + frontend_s
         if 0 < m.ttft_p50_s <= floor_s:
             reached.append((floor_s / m.ttft_p50_s, floor_s, m))

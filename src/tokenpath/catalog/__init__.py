@@ -22,13 +22,13 @@ MODELS_FILE = "models.toml"
 CHIPS_FILE = "chips.toml"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(filename: str) -> dict[str, dict]:
     text = resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
     return tomllib.loads(text)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _aliases(filename: str) -> dict[str, str]:
     """Every accepted name (canonical names and aliases, normalized) -> canonical name."""
     index: dict[str, str] = {}

@@ -10,7 +10,9 @@ from tokenpath.cli.app import app, calibrate_app, fail, help_as_written, scenari
 from tokenpath.config.errors import UserError
 
 # Importing a command's module registers it; the order here is the order `--help` lists them.
-from tokenpath.cli import simulate, levers, capacity, sweep, catalog, assumptions, validate, serve, calibrate, bench, report, fabric  # noqa: E402,F401  isort: skip
+from tokenpath.cli import (  # noqa: F401  isort: skip
+    simulate, levers, capacity, sweep, catalog, assumptions, validate, serve, calibrate, bench, report, fabric,
+)
 
 for _typer in (app, scenario_app, calibrate_app):
     for _command in _typer.registered_commands:

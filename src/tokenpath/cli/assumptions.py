@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -26,7 +26,7 @@ Examples:
 @app.command(help="List the model's assumptions: name, value, unit, source and what guards each." + ASSUMPTIONS_EXAMPLE)
 @scenario_flags()
 def assumptions(
-    scenario: Optional[str] = typer.Argument(None, help="a scenario (.toml or catalog name): show the values it uses"),
+    scenario: str | None = typer.Argument(None, help="a scenario (.toml or catalog name): show the values it uses"),
     json_out: JsonOut = None,
     *, flags: dict[str, Any],
 ) -> None:
@@ -43,7 +43,8 @@ def assumptions(
     for row in rows:
         if resolved is not None:
             row["origin"] = ("scenario" if row["name"] in resolved.overridden
-                             else f"calibration {resolved.calibrated[row['name']]}" if row["name"] in resolved.calibrated
+                             else f"calibration {resolved.calibrated[row['name']]}"
+                             if row["name"] in resolved.calibrated
                              else "default")
     if json_out is not None:
         write_json(rows, json_out)  # type: ignore[arg-type]  # a list: one object per assumption

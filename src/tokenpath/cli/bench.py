@@ -7,7 +7,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -15,14 +15,15 @@ from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
-from tokenpath.config.units import format_number
 
+# A backslash at the end of a line below joins it to the next: the help shows the example on one line.
 BENCH_EXAMPLE = """
 Examples:
 
   tokenpath bench --base-url http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B-Instruct
 
-  tokenpath bench my.toml --base-url http://127.0.0.1:8000 --model m --request-rate 4 --num-requests 200 --json bench.json
+  tokenpath bench my.toml --base-url http://127.0.0.1:8000 --model m --request-rate 4 --num-requests 200 \
+--json bench.json
 
   tokenpath bench --base-url https://api.example.com --model m --endpoint chat --api-key-env MY_KEY --strict-openai
 
@@ -33,7 +34,8 @@ reports a process the signal ended). A stopped run keeps every request measured 
 file, the requests in flight recorded as interrupted.
 """
 
-COMPARE_EXAMPLE = "\n\nExample:\n\n  tokenpath simulate my.toml --json sim.json\n\n  tokenpath compare sim.json bench.json"
+COMPARE_EXAMPLE = ("\n\nExample:\n\n  tokenpath simulate my.toml --json sim.json\n\n"
+                   "  tokenpath compare sim.json bench.json")
 
 
 def _positive(value: float | None, flag: str) -> None:
@@ -54,29 +56,32 @@ def _event_bytes(value: str) -> int:
                   "simulate." + BENCH_EXAMPLE)
 @scenario_flags(omit=("model",))  # --model is the name the server serves
 def bench(
-    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000 (required)"),
-    model: Optional[str] = typer.Option(None, "--model", help="the model name the server serves (required)"),
+    scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    base_url: str | None = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000 (required)"),
+    model: str | None = typer.Option(None, "--model", help="the model name the server serves (required)"),
     endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat"),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="client processes (default: as the target rate needs)"),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
+    workers: int | None = typer.Option(None, "--workers", help="client processes (default: as the target rate needs)"),
     timeout: float = typer.Option(600.0, "--timeout", help="seconds a request may take in all"),
     stall_timeout: float = typer.Option(60.0, "--stall-timeout", help="seconds a stream may go without a byte"),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="seconds to open a connection"),
-    strict_openai: bool = typer.Option(False, "--strict-openai", help="send only standard OpenAI fields (no ignore_eos, no per-event usage)"),
-    extra_body: Optional[str] = typer.Option(None, "--extra-body", help="JSON object merged into every request body"),
+    strict_openai: bool = typer.Option(False, "--strict-openai",
+                                       help="send only standard OpenAI fields (no ignore_eos, no per-event usage)"),
+    extra_body: str | None = typer.Option(None, "--extra-body", help="JSON object merged into every request body"),
     kernel_timestamps: bool = typer.Option(True, "--kernel-timestamps/--loop-timestamps",
-                                           help="stamp arrivals with the kernel's receive time (Linux, http) or when the event loop reads them"),
+                                           help="stamp arrivals with the kernel's receive time (Linux, http) or "
+                                                "when the event loop reads them"),
     max_failure_ratio: float = typer.Option(0.0, "--max-failure-ratio",
                                             help="exit 1 when more than this share of the requests failed (0 to 1)"),
     max_event_bytes: str = typer.Option("16 MiB", "--max-event-bytes",
                                         help="a larger SSE event fails its request as malformed"),
     unique_prompts: bool = typer.Option(True, "--unique-prompts/--no-unique-prompts",
-                                        help="tag each prompt's own text (after any shared prefix) so a prefix cache finds "
-                                             "only what the workload shares (default on)"),
+                                        help="tag each prompt's own text (after any shared prefix) so a prefix "
+                                             "cache finds only what the workload shares"),
     json_out: JsonOut = None,
-    results: Optional[str] = typer.Option(None, "--results", help="results JSONL, one line per finished request (default: bench-TIME.jsonl)"),
+    results: str | None = typer.Option(None, "--results", help="results JSONL, one line per finished request "
+                                                                "(default: bench-TIME.jsonl)"),
     *, flags: dict[str, Any],
 ) -> None:
     from tokenpath.bench import (
@@ -104,10 +109,12 @@ def bench(
         raise UserError(f"--endpoint: {quoted(endpoint)} is not one of completions, chat")
     if workers is not None and workers < 1:
         raise UserError(f"--workers: must be 1 or more, got {workers}")
-    for value, flag in ((timeout, "--timeout"), (stall_timeout, "--stall-timeout"), (connect_timeout, "--connect-timeout")):
+    for value, flag in ((timeout, "--timeout"), (stall_timeout, "--stall-timeout"),
+                        (connect_timeout, "--connect-timeout")):
         _positive(value, flag)
     if not 0 <= max_failure_ratio <= 1:
-        raise UserError(f"--max-failure-ratio: must be from 0 to 1 (the share of requests allowed to fail), got {max_failure_ratio}")
+        raise UserError(f"--max-failure-ratio: must be from 0 to 1 (the share of requests allowed to fail), "
+                        f"got {max_failure_ratio}")
     event_bytes = _event_bytes(max_event_bytes)
     api_key = None
     if api_key_env is not None:
@@ -119,7 +126,8 @@ def bench(
     results_path = results or time.strftime("bench-%Y%m%d-%H%M%S.jsonl")
     files.check_writable(results_path, "--results")
     if Path(results_path).exists() and Path(results_path).stat().st_size > 0:
-        raise UserError(f"--results: {results_path} already exists; give a new path (a run never overwrites measurements)")
+        raise UserError(f"--results: {results_path} already exists; give a new path "
+                        "(a run never overwrites measurements)")
     if json_out is not None:
         files.check_writable(json_out, "--json")
     check_tokenizer(tokenizer, "--tokenizer")
@@ -186,46 +194,10 @@ class _Null:
         return None
 
 
-def describe_bench(header: dict[str, Any], rows: list[dict[str, Any]], results_path: str) -> list[tuple[str, str]]:
-    """Scenario lines for a measured run's report."""
-    def table(parent: dict[str, Any], key: str) -> dict[str, Any]:  # a damaged header shows less, never fails
-        value = parent.get(key)
-        return value if isinstance(value, dict) else {}
-
-    workload = table(table(table(header, "scenario"), "table"), "workload")
-    arrival = table(workload, "arrival")
-    rate, burstiness = arrival.get("rate"), arrival.get("burstiness", 1.0)
-    burstiness = format_number(burstiness, 6) if isinstance(burstiness, (int, float)) else str(burstiness)
-    # An infinite rate is written as null (JSON has no infinity).
-    unbounded = rate is None or rate in ("inf", "Infinity") or (isinstance(rate, float) and math.isinf(rate))
-    arrivals = "all at t=0" if unbounded else \
-        f"{format_number(rate, 6)} req/s, burstiness {burstiness}" if isinstance(rate, (int, float)) else str(rate)
-    if isinstance(workload.get("trace"), dict):  # the trace's times replace the arrival table
-        scale = workload["trace"].get("time_scale", 1.0)
-        arrivals = f"as recorded in the trace (time_scale {format_number(scale, 6)})" if isinstance(scale, (int, float)) else \
-            "as recorded in the trace"
-    if workload.get("max_concurrency"):
-        arrivals += f", at most {workload['max_concurrency']} outstanding"
-    return [
-        ("server", f"{header.get('url')} ({header.get('endpoint')})"),
-        ("model", str(header.get("model"))),
-        ("prompts", f"{header.get('tokenizer')} tokenizer, exact drawn lengths, {_sharing(header)}"),
-        ("workload", f"{header.get('planned')} requests planned, {len(rows)} recorded"),
-        ("arrivals", arrivals),
-        ("client", f"{header.get('workers')} worker process(es), {header.get('timestamps', 'event loop')} timestamps"),
-        ("results", results_path),
-    ]
-
-
-def _sharing(header: dict[str, Any]) -> str:
-    shared = header.get("shared_prefix_requests") or 0
-    tagged = "each tagged" if header.get("unique_prompts", True) else "untagged"
-    return f"{tagged}, {shared} with a shared prefix" if shared else tagged
-
-
 def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, Any]], results_path: str,
-          json_out: Optional[str]) -> None:
+          json_out: str | None) -> None:
     from tokenpath.bench.results import failures
+    from tokenpath.report.bench import describe_bench
     from tokenpath.report.table import duration_or_dash, print_summary
 
     if json_out is not None:
@@ -239,9 +211,9 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
                   f"p99 {duration_or_dash(wait['p99'])}", highlight=False)
     arrivals = block["arrivals"]
     if arrivals["sharing_a_read"]:
-        console.print(f"{arrivals['sharing_a_read']:,} of {arrivals['events']:,} token events arrived in one read with the "
-                      "event before (the client was behind): they share its timestamp, so ITL's tail reads long",
-                      highlight=False)
+        console.print(f"{arrivals['sharing_a_read']:,} of {arrivals['events']:,} token events arrived in one read "
+                      "with the event before (the client was behind): they share its timestamp, so ITL's tail "
+                      "reads long", highlight=False)
     if block["reasoning"]["requests"]:
         r = block["reasoning"]
         console.print(f"reasoning: {r['requests']} requests, {r['tokens_mean']:.0f} reasoning tokens on average, "
@@ -257,9 +229,10 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
 def compare(
     a: str = typer.Argument(..., help="first summary (--json of simulate, bench or report)"),
     b: str = typer.Argument(..., help="second summary"),
-    json_out: Optional[str] = typer.Option(None, "--json", help="write the comparison to PATH, or '-' for stdout"),
+    json_out: str | None = typer.Option(None, "--json", help="write the comparison to PATH, or '-' for stdout"),
 ) -> None:
-    from tokenpath.report.compare import compare_document, compare_table, difference_line, load_summary
+    from tokenpath import load_summary
+    from tokenpath.report.compare import compare_document, compare_table, difference_line
 
     first, second = load_summary(a), load_summary(b)
     if json_out is not None:

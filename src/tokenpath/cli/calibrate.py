@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -11,6 +11,7 @@ from tokenpath.cli.app import calibrate_app, console, err_console
 from tokenpath.cli.options import WORKLOAD_FLAGS, check_tokenizer, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
+from tokenpath.delivery.detokenizer import DEFAULT_TOKENIZER
 
 
 def _batch_sizes(given: str, extra: list[str]) -> list[int]:
@@ -19,9 +20,11 @@ def _batch_sizes(given: str, extra: list[str]) -> list[int]:
     try:
         sizes = sorted({int(word) for word in words})
     except ValueError:
-        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be whole numbers, e.g. --batch-sizes 1 8 32 128 256") from None
+        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be whole numbers, "
+                        "e.g. --batch-sizes 1 8 32 128 256") from None
     if not sizes or sizes[0] < 1:
-        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be batch sizes >= 1, e.g. --batch-sizes 1 8 32 128 256")
+        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be batch sizes >= 1, "
+                        "e.g. --batch-sizes 1 8 32 128 256")
     return sizes
 
 
@@ -39,15 +42,17 @@ Examples:
 """
 
 
-@calibrate_app.command("delivery", help="Measure this machine's last-mile host cost per batch size." + CALIBRATE_DELIVERY_EXAMPLE,
+@calibrate_app.command("delivery",
+                       help="Measure this machine's last-mile host cost per batch size." + CALIBRATE_DELIVERY_EXAMPLE,
                        context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 def calibrate_delivery(
     ctx: typer.Context,
-    tokenizer: Optional[str] = typer.Option(
+    tokenizer: str | None = typer.Option(
         None, help="tokenizer.json, tekken*.json, SentencePiece .model, or a name shipped with mistral-common "
-                   "(default: tekken_240911.json)"),
+                   f"(default: {DEFAULT_TOKENIZER})"),
     out: str = typer.Option("delivery-calibration.toml", help="calibration file to write"),
-    batch_sizes: str = typer.Option("1 8 32 128 256", "--batch-sizes", help="batch sizes to measure, e.g. 1 8 32 128 256"),
+    batch_sizes: str = typer.Option("1 8 32 128 256", "--batch-sizes",
+                                    help="batch sizes to measure, e.g. 1 8 32 128 256"),
     steps: int = typer.Option(200, min=10, help="engine steps per measurement"),
     repeats: int = typer.Option(5, min=1, help="repeats per measurement; the median is kept"),
 ) -> None:
@@ -112,24 +117,25 @@ def _whole_numbers(text: str, flag: str, example: str) -> tuple[int, ...]:
     return numbers
 
 
-@calibrate_app.command("engine", help="Fit the model's assumptions to a running server, from outside." + CALIBRATE_ENGINE_EXAMPLE)
+@calibrate_app.command("engine",
+                       help="Fit the model's assumptions to a running server, from outside." + CALIBRATE_ENGINE_EXAMPLE)
 @scenario_flags(omit=("model", *WORKLOAD_FLAGS))  # --model is the name the server serves; the probe sets the workload
 def calibrate_engine(
-    scenario: Optional[str] = typer.Argument(None, help="the scenario whose deployment the server runs (.toml or "
+    scenario: str | None = typer.Argument(None, help="the scenario whose deployment the server runs (.toml or "
                                                         "catalog name); default 'typical'"),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000"),
-    model: Optional[str] = typer.Option(None, "--model", help="the model name the server serves"),
+    base_url: str | None = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000"),
+    model: str | None = typer.Option(None, "--model", help="the model name the server serves"),
     out: str = typer.Option("engine-calibration.toml", "--out", help="calibration file to write"),
     budget: str = typer.Option("5m", "--budget", help="the probe's time budget, its server check and every phase "
                                                       "together; it stops itself when spent (the fit follows)"),
-    from_results: Optional[list[str]] = typer.Option(
+    from_results: list[str] | None = typer.Option(
         None, "--from", help="fit from bench results files already measured instead of probing (repeatable)"),
     prompt_lens: str = typer.Option("128 512 2048", "--prompt-lens", help="prompt lengths of the single requests"),
     concurrencies: str = typer.Option("1 4 16 64", "--concurrencies", help="concurrencies of the closed loops"),
     output_len: int = typer.Option(64, "--output-len", min=2, max=4096, help="output tokens per request of the loops"),
     endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat"),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="tokenizer.json for the prompts (default: Tekken)"),
     *, flags: dict[str, Any],
 ) -> None:
     import os
@@ -192,7 +198,8 @@ def calibrate_engine(
     fit_s = time.monotonic() - fit_start
     write_calibration(out, calibration_document(fit, measured, skipped, loaded, server))
 
-    result = Table(title=f"fitted to {len(measured)} phases: error {fit.rms_before:.1%} -> {fit.rms_after:.1%} (rms of log)")
+    result = Table(title=f"fitted to {len(measured)} phases: error {fit.rms_before:.1%} -> {fit.rms_after:.1%} "
+                         "(rms of log)")
     for column in ("assumption", "before", "fitted", "+/-"):
         result.add_column(column, justify="right" if column != "assumption" else "left")
     for name in fit.names:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,8 +17,9 @@ Bisects the request rate over full simulations: each point simulates the whole w
 (same seed, so the same arrival gaps scaled). Targets are METRIC_STAT=DURATION (at most) with METRIC one
 of ttft, ttfv, tpot, itl, e2e and STAT one of mean, p50, p90, p99, p999; continuity targets are
 qoe_mean, qoe_p1, qoe_p10, qoe_p50 = a number from 0 to 1 (at least) and stalls_per_request,
-requests_with_stalls = a number (at most); without --slo, the scenario's [slo] taken as p99 targets. A run with a failed request misses every target. It searches the rate only; a
-scenario's max_concurrency, if any, stays as it is.
+requests_with_stalls = a number (at most); without --slo, the scenario's [slo] taken as p99 targets. A
+run with a failed request misses every target. It searches the rate only; a scenario's max_concurrency,
+if any, stays as it is.
 
 Examples:
 
@@ -67,11 +68,11 @@ def _print(document: dict[str, Any]) -> None:
 @app.command(help="The highest request rate that meets an SLO, by bisection over full simulations." + CAPACITY_EXAMPLE)
 @scenario_flags()
 def capacity(
-    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
-    slo: Optional[str] = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9 "
+    scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    slo: str | None = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9 "
                                                            "(default: the scenario's [slo] as p99 targets)"),
     tolerance: float = typer.Option(0.01, "--tolerance", help="stop when the bracket is this share of the rate"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="simulations side by side (default: one per CPU)"),
+    workers: int | None = typer.Option(None, "--workers", help="simulations side by side (default: one per CPU)"),
     json_out: JsonOut = None,
     *, flags: dict[str, Any],
 ) -> None:

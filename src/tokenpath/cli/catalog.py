@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -11,9 +11,10 @@ from tokenpath.cli.app import app, console, scenario_app
 from tokenpath.cli.options import load_with_flags, scenario_flags
 
 
-@scenario_app.command("show", help="Print a scenario, every default filled in, as TOML.\n\nExample:\n\n  tokenpath scenario show typical")
+@scenario_app.command("show", help="Print a scenario, every default filled in, as TOML."
+                                   "\n\nExample:\n\n  tokenpath scenario show typical")
 @scenario_flags()
-def scenario_show(name: Optional[str] = typer.Argument(None, help="catalog name or .toml path; default 'typical'"),
+def scenario_show(name: str | None = typer.Argument(None, help="catalog name or .toml path; default 'typical'"),
                   *, flags: dict[str, Any]) -> None:
     sys.stdout.write(load_with_flags(name, flags).to_toml())
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import typer
@@ -73,8 +73,9 @@ def pattern_document(topology, pattern: str) -> dict[str, Any]:
         "name": pattern, "bytes_per_host": PATTERN_BYTES_PER_HOST,
         "completion_time_s": float(busy_s.max()) + topology.longest_route_latency_s(),
         "mean_link_utilization": float(busy_s.mean() / busy_s.max()) if busy_s.max() > 0 else 0.0,
-        "worst_links": [{"link": int(i), "from": _node(topology, int(links.src[i])), "to": _node(topology, int(links.dst[i])),
-                         "tier": topology.tier_names[links.tier[i]], "bytes": float(loads[i]), "busy_s": float(busy_s[i])}
+        "worst_links": [{"link": int(i), "from": _node(topology, int(links.src[i])),
+                         "to": _node(topology, int(links.dst[i])), "tier": topology.tier_names[links.tier[i]],
+                         "bytes": float(loads[i]), "busy_s": float(busy_s[i])}
                         for i in worst if loads[i] > 0],
     }
 
@@ -103,7 +104,8 @@ def _print(document: dict[str, Any], description: str) -> None:
         table.add_column(column, justify="left" if column in ("op", "algorithm") else "right", no_wrap=True)
     for row in document["collectives"]:
         table.add_row(row["op"], str(row["ranks"]), format_bytes(row["size_bytes"]), row["algorithm"],
-                      format_duration(row["time_s"]), f"{row['algbw_Bps'] / 1e9:,.2f}", f"{row['busbw_Bps'] / 1e9:,.2f}")
+                      format_duration(row["time_s"]), f"{row['algbw_Bps'] / 1e9:,.2f}",
+                      f"{row['busbw_Bps'] / 1e9:,.2f}")
     console.print(table)
     pattern = document.get("pattern")
     if pattern:
@@ -121,16 +123,17 @@ def _print(document: dict[str, Any], description: str) -> None:
 @app.command(help="Structure, collective times and worst links of a topology (a TOML file or a preset)."
                      + FABRIC_EXAMPLE)
 def fabric(
-    topology_file: Optional[str] = typer.Argument(None, help="a topology TOML file (kind + parameters)"),
-    preset: Optional[str] = typer.Option(None, "--preset", help="a named topology; see --list"),
+    topology_file: str | None = typer.Argument(None, help="a topology TOML file (kind + parameters)"),
+    preset: str | None = typer.Option(None, "--preset", help="a named topology; see --list"),
     list_presets: bool = typer.Option(False, "--list", help="list the presets and exit"),
-    ops: Optional[list[str]] = typer.Option(None, "--op", help="collective(s) to sweep; default all_reduce, "
+    ops: list[str] | None = typer.Option(None, "--op", help="collective(s) to sweep; default all_reduce, "
                                                                 "all_gather, reduce_scatter, all_to_all"),
-    ranks: Optional[int] = typer.Option(None, "--ranks", help="the first N hosts form the group; default all"),
+    ranks: int | None = typer.Option(None, "--ranks", help="the first N hosts form the group; default all"),
     algorithm: str = typer.Option("auto", "--algorithm", help="collective algorithm; auto picks per size"),
-    chip: Optional[str] = typer.Option(None, "--chip", help="fill unset scale-up bandwidth from this chip"),
-    pattern: Optional[str] = typer.Option(None, "--pattern", help="all-to-all | tornado | adversarial: show the busiest links"),
-    json_out: Optional[str] = typer.Option(None, "--json", help="write the result to PATH, or '-' for stdout"),
+    chip: str | None = typer.Option(None, "--chip", help="fill unset scale-up bandwidth from this chip"),
+    pattern: str | None = typer.Option(None, "--pattern",
+                                       help="all-to-all | tornado | adversarial: show the busiest links"),
+    json_out: str | None = typer.Option(None, "--json", help="write the result to PATH, or '-' for stdout"),
 ) -> None:
     from tokenpath.config.files import check_writable
     from tokenpath.fabric.build import build_topology

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,6 +13,7 @@ from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
 from tokenpath.sim.summary import metric_value
+from tokenpath.whatif.objective import DEFAULT_OBJECTIVE
 
 LEVERS_EXAMPLE = """
 Simulates the scenario and every what-if of the catalog in full (wider: links, NVLS, replicas, TP x DP,
@@ -121,14 +122,14 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
                   "objective." + LEVERS_EXAMPLE)
 @scenario_flags()
 def levers(
-    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
-    objective: Optional[str] = typer.Option(
-        None, "--objective", help="latency_s.ttfv.p99 (default), any summary metric's dotted path, goodput or cost"),
-    levers_file: Optional[str] = typer.Option(None, "--levers", help="a TOML file of your own [[levers]]"),
+    scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    objective: str | None = typer.Option(
+        None, "--objective", help=f"{DEFAULT_OBJECTIVE} (default), any summary metric's dotted path, goodput or cost"),
+    levers_file: str | None = typer.Option(None, "--levers", help="a TOML file of your own [[levers]]"),
     use_catalog: bool = typer.Option(True, "--catalog/--no-catalog", help="run the built-in catalog of levers"),
-    prices: Optional[str] = typer.Option(None, "--prices", help="chip prices for --objective cost (default: "
+    prices: str | None = typer.Option(None, "--prices", help="chip prices for --objective cost (default: "
                                                                   "the catalog's, with their sources)"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="processes simulating levers side by side "
+    workers: int | None = typer.Option(None, "--workers", help="processes simulating levers side by side "
                                                                   "(default: one per CPU)"),
     json_out: JsonOut = None,
     *, flags: dict[str, Any],

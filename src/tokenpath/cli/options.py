@@ -6,13 +6,69 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import operator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, get_args
 
 import typer
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
+from tokenpath.engine.profiles import choices
+from tokenpath.sim.scenario import Scenario
+
+# The scenario key each flag sets as it is; --fabric, --request-rate and the length flags are translated
+# (scenario_overrides).
+SCENARIO_KEYS = {
+    "model": "model.name", "chip": "deployment.chip", "chips": "deployment.chips", "tp": "deployment.tp",
+    "pp": "deployment.pp", "placement": "deployment.placement", "cuda_graphs": "engine.cuda_graphs",
+    "precision": "model.precision", "burstiness": "workload.arrival.burstiness",
+    "max_concurrency": "workload.max_concurrency", "num_requests": "workload.num_requests", "seed": "seed",
+    "warmup_requests": "workload.warmup_requests",
+    "max_num_seqs": "engine.max_num_seqs", "max_num_batched_tokens": "engine.max_num_batched_tokens",
+    "chunked_prefill": "engine.chunked_prefill", "gpu_memory_utilization": "engine.gpu_memory_utilization",
+    "scheduler": "engine.scheduler", "num_scheduler_steps": "engine.num_scheduler_steps",
+    "kv_cache_dtype": "model.kv_cache_precision", "network_rtt": "delivery.network_rtt",
+    "detokenize": "delivery.detokenize", "prefix_caching": "engine.prefix_caching",
+    "routing": "deployment.routing",
+}
+# The key whose default each flag's help shows: the flags above, and those translated into one key.
+DEFAULT_KEYS = {
+    **SCENARIO_KEYS, "request_rate": "workload.arrival.rate",
+    **{f"{which}_{part}": f"workload.{which}.{field}" for which in ("input", "output")
+       for part, field in (("len", "mean"), ("sd", "sd"), ("dist", "kind"))},
+}
+# Engine limits whose default the scheduler profile sets.
+PROFILE_DEFAULTS = ("max_num_seqs", "cuda_graphs")
+
+
+@functools.cache
+def _scenario_defaults() -> dict[str, Any]:
+    return Scenario().model_dump(mode="json")
+
+
+def default_of(key: str) -> Any:
+    """The value at dotted scenario `key` when a scenario leaves it unset (its field's default), as a
+    scenario file writes it: durations as strings with a unit ("20 ms")."""
+    return functools.reduce(operator.getitem, key.split("."), _scenario_defaults())
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def default_help(flag: str) -> str:
+    """What a flag's help says of its default: its key's field default, or for a limit the scheduler
+    profile sets, the profile's (with the default profile's value)."""
+    shown = _shown(default_of(DEFAULT_KEYS[flag]))
+    if flag in PROFILE_DEFAULTS:
+        return f"scenario default: the scheduler profile's; {shown} under {default_of('engine.scheduler')}"
+    return f"scenario default: {shown}"
 
 
 def _rate(value: str) -> float | str:
@@ -21,7 +77,8 @@ def _rate(value: str) -> float | str:
     try:
         rate = float(value)
     except ValueError:
-        raise UserError(f"--request-rate: {quoted(value)} is not a number; give requests/s (e.g. 12.5) or 'inf'") from None
+        raise UserError(f"--request-rate: {quoted(value)} is not a number; give requests/s (e.g. 12.5) "
+                        "or 'inf'") from None
     if not math.isfinite(rate) or rate <= 0:
         raise UserError(f"--request-rate: {quoted(value)} must be > 0 requests/s, or 'inf' to send everything at t=0")
     return rate
@@ -40,8 +97,8 @@ def _number(value: Any) -> bool:
 LENGTH_DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform", "sharegpt")
 
 
-def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Optional[float],
-            dist: Optional[str] = None) -> dict[str, Any]:
+def _length(table: dict[str, Any], which: str, mean: float | None, sd: float | None,
+            dist: str | None = None) -> dict[str, Any]:
     """--input-len/--input-sd/--input-dist replace the length table. Without --input-dist: normal(mean,
     sd), or fixed when sd is 0. A uniform draw has the given mean and sd (its range is mean +- sqrt(3) sd);
     sharegpt takes neither."""
@@ -53,9 +110,9 @@ def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Option
             raise UserError(f"{flag} sharegpt: its lengths are ShareGPT's; drop --{which}-len and --{which}-sd")
         return {"kind": "sharegpt"}
     current = _table(_table(table, "workload"), which)
-    defaults = {"input": (550.0, 150.0), "output": (150.0, 80.0)}[which]
-    mean = mean if mean is not None else current.get("mean", current.get("value", defaults[0]))
-    sd = sd if sd is not None else current.get("sd", 0.0 if current.get("kind") == "fixed" else defaults[1])
+    mean = mean if mean is not None else current.get("mean", current.get("value", default_of(f"workload.{which}.mean")))
+    sd = sd if sd is not None else current.get("sd", 0.0 if current.get("kind") == "fixed"
+                                               else default_of(f"workload.{which}.sd"))
     if dist is None:
         dist = "fixed" if sd == 0 else "normal"
     if dist == "fixed":
@@ -69,8 +126,8 @@ def _length(table: dict[str, Any], which: str, mean: Optional[float], sd: Option
     if dist == "uniform":
         ratio = math.sqrt(3.0) * sd / mean
         if ratio >= 1:
-            raise UserError(f"--{which}-sd: a uniform draw of mean {mean:g} has an sd below {mean / math.sqrt(3.0):.4g} "
-                            f"(its range must stay above 0); lower --{which}-sd")
+            raise UserError(f"--{which}-sd: a uniform draw of mean {mean:g} has an sd below "
+                            f"{mean / math.sqrt(3.0):.4g} (its range must stay above 0); lower --{which}-sd")
         return {"kind": "uniform", "mean": float(mean), "range_ratio": ratio}
     return {"kind": dist, "mean": float(mean), "sd": float(sd)}
 
@@ -99,21 +156,8 @@ def _refuse_trace_overrides(table: dict[str, Any], flags: dict[str, Any]) -> Non
 
 
 def scenario_overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
-    direct = {
-        "model": "model.name", "chip": "deployment.chip", "chips": "deployment.chips", "tp": "deployment.tp",
-        "pp": "deployment.pp", "placement": "deployment.placement", "cuda_graphs": "engine.cuda_graphs",
-        "precision": "model.precision", "burstiness": "workload.arrival.burstiness",
-        "max_concurrency": "workload.max_concurrency", "num_requests": "workload.num_requests", "seed": "seed",
-        "warmup_requests": "workload.warmup_requests",
-        "max_num_seqs": "engine.max_num_seqs", "max_num_batched_tokens": "engine.max_num_batched_tokens",
-        "chunked_prefill": "engine.chunked_prefill", "gpu_memory_utilization": "engine.gpu_memory_utilization",
-        "scheduler": "engine.scheduler", "num_scheduler_steps": "engine.num_scheduler_steps",
-        "kv_cache_dtype": "model.kv_cache_precision", "network_rtt": "delivery.network_rtt",
-        "detokenize": "delivery.detokenize", "prefix_caching": "engine.prefix_caching",
-        "routing": "deployment.routing",
-    }
     _refuse_trace_overrides(table, flags)
-    out = {path: flags[flag] for flag, path in direct.items() if flags.get(flag) is not None}
+    out = {path: flags[flag] for flag, path in SCENARIO_KEYS.items() if flags.get(flag) is not None}
     if flags.get("fabric") is not None:  # a preset name, or a topology file read from here
         fabric = flags["fabric"]
         if fabric.endswith(".toml"):
@@ -132,64 +176,65 @@ def scenario_overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
 # Every flag that changes a scenario, vLLM bench's names where it has them: each command that takes a
 # scenario takes them all (less the ones `scenario_flags` is told to omit), applied by `scenario_table`.
 def _flag(kind: Any, name: str, help: str, **option: Any) -> Any:
-    return Annotated[Optional[kind], typer.Option(name, help=help, **option)]
+    return Annotated[kind | None, typer.Option(name, help=help, **option)]
 
 
-SCENARIO_FLAGS: dict[str, Any] = {
+def _with_defaults(flags: dict[str, Any]) -> dict[str, Any]:
+    """`flags` with each help ending in its default (`default_help`), read from the scenario's fields so
+    that it never goes stale."""
+    for name in DEFAULT_KEYS:
+        option, default = get_args(flags[name])[1], default_help(name)
+        said = option.help  # a closing remark in parentheses takes the default in it
+        option.help = f"{said[:-1]}; {default})" if said.endswith(")") else f"{said} ({default})"
+    return flags
+
+
+SCENARIO_FLAGS: dict[str, Any] = _with_defaults({
     "model": _flag(str, "--model", "catalog model name or path to a HF config.json"),
-    "chip": _flag(str, "--chip", "catalog chip name (see `tokenpath chips`)"),
+    "chip": _flag(str, "--chip", "catalog chip name, as `tokenpath chips` lists them"),
     "chips": _flag(int, "--chips", "total chips; chips / (tp * pp) data-parallel replicas"),
     "tp": _flag(int, "--tp", "tensor-parallel size"),
     "pp": _flag(int, "--pp", "pipeline-parallel stages"),
     "fabric": _flag(str, "--fabric", "fabric preset name (see `tokenpath fabric --list`) or topology .toml"),
     "placement": _flag(str, "--placement", "packed or spread: where each group sits on the fabric"),
     "precision": _flag(str, "--precision", "weight precision: bf16, fp8 or fp4"),
-    "cuda_graphs": _flag(str, "--cuda-graphs", "steps that replay a CUDA graph: all, decode or none (eager, as "
-                                               "--enforce-eager); default: the scheduler profile's (decode under "
-                                               "prefill-first and vllm-v0, else all)"),
-    "max_num_seqs": _flag(int, "--max-num-seqs", "most sequences in one engine step (scenario default: 1024; 256 "
-                                                 "under vllm-v0)"),
-    "max_num_batched_tokens": _flag(int, "--max-num-batched-tokens", "most tokens in one engine step (scenario "
-                                                                     "default: 8192)"),
+    "cuda_graphs": _flag(str, "--cuda-graphs", "steps that replay a CUDA graph: all, decode or none, eager as "
+                                               "--enforce-eager"),
+    "max_num_seqs": _flag(int, "--max-num-seqs", "most sequences in one engine step"),
+    "max_num_batched_tokens": _flag(int, "--max-num-batched-tokens", "most tokens in one engine step"),
     "chunked_prefill": _flag(bool, "--enable-chunked-prefill/--no-enable-chunked-prefill",
-                             "split long prompts over steps within the token budget (scenario default: on)",
-                             show_default=False),
+                             "split long prompts over steps within the token budget", show_default=False),
     "prefix_caching": _flag(bool, "--enable-prefix-caching/--no-enable-prefix-caching",
-                            "reuse the KV cache of shared prompt prefixes (scenario default: on, as vLLM V1)",
-                            show_default=False),
-    "routing": _flag(str, "--routing", "requests over replicas: round_robin (default), least_outstanding, "
-                                       "least_kv_load, prefix_aware or session_affinity"),
-    "gpu_memory_utilization": _flag(float, "--gpu-memory-utilization", "share of HBM the engine may use (scenario "
-                                                                       "default: 0.9)"),
-    "scheduler": _flag(str, "--scheduler", "engine scheduler profile: vllm-v1 (default), vllm-v0 (vLLM's V0 "
-                                           "engine), prefill-first (SGLang) or trtllm"),
-    "num_scheduler_steps": _flag(int, "--num-scheduler-steps", "vllm-v0 without chunked prefill, or prefill-first: "
-                                                               "decode steps per scheduler call (vLLM V0 multi-step; "
-                                                               "default 1)"),
-    "kv_cache_dtype": _flag(str, "--kv-cache-dtype", "KV-cache precision: auto (the engine's default), bf16, fp8"),
-    "network_rtt": _flag(str, "--network-rtt", "client round trip, e.g. '20 ms' (a bare number is seconds; scenario "
-                                               "default: 20 ms)"),
-    "detokenize": _flag(str, "--detokenize", "inline (blocks the next step) or async (scenario default: inline)"),
+                            "reuse the KV cache of shared prompt prefixes, as vLLM V1 does", show_default=False),
+    "routing": _flag(str, "--routing", "requests over replicas: round_robin, least_outstanding, least_kv_load, "
+                                       "prefix_aware or session_affinity"),
+    "gpu_memory_utilization": _flag(float, "--gpu-memory-utilization", "share of HBM the engine may use"),
+    "scheduler": _flag(str, "--scheduler", f"engine scheduler profile: {choices()}"),
+    "num_scheduler_steps": _flag(int, "--num-scheduler-steps", "decode steps per scheduler call where prompts run in "
+                                                               "steps of their own (vLLM V0 multi-step)"),
+    "kv_cache_dtype": _flag(str, "--kv-cache-dtype", "KV-cache precision: auto (the engine's own choice), bf16 or "
+                                                     "fp8"),
+    "network_rtt": _flag(str, "--network-rtt", "client round trip, e.g. '20 ms' (a bare number is seconds)"),
+    "detokenize": _flag(str, "--detokenize", "inline (blocks the next step) or async"),
     "input_len": _flag(float, "--input-len", "mean input tokens"),
-    "input_sd": _flag(float, "--input-sd", "sd of input tokens (0 = fixed)"),
+    "input_sd": _flag(float, "--input-sd", "sd of input tokens, 0 for a fixed length"),
     "input_dist": _flag(str, "--input-dist", "input length distribution: fixed, normal, lognormal, uniform (mean "
-                                             "and sd from --input-len and --input-sd) or sharegpt (ShareGPT V3 as "
-                                             "benchmark clients sample it)"),
+                                             "and sd from --input-len and --input-sd) or sharegpt: ShareGPT V3 as "
+                                             "benchmark clients sample it"),
     "output_len": _flag(float, "--output-len", "mean output tokens"),
-    "output_sd": _flag(float, "--output-sd", "sd of output tokens (0 = fixed)"),
+    "output_sd": _flag(float, "--output-sd", "sd of output tokens, 0 for a fixed length"),
     "output_dist": _flag(str, "--output-dist", "output length distribution, as --input-dist"),
-    "request_rate": _flag(str, "--request-rate", "requests/s, or 'inf' (all at t=0)"),
+    "request_rate": _flag(str, "--request-rate", "requests/s, or 'inf' to send all at t=0"),
     "burstiness": _flag(float, "--burstiness", "gamma shape of arrival gaps; 1 = Poisson"),
     "max_concurrency": _flag(int, "--max-concurrency", "cap on outstanding requests"),
     "num_requests": _flag(int, "--num-requests", "requests to send"),
-    "warmup_requests": _flag(int, "--warmup-requests", "the first requests sent, left out of every metric "
-                                                       "(scenario default: 0)"),
+    "warmup_requests": _flag(int, "--warmup-requests", "the first requests sent, left out of every metric"),
     "seed": _flag(int, "--seed", "random seed"),
     "sets": _flag(list[str], "--set", "set any scenario key by its dotted path, the value as TOML (a bare word is "
                                       "a string; a duration without a unit is seconds: write '20 ms'), e.g. "
                                       "--set deployment.tp=4 --set delivery.detokenize=async; repeatable; the "
                                       "named flags apply after it", metavar="KEY=VALUE"),
-}
+})
 # The flags of the requests a workload generates: arrivals and prompts, then output lengths.
 ARRIVAL_AND_PROMPT_FLAGS = ("input_len", "input_sd", "input_dist", "request_rate", "burstiness", "max_concurrency",
                             "num_requests", "warmup_requests")
@@ -220,10 +265,10 @@ def scenario_flags(omit: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]],
     return decorate
 
 
-JsonOut = Annotated[Optional[str], typer.Option("--json", help="write the result schema to PATH, or '-' for stdout")]
+JsonOut = Annotated[str | None, typer.Option("--json", help="write the result schema to PATH, or '-' for stdout")]
 
 
-def scenario_table(scenario_ref: Optional[str], flags: dict[str, Any]):
+def scenario_table(scenario_ref: str | None, flags: dict[str, Any]):
     """The raw table of a scenario with its changes applied in order: the file, then `--set`, then the
     named flags (so `--tp 2 --set deployment.tp=4` runs TP=2). Returns (table, source, base_dir)."""
     from tokenpath.sim.overrides import apply_overrides, parse_assignments
@@ -238,14 +283,14 @@ def scenario_table(scenario_ref: Optional[str], flags: dict[str, Any]):
     return table, source, base_dir
 
 
-def load_with_flags(scenario_ref: Optional[str], flags: dict[str, Any]):
+def load_with_flags(scenario_ref: str | None, flags: dict[str, Any]):
     """The scenario `scenario_ref` names, with the flags applied, built and checked."""
     from tokenpath.sim.scenario import build_scenario
 
     return build_scenario(*scenario_table(scenario_ref, flags))
 
 
-def check_tokenizer(path: Optional[str], flag: str) -> None:
+def check_tokenizer(path: str | None, flag: str) -> None:
     """A --tokenizer that names a file must be a regular file (a name shipped with a library passes)."""
     if path is None:
         return

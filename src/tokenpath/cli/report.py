@@ -4,7 +4,6 @@ the HTML report (with its figures as PNG) of one run or two side by side, with l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -30,7 +29,7 @@ HtmlOut = typer.Option(None, "--html", help="write one self-contained HTML repor
 PngOut = typer.Option(None, "--png", help="write each figure of the report as PNG into this folder")
 
 
-def check_report_outputs(html_out: Optional[str], png_dir: Optional[str]) -> None:
+def check_report_outputs(html_out: str | None, png_dir: str | None) -> None:
     """Refuse unwritable outputs before any work."""
     from tokenpath.config import files
 
@@ -42,7 +41,7 @@ def check_report_outputs(html_out: Optional[str], png_dir: Optional[str]) -> Non
         raise UserError(f"--png {files.shown(png_dir)}: is a file; give a folder for the figures")
 
 
-def write_report(inputs: object, html_out: Optional[str], png_dir: Optional[str], title: str) -> None:
+def write_report(inputs: object, html_out: str | None, png_dir: str | None, title: str) -> None:
     from tokenpath.report.html import write_html, write_pngs
 
     if html_out is not None:
@@ -59,10 +58,10 @@ def report(
                                                  "results .parquet/.csv/.jsonl, a levers .json or a sweep .parquet; "
                                                  "two runs are shown side by side"),
     json_out: JsonOut = None,
-    results: Optional[str] = typer.Option(None, "--results", help="a bench results file's requests as one row each: "
+    results: str | None = typer.Option(None, "--results", help="a bench results file's requests as one row each: "
                                                                   ".parquet (default), .csv or .jsonl"),
-    html_out: Optional[str] = HtmlOut,
-    png_dir: Optional[str] = PngOut,
+    html_out: str | None = HtmlOut,
+    png_dir: str | None = PngOut,
 ) -> None:
     from tokenpath.report.views import _is_bench_file, load_inputs
 
@@ -87,10 +86,11 @@ def report(
     write_report(loaded, html_out, png_dir, f"tokenpath report: {title}")
 
 
-def _bench_file(path: str, json_out: Optional[str], results: Optional[str], quiet: bool) -> None:
+def _bench_file(path: str, json_out: str | None, results: str | None, quiet: bool) -> None:
     from tokenpath.bench import read_results
     from tokenpath.bench.results import bench_summary, build_run, warmup_rows
-    from tokenpath.cli.bench import _emit, _warn, describe_bench
+    from tokenpath.cli.bench import _emit, _warn
+    from tokenpath.report.bench import describe_bench
     from tokenpath.report.requests import check_results_path, request_columns, to_arrow, write_results
 
     if results is not None:

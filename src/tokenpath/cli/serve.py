@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -14,28 +14,29 @@ from tokenpath.config.errors import UserError, quoted
 
 @app.command(help="Serve an OpenAI-compatible API that streams real text on the scenario's simulated timing."
              "\n\nExample:\n\n  tokenpath serve --port 8000\n\n"
-             "  curl -N localhost:8000/v1/completions -d '{\"model\": \"m\", \"prompt\": \"Hi\", \"max_tokens\": 20, \"stream\": true}'")
+             "  curl -N localhost:8000/v1/completions "
+             "-d '{\"model\": \"m\", \"prompt\": \"Hi\", \"max_tokens\": 20, \"stream\": true}'")
 @scenario_flags(omit=ARRIVAL_AND_PROMPT_FLAGS)  # its clients send their own prompts, when they like
 def serve(
-    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     host: str = typer.Option("127.0.0.1", help="address to bind; other hosts reach it only if you say so"),
     port: int = typer.Option(8000, help="TCP port"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help="require 'Authorization: Bearer KEY'"),
-    served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="the only model name accepted"),
-    tokenizer: Optional[str] = typer.Option(None, help="tokenizer file (HF tokenizer.json, Tekken, SentencePiece)"),
-    send_log: Optional[str] = typer.Option(None, "--send-log", help="append each SSE event's send time (JSONL)"),
+    api_key: str | None = typer.Option(None, "--api-key", help="require 'Authorization: Bearer KEY'"),
+    served_model_name: str | None = typer.Option(None, "--served-model-name", help="the only model name accepted"),
+    tokenizer: str | None = typer.Option(None, help="tokenizer file (HF tokenizer.json, Tekken, SentencePiece)"),
+    send_log: str | None = typer.Option(None, "--send-log", help="append each SSE event's send time (JSONL)"),
     network_delay: bool = typer.Option(
         True, "--network-delay/--no-network-delay",
         help="delay what is received and sent by the scenario's network (half its RTT plus the bytes at its "
              "bandwidth), as simulate does; off to measure the server alone over loopback"),
-    header_timeout: Optional[float] = typer.Option(
+    header_timeout: float | None = typer.Option(
         None, "--header-timeout", min=0.001,
         help="seconds a connection has to send a complete request head (default 20)"),
-    body_timeout: Optional[float] = typer.Option(
+    body_timeout: float | None = typer.Option(
         None, "--body-timeout", min=0.001, help="seconds a request has to send its whole body (default 60)"),
-    idle_timeout: Optional[float] = typer.Option(
+    idle_timeout: float | None = typer.Option(
         None, "--idle-timeout", min=0.001, help="seconds an idle keep-alive connection stays open (default 5)"),
-    max_connections: Optional[int] = typer.Option(
+    max_connections: int | None = typer.Option(
         None, "--max-connections", min=1,
         help="open connections at most (default: the open-file limit less 64); when full, the longest idle "
              "or slowest-to-send one is closed to make room, else the new one gets a 503"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -14,10 +14,11 @@ from tokenpath.config import files
 from tokenpath.config.errors import UserError
 
 
-def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], flags: dict[str, Any],
-                         show_explain: bool = False, workers: Optional[int] = None, results: Optional[str] = None,
-                         html_out: Optional[str] = None, png_dir: Optional[str] = None) -> None:
-    from tokenpath.report.simulation import describe, result_document
+def _simulate_and_report(scenario_ref: str | None, json_out: str | None, flags: dict[str, Any],
+                         show_explain: bool = False, workers: int | None = None, results: str | None = None,
+                         html_out: str | None = None, png_dir: str | None = None) -> None:
+    from tokenpath.report.simulation import describe
+    from tokenpath.sim.document import result_document
     from tokenpath.sim.scenario import build_scenario
     from tokenpath.sim.simulate import prepare, simulate
 
@@ -65,8 +66,8 @@ def _simulate_and_report(scenario_ref: Optional[str], json_out: Optional[str], f
     _write_outputs(simulation, document, results, html_out, png_dir)
 
 
-def _write_outputs(simulation: Any, document: dict[str, Any], results: Optional[str], html_out: Optional[str],
-                   png_dir: Optional[str]) -> None:
+def _write_outputs(simulation: Any, document: dict[str, Any], results: str | None, html_out: str | None,
+                   png_dir: str | None) -> None:
     """The per-request results file and the HTML report (and PNG figures) of a simulation."""
     from tokenpath.report.simulation import describe
 
@@ -98,24 +99,28 @@ Examples:
 """
 
 
-@app.command(help="Simulate a scenario (default: the embedded 'typical') and print where the time goes." + SIMULATE_EXAMPLE)
+@app.command(help="Simulate a scenario (default: the embedded 'typical') and print where the time goes."
+                  + SIMULATE_EXAMPLE)
 @scenario_flags()
 def simulate(
-    scenario: Optional[str] = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
+    scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     json_out: JsonOut = None,
-    show_explain: bool = typer.Option(False, "--explain", help="also show the per-op roofline of one steady-state step"),
-    results: Optional[str] = typer.Option(
+    show_explain: bool = typer.Option(False, "--explain",
+                                      help="also show the per-op roofline of one steady-state step"),
+    results: str | None = typer.Option(
         None, "--results", help="write one row per request: .parquet (default), .csv or .jsonl"),
-    html_out: Optional[str] = HtmlOut,
-    png_dir: Optional[str] = PngOut,
-    workers: Optional[int] = typer.Option(
+    html_out: str | None = HtmlOut,
+    png_dir: str | None = PngOut,
+    workers: int | None = typer.Option(
         None, help="processes simulating data-parallel replicas side by side (default: one per CPU for "
-                          "runs of 20,000 requests or more; load- and cache-aware routing simulates every replica in one); the result does not depend on it"),
+                   "runs of 20,000 requests or more; load- and cache-aware routing simulates every replica "
+                   "in one); the result does not depend on it"),
     *, flags: dict[str, Any],
 ) -> None:
     _simulate_and_report(scenario, json_out, flags, show_explain, workers, results, html_out, png_dir)
 
 
-@app.command(help="Simulate the embedded default scenario ('typical').\n\nExample:\n\n  tokenpath run --json result.json")
+@app.command(help="Simulate the embedded default scenario ('typical')."
+                  "\n\nExample:\n\n  tokenpath run --json result.json")
 def run(json_out: JsonOut = None) -> None:
     _simulate_and_report(None, json_out, {})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -46,12 +45,12 @@ def sweep(
     ray: bool = typer.Option(
         False, "--ray", help="run the points on Ray: a local instance, or the cluster at --ray-address "
                              "(needs pip install 'tokenpath[ray]')"),
-    ray_address: Optional[str] = typer.Option(
+    ray_address: str | None = typer.Option(
         None, "--ray-address", help="a Ray cluster to join ('auto', or HOST:PORT); implies --ray"),
-    pareto: Optional[str] = typer.Option(
+    pareto: str | None = typer.Option(
         None, "--pareto", help="X,Y: print and write the frontier of two metrics, each X:max or X:min "
                                "(inferred for latencies, stalls, throughput and QoE)"),
-    workers: Optional[int] = typer.Option(None, help="local processes running points side by side "
+    workers: int | None = typer.Option(None, help="local processes running points side by side "
                                                      "(default: one per CPU)"),
 ) -> None:
     from tokenpath.sweep.pareto import frontier, parse_objectives

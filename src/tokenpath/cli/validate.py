@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from tokenpath.cli.app import app, console, write_json
@@ -14,11 +12,12 @@ from tokenpath.config import files
              "  tokenpath validate --group nccl_allreduce --json -\n\n"
              "  tokenpath validate --latency-rows my_measurements.toml   # your own rows, as latency.toml writes them")
 def validate(
-    json_out: Optional[str] = typer.Option(None, "--json", help="write the rows to PATH, or '-' for stdout"),
-    groups: Optional[list[str]] = typer.Option(None, "--group", help="only this group of rows (repeatable)"),
-    latency_rows: Optional[str] = typer.Option(
+    json_out: str | None = typer.Option(None, "--json", help="write the rows to PATH, or '-' for stdout"),
+    groups: list[str] | None = typer.Option(None, "--group", help="only this group of rows (repeatable)"),
+    latency_rows: str | None = typer.Option(
         None, "--latency-rows", help="the latency group from this TOML file of rows tables (the form of "
-                                     "catalog/validation/latency.toml) instead of the shipped one; alone, only that group"),
+                                     "catalog/validation/latency.toml) instead of the shipped one; alone, "
+                                     "only that group"),
 ) -> None:
     from tokenpath.validate.groups import print_validation, run_validation
 

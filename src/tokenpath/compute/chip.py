@@ -6,9 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from tokenpath import catalog
-from tokenpath.compute import efficiency
 from tokenpath.compute.precision import PRECISION_BYTES
-from tokenpath.config.assumptions import assumed, overridden
+from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import parse_bandwidth_Bps, parse_bytes
 
@@ -58,8 +57,8 @@ class ChipSpec:
         native = [*self.peak_flops, *(["fp16"] if "fp16" not in self.peak_flops else [])]
         runs = ", ".join([*native, *(f"{p} (weight-only)" for p in self.weight_only)])
         raise UserError(f"model.precision: {precision} does not run on {self.name} (deployment.chip): it has no "
-                        f"{precision} tensor cores and no weight-only {precision} kernel is known for it; use one it runs: "
-                        f"{runs}")
+                        f"{precision} tensor cores and no weight-only {precision} kernel is known for it; use one it "
+                        f"runs: {runs}")
 
     def is_weight_only(self, precision: str) -> bool:
         """Whether weights stored at `precision` are multiplied at bf16 on this chip."""
@@ -85,8 +84,9 @@ def list_chips() -> list[str]:
     return catalog.entry_names(catalog.CHIPS_FILE)
 
 
-def load_chip(name: str) -> ChipSpec:
-    """A catalog chip by name or alias ('h200', 'H200_SXM', 'tpu-v5p')."""
+def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
+    """A catalog chip by name or alias ('h200', 'H200_SXM', 'tpu-v5p'), its efficiencies under
+    `assumptions` (a run's; the registry's by default)."""
     canonical, table = catalog.lookup(catalog.CHIPS_FILE, name, "chip", "chips")
     where = f"catalog chips.toml [{canonical}]"
     missing = [key for key in _REQUIRED if key not in table]
@@ -100,8 +100,8 @@ def load_chip(name: str) -> ChipSpec:
         raise UserError(f"{where} peak_tflops: needs a {_FALLBACK_PRECISION} entry")
     measured = _tflops(table.get("measured_matmul_tflops", {}), f"{where} measured_matmul_tflops")
     matmul_efficiency = {}
-    gemm_fraction = assumed("serving_gemm_fraction", efficiency.SERVING_GEMM_FRACTION)
-    default_efficiency = assumed("default_matmul_efficiency", efficiency.DEFAULT_MATMUL_EFFICIENCY)
+    gemm_fraction = assumptions.value("serving_gemm_fraction")
+    default_efficiency = assumptions.value("default_matmul_efficiency")
     for precision, peak in peak_flops.items():
         if precision in measured:
             if not 0 < measured[precision] <= peak:
@@ -112,13 +112,13 @@ def load_chip(name: str) -> ChipSpec:
             matmul_efficiency[precision] = default_efficiency * gemm_fraction
     measured_scaleup = table.get("measured_scaleup_bw")
     hbm_bw_Bps = parse_bandwidth_Bps(table["hbm_bw"], f"{where} hbm_bw")
-    hbm_bw_efficiency = assumed("hbm_bw_efficiency", efficiency.HBM_BW_EFFICIENCY)
+    hbm_bw_efficiency = assumptions.value("hbm_bw_efficiency")
     if "measured_stream_bw" in table:
         stream_Bps = parse_bandwidth_Bps(table["measured_stream_bw"], f"{where} measured_stream_bw")
         if not 0 < stream_Bps <= hbm_bw_Bps:
             raise UserError(f"{where} measured_stream_bw: must be positive and at most hbm_bw "
                             f"({table['hbm_bw']}); got {table['measured_stream_bw']!r}")
-        if not overridden("hbm_bw_efficiency"):
+        if "hbm_bw_efficiency" not in assumptions.values:  # an override replaces the measured figure too
             hbm_bw_efficiency = stream_Bps / hbm_bw_Bps
     weight_only = table.get("weight_only", [])
     if not isinstance(weight_only, list) or any(p not in PRECISION_BYTES or p in peak_flops for p in weight_only):

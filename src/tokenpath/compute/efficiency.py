@@ -4,14 +4,19 @@ They are shared by all models and chips: no constant here is specific to one mod
 assumption to calibrate against measurements (`tokenpath validate` compares with published serving
 numbers); the chip-specific matmul efficiencies come from measured GEMM rates in
 catalog/chips.toml instead, where those are published.
+
+The values themselves are in the registry of assumptions (config/assumptions.py, beside each one's source
+and guard); each is bound here to a constant of its own, under its full reasoning.
 """
 
-DEFAULT_MATMUL_EFFICIENCY = 0.7
+from tokenpath.config.assumptions import default
+
+DEFAULT_MATMUL_EFFICIENCY = default("default_matmul_efficiency")
 """Fraction of peak tensor FLOP/s a large GEMM reaches, for a chip and precision without a published
 measured rate. 0.7 is about the median of the measured/peak ratios catalog/chips.toml does publish
 (0.51 for MI300X bf16 to 0.80 for H100 bf16)."""
 
-SERVING_GEMM_FRACTION = 0.8
+SERVING_GEMM_FRACTION = default("serving_gemm_fraction")
 """Fraction of a chip's large-GEMM ceiling (the measured MAMF rate, or the default above) that the
 GEMMs of a serving step reach. MAMF is the best rate over a sweep of large, well-shaped GEMMs; a
 step's GEMMs have the model's own shapes (M = the step's tokens, N a tensor-parallel shard, K the
@@ -22,7 +27,7 @@ minimising their median |error|, the fraction in steps of 0.05: 0.80 with p = 2,
 p = 1.5 gives 3.5%, 0.80 with p = 3 3.7%, 0.80 with the plain max 4.4%); the H200 and B200 rows are
 predicted with it."""
 
-GEMM_OVERLAP_NORM = 2.0
+GEMM_OVERLAP_NORM = default("gemm_overlap_norm")
 """How a GEMM's compute and memory times combine: its time is their p-norm with this p,
 (compute^p + memory^p)^(1/p), rather than the plain roofline max (p = infinity). Far from the ridge
 point the two agree; near it, where the step's tokens (the GEMM's M) make streaming the weights and
@@ -31,7 +36,7 @@ its pipeline's prologue and epilogue), and p = 2 charges up to 1.41x the max the
 large batches sit at that ridge. Calibrated with SERVING_GEMM_FRACTION on the H100 offline rows
 (p of 1.5, 2, 3, 4, 8 and infinity tried); math.inf gives the plain max."""
 
-HBM_BW_EFFICIENCY = 0.85
+HBM_BW_EFFICIENCY = default("hbm_bw_efficiency")
 """Fraction of peak HBM bandwidth a streaming kernel (weight-bound GEMV, paged-attention KV reads)
 sustains, for a chip whose catalog entry publishes no `measured_stream_bw`. About 0.85 is widely
 reported for H100/H200 streaming kernels. Where measured, the chip's own figure replaces it
@@ -39,7 +44,7 @@ reported for H100/H200 streaming kernels. Where measured, the chip's own figure 
 H100, 0.82 on H200, 0.76 on B200; hipBLASLt's GEMVs 0.74 on MI300X); an override of this assumption
 replaces both."""
 
-KERNEL_FIXED_S = 2.45e-6
+KERNEL_FIXED_S = default("kernel_fixed_s")
 """Fixed time of one kernel of a step, on top of its work: its start from the captured graph, the
 ramp-up of its thread blocks and the drain at its end. The shortest GEMM in AIConfigurator's measured
 H100 table (aiconfigurator-core 0.12.0, systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet:
@@ -50,7 +55,7 @@ at one token takes 7.6 us where its 8.4 MB of weights stream in 2.9 us; vLLM's d
 A decode step of a large model at small batch is mostly such fixed costs: compute/ops.py counts each
 op's kernels."""
 
-EAGER_KERNEL_LAUNCH_S = 4.9e-6
+EAGER_KERNEL_LAUNCH_S = default("eager_kernel_launch_s")
 """Time a step that does not replay a captured CUDA graph loses per kernel it launches, on top of the
 kernel's KERNEL_FIXED_S: the host's launch call, which the GPU waits for when kernels are short. A
 graph replays all its kernels with one launch. Calibrated once, on the Llama-2-7B 128-token row of
@@ -58,7 +63,7 @@ the TensorRT-LLM batch-1 TTFT group in `tokenpath validate` (a context phase, wh
 eagerly); the other rows of the group are predicted with it. With the fixed cost, an eager kernel
 costs 7.35 us, the order reported for eager launches; applied to every chip and runtime."""
 
-EXPERT_GEMM_HALF_WIDTH = 450.0
+EXPERT_GEMM_HALF_WIDTH = default("expert_gemm_half_width")
 """Routed experts run as grouped GEMMs, one small GEMM per expert, each as wide as the expert's
 intermediate width on one chip, w (moe_intermediate_size / tp when tensor parallelism splits the
 experts, the whole width when experts are placed whole). Narrow experts keep a kernel's tiles short
@@ -71,7 +76,7 @@ at least 256 tokens per expert): the fit of w / (w + w_half) to the median fract
 median |log error| 0.09. `benchmarks/aiconfigurator_moe.py` reproduces it. Only the compute side
 changes: at decode sizes experts stream their weights as other GEMMs do."""
 
-BLOCK_SCALED_EXPERT_GEMM_CEILING = 0.61
+BLOCK_SCALED_EXPERT_GEMM_CEILING = default("block_scaled_expert_gemm_ceiling")
 """What fp8 expert weights scaled per 128 x 128 block (DeepSeek-V3's published checkpoints,
 `weight_block_size` in their config) add: their grouped GEMMs rescale every block of K, and reach at
 most 0.61 of the dense rate, so they run at 0.61 x w / (w + EXPERT_GEMM_HALF_WIDTH) of it (22% at
@@ -79,7 +84,7 @@ DeepSeek-V3's w = 256). The same tables' block-scaled runs (Hopper, the same sel
 the half-width above, median |log error| 0.10. Dense GEMMs of block-scaled weights (DeepGEMM) run
 at the per-tensor rate in the same tables, so only the experts pay it."""
 
-ACTIVATION_BYTES = 2.0
+ACTIVATION_BYTES = default("activation_bytes")
 """Bytes per activation element: activations, the residual stream and all-reduced hidden states are
 bf16."""
 
@@ -88,7 +93,7 @@ EMBEDDING_PRECISION = "bf16"
 native FP8, NVFP4 exports) keep these two in bf16, so they are never counted at the weight
 precision."""
 
-ATTENTION_QUERY_OVERHEAD_PAIRS = 256
+ATTENTION_QUERY_OVERHEAD_PAIRS = default("attention_query_overhead_pairs")
 """Attention's fixed work per query token, in (query, key) pairs: a FlashAttention-style kernel runs
 as if each query attended this many more keys (loading its query tile, finishing its softmax,
 writing its output). So attention is less efficient on short sequences: full attention over L
@@ -103,10 +108,10 @@ ATTENTION_PRECISION = "bf16"
 """Tensor-core precision attention's QK^T and PV products run at. Even with an fp8 KV cache the
 common kernels dequantize K/V and multiply in bf16, so attention FLOPs use the bf16 peak."""
 
-RESERVED_LOGIT_ROWS = 256
+RESERVED_LOGIT_ROWS = default("reserved_logit_rows")
 """Rows of fp32 logits the memory reserve assumes live at once: the LM head's output for the
 sequences sampled in one step, at an engine's usual default cap on running sequences (256)."""
 
-RUNTIME_RESERVE_BYTES = float(2**30)
+RUNTIME_RESERVE_BYTES = default("runtime_reserve_bytes")
 """Device memory outside weights, KV cache and activations: CUDA context, communication buffers and
 captured CUDA graphs. About 1 GiB is the order of what engines report as non-torch memory."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenpath.compute.model import ModelSpec
+from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
 

@@ -15,19 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tokenpath.compute.chip import ChipSpec
-from tokenpath.compute.efficiency import (
-    ACTIVATION_BYTES,
-    ATTENTION_PRECISION,
-    ATTENTION_QUERY_OVERHEAD_PAIRS,
-    BLOCK_SCALED_EXPERT_GEMM_CEILING,
-    EMBEDDING_PRECISION,
-    EXPERT_GEMM_HALF_WIDTH,
-)
-from tokenpath.compute.model import ModelSpec
+from tokenpath.compute.efficiency import ATTENTION_PRECISION, EMBEDDING_PRECISION
+from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.precision import PRECISION_BYTES
-from tokenpath.config.assumptions import assumed
+from tokenpath.config.assumptions import DEFAULTS, Assumptions, default
 
-LOGIT_BYTES = 4.0
+LOGIT_BYTES = default("logit_bytes")
 """Logits are materialized in fp32 for sampling."""
 
 
@@ -91,12 +84,12 @@ def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_precision: str) -
     return 2 * kv_heads_per_chip(model, tp) * model.head_dim * kv_bytes
 
 
-def expert_gemm_fraction(width: float, block_scaled: bool) -> float:
+def expert_gemm_fraction(width: float, block_scaled: bool, assumptions: Assumptions = DEFAULTS) -> float:
     """The fraction of the dense GEMM rate routed experts of `width` (an expert's intermediate width on
     one chip) reach where they are compute-bound; `block_scaled`: fp8 weights scaled per block."""
-    fraction = width / (width + assumed("expert_gemm_half_width", EXPERT_GEMM_HALF_WIDTH))
+    fraction = width / (width + assumptions.value("expert_gemm_half_width"))
     if block_scaled:
-        fraction *= assumed("block_scaled_expert_gemm_ceiling", BLOCK_SCALED_EXPERT_GEMM_CEILING)
+        fraction *= assumptions.value("block_scaled_expert_gemm_ceiling")
     return fraction
 
 
@@ -110,10 +103,11 @@ class _Sharding:
     weight_precision: str
     kv_precision: str
     expert_replicas: int
+    assumptions: Assumptions
 
     @property
     def act(self) -> float:
-        return assumed("activation_bytes", ACTIVATION_BYTES)
+        return self.assumptions.value("activation_bytes")
 
     @property
     def weight_bytes(self) -> float:
@@ -155,14 +149,14 @@ class _Sharding:
 
 
 def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
-              expert_replicas: int = 1) -> list[LinearOp]:
+              expert_replicas: int = 1, assumptions: Assumptions = DEFAULTS) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     Expert parallelism over `expert_replicas` > 1 replicas (roofline.ComputeModel) places routed
     experts whole, 1/(tp * expert_replicas) of them per chip: their FLOPs per chip are those of
     tensor parallelism, their weights and the bytes a step reads divide by `expert_replicas`, and
-    their grouped GEMMs are as wide as a whole expert."""
-    s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas)
+    their grouped GEMMs are as wide as a whole expert. `assumptions`: a run's (the registry's by default)."""
+    s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions)
     return [*_embedding_and_norms(s), *_attention(s), *_dense_mlp(s), *_moe(s), _lm_head(s)]
 
 
@@ -218,7 +212,7 @@ def _attention(s: _Sharding) -> list[LinearOp]:
         "attention", s.chip.effective_flops(ATTENTION_PRECISION),
         flops_per_pair=2.0 * heads * prefill_width * layers,
         flops_per_kv_read=2.0 * heads * (widths.qk + widths.pv - prefill_width) * layers,
-        overhead_pairs_per_token=assumed("attention_query_overhead_pairs", ATTENTION_QUERY_OVERHEAD_PAIRS),
+        overhead_pairs_per_token=s.assumptions.value("attention_query_overhead_pairs"),
         bytes_per_token=(kv_layer + (heads * (widths.qk + widths.pv) + widths.new_kv) * act) * layers,
         bytes_per_kv_read=kv_layer * layers,
         kernels=4 * layers,
@@ -296,7 +290,7 @@ def _moe(s: _Sharding) -> list[LinearOp]:
     # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.
     block_scaled = model.fp8_block_scaled and s.chip.compute_precision(s.weight_precision) == "fp8"
     ops.append(LinearOp(
-        "moe_experts", s.gemm_rate * expert_gemm_fraction(width, block_scaled),
+        "moe_experts", s.gemm_rate * expert_gemm_fraction(width, block_scaled, s.assumptions),
         flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
         bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * s.act * moe_layers,
         bytes_per_expert=expert_params * s.weight_bytes * moe_layers / replicas,
@@ -320,7 +314,7 @@ def _lm_head(s: _Sharding) -> LinearOp:
         "lm_head", s.bf16_rate,
         flops_per_logit=2.0 * h * vocab_per_chip,
         bytes_fixed=vocab_per_chip * h * s.embed_bytes,
-        bytes_per_logit=h * s.act + vocab_per_chip * assumed("logit_bytes", LOGIT_BYTES),
+        bytes_per_logit=h * s.act + vocab_per_chip * s.assumptions.value("logit_bytes"),
         resident_bytes=0.0 if model.tie_word_embeddings else vocab_per_chip * h * s.embed_bytes,
         kernels=1,
         gemm=True,

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from tokenpath.compute import efficiency
 from tokenpath.compute.chip import ChipSpec
-from tokenpath.compute.model import ModelSpec
-from tokenpath.compute.ops import LOGIT_BYTES, LinearOp, build_ops, kv_bytes_per_token_per_layer, kv_heads_per_chip
+from tokenpath.compute.model_spec import ModelSpec
+from tokenpath.compute.ops import LinearOp, build_ops, kv_bytes_per_token_per_layer, kv_heads_per_chip
 from tokenpath.compute.precision import PRECISION_BYTES, check_precision
-from tokenpath.config.assumptions import assumed
+from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
 
 __all__ = ["PRECISION_BYTES", "OpCost", "ComputeModel"]
@@ -74,12 +74,16 @@ class ComputeModel:
     are those of tensor parallelism, while its expert weights, and the expert bytes a step reads (of
     experts touched by every replica's tokens), divide by `expert_replicas`; their grouped GEMMs are as
     wide as whole experts (ops.build_ops).
+
+    `assumptions`: the run's (config/assumptions.py; a scenario's overrides and calibrations), handed in
+    by whoever builds the model (sim/deployment.py); the registry's values when none are given.
     """
 
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
                  expert_replicas: int = 1, host_step_s: float = 0.0, host_per_sequence_s: float = 0.0,
-                 host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0):
+                 host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
+                 assumptions: Assumptions = DEFAULTS):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -90,7 +94,8 @@ class ComputeModel:
         self.pp = pp
         self.weight_precision = check_precision(weight_precision, "weight_precision")
         self.kv_precision = check_precision(kv_precision, "kv_precision")
-        self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas)
+        self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas,
+                                             assumptions)
         self.expert_replicas = expert_replicas
         self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
         per_layer = kv_bytes_per_token_per_layer(model, tp, kv_precision)
@@ -112,16 +117,16 @@ class ComputeModel:
         # Every op's kernels, and each layer's two all-reduces when tensor-parallel, on each step's path.
         self.kernels_per_step: float = sum(op.kernels for op in self.ops) + (2 * model.num_layers if tp > 1 else 0)
         # The assumptions this model uses, read once here: a built model keeps its run's values.
-        self.kernel_fixed_s = assumed("kernel_fixed_s", efficiency.KERNEL_FIXED_S)
-        self.gemm_overlap_norm = assumed("gemm_overlap_norm", efficiency.GEMM_OVERLAP_NORM)
-        self._activation_bytes = assumed("activation_bytes", efficiency.ACTIVATION_BYTES)
-        self._reserved_logit_rows = assumed("reserved_logit_rows", efficiency.RESERVED_LOGIT_ROWS)
-        self._runtime_reserve_bytes = assumed("runtime_reserve_bytes", efficiency.RUNTIME_RESERVE_BYTES)
-        self._logit_bytes = assumed("logit_bytes", LOGIT_BYTES)
+        self.kernel_fixed_s = assumptions.value("kernel_fixed_s")
+        self.gemm_overlap_norm = assumptions.value("gemm_overlap_norm")
+        self._activation_bytes = assumptions.value("activation_bytes")
+        self._reserved_logit_rows = assumptions.value("reserved_logit_rows")
+        self._runtime_reserve_bytes = assumptions.value("runtime_reserve_bytes")
+        self._logit_bytes = assumptions.value("logit_bytes")
         # What an eager step adds to its kernels: every kernel's launch gap and the host's time to launch it.
         self.host_eager_per_kernel_s = host_eager_per_kernel_s
         self.eager_launch_s: float = self.kernels_per_step * (
-            assumed("eager_kernel_launch_s", efficiency.EAGER_KERNEL_LAUNCH_S) + host_eager_per_kernel_s)
+            assumptions.value("eager_kernel_launch_s") + host_eager_per_kernel_s)
         self._compile()
 
     @property
@@ -189,7 +194,8 @@ class ComputeModel:
         free = budget - weights - activations
         if free < self.kv_bytes_per_token_per_chip:
             where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"
-            what = f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, tp={self.tp}, pp={self.pp}"
+            what = (f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, "
+                    f"tp={self.tp}, pp={self.pp}")
             if self.expert_replicas > 1:
                 what += f", experts over {self.tp * self.expert_replicas} chips"
             if weights >= budget:

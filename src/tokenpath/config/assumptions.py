@@ -1,56 +1,53 @@
 """Every constant that sets a prediction, in one registry: name, value, unit, source, and what guards it.
 
-The constants themselves stay in the modules that use them, each beside its full reasoning
-(compute/efficiency.py, engine/host_time.py, fabric/collectives.py, ...); this registry names them,
-so a scenario can override any by name and every report can say which were changed.
+The registry holds the values; the modules that document them bind each to a constant of their own
+(`KERNEL_FIXED_S = default("kernel_fixed_s")`), beside its full reasoning (compute/efficiency.py,
+engine/host_time.py, fabric/collectives.py, ...). So the values sit on the ground floor, which imports
+none of those modules, and a scenario can override any by name and every report can say which were
+changed.
 
-Overrides flow as data: a scenario's `[assumptions]` table becomes an `Assumptions` object, and the
-deployment is built inside `Assumptions.active()`. Model code reads a constant through
-`assumed(name, CONSTANT)`, which gives the active run's value or the constant itself, and it does so
-while the deployment is built (objects keep what they read), so a built deployment carries its
-assumptions into forked workers and `serve` without any module global changing. Two scenarios in one
-process each see their own values.
+Overrides flow as data: a scenario's `[assumptions]` table becomes an `Assumptions` object. The compute
+model is handed it (`assumptions.value(name)`); fabric and engine code read theirs through
+`assumed(name, CONSTANT)` while the deployment is built inside `Assumptions.active()`. Either way a value
+is read as objects are built, and they keep it, so a built deployment carries its assumptions into
+forked workers and `serve` without any module global changing. Two scenarios in one process each see
+their own values.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import difflib
-import importlib
 import math
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from tokenpath.config.errors import UserError, quoted
 
-_ACTIVE: contextvars.ContextVar[Mapping[str, float]] = contextvars.ContextVar("tokenpath_assumptions", default={})
+# None outside `Assumptions.active()` (every constant at its default), not a shared mutable {}
+_ACTIVE: ContextVar[Mapping[str, float] | None] = ContextVar("tokenpath_assumptions", default=None)
 
 
 def assumed(name: str, default: float) -> float:
     """The active run's value of assumption `name`; `default` (the module's constant) when not overridden."""
-    return _ACTIVE.get().get(name, default)
-
-
-def overridden(name: str) -> bool:
-    """Whether the active run overrides assumption `name` (so it replaces a catalog's measured figure too)."""
-    return name in _ACTIVE.get()
+    values = _ACTIVE.get()
+    return default if values is None else values.get(name, default)
 
 
 @dataclass(frozen=True)
 class Assumption:
-    """One registered constant: `module.constant` holds its default value, in `unit` (SI)."""
+    """One registered constant: its default `value`, in `unit` (SI), and `module.constant`, the constant
+    bound to it where its full reasoning is written (`tokenpath assumptions --json`'s `defined_in`)."""
 
     name: str
+    value: float
     module: str
     constant: str
     unit: str        # "s", "bytes", "B/s", or "1" for a plain number (a fraction, a ratio, a count)
     source: str
     guarded_by: str  # the tests and `tokenpath validate` groups that would fail if it drifted
-
-    @property
-    def value(self) -> float:
-        return float(getattr(importlib.import_module(self.module), self.constant))
 
 
 _EFF, _HOST, _COLL, _BUILD = ("tokenpath.compute.efficiency", "tokenpath.engine.host_time",
@@ -60,120 +57,127 @@ _ROOFLINE_TESTS = "tests/test_compute_roofline.py"
 
 REGISTRY: tuple[Assumption, ...] = (
     # -- compute: a step's kernels ----------------------------------------------------------------------
-    Assumption("default_matmul_efficiency", _EFF, "DEFAULT_MATMUL_EFFICIENCY", "1",
+    Assumption("default_matmul_efficiency", 0.7, _EFF, "DEFAULT_MATMUL_EFFICIENCY", "1",
                "median measured/peak GEMM ratio of catalog/chips.toml, for chips without a measured rate",
                "tests/test_catalog.py; validate trtllm_offline (H200, B200 rows)"),
-    Assumption("serving_gemm_fraction", _EFF, "SERVING_GEMM_FRACTION", "1",
+    Assumption("serving_gemm_fraction", 0.8, _EFF, "SERVING_GEMM_FRACTION", "1",
                "fitted with gemm_overlap_norm on the H100 rows of TensorRT-LLM offline throughput",
                "validate trtllm_offline; " + _ROOFLINE_TESTS),
-    Assumption("gemm_overlap_norm", _EFF, "GEMM_OVERLAP_NORM", "1",
+    Assumption("gemm_overlap_norm", 2.0, _EFF, "GEMM_OVERLAP_NORM", "1",
                "p of the p-norm of a GEMM's compute and memory times; fitted with serving_gemm_fraction",
                "validate trtllm_offline; " + _ROOFLINE_TESTS),
-    Assumption("hbm_bw_efficiency", _EFF, "HBM_BW_EFFICIENCY", "1",
+    Assumption("hbm_bw_efficiency", 0.85, _EFF, "HBM_BW_EFFICIENCY", "1",
                "streaming kernels reach about 85% of peak HBM bandwidth (widely reported); the default of "
                "chips whose catalog entry has no measured_stream_bw",
                "validate latency (TPOT rows); " + _ROOFLINE_TESTS),
-    Assumption("kernel_fixed_s", _EFF, "KERNEL_FIXED_S", "s",
+    Assumption("kernel_fixed_s", 2.45e-6, _EFF, "KERNEL_FIXED_S", "s",
                "shortest GEMM in AIConfigurator's measured H100 table (aiconfigurator-core 0.12.0): 2.45 us",
                "validate latency; " + _ROOFLINE_TESTS),
-    Assumption("expert_gemm_half_width", _EFF, "EXPERT_GEMM_HALF_WIDTH", "1",
+    Assumption("expert_gemm_half_width", 450.0, _EFF, "EXPERT_GEMM_HALF_WIDTH", "1",
                "routed experts' grouped GEMMs run at w / (w + this) of the dense rate, w the expert's width on a "
                "chip: fitted to AIConfigurator's measured MoE tables on H100 / H200 (benchmarks/aiconfigurator_moe.py)",
                "validate latency (DeepSeek-V3 rows); " + _ROOFLINE_TESTS),
-    Assumption("block_scaled_expert_gemm_ceiling", _EFF, "BLOCK_SCALED_EXPERT_GEMM_CEILING", "1",
+    Assumption("block_scaled_expert_gemm_ceiling", 0.61, _EFF, "BLOCK_SCALED_EXPERT_GEMM_CEILING", "1",
                "grouped GEMMs of fp8 experts scaled per 128 x 128 block reach at most this fraction of the dense "
                "rate: fitted to the same tables (benchmarks/aiconfigurator_moe.py)",
                "validate latency (DeepSeek-V3 rows); " + _ROOFLINE_TESTS),
-    Assumption("eager_kernel_launch_s", _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
+    Assumption("eager_kernel_launch_s", 4.9e-6, _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
                "fitted on the Llama-2-7B 128-token row of TensorRT-LLM batch-1 TTFT",
                "validate trtllm_batch1_ttft; " + _ROOFLINE_TESTS),
-    Assumption("activation_bytes", _EFF, "ACTIVATION_BYTES", "bytes",
+    Assumption("activation_bytes", 2.0, _EFF, "ACTIVATION_BYTES", "bytes",
                "activations, residual stream and all-reduced hidden states are bf16",
                _ROOFLINE_TESTS),
-    Assumption("attention_query_overhead_pairs", _EFF, "ATTENTION_QUERY_OVERHEAD_PAIRS", "1",
+    Assumption("attention_query_overhead_pairs", 256.0, _EFF, "ATTENTION_QUERY_OVERHEAD_PAIRS", "1",
                "fitted to FlashAttention-3 forward on H100 (pytorch/benchmark ff65cb67), within 2.1%",
                _ROOFLINE_TESTS),
-    Assumption("reserved_logit_rows", _EFF, "RESERVED_LOGIT_ROWS", "1",
+    Assumption("reserved_logit_rows", 256.0, _EFF, "RESERVED_LOGIT_ROWS", "1",
                "fp32 logit rows the memory reserve holds: an engine's usual cap of 256 running sequences",
                _ROOFLINE_TESTS),
-    Assumption("runtime_reserve_bytes", _EFF, "RUNTIME_RESERVE_BYTES", "bytes",
+    Assumption("runtime_reserve_bytes", float(2**30), _EFF, "RUNTIME_RESERVE_BYTES", "bytes",
                "about 1 GiB of non-torch memory (CUDA context, comm buffers, graphs) as engines report",
                _ROOFLINE_TESTS),
-    Assumption("logit_bytes", "tokenpath.compute.ops", "LOGIT_BYTES", "bytes",
+    Assumption("logit_bytes", 4.0, "tokenpath.compute.ops", "LOGIT_BYTES", "bytes",
                "logits are computed and sampled in fp32 (vLLM's sampler)", _ROOFLINE_TESTS),
     # -- engine: the host's share of a step ---------------------------------------------------------------
-    Assumption("host_step_s", _HOST, "HOST_STEP_S", "s",
+    Assumption("host_step_s", 0.5e-3, _HOST, "HOST_STEP_S", "s",
                "vLLM V1 scheduler and input preparation; reproduces AIConfigurator's vLLM rows at one chip",
                "validate latency; tests/test_engine.py"),
-    Assumption("vllm_v0_host_step_s", _HOST, "VLLM_V0_HOST_STEP_S", "s",
+    Assumption("vllm_v0_host_step_s", 2.9e-3, _HOST, "VLLM_V0_HOST_STEP_S", "s",
                "vLLM V0's host time per step, in its path (the vllm-v0 profile); calibrated on the vLLM performance "
                "benchmark's V0 run of Llama 3 70B on 4 x H200 at 1 req/s",
                "validate latency; tests/test_engine.py"),
-    Assumption("eager_host_per_kernel_s", _HOST, "EAGER_HOST_PER_KERNEL_S", "s",
+    Assumption("eager_host_per_kernel_s", 18e-6, _HOST, "EAGER_HOST_PER_KERNEL_S", "s",
                "SGLang's and vLLM V0's host time per kernel of an eager step, added to its kernels; calibrated on "
                "DataCrunch's SGLang ShareGPT run at 4 req/s (70B, 4 x H200)",
                "validate latency; tests/test_compute_roofline.py, tests/test_simulate.py"),
-    Assumption("host_per_sequence_s", _HOST, "HOST_PER_SEQUENCE_S", "s",
+    Assumption("host_per_sequence_s", 1.12e-6, _HOST, "HOST_PER_SEQUENCE_S", "s",
                "vLLM V1 update_from_output: 0.287 ms for 256 sequences (vllm-project/vllm PR 46112)",
                "validate latency; tests/test_engine.py"),
     # -- fabric: links and collectives ---------------------------------------------------------------------
-    Assumption("nvlink_hop_latency_s", _BUILD, "NVLINK_HOP_LATENCY_S", "s",
+    Assumption("nvlink_hop_latency_s", 0.6e-6, _BUILD, "NVLINK_HOP_LATENCY_S", "s",
                "NCCL's per-step NVLink latency (src/graph/tuning.cc hwLatencies NVLINK, LL: 0.6 us)",
                "validate nccl_allreduce; tests/test_fabric.py"),
-    Assumption("scaleout_link_latency_s", _BUILD, "SCALEOUT_LINK_LATENCY_S", "s",
+    Assumption("scaleout_link_latency_s", 2.7e-6 / 4, _BUILD, "SCALEOUT_LINK_LATENCY_S", "s",
                "NCCL's network step latency (tuning.cc hwLatencies NET, LL: 2.7 us) over 4 links of a route",
                "validate collectives_scaleout; tests/test_fabric_spec.py"),
-    Assumption("base_latency_s", _COLL, "BASE_LATENCY_S", "s",
+    Assumption("base_latency_s", 6.6e-6, _COLL, "BASE_LATENCY_S", "s",
                "NCCL src/graph/tuning.cc: base latency of a collective launch (Ring, LL), 6.6 us",
                "validate nccl_allreduce; tests/test_fabric_collectives.py"),
-    Assumption("nvls_latency_s", _COLL, "NVLS_LATENCY_S", "s",
+    Assumption("nvls_latency_s", 6.0e-6, _COLL, "NVLS_LATENCY_S", "s",
                "NVLS small-message all-reduce, ~6 us with CUDA graphs on H100 (NVIDIA/nccl issue 1259)",
                "validate nccl_allreduce; tests/test_fabric.py"),
-    Assumption("nvls_tuner_latency_s", _COLL, "NVLS_TUNER_LATENCY_S", "s",
+    Assumption("nvls_tuner_latency_s", 25.0e-6, _COLL, "NVLS_TUNER_LATENCY_S", "s",
                "the NVLS latency NCCL's tuner assumes when choosing (tuning.cc hwLatencies NVLS, 25 us)",
                "validate nccl_allreduce; tests/test_fabric_collectives.py"),
-    Assumption("nvls_tree_net_step_latency_s", _COLL, "NVLS_TREE_NET_STEP_LATENCY_S", "s",
+    Assumption("nvls_tree_net_step_latency_s", 20.9e-6, _COLL, "NVLS_TREE_NET_STEP_LATENCY_S", "s",
                "NCCL tuning.cc hwLatencies NET / NVLSTree / Simple, 20.9 us per network step",
                "validate collectives_scaleout; tests/test_fabric_hierarchy.py"),
-    Assumption("scaleup_bw_efficiency", _COLL, "SCALEUP_BW_EFFICIENCY", "1",
+    Assumption("scaleup_bw_efficiency", 370.0 / 450.0, _COLL, "SCALEUP_BW_EFFICIENCY", "1",
                "ring all-reduce busbw 370 of 450 GB/s on 8x H100 (nccl-tests issues 212, 309)",
                "validate nccl_allreduce; tests/test_fabric_collectives.py"),
-    Assumption("nvls_link_efficiency", _COLL, "NVLS_LINK_EFFICIENCY", "1",
+    Assumption("nvls_link_efficiency", (480.0 / (2 * 7 / 8)) * (1 + 1 / 8) / 450.0, _COLL,
+               "NVLS_LINK_EFFICIENCY", "1",
                "NVLS busbw 480 GB/s on 8x H100 (nccl-tests issue 212) as link traffic over 450 GB/s",
                "validate nccl_allreduce; tests/test_fabric_collectives.py"),
-    Assumption("scaleout_bw_efficiency", _COLL, "SCALEOUT_BW_EFFICIENCY", "1",
+    Assumption("scaleout_bw_efficiency", 47.0 / 50.0, _COLL, "SCALEOUT_BW_EFFICIENCY", "1",
                "a 400 Gb/s NIC reaches 46-48 of 50 GB/s busbw (nccl-tests issue 290)",
                "validate collectives_scaleout; tests/test_fabric_hierarchy.py"),
-    Assumption("low_latency_all_to_all_s", _COLL, "LOW_LATENCY_ALL_TO_ALL_S", "s",
+    Assumption("low_latency_all_to_all_s", 30.7e-6, _COLL, "LOW_LATENCY_ALL_TO_ALL_S", "s",
                "fitted on DeepEP's EP8 low-latency dispatch row on H800 (77 us)",
                "validate deepep_low_latency; tests/test_fabric_collectives.py"),
-    Assumption("ugal_hop_ratio", "tokenpath.fabric.dragonfly", "UGAL_HOP_RATIO", "1",
+    Assumption("ugal_hop_ratio", 2.0, "tokenpath.fabric.dragonfly", "UGAL_HOP_RATIO", "1",
                "UGAL stand-in: Valiant when MIN links would carry over 2x all-Valiant's mean global load "
                "(a Valiant path crosses two global links, a MIN path one)",
                "tests/test_fabric_dragonfly.py"),
     # -- delivery: the last mile (the defaults of the scenario's [delivery] table) ---------------------------
-    Assumption("host_link_bw_Bps", _DELIVERY, "PCIE_GEN5_X16_PER_DIRECTION_BPS", "B/s",
+    Assumption("host_link_bw_Bps", 64e9, _DELIVERY, "PCIE_GEN5_X16_PER_DIRECTION_BPS", "B/s",
                "PCIe Gen5 x16, 64 GB/s per direction (the H200 SXM host link, nvidia.com/h200)",
                "tests/test_delivery.py"),
-    Assumption("host_link_latency_s", _DELIVERY, "D2H_COPY_LATENCY_S", "s",
+    Assumption("host_link_latency_s", 10e-6, _DELIVERY, "D2H_COPY_LATENCY_S", "s",
                "a small device-to-host cudaMemcpy costs about 10 us on PCIe Gen5 hosts",
                "tests/test_delivery.py"),
-    Assumption("detokenize_per_token_s", _DELIVERY, "DETOKENIZE_PER_TOKEN_S", "s",
+    Assumption("detokenize_per_token_s", 17e-6, _DELIVERY, "DETOKENIZE_PER_TOKEN_S", "s",
                "one incremental detokenize call in vLLM: 17-55 us (vLLM issue 5206), the low end",
                "tests/test_delivery.py; tokenpath calibrate delivery"),
-    Assumption("frame_per_event_s", _DELIVERY, "FRAME_PER_EVENT_S", "s",
+    Assumption("frame_per_event_s", 2.6e-6, _DELIVERY, "FRAME_PER_EVENT_S", "s",
                "one SSE chunk with json.dumps: about 2.6 us on a current x86 core (measured)",
                "tests/test_delivery.py; tokenpath calibrate delivery"),
-    Assumption("frontend_per_request_s", _DELIVERY, "FRONTEND_PER_REQUEST_S", "s",
+    Assumption("frontend_per_request_s", 0.0, _DELIVERY, "FRONTEND_PER_REQUEST_S", "s",
                "0: the engine-side measurements the model is validated on have no front end; fitted per "
                "server by `tokenpath calibrate engine`", "tests/test_calibrate_engine.py"),
-    Assumption("invisible_token_fraction", _DELIVERY, "INVISIBLE_TOKEN_FRACTION", "1",
+    Assumption("invisible_token_fraction", 0.0, _DELIVERY, "INVISIBLE_TOKEN_FRACTION", "1",
                "0: none of the 4,110 Tekken tokens of the workload's English corpus shows nothing alone "
                "(measured; 4.9% of Chinese text, 36% of emoji-heavy text)",
                "tests/test_delivery.py"),
 )
 
 BY_NAME: dict[str, Assumption] = {a.name: a for a in REGISTRY}
+
+
+def default(name: str) -> float:
+    """The registry's value of assumption `name`, for the module that documents it to bind its constant."""
+    return BY_NAME[name].value
+
 
 # Delivery assumptions are the defaults of fields of the scenario's [delivery] table.
 DELIVERY_FIELDS = {"host_link_bw_Bps": "host_link_bw", "host_link_latency_s": "host_link_latency",
@@ -272,6 +276,7 @@ class Assumptions:
     delivery_calibration: str | None = None  # a `calibrate delivery` file among the calibration files
 
     def value(self, name: str) -> float:
+        """This run's value of assumption `name`: its override or calibration, else the registry's."""
         return self.values.get(name, lookup(name).value)
 
     def delivery_fields(self, set_in_table: set[str] | frozenset[str]) -> dict[str, float]:
@@ -297,6 +302,9 @@ class Assumptions:
         return {"overridden": {n: shown(self.values[n]) for n in self.overridden},
                 "calibrated": {n: {"value": shown(self.values[n]), "file": f} for n, f in self.calibrated.items()},
                 "calibration_files": list(self.calibration_files)}
+
+
+DEFAULTS = Assumptions()  # the registry's values, none changed
 
 
 def format_value(name: str, value: float) -> str:

@@ -11,6 +11,9 @@ import os
 from tokenpath.config.errors import UserError
 
 GIB = 2**30
+# Runs with more output tokens than this keep per-request results and an ITL histogram only, not
+# every token's time (sim/simulate.py); the memory estimate of a run (workload/size.py) counts on it.
+KEEP_TOKENS_LIMIT = 20_000_000
 
 # A container's limit and what it already uses: cgroup v2, then v1, as mounted inside the container.
 _CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),

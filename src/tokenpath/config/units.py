@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Callable
+from collections.abc import Callable
+from typing import Annotated
 
 from pydantic import BeforeValidator, PlainSerializer
 
@@ -129,7 +130,8 @@ MIN_BANDWIDTH_BPS = 1e3
 MAX_BANDWIDTH_BPS = 1e17
 
 
-def _within(parse: Callable[[object], float], low: float, high: float, what: str, span: str) -> Callable[[object], float]:
+def _within(parse: Callable[[object], float], low: float, high: float, what: str,
+            span: str) -> Callable[[object], float]:
     """`parse`, refusing results outside [low, high] with a message that gives the range."""
 
     def parse_within(value: object) -> float:
@@ -156,7 +158,8 @@ Duration = Annotated[
 Size = Annotated[
     float,
     BeforeValidator(_parse_bytes),
-    PlainSerializer(lambda v: _exact(v, (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0)), _parse_bytes),
+    PlainSerializer(lambda v: _exact(v, (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0)),
+                                     _parse_bytes),
                     when_used="json"),
 ]
 Bandwidth = Annotated[

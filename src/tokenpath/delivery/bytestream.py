@@ -8,8 +8,8 @@ character before it shows as U+FFFD. A Hugging Face special token that is skippe
 from __future__ import annotations
 
 from codecs import utf_8_decode
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -24,7 +24,7 @@ class ByteTable(Table):
 
     @classmethod
     def build(cls, name: str, raw: Sequence[bytes], breaks: Sequence[bool],
-              invalid: np.ndarray | None = None) -> "ByteTable":
+              invalid: np.ndarray | None = None) -> ByteTable:
         texts, tails, slow = [], [], np.zeros(len(raw), bool)
         for i, data in enumerate(raw):
             text, used = utf_8_decode(data, "replace", False)
@@ -35,7 +35,7 @@ class ByteTable(Table):
         return cls(name=name, size=len(raw), text=text, code=code, starts_slow=False,
                    raw=list(raw), breaks=list(breaks), tails=tails)
 
-    def stream(self, n: int) -> "ByteStream":
+    def stream(self, n: int) -> ByteStream:
         return ByteStream(self, n)
 
 

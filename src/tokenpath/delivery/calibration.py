@@ -57,7 +57,7 @@ class Calibration:
             raise UserError(f"--out {path}: cannot write it ({error.strerror}); choose a writable path") from None
 
     @classmethod
-    def read(cls, path: str | Path, field_name: str = "delivery.calibration") -> "Calibration":
+    def read(cls, path: str | Path, field_name: str = "delivery.calibration") -> Calibration:
         where = f"{field_name} = {files.shown(path)!r}"
         if not files.exists(path):
             files.check_path(path, field_name)
@@ -118,7 +118,7 @@ class CalibratedCost:
         self._slope = (self._total[self._top] - self._total[self._top - 1]) if self._top >= 1 else 0.0
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "CalibratedCost":
+    def from_file(cls, path: str | Path) -> CalibratedCost:
         return cls(Calibration.read(path))
 
     def host_s(self, tokens: int, events: int) -> float:

@@ -8,9 +8,9 @@ tekken*.json, a SentencePiece .model or a Hugging Face tokenizer.json. Nothing i
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 from tokenpath.config.errors import UserError
 from tokenpath.delivery.stream import INVALID, BatchStream, Table, TokenIdError
@@ -50,13 +50,15 @@ def _read_json(path: Path) -> object | None:
     try:
         data = path.read_bytes()
     except OSError as error:
-        raise UserError(f"tokenizer {path}: cannot read it ({error.strerror}); check the path and permissions") from None
+        raise UserError(f"tokenizer {path}: cannot read it ({error.strerror}); "
+                        "check the path and permissions") from None
     if not data.lstrip()[:1] == b"{":
         return None
     try:
         return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise UserError(f"tokenizer {path}: broken JSON ({error}); pass a valid tokenizer.json or tekken*.json") from None
+        raise UserError(f"tokenizer {path}: broken JSON ({error}); "
+                        "pass a valid tokenizer.json or tekken*.json") from None
 
 
 @lru_cache(maxsize=8)
@@ -86,7 +88,7 @@ class Detokenizer:
         self.path, self.kind, self.skip_special_tokens = path, kind, skip_special_tokens
 
     @classmethod
-    def load(cls, path: str | Path | None = None, *, skip_special_tokens: bool = True) -> "Detokenizer":
+    def load(cls, path: str | Path | None = None, *, skip_special_tokens: bool = True) -> Detokenizer:
         """Load a tokenizer file (None: the embedded Tekken default). Special tokens are skipped
         or shown as their text, as the library's decode does with the same option."""
         file = resolve(path)

@@ -8,8 +8,9 @@ Strip). Other decoders (WordPiece, BPE suffixes, CTC) are refused with a clear m
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,8 @@ SUPPORTED = "ByteLevel, or Replace/Metaspace followed by ByteFallback, Fuse and 
 
 def byte_level_alphabet() -> dict[str, int]:
     """GPT-2's printable spelling of the 256 bytes: character -> byte."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
     chars, extra = {}, 0
     for b in range(256):
         if b in printable:

@@ -119,7 +119,8 @@ class LastMile:
         # The index of the token that closes each token's event, within its sequence.
         closer = np.where(event == 0, 0, np.minimum(event * interval, output_tokens[request] - 1))
         tokens_in_event = np.where(
-            event == 0, 1, np.where(event == last_event[request], output_tokens[request] - 1 - (event - 1) * interval, interval)
+            event == 0, 1,
+            np.where(event == last_event[request], output_tokens[request] - 1 - (event - 1) * interval, interval),
         )
         send_ns = leave_ns[offsets[request] + closer]
         return send_ns + self.event_network_ns(tokens_in_event)

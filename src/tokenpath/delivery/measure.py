@@ -12,8 +12,8 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from typing import Callable, Sequence
 
 import numpy as np
 

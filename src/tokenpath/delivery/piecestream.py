@@ -28,7 +28,7 @@ class PieceTable(Table):
 
     @classmethod
     def build(cls, name: str, piece: list[str], first_piece: list[str], skipped: list[bool],
-              invalid: np.ndarray, byte_fallback: bool, strip_char: str, strip_count: int) -> "PieceTable":
+              invalid: np.ndarray, byte_fallback: bool, strip_char: str, strip_count: int) -> PieceTable:
         byte = [_byte_of(p) if byte_fallback else -1 for p in piece]
         first_byte = [_byte_of(p) if byte_fallback else -1 for p in first_piece]
         texts = ["" if skip or b >= 0 else p for p, b, skip in zip(piece, byte, skipped)]
@@ -39,7 +39,7 @@ class PieceTable(Table):
                    skipped=list(skipped), piece=piece, first_piece=first_piece, byte=byte,
                    first_byte=first_byte, strip_char=strip_char, strip_count=strip_count)
 
-    def stream(self, n: int) -> "PieceStream":
+    def stream(self, n: int) -> PieceStream:
         return PieceStream(self, n)
 
 

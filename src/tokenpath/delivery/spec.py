@@ -6,43 +6,44 @@ own process (as a synchronous engine does), one SSE event per token, a client 20
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tokenpath.config.assumptions import default
 from tokenpath.config.files import PathText
 from tokenpath.config.units import Bandwidth, Duration
 
 # PCIe Gen5 x16: 128 GB/s both directions together (the H200 SXM host link, nvidia.com/h200).
-PCIE_GEN5_X16_PER_DIRECTION_BPS = 64e9
+PCIE_GEN5_X16_PER_DIRECTION_BPS = default("host_link_bw_Bps")
 # A small device-to-host cudaMemcpy (a few KB) costs about 10 us of latency on PCIe Gen5 hosts; an
 # assumption, to be replaced by a measured calibration.
-D2H_COPY_LATENCY_S = 10e-6
+D2H_COPY_LATENCY_S = default("host_link_latency_s")
 # Reported cost of one incremental detokenize call in vLLM: 17-55 us (vLLM issue 5206); the low end.
-DETOKENIZE_PER_TOKEN_S = 17e-6
+DETOKENIZE_PER_TOKEN_S = default("detokenize_per_token_s")
 # Building one SSE chunk with json.dumps of a dict: about 2.6 us on a current x86 core (measured; see
 # `tokenpath calibrate delivery` for this machine's figure with the fast framer).
-FRAME_PER_EVENT_S = 2.6e-6
+FRAME_PER_EVENT_S = default("frame_per_event_s")
 # Share of tokens that show nothing when they arrive (not a whole UTF-8 character alone, so a later token
 # completes it), measured with delivery.visibility.invisible_fraction through the default tokenizer
 # (Tekken) on the workload's own text: bench/data/corpus.txt, the English prose `bench` cuts its prompts
 # from, where none of its 4,110 tokens is silent (tests/test_delivery.py measures it again). Other text
 # differs: 4.9% of the Chinese sample of delivery/sample_text.py, 36% of the emoji-heavy one, 7.1% of all
 # four samples together. Set it for the traffic at hand.
-INVISIBLE_TOKEN_FRACTION = 0.0
+INVISIBLE_TOKEN_FRACTION = default("invisible_token_fraction")
 INVISIBLE_TOKEN_FRACTION_NOTE = ("measured on the workload's English corpus with the default tokenizer (Tekken); "
                                  "Chinese text 0.049, emoji-heavy 0.36")
 # A server's front end: the time from a request's arrival to the engine seeing it (HTTP and JSON
 # parsing, tokenization, the hand-off to the engine's process). 0 by default, as in the measurements
 # the model is validated on (taken at the engine); `tokenpath calibrate engine` fits it for a server,
 # where it is a few ms (tokenpath serve: HTTP plus its tokenizer's 10 MB/s, serve/app.py).
-FRONTEND_PER_REQUEST_S = 0.0
+FRONTEND_PER_REQUEST_S = default("frontend_per_request_s")
 
 # A `[delivery]` table for measurements taken at the engine (published benchmarks whose client runs on
 # the serving host): no network, and no host cost beyond the engine's own.
 ENGINE_SIDE_DELIVERY = {
-    "network_rtt": 0.0, "host_link_latency": 0.0, "frontend_per_request": 0.0, "detokenize_per_token": 0.0, "frame_per_event": 0.0,
-    "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
+    "network_rtt": 0.0, "host_link_latency": 0.0, "frontend_per_request": 0.0, "detokenize_per_token": 0.0,
+    "frame_per_event": 0.0, "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
 }
 # Bounds of the counts below, far beyond real ones: a server streams 1 to a few tens of tokens per SSE
 # event (vLLM's and SGLang's --stream-interval default to 1); a chunk's JSON around its text is about
@@ -83,8 +84,9 @@ class DeliverySpec(BaseModel):
     frontend_per_request: Duration = Field(
         FRONTEND_PER_REQUEST_S, le=MAX_HOST_COST_S,
         description="the server's front end per request, before the engine sees it (HTTP, tokenization)")
-    calibration: Optional[PathText] = Field(
+    calibration: PathText | None = Field(
         None,
         description="a file from `tokenpath calibrate delivery`: its measured host cost per step and per token "
-                    "replaces detokenize_per_token and frame_per_event (a relative path is read from the scenario's folder)",
+                    "replaces detokenize_per_token and frame_per_event "
+                    "(a relative path is read from the scenario's folder)",
     )

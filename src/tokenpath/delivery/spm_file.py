@@ -7,8 +7,8 @@ the next piece from losing its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tokenpath.config.errors import UserError
 from tokenpath.delivery.spmstream import BYTE, CONTROL, NORMAL, SPACE_SYMBOL, UNKNOWN, SpmTable

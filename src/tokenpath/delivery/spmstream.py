@@ -33,7 +33,7 @@ class SpmTable(Table):
 
     @classmethod
     def build(cls, name: str, pieces: list[str], kind: list[int], unknown_text: str, show_control: bool,
-              strip_first: bool, strip_all_leading: bool) -> "SpmTable":
+              strip_first: bool, strip_all_leading: bool) -> SpmTable:
         n = len(pieces)
         piece_text, stripped, starts, byte = [], [], [], []
         normal_text, slow = [], np.zeros(n, bool)
@@ -59,7 +59,7 @@ class SpmTable(Table):
                    kind=list(kind), piece_text=piece_text, stripped=stripped, starts_space=starts, byte=byte,
                    strip_first=strip_first, strip_all_leading=strip_all_leading)
 
-    def stream(self, n: int) -> "SpmStream":
+    def stream(self, n: int) -> SpmStream:
         return SpmStream(self, n)
 
 
@@ -76,7 +76,8 @@ class SpmStream(BatchStream):
         self._shown = [False] * n    # the decoded text is not empty
 
     def _slow_rows(self, rows: list[int], tokens: list[int], out: list[str]) -> None:
-        flags, held, byte, kind, bos, shown = self._flags, self._held, self._t.byte, self._t.kind, self._bos, self._shown
+        flags, held, byte, kind, bos, shown = (self._flags, self._held, self._t.byte, self._t.kind,
+                                               self._bos, self._shown)
         for i, token in zip(rows, tokens):
             if token < 0:
                 continue

@@ -1,14 +1,16 @@
 """Server-sent events for OpenAI-compatible streaming: chat completions and completions chunks.
 
 Each sequence's chunk is rendered once into the bytes before and after its text; a step only adds
-the text, JSON-escaped by orjson (remembered per distinct text: token texts repeat). With a stream interval of k, the first token is sent at once and
-later ones in events of k tokens (the delivery model's rule); an event with no visible text is not
-sent. `close` flushes what is left and ends the stream with the finish reason and `data: [DONE]`.
+the text, JSON-escaped by orjson (remembered per distinct text: token texts repeat). With a stream
+interval of k, the first token is sent at once and later ones in events of k tokens (the delivery
+model's rule); an event with no visible text is not sent. `close` flushes what is left and ends the
+stream with the finish reason and `data: [DONE]`.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import orjson
 

@@ -15,8 +15,8 @@ sequence by sequence.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from tokenpath.config.errors import UserError
 

@@ -12,8 +12,8 @@ and checks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -53,7 +53,8 @@ class Table:
         return self._strings
 
     @staticmethod
-    def shifted(texts: Sequence[str], slow: np.ndarray, invalid: np.ndarray | None = None) -> tuple[list[str], np.ndarray]:
+    def shifted(texts: Sequence[str], slow: np.ndarray,
+                invalid: np.ndarray | None = None) -> tuple[list[str], np.ndarray]:
         """Tables for ids 0..n-1 in the id + 1 layout, with the "no token" and out-of-range entries."""
         code = np.full(len(texts) + 2, INVALID, np.uint8)
         code[0] = FAST
@@ -112,7 +113,8 @@ class BatchStream:
 
     def _check(self, ids: np.ndarray) -> None:
         """Raise for ids outside the vocabulary, before any state has changed."""
-        bad = [(i, t) for i, t in enumerate(ids.tolist()) if t >= self._table.size or t >= 0 and self._code[t + 1] == INVALID]
+        bad = [(i, t) for i, t in enumerate(ids.tolist())
+               if t >= self._table.size or t >= 0 and self._code[t + 1] == INVALID]
         if bad:
             raise TokenIdError(self._table.name, self._table.size, [i for i, _ in bad], [t for _, t in bad])
 

@@ -7,16 +7,18 @@ mistral-common's `Tekkenizer`, which is also the reference decoder).
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tokenpath.config.errors import UserError
 from tokenpath.delivery.bytestream import ByteTable
 
 
 def is_tekken(document: Any) -> bool:
-    return isinstance(document, dict) and isinstance(document.get("vocab"), list) and isinstance(document.get("config"), dict)
+    return (isinstance(document, dict) and isinstance(document.get("vocab"), list)
+            and isinstance(document.get("config"), dict))
 
 
 def _special_names(document: dict, count: int) -> list[str]:

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.units import format_duration, format_number
 from tokenpath.diagnose.overload import Load
-from tokenpath.sim.summary import LAYER_OF_PART
 
+# The layer each attribution part belongs to, as the verdict names it.
+LAYER_OF_PART = {"queue": "distribution", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
 # An SLO missed by at least this share of requests is what users feel first.
 FELT_MISS_SHARE = 0.1
 METRIC_NAMES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "e2e": "E2E"}

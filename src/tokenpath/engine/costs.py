@@ -45,6 +45,9 @@ class GroupStepCosts:
         # Both run once per engine step: bind them directly.
         self.compute_s = compute.step_time_s
         self.traffic_s = lru_cache(maxsize=65536)(self._traffic_s)
+        # Per instance, so a deployment's paths die with it (a cache on the method would hold every
+        # instance it saw, keyed by it, for the life of the process).
+        self._kv_path = lru_cache(maxsize=None)(self._kv_path_uncached)
 
     def traffic_parts_s(self, num_tokens: int, decode_only: bool = False) -> dict[str, float]:
         """Per-step traffic time by kind, for a step of `num_tokens` tokens (`decode_only`: one for each
@@ -71,8 +74,7 @@ class GroupStepCosts:
         size = self.compute.kv_cache_bytes_per_chip(prompt_tokens)
         return self._kv_path(src_replica, dst_replica).time_s(size)
 
-    @lru_cache(maxsize=None)
-    def _kv_path(self, src_replica: int, dst_replica: int) -> AffineCost:
+    def _kv_path_uncached(self, src_replica: int, dst_replica: int) -> AffineCost:
         """Rank t of one replica to rank t of the other, all ranks at once."""
         hosts = self.placement.hosts
         pairs = [[int(a), int(b)] for a, b in zip(hosts[src_replica].ravel(), hosts[dst_replica].ravel())]

@@ -1,4 +1,5 @@
-"""Which steps a scheduler profile replays as captured CUDA graphs when the scenario does not say.
+"""The engines' own limits on the steps they replay as captured CUDA graphs, which the scheduler
+profiles (engine/profiles.py) take when the scenario does not say.
 
 The engines of the prefill-first and vllm-v0 profiles capture decode batches only: SGLang's
 CudaGraphRunner replays a graph when the batch is decode-or-idle
@@ -9,8 +10,7 @@ chunked-prefill steps) eagerly. Decode batches above a size run eagerly too: SGL
 (python/sglang/srt/server_args.py since sgl-project/sglang pull request 10372, September 2025; its
 releases before then captured up to 160 on GPUs of 25 GB or more, so a scenario reproducing one of
 those sets `cuda_graph_max_tokens = 160`). vLLM V0 captured up to 256, its default max_num_seqs.
-vLLM V1 and TensorRT-LLM keep the engine's defaults of `cuda_graphs = "all"` at any size
-(engine/spec.py).
+vLLM V1 and TensorRT-LLM replay every step at any size.
 """
 
 from __future__ import annotations
@@ -40,14 +40,3 @@ def sglang_cuda_graph_max_bs(hbm_bytes: float, tp: int) -> int:
 # _BATCH_SIZES_TO_CAPTURE = [1, 2, 4] + [8 * i for i in range(1, 33)]).
 VLLM_V0_CUDA_GRAPH_MAX_BS = 256
 
-
-def default_graphs(scheduler: str) -> str:
-    """The profile's `cuda_graphs` when the scenario sets none."""
-    return "decode" if scheduler in ("prefill-first", "vllm-v0") else "all"
-
-
-def default_graph_max_tokens(scheduler: str, hbm_bytes: float, tp: int) -> int | None:
-    """The profile's `cuda_graph_max_tokens` when the scenario sets none (None: any size)."""
-    if scheduler == "vllm-v0":
-        return VLLM_V0_CUDA_GRAPH_MAX_BS
-    return sglang_cuda_graph_max_bs(hbm_bytes, tp) if scheduler == "prefill-first" else None

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenpath.config.assumptions import assumed
+from tokenpath.config.assumptions import assumed, default
+from tokenpath.engine.profiles import PROFILES
 
 
 @dataclass(frozen=True)
@@ -33,16 +34,16 @@ class HostStepCost:
 # 0.5 ms, of which vLLM's V1 scheduler and input preparation take most at small batches. It reproduces
 # the vLLM rows of AIConfigurator's measured runs at one chip (tokenpath validate --group latency);
 # an order of magnitude to calibrate per deployment.
-HOST_STEP_S = 0.5e-3
-# vLLM's V0 engine (the vllm-v0 profile): its fixed host time per step, in the step's path. V0 schedules,
-# builds the step's inputs and metadata in Python and waits for the sampler every step, the costs V1
-# was rewritten to cut (vLLM's V1 announcement, January 2025). Calibrated once, on the vLLM performance
-# benchmark's V0 run of Llama 3 70B on 4 x H200 at 1 req/s (a calibration row of `tokenpath validate
-# --group latency`): 2.9 ms puts its mean ITL within 0.5% (HOST_STEP_S leaves it 15% short).
-VLLM_V0_HOST_STEP_S = 2.9e-3
+HOST_STEP_S = default("host_step_s")
+# vLLM's V0 engine (its profile's host_step_assumption): its fixed host time per step, in the step's
+# path. V0 schedules, builds the step's inputs and metadata in Python and waits for the sampler every
+# step, the costs V1 was rewritten to cut (vLLM's V1 announcement, January 2025). Calibrated once, on
+# the vLLM performance benchmark's V0 run of Llama 3 70B on 4 x H200 at 1 req/s (a calibration row of
+# `tokenpath validate --group latency`): 2.9 ms puts its mean ITL within 0.5% (HOST_STEP_S leaves it 15% short).
+VLLM_V0_HOST_STEP_S = default("vllm_v0_host_step_s")
 # Per sequence sampled: vLLM V1's Scheduler.update_from_output takes 0.287 ms for 256 decoding
 # sequences, 1.12 us each (vllm-project/vllm pull request 46112's micro-benchmark).
-HOST_PER_SEQUENCE_S = 1.12e-6
+HOST_PER_SEQUENCE_S = default("host_per_sequence_s")
 
 # A Python engine's host time per kernel of a step it launches eagerly (no CUDA graph replayed): the
 # model's Python forward pass, the PyTorch dispatcher and the launch call, spread over the kernels it
@@ -56,18 +57,12 @@ HOST_PER_SEQUENCE_S = 1.12e-6
 # `tokenpath validate --group latency`): 17.5 us gives -0.8% TTFT there, 18 us +0.5%. For comparison,
 # AIConfigurator times one eager custom all-reduce call in vLLM and SGLang at 19-22 us on H100 and H200
 # hosts, where its kernel takes 5 us.
-EAGER_HOST_PER_KERNEL_S = 18e-6
-# The profiles that pay it: prefill-first (SGLang's) and vllm-v0, whose model code runs op by op in
-# Python when no graph is replayed (calibrated on SGLang, checked on vLLM V0). vLLM V1 compiles its
-# model with torch.compile by default (fused kernels, a Python call per compiled piece), TensorRT-LLM
-# launches from its C++ runtime or fuses a layer into fewer custom ops in its PyTorch backend: neither
-# host time per kernel is measured here, so none.
-PAYS_EAGER_HOST = {"vllm-v1": False, "vllm-v0": True, "prefill-first": True, "trtllm": False}
-
-# Whether each profile's engine prepares a step while the GPU runs the one before: vLLM V1's engine
-# core does not (before its opt-in async scheduling), nor does V0; SGLang (since v0.4) and
-# TensorRT-LLM's PyTorch backend do.
-OVERLAPPED_BY_DEFAULT = {"vllm-v1": False, "vllm-v0": False, "prefill-first": True, "trtllm": True}
+EAGER_HOST_PER_KERNEL_S = default("eager_host_per_kernel_s")
+# The profiles that pay it (Profile.eager_host): SGLang's and vLLM V0's, whose model code runs op by op
+# in Python when no graph is replayed (calibrated on SGLang, checked on vLLM V0). vLLM V1 compiles its
+# model and TensorRT-LLM launches from C++ or fused custom ops: neither host time per kernel is measured
+# here, so none. Whether each profile's engine prepares a step while the GPU runs the one before is
+# Profile.host_overlap (engine/profiles.py cites each engine).
 
 
 def host_overlapped(scheduler: str, overlap: bool | None = None) -> bool:
@@ -78,15 +73,16 @@ def host_overlapped(scheduler: str, overlap: bool | None = None) -> bool:
     event_loop_overlap, TensorRT-LLM's overlap executor loop), so a request that arrives while the
     GPU is busy joins the step after next: it waits out the current step and one more. An idle
     engine forms a batch as soon as a request arrives."""
-    return OVERLAPPED_BY_DEFAULT[scheduler] if overlap is None else overlap
+    return PROFILES[scheduler].host_overlap if overlap is None else overlap
 
 
 def host_step_cost(scheduler: str, overlap: bool | None = None, scheduler_steps: int = 1) -> HostStepCost:
     """The host cost of a step under `scheduler`; `overlap` (None: the profile's) and multi-step windows
     of `scheduler_steps` steps, whose scheduling and input preparation are shared by the window."""
-    step_s = (assumed("vllm_v0_host_step_s", VLLM_V0_HOST_STEP_S) if scheduler == "vllm-v0"
-              else assumed("host_step_s", HOST_STEP_S))
+    profile = PROFILES[scheduler]
+    step_s = {"host_step_s": assumed("host_step_s", HOST_STEP_S),
+              "vllm_v0_host_step_s": assumed("vllm_v0_host_step_s", VLLM_V0_HOST_STEP_S)}[profile.host_step_assumption]
     return HostStepCost(step_s / scheduler_steps,
                         assumed("host_per_sequence_s", HOST_PER_SEQUENCE_S),
                         host_overlapped(scheduler, overlap),
-                        assumed("eager_host_per_kernel_s", EAGER_HOST_PER_KERNEL_S) if PAYS_EAGER_HOST[scheduler] else 0.0)
+                        assumed("eager_host_per_kernel_s", EAGER_HOST_PER_KERNEL_S) if profile.eager_host else 0.0)

@@ -1,5 +1,5 @@
 """One engine replica doing continuous batching, one step at a time, under a scheduler profile
-(engine/spec.py describes each, with its sources).
+(engine/profiles.py describes each, with its sources).
 
 A step runs in phases, each a method: take the arrivals; the profile composes the batch (the running
 sequences' demands, preempting when KV blocks run out, then admission of waiting sequences); the
@@ -19,7 +19,6 @@ afterwards, in numpy, from rows the replica records (engine/trace_rows.py).
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +28,7 @@ from tokenpath.engine.multistep import WindowHost
 from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.protocols import Host, StepCosts
+from tokenpath.engine.queues import QUEUES, WaitingQueue
 from tokenpath.engine.requests import _ID_BITS, _ID_MASK, Requests
 from tokenpath.engine.running import Decoding, Prefill
 from tokenpath.engine.spec import EngineSpec
@@ -65,10 +65,9 @@ class Replica:
         self.window = spec.num_scheduler_steps  # steps of a decode window (multi-step scheduling)
         self.reserve = spec.kv_admission == "reserve"
         # SGLang's admission headroom for the running requests' outputs still to come (new_token_ratio.py).
-        self.ratio = NewTokenRatio() if spec.scheduler == "prefill-first" else None
-        # TensorRT-LLM cuts a prompt chunk that is not the prompt's rest to whole KV blocks (its
-        # chunkUnitSize is the tokens per block: trtGptModelInflightBatching.cpp).
-        self.chunk_unit = spec.block_size if spec.scheduler == "trtllm" else 1
+        self.ratio = NewTokenRatio() if spec.profile.new_token_ratio else None
+        # A prompt chunk that is not the prompt's rest: any tokens, or whole KV blocks (TensorRT-LLM).
+        self.chunk_unit = spec.block_size if spec.profile.chunk_unit == "block" else 1
         self.unreserved_blocks = self.free_blocks  # reserving: blocks no running request has reserved
         # Prefix caching (engine/prefix_cache.py): made when the first request with a prefix comes,
         # so a workload without shared prefixes pays nothing for it.
@@ -87,7 +86,7 @@ class Replica:
         self.prompt, self.cached, self.out = requests.prompt, requests.cached, requests.out
         self.generated, self.times_preempted = requests.generated, requests.times_preempted
         self.arrivals = requests.arrivals
-        self.waiting: deque[int] = deque()
+        self.waiting: WaitingQueue = QUEUES[spec.profile.queue_policy]()
         self.prefill: Prefill | None = None
         self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
         self.preempted_in_step = False

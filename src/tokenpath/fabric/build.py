@@ -1,8 +1,8 @@
 """Turn a fabric table into a topology, filling defaults from the chip.
 
 Defaults, shared by every scenario:
-- scale-up link bandwidth: the chip's scale-up bandwidth per direction, shared over its ports (one port
-  into a switch; hosts-1 in a full mesh; 2 per dimension in a torus or mesh);
+- scale-up link bandwidth: the chip's scale-up bandwidth per direction, shared over its ports
+  (`scaleup_ports`: one into a switch; hosts-1 in a full mesh; 2 per dimension in a torus or mesh);
 - scale-up link latency: NVLink's 0.6 us per chip-to-chip hop (NCCL src/graph/tuning.cc, LL), i.e.
   0.3 us on each of the two links through a switch;
 - scale-out link latency: NCCL's 2.7 us per network hop (tuning.cc, LL) over the four links a
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import TypeAdapter, ValidationError
 
-from tokenpath.config.assumptions import assumed
+from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError
 from tokenpath.fabric.spec import (
@@ -33,10 +33,10 @@ from tokenpath.fabric.topology import Topology
 
 # NCCL's latency per NVLink step of a ring (src/graph/tuning.cc hwLatencies NVLINK, Ring / LL: 0.6 us);
 # a switch's two links (host up, switch down) share it.
-NVLINK_HOP_LATENCY_S = 0.6e-6
+NVLINK_HOP_LATENCY_S = default("nvlink_hop_latency_s")
 # NCCL's latency per network step of a ring (tuning.cc hwLatencies NET, Ring / LL: 2.7 us), spread over
 # the 4 links of a route between two leaves of a fat tree (host up, leaf up, spine down, leaf down).
-SCALEOUT_LINK_LATENCY_S = 2.7e-6 / 4
+SCALEOUT_LINK_LATENCY_S = default("scaleout_link_latency_s")
 
 
 def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None = None) -> Topology:
@@ -48,12 +48,8 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
     from tokenpath.fabric.single_hop import FullMesh, Switch
     from tokenpath.fabric.torus import Mesh, Torus
 
-    def scaleup_bw(ports: int, field: str = "fabric.link_bw") -> float:
-        if spec.link_bw is not None:
-            return spec.link_bw
-        if scaleup_bw_Bps is None:
-            raise UserError(f"{field}: not set and no chip to take it from; give it, e.g. '450 GB/s'")
-        return scaleup_bw_Bps / ports
+    def scaleup_bw() -> float:
+        return scaleup_link_bw_Bps(spec, scaleup_bw_Bps, chips)
 
     def scaleout_bw() -> float:
         if spec.link_bw is None:
@@ -72,27 +68,49 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
         return chips
 
     if isinstance(spec, SwitchFabric):
-        return Switch(hosts(), scaleup_bw(1), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S) / 2), nvls=spec.nvls)
+        return Switch(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S) / 2),
+                      nvls=spec.nvls)
     if isinstance(spec, FullMeshFabric):
-        n = hosts()
-        return FullMesh(n, scaleup_bw(n - 1), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
+        return FullMesh(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
     if isinstance(spec, MeshFabric):
-        return Mesh(tuple(spec.dims), scaleup_bw(2 * max(1, len(spec.dims))), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
+        return Mesh(tuple(spec.dims), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
     if isinstance(spec, TorusFabric):
-        return Torus(tuple(spec.dims), scaleup_bw(2 * max(1, len(spec.dims))), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)),
+        return Torus(tuple(spec.dims), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)),
                      wraparound=spec.wraparound)
     if isinstance(spec, FatTreeFabric):
         ratios = None if spec.oversubscription is None else tuple(spec.oversubscription)
-        return FatTree(spec.k, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)), levels=spec.levels,
-                       oversubscription=ratios)
+        return FatTree(spec.k, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
+                       levels=spec.levels, oversubscription=ratios)
     if isinstance(spec, DragonFlyFabric):
-        return DragonFly(spec.p, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)), a=spec.a, h=spec.h, g=spec.g,
-                         routing=spec.routing, global_bw_Bps=spec.global_bw, global_latency_s=spec.global_latency)
+        return DragonFly(spec.p, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
+                         a=spec.a, h=spec.h, g=spec.g, routing=spec.routing, global_bw_Bps=spec.global_bw,
+                         global_latency_s=spec.global_latency)
     if isinstance(spec, HierarchyFabric):
         node = _part(spec.node, "node", scaleup_bw_Bps)
         network = _part(spec.network, "network", None)
         return Hierarchy(spec.nodes, node, network, rails=spec.rails)
     raise AssertionError(spec)
+
+
+def scaleup_link_bw_Bps(spec, scaleup_bw_Bps: float | None, chips: int | None) -> float:
+    """A scale-up table's link bandwidth: its own `link_bw`, else the chip's `scaleup_bw_Bps` shared
+    over the chip's ports (`scaleup_ports`)."""
+    if spec.link_bw is not None:
+        return spec.link_bw
+    if scaleup_bw_Bps is None:
+        raise UserError("fabric.link_bw: not set and no chip to take it from; give it, e.g. '450 GB/s'")
+    return scaleup_bw_Bps / scaleup_ports(spec, chips)
+
+
+def scaleup_ports(spec, chips: int | None) -> int:
+    """Ports a chip of the scale-up table `spec` shares its scale-up bandwidth over: one into a switch,
+    one per other chip in a full mesh (of `chips`, the deployment's, where the table leaves hosts
+    out), two per dimension (plus and minus) in a torus or mesh."""
+    if isinstance(spec, FullMeshFabric):
+        return max(1, (spec.hosts or chips or 1) - 1)
+    if isinstance(spec, (TorusFabric, MeshFabric)):
+        return 2 * max(1, len(spec.dims))
+    return 1
 
 
 def _part(spec, name: str, scaleup_bw_Bps: float | None) -> Topology:
@@ -124,7 +142,8 @@ def default_fabric(chip: str, chips: int, domain: int, scaleup: dict, nic_bw_Bps
         node["hosts"] = domain
     if chips <= domain:
         size = domain if kind == "fullmesh" else chips
-        return spec(node, f"catalog chips.toml [{chip}] scaleup"), f"one {size}-chip {kind} (default for {chips} {chip})"
+        return (spec(node, f"catalog chips.toml [{chip}] scaleup"),
+                f"one {size}-chip {kind} (default for {chips} {chip})")
     if not nic_bw_Bps:
         raise UserError(f"deployment.fabric: {chips} {chip} are more than one scale-up domain ({domain} chips) and the "
                         f"catalog has no NIC bandwidth for {chip}; give deployment.fabric (`tokenpath fabric --list`)")

@@ -19,48 +19,48 @@ Constants are named with their source and shared by every topology.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 
-from tokenpath.config.assumptions import assumed
+from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.hierarchy import Hierarchy
 from tokenpath.fabric.topology import Topology, Traffic
 
 # NCCL src/graph/tuning.cc: base latency of one collective launch (Ring, LL protocol).
-BASE_LATENCY_S = 6.6e-6
+BASE_LATENCY_S = default("base_latency_s")
 # NVLS (in-switch reduction) small-message all-reduce latency: ~6 us with CUDA graphs on H100
 # (NVIDIA/nccl issue 1259).
-NVLS_LATENCY_S = 6.0e-6
+NVLS_LATENCY_S = default("nvls_latency_s")
 # The latency NCCL's tuner assumes for NVLS when it chooses an algorithm (tuning.cc hwLatencies NVLINK /
 # NVLS / Simple, 25 us; NVLS has no base latency): far above NVLS_LATENCY_S, so for small messages it
 # keeps the ring with the LL protocol (6.6 + 0.6 us per step), as nccl-tests shows on 8 H100s: 15.6 us
 # at 512 B (AIConfigurator's measured table, aiconfigurator-core 0.12.0,
 # systems/data/h100_sxm/comm/nccl/2.29.2). `auto` chooses with it, then costs the choice physically.
-NVLS_TUNER_LATENCY_S = 25.0e-6
+NVLS_TUNER_LATENCY_S = default("nvls_tuner_latency_s")
 # NVLSTree's latency per network step of its inter-node tree: NCCL src/graph/tuning.cc, hwLatencies
 # NET / NVLSTree / Simple (NVLS runs the Simple protocol only), 20.9 us; 2 * log2(nodes) steps.
-NVLS_TREE_NET_STEP_LATENCY_S = 20.9e-6
+NVLS_TREE_NET_STEP_LATENCY_S = default("nvls_tree_net_step_latency_s")
 # Achieved fraction of the per-direction NVLink bandwidth at large sizes, from nccl-tests on 8x H100 SXM
 # (450 GB/s per direction): ring all-reduce busbw 370 GB/s (nccl-tests issues 212, 309).
-SCALEUP_BW_EFFICIENCY = 370.0 / 450.0
+SCALEUP_BW_EFFICIENCY = default("scaleup_bw_efficiency")
 # The same for NVLS. An NVLS all-reduce of n ranks moves (1 + 1/n) x its size over each host link and
 # direction (NVIDIA/nccl issue 2140): a rank's buffer goes up to be reduced and its 1/n slice of the sum
 # comes back, then it stores that slice to all and receives every other slice. Set on 8x H100's busbw
 # of 480 GB/s (nccl-tests issue 212): algbw 480 / (2*7/8) = 274 GB/s, i.e. 309 GB/s of link traffic.
 # The factor gives the algbw measured with 5, 6 and 7 GPUs (258, 265, 270 GB/s; nccl issue 1455) within 1%.
-NVLS_LINK_EFFICIENCY = (480.0 / (2 * 7 / 8)) * (1 + 1 / 8) / 450.0
+NVLS_LINK_EFFICIENCY = default("nvls_link_efficiency")
 # A 400 Gb/s (50 GB/s) InfiniBand NIC reaches 46-48 GB/s busbw (nccl-tests issue 290).
-SCALEOUT_BW_EFFICIENCY = 47.0 / 50.0
+SCALEOUT_BW_EFFICIENCY = default("scaleout_bw_efficiency")
 # Fixed cost of one call of DeepEP's low-latency dispatch or combine kernel beyond the all-to-all's own
 # alpha-beta time (issuing one message per routed token copy, then waiting for every rank's completion
 # flags before unpacking). DeepEP's published H800 low-latency times sit 35-45 us above their bytes at
 # this model's link rates from EP8 to EP64, dispatch and combine alike. Set on its EP8 dispatch row
 # (77 us, of which the plain all-to-all is 46.3 us); the other rows are predicted (tokenpath validate).
-LOW_LATENCY_ALL_TO_ALL_S = 30.7e-6
+LOW_LATENCY_ALL_TO_ALL_S = default("low_latency_all_to_all_s")
 # Above this many flows a round's latency is bounded by the topology's diameter instead of routing each.
 _ROUTED_LATENCY_FLOWS = 1024
 
@@ -190,15 +190,15 @@ class Collectives:
         names = ["ring"]
         if op == "all_reduce":
             names.append("tree")
-            if getattr(self.topology, "nvls", False):
+            if self.topology.nvls:
                 names.append("nvls")
         if ranks & (ranks - 1) == 0:
             names.append("halving_doubling")
-        if self.topology.kind in ("torus", "mesh"):
+        if self.topology.dims:
             names.append("bucket")
-        if self.topology.kind == "hierarchy":
+        if isinstance(self.topology, Hierarchy):
             names.append("hierarchical")
-            if op == "all_reduce" and getattr(self.topology.node, "nvls", False):
+            if op == "all_reduce" and self.topology.node.nvls:
                 names.append("nvls_tree")
         return names
 
@@ -223,7 +223,8 @@ class Collectives:
             return "ring" if algorithm == "hierarchical" else "nvls"
         return algorithm
 
-    def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> float:
+    def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],
+               algorithm: str | None = None) -> float:
         """Time of one collective of `size_bytes` per rank (nccl-tests' size) run by each group."""
         algorithm = self.choose(op, size_bytes, groups, algorithm or self.algorithm)
         return self.cost(op, groups, algorithm).time_s(size_bytes)
@@ -313,7 +314,7 @@ class Collectives:
                 return _rail_rings(op, self.topology, np.array(groups[0]))
             return _ring(op, n)
         if algorithm == "tree":
-            return _tree(n, chain=self.topology.kind in ("switch", "fullmesh"))
+            return _tree(n, chain=self.topology.single_hop)
         if algorithm == "halving_doubling":
             return _halving_doubling(op, n)
         if algorithm == "direct":
@@ -422,7 +423,7 @@ def _bucket(op: str, torus: Topology, group: np.ndarray) -> list[Round]:
     box = _box(torus, group)
     if box is None:
         raise UserError("fabric.algorithm: 'bucket' needs each group to fill a box of the torus; use 'ring' or 'auto'")
-    whole_ring = [torus.kind == "torus" and extent == k for extent, k in zip(box.shape, torus.dims)]
+    whole_ring = [ring and extent == k for extent, k, ring in zip(box.shape, torus.dims, torus.rings)]
     axes = sorted((axis for axis, extent in enumerate(box.shape) if extent > 1),
                   key=lambda axis: not whole_ring[axis])  # rings first
     extents = {box.shape[axis] for axis in axes}
@@ -484,16 +485,11 @@ def _hierarchical(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
 
 
 def link_efficiency(topology: Topology) -> np.ndarray:
-    """Achievable fraction of each link's bandwidth: NVLink-class measurements for scale-up domains
-    (switch, full mesh, torus, mesh), NIC measurements for scale-out networks (fat tree, DragonFly).
-    A topology may define its own `link_efficiency()` (a hierarchy mixes both)."""
-    own = getattr(topology, "link_efficiency", None)
-    if own is not None:
-        return own()
-    scale_up = topology.kind in ("switch", "fullmesh", "torus", "mesh")
-    efficiency = (assumed("scaleup_bw_efficiency", SCALEUP_BW_EFFICIENCY) if scale_up
-                  else assumed("scaleout_bw_efficiency", SCALEOUT_BW_EFFICIENCY))
-    return np.full(len(topology.links), efficiency)
+    """Achievable fraction of each link's bandwidth: NVLink-class measurements for the links of a
+    scale-up domain (switch, full mesh, torus, mesh), NIC measurements for those of a scale-out network
+    (fat tree, DragonFly, a hierarchy's network); `Topology.scale_up_links` says which is which."""
+    return np.where(topology.scale_up_links(), assumed("scaleup_bw_efficiency", SCALEUP_BW_EFFICIENCY),
+                    assumed("scaleout_bw_efficiency", SCALEOUT_BW_EFFICIENCY))
 
 
 def _check_op(op: str) -> None:

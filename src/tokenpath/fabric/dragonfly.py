@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenpath.config.assumptions import assumed
+from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.topology import (
     LinkTable,
@@ -65,7 +65,7 @@ from tokenpath.fabric.topology import (
 ROUTINGS = ("min", "valiant", "ugal")
 # UGAL stand-in: a pair goes Valiant when its MIN links would carry more than this many times the mean
 # global-link load of all-Valiant routing (a Valiant path crosses two global links, a MIN path one).
-UGAL_HOP_RATIO = 2.0
+UGAL_HOP_RATIO = default("ugal_hop_ratio")
 
 
 class DragonFly(Topology):
@@ -76,6 +76,8 @@ class DragonFly(Topology):
 
     kind = "dragonfly"
     direct = False
+    scale_up = False
+    single_hop = False
     tier_names = ("host", "local", "global")
 
     def __init__(self, p: int, link_bw_Bps: float, link_latency_s: float, a: int | None = None,

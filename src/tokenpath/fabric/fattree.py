@@ -48,6 +48,8 @@ class FatTree(Topology):
 
     kind = "fattree"
     direct = False
+    scale_up = False
+    single_hop = False
 
     def __init__(self, k: int, link_bw_Bps: float, link_latency_s: float, levels: int = 3,
                  oversubscription: tuple[float, ...] | None = None) -> None:

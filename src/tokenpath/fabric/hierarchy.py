@@ -21,6 +21,8 @@ from tokenpath.fabric.topology import Links, Topology, Traffic
 class Hierarchy(Topology):
     kind = "hierarchy"
     direct = True  # host links belong to the parts; link_loads adds them there
+    scale_up = False  # the nodes' links are; see scale_up_links
+    single_hop = False
 
     def __init__(self, nodes: int, node: Topology, network: Topology, rails: bool = True) -> None:
         if nodes < 1:
@@ -36,7 +38,8 @@ class Hierarchy(Topology):
         chip = np.arange(self.hosts)
         local, which = chip % self.per_node, chip // self.per_node
         self.nic = local * nodes + which if rails else chip  # network host of each chip
-        self.tier_names = tuple(f"node {t}" for t in node.tier_names) + tuple(f"network {t}" for t in network.tier_names)
+        self.tier_names = (tuple(f"node {t}" for t in node.tier_names)
+                           + tuple(f"network {t}" for t in network.tier_names))
 
         # Node ids: chips, then each node's switches, then the network's switches.
         blocks = []
@@ -91,14 +94,10 @@ class Hierarchy(Topology):
         nic_Bps = float(self.network.links.bw_Bps[: self.network.hosts].min())
         return min(self.network.bisection_bw_Bps(), (self.hosts // 2) * nic_Bps)
 
-    def link_efficiency(self) -> np.ndarray:
-        """The node's links as the node's kind; every network link at NIC efficiency, whatever its kind."""
-        from tokenpath.config.assumptions import assumed
-        from tokenpath.fabric.collectives import SCALEOUT_BW_EFFICIENCY, link_efficiency
-
-        return np.concatenate([np.tile(link_efficiency(self.node), self.nodes),
-                               np.full(len(self.network.links),
-                                       assumed("scaleout_bw_efficiency", SCALEOUT_BW_EFFICIENCY))])
+    def scale_up_links(self) -> np.ndarray:
+        """The nodes' links as their node's; every network link is NIC-class, whatever its kind."""
+        return np.concatenate([np.tile(self.node.scale_up_links(), self.nodes),
+                               np.zeros(len(self.network.links), bool)])
 
     @property
     def cables(self) -> int:

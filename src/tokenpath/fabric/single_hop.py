@@ -14,6 +14,8 @@ class Switch(Topology):
     kind = "switch"
     tier_names = ("host",)
     direct = False
+    scale_up = True
+    single_hop = True
 
     def __init__(self, hosts: int, link_bw_Bps: float, link_latency_s: float, nvls: bool = True) -> None:
         check_whole(hosts, "fabric.hosts", 1)
@@ -48,6 +50,8 @@ class FullMesh(Topology):
     kind = "fullmesh"
     tier_names = ("mesh",)
     direct = True
+    scale_up = True
+    single_hop = True
     switches = 0
 
     def __init__(self, hosts: int, link_bw_Bps: float, link_latency_s: float) -> None:

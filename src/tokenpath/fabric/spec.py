@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import tomllib
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -106,7 +106,8 @@ class FatTreeFabric(_Fabric):
     kind: Literal["fattree"] = "fattree"
     k: int = Field(le=MAX_FABRIC_HOSTS)
     levels: int = 3
-    oversubscription: list[float] | None = Field(None, description="one ratio per switch tier, bottom up; 1 = non-blocking")
+    oversubscription: list[float] | None = Field(
+        None, description="one ratio per switch tier, bottom up; 1 = non-blocking")
 
     @model_validator(mode="after")
     def _size(self) -> FatTreeFabric:
@@ -139,9 +140,9 @@ class DragonFlyFabric(_Fabric):
         return self
 
 
-ScaleUp = Annotated[Union[SwitchFabric, FullMeshFabric, TorusFabric, MeshFabric], Field(discriminator="kind"),
+ScaleUp = Annotated[SwitchFabric | FullMeshFabric | TorusFabric | MeshFabric, Field(discriminator="kind"),
                     BeforeValidator(lambda value: _expand_preset(value))]
-ScaleOut = Annotated[Union[FatTreeFabric, DragonFlyFabric, TorusFabric, MeshFabric, SwitchFabric],
+ScaleOut = Annotated[FatTreeFabric | DragonFlyFabric | TorusFabric | MeshFabric | SwitchFabric,
                      Field(discriminator="kind"), BeforeValidator(lambda value: _expand_preset(value))]
 
 
@@ -180,7 +181,7 @@ def _expand_preset(value: Any) -> Any:
 
 
 FabricSpec = Annotated[
-    Union[SwitchFabric, FullMeshFabric, TorusFabric, MeshFabric, FatTreeFabric, DragonFlyFabric, HierarchyFabric],
+    SwitchFabric | FullMeshFabric | TorusFabric | MeshFabric | FatTreeFabric | DragonFlyFabric | HierarchyFabric,
     Field(discriminator="kind"),
     BeforeValidator(_expand_preset),
 ]
@@ -230,7 +231,8 @@ def load_fabric(ref: str) -> tuple[Any, str]:
         table.pop("source", None)
         source = files.shown(path)
     else:
-        table, source, description = ref, f"fabric preset {quoted(ref)}", preset_description(ref) if ref in preset_names() else ""
+        description = preset_description(ref) if ref in preset_names() else ""
+        table, source = ref, f"fabric preset {quoted(ref)}"
     try:
         return TypeAdapter(FabricSpec).validate_python(table), description
     except ValidationError as error:

@@ -111,22 +111,39 @@ class Traffic:
 
 
 class Topology(ABC):
-    """A network of `hosts` chips. Subclasses set the attributes below in their constructor."""
+    """A network of `hosts` chips. Subclasses set the attributes below (in their constructor or as
+    class attributes).
 
-    kind: str
+    The traits at the end say what kind of network it is, so that collectives read them instead of
+    the kind's name: a new topology sets them and nothing outside its module, its table (spec.py) and
+    the builder (build.py) changes.
+    """
+
+    kind: str                 # its table's kind, for people (messages, reports)
     hosts: int
     switches: int
     routers: int
     host_router: np.ndarray   # router index of each host
     links: Links
     tier_names: tuple[str, ...]
-    direct: bool              # chips are the routers (no host links)
+    # -- traits ---------------------------------------------------------------------------------
+    direct: bool              # chips are the routers (no host links); else switched
+    scale_up: bool            # NVLink-class links (a scale-up domain), else NIC-class (scale-out)
+    single_hop: bool          # every chip reaches every other over one switch or one cable
+    nvls: bool = False        # its switch reduces in the network (NVLink SHARP)
+    dims: tuple[int, ...] = ()  # chips on a box of these sizes, linked along each dimension (tori, meshes)
+    rings: tuple[bool, ...] = ()  # per dimension of `dims`: it wraps round (a ring), else a line
 
     # -- structure ------------------------------------------------------------------------------
     @property
     def cables(self) -> int:
         """Bidirectional links, host links included."""
         return len(self.links) // 2
+
+    def scale_up_links(self) -> np.ndarray:
+        """Which links are NVLink-class (bool per link): all or none, as the topology is a scale-up
+        domain or not (a hierarchy mixes the two)."""
+        return np.full(len(self.links), self.scale_up)
 
     @abstractmethod
     def diameter(self) -> int:
@@ -232,4 +249,5 @@ def check_latency(value: float, field: str, example: str = "'1 us'") -> None:
 
 def check_whole(value: int, field: str, lowest: int, hint: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lowest:
-        raise UserError(f"{field}: must be a whole number >= {lowest}, got {quoted(value)}{'; ' + hint if hint else ''}")
+        more = f"; {hint}" if hint else ""
+        raise UserError(f"{field}: must be a whole number >= {lowest}, got {quoted(value)}{more}")

@@ -70,6 +70,8 @@ class Torus(Topology):
 
     kind = "torus"
     direct = True
+    scale_up = True
+    single_hop = False
     switches = 0
 
     def __init__(self, dims: Sequence[int], link_bw_Bps: float, link_latency_s: float,
@@ -86,14 +88,14 @@ class Torus(Topology):
         self.tier_names = tuple(f"dim{d}" for d in range(len(self.dims)))
 
         # Per dimension: is it a ring, chips before/after it (a, b), cables along it, first link index.
-        self._ring = (self.wraparound,) * len(self.dims)
+        self.rings = (self.wraparound,) * len(self.dims)
         self._before = tuple(math.prod(self.dims[:d]) for d in range(len(self.dims)))
         self._after = tuple(math.prod(self.dims[d + 1:]) for d in range(len(self.dims)))
-        self._span = tuple(k if ring else k - 1 for k, ring in zip(self.dims, self._ring))  # cables per line
+        self._span = tuple(k if ring else k - 1 for k, ring in zip(self.dims, self.rings))  # cables per line
         self._start: list[int] = []
         grid = np.arange(self.hosts).reshape(self.dims)
         table = LinkTable()
-        for d, k in enumerate(self.dims):
+        for d in range(len(self.dims)):
             a = np.moveaxis(grid, d, 0)[: self._span[d]]
             b = np.roll(np.moveaxis(grid, d, 0), -1, axis=0)[: self._span[d]]
             # C order over (before, c, after): move axis d back before raveling.
@@ -114,7 +116,7 @@ class Torus(Topology):
 
     # -- structure ------------------------------------------------------------------------------
     def diameter(self) -> int:
-        return sum(k // 2 if ring else k - 1 for k, ring in zip(self.dims, self._ring))
+        return sum(k // 2 if ring else k - 1 for k, ring in zip(self.dims, self.rings))
 
     def avg_hops(self) -> float:
         """Per dimension the mean distance over all k^2 ordered coordinate pairs (identical ones
@@ -122,7 +124,7 @@ class Torus(Topology):
         over dimensions, so their sum is the mean over all N^2 host pairs; the N identical pairs add 0,
         so the mean over distinct pairs is that times N/(N-1)."""
         total = 0.0
-        for k, ring in zip(self.dims, self._ring):
+        for k, ring in zip(self.dims, self.rings):
             if ring:
                 total += k / 4 if k % 2 == 0 else (k * k - 1) / (4 * k)
             else:
@@ -136,13 +138,13 @@ class Torus(Topology):
         dimension leaves the middle slice (N/k hosts) to split as well, which costs that slice's own
         bisection (halves then differ by at most one host). Checked against every split of small
         machines in the tests."""
-        return _bisection_cables(self.dims, self._ring) * self.link_bw_Bps
+        return _bisection_cables(self.dims, self.rings) * self.link_bw_Bps
 
     # -- routing --------------------------------------------------------------------------------
     def _ways(self, d: int, s: int, t: int) -> list[tuple[bool, float]]:
         """Directions (plus?) and shares from coordinate s to t along dimension d."""
         k = self.dims[d]
-        if not self._ring[d]:
+        if not self.rings[d]:
             return [(t > s, 1.0)]
         forward = (t - s) % k
         if 2 * forward < k:
@@ -174,7 +176,7 @@ class Torus(Topology):
 
     def _shares(self, d: int, s: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Share of each s -> t move along dimension d that goes plus and that goes minus (0 if s == t)."""
-        if not self._ring[d]:
+        if not self.rings[d]:
             return (t > s).astype(np.float64), (t < s).astype(np.float64)
         forward = 2 * ((t - s) % self.dims[d])
         k = self.dims[d]

@@ -22,7 +22,8 @@ def models_table() -> Table:
             name, f"{m.params_total() / 1e9:.1f} B", f"{m.params_active_per_token() / 1e9:.1f} B", kind, attention,
             str(m.num_layers), str(m.hidden_size), f"{m.max_context:,}",
         ])
-    return catalog_table("Models", ["name", "params", "active", "kind", "attention", "layers", "hidden", "context"], rows)
+    return catalog_table("Models",
+                         ["name", "params", "active", "kind", "attention", "layers", "hidden", "context"], rows)
 
 
 def chips_table() -> Table:
@@ -34,7 +35,8 @@ def chips_table() -> Table:
         rows.append([name, flops, ", ".join(c.weight_only) or "-", format_bytes(c.hbm_bytes),
                      format_bandwidth(c.hbm_bw_Bps), format_bandwidth(c.effective_hbm_bw_Bps),
                      f"{format_bandwidth(c.scaleup_bw_Bps)} x {c.scaleup_domain:,}", nic])
-    return catalog_table("Chips (dense peak TFLOP/s; weight-only precisions multiply at bf16; streamed: the HBM bandwidth "
-                         "memory-bound kernels run at, measured where published; scale-up per direction x chips in its "
-                         "domain; NIC per direction)",
-                         ["name", "TFLOP/s", "weight-only", "HBM", "HBM bandwidth", "streamed", "scale-up", "NIC"], rows)
+    return catalog_table("Chips (dense peak TFLOP/s; weight-only precisions multiply at bf16; streamed: the HBM "
+                         "bandwidth memory-bound kernels run at, measured where published; scale-up per direction x "
+                         "chips in its domain; NIC per direction)",
+                         ["name", "TFLOP/s", "weight-only", "HBM", "HBM bandwidth", "streamed", "scale-up", "NIC"],
+                         rows)

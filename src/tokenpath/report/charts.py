@@ -131,7 +131,8 @@ def latency_cdfs(inputs: Inputs) -> Figure:
                 stats = run.summary["latency_s"].get(key) or {}
                 points = [(stats.get(p), q / 100) for p, q in PERCENTILES.items() if stats.get(p) is not None]
                 xs, ys = np.array([p[0] for p in points]), np.array([p[1] for p in points])
-            rows += [{"run": run.label, "metric": name, "ms": float(x) * 1e3, "fraction": float(y)} for x, y in zip(xs, ys)]
+            rows += [{"run": run.label, "metric": name, "ms": float(x) * 1e3, "fraction": float(y)}
+                     for x, y in zip(xs, ys)]
     data = _frame(rows)
     charts = []
     for name in LATENCIES.values():
@@ -164,10 +165,13 @@ def _phases(run: RunView) -> list[dict[str, Any]]:
     rows = []
     for row in picks.itertuples():
         if engine:
-            phases = [("queue", row.send_s, row.prefill_start_s), ("prefill", row.prefill_start_s, row.first_token_s),
-                      ("decode", row.first_token_s, row.engine_done_s), ("delivery", row.engine_done_s, row.last_byte_s)]
+            phases = [("queue", row.send_s, row.prefill_start_s),
+                      ("prefill", row.prefill_start_s, row.first_token_s),
+                      ("decode", row.first_token_s, row.engine_done_s),
+                      ("delivery", row.engine_done_s, row.last_byte_s)]
         else:
-            phases = [("to first token", row.send_s, row.first_token_s), ("streaming", row.first_token_s, row.last_byte_s)]
+            phases = [("to first token", row.send_s, row.first_token_s),
+                      ("streaming", row.first_token_s, row.last_byte_s)]
         rows += [{"run": run.label, "request": int(row.request), "phase": phase, "start_s": float(a),
                   "end_s": float(max(a, b)), "ms": float(max(0.0, b - a)) * 1e3} for phase, a, b in phases]
     return rows
@@ -231,7 +235,8 @@ def _continuity_spec(summary: dict[str, Any]) -> continuity.ContinuitySpec:
     block = summary.get("continuity")
     if not isinstance(block, dict):
         return continuity.DEFAULT
-    return continuity.ContinuitySpec(block["stall_threshold_s"], block["reading_tokens_per_s"], block["expected_ttft_s"])
+    return continuity.ContinuitySpec(block["stall_threshold_s"], block["reading_tokens_per_s"],
+                                     block["expected_ttft_s"])
 
 
 def reader(inputs: Inputs) -> Figure | None:
@@ -278,7 +283,8 @@ def steps(inputs: Inputs) -> Figure | None:
         x=alt.X("start_s:Q", title="time from the run's start (s)", axis=alt.Axis(format=NUMBER)),
         color=alt.Color("run:N", scale=_runs_scale(runs)),
     ).properties(width=WIDTH, height=160)
-    batch = base.mark_line(strokeWidth=1).encode(y=alt.Y("seqs:Q", title="batch (sequences)", axis=alt.Axis(format=NUMBER)))
+    batch = base.mark_line(strokeWidth=1).encode(
+        y=alt.Y("seqs:Q", title="batch (sequences)", axis=alt.Axis(format=NUMBER)))
     step = base.mark_point(size=6, filled=True, opacity=0.5).encode(
         y=alt.Y("step_ms:Q", title="step time (ms)", axis=alt.Axis(format=NUMBER)))
     return Figure("steps", "The engine over the run: batch size and step time", alt.vconcat(batch, step),
@@ -331,7 +337,8 @@ def roofline(inputs: Inputs) -> Figure | None:
     low = min(min(r["intensity"] for r in rows) / 2, ridge)
     high = max(max(r["intensity"] for r in rows) * 2, ridge)
     xs = np.geomspace(low, high, 60).tolist() + [ridge]
-    roofs = [{"intensity": x, "tflops": min(roof["flops_per_s"], x * roof["hbm_bytes_per_s"]) / 1e12} for x in sorted(xs)]
+    roofs = [{"intensity": x, "tflops": min(roof["flops_per_s"], x * roof["hbm_bytes_per_s"]) / 1e12}
+             for x in sorted(xs)]
     # The axes' domains are set here, so each label's pixel position is known and labels are kept apart.
     x_domain = _decades(low, high)
     y_domain = _decades(min(r["tflops"] for r in rows + roofs), max(r["tflops"] for r in rows + roofs))
@@ -374,8 +381,8 @@ def tornado(inputs: Inputs) -> Figure | None:
         change = lever.get("change")
         if not isinstance(change, (int, float)):
             value = metric_value(lever.get("summary") or {}, objective)
-            change = (value - base) / base if isinstance(value, (int, float)) and isinstance(base, (int, float)) and base \
-                else None
+            change = ((value - base) / base
+                      if isinstance(value, (int, float)) and isinstance(base, (int, float)) and base else None)
         if change is not None:
             rows.append({"lever": lever["name"], "group": str(lever.get("group", "")), "change": float(change)})
     if not rows:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from tokenpath.config.errors import UserError, quoted
 from tokenpath.config.units import format_bandwidth, format_duration, format_number
 from tokenpath.sim.overrides import flatten
-from tokenpath.sim.summary import LAYERS, PERCENTILES, SCHEMA
+from tokenpath.sim.summary import LAYERS, PERCENTILES
 
 _LATENCIES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 _STATS = ("mean", *PERCENTILES)
@@ -23,45 +19,6 @@ _CONTINUITY_SETTINGS = (("stall_threshold_s", "stall threshold", "s"),
 _SETTING_UNITS = (("_per_s", lambda v: f"{format_number(v, 6)}/s"), ("_Bps", format_bandwidth),
                   ("_s", format_duration))
 MAX_NAMED = 4  # differences named in a run's name; the rest are counted
-
-
-def load_summary(path: str | Path) -> dict[str, Any]:
-    """A result document (`--json` of simulate, bench or report); a `UserError` if it is not one."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file; give the --json output of simulate, bench or report") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"{path}: cannot read it ({error})") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError:
-        hint = "; for a bench results file run `tokenpath report` on it first" if str(path).endswith(".jsonl") else ""
-        raise UserError(f"{path}: not a JSON summary{hint}") from None
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise UserError(f"{path}: not a {SCHEMA} summary (schema is {document.get('schema') if isinstance(document, dict) else None!r})")
-    check_metrics(document, str(path))
-    return document
-
-
-# The parts of a summary that hold its metrics, as report and compare show them.
-_METRIC_KEYS = ("requests", "window_s", "throughput", "latency_s", "attribution_s", "continuity", "prefix_cache")
-
-
-def check_metrics(summary: dict[str, Any], where: str) -> None:
-    """Every metric of a summary is a finite number, or null where it is unknown (a latency of a run
-    where every request failed): a `UserError` naming the first that is not."""
-    def check(value: Any, field: str) -> None:
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                check(inner, f"{field}.{key}")
-        elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                    or not math.isfinite(value)):
-            raise UserError(f"{where}: {field} is {quoted(value)}, not a number; a summary holds finite numbers "
-                            "(times in seconds), or null where a value is unknown")
-
-    for key in _METRIC_KEYS:
-        check(summary.get(key), key)
 
 
 def relative(a: float | None, b: float | None) -> float | None:
@@ -212,7 +169,8 @@ def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str = "A", name_
     table.add_column(name_b, justify="right")
     table.add_column("B vs A", justify="right")
     for row in compare(a, b):
-        table.add_row(row["metric"], _cell(row["a"], row["unit"]), _cell(row["b"], row["unit"]), _delta(row["relative"]))
+        table.add_row(row["metric"], _cell(row["a"], row["unit"]), _cell(row["b"], row["unit"]),
+                      _delta(row["relative"]))
     return table
 
 

@@ -8,6 +8,7 @@ import numpy as np
 from rich.table import Table
 
 from tokenpath.config.units import format_bytes, format_duration
+from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES
 from tokenpath.sim.simulate import Simulation
 
 
@@ -30,7 +31,8 @@ def op_assumptions(name: str, gemm: bool, bound: str) -> list[str]:
     if bound == "fixed":
         return fixed
     if name == "attention":
-        rate = ["serving_gemm_fraction", "attention_query_overhead_pairs"] if bound == "compute" else ["hbm_bw_efficiency"]
+        rate = (["serving_gemm_fraction", "attention_query_overhead_pairs"] if bound == "compute"
+                else ["hbm_bw_efficiency"])
         return rate + fixed
     if gemm:
         rate = ["serving_gemm_fraction"] if bound == "compute" else ["hbm_bw_efficiency"]
@@ -53,7 +55,7 @@ def traffic_assumptions(part: str, algorithm: str, decode_only: bool) -> list[st
 
 def host_assumptions(scheduler: str) -> list[str]:
     """The assumptions behind a step's engine host time under `scheduler`."""
-    return ["vllm_v0_host_step_s" if scheduler == "vllm-v0" else "host_step_s", "host_per_sequence_s"]
+    return [PROFILES[scheduler].host_step_assumption, "host_per_sequence_s"]
 
 
 DELIVERY_ASSUMPTIONS = ["host_link_latency_s", "host_link_bw_Bps", "detokenize_per_token_s", "frame_per_event_s"]
@@ -112,11 +114,13 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
         return ", ".join(f"{n}*" if n in changed else n for n in names)
 
     title = (f"One steady-state step on one {chip} (step {step['step']}): {shape['tokens']} tokens from "
-             f"{shape['sequences']} sequences, {shape['sampled']} sampled, {shape['kv_read_tokens']:,} KV positions read")
+             f"{shape['sequences']} sequences, {shape['sampled']} sampled, "
+             f"{shape['kv_read_tokens']:,} KV positions read")
     if shape.get("chunk_context_tokens"):
         title += f", {shape['chunk_context_tokens']:,} of them cached before its prompt chunks"
     table = Table(title=title, title_justify="left",
-                  caption="assumptions: `tokenpath assumptions` lists them" + (", * changed by this scenario" if changed else ""),
+                  caption="assumptions: `tokenpath assumptions` lists them"
+                          + (", * changed by this scenario" if changed else ""),
                   caption_justify="left")
     for column in ("op", "GFLOP", "bytes", "time", "bound", "share", "assumptions"):
         table.add_column(column, justify="left" if column in ("op", "bound", "assumptions") else "right",
@@ -127,7 +131,7 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
                       op["bound"], f"{op['time_s'] / total:.1%}", named(op["assumptions"]))
     table.add_row("engine host time", "", "", format_duration(step["engine_host_s"]),
                   "host", f"{step['engine_host_s'] / total:.1%}",
-                  named(step.get("engine_host_assumptions", host_assumptions("vllm-v1"))))
+                  named(step.get("engine_host_assumptions", host_assumptions(DEFAULT_PROFILE))))
     if step["launch_s"]:
         host = step.get("launch_includes_host", False)
         table.add_row("kernel launches (no CUDA graph)", "", "", format_duration(step["launch_s"]),
@@ -137,8 +141,8 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
         if seconds:
             how = {"tp_all_reduce": f"{step['tp_all_reduce_algorithm']}, ",
                    "ep_all_to_all": "low-latency kernels, " if step["decode_only"] else ""}.get(part, "")
-            table.add_row(f"{TRAFFIC_LABELS[part]} ({how}{format_bytes(step['hidden_state_bytes'])} hidden state)", "", "",
-                          format_duration(seconds), "traffic", f"{seconds / total:.1%}",
+            table.add_row(f"{TRAFFIC_LABELS[part]} ({how}{format_bytes(step['hidden_state_bytes'])} hidden state)",
+                          "", "", format_duration(seconds), "traffic", f"{seconds / total:.1%}",
                           named(traffic_assumptions(part, step["tp_all_reduce_algorithm"], step["decode_only"])))
     table.add_row("host (copy ids, detokenize)", "", "", format_duration(step["host_blocking_s"]), "delivery",
                   f"{step['host_blocking_s'] / total:.1%}", named(DELIVERY_ASSUMPTIONS))

@@ -178,7 +178,8 @@ def write_html(inputs: Inputs, path: str, title: str, flag: str = "--html") -> N
     try:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as error:
-        raise UserError(f"{flag} {files.shown(path)}: cannot write it ({error.strerror}); choose another path") from None
+        raise UserError(f"{flag} {files.shown(path)}: cannot write it ({error.strerror}); "
+                        "choose another path") from None
 
 
 def write_pngs(inputs: Inputs, folder: str, flag: str = "--png") -> list[Path]:

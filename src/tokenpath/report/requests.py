@@ -15,8 +15,9 @@ RESULTS.parquet` rebuilds the whole report from the file alone.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from tokenpath.sim.summary import continuity_per_request
 SCHEMA = "tokenpath.requests/1"
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
 # Metadata keys of a Parquet results file.
-META_SCHEMA, META_SUMMARY, META_SCENARIO = b"tokenpath.schema", b"tokenpath.sim.summary", b"tokenpath.sim.scenario"
+META_SCHEMA, META_SUMMARY, META_SCENARIO = b"tokenpath.schema", b"tokenpath.summary", b"tokenpath.scenario"
 
 # The columns, in order, and what each is (docs/report.md lists them for users).
 COLUMNS = {
@@ -171,7 +172,8 @@ def write_results(table: Any, path: str, flag: str = "--results") -> None:
                 for row in table.to_pylist():
                     out.write(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
     except OSError as error:
-        raise UserError(f"{flag} {files.shown(path)}: cannot write it ({error.strerror}); choose another path") from None
+        raise UserError(f"{flag} {files.shown(path)}: cannot write it ({error.strerror}); "
+                        "choose another path") from None
 
 
 def read_results_table(path: str) -> tuple[Any, dict[str, Any] | None, list[tuple[str, str]] | None]:

@@ -18,9 +18,9 @@ import numpy as np
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
-from tokenpath.report.compare import check_metrics
 from tokenpath.sim.run import Run
 from tokenpath.sim.summary import SCHEMA as SUMMARY_SCHEMA
+from tokenpath.sim.summary import check_metrics
 
 # Rows kept for charts: every chart's data is embedded in the HTML file, so a run of a million
 # requests is shown through an even sample of its requests and steps (the summary's numbers are
@@ -172,7 +172,7 @@ def load_inputs(paths: list[str]) -> Inputs:
         elif suffix == ".jsonl" and _is_bench_file(path):
             from tokenpath.bench import read_results
             from tokenpath.bench.results import bench_summary, build_run
-            from tokenpath.cli.bench import describe_bench
+            from tokenpath.report.bench import describe_bench
 
             header, rows = read_results(path)
             run = build_run(rows, header)

@@ -14,8 +14,9 @@ import logging
 import re
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import numpy as np
 import orjson

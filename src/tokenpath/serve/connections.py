@@ -26,8 +26,9 @@ import logging
 import socket
 import sys
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 from aiohttp import web

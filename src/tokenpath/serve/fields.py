@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -154,7 +155,8 @@ _REFUSED: dict[str, Check] = {
 }
 
 # Fields `parse` reads itself (openai.py), and those read below.
-_PARSED = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "stop", "messages", "prompt"}
+_PARSED = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "stop", "messages",
+           "prompt"}
 _HERE = {"logprobs", "tools", "tool_choice", "response_format", "seed", "min_tokens", "truncate_prompt_tokens", "echo"}
 # Fields of one endpoint only (OpenAI's two references; vLLM's ChatCompletionRequest and CompletionRequest):
 # sent to the other, they would be ignored, so they are unknown there.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.lastmile import LastMile
@@ -80,7 +80,8 @@ class LiveEngine:
             step = replica.num_steps - 1
             self.unreleased.append((step, replica.last_leave_ns, replica.rows.released, finished))
             delay_s = (self.start_ns + replica.last_leave_ns - self.clock_ns()) / 1e9
-            loop.call_later(max(0.0, delay_s), self._release_through, lambda s, leave_ns: s <= step)
+            # `step` bound now: with async detokenization the next step is formed before this timer fires.
+            loop.call_later(max(0.0, delay_s), self._release_through, lambda s, leave_ns, step=step: s <= step)
             await asyncio.sleep(max(0.0, (self.start_ns + replica.now - self.clock_ns()) / 1e9))
 
     def _release_through(self, due: Callable[[int, int], bool]) -> None:

@@ -3,8 +3,9 @@ the shape OpenAI clients expect ({"error": {"message", "type", "param", "code"}}
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from tokenpath.config.errors import quoted
 
@@ -60,7 +61,8 @@ MAX_MODEL_CHARS = 256
 
 
 def _unicode(text: str, where: str) -> str:
-    """`text`, if it can be sent on as UTF-8 (a JSON escape such as \\ud800 decodes to a lone surrogate, which cannot)."""
+    """`text`, if it can be sent on as UTF-8 (a JSON escape such as \\ud800 decodes to a lone surrogate,
+    which cannot)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
@@ -123,7 +125,8 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
             prompt = prompt[0]
         if isinstance(prompt, str):
             prompt_tokens = count_tokens(_unicode(prompt, "prompt"))
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        elif (isinstance(prompt, list) and prompt
+              and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
             bad = next((t for t in prompt if not 0 <= t <= MAX_TOKEN_ID), None)
             if bad is not None:
                 raise ApiError(400, f"'prompt' token ids must be whole numbers from 0 to {MAX_TOKEN_ID}, got "
@@ -142,7 +145,8 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
             if message["role"] not in ROLES:
                 raise ApiError(400, f"messages[{j}].role: {quoted(message['role'])} is not a role; use one of "
                                     f"{', '.join(ROLES)}", f"messages[{j}].role")
-            prompt_tokens += CHAT_TOKENS_PER_MESSAGE + count_tokens(_text_parts(message.get("content"), f"messages[{j}].content"))
+            prompt_tokens += CHAT_TOKENS_PER_MESSAGE + count_tokens(
+                _text_parts(message.get("content"), f"messages[{j}].content"))
     max_tokens = _int(body, "max_completion_tokens", 1) if endpoint == "chat" else None
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", 1)

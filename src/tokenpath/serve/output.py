@@ -38,7 +38,7 @@ class Response:
     stops: StopList                       # its stop strings, compiled when it came in
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     handle: int = -1                      # its request in the engine
-    bank: "_Bank | None" = None           # where its slot is, once its first token has come
+    bank: _Bank | None = None             # where its slot is, once its first token has come
     slot: int = -1
     tokens: int = 0                       # tokens released so far
     ended: bool = False                   # its end has been sent (a stop string can end it early)

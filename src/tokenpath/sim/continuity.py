@@ -76,7 +76,8 @@ def parse_reading_speed(value: object) -> float:
             raise ValueError(f"cannot read {quoted(value)} as a reading speed; write {example}")
         number = float(match["num"])
         if match["what"] is not None:
-            number *= (TOKENS_PER_WORD if match["what"].startswith("word") else 1.0) / (60.0 if match["per"] == "min" else 1.0)
+            number *= ((TOKENS_PER_WORD if match["what"].startswith("word") else 1.0)
+                       / (60.0 if match["per"] == "min" else 1.0))
     else:
         number = float(value)
     if not (math.isfinite(number) and MIN_READING_TOKENS_PER_S <= number <= MAX_READING_TOKENS_PER_S):
@@ -147,8 +148,10 @@ def per_request(client_ns: np.ndarray, offsets: np.ndarray, sent_ns: np.ndarray,
     if len(stalled):
         count = lengths[stalled]
         owner = np.repeat(stalled, count)
-        index = np.repeat(starts[stalled], count) + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
-        stall = (gaps[index] > spec.stall_threshold_s * 1e9) & (client_ns[index] >= np.asarray(visible_ns, np.int64)[owner])
+        index = (np.repeat(starts[stalled], count)
+                 + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)))
+        stall = ((gaps[index] > spec.stall_threshold_s * 1e9)
+                 & (client_ns[index] >= np.asarray(visible_ns, np.int64)[owner]))
         stalls += np.bincount(owner[stall], minlength=n)
         stall_ns += np.bincount(owner[stall], weights=gaps[index[stall]], minlength=n).astype(np.int64)
 

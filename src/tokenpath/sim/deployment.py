@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenpath.compute.chip import ChipSpec, load_chip
-from tokenpath.compute.model import ModelSpec, load_model
+from tokenpath.compute.model import load_model
+from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.assumptions import Assumptions
 from tokenpath.config.errors import UserError
 from tokenpath.engine.costs import GroupStepCosts
-from tokenpath.engine.cuda_graphs import default_graph_max_tokens
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.placement import Placement, place
 from tokenpath.fabric.build import build_topology, default_fabric
@@ -49,11 +49,12 @@ def build_deployment(scenario: Scenario, assumptions: Assumptions | None = None)
     Pipeline parallelism runs as `pp` batches in flight per replica (vLLM's virtual engines): each is
     an engine of its own whose step crosses every stage, with 1/pp of the replica's KV cache.
     """
-    with (assumptions or scenario.resolved_assumptions()).active():
-        return _build_deployment(scenario)
+    assumptions = assumptions or scenario.resolved_assumptions()
+    with assumptions.active():  # fabric and engine read theirs through `assumed`
+        return _build_deployment(scenario, assumptions)
 
 
-def _build_deployment(scenario: Scenario) -> Deployment:
+def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deployment:
     dep = scenario.deployment
     group = dep.tp * dep.pp
     if group > dep.chips:
@@ -63,9 +64,10 @@ def _build_deployment(scenario: Scenario) -> Deployment:
         raise UserError(f"deployment.chips: {dep.chips} chips do not split into replicas of tp*pp={group}; "
                         f"use a multiple of {group}")
     model = load_model(scenario.model_source())
-    chip = load_chip(dep.chip)
+    chip = load_chip(dep.chip, assumptions)
     if model.num_heads % dep.tp:
-        raise UserError(f"deployment.tp: {model.name} has {model.num_heads} attention heads, not divisible by tp={dep.tp}")
+        raise UserError(f"deployment.tp: {model.name} has {model.num_heads} attention heads, "
+                        f"not divisible by tp={dep.tp}")
     if model.num_layers % dep.pp:
         raise UserError(f"deployment.pp: {model.name} has {model.num_layers} layers, not divisible by pp={dep.pp}")
     if dep.prefill_replicas and not dep.prefill_replicas < dep.replicas:
@@ -84,14 +86,13 @@ def _build_deployment(scenario: Scenario) -> Deployment:
                         "unset workload.max_concurrency")
     engine = scenario.engine
     host = host_step_cost(engine.scheduler, engine.host_overlap, engine.num_scheduler_steps)
-    graph_max_tokens = engine.cuda_graph_max_tokens
-    if graph_max_tokens is None:
-        graph_max_tokens = default_graph_max_tokens(engine.scheduler, chip.hbm_bytes, dep.tp)
+    graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
                            expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
                            host_step_s=host.step_s, host_per_sequence_s=host.per_sequence_s,
-                           host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s)
+                           host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
+                           assumptions=assumptions)
     kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens,
                                            engine.max_num_seqs * dep.pp) // dep.pp
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"

@@ -3,7 +3,7 @@ crosses the fabric to a decode replica, which makes the rest."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tomllib
 from pydantic import BaseModel
@@ -99,7 +100,8 @@ def check_key(dotted: str, root: type[BaseModel] | None = None, flag: str = "--s
             close = difflib.get_close_matches(part, known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             where = ".".join(parts[:depth]) or "the top level"
-            raise UserError(f"{flag} {dotted}: unknown key {part!r} in {where}; {hint}allowed there: {', '.join(known)}")
+            raise UserError(f"{flag} {dotted}: unknown key {part!r} in {where}; "
+                            f"{hint}allowed there: {', '.join(known)}")
         models = _models_in(field.annotation)
         if not models and depth < len(parts) - 1:
             shown = ".".join(parts[:depth + 1])

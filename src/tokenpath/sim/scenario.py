@@ -24,6 +24,7 @@ from tokenpath.config.errors import UserError, quoted
 from tokenpath.config.files import PathText
 from tokenpath.config.units import Duration
 from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, INVISIBLE_TOKEN_FRACTION_NOTE, DeliverySpec
+from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, profiles_where
 from tokenpath.engine.routing import Routing
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.fabric.spec import MAX_FABRIC_HOSTS, FabricSpec, SwitchFabric, read_topology_file
@@ -52,16 +53,18 @@ class ModelSection(BaseModel):
     precision: Precision = "fp8"
     kv_cache_precision: Literal["auto", "bf16", "fp8"] = Field(
         "auto", description="auto: the engine's default: the model's own bf16 in vLLM and SGLang (their "
-                            "--kv-cache-dtype auto); fp8 with fp8 or fp4 weights in TensorRT-LLM (trtllm)"
+                            "--kv-cache-dtype auto); fp8 with fp8 or fp4 weights in TensorRT-LLM "
+                            f"({profiles_where(lambda p: p.fp8_kv_with_quantized_weights)})"
     )
 
-    def kv_precision(self, scheduler: str = "vllm-v1") -> str:
-        """The KV cache's precision. vLLM's and SGLang's `--kv-cache-dtype auto` keep the model's
-        activation dtype (bf16) whatever the weights' precision; TensorRT-LLM's fp8 and NVFP4
-        checkpoints (ModelOpt) quantize the KV cache to fp8."""
+    def kv_precision(self, scheduler: str = DEFAULT_PROFILE) -> str:
+        """The KV cache's precision: the profile's rule (Profile.fp8_kv_with_quantized_weights) unless
+        set. vLLM's and SGLang's `--kv-cache-dtype auto` keep the model's activation dtype (bf16)
+        whatever the weights' precision; TensorRT-LLM's fp8 and NVFP4 checkpoints quantize it to fp8."""
         if self.kv_cache_precision != "auto":
             return self.kv_cache_precision
-        return "fp8" if scheduler == "trtllm" and self.precision != "bf16" else "bf16"
+        quantized = PROFILES[scheduler].fp8_kv_with_quantized_weights and self.precision != "bf16"
+        return "fp8" if quantized else "bf16"
 
 
 def _check_placement(value: object) -> object:
@@ -91,8 +94,9 @@ class DeploymentSection(BaseModel):
     pp: int = Field(1, ge=1, le=MAX_CHIPS, description="pipeline stages per replica")
     expert_parallel: bool = Field(False, description="MoE experts split over the tensor-parallel group, "
                                                      "with all-to-all dispatch and combine")
-    prefill_replicas: int = Field(0, ge=0, le=MAX_CHIPS, description="replicas that only prefill (disaggregated serving); "
-                                                       "0: every replica prefills and decodes")
+    prefill_replicas: int = Field(0, ge=0, le=MAX_CHIPS,
+                                  description="replicas that only prefill (disaggregated serving); "
+                                              "0: every replica prefills and decodes")
     routing: Routing = Field(
         "round_robin", description="how requests are spread over the replicas: round_robin, least_outstanding, "
                                    "least_kv_load, prefix_aware (SGLang router's cache-aware policy) or "

@@ -4,8 +4,8 @@ delivery; then the replicas' rows merged back into one Run in workload order."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -18,8 +18,6 @@ from tokenpath.workload import Requests
 
 # Token times are built this many at a time, so memory stays bounded however long the run.
 CHUNK_TOKENS = 2_000_000
-# Runs with more output tokens than this keep per-request results and an ITL histogram only.
-KEEP_TOKENS_LIMIT = 20_000_000
 
 
 @dataclass(frozen=True)

@@ -7,21 +7,25 @@ pools.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 
+from tokenpath.config.memory import KEEP_TOKENS_LIMIT
 from tokenpath.delivery.lastmile import LastMile, first_visible_index
 from tokenpath.engine.cluster import run_cluster
 from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.engine.routing import static_assignment
 from tokenpath.sim.deployment import Deployment, build_deployment, check_fits
 from tokenpath.sim.disaggregated import simulate_disaggregated
+from tokenpath.sim.document import result_document
 from tokenpath.sim.forked import available_cpus, can_fork, map_forked
 from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario
-from tokenpath.sim.served import KEEP_TOKENS_LIMIT, Served, client_side, merge_parts
+from tokenpath.sim.served import Served, client_side, merge_parts
 from tokenpath.sim.summary import LogHistogram
 from tokenpath.workload import Requests, generate
 
@@ -36,6 +40,9 @@ def _rng(scenario: Scenario, stream: int) -> np.random.Generator:
 
 @dataclass(frozen=True)
 class Simulation:
+    """A finished simulation: the scenario, its resolved deployment, the requests drawn, each request's
+    timings (`run`) and each engine's steps (`traces`)."""
+
     scenario: Scenario
     deployment: Deployment
     requests: Requests
@@ -43,6 +50,12 @@ class Simulation:
     traces: list[EngineTrace]
     # Disaggregated runs: how long each replica's links were busy moving KV caches (a serial resource).
     kv_link_busy_ns: np.ndarray | None = None
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        """The result document (`tokenpath simulate --json`: the summary schema, docs/design.md), built on
+        first use."""
+        return result_document(self)[0]
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,8 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     policy = scenario.deployment.routing
     sessions = requests.sessions
     # Sessions' later turns wait for the turn before: -1 for a request sent at its scheduled time.
-    think_ns = None if sessions is None else np.where(sessions.turn > 0, np.rint(sessions.think_s * 1e9), -1).astype(np.int64)
+    think_ns = (None if sessions is None
+                else np.where(sessions.turn > 0, np.rint(sessions.think_s * 1e9), -1).astype(np.int64))
     # Round-robin moves a session's turns between replicas, so they must share a clock too.
     apart = policy == "session_affinity" or (policy == "round_robin" and sessions is None)
     if apart or replicas == 1:
@@ -114,7 +128,8 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
         else:
             sub = requests.take(rows)
             # A concurrency cap is shared out evenly between the replicas.
-            share = None if concurrency is None else max(1, concurrency // replicas + (replica < concurrency % replicas))
+            share = (None if concurrency is None
+                     else max(1, concurrency // replicas + (replica < concurrency % replicas)))
             last_mile = LastMile(delivery)
             trace = run_engine(
                 scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,

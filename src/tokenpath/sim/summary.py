@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from tokenpath.config.errors import UserError, quoted
 from tokenpath.sim import continuity
 from tokenpath.sim.run import Run
 
-SCHEMA = "tokenpath.sim.summary/1"
+SCHEMA = "tokenpath.summary/1"
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 LAYERS = ("queue", "compute", "traffic", "delivery")
-# The layer each attribution part belongs to, as the bottleneck names it.
-LAYER_OF_PART = {"queue": "distribution", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
 
 
 def stats_s(values_ns: np.ndarray) -> dict[str, float | None]:
@@ -182,3 +185,44 @@ def metric_value(summary: dict[str, Any], path: str) -> Any:
             return None
         value = value[part]
     return value
+
+
+def load_summary(path: str | Path) -> dict[str, Any]:
+    """A summary read back from its file (`--json` of simulate, bench or report), its schema and metrics
+    checked; a `UserError` if it is not one."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file; give the --json output of simulate, bench or report") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path}: cannot read it ({error})") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        hint = "; for a bench results file run `tokenpath report` on it first" if str(path).endswith(".jsonl") else ""
+        raise UserError(f"{path}: not a JSON summary{hint}") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        schema = document.get("schema") if isinstance(document, dict) else None
+        raise UserError(f"{path}: not a {SCHEMA} summary (schema is {schema!r})")
+    check_metrics(document, str(path))
+    return document
+
+
+# The parts of a summary that hold its metrics, as report and compare show them.
+_METRIC_KEYS = ("requests", "window_s", "throughput", "latency_s", "attribution_s", "continuity", "prefix_cache")
+
+
+def check_metrics(summary: dict[str, Any], where: str) -> None:
+    """Every metric of a summary is a finite number, or null where it is unknown (a latency of a run
+    where every request failed): a `UserError` naming the first that is not."""
+    def check(value: Any, field: str) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                check(inner, f"{field}.{key}")
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                    or not math.isfinite(value)):
+            raise UserError(f"{where}: {field} is {quoted(value)}, not a number; a summary holds finite numbers "
+                            "(times in seconds), or null where a value is unknown")
+
+    for key in _METRIC_KEYS:
+        check(summary.get(key), key)

@@ -22,7 +22,6 @@ def flatten_summary(document: dict[str, Any]) -> dict[str, Any]:
 def simulate_point(scenario: str, overrides: dict[str, Any], values: dict[str, Any], sweep: str) -> dict[str, Any]:
     """The row of one point: its id, the sweep's fingerprint, its axis values, then every summary metric.
     A metric named like an axis key is kept as `summary.<key>`."""
-    from tokenpath.report.simulation import result_document
     from tokenpath.sim.simulate import prepare, simulate
 
     try:
@@ -30,8 +29,7 @@ def simulate_point(scenario: str, overrides: dict[str, Any], values: dict[str, A
     except UserError as error:  # a deployment that cannot be built: say which point
         shown = ", ".join(f"{key}={value!r}" for key, value in values.items())
         raise UserError(f"point {shown}: {error}") from None
-    document, _ = result_document(simulation)
     row: dict[str, Any] = {"point": point_id(values), "sweep": sweep, **values}
-    for key, value in flatten_summary(document).items():
+    for key, value in flatten_summary(simulation.summary).items():
         row[f"summary.{key}" if key in row else key] = value
     return row

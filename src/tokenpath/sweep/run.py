@@ -5,12 +5,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from tokenpath.config.errors import UserError
 from tokenpath.sim.forked import available_cpus
@@ -132,7 +133,8 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int | None = None, ray: bool 
     ran = 0
     try:
         if todo:
-            rows = _ray(spec, todo, ray_address) if ray else _local(spec, todo, min(len(todo), workers or available_cpus()))
+            rows = (_ray(spec, todo, ray_address) if ray
+                    else _local(spec, todo, min(len(todo), workers or available_cpus())))
             try:
                 for row in rows:
                     store.add(row)

@@ -78,7 +78,8 @@ def row_scenario(row: dict[str, Any], group: dict[str, Any]) -> Scenario:
     if isinstance(num_requests, dict):
         num_requests = num_requests[f"{row['input_tokens']}/{row['output_tokens']}"]
     table = {
-        "name": f"validate {row['model']} {row['chip']} tp{row['tp']} {row['precision']} {row['input_tokens']}/{row['output_tokens']}",
+        "name": f"validate {row['model']} {row['chip']} tp{row['tp']} {row['precision']} "
+                f"{row['input_tokens']}/{row['output_tokens']}",
         "model": {"name": row["model"], "precision": row["precision"]},
         "deployment": {"chip": row["chip"], "chips": row["tp"], "tp": row["tp"]},
         "engine": engine,
@@ -184,8 +185,8 @@ def print_validation(console: Console, result: dict[str, Any]) -> None:
         for r in (r for r in result["rows"] if r["group"] == name):
             what, shape, precision = _describe(r)
             what += " (calibration)" if r.get("calibration") else ""
-            table.add_row(what, r.get("chip") or r["fabric"]["kind"], shape, precision, _value(r, r["published"]), _value(r, r["predicted"]),
-                          f"{r['error']:+.1%}")
+            table.add_row(what, r.get("chip") or r["fabric"]["kind"], shape, precision, _value(r, r["published"]),
+                          _value(r, r["predicted"]), f"{r['error']:+.1%}")
         console.print(table)
         console.print(f"median |error| {group['median_abs_error']:.1%}, worst {group['worst_abs_error']:.1%} "
                       f"over {group['rows']} rows\n")

@@ -5,8 +5,8 @@ A row becomes a scenario with the source's model, chip, tensor parallelism, prec
 arrival process and engine settings, and an engine-side last mile (the sources' clients ran on the
 serving host). The prediction is the same statistic (mean or median) of the same metric over the same
 requests: TTFT includes queueing; "tpot" is (E2E - TTFT) / (tokens - 1) per request; "itl" is every gap
-between streamed tokens. The row's `engine` ("vllm", "sglang", "trtllm") picks the scheduler profile
-(ENGINE_PROFILES), and the row's `engine_settings` go over it.
+between streamed tokens. The row's `engine` picks the scheduler profile (ENGINE_PROFILES, from
+engine/profiles.py's `measured_as`), and the row's `engine_settings` go over it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
+from tokenpath.engine.profiles import MEASURED_ENGINES
 from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario, build_scenario
 from tokenpath.sim.simulate import simulate
@@ -52,9 +53,8 @@ SHAREGPT_ASSUMED_CV = 1.0
 # uniform kind with this range ratio spans [1, 2 x mean] around the mean the run drew.
 UNIFORM_FULL_RANGE_RATIO = 0.998
 _STAT_KEY = {"mean": "mean", "median": "p50"}
-# Each engine's scheduler profile (engine/spec.py); a row's engine_settings can refine it (vLLM V0).
-ENGINE_PROFILES = {"vllm": {"scheduler": "vllm-v1"}, "sglang": {"scheduler": "prefill-first"},
-                   "trtllm": {"scheduler": "trtllm"}}
+# Each engine's scheduler profile (engine/profiles.py); a row's engine_settings can refine it (vLLM V0).
+ENGINE_PROFILES = {engine: {"scheduler": profile} for engine, profile in MEASURED_ENGINES.items()}
 
 
 def load_latency(path: str | Path | None = None) -> dict[str, Any]:

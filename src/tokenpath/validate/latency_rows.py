@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
+from tokenpath.engine.profiles import MEASURED_ENGINES
 
 Stat = Literal["mean", "median"]
 
@@ -30,7 +31,7 @@ class LatencyRow(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     source: str
-    engine: Literal["vllm", "sglang", "trtllm"]
+    engine: Literal[tuple(MEASURED_ENGINES)]  # type: ignore[valid-type]  # an engine a profile is measured as
     engine_version: str = ""
     engine_settings: dict[str, Any] = Field(default_factory=dict)
     model: str
@@ -108,7 +109,8 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
     if not isinstance(rows, list) or not rows:
         raise UserError(f"{where}: no [[rows]]; give at least one published measurement (see docs/validation.md)")
     for k, row in enumerate(rows):
-        label = f"{where}: rows[{k}]" + (f" ({row['source']})" if isinstance(row, dict) and isinstance(row.get("source"), str) else "")
+        label = f"{where}: rows[{k}]" + (f" ({row['source']})"
+                                         if isinstance(row, dict) and isinstance(row.get("source"), str) else "")
         if not isinstance(row, dict):
             raise UserError(f"{label}: a row is a table of fields")
         _check(LatencyRow, row, label)
@@ -116,7 +118,8 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
 
 
 def _shipped() -> dict[str, Any]:
-    return tomllib.loads((resources.files("tokenpath.catalog") / "validation" / "latency.toml").read_text(encoding="utf-8"))
+    shipped = resources.files("tokenpath.catalog") / "validation" / "latency.toml"
+    return tomllib.loads(shipped.read_text(encoding="utf-8"))
 
 
 def _check(model: type[BaseModel], table: Any, label: str) -> None:

@@ -1,7 +1,7 @@
 """Capacity at an SLO: the highest request rate whose full simulation meets every target (latency
-percentiles, e.g. ttft_p99 <= 2 s; continuity, e.g. qoe_p10 >= 0.9), found by bracketing and then narrowing the bracket, as vLLM
-bench's goodput and Vidur's capacity search do; and which target binds there, and which layer's time
-grows as the rate passes it.
+percentiles, e.g. ttft_p99 <= 2 s; continuity, e.g. qoe_p10 >= 0.9), found by bracketing and then
+narrowing the bracket, as vLLM bench's goodput and Vidur's capacity search do; and which target binds
+there, and which layer's time grows as the rate passes it.
 
 Only the arrival rate moves: the workload's lengths, the seed (so the same arrival gaps, scaled) and
 a concurrency cap, if any, stay as the scenario has them.
@@ -10,8 +10,9 @@ a concurrency cap, if any, stay as the scenario has them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.config.units import parse_duration_s
@@ -108,7 +109,8 @@ def parse_slo(text: str) -> dict[str, Target]:
         name, equals, value = item.partition("=")
         name = name.strip().lower()
         if not equals:
-            raise UserError(f"--slo: {quoted(item)} needs NAME=VALUE, e.g. --slo ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9")
+            raise UserError(f"--slo: {quoted(item)} needs NAME=VALUE, "
+                            "e.g. --slo ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9")
         slo[name] = parse_target(name, value.strip())
     if not slo:
         raise UserError("--slo: give at least one target, e.g. --slo ttft_p99=2s,tpot_p99=100ms")
@@ -217,7 +219,8 @@ def search(base: Base, slo: dict[str, Target], tolerance: float = DEFAULT_TOLERA
         "schema": SCHEMA,
         "slo": {name: {**target.document(), "observed": observed(low.summary, target)} for name, target in slo.items()},
         "request_rate": low.rate_per_s,
-        "binding": {"metric": binding, **slo[binding].document(), "observed_above": observed(high.summary, slo[binding])},
+        "binding": {"metric": binding, **slo[binding].document(),
+                    "observed_above": observed(high.summary, slo[binding])},
         "layer": max(grew, key=grew.get) if grew else None,
         "attribution_growth_s": grew,
         "tolerance": tolerance,

@@ -5,14 +5,15 @@ more continuously, and the compute itself). A lever that does not apply carries 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tokenpath.compute.chip import load_chip
-from tokenpath.engine.spec import SCHEDULERS
-from tokenpath.fabric.build import default_fabric
-from tokenpath.fabric.spec import FullMeshFabric, HierarchyFabric, MeshFabric, SwitchFabric, TorusFabric
+from tokenpath.engine.profiles import PROFILES
+from tokenpath.fabric.build import default_fabric, scaleup_link_bw_Bps
+from tokenpath.fabric.spec import HierarchyFabric, SwitchFabric
 from tokenpath.sim.scenario import Scenario
 
 GROUPS = ("wider", "closer", "more continuous", "compute")
@@ -38,17 +39,6 @@ class Lever:
     group: str
     overrides: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None
-
-
-def _scaleup_link_bw_Bps(spec: Any, chip_bw_Bps: float, chips: int) -> float:
-    """A scale-up table's link bandwidth, where it leaves it to the chip as fabric.build does."""
-    if spec.link_bw is not None:
-        return spec.link_bw
-    if isinstance(spec, FullMeshFabric):
-        return chip_bw_Bps / max(1, (spec.hosts or chips) - 1)
-    if isinstance(spec, (TorusFabric, MeshFabric)):
-        return chip_bw_Bps / (2 * max(1, len(spec.dims)))
-    return chip_bw_Bps
 
 
 def _gbps(bw_Bps: float) -> str:
@@ -100,13 +90,14 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
     fabric = _Fabric(scenario, table)
     up, inside = fabric.scaleup, (("node",) if isinstance(fabric.spec, HierarchyFabric) else ())
     levers = []
-    bw = _scaleup_link_bw_Bps(up, fabric.chip.scaleup_bw_Bps, dep.chips)
+    bw = scaleup_link_bw_Bps(up, fabric.chip.scaleup_bw_Bps, dep.chips)
     levers.append(Lever(f"scale-up links x{BANDWIDTH_FACTOR:g} ({_gbps(bw * BANDWIDTH_FACTOR)})", "",
                         fabric.overrides((*inside, "link_bw"), _gbps(bw * BANDWIDTH_FACTOR))))
     if isinstance(up, SwitchFabric):
         levers.append(Lever(f"NVLS {'off' if up.nvls else 'on'}", "", fabric.overrides((*inside, "nvls"), not up.nvls)))
     else:
-        levers.append(Lever("NVLS", "", skipped=f"NVLink SHARP reduces in a switch; this scale-up fabric is a {up.kind}"))
+        levers.append(Lever("NVLS", "",
+                            skipped=f"NVLink SHARP reduces in a switch; this scale-up fabric is a {up.kind}"))
     group = dep.tp * dep.pp
     levers.append(Lever(f"one more replica ({dep.chips + group} chips)", "", {"deployment.chips": dep.chips + group}))
     for divisor in (2, 4):
@@ -122,7 +113,8 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
                             fabric.overrides(("network", "link_bw"), _gbps(net * BANDWIDTH_FACTOR))))
     else:
         levers.append(Lever("faster scale-out network", "",
-                            skipped=f"one {fabric.spec.kind} joins all {dep.chips} chips: no scale-out network in the path"))
+                            skipped=f"one {fabric.spec.kind} joins all {dep.chips} chips: "
+                                    "no scale-out network in the path"))
     return levers
 
 
@@ -190,9 +182,8 @@ def _continuous(scenario: Scenario, table: dict[str, Any], here: Path) -> list[L
             overrides["engine.max_num_batched_tokens"] = seqs
         levers.append(Lever(f"max_num_seqs {seqs}", "", overrides) if seqs >= 1 else
                       Lever("max_num_seqs / 4", "", skipped=f"max_num_seqs is {engine.max_num_seqs}"))
-    for profile in SCHEDULERS:
-        # vLLM's V0 engine is a release to reproduce (its rows), not a change to make.
-        if profile not in (engine.scheduler, "vllm-v0"):
+    for profile, facts in PROFILES.items():
+        if profile != engine.scheduler and facts.offered_as_lever:
             overrides = {"engine.scheduler": profile}
             if engine.num_scheduler_steps > 1:
                 overrides["engine.num_scheduler_steps"] = 1

@@ -49,7 +49,8 @@ class Prices:
                 raise UserError(f"{where}: [{chip}] needs exactly usd_per_hour (a number) and source (where it "
                                 "comes from)")
             price = row["usd_per_hour"]
-            if isinstance(price, bool) or not isinstance(price, (int, float)) or not (price > 0 and math.isfinite(price)):
+            if (isinstance(price, bool) or not isinstance(price, (int, float))
+                    or not (price > 0 and math.isfinite(price))):
                 raise UserError(f"{where}: [{chip}] usd_per_hour must be a price > 0, got {quoted(price)}")
             usd[chip], source[chip] = float(price), str(row["source"])
         return Prices(usd, source)

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tokenpath.config.errors import UserError
 from tokenpath.sim.forked import available_cpus, can_fork, map_forked
@@ -42,12 +43,11 @@ def simulate_summary(base: Base, overrides: dict[str, Any]) -> Outcome:
     """The result document of `base` with `overrides`, as `tokenpath simulate` writes it; a scenario
     the overrides make impossible (a split that does not divide, a model that does not fit) is an
     Outcome with its error instead."""
-    from tokenpath.report.simulation import result_document
     from tokenpath.sim.simulate import simulate
 
     try:
         scenario = base.scenario(overrides)
-        document, _ = result_document(simulate(scenario, workers=1))
+        document = simulate(scenario, workers=1).summary
     except UserError as error:
         return Outcome(None, str(error))
     except OverflowError:

@@ -8,7 +8,7 @@ from tokenpath.config import memory
 # What the peak memory (max RSS) of `tokenpath simulate --workers 1` on the typical scenario grows by,
 # from runs of two or three sizes (rounded up here):
 # - per request: 200k and 1M requests 0.29 and 0.89 GB (their times, not their tokens'): 0.76 kB;
-# - per output token while every token's time is kept (runs of up to served.KEEP_TOKENS_LIMIT output
+# - per output token while every token's time is kept (runs of up to memory.KEEP_TOKENS_LIMIT output
 #   tokens): 20k and 100k requests of 150 tokens 0.18 and 0.66 GB: 5.9 kB a request, 35 B a token
 #   beyond the request's own;
 # - per prefix segment: 50k requests in sessions of 1, 100 and 200 turns of 50 + 50 tokens (0.1M, 5.1M
@@ -21,9 +21,7 @@ SEGMENT_BYTES = 120
 def run_bytes(requests: int, output_tokens: int, segments: int) -> int:
     """About the peak memory of simulating `requests` requests with `output_tokens` output tokens in
     all and `segments` prefix segments."""
-    from tokenpath.sim.served import KEEP_TOKENS_LIMIT  # (served.py imports this package)
-
-    kept_tokens = output_tokens if output_tokens <= KEEP_TOKENS_LIMIT else 0
+    kept_tokens = output_tokens if output_tokens <= memory.KEEP_TOKENS_LIMIT else 0
     return requests * REQUEST_BYTES + kept_tokens * TOKEN_BYTES + segments * SEGMENT_BYTES
 
 

@@ -197,9 +197,10 @@ MAX_TURNS = 1000
 class SessionSpec(BaseModel):
     """Multi-turn conversations: each session is `turns` requests (a number, or token-length style
     distribution of counts), each turn's prompt the whole history (earlier prompts and answers) plus a
-    new message drawn from `input`, its answer from `output` (drawn counts are clipped to MAX_TURNS). A turn is sent `think_time` after the
-    previous answer's last byte reaches the client (`think_distribution` "exponential": drawn with that
-    mean), so each session is a closed loop; sessions start by the arrival process."""
+    new message drawn from `input`, its answer from `output` (drawn counts are clipped to MAX_TURNS). A
+    turn is sent `think_time` after the previous answer's last byte reaches the client
+    (`think_distribution` "exponential": drawn with that mean), so each session is a closed loop;
+    sessions start by the arrival process."""
 
     model_config = _CONFIG
 
@@ -227,9 +228,10 @@ class WorkloadSpec(BaseModel):
     When `trace` is given, arrivals and lengths come from the trace and the `input`, `output` and
     `arrival` tables are ignored; `num_requests` then caps how many trace rows are taken (the first N
     in time order). With `sessions`, requests are the turns of multi-turn conversations and `num_requests`
-counts turns (the last session may be cut short); the arrival process then starts sessions. `max_concurrency` caps the requests outstanding at once (a closed loop); None
-    leaves the loop open. The first `warmup_requests` are served but not measured. Relative file paths are taken relative to the current directory unless
-    `resolve_paths` is called.
+    counts turns (the last session may be cut short); the arrival process then starts sessions.
+    `max_concurrency` caps the requests outstanding at once (a closed loop); None leaves the loop open.
+    The first `warmup_requests` are served but not measured. Relative file paths are taken relative to
+    the current directory unless `resolve_paths` is called.
     """
 
     model_config = _CONFIG
@@ -237,8 +239,9 @@ counts turns (the last session may be cut short); the arrival process then start
     num_requests: int = Field(2000, ge=1, le=MAX_REQUESTS)
     warmup_requests: int = Field(
         0, ge=0, le=MAX_REQUESTS, description="the first requests sent, run but left out of every metric "
-                                              "in the same continuous run (AIPerf instead lets its warm-up finish before "
-                                              "it measures: simulate its measured requests alone, with 0 here)")
+                                              "in the same continuous run (AIPerf instead lets its warm-up "
+                                              "finish before it measures: simulate its measured requests "
+                                              "alone, with 0 here)")
     max_concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
     input: LengthSpec = LengthSpec(kind="normal", mean=550, sd=150)
     output: LengthSpec = LengthSpec(kind="normal", mean=150, sd=80)

@@ -177,7 +177,8 @@ def _mooncake_rows(file: IO[str], path: object) -> Rows:
             except RecursionError:
                 raise _RowError("not valid JSON (nested too deep); write one flat JSON object per line") from None
             except ValueError as error:  # an integer of more digits than Python converts
-                raise _RowError(f"not valid JSON ({str(error).split(';')[0]}); write one JSON object per line") from None
+                raise _RowError(f"not valid JSON ({str(error).split(';')[0]}); "
+                                "write one JSON object per line") from None
             if not isinstance(record, dict):
                 raise _RowError("not a JSON object; write one object per line")
             for key in ("timestamp", "input_length", "output_length"):
@@ -197,7 +198,8 @@ def _mooncake_rows(file: IO[str], path: object) -> Rows:
 def _hash_ids(value: object, input_tokens: int) -> list[int]:
     """A row's hash_ids: whole numbers, at most one per 512-token block of its prompt."""
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise _RowError(f"hash_ids {quoted(value)} is not a list of integers; write the prompt's block ids, e.g. [0, 1, 2]")
+        raise _RowError(f"hash_ids {quoted(value)} is not a list of integers; "
+                        "write the prompt's block ids, e.g. [0, 1, 2]")
     blocks = -(-input_tokens // _MOONCAKE_BLOCK_TOKENS)
     if len(value) > blocks:
         raise _RowError(f"hash_ids has {len(value)} ids but input_length {input_tokens} makes {blocks} blocks of "

@@ -1,0 +1,239 @@
+"""The scheduler profiles as data: one frozen `Profile` per engine, with every fact the simulation
+reads from it.
+
+The rest of the code reads a profile's fields and never compares its name: `engine/spec.py` takes
+its defaults and checks the settings against it, `engine/host_time.py` its host, `engine/replica.py`
+its batches, the reports and the CLI its assumptions and help. Adding a profile is one entry of
+PROFILES here, plus its rules written out plainly in tests/reference_engine.py (the tests compare the
+two).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from tokenpath.engine.cuda_graphs import VLLM_V0_CUDA_GRAPH_MAX_BS, sglang_cuda_graph_max_bs
+
+# vLLM V0 ran at most 256 sequences by default (EngineArgs.max_num_seqs before V1's defaults).
+VLLM_V0_MAX_NUM_SEQS = 256
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One engine's scheduler and the process around it."""
+
+    engine: str        # the engine modelled, as its users name it
+    description: str   # how it forms batches, with the code it follows
+    # -- how a step's batch is composed
+    # The [engine] setting that lets prompt chunks share steps with decodes: while it is false, prompts
+    # run in steps of their own and the decoding sequences pause. None: they always share.
+    prefills_alone_unless: Literal["chunked_prefill", "mixed_chunk"] | None
+    # A prompt chunk cut to the token budget is whole tokens, or whole KV blocks.
+    chunk_unit: Literal["token", "block"]
+    # -- admission
+    kv_admissions: tuple[Literal["reserve", "on_demand"], ...]  # those it offers, its default first
+    new_token_ratio: bool  # admits only while the cache keeps SGLang's headroom (engine/new_token_ratio.py)
+    queue_policy: Literal["fcfs"]  # the order waiting requests are admitted in (engine/queues.py)
+    # -- the host (engine/host_time.py)
+    host_step_assumption: Literal["host_step_s", "vllm_v0_host_step_s"]  # its fixed host time per step
+    host_overlap: bool  # prepares a step while the GPU runs the one before, unless [engine] says
+    eager_host: bool    # pays EAGER_HOST_PER_KERNEL_S per kernel of a step that replays no graph
+    # -- CUDA graphs (engine/cuda_graphs.py), unless [engine] says
+    cuda_graphs: Literal["all", "decode", "none"]
+    # The largest step replayed as a graph: any size (None), a count, or a rule of the GPU's memory
+    # in bytes and the tensor-parallel size.
+    cuda_graph_max_bs: int | Callable[[float, int], int] | None
+    # -- default limits: None keeps the [engine] table's (vLLM V1's)
+    max_num_seqs: int | None
+    # -- the KV cache's precision under kv_cache_precision = "auto": fp8 when the weights are fp8 or
+    # fp4, or the model's own bf16 whatever the weights
+    fp8_kv_with_quantized_weights: bool
+    # -- the process around the scheduler: data for modelling the front end, not read by the simulation
+    front_end: Literal["api-server", "engine"]  # where HTTP requests are parsed and prompts tokenized
+    detokenizes_in: Literal["engine", "api-server", "detokenizer"]  # "detokenizer": a process of its own
+    # -- where it is used beyond the simulation
+    offered_as_lever: bool  # `tokenpath levers` tries switching to it
+    measured_as: str | None  # the engine's name in the latency rows simulated with it (validate/latency.py)
+
+
+PROFILES: dict[str, Profile] = {
+    "vllm-v1": Profile(
+        engine="vLLM V1",
+        description="""vLLM V1's scheduler (vllm/v1/core/sched/scheduler.py), the default. Every step, the
+    running sequences first, in admission order: each decoding one takes a token, the prompt in
+    progress the rest of the token budget; then waiting sequences, first come first served, while
+    the step has room (sequences, tokens, KV blocks), a long prompt cut to the budget (chunked
+    prefill). Prompt chunks and decodes share each step. Blocks are taken as sequences grow; when
+    they run out, the newest running sequences are preempted and recomputed later.""",
+        prefills_alone_unless=None,
+        chunk_unit="token",
+        kv_admissions=("on_demand",),
+        new_token_ratio=False,
+        queue_policy="fcfs",
+        host_step_assumption="host_step_s",
+        # V1's engine core prepares each step after the one before (before its opt-in async scheduling).
+        host_overlap=False,
+        # vLLM V1 compiles its model with torch.compile by default (fused kernels, a Python call per
+        # compiled piece): no host time per kernel is measured, so none.
+        eager_host=False,
+        # V1 replays captured graphs for steps of up to its max_cudagraph_capture_size (512 tokens),
+        # decode-only or mixed; its larger steps run long kernels that hide their launches.
+        cuda_graphs="all",
+        cuda_graph_max_bs=None,
+        max_num_seqs=None,
+        fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
+        # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py) and
+        # detokenizes the outputs there (vllm/v1/engine/output_processor.py).
+        front_end="api-server",
+        detokenizes_in="api-server",
+        offered_as_lever=True,
+        measured_as="vllm",
+    ),
+    "vllm-v0": Profile(
+        engine="vLLM V0",
+        description="""vLLM's V0 engine (releases before 0.8, or VLLM_USE_V1=0): its scheduler as prefill-first
+    forms batches without `chunked_prefill` (vllm/core/scheduler.py, _schedule_default) and as vllm-v1
+    does with it (_schedule_chunked_prefill: the running decodes first, then prompt chunks within the
+    budget); CUDA graphs for decode batches of up to 256 sequences; and its host's time in every
+    step's path (engine/host_time.py: V0 schedules, prepares inputs and samples synchronously, and
+    launches eager steps op by op from Python). `num_scheduler_steps` > 1 is its multi-step
+    scheduling (MULTI_STEP below), without chunked prefill. Unset, `max_num_seqs` is V0's default, 256; the
+    other limits keep the [engine] table's defaults (V0 turned chunked prefill on, with a 512-token
+    budget, for models of over 32k tokens of context: state it). Not modelled: its 1% free-block
+    watermark.""",
+        prefills_alone_unless="chunked_prefill",
+        chunk_unit="token",
+        kv_admissions=("on_demand",),
+        new_token_ratio=False,
+        queue_policy="fcfs",
+        host_step_assumption="vllm_v0_host_step_s",
+        host_overlap=False,
+        eager_host=True,  # its model code runs op by op in Python when no graph is replayed
+        # V0 captured decode batches (vllm/worker/model_runner.py) and ran prompt steps, and its mixed
+        # chunked-prefill steps, eagerly.
+        cuda_graphs="decode",
+        cuda_graph_max_bs=VLLM_V0_CUDA_GRAPH_MAX_BS,
+        max_num_seqs=VLLM_V0_MAX_NUM_SEQS,
+        fp8_kv_with_quantized_weights=False,
+        # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
+        # since 0.6); the engine detokenized in its own step loop (vllm/engine/output_processor/,
+        # vllm/transformers_utils/detokenizer.py).
+        front_end="api-server",
+        detokenizes_in="engine",
+        offered_as_lever=False,  # a release to reproduce (its latency rows), not a change to make
+        measured_as=None,        # rows pick it by their engine_settings
+    ),
+    "prefill-first": Profile(
+        engine="SGLang",
+        description="""SGLang's default (scheduler.py, get_next_batch_to_run), whose batches vLLM V0 forms
+    too without chunked prefill (vllm/core/scheduler.py, _schedule_default; vllm-v0 adds V0's host,
+    and admits without the headroom below). When waiting prompts can be admitted the
+    step is a prefill batch of its own: as many waiting prompts as fit the token budget, the free
+    sequences and the free KV blocks; decoding sequences pause (they do not take part, and that
+    time counts as queue for them). Otherwise the step decodes every running sequence. With
+    `chunked_prefill` the token budget is SGLang's chunked_prefill_size: a longer prompt is split
+    over several prefill steps, run back to back. `mixed_chunk` is SGLang's --enable-mixed-chunk:
+    the decodes join the prefill step (the batch is then formed as vllm-v1 forms it).
+    `num_scheduler_steps` > 1 is vLLM V0's multi-step scheduling (MULTI_STEP below). A waiting prompt
+    is admitted only while the cache also has room for a share of the running requests' outputs still
+    to come, SGLang's new_token_ratio (engine/new_token_ratio.py), so an overloaded engine rarely has
+    to retract and recompute. Not modelled: SGLang's separate max_prefill_tokens.""",
+        prefills_alone_unless="mixed_chunk",
+        chunk_unit="token",
+        kv_admissions=("on_demand",),
+        new_token_ratio=True,
+        queue_policy="fcfs",
+        host_step_assumption="host_step_s",
+        host_overlap=True,  # the zero-overhead batch scheduler, since v0.4 (event_loop_overlap)
+        eager_host=True,    # calibrated on SGLang (engine/host_time.py)
+        # SGLang's CudaGraphRunner replays decode-or-idle batches only, up to its cuda_graph_max_bs
+        # for the GPU's memory and tp (engine/cuda_graphs.py).
+        cuda_graphs="decode",
+        cuda_graph_max_bs=sglang_cuda_graph_max_bs,
+        max_num_seqs=None,
+        fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
+        # The HTTP server's process tokenizes (sglang/srt/managers/tokenizer_manager.py); the
+        # scheduler runs in a process of its own and a third detokenizes
+        # (sglang/srt/managers/detokenizer_manager.py).
+        front_end="api-server",
+        detokenizes_in="detokenizer",
+        offered_as_lever=True,
+        measured_as="sglang",
+    ),
+    "trtllm": Profile(
+        engine="TensorRT-LLM",
+        description="""TensorRT-LLM's in-flight batching (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp
+    and microBatchScheduler.cpp). The capacity scheduler admits requests first come first served:
+    with `kv_admission = "reserve"` (GUARANTEED_NO_EVICT, TensorRT-LLM's default) only while the
+    request's whole KV cache, prompt and output (TensorRT-LLM reserves for max_tokens, which
+    benchmarks set to the output length), fits in the blocks no running request has reserved, so no
+    request is ever preempted; with "on_demand" (MAX_UTILIZATION) blocks are taken as
+    sequences grow and the newest are paused (recomputed) when they run out, as in vLLM. The
+    micro-batch scheduler puts the generation requests first, one token each, then contexts within
+    max_num_tokens (`max_num_batched_tokens`): whole without chunked context, and with it cut to the
+    budget left, rounded down to whole KV blocks (its chunkUnitSize is the tokens per block).
+    Approximated: after a cut chunk no other context joins the step (TensorRT-LLM lets one whose
+    whole rest fits in the leftover, under a block); MAX_UTILIZATION pauses the newest started
+    request, which here waits at the front of the queue as in vLLM.""",
+        prefills_alone_unless=None,
+        # A chunk that is not the prompt's rest is whole KV blocks (trtGptModelInflightBatching.cpp).
+        chunk_unit="block",
+        kv_admissions=("reserve", "on_demand"),
+        new_token_ratio=False,
+        queue_policy="fcfs",
+        host_step_assumption="host_step_s",
+        host_overlap=True,  # the PyTorch backend's overlap scheduler, on by default
+        # It launches from its C++ runtime, or fuses a layer into fewer custom ops in its PyTorch
+        # backend: no host time per kernel is measured, so none.
+        eager_host=False,
+        cuda_graphs="all",
+        cuda_graph_max_bs=None,
+        max_num_seqs=None,
+        # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
+        fp8_kv_with_quantized_weights=True,
+        # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the
+        # executor's workers and detokenizes in its own process by default; with
+        # --num_postprocess_workers > 0, in a pool of postprocess worker processes.
+        front_end="api-server",
+        detokenizes_in="api-server",
+        offered_as_lever=True,
+        measured_as="trtllm",
+    ),
+}
+
+DEFAULT_PROFILE = "vllm-v1"
+
+# Each engine name of the latency rows -> the profile its runs are simulated with.
+MEASURED_ENGINES = {p.measured_as: name for name, p in PROFILES.items() if p.measured_as}
+
+MULTI_STEP = """Multi-step scheduling (vLLM V0 --num-scheduler-steps k, with scheduler = "vllm-v0" or
+"prefill-first", prompts in steps of their own):
+the scheduler runs at window starts only. A prefill step is a window of its own; otherwise the
+running sequences decode for k steps as one fixed batch, their KV blocks for all k steps taken at
+the window's start (vLLM allocates k - 1 lookahead slots). New requests are admitted only at window
+starts. The window's tokens leave the server together when its last step ends (vLLM processes a
+window's outputs after its last step); a sequence that samples its last token mid-window stays in
+the batch until the window ends (the GPU keeps computing it, its extra tokens are dropped, vLLM
+issue 10890) and frees its slot then; for that request the wait counts as delivery."""
+
+
+def listed(names: list[str], last: str = "or") -> str:
+    """Names as prose: "a", "a or b", "a, b or c"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {last} {names[-1]}"
+
+
+def names_where(test: Callable[[Profile], bool]) -> list[str]:
+    """The names of the profiles that pass `test`."""
+    return [name for name, profile in PROFILES.items() if test(profile)]
+
+
+def profiles_where(test: Callable[[Profile], bool], last: str = "and") -> str:
+    """The names of the profiles that pass `test`, as prose: help text that stays true as profiles come."""
+    return listed(names_where(test), last)
+
+
+def choices() -> str:
+    """Every profile with its engine: the scheduler's help (which adds the default)."""
+    return listed([f"{name} ({profile.engine})" for name, profile in PROFILES.items()])

@@ -1,0 +1,240 @@
+"""A simulation's result document: the summary schema (summary.py) with what only a simulation knows:
+the scenario as it ran, the engine, routing and fabric, and the bottleneck with its evidence
+(diagnose/)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tokenpath.config.assumptions import DELIVERY_FIELDS, lookup
+from tokenpath.config.units import format_duration
+from tokenpath.delivery.lastmile import LastMile, worker_busy_ns
+from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, memory_bound_share, sample_steps
+from tokenpath.diagnose.felt import PARTS, felt_parts_s
+from tokenpath.diagnose.overload import load_of
+from tokenpath.sim.summary import misses_slo, summarize, window_ns
+
+if TYPE_CHECKING:  # simulate.py imports this module: Simulation.summary is its result document
+    from tokenpath.sim.simulate import Simulation
+
+
+def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
+    """The result schema for a simulation, and the one-line reason behind its bottleneck."""
+    scenario = sim.scenario
+    slo = {key: getattr(scenario.slo, key) for key in ("ttft", "ttfv", "tpot", "e2e")}
+    document = summarize(sim.run, scenario.name, scenario.fingerprint(), slo,
+                         warmup_requests=scenario.workload.warmup_requests)
+    evidence = _evidence(sim, window_ns(sim.run) / 1e9)
+    layer, reason = bottleneck(document["attribution_s"], evidence)
+    document["scenario"]["assumptions"] = assumptions_block(scenario)
+    document["resolved"] = resolved_block(sim)
+    document["bottleneck"] = layer
+    document["bottleneck_reason"] = reason
+    document["load"] = evidence.load.document()
+    document["engine"] = {
+        "replicas": scenario.deployment.replicas,
+        "engines": sim.deployment.replicas,  # replicas x pipeline batches in flight
+        "kv_capacity_tokens_per_engine": sim.deployment.kv_capacity_tokens,
+        "steps": int(sum(len(t.step_start_ns) for t in sim.traces)),
+        "preemptions": int(sum(t.preemptions for t in sim.traces)),
+        "prefix_caching": scenario.engine.prefix_caching,
+    }
+    if sim.run.replica is not None and not scenario.deployment.prefill_replicas:
+        served = np.bincount(sim.run.replica, minlength=scenario.deployment.replicas * scenario.deployment.pp)
+        document["routing"] = {
+            "policy": scenario.deployment.routing,
+            "requests_per_replica": served.tolist(),
+            # the busiest replica's requests over the mean: 1.0 is perfectly even
+            "imbalance": float(served.max() / served.mean()) if served.sum() else 0.0,
+        }
+    topology = sim.deployment.topology
+    document["fabric"] = {
+        "name": sim.deployment.fabric_name,
+        "kind": topology.kind, "hosts": topology.hosts, "switches": topology.switches, "links": topology.cables,
+        "diameter": topology.diameter(), "avg_hops": topology.avg_hops(),
+        "bisection_bw_Bps": topology.bisection_bw_Bps(),
+        "placement": sim.deployment.placement.hosts.tolist(),
+    }
+    return document, reason
+
+
+def resolved_block(sim: Simulation) -> dict[str, Any]:
+    """The result document's `resolved`: the scenario as it ran, in plain JSON values (seconds, bytes/s),
+    with what the scenario left to defaults filled in: the chip's default fabric, the engine profile's
+    host overlap and CUDA graphs, the last mile's assumptions and calibration. Two runs are named by
+    where their blocks differ (report/compare.py)."""
+    s, d = sim.scenario, sim.deployment
+    dep, engine, arrival = s.deployment, s.engine, s.workload.arrival
+    delivery = s.resolved_delivery()
+    return {
+        "deployment": {
+            "model": d.model.name, "precision": s.model.precision,
+            "kv_precision": s.model.kv_precision(engine.scheduler),
+            "chip": d.chip.name, "chips": dep.chips, "tp": dep.tp, "pp": dep.pp, "replicas": dep.replicas,
+            "prefill_replicas": dep.prefill_replicas, "expert_parallel": dep.expert_parallel, "routing": dep.routing,
+            "placement": placement_name(dep.placement), "fabric": {"kind": d.topology.kind, "name": d.fabric_name},
+            "collectives": d.collectives.algorithm,
+        },
+        "engine": {
+            "scheduler": engine.scheduler, "max_num_seqs": engine.max_num_seqs,
+            "max_num_batched_tokens": engine.max_num_batched_tokens, "block_size": engine.block_size,
+            "chunked_prefill": engine.chunked_prefill, "mixed_chunk": engine.mixed_chunk,
+            "num_scheduler_steps": engine.num_scheduler_steps, "kv_admission": engine.kv_admission,
+            "prefix_caching": engine.prefix_caching, "gpu_memory_utilization": engine.gpu_memory_utilization,
+            "cuda_graphs": engine.cuda_graphs, "cuda_graph_max_tokens": engine.cuda_graph_max_tokens,
+            "host_overlap": d.compute.host_overlapped, "host_step_s": d.compute.host_step_s,
+        },
+        "delivery": {
+            "detokenize": delivery.detokenize, "stream_interval_tokens": delivery.stream_interval,
+            "network_rtt_s": delivery.network_rtt, "network_bw_Bps": delivery.network_bw,
+            "invisible_token_fraction": delivery.invisible_token_fraction,
+            "detokenize_per_token_s": delivery.detokenize_per_token, "frame_per_event_s": delivery.frame_per_event,
+            "frontend_per_request_s": delivery.frontend_per_request,
+            "host_link_bw_Bps": delivery.host_link_bw, "host_link_latency_s": delivery.host_link_latency,
+            "calibration": None if delivery.calibration is None else str(delivery.calibration),
+        },
+        "workload": {
+            "requests": s.workload.num_requests, "warmup_requests": s.workload.warmup_requests,
+            "rate_per_s": arrival.rate if math.isfinite(arrival.rate) else None,  # null: all at t=0
+            "burstiness": arrival.burstiness, "max_concurrency": s.workload.max_concurrency,
+            "trace": None if s.workload.trace is None else str(s.workload.trace.path),
+        },
+    }
+
+
+def assumptions_block(scenario: Any) -> dict[str, Any]:
+    """The result document's `scenario.assumptions`: what differs from the registry (assumptions.py:
+    `overridden`, `calibrated`, `calibration_files`), plus the assumed last-mile costs the scenario's
+    [delivery] table sets to other values than the registry's (`delivery_fields`, by assumption name)
+    and the delivery calibration file in use."""
+    block = scenario.resolved_assumptions().describe()
+    given = scenario.delivery
+    block["delivery_fields"] = {name: float(getattr(given, field)) for name, field in DELIVERY_FIELDS.items()
+                                if field in given.model_fields_set and getattr(given, field) != lookup(name).value}
+    calibration = scenario.resolved_delivery().calibration
+    block["delivery_calibration"] = None if calibration is None else str(calibration)
+    return block
+
+
+def _evidence(sim: Simulation, window_s: float) -> Evidence:
+    traces, scenario = sim.traces, sim.scenario
+    step_ns = np.concatenate([t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns for t in traces])
+    blocking = np.concatenate([t.step_blocking_ns for t in traces])
+    seqs = np.concatenate([t.step_seqs for t in traces])
+    memory_bound = memory_bound_share(sim.deployment.compute, [
+        (t.step_tokens[k], t.step_logits[k], t.step_attn_pairs[k], t.step_kv_read_tokens[k],
+         t.step_chunk_context_tokens[k])
+        for t in traces for k in sample_steps(len(t.step_tokens))
+    ])
+    busy_s = step_ns.sum() / 1e9 / max(len(traces), 1)
+    arrival = sim.requests.arrival_s
+    span_s = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
+    offered = (len(arrival) - 1) / span_s if span_s > 0 else math.inf
+    step_mix_s = {"compute": sum(float(t.step_compute_ns.sum()) for t in traces) / 1e9,
+                  "traffic": sum(float(t.step_traffic_ns.sum()) for t in traces) / 1e9,
+                  "delivery": float(blocking.sum()) / 1e9}
+    evidence = Evidence(
+        offered_rate_per_s=offered,
+        busy_fraction=min(1.0, busy_s / window_s) if window_s else 0.0,
+        mean_batch_seqs=float(seqs.mean()) if len(seqs) else 0.0,
+        preemptions=sum(t.preemptions for t in traces),
+        memory_bound_fraction=memory_bound,
+        traffic_detail=traffic_detail(sim),
+        network_rtt_s=scenario.delivery.network_rtt,
+        detokenize=scenario.delivery.detokenize,
+        host_share_of_step=float(blocking.sum() / step_ns.sum()) if step_ns.sum() else 0.0,
+        load=_load(sim),
+    )
+    return replace(evidence, resources=_resources(sim, evidence, step_mix_s, window_s),
+                   **_felt(sim, step_mix_s))
+
+
+def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float], window_s: float) -> list[Resource]:
+    """The serial resources requests share: each engine and, detokenizing async, its worker; with
+    disaggregated pools, each replica's links for KV caches. Each counts at its busiest instance, which
+    saturates first."""
+    if window_s <= 0 or not sim.traces:
+        return []
+    part = max(step_mix_s, key=step_mix_s.get)
+    if part == "compute":
+        why = f"mostly compute at a mean batch of {evidence.mean_batch_seqs:.0f} sequences, {evidence.bound}-bound"
+    elif part == "traffic":
+        why = f"mostly fabric traffic: {evidence.traffic_detail}"
+    else:
+        why = f"mostly the host blocking it ({evidence.detokenize} detokenization)"
+    engine_busy_ns = max(int((t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns).sum()) for t in sim.traces)
+    found = [Resource("busiest engine" if len(sim.traces) > 1 else "engine", part, engine_busy_ns / 1e9 / window_s, why,
+                      one_at_a_time=False)]
+    delivery = sim.scenario.resolved_delivery()
+    if delivery.detokenize == "async":
+        busy_ns = max(worker_busy_ns(t.step_start_ns + t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns,
+                                     t.step_leave_ns) for t in sim.traces)
+        per_token = format_duration(delivery.detokenize_per_token)
+        found.append(Resource("detokenizing worker", "delivery", busy_ns / 1e9 / window_s,
+                              f"async detokenization at {per_token} a token"))
+    if sim.kv_link_busy_ns is not None and len(sim.kv_link_busy_ns):
+        found.append(Resource("KV-transfer port of the busiest replica", "traffic",
+                              float(sim.kv_link_busy_ns.max()) / 1e9 / window_s,
+                              "each request's KV cache from a prefill to a decode replica, one at a time"))
+    return found
+
+
+def _felt(sim: Simulation, step_mix_s: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """The Evidence fields on what users feel: each felt metric's parts, the network's share of them,
+    and the SLOs with the share of requests that miss each."""
+    scenario = sim.scenario
+    run = sim.run.after(scenario.workload.warmup_requests)
+    done = run.completed
+    slo_s = {key: getattr(scenario.slo, key) for key in ("ttft", "ttfv", "tpot", "e2e")
+             if getattr(scenario.slo, key) is not None}
+    misses = misses_slo(run, slo_s)
+    shares = {metric: float(missed[done].mean()) if done.any() else 0.0 for metric, missed in misses.items()}
+    found: dict[str, Any] = {"slo_s": slo_s, "slo_miss_share": shares}
+    if run.prefill_start_ns is None or run.ttft_engine_ns is None or not done.any():
+        return found
+    last_mile = LastMile(scenario.resolved_delivery())
+    inputs = run.input_tokens[done]
+    lengths, which = np.unique(inputs, return_inverse=True)
+    upload_ns = np.array([last_mile.upload_ns(int(p)) for p in lengths], np.int64)[which]
+    # The network's part: the upload's, and the first (or last) event's trip back.
+    network_ns = np.array([last_mile.upload_network_ns(int(p)) for p in lengths], np.int64)[which] \
+        + last_mile.event_network_ns(1)
+    total = sum(step_mix_s.values()) or 1.0
+    e2e_parts_ns = {part: getattr(run, f"{part}_ns")[done] for part in PARTS}
+    parts = felt_parts_s(run.sent_ns[done], upload_ns, run.prefill_start_ns[done], run.ttft_engine_ns[done],
+                         run.ttft_ns[done], run.ttfv_ns[done], e2e_parts_ns, run.output_tokens[done],
+                         {part: value / total for part, value in step_mix_s.items()})
+    network_s = float(network_ns.mean()) / 1e9
+    found.update(parts_s=parts, network_s={"ttft": network_s, "ttfv": network_s, "e2e": network_s})
+    return found
+
+
+def _load(sim: Simulation):
+    """Offered and served rates and the backlog, over the measured requests (after the warmup)."""
+    run = sim.run.after(sim.scenario.workload.warmup_requests)
+    return load_of(run.sent_ns, run.ttft_ns, run.e2e_ns, run.completed)
+
+
+def traffic_detail(sim: Simulation) -> str:
+    """What the fabric carries each step, in words."""
+    costs, dep = sim.deployment.costs, sim.scenario.deployment
+    parts = []
+    if costs.allreduces_per_step:
+        parts.append(f"{costs.allreduces_per_step} tensor-parallel all-reduces per step across {dep.tp} chips")
+    if costs.all_to_alls_per_step:
+        parts.append(f"{costs.all_to_alls_per_step} expert-parallel all-to-alls across {dep.chips} chips")
+    if dep.pp > 1:
+        parts.append(f"{dep.pp - 1} pipeline hand-offs")
+    if dep.prefill_replicas:
+        parts.append("each request's KV cache from a prefill to a decode replica")
+    what = ", ".join(parts) or "nothing"
+    return f"{what} on a {sim.deployment.topology.kind} fabric"
+
+
+def placement_name(placement: str | list[int]) -> str:
+    """A deployment's placement as the result document names it: a strategy's name, or "explicit"."""
+    return placement if isinstance(placement, str) else "explicit"

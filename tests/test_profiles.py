@@ -1,0 +1,87 @@
+"""The scheduler profiles as data: named in engine/profiles.py only, each one's facts read where they
+apply, its rules restated in the reference engine, and the waiting queue behind a seam."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tokenpath
+from reference_engine import RULES
+from test_engine import PROFILES as COMPARED
+from test_engine import engine
+from tokenpath.engine.host_time import host_step_cost
+from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, choices
+from tokenpath.engine.queues import QUEUES, FcfsQueue
+from tokenpath.engine.spec import EngineSpec
+
+SRC = Path(tokenpath.__file__).parent
+PROFILES_FILE = SRC / "engine" / "profiles.py"
+GIB = 2**30
+
+
+def _quoted_names(text):
+    """Profile names written as a value: in quotes, as code compares, indexes or suggests them."""
+    names = "|".join(re.escape(name) for name in PROFILES)
+    return re.findall(rf"""["'`]({names})\\?["'`]""", text)
+
+
+def test_the_profile_names_appear_in_code_only_in_engine_profiles():
+    assert set(_quoted_names(PROFILES_FILE.read_text(encoding="utf-8"))) == set(PROFILES)  # the pattern finds them
+    found = {str(path.relative_to(SRC)): names for path in sorted(SRC.rglob("*.py")) if path != PROFILES_FILE
+             if (names := _quoted_names(path.read_text(encoding="utf-8")))}
+    assert not found, f"read a Profile field instead of naming the profile: {found}"
+
+
+def test_every_profile_has_its_rules_in_the_reference_engine_and_is_compared_with_them():
+    assert list(RULES) == list(PROFILES)
+    # test_engine compares the two engines under each profile (the default in tests of its own).
+    assert {variant["scheduler"] for variant in COMPARED.values()} | {DEFAULT_PROFILE} == set(PROFILES)
+
+
+@pytest.mark.parametrize(("scheduler", "kv_admission", "cuda_graphs", "max_num_seqs", "graph_max_tokens",
+                          "host_step_s", "overlapped", "eager_host"), [
+    ("vllm-v1", "on_demand", "all", 1024, None, 0.5e-3, False, False),
+    ("vllm-v0", "on_demand", "decode", 256, 256, 2.9e-3, False, True),
+    ("prefill-first", "on_demand", "decode", 1024, 512, 0.5e-3, True, True),  # SGLang's at 141 GiB, tp 4
+    ("trtllm", "reserve", "all", 1024, None, 0.5e-3, True, False),
+])
+def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admission, cuda_graphs, max_num_seqs,
+                                                          graph_max_tokens, host_step_s, overlapped, eager_host):
+    spec = EngineSpec(scheduler=scheduler)
+    assert (spec.kv_admission, spec.cuda_graphs, spec.max_num_seqs) == (kv_admission, cuda_graphs, max_num_seqs)
+    assert spec.graph_max_tokens(141 * GIB, 4) == graph_max_tokens
+    assert EngineSpec(scheduler=scheduler, cuda_graph_max_tokens=64).graph_max_tokens(141 * GIB, 4) == 64
+    host = host_step_cost(scheduler)
+    assert (host.step_s, host.overlapped, host.eager_per_kernel_s > 0) == (host_step_s, overlapped, eager_host)
+    assert host_step_cost(scheduler, overlap=not overlapped).overlapped == (not overlapped)
+
+
+def test_where_each_engine_runs_its_front_end_and_detokenizes():
+    assert {name: p.detokenizes_in for name, p in PROFILES.items()} == {
+        "vllm-v1": "api-server", "vllm-v0": "engine", "prefill-first": "detokenizer", "trtllm": "api-server"}
+    assert {p.front_end for p in PROFILES.values()} == {"api-server"}
+
+
+def test_the_scheduler_help_lists_every_profile_from_the_registry():
+    assert choices() == ("vllm-v1 (vLLM V1), vllm-v0 (vLLM V0), prefill-first (SGLang) or "
+                         "trtllm (TensorRT-LLM)")
+    assert choices() in EngineSpec.model_fields["scheduler"].description
+
+
+class NewestFirst(FcfsQueue):
+    """The newest arrival first: another admission order through the same seam."""
+
+    def append(self, request):
+        self.appendleft(request)
+
+
+def test_a_queue_class_plugged_in_through_the_seam_sets_the_admission_order(monkeypatch):
+    spec = EngineSpec(max_num_seqs=1)  # one request at a time: the queue's order is the service order
+    fcfs = engine([10, 10, 10], [3, 3, 3], spec=spec)
+    assert [int(fcfs.token_steps(i, i + 1)[0]) for i in range(3)] == [0, 3, 6]
+    monkeypatch.setitem(QUEUES, "fcfs", NewestFirst)
+    newest = engine([10, 10, 10], [3, 3, 3], spec=spec)
+    assert [int(newest.token_steps(i, i + 1)[0]) for i in range(3)] == [6, 3, 0]
+    assert np.array_equal(np.sort(newest.last_step_end_ns), np.sort(fcfs.last_step_end_ns))
