@@ -26,7 +26,8 @@ whose turns each wait for the one before, wherever it ran.
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
