@@ -85,7 +85,7 @@ class LatencyRow(BaseModel):
 
 
 class ShareGPTStats(BaseModel):
-    """How the benchmark clients filter ShareGPT (validate_latency.sharegpt_lengths); other keys, such as
+    """How the benchmark clients filter ShareGPT (validate.latency.sharegpt_lengths); other keys, such as
     the published means the rows quote, are kept for the record."""
 
     model_config = ConfigDict(extra="allow", strict=True)
