@@ -301,3 +301,20 @@ def test_a_round_trip_longer_than_the_measured_ttft_is_named_with_its_flag(loop,
     assert warning.endswith("for a server on this machine give --network-rtt 0")
     code, out, err = run_cli([*argv, "--network-rtt", "0"], monkeypatch, capsys)
     assert code == 0 and "warning" not in err, err
+
+
+def test_a_fit_past_its_deadline_stops_refining_and_says_what_it_left_undone(loop):
+    """`--budget` bounds the fit too: past the deadline each fit keeps its first local fit and the
+    drops stop, with a warning; without a deadline the same measurements get the whole fit."""
+    from tokenpath.calibrate.fit import fit_engine
+    from tokenpath.calibrate.probe import measured_from_results
+
+    folder, calibration, _ = loop
+    measured = [measured_from_results(p["results"]) for p in calibration["probe"]]
+    scenario = load_scenario(str(folder / "scenario.toml"))
+    whole = fit_engine(scenario, measured)
+    assert not any("budget" in line for line in whole.warnings)
+    late = fit_engine(scenario, measured, deadline_s=0.0, clock=lambda: 1.0)
+    assert len(late.names) >= len(whole.names)
+    assert late.rms_after < late.rms_before
+    assert any(line.startswith("the fit reached the end of its budget and ") for line in late.warnings)

@@ -20,11 +20,17 @@ it is; either predicts the probe's loads alike, and the file says which were lef
 the parts of a TTFT no fitted assumption changes (the client's network, the front end when it is not
 fitted) already take as long as a phase's measured TTFT, the fit cannot reproduce that phase, and
 `Fit.warnings` says which part and what sets it.
+
+With a deadline (`calibrate engine --budget`), the fit stops refining when it passes it: each fit keeps
+its first local fit, and step 3's drops stop, the Fit's warnings saying what was left out. The local
+fit in progress finishes, so the fit ends within one local fit of the deadline.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,8 +158,14 @@ def _starts(model: _Model, names: list[str], low: np.ndarray, high: np.ndarray) 
     return [points[k] for k in np.argsort(costs, kind="stable")[:LOCAL_FITS]]
 
 
-def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[str, ...] = CANDIDATES) -> Fit:
-    """Choose and fit the assumptions; see the module's docstring."""
+def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[str, ...] = CANDIDATES,
+               deadline_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> Fit:
+    """Choose and fit the assumptions; see the module's docstring. `deadline_s` is a time of `clock`
+    (None: no deadline)."""
+
+    def out_of_time() -> bool:
+        return deadline_s is not None and clock() >= deadline_s
+
     if not measured:
         raise UserError("calibrate engine: no phase measured anything; check the server, or give --from files")
     usable = [n for n in candidates if scenario.deployment.tp > 1 or n != "base_latency_s"]
@@ -185,21 +197,28 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
     if not names:
         raise UserError("calibrate engine: the probe's medians do not depend on any candidate assumption; "
                         "probe longer prompts or more concurrency")
-    result, sigma = _fit(model, names)
+    result, sigma, stopped = _fit(model, names, out_of_time)
+    cut = ["kept the first of its local fits"] if stopped else []  # what the deadline left undone
     while len(names) > 1:  # what the fit leaves loose is not determined: the least preferred goes
         spread = {n: _slope(model.start[n], float(x)) * float(s) / max(_value(model.start[n], float(x)), 1e-30)
                   for n, x, s in zip(names, result.x, sigma)}
         loose = [n for n in names if spread[n] > MAX_RELATIVE_UNCERTAINTY]
         if not loose:
             break
+        if out_of_time():
+            cut.append(f"left {', '.join(loose)} in though the probe leaves them loose")
+            break
         not_fitted[loose[-1]] = f"not determined by this probe (+/- {spread[loose[-1]]:.0%} when fitted)"
         names = [n for n in names if n != loose[-1]]
-        result, sigma = _fit(model, names)
+        result, sigma, _ = _fit(model, names, out_of_time)
     for name in names[::-1]:  # the simplest explanation: drop what the medians do not need
         if len(names) == 1:
             break
+        if out_of_time():
+            cut.append("did not check whether each fitted assumption is needed")
+            break
         rest = [n for n in names if n != name]
-        simpler, simpler_sigma = _fit(model, rest)
+        simpler, simpler_sigma, _ = _fit(model, rest, out_of_time)
         if _rms(simpler.fun) <= _rms(result.fun) * (1 + PARSIMONY):
             not_fitted[name] = (f"not needed: the fit without it is as good ({_rms(simpler.fun):.1%} against "
                                 f"{_rms(result.fun):.1%} rms)")
@@ -210,8 +229,15 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
         uncertainty={k: _slope(model.start[k], float(x)) * float(s) for k, x, s in zip(names, result.x, sigma)},
         rms_before=_rms(r0), rms_after=_rms(result.fun),
         predicted_before=model.predict({}), predicted_after=model.predict(values), not_fitted=not_fitted,
-        warnings=fixed_part_warnings(scenario, measured, names),
+        warnings=fixed_part_warnings(scenario, measured, names) + _budget_warnings(cut),
     )
+
+
+def _budget_warnings(cut: list[str]) -> list[str]:
+    """A line on what the deadline left undone, if anything."""
+    if not cut:
+        return []
+    return [f"the fit reached the end of its budget and {', and '.join(cut)}; give a longer --budget for the whole fit"]
 
 
 def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: list[str]) -> list[str]:
@@ -244,14 +270,17 @@ def _rms(residuals: np.ndarray) -> float:
     return float(np.sqrt(np.mean(residuals ** 2)))
 
 
-def _fit(model: _Model, names: list[str]):
+def _fit(model: _Model, names: list[str], out_of_time: Callable[[], bool] = lambda: False):
     """Bounded least squares over `names` from the best starts of a search: (scipy's result, one sigma
-    of each x)."""
+    of each x, whether the deadline (`out_of_time`) stopped it before its last local fit)."""
     from scipy.optimize import least_squares
 
     low, high = (np.array(b) for b in zip(*(_bounds(n, model.start[n]) for n in names)))
-    result = None
+    result, stopped = None, False
     for x0 in _starts(model, names, low, high):
+        if result is not None and out_of_time():
+            stopped = True
+            break
         trial = least_squares(model.residuals, x0, bounds=(low, high), args=(names,), diff_step=STEP, x_scale=1.0,
                               max_nfev=MAX_EVALUATIONS)
         if result is None or trial.cost < result.cost:
@@ -259,4 +288,4 @@ def _fit(model: _Model, names: list[str]):
     m, n = len(result.fun), len(names)
     scale2 = max(float(result.fun @ result.fun) / (m - n), NOISE_FLOOR ** 2) if m > n else NOISE_FLOOR ** 2
     covariance = np.linalg.pinv(result.jac.T @ result.jac) * scale2
-    return result, np.sqrt(np.clip(np.diag(covariance), 0.0, None))
+    return result, np.sqrt(np.clip(np.diag(covariance), 0.0, None)), stopped

@@ -95,6 +95,10 @@ Examples:
 """
 
 
+# The probe's share of --budget; the fit that follows has the rest (it stops refining at the budget's end).
+PROBE_SHARE = 0.8
+
+
 def _budget_s(text: str) -> float:
     from tokenpath.config.units import parse_duration_s
 
@@ -126,8 +130,8 @@ def calibrate_engine(
     base_url: str | None = typer.Option(None, "--base-url", help="the server, e.g. http://127.0.0.1:8000"),
     model: str | None = typer.Option(None, "--model", help="the model name the server serves"),
     out: str = typer.Option("engine-calibration.toml", "--out", help="calibration file to write"),
-    budget: str = typer.Option("5m", "--budget", help="the probe's time budget, its server check and every phase "
-                                                      "together; it stops itself when spent (the fit follows)"),
+    budget: str = typer.Option("5m", "--budget", help="the whole command's time: the probe (its server check and "
+                                                      "every phase) has 80%, the fit the rest"),
     from_results: list[str] | None = typer.Option(
         None, "--from", help="fit from bench results files already measured instead of probing (repeatable)"),
     prompt_lens: str = typer.Option("128 512 2048", "--prompt-lens", help="prompt lengths of the single requests"),
@@ -187,14 +191,14 @@ def calibrate_engine(
                 progress.update(task, description=phase, completed=min(budget_s, time.monotonic() - start))
 
             measured, skipped = run_probe(
-                table, source, base_dir, target, folder, budget_s - (time.monotonic() - start),
+                table, source, base_dir, target, folder, PROBE_SHARE * budget_s - (time.monotonic() - start),
                 load_model(loaded.model_source()).max_context,
                 _whole_numbers(prompt_lens, "--prompt-lens", "128 512 2048"),
                 _whole_numbers(concurrencies, "--concurrencies", "1 4 16 64"), output_len, tokenizer, advance)
         server = {"base_url": base_url, "model": model, "endpoint": endpoint, "probe_results": str(folder)}
         probe_s = time.monotonic() - start
     fit_start = time.monotonic()
-    fit = fit_engine(loaded, measured)
+    fit = fit_engine(loaded, measured, deadline_s=None if from_results else start + budget_s)
     fit_s = time.monotonic() - fit_start
     write_calibration(out, calibration_document(fit, measured, skipped, loaded, server))
 
