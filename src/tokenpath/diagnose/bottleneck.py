@@ -28,7 +28,7 @@ class Resource:
 
     name: str           # e.g. "engine", "detokenizing worker"
     layer: str          # the attribution part its busy time belongs to
-    utilization: float  # busy share of the run's window, per unit (the mean over replicas)
+    utilization: float  # busy share of the run's window, of its busiest instance (replica, engine)
     why: str            # what keeps it busy, in words
     # True for a resource that serves one item at a time (a worker, a link): busy all the time, it is
     # saturated. An engine batches: busy all the time, it still serves more with a larger batch.
@@ -85,14 +85,14 @@ def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str
         return _overloaded(attribution_s, evidence, load)
     parts, metric = attribution_s, "e2e"
     missed = {name: share for name, share in evidence.slo_miss_share.items() if share >= FELT_MISS_SHARE}
-    if missed:
-        metric = max(missed, key=missed.get)
-        parts = evidence.parts_s.get(metric, attribution_s) if metric != "e2e" else attribution_s
+    worst = max(missed, key=missed.get) if missed else None
+    if worst in evidence.parts_s:  # else E2E's parts explain it (a run without the split of its metric)
+        parts, metric = evidence.parts_s[worst], worst
     part = max(parts, key=parts.get)
     why = _explain(part, metric, parts, evidence)
-    if missed:
-        why += (f"; {missed[metric]:.0%} of requests miss the {METRIC_NAMES[metric]} SLO of "
-                f"{format_duration(evidence.slo_s[metric])}")
+    if worst is not None:
+        why += (f"; {missed[worst]:.0%} of requests miss the {METRIC_NAMES[worst]} SLO of "
+                f"{format_duration(evidence.slo_s[worst])}")
     elif "ttft" in evidence.parts_s:
         ttft = evidence.parts_s["ttft"]
         first = max(ttft, key=ttft.get)

@@ -19,6 +19,7 @@ from tokenpath.diagnose.overload import load_of
 from tokenpath.sim.summary import misses_slo, summarize, window_ns
 
 if TYPE_CHECKING:  # simulate.py imports this module: Simulation.summary is its result document
+    from tokenpath.sim.run import Run
     from tokenpath.sim.simulate import Simulation
 
 
@@ -122,41 +123,42 @@ def assumptions_block(scenario: Any) -> dict[str, Any]:
 
 def _evidence(sim: Simulation, window_s: float) -> Evidence:
     traces, scenario = sim.traces, sim.scenario
-    step_ns = np.concatenate([t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns for t in traces])
-    blocking = np.concatenate([t.step_blocking_ns for t in traces])
     seqs = np.concatenate([t.step_seqs for t in traces])
     memory_bound = memory_bound_share(sim.deployment.compute, [
         (t.step_tokens[k], t.step_logits[k], t.step_attn_pairs[k], t.step_kv_read_tokens[k],
          t.step_chunk_context_tokens[k])
         for t in traces for k in sample_steps(len(t.step_tokens))
     ])
-    busy_s = step_ns.sum() / 1e9 / max(len(traces), 1)
+    # Each engine's step time by layer: compute, traffic, and the host blocking it (delivery).
+    busy_ns = [{"compute": int(t.step_compute_ns.sum()), "traffic": int(t.step_traffic_ns.sum()),
+                "delivery": int(t.step_blocking_ns.sum())} for t in traces]
+    step_mix_s = {part: sum(engine[part] for engine in busy_ns) / 1e9 for part in ("compute", "traffic", "delivery")}
+    step_s = sum(step_mix_s.values())
     arrival = sim.requests.arrival_s
     span_s = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
-    offered = (len(arrival) - 1) / span_s if span_s > 0 else math.inf
-    step_mix_s = {"compute": sum(float(t.step_compute_ns.sum()) for t in traces) / 1e9,
-                  "traffic": sum(float(t.step_traffic_ns.sum()) for t in traces) / 1e9,
-                  "delivery": float(blocking.sum()) / 1e9}
+    measured = sim.run.after(scenario.workload.warmup_requests)
     evidence = Evidence(
-        offered_rate_per_s=offered,
-        busy_fraction=min(1.0, busy_s / window_s) if window_s else 0.0,
+        offered_rate_per_s=(len(arrival) - 1) / span_s if span_s > 0 else math.inf,
+        busy_fraction=min(1.0, step_s / max(len(traces), 1) / window_s) if window_s else 0.0,
         mean_batch_seqs=float(seqs.mean()) if len(seqs) else 0.0,
         preemptions=sum(t.preemptions for t in traces),
         memory_bound_fraction=memory_bound,
         traffic_detail=traffic_detail(sim),
         network_rtt_s=scenario.delivery.network_rtt,
         detokenize=scenario.delivery.detokenize,
-        host_share_of_step=float(blocking.sum() / step_ns.sum()) if step_ns.sum() else 0.0,
-        load=_load(sim),
+        host_share_of_step=step_mix_s["delivery"] / step_s if step_s else 0.0,
+        load=load_of(measured.sent_ns, measured.ttft_ns, measured.e2e_ns, measured.completed),
     )
-    return replace(evidence, resources=_resources(sim, evidence, step_mix_s, window_s),
-                   **_felt(sim, step_mix_s))
+    engine_busy_s = max((sum(engine.values()) for engine in busy_ns), default=0) / 1e9
+    return replace(evidence, resources=_resources(sim, evidence, step_mix_s, engine_busy_s, window_s),
+                   **_felt(sim, measured, step_mix_s))
 
 
-def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float], window_s: float) -> list[Resource]:
-    """The serial resources requests share: each engine and, detokenizing async, its worker; with
-    disaggregated pools, each replica's links for KV caches. Each counts at its busiest instance, which
-    saturates first."""
+def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float], engine_busy_s: float,
+               window_s: float) -> list[Resource]:
+    """The serial resources requests share: each engine (`engine_busy_s`: the busiest one's step time)
+    and, detokenizing async, its worker; with disaggregated pools, each replica's links for KV caches.
+    Each counts at its busiest instance, which saturates first."""
     if window_s <= 0 or not sim.traces:
         return []
     part = max(step_mix_s, key=step_mix_s.get)
@@ -166,15 +168,14 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
         why = f"mostly fabric traffic: {evidence.traffic_detail}"
     else:
         why = f"mostly the host blocking it ({evidence.detokenize} detokenization)"
-    engine_busy_ns = max(int((t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns).sum()) for t in sim.traces)
-    found = [Resource("busiest engine" if len(sim.traces) > 1 else "engine", part, engine_busy_ns / 1e9 / window_s, why,
+    found = [Resource("busiest engine" if len(sim.traces) > 1 else "engine", part, engine_busy_s / window_s, why,
                       one_at_a_time=False)]
     delivery = sim.scenario.resolved_delivery()
     if delivery.detokenize == "async":
-        busy_ns = max(worker_busy_ns(t.step_start_ns + t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns,
-                                     t.step_leave_ns) for t in sim.traces)
+        worker_ns = max(worker_busy_ns(t.step_start_ns + t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns,
+                                       t.step_leave_ns) for t in sim.traces)
         per_token = format_duration(delivery.detokenize_per_token)
-        found.append(Resource("detokenizing worker", "delivery", busy_ns / 1e9 / window_s,
+        found.append(Resource("detokenizing worker", "delivery", worker_ns / 1e9 / window_s,
                               f"async detokenization at {per_token} a token"))
     if sim.kv_link_busy_ns is not None and len(sim.kv_link_busy_ns):
         found.append(Resource("KV-transfer port of the busiest replica", "traffic",
@@ -183,11 +184,11 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
     return found
 
 
-def _felt(sim: Simulation, step_mix_s: dict[str, float]) -> dict[str, dict[str, Any]]:
-    """The Evidence fields on what users feel: each felt metric's parts, the network's share of them,
-    and the SLOs with the share of requests that miss each."""
+def _felt(sim: Simulation, run: Run, step_mix_s: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """The Evidence fields on what users feel, over the measured requests (`run`, after the warm-up):
+    each felt metric's parts, the network's share of them, and the SLOs with the share of requests that
+    miss each."""
     scenario = sim.scenario
-    run = sim.run.after(scenario.workload.warmup_requests)
     done = run.completed
     slo_s = {key: getattr(scenario.slo, key) for key in ("ttft", "ttfv", "tpot", "e2e")
              if getattr(scenario.slo, key) is not None}
@@ -211,12 +212,6 @@ def _felt(sim: Simulation, step_mix_s: dict[str, float]) -> dict[str, dict[str, 
     network_s = float(network_ns.mean()) / 1e9
     found.update(parts_s=parts, network_s={"ttft": network_s, "ttfv": network_s, "e2e": network_s})
     return found
-
-
-def _load(sim: Simulation):
-    """Offered and served rates and the backlog, over the measured requests (after the warmup)."""
-    run = sim.run.after(sim.scenario.workload.warmup_requests)
-    return load_of(run.sent_ns, run.ttft_ns, run.e2e_ns, run.completed)
 
 
 def traffic_detail(sim: Simulation) -> str:
