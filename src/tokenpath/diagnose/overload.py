@@ -146,7 +146,7 @@ def load_of(sent_ns: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, comple
     median_e2e_ns = float(np.median(e2e))
     span_e2es = float(sent[-1] - sent[0]) / median_e2e_ns if median_e2e_ns > 0 else math.inf
     return Load(rate(sent), rate(sent + ttft), rate(sent + e2e), span_e2es, _trend(ttft), _trend(e2e),
-                _steady(sent, sent + e2e))
+                _steady(sent, e2e))
 
 
 def _trend(latency_ns: np.ndarray) -> float | None:
@@ -158,16 +158,16 @@ def _trend(latency_ns: np.ndarray) -> float | None:
     return float(np.median(latency_ns[-quarter:])) / first if first > 0 else None
 
 
-def _steady(sent_ns: np.ndarray, finished_ns: np.ndarray) -> Steady | None:
+def _steady(sent_ns: np.ndarray, e2e_ns: np.ndarray) -> Steady | None:
     """The sends from one fill time after the first to the last (sent_ns sorted), when they last at least
-    one more fill time; the fill time is the FILL_QUANTILE of the first quarter's E2Es."""
+    WATCH_FILLS of a fill time more; the fill time is the FILL_QUANTILE of the E2Es."""
     if len(sent_ns) < MIN_TREND_REQUESTS:
         return None
-    fill_ns = float(np.quantile(finished_ns - sent_ns, FILL_QUANTILE))
+    fill_ns = float(np.quantile(e2e_ns, FILL_QUANTILE))
     start_ns, end_ns = int(sent_ns[0] + fill_ns), int(sent_ns[-1])
     if end_ns - start_ns < WATCH_FILLS * fill_ns or fill_ns <= 0:
         return None
-    finished = np.sort(finished_ns)
+    finished = np.sort(sent_ns + e2e_ns)
 
     def count(times_ns: np.ndarray, until_ns: int) -> int:
         return int(np.searchsorted(times_ns, until_ns, side="right"))
