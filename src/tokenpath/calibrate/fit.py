@@ -244,14 +244,12 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
     """A line on the phase whose measured TTFT the unfitted parts of TTFT come closest to, where they
     reach it: the client's network (a round trip plus the bytes, lastmile.py) and the front end when it
     is not fitted. Its usual cause is the default 20 ms round trip against a server on this machine."""
-    delivery = scenario.delivery
+    delivery = scenario.resolved_delivery()
     last_mile = LastMile(delivery)
     frontend_s = 0.0 if "frontend_per_request_s" in fitted else delivery.frontend_per_request
     reached = []  # (floor / measured, floor, phase)
     for m in measured:
-        prompt_bytes = delivery.bytes_per_token * float(m.requests.input_tokens.mean())
-        network_ns = (last_mile.network_ns(delivery.request_overhead_bytes + prompt_bytes)
-                      + last_mile.event_network_ns(1))
+        network_ns = last_mile.upload_network_ns(float(m.requests.input_tokens.mean())) + last_mile.event_network_ns(1)
         floor_s = network_ns / 1e9 + frontend_s
         if 0 < m.ttft_p50_s <= floor_s:
             reached.append((floor_s / m.ttft_p50_s, floor_s, m))

@@ -60,7 +60,7 @@ class LastMile:
         """Client -> engine: half a round trip plus the request's bytes, then the server's front end."""
         return self.upload_network_ns(input_tokens) + self._frontend_ns
 
-    def upload_network_ns(self, input_tokens: int) -> int:
+    def upload_network_ns(self, input_tokens: float) -> int:
         """The network's part of the upload: half a round trip plus the request's bytes."""
         return self.network_ns(self.spec.request_overhead_bytes + self.spec.bytes_per_token * input_tokens)
 

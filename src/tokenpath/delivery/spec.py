@@ -31,8 +31,6 @@ FRAME_PER_EVENT_S = default("frame_per_event_s")
 # differs: 4.9% of the Chinese sample of delivery/sample_text.py, 36% of the emoji-heavy one, 7.1% of all
 # four samples together. Set it for the traffic at hand.
 INVISIBLE_TOKEN_FRACTION = default("invisible_token_fraction")
-INVISIBLE_TOKEN_FRACTION_NOTE = ("measured on the workload's English corpus with the default tokenizer (Tekken); "
-                                 "Chinese text 0.049, emoji-heavy 0.36")
 # A server's front end: the time from a request's arrival to the engine seeing it (HTTP and JSON
 # parsing, tokenization, the hand-off to the engine's process). 0 by default, as in the measurements
 # the model is validated on (taken at the engine); `tokenpath calibrate engine` fits it for a server,

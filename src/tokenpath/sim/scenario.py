@@ -18,12 +18,12 @@ import tomli_w
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError
 
 from tokenpath.config import files
-from tokenpath.config.assumptions import Assumptions, check_table, resolve
+from tokenpath.config.assumptions import Assumptions, check_table, lookup, resolve
 from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.config.files import PathText
 from tokenpath.config.units import Duration
-from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, INVISIBLE_TOKEN_FRACTION_NOTE, DeliverySpec
+from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, DeliverySpec
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, profiles_where
 from tokenpath.engine.routing import Routing
 from tokenpath.engine.spec import EngineSpec
@@ -217,7 +217,7 @@ class Scenario(BaseModel):
         text = tomli_w.dumps(_drop_none(self.model_dump(mode="json")))
         if self.delivery.invisible_token_fraction == INVISIBLE_TOKEN_FRACTION:
             line = f"invisible_token_fraction = {INVISIBLE_TOKEN_FRACTION!r}\n"
-            text = text.replace(line, f"{line[:-1]}  # {INVISIBLE_TOKEN_FRACTION_NOTE}\n", 1)
+            text = text.replace(line, f"{line[:-1]}  # {lookup('invisible_token_fraction').source}\n", 1)
         return text
 
 
