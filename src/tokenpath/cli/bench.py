@@ -197,8 +197,9 @@ class _Null:
 def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, Any]], results_path: str,
           json_out: str | None) -> None:
     from tokenpath.bench.results import failures
+    from tokenpath.config.units import format_duration
     from tokenpath.report.bench import describe_bench
-    from tokenpath.report.table import duration_or_dash, print_summary
+    from tokenpath.report.table import print_summary
 
     if json_out is not None:
         write_json(summary, json_out)
@@ -207,8 +208,8 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
     print_summary(console, summary, describe_bench(header, rows, results_path), None)
     block = summary["bench"]
     wait = block["client_wait_s"]
-    console.print(f"client wait (scheduled -> sent): mean {duration_or_dash(wait['mean'])}, "
-                  f"p99 {duration_or_dash(wait['p99'])}", highlight=False)
+    console.print(f"client wait (scheduled -> sent): mean {format_duration(wait['mean'])}, "
+                  f"p99 {format_duration(wait['p99'])}", highlight=False)
     arrivals = block["arrivals"]
     if arrivals["sharing_a_read"]:
         console.print(f"{arrivals['sharing_a_read']:,} of {arrivals['events']:,} token events arrived in one read "
@@ -217,7 +218,7 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
     if block["reasoning"]["requests"]:
         r = block["reasoning"]
         console.print(f"reasoning: {r['requests']} requests, {r['tokens_mean']:.0f} reasoning tokens on average, "
-                      f"{duration_or_dash(r['time_s']['mean'])} before the answer", highlight=False)
+                      f"{format_duration(r['time_s']['mean'])} before the answer", highlight=False)
     if block["failure_reasons"]:
         reasons = ", ".join(f"{name} {count}" for name, count in block["failure_reasons"].items())
         console.print(f"[red]failed:[/red] {reasons}", highlight=False)

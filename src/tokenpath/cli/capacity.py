@@ -34,15 +34,15 @@ Examples:
 
 
 def _shown(value: float | None, unit: str | None) -> str:
-    from tokenpath.report.table import duration_or_dash
+    from tokenpath.config.units import format_duration
 
     if unit == "s":
-        return duration_or_dash(value)
+        return format_duration(value)
     return "-" if value is None else f"{value:.3g}"
 
 
 def _print(document: dict[str, Any]) -> None:
-    from tokenpath.report.table import duration_or_dash
+    from tokenpath.config.units import format_duration
 
     binding = document["binding"]
     above = document["above"]
@@ -56,7 +56,7 @@ def _print(document: dict[str, Any]) -> None:
     if document["layer"]:
         grew = document["attribution_growth_s"][document["layer"]]
         layer = "queue (distribution)" if document["layer"] == "queue" else document["layer"]
-        console.print(f"Between the two, {layer} grew most: {duration_or_dash(abs(grew))} per request on average "
+        console.print(f"Between the two, {layer} grew most: {format_duration(abs(grew))} per request on average "
                       f"({'more' if grew >= 0 else 'less'})", highlight=False)
     summary = document["summary"]
     console.print(f"At capacity: {summary['throughput']['output_tokens_per_s']:,.0f} output tokens/s, "

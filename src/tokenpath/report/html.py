@@ -43,10 +43,6 @@ def _cell(text: str, key: str | None = None, value: float | None = None) -> str:
     return f"<td{attrs}>{html.escape(text)}</td>"
 
 
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else format_duration(value)
-
-
 def _numbers(inputs: Inputs) -> str:
     """Throughput, latency and attribution of each run, side by side."""
     runs = inputs.runs
@@ -68,22 +64,22 @@ def _numbers(inputs: Inputs) -> str:
     row("goodput (meets SLOs), requests/s", "throughput.goodput_requests_per_s", format_number)
     row("requests completed", "requests.completed", format_number)
     row("requests failed", "requests.failed", format_number)
-    row("window", "window_s", _seconds)
+    row("window", "window_s", format_duration)
     for key, name in LATENCIES.items():
         for stat in ("mean", *PERCENTILES):
-            row(f"{name} {stat.replace('p999', 'p99.9')}", f"latency_s.{key}.{stat}", _seconds)
+            row(f"{name} {stat.replace('p999', 'p99.9')}", f"latency_s.{key}.{stat}", format_duration)
     if any(run.summary.get("attribution_s") for run in runs):
         for layer in LAYERS:
-            row(f"{layer} (mean)", f"attribution_s.{layer}", _seconds)
+            row(f"{layer} (mean)", f"attribution_s.{layer}", format_duration)
     if any(run.summary.get("prefix_cache") for run in runs):
         row("prefix-cache hit rate (prompt tokens)", "prefix_cache.hit_rate", _share)
     if any(run.summary.get("routing") for run in runs):
         row("load imbalance across replicas (most / mean)", "routing.imbalance", format_number)
     if any(run.summary.get("continuity") for run in runs):
         row("stalls per request", "continuity.stalls_per_request", format_number)
-        row("stalled time per request", "continuity.stall_s_per_request", _seconds)
+        row("stalled time per request", "continuity.stall_s_per_request", format_duration)
         row("requests with a stall", "continuity.requests_with_stalls", _share)
-        row("longest stall", "continuity.stall_s_max", _seconds)
+        row("longest stall", "continuity.stall_s_max", format_duration)
         for stat in ("mean", "p10", "p1"):
             row(f"QoE {stat}", f"continuity.qoe.{stat}", format_number)
         row("requests with QoE below 0.9", "continuity.qoe.below_0_9", _share)

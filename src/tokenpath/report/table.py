@@ -14,11 +14,6 @@ _LATENCY_NAMES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", 
 _PART_NAMES = {"queue": "queue (distribution)", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
 
 
-def duration_or_dash(seconds: float | None) -> str:
-    """A duration for people; '-' when it is unknown (no sample: e.g. every request failed)."""
-    return "-" if seconds is None else format_duration(seconds)
-
-
 def scenario_table(lines: list[tuple[str, str]], title: str) -> Table:
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -35,7 +30,7 @@ def latency_table(summary: dict[str, Any]) -> Table:
         table.add_column(column.replace("p999", "p99.9"), justify="right")
     for key, name in _LATENCY_NAMES.items():
         stats = summary["latency_s"][key]
-        table.add_row(name, *(duration_or_dash(stats[c]) for c in ("mean", *PERCENTILES)))
+        table.add_row(name, *(format_duration(stats[c]) for c in ("mean", *PERCENTILES)))
     return table
 
 
