@@ -219,12 +219,11 @@ class Worker:
     async def _send(self, exchange: Exchange, body: bytes) -> None:
         i = exchange.index
         self.active[i] = exchange
-        if self.deadline_ns is not None and perf_counter_ns() >= self.deadline_ns:
-            self.starting.discard(asyncio.current_task())
-            exchange.fail(SKIPPED, f"not sent: the run's time limit of {self.plan.run_timeout_s:g} s had passed",
-                          perf_counter_ns())
-            return
         try:
+            if self.deadline_ns is not None and perf_counter_ns() >= self.deadline_ns:
+                exchange.fail(SKIPPED, f"not sent: the run's time limit of {self.plan.run_timeout_s:g} s had passed",
+                              perf_counter_ns())
+                return
             connection = await self.pool.acquire()
         except asyncio.TimeoutError:
             exchange.fail(CONNECT, f"no connection within {self.plan.connect_timeout_s:g} s", perf_counter_ns())
