@@ -98,8 +98,7 @@ def bench(
     from tokenpath.bench.plan import parse_extra_body
     from tokenpath.bench.results import bench_summary
     from tokenpath.bench.tokenizer import tokenizer_name
-    from tokenpath.cli.options import check_tokenizer, scenario_table
-    from tokenpath.sim.scenario import build_scenario
+    from tokenpath.cli.options import check_tokenizer, load_with_flags
 
     if not base_url:
         raise UserError("--base-url is required: the server to measure, e.g. --base-url http://127.0.0.1:8000")
@@ -132,8 +131,7 @@ def bench(
         files.check_writable(json_out, "--json")
     check_tokenizer(tokenizer, "--tokenizer")
 
-    table, source, base_dir = scenario_table(scenario, flags)
-    built = build_scenario(table, source, base_dir)
+    built = load_with_flags(scenario, flags)
     requests = workload_requests(built)
     preflight(target, connect_timeout)
 

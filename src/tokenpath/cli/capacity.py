@@ -87,8 +87,7 @@ def capacity(
     targets = parse_slo(slo) if slo is not None else None
     if json_out is not None:
         files.check_writable(json_out, "--json")
-    table, source, base_dir = scenario_table(scenario, flags)
-    base = Base(table, source, base_dir)
+    base = Base(*scenario_table(scenario, flags))
     built = base.scenario()
     if targets is None:
         targets = scenario_slo(built.slo)

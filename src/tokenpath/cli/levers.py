@@ -142,8 +142,7 @@ def levers(
         raise UserError(f"--workers: {workers} must be at least 1")
     if json_out is not None:
         files.check_writable(json_out, "--json")
-    table, source, base_dir = scenario_table(scenario, flags)
-    base = Base(table, source, base_dir)
+    base = Base(*scenario_table(scenario, flags))
     built = base.scenario()  # every mistake in the scenario or the flags shows before anything runs
     chosen = Objective.parse(objective, Prices.load(prices) if prices or objective == COST else None)
     if chosen.metric == "throughput.goodput_requests_per_s" and all(

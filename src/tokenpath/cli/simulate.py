@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokenpath.cli.app import app, console, err_console, write_json
-from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
+from tokenpath.cli.options import JsonOut, load_with_flags, scenario_flags
 from tokenpath.cli.report import HtmlOut, PngOut, check_report_outputs, write_report
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
@@ -19,7 +19,6 @@ def _simulate_and_report(scenario_ref: str | None, json_out: str | None, flags: 
                          html_out: str | None = None, png_dir: str | None = None) -> None:
     from tokenpath.report.simulation import describe
     from tokenpath.sim.document import result_document
-    from tokenpath.sim.scenario import build_scenario
     from tokenpath.sim.simulate import prepare, simulate
 
     if workers is not None and workers < 1:
@@ -31,8 +30,7 @@ def _simulate_and_report(scenario_ref: str | None, json_out: str | None, flags: 
 
         check_results_path(results)
     check_report_outputs(html_out, png_dir)
-    table, source, base_dir = scenario_table(scenario_ref, flags)
-    prepared = prepare(build_scenario(table, source, base_dir))
+    prepared = prepare(load_with_flags(scenario_ref, flags))
 
     quiet = json_out == "-"
     progress = Progress(
