@@ -247,7 +247,7 @@ def test_the_reader_starts_where_qoe_starts_it(simulated):
 def test_the_readers_line_gives_the_runs_qoe():
     """The reader drawn for a late request (first text at 1.5 s, then a 3 s gap) is the timeline QoE
     counts: Andes' QoE from its read times is continuity.per_request's."""
-    from tokenpath.report.charts import read_s
+    from tokenpath.sim.continuity import read_s
     from tokenpath.sim import continuity
 
     spec = continuity.ContinuitySpec(0.25, 4.0, 1.0)

@@ -220,25 +220,6 @@ def timeline(inputs: Inputs) -> Figure | None:
                   "after it.")
 
 
-def read_s(arrivals_s: np.ndarray, first_visible_s: float, spec: continuity.ContinuitySpec) -> np.ndarray:
-    """When a reader has read each token, as QoE counts it (continuity.py, Andes' actual timeline): the
-    first at the later of its arrival, the first visible character and the expected TTFT, each next one
-    a reading time after the one before, never before it arrives."""
-    period_s = 1 / spec.reading_tokens_per_s
-    k = np.arange(len(arrivals_s))
-    ready = np.maximum.accumulate(np.asarray(arrivals_s, np.float64) - k * period_s)
-    return k * period_s + np.maximum(ready, max(first_visible_s, spec.expected_ttft_s))
-
-
-def _continuity_spec(summary: dict[str, Any]) -> continuity.ContinuitySpec:
-    """The reader the run's continuity numbers were judged against (its summary's block), else the default."""
-    block = summary.get("continuity")
-    if not isinstance(block, dict):
-        return continuity.DEFAULT
-    return continuity.ContinuitySpec(block["stall_threshold_s"], block["reading_tokens_per_s"],
-                                     block["expected_ttft_s"])
-
-
 def reader(inputs: Inputs) -> Figure | None:
     """One typical request's tokens as they arrive, against a person reading them."""
     runs = [run for run in inputs.runs if run.reader]
@@ -247,9 +228,9 @@ def reader(inputs: Inputs) -> Figure | None:
     alt = _alt()
     rows = []
     for run in runs:
-        spec = _continuity_spec(run.summary)
+        spec = continuity.ContinuitySpec.of_block(run.summary.get("continuity"))
         arrivals = np.asarray(run.reader["arrival_s"], np.float64)
-        read = read_s(arrivals, run.reader["first_visible_s"], spec)
+        read = continuity.read_s(arrivals, run.reader["first_visible_s"], spec)
         reader_line = f"read ({spec.reading_tokens_per_s:.1f} tokens/s from {format_duration(spec.expected_ttft_s)})"
         label = f"{run.label}: request {run.reader['request']}"
         rows += [{"run": label, "line": "arrived at the client", "s": float(t), "tokens": k + 1}

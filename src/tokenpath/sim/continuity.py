@@ -54,6 +54,23 @@ class ContinuitySpec:
     reading_tokens_per_s: float = READING_TOKENS_PER_S
     expected_ttft_s: float = EXPECTED_TTFT_S
 
+    @staticmethod
+    def of_block(block: dict | None) -> ContinuitySpec:
+        """The spec a summary's continuity block (summary_block) was judged by; the default without one."""
+        if not isinstance(block, dict):
+            return DEFAULT
+        return ContinuitySpec(block["stall_threshold_s"], block["reading_tokens_per_s"], block["expected_ttft_s"])
+
+
+def read_s(arrivals_s: np.ndarray, first_visible_s: float, spec: ContinuitySpec) -> np.ndarray:
+    """When a reader has read each token of one request, as QoE counts it (_qoe_exact's timeline, in
+    seconds): the first at the later of its arrival, the first visible character and the expected TTFT,
+    each next one a reading time after the one before, never before it arrives."""
+    period_s = 1 / spec.reading_tokens_per_s
+    k = np.arange(len(arrivals_s))
+    ready = np.maximum.accumulate(np.asarray(arrivals_s, np.float64) - k * period_s)
+    return k * period_s + np.maximum(ready, max(first_visible_s, spec.expected_ttft_s))
+
 
 DEFAULT = ContinuitySpec()
 
