@@ -247,8 +247,8 @@ def test_the_reader_starts_where_qoe_starts_it(simulated):
 def test_the_readers_line_gives_the_runs_qoe():
     """The reader drawn for a late request (first text at 1.5 s, then a 3 s gap) is the timeline QoE
     counts: Andes' QoE from its read times is continuity.per_request's."""
-    from tokenpath.sim.continuity import read_s
     from tokenpath.sim import continuity
+    from tokenpath.sim.continuity import read_s
 
     spec = continuity.ContinuitySpec(0.25, 4.0, 1.0)
     arrivals = np.array([1.5, 1.6, 1.7, 4.7, 4.8, 4.9])
