@@ -3,6 +3,7 @@ objective, each with the layer its change came from. Users add their own levers 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tokenpath.config import files
 from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError
-from tokenpath.sim.overrides import check_key, flatten
+from tokenpath.sim.overrides import apply_overrides, flatten
+from tokenpath.sim.scenario import build_scenario
 from tokenpath.sim.summary import LAYERS
 from tokenpath.whatif.catalog import Lever, catalog
 from tokenpath.whatif.objective import RESOLUTION_SHARE, Objective
@@ -58,9 +60,9 @@ def read_levers_file(path: str, base: Base) -> list[Lever]:
             raise UserError(explain(error, source, _UserLever)) from None
         if lever.name in numbers:
             raise UserError(f"{source}: lever {numbers[lever.name]} has this name too; give each lever its own name")
-        for dotted in lever.overrides:
-            check_key(dotted, flag=f"{source}:")
-        Base(base.table, source, base.base_dir).scenario(lever.overrides)  # a refused value: its key and why
+        # An unknown key or a refused value: the lever, its key and why.
+        build_scenario(apply_overrides(copy.deepcopy(base.table), lever.overrides, flag=f"{source}:"), source,
+                       base.base_dir)
         numbers[lever.name] = number
         levers.append(Lever(lever.name, lever.group, lever.overrides))
     return levers
