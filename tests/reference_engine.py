@@ -259,7 +259,12 @@ class _Replica:
         self.first_start = np.full(n, -1, np.int64)  # the start of the first step each request was charged for
         self.times_preempted = np.zeros(n, np.int64)
 
-        self.arrivals: list[tuple[int, int]] = []  # heap of (arrival at the server, request)
+        self.arrivals: list[tuple[int, int]] = []  # heap of (arrival at the engine, request)
+        # With a front end that takes time (host.queues_requests), requests reach it first: a heap of
+        # (arrival at the server, request), passed on in arrival order between steps.
+        self.at_front: list[tuple[int, int]] = []
+        self.front_request = np.zeros((n, 2), np.int64)  # each request's (wait, work) at the front end
+        self.upload = np.zeros(n, np.int64)
         self.waiting: deque[int] = deque()
         self.running = _Running()
         self.steps: list[tuple[int, ...]] = []
@@ -288,7 +293,18 @@ class _Replica:
         self.sent[i] = at_ns
         self.arrival[i] = at_ns + upload
         self.acc_delivery[i] += upload
-        heapq.heappush(self.arrivals, (int(self.arrival[i]), i))
+        self.upload[i] = upload
+        heapq.heappush(self.at_front if self.host.queues_requests else self.arrivals, (int(self.arrival[i]), i))
+
+    def through_front(self, until_ns: int) -> None:
+        """The front end takes the requests that reached the server by `until_ns`, in arrival order."""
+        while self.at_front and self.at_front[0][0] <= until_ns:
+            at_ns, i = heapq.heappop(self.at_front)
+            done_ns, wait_ns, work_ns = self.host.request(at_ns, int(self.prompt[i]))
+            self.front_request[i] = wait_ns, work_ns
+            self.acc_delivery[i] += wait_ns + work_ns
+            self.upload[i] += wait_ns + work_ns
+            heapq.heappush(self.arrivals, (done_ns, i))
 
     def run(self) -> EngineTrace:
         while self.done < self.n:
@@ -298,6 +314,11 @@ class _Replica:
                 break
             busy = self.waiting or len(self.running)
             formed = self.formed if busy and self.lagged else self.now
+            if busy:
+                self.through_front(formed)
+            else:  # until the first request the front end passes on is known
+                while self.at_front and (not self.arrivals or self.at_front[0][0] <= self.arrivals[0][0]):
+                    self.through_front(self.at_front[0][0])
             while self.arrivals and self.arrivals[0][0] <= formed:
                 self.waiting.append(heapq.heappop(self.arrivals)[1])
             if not self.waiting and len(self.running) == 0:
@@ -327,6 +348,9 @@ class _Replica:
         elif any(r == i for _, r in self.arrivals):
             self.arrivals = [(t, r) for t, r in self.arrivals if r != i]
             heapq.heapify(self.arrivals)
+        elif any(r == i for _, r in self.at_front):
+            self.at_front = [(t, r) for t, r in self.at_front if r != i]
+            heapq.heapify(self.at_front)
         else:
             return False
         self.out[i] = self.generated[i]
@@ -551,9 +575,6 @@ class _Replica:
         run.target += emits
         run.left -= emits
         run.decoding[samples] = 1
-        # Every token's step is recorded, so a request ended early (aborted) has its last one too.
-        self.last_end[run.ids[emits]] = end
-        self.last_step[run.ids[emits]] = len(self.steps) - 1
         self.finish()
 
     def account(self, num_tokens: int, num_seqs: int, num_logits: int, attn_pairs: int, kv_read: int,
@@ -565,19 +586,22 @@ class _Replica:
         traffic_ns = _ns(self.costs.traffic_s(num_tokens, num_logits == num_tokens))
         gpu_end = self.now + compute_ns + traffic_ns
         events = int(np.count_nonzero(closes_event(token_index, self.out[emitters], self.host.stream_interval)))
+        self.through_front(gpu_end)
         if self.window_left:
             self.window_tokens += len(emitters)
             self.window_events += events
-            blocking_ns, leave_ns = 0, -1
+            blocking_ns, leave_ns, front_wait_ns, front_work_ns = 0, -1, 0, 0
         else:
-            blocking_ns, leave_ns = self.host.on_step(gpu_end, len(emitters) + self.window_tokens,
-                                                      events + self.window_events)
+            blocking_ns, leave_ns, front_wait_ns, front_work_ns = self.host.on_step(
+                gpu_end, len(emitters) + self.window_tokens, events + self.window_events)
             self.window_tokens = self.window_events = 0
         end = gpu_end + blocking_ns
         self.steps.append((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, num_seqs,
-                           attn_pairs, kv_read, chunk_context, num_logits))
+                           attn_pairs, kv_read, chunk_context, num_logits, front_wait_ns, front_work_ns))
         self.emitted.append(emitters)
+        # Every token's step is recorded, so a request ended early (aborted) has its last one too.
         self.last_end[emitters] = end
+        self.last_step[emitters] = len(self.steps) - 1
         self.formed = self.now
         self.now = end
         return compute_ns, traffic_ns, blocking_ns, end
@@ -652,7 +676,7 @@ class _Replica:
             taken += 1
             if self.ratio is not None:
                 self.ratio.decoded()
-            if self.arrivals and self.arrivals[0][0] <= end:
+            if (self.arrivals and self.arrivals[0][0] <= end) or (self.at_front and self.at_front[0][0] <= end):
                 break
         grown_blocks = (run.computed + taken + (self.block - 1)) // self.block
         self.take(int((grown_blocks - run.blocks).sum()))
@@ -666,11 +690,16 @@ class _Replica:
         return taken
 
     def trace(self) -> EngineTrace:
-        step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 11)
+        step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 13)
         leave = step_rows[:, 4]
         for k in range(len(leave) - 2, -1, -1):  # a step inside a window leaves with the window's last
             if leave[k] < 0:
-                leave[k] = leave[k + 1]
+                step_rows[k, [4, 11, 12]] = step_rows[k + 1, [4, 11, 12]]
+        # The front end's time for each request on its way in, and for its last tokens on their way out.
+        last = np.maximum(self.last_step, 0)
+        has_tokens = self.last_step >= 0
+        front_wait = self.front_request[:, 0] + np.where(has_tokens, step_rows[last, 11] if len(step_rows) else 0, 0)
+        front_work = self.front_request[:, 1] + np.where(has_tokens, step_rows[last, 12] if len(step_rows) else 0, 0)
         counts = [len(e) for e in self.emitted]
         emit_ids = np.concatenate(self.emitted) if self.emitted else np.empty(0, np.int64)
         emit_steps = np.repeat(np.arange(len(self.emitted)), counts)
@@ -703,4 +732,11 @@ class _Replica:
                                         for i in range(self.n)], np.int64),
             first_step_start_ns=self.first_start,
             times_preempted=self.times_preempted,
+            step_front_queue_ns=step_rows[:, 11],
+            step_front_work_ns=step_rows[:, 12],
+            front_queue_ns=front_wait,
+            front_work_ns=front_work,
+            upload_ns=self.upload,
+            network_in_ns=self.upload - self.front_request.sum(axis=1),
+            host_busy_ns=self.host.busy_ns(),
         )

@@ -16,8 +16,10 @@ def assert_means_match(frame, summary) -> None:
         assert math.isclose(np.percentile(values, 99), summary["latency_s"][key]["p99"], rel_tol=1e-9), key
     assert math.isclose(kept["output_tokens"].mean(), summary["requests"]["output_tokens_mean"], rel_tol=1e-9)
     if summary["attribution_s"] is not None:
-        for layer, mean_s in summary["attribution_s"].items():
-            assert math.isclose(kept[f"{layer}_s"].mean(), mean_s, rel_tol=1e-9), layer
+        parts = summary["attribution_s"]
+        for layer, mean_s in {**parts, **parts.get("delivery_detail", {})}.items():
+            if layer != "delivery_detail":
+                assert math.isclose(kept[f"{layer}_s"].mean(), mean_s, rel_tol=1e-9), layer
         parts = kept[["queue_s", "compute_s", "traffic_s", "delivery_s"]].sum(axis=1)
         assert np.allclose(parts, kept["e2e_s"], rtol=1e-9)  # the four layers add up to E2E, per request
     flow = summary.get("continuity")

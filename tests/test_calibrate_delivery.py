@@ -47,14 +47,16 @@ def test_a_single_batch_size_gives_a_line_through_it(tmp_path):
 
 def test_last_mile_charges_the_calibrated_host_cost(tmp_path):
     path = write(tmp_path, TWO)
-    constant = LastMile(DeliverySpec())
-    measured = LastMile(DeliverySpec(calibration=path))
-    blocking_constant, _ = constant.on_step(0, 50, 50)
-    blocking_measured, leave = measured.on_step(0, 50, 50)
-    copy_ns = blocking_constant - round(
-        50 * (DeliverySpec().detokenize_per_token + DeliverySpec().frame_per_event) * 1e9)
-    assert blocking_measured == copy_ns + CalibratedCost.from_file(path).host_ns(50, 50)
-    assert leave == blocking_measured                      # inline: the tokens leave when the host is done
+    constant = LastMile(DeliverySpec(detokenize="engine"))
+    measured = LastMile(DeliverySpec(detokenize="engine", calibration=path))
+    blocking_constant, *_ = constant.on_step(0, 50, 50)
+    blocking_measured, leave, _, framing_ns = measured.on_step(0, 50, 50)
+    copy_ns = blocking_constant - round(50 * DeliverySpec().detokenize_per_token * 1e9)
+    # Detokenizing blocks the engine; the API server then frames the 50 events.
+    calibrated = CalibratedCost.from_file(path)
+    assert framing_ns == round(calibrated.frame_s(50, 50) * 1e9)
+    assert blocking_measured + framing_ns == pytest.approx(copy_ns + calibrated.host_s(50, 50) * 1e9, abs=1)
+    assert leave == blocking_measured + framing_ns
 
 
 @pytest.mark.parametrize("content, message", [
@@ -109,7 +111,7 @@ def test_simulate_uses_the_calibration(tmp_path):
     from tokenpath import load_scenario, simulate
 
     slow = write(tmp_path, [BatchCost(1, 1e-3, 1e-3, 0.0), BatchCost(256, 1e-3, 1e-3, 0.0)], "slow.toml")
-    overrides = {"workload.num_requests": 60, "delivery.detokenize": "inline"}
+    overrides = {"workload.num_requests": 60, "delivery.detokenize": "engine"}
     base = simulate(load_scenario("typical", overrides)).run
     calibrated = simulate(load_scenario("typical", {**overrides, "delivery.calibration": slow})).run
     # 1 ms of fixed cost plus 1 ms per token, inline: every step a request takes part in (one per

@@ -164,8 +164,11 @@ def test_json_to_stdout_has_the_schema_of_the_design(process):
         assert list(stats) == list(STATS), metric
         assert all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in stats.values())
         assert stats["p50"] <= stats["p90"] <= stats["p99"] <= stats["p999"], metric
-    parts = doc["attribution_s"]
+    parts = dict(doc["attribution_s"])
+    detail = parts.pop("delivery_detail")
     assert set(parts) == {"queue", "compute", "traffic", "delivery"}
+    assert set(detail) == {"frontend_queue", "frontend_work", "network", "engine_host"}
+    assert sum(detail.values()) == pytest.approx(parts["delivery"], rel=1e-9)
     # Per request the parts sum to E2E exactly, so their means sum to the mean E2E.
     assert sum(parts.values()) == pytest.approx(doc["latency_s"]["e2e"]["mean"], rel=1e-9)
     assert doc["bottleneck"] in LAYERS
@@ -290,7 +293,7 @@ def test_deployment_and_seed_flags(monkeypatch, capsys):
 def test_engine_delivery_and_distribution_flags_set_their_scenario_keys(monkeypatch, capsys):
     doc = simulate_json([*SMALL_8B, "--max-num-seqs", "64", "--max-num-batched-tokens", "4096",
                          "--no-enable-chunked-prefill", "--gpu-memory-utilization", "0.8", "--kv-cache-dtype", "fp8",
-                         "--network-rtt", "5 ms", "--detokenize", "async", "--input-dist", "sharegpt",
+                         "--network-rtt", "5 ms", "--detokenize", "detokenizer", "--input-dist", "sharegpt",
                          "--scheduler", "prefill-first", "--num-scheduler-steps", "4",
                          "--output-len", "100", "--output-sd", "30", "--output-dist", "lognormal"], monkeypatch, capsys)
     expected = load_scenario(None, {
@@ -298,7 +301,7 @@ def test_engine_delivery_and_distribution_flags_set_their_scenario_keys(monkeypa
         "workload.arrival.rate": 8.0, "workload.num_requests": 30, "engine.max_num_seqs": 64,
         "engine.max_num_batched_tokens": 4096, "engine.chunked_prefill": False,
         "engine.gpu_memory_utilization": 0.8, "model.kv_cache_precision": "fp8", "delivery.network_rtt": "5 ms",
-        "delivery.detokenize": "async", "workload.input": {"kind": "sharegpt"},
+        "delivery.detokenize": "detokenizer", "workload.input": {"kind": "sharegpt"},
         "engine.scheduler": "prefill-first", "engine.num_scheduler_steps": 4,
         "workload.output": {"kind": "lognormal", "mean": 100.0, "sd": 30.0},
     })

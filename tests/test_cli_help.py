@@ -117,7 +117,7 @@ def test_the_example_spec_and_levers_file_are_read_as_they_are_shown(tmp_path, m
                 if not block[0].startswith("tokenpath ")]
     (tmp_path / "levers.toml").write_text("\n".join(levers), encoding="utf-8")
     [lever] = read_levers_file(str(tmp_path / "levers.toml"), Base(*read_scenario_table(None)))
-    assert lever.overrides == {"deployment.tp": 4, "delivery.detokenize": "async"}
+    assert lever.overrides == {"deployment.tp": 4, "delivery.detokenize": "detokenizer"}
 
 
 def _scenario_flag_help(flag: str) -> str:

@@ -99,7 +99,7 @@ def test_compare_shows_continuity():
     assert rows["QoE mean"]["a"] is None and rows["QoE mean"]["relative"] is None
 
 
-def _resolved(tp: int, pp: int, detokenize: str = "inline") -> dict:
+def _resolved(tp: int, pp: int, detokenize: str = "engine") -> dict:
     return {"deployment": {"chip": "h200", "chips": 8, "tp": tp, "pp": pp, "fabric": {"kind": "switch", "name": "x"}},
             "engine": {"scheduler": "vllm-v1", "host_overlap": False},
             "delivery": {"detokenize": detokenize, "network_rtt_s": 0.02}, "workload": {"rate_per_s": None}}
@@ -117,14 +117,15 @@ def test_two_runs_are_named_by_what_differs():
                                        {"key": "deployment.pp", "a": 1, "b": 4}]
     assert (document["a"]["name"], document["b"]["name"]) == ("tp 8, pp 1", "tp 2, pp 4")
     # Settings read with their units; a setting only one side has is "none" on the other.
-    b["resolved"] = _resolved(8, 1, "async")
+    b["resolved"] = _resolved(8, 1, "detokenizer")
     b["resolved"]["delivery"]["network_rtt_s"] = 0.05
     b["resolved"]["engine"]["host_overlap"] = True
     b["resolved"]["workload"]["rate_per_s"] = 20.0
-    assert difference_line(a, b) == "host overlap off vs on, detokenize inline vs async, network rtt 20 ms vs 50 ms, " \
-                                    "rate none vs 20/s"
+    assert difference_line(a, b) == ("host overlap off vs on, detokenize engine vs detokenizer, "
+                                     "network rtt 20 ms vs 50 ms, rate none vs 20/s")
     b["resolved"]["deployment"]["fabric"]["kind"] = "torus"
-    assert run_names(a, b)[1] == "fabric kind torus, host overlap on, detokenize async, network rtt 50 ms and 1 more"
+    assert run_names(a, b)[1] == ("fabric kind torus, host overlap on, detokenize detokenizer, "
+                                  "network rtt 50 ms and 1 more")
 
 
 def test_runs_without_a_resolved_scenario_fall_back_to_the_fingerprint():

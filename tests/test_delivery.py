@@ -23,11 +23,11 @@ HAND = dict(host_link_latency=10e-6, host_link_bw=4e9, detokenize_per_token=100e
 
 
 def step(last_mile: LastMile, gpu_end_ns: int, token_index, output_tokens) -> tuple[int, int]:
-    """One engine step that sampled token `token_index[i]` of a sequence of `output_tokens[i]`, as the
-    engine accounts it: the events it closes are counted with `closes_event`."""
+    """(blocking_ns, leave_ns) of one engine step that sampled token `token_index[i]` of a sequence of
+    `output_tokens[i]`, as the engine accounts it: the events it closes are counted with `closes_event`."""
     token_index, output_tokens = np.asarray(token_index, np.int64), np.asarray(output_tokens, np.int64)
     events = int(np.count_nonzero(closes_event(token_index, output_tokens, last_mile.stream_interval)))
-    return last_mile.on_step(gpu_end_ns, len(token_index), events)
+    return last_mile.on_step(gpu_end_ns, len(token_index), events)[:2]
 
 
 def reference_events(output_tokens: int, interval: int) -> list[list[int]]:
@@ -118,7 +118,7 @@ def test_the_last_token_arrives_when_last_event_arrival_says():
 def test_simulated_tokens_arrive_in_order(interval):
     scenario = load_scenario("typical", {
         "workload.num_requests": 40, "workload.arrival.rate": 40.0, "delivery.stream_interval": interval,
-        "delivery.detokenize": "async",
+        "delivery.detokenize": "detokenizer",
     })
     run = simulate(scenario).run
     offsets = run.token_offsets
@@ -130,21 +130,22 @@ def test_simulated_tokens_arrive_in_order(interval):
 
 # Host work per engine step.
 
-def test_inline_step_blocks_for_the_copy_and_the_host_work():
-    last_mile = LastMile(DeliverySpec(**HAND, detokenize="inline"))
-    # Two sequences each emit their first token: copy 10 us + 2 ns, detokenize 2 x 100 us, 2 events x 10 us.
+def test_a_step_detokenized_in_the_engine_blocks_for_the_copy_and_detokenizing_then_is_framed():
+    last_mile = LastMile(DeliverySpec(**HAND, detokenize="engine"))
+    # Two sequences each emit their first token: copy 10 us + 2 ns and detokenize 2 x 100 us block the
+    # engine; the API server then frames 2 events x 10 us.
     blocking, leave = step(last_mile, 1_000_000, np.array([0, 0]), np.array([5, 5]))
-    assert blocking == 10_002 + 220_000
-    assert leave == 1_000_000 + 10_002 + 220_000
+    assert blocking == 10_002 + 200_000
+    assert leave == 1_000_000 + 10_002 + 200_000 + 20_000
 
 
 def test_host_work_counts_one_frame_per_event_not_per_token():
-    last_mile = LastMile(DeliverySpec(**HAND, detokenize="inline", stream_interval=4))
+    last_mile = LastMile(DeliverySpec(**HAND, detokenize="engine", stream_interval=4))
     # Tokens 0 (first), 1 (inside an event), 4 (closes 1..4), 5 (inside), 6 (last of a 7-token sequence):
     # 5 tokens, 3 events.
     blocking, leave = step(last_mile, 0, np.array([0, 1, 4, 5, 6]), np.array([10, 10, 10, 10, 7]))
-    assert blocking == 10_005 + 5 * 100_000 + 3 * 10_000
-    assert leave == blocking
+    assert blocking == 10_005 + 5 * 100_000
+    assert leave == blocking + 3 * 10_000
 
 
 @settings(max_examples=100, deadline=None)
@@ -152,7 +153,7 @@ def test_host_work_counts_one_frame_per_event_not_per_token():
     tokens=st.lists(st.tuples(st.integers(1, 40), st.data()), min_size=1, max_size=12),
     interval=st.integers(1, 8),
 )
-def test_inline_host_work_matches_the_reference_event_count(tokens, interval):
+def test_framing_matches_the_reference_event_count(tokens, interval):
     # Each emitting sequence: its length and which of its tokens this step sampled.
     lengths, indices = [], []
     for length, data in tokens:
@@ -160,42 +161,52 @@ def test_inline_host_work_matches_the_reference_event_count(tokens, interval):
         indices.append(data.draw(st.integers(0, length - 1)))
     closers = [any(index == event[-1] for event in reference_events(length, interval))
                for index, length in zip(indices, lengths)]
-    last_mile = LastMile(DeliverySpec(**HAND, detokenize="inline", stream_interval=interval))
+    last_mile = LastMile(DeliverySpec(**HAND, detokenize="engine", stream_interval=interval))
     emitted = len(lengths)
     blocking, leave = step(last_mile, 5_000, np.array(indices), np.array(lengths))
-    assert blocking == 10_000 + emitted + emitted * 100_000 + sum(closers) * 10_000
-    assert leave == 5_000 + blocking
+    assert blocking == 10_000 + emitted + emitted * 100_000
+    assert leave == 5_000 + blocking + sum(closers) * 10_000
 
 
 def test_without_grouping_every_token_is_its_own_event():
     last_mile = LastMile(DeliverySpec(**HAND, stream_interval=1))
     assert last_mile.stream_interval == 1
-    blocking = 10_003 + 3 * 100_000 + 3 * 10_000  # inline: the copy and the host work of 3 events
-    assert step(last_mile, 0, [0, 1, 7], [9, 9, 9]) == (blocking, blocking)
-    # Framing is charged per event: the same 3 tokens in one event cost two frames less.
-    assert last_mile.on_step(0, 3, 1) == (blocking - 2 * 10_000, blocking - 2 * 10_000)
+    blocking = 10_003 + 3 * 100_000  # the copy and detokenizing, in the engine (the spec names no process)
+    assert step(last_mile, 0, [0, 1, 7], [9, 9, 9]) == (blocking, blocking + 3 * 10_000)
+    # Framing is charged per event: the same 3 tokens in one event cost two frames less; the API server
+    # is busy until 3 frames after the first step, so the second waits for it.
+    assert last_mile.on_step(0, 3, 1) == (blocking, blocking + 4 * 10_000, 3 * 10_000, 10_000)
 
 
-def test_async_worker_is_a_max_plus_queue():
-    """leave_k = max(leave_(k-1), gpu_end_k + copy_k) + host_k; the step only waits for the copy."""
-    last_mile = LastMile(DeliverySpec(**HAND, detokenize="async"))
-    # Step 1: two first tokens. copy 10_002, host 2 x 100_000 + 2 x 10_000 = 220_000.
-    # The worker is idle: leave = 1_000_000 + 10_002 + 220_000.
+def test_tokens_detokenized_in_the_api_server_queue_there_after_the_copy():
+    last_mile = LastMile(DeliverySpec(**HAND, detokenize="api-server"))
+    # Step 1: copy 10_002 blocks the engine; the API server detokenizes and frames 2 x 110_000.
+    assert last_mile.on_step(1_000_000, 2, 2) == (10_002, 1_230_002, 0, 220_000)
+    # Step 2's ids are there at 1_110_002 but the process is busy until 1_230_002.
+    assert last_mile.on_step(1_100_000, 2, 2) == (10_002, 1_450_002, 120_000, 220_000)
+
+
+def test_a_detokenizer_process_and_the_api_server_are_a_tandem_queue():
+    """detokenized_k = max(detokenized_(k-1), gpu_end_k + copy_k) + detokenize_k, then
+    leave_k = max(leave_(k-1), detokenized_k) + frame_k; the step only waits for the copy."""
+    last_mile = LastMile(DeliverySpec(**HAND, detokenize="detokenizer"))
+    # Step 1: two first tokens. copy 10_002; detokenized at 1_210_002; framed at 1_230_002.
     assert step(last_mile, 1_000_000, np.array([0, 0]), np.array([5, 5])) == (10_002, 1_230_002)
-    # Step 2 ends on the device at 1_100_000, copy done at 1_110_002, but the worker is busy until
-    # 1_230_002: leave = 1_230_002 + 220_000.
-    assert step(last_mile, 1_100_000, np.array([1, 1]), np.array([5, 5])) == (10_002, 1_450_002)
-    # Step 3 ends at 2_000_000 after the worker went idle: copy 10_001, host 100_000 + 10_000.
+    # Step 2's ids are there at 1_110_002; the detokenizer is busy until 1_210_002 (done 1_410_002), and
+    # the API server is free by then: leave 1_430_002.
+    assert step(last_mile, 1_100_000, np.array([1, 1]), np.array([5, 5])) == (10_002, 1_430_002)
+    # Step 3 ends at 2_000_000 after both went idle: copy 10_001, detokenize 100_000, frame 10_000.
     assert step(last_mile, 2_000_000, np.array([2]), np.array([3])) == (10_001, 2_010_001 + 110_000)
+    assert last_mile.busy_ns() == {"API server": 50_000, "detokenizer": 500_000}
 
 
-def test_a_step_without_tokens_costs_nothing_and_leaves_the_worker_alone():
-    last_mile = LastMile(DeliverySpec(**HAND, detokenize="async"))
+def test_a_step_without_tokens_costs_nothing_and_leaves_the_processes_alone():
+    last_mile = LastMile(DeliverySpec(**HAND, detokenize="detokenizer"))
     assert step(last_mile, 1_000_000, np.array([0]), np.array([5])) == (10_001, 1_120_001)
     empty = np.empty(0, np.int64)
     assert step(last_mile, 1_050_000, empty, empty) == (0, 1_050_000)
-    # The worker is still busy until 1_120_001 with the first step's token.
-    assert step(last_mile, 1_060_000, np.array([1]), np.array([5])) == (10_001, 1_120_001 + 110_000)
+    # The detokenizer is still busy until 1_110_001 with the first step's token.
+    assert step(last_mile, 1_060_000, np.array([1]), np.array([5])) == (10_001, 1_110_001 + 110_000)
 
 
 @settings(max_examples=60, deadline=None)
@@ -205,18 +216,18 @@ def test_a_step_without_tokens_costs_nothing_and_leaves_the_worker_alone():
         min_size=1, max_size=15,
     )
 )
-def test_async_leave_times_follow_the_recurrence_and_never_precede_the_copy(steps):
-    last_mile = LastMile(DeliverySpec(**HAND, detokenize="async"))
-    clock, worker = 0, 0
+def test_detokenizer_leave_times_follow_the_recurrence_and_never_precede_the_copy(steps):
+    last_mile = LastMile(DeliverySpec(**HAND, detokenize="detokenizer"))
+    clock, detokenized, framed = 0, 0, 0
     previous_leave = -1
     for device_ns, emitted in steps:
         gpu_end = clock + device_ns
         index = np.zeros(emitted, np.int64)  # first tokens: one event each
         blocking, leave = step(last_mile, gpu_end, index, np.full(emitted, 3))
         copy = 10_000 + emitted
-        host = emitted * 100_000 + emitted * 10_000
-        worker = max(worker, gpu_end + copy) + host
-        assert (blocking, leave) == (copy, worker)
+        detokenized = max(detokenized, gpu_end + copy) + emitted * 100_000
+        framed = max(framed, detokenized) + emitted * 10_000
+        assert (blocking, leave) == (copy, framed)
         assert leave >= gpu_end + blocking and leave > previous_leave
         previous_leave = leave
         clock = gpu_end + blocking

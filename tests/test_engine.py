@@ -17,6 +17,7 @@ from tokenpath.engine.trace_rows import Rows
 NO_NETWORK = DeliverySpec(
     network_rtt=0, host_link_latency=0, detokenize_per_token=0, frame_per_event=0,
     event_overhead_bytes=0, bytes_per_token=0, request_overhead_bytes=0,
+    frontend_per_request=0, chat_template_per_request=0, tokenize_per_token=0,
 )
 
 
@@ -107,13 +108,13 @@ def test_closed_loop_never_has_more_than_max_concurrency_outstanding():
     assert (trace.sent_ns[cap:] > 0).all()
 
 
-def test_inline_detokenization_lengthens_steps_and_async_does_not():
+def test_detokenizing_in_the_engine_lengthens_steps_and_in_a_process_of_its_own_does_not():
     slow_host = dict(NO_NETWORK.model_dump(), detokenize_per_token=1e-3)
-    inline = engine([10], [4], delivery=DeliverySpec(**{**slow_host, "detokenize": "inline"}))
-    overlapped = engine([10], [4], delivery=DeliverySpec(**{**slow_host, "detokenize": "async"}))
+    inline = engine([10], [4], delivery=DeliverySpec(**{**slow_host, "detokenize": "engine"}))
+    overlapped = engine([10], [4], delivery=DeliverySpec(**{**slow_host, "detokenize": "detokenizer"}))
     assert inline.last_step_end_ns[0] == 8_000_000  # 4 steps of 1 ms device + 1 ms host
     assert overlapped.last_step_end_ns[0] == 4_000_000
-    # async: the host worker still needs 1 ms per token, so the last token leaves at 5 ms
+    # its own process: the detokenizer still needs 1 ms per token, so the last token leaves at 5 ms
     assert overlapped.step_leave_ns[-1] == 5_000_000
 
 
@@ -150,7 +151,7 @@ def random_lengths(rng, n, budget, block, kv_blocks, chunked):
     kv_blocks=st.integers(30, 400),
     chunked=st.booleans(),
     concurrency=st.one_of(st.none(), st.integers(1, 8)),
-    detokenize=st.sampled_from(["inline", "async"]),
+    detokenize=st.sampled_from(["engine", "api-server", "detokenizer"]),
     prefilled=st.booleans(),
     seed=st.integers(0, 2**16),
 )
@@ -383,7 +384,7 @@ PROFILES = {
     chunked=st.booleans(),
     window=st.integers(2, 5),
     concurrency=st.one_of(st.none(), st.integers(1, 8)),
-    detokenize=st.sampled_from(["inline", "async"]),
+    detokenize=st.sampled_from(["engine", "api-server", "detokenizer"]),
     prefilled=st.booleans(),
     seed=st.integers(0, 2**16),
 )

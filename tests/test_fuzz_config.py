@@ -64,7 +64,7 @@ BASES = [
         "engine": {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "block_size": 16, "cuda_graphs": "decode"},
         "workload": {"num_requests": 50, "input": {"kind": "uniform", "mean": 200, "range_ratio": 0.5},
                      "output": {"kind": "fixed", "value": 20}, "arrival": {"rate": 4.0, "pattern": "constant"}},
-        "delivery": {"detokenize": "async", "stream_interval": 4, "network_rtt": "60 ms", "network_bw": "1 Gb/s"},
+        "delivery": {"detokenize": "detokenizer", "stream_interval": 4, "network_rtt": "60 ms", "network_bw": "1 Gb/s"},
         "slo": {"ttft": "500 ms", "tpot": "none"},
     },
     {   # a trace replay, and an empirical length file

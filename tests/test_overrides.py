@@ -59,7 +59,7 @@ def test_an_assignment_splits_at_the_first_equals(parts, text):
 
 @pytest.mark.parametrize("text, expected", [
     ("deployment.tp=4", ("deployment.tp", 4)),
-    ("delivery.detokenize=async", ("delivery.detokenize", "async")),
+    ("delivery.detokenize=detokenizer", ("delivery.detokenize", "detokenizer")),
     ("delivery.network_rtt=5 ms", ("delivery.network_rtt", "5 ms")),
     ('delivery.network_rtt="5 ms"', ("delivery.network_rtt", "5 ms")),
     ("workload.arrival.rate=inf", ("workload.arrival.rate", math.inf)),
@@ -96,8 +96,8 @@ def test_keys_under_a_fabric_are_left_to_its_kind():
 
 def test_apply_overrides_sets_nested_keys_and_creates_tables():
     table = {"deployment": {"tp": 8}}
-    assert apply_overrides(table, {"deployment.tp": 4, "delivery.detokenize": "async"}) == \
-        {"deployment": {"tp": 4}, "delivery": {"detokenize": "async"}}
+    assert apply_overrides(table, {"deployment.tp": 4, "delivery.detokenize": "detokenizer"}) == \
+        {"deployment": {"tp": 4}, "delivery": {"detokenize": "detokenizer"}}
 
 
 def test_set_changes_the_simulation_and_named_flags_win(monkeypatch, capsys):

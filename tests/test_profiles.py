@@ -61,7 +61,8 @@ def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admissi
 def test_where_each_engine_runs_its_front_end_and_detokenizes():
     assert {name: p.detokenizes_in for name, p in PROFILES.items()} == {
         "vllm-v1": "api-server", "vllm-v0": "engine", "prefill-first": "detokenizer", "trtllm": "api-server"}
-    assert {p.front_end for p in PROFILES.values()} == {"api-server"}
+    assert {name: p.api_servers for name, p in PROFILES.items()} == {
+        "vllm-v1": "per-replica", "vllm-v0": "per-replica", "prefill-first": "per-server", "trtllm": "per-replica"}
 
 
 def test_the_scheduler_help_lists_every_profile_from_the_registry():

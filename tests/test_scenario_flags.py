@@ -66,14 +66,16 @@ def test_a_flag_for_what_a_command_replaces_is_refused(command, flag, monkeypatc
 
 def test_levers_ranks_against_the_scenario_its_flags_give(tmp_path, monkeypatch, capsys):
     mine = tmp_path / "mine.toml"
-    mine.write_text('[[levers]]\nname = "async"\noverrides = { "delivery.detokenize" = "async" }\n', encoding="utf-8")
+    mine.write_text('[[levers]]\nname = "detokenizer"\noverrides = { "delivery.detokenize" = "detokenizer" }\n',
+                    encoding="utf-8")
     flags = [*SMALL, "--request-rate", "20"]
     code, out, err = run_cli(["levers", *flags, "--levers", str(mine), "--no-catalog", "--workers", "1", "--json", "-"],
                              monkeypatch, capsys)
     assert code == 0, err
     document = json.loads(out)
     assert document["baseline"] == simulate_json(flags, monkeypatch, capsys)
-    assert document["levers"][0]["summary"] == simulate_json([*flags, "--detokenize", "async"], monkeypatch, capsys)
+    detokenizer = simulate_json([*flags, "--detokenize", "detokenizer"], monkeypatch, capsys)
+    assert document["levers"][0]["summary"] == detokenizer
 
 
 def test_a_duration_without_a_unit_is_seconds_as_the_help_says(monkeypatch, capsys):

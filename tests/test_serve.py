@@ -283,12 +283,20 @@ def test_releases_keep_step_order_when_their_timers_fire_out_of_order():
 
 
 def test_a_steps_release_timer_releases_that_step_and_not_the_one_formed_since(monkeypatch):
-    # With async detokenization a step's tokens leave after the next step has started, so the next
+    # When a step's tokens leave after the next step has started (here 1 ms after its end), the next
     # step is formed before the first one's timer fires; that timer must not release it early.
+    from tokenpath.delivery.lastmile import LastMile
     from tokenpath.sim.deployment import build_deployment
 
-    scenario = load_scenario("typical", {**FAST, "delivery.detokenize": "async"})
+    scenario = load_scenario("typical", FAST)
     timers = []
+    on_step = LastMile.on_step
+
+    def late(self, gpu_end_ns, emitted, events):
+        blocking_ns, leave_ns, wait_ns, work_ns = on_step(self, gpu_end_ns, emitted, events)
+        return blocking_ns, leave_ns + 1_000_000, wait_ns, work_ns
+
+    monkeypatch.setattr(LastMile, "on_step", late)
 
     class Stop(Exception):
         pass

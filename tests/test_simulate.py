@@ -25,7 +25,7 @@ def small(**overrides):
     rate=st.sampled_from([2.0, 30.0, 300.0, "inf"]),
     tp=st.sampled_from([2, 4, 8]),
     interval=st.integers(1, 4),
-    detokenize=st.sampled_from(["inline", "async"]),
+    detokenize=st.sampled_from(["engine", "api-server", "detokenizer"]),
     concurrency=st.one_of(st.none(), st.integers(1, 16)),
     seed=st.integers(0, 1000),
 )
@@ -416,7 +416,7 @@ def test_ttft_ends_at_the_client_so_tpot_matches_the_gaps_between_tokens():
 ])
 def test_every_scheduler_profile_keeps_the_attribution_exact(engine):
     scenario = small(**{"workload.arrival.rate": 300.0, "engine.max_num_seqs": 16,
-                        "engine.max_num_batched_tokens": 2048, "delivery.detokenize": "async", **engine})
+                        "engine.max_num_batched_tokens": 2048, "delivery.detokenize": "detokenizer", **engine})
     run = simulate(scenario).run
     assert np.array_equal(run.queue_ns + run.compute_ns + run.traffic_ns + run.delivery_ns, run.e2e_ns)
     for part in (run.queue_ns, run.compute_ns, run.traffic_ns, run.delivery_ns):

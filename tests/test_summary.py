@@ -283,7 +283,7 @@ def test_a_simulations_summary_carries_the_scenario_as_it_ran(monkeypatch, capsy
     """`resolved`: the deployment, engine and last mile as plain values, the defaults filled in."""
     from cli_helpers import simulate_json
 
-    document = simulate_json(["--num-requests", "40", "--tp", "4", "--set", "delivery.detokenize=\"async\"",
+    document = simulate_json(["--num-requests", "40", "--tp", "4", "--set", "delivery.detokenize=\"detokenizer\"",
                               "--set", "delivery.network_rtt=\"50ms\""], monkeypatch, capsys)
     resolved = document["resolved"]
     assert ({key: resolved["deployment"][key]
@@ -296,7 +296,8 @@ def test_a_simulations_summary_carries_the_scenario_as_it_ran(monkeypatch, capsy
     assert (resolved["engine"]["scheduler"], resolved["engine"]["host_overlap"], resolved["engine"]["cuda_graphs"]) \
         == ("vllm-v1", False, "all")
     assert resolved["engine"]["max_num_seqs"] == 1024 and resolved["engine"]["max_num_batched_tokens"] == 8192
-    assert resolved["delivery"]["detokenize"] == "async"
+    assert resolved["delivery"]["detokenize"] == "detokenizer"
+    assert resolved["delivery"]["api_servers"] == 2  # vLLM V1: one per data-parallel replica
     assert resolved["delivery"]["network_rtt_s"] == pytest.approx(0.05)
     assert resolved["delivery"]["stream_interval_tokens"] == 1
     assert resolved["delivery"]["invisible_token_fraction"] == INVISIBLE_TOKEN_FRACTION

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from tokenpath import load_scenario, simulate
-from tokenpath.delivery.lastmile import worker_busy_ns
 from tokenpath.diagnose.felt import PARTS, felt_parts_s
 from tokenpath.sim.document import result_document
 
@@ -16,12 +15,12 @@ def _verdict(**changes) -> tuple[dict, str]:
     return result_document(simulate(load_scenario(None, {"workload.num_requests": 600, **changes})))
 
 
-def test_a_saturated_detokenizing_worker_limits_capacity_and_the_verdict_names_delivery():
-    # 1 ms a token on one async worker: 1,000 tokens/s, about 6.4 requests/s of 156 tokens.
-    document, reason = _verdict(**{"delivery.detokenize": "async", "delivery.detokenize_per_token": "1 ms"})
+def test_a_saturated_detokenizer_process_limits_capacity_and_the_verdict_says_the_front_end_is_saturated():
+    # 1 ms a token in one detokenizer process: 1,000 tokens/s, about 6.4 requests/s of 156 tokens.
+    document, reason = _verdict(**{"delivery.detokenize": "detokenizer", "delivery.detokenize_per_token": "1 ms"})
     assert document["load"]["overloaded"] is True
     assert document["bottleneck"] == "delivery"
-    assert "delivery limits capacity: the detokenizing worker is busy" in reason
+    assert "delivery limits capacity: front end saturated (" in reason and "busy): the detokenizer process" in reason
     tokens_per_s = document["throughput"]["output_tokens_per_s"]
     assert tokens_per_s == pytest.approx(1000, rel=0.1)
 
@@ -57,14 +56,6 @@ def test_felt_parts_sum_to_each_metric():
     assert sum(parts["ttfv"].values()) == pytest.approx(ttfv.mean() / 1e9)
     assert parts["ttft"]["queue"] == pytest.approx((start - sent - upload).mean() / 1e9)
     assert parts["ttft"]["traffic"] == pytest.approx(0.3 * engine.mean() / 1e9)
-
-
-def test_the_async_worker_is_busy_from_when_both_it_and_a_step_s_ids_are_ready_until_they_leave():
-    # Steps ready at 0, 10, 12, 40; the worker takes 5 each: 0-5, 10-15, 15-20, 40-45. A step that left
-    # nothing (-1) costs nothing.
-    ready = np.array([0, 10, 12, 30, 40])
-    leave = np.array([5, 15, 20, -1, 45])
-    assert worker_busy_ns(ready, leave) == 20
 
 
 def test_kv_caches_queueing_for_slow_links_to_the_decode_pool_are_overload_that_names_the_links():

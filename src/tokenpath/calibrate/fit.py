@@ -246,10 +246,11 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
     is not fitted. Its usual cause is the default 20 ms round trip against a server on this machine."""
     delivery = scenario.resolved_delivery()
     last_mile = LastMile(delivery)
-    frontend_s = 0.0 if "frontend_per_request_s" in fitted else delivery.frontend_per_request
     reached = []  # (floor / measured, floor, phase)
     for m in measured:
-        network_ns = last_mile.upload_network_ns(float(m.requests.input_tokens.mean())) + last_mile.event_network_ns(1)
+        prompt = float(m.requests.input_tokens.mean())
+        frontend_s = 0.0 if "frontend_per_request_s" in fitted else last_mile.request_cost_s(round(prompt))
+        network_ns = last_mile.upload_ns(prompt) + last_mile.event_network_ns(1)
         floor_s = network_ns / 1e9 + frontend_s
         if 0 < m.ttft_p50_s <= floor_s:
             reached.append((floor_s / m.ttft_p50_s, floor_s, m))
@@ -257,8 +258,10 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
         return []
     _, worst_floor_s, worst = max(reached, key=lambda entry: entry[0])
     parts = f"a {format_duration(delivery.network_rtt)} client round trip (delivery.network_rtt)"
-    if frontend_s:
-        parts += f" and a {format_duration(frontend_s)} front end (delivery.frontend_per_request)"
+    if "frontend_per_request_s" not in fitted:
+        frontend_s = last_mile.request_cost_s(round(float(worst.requests.input_tokens.mean())))
+        parts += (f" and a {format_duration(frontend_s)} front end (delivery.frontend_per_request, "
+                  "chat_template_per_request, tokenize_per_token)")
     return [(f"the scenario's fixed parts, {parts}, alone take {format_duration(worst_floor_s)} of a TTFT, where "
              f"phase {worst.name} measured {format_duration(worst.ttft_p50_s)}: no fitted assumption can make up for "
              "it; for a server on this machine give --network-rtt 0")]

@@ -29,7 +29,7 @@ Examples:
 
   tokenpath capacity --slo ttft_p99=2s,qoe_p10=0.9
 
-  tokenpath capacity --set delivery.detokenize=async --num-requests 4000
+  tokenpath capacity --set delivery.detokenize=detokenizer --num-requests 4000
 """
 
 

@@ -44,7 +44,7 @@ A levers file holds [[levers]] tables: name, group and overrides, e.g.
   [[levers]]
   name = "TP4 with async detokenization"
   group = "mine"
-  overrides = { "deployment.tp" = 4, "delivery.detokenize" = "async" }
+  overrides = { "deployment.tp" = 4, "delivery.detokenize" = "detokenizer" }
 """
 
 

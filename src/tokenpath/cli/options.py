@@ -30,7 +30,8 @@ SCENARIO_KEYS = {
     "chunked_prefill": "engine.chunked_prefill", "gpu_memory_utilization": "engine.gpu_memory_utilization",
     "scheduler": "engine.scheduler", "num_scheduler_steps": "engine.num_scheduler_steps",
     "kv_cache_dtype": "model.kv_cache_precision", "network_rtt": "delivery.network_rtt",
-    "detokenize": "delivery.detokenize", "prefix_caching": "engine.prefix_caching",
+    "detokenize": "delivery.detokenize", "api_servers": "deployment.api_servers",
+    "prefix_caching": "engine.prefix_caching",
     "routing": "deployment.routing",
 }
 # The key whose default each flag's help shows: the flags above, and those translated into one key.
@@ -215,7 +216,9 @@ SCENARIO_FLAGS: dict[str, Any] = _with_defaults({
     "kv_cache_dtype": _flag(str, "--kv-cache-dtype", "KV-cache precision: auto (the engine's own choice), bf16 or "
                                                      "fp8"),
     "network_rtt": _flag(str, "--network-rtt", "client round trip, e.g. '20 ms' (a bare number is seconds)"),
-    "detokenize": _flag(str, "--detokenize", "inline (blocks the next step) or async"),
+    "detokenize": _flag(str, "--detokenize", "the process that detokenizes: engine (its steps wait), api-server or "
+                                            "detokenizer (its own); unset: the engine profile's"),
+    "api_servers": _flag(int, "--api-servers", "API-server processes of the deployment; unset: the engine profile's"),
     "input_len": _flag(float, "--input-len", "mean input tokens"),
     "input_sd": _flag(float, "--input-sd", "sd of input tokens, 0 for a fixed length"),
     "input_dist": _flag(str, "--input-dist", "input length distribution: fixed, normal, lognormal, uniform (mean "
@@ -232,7 +235,7 @@ SCENARIO_FLAGS: dict[str, Any] = _with_defaults({
     "seed": _flag(int, "--seed", "random seed"),
     "sets": _flag(list[str], "--set", "set any scenario key by its dotted path, the value as TOML (a bare word is "
                                       "a string; a duration without a unit is seconds: write '20 ms'), e.g. "
-                                      "--set deployment.tp=4 --set delivery.detokenize=async; repeatable; the "
+                                      "--set deployment.tp=4 --set delivery.detokenize=detokenizer; repeatable; the "
                                       "named flags apply after it", metavar="KEY=VALUE"),
 })
 # The flags of the requests a workload generates: arrivals and prompts, then output lengths.

@@ -93,7 +93,7 @@ Examples:
 
   tokenpath simulate --chips 32 --fabric h100-4x8-rail --placement spread
 
-  tokenpath simulate --set deployment.tp=4 --set delivery.detokenize=async
+  tokenpath simulate --set deployment.tp=4 --set delivery.detokenize=detokenizer
 """
 
 

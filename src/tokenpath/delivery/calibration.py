@@ -131,6 +131,8 @@ class CalibratedCost:
             total, frame = self._total[self._top] + (tokens - self._top) * self._slope, self._frame[self._top]
         return max(0.0, total + (events - tokens) * frame)
 
-    def host_ns(self, tokens: int, events: int) -> int:
-        """`host_s` in whole nanoseconds."""
-        return round(self.host_s(tokens, events) * 1e9)
+    def frame_s(self, tokens: int, events: int) -> float:
+        """The framing part of `host_s`: `events` SSE events at the batch size's measured cost each."""
+        if tokens <= 0:
+            return 0.0
+        return events * self._frame[min(tokens, self._top)]

@@ -1,10 +1,14 @@
-"""The delivery-time model: from a token sampled on the device to its text at the client.
+"""The delivery-time model: from a request's bytes to the engine, and from a token sampled on the
+device to its text at the client.
 
-Per engine step the sampled ids are copied to the host, detokenized and framed as SSE events (at the
-constant costs of the spec, or at this machine's measured cost per batch size when the spec names a
-calibration file from `tokenpath calibrate delivery`). Inline,
-that host work blocks the next step; async, a separate worker does it while the device runs on, and a
-step's tokens leave when the worker reaches them. Each event then crosses the network: half a round
+A request crosses the network (half a round trip plus its bytes), then waits its turn at the
+server's front end (delivery/frontend.py), which parses it, renders its chat template and tokenizes
+it before the engine sees it. Per engine step the sampled ids are copied to the host, which blocks
+the next step; they are detokenized where the engine does it (in its own process, blocking the next
+step too; in the API server; or in a detokenizer process of its own) and each chunk is framed as an
+SSE event in the API server, at the constant costs of the spec or at this machine's measured cost
+per batch size when the spec names a calibration file from `tokenpath calibrate delivery`. A step's
+tokens leave when the front end is done with them. Each event then crosses the network: half a round
 trip plus its bytes over the client's bandwidth.
 
 Events group tokens: the first token is sent at once, later ones in groups of `stream_interval`, and
@@ -17,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from tokenpath.delivery.calibration import CalibratedCost
+from tokenpath.delivery.frontend import FrontEnd, Layout, Wait
 from tokenpath.delivery.spec import DeliverySpec
 
 ID_BYTES = 4  # one sampled token id (int32) copied to the host
@@ -40,29 +45,41 @@ def event_sizes(output_tokens: int, interval: int) -> tuple[int, int]:
 
 
 class LastMile:
-    """Delivery costs for the engine loop (per step) and for the stream (per token)."""
+    """Delivery costs for the engine loop (per request and per step) and for the stream (per token),
+    for one engine replica whose front end is laid out as `layout` says."""
 
-    def __init__(self, spec: DeliverySpec) -> None:
-        self.spec = spec
-        self._worker_free_ns = 0
+    def __init__(self, spec: DeliverySpec, layout: Layout | None = None, front_end: bool = True) -> None:
+        """`layout`: the front end's processes (None: one, detokenizing where the spec says, else in the
+        engine). `front_end`: model its processes; without (a server that runs its own, as `serve` does),
+        only the engine's side is: the copy, and detokenizing where the engine does it."""
+        layout = layout or Layout(spec.detokenize or "engine")
+        self.spec, self.layout, self.models_front_end = spec, layout, front_end
+        self.front_end = FrontEnd(layout)
         self._half_rtt_ns = _ns(spec.network_rtt / 2)
-        self._frontend_ns = _ns(spec.frontend_per_request)
-        # Per-step costs in ns, precomputed: on_step runs once per engine step.
-        self._inline = spec.detokenize == "inline"
+        # Per-step costs, precomputed: on_step runs once per engine step.
         self._copy_fixed_ns = spec.host_link_latency * 1e9
         self._copy_per_id_ns = ID_BYTES / spec.host_link_bw * 1e9
-        self._detokenize_ns = spec.detokenize_per_token * 1e9
-        self._frame_ns = spec.frame_per_event * 1e9
         # A measured calibration, read once here: on_step runs every engine step.
         self._calibrated = CalibratedCost.from_file(spec.calibration) if spec.calibration else None
+        self._request_s = spec.frontend_per_request + spec.chat_template_per_request
+        # Whether requests and tokens take any front-end time: without, the engine loop skips it.
+        self.queues_requests = front_end and bool(self._request_s or spec.tokenize_per_token or spec.frame_per_event
+                                                  or spec.detokenize_per_token or self._calibrated)
 
     def upload_ns(self, input_tokens: int) -> int:
-        """Client -> engine: half a round trip plus the request's bytes, then the server's front end."""
-        return self.upload_network_ns(input_tokens) + self._frontend_ns
-
-    def upload_network_ns(self, input_tokens: float) -> int:
-        """The network's part of the upload: half a round trip plus the request's bytes."""
+        """Client -> server: half a round trip plus the request's bytes (its front-end time is queued
+        when it arrives: `request`)."""
         return self.network_ns(self.spec.request_overhead_bytes + self.spec.bytes_per_token * input_tokens)
+
+    def request_cost_s(self, input_tokens: int) -> float:
+        """The front end's CPU time for one request: parse and validate, the chat template, tokenizing
+        its prompt, the hand-off to the engine."""
+        return self._request_s + input_tokens * self.spec.tokenize_per_token
+
+    def request(self, arrival_ns: int, input_tokens: int) -> Wait:
+        """A request that reached the server at `arrival_ns` through the front end: (when the engine
+        sees it, its wait, its work there); called in arrival order, between steps in time order."""
+        return self.front_end.request(arrival_ns, self.request_cost_s(input_tokens))
 
     def network_ns(self, size_bytes: float) -> int:
         """One message of `size_bytes` over the client's network, either way: half a round trip plus
@@ -79,24 +96,49 @@ class LastMile:
     def stream_interval(self) -> int:
         return self.spec.stream_interval
 
-    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int]:
+    def host_costs_s(self, emitted: int, events: int) -> tuple[float, float]:
+        """(detokenizing, framing) seconds of a step's `emitted` tokens in `events` SSE events: the spec's
+        constants, or the calibration's measured cost for the batch size."""
+        if self._calibrated is None:
+            return emitted * self.spec.detokenize_per_token, events * self.spec.frame_per_event
+        framing_s = self._calibrated.frame_s(emitted, events)
+        return self._calibrated.host_s(emitted, events) - framing_s, framing_s
+
+    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int, int, int]:
         """Account one step that sampled `emitted` tokens, closing `events` SSE events.
 
-        Returns (blocking_ns, leave_ns): how long the step is extended before the next one can start,
-        and when this step's tokens leave the server.
+        Returns (blocking_ns, leave_ns, front_queue_ns, front_work_ns): how long the step is extended
+        before the next one can start (the ids' copy, and detokenizing when the engine does it), when
+        this step's tokens leave the server, and how long they waited for and ran on the front end's
+        processes on the way.
         """
         if emitted == 0:
-            return 0, gpu_end_ns
+            return 0, gpu_end_ns, 0, 0
         copy_ns = round(self._copy_fixed_ns + emitted * self._copy_per_id_ns)
-        if self._calibrated is None:
-            host_ns = round(emitted * self._detokenize_ns + events * self._frame_ns)
-        else:
-            host_ns = self._calibrated.host_ns(emitted, events)
-        if self._inline:
-            blocking_ns = copy_ns + host_ns
-            return blocking_ns, gpu_end_ns + blocking_ns
-        self._worker_free_ns = max(self._worker_free_ns, gpu_end_ns + copy_ns) + host_ns
-        return copy_ns, self._worker_free_ns
+        where = self.layout.detokenizes_in
+        if not self.models_front_end:
+            engine_ns = round(self.host_costs_s(emitted, events)[0] * 1e9) if where == "engine" else 0
+            return copy_ns + engine_ns, gpu_end_ns + copy_ns + engine_ns, 0, 0
+        detokenize_s, frame_s = self.host_costs_s(emitted, events)
+        if where == "engine":
+            blocking_ns = copy_ns + round(detokenize_s * 1e9)
+            api = self.front_end.tokens(gpu_end_ns + blocking_ns, frame_s)
+            return blocking_ns, *api
+        if where == "api-server":
+            return copy_ns, *self.front_end.tokens(gpu_end_ns + copy_ns, detokenize_s + frame_s)
+        detokenized = self.front_end.detokenize(gpu_end_ns + copy_ns, detokenize_s)
+        api = self.front_end.tokens(detokenized.done_ns, frame_s)
+        return copy_ns, api.done_ns, detokenized.queue_ns + api.queue_ns, detokenized.work_ns + api.work_ns
+
+    def busy_ns(self) -> dict[str, int]:
+        """How long the front end's busiest API-server process, and its detokenizer process if it has
+        one, have been busy so far."""
+        if not self.models_front_end:
+            return {}
+        busy = {"API server": self.front_end.api_busy_ns}
+        if self.layout.detokenizes_in == "detokenizer":
+            busy["detokenizer"] = self.front_end.detokenizer_busy_ns
+        return busy
 
     def last_event_arrival_ns(self, leave_ns: int, output_tokens: int) -> int:
         """When the client has the last byte of a sequence whose last token left at `leave_ns`."""
@@ -137,18 +179,3 @@ def first_visible_index(output_tokens: np.ndarray, invisible_fraction: float, rn
         return np.zeros(len(output_tokens), dtype=np.int64)
     leading_invisible = rng.geometric(1.0 - invisible_fraction, size=len(output_tokens)) - 1
     return np.minimum(leading_invisible, output_tokens - 1).astype(np.int64)
-
-
-def worker_busy_ns(ready_ns: np.ndarray, leave_ns: np.ndarray) -> int:
-    """How long the async detokenizing worker was busy, from each step's time its ids reached the host
-    (`ready_ns`, time order) and the time its tokens left (`leave_ns`; -1: nothing left then).
-
-    The worker takes steps first come first served (`LastMile.on_step`), so a step's work starts when
-    both its ids and the worker are ready, and ends when its tokens leave.
-    """
-    leaving = leave_ns >= 0
-    ready, leave = ready_ns[leaving], leave_ns[leaving]
-    if not len(leave):
-        return 0
-    free_before = np.concatenate([[ready[0]], np.maximum.accumulate(leave)[:-1]])
-    return int(np.maximum(0, leave - np.maximum(ready, free_before)).sum())

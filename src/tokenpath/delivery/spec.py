@@ -1,18 +1,20 @@
 """The `[delivery]` table of a scenario: the path from sampled token ids to text at the client.
 
-Defaults describe a common deployment: ids copied over PCIe Gen5, detokenized inline by the engine's
-own process (as a synchronous engine does), one SSE event per token, a client 20 ms round trip away.
+Defaults describe a common deployment: ids copied over PCIe Gen5, detokenized where the engine's
+profile does it, one SSE event per token, a client 20 ms round trip away; the front end's costs per
+request and per token are those of an engine's Python API server on a current x86 core.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from tokenpath.config.assumptions import default
 from tokenpath.config.files import PathText
 from tokenpath.config.units import Bandwidth, Duration
+from tokenpath.delivery.frontend import PLACEMENTS, Placement
 
 # PCIe Gen5 x16: 128 GB/s both directions together (the H200 SXM host link, nvidia.com/h200).
 PCIE_GEN5_X16_PER_DIRECTION_BPS = default("host_link_bw_Bps")
@@ -21,8 +23,10 @@ PCIE_GEN5_X16_PER_DIRECTION_BPS = default("host_link_bw_Bps")
 D2H_COPY_LATENCY_S = default("host_link_latency_s")
 # Reported cost of one incremental detokenize call in vLLM: 17-55 us (vLLM issue 5206); the low end.
 DETOKENIZE_PER_TOKEN_S = default("detokenize_per_token_s")
-# Building one SSE chunk with json.dumps of a dict: about 2.6 us on a current x86 core (measured; see
-# `tokenpath calibrate delivery` for this machine's figure with the fast framer).
+# Building one streamed chunk as the engines' API servers do (vLLM's serving_chat.py and TensorRT-LLM's
+# postprocess_handlers.py build a pydantic ChatCompletionStreamResponse per chunk and call
+# model_dump_json), then its SSE framing: 10.6 us on a current x86 core, 12.6x this package's own framer
+# (delivery/sse.py); `tokenpath calibrate delivery` measures both on this machine.
 FRAME_PER_EVENT_S = default("frame_per_event_s")
 # Share of tokens that show nothing when they arrive (not a whole UTF-8 character alone, so a later token
 # completes it), measured with delivery.visibility.invisible_fraction through the default tokenizer
@@ -31,17 +35,20 @@ FRAME_PER_EVENT_S = default("frame_per_event_s")
 # differs: 4.9% of the Chinese sample of delivery/sample_text.py, 36% of the emoji-heavy one, 7.1% of all
 # four samples together. Set it for the traffic at hand.
 INVISIBLE_TOKEN_FRACTION = default("invisible_token_fraction")
-# A server's front end: the time from a request's arrival to the engine seeing it (HTTP and JSON
-# parsing, tokenization, the hand-off to the engine's process). 0 by default, as in the measurements
-# the model is validated on (taken at the engine); `tokenpath calibrate engine` fits it for a server,
-# where it is a few ms (tokenpath serve: HTTP plus its tokenizer's 10 MB/s, serve/app.py).
+# The front end's CPU time per request (delivery/frontend.py), before the engine sees it: parsing and
+# validating the HTTP body and handing the tokenized request to the engine's process; rendering the
+# chat template; and tokenizing the prompt, per token. Their values and sources are the registry's
+# (config/assumptions.py); `tokenpath calibrate delivery` measures them on this machine.
 FRONTEND_PER_REQUEST_S = default("frontend_per_request_s")
+CHAT_TEMPLATE_PER_REQUEST_S = default("chat_template_per_request_s")
+TOKENIZE_PER_TOKEN_S = default("tokenize_per_token_s")
 
 # A `[delivery]` table for measurements taken at the engine (published benchmarks whose client runs on
 # the serving host): no network, and no host cost beyond the engine's own.
 ENGINE_SIDE_DELIVERY = {
-    "network_rtt": 0.0, "host_link_latency": 0.0, "frontend_per_request": 0.0, "detokenize_per_token": 0.0,
-    "frame_per_event": 0.0, "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
+    "network_rtt": 0.0, "host_link_latency": 0.0, "frontend_per_request": 0.0, "chat_template_per_request": 0.0,
+    "tokenize_per_token": 0.0, "detokenize_per_token": 0.0, "frame_per_event": 0.0, "event_overhead_bytes": 0,
+    "bytes_per_token": 0.0, "request_overhead_bytes": 0,
 }
 # Bounds of the counts below, far beyond real ones: a server streams 1 to a few tens of tokens per SSE
 # event (vLLM's and SGLang's --stream-interval default to 1); a chunk's JSON around its text is about
@@ -55,6 +62,17 @@ MAX_OVERHEAD_BYTES = 2**20
 MAX_BYTES_PER_TOKEN = 1024.0
 
 
+# The names `detokenize` took before it named processes: what each became.
+_RENAMED_PLACEMENTS = {"inline": "engine", "async": "detokenizer"}
+
+
+def _check_placement(value: object) -> object:
+    if isinstance(value, str) and value in _RENAMED_PLACEMENTS:
+        raise ValueError(f"{value!r} is now {_RENAMED_PLACEMENTS[value]!r}: detokenize names the process that "
+                         f"detokenizes, one of {', '.join(PLACEMENTS)}")
+    return value
+
+
 class DeliverySpec(BaseModel):
     """Last-mile parameters. Times are per token or per event as named."""
 
@@ -63,8 +81,9 @@ class DeliverySpec(BaseModel):
     host_link_bw: Bandwidth = Field(PCIE_GEN5_X16_PER_DIRECTION_BPS, description="device-to-host bandwidth")
     host_link_latency: Duration = Field(D2H_COPY_LATENCY_S, le=MAX_HOST_COST_S,
                                         description="latency of one device-to-host copy")
-    detokenize: Literal["inline", "async"] = Field(
-        "inline", description="inline blocks the next engine step; async overlaps it in another worker"
+    detokenize: Annotated[Placement | None, BeforeValidator(_check_placement)] = Field(
+        None, description="the process that detokenizes: engine (its steps wait for it), api-server (the front "
+                          "end's processes), detokenizer (a process of its own); unset: the engine profile's"
     )
     detokenize_per_token: Duration = Field(DETOKENIZE_PER_TOKEN_S, le=MAX_HOST_COST_S)
     frame_per_event: Duration = Field(FRAME_PER_EVENT_S, le=MAX_HOST_COST_S)
@@ -81,7 +100,12 @@ class DeliverySpec(BaseModel):
     invisible_token_fraction: float = Field(INVISIBLE_TOKEN_FRACTION, ge=0, lt=1)
     frontend_per_request: Duration = Field(
         FRONTEND_PER_REQUEST_S, le=MAX_HOST_COST_S,
-        description="the server's front end per request, before the engine sees it (HTTP, tokenization)")
+        description="the front end's CPU time per request: parse and validate it, hand it to the engine")
+    chat_template_per_request: Duration = Field(
+        CHAT_TEMPLATE_PER_REQUEST_S, le=MAX_HOST_COST_S,
+        description="the front end's CPU time rendering a request's chat template (0: a cached or raw prompt)")
+    tokenize_per_token: Duration = Field(
+        TOKENIZE_PER_TOKEN_S, le=MAX_HOST_COST_S, description="the front end's CPU time per prompt token tokenized")
     calibration: PathText | None = Field(
         None,
         description="a file from `tokenpath calibrate delivery`: its measured host cost per step and per token "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.units import format_duration, format_number
@@ -30,9 +31,16 @@ class Resource:
     layer: str          # the attribution part its busy time belongs to
     utilization: float  # busy share of the run's window, of its busiest instance (replica, engine)
     why: str            # what keeps it busy, in words
-    # True for a resource that serves one item at a time (a worker, a link): busy all the time, it is
+    # True for a resource that serves one item at a time (a process, a link): busy all the time, it is
     # saturated. An engine batches: busy all the time, it still serves more with a larger batch.
     one_at_a_time: bool = True
+    front_end: bool = False  # one of the front end's processes (delivery/frontend.py)
+
+    def busy(self) -> str:
+        """How busy it is, in words: a saturated front end says so."""
+        if self.front_end and self.utilization >= SATURATED:
+            return f"front end saturated ({self.utilization:.0%} busy): the {self.name}"
+        return f"the {self.name} is busy {self.utilization:.0%} of the time"
 
 
 # A one-at-a-time resource busy this share of the time is saturated, and limits before an engine does.
@@ -60,6 +68,8 @@ class Evidence:
     network_s: dict[str, float] = field(default_factory=dict)
     slo_s: dict[str, float] = field(default_factory=dict)          # the SLOs that are set
     slo_miss_share: dict[str, float] = field(default_factory=dict)  # share of requests missing each
+    # Mean seconds of E2E's delivery in each of its parts (summary's attribution_s.delivery_detail).
+    delivery_detail_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def bound(self) -> str:
@@ -76,10 +86,11 @@ def capacity_resource(evidence: Evidence) -> Resource:
     return max(saturated or evidence.resources, key=lambda resource: resource.utilization)
 
 
-def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str, str]:
+def bottleneck(attribution_s: dict[str, Any], evidence: Evidence) -> tuple[str, str]:
     """(layer, reason). An overloaded run names the serial resource that limits capacity, the reason
     starting with "overloaded: offered X req/s, served Y req/s"; otherwise the layer that holds most of
-    the metric users feel (module docstring)."""
+    the metric users feel (module docstring). A saturated front end is named either way."""
+    attribution_s = {part: attribution_s[part] for part in LAYER_OF_PART}
     load = evidence.load
     if load is not None and load.overloaded:
         return _overloaded(attribution_s, evidence, load)
@@ -98,6 +109,9 @@ def bottleneck(attribution_s: dict[str, float], evidence: Evidence) -> tuple[str
         first = max(ttft, key=ttft.get)
         if first != part:
             why += f"; TTFT: {_explain(first, 'ttft', ttft, evidence)}"
+    saturated = [r for r in evidence.resources if r.front_end and r.utilization >= SATURATED]
+    if saturated:
+        why += f"; {max(saturated, key=lambda r: r.utilization).busy()}"
     if load is not None and not load.confident:
         why += f" ({load.caveat()})"
     return LAYER_OF_PART[part], why
@@ -108,8 +122,8 @@ def _overloaded(attribution_s: dict[str, float], evidence: Evidence, load: Load)
     offered = "all at once" if math.isinf(load.offered_per_s) else f"{format_number(load.offered_per_s)} req/s"
     others = [f"the {r.name} {r.utilization:.0%}" for r in evidence.resources if r is not limit]
     reason = (f"overloaded: offered {offered}, served {format_number(load.served_per_s)} req/s; "
-              f"{LAYER_OF_PART[limit.layer]} limits capacity: the {limit.name} is busy {limit.utilization:.0%} of the "
-              f"time{', ' + limit.why if limit.why else ''}" + (f" ({', '.join(others)})" if others else ""))
+              f"{LAYER_OF_PART[limit.layer]} limits capacity: {limit.busy()}"
+              f"{', ' + limit.why if limit.why else ''}" + (f" ({', '.join(others)})" if others else ""))
     reason += f"; signs: {', '.join(load.signs())}"
     total = sum(attribution_s.values()) or 1.0
     if max(attribution_s, key=attribution_s.get) == "queue":
@@ -132,7 +146,12 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
     if part == "traffic":
         return f"{of} is fabric traffic: {e.traffic_detail}"
     rtt = f"a {format_number(e.network_rtt_s * 1e3)} ms client round trip"
-    host = f"{e.detokenize} detokenization blocking {e.host_share_of_step:.0%} of each step"
+    host = f"the {e.detokenize} detokenizing, the host blocking {e.host_share_of_step:.0%} of each step"
+    front_s = e.delivery_detail_s.get("frontend_queue", 0.0) + e.delivery_detail_s.get("frontend_work", 0.0)
+    if metric == "e2e" and front_s >= 0.5 * parts[part]:
+        queue_s = e.delivery_detail_s.get("frontend_queue", 0.0)
+        return (f"{of} is the last mile, {front_s / parts[part]:.0%} of it the front end's processes "
+                f"({queue_s / front_s:.0%} of that waiting for a busy one); {rtt}")
     network_s = e.network_s.get(metric, 0.0)
     if network_s >= 0.5 * parts[part]:
         return f"{of} is the last mile, {network_s / parts[part]:.0%} of it the network: {rtt}; {host}"

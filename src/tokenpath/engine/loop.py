@@ -46,11 +46,20 @@ class EngineTrace:
     step_kv_read_tokens: np.ndarray
     step_chunk_context_tokens: np.ndarray  # sum over prompt chunks of the positions cached before each
     step_logits: np.ndarray      # sequences that sampled a token
+    step_front_queue_ns: np.ndarray  # how long each step's tokens waited for the front end's processes
+    step_front_work_ns: np.ndarray   # and their work there
     kv_capacity_tokens: int
     preemptions: int
     prefix_hit_tokens: np.ndarray  # per request: prompt tokens found in the prefix cache at its first admission
     first_step_start_ns: np.ndarray | None = None  # per request: start of the first step it took part in, or -1
     times_preempted: np.ndarray | None = None      # per request: how often it lost its KV cache
+    # Per request, of its delivery time: waiting for the front end's processes, and their work, for the
+    # request on its way in and for its last tokens on their way out.
+    front_queue_ns: np.ndarray | None = None
+    front_work_ns: np.ndarray | None = None
+    upload_ns: np.ndarray | None = None      # per request: sent -> the engine has it (network, front end)
+    network_in_ns: np.ndarray | None = None  # of which across the client's network
+    host_busy_ns: dict[str, int] | None = None  # the host's serial resources' busy time (Host.busy_ns)
 
     def token_steps(self, first: int = 0, stop: int | None = None) -> np.ndarray:
         """The step that produced each output token of requests [first, stop), flat, request-major."""
@@ -173,7 +182,8 @@ def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens
     return EngineTrace(
         sent_ns=np.array(sent, dtype=np.int64),
         arrival_ns=np.array(requests.arrival, dtype=np.int64),
-        **rows.accounts(steps, spans, tick_steps, requests.upload, requests.times_preempted),
+        **rows.accounts(steps, spans, tick_steps, requests.upload, requests.times_preempted, requests.front_queue,
+                        requests.front_work),
         spans=spans,
         tick_steps=tick_steps,
         token_offsets=np.concatenate([[0], np.cumsum(out)]).astype(np.int64),
@@ -181,4 +191,5 @@ def _trace(replica: Replica, sent: list[int], out: list[int], kv_capacity_tokens
         kv_capacity_tokens=kv_capacity_tokens,
         preemptions=replica.preemptions,
         prefix_hit_tokens=hits,
+        host_busy_ns=replica.host.busy_ns(),
     )

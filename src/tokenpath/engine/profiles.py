@@ -50,9 +50,12 @@ class Profile:
     # -- the KV cache's precision under kv_cache_precision = "auto": fp8 when the weights are fp8 or
     # fp4, or the model's own bf16 whatever the weights
     fp8_kv_with_quantized_weights: bool
-    # -- the process around the scheduler: data for modelling the front end, not read by the simulation
-    front_end: Literal["api-server", "engine"]  # where HTTP requests are parsed and prompts tokenized
-    detokenizes_in: Literal["engine", "api-server", "detokenizer"]  # "detokenizer": a process of its own
+    # -- the processes around the scheduler (delivery/frontend.py models them, sim/front_end.py lays them out)
+    # API-server processes by default: one for each data-parallel replica, or one for the whole server
+    # (`deployment.api_servers` sets the count). Every engine here parses requests, renders their chat
+    # template and tokenizes them in its API server, and frames each chunk there.
+    api_servers: Literal["per-replica", "per-server"]
+    detokenizes_in: Literal["engine", "api-server", "detokenizer"]  # "detokenizer": one process of its own
     # -- where it is used beyond the simulation
     offered_as_lever: bool  # `tokenpath levers` tries switching to it
     measured_as: str | None  # the engine's name in the latency rows simulated with it (validate/latency.py)
@@ -84,9 +87,13 @@ PROFILES: dict[str, Profile] = {
         cuda_graph_max_bs=None,
         max_num_seqs=None,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
-        # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py) and
-        # detokenizes the outputs there (vllm/v1/engine/output_processor.py).
-        front_end="api-server",
+        # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
+        # API-server process renders the chat template and tokenizes (AsyncLLM's InputProcessor) and
+        # detokenizes and checks stop strings (OutputProcessor, vllm/v1/engine/output_processor.py and
+        # detokenizer.py), then builds each chunk (entrypoints/openai/serving_chat.py). --api-server-count
+        # defaults to the data-parallel size (vllm/entrypoints/openai/cli_args.py: "Defaults to
+        # data_parallel_size if not specified"; vllm/entrypoints/cli/serve.py).
+        api_servers="per-replica",
         detokenizes_in="api-server",
         offered_as_lever=True,
         measured_as="vllm",
@@ -118,9 +125,11 @@ PROFILES: dict[str, Profile] = {
         max_num_seqs=VLLM_V0_MAX_NUM_SEQS,
         fp8_kv_with_quantized_weights=False,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
-        # since 0.6); the engine detokenized in its own step loop (vllm/engine/output_processor/,
-        # vllm/transformers_utils/detokenizer.py).
-        front_end="api-server",
+        # since 0.6, PR 6883: "request validation, tokenization, and JSON formatting" there); the engine
+        # detokenized in its own step loop (vllm/engine/output_processor/, vllm/transformers_utils/
+        # detokenizer.py; PR 7402, moving it to the front end, was closed unmerged). V0 had no data
+        # parallelism: a replica is a server of its own.
+        api_servers="per-replica",
         detokenizes_in="engine",
         offered_as_lever=False,  # a release to reproduce (its latency rows), not a change to make
         measured_as=None,        # rows pick it by their engine_settings
@@ -154,10 +163,13 @@ PROFILES: dict[str, Profile] = {
         cuda_graph_max_bs=sglang_cuda_graph_max_bs,
         max_num_seqs=None,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
-        # The HTTP server's process tokenizes (sglang/srt/managers/tokenizer_manager.py); the
-        # scheduler runs in a process of its own and a third detokenizes
-        # (sglang/srt/managers/detokenizer_manager.py).
-        front_end="api-server",
+        # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
+        # tokenizer_manager.py; "The HTTP server, Engine, and TokenizerManager all run in the main
+        # process", srt/entrypoints/http_server.py); the scheduler runs in a process of its own and a
+        # third detokenizes (sglang/srt/managers/detokenizer_manager.py). One of each for the whole
+        # server, its --dp-size replicas included (server_args.py: tokenizer_worker_num = 1,
+        # detokenizer_worker_num = 1).
+        api_servers="per-server",
         detokenizes_in="detokenizer",
         offered_as_lever=True,
         measured_as="sglang",
@@ -194,9 +206,11 @@ PROFILES: dict[str, Profile] = {
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the
-        # executor's workers and detokenizes in its own process by default; with
-        # --num_postprocess_workers > 0, in a pool of postprocess worker processes.
-        front_end="api-server",
+        # executor's workers: it renders the chat template, tokenizes, and detokenizes and builds each
+        # chunk in its own process by default (serve/postprocess_handlers.py; with
+        # --num_postprocess_workers > 0, default 0, in a pool of postprocess processes). One server per
+        # replica (num_serve_frontends defaults to 1).
+        api_servers="per-replica",
         detokenizes_in="api-server",
         offered_as_lever=True,
         measured_as="trtllm",

@@ -17,7 +17,20 @@ class Host(Protocol):
     """What the engine needs from the delivery path (implemented by delivery.LastMile)."""
 
     stream_interval: int  # tokens per SSE event: the first token alone, then groups, the last flushed
+    # Whether requests pass through a front end that takes time (`request`) before the engine sees them.
+    queues_requests: bool
 
-    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int]:
-        """(blocking_ns, leave_ns) of a step that sampled `emitted` tokens closing `events` events."""
+    def request(self, arrival_ns: int, input_tokens: int) -> tuple[int, int, int]:
+        """(when the engine sees it, its wait, its work) of a request reaching the server at `arrival_ns`;
+        called in arrival order, interleaved in time order with `on_step`."""
+        ...
+
+    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int, int, int]:
+        """(blocking_ns, leave_ns, front_queue_ns, front_work_ns) of a step that sampled `emitted` tokens
+        closing `events` events: how long it blocks the engine, when its tokens leave the server, and
+        their wait and work in the front end on the way."""
+        ...
+
+    def busy_ns(self) -> dict[str, int]:
+        """How long each serial resource of the host has been busy so far (its busiest instance), by name."""
         ...

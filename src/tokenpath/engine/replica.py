@@ -7,8 +7,11 @@ batch's shape and cost; applying it. A preempted sequence loses its cache and go
 of the queue, to be recomputed, keeping the tokens already sent.
 
 A step lasts its compute time plus its non-overlapped traffic time, then whatever the host blocks it
-for (copying the sampled ids, and detokenizing when that runs inline). Time is integer nanoseconds,
-so each request's time splits exactly into waiting, compute, traffic and delivery.
+for (copying the sampled ids, and detokenizing when the engine's own process does it). Where the
+server's front end takes time, a request reaches the engine when the front end has passed it on:
+the replica hands the front end requests (by arrival) and steps' tokens (by step end) in time order,
+so the two share its processes first come first served. Time is integer nanoseconds, so each
+request's time splits exactly into waiting, compute, traffic and delivery.
 
 A step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted, never
 O(batch): decoding sequences are kept as aggregates keyed by the decode clock, the ticks in which
@@ -51,6 +54,7 @@ class Replica:
         self.costs, self.host, self.spec = costs, host, spec
         # Called once per step: bound once here.
         self._compute_s, self._traffic_s, self._on_step = costs.compute_s, costs.traffic_s, host.on_step
+        self.front = host.queues_requests  # requests pass through the front end (`_through_front`)
         self.max_batched, self.max_seqs = spec.max_num_batched_tokens, spec.max_num_seqs
         self.block = spec.block_size
         self.interval = host.stream_interval
@@ -82,10 +86,10 @@ class Replica:
         self.formed_ns = 0
 
         # Per request (engine/requests.py): its columns and the arrival heap, bound here.
-        self.requests = requests = Requests()
+        self.requests = requests = Requests(self.front)
         self.prompt, self.cached, self.out = requests.prompt, requests.cached, requests.out
         self.generated, self.times_preempted = requests.generated, requests.times_preempted
-        self.arrivals = requests.arrivals
+        self.arrivals, self.at_front = requests.arrivals, requests.at_front
         self.waiting: WaitingQueue = QUEUES[spec.profile.queue_policy]()
         self.prefill: Prefill | None = None
         self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
@@ -153,6 +157,8 @@ class Replica:
         """When the next step starts: now with requests queued or running, else at the next arrival (or None)."""
         if self.waiting or self.decoding or self.prefill:
             return self.now
+        if self.front:
+            self._through_front_idle()
         return max(self.now, self.arrivals[0] >> _ID_BITS) if self.arrivals else None
 
     def kv_used(self) -> float:
@@ -161,7 +167,7 @@ class Replica:
 
     @property
     def idle(self) -> bool:
-        return not (self.arrivals or self.waiting or self.decoding or self.prefill)
+        return not (self.arrivals or self.at_front or self.waiting or self.decoding or self.prefill)
 
     def abort(self, i: int) -> bool:
         """End request i now, between steps (a stop string, a client gone), as vLLM's abort does: it
@@ -203,12 +209,16 @@ class Replica:
         return self._apply(s, d, decode, completing, finishing)
 
     def _take_arrivals(self) -> None:
-        """Queue the requests that have reached the server by the time the step's batch is formed; an
+        """Queue the requests that have reached the engine by the time the step's batch is formed; an
         idle engine first waits for one and forms its batch at once."""
         arrivals, waiting = self.arrivals, self.waiting
         if waiting or self.decoding or self.prefill:
             formed = self.formed_ns if self.lagged else self.now
+            if self.front:
+                self._through_front(formed)
         else:
+            if self.front:
+                self._through_front_idle()
             first_ns = arrivals[0] >> _ID_BITS
             if first_ns > self.now and self.ratio is not None:  # it waits idle: SGLang starts the ratio over
                 self.ratio.idle()
@@ -216,6 +226,22 @@ class Replica:
         arrived = (formed + 1) << _ID_BITS
         while arrivals and arrivals[0] < arrived:
             waiting.append(heapq.heappop(arrivals) & _ID_MASK)
+
+    def _through_front(self, until_ns: int) -> None:
+        """Pass the requests that reached the server by `until_ns` through the front end, in arrival order."""
+        at_front, request = self.at_front, self.host.request
+        until = (until_ns + 1) << _ID_BITS
+        while at_front and at_front[0] < until:
+            key = heapq.heappop(at_front)
+            i = key & _ID_MASK
+            self.requests.through_front(i, *request(key >> _ID_BITS, self.prompt[i]))
+
+    def _through_front_idle(self) -> None:
+        """With nothing to run, pass requests through the front end until the first that reaches the engine
+        is known: every request that reached the server before it (another process may pass it on sooner)."""
+        at_front, arrivals = self.at_front, self.arrivals
+        while at_front and (not arrivals or at_front[0] >> _ID_BITS <= arrivals[0] >> _ID_BITS):
+            self._through_front(at_front[0] >> _ID_BITS)
 
     # The profiles' batches. Each returns (decoding sequences taking part, tokens of the prompt in
     # progress, admitted (request, tokens, target)), having taken the KV blocks they need.
@@ -436,10 +462,12 @@ class Replica:
         compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context) * 1e9)
         traffic_ns = round(self._traffic_s(num_tokens, logits == num_tokens) * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
-        blocking_ns, leave_ns = self._host(gpu_end, logits, events)
+        if self.front:  # the requests that reached the server while the step ran go to the front end first
+            self._through_front(gpu_end)
+        blocking_ns, leave_ns, front_queue_ns, front_work_ns = self._host(gpu_end, logits, events)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
                                   decode + (prefill_num > 0) + len(admitted), attn_pairs, kv_read, chunk_context,
-                                  logits))
+                                  logits, front_queue_ns, front_work_ns))
         self.num_steps = s + 1
         if leave_ns >= 0:
             self.last_leave_ns = leave_ns
@@ -491,6 +519,6 @@ class Replica:
         until evicted (they still count as free: they can be taken)."""
         self.free_blocks += blocks if self.prefix is None else self.prefix.release(i, blocks)
 
-    def _host_window(self, gpu_end_ns: int, logits: int, events: int) -> tuple[int, int]:
+    def _host_window(self, gpu_end_ns: int, logits: int, events: int) -> tuple[int, int, int, int]:
         """Multi-step: the window's tokens leave when it ends, less the dropped ones of sequences already done."""
         return self.window_host.step(gpu_end_ns, logits - len(self.decoders.zombies), events, not self.window_left)

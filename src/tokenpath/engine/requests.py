@@ -1,5 +1,5 @@
-"""The requests a replica was given, a row each in submission order, and the heap of those still on
-their way to the server."""
+"""The requests a replica was given, a row each in submission order, and the heaps of those still on
+their way to the engine: to the server's front end, then from it to the engine."""
 
 from __future__ import annotations
 
@@ -19,15 +19,22 @@ class Requests:
     """Per request (index = submission order): set at submission, as compact int64 columns (a run can
     hold millions), except the ones updated as it runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, front: bool = False) -> None:
+        """`front`: requests reach a front end first (`at_front`), which releases them to `arrivals`."""
         self.prompt = array("q")
         self.cached = array("q")        # prompt tokens whose KV arrived with the request (0 after preemption)
         self.out = array("q")           # output tokens (an aborted request's: those it made)
         self.arrival = array("q")
-        self.upload = array("q")        # time spent on the way in, counted as delivery
+        self.upload = array("q")        # time spent on the way in, counted as delivery (the front end's too)
+        self.front_queue = array("q")   # of which waiting for the front end's CPU
+        self.front_work = array("q")    # and the front end's work on it
         self.generated: list[int] = []  # tokens sampled and sent so far
         self.times_preempted = array("q")  # how often it lost its cache and went back to wait
-        self.arrivals: list[int] = []   # heap of arrival at the server << _ID_BITS | request
+        self.arrivals: list[int] = []   # heap of arrival at the engine << _ID_BITS | request
+        # With a front end, the heap of arrival at the server << _ID_BITS | request (`arrivals` then
+        # holds those the front end has passed on); without, `arrivals` is it.
+        self.at_front: list[int] = []
+        self._incoming = self.at_front if front else self.arrivals
 
     def add(self, input_tokens: int, output_tokens: int, arrival_ns: int, delivery_ns: int, cached_tokens: int) -> int:
         """A request that reaches the server at `arrival_ns`; returns its index."""
@@ -41,7 +48,9 @@ class Requests:
             column.append(int(value))
         self.generated.append(0)
         self.times_preempted.append(0)
-        heapq.heappush(self.arrivals, int(arrival_ns) << _ID_BITS | i)
+        self.front_queue.append(0)
+        self.front_work.append(0)
+        heapq.heappush(self._incoming, int(arrival_ns) << _ID_BITS | i)
         return i
 
     def add_all(self, input_tokens: np.ndarray, output_tokens: np.ndarray, arrival_ns: np.ndarray,
@@ -57,26 +66,37 @@ class Requests:
                                (self.arrival, arrival_ns), (self.upload, delivery_ns)):
             column.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
         self.generated.extend([0] * n)
-        self.times_preempted.frombytes(bytes(8 * n))
+        for column in (self.times_preempted, self.front_queue, self.front_work):
+            column.frombytes(bytes(8 * n))
+        incoming = self._incoming
         if held is None:
-            self.arrivals.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
+            incoming.extend([t << _ID_BITS | i for i, t in enumerate(arrival_ns.tolist(), first)])
         else:
             rows = np.flatnonzero(~held)
             sent = zip((rows + first).tolist(), arrival_ns[rows].tolist())
-            self.arrivals.extend([t << _ID_BITS | i for i, t in sent])
-        heapq.heapify(self.arrivals)
+            incoming.extend([t << _ID_BITS | i for i, t in sent])
+        heapq.heapify(incoming)
         return first
 
     def send(self, i: int, arrival_ns: int, delivery_ns: int) -> None:
         """Request i, added held, reaches the server at `arrival_ns` after `delivery_ns` on the way."""
         self.arrival[i], self.upload[i] = arrival_ns, delivery_ns
-        heapq.heappush(self.arrivals, arrival_ns << _ID_BITS | i)
+        heapq.heappush(self._incoming, arrival_ns << _ID_BITS | i)
+
+    def through_front(self, i: int, done_ns: int, queue_ns: int, work_ns: int) -> None:
+        """Request i, taken off `at_front`, reaches the engine at `done_ns` after waiting `queue_ns` for the
+        front end and `work_ns` of its work."""
+        self.upload[i] += queue_ns + work_ns
+        self.front_queue[i], self.front_work[i] = queue_ns, work_ns
+        heapq.heappush(self.arrivals, done_ns << _ID_BITS | i)
 
     def withdraw(self, i: int) -> bool:
-        """Take request i off its way to the server; False if it is not on it. A C-level scan of the heap."""
-        key = self.arrival[i] << _ID_BITS | i
-        if key not in self.arrivals:
-            return False
-        self.arrivals.remove(key)
-        heapq.heapify(self.arrivals)
-        return True
+        """Take request i off its way to the engine; False if it is not on it. A C-level scan of a heap."""
+        to_engine = self.arrival[i] + self.front_queue[i] + self.front_work[i]
+        for heap, at_ns in ((self.arrivals, to_engine), (self.at_front, self.arrival[i])):
+            key = at_ns << _ID_BITS | i
+            if key in heap:
+                heap.remove(key)
+                heapq.heapify(heap)
+                return True
+        return False

@@ -15,7 +15,7 @@ from array import array
 import numpy as np
 
 STEP_FIELDS = ("start_ns", "compute_ns", "traffic_ns", "blocking_ns", "leave_ns", "tokens", "seqs",
-               "attn_pairs", "kv_read_tokens", "chunk_context_tokens", "logits")
+               "attn_pairs", "kv_read_tokens", "chunk_context_tokens", "logits", "front_queue_ns", "front_work_ns")
 
 
 class Rows:
@@ -84,7 +84,7 @@ class TraceRows:
 
     def steps(self) -> dict[str, np.ndarray]:
         """Per-step columns as arrays, keyed by STEP_FIELDS; a step inside a multi-step window leaves
-        its tokens when the window's last step does."""
+        its tokens when the window's last step does, with that step's time in the front end."""
         rows = self.step_rows.array()
         steps = {name: rows[:, k].copy() for k, name in enumerate(STEP_FIELDS)}
         leave = steps["leave_ns"]
@@ -92,7 +92,8 @@ class TraceRows:
         if len(left) < len(leave):
             later = np.searchsorted(left, np.arange(len(leave)))
             known = later < len(left)
-            leave[known] = leave[left[later[known]]]
+            for name in ("leave_ns", "front_queue_ns", "front_work_ns"):
+                steps[name][known] = steps[name][left[later[known]]]
         return steps
 
     def tick_steps(self) -> np.ndarray | None:
@@ -115,11 +116,14 @@ class TraceRows:
         return spans[np.lexsort((self.tick_steps()[spans[:, 1]], spans[:, 0]))]
 
     def accounts(self, steps: dict[str, np.ndarray], spans: np.ndarray, tick_steps: np.ndarray | None,
-                 upload_ns: array, times_preempted: array) -> dict[str, np.ndarray]:
+                 upload_ns: array, times_preempted: array, front_queue_ns: array,
+                 front_work_ns: array) -> dict[str, np.ndarray]:
         """Per request (from `steps()`, `spans()` and `tick_steps()`, and the replica's columns of each
-        request's upload time and preemptions): the summed compute and traffic time of the steps it
-        took part in, its delivery time (its upload, then the host time that blocked those steps),
-        and the end of the step that made its last token (0 for a request with none yet)."""
+        request's upload time, preemptions and front-end wait and work): the summed compute and traffic
+        time of the steps it took part in, its delivery time (its upload, then the host time that
+        blocked those steps),
+        the end of the step that made its last token (0 for a request with none yet), and the time that
+        request's last tokens and the request itself waited for and spent in the front end."""
         n = len(upload_ns)
         requests, first, count = spans[:, 0], spans[:, 1], spans[:, 2]
         silent = self.silent_rows.array()
@@ -137,9 +141,13 @@ class TraceRows:
         has_tokens = last >= 0
         has_tokens[has_tokens] = requests[last[has_tokens]] == np.flatnonzero(has_tokens)
         last_step_end = np.zeros(n, np.int64)
+        last_queue, last_work = np.zeros(n, np.int64), np.zeros(n, np.int64)
         rows = last[has_tokens]
         last_tick = first[rows] + count[rows] - 1
-        last_step_end[has_tokens] = step_end[last_tick if tick_steps is None else tick_steps[last_tick]]
+        last_step = last_tick if tick_steps is None else tick_steps[last_tick]
+        last_step_end[has_tokens] = step_end[last_step]
+        last_queue[has_tokens] = steps["front_queue_ns"][last_step]
+        last_work[has_tokens] = steps["front_work_ns"][last_step]
         # The first step each request took part in: a prompt chunk that sampled nothing, or its first token.
         first_step = np.full(n, len(steps["start_ns"]), np.int64)
         first_row = np.searchsorted(requests, np.arange(n), side="left")
@@ -155,5 +163,10 @@ class TraceRows:
             "compute_ns": totals["compute_ns"],
             "traffic_ns": totals["traffic_ns"],
             "delivery_ns": np.frombuffer(upload_ns, np.int64) + totals["blocking_ns"],
+            "upload_ns": np.frombuffer(upload_ns, np.int64).copy(),
+            "network_in_ns": (np.frombuffer(upload_ns, np.int64) - np.frombuffer(front_queue_ns, np.int64)
+                              - np.frombuffer(front_work_ns, np.int64)),
             "last_step_end_ns": last_step_end,
+            "front_queue_ns": np.frombuffer(front_queue_ns, np.int64) + last_queue,
+            "front_work_ns": np.frombuffer(front_work_ns, np.int64) + last_work,
         }

@@ -24,7 +24,7 @@ import numpy as np
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
 from tokenpath.sim.run import Run
-from tokenpath.sim.summary import continuity_per_request
+from tokenpath.sim.summary import DELIVERY_DETAIL, continuity_per_request
 
 SCHEMA = "tokenpath.requests/1"
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
@@ -54,6 +54,10 @@ COLUMNS = {
     "compute_s": "attribution: engine compute of the steps it took part in",
     "traffic_s": "attribution: fabric traffic of those steps",
     "delivery_s": "attribution: upload, host time blocking its steps, and the last mile",
+    "network_s": "of delivery: the client's network, both ways (simulated runs)",
+    "frontend_queue_s": "of delivery: waiting for the front end's busy processes (simulated runs)",
+    "frontend_work_s": "of delivery: the front end's work on the request and its last tokens (simulated runs)",
+    "engine_host_s": "of delivery: the engine's host time (the ids' copy, detokenizing there; simulated runs)",
     "preemptions": "how often it lost its KV cache and was recomputed (simulated runs)",
     "stalls": "gaps over the stall threshold after the first visible text (continuity.py)",
     "stall_s": "their summed length",
@@ -106,6 +110,7 @@ def request_columns(run: Run, warmup_requests: int = 0,
         "compute_s": duration(run.compute_ns),
         "traffic_s": duration(run.traffic_ns),
         "delivery_s": duration(run.delivery_ns),
+        **{f"{part}_s": duration(getattr(run, f"{part}_ns")) for part in DELIVERY_DETAIL},
         "preemptions": np.full(n, -1, np.int64) if run.preemptions is None else np.asarray(run.preemptions, np.int64),
     }
     flow = continuity_per_request(run)

@@ -7,6 +7,7 @@ from typing import Any
 
 from tokenpath.config.units import format_bytes, format_duration, format_number
 from tokenpath.sim.document import assumptions_block, placement_name
+from tokenpath.sim.front_end import api_servers
 from tokenpath.sim.simulate import Simulation
 
 
@@ -64,11 +65,18 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         ("workload", f"{w.num_requests:,} requests{_session_count(sim.requests)}, {lengths} "
                      f"(drawn means {mean_in:.0f}/{mean_out:.0f})"),
         ("arrivals", arrivals),
-        ("last mile", f"{s.delivery.detokenize} detokenize, {s.delivery.stream_interval} token(s)/event, "
+        ("last mile", f"{_front_end_line(s, d)}, {s.delivery.stream_interval} token(s)/event, "
                       f"{format_duration(s.delivery.network_rtt)} RTT"),
         ("assumptions", assumptions_line(assumptions_block(s))),
         ("seed", str(s.seed)),
     ]
+
+
+def _front_end_line(scenario: Any, deployment: Any) -> str:
+    """The front end in a few words: its API-server processes and where detokenization runs."""
+    servers = api_servers(scenario)
+    return (f"{servers} API server{'s' if servers > 1 else ''}, detokenizing in the "
+            f"{deployment.front_end.detokenizes_in}")
 
 
 def assumptions_line(block: dict[str, Any] | None) -> str:

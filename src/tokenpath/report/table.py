@@ -12,6 +12,9 @@ from tokenpath.sim.summary import PERCENTILES
 
 _LATENCY_NAMES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 _PART_NAMES = {"queue": "queue (distribution)", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
+# The parts of delivery (summary.DELIVERY_DETAIL), shown under it.
+_DELIVERY_DETAIL_NAMES = {"network": "network", "frontend_queue": "front end: waiting",
+                          "frontend_work": "front end: work", "engine_host": "engine's host"}
 
 
 def scenario_table(lines: list[tuple[str, str]], title: str) -> Table:
@@ -71,13 +74,18 @@ def cache_and_routing_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
 
 def attribution_table(summary: dict[str, Any]) -> Table:
     parts = summary["attribution_s"]
-    total = sum(parts.values()) or 1.0
+    total = sum(parts[key] for key in _PART_NAMES) or 1.0
     table = Table(title="Where a request's time goes (mean per request)", title_justify="left")
     table.add_column("layer", style="bold")
     table.add_column("time", justify="right")
     table.add_column("share of E2E", justify="right")
     for key, name in _PART_NAMES.items():
         table.add_row(name, format_duration(parts[key]), f"{parts[key] / total:.1%}")
+        if key == "delivery":
+            for detail, detail_name in _DELIVERY_DETAIL_NAMES.items():
+                seconds = parts.get("delivery_detail", {}).get(detail)
+                if seconds:
+                    table.add_row(f"  {detail_name}", format_duration(seconds), f"{seconds / total:.1%}", style="dim")
     table.add_row("E2E", format_duration(total), "100.0%", style="dim")
     return table
 

@@ -33,8 +33,11 @@ class LiveEngine:
     def __init__(self, scenario: Scenario, deployment: Deployment, detokenizer: Detokenizer,
                  clock_ns=time.perf_counter_ns) -> None:
         engine = scenario.engine
-        self.replica = Replica(deployment.costs, LastMile(scenario.resolved_delivery()), engine,
-                               deployment.kv_capacity_tokens, record_emitters=True, keep_rows=False)
+        # The server's own process is the front end (its requests parsed and tokenized, its tokens
+        # detokenized and framed for real): the model adds only the engine's side of the last mile.
+        last_mile = LastMile(scenario.resolved_delivery(), deployment.front_end, front_end=False)
+        self.replica = Replica(deployment.costs, last_mile, engine, deployment.kv_capacity_tokens,
+                               record_emitters=True, keep_rows=False)
         self.output = OutputSlots(detokenizer, scenario.delivery.stream_interval)
         self.clock_ns = clock_ns
         self.start_ns = clock_ns()

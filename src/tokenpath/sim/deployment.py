@@ -14,6 +14,7 @@ from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.assumptions import Assumptions
 from tokenpath.config.errors import UserError
+from tokenpath.delivery.frontend import Layout
 from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.placement import Placement, place
@@ -21,6 +22,7 @@ from tokenpath.fabric.build import build_topology, default_fabric
 from tokenpath.fabric.collectives import Collectives
 from tokenpath.fabric.spec import SwitchFabric
 from tokenpath.fabric.topology import Topology
+from tokenpath.sim import front_end
 from tokenpath.sim.scenario import Scenario
 from tokenpath.workload import Requests
 
@@ -39,6 +41,7 @@ class Deployment:
     kv_capacity_tokens: int   # per engine
     replicas: int             # engines: data-parallel replicas x pipeline batches in flight
     fabric_name: str = ""     # what the fabric is, and whether it is the chip's default
+    front_end: Layout = Layout()  # each engine's share of the front end's processes (sim/front_end.py)
 
 
 def build_deployment(scenario: Scenario, assumptions: Assumptions | None = None) -> Deployment:
@@ -102,8 +105,9 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
     collectives = Collectives(topology, fabric.algorithm)
     costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel)
-    return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens,
-                      dep.replicas * dep.pp, fabric_name)
+    engines = dep.replicas * dep.pp
+    return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens, engines, fabric_name,
+                      front_end.layout(scenario, engines))
 
 
 def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:

@@ -20,7 +20,10 @@ from tokenpath.workload import Requests
 
 class _Proxy:
     """The host side of a decode engine in disaggregated serving: requests come from the prefill
-    engines (their KV transfer is traffic), so there is no client upload; the rest is the last mile's."""
+    engines (their KV transfer is traffic), so there is no client upload and no front end on the way
+    in; the rest is the last mile's."""
+
+    queues_requests = False
 
     def __init__(self, last_mile: LastMile) -> None:
         self.last_mile = last_mile
@@ -29,8 +32,14 @@ class _Proxy:
     def upload_ns(self, input_tokens: int) -> int:
         return 0
 
-    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int]:
+    def request(self, arrival_ns: int, input_tokens: int) -> tuple[int, int, int]:
+        return arrival_ns, 0, 0
+
+    def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int, int, int]:
         return self.last_mile.on_step(gpu_end_ns, emitted, events)
+
+    def busy_ns(self) -> dict[str, int]:
+        return self.last_mile.busy_ns()
 
     def last_event_arrival_ns(self, leave_ns: int, output_tokens: int) -> int:
         return self.last_mile.last_event_arrival_ns(leave_ns, output_tokens)
@@ -63,7 +72,8 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
             continue
         prefixes = None if requests.prefixes is None else requests.prefixes.take(rows)
         trace = run_engine(scheduled_ns[rows], inputs[rows], np.ones(len(rows), np.int64), costs,
-                           LastMile(delivery), engine, deployment.kv_capacity_tokens, prefixes=prefixes)
+                           LastMile(delivery, deployment.front_end), engine, deployment.kv_capacity_tokens,
+                           prefixes=prefixes)
         traces.append(trace)
         sent[rows], compute[rows], traffic[rows] = trace.sent_ns, trace.compute_ns, trace.traffic_ns
         host_ns[rows] = trace.delivery_ns
@@ -92,7 +102,7 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
             continue
         rows = rows[np.argsort(decode_arrival[rows], kind="stable")]
         trace = run_engine(decode_arrival[rows], inputs[rows] + 1, outputs[rows] - 1, costs,
-                           _Proxy(LastMile(delivery)), engine, deployment.kv_capacity_tokens,
+                           _Proxy(LastMile(delivery, deployment.front_end)), engine, deployment.kv_capacity_tokens,
                            progress=progress, cached_tokens=inputs[rows])
         traces.append(trace)
         compute[rows] += trace.compute_ns
@@ -113,8 +123,8 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     leave_all[rest_positions] = rest_leave
     served = Served(sent, compute, traffic, host_ns, last_end, offsets,
                     lambda lo, hi: leave_all[offsets[lo]:offsets[hi]], prefill_start, preempted)
-    part = client_side(served, requests, scheduled_ns, LastMile(delivery), visible, keep_tokens, itl,
-                        scenario.continuity.spec())
+    part = client_side(served, requests, scheduled_ns, LastMile(delivery, deployment.front_end), visible, keep_tokens,
+                       itl, scenario.continuity.spec())
     # A request's replica is the one that made its last token: its decode replica, unless it had one token.
     part["replica"] = np.where(outputs > 1, decode_of, prefill_of)
     return merge_parts([part], [np.arange(n)], n, itl), traces, link_busy_ns

@@ -12,11 +12,12 @@ import numpy as np
 
 from tokenpath.config.assumptions import DELIVERY_FIELDS, lookup
 from tokenpath.config.units import format_duration
-from tokenpath.delivery.lastmile import LastMile, worker_busy_ns
+from tokenpath.delivery.lastmile import LastMile
 from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, memory_bound_share, sample_steps
 from tokenpath.diagnose.felt import PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
-from tokenpath.sim.summary import misses_slo, summarize, window_ns
+from tokenpath.sim.front_end import api_servers
+from tokenpath.sim.summary import attribution_s, misses_slo, summarize, window_ns
 
 if TYPE_CHECKING:  # simulate.py imports this module: Simulation.summary is its result document
     from tokenpath.sim.run import Run
@@ -90,11 +91,15 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "host_overlap": d.compute.host_overlapped, "host_step_s": d.compute.host_step_s,
         },
         "delivery": {
-            "detokenize": delivery.detokenize, "stream_interval_tokens": delivery.stream_interval,
+            "detokenize": d.front_end.detokenizes_in, "stream_interval_tokens": delivery.stream_interval,
             "network_rtt_s": delivery.network_rtt, "network_bw_Bps": delivery.network_bw,
             "invisible_token_fraction": delivery.invisible_token_fraction,
             "detokenize_per_token_s": delivery.detokenize_per_token, "frame_per_event_s": delivery.frame_per_event,
             "frontend_per_request_s": delivery.frontend_per_request,
+            "chat_template_per_request_s": delivery.chat_template_per_request,
+            "tokenize_per_token_s": delivery.tokenize_per_token,
+            "api_servers": api_servers(s), "api_server_processes_per_engine": d.front_end.api_processes,
+            "api_server_cpus_per_process": d.front_end.api_cpus,
             "host_link_bw_Bps": delivery.host_link_bw, "host_link_latency_s": delivery.host_link_latency,
             "calibration": None if delivery.calibration is None else str(delivery.calibration),
         },
@@ -145,9 +150,10 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         memory_bound_fraction=memory_bound,
         traffic_detail=traffic_detail(sim),
         network_rtt_s=scenario.delivery.network_rtt,
-        detokenize=scenario.delivery.detokenize,
+        detokenize=sim.deployment.front_end.detokenizes_in,
         host_share_of_step=step_mix_s["delivery"] / step_s if step_s else 0.0,
         load=load_of(measured.sent_ns, measured.ttft_ns, measured.e2e_ns, measured.completed),
+        delivery_detail_s=(attribution_s(measured) or {}).get("delivery_detail", {}),
     )
     engine_busy_s = max((sum(engine.values()) for engine in busy_ns), default=0) / 1e9
     return replace(evidence, resources=_resources(sim, evidence, step_mix_s, engine_busy_s, window_s),
@@ -156,9 +162,9 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
 
 def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float], engine_busy_s: float,
                window_s: float) -> list[Resource]:
-    """The serial resources requests share: each engine (`engine_busy_s`: the busiest one's step time)
-    and, detokenizing async, its worker; with disaggregated pools, each replica's links for KV caches.
-    Each counts at its busiest instance, which saturates first."""
+    """The serial resources requests share: each engine (`engine_busy_s`: the busiest one's step time),
+    the front end's API-server processes and its detokenizer process; with disaggregated pools, each
+    replica's links for KV caches. Each counts at its busiest instance, which saturates first."""
     if window_s <= 0 or not sim.traces:
         return []
     part = max(step_mix_s, key=step_mix_s.get)
@@ -170,13 +176,23 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
         why = f"mostly the host blocking it ({evidence.detokenize} detokenization)"
     found = [Resource("busiest engine" if len(sim.traces) > 1 else "engine", part, engine_busy_s / window_s, why,
                       one_at_a_time=False)]
-    delivery = sim.scenario.resolved_delivery()
-    if delivery.detokenize == "async":
-        worker_ns = max(worker_busy_ns(t.step_start_ns + t.step_compute_ns + t.step_traffic_ns + t.step_blocking_ns,
-                                       t.step_leave_ns) for t in sim.traces)
-        per_token = format_duration(delivery.detokenize_per_token)
-        found.append(Resource("detokenizing worker", "delivery", worker_ns / 1e9 / window_s,
-                              f"async detokenization at {per_token} a token"))
+    delivery, layout = sim.scenario.resolved_delivery(), sim.deployment.front_end
+    host_busy = [t.host_busy_ns or {} for t in sim.traces]
+    api_ns = max((busy.get("API server", 0) for busy in host_busy), default=0)
+    if api_ns:
+        prompt = float(sim.requests.input_tokens.mean()) if len(sim.requests) else 0.0
+        request_s = LastMile(delivery, layout).request_cost_s(round(prompt))
+        tokens = "detokenizing and framing" if layout.detokenizes_in == "api-server" else "framing"
+        found.append(Resource(
+            "front end's busiest API-server process", "delivery", api_ns / 1e9 / window_s,
+            f"{format_duration(request_s)} a request (parse, template, tokenize {prompt:.0f} tokens) and "
+            f"{tokens} every token, {layout.api_processes} process{'es' if layout.api_processes > 1 else ''} "
+            f"for each engine at {layout.api_cpus:.2g} CPU each", front_end=True))
+    detokenizer_ns = max((busy.get("detokenizer", 0) for busy in host_busy), default=0)
+    if detokenizer_ns:
+        found.append(Resource("detokenizer process", "delivery", detokenizer_ns / 1e9 / window_s,
+                              f"detokenizing every token at {format_duration(delivery.detokenize_per_token)} a "
+                              f"token, {layout.detokenizer_cpus:.2g} CPU for each engine", front_end=True))
     if sim.kv_link_busy_ns is not None and len(sim.kv_link_busy_ns):
         found.append(Resource("KV-transfer port of the busiest replica", "traffic",
                               float(sim.kv_link_busy_ns.max()) / 1e9 / window_s,
@@ -197,13 +213,13 @@ def _felt(sim: Simulation, run: Run, step_mix_s: dict[str, float]) -> dict[str, 
     found: dict[str, Any] = {"slo_s": slo_s, "slo_miss_share": shares}
     if run.prefill_start_ns is None or run.ttft_engine_ns is None or not done.any():
         return found
-    last_mile = LastMile(scenario.resolved_delivery())
+    last_mile = LastMile(scenario.resolved_delivery(), sim.deployment.front_end)
     inputs = run.input_tokens[done]
     lengths, which = np.unique(inputs, return_inverse=True)
-    upload_ns = np.array([last_mile.upload_ns(int(p)) for p in lengths], np.int64)[which]
+    network_in_ns = np.array([last_mile.upload_ns(int(p)) for p in lengths], np.int64)[which]
+    upload_ns = network_in_ns if run.upload_ns is None else run.upload_ns[done]
     # The network's part: the upload's, and the first (or last) event's trip back.
-    network_ns = np.array([last_mile.upload_network_ns(int(p)) for p in lengths], np.int64)[which] \
-        + last_mile.event_network_ns(1)
+    network_ns = network_in_ns + last_mile.event_network_ns(1)
     total = sum(step_mix_s.values()) or 1.0
     e2e_parts_ns = {part: getattr(run, f"{part}_ns")[done] for part in PARTS}
     parts = felt_parts_s(run.sent_ns[done], upload_ns, run.prefill_start_ns[done], run.ttft_engine_ns[done],

@@ -43,7 +43,7 @@ def parse_assignment(text: str, flag: str = "--set") -> tuple[str, Any]:
     key = key.strip()
     if not equals or not key:
         raise UserError(f"{flag} {quoted(text)}: give KEY=VALUE with a dotted scenario key, e.g. "
-                        f"{flag} deployment.tp=4 or {flag} delivery.detokenize=async")
+                        f"{flag} deployment.tp=4 or {flag} delivery.detokenize=detokenizer")
     check_key_syntax(key, flag)
     return key, parse_value(value.strip())
 

@@ -32,6 +32,13 @@ class Run:
     compute_ns: np.ndarray | None = None
     traffic_ns: np.ndarray | None = None
     delivery_ns: np.ndarray | None = None
+    # Simulated runs, per request, delivery_ns split (sim/served.delivery_detail): the network both
+    # ways, waiting for the front end's processes, their work, and the engine's host time.
+    network_ns: np.ndarray | None = None
+    upload_ns: np.ndarray | None = None    # simulated: sent -> the engine has it (the network, the front end)
+    frontend_queue_ns: np.ndarray | None = None
+    frontend_work_ns: np.ndarray | None = None
+    engine_host_ns: np.ndarray | None = None
     failed: np.ndarray | None = None       # measured runs: requests that did not complete
     itl_histogram: Any = None              # summary.LogHistogram of ITL when token times are not kept
     ttft_engine_ns: np.ndarray | None = None  # simulated runs: sent -> first token leaves the engine

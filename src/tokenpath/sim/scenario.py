@@ -41,6 +41,9 @@ Precision = Literal["bf16", "fp8", "fp4"]
 MAX_CHIPS = MAX_FABRIC_HOSTS
 # numpy's seeds take any integer; 2^63 - 1 keeps a seed one JSON number every reader takes.
 MAX_SEED = 2**63 - 1
+# API-server processes of a deployment: vLLM and TensorRT-LLM cap theirs in the tens (TensorRT-LLM's
+# num_serve_frontends at 64); a front end of a million processes is a typo.
+MAX_API_SERVERS = 4096
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
@@ -101,6 +104,10 @@ class DeploymentSection(BaseModel):
         "round_robin", description="how requests are spread over the replicas: round_robin, least_outstanding, "
                                    "least_kv_load, prefix_aware (SGLang router's cache-aware policy) or "
                                    "session_affinity; see engine/routing.py")
+    api_servers: int | None = Field(None, ge=1, le=MAX_API_SERVERS,
+                                    description="API-server processes of the whole deployment, each one CPU "
+                                                "shared by its requests and tokens (vLLM's --api-server-count); "
+                                                "unset: the engine profile's default")
     fabric: FabricSpec = SwitchFabric()
     placement: Annotated[Literal["packed", "spread"] | list[int], BeforeValidator(_check_placement)] = Field(
         "packed", description="packed: each group on consecutive hosts; spread: a group's ranks strided "

@@ -36,12 +36,19 @@ class Served:
     leave_ns: Callable[[int, int], np.ndarray]
     first_step_start_ns: np.ndarray | None = None  # when each request's first step (its prefill) began
     times_preempted: np.ndarray | None = None
+    # Of the delivery time: the upload across the network, and the time waiting for and working in the
+    # front end's processes (the request's, and its last tokens'); None where not split.
+    network_in_ns: np.ndarray | None = None
+    front_queue_ns: np.ndarray | None = None
+    front_work_ns: np.ndarray | None = None
+    upload_ns: np.ndarray | None = None  # sent -> the engine has it: the network and the front end
 
     @staticmethod
     def of(trace: EngineTrace) -> Served:
         return Served(trace.sent_ns, trace.compute_ns, trace.traffic_ns, trace.delivery_ns, trace.last_step_end_ns,
                       trace.token_offsets, lambda lo, hi: trace.step_leave_ns[trace.token_steps(lo, hi)],
-                      trace.first_step_start_ns, trace.times_preempted)
+                      trace.first_step_start_ns, trace.times_preempted, trace.network_in_ns, trace.front_queue_ns,
+                      trace.front_work_ns, trace.upload_ns)
 
 
 def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
@@ -54,7 +61,7 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
     """
     n = len(requests)
     offsets = trace.token_offsets
-    first_leave, ttft, ttfv, last_client, stalls, stall_ns = (np.empty(n, np.int64) for _ in range(6))
+    first_leave, last_leave, ttft, ttfv, last_client, stalls, stall_ns = (np.empty(n, np.int64) for _ in range(7))
     qoe = np.empty(n)
     chunks: list[np.ndarray] = []  # each chunk's token arrivals, with keep_tokens
     lo = 0
@@ -65,6 +72,7 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
         client_ns = last_mile.client_times_ns(leave_ns, local)
         first = local[:-1]
         first_leave[lo:hi] = leave_ns[first]
+        last_leave[lo:hi] = leave_ns[local[1:] - 1]
         ttft[lo:hi] = client_ns[first]
         ttfv[lo:hi] = client_ns[first + visible[lo:hi]]
         last_client[lo:hi] = client_ns[local[1:] - 1]
@@ -98,6 +106,11 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
         "stall_ns": stall_ns,
         "qoe": qoe,
     }
+    if trace.upload_ns is not None:
+        part["upload_ns"] = trace.upload_ns
+    if trace.network_in_ns is not None:
+        part |= delivery_detail(delivery, trace.network_in_ns + (last_client - last_leave), trace.front_queue_ns,
+                                trace.front_work_ns)
     if trace.first_step_start_ns is not None:
         part["prefill_start_ns"] = trace.first_step_start_ns
     if trace.times_preempted is not None:
@@ -105,6 +118,18 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
     if keep_tokens:
         part["token_client_ns"] = chunks[0] if len(chunks) == 1 else np.concatenate([np.empty(0, np.int64), *chunks])
     return part
+
+
+def delivery_detail(delivery_ns: np.ndarray, network_ns: np.ndarray, front_queue_ns: np.ndarray,
+                    front_work_ns: np.ndarray) -> dict[str, np.ndarray]:
+    """Each request's delivery time split: the network both ways, waiting for the front end's processes,
+    their work, and the rest, the engine's host time (the ids' copy, detokenizing in the engine's own
+    process, a multi-step window's end)."""
+    engine_host = delivery_ns - network_ns - front_queue_ns - front_work_ns
+    if (engine_host < 0).any():
+        raise AssertionError("the delivery detail exceeds the delivery time: the front end's accounting is broken")
+    return {"network_ns": network_ns, "frontend_queue_ns": front_queue_ns, "frontend_work_ns": front_work_ns,
+            "engine_host_ns": engine_host}
 
 
 def merge_parts(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n: int, itl: LogHistogram | None) -> Run:

@@ -111,7 +111,7 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
                                        None if sessions is None else sessions.session)
         joint: list[EngineTrace] = []
     else:  # the router looks at the replicas as requests come: all of them in this process
-        last_miles = [LastMile(delivery) for _ in range(replicas)]
+        last_miles = [LastMile(delivery, deployment.front_end) for _ in range(replicas)]
         assignment, joint, joint_rows = run_cluster(
             scheduled_ns, requests.input_tokens, requests.output_tokens, requests.prefixes, deployment.costs,
             last_miles, scenario.engine, deployment.kv_capacity_tokens, policy, concurrency, progress, think_ns)
@@ -130,7 +130,7 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
             # A concurrency cap is shared out evenly between the replicas.
             share = (None if concurrency is None
                      else max(1, concurrency // replicas + (replica < concurrency % replicas)))
-            last_mile = LastMile(delivery)
+            last_mile = LastMile(delivery, deployment.front_end)
             trace = run_engine(
                 scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
                 scenario.engine, deployment.kv_capacity_tokens, share, progress, prefixes=sub.prefixes,

@@ -17,6 +17,9 @@ from tokenpath.sim.run import Run
 SCHEMA = "tokenpath.summary/1"
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 LAYERS = ("queue", "compute", "traffic", "delivery")
+# The parts of delivery in a simulated run (sim/served.delivery_detail): the client's network both ways,
+# waiting for the front end's processes, their work, and the engine's host time.
+DELIVERY_DETAIL = ("frontend_queue", "frontend_work", "network", "engine_host")
 
 
 def stats_s(values_ns: np.ndarray) -> dict[str, float | None]:
@@ -103,13 +106,21 @@ def window_ns(run: Run) -> int:
     return int((run.sent_ns[done] + run.e2e_ns[done]).max() - run.sent_ns.min())
 
 
-def attribution_s(run: Run) -> dict[str, float] | None:
-    """Mean seconds per layer over completed requests; None for a run without attribution."""
+def attribution_s(run: Run) -> dict[str, Any] | None:
+    """Mean seconds per layer over completed requests, and `delivery_detail`, the delivery's parts where the
+    run splits it (they sum to `delivery`); None for a run without attribution."""
     if run.queue_ns is None:
         return None
     done = run.completed
-    parts = {"queue": run.queue_ns, "compute": run.compute_ns, "traffic": run.traffic_ns, "delivery": run.delivery_ns}
-    return {name: float(values[done].mean()) / 1e9 if done.any() else 0.0 for name, values in parts.items()}
+
+    def means_s(parts: dict[str, np.ndarray]) -> dict[str, float]:
+        return {name: float(values[done].mean()) / 1e9 if done.any() else 0.0 for name, values in parts.items()}
+
+    layers = means_s({"queue": run.queue_ns, "compute": run.compute_ns, "traffic": run.traffic_ns,
+                      "delivery": run.delivery_ns})
+    if run.network_ns is not None:
+        layers["delivery_detail"] = means_s({part: getattr(run, f"{part}_ns") for part in DELIVERY_DETAIL})
+    return layers
 
 
 def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, float | None],

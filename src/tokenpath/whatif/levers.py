@@ -90,7 +90,7 @@ def _change(objective: Objective, base: Outcome, outcome: Outcome, base_value: f
                                "better": tie.better(after - before) if None not in (after, before) else None}
     parts_before, parts_after = base.summary["attribution_s"], outcome.summary["attribution_s"]
     if parts_before and parts_after:
-        moved = {part: parts_after[part] - parts_before[part] for part in LAYERS}
+        moved = {part: parts_after[part] - parts_before[part] for part in LAYERS}  # (not delivery_detail)
         change["attribution_s"] = moved
         change["layer"] = max(moved, key=lambda part: abs(moved[part]))
     return change

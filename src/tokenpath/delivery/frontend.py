@@ -1,0 +1,108 @@
+"""The serving front end as a CPU resource: API-server processes shared, first come first served, by
+every request and every token.
+
+An engine's API server is a Python process (or a few) apart from the engine's own. Each request's
+path runs there before the engine sees it: the HTTP body parsed and validated, the chat template
+rendered, the prompt tokenized (in proportion to its length), the request handed to the engine's
+process. So does each step's token path: the step's outputs received, detokenized where the engine
+detokenizes in its API server, each chunk built, serialized and framed as an SSE event and written
+to its socket. Both kinds of work take turns on one CPU per process, in the order they become ready:
+a burst of requests makes the first tokens of earlier ones wait, and a busy token stream delays new
+requests. Where detokenization runs in a process of its own (SGLang's detokenizer manager), a step's
+tokens pass through it first.
+
+`Layout` says, for one engine replica, how many processes serve it and at what share of a CPU
+(`sim/front_end.py` builds it from the engine's profile and the deployment). Requests go to the
+processes in turn; a step's tokens belong to many requests, so its work is shared evenly between
+them and its tokens leave when the last process is done with its share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+Placement = Literal["engine", "api-server", "detokenizer"]
+PLACEMENTS: tuple[Placement, ...] = ("engine", "api-server", "detokenizer")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one replica's last-mile work runs.
+
+    `detokenizes_in`: the engine's own process (its steps wait for it), its API server, or a
+    detokenizer process of its own. `api_processes` API-server processes serve the replica, each at
+    `api_cpus` of a CPU (a deployment's processes shared by several replicas give each a fraction);
+    the detokenizer process runs at `detokenizer_cpus` of one.
+    """
+
+    detokenizes_in: Placement = "engine"
+    api_processes: int = 1
+    api_cpus: float = 1.0
+    detokenizer_cpus: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.detokenizes_in not in PLACEMENTS:
+            raise ValueError(f"detokenizes_in must be one of {PLACEMENTS}, not {self.detokenizes_in!r}")
+        if self.api_processes < 1 or self.api_cpus <= 0 or self.detokenizer_cpus <= 0:
+            raise ValueError("a front end needs at least one process and a positive share of a CPU")
+
+
+class Wait(NamedTuple):
+    """A piece of front-end work done: when it ended, and how long it waited for a CPU and ran on one."""
+
+    done_ns: int
+    queue_ns: int
+    work_ns: int
+
+
+class FrontEnd:
+    """One replica's share of the front end: its API-server processes (and detokenizer process), each a
+    single CPU that takes work first come first served. Callers hand it work in the order it becomes
+    ready (the engine loop does: requests by their arrival, steps by their end)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self._api_free_ns = [0] * layout.api_processes
+        self._api_busy_ns = [0] * layout.api_processes
+        self._next_process = 0
+        self._detokenizer_free_ns = 0
+        self.detokenizer_busy_ns = 0
+
+    @property
+    def api_busy_ns(self) -> int:
+        """The busiest API-server process's busy time so far."""
+        return max(self._api_busy_ns)
+
+    def request(self, arrival_ns: int, cost_s: float) -> Wait:
+        """A request that reached the server at `arrival_ns` and costs its process `cost_s` of CPU
+        (parse, template, tokenize, hand-off): processes take requests in turn."""
+        p = self._next_process
+        self._next_process = (p + 1) % len(self._api_free_ns)
+        work_ns = round(cost_s * 1e9 / self.layout.api_cpus)
+        start_ns = max(arrival_ns, self._api_free_ns[p])
+        self._api_free_ns[p] = start_ns + work_ns
+        self._api_busy_ns[p] += work_ns
+        return Wait(start_ns + work_ns, start_ns - arrival_ns, work_ns)
+
+    def detokenize(self, ready_ns: int, cost_s: float) -> Wait:
+        """A step's detokenization in the detokenizer process, its ids there at `ready_ns`."""
+        work_ns = round(cost_s * 1e9 / self.layout.detokenizer_cpus)
+        start_ns = max(ready_ns, self._detokenizer_free_ns)
+        self._detokenizer_free_ns = start_ns + work_ns
+        self.detokenizer_busy_ns += work_ns
+        return Wait(start_ns + work_ns, start_ns - ready_ns, work_ns)
+
+    def tokens(self, ready_ns: int, cost_s: float) -> Wait:
+        """A step's token work in the API servers (`cost_s` in all), its outputs there at `ready_ns`:
+        each process takes an even share; the step's tokens have left when the last is done."""
+        free, busy = self._api_free_ns, self._api_busy_ns
+        work_ns = round(cost_s * 1e9 / self.layout.api_cpus / len(free))
+        done_ns, queue_ns = ready_ns, 0
+        for p, free_ns in enumerate(free):
+            start_ns = max(ready_ns, free_ns)
+            free[p] = start_ns + work_ns
+            busy[p] += work_ns
+            if start_ns + work_ns > done_ns:
+                done_ns, queue_ns = start_ns + work_ns, start_ns - ready_ns
+        return Wait(done_ns, queue_ns, work_ns if done_ns > ready_ns else 0)

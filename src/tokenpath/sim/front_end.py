@@ -1,0 +1,37 @@
+"""How a deployment's front end is laid out over its engines: the engine profile's processes
+(engine/profiles.py), or the counts the scenario sets, shared out to each engine the simulation runs.
+
+A deployment runs `deployment.api_servers` API-server processes in all (unset: the profile's, one per
+data-parallel replica or one for the whole server), and an engine that detokenizes in a process of its
+own runs one for the server. Engines run apart in the simulation, so each gets its share: with at least
+as many processes as engines, a whole number of processes, each at the share of a CPU that leaves the
+total exact; with fewer, one process at a fraction of a CPU (several engines' requests and tokens
+interleave on the real ones, much as the fraction spreads them).
+"""
+
+from __future__ import annotations
+
+from tokenpath.delivery.frontend import Layout, Placement
+from tokenpath.engine.profiles import PROFILES
+from tokenpath.sim.scenario import Scenario
+
+
+def api_servers(scenario: Scenario) -> int:
+    """The deployment's API-server processes: the scenario's count, or the profile's default."""
+    dep = scenario.deployment
+    if dep.api_servers is not None:
+        return dep.api_servers
+    return dep.replicas if PROFILES[scenario.engine.scheduler].api_servers == "per-replica" else 1
+
+
+def detokenizes_in(scenario: Scenario) -> Placement:
+    """The process that detokenizes: the scenario's `delivery.detokenize`, or the profile's."""
+    return scenario.delivery.detokenize or PROFILES[scenario.engine.scheduler].detokenizes_in
+
+
+def layout(scenario: Scenario, engines: int) -> Layout:
+    """One engine's share of the front end, when `engines` engines (replicas x pipeline batches in
+    flight) share the deployment's processes."""
+    total = api_servers(scenario)
+    processes = max(1, total // engines)
+    return Layout(detokenizes_in(scenario), processes, total / (engines * processes), 1 / engines)
