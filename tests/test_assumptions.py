@@ -45,6 +45,11 @@ NOT_ASSUMPTIONS = {
     "tokenpath.delivery.spec.MAX_OVERHEAD_BYTES": "a bound on config input",
     "tokenpath.delivery.spec.MAX_BYTES_PER_TOKEN": "a bound on config input",
     "tokenpath.delivery.sse.MEMO_ENTRIES": "a cache size of the SSE framer (speed only)",
+    "tokenpath.delivery.calibration.MAX_COST_S": "a bound on a calibration file's input",
+    "tokenpath.delivery.request_measure.HANDOFF_PROMPT_TOKENS": "the prompt length the hand-off is timed at "
+                                                                "(the measurement's setup, written in the file)",
+    "tokenpath.delivery.request_measure.MAX_TOKENS": "a field of the sample request body that is timed",
+    "tokenpath.delivery.request_measure.MIN_REPEAT_S": "the length of one timing loop (the measurement's method)",
     "tokenpath.engine.cluster._NEVER": "a sentinel time, later than any event",
     "tokenpath.engine.prefix_cache._PLAIN": "a marker in the free-block queue",
     "tokenpath.engine.cuda_graphs.VLLM_V0_CUDA_GRAPH_MAX_BS": "vLLM V0's own capture list (cited there), a fact",

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import socket
+
 import numpy as np
 import pytest
+import tomli_w
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from tokenpath.config.errors import UserError
 from tokenpath.delivery import Detokenizer
-from tokenpath.delivery.calibration import BatchCost, CalibratedCost, Calibration
+from tokenpath.delivery import request_measure as rm
+from tokenpath.delivery.calibration import SCHEMA, BatchCost, CalibratedCost, Calibration, FramingCost, RequestCost
+from tokenpath.delivery.chat_template import LLAMA3_SPECIAL_TOKENS, LLAMA3_TEMPLATE, render, renderer_for
+from tokenpath.delivery.engine_protocol import engine_event, validate_request
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.measure import calibrate, token_streams
 from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.delivery.sse import SseFramer
 
 
 def write(tmp_path, batches, name="cal.toml"):
@@ -83,6 +94,10 @@ def test_measuring_writes_a_file_that_reads_back(tmp_path):
     back = Calibration.read(path)
     assert [b.batch_size for b in back.batches] == [1, 4]
     assert back.batches == calibration.batches
+    assert back.request == calibration.request and back.framing == calibration.framing
+    assert back.path["request"]["tokenize_prompt_tokens"] == [128, 512, 2048, 8192]
+    assert back.path["request"]["template"] == "mistral-common encode_chat_completion"
+    assert back.path["request"]["conversation_roles"] == ["system", "user"]
     assert back.tokenizer == {"name": "tokenizer.model.v1", "kind": "sentencepiece", "vocab_size": 32000}
     assert all(b.step_s >= 0 and b.per_token_s >= 0 and 0 <= b.frame_per_event_s <= b.per_token_s
                for b in back.batches)
@@ -102,7 +117,10 @@ def test_the_cli_writes_a_calibration_and_refuses_bad_batch_sizes(tmp_path):
     result = CliRunner().invoke(app, ["calibrate", "delivery", "--tokenizer", "tokenizer.model.v1", "--out", str(out),
                                       "--batch-sizes", "2", "4", "--steps", "10", "--repeats", "1"])
     assert result.exit_code == 0, result.output
-    assert [b.batch_size for b in Calibration.read(out).batches] == [2, 4]
+    written = Calibration.read(out)
+    assert [b.batch_size for b in written.batches] == [2, 4]
+    assert written.request is not None and written.framing is not None
+    assert "front end per request" in result.output and "hand-off to engine" in result.output
     bad = CliRunner().invoke(app, ["calibrate", "delivery", "--batch-sizes", "0", "--out", str(out)])
     assert isinstance(bad.exception, UserError) and "--batch-sizes" in str(bad.exception)
 
@@ -118,3 +136,210 @@ def test_simulate_uses_the_calibration(tmp_path):
     # output token) blocks at least 2 ms instead of the constant model's few microseconds.
     growth = calibrated.delivery_ns.astype(np.int64) - base.delivery_ns
     assert np.all(growth >= 1.9e6 * calibrated.output_tokens)
+
+
+# The request path -------------------------------------------------------------------------------
+
+REQUEST = RequestCost(parse_s=2**-16, template_s=2**-15, tokenize_per_token_s=2**-22, handoff_s=2**-17)
+FRAMING = FramingCost(engine_frame_per_event_s=1e-5, own_frame_per_event_s=8.5e-7)
+HEAD = f"schema = '{SCHEMA}'\n[[batch]]\nbatch_size = 1\nstep_s = 1e-6\nper_token_s = 1e-6\nframe_per_event_s = 0.0\n"
+
+
+def test_per_request_cost_is_the_fixed_pieces_plus_tokens_times_the_rate():
+    assert REQUEST.per_request_s(0) == 2**-16 + 2**-15 + 2**-17
+    assert REQUEST.per_request_s(1000) == 2**-16 + 2**-15 + 2**-17 + 1000 * 2**-22
+
+
+def test_request_and_framing_tables_round_trip(tmp_path):
+    path = tmp_path / "c.toml"
+    Calibration(TWO, {"cpu": "test"}, request=REQUEST, framing=FRAMING).write(path)
+    text = path.read_text()
+    assert "[request]" in text and "[framing]" in text
+    back = Calibration.read(path)
+    assert back.request == REQUEST and back.framing == FRAMING and back.batches == TWO
+
+
+def test_a_file_without_request_or_framing_still_reads(tmp_path):
+    path = tmp_path / "old.toml"
+    path.write_text(HEAD)
+    old = Calibration.read(path)
+    assert old.request is None and old.framing is None and old.batches == [BatchCost(1, 1e-6, 1e-6, 0.0)]
+    Calibration(TWO).write(path)                       # nothing to write: no tables
+    assert "[request]" not in path.read_text() and Calibration.read(path).request is None
+
+
+@pytest.mark.parametrize("table, message", [
+    ("[request]\nparse_s = 'fast'\ntemplate_s = 0.0\ntokenize_per_token_s = 0.0\nhandoff_s = 0.0\n",
+     "request.parse_s is 'fast'"),
+    ("[request]\nparse_s = 0.0\ntokenize_per_token_s = 0.0\nhandoff_s = 0.0\n", "request.template_s is missing"),
+    ("[request]\nparse_s = 0.0\ntemplate_s = 0.0\ntokenize_per_token_s = -1e-6\nhandoff_s = 0.0\n",
+     "request.tokenize_per_token_s is -1e-06"),
+    ("[request]\nparse_s = 0.0\ntemplate_s = 0.0\ntokenize_per_token_s = 0.0\nhandoff_s = true\n",
+     "request.handoff_s is True"),
+    ("request = 3\n", "request is 3, not a table"),
+    ("[framing]\nengine_frame_per_event_s = nan\nown_frame_per_event_s = 0.0\n", "framing.engine_frame_per_event_s"),
+])
+def test_a_garbled_request_field_is_named(tmp_path, table, message):
+    path = tmp_path / "c.toml"
+    path.write_text(table + HEAD if table.startswith("request =") else HEAD + table)
+    with pytest.raises(UserError) as error:
+        Calibration.read(path)
+    assert message in str(error.value) and "tokenpath calibrate delivery" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+NOT_SECONDS = st.one_of(st.text(max_size=8), st.booleans(), st.floats(max_value=-1e-300),
+                        st.floats(min_value=3600.5, allow_infinity=True), st.lists(st.integers(), max_size=2),
+                        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["parse_s", "template_s", "tokenize_per_token_s", "handoff_s"]), NOT_SECONDS)
+def test_any_value_that_is_not_seconds_is_refused_by_name(tmp_path_factory, name, value):
+    table = {"parse_s": 1e-5, "template_s": 2e-5, "tokenize_per_token_s": 3e-7, "handoff_s": 4e-5, name: value}
+    path = tmp_path_factory.mktemp("c") / "c.toml"
+    path.write_text(HEAD + tomli_w.dumps({"request": table}))
+    with pytest.raises(UserError, match=f"request\\.{name} is ") as error:
+        Calibration.read(path)
+    assert "\n" not in str(error.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=3600), min_size=6, max_size=6))
+def test_any_seconds_round_trip_exactly(tmp_path_factory, values):
+    request, framing = RequestCost(*values[:4]), FramingCost(*values[4:])
+    path = tmp_path_factory.mktemp("c") / "c.toml"
+    Calibration(TWO, request=request, framing=framing).write(path)
+    back = Calibration.read(path)
+    assert back.request == request and back.framing == framing
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.floats(-1e-3, 1e-3), st.floats(0, 1e-5),
+       st.lists(st.integers(1, 100_000), min_size=2, max_size=8, unique=True))
+def test_the_slope_fit_recovers_a_line(intercept, slope, lengths):
+    fitted_intercept, fitted_slope = rm.fit_line([(x, intercept + slope * x) for x in lengths])
+    assert fitted_slope == pytest.approx(slope, rel=1e-6, abs=1e-15)
+    assert fitted_intercept == pytest.approx(intercept, rel=1e-6, abs=1e-12)
+
+
+def test_the_slope_fit_is_least_squares():
+    # Medians at 128, 512, 2048, 8192 tokens with the middle two off a 1 us + 0.25 us/token line by
+    # +2 and -2 us: the mean stays on the line, the slope tilts by 2 us * (512 - 2048) / sum((x - mean)^2).
+    points = [(128, 1e-6 + 128 * 0.25e-6), (512, 1e-6 + 512 * 0.25e-6 + 2e-6),
+              (2048, 1e-6 + 2048 * 0.25e-6 - 2e-6), (8192, 1e-6 + 8192 * 0.25e-6)]
+    intercept, slope = rm.fit_line(points)
+    residual = 2e-6 * ((512 - 2048) / sum((x - 2720) ** 2 for x, _ in points))
+    assert slope == pytest.approx(0.25e-6 + residual, rel=1e-9)
+    assert intercept == pytest.approx(1e-6 - residual * 2720, rel=1e-6)
+    with pytest.raises(ValueError, match="two different x"):
+        rm.fit_line([(128, 1.0), (128, 2.0)])
+
+
+def test_median_s_times_enough_calls_per_repeat(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(rm.time, "perf_counter", lambda: clock[0])
+    calls = []
+
+    def call():                                        # each call "takes" 1 ms of the fake clock
+        calls.append(1)
+        clock[0] += 1e-3
+
+    assert rm.median_s(call, repeats=3, min_repeat_s=2.5e-3) == pytest.approx(1e-3)
+    assert len(calls) == 1 + 3 * 3                     # one to size the loop, then 3 repeats of 3 calls
+
+
+CONVERSATION = [{"role": "system", "content": "  Be brief. "}, {"role": "user", "content": "Hi <b>there</b>"}]
+
+
+def test_the_llama3_template_renders_the_exact_prompt():
+    prompt = render(LLAMA3_TEMPLATE, CONVERSATION, **LLAMA3_SPECIAL_TOKENS)
+    assert prompt == ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                      "<|start_header_id|>user<|end_header_id|>\n\nHi <b>there</b><|eot_id|>"
+                      "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert render(LLAMA3_TEMPLATE, CONVERSATION, add_generation_prompt=False, **LLAMA3_SPECIAL_TOKENS).endswith(
+        "Hi <b>there</b><|eot_id|>")
+
+
+# Written over several lines as tokenizer_config.json templates often are: trim_blocks and lstrip_blocks
+# drop the block tags' lines, tojson keeps HTML and non-ASCII characters, raise_exception refuses.
+HAND_WRITTEN = """\
+{% for message in messages %}
+    {% if message['role'] not in ['system', 'user', 'assistant'] %}
+        {{ raise_exception('unknown role ' + message['role']) }}
+    {% endif %}
+<|start_header_id|>{{ message['role'] }}<|end_header_id|>
+
+{{ message['content'] | trim }}<|eot_id|>
+{% endfor %}
+{% if add_generation_prompt %}
+<|start_header_id|>assistant<|end_header_id|>
+{% endif %}
+{{ {'note': 'café <b>'} | tojson }}
+"""
+
+
+def test_a_hand_written_template_renders_as_transformers_would():
+    prompt = render(HAND_WRITTEN, CONVERSATION)
+    assert prompt == ("<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>\n"
+                      "<|start_header_id|>user<|end_header_id|>\n\nHi <b>there</b><|eot_id|>\n"
+                      "<|start_header_id|>assistant<|end_header_id|>\n"
+                      '{"note": "café <b>"}')
+    import jinja2
+
+    with pytest.raises(jinja2.TemplateError, match="unknown role tool"):
+        render(HAND_WRITTEN, [{"role": "tool", "content": "x"}])
+
+
+def test_a_huggingface_tokenizer_uses_the_template_beside_it(tmp_path):
+    config = {"chat_template": HAND_WRITTEN.replace("<|start_header_id|>{{", "{{ bos_token }}{{", 1),
+              "bos_token": {"content": "<s>", "lstrip": False}, "eos_token": "</s>"}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    renderer, conversation = renderer_for(tmp_path / "tokenizer.json", "huggingface")
+    assert renderer.name == "tokenizer_config.json chat_template, Jinja2 as in transformers"
+    assert renderer.encodes is None and conversation[0]["role"] == "system"
+    assert renderer.apply(CONVERSATION).startswith("<s>system<|end_header_id|>\n\nBe brief.<|eot_id|>\n<s>user")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% if %}"}))
+    with pytest.raises(UserError, match="Jinja2 cannot compile the chat template"):
+        renderer_for(tmp_path / "tokenizer.json", "huggingface")
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    fallback, _ = renderer_for(tmp_path / "tokenizer.json", "huggingface")
+    assert fallback.name.startswith("Llama 3 template (embedded)")
+    assert fallback.apply(CONVERSATION) == render(LLAMA3_TEMPLATE, CONVERSATION, **LLAMA3_SPECIAL_TOKENS)
+
+
+def test_a_template_that_refuses_system_messages_gets_the_question_alone(tmp_path):
+    only_users = "{% for m in messages %}{% if m['role'] != 'user' %}{{ raise_exception('no') }}{% endif %}" \
+                 "[{{ m['content'] }}]{% endfor %}"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": only_users}))
+    _, conversation = renderer_for(tmp_path / "tokenizer.json", "huggingface")
+    assert [m["role"] for m in conversation] == ["user"]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ raise_exception('never') }}"}))
+    with pytest.raises(UserError, match="refuses a system \\+ user and a user-only conversation \\(never\\)"):
+        renderer_for(tmp_path / "tokenizer.json", "huggingface")
+
+
+def test_the_engine_request_is_validated_as_the_engine_does():
+    body = rm.request_body(CONVERSATION)
+    request = validate_request(body)
+    assert request.messages == CONVERSATION and request.max_tokens == rm.MAX_TOKENS and request.stream is True
+    assert request.stream_options.include_usage is True and request.tool_choice == "none"
+    with pytest.raises(ValidationError, match="Stream options can only be defined when `stream=True`"):
+        validate_request(body.replace(b'"stream":true', b'"stream":false'))
+    with pytest.raises(ValidationError):
+        validate_request(body.replace(b'"role":"user"', b'"rolle":"user"'))
+
+
+@pytest.mark.parametrize("text", ["Hello", " wor", "ld \\\"quoted\\\"\n", "café 🎉", "<|end|>"])
+def test_the_engine_chunk_has_the_same_bytes_as_the_own_framer(text):
+    framer = SseFramer(1)
+    framer.open(0, "chatcmpl-7", "m", 123)
+    assert engine_event("chatcmpl-7", "m", 123, text) == framer.step([text])[0]
+
+
+def test_the_hand_off_delivers_the_request_unchanged():
+    request = rm.engine_request(validate_request(rm.request_body(CONVERSATION)), list(range(1024)))
+    sender, receiver = socket.socketpair()
+    with sender, receiver:
+        assert rm.hand_off(sender, receiver, request) == request
+    assert request["sampling_params"]["temperature"] == 0.7 and request["sampling_params"]["max_tokens"] == 256

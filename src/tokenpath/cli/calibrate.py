@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -12,6 +12,9 @@ from tokenpath.cli.options import WORKLOAD_FLAGS, check_tokenizer, scenario_flag
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.delivery.detokenizer import DEFAULT_TOKENIZER
+
+if TYPE_CHECKING:
+    from tokenpath.delivery.calibration import Calibration
 
 
 def _batch_sizes(given: str, extra: list[str]) -> list[int]:
@@ -29,8 +32,10 @@ def _batch_sizes(given: str, extra: list[str]) -> list[int]:
 
 
 CALIBRATE_DELIVERY_EXAMPLE = """
-Measures detokenize + stop-string check + SSE framing per engine step at several batch sizes and
-writes a file that a scenario names as `delivery.calibration = "delivery-calibration.toml"`.
+Measures detokenize + stop-string check + SSE framing per engine step at several batch sizes, what the
+front end spends per request before the engine sees it (parse and validate, chat template, tokenize,
+hand-off) and one streamed chunk built as an engine's own pydantic code builds it, and writes a file
+that a scenario names as `delivery.calibration = "delivery-calibration.toml"`.
 
 Examples:
 
@@ -65,10 +70,10 @@ def calibrate_delivery(
     files.check_writable(out, "--out")
     check_tokenizer(tokenizer, "--tokenizer")
     det = Detokenizer.load(tokenizer)
-    progress = Progress(TextColumn("measuring batch sizes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=err_console, transient=True)
+    progress = Progress(TextColumn("measuring batch sizes, then the request path"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=err_console, transient=True)
     with progress:
-        task = progress.add_task("calibrate", total=len(sizes))
+        task = progress.add_task("calibrate", total=len(sizes) + 1)
         calibration = calibrate(det, sizes, steps=steps, repeats=repeats, progress=lambda _: progress.advance(task))
     calibration.write(out)
     table = Table(title=f"last-mile host cost on {calibration.machine['cpu']} ({det.name})")
@@ -79,7 +84,36 @@ def calibrate_delivery(
                       f"{row.frame_per_event_s * 1e6:.2f} us", f"{row.total_s * 1e6:.1f} us",
                       f"{row.batch_size / row.total_s:,.0f}")
     console.print(table)
+    if calibration.request is not None and calibration.framing is not None:
+        console.print(_request_table(calibration))
     console.print(f"wrote {out}; use it with delivery.calibration = {out!r} in a scenario")
+
+
+# Prompt lengths the request table shows a whole request's front-end cost at.
+SHOWN_PROMPT_TOKENS = (128, 2048, 8192)
+
+
+def _request_table(calibration: Calibration):
+    """The request path's figures and the engine's framing (the file's [path] says how each was measured)."""
+    from rich.table import Table
+
+    request, framing, how = calibration.request, calibration.framing, calibration.path.get("request", {})
+    table = Table(title="front end per request, and per streamed chunk")
+    for column, justify in (("piece", "left"), ("cost", "right"), ("measured with", "left")):
+        table.add_column(column, justify=justify)
+    table.add_row("parse + validate", f"{request.parse_s * 1e6:.1f} us", "orjson + vLLM-style pydantic request")
+    table.add_row("chat template", f"{request.template_s * 1e6:.1f} us", how.get("template", ""))
+    table.add_row("tokenize", f"{request.tokenize_per_token_s * 1e9:.0f} ns/token",
+                  "slope over " + ", ".join(map(str, how.get("tokenize_prompt_tokens", []))) + " tokens")
+    table.add_row("hand-off to engine", f"{request.handoff_s * 1e6:.1f} us",
+                  f"pickle + socket pair, {how.get('handoff_prompt_tokens', '?')} ids")
+    for tokens in SHOWN_PROMPT_TOKENS:
+        table.add_row(f"whole request, {tokens} tokens", f"{request.per_request_s(tokens) * 1e6:,.0f} us", "")
+    ratio = framing.engine_frame_per_event_s / framing.own_frame_per_event_s if framing.own_frame_per_event_s else 0
+    table.add_row("chunk, engine's own code", f"{framing.engine_frame_per_event_s * 1e6:.2f} us",
+                  f"pydantic + model_dump_json: {ratio:.1f}x sse.py")
+    table.add_row("chunk, this package", f"{framing.own_frame_per_event_s * 1e6:.2f} us", "sse.py, one stream")
+    return table
 
 
 CALIBRATE_ENGINE_EXAMPLE = """

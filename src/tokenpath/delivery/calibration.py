@@ -9,11 +9,15 @@ has a token), the cost per token of the whole path with every token framed as it
 (`per_token_s`: detokenize, stop check and framing) and the framing share of it (`frame_per_event_s`).
 A step with b tokens costs step_s + b * per_token_s, interpolated linearly between measured batch
 sizes and extended linearly beyond them; when events group tokens, framing is charged per event.
+
+The `[request]` table (absent from files written before it was measured) holds what the front end
+spends on each request before the engine sees it (`RequestCost`), and `[framing]` what one streamed
+chunk costs built as an engine's own code builds it, next to this package's framer (`FramingCost`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,48 @@ class BatchCost:
         return self.step_s + self.batch_size * self.per_token_s
 
 
+@dataclass(frozen=True)
+class RequestCost:
+    """Front-end host seconds of one chat request before the engine sees it."""
+
+    parse_s: float               # decode the JSON body and validate it (the engine's pydantic request)
+    template_s: float            # render the chat template of a short conversation
+    tokenize_per_token_s: float  # encoding the prompt, per prompt token
+    handoff_s: float             # serialize the tokenized request and pass it to the engine process
+
+    def per_request_s(self, input_tokens: int) -> float:
+        return self.parse_s + self.template_s + self.handoff_s + input_tokens * self.tokenize_per_token_s
+
+
+@dataclass(frozen=True)
+class FramingCost:
+    """Host seconds of one streamed text chunk."""
+
+    engine_frame_per_event_s: float  # an engine's pydantic chunk, model_dump_json, `data: ...` framing
+    own_frame_per_event_s: float     # this package's framer (sse.py) on the same texts, one stream
+
+
+# A cost above an hour is a broken file, not a measurement.
+MAX_COST_S = 3600.0
+
+
+def _costs(document: dict, table: str, kind: type, where: str) -> Any:
+    """The `[table]` of seconds as `kind` (a dataclass of float fields), None when the file has none."""
+    values = document.get(table)
+    names = [f.name for f in fields(kind)]
+    fix = f"[{table}] needs {', '.join(names)} in seconds; write it again with `tokenpath calibrate delivery`"
+    if values is None:
+        return None
+    if not isinstance(values, dict):
+        raise UserError(f"{where}: {table} is {values!r}, not a table; {fix}")
+    for name in names:
+        value = values.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_COST_S:
+            shown = "missing" if name not in values else f"{value!r}"
+            raise UserError(f"{where}: {table}.{name} is {shown}, not seconds from 0 to 1 h; {fix}")
+    return kind(**{name: float(values[name]) for name in names})
+
+
 @dataclass
 class Calibration:
     batches: list[BatchCost]
@@ -44,10 +90,16 @@ class Calibration:
     tokenizer: dict[str, Any] = field(default_factory=dict)
     path: dict[str, Any] = field(default_factory=dict)
     measured_at: str = ""
+    request: RequestCost | None = None
+    framing: FramingCost | None = None
 
     def to_toml(self) -> str:
         document = {"schema": SCHEMA, "measured_at": self.measured_at, "machine": self.machine,
-                    "tokenizer": self.tokenizer, "path": self.path, "batch": [asdict(b) for b in self.batches]}
+                    "tokenizer": self.tokenizer, "path": self.path}
+        for table, costs in (("request", self.request), ("framing", self.framing)):
+            if costs is not None:
+                document[table] = asdict(costs)
+        document["batch"] = [asdict(b) for b in self.batches]
         return tomli_w.dumps(document)
 
     def write(self, path: str | Path) -> None:
@@ -75,7 +127,7 @@ class Calibration:
                 raise UserError(f"{where}: batch[{k}] lacks or garbles {error}; each [[batch]] needs batch_size, "
                                 "step_s, per_token_s, frame_per_event_s") from None
             costs_s = (cost.step_s, cost.per_token_s, cost.frame_per_event_s)
-            if not 1 <= cost.batch_size <= 2**20 or not all(0 <= c <= 3600 for c in costs_s):
+            if not 1 <= cost.batch_size <= 2**20 or not all(0 <= c <= MAX_COST_S for c in costs_s):
                 raise UserError(f"{where}: batch[{k}] has a batch_size outside 1..2^20 or a cost outside 0..1 h; "
                                 "write it again with `tokenpath calibrate delivery`")
             batches.append(cost)
@@ -85,7 +137,8 @@ class Calibration:
         if len({b.batch_size for b in batches}) != len(batches):
             raise UserError(f"{where}: a batch_size appears twice; keep one row per batch size")
         return cls(batches, document.get("machine", {}), document.get("tokenizer", {}), document.get("path", {}),
-                   str(document.get("measured_at", "")))
+                   str(document.get("measured_at", "")), _costs(document, "request", RequestCost, where),
+                   _costs(document, "framing", FramingCost, where))
 
 
 def _interpolate(points: list[tuple[int, float]], b: float) -> float:

@@ -4,6 +4,10 @@ Token streams are windows of a mixed sample text (English, Chinese, code, emoji)
 chosen tokenizer. For each batch size the whole path runs `steps` engine steps, `repeats` times; the
 median is kept, because the machine may be shared. A step with no tokens at all gives the fixed cost
 of a step; framing is also timed alone, to charge it per event when events group tokens.
+
+Beside the token path: what one request costs the front end before the engine sees it
+(request_measure.py), and one streamed chunk built as an engine's own pydantic code builds it, timed
+against this package's framer on the same texts.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from tokenpath.delivery.calibration import BatchCost, Calibration
+from tokenpath.delivery.calibration import BatchCost, Calibration, FramingCost
 from tokenpath.delivery.detokenizer import Detokenizer
+from tokenpath.delivery.engine_protocol import engine_event
 from tokenpath.delivery.path import TextPath
+from tokenpath.delivery.request_measure import measure_request, median_s
 from tokenpath.delivery.sample_text import MIXED
 from tokenpath.delivery.sse import SseFramer
 
@@ -68,6 +74,25 @@ def measure_batch(det: Detokenizer, batch: int, steps: int, repeats: int, stops:
     return BatchCost(batch, empty_s, per_token_s, min(per_token_s, frame_s / batch))
 
 
+def measure_framing(det: Detokenizer, tokens: int, repeats: int) -> FramingCost:
+    """Seconds per streamed text chunk: built by the engine's pydantic models and by SseFramer (one
+    stream, an event per call), over the texts of `tokens` tokens; a text that shows nothing sends no event."""
+    stream = det.batch(1)
+    texts = [text for text in (stream.step(row)[0] for row in token_streams(det, 1, tokens)) if text] or ["x"]
+    framer = SseFramer(1)
+    framer.open(0, "chatcmpl-0", "tokenpath", 0)
+
+    def engine() -> None:
+        for text in texts:
+            engine_event("chatcmpl-0", "tokenpath", 0, text)
+
+    def own() -> None:
+        for text in texts:
+            framer.step((text,))
+
+    return FramingCost(median_s(engine, repeats) / len(texts), median_s(own, repeats) / len(texts))
+
+
 def machine() -> dict[str, object]:
     cpu = platform.processor() or platform.machine()
     try:
@@ -81,18 +106,29 @@ def machine() -> dict[str, object]:
 
 def calibrate(det: Detokenizer, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, steps: int = 200,
               repeats: int = 5, stops: Sequence[str] = DEFAULT_STOPS,
-              progress: Callable[[int], None] | None = None) -> Calibration:
-    """Measure every batch size; `progress(batch_size)` is called after each."""
+              progress: Callable[[str], None] | None = None) -> Calibration:
+    """Measure every batch size, then the request path and the engine's framing; `progress(what)` is
+    called after each of the len(batch_sizes) + 1 parts."""
     batches = []
     for batch in batch_sizes:
         batches.append(measure_batch(det, batch, steps, repeats, stops))
         if progress is not None:
-            progress(batch)
+            progress(f"batch {batch}")
+    request, request_how = measure_request(det, repeats)
+    framing = measure_framing(det, steps, repeats)
+    if progress is not None:
+        progress("request path")
     return Calibration(
         batches=sorted(batches, key=lambda b: b.batch_size),
         machine=machine(),
         tokenizer={"name": det.name, "kind": det.kind, "vocab_size": det.vocab_size},
         path={"text": "mixed sample: English, Chinese, code, emoji", "stop_strings": list(stops), "api": "chat",
-              "stream_interval": 1, "steps": steps, "repeats": repeats, "statistic": "median"},
+              "stream_interval": 1, "steps": steps, "repeats": repeats, "statistic": "median",
+              "request": request_how,
+              "framing": {"engine": "pydantic ChatCompletionStreamResponse, model_dump_json(exclude_unset=True), "
+                                    "'data: ...' framing (modelled on vLLM's serving_chat)",
+                          "own": "SseFramer, one stream", "tokens": steps}},
         measured_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        request=request,
+        framing=framing,
     )
