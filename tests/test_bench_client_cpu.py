@@ -29,9 +29,10 @@ from tokenpath.bench.runner import new_loop
 LATENCY = {"ttft": {"p50": 0.2}, "itl": {"p50": 0.02}}
 
 
-def measured(busy: float, lags_ms: list[float], worker: int = 0, wall_s: float = 10.0) -> dict:
-    return client_line({"cpu_s": busy * wall_s, "wall_s": wall_s, "lag_us": [round(ms * 1000) for ms in lags_ms]},
-                       worker)
+def measured(busy: float, lags_ms: list[float], worker: int = 0, wall_s: float = 10.0,
+             wait: float | None = None) -> dict:
+    return client_line({"cpu_s": busy * wall_s, "wall_s": wall_s, "cpu_wait_s": None if wait is None else wait * wall_s,
+                        "lag_us": [round(ms * 1000) for ms in lags_ms]}, worker)
 
 
 def test_the_lag_threshold_follows_how_arrivals_are_stamped():
@@ -95,6 +96,18 @@ def test_the_warning_says_what_to_do_and_spares_the_server():
         "the run's signs of overload may be the client's, not the server's")
 
 
+def test_a_loop_late_for_want_of_a_cpu_is_told_to_get_one():
+    """Late wake-ups while the client used little CPU and waited long for one: other processes held it."""
+    block = client_block([measured(0.05, [0.5] * 90 + [6.0] * 10, wait=0.3)], LATENCY, "event loop")
+    assert block["saturated"] is True and block["cpu_wait_fraction"] == pytest.approx(0.3)
+    assert block["reason"] == ("its event loop woke up to 6 ms late (p99), over the 2 ms that shows in the latencies, "
+                               "while its CPU was busy 5% of the run and it waited 30% of the run for a CPU that "
+                               "other processes held")
+    assert "run the client on CPUs that no other work shares" in saturation_warning(block, overloaded=False)
+    busy = client_block([measured(0.95, [0.5] * 90 + [6.0] * 10, wait=0.02)], LATENCY, "event loop")
+    assert "fewer concurrent requests per client process" in saturation_warning(busy, overloaded=False)
+
+
 @pytest.mark.parametrize("loop_kind", ["default loop", "bench's loop"])
 def test_the_meter_sees_a_loop_blocked_by_the_test(loop_kind):
     """Three 50 ms blocks of the loop: each makes a 10 ms sleeper wake at least 40 ms late, whatever the
@@ -121,6 +134,7 @@ def test_the_meter_sees_a_loop_blocked_by_the_test(loop_kind):
     lags_us = reading["lag_us"]
     assert max(lags_us) >= 40_000 and sum(lag >= 40_000 for lag in lags_us) >= 3
     assert reading["cpu_s"] >= 0.1 and reading["wall_s"] >= 0.15  # the spin's CPU; the three blocks at least
+    assert reading["cpu_wait_s"] is None or 0 <= reading["cpu_wait_s"] <= reading["wall_s"]
     block = client_block([client_line(reading, 0)], LATENCY, "event loop")
     assert block["saturated"] is True and block["loop_lag_s"]["max"] >= 0.04
     assert "its event loop woke up to" in block["reason"]

@@ -146,6 +146,8 @@ def _check_client(line: dict[str, Any], where: str) -> None:
     measured = _field(line, "client", lambda v: isinstance(v, dict), "an object", where)
     for name in ("cpu_s", "wall_s"):
         _field(measured, name, _is_seconds, "a number of seconds >= 0", f"{where}: client")
+    if measured.get("cpu_wait_s") is not None:
+        _field(measured, "cpu_wait_s", _is_seconds, "a number of seconds >= 0, or null", f"{where}: client")
     _field(measured, "lag_us", lambda v: isinstance(v, list) and all(map(_is_count_us, v)),
            "a list of microseconds >= 0", f"{where}: client")
 
