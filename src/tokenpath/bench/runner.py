@@ -484,8 +484,8 @@ def _die_with_parent() -> None:
         pass  # the worker's own check of its parent still holds
 
 
-def _worker_main(plan: Plan, index: int, concurrency: int | None, path: str, ready: Any, go: Any, t0: Any,
-                 counts: Any, parent_pid: int, workers: int) -> None:
+def _worker_main(plan: Plan, indices: np.ndarray, worker: int, concurrency: int | None, path: str, ready: Any,
+                 go: Any, t0: Any, counts: Any, parent_pid: int) -> None:
     # Ctrl-C reaches the whole process group; the parent passes every stop on, so until the loop's
     # own handlers are in place SIGINT is ignored and SIGTERM ends the worker (nothing sent yet).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -501,8 +501,7 @@ def _worker_main(plan: Plan, index: int, concurrency: int | None, path: str, rea
             return
     appender.t0_ns = t0.value
     try:
-        _run_measured(Worker(plan, plan.share(workers, index), concurrency, t0.value, appender, parent_pid),
-                      appender, index)
+        _run_measured(Worker(plan, indices, concurrency, t0.value, appender, parent_pid), appender, worker)
     finally:
         appender.close()
 
@@ -567,8 +566,8 @@ def _execute_processes(plan: Plan, path: str, header: dict[str, Any], workers: i
     processes = [
         context.Process(
             target=_worker_main,
-            args=(plan, w, concurrency_share(plan.max_concurrency, workers, w), path, ready, go, t0, counts[w],
-                  os.getpid(), workers),
+            args=(plan, plan.share(workers, w), w, concurrency_share(plan.max_concurrency, workers, w), path,
+                  ready, go, t0, counts[w], os.getpid()),
             daemon=True,
         )
         for w in range(workers)
