@@ -550,7 +550,8 @@ def test_any_damage_to_a_results_file_is_a_user_error_or_a_summary(tmp_path_fact
     header = {"schema": "tokenpath.bench/1", "kind": "header", "planned": 3, "workers": 1,
               "scenario": {"name": "s", "fingerprint": "f", "table": {"workload": {"arrival": {"rate": 2.0}}}},
               "slo": {"ttft": 1.0, "tpot": None}}
-    documents = [header, _row(0), _row(1, ok=False, arrivals=()), _row(2, sent=100)]
+    documents = [header, _row(0), _row(1, ok=False, arrivals=()), _row(2, sent=100),
+                 {"client": {"cpu_s": 0.5, "wall_s": 2.0, "lag_us": [120, 0, 3400]}, "worker": 0}]
     target = data.draw(st.sampled_from(documents))
     for _ in range(data.draw(st.integers(1, 3))):
         key = data.draw(st.sampled_from(sorted(target)) | st.text(max_size=4))

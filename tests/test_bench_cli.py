@@ -85,6 +85,8 @@ def test_bench_report_and_compare(server, monkeypatch, capsys, tmp_path):
     assert bench["requests"] == {"completed": 10, "failed": 0, "input_tokens_mean": 30.0, "output_tokens_mean": 8.0,
                                  "warmup": 0}
     assert bench["attribution_s"] is None and bench["bench"]["planned"] == 10
+    client = bench["bench"]["client"]  # the worker's own CPU and loop lag; whether it saturated is the machine's
+    assert 0 <= client["cpu_busy_fraction"] <= 1 and client["workers"] == 1 and isinstance(client["saturated"], bool)
 
     code, out, err = run_cli(["report", str(results), "--json", str(report_json)], monkeypatch, capsys)
     assert code == 0, err
@@ -176,6 +178,8 @@ def test_report_on_a_damaged_results_file(server, monkeypatch, capsys, tmp_path)
                            monkeypatch, capsys)
     assert code == 0, err
     lines = results.read_bytes().splitlines(keepends=True)
+    assert lines[-1].startswith(b'{"client":')  # the worker's own CPU and loop lag, written as it ended
+    lines = lines[:-1]  # a crash leaves none
     torn = tmp_path / "torn.jsonl"  # a crash mid-write: the last line cut short, no newline
     torn.write_bytes(b"".join(lines[:-1]) + lines[-1][:30])
     code, out, err = run_cli(["report", str(torn), "--json", "-"], monkeypatch, capsys)

@@ -1,7 +1,9 @@
 """The results file of a bench run, and the measured `Run` and summary rebuilt from it.
 
 A results file is JSONL: a header line (what was run, against what, with which SLOs), then one line
-per finished request in the order they finished. A run cut short leaves a valid file: every line is
+per finished request in the order they finished, and one line per worker as it ends, of its own CPU
+and event loop lag (`{"client": ..., "worker": w}`, bench/client.py); `read_results` gathers those
+into the header's "client" list. A run cut short leaves a valid file: every line is
 a whole request, and a torn last line (a crash mid-write: no newline after it) is skipped with a
 warning. Any other damaged line is a one-line error naming the file, the line and the field.
 
@@ -23,6 +25,7 @@ import numpy as np
 import orjson
 from pydantic import ValidationError
 
+from tokenpath.bench.client import client_block
 from tokenpath.config.errors import UserError
 from tokenpath.sim.continuity import ContinuitySpec, spec_of
 from tokenpath.sim.run import Run
@@ -59,6 +62,7 @@ def read_results(path: str | Path,
     _check_header(header, f"{path}:1")
     rows: dict[int, dict[str, Any]] = {}
     line_of: dict[int, int] = {}
+    header["client"] = []
     torn = not data.endswith(b"\n")  # a crash mid-write leaves the last line without its newline
     numbered = [(number, line) for number, line in enumerate(lines[1:], start=2) if line.strip()]
     for position, (number, line) in enumerate(numbered):
@@ -70,6 +74,10 @@ def read_results(path: str | Path,
                     warn(f"{path}:{number}: skipped a torn last line (the run was cut off while writing it)")
                 continue
             raise UserError(f"{path}:{number}: not a JSON line; the file is damaged") from None
+        if isinstance(row, dict) and "client" in row and "i" not in row:
+            _check_client(row, f"{path}:{number}")
+            header["client"].append(row)
+            continue
         _check_row(row, f"{path}:{number}")
         i = row["i"]
         if i in rows:
@@ -126,6 +134,26 @@ def _check_header(header: dict[str, Any], where: str) -> None:
                     limit is None or (isinstance(limit, (int, float)) and not isinstance(limit, bool))):
                 raise UserError(f"{where}: slo {_short(key)} = {_short(limit)} is not an SLO "
                                 f"({', '.join(SLO_KEYS)}: seconds or null); the file is damaged")
+
+
+def _is_seconds(value: Any) -> bool:
+    return type(value) in (int, float) and 0 <= value < _MAX_ABS_NS / 1e9
+
+
+def _check_client(line: dict[str, Any], where: str) -> None:
+    """A worker's line of its own CPU and loop lag has what `client_block` reads, with the right types."""
+    _field(line, "worker", lambda v: _is_int(v) and 0 <= v < _MAX_ABS_NS, "a worker index >= 0", where)
+    measured = _field(line, "client", lambda v: isinstance(v, dict), "an object", where)
+    for name in ("cpu_s", "wall_s"):
+        _field(measured, name, _is_seconds, "a number of seconds >= 0", f"{where}: client")
+    if measured.get("cpu_wait_s") is not None:
+        _field(measured, "cpu_wait_s", _is_seconds, "a number of seconds >= 0, or null", f"{where}: client")
+    _field(measured, "lag_us", lambda v: isinstance(v, list) and all(map(_is_count_us, v)),
+           "a list of microseconds >= 0", f"{where}: client")
+
+
+def _is_count_us(value: Any) -> bool:
+    return type(value) is int and 0 <= value < _MAX_ABS_NS // 1000
 
 
 def _check_row(row: Any, where: str) -> None:
@@ -231,6 +259,8 @@ def bench_summary(header: dict[str, Any], rows: list[dict[str, Any]], run: Run |
     measured = run.after(warmup)
     summary["load"] = load_of(measured.sent_ns, measured.ttft_ns, measured.e2e_ns, measured.completed).document()
     summary["bench"] = _bench_block(header, rows, run)
+    summary["bench"]["client"] = client_block(header.get("client") or [], summary["latency_s"],
+                                              header.get("timestamps"))
     return summary
 
 

@@ -4,7 +4,8 @@ The send schedule is computed before the run starts. Requests are shared round-r
 processes (one by default; more when the target rate needs them), each with its own event loop
 (uvloop where installed) and connection pool; a concurrency cap is shared out between them. Every
 worker appends each finished request to the results JSONL as one line, in one `write` on a file
-opened for appending, so whatever happens to the run, every request that finished is on disk.
+opened for appending, so whatever happens to the run, every request that finished is on disk. At
+its end each worker adds a line of its own CPU and event loop lag over the run (bench/client.py).
 
 Multi-turn sessions are shared round-robin by session, so all of a session's turns are on one
 worker. A session runs as one task on its worker's loop: it sends its first turn at the session's
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tokenpath.bench.client import ClientMeter, client_line
 from tokenpath.bench.http import Connection, Endpoint, Pool, request_head
 from tokenpath.bench.stream import CONNECT, INTERRUPTED, MAX_EVENT_BYTES, SKIPPED, STALLED, TIMEOUT, Exchange
 
@@ -182,6 +184,8 @@ class Worker:
         self._done: asyncio.Future | None = None
         self._slots: asyncio.Semaphore | None = None
         self.deadline_ns = None if plan.run_timeout_s is None else t0_ns + int(plan.run_timeout_s * 1e9)
+        self.meter = ClientMeter()
+        self.measured: dict[str, Any] | None = None  # the meter's reading at the end of `run`
 
     def stop(self, signum: int) -> None:
         """Stop sending and end the requests in flight as interrupted (a signal, or the parent gone)."""
@@ -338,6 +342,7 @@ class Worker:
         if self.concurrency is not None:
             self._slots = asyncio.Semaphore(self.concurrency)
         watchdog = loop.create_task(self._watchdog())
+        self.meter.start()
         scheduled = self.plan.scheduled_ns
         t0 = self.t0_ns
         try:
@@ -363,6 +368,7 @@ class Worker:
             return True
         finally:
             watchdog.cancel()
+            self.measured = self.meter.stop()
             self.pool.close()
 
     async def _start_sessions(self) -> None:
@@ -441,8 +447,21 @@ class _Appender:
             self.counts[0] = self.recorded
             self.counts[1] = self.failed
 
+    def line(self, document: dict[str, Any]) -> None:
+        """Any other line of the results file, in one write."""
+        os.write(self.fd, orjson.dumps(document) + b"\n")
+
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _run_measured(worker: Worker, appender: _Appender, index: int) -> int:
+    """`_run_loop`, then the worker's own CPU and loop lag (bench/client.py) as a line of the results."""
+    try:
+        return _run_loop(worker)
+    finally:
+        if worker.measured is not None:
+            appender.line(client_line(worker.measured, index))
 
 
 def write_line(path: str, document: dict[str, Any]) -> None:
@@ -465,7 +484,7 @@ def _die_with_parent() -> None:
         pass  # the worker's own check of its parent still holds
 
 
-def _worker_main(plan: Plan, indices: np.ndarray, concurrency: int | None, path: str, ready: Any,
+def _worker_main(plan: Plan, indices: np.ndarray, worker: int, concurrency: int | None, path: str, ready: Any,
                  go: Any, t0: Any, counts: Any, parent_pid: int) -> None:
     # Ctrl-C reaches the whole process group; the parent passes every stop on, so until the loop's
     # own handlers are in place SIGINT is ignored and SIGTERM ends the worker (nothing sent yet).
@@ -482,7 +501,7 @@ def _worker_main(plan: Plan, indices: np.ndarray, concurrency: int | None, path:
             return
     appender.t0_ns = t0.value
     try:
-        _run_loop(Worker(plan, indices, concurrency, t0.value, appender, parent_pid))
+        _run_measured(Worker(plan, indices, concurrency, t0.value, appender, parent_pid), appender, worker)
     finally:
         appender.close()
 
@@ -529,7 +548,7 @@ def execute(plan: Plan, path: str, header: dict[str, Any], workers: int = 1,
                 appender(exchange)
                 progress(appender.recorded, appender.failed)
         try:
-            stopped_by = _run_loop(Worker(plan, np.arange(n), plan.max_concurrency, t0, write))
+            stopped_by = _run_measured(Worker(plan, np.arange(n), plan.max_concurrency, t0, write), appender, 0)
         finally:
             appender.close()
         return Outcome(bool(stopped_by) or appender.recorded < n, appender.recorded, appender.failed, t0, stopped_by)
@@ -547,7 +566,7 @@ def _execute_processes(plan: Plan, path: str, header: dict[str, Any], workers: i
     processes = [
         context.Process(
             target=_worker_main,
-            args=(plan, plan.share(workers, w), concurrency_share(plan.max_concurrency, workers, w), path,
+            args=(plan, plan.share(workers, w), w, concurrency_share(plan.max_concurrency, workers, w), path,
                   ready, go, t0, counts[w], os.getpid()),
             daemon=True,
         )

@@ -194,6 +194,7 @@ class _Null:
 
 def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, Any]], results_path: str,
           json_out: str | None) -> None:
+    from tokenpath.bench.client import saturation_warning
     from tokenpath.bench.results import failures
     from tokenpath.config.units import format_duration
     from tokenpath.report.bench import describe_bench
@@ -201,7 +202,11 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
 
     if json_out is not None:
         write_json(summary, json_out)
+    # A saturated client's latencies are partly its own: said last, on stderr, however the summary goes out.
+    saturated = saturation_warning(summary["bench"]["client"], summary["load"]["overloaded"])
     if json_out == "-":
+        if saturated:
+            _warn(saturated)
         return
     print_summary(console, summary, describe_bench(header, rows, results_path), None)
     block = summary["bench"]
@@ -222,6 +227,8 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
         console.print(f"[red]failed:[/red] {reasons}", highlight=False)
         for line in failures(rows):
             console.print(f"  {line}", highlight=False, soft_wrap=True)
+    if saturated:
+        _warn(saturated)
 
 
 @app.command(help="Two summaries side by side with the relative difference per metric." + COMPARE_EXAMPLE)
