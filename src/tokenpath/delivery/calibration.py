@@ -159,6 +159,7 @@ class CalibratedCost:
     """Host seconds of one step from a calibration; a table per batch size so a lookup is O(1)."""
 
     def __init__(self, calibration: Calibration) -> None:
+        self.request = calibration.request  # the front end's measured cost per request, if measured
         batches = calibration.batches
         totals = [(b.batch_size, b.total_s) for b in batches]
         if len(batches) == 1:  # one point: a line through it with its own per-token slope

@@ -73,7 +73,9 @@ class LastMile:
 
     def request_cost_s(self, input_tokens: int) -> float:
         """The front end's CPU time for one request: parse and validate, the chat template, tokenizing
-        its prompt, the hand-off to the engine."""
+        its prompt, the hand-off to the engine (as the calibration measured them, if it did)."""
+        if self._calibrated is not None and self._calibrated.request is not None:
+            return self._calibrated.request.per_request_s(input_tokens)
         return self._request_s + input_tokens * self.spec.tokenize_per_token
 
     def request(self, arrival_ns: int, input_tokens: int) -> Wait:

@@ -109,6 +109,7 @@ class DeliverySpec(BaseModel):
     calibration: PathText | None = Field(
         None,
         description="a file from `tokenpath calibrate delivery`: its measured host cost per step and per token "
-                    "replaces detokenize_per_token and frame_per_event "
+                    "replaces detokenize_per_token and frame_per_event, and its cost per request (if measured) "
+                    "frontend_per_request, chat_template_per_request and tokenize_per_token "
                     "(a relative path is read from the scenario's folder)",
     )

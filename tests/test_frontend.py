@@ -1,0 +1,134 @@
+"""The front end as a shared CPU (delivery/frontend.py): API-server processes take requests and each
+step's tokens first come first served, laid out per engine as each profile's processes are
+(sim/front_end.py), and the time spent there in the attribution, checked against queues worked out by
+hand."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenpath import load_scenario, simulate
+from tokenpath.delivery.frontend import FrontEnd, Layout, Wait
+from tokenpath.delivery.lastmile import LastMile
+from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.document import result_document
+from tokenpath.sim.summary import DELIVERY_DETAIL
+
+
+def test_requests_and_tokens_share_one_process_in_the_order_they_are_ready():
+    front = FrontEnd(Layout("api-server"))
+    # Two requests arrive at 0 (1 ms of work each), then a step's tokens are ready at 500 us (2 ms):
+    # they wait for both requests; a request at 3.5 ms waits for the tokens.
+    assert front.request(0, 1e-3) == Wait(1_000_000, 0, 1_000_000)
+    assert front.request(0, 1e-3) == Wait(2_000_000, 1_000_000, 1_000_000)
+    assert front.tokens(500_000, 2e-3) == Wait(4_000_000, 1_500_000, 2_000_000)
+    assert front.request(3_500_000, 1e-3) == Wait(5_000_000, 500_000, 1_000_000)
+    assert front.api_busy_ns == 5_000_000
+
+
+def test_requests_go_to_the_processes_in_turn_and_a_step_s_tokens_are_shared_out():
+    front = FrontEnd(Layout("api-server", api_processes=2))
+    waits = [front.request(0, 1e-3) for _ in range(4)]
+    assert [w.done_ns for w in waits] == [1_000_000, 1_000_000, 2_000_000, 2_000_000]
+    # 2 ms of token work, 1 ms on each process, both free at 2 ms.
+    assert front.tokens(1_500_000, 2e-3) == Wait(3_000_000, 500_000, 1_000_000)
+
+
+def test_a_share_of_a_cpu_runs_slower():
+    front = FrontEnd(Layout("detokenizer", api_cpus=0.25, detokenizer_cpus=0.5))
+    assert front.request(0, 1e-3).work_ns == 4_000_000
+    assert front.detokenize(0, 1e-3).work_ns == 2_000_000
+    assert front.detokenizer_busy_ns == 2_000_000
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs=st.lists(st.tuples(st.booleans(), st.integers(0, 10**7), st.integers(0, 10**6)), min_size=1,
+                     max_size=30))
+def test_one_process_is_a_first_come_first_served_queue(jobs):
+    """free_k = max(free_(k-1), ready_k) + work_k, whatever the kind of work, handed over in ready order."""
+    front = FrontEnd(Layout("api-server"))
+    free = 0
+    for is_request, ready_ns, work_ns in sorted(jobs, key=lambda job: job[1]):
+        wait = front.request(ready_ns, work_ns / 1e9) if is_request else front.tokens(ready_ns, work_ns / 1e9)
+        start = max(free, ready_ns)
+        free = start + work_ns
+        assert wait.done_ns == free and wait.queue_ns == start - ready_ns
+        assert wait.work_ns == (work_ns if is_request or free > ready_ns else 0)
+
+
+def test_the_request_path_costs_parse_template_and_tokens():
+    last_mile = LastMile(DeliverySpec(frontend_per_request=50e-6, chat_template_per_request=30e-6,
+                                      tokenize_per_token=1e-6))
+    assert last_mile.request_cost_s(500) == pytest.approx(580e-6)
+    assert last_mile.request(1_000, 500) == Wait(581_000, 0, 580_000)
+
+
+@pytest.mark.parametrize(("scheduler", "replicas", "api_servers", "layout"), [
+    # vLLM V1: one API server per data-parallel replica, detokenizing there.
+    ("vllm-v1", 4, None, Layout("api-server", 1, 1.0, 0.25)),
+    # SGLang: one tokenizer manager and one detokenizer for the whole server, shared by 4 replicas.
+    ("prefill-first", 4, None, Layout("detokenizer", 1, 0.25, 0.25)),
+    ("vllm-v0", 1, None, Layout("engine", 1, 1.0, 1.0)),
+    # Eight processes for 4 replicas: two each; six: one each at 1.5 CPUs.
+    ("vllm-v1", 4, 8, Layout("api-server", 2, 1.0, 0.25)),
+    ("trtllm", 4, 6, Layout("api-server", 1, 1.5, 0.25)),
+])
+def test_each_engine_gets_its_share_of_the_deployment_s_processes(scheduler, replicas, api_servers, layout):
+    overrides = {"engine.scheduler": scheduler, "deployment.tp": 8 // replicas}
+    if api_servers is not None:
+        overrides["deployment.api_servers"] = api_servers
+    assert build_deployment(load_scenario(None, overrides)).front_end == layout
+
+
+# A burst on one replica: 1,000 requests at once, each 1 ms of front-end work and nothing else there
+# (no tokens to detokenize or frame, no network). One process passes request k on after (k + 1) ms: it
+# waits k ms; four processes take requests in turn, so request k waits (k // 4) ms. Every request's
+# last token leaves long after the front end has worked through the burst, so it waits for nothing.
+BURST = {
+    "workload.num_requests": 1000, "workload.arrival.rate": "inf",
+    "workload.input": {"kind": "fixed", "value": 200}, "workload.output": {"kind": "fixed", "value": 150},
+    "delivery": {"network_rtt": 0.0, "frontend_per_request": "1 ms", "chat_template_per_request": 0.0,
+                 "tokenize_per_token": 0.0, "detokenize_per_token": 0.0, "frame_per_event": 0.0,
+                 "host_link_latency": 0.0, "request_overhead_bytes": 0, "event_overhead_bytes": 0,
+                 "bytes_per_token": 0.0},
+    "deployment.tp": 8,
+}
+
+
+@pytest.mark.parametrize(("api_servers", "mean_wait_ms"), [(1, 499.5), (4, 124.5)])
+def test_a_burst_queues_at_the_front_end_and_more_api_servers_shorten_the_queue(api_servers, mean_wait_ms):
+    simulation = simulate(load_scenario(None, {**BURST, "deployment.api_servers": api_servers}))
+    run = simulation.run
+    assert (run.frontend_work_ns == 1_000_000).all()
+    assert run.frontend_queue_ns.mean() == pytest.approx(mean_wait_ms * 1e6)
+    detail = simulation.summary["attribution_s"]["delivery_detail"]
+    assert detail["frontend_queue"] == pytest.approx(mean_wait_ms * 1e-3)
+    assert sum(detail[part] for part in DELIVERY_DETAIL) == pytest.approx(
+        simulation.summary["attribution_s"]["delivery"], rel=1e-12)
+
+
+def test_a_saturated_front_end_is_named_in_the_verdict():
+    # Llama 3.1 8B on one H200 at 700 requests/s, each 2 ms of front-end work plus 20 tokens to
+    # detokenize and frame: its one API server serves under 400 a second, before the engine does.
+    document, reason = result_document(simulate(load_scenario(None, {
+        "workload.num_requests": 2000, "workload.arrival.rate": 700.0, "delivery.frontend_per_request": "2 ms",
+        "model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1,
+        "workload.input": {"kind": "fixed", "value": 100}, "workload.output": {"kind": "fixed", "value": 20}})))
+    assert document["load"]["overloaded"] and document["bottleneck"] == "delivery"
+    assert "delivery limits capacity: front end saturated (100% busy): the front end's busiest API-server" in reason
+    detail = document["attribution_s"]["delivery_detail"]
+    assert detail["frontend_queue"] > 0.9 * document["attribution_s"]["delivery"]
+
+
+def test_the_default_scenario_offers_front_end_levers_and_not_async_detokenization():
+    from tokenpath.whatif.catalog import catalog
+
+    levers = {lever.name: lever for lever in catalog(load_scenario(None), {}, None)}
+    assert levers["API servers x2 (2 processes)"].overrides == {"deployment.api_servers": 2}
+    # vLLM V1 detokenizes in its API server already: no lever moves it out of the engine.
+    assert levers["detokenize in a process of its own"].skipped.endswith("it detokenizes in the api-server")
+    assert levers["cached chat template"].overrides == {"delivery.chat_template_per_request": "0 s"}
+    assert not any("async" in name for name in levers)
