@@ -11,6 +11,7 @@ import tomli_w
 
 from cli_helpers import assert_user_error, run_cli
 from tokenpath.config.assumptions import lookup
+from tokenpath.config.errors import UserError
 from tokenpath.sim.forked import available_cpus
 from tokenpath.validate.cross import cross_validate
 from tokenpath.validate.fit import PROCEDURES, Procedure, RowErrors, fit, fit_all, latency_predictor
@@ -103,6 +104,14 @@ def test_a_flat_objective_keeps_the_middle_of_the_grid_and_no_row_keeps_the_star
     errors = RowErrors(rows, lambda row, values: {"ttft": 0.25, "decode": 0.0}, (flat,))
     assert fit(flat, [0], {"a": 1.0}, errors).value == 1.0
     assert fit(replace(A, informs=lambda row: False), [0], {"a": 1.0}, errors) is None
+
+
+def test_a_row_that_cannot_be_predicted_is_named():
+    def predict(row, values):
+        raise UserError("its ITL needs every token's time")
+
+    with pytest.raises(UserError, match=r"^latency rows\[2\] \(y\): its ITL needs"):
+        RowErrors(ROWS, predict, (A, B)).get([(2, {"a": 1.0, "b": 1.0})])
 
 
 def test_the_procedures_fit_the_rows_whose_metric_they_move():

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tokenpath.config.assumptions import lookup
+from tokenpath.config.errors import UserError
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.profiles import PROFILES, Profile
 from tokenpath.sim.forked import can_fork, map_forked
-from tokenpath.validate.latency import predict_row, relative_errors, row_engine
+from tokenpath.validate.latency import predict_row, relative_errors, row_engine, row_error
 
 Row = dict[str, Any]
 Errors = dict[str, float]  # {"ttft": signed relative error, "decode": ...}
@@ -150,7 +151,11 @@ class RowErrors:
         missing = list(dict.fromkeys(key for key in keys if key not in self._cache))
         if missing:
             def work(key: tuple, progress: Callable[[int], None]) -> Errors:
-                errors = self.predict(self.rows[key[0]], dict(key[1]))
+                k, values = key
+                try:
+                    errors = self.predict(self.rows[k], dict(values))
+                except UserError as error:
+                    raise row_error(k, self.rows[k], error) from None
                 progress(1)
                 return errors
 

@@ -182,6 +182,11 @@ def predict_row(row: dict[str, Any], sharegpt: dict[str, Any],
             "decode_s": _statistic(values[row["decode_metric"]], row["decode_stat"])}
 
 
+def row_error(k: int, row: dict[str, Any], error: UserError) -> UserError:
+    """A row's error, naming the row."""
+    return UserError(f"latency rows[{k}] ({row['source']}): {error}")
+
+
 def relative_errors(row: dict[str, Any], predicted: dict[str, float]) -> dict[str, float]:
     """Signed relative errors of a prediction (predict_row's) against the row's published TTFT and decode
     metric: {"ttft": predicted / published - 1, "decode": ...}."""
@@ -198,7 +203,7 @@ def run_latency_group(data: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
             predicted = predict_row(row, data["sharegpt"])
         except UserError as error:
-            raise UserError(f"latency rows[{k}] ({row['source']}): {error}") from None
+            raise row_error(k, row, error) from None
         errors = relative_errors(row, predicted)
         rows.append({**row, "group": GROUP,
                      "predicted_ttft_ms": predicted["ttft_s"] * 1e3,
