@@ -10,19 +10,27 @@ from tokenpath.config import files
 
 @app.command(help="Compare predictions with published measurements.\n\nExamples:\n\n"
              "  tokenpath validate --group nccl_allreduce --json -\n\n"
-             "  tokenpath validate --latency-rows my_measurements.toml   # your own rows, as latency.toml writes them")
+             "  tokenpath validate --latency-rows my_measurements.toml   # your own rows, as latency.toml writes them"
+             "\n\n  tokenpath validate --cross   # each latency source predicted with constants refitted on the others")
 def validate(
-    json_out: str | None = typer.Option(None, "--json", help="write the rows to PATH, or '-' for stdout"),
+    json_out: str | None = typer.Option(
+        None, "--json", help="write the rows (with --cross, the cross-validation) to PATH, or '-' for stdout"),
     groups: list[str] | None = typer.Option(None, "--group", help="only this group of rows (repeatable)"),
     latency_rows: str | None = typer.Option(
         None, "--latency-rows", help="the latency group from this TOML file of rows tables (the form of "
                                      "catalog/validation/latency.toml) instead of the shipped one; alone, "
                                      "only that group"),
+    cross: bool = typer.Option(False, "--cross", help="leave-one-source-out cross-validation of the latency group: "
+                                                      "each source's rows predicted with the constants the rows set "
+                                                      "refitted on the other sources' rows"),
 ) -> None:
     from tokenpath.validate.groups import print_validation, run_validation
 
     if json_out is not None:
         files.check_writable(json_out, "--json")
+    if cross:
+        _cross(groups, latency_rows, json_out)
+        return
     if latency_rows is not None and not groups:
         groups = ["latency"]
     rows = run_validation(set(groups) if groups else None, latency_rows)
@@ -30,3 +38,36 @@ def validate(
         write_json(rows, json_out)
     if json_out != "-":
         print_validation(console, rows)
+
+
+def _cross(groups: list[str] | None, latency_rows: str | None, json_out: str | None) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tokenpath.cli.app import err_console
+    from tokenpath.config.errors import UserError
+    from tokenpath.sim.forked import available_cpus
+    from tokenpath.validate.cross import cross_validate, print_cross
+    from tokenpath.validate.fit import RowErrors, latency_predictor
+    from tokenpath.validate.latency import GROUP, load_latency
+
+    if groups and set(groups) != {GROUP}:
+        other = next(g for g in groups if g != GROUP)
+        raise UserError(f"--cross: cross-validates the latency group only, not {other!r}; drop --group or give "
+                        f"--group {GROUP}")
+    data = load_latency(latency_rows)
+    quiet = json_out == "-"
+    sources = len({row["source"] for row in data["rows"]})
+    progress = Progress(TextColumn("cross-validating, fold {task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[simulations]} simulations"), TimeElapsedColumn(),
+                        console=err_console, transient=True, disable=quiet)
+    with progress:
+        task = progress.add_task("", total=sources, simulations=0)
+        errors = RowErrors(data["rows"], latency_predictor(data["sharegpt"]), workers=available_cpus(),
+                           progress=lambda _: progress.update(task, simulations=errors.simulated))
+        document = cross_validate(errors, on_fold=lambda done, source: progress.update(
+            task, description=source, completed=done))
+        progress.update(task, completed=sources)
+    if json_out is not None:
+        write_json(document, json_out)
+    if not quiet:
+        print_cross(console, document)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,14 @@ def simulated_requests(row: dict[str, Any]) -> tuple[int, int]:
     return count, 0
 
 
-def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any]) -> Scenario:
+def row_engine(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's [engine] table: its engine's scheduler profile, its `engine_settings` over it."""
+    return {**ENGINE_PROFILES[row["engine"]], **row.get("engine_settings", {})}
+
+
+def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any],
+                 assumptions: Mapping[str, float] | None = None) -> Scenario:
+    """The row as the scenario it was measured as; `assumptions` overrides registry values by name (SI)."""
     prompt, completion = row_lengths(row, sharegpt)
     count, _ = simulated_requests(row)
     workload: dict[str, Any] = {"num_requests": count, "input": prompt, "output": completion}
@@ -138,10 +146,12 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any]) -> Scenario:
         "model": {"name": row["model"], "precision": row["precision"],
                   "kv_cache_precision": row.get("kv_cache_precision", "auto")},
         "deployment": {"chip": row["chip"], "chips": row["tp"], "tp": row["tp"]},
-        "engine": {**ENGINE_PROFILES[row["engine"]], **row.get("engine_settings", {})},
+        "engine": row_engine(row),
         "workload": workload,
         "delivery": ENGINE_SIDE_DELIVERY,
     }
+    if assumptions:
+        table["assumptions"] = dict(assumptions)
     return build_scenario(table, "its scenario")
 
 
@@ -159,15 +169,29 @@ def _statistic(values: np.ndarray, stat: str) -> float:
     return float(np.mean(values)) if _STAT_KEY[stat] == "mean" else float(np.median(values))
 
 
-def predict_row(row: dict[str, Any], sharegpt: dict[str, Any]) -> dict[str, float]:
-    """The row's TTFT and decode metric (seconds), predicted with the row's statistic."""
+def predict_row(row: dict[str, Any], sharegpt: dict[str, Any],
+                assumptions: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The row's TTFT and decode metric (seconds), predicted with the row's statistic (under `assumptions`,
+    registry values overridden by name, where given)."""
     _, skip = simulated_requests(row)
-    values = measured(simulate(row_scenario(row, sharegpt)).run, skip)
+    values = measured(simulate(row_scenario(row, sharegpt, assumptions)).run, skip)
     if row["decode_metric"] not in values:
         raise UserError("its ITL needs every token's time, which a run this large does not keep; give the row "
                         "fewer requests or state its TPOT (decode_metric = \"tpot\")")
     return {"ttft_s": _statistic(values["ttft"], row["ttft_stat"]),
             "decode_s": _statistic(values[row["decode_metric"]], row["decode_stat"])}
+
+
+def row_error(k: int, row: dict[str, Any], error: UserError) -> UserError:
+    """A row's error, naming the row."""
+    return UserError(f"latency rows[{k}] ({row['source']}): {error}")
+
+
+def relative_errors(row: dict[str, Any], predicted: dict[str, float]) -> dict[str, float]:
+    """Signed relative errors of a prediction (predict_row's) against the row's published TTFT and decode
+    metric: {"ttft": predicted / published - 1, "decode": ...}."""
+    return {"ttft": predicted["ttft_s"] * 1e3 / row["ttft_ms"] - 1.0,
+            "decode": predicted["decode_s"] * 1e3 / row["decode_ms"] - 1.0}
 
 
 def run_latency_group(data: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -179,12 +203,12 @@ def run_latency_group(data: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
             predicted = predict_row(row, data["sharegpt"])
         except UserError as error:
-            raise UserError(f"latency rows[{k}] ({row['source']}): {error}") from None
+            raise row_error(k, row, error) from None
+        errors = relative_errors(row, predicted)
         rows.append({**row, "group": GROUP,
                      "predicted_ttft_ms": predicted["ttft_s"] * 1e3,
                      "predicted_decode_ms": predicted["decode_s"] * 1e3,
-                     "ttft_error": predicted["ttft_s"] * 1e3 / row["ttft_ms"] - 1.0,
-                     "decode_error": predicted["decode_s"] * 1e3 / row["decode_ms"] - 1.0})
+                     "ttft_error": errors["ttft"], "decode_error": errors["decode"]})
     scored = [r for r in rows if not r.get("calibration")]
     ttft = [abs(r["ttft_error"]) for r in scored]
     decode = [abs(r["decode_error"]) for r in scored]

@@ -1,0 +1,102 @@
+"""Leave-one-source-out cross-validation of the latency rows (`tokenpath validate --cross`).
+
+The latency group's in-sample medians score rows with constants that were set by hand on some of
+them. Here each source's rows are predicted with every constant of validate/fit.py refitted on the
+other sources' rows (all of them, calibration flags ignored: every row is predicted out of its fold).
+A constant no other source's row informs keeps the registry's value, and the fold says so. The
+headline is the median |error| over every row's out-of-fold prediction; beside it the in-sample
+medians, as `validate --group latency` reports them (registry values, calibration rows left out).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tokenpath.config.assumptions import format_value
+from tokenpath.validate.fit import PROCEDURES, Procedure, RowErrors, fit_all
+
+
+def _medians(errors: Sequence[dict[str, float]]) -> dict[str, float]:
+    return {"ttft_median": statistics.median(abs(e["ttft"]) for e in errors),
+            "tpot_median": statistics.median(abs(e["decode"]) for e in errors)}
+
+
+def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDURES,
+                   on_fold: Callable[[int, str], None] | None = None) -> dict[str, Any]:
+    """The cross-validation of `errors.rows` (each row's errors under given values, cached): the
+    document `validate --cross --json` writes, errors as fractions. `on_fold(folds done, source)` is
+    called as each fold starts."""
+    rows = errors.rows
+    sources = list(dict.fromkeys(row["source"] for row in rows))
+    out_of_fold: list[dict[str, float]] = []
+    by_source = []
+    for done, source in enumerate(sources):
+        if on_fold is not None:
+            on_fold(done, source)
+        held_out = [k for k, row in enumerate(rows) if row["source"] == source]
+        train = [k for k, row in enumerate(rows) if row["source"] != source]
+        values, fits = fit_all(train, errors, procedures)
+        predicted = errors.get([(k, values) for k in held_out])
+        out_of_fold += predicted
+        by_source.append({"source": source, "rows": len(held_out), **_medians(predicted), "fitted": values,
+                          "fitted_on": {name: fit.rows for name, fit in fits.items() if fit is not None},
+                          "from_registry": [name for name, fit in fits.items() if fit is None]})
+    registry = {p.name: p.start() for p in procedures}
+    scored = [k for k, row in enumerate(rows) if not row.get("calibration")]
+    in_sample = errors.get([(k, registry) for k in scored])
+    return {"rows": len(rows), "sources": len(sources), "cross": _medians(out_of_fold),
+            "in_sample": {**_medians(in_sample), "rows": len(scored)}, "by_source": by_source}
+
+
+def _value_cell(fold: dict[str, Any], name: str) -> str:
+    """The value a fold used for a constant, and what set it."""
+    rows = fold["fitted_on"].get(name)
+    fitted = "registry" if rows is None else f"{rows} row{'s' if rows != 1 else ''}"
+    return f"{format_value(name, fold['fitted'][name])}\n{fitted}"
+
+
+def _header(name: str, width: int = 12) -> str:
+    """A registry name broken after its underscores into lines of about `width` characters."""
+    lines = [""]
+    for part in name.split("_"):
+        piece = part if not lines[-1] else "_" + part
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines[-1] += "_"
+            piece = part
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(lines)
+
+
+def print_cross(console: Any, document: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="Latency rows, leave one source out: each source's rows predicted with the constants "
+                        "refitted on the other sources' rows", title_justify="left")
+    table.add_column("source left out", no_wrap=True)
+    for column in ("rows", "TTFT", "TPOT / ITL"):
+        table.add_column(column, justify="right")
+    for fold in document["by_source"]:
+        table.add_row(fold["source"], str(fold["rows"]), f"{fold['ttft_median']:.1%}", f"{fold['tpot_median']:.1%}")
+    console.print(table)
+    names = list(document["by_source"][0]["fitted"]) if document["by_source"] else []
+    values = Table(title="The values used: each fitted on the other sources' rows it informs (registry: none does)",
+                   title_justify="left")
+    values.add_column("source left out", no_wrap=True)
+    for name in names:
+        values.add_column(_header(name), justify="right")
+    for fold in document["by_source"]:
+        values.add_row(fold["source"], *(_value_cell(fold, name) for name in names))
+    console.print(values)
+    cross, in_sample = document["cross"], document["in_sample"]
+    summary = Table(title="median |error|: every row predicted out of its fold (headline), and in-sample as "
+                          "`validate --group latency` reports it", title_justify="left")
+    for column in ("", "cross-validated", "in-sample"):
+        summary.add_column(column, justify="right" if column else "left")
+    summary.add_row("TTFT", f"{cross['ttft_median']:.1%}", f"{in_sample['ttft_median']:.1%}")
+    summary.add_row("TPOT / ITL", f"{cross['tpot_median']:.1%}", f"{in_sample['tpot_median']:.1%}")
+    summary.add_row("rows", f"{document['rows']}, {document['sources']} folds",
+                    f"{in_sample['rows']}, registry values")
+    console.print(summary)

@@ -1,0 +1,212 @@
+"""How each constant that the latency rows set is fitted, as code: so any subset of the rows (a fold of
+the cross-validation in validate/cross.py, or all of them) gives its value the same way.
+
+A constant's `Procedure` names it (the registry's name), the rows it is fitted on (those whose metric it
+moves: a predicate over rows, read off the engine profile the row runs), the metric (TTFT or the row's
+decode metric) and its bounds. Its value minimizes the median |relative error| of that metric over
+those rows, searched over every point of a log grid through the registry's value (GRID_STEP apart,
+within the bounds). The median of a few rows' errors is flat in places and has many local minima in
+the value, so the search scans the grid rather than narrowing one bracket (golden section, or a
+coarse scan refined around its best, which stopped a point or two from the grid's best); where
+several points tie, the middle one wins. The grid is fixed, so folds share simulations: `RowErrors`
+simulates a row once per distinct values of the constants that reach it.
+
+Constants interact (an SGLang row's TTFT moves with both host costs), so they are fitted one after
+another in PROCEDURES' order, each with those before it at their fitted values and those after at the
+registry's: first the eager host time per kernel (25 rows' TTFT; of them only SGLang v0.3's four, run
+without overlap, also pay host_step_s in their path), then host_step_s, then vLLM V0's host step (its
+rows also pay the eager host time). Fitted first, the eager host time does not depend on a fold's
+other values, so every fold shares its simulations.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tokenpath.config.assumptions import lookup
+from tokenpath.config.errors import UserError
+from tokenpath.engine.host_time import host_overlapped
+from tokenpath.engine.profiles import PROFILES, Profile
+from tokenpath.sim.forked import can_fork, map_forked
+from tokenpath.validate.latency import predict_row, relative_errors, row_engine, row_error
+
+Row = dict[str, Any]
+Errors = dict[str, float]  # {"ttft": signed relative error, "decode": ...}
+# A row's errors under assumption values ({registry name: value in SI}, the registry's for the rest).
+Predict = Callable[[Row, Mapping[str, float]], Errors]
+
+# Neighbouring grid points differ by 15%. A finer grid resolves nothing the median can tell: over every
+# row, the median |TTFT error| moves by 1-3 points, up and down, between values of eager_host_per_kernel_s
+# 10% apart (13.9%, 11.3%, 13.1%, 15.9%, 12.4% at 14.9 to 21.8 us).
+GRID_STEP = 1.15
+# Scores closer than this are a tie (a median that did not move).
+TIE = 1e-12
+
+
+@dataclass(frozen=True)
+class Procedure:
+    """How one constant is fitted: on the rows `informs` accepts, by `metric`, within [low, high];
+    `reaches` accepts every row whose prediction reads the constant at all (a superset of `informs`,
+    which keys the cache: a row it rejects is simulated once whatever the value)."""
+
+    name: str
+    metric: Literal["ttft", "decode"]
+    informs: Callable[[Row], bool]
+    reaches: Callable[[Row], bool]
+    low: float
+    high: float
+    center: float | None = None  # the grid's centre; None: the registry's value
+    step: float = GRID_STEP
+
+    def start(self) -> float:
+        """The value before any fit: the centre of the grid (the registry's value)."""
+        return lookup(self.name).value if self.center is None else self.center
+
+    def grid(self) -> list[float]:
+        """The values searched: start * step^i within [low, high], ascending."""
+        start, log_step = self.start(), math.log(self.step)
+        below = math.floor(math.log(start / self.low) / log_step + 1e-9)
+        above = math.floor(math.log(self.high / start) / log_step + 1e-9)
+        return [start * self.step ** i for i in range(-below, above + 1)]
+
+
+def _profile(row: Row) -> Profile:
+    return PROFILES[row_engine(row)["scheduler"]]
+
+
+def _reads_host_step(row: Row) -> bool:
+    return _profile(row).host_step_assumption == "host_step_s"
+
+
+def _host_step_in_path(row: Row) -> bool:
+    """The step waits for its host time (vLLM V1, and engines run with host_overlap = false); an
+    overlapped engine hides it behind the GPU unless its steps are shorter."""
+    engine = row_engine(row)
+    return _reads_host_step(row) and not host_overlapped(engine["scheduler"], engine.get("host_overlap"))
+
+
+def _reads_eager_host(row: Row) -> bool:
+    return _profile(row).eager_host
+
+
+def _has_eager_steps(row: Row) -> bool:
+    """The engine pays the host per kernel and replays no graph for some steps (its prompts, at least)."""
+    return _reads_eager_host(row) and row_engine(row).get("cuda_graphs", _profile(row).cuda_graphs) != "all"
+
+
+def _reads_vllm_v0_host_step(row: Row) -> bool:
+    return _profile(row).host_step_assumption == "vllm_v0_host_step_s"
+
+
+# In the order they are fitted (the module's docstring says why).
+PROCEDURES: tuple[Procedure, ...] = (
+    # SGLang's and vLLM V0's host time per kernel of a step that replays no graph: their prompts run
+    # eagerly, so TTFT (set by hand on DataCrunch's ShareGPT row at 4 req/s). From about a C++ runtime's
+    # launch gap (EAGER_KERNEL_LAUNCH_S, 4.9 us) to above an eager all-reduce call on A100 hosts (41-50 us
+    # in AIConfigurator's tables, docs/validation.md).
+    Procedure("eager_host_per_kernel_s", "ttft", _has_eager_steps, _reads_eager_host, 5e-6, 60e-6),
+    # The fixed host time per step of vLLM V1, SGLang and TensorRT-LLM, in the path of the steps of vLLM
+    # V1 and of engines run without overlap: a cost per step, so TPOT / ITL (set by hand to reproduce
+    # AIConfigurator's vLLM rows, engine/host_time.py). From a fifth of V1's 0.5 ms to above V0's 2.9 ms.
+    Procedure("host_step_s", "decode", _host_step_in_path, _reads_host_step, 0.1e-3, 5e-3),
+    # vLLM V0's host time in every step's path, shared by a multi-step window: TPOT / ITL (set by hand on
+    # the vLLM CI row's ITL). From V1's 0.5 ms to about seven times the value set by hand.
+    Procedure("vllm_v0_host_step_s", "decode", _reads_vllm_v0_host_step, _reads_vllm_v0_host_step, 0.5e-3, 20e-3),
+)
+
+
+def latency_predictor(sharegpt: dict[str, Any]) -> Predict:
+    """The latency group's row predictor: a row simulated under the values, its signed relative errors."""
+    def predict(row: Row, values: Mapping[str, float]) -> Errors:
+        return relative_errors(row, predict_row(row, sharegpt, values))
+    return predict
+
+
+class RowErrors:
+    """Each row's errors under the constants' values, each row simulated once per distinct values of
+    the constants that reach it (`Procedure.reaches`); misses are simulated in up to `workers` forked
+    processes, `progress` told how many."""
+
+    def __init__(self, rows: Sequence[Row], predict: Predict, procedures: Sequence[Procedure] = PROCEDURES,
+                 workers: int = 1, progress: Callable[[int], None] | None = None):
+        self.rows = rows
+        self.predict = predict
+        self.procedures = procedures
+        self.workers = workers
+        self.progress = progress
+        self.simulated = 0
+        self._cache: dict[tuple, Errors] = {}
+
+    def _key(self, k: int, values: Mapping[str, float]) -> tuple:
+        return k, tuple((p.name, values[p.name]) for p in self.procedures
+                        if p.name in values and p.reaches(self.rows[k]))
+
+    def get(self, wanted: Sequence[tuple[int, Mapping[str, float]]]) -> list[Errors]:
+        """Errors of each (row index, values) pair."""
+        keys = [self._key(k, values) for k, values in wanted]
+        missing = list(dict.fromkeys(key for key in keys if key not in self._cache))
+        if missing:
+            def work(key: tuple, progress: Callable[[int], None]) -> Errors:
+                k, values = key
+                try:
+                    errors = self.predict(self.rows[k], dict(values))
+                except UserError as error:
+                    raise row_error(k, self.rows[k], error) from None
+                progress(1)
+                return errors
+
+            if self.workers > 1 and len(missing) > 1 and can_fork():
+                results = map_forked(work, missing, min(self.workers, len(missing)))
+            else:
+                results = [work(key, lambda _: None) for key in missing]
+            self._cache.update(zip(missing, results))
+            self.simulated += len(missing)
+            if self.progress is not None:
+                self.progress(len(missing))
+        return [self._cache[key] for key in keys]
+
+
+@dataclass(frozen=True)
+class Fit:
+    name: str
+    value: float
+    rows: int         # the rows it was fitted on
+    median_abs_error: float
+
+
+def _best(scores: Mapping[int, float]) -> int:
+    """The grid index of the lowest score; the middle one of those that tie."""
+    low = min(scores.values())
+    tied = sorted(i for i, score in scores.items() if score <= low + TIE)
+    return tied[(len(tied) - 1) // 2]
+
+
+def fit(procedure: Procedure, train: Sequence[int], values: Mapping[str, float], errors: RowErrors) -> Fit | None:
+    """The procedure's constant fitted on the rows of `train` (indices) it informs, the other constants at
+    `values` (missing ones at the registry's); None when no row of `train` informs it."""
+    informing = [k for k in train if procedure.informs(errors.rows[k])]
+    if not informing:
+        return None
+    grid = procedure.grid()
+    got = errors.get([(k, {**values, procedure.name: value}) for value in grid for k in informing])
+    scores = {i: statistics.median(abs(e[procedure.metric]) for e in got[i * len(informing):(i + 1) * len(informing)])
+              for i in range(len(grid))}
+    best = _best(scores)
+    return Fit(procedure.name, grid[best], len(informing), scores[best])
+
+
+def fit_all(train: Sequence[int], errors: RowErrors,
+            procedures: Sequence[Procedure] = PROCEDURES) -> tuple[dict[str, float], dict[str, Fit | None]]:
+    """Every procedure's constant fitted on `train`, in order: ({name: value used}, {name: its Fit, or None
+    where no row of `train` informs it and the registry's value stays})."""
+    values = {p.name: p.start() for p in procedures}
+    fits: dict[str, Fit | None] = {}
+    for procedure in procedures:
+        fits[procedure.name] = fit(procedure, train, values, errors)
+        if fits[procedure.name] is not None:
+            values[procedure.name] = fits[procedure.name].value
+    return values, fits

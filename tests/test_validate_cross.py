@@ -1,0 +1,213 @@
+"""`tokenpath validate --cross`: the fit procedures of the constants the latency rows set, and the
+leave-one-source-out cross-validation built on them."""
+
+import json
+import math
+import statistics
+from dataclasses import replace
+
+import pytest
+import tomli_w
+
+from cli_helpers import assert_user_error, run_cli
+from tokenpath.config.assumptions import lookup
+from tokenpath.config.errors import UserError
+from tokenpath.sim.forked import available_cpus
+from tokenpath.validate.cross import cross_validate
+from tokenpath.validate.fit import PROCEDURES, Procedure, RowErrors, fit, fit_all, latency_predictor
+from tokenpath.validate.latency import load_latency, predict_row, relative_errors, run_latency_group
+
+# Two constants on a grid of powers of two around 1: a = 1/4 ... 8, b the same.
+A = Procedure("a", "ttft", lambda row: "best_a" in row, lambda row: "best_a" in row, 0.25, 8.0, center=1.0, step=2.0)
+B = Procedure("b", "decode", lambda row: "best_b" in row, lambda row: "best_b" in row, 0.25, 8.0, center=1.0, step=2.0)
+
+# Source x's rows are right at a = 1/2, y's at a = 4 (and b = 2: only y informs b); z's one row is right
+# at a = 2 and is a calibration row. A row that b does not inform has a fixed decode error.
+ROWS = [
+    {"source": "x", "best_a": 0.5, "decode": 0.1},
+    {"source": "x", "best_a": 0.5, "decode": -0.3},
+    {"source": "y", "best_a": 4.0, "best_b": 2.0},
+    {"source": "y", "best_a": 4.0, "best_b": 2.0},
+    {"source": "y", "best_a": 4.0, "best_b": 2.0},
+    {"source": "z", "best_a": 2.0, "decode": 0.05, "calibration": True},
+]
+
+
+class FakePredictor:
+    """Errors a hand can work out: a / best_a - 1, and b / best_b - 1 (or the row's fixed decode error);
+    counts its calls by row and values."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, row, values):
+        self.calls.append((id(row), tuple(sorted(values.items()))))
+        decode = values["b"] / row["best_b"] - 1 if "best_b" in row else row["decode"]
+        return {"ttft": values["a"] / row["best_a"] - 1, "decode": decode}
+
+
+def test_the_grid_runs_through_the_start_within_the_bounds():
+    assert A.grid() == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
+    for procedure in PROCEDURES:
+        grid = procedure.grid()
+        assert procedure.start() == lookup(procedure.name).value and procedure.start() in grid
+        assert procedure.low <= grid[0] < procedure.low * procedure.step
+        assert procedure.high / procedure.step < grid[-1] <= procedure.high
+
+
+def test_each_source_is_predicted_with_values_fitted_on_the_others():
+    document = cross_validate(RowErrors(ROWS, FakePredictor(), (A, B)), (A, B))
+    folds = {fold["source"]: fold for fold in document["by_source"]}
+    # x left out: a fitted on y's rows (z's row, at a = 2, is one against three), b on y's
+    assert folds["x"]["fitted"] == {"a": 4.0, "b": 2.0} and folds["x"]["fitted_on"] == {"a": 4, "b": 3}
+    # y left out: a fitted on x's rows and z's (a = 1/2 is right for two of three); no row informs b
+    assert folds["y"]["fitted"] == {"a": 0.5, "b": 1.0} and folds["y"]["from_registry"] == ["b"]
+    assert folds["y"]["fitted_on"] == {"a": 3}
+    assert folds["z"]["fitted"] == {"a": 4.0, "b": 2.0}
+    # x: a = 4 against 1/2, +700%; decode errors as fixed
+    assert (folds["x"]["rows"], folds["x"]["ttft_median"], folds["x"]["tpot_median"]) == (2, 7.0, 0.2)
+    # y: a = 1/2 against 4, -87.5%; b = 1 against 2, -50%
+    assert (folds["y"]["rows"], folds["y"]["ttft_median"], folds["y"]["tpot_median"]) == (3, 0.875, 0.5)
+    assert (folds["z"]["rows"], folds["z"]["ttft_median"], folds["z"]["tpot_median"]) == (1, 1.0, 0.05)
+    # every row out of its fold: |ttft| 7, 7, .875 x 3, 1 and |decode| .1, .3, .5 x 3, .05
+    assert document["cross"] == {"ttft_median": (0.875 + 1.0) / 2, "tpot_median": (0.3 + 0.5) / 2}
+    # in-sample: a = b = 1 (the registry's), the calibration row left out
+    assert document["in_sample"] == {"ttft_median": 0.75, "tpot_median": 0.5, "rows": 5}
+    assert (document["rows"], document["sources"]) == (6, 3)
+
+
+def test_a_row_is_simulated_once_per_values_that_reach_it():
+    predictor = FakePredictor()
+    errors = RowErrors(ROWS, predictor, (A, B))
+    cross_validate(errors, (A, B))
+    assert len(predictor.calls) == len(set(predictor.calls)) == errors.simulated
+    # x's rows are not reached by b: b's value never makes them simulated again
+    x_calls = [values for row, values in predictor.calls if row == id(ROWS[0])]
+    assert x_calls and all(dict(values).keys() == {"a"} for values in x_calls)
+
+
+def test_constants_are_fitted_in_order_each_with_the_ones_before_at_their_fit():
+    """b's rows here are right at b = 2a: fitted after a (a = 4 on y's rows), b is 8."""
+    rows = [{"source": "y", "best_a": 4.0, "decode": 0.0, "best_b": "2a"}]
+
+    def predict(row, values):
+        return {"ttft": values["a"] / row["best_a"] - 1, "decode": values["b"] / (2 * values["a"]) - 1}
+
+    reaches_both = replace(B, reaches=lambda row: True)
+    values, fits = fit_all([0], RowErrors(rows, predict, (A, reaches_both)), (A, reaches_both))
+    assert values == {"a": 4.0, "b": 8.0} and fits["a"].rows == fits["b"].rows == 1
+
+
+def test_a_flat_objective_keeps_the_middle_of_the_grid_and_no_row_keeps_the_start():
+    rows = [{"source": "x", "best_a": 1.0}]
+    flat = replace(A, informs=lambda row: True)
+    errors = RowErrors(rows, lambda row, values: {"ttft": 0.25, "decode": 0.0}, (flat,))
+    assert fit(flat, [0], {"a": 1.0}, errors).value == 1.0
+    assert fit(replace(A, informs=lambda row: False), [0], {"a": 1.0}, errors) is None
+
+
+def test_a_row_that_cannot_be_predicted_is_named():
+    def predict(row, values):
+        raise UserError("its ITL needs every token's time")
+
+    with pytest.raises(UserError, match=r"^latency rows\[2\] \(y\): its ITL needs"):
+        RowErrors(ROWS, predict, (A, B)).get([(2, {"a": 1.0, "b": 1.0})])
+
+
+def test_the_procedures_fit_the_rows_whose_metric_they_move():
+    rows = load_latency()["rows"]
+    informed = {p.name: {k for k, row in enumerate(rows) if p.informs(row)} for p in PROCEDURES}
+    by_source = {p.name: {rows[k]["source"] for k in informed[p.name]} for p in PROCEDURES}
+    v0 = {k for k, row in enumerate(rows) if row.get("engine_settings", {}).get("scheduler") == "vllm-v0"}
+    assert informed["vllm_v0_host_step_s"] == v0 and len(v0) == 5
+    # every SGLang and vLLM V0 row: their prompts run without a graph
+    assert informed["eager_host_per_kernel_s"] == v0 | {k for k, row in enumerate(rows) if row["engine"] == "sglang"}
+    # vLLM V1, and the engines launched without host overlap (NIM's C++ executor, SGLang v0.3)
+    assert by_source["host_step_s"] == {"aiconfigurator_silicon", "nim_h100", "sglang_vllm060"}
+    assert not informed["host_step_s"] & (v0 | informed["vllm_v0_host_step_s"])
+    for p in PROCEDURES:  # what a procedure fits on, it reaches
+        assert all(p.reaches(rows[k]) for k in informed[p.name])
+
+
+# The registry's values against the fit on every row, each constant alone (the others at the registry's
+# values). A search over every row and the whole grid takes minutes, so eager_host_per_kernel_s and
+# host_step_s are searched within WINDOW grid steps of the registry's value (the whole grid's best is
+# inside for the first, beyond it for the second: a fit at the window's edge fails, as the whole grid's
+# does); vllm_v0_host_step_s, with five rows, over its whole grid, since a window would stop at the
+# local minimum next to its value (3.3 ms).
+WINDOW = 2
+REGISTRY_FITS = [
+    pytest.param("eager_host_per_kernel_s", WINDOW, id="eager_host_per_kernel_s"),
+    pytest.param("host_step_s", WINDOW, id="host_step_s", marks=pytest.mark.xfail(
+        strict=True, reason="the fit on every row is 1.53 ms (whole grid), against the registry's 0.5 ms")),
+    pytest.param("vllm_v0_host_step_s", None, id="vllm_v0_host_step_s", marks=pytest.mark.xfail(
+        strict=True, reason="the fit on every row is 15.5 ms, against the registry's 2.9 ms: its four multi-step "
+                            "rows, 4-11% fast, outvote the CI row it was set on")),
+]
+
+
+@pytest.fixture(scope="module")
+def shipped_errors():
+    data = load_latency()
+    return RowErrors(data["rows"], latency_predictor(data["sharegpt"]), workers=min(2, available_cpus()))
+
+
+@pytest.mark.parametrize("name, window", REGISTRY_FITS)
+def test_the_registrys_value_is_the_fit_on_every_row(name, window, shipped_errors):
+    procedure = next(p for p in PROCEDURES if p.name == name)
+    start = procedure.start()
+    if window is not None:
+        margin = procedure.step ** (window + 0.5)
+        procedure = replace(procedure, low=start / margin, high=start * margin)
+    registry = {p.name: p.start() for p in PROCEDURES}
+    fitted = fit(procedure, range(len(shipped_errors.rows)), registry, shipped_errors)
+    # within one step of the grid, the fit's resolution
+    assert abs(math.log(fitted.value / start)) <= math.log(procedure.step) + 1e-9, (name, fitted.value, start)
+
+
+def _rows_file(tmp_path):
+    """Two sources of one small vLLM V1 run each (80 requests), which host_step_s alone reaches."""
+    row = next(r for r in load_latency()["rows"] if r.get("id", "").endswith("1024x1024_c4_tp8_ep1_725"))
+    rows = [{**row, "source": "lab_a"}, {**row, "source": "lab_b", "decode_ms": row["decode_ms"] * 1.25}]
+    path = tmp_path / "rows.toml"
+    path.write_text(tomli_w.dumps({"rows": rows}))
+    return str(path)
+
+
+def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_path, monkeypatch, capsys):
+    path, written = _rows_file(tmp_path), tmp_path / "cross.json"
+    code, out, err = run_cli(["validate", "--cross", "--latency-rows", path, "--json", str(written)], monkeypatch,
+                             capsys)
+    assert code == 0, err
+    # the tables: each fold, its values (those no other source informs from the registry) and both medians
+    assert "lab_a" in out and "lab_b" in out and "registry" in out
+    assert "cross-validated" in out and "in-sample" in out
+    document = json.loads(written.read_text())
+    assert set(document) == {"rows", "sources", "cross", "in_sample", "by_source"}
+    assert (document["rows"], document["sources"]) == (2, 2)
+    data = load_latency(path)
+    names = [p.name for p in PROCEDURES]
+    out_of_fold = []
+    for fold, held_out in zip(document["by_source"], data["rows"]):
+        assert fold["source"] == held_out["source"] and fold["rows"] == 1
+        assert list(fold["fitted"]) == names and fold["fitted_on"] == {"host_step_s": 1}
+        assert fold["from_registry"] == ["eager_host_per_kernel_s", "vllm_v0_host_step_s"]
+        assert all(fold["fitted"][n] == lookup(n).value for n in fold["from_registry"])
+        # the held-out row is predicted with the values fitted on the other source
+        errors = relative_errors(held_out, predict_row(held_out, data["sharegpt"], fold["fitted"]))
+        assert (fold["ttft_median"], fold["tpot_median"]) == (abs(errors["ttft"]), abs(errors["decode"]))
+        out_of_fold.append(errors)
+    # lab_b's TPOT is 25% slower than lab_a's: each fold's host step is fitted to the other source's
+    assert document["by_source"][0]["fitted"]["host_step_s"] > document["by_source"][1]["fitted"]["host_step_s"]
+    assert document["cross"] == {"ttft_median": statistics.median(abs(e["ttft"]) for e in out_of_fold),
+                                 "tpot_median": statistics.median(abs(e["decode"]) for e in out_of_fold)}
+    # in-sample: what `validate --group latency` reports, as fractions
+    summary = run_latency_group(data)["summary"]
+    assert document["in_sample"] == {"ttft_median": summary["median_abs_error_ttft"],
+                                     "tpot_median": summary["median_abs_error_decode"], "rows": 2}
+    assert 0 < document["cross"]["tpot_median"] < 1
+
+
+def test_cross_takes_the_latency_group_only(monkeypatch, capsys):
+    assert_user_error(*run_cli(["validate", "--cross", "--group", "nccl_allreduce"], monkeypatch, capsys),
+                      "--cross", "latency")
