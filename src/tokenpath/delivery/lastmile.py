@@ -48,12 +48,12 @@ class LastMile:
     """Delivery costs for the engine loop (per request and per step) and for the stream (per token),
     for one engine replica whose front end is laid out as `layout` says."""
 
-    def __init__(self, spec: DeliverySpec, layout: Layout | None = None, front_end: bool = True) -> None:
+    def __init__(self, spec: DeliverySpec, layout: Layout | None = None, model_front_end: bool = True) -> None:
         """`layout`: the front end's processes (None: one, detokenizing where the spec says, else in the
-        engine). `front_end`: model its processes; without (a server that runs its own, as `serve` does),
-        only the engine's side is: the copy, and detokenizing where the engine does it."""
+        engine). `model_front_end`: model its processes; without (a server that runs its own, as `serve`
+        does), only the engine's side is: the copy, and detokenizing where the engine does it."""
         layout = layout or Layout(spec.detokenize or "engine")
-        self.spec, self.layout, self.models_front_end = spec, layout, front_end
+        self.spec, self.layout, self.models_front_end = spec, layout, model_front_end
         self.front_end = FrontEnd(layout)
         self._half_rtt_ns = _ns(spec.network_rtt / 2)
         # Per-step costs, precomputed: on_step runs once per engine step.
@@ -63,7 +63,7 @@ class LastMile:
         self._calibrated = CalibratedCost.from_file(spec.calibration) if spec.calibration else None
         self._request_s = spec.frontend_per_request + spec.chat_template_per_request
         # Whether requests and tokens take any front-end time: without, the engine loop skips it.
-        self.queues_requests = front_end and bool(self._request_s or spec.tokenize_per_token or spec.frame_per_event
+        self.queues_requests = model_front_end and bool(self._request_s or spec.tokenize_per_token or spec.frame_per_event
                                                   or spec.detokenize_per_token or self._calibrated)
 
     def upload_ns(self, input_tokens: int) -> int:

@@ -58,7 +58,7 @@ class Evidence:
     memory_bound_fraction: float   # share of compute time in memory-bound ops
     traffic_detail: str            # what the fabric carries each step, e.g. "160 TP all-reduces over 8 chips"
     network_rtt_s: float
-    detokenize: str
+    detokenize: str                # the process that detokenizes: engine, api-server or detokenizer
     host_share_of_step: float      # share of step time the host blocked the device
     load: Load | None = None
     resources: list[Resource] = field(default_factory=list)
@@ -146,7 +146,7 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
     if part == "traffic":
         return f"{of} is fabric traffic: {e.traffic_detail}"
     rtt = f"a {format_number(e.network_rtt_s * 1e3)} ms client round trip"
-    host = f"the {e.detokenize} detokenizing, the host blocking {e.host_share_of_step:.0%} of each step"
+    host = f"detokenizing in the {e.detokenize}, the host blocking {e.host_share_of_step:.0%} of each step"
     front_s = e.delivery_detail_s.get("frontend_queue", 0.0) + e.delivery_detail_s.get("frontend_work", 0.0)
     if metric == "e2e" and front_s >= 0.5 * parts[part]:
         queue_s = e.delivery_detail_s.get("frontend_queue", 0.0)

@@ -35,7 +35,7 @@ class LiveEngine:
         engine = scenario.engine
         # The server's own process is the front end (its requests parsed and tokenized, its tokens
         # detokenized and framed for real): the model adds only the engine's side of the last mile.
-        last_mile = LastMile(scenario.resolved_delivery(), deployment.front_end, front_end=False)
+        last_mile = LastMile(scenario.resolved_delivery(), deployment.front_end, model_front_end=False)
         self.replica = Replica(deployment.costs, last_mile, engine, deployment.kv_capacity_tokens,
                                record_emitters=True, keep_rows=False)
         self.output = OutputSlots(detokenizer, scenario.delivery.stream_interval)

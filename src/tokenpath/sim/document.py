@@ -173,7 +173,7 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
     elif part == "traffic":
         why = f"mostly fabric traffic: {evidence.traffic_detail}"
     else:
-        why = f"mostly the host blocking it ({evidence.detokenize} detokenization)"
+        why = f"mostly the host blocking it (the ids' copy, detokenizing in the {evidence.detokenize})"
     found = [Resource("busiest engine" if len(sim.traces) > 1 else "engine", part, engine_busy_s / window_s, why,
                       one_at_a_time=False)]
     delivery, layout = sim.scenario.resolved_delivery(), sim.deployment.front_end
