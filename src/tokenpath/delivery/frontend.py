@@ -63,6 +63,10 @@ class FrontEnd:
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
+        # ns of a process's time per second of CPU work: its share of a CPU; for a step's tokens, also
+        # its share of the step (tokens runs once per engine step: these are read, not computed, there).
+        self._request_ns_per_s = 1e9 / layout.api_cpus
+        self._tokens_ns_per_s = 1e9 / layout.api_cpus / layout.api_processes
         self._api_free_ns = [0] * layout.api_processes
         self._api_busy_ns = [0] * layout.api_processes
         self._next_process = 0
@@ -78,8 +82,9 @@ class FrontEnd:
         """A request that reached the server at `arrival_ns` and costs its process `cost_s` of CPU
         (parse, template, tokenize, hand-off): processes take requests in turn."""
         p = self._next_process
-        self._next_process = (p + 1) % len(self._api_free_ns)
-        work_ns = round(cost_s * 1e9 / self.layout.api_cpus)
+        if self.layout.api_processes > 1:
+            self._next_process = (p + 1) % self.layout.api_processes
+        work_ns = round(cost_s * self._request_ns_per_s)
         start_ns = max(arrival_ns, self._api_free_ns[p])
         self._api_free_ns[p] = start_ns + work_ns
         self._api_busy_ns[p] += work_ns
@@ -97,7 +102,12 @@ class FrontEnd:
         """A step's token work in the API servers (`cost_s` in all), its outputs there at `ready_ns`:
         each process takes an even share; the step's tokens have left when the last is done."""
         free, busy = self._api_free_ns, self._api_busy_ns
-        work_ns = round(cost_s * 1e9 / self.layout.api_cpus / len(free))
+        work_ns = round(cost_s * self._tokens_ns_per_s)
+        if len(free) == 1:  # the common case, without the loop
+            start_ns = free[0] if free[0] > ready_ns else ready_ns
+            free[0] = start_ns + work_ns
+            busy[0] += work_ns
+            return Wait(start_ns + work_ns, start_ns - ready_ns, work_ns)
         done_ns, queue_ns = ready_ns, 0
         for p, free_ns in enumerate(free):
             start_ns = max(ready_ns, free_ns)

@@ -59,12 +59,16 @@ class LastMile:
         # Per-step costs, precomputed: on_step runs once per engine step.
         self._copy_fixed_ns = spec.host_link_latency * 1e9
         self._copy_per_id_ns = ID_BYTES / spec.host_link_bw * 1e9
+        self._detokenize_s, self._frame_s = spec.detokenize_per_token, spec.frame_per_event
         # A measured calibration, read once here: on_step runs every engine step.
         self._calibrated = CalibratedCost.from_file(spec.calibration) if spec.calibration else None
         self._request_s = spec.frontend_per_request + spec.chat_template_per_request
         # Whether requests and tokens take any front-end time: without, the engine loop skips it.
-        self.queues_requests = model_front_end and bool(self._request_s or spec.tokenize_per_token or spec.frame_per_event
-                                                  or spec.detokenize_per_token or self._calibrated)
+        costs = (self._request_s, spec.tokenize_per_token, spec.frame_per_event, spec.detokenize_per_token)
+        self.queues_requests = model_front_end and bool(any(costs) or self._calibrated)
+        self._measured_request = None if self._calibrated is None else self._calibrated.request
+        self._tokenize_s = spec.tokenize_per_token
+        self._front_request = self.front_end.request
 
     def upload_ns(self, input_tokens: int) -> int:
         """Client -> server: half a round trip plus the request's bytes (its front-end time is queued
@@ -74,14 +78,16 @@ class LastMile:
     def request_cost_s(self, input_tokens: int) -> float:
         """The front end's CPU time for one request: parse and validate, the chat template, tokenizing
         its prompt, the hand-off to the engine (as the calibration measured them, if it did)."""
-        if self._calibrated is not None and self._calibrated.request is not None:
-            return self._calibrated.request.per_request_s(input_tokens)
-        return self._request_s + input_tokens * self.spec.tokenize_per_token
+        if self._measured_request is not None:
+            return self._measured_request.per_request_s(input_tokens)
+        return self._request_s + input_tokens * self._tokenize_s
 
     def request(self, arrival_ns: int, input_tokens: int) -> Wait:
         """A request that reached the server at `arrival_ns` through the front end: (when the engine
         sees it, its wait, its work there); called in arrival order, between steps in time order."""
-        return self.front_end.request(arrival_ns, self.request_cost_s(input_tokens))
+        if self._measured_request is None:  # (request_cost_s, inline: this runs for every request)
+            return self._front_request(arrival_ns, self._request_s + input_tokens * self._tokenize_s)
+        return self._front_request(arrival_ns, self._measured_request.per_request_s(input_tokens))
 
     def network_ns(self, size_bytes: float) -> int:
         """One message of `size_bytes` over the client's network, either way: half a round trip plus
@@ -118,16 +124,20 @@ class LastMile:
             return 0, gpu_end_ns, 0, 0
         copy_ns = round(self._copy_fixed_ns + emitted * self._copy_per_id_ns)
         where = self.layout.detokenizes_in
+        if self._calibrated is None:  # (host_costs_s, inline: this runs every engine step)
+            detokenize_s, frame_s = emitted * self._detokenize_s, events * self._frame_s
+        else:
+            detokenize_s, frame_s = self.host_costs_s(emitted, events)
         if not self.models_front_end:
-            engine_ns = round(self.host_costs_s(emitted, events)[0] * 1e9) if where == "engine" else 0
+            engine_ns = round(detokenize_s * 1e9) if where == "engine" else 0
             return copy_ns + engine_ns, gpu_end_ns + copy_ns + engine_ns, 0, 0
-        detokenize_s, frame_s = self.host_costs_s(emitted, events)
+        if where == "api-server":
+            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + copy_ns, detokenize_s + frame_s)
+            return copy_ns, done_ns, queue_ns, work_ns
         if where == "engine":
             blocking_ns = copy_ns + round(detokenize_s * 1e9)
-            api = self.front_end.tokens(gpu_end_ns + blocking_ns, frame_s)
-            return blocking_ns, *api
-        if where == "api-server":
-            return copy_ns, *self.front_end.tokens(gpu_end_ns + copy_ns, detokenize_s + frame_s)
+            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + blocking_ns, frame_s)
+            return blocking_ns, done_ns, queue_ns, work_ns
         detokenized = self.front_end.detokenize(gpu_end_ns + copy_ns, detokenize_s)
         api = self.front_end.tokens(detokenized.done_ns, frame_s)
         return copy_ns, api.done_ns, detokenized.queue_ns + api.queue_ns, detokenized.work_ns + api.work_ns

@@ -214,7 +214,8 @@ class Replica:
         arrivals, waiting = self.arrivals, self.waiting
         if waiting or self.decoding or self.prefill:
             formed = self.formed_ns if self.lagged else self.now
-            if self.front:
+            at_front = self.at_front
+            if at_front and at_front[0] >> _ID_BITS <= formed:
                 self._through_front(formed)
         else:
             if self.front:
@@ -229,12 +230,17 @@ class Replica:
 
     def _through_front(self, until_ns: int) -> None:
         """Pass the requests that reached the server by `until_ns` through the front end, in arrival order."""
-        at_front, request = self.at_front, self.host.request
+        at_front, request, prompt, arrivals = self.at_front, self.host.request, self.prompt, self.arrivals
+        requests = self.requests
+        upload, front_queue, front_work = requests.upload, requests.front_queue, requests.front_work
         until = (until_ns + 1) << _ID_BITS
         while at_front and at_front[0] < until:
             key = heapq.heappop(at_front)
             i = key & _ID_MASK
-            self.requests.through_front(i, *request(key >> _ID_BITS, self.prompt[i]))
+            done_ns, queue_ns, work_ns = request(key >> _ID_BITS, prompt[i])
+            upload[i] += queue_ns + work_ns  # its time on the way in is delivery, the front end's too
+            front_queue[i], front_work[i] = queue_ns, work_ns
+            heapq.heappush(arrivals, done_ns << _ID_BITS | i)
 
     def _through_front_idle(self) -> None:
         """With nothing to run, pass requests through the front end until the first that reaches the engine
@@ -462,8 +468,9 @@ class Replica:
         compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context) * 1e9)
         traffic_ns = round(self._traffic_s(num_tokens, logits == num_tokens) * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
-        if self.front:  # the requests that reached the server while the step ran go to the front end first
-            self._through_front(gpu_end)
+        at_front = self.at_front  # (empty without a front end)
+        if at_front and at_front[0] >> _ID_BITS <= gpu_end:
+            self._through_front(gpu_end)  # the requests that reached the server while it ran go first
         blocking_ns, leave_ns, front_queue_ns, front_work_ns = self._host(gpu_end, logits, events)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
                                   decode + (prefill_num > 0) + len(admitted), attn_pairs, kv_read, chunk_context,

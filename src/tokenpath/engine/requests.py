@@ -20,7 +20,8 @@ class Requests:
     hold millions), except the ones updated as it runs."""
 
     def __init__(self, front: bool = False) -> None:
-        """`front`: requests reach a front end first (`at_front`), which releases them to `arrivals`."""
+        """`front`: requests reach a front end first (`at_front`); the replica passes each on to
+        `arrivals` when the front end is done with it, adding its time there to `upload`."""
         self.prompt = array("q")
         self.cached = array("q")        # prompt tokens whose KV arrived with the request (0 after preemption)
         self.out = array("q")           # output tokens (an aborted request's: those it made)
@@ -82,13 +83,6 @@ class Requests:
         """Request i, added held, reaches the server at `arrival_ns` after `delivery_ns` on the way."""
         self.arrival[i], self.upload[i] = arrival_ns, delivery_ns
         heapq.heappush(self._incoming, arrival_ns << _ID_BITS | i)
-
-    def through_front(self, i: int, done_ns: int, queue_ns: int, work_ns: int) -> None:
-        """Request i, taken off `at_front`, reaches the engine at `done_ns` after waiting `queue_ns` for the
-        front end and `work_ns` of its work."""
-        self.upload[i] += queue_ns + work_ns
-        self.front_queue[i], self.front_work[i] = queue_ns, work_ns
-        heapq.heappush(self.arrivals, done_ns << _ID_BITS | i)
 
     def withdraw(self, i: int) -> bool:
         """Take request i off its way to the engine; False if it is not on it. A C-level scan of a heap."""
