@@ -185,7 +185,7 @@ def _fake_phases(monkeypatch, fake_bench) -> None:
     from tokenpath.calibrate import probe
     from tokenpath.workload import Requests
 
-    def fake_measured(path, name):
+    def fake_measured(path, name, chat_template_tokens=0):
         one = Requests(np.zeros(1), np.ones(1, np.int64), np.full(1, 2, np.int64))
         return probe.Measured(name, one, np.ones(1, bool), 0.1, 0.01, path)
 

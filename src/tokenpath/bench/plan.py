@@ -70,9 +70,11 @@ def workload_requests(scenario: Scenario) -> Requests:
 
 
 def _workload(scenario: Scenario):
-    """The workload with file paths resolved against the scenario's folder."""
+    """The workload with file paths resolved against the scenario's folder, its prompts as the client
+    sends them: a chat server adds its template's tokens itself."""
     resolved = getattr(scenario, "resolved_workload", None)
-    return resolved() if resolved is not None else scenario.workload
+    workload = resolved(chat_template=False) if resolved is not None else scenario.workload
+    return workload.model_copy(update={"chat_template_tokens": 0})
 
 
 def prompt_rng(scenario: Scenario) -> np.random.Generator:

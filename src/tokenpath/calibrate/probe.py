@@ -93,8 +93,12 @@ def medians_s(run: Run, counted: np.ndarray) -> tuple[float, float]:
     return float(np.median(run.ttft_ns[counted])) / 1e9, float(np.median(tpot_ns)) / 1e9 if len(tpot_ns) else math.nan
 
 
-def measured_from_results(path: str, name: str | None = None) -> Measured:
-    """A bench results file as a probe phase (any bench run serves: its own workload is replayed)."""
+def measured_from_results(path: str, name: str | None = None, chat_template_tokens: int = 0) -> Measured:
+    """A bench results file as a probe phase (any bench run serves: its own workload is replayed).
+
+    Its requests' prompts are what the engine prefilled, as a simulation's are: the server's own count
+    where it reported one; else the client's, plus `chat_template_tokens` when the run went to a chat
+    endpoint (whose server adds its template's tokens to what the client counted)."""
     header, rows = read_results(path)
     ok = [row for row in rows if row["ok"]]
     if len(ok) < 1:
@@ -102,8 +106,9 @@ def measured_from_results(path: str, name: str | None = None) -> Measured:
     sent_ns = np.array([row["sent_ns"] for row in ok], np.int64)
     order = np.argsort(sent_ns, kind="stable")
     sent_s = (sent_ns[order] - sent_ns[order[0]]) / 1e9
-    # The server's own count of each prompt where it reported one: that is what it computed.
-    prompt = np.array([row.get("prompt_tokens_server") or row["input_tokens"] for row in ok], np.int64)[order]
+    template = chat_template_tokens if header.get("endpoint") == "chat" else 0
+    prompt = np.array([row.get("prompt_tokens_server") or row["input_tokens"] + template for row in ok],
+                      np.int64)[order]
     outputs = np.array([sum(row["arrival_tokens"]) for row in ok], np.int64)[order]
     requests = Requests(sent_s.astype(np.float64), np.maximum(prompt, 1), np.maximum(outputs, 1))
     workload = header.get("scenario", {}).get("table", {}).get("workload", {})
@@ -186,7 +191,7 @@ def run_probe(table: dict, source: str, base_dir: Path | None, target: Target, f
                                 f"--model {target.model!r} at --endpoint {target.endpoint}")
             skipped.append(phase.name)  # the budget ran out before an answer completed
             continue
-        measured.append(measured_from_results(str(path), phase.name))
+        measured.append(measured_from_results(str(path), phase.name, scenario.chat_template_tokens()))
         if not ramp_added and phase.name.startswith("loop-") and k == len(phases):
             ramp_added = True
             loops = [m for m in measured if m.name.startswith("loop-")]

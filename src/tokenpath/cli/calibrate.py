@@ -195,7 +195,8 @@ def calibrate_engine(
     if from_results:
         for path in from_results:
             files.check_path(path, "--from")
-        measured, skipped = [measured_from_results(path) for path in from_results], []
+        template = loaded.chat_template_tokens()
+        measured, skipped = [measured_from_results(path, chat_template_tokens=template) for path in from_results], []
         server = {"results": list(from_results)}
     else:
         from tokenpath.bench import Target, preflight

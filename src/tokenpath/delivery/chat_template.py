@@ -8,7 +8,8 @@ and the tokenizer's special tokens (`bos_token`, ...) as variables
 (transformers/utils/chat_template_utils.py, `_compile_jinja_template` and `render_jinja_template`).
 Mistral's tokenizers (Tekken, the SentencePiece models mistral-common ships) are applied by
 mistral-common's own `encode_chat_completion`, as vLLM does for them; it tokenizes while it renders.
-Any other tokenizer gets Llama 3's template, embedded here.
+Any other tokenizer gets Llama 3's template, embedded here. `added_tokens` counts the tokens a template
+adds to a one-message conversation (what a scenario's `chat_template_tokens = "auto"` adds to each prompt).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ LLAMA3_SPECIAL_TOKENS = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_i
 SYSTEM = "You are a helpful assistant. Answer briefly and cite your sources."
 QUESTION = ("How long does it take for the first word of an answer to appear after I send a question to a "
             "chat service, and what happens to my request in the meantime?")
-CONVERSATIONS = ([{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
-                 [{"role": "user", "content": QUESTION}])
+ONE_MESSAGE = [{"role": "user", "content": QUESTION}]
+CONVERSATIONS = ([{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}], ONE_MESSAGE)
 
 # The special-token attributes transformers passes to a template (SpecialTokensMixin.SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -185,3 +186,24 @@ def renderer_for(path: Path, kind: str) -> tuple[ChatRenderer, list[dict[str, An
             return mistral, _first_rendering(mistral.apply, f"tokenizer {path}")
     return jinja_renderer(LLAMA3_TEMPLATE, LLAMA3_SPECIAL_TOKENS, "Llama 3 template (embedded), Jinja2 as in "
                           "transformers", f"tokenizer {path}")
+
+
+@lru_cache(maxsize=8)
+def _added_tokens(path: Path, kind: str) -> int:
+    from tokenpath.delivery.detokenizer import Detokenizer
+
+    renderer, _ = renderer_for(path, kind)
+    rendered = renderer.apply(ONE_MESSAGE)
+    if renderer.encodes is not None:  # mistral-common: the ids themselves, and its own encoding of the text
+        return len(rendered) - len(renderer.encodes(QUESTION))
+    encode = Detokenizer.load(path).encode  # as transformers tokenizes a rendered template: special tokens as such
+    return len(encode(rendered)) - len(encode(QUESTION))
+
+
+def added_tokens(path: str | Path | None = None) -> int:
+    """Tokens the chat template of the tokenizer at `path` (None: the embedded default) adds to a
+    one-message conversation: tokens(rendered conversation) - tokens(message text). Counted once a file."""
+    from tokenpath.delivery.detokenizer import Detokenizer
+
+    detokenizer = Detokenizer.load(path)
+    return _added_tokens(detokenizer.path.resolve(), detokenizer.kind)

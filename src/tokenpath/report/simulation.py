@@ -49,7 +49,10 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         f"{w.trace.format} trace {w.trace.path}" if w.trace else
         f"input {_length(w.input)}, output {_length(w.output)}"
     )
-    mean_in, mean_out = sim.requests.input_tokens.mean(), sim.requests.output_tokens.mean()
+    template = s.chat_template_tokens()
+    if template:
+        lengths += f", each message + {template} chat-template tokens"
+    mean_in, mean_out = sim.requests.client_input_tokens.mean(), sim.requests.output_tokens.mean()
     return [
         ("model", _model_line(d, s.model.precision, s.model.kv_precision(s.engine.scheduler))),
         ("deployment", f"{s.deployment.chips}x {d.chip.name}, TP={s.deployment.tp}, PP={s.deployment.pp}"

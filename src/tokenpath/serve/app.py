@@ -120,7 +120,8 @@ class Server:
                 raise ApiError(400, f"'min_tokens' ({min_tokens}) must be at most max_tokens ({ask.max_tokens})",
                                "min_tokens")
             return ask.max_tokens
-        drawn = int(sample_lengths(self.scenario.resolved_workload().output, 1, rng, "workload.output")[0])
+        output = self.scenario.resolved_workload(chat_template=False).output
+        drawn = int(sample_lengths(output, 1, rng, "workload.output")[0])
         return max(drawn, min_tokens)
 
     def token_ids(self, ask: Ask, output_tokens: int, rng: np.random.Generator) -> np.ndarray:

@@ -108,6 +108,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "rate_per_s": arrival.rate if math.isfinite(arrival.rate) else None,  # null: all at t=0
             "burstiness": arrival.burstiness, "max_concurrency": s.workload.max_concurrency,
             "trace": None if s.workload.trace is None else str(s.workload.trace.path),
+            "chat_template_tokens": s.chat_template_tokens(),
         },
     }
 
@@ -214,7 +215,8 @@ def _felt(sim: Simulation, run: Run, step_mix_s: dict[str, float]) -> dict[str, 
     if run.prefill_start_ns is None or run.ttft_engine_ns is None or not done.any():
         return found
     last_mile = LastMile(scenario.resolved_delivery(), sim.deployment.front_end)
-    inputs = run.input_tokens[done]
+    # The prompts as the engine charged their upload (engine/loop.py): a chat template's tokens included.
+    inputs = sim.requests.input_tokens[len(sim.run) - len(run):][done]
     lengths, which = np.unique(inputs, return_inverse=True)
     network_in_ns = np.array([last_mile.upload_ns(int(p)) for p in lengths], np.int64)[which]
     upload_ns = network_in_ns if run.upload_ns is None else run.upload_ns[done]

@@ -20,7 +20,7 @@ class Run:
     source: str                  # "simulate" or "bench"
     scheduled_ns: np.ndarray     # when the workload meant to send each request
     sent_ns: np.ndarray          # when it was sent (later than scheduled under a concurrency cap)
-    input_tokens: np.ndarray
+    input_tokens: np.ndarray     # prompt tokens as the client counts them (no chat template's tokens)
     output_tokens: np.ndarray
     ttft_ns: np.ndarray          # sent -> the first event carrying a token reaches the client
     ttfv_ns: np.ndarray          # sent -> first visible character at the client

@@ -31,7 +31,7 @@ from tokenpath.fabric.spec import MAX_FABRIC_HOSTS, FabricSpec, SwitchFabric, re
 from tokenpath.sim.continuity import ContinuitySettings
 from tokenpath.workload._files import sha256_file
 from tokenpath.workload.generate import fingerprint_inputs
-from tokenpath.workload.spec import WorkloadSpec
+from tokenpath.workload.spec import CHAT_TEMPLATE_EXAMPLES, WorkloadSpec
 
 DEFAULT_SCENARIO = "typical"
 
@@ -165,9 +165,24 @@ class Scenario(BaseModel):
             return path
         return str(self._base_dir / path)
 
-    def resolved_workload(self) -> WorkloadSpec:
-        """The workload with its file paths resolved against the scenario's folder."""
-        return self.workload if self._base_dir is None else self.workload.resolve_paths(self._base_dir)
+    def resolved_workload(self, chat_template: bool = True) -> WorkloadSpec:
+        """The workload with its file paths resolved against the scenario's folder and its chat template's
+        tokens counted (`chat_template_tokens`). `chat_template=False` leaves them out (0): the prompts as
+        a client sends them, whose chat server adds the template itself."""
+        workload = self.workload if self._base_dir is None else self.workload.resolve_paths(self._base_dir)
+        tokens = self.chat_template_tokens() if chat_template else 0
+        return workload if workload.chat_template_tokens == tokens else \
+            workload.model_copy(update={"chat_template_tokens": tokens})
+
+    def chat_template_tokens(self) -> int:
+        """Tokens the server's chat template adds to each prompt: the workload's count, or for "auto" what
+        the default tokenizer's template adds to a one-message conversation (delivery/chat_template.py)."""
+        given = self.workload.chat_template_tokens
+        if given != "auto":
+            return given
+        from tokenpath.delivery.chat_template import added_tokens
+
+        return added_tokens()
 
     def calibration_files(self) -> list[str]:
         """The files of `[assumptions] calibration`, resolved against the scenario's folder."""
@@ -206,7 +221,7 @@ class Scenario(BaseModel):
         normal = self.model_dump(mode="json")
         if not normal["assumptions"]:  # none: the fingerprint it had before assumptions could be set
             del normal["assumptions"]
-        inputs = list(fingerprint_inputs(self.resolved_workload()).values())
+        inputs = list(fingerprint_inputs(self.resolved_workload(chat_template=False)).values())
         if self.delivery.calibration is not None:
             inputs.append(sha256_file(self.resolved_delivery().calibration, "delivery.calibration file",
                                       files.MAX_CONFIG_BYTES))
@@ -225,7 +240,9 @@ class Scenario(BaseModel):
         if self.delivery.invisible_token_fraction == INVISIBLE_TOKEN_FRACTION:
             line = f"invisible_token_fraction = {INVISIBLE_TOKEN_FRACTION!r}\n"
             text = text.replace(line, f"{line[:-1]}  # {lookup('invisible_token_fraction').source}\n", 1)
-        return text
+        line = tomli_w.dumps({"chat_template_tokens": self.workload.chat_template_tokens})
+        return text.replace(line, f"{line[:-1]}  # a chat endpoint's template adds {CHAT_TEMPLATE_EXAMPLES} tokens "
+                                  "to a one-message prompt; \"auto\": the default tokenizer's count\n", 1)
 
 
 def _drop_none(value: Any) -> Any:

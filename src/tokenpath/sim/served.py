@@ -91,7 +91,7 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
     part = {
         "scheduled_ns": scheduled_ns,
         "sent_ns": trace.sent_ns,
-        "input_tokens": requests.input_tokens,
+        "input_tokens": requests.client_input_tokens,  # as the client counts them: no chat template's tokens
         "output_tokens": requests.output_tokens,
         "ttft_ns": ttft - trace.sent_ns,
         "ttft_engine_ns": first_leave - trace.sent_ns,

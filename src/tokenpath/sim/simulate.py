@@ -123,7 +123,9 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
         rows = routed(replica)
         itl = None if keep_tokens else LogHistogram()
         if joint:  # (its rows in routing order, which sessions' later turns can make other than the input order)
-            sub = Requests(np.zeros(len(rows)), requests.input_tokens[rows], requests.output_tokens[rows])
+            template = None if requests.template_tokens is None else requests.template_tokens[rows]
+            sub = Requests(np.zeros(len(rows)), requests.input_tokens[rows], requests.output_tokens[rows],
+                           template_tokens=template)
             last_mile, trace = last_miles[replica], joint[replica]
         else:
             sub = requests.take(rows)

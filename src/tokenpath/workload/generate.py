@@ -22,7 +22,8 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator,
              check: Callable[[Requests], None] | None = None) -> Requests:
     """The requests `spec` describes. Draws input lengths, then output lengths, then arrivals from
     `rng`, always in that order, so one seed gives one result. With a trace, replays its first
-    `num_requests` rows in time order and draws nothing.
+    `num_requests` rows in time order and draws nothing. Each message gets `chat_template_tokens` (a
+    count: "auto" must be counted first, by the scenario), which draw nothing either.
 
     Before the prefix keys are built (sessions' keys grow with the square of their turns), `check`,
     where given, sees the requests drawn (without keys) and may refuse them, and the run's memory is
@@ -33,6 +34,7 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator,
         requests = requests if len(requests) <= n else requests.take(np.arange(n))
         _check(requests, check, 0 if requests.prefixes is None else len(requests.prefixes.keys))
         return requests
+    template = _template_tokens(spec)
     input_tokens = sample_lengths(spec.input, n, rng, "workload.input")
     output_tokens = sample_lengths(spec.output, n, rng, "workload.output")
     arrival_s = arrival_times_s(spec.arrival, n, rng)
@@ -42,19 +44,31 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator,
                         f"{days:,.0f} days; at most {MAX_ARRIVAL_SPAN_S / 86400:.0f} days are simulated: "
                         "raise the rate or lower num_requests")
     if spec.sessions is not None:
-        rows = session_rows(spec.sessions, arrival_s, input_tokens, output_tokens, rng)
+        rows = session_rows(spec.sessions, arrival_s, input_tokens + template, output_tokens, rng)
+        if template:  # each turn's prompt holds every message of its session so far, each with its template
+            rows = replace(rows, template_tokens=template * (rows.sessions.turn + 1))
         _check(rows, check, session_segments(rows), "workload.sessions.turns", "each turn names every turn before it")
         return replace(rows, prefixes=session_prefixes(rows))
+    templates = np.full(n, template, np.int64) if template else None
     if spec.shared_prefix is None:
-        requests = Requests(arrival_s, input_tokens, output_tokens)
+        requests = Requests(arrival_s, input_tokens + template, output_tokens, template_tokens=templates)
         _check(requests, check)
         return requests
     shared = spec.shared_prefix
     carries, which = draw_shared_prefixes(shared, n, rng)
-    requests = Requests(arrival_s, input_tokens + np.where(carries, shared.tokens, 0), output_tokens)
+    requests = Requests(arrival_s, input_tokens + np.where(carries, shared.tokens, 0) + template, output_tokens,
+                        template_tokens=templates)
     _check(requests, check, int(carries.sum()) * -(-shared.tokens // SEGMENT_TOKENS), "workload.shared_prefix.tokens",
            f"one per {SEGMENT_TOKENS} tokens of a shared prefix")
     return replace(requests, prefixes=shared_prefixes(shared, carries, which))
+
+
+def _template_tokens(spec: WorkloadSpec) -> int:
+    """The tokens the chat template adds to each message; "auto" depends on a tokenizer, which the
+    scenario owns (it counts it in Scenario.resolved_workload)."""
+    if spec.chat_template_tokens == "auto":
+        raise ValueError("workload.chat_template_tokens is 'auto': count it first (Scenario.resolved_workload)")
+    return spec.chat_template_tokens
 
 
 def _check(drawn: Requests, check: Callable[[Requests], None] | None, segments: int = 0,

@@ -34,7 +34,9 @@ class Requests:
     """One row per request, struct-of-arrays.
 
     `arrival_s` is the scheduled send time in seconds after the run's start (the first may be > 0),
-    non-decreasing; token counts are at least 1. Treat the arrays as read-only.
+    non-decreasing; token counts are at least 1. `input_tokens` are the prompt the engine prefills: on a
+    chat endpoint, the client's messages and the `template_tokens` the server's chat template adds to them
+    (`client_input_tokens` leaves those out). Treat the arrays as read-only.
     """
 
     arrival_s: np.ndarray  # float64
@@ -42,6 +44,7 @@ class Requests:
     output_tokens: np.ndarray  # int64
     prefixes: Prefixes | None = None  # which prompt tokens requests share (None: every prompt is its own)
     sessions: Sessions | None = None  # multi-turn conversations (None: every request stands alone)
+    template_tokens: np.ndarray | None = None  # int64: of input_tokens, the chat template's (None: none)
 
     def __post_init__(self) -> None:
         columns = {"arrival_s": np.float64, "input_tokens": np.int64, "output_tokens": np.int64}
@@ -66,9 +69,19 @@ class Requests:
             raise ValueError("Requests.prefixes must have one row per request, covering at most its prompt and answer")
         if self.sessions is not None and len(self.sessions.turn) != n:
             raise ValueError("Requests.sessions must have one row per request")
+        template = self.template_tokens
+        if template is not None and not (
+                isinstance(template, np.ndarray) and template.dtype == np.int64 and template.shape == (n,)
+                and (template >= 0).all() and (template < self.input_tokens).all()):
+            raise ValueError("Requests.template_tokens must be int64, one per request, each below its input_tokens")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    @property
+    def client_input_tokens(self) -> np.ndarray:
+        """Each prompt as the client counts it: its messages' text, without the chat template's tokens."""
+        return self.input_tokens if self.template_tokens is None else self.input_tokens - self.template_tokens
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Requests):
@@ -79,10 +92,14 @@ class Requests:
             and np.array_equal(self.output_tokens, other.output_tokens)
             and self.prefixes == other.prefixes
             and self.sessions == other.sessions
+            and (self.template_tokens is None) == (other.template_tokens is None)
+            and (self.template_tokens is None or np.array_equal(self.template_tokens, other.template_tokens))
         )
 
     def take(self, index: np.ndarray) -> Requests:
         """The rows at `index` (increasing integer positions or a boolean mask), e.g. one replica's share."""
         prefixes = None if self.prefixes is None else self.prefixes.take(index)
         sessions = None if self.sessions is None else self.sessions.take(index)
-        return Requests(self.arrival_s[index], self.input_tokens[index], self.output_tokens[index], prefixes, sessions)
+        template = None if self.template_tokens is None else self.template_tokens[index]
+        return Requests(self.arrival_s[index], self.input_tokens[index], self.output_tokens[index], prefixes, sessions,
+                        template)

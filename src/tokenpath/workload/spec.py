@@ -49,6 +49,17 @@ MIN_BURSTINESS, MAX_BURSTINESS = 1e-3, 1e3
 MIN_TIME_SCALE, MAX_TIME_SCALE = 1e-6, 1e6
 # A normal spec whose draws land at or above `min` less often than this would resample for too long.
 _MIN_ACCEPT_PROBABILITY = 1e-3
+# Tokens a chat endpoint's template adds to a one-message prompt, tokens(rendered conversation) less
+# tokens(message text), measured on the question of delivery/chat_template.py (any message gives the same):
+# - 3 with the default tokenizer, Mistral's Tekken (tekken_240911.json rendered by mistral-common 1.13.1's
+#   encode_chat_completion: <s>[INST]...[/INST]);
+# - 10 with Llama 3's template (Meta-Llama-3-8B-Instruct, delivery/chat_template.py's LLAMA3_TEMPLATE rendered
+#   by its `render`) tokenized by Llama 3's own BPE (meta-llama/llama-models models/llama3/tokenizer.model
+#   through tiktoken with that repository's pattern and special tokens): <|begin_of_text|>, user and assistant
+#   headers of 4 tokens each (llama-models' test_tokenizer.py lists them), <|eot_id|>;
+# - 35 with Llama 3.1's and 3.3's, whose template writes a system header even when no system message is given
+#   ("Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024"), same tokenizer.
+CHAT_TEMPLATE_EXAMPLES = "3 (Mistral's Tekken), 10 (Llama 3), 35 (Llama 3.1 and 3.3)"
 
 
 def _invalid(reason: str) -> PydanticCustomError:
@@ -230,8 +241,10 @@ class WorkloadSpec(BaseModel):
     in time order). With `sessions`, requests are the turns of multi-turn conversations and `num_requests`
     counts turns (the last session may be cut short); the arrival process then starts sessions.
     `max_concurrency` caps the requests outstanding at once (a closed loop); None leaves the loop open.
-    The first `warmup_requests` are served but not measured. Relative file paths are taken relative to
-    the current directory unless `resolve_paths` is called.
+    `chat_template_tokens` are added to each drawn message, after any shared prefix, as a chat server's
+    template adds them; a session's later turns carry every earlier message's ("auto" is counted by the
+    scenario, which owns the tokenizer). The first `warmup_requests` are served but not measured.
+    Relative file paths are taken relative to the current directory unless `resolve_paths` is called.
     """
 
     model_config = _CONFIG
@@ -243,6 +256,11 @@ class WorkloadSpec(BaseModel):
                                               "finish before it measures: simulate its measured requests "
                                               "alone, with 0 here)")
     max_concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
+    chat_template_tokens: int | Literal["auto"] = Field(
+        0, description="tokens a chat endpoint's template adds to every prompt (role headers, special tokens, a "
+                       "default system prompt): the engine prefills and caches them, the client's input_tokens "
+                       f"leave them out. A one-message chat adds {CHAT_TEMPLATE_EXAMPLES}; "
+                       "\"auto\": what the default tokenizer's template adds; 0: a completions endpoint")
     input: LengthSpec = LengthSpec(kind="normal", mean=550, sd=150)
     output: LengthSpec = LengthSpec(kind="normal", mean=150, sd=80)
     arrival: ArrivalSpec = ArrivalSpec()
@@ -250,11 +268,23 @@ class WorkloadSpec(BaseModel):
     shared_prefix: SharedPrefixSpec | None = None
     sessions: SessionSpec | None = None
 
+    @field_validator("chat_template_tokens", mode="before")
+    @classmethod
+    def _check_template_tokens(cls, value: object) -> object:
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if value == "auto" or (whole and 0 <= value <= MAX_TOKENS // 2):
+            return value
+        raise _invalid(f"use a whole number of tokens from 0 to {MAX_TOKENS // 2}, or \"auto\" for what the default "
+                       "tokenizer's chat template adds")
+
     @model_validator(mode="after")
     def _measures_something(self) -> WorkloadSpec:
         if self.warmup_requests >= self.num_requests:
             raise _invalid(f"warmup_requests {self.warmup_requests} leaves none of the {self.num_requests} requests "
                            "to measure; lower warmup_requests or raise num_requests")
+        if self.trace is not None and self.chat_template_tokens != 0:
+            raise _invalid("a trace's token counts are the server's own, its chat template's included; remove "
+                           "chat_template_tokens or trace")
         if self.trace is not None and self.shared_prefix is not None:
             raise _invalid("shared_prefix applies to generated requests, not to a trace (a mooncake trace names its "
                            "shared blocks in hash_ids); remove one of them")
