@@ -20,6 +20,10 @@ from tokenpath.config.errors import UserError
         ("llama-2-7b", 6.74e9, None, 0.01),
         ("mixtral-8x7b", 46.7e9, 12.9e9, 0.02),
         ("deepseek-v3", 671e9, 37e9, 0.02),
+        # Qwen3's model cards (huggingface.co/Qwen/<model> README, "Number of Parameters").
+        ("qwen3-8b", 8.2e9, None, 0.02),
+        ("qwen3-32b", 32.8e9, None, 0.02),
+        ("qwen3-235b-a22b", 235e9, 22e9, 0.02),
     ],
 )
 def test_parameter_counts_match_published_totals(name, total, active, rel):

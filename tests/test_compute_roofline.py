@@ -46,6 +46,17 @@ def test_bf16_weights_at_tp1_are_two_bytes_per_parameter(name):
     assert cm.weight_bytes_per_chip == 2 * load_model(name).params_total()
 
 
+@pytest.mark.parametrize(("name", "card_params", "tp"), [
+    ("qwen3-8b", 8.2e9, 1), ("qwen3-32b", 32.8e9, 2), ("qwen3-235b-a22b", 235e9, 4), ("qwen3-235b-a22b", 235e9, 8)])
+def test_qwen3_weights_per_chip_are_the_model_cards_parameters(name, card_params, tp):
+    """bf16 weights split over a TP that divides the query heads: the parameters the model card states
+    (huggingface.co/Qwen/<model>: 8.2B, 32.8B, 235B in total), two bytes each, within 2%."""
+    model = load_model(name)
+    assert model.num_heads % tp == 0
+    cm = compute_model(name, chip="b200", tp=tp, weights="bf16")
+    assert cm.weight_bytes_per_chip * tp == pytest.approx(2 * card_params, rel=0.02)
+
+
 def test_fp8_weights_keep_embeddings_bf16_and_split_over_tp():
     model = load_model("llama-3.1-70b")
     embedding_params = 2 * model.vocab_size * model.hidden_size  # embedding + LM head
