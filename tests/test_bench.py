@@ -18,13 +18,14 @@ from tokenpath.bench import (
     build_run,
     load_tokenizer,
     read_results,
+    runner,
     token_times,
     workload_requests,
 )
 from tokenpath.bench.http import Connection, Endpoint
 from tokenpath.bench.plan import request_body
 from tokenpath.bench.results import bench_summary
-from tokenpath.bench.runner import auto_workers, concurrency_share
+from tokenpath.bench.runner import Plan, auto_workers, concurrency_share, execute
 from tokenpath.bench.stream import DROPPED, EMPTY, INCOMPLETE, MALFORMED, SERVER_ERROR, Exchange, allocate
 from tokenpath.config.errors import UserError
 
@@ -126,6 +127,24 @@ def test_worker_counts():
     assert auto_workers(float("inf"), 150.0, 64, 1000, cpus=8) == 1
     assert [concurrency_share(5, 2, w) for w in range(2)] == [3, 2]
     assert concurrency_share(None, 3, 0) is None
+
+
+def test_the_heap_is_frozen_before_the_start_time_is_fixed(tmp_path, monkeypatch):
+    """A full pass of the garbage collector takes tens of milliseconds: taken after the start time is
+    fixed, every first request would leave that late (and a burst split between workers)."""
+    order = []
+    monkeypatch.setattr(runner, "_freeze_heap", lambda: order.append(("frozen", runner.perf_counter_ns())))
+
+    def run(worker, appender, index):
+        order.append(("start", worker.t0_ns - runner._START_DELAY_NS))  # when the start time was fixed
+        return 0
+
+    monkeypatch.setattr(runner, "_run_measured", run)
+    one = np.ones(1, np.int64)
+    execute(Plan("http://127.0.0.1:9/v1/completions", [b"{}"], np.zeros(1, np.int64), one, one),
+            str(tmp_path / "results.jsonl"), {}, workers=1)
+    assert [what for what, _ in order] == ["frozen", "start"]
+    assert order[0][1] <= order[1][1]
 
 
 # ---- SSE ----------------------------------------------------------------------------------------------

@@ -16,7 +16,15 @@ from typer.testing import CliRunner
 from tokenpath.config.errors import UserError
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery import request_measure as rm
-from tokenpath.delivery.calibration import SCHEMA, BatchCost, CalibratedCost, Calibration, FramingCost, RequestCost
+from tokenpath.delivery.calibration import (
+    SCHEMA,
+    BatchCost,
+    CalibratedCost,
+    Calibration,
+    FramingCost,
+    HttpCost,
+    RequestCost,
+)
 from tokenpath.delivery.chat_template import LLAMA3_SPECIAL_TOKENS, LLAMA3_TEMPLATE, render, renderer_for
 from tokenpath.delivery.engine_protocol import engine_event, validate_request
 from tokenpath.delivery.lastmile import LastMile
@@ -119,8 +127,11 @@ def test_the_cli_writes_a_calibration_and_refuses_bad_batch_sizes(tmp_path):
     assert result.exit_code == 0, result.output
     written = Calibration.read(out)
     assert [b.batch_size for b in written.batches] == [2, 4]
-    assert written.request is not None and written.framing is not None
+    assert written.request is not None and written.framing is not None and written.http is not None
     assert "front end per request" in result.output and "hand-off to engine" in result.output
+    assert "HTTP server, per request" in result.output and "chunk written to its socket" in result.output
+    assert written.path["http"]["request"].startswith("a burst of 200 connections at once")
+    assert "template_s" in written.path["http"]["serve"] and "handoff_s" in written.path["http"]["serve"]
     bad = CliRunner().invoke(app, ["calibrate", "delivery", "--batch-sizes", "0", "--out", str(out)])
     assert isinstance(bad.exception, UserError) and "--batch-sizes" in str(bad.exception)
 
@@ -152,18 +163,40 @@ def test_per_request_cost_is_the_fixed_pieces_plus_tokens_times_the_rate():
 
 def test_request_and_framing_tables_round_trip(tmp_path):
     path = tmp_path / "c.toml"
-    Calibration(TWO, {"cpu": "test"}, request=REQUEST, framing=FRAMING).write(path)
+    Calibration(TWO, {"cpu": "test"}, request=REQUEST, framing=FRAMING, http=HTTP).write(path)
     text = path.read_text()
-    assert "[request]" in text and "[framing]" in text
+    assert "[request]" in text and "[framing]" in text and "[http]" in text
     back = Calibration.read(path)
-    assert back.request == REQUEST and back.framing == FRAMING and back.batches == TWO
+    assert back.request == REQUEST and back.framing == FRAMING and back.http == HTTP and back.batches == TWO
+
+
+HTTP = HttpCost(request_s=2**-12, event_s=2**-16)
+
+
+def test_the_http_server_adds_its_cost_to_each_request_and_each_event(tmp_path):
+    path = tmp_path / "c.toml"
+    Calibration(TWO, request=REQUEST, http=HTTP).write(path)
+    with_http, without = CalibratedCost.from_file(path), CalibratedCost(Calibration(TWO, request=REQUEST))
+    assert with_http.request_s(1000) == REQUEST.per_request_s(1000) + 2**-12
+    assert without.request_s(1000) == REQUEST.per_request_s(1000)
+    assert CalibratedCost(Calibration(TWO, http=HTTP)).request_s(1000) is None  # no [request]: the constants
+    # Each event is written to its socket: 25 events of 100 tokens add 25 writes to the step and to its framing.
+    assert with_http.host_s(100, 25) == pytest.approx(without.host_s(100, 25) + 25 * 2**-16)
+    assert with_http.frame_s(100, 25) == pytest.approx(without.frame_s(100, 25) + 25 * 2**-16)
+    assert with_http.host_s(0, 0) == with_http.frame_s(0, 0) == 0.0
+    last_mile = LastMile(DeliverySpec(detokenize="api-server", calibration=str(path)))
+    assert last_mile.request_cost_s(1000) == REQUEST.per_request_s(1000) + 2**-12
+    detokenize_s, framing_s = last_mile.host_costs_s(100, 25)
+    assert detokenize_s == pytest.approx(without.host_s(100, 25) - without.frame_s(100, 25))
+    assert framing_s == pytest.approx(without.frame_s(100, 25) + 25 * 2**-16)
 
 
 def test_a_file_without_request_or_framing_still_reads(tmp_path):
     path = tmp_path / "old.toml"
     path.write_text(HEAD)
     old = Calibration.read(path)
-    assert old.request is None and old.framing is None and old.batches == [BatchCost(1, 1e-6, 1e-6, 0.0)]
+    assert old.request is None and old.framing is None and old.http is None
+    assert old.batches == [BatchCost(1, 1e-6, 1e-6, 0.0)]
     Calibration(TWO).write(path)                       # nothing to write: no tables
     assert "[request]" not in path.read_text() and Calibration.read(path).request is None
 
@@ -178,6 +211,7 @@ def test_a_file_without_request_or_framing_still_reads(tmp_path):
      "request.handoff_s is True"),
     ("request = 3\n", "request is 3, not a table"),
     ("[framing]\nengine_frame_per_event_s = nan\nown_frame_per_event_s = 0.0\n", "framing.engine_frame_per_event_s"),
+    ("[http]\nrequest_s = 1e-4\n", "http.event_s is missing"),
 ])
 def test_a_garbled_request_field_is_named(tmp_path, table, message):
     path = tmp_path / "c.toml"

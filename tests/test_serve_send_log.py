@@ -45,8 +45,9 @@ def test_send_log_records_arrivals_and_is_written_as_the_run_goes(tmp_path):
     sent_ns, received, during = _serve(ServeOptions(send_log=str(log)), body)
     lines = [json.loads(line) for line in during.splitlines()]
     arrival, events = lines[0], lines[1:]
-    assert set(arrival) == {"id", "arrival_ns"} and arrival["id"].startswith("cmpl-")
-    assert sent_ns <= arrival["arrival_ns"] <= events[0]["send_ns"]  # one clock, perf_counter
+    assert set(arrival) == {"id", "arrival_ns", "submitted_ns"} and arrival["id"].startswith("cmpl-")
+    # one clock, perf_counter: sent, its handler began, handed to the engine, its first event written
+    assert sent_ns <= arrival["arrival_ns"] <= arrival["submitted_ns"] <= events[0]["send_ns"]
     assert [e["event"] for e in events] == list(range(len(events))) and len(events) >= 6
     assert {e["id"] for e in events} == {arrival["id"]}
     assert log.read_text() == during  # nothing was held back until exit

@@ -34,8 +34,9 @@ def _batch_sizes(given: str, extra: list[str]) -> list[int]:
 CALIBRATE_DELIVERY_EXAMPLE = """
 Measures detokenize + stop-string check + SSE framing per engine step at several batch sizes, what the
 front end spends per request before the engine sees it (parse and validate, chat template, tokenize,
-hand-off) and one streamed chunk built as an engine's own pydantic code builds it, and writes a file
-that a scenario names as `delivery.calibration = "delivery-calibration.toml"`.
+hand-off), one streamed chunk built as an engine's own pydantic code builds it, and the HTTP server's
+own work per request and per streamed event (on tokenpath serve's stack), and writes a file that a
+scenario names as `delivery.calibration = "delivery-calibration.toml"`.
 
 Examples:
 
@@ -65,16 +66,18 @@ def calibrate_delivery(
 
     from tokenpath.delivery import Detokenizer
     from tokenpath.delivery.measure import calibrate
+    from tokenpath.serve.measure import measure_http
 
     sizes = _batch_sizes(batch_sizes, list(ctx.args))
     files.check_writable(out, "--out")
     check_tokenizer(tokenizer, "--tokenizer")
     det = Detokenizer.load(tokenizer)
-    progress = Progress(TextColumn("measuring batch sizes, then the request path"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=err_console, transient=True)
+    progress = Progress(TextColumn("measuring batch sizes, the request path, the HTTP server"), BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True)
     with progress:
-        task = progress.add_task("calibrate", total=len(sizes) + 1)
-        calibration = calibrate(det, sizes, steps=steps, repeats=repeats, progress=lambda _: progress.advance(task))
+        task = progress.add_task("calibrate", total=len(sizes) + 2)
+        calibration = calibrate(det, sizes, steps=steps, repeats=repeats, progress=lambda _: progress.advance(task),
+                                http=measure_http)
     calibration.write(out)
     table = Table(title=f"last-mile host cost on {calibration.machine['cpu']} ({det.name})")
     for column in ("batch", "step (fixed)", "per token", "of which framing", "whole step", "tokens/s"):
@@ -107,12 +110,20 @@ def _request_table(calibration: Calibration):
                   "slope over " + ", ".join(map(str, how.get("tokenize_prompt_tokens", []))) + " tokens")
     table.add_row("hand-off to engine", f"{request.handoff_s * 1e6:.1f} us",
                   f"pickle + socket pair, {how.get('handoff_prompt_tokens', '?')} ids")
+    http = calibration.http
+    if http is not None:
+        table.add_row("HTTP server, per request", f"{http.request_s * 1e6:.1f} us",
+                      "serve's aiohttp stack: accept, parse, dispatch, close")
     for tokens in SHOWN_PROMPT_TOKENS:
-        table.add_row(f"whole request, {tokens} tokens", f"{request.per_request_s(tokens) * 1e6:,.0f} us", "")
+        whole_s = request.per_request_s(tokens) + (http.request_s if http is not None else 0.0)
+        table.add_row(f"whole request, {tokens} tokens", f"{whole_s * 1e6:,.0f} us", "")
     ratio = framing.engine_frame_per_event_s / framing.own_frame_per_event_s if framing.own_frame_per_event_s else 0
     table.add_row("chunk, engine's own code", f"{framing.engine_frame_per_event_s * 1e6:.2f} us",
                   f"pydantic + model_dump_json: {ratio:.1f}x sse.py")
     table.add_row("chunk, this package", f"{framing.own_frame_per_event_s * 1e6:.2f} us", "sse.py, one stream")
+    if http is not None:
+        table.add_row("chunk written to its socket", f"{http.event_s * 1e6:.2f} us",
+                      "serve's queue, task and StreamResponse.write")
     return table
 
 

@@ -13,6 +13,8 @@ sizes and extended linearly beyond them; when events group tokens, framing is ch
 The `[request]` table (absent from files written before it was measured) holds what the front end
 spends on each request before the engine sees it (`RequestCost`), and `[framing]` what one streamed
 chunk costs built as an engine's own code builds it, next to this package's framer (`FramingCost`).
+`[http]` (absent from files written before it) holds the HTTP server's own work (`HttpCost`): per
+request, added to the request's cost, and per streamed event, added to its framing.
 """
 
 from __future__ import annotations
@@ -62,6 +64,15 @@ class FramingCost:
     own_frame_per_event_s: float     # this package's framer (sse.py) on the same texts, one stream
 
 
+@dataclass(frozen=True)
+class HttpCost:
+    """Host seconds of the HTTP server's own work, beside the request path's pieces and each chunk's
+    building: measured on `tokenpath serve`'s stack (serve/measure.py)."""
+
+    request_s: float  # accept, read and parse the request, dispatch it, send the response's head and end, close
+    event_s: float    # one streamed event to its socket: queued, its stream's task woken, written and sent
+
+
 # A cost above an hour is a broken file, not a measurement.
 MAX_COST_S = 3600.0
 
@@ -92,11 +103,12 @@ class Calibration:
     measured_at: str = ""
     request: RequestCost | None = None
     framing: FramingCost | None = None
+    http: HttpCost | None = None
 
     def to_toml(self) -> str:
         document = {"schema": SCHEMA, "measured_at": self.measured_at, "machine": self.machine,
                     "tokenizer": self.tokenizer, "path": self.path}
-        for table, costs in (("request", self.request), ("framing", self.framing)):
+        for table, costs in (("request", self.request), ("framing", self.framing), ("http", self.http)):
             if costs is not None:
                 document[table] = asdict(costs)
         document["batch"] = [asdict(b) for b in self.batches]
@@ -138,7 +150,7 @@ class Calibration:
             raise UserError(f"{where}: a batch_size appears twice; keep one row per batch size")
         return cls(batches, document.get("machine", {}), document.get("tokenizer", {}), document.get("path", {}),
                    str(document.get("measured_at", "")), _costs(document, "request", RequestCost, where),
-                   _costs(document, "framing", FramingCost, where))
+                   _costs(document, "framing", FramingCost, where), _costs(document, "http", HttpCost, where))
 
 
 def _interpolate(points: list[tuple[int, float]], b: float) -> float:
@@ -160,6 +172,8 @@ class CalibratedCost:
 
     def __init__(self, calibration: Calibration) -> None:
         self.request = calibration.request  # the front end's measured cost per request, if measured
+        http = calibration.http
+        self._http_request_s, self._event_s = (http.request_s, http.event_s) if http is not None else (0.0, 0.0)
         batches = calibration.batches
         totals = [(b.batch_size, b.total_s) for b in batches]
         if len(batches) == 1:  # one point: a line through it with its own per-token slope
@@ -175,18 +189,27 @@ class CalibratedCost:
     def from_file(cls, path: str | Path) -> CalibratedCost:
         return cls(Calibration.read(path))
 
+    def request_s(self, input_tokens: int) -> float | None:
+        """The front end's time for one request of `input_tokens` prompt tokens: its measured pieces and
+        the HTTP server's own work; None when the file has no [request] (the spec's constants apply)."""
+        if self.request is None:
+            return None
+        return self.request.per_request_s(input_tokens) + self._http_request_s
+
     def host_s(self, tokens: int, events: int) -> float:
-        """Host time of a step that emits `tokens` tokens in `events` SSE events."""
+        """Host time of a step that emits `tokens` tokens in `events` SSE events, each event written to
+        its socket (the file's [http], if measured)."""
         if tokens <= 0:
             return 0.0
         if tokens <= self._top:
             total, frame = self._total[tokens], self._frame[tokens]
         else:
             total, frame = self._total[self._top] + (tokens - self._top) * self._slope, self._frame[self._top]
-        return max(0.0, total + (events - tokens) * frame)
+        return max(0.0, total + (events - tokens) * frame) + events * self._event_s
 
     def frame_s(self, tokens: int, events: int) -> float:
-        """The framing part of `host_s`: `events` SSE events at the batch size's measured cost each."""
+        """The framing part of `host_s`: `events` SSE events at the batch size's measured cost each, and
+        each one's writing."""
         if tokens <= 0:
             return 0.0
-        return events * self._frame[min(tokens, self._top)]
+        return events * (self._frame[min(tokens, self._top)] + self._event_s)

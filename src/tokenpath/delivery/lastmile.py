@@ -66,7 +66,9 @@ class LastMile:
         # Whether requests and tokens take any front-end time: without, the engine loop skips it.
         costs = (self._request_s, spec.tokenize_per_token, spec.frame_per_event, spec.detokenize_per_token)
         self.queues_requests = model_front_end and bool(any(costs) or self._calibrated)
-        self._measured_request = None if self._calibrated is None else self._calibrated.request
+        # The calibration's cost of a request (its measured pieces and the HTTP server's work), if it has one.
+        measured = self._calibrated is not None and self._calibrated.request is not None
+        self._measured_request_s = self._calibrated.request_s if measured else None
         self._tokenize_s = spec.tokenize_per_token
         self._front_request = self.front_end.request
 
@@ -77,17 +79,18 @@ class LastMile:
 
     def request_cost_s(self, input_tokens: int) -> float:
         """The front end's CPU time for one request: parse and validate, the chat template, tokenizing
-        its prompt, the hand-off to the engine (as the calibration measured them, if it did)."""
-        if self._measured_request is not None:
-            return self._measured_request.per_request_s(input_tokens)
+        its prompt, the hand-off to the engine (as the calibration measured them, with the HTTP server's own
+        work, if it did)."""
+        if self._measured_request_s is not None:
+            return self._measured_request_s(input_tokens)
         return self._request_s + input_tokens * self._tokenize_s
 
     def request(self, arrival_ns: int, input_tokens: int) -> Wait:
         """A request that reached the server at `arrival_ns` through the front end: (when the engine
         sees it, its wait, its work there); called in arrival order, between steps in time order."""
-        if self._measured_request is None:  # (request_cost_s, inline: this runs for every request)
+        if self._measured_request_s is None:  # (request_cost_s, inline: this runs for every request)
             return self._front_request(arrival_ns, self._request_s + input_tokens * self._tokenize_s)
-        return self._front_request(arrival_ns, self._measured_request.per_request_s(input_tokens))
+        return self._front_request(arrival_ns, self._measured_request_s(input_tokens))
 
     def network_ns(self, size_bytes: float) -> int:
         """One message of `size_bytes` over the client's network, either way: half a round trip plus

@@ -7,7 +7,9 @@ of a step; framing is also timed alone, to charge it per event when events group
 
 Beside the token path: what one request costs the front end before the engine sees it
 (request_measure.py), and one streamed chunk built as an engine's own pydantic code builds it, timed
-against this package's framer on the same texts.
+against this package's framer on the same texts. The HTTP server's own work per request and per event
+is measured where the caller gives a way to (`tokenpath calibrate delivery` gives serve/measure.py's,
+on `tokenpath serve`'s stack: this layer does not import the server).
 """
 
 from __future__ import annotations
@@ -18,19 +20,23 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+from typing import Any
 
 import numpy as np
 
-from tokenpath.delivery.calibration import BatchCost, Calibration, FramingCost
+from tokenpath.delivery.calibration import BatchCost, Calibration, FramingCost, HttpCost
+from tokenpath.delivery.chat_template import renderer_for
 from tokenpath.delivery.detokenizer import Detokenizer
 from tokenpath.delivery.engine_protocol import engine_event
 from tokenpath.delivery.path import TextPath
-from tokenpath.delivery.request_measure import measure_request, median_s
+from tokenpath.delivery.request_measure import measure_request, median_s, request_body
 from tokenpath.delivery.sample_text import MIXED
 from tokenpath.delivery.sse import SseFramer
 
 DEFAULT_BATCH_SIZES = (1, 8, 32, 128, 256)
 DEFAULT_STOPS = ("\n\nUser:", "<|end|>")
+# Measures an HTTP server's own cost (per request, per event) given a request body and the repeats.
+HttpMeasure = Callable[[bytes, int], tuple[HttpCost, dict[str, Any]]]
 
 
 def token_streams(det: Detokenizer, batch: int, steps: int, seed: int = 0) -> np.ndarray:
@@ -106,9 +112,10 @@ def machine() -> dict[str, object]:
 
 def calibrate(det: Detokenizer, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, steps: int = 200,
               repeats: int = 5, stops: Sequence[str] = DEFAULT_STOPS,
-              progress: Callable[[str], None] | None = None) -> Calibration:
-    """Measure every batch size, then the request path and the engine's framing; `progress(what)` is
-    called after each of the len(batch_sizes) + 1 parts."""
+              progress: Callable[[str], None] | None = None, http: HttpMeasure | None = None) -> Calibration:
+    """Measure every batch size, then the request path and the engine's framing, then (given `http`) the
+    HTTP server's own work; `progress(what)` is called after each of the len(batch_sizes) + 1 parts, and
+    once more after the HTTP server's."""
     batches = []
     for batch in batch_sizes:
         batches.append(measure_batch(det, batch, steps, repeats, stops))
@@ -118,17 +125,24 @@ def calibrate(det: Detokenizer, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES
     framing = measure_framing(det, steps, repeats)
     if progress is not None:
         progress("request path")
+    path = {"text": "mixed sample: English, Chinese, code, emoji", "stop_strings": list(stops), "api": "chat",
+            "stream_interval": 1, "steps": steps, "repeats": repeats, "statistic": "median",
+            "request": request_how,
+            "framing": {"engine": "pydantic ChatCompletionStreamResponse, model_dump_json(exclude_unset=True), "
+                                  "'data: ...' framing (modelled on vLLM's serving_chat)",
+                        "own": "SseFramer, one stream", "tokens": steps}}
+    http_cost = None
+    if http is not None:
+        http_cost, path["http"] = http(request_body(renderer_for(det.path, det.kind)[1]), repeats)
+        if progress is not None:
+            progress("HTTP server")
     return Calibration(
         batches=sorted(batches, key=lambda b: b.batch_size),
         machine=machine(),
         tokenizer={"name": det.name, "kind": det.kind, "vocab_size": det.vocab_size},
-        path={"text": "mixed sample: English, Chinese, code, emoji", "stop_strings": list(stops), "api": "chat",
-              "stream_interval": 1, "steps": steps, "repeats": repeats, "statistic": "median",
-              "request": request_how,
-              "framing": {"engine": "pydantic ChatCompletionStreamResponse, model_dump_json(exclude_unset=True), "
-                                    "'data: ...' framing (modelled on vLLM's serving_chat)",
-                          "own": "SseFramer, one stream", "tokens": steps}},
+        path=path,
         measured_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         request=request,
         framing=framing,
+        http=http_cost,
     )

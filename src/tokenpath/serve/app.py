@@ -243,9 +243,10 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
         upload_ns = server.network.delay_ns(_request_bytes(request, body_bytes))  # the engine sees it after its upload
         engine = server.engines[next(server.next_engine)]
         engine.submit(response, upload_ns)
+        submitted_ns = time.perf_counter_ns()
         try:
             if ask.stream:
-                return await _stream(request, server, response, arrival_ns)
+                return await _stream(request, server, response, arrival_ns, submitted_ns)
             reply = orjson.dumps(await _whole(response))
             await server.network.carry(len(reply))
             return web.Response(body=reply, content_type="application/json")
@@ -276,11 +277,13 @@ async def _whole(response: Response) -> dict[str, Any]:
             "system_fingerprint": response.system_fingerprint, "choices": [choice], "usage": usage}
 
 
-async def _stream(request: web.Request, server: Server, response: Response, arrival_ns: int) -> web.StreamResponse:
+async def _stream(request: web.Request, server: Server, response: Response, arrival_ns: int,
+                  submitted_ns: int = 0) -> web.StreamResponse:
+    """Stream a response's events; `arrival_ns` when its handler began, `submitted_ns` when its engine got it."""
     http = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     send_log = server.send_log
     if send_log is not None:
-        send_log.write(f'{{"id":"{response.request_id}","arrival_ns":{arrival_ns}}}\n')
+        send_log.write(f'{{"id":"{response.request_id}","arrival_ns":{arrival_ns},"submitted_ns":{submitted_ns}}}\n')
     events = 0
     try:
         await http.prepare(request)

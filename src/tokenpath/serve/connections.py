@@ -49,8 +49,10 @@ IDLE_TIMEOUT_S = 5.0
 # File descriptors kept back from the connection cap for the process's own: standard streams, the
 # listening sockets, the event loop's selector, the send log, modules imported late. A margin.
 FD_RESERVE = 64
-# aiohttp's TCPSite backlog.
-BACKLOG = 128
+# Connections the kernel holds completed before serve accepts them: uvicorn's default (its Config's
+# `backlog`, 2048), which vLLM's API server runs on. aiohttp's TCPSite takes 128, which a burst of a
+# few hundred clients overflows: the kernel drops their SYNs and each retries after its 1 s timeout.
+BACKLOG = 2048
 # Connections accepted per wake-up of the listening socket, as asyncio's accept loop (its backlog).
 ACCEPT_BATCH = 100
 # Out of file descriptors, accepting pauses this long. asyncio pauses 1 s (ACCEPT_RETRY_DELAY); a

@@ -1,8 +1,9 @@
 """`serve --send-log`: what the server did when, for measuring clients against it.
 
-One JSONL line per streamed request when it arrived, {"id", "arrival_ns"}, and one per SSE event
-just after it was written, {"id", "event", "send_ns"}; times are perf_counter nanoseconds
-(CLOCK_MONOTONIC on Linux, the clock `tokenpath bench` stamps with).
+One JSONL line per streamed request, {"id", "arrival_ns", "submitted_ns"}: when its handler began and
+when it was handed to the engine (parsed and tokenized; with the network emulated, the engine sees it
+its upload time later), and one per SSE event just after it was written, {"id", "event", "send_ns"};
+times are perf_counter nanoseconds (CLOCK_MONOTONIC on Linux, the clock `tokenpath bench` stamps with).
 """
 
 from __future__ import annotations
