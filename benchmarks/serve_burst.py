@@ -24,13 +24,9 @@ It prints TTFT p50/p90 and TPOT p50 of both, the simulated front end's wait and 
 block (whether the client, which shares the machine's CPUs with serve, kept up) and the TTFT p50 ratio
 bench / simulate. To say where a gap comes from it also prints when requests reached serve's handlers
 (the send log's arrivals, on the clock bench stamps with) beside when the simulated front end passed
-them to the engine, and simulates the engine alone (a trace, no front-end cost) twice more:
-- on serve's own handler arrivals: if that agrees with bench, the engine and the token path are right
-  and the gap is in when the front end lets requests through;
-- on the arrivals a front end in two stages would give (a what-if, not the model): every request's HTTP
-  stage (the calibration's [http] request_s) ready at once, each request's own work (the rest of its
-  calibrated cost) ready when its HTTP stage ends, first come first served, as an event loop takes a
-  burst: it accepts and reads every connection before any handler runs.
+them to the engine, and simulates the engine alone (a trace, no front-end cost) on serve's own arrivals
+at its engine: if that agrees with bench, the engine and the token path are right and any gap is in when
+the front end lets requests through.
 """
 
 from __future__ import annotations
@@ -53,7 +49,6 @@ import numpy as np
 import tomli_w
 
 from tokenpath import load_scenario
-from tokenpath.delivery.calibration import Calibration
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.sim.front_end import layout
 
@@ -146,21 +141,11 @@ def engine_alone(scenario: dict, arrivals_s: np.ndarray, input_len: int, output_
 
 def model_arrivals_s(scenario: Path, requests: int, input_len: int) -> np.ndarray:
     """When the simulated front end hands a burst's requests to the engine: the model's own FrontEnd
-    (delivery/frontend.py), each request's whole calibrated cost one after another (all arrive at t = 0,
-    before any step's tokens are ready)."""
+    (delivery/frontend.py) on the calibrated costs, every request arriving at t = 0, before any step's
+    tokens are ready."""
     loaded = load_scenario(str(scenario))
     last_mile = LastMile(loaded.resolved_delivery(), layout(loaded, 1))
-    return np.array([last_mile.request(0, input_len).done_ns for _ in range(requests)]) / 1e9
-
-
-def two_stage_arrivals_s(calibration: Path, requests: int, input_len: int) -> np.ndarray:
-    """When the engine would see a burst's requests if the front end took each request's HTTP stage
-    ([http] request_s, ready at once for all) before any request's own work (the rest, ready as its HTTP
-    stage ends), first come first served: a what-if of the front end's model, on the measured costs."""
-    measured = Calibration.read(calibration)
-    http_s = measured.http.request_s if measured.http is not None else 0.0
-    rest_s = measured.request.per_request_s(input_len)
-    return requests * http_s + rest_s * np.arange(1, requests + 1)
+    return np.array([w.done_ns for w in last_mile.requests([0] * requests, [input_len] * requests)]) / 1e9
 
 
 def ms(seconds: float | None) -> str:
@@ -214,8 +199,6 @@ def main() -> None:
         middle = int(np.argsort(p50s)[len(p50s) // 2])
         served_s = (submitted[middle] - int(np.median(runs[middle]["sent_ns"]))) / 1e9
         replay_ttft_s = engine_alone(table, served_s, args.input_len, args.output_len, folder, "serve-arrivals")
-        two_stage_ttft_s = engine_alone(table, two_stage_arrivals_s(calibration, args.requests, args.input_len),
-                                        args.input_len, args.output_len, folder, "two-stage")
         load_after = os.getloadavg()
 
     def median_of(path: list[str]) -> float:
@@ -256,8 +239,6 @@ def main() -> None:
         "serve_front_end_s": serve_front,
         "engine_on_serve_arrivals": {"ttft_p50_s": float(np.median(replay_ttft_s)),
                                      "ttft_p90_s": float(np.percentile(replay_ttft_s, 90)), "run": middle},
-        "two_stage_front_end": {"ttft_p50_s": float(np.median(two_stage_ttft_s)),
-                                "ttft_p90_s": float(np.percentile(two_stage_ttft_s, 90))},
         "load_average": {"before": load_before, "after": load_after},
         # serve counts the prompt with the tokenizer bench builds it with: the same work on both sides
         "serve_prompt_tokens_mean": [run["summary"]["bench"]["server_prompt_tokens_mean"] for run in runs],
@@ -271,9 +252,8 @@ def main() -> None:
     print(f"{'':30s} {'TTFT p50':>10s} {'TTFT p90':>10s} {'TPOT p50':>10s}")
     for label, row in (("bench against serve (median)", measured), ("simulate, calibrated", predicted)):
         print(f"  {label:28s} {ms(row['ttft_p50_s'])} {ms(row['ttft_p90_s'])} {ms(row['tpot_p50_s'])}")
-    replay, two_stage = result["engine_on_serve_arrivals"], result["two_stage_front_end"]
+    replay = result["engine_on_serve_arrivals"]
     print(f"  {'engine on serve arrivals':28s} {ms(replay['ttft_p50_s'])} {ms(replay['ttft_p90_s'])}")
-    print(f"  {'front end in two stages':28s} {ms(two_stage['ttft_p50_s'])} {ms(two_stage['ttft_p90_s'])}")
     print(f"bench TTFT p50 per burst: {', '.join(ms(p).strip() for p in p50s)}")
     print(f"simulated front end, mean per request: wait {ms(detail['frontend_queue']).strip()}, "
           f"work {ms(detail['frontend_work']).strip()}")

@@ -297,10 +297,12 @@ class _Replica:
         heapq.heappush(self.at_front if self.host.queues_requests else self.arrivals, (int(self.arrival[i]), i))
 
     def through_front(self, until_ns: int) -> None:
-        """The front end takes the requests that reached the server by `until_ns`, in arrival order."""
+        """The front end takes the requests that reached the server by `until_ns`, together, in arrival order."""
+        arrived = []
         while self.at_front and self.at_front[0][0] <= until_ns:
-            at_ns, i = heapq.heappop(self.at_front)
-            done_ns, wait_ns, work_ns = self.host.request(at_ns, int(self.prompt[i]))
+            arrived.append(heapq.heappop(self.at_front))
+        waits = self.host.requests([at_ns for at_ns, _ in arrived], [int(self.prompt[i]) for _, i in arrived])
+        for (_, i), (done_ns, wait_ns, work_ns) in zip(arrived, waits):
             self.front_request[i] = wait_ns, work_ns
             self.acc_delivery[i] += wait_ns + work_ns
             self.upload[i] += wait_ns + work_ns

@@ -177,15 +177,16 @@ def test_the_http_server_adds_its_cost_to_each_request_and_each_event(tmp_path):
     path = tmp_path / "c.toml"
     Calibration(TWO, request=REQUEST, http=HTTP).write(path)
     with_http, without = CalibratedCost.from_file(path), CalibratedCost(Calibration(TWO, request=REQUEST))
-    assert with_http.request_s(1000) == REQUEST.per_request_s(1000) + 2**-12
-    assert without.request_s(1000) == REQUEST.per_request_s(1000)
-    assert CalibratedCost(Calibration(TWO, http=HTTP)).request_s(1000) is None  # no [request]: the constants
+    r = REQUEST  # as it arrives: the HTTP server's work and parsing; then the template and the hand-off
+    assert with_http.request_stages_s() == (2**-12 + r.parse_s, r.template_s + r.handoff_s, r.tokenize_per_token_s)
+    assert without.request_stages_s() == (r.parse_s, r.template_s + r.handoff_s, r.tokenize_per_token_s)
+    assert CalibratedCost(Calibration(TWO, http=HTTP)).request_stages_s() is None  # no [request]: the constants
     # Each event is written to its socket: 25 events of 100 tokens add 25 writes to the step and to its framing.
     assert with_http.host_s(100, 25) == pytest.approx(without.host_s(100, 25) + 25 * 2**-16)
     assert with_http.frame_s(100, 25) == pytest.approx(without.frame_s(100, 25) + 25 * 2**-16)
     assert with_http.host_s(0, 0) == with_http.frame_s(0, 0) == 0.0
     last_mile = LastMile(DeliverySpec(detokenize="api-server", calibration=str(path)))
-    assert last_mile.request_cost_s(1000) == REQUEST.per_request_s(1000) + 2**-12
+    assert last_mile.request_cost_s(1000) == pytest.approx(REQUEST.per_request_s(1000) + 2**-12, rel=1e-12)
     detokenize_s, framing_s = last_mile.host_costs_s(100, 25)
     assert detokenize_s == pytest.approx(without.host_s(100, 25) - without.frame_s(100, 25))
     assert framing_s == pytest.approx(without.frame_s(100, 25) + 25 * 2**-16)

@@ -189,12 +189,14 @@ class CalibratedCost:
     def from_file(cls, path: str | Path) -> CalibratedCost:
         return cls(Calibration.read(path))
 
-    def request_s(self, input_tokens: int) -> float | None:
-        """The front end's time for one request of `input_tokens` prompt tokens: its measured pieces and
-        the HTTP server's own work; None when the file has no [request] (the spec's constants apply)."""
+    def request_stages_s(self) -> tuple[float, float, float] | None:
+        """The front end's time for one request, as LastMile.request_stages_s splits it: (as it arrives:
+        the HTTP server's own work and parsing; then: the chat template and the hand-off; per prompt
+        token tokenized); None when the file has no [request] (the spec's constants apply)."""
         if self.request is None:
             return None
-        return self.request.per_request_s(input_tokens) + self._http_request_s
+        r = self.request
+        return self._http_request_s + r.parse_s, r.template_s + r.handoff_s, r.tokenize_per_token_s
 
     def host_s(self, tokens: int, events: int) -> float:
         """Host time of a step that emits `tokens` tokens in `events` SSE events, each event written to

@@ -78,17 +78,40 @@ class FrontEnd:
         """The busiest API-server process's busy time so far."""
         return max(self._api_busy_ns)
 
-    def request(self, arrival_ns: int, cost_s: float) -> Wait:
-        """A request that reached the server at `arrival_ns` and costs its process `cost_s` of CPU
-        (parse, template, tokenize, hand-off): processes take requests in turn."""
-        p = self._next_process
-        if self.layout.api_processes > 1:
-            self._next_process = (p + 1) % self.layout.api_processes
-        work_ns = round(cost_s * self._request_ns_per_s)
-        start_ns = max(arrival_ns, self._api_free_ns[p])
-        self._api_free_ns[p] = start_ns + work_ns
-        self._api_busy_ns[p] += work_ns
-        return Wait(start_ns + work_ns, start_ns - arrival_ns, work_ns)
+    def request(self, arrival_ns: int, first_s: float, then_s: float = 0.0) -> Wait:
+        """A request that reached the server at `arrival_ns`: `first_s` of CPU as it arrives (reading
+        and parsing it), then `then_s` (its chat template, tokenizing, the hand-off). Processes take
+        requests in turn."""
+        return self.requests([arrival_ns], [first_s], [then_s])[0]
+
+    def requests(self, arrival_ns: list[int], first_s: list[float], then_s: list[float]) -> list[Wait]:
+        """Requests that reached the server together (by one moment of the engine loop), in arrival
+        order: each costs `first_s` of CPU once it has arrived, then `then_s` once that is done. An
+        asyncio server reads and parses every request of a burst before it renders and tokenizes the
+        first (each handler yields between the two), so each stage runs first come first served by the
+        time it became ready: first every request's first stage, then their second stages in the order
+        the first ones ended."""
+        free, busy, ns_per_s = self._api_free_ns, self._api_busy_ns, self._request_ns_per_s
+        count = len(free)
+        stages = []  # (end of the first stage, request, its process, its wait so far, its work so far)
+        for k, at_ns in enumerate(arrival_ns):
+            p = self._next_process
+            self._next_process = (p + 1) % count
+            work_ns = round(first_s[k] * ns_per_s)
+            start_ns = free[p] if free[p] > at_ns else at_ns
+            free[p] = start_ns + work_ns
+            busy[p] += work_ns
+            stages.append((start_ns + work_ns, k, p, start_ns - at_ns, work_ns))
+        if len(stages) > 1:
+            stages.sort()
+        waits: list[Wait] = [Wait(0, 0, 0)] * len(stages)
+        for ready_ns, k, p, queue_ns, first_ns in stages:
+            work_ns = round(then_s[k] * ns_per_s)
+            start_ns = free[p] if free[p] > ready_ns else ready_ns
+            free[p] = start_ns + work_ns
+            busy[p] += work_ns
+            waits[k] = Wait(start_ns + work_ns, queue_ns + start_ns - ready_ns, first_ns + work_ns)
+        return waits
 
     def detokenize(self, ready_ns: int, cost_s: float) -> Wait:
         """A step's detokenization in the detokenizer process, its ids there at `ready_ns`."""

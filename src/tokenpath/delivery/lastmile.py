@@ -62,35 +62,36 @@ class LastMile:
         self._detokenize_s, self._frame_s = spec.detokenize_per_token, spec.frame_per_event
         # A measured calibration, read once here: on_step runs every engine step.
         self._calibrated = CalibratedCost.from_file(spec.calibration) if spec.calibration else None
-        self._request_s = spec.frontend_per_request + spec.chat_template_per_request
+        # A request's front-end stages (`request_stages_s`): as it arrives, and once that is done, plus
+        # per prompt token; the calibration's measured pieces where it has them.
+        request = None if self._calibrated is None else self._calibrated.request_stages_s()
+        self._first_s, self._then_s, self._tokenize_s = request or (
+            spec.frontend_per_request, spec.chat_template_per_request, spec.tokenize_per_token)
         # Whether requests and tokens take any front-end time: without, the engine loop skips it.
-        costs = (self._request_s, spec.tokenize_per_token, spec.frame_per_event, spec.detokenize_per_token)
+        costs = (self._first_s, self._then_s, self._tokenize_s, spec.frame_per_event, spec.detokenize_per_token)
         self.queues_requests = model_front_end and bool(any(costs) or self._calibrated)
-        # The calibration's cost of a request (its measured pieces and the HTTP server's work), if it has one.
-        measured = self._calibrated is not None and self._calibrated.request is not None
-        self._measured_request_s = self._calibrated.request_s if measured else None
-        self._tokenize_s = spec.tokenize_per_token
-        self._front_request = self.front_end.request
 
     def upload_ns(self, input_tokens: int) -> int:
         """Client -> server: half a round trip plus the request's bytes (its front-end time is queued
         when it arrives: `request`)."""
         return self.network_ns(self.spec.request_overhead_bytes + self.spec.bytes_per_token * input_tokens)
 
-    def request_cost_s(self, input_tokens: int) -> float:
-        """The front end's CPU time for one request: parse and validate, the chat template, tokenizing
-        its prompt, the hand-off to the engine (as the calibration measured them, with the HTTP server's own
-        work, if it did)."""
-        if self._measured_request_s is not None:
-            return self._measured_request_s(input_tokens)
-        return self._request_s + input_tokens * self._tokenize_s
+    def request_stages_s(self, input_tokens: int) -> tuple[float, float]:
+        """The front end's CPU time for one request in its two stages: as it arrives (read and parse it;
+        the spec's frontend_per_request), and then (its chat template, tokenizing its prompt, the
+        hand-off to the engine); the calibration's measured pieces where it has them."""
+        return self._first_s, self._then_s + input_tokens * self._tokenize_s
 
-    def request(self, arrival_ns: int, input_tokens: int) -> Wait:
-        """A request that reached the server at `arrival_ns` through the front end: (when the engine
-        sees it, its wait, its work there); called in arrival order, between steps in time order."""
-        if self._measured_request_s is None:  # (request_cost_s, inline: this runs for every request)
-            return self._front_request(arrival_ns, self._request_s + input_tokens * self._tokenize_s)
-        return self._front_request(arrival_ns, self._measured_request_s(input_tokens))
+    def request_cost_s(self, input_tokens: int) -> float:
+        """The front end's whole CPU time for one request (`request_stages_s`, summed)."""
+        return sum(self.request_stages_s(input_tokens))
+
+    def requests(self, arrival_ns: list[int], input_tokens: list[int]) -> list[Wait]:
+        """Requests that reached the server by one moment of the engine loop (`arrival_ns`, in order)
+        through the front end: for each, (when the engine sees it, its wait, its work there)."""
+        first_s, then_s, per_token_s = self._first_s, self._then_s, self._tokenize_s
+        return self.front_end.requests(arrival_ns, [first_s] * len(arrival_ns),
+                                       [then_s + n * per_token_s for n in input_tokens])
 
     def network_ns(self, size_bytes: float) -> int:
         """One message of `size_bytes` over the client's network, either way: half a round trip plus

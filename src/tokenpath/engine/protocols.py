@@ -20,9 +20,10 @@ class Host(Protocol):
     # Whether requests pass through a front end that takes time (`request`) before the engine sees them.
     queues_requests: bool
 
-    def request(self, arrival_ns: int, input_tokens: int) -> tuple[int, int, int]:
-        """(when the engine sees it, its wait, its work) of a request reaching the server at `arrival_ns`;
-        called in arrival order, interleaved in time order with `on_step`."""
+    def requests(self, arrival_ns: list[int], input_tokens: list[int]) -> list[tuple[int, int, int]]:
+        """(when the engine sees it, its wait, its work) of each request reaching the server at
+        `arrival_ns` (in order), those the engine loop passes on at one moment; called interleaved in
+        time order with `on_step`."""
         ...
 
     def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int, int, int]:

@@ -230,14 +230,16 @@ class Replica:
 
     def _through_front(self, until_ns: int) -> None:
         """Pass the requests that reached the server by `until_ns` through the front end, in arrival order."""
-        at_front, request, prompt, arrivals = self.at_front, self.host.request, self.prompt, self.arrivals
+        at_front, prompt, arrivals = self.at_front, self.prompt, self.arrivals
         requests = self.requests
         upload, front_queue, front_work = requests.upload, requests.front_queue, requests.front_work
         until = (until_ns + 1) << _ID_BITS
+        keys = []
         while at_front and at_front[0] < until:
-            key = heapq.heappop(at_front)
-            i = key & _ID_MASK
-            done_ns, queue_ns, work_ns = request(key >> _ID_BITS, prompt[i])
+            keys.append(heapq.heappop(at_front))
+        ids = [key & _ID_MASK for key in keys]
+        waits = self.host.requests([key >> _ID_BITS for key in keys], [prompt[i] for i in ids])
+        for i, (done_ns, queue_ns, work_ns) in zip(ids, waits):
             upload[i] += queue_ns + work_ns  # its time on the way in is delivery, the front end's too
             front_queue[i], front_work[i] = queue_ns, work_ns
             heapq.heappush(arrivals, done_ns << _ID_BITS | i)

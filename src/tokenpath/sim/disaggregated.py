@@ -32,8 +32,8 @@ class _Proxy:
     def upload_ns(self, input_tokens: int) -> int:
         return 0
 
-    def request(self, arrival_ns: int, input_tokens: int) -> tuple[int, int, int]:
-        return arrival_ns, 0, 0
+    def requests(self, arrival_ns: list[int], input_tokens: list[int]) -> list[tuple[int, int, int]]:
+        return [(at_ns, 0, 0) for at_ns in arrival_ns]
 
     def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int, int, int]:
         return self.last_mile.on_step(gpu_end_ns, emitted, events)
