@@ -77,6 +77,12 @@ def test_a_burst_is_read_and_parsed_before_any_of_it_is_tokenized():
     assert all(w.work_ns == 3_000_000 for w in waits)
     # One at a time (a moment of the engine loop each), a request's stages run back to back.
     assert front.requests([9_000_000], [1e-3], [2e-3]) == [Wait(12_000_000, 0, 3_000_000)]
+    # Handed over together but arriving 10 ms apart, the first is done before the second arrives.
+    assert front.requests([20_000_000, 30_000_000], [1e-3] * 2, [2e-3] * 2) == [
+        Wait(23_000_000, 0, 3_000_000), Wait(33_000_000, 0, 3_000_000)]
+    # 1 ms apart, the second's reading comes before the first's tokenizing (ready at 41 and 42 ms).
+    assert front.requests([40_000_000, 40_500_000], [1e-3] * 2, [2e-3] * 2) == [
+        Wait(44_000_000, 1_000_000, 3_000_000), Wait(46_000_000, 500_000 + 2_000_000, 3_000_000)]
 
 
 @pytest.mark.parametrize(("scheduler", "replicas", "api_servers", "layout"), [

@@ -19,6 +19,7 @@ them and its tokens leave when the last process is done with its share.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -85,32 +86,43 @@ class FrontEnd:
         return self.requests([arrival_ns], [first_s], [then_s])[0]
 
     def requests(self, arrival_ns: list[int], first_s: list[float], then_s: list[float]) -> list[Wait]:
-        """Requests that reached the server together (by one moment of the engine loop), in arrival
-        order: each costs `first_s` of CPU once it has arrived, then `then_s` once that is done. An
-        asyncio server reads and parses every request of a burst before it renders and tokenizes the
-        first (each handler yields between the two), so each stage runs first come first served by the
-        time it became ready: first every request's first stage, then their second stages in the order
-        the first ones ended."""
+        """Requests that reached the server by one moment of the engine loop, in arrival order: each
+        costs `first_s` of CPU once it has arrived (reading and parsing it), then `then_s` once that is
+        done (its template, tokenizing, the hand-off). Each stage waits its turn by the time it became
+        ready, as an asyncio server's tasks do: a burst's requests are all read and parsed before the
+        first is tokenized, while a request alone runs its two stages back to back."""
         free, busy, ns_per_s = self._api_free_ns, self._api_busy_ns, self._request_ns_per_s
         count = len(free)
-        stages = []  # (end of the first stage, request, its process, its wait so far, its work so far)
-        for k, at_ns in enumerate(arrival_ns):
+        if len(arrival_ns) == 1:  # the common case: its stages back to back, without the heap
             p = self._next_process
             self._next_process = (p + 1) % count
-            work_ns = round(first_s[k] * ns_per_s)
+            at_ns, work_ns = arrival_ns[0], round(first_s[0] * ns_per_s) + round(then_s[0] * ns_per_s)
             start_ns = free[p] if free[p] > at_ns else at_ns
             free[p] = start_ns + work_ns
             busy[p] += work_ns
-            stages.append((start_ns + work_ns, k, p, start_ns - at_ns, work_ns))
-        if len(stages) > 1:
-            stages.sort()
-        waits: list[Wait] = [Wait(0, 0, 0)] * len(stages)
-        for ready_ns, k, p, queue_ns, first_ns in stages:
-            work_ns = round(then_s[k] * ns_per_s)
+            return [Wait(start_ns + work_ns, start_ns - at_ns, work_ns)]
+        # Stages ready to run: (ready, order handed in, request, its process, stage).
+        ready = []
+        for k, at_ns in enumerate(arrival_ns):
+            ready.append((at_ns, k, k, self._next_process, 0))
+            self._next_process = (self._next_process + 1) % count
+        heapq.heapify(ready)
+        queued, worked = [0] * len(arrival_ns), [0] * len(arrival_ns)
+        waits: list[Wait] = [Wait(0, 0, 0)] * len(arrival_ns)
+        order = len(arrival_ns)
+        while ready:
+            ready_ns, _, k, p, stage = heapq.heappop(ready)
+            work_ns = round((then_s if stage else first_s)[k] * ns_per_s)
             start_ns = free[p] if free[p] > ready_ns else ready_ns
             free[p] = start_ns + work_ns
             busy[p] += work_ns
-            waits[k] = Wait(start_ns + work_ns, queue_ns + start_ns - ready_ns, first_ns + work_ns)
+            queued[k] += start_ns - ready_ns
+            worked[k] += work_ns
+            if stage:
+                waits[k] = Wait(start_ns + work_ns, queued[k], worked[k])
+            else:
+                heapq.heappush(ready, (start_ns + work_ns, order, k, p, 1))
+                order += 1
         return waits
 
     def detokenize(self, ready_ns: int, cost_s: float) -> Wait:
