@@ -64,9 +64,10 @@ HOST_STEP_S = default("host_step_s")
 # A V0 step run one at a time pays both parts. Each is fitted in code (validate/fit.py): the window part
 # on the V0 rows run one step at a time (the vLLM performance benchmark's V0 run of Llama 3 70B on
 # 4 x H200 at 1 req/s, whose ITL sets the sum), then the step part on the rows run with 10-step windows
-# (SGLang's benchmark of vLLM 0.6.0), given the window part. One constant shared by the window (the
-# model before this split) could not fit both: the multi-step rows wanted 15.5 ms a window, 1.55 ms a
-# step, where the single-step row wanted 2.9 ms a step.
+# (SGLang's benchmark of vLLM 0.6.0), given the window part: 2.2 ms and 0.61 ms put the CI row's mean
+# ITL at -0.5% and the multi-step rows' median TPOT at -7.4% to +1.2% (`tokenpath validate --group
+# latency`). One constant shared by the window (the model before this split) could not fit both: the
+# multi-step rows wanted 15.5 ms a window, 1.55 ms a step, where the single-step row wanted 2.9 ms a step.
 VLLM_V0_HOST_WINDOW_S = default("vllm_v0_host_window_s")
 VLLM_V0_HOST_STEP_S = default("vllm_v0_host_step_s")
 # Per sequence sampled: vLLM V1's Scheduler.update_from_output takes 0.287 ms for 256 decoding

@@ -129,12 +129,13 @@ PROCEDURES: tuple[Procedure, ...] = (
     Procedure("eager_host_per_kernel_s", "ttft", _has_eager_steps, _reads_eager_host, 5e-6, 60e-6),
     # The fixed host time per step of vLLM V1, SGLang and TensorRT-LLM, in the path of the steps of vLLM
     # V1 and of engines run without overlap: a cost per step, so TPOT / ITL (set by hand to reproduce
-    # AIConfigurator's vLLM rows, engine/host_time.py). From a fifth of V1's 0.5 ms to above V0's 2.9 ms.
+    # AIConfigurator's vLLM rows, engine/host_time.py). From a fifth of V1's 0.5 ms to above V0's 2.8 ms
+    # a step run alone.
     Procedure("host_step_s", "decode", _host_step_in_path, _reads_host_step, 0.1e-3, 5e-3),
     # vLLM V0's host time per scheduler call (scheduling, preparing the inputs) and every step besides,
-    # both in the step's path: TPOT / ITL. Each from a tenth of a millisecond to 10 ms, the bounds the
-    # rows leave open: the single-step V0 row wants the two to sum to about 2.9 ms, the multi-step rows
-    # want about 1.5 ms a step over windows of 10 steps.
+    # both in the step's path: TPOT / ITL. Each from a tenth of a millisecond to 10 ms: the single-step
+    # V0 row wants the two to sum to about 2.8 ms, the multi-step rows (windows of 10 steps) about
+    # 0.8 ms a decode step, so either part may take most of the sum.
     Procedure("vllm_v0_host_window_s", "decode", _vllm_v0_single_step, _reads_vllm_v0_host, 0.1e-3, 10e-3),
     Procedure("vllm_v0_host_step_s", "decode", _vllm_v0_multi_step, _reads_vllm_v0_host, 0.1e-3, 10e-3),
 )
