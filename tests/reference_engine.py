@@ -17,7 +17,8 @@ RULES (adding a profile there means adding its rules here, which the tests check
 - prefill-first (`step_prefill_first`): a step prefills (the prompt in progress, then waiting
   prompts) while decoding sequences pause, when that can run; otherwise every decoding sequence
   decodes, for one step or, with multi-step scheduling, for a window of k steps with a fixed batch
-  (sequences done mid-window are computed to its end, and the window's tokens leave at its end).
+  (sequences done mid-window are computed to its end, and the window's tokens leave at its end; only
+  the window's first step calls the scheduler, and its cost says so).
   With mixed chunks the batch is formed as vllm-v1's.
 - vllm-v0: prefill-first's batches without chunked prefill, vllm-v1's with it.
 
@@ -278,6 +279,7 @@ class _Replica:
         # events of its steps so far (the host takes them when it ends).
         self.window_left = 0
         self.window_tokens = self.window_events = 0
+        self.scheduled = True  # whether the step being run called the scheduler
 
         # Sessions: the think time before each row, -1 for a row sent at its scheduled time.
         self.think_ns = np.full(n, -1, np.int64) if think_ns is None else np.asarray(think_ns, np.int64)
@@ -329,6 +331,7 @@ class _Replica:
                 self.now = self.arrivals[0][0]
                 continue
             self.preempted_in_step = False
+            self.scheduled = not self.window_left  # the steps of a window after its first call no scheduler
             if not self.decode_run():
                 if self.pauses:
                     self.step_prefill_first()
@@ -584,7 +587,8 @@ class _Replica:
         """Cost one step, record it and advance time: (compute_ns, traffic_ns, blocking_ns, end_ns).
         Inside a multi-step window the host takes nothing until the window's last step, which hands it
         every token of the window at once."""
-        compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read, chunk_context))
+        compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read, chunk_context,
+                                              self.scheduled))
         traffic_ns = _ns(self.costs.traffic_s(num_tokens, num_logits == num_tokens))
         gpu_end = self.now + compute_ns + traffic_ns
         events = int(np.count_nonzero(closes_event(token_index, self.out[emitters], self.host.stream_interval)))
@@ -599,7 +603,8 @@ class _Replica:
             self.window_tokens = self.window_events = 0
         end = gpu_end + blocking_ns
         self.steps.append((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, num_seqs,
-                           attn_pairs, kv_read, chunk_context, num_logits, front_wait_ns, front_work_ns))
+                           attn_pairs, kv_read, chunk_context, num_logits, front_wait_ns, front_work_ns,
+                           int(self.scheduled)))
         self.emitted.append(emitters)
         # Every token's step is recorded, so a request ended early (aborted) has its last one too.
         self.last_end[emitters] = end
@@ -692,7 +697,7 @@ class _Replica:
         return taken
 
     def trace(self) -> EngineTrace:
-        step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 13)
+        step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 14)
         leave = step_rows[:, 4]
         for k in range(len(leave) - 2, -1, -1):  # a step inside a window leaves with the window's last
             if leave[k] < 0:
@@ -736,6 +741,7 @@ class _Replica:
             times_preempted=self.times_preempted,
             step_front_queue_ns=step_rows[:, 11],
             step_front_work_ns=step_rows[:, 12],
+            step_scheduled=step_rows[:, 13],
             front_queue_ns=front_wait,
             front_work_ns=front_work,
             upload_ns=self.upload,

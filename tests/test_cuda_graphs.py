@@ -49,7 +49,12 @@ def test_a_prefill_first_deployment_graphs_decode_batches_up_to_sglangs_default(
 def test_vllm_v0_graphs_decode_batches_up_to_256_and_its_host_runs_in_every_step():
     """vLLM V0 captured decode batches of 1, 2, 4, 8, ..., 256 and ran prompt and mixed chunked-prefill
     steps eagerly from Python; it prepares each step while the GPU waits (engine/host_time.py)."""
-    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S, HOST_STEP_S, VLLM_V0_HOST_STEP_S
+    from tokenpath.engine.host_time import (
+        EAGER_HOST_PER_KERNEL_S,
+        HOST_STEP_S,
+        VLLM_V0_HOST_STEP_S,
+        VLLM_V0_HOST_WINDOW_S,
+    )
 
     assert EngineSpec(scheduler="vllm-v0").cuda_graphs == "decode"
     assert EngineSpec(scheduler="vllm-v0").max_num_seqs == 256 and EngineSpec().max_num_seqs == 1024
@@ -58,6 +63,9 @@ def test_vllm_v0_graphs_decode_batches_up_to_256_and_its_host_runs_in_every_step
     assert v0.launch_s(256, 256) == 0.0 and v0.launch_s(257, 257) > 0.0
     assert v0.launch_s(100, 1) > 0.0 and v0.launch_s(130, 30) > 0.0  # a prefill, a mixed chunked step
     assert v0.graph_policy() == "CUDA graphs for decode steps of up to 256 sequences"
-    assert v0.host_step_s == VLLM_V0_HOST_STEP_S > HOST_STEP_S and not v0.host_overlapped
+    # its host per scheduler call and every step, in the step's path: a step run alone pays both
+    assert (v0.host_window_s, v0.host_step_s) == (VLLM_V0_HOST_WINDOW_S, VLLM_V0_HOST_STEP_S)
+    assert v0.host_s(0) == VLLM_V0_HOST_WINDOW_S + VLLM_V0_HOST_STEP_S > HOST_STEP_S and not v0.host_overlapped
     assert v0.host_eager_per_kernel_s == EAGER_HOST_PER_KERNEL_S
-    assert _compute("h200", 4).host_step_s == HOST_STEP_S
+    v1 = _compute("h200", 4)
+    assert (v1.host_window_s, v1.host_step_s) == (HOST_STEP_S, 0.0)

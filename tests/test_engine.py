@@ -22,13 +22,14 @@ NO_NETWORK = DeliverySpec(
 
 
 class FixedCosts:
-    """Every step costs `base_s` plus `per_token_s` per token processed; traffic a fixed share."""
+    """Every step costs `base_s` plus `per_token_s` per token processed, plus `scheduler_s` when it calls
+    the scheduler; traffic a fixed share."""
 
-    def __init__(self, base_s=1e-3, per_token_s=0.0, traffic_s=0.0):
-        self.base_s, self.per_token_s, self._traffic_s = base_s, per_token_s, traffic_s
+    def __init__(self, base_s=1e-3, per_token_s=0.0, traffic_s=0.0, scheduler_s=0.0):
+        self.base_s, self.per_token_s, self._traffic_s, self.scheduler_s = base_s, per_token_s, traffic_s, scheduler_s
 
-    def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens):
-        return self.base_s + self.per_token_s * num_tokens
+    def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens, scheduled):
+        return self.base_s + self.per_token_s * num_tokens + (self.scheduler_s if scheduled else 0.0)
 
     def traffic_s(self, num_tokens, decode_only):
         return self._traffic_s
@@ -161,7 +162,7 @@ def test_the_engine_matches_the_straightforward_reference_exactly(
     block = 16
     inputs, outputs = random_lengths(rng, n, budget, block, kv_blocks, chunked)
     arrivals = np.sort(rng.uniform(0, 0.05, n))
-    costs = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5)
+    costs = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5, scheduler_s=1e-4)
     delivery = DeliverySpec(stream_interval=interval, detokenize=detokenize, detokenize_per_token=2e-5)
     spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs),
                       chunked_prefill=chunked, block_size=block)
@@ -401,7 +402,7 @@ def test_each_profile_matches_its_straightforward_reference_exactly(
     inputs = rng.integers(1, max(2, longest // 2), n)
     outputs = rng.integers(1, max(2, longest - inputs.max()), n)
     arrivals = np.sort(rng.uniform(0, 0.05, n))
-    costs = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5)
+    costs = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5, scheduler_s=1e-4)
     delivery = DeliverySpec(stream_interval=interval, detokenize=detokenize, detokenize_per_token=2e-5)
     spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=block,
                       **settings_)

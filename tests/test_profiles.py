@@ -41,20 +41,22 @@ def test_every_profile_has_its_rules_in_the_reference_engine_and_is_compared_wit
 
 
 @pytest.mark.parametrize(("scheduler", "kv_admission", "cuda_graphs", "max_num_seqs", "graph_max_tokens",
-                          "host_step_s", "overlapped", "eager_host"), [
-    ("vllm-v1", "on_demand", "all", 1024, None, 0.5e-3, False, False),
-    ("vllm-v0", "on_demand", "decode", 256, 256, 2.9e-3, False, True),
-    ("prefill-first", "on_demand", "decode", 1024, 512, 0.5e-3, True, True),  # SGLang's at 141 GiB, tp 4
-    ("trtllm", "reserve", "all", 1024, None, 0.5e-3, True, False),
+                          "host_s", "overlapped", "eager_host"), [
+    # host_s: (per scheduler call, every step besides)
+    ("vllm-v1", "on_demand", "all", 1024, None, (0.5e-3, 0.0), False, False),
+    ("vllm-v0", "on_demand", "decode", 256, 256, (2.2e-3, 0.61e-3), False, True),
+    ("prefill-first", "on_demand", "decode", 1024, 512, (0.5e-3, 0.0), True, True),  # SGLang's at 141 GiB, tp 4
+    ("trtllm", "reserve", "all", 1024, None, (0.5e-3, 0.0), True, False),
 ])
 def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admission, cuda_graphs, max_num_seqs,
-                                                          graph_max_tokens, host_step_s, overlapped, eager_host):
+                                                          graph_max_tokens, host_s, overlapped, eager_host):
     spec = EngineSpec(scheduler=scheduler)
     assert (spec.kv_admission, spec.cuda_graphs, spec.max_num_seqs) == (kv_admission, cuda_graphs, max_num_seqs)
     assert spec.graph_max_tokens(141 * GIB, 4) == graph_max_tokens
     assert EngineSpec(scheduler=scheduler, cuda_graph_max_tokens=64).graph_max_tokens(141 * GIB, 4) == 64
     host = host_step_cost(scheduler)
-    assert (host.step_s, host.overlapped, host.eager_per_kernel_s > 0) == (host_step_s, overlapped, eager_host)
+    assert ((host.window_s, host.step_s), host.overlapped, host.eager_per_kernel_s > 0) == (host_s, overlapped,
+                                                                                           eager_host)
     assert host_step_cost(scheduler, overlap=not overlapped).overlapped == (not overlapped)
 
 

@@ -3,9 +3,10 @@
 Each op takes the larger of FLOPs / sustained FLOP/s and bytes / sustained HBM bandwidth, or for a
 GEMM a blend of the two that is slower near the ridge point (`op_time_s`), plus the fixed cost of
 each kernel it launches (efficiency.KERNEL_FIXED_S); a step is the sum of its ops plus the host's time
-for the step (`host_step_s`, and `host_per_sequence_s` per sequence sampled: the engine's, passed in;
-with `host_overlapped` the host prepares each step while the GPU runs the one before, so a step takes
-the longer of the two instead of their sum),
+for the step (`host_window_s` when it calls the scheduler, `host_step_s` every step, and
+`host_per_sequence_s` per sequence sampled: the engine's, passed in; with `host_overlapped` the host
+prepares each step while the GPU runs the one before, so a step takes the longer of the two instead of
+their sum),
 plus its kernel launches when it does not replay a captured CUDA graph
 (efficiency.EAGER_KERNEL_LAUNCH_S per kernel). Communication (the tensor-parallel
 all-reduces) is not included: `allreduce_bytes` sizes the hidden state the engine's costs move
@@ -81,8 +82,8 @@ class ComputeModel:
 
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
-                 expert_replicas: int = 1, host_step_s: float = 0.0, host_per_sequence_s: float = 0.0,
-                 host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
+                 expert_replicas: int = 1, host_window_s: float = 0.0, host_step_s: float = 0.0,
+                 host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
                  assumptions: Assumptions = DEFAULTS):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
@@ -105,6 +106,7 @@ class ComputeModel:
         self.sliding_kv_bytes_per_token_per_chip: float = per_layer * model.sliding_layers / pp
         self._window = model.sliding_window
         self._sliding_fraction = model.sliding_fraction
+        self.host_window_s = host_window_s  # a step that calls the scheduler (engine/host_time.py)
         self.host_step_s = host_step_s
         self.host_per_sequence_s = host_per_sequence_s
         self.host_overlapped = host_overlapped
@@ -279,27 +281,30 @@ class ComputeModel:
         captured = num_tokens <= self._graph_max_tokens and not (self._graphs_decode_only and num_tokens != num_logits)
         return 0.0 if captured else self.eager_launch_s
 
-    def host_s(self, num_logits: int) -> float:
-        """The host's time for a step that samples `num_logits` sequences."""
-        return self.host_step_s + self.host_per_sequence_s * num_logits
+    def host_s(self, num_logits: int, scheduled: bool = True) -> float:
+        """The host's time for a step that samples `num_logits` sequences; `scheduled`: it calls the
+        scheduler (every step but those of a multi-step window after its first)."""
+        return (self.host_window_s if scheduled else 0.0) + self.host_step_s + self.host_per_sequence_s * num_logits
 
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
-                    chunk_context_tokens: float = 0.0) -> float:
+                    chunk_context_tokens: float = 0.0, scheduled: bool = True) -> float:
         """Sum of step_ops times and launch_s, plus host_s (or, overlapped, the larger of the two).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
         (attention, routed experts, MLA's kv_b_proj) are evaluated every step, from coefficients
-        precomputed in _compile.
+        precomputed in _compile. `scheduled`: the step calls the scheduler, so its host pays
+        host_window_s (every step but those of a multi-step window after its first).
         """
         t, n = num_tokens, num_logits
         total = self._tokens_s.get(t)
         if total is None:
             total = self._tokens_s[t] = self._kernels_fixed_s + self._sum_s(self._token_ops, t, 0)
-        logits_s = self._logits_s.get(n)
+        logits = self._logits_s if scheduled else self._logits_in_window_s
+        logits_s = logits.get(n)
         if logits_s is None:  # a host in the step's path is added here, once per distinct n
-            host_s = 0.0 if self.host_overlapped else self.host_s(n)
-            logits_s = self._logits_s[n] = host_s + self._sum_s(self._logit_ops, 0, n)
+            host_s = 0.0 if self.host_overlapped else self.host_s(n, scheduled)
+            logits_s = logits[n] = host_s + self._sum_s(self._logit_ops, 0, n)
         total += logits_s
         if not self._every_step_captured:
             total += self.launch_s(t, n)
@@ -317,7 +322,7 @@ class ComputeModel:
             else:  # op_time_s's max, inline: this runs every step
                 total += compute_s if compute_s > memory_s else memory_s
         if self.host_overlapped:
-            host_s = self.host_step_s + self.host_per_sequence_s * n
+            host_s = self.host_s(n, scheduled)
             return total if total > host_s else host_s
         return total
 
@@ -350,7 +355,8 @@ class ComputeModel:
         # Every kernel's fixed cost, the same in every step: added once, with the ops of num_tokens.
         self._kernels_fixed_s = math.fsum(op.kernels for op in self.ops) * self.kernel_fixed_s
         self._tokens_s: dict[int, float] = {}
-        self._logits_s: dict[int, float] = {}
+        self._logits_s: dict[int, float] = {}  # with the host in the path: a step that calls the scheduler
+        self._logits_in_window_s: dict[int, float] = {}  # and one inside a multi-step window
         m = self.model
         self._num_experts = float(m.num_experts)
         self._expert_miss = 1.0 - m.experts_per_token / m.num_experts if m.is_moe else 1.0

@@ -102,10 +102,15 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("host_step_s", 0.5e-3, _HOST, "HOST_STEP_S", "s",
                "vLLM V1 scheduler and input preparation; reproduces AIConfigurator's vLLM rows at one chip",
                "validate latency; tests/test_engine.py"),
-    Assumption("vllm_v0_host_step_s", 2.9e-3, _HOST, "VLLM_V0_HOST_STEP_S", "s",
-               "vLLM V0's host time per step, in its path (the vllm-v0 profile); calibrated on the vLLM performance "
-               "benchmark's V0 run of Llama 3 70B on 4 x H200 at 1 req/s",
-               "validate latency; tests/test_engine.py"),
+    Assumption("vllm_v0_host_window_s", 2.2e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
+               "vLLM V0's host time per scheduler call, in its path (the vllm-v0 profile): Scheduler.schedule and "
+               "prepare_model_input, once per multi-step window; fitted on the V0 rows run one step at a time "
+               "(validate/fit.py)",
+               "validate latency, validate --cross; tests/test_validate_cross.py"),
+    Assumption("vllm_v0_host_step_s", 0.61e-3, _HOST, "VLLM_V0_HOST_STEP_S", "s",
+               "vLLM V0's host time in every step's path besides (the vllm-v0 profile): the engine's step loop, the "
+               "sampler's tensors and pythonized outputs; fitted on the multi-step V0 rows (validate/fit.py)",
+               "validate latency, validate --cross; tests/test_validate_cross.py"),
     Assumption("eager_host_per_kernel_s", 18e-6, _HOST, "EAGER_HOST_PER_KERNEL_S", "s",
                "SGLang's and vLLM V0's host time per kernel of an eager step, added to its kernels; calibrated on "
                "DataCrunch's SGLang ShareGPT run at 4 req/s (70B, 4 x H200)",

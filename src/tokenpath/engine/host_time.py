@@ -1,13 +1,14 @@
 """The host's share of an engine step: what the engine's own process does around the GPU's kernels.
 
-Each step an engine schedules the batch, prepares its inputs (block tables, positions, sampling
-parameters), samples and processes the outputs: a fixed part and a part per sequence sampled. Where
-that runs in the step's critical path it adds to the step's time; an engine that prepares the next
-step while the GPU runs the current one (SGLang's zero-overhead batch scheduler since v0.4,
-TensorRT-LLM's overlap scheduler, on by default in its PyTorch backend; the C++ executor that runs
-built TensorRT engines has none) hides it behind the GPU, and a step then lasts the longer of the two
-(`[engine] host_overlap` overrides the profile's default). Under vLLM V0's multi-step scheduling the
-scheduler and input preparation run once per window of steps.
+An engine's host schedules the batch and prepares its inputs (block tables, positions, sampling
+parameters) when it calls its scheduler, and samples and processes the outputs: a fixed part per
+scheduler call, a fixed part every step, and a part per sequence sampled. Where that runs in the step's
+critical path it adds to the step's time; an engine that prepares the next step while the GPU runs the
+current one (SGLang's zero-overhead batch scheduler since v0.4, TensorRT-LLM's overlap scheduler, on by
+default in its PyTorch backend; the C++ executor that runs built TensorRT engines has none) hides it
+behind the GPU, and a step then lasts the longer of the two (`[engine] host_overlap` overrides the
+profile's default). Every step calls the scheduler but those inside a multi-step window after its
+first (vLLM V0's num_scheduler_steps): they pay the part every step and the part per sequence only.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from tokenpath.engine.profiles import PROFILES
 
 @dataclass(frozen=True)
 class HostStepCost:
-    """Host time of one step: `step_s`, plus `per_sequence_s` for every sequence that samples a token;
+    """Host time of a step: `window_s` when it calls the scheduler (a step of its own, or a multi-step
+    window's first), `step_s` every step, plus `per_sequence_s` for every sequence that samples a token;
     `overlapped`: prepared while the GPU runs the step before; `eager_per_kernel_s`: the host's time
     per kernel, added to the kernels, when the step replays no CUDA graph."""
 
+    window_s: float
     step_s: float
     per_sequence_s: float
     overlapped: bool
@@ -33,13 +36,39 @@ class HostStepCost:
 # The fixed host time of a step, the same order for every engine written in Python around the GPU:
 # 0.5 ms, of which vLLM's V1 scheduler and input preparation take most at small batches. It reproduces
 # the vLLM rows of AIConfigurator's measured runs at one chip (tokenpath validate --group latency);
-# an order of magnitude to calibrate per deployment.
+# an order of magnitude to calibrate per deployment. The profiles other than vllm-v0 pay it per
+# scheduler call (their host_window_assumption): every step, but under multi-step windows once a window.
 HOST_STEP_S = default("host_step_s")
-# vLLM's V0 engine (its profile's host_step_assumption): its fixed host time per step, in the step's
-# path. V0 schedules, builds the step's inputs and metadata in Python and waits for the sampler every
-# step, the costs V1 was rewritten to cut (vLLM's V1 announcement, January 2025). Calibrated once, on
-# the vLLM performance benchmark's V0 run of Llama 3 70B on 4 x H200 at 1 req/s (a calibration row of
-# `tokenpath validate --group latency`): 2.9 ms puts its mean ITL within 0.5% (HOST_STEP_S leaves it 15% short).
+# vLLM's V0 engine (the vllm-v0 profile): its fixed host time, in the step's path, in two parts, as
+# its code splits the work between a scheduler call and a step. V0 schedules, builds the step's inputs
+# and metadata in Python and waits for the sampler every step, the costs V1 was rewritten to cut
+# (vLLM's V1 announcement, January 2025). With --num-scheduler-steps k (vLLM 0.6, vllm-project/vllm):
+# - Once per window, VLLM_V0_HOST_WINDOW_S: LLMEngine.step (vllm/engine/llm_engine.py) calls
+#   Scheduler.schedule only when `_has_remaining_steps` finds the window done, and keeps its output for
+#   the window's other steps (`_cache_scheduler_outputs_for_multi_step`); the worker builds the model's
+#   inputs, ModelRunner.prepare_model_input (vllm/worker/model_runner.py: tokens, positions, slot
+#   mapping, block tables, attention metadata and SamplingMetadata.prepare, in Python per sequence),
+#   on the window's first step only (MultiStepWorker._get_driver_input_and_broadcast,
+#   vllm/worker/multi_step_worker.py, `is_first_multi_step`), and reuses them.
+# - Every step, VLLM_V0_HOST_STEP_S: LLMEngine.step itself (an ExecuteModelRequest, execute_model, and
+#   `finish_step` on every sequence group); in MultiStepModelRunner.execute_model (vllm/worker/
+#   multi_step_model_runner.py), on every step after the first, the wait on the step before and
+#   `_advance_step`: the attention metadata's sequence lengths in a Python loop, and ops.advance_step, a
+#   kernel, for the tokens, positions and slots on the GPU; the driver broadcasting the model input to
+#   the tensor-parallel workers; the model and the sampler, which rebuilds its sampling tensors every
+#   step (`reuse_sampling_tensors = False` on the first step and the others); and pythonizing each
+#   step's sampled ids into SequenceOutput objects (`_pythonize_sampler_output`: a copy to pinned memory
+#   and a Python loop over the sequence groups). The engine processes the window's outputs at its end
+#   (detokenizing and checking stops for every token of it), work per token: HOST_PER_SEQUENCE_S and the
+#   delivery path's per-token costs.
+# A V0 step run one at a time pays both parts. Each is fitted in code (validate/fit.py): the window part
+# on the V0 rows run one step at a time (the vLLM performance benchmark's V0 run of Llama 3 70B on
+# 4 x H200 at 1 req/s, whose ITL sets the sum), then the step part on the rows run with 10-step windows
+# (SGLang's benchmark of vLLM 0.6.0), given the window part: 2.2 ms and 0.61 ms put the CI row's mean
+# ITL at -0.5% and the multi-step rows' median TPOT at -7.4% to +1.2% (`tokenpath validate --group
+# latency`). One constant shared by the window (the model before this split) could not fit both: the
+# multi-step rows wanted 15.5 ms a window, 1.55 ms a step, where the single-step row wanted 2.9 ms a step.
+VLLM_V0_HOST_WINDOW_S = default("vllm_v0_host_window_s")
 VLLM_V0_HOST_STEP_S = default("vllm_v0_host_step_s")
 # Per sequence sampled: vLLM V1's Scheduler.update_from_output takes 0.287 ms for 256 decoding
 # sequences, 1.12 us each (vllm-project/vllm pull request 46112's micro-benchmark).
@@ -76,13 +105,13 @@ def host_overlapped(scheduler: str, overlap: bool | None = None) -> bool:
     return PROFILES[scheduler].host_overlap if overlap is None else overlap
 
 
-def host_step_cost(scheduler: str, overlap: bool | None = None, scheduler_steps: int = 1) -> HostStepCost:
-    """The host cost of a step under `scheduler`; `overlap` (None: the profile's) and multi-step windows
-    of `scheduler_steps` steps, whose scheduling and input preparation are shared by the window."""
+def host_step_cost(scheduler: str, overlap: bool | None = None) -> HostStepCost:
+    """The host cost of a step under `scheduler`, and `overlap` (None: the profile's)."""
     profile = PROFILES[scheduler]
-    step_s = {"host_step_s": assumed("host_step_s", HOST_STEP_S),
-              "vllm_v0_host_step_s": assumed("vllm_v0_host_step_s", VLLM_V0_HOST_STEP_S)}[profile.host_step_assumption]
-    return HostStepCost(step_s / scheduler_steps,
+    fixed_s = {"host_step_s": assumed("host_step_s", HOST_STEP_S),
+               "vllm_v0_host_window_s": assumed("vllm_v0_host_window_s", VLLM_V0_HOST_WINDOW_S),
+               "vllm_v0_host_step_s": assumed("vllm_v0_host_step_s", VLLM_V0_HOST_STEP_S), None: 0.0}
+    return HostStepCost(fixed_s[profile.host_window_assumption], fixed_s[profile.host_step_assumption],
                         assumed("host_per_sequence_s", HOST_PER_SEQUENCE_S),
                         host_overlapped(scheduler, overlap),
                         assumed("eager_host_per_kernel_s", EAGER_HOST_PER_KERNEL_S) if profile.eager_host else 0.0)

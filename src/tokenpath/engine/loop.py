@@ -48,6 +48,7 @@ class EngineTrace:
     step_logits: np.ndarray      # sequences that sampled a token
     step_front_queue_ns: np.ndarray  # how long each step's tokens waited for the front end's processes
     step_front_work_ns: np.ndarray   # and their work there
+    step_scheduled: np.ndarray   # 1 where the step called the scheduler (0: inside a multi-step window)
     kv_capacity_tokens: int
     preemptions: int
     prefix_hit_tokens: np.ndarray  # per request: prompt tokens found in the prefix cache at its first admission

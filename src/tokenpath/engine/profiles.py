@@ -37,7 +37,10 @@ class Profile:
     new_token_ratio: bool  # admits only while the cache keeps SGLang's headroom (engine/new_token_ratio.py)
     queue_policy: Literal["fcfs"]  # the order waiting requests are admitted in (engine/queues.py)
     # -- the host (engine/host_time.py)
-    host_step_assumption: Literal["host_step_s", "vllm_v0_host_step_s"]  # its fixed host time per step
+    # Its fixed host time: per scheduler call (scheduling, input preparation: every step, but once per
+    # window under multi-step scheduling), and every step besides (None: no such part)
+    host_window_assumption: Literal["host_step_s", "vllm_v0_host_window_s"]
+    host_step_assumption: Literal["vllm_v0_host_step_s"] | None
     host_overlap: bool  # prepares a step while the GPU runs the one before, unless [engine] says
     eager_host: bool    # pays EAGER_HOST_PER_KERNEL_S per kernel of a step that replays no graph
     # -- CUDA graphs (engine/cuda_graphs.py), unless [engine] says
@@ -75,7 +78,8 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         queue_policy="fcfs",
-        host_step_assumption="host_step_s",
+        host_window_assumption="host_step_s",
+        host_step_assumption=None,
         # V1's engine core prepares each step after the one before (before its opt-in async scheduling).
         host_overlap=False,
         # vLLM V1 compiles its model with torch.compile by default (fused kernels, a Python call per
@@ -105,7 +109,8 @@ PROFILES: dict[str, Profile] = {
     does with it (_schedule_chunked_prefill: the running decodes first, then prompt chunks within the
     budget); CUDA graphs for decode batches of up to 256 sequences; and its host's time in every
     step's path (engine/host_time.py: V0 schedules, prepares inputs and samples synchronously, and
-    launches eager steps op by op from Python). `num_scheduler_steps` > 1 is its multi-step
+    launches eager steps op by op from Python), a part per scheduler call and a part every step.
+    `num_scheduler_steps` > 1 is its multi-step
     scheduling (MULTI_STEP below), without chunked prefill. Unset, `max_num_seqs` is V0's default, 256; the
     other limits keep the [engine] table's defaults (V0 turned chunked prefill on, with a 512-token
     budget, for models of over 32k tokens of context: state it). Not modelled: its 1% free-block
@@ -115,6 +120,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         queue_policy="fcfs",
+        host_window_assumption="vllm_v0_host_window_s",
         host_step_assumption="vllm_v0_host_step_s",
         host_overlap=False,
         eager_host=True,  # its model code runs op by op in Python when no graph is replayed
@@ -154,7 +160,8 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=True,
         queue_policy="fcfs",
-        host_step_assumption="host_step_s",
+        host_window_assumption="host_step_s",
+        host_step_assumption=None,
         host_overlap=True,  # the zero-overhead batch scheduler, since v0.4 (event_loop_overlap)
         eager_host=True,    # calibrated on SGLang (engine/host_time.py)
         # SGLang's CudaGraphRunner replays decode-or-idle batches only, up to its cuda_graph_max_bs
@@ -195,7 +202,8 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         queue_policy="fcfs",
-        host_step_assumption="host_step_s",
+        host_window_assumption="host_step_s",
+        host_step_assumption=None,
         host_overlap=True,  # the PyTorch backend's overlap scheduler, on by default
         # It launches from its C++ runtime, or fuses a layer into fewer custom ops in its PyTorch
         # backend: no host time per kernel is measured, so none.
@@ -227,10 +235,13 @@ MULTI_STEP = """Multi-step scheduling (vLLM V0 --num-scheduler-steps k, with sch
 the scheduler runs at window starts only. A prefill step is a window of its own; otherwise the
 running sequences decode for k steps as one fixed batch, their KV blocks for all k steps taken at
 the window's start (vLLM allocates k - 1 lookahead slots). New requests are admitted only at window
-starts. The window's tokens leave the server together when its last step ends (vLLM processes a
-window's outputs after its last step); a sequence that samples its last token mid-window stays in
-the batch until the window ends (the GPU keeps computing it, its extra tokens are dropped, vLLM
-issue 10890) and frees its slot then; for that request the wait counts as delivery."""
+starts. The host's time per scheduler call (scheduling, preparing the inputs) is paid by a window's
+first step only; its time every step (the engine's step loop, the sampler, the outputs' copy to
+Python) by each step (engine/host_time.py). The window's tokens leave the server together when its
+last step ends (vLLM processes a window's outputs after its last step); a sequence that samples its
+last token mid-window stays in the batch until the window ends (the GPU keeps computing it, its
+extra tokens are dropped, vLLM issue 10890) and frees its slot then; for that request the wait counts
+as delivery."""
 
 
 def listed(names: list[str], last: str = "or") -> str:

@@ -9,7 +9,10 @@ from typing import Protocol
 
 class StepCosts(Protocol):
     def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
-                  chunk_context_tokens: float) -> float: ...
+                  chunk_context_tokens: float, scheduled: bool) -> float:
+        """A step's compute time, the host's in its path included; `scheduled`: the step calls the
+        scheduler (every step but those of a multi-step window after its first)."""
+        ...
     def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
 
 

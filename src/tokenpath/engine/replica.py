@@ -202,10 +202,11 @@ class Replica:
         self._take_arrivals()
         s, d = self.num_steps, self.tick
         self.preempted_in_step = False
+        scheduled = not self.window_left  # a step after a multi-step window's first calls no scheduler
         decode, prefill_num, admitted = self._compose(d)
         if self.ratio is not None and decode and not prefill_num and not admitted and not self.preempted_in_step:
             self.ratio.decoded()
-        completing, finishing = self._run_batch(s, d, decode, prefill_num, admitted)
+        completing, finishing = self._run_batch(s, d, decode, prefill_num, admitted, scheduled)
         return self._apply(s, d, decode, completing, finishing)
 
     def _take_arrivals(self) -> None:
@@ -426,12 +427,12 @@ class Replica:
             left += self.out[prefill.request] - self.generated[prefill.request]
         return left
 
-    def _run_batch(self, s: int, d: int, decode: int, prefill_num: int,
-                   admitted: Sequence[tuple[int, int, int]]) -> tuple[list[tuple[int, int]], Sequence[int]]:
+    def _run_batch(self, s: int, d: int, decode: int, prefill_num: int, admitted: Sequence[tuple[int, int, int]],
+                   scheduled: bool) -> tuple[list[tuple[int, int]], Sequence[int]]:
         """The batch's shape, its cost and its row; moves `now` to the step's end. Sequences still short
-        of their prompt take part silently; the others sample a token. Returns the sequences that
-        finish their prompt (request, context after the step) and the decoding ones whose token is
-        their last."""
+        of their prompt take part silently; the others sample a token; `scheduled`: the step called the
+        scheduler. Returns the sequences that finish their prompt (request, context after the step) and
+        the decoding ones whose token is their last."""
         num_tokens = decode + prefill_num
         # Each decoding sequence attends to its cache plus its new token: pairs = positions read.
         attn_pairs = kv_read = self.decoders.context_sum + decode if decode else 0
@@ -467,7 +468,7 @@ class Replica:
         logits = decode + len(completing)
         events = logits if self.interval == 1 else self.decoders.events(d, decode, finishing, completing)
 
-        compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context) * 1e9)
+        compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled) * 1e9)
         traffic_ns = round(self._traffic_s(num_tokens, logits == num_tokens) * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
         at_front = self.at_front  # (empty without a front end)
@@ -476,7 +477,7 @@ class Replica:
         blocking_ns, leave_ns, front_queue_ns, front_work_ns = self._host(gpu_end, logits, events)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
                                   decode + (prefill_num > 0) + len(admitted), attn_pairs, kv_read, chunk_context,
-                                  logits, front_queue_ns, front_work_ns))
+                                  logits, front_queue_ns, front_work_ns, scheduled))
         self.num_steps = s + 1
         if leave_ns >= 0:
             self.last_leave_ns = leave_ns

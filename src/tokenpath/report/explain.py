@@ -53,9 +53,14 @@ def traffic_assumptions(part: str, algorithm: str, decode_only: bool) -> list[st
     return names + ["activation_bytes"]
 
 
-def host_assumptions(scheduler: str) -> list[str]:
-    """The assumptions behind a step's engine host time under `scheduler`."""
-    return [PROFILES[scheduler].host_step_assumption, "host_per_sequence_s"]
+def host_assumptions(scheduler: str, scheduled: bool = True) -> list[str]:
+    """The assumptions behind a step's engine host time under `scheduler`; `scheduled`: the step called
+    the scheduler (not one inside a multi-step window after its first)."""
+    profile = PROFILES[scheduler]
+    parts = [profile.host_window_assumption] if scheduled else []
+    if profile.host_step_assumption is not None:
+        parts.append(profile.host_step_assumption)
+    return [*parts, "host_per_sequence_s"]
 
 
 DELIVERY_ASSUMPTIONS = ["host_link_latency_s", "host_link_bw_Bps", "detokenize_per_token_s", "frame_per_event_s"]
@@ -74,14 +79,15 @@ def explain(sim: Simulation) -> dict[str, Any]:
     ops = deployment.compute.step_ops(shape["tokens"], shape["sampled"], shape["attention_pairs"],
                                       shape["kv_read_tokens"], shape["chunk_context_tokens"])
     compute = deployment.compute
+    scheduled = bool(trace.step_scheduled[i])
     return {
         "step": i,
         "shape": shape,
         "ops": [{"op": op.name, "flops": op.flops, "bytes": op.bytes, "time_s": op.time_s, "bound": op.bound,
                  "assumptions": op_assumptions(op.name, linear.gemm, op.bound)}
                 for op, linear in zip(ops, deployment.compute.ops)],
-        "engine_host_s": compute.host_s(shape["sampled"]),
-        "engine_host_assumptions": host_assumptions(sim.scenario.engine.scheduler),
+        "engine_host_s": compute.host_s(shape["sampled"], scheduled),
+        "engine_host_assumptions": host_assumptions(sim.scenario.engine.scheduler, scheduled),
         # Beyond the kernels when no graph is replayed: launch gaps and the host's time to launch them.
         "launch_s": compute.launch_s(shape["tokens"], shape["sampled"]),
         "launch_includes_host": compute.host_eager_per_kernel_s > 0,

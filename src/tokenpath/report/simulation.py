@@ -25,8 +25,10 @@ def _engine_line(engine: Any, compute: Any) -> str:
             f"tokens/step, chunked prefill {'on' if engine.chunked_prefill else 'off'}")
     if engine.num_scheduler_steps > 1:
         line += f", {engine.num_scheduler_steps}-step windows"
-    host = format_duration(compute.host_step_s)
-    return (line + f"; {compute.graph_policy()}; host {host}/step, "
+        host = f"{format_duration(compute.host_window_s)}/window + {format_duration(compute.host_step_s)}/step"
+    else:
+        host = f"{format_duration(compute.host_window_s + compute.host_step_s)}/step"
+    return (line + f"; {compute.graph_policy()}; host {host}, "
             f"{'overlapped' if compute.host_overlapped else 'in the step'}")
 
 

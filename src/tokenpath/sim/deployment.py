@@ -88,12 +88,13 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
                         "unset workload.max_concurrency")
     engine = scenario.engine
-    host = host_step_cost(engine.scheduler, engine.host_overlap, engine.num_scheduler_steps)
+    host = host_step_cost(engine.scheduler, engine.host_overlap)
     graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
                            expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
-                           host_step_s=host.step_s, host_per_sequence_s=host.per_sequence_s,
+                           host_window_s=host.window_s, host_step_s=host.step_s,
+                           host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
                            assumptions=assumptions)
     kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens,

@@ -88,7 +88,8 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "num_scheduler_steps": engine.num_scheduler_steps, "kv_admission": engine.kv_admission,
             "prefix_caching": engine.prefix_caching, "gpu_memory_utilization": engine.gpu_memory_utilization,
             "cuda_graphs": engine.cuda_graphs, "cuda_graph_max_tokens": engine.cuda_graph_max_tokens,
-            "host_overlap": d.compute.host_overlapped, "host_step_s": d.compute.host_step_s,
+            "host_overlap": d.compute.host_overlapped, "host_window_s": d.compute.host_window_s,
+            "host_step_s": d.compute.host_step_s,
         },
         "delivery": {
             "detokenize": d.front_end.detokenizes_in, "stream_interval_tokens": delivery.stream_interval,

@@ -57,8 +57,9 @@ def _value_cell(fold: dict[str, Any], name: str) -> str:
     return f"{format_value(name, fold['fitted'][name])}\n{fitted}"
 
 
-def _header(name: str, width: int = 12) -> str:
-    """A registry name broken after its underscores into lines of about `width` characters."""
+def _header(name: str, width: int = 8) -> str:
+    """A registry name broken after its underscores into lines of about `width` characters (the values
+    table of four constants fits 80 columns)."""
     lines = [""]
     for part in name.split("_"):
         piece = part if not lines[-1] else "_" + part

@@ -14,9 +14,12 @@ simulates a row once per distinct values of the constants that reach it.
 Constants interact (an SGLang row's TTFT moves with both host costs), so they are fitted one after
 another in PROCEDURES' order, each with those before it at their fitted values and those after at the
 registry's: first the eager host time per kernel (25 rows' TTFT; of them only SGLang v0.3's four, run
-without overlap, also pay host_step_s in their path), then host_step_s, then vLLM V0's host step (its
-rows also pay the eager host time). Fitted first, the eager host time does not depend on a fold's
-other values, so every fold shares its simulations.
+without overlap, also pay host_step_s in their path), then host_step_s, then vLLM V0's two host parts
+(its rows also pay the eager host time): its part per scheduler call on the V0 rows run one step at a
+time, which pay both parts every step (given the part every step, it sets their sum), then its part
+every step on the rows run in multi-step windows, which pay the other once a window, given it. Fitted
+first, the eager host time does not depend on a fold's other values, so every fold shares its
+simulations.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def _profile(row: Row) -> Profile:
 
 
 def _reads_host_step(row: Row) -> bool:
-    return _profile(row).host_step_assumption == "host_step_s"
+    return _profile(row).host_window_assumption == "host_step_s"
 
 
 def _host_step_in_path(row: Row) -> bool:
@@ -98,8 +101,23 @@ def _has_eager_steps(row: Row) -> bool:
     return _reads_eager_host(row) and row_engine(row).get("cuda_graphs", _profile(row).cuda_graphs) != "all"
 
 
-def _reads_vllm_v0_host_step(row: Row) -> bool:
-    return _profile(row).host_step_assumption == "vllm_v0_host_step_s"
+def _reads_vllm_v0_host(row: Row) -> bool:
+    """The row pays vLLM V0's host time (both parts: each reaches every V0 row)."""
+    return _profile(row).host_window_assumption == "vllm_v0_host_window_s"
+
+
+def _multi_step(row: Row) -> bool:
+    return row_engine(row).get("num_scheduler_steps", 1) > 1
+
+
+def _vllm_v0_single_step(row: Row) -> bool:
+    """A V0 row run one step at a time: every step calls the scheduler and pays both host parts."""
+    return _reads_vllm_v0_host(row) and not _multi_step(row)
+
+
+def _vllm_v0_multi_step(row: Row) -> bool:
+    """A V0 row run in multi-step windows: its steps pay the part every step, its windows the other once."""
+    return _reads_vllm_v0_host(row) and _multi_step(row)
 
 
 # In the order they are fitted (the module's docstring says why).
@@ -111,11 +129,15 @@ PROCEDURES: tuple[Procedure, ...] = (
     Procedure("eager_host_per_kernel_s", "ttft", _has_eager_steps, _reads_eager_host, 5e-6, 60e-6),
     # The fixed host time per step of vLLM V1, SGLang and TensorRT-LLM, in the path of the steps of vLLM
     # V1 and of engines run without overlap: a cost per step, so TPOT / ITL (set by hand to reproduce
-    # AIConfigurator's vLLM rows, engine/host_time.py). From a fifth of V1's 0.5 ms to above V0's 2.9 ms.
+    # AIConfigurator's vLLM rows, engine/host_time.py). From a fifth of V1's 0.5 ms to above V0's 2.8 ms
+    # a step run alone.
     Procedure("host_step_s", "decode", _host_step_in_path, _reads_host_step, 0.1e-3, 5e-3),
-    # vLLM V0's host time in every step's path, shared by a multi-step window: TPOT / ITL (set by hand on
-    # the vLLM CI row's ITL). From V1's 0.5 ms to about seven times the value set by hand.
-    Procedure("vllm_v0_host_step_s", "decode", _reads_vllm_v0_host_step, _reads_vllm_v0_host_step, 0.5e-3, 20e-3),
+    # vLLM V0's host time per scheduler call (scheduling, preparing the inputs) and every step besides,
+    # both in the step's path: TPOT / ITL. Each from a tenth of a millisecond to 10 ms: the single-step
+    # V0 row wants the two to sum to about 2.8 ms, the multi-step rows (windows of 10 steps) about
+    # 0.8 ms a decode step, so either part may take most of the sum.
+    Procedure("vllm_v0_host_window_s", "decode", _vllm_v0_single_step, _reads_vllm_v0_host, 0.1e-3, 10e-3),
+    Procedure("vllm_v0_host_step_s", "decode", _vllm_v0_multi_step, _reads_vllm_v0_host, 0.1e-3, 10e-3),
 )
 
 
