@@ -71,17 +71,17 @@ def test_a_burst_is_read_and_parsed_before_any_of_it_is_tokenized():
     # Three requests at once, each 1 ms to read and parse, then 2 ms to template and tokenize: the
     # first stages end at 1, 2, 3 ms, the second stages at 5, 7, 9 ms.
     front = FrontEnd(Layout("api-server"))
-    waits = front.requests([0, 0, 0], [1e-3] * 3, [2e-3] * 3)
+    waits = front.requests([0, 0, 0], 1e-3, [2e-3] * 3)
     assert [w.done_ns for w in waits] == [5_000_000, 7_000_000, 9_000_000]
     assert [w.queue_ns for w in waits] == [2_000_000, 4_000_000, 6_000_000]
     assert all(w.work_ns == 3_000_000 for w in waits)
     # One at a time (a moment of the engine loop each), a request's stages run back to back.
-    assert front.requests([9_000_000], [1e-3], [2e-3]) == [Wait(12_000_000, 0, 3_000_000)]
+    assert front.requests([9_000_000], 1e-3, [2e-3]) == [Wait(12_000_000, 0, 3_000_000)]
     # Handed over together but arriving 10 ms apart, the first is done before the second arrives.
-    assert front.requests([20_000_000, 30_000_000], [1e-3] * 2, [2e-3] * 2) == [
+    assert front.requests([20_000_000, 30_000_000], 1e-3, [2e-3] * 2) == [
         Wait(23_000_000, 0, 3_000_000), Wait(33_000_000, 0, 3_000_000)]
     # 1 ms apart, the second's reading comes before the first's tokenizing (ready at 41 and 42 ms).
-    assert front.requests([40_000_000, 40_500_000], [1e-3] * 2, [2e-3] * 2) == [
+    assert front.requests([40_000_000, 40_500_000], 1e-3, [2e-3] * 2) == [
         Wait(44_000_000, 1_000_000, 3_000_000), Wait(46_000_000, 500_000 + 2_000_000, 3_000_000)]
 
 

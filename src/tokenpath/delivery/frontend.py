@@ -83,11 +83,11 @@ class FrontEnd:
         """A request that reached the server at `arrival_ns`: `first_s` of CPU as it arrives (reading
         and parsing it), then `then_s` (its chat template, tokenizing, the hand-off). Processes take
         requests in turn."""
-        return self.requests([arrival_ns], [first_s], [then_s])[0]
+        return self.requests([arrival_ns], first_s, [then_s])[0]
 
-    def requests(self, arrival_ns: list[int], first_s: list[float], then_s: list[float]) -> list[Wait]:
+    def requests(self, arrival_ns: list[int], first_s: float, then_s: list[float]) -> list[Wait]:
         """Requests that reached the server by one moment of the engine loop, in arrival order: each
-        costs `first_s` of CPU once it has arrived (reading and parsing it), then `then_s` once that is
+        costs `first_s` of CPU once it has arrived (reading and parsing it), then its `then_s` once that is
         done (its template, tokenizing, the hand-off). Each stage waits its turn by the time it became
         ready, as an asyncio server's tasks do: a burst's requests are all read and parsed before the
         first is tokenized, while a request alone runs its two stages back to back."""
@@ -96,7 +96,7 @@ class FrontEnd:
         if len(arrival_ns) == 1:  # the common case: its stages back to back, without the heap
             p = self._next_process
             self._next_process = (p + 1) % count
-            at_ns, work_ns = arrival_ns[0], round(first_s[0] * ns_per_s) + round(then_s[0] * ns_per_s)
+            at_ns, work_ns = arrival_ns[0], round(first_s * ns_per_s) + round(then_s[0] * ns_per_s)
             start_ns = free[p] if free[p] > at_ns else at_ns
             free[p] = start_ns + work_ns
             busy[p] += work_ns
@@ -109,10 +109,10 @@ class FrontEnd:
         heapq.heapify(ready)
         queued, worked = [0] * len(arrival_ns), [0] * len(arrival_ns)
         waits: list[Wait] = [Wait(0, 0, 0)] * len(arrival_ns)
-        order = len(arrival_ns)
+        order, first_ns = len(arrival_ns), round(first_s * ns_per_s)
         while ready:
             ready_ns, _, k, p, stage = heapq.heappop(ready)
-            work_ns = round((then_s if stage else first_s)[k] * ns_per_s)
+            work_ns = round(then_s[k] * ns_per_s) if stage else first_ns
             start_ns = free[p] if free[p] > ready_ns else ready_ns
             free[p] = start_ns + work_ns
             busy[p] += work_ns

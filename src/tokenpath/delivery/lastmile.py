@@ -89,9 +89,8 @@ class LastMile:
     def requests(self, arrival_ns: list[int], input_tokens: list[int]) -> list[Wait]:
         """Requests that reached the server by one moment of the engine loop (`arrival_ns`, in order)
         through the front end: for each, (when the engine sees it, its wait, its work there)."""
-        first_s, then_s, per_token_s = self._first_s, self._then_s, self._tokenize_s
-        return self.front_end.requests(arrival_ns, [first_s] * len(arrival_ns),
-                                       [then_s + n * per_token_s for n in input_tokens])
+        then_s, per_token_s = self._then_s, self._tokenize_s
+        return self.front_end.requests(arrival_ns, self._first_s, [then_s + n * per_token_s for n in input_tokens])
 
     def network_ns(self, size_bytes: float) -> int:
         """One message of `size_bytes` over the client's network, either way: half a round trip plus

@@ -235,11 +235,16 @@ class Replica:
         requests = self.requests
         upload, front_queue, front_work = requests.upload, requests.front_queue, requests.front_work
         until = (until_ns + 1) << _ID_BITS
-        keys = []
-        while at_front and at_front[0] < until:
-            keys.append(heapq.heappop(at_front))
-        ids = [key & _ID_MASK for key in keys]
-        waits = self.host.requests([key >> _ID_BITS for key in keys], [prompt[i] for i in ids])
+        key = heapq.heappop(at_front)
+        if not at_front or at_front[0] >= until:  # the common case: one request, without the lists' loops
+            ids = [key & _ID_MASK]
+            waits = self.host.requests([key >> _ID_BITS], [prompt[ids[0]]])
+        else:
+            keys = [key]
+            while at_front and at_front[0] < until:
+                keys.append(heapq.heappop(at_front))
+            ids = [key & _ID_MASK for key in keys]
+            waits = self.host.requests([key >> _ID_BITS for key in keys], [prompt[i] for i in ids])
         for i, (done_ns, queue_ns, work_ns) in zip(ids, waits):
             upload[i] += queue_ns + work_ns  # its time on the way in is delivery, the front end's too
             front_queue[i], front_work[i] = queue_ns, work_ns
