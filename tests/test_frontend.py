@@ -22,16 +22,16 @@ def test_requests_and_tokens_share_one_process_in_the_order_they_are_ready():
     front = FrontEnd(Layout("api-server"))
     # Two requests arrive at 0 (1 ms of work each), then a step's tokens are ready at 500 us (2 ms):
     # they wait for both requests; a request at 3.5 ms waits for the tokens.
-    assert front.request(0, 1e-3) == Wait(1_000_000, 0, 1_000_000)
-    assert front.request(0, 1e-3) == Wait(2_000_000, 1_000_000, 1_000_000)
+    assert front.requests([0], 1e-3, [0.0])[0] == Wait(1_000_000, 0, 1_000_000)
+    assert front.requests([0], 1e-3, [0.0])[0] == Wait(2_000_000, 1_000_000, 1_000_000)
     assert front.tokens(500_000, 2e-3) == Wait(4_000_000, 1_500_000, 2_000_000)
-    assert front.request(3_500_000, 1e-3) == Wait(5_000_000, 500_000, 1_000_000)
+    assert front.requests([3_500_000], 1e-3, [0.0])[0] == Wait(5_000_000, 500_000, 1_000_000)
     assert front.api_busy_ns == 5_000_000
 
 
 def test_requests_go_to_the_processes_in_turn_and_a_step_s_tokens_are_shared_out():
     front = FrontEnd(Layout("api-server", api_processes=2))
-    waits = [front.request(0, 1e-3) for _ in range(4)]
+    waits = [front.requests([0], 1e-3, [0.0])[0] for _ in range(4)]
     assert [w.done_ns for w in waits] == [1_000_000, 1_000_000, 2_000_000, 2_000_000]
     # 2 ms of token work, 1 ms on each process, both free at 2 ms.
     assert front.tokens(1_500_000, 2e-3) == Wait(3_000_000, 500_000, 1_000_000)
@@ -39,7 +39,7 @@ def test_requests_go_to_the_processes_in_turn_and_a_step_s_tokens_are_shared_out
 
 def test_a_share_of_a_cpu_runs_slower():
     front = FrontEnd(Layout("detokenizer", api_cpus=0.25, detokenizer_cpus=0.5))
-    assert front.request(0, 1e-3).work_ns == 4_000_000
+    assert front.requests([0], 1e-3, [0.0])[0].work_ns == 4_000_000
     assert front.detokenize(0, 1e-3).work_ns == 2_000_000
     assert front.detokenizer_busy_ns == 2_000_000
 
@@ -52,7 +52,8 @@ def test_one_process_is_a_first_come_first_served_queue(jobs):
     front = FrontEnd(Layout("api-server"))
     free = 0
     for is_request, ready_ns, work_ns in sorted(jobs, key=lambda job: job[1]):
-        wait = front.request(ready_ns, work_ns / 1e9) if is_request else front.tokens(ready_ns, work_ns / 1e9)
+        cost_s = work_ns / 1e9
+        wait = front.requests([ready_ns], cost_s, [0.0])[0] if is_request else front.tokens(ready_ns, cost_s)
         start = max(free, ready_ns)
         free = start + work_ns
         assert wait.done_ns == free and wait.queue_ns == start - ready_ns

@@ -79,12 +79,6 @@ class FrontEnd:
         """The busiest API-server process's busy time so far."""
         return max(self._api_busy_ns)
 
-    def request(self, arrival_ns: int, first_s: float, then_s: float = 0.0) -> Wait:
-        """A request that reached the server at `arrival_ns`: `first_s` of CPU as it arrives (reading
-        and parsing it), then `then_s` (its chat template, tokenizing, the hand-off). Processes take
-        requests in turn."""
-        return self.requests([arrival_ns], first_s, [then_s])[0]
-
     def requests(self, arrival_ns: list[int], first_s: float, then_s: list[float]) -> list[Wait]:
         """Requests that reached the server by one moment of the engine loop, in arrival order: each
         costs `first_s` of CPU once it has arrived (reading and parsing it), then its `then_s` once that is

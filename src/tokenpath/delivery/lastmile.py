@@ -111,7 +111,7 @@ class LastMile:
         """(detokenizing, framing) seconds of a step's `emitted` tokens in `events` SSE events: the spec's
         constants, or the calibration's measured cost for the batch size."""
         if self._calibrated is None:
-            return emitted * self.spec.detokenize_per_token, events * self.spec.frame_per_event
+            return emitted * self._detokenize_s, events * self._frame_s
         framing_s = self._calibrated.frame_s(emitted, events)
         return self._calibrated.host_s(emitted, events) - framing_s, framing_s
 
