@@ -166,11 +166,11 @@ def test_capacity_at_a_qoe_floor(tmp_path, monkeypatch, capsys):
     assert code == 0, err
     document = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))
     assert "meets qoe_p10 >= 0.99 (" in out and "qoe_p10 binds" in out
-    rate = document["request_rate"]
+    rate, length = document["request_rate"], ["--num-requests", str(document["num_requests"])]
     assert document["binding"]["metric"] == "qoe_p10" and document["binding"]["bound"] == "min"
     assert document["slo"]["qoe_p10"]["observed"] >= 0.99 > document["binding"]["observed_above"]
-    at = simulate_json([*sets, "--request-rate", repr(rate)], monkeypatch, capsys)
-    above = simulate_json([*sets, "--request-rate", repr(rate * 1.05)], monkeypatch, capsys)
+    at = simulate_json([*sets, *length, "--request-rate", repr(rate)], monkeypatch, capsys)
+    above = simulate_json([*sets, *length, "--request-rate", repr(rate * 1.05)], monkeypatch, capsys)
     targets = parse_slo("qoe_p10=0.99")
     assert at == document["summary"] and at["continuity"]["qoe"]["p10"] >= 0.99 and not misses(at, targets)
     assert above["continuity"]["qoe"]["p10"] < 0.99 and "qoe_p10" in misses(above, targets)
@@ -296,18 +296,27 @@ def test_objectives(monkeypatch, capsys):
 
 def test_capacity_meets_the_slo_at_its_answer_and_misses_it_5_percent_above(monkeypatch, capsys):
     slo = "tpot_p99=8ms,ttft_p99=500ms"
-    code, out, err = run_cli(["capacity", *SMALL_SETS, "--slo", slo, "--json", "-"], monkeypatch, capsys)
+    code, out, err = run_cli(["capacity", *SMALL_SETS, "--slo", slo, "--stability", "0.05", "--json", "-"],
+                             monkeypatch, capsys)
     assert code == 0, err
     document = json.loads(out)
-    rate = document["request_rate"]
+    rate, length = document["request_rate"], ["--num-requests", str(document["num_requests"])]
     assert (document["binding"]["metric"] == "tpot_p99"
             and document["layer"] in ("queue", "compute", "traffic", "delivery"))
-    at = simulate_json([*SMALL_SETS, "--request-rate", repr(rate)], monkeypatch, capsys)
-    above = simulate_json([*SMALL_SETS, "--request-rate", repr(rate * 1.05)], monkeypatch, capsys)
+    at = simulate_json([*SMALL_SETS, *length, "--request-rate", repr(rate)], monkeypatch, capsys)
+    above = simulate_json([*SMALL_SETS, *length, "--request-rate", repr(rate * 1.05)], monkeypatch, capsys)
     targets = parse_slo(slo)
-    assert at == document["summary"] and not misses(at, targets)
+    assert at == document["summary"] and not misses(at, targets) and not at["load"]["overloaded"]
     assert "tpot_p99" in misses(above, targets)
     assert document["above"]["request_rate"] <= rate * 1.01
+    # Searched again with twice the requests until the answer moved by at most 5%: the answer is the
+    # last length's, and each length is twice the one before.
+    steps = document["convergence"]
+    assert steps[0]["num_requests"] == 300 and document["num_requests"] == steps[-1]["num_requests"]
+    assert [b["num_requests"] for b in steps[1:]] == [2 * a["num_requests"] for a in steps[:-1]]
+    assert steps[-1]["request_rate"] == rate and document["converged"]
+    assert abs(steps[-1]["request_rate"] / steps[-2]["request_rate"] - 1) <= document["stability"] == 0.05
+    assert all(abs(b["request_rate"] / a["request_rate"] - 1) > 0.05 for a, b in zip(steps[:-2], steps[1:-1]))
 
 
 @pytest.mark.parametrize("slo, fragment", [

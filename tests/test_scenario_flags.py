@@ -7,7 +7,9 @@ import json
 
 import pytest
 
+import tokenpath.calibrate.probe
 import tokenpath.sim.scenario
+import tokenpath.whatif.levers
 import tokenpath.whatif.run
 from cli_helpers import assert_user_error, run_cli, simulate_json
 from tokenpath.config.errors import UserError
@@ -37,8 +39,10 @@ def built(monkeypatch, tmp_path):
         scenarios.append(real(*args, **kwargs))
         raise UserError("stopped once the scenario was built")
 
-    monkeypatch.setattr(tokenpath.sim.scenario, "build_scenario", build_and_stop)
-    monkeypatch.setattr(tokenpath.whatif.run, "build_scenario", build_and_stop)
+    # Every module that binds build_scenario at import, each imported above so that none binds the
+    # stand-in for good by being first imported while it is in place.
+    for module in (tokenpath.sim.scenario, tokenpath.whatif.run, tokenpath.whatif.levers, tokenpath.calibrate.probe):
+        monkeypatch.setattr(module, "build_scenario", build_and_stop)
     monkeypatch.chdir(tmp_path)  # where bench and calibrate engine would write their files
     return scenarios
 

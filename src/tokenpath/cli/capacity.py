@@ -14,12 +14,14 @@ from tokenpath.config.errors import UserError
 
 CAPACITY_EXAMPLE = """
 Bisects the request rate over full simulations: each point simulates the whole workload at that rate
-(same seed, so the same arrival gaps scaled). Targets are METRIC_STAT=DURATION (at most) with METRIC one
-of ttft, ttfv, tpot, itl, e2e and STAT one of mean, p50, p90, p99, p999; continuity targets are
-qoe_mean, qoe_p1, qoe_p10, qoe_p50 = a number from 0 to 1 (at least) and stalls_per_request,
-requests_with_stalls = a number (at most); without --slo, the scenario's [slo] taken as p99 targets. A
-run with a failed request misses every target. It searches the rate only; a scenario's max_concurrency,
-if any, stays as it is.
+(same seed, so the same arrival gaps scaled), and is accepted only when it meets the SLO and is not
+overloaded. The search is repeated with twice the requests until the answer moves by at most
+--stability (at most 16x the scenario's requests): a capacity is a steady-state answer. Targets are
+METRIC_STAT=DURATION (at most) with METRIC one of ttft, ttfv, tpot, itl, e2e and STAT one of mean,
+p50, p90, p99, p999; continuity targets are qoe_mean, qoe_p1, qoe_p10, qoe_p50 = a number from 0 to 1
+(at least) and stalls_per_request, requests_with_stalls = a number (at most); without --slo, the
+scenario's [slo] taken as p99 targets. A run with a failed request misses every target. It searches the
+rate and the run's length only; a scenario's max_concurrency, if any, stays as it is.
 
 Examples:
 
@@ -49,10 +51,14 @@ def _print(document: dict[str, Any]) -> None:
     targets = ", ".join(f"{name} {'>=' if row['bound'] == 'min' else '<='} {_shown(row['target'], row['unit'])} "
                         f"({_shown(row['observed'], row['unit'])})" for name, row in document["slo"].items())
     console.print(f"[bold]Capacity: {document['request_rate']:.4g} req/s[/bold] meets {targets}", highlight=False)
-    side = "under" if binding["bound"] == "min" else "over"
-    console.print(f"At {above['request_rate']:.4g} req/s {binding['metric']} is "
-                  f"{_shown(binding['observed_above'], binding['unit'])}, {side} its "
-                  f"{_shown(binding['target'], binding['unit'])}: {binding['metric']} binds", highlight=False)
+    if binding["metric"] == "overload":
+        console.print(f"At {above['request_rate']:.4g} req/s the run meets the SLO but is overloaded "
+                      f"({'; '.join(binding['signs'])}): overload binds", highlight=False)
+    else:
+        side = "under" if binding["bound"] == "min" else "over"
+        console.print(f"At {above['request_rate']:.4g} req/s {binding['metric']} is "
+                      f"{_shown(binding['observed_above'], binding['unit'])}, {side} its "
+                      f"{_shown(binding['target'], binding['unit'])}: {binding['metric']} binds", highlight=False)
     if document["layer"]:
         grew = document["attribution_growth_s"][document["layer"]]
         layer = "queue (distribution)" if document["layer"] == "queue" else document["layer"]
@@ -62,7 +68,11 @@ def _print(document: dict[str, Any]) -> None:
     console.print(f"At capacity: {summary['throughput']['output_tokens_per_s']:,.0f} output tokens/s, "
                   f"{summary['throughput']['goodput_requests_per_s']:.3g} req/s goodput; bottleneck "
                   f"{summary['bottleneck']} - {summary.get('bottleneck_reason', '')}", highlight=False)
-    console.print(f"({document['simulations']} simulations, bracket within {document['tolerance']:.0%})", style="dim")
+    answers = ", ".join(f"{step['request_rate']:.4g} at {step['num_requests']:,}" for step in document["convergence"])
+    stable = (f"stable within {document['stability']:.0%}" if document["converged"] else
+              f"still moving by more than {document['stability']:.0%}: an upper bound")
+    console.print(f"({document['simulations']} simulations, bracket within {document['tolerance']:.0%}; "
+                  f"req/s at requests run: {answers}; {stable})", style="dim")
 
 
 @app.command(help="The highest request rate that meets an SLO, by bisection over full simulations." + CAPACITY_EXAMPLE)
@@ -72,6 +82,9 @@ def capacity(
     slo: str | None = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9 "
                                                            "(default: the scenario's [slo] as p99 targets)"),
     tolerance: float = typer.Option(0.01, "--tolerance", help="stop when the bracket is this share of the rate"),
+    stability: float = typer.Option(0.02, "--stability",
+                                    help="search again with twice the requests until the answer moves by at most "
+                                         "this share of the rate"),
     workers: int | None = typer.Option(None, "--workers", help="simulations side by side (default: one per CPU)"),
     json_out: JsonOut = None,
     *, flags: dict[str, Any],
@@ -84,6 +97,9 @@ def capacity(
         raise UserError(f"--workers: {workers} must be at least 1")
     if not 0.0001 <= tolerance <= 0.5:
         raise UserError(f"--tolerance: {tolerance:g} must be from 0.0001 to 0.5 (a share of the rate)")
+    if not tolerance <= stability <= 1.0:
+        raise UserError(f"--stability: {stability:g} must be from the tolerance ({tolerance:g}) to 1 "
+                        "(a share of the rate)")
     targets = parse_slo(slo) if slo is not None else None
     if json_out is not None:
         files.check_writable(json_out, "--json")
@@ -98,7 +114,8 @@ def capacity(
                         TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
     with progress:
         task = progress.add_task("capacity", total=None)
-        document = search(base, targets, tolerance, workers or available_cpus(), lambda k: progress.advance(task, k))
+        document = search(base, targets, tolerance, workers or available_cpus(), lambda k: progress.advance(task, k),
+                          stability)
     if not quiet:
         _print(document)
     if json_out is not None:

@@ -1,0 +1,81 @@
+"""The capacity search's rules on runs whose outcome is known in closed form: a rate is accepted only
+when it meets the SLO and is not overloaded, and the search is repeated with twice the requests until
+its answer is stable."""
+
+import pytest
+
+from cli_helpers import assert_user_error, run_cli
+from tokenpath.sim.scenario import read_scenario_table
+from tokenpath.whatif import capacity
+from tokenpath.whatif.capacity import Point, parse_slo, search
+from tokenpath.whatif.run import Base, Outcome
+
+
+def _summary(ttft_p99_s: float, overloaded: bool) -> dict:
+    return {"requests": {"failed": 0}, "latency_s": {"ttft": {"p99": ttft_p99_s}}, "attribution_s": {},
+            "load": {"overloaded": overloaded, "signs": ["TTFT grew 3.0x"] if overloaded else []}}
+
+
+def _fake_runs(monkeypatch, overload_at) -> list[tuple[int, float]]:
+    """Replace the simulations: TTFT p99 is 0.1 s at every rate, and a run is overloaded above
+    `overload_at(num_requests)` req/s. Returns the (num_requests, rate) of every run made."""
+    made = []
+
+    def simulate_many(base, override_sets, workers, progress):
+        outcomes = []
+        for overrides in override_sets:
+            rate, requests = overrides["workload.arrival.rate"], overrides["workload.num_requests"]
+            made.append((requests, rate))
+            outcomes.append(Outcome(_summary(0.1, rate > overload_at(requests))))
+        return outcomes
+
+    monkeypatch.setattr(capacity, "simulate_many", simulate_many)
+    return made
+
+
+def _base(requests: int) -> Base:
+    table, source, folder = read_scenario_table(None)
+    table["workload"]["num_requests"] = requests
+    return Base(table, source, folder)
+
+
+def test_a_run_that_meets_the_slo_but_is_overloaded_is_refused():
+    slo = parse_slo("ttft_p99=1s")
+    assert capacity.ok(Point(10.0, Outcome(_summary(0.5, False))), slo)
+    assert not capacity.ok(Point(10.0, Outcome(_summary(0.5, True))), slo)
+    assert not capacity.ok(Point(10.0, Outcome(_summary(1.5, False))), slo)
+
+
+def test_the_search_lengthens_the_runs_until_the_answer_moves_by_at_most_the_stability(monkeypatch):
+    # The sustainable rate a run of N requests appears to hold: 50 x (1 + 400 / N) req/s, so 116.7 at 300
+    # requests, then 83.3, 66.7, 58.3 and 54.2 at 4,800: moves of 29%, 20%, 12.5% and 7.1%.
+    made = _fake_runs(monkeypatch, lambda n: 50.0 * (1 + 400 / n))
+    document = search(_base(300), parse_slo("ttft_p99=1s"), tolerance=0.01, workers=2, stability=0.1)
+    steps = [step["num_requests"] for step in document["convergence"]]
+    assert steps == [300, 600, 1200, 2400, 4800] and document["num_requests"] == 4800 and document["converged"]
+    assert 54.17 * 0.99 <= document["request_rate"] <= 54.17
+    assert document["above"]["request_rate"] > 54.16
+    # The SLO was met at every rate: what bounds the answer is the overload test, and it says so.
+    assert document["binding"] == {"metric": "overload", "signs": ["TTFT grew 3.0x"]}
+    assert {requests for requests, _ in made} == set(steps)
+    # Each longer search starts from the last answer.
+    first_at = {}
+    for requests, rate in made:
+        first_at.setdefault(requests, rate)
+    assert [first_at[n] for n in steps[1:]] == [step["request_rate"] for step in document["convergence"][:-1]]
+
+
+def test_an_answer_still_moving_after_sixteen_times_the_requests_is_marked_unsettled(monkeypatch):
+    _fake_runs(monkeypatch, lambda n: 50.0 * (1 + 4000 / n))
+    document = search(_base(300), parse_slo("ttft_p99=1s"), tolerance=0.01, workers=2, stability=0.02)
+    assert [step["num_requests"] for step in document["convergence"]] == [300, 600, 1200, 2400, 4800]
+    assert not document["converged"]
+    assert document["request_rate"] == pytest.approx(50.0 * (1 + 4000 / 4800), rel=0.01)
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--stability", "0.001"], "--stability: 0.001 must be from the tolerance (0.01) to 1"),
+    (["--stability", "2"], "--stability: 2 must be from the tolerance (0.01) to 1"),
+])
+def test_a_stability_outside_its_range_is_one_line(flags, fragment, monkeypatch, capsys):
+    assert_user_error(*run_cli(["capacity", "--slo", "ttft_p99=2s", *flags], monkeypatch, capsys), fragment)
