@@ -199,12 +199,12 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
             not_fitted[name] = f"indistinguishable from {twin} in this probe"
             continue
         if len(chosen) == limit:
-            not_fitted[name] = f"at most {limit} fitted from {len(r0)} medians"
+            not_fitted[name] = f"at most {limit} fitted from {len(r0)} measured figures"
             continue
         chosen.append(k)
     names = [usable[k] for k in chosen]
     if not names:
-        raise UserError("calibrate engine: the probe's medians do not depend on any candidate assumption; "
+        raise UserError("calibrate engine: the probe's figures do not depend on any candidate assumption; "
                         "probe longer prompts or more concurrency")
     result, sigma, stopped = _fit(model, names, out_of_time)
     cut = ["kept the first of its local fits"] if stopped else []  # what the deadline left undone

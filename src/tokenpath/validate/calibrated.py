@@ -143,34 +143,26 @@ def calibrated_validation(rows: Sequence[Row], sharegpt: dict[str, Any], workers
 def print_calibrated(console: Any, document: dict[str, Any]) -> None:
     from rich.table import Table
 
-    table = Table(title="Latency rows, calibrated at light load: each configuration's constants fitted on its "
-                        "lightest row by `calibrate engine`'s fit, its other rows predicted with them",
-                  title_justify="left")
-    for column in ("configuration", "load", "TTFT", "predicted", "error", "TPOT / ITL", "predicted", "error",
-                   "uncalibrated"):
-        table.add_column(column, justify="left" if column in ("configuration", "load") else "right",
-                         no_wrap=column != "configuration")
+    console.print("Latency rows calibrated at light load: each configuration's constants fitted on its lightest row "
+                  "by `calibrate engine`'s fit, its other rows predicted with them (uncalibrated: the registry's "
+                  "values; --json says why each other candidate was not fitted)\n", highlight=False)
     for source in document["by_source"]:
         for c in source["configurations"]:
-            for k, r in enumerate([c["fitted_on"], *c["rows"]]):
-                name = f"{source['source']}: {c['configuration']}" if k == 0 else ""
-                table.add_row(name, r["load"] + (" (fitted)" if k == 0 else ""), f"{r['ttft_ms']:.1f} ms",
-                              f"{r['predicted_ttft_ms']:.1f} ms", f"{r['ttft_error']:+.1%}", f"{r['decode_ms']:.2f} ms",
-                              f"{r['predicted_decode_ms']:.2f} ms", f"{r['decode_error']:+.1%}",
-                              f"{r['uncalibrated_ttft_error']:+.0%} / {r['uncalibrated_decode_error']:+.0%}")
-    console.print(table)
-    fits = Table(title="What each fit set (start -> fitted), and why the rest were not", title_justify="left")
-    for column in ("configuration", "fitted", "not fitted"):
-        fits.add_column(column)
-    for source in document["by_source"]:
-        for c in source["configurations"]:
-            fitted = "\n".join(f"{name}: {format_value(name, c['start'][name])} -> {format_value(name, value)}"
+            fitted = ", ".join(f"{name} {format_value(name, c['start'][name])} -> {format_value(name, value)}"
                                for name, value in c["fitted"].items())
-            others = "\n".join(f"{name}: {why}" for name, why in c["not_fitted"].items())
-            fits.add_row(f"{source['source']}: {c['configuration']}", fitted, others)
-    console.print(fits)
-    summary = Table(title="median |error| of the rows predicted (the fitted rows left out)", title_justify="left")
-    for column in ("source", "rows", "TTFT", "TPOT / ITL", "uncalibrated TTFT", "uncalibrated TPOT / ITL"):
+            table = Table(title=f"{source['source']}: {c['configuration']}\nfitted on the first load: {fitted}",
+                          title_justify="left")
+            for column in ("load", "TTFT", "predicted", "TPOT / ITL", "predicted", "uncalibrated"):
+                table.add_column(column, justify="left" if column == "load" else "right", no_wrap=True)
+            for r in [c["fitted_on"], *c["rows"]]:
+                table.add_row(r["load"], f"{r['ttft_ms']:.1f} ms",
+                              f"{r['predicted_ttft_ms']:.1f} ms {r['ttft_error']:+.1%}", f"{r['decode_ms']:.2f} ms",
+                              f"{r['predicted_decode_ms']:.2f} ms {r['decode_error']:+.1%}",
+                              f"{r['uncalibrated_ttft_error']:+.0%} / {r['uncalibrated_decode_error']:+.0%}")
+            console.print(table)
+    summary = Table(title="median |error| of the rows predicted (the fitted rows left out), calibrated and with the "
+                          "registry's values", title_justify="left")
+    for column in ("source", "rows", "TTFT", "TPOT / ITL", "uncalibrated\nTTFT", "uncalibrated\nTPOT / ITL"):
         summary.add_column(column, justify="left" if column == "source" else "right")
     for s in [*document["by_source"], {**document, "source": "all"}]:
         summary.add_row(s["source"], str(s["rows"]), f"{s['ttft_median']:.1%}", f"{s['tpot_median']:.1%}",
