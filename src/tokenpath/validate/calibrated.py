@@ -89,13 +89,17 @@ def calibrate_configuration(configuration: Configuration, rows: Sequence[Row],
     light = rows[k]
     try:
         fit = fit_engine(row_scenario(light, sharegpt), [row_phase(light, sharegpt)])
-        predicted = []
-        for j in configuration.rows:
-            if j != k:
-                predicted.append(_row_result(rows[j], predict_row(rows[j], sharegpt, fit.values),
-                                             predict_row(rows[j], sharegpt)))
     except UserError as error:
         raise row_error(k, light, error) from None
+    predicted = []
+    for j in configuration.rows:
+        if j == k:
+            continue
+        try:
+            predicted.append(_row_result(rows[j], predict_row(rows[j], sharegpt, fit.values),
+                                         predict_row(rows[j], sharegpt)))
+        except UserError as error:
+            raise row_error(j, rows[j], error) from None
     after, before = fit.predicted_after[0], fit.predicted_before[0]
     return {"source": light["source"], "configuration": f"{label(light)}, {lengths_label(light)}",
             "fitted_on": {**_row_result(light, {"ttft_s": after[0], "decode_s": after[1]},
