@@ -65,13 +65,13 @@ def test_a_uniform_row_with_a_range_draws_its_lengths_from_it():
 
 
 def test_a_uniform_row_without_its_range_prints_the_range_simulated(tmp_path, monkeypatch, capsys):
-    from tokenpath.validate.latency import _lengths
+    from tokenpath.validate.row_keys import lengths_label
 
     bare = {k: v for k, v in UNIFORM.items() if k not in ("input_min", "input_max", "output_min", "output_max")}
     code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [bare])], monkeypatch, capsys)
     assert code == 0, err
-    assert _lengths(bare) == "U(1..1843)/U(1..1843)"  # from 1 to twice the mean, 921.5
-    assert _lengths(UNIFORM) == "U(819..1024)/U(819..1024)"
+    assert lengths_label(bare) == "U(1..1843)/U(1..1843)"  # from 1 to twice the mean, 921.5
+    assert lengths_label(UNIFORM) == "U(819..1024)/U(819..1024)"
 
 
 def test_the_table_names_the_users_rows(tmp_path, monkeypatch, capsys):

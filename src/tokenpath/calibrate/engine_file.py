@@ -20,7 +20,7 @@ from typing import Any
 import tomli_w
 
 from tokenpath.calibrate.fit import Fit
-from tokenpath.calibrate.probe import Measured
+from tokenpath.calibrate.measured import Measured
 from tokenpath.config.assumptions import ENGINE_CALIBRATION_SCHEMA, lookup
 from tokenpath.config.errors import UserError
 from tokenpath.sim.scenario import Scenario
@@ -35,10 +35,11 @@ def calibration_document(fit: Fit, measured: list[Measured], skipped: list[str],
     probe = []
     for m, before, after in zip(measured, fit.predicted_before, fit.predicted_after):
         row = {key: _number(v) if isinstance(v, float) else v for key, v in m.describe().items()}
-        row.update({"ttft_p50_s_predicted_before": _number(before[0]),
-                    "tpot_p50_s_predicted_before": _number(before[1]),
-                    "ttft_p50_s_predicted_after": _number(after[0]),
-                    "tpot_p50_s_predicted_after": _number(after[1])})
+        ttft_key, decode_key = m.statistic.keys()
+        row.update({f"{ttft_key}_predicted_before": _number(before[0]),
+                    f"{decode_key}_predicted_before": _number(before[1]),
+                    f"{ttft_key}_predicted_after": _number(after[0]),
+                    f"{decode_key}_predicted_after": _number(after[1])})
         probe.append(row)
     return {
         "schema": ENGINE_CALIBRATION_SCHEMA,

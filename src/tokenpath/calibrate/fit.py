@@ -1,8 +1,9 @@
 """Fit the assumptions a deployment is sensitive to, so simulate reproduces what a probe measured.
 
 Each measured phase is replayed in the simulator (its requests arriving when the probe sent them,
-with the lengths the server saw) under candidate assumption values; the residuals are the logs of
-(predicted + 5 ms) / (measured + 5 ms) of each phase's TTFT and TPOT medians. Which to fit:
+with the lengths the server saw; calibrate/measured.py) under candidate assumption values; the
+residuals are the logs of (predicted + 5 ms) / (measured + 5 ms) of each phase's TTFT and TPOT
+medians (or the statistics the measurement reported: a published row's means, its ITL). Which to fit:
 
 1. screen `CANDIDATES` (most preferred first) by the Jacobian at the starting values: each that moves
    the residuals enough and is not nearly collinear with one already kept (a constant cost per step
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokenpath.calibrate.probe import Measured, medians_s
+from tokenpath.calibrate.measured import Measured, statistics_s
 from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_duration
@@ -100,21 +101,20 @@ class _Model:
     """Residuals of the phases for assumption values given as log multipliers of their start."""
 
     def __init__(self, scenario: Scenario, measured: list[Measured], names: list[str]):
-        self.scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(
-            update={"max_concurrency": None})})
-        self.scenario._base_dir = scenario._base_dir
+        self.scenario = _with_concurrency(scenario, None)
         self.base = scenario.resolved_assumptions()
         self.measured = measured
         self.names = names
         self.start = {n: self.base.value(n) for n in names}
-        self.targets = np.array([v for m in measured for v in (m.ttft_p50_s, m.tpot_p50_s)])
+        self.targets = np.array([v for m in measured for v in (m.ttft_s, m.decode_s)])
         self.used = np.isfinite(self.targets) & (self.targets > 0)
 
     def predict(self, values: dict[str, float]) -> list[tuple[float, float]]:
         scenario = self.scenario.model_copy(update={"assumptions": {**self.scenario.assumptions, **values}})
         scenario._base_dir = self.scenario._base_dir
         deployment = build_deployment(scenario)
-        return [medians_s(simulate(Prepared(scenario, deployment, m.requests), workers=1).run, m.counted)
+        return [statistics_s(simulate(Prepared(_with_concurrency(scenario, m.replay_concurrency()), deployment,
+                                               m.requests), workers=1).run, m.counted, m.statistic)
                 for m in self.measured]
 
     def values(self, x: np.ndarray, names: list[str]) -> dict[str, float]:
@@ -124,6 +124,15 @@ class _Model:
         predicted = np.array([v for pair in self.predict(self.values(x, names)) for v in pair])
         floor = ABSOLUTE_FLOOR_S
         return np.log((predicted[self.used] + floor) / (self.targets[self.used] + floor))
+
+
+def _with_concurrency(scenario: Scenario, concurrency: int | None) -> Scenario:
+    """The scenario with its workload's concurrency cap set: a replay sends each phase's requests at
+    their arrival times, capped only where the phase's times are not the measured sends."""
+    copy = scenario.model_copy(update={"workload": scenario.workload.model_copy(
+        update={"max_concurrency": concurrency})})
+    copy._base_dir = scenario._base_dir
+    return copy
 
 
 def _value(start: float, x: float) -> float:
@@ -190,12 +199,12 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
             not_fitted[name] = f"indistinguishable from {twin} in this probe"
             continue
         if len(chosen) == limit:
-            not_fitted[name] = f"at most {limit} fitted from {len(r0)} medians"
+            not_fitted[name] = f"at most {limit} fitted from {len(r0)} measured figures"
             continue
         chosen.append(k)
     names = [usable[k] for k in chosen]
     if not names:
-        raise UserError("calibrate engine: the probe's medians do not depend on any candidate assumption; "
+        raise UserError("calibrate engine: the probe's figures do not depend on any candidate assumption; "
                         "probe longer prompts or more concurrency")
     result, sigma, stopped = _fit(model, names, out_of_time)
     cut = ["kept the first of its local fits"] if stopped else []  # what the deadline left undone
@@ -252,8 +261,8 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
         frontend_s = 0.0 if "frontend_per_request_s" in fitted else last_mile.request_cost_s(round(prompt))
         network_ns = last_mile.upload_ns(prompt) + last_mile.event_network_ns(1)
         floor_s = network_ns / 1e9 + frontend_s
-        if 0 < m.ttft_p50_s <= floor_s:
-            reached.append((floor_s / m.ttft_p50_s, floor_s, m))
+        if 0 < m.ttft_s <= floor_s:
+            reached.append((floor_s / m.ttft_s, floor_s, m))
     if not reached:
         return []
     _, worst_floor_s, worst = max(reached, key=lambda entry: entry[0])
@@ -263,7 +272,7 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
         parts += (f" and a {format_duration(frontend_s)} front end (delivery.frontend_per_request, "
                   "chat_template_per_request, tokenize_per_token)")
     return [(f"the scenario's fixed parts, {parts}, alone take {format_duration(worst_floor_s)} of a TTFT, where "
-             f"phase {worst.name} measured {format_duration(worst.ttft_p50_s)}: no fitted assumption can make up for "
+             f"phase {worst.name} measured {format_duration(worst.ttft_s)}: no fitted assumption can make up for "
              "it; for a server on this machine give --network-rtt 0")]
 
 

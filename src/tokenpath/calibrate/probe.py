@@ -26,8 +26,8 @@ import numpy as np
 from tokenpath.bench import Target, read_results, run_bench
 from tokenpath.bench.results import build_run, failures
 from tokenpath.bench.stream import SKIPPED, TIMEOUT
+from tokenpath.calibrate.measured import Measured, statistics_s
 from tokenpath.config.errors import UserError
-from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario, build_scenario, set_path
 from tokenpath.workload import Requests
 
@@ -64,35 +64,6 @@ class Phase:
                 "workload.arrival.burstiness": 1.0}
 
 
-@dataclass(frozen=True)
-class Measured:
-    """What one phase measured: its requests as the server saw them (arrival = the measured send,
-    relative to the phase's first) and its TTFT and TPOT medians over the `counted` ones (not warm-up)."""
-
-    name: str
-    requests: Requests
-    counted: np.ndarray  # bool, per request of `requests`
-    ttft_p50_s: float
-    tpot_p50_s: float
-    results: str
-    concurrency: int | None = None
-    rate: float = math.inf
-
-    def describe(self) -> dict[str, object]:
-        return {"phase": self.name, "results": self.results, "requests": int(self.counted.sum()),
-                "input_tokens_mean": float(self.requests.input_tokens.mean()),
-                "output_tokens_mean": float(self.requests.output_tokens.mean()),
-                "concurrency": self.concurrency or 0, "rate_per_s": "inf" if math.isinf(self.rate) else self.rate,
-                "ttft_p50_s": self.ttft_p50_s, "tpot_p50_s": self.tpot_p50_s}
-
-
-def medians_s(run: Run, counted: np.ndarray) -> tuple[float, float]:
-    """TTFT and TPOT medians (seconds) over the counted requests of a run (TPOT: those with 2+ tokens)."""
-    several = counted & (run.output_tokens > 1)
-    tpot_ns = (run.e2e_ns[several] - run.ttft_ns[several]) / (run.output_tokens[several] - 1)
-    return float(np.median(run.ttft_ns[counted])) / 1e9, float(np.median(tpot_ns)) / 1e9 if len(tpot_ns) else math.nan
-
-
 def measured_from_results(path: str, name: str | None = None, chat_template_tokens: int = 0) -> Measured:
     """A bench results file as a probe phase (any bench run serves: its own workload is replayed).
 
@@ -117,10 +88,10 @@ def measured_from_results(path: str, name: str | None = None, chat_template_toke
     counted = np.array([row["i"] >= warmup for row in ok])[order]
     if not counted.any():
         counted[:] = True
-    ttft_p50_s, tpot_p50_s = medians_s(build_run([ok[k] for k in order]), counted)
+    ttft_s, tpot_s = statistics_s(build_run([ok[k] for k in order]), counted)
     arrival = workload.get("arrival", {}) if isinstance(workload, dict) else {}
     rate = arrival.get("rate", math.inf) if isinstance(arrival, dict) else math.inf
-    return Measured(name or Path(path).stem, requests, counted, ttft_p50_s, tpot_p50_s, str(path),
+    return Measured(name or Path(path).stem, requests, counted, ttft_s, tpot_s, str(path),
                     workload.get("max_concurrency") if isinstance(workload, dict) else None,
                     float(rate) if isinstance(rate, (int, float)) else math.inf)
 
@@ -138,7 +109,7 @@ def first_phases(prompt_lens: tuple[int, ...], concurrencies: tuple[int, ...], o
 def ramp_phases(loop: Measured, input_len: int, output_len: int, sending_s: float) -> list[Phase]:
     """Open-loop arrivals at fractions of the requests/s the largest closed loop sustained, each
     sending for about `sending_s`."""
-    loop_s = float(loop.requests.arrival_s[-1]) + loop.tpot_p50_s * output_len + loop.ttft_p50_s
+    loop_s = float(loop.requests.arrival_s[-1]) + loop.decode_s * output_len + loop.ttft_s
     rate = len(loop.requests) / loop_s if loop_s > 0 else 0.0
     if not rate > 0 or not math.isfinite(rate):
         return []

@@ -137,6 +137,8 @@ Examples:
   tokenpath calibrate engine --base-url http://127.0.0.1:8000 --model m my.toml --out engine-calibration.toml
 
   tokenpath calibrate engine my.toml --from bench-results.jsonl --from other-run.jsonl --out engine-calibration.toml
+
+  tokenpath calibrate engine my.toml --from vllm-bench-result.json --network-rtt 0   # vllm bench serve --save-detailed
 """
 
 
@@ -178,7 +180,9 @@ def calibrate_engine(
     budget: str = typer.Option("5m", "--budget", help="the whole command's time: the probe (its server check and "
                                                       "every phase) has 80%, the fit the rest"),
     from_results: list[str] | None = typer.Option(
-        None, "--from", help="fit from bench results files already measured instead of probing (repeatable)"),
+        None, "--from", help="fit from measurements already made instead of probing (repeatable): tokenpath bench "
+                             "results, `vllm bench serve --save-result --save-detailed` results, SGLang "
+                             "`bench_serving --output-details` lines, guidellm reports (.json)"),
     prompt_lens: str = typer.Option("128 512 2048", "--prompt-lens", help="prompt lengths of the single requests"),
     concurrencies: str = typer.Option("1 4 16 64", "--concurrencies", help="concurrencies of the closed loops"),
     output_len: int = typer.Option(64, "--output-len", min=2, max=4096, help="output tokens per request of the loops"),
@@ -195,7 +199,8 @@ def calibrate_engine(
 
     from tokenpath.calibrate.engine_file import calibration_document, write_calibration
     from tokenpath.calibrate.fit import fit_engine
-    from tokenpath.calibrate.probe import measured_from_results, run_probe
+    from tokenpath.calibrate.formats import read_measured
+    from tokenpath.calibrate.probe import run_probe
     from tokenpath.compute.model import load_model
     from tokenpath.config.assumptions import format_value
     from tokenpath.sim.scenario import build_scenario
@@ -207,7 +212,8 @@ def calibrate_engine(
         for path in from_results:
             files.check_path(path, "--from")
         template = loaded.chat_template_tokens()
-        measured, skipped = [measured_from_results(path, chat_template_tokens=template) for path in from_results], []
+        measured = [m for path in from_results for m in read_measured(path, chat_template_tokens=template)]
+        skipped: list[str] = []
         server = {"results": list(from_results)}
     else:
         from tokenpath.bench import Target, preflight

@@ -6,15 +6,19 @@ import typer
 
 from tokenpath.cli.app import app, console, write_json
 from tokenpath.config import files
+from tokenpath.config.errors import UserError
 
 
 @app.command(help="Compare predictions with published measurements.\n\nExamples:\n\n"
              "  tokenpath validate --group nccl_allreduce --json -\n\n"
              "  tokenpath validate --latency-rows my_measurements.toml   # your own rows, as latency.toml writes them"
-             "\n\n  tokenpath validate --cross   # each latency source predicted with constants refitted on the others")
+             "\n\n  tokenpath validate --cross   # each latency source predicted with constants refitted on the others"
+             "\n\n  tokenpath validate --calibrated   # each configuration fitted at its lightest load, the others "
+             "predicted")
 def validate(
     json_out: str | None = typer.Option(
-        None, "--json", help="write the rows (with --cross, the cross-validation) to PATH, or '-' for stdout"),
+        None, "--json", help="write the rows (with --cross or --calibrated, their document) to PATH, or '-' for "
+                             "stdout"),
     groups: list[str] | None = typer.Option(None, "--group", help="only this group of rows (repeatable)"),
     latency_rows: str | None = typer.Option(
         None, "--latency-rows", help="the latency group from this TOML file of rows tables (the form of "
@@ -23,13 +27,19 @@ def validate(
     cross: bool = typer.Option(False, "--cross", help="leave-one-source-out cross-validation of the latency group: "
                                                       "each source's rows predicted with the constants the rows set "
                                                       "refitted on the other sources' rows"),
+    calibrated: bool = typer.Option(False, "--calibrated", help="each configuration of the latency rows measured "
+                                                                "at 3 or more loads: `calibrate engine`'s fit on "
+                                                                "its lightest row, its other rows predicted"),
 ) -> None:
     from tokenpath.validate.groups import print_validation, run_validation
 
     if json_out is not None:
         files.check_writable(json_out, "--json")
-    if cross:
-        _cross(groups, latency_rows, json_out)
+    if cross and calibrated:
+        raise UserError("--cross and --calibrated are two validations; give one of them")
+    if cross or calibrated:
+        _latency_only(groups, "--cross" if cross else "--calibrated")
+        (_cross if cross else _calibrated)(latency_rows, json_out)
         return
     if latency_rows is not None and not groups:
         groups = ["latency"]
@@ -40,20 +50,46 @@ def validate(
         print_validation(console, rows)
 
 
-def _cross(groups: list[str] | None, latency_rows: str | None, json_out: str | None) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from tokenpath.cli.app import err_console
-    from tokenpath.config.errors import UserError
-    from tokenpath.sim.forked import available_cpus
-    from tokenpath.validate.cross import cross_validate, print_cross
-    from tokenpath.validate.fit import RowErrors, latency_predictor
-    from tokenpath.validate.latency import GROUP, load_latency
+def _latency_only(groups: list[str] | None, flag: str) -> None:
+    from tokenpath.validate.latency import GROUP
 
     if groups and set(groups) != {GROUP}:
         other = next(g for g in groups if g != GROUP)
-        raise UserError(f"--cross: cross-validates the latency group only, not {other!r}; drop --group or give "
+        raise UserError(f"{flag}: validates the latency group only, not {other!r}; drop --group or give "
                         f"--group {GROUP}")
+
+
+def _calibrated(latency_rows: str | None, json_out: str | None) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tokenpath.cli.app import err_console
+    from tokenpath.sim.forked import available_cpus
+    from tokenpath.validate.calibrated import calibrated_validation, configurations, print_calibrated
+    from tokenpath.validate.latency import load_latency
+
+    data = load_latency(latency_rows)
+    quiet = json_out == "-"
+    progress = Progress(TextColumn("fitting each configuration at its lightest load"), BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
+    with progress:
+        task = progress.add_task("", total=len(configurations(data["rows"])))
+        document = calibrated_validation(data["rows"], data["sharegpt"], workers=available_cpus(),
+                                         progress=lambda done: progress.advance(task, done))
+    if json_out is not None:
+        write_json(document, json_out)
+    if not quiet:
+        print_calibrated(console, document)
+
+
+def _cross(latency_rows: str | None, json_out: str | None) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tokenpath.cli.app import err_console
+    from tokenpath.sim.forked import available_cpus
+    from tokenpath.validate.cross import cross_validate, print_cross
+    from tokenpath.validate.fit import RowErrors, latency_predictor
+    from tokenpath.validate.latency import load_latency
+
     data = load_latency(latency_rows)
     quiet = json_out == "-"
     sources = len({row["source"] for row in data["rows"]})

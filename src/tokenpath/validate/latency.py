@@ -28,6 +28,8 @@ from tokenpath.sim.scenario import Scenario, build_scenario
 from tokenpath.sim.simulate import simulate
 from tokenpath.sim.summary import tpot_ns
 from tokenpath.validate.latency_rows import read_latency_rows
+from tokenpath.validate.ranking import print_ranking, ranking
+from tokenpath.validate.row_keys import lengths_label, load_label
 
 GROUP = "latency"
 TITLE = "Latency under load: TTFT and TPOT / ITL at a stated request rate or concurrency"
@@ -225,25 +227,8 @@ def run_latency_group(data: dict[str, Any] | None = None) -> dict[str, Any]:
     # The group's headline: the worse of its two medians.
     summary["median_abs_error"] = max(summary["median_abs_error_ttft"], summary["median_abs_error_decode"])
     summary["worst_abs_error"] = max(summary["worst_abs_error_ttft"], summary["worst_abs_error_decode"])
+    summary["ranking"] = ranking(rows)
     return {"rows": rows, "summary": summary}
-
-
-def _load(row: dict[str, Any]) -> str:
-    if row["arrival"] == "poisson":
-        return f"{row['rate']:g} req/s"
-    if row["arrival"] == "concurrency":
-        return f"concurrency {row['concurrency']}"
-    return f"{row['num_requests']} at once"
-
-
-def _lengths(row: dict[str, Any]) -> str:
-    if row["lengths"] == "fixed":
-        return f"{row['input_len']}/{row['output_len']}"
-    if row["lengths"] == "uniform":
-        # The range the source states, else the one simulated: from 1 to twice the mean.
-        return "/".join(f"U({row.get(f'{part}_min') or 1}..{row.get(f'{part}_max') or round(2 * row[f'{part}_mean'])})"
-                        for part in ("input", "output"))
-    return "ShareGPT"
 
 
 def _ms(value_ms: float) -> str:
@@ -262,7 +247,7 @@ def print_latency(console: Any, rows: list[dict[str, Any]], summary: dict[str, A
         table.add_row(
             f"{r['source']} {r['engine']}" + (" (calibration)" if r.get("calibration") else ""),
             f"{r['model']} {r['precision']} {r['chip']} TP{r['tp']}",
-            f"{_lengths(r)}, {_load(r)}",
+            f"{lengths_label(r)}, {load_label(r)}",
             f"{r['ttft_stat']} {_ms(r['ttft_ms'])}", _ms(r["predicted_ttft_ms"]), f"{r['ttft_error']:+.1%}",
             f"{r['decode_metric']} {r['decode_stat']} {_ms(r['decode_ms'])}", _ms(r["predicted_decode_ms"]),
             f"{r['decode_error']:+.1%}")
@@ -271,3 +256,4 @@ def print_latency(console: Any, rows: list[dict[str, Any]], summary: dict[str, A
                   f"{summary['median_abs_error_decode']:.1%}; worst TTFT {summary['worst_abs_error_ttft']:.1%}, "
                   f"TPOT/ITL {summary['worst_abs_error_decode']:.1%} over {summary['rows']} rows "
                   f"({summary['calibration_rows']} calibration rows left out)\n")
+    print_ranking(console, summary["ranking"])

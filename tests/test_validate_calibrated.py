@@ -1,0 +1,148 @@
+"""`validate --calibrated` (each configuration fitted on its lightest row, its other loads predicted) and the
+latency group's ranking of configurations measured at one load point."""
+
+import json
+
+import numpy as np
+import pytest
+import tomli_w
+
+from cli_helpers import assert_user_error, run_cli
+from tokenpath.calibrate.fit import Fit, _Model
+from tokenpath.validate.calibrated import Configuration, configurations, row_phase
+from tokenpath.validate.latency import predict_row, relative_errors, simulated_requests
+from tokenpath.validate.latency_rows import read_latency_rows
+from tokenpath.validate.ranking import kendall_tau, ranking, wrong_pairs
+
+SHIPPED = read_latency_rows()
+# AIConfigurator's vLLM closed loop, Llama 70B FP8 on 8 H100 (mean TTFT and TPOT), at its 4 slots.
+LOOP = next(r for r in SHIPPED["rows"] if r.get("id", "").endswith("1024x1024_c4_tp8_ep1_725"))
+# DataCrunch's SGLang run at 1 req/s (median TTFT and ITL, 300 Poisson arrivals).
+POISSON = next(r for r in SHIPPED["rows"] if r["source"] == "datacrunch_h200" and r.get("rate") == 1.0)
+
+
+def _row(**changes):
+    base = {"source": "lab", "engine": "vllm", "engine_settings": {"max_num_seqs": 256}, "model": "llama-3.1-8b",
+            "precision": "bf16", "chip": "h100", "tp": 1, "lengths": "fixed", "input_len": 512, "output_len": 128,
+            "arrival": "poisson", "rate": 1.0}
+    return {**base, **changes}
+
+
+def test_a_configuration_needs_three_loads_and_is_fitted_on_its_first_lightest_row():
+    uniform = {"lengths": "uniform", "input_max": 1024, "output_max": 1024, "arrival": "concurrency"}
+    rows = [
+        _row(rate=4.0), _row(rate=1.0), _row(rate=2.0), _row(rate=1.0),     # 0-3: three loads, rows 1 and 3 lightest
+        _row(tp=2, rate=1.0), _row(tp=2, rate=2.0),                        # 4-5: two loads only
+        _row(tp=2, rate=4.0, engine_settings={"max_num_seqs": 128}),        # 6: other settings, not a third load
+        _row(source="other", rate=8.0),                                      # 7: another source's run
+        _row(arrival="all_at_once", rate=None, num_requests=100),            # 8: no rate or concurrency
+        # 9-11: uniform draws whose means differ run to run are one configuration by their range
+        _row(**uniform, input_mean=510.0, output_mean=505.0, concurrency=16),
+        _row(**uniform, input_mean=498.0, output_mean=512.0, concurrency=1),
+        _row(**uniform, input_mean=520.0, output_mean=509.0, concurrency=64),
+        _row(**{**uniform, "input_max": 8000}, input_mean=4000.0, output_mean=509.0, concurrency=2),  # 12: longer
+    ]
+    assert configurations(rows) == [Configuration((0, 1, 2, 3), 1), Configuration((9, 10, 11), 10)]
+
+
+@pytest.mark.parametrize("row", [LOOP, POISSON], ids=["closed loop, means", "poisson, median ITL"])
+def test_a_published_row_replays_in_the_fit_as_the_latency_group_simulates_it(row):
+    """The fit's phase of a row (no per-request data: the requests the group simulates, their scheduled sends,
+    capped at the loop's concurrency) predicts what validate predicts for the row."""
+    phase = row_phase(row, SHIPPED["sharegpt"])
+    count, skip = simulated_requests(row)
+    assert len(phase.requests) == count and int(phase.counted.sum()) == count - skip and not phase.sent
+    assert (phase.ttft_s, phase.decode_s) == (row["ttft_ms"] / 1e3, row["decode_ms"] / 1e3)
+    assert (phase.statistic.ttft, phase.statistic.decode, phase.statistic.decode_metric) == \
+        (row["ttft_stat"], row["decode_stat"], row["decode_metric"])
+    from tokenpath.validate.latency import row_scenario
+    [(ttft_s, decode_s)] = _Model(row_scenario(row, SHIPPED["sharegpt"]), [phase], []).predict({})
+    expected = predict_row(row, SHIPPED["sharegpt"])
+    assert (ttft_s, decode_s) == (expected["ttft_s"], expected["decode_s"])
+
+
+def _file(tmp_path, rows) -> str:
+    path = tmp_path / "rows.toml"
+    path.write_text(tomli_w.dumps({"rows": rows}))
+    return str(path)
+
+
+def _loop(concurrency: int, **changes) -> dict:
+    """The closed loop at `concurrency` slots, 2 measured requests a slot (a fast run)."""
+    return {**LOOP, "concurrency": concurrency, "requests_per_slot": 2, "id": f"c{concurrency}", **changes}
+
+
+def test_calibrated_fits_the_lightest_row_and_predicts_the_others_with_its_values(tmp_path, monkeypatch, capsys):
+    values = {"serving_gemm_fraction": 0.5}
+
+    def fake_fit(scenario, measured):  # the fit itself is calibrate engine's (test_calibrate_engine.py)
+        [phase] = measured
+        assert phase.concurrency == 1 and phase.ttft_s == LOOP["ttft_ms"] / 1e3
+        return Fit(list(values), {"serving_gemm_fraction": 0.8}, values, {"serving_gemm_fraction": 0.01}, 0.2, 0.1,
+                   [(0.1, 0.01)], [(0.07, 0.009)], {"host_step_s": "the probe barely sees it"})
+
+    monkeypatch.setattr("tokenpath.calibrate.fit.fit_engine", fake_fit)
+    rows = [_loop(4), _loop(1), _loop(2)]
+    code, out, err = run_cli(["validate", "--calibrated", "--latency-rows", _file(tmp_path, rows), "--json", "-"],
+                             monkeypatch, capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    assert (document["sources"], document["configurations"], document["rows"]) == (1, 1, 2)
+    [source] = document["by_source"]
+    [configuration] = source["configurations"]
+    assert configuration["fitted"] == values and configuration["fitted_on"]["load"] == "concurrency 1"
+    assert configuration["fitted_on"]["predicted_ttft_ms"] == pytest.approx(70.0)
+    errors = [relative_errors(row, predict_row(row, SHIPPED["sharegpt"], values)) for row in (rows[0], rows[2])]
+    assert [r["ttft_error"] for r in configuration["rows"]] == [e["ttft"] for e in errors]
+    assert document["ttft_median"] == pytest.approx(float(np.median([abs(e["ttft"]) for e in errors])))
+    assert document["tpot_median"] == pytest.approx(float(np.median([abs(e["decode"]) for e in errors])))
+    uncalibrated = [relative_errors(row, predict_row(row, SHIPPED["sharegpt"])) for row in (rows[0], rows[2])]
+    assert document["uncalibrated"]["tpot_median"] == pytest.approx(
+        float(np.median([abs(e["decode"]) for e in uncalibrated])))
+
+
+def test_calibrated_without_a_configuration_at_three_loads_is_one_line(tmp_path, monkeypatch, capsys):
+    assert_user_error(*run_cli(["validate", "--calibrated", "--latency-rows", _file(tmp_path, [_loop(1), _loop(2)])],
+                               monkeypatch, capsys), "--calibrated: no configuration has rows at 3 or more loads")
+    assert_user_error(*run_cli(["validate", "--calibrated", "--cross"], monkeypatch, capsys),
+                      "--cross and --calibrated")
+    assert_user_error(*run_cli(["validate", "--calibrated", "--group", "nccl_allreduce"], monkeypatch, capsys),
+                      "--calibrated: validates the latency group only")
+
+
+def test_kendall_tau_of_one_swapped_pair():
+    """Four items, the middle two swapped: 5 pairs concordant, 1 discordant, tau = (5 - 1) / 6."""
+    measured, predicted = [10.0, 20.0, 30.0, 40.0], [11.0, 32.0, 19.0, 45.0]
+    assert kendall_tau(measured, predicted) == pytest.approx(4 / 6)
+    assert wrong_pairs(["a", "b", "c", "d"], measured, predicted) == [["b", "c"]]
+    assert kendall_tau(measured, measured[::-1]) == pytest.approx(-1.0)
+    assert wrong_pairs(["a", "b"], [1.0, 1.0], [1.0, 2.0]) == []  # a tie is not a wrong order
+
+
+def test_the_latency_group_ranks_configurations_measured_at_one_load(tmp_path, monkeypatch, capsys):
+    """TP8 and TP4 at the same closed loop; TP4 published as faster to a first token than TP8, which the
+    model (TP4: half the GPUs per prompt) cannot be: one TTFT pair in the other order."""
+    tp8 = _loop(4)
+    tp4 = _loop(4, tp=4, ttft_ms=LOOP["ttft_ms"] / 2, decode_ms=LOOP["decode_ms"] * 2, id="tp4")
+    elsewhere = _loop(16)  # another load point: ranked with nothing
+    code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, [tp8, tp4, elsewhere]), "--json", "-"],
+                             monkeypatch, capsys)
+    assert code == 0, err
+    rank = json.loads(out)["groups"]["latency"]["ranking"]
+    [group] = rank["groups"]
+    names = ["vllm llama-3.1-70b fp8 h100 TP8", "vllm llama-3.1-70b fp8 h100 TP4"]
+    assert group["configurations"] == names and group["load"] == "concurrency 4"
+    assert group["ttft"] == {"tau": -1.0, "wrong": [names[::-1]]}
+    assert group["decode"] == {"tau": 1.0, "wrong": []}
+    assert (rank["pairs"], rank["ttft_wrong"], rank["decode_wrong"]) == (1, 1, 0)
+
+
+def test_ranking_groups_rows_by_source_and_load_point():
+    rows = [{**_row(tp=tp, rate=rate), "ttft_ms": t, "predicted_ttft_ms": p, "decode_ms": 1.0,
+             "predicted_decode_ms": 1.0} for tp, rate, t, p in ((1, 1.0, 10, 10), (2, 1.0, 8, 9), (4, 1.0, 6, 5),
+                                                                 (1, 2.0, 12, 12), (2, 2.0, 9, 13))]
+    document = ranking(rows)
+    assert [len(g["configurations"]) for g in document["groups"]] == [3, 2]
+    assert [g["ttft"]["tau"] for g in document["groups"]] == [pytest.approx(1.0), pytest.approx(-1.0)]
+    assert (document["pairs"], document["ttft_wrong"]) == (4, 1)
+    assert document["groups"][0]["decode"]["wrong"] == []  # every TPOT the same: no order to get wrong
