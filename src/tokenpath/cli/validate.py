@@ -6,12 +6,14 @@ import typer
 
 from tokenpath.cli.app import app, console, write_json
 from tokenpath.config import files
+from tokenpath.config.errors import UserError
 
 
 @app.command(help="Compare predictions with published measurements.\n\nExamples:\n\n"
              "  tokenpath validate --group nccl_allreduce --json -\n\n"
              "  tokenpath validate --latency-rows my_measurements.toml   # your own rows, as latency.toml writes them"
-             "\n\n  tokenpath validate --cross   # each latency source predicted with constants refitted on the others")
+             "\n\n  tokenpath validate --cross   # each latency source predicted with constants refitted on the others"
+             "\n\n  tokenpath validate --cross --write-bands   # and regenerate the error bands' data")
 def validate(
     json_out: str | None = typer.Option(
         None, "--json", help="write the rows (with --cross, the cross-validation) to PATH, or '-' for stdout"),
@@ -23,13 +25,24 @@ def validate(
     cross: bool = typer.Option(False, "--cross", help="leave-one-source-out cross-validation of the latency group: "
                                                       "each source's rows predicted with the constants the rows set "
                                                       "refitted on the other sources' rows"),
+    write_bands: bool = typer.Option(
+        False, "--write-bands", help="with --cross: write each row's regime and errors to the shipped bands file "
+                                     "(catalog/validation/bands.toml), which simulate's error bands come from"),
 ) -> None:
     from tokenpath.validate.groups import print_validation, run_validation
 
     if json_out is not None:
         files.check_writable(json_out, "--json")
+    if write_bands and not cross:
+        raise UserError("--write-bands: the bands come from the cross-validation; add --cross")
+    if write_bands and latency_rows is not None:
+        raise UserError("--write-bands: the shipped bands come from the shipped rows; drop --latency-rows")
+    if write_bands:
+        from tokenpath.validate.bands_build import bands_path
+
+        files.check_writable(str(bands_path()), "--write-bands")
     if cross:
-        _cross(groups, latency_rows, json_out)
+        _cross(groups, latency_rows, json_out, write_bands)
         return
     if latency_rows is not None and not groups:
         groups = ["latency"]
@@ -40,11 +53,10 @@ def validate(
         print_validation(console, rows)
 
 
-def _cross(groups: list[str] | None, latency_rows: str | None, json_out: str | None) -> None:
+def _cross(groups: list[str] | None, latency_rows: str | None, json_out: str | None, write_bands: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tokenpath.cli.app import err_console
-    from tokenpath.config.errors import UserError
     from tokenpath.sim.forked import available_cpus
     from tokenpath.validate.cross import cross_validate, print_cross
     from tokenpath.validate.fit import RowErrors, latency_predictor
@@ -67,7 +79,20 @@ def _cross(groups: list[str] | None, latency_rows: str | None, json_out: str | N
         document = cross_validate(errors, on_fold=lambda done, source: progress.update(
             task, description=source, completed=done))
         progress.update(task, completed=sources)
+    if write_bands:
+        from tokenpath.validate.bands_build import bands_path, build_bands
+        from tokenpath.validate.bands_build import write_bands as write
+
+        rows_progress = Progress(TextColumn("bands: each row simulated for its regime"), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
+        with rows_progress:
+            rows_task = rows_progress.add_task("", total=None)
+            bands = build_bands(data, document, available_cpus(), lambda k: rows_progress.advance(rows_task, k))
     if json_out is not None:
         write_json(document, json_out)
     if not quiet:
         print_cross(console, document)
+    if write_bands:
+        path = bands_path()
+        write(bands, path)
+        err_console.print(f"bands: {len(bands['rows'])} rows written to {files.shown(str(path))}", highlight=False)
