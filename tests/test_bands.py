@@ -21,7 +21,7 @@ from tokenpath.sim.bands import (
     attach_bands,
     group_row_ids,
     latency_row_ids,
-    shipped_bands,
+    shipped_records,
 )
 from tokenpath.sim.envelope import covers_version, envelope
 from tokenpath.sim.regime import load_regime, model_family
@@ -191,12 +191,12 @@ def test_the_load_regime_and_the_model_family():
 
 def test_the_shipped_bands_file_holds_the_rows_it_was_written_from():
     """Stale when the rows change: regenerate it with `tokenpath validate --cross --write-bands`."""
-    bands = shipped_bands()
+    records = shipped_records()
     rows = load_latency()["rows"]
     groups, published = published_rows()
     offline = [row for row in published if row["group"] == THROUGHPUT_GROUP and not row.get("calibration")]
-    by_id = {record.id: record for record in bands.records}
-    assert len(by_id) == len(bands.records)
+    by_id = {record.id: record for record in records}
+    assert len(by_id) == len(records)
     assert set(by_id) == set(latency_row_ids(rows)) | set(group_row_ids(THROUGHPUT_GROUP, len(offline)))
     # what the catalog says of each row today, without simulating it
     for row_id, row in zip(latency_row_ids(rows), rows):

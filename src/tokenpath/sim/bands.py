@@ -14,7 +14,6 @@ measured of a predicted x lies in [x / (1 + q_hi), x / (1 + q_lo)].
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -65,28 +64,17 @@ class Record:
         return getattr(self, name)
 
 
-@dataclass(frozen=True)
-class Bands:
-    """The bands file: its rows and where they came from."""
-
-    records: tuple[Record, ...]
-    meta: dict[str, Any]
-
-
-def shipped_path() -> Any:
-    return resources.files("tokenpath.catalog") / "validation" / "bands.toml"
-
-
 @functools.cache
-def shipped_bands() -> Bands:
+def shipped_records() -> tuple[Record, ...]:
     """The shipped file's rows; none before it is first written."""
-    path = shipped_path()
+    path = resources.files("tokenpath.catalog") / "validation" / "bands.toml"
     if not path.is_file():
-        return Bands((), {})
+        return ()
     return parse_bands(path.read_text(encoding="utf-8"), "catalog/validation/bands.toml")
 
 
-def parse_bands(text: str, where: str) -> Bands:
+def parse_bands(text: str, where: str) -> tuple[Record, ...]:
+    """The rows of a bands file (its other keys say where it came from, for people)."""
     data = tomllib.loads(text)
     if data.get("schema") != SCHEMA:
         raise UserError(f"{where}: not a {SCHEMA} file; regenerate it with `{REGENERATE}`")
@@ -96,7 +84,7 @@ def parse_bands(text: str, where: str) -> Bands:
         records.append(Record(row["id"], row["source"], row["engine"], row.get("engine_version", ""), row["chip"],
                               row["chip_generation"], row["model"], row["model_family"], row["load"], errors,
                               row.get("cross_validated", True)))
-    return Bands(tuple(records), {key: value for key, value in data.items() if key != "rows"})
+    return tuple(records)
 
 
 def latency_row_ids(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -114,10 +102,6 @@ def latency_row_ids(rows: Sequence[dict[str, Any]]) -> list[str]:
 def group_row_ids(group: str, count: int) -> list[str]:
     """The ids of a published group's rows: `group#n`."""
     return [f"{group}#{n}" for n in range(count)]
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def residual_range(errors: Sequence[float]) -> tuple[float, float, str]:

@@ -17,7 +17,7 @@ from tokenpath.delivery.lastmile import LastMile
 from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, memory_bound_share, sample_steps
 from tokenpath.diagnose.felt import PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
-from tokenpath.sim.bands import attach_bands, shipped_bands
+from tokenpath.sim.bands import attach_bands, shipped_records
 from tokenpath.sim.envelope import envelope
 from tokenpath.sim.front_end import api_servers
 from tokenpath.sim.regime import regime_block
@@ -76,7 +76,7 @@ def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> Non
     document["regime"] = regime_block(scenario.engine.scheduler, scenario.engine.version, chip.name, chip.generation,
                                       sim.deployment.model, evidence.load.overloaded,
                                       evidence.parts_s.get("ttft", {}), evidence.mean_batch_seqs)
-    records = shipped_bands().records
+    records = shipped_records()
     document["envelope"] = envelope(document["regime"], records)
     assumptions = document["scenario"]["assumptions"]
     calibration = [*assumptions["calibration_files"], *filter(None, [assumptions["delivery_calibration"]])]

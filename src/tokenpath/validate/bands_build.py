@@ -13,6 +13,7 @@ written at, so a test can tell it is stale without simulating anything.
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -22,7 +23,7 @@ from typing import Any
 import tomli_w
 
 from tokenpath.config.errors import UserError
-from tokenpath.sim.bands import REGENERATE, SCHEMA, group_row_ids, latency_row_ids, sha256_text
+from tokenpath.sim.bands import REGENERATE, SCHEMA, group_row_ids, latency_row_ids
 from tokenpath.sim.forked import can_fork, map_forked
 
 THROUGHPUT_GROUP = "trtllm_offline"
@@ -31,6 +32,10 @@ _HEADER = f"""# Error bands' data (sim/bands.py): each validated row's regime an
 # not edit it: regenerate it whenever the rows or the model change (docs/validation.md, error bands).
 """
 _DIGITS = 6
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _regime_fields(regime: dict[str, Any]) -> dict[str, Any]:
@@ -113,8 +118,8 @@ def build_bands(data: dict[str, Any], cross: dict[str, Any], workers: int,
     commit, dirty = _commit()
     validation = resources.files("tokenpath.catalog") / "validation"
     meta = {"schema": SCHEMA, "generated_by": REGENERATE, "commit": commit, "commit_dirty": dirty,
-            "latency_rows_sha256": sha256_text((validation / "latency.toml").read_text(encoding="utf-8")),
-            "published_rows_sha256": sha256_text((validation / "published.toml").read_text(encoding="utf-8")),
+            "latency_rows_sha256": _sha256((validation / "latency.toml").read_text(encoding="utf-8")),
+            "published_rows_sha256": _sha256((validation / "published.toml").read_text(encoding="utf-8")),
             "throughput_group": THROUGHPUT_GROUP}
     return bands_document(rows, cross["row_errors"], regimes, offline, throughput, meta)
 
