@@ -70,13 +70,14 @@ def _map(work: Callable, items: Sequence, workers: int, progress: Callable[[int]
 
 
 def _commit() -> tuple[str, bool]:
-    """(the commit HEAD of the checkout this package runs from, whether its tracked files differ from it);
-    ("unknown", False) outside a git checkout."""
-    root = Path(__file__).resolve().parents[3]
+    """(the commit HEAD of the checkout this package runs from, whether its source, the rows and the model,
+    differs from it, the bands file aside); ("unknown", False) outside a git checkout."""
+    package = Path(__file__).resolve().parents[1]
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+        head = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=30, check=True).stdout.strip()
-        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        status = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--untracked-files=no", "--",
+                                 ".", ":!catalog/validation/bands.toml"],
                                 capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return "unknown", False
