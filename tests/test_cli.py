@@ -160,9 +160,11 @@ def test_json_to_stdout_has_the_schema_of_the_design(process):
     assert set(doc["throughput"]) >= {"output_tokens_per_s", "requests_per_s", "goodput_requests_per_s"}
     assert doc["throughput"]["requests_per_s"] == pytest.approx(50 / doc["window_s"])
     for metric in LATENCIES:
-        stats = doc["latency_s"][metric]
+        stats = dict(doc["latency_s"][metric])
+        band = stats.pop("band")  # how far to trust it (docs/validation.md, error bands)
         assert list(stats) == list(STATS), metric
         assert all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in stats.values())
+        assert band["p50"]["low"] <= band["p50"]["high"] and band["rows"] >= 3, metric
         assert stats["p50"] <= stats["p90"] <= stats["p99"] <= stats["p999"], metric
     parts = dict(doc["attribution_s"])
     detail = parts.pop("delivery_detail")

@@ -191,7 +191,7 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
     assert "lab_a" in out and "lab_b" in out and "registry" in out
     assert "cross-validated" in out and "in-sample" in out
     document = json.loads(written.read_text())
-    assert set(document) == {"rows", "sources", "cross", "in_sample", "by_source"}
+    assert set(document) == {"rows", "sources", "cross", "in_sample", "by_source", "row_errors"}
     assert (document["rows"], document["sources"]) == (2, 2)
     data = load_latency(path)
     names = [p.name for p in PROCEDURES]
@@ -209,6 +209,7 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
     assert document["by_source"][0]["fitted"]["host_step_s"] > document["by_source"][1]["fitted"]["host_step_s"]
     assert document["cross"] == {"ttft_median": statistics.median(abs(e["ttft"]) for e in out_of_fold),
                                  "tpot_median": statistics.median(abs(e["decode"]) for e in out_of_fold)}
+    assert document["row_errors"] == out_of_fold  # each row's, in the rows' order (the bands file's errors)
     # in-sample: what `validate --group latency` reports, as fractions
     summary = run_latency_group(data)["summary"]
     assert document["in_sample"] == {"ttft_median": summary["median_abs_error_ttft"],

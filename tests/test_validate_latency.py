@@ -15,6 +15,7 @@ from tokenpath.validate.latency import (
     load_latency,
     measured,
     predict_row,
+    relative_errors,
     row_scenario,
     sharegpt_lengths,
     simulated_requests,
@@ -142,6 +143,20 @@ def test_a_prediction_uses_the_rows_statistic():
     assert predicted["ttft_s"] == pytest.approx(np.median(values["ttft"]), rel=1e-12)
     assert predicted["decode_s"] == pytest.approx(np.mean(values["itl"]), rel=1e-12)
     assert predicted["ttft_s"] != pytest.approx(np.mean(values["ttft"]), rel=1e-6)
+
+
+def test_a_row_stating_its_throughput_gets_a_throughput_error():
+    """For the bands file (sim/bands.py): output tokens over the measured requests' window, first send
+    to last byte, against the row's `also.throughput_tokens_per_s`."""
+    row = _row(arrival="concurrency", concurrency=4, window="steady", ttft_ms=100.0, decode_ms=10.0)
+    _, skip = simulated_requests(row)
+    run = simulate(row_scenario(row, DATA["sharegpt"])).run.after(skip)
+    tokens_per_s = run.output_tokens.sum() / ((run.sent_ns + run.e2e_ns).max() - run.sent_ns.min()) * 1e9
+    predicted = predict_row(row, DATA["sharegpt"])
+    assert predicted["output_tokens_per_s"] == pytest.approx(tokens_per_s, rel=1e-12)
+    assert "throughput" not in relative_errors(row, predicted)
+    stated = {**row, "also": {"throughput_tokens_per_s": 250.0}}
+    assert relative_errors(stated, predicted)["throughput"] == pytest.approx(tokens_per_s / 250.0 - 1, rel=1e-12)
 
 
 def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, capsys):

@@ -12,6 +12,7 @@ from rich.table import Table
 from tokenpath.cli.app import app, console, err_console
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
+from tokenpath.sim.envelope import OUTSIDE_MARK
 
 SWEEP_EXAMPLE = """
 Example spec (sweep.toml):
@@ -87,8 +88,18 @@ def sweep(
         raise typer.Exit(130) from None
     console.print(f"{result.ran} point(s) simulated, {result.already} already there: {result.total} rows in "
                   f"{files.shown(out)}")
+    rows = _rows(out_path)
+    outside = sum(_outside(row) for row in rows)
+    if outside:
+        console.print(f"{outside} of {len(rows)} point(s) outside the validated envelope (columns envelope.validated "
+                      "and envelope.outside; docs/validation.md)", highlight=False)
     if objectives is not None:
-        _write_pareto(out_path, sweep_spec.axes, objectives, frontier(_rows(out_path), objectives))
+        _write_pareto(out_path, sweep_spec.axes, objectives, frontier(rows, objectives))
+
+
+def _outside(row: dict) -> bool:
+    """Whether a point's scenario lies outside the validated envelope (sim/envelope.py)."""
+    return row.get("envelope.validated") is False
 
 
 def _rows(out: Path) -> list[dict]:
@@ -111,8 +122,12 @@ def _write_pareto(out: Path, axes: list[str], objectives: list[tuple[str, str]],
     for column in columns:
         table.add_column(column, justify="right")
     for row in rows:
-        table.add_row(*(f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns))
+        cells = [f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns]
+        cells[0] += f" {OUTSIDE_MARK}" if _outside(row) else ""
+        table.add_row(*cells)
     console.print(table)
+    if any(_outside(row) for row in rows):
+        console.print(f"{OUTSIDE_MARK} outside the validated envelope (docs/validation.md)", highlight=False)
     target = pareto_path(out)
     try:
         with open(target, "w", newline="", encoding="utf-8") as handle:

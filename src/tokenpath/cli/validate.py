@@ -13,6 +13,7 @@ from tokenpath.config.errors import UserError
              "  tokenpath validate --group nccl_allreduce --json -\n\n"
              "  tokenpath validate --latency-rows my_measurements.toml   # your own rows, as latency.toml writes them"
              "\n\n  tokenpath validate --cross   # each latency source predicted with constants refitted on the others"
+             "\n\n  tokenpath validate --cross --write-bands   # and regenerate the error bands' data"
              "\n\n  tokenpath validate --calibrated   # each configuration fitted at its lightest load, the others "
              "predicted")
 def validate(
@@ -30,6 +31,9 @@ def validate(
     calibrated: bool = typer.Option(False, "--calibrated", help="each configuration of the latency rows measured "
                                                                 "at 3 or more loads: `calibrate engine`'s fit on "
                                                                 "its lightest row, its other rows predicted"),
+    write_bands: bool = typer.Option(
+        False, "--write-bands", help="with --cross: write each row's regime and errors to the shipped bands file "
+                                     "(catalog/validation/bands.toml), which simulate's error bands come from"),
 ) -> None:
     from tokenpath.validate.groups import print_validation, run_validation
 
@@ -37,9 +41,20 @@ def validate(
         files.check_writable(json_out, "--json")
     if cross and calibrated:
         raise UserError("--cross and --calibrated are two validations; give one of them")
+    if write_bands and not cross:
+        raise UserError("--write-bands: the bands come from the cross-validation; add --cross")
+    if write_bands and latency_rows is not None:
+        raise UserError("--write-bands: the shipped bands come from the shipped rows; drop --latency-rows")
+    if write_bands:
+        from tokenpath.validate.bands_build import bands_path
+
+        files.check_writable(str(bands_path()), "--write-bands")
     if cross or calibrated:
         _latency_only(groups, "--cross" if cross else "--calibrated")
-        (_cross if cross else _calibrated)(latency_rows, json_out)
+        if cross:
+            _cross(latency_rows, json_out, write_bands)
+        else:
+            _calibrated(latency_rows, json_out)
         return
     if latency_rows is not None and not groups:
         groups = ["latency"]
@@ -81,7 +96,7 @@ def _calibrated(latency_rows: str | None, json_out: str | None) -> None:
         print_calibrated(console, document)
 
 
-def _cross(latency_rows: str | None, json_out: str | None) -> None:
+def _cross(latency_rows: str | None, json_out: str | None, write_bands: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tokenpath.cli.app import err_console
@@ -103,7 +118,20 @@ def _cross(latency_rows: str | None, json_out: str | None) -> None:
         document = cross_validate(errors, on_fold=lambda done, source: progress.update(
             task, description=source, completed=done))
         progress.update(task, completed=sources)
+    if write_bands:
+        from tokenpath.validate.bands_build import bands_path, build_bands
+        from tokenpath.validate.bands_build import write_bands as write
+
+        rows_progress = Progress(TextColumn("bands: each row simulated for its regime"), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
+        with rows_progress:
+            rows_task = rows_progress.add_task("", total=None)
+            bands = build_bands(data, document, available_cpus(), lambda k: rows_progress.advance(rows_task, k))
     if json_out is not None:
         write_json(document, json_out)
     if not quiet:
         print_cross(console, document)
+    if write_bands:
+        path = bands_path()
+        write(bands, path)
+        err_console.print(f"bands: {len(bands['rows'])} rows written to {files.shown(str(path))}", highlight=False)

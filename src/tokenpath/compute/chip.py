@@ -26,7 +26,7 @@ class ChipSpec:
     weight-only quantization (weights stored at that precision, multiplied at bf16).
     `scaleup_domain` is how many chips one scale-up fabric joins (an NVLink domain), `scaleup` that
     fabric's table without its size, `nic_bw_Bps` each chip's scale-out NIC (0.0: none in the
-    catalog)."""
+    catalog). `generation` is the architecture the vendor names (Ampere, Hopper, CDNA3, ...)."""
 
     name: str
     peak_flops: dict[str, float]
@@ -42,6 +42,7 @@ class ChipSpec:
     scaleup_domain: int = 8
     scaleup: dict = dataclasses.field(default_factory=lambda: {"kind": "switch"})
     nic_bw_Bps: float = 0.0
+    generation: str = ""
 
     def compute_precision(self, precision: str) -> str:
         """The tensor-core precision that multiplies operands stored at `precision`.
@@ -74,7 +75,7 @@ class ChipSpec:
         return self.hbm_bw_Bps * self.hbm_bw_efficiency
 
 
-_REQUIRED = ("source", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
+_REQUIRED = ("source", "generation", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
 _OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "measured_stream_bw", "host_link",
              "weight_only", "scaleup", "nic_bw")
 
@@ -149,6 +150,7 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
         scaleup_domain=domain,
         scaleup=scaleup,
         nic_bw_Bps=parse_bandwidth_Bps(table["nic_bw"], f"{where} nic_bw") if "nic_bw" in table else 0.0,
+        generation=str(table["generation"]),
     )
 
 

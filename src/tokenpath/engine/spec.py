@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
 
@@ -77,6 +77,10 @@ class EngineSpec(BaseModel):
     num_scheduler_steps: int = Field(
         1, ge=1, le=1024, description="decode steps per scheduler call (vLLM V0 --num-scheduler-steps), where "
                                    "prompts run in steps of their own")
+    version: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="the engine's release this scenario stands for, as a string (\"0.6.0\"); not simulated: "
+                    "`simulate` says whether the validated latency rows cover it (docs/validation.md)")
 
     @model_validator(mode="before")
     @classmethod
@@ -93,6 +97,13 @@ class EngineSpec(BaseModel):
         if profile.max_num_seqs is not None:
             defaults["max_num_seqs"] = profile.max_num_seqs
         return {**defaults, **data}
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_as_text(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(f"a release is text: quote it, version = \"{value}\" (--set 'engine.version=\"{value}\"')")
+        return value
 
     @model_validator(mode="after")
     def _budget_covers_every_sequence(self) -> EngineSpec:

@@ -391,7 +391,7 @@ def pareto(inputs: Inputs) -> Figure | None:
     metrics = [c for c in frame.columns if c.split(".")[0] in ("throughput", "latency_s", "requests", "window_s",
                                                                 "attribution_s", "bottleneck", "schema", "source",
                                                                 "scenario", "engine", "fabric", "continuity",
-                                                                "load", "resolved")]
+                                                                "load", "resolved", "regime", "envelope")]
     axes = [c for c in frame.columns if c not in metrics]
     data = frame[[*axes, SWEEP_X, SWEEP_Y]].copy()
     data["point"] = [", ".join(f"{a}={row[a]}" for a in axes) for _, row in data.iterrows()]

@@ -27,6 +27,7 @@ padding:0 1rem}h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-b
 table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.2rem .7rem;border-bottom:1px solid #eee;text-align:right}
 td:first-child,th:first-child{text-align:left}table.lines td{text-align:left}.note{color:#666;font-size:.9rem}
 .verdict{background:#f4f6fa;border-left:4px solid #4c78a8;padding:.6rem 1rem}.chart{margin:1rem 0}
+td.band{background:#eef3f9}table.bands td.basis{text-align:left;color:#666;font-size:.85rem}
 """
 
 
@@ -84,6 +85,43 @@ def _numbers(inputs: Inputs) -> str:
             row(f"QoE {stat}", f"continuity.qoe.{stat}", format_number)
         row("requests with QoE below 0.9", "continuity.qoe.below_0_9", _share)
     return f"<table id='numbers'>{head}{''.join(body)}</table>"
+
+
+def _bands(inputs: Inputs) -> str:
+    """Each run's headline figures with the range a measurement would fall in, and what the ranges rest on
+    (sim/bands.py); a run outside the validated envelope says so."""
+    parts = []
+    for run in inputs.runs:
+        summary = run.summary
+        rows = []
+        for key, name in LATENCIES.items():
+            stats = (summary.get("latency_s") or {}).get(key) or {}
+            band = stats.get("band")
+            for stat in ("p50", "p90", "p99") if band else ():
+                low, high = band[stat]["low"], band[stat]["high"]
+                if low is not None:
+                    rows.append((f"{name} {stat}", format_duration(stats[stat]),
+                                 f"{format_duration(low)} - {format_duration(high)}", band["basis"]))
+        throughput = summary.get("throughput") or {}
+        band = throughput.get("band")
+        if band and band["output_tokens_per_s"]["low"] is not None:
+            rows.append(("output tokens/s", format_number(throughput["output_tokens_per_s"]),
+                         f"{format_number(band['output_tokens_per_s']['low'])} - "
+                         f"{format_number(band['output_tokens_per_s']['high'])}", band["basis"]))
+        line = (summary.get("envelope") or {}).get("line")
+        if not rows and not line:
+            continue
+        body = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td class='band'>{html.escape(c)}"
+                       f"</td><td class='basis'>{html.escape(d)}</td></tr>" for a, b, c, d in rows)
+        head = "<tr><th>figure</th><th>predicted</th><th>would measure</th><th>from the rows of</th></tr>"
+        parts.append(f"<h3>{html.escape(run.label)}</h3>"
+                     + (f"<p class='verdict'><b>{html.escape(line)}</b></p>" if line else "")
+                     + (f"<table class='bands'>{head}{body}</table>" if rows else ""))
+    if not parts:
+        return ""
+    return ("<h2>How far to trust them</h2><p class='note'>The range a measurement would fall in, given the errors "
+            "of the validated rows nearest each run: measured = predicted / (1 + error) (docs/validation.md).</p>"
+            + "".join(parts))
 
 
 def _scenario(run: Any) -> str:
@@ -161,6 +199,7 @@ window.tokenpathRendered = Promise.all(Object.entries(SPECS).map(([id, spec]) =>
 <h2>Bottleneck</h2>{_verdicts(inputs)}
 <h2>Numbers</h2>{_numbers(inputs)}
 {_continuity_note(inputs)}
+{_bands(inputs)}
 {''.join(sections)}
 <script type="application/json" id="tokenpath-summaries">{_script_json(summaries)}</script>
 <script>{_vega_bundle()}</script>

@@ -21,7 +21,8 @@ def _replicas(dep: Any) -> str:
 
 def _engine_line(engine: Any, compute: Any) -> str:
     """The scheduler profile, its limits, and how the host's time per step counts."""
-    line = (f"{engine.scheduler} scheduler, max {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
+    version = f" (version {engine.version})" if engine.version else ""
+    line = (f"{engine.scheduler} scheduler{version}, max {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
             f"tokens/step, chunked prefill {'on' if engine.chunked_prefill else 'off'}")
     if engine.num_scheduler_steps > 1:
         line += f", {engine.num_scheduler_steps}-step windows"

@@ -26,15 +26,67 @@ def scenario_table(lines: list[tuple[str, str]], title: str) -> Table:
     return table
 
 
+# The statistic whose cell shows its band (the others' are in the JSON).
+_BANDED_STAT = "p50"
+_DURATION_UNIT_S = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def with_band(text: str, band: dict[str, Any] | None) -> str:
+    """A figure as shown, and its band in brackets in the same unit: '75.3 ms (63-90)', '5,203 (4,800-5,600)'."""
+    if not band or band.get("low") is None or band.get("high") is None:
+        return text
+    scale = _DURATION_UNIT_S.get(text.rsplit(" ", 1)[-1], 1.0) if " " in text else 1.0
+    return f"{text} ({format_number(band['low'] / scale, 2)}-{format_number(band['high'] / scale, 2)})"
+
+
 def latency_table(summary: dict[str, Any]) -> Table:
     table = Table(title="Latency", title_justify="left")
     table.add_column("metric", style="bold")
     for column in ("mean", *PERCENTILES):
-        table.add_column(column.replace("p999", "p99.9"), justify="right")
+        name = column.replace("p999", "p99.9")
+        table.add_column(f"{name} (range)" if column == _BANDED_STAT and _has_bands(summary) else name,
+                         justify="right")
     for key, name in _LATENCY_NAMES.items():
         stats = summary["latency_s"][key]
-        table.add_row(name, *(format_duration(stats[c]) for c in ("mean", *PERCENTILES)))
+        band = stats.get("band") or {}
+        table.add_row(name, *(with_band(format_duration(stats[c]), band.get(c)) if c == _BANDED_STAT
+                              else format_duration(stats[c]) for c in ("mean", *PERCENTILES)))
     return table
+
+
+def _has_bands(summary: dict[str, Any]) -> bool:
+    return any("band" in stats for stats in summary["latency_s"].values())
+
+
+def bands_table(summary: dict[str, Any]) -> Table | None:
+    """What the ranges in brackets are, and the rows each comes from (sim/bands.py); None without
+    bands (a measured run)."""
+    ttft, decode = (summary["latency_s"][key].get("band") for key in ("ttft", "tpot"))
+    throughput = summary["throughput"].get("band")
+    bases = {"TTFT": ttft, "TPOT/ITL": decode, "throughput": throughput}
+    if ttft and decode and ttft["basis"] == decode["basis"]:
+        bases = {"latency": ttft, "throughput": throughput}
+    if not any(bases.values()):
+        return None
+    table = Table.grid(padding=(0, 1))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for name, band in bases.items():
+        if band:
+            table.add_row(f"{name}:", band["basis"])
+    return table
+
+
+def print_bands(console: Console, summary: dict[str, Any]) -> None:
+    """The ranges' basis, and, outside the validated envelope, the line that says so (sim/envelope.py)."""
+    table = bands_table(summary)
+    if table is not None:
+        console.print("Ranges (x-y): what would be measured, given the errors of the validated rows nearest this "
+                      "run (docs/validation.md)", highlight=False)
+        console.print(table)
+    line = (summary.get("envelope") or {}).get("line")
+    if line:
+        console.print(line, highlight=False)
 
 
 def throughput_table(summary: dict[str, Any]) -> Table:
@@ -42,7 +94,8 @@ def throughput_table(summary: dict[str, Any]) -> Table:
     table.add_column(style="bold")
     table.add_column(justify="right")
     t, r = summary["throughput"], summary["requests"]
-    table.add_row("output tokens/s", format_number(t['output_tokens_per_s']))
+    table.add_row("output tokens/s", with_band(format_number(t["output_tokens_per_s"]),
+                                               (t.get("band") or {}).get("output_tokens_per_s")))
     table.add_row("requests/s", format_number(t['requests_per_s']))
     table.add_row("goodput (meets SLOs), requests/s", format_number(t['goodput_requests_per_s']))
     table.add_row("requests completed / failed", f"{r['completed']:,} / {r['failed']:,}")
@@ -95,6 +148,7 @@ def print_summary(console: Console, summary: dict[str, Any], scenario_lines: lis
     console.print(scenario_table(scenario_lines, f"Scenario: {summary['scenario']['name']}"))
     console.print(throughput_table(summary))
     console.print(latency_table(summary))
+    print_bands(console, summary)
     if summary["attribution_s"] is not None:
         console.print(attribution_table(summary))
     line = continuity_line(summary.get("continuity"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +17,10 @@ from tokenpath.delivery.lastmile import LastMile
 from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, memory_bound_share, sample_steps
 from tokenpath.diagnose.felt import PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
+from tokenpath.sim.bands import attach_bands, shipped_records
+from tokenpath.sim.envelope import envelope
 from tokenpath.sim.front_end import api_servers
+from tokenpath.sim.regime import regime_block
 from tokenpath.sim.summary import attribution_s, misses_slo, summarize, window_ns
 
 if TYPE_CHECKING:  # simulate.py imports this module: Simulation.summary is its result document
@@ -37,6 +41,7 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
     document["bottleneck"] = layer
     document["bottleneck_reason"] = reason
     document["load"] = evidence.load.document()
+    _trust(document, sim, evidence)
     document["engine"] = {
         "replicas": scenario.deployment.replicas,
         "engines": sim.deployment.replicas,  # replicas x pipeline batches in flight
@@ -62,6 +67,20 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
         "placement": sim.deployment.placement.hosts.tolist(),
     }
     return document, reason
+
+
+def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> None:
+    """How far to trust the document's figures: its `regime`, the `envelope` of the validated rows it lies
+    in or not, and each headline figure's `band` (sim/bands.py)."""
+    scenario, chip = sim.scenario, sim.deployment.chip
+    document["regime"] = regime_block(scenario.engine.scheduler, scenario.engine.version, chip.name, chip.generation,
+                                      sim.deployment.model, evidence.load.overloaded,
+                                      evidence.parts_s.get("ttft", {}), evidence.mean_batch_seqs)
+    records = shipped_records()
+    document["envelope"] = envelope(document["regime"], records)
+    assumptions = document["scenario"]["assumptions"]
+    calibration = [*assumptions["calibration_files"], *filter(None, [assumptions["delivery_calibration"]])]
+    attach_bands(document, records, list(dict.fromkeys(Path(path).name for path in calibration)))
 
 
 def resolved_block(sim: Simulation) -> dict[str, Any]:

@@ -229,7 +229,8 @@ def check_metrics(summary: dict[str, Any], where: str) -> None:
     def check(value: Any, field: str) -> None:
         if isinstance(value, dict):
             for key, inner in value.items():
-                check(inner, f"{field}.{key}")
+                if key != "band":  # an error band (sim/bands.py) says in words where it comes from
+                    check(inner, f"{field}.{key}")
         elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                     or not math.isfinite(value)):
             raise UserError(f"{where}: {field} is {quoted(value)}, not a number; a summary holds finite numbers "

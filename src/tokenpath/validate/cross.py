@@ -26,11 +26,12 @@ def _medians(errors: Sequence[dict[str, float]]) -> dict[str, float]:
 def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDURES,
                    on_fold: Callable[[int, str], None] | None = None) -> dict[str, Any]:
     """The cross-validation of `errors.rows` (each row's errors under given values, cached): the
-    document `validate --cross --json` writes, errors as fractions. `on_fold(folds done, source)` is
-    called as each fold starts."""
+    document `validate --cross --json` writes, errors as fractions (`row_errors`: each row's out of its
+    fold, in the rows' order). `on_fold(folds done, source)` is called as each fold starts."""
     rows = errors.rows
     sources = list(dict.fromkeys(row["source"] for row in rows))
     out_of_fold: list[dict[str, float]] = []
+    row_errors: list[dict[str, float]] = [{} for _ in rows]
     by_source = []
     for done, source in enumerate(sources):
         if on_fold is not None:
@@ -40,6 +41,8 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
         values, fits = fit_all(train, errors, procedures)
         predicted = errors.get([(k, values) for k in held_out])
         out_of_fold += predicted
+        for k, errors_k in zip(held_out, predicted):
+            row_errors[k] = errors_k
         by_source.append({"source": source, "rows": len(held_out), **_medians(predicted), "fitted": values,
                           "fitted_on": {name: fit.rows for name, fit in fits.items() if fit is not None},
                           "from_registry": [name for name, fit in fits.items() if fit is None]})
@@ -47,7 +50,8 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
     scored = [k for k, row in enumerate(rows) if not row.get("calibration")]
     in_sample = errors.get([(k, registry) for k in scored])
     return {"rows": len(rows), "sources": len(sources), "cross": _medians(out_of_fold),
-            "in_sample": {**_medians(in_sample), "rows": len(scored)}, "by_source": by_source}
+            "in_sample": {**_medians(in_sample), "rows": len(scored)}, "by_source": by_source,
+            "row_errors": row_errors}
 
 
 def _value_cell(fold: dict[str, Any], name: str) -> str:

@@ -26,7 +26,7 @@ from tokenpath.engine.profiles import MEASURED_ENGINES
 from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario, build_scenario
 from tokenpath.sim.simulate import simulate
-from tokenpath.sim.summary import tpot_ns
+from tokenpath.sim.summary import tpot_ns, window_ns
 from tokenpath.validate.latency_rows import read_latency_rows
 from tokenpath.validate.ranking import print_ranking, ranking
 from tokenpath.validate.row_keys import lengths_label, load_label
@@ -56,6 +56,8 @@ SHAREGPT_ASSUMED_CV = 1.0
 # uniform kind with this range ratio spans [1, 2 x mean] around the mean the run drew.
 UNIFORM_FULL_RANGE_RATIO = 0.998
 _STAT_KEY = {"mean": "mean", "median": "p50"}
+# The key of a row's `also` that states its output tokens per second over the measured requests.
+THROUGHPUT_KEY = "throughput_tokens_per_s"
 # Each engine's scheduler profile (engine/profiles.py); a row's engine_settings can refine it (vLLM V0).
 ENGINE_PROFILES = {engine: {"scheduler": profile} for engine, profile in MEASURED_ENGINES.items()}
 
@@ -173,15 +175,20 @@ def _statistic(values: np.ndarray, stat: str) -> float:
 
 def predict_row(row: dict[str, Any], sharegpt: dict[str, Any],
                 assumptions: Mapping[str, float] | None = None) -> dict[str, float]:
-    """The row's TTFT and decode metric (seconds), predicted with the row's statistic (under `assumptions`,
-    registry values overridden by name, where given)."""
+    """The row's TTFT and decode metric (seconds), predicted with the row's statistic, and its output
+    tokens per second over the measured requests' window (under `assumptions`, registry values
+    overridden by name, where given)."""
     _, skip = simulated_requests(row)
-    values = measured(simulate(row_scenario(row, sharegpt, assumptions)).run, skip)
+    run = simulate(row_scenario(row, sharegpt, assumptions)).run
+    values = measured(run, skip)
     if row["decode_metric"] not in values:
         raise UserError("its ITL needs every token's time, which a run this large does not keep; give the row "
                         "fewer requests or state its TPOT (decode_metric = \"tpot\")")
+    after = run.after(skip)
+    window_s = window_ns(after) / 1e9
     return {"ttft_s": _statistic(values["ttft"], row["ttft_stat"]),
-            "decode_s": _statistic(values[row["decode_metric"]], row["decode_stat"])}
+            "decode_s": _statistic(values[row["decode_metric"]], row["decode_stat"]),
+            "output_tokens_per_s": int(after.output_tokens[after.completed].sum()) / window_s if window_s else 0.0}
 
 
 def row_error(k: int, row: dict[str, Any], error: UserError) -> UserError:
@@ -191,9 +198,14 @@ def row_error(k: int, row: dict[str, Any], error: UserError) -> UserError:
 
 def relative_errors(row: dict[str, Any], predicted: dict[str, float]) -> dict[str, float]:
     """Signed relative errors of a prediction (predict_row's) against the row's published TTFT and decode
-    metric: {"ttft": predicted / published - 1, "decode": ...}."""
-    return {"ttft": predicted["ttft_s"] * 1e3 / row["ttft_ms"] - 1.0,
-            "decode": predicted["decode_s"] * 1e3 / row["decode_ms"] - 1.0}
+    metric: {"ttft": predicted / published - 1, "decode": ...}, and "throughput" where the row's `also`
+    states its output tokens per second (`throughput_tokens_per_s`)."""
+    errors = {"ttft": predicted["ttft_s"] * 1e3 / row["ttft_ms"] - 1.0,
+              "decode": predicted["decode_s"] * 1e3 / row["decode_ms"] - 1.0}
+    published = row.get("also", {}).get(THROUGHPUT_KEY)
+    if published:
+        errors["throughput"] = predicted["output_tokens_per_s"] / published - 1.0
+    return errors
 
 
 def run_latency_group(data: dict[str, Any] | None = None) -> dict[str, Any]:

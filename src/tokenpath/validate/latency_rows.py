@@ -59,7 +59,9 @@ class LatencyRow(BaseModel):
     decode_ms: float = Field(gt=0)
     decode_metric: Literal["itl", "tpot"]
     decode_stat: Stat
-    also: dict[str, Any] = Field(default_factory=dict)  # other figures the source gives, for the record
+    # other figures the source gives, for the record; of them, throughput_tokens_per_s (output tokens/s)
+    # is compared, for the bands file's throughput errors (sim/bands.py)
+    also: dict[str, Any] = Field(default_factory=dict)
     calibration: bool = False                          # the row sets a constant: left out of the medians
     id: str = ""
 

@@ -1,0 +1,223 @@
+"""How far to trust a simulated figure: its error band, from the validated rows of the nearest regime.
+
+`catalog/validation/bands.toml` (written by `tokenpath validate --cross --write-bands`, validate/
+bands_build.py) holds, per validated row, its regime (sim/regime.py: engine profile, load, model family,
+chip generation) and its signed errors e = predicted / measured - 1: TTFT and the decode metric out of
+its fold of the cross-validation, and output throughput where the row states one.
+
+A band for a scenario comes from the rows of its regime: all four keys alike, else BACKOFF's keys
+dropped one after another until at least MIN_BAND_ROWS rows match. With the errors' QUANTILES q_lo and
+q_hi (from MIN_QUANTILE_ROWS rows; fewer give their smallest and largest error), what would be
+measured of a predicted x lies in [x / (1 + q_hi), x / (1 + q_lo)].
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import tomllib
+
+from tokenpath.config.errors import UserError
+
+SCHEMA = "tokenpath.bands/1"
+REGENERATE = "tokenpath validate --cross --write-bands"
+# The four keys of a regime, as the result document's `regime` names them.
+REGIME_KEYS = ("engine", "load", "model_family", "chip_generation")
+# Dropped in this order when too few rows match all of them: what the hardware's generation changes is
+# mostly in the roofline, which is measured per chip; the model family next; the load, then the engine
+# profile, decide how requests are scheduled, which is what the rows test most.
+BACKOFF = ("chip_generation", "model_family", "load", "engine")
+KEY_NAMES = {"engine": "engine profile", "load": "load", "model_family": "model family",
+             "chip_generation": "chip generation"}
+# The errors' 10th and 90th percentiles: eight rows in ten within the band.
+QUANTILES = (10.0, 90.0)
+# Fewer rows than this take their smallest and largest error instead (a 10th percentile of a handful
+# of rows interpolates between the two lowest, narrowing the band on no evidence).
+MIN_QUANTILE_ROWS = 10
+# A regime with fewer rows is backed off.
+MIN_BAND_ROWS = 3
+METRICS = ("ttft", "decode", "throughput")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One validated row: where it sits and how far off its predictions were."""
+
+    id: str
+    source: str
+    engine: str
+    engine_version: str
+    chip: str
+    chip_generation: str
+    model: str
+    model_family: str
+    load: str
+    errors: dict[str, float] = field(default_factory=dict)  # METRICS present for the row
+    cross_validated: bool = True  # False: predicted with the registry's values (no constant fitted on it)
+
+    def key(self, name: str) -> str:
+        return getattr(self, name)
+
+
+@functools.cache
+def shipped_records() -> tuple[Record, ...]:
+    """The shipped file's rows; none before it is first written."""
+    path = resources.files("tokenpath.catalog") / "validation" / "bands.toml"
+    if not path.is_file():
+        return ()
+    return parse_bands(path.read_text(encoding="utf-8"), "catalog/validation/bands.toml")
+
+
+def parse_bands(text: str, where: str) -> tuple[Record, ...]:
+    """The rows of a bands file (its other keys say where it came from, for people)."""
+    data = tomllib.loads(text)
+    if data.get("schema") != SCHEMA:
+        raise UserError(f"{where}: not a {SCHEMA} file; regenerate it with `{REGENERATE}`")
+    records = []
+    for row in data.get("rows", []):
+        errors = {metric: float(row[f"{metric}_error"]) for metric in METRICS if f"{metric}_error" in row}
+        records.append(Record(row["id"], row["source"], row["engine"], row.get("engine_version", ""), row["chip"],
+                              row["chip_generation"], row["model"], row["model_family"], row["load"], errors,
+                              row.get("cross_validated", True)))
+    return tuple(records)
+
+
+def latency_row_ids(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Each latency row's id in the bands file: `source:id` where the row has an id, else `source#n`,
+    n counting that source's rows from 0."""
+    seen: dict[str, int] = {}
+    ids = []
+    for row in rows:
+        n = seen.get(row["source"], 0)
+        seen[row["source"]] = n + 1
+        ids.append(f"{row['source']}:{row['id']}" if row.get("id") else f"{row['source']}#{n}")
+    return ids
+
+
+def group_row_ids(group: str, count: int) -> list[str]:
+    """The ids of a published group's rows: `group#n`."""
+    return [f"{group}#{n}" for n in range(count)]
+
+
+def residual_range(errors: Sequence[float]) -> tuple[float, float, str]:
+    """(q_lo, q_hi, the rule in words) of signed errors: their QUANTILES from MIN_QUANTILE_ROWS of them,
+    else their smallest and largest."""
+    if len(errors) >= MIN_QUANTILE_ROWS:
+        low, high = np.percentile(np.asarray(errors, np.float64), QUANTILES)
+        return float(low), float(high), f"{QUANTILES[0]:g}th-{QUANTILES[1]:g}th percentile of their errors"
+    return float(min(errors)), float(max(errors)), "min-max of their errors"
+
+
+def bounds(value: float | None, q_low: float, q_high: float) -> dict[str, float | None]:
+    """What would be measured of a predicted `value` whose error lies in [q_low, q_high]."""
+    if value is None:
+        return {"low": None, "high": None}
+    return {"low": value / (1.0 + q_high), "high": value / (1.0 + q_low)}
+
+
+@dataclass(frozen=True)
+class Band:
+    """The error range of one metric, and the rows it comes from."""
+
+    q_low: float
+    q_high: float
+    rows: int
+    basis: str
+
+
+def nearest(records: Sequence[Record], regime: dict[str, Any], metric: str) -> tuple[list[Record], list[str]]:
+    """The rows with `metric` of the nearest regime holding at least MIN_BAND_ROWS of them, and the keys
+    dropped (BACKOFF's order) to reach it; every such row, all keys dropped, when none does."""
+    having = [r for r in records if metric in r.errors]
+    kept, dropped = list(REGIME_KEYS), []
+    for drop in (None, *BACKOFF):
+        if drop is not None:
+            kept.remove(drop)
+            dropped.append(drop)
+        matching = [r for r in having if all(r.key(k) == regime[k] for k in kept)]
+        if len(matching) >= MIN_BAND_ROWS:
+            return matching, dropped
+    return having, dropped
+
+
+def _regime_words(regime: dict[str, Any], keys: Sequence[str]) -> str:
+    words = {"engine": regime["engine"], "load": f"{regime['load']} load", "model_family": regime["model_family"],
+             "chip_generation": regime["chip_generation"]}
+    return ", ".join(words[k] for k in REGIME_KEYS if k in keys) or "rows of every regime"
+
+
+def band(records: Sequence[Record], regime: dict[str, Any], metric: str) -> Band | None:
+    """The band of `metric` for a run of `regime`; None when no row has the metric."""
+    chosen, dropped = nearest(records, regime, metric)
+    if not chosen:
+        return None
+    q_low, q_high, rule = residual_range([r.errors[metric] for r in chosen])
+    crossed = sum(r.cross_validated for r in chosen)
+    registry = "at the registry's values (no constant is fitted on them)"
+    how = ("cross-validated" if crossed == len(chosen) else
+           f"{crossed} cross-validated, {len(chosen) - crossed} {registry}" if crossed else registry)
+    kept = [k for k in REGIME_KEYS if k not in dropped]
+    where = _regime_words(regime, kept)
+    if dropped:
+        what, last = ", ".join(KEY_NAMES[k] for k in dropped) if kept else "every key", dropped[-1]
+        where += (f" ({what} dropped: fewer than {MIN_BAND_ROWS} rows also have its {KEY_NAMES[last]}, "
+                  f"{regime[last]})")
+    basis = f"{where}: {len(chosen)} rows, {how}, {rule}"
+    if len(chosen) < MIN_BAND_ROWS:
+        basis += f"; fewer than {MIN_BAND_ROWS} rows in all: a band this thin is not an error range"
+    return Band(q_low, q_high, len(chosen), basis)
+
+
+# The band each latency metric takes: time to first token (or visible text) TTFT's, time per token the
+# decode metric's. E2E is both (attach_bands).
+_LATENCY_BAND = {"ttft": "ttft", "ttfv": "ttft", "tpot": "decode", "itl": "decode"}
+_STATS = ("mean", "p50", "p90", "p99")
+_THROUGHPUTS = ("output_tokens_per_s", "requests_per_s")
+
+
+def calibration_note(files: Sequence[str]) -> str:
+    return (f"; the scenario is calibrated ({', '.join(files)}): this is the uncalibrated model's band, the "
+            "calibration's own accuracy is not yet measured")
+
+
+def _block(stats: dict[str, Any], q_low: float, q_high: float, rows: int, basis: str,
+           calibration: Sequence[str]) -> dict[str, Any]:
+    block: dict[str, Any] = {stat: bounds(stats.get(stat), q_low, q_high) for stat in _STATS}
+    block.update(rows=rows, basis=basis + (calibration_note(calibration) if calibration else ""),
+                 calibrated=bool(calibration))
+    return block
+
+
+def attach_bands(document: dict[str, Any], records: Sequence[Record], calibration: Sequence[str] = ()) -> None:
+    """Each latency's and the throughput's `band` in a result document with a `regime`: `calibration` the
+    scenario's calibration files, if any."""
+    regime, latency = document["regime"], document["latency_s"]
+    found = {metric: band(records, regime, metric) for metric in METRICS}
+    for key, metric in _LATENCY_BAND.items():
+        b = found[metric]
+        if b is not None and latency[key].get("mean") is not None:  # no band for a metric never measured
+            latency[key]["band"] = _block(latency[key], b.q_low, b.q_high, b.rows, b.basis, calibration)
+    ttft, decode = found["ttft"], found["decode"]
+    e2e = latency["e2e"]
+    if ttft is not None and decode is not None and e2e.get("mean") and latency["ttft"].get("mean") is not None:
+        # E2E is the first token and the rest: TTFT's band on its share of the mean, the decode band on
+        # the rest, both ends taken together (errors of the two alike: the wider band).
+        share = min(1.0, latency["ttft"]["mean"] / e2e["mean"])
+        low = share / (1.0 + ttft.q_high) + (1.0 - share) / (1.0 + decode.q_high)
+        high = share / (1.0 + ttft.q_low) + (1.0 - share) / (1.0 + decode.q_low)
+        basis = (f"TTFT's band on its first token ({share:.0%} of the mean), the decode band on the rest; "
+                 f"decode: {decode.basis}")
+        e2e["band"] = _block(e2e, 1.0 / high - 1.0, 1.0 / low - 1.0, decode.rows, basis, calibration)
+    throughput = found["throughput"]
+    if throughput is not None:
+        block = {key: bounds(document["throughput"].get(key), throughput.q_low, throughput.q_high)
+                 for key in _THROUGHPUTS}
+        block.update(rows=throughput.rows, basis=throughput.basis + (calibration_note(calibration)
+                                                                     if calibration else ""),
+                     calibrated=bool(calibration))
+        document["throughput"]["band"] = block

@@ -1,0 +1,50 @@
+"""The validated envelope: what of a run no validated latency row covers.
+
+A run is inside when some latency row of the bands file (sim/bands.py) has its chip, its chip's
+generation, its engine profile, its model family and its load regime, each on its own (a combination
+no row has is the band's back-off, which its basis names), and, where the scenario states the engine's
+release (`[engine] version`), some row of the same profile states that release: the same text, or a
+first word that is it or starts with it and a dot ("0.6" covers "0.6.0" and "0.6.0 (V0)").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tokenpath.sim.bands import Record
+
+# Marks, in a table of runs (levers, a sweep's frontier), one whose scenario lies outside the envelope.
+OUTSIDE_MARK = "*"
+
+# (the regime's key, the row's field, its name in the line), in the order the line names them.
+_DIMENSIONS = (("chip", "chip", "chip"), ("chip_generation", "chip_generation", "chip generation"),
+               ("engine", "engine", "engine profile"), ("model_family", "model_family", "model family"),
+               ("load", "load", "load"))
+
+
+def covers_version(stated: str, wanted: str) -> bool:
+    """Whether a row's stated engine release covers the scenario's (module docstring)."""
+    first = stated.split(" ", 1)[0]
+    return stated == wanted or first == wanted or first.startswith(wanted + ".")
+
+
+def envelope(regime: dict[str, Any], records: Sequence[Record]) -> dict[str, Any]:
+    """The result document's `envelope`: `validated`, `outside` (what no row covers, e.g. "chip mi300x")
+    and `line`, saying so with what the rows cover (None inside)."""
+    latency = [r for r in records if "ttft" in r.errors]
+    outside, cover = [], []
+    for key, field, name in _DIMENSIONS:
+        have = sorted({getattr(r, field) for r in latency})
+        if regime[key] not in have:
+            outside.append(f"{name} {regime[key]}")
+            cover.append(f"{name}: {', '.join(have)}")
+    version = regime.get("engine_version")
+    if version is not None:
+        stated = sorted({r.engine_version for r in latency if r.engine == regime["engine"]})
+        if not any(covers_version(s, version) for s in stated):
+            outside.append(f"engine version {version}")
+            cover.append(f"{regime['engine']} versions: {', '.join(stated) or 'none'}")
+    line = (f"outside the validated envelope: {', '.join(outside)} (rows cover {'; '.join(cover)})"
+            if outside else None)
+    return {"validated": not outside, "outside": outside, "line": line}

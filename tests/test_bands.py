@@ -1,0 +1,262 @@
+"""Error bands and the validated envelope: the band of a regime from its rows' errors, the back-off, the
+envelope of the rows, how simulate, levers and sweep show them, and the shipped bands file against the
+rows it was written from (sim/bands.py, sim/envelope.py, sim/regime.py)."""
+
+import io
+import json
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.console import Console
+
+from cli_helpers import assert_user_error, run_cli
+from tokenpath import load_scenario, simulate
+from tokenpath.compute.chip import load_chip
+from tokenpath.compute.model import load_model
+from tokenpath.config.units import format_duration, format_number
+from tokenpath.sim.bands import (
+    Record,
+    attach_bands,
+    group_row_ids,
+    latency_row_ids,
+    shipped_records,
+)
+from tokenpath.sim.envelope import covers_version, envelope
+from tokenpath.sim.regime import load_regime, model_family
+from tokenpath.validate.bands_build import THROUGHPUT_GROUP
+from tokenpath.validate.groups import published_rows
+from tokenpath.validate.latency import load_latency, row_engine
+
+HOPPER = {"engine": "vllm-v1", "load": "moderate", "model_family": "dense", "chip_generation": "Hopper",
+          "chip": "h100", "engine_version": None}
+
+
+def _record(n, ttft, decode=None, throughput=None, **regime):
+    keys = {**HOPPER, **regime}
+    errors = {"ttft": ttft, "decode": ttft if decode is None else decode}
+    if throughput is not None:
+        errors = {"throughput": throughput}
+    return Record(f"lab#{n}", "lab", keys["engine"], keys.get("version", ""), keys["chip"],
+                  keys["chip_generation"], "llama-3.1-70b", keys["model_family"], keys["load"], errors)
+
+
+def _document(regime=HOPPER, ttft_s=0.1, tpot_s=0.02, e2e_s=2.0, tokens_per_s=1000.0):
+    def stats(value):
+        return {"mean": value, "p50": value, "p90": 2 * value, "p99": 3 * value, "p999": 4 * value}
+
+    return {"regime": dict(regime), "throughput": {"output_tokens_per_s": tokens_per_s, "requests_per_s": 5.0},
+            "latency_s": {"ttft": stats(ttft_s), "ttfv": stats(ttft_s), "tpot": stats(tpot_s), "itl": stats(tpot_s),
+                          "e2e": stats(e2e_s)}}
+
+
+def test_a_band_is_what_would_be_measured_given_the_regimes_errors():
+    # Four rows of the regime (fewer than ten: their smallest and largest error) and one elsewhere.
+    records = [_record(0, -0.2, 0.1), _record(1, 0.0, -0.1), _record(2, 0.1, 0.0), _record(3, 0.25, 0.05),
+               _record(4, 3.0, 3.0, chip_generation="Ampere")]
+    document = _document()
+    attach_bands(document, records)
+    ttft = document["latency_s"]["ttft"]["band"]
+    # measured = predicted / (1 + e): the largest error (+25%) gives the lowest, the smallest (-20%) the highest
+    assert ttft["p50"] == {"low": pytest.approx(0.1 / 1.25, rel=1e-12), "high": pytest.approx(0.1 / 0.8, rel=1e-12)}
+    assert ttft["p99"] == {"low": pytest.approx(0.3 / 1.25, rel=1e-12), "high": pytest.approx(0.3 / 0.8, rel=1e-12)}
+    assert ttft["rows"] == 4 and ttft["calibrated"] is False
+    assert ttft["basis"] == "vllm-v1, moderate load, dense, Hopper: 4 rows, cross-validated, min-max of their errors"
+    assert document["latency_s"]["ttfv"]["band"] == ttft
+    tpot = document["latency_s"]["tpot"]["band"]
+    assert tpot["p50"] == {"low": pytest.approx(0.02 / 1.1, rel=1e-12), "high": pytest.approx(0.02 / 0.9, rel=1e-12)}
+    assert document["latency_s"]["itl"]["band"] == tpot
+    # E2E: TTFT's band on its 5% of the mean, the decode band on the other 95%, both ends together
+    e2e = document["latency_s"]["e2e"]["band"]
+    assert e2e["p50"]["low"] == pytest.approx(2.0 * (0.05 / 1.25 + 0.95 / 1.1), rel=1e-12)
+    assert e2e["p50"]["high"] == pytest.approx(2.0 * (0.05 / 0.8 + 0.95 / 0.9), rel=1e-12)
+    assert "band" not in document["throughput"]  # no row states one
+
+
+def test_ten_rows_give_their_10th_and_90th_percentiles():
+    records = [_record(k, k / 10) for k in range(10)]  # errors 0, 0.1, ..., 0.9
+    document = _document()
+    attach_bands(document, records)
+    band = document["latency_s"]["ttft"]["band"]
+    # numpy's linear percentiles: rank 0.9 -> 0.09, rank 8.1 -> 0.81
+    assert band["p50"] == {"low": pytest.approx(0.1 / 1.81, rel=1e-12), "high": pytest.approx(0.1 / 1.09, rel=1e-12)}
+    assert band["basis"].endswith("10th-90th percentile of their errors")
+
+
+def test_too_few_rows_back_off_in_order_and_say_what_was_dropped():
+    # Two rows match all four keys, three match once the chip generation is dropped.
+    records = [_record(0, 0.1), _record(1, 0.2), _record(2, -0.1, chip_generation="Ampere"),
+               _record(3, 0.5, model_family="MoE"), _record(4, 0.6, load="light")]
+    document = _document({**HOPPER, "chip_generation": "Blackwell"})
+    attach_bands(document, records)
+    band = document["latency_s"]["ttft"]["band"]
+    assert band["rows"] == 3 and band["p50"]["low"] == pytest.approx(0.1 / 1.2, rel=1e-12)
+    assert band["basis"] == ("vllm-v1, moderate load, dense (chip generation dropped: fewer than 3 rows also have "
+                             "its chip generation, Blackwell): 3 rows, cross-validated, min-max of their errors")
+    # Throughput: two rows in all, none of them of this engine: every row, and the basis says it is thin.
+    records += [_record(5, 0.0, throughput=0.1, engine="trtllm"), _record(6, 0.0, throughput=-0.1, engine="trtllm")]
+    document = _document()
+    attach_bands(document, records)
+    band = document["throughput"]["band"]
+    assert band["output_tokens_per_s"] == {"low": pytest.approx(1000 / 1.1), "high": pytest.approx(1000 / 0.9)}
+    assert band["rows"] == 2
+    assert band["basis"] == ("rows of every regime (every key dropped: fewer than 3 rows also have its engine "
+                             "profile, vllm-v1): 2 rows, cross-validated, min-max of their errors; fewer than 3 rows "
+                             "in all: a band this thin is not an error range")
+
+
+def test_a_calibrated_scenario_is_labelled_and_its_own_accuracy_not_invented(tmp_path):
+    engine = tmp_path / "engine.toml"
+    engine.write_text('schema = "tokenpath.engine-calibration/1"\n[fitted.host_step_s]\nvalue = 0.0005\n')
+    (tmp_path / "s.toml").write_text('[assumptions]\ncalibration = "engine.toml"\n')
+    document = simulate(load_scenario(str(tmp_path / "s.toml"), {"workload.num_requests": 50})).summary
+    band = document["latency_s"]["ttft"]["band"]
+    assert band["calibrated"] is True and document["throughput"]["band"]["calibrated"] is True
+    assert band["basis"].endswith("; the scenario is calibrated (engine.toml): this is the uncalibrated model's band, "
+                                  "the calibration's own accuracy is not yet measured")
+
+
+def test_an_mi300x_scenario_with_an_unvalidated_engine_version_is_outside_the_envelope(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "out.json"
+    code, out, err = run_cli(["simulate", "--chip", "mi300x", "--set", 'engine.version="0.7"', "--set",
+                              "workload.num_requests=50", "--json", str(target)], monkeypatch, capsys)
+    assert code == 0, err
+    document = json.loads(target.read_text())
+    assert document["regime"]["chip_generation"] == "CDNA3" and document["regime"]["engine"] == "vllm-v1"
+    assert document["envelope"]["validated"] is False
+    assert document["envelope"]["outside"] == ["chip mi300x", "chip generation CDNA3", "engine version 0.7"]
+    text = " ".join(out.split())
+    assert ("outside the validated envelope: chip mi300x, chip generation CDNA3, engine version 0.7 (rows cover "
+            "chip: a100, h100, h200; chip generation: Ampere, Hopper; vllm-v1 versions:") in text
+    assert "(version 0.7)" in text  # the scenario's engine line
+
+
+def test_the_default_scenarios_table_shows_ranges_and_is_inside_the_envelope(tmp_path, monkeypatch, capsys):
+    code, out, err = run_cli(["simulate", "--json", str(tmp_path / "d.json")], monkeypatch, capsys)
+    assert code == 0, err
+    document = json.loads((tmp_path / "d.json").read_text())
+    assert document["envelope"] == {"validated": True, "outside": [], "line": None}
+    assert document["regime"]["engine"] == "vllm-v1" and document["regime"]["load"] == "moderate"
+    assert "p50 (range)" in out and "outside the validated envelope" not in out
+    ttft = next(line for line in out.splitlines() if line.startswith("│ TTFT"))
+    band = document["latency_s"]["ttft"]["band"]["p50"]
+    shown = f"{format_duration(document['latency_s']['ttft']['p50'])} ({format_number(band['low'] * 1e3, 2)}-" \
+            f"{format_number(band['high'] * 1e3, 2)})"
+    assert shown in ttft and shown.split()[1] == "ms", ttft
+    assert "Ranges (x-y): what would be measured" in out
+    assert "vllm-v1, moderate load, dense, Hopper:" in " ".join(out.split())
+    tokens = next(line for line in out.splitlines() if "output tokens/s" in line)
+    assert re.search(r"[\d,]+ \([\d,]+-[\d,]+\)", tokens), tokens
+
+
+def test_the_envelope_names_each_dimension_no_row_covers():
+    records = [_record(0, 0.1, version="0.6.0 (V0)"), _record(1, 0.1, chip="a100", chip_generation="Ampere"),
+               _record(2, 0.0, throughput=0.1, chip="b200", chip_generation="Blackwell")]
+    assert envelope({**HOPPER, "engine_version": "0.6"}, records) == {"validated": True, "outside": [], "line": None}
+    # the throughput-only row covers nothing: b200's latency is not validated
+    block = envelope({**HOPPER, "chip": "b200", "chip_generation": "Blackwell", "load": "overloaded",
+                      "model_family": "MoE", "engine": "trtllm", "engine_version": "1.0"}, records)
+    assert block["outside"] == ["chip b200", "chip generation Blackwell", "engine profile trtllm", "model family MoE",
+                                "load overloaded", "engine version 1.0"]
+    assert block["line"].endswith("(rows cover chip: a100, h100; chip generation: Ampere, Hopper; engine profile: "
+                                  "vllm-v1; model family: dense; load: moderate; trtllm versions: none)")
+
+
+@pytest.mark.parametrize("stated, wanted, covered", [
+    ("0.6.0", "0.6.0", True), ("0.6.0", "0.6", True), ("0.6.0 (V0)", "0.6", True), ("0.6.0", "0.6.1", False),
+    ("0.60.0", "0.6", False), ("NIM 1.8.0", "NIM 1.8.0", True), ("NIM 1.8.0", "1.8", False),
+    ("not stated", "0.7", False),
+])
+def test_a_stated_release_covers_its_own_and_its_patch_releases(stated, wanted, covered):
+    assert covers_version(stated, wanted) is covered
+
+
+@given(st.lists(st.integers(0, 999), min_size=1, max_size=4), st.integers(1, 4), st.text(max_size=20))
+def test_a_release_covers_every_leading_part_of_itself_and_no_other_number(parts, keep, note):
+    release = ".".join(map(str, parts))
+    stated = f"{release} {note}" if note else release
+    assert covers_version(stated, ".".join(map(str, parts[:keep])))
+    assert not covers_version(stated, ".".join(map(str, parts[:keep])) + "0" * 3 + "1")
+
+
+def test_the_load_regime_and_the_model_family():
+    assert load_regime(True, 0.0, 1.0) == "overloaded"
+    assert load_regime(False, 0.5, 100.0) == "saturated"
+    assert load_regime(False, 0.49, 1.99) == "light"
+    assert load_regime(False, 0.2, 2.0) == "moderate"
+    assert [model_family(load_model(name)) for name in ("llama-3.1-70b", "qwen3-30b-a3b", "deepseek-v3")] == \
+        ["dense", "MoE", "MLA"]
+
+
+def test_the_shipped_bands_file_holds_the_rows_it_was_written_from():
+    """Stale when the rows change: regenerate it with `tokenpath validate --cross --write-bands`."""
+    records = shipped_records()
+    rows = load_latency()["rows"]
+    groups, published = published_rows()
+    offline = [row for row in published if row["group"] == THROUGHPUT_GROUP and not row.get("calibration")]
+    by_id = {record.id: record for record in records}
+    assert len(by_id) == len(records)
+    assert set(by_id) == set(latency_row_ids(rows)) | set(group_row_ids(THROUGHPUT_GROUP, len(offline)))
+    # what the catalog says of each row today, without simulating it
+    for row_id, row in zip(latency_row_ids(rows), rows):
+        record = by_id[row_id]
+        assert (record.engine, record.chip, record.chip_generation, record.model_family, record.engine_version) == \
+            (row_engine(row)["scheduler"], load_chip(row["chip"]).name, load_chip(row["chip"]).generation,
+             model_family(load_model(row["model"])), row.get("engine_version", "")), row_id
+        assert {"ttft", "decode"} <= set(record.errors) and record.cross_validated
+        assert ("throughput" in record.errors) == ("throughput_tokens_per_s" in row.get("also", {}))
+    for row_id, row in zip(group_row_ids(THROUGHPUT_GROUP, len(offline)), offline):
+        record = by_id[row_id]
+        assert (record.model, record.chip_generation, set(record.errors)) == \
+            (row["model"], load_chip(row["chip"]).generation, {"throughput"}), row_id
+
+
+def test_write_bands_needs_the_cross_validation_and_the_shipped_rows(monkeypatch, capsys):
+    assert_user_error(*run_cli(["validate", "--write-bands"], monkeypatch, capsys), "--write-bands", "--cross")
+    assert_user_error(*run_cli(["validate", "--cross", "--write-bands", "--latency-rows", "x.toml"], monkeypatch,
+                               capsys), "--write-bands", "--latency-rows")
+
+
+def _summary(outside):
+    return {"envelope": {"validated": not outside, "outside": outside, "line": None}, "attribution_s": None}
+
+
+def test_levers_and_sweep_frontiers_mark_what_lies_outside_the_envelope(monkeypatch, tmp_path):
+    from tokenpath.cli import levers, sweep
+
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    monkeypatch.setattr(levers, "console", console)
+    change = {"value": 1.0, "relative": 0.0, "better": 0.0}
+    document = {"objective": {"metric": "latency_s.ttft.p99", "name": "TTFT p99", "better": "lower",
+                              "tie_break": None, "value": 1.0},
+                "baseline": _summary([]), "skipped": [],
+                "levers": [{"name": "next chip", "group": "compute", "change": change,
+                            "summary": _summary(["chip b200", "chip generation Blackwell"])},
+                           {"name": "TP4", "group": "wider", "change": change, "summary": _summary([])}]}
+    levers._print(document, 100)
+    out = console.file.getvalue()
+    assert "next chip *" in out and "TP4 *" not in out and "baseline *" not in out
+    assert "* outside the validated envelope (docs/validation.md): next chip (chip b200, chip generation Blackwell)" \
+        in out
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    monkeypatch.setattr(sweep, "console", console)
+    rows = [{"point": "a", "x": 1.0, "envelope.validated": False}, {"point": "b", "x": 2.0, "envelope.validated": True}]
+    sweep._write_pareto(tmp_path / "out.csv", [], [("x", "max")], rows)
+    out = console.file.getvalue()
+    assert "a *" in out and "b *" not in out and "* outside the validated envelope" in out
+
+
+def test_the_html_report_prints_each_range_and_the_envelope_line():
+    from types import SimpleNamespace
+
+    from tokenpath.report.html import _bands
+
+    records = [_record(k, 0.25 * (k - 1)) for k in range(3)]  # errors -0.25, 0, +0.25
+    summary = _document()
+    attach_bands(summary, records)
+    summary["envelope"] = {"validated": False, "outside": ["chip mi300x"], "line": "outside the validated envelope: x"}
+    page = _bands(SimpleNamespace(runs=[SimpleNamespace(label="run", summary=summary)]))
+    # TTFT p50 100 ms: 100 / 1.25 to 100 / 0.75
+    assert "<td>TTFT p50</td><td>100 ms</td><td class='band'>80 ms - 133 ms</td>" in page
+    assert "<b>outside the validated envelope: x</b>" in page and "How far to trust them" in page
