@@ -13,7 +13,8 @@ def test_catalog_lists_the_expected_entries():
     assert list_models() == ["llama-2-7b", "llama-2-70b", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b",
                              "llama-3.1-405b", "mixtral-8x7b", "qwen2.5-72b", "deepseek-v3", "qwen3-8b", "qwen3-32b",
                              "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b"]
-    assert list_chips() == ["a100", "h100", "h200", "b200", "gb200", "mi300x", "mi325x", "tpu-v5p", "tpu-v6e", "gaudi3"]
+    assert list_chips() == ["a100", "a100-40gb", "h100", "h200", "b200", "gb200", "mi300x", "mi325x", "tpu-v5p",
+                            "tpu-v6e", "gaudi3"]
 
 
 @pytest.mark.parametrize("filename", [catalog.MODELS_FILE, catalog.CHIPS_FILE])
@@ -89,6 +90,18 @@ def test_hbm_efficiency_is_the_measured_stream_bandwidth_over_peak_or_the_defaul
     assert load_chip("h200").effective_hbm_bw_Bps == pytest.approx(3.95e12)
     assert load_chip("mi300x").effective_hbm_bw_Bps == pytest.approx(3.92e12)  # hipBLASLt GEMVs
     assert load_chip("mi325x").hbm_bw_efficiency == HBM_BW_EFFICIENCY
+
+
+def test_the_40gb_a100_is_the_80gb_part_with_less_and_slower_memory():
+    """A100 SXM4 40GB (datasheet): 40 GB of HBM2 at 1.555 TB/s, the 80GB part's FLOPS and NVLink; no measured streaming
+    rate is published for it, so it streams at the shared default, 0.85 x 1.555 TB/s."""
+    from tokenpath.compute.efficiency import HBM_BW_EFFICIENCY
+
+    small, large = load_chip("a100-40gb"), load_chip("a100")
+    assert small.hbm_bytes == 40 * 2**30 and large.hbm_bytes == 80 * 2**30
+    assert small.peak_flops == large.peak_flops and small.matmul_efficiency == large.matmul_efficiency
+    assert small.effective_hbm_bw_Bps == pytest.approx(HBM_BW_EFFICIENCY * 1.555e12)
+    assert small.hbm_bw_efficiency == HBM_BW_EFFICIENCY
 
 
 def test_an_hbm_efficiency_override_replaces_the_measured_one_too():
