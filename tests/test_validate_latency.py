@@ -160,9 +160,9 @@ def test_a_row_stating_its_throughput_gets_a_throughput_error():
 
 
 def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, capsys):
-    """The goal, 15% on each median, as a guard. TPOT/ITL meets it (11.6% over 63 rows); TTFT does not since the
-    B200, MI300X and A100 40GB rows joined (21.4%; 11.3% over the 36 rows before them: docs/validation.md), so its
-    guard reports a known failure until the model meets it again."""
+    """The goal is 15% on each median. TPOT/ITL meets it (11.6% over 63 rows); TTFT does not since the B200,
+    MI300X and A100 40GB rows joined (21.4%; 11.3% over the 36 rows before them: docs/validation.md), so its
+    guard holds today's figure against a regression until the model meets the goal again."""
     code, out, err = run_cli(["validate", "--group", "latency", "--json", "-"], monkeypatch, capsys)
     assert code == 0, err
     document = json.loads(out)
@@ -178,8 +178,7 @@ def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, 
         assert r["decode_error"] == pytest.approx(r["predicted_decode_ms"] / r["decode_ms"] - 1)
     scored = [r for r in rows if not r.get("calibration")]
     assert group["median_abs_error_ttft"] == pytest.approx(np.median([abs(r["ttft_error"]) for r in scored]))
-    if group["median_abs_error_ttft"] > 0.15:
-        pytest.xfail(f"TTFT median {group['median_abs_error_ttft']:.1%} over the 15% goal (docs/validation.md)")
+    assert group["median_abs_error_ttft"] <= 0.23
 
 
 def _silicon_script():
