@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from tokenpath.config.assumptions import default
 from tokenpath.config.files import PathText
 from tokenpath.config.units import Bandwidth, Duration
+from tokenpath.delivery.calibration import CalibratedServer
 from tokenpath.delivery.frontend import PLACEMENTS, Placement
 
 # PCIe Gen5 x16: 128 GB/s both directions together (the H200 SXM host link, nvidia.com/h200).
@@ -112,4 +113,10 @@ class DeliverySpec(BaseModel):
                     "replaces detokenize_per_token and frame_per_event, and its cost per request (if measured) "
                     "frontend_per_request, chat_template_per_request and tokenize_per_token "
                     "(a relative path is read from the scenario's folder)",
+    )
+    calibrated_server: CalibratedServer = Field(
+        "engine",
+        description="whose front end the calibration prices: engine (FastAPI under uvicorn and the engine's "
+                    "pydantic chunks, as vLLM and SGLang serve: the file's [engine_http] and [framing]) or serve "
+                    "(tokenpath serve's aiohttp stack and own framer: [http] and the batch rows' framing)",
     )
