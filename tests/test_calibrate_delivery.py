@@ -221,6 +221,14 @@ def test_an_engine_s_front_end_is_its_http_server_its_chunks_and_the_request_pat
     assert bare.request_stages_s()[0] == r.parse_s and bare.frame_s(100, 25) == pytest.approx(25 * 1e-5)
 
 
+def test_an_unknown_calibrated_server_is_named_in_one_line():
+    from tokenpath import load_scenario
+
+    with pytest.raises(UserError, match="delivery.calibrated_server: Input should be 'engine' or 'serve'") as error:
+        load_scenario("typical", {"delivery.calibrated_server": "vllm"})
+    assert "\n" not in str(error.value)
+
+
 def test_a_file_without_request_or_framing_still_reads(tmp_path):
     path = tmp_path / "old.toml"
     path.write_text(HEAD)

@@ -7,12 +7,13 @@ its own on 127.0.0.1; this process is its client (bench/burst.py), and what is c
 CPU time, read from /proc (calibrate/proc_cpu.py) before and after each run, less what it spends idle
 over the run's wall time (uvicorn's own timer ticks), measured once before.
 
-- per request: `requests` streaming chat requests one after another (as requests arriving apart are
-  served), each on its own connection and answered with the response's head, `data: [DONE]` and its
-  end, the connection closed: uvicorn's HTTP parsing and access log, Starlette's routing and
-  middlewares, FastAPI's dependencies and its parsing of the body into the engine's pydantic request
-  (the validation, as the engine does it), vLLM's cancellation tasks, the StreamingResponse. The same
-  requests on the route that reads the body without parsing it give the HTTP layer alone (recorded);
+- per request: a burst of `requests` streaming chat requests at once (a busy server, the regime where
+  its cost matters, takes requests back to back), each on its own connection and answered with the
+  response's head, `data: [DONE]` and its end, the connection closed: uvicorn's HTTP parsing and
+  access log, Starlette's routing and middlewares, FastAPI's dependencies and its parsing of the body
+  into the engine's pydantic request (the validation, as the engine does it), vLLM's cancellation
+  tasks, the StreamingResponse. The same requests on the route that reads the body without parsing it
+  give the HTTP layer alone (recorded);
 - per event: `streams` streams sent `per_stream` chunks each, one per stream per step, less the same
   streams sent none, over the events: each chunk put in its collector, its stream's task woken, through
   both async generators and the StreamingResponse to uvicorn's write on the socket.
@@ -152,17 +153,12 @@ def net_cpu_s(before_s: float, after_s: float, wall_s: float, idle_per_s: float)
 
 
 def _run_s(server: EngineServer, path: str, body: bytes, streams: int, events: int, idle_per_s: float,
-           read: Callable[[int], float], one_by_one: bool = False) -> float:
-    """Server CPU seconds of `streams` requests to `path` (at once, or each after the one before has
-    ended), each streamed `events` chunks."""
-    server.plan(1 if one_by_one else streams, events)
+           read: Callable[[int], float]) -> float:
+    """Server CPU seconds of `streams` requests sent at once to `path`, each streamed `events` chunks."""
+    server.plan(streams, events)
     request = post_request(server.port, path, body)
     before_s, start = settled_cpu_s(server.pid, read), time.monotonic()
-    if one_by_one:
-        for _ in range(streams):
-            send_burst(server.port, 1, request)
-    else:
-        send_burst(server.port, streams, request)
+    send_burst(server.port, streams, request)
     after_s = settled_cpu_s(server.pid, read)
     return net_cpu_s(before_s, after_s, time.monotonic() - start, idle_per_s)
 
@@ -198,8 +194,8 @@ def measure_engine_http(body: bytes, repeats: int = 3, requests: int = REQUESTS,
                     f"event loop {info['loop']}, HTTP protocol {info['http']}, CORSMiddleware, access log on; "
                     "the server process's CPU time from /proc, less its idle rate; the client in this process",
            "versions": versions(), "server_pid": server.pid,
-           "request": f"{requests} streaming chat requests of {len(body)} body bytes one after another, each on its "
-                      "own connection, parsed by FastAPI into the engine's pydantic ChatCompletionRequest behind "
+           "request": f"a burst of {requests} streaming chat requests of {len(body)} body bytes at once, each on "
+                      "its own connection, parsed by FastAPI into the engine's pydantic ChatCompletionRequest behind "
                       "vLLM's validate_json_request and with_cancellation, answered with the head, data: [DONE] and "
                       "the end, the connection closed",
            "event": f"{streams} streams x {per_stream} pre-built chat chunks, one per stream per step, less the same "
