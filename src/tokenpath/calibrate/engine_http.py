@@ -86,7 +86,11 @@ class EngineServer:
             [sys.executable, "-m", "tokenpath.calibrate.engine_http_app", str(self.sock.fileno())],
             pass_fds=(self.sock.fileno(),), stdout=subprocess.DEVNULL, stderr=self.log, env=env)
         self.pid = self.process.pid
-        self.info = self._wait_started()
+        try:
+            self.info = self._wait_started()
+        except BaseException:
+            self.close()
+            raise
 
     def _wait_started(self) -> dict[str, Any]:
         deadline = time.monotonic() + START_S

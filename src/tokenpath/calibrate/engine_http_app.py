@@ -137,7 +137,7 @@ async def chat_stream(collector: Collector, steps: Steps):
 
 
 async def validate_json_request(raw_request: Request) -> None:
-    """vLLM's check that the body is JSON (entrypoints/utils.py)."""
+    """The check vLLM and SGLang run before their chat route: the body is JSON."""
     content_type = raw_request.headers.get("content-type", "").lower()
     if content_type.split(";", maxsplit=1)[0] != "application/json":
         raise RequestValidationError(errors=[{"loc": ["header", "content-type"], "type": "value_error",
