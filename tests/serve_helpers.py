@@ -33,3 +33,14 @@ class LoopbackServer:
         asyncio.run_coroutine_threadsafe(stop_server(self.runner, self.listener), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)
+
+
+def dechunk(body: bytes) -> bytes:
+    """An HTTP/1.1 chunked body's payload (its last, empty chunk ends it)."""
+    out = b""
+    while True:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return out
+        out, body = out + body[:size], body[size + 2:]

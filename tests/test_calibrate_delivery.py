@@ -118,9 +118,13 @@ def test_token_streams_are_windows_of_the_sample_text():
     assert ids.min() >= 0 and ids.max() < det.vocab_size
 
 
-def test_the_cli_writes_a_calibration_and_refuses_bad_batch_sizes(tmp_path):
+def test_the_cli_writes_a_calibration_and_refuses_bad_batch_sizes(tmp_path, monkeypatch):
+    from tokenpath.calibrate import engine_http
     from tokenpath.cli import app
 
+    # Without fastapi and uvicorn the engine's HTTP layer is skipped with a note (tests/test_engine_http.py
+    # runs it where they are installed).
+    monkeypatch.setattr(engine_http, "missing", lambda: "fastapi not installed (pip install 'tokenpath[engines]')")
     out = tmp_path / "host.toml"
     result = CliRunner().invoke(app, ["calibrate", "delivery", "--tokenizer", "tokenizer.model.v1", "--out", str(out),
                                       "--batch-sizes", "2", "4", "--steps", "10", "--repeats", "1"])
@@ -132,6 +136,8 @@ def test_the_cli_writes_a_calibration_and_refuses_bad_batch_sizes(tmp_path):
     assert "HTTP server, per request" in result.output and "chunk written to its socket" in result.output
     assert written.path["http"]["request"].startswith("a burst of 200 connections at once")
     assert "template_s" in written.path["http"]["serve"] and "handoff_s" in written.path["http"]["serve"]
+    assert written.engine_http is None and "fastapi not installed" in written.path["engine_http"]["skipped"]
+    assert "an engine's HTTP layer (FastAPI, uvicorn) was not measured" in result.output
     bad = CliRunner().invoke(app, ["calibrate", "delivery", "--batch-sizes", "0", "--out", str(out)])
     assert isinstance(bad.exception, UserError) and "--batch-sizes" in str(bad.exception)
 
@@ -163,40 +169,71 @@ def test_per_request_cost_is_the_fixed_pieces_plus_tokens_times_the_rate():
 
 def test_request_and_framing_tables_round_trip(tmp_path):
     path = tmp_path / "c.toml"
-    Calibration(TWO, {"cpu": "test"}, request=REQUEST, framing=FRAMING, http=HTTP).write(path)
+    Calibration(TWO, {"cpu": "test"}, request=REQUEST, framing=FRAMING, http=HTTP, engine_http=ENGINE_HTTP).write(path)
     text = path.read_text()
-    assert "[request]" in text and "[framing]" in text and "[http]" in text
+    assert "[request]" in text and "[framing]" in text and "[http]" in text and "[engine_http]" in text
     back = Calibration.read(path)
     assert back.request == REQUEST and back.framing == FRAMING and back.http == HTTP and back.batches == TWO
+    assert back.engine_http == ENGINE_HTTP
 
 
 HTTP = HttpCost(request_s=2**-12, event_s=2**-16)
+ENGINE_HTTP = HttpCost(request_s=2**-11, event_s=2**-17)
 
 
 def test_the_http_server_adds_its_cost_to_each_request_and_each_event(tmp_path):
     path = tmp_path / "c.toml"
     Calibration(TWO, request=REQUEST, http=HTTP).write(path)
-    with_http, without = CalibratedCost.from_file(path), CalibratedCost(Calibration(TWO, request=REQUEST))
+    with_http = CalibratedCost.from_file(path, "serve")
+    without = CalibratedCost(Calibration(TWO, request=REQUEST), "serve")
     r = REQUEST  # as it arrives: the HTTP server's work and parsing; then the template and the hand-off
     assert with_http.request_stages_s() == (2**-12 + r.parse_s, r.template_s + r.handoff_s, r.tokenize_per_token_s)
     assert without.request_stages_s() == (r.parse_s, r.template_s + r.handoff_s, r.tokenize_per_token_s)
-    assert CalibratedCost(Calibration(TWO, http=HTTP)).request_stages_s() is None  # no [request]: the constants
+    assert CalibratedCost(Calibration(TWO, http=HTTP), "serve").request_stages_s() is None  # no [request]
     # Each event is written to its socket: 25 events of 100 tokens add 25 writes to the step and to its framing.
     assert with_http.host_s(100, 25) == pytest.approx(without.host_s(100, 25) + 25 * 2**-16)
     assert with_http.frame_s(100, 25) == pytest.approx(without.frame_s(100, 25) + 25 * 2**-16)
     assert with_http.host_s(0, 0) == with_http.frame_s(0, 0) == 0.0
-    last_mile = LastMile(DeliverySpec(detokenize="api-server", calibration=str(path)))
+    last_mile = LastMile(DeliverySpec(detokenize="api-server", calibration=str(path), calibrated_server="serve"))
     assert last_mile.request_cost_s(1000) == pytest.approx(REQUEST.per_request_s(1000) + 2**-12, rel=1e-12)
     detokenize_s, framing_s = last_mile.host_costs_s(100, 25)
     assert detokenize_s == pytest.approx(without.host_s(100, 25) - without.frame_s(100, 25))
     assert framing_s == pytest.approx(without.frame_s(100, 25) + 25 * 2**-16)
 
 
+
+def test_an_engine_s_front_end_is_its_http_server_its_chunks_and_the_request_path(tmp_path):
+    path = tmp_path / "c.toml"
+    Calibration(TWO, request=REQUEST, framing=FRAMING, http=HTTP, engine_http=ENGINE_HTTP).write(path)
+    engine, serve = CalibratedCost.from_file(path), CalibratedCost.from_file(path, "serve")
+    r = REQUEST  # the engine's HTTP figure holds the body's validation: parse_s is not added again
+    assert engine.request_stages_s() == (2**-11, r.template_s + r.handoff_s, r.tokenize_per_token_s)
+    # Per event: the engine's pydantic chunk and its server's write, in place of this package's framer
+    # (TWO's rows at batch 100: a step of 20 us + 100 x 1 us, of which 0.25 us a token is framing).
+    assert engine.frame_s(100, 25) == pytest.approx(25 * (1e-5 + 2**-17))
+    assert engine.host_s(100, 25) == pytest.approx(20e-6 + 100 * (1e-6 - 0.25e-6) + 25 * (1e-5 + 2**-17))
+    assert serve.host_s(100, 25) == pytest.approx(20e-6 + 100 * 1e-6 - 75 * 0.25e-6 + 25 * 2**-16)
+    last_mile = LastMile(DeliverySpec(detokenize="api-server", calibration=str(path)))
+    assert last_mile.request_cost_s(1000) == pytest.approx(2**-11 + r.template_s + r.handoff_s
+                                                           + 1000 * r.tokenize_per_token_s, rel=1e-12)
+    # A file without [engine_http] (fastapi absent when it was measured): the validation, no HTTP server.
+    bare = CalibratedCost(Calibration(TWO, request=REQUEST, framing=FRAMING, http=HTTP))
+    assert bare.request_stages_s()[0] == r.parse_s and bare.frame_s(100, 25) == pytest.approx(25 * 1e-5)
+
+
+def test_an_unknown_calibrated_server_is_named_in_one_line():
+    from tokenpath import load_scenario
+
+    with pytest.raises(UserError, match="delivery.calibrated_server: Input should be 'engine' or 'serve'") as error:
+        load_scenario("typical", {"delivery.calibrated_server": "vllm"})
+    assert "\n" not in str(error.value)
+
+
 def test_a_file_without_request_or_framing_still_reads(tmp_path):
     path = tmp_path / "old.toml"
     path.write_text(HEAD)
     old = Calibration.read(path)
-    assert old.request is None and old.framing is None and old.http is None
+    assert old.request is None and old.framing is None and old.http is None and old.engine_http is None
     assert old.batches == [BatchCost(1, 1e-6, 1e-6, 0.0)]
     Calibration(TWO).write(path)                       # nothing to write: no tables
     assert "[request]" not in path.read_text() and Calibration.read(path).request is None
@@ -213,6 +250,7 @@ def test_a_file_without_request_or_framing_still_reads(tmp_path):
     ("request = 3\n", "request is 3, not a table"),
     ("[framing]\nengine_frame_per_event_s = nan\nown_frame_per_event_s = 0.0\n", "framing.engine_frame_per_event_s"),
     ("[http]\nrequest_s = 1e-4\n", "http.event_s is missing"),
+    ("[engine_http]\nrequest_s = 1e-4\nevent_s = -1.0\n", "engine_http.event_s is -1.0"),
 ])
 def test_a_garbled_request_field_is_named(tmp_path, table, message):
     path = tmp_path / "c.toml"

@@ -4,21 +4,11 @@ import asyncio
 
 import orjson
 
+from serve_helpers import dechunk
 from tokenpath.delivery.request_measure import request_body
 from tokenpath.serve.measure import EVENT_TEXTS, _events_s, events
 
 BODY = request_body([{"role": "user", "content": "Hi"}])
-
-
-def dechunk(body: bytes) -> bytes:
-    """An HTTP/1.1 chunked body's payload (its last, empty chunk ends it)."""
-    out = b""
-    while True:
-        size_line, _, body = body.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            return out
-        out, body = out + body[:size], body[size + 2:]
 
 
 def test_events_are_serve_completion_chunks_of_a_word_each():

@@ -34,9 +34,10 @@ def _batch_sizes(given: str, extra: list[str]) -> list[int]:
 CALIBRATE_DELIVERY_EXAMPLE = """
 Measures detokenize + stop-string check + SSE framing per engine step at several batch sizes, what the
 front end spends per request before the engine sees it (parse and validate, chat template, tokenize,
-hand-off), one streamed chunk built as an engine's own pydantic code builds it, and the HTTP server's
-own work per request and per streamed event (on tokenpath serve's stack), and writes a file that a
-scenario names as `delivery.calibration = "delivery-calibration.toml"`.
+hand-off), one streamed chunk built as an engine's own pydantic code builds it, and the HTTP servers'
+own work per request and per streamed event (tokenpath serve's aiohttp stack, and an engine's FastAPI
+under uvicorn where fastapi and uvicorn are installed: pip install 'tokenpath[engines]'), and writes a
+file that a scenario names as `delivery.calibration = "delivery-calibration.toml"`.
 
 Examples:
 
@@ -64,6 +65,7 @@ def calibrate_delivery(
 ) -> None:
     from rich.table import Table
 
+    from tokenpath.calibrate.engine_http import measure_engine_http, missing
     from tokenpath.delivery import Detokenizer
     from tokenpath.delivery.measure import calibrate
     from tokenpath.serve.measure import measure_http
@@ -72,12 +74,17 @@ def calibrate_delivery(
     files.check_writable(out, "--out")
     check_tokenizer(tokenizer, "--tokenizer")
     det = Detokenizer.load(tokenizer)
-    progress = Progress(TextColumn("measuring batch sizes, the request path, the HTTP server"), BarColumn(),
+    absent = missing()
+    progress = Progress(TextColumn("measuring batch sizes, the request path, the HTTP servers"), BarColumn(),
                         MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True)
     with progress:
-        task = progress.add_task("calibrate", total=len(sizes) + 2)
+        task = progress.add_task("calibrate", total=len(sizes) + (2 if absent else 3))
         calibration = calibrate(det, sizes, steps=steps, repeats=repeats, progress=lambda _: progress.advance(task),
-                                http=measure_http)
+                                http=measure_http, engine_http=None if absent else measure_engine_http)
+    if absent:
+        calibration.path["engine_http"] = {"skipped": absent}
+        err_console.print(f"note: an engine's HTTP layer (FastAPI, uvicorn) was not measured: {absent}; the file "
+                          "prices an engine's front end without it", highlight=False, soft_wrap=True)
     calibration.write(out)
     table = Table(title=f"last-mile host cost on {calibration.machine['cpu']} ({det.name})")
     for column in ("batch", "step (fixed)", "per token", "of which framing", "whole step", "tokens/s"):
@@ -110,13 +117,17 @@ def _request_table(calibration: Calibration):
                   "slope over " + ", ".join(map(str, how.get("tokenize_prompt_tokens", []))) + " tokens")
     table.add_row("hand-off to engine", f"{request.handoff_s * 1e6:.1f} us",
                   f"pickle + socket pair, {how.get('handoff_prompt_tokens', '?')} ids")
-    http = calibration.http
+    http, engine = calibration.http, calibration.engine_http
     if http is not None:
         table.add_row("HTTP server, per request", f"{http.request_s * 1e6:.1f} us",
                       "serve's aiohttp stack: accept, parse, dispatch, close")
-    for tokens in SHOWN_PROMPT_TOKENS:
-        whole_s = request.per_request_s(tokens) + (http.request_s if http is not None else 0.0)
-        table.add_row(f"whole request, {tokens} tokens", f"{whole_s * 1e6:,.0f} us", "")
+    if engine is not None:
+        table.add_row("engine's HTTP server, per request", f"{engine.request_s * 1e6:.1f} us",
+                      "FastAPI + uvicorn, the body validated into the pydantic request")
+    for tokens in SHOWN_PROMPT_TOKENS:  # as an engine's front end: its HTTP server where measured
+        whole_s = request.per_request_s(tokens) + (engine.request_s - request.parse_s if engine is not None else 0.0)
+        table.add_row(f"whole request, {tokens} tokens", f"{whole_s * 1e6:,.0f} us",
+                      "an engine's front end" if engine is not None else "without an HTTP server")
     ratio = framing.engine_frame_per_event_s / framing.own_frame_per_event_s if framing.own_frame_per_event_s else 0
     table.add_row("chunk, engine's own code", f"{framing.engine_frame_per_event_s * 1e6:.2f} us",
                   f"pydantic + model_dump_json: {ratio:.1f}x sse.py")
@@ -124,6 +135,9 @@ def _request_table(calibration: Calibration):
     if http is not None:
         table.add_row("chunk written to its socket", f"{http.event_s * 1e6:.2f} us",
                       "serve's queue, task and StreamResponse.write")
+    if engine is not None:
+        table.add_row("chunk written, engine's server", f"{engine.event_s * 1e6:.2f} us",
+                      "collector, async generators, StreamingResponse, uvicorn")
     return table
 
 

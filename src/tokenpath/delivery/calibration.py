@@ -13,15 +13,25 @@ sizes and extended linearly beyond them; when events group tokens, framing is ch
 The `[request]` table (absent from files written before it was measured) holds what the front end
 spends on each request before the engine sees it (`RequestCost`), and `[framing]` what one streamed
 chunk costs built as an engine's own code builds it, next to this package's framer (`FramingCost`).
-`[http]` (absent from files written before it) holds the HTTP server's own work (`HttpCost`): per
-request, added to the request's cost, and per streamed event, added to its framing.
+`[http]` (absent from files written before it) holds the HTTP server's own work (`HttpCost`) on
+`tokenpath serve`'s stack, and `[engine_http]` the same on an engine's (FastAPI under uvicorn, as vLLM
+and SGLang serve), its per-request figure with the body's validation in it.
+
+Whose front end the file then prices is the scenario's `delivery.calibrated_server`:
+- "engine" (the default): per request, `[engine_http]`'s request (HTTP layer and validation) where
+  measured, else `[request]`'s parse_s; per event, the engine's own pydantic chunk (`[framing]`) and
+  `[engine_http]`'s event;
+- "serve": per request, `[http]`'s request and `[request]`'s parse_s; per event, this package's framer
+  (the batch rows' framing) and `[http]`'s event.
+Both add the chat template, the hand-off and tokenizing from `[request]`. A table the file lacks adds
+nothing (its framing: the batch rows').
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import tomli_w
 
@@ -66,11 +76,17 @@ class FramingCost:
 
 @dataclass(frozen=True)
 class HttpCost:
-    """Host seconds of the HTTP server's own work, beside the request path's pieces and each chunk's
-    building: measured on `tokenpath serve`'s stack (serve/measure.py)."""
+    """Host seconds of an HTTP server's own work, beside the request path's pieces and each chunk's
+    building: measured on `tokenpath serve`'s stack (serve/measure.py, the file's [http]) or on an
+    engine's FastAPI and uvicorn (calibrate/engine_http.py, [engine_http], whose request_s includes
+    FastAPI's parsing of the body into the engine's pydantic request)."""
 
     request_s: float  # accept, read and parse the request, dispatch it, send the response's head and end, close
     event_s: float    # one streamed event to its socket: queued, its stream's task woken, written and sent
+
+
+CalibratedServer = Literal["engine", "serve"]
+CALIBRATED_SERVERS: tuple[CalibratedServer, ...] = ("engine", "serve")
 
 
 # A cost above an hour is a broken file, not a measurement.
@@ -104,11 +120,13 @@ class Calibration:
     request: RequestCost | None = None
     framing: FramingCost | None = None
     http: HttpCost | None = None
+    engine_http: HttpCost | None = None
 
     def to_toml(self) -> str:
         document = {"schema": SCHEMA, "measured_at": self.measured_at, "machine": self.machine,
                     "tokenizer": self.tokenizer, "path": self.path}
-        for table, costs in (("request", self.request), ("framing", self.framing), ("http", self.http)):
+        for table, costs in (("request", self.request), ("framing", self.framing), ("http", self.http),
+                             ("engine_http", self.engine_http)):
             if costs is not None:
                 document[table] = asdict(costs)
         document["batch"] = [asdict(b) for b in self.batches]
@@ -150,7 +168,8 @@ class Calibration:
             raise UserError(f"{where}: a batch_size appears twice; keep one row per batch size")
         return cls(batches, document.get("machine", {}), document.get("tokenizer", {}), document.get("path", {}),
                    str(document.get("measured_at", "")), _costs(document, "request", RequestCost, where),
-                   _costs(document, "framing", FramingCost, where), _costs(document, "http", HttpCost, where))
+                   _costs(document, "framing", FramingCost, where), _costs(document, "http", HttpCost, where),
+                   _costs(document, "engine_http", HttpCost, where))
 
 
 def _interpolate(points: list[tuple[int, float]], b: float) -> float:
@@ -168,12 +187,17 @@ def _interpolate(points: list[tuple[int, float]], b: float) -> float:
 
 
 class CalibratedCost:
-    """Host seconds of one step from a calibration; a table per batch size so a lookup is O(1)."""
+    """Host seconds of one step from a calibration, for the front end of `server` (the module's
+    docstring); a table per batch size so a lookup is O(1)."""
 
-    def __init__(self, calibration: Calibration) -> None:
+    def __init__(self, calibration: Calibration, server: CalibratedServer = "engine") -> None:
         self.request = calibration.request  # the front end's measured cost per request, if measured
-        http = calibration.http
+        http = calibration.engine_http if server == "engine" else calibration.http
         self._http_request_s, self._event_s = (http.request_s, http.event_s) if http is not None else (0.0, 0.0)
+        # The engine's HTTP figure holds the body's validation (FastAPI's, into the pydantic request).
+        self._validated = server == "engine" and http is not None
+        framing = calibration.framing
+        self._chunk_s = framing.engine_frame_per_event_s if server == "engine" and framing is not None else None
         batches = calibration.batches
         totals = [(b.batch_size, b.total_s) for b in batches]
         if len(batches) == 1:  # one point: a line through it with its own per-token slope
@@ -186,8 +210,8 @@ class CalibratedCost:
         self._slope = (self._total[self._top] - self._total[self._top - 1]) if self._top >= 1 else 0.0
 
     @classmethod
-    def from_file(cls, path: str | Path) -> CalibratedCost:
-        return cls(Calibration.read(path))
+    def from_file(cls, path: str | Path, server: CalibratedServer = "engine") -> CalibratedCost:
+        return cls(Calibration.read(path), server)
 
     def request_stages_s(self) -> tuple[float, float, float] | None:
         """The front end's time for one request, as LastMile.request_stages_s splits it: (as it arrives:
@@ -196,22 +220,29 @@ class CalibratedCost:
         if self.request is None:
             return None
         r = self.request
-        return self._http_request_s + r.parse_s, r.template_s + r.handoff_s, r.tokenize_per_token_s
+        first_s = self._http_request_s if self._validated else self._http_request_s + r.parse_s
+        return first_s, r.template_s + r.handoff_s, r.tokenize_per_token_s
+
+    def _chunk_at(self, tokens: int) -> tuple[float, float]:
+        """(this package's framing per event at the batch size: in the rows' totals; what the server
+        spends building one chunk)."""
+        frame = self._frame[min(tokens, self._top)]
+        return frame, frame if self._chunk_s is None else self._chunk_s
 
     def host_s(self, tokens: int, events: int) -> float:
-        """Host time of a step that emits `tokens` tokens in `events` SSE events, each event written to
-        its socket (the file's [http], if measured)."""
+        """Host time of a step that emits `tokens` tokens in `events` SSE events: the rows' detokenizing
+        and stop check, and each event built and written to its socket."""
         if tokens <= 0:
             return 0.0
         if tokens <= self._top:
-            total, frame = self._total[tokens], self._frame[tokens]
+            total = self._total[tokens]
         else:
-            total, frame = self._total[self._top] + (tokens - self._top) * self._slope, self._frame[self._top]
-        return max(0.0, total + (events - tokens) * frame) + events * self._event_s
+            total = self._total[self._top] + (tokens - self._top) * self._slope
+        frame, chunk = self._chunk_at(tokens)
+        return max(0.0, total - tokens * frame + events * chunk) + events * self._event_s
 
     def frame_s(self, tokens: int, events: int) -> float:
-        """The framing part of `host_s`: `events` SSE events at the batch size's measured cost each, and
-        each one's writing."""
+        """The framing part of `host_s`: `events` SSE events, each built and written."""
         if tokens <= 0:
             return 0.0
-        return events * (self._frame[min(tokens, self._top)] + self._event_s)
+        return events * (self._chunk_at(tokens)[1] + self._event_s)

@@ -61,7 +61,8 @@ class LastMile:
         self._copy_per_id_ns = ID_BYTES / spec.host_link_bw * 1e9
         self._detokenize_s, self._frame_s = spec.detokenize_per_token, spec.frame_per_event
         # A measured calibration, read once here: on_step runs every engine step.
-        self._calibrated = CalibratedCost.from_file(spec.calibration) if spec.calibration else None
+        self._calibrated = (CalibratedCost.from_file(spec.calibration, spec.calibrated_server)
+                            if spec.calibration else None)
         # A request's front-end stages (`request_stages_s`): as it arrives, and once that is done, plus
         # per prompt token; the calibration's measured pieces where it has them.
         request = None if self._calibrated is None else self._calibrated.request_stages_s()

@@ -7,9 +7,10 @@ of a step; framing is also timed alone, to charge it per event when events group
 
 Beside the token path: what one request costs the front end before the engine sees it
 (request_measure.py), and one streamed chunk built as an engine's own pydantic code builds it, timed
-against this package's framer on the same texts. The HTTP server's own work per request and per event
+against this package's framer on the same texts. The HTTP servers' own work per request and per event
 is measured where the caller gives a way to (`tokenpath calibrate delivery` gives serve/measure.py's,
-on `tokenpath serve`'s stack: this layer does not import the server).
+on `tokenpath serve`'s stack, and calibrate/engine_http.py's, on an engine's FastAPI and uvicorn: this
+layer imports neither).
 """
 
 from __future__ import annotations
@@ -112,10 +113,11 @@ def machine() -> dict[str, object]:
 
 def calibrate(det: Detokenizer, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, steps: int = 200,
               repeats: int = 5, stops: Sequence[str] = DEFAULT_STOPS,
-              progress: Callable[[str], None] | None = None, http: HttpMeasure | None = None) -> Calibration:
-    """Measure every batch size, then the request path and the engine's framing, then (given `http`) the
-    HTTP server's own work; `progress(what)` is called after each of the len(batch_sizes) + 1 parts, and
-    once more after the HTTP server's."""
+              progress: Callable[[str], None] | None = None, http: HttpMeasure | None = None,
+              engine_http: HttpMeasure | None = None) -> Calibration:
+    """Measure every batch size, then the request path and the engine's framing, then (given `http` and
+    `engine_http`) the HTTP servers' own work, serve's and an engine's; `progress(what)` is called after
+    each of the len(batch_sizes) + 1 parts, and once more after each HTTP server's."""
     batches = []
     for batch in batch_sizes:
         batches.append(measure_batch(det, batch, steps, repeats, stops))
@@ -131,11 +133,13 @@ def calibrate(det: Detokenizer, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES
             "framing": {"engine": "pydantic ChatCompletionStreamResponse, model_dump_json(exclude_unset=True), "
                                   "'data: ...' framing (modelled on vLLM's serving_chat)",
                         "own": "SseFramer, one stream", "tokens": steps}}
-    http_cost = None
-    if http is not None:
-        http_cost, path["http"] = http(request_body(renderer_for(det.path, det.kind)[1]), repeats)
-        if progress is not None:
-            progress("HTTP server")
+    body = request_body(renderer_for(det.path, det.kind)[1])
+    measured: dict[str, HttpCost] = {}
+    for table, measure in (("http", http), ("engine_http", engine_http)):
+        if measure is not None:
+            measured[table], path[table] = measure(body, repeats)
+            if progress is not None:
+                progress(table)
     return Calibration(
         batches=sorted(batches, key=lambda b: b.batch_size),
         machine=machine(),
@@ -144,5 +148,6 @@ def calibrate(det: Detokenizer, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES
         measured_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         request=request,
         framing=framing,
-        http=http_cost,
+        http=measured.get("http"),
+        engine_http=measured.get("engine_http"),
     )

@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from tokenpath.config.assumptions import default
 from tokenpath.config.files import PathText
 from tokenpath.config.units import Bandwidth, Duration
+from tokenpath.delivery.calibration import CalibratedServer
 from tokenpath.delivery.frontend import PLACEMENTS, Placement
 
 # PCIe Gen5 x16: 128 GB/s both directions together (the H200 SXM host link, nvidia.com/h200).
@@ -25,8 +26,8 @@ D2H_COPY_LATENCY_S = default("host_link_latency_s")
 DETOKENIZE_PER_TOKEN_S = default("detokenize_per_token_s")
 # Building one streamed chunk as the engines' API servers do (vLLM's serving_chat.py and TensorRT-LLM's
 # postprocess_handlers.py build a pydantic ChatCompletionStreamResponse per chunk and call
-# model_dump_json), then its SSE framing: 10.6 us on a current x86 core, 12.6x this package's own framer
-# (delivery/sse.py); `tokenpath calibrate delivery` measures both on this machine.
+# model_dump_json), its SSE framing, and its writing through the engine's HTTP layer (FastAPI's
+# StreamingResponse, uvicorn); `tokenpath calibrate delivery` measures both on this machine.
 FRAME_PER_EVENT_S = default("frame_per_event_s")
 # Share of tokens that show nothing when they arrive (not a whole UTF-8 character alone, so a later token
 # completes it), measured with delivery.visibility.invisible_fraction through the default tokenizer
@@ -35,10 +36,11 @@ FRAME_PER_EVENT_S = default("frame_per_event_s")
 # differs: 4.9% of the Chinese sample of delivery/sample_text.py, 36% of the emoji-heavy one, 7.1% of all
 # four samples together. Set it for the traffic at hand.
 INVISIBLE_TOKEN_FRACTION = default("invisible_token_fraction")
-# The front end's CPU time per request (delivery/frontend.py), before the engine sees it: parsing and
-# validating the HTTP body and handing the tokenized request to the engine's process; rendering the
-# chat template; and tokenizing the prompt, per token. Their values and sources are the registry's
-# (config/assumptions.py); `tokenpath calibrate delivery` measures them on this machine.
+# The front end's CPU time per request (delivery/frontend.py), before the engine sees it: its HTTP
+# server's own work with the body parsed and validated (FastAPI under uvicorn) and the tokenized request
+# handed to the engine's process; rendering the chat template; and tokenizing the prompt, per token.
+# Their values and sources are the registry's (config/assumptions.py); `tokenpath calibrate delivery`
+# measures them on this machine.
 FRONTEND_PER_REQUEST_S = default("frontend_per_request_s")
 CHAT_TEMPLATE_PER_REQUEST_S = default("chat_template_per_request_s")
 TOKENIZE_PER_TOKEN_S = default("tokenize_per_token_s")
@@ -100,7 +102,8 @@ class DeliverySpec(BaseModel):
     invisible_token_fraction: float = Field(INVISIBLE_TOKEN_FRACTION, ge=0, lt=1)
     frontend_per_request: Duration = Field(
         FRONTEND_PER_REQUEST_S, le=MAX_HOST_COST_S,
-        description="the front end's CPU time per request: parse and validate it, hand it to the engine")
+        description="the front end's CPU time per request: its HTTP server's work, parsing and validating it, "
+                    "the hand-off to the engine")
     chat_template_per_request: Duration = Field(
         CHAT_TEMPLATE_PER_REQUEST_S, le=MAX_HOST_COST_S,
         description="the front end's CPU time rendering a request's chat template (0: a cached or raw prompt)")
@@ -112,4 +115,10 @@ class DeliverySpec(BaseModel):
                     "replaces detokenize_per_token and frame_per_event, and its cost per request (if measured) "
                     "frontend_per_request, chat_template_per_request and tokenize_per_token "
                     "(a relative path is read from the scenario's folder)",
+    )
+    calibrated_server: CalibratedServer = Field(
+        "engine",
+        description="whose front end the calibration prices: engine (FastAPI under uvicorn and the engine's "
+                    "pydantic chunks, as vLLM and SGLang serve: the file's [engine_http] and [framing]) or serve "
+                    "(tokenpath serve's aiohttp stack and own framer: [http] and the batch rows' framing)",
     )

@@ -18,8 +18,6 @@ work does not count, wherever the operating system ran it.
 from __future__ import annotations
 
 import asyncio
-import selectors
-import socket
 import statistics
 import threading
 import time
@@ -29,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tokenpath.bench.http import Endpoint, request_head
+from tokenpath.bench.burst import post_request, send_burst
 from tokenpath.delivery.calibration import HttpCost
 from tokenpath.delivery.sse import SseFramer
 from tokenpath.serve.app import CONNECTIONS, _errors, _stream, start_server, stop_server
@@ -44,7 +42,6 @@ STREAMS, EVENTS_PER_STREAM = 32, 64
 PATH = "/v1/completions"
 # The words each event carries, as the corpus's English prose tokenizes: a few bytes of text each.
 EVENT_TEXTS = (" the", " server", " streams", " each", " token", " as", " it", " comes")
-READ_BYTES = 1 << 16
 # How often the measurement looks whether the client is done: each look costs the server thread a few
 # microseconds, a few per request in all.
 POLL_S = 0.005
@@ -95,42 +92,11 @@ def _app(route: _Route) -> web.Application:
     return app
 
 
-def _request(port: int, body: bytes) -> bytes:
-    endpoint = Endpoint.parse(f"http://127.0.0.1:{port}")
-    return request_head(endpoint, PATH, len(body), {}) + body
-
-
 def _client(port: int, count: int, request: bytes, done: threading.Event, received: list[bytes] | None = None) -> None:
-    """Open `count` connections at once, send each the request, read every response to its end (into
-    `received`, one bytes per connection, when given)."""
-    sockets = []
+    """`send_burst` in the client's thread, `done` set when it has read every response (or failed)."""
     try:
-        for _ in range(count):
-            conn = socket.create_connection(("127.0.0.1", port))
-            conn.sendall(request)
-            sockets.append(conn)
-        with selectors.DefaultSelector() as selector:
-            for conn in sockets:
-                selector.register(conn, selectors.EVENT_READ)
-            tails = {conn: b"" for conn in sockets}
-            whole = {conn: [] for conn in sockets} if received is not None else None
-            while tails:
-                for key, _ in selector.select():
-                    conn = key.fileobj
-                    data = conn.recv(READ_BYTES)
-                    if whole is not None:
-                        whole[conn].append(data)
-                    tail = tails[conn][-8:] + data
-                    if not data or tail.endswith(b"0\r\n\r\n"):  # the chunked body's last chunk
-                        selector.unregister(conn)
-                        del tails[conn]
-                    else:
-                        tails[conn] = tail
-            if whole is not None:
-                received.extend(b"".join(whole[conn]) for conn in sockets)
+        send_burst(port, count, request, received)
     finally:
-        for conn in sockets:
-            conn.close()
         done.set()
 
 
@@ -147,7 +113,7 @@ async def _burst_s(count: int, body: bytes) -> float:
     route = _Route(expected=count)
     runner, listener = await start_server(_app(route), "127.0.0.1", 0)
     try:
-        done, request = threading.Event(), _request(listener.port, body)
+        done, request = threading.Event(), post_request(listener.port, PATH, body)
         start_ns = time.thread_time_ns()
         threading.Thread(target=_client, args=(listener.port, count, request, done), daemon=True).start()
         await route.opened.wait()
@@ -167,7 +133,7 @@ async def _events_s(streams: int, per_stream: int, body: bytes, received: list[b
     runner, listener = await start_server(_app(route), "127.0.0.1", 0)
     chunks = events(per_stream)
     try:
-        done, request = threading.Event(), _request(listener.port, body)
+        done, request = threading.Event(), post_request(listener.port, PATH, body)
         threading.Thread(target=_client, args=(listener.port, streams, request, done, received), daemon=True).start()
         await route.opened.wait()
         await asyncio.sleep(0.01)  # every head sent, the client reading

@@ -122,6 +122,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "api_server_cpus_per_process": d.front_end.api_cpus,
             "host_link_bw_Bps": delivery.host_link_bw, "host_link_latency_s": delivery.host_link_latency,
             "calibration": None if delivery.calibration is None else str(delivery.calibration),
+            "calibrated_server": None if delivery.calibration is None else delivery.calibrated_server,
         },
         "workload": {
             "requests": s.workload.num_requests, "warmup_requests": s.workload.warmup_requests,
