@@ -6,13 +6,16 @@ import time
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tokenpath.cli.app import app, console, err_console, write_json
+from tokenpath.cli.capacity import STABILITY_HELP, TOLERANCE_HELP, check_precision
 from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
+from tokenpath.whatif.capacity import DEFAULT_STABILITY, DEFAULT_TOLERANCE
 
 SEARCH_EXAMPLE = """
 Enumerates every split of the chips (TP x PP x DP, each group inside one scale-up domain; with
@@ -47,7 +50,7 @@ def _duration(value: float | None) -> str:
     return "-" if value is None else format_duration(value)
 
 
-def _print(document: dict[str, Any], top: int, wall_s: float, capacity_command: str) -> None:
+def _print(document: dict[str, Any], top: int, wall_s: float, capacity_command: str, flags_note: str) -> None:
     counts, question = document["counts"], document["question"]
     objective = question["objective"]["name"]
     console.print(f"{counts['enumerated']} candidates: {counts['invalid']} invalid, {counts['memory']} short of "
@@ -91,9 +94,11 @@ def _print(document: dict[str, Any], top: int, wall_s: float, capacity_command: 
                   f"{best['request_rate']:.4g} req/s, {best['request_rate_per_chip']:.3g} per chip", highlight=False)
     sets = " ".join(f"--set {item}" for item in best["set"])
     at = best["at_capacity"]
-    console.print(f"Its capacity again: {capacity_command} {sets}", highlight=False, soft_wrap=True)
-    console.print(f"Its run at capacity: tokenpath simulate ... {sets} "
-                  f"--request-rate {at['workload.arrival.rate']:.6g} --num-requests {at['workload.num_requests']}",
+    console.print(escape(f"Its capacity again{flags_note}: {capacity_command} {sets}"), highlight=False,
+                  soft_wrap=True)
+    simulate = capacity_command.replace("tokenpath capacity", "tokenpath simulate").split(" --slo ")[0]
+    console.print(escape(f"Its run at capacity{flags_note}: {simulate} {sets} --request-rate "
+                         f"{at['workload.arrival.rate']!r} --num-requests {at['workload.num_requests']}"),
                   highlight=False, soft_wrap=True)
 
 
@@ -114,6 +119,8 @@ def search(
     exhaustive: bool = typer.Option(False, "--exhaustive", help="search every valid candidate in full: no bound, "
                                                                  "no screen (slow; checks the pruning)"),
     top: int = typer.Option(10, "--top", help="rows of the table (the JSON has every candidate)"),
+    tolerance: float = typer.Option(DEFAULT_TOLERANCE, "--tolerance", help=TOLERANCE_HELP),
+    stability: float = typer.Option(DEFAULT_STABILITY, "--stability", help=STABILITY_HELP),
     prices: str | None = typer.Option(None, "--prices", help="chip prices for --objective cost (default: the "
                                                                   "catalog's)"),
     workers: int | None = typer.Option(None, "--workers", help="simulations side by side (default: one per CPU)"),
@@ -136,6 +143,7 @@ def search(
     ray = ray or ray_address is not None
     if ray and workers is not None:
         raise UserError("--workers: Ray places candidates on the cluster's CPUs itself; leave out --workers with --ray")
+    check_precision(tolerance, stability)
     if top < 1:
         raise UserError(f"--top: {top} must be at least 1")
     if objective not in OBJECTIVES:
@@ -155,8 +163,9 @@ def search(
     if objective == "cost" and built.deployment.chip not in chosen_prices.usd_per_hour:
         raise UserError(f"--objective cost: no price for {built.deployment.chip}; give --prices FILE with a "
                         f"[{built.deployment.chip}] table")
-    question = Question(built.deployment.chips, targets, objective, tuple(parse_engines(engines, built)), disagg,
-                        limits, exhaustive, prices=chosen_prices)
+    compared = tuple(parse_engines(engines, built.engine.scheduler))
+    question = Question(built.deployment.chips, targets, objective, compared, disagg, limits, exhaustive, tolerance,
+                        stability, chosen_prices)
     quiet = json_out == "-"
     progress = Progress(TextColumn("searching deployments"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[simulations]} simulations"), TimeElapsedColumn(),
@@ -174,12 +183,20 @@ def search(
         document = run_search(base, question, workers or available_cpus(), ray, ray_address,
                               lambda k: progress.advance(task, k), simulated, planned)
     if not quiet:
-        slo_text = ",".join(f"{name}={_target_text(row)}" for name, row in document["question"]["slo"].items())
-        command = " ".join(["tokenpath capacity", *([scenario] if scenario else []), f"--slo {slo_text}"])
-        _print(document, top, time.perf_counter() - started, command)
+        asked = document["question"]
+        slo_text = ",".join(f"{name}={target_text(row)}" for name, row in asked["slo"].items())
+        command = ["tokenpath capacity", *([scenario] if scenario else []), f"--slo {slo_text}",
+                   f"--workers {asked['workers']}"]
+        command += [f"--{name} {asked[name]:g}" for name, default in (("tolerance", DEFAULT_TOLERANCE),
+                                                                        ("stability", DEFAULT_STABILITY))
+                    if asked[name] != default]
+        same = any(value is not None for name, value in flags.items() if name != "chips")
+        _print(document, top, time.perf_counter() - started, " ".join(command),
+               " (with the scenario flags given here)" if same else "")
     if json_out is not None:
         write_json(document, json_out)
 
 
-def _target_text(row: dict[str, Any]) -> str:
-    return f"{row['target'] * 1e3:g}ms" if row["unit"] == "s" else f"{row['target']:g}"
+def target_text(row: dict[str, Any]) -> str:
+    """A target of the JSON as --slo reads it back exactly: 1.0s, 0.05s, 0.9."""
+    return f"{row['target']!r}s" if row["unit"] == "s" else repr(row["target"])

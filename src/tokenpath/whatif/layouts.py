@@ -65,11 +65,11 @@ class Candidate:
                 "engine.max_num_batched_tokens": self.max_num_batched_tokens}
 
 
-def parse_engines(text: str | None, scenario: Scenario) -> list[str]:
+def parse_engines(text: str | None, default: str) -> list[str]:
     """`vllm-v1,sglang` -> the profiles named (a profile's name, or its engine's as the latency rows
-    name it: sglang is prefill-first); None: the scenario's own."""
+    name it: sglang is prefill-first); None: [default], the scenario's own."""
     if text is None:
-        return [scenario.engine.scheduler]
+        return [default]
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
     if not names:
         raise UserError(f"--engines: give engine profiles separated by commas, e.g. {','.join(list(PROFILES)[:2])}")

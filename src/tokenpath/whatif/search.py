@@ -258,7 +258,9 @@ def _judge(base: Base, question: Question, entries: list[Entry], state: _State, 
         while queue and len(in_flight) < runner.slots:
             entry = queue.pop(0)
             best = state.best
-            if best is not None and not question.exhaustive and entry.bound_per_s < best.rate_per_s:
+            # The bound is a steady state's: it holds against a capacity whose runs were long enough to settle.
+            if (best is not None and not question.exhaustive and best.capacity["converged"]
+                    and entry.bound_per_s < best.rate_per_s):
                 entry.stage = "bound"
                 entry.reason = (f"its bound, {entry.bound_per_s:.4g} req/s, is below {best.candidate.layout}'s "
                                 f"capacity, {best.rate_per_s:.4g} req/s")
@@ -292,9 +294,9 @@ def _judge(base: Base, question: Question, entries: list[Entry], state: _State, 
 
 def objective_value(question: Question, entry: Entry) -> float | None:
     """The candidate's value by the question's objective (None: cannot be priced)."""
-    summary = entry.capacity["summary"]
     if question.objective == "rate-per-chip":
         return entry.rate_per_s / entry.candidate.chips
+    summary = entry.capacity["summary"]
     if question.objective == "goodput":
         return summary["throughput"]["goodput_requests_per_s"]
     chip = summary["resolved"]["deployment"]["chip"]
@@ -385,10 +387,10 @@ def run_search(base: Base, question: Question, workers: int, ray: bool = False, 
             _judge(base, question, second, state, runner, workers, decided, simulated)
     finally:
         runner.close()
-    return document(scenario, question, state.entries)
+    return document(scenario, question, state.entries, 1 if ray else workers)
 
 
-def document(scenario: Scenario, question: Question, entries: list[Entry]) -> dict[str, Any]:
+def document(scenario: Scenario, question: Question, entries: list[Entry], workers: int) -> dict[str, Any]:
     order = ranked(question, entries)
     candidates = [_row(question, entry, rank) for rank, entry in enumerate(order, 1)]
     pruned = [_row(question, entry) for entry in entries if entry.stage != "searched"]
@@ -403,7 +405,8 @@ def document(scenario: Scenario, question: Question, entries: list[Entry]) -> di
                      "engines": sorted({entry.candidate.scheduler for entry in entries}),
                      "disaggregated": question.disaggregated, "limit_factors": list(LIMIT_FACTORS),
                      "refined_layouts": REFINE_LAYOUTS if question.limits else 0,
-                     "exhaustive": question.exhaustive},
+                     "exhaustive": question.exhaustive, "tolerance": question.tolerance,
+                     "stability": question.stability, "workers": workers},
         "counts": {"enumerated": len(entries), **counts,
                    "simulations": sum(entry.simulations for entry in entries)},
         "candidates": candidates,
