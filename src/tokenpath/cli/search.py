@@ -67,6 +67,12 @@ def _print(document: dict[str, Any], top: int, wall_s: float, capacity_command: 
     if objective != "rate-per-chip":
         columns.append(objective)
     columns += ["TTFT p99", "TPOT p99", "binds", "stable"]
+    best = document["best"]
+    if best is None:
+        console.print(f"No deployment of {question['chips']} {question['chip']} was searched in full: none fits, "
+                      "can be built, or meets the SLO at any rate (the JSON gives each candidate's reason)",
+                      highlight=False)
+        return
     for column in columns:
         table.add_column(column, justify="left" if column in ("layout", "engine", "binds") else "right")
     for row in document["candidates"][:top]:
@@ -86,10 +92,6 @@ def _print(document: dict[str, Any], top: int, wall_s: float, capacity_command: 
         console.print(f"Close to the best, not searched (accepted at {screen['rates'][0]:.4g} req/s and refused at "
                       f"{screen['rates'][1]:.4g} with {screen['num_requests']:,} requests, as the best is; "
                       f"--exhaustive searches them): {shown}", highlight=False)
-    best = document["best"]
-    if best is None:
-        console.print("No candidate meets the SLO at any rate; loosen it or give more chips.", highlight=False)
-        return
     console.print(f"[bold]Best: {best['layout']}[/bold] ({best['engine']}, {best['limits']}): "
                   f"{best['request_rate']:.4g} req/s, {best['request_rate_per_chip']:.3g} per chip", highlight=False)
     sets = " ".join(f"--set {item}" for item in best["set"])

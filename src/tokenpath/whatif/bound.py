@@ -5,12 +5,13 @@ the best capacity it has found.
 The workload's requests, averaged, give the work one request brings: its prompt tokens less the most
 a prefix cache could hold, a logit per output token, and the attention pairs and KV reads of its
 prompt and of each decode step. A step holding x requests' worth of that work takes t(x), the step
-cost the engine charges (sim/deployment.py's GroupStepCosts: compute, launches, host, collectives),
-which is convex in the work (a roofline: sums and maxima of linear terms, and fixed costs per step)
-once the kernel launches of steps that replay no CUDA graph are left out: they jump in at a step
-size, so the bound takes every step as replayed, a step time no higher than the engine's.
-Over any stretch of steady serving, the steps' mean work then takes at most their mean time, and
-the tokens served per second are at most x / t(x) at the mean step's work x, which grows with x.
+cost the engine charges (sim/deployment.py's GroupStepCosts: compute, host, collectives), with
+every step taken as replaying a CUDA graph: an engine's kernel launches jump in above a step size,
+and without them t is convex in the work (sums and maxima of linear terms, plus fixed costs per
+step). Over any stretch of steady serving, the mean step time is then at least t of the mean step's
+work x, so the requests served per second are at most x / t(x), which grows with x. (The collectives'
+algorithm is the fastest at each size, a minimum that bends the other way; at the sizes one run's
+steps span its effect is small.)
 
 What caps x: the engine's limits (the token budget per step; one sequence per token of decode and
 at least one per prompt, at most max_num_seqs; the contexts they read within the KV cache); and,
@@ -21,9 +22,11 @@ disaggregated pools split it, prompts on the prefill replicas (capped by their l
 decode steps on the others, and the pool that serves fewer requests per second bounds the
 deployment.
 
-It assumes the p99 (or p90, ...) of per-request TPOT is at least the mean step time, which holds
-unless the steps' times vary much more within a run than between requests; the search reports each
-bound beside the capacity found, so a bound below a capacity would show.
+It bounds a steady state. It assumes the targeted statistic of per-request TPOT (p99, p90, ...) is
+at least the mean step time, which holds unless the steps' times vary much more within a run than
+between requests; and a run too short to settle can meet the SLO above it (still filling when it
+ends), so a search prunes with it only against a settled capacity. The search reports each bound
+beside the capacity found, so a bound below a capacity would show.
 """
 
 from __future__ import annotations
