@@ -50,7 +50,7 @@ def _duration(value: float | None) -> str:
     return "-" if value is None else format_duration(value)
 
 
-def _print(document: dict[str, Any], top: int, wall_s: float, capacity_command: str, flags_note: str) -> None:
+def _print(document: dict[str, Any], top: int, wall_s: float, scenario_ref: str | None, flags_note: str) -> None:
     counts, question = document["counts"], document["question"]
     objective = question["objective"]["name"]
     console.print(f"{counts['enumerated']} candidates: {counts['invalid']} invalid, {counts['memory']} short of "
@@ -96,10 +96,15 @@ def _print(document: dict[str, Any], top: int, wall_s: float, capacity_command: 
                   f"{best['request_rate']:.4g} req/s, {best['request_rate_per_chip']:.3g} per chip", highlight=False)
     sets = " ".join(f"--set {item}" for item in best["set"])
     at = best["at_capacity"]
-    console.print(escape(f"Its capacity again{flags_note}: {capacity_command} {sets}"), highlight=False,
-                  soft_wrap=True)
-    simulate = capacity_command.replace("tokenpath capacity", "tokenpath simulate").split(" --slo ")[0]
-    console.print(escape(f"Its run at capacity{flags_note}: {simulate} {sets} --request-rate "
+    asked = " ".join([*([scenario_ref] if scenario_ref else []), *(f"--{name} {question[name]!r}" for name, default in
+                                                                   (("tolerance", DEFAULT_TOLERANCE),
+                                                                    ("stability", DEFAULT_STABILITY))
+                                                                   if question[name] != default)])
+    slo = ",".join(f"{name}={target_text(row)}" for name, row in question["slo"].items())
+    console.print(escape(f"Its capacity again{flags_note}: tokenpath capacity {asked} --slo {slo} --workers "
+                         f"{question['workers']} {sets}"), highlight=False, soft_wrap=True)
+    simulate = " ".join(["tokenpath simulate", *([scenario_ref] if scenario_ref else []), sets])
+    console.print(escape(f"Its run at capacity{flags_note}: {simulate} --request-rate "
                          f"{at['workload.arrival.rate']!r} --num-requests {at['workload.num_requests']}"),
                   highlight=False, soft_wrap=True)
 
@@ -185,15 +190,8 @@ def search(
         document = run_search(base, question, workers or available_cpus(), ray, ray_address,
                               lambda k: progress.advance(task, k), simulated, planned)
     if not quiet:
-        asked = document["question"]
-        slo_text = ",".join(f"{name}={target_text(row)}" for name, row in asked["slo"].items())
-        command = ["tokenpath capacity", *([scenario] if scenario else []), f"--slo {slo_text}",
-                   f"--workers {asked['workers']}"]
-        command += [f"--{name} {asked[name]:g}" for name, default in (("tolerance", DEFAULT_TOLERANCE),
-                                                                        ("stability", DEFAULT_STABILITY))
-                    if asked[name] != default]
         same = any(value is not None for name, value in flags.items() if name != "chips")
-        _print(document, top, time.perf_counter() - started, " ".join(command),
+        _print(document, top, time.perf_counter() - started, scenario,
                " (with the scenario flags given here)" if same else "")
     if json_out is not None:
         write_json(document, json_out)
