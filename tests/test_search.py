@@ -106,6 +106,32 @@ def test_candidates_are_judged_highest_bound_first_and_skipped_below_the_best(mo
     assert [entry.candidate.tp for entry in search_module.ranked(question, entries)] == [2, 1, 8]
 
 
+def _run(ttft_p99_s: float, tag: str = "") -> dict:
+    return {"requests": {"failed": 0}, "latency_s": {"ttft": {"p99": ttft_p99_s}, "tag": tag},
+            "throughput": {}, "load": {"overloaded": False, "signs": []}}
+
+
+@pytest.mark.parametrize("ttft_low_s, ttft_high_s, tag, stage", [
+    (0.5, 0.5, "best", "tie"),             # both runs as the best's: nothing it changes binds
+    (1.5, 2.0, "", "screen"),              # refused at the lower rate, where the best is accepted
+    (0.5, 1.5, "", "close"),               # accepted at the lower, refused at the upper, as the best
+    (0.5, 0.9, "", "searched"),            # accepted at both: it beats the best at that length
+])
+def test_the_screen_against_the_best(ttft_low_s, ttft_high_s, tag, stage, monkeypatch):
+    from tokenpath.whatif.run import Outcome
+
+    runs = [_run(ttft_low_s, tag), _run(ttft_high_s, tag)]
+    best = (search_module.signature(_run(0.5, "best")), search_module.signature(_run(0.5, "best")))
+    monkeypatch.setattr(search_module, "simulate_many", lambda *args: [Outcome(run) for run in runs])
+    monkeypatch.setattr(search_module, "search", lambda *args: {"request_rate": 11.0, "simulations": 9})
+    reference = search_module.Reference("TP2 x DP4", 2000, (10.0, 12.0), best)
+    result = search_module.evaluate(_base(), {"deployment.tp": 1}, parse_slo("ttft_p99=1s"), reference, 0.01, 0.02, 2)
+    assert result["stage"] == stage
+    assert result["simulations"] == (11 if stage == "searched" else 2)
+    assert result["screen"] == {"num_requests": 2000, "rates": [10.0, 12.0],
+                                "accepted": [ttft_low_s <= 1, ttft_high_s <= 1]}
+
+
 def test_on_ray_candidates_run_side_by_side_each_one_simulation_at_a_time(monkeypatch):
     # Two CPUs: TP1 and TP2 start together, before any best is known, so TP4 (bound 66) is judged
     # against TP1's 60 alone and searched; each task simulates one rate at a time.
