@@ -11,6 +11,7 @@ from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
+from tokenpath.whatif.capacity import DEFAULT_STABILITY, DEFAULT_TOLERANCE
 
 CAPACITY_EXAMPLE = """
 Bisects the request rate over full simulations: each point simulates the whole workload at that rate
@@ -75,16 +76,27 @@ def _print(document: dict[str, Any]) -> None:
                   f"req/s at requests run: {answers}; {stable})", style="dim")
 
 
+def check_precision(tolerance: float, stability: float) -> None:
+    """--tolerance and --stability, as capacity and search take them."""
+    if not 0.0001 <= tolerance <= 0.5:
+        raise UserError(f"--tolerance: {tolerance:g} must be from 0.0001 to 0.5 (a share of the rate)")
+    if not tolerance <= stability <= 1.0:
+        raise UserError(f"--stability: {stability:g} must be from the tolerance ({tolerance:g}) to 1 "
+                        "(a share of the rate)")
+
+
+TOLERANCE_HELP = "stop when the bracket is this share of the rate"
+STABILITY_HELP = "search again with twice the requests until the answer moves by at most this share of the rate"
+
+
 @app.command(help="The highest request rate that meets an SLO, by bisection over full simulations." + CAPACITY_EXAMPLE)
 @scenario_flags()
 def capacity(
     scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
     slo: str | None = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9 "
                                                            "(default: the scenario's [slo] as p99 targets)"),
-    tolerance: float = typer.Option(0.01, "--tolerance", help="stop when the bracket is this share of the rate"),
-    stability: float = typer.Option(0.02, "--stability",
-                                    help="search again with twice the requests until the answer moves by at most "
-                                         "this share of the rate"),
+    tolerance: float = typer.Option(DEFAULT_TOLERANCE, "--tolerance", help=TOLERANCE_HELP),
+    stability: float = typer.Option(DEFAULT_STABILITY, "--stability", help=STABILITY_HELP),
     workers: int | None = typer.Option(None, "--workers", help="simulations side by side (default: one per CPU)"),
     json_out: JsonOut = None,
     *, flags: dict[str, Any],
@@ -95,11 +107,7 @@ def capacity(
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be at least 1")
-    if not 0.0001 <= tolerance <= 0.5:
-        raise UserError(f"--tolerance: {tolerance:g} must be from 0.0001 to 0.5 (a share of the rate)")
-    if not tolerance <= stability <= 1.0:
-        raise UserError(f"--stability: {stability:g} must be from the tolerance ({tolerance:g}) to 1 "
-                        "(a share of the rate)")
+    check_precision(tolerance, stability)
     targets = parse_slo(slo) if slo is not None else None
     if json_out is not None:
         files.check_writable(json_out, "--json")

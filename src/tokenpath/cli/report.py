@@ -23,6 +23,8 @@ Examples:
   tokenpath report sim.json bench.json --html side-by-side.html
 
   tokenpath report result.json levers.json sweep.parquet --html report.html
+
+  tokenpath report search.json --html search.html
 """
 
 HtmlOut = typer.Option(None, "--html", help="write one self-contained HTML report (opens offline)")
@@ -55,7 +57,8 @@ def write_report(inputs: object, html_out: str | None, png_dir: str | None, titl
 @app.command(help="Summaries, per-request results and the HTML report of simulate and bench runs." + REPORT_EXAMPLE)
 def report(
     inputs: list[str] = typer.Argument(..., help="a bench results .jsonl, a summary .json (simulate/bench --json), a "
-                                                 "results .parquet/.csv/.jsonl, a levers .json or a sweep .parquet; "
+                                                 "results .parquet/.csv/.jsonl, a levers .json, a sweep .parquet or "
+                                                 "a search .json; "
                                                  "two runs are shown side by side"),
     json_out: JsonOut = None,
     results: str | None = typer.Option(None, "--results", help="a bench results file's requests as one row each: "

@@ -24,7 +24,7 @@ from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.ops import LinearOp, build_ops, kv_bytes_per_token_per_layer, kv_heads_per_chip
 from tokenpath.compute.precision import PRECISION_BYTES, check_precision
 from tokenpath.config.assumptions import DEFAULTS, Assumptions
-from tokenpath.config.errors import UserError
+from tokenpath.config.errors import DoesNotFit, UserError
 
 __all__ = ["PRECISION_BYTES", "OpCost", "ComputeModel"]
 
@@ -201,9 +201,9 @@ class ComputeModel:
             if self.expert_replicas > 1:
                 what += f", experts over {self.tp * self.expert_replicas} chips"
             if weights >= budget:
-                raise UserError(f"model {self.model.name} ({what}) does not fit in {where}; "
+                raise DoesNotFit(f"model {self.model.name} ({what}) does not fit in {where}; "
                                 f"raise --tp or use a lower precision")
-            raise UserError(f"model {self.model.name} ({what}, plus {activations / 2**30:.1f} GiB of activation "
+            raise DoesNotFit(f"model {self.model.name} ({what}, plus {activations / 2**30:.1f} GiB of activation "
                             f"workspace) leaves no room for KV cache in {where} at gpu_memory_utilization="
                             f"{gpu_memory_utilization:g}; raise --tp, use a lower precision or lower "
                             f"max_batched_tokens")

@@ -19,6 +19,11 @@ class UserError(Exception):
     """
 
 
+class DoesNotFit(UserError):
+    """A deployment whose chips cannot hold the model's weights, or the KV cache of one request of the
+    workload: a `UserError` that a search over deployments tells apart from an impossible split."""
+
+
 def quoted(value: object) -> str:
     """`repr(value)` cut to about QUOTE_CHARS characters, saying how long it was when cut.
 

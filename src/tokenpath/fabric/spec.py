@@ -156,9 +156,14 @@ class HierarchyFabric(_Common):
     network: ScaleOut
     rails: bool = Field(True, description="NIC i of every node on rail i (rail-optimized)")
 
+    @property
+    def chips_per_node(self) -> int | None:
+        """The chips of one node (one scale-up domain); None where its table leaves the count out."""
+        return _chips(self.node.dims) if isinstance(self.node, (TorusFabric, MeshFabric)) else self.node.hosts
+
     @model_validator(mode="after")
     def _size(self) -> HierarchyFabric:
-        per_node = _chips(self.node.dims) if isinstance(self.node, (TorusFabric, MeshFabric)) else self.node.hosts
+        per_node = self.chips_per_node
         if per_node is not None:  # every chip of a hierarchy is a router
             _check_size(self.kind, self.nodes * per_node, self.nodes * per_node)
         return self

@@ -416,8 +416,44 @@ def pareto(inputs: Inputs) -> Figure | None:
                   "on both.")
 
 
+def search_front(inputs: Inputs) -> Figure | None:
+    """A search's candidates at their capacity: requests/s per chip against TTFT p99, the front joined."""
+    from tokenpath.sweep.pareto import frontier
+
+    search = inputs.search
+    if search is None or not search["candidates"]:
+        return None
+    alt = _alt()
+    rows = [{"candidate": f"{row['layout']}, {row['engine']}, {row['limits']}", "rank": row["rank"],
+             "layout": f"{row['rank']}. {row['layout']}",
+             "per_chip": row["request_rate_per_chip"], "ttft_p99_ms": row["ttft_p99_s"] * 1e3}
+            for row in search["candidates"]]
+    front = {id(row) for row in frontier(rows, [("per_chip", "max"), ("ttft_p99_ms", "min")])}
+    for row in rows:
+        row["on the Pareto front"] = id(row) in front
+    data = _frame(rows)
+    points = alt.Chart(data).mark_circle(size=80).encode(
+        x=alt.X("per_chip:Q", title="requests/s per chip at capacity", axis=alt.Axis(format=NUMBER),
+                scale=alt.Scale(zero=False)),
+        y=alt.Y("ttft_p99_ms:Q", title="TTFT p99 at capacity (ms)", axis=alt.Axis(format=NUMBER),
+                scale=alt.Scale(zero=False)),
+        color=alt.Color("on the Pareto front:N"),
+        tooltip=["rank", "candidate", alt.Tooltip("per_chip:Q", format=",.3~r"),
+                 alt.Tooltip("ttft_p99_ms:Q", format=",.3~r")])
+    line = alt.Chart(data[data["on the Pareto front"]].sort_values("per_chip")).mark_line(color="#54a24b").encode(
+        x="per_chip:Q", y="ttft_p99_ms:Q")
+    labels = points.mark_text(align="left", baseline="middle", dx=LABEL_DX_PX, fontSize=LABEL_FONT_PX).encode(
+        text="layout:N", color=alt.value("#333"))
+    question = search["question"]
+    return Figure("search", f"Search: {question['model']} on {question['chips']}x {question['chip']}, each candidate "
+                  "at its capacity", (line + points + labels).properties(width=WIDTH, height=320),
+                  f"{len(rows)} candidates searched in full; the line joins those no other beats on both "
+                  "(more requests per chip, a lower TTFT p99). Candidates pruned, screened out or close to the "
+                  "best have no capacity of their own and are left out (the JSON lists them).")
+
+
 def figures(inputs: Inputs) -> list[Figure]:
     """Every figure the inputs can draw, in the report's order."""
     made = [attribution(inputs), layer_distributions(inputs), latency_cdfs(inputs), timeline(inputs),
-            reader(inputs), steps(inputs), roofline(inputs), tornado(inputs), pareto(inputs)]
+            reader(inputs), steps(inputs), roofline(inputs), tornado(inputs), pareto(inputs), search_front(inputs)]
     return [figure for figure in made if figure is not None]

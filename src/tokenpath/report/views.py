@@ -1,6 +1,7 @@
 """What a report draws, read from any of the inputs it takes: a simulation in memory, a summary
 JSON, a per-request results file (Parquet, CSV, JSONL), a bench results JSONL, a levers JSON
-(`tokenpath levers --json`) or a sweep Parquet (`tokenpath sweep`).
+(`tokenpath levers --json`), a sweep Parquet (`tokenpath sweep`) or a search JSON (`tokenpath search
+--json`).
 
 A `RunView` is one run: its summary always, and what else its input has (per-request rows, ITL
 gaps, one request's token times, the engine's steps, the roofline of one step). Charts are drawn
@@ -21,12 +22,15 @@ from tokenpath.config.errors import UserError
 from tokenpath.sim.run import Run
 from tokenpath.sim.summary import SCHEMA as SUMMARY_SCHEMA
 from tokenpath.sim.summary import check_metrics
+from tokenpath.whatif.search import SCHEMA as SEARCH_SCHEMA
 
 # Rows kept for charts: every chart's data is embedded in the HTML file, so a run of a million
 # requests is shown through an even sample of its requests and steps (the summary's numbers are
 # over all of them).
 MAX_STEP_ROWS = 2_000
 MAX_ITL_SAMPLES = 20_000
+# What the search chart reads of each candidate.
+SEARCH_COLUMNS = ("request_rate_per_chip", "ttft_p99_s")
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Inputs:
     levers: dict[str, Any] | None = None
     sweep: Any = None                   # pandas DataFrame, one row per point
     sweep_name: str = ""
+    search: dict[str, Any] | None = None  # a search document (tokenpath.search/1)
 
 
 def _reader_request(run: Run) -> dict[str, Any] | None:
@@ -151,6 +156,19 @@ def _check_levers(document: dict[str, Any], path: str) -> dict[str, Any]:
     return document
 
 
+def _check_search(document: dict[str, Any], path: str) -> dict[str, Any]:
+    where = files.shown(path)
+    candidates = document.get("candidates")
+    if not isinstance(candidates, list):
+        raise UserError(f"{where}: 'candidates' must be a list; give the --json of `tokenpath search`")
+    for k, row in enumerate(candidates):
+        if not isinstance(row, dict) or not all(isinstance(row.get(key), (int, float)) for key in SEARCH_COLUMNS):
+            raise UserError(f"{where}: candidates[{k}] lacks a number in {', '.join(SEARCH_COLUMNS)}; the file is "
+                            "damaged")
+        _check_summary(row.get("summary"), f"{path} (candidates[{k}].summary)")
+    return document
+
+
 def load_inputs(paths: list[str]) -> Inputs:
     """Read every input, telling each kind by its contents (see the module's docstring)."""
     from tokenpath.report.requests import META_SCHEMA, read_results_table
@@ -166,6 +184,9 @@ def load_inputs(paths: list[str]) -> Inputs:
             document = _load_json(path)
             if isinstance(document, dict) and "levers" in document:
                 inputs.levers = _check_levers(document, path)
+                continue
+            if isinstance(document, dict) and document.get("schema") == SEARCH_SCHEMA:
+                inputs.search = _check_search(document, path)
                 continue
             summary = _check_summary(document, path)
             inputs.runs.append(RunView(label, summary, summary_lines(summary), explain=summary.get("explain")))
@@ -201,6 +222,10 @@ def load_inputs(paths: list[str]) -> Inputs:
     if not inputs.runs and inputs.levers is not None:
         baseline = inputs.levers["baseline"]
         inputs.runs.append(RunView("baseline", baseline, summary_lines(baseline)))
+    if not inputs.runs and inputs.search is not None and inputs.search["candidates"]:
+        best = inputs.search["candidates"][0]  # the run at its capacity
+        inputs.runs.append(RunView(f"best: {best['layout']} at {best['request_rate']:.4g} req/s", best["summary"],
+                                   summary_lines(best["summary"])))
     return inputs
 
 

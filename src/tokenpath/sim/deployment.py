@@ -13,7 +13,7 @@ from tokenpath.compute.model import load_model
 from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.assumptions import Assumptions
-from tokenpath.config.errors import UserError
+from tokenpath.config.errors import DoesNotFit, UserError
 from tokenpath.delivery.frontend import Layout
 from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.host_time import host_step_cost
@@ -133,7 +133,7 @@ def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -
         block = scenario.engine.block_size
         needed, held = -(-longest // block) * block, held // block * block
     if needed > held:
-        raise UserError(
+        raise DoesNotFit(
             f"{where} needs {needed} tokens of KV cache but one replica holds "
             f"{held}; raise --tp, use fp8, or lower {lengths}"
         )

@@ -189,7 +189,7 @@ def search(base: Base, slo: dict[str, Target], tolerance: float = DEFAULT_TOLERA
     for doubling in range(max_doublings + 1):
         low, high, simulated = _bracketed(base, slo, requests, start, factor, tolerance, workers, progress)
         runs += simulated
-        history.append({"num_requests": requests, "request_rate": low.rate_per_s})
+        history.append({"num_requests": requests, "request_rate": low.rate_per_s, "above": high.rate_per_s})
         if doubling and abs(low.rate_per_s / history[-2]["request_rate"] - 1.0) <= stability:
             break
         requests, start, factor = 2 * requests, low.rate_per_s, REFINE_FACTOR

@@ -50,6 +50,15 @@ def _gbps(bw_Bps: float) -> str:
     return f"{bw_Bps / 1e9:.6g} GB/s"
 
 
+def simulated_fabric(scenario: Scenario) -> Any:
+    """The fabric the scenario is simulated on: its own, or the chip's default (sim/deployment.py)."""
+    dep = scenario.deployment
+    if dep.fabric != SwitchFabric():
+        return dep.fabric
+    chip = load_chip(dep.chip)
+    return default_fabric(chip.name, dep.chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)[0]
+
+
 class _Fabric:
     """The scenario's fabric as simulated (its own, or the chip's default), and the overrides that
     change one part of it: leaf keys where they reach the change, else the whole table."""
@@ -59,8 +68,7 @@ class _Fabric:
         self.chip = load_chip(dep.chip)
         self.chips = dep.chips
         self.is_default = dep.fabric == SwitchFabric()
-        self.spec = dep.fabric if not self.is_default else default_fabric(
-            self.chip.name, dep.chips, self.chip.scaleup_domain, self.chip.scaleup, self.chip.nic_bw_Bps)[0]
+        self.spec = simulated_fabric(scenario)
         raw = table.get("deployment", {}).get("fabric") if isinstance(table.get("deployment"), dict) else None
         self.raw_is_table = isinstance(raw, dict) and "preset" not in raw
 

@@ -1,0 +1,272 @@
+"""tokenpath search: the deployments it enumerates, those it refuses (impossible splits, too little
+memory), the order it judges the rest in and what the bound skips, and its answer reproduced by
+`tokenpath capacity`."""
+
+import json
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cli_helpers import assert_user_error, run_cli
+from tokenpath.cli.search import target_text
+from tokenpath.config.errors import UserError
+from tokenpath.engine.profiles import MEASURED_ENGINES, PROFILES
+from tokenpath.sim.overrides import apply_overrides
+from tokenpath.sim.scenario import read_scenario_table
+from tokenpath.whatif import search as search_module
+from tokenpath.whatif.capacity import parse_slo
+from tokenpath.whatif.layouts import Candidate, enumerate_candidates, outside_domain, parse_engines, scaleup_domain
+from tokenpath.whatif.run import Base
+from tokenpath.whatif.search import Entry, Question, _judge, _Local, _State, classify
+
+SMALL_8B = {"model.name": "llama-3.1-8b", "deployment.chip": "h100", "workload.num_requests": 50}
+
+
+def _base(**overrides) -> Base:
+    table, source, folder = read_scenario_table(None)
+    return Base(apply_overrides(table, overrides), source, folder)
+
+
+def _classified(base: Base, chips: int, disaggregated: bool = False) -> list[Entry]:
+    scenario = base.scenario({"deployment.chips": chips})
+    return [classify(base, candidate, scaleup_domain(scenario), None, "layouts")
+            for candidate in enumerate_candidates(base, chips, ["vllm-v1"], disaggregated, moe=False)]
+
+
+def test_8b_on_4_chips_is_every_split_the_model_allows():
+    # Llama-3.1-8B: 32 heads (8 KV heads) and 32 layers, so every TP and PP dividing 4 chips is possible.
+    entries = _classified(_base(**SMALL_8B, **{"deployment.chips": 4}), 4)
+    assert {entry.candidate.layout for entry in entries} == {
+        "TP1 x DP4", "TP1 x PP2 x DP2", "TP1 x PP4 x DP1", "TP2 x DP2", "TP2 x PP2 x DP1", "TP4 x DP1"}
+    assert all(entry.stage == "pending" and entry.bound_per_s > 0 for entry in entries)
+    split = _classified(_base(**SMALL_8B, **{"deployment.chips": 4}), 4, disaggregated=True)
+    assert {entry.candidate.layout for entry in split} - {entry.candidate.layout for entry in entries} == {
+        "TP1 x DP4 (1P:3D)", "TP1 x DP4 (2P:2D)", "TP1 x DP4 (3P:1D)", "TP2 x DP2 (1P:1D)"}
+
+
+def test_splits_the_model_cannot_take_are_invalid_with_the_projects_reason():
+    # On 6 chips: TP 3 and 6 do not divide 32 heads, PP 3 and 6 do not divide 32 layers.
+    entries = {entry.candidate.layout: entry for entry in _classified(_base(**SMALL_8B, **{"deployment.chips": 6}), 6)}
+    assert {layout for layout, entry in entries.items() if entry.stage == "pending"} == {
+        "TP1 x DP6", "TP1 x PP2 x DP3", "TP2 x DP3"}
+    assert "attention heads" in entries["TP3 x DP2"].reason and "layers" in entries["TP1 x PP3 x DP2"].reason
+    assert all(entry.stage == "invalid" for layout, entry in entries.items()
+               if layout not in ("TP1 x DP6", "TP1 x PP2 x DP3", "TP2 x DP3"))
+
+
+def test_a_tensor_parallel_group_stays_inside_one_scale_up_domain():
+    # 16 H100s are two 8-chip NVLink nodes by default: TP16 would cross the scale-out network.
+    base = _base(**SMALL_8B, **{"deployment.chips": 16})
+    domain = scaleup_domain(base.scenario())
+    assert domain == 8
+    assert outside_domain(Candidate(16, 16, 1, "vllm-v1", 1024, 8192), domain) == \
+        "tp=16 spans more than one 8-chip scale-up domain"
+    assert outside_domain(Candidate(16, 8, 1, "vllm-v1", 1024, 8192), domain) is None
+
+
+def test_a_layout_that_cannot_hold_the_weights_is_pruned_by_memory():
+    # Llama-3.1-70B has 70.6e9 parameters: 141 GB at bf16 on one chip, more than an H100's 80 GiB
+    # (85.9 GB, of which the engine takes 90%); two chips hold 70.6 GB each, under 77.3 GB.
+    base = _base(**{"deployment.chip": "h100", "model.precision": "bf16", "deployment.chips": 2,
+                    "workload.num_requests": 50})
+    entries = {entry.candidate.layout: entry for entry in _classified(base, 2)}
+    assert entries["TP1 x DP2"].stage == "memory"
+    assert "does not fit in h100's 80 GiB HBM" in entries["TP1 x DP2"].reason
+    assert entries["TP2 x DP1"].stage == entries["TP1 x PP2 x DP1"].stage == "pending"
+
+
+def _capacity(rate: float) -> dict:
+    return {"request_rate": rate, "converged": True, "convergence": [], "simulations": 1}
+
+
+def test_candidates_are_judged_highest_bound_first_and_skipped_below_the_best(monkeypatch):
+    # Bounds 100, 90, 80, 66 req/s; capacities 60, 30, 70, 65. TP1 sets the best at 60; TP8's bound (90)
+    # and TP2's (80) are above it, so both are searched, TP2 setting the best at 70; TP4's bound (66) is
+    # below 70, so it is skipped though its capacity (65) would beat the first best.
+    bounds, capacities = {1: 100.0, 8: 90.0, 2: 80.0, 4: 66.0}, {1: 60.0, 8: 30.0, 2: 70.0, 4: 65.0}
+    judged = []
+
+    def evaluate(base, overrides, slo, reference, tolerance, stability, workers, progress):
+        tp = overrides["deployment.tp"]
+        judged.append(tp)
+        return {"stage": "searched", "capacity": _capacity(capacities[tp]), "simulations": 1}
+
+    monkeypatch.setattr(search_module, "evaluate", evaluate)
+    monkeypatch.setattr(search_module, "make_reference", lambda *args: None)
+    entries = [Entry(Candidate(8, tp, 1, "vllm-v1", 1024, 8192), "layouts", bound_per_s=bounds[tp])
+               for tp in (4, 2, 1, 8)]
+    question = Question(8, parse_slo("tpot_p99=50ms"))
+    _judge(_base(), question, entries, _State(entries=entries), _Local(), 1, lambda k: None, lambda k: None)
+    assert judged == [1, 8, 2]
+    stage = {entry.candidate.tp: entry.stage for entry in entries}
+    assert stage == {1: "searched", 8: "searched", 2: "searched", 4: "bound"}
+    assert entries[0].reason == "its bound, 66 req/s, is below TP2 x DP4's capacity, 70 req/s"
+    assert [entry.candidate.tp for entry in search_module.ranked(question, entries)] == [2, 1, 8]
+
+
+def _run(ttft_p99_s: float, tag: str = "") -> dict:
+    return {"requests": {"failed": 0}, "latency_s": {"ttft": {"p99": ttft_p99_s}, "tag": tag},
+            "throughput": {}, "load": {"overloaded": False, "signs": []}}
+
+
+@pytest.mark.parametrize("ttft_low_s, ttft_high_s, tag, stage", [
+    (0.5, 0.5, "best", "tie"),             # both runs as the best's: nothing it changes binds
+    (1.5, 2.0, "", "screen"),              # refused at the lower rate, where the best is accepted
+    (0.5, 1.5, "", "close"),               # accepted at the lower, refused at the upper, as the best
+    (0.5, 0.9, "", "searched"),            # accepted at both: it beats the best at that length
+])
+def test_the_screen_against_the_best(ttft_low_s, ttft_high_s, tag, stage, monkeypatch):
+    from tokenpath.whatif.run import Outcome
+
+    runs = [_run(ttft_low_s, tag), _run(ttft_high_s, tag)]
+    best = (search_module.signature(_run(0.5, "best")), search_module.signature(_run(0.5, "best")))
+    monkeypatch.setattr(search_module, "simulate_many", lambda *args: [Outcome(run) for run in runs])
+    monkeypatch.setattr(search_module, "search", lambda *args: {"request_rate": 11.0, "simulations": 9})
+    reference = search_module.Reference("TP2 x DP4", 2000, (10.0, 12.0), best)
+    result = search_module.evaluate(_base(), {"deployment.tp": 1}, parse_slo("ttft_p99=1s"), reference, 0.01, 0.02, 2)
+    assert result["stage"] == stage
+    assert result["simulations"] == (11 if stage == "searched" else 2)
+    assert result["screen"] == {"num_requests": 2000, "rates": [10.0, 12.0],
+                                "accepted": [ttft_low_s <= 1, ttft_high_s <= 1]}
+
+
+def test_on_ray_candidates_run_side_by_side_each_one_simulation_at_a_time(monkeypatch):
+    # Two CPUs: TP1 and TP2 start together, before any best is known, so TP4 (bound 66) is judged
+    # against TP1's 60 alone and searched; each task simulates one rate at a time.
+    bounds, capacities = {1: 100.0, 2: 80.0, 4: 66.0}, {1: 60.0, 2: 70.0, 4: 65.0}
+    calls = []
+
+    def evaluate(base, overrides, slo, reference, tolerance, stability, workers, progress):
+        calls.append((overrides["deployment.tp"], workers, progress))
+        return {"stage": "searched", "capacity": _capacity(capacities[overrides["deployment.tp"]]), "simulations": 1}
+
+    class Ref:
+        def __init__(self, value):
+            self.value = value
+
+    class FakeRay:
+        shut = False
+
+        def is_initialized(self):
+            return False
+
+        def init(self, **options):
+            pass
+
+        def remote(self, function):
+            return type("Task", (), {"remote": staticmethod(lambda *args: Ref(function(*args)))})
+
+        def cluster_resources(self):
+            return {"CPU": 2.0}
+
+        def wait(self, refs, num_returns):
+            return refs[:1], refs[1:]
+
+        def get(self, ref):
+            return ref.value
+
+        def cancel(self, ref):
+            pass
+
+        def shutdown(self):
+            FakeRay.shut = True
+
+    monkeypatch.setitem(sys.modules, "ray", FakeRay())
+    monkeypatch.setattr(search_module, "evaluate", evaluate)
+    monkeypatch.setattr(search_module, "make_reference", lambda *args: None)
+    entries = [Entry(Candidate(8, tp, 1, "vllm-v1", 1024, 8192), "layouts", bound_per_s=bounds[tp]) for tp in (1, 2, 4)]
+    runner = search_module._Ray(None)
+    _judge(_base(), Question(8, parse_slo("tpot_p99=50ms")), entries, _State(entries=entries), runner, 2,
+           lambda k: None, lambda k: None)
+    runner.close()
+    assert calls == [(1, 1, None), (2, 1, None), (4, 1, None)]
+    assert [entry.stage for entry in entries] == ["searched"] * 3 and FakeRay.shut
+
+
+TINY = ["--model", "llama-3.1-8b", "--chip", "h100", "--chips", "2", "--num-requests", "100"]
+PRECISION = ["--slo", "ttft_p99=300ms,tpot_p99=15ms", "--workers", "2", "--tolerance", "0.1", "--stability", "0.5"]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """A small search's JSON: Llama-3.1-8B on two H100s, 100 requests, a coarse capacity."""
+    out = tmp_path_factory.mktemp("search") / "search.json"
+    monkeypatch = pytest.MonkeyPatch()
+
+    class Quiet:
+        def readouterr(self):
+            return "", ""
+
+    code, _, _ = run_cli(["search", *TINY, *PRECISION, "--no-limits", "--json", str(out)], monkeypatch, Quiet())
+    monkeypatch.undo()
+    assert code == 0
+    return out
+
+
+def test_the_best_candidates_overrides_give_the_same_capacity(searched, monkeypatch, capsys):
+    document = json.loads(searched.read_text())
+    assert document["schema"] == "tokenpath.search/1"
+    best = document["best"]
+    assert best == document["candidates"][0] and best["rank"] == 1
+    assert document["counts"]["enumerated"] == 3 and document["counts"]["searched"] >= 1
+    sets = [arg for item in best["set"] for arg in ("--set", item)]
+    code, out, err = run_cli(["capacity", *TINY, *PRECISION, *sets, "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    assert json.loads(out)["request_rate"] == best["request_rate"]
+
+
+def test_a_search_json_makes_a_report_with_the_best_run_and_the_front(searched):
+    from tokenpath.report.charts import search_front
+    from tokenpath.report.views import load_inputs
+
+    inputs = load_inputs([str(searched)])
+    best = inputs.search["best"]
+    assert [run.label for run in inputs.runs] == [f"best: {best['layout']} at {best['request_rate']:.4g} req/s"]
+    # Three made-up candidates: the second has fewer requests per chip but a lower TTFT p99 (on the
+    # front); the third is beaten on both by the first.
+    rows = [dict(best, rank=1), dict(best, rank=2, layout="B", request_rate_per_chip=best["request_rate_per_chip"] / 2,
+                                     ttft_p99_s=best["ttft_p99_s"] / 2),
+            dict(best, rank=3, layout="C", request_rate_per_chip=best["request_rate_per_chip"] / 2,
+                 ttft_p99_s=best["ttft_p99_s"] * 2)]
+    inputs.search = dict(inputs.search, candidates=rows)
+    figure = search_front(inputs)
+    points = figure.chart.layer[1].data
+    assert list(points["on the Pareto front"]) == [True, True, False]
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--chips", "0"], "deployment.chips"),
+    (["--engines", "vllm-v1,fast"], "--engines: unknown engine 'fast'"),
+    (["--objective", "speed"], "--objective: unknown 'speed'; use rate-per-chip, cost, goodput"),
+    (["--top", "0"], "--top: 0 must be at least 1"),
+    (["--ray", "--workers", "2"], "--workers: Ray places candidates"),
+])
+def test_a_bad_question_is_one_line(flags, fragment, monkeypatch, capsys):
+    assert_user_error(*run_cli(["search", "--slo", "ttft_p99=1s", *flags], monkeypatch, capsys), fragment)
+
+
+@given(st.lists(st.sampled_from(["vllm-v1", "vllm-v0", "prefill-first", "trtllm", "sglang", "vllm", " TRTLLM "]),
+                min_size=1, max_size=6))
+def test_engines_parse_to_profiles_in_order_once_each(names):
+    parsed = parse_engines(",".join(names), "vllm-v1")
+    wanted = [name.strip().lower() for name in names]
+    wanted = list(dict.fromkeys(MEASURED_ENGINES.get(name, name) if name not in PROFILES else name for name in wanted))
+    assert parsed == wanted
+
+
+@given(st.text(alphabet="abcxyz-1", min_size=1, max_size=12))
+def test_an_unknown_engine_is_one_line(name):
+    if name.strip().lower() in PROFILES or name.strip().lower() in MEASURED_ENGINES or not name.strip(" ,"):
+        return
+    with pytest.raises(UserError, match="--engines: unknown engine"):
+        parse_engines(f"vllm-v1,{name}", "vllm-v1")
+
+
+@given(st.floats(min_value=1e-6, max_value=1e4), st.sampled_from(["s", None]))
+def test_a_target_is_printed_as_slo_reads_it_back(limit, unit):
+    name = "tpot_p99" if unit == "s" else "qoe_p10"
+    if unit is None:
+        limit = min(limit, 1.0)
+    assert parse_slo(f"{name}={target_text({'target': limit, 'unit': unit})}")[name].limit == limit
