@@ -76,12 +76,10 @@ def shell_words(script: str) -> list[list[str]]:
     commands = []
     for chunk in script.replace("\\\n", " ").splitlines():
         line = chunk.strip()
-        if not line or line.startswith("#") or line in ("wait",):
+        if not line or line.startswith("#") or line == "wait":
             continue
-        words = shlex.split(line)
-        while words and "=" in words[0] and not words[0].startswith("-"):
+        words = shlex.split(line.removesuffix(" &"))  # run in the background: not an argument
+        while words and "=" in words[0]:
             words.pop(0)
-        if words and words[-1] == "&":
-            words.pop()
         commands.append(words)
     return commands
