@@ -11,7 +11,8 @@ from tokenpath.config.errors import UserError
 
 # Importing a command's module registers it; the order here is the order `--help` lists them.
 from tokenpath.cli import (  # noqa: F401  isort: skip
-    simulate, levers, capacity, search, sweep, catalog, assumptions, validate, serve, calibrate, bench, report, fabric,
+    simulate, levers, capacity, search, launch, sweep, catalog, assumptions, validate, serve, calibrate, bench, report,
+    fabric,
 )
 
 for _typer in (app, scenario_app, calibrate_app):

@@ -11,6 +11,10 @@ from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
 
+# Keys of a models.toml entry that describe the entry, not the shape: its citation, other names, and the
+# checkpoint `tokenpath launch` serves (launch/model_id.py).
+CATALOG_ONLY_KEYS = ("source", "aliases", "hf_id", "hf_precision")
+
 
 def list_models() -> list[str]:
     """Canonical names of the catalog's models, in catalog order."""
@@ -29,8 +33,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     if path.suffix == ".json" or files.is_file(path):
         return read_hf_config(path)
     canonical, table = catalog.lookup(catalog.MODELS_FILE, name_or_path, "model", "models")
-    table.pop("source")
-    table.pop("aliases", None)
+    for key in CATALOG_ONLY_KEYS:
+        table.pop(key, None)
     known = {f.name for f in dataclasses.fields(ModelSpec)} - {"name"}
     unknown = sorted(set(table) - known)
     if unknown:

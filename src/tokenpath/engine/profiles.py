@@ -60,6 +60,7 @@ class Profile:
     api_servers: Literal["per-replica", "per-server"]
     detokenizes_in: Literal["engine", "api-server", "detokenizer"]  # "detokenizer": one process of its own
     # -- where it is used beyond the simulation
+    launched_with: Literal["vllm", "sglang", "trtllm"]  # the engine `tokenpath launch` starts for it (launch/)
     offered_as_lever: bool  # `tokenpath levers` tries switching to it
     measured_as: str | None  # the engine's name in the latency rows simulated with it (validate/latency.py)
 
@@ -99,6 +100,7 @@ PROFILES: dict[str, Profile] = {
         # data_parallel_size if not specified"; vllm/entrypoints/cli/serve.py).
         api_servers="per-replica",
         detokenizes_in="api-server",
+        launched_with="vllm",
         offered_as_lever=True,
         measured_as="vllm",
     ),
@@ -137,6 +139,7 @@ PROFILES: dict[str, Profile] = {
         # parallelism: a replica is a server of its own.
         api_servers="per-replica",
         detokenizes_in="engine",
+        launched_with="vllm",
         offered_as_lever=False,  # a release to reproduce (its latency rows), not a change to make
         measured_as=None,        # rows pick it by their engine_settings
     ),
@@ -178,6 +181,7 @@ PROFILES: dict[str, Profile] = {
         # detokenizer_worker_num = 1).
         api_servers="per-server",
         detokenizes_in="detokenizer",
+        launched_with="sglang",
         offered_as_lever=True,
         measured_as="sglang",
     ),
@@ -220,6 +224,7 @@ PROFILES: dict[str, Profile] = {
         # replica (num_serve_frontends defaults to 1).
         api_servers="per-replica",
         detokenizes_in="api-server",
+        launched_with="trtllm",
         offered_as_lever=True,
         measured_as="trtllm",
     ),

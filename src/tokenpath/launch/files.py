@@ -1,0 +1,36 @@
+"""`launch_files`: a scenario's deployment as the files that launch it on one engine."""
+
+from __future__ import annotations
+
+from tokenpath.config.errors import UserError
+from tokenpath.launch import k8s, scripts, sglang, trtllm, vllm
+from tokenpath.launch.command import Settings
+from tokenpath.launch.plan import Plan, make_plan
+from tokenpath.sim.scenario import Scenario
+
+K8S = "k8s"
+_EMITTERS = {vllm.NAME: scripts.vllm_files, sglang.NAME: scripts.sglang_files, trtllm.NAME: scripts.trtllm_files}
+ENGINES = (*_EMITTERS, K8S)
+
+
+def launch_files(scenario: Scenario, engine: str, model_id: str | None = None) -> dict[str, str]:
+    """The files that launch `scenario`'s deployment, file name -> text.
+
+    `engine` is "vllm" (launch-vllm.sh), "sglang" (launch-sglang.sh), TensorRT-LLM's (launch-*.sh and the
+    YAML files its servers read) or "k8s" (k8s.yaml: a Deployment and a Service per pool, the pods
+    running the engine of the scenario's scheduler profile). Each file opens with comments listing the
+    scenario settings no flag carries. `model_id` overrides the catalog's Hugging Face id (a model
+    without one needs it). Raises UserError for an unknown engine, a model without an id, or a
+    deployment `simulate` would refuse.
+    """
+    return emit(make_plan(scenario, model_id), engine)[0]
+
+
+def emit(plan: Plan, engine: str) -> tuple[dict[str, str], Settings]:
+    """The files and, for each scenario setting, the flags that carry it or the note saying why none does."""
+    settings = Settings()
+    if engine == K8S:
+        return {"k8s.yaml": k8s.manifest(plan, settings)[1]}, settings
+    if engine not in _EMITTERS:
+        raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    return _EMITTERS[engine](plan, settings), settings

@@ -1,0 +1,120 @@
+"""A scenario's deployment resolved for launching: the checkpoint, the roles (one pool of replicas, or a
+prefill and a decode pool) with their GPUs and API servers, the engine settings the profile fills in,
+and the settings no engine has a flag for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenpath.engine.profiles import PROFILES, Profile
+from tokenpath.launch.command import Settings
+from tokenpath.launch.model_id import Checkpoint, checkpoint
+from tokenpath.sim import front_end
+from tokenpath.sim.scenario import Scenario
+
+# Every scenario setting that describes the server. Each emitter maps each one to flags or notes why
+# it cannot (tests/test_launch.py checks); the workload, SLO and client side are not the server's.
+SETTINGS = (
+    "model.name", "model.precision", "model.kv_cache_precision",
+    "deployment.chip", "deployment.chips", "deployment.tp", "deployment.pp", "deployment.expert_parallel",
+    "deployment.prefill_replicas", "deployment.routing", "deployment.api_servers", "deployment.fabric",
+    "deployment.placement",
+    "engine.max_num_seqs", "engine.max_num_batched_tokens", "engine.block_size", "engine.chunked_prefill",
+    "engine.gpu_memory_utilization", "engine.cuda_graphs", "engine.cuda_graph_max_tokens", "engine.scheduler",
+    "engine.mixed_chunk", "engine.kv_admission", "engine.host_overlap", "engine.prefix_caching",
+    "engine.num_scheduler_steps",
+    "delivery.stream_interval", "delivery.detokenize",
+)
+
+
+@dataclass(frozen=True)
+class Role:
+    """A pool of identical replicas: "server" (every replica prefills and decodes), "prefill" or "decode"."""
+
+    name: str
+    replicas: int
+    api_servers: int  # the pool's API-server processes, all replicas together
+    first_gpu: int    # its first GPU when the pools share one machine
+
+
+@dataclass(frozen=True)
+class Plan:
+    scenario: Scenario
+    checkpoint: Checkpoint
+    roles: tuple[Role, ...]
+    profile: Profile      # the scheduler the scenario was simulated with
+    kv_precision: str     # "bf16" or "fp8", the profile's rule applied
+    host_overlap: bool
+    detokenizes_in: str
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.scenario.deployment.tp * self.scenario.deployment.pp
+
+    @property
+    def disaggregated(self) -> bool:
+        return len(self.roles) > 1
+
+    def weights(self) -> str:
+        """How the checkpoint's weights meet the scenario's precision: "as-stored" (the same precision),
+        "given" (the user's checkpoint, taken as the scenario's), "quantize" (bf16 weights quantized
+        to fp8 as the engine loads them) or "mismatch" (no engine flag turns one into the other)."""
+        stored, wanted = self.checkpoint.precision, self.scenario.model.precision
+        if stored is None:
+            return "given"
+        if stored == wanted:
+            return "as-stored"
+        return "quantize" if (stored, wanted) == ("bf16", "fp8") else "mismatch"
+
+
+def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
+    """The launch plan of `scenario`, after the checks `simulate` makes of its deployment."""
+    from tokenpath.sim.deployment import build_deployment
+
+    build_deployment(scenario)  # the same refusals as a simulation: shapes, splits, disaggregation limits
+    dep = scenario.deployment
+    profile = PROFILES[scenario.engine.scheduler]
+    total = front_end.api_servers(scenario)
+    if dep.prefill_replicas:
+        decode = dep.replicas - dep.prefill_replicas
+        roles = (Role("prefill", dep.prefill_replicas, _share(total, dep.prefill_replicas, dep.replicas), 0),
+                 Role("decode", decode, _share(total, decode, dep.replicas), dep.prefill_replicas * dep.tp * dep.pp))
+    else:
+        roles = (Role("server", dep.replicas, total, 0),)
+    host_overlap = scenario.engine.host_overlap
+    return Plan(scenario, checkpoint(scenario, model_id), roles, profile,
+                scenario.model.kv_precision(scenario.engine.scheduler),
+                profile.host_overlap if host_overlap is None else host_overlap,
+                front_end.detokenizes_in(scenario))
+
+
+def _share(total: int, replicas: int, of: int) -> int:
+    """A pool's API servers: its share of the deployment's, at least one."""
+    return max(1, total * replicas // of)
+
+
+def common_notes(plan: Plan, engine: str, settings: Settings) -> None:
+    """The settings no engine's flag carries, and the engine launched against the one simulated."""
+    dep = plan.scenario.deployment
+    settings.note("deployment.chip", f"no flag: the engine runs on the GPUs it is given; the scenario models "
+                                     f"{dep.chip}")
+    settings.note("deployment.fabric", "no flag: how the GPUs are linked is the machine's (the scenario models "
+                                       f"{dep.fabric.kind})")
+    settings.note("deployment.placement", f"no flag: which GPU holds which rank is the launcher's (the scenario "
+                                          f"places them {_placement(dep.placement)})")
+    if plan.profile.launched_with == engine:
+        settings.map("engine.scheduler", engine)
+    else:
+        settings.note("engine.scheduler", f"the scenario was simulated with {plan.profile.engine}'s scheduler "
+                                          f"(scheduler = {plan.scenario.engine.scheduler}); {engine} schedules as "
+                                          "it does, so simulate with its profile to predict this launch")
+    if plan.disaggregated:
+        total = front_end.api_servers(plan.scenario)
+        if sum(role.api_servers for role in plan.roles) != total:
+            settings.note("deployment.api_servers", f"the deployment's {total} API server(s) split over the pools "
+                                                    "as " + ", ".join(f"{r.api_servers} for {r.name}"
+                                                                      for r in plan.roles))
+
+
+def _placement(placement: object) -> str:
+    return placement if isinstance(placement, str) else "on the hosts listed"

@@ -1,0 +1,125 @@
+"""The launch of a deployment on one machine, as a shell script per engine (and the YAML files
+TensorRT-LLM reads): the processes of each pool, each on its own GPUs and port, and a header listing
+the scenario's settings no flag carries."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tokenpath.launch import sglang, trtllm, vllm
+from tokenpath.launch.command import Command, Settings
+from tokenpath.launch.flags import programs
+from tokenpath.launch.plan import Plan, Role, common_notes
+
+# Where the processes listen on the machine: the front door, and the servers behind a router.
+HOST = "127.0.0.1"
+FRONT_HOST = "0.0.0.0"
+FRONT_PORT = 8000
+FIRST_SERVER_PORT = 8100          # pools' servers count up from here when something fronts them
+SGLANG_BOOTSTRAP_PORT = 8998      # SGLang's default --disaggregation-bootstrap-port, one per prefill server
+NIXL_SIDE_CHANNEL_PORT = 5600     # VLLM_NIXL_SIDE_CHANNEL_PORT of the first vLLM instance, as vLLM's guide
+
+
+def gpus(plan: Plan, role: Role, first_replica: int, replicas: int) -> str:
+    """CUDA_VISIBLE_DEVICES for `replicas` replicas of `role`, from its `first_replica`."""
+    n = plan.gpus_per_replica
+    start = role.first_gpu + first_replica * n
+    return ",".join(str(g) for g in range(start, start + replicas * n))
+
+
+def vllm_files(plan: Plan, settings: Settings) -> dict[str, str]:
+    if not plan.disaggregated:
+        role = plan.roles[0]
+        return {"launch-vllm.sh": _script(plan, vllm.NAME, settings, [
+            (f"{role.replicas} replica(s) as vLLM's data-parallel engines", vllm.command(plan, role, role.replicas,
+                                                                                          settings))])}
+    blocks = []
+    for k, role in enumerate(plan.roles):
+        cmd = vllm.command(plan, role, role.replicas, settings, port=FIRST_SERVER_PORT + k)
+        cmd.env = {"CUDA_VISIBLE_DEVICES": gpus(plan, role, 0, role.replicas),
+                   "VLLM_NIXL_SIDE_CHANNEL_PORT": str(NIXL_SIDE_CHANNEL_PORT + k)}
+        blocks.append((f"the {role.name} pool: {role.replicas} replica(s)", cmd))
+    return {"launch-vllm.sh": _script(plan, vllm.NAME, settings, blocks, background=True)}
+
+
+def sglang_files(plan: Plan, settings: Settings) -> dict[str, str]:
+    if not plan.disaggregated:
+        role = plan.roles[0]
+        return {"launch-sglang.sh": _script(plan, sglang.NAME, settings, [
+            (f"{role.replicas} replica(s) as SGLang's --dp-size", sglang.command(plan, role, role.replicas, settings,
+                                                                                  host=FRONT_HOST, port=FRONT_PORT))])}
+    blocks, prefill, decode = [], [], []
+    for k, role in enumerate(plan.roles):
+        port = FIRST_SERVER_PORT + k
+        bootstrap = SGLANG_BOOTSTRAP_PORT if role.name == "prefill" else None
+        cmd = sglang.command(plan, role, role.replicas, settings, host=HOST, port=port, bootstrap_port=bootstrap)
+        cmd.env = {"CUDA_VISIBLE_DEVICES": gpus(plan, role, 0, role.replicas)}
+        blocks.append((f"the {role.name} pool: {role.replicas} replica(s)", cmd))
+        url = f"http://{HOST}:{port}"
+        if bootstrap is not None:
+            prefill.append((url, bootstrap))
+        else:
+            decode.append(url)
+    blocks.append(("the router: each request to a prefill server, then a decode server",
+                   sglang.router(plan, prefill, decode, settings, FRONT_HOST, FRONT_PORT)))
+    return {"launch-sglang.sh": _script(plan, sglang.NAME, settings, blocks, background=True)}
+
+
+def trtllm_files(plan: Plan, settings: Settings) -> dict[str, str]:
+    files: dict[str, str] = {}
+    blocks: list[tuple[str, Command]] = []
+    urls: dict[str, list[str]] = {}
+    alone = not plan.disaggregated and plan.roles[0].replicas == 1
+    port = FRONT_PORT if alone else FIRST_SERVER_PORT
+    for role in plan.roles:
+        name = f"extra-llm-api-{role.name}.yaml"
+        files[name] = yaml_text(trtllm.extra_options(plan, role, settings))
+        for i in range(role.replicas):
+            cmd = trtllm.command(plan, settings, name, host=FRONT_HOST if alone else HOST, port=port)
+            if not alone:
+                cmd.env = {"CUDA_VISIBLE_DEVICES": gpus(plan, role, i, 1)}
+            blocks.append((f"{role.name} replica {i + 1} of {role.replicas}", cmd))
+            urls.setdefault(role.name, []).append(f"{HOST}:{port}")
+            port += 1
+    settings.map("deployment.chips", "(one trtllm-serve per replica)")
+    if plan.disaggregated:
+        files["disagg.yaml"] = yaml_text(trtllm.disaggregated_config(FRONT_HOST, FRONT_PORT, urls["prefill"],
+                                                                     urls["decode"]))
+        cmd = Command(list(trtllm.DISAGGREGATED))
+        cmd.add(settings, "deployment.prefill_replicas", "-c", "disagg.yaml")
+        blocks.append(("the disaggregated server: each request to a context server, then a generation server", cmd))
+    files["launch-trtllm.sh"] = _script(plan, trtllm.NAME, settings, blocks, background=len(blocks) > 1)
+    return files
+
+
+def yaml_text(document: Any) -> str:
+    """A YAML document as JSON, which YAML 1.2 reads as it is (no YAML writer is a dependency)."""
+    return json.dumps(document, indent=2) + "\n"
+
+
+def header(plan: Plan, program: str, settings: Settings) -> list[str]:
+    """The comment lines that open a launch file: what it launches, with which engine version, and every
+    scenario setting no flag carries."""
+    p = programs()[program]
+    s = plan.scenario
+    lines = [f"Scenario {s.name!r}: {s.model.name} {s.model.precision} on {s.deployment.chips} x {s.deployment.chip}, "
+             f"tp={s.deployment.tp} pp={s.deployment.pp}, " + ", ".join(f"{r.name}: {r.replicas} replica(s)"
+                                                                          for r in plan.roles),
+             f"Model: {plan.checkpoint.hf_id}",
+             f"Flags of {program} {p['version']} (tokenpath launch/flags.toml records where each is defined)."]
+    if settings.notes:
+        lines.append("Not carried by a flag, or not as the scenario has it:")
+        lines += [f"  {note.setting}: {note.text}" for note in settings.notes]
+    return lines
+
+
+def _script(plan: Plan, program: str, settings: Settings, blocks: list[tuple[str, Command]],
+            background: bool = False) -> str:
+    common_notes(plan, program, settings)
+    out = ["#!/bin/sh", *(f"# {line}" for line in header(plan, program, settings)), ""]
+    for comment, cmd in blocks:
+        out += [f"# {comment}", cmd.shell() + (" &" if background else ""), ""]
+    if background:
+        out.append("wait")
+    return "\n".join(out).rstrip("\n") + "\n"

@@ -1,0 +1,162 @@
+"""SGLang: `python -m sglang.launch_server`, one server per pool with its replicas as --dp-size; a
+prefill and a decode server (--disaggregation-mode) behind `sglang_router --pd-disaggregation`."""
+
+from __future__ import annotations
+
+from tokenpath.launch.command import Command, Settings
+from tokenpath.launch.flags import programs
+from tokenpath.launch.plan import Plan, Role
+
+# The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
+NAME = __name__.rsplit(".", 1)[-1]
+PROGRAM = programs()[NAME]["command"]
+ROUTER = programs()["sglang-router"]["command"]
+# The KV transfer between the pools: SGLang's default backend, written out.
+TRANSFER_BACKEND = "mooncake"
+# The routing policies the scenario names -> SGLang's data-parallel load balancing (--load-balance-method):
+# fewest requests, fewest tokens; prefix_aware is the router's cache_aware policy, not the server's.
+LOAD_BALANCE = {"round_robin": "round_robin", "least_outstanding": "total_requests", "least_kv_load": "total_tokens"}
+# The router's policy for disaggregated pools, which the simulation routes round-robin.
+PD_POLICY = "round_robin"
+# The CUDA-graph backends per phase: SGLang 0.5.23 captures decode batches ("full") and, on CUDA,
+# prefill batches in breakable graphs by default (model_executor/cuda_graph_config.py).
+GRAPHS = {"none": ("disabled", "disabled"), "decode": ("full", "disabled"), "all": ("full", "breakable")}
+
+
+def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str | None = None,
+            port: int | None = None, bootstrap_port: int | None = None) -> Command:
+    """`sglang.launch_server` for `replicas` replicas of `role` in one server."""
+    s = plan.scenario
+    dep, eng = s.deployment, s.engine
+    cmd = Command(list(PROGRAM))
+    cmd.add(settings, "model.name", "--model-path", plan.checkpoint.hf_id)
+    cmd.add(settings, "deployment.tp", "--tp-size", dep.tp)
+    cmd.add(settings, "deployment.pp", "--pp-size", dep.pp)
+    cmd.add(settings, "deployment.chips", "--dp-size", replicas)
+    if dep.expert_parallel:
+        cmd.add(settings, "deployment.expert_parallel", "--ep-size", dep.tp)
+    else:
+        settings.map("deployment.expert_parallel", "(off: SGLang's default --ep-size 1)")
+    _precision(plan, cmd, settings)
+    kv_dtype = "fp8_e4m3" if plan.kv_precision == "fp8" else "auto"
+    cmd.add(settings, "model.kv_cache_precision", "--kv-cache-dtype", kv_dtype)
+    cmd.add(settings, "engine.max_num_seqs", "--max-running-requests", eng.max_num_seqs)
+    cmd.add(settings, "engine.chunked_prefill", "--chunked-prefill-size",
+            eng.max_num_batched_tokens if eng.chunked_prefill else -1)
+    cmd.add(settings, "engine.max_num_batched_tokens", "--max-prefill-tokens", eng.max_num_batched_tokens)
+    if eng.chunked_prefill:
+        settings.map("engine.max_num_batched_tokens", "--chunked-prefill-size")
+    cmd.add(settings, "engine.block_size", "--page-size", eng.block_size)
+    cmd.add(settings, "engine.gpu_memory_utilization", "--mem-fraction-static", eng.gpu_memory_utilization)
+    settings.note("engine.gpu_memory_utilization", "SGLang's --mem-fraction-static is the share of GPU memory for "
+                                                   "weights and the KV pool, vLLM's share for everything: the same "
+                                                   "number leaves SGLang a little more for activations")
+    if eng.prefix_caching:
+        settings.map("engine.prefix_caching", "(RadixAttention: SGLang's default)")
+    else:
+        cmd.add(settings, "engine.prefix_caching", "--disable-radix-cache")
+    decode, prefill = GRAPHS[eng.cuda_graphs]
+    cmd.add(settings, "engine.cuda_graphs", "--cuda-graph-backend-decode", decode)
+    cmd.add(settings, "engine.cuda_graphs", "--cuda-graph-backend-prefill", prefill)
+    if eng.cuda_graph_max_tokens is not None and eng.cuda_graphs != "none":
+        cmd.add(settings, "engine.cuda_graph_max_tokens", "--cuda-graph-max-bs-decode", eng.cuda_graph_max_tokens)
+    else:
+        settings.map("engine.cuda_graph_max_tokens", "(SGLang's own limit for the GPU's memory)")
+    _mixing(plan, cmd, settings)
+    if plan.host_overlap:
+        settings.map("engine.host_overlap", "(the overlap scheduler: SGLang's default)")
+    else:
+        cmd.add(settings, "engine.host_overlap", "--disable-overlap-schedule")
+    cmd.add(settings, "delivery.stream_interval", "--stream-interval", s.delivery.stream_interval)
+    _routing(plan, cmd, settings, replicas)
+    cmd.add(settings, "deployment.api_servers", "--tokenizer-worker-num",
+            max(1, role.api_servers * replicas // role.replicas))
+    if role.name != "server":
+        cmd.add(settings, "deployment.prefill_replicas", "--disaggregation-mode", role.name)
+        cmd.add(settings, "deployment.prefill_replicas", "--disaggregation-transfer-backend", TRANSFER_BACKEND)
+        if bootstrap_port is not None:
+            cmd.add(None, None, "--disaggregation-bootstrap-port", bootstrap_port)
+    else:
+        settings.map("deployment.prefill_replicas", "(none: every replica prefills and decodes)")
+    if host is not None:
+        cmd.add(None, None, "--host", host)
+    if port is not None:
+        cmd.add(None, None, "--port", port)
+    _notes(plan, settings)
+    return cmd
+
+
+def router(plan: Plan, prefill_urls: list[tuple[str, int]], decode_urls: list[str], settings: Settings,
+           host: str, port: int) -> Command:
+    """The router in front of disaggregated pools: each prefill server with its bootstrap port."""
+    cmd = Command(list(ROUTER))
+    cmd.add(settings, "deployment.prefill_replicas", "--pd-disaggregation")
+    for url, bootstrap in prefill_urls:
+        cmd.add(None, None, "--prefill", url, bootstrap)
+    for url in decode_urls:
+        cmd.add(None, None, "--decode", url)
+    cmd.add(settings, "deployment.routing", "--policy", PD_POLICY)
+    cmd.add(None, None, "--host", host)
+    cmd.add(None, None, "--port", port)
+    return cmd
+
+
+def _precision(plan: Plan, cmd: Command, settings: Settings) -> None:
+    wanted = plan.scenario.model.precision
+    how = plan.weights()
+    if how == "quantize":  # SGLang quantizes bf16 weights to fp8 as it loads them
+        cmd.add(settings, "model.precision", "--quantization", "fp8")
+    elif how == "as-stored" and wanted == "bf16":
+        cmd.add(settings, "model.precision", "--dtype", "bfloat16")
+    elif how == "as-stored":
+        settings.map("model.precision", "(the checkpoint's own quantization)")
+    elif how == "given":
+        settings.note("model.precision", f"served as the --model-id checkpoint stores it: use one stored in {wanted}")
+    else:
+        settings.note("model.precision", f"{plan.checkpoint.hf_id} is stored in {plan.checkpoint.precision} and "
+                                          f"SGLang has no flag to serve it in {wanted}: pass --model-id with a "
+                                          f"{wanted} checkpoint")
+
+
+def _mixing(plan: Plan, cmd: Command, settings: Settings) -> None:
+    """Decodes joining prompt steps: SGLang's --enable-mixed-chunk, with chunked prefill only."""
+    eng = plan.scenario.engine
+    if eng.prefills_alone:
+        settings.map("engine.mixed_chunk", "(off: SGLang's default)")
+    elif eng.chunked_prefill:
+        cmd.add(settings, "engine.mixed_chunk", "--enable-mixed-chunk")
+    else:
+        settings.note("engine.mixed_chunk", "the scenario mixes whole prompts with decodes; SGLang mixes them only "
+                                            "with chunked prefill (--enable-mixed-chunk)")
+
+
+def _routing(plan: Plan, cmd: Command, settings: Settings, replicas: int) -> None:
+    routing = plan.scenario.deployment.routing
+    if plan.disaggregated:
+        return  # the router's --policy
+    if replicas == 1:
+        settings.map("deployment.routing", "(one replica per server)")
+    elif routing in LOAD_BALANCE:
+        cmd.add(settings, "deployment.routing", "--load-balance-method", LOAD_BALANCE[routing])
+    else:
+        settings.note("deployment.routing", f"SGLang's server balances its --dp-size replicas by requests or tokens; "
+                                             f"{routing} is sglang_router's cache_aware policy over separate "
+                                             "servers, not emitted here")
+
+
+def _notes(plan: Plan, settings: Settings) -> None:
+    eng = plan.scenario.engine
+    if eng.kv_admission == "reserve":
+        settings.note("engine.kv_admission", "SGLang takes KV pages as sequences grow; it cannot reserve a "
+                                             "request's whole cache at admission")
+    else:
+        settings.map("engine.kv_admission", "(SGLang's own)")
+    if eng.num_scheduler_steps > 1:
+        settings.note("engine.num_scheduler_steps", "SGLang has no multi-step scheduling")
+    else:
+        settings.map("engine.num_scheduler_steps", "(one step per scheduler call)")
+    if plan.detokenizes_in == "detokenizer":
+        settings.map("delivery.detokenize", "(SGLang's detokenizer process)")
+    else:
+        settings.note("delivery.detokenize", f"SGLang detokenizes in a process of its own; the scenario in the "
+                                             f"{plan.detokenizes_in} process")

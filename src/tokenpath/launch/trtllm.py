@@ -1,0 +1,148 @@
+"""TensorRT-LLM: `trtllm-serve` (PyTorch backend), one server per replica, with the settings it takes only
+from YAML in an --extra_llm_api_options file; disaggregated pools as context and generation servers behind
+`trtllm-serve disaggregated -c` (docs/source/features/disagg-serving.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenpath.launch.command import Command, Settings
+from tokenpath.launch.flags import programs
+from tokenpath.launch.plan import Plan, Role
+
+# The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
+NAME = __name__.rsplit(".", 1)[-1]
+PROGRAM = programs()[NAME]["command"]
+DISAGGREGATED = programs()[f"{NAME}-disaggregated"]["command"]
+BACKEND = "pytorch"
+# The KV transfer between context and generation servers; the guide names NIXL its default.
+TRANSCEIVER = "NIXL"
+# kv_admission -> the capacity scheduler's policy (llm_args.py, CapacitySchedulerPolicy).
+ADMISSION = {"reserve": "GUARANTEED_NO_EVICT", "on_demand": "MAX_UTILIZATION"}
+# The guide's context servers run without the overlap scheduler, which they do not support.
+CONTEXT_OVERLAP = False
+
+
+def command(plan: Plan, settings: Settings, options_path: str, host: str | None = None,
+            port: int | None = None) -> Command:
+    """`trtllm-serve` for one replica, its YAML at `options_path`."""
+    s = plan.scenario
+    dep, eng = s.deployment, s.engine
+    cmd = Command(list(PROGRAM), [plan.checkpoint.hf_id])
+    settings.map("model.name", "<model>")
+    cmd.add(None, None, "--backend", BACKEND)
+    cmd.add(settings, "deployment.tp", "--tp_size", dep.tp)
+    cmd.add(settings, "deployment.pp", "--pp_size", dep.pp)
+    if dep.expert_parallel:
+        cmd.add(settings, "deployment.expert_parallel", "--ep_size", dep.tp)
+    else:
+        settings.map("deployment.expert_parallel", "(TensorRT-LLM's default split of the experts)")
+    cmd.add(settings, "engine.max_num_seqs", "--max_batch_size", eng.max_num_seqs)
+    cmd.add(settings, "engine.max_num_batched_tokens", "--max_num_tokens", eng.max_num_batched_tokens)
+    cmd.add(None, None, "--extra_llm_api_options", options_path)
+    if host is not None:
+        cmd.add(None, None, "--host", host)
+    if port is not None:
+        cmd.add(None, None, "--port", port)
+    return cmd
+
+
+def extra_options(plan: Plan, role: Role, settings: Settings) -> dict[str, Any]:
+    """The --extra_llm_api_options YAML of a `role` server, as a table."""
+    s = plan.scenario
+    eng = s.engine
+    kv_cache = {"dtype": "fp8" if plan.kv_precision == "fp8" else "auto", "enable_block_reuse": eng.prefix_caching,
+                "tokens_per_block": eng.block_size}
+    for setting in ("model.kv_cache_precision", "engine.prefix_caching", "engine.block_size"):
+        settings.map(setting, "kv_cache_config")
+    if eng.cuda_graphs == "none":
+        graphs = None
+        settings.map("engine.cuda_graph_max_tokens", "(no graphs)")
+    else:  # every decode batch up to the limit replays a graph, padded up to the nearest one captured
+        limit = eng.max_num_seqs if eng.cuda_graph_max_tokens is None else eng.cuda_graph_max_tokens
+        graphs = {"max_batch_size": limit, "enable_padding": True}
+        settings.map("engine.cuda_graph_max_tokens", "cuda_graph_config.max_batch_size")
+        if eng.cuda_graphs == "all":
+            settings.note("engine.cuda_graphs", "TensorRT-LLM captures decode-only batches; steps with prompts run "
+                                                "without a graph (its C++ and fused ops launch them)")
+    settings.map("engine.cuda_graphs", "cuda_graph_config")
+    overlap = plan.host_overlap
+    if role.name == "prefill" and overlap:
+        overlap = CONTEXT_OVERLAP
+        settings.note("engine.host_overlap", "the context servers run without the overlap scheduler, which "
+                                             "TensorRT-LLM does not support for them")
+    settings.map("engine.host_overlap", "disable_overlap_scheduler")
+    settings.map("engine.chunked_prefill", "enable_chunked_prefill")
+    settings.map("engine.kv_admission", "scheduler_config.capacity_scheduler_policy")
+    settings.map("delivery.stream_interval", "stream_interval")
+    options: dict[str, Any] = {
+        "enable_chunked_prefill": eng.chunked_prefill,
+        "kv_cache_config": kv_cache,
+        "cuda_graph_config": graphs,
+        "disable_overlap_scheduler": not overlap,
+        "scheduler_config": {"capacity_scheduler_policy": ADMISSION[eng.kv_admission]},
+        "stream_interval": s.delivery.stream_interval,
+    }
+    if role.name != "server":
+        options["cache_transceiver_config"] = {"backend": TRANSCEIVER}
+        settings.map("deployment.prefill_replicas", "cache_transceiver_config")
+    else:
+        settings.map("deployment.prefill_replicas", "(none: every replica prefills and decodes)")
+    _notes(plan, settings)
+    return options
+
+
+def disaggregated_config(host: str, port: int, context_urls: list[str], generation_urls: list[str]) -> dict[str, Any]:
+    """The file `trtllm-serve disaggregated -c` reads: where it listens and its servers."""
+    return {"hostname": host, "port": port, "backend": BACKEND,
+            "context_servers": {"num_instances": len(context_urls), "urls": context_urls},
+            "generation_servers": {"num_instances": len(generation_urls), "urls": generation_urls}}
+
+
+def _precision(plan: Plan, settings: Settings) -> None:
+    wanted = plan.scenario.model.precision
+    how = plan.weights()
+    if how == "as-stored":
+        settings.map("model.precision", "(the checkpoint's own)")
+    elif how == "given":
+        settings.note("model.precision", f"served as the --model-id checkpoint stores it: use one stored in {wanted}")
+    else:
+        settings.note("model.precision", f"{plan.checkpoint.hf_id} is stored in {plan.checkpoint.precision}; "
+                                          f"TensorRT-LLM's PyTorch backend takes the quantization from the "
+                                          f"checkpoint: pass --model-id with a {wanted} (ModelOpt) checkpoint")
+
+
+def _notes(plan: Plan, settings: Settings) -> None:
+    s = plan.scenario
+    eng, dep = s.engine, s.deployment
+    _precision(plan, settings)
+    settings.note("engine.gpu_memory_utilization", "no flag: TensorRT-LLM sizes its KV cache as a share of the "
+                                                   "memory left after the weights (kv_cache_config."
+                                                   "free_gpu_memory_fraction, left at its default)")
+    if eng.prefills_alone:
+        settings.note("engine.mixed_chunk", "the scenario runs prompts in steps of their own; TensorRT-LLM puts "
+                                            "contexts and generations in the same steps")
+    else:
+        settings.map("engine.mixed_chunk", "(TensorRT-LLM mixes contexts and generations)")
+    if eng.num_scheduler_steps > 1:
+        settings.note("engine.num_scheduler_steps", "TensorRT-LLM has no multi-step scheduling")
+    else:
+        settings.map("engine.num_scheduler_steps", "(one step per scheduler call)")
+    servers = sum(role.replicas for role in plan.roles)
+    if dep.api_servers is None or dep.api_servers == servers:
+        settings.map("deployment.api_servers", "(one OpenAI server per trtllm-serve)")
+    else:
+        settings.note("deployment.api_servers", f"trtllm-serve runs one OpenAI server per instance ({servers} here); "
+                                                f"the scenario has {dep.api_servers}")
+    if plan.detokenizes_in == "api-server":
+        settings.map("delivery.detokenize", "(trtllm-serve's OpenAI server)")
+    else:
+        settings.note("delivery.detokenize", f"trtllm-serve detokenizes in its OpenAI server; the scenario in the "
+                                             f"{plan.detokenizes_in} process")
+    if plan.disaggregated:
+        settings.map("deployment.routing", "(trtllm-serve disaggregated: round robin)")
+    elif dep.replicas == 1:
+        settings.map("deployment.routing", "(one replica)")
+    else:
+        settings.note("deployment.routing", f"each replica is a trtllm-serve of its own: put a load balancer "
+                                             f"({dep.routing}) in front of them, or launch with --engine k8s")

@@ -1,0 +1,132 @@
+"""vLLM: `vllm serve`, one process per pool with its replicas as data-parallel engines; a prefill and a
+decode pool joined by vLLM's NixlConnector (--kv-transfer-config)."""
+
+from __future__ import annotations
+
+import json
+
+from tokenpath.launch.command import Command, Settings
+from tokenpath.launch.flags import programs
+from tokenpath.launch.plan import Plan, Role
+
+# The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
+NAME = __name__.rsplit(".", 1)[-1]
+PROGRAM = programs()[NAME]["command"]
+# The engine vLLM 0.34 runs: its V1 engine, the only one left (Profile.engine names it so).
+RUNS = "vLLM V1"
+# Disaggregated prefill: both pools run the NixlConnector, as vLLM's guide starts its prefiller and
+# decoder, and a proxy sends each request to a prefill instance, then to a decode instance.
+NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+NIXL_DOCS = "https://docs.vllm.ai/en/stable/features/nixl_connector_usage.html"
+# Its routing: the API servers send each request to the data-parallel engine with the fewest requests
+# waiting and running (vllm/v1/engine/core_client.py, DPLBAsyncMPClient), no flag choosing another.
+VLLM_ROUTING = "least_outstanding"
+
+
+def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str | None = None,
+            port: int | None = None) -> Command:
+    """`vllm serve` for `replicas` replicas of `role` in one process."""
+    s = plan.scenario
+    dep, eng = s.deployment, s.engine
+    cmd = Command(list(PROGRAM), [plan.checkpoint.hf_id])
+    settings.map("model.name", "<model>")
+    cmd.add(settings, "deployment.tp", "--tensor-parallel-size", dep.tp)
+    cmd.add(settings, "deployment.pp", "--pipeline-parallel-size", dep.pp)
+    cmd.add(settings, "deployment.chips", "--data-parallel-size", replicas)
+    if dep.expert_parallel:
+        cmd.add(settings, "deployment.expert_parallel", "--enable-expert-parallel")
+    else:
+        settings.map("deployment.expert_parallel", "(off: vLLM's default)")
+    _precision(plan, cmd, settings)
+    cmd.add(settings, "model.kv_cache_precision", "--kv-cache-dtype", "fp8" if plan.kv_precision == "fp8" else "auto")
+    cmd.add(settings, "engine.max_num_seqs", "--max-num-seqs", eng.max_num_seqs)
+    cmd.add(settings, "engine.max_num_batched_tokens", "--max-num-batched-tokens", eng.max_num_batched_tokens)
+    cmd.add(settings, "engine.block_size", "--block-size", eng.block_size)
+    cmd.add(settings, "engine.chunked_prefill",
+            "--enable-chunked-prefill" if eng.chunked_prefill else "--no-enable-chunked-prefill")
+    cmd.add(settings, "engine.gpu_memory_utilization", "--gpu-memory-utilization", eng.gpu_memory_utilization)
+    cmd.add(settings, "engine.prefix_caching",
+            "--enable-prefix-caching" if eng.prefix_caching else "--no-enable-prefix-caching")
+    cmd.add(settings, "engine.host_overlap", "--async-scheduling" if plan.host_overlap else "--no-async-scheduling")
+    _cuda_graphs(plan, cmd, settings)
+    api_servers = max(1, role.api_servers * replicas // role.replicas)  # this process's share of the pool's
+    cmd.add(settings, "deployment.api_servers", "--api-server-count", api_servers)
+    cmd.add(settings, "delivery.stream_interval", "--stream-interval", s.delivery.stream_interval)
+    if role.name != "server":
+        nixl = json.dumps(NIXL, separators=(",", ":"))
+        cmd.add(settings, "deployment.prefill_replicas", "--kv-transfer-config", nixl)
+    if host is not None:
+        cmd.add(None, None, "--host", host)
+    if port is not None:
+        cmd.add(None, None, "--port", port)
+    _notes(plan, settings, replicas)
+    return cmd
+
+
+def _precision(plan: Plan, cmd: Command, settings: Settings) -> None:
+    wanted = plan.scenario.model.precision
+    how = plan.weights()
+    if how == "quantize":  # vLLM 0.34's `fp8` reads fp8 checkpoints only and names this one for bf16 weights
+        cmd.add(settings, "model.precision", "--quantization", "fp8_per_tensor")
+    elif how == "as-stored" and wanted == "bf16":
+        cmd.add(settings, "model.precision", "--dtype", "bfloat16")
+    elif how == "as-stored":
+        settings.map("model.precision", "(the checkpoint's own quantization)")
+    elif how == "given":
+        settings.note("model.precision", f"served as the --model-id checkpoint stores it: use one stored in {wanted}")
+    else:
+        settings.note("model.precision", f"{plan.checkpoint.hf_id} is stored in {plan.checkpoint.precision} and "
+                                          f"vLLM has no flag to serve it in {wanted}: pass --model-id with a "
+                                          f"{wanted} checkpoint")
+
+
+def _cuda_graphs(plan: Plan, cmd: Command, settings: Settings) -> None:
+    eng = plan.scenario.engine
+    if eng.cuda_graphs == "none":
+        cmd.add(settings, "engine.cuda_graphs", "--enforce-eager")
+    elif eng.cuda_graphs == "decode":
+        cmd.add(settings, "engine.cuda_graphs", "--compilation-config",
+                json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY"}, separators=(",", ":")))
+    else:
+        settings.map("engine.cuda_graphs", "(vLLM's default: graphs for decode and mixed steps)")
+    if eng.cuda_graph_max_tokens is not None and eng.cuda_graphs != "none":
+        cmd.add(settings, "engine.cuda_graph_max_tokens", "--max-cudagraph-capture-size", eng.cuda_graph_max_tokens)
+    else:
+        settings.map("engine.cuda_graph_max_tokens", "(vLLM's own limit)")
+
+
+def _notes(plan: Plan, settings: Settings, replicas: int) -> None:
+    s = plan.scenario
+    eng, dep = s.engine, s.deployment
+    if plan.profile.engine != RUNS:
+        settings.note("engine.scheduler", f"vLLM 0.34 runs its V1 engine only; the scenario models "
+                                          f"{plan.profile.engine}")
+    if eng.kv_admission == "reserve":
+        settings.note("engine.kv_admission", "vLLM takes KV blocks as sequences grow; it cannot reserve a request's "
+                                             "whole cache at admission")
+    else:
+        settings.map("engine.kv_admission", "(vLLM's own)")
+    if eng.num_scheduler_steps > 1:
+        settings.note("engine.num_scheduler_steps", "vLLM 0.34 has no multi-step scheduling (removed with V0)")
+    else:
+        settings.map("engine.num_scheduler_steps", "(one step per scheduler call)")
+    if eng.prefills_alone:
+        settings.note("engine.mixed_chunk", "the scenario runs prompts in steps of their own; vLLM puts prompt "
+                                            "chunks and decodes in the same steps")
+    else:
+        settings.map("engine.mixed_chunk", "(vLLM mixes prompts and decodes)")
+    if dep.routing == VLLM_ROUTING or replicas == 1:
+        settings.map("deployment.routing", "(vLLM's least-loaded engine, or one engine)")
+    else:
+        settings.note("deployment.routing", f"vLLM's API servers send each request to the engine with the fewest "
+                                             f"outstanding requests; no flag gives {dep.routing}")
+    if plan.detokenizes_in == "api-server":
+        settings.map("delivery.detokenize", "(vLLM's API servers)")
+    else:
+        settings.note("delivery.detokenize", f"vLLM detokenizes in its API servers; the scenario in the "
+                                             f"{plan.detokenizes_in} process")
+    if plan.disaggregated:
+        settings.note("deployment.prefill_replicas", "requests need a proxy that sends each to a prefill instance, "
+                                                     f"then to a decode one (NixlConnector guide: {NIXL_DOCS})")
+    else:
+        settings.map("deployment.prefill_replicas", "(none: every replica prefills and decodes)")

@@ -1,0 +1,220 @@
+"""`tokenpath launch`: every flag and YAML key an emitter writes is one its engine version defines
+(launch/flags.toml, read from each engine's source), every server setting of the scenario is carried by
+a flag or noted, the vLLM command of a known deployment is exactly the expected one, and the Kubernetes
+manifest parses with the replicas and GPUs of the deployment."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cli_helpers import assert_user_error, run_cli
+from tokenpath.compute.model import list_models
+from tokenpath.config.errors import UserError
+from tokenpath.launch import ENGINES, launch_files
+from tokenpath.launch.command import Command, shell_words
+from tokenpath.launch.files import emit
+from tokenpath.launch.flags import check_yaml_keys, parse, programs
+from tokenpath.launch.model_id import Checkpoint, checkpoint
+from tokenpath.launch.plan import SETTINGS, make_plan
+from tokenpath.sim.scenario import Scenario, load_scenario
+
+# Deployments covering each way the emitters lay one out: TP x DP, PP, disaggregated pools, fp8 KV,
+# prefix caching off, no CUDA graphs, graphs for decodes up to a size, an MoE over expert parallelism,
+# and the other profiles' defaults (SGLang's prefills alone, TensorRT-LLM's reservations).
+SCENARIOS = {
+    "tp2-dp4": {"deployment.tp": 2},
+    "tp2-pp2-dp2": {"deployment.tp": 2, "deployment.pp": 2},
+    "disaggregated-1p3d": {"deployment.tp": 2, "deployment.prefill_replicas": 1},
+    "fp8-kv-no-prefix-cache": {"model.kv_cache_precision": "fp8", "engine.prefix_caching": False},
+    "eager-bf16": {"engine.cuda_graphs": "none", "model.precision": "bf16"},
+    "decode-graphs": {"engine.cuda_graphs": "decode", "engine.cuda_graph_max_tokens": 256, "deployment.tp": 4},
+    "moe-expert-parallel": {"model.name": "qwen3-30b-a3b", "deployment.expert_parallel": True, "deployment.tp": 4},
+    "sglang-profile": {"engine.scheduler": "prefill-first", "deployment.tp": 4, "deployment.routing": "prefix_aware"},
+    "trtllm-profile-disaggregated": {"engine.scheduler": "trtllm", "deployment.tp": 4,
+                                     "deployment.prefill_replicas": 1},
+    "vllm-v0-unchunked": {"engine.scheduler": "vllm-v0", "engine.chunked_prefill": False,
+                          "engine.num_scheduler_steps": 8},
+}
+
+
+def _scenario(name: str) -> Scenario:
+    return load_scenario("typical", SCENARIOS[name])
+
+
+def _k8s_documents(text: str) -> list[dict]:
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    return [json.loads(part) for part in body.split("\n---\n")]
+
+
+def _check_files(written: dict[str, str]) -> int:
+    """Check every command and YAML document of the launch files against flags.toml; how many commands."""
+    commands = 0
+    for name, text in written.items():
+        if name.endswith(".sh"):
+            for argv in shell_words(text):
+                parse(argv)
+                commands += 1
+        elif name == "disagg.yaml":
+            check_yaml_keys("trtllm-disaggregated", json.loads(text))
+        elif name == "k8s.yaml":
+            for document in _k8s_documents(text):
+                if document["kind"] == "Deployment":
+                    parse(document["spec"]["template"]["spec"]["containers"][0]["command"])
+                    commands += 1
+                elif document["kind"] == "ConfigMap":
+                    for config in document["data"].values():
+                        check_yaml_keys("trtllm", json.loads(config))
+        else:
+            check_yaml_keys("trtllm", json.loads(text))
+    return commands
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_flag_written_is_one_the_engine_version_defines(name, engine):
+    written, settings = emit(make_plan(_scenario(name)), engine)
+    assert _check_files(written) >= 1
+    # every server setting is carried by a flag or noted, and nothing else is
+    noted = {note.setting for note in settings.notes}
+    assert set(SETTINGS) <= set(settings.mapped) | noted, set(SETTINGS) - set(settings.mapped) - noted
+    assert noted | set(settings.mapped) <= set(SETTINGS)
+
+
+def test_the_vllm_command_for_llama_70b_fp8_tp2_dp4_on_8_h200():
+    scenario = load_scenario("typical", {"deployment.tp": 2})  # Llama-3.1-70B FP8 on 8x H200, so 4 replicas
+    (script,) = launch_files(scenario, "vllm").values()
+    assert shell_words(script) == [[
+        "vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct",
+        "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1", "--data-parallel-size", "4",
+        "--quantization", "fp8_per_tensor",   # bf16 weights quantized as vLLM 0.34 loads them
+        "--kv-cache-dtype", "auto",           # vllm-v1's KV cache: the activations' bf16
+        "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192", "--block-size", "16",
+        "--enable-chunked-prefill", "--gpu-memory-utilization", "0.9", "--enable-prefix-caching",
+        "--no-async-scheduling",              # vllm-v1 modelled without async scheduling
+        "--api-server-count", "4",            # one per data-parallel replica
+        "--stream-interval", "1",
+    ]]
+    assert "deployment.routing: vLLM's API servers send each request to the engine with the fewest" in script
+
+
+def test_disaggregated_vllm_pools_run_the_nixl_connector_on_their_own_gpus():
+    written = launch_files(_scenario("disaggregated-1p3d"), "vllm")
+    prefill, decode = shell_words(written["launch-vllm.sh"])
+    script = written["launch-vllm.sh"]
+    assert "CUDA_VISIBLE_DEVICES=0,1 VLLM_NIXL_SIDE_CHANNEL_PORT=5600 vllm serve" in script
+    assert "CUDA_VISIBLE_DEVICES=2,3,4,5,6,7 VLLM_NIXL_SIDE_CHANNEL_PORT=5601 vllm serve" in script
+    for argv, replicas in ((prefill, "1"), (decode, "3")):
+        options = dict((flag, values) for flag, values in parse(argv)[2])
+        assert options["--data-parallel-size"] == [replicas]
+        assert json.loads(options["--kv-transfer-config"][0]) == {"kv_connector": "NixlConnector",
+                                                                  "kv_role": "kv_both"}
+
+
+@pytest.mark.parametrize(("name", "pools"), [
+    ("tp2-dp4", [("server", 4, 2)]),
+    ("tp2-pp2-dp2", [("server", 2, 4)]),
+    ("disaggregated-1p3d", [("prefill", 1, 2), ("decode", 3, 2)]),
+])
+def test_the_manifest_has_a_deployment_per_pool_with_its_replicas_and_gpus(name, pools):
+    documents = _k8s_documents(launch_files(_scenario(name), "k8s")["k8s.yaml"])
+    deployments = [d for d in documents if d["kind"] == "Deployment"]
+    assert [(d["metadata"]["labels"]["app.kubernetes.io/component"], d["spec"]["replicas"],
+             d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+            for d in deployments] == pools
+    assert len([d for d in documents if d["kind"] == "Service"]) == len(pools)
+    for deployment in deployments:  # each pod runs one replica: vLLM's data parallelism is the pod count
+        command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert command[command.index("--data-parallel-size") + 1] == "1"
+
+
+def test_the_manifest_runs_the_engine_of_the_scenario_profile_with_its_yaml_mounted():
+    documents = _k8s_documents(launch_files(_scenario("trtllm-profile-disaggregated"), "k8s")["k8s.yaml"])
+    kinds = [(d["kind"], d["metadata"]["name"]) for d in documents]
+    assert kinds == [(kind, f"typical-{pool}") for pool in ("prefill", "decode")
+                     for kind in ("ConfigMap", "Deployment", "Service")]
+    container = documents[1]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == programs()["trtllm"]["image"]
+    assert container["command"][:2] == ["trtllm-serve", "meta-llama/Llama-3.1-70B-Instruct"]
+    assert "/etc/tokenpath/extra-llm-api-prefill.yaml" in container["command"]
+    config = json.loads(documents[0]["data"]["extra-llm-api-prefill.yaml"])
+    assert config["cache_transceiver_config"] == {"backend": "NIXL"}
+    assert config["scheduler_config"] == {"capacity_scheduler_policy": "GUARANTEED_NO_EVICT"}  # kv_admission reserve
+
+
+def test_trtllm_disaggregated_config_lists_each_server():
+    written = launch_files(_scenario("trtllm-profile-disaggregated"), "trtllm")
+    assert json.loads(written["disagg.yaml"]) == {
+        "hostname": "0.0.0.0", "port": 8000, "backend": "pytorch",
+        "context_servers": {"num_instances": 1, "urls": ["127.0.0.1:8100"]},
+        "generation_servers": {"num_instances": 1, "urls": ["127.0.0.1:8101"]}}
+    assert json.loads(written["extra-llm-api-prefill.yaml"])["disable_overlap_scheduler"] is True
+    assert json.loads(written["extra-llm-api-decode.yaml"])["disable_overlap_scheduler"] is False
+
+
+def test_every_catalog_model_names_a_checkpoint_to_serve():
+    for name in list_models():
+        served = checkpoint(Scenario.model_validate({"model": {"name": name}}))
+        assert "/" in served.hf_id and served.precision in ("bf16", "fp8", "fp4"), name
+    assert checkpoint(Scenario()) == Checkpoint("meta-llama/Llama-3.1-70B-Instruct", "bf16")
+    assert checkpoint(Scenario.model_validate({"model": {"name": "deepseek-v3"}})).precision == "fp8"
+
+
+def test_a_model_without_a_hugging_face_id_needs_model_id(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                                  "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+                                  "vocab_size": 128256, "max_position_embeddings": 131072}), encoding="utf-8")
+    scenario = load_scenario("typical", {"model.name": str(config)})
+    with pytest.raises(UserError) as error:
+        launch_files(scenario, "vllm")
+    assert str(error.value) == f"model {str(config)!r} has no hf_id; pass --model-id"
+    script = launch_files(scenario, "vllm", model_id="my-org/my-llama-fp8")["launch-vllm.sh"]
+    assert shell_words(script)[0][2] == "my-org/my-llama-fp8"
+    assert "model.precision: served as the --model-id checkpoint stores it: use one stored in fp8" in script
+
+
+def test_a_model_named_by_its_hugging_face_id_is_served_by_that_id():
+    scenario = load_scenario("typical", {"model.name": "meta-llama/Llama-3.3-70B-Instruct"})
+    assert shell_words(launch_files(scenario, "vllm")["launch-vllm.sh"])[0][2] == "meta-llama/Llama-3.3-70B-Instruct"
+
+
+def test_launch_writes_the_files_into_out(tmp_path, monkeypatch, capsys):
+    code, out, err = run_cli(["launch", "--engine", "trtllm", "--tp", "4", "--out", str(tmp_path / "deploy")],
+                             monkeypatch, capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "deploy").iterdir()) == ["extra-llm-api-server.yaml",
+                                                                       "launch-trtllm.sh"]
+    assert (tmp_path / "deploy" / "launch-trtllm.sh").stat().st_mode & 0o111
+
+
+def test_an_unknown_engine_is_one_line(monkeypatch, capsys):
+    assert_user_error(*run_cli(["launch", "--engine", "docker"], monkeypatch, capsys),
+                      "--engine: unknown engine 'docker'; use one of vllm, sglang, trtllm, k8s")
+
+
+_VALUE = st.text(st.characters(codec="ascii", categories=("L", "N", "P", "S", "Zs")), min_size=1, max_size=12)
+
+
+@given(st.sampled_from(["vllm", "sglang", "sglang-router", "trtllm"]), st.data())
+def test_a_command_reads_back_as_it_was_built(program, data):
+    """Rendering a command for the shell and parsing it back gives the same flags and values, whatever
+    the values hold (quotes, spaces, JSON)."""
+    spec = programs()[program]
+    flags = [f for f, s in spec["flags"].items() if "values" not in s and s["kind"] != "values"]
+    cmd = Command(list(spec["command"]), [data.draw(_VALUE.filter(lambda v: not v.startswith("-")))
+                                          for _ in range(spec["positionals"])])
+    built = []
+    for flag in data.draw(st.lists(st.sampled_from(flags), max_size=6)):
+        values = [] if spec["flags"][flag]["kind"] in ("switch", "bool") else [
+            data.draw(_VALUE.filter(lambda v: not v.startswith("-")))]
+        cmd.add(None, None, flag, *values)
+        built.append((flag, values))
+    (argv,) = shell_words(cmd.shell())
+    assert argv == cmd.argv
+    assert parse(argv) == (program, cmd.positionals, built)
+    assert shlex.split(cmd.shell().replace("\\\n", " ")) == cmd.argv
