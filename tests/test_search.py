@@ -191,7 +191,8 @@ PRECISION = ["--slo", "ttft_p99=300ms,tpot_p99=15ms", "--workers", "2", "--toler
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
-    """A small search's JSON: Llama-3.1-8B on two H100s, 100 requests, a coarse capacity."""
+    """A small search's JSON: Llama-3.1-8B on two H100s, 100 requests, a coarse capacity; its best
+    deployment's vLLM launch files beside it, in launch/."""
     out = tmp_path_factory.mktemp("search") / "search.json"
     monkeypatch = pytest.MonkeyPatch()
 
@@ -199,7 +200,8 @@ def searched(tmp_path_factory):
         def readouterr(self):
             return "", ""
 
-    code, _, _ = run_cli(["search", *TINY, *PRECISION, "--no-limits", "--json", str(out)], monkeypatch, Quiet())
+    code, _, _ = run_cli(["search", *TINY, *PRECISION, "--no-limits", "--json", str(out), "--emit", "vllm", "--out",
+                          str(out.parent / "launch")], monkeypatch, Quiet())
     monkeypatch.undo()
     assert code == 0
     return out
@@ -215,6 +217,13 @@ def test_the_best_candidates_overrides_give_the_same_capacity(searched, monkeypa
     code, out, err = run_cli(["capacity", *TINY, *PRECISION, *sets, "--json", "-"], monkeypatch, capsys)
     assert code == 0, err
     assert json.loads(out)["request_rate"] == best["request_rate"]
+
+
+def test_emit_writes_the_launch_files_of_the_best_deployment(searched):
+    best = json.loads(searched.read_text())["best"]
+    script = (searched.parent / "launch" / "launch-vllm.sh").read_text()
+    tp = best["overrides"]["deployment.tp"]
+    assert f"--tensor-parallel-size {tp} " in script and f"--data-parallel-size {2 // tp} " in script
 
 
 def test_a_search_json_makes_a_report_with_the_best_run_and_the_front(searched):

@@ -45,13 +45,24 @@ def launch(
                                                                  "path), instead of the catalog's"),
     *, flags: dict[str, Any],
 ) -> None:
-    from tokenpath.launch import ENGINES, launch_files
+    from tokenpath.launch import launch_files
+
+    check_launch_request(engine, out)
+    write_launch_files(launch_files(load_with_flags(scenario, flags), engine, model_id), out)
+
+
+def check_launch_request(engine: str, out: str | None, flag: str = "--engine") -> None:
+    """A launch target and folder checked before any work: one line naming the flag at fault."""
+    from tokenpath.launch import ENGINES
 
     if engine not in ENGINES:
-        raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+        raise UserError(f"{flag}: unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     if out is not None:
         _check_folder(out)
-    written = launch_files(load_with_flags(scenario, flags), engine, model_id)
+
+
+def write_launch_files(written: dict[str, str], out: str | None) -> None:
+    """Launch files (name -> text) printed, or written into `out` (created; scripts made executable)."""
     if out is None:
         for name, text in written.items():
             sys.stdout.write(f"# ==> {name} <==\n{text}\n")

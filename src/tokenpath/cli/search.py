@@ -135,9 +135,14 @@ def search(
                                                   "has CPUs (needs pip install 'tokenpath[ray]')"),
     ray_address: str | None = typer.Option(None, "--ray-address", help="a Ray cluster to join ('auto', or "
                                                                            "HOST:PORT); implies --ray"),
+    emit: str | None = typer.Option(None, "--emit", help="write how to launch the best deployment: vllm, sglang, "
+                                                         "trtllm or k8s (as `tokenpath launch`)"),
+    out: str | None = typer.Option(None, "--out", help="with --emit: write the launch files into this folder "
+                                                       "(default: print them)"),
     json_out: JsonOut = None,
     *, flags: dict[str, Any],
 ) -> None:
+    from tokenpath.cli.launch import check_launch_request, write_launch_files
     from tokenpath.sim.forked import available_cpus
     from tokenpath.whatif.capacity import parse_slo, scenario_slo
     from tokenpath.whatif.layouts import parse_engines
@@ -155,6 +160,12 @@ def search(
         raise UserError(f"--top: {top} must be at least 1")
     if objective not in OBJECTIVES:
         raise UserError(f"--objective: unknown {objective!r}; use {', '.join(OBJECTIVES)}")
+    if emit is not None:
+        check_launch_request(emit, out, "--emit")
+        if json_out == "-" and out is None:
+            raise UserError("--emit: the JSON goes to stdout (--json -); give --out DIR for the launch files")
+    elif out is not None:
+        raise UserError("--out: the folder for launch files; add --emit ENGINE, or drop --out")
     targets = parse_slo(slo) if slo is not None else None
     if json_out is not None:
         files.check_writable(json_out, "--json")
@@ -195,6 +206,11 @@ def search(
                " (with the scenario flags given here)" if same else "")
     if json_out is not None:
         write_json(document, json_out)
+    if emit is not None:
+        from tokenpath.launch import launch_files
+        from tokenpath.whatif.search import best_scenario
+
+        write_launch_files(launch_files(best_scenario(base, document), emit), out)
 
 
 def target_text(row: dict[str, Any]) -> str:
