@@ -16,6 +16,11 @@ rate), which sets efficiency.EXPERT_GEMM_HALF_WIDTH; then fp8 weights scaled per
 (DeepSeek-V3's checkpoints) with that half-width, which sets
 efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING.
 
+As a check it repeats both fits per chip, B200 included, and on the three chips pooled. B200's runs
+reach less of B200's dense rate than Hopper's of theirs (w_half 760 with the ceiling at 1, block
+ceiling 0.39; pooled: 600 and 0.58), not more, so nothing in the tables makes Blackwell's grouped
+GEMMs relatively faster; the constants stay the Hopper fit (docs/validation.md says why).
+
     pip install aiconfigurator-core
     python benchmarks/aiconfigurator_moe.py [--data PATH/systems/data]
 
@@ -35,14 +40,16 @@ from aiconfigurator_stream_bw import default_data
 from tokenpath.compute.chip import load_chip
 
 HOPPER = {"h100_sxm": "h100", "h200_sxm": "h200"}
+CHECKED = {**HOPPER, "b200_sxm": "b200"}   # the per-chip check adds Blackwell
 MIN_TOKENS_PER_EXPERT = 256    # compute-bound: each expert's GEMMs have M of at least this
 PRECISIONS = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8"}
 
 
-def fractions(data: Path) -> pd.DataFrame:
-    """One row per measured run: its dtype, its per-chip expert width w and its rate / the dense rate."""
+def fractions(data: Path, chips: dict[str, str] = HOPPER) -> pd.DataFrame:
+    """One row per measured run on `chips` (AIConfigurator's folder: tokenpath's chip): its chip, its
+    dtype, its per-chip expert width w and its rate / the dense rate."""
     rows = []
-    for folder, chip_name in HOPPER.items():
+    for folder, chip_name in chips.items():
         chip = load_chip(chip_name)
         for table in sorted((data / folder / "moe").glob("*/*/moe_perf.parquet")):
             df = pd.read_parquet(table)
@@ -51,9 +58,11 @@ def fractions(data: Path) -> pd.DataFrame:
                     & (df.num_tokens * df.topk / df.num_experts >= MIN_TOKENS_PER_EXPERT)]
             width = df.inter_size / df.moe_tp_size
             flops = 2 * df.num_tokens * df.topk * 3 * df.hidden_size * width
-            dense = df.moe_dtype.map({dtype: chip.effective_flops(p) for dtype, p in PRECISIONS.items()})
-            rows.append(pd.DataFrame({"dtype": df.moe_dtype, "width": width,
-                                      "fraction": flops / (df.latency * 1e-3) / dense}))  # the tables hold ms
+            # Newer tables hold Arrow strings, which map to strings: map plain objects.
+            dtype = df.moe_dtype.astype(object)
+            dense = dtype.map({name: chip.effective_flops(p) for name, p in PRECISIONS.items()}).astype(float)
+            rows.append(pd.DataFrame({"chip": chip_name, "dtype": dtype, "width": width,
+                                      "fraction": flops / (df.latency.astype(float) * 1e-3) / dense}))  # ms
     return pd.concat(rows)
 
 
@@ -63,10 +72,20 @@ def fit(medians: pd.Series, ceilings: list[float], half_widths: list[float]) -> 
                 for c in ceilings for w0 in half_widths), key=lambda fit: fit[2])
 
 
+def both_fits(runs: pd.DataFrame) -> tuple[float, float, float, float]:
+    """(w_half, its error, block-scaled ceiling, its error) of `runs`, fitted as the constants are."""
+    per_tensor = runs[runs.dtype != "fp8_block"].groupby("width").fraction.median()
+    block = runs[runs.dtype == "fp8_block"].groupby("width").fraction.median()
+    _, half_width, error = fit(per_tensor, [1.0], list(range(50, 3001, 10)))
+    ceiling, _, block_error = fit(block, [c / 100 for c in range(10, 101)], [half_width])
+    return half_width, error, ceiling, block_error
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=None, help="aiconfigurator-core's systems/data folder")
-    runs = fractions(parser.parse_args().data or default_data())
+    checked = fractions(parser.parse_args().data or default_data(), CHECKED)
+    runs = checked[checked.chip.isin(list(HOPPER.values()))]
     per_tensor = runs[runs.dtype != "fp8_block"].groupby("width").fraction.median()
     block = runs[runs.dtype == "fp8_block"].groupby("width").fraction.median()
     print(f"{len(runs)} runs on H100 and H200; median fraction of the dense rate per expert width w:")
@@ -77,6 +96,12 @@ def main() -> None:
     print(f"bf16 / per-tensor fp8, ceiling 1: w_half {half_width:.0f} (median |log error| {error:.2f})")
     ceiling, _, error = fit(block, [c / 100 for c in range(20, 101)], [half_width])
     print(f"fp8 in 128 x 128 blocks, w_half {half_width:.0f}: ceiling {ceiling:.2f} (median |log error| {error:.2f})")
+    print("The same fits per chip (a check; the constants are the Hopper fit above):")
+    groups = [(name, checked[checked.chip == name]) for name in CHECKED.values()] + [("all three", checked)]
+    for name, group in groups:
+        half_width, error, ceiling, block_error = both_fits(group)
+        print(f"  {name:9} {len(group):6} runs: w_half {half_width:.0f} ({error:.2f}), block ceiling {ceiling:.2f} "
+              f"({block_error:.2f})")
 
 
 if __name__ == "__main__":
