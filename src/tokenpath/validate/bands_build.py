@@ -44,10 +44,10 @@ def _regime_fields(regime: dict[str, Any]) -> dict[str, Any]:
 
 def _latency_regime(item: tuple[dict[str, Any], dict[str, Any]], progress: Callable[[int], None]) -> dict[str, Any]:
     from tokenpath.sim.simulate import simulate
-    from tokenpath.validate.latency import row_scenario
+    from tokenpath.validate.latency import row_prepared
 
     row, sharegpt = item
-    regime = simulate(row_scenario(row, sharegpt)).summary["regime"]
+    regime = simulate(row_prepared(row, sharegpt)).summary["regime"]
     progress(1)
     return regime
 

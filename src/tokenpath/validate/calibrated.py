@@ -26,8 +26,14 @@ from tokenpath.calibrate.measured import Measured, Statistic
 from tokenpath.config.assumptions import format_value
 from tokenpath.config.errors import UserError
 from tokenpath.sim.forked import can_fork, map_forked
-from tokenpath.sim.simulate import prepare
-from tokenpath.validate.latency import predict_row, relative_errors, row_error, row_scenario, simulated_requests
+from tokenpath.validate.latency import (
+    predict_row,
+    relative_errors,
+    row_error,
+    row_prepared,
+    row_scenario,
+    simulated_requests,
+)
 from tokenpath.validate.row_keys import configuration_key, label, lengths_label, load, load_label
 
 Row = dict[str, Any]
@@ -61,7 +67,7 @@ def row_phase(row: Row, sharegpt: dict[str, Any]) -> Measured:
     """A published row as the phase `calibrate engine` fits: the requests the latency group simulates
     for it, their scheduled arrivals (a closed loop capped at its concurrency), the ones its window
     counts, and its published TTFT and decode figure with the row's statistic."""
-    requests = prepare(row_scenario(row, sharegpt)).requests
+    requests = row_prepared(row, sharegpt).requests
     _, skip = simulated_requests(row)
     return Measured(
         name=f"{row['source']} {load_label(row)}", requests=requests, counted=np.arange(len(requests)) >= skip,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,9 @@ from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
 from tokenpath.engine.profiles import MEASURED_ENGINES
 from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario, build_scenario
-from tokenpath.sim.simulate import simulate
+from tokenpath.sim.simulate import Prepared, prepare, simulate
 from tokenpath.sim.summary import tpot_ns, window_ns
+from tokenpath.validate.client_draws import sglang_random_lengths
 from tokenpath.validate.latency_rows import read_latency_rows
 from tokenpath.validate.ranking import print_ranking, ranking
 from tokenpath.validate.row_keys import lengths_label, load_label
@@ -87,6 +89,9 @@ def row_lengths(row: dict[str, Any], sharegpt: dict[str, Any]) -> tuple[dict, di
     if kind == "uniform":
         return tuple({"kind": "uniform", "mean": row[f"{part}_mean"], "range_ratio": _range_ratio(row, part)}
                      for part in ("input", "output"))
+    if kind == "sglang_random":  # the scenario's spread; row_prepared puts in the lengths the client drew
+        return tuple({"kind": "uniform", "mean": row[f"{part}_mean"], "range_ratio": UNIFORM_FULL_RANGE_RATIO}
+                     for part in ("input", "output"))
     if kind == "sharegpt":
         return sharegpt_lengths(row, sharegpt)
     raise ValueError(f"latency row from {row['source']}: unknown lengths {kind!r}")
@@ -119,7 +124,7 @@ def simulated_requests(row: dict[str, Any]) -> tuple[int, int]:
     if window != "whole":
         raise ValueError(f"latency row from {row['source']}: unknown window {window!r}")
     count = min(row["num_requests"], MAX_SIMULATED_REQUESTS)
-    if concurrency == 1:
+    if concurrency == 1 and row.get("lengths") != "sglang_random":  # replayed lengths: the run's own requests
         count = max(count, CONCURRENCY_ONE_REQUESTS)
     return count, 0
 
@@ -159,6 +164,20 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any],
     return build_scenario(table, "its scenario")
 
 
+def row_prepared(row: dict[str, Any], sharegpt: dict[str, Any],
+                 assumptions: Mapping[str, float] | None = None) -> Prepared:
+    """The row's scenario with its requests drawn, ready to simulate: where the row's client draw is
+    replayed (lengths = "sglang_random", validate/client_draws.py), each request has the lengths the
+    client sent it, in order."""
+    prepared = prepare(row_scenario(row, sharegpt, assumptions))
+    if row["lengths"] != "sglang_random":
+        return prepared
+    prompts, outputs = sglang_random_lengths(row)
+    count = len(prepared.requests)
+    requests = replace(prepared.requests, input_tokens=prompts[:count], output_tokens=outputs[:count])
+    return replace(prepared, requests=requests)
+
+
 def measured(run: Run, skip: int) -> dict[str, np.ndarray]:
     """Per-request TTFT and TPOT, and every ITL gap where the run kept its token times, in seconds, of
     the requests after the first `skip` (requests are numbered in the order they were sent)."""
@@ -179,7 +198,7 @@ def predict_row(row: dict[str, Any], sharegpt: dict[str, Any],
     tokens per second over the measured requests' window (under `assumptions`, registry values
     overridden by name, where given)."""
     _, skip = simulated_requests(row)
-    run = simulate(row_scenario(row, sharegpt, assumptions)).run
+    run = simulate(row_prepared(row, sharegpt, assumptions)).run
     values = measured(run, skip)
     if row["decode_metric"] not in values:
         raise UserError("its ITL needs every token's time, which a run this large does not keep; give the row "

@@ -39,7 +39,7 @@ class LatencyRow(BaseModel):
     kv_cache_precision: Literal["auto", "bf16", "fp8"] = "auto"  # as the scenario's [model] key (--kv-cache-dtype)
     chip: str
     tp: int = Field(ge=1)
-    lengths: Literal["fixed", "uniform", "sharegpt"]
+    lengths: Literal["fixed", "uniform", "sharegpt", "sglang_random"]
     input_len: int | None = Field(None, ge=1)
     output_len: int | None = Field(None, ge=1)
     input_mean: float | None = Field(None, gt=0)
@@ -68,7 +68,9 @@ class LatencyRow(BaseModel):
     @model_validator(mode="after")
     def _complete(self) -> LatencyRow:
         needs = {"fixed": ("input_len", "output_len"), "uniform": ("input_mean", "output_mean"),
-                 "sharegpt": ("input_mean", "output_mean")}[self.lengths]
+                 "sharegpt": ("input_mean", "output_mean"),
+                 "sglang_random": ("input_len", "output_len", "input_mean", "output_mean", "num_requests"),
+                 }[self.lengths]
         needs += {"poisson": ("rate",), "concurrency": ("concurrency",), "all_at_once": ()}[self.arrival]
         needs += ("num_requests",) if self.window == "whole" else ("concurrency",)
         missing = [name for name in needs if getattr(self, name) is None]

@@ -17,7 +17,7 @@ def lengths_key(row: Row) -> tuple:
     """The lengths a row asked for: fixed lengths; a uniform draw's range (its means where it states
     none: each run's drawn means differ); ShareGPT as the client filters it."""
     kind = row["lengths"]
-    if kind == "fixed":
+    if kind in ("fixed", "sglang_random"):  # the lengths asked for (a draw's means differ run by run)
         return kind, row["input_len"], row["output_len"]
     if kind == "uniform":
         return (kind, *(part for side in ("input", "output")
@@ -59,6 +59,8 @@ def load_label(row: Row) -> str:
 def lengths_label(row: Row) -> str:
     if row["lengths"] == "fixed":
         return f"{row['input_len']}/{row['output_len']}"
+    if row["lengths"] == "sglang_random":  # bench_serving's random draw, replayed
+        return f"U(1..{row['input_len']})/U(0..{row['output_len']})"
     if row["lengths"] == "uniform":
         # The range the source states, else the one simulated: from 1 to twice the mean.
         return "/".join(f"U({row.get(f'{part}_min') or 1}..{row.get(f'{part}_max') or round(2 * row[f'{part}_mean'])})"
