@@ -162,6 +162,10 @@ class ApplicationSpec(BaseModel):
     def before_model(self) -> set[str]:
         return _ancestors(self.stages, self.model.name)
 
+    def waits_for(self, name: str) -> set[str]:
+        """The stages `name` waits for, directly or through others."""
+        return _ancestors(self.stages, name)
+
 
 def _topological(stages: list[StageSpec]) -> list[str]:
     """The stage names in an order that puts each after its `after`; a cycle is an error naming it."""
