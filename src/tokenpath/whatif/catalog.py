@@ -17,7 +17,9 @@ from tokenpath.fabric.spec import HierarchyFabric, SwitchFabric
 from tokenpath.sim import front_end
 from tokenpath.sim.scenario import Scenario
 
-GROUPS = ("wider", "closer", "more continuous", "compute", "value parallel")
+GROUPS = ("wider", "closer", "more continuous", "compute")
+# A fifth group, only for scenarios with an [application] table: the stages around the model call.
+APPLICATION_GROUP = "value parallel"
 
 # The next generation of each catalog chip from the same vendor (NVIDIA: Ampere A100 -> Hopper H100
 # -> H200, its HBM3e refresh -> Blackwell B200 -> GB200 NVL72; AMD: MI300X -> MI325X, its HBM3e
@@ -292,5 +294,5 @@ def _value_parallel(scenario: Scenario, table: dict[str, Any], here: Path) -> li
 
 _MAKERS: tuple[tuple[str, Callable[[Scenario, dict[str, Any], Path], list[Lever]]], ...] = (
     ("wider", _wider), ("closer", _closer), ("more continuous", _continuous), ("compute", _compute),
-    ("value parallel", _value_parallel))
+    (APPLICATION_GROUP, _value_parallel))
 
