@@ -73,9 +73,25 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         ("arrivals", arrivals),
         ("last mile", f"{_front_end_line(s, d)}, {s.delivery.stream_interval} token(s)/event, "
                       f"{format_duration(s.delivery.network_rtt)} RTT"),
+        *([("application", _application_line(s.application))] if s.application is not None else []),
         ("assumptions", assumptions_line(assumptions_block(s))),
         ("seed", str(s.seed)),
     ]
+
+
+def _application_line(app: Any) -> str:
+    """The stages in order, each with what it waits for, a head start and a cache (docs/application.md)."""
+    shown = []
+    for stage in app.order():
+        extra = [f"after {', '.join(stage.after)}"] if stage.after else []
+        if stage.start == "ahead":
+            extra.append(f"{format_duration(stage.ahead)} ahead")
+        if stage.cache is not None:
+            extra.append(f"{stage.cache.hit_rate:.0%} cached")
+        if stage.prompt is not None:
+            extra.append(f"+{stage.prompt.added_tokens:,} prompt tokens")
+        shown.append(f"{stage.name} ({'; '.join(extra)})" if extra else stage.name)
+    return ", ".join(shown)
 
 
 def _front_end_line(scenario: Any, deployment: Any) -> str:

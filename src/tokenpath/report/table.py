@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tokenpath.config.units import format_duration, format_number
-from tokenpath.sim.summary import PERCENTILES
+from tokenpath.sim.summary import APPLICATION, PERCENTILES
 
 _LATENCY_NAMES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 _PART_NAMES = {"queue": "queue (distribution)", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
@@ -127,18 +127,20 @@ def cache_and_routing_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
 
 def attribution_table(summary: dict[str, Any]) -> Table:
     parts = summary["attribution_s"]
-    total = sum(parts[key] for key in _PART_NAMES) or 1.0
+    names = {**_PART_NAMES, APPLICATION: "application"} if APPLICATION in parts else _PART_NAMES
+    total = sum(parts[key] for key in names) or 1.0
     table = Table(title="Where a request's time goes (mean per request)", title_justify="left")
     table.add_column("layer", style="bold")
     table.add_column("time", justify="right")
     table.add_column("share of E2E", justify="right")
-    for key, name in _PART_NAMES.items():
+    for key, name in names.items():
         table.add_row(name, format_duration(parts[key]), f"{parts[key] / total:.1%}")
-        if key == "delivery":
-            for detail, detail_name in _DELIVERY_DETAIL_NAMES.items():
-                seconds = parts.get("delivery_detail", {}).get(detail)
-                if seconds:
-                    table.add_row(f"  {detail_name}", format_duration(seconds), f"{seconds / total:.1%}", style="dim")
+        details = {"delivery": _DELIVERY_DETAIL_NAMES, APPLICATION: {stage: stage for stage in
+                                                                     parts.get("application_detail", {})}}
+        for detail, detail_name in details.get(key, {}).items():
+            seconds = parts.get(f"{key}_detail", {}).get(detail)
+            if seconds:
+                table.add_row(f"  {detail_name}", format_duration(seconds), f"{seconds / total:.1%}", style="dim")
     table.add_row("E2E", format_duration(total), "100.0%", style="dim")
     return table
 

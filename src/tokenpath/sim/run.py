@@ -28,7 +28,7 @@ class Run:
     token_client_ns: np.ndarray | None  # per output token, arrival at the client (flat); None for
                                         # runs too large to keep, which carry itl_histogram instead
     token_offsets: np.ndarray    # request i's tokens: token_client_ns[token_offsets[i]:token_offsets[i+1]]
-    queue_ns: np.ndarray | None = None     # per-request attribution: these four sum to e2e_ns
+    queue_ns: np.ndarray | None = None     # per-request attribution: these four (and application_ns) sum to e2e_ns
     compute_ns: np.ndarray | None = None
     traffic_ns: np.ndarray | None = None
     delivery_ns: np.ndarray | None = None
@@ -53,6 +53,10 @@ class Run:
     stall_ns: np.ndarray | None = None     # visible text, their summed length, and Andes' QoE; None
     qoe: np.ndarray | None = None          # where the summary computes them from token_client_ns
     continuity: ContinuitySpec = DEFAULT_CONTINUITY  # the stall threshold and reader they were judged by
+    # With an [application] table (sim/application.py): per request, the stages' time on its critical path
+    # (a fifth layer, so the five sum to e2e_ns), and that time per stage by name.
+    application_ns: np.ndarray | None = None
+    application_detail_ns: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.sent_ns)
@@ -70,6 +74,8 @@ class Run:
         for name, value in vars(self).items():
             if isinstance(value, np.ndarray) and name not in ("token_client_ns", "token_offsets"):
                 fields[name] = value[skipped:]
+        if self.application_detail_ns is not None:
+            fields["application_detail_ns"] = {stage: v[skipped:] for stage, v in self.application_detail_ns.items()}
         first = int(self.token_offsets[skipped])
         tokens = None if self.token_client_ns is None else self.token_client_ns[first:]
         return replace(self, **fields, token_client_ns=tokens, token_offsets=self.token_offsets[skipped:] - first)

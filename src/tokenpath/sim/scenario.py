@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import tomli_w
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError
 
+from tokenpath.application.spec import ApplicationSpec
 from tokenpath.config import files
 from tokenpath.config.assumptions import Assumptions, check_table, lookup, resolve
 from tokenpath.config.config_errors import explain
@@ -155,6 +156,8 @@ class Scenario(BaseModel):
         default_factory=dict, description="overrides of the model's assumptions by name (`tokenpath assumptions` "
                                           "lists them), and `calibration`: calibration files to apply")
     continuity: ContinuitySettings = ContinuitySettings()
+    application: ApplicationSpec | None = Field(
+        None, description="the stages around the model call (docs/application.md); unset: the model call alone")
 
     # The folder of the scenario file: relative paths in it (traces, length files, a model's
     # config.json) are read from there. Not part of the scenario's identity.
@@ -221,6 +224,8 @@ class Scenario(BaseModel):
         normal = self.model_dump(mode="json")
         if not normal["assumptions"]:  # none: the fingerprint it had before assumptions could be set
             del normal["assumptions"]
+        if normal["application"] is None:  # none: the fingerprint it had before an application could be set
+            del normal["application"]
         inputs = list(fingerprint_inputs(self.resolved_workload(chat_template=False)).values())
         if self.delivery.calibration is not None:
             inputs.append(sha256_file(self.resolved_delivery().calibration, "delivery.calibration file",

@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from tokenpath.application.timeline import Timeline
 from tokenpath.config.memory import KEEP_TOKENS_LIMIT
 from tokenpath.delivery.lastmile import LastMile, first_visible_index
 from tokenpath.engine.cluster import run_cluster
 from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.engine.routing import static_assignment
+from tokenpath.sim.application import model_calls, with_application
 from tokenpath.sim.deployment import Deployment, build_deployment, check_fits
 from tokenpath.sim.disaggregated import simulate_disaggregated
 from tokenpath.sim.document import result_document
@@ -31,11 +33,11 @@ from tokenpath.workload import Requests, generate
 
 # Independent random streams derived from the scenario seed, so adding draws to one layer never
 # shifts another's.
-_WORKLOAD_STREAM, _DELIVERY_STREAM = 0, 1
+_WORKLOAD_STREAM, _DELIVERY_STREAM, _APPLICATION_STREAM = 0, 1, 2
 
 
 def _rng(scenario: Scenario, stream: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(scenario.seed).spawn(2)[stream])
+    return np.random.default_rng(np.random.SeedSequence(scenario.seed).spawn(3)[stream])
 
 
 @dataclass(frozen=True)
@@ -64,15 +66,21 @@ class Prepared:
 
     scenario: Scenario
     deployment: Deployment
-    requests: Requests
+    requests: Requests  # as the engine sees them: with an [application], the model calls
+    application: Timeline | None = None  # per request (the requests' order), the stages around the model call
 
 
 def prepare(scenario: Scenario) -> Prepared:
     """Resolve the deployment and draw the workload, checking that every request can be served."""
     deployment = build_deployment(scenario)
+    app = scenario.application
     requests = generate(scenario.resolved_workload(), _rng(scenario, _WORKLOAD_STREAM),
-                        check=lambda drawn: check_fits(drawn, deployment, scenario))
-    return Prepared(scenario, deployment, requests)
+                        check=None if app else lambda drawn: check_fits(drawn, deployment, scenario))
+    if app is None:
+        return Prepared(scenario, deployment, requests)
+    requests, laid = model_calls(app, requests, _rng(scenario, _APPLICATION_STREAM))
+    check_fits(requests, deployment, scenario)
+    return Prepared(scenario, deployment, requests, laid)
 
 
 def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | None = None,
@@ -84,6 +92,13 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     else in this process). The result does not depend on the number of workers.
     """
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
+    simulation = _simulate(prepared, progress, workers)
+    if prepared.application is None:
+        return simulation
+    return replace(simulation, run=with_application(simulation.run, prepared.application))
+
+
+def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, workers: int | None) -> Simulation:
     scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
     delivery = scenario.resolved_delivery()  # reads the scenario's calibration files: once
     visible = first_visible_index(requests.output_tokens, delivery.invisible_token_fraction,

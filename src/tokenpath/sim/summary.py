@@ -17,6 +17,8 @@ from tokenpath.sim.run import Run
 SCHEMA = "tokenpath.summary/1"
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 LAYERS = ("queue", "compute", "traffic", "delivery")
+# The fifth layer, only in runs of a scenario with an [application] table (sim/application.py).
+APPLICATION = "application"
 # The parts of delivery in a simulated run (sim/served.delivery_detail): the client's network both ways,
 # waiting for the front end's processes, their work, and the engine's host time.
 DELIVERY_DETAIL = ("frontend_queue", "frontend_work", "network", "engine_host")
@@ -108,7 +110,8 @@ def window_ns(run: Run) -> int:
 
 def attribution_s(run: Run) -> dict[str, Any] | None:
     """Mean seconds per layer over completed requests, and `delivery_detail`, the delivery's parts where the
-    run splits it (they sum to `delivery`); None for a run without attribution."""
+    run splits it (they sum to `delivery`); with an application, its layer and `application_detail`, its
+    stages' parts; None for a run without attribution."""
     if run.queue_ns is None:
         return None
     done = run.completed
@@ -120,6 +123,9 @@ def attribution_s(run: Run) -> dict[str, Any] | None:
                       "delivery": run.delivery_ns})
     if run.network_ns is not None:
         layers["delivery_detail"] = means_s({part: getattr(run, f"{part}_ns") for part in DELIVERY_DETAIL})
+    if run.application_ns is not None:  # a fifth layer only where the scenario has an [application]
+        layers[APPLICATION] = means_s({APPLICATION: run.application_ns})[APPLICATION]
+        layers["application_detail"] = means_s(run.application_detail_ns)
     return layers
 
 

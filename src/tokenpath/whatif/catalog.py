@@ -18,6 +18,8 @@ from tokenpath.sim import front_end
 from tokenpath.sim.scenario import Scenario
 
 GROUPS = ("wider", "closer", "more continuous", "compute")
+# A fifth group, only for scenarios with an [application] table: the stages around the model call.
+APPLICATION_GROUP = "value parallel"
 
 # The next generation of each catalog chip from the same vendor (NVIDIA: Ampere A100 -> Hopper H100
 # -> H200, its HBM3e refresh -> Blackwell B200 -> GB200 NVL72; AMD: MI300X -> MI325X, its HBM3e
@@ -31,6 +33,9 @@ RTT_DIVISOR = 4              # "the client closer": a quarter of the round trip
 STREAM_INTERVAL = 4          # tokens per SSE event, the what-if against one per token
 PREFILL_SHARE = 4            # disaggregated: a quarter of the replicas prefill (at least one)
 API_SERVER_FACTOR = 2        # "API servers x2"
+# "cache retrieval": the what-if's hit rate, and a hit's time (a lookup in a cache beside the application).
+CACHE_HIT_RATE = 0.5
+CACHE_HIT_LATENCY = "1 ms"
 # "a faster tokenizer": tiktoken's encoder ran 1.7x HF tokenizers' single-threaded on the same text
 # (10.6M against 6.3M bytes/s, openai/tiktoken pull request 531).
 TOKENIZER_SPEEDUP = 1.7
@@ -250,6 +255,44 @@ def _compute(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Leve
     return levers
 
 
+def _value_parallel(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:
+    """The application's stages (docs/application.md): only where the scenario has an [application]."""
+    app = scenario.application
+    if app is None:
+        return []
+    stages = app.model_dump(mode="json", exclude_none=True)["stages"]
+    before = app.before_model()
+    retrieval = [stage for stage in stages if stage["kind"] == "retrieval"]
+    levers = []
+    name = "start retrieval ahead"
+    heads = [stage.ahead for stage in app.stages if stage.start == "ahead"]
+    behind = [stage for stage in retrieval if stage["name"] in before and stage["start"] != "ahead"]
+    if not retrieval:
+        levers.append(Lever(name, "", skipped="the application has no retrieval stage"))
+    elif not behind:
+        levers.append(Lever(name, "", skipped="every retrieval stage before the model starts ahead already"))
+    elif not heads:
+        levers.append(Lever(name, "", skipped="no stage starts ahead, so the scenario gives no head start to take"))
+    else:  # the retrieval and what it needs (the question's embedding) run on the typed text so far
+        moved = {stage["name"] for stage in behind} | {a for stage in behind for a in app.waits_for(stage["name"])}
+        head = max(heads)
+        changed = [{**stage, "start": "ahead", "ahead": f"{head * 1e3:.6g} ms"} if stage["name"] in moved else stage
+                   for stage in stages]
+        levers.append(Lever(f"{name} ({', '.join(sorted(moved))}: {head * 1e3:.4g} ms)", "",
+                            {"application.stages": changed}))
+    name = f"cache retrieval ({CACHE_HIT_RATE:.0%} hits)"
+    uncached = [stage for stage in retrieval if "cache" not in stage]
+    if not uncached:
+        levers.append(Lever(name, "", skipped="the application has no retrieval stage" if not retrieval
+                            else "every retrieval stage has a cache already"))
+    else:
+        cache = {"hit_rate": CACHE_HIT_RATE, "hit_latency": CACHE_HIT_LATENCY}
+        changed = [{**stage, "cache": cache} if stage in uncached else stage for stage in stages]
+        levers.append(Lever(name, "", {"application.stages": changed}))
+    return levers
+
+
 _MAKERS: tuple[tuple[str, Callable[[Scenario, dict[str, Any], Path], list[Lever]]], ...] = (
-    ("wider", _wider), ("closer", _closer), ("more continuous", _continuous), ("compute", _compute))
+    ("wider", _wider), ("closer", _closer), ("more continuous", _continuous), ("compute", _compute),
+    (APPLICATION_GROUP, _value_parallel))
 

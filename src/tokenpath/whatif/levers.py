@@ -16,7 +16,7 @@ from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError
 from tokenpath.sim.overrides import apply_overrides, flatten
 from tokenpath.sim.scenario import build_scenario
-from tokenpath.sim.summary import LAYERS
+from tokenpath.sim.summary import APPLICATION, LAYERS
 from tokenpath.whatif.catalog import Lever, catalog
 from tokenpath.whatif.objective import RESOLUTION_SHARE, Objective
 from tokenpath.whatif.run import Base, Outcome, simulate_many
@@ -90,7 +90,8 @@ def _change(objective: Objective, base: Outcome, outcome: Outcome, base_value: f
                                "better": tie.better(after - before) if None not in (after, before) else None}
     parts_before, parts_after = base.summary["attribution_s"], outcome.summary["attribution_s"]
     if parts_before and parts_after:
-        moved = {part: parts_after[part] - parts_before[part] for part in LAYERS}  # (not delivery_detail)
+        layers = LAYERS + ((APPLICATION,) if APPLICATION in parts_before and APPLICATION in parts_after else ())
+        moved = {part: parts_after[part] - parts_before[part] for part in layers}  # (not the details)
         change["attribution_s"] = moved
         change["layer"] = max(moved, key=lambda part: abs(moved[part]))
     return change

@@ -74,9 +74,14 @@ def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator, field: st
 
 def _lognormal(mean: float, sd: float, n: int, rng: np.random.Generator) -> np.ndarray:
     """Rounded lognormal draws whose mean is `mean` and standard deviation `sd`."""
-    sigma = math.sqrt(math.log1p((sd / mean) ** 2))
-    mu = math.log(mean) - sigma**2 / 2
+    mu, sigma = lognormal_parameters(mean, sd)
     return _as_tokens(np.rint(rng.lognormal(mu, sigma, size=n)))
+
+
+def lognormal_parameters(mean: float, sd: float) -> tuple[float, float]:
+    """The underlying normal's (mu, sigma) of a lognormal whose own mean is `mean` and sd is `sd`."""
+    sigma = math.sqrt(math.log1p((sd / mean) ** 2))
+    return math.log(mean) - sigma**2 / 2, sigma
 
 
 def _normal(mean: float, sd: float, min_tokens: int, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,0 +1,1 @@
+"""The application around the model call: the stages a request passes before, beside and after it."""

@@ -1,0 +1,121 @@
+"""Each request's way through the application's stages: when the model call goes, how long the stages
+after it take, and which stage held the request's critical path for how long.
+
+Times are integer nanoseconds. Before the model they count from the user's send; after it, from the
+model's last token reaching the client. Per request the stages' critical-path shares sum exactly to
+the time before the model call (`pre_ns`) and after it (`post_ns`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenpath.application.spec import ApplicationSpec, LatencySpec
+from tokenpath.workload.lengths import lognormal_parameters
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Per request: the model call's delay after the send, the stages' time after the model's answer,
+    and per stage (by name) its share of those on the critical path."""
+
+    pre_ns: np.ndarray
+    post_ns: np.ndarray
+    detail_ns: dict[str, np.ndarray]
+
+
+def draw_latencies_ns(spec: ApplicationSpec, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Each non-model stage's time per request, its cache's hits included: drawn stage by stage in the
+    order the table lists them (a hit/miss draw first where the stage has a cache), so one seed gives
+    one result."""
+    drawn: dict[str, np.ndarray] = {}
+    for stage in spec.stages:
+        if stage.kind == "model":
+            continue
+        hits = None if stage.cache is None else rng.random(n) < stage.cache.hit_rate
+        times = _sample_s(stage.latency, n, rng)
+        if hits is not None:
+            times = np.where(hits, stage.cache.hit_latency, times)
+        drawn[stage.name] = np.rint(times * 1e9).astype(np.int64)
+    return drawn
+
+
+def _sample_s(latency: LatencySpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    if latency.kind == "fixed":
+        return np.full(n, latency.value)
+    if latency.kind == "exponential":
+        return rng.exponential(latency.mean, n)
+    mu, sigma = lognormal_parameters(latency.mean, latency.sd)
+    return rng.lognormal(mu, sigma, n)
+
+
+def timeline(spec: ApplicationSpec, latency_ns: dict[str, np.ndarray], n: int) -> Timeline:
+    """Each request's stages laid out: a stage starts when its `after` are done (not before the send,
+    or `ahead` before it for stages that start ahead); the model call when its `after` are; the stages
+    after the model from its answer's last token at the client (time 0 of their frame)."""
+    model = spec.model.name
+    before = spec.before_model()
+    start: dict[str, np.ndarray] = {}
+    end: dict[str, np.ndarray] = {}
+    cause: dict[str, np.ndarray] = {}  # per request, the stage (index) whose end set the start; -1: none
+    zero = np.zeros(n, np.int64)
+    names = [stage.name for stage in spec.stages]
+    index = {name: k for k, name in enumerate(names)}
+    for stage in spec.order():
+        if stage.name == model or stage.name not in before:
+            begin = zero  # the model from the send; the stages after it from its answer
+        else:
+            begin = np.full(n, -round(stage.ahead * 1e9) if stage.start == "ahead" else 0, np.int64)
+        # Stages before the model are done before its answer: after it, only the model and later stages count.
+        after = [name for name in stage.after if stage.name == model or stage.name in before or name not in before]
+        begin, cause[stage.name] = _latest(after, end, begin, index)
+        start[stage.name] = begin
+        end[stage.name] = zero if stage.name == model else begin + latency_ns[stage.name]
+    pre_ns = start[model]
+    detail = {stage.name: np.zeros(n, np.int64) for stage in spec.stages if stage.name != model}
+    _walk_back(index[model], pre_ns > 0, names, start, end, cause, detail, from_send=True)
+    post = [stage.name for stage in spec.stages if stage.name != model and stage.name not in before]
+    post_ns = zero.copy()
+    if post:
+        ends = np.stack([end[name] for name in post])
+        post_ns = ends.max(axis=0)
+        last = np.argmax(ends, axis=0)
+        for k, name in enumerate(post):
+            held = last == k
+            detail[name][held] += end[name][held] - start[name][held]
+            _walk_back(index[name], held, names, start, end, cause, detail, from_send=False)
+    return Timeline(pre_ns, post_ns, detail)
+
+
+def _latest(after: list[str], end: dict[str, np.ndarray], earliest: np.ndarray,
+            index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """When a stage starts: its `after`'s latest end, not before `earliest`; and per request the stage
+    (by index) that set it, -1 where `earliest` did."""
+    begin, which = earliest.copy(), np.full(len(earliest), -1, np.int64)
+    for name in after:
+        later = end[name] > begin
+        begin[later], which[later] = end[name][later], index[name]
+    return begin, which
+
+
+def _walk_back(first: int, rows: np.ndarray, names: list[str], start: dict[str, np.ndarray],
+               end: dict[str, np.ndarray], cause: dict[str, np.ndarray], detail: dict[str, np.ndarray],
+               from_send: bool) -> None:
+    """For `rows`, from stage `first`'s start back along the stages that set each start: each holds the
+    path from its start to its end; before the model (`from_send`) only from the send on, and the walk
+    ends at a stage that started at or before the send."""
+    current = np.where(rows, first, -1)
+    while (current >= 0).any():
+        held_by = np.full(len(current), -1, np.int64)
+        for k in set(current[current >= 0].tolist()):
+            here = current == k
+            held_by[here] = cause[names[k]][here]
+        for k in set(held_by[held_by >= 0].tolist()):
+            took, name = held_by == k, names[k]
+            begin = np.maximum(start[name][took], 0) if from_send else start[name][took]
+            detail[name][took] += end[name][took] - begin
+            if from_send:
+                held_by[took & (start[name] <= 0)] = -1
+        current = held_by

@@ -1,0 +1,51 @@
+"""The application around the model call, composed with the simulated deployment: the engine sees each
+request when the stages before the model are done (later than the user's send, with a longer prompt),
+and the client-side times are then counted from the user's send to the last stage's end, the time in
+the stages on the request's critical path its own layer, `application` (application/timeline.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from tokenpath.application.spec import ApplicationSpec
+from tokenpath.application.timeline import Timeline, draw_latencies_ns, timeline
+from tokenpath.config.errors import UserError
+from tokenpath.sim.run import Run
+from tokenpath.workload import Requests
+
+
+def model_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Generator) -> tuple[Requests, Timeline]:
+    """The requests as the model call sends them, in the order they reach the server: each user send
+    delayed by the stages before the model, each prompt grown by the model stage's template and chunks;
+    and each request's timeline, in that order."""
+    if requests.sessions is not None:
+        raise UserError("application: multi-turn sessions with an [application] table are not modelled yet; "
+                        "remove [workload.sessions] or [application]")
+    n = len(requests)
+    laid = timeline(spec, draw_latencies_ns(spec, n, rng), n)
+    send_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
+    call_ns = send_ns + laid.pre_ns
+    order = np.argsort(call_ns, kind="stable")
+    prompt = spec.model.prompt
+    added = 0 if prompt is None else prompt.added_tokens
+    prefixes, template = requests.prefixes, requests.template_tokens
+    moved = Requests(call_ns[order] / 1e9, requests.input_tokens[order] + added, requests.output_tokens[order],
+                     None if prefixes is None else prefixes.take(order), None,
+                     None if template is None else template[order])
+    laid = Timeline(laid.pre_ns[order], laid.post_ns[order], {k: v[order] for k, v in laid.detail_ns.items()})
+    return moved, laid
+
+
+def with_application(run: Run, laid: Timeline) -> Run:
+    """The run as the user sees it: from their send (the model call's scheduled time less the stages
+    before it) to the last stage's end. A model call held back by a concurrency cap waits in `queue`."""
+    user_send_ns = run.scheduled_ns - laid.pre_ns
+    before_ns = run.sent_ns - user_send_ns  # the stages before the model, and any wait for a free slot
+    shift = lambda values: None if values is None else values + before_ns  # noqa: E731
+    return replace(
+        run, scheduled_ns=user_send_ns, sent_ns=user_send_ns, ttft_ns=shift(run.ttft_ns), ttfv_ns=shift(run.ttfv_ns),
+        ttft_engine_ns=shift(run.ttft_engine_ns), e2e_ns=run.e2e_ns + before_ns + laid.post_ns,
+        queue_ns=run.queue_ns + before_ns - laid.pre_ns, application_ns=laid.pre_ns + laid.post_ns,
+        application_detail_ns=laid.detail_ns)

@@ -1,0 +1,184 @@
+"""The [application] table: the stages' DAG laid out per request by hand, the engine seeing the model
+calls, the five layers summing exactly to E2E, its one-line errors, and its levers."""
+
+import json
+
+import numpy as np
+import pytest
+import tomli_w
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cli_helpers import assert_user_error, run_cli
+from tokenpath import load_scenario, simulate
+from tokenpath.application.spec import ApplicationSpec
+from tokenpath.application.timeline import draw_latencies_ns, timeline
+from tokenpath.sim.simulate import prepare
+from tokenpath.whatif.catalog import APPLICATION_GROUP, catalog
+
+MS = 10**6
+
+
+def fixed(ms):
+    return {"kind": "fixed", "value": f"{ms} ms"}
+
+
+# embed -> retrieve --\
+#          tools ------> answer -> format, and rerank beside format after the answer
+STAGES = [
+    {"name": "embed", "kind": "cpu", "latency": fixed(8)},
+    {"name": "retrieve", "kind": "retrieval", "after": ["embed"], "latency": fixed(20),
+     "cache": {"hit_rate": 0.5, "hit_latency": "1 ms"}},
+    {"name": "tools", "kind": "tool", "latency": fixed(100), "start": "ahead", "ahead": "80 ms"},
+    {"name": "answer", "kind": "model", "after": ["retrieve", "tools"],
+     "prompt": {"template_tokens": 200, "chunks": 5, "chunk_tokens": 128}},
+    {"name": "format", "kind": "cpu", "after": ["answer"], "latency": fixed(5)},
+    {"name": "log", "kind": "cpu", "after": ["answer", "embed"], "latency": fixed(3)},
+]
+
+
+def test_the_critical_path_by_hand():
+    spec = ApplicationSpec.model_validate({"stages": STAGES})
+    # request 0: tools (ahead 80 of 100 ms) ends at 20 ms, embed + retrieve (a miss) at 28: the path is theirs
+    # request 1: retrieve hits (1 ms): embed + hit end at 9 ms, tools at 20: tools holds all 20 ms
+    # request 2: tools takes 500 ms, started 80 ms early: 420 ms, all of it tools'
+    # request 3: tools 30 ms, ends 50 ms before the send; retrieve 1 ms: 8 + 1
+    latency = {"embed": np.full(4, 8 * MS), "retrieve": np.array([20, 1, 20, 1]) * MS,
+               "tools": np.array([100, 100, 500, 30]) * MS, "format": np.full(4, 5 * MS), "log": np.full(4, 3 * MS)}
+    laid = timeline(spec, latency, 4)
+    assert laid.pre_ns.tolist() == [28 * MS, 20 * MS, 420 * MS, 9 * MS]
+    assert laid.detail_ns["embed"].tolist() == [8 * MS, 0, 0, 8 * MS]
+    assert laid.detail_ns["retrieve"].tolist() == [20 * MS, 0, 0, 1 * MS]
+    assert laid.detail_ns["tools"].tolist() == [0, 20 * MS, 420 * MS, 0]
+    # after the answer, format (5 ms) and log (3 ms) run in parallel: the longer one holds the path
+    assert laid.post_ns.tolist() == [5 * MS] * 4
+    assert laid.detail_ns["format"].tolist() == [5 * MS] * 4 and laid.detail_ns["log"].tolist() == [0] * 4
+
+
+def test_stages_in_series_after_the_model_add_up():
+    stages = [{"name": "answer", "kind": "model"},
+              {"name": "check", "kind": "cpu", "after": ["answer"], "latency": fixed(7)},
+              {"name": "format", "kind": "cpu", "after": ["check"], "latency": fixed(5)}]
+    spec = ApplicationSpec.model_validate({"stages": stages})
+    laid = timeline(spec, draw_latencies_ns(spec, 3, np.random.default_rng(0)), 3)
+    assert laid.pre_ns.tolist() == [0, 0, 0] and laid.post_ns.tolist() == [12 * MS] * 3
+    assert laid.detail_ns["check"].tolist() == [7 * MS] * 3
+
+
+def test_cache_hits_are_drawn_at_the_hit_rate_and_cost_the_hit_latency():
+    spec = ApplicationSpec.model_validate({"stages": STAGES})
+    drawn = draw_latencies_ns(spec, 4000, np.random.default_rng(3))["retrieve"]
+    assert set(drawn.tolist()) == {1 * MS, 20 * MS}
+    assert (drawn == MS).mean() == pytest.approx(0.5, abs=0.03)
+    again = draw_latencies_ns(spec, 4000, np.random.default_rng(3))["retrieve"]
+    assert np.array_equal(drawn, again)
+
+
+def rag(**overrides):
+    return load_scenario("rag", {"workload.num_requests": 80, **overrides})
+
+
+def test_the_engine_sees_each_model_call_when_the_stages_before_it_are_done():
+    scenario = rag()
+    plain = prepare(load_scenario("rag", {"workload.num_requests": 80, "application": None}))
+    prepared = prepare(scenario)
+    laid = prepared.application
+    user_send_ns = np.rint(plain.requests.arrival_s * 1e9).astype(np.int64)
+    call_ns = np.rint(prepared.requests.arrival_s * 1e9).astype(np.int64)
+    # the calls in the order they reach the server; each a user send plus its pre-model time
+    assert sorted((call_ns - laid.pre_ns).tolist()) == sorted(user_send_ns.tolist())
+    assert (np.diff(call_ns) >= 0).all()
+    assert sorted(prepared.requests.input_tokens.tolist()) == sorted((plain.requests.input_tokens + 840).tolist())
+    run = simulate(prepared).run
+    # the server has a request at its call time: its upload starts there, after the user's send
+    assert np.array_equal(run.sent_ns + laid.pre_ns, call_ns)
+    assert (run.prefill_start_ns >= call_ns).all()
+
+
+def test_ttft_counts_from_the_users_send():
+    without = simulate(load_scenario("rag", {"workload.num_requests": 80, "workload.arrival.rate": 0.5,
+                                             "application.stages": [{"name": "answer", "kind": "model"}]})).run
+    slow = [{"name": "think", "kind": "cpu", "latency": fixed(250)},
+            {"name": "answer", "kind": "model", "after": ["think"]}]
+    run = simulate(load_scenario("rag", {"workload.num_requests": 80, "workload.arrival.rate": 0.5,
+                                         "application.stages": slow})).run
+    # at half a request a second nothing queues: each request's time is the same plus the 250 ms stage
+    assert np.array_equal(run.ttft_ns - 250 * MS, without.ttft_ns)
+    assert np.array_equal(run.e2e_ns - 250 * MS, without.e2e_ns)
+    assert np.array_equal(run.application_ns, np.full(80, 250 * MS))
+    assert np.array_equal(run.sent_ns, without.sent_ns)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rate=st.sampled_from([2.0, 40.0, "inf"]), concurrency=st.one_of(st.none(), st.integers(1, 8)),
+       ahead_ms=st.integers(0, 400), hit_rate=st.floats(0, 1), seed=st.integers(0, 1000))
+def test_the_five_layers_sum_exactly_to_e2e(rate, concurrency, ahead_ms, hit_rate, seed):
+    stages = [dict(stage) for stage in STAGES]
+    stages[1] = {**stages[1], "cache": {"hit_rate": hit_rate, "hit_latency": "1 ms"}}
+    stages[2] = {**stages[2], "ahead": f"{ahead_ms} ms"}
+    run = simulate(rag(**{"workload.num_requests": 40, "workload.arrival.rate": rate, "seed": seed,
+                          "workload.max_concurrency": concurrency, "application.stages": stages})).run
+    parts = run.queue_ns + run.compute_ns + run.traffic_ns + run.delivery_ns + run.application_ns
+    assert np.array_equal(parts, run.e2e_ns)
+    assert np.array_equal(sum(run.application_detail_ns.values()), run.application_ns)
+    for part in (run.queue_ns, run.compute_ns, run.traffic_ns, run.delivery_ns, run.application_ns):
+        assert (part >= 0).all()
+    assert (run.ttft_ns <= run.ttfv_ns).all() and (run.ttfv_ns <= run.e2e_ns).all()
+
+
+def test_the_summary_and_table_show_the_application(monkeypatch, capsys):
+    code, out, err = run_cli(["simulate", "rag", "--num-requests", "60", "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    parts = json.loads(out)["attribution_s"]
+    layers = ("queue", "compute", "traffic", "delivery", "application")
+    assert sum(parts[layer] for layer in layers) == pytest.approx(json.loads(out)["latency_s"]["e2e"]["mean"])
+    assert set(parts["application_detail"]) == {"embed", "retrieve", "tools", "format"}
+    assert sum(parts["application_detail"].values()) == pytest.approx(parts["application"])
+    code, out, err = run_cli(["simulate", "rag", "--num-requests", "60"], monkeypatch, capsys)
+    assert "│ application " in out and "│   retrieve " in out
+
+
+def test_without_an_application_the_summary_has_no_application_layer():
+    summary = simulate(load_scenario("typical", {"workload.num_requests": 40})).summary
+    assert "application" not in summary["attribution_s"] and "application_detail" not in summary["attribution_s"]
+    assert "application" not in load_scenario("typical").to_toml()
+
+
+@pytest.mark.parametrize("stages, fragments", [
+    ([{"name": "a", "kind": "cpu", "after": ["b"], "latency": fixed(1)},
+      {"name": "b", "kind": "cpu", "after": ["a"], "latency": fixed(1)},
+      {"name": "m", "kind": "model", "after": ["a"]}], ["cycle", "a -> b -> a"]),
+    ([{"name": "m", "kind": "model", "after": ["nope"]}], ["'nope', which is no stage"]),
+    ([{"name": "m", "kind": "model"}, {"name": "n", "kind": "model"}], ["2 model stages", "not modelled yet"]),
+    ([{"name": "m", "kind": "model", "colour": 1}], ["colour"]),
+    ([{"name": "x", "kind": "cpu", "latency": fixed(1)}, {"name": "m", "kind": "model"}],
+     ["'x' is neither before the model call nor after it"]),
+    ([{"name": "x", "kind": "cpu"}, {"name": "m", "kind": "model", "after": ["x"]}], ["needs a latency"]),
+])
+def test_a_bad_application_is_one_line_exit_2(stages, fragments, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "app.toml"
+    path.write_text(tomli_w.dumps({"application": {"stages": stages}}), encoding="utf-8")
+    assert_user_error(*run_cli(["simulate", str(path), "--num-requests", "5"], monkeypatch, capsys),
+                      "application", *fragments)
+
+
+def test_the_levers_move_the_critical_path(tmp_path):
+    scenario = rag()
+    table = {"application": {"stages": scenario.application.model_dump(mode="json")["stages"]}}
+    levers = {lever.name: lever for lever in catalog(scenario, table, tmp_path) if lever.group == APPLICATION_GROUP}
+    assert "has a cache already" in levers["cache retrieval (50% hits)"].skipped
+    ahead = levers["start retrieval ahead (embed, retrieve: 300 ms)"]
+    stages = {stage["name"]: stage for stage in ahead.overrides["application.stages"]}
+    assert stages["embed"]["start"] == stages["retrieve"]["start"] == "ahead"
+    moved = prepare(rag(**ahead.overrides)).application
+    before = prepare(rag()).application
+    # with 300 ms ahead, embed + retrieve (tens of ms) end before the send: the tools stage alone holds it
+    assert (moved.detail_ns["embed"] == 0).all() and (moved.detail_ns["retrieve"] == 0).all()
+    assert np.array_equal(moved.detail_ns["tools"], moved.pre_ns) and moved.pre_ns.mean() < before.pre_ns.mean() / 2
+    uncached = [{k: v for k, v in stage.items() if k != "cache"} for stage in table["application"]["stages"]]
+    bare = rag(**{"application.stages": uncached})
+    cache = next(lever for lever in catalog(bare, {"application": {"stages": uncached}}, tmp_path)
+                 if lever.name.startswith("cache retrieval"))
+    retrieve = next(s for s in cache.overrides["application.stages"] if s["name"] == "retrieve")
+    assert retrieve["cache"] == {"hit_rate": 0.5, "hit_latency": "1 ms"}
+    assert not [lever for lever in catalog(load_scenario("typical"), {}, tmp_path) if lever.group == APPLICATION_GROUP]
