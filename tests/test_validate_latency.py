@@ -157,6 +157,9 @@ def test_a_row_stating_its_throughput_gets_a_throughput_error():
     assert "throughput" not in relative_errors(row, predicted)
     stated = {**row, "also": {"throughput_tokens_per_s": 250.0}}
     assert relative_errors(stated, predicted)["throughput"] == pytest.approx(tokens_per_s / 250.0 - 1, rel=1e-12)
+    # A calibration's fit predicts the two latencies only: no throughput error, no failure.
+    latencies = {key: predicted[key] for key in ("ttft_s", "decode_s")}
+    assert set(relative_errors(stated, latencies)) == {"ttft", "decode"}
 
 
 def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, capsys):

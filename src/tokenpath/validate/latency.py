@@ -218,11 +218,12 @@ def row_error(k: int, row: dict[str, Any], error: UserError) -> UserError:
 def relative_errors(row: dict[str, Any], predicted: dict[str, float]) -> dict[str, float]:
     """Signed relative errors of a prediction (predict_row's) against the row's published TTFT and decode
     metric: {"ttft": predicted / published - 1, "decode": ...}, and "throughput" where the row's `also`
-    states its output tokens per second (`throughput_tokens_per_s`)."""
+    states its output tokens per second (`throughput_tokens_per_s`) and the prediction has one (a
+    calibration's fit predicts the two latencies only)."""
     errors = {"ttft": predicted["ttft_s"] * 1e3 / row["ttft_ms"] - 1.0,
               "decode": predicted["decode_s"] * 1e3 / row["decode_ms"] - 1.0}
     published = row.get("also", {}).get(THROUGHPUT_KEY)
-    if published:
+    if published and "output_tokens_per_s" in predicted:
         errors["throughput"] = predicted["output_tokens_per_s"] / published - 1.0
     return errors
 
