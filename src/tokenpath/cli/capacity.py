@@ -102,21 +102,18 @@ def capacity(
     *, flags: dict[str, Any],
 ) -> None:
     from tokenpath.sim.forked import available_cpus
-    from tokenpath.whatif.capacity import parse_slo, scenario_slo, search
+    from tokenpath.whatif.capacity import parse_slo, resolve_targets, search
     from tokenpath.whatif.run import Base
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be at least 1")
     check_precision(tolerance, stability)
-    targets = parse_slo(slo) if slo is not None else None
+    if slo is not None:
+        parse_slo(slo)  # a bad --slo is refused before anything is built
     if json_out is not None:
         files.check_writable(json_out, "--json")
     base = Base(*scenario_table(scenario, flags))
-    built = base.scenario()
-    if targets is None:
-        targets = scenario_slo(built.slo)
-        if not targets:
-            raise UserError("--slo: the scenario sets no [slo] target; give --slo, e.g. --slo ttft_p99=2s")
+    targets = resolve_targets(slo, base.scenario().slo, "ttft_p99=2s")
     quiet = json_out == "-"
     progress = Progress(TextColumn("searching the rate"), BarColumn(), TextColumn("{task.completed} simulations"),
                         TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)

@@ -144,7 +144,7 @@ def search(
 ) -> None:
     from tokenpath.cli.launch import check_launch_request, write_launch_files
     from tokenpath.sim.forked import available_cpus
-    from tokenpath.whatif.capacity import parse_slo, scenario_slo
+    from tokenpath.whatif.capacity import parse_slo, resolve_targets, scenario_slo
     from tokenpath.whatif.layouts import parse_engines
     from tokenpath.whatif.objective import Prices
     from tokenpath.whatif.run import Base
@@ -166,15 +166,13 @@ def search(
             raise UserError("--emit: the JSON goes to stdout (--json -); give --out DIR for the launch files")
     elif out is not None:
         raise UserError("--out: the folder for launch files; add --emit ENGINE, or drop --out")
-    targets = parse_slo(slo) if slo is not None else None
+    if slo is not None:
+        parse_slo(slo)  # a bad --slo is refused before anything is built
     if json_out is not None:
         files.check_writable(json_out, "--json")
     base = Base(*scenario_table(scenario, flags))
     built = base.scenario()
-    if targets is None:
-        targets = scenario_slo(built.slo)
-        if not targets:
-            raise UserError("--slo: the scenario sets no [slo] target; give --slo, e.g. --slo ttft_p99=1s")
+    targets = resolve_targets(slo, built.slo, "ttft_p99=1s")
     if objective == "goodput" and not scenario_slo(built.slo):
         raise UserError("--objective goodput: the scenario sets no [slo] target; set one, e.g. --set slo.ttft=1s")
     chosen_prices = Prices.load(prices) if objective == "cost" or prices else None

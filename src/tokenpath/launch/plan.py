@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenpath.engine.profiles import PROFILES, Profile
-from tokenpath.launch.command import Settings
+from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.model_id import Checkpoint, checkpoint
 from tokenpath.sim import front_end
 from tokenpath.sim.scenario import Scenario
@@ -91,6 +91,26 @@ def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
 def _share(total: int, replicas: int, of: int) -> int:
     """A pool's API servers: its share of the deployment's, at least one."""
     return max(1, total * replicas // of)
+
+
+def weight_flags(plan: Plan, cmd: Command, settings: Settings, engine: str, quantize_to_fp8: str) -> None:
+    """The weights' precision as vLLM and SGLang take it: `--quantization quantize_to_fp8` where the
+    engine quantizes a bf16 checkpoint as it loads it, `--dtype bfloat16` for bf16 weights, else the
+    checkpoint's own, or a note when no flag serves the precision simulated."""
+    wanted = plan.scenario.model.precision
+    how = plan.weights()
+    if how == "quantize":
+        cmd.add(settings, "model.precision", "--quantization", quantize_to_fp8)
+    elif how == "as-stored" and wanted == "bf16":
+        cmd.add(settings, "model.precision", "--dtype", "bfloat16")
+    elif how == "as-stored":
+        settings.map("model.precision", "(the checkpoint's own quantization)")
+    elif how == "given":
+        settings.note("model.precision", f"served as the --model-id checkpoint stores it: use one stored in {wanted}")
+    else:
+        settings.note("model.precision", f"{plan.checkpoint.hf_id} is stored in {plan.checkpoint.precision} and "
+                                          f"{engine} has no flag to serve it in {wanted}: pass --model-id with a "
+                                          f"{wanted} checkpoint")
 
 
 def common_notes(plan: Plan, engine: str, settings: Settings) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
-from tokenpath.launch.plan import Plan, Role
+from tokenpath.launch.plan import Plan, Role, weight_flags
 
 # The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
 NAME = __name__.rsplit(".", 1)[-1]
@@ -37,7 +37,8 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         cmd.add(settings, "deployment.expert_parallel", "--ep-size", dep.tp)
     else:
         settings.map("deployment.expert_parallel", "(off: SGLang's default --ep-size 1)")
-    _precision(plan, cmd, settings)
+    # SGLang quantizes bf16 weights to fp8 as it loads them
+    weight_flags(plan, cmd, settings, "SGLang", "fp8")
     kv_dtype = "fp8_e4m3" if plan.kv_precision == "fp8" else "auto"
     cmd.add(settings, "model.kv_cache_precision", "--kv-cache-dtype", kv_dtype)
     cmd.add(settings, "engine.max_num_seqs", "--max-running-requests", eng.max_num_seqs)
@@ -99,23 +100,6 @@ def router(plan: Plan, prefill_urls: list[tuple[str, int]], decode_urls: list[st
     cmd.add(None, None, "--host", host)
     cmd.add(None, None, "--port", port)
     return cmd
-
-
-def _precision(plan: Plan, cmd: Command, settings: Settings) -> None:
-    wanted = plan.scenario.model.precision
-    how = plan.weights()
-    if how == "quantize":  # SGLang quantizes bf16 weights to fp8 as it loads them
-        cmd.add(settings, "model.precision", "--quantization", "fp8")
-    elif how == "as-stored" and wanted == "bf16":
-        cmd.add(settings, "model.precision", "--dtype", "bfloat16")
-    elif how == "as-stored":
-        settings.map("model.precision", "(the checkpoint's own quantization)")
-    elif how == "given":
-        settings.note("model.precision", f"served as the --model-id checkpoint stores it: use one stored in {wanted}")
-    else:
-        settings.note("model.precision", f"{plan.checkpoint.hf_id} is stored in {plan.checkpoint.precision} and "
-                                          f"SGLang has no flag to serve it in {wanted}: pass --model-id with a "
-                                          f"{wanted} checkpoint")
 
 
 def _mixing(plan: Plan, cmd: Command, settings: Settings) -> None:

@@ -7,7 +7,7 @@ import json
 
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
-from tokenpath.launch.plan import Plan, Role
+from tokenpath.launch.plan import Plan, Role, weight_flags
 
 # The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
 NAME = __name__.rsplit(".", 1)[-1]
@@ -37,7 +37,8 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         cmd.add(settings, "deployment.expert_parallel", "--enable-expert-parallel")
     else:
         settings.map("deployment.expert_parallel", "(off: vLLM's default)")
-    _precision(plan, cmd, settings)
+    # vLLM 0.34's `fp8` reads fp8 checkpoints only and names fp8_per_tensor for bf16 weights
+    weight_flags(plan, cmd, settings, "vLLM", "fp8_per_tensor")
     cmd.add(settings, "model.kv_cache_precision", "--kv-cache-dtype", "fp8" if plan.kv_precision == "fp8" else "auto")
     cmd.add(settings, "engine.max_num_seqs", "--max-num-seqs", eng.max_num_seqs)
     cmd.add(settings, "engine.max_num_batched_tokens", "--max-num-batched-tokens", eng.max_num_batched_tokens)
@@ -61,23 +62,6 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         cmd.add(None, None, "--port", port)
     _notes(plan, settings, replicas)
     return cmd
-
-
-def _precision(plan: Plan, cmd: Command, settings: Settings) -> None:
-    wanted = plan.scenario.model.precision
-    how = plan.weights()
-    if how == "quantize":  # vLLM 0.34's `fp8` reads fp8 checkpoints only and names this one for bf16 weights
-        cmd.add(settings, "model.precision", "--quantization", "fp8_per_tensor")
-    elif how == "as-stored" and wanted == "bf16":
-        cmd.add(settings, "model.precision", "--dtype", "bfloat16")
-    elif how == "as-stored":
-        settings.map("model.precision", "(the checkpoint's own quantization)")
-    elif how == "given":
-        settings.note("model.precision", f"served as the --model-id checkpoint stores it: use one stored in {wanted}")
-    else:
-        settings.note("model.precision", f"{plan.checkpoint.hf_id} is stored in {plan.checkpoint.precision} and "
-                                          f"vLLM has no flag to serve it in {wanted}: pass --model-id with a "
-                                          f"{wanted} checkpoint")
 
 
 def _cuda_graphs(plan: Plan, cmd: Command, settings: Settings) -> None:

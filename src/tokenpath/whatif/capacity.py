@@ -134,6 +134,15 @@ def scenario_slo(slo: Any) -> dict[str, Target]:
             for key in ("ttft", "ttfv", "tpot", "e2e") if getattr(slo, key) is not None}
 
 
+def resolve_targets(slo_text: str | None, slo: Any, example: str) -> dict[str, Target]:
+    """The targets of `--slo` (its text), else the scenario's [slo] as p99 targets; a one-line error
+    when neither gives one (`example`: an --slo value to suggest)."""
+    targets = parse_slo(slo_text) if slo_text is not None else scenario_slo(slo)
+    if not targets:
+        raise UserError(f"--slo: the scenario sets no [slo] target; give --slo, e.g. --slo {example}")
+    return targets
+
+
 def observed(summary: dict[str, Any], target: Target) -> float | None:
     value = metric_value(summary, target.path)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
