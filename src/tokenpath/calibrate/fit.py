@@ -79,13 +79,8 @@ STEP = 0.02
 REFERENCE_S = 5e-3
 MAX_FROM_ZERO_S = 0.1
 SEARCH_SPAN = 8.0     # the global search looks within 1/8 to 8 times the starting values
-# Sobol points of that search (a power of 2) and local fits from the best of them. A step's time is not
-# smooth in the assumptions, so a sparse search stops in a worse valley: probing `tokenpath serve` with
-# serving_gemm_fraction 0.4 and host_step_s 2 ms (docs/assumptions.md, the loop), 16 points and 2 local
-# fits ended at 0.98 ms, 0.382 and a front end of 2.78 ms (rms 5.9% over the 18 medians, every TPOT
-# 0.7-2.9 ms short), 64 and 3 at 1.81 ms and 0.394 (rms 2.6%) for 56% more fitting time.
-SEARCH_POINTS = 64
-LOCAL_FITS = 3
+SEARCH_POINTS = 16    # Sobol points of that search (a power of 2)
+LOCAL_FITS = 2        # local fits, from the best points found
 
 
 @dataclass
