@@ -306,16 +306,11 @@ def test_a_round_trip_longer_than_the_measured_ttft_is_named_with_its_flag(loop,
     assert code == 0 and "warning" not in err, err
 
 
-def test_a_fit_past_its_deadline_stops_refining_and_says_what_it_left_undone(loop, monkeypatch):
+def test_a_fit_past_its_deadline_stops_refining_and_says_what_it_left_undone(loop):
     """`--budget` bounds the fit too: past the deadline each fit keeps its first local fit and the
     drops stop, with a warning; without a deadline the same measurements get the whole fit."""
-    from tokenpath.calibrate import fit as fitting
     from tokenpath.calibrate.fit import fit_engine
     from tokenpath.calibrate.probe import measured_from_results
-
-    # what the deadline stops does not depend on how wide the search is: a narrower one is quicker
-    monkeypatch.setattr(fitting, "SEARCH_POINTS", 16)
-    monkeypatch.setattr(fitting, "LOCAL_FITS", 2)
 
     folder, calibration, _ = loop
     measured = [measured_from_results(p["results"]) for p in calibration["probe"]]
