@@ -109,6 +109,62 @@ def test_ttft_counts_from_the_users_send():
     assert np.array_equal(run.sent_ns, without.sent_ns)
 
 
+def test_stages_after_the_model_lengthen_e2e_but_not_the_streams_tpot():
+    light = {"workload.num_requests": 40, "workload.arrival.rate": 0.5}
+    without = simulate(load_scenario("rag", {**light, "application.stages": [{"name": "answer", "kind": "model"}]}))
+    after = [{"name": "answer", "kind": "model"}, {"name": "format", "kind": "cpu", "after": ["answer"],
+                                                   "latency": fixed(400)}]
+    run = simulate(load_scenario("rag", {**light, "application.stages": after})).run
+    assert np.array_equal(run.e2e_ns - 400 * MS, without.run.e2e_ns)
+    assert np.array_equal(run.stream_ns(), without.run.stream_ns())
+    assert np.array_equal(run.tpot_ns(), without.run.tpot_ns(), equal_nan=True)
+    assert np.array_equal(run.application_before_ns, np.zeros(40, np.int64))
+
+
+def test_ttfts_parts_hold_the_stages_before_the_call_as_application_not_queue():
+    from tokenpath.diagnose.felt import felt_parts_s
+
+    # One request, by hand: the user sends at 0; 30 ms of stages, then a concurrency cap holds the call
+    # back 20 ms more, so it goes at 50 ms; its upload takes 1 ms, its prefill starts at 61 ms (10 ms in
+    # the engine's queue) and its first token leaves at 91 ms, at the client at 93 ms; the last at 193 ms,
+    # and a 7 ms stage after the model ends it at 200 ms.
+    ms = lambda *values: np.array(values, np.int64) * MS  # noqa: E731
+    e2e = {"queue": ms(30), "compute": ms(120), "traffic": ms(0), "delivery": ms(13), "application": ms(37)}
+    parts = felt_parts_s(ms(0), ms(1), ms(61), ms(91), ms(93), ms(93), e2e, np.array([11]), {"compute": 1.0},
+                         model_sent_ns=ms(50), application_before_ns=ms(30))
+    assert parts["ttft"] == pytest.approx({"queue": 0.030, "compute": 0.030, "traffic": 0.0, "delivery": 0.003,
+                                           "application": 0.030})
+    # TPOT: the stream's 100 ms over 10 tokens, none of it the stage after the model
+    assert parts["tpot"] == pytest.approx({"queue": 0.0, "compute": 0.009, "traffic": 0.0, "delivery": 0.001,
+                                           "application": 0.0})
+
+
+def test_qoe_counts_from_the_users_send():
+    from tokenpath.sim import continuity
+
+    light = {"workload.num_requests": 30, "workload.arrival.rate": 0.5}
+    alone = simulate(load_scenario("rag", {**light, "application.stages": [{"name": "answer", "kind": "model"}]})).run
+    slow = [{"name": "think", "kind": "cpu", "latency": fixed(2000)},
+            {"name": "answer", "kind": "model", "after": ["think"]}]
+    run = simulate(load_scenario("rag", {**light, "application.stages": slow})).run
+    # the reader expects text 1 s after asking: 2 s of stages first put every request behind
+    assert (alone.qoe == 1).all() and (run.qoe < 1).all()
+    again = continuity.per_request(run.token_client_ns, run.token_offsets, run.sent_ns, run.sent_ns + run.ttfv_ns,
+                                   run.continuity)
+    assert np.array_equal(run.qoe, again["qoe"])
+
+
+def test_the_verdict_names_the_stage_that_holds_ttft():
+    from tokenpath.sim.document import result_document
+
+    slow = [{"name": "think", "kind": "cpu", "latency": fixed(900)},
+            {"name": "answer", "kind": "model", "after": ["think"]}]
+    scenario = load_scenario("rag", {"workload.num_requests": 40, "workload.arrival.rate": 0.5,
+                                     "application.stages": slow})
+    reason = result_document(simulate(scenario))[0]["bottleneck_reason"]
+    assert "of TTFT is the application's stages before the model call, most of it think (900 ms" in reason
+
+
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rate=st.sampled_from([2.0, 40.0, "inf"]), concurrency=st.one_of(st.none(), st.integers(1, 8)),
        ahead_ms=st.integers(0, 400), hit_rate=st.floats(0, 1), seed=st.integers(0, 1000))

@@ -17,7 +17,8 @@ from tokenpath.config.units import format_duration, format_number
 from tokenpath.diagnose.overload import Load
 
 # The layer each attribution part belongs to, as the verdict names it.
-LAYER_OF_PART = {"queue": "distribution", "compute": "compute", "traffic": "traffic", "delivery": "delivery"}
+LAYER_OF_PART = {"queue": "distribution", "compute": "compute", "traffic": "traffic", "delivery": "delivery",
+                 "application": "application"}
 # An SLO missed by at least this share of requests is what users feel first.
 FELT_MISS_SHARE = 0.1
 METRIC_NAMES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "e2e": "E2E"}
@@ -70,6 +71,10 @@ class Evidence:
     slo_miss_share: dict[str, float] = field(default_factory=dict)  # share of requests missing each
     # Mean seconds of E2E's delivery in each of its parts (summary's attribution_s.delivery_detail).
     delivery_detail_s: dict[str, float] = field(default_factory=dict)
+    # With an application: mean seconds of each stage on the critical path (summary's
+    # attribution_s.application_detail), and the stages that run before the model call.
+    application_detail_s: dict[str, float] = field(default_factory=dict)
+    application_before: frozenset[str] = frozenset()
 
     @property
     def bound(self) -> str:
@@ -90,7 +95,7 @@ def bottleneck(attribution_s: dict[str, Any], evidence: Evidence) -> tuple[str, 
     """(layer, reason). An overloaded run names the serial resource that limits capacity, the reason
     starting with "overloaded: offered X req/s, served Y req/s"; otherwise the layer that holds most of
     the metric users feel (module docstring). A saturated front end is named either way."""
-    attribution_s = {part: attribution_s[part] for part in LAYER_OF_PART}
+    attribution_s = {part: attribution_s[part] for part in LAYER_OF_PART if part in attribution_s}
     load = evidence.load
     if load is not None and load.overloaded:
         return _overloaded(attribution_s, evidence, load)
@@ -145,6 +150,14 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
                 f"{e.memory_bound_fraction:.0%} of compute time is in memory-bound ops, so steps are {e.bound}-bound")
     if part == "traffic":
         return f"{of} is fabric traffic: {e.traffic_detail}"
+    if part == "application":
+        stages = {name: time_s for name, time_s in e.application_detail_s.items()
+                  if metric == "e2e" or name in e.application_before}
+        where = "the application's stages" + ("" if metric == "e2e" else " before the model call")
+        if not stages or not any(stages.values()):
+            return f"{of} is {where}"
+        name = max(stages, key=stages.get)
+        return f"{of} is {where}, most of it {name} ({format_duration(stages[name])} mean on the critical path)"
     rtt = f"a {format_number(e.network_rtt_s * 1e3)} ms client round trip"
     host = f"detokenizing in the {e.detokenize}, the host blocking {e.host_share_of_step:.0%} of each step"
     front_s = e.delivery_detail_s.get("frontend_queue", 0.0) + e.delivery_detail_s.get("frontend_work", 0.0)

@@ -48,7 +48,7 @@ COLUMNS = {
     "output_tokens": "output tokens",
     "ttft_s": "time to first token",
     "ttfv_s": "time to first visible character",
-    "tpot_s": "(E2E - TTFT) / (output tokens - 1); null for one token",
+    "tpot_s": "(last token - first token) / (output tokens - 1), at the client; null for one token",
     "e2e_s": "sent -> last byte",
     "queue_s": "attribution: waiting (E2E less the three below)",
     "compute_s": "attribution: engine compute of the steps it took part in",
@@ -84,9 +84,7 @@ def request_columns(run: Run, warmup_requests: int = 0,
     def duration(ns: np.ndarray | None) -> np.ndarray:
         return missing if ns is None else np.where(ok, seconds(ns), np.nan)
 
-    tpot = np.full(n, np.nan)
-    multi = ok & (run.output_tokens > 1)
-    tpot[multi] = (run.e2e_ns[multi] - run.ttft_ns[multi]) / (run.output_tokens[multi] - 1) / 1e9
+    tpot = np.where(ok, run.tpot_ns() / 1e9, np.nan)
     absolute = lambda ns: missing if ns is None else np.where((ns >= 0) & ok, seconds(ns), np.nan)  # noqa: E731
     columns: dict[str, np.ndarray] = {
         "request": np.arange(n, dtype=np.int64) if request_ids is None else np.asarray(request_ids, np.int64),

@@ -48,4 +48,4 @@ def with_application(run: Run, laid: Timeline) -> Run:
         run, scheduled_ns=user_send_ns, sent_ns=user_send_ns, ttft_ns=shift(run.ttft_ns), ttfv_ns=shift(run.ttfv_ns),
         ttft_engine_ns=shift(run.ttft_engine_ns), e2e_ns=run.e2e_ns + before_ns + laid.post_ns,
         queue_ns=run.queue_ns + before_ns - laid.pre_ns, application_ns=laid.pre_ns + laid.post_ns,
-        application_detail_ns=laid.detail_ns)
+        application_detail_ns=laid.detail_ns, application_before_ns=laid.pre_ns, model_sent_ns=run.sent_ns)

@@ -47,7 +47,8 @@ class _Proxy:
 
 def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests: Requests, scheduled_ns: np.ndarray,
                            visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None,
-                           progress: Callable[[int], None] | None) -> tuple[Run, list[EngineTrace], np.ndarray]:
+                           progress: Callable[[int], None] | None, user_sent_ns: np.ndarray | None = None,
+                           ) -> tuple[Run, list[EngineTrace], np.ndarray]:
     """Prefill replicas make each request's KV cache and first token; the KV crosses the fabric to a
     decode replica, which makes the remaining tokens with the prompt (and the first token) cached.
 
@@ -55,6 +56,7 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     The client's stream carries the first token from the prefill replica and the rest from the decode
     replica, each through the last mile. The KV transfer, waiting for its links included, is traffic.
     Returns the run, the engines' traces and how long each replica's links were busy with KV caches.
+    `user_sent_ns`: as for served.client_side.
     """
     n = len(requests)
     prefills = scenario.deployment.prefill_replicas
@@ -124,7 +126,7 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     served = Served(sent, compute, traffic, host_ns, last_end, offsets,
                     lambda lo, hi: leave_all[offsets[lo]:offsets[hi]], prefill_start, preempted)
     part = client_side(served, requests, scheduled_ns, LastMile(delivery, deployment.front_end), visible, keep_tokens,
-                       itl, scenario.continuity.spec())
+                       itl, scenario.continuity.spec(), user_sent_ns)
     # A request's replica is the one that made its last token: its decode replica, unless it had one token.
     part["replica"] = np.where(outputs > 1, decode_of, prefill_of)
     return merge_parts([part], [np.arange(n)], n, itl), traces, link_busy_ns

@@ -15,7 +15,7 @@ from tokenpath.config.assumptions import DELIVERY_FIELDS, lookup
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, memory_bound_share, sample_steps
-from tokenpath.diagnose.felt import PARTS, felt_parts_s
+from tokenpath.diagnose.felt import APPLICATION, PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
 from tokenpath.sim.bands import attach_bands, shipped_records
 from tokenpath.sim.envelope import envelope
@@ -164,6 +164,7 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
     arrival = sim.requests.arrival_s
     span_s = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
     measured = sim.run.after(scenario.workload.warmup_requests)
+    attributed = attribution_s(measured) or {}
     evidence = Evidence(
         offered_rate_per_s=(len(arrival) - 1) / span_s if span_s > 0 else math.inf,
         busy_fraction=min(1.0, step_s / max(len(traces), 1) / window_s) if window_s else 0.0,
@@ -175,7 +176,9 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         detokenize=sim.deployment.front_end.detokenizes_in,
         host_share_of_step=step_mix_s["delivery"] / step_s if step_s else 0.0,
         load=load_of(measured.sent_ns, measured.ttft_ns, measured.e2e_ns, measured.completed),
-        delivery_detail_s=(attribution_s(measured) or {}).get("delivery_detail", {}),
+        delivery_detail_s=attributed.get("delivery_detail", {}),
+        application_detail_s=attributed.get("application_detail", {}),
+        application_before=frozenset() if scenario.application is None else frozenset(scenario.application.before_model()),
     )
     engine_busy_s = max((sum(engine.values()) for engine in busy_ns), default=0) / 1e9
     return replace(evidence, resources=_resources(sim, evidence, step_mix_s, engine_busy_s, window_s),
@@ -245,9 +248,13 @@ def _felt(sim: Simulation, run: Run, step_mix_s: dict[str, float]) -> dict[str, 
     network_ns = network_in_ns + last_mile.event_network_ns(1)
     total = sum(step_mix_s.values()) or 1.0
     e2e_parts_ns = {part: getattr(run, f"{part}_ns")[done] for part in PARTS}
+    model_sent_ns = before_ns = None
+    if run.application_ns is not None:
+        e2e_parts_ns[APPLICATION] = run.application_ns[done]
+        model_sent_ns, before_ns = run.model_sent_ns[done], run.application_before_ns[done]
     parts = felt_parts_s(run.sent_ns[done], upload_ns, run.prefill_start_ns[done], run.ttft_engine_ns[done],
                          run.ttft_ns[done], run.ttfv_ns[done], e2e_parts_ns, run.output_tokens[done],
-                         {part: value / total for part, value in step_mix_s.items()})
+                         {part: value / total for part, value in step_mix_s.items()}, model_sent_ns, before_ns)
     network_s = float(network_ns.mean()) / 1e9
     found.update(parts_s=parts, network_s={"ttft": network_s, "ttfv": network_s, "e2e": network_s})
     return found

@@ -57,6 +57,10 @@ class Run:
     # (a fifth layer, so the five sum to e2e_ns), and that time per stage by name.
     application_ns: np.ndarray | None = None
     application_detail_ns: dict[str, np.ndarray] | None = None
+    # Of application_ns, the part before the model call (from the user's send to the call; the rest is
+    # after the model's last token), and when the model call was sent (run clock): sent_ns is the user's.
+    application_before_ns: np.ndarray | None = None
+    model_sent_ns: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.sent_ns)
@@ -79,6 +83,21 @@ class Run:
         first = int(self.token_offsets[skipped])
         tokens = None if self.token_client_ns is None else self.token_client_ns[first:]
         return replace(self, **fields, token_client_ns=tokens, token_offsets=self.token_offsets[skipped:] - first)
+
+    def stream_ns(self) -> np.ndarray:
+        """Per request, sent -> the model's last token at the client: E2E less the application's stages
+        after the model (those hold no token of the stream)."""
+        if self.application_ns is None:
+            return self.e2e_ns
+        return self.e2e_ns - (self.application_ns - self.application_before_ns)
+
+    def tpot_ns(self) -> np.ndarray:
+        """Per request, the stream's time per output token after the first: (last token - first token) /
+        (output tokens - 1), with E2E's last token the stream's; NaN for a request of one token."""
+        multi = self.output_tokens > 1
+        per_token = np.full(len(self), np.nan)
+        per_token[multi] = (self.stream_ns()[multi] - self.ttft_ns[multi]) / (self.output_tokens[multi] - 1)
+        return per_token
 
     def itl_ns(self) -> np.ndarray:
         """Gaps between successive text arrivals at the client, over all completed requests."""

@@ -53,11 +53,13 @@ class Served:
 
 def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
                  visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None,
-                 flow_spec: continuity.ContinuitySpec = continuity.DEFAULT) -> dict[str, np.ndarray]:
+                 flow_spec: continuity.ContinuitySpec = continuity.DEFAULT,
+                 user_sent_ns: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per-request client-side timings of one replica, with exact attribution.
 
     With `keep_tokens` the result holds every token's arrival at the client ("token_client_ns");
-    otherwise ITL gaps go into `itl`.
+    otherwise ITL gaps go into `itl`. `user_sent_ns`: when the user sent each request, where that is
+    before the model call (an application's stages run first): QoE's reader starts waiting then.
     """
     n = len(requests)
     offsets = trace.token_offsets
@@ -76,7 +78,8 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
         ttft[lo:hi] = client_ns[first]
         ttfv[lo:hi] = client_ns[first + visible[lo:hi]]
         last_client[lo:hi] = client_ns[local[1:] - 1]
-        flow = continuity.per_request(client_ns, local, trace.sent_ns[lo:hi], ttfv[lo:hi], flow_spec)
+        origin_ns = (trace.sent_ns if user_sent_ns is None else user_sent_ns)[lo:hi]
+        flow = continuity.per_request(client_ns, local, origin_ns, ttfv[lo:hi], flow_spec)
         stalls[lo:hi], stall_ns[lo:hi], qoe[lo:hi] = flow["stalls"], flow["stall_ns"], flow["qoe"]
         if keep_tokens:
             chunks.append(client_ns)

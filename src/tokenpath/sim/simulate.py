@@ -107,10 +107,12 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     n, replicas = len(requests), deployment.replicas
     concurrency = scenario.workload.max_concurrency
     keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
+    # With an application, the user sent each request before its model call was scheduled.
+    user_sent_ns = None if prepared.application is None else scheduled_ns - prepared.application.pre_ns
     if scenario.deployment.prefill_replicas:
         itl = None if keep_tokens else LogHistogram()
         run, traces, link_busy_ns = simulate_disaggregated(scenario, deployment, requests, scheduled_ns, visible,
-                                                           keep_tokens, itl, progress)
+                                                           keep_tokens, itl, progress, user_sent_ns)
         return Simulation(scenario, deployment, requests, replace(run, continuity=scenario.continuity.spec()), traces,
                           link_busy_ns)
 
@@ -157,7 +159,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
         if sessions is not None:  # a later turn is meant to go when it went: its think time after the last answer
             scheduled = np.where(think_ns[rows] >= 0, trace.sent_ns, scheduled)
         part = client_side(Served.of(trace), sub, scheduled, last_mile, visible[rows], keep_tokens, itl,
-                            scenario.continuity.spec())
+                            scenario.continuity.spec(), None if user_sent_ns is None else user_sent_ns[rows])
         part["prefix_hit_tokens"] = trace.prefix_hit_tokens
         part["replica"] = np.full(len(rows), replica, np.int64)
         return part, trace, itl
