@@ -322,3 +322,66 @@ def test_label_positions_never_overlap_and_stay_near_their_points(points):
             if x + LABEL_DX_PX < x2 + LABEL_DX_PX + LABEL_CHAR_PX * len(text2) and \
                     x2 < x + LABEL_CHAR_PX * len(text):
                 assert abs(placed - placed2) >= LABEL_LINE_PX
+
+
+@pytest.fixture(scope="module")
+def rag_run(tmp_path_factory):
+    """The `rag` scenario, small: its summary, results and report."""
+    folder = tmp_path_factory.mktemp("rag")
+    mp = pytest.MonkeyPatch()
+
+    class Capture:
+        def readouterr(self):
+            return "", ""
+
+    code, _, _ = run_cli(["simulate", "rag", "--num-requests", "60", "--warmup-requests", "5", "--json",
+                          str(folder / "rag.json"), "--results", str(folder / "rag.parquet"), "--html",
+                          str(folder / "rag.html")], mp, Capture())
+    mp.undo()
+    assert code == 0
+    return folder
+
+
+def test_an_applications_rows_hold_its_layer_and_stages(rag_run):
+    summary = json.loads((rag_run / "rag.json").read_text())
+    frame, _, _ = read_results_table(str(rag_run / "rag.parquet"))
+    kept = frame[frame["ok"] & ~frame["warmup"]]
+    parts = summary["attribution_s"]
+    assert kept["application_s"].mean() == pytest.approx(parts["application"], rel=1e-12)
+    for stage, mean_s in parts["application_detail"].items():
+        assert kept[f"application.{stage}_s"].mean() == pytest.approx(mean_s, rel=1e-12)
+    layers = ("queue", "compute", "traffic", "delivery", "application")
+    assert np.allclose(sum(kept[f"{layer}_s"] for layer in layers), kept["e2e_s"], rtol=0, atol=1e-9)
+    # the model call goes when the stages before it are done; the format stage (5 ms) follows the last token
+    assert (kept["model_call_s"] > kept["send_s"]).all()
+    assert np.allclose(kept["last_byte_s"] - kept["last_token_s"], 0.005, rtol=0, atol=1e-9)
+    # a results file alone gives the same attribution, its application included
+    from tokenpath.report.views import _summary_of
+
+    rebuilt = _summary_of(frame)["attribution_s"]
+    assert rebuilt["application"] == pytest.approx(parts["application"])
+    assert rebuilt["application_detail"] == pytest.approx(parts["application_detail"])
+
+
+def test_an_applications_report_draws_its_layer_and_stages(rag_run):
+    from tokenpath.report.charts import attribution, timeline
+    from tokenpath.report.views import load_inputs
+
+    inputs = load_inputs([str(rag_run / "rag.parquet")])
+    bars = _rows(attribution(inputs).chart.to_dict())
+    summary = json.loads((rag_run / "rag.json").read_text())
+    layers = ("queue", "compute", "traffic", "delivery", "application")
+    assert {row["layer"]: row["ms"] / 1e3 for row in bars} == pytest.approx(
+        {layer: summary["attribution_s"][layer] for layer in layers})
+    phases = {row["phase"] for row in _rows(timeline(inputs).chart.to_dict())}
+    assert phases == {"stages before", "queue", "prefill", "decode", "delivery", "stages after"}
+
+
+@pytest.mark.skipif(chromium() is None and not in_ci(), reason="needs Debian's chromium (.ci/run installs it)")
+def test_an_applications_html_report_in_a_browser(rag_run):
+    summary = json.loads((rag_run / "rag.json").read_text())
+    _check_page(rag_run / "rag.html", [summary], ["attribution", "layers", "latency", "timeline", "reader", "steps",
+                                                  "roofline"])
+    html = (rag_run / "rag.html").read_text()
+    for stage in ("embed", "retrieve", "tools", "format"):
+        assert f'data-key="0:attribution_s.application_detail.{stage}"' in html

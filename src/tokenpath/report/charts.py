@@ -20,6 +20,8 @@ CDF_POINTS = 200          # quantiles drawn per latency curve
 TIMELINE_REQUESTS = 120   # requests drawn in the timeline (an even sample of the run)
 LAYERS = ("queue", "compute", "traffic", "delivery")
 LAYER_COLORS = ["#9e9e9e", "#4c78a8", "#f58518", "#54a24b"]
+# The fifth layer of runs with an [application] (docs/application.md), and its color.
+APPLICATION, APPLICATION_COLOR = "application", "#b279a2"
 LATENCIES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 # Axis labels without exponents or SI letters (d3-format: thousands separated, trailing zeros off).
 NUMBER = ",~r"
@@ -59,17 +61,30 @@ def attribution(inputs: Inputs) -> Figure | None:
     if not runs:
         return None
     alt = _alt()
-    rows = [{"run": run.label, "layer": layer, "order": k, "ms": run.summary["attribution_s"][layer] * 1e3}
-            for run in runs for k, layer in enumerate(LAYERS)]
+    layers, colors = _layers(any(APPLICATION in run.summary["attribution_s"] for run in runs))
+    rows = [{"run": run.label, "layer": layer, "order": k, "ms": run.summary["attribution_s"].get(layer, 0.0) * 1e3}
+            for run in runs for k, layer in enumerate(layers)]
     chart = alt.Chart(_frame(rows)).mark_bar().encode(
         x=alt.X("sum(ms):Q", title="mean time per request (ms)", axis=alt.Axis(format=NUMBER)),
         y=alt.Y("run:N", title=None),
-        color=alt.Color("layer:N", sort=list(LAYERS), scale=alt.Scale(domain=list(LAYERS), range=LAYER_COLORS)),
+        color=alt.Color("layer:N", sort=list(layers), scale=alt.Scale(domain=list(layers), range=colors)),
         order=alt.Order("order:Q"),
         tooltip=["run", "layer", alt.Tooltip("ms:Q", format=",.3~r")],
     ).properties(width=WIDTH, height=40 * len(runs))
-    return Figure("attribution", "Where a request's time goes: queue + compute + traffic + delivery = E2E", chart,
-                  "Each layer's mean over the measured requests; the four add up to the mean E2E.")
+    count = "five" if len(layers) == 5 else "four"
+    note = f"Each layer's mean over the measured requests; the {count} add up to the mean E2E."
+    stages = {stage for run in runs for stage in run.summary["attribution_s"].get("application_detail", {})}
+    if stages:
+        note += (" The application's layer is its stages' time on each request's critical path "
+                 f"({', '.join(sorted(stages))}).")
+    return Figure("attribution", f"Where a request's time goes: {' + '.join(layers)} = E2E", chart, note)
+
+
+def _layers(application: bool) -> tuple[tuple[str, ...], list[str]]:
+    """The attribution's layers and their colors: the fifth where a run has an application."""
+    if application:
+        return (*LAYERS, APPLICATION), [*LAYER_COLORS, APPLICATION_COLOR]
+    return LAYERS, LAYER_COLORS
 
 
 def layer_distributions(inputs: Inputs) -> Figure | None:
@@ -77,17 +92,21 @@ def layer_distributions(inputs: Inputs) -> Figure | None:
     if not runs:
         return None
     alt = _alt()
+    layers, _ = _layers(any("application_s" in run.requests and run.requests["application_s"].notna().any()
+                            for run in runs))
     rows = []
     for run in runs:  # each box from every request (its five numbers), so the page holds 5 values a box
         kept = _measured(run.requests)
-        for layer in LAYERS:
+        for layer in layers:
+            if f"{layer}_s" not in kept:
+                continue
             values = kept[f"{layer}_s"].dropna().to_numpy(np.float64) * 1e3
             if len(values):
                 low, q1, median, q3, high = np.percentile(values, [0, 25, 50, 75, 100])
                 rows.append({"run": run.label, "layer": layer, "min": low, "q1": q1, "median": median, "q3": q3,
                              "max": high})
     base = alt.Chart(_frame(rows)).encode(
-        y=alt.Y("layer:N", sort=list(LAYERS), title=None), yOffset="run:N",
+        y=alt.Y("layer:N", sort=list(layers), title=None), yOffset="run:N",
         color=alt.Color("run:N", scale=_runs_scale(runs)),
         tooltip=["run", "layer", *(alt.Tooltip(f"{k}:Q", format=",.3~r", title=f"{k} (ms)")
                                    for k in ("min", "q1", "median", "q3", "max"))])
@@ -95,7 +114,7 @@ def layer_distributions(inputs: Inputs) -> Figure | None:
         x=alt.X("min:Q", title="time per request (ms)", axis=alt.Axis(format=NUMBER)), x2="max:Q")
     boxes = base.mark_bar(height=14).encode(x="q1:Q", x2="q3:Q")
     medians = base.mark_tick(thickness=2, size=14).encode(x="median:Q", color=alt.value("black"))
-    chart = (whiskers + boxes + medians).properties(width=WIDTH, height=60 * len(LAYERS))
+    chart = (whiskers + boxes + medians).properties(width=WIDTH, height=60 * len(layers))
     return Figure("layers", "Each layer per request: the spread", chart,
                   "Box: the middle half of the requests, black tick: the median, line: min to max.")
 
@@ -162,13 +181,22 @@ def _phases(run: RunView) -> list[dict[str, Any]]:
     picks = frame.iloc[np.unique(np.linspace(0, len(frame) - 1, min(TIMELINE_REQUESTS, len(frame))).astype(int))] \
         if len(frame) else frame
     engine = picks["prefill_start_s"].notna().all() and picks["engine_done_s"].notna().all()
+    # With an application, its stages before the model call and after the model's last token (files
+    # written before these columns have neither).
+    calls = picks["model_call_s"] if "model_call_s" in picks else picks["send_s"]
+    last_tokens = picks["last_token_s"] if "last_token_s" in picks else picks["last_byte_s"]
+    staged = {"stages before": bool((calls > picks["send_s"]).any()),
+              "stages after": bool((picks["last_byte_s"] > last_tokens).any())}
     rows = []
-    for row in picks.itertuples():
+    for row, call_s, last_token_s in zip(picks.itertuples(), calls, last_tokens):
         if engine:
-            phases = [("queue", row.send_s, row.prefill_start_s),
+            phases = [("stages before", row.send_s, call_s),
+                      ("queue", call_s, row.prefill_start_s),
                       ("prefill", row.prefill_start_s, row.first_token_s),
                       ("decode", row.first_token_s, row.engine_done_s),
-                      ("delivery", row.engine_done_s, row.last_byte_s)]
+                      ("delivery", row.engine_done_s, last_token_s),
+                      ("stages after", last_token_s, row.last_byte_s)]
+            phases = [phase for phase in phases if staged.get(phase[0], True)]
         else:
             phases = [("to first token", row.send_s, row.first_token_s),
                       ("streaming", row.first_token_s, row.last_byte_s)]
@@ -186,8 +214,8 @@ def timeline(inputs: Inputs) -> Figure | None:
     if not drawn:
         return None
     alt = _alt()
-    colors = {"queue": "#9e9e9e", "prefill": "#f58518", "decode": "#4c78a8", "delivery": "#54a24b",
-              "to first token": "#f58518", "streaming": "#4c78a8"}
+    colors = {"stages before": APPLICATION_COLOR, "queue": "#9e9e9e", "prefill": "#f58518", "decode": "#4c78a8",
+              "delivery": "#54a24b", "stages after": "#d6a5c9", "to first token": "#f58518", "streaming": "#4c78a8"}
     # Two runs on the same scales: each phase's longest of both, the later end of both.
     every = [row for _, rows in drawn for row in rows]
     longest = {phase: max(row["ms"] for row in every if row["phase"] == phase)
@@ -216,7 +244,8 @@ def timeline(inputs: Inputs) -> Figure | None:
                   f"An even sample of up to {TIMELINE_REQUESTS} completed requests, one line each: over the run's "
                   "time, and beside it each phase's length on a scale of its own (queue: sent to its first step; "
                   "prefill: to its first token at the client; decode: to the step that made its last token; "
-                  "delivery: to its last byte). Measured runs show the wait for the first token and the streaming "
+                  "delivery: to its last byte; with an application, its stages before the model call and after "
+                  "the model's last token). Measured runs show the wait for the first token and the streaming "
                   "after it.")
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_duration, format_number
-from tokenpath.report.charts import LATENCIES, LAYERS, Figure, figures
+from tokenpath.report.charts import APPLICATION, LATENCIES, LAYERS, Figure, figures
 from tokenpath.report.views import Inputs
 from tokenpath.sim.summary import PERCENTILES
 
@@ -50,11 +50,13 @@ def _numbers(inputs: Inputs) -> str:
     head = "<tr><th>metric</th>" + "".join(f"<th>{html.escape(run.label)}</th>" for run in runs) + "</tr>"
     body = []
 
-    def row(name: str, key: str, show: Any) -> None:
+    def row(name: str, key: str, show: Any, path: tuple[str, ...] | None = None) -> None:
+        """`key`'s dotted parts are the summary's path to the value, unless `path` gives them (a name
+        with a dot in it: an application's stage)."""
         cells = []
         for k, run in enumerate(runs):
             value: Any = run.summary
-            for part in key.split("."):
+            for part in path or key.split("."):
                 value = value.get(part) if isinstance(value, dict) else None
             number = float(value) if isinstance(value, (int, float)) else None
             cells.append(_cell("-" if number is None else show(number), f"{k}:{key}", number))
@@ -72,6 +74,13 @@ def _numbers(inputs: Inputs) -> str:
     if any(run.summary.get("attribution_s") for run in runs):
         for layer in LAYERS:
             row(f"{layer} (mean)", f"attribution_s.{layer}", format_duration)
+        stages = sorted({stage for run in runs for stage in (run.summary["attribution_s"] or {}).get(
+            "application_detail", {})})
+        if stages:
+            row(f"{APPLICATION} (mean)", f"attribution_s.{APPLICATION}", format_duration)
+            for stage in stages:
+                row(f"  {stage} (mean)", f"attribution_s.application_detail.{stage}", format_duration,
+                    ("attribution_s", "application_detail", stage))
     if any(run.summary.get("prefix_cache") for run in runs):
         row("prefix-cache hit rate (prompt tokens)", "prefix_cache.hit_rate", _share)
     if any(run.summary.get("routing") for run in runs):

@@ -283,6 +283,16 @@ def _summary_of(frame: Any) -> dict[str, Any]:
                        "goodput_requests_per_s": None},
         "latency_s": {"ttft": stats("ttft_s"), "ttfv": stats("ttfv_s"), "tpot": stats("tpot_s"),
                       "itl": stats("ttft_s") | {k: None for k in ("mean", *PERCENTILES)}, "e2e": stats("e2e_s")},
-        "attribution_s": {layer: float(kept[f"{layer}_s"].mean()) for layer in layers} if has_layers else None,
+        "attribution_s": _attribution_of(kept, layers) if has_layers else None,
         "bottleneck": None,
     }
+
+
+def _attribution_of(kept: Any, layers: tuple[str, ...]) -> dict[str, Any]:
+    """The layers' means, with an application's layer and its stages where the rows have them."""
+    means = {layer: float(kept[f"{layer}_s"].mean()) for layer in layers}
+    if "application_s" in kept and kept["application_s"].notna().all():
+        stages = [column for column in kept.columns if column.startswith("application.") and column.endswith("_s")]
+        means["application"] = float(kept["application_s"].mean())
+        means["application_detail"] = {column[len("application."):-2]: float(kept[column].mean()) for column in stages}
+    return means

@@ -178,7 +178,7 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         load=load_of(measured.sent_ns, measured.ttft_ns, measured.e2e_ns, measured.completed),
         delivery_detail_s=attributed.get("delivery_detail", {}),
         application_detail_s=attributed.get("application_detail", {}),
-        application_before=frozenset() if scenario.application is None else frozenset(scenario.application.before_model()),
+        application_before=frozenset(scenario.application.before_model() if scenario.application else ()),
     )
     engine_busy_s = max((sum(engine.values()) for engine in busy_ns), default=0) / 1e9
     return replace(evidence, resources=_resources(sim, evidence, step_mix_s, engine_busy_s, window_s),
