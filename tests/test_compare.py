@@ -61,6 +61,18 @@ def test_compare_rows():
     assert compare_table(a, b).row_count == len(rows)
 
 
+def test_compare_shows_the_application_and_each_stage_either_side_has():
+    a, b = _summary(1.0, "simulate", True), _summary(1.0, "simulate", True)
+    a["attribution_s"] |= {"application": 0.04, "application_detail": {"embed": 0.01, "retrieve": 0.03}}
+    b["attribution_s"] |= {"application": 0.02, "application_detail": {"embed": 0.01, "rerank": 0.01}}
+    rows = {row["metric"]: row for row in compare(a, b)}
+    assert rows["application (mean)"]["relative"] == pytest.approx(-0.5)
+    assert rows["  embed (mean)"]["relative"] == 0.0
+    assert rows["  retrieve (mean)"]["b"] is None and rows["  rerank (mean)"]["a"] is None
+    plain = {row["metric"] for row in compare(_summary(1.0, "simulate", True), _summary(1.0, "bench", False))}
+    assert "application (mean)" not in plain
+
+
 def test_load_summary_errors(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps(_summary(1.0, "bench", False)))

@@ -65,6 +65,11 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     if aa or ab:
         for layer in LAYERS:
             add(f"{layer} (mean)", "s", (aa or {}).get(layer), (ab or {}).get(layer))
+        sa, sb = ((side or {}).get("application_detail", {}) for side in (aa, ab))
+        if sa or sb:  # an application's layer, and each stage either side has
+            add("application (mean)", "s", (aa or {}).get("application"), (ab or {}).get("application"))
+            for stage in [*sa, *(stage for stage in sb if stage not in sa)]:
+                add(f"  {stage} (mean)", "s", sa.get(stage), sb.get(stage))
     ca, cb = a.get("continuity"), b.get("continuity")
     if ca or cb:
         ca, cb = ca or {}, cb or {}
