@@ -188,7 +188,7 @@ def test_the_summary_and_table_show_the_application(monkeypatch, capsys):
     parts = json.loads(out)["attribution_s"]
     layers = ("queue", "compute", "traffic", "delivery", "application")
     assert sum(parts[layer] for layer in layers) == pytest.approx(json.loads(out)["latency_s"]["e2e"]["mean"])
-    assert set(parts["application_detail"]) == {"embed", "retrieve", "tools", "format"}
+    assert set(parts["application_detail"]) == {"embed", "retrieve", "history", "tools", "format"}
     assert sum(parts["application_detail"].values()) == pytest.approx(parts["application"])
     code, out, err = run_cli(["simulate", "rag", "--num-requests", "60"], monkeypatch, capsys)
     assert "│ application " in out and "│   retrieve " in out
@@ -210,6 +210,8 @@ def test_without_an_application_the_summary_has_no_application_layer():
     ([{"name": "x", "kind": "cpu", "latency": fixed(1)}, {"name": "m", "kind": "model"}],
      ["'x' is neither before the model call nor after it"]),
     ([{"name": "x", "kind": "cpu"}, {"name": "m", "kind": "model", "after": ["x"]}], ["needs a latency"]),
+    ([{"name": "x", "kind": "cpu", "latency": fixed(1)}, {"name": "m", "kind": "model", "needs": ["x"]}],
+     ["'m' needs 'x' but does not run after it", "add it to after"]),
 ])
 def test_a_bad_application_is_one_line_exit_2(stages, fragments, tmp_path, monkeypatch, capsys):
     path = tmp_path / "app.toml"
@@ -228,9 +230,13 @@ def test_the_levers_move_the_critical_path(tmp_path):
     assert stages["embed"]["start"] == stages["retrieve"]["start"] == "ahead"
     moved = prepare(rag(**ahead.overrides)).application
     before = prepare(rag()).application
-    # with 300 ms ahead, embed + retrieve (tens of ms) end before the send: the tools stage alone holds it
+    # with 300 ms ahead, embed + retrieve (tens of ms) end before the send: the tools stage or the history
+    # read (started at the send) holds it
     assert (moved.detail_ns["embed"] == 0).all() and (moved.detail_ns["retrieve"] == 0).all()
-    assert np.array_equal(moved.detail_ns["tools"], moved.pre_ns) and moved.pre_ns.mean() < before.pre_ns.mean() / 2
+    assert np.array_equal(moved.detail_ns["tools"] + moved.detail_ns["history"], moved.pre_ns)
+    assert moved.pre_ns.mean() < before.pre_ns.mean() * 0.6
+    parallel = levers["run independent stages in parallel (history)"]
+    assert {s["name"]: s["after"] for s in parallel.overrides["application.stages"]}["history"] == []
     uncached = [{k: v for k, v in stage.items() if k != "cache"} for stage in table["application"]["stages"]]
     bare = rag(**{"application.stages": uncached})
     cache = next(lever for lever in catalog(bare, {"application": {"stages": uncached}}, tmp_path)
@@ -238,3 +244,31 @@ def test_the_levers_move_the_critical_path(tmp_path):
     retrieve = next(s for s in cache.overrides["application.stages"] if s["name"] == "retrieve")
     assert retrieve["cache"] == {"hit_rate": 0.5, "hit_latency": "1 ms"}
     assert not [lever for lever in catalog(load_scenario("typical"), {}, tmp_path) if lever.group == APPLICATION_GROUP]
+
+
+def test_serial_parallel_and_ahead_stages_move_ttfv_by_the_hand_computed_stage_times(tmp_path):
+    """The shipped `rag` at a light, even load (one request in the engine at a time): each lever's TTFV
+    against the scenario's, per request, is the difference of the time before the model call computed by
+    hand from the stages' drawn times."""
+    from tokenpath.sim.simulate import _APPLICATION_STREAM, _rng
+
+    light = {"workload.num_requests": 12, "workload.arrival.rate": 0.2, "workload.arrival.pattern": "constant"}
+    scenario = rag(**light)
+    table = {"application": {"stages": scenario.application.model_dump(mode="json")["stages"]}}
+    levers = {lever.name.split(" (")[0]: lever for lever in catalog(scenario, table, tmp_path)
+              if lever.group == APPLICATION_GROUP and not lever.skipped}
+    drawn = draw_latencies_ns(scenario.application, 12, _rng(scenario, _APPLICATION_STREAM))
+    e, r, h, t = (drawn[name] for name in ("embed", "retrieve", "history", "tools"))
+    head = 300 * MS  # the tools stage starts 300 ms before the send, and the ahead lever moves embed there too
+    zero = np.zeros(12, np.int64)
+    pre = {  # the model call goes when the last stage before it ends, not before the send
+        "serial": np.maximum.reduce([zero, e + r + h, t - head]),
+        "run independent stages in parallel": np.maximum.reduce([zero, e + r, h, t - head]),
+        "start retrieval ahead": np.maximum.reduce([zero, np.maximum(zero, e + r - head) + h, t - head]),
+    }
+    serial = simulate(scenario).run
+    assert np.array_equal(serial.application_before_ns, pre["serial"])
+    for name in ("run independent stages in parallel", "start retrieval ahead"):
+        run = simulate(rag(**light, **levers[name].overrides)).run
+        assert np.array_equal(run.ttfv_ns - serial.ttfv_ns, pre[name] - pre["serial"]), name
+        assert (pre[name] <= pre["serial"]).all() and (pre[name] < pre["serial"]).any(), name

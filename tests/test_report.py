@@ -383,5 +383,5 @@ def test_an_applications_html_report_in_a_browser(rag_run):
     _check_page(rag_run / "rag.html", [summary], ["attribution", "layers", "latency", "timeline", "reader", "steps",
                                                   "roofline"])
     html = (rag_run / "rag.html").read_text()
-    for stage in ("embed", "retrieve", "tools", "format"):
+    for stage in ("embed", "retrieve", "history", "tools", "format"):
         assert f'data-key="0:attribution_s.application_detail.{stage}"' in html

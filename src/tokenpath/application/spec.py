@@ -80,13 +80,17 @@ class PromptSpec(BaseModel):
 
 class StageSpec(BaseModel):
     """One stage. `start = "ahead"` starts it `ahead` before the user's send (while they type) or, with
-    `after`, when those are done if later; it may finish before the send."""
+    `after`, when those are done if later; it may finish before the send. `needs`: of `after`, the
+    stages whose output it uses (unset: all)."""
 
     model_config = _CONFIG
 
     name: str = Field(min_length=1, max_length=200)
     kind: StageKind
     after: list[str] = Field(default_factory=list, max_length=MAX_STAGES)
+    # Of `after`, the stages whose output this one uses; unset: all of them. The others are an order the
+    # application's code imposes, which the "run independent stages in parallel" lever drops.
+    needs: list[str] | None = Field(None, max_length=MAX_STAGES)
     latency: LatencySpec | None = None
     cache: CacheSpec | None = None
     start: Literal["after", "ahead"] = "after"
@@ -108,6 +112,9 @@ class StageSpec(BaseModel):
                                "latency = {kind = \"fixed\", value = \"5 ms\"}")
             if self.prompt is not None:
                 raise _invalid(f"stage {self.name!r}: only the model stage takes a prompt; remove it")
+        extra = [name for name in self.needs or () if name not in self.after]
+        if extra:
+            raise _invalid(f"stage {self.name!r} needs {extra[0]!r} but does not run after it; add it to after")
         if self.ahead > 0 and self.start != "ahead":
             raise _invalid(f"stage {self.name!r}: ahead is set but start is 'after'; set start = \"ahead\"")
         return self

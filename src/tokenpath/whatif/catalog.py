@@ -289,7 +289,33 @@ def _value_parallel(scenario: Scenario, table: dict[str, Any], here: Path) -> li
         cache = {"hit_rate": CACHE_HIT_RATE, "hit_latency": CACHE_HIT_LATENCY}
         changed = [{**stage, "cache": cache} if stage in uncached else stage for stage in stages]
         levers.append(Lever(name, "", {"application.stages": changed}))
+    levers.append(_parallel(stages))
     return levers
+
+
+def _parallel(stages: list[dict[str, Any]]) -> Lever:
+    """"run independent stages in parallel": each stage after only what it needs (its `needs`), where
+    that leaves a valid table (every stage still before or after the model call)."""
+    from pydantic import ValidationError
+
+    from tokenpath.application.spec import ApplicationSpec
+
+    name = "run independent stages in parallel"
+    ordered = [k for k, stage in enumerate(stages) if set(stage.get("needs", stage["after"])) != set(stage["after"])]
+    if not ordered:
+        return Lever(name, "", skipped="no stage runs after one it does not need (a stage's needs, where set, "
+                                       "say which of its after it uses)")
+    changed, freed = list(stages), []
+    for k in ordered:
+        trial = [*changed[:k], {**changed[k], "after": changed[k]["needs"]}, *changed[k + 1:]]
+        try:
+            ApplicationSpec.model_validate({"stages": trial})
+        except ValidationError:
+            continue  # without that order the stage would be neither before nor after the model call
+        changed, freed = trial, [*freed, stages[k]["name"]]
+    if not freed:
+        return Lever(name, "", skipped="each stage's order is what keeps it before or after the model call")
+    return Lever(f"{name} ({', '.join(freed)})", "", {"application.stages": changed})
 
 
 _MAKERS: tuple[tuple[str, Callable[[Scenario, dict[str, Any], Path], list[Lever]]], ...] = (
