@@ -106,6 +106,29 @@ def test_too_few_rows_back_off_in_order_and_say_what_was_dropped():
                              "in all: a band this thin is not an error range")
 
 
+def test_an_engine_calibrated_scenario_takes_the_calibrated_rows_band():
+    from dataclasses import replace
+
+    plain = [_record(k, 0.5 + k / 10) for k in range(4)]  # the uncalibrated model: 50-80% high
+    after_fit = [replace(_record(k, e, -e), calibrated=True, source=f"lab{k % 2}")
+                 for k, e in enumerate((-0.1, 0.0, 0.05, 0.2))]
+    document = _document()
+    attach_bands(document, plain + after_fit, ["engine.toml"], engine_calibrated=True)
+    ttft, tpot = document["latency_s"]["ttft"]["band"], document["latency_s"]["tpot"]["band"]
+    assert ttft["p50"] == {"low": pytest.approx(0.1 / 1.2, rel=1e-12), "high": pytest.approx(0.1 / 0.9, rel=1e-12)}
+    assert tpot["p50"] == {"low": pytest.approx(0.02 / 1.1, rel=1e-12), "high": pytest.approx(0.02 / 0.8, rel=1e-12)}
+    assert ttft["rows"] == 4 and ttft["calibrated"] is True
+    assert ttft["basis"] == ("vllm-v1, moderate load, dense, Hopper: 4 rows, 2 sources, each predicted after a fit "
+                             "on a lighter load of its configuration (validate --calibrated), min-max of their "
+                             "errors; the scenario is calibrated (engine.toml): the band of calibrated predictions")
+    # a delivery calibration alone changes no engine constant: the uncalibrated band, said so
+    document = _document()
+    attach_bands(document, plain + after_fit, ["delivery.toml"])
+    assert document["latency_s"]["ttft"]["band"]["p50"]["low"] == pytest.approx(0.1 / 1.8, rel=1e-12)
+    assert document["latency_s"]["ttft"]["band"]["basis"].endswith("this is the uncalibrated model's band, no "
+                                                                    "calibrated prediction of this figure is validated")
+
+
 def test_a_calibrated_scenario_is_labelled_and_its_own_accuracy_not_invented(tmp_path):
     engine = tmp_path / "engine.toml"
     engine.write_text('schema = "tokenpath.engine-calibration/1"\n[fitted.host_step_s]\nvalue = 0.0005\n')

@@ -122,7 +122,8 @@ def _cross(latency_rows: str | None, json_out: str | None, write_bands: bool) ->
         from tokenpath.validate.bands_build import bands_path, build_bands
         from tokenpath.validate.bands_build import write_bands as write
 
-        rows_progress = Progress(TextColumn("bands: each row simulated for its regime"), MofNCompleteColumn(),
+        rows_progress = Progress(TextColumn("bands: each row simulated for its regime, and calibrated"),
+                                 MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
         with rows_progress:
             rows_task = rows_progress.add_task("", total=None)
@@ -134,4 +135,5 @@ def _cross(latency_rows: str | None, json_out: str | None, write_bands: bool) ->
     if write_bands:
         path = bands_path()
         write(bands, path)
-        err_console.print(f"bands: {len(bands['rows'])} rows written to {files.shown(str(path))}", highlight=False)
+        err_console.print(f"bands: {len(bands['rows'])} rows and {len(bands.get('calibrated', []))} calibrated "
+                          f"predictions written to {files.shown(str(path))}", highlight=False)

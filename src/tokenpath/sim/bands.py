@@ -9,6 +9,10 @@ A band for a scenario comes from the rows of its regime: all four keys alike, el
 dropped one after another until at least MIN_BAND_ROWS rows match. With the errors' QUANTILES q_lo and
 q_hi (from MIN_QUANTILE_ROWS rows; fewer give their smallest and largest error), what would be
 measured of a predicted x lies in [x / (1 + q_hi), x / (1 + q_lo)].
+
+A scenario calibrated by `calibrate engine` takes its latency bands from the file's `calibrated` rows
+instead: the rows `validate --calibrated` predicted from a fit on one lighter load of their
+configuration, the workflow such a scenario follows (validate/calibrated.py), with the same back-off.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class Record:
     load: str
     errors: dict[str, float] = field(default_factory=dict)  # METRICS present for the row
     cross_validated: bool = True  # False: predicted with the registry's values (no constant fitted on it)
+    calibrated: bool = False  # predicted after a fit on a lighter load of its configuration (module docstring)
 
     def key(self, name: str) -> str:
         return getattr(self, name)
@@ -79,11 +84,12 @@ def parse_bands(text: str, where: str) -> tuple[Record, ...]:
     if data.get("schema") != SCHEMA:
         raise UserError(f"{where}: not a {SCHEMA} file; regenerate it with `{REGENERATE}`")
     records = []
-    for row in data.get("rows", []):
-        errors = {metric: float(row[f"{metric}_error"]) for metric in METRICS if f"{metric}_error" in row}
-        records.append(Record(row["id"], row["source"], row["engine"], row.get("engine_version", ""), row["chip"],
-                              row["chip_generation"], row["model"], row["model_family"], row["load"], errors,
-                              row.get("cross_validated", True)))
+    for table, calibrated in (("rows", False), ("calibrated", True)):
+        for row in data.get(table, []):
+            errors = {metric: float(row[f"{metric}_error"]) for metric in METRICS if f"{metric}_error" in row}
+            records.append(Record(row["id"], row["source"], row["engine"], row.get("engine_version", ""), row["chip"],
+                                  row["chip_generation"], row["model"], row["model_family"], row["load"], errors,
+                                  row.get("cross_validated", True), calibrated))
     return tuple(records)
 
 
@@ -151,15 +157,19 @@ def _regime_words(regime: dict[str, Any], keys: Sequence[str]) -> str:
     return ", ".join(words[k] for k in REGIME_KEYS if k in keys) or "rows of every regime"
 
 
-def band(records: Sequence[Record], regime: dict[str, Any], metric: str) -> Band | None:
-    """The band of `metric` for a run of `regime`; None when no row has the metric."""
-    chosen, dropped = nearest(records, regime, metric)
+def band(records: Sequence[Record], regime: dict[str, Any], metric: str, calibrated: bool = False) -> Band | None:
+    """The band of `metric` for a run of `regime` (`calibrated`: from the calibrated rows); None when no
+    row has the metric."""
+    chosen, dropped = nearest([r for r in records if r.calibrated == calibrated], regime, metric)
     if not chosen:
         return None
     q_low, q_high, rule = residual_range([r.errors[metric] for r in chosen])
     crossed = sum(r.cross_validated for r in chosen)
     registry = "at the registry's values (no constant is fitted on them)"
-    how = ("cross-validated" if crossed == len(chosen) else
+    sources = len({r.source for r in chosen})
+    how = (f"{sources} sources, each predicted after a fit on a lighter load of its configuration "
+           "(validate --calibrated)" if calibrated else
+           "cross-validated" if crossed == len(chosen) else
            f"{crossed} cross-validated, {len(chosen) - crossed} {registry}" if crossed else registry)
     kept = [k for k in REGIME_KEYS if k not in dropped]
     where = _regime_words(regime, kept)
@@ -180,28 +190,40 @@ _STATS = ("mean", "p50", "p90", "p99")
 _THROUGHPUTS = ("output_tokens_per_s", "requests_per_s")
 
 
-def calibration_note(files: Sequence[str]) -> str:
-    return (f"; the scenario is calibrated ({', '.join(files)}): this is the uncalibrated model's band, the "
-            "calibration's own accuracy is not yet measured")
+def calibration_note(files: Sequence[str], calibrated_band: bool) -> str:
+    """What a calibrated scenario's band says of its calibration."""
+    if calibrated_band:
+        return f"; the scenario is calibrated ({', '.join(files)}): the band of calibrated predictions"
+    return (f"; the scenario is calibrated ({', '.join(files)}): this is the uncalibrated model's band, no "
+            "calibrated prediction of this figure is validated")
 
 
 def _block(stats: dict[str, Any], q_low: float, q_high: float, rows: int, basis: str,
-           calibration: Sequence[str]) -> dict[str, Any]:
+           calibration: Sequence[str], calibrated_band: bool = False) -> dict[str, Any]:
     block: dict[str, Any] = {stat: bounds(stats.get(stat), q_low, q_high) for stat in _STATS}
-    block.update(rows=rows, basis=basis + (calibration_note(calibration) if calibration else ""),
+    block.update(rows=rows, basis=basis + (calibration_note(calibration, calibrated_band) if calibration else ""),
                  calibrated=bool(calibration))
     return block
 
 
-def attach_bands(document: dict[str, Any], records: Sequence[Record], calibration: Sequence[str] = ()) -> None:
+def attach_bands(document: dict[str, Any], records: Sequence[Record], calibration: Sequence[str] = (),
+                 engine_calibrated: bool = False) -> None:
     """Each latency's and the throughput's `band` in a result document with a `regime`: `calibration` the
-    scenario's calibration files, if any."""
+    scenario's calibration files, if any; `engine_calibrated`: one of them is an engine calibration, so
+    the latencies take the calibrated rows' bands where the file has them."""
     regime, latency = document["regime"], document["latency_s"]
     found = {metric: band(records, regime, metric) for metric in METRICS}
+    calibrated_band = False
+    if engine_calibrated:
+        for metric in ("ttft", "decode"):
+            calibrated = band(records, regime, metric, calibrated=True)
+            if calibrated is not None:
+                found[metric], calibrated_band = calibrated, True
     for key, metric in _LATENCY_BAND.items():
         b = found[metric]
         if b is not None and latency[key].get("mean") is not None:  # no band for a metric never measured
-            latency[key]["band"] = _block(latency[key], b.q_low, b.q_high, b.rows, b.basis, calibration)
+            latency[key]["band"] = _block(latency[key], b.q_low, b.q_high, b.rows, b.basis, calibration,
+                                          calibrated_band)
     ttft, decode = found["ttft"], found["decode"]
     e2e = latency["e2e"]
     if ttft is not None and decode is not None and e2e.get("mean") and latency["ttft"].get("mean") is not None:
@@ -212,12 +234,13 @@ def attach_bands(document: dict[str, Any], records: Sequence[Record], calibratio
         high = share / (1.0 + ttft.q_low) + (1.0 - share) / (1.0 + decode.q_low)
         basis = (f"TTFT's band on its first token ({share:.0%} of the mean), the decode band on the rest; "
                  f"decode: {decode.basis}")
-        e2e["band"] = _block(e2e, 1.0 / high - 1.0, 1.0 / low - 1.0, decode.rows, basis, calibration)
+        e2e["band"] = _block(e2e, 1.0 / high - 1.0, 1.0 / low - 1.0, decode.rows, basis, calibration,
+                             calibrated_band)
     throughput = found["throughput"]
     if throughput is not None:
         block = {key: bounds(document["throughput"].get(key), throughput.q_low, throughput.q_high)
                  for key in _THROUGHPUTS}
-        block.update(rows=throughput.rows, basis=throughput.basis + (calibration_note(calibration)
+        block.update(rows=throughput.rows, basis=throughput.basis + (calibration_note(calibration, False)
                                                                      if calibration else ""),
                      calibrated=bool(calibration))
         document["throughput"]["band"] = block

@@ -80,7 +80,8 @@ def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> Non
     document["envelope"] = envelope(document["regime"], records)
     assumptions = document["scenario"]["assumptions"]
     calibration = [*assumptions["calibration_files"], *filter(None, [assumptions["delivery_calibration"]])]
-    attach_bands(document, records, list(dict.fromkeys(Path(path).name for path in calibration)))
+    attach_bands(document, records, list(dict.fromkeys(Path(path).name for path in calibration)),
+                 engine_calibrated=bool(assumptions["calibration_files"]))
 
 
 def resolved_block(sim: Simulation) -> dict[str, Any]:

@@ -4,8 +4,10 @@ regime and signed errors, which sim/bands.py turns into a scenario's error bands
 The latency rows' TTFT and decode errors are the cross-validation's, each row predicted out of its fold
 (validate/cross.py), and so is the throughput error of a row whose `also` states its output tokens per
 second. The offline throughput group's rows (THROUGHPUT_GROUP, all requests at once) add throughput
-errors predicted with the registry's values: no constant is fitted on them. A row's regime is read off
-its simulation with the registry's values, as `simulate` reads a scenario's (sim/regime.py).
+errors predicted with the registry's values: no constant is fitted on them. The `calibrated` table holds
+the latency rows `validate --calibrated` predicts, each with its errors after the fit on its
+configuration's lightest row (validate/calibrated.py): the bands of a calibrated scenario. A row's regime
+is read off its simulation with the registry's values, as `simulate` reads a scenario's (sim/regime.py).
 
 The file names its rows (sim/bands.py's ids), the sha256 of the rows files and the commit it was
 written at, so a test can tell it is stale without simulating anything.
@@ -86,13 +88,20 @@ def _commit() -> tuple[str, bool]:
 
 def bands_document(rows: Sequence[dict[str, Any]], row_errors: Sequence[dict[str, float]],
                    regimes: Sequence[dict[str, Any]], throughput_rows: Sequence[dict[str, Any]],
-                   throughput: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+                   throughput: Sequence[dict[str, Any]], meta: dict[str, Any],
+                   calibrated: dict[int, dict[str, float]] | None = None) -> dict[str, Any]:
     """The file's document: `meta` first, then a `rows` table per latency row (cross-validated errors) and
-    per offline throughput row (its error with the registry's values)."""
+    per offline throughput row (its error with the registry's values), and a `calibrated` table per
+    latency row in `calibrated` (row index -> its errors after a fit on a lighter load)."""
+    ids = latency_row_ids(rows)
+
+    def latency_record(k: int, regime: dict[str, Any]) -> dict[str, Any]:
+        return {"id": ids[k], "source": rows[k]["source"], "engine_version": rows[k].get("engine_version", ""),
+                "model": rows[k]["model"], **_regime_fields(regime)}
+
     records = []
-    for row_id, row, errors, regime in zip(latency_row_ids(rows), rows, row_errors, regimes):
-        record = {"id": row_id, "source": row["source"], "engine_version": row.get("engine_version", ""),
-                  "model": row["model"], **_regime_fields(regime), "cross_validated": True}
+    for k, (errors, regime) in enumerate(zip(row_errors, regimes)):
+        record = {**latency_record(k, regime), "cross_validated": True}
         record.update({f"{metric}_error": round(errors[metric], _DIGITS)
                        for metric in ("ttft", "decode", "throughput") if metric in errors})
         records.append(record)
@@ -101,17 +110,24 @@ def bands_document(rows: Sequence[dict[str, Any]], row_errors: Sequence[dict[str
         records.append({"id": row_id, "source": THROUGHPUT_GROUP, "engine_version": "", "model": row["model"],
                         **_regime_fields(result["regime"]), "cross_validated": False,
                         "throughput_error": round(result["error"], _DIGITS)})
-    return {**meta, "rows": records}
+    after_fit = [{**latency_record(k, regimes[k]), **{f"{metric}_error": round(errors[metric], _DIGITS)
+                                                     for metric in ("ttft", "decode")}}
+                 for k, errors in sorted((calibrated or {}).items())]
+    return {**meta, "rows": records, **({"calibrated": after_fit} if after_fit else {})}
 
 
 def build_bands(data: dict[str, Any], cross: dict[str, Any], workers: int,
                 progress: Callable[[int], None]) -> dict[str, Any]:
     """The bands file's document from the latency data (`load_latency`'s) and its cross-validation
-    (`cross_validate`'s document): each row simulated once more for its regime, and the offline
-    throughput group's rows for theirs and their errors."""
+    (`cross_validate`'s document): each row simulated once more for its regime, the offline throughput
+    group's rows for theirs and their errors, and the calibrated validation's predictions."""
+    from tokenpath.validate.calibrated import calibrated_validation
     from tokenpath.validate.groups import published_rows
 
     rows = data["rows"]
+    document = calibrated_validation(rows, data["sharegpt"], workers, progress)
+    calibrated = {r["row"]: {"ttft": r["ttft_error"], "decode": r["decode_error"]}
+                  for source in document["by_source"] for c in source["configurations"] for r in c["rows"]}
     regimes = _map(_latency_regime, [(row, data["sharegpt"]) for row in rows], workers, progress)
     groups, published = published_rows()
     offline = [row for row in published if row["group"] == THROUGHPUT_GROUP and not row.get("calibration")]
@@ -122,7 +138,7 @@ def build_bands(data: dict[str, Any], cross: dict[str, Any], workers: int,
             "latency_rows_sha256": _sha256((validation / "latency.toml").read_text(encoding="utf-8")),
             "published_rows_sha256": _sha256((validation / "published.toml").read_text(encoding="utf-8")),
             "throughput_group": THROUGHPUT_GROUP}
-    return bands_document(rows, cross["row_errors"], regimes, offline, throughput, meta)
+    return bands_document(rows, cross["row_errors"], regimes, offline, throughput, meta, calibrated)
 
 
 def bands_path() -> Path:

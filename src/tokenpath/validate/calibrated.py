@@ -77,10 +77,10 @@ def row_phase(row: Row, sharegpt: dict[str, Any]) -> Measured:
         statistic=Statistic(row["ttft_stat"], row["decode_stat"], row["decode_metric"]), sent=False)
 
 
-def _row_result(row: Row, predicted: dict[str, float], registry: dict[str, float]) -> dict[str, Any]:
+def _row_result(k: int, row: Row, predicted: dict[str, float], registry: dict[str, float]) -> dict[str, Any]:
     errors, before = relative_errors(row, predicted), relative_errors(row, registry)
-    return {"load": load_label(row), "ttft_ms": row["ttft_ms"], "predicted_ttft_ms": predicted["ttft_s"] * 1e3,
-            "ttft_error": errors["ttft"], "decode_ms": row["decode_ms"],
+    return {"row": k, "load": load_label(row), "ttft_ms": row["ttft_ms"],
+            "predicted_ttft_ms": predicted["ttft_s"] * 1e3, "ttft_error": errors["ttft"], "decode_ms": row["decode_ms"],
             "predicted_decode_ms": predicted["decode_s"] * 1e3, "decode_error": errors["decode"],
             "uncalibrated_ttft_error": before["ttft"], "uncalibrated_decode_error": before["decode"]}
 
@@ -102,14 +102,14 @@ def calibrate_configuration(configuration: Configuration, rows: Sequence[Row],
         if j == k:
             continue
         try:
-            predicted.append(_row_result(rows[j], predict_row(rows[j], sharegpt, fit.values),
+            predicted.append(_row_result(j, rows[j], predict_row(rows[j], sharegpt, fit.values),
                                          predict_row(rows[j], sharegpt)))
         except UserError as error:
             raise row_error(j, rows[j], error) from None
     after, before = fit.predicted_after[0], fit.predicted_before[0]
     return {"source": light["source"], "configuration": f"{label(light)}, {lengths_label(light)}",
-            "fitted_on": {**_row_result(light, {"ttft_s": after[0], "decode_s": after[1]},
-                                        {"ttft_s": before[0], "decode_s": before[1]}), "row": k},
+            "fitted_on": _row_result(k, light, {"ttft_s": after[0], "decode_s": after[1]},
+                                     {"ttft_s": before[0], "decode_s": before[1]}),
             "fitted": dict(fit.values), "start": dict(fit.start), "not_fitted": dict(fit.not_fitted),
             "rows": predicted}
 
