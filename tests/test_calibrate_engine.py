@@ -321,3 +321,56 @@ def test_a_fit_past_its_deadline_stops_refining_and_says_what_it_left_undone(loo
     assert len(late.names) >= len(whole.names)
     assert late.rms_after < late.rms_before
     assert any(line.startswith("the fit reached the end of its budget and ") for line in late.warnings)
+
+
+def _as_vllm_result(results_path, concurrency):
+    """A tokenpath bench results file as `vllm bench serve --save-result --save-detailed` saves its run
+    (vllm/benchmarks/serve.py: the metrics, then per request `input_lens`, `output_lens`, `ttfts`,
+    `itls`, `start_times`, `latencies`, `generated_texts` and `errors`, times in seconds)."""
+    import numpy as np
+
+    from tokenpath.bench.results import build_run, read_results
+
+    header, rows = read_results(results_path)
+    run = build_run(rows, header)
+    n, done = len(run), run.completed
+    starts = (run.sent_ns - run.sent_ns.min()) / 1e9 + 1000.0  # perf_counter's clock
+    tokens = [run.token_client_ns[run.token_offsets[i]:run.token_offsets[i + 1]] for i in range(n)]
+    ttfts = [float(run.ttft_ns[i]) / 1e9 if done[i] else 0.0 for i in range(n)]
+    return {
+        "date": "20261202-120000", "endpoint_type": "openai", "backend": "openai", "label": None, "model_id": MODEL,
+        "tokenizer_id": MODEL, "num_prompts": n, "request_rate": "inf", "burstiness": 1.0,
+        "max_concurrency": concurrency, "duration": float((run.sent_ns + run.e2e_ns).max() - run.sent_ns.min()) / 1e9,
+        "completed": int(done.sum()), "total_input_tokens": int(run.input_tokens[done].sum()),
+        "total_output_tokens": int(run.output_tokens[done].sum()),
+        "median_ttft_ms": float(np.median(run.ttft_ns[done])) / 1e6, "median_e2el_ms": 0.0,
+        "input_lens": run.input_tokens.tolist(),
+        "output_lens": [int(v) if d else 0 for v, d in zip(run.output_tokens, done)],
+        "ttfts": ttfts, "itls": [(np.diff(t) / 1e9).tolist() for t in tokens],
+        "start_times": starts.tolist(), "latencies": [float(run.e2e_ns[i]) / 1e9 if done[i] else 0.0 for i in range(n)],
+        "generated_texts": ["x"] * n, "errors": ["" if d else "failed" for d in done],
+    }
+
+
+def test_a_vllm_result_calibrates_and_its_band_holds_another_load(loop, monkeypatch, capsys):
+    """`calibrate engine --from` a vLLM result of one probe load; simulate with it at the check's load, a
+    load the file does not hold: the check's measured medians lie within the band it states."""
+    folder, calibration, measured = loop
+    busiest = max(calibration["probe"], key=lambda p: (p.get("concurrency") or 0, p["input_tokens_mean"]))
+    (folder / "vllm-probe.json").write_text(json.dumps(_as_vllm_result(busiest["results"], busiest["concurrency"])))
+    code, _, err = run_cli(["calibrate", "engine", str(folder / "scenario.toml"), "--from",
+                            str(folder / "vllm-probe.json"), "--out", str(folder / "vllm-cal.toml")],
+                           monkeypatch, capsys)
+    assert code == 0, err
+    (folder / "vllm-check.json").write_text(json.dumps(_as_vllm_result(str(folder / "check.jsonl"), None)))
+    from tokenpath.calibrate.formats import read_measured
+
+    [check] = read_measured(str(folder / "vllm-check.json"))
+    # the vLLM file gives the bench run's medians (the warm-up request included: one of 49)
+    assert check.ttft_s == pytest.approx(measured["latency_s"]["ttft"]["p50"], rel=0.05)
+    scenario = load_scenario(str(folder / "scenario.toml"), {**CHECK, "assumptions.calibration": "vllm-cal.toml"})
+    latency = result_document(simulate(scenario))[0]["latency_s"]
+    for metric, value in (("ttft", check.ttft_s), ("tpot", check.decode_s)):
+        band = latency[metric]["band"]
+        assert band["calibrated"] and "the band of calibrated predictions" in band["basis"], band["basis"]
+        assert band["p50"]["low"] <= value <= band["p50"]["high"], (metric, value, band["p50"])
