@@ -50,4 +50,4 @@ def import_trace(
         raise UserError(f"--out {files.shown(out)}: cannot write it ({error.strerror}); choose another path") from None
     requests = imported.requests
     console.print(f"{out}: {len(imported.stages)} stages ({imported.gaps} of them gaps) from {len(requests)} "
-                  f"trace{'s' if len(requests) > 1 else ''}", highlight=False)
+                  f"trace{'s' if len(requests) > 1 else ''}", highlight=False, soft_wrap=True)
