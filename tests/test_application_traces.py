@@ -209,10 +209,12 @@ def _with(spans, *changed):
     (json.dumps([{**langsmith_runs(RAG)[0], "end_time": None}]), [], ["no end_time"]),
     (json.dumps([{**langsmith_runs(RAG)[0], "start_time": "yesterday"}]), [], ["start_time is 'yesterday'"]),
     (_otlp(RAG), ["--trace", "nope"], ["--trace: no trace 'nope'"]),
+    (_otlp(_with(RAG, *[(f"x{k}", "r", f"x{k}", "tool", 960, 970) for k in range(64)])), [],
+     ["68 spans are stages, more than the 64"]),
     (_otlp(RAG), ["--format", "xml"], ["--format: unknown 'xml'"]),
 ], ids=["not JSON", "neither format", "no root", "no LLM", "two LLM calls", "beside the model", "outside the root",
         "missing parent", "negative duration", "wrong format", "unknown run_type", "no end_time", "bad time",
-        "unknown trace", "unknown format"])
+        "unknown trace", "too many stages", "unknown format"])
 def test_bad_traces_are_one_line_exit_2(text, argv, fragments, tmp_path, monkeypatch, capsys):
     path = tmp_path / "trace.json"
     path.write_text(text, encoding="utf-8")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tokenpath.application.spec import MAX_NAME_CHARS, StageKind
+from tokenpath.application.spec import MAX_NAME_CHARS, MAX_STAGES, StageKind
 from tokenpath.application.traces.spans import Request, Span
 from tokenpath.config.errors import UserError
 
@@ -59,6 +59,9 @@ START, END = "start", "end"  # what a gap is named for at the request's start an
 
 def stages_of(request: Request, where: str) -> list[Stage]:
     """The request's stages, those before the model call first, each after the stages it runs after."""
+    if len(request.stages) > MAX_STAGES:  # before the layout, whose cost grows with the square of the spans
+        raise UserError(f"{where}: {len(request.stages)} spans are stages, more than the {MAX_STAGES} an "
+                        "application table holds; export a trace with fewer spans")
     origin, total = request.root.start_ns, request.root.end_ns - request.root.start_ns
     model = _Element("model", request.model.start_ns - origin, request.model.end_ns - origin, request.model,
                      name=request.model.name)
