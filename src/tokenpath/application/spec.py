@@ -22,6 +22,8 @@ StageKind = Literal["cpu", "retrieval", "rerank", "tool", "model"]
 MAX_STAGES = 64
 # Chunks of retrieved context per prompt: retrievers return tens; beyond this the prompt is a document dump.
 MAX_CHUNKS = 10_000
+# Characters in a stage's name: a name, not a description.
+MAX_NAME_CHARS = 200
 
 
 def _invalid(reason: str) -> PydanticCustomError:
@@ -85,7 +87,7 @@ class StageSpec(BaseModel):
 
     model_config = _CONFIG
 
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     kind: StageKind
     after: list[str] = Field(default_factory=list, max_length=MAX_STAGES)
     # Of `after`, the stages whose output this one uses; unset: all of them. The others are an order the

@@ -6,16 +6,16 @@ import sys
 
 import typer
 
-from tokenpath.cli.app import app, calibrate_app, fail, help_as_written, scenario_app
+from tokenpath.cli.app import app, application_app, calibrate_app, fail, help_as_written, scenario_app
 from tokenpath.config.errors import UserError
 
 # Importing a command's module registers it; the order here is the order `--help` lists them.
 from tokenpath.cli import (  # noqa: F401  isort: skip
     simulate, levers, capacity, search, launch, sweep, catalog, assumptions, validate, serve, calibrate, bench, report,
-    fabric,
+    fabric, application,
 )
 
-for _typer in (app, scenario_app, calibrate_app):
+for _typer in (app, scenario_app, calibrate_app, application_app):
     for _command in _typer.registered_commands:
         _command.help = help_as_written(_command.help or "")
         _command.short_help = _command.short_help or _command.help.partition("\n")[0]  # listed whole, not cut

@@ -29,6 +29,9 @@ app.add_typer(scenario_app, name="scenario")
 calibrate_app = typer.Typer(help="Measure this machine and write calibration files.", no_args_is_help=True,
                             rich_markup_mode=None)
 app.add_typer(calibrate_app, name="calibrate")
+application_app = typer.Typer(help="The stages around the model call (docs/application.md).", no_args_is_help=True,
+                              rich_markup_mode=None)
+app.add_typer(application_app, name="application")
 
 console = Console()
 err_console = Console(stderr=True)

@@ -1,0 +1,162 @@
+"""The imported requests as one `[application]` table and its TOML text.
+
+One trace: each stage's latency is `fixed` at its measured duration. Several traces of one shape (the same
+stages, each after the same others): a `lognormal` of the sample's mean and standard deviation (`fixed`
+where every trace took the same). Traces of different shapes are refused: a distribution per stage needs
+the stages to be the same ones.
+"""
+
+from __future__ import annotations
+
+import statistics
+import textwrap
+from dataclasses import dataclass
+
+import tomli_w
+from pydantic import ValidationError
+
+from tokenpath.application.spec import MAX_STAGES, ApplicationSpec
+from tokenpath.application.traces.spans import Request
+from tokenpath.application.traces.stages import Stage
+from tokenpath.config.config_errors import explain
+from tokenpath.config.errors import UserError, quoted
+from tokenpath.config.units import MAX_DURATION_S
+
+COMMENT_CHARS = 110  # the width of the comments heading the TOML
+
+@dataclass(frozen=True)
+class Imported:
+    """The table (`spec`, and `stages` as the TOML writes them) and what the traces said of the model call."""
+
+    spec: ApplicationSpec
+    stages: list[dict]
+    requests: list[Request]
+    gaps: int
+
+    @property
+    def root_ns(self) -> list[int]:
+        return [request.root.end_ns - request.root.start_ns for request in self.requests]
+
+    @property
+    def model_ns(self) -> list[int]:
+        return [request.model.end_ns - request.model.start_ns for request in self.requests]
+
+
+def application_of(requests: list[Request], stages: list[list[Stage]], where: str) -> Imported:
+    """One table from the requests' stages (`stages[k]` is request k's), which must share one shape."""
+    first = stages[0]
+    shape = [(stage.name, stage.kind, stage.after) for stage in first]
+    for request, other in zip(requests[1:], stages[1:]):
+        if [(stage.name, stage.kind, stage.after) for stage in other] != shape:
+            raise UserError(f"{where}: trace {quoted(request.trace_id)} has other stages than trace "
+                            f"{quoted(requests[0].trace_id)} ({_difference(first, other)}); import one trace at a "
+                            "time with --trace ID (a latency distribution per stage needs traces of one shape)")
+    if len(first) > MAX_STAGES:
+        raise UserError(f"{where}: the trace gives {len(first)} stages, more than the {MAX_STAGES} an application "
+                        "table holds; export a trace with fewer spans")
+    table = []
+    for k, stage in enumerate(first):
+        row: dict = {"name": stage.name, "kind": stage.kind}
+        if stage.after:
+            row["after"] = list(stage.after)
+        if stage.duration_ns is not None:
+            row["latency"] = _latency([durations[k].duration_ns for durations in stages], stage.name, where)
+        table.append(row)
+    try:
+        spec = ApplicationSpec.model_validate({"stages": table})
+    except ValidationError as error:
+        raise UserError(explain(error, f"{where}: the imported table", ApplicationSpec)) from None
+    return Imported(spec, table, requests, sum(stage.span is None for stage in first))
+
+
+def _latency(durations_ns: list[int], name: str, where: str) -> dict:
+    longest_ns = max(durations_ns)
+    if longest_ns > MAX_DURATION_S * 1e9:
+        raise UserError(f"{where}: stage {quoted(name)} takes {longest_ns / 1e9:g} s, more than the "
+                        f"{MAX_DURATION_S:g} s a stage's latency may; check the trace's times")
+    if min(durations_ns) == longest_ns:
+        return {"kind": "fixed", "value": duration_text(longest_ns)}
+    mean_ns = round(statistics.fmean(durations_ns))
+    return {"kind": "lognormal", "mean": duration_text(mean_ns),
+            "sd": duration_text(round(statistics.stdev(durations_ns)))}
+
+
+def _difference(first: list[Stage], other: list[Stage]) -> str:
+    names, others = {stage.name: stage for stage in first}, {stage.name: stage for stage in other}
+    for stage in other:
+        if stage.name not in names:
+            return f"{quoted(stage.name)} is not in the first"
+    for stage in first:
+        if stage.name not in others:
+            return f"{quoted(stage.name)} is missing"
+        if others[stage.name].after != stage.after or others[stage.name].kind != stage.kind:
+            return f"{quoted(stage.name)} runs after {list(others[stage.name].after)} there, {list(stage.after)} here"
+    return "the stages come in another order"
+
+
+def duration_text(ns: int) -> str:
+    """`ns` as exact milliseconds ("12.345678 ms"): the table reads it back to the same nanosecond."""
+    whole, part = divmod(ns, 10**6)
+    return f"{whole}.{part:06d}".rstrip("0").rstrip(".") + " ms"
+
+
+def to_toml(imported: Imported, source: str) -> str:
+    """The table as `[[application.stages]]` TOML, headed by comments on where it came from and what the
+    traces said of the model call (its time and tokens: a workload to run it with)."""
+    requests, count = imported.requests, len(imported.requests)
+    spans = len(imported.stages) - imported.gaps - 1
+    said = [f"Imported from {source} by `tokenpath application import`: {count} trace{'s' if count > 1 else ''}, "
+            f"the root span {quoted(requests[0].root.name)} {_shown_ms(imported.root_ns)}; {spans} spans and "
+            f"{imported.gaps} gaps around the model call {quoted(requests[0].model.name)}, which took "
+            f"{_shown_ms(imported.model_ns)} there (tokenpath simulates it)."]
+    if count > 1:
+        said.append("Each stage's latency is the lognormal of its durations in the traces (fixed where they agree).")
+    counted = [(r.model.input_tokens, r.model.output_tokens) for r in requests
+               if r.model.input_tokens is not None and r.model.output_tokens is not None]
+    if counted:
+        of = f" (in {len(counted)} of {count} traces)" if count > 1 else ""
+        said.append(f"Its tokens{of}: {_shown_tokens([c[0] for c in counted])} in, the whole prompt (template and "
+                    f"context: the model stage takes no prompt table), {_shown_tokens([c[1] for c in counted])} "
+                    "out. A workload with them:")
+    else:
+        said.append("The trace gives no token counts for the model call; set the workload's lengths by hand.")
+    lines = [f"# {line}" for paragraph in said for line in textwrap.wrap(paragraph, COMMENT_CHARS)]
+    if counted:
+        lines += _workload_lines([c[0] for c in counted], [c[1] for c in counted])
+    for row in imported.stages:
+        lines += ["", "[[application.stages]]"]
+        lines += [f"{key} = {_inline(value)}" for key, value in row.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _workload_lines(inputs: list[int], outputs: list[int]) -> list[str]:
+    """The workload's input and output lengths as TOML comments: fixed at one count, else the normal
+    of their mean and sd."""
+    lines = []
+    for which, values in (("input", inputs), ("output", outputs)):
+        lines.append(f"# [workload.{which}]")
+        if len(set(values)) == 1:
+            lines += ["# kind = \"fixed\"", f"# value = {max(values[0], 1)}"]
+        else:
+            lines += ["# kind = \"normal\"", f"# mean = {statistics.fmean(values):.1f}",
+                      f"# sd = {statistics.stdev(values):.1f}"]
+    return lines
+
+
+def _shown_tokens(values: list[int]) -> str:
+    return str(values[0]) if len(set(values)) == 1 else f"{statistics.fmean(values):.1f} on average"
+
+
+def _shown_ms(values_ns: list[int]) -> str:
+    if len(values_ns) == 1:
+        return duration_text(values_ns[0])
+    return f"{statistics.fmean(values_ns) / 1e6:.3f} ms on average"
+
+
+def _inline(value: object) -> str:
+    """`value` as a TOML value on one line (tables and arrays inline)."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {_inline(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_inline(item) for item in value) + "]"
+    return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
