@@ -61,6 +61,10 @@ class Run:
     # after the model's last token), and when the model call was sent (run clock): sent_ns is the user's.
     application_before_ns: np.ndarray | None = None
     model_sent_ns: np.ndarray | None = None
+    # With an agent loop (sim/agent.py): per request, its model calls and their output tokens, the last
+    # call's (output_tokens) included.
+    model_calls: np.ndarray | None = None
+    model_call_output_tokens: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.sent_ns)
