@@ -93,7 +93,8 @@ def _application_line(app: Any) -> str:
         if stage.loop is not None:
             turns = stage.loop.turns
             calls = f"{turns}" if isinstance(turns, int) else f"{turns.kind} {turns.value or turns.mean:g}"
-            extra.append(f"{calls} calls" + (f", {' and '.join(stage.loop.between)} between" if stage.loop.between else ""))
+            between = f", {' and '.join(stage.loop.between)} between" if stage.loop.between else ""
+            extra.append(f"{calls} calls{between}")
         shown.append(f"{stage.name} ({'; '.join(extra)})" if extra else stage.name)
     return ", ".join(shown)
 

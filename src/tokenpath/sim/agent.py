@@ -54,6 +54,12 @@ class AgentPlan:
     def first(self) -> np.ndarray:
         return self.last + 1 - self.calls
 
+    @property
+    def pre_ns(self) -> np.ndarray:
+        """Per call, the stages before its request's first call: each call's scheduled time (its
+        request's first call's) less this is the user's send, as a Timeline's pre_ns per request."""
+        return np.repeat(self.outer.pre_ns, self.calls)
+
 
 def around_loop(spec: ApplicationSpec) -> ApplicationSpec:
     """The application without the stages between the calls, the model stage without its loop: the
@@ -113,7 +119,8 @@ def agent_calls(spec: ApplicationSpec, firsts: Requests, outer: Timeline,
     template = None if firsts.template_tokens is None else firsts.template_tokens[user]
     sessions = Sessions(user, turn, between_ns / 1e9)  # the engine waits think_s after a call's last byte
     made = Requests(firsts.arrival_s[user], prompt.astype(np.int64), answers, None, sessions, template)
-    made = replace(made, prefixes=session_prefixes(made, None if firsts.prefixes is None else firsts.prefixes.take(user)))
+    head = None if firsts.prefixes is None else firsts.prefixes.take(user)  # (a shared system prompt)
+    made = replace(made, prefixes=session_prefixes(made, head))
     return made, AgentPlan(outer, calls, between_ns, detail)
 
 
@@ -150,6 +157,8 @@ def with_agent(run: Run, plan: AgentPlan) -> Run:
     before_application = plan.outer.pre_ns + summed(plan.between_ns)
     application = before_application + plan.outer.post_ns
     layers = {name: summed(getattr(run, name)) for name in ("compute_ns", "traffic_ns", "delivery_ns")}
+    earlier = {name.removesuffix("_ns"): values - getattr(run, name)[last] for name, values in layers.items()}
+    earlier["queue"] = summed(run.queue_ns) - run.queue_ns[last]
     shifted = {name: None if getattr(run, name) is None else getattr(run, name)[last] + before_last_ns
                for name in ("ttft_ns", "ttfv_ns", "ttft_engine_ns")}
     fields: dict[str, Any] = {}
@@ -160,13 +169,14 @@ def with_agent(run: Run, plan: AgentPlan) -> Run:
         fields[name] = None if getattr(run, name) is None else getattr(run, name)[last]
     tokens = None if run.token_client_ns is None else run.token_client_ns[_token_rows(run.token_offsets, last)]
     output = run.output_tokens[last]
+    stages = {**plan.outer.detail_ns, **{stage: summed(v) for stage, v in plan.between_detail_ns.items()}}
     return replace(
-        run, **fields, **shifted, **layers, scheduled_ns=send_ns, sent_ns=send_ns, input_tokens=summed(run.input_tokens),
-        output_tokens=output, e2e_ns=e2e, queue_ns=e2e - sum(layers.values()) - application,
-        token_client_ns=tokens, token_offsets=np.concatenate([[0], np.cumsum(output)]).astype(np.int64),
-        application_ns=application,
-        application_detail_ns={**plan.outer.detail_ns, **{name: summed(v) for name, v in plan.between_detail_ns.items()}},
-        model_calls=plan.calls, model_call_output_tokens=summed(run.output_tokens))
+        run, **fields, **shifted, **layers, scheduled_ns=send_ns, sent_ns=send_ns,
+        input_tokens=summed(run.input_tokens), output_tokens=output, e2e_ns=e2e,
+        queue_ns=e2e - sum(layers.values()) - application, token_client_ns=tokens,
+        token_offsets=np.concatenate([[0], np.cumsum(output)]).astype(np.int64), application_ns=application,
+        application_detail_ns=stages, application_before_ns=before_application, model_sent_ns=run.sent_ns[last],
+        earlier_calls_ns=earlier, model_calls=plan.calls, model_call_output_tokens=summed(run.output_tokens))
 
 
 def _token_rows(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
