@@ -205,7 +205,7 @@ def test_without_an_application_the_summary_has_no_application_layer():
       {"name": "b", "kind": "cpu", "after": ["a"], "latency": fixed(1)},
       {"name": "m", "kind": "model", "after": ["a"]}], ["cycle", "a -> b -> a"]),
     ([{"name": "m", "kind": "model", "after": ["nope"]}], ["'nope', which is no stage"]),
-    ([{"name": "m", "kind": "model"}, {"name": "n", "kind": "model"}], ["2 model stages", "not modelled yet"]),
+    ([{"name": "m", "kind": "model"}, {"name": "n", "kind": "model"}], ["2 model stages", "its loop table"]),
     ([{"name": "m", "kind": "model", "colour": 1}], ["colour"]),
     ([{"name": "x", "kind": "cpu", "latency": fixed(1)}, {"name": "m", "kind": "model"}],
      ["'x' is neither before the model call nor after it"]),

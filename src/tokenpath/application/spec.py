@@ -2,7 +2,8 @@
 
 A stage runs when every stage in its `after` list is done; stages with no path between them run in
 parallel. Exactly one stage is the model call (`kind = "model"`): the simulated deployment. Every
-other stage must lie before it (the model depends on it) or after it (it depends on the model).
+other stage must lie before it (the model depends on it) or after it (it depends on the model), or
+run between its calls where it has a loop (application/loop.py).
 Problems are pydantic `ValidationError`s naming the field; the scenario turns them into one line.
 """
 
@@ -13,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from tokenpath.application.loop import LoopSpec, loop_problem
 from tokenpath.config.units import Duration
 from tokenpath.workload.spec import MAX_TOKENS
 
@@ -98,6 +100,7 @@ class StageSpec(BaseModel):
     start: Literal["after", "ahead"] = "after"
     ahead: Duration = 0.0
     prompt: PromptSpec | None = None
+    loop: LoopSpec | None = None  # the model stage's: several calls with stages between (application/loop.py)
 
     @model_validator(mode="after")
     def _check_fields(self) -> StageSpec:
@@ -114,6 +117,8 @@ class StageSpec(BaseModel):
                                "latency = {kind = \"fixed\", value = \"5 ms\"}")
             if self.prompt is not None:
                 raise _invalid(f"stage {self.name!r}: only the model stage takes a prompt; remove it")
+            if self.loop is not None:
+                raise _invalid(f"stage {self.name!r}: only the model stage takes a loop; remove it")
         extra = [name for name in self.needs or () if name not in self.after]
         if extra:
             raise _invalid(f"stage {self.name!r} needs {extra[0]!r} but does not run after it; add it to after")
@@ -138,7 +143,7 @@ class ApplicationSpec(BaseModel):
         models = [stage.name for stage in self.stages if stage.kind == "model"]
         if len(models) != 1:
             raise _invalid(f"{len(models)} model stages ({', '.join(models) or 'none'}); exactly one stage has "
-                           "kind = \"model\" (applications with several model calls are not modelled yet)")
+                           "kind = \"model\" (several calls of one model: its loop table)")
         for stage in self.stages:
             for name in stage.after:
                 if name not in names:
@@ -148,9 +153,13 @@ class ApplicationSpec(BaseModel):
                     raise _invalid(f"stage {stage.name!r} runs after itself; remove it from its after")
         order = _topological(self.stages)
         model = models[0]
+        problem = loop_problem(self.stages, model)
+        if problem:
+            raise _invalid(problem)
         upstream, downstream = _ancestors(self.stages, model), _descendants(self.stages, model)
+        between = self.between()
         for name in order:
-            if name != model and name not in upstream and name not in downstream:
+            if name != model and name not in upstream and name not in downstream and name not in between:
                 raise _invalid(f"stage {name!r} is neither before the model call nor after it; add it to the "
                                f"after of a stage on the model's path, or {model!r} to its after")
         by_name = {stage.name: stage for stage in self.stages}
@@ -167,6 +176,10 @@ class ApplicationSpec(BaseModel):
         """The stages, each after every stage in its `after`."""
         by_name = {stage.name: stage for stage in self.stages}
         return [by_name[name] for name in _topological(self.stages)]
+
+    def between(self) -> list[str]:
+        """The stages run between the model's calls (its loop's `between`; none without a loop)."""
+        return [] if self.model.loop is None else list(self.model.loop.between)
 
     def before_model(self) -> set[str]:
         return _ancestors(self.stages, self.model.name)

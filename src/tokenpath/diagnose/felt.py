@@ -22,13 +22,15 @@ def felt_parts_s(sent_ns: np.ndarray, upload_ns: np.ndarray, prefill_start_ns: n
                  ttft_engine_ns: np.ndarray, ttft_ns: np.ndarray, ttfv_ns: np.ndarray,
                  e2e_parts_ns: dict[str, np.ndarray], output_tokens: np.ndarray,
                  step_mix: dict[str, float], model_sent_ns: np.ndarray | None = None,
-                 application_before_ns: np.ndarray | None = None) -> dict[str, dict[str, float]]:
+                 application_before_ns: np.ndarray | None = None,
+                 earlier_calls_ns: dict[str, np.ndarray] | None = None) -> dict[str, dict[str, float]]:
     """Mean seconds per part of "ttft", "ttfv" and "tpot" (per token after the first) over the given
     requests (completed ones). `step_mix` is the share of step time that is compute, traffic and
     delivery (host blocking); `e2e_parts_ns` each request's E2E attribution. With an application
     (`e2e_parts_ns` holds "application"): `model_sent_ns`, when each model call was sent, and
     `application_before_ns`, the stages' time before it; the rest of that wait is queue (a concurrency
-    cap holding the call back)."""
+    cap holding the call back), but for `earlier_calls_ns` (an agent loop: each layer's time in the
+    calls before the last, the call whose answer the user reads), which stays in its layers."""
     if not len(sent_ns):
         return {}
     parts = PARTS + ((APPLICATION,) if APPLICATION in e2e_parts_ns else ())
@@ -39,11 +41,15 @@ def felt_parts_s(sent_ns: np.ndarray, upload_ns: np.ndarray, prefill_start_ns: n
     first_leave_ns = sent_ns + ttft_engine_ns
     started_ns = np.where(prefill_start_ns >= 0, np.maximum(prefill_start_ns, at_engine_ns), at_engine_ns)
     started_ns = np.minimum(started_ns, first_leave_ns)
-    queue_ns = started_ns - at_engine_ns + (call_ns - sent_ns - before_ns)
+    earlier = np.zeros((len(sent_ns), len(parts)), np.int64)
+    for k, part in enumerate(PARTS if earlier_calls_ns is not None else ()):
+        earlier[:, k] = earlier_calls_ns[part]
+    earlier_ns = earlier.sum(axis=1)
+    queue_ns = started_ns - at_engine_ns + (call_ns - sent_ns - before_ns - earlier_ns)
     engine_ns = first_leave_ns - started_ns
-    ttft = np.outer(engine_ns, mix)
+    ttft = np.outer(engine_ns, mix) + earlier
     ttft[:, 0] += queue_ns
-    ttft[:, 3] += ttft_ns - queue_ns - engine_ns - before_ns  # upload and the first event's trip
+    ttft[:, 3] += ttft_ns - queue_ns - engine_ns - before_ns - earlier_ns  # upload and the first event's trip
     if APPLICATION in parts:
         ttft[:, 4] += before_ns
     ttfv = ttft + np.outer(ttfv_ns - ttft_ns, mix)

@@ -90,6 +90,11 @@ def _application_line(app: Any) -> str:
             extra.append(f"{stage.cache.hit_rate:.0%} cached")
         if stage.prompt is not None:
             extra.append(f"+{stage.prompt.added_tokens:,} prompt tokens")
+        if stage.loop is not None:
+            turns = stage.loop.turns
+            calls = f"{turns}" if isinstance(turns, int) else f"{turns.kind} {turns.value or turns.mean:g}"
+            between = f", {' and '.join(stage.loop.between)} between" if stage.loop.between else ""
+            extra.append(f"{calls} calls{between}")
         shown.append(f"{stage.name} ({'; '.join(extra)})" if extra else stage.name)
     return ", ".join(shown)
 

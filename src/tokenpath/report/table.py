@@ -98,6 +98,9 @@ def throughput_table(summary: dict[str, Any]) -> Table:
                                                (t.get("band") or {}).get("output_tokens_per_s")))
     table.add_row("requests/s", format_number(t['requests_per_s']))
     table.add_row("goodput (meets SLOs), requests/s", format_number(t['goodput_requests_per_s']))
+    if "model_calls_per_s" in t:  # an agent loop: the engine served every call of each request
+        table.add_row("model calls/s (all calls' output tokens/s)",
+                      f"{format_number(t['model_calls_per_s'])} ({format_number(t['model_call_output_tokens_per_s'])})")
     table.add_row("requests completed / failed", f"{r['completed']:,} / {r['failed']:,}")
     table.add_row("window", format_duration(summary["window_s"]))
     for name, value in cache_and_routing_rows(summary):

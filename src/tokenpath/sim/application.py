@@ -12,17 +12,22 @@ import numpy as np
 from tokenpath.application.spec import ApplicationSpec
 from tokenpath.application.timeline import Timeline, draw_latencies_ns, timeline
 from tokenpath.config.errors import UserError
+from tokenpath.sim.agent import AgentPlan, agent_calls, around_loop, with_agent
 from tokenpath.sim.run import Run
 from tokenpath.workload import Requests
 
 
-def model_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Generator) -> tuple[Requests, Timeline]:
+def model_calls(spec: ApplicationSpec, requests: Requests,
+                rng: np.random.Generator) -> tuple[Requests, Timeline | AgentPlan]:
     """The requests as the model call sends them, in the order they reach the server: each user send
     delayed by the stages before the model, each prompt grown by the model stage's template and chunks;
-    and each request's timeline, in that order."""
+    and each request's timeline, in that order. With an agent loop, every call of each request
+    (sim/agent.py)."""
     if requests.sessions is not None:
         raise UserError("application: multi-turn sessions with an [application] table are not modelled yet; "
                         "remove [workload.sessions] or [application]")
+    if spec.model.loop is not None:
+        return agent_calls(spec, *model_calls(around_loop(spec), requests, rng), rng)
     n = len(requests)
     laid = timeline(spec, draw_latencies_ns(spec, n, rng), n)
     send_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
@@ -38,9 +43,11 @@ def model_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Genera
     return moved, laid
 
 
-def with_application(run: Run, laid: Timeline) -> Run:
+def with_application(run: Run, laid: Timeline | AgentPlan) -> Run:
     """The run as the user sees it: from their send (the model call's scheduled time less the stages
     before it) to the last stage's end. A model call held back by a concurrency cap waits in `queue`."""
+    if isinstance(laid, AgentPlan):
+        return with_agent(run, laid)
     user_send_ns = run.scheduled_ns - laid.pre_ns
     before_ns = run.sent_ns - user_send_ns  # the stages before the model, and any wait for a free slot
     shift = lambda values: None if values is None else values + before_ns  # noqa: E731

@@ -249,13 +249,16 @@ def _felt(sim: Simulation, run: Run, step_mix_s: dict[str, float]) -> dict[str, 
     network_ns = network_in_ns + last_mile.event_network_ns(1)
     total = sum(step_mix_s.values()) or 1.0
     e2e_parts_ns = {part: getattr(run, f"{part}_ns")[done] for part in PARTS}
-    model_sent_ns = before_ns = None
+    model_sent_ns = before_ns = earlier_ns = None
     if run.application_ns is not None:
         e2e_parts_ns[APPLICATION] = run.application_ns[done]
         model_sent_ns, before_ns = run.model_sent_ns[done], run.application_before_ns[done]
+    if run.earlier_calls_ns is not None:
+        earlier_ns = {part: values[done] for part, values in run.earlier_calls_ns.items()}
     parts = felt_parts_s(run.sent_ns[done], upload_ns, run.prefill_start_ns[done], run.ttft_engine_ns[done],
                          run.ttft_ns[done], run.ttfv_ns[done], e2e_parts_ns, run.output_tokens[done],
-                         {part: value / total for part, value in step_mix_s.items()}, model_sent_ns, before_ns)
+                         {part: value / total for part, value in step_mix_s.items()}, model_sent_ns, before_ns,
+                         earlier_ns)
     network_s = float(network_ns.mean()) / 1e9
     found.update(parts_s=parts, network_s={"ttft": network_s, "ttfv": network_s, "e2e": network_s})
     return found

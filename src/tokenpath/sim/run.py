@@ -61,6 +61,12 @@ class Run:
     # after the model's last token), and when the model call was sent (run clock): sent_ns is the user's.
     application_before_ns: np.ndarray | None = None
     model_sent_ns: np.ndarray | None = None
+    # With an agent loop (sim/agent.py): per request, its model calls and their output tokens, the last
+    # call's (output_tokens) included; and by layer (queue, compute, traffic, delivery) the time of its
+    # calls before the last, which model_sent_ns (the last call's send) follows.
+    model_calls: np.ndarray | None = None
+    model_call_output_tokens: np.ndarray | None = None
+    earlier_calls_ns: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.sent_ns)
@@ -78,8 +84,9 @@ class Run:
         for name, value in vars(self).items():
             if isinstance(value, np.ndarray) and name not in ("token_client_ns", "token_offsets"):
                 fields[name] = value[skipped:]
-        if self.application_detail_ns is not None:
-            fields["application_detail_ns"] = {stage: v[skipped:] for stage, v in self.application_detail_ns.items()}
+        for name in ("application_detail_ns", "earlier_calls_ns"):
+            if getattr(self, name) is not None:
+                fields[name] = {key: v[skipped:] for key, v in getattr(self, name).items()}
         first = int(self.token_offsets[skipped])
         tokens = None if self.token_client_ns is None else self.token_client_ns[first:]
         return replace(self, **fields, token_client_ns=tokens, token_offsets=self.token_offsets[skipped:] - first)

@@ -20,6 +20,7 @@ from tokenpath.delivery.lastmile import LastMile, first_visible_index
 from tokenpath.engine.cluster import run_cluster
 from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.engine.routing import static_assignment
+from tokenpath.sim.agent import AgentPlan, check_calls, last_calls
 from tokenpath.sim.application import model_calls, with_application
 from tokenpath.sim.deployment import Deployment, build_deployment, check_fits
 from tokenpath.sim.disaggregated import simulate_disaggregated
@@ -47,7 +48,7 @@ class Simulation:
 
     scenario: Scenario
     deployment: Deployment
-    requests: Requests
+    requests: Requests  # with an agent loop, each user request's last call: a row per row of `run`
     run: Run
     traces: list[EngineTrace]
     # Disaggregated runs: how long each replica's links were busy moving KV caches (a serial resource).
@@ -67,7 +68,8 @@ class Prepared:
     scenario: Scenario
     deployment: Deployment
     requests: Requests  # as the engine sees them: with an [application], the model calls
-    application: Timeline | None = None  # per request (the requests' order), the stages around the model call
+    # per request (the requests' order), the stages around the model call; with an agent loop, around its calls
+    application: Timeline | AgentPlan | None = None
 
 
 def prepare(scenario: Scenario) -> Prepared:
@@ -79,7 +81,10 @@ def prepare(scenario: Scenario) -> Prepared:
     if app is None:
         return Prepared(scenario, deployment, requests)
     requests, laid = model_calls(app, requests, _rng(scenario, _APPLICATION_STREAM))
-    check_fits(requests, deployment, scenario)
+    if isinstance(laid, AgentPlan):
+        check_calls(scenario, requests, deployment)
+    else:
+        check_fits(requests, deployment, scenario)
     return Prepared(scenario, deployment, requests, laid)
 
 
@@ -95,7 +100,10 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     simulation = _simulate(prepared, progress, workers)
     if prepared.application is None:
         return simulation
-    return replace(simulation, run=with_application(simulation.run, prepared.application))
+    simulation = replace(simulation, run=with_application(simulation.run, prepared.application))
+    if isinstance(prepared.application, AgentPlan):  # a row per user request, as the run's: its last call
+        simulation = replace(simulation, requests=last_calls(simulation.requests, prepared.application))
+    return simulation
 
 
 def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, workers: int | None) -> Simulation:

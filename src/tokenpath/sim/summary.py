@@ -162,6 +162,10 @@ def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, flo
         "bottleneck": bottleneck,
         "continuity": continuity_block(run),
     }
+    if run.model_calls is not None:  # an agent loop: what the engine served, every call of every request
+        summary["requests"]["model_calls_mean"] = float(run.model_calls[done].mean()) if done.any() else 0.0
+        summary["throughput"]["model_calls_per_s"] = per_s(int(run.model_calls[done].sum()))
+        summary["throughput"]["model_call_output_tokens_per_s"] = per_s(int(run.model_call_output_tokens[done].sum()))
     if run.prefix_hit_tokens is not None:
         prompt = int(run.input_tokens[done].sum())
         summary["prefix_cache"] = {

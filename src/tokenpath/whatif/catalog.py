@@ -290,6 +290,7 @@ def _value_parallel(scenario: Scenario, table: dict[str, Any], here: Path) -> li
         changed = [{**stage, "cache": cache} if stage in uncached else stage for stage in stages]
         levers.append(Lever(name, "", {"application.stages": changed}))
     levers.append(_parallel(stages))
+    levers.append(_fewer_turns(stages))
     return levers
 
 
@@ -316,6 +317,27 @@ def _parallel(stages: list[dict[str, Any]]) -> Lever:
     if not freed:
         return Lever(name, "", skipped="each stage's order is what keeps it before or after the model call")
     return Lever(f"{name} ({', '.join(freed)})", "", {"application.stages": changed})
+
+
+def _fewer_turns(stages: list[dict[str, Any]]) -> Lever:
+    """One model call fewer per request (application/loop.py): the loop's count one lower, or its
+    distribution's mean (a fixed one's value) one lower, the rest of its shape kept: a tool round the
+    agent no longer needs (a better plan, tools merged into one call)."""
+    name = "fewer agent turns"
+    model = next(stage for stage in stages if stage["kind"] == "model")
+    if "loop" not in model:
+        return Lever(name, "", skipped="the model stage has no loop: one call per request")
+    turns = model["loop"]["turns"]
+    if isinstance(turns, dict) and turns["kind"] not in ("fixed", "normal", "lognormal", "uniform"):
+        return Lever(name, "", skipped=f"its turns are drawn as {turns['kind']} lengths, with no mean to lower")
+    key = None if isinstance(turns, int) else "value" if turns["kind"] == "fixed" else "mean"
+    now = turns if key is None else turns[key]
+    if now < 2:
+        return Lever(name, "", skipped="each request makes one model call already")
+    fewer = now - 1 if key is None else {**turns, key: now - 1, "min": min(turns.get("min", 1), max(1, int(now - 1)))}
+    label = f"{'' if key is None else key + ' '}{now:g} -> {now - 1:g} calls"
+    changed = [{**stage, "loop": {**stage["loop"], "turns": fewer}} if stage is model else stage for stage in stages]
+    return Lever(f"{name} ({label})", "", {"application.stages": changed})
 
 
 _MAKERS: tuple[tuple[str, Callable[[Scenario, dict[str, Any], Path], list[Lever]]], ...] = (

@@ -125,12 +125,12 @@ def session_rows(spec: SessionSpec, start_s: np.ndarray, message_tokens: np.ndar
     session = np.repeat(np.arange(count, dtype=np.int64), turns)
     turn = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(turns) - turns, turns)
     think_s = np.where(turn > 0, think_s, 0.0)
-    history = _earlier_in_session(message_tokens + answer_tokens, turn)
+    history = earlier_in_session(message_tokens + answer_tokens, turn)
     return Requests(start_s[session], (history + message_tokens).astype(np.int64), answer_tokens, None,
                     Sessions(session, turn, think_s.astype(np.float64)))
 
 
-def _earlier_in_session(values: np.ndarray, turn: np.ndarray) -> np.ndarray:
+def earlier_in_session(values: np.ndarray, turn: np.ndarray) -> np.ndarray:
     """For each row, the sum of `values` over the earlier turns of its session."""
     spent = np.cumsum(values)
     before = spent - values
@@ -141,14 +141,16 @@ def session_segments(rows: Requests) -> int:
     """How many prefix keys `session_prefixes(rows)` holds: each turn names every segment of its
     session so far."""
     own = 1 + (rows.output_tokens > 1)  # each turn adds its message, and its answer less the last token
-    return int((_earlier_in_session(own, rows.sessions.turn) + own).sum())
+    return int((earlier_in_session(own, rows.sessions.turn) + own).sum())
 
 
-def session_prefixes(rows: Requests) -> Prefixes:
+def session_prefixes(rows: Requests, head: Prefixes | None = None) -> Prefixes:
     """The prefix identities of `session_rows`: each turn's message and answer (less its last token,
     whose KV is never computed) is a segment of its own, so turn k's keys name the whole session so
     far; the next turn's prompt repeats it, and finds it cached. Row r's segments: key 2r for its
-    message (ending at its prompt's end), 2r + 1 for its answer."""
+    message (ending at its prompt's end), 2r + 1 for its answer. `head` (one row per row; a first
+    turn's is read): segments a session's prompts start with (a shared system prompt), kept in every
+    turn; the session's own keys are then numbered after head's."""
     n = len(rows)
     keys: list[int] = []
     segment_ends: list[int] = []
@@ -156,13 +158,15 @@ def session_prefixes(rows: Requests) -> Prefixes:
     own_keys: list[int] = []
     own_ends: list[int] = []
     prompts, answers, turns = rows.input_tokens.tolist(), rows.output_tokens.tolist(), rows.sessions.turn.tolist()
+    base = 0 if head is None or not len(head.keys) else int(head.keys.max()) + 1
     for r in range(n):
         if turns[r] == 0:
-            own_keys, own_ends = [], []
-        own_keys.append(2 * r)
-        own_ends.append(prompts[r])
+            own_keys, own_ends = ([], []) if head is None else head.segments(r)
+        if prompts[r] > (own_ends[-1] if own_ends else 0):  # (a head may cover the whole first prompt)
+            own_keys.append(base + 2 * r)
+            own_ends.append(prompts[r])
         if answers[r] > 1:
-            own_keys.append(2 * r + 1)
+            own_keys.append(base + 2 * r + 1)
             own_ends.append(prompts[r] + answers[r] - 1)
         keys.extend(own_keys)
         segment_ends.extend(own_ends)

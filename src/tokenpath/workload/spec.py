@@ -222,13 +222,18 @@ class SessionSpec(BaseModel):
     @field_validator("turns")
     @classmethod
     def _check_turns(cls, value: int | LengthSpec) -> int | LengthSpec:
-        if isinstance(value, int) and not 1 <= value <= MAX_TURNS:
-            raise _invalid(f"turns {value} must be from 1 to {MAX_TURNS}")
-        if isinstance(value, LengthSpec):
-            for name in ("value", "max"):
-                if (getattr(value, name) or 0) > MAX_TURNS:
-                    raise _invalid(f"turns: {name} {getattr(value, name)} is above {MAX_TURNS}; lower it")
-        return value
+        return check_turns(value)
+
+
+def check_turns(value: int | LengthSpec) -> int | LengthSpec:
+    """A count of turns, or a distribution of counts, within 1 to MAX_TURNS (a pydantic field check)."""
+    if isinstance(value, int) and not 1 <= value <= MAX_TURNS:
+        raise _invalid(f"turns {value} must be from 1 to {MAX_TURNS}")
+    if isinstance(value, LengthSpec):
+        for name in ("value", "max"):
+            if (getattr(value, name) or 0) > MAX_TURNS:
+                raise _invalid(f"turns: {name} {getattr(value, name)} is above {MAX_TURNS}; lower it")
+    return value
 
 
 class WorkloadSpec(BaseModel):
