@@ -253,6 +253,8 @@ class Scenario(BaseModel):
 def _drop_none(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: _drop_none(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):  # the tables of an array ([[application.stages]])
+        return [_drop_none(item) for item in value]
     return value
 
 
