@@ -59,8 +59,8 @@ visited-set check of every link and the candidate heaps."""
 PQ_LOOKUP_S = default("pq_lookup_s")
 """One byte of a PQ code scanned on one core: a look-up in the query's distance table and an add."""
 
-# Kernels a GPU launches for one query (FAISS's GPU search: the distances, then the k-selection; IVF
-# selects the lists to probe first, then scans them and selects again).
+# Kernels a GPU launches for one query, about (FAISS's GPU search: the distances, then the k-selection;
+# IVF selects the lists to probe first, then scans them and selects again).
 GPU_SEARCH_KERNELS = {"flat": 2, "ivf": 4}
 
 
@@ -124,7 +124,8 @@ def _hnsw_s(index: IndexSpec) -> float:
 def _chip_s(index: IndexSpec, chip: ChipSpec) -> float:
     """A scan on the chip: HBM-bound (PQ codes too: their look-up table sits in on-chip memory), its
     FLOPs at the bf16 GEMM rate, and a fixed cost: the query's copy in, the results' copy out, and
-    each kernel's launch and fixed time."""
+    each kernel's launch and fixed time. The chip's efficiencies are the registry's (`load_chip`'s
+    default), not a scenario's override of them."""
     flops = chip.effective_flops("bf16")
     compare_s = 0.0 if index.pq_bytes is not None else 2 * index.dim / flops
     kernel_s = assumed("kernel_fixed_s", KERNEL_FIXED_S) + assumed("eager_kernel_launch_s", EAGER_KERNEL_LAUNCH_S)

@@ -214,8 +214,8 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("hnsw_distance_fraction", (4782698 / 10000 * 65960703 / 94231860 - 16 * math.log(1e6) / math.log(16))
                / (16 * 2 * 16), _SEARCH, "HNSW_DISTANCE_FRACTION", "1",
                "FAISS issue 3819: bench_hnsw.py's IndexHNSWSQ (M 16) on SIFT1M at efSearch 16 checks 478.3 links a "
-               "query, of which 70% (65,960,703 of 94,231,860 over the run) cost a distance: 334.8, less the upper "
-               "layers' 16 x log_16(1e6), over efSearch x 2M", _SEARCH_TESTS),
+               "query; over the whole run 70% of the links checked cost a distance (65,960,703 of 94,231,860), "
+               "so 334.8 at that row; less the upper layers' 16 x log_16(1e6), over efSearch x 2M", _SEARCH_TESTS),
     Assumption("hnsw_visit_s", 189e-9, _SEARCH, "HNSW_VISIT_S", "s",
                "fitted (geometric mean of the five rows) to FAISS's IndexHNSWFlat (M 32) on SIFT1M at efSearch 16 to "
                "256: 0.011-0.104 ms a query with 20 threads on 2 x Xeon E5-2680 v2 (github.com/facebookresearch/"
