@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from tokenpath.application.loop import LoopSpec, loop_problem
+from tokenpath.application.index import IndexSpec
 from tokenpath.config.units import Duration
 from tokenpath.workload.spec import MAX_TOKENS
 
@@ -101,20 +102,27 @@ class StageSpec(BaseModel):
     ahead: Duration = 0.0
     prompt: PromptSpec | None = None
     loop: LoopSpec | None = None  # the model stage's: several calls with stages between (application/loop.py)
+    index: IndexSpec | None = None  # a retrieval stage's vector index, in place of its latency
 
     @model_validator(mode="after")
     def _check_fields(self) -> StageSpec:
         if self.kind == "model":
-            used = [name for name in ("latency", "cache") if getattr(self, name) is not None]
+            used = [name for name in ("latency", "cache", "index") if getattr(self, name) is not None]
             if used:
                 raise _invalid(f"stage {self.name!r} is the model call, whose time is simulated; "
                                f"remove {', '.join(used)}")
             if self.start == "ahead":
                 raise _invalid(f"stage {self.name!r}: the model call cannot start ahead of the send; remove start")
         else:
-            if self.latency is None:
-                raise _invalid(f"stage {self.name!r} needs a latency, e.g. "
-                               "latency = {kind = \"fixed\", value = \"5 ms\"}")
+            if self.index is not None and self.kind != "retrieval":
+                raise _invalid(f"stage {self.name!r}: only a retrieval stage takes an index; remove it or set "
+                               "kind = \"retrieval\"")
+            if self.index is not None and self.latency is not None:
+                raise _invalid(f"stage {self.name!r} has both a latency and an index; keep one (the index sets "
+                               "the latency)")
+            if self.latency is None and self.index is None:
+                raise _invalid(f"stage {self.name!r} needs a latency, e.g. latency = {{kind = \"fixed\", value = "
+                               f"\"5 ms\"}}{' (or an index)' if self.kind == 'retrieval' else ''}")
             if self.prompt is not None:
                 raise _invalid(f"stage {self.name!r}: only the model stage takes a prompt; remove it")
             if self.loop is not None:

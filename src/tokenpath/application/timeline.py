@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenpath.application.index import index_times_s
 from tokenpath.application.spec import ApplicationSpec, LatencySpec
 from tokenpath.workload.lengths import lognormal_parameters
 
@@ -29,13 +30,13 @@ class Timeline:
 def draw_latencies_ns(spec: ApplicationSpec, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Each non-model stage's time per request, its cache's hits included: drawn stage by stage in the
     order the table lists them (a hit/miss draw first where the stage has a cache), so one seed gives
-    one result."""
+    one result. A retrieval stage with an index takes its search's time (application/index.py)."""
     drawn: dict[str, np.ndarray] = {}
     for stage in spec.stages:
         if stage.kind == "model":
             continue
         hits = None if stage.cache is None else rng.random(n) < stage.cache.hit_rate
-        times = _sample_s(stage.latency, n, rng)
+        times = _sample_s(stage.latency, n, rng) if stage.index is None else index_times_s(stage.index, n, rng)
         if hits is not None:
             times = np.where(hits, stage.cache.hit_latency, times)
         drawn[stage.name] = np.rint(times * 1e9).astype(np.int64)

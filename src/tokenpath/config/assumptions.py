@@ -54,6 +54,7 @@ _EFF, _HOST, _COLL, _BUILD = ("tokenpath.compute.efficiency", "tokenpath.engine.
                               "tokenpath.fabric.collectives", "tokenpath.fabric.build")
 _DELIVERY = "tokenpath.delivery.spec"
 _ROOFLINE_TESTS = "tests/test_compute_roofline.py"
+_SEARCH, _SEARCH_TESTS = "tokenpath.compute.vector_search", "tests/test_retrieval.py"
 
 REGISTRY: tuple[Assumption, ...] = (
     # -- compute: a step's kernels ----------------------------------------------------------------------
@@ -195,6 +196,34 @@ REGISTRY: tuple[Assumption, ...] = (
                "0: none of the 4,110 Tekken tokens of the workload's English corpus shows nothing alone "
                "(measured; 4.9% of Chinese text, 36% of emoji-heavy text)",
                "tests/test_delivery.py"),
+    # -- retrieval: one query on a vector index (an application's retrieval stage) ------------------------
+    Assumption("cpu_memory_bw_Bps", 0.8 * 8 * 4.8e9 * 8, _SEARCH, "CPU_MEMORY_BW_BPS", "B/s",
+               "one Intel Xeon Platinum 8480C socket (2 x 56 cores host NVIDIA DGX H100, DGX H100 user guide): 8 "
+               "channels of DDR5-4800 (Intel ark, Xeon Platinum 8480+), 307.2 GB/s peak, x 0.8: multi-threaded "
+               "STREAM sustains 75-85% of peak DRAM bandwidth in each generation (J. McCalpin, sites.utexas.edu/"
+               "jdm4372/2025/02/17/single-core-memory-bandwidth-latency-bandwidth-and-concurrency)", _SEARCH_TESTS),
+    Assumption("cpu_cores", 56.0, _SEARCH, "CPU_CORES", "1",
+               "cores of that socket (Intel ark, Xeon Platinum 8480+; DGX H100 user guide: 8480C, 56 cores)",
+               _SEARCH_TESTS),
+    Assumption("cpu_core_flops", 2.0e9 * 64, _SEARCH, "CPU_CORE_FLOPS", "1",
+               "FP32 FLOP/s of one 8480C core: 2.0 GHz base (Intel ark, 8480+) x two 512-bit FMA units, 64 FLOP a "
+               "cycle (chipsandcheese.com/p/a-peek-at-sapphire-rapids: 2 x 512-bit FMA throughput)", _SEARCH_TESTS),
+    Assumption("ivf_imbalance", 1.235, _SEARCH, "IVF_IMBALANCE", "1",
+               "FAISS's k-means of SIFT1M into 16,384 clusters: imbalance=1.235 (github.com/facebookresearch/faiss/"
+               "wiki/Indexing-1M-vectors, HNSW benchmarks, kmeans baseline log)", _SEARCH_TESTS),
+    Assumption("hnsw_distance_fraction", (4782698 / 10000 * 65960703 / 94231860 - 16 * math.log(1e6) / math.log(16))
+               / (16 * 2 * 16), _SEARCH, "HNSW_DISTANCE_FRACTION", "1",
+               "FAISS issue 3819: bench_hnsw.py's IndexHNSWSQ (M 16) on SIFT1M at efSearch 16 checks 478.3 links a "
+               "query; over the whole run 70% of the links checked cost a distance (65,960,703 of 94,231,860), "
+               "so 334.8 at that row; less the upper layers' 16 x log_16(1e6), over efSearch x 2M", _SEARCH_TESTS),
+    Assumption("hnsw_visit_s", 189e-9, _SEARCH, "HNSW_VISIT_S", "s",
+               "fitted (geometric mean of the five rows) to FAISS's IndexHNSWFlat (M 32) on SIFT1M at efSearch 16 to "
+               "256: 0.011-0.104 ms a query with 20 threads on 2 x Xeon E5-2680 v2 (github.com/facebookresearch/"
+               "faiss/wiki/Indexing-1M-vectors, HNSW benchmarks), each row's time per thread over the model's "
+               "distances, less each distance's bytes and FLOPs at that machine's figures", _SEARCH_TESTS),
+    Assumption("pq_lookup_s", 7.517e-3 / (1e6 * 16), _SEARCH, "PQ_LOOKUP_S", "s",
+               "FAISS benchs/README.md: IndexPQ of 16 bytes a vector on SIFT1M, one thread, 7.517 ms a query "
+               "(bench_polysemous_sift1m.py, PQ baseline) over its 1M x 16 code bytes", _SEARCH_TESTS),
 )
 
 BY_NAME: dict[str, Assumption] = {a.name: a for a in REGISTRY}
@@ -219,14 +248,17 @@ CALIBRATION_KEY = "calibration"
 # Durations run from 0 to an hour; a fraction of a rate is above 0 and at most 1; sizes and ratios are
 # above 0. Anything else: any finite number >= 0.
 _FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "hbm_bw_efficiency", "scaleup_bw_efficiency",
-              "nvls_link_efficiency", "scaleout_bw_efficiency", "block_scaled_expert_gemm_ceiling")
-_POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ratio")
+              "nvls_link_efficiency", "scaleout_bw_efficiency", "block_scaled_expert_gemm_ceiling",
+              "hnsw_distance_fraction")
+_POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ratio", "cpu_memory_bw_Bps",
+             "cpu_cores", "cpu_core_flops")
 RANGES: dict[str, tuple[float, float, bool]] = {
     **{a.name: (0.0, 3600.0, False) for a in REGISTRY if a.unit == "s"},
     **{name: (0.0, 1.0, True) for name in _FRACTIONS},
     **{name: (0.0, math.inf, True) for name in _POSITIVE},
     "gemm_overlap_norm": (1.0, math.inf, False),  # a p-norm; inf: the plain roofline max
     "invisible_token_fraction": (0.0, 0.999, False),
+    "ivf_imbalance": (1.0, math.inf, False),  # a probed list holds at least the mean
 }
 
 

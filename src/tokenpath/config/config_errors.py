@@ -32,8 +32,12 @@ def _walk(root: Any, loc: tuple[Any, ...]) -> tuple[type[BaseModel] | None, list
     shown: list[str] = []
     parts = list(loc)
     while parts:
-        part = str(parts.pop(0))
+        raw = parts.pop(0)
+        part = str(raw)
         if "[" in part:  # a union member's label (list[int], literal['a','b']): not a key
+            continue
+        if isinstance(raw, int):  # an item of a list of tables: the same model holds it
+            shown.append(part)
             continue
         if owner is None or len(candidates) > 1:
             tagged = [m for m in candidates if m.model_fields.get("kind") and m.model_fields["kind"].default == part]

@@ -80,7 +80,8 @@ def prepare(scenario: Scenario) -> Prepared:
                         check=None if app else lambda drawn: check_fits(drawn, deployment, scenario))
     if app is None:
         return Prepared(scenario, deployment, requests)
-    requests, laid = model_calls(app, requests, _rng(scenario, _APPLICATION_STREAM))
+    with scenario.resolved_assumptions().active():  # a retrieval index's search time reads them
+        requests, laid = model_calls(app, requests, _rng(scenario, _APPLICATION_STREAM))
     if isinstance(laid, AgentPlan):
         check_calls(scenario, requests, deployment)
     else:

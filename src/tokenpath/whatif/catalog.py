@@ -36,6 +36,10 @@ API_SERVER_FACTOR = 2        # "API servers x2"
 # "cache retrieval": the what-if's hit rate, and a hit's time (a lookup in a cache beside the application).
 CACHE_HIT_RATE = 0.5
 CACHE_HIT_LATENCY = "1 ms"
+# "HNSW instead of a flat scan": USearch's defaults, M 16 and ef 64 at search (its BENCHMARKS.md lists them
+# beside hnswlib's 16 / 10 and FAISS's 32 / 16); FAISS reaches R@1 0.978 on SIFT1M at efSearch 64.
+HNSW_LEVER_M = 16
+HNSW_LEVER_EF_SEARCH = 64
 # "a faster tokenizer": tiktoken's encoder ran 1.7x HF tokenizers' single-threaded on the same text
 # (10.6M against 6.3M bytes/s, openai/tiktoken pull request 531).
 TOKENIZER_SPEEDUP = 1.7
@@ -291,7 +295,7 @@ def _value_parallel(scenario: Scenario, table: dict[str, Any], here: Path) -> li
         levers.append(Lever(name, "", {"application.stages": changed}))
     levers.append(_parallel(stages))
     levers.append(_fewer_turns(stages))
-    return levers
+    return levers + _index_levers(scenario, stages)
 
 
 def _parallel(stages: list[dict[str, Any]]) -> Lever:
@@ -338,6 +342,32 @@ def _fewer_turns(stages: list[dict[str, Any]]) -> Lever:
     label = f"{'' if key is None else key + ' '}{now:g} -> {now - 1:g} calls"
     changed = [{**stage, "loop": {**stage["loop"], "turns": fewer}} if stage is model else stage for stage in stages]
     return Lever(f"{name} ({label})", "", {"application.stages": changed})
+
+
+def _index_levers(scenario: Scenario, stages: list[dict[str, Any]]) -> list[Lever]:
+    """A retrieval index searched another way: an HNSW graph instead of a flat scan on the CPU, and the
+    scan (flat or IVF) on the deployment's chip instead of the CPU (compute/vector_search.py)."""
+    on_cpu = {stage["name"]: stage["index"] for stage in stages
+              if "index" in stage and stage["index"].get("on", "cpu") == "cpu"}
+    levers = []
+    hnsw = {"method": "hnsw", "m": HNSW_LEVER_M, "ef_search": HNSW_LEVER_EF_SEARCH}
+    flat = sorted(name for name, index in on_cpu.items() if index["method"] == "flat")
+    levers.append(_index_lever(f"HNSW instead of a flat scan (M {HNSW_LEVER_M}, ef {HNSW_LEVER_EF_SEARCH})", stages,
+                               flat, hnsw, "no retrieval stage scans a flat index on the CPU"))
+    chip = scenario.deployment.chip
+    scans = sorted(name for name, index in on_cpu.items() if index["method"] != "hnsw")
+    levers.append(_index_lever(f"retrieval on the {chip}", stages, scans, {"on": chip},
+                               "no retrieval stage scans a flat or IVF index on the CPU"))
+    return levers
+
+
+def _index_lever(name: str, stages: list[dict[str, Any]], moved: list[str], change: dict[str, Any],
+                 none: str) -> Lever:
+    if not moved:
+        return Lever(name, "", skipped=none)
+    changed = [{**stage, "index": {**{k: v for k, v in stage["index"].items() if k != "threads"}, **change}}
+               if stage["name"] in moved else stage for stage in stages]
+    return Lever(f"{name}: {', '.join(moved)}", "", {"application.stages": changed})
 
 
 _MAKERS: tuple[tuple[str, Callable[[Scenario, dict[str, Any], Path], list[Lever]]], ...] = (
