@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tokenpath.application.timeline import Timeline
+from tokenpath.config.assumptions import DEFAULTS
 from tokenpath.config.memory import KEEP_TOKENS_LIMIT
 from tokenpath.delivery.lastmile import LastMile, first_visible_index
 from tokenpath.engine.cluster import run_cluster
@@ -28,6 +29,7 @@ from tokenpath.sim.forked import available_cpus, can_fork, map_forked
 from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.served import Served, client_side, merge_parts
+from tokenpath.sim.shared_stage import SharedStage, shared_calls, shared_stage
 from tokenpath.sim.summary import LogHistogram
 from tokenpath.workload import Requests, generate
 
@@ -68,6 +70,9 @@ class Prepared:
     deployment: Deployment
     requests: Requests  # as the engine sees them: with an [application], the model calls
     application: Timeline | None = None  # per request (the requests' order), the stages around the model call
+    # With a stage on the deployment's GPU: its jobs, and `requests` are the user's sends, in their order,
+    # each model call sent as the engine runs (sim/shared_stage.py); the timeline comes after the run.
+    shared: SharedStage | None = None
 
 
 def prepare(scenario: Scenario) -> Prepared:
@@ -78,7 +83,14 @@ def prepare(scenario: Scenario) -> Prepared:
                         check=None if app else lambda drawn: check_fits(drawn, deployment, scenario))
     if app is None:
         return Prepared(scenario, deployment, requests)
-    requests, laid = model_calls(app, requests, _rng(scenario, _APPLICATION_STREAM))
+    served = any(stage.served is not None for stage in app.stages)
+    assumptions = scenario.resolved_assumptions() if served else DEFAULTS
+    if shared_stage(app) is not None:
+        requests, jobs = shared_calls(app, requests, _rng(scenario, _APPLICATION_STREAM), scenario, deployment.chip,
+                                      assumptions)
+        check_fits(requests, deployment, scenario)
+        return Prepared(scenario, deployment, requests, shared=jobs)
+    requests, laid = model_calls(app, requests, _rng(scenario, _APPLICATION_STREAM), assumptions)
     check_fits(requests, deployment, scenario)
     return Prepared(scenario, deployment, requests, laid)
 
@@ -93,9 +105,10 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     """
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     simulation = _simulate(prepared, progress, workers)
-    if prepared.application is None:
+    laid = prepared.application if prepared.shared is None else prepared.shared.laid()
+    if laid is None:
         return simulation
-    return replace(simulation, run=with_application(simulation.run, prepared.application))
+    return replace(simulation, run=with_application(simulation.run, laid))
 
 
 def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, workers: int | None) -> Simulation:
@@ -118,6 +131,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
 
     policy = scenario.deployment.routing
     sessions = requests.sessions
+    shared = prepared.shared  # its jobs hold each request back until they are done on its replica's GPU
     # Sessions' later turns wait for the turn before: -1 for a request sent at its scheduled time.
     think_ns = (None if sessions is None
                 else np.where(sessions.turn > 0, np.rint(sessions.think_s * 1e9), -1).astype(np.int64))
@@ -131,7 +145,8 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
         last_miles = [LastMile(delivery, deployment.front_end) for _ in range(replicas)]
         assignment, joint, joint_rows = run_cluster(
             scheduled_ns, requests.input_tokens, requests.output_tokens, requests.prefixes, deployment.costs,
-            last_miles, scenario.engine, deployment.kv_capacity_tokens, policy, concurrency, progress, think_ns)
+            last_miles, scenario.engine, deployment.kv_capacity_tokens, policy, concurrency, progress, think_ns,
+            shared)
 
     def routed(replica: int) -> np.ndarray:
         return joint_rows[replica] if joint else np.flatnonzero(assignment == replica)
@@ -154,10 +169,13 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
                 scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
                 scenario.engine, deployment.kv_capacity_tokens, share, progress, prefixes=sub.prefixes,
                 think_ns=None if think_ns is None else think_ns[rows],
+                side=None if shared is None else shared.rows(rows),
             )
         scheduled = scheduled_ns[rows]
         if sessions is not None:  # a later turn is meant to go when it went: its think time after the last answer
             scheduled = np.where(think_ns[rows] >= 0, trace.sent_ns, scheduled)
+        if shared is not None:  # a model call is meant to go when its job lets it
+            scheduled = trace.sent_ns
         part = client_side(Served.of(trace), sub, scheduled, last_mile, visible[rows], keep_tokens, itl,
                             scenario.continuity.spec(), None if user_sent_ns is None else user_sent_ns[rows])
         part["prefix_hit_tokens"] = trace.prefix_hit_tokens
@@ -166,7 +184,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
 
     serving = [r for r in range(replicas) if (assignment == r).any()]  # a replica with no requests does nothing
     workers = min(len(serving), _default_workers(n) if workers is None else workers)
-    if workers > 1 and can_fork() and not joint:
+    if workers > 1 and can_fork() and not joint and shared is None:  # (shared: its jobs record in this process)
         results = map_forked(serve, serving, workers, progress)
     else:
         results = [serve(replica, progress) for replica in serving]
