@@ -59,7 +59,7 @@ def shown_params(params: float) -> str:
         text = f"{params / _SCALE[unit]:.15g}{unit}"
         if params >= _SCALE[unit] and _parse_params(text) == params:
             return text
-    return f"{params:.15g}"
+    return repr(params)
 
 
 Params = Annotated[float, BeforeValidator(_parse_params), PlainSerializer(shown_params, when_used="json")]
