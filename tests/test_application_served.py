@@ -111,8 +111,13 @@ def test_a_step_with_a_job_pending_is_longer_by_its_kernel_time_and_the_job_ends
     assert trace.compute_ns[0] == 10 * MS
 
 
-def test_with_the_reranker_on_the_gpu_the_layers_sum_exactly_and_the_sends_are_the_users():
-    scenario = load_scenario("rag", {"workload.num_requests": 60, "workload.arrival.rate": 30.0})
+@pytest.mark.parametrize("replicas", [
+    {},  # one replica
+    {"deployment.chips": 16},  # two, round-robin in the order of the users' sends
+    {"deployment.chips": 16, "deployment.routing": "least_outstanding"},  # two, routed when each job is ready
+])
+def test_with_the_reranker_on_the_gpu_the_layers_sum_exactly_and_the_sends_are_the_users(replicas):
+    scenario = load_scenario("rag", {"workload.num_requests": 60, "workload.arrival.rate": 30.0, **replicas})
     prepared = prepare(scenario)
     run = simulate(prepared).run
     parts = run.queue_ns + run.compute_ns + run.traffic_ns + run.delivery_ns + run.application_ns
@@ -174,6 +179,5 @@ def test_the_levers_move_the_reranker_off_the_gpu_and_on_it(tmp_path):
                if s["name"] == "rerank")
     assert cpu["served"]["on"] == "cpu" and cpu["served"]["cores"] == HOST_CPU_CORES
     assert "max_batch" not in cpu["served"]  # a core serves one request at a time
-    moved = load_scenario("rag", levers["rerank on a h200 of its own"].overrides)
-    assert prepare(load_scenario("rag", {"workload.num_requests": 20, **moved.model_dump(mode="json")})
-                   ).application is not None  # off the GPU: laid out before the run
+    moved = load_scenario("rag", {"workload.num_requests": 20, **levers["rerank on a h200 of its own"].overrides})
+    assert prepare(moved).application is not None  # off the GPU: laid out before the run
