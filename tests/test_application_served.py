@@ -14,6 +14,7 @@ from test_engine import NO_NETWORK, FixedCosts
 from tokenpath import load_scenario, simulate
 from tokenpath.application.queues import batches_end_ns, servers_end_ns
 from tokenpath.application.served import _parse_params, shown_params
+from tokenpath.application.service import request_tokens
 from tokenpath.application.spec import ApplicationSpec
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.served import ChipForward, cpu_forward_s
@@ -67,10 +68,23 @@ def test_a_chip_batches_the_requests_waiting_when_it_frees():
 
 
 def rerank_on(on, **served):
-    table = {"params": "100M", "on": on, "documents": 2, "document_tokens": 20, "query_tokens": 5, **served}
+    table = {k: v for k, v in {"params": "100M", "on": on, "documents": 2, "document_tokens": 20, "query_tokens": 5,
+                               **served}.items() if v is not None}
     return ApplicationSpec.model_validate({"stages": [
         {"name": "rerank", "kind": "rerank", "served": table},
         {"name": "answer", "kind": "model", "after": ["rerank"]}]})
+
+
+def test_the_tokens_of_a_request():
+    question = np.array([30, 50])
+    embed = ApplicationSpec.model_validate({"stages": [
+        {"name": "embed", "kind": "embed", "served": {"params": "335M", "on": "cpu", "cores": 1}},
+        {"name": "answer", "kind": "model", "after": ["embed"]}]}).stages[0]
+    assert request_tokens(embed, question).tolist() == [30, 50]  # the question
+    # a reranker scores each document with the query: 2 x (20 + 5); unset, the query is the question
+    assert request_tokens(rerank_on("cpu", cores=1).stages[0], question).tolist() == [50, 50]
+    unset = rerank_on("cpu", cores=1, query_tokens=None).stages[0]
+    assert request_tokens(unset, question).tolist() == [2 * (20 + 30), 2 * (20 + 50)]
 
 
 def test_the_queue_s_wait_counts_to_the_stage_on_the_critical_path():
