@@ -261,13 +261,13 @@ def test_the_levers_move_the_critical_path(tmp_path):
 
 
 def test_serial_parallel_and_ahead_stages_move_ttfv_by_the_hand_computed_stage_times(tmp_path):
-    """The shipped `rag` at a light, even load (one request in the engine at a time): each lever's TTFV
+    """`rag` without its reranker at a light, even load (one request in the engine at a time): each lever's TTFV
     against the scenario's, per request, is the difference of the time before the model call computed by
     hand from the stages' drawn times."""
     from tokenpath.sim.simulate import _APPLICATION_STREAM, _rng
 
     light = {"workload.num_requests": 12, "workload.arrival.rate": 0.2, "workload.arrival.pattern": "constant"}
-    scenario = rag(**light)
+    scenario = drawn_rag(**light)
     table = {"application": {"stages": scenario.application.model_dump(mode="json")["stages"]}}
     levers = {lever.name.split(" (")[0]: lever for lever in catalog(scenario, table, tmp_path)
               if lever.group == APPLICATION_GROUP and not lever.skipped}
@@ -283,6 +283,6 @@ def test_serial_parallel_and_ahead_stages_move_ttfv_by_the_hand_computed_stage_t
     serial = simulate(scenario).run
     assert np.array_equal(serial.application_before_ns, pre["serial"])
     for name in ("run independent stages in parallel", "start retrieval ahead"):
-        run = simulate(rag(**light, **levers[name].overrides)).run
+        run = simulate(drawn_rag(**light, **levers[name].overrides)).run
         assert np.array_equal(run.ttfv_ns - serial.ttfv_ns, pre[name] - pre["serial"]), name
         assert (pre[name] <= pre["serial"]).all() and (pre[name] < pre["serial"]).any(), name

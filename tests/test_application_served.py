@@ -16,7 +16,7 @@ from tokenpath.application.queues import batches_end_ns, servers_end_ns
 from tokenpath.application.served import _parse_params, shown_params
 from tokenpath.application.service import request_tokens
 from tokenpath.application.spec import ApplicationSpec
-from tokenpath.compute.chip import ChipSpec
+from tokenpath.compute.chip import ChipSpec, load_chip
 from tokenpath.compute.served import ChipForward, cpu_forward_s
 from tokenpath.config.assumptions import Assumptions
 from tokenpath.delivery.lastmile import LastMile
@@ -142,6 +142,31 @@ def test_with_the_reranker_on_the_gpu_the_layers_sum_exactly_and_the_sends_are_t
     # each job ends no earlier than it was ready plus its own kernels: its time on the critical path is that
     single = np.array([jobs.kernel_ns([row]) for row in range(60)])
     assert (jobs.done_ns - jobs.ready_ns >= single).all() and (run.application_detail_ns["rerank"] > 0).any()
+
+
+def test_on_an_idle_gpu_the_reranker_takes_its_kernel_time_and_the_call_goes_after_the_last_stage():
+    """The shipped `rag` at a light, even load (one request in the engine at a time): each reranker job
+    finds the GPU idle and runs at once, so the model call goes at the hand-computed time."""
+    from tokenpath.application.timeline import draw_latencies_ns
+    from tokenpath.sim.simulate import _APPLICATION_STREAM, _rng
+
+    scenario = load_scenario("rag", {"workload.num_requests": 12, "workload.arrival.rate": 0.2,
+                                     "workload.arrival.pattern": "constant"})
+    prepared = prepare(scenario)
+    drawn = draw_latencies_ns(scenario.application, 12, _rng(scenario, _APPLICATION_STREAM))
+    e, r, h, t = (drawn[name] for name in ("embed", "retrieve", "history", "tools"))
+    k = np.array([prepared.shared.kernel_ns([row]) for row in range(12)])  # one job alone
+    # the H200's roofline over 20 pairs of the question (the prompt less the 840 tokens the answer adds) and a
+    # 128-token chunk, at 560M parameters
+    h200 = ChipForward(560e6, "bf16", load_chip("h200"))
+    question = prepared.requests.input_tokens - 840
+    assert k.tolist() == [round(h200.time_s(20 * (128 + q)) * 1e9) for q in question.tolist()]
+    run = simulate(prepared).run
+    # rerank and history both start when retrieve ends; the tools stage started 300 ms before the send
+    pre = np.maximum.reduce([np.zeros(12, np.int64), e + r + np.maximum(k, h), t - 300 * MS])
+    assert np.array_equal(run.application_before_ns, pre)
+    assert np.array_equal(run.model_sent_ns, run.sent_ns + pre)
+    assert np.array_equal(prepared.shared.done_ns - prepared.shared.ready_ns, k)
 
 
 @pytest.mark.parametrize("served, fragments", [

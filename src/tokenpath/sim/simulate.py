@@ -122,6 +122,8 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
     # With an application, the user sent each request before its model call was scheduled.
     user_sent_ns = None if prepared.application is None else scheduled_ns - prepared.application.pre_ns
+    if prepared.shared is not None:  # (its requests are the user's sends)
+        user_sent_ns = scheduled_ns
     if scenario.deployment.prefill_replicas:
         itl = None if keep_tokens else LogHistogram()
         run, traces, link_busy_ns = simulate_disaggregated(scenario, deployment, requests, scheduled_ns, visible,
