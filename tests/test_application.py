@@ -78,8 +78,22 @@ def rag(**overrides):
     return load_scenario("rag", {"workload.num_requests": 80, **overrides})
 
 
+def drawn_stages():
+    """rag's stages without its reranker on the GPU (what waited for it waits for what it waited for),
+    every stage's time drawn before the run."""
+    stages = load_scenario("rag").application.model_dump(mode="json", exclude_none=True)["stages"]
+    rerank = next(stage for stage in stages if stage["name"] == "rerank")
+    def bypass(after):
+        return list(dict.fromkeys(a for name in after for a in (rerank["after"] if name == "rerank" else [name])))
+    return [{**stage, "after": bypass(stage["after"])} for stage in stages if stage is not rerank]
+
+
+def drawn_rag(**overrides):
+    return rag(**{"application.stages": drawn_stages(), **overrides})
+
+
 def test_the_engine_sees_each_model_call_when_the_stages_before_it_are_done():
-    scenario = rag()
+    scenario = drawn_rag()
     plain = prepare(load_scenario("rag", {"workload.num_requests": 80, "application": None}))
     prepared = prepare(scenario)
     laid = prepared.application
@@ -188,7 +202,7 @@ def test_the_summary_and_table_show_the_application(monkeypatch, capsys):
     parts = json.loads(out)["attribution_s"]
     layers = ("queue", "compute", "traffic", "delivery", "application")
     assert sum(parts[layer] for layer in layers) == pytest.approx(json.loads(out)["latency_s"]["e2e"]["mean"])
-    assert set(parts["application_detail"]) == {"embed", "retrieve", "history", "tools", "format"}
+    assert set(parts["application_detail"]) == {"embed", "retrieve", "rerank", "history", "tools", "format"}
     assert sum(parts["application_detail"].values()) == pytest.approx(parts["application"])
     code, out, err = run_cli(["simulate", "rag", "--num-requests", "60"], monkeypatch, capsys)
     assert "│ application " in out and "│   retrieve " in out
@@ -221,15 +235,15 @@ def test_a_bad_application_is_one_line_exit_2(stages, fragments, tmp_path, monke
 
 
 def test_the_levers_move_the_critical_path(tmp_path):
-    scenario = rag()
-    table = {"application": {"stages": scenario.application.model_dump(mode="json")["stages"]}}
+    scenario = drawn_rag()
+    table = {"application": {"stages": drawn_stages()}}
     levers = {lever.name: lever for lever in catalog(scenario, table, tmp_path) if lever.group == APPLICATION_GROUP}
     assert "has a cache already" in levers["cache retrieval (50% hits)"].skipped
     ahead = levers["start retrieval ahead (embed, retrieve: 300 ms)"]
     stages = {stage["name"]: stage for stage in ahead.overrides["application.stages"]}
     assert stages["embed"]["start"] == stages["retrieve"]["start"] == "ahead"
     moved = prepare(rag(**ahead.overrides)).application
-    before = prepare(rag()).application
+    before = prepare(drawn_rag()).application
     # with 300 ms ahead, embed + retrieve (tens of ms) end before the send: the tools stage or the history
     # read (started at the send) holds it
     assert (moved.detail_ns["embed"] == 0).all() and (moved.detail_ns["retrieve"] == 0).all()
@@ -237,7 +251,7 @@ def test_the_levers_move_the_critical_path(tmp_path):
     assert moved.pre_ns.mean() < before.pre_ns.mean() * 0.6
     parallel = levers["run independent stages in parallel (history)"]
     assert {s["name"]: s["after"] for s in parallel.overrides["application.stages"]}["history"] == []
-    uncached = [{k: v for k, v in stage.items() if k != "cache"} for stage in table["application"]["stages"]]
+    uncached = [{k: v for k, v in stage.items() if k != "cache"} for stage in drawn_stages()]
     bare = rag(**{"application.stages": uncached})
     cache = next(lever for lever in catalog(bare, {"application": {"stages": uncached}}, tmp_path)
                  if lever.name.startswith("cache retrieval"))
@@ -247,13 +261,13 @@ def test_the_levers_move_the_critical_path(tmp_path):
 
 
 def test_serial_parallel_and_ahead_stages_move_ttfv_by_the_hand_computed_stage_times(tmp_path):
-    """The shipped `rag` at a light, even load (one request in the engine at a time): each lever's TTFV
+    """`rag` without its reranker at a light, even load (one request in the engine at a time): each lever's TTFV
     against the scenario's, per request, is the difference of the time before the model call computed by
     hand from the stages' drawn times."""
     from tokenpath.sim.simulate import _APPLICATION_STREAM, _rng
 
     light = {"workload.num_requests": 12, "workload.arrival.rate": 0.2, "workload.arrival.pattern": "constant"}
-    scenario = rag(**light)
+    scenario = drawn_rag(**light)
     table = {"application": {"stages": scenario.application.model_dump(mode="json")["stages"]}}
     levers = {lever.name.split(" (")[0]: lever for lever in catalog(scenario, table, tmp_path)
               if lever.group == APPLICATION_GROUP and not lever.skipped}
@@ -269,6 +283,6 @@ def test_serial_parallel_and_ahead_stages_move_ttfv_by_the_hand_computed_stage_t
     serial = simulate(scenario).run
     assert np.array_equal(serial.application_before_ns, pre["serial"])
     for name in ("run independent stages in parallel", "start retrieval ahead"):
-        run = simulate(rag(**light, **levers[name].overrides)).run
+        run = simulate(drawn_rag(**light, **levers[name].overrides)).run
         assert np.array_equal(run.ttfv_ns - serial.ttfv_ns, pre[name] - pre["serial"]), name
         assert (pre[name] <= pre["serial"]).all() and (pre[name] < pre["serial"]).any(), name

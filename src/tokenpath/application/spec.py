@@ -14,13 +14,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from tokenpath.application.loop import LoopSpec, loop_problem
 from tokenpath.application.index import IndexSpec
+from tokenpath.application.loop import LoopSpec, loop_problem
+from tokenpath.application.served import SHARED, ServedSpec
 from tokenpath.config.units import Duration
 from tokenpath.workload.spec import MAX_TOKENS
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-StageKind = Literal["cpu", "retrieval", "rerank", "tool", "model"]
+StageKind = Literal["cpu", "retrieval", "embed", "rerank", "tool", "model"]
 # Stages per application: a RAG or agent pipeline has a handful; hundreds is a generated table gone wrong.
 MAX_STAGES = 64
 # Chunks of retrieved context per prompt: retrievers return tens; beyond this the prompt is a document dump.
@@ -103,30 +104,35 @@ class StageSpec(BaseModel):
     prompt: PromptSpec | None = None
     loop: LoopSpec | None = None  # the model stage's: several calls with stages between (application/loop.py)
     index: IndexSpec | None = None  # a retrieval stage's vector index, in place of its latency
+    served: ServedSpec | None = None  # embed and rerank: a model of their own instead of a latency (served.py)
 
     @model_validator(mode="after")
     def _check_fields(self) -> StageSpec:
-        if self.kind == "model":
-            used = [name for name in ("latency", "cache", "index") if getattr(self, name) is not None]
+        if self.index is not None and self.kind != "retrieval":
+            raise _invalid(f"stage {self.name!r}: only a retrieval stage takes an index; remove it or set "
+                           "kind = \"retrieval\"")
+        if self.loop is not None and self.kind != "model":
+            raise _invalid(f"stage {self.name!r}: only the model stage takes a loop; remove it")
+        if self.served is not None:
+            _check_served(self)
+        elif self.kind == "model":
+            used = [name for name in ("latency", "cache") if getattr(self, name) is not None]
             if used:
                 raise _invalid(f"stage {self.name!r} is the model call, whose time is simulated; "
                                f"remove {', '.join(used)}")
             if self.start == "ahead":
                 raise _invalid(f"stage {self.name!r}: the model call cannot start ahead of the send; remove start")
         else:
-            if self.index is not None and self.kind != "retrieval":
-                raise _invalid(f"stage {self.name!r}: only a retrieval stage takes an index; remove it or set "
-                               "kind = \"retrieval\"")
             if self.index is not None and self.latency is not None:
                 raise _invalid(f"stage {self.name!r} has both a latency and an index; keep one (the index sets "
                                "the latency)")
             if self.latency is None and self.index is None:
+                other = {"retrieval": " (or an index)", "embed": ", or a served model (served = {...})",
+                         "rerank": ", or a served model (served = {...})"}.get(self.kind, "")
                 raise _invalid(f"stage {self.name!r} needs a latency, e.g. latency = {{kind = \"fixed\", value = "
-                               f"\"5 ms\"}}{' (or an index)' if self.kind == 'retrieval' else ''}")
+                               f"\"5 ms\"}}{other}")
             if self.prompt is not None:
                 raise _invalid(f"stage {self.name!r}: only the model stage takes a prompt; remove it")
-            if self.loop is not None:
-                raise _invalid(f"stage {self.name!r}: only the model stage takes a loop; remove it")
         extra = [name for name in self.needs or () if name not in self.after]
         if extra:
             raise _invalid(f"stage {self.name!r} needs {extra[0]!r} but does not run after it; add it to after")
@@ -174,6 +180,7 @@ class ApplicationSpec(BaseModel):
         for name in downstream:
             if by_name[name].start == "ahead":
                 raise _invalid(f"stage {name!r} runs after the model call and cannot start ahead; remove start")
+        _check_shared(self.stages, upstream)
         return self
 
     @property
@@ -195,6 +202,54 @@ class ApplicationSpec(BaseModel):
     def waits_for(self, name: str) -> set[str]:
         """The stages `name` waits for, directly or through others."""
         return _ancestors(self.stages, name)
+
+
+def _check_served(stage: StageSpec) -> None:
+    """A stage served by a model: an embedder or a reranker, without a latency or a cache, with the tokens
+    of its kind."""
+    served, name = stage.served, stage.name
+    if stage.kind not in ("embed", "rerank"):
+        raise _invalid(f"stage {name!r}: only embed and rerank stages are served by a model; remove served "
+                       "or set kind")
+    if stage.latency is not None:
+        raise _invalid(f"stage {name!r} has a latency and a served model; keep one")
+    if stage.cache is not None:
+        raise _invalid(f"stage {name!r}: a cache in front of a served model is not modelled; remove cache")
+    if stage.prompt is not None:
+        raise _invalid(f"stage {name!r}: only the model stage takes a prompt; remove it")
+    rerank = ("documents", "document_tokens", "query_tokens")
+    if stage.kind == "embed":
+        used = [key for key in rerank if getattr(served, key) is not None]
+        if used:
+            raise _invalid(f"stage {name!r}: an embed stage embeds tokens (unset: the question); remove {used[0]}")
+    else:
+        if served.tokens is not None:
+            raise _invalid(f"stage {name!r}: a rerank stage scores documents plus the query; remove tokens and "
+                           "give documents, document_tokens (and query_tokens; unset: the question)")
+        missing = [key for key in rerank[:2] if getattr(served, key) is None]
+        if missing:
+            raise _invalid(f"stage {name!r}: a served reranker needs documents and document_tokens (the pairs it "
+                           f"scores and each document's tokens); missing {', '.join(missing)}")
+
+
+def _check_shared(stages: list[StageSpec], upstream: set[str]) -> None:
+    """Served stages run before the model (their queue needs their arrivals before the engine runs); at
+    most one on the deployment's GPU, and no stage on a queue of its own waits for it (its end is known
+    only as the engine runs)."""
+    served = [stage.name for stage in stages if stage.served is not None]
+    for name in served:
+        if name not in upstream:
+            raise _invalid(f"stage {name!r} is served by a model after the model call, which is not modelled; "
+                           "move it before the model or give it a latency")
+    shared = [stage.name for stage in stages if stage.served is not None and stage.served.on == SHARED]
+    if len(shared) > 1:
+        raise _invalid(f"stages {shared[0]!r} and {shared[1]!r} both run on the shared GPU; only one stage can "
+                       "(move the other to \"cpu\" or a chip)")
+    for name in shared:
+        for other in served:
+            if other != name and name in _ancestors(stages, other):
+                raise _invalid(f"stage {other!r} is served on a queue of its own after {name!r}, which runs on "
+                               "the shared GPU; that order is not modelled: give it a latency or reorder them")
 
 
 def _topological(stages: list[StageSpec]) -> list[str]:

@@ -8,6 +8,7 @@ the time before the model call (`pre_ns`) and after it (`post_ns`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ class Timeline:
     pre_ns: np.ndarray
     post_ns: np.ndarray
     detail_ns: dict[str, np.ndarray]
+    start_ns: dict[str, np.ndarray] | None = None  # per stage, when it started (in its frame)
 
 
 def draw_latencies_ns(spec: ApplicationSpec, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -33,7 +35,7 @@ def draw_latencies_ns(spec: ApplicationSpec, n: int, rng: np.random.Generator) -
     one result. A retrieval stage with an index takes its search's time (application/index.py)."""
     drawn: dict[str, np.ndarray] = {}
     for stage in spec.stages:
-        if stage.kind == "model":
+        if stage.kind == "model" or stage.served is not None:  # (a served stage is timed as it is laid out)
             continue
         hits = None if stage.cache is None else rng.random(n) < stage.cache.hit_rate
         times = _sample_s(stage.latency, n, rng) if stage.index is None else index_times_s(stage.index, n, rng)
@@ -52,10 +54,13 @@ def _sample_s(latency: LatencySpec, n: int, rng: np.random.Generator) -> np.ndar
     return rng.lognormal(mu, sigma, n)
 
 
-def timeline(spec: ApplicationSpec, latency_ns: dict[str, np.ndarray], n: int) -> Timeline:
+def timeline(spec: ApplicationSpec, latency_ns: dict[str, np.ndarray], n: int,
+             served: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None) -> Timeline:
     """Each request's stages laid out: a stage starts when its `after` are done (not before the send,
     or `ahead` before it for stages that start ahead); the model call when its `after` are; the stages
-    after the model from its answer's last token at the client (time 0 of their frame)."""
+    after the model from its answer's last token at the client (time 0 of their frame). A stage in
+    `served` takes the time that function gives from its start (a queue's wait and service)."""
+    served = served or {}
     model = spec.model.name
     before = spec.before_model()
     start: dict[str, np.ndarray] = {}
@@ -73,7 +78,10 @@ def timeline(spec: ApplicationSpec, latency_ns: dict[str, np.ndarray], n: int) -
         after = [name for name in stage.after if stage.name == model or stage.name in before or name not in before]
         begin, cause[stage.name] = _latest(after, end, begin, index)
         start[stage.name] = begin
-        end[stage.name] = zero if stage.name == model else begin + latency_ns[stage.name]
+        if stage.name == model:
+            end[stage.name] = zero
+        else:
+            end[stage.name] = begin + (served[stage.name](begin) if stage.name in served else latency_ns[stage.name])
     pre_ns = start[model]
     detail = {stage.name: np.zeros(n, np.int64) for stage in spec.stages if stage.name != model}
     _walk_back(index[model], pre_ns > 0, names, start, end, cause, detail, from_send=True)
@@ -87,7 +95,7 @@ def timeline(spec: ApplicationSpec, latency_ns: dict[str, np.ndarray], n: int) -
             held = last == k
             detail[name][held] += end[name][held] - start[name][held]
             _walk_back(index[name], held, names, start, end, cause, detail, from_send=False)
-    return Timeline(pre_ns, post_ns, detail)
+    return Timeline(pre_ns, post_ns, detail, start)
 
 
 def _latest(after: list[str], end: dict[str, np.ndarray], earliest: np.ndarray,

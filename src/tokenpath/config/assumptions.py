@@ -99,6 +99,17 @@ REGISTRY: tuple[Assumption, ...] = (
                _ROOFLINE_TESTS),
     Assumption("logit_bytes", 4.0, "tokenpath.compute.ops", "LOGIT_BYTES", "bytes",
                "logits are computed and sampled in fp32 (vLLM's sampler)", _ROOFLINE_TESTS),
+    # -- compute: a small model served beside the LLM on CPU cores (compute/served.py) -----------------------
+    Assumption("cpu_core_encoder_flops", 2 * 110e6 * 128 / 0.273, "tokenpath.compute.served", "CPU_CORE_ENCODER_FLOPS",
+               "1",
+               "FLOP/s of one CPU core in an encoder's forward pass: ONNX Runtime runs BERT-base (110M parameters) "
+               "over 128 tokens in 273 ms on one thread of a Xeon W-2123 (nightr.gitbook.io/nnopt, BERT): "
+               "2 x 110M x 128 / 273 ms",
+               "tests/test_application_served.py"),
+    Assumption("cpu_core_bw_Bps", 19.9e9, "tokenpath.compute.served", "CPU_CORE_BW_BPS", "B/s",
+               "single-thread STREAM Triad on a Xeon E5-2690 v3, 19.9 GB/s (John McCalpin, Intel community "
+               "forum: single core bandwidth, haswell vs. broadwell vs. skylake)",
+               "tests/test_application_served.py"),
     # -- engine: the host's share of a step ---------------------------------------------------------------
     Assumption("host_step_s", 0.5e-3, _HOST, "HOST_STEP_S", "s",
                "vLLM V1 scheduler and input preparation; reproduces AIConfigurator's vLLM rows at one chip",
@@ -251,7 +262,7 @@ _FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "hbm_bw_effi
               "nvls_link_efficiency", "scaleout_bw_efficiency", "block_scaled_expert_gemm_ceiling",
               "hnsw_distance_fraction")
 _POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ratio", "cpu_memory_bw_Bps",
-             "cpu_cores", "cpu_core_flops")
+             "cpu_cores", "cpu_core_flops", "cpu_core_encoder_flops", "cpu_core_bw_Bps")
 RANGES: dict[str, tuple[float, float, bool]] = {
     **{a.name: (0.0, 3600.0, False) for a in REGISTRY if a.unit == "s"},
     **{name: (0.0, 1.0, True) for name in _FRACTIONS},

@@ -9,6 +9,9 @@ routed request costs a look at every replica (O(replicas)).
 
 With a concurrency cap the cap is the client's, over all replicas together.
 
+Side work on the replicas' GPUs (`side`, engine/side_work.py): a request is routed when its job is ready,
+its job runs on the replica chosen, and its model call goes to the same replica when the job is done.
+
 Multi-turn sessions (`think_ns`): a session's next turn is sent its think time after the turn before
 finishes at the client, and routed then, so under round_robin and the load-aware policies a session's
 turns may land on different replicas (as with a real router that does not pin sessions).
@@ -25,6 +28,7 @@ from tokenpath.engine.loop import Client, EngineTrace, _trace
 from tokenpath.engine.protocols import StepCosts
 from tokenpath.engine.replica import Replica
 from tokenpath.engine.routing import Router
+from tokenpath.engine.side_work import SideJobs, SideWork
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.prefixes import Prefixes
 
@@ -34,6 +38,11 @@ _NEVER = 1 << 62
 def _next_step_ns(replica: Replica) -> int:
     """When the replica's next step starts (never if it has nothing to do)."""
     start = replica.next_step_ns()
+    return _NEVER if start is None else start
+
+
+def _next_event_ns(side: SideWork, replica: Replica) -> int:
+    start = side.next_event_ns(replica)
     return _NEVER if start is None else start
 
 
@@ -50,11 +59,13 @@ def run_cluster(
     max_concurrency: int | None = None,
     progress: Callable[[int], None] | None = None,
     think_ns: np.ndarray | None = None,
+    side: SideJobs | None = None,
 ) -> tuple[np.ndarray, list[EngineTrace], list[np.ndarray]]:
     """Route and serve the requests (rows sorted by scheduled time) over len(clients) replicas.
     Returns the replica of each request, each replica's trace (its requests in routing order) and
     each replica's requests in that order (the input order, but for sessions' later turns).
-    `think_ns`: as run_engine's (sessions; no concurrency cap)."""
+    `think_ns`: as run_engine's (sessions; no concurrency cap). `side`: each request's job on its
+    replica's GPU, routed when it is ready (open loop only)."""
     n, count = len(scheduled_ns), len(clients)
     replicas = [Replica(costs, client, spec, kv_capacity_tokens) for client in clients]
     router = Router(policy, count, prefixes)
@@ -68,9 +79,17 @@ def run_cluster(
         ready = [0] * min(n, max_concurrency)
     if think_ns is not None and max_concurrency is not None:
         raise ValueError("sessions are closed loops of their own: no concurrency cap")
+    if side is not None and (think_ns is not None or max_concurrency is not None):
+        raise ValueError("side work holds requests back itself: no concurrency cap, no sessions")
+    sides = None if side is None else [SideWork(side, []) for _ in range(count)]
+    local = [0] * n  # with side work: each request's row on its replica
+    if side is not None:  # routed when its job is ready
+        scheduled = side.ready_ns.tolist()
     # Requests sent at their scheduled time (all, or sessions' first turns), and a heap of
     # (send time, request) of sessions' next turns, pushed as the turn before finishes.
     firsts = list(range(n)) if think_ns is None else np.flatnonzero(think_ns < 0).tolist()
+    if side is not None:
+        firsts = np.argsort(side.ready_ns, kind="stable").tolist()
     think = [-1] * (n + 1) if think_ns is None else think_ns.tolist() + [-1]
     pending: list[tuple[int, int]] = []
     next_first = 0
@@ -83,11 +102,19 @@ def run_cluster(
             send_ns = _NEVER
         if pending and pending[0][0] < send_ns:
             send_ns, i = pending[0]
-        starts = [_next_step_ns(r) for r in replicas]
+        starts = [_next_step_ns(r) for r in replicas] if sides is None else [_next_event_ns(s, r) for s, r in
+                                                                               zip(sides, replicas)]
         first = min(range(count), key=starts.__getitem__)
         if starts[first] < send_ns or send_ns == _NEVER:
             replica = replicas[first]
-            finished = replica.step()
+            if sides is None:
+                finished = replica.step()
+            else:
+                finished, jobs, done_ns = sides[first].advance(replica)
+                for g in jobs:
+                    at_ns, upload_ns = side.release_ns(g, done_ns), clients[first].upload_ns(prompt[g])
+                    sent[first][local[g]] = at_ns
+                    replica.send(local[g], at_ns + upload_ns, upload_ns)
             if finished:
                 done += len(finished)
                 router.outstanding[first] -= len(finished)
@@ -114,7 +141,9 @@ def run_cluster(
         assignment[i] = r
         upload_ns = clients[r].upload_ns(prompt[i])
         prefix = None if prefixes is None else prefixes.segments(i)
-        replicas[r].submit(prompt[i], out[i], send_ns + upload_ns, upload_ns, 0, prefix)
+        local[i] = replicas[r].submit(prompt[i], out[i], send_ns + upload_ns, upload_ns, 0, prefix, sides is not None)
+        if sides is not None:  # its job first, on this replica; it is sent when the job is done
+            sides[r].push(i)
         sent[r].append(send_ns)
         outs[r].append(out[i])
         owner[r].append(i)

@@ -11,6 +11,7 @@ import numpy as np
 
 from tokenpath.engine.protocols import Host, StepCosts
 from tokenpath.engine.replica import Replica
+from tokenpath.engine.side_work import SideJobs, SideWork
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.prefixes import Prefixes
 
@@ -86,6 +87,7 @@ def run_engine(
     cached_tokens: np.ndarray | None = None,
     prefixes: Prefixes | None = None,
     think_ns: np.ndarray | None = None,
+    side: SideJobs | None = None,
 ) -> EngineTrace:
     """Simulate one engine replica serving the given requests (rows sorted by scheduled time).
 
@@ -94,6 +96,8 @@ def run_engine(
     scheduled time, whichever is later. `cached_tokens`: prompt tokens whose KV arrives with each
     request. `think_ns` (multi-turn sessions; open loop only): a row with a value >= 0 is the next turn
     of the row before it, sent that long after the previous answer's last byte reaches the client.
+    `side` (open loop only): each request's job on the replica's GPU before it is sent
+    (engine/side_work.py); a request is sent when `side.release_ns` says, once its job is done.
     """
     n = len(scheduled_ns)
     if cached_tokens is None:
@@ -109,6 +113,11 @@ def run_engine(
         prefix = None if prefixes is None else prefixes.segments(i)
         replica.submit(prompt[i], out[i], at_ns + upload_ns, upload_ns, cached[i], prefix)
 
+    if side is not None:
+        if max_concurrency is not None or think_ns is not None:
+            raise ValueError("side work holds requests back itself: no concurrency cap, no sessions")
+        return _run_side(input_tokens, output_tokens, cached_tokens, prefixes, SideWork(side), replica, client,
+                         progress, kv_capacity_tokens)
     if think_ns is not None:
         if max_concurrency is not None:
             raise ValueError("sessions are closed loops of their own: no concurrency cap")
@@ -165,6 +174,27 @@ def _run_sessions(scheduled_ns: np.ndarray, input_tokens: np.ndarray, output_tok
             if progress is not None:
                 progress(len(finished))
     return _trace(replica, sent, out, kv_capacity_tokens)
+
+
+def _run_side(input_tokens: np.ndarray, output_tokens: np.ndarray, cached_tokens: np.ndarray,
+              prefixes: Prefixes | None, side: SideWork, replica: Replica, client: Client,
+              progress: Callable[[int], None] | None, kv_capacity_tokens: int) -> EngineTrace:
+    """Every request is held until its job on the GPU is done, then sent when `release_ns` says."""
+    n = len(input_tokens)
+    upload = _uploads(client, input_tokens)
+    replica.submit_all(input_tokens, output_tokens, upload, upload, cached_tokens, prefixes, np.ones(n, bool))
+    sent, uploads, release = [0] * n, upload.tolist(), side.jobs.release_ns
+    done = 0
+    while done < n:
+        finished, jobs, done_ns = side.advance(replica)
+        for row in jobs:
+            sent[row] = at_ns = release(row, done_ns)
+            replica.send(row, at_ns + uploads[row], uploads[row])
+        if finished:
+            done += len(finished)
+            if progress is not None:
+                progress(len(finished))
+    return _trace(replica, sent, output_tokens.tolist(), kv_capacity_tokens)
 
 
 def _uploads(client: Client, input_tokens: np.ndarray) -> np.ndarray:

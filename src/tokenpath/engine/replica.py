@@ -62,6 +62,7 @@ class Replica:
         self.free_blocks = self.cache_blocks
         self.record_emitters = record_emitters
         self.now = 0
+        self.side_ns = 0  # another model's kernels, run in the next step (engine/side_work.py)
 
         # The profile (engine/spec.py): how a step's batch is composed, as bound methods and flags.
         self.chunked = spec.chunked_prefill
@@ -113,13 +114,14 @@ class Replica:
     # -- requests in -----------------------------------------------------------------------------
 
     def submit(self, input_tokens: int, output_tokens: int, arrival_ns: int, delivery_ns: int = 0,
-               cached_tokens: int = 0, prefix: tuple[list[int], list[int]] | None = None) -> int:
+               cached_tokens: int = 0, prefix: tuple[list[int], list[int]] | None = None, held: bool = False) -> int:
         """Queue a request that reaches the server at `arrival_ns`; `delivery_ns` is time it already
         spent on the way (its upload); the KV of its first `cached_tokens` prompt tokens comes with it
         (a decode engine receiving a prefilled request); `prefix`: the keys of its shared prompt
-        segments and the token each ends at (workload.prefixes). Returns its index."""
+        segments and the token each ends at (workload.prefixes); `held`: it does not arrive until
+        `send` names it. Returns its index."""
         self._check_reservable(input_tokens + output_tokens)
-        i = self.requests.add(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens)
+        i = self.requests.add(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens, held)
         if prefix is not None and prefix[0] and self.prefix_caching:
             self._add_prefix(i, *prefix)
         return i
@@ -164,6 +166,18 @@ class Replica:
     def kv_used(self) -> float:
         """The share of the KV cache's blocks in use (cached prefix blocks count as free: they can be taken)."""
         return 1 - self.free_blocks / self.cache_blocks
+
+    @property
+    def busy(self) -> bool:
+        """Requests are queued or running: the next step starts now."""
+        return bool(self.waiting or self.decoding or self.prefill)
+
+    def occupy(self, until_ns: int) -> None:
+        """With nothing queued or running, the GPU is busy with other work until `until_ns`
+        (engine/side_work.py): the next step starts no earlier."""
+        if self.busy:
+            raise ValueError("occupy: the engine has requests to run")
+        self.now = max(self.now, until_ns)
 
     @property
     def idle(self) -> bool:
@@ -474,6 +488,9 @@ class Replica:
         events = logits if self.interval == 1 else self.decoders.events(d, decode, finishing, completing)
 
         compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled) * 1e9)
+        if self.side_ns:  # another model's kernels in this step
+            compute_ns += self.side_ns
+            self.side_ns = 0
         traffic_ns = round(self._traffic_s(num_tokens, logits == num_tokens) * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
         at_front = self.at_front  # (empty without a front end)

@@ -37,8 +37,9 @@ class Requests:
         self.at_front: list[int] = []
         self._incoming = self.at_front if front else self.arrivals
 
-    def add(self, input_tokens: int, output_tokens: int, arrival_ns: int, delivery_ns: int, cached_tokens: int) -> int:
-        """A request that reaches the server at `arrival_ns`; returns its index."""
+    def add(self, input_tokens: int, output_tokens: int, arrival_ns: int, delivery_ns: int, cached_tokens: int,
+            held: bool = False) -> int:
+        """A request that reaches the server at `arrival_ns` (`held`: when `send` names it); returns its index."""
         if not 0 <= cached_tokens < input_tokens:
             raise ValueError(_CACHED_ERROR)
         i = len(self.prompt)
@@ -51,7 +52,8 @@ class Requests:
         self.times_preempted.append(0)
         self.front_queue.append(0)
         self.front_work.append(0)
-        heapq.heappush(self._incoming, int(arrival_ns) << _ID_BITS | i)
+        if not held:
+            heapq.heappush(self._incoming, int(arrival_ns) << _ID_BITS | i)
         return i
 
     def add_all(self, input_tokens: np.ndarray, output_tokens: np.ndarray, arrival_ns: np.ndarray,

@@ -95,8 +95,19 @@ def _application_line(app: Any) -> str:
             calls = f"{turns}" if isinstance(turns, int) else f"{turns.kind} {turns.value or turns.mean:g}"
             between = f", {' and '.join(stage.loop.between)} between" if stage.loop.between else ""
             extra.append(f"{calls} calls{between}")
+        if stage.served is not None:
+            extra.append(_served_words(stage.served))
         shown.append(f"{stage.name} ({'; '.join(extra)})" if extra else stage.name)
     return ", ".join(shown)
+
+
+def _served_words(served: Any) -> str:
+    """Where a served stage runs, in a few words: "560M on the model's GPU", "335M on 16 CPU cores"."""
+    from tokenpath.application.served import SHARED, shown_params
+
+    where = ("the model's GPU" if served.on == SHARED else f"{served.cores} CPU cores" if served.on == "cpu"
+             else f"a {served.on} of its own")
+    return f"{served.model or shown_params(served.size)} on {where}"
 
 
 def _front_end_line(scenario: Any, deployment: Any) -> str:

@@ -9,28 +9,35 @@ from dataclasses import replace
 
 import numpy as np
 
+from tokenpath.application.service import queues
 from tokenpath.application.spec import ApplicationSpec
 from tokenpath.application.timeline import Timeline, draw_latencies_ns, timeline
+from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
 from tokenpath.sim.agent import AgentPlan, agent_calls, around_loop, with_agent
 from tokenpath.sim.run import Run
 from tokenpath.workload import Requests
 
 
-def model_calls(spec: ApplicationSpec, requests: Requests,
-                rng: np.random.Generator) -> tuple[Requests, Timeline | AgentPlan]:
-    """The requests as the model call sends them, in the order they reach the server: each user send
-    delayed by the stages before the model, each prompt grown by the model stage's template and chunks;
-    and each request's timeline, in that order. With an agent loop, every call of each request
-    (sim/agent.py)."""
+def check_alone(requests: Requests) -> None:
     if requests.sessions is not None:
         raise UserError("application: multi-turn sessions with an [application] table are not modelled yet; "
                         "remove [workload.sessions] or [application]")
+
+
+def model_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Generator,
+                assumptions: Assumptions = DEFAULTS) -> tuple[Requests, Timeline | AgentPlan]:
+    """The requests as the model call sends them, in the order they reach the server: each user send
+    delayed by the stages before the model, each prompt grown by the model stage's template and chunks;
+    and each request's timeline, in that order. With an agent loop, every call of each request
+    (sim/agent.py). Stages served on queues of their own are timed under `assumptions`
+    (application/service.py)."""
+    check_alone(requests)
     if spec.model.loop is not None:
-        return agent_calls(spec, *model_calls(around_loop(spec), requests, rng), rng)
+        return agent_calls(spec, *model_calls(around_loop(spec), requests, rng, assumptions), rng)
     n = len(requests)
-    laid = timeline(spec, draw_latencies_ns(spec, n, rng), n)
     send_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
+    laid = timeline(spec, draw_latencies_ns(spec, n, rng), n, queues(spec, send_ns, requests.input_tokens, assumptions))
     call_ns = send_ns + laid.pre_ns
     order = np.argsort(call_ns, kind="stable")
     prompt = spec.model.prompt

@@ -29,6 +29,7 @@ from tokenpath.sim.forked import available_cpus, can_fork, map_forked
 from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.served import Served, client_side, merge_parts
+from tokenpath.sim.shared_stage import SharedStage, shared_calls, shared_stage
 from tokenpath.sim.summary import LogHistogram
 from tokenpath.workload import Requests, generate
 
@@ -70,6 +71,9 @@ class Prepared:
     requests: Requests  # as the engine sees them: with an [application], the model calls
     # per request (the requests' order), the stages around the model call; with an agent loop, around its calls
     application: Timeline | AgentPlan | None = None
+    # With a stage on the deployment's GPU: its jobs, and `requests` are the user's sends, in their order,
+    # each model call sent as the engine runs (sim/shared_stage.py); the timeline comes after the run.
+    shared: SharedStage | None = None
 
 
 def prepare(scenario: Scenario) -> Prepared:
@@ -80,8 +84,14 @@ def prepare(scenario: Scenario) -> Prepared:
                         check=None if app else lambda drawn: check_fits(drawn, deployment, scenario))
     if app is None:
         return Prepared(scenario, deployment, requests)
-    with scenario.resolved_assumptions().active():  # a retrieval index's search time reads them
-        requests, laid = model_calls(app, requests, _rng(scenario, _APPLICATION_STREAM))
+    assumptions = scenario.resolved_assumptions()  # served stages' and retrieval indexes' times read them
+    rng = _rng(scenario, _APPLICATION_STREAM)
+    with assumptions.active():
+        if shared_stage(app) is not None:
+            requests, jobs = shared_calls(app, requests, rng, scenario, deployment.chip, assumptions)
+            check_fits(requests, deployment, scenario)
+            return Prepared(scenario, deployment, requests, shared=jobs)
+        requests, laid = model_calls(app, requests, rng, assumptions)
     if isinstance(laid, AgentPlan):
         check_calls(scenario, requests, deployment)
     else:
@@ -99,11 +109,12 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     """
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     simulation = _simulate(prepared, progress, workers)
-    if prepared.application is None:
+    laid = prepared.application if prepared.shared is None else prepared.shared.laid()
+    if laid is None:
         return simulation
-    simulation = replace(simulation, run=with_application(simulation.run, prepared.application))
-    if isinstance(prepared.application, AgentPlan):  # a row per user request, as the run's: its last call
-        simulation = replace(simulation, requests=last_calls(simulation.requests, prepared.application))
+    simulation = replace(simulation, run=with_application(simulation.run, laid))
+    if isinstance(laid, AgentPlan):  # a row per user request, as the run's: its last call
+        simulation = replace(simulation, requests=last_calls(simulation.requests, laid))
     return simulation
 
 
@@ -118,6 +129,8 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
     # With an application, the user sent each request before its model call was scheduled.
     user_sent_ns = None if prepared.application is None else scheduled_ns - prepared.application.pre_ns
+    if prepared.shared is not None:  # (its requests are the user's sends)
+        user_sent_ns = scheduled_ns
     if scenario.deployment.prefill_replicas:
         itl = None if keep_tokens else LogHistogram()
         run, traces, link_busy_ns = simulate_disaggregated(scenario, deployment, requests, scheduled_ns, visible,
@@ -127,6 +140,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
 
     policy = scenario.deployment.routing
     sessions = requests.sessions
+    shared = prepared.shared  # its jobs hold each request back until they are done on its replica's GPU
     # Sessions' later turns wait for the turn before: -1 for a request sent at its scheduled time.
     think_ns = (None if sessions is None
                 else np.where(sessions.turn > 0, np.rint(sessions.think_s * 1e9), -1).astype(np.int64))
@@ -140,7 +154,8 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
         last_miles = [LastMile(delivery, deployment.front_end) for _ in range(replicas)]
         assignment, joint, joint_rows = run_cluster(
             scheduled_ns, requests.input_tokens, requests.output_tokens, requests.prefixes, deployment.costs,
-            last_miles, scenario.engine, deployment.kv_capacity_tokens, policy, concurrency, progress, think_ns)
+            last_miles, scenario.engine, deployment.kv_capacity_tokens, policy, concurrency, progress, think_ns,
+            shared)
 
     def routed(replica: int) -> np.ndarray:
         return joint_rows[replica] if joint else np.flatnonzero(assignment == replica)
@@ -163,10 +178,13 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
                 scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
                 scenario.engine, deployment.kv_capacity_tokens, share, progress, prefixes=sub.prefixes,
                 think_ns=None if think_ns is None else think_ns[rows],
+                side=None if shared is None else shared.rows(rows),
             )
         scheduled = scheduled_ns[rows]
         if sessions is not None:  # a later turn is meant to go when it went: its think time after the last answer
             scheduled = np.where(think_ns[rows] >= 0, trace.sent_ns, scheduled)
+        if shared is not None:  # a model call is meant to go when its job lets it
+            scheduled = trace.sent_ns
         part = client_side(Served.of(trace), sub, scheduled, last_mile, visible[rows], keep_tokens, itl,
                             scenario.continuity.spec(), None if user_sent_ns is None else user_sent_ns[rows])
         part["prefix_hit_tokens"] = trace.prefix_hit_tokens
@@ -175,7 +193,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
 
     serving = [r for r in range(replicas) if (assignment == r).any()]  # a replica with no requests does nothing
     workers = min(len(serving), _default_workers(n) if workers is None else workers)
-    if workers > 1 and can_fork() and not joint:
+    if workers > 1 and can_fork() and not joint and shared is None:  # (shared: its jobs record in this process)
         results = map_forked(serve, serving, workers, progress)
     else:
         results = [serve(replica, progress) for replica in serving]

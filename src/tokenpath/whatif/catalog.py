@@ -40,6 +40,9 @@ CACHE_HIT_LATENCY = "1 ms"
 # beside hnswlib's 16 / 10 and FAISS's 32 / 16); FAISS reaches R@1 0.978 on SIFT1M at efSearch 64.
 HNSW_LEVER_M = 16
 HNSW_LEVER_EF_SEARCH = 64
+# "rerank on CPU cores": the cores of one GPU server's host, a DGX H100/H200's two 56-core Xeon Platinum
+# 8480C (NVIDIA DGX H100/H200 user guide, "Hardware Overview").
+HOST_CPU_CORES = 112
 # "a faster tokenizer": tiktoken's encoder ran 1.7x HF tokenizers' single-threaded on the same text
 # (10.6M against 6.3M bytes/s, openai/tiktoken pull request 531).
 TOKENIZER_SPEEDUP = 1.7
@@ -295,7 +298,31 @@ def _value_parallel(scenario: Scenario, table: dict[str, Any], here: Path) -> li
         levers.append(Lever(name, "", {"application.stages": changed}))
     levers.append(_parallel(stages))
     levers.append(_fewer_turns(stages))
-    return levers + _index_levers(scenario, stages)
+    return levers + _index_levers(scenario, stages) + _served_moves(scenario, stages)
+
+
+def _served_moves(scenario: Scenario, stages: list[dict[str, Any]]) -> list[Lever]:
+    """Each stage served by a model moved: onto the deployment's GPU, or off it to the CPU cores of a host
+    or to a chip of its own (the deployment's kind) (docs/application.md, "Stages served by a model")."""
+    served = [stage for stage in stages if "served" in stage]
+    if not served:
+        return [Lever("move a served stage", "", skipped="no stage is served by a model (served = {...})")]
+    chip = scenario.deployment.chip
+    levers = []
+    for stage in served:
+        name, on = stage["name"], stage["served"]["on"]
+        kept = {k: v for k, v in stage["served"].items() if k not in ("on", "cores", "max_batch")}
+        batch = {"max_batch": stage["served"]["max_batch"]} if "max_batch" in stage["served"] else {}
+        moves = ((f"{name} on the model's GPU", "shared", {**kept, "on": "shared", **batch}),
+                 (f"{name} on {HOST_CPU_CORES} CPU cores", "cpu", {**kept, "on": "cpu", "cores": HOST_CPU_CORES}),
+                 (f"{name} on a {chip} of its own", chip, {**kept, "on": chip, **batch}))
+        for title, where, table in moves:
+            if on == where:
+                levers.append(Lever(title, "", skipped=f"stage {name!r} runs there already"))
+                continue
+            changed = [{**s, "served": table} if s["name"] == name else s for s in stages]
+            levers.append(Lever(title, "", {"application.stages": changed}))
+    return levers
 
 
 def _parallel(stages: list[dict[str, Any]]) -> Lever:
