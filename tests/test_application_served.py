@@ -187,6 +187,25 @@ def test_a_bad_served_stage_is_one_line_exit_2(served, fragments, tmp_path, monk
                       "application", *fragments)
 
 
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"deployment.prefill_replicas": 1, "deployment.chips": 16}, "with disaggregated prefill is not modelled"),
+    ({"deployment.pp": 2, "deployment.tp": 4}, "with pipeline parallelism is not modelled"),
+    ({"workload.max_concurrency": 8}, "with workload.max_concurrency is not modelled"),
+    ({"loop": {"turns": 3, "between": [], "result_tokens": {"kind": "fixed", "value": 50},
+               "call_output": {"kind": "fixed", "value": 20}}}, "with an agent loop is not modelled"),
+])
+def test_what_a_stage_on_the_shared_gpu_does_not_combine_with_is_one_line(overrides, fragment):
+    from tokenpath.config.errors import UserError
+
+    stages = load_scenario("rag").application.model_dump(mode="json", exclude_none=True)["stages"]
+    loop = overrides.pop("loop", None)
+    if loop is not None:
+        stages = [{**stage, "loop": loop} if stage["kind"] == "model" else stage for stage in stages]
+    with pytest.raises(UserError, match=fragment) as error:
+        prepare(load_scenario("rag", {"workload.num_requests": 5, "application.stages": stages, **overrides}))
+    assert "\n" not in str(error.value) and "serve the stage on \"cpu\" or a chip" in str(error.value)
+
+
 @given(st.one_of(st.integers(1, 10**12), st.floats(1, 1e12)))
 def test_a_parameter_count_reads_back_as_it_is_shown(params):
     assert _parse_params(shown_params(float(params))) == float(params)

@@ -142,3 +142,6 @@ def _check(scenario: Scenario) -> None:
     if scenario.workload.max_concurrency is not None:
         raise UserError(f"{what} with workload.max_concurrency is not modelled; remove max_concurrency or serve "
                         "the stage on \"cpu\" or a chip")
+    if scenario.application.model.loop is not None:
+        raise UserError(f"{what} with an agent loop is not modelled; remove the model stage's loop or serve the "
+                        "stage on \"cpu\" or a chip")
