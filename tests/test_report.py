@@ -374,7 +374,7 @@ def test_an_applications_report_draws_its_layer_and_stages(rag_run):
     assert {row["layer"]: row["ms"] / 1e3 for row in bars} == pytest.approx(
         {layer: summary["attribution_s"][layer] for layer in layers})
     phases = {row["phase"] for row in _rows(timeline(inputs).chart.to_dict())}
-    assert phases == {"stages before", "queue", "prefill", "decode", "delivery", "stages after"}
+    assert phases == {"before the call", "queue", "prefill", "decode", "delivery", "after the stream"}
 
 
 @pytest.mark.skipif(chromium() is None and not in_ci(), reason="needs Debian's chromium (.ci/run installs it)")

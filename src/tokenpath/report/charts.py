@@ -181,21 +181,22 @@ def _phases(run: RunView) -> list[dict[str, Any]]:
     picks = frame.iloc[np.unique(np.linspace(0, len(frame) - 1, min(TIMELINE_REQUESTS, len(frame))).astype(int))] \
         if len(frame) else frame
     engine = picks["prefill_start_s"].notna().all() and picks["engine_done_s"].notna().all()
-    # With an application, its stages before the model call and after the model's last token (files
+    # With an application, the time before the model call (its stages; an agent's earlier calls and their
+    # tools before its last call) and its stages after the model's last token (files
     # written before these columns have neither).
     calls = picks["model_call_s"] if "model_call_s" in picks else picks["send_s"]
     last_tokens = picks["last_token_s"] if "last_token_s" in picks else picks["last_byte_s"]
-    staged = {"stages before": bool((calls > picks["send_s"]).any()),
-              "stages after": bool((picks["last_byte_s"] > last_tokens).any())}
+    staged = {"before the call": bool((calls > picks["send_s"]).any()),
+              "after the stream": bool((picks["last_byte_s"] > last_tokens).any())}
     rows = []
     for row, call_s, last_token_s in zip(picks.itertuples(), calls, last_tokens):
         if engine:
-            phases = [("stages before", row.send_s, call_s),
+            phases = [("before the call", row.send_s, call_s),
                       ("queue", call_s, row.prefill_start_s),
                       ("prefill", row.prefill_start_s, row.first_token_s),
                       ("decode", row.first_token_s, row.engine_done_s),
                       ("delivery", row.engine_done_s, last_token_s),
-                      ("stages after", last_token_s, row.last_byte_s)]
+                      ("after the stream", last_token_s, row.last_byte_s)]
             phases = [phase for phase in phases if staged.get(phase[0], True)]
         else:
             phases = [("to first token", row.send_s, row.first_token_s),
@@ -214,8 +215,8 @@ def timeline(inputs: Inputs) -> Figure | None:
     if not drawn:
         return None
     alt = _alt()
-    colors = {"stages before": APPLICATION_COLOR, "queue": "#9e9e9e", "prefill": "#f58518", "decode": "#4c78a8",
-              "delivery": "#54a24b", "stages after": "#d6a5c9", "to first token": "#f58518", "streaming": "#4c78a8"}
+    colors = {"before the call": APPLICATION_COLOR, "queue": "#9e9e9e", "prefill": "#f58518", "decode": "#4c78a8",
+              "delivery": "#54a24b", "after the stream": "#d6a5c9", "to first token": "#f58518", "streaming": "#4c78a8"}
     # Two runs on the same scales: each phase's longest of both, the later end of both.
     every = [row for _, rows in drawn for row in rows]
     longest = {phase: max(row["ms"] for row in every if row["phase"] == phase)
@@ -244,9 +245,10 @@ def timeline(inputs: Inputs) -> Figure | None:
                   f"An even sample of up to {TIMELINE_REQUESTS} completed requests, one line each: over the run's "
                   "time, and beside it each phase's length on a scale of its own (queue: sent to its first step; "
                   "prefill: to its first token at the client; decode: to the step that made its last token; "
-                  "delivery: to its last byte; with an application, its stages before the model call and after "
-                  "the model's last token). Measured runs show the wait for the first token and the streaming "
-                  "after it.")
+                  "delivery: to its last byte; with an application, before the call: its stages before the model "
+                  "call, and an agent's earlier calls and tools before its last; after the stream: its stages "
+                  "after the model's last token). Measured runs show the wait for the first token and the "
+                  "streaming after it.")
 
 
 def reader(inputs: Inputs) -> Figure | None:

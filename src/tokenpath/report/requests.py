@@ -39,7 +39,7 @@ COLUMNS = {
     "replica": "the engine that made its last token (simulated runs)",
     "arrival_s": "when the workload meant to send it",
     "send_s": "when it was sent (with an application: by the user, before its stages)",
-    "model_call_s": "when the model call was sent: send_s, or later by an application's stages before it",
+    "model_call_s": "when the model call (an agent's last) was sent: send_s, or later by the application before it",
     "prefill_start_s": "when its first engine step began (simulated runs)",
     "first_token_s": "when the first event carrying a token reached the client",
     "first_visible_s": "when the first visible character reached the client",
