@@ -143,7 +143,7 @@ def random_lengths(rng, n, budget, block, kv_blocks, chunked):
     inputs = rng.integers(1, max(2, longest // 2), n)
     return inputs, rng.integers(1, max(2, longest - inputs.max()), n)
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     n=st.integers(1, 60),
     interval=st.integers(1, 4),

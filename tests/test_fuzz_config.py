@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from tokenpath.cli import main
 from tokenpath.sim import simulate as pipeline
 
-EXAMPLES = int(os.environ.get("TOKENPATH_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("TOKENPATH_FUZZ_EXAMPLES", "100"))
 SEED = os.environ.get("TOKENPATH_FUZZ_SEED")
 # The most requests a case generates, and the most tokens it simulates.
 CASE_REQUESTS = 6
