@@ -238,7 +238,7 @@ def test_the_levers_move_the_critical_path(tmp_path):
     scenario = drawn_rag()
     table = {"application": {"stages": drawn_stages()}}
     levers = {lever.name: lever for lever in catalog(scenario, table, tmp_path) if lever.group == APPLICATION_GROUP}
-    assert "has a cache already" in levers["cache retrieval (50% hits)"].skipped
+    assert "has a cache already" in levers["cache retrieval and reranking (50% hits)"].skipped
     ahead = levers["start retrieval ahead (embed, retrieve: 300 ms)"]
     stages = {stage["name"]: stage for stage in ahead.overrides["application.stages"]}
     assert stages["embed"]["start"] == stages["retrieve"]["start"] == "ahead"
@@ -254,7 +254,7 @@ def test_the_levers_move_the_critical_path(tmp_path):
     uncached = [{k: v for k, v in stage.items() if k != "cache"} for stage in drawn_stages()]
     bare = rag(**{"application.stages": uncached})
     cache = next(lever for lever in catalog(bare, {"application": {"stages": uncached}}, tmp_path)
-                 if lever.name.startswith("cache retrieval"))
+                 if lever.name == "cache retrieve (50% hits)")
     retrieve = next(s for s in cache.overrides["application.stages"] if s["name"] == "retrieve")
     assert retrieve["cache"] == {"hit_rate": 0.5, "hit_latency": "1 ms"}
     assert not [lever for lever in catalog(load_scenario("typical"), {}, tmp_path) if lever.group == APPLICATION_GROUP]
