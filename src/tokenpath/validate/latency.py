@@ -31,7 +31,7 @@ from tokenpath.sim.summary import tpot_ns, window_ns
 from tokenpath.validate.client_draws import sglang_random_lengths
 from tokenpath.validate.latency_rows import read_latency_rows
 from tokenpath.validate.ranking import print_ranking, ranking
-from tokenpath.validate.row_keys import lengths_label, load_label
+from tokenpath.validate.row_keys import label, lengths_label, load_label
 
 GROUP = "latency"
 TITLE = "Latency under load: TTFT and TPOT / ITL at a stated request rate or concurrency"
@@ -260,6 +260,8 @@ def run_latency_group(data: dict[str, Any] | None = None) -> dict[str, Any]:
     summary["median_abs_error"] = max(summary["median_abs_error_ttft"], summary["median_abs_error_decode"])
     summary["worst_abs_error"] = max(summary["worst_abs_error_ttft"], summary["worst_abs_error_decode"])
     summary["ranking"] = ranking(rows)
+    summary["left_out"] = [{"source": row["source"], "row": f"{label(row)}, {lengths_label(row)}, {load_label(row)}",
+                            "reason": row["reason"]} for row in data.get("left_out", [])]
     return {"rows": rows, "summary": summary}
 
 
@@ -288,4 +290,6 @@ def print_latency(console: Any, rows: list[dict[str, Any]], summary: dict[str, A
                   f"{summary['median_abs_error_decode']:.1%}; worst TTFT {summary['worst_abs_error_ttft']:.1%}, "
                   f"TPOT/ITL {summary['worst_abs_error_decode']:.1%} over {summary['rows']} rows "
                   f"({summary['calibration_rows']} calibration rows left out)\n")
+    for row in summary.get("left_out", []):
+        console.print(f"left out, not predicted: {row['source']}, {row['row']}: {row['reason']}\n", highlight=False)
     print_ranking(console, summary["ranking"])

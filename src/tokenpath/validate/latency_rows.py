@@ -99,9 +99,16 @@ class ShareGPTStats(BaseModel):
     min_tokens: int = Field(ge=1)
 
 
+class LeftOutRow(LatencyRow):
+    """A published row left out of the validation, with the reason (validate/consistency.py checks it)."""
+
+    reason: str = Field(min_length=1)
+
+
 def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
-    """The latency data (`sharegpt` statistics, `sources`, `rows`) of `path`, or the shipped file, each
-    row checked; the shipped ShareGPT statistics where the file gives none."""
+    """The latency data (`sharegpt` statistics, `sources`, `rows`, and `left_out`: rows documented and left
+    out, each with its reason) of `path`, or the shipped file, each row checked; the shipped ShareGPT
+    statistics where the file gives none."""
     if path is None:
         data, where = _shipped(), "catalog/validation/latency.toml"
     else:
@@ -118,7 +125,12 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
         if not isinstance(row, dict):
             raise UserError(f"{label}: a row is a table of fields")
         _check(LatencyRow, row, label)
-    return {"sharegpt": sharegpt, "sources": data.get("sources", {}), "rows": rows}
+    left_out = data.get("left_out", [])
+    if not isinstance(left_out, list) or not all(isinstance(row, dict) for row in left_out):
+        raise UserError(f"{where}: left_out is an array of row tables ([[left_out]]), each with its reason")
+    for k, row in enumerate(left_out):
+        _check(LeftOutRow, row, f"{where}: left_out[{k}]")
+    return {"sharegpt": sharegpt, "sources": data.get("sources", {}), "rows": rows, "left_out": left_out}
 
 
 def _shipped() -> dict[str, Any]:
