@@ -163,8 +163,8 @@ def test_a_row_stating_its_throughput_gets_a_throughput_error():
 
 
 def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, capsys):
-    """The goal is 15% on each median. TPOT/ITL meets it (11.6% over 63 rows); TTFT does not since the B200,
-    MI300X and A100 40GB rows joined (21.4%; 11.3% over the 36 rows before them: docs/validation.md), so its
+    """The goal is 15% on each median. TPOT/ITL meets it (12.2% over 62 rows); TTFT does not since the B200,
+    MI300X and A100 40GB rows joined (20.8%; 11.3% over the 36 rows before them: docs/validation.md), so its
     guard holds today's figure against a regression until the model meets the goal again."""
     code, out, err = run_cli(["validate", "--group", "latency", "--json", "-"], monkeypatch, capsys)
     assert code == 0, err
@@ -181,7 +181,7 @@ def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, 
         assert r["decode_error"] == pytest.approx(r["predicted_decode_ms"] / r["decode_ms"] - 1)
     scored = [r for r in rows if not r.get("calibration")]
     assert group["median_abs_error_ttft"] == pytest.approx(np.median([abs(r["ttft_error"]) for r in scored]))
-    assert group["median_abs_error_ttft"] <= 0.23
+    assert group["median_abs_error_ttft"] <= 0.215
 
 
 def _silicon_script():
