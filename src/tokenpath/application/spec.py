@@ -105,6 +105,8 @@ class StageSpec(BaseModel):
     loop: LoopSpec | None = None  # the model stage's: several calls with stages between (application/loop.py)
     index: IndexSpec | None = None  # a retrieval stage's vector index, in place of its latency
     served: ServedSpec | None = None  # embed and rerank: a model of their own instead of a latency (served.py)
+    # The model stage's: the stages directly after it start on its first token (application/stream.py).
+    stream_into_next: bool = False
 
     @model_validator(mode="after")
     def _check_fields(self) -> StageSpec:
@@ -113,6 +115,9 @@ class StageSpec(BaseModel):
                            "kind = \"retrieval\"")
         if self.loop is not None and self.kind != "model":
             raise _invalid(f"stage {self.name!r}: only the model stage takes a loop; remove it")
+        if self.stream_into_next and self.kind != "model":
+            raise _invalid(f"stage {self.name!r}: only the model stage streams into the stages after it; remove "
+                           "stream_into_next")
         if self.served is not None:
             _check_served(self)
         elif self.kind == "model":

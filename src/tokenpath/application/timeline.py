@@ -3,19 +3,24 @@ after it take, and which stage held the request's critical path for how long.
 
 Times are integer nanoseconds. Before the model they count from the user's send; after it, from the
 model's last token reaching the client. Per request the stages' critical-path shares sum exactly to
-the time before the model call (`pre_ns`) and after it (`post_ns`).
+the time before the model call (`pre_ns`) and after it (`post_ns`). A model that streams into the
+stages after it has those laid out once the run gives each request's stream (application/stream.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tokenpath.application.index import index_times_s
 from tokenpath.application.spec import ApplicationSpec, LatencySpec
 from tokenpath.workload.lengths import lognormal_parameters
+
+if TYPE_CHECKING:
+    from tokenpath.application.stream import Streamed
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,9 @@ class Timeline:
     post_ns: np.ndarray
     detail_ns: dict[str, np.ndarray]
     start_ns: dict[str, np.ndarray] | None = None  # per stage, when it started (in its frame)
+    # A model streaming into the stages after it: those stages, to lay out after the run (post_ns and their
+    # detail_ns hold them as if they started at the last token until then).
+    streamed: Streamed | None = None
 
 
 def draw_latencies_ns(spec: ApplicationSpec, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -55,11 +63,14 @@ def _sample_s(latency: LatencySpec, n: int, rng: np.random.Generator) -> np.ndar
 
 
 def timeline(spec: ApplicationSpec, latency_ns: dict[str, np.ndarray], n: int,
-             served: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None) -> Timeline:
+             served: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
+             stream_length_ns: np.ndarray | None = None) -> Timeline:
     """Each request's stages laid out: a stage starts when its `after` are done (not before the send,
     or `ahead` before it for stages that start ahead); the model call when its `after` are; the stages
     after the model from its answer's last token at the client (time 0 of their frame). A stage in
-    `served` takes the time that function gives from its start (a queue's wait and service)."""
+    `served` takes the time that function gives from its start (a queue's wait and service). Given
+    `stream_length_ns` (each answer's last token less its first, at the client), the stages after the
+    model start at its first token, and one reading it ends no earlier than its last token."""
     served = served or {}
     model = spec.model.name
     before = spec.before_model()
@@ -67,11 +78,13 @@ def timeline(spec: ApplicationSpec, latency_ns: dict[str, np.ndarray], n: int,
     end: dict[str, np.ndarray] = {}
     cause: dict[str, np.ndarray] = {}  # per request, the stage (index) whose end set the start; -1: none
     zero = np.zeros(n, np.int64)
+    streams = stream_length_ns is not None
+    first_ns = -np.asarray(stream_length_ns, np.int64) if streams else zero  # the first token, after the model
     names = [stage.name for stage in spec.stages]
     index = {name: k for k, name in enumerate(names)}
     for stage in spec.order():
         if stage.name == model or stage.name not in before:
-            begin = zero  # the model from the send; the stages after it from its answer
+            begin = zero if stage.name == model else first_ns  # the model from the send; later stages from its answer
         else:
             begin = np.full(n, -round(stage.ahead * 1e9) if stage.start == "ahead" else 0, np.int64)
         # Stages before the model are done before its answer: after it, only the model and later stages count.
@@ -79,9 +92,11 @@ def timeline(spec: ApplicationSpec, latency_ns: dict[str, np.ndarray], n: int,
         begin, cause[stage.name] = _latest(after, end, begin, index)
         start[stage.name] = begin
         if stage.name == model:
-            end[stage.name] = zero
+            end[stage.name] = first_ns
         else:
             end[stage.name] = begin + (served[stage.name](begin) if stage.name in served else latency_ns[stage.name])
+            if streams and model in stage.after:  # it reads the stream: it ends with it at the earliest
+                end[stage.name] = np.maximum(end[stage.name], 0)
     pre_ns = start[model]
     detail = {stage.name: np.zeros(n, np.int64) for stage in spec.stages if stage.name != model}
     _walk_back(index[model], pre_ns > 0, names, start, end, cause, detail, from_send=True)
@@ -93,8 +108,8 @@ def timeline(spec: ApplicationSpec, latency_ns: dict[str, np.ndarray], n: int,
         last = np.argmax(ends, axis=0)
         for k, name in enumerate(post):
             held = last == k
-            detail[name][held] += end[name][held] - start[name][held]
-            _walk_back(index[name], held, names, start, end, cause, detail, from_send=False)
+            detail[name][held] += end[name][held] - np.maximum(start[name][held], 0)
+            _walk_back(index[name], held, names, start, end, cause, detail, from_send=streams)
     return Timeline(pre_ns, post_ns, detail, start)
 
 
@@ -113,8 +128,9 @@ def _walk_back(first: int, rows: np.ndarray, names: list[str], start: dict[str, 
                end: dict[str, np.ndarray], cause: dict[str, np.ndarray], detail: dict[str, np.ndarray],
                from_send: bool) -> None:
     """For `rows`, from stage `first`'s start back along the stages that set each start: each holds the
-    path from its start to its end; before the model (`from_send`) only from the send on, and the walk
-    ends at a stage that started at or before the send."""
+    path from its start to its end; with `from_send` (before the model, or after one that streams) only
+    from time 0 of its frame on (the send; the last token), and the walk ends at a stage that started at
+    or before it."""
     current = np.where(rows, first, -1)
     while (current >= 0).any():
         held_by = np.full(len(current), -1, np.int64)

@@ -24,7 +24,8 @@ Examples:
 @application_app.command("import", help="Write the [application] table of a request's trace: OTLP JSON spans "
                                         "(GenAI semantic conventions) or LangSmith runs. Each stage's latency is "
                                         "its measured time (a lognormal over several traces of one shape); the "
-                                        "gaps on the critical path become cpu stages." + IMPORT_EXAMPLE)
+                                        "gaps on the critical path become cpu stages; several model calls, an "
+                                        "agent loop." + IMPORT_EXAMPLE)
 def import_trace(
     trace: str = typer.Argument(..., help="the trace file: OTLP JSON or JSON lines, or a LangSmith export"),
     trace_format: str = typer.Option("auto", "--format", help="otlp, langsmith or auto (from the file's keys)"),

@@ -97,6 +97,8 @@ def _application_line(app: Any) -> str:
             extra.append(f"{calls} calls{between}")
         if stage.served is not None:
             extra.append(_served_words(stage.served))
+        if stage.stream_into_next:
+            extra.append("streamed into the next")
         shown.append(f"{stage.name} ({'; '.join(extra)})" if extra else stage.name)
     return ", ".join(shown)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokenpath.application.spec import ApplicationSpec
+from tokenpath.application.stream import streamed_into
 from tokenpath.application.timeline import Timeline, draw_latencies_ns, timeline
 from tokenpath.config.errors import UserError
 from tokenpath.sim.deployment import check_fits
@@ -145,8 +146,10 @@ def with_agent(run: Run, plan: AgentPlan) -> Run:
     """The run of the calls (a row each) as the user sees it: a row per request, from the send (its first
     call's scheduled time less the stages before it) to the last stage's end. Queue, compute, traffic and
     delivery are the calls' sums (the front end's parts and the prefix hits too), application the stages
-    around and between the calls; what the user reads is the last call's."""
+    around and between the calls; what the user reads is the last call's, and the stages after the last
+    call are laid out on its stream where the model streams into them."""
     first, last = plan.first, plan.last
+    plan = replace(plan, outer=streamed_into(plan.outer, run.e2e_ns[last] - run.ttft_ns[last]))
 
     def summed(values: np.ndarray) -> np.ndarray:
         return np.add.reduceat(values, first)

@@ -11,6 +11,7 @@ import numpy as np
 
 from tokenpath.application.service import queues
 from tokenpath.application.spec import ApplicationSpec
+from tokenpath.application.stream import streamed_into, streaming
 from tokenpath.application.timeline import Timeline, draw_latencies_ns, timeline
 from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
@@ -37,7 +38,9 @@ def model_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Genera
         return agent_calls(spec, *model_calls(around_loop(spec), requests, rng, assumptions), rng)
     n = len(requests)
     send_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
-    laid = timeline(spec, draw_latencies_ns(spec, n, rng), n, queues(spec, send_ns, requests.input_tokens, assumptions))
+    latency_ns = draw_latencies_ns(spec, n, rng)
+    laid = timeline(spec, latency_ns, n, queues(spec, send_ns, requests.input_tokens, assumptions))
+    laid = streaming(spec, latency_ns, laid)
     call_ns = send_ns + laid.pre_ns
     order = np.argsort(call_ns, kind="stable")
     prompt = spec.model.prompt
@@ -46,15 +49,18 @@ def model_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Genera
     moved = Requests(call_ns[order] / 1e9, requests.input_tokens[order] + added, requests.output_tokens[order],
                      None if prefixes is None else prefixes.take(order), None,
                      None if template is None else template[order])
-    laid = Timeline(laid.pre_ns[order], laid.post_ns[order], {k: v[order] for k, v in laid.detail_ns.items()})
+    laid = Timeline(laid.pre_ns[order], laid.post_ns[order], {k: v[order] for k, v in laid.detail_ns.items()},
+                    streamed=None if laid.streamed is None else laid.streamed.take(order))
     return moved, laid
 
 
 def with_application(run: Run, laid: Timeline | AgentPlan) -> Run:
     """The run as the user sees it: from their send (the model call's scheduled time less the stages
-    before it) to the last stage's end. A model call held back by a concurrency cap waits in `queue`."""
+    before it) to the last stage's end. A model call held back by a concurrency cap waits in `queue`. A
+    model streaming into the stages after it has them laid out here, on each request's stream."""
     if isinstance(laid, AgentPlan):
         return with_agent(run, laid)
+    laid = streamed_into(laid, run.e2e_ns - run.ttft_ns)
     user_send_ns = run.scheduled_ns - laid.pre_ns
     before_ns = run.sent_ns - user_send_ns  # the stages before the model, and any wait for a free slot
     shift = lambda values: None if values is None else values + before_ns  # noqa: E731

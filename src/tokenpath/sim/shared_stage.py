@@ -20,6 +20,7 @@ import numpy as np
 from tokenpath.application.served import SHARED
 from tokenpath.application.service import batch_ns, chip_forward, queues, request_tokens
 from tokenpath.application.spec import ApplicationSpec, StageSpec
+from tokenpath.application.stream import streaming
 from tokenpath.application.timeline import Timeline, draw_latencies_ns, timeline
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.config.assumptions import Assumptions
@@ -69,7 +70,7 @@ class SharedStage:
         and that step); after the run."""
         if (self.done_ns < 0).any():
             raise ValueError("the engine has not run every job of the shared stage")
-        return self._laid(self.done_ns - self.ready_ns)
+        return streaming(self.spec, self.latency_ns, self._laid(self.done_ns - self.ready_ns))
 
     def _laid(self, shared_ns: np.ndarray) -> Timeline:
         return timeline(self.spec, {**self.latency_ns, self.name: shared_ns}, len(self.send_ns))

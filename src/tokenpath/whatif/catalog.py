@@ -291,6 +291,7 @@ def _value_parallel(scenario: Scenario, table: dict[str, Any], here: Path) -> li
     levers.append(_cache(stages))
     levers.append(_parallel(stages))
     levers.append(_fewer_turns(stages))
+    levers.append(_stream_into_next(stages))
     return levers + _index_levers(scenario, stages) + _served_moves(scenario, stages)
 
 
@@ -376,6 +377,18 @@ def _fewer_turns(stages: list[dict[str, Any]]) -> Lever:
     label = f"{'' if key is None else key + ' '}{now:g} -> {now - 1:g} calls"
     changed = [{**stage, "loop": {**stage["loop"], "turns": fewer}} if stage is model else stage for stage in stages]
     return Lever(f"{name} ({label})", "", {"application.stages": changed})
+
+
+def _stream_into_next(stages: list[dict[str, Any]]) -> Lever:
+    """The stages after the model start on its answer's first token, not its last (application/stream.py)."""
+    name = "stream the answer into the stages after it"
+    model = next(stage for stage in stages if stage["kind"] == "model")
+    if not any(model["name"] in stage["after"] for stage in stages):
+        return Lever(name, "", skipped="no stage runs after the model call")
+    if model["stream_into_next"]:
+        return Lever(name, "", skipped="the model streams into the stages after it already")
+    changed = [{**stage, "stream_into_next": True} if stage is model else stage for stage in stages]
+    return Lever(name, "", {"application.stages": changed})
 
 
 def _index_levers(scenario: Scenario, stages: list[dict[str, Any]]) -> list[Lever]:

@@ -2,9 +2,10 @@
 conventions mark the model call, embeddings, retrievals and tool calls) or LangSmith run trees.
 
 Each format is read into spans (otlp.py, langsmith.py); spans.py checks each trace as one request (one
-root, one model call) and picks the spans that are stages; stages.py lays them out on the trace's clock
-(`after` from the timing, the gaps on the critical path as `cpu` stages); table.py makes the table of
-one or several traces and writes its TOML. docs/application.md describes the mapping and its errors.
+root, its model calls one after another: several are an agent loop) and picks the spans that are stages;
+stages.py lays them out on the trace's clock (`after` from the timing, the gaps on the critical path as
+`cpu` stages, the spans between two calls as the loop's rounds); table.py makes the table of one or
+several traces and writes its TOML. docs/application.md describes the mapping and its errors.
 """
 
 from __future__ import annotations

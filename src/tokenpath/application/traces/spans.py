@@ -1,6 +1,6 @@
 """A trace as both formats read into it: spans with integer-nanosecond times and the kind of stage each is,
 and the checks that make one request of them: one root, every parent in the file, no span ending before
-it starts, one model call, and the spans that become stages.
+it starts, model calls one after another (several: an agent loop), and the spans that become stages.
 
 A span with a kind (a model call, an embedding, a retrieval, a tool call...) is a stage as a whole: what
 runs inside it (an HTTP call under an LLM span) is part of its time. A span without one (a chain, an
@@ -47,13 +47,14 @@ class Trace:
 
 @dataclass(frozen=True)
 class Request:
-    """One trace checked: its root, its model call and the spans that become stages (the model's among
-    them), in the order they start."""
+    """One trace checked: its root, its model call (the first, where an agent loop makes several) and the
+    spans that become stages (the calls among them), in the order they start; its calls in their order."""
 
     trace_id: str
     root: Span
     model: Span
     stages: list[Span]
+    calls: tuple[Span, ...]
 
 
 def kind_by_name(name: str) -> StageKind | None:
@@ -103,18 +104,26 @@ def request_of(trace: Trace, source: str, model_hint: str) -> Request:
     if not models:
         raise UserError(f"{where}: no LLM span: none is marked as a model call ({model_hint}); the application "
                         "table is built around one")
-    if len(models) > 1:
-        names = ", ".join(span.shown() for span in models[:3])
-        raise UserError(f"{where}: {len(models)} LLM calls ({names}{', ...' if len(models) > 3 else ''}); one "
-                        "model call per request is imported today: agent loops are imported once the application "
-                        "table supports them")
-    model = models[0]
-    stages = [root] if root is model else _stage_spans(root, children)
-    if model not in stages:
-        holder = _typed_ancestor(model, by_id, set(stages))
-        raise UserError(f"{where}: cannot place {model.shown()}: the model call runs inside {holder.shown()} (a "
-                        f"{holder.kind} stage); the table holds the model call as a stage of its own")
-    return Request(trace.trace_id, root, model, sorted(stages, key=lambda span: (span.start_ns, span.end_ns)))
+    stages = [root] if root.kind == "model" else _stage_spans(root, children)
+    for model in models:
+        if not any(model is stage for stage in stages):
+            holder = _typed_ancestor(model, by_id, set(stages))
+            raise UserError(f"{where}: cannot place {model.shown()}: the model call runs inside {holder.shown()} (a "
+                            f"{holder.kind} stage); the table holds the model call as a stage of its own")
+    calls = sorted(models, key=lambda span: (span.start_ns, span.end_ns))
+    for call, following in zip(calls, calls[1:]):
+        if following.start_ns < call.end_ns:
+            raise UserError(f"{where}: the model calls {call.shown()} and {following.shown()} overlap (from "
+                            f"{ms(call.start_ns - root.start_ns)} to {ms(call.end_ns - root.start_ns)} ms and from "
+                            f"{ms(following.start_ns - root.start_ns)} ms); the table's agent loop makes one call "
+                            "after another: import a trace whose calls do not overlap")
+    return Request(trace.trace_id, root, calls[0], sorted(stages, key=lambda span: (span.start_ns, span.end_ns)),
+                   tuple(calls))
+
+
+def ms(ns: int) -> str:
+    """Nanoseconds as milliseconds in the fewest digits (errors quote a span's times so)."""
+    return f"{ns / 1e6:g}"
 
 
 def _stage_spans(root: Span, children: dict[str, list[Span]]) -> list[Span]:
