@@ -228,3 +228,16 @@ def test_any_loop_table_parses_or_is_one_line(turns, between, extra):
     else:
         loop = scenario.application.model.loop
         assert 1 <= loop.turns <= 1000 and set(loop.between) <= {"tool"}
+
+
+def test_the_verdict_names_the_tool_between_the_calls_when_it_holds_ttft():
+    from tokenpath.sim.document import result_document
+
+    # three calls with 2 s tools between them and a long last answer: E2E is mostly its decode, TTFT mostly
+    # the two tool rounds between the calls (before the model call whose answer the user reads)
+    scenario = agent(**{"application.stages": agent_stages(tool_ms=2000), "workload.output": tokens(1500)})
+    document, reason = result_document(simulate(scenario))
+    assert reason.startswith(f"{document['attribution_s']['compute'] / document['latency_s']['e2e']['mean']:.0%} "
+                             "of E2E is engine compute")
+    assert "TTFT: " in reason and "of TTFT is the application's stages before the model call, most of it tool (4 s" \
+        in reason

@@ -72,7 +72,8 @@ class Evidence:
     # Mean seconds of E2E's delivery in each of its parts (summary's attribution_s.delivery_detail).
     delivery_detail_s: dict[str, float] = field(default_factory=dict)
     # With an application: mean seconds of each stage on the critical path (summary's
-    # attribution_s.application_detail), and the stages that run before the model call.
+    # attribution_s.application_detail), and the stages that run before the model call (an agent's: its
+    # last call, so the stages between its calls too).
     application_detail_s: dict[str, float] = field(default_factory=dict)
     application_before: frozenset[str] = frozenset()
 

@@ -25,6 +25,7 @@ from tokenpath.sim.summary import attribution_s, misses_slo, summarize, window_n
 
 if TYPE_CHECKING:  # simulate.py imports this module: Simulation.summary is its result document
     from tokenpath.sim.run import Run
+    from tokenpath.sim.scenario import Scenario
     from tokenpath.sim.simulate import Simulation
 
 
@@ -179,11 +180,20 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         load=load_of(measured.sent_ns, measured.ttft_ns, measured.e2e_ns, measured.completed),
         delivery_detail_s=attributed.get("delivery_detail", {}),
         application_detail_s=attributed.get("application_detail", {}),
-        application_before=frozenset(scenario.application.before_model() if scenario.application else ()),
+        application_before=_before_last_call(scenario),
     )
     engine_busy_s = max((sum(engine.values()) for engine in busy_ns), default=0) / 1e9
     return replace(evidence, resources=_resources(sim, evidence, step_mix_s, engine_busy_s, window_s),
                    **_felt(sim, measured, step_mix_s))
+
+
+def _before_last_call(scenario: Scenario) -> frozenset[str]:
+    """The application's stages that run before the call whose answer the user reads: those before the
+    model and, in an agent loop, those between its calls."""
+    app = scenario.application
+    if app is None:
+        return frozenset()
+    return frozenset(app.before_model() | set(app.model.loop.between if app.model.loop else ()))
 
 
 def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float], engine_busy_s: float,
