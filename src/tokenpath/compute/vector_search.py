@@ -61,8 +61,9 @@ PQ_LOOKUP_S = default("pq_lookup_s")
 # Kernels a GPU launches for one query, about (FAISS's GPU search: the distances, then the k-selection;
 # IVF selects the lists to probe first, then scans them and selects again).
 GPU_SEARCH_KERNELS = {"flat": 2, "ivf": 4}
-# A copy between host and chip, each way: the query in, the top-k out (the registry's, as delivery's copy).
-HOST_LINK_LATENCY_S = default("host_link_latency_s")
+# A copy between host and chip, each way: the query in, the top-k out. The delivery layer's host-link
+# latency (delivery/spec.py, whose reasoning it is), bound here from the registry: a layer imports no other.
+D2H_COPY_LATENCY_S = default("host_link_latency_s")
 
 
 def retrieval_latency_s(index: IndexSpec) -> float:
@@ -130,5 +131,5 @@ def _chip_s(index: IndexSpec, chip: ChipSpec) -> float:
     flops = chip.effective_flops("bf16")
     compare_s = 0.0 if index.pq_bytes is not None else 2 * index.dim / flops
     kernel_s = assumed("kernel_fixed_s", KERNEL_FIXED_S) + assumed("eager_kernel_launch_s", EAGER_KERNEL_LAUNCH_S)
-    fixed_s = GPU_SEARCH_KERNELS[index.method] * kernel_s + 2 * assumed("host_link_latency_s", HOST_LINK_LATENCY_S)
+    fixed_s = GPU_SEARCH_KERNELS[index.method] * kernel_s + 2 * assumed("host_link_latency_s", D2H_COPY_LATENCY_S)
     return _scan_s(index, chip.effective_hbm_bw_Bps, compare_s, flops) + fixed_s
