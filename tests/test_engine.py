@@ -322,7 +322,7 @@ def test_aborts_in_every_state_match_the_reference():
     assert set(states) == {"arriving", "waiting", "prefilling", "decoding", "preempted", "finished"}
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     n=st.integers(1, 40),
     interval=st.integers(1, 3),
@@ -375,7 +375,7 @@ PROFILES = {
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     n=st.integers(1, 40),
     interval=st.integers(1, 4),

@@ -39,7 +39,7 @@ def _profile(profile, chunked, budget, kv_blocks):
 
 
 @pytest.mark.parametrize("profile", ["vllm-v1", *PROFILES])
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(
     n=st.integers(1, 40),
     max_seqs=st.sampled_from([1, 4, 64]),
