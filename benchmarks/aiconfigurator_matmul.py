@@ -1,12 +1,13 @@
-"""Large-GEMM bf16 rates on each chip from AIConfigurator's measured GEMM tables, beside the chip's MAMF.
+"""Large-GEMM rates on each chip from AIConfigurator's measured GEMM tables, beside the chip's catalog figure.
 
 ml-engineering's MAMF (the best rate over a sweep of large GEMMs) gives catalog/chips.toml its
-`measured_matmul_tflops`; it publishes no bf16 figure for the H200. `aiconfigurator-core` publishes
-each serving engine's measured GEMM latencies per chip (`systems/data/<chip>/gemm/<engine>/<version>/
-gemm_perf.parquet`). For every bf16 GEMM with M, N and K all at least 2048 this takes the rate it
-reached, 2 M N K / latency; per table it prints the 90th percentile of those rates, and per chip the
-median over its tables next to the catalog's bf16 figure. Where MAMF is published they agree within
-8% (A100 and H100 within 1%); the H200's bf16 `measured_matmul_tflops` is this median.
+`measured_matmul_tflops`; it publishes no bf16 figure for the H200 and no fp4 figure for any chip.
+`aiconfigurator-core` publishes each serving engine's measured GEMM latencies per chip
+(`systems/data/<chip>/gemm/<engine>/<version>/gemm_perf.parquet`). For every GEMM of a precision (bf16;
+nvfp4 for fp4) with M, N and K all at least 2048 this takes the rate it reached, 2 M N K / latency; per
+table it prints the 90th percentile of those rates, and per chip the median over its tables next to
+the catalog's figure. Where MAMF is published, bf16 agrees within 8% (A100 and H100 within 1%); the
+H200's bf16 and the B200's and GB200's fp4 `measured_matmul_tflops` are this median.
 
     pip install aiconfigurator-core
     python benchmarks/aiconfigurator_matmul.py [--data PATH/systems/data]
@@ -30,10 +31,14 @@ MIN_DIMENSION = 2048   # large, well-shaped: each of M, N and K at least this
 PERCENTILE = 0.9       # near the best rate, as MAMF is, without one table's outlier
 
 
-def large_gemm_tflops(table: Path) -> pd.Series:
-    """The TFLOP/s of each large bf16 GEMM in one engine's table."""
+# The tables' dtype for each catalog precision.
+DTYPES = {"bf16": "bfloat16", "fp4": "nvfp4"}
+
+
+def large_gemm_tflops(table: Path, dtype: str) -> pd.Series:
+    """The TFLOP/s of each large GEMM of `dtype` in one engine's table."""
     df = pd.read_parquet(table)
-    df = df[(df.gemm_dtype == "bfloat16") & (df.m >= MIN_DIMENSION) & (df.n >= MIN_DIMENSION) & (df.k >= MIN_DIMENSION)]
+    df = df[(df.gemm_dtype == dtype) & (df.m >= MIN_DIMENSION) & (df.n >= MIN_DIMENSION) & (df.k >= MIN_DIMENSION)]
     return 2 * df.m * df.n * df.k / (df.latency * 1e-3) / 1e12   # the tables hold milliseconds
 
 
@@ -42,18 +47,20 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=None, help="aiconfigurator-core's systems/data folder")
     data = parser.parse_args().data or default_data()
     for folder, chip_name in CHIPS.items():
-        rates = []
-        for table in sorted((data / folder / "gemm").glob("*/*/gemm_perf.parquet")):
-            tflops = large_gemm_tflops(table)
-            if len(tflops):
-                rates.append(float(tflops.quantile(PERCENTILE)))
-                print(f"  {folder}/{table.parent.parent.name} {table.parent.name}: {len(tflops)} GEMMs, "
-                      f"p90 {rates[-1]:.0f} TFLOP/s")
-        if rates:
-            chip = load_chip(chip_name)   # matmul_efficiency holds the serving fraction too
-            catalog_tflops = chip.peak_flops["bf16"] * chip.matmul_efficiency["bf16"] / SERVING_GEMM_FRACTION / 1e12
-            print(f"{chip_name}: median of the tables' p90 {statistics.median(rates):.0f} TFLOP/s; "
-                  f"catalog/chips.toml bf16 {catalog_tflops:.1f}")
+        chip = load_chip(chip_name)   # matmul_efficiency holds the serving fraction too
+        for precision, dtype in DTYPES.items():
+            rates = []
+            for table in sorted((data / folder / "gemm").glob("*/*/gemm_perf.parquet")):
+                tflops = large_gemm_tflops(table, dtype)
+                if len(tflops):
+                    rates.append(float(tflops.quantile(PERCENTILE)))
+                    print(f"  {folder}/{table.parent.parent.name} {table.parent.name} {dtype}: {len(tflops)} GEMMs, "
+                          f"p90 {rates[-1]:.0f} TFLOP/s")
+            if rates and precision in chip.peak_flops:
+                catalog_tflops = (chip.peak_flops[precision] * chip.matmul_efficiency[precision]
+                                  / SERVING_GEMM_FRACTION / 1e12)
+                print(f"{chip_name} {precision}: median of the tables' p90 {statistics.median(rates):.0f} TFLOP/s; "
+                      f"catalog/chips.toml {catalog_tflops:.1f}")
 
 
 if __name__ == "__main__":
