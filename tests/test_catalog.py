@@ -78,7 +78,9 @@ def test_matmul_efficiency_is_measured_over_peak_or_the_default():
     assert h100.matmul_efficiency["fp8"] == pytest.approx(1402.6 / 1979 * SERVING_GEMM_FRACTION)
     # The H200 runs the H100's compute die: its bf16 figure, from AIConfigurator's tables, is within 2%.
     assert load_chip("h200").matmul_efficiency["bf16"] == pytest.approx(808 / 989 * SERVING_GEMM_FRACTION)
-    assert load_chip("b200").matmul_efficiency["fp4"] == DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION
+    # The B200's fp4, from AIConfigurator's nvfp4 tables; a precision no source measures takes the default.
+    assert load_chip("b200").matmul_efficiency["fp4"] == pytest.approx(4435 / 9000 * SERVING_GEMM_FRACTION)
+    assert load_chip("mi325x").matmul_efficiency["fp8"] == DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION
 
 
 def test_hbm_efficiency_is_the_measured_stream_bandwidth_over_peak_or_the_default():
