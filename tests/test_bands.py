@@ -24,7 +24,7 @@ from tokenpath.sim.bands import (
     shipped_records,
 )
 from tokenpath.sim.envelope import covers_version, envelope
-from tokenpath.sim.regime import load_regime, model_family
+from tokenpath.sim.regime import load_regime, model_family, regime_block
 from tokenpath.validate.bands_build import THROUGHPUT_GROUP
 from tokenpath.validate.groups import published_rows
 from tokenpath.validate.latency import load_latency, row_engine
@@ -72,6 +72,22 @@ def test_a_band_is_what_would_be_measured_given_the_regimes_errors():
     assert e2e["p50"]["low"] == pytest.approx(2.0 * (0.05 / 1.25 + 0.95 / 1.1), rel=1e-12)
     assert e2e["p50"]["high"] == pytest.approx(2.0 * (0.05 / 0.8 + 0.95 / 0.9), rel=1e-12)
     assert "band" not in document["throughput"]  # no row states one
+
+
+def test_an_applications_stages_are_kept_out_of_the_band():
+    records = [_record(0, -0.2, 0.1), _record(1, 0.0, -0.1), _record(2, 0.1, 0.0), _record(3, 0.25, 0.05)]
+    document = _document(ttft_s=0.3, e2e_s=2.2)
+    attach_bands(document, records, given_s={"ttft": 0.2, "ttfv": 0.2, "e2e": 0.2})
+    ttft = document["latency_s"]["ttft"]["band"]
+    # 200 ms of the 300 ms mean are stages: the band is on the model's 100 ms, the stages added as they are
+    assert ttft["mean"] == {"low": pytest.approx(0.2 + 0.1 / 1.25), "high": pytest.approx(0.2 + 0.1 / 0.8)}
+    assert ttft["p99"] == {"low": pytest.approx(0.2 + 0.7 / 1.25), "high": pytest.approx(0.2 + 0.7 / 0.8)}
+    assert ttft["basis"].endswith("the application's stages in it (200 ms mean) kept out of the band: the rows "
+                                  "validate the model call, not them")
+    # E2E: the model's 2 s, of which its first token 100 ms (5%), as without the stages
+    e2e = document["latency_s"]["e2e"]["band"]
+    assert e2e["mean"]["low"] == pytest.approx(0.2 + 2.0 * (0.05 / 1.25 + 0.95 / 1.1), rel=1e-12)
+    assert document["latency_s"]["tpot"]["band"]["mean"]["low"] == pytest.approx(0.02 / 1.1)
 
 
 def test_ten_rows_give_their_10th_and_90th_percentiles():
@@ -213,6 +229,10 @@ def test_the_load_regime_and_the_model_family():
     assert load_regime(False, 0.5, 100.0) == "saturated"
     assert load_regime(False, 0.49, 1.99) == "light"
     assert load_regime(False, 0.2, 2.0) == "moderate"
+    # the queue's share is of the model call's TTFT: an application's stages before it do not dilute it
+    block = regime_block("vllm-v1", None, "h100", "Hopper", load_model("llama-3.1-8b"), False,
+                         {"queue": 0.05, "compute": 0.04, "delivery": 0.01, "application": 0.9}, 20.0)
+    assert block["queue_share_of_ttft"] == pytest.approx(0.5) and block["load"] == "saturated"
     assert [model_family(load_model(name)) for name in ("llama-3.1-70b", "qwen3-30b-a3b", "deepseek-v3")] == \
         ["dense", "MoE", "MLA"]
 

@@ -199,18 +199,30 @@ def calibration_note(files: Sequence[str], calibrated_band: bool) -> str:
 
 
 def _block(stats: dict[str, Any], q_low: float, q_high: float, rows: int, basis: str,
-           calibration: Sequence[str], calibrated_band: bool = False) -> dict[str, Any]:
-    block: dict[str, Any] = {stat: bounds(stats.get(stat), q_low, q_high) for stat in _STATS}
+           calibration: Sequence[str], calibrated_band: bool = False, given_s: float = 0.0) -> dict[str, Any]:
+    """The band of one latency. `given_s`: the mean time of an application's stages in it, which no
+    validated row covers: only the rest of each figure takes the band."""
+    block: dict[str, Any] = {}
+    for stat in _STATS:
+        value = stats.get(stat)
+        modelled = None if value is None else max(0.0, value - given_s)
+        block[stat] = {end: None if bound is None else bound + min(given_s, value)
+                       for end, bound in bounds(modelled, q_low, q_high).items()}
+    if given_s > 0:
+        basis += (f"; the application's stages in it ({given_s * 1e3:.3g} ms mean) kept out of the band: the rows "
+                  "validate the model call, not them")
     block.update(rows=rows, basis=basis + (calibration_note(calibration, calibrated_band) if calibration else ""),
                  calibrated=bool(calibration))
     return block
 
 
 def attach_bands(document: dict[str, Any], records: Sequence[Record], calibration: Sequence[str] = (),
-                 engine_calibrated: bool = False) -> None:
+                 engine_calibrated: bool = False, given_s: dict[str, float] | None = None) -> None:
     """Each latency's and the throughput's `band` in a result document with a `regime`: `calibration` the
     scenario's calibration files, if any; `engine_calibrated`: one of them is an engine calibration, so
-    the latencies take the calibrated rows' bands where the file has them."""
+    the latencies take the calibrated rows' bands where the file has them; `given_s`: per latency, the
+    mean time of an application's stages in it (_block)."""
+    given_s = given_s or {}
     regime, latency = document["regime"], document["latency_s"]
     found = {metric: band(records, regime, metric) for metric in METRICS}
     calibrated_band = False
@@ -223,19 +235,21 @@ def attach_bands(document: dict[str, Any], records: Sequence[Record], calibratio
         b = found[metric]
         if b is not None and latency[key].get("mean") is not None:  # no band for a metric never measured
             latency[key]["band"] = _block(latency[key], b.q_low, b.q_high, b.rows, b.basis, calibration,
-                                          calibrated_band)
+                                          calibrated_band, given_s.get(key, 0.0))
     ttft, decode = found["ttft"], found["decode"]
     e2e = latency["e2e"]
     if ttft is not None and decode is not None and e2e.get("mean") and latency["ttft"].get("mean") is not None:
         # E2E is the first token and the rest: TTFT's band on its share of the mean, the decode band on
         # the rest, both ends taken together (errors of the two alike: the wider band).
-        share = min(1.0, latency["ttft"]["mean"] / e2e["mean"])
+        ttft_s = latency["ttft"]["mean"] - given_s.get("ttft", 0.0)
+        e2e_s = e2e["mean"] - given_s.get("e2e", 0.0)
+        share = min(1.0, max(0.0, ttft_s) / e2e_s) if e2e_s > 0 else 1.0
         low = share / (1.0 + ttft.q_high) + (1.0 - share) / (1.0 + decode.q_high)
         high = share / (1.0 + ttft.q_low) + (1.0 - share) / (1.0 + decode.q_low)
         basis = (f"TTFT's band on its first token ({share:.0%} of the mean), the decode band on the rest; "
                  f"decode: {decode.basis}")
         e2e["band"] = _block(e2e, 1.0 / high - 1.0, 1.0 / low - 1.0, decode.rows, basis, calibration,
-                             calibrated_band)
+                             calibrated_band, given_s.get("e2e", 0.0))
     throughput = found["throughput"]
     if throughput is not None:
         block = {key: bounds(document["throughput"].get(key), throughput.q_low, throughput.q_high)

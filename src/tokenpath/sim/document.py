@@ -81,8 +81,11 @@ def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> Non
     document["envelope"] = envelope(document["regime"], records)
     assumptions = document["scenario"]["assumptions"]
     calibration = [*assumptions["calibration_files"], *filter(None, [assumptions["delivery_calibration"]])]
+    # An application's stages are not what the rows validate: their mean time in each latency takes no band.
+    stages_s = {key: evidence.parts_s.get(key, {}).get(APPLICATION, 0.0) for key in ("ttft", "ttfv")}
+    stages_s["e2e"] = (document.get("attribution_s") or {}).get(APPLICATION, 0.0)
     attach_bands(document, records, list(dict.fromkeys(Path(path).name for path in calibration)),
-                 engine_calibrated=bool(assumptions["calibration_files"]))
+                 engine_calibrated=bool(assumptions["calibration_files"]), given_s=stages_s)
 
 
 def resolved_block(sim: Simulation) -> dict[str, Any]:
