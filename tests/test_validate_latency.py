@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from benchmark_scripts import load_benchmark
 from cli_helpers import run_cli
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
@@ -184,20 +185,10 @@ def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, 
     assert group["median_abs_error_ttft"] <= 0.215
 
 
-def _silicon_script():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "aiconfigurator_silicon.py"
-    spec = importlib.util.spec_from_file_location("aiconfigurator_silicon", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_unshipped_silicon_check_predicts_runs_as_the_shipped_rows_are_predicted():
     """benchmarks/aiconfigurator_silicon.py must build its rows as latency.toml's AIConfigurator rows are
     written, or its figures would not check the same model."""
-    script = _silicon_script()
+    script = load_benchmark("aiconfigurator_silicon")
     shipped = [r for r in DATA["rows"] if r["source"] == "aiconfigurator_silicon"]
     assert len(shipped) == 13
     for row in shipped:

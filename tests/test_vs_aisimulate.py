@@ -1,7 +1,6 @@
 """benchmarks/vs_aisimulate.py without AISimulate: how a latency row becomes its config, and how its
 report is read back and scored the way validate scores the row."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -9,21 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmark_scripts import load_benchmark
 from tokenpath.validate.latency import load_latency
 from tokenpath.workload.requests import Requests
 
 DATA = load_latency()
 
 
-def _script():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_aisimulate.py"
-    spec = importlib.util.spec_from_file_location("vs_aisimulate", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SCRIPT = _script()
+SCRIPT = load_benchmark("vs_aisimulate")
 
 
 def _row(**match):
