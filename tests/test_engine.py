@@ -25,6 +25,9 @@ class FixedCosts:
     """Every step costs `base_s` plus `per_token_s` per token processed, plus `scheduler_s` when it calls
     the scheduler; traffic a fixed share."""
 
+    speculation = None  # no speculative decoding
+    draft_s = None
+
     def __init__(self, base_s=1e-3, per_token_s=0.0, traffic_s=0.0, scheduler_s=0.0):
         self.base_s, self.per_token_s, self._traffic_s, self.scheduler_s = base_s, per_token_s, traffic_s, scheduler_s
 

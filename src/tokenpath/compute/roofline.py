@@ -176,8 +176,10 @@ class ComputeModel:
         return full * tokens + sliding * min(tokens, self._window)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_batched_tokens: int,
-                           max_num_seqs: int | None = None) -> int:
+                           max_num_seqs: int | None = None, drafter: ComputeModel | None = None) -> int:
         """KV-cache tokens that fit: (hbm x utilization - weights - activations) / KV bytes per token.
+        A speculative-decoding `drafter` (compute/drafter.py) adds its weights to the weights and its KV
+        bytes to every token's.
 
         With sliding-window layers a sequence of L tokens holds full x L + sliding x min(L, window)
         bytes, which one count of tokens cannot say exactly. The capacity is the larger of two bounds
@@ -192,14 +194,20 @@ class ComputeModel:
                             f"e.g. 0.9")
         budget = self.chip.hbm_bytes * gpu_memory_utilization
         weights = self.weight_bytes_per_chip
+        per_token = self.kv_bytes_per_token_per_chip
+        if drafter is not None:
+            weights += drafter.weight_bytes_per_chip
+            per_token += drafter.kv_bytes_per_token_per_chip
         activations = self.activation_reserve_bytes(max_batched_tokens)
         free = budget - weights - activations
-        if free < self.kv_bytes_per_token_per_chip:
+        if free < per_token:
             where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"
             what = (f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, "
                     f"tp={self.tp}, pp={self.pp}")
             if self.expert_replicas > 1:
                 what += f", experts over {self.tp * self.expert_replicas} chips"
+            if drafter is not None:
+                what += f", the drafter's {drafter.weight_bytes_per_chip / 2**30:.1f} GiB included"
             if weights >= budget:
                 raise DoesNotFit(f"model {self.model.name} ({what}) does not fit in {where}; "
                                 f"raise --tp or use a lower precision")
@@ -207,11 +215,11 @@ class ComputeModel:
                             f"workspace) leaves no room for KV cache in {where} at gpu_memory_utilization="
                             f"{gpu_memory_utilization:g}; raise --tp, use a lower precision or lower "
                             f"max_batched_tokens")
-        tokens = free // self.kv_bytes_per_token_per_chip
+        tokens = free // per_token
         sliding = self.sliding_kv_bytes_per_token_per_chip
         if sliding and max_num_seqs:
             windows = max_num_seqs * self._window * sliding
-            full = self.kv_bytes_per_token_per_chip - sliding
+            full = per_token - sliding
             if free > windows:  # with every layer sliding, each sequence may reach the model's context
                 tokens = max(tokens, (free - windows) // full if full else max_num_seqs * self.model.max_context)
         return int(tokens)

@@ -18,15 +18,20 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from tokenpath.compute.drafter import DraftCost
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.errors import UserError
 from tokenpath.engine.placement import Placement
+from tokenpath.engine.speculative import Speculation
 from tokenpath.fabric.collectives import AffineCost, Collectives
 
 
 class GroupStepCosts:
     def __init__(self, compute: ComputeModel, collectives: Collectives, placement: Placement,
-                 expert_parallel: bool = False) -> None:
+                 expert_parallel: bool = False, speculation: Speculation | None = None,
+                 draft: DraftCost | None = None) -> None:
+        """`speculation`: speculative decoding's drafts and acceptance (engine/speculative.py); `draft`: the
+        drafter's cost on the chip (compute/drafter.py; None for one that does no GPU work)."""
         model = compute.model
         if expert_parallel and not model.is_moe:
             raise UserError(f"deployment.expert_parallel: {model.name} has no experts; set it to false")
@@ -44,6 +49,9 @@ class GroupStepCosts:
         self._handoffs = [placement.stage_handoffs(s) for s in range(placement.pp - 1)]
         # Both run once per engine step: bind them directly.
         self.compute_s = compute.step_time_s
+        self.speculation = speculation
+        # The drafter's time in a step (None: no drafter on the chip, or no speculative decoding).
+        self.draft_s = None if draft is None else draft.step_s
         self.traffic_s = lru_cache(maxsize=65536)(self._traffic_s)
         # Per instance, so a deployment's paths die with it (a cache on the method would hold every
         # instance it saw, keyed by it, for the life of the process).

@@ -4,7 +4,10 @@ only through `Host`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
+
+from tokenpath.engine.speculative import Speculation
 
 
 class StepCosts(Protocol):
@@ -14,6 +17,12 @@ class StepCosts(Protocol):
         scheduler (every step but those of a multi-step window after its first)."""
         ...
     def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
+
+    # Speculative decoding (engine/speculative.py): the drafts and their acceptance, or None; and the
+    # drafter's time in a step, draft_s(num_tokens, sequences, attn_pairs, kv_read_tokens,
+    # chunk_context_tokens) as compute/drafter.py's DraftCost.step_s, or None where it does no GPU work.
+    speculation: Speculation | None
+    draft_s: Callable[[int, int, float, float, float], float] | None
 
 
 class Host(Protocol):

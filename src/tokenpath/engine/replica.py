@@ -83,8 +83,19 @@ class Replica:
         # An overlapped scheduler forms each batch when the step before starts (host_time.host_overlapped):
         # while the engine is busy, the next step takes only requests that arrived by `formed_ns`, the
         # start of the step that just ran.
-        self.lagged = host_overlapped(spec.scheduler, spec.host_overlap)
+        self.lagged = host_overlapped(spec.scheduler, spec.host_overlap_setting)
         self.formed_ns = 0
+        # Speculative decoding (engine/speculative.py): a decoding sequence runs `width` query tokens a
+        # step (its drafts and one more) and gains `advance` tokens, drawn per step; the decode clock
+        # then moves `advance` ticks a step, a tick being a token, and the drafter adds its time.
+        speculation = costs.speculation
+        if speculation is not None and (self.window > 1 or self.interval > 1):
+            raise ValueError("speculative decoding runs with num_scheduler_steps = 1 and stream_interval = 1")
+        self.width = 1 if speculation is None else speculation.drafts + 1
+        self.acceptance = None if speculation is None else speculation.draws()
+        self.advance = 1
+        self._draft_s = costs.draft_s
+        self.ticks_apart = self.pauses or speculation is not None  # ticks are not steps (trace_rows.py)
 
         # Per request (engine/requests.py): its columns and the arrival heap, bound here.
         self.requests = requests = Requests(self.front)
@@ -97,9 +108,10 @@ class Replica:
         self.preempted_in_step = False
         self.window_left = 0  # multi-step: steps of the current decode window after this one
         self.window_host = WindowHost(self._on_step, self.interval)
+        self.shortfall = 0  # speculative: tokens the sequences finishing in a step did not gain of its advance
 
         # What each step did, as rows: the replica appends to their buffers, bound here.
-        self.rows = rows = TraceRows(self.pauses, keep_rows)
+        self.rows = rows = TraceRows(self.ticks_apart, keep_rows)
         self._step_buffer, self._span_buffer = rows.step_rows.buffer, rows.span_rows.buffer
         self._silent_buffer, self._first_buffer = rows.silent_rows.buffer, rows.first_rows.buffer
         self._tick_buffer, self._flush_values = rows.tick_rows.buffer, rows.flush_values
@@ -215,6 +227,8 @@ class Replica:
         """
         self._take_arrivals()
         s, d = self.num_steps, self.tick
+        if self.acceptance is not None:
+            self.advance = self.acceptance.next() if self.decoding else 1
         self.preempted_in_step = False
         scheduled = not self.window_left  # a step after a multi-step window's first calls no scheduler
         decode, prefill_num, admitted = self._compose(d)
@@ -278,20 +292,22 @@ class Replica:
         """vllm-v1 and trtllm (and prefill-first with mixed chunks): the running sequences, then waiting
         ones while the step has room; none in a step that had to preempt (as vLLM does), nor while a
         prompt is still in progress."""
-        prefill, new_blocks = self.prefill, self.block_due[d % self.block]
+        prefill = self.prefill
+        new_blocks = self.block_due[d % self.block] if self.advance == 1 else self._blocks_due(d, self.advance)
         if prefill is None and new_blocks <= self.free_blocks:  # the common case, without a call
             self.free_blocks -= new_blocks
             decode = len(self.decoding)
             if not self.waiting:
                 return decode, 0, _NONE
-            return decode, 0, self._admit(self.max_batched - decode, self.max_seqs - decode)
+            return decode, 0, self._admit(self.max_batched - decode * self.width, self.max_seqs - decode)
         prefill_num, preempted = self._running_demands(d)
         if preempted or not self.waiting:
             return len(self.decoding), prefill_num, _NONE
         decode = len(self.decoding)
         if prefill_num < prefill.target - prefill.computed:
             return decode, prefill_num, _NONE
-        return decode, prefill_num, self._admit(self.max_batched - decode - prefill_num, self.max_seqs - decode - 1)
+        return decode, prefill_num, self._admit(self.max_batched - decode * self.width - prefill_num,
+                                                self.max_seqs - decode - 1)
 
     def _compose_prefill_first(self, d: int) -> tuple[int, int, Sequence[tuple[int, int, int]]]:
         """prefill-first: a prefill step (the prompt in progress, then waiting prompts) while decoding
@@ -324,14 +340,15 @@ class Replica:
         """The running sequences' tokens and KV blocks when they all take part: a token for every
         decoding sequence, the rest of the budget for the prompt in progress. Preempts when the blocks
         do not fit. Returns (tokens of the prompt in progress, whether it preempted)."""
-        new_blocks = self.block_due[d % self.block]
+        ticks = self.advance
+        new_blocks = self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)
         prefill = self.prefill
         if prefill is None:
             if new_blocks <= self.free_blocks:
                 self.free_blocks -= new_blocks
                 return 0, False
         else:
-            rest, budget = prefill.target - prefill.computed, self.max_batched - len(self.decoding)
+            rest, budget = prefill.target - prefill.computed, self.max_batched - len(self.decoding) * self.width
             num = rest if rest <= budget else budget - budget % self.chunk_unit
             blocks = -(-(prefill.computed + num) // self.block) - prefill.blocks
             if new_blocks + blocks <= self.free_blocks:
@@ -340,21 +357,27 @@ class Replica:
                 if self.prefix is not None:
                     self.prefix.computed(prefill.request, prefill.computed + num)
                 return num, False
-        new_blocks = self._preempt(d, new_blocks, 1)  # (it frees blocks: not inside `free_blocks -= ...`)
+        new_blocks = self._preempt(d, new_blocks, ticks)  # (it frees blocks: not inside `free_blocks -= ...`)
         self.free_blocks -= new_blocks
         return 0, True
 
     def _decode_window(self, d: int) -> int:
         """Start a decode window: take the KV blocks every decoding sequence needs over its steps,
         preempting when they do not fit. Returns the decoding sequences taking part."""
-        window, block, due = self.window, self.block, self.block_due
-        new_blocks = due[d % block] if window == 1 else sum(due[(d + j) % block] for j in range(window))
+        window = self.window
+        ticks = window if window > 1 else self.advance  # (multi-step and speculative decoding never meet)
+        new_blocks = self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)
         if new_blocks > self.free_blocks:
-            new_blocks = self._preempt(d, new_blocks, window)
+            new_blocks = self._preempt(d, new_blocks, ticks)
         self.free_blocks -= new_blocks
         decode = len(self.decoding)
         self.window_left = window - 1 if decode else 0
         return decode
+
+    def _blocks_due(self, d: int, ticks: int) -> int:
+        """KV blocks the decoding sequences need over the `ticks` ticks from d."""
+        due, block = self.block_due, self.block
+        return sum(due[(d + j) % block] for j in range(ticks))
 
     def _preempt(self, d: int, new_blocks: int, window: int) -> int:
         """Preempt from the tail of the running order (the prompt in progress, then the newest decoding)
@@ -437,6 +460,27 @@ class Replica:
             budget -= num
         return admitted
 
+    def _finish_short(self, last: int, finishing: Sequence[int]) -> None:
+        """Speculative decoding: the sequences that finish before the step's `last` tick gain fewer tokens
+        than its advance (`shortfall`), and give back the KV blocks taken for the ticks after theirs."""
+        states, block = self.decoding, self.block
+        for i in finishing:
+            first, context0, last_tick, _ = states[i]
+            extra = last - last_tick
+            if extra:
+                self.shortfall += extra
+                context = context0 + last_tick - first + 1
+                self.free_blocks += (context + extra - 1) // block - (context - 1) // block
+
+    def _due_within(self, d: int, ticks: int) -> list:
+        """The states due to finish at the `ticks` ticks from d, in tick order."""
+        finishing_at, due = self.finishing_at, []
+        for t in range(d, d + ticks):
+            states = finishing_at.pop(t, None)
+            if states:
+                due += states
+        return due
+
     def _outputs_to_come(self) -> int:
         """Tokens the running sequences will still generate: the decoding ones' (from their last ticks, at
         this tick) and the prompt in progress's."""
@@ -452,9 +496,14 @@ class Replica:
         of their prompt take part silently; the others sample a token; `scheduled`: the step called the
         scheduler. Returns the sequences that finish their prompt (request, context after the step) and
         the decoding ones whose token is their last."""
-        num_tokens = decode + prefill_num
-        # Each decoding sequence attends to its cache plus its new token: pairs = positions read.
+        width = self.width
+        num_tokens = decode * width + prefill_num
+        # Each decoding sequence attends to its cache plus its new token: pairs = positions read. With
+        # speculative decoding, to its cache plus its `width` new ones, each query those before it too.
         attn_pairs = kv_read = self.decoders.context_sum + decode if decode else 0
+        if decode and width > 1:
+            context = self.decoders.context_sum
+            attn_pairs, kv_read = width * context + decode * width * (width + 1) // 2, context + decode * width
         chunk_context = 0  # positions cached before each prompt chunk
         completing: list[tuple[int, int]] = []
         if prefill_num:
@@ -480,14 +529,24 @@ class Replica:
                 self.prefill = Prefill(i, p + q, -(-(p + q) // self.block), target)
                 self._silent_buffer.extend((i, s))
         finishing: Sequence[int] = _NONE
+        advance, self.shortfall = self.advance, 0
         if decode or not self.pauses:  # the decode clock ticks
-            due = self.finishing_at.pop(d, None)
+            due = self.finishing_at.pop(d, None) if advance == 1 else self._due_within(d, advance)
             if due:
                 finishing = self.decoders.still_due(due)
-        logits = decode + len(completing)
-        events = logits if self.interval == 1 else self.decoders.events(d, decode, finishing, completing)
+                if advance > 1:
+                    self._finish_short(d + advance - 1, finishing)
+        logits = decode * width + len(completing)  # the LM head's rows
+        if width == 1:
+            sampled = logits
+            events = logits if self.interval == 1 else self.decoders.events(d, decode, finishing, completing)
+        else:  # every sequence's new tokens leave in one event
+            sampled, events = decode * advance - self.shortfall + len(completing), decode + len(completing)
 
         compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled) * 1e9)
+        if self._draft_s is not None:  # the drafter's passes, after the target's (compute/drafter.py)
+            compute_ns += round(self._draft_s(num_tokens, decode + len(completing), attn_pairs, kv_read,
+                                              chunk_context) * 1e9)
         if self.side_ns:  # another model's kernels in this step
             compute_ns += self.side_ns
             self.side_ns = 0
@@ -496,7 +555,7 @@ class Replica:
         at_front = self.at_front  # (empty without a front end)
         if at_front and at_front[0] >> _ID_BITS <= gpu_end:
             self._through_front(gpu_end)  # the requests that reached the server while it ran go first
-        blocking_ns, leave_ns, front_queue_ns, front_work_ns = self._host(gpu_end, logits, events)
+        blocking_ns, leave_ns, front_queue_ns, front_work_ns = self._host(gpu_end, sampled, events)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
                                   decode + (prefill_num > 0) + len(admitted), attn_pairs, kv_read, chunk_context,
                                   logits, front_queue_ns, front_work_ns, scheduled))
@@ -514,10 +573,14 @@ class Replica:
         """Advance the decoding sequences a token, retire the finished, and start decoding the sequences
         that finished their prompt. Returns the requests that finished."""
         if decode or not self.pauses:
-            self.decoders.context_sum += decode
-            self.tick = d + 1
-            if self.pauses:
-                self._tick_buffer.append(s)
+            advance = self.advance
+            self.decoders.context_sum += decode * advance - self.shortfall
+            self.tick = d + advance
+            if self.ticks_apart:
+                if advance == 1:
+                    self._tick_buffer.append(s)
+                else:
+                    self._tick_buffer.extend([s] * advance)
         finished = (self.decoders.finish(d, finishing, self.window_left > 0, self._release)
                     if finishing or self.window > 1 else [])
         for i, context in completing:

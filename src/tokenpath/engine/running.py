@@ -104,7 +104,8 @@ class Decoding:
     def finish(self, d: int, finishing: Sequence[int], window_open: bool,
                release: Callable[[int, int], None]) -> list[int]:
         """The sequences that leave after tick d, each handed to `release(request, context)`, in the
-        order of their last tokens: `finishing`, whose last token it sampled. Under multi-step those
+        order of their last tokens: `finishing`, whose last token it sampled (under speculative decoding,
+        one of the ticks of the step that ends at d). Under multi-step those
         stay in the batch, computed but sampling nothing more, until the window ends (`window_open` is
         false); then every such sequence leaves."""
         states = self.states
@@ -116,8 +117,9 @@ class Decoding:
             return []
         for i in self.zombies:  # their spans, events and tokens were counted when they sampled their last
             release(i, self.leave(i, d + 1 - states[i][0])[1])
-        for i in finishing:
-            release(i, self.stop(i, d - states[i][0] + 1))
+        for i in finishing:  # (each at its last tick: d, or under speculative decoding one of the step's ticks)
+            first, _, last_tick, _ = states[i]
+            release(i, self.stop(i, last_tick - first + 1))
         finished, self.zombies = self.zombies, []
         finished += finishing
         return finished

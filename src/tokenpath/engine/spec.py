@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
+from tokenpath.engine.speculative import SpeculativeSpec
 
 # Bounds far beyond any serving engine (vLLM's defaults are 256-1024 sequences and 2,048-16,384 tokens
 # per step; TensorRT-LLM's largest published batch is 4,096 sequences and 23,552 tokens), which keep
@@ -77,6 +78,9 @@ class EngineSpec(BaseModel):
     num_scheduler_steps: int = Field(
         1, ge=1, le=1024, description="decode steps per scheduler call (vLLM V0 --num-scheduler-steps), where "
                                    "prompts run in steps of their own")
+    speculative: SpeculativeSpec | None = Field(
+        None, description="speculative decoding: a drafter proposes tokens that one verify step accepts or not "
+                          "(engine/speculative.py); the workload's draft_acceptance says how many are accepted")
     version: str | None = Field(
         None, min_length=1, max_length=200,
         description="the engine's release this scenario stands for, as a string (\"0.6.0\"); not simulated: "
@@ -133,11 +137,22 @@ class EngineSpec(BaseModel):
             alone = _quoted_where(lambda p: p.prefills_alone_unless == "chunked_prefill")
             raise ValueError(f"num_scheduler_steps > 1 is vLLM V0's multi-step scheduling and {engine} none here; "
                              f"use scheduler = {alone} with chunked_prefill = false, or num_scheduler_steps = 1")
+        if self.num_scheduler_steps > 1 and self.speculative is not None:
+            raise ValueError("speculative decoding does not run with multi-step scheduling (vLLM V0 refuses the two "
+                             "together); remove speculative or set num_scheduler_steps = 1")
         return self
 
     @property
     def profile(self) -> Profile:
         return PROFILES[self.scheduler]
+
+    @property
+    def host_overlap_setting(self) -> bool | None:
+        """`host_overlap` as set; unset, None (the profile's), or False where the profile's overlap does not
+        run with speculative decoding (Profile.speculative_overlap)."""
+        if self.host_overlap is None and self.speculative is not None and not self.profile.speculative_overlap:
+            return False
+        return self.host_overlap
 
     @property
     def prefills_alone(self) -> bool:

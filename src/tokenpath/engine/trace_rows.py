@@ -58,11 +58,13 @@ class TraceRows:
     For a live caller, `emitted` keeps the requests that got a token in the last step (`emitters`)
     and those whose tokens left the server with it (`released`)."""
 
-    def __init__(self, pauses: bool, keep: bool) -> None:
-        self.pauses = pauses
+    def __init__(self, ticks_apart: bool, keep: bool) -> None:
+        """`ticks_apart`: ticks are not steps (decoders pause in prefill steps, or gain several tokens a
+        step under speculative decoding), so the step of each tick is recorded."""
+        self.ticks_apart = ticks_apart
         self.step_rows = Rows(len(STEP_FIELDS), keep)
         self.span_rows, self.silent_rows = Rows(3, keep), Rows(2, keep)
-        self.first_rows = Rows(3, keep) if pauses else self.span_rows
+        self.first_rows = Rows(3, keep) if ticks_apart else self.span_rows
         self.tick_rows = Rows(1, keep)
         self.flush_values = Rows.FLUSH_VALUES
         self.emitters: list[int] = []
@@ -100,7 +102,7 @@ class TraceRows:
     def tick_steps(self) -> np.ndarray | None:
         """The step of each tick of `spans`, or None where ticks are steps. Ticks [0, ticks) are the
         decode clock's; each prompt's first token is at tick `ticks` + its step."""
-        if not self.pauses:
+        if not self.ticks_apart:
             return None
         num_steps = len(self.step_rows.array())
         return np.concatenate([self.tick_rows.array()[:, 0], np.arange(num_steps, dtype=np.int64)])
@@ -109,7 +111,7 @@ class TraceRows:
         """(request, first tick, tokens) rows, a token in each of consecutive ticks (see `tick_steps`),
         sorted by request then step."""
         spans = self.span_rows.array()
-        if not self.pauses:
+        if not self.ticks_apart:
             return spans[np.lexsort((spans[:, 1], spans[:, 0]))]
         ticks = len(self.tick_rows.array())
         firsts = self.first_rows.array() + np.array([0, ticks, 0])
@@ -129,9 +131,16 @@ class TraceRows:
         requests, first, count = spans[:, 0], spans[:, 1], spans[:, 2]
         silent = self.silent_rows.array()
         totals = {}
+        # A step of several ticks (speculative decoding) is charged at its first: every span that
+        # covers any of its ticks covers that one (a sequence starts decoding at a step's first tick).
+        first_of_step = None
+        if tick_steps is not None:
+            first_of_step = np.ones(len(tick_steps), bool)
+            decode_ticks = tick_steps[:len(self.tick_rows.array())]
+            first_of_step[1:len(decode_ticks)] = decode_ticks[1:] != decode_ticks[:-1]
         for name in ("compute_ns", "traffic_ns", "blocking_ns"):
             per_step = steps[name]
-            per_tick = per_step if tick_steps is None else per_step[tick_steps]
+            per_tick = per_step if tick_steps is None else np.where(first_of_step, per_step[tick_steps], 0)
             cum = np.concatenate([[0], np.cumsum(per_tick)])
             total = np.zeros(n, np.int64)
             np.add.at(total, requests, cum[first + count] - cum[first])

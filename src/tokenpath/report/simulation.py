@@ -19,8 +19,9 @@ def _replicas(dep: Any) -> str:
     return f"{dep.replicas} replica(s)"
 
 
-def _engine_line(engine: Any, compute: Any) -> str:
-    """The scheduler profile, its limits, and how the host's time per step counts."""
+def _engine_line(engine: Any, compute: Any, acceptance: float | None = None) -> str:
+    """The scheduler profile, its limits, how the host's time per step counts, and its speculative
+    decoding with the workload's `acceptance`."""
     version = f" (version {engine.version})" if engine.version else ""
     line = (f"{engine.scheduler} scheduler{version}, max {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
             f"tokens/step, chunked prefill {'on' if engine.chunked_prefill else 'off'}")
@@ -29,8 +30,11 @@ def _engine_line(engine: Any, compute: Any) -> str:
         host = f"{format_duration(compute.host_window_s)}/window + {format_duration(compute.host_step_s)}/step"
     else:
         host = f"{format_duration(compute.host_window_s + compute.host_step_s)}/step"
-    return (line + f"; {compute.graph_policy()}; host {host}, "
-            f"{'overlapped' if compute.host_overlapped else 'in the step'}")
+    line += (f"; {compute.graph_policy()}; host {host}, "
+             f"{'overlapped' if compute.host_overlapped else 'in the step'}")
+    if engine.speculative is not None:
+        line += f"; {engine.speculative.describe(acceptance)}"
+    return line
 
 
 def describe(sim: Simulation) -> list[tuple[str, str]]:
@@ -66,7 +70,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                    f"{d.collectives.algorithm} collectives"),
         ("KV cache", f"{d.kv_capacity_tokens:,} tokens per engine "
                      f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip)"),
-        ("engine", _engine_line(s.engine, d.compute)
+        ("engine", _engine_line(s.engine, d.compute, w.draft_acceptance)
                    + f", prefix caching {'on' if s.engine.prefix_caching else 'off'}"),
         ("workload", f"{w.num_requests:,} requests{_session_count(sim.requests)}, {lengths} "
                      f"(drawn means {mean_in:.0f}/{mean_out:.0f})"),

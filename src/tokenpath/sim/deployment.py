@@ -9,15 +9,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenpath.compute.chip import ChipSpec, load_chip
+from tokenpath.compute.drafter import DraftCost, drafter_model, drafter_precision
 from tokenpath.compute.model import load_model
 from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.roofline import ComputeModel
+from tokenpath.config import files
 from tokenpath.config.assumptions import Assumptions
 from tokenpath.config.errors import DoesNotFit, UserError
 from tokenpath.delivery.frontend import Layout
 from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.placement import Placement, place
+from tokenpath.engine.speculative import Speculation
 from tokenpath.fabric.build import build_topology, default_fabric
 from tokenpath.fabric.collectives import Collectives
 from tokenpath.fabric.spec import SwitchFabric
@@ -88,7 +91,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
                         "unset workload.max_concurrency")
     engine = scenario.engine
-    host = host_step_cost(engine.scheduler, engine.host_overlap)
+    host = host_step_cost(engine.scheduler, engine.host_overlap_setting)
     graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
@@ -97,18 +100,44 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
                            assumptions=assumptions)
+    drafter = _drafter(scenario, model, chip, assumptions)
     kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens,
-                                           engine.max_num_seqs * dep.pp) // dep.pp
+                                           engine.max_num_seqs * dep.pp, drafter) // dep.pp
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
     if fabric == SwitchFabric():  # none given (or only its defaults): the chip's own, nodes beyond its domain
         fabric, fabric_name = default_fabric(chip.name, dep.chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
     topology = build_topology(fabric, chip.scaleup_bw_Bps, dep.chips)
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
     collectives = Collectives(topology, fabric.algorithm)
-    costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel)
+    speculation = draft = None
+    if engine.speculative is not None:
+        drafts = engine.speculative.num_speculative_tokens
+        speculation = Speculation(drafts, scenario.workload.draft_acceptance, scenario.seed)
+        draft = None if drafter is None else DraftCost(drafter, drafts)
+    costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel, speculation, draft)
     engines = dep.replicas * dep.pp
     return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens, engines, fabric_name,
                       front_end.layout(scenario, engines))
+
+
+def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: Assumptions) -> ComputeModel | None:
+    """The speculative-decoding drafter's model on each chip of a replica (compute/drafter.py), or None."""
+    speculative, dep = scenario.engine.speculative, scenario.deployment
+    if speculative is None:
+        return None
+    draft = None
+    if speculative.method == "draft_model":
+        source = scenario.resolve_path(speculative.draft_model)
+        draft = load_model(source if files.exists(source) else speculative.draft_model)
+        if draft.num_heads % dep.tp:
+            raise UserError(f"engine.speculative.draft_model: {draft.name} has {draft.num_heads} attention heads, "
+                            f"not divisible by tp={dep.tp}; choose another draft model or tp")
+    drafted = drafter_model(model, speculative.method, draft)
+    if drafted is None:
+        return None
+    precision = drafter_precision(speculative.method, scenario.model.precision)
+    return ComputeModel(drafted, chip, dep.tp, precision, scenario.model.kv_precision(scenario.engine.scheduler),
+                        assumptions=assumptions)
 
 
 def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:

@@ -17,6 +17,7 @@ from tokenpath.delivery.lastmile import LastMile
 from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, memory_bound_share, sample_steps
 from tokenpath.diagnose.felt import APPLICATION, PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
+from tokenpath.engine.speculative import mean_tokens_per_step
 from tokenpath.sim.bands import attach_bands, shipped_records
 from tokenpath.sim.envelope import envelope
 from tokenpath.sim.front_end import api_servers
@@ -114,6 +115,10 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "cuda_graphs": engine.cuda_graphs, "cuda_graph_max_tokens": engine.cuda_graph_max_tokens,
             "host_overlap": d.compute.host_overlapped, "host_window_s": d.compute.host_window_s,
             "host_step_s": d.compute.host_step_s,
+            "speculative": None if engine.speculative is None else {
+                **engine.speculative.model_dump(), "draft_acceptance": s.workload.draft_acceptance,
+                "mean_tokens_per_step": mean_tokens_per_step(s.workload.draft_acceptance,
+                                                             engine.speculative.num_speculative_tokens)},
         },
         "delivery": {
             "detokenize": d.front_end.detokenizes_in, "stream_interval_tokens": delivery.stream_interval,

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from tokenpath.application.spec import ApplicationSpec
 from tokenpath.config import files
@@ -159,6 +168,17 @@ class Scenario(BaseModel):
     application: ApplicationSpec | None = Field(
         None, description="the stages around the model call (docs/application.md); unset: the model call alone")
 
+    @model_validator(mode="after")
+    def _speculation_has_its_acceptance(self) -> Scenario:
+        speculative, acceptance = self.engine.speculative, self.workload.draft_acceptance
+        if speculative is not None and acceptance is None:
+            raise ValueError("engine.speculative needs workload.draft_acceptance, the chance a drafted token is "
+                             "accepted (0 to 1; DeepSeek-V3 reports 0.85-0.9 for its MTP token)")
+        if speculative is None and acceptance is not None:
+            raise ValueError("workload.draft_acceptance applies with [engine.speculative] only; add that table or "
+                             "remove draft_acceptance")
+        return self
+
     # The folder of the scenario file: relative paths in it (traces, length files, a model's
     # config.json) are read from there. Not part of the scenario's identity.
     _base_dir: Path | None = PrivateAttr(None)
@@ -226,6 +246,8 @@ class Scenario(BaseModel):
             del normal["assumptions"]
         if normal["application"] is None:  # none: the fingerprint it had before an application could be set
             del normal["application"]
+        if normal["engine"]["speculative"] is None:  # likewise before speculative decoding
+            del normal["engine"]["speculative"], normal["workload"]["draft_acceptance"]
         inputs = list(fingerprint_inputs(self.resolved_workload(chat_template=False)).values())
         if self.delivery.calibration is not None:
             inputs.append(sha256_file(self.resolved_delivery().calibration, "delivery.calibration file",

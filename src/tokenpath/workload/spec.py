@@ -266,6 +266,10 @@ class WorkloadSpec(BaseModel):
                        "default system prompt): the engine prefills and caches them, the client's input_tokens "
                        f"leave them out. A one-message chat adds {CHAT_TEMPLATE_EXAMPLES}; "
                        "\"auto\": what the default tokenizer's template adds; 0: a completions endpoint")
+    draft_acceptance: float | None = Field(
+        None, ge=0, le=1, description="with speculative decoding ([engine.speculative]): the chance that a drafted "
+                                      "token is accepted when every draft before it was, a property of the text and "
+                                      "the drafter (DeepSeek-V3 reports 0.85-0.9 for its MTP layer's token)")
     input: LengthSpec = LengthSpec(kind="normal", mean=550, sd=150)
     output: LengthSpec = LengthSpec(kind="normal", mean=150, sd=80)
     arrival: ArrivalSpec = ArrivalSpec()

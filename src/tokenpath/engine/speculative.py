@@ -1,0 +1,123 @@
+"""Speculative decoding: the `[engine.speculative]` table, and how many tokens a verify step accepts.
+
+A drafter proposes `num_speculative_tokens` = k tokens after each decoding sequence's last one; the
+target model then runs one step over the k + 1 positions of every sequence (the verify step: k + 1
+query tokens and k + 1 LM-head rows a sequence), accepts the drafts up to the first it disagrees
+with and samples one token of its own after them. A sequence so gains 1 to k + 1 tokens a step
+(vLLM V1's `SpecDecodeBaseProposer` and `RejectionSampler`, vllm/v1/spec_decode/ and
+vllm/v1/sample/rejection_sampler.py; SGLang's `EAGLEWorker`, python/sglang/srt/speculative/; the
+method names are the engines'):
+
+- "mtp": the model's own multi-token-prediction layers (DeepSeek-V3, Qwen3-Next, GLM-4.5): one
+  decoder layer of the model's shape and its LM head per drafted token;
+- "eagle", "eagle3": a one-layer draft head on the target's hidden states (EAGLE, EAGLE-3), dense at
+  the target's width, with its own LM head (EAGLE-3's over a 32,000-token draft vocabulary);
+- "ngram": tokens looked up in the prompt and the text so far (prompt lookup): no GPU work;
+- "draft_model": a smaller model of the catalog (`draft_model`), run k times a step.
+
+What each drafter costs on the chip: compute/drafter.py.
+
+Whether a draft is accepted is a property of the text and the drafter, so it is the workload's
+(`workload.draft_acceptance`): the chance that a drafted token is accepted when every draft before it
+was. With that chance a, a verify step accepts j < k drafts with probability a^j (1 - a) and all k
+with a^k, so a sequence gains (1 - a^(k+1)) / (1 - a) tokens a step on average.
+
+In the simulation every decoding sequence of a step gains the same number of tokens, drawn per step
+(`Acceptance`): each sequence's tokens per step follow the distribution above and its mean, but the
+sequences of one step move together. Drafted tokens' KV slots beyond those accepted are not held
+(vLLM's lookahead slots, k per sequence, are freed or overwritten after each step).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Drafts per step beyond any engine's published setting (vLLM and SGLang examples use 1 to 7).
+MAX_SPECULATIVE_TOKENS = 16
+# Acceptance draws are made in blocks of this many steps (one numpy call each).
+_DRAW_BLOCK = 4096
+
+Method = Literal["mtp", "eagle", "eagle3", "ngram", "draft_model"]
+
+
+class SpeculativeSpec(BaseModel):
+    """`[engine.speculative]`: the drafter and how many tokens it proposes a step."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    method: Method = Field(description="the drafter: mtp (the model's own MTP layers), eagle or eagle3 (a one-layer "
+                                       "draft head), ngram (prompt lookup, no GPU work) or draft_model (a "
+                                       "smaller model, named in draft_model)")
+    num_speculative_tokens: int = Field(ge=1, le=MAX_SPECULATIVE_TOKENS,
+                                        description="tokens drafted per sequence and step (vLLM's "
+                                                    "num_speculative_tokens, SGLang's speculative_num_steps)")
+    draft_model: str | None = Field(None, min_length=1, description="method draft_model only: the draft "
+                                                                    "model's catalog name or config.json path")
+
+    @model_validator(mode="after")
+    def _draft_model_named(self) -> SpeculativeSpec:
+        if self.method == "draft_model" and self.draft_model is None:
+            raise ValueError("method = \"draft_model\" needs draft_model, the draft's catalog name "
+                             "(`tokenpath models`) or config.json path")
+        if self.method != "draft_model" and self.draft_model is not None:
+            raise ValueError(f"draft_model applies to method = \"draft_model\" only; remove it for {self.method}")
+        return self
+
+    def describe(self, acceptance: float) -> str:
+        """One line for reports: the drafter and the mean tokens a step at `acceptance`."""
+        drafter = f"draft model {self.draft_model}" if self.method == "draft_model" else self.method
+        return (f"speculative {drafter}, {self.num_speculative_tokens} drafts a step, acceptance {acceptance:g}: "
+                f"{mean_tokens_per_step(acceptance, self.num_speculative_tokens):.2f} tokens a step")
+
+
+def mean_tokens_per_step(acceptance: float, drafts: int) -> float:
+    """Expected tokens a sequence gains per verify step: (1 - a^(k+1)) / (1 - a), k + 1 at a = 1."""
+    if acceptance >= 1.0:
+        return drafts + 1.0
+    return (1.0 - acceptance ** (drafts + 1)) / (1.0 - acceptance)
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """A deployment's speculative decoding as its replicas run it: `drafts` per step, accepted with
+    `acceptance`; each replica draws its steps' tokens from a stream seeded with `seed` (the same for
+    every replica, so a run does not depend on how its replicas are spread over processes)."""
+
+    drafts: int
+    acceptance: float
+    seed: int
+
+    def draws(self) -> Acceptance:
+        return Acceptance(self.acceptance, self.drafts, self.seed)
+
+
+class Acceptance:
+    """Tokens gained per verify step (1 + drafts accepted), drawn from the distribution in the module
+    docstring with a seeded generator: the same seed gives the same steps."""
+
+    def __init__(self, acceptance: float, drafts: int, seed: int) -> None:
+        if not 0.0 <= acceptance <= 1.0:
+            raise ValueError(f"acceptance must be within [0, 1], got {acceptance}")
+        self.acceptance, self.drafts = acceptance, drafts
+        self._rng = np.random.default_rng(seed)
+        self._block: list[int] = []
+
+    def next(self) -> int:
+        """The tokens every decoding sequence gains in the next verify step."""
+        if not self._block:
+            self._block = self._draw(_DRAW_BLOCK)
+        return self._block.pop()
+
+    def _draw(self, n: int) -> list[int]:
+        a, k = self.acceptance, self.drafts
+        if a <= 0.0 or a >= 1.0:
+            return [1 if a <= 0.0 else k + 1] * n
+        # P(accepted >= j) = a^j, so accepted = floor(log u / log a) for u uniform on (0, 1], capped at k.
+        u = 1.0 - self._rng.random(n)
+        accepted = np.minimum(np.floor(np.log(u) / math.log(a)), k).astype(np.int64)
+        return (accepted + 1).tolist()

@@ -1,0 +1,206 @@
+"""Speculative decoding: a verify step's width and cost, the tokens it gains, and what a run makes of them
+(engine/speculative.py, compute/drafter.py, engine/replica.py)."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tokenpath.compute.chip import load_chip
+from tokenpath.compute.drafter import EAGLE3_DRAFT_VOCAB, DraftCost, drafter_model
+from tokenpath.compute.model import load_model
+from tokenpath.compute.roofline import ComputeModel
+from tokenpath.delivery.lastmile import LastMile
+from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.engine.loop import run_engine
+from tokenpath.engine.replica import Replica
+from tokenpath.engine.spec import EngineSpec
+from tokenpath.engine.speculative import Acceptance, Speculation, SpeculativeSpec, mean_tokens_per_step
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import Scenario
+
+NO_NETWORK = DeliverySpec(
+    network_rtt=0, host_link_latency=0, detokenize_per_token=0, frame_per_event=0,
+    event_overhead_bytes=0, bytes_per_token=0, request_overhead_bytes=0,
+    frontend_per_request=0, chat_template_per_request=0, tokenize_per_token=0,
+)
+
+
+class SpeculativeCosts:
+    """A step costs `base_s` plus `per_token_s` per token it runs; the drafter `draft_s` a step with sequences."""
+
+    def __init__(self, drafts, acceptance, base_s=1e-3, per_token_s=0.0, draft_s=0.0):
+        self.speculation = Speculation(drafts, acceptance, seed=0)
+        self.base_s, self.per_token_s, self._draft = base_s, per_token_s, draft_s
+        self.draft_s = (lambda tokens, sequences, pairs, reads, context: self._draft) if draft_s else None
+
+    def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens, scheduled):
+        return self.base_s + self.per_token_s * num_tokens
+
+    def traffic_s(self, num_tokens, decode_only):
+        return 0.0
+
+
+def run(inputs, outputs, costs, spec=EngineSpec(), kv_tokens=10**9, arrivals_s=None):
+    inputs, outputs = np.array(inputs), np.array(outputs)
+    arrivals = (np.zeros(len(inputs), np.int64) if arrivals_s is None
+                else np.rint(np.array(arrivals_s) * 1e9).astype(np.int64))
+    return run_engine(arrivals, inputs, outputs, costs, LastMile(NO_NETWORK), spec, kv_tokens)
+
+
+def test_every_draft_accepted_gains_drafts_plus_one_tokens_a_step():
+    # k = 3 drafts, all accepted: after the prompt's token, 8 tokens in two verify steps of 4.
+    trace = run([100], [9], SpeculativeCosts(drafts=3, acceptance=1.0))
+    assert list(trace.step_tokens) == [100, 4, 4]  # each verify step runs 1 + 3 positions
+    assert list(trace.step_logits) == [1, 4, 4]    # and the LM head over each
+    assert list(trace.token_steps()) == [0, 1, 1, 1, 1, 2, 2, 2, 2]
+    assert trace.compute_ns[0] == 3_000_000        # each step charged once, not once a token
+    assert trace.last_step_end_ns[0] == 3_000_000
+
+
+def test_the_last_step_gains_only_the_tokens_left():
+    # 6 tokens: the prompt's, then 4, then only 1 of the next 4.
+    trace = run([10], [6], SpeculativeCosts(drafts=3, acceptance=1.0))
+    assert list(trace.token_steps()) == [0, 1, 1, 1, 1, 2]
+
+
+def test_nothing_accepted_is_one_token_a_step_at_the_verify_steps_cost():
+    costs = SpeculativeCosts(drafts=2, acceptance=0.0, base_s=1e-3, per_token_s=1e-4, draft_s=5e-4)
+    trace = run([10], [4], costs)
+    assert list(trace.token_steps()) == [0, 1, 2, 3]
+    # Each decode step runs 3 positions (1 ms + 0.3 ms) and the drafter (0.5 ms); the prefill 1 ms + 1 ms
+    # of its 10 tokens and the drafter's pass over them.
+    assert list(trace.step_compute_ns) == [2_500_000, 1_800_000, 1_800_000, 1_800_000]
+
+
+def test_sequences_that_finish_inside_a_step_leave_with_their_own_tokens_and_blocks():
+    # Two requests decode together, 4 tokens a step; one has 3 tokens to go, the other 7.
+    costs = SpeculativeCosts(drafts=3, acceptance=1.0)
+    spec = EngineSpec(block_size=4)
+    replica = Replica(costs, LastMile(NO_NETWORK), spec, kv_capacity_tokens=64)
+    replica.submit(5, 4, 0)
+    replica.submit(5, 8, 0)
+    finished = []
+    while not replica.idle:
+        finished += replica.step()
+    assert finished == [0, 1]
+    assert list(replica.generated) == [4, 8]
+    assert replica.free_blocks == replica.cache_blocks  # every block back: the context sums stayed exact
+    assert replica.decoders.context_sum == 0
+
+
+def test_acceptance_draws_follow_the_truncated_geometric_distribution():
+    a, k, n = 0.7, 3, 200_000
+    draws = np.array([Acceptance(a, k, seed=1).next() for _ in range(1)] +
+                     [x for x in _draws(a, k, n)])
+    expected = [a ** j * (1 - a) for j in range(k)] + [a ** k]  # drafts accepted: 0, 1, 2, 3
+    shares = np.bincount(draws - 1, minlength=k + 1) / len(draws)
+    assert np.allclose(shares, expected, atol=0.005)
+    assert draws.mean() == pytest.approx(mean_tokens_per_step(a, k), rel=0.01)
+    assert mean_tokens_per_step(a, k) == pytest.approx((1 - a ** 4) / (1 - a))
+    assert mean_tokens_per_step(1.0, k) == k + 1 and mean_tokens_per_step(0.0, k) == 1
+
+
+def _draws(a, k, n):
+    acceptance = Acceptance(a, k, seed=2)
+    return [acceptance.next() for _ in range(n)]
+
+
+def test_a_run_with_random_acceptance_gains_its_mean_tokens_a_step():
+    costs = SpeculativeCosts(drafts=4, acceptance=0.6)
+    trace = run([50] * 20, [400] * 20, costs)
+    decode_steps = np.flatnonzero(trace.step_tokens == 20 * 5)  # every sequence decoding, 5 positions each
+    tokens = np.bincount(trace.token_steps(), minlength=len(trace.step_tokens))
+    per_sequence = tokens[decode_steps] / 20
+    assert per_sequence.mean() == pytest.approx(mean_tokens_per_step(0.6, 4), rel=0.05)
+
+
+def test_the_drafters_passes_are_the_steps_shape_then_one_token_a_sequence():
+    model = load_model("llama-3.1-8b")
+    head = drafter_model(model, "eagle3")
+    assert (head.num_layers, head.vocab_size, head.num_experts) == (1, EAGLE3_DRAFT_VOCAB, 0)
+    compute = ComputeModel(head, load_chip("h100"), 1, "bf16", "bf16")
+    cost = DraftCost(compute, drafts=3)
+    expected = (compute.step_time_s(130, 8, 5000.0, 4000.0, 64.0)
+                + 2 * compute.step_time_s(8, 8, 4000.0, 4000.0))
+    assert cost.step_s(130, 8, 5000.0, 4000.0, 64.0) == pytest.approx(expected, rel=1e-12)
+    assert cost.step_s(130, 0, 5000.0, 4000.0, 64.0) == 0.0
+    mtp = drafter_model(load_model("deepseek-v3"), "mtp")
+    assert (mtp.num_layers, mtp.moe_layers, mtp.kv_lora_rank) == (1, 1, 512)  # an MLA and MoE layer
+    assert drafter_model(model, "ngram") is None
+
+
+def _scenario(**engine):
+    return Scenario.model_validate({
+        "model": {"name": "llama-3.1-8b", "precision": "bf16"},
+        "deployment": {"chip": "h100", "chips": 1, "tp": 1},
+        "engine": engine,
+        "workload": {"num_requests": 50, **({"draft_acceptance": 0.7} if "speculative" in engine else {})},
+    })
+
+
+def test_the_drafters_weights_and_kv_come_out_of_the_kv_cache():
+    plain = build_deployment(_scenario())
+    eagle = build_deployment(_scenario(speculative={"method": "eagle3", "num_speculative_tokens": 3}))
+    ngram = build_deployment(_scenario(speculative={"method": "ngram", "num_speculative_tokens": 3}))
+    head = ComputeModel(drafter_model(plain.model, "eagle3"), plain.chip, 1, "bf16", "bf16")
+    compute = plain.compute
+    free = (compute.chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - compute.activation_reserve_bytes(8192))
+    assert plain.kv_capacity_tokens == int(free // compute.kv_bytes_per_token_per_chip)
+    assert eagle.kv_capacity_tokens == int((free - head.weight_bytes_per_chip)
+                                           // (compute.kv_bytes_per_token_per_chip + head.kv_bytes_per_token_per_chip))
+    assert ngram.kv_capacity_tokens == plain.kv_capacity_tokens and ngram.costs.draft_s is None
+
+
+def test_sglang_runs_speculative_decoding_without_its_overlap_scheduler_unless_told():
+    spec = {"method": "mtp", "num_speculative_tokens": 1}
+    assert EngineSpec(scheduler="prefill-first", speculative=spec).host_overlap_setting is False
+    assert EngineSpec(scheduler="prefill-first").host_overlap_setting is None  # the profile's: overlapped
+    assert EngineSpec(scheduler="prefill-first", speculative=spec, host_overlap=True).host_overlap_setting is True
+    assert EngineSpec(scheduler="trtllm", speculative=spec).host_overlap_setting is None
+
+
+def test_a_speculative_scenario_halves_tpot_as_its_tokens_a_step_say():
+    from tokenpath.sim.simulate import prepare, simulate
+
+    def tpot(scenario):
+        sim = simulate(prepare(scenario))
+        run = sim.run
+        assert int(run.e2e_ns.sum()) == int(sum(getattr(run, f"{part}_ns").sum()
+                                                for part in ("queue", "compute", "traffic", "delivery")))
+        return float(np.median(run.tpot_ns()))
+
+    plain = tpot(_scenario())
+    fast = tpot(_scenario(speculative={"method": "eagle3", "num_speculative_tokens": 3}))
+    # 2.53 tokens a verify step at acceptance 0.7, each step a little longer than a decode step.
+    assert 1.8 < plain / fast < mean_tokens_per_step(0.7, 3)
+
+
+@pytest.mark.parametrize("toml, message", [
+    ('[engine.speculative]\nmethod = "eagle3"\nnum_speculative_tokens = 3\n',
+     "engine.speculative needs workload.draft_acceptance"),
+    ('[workload]\ndraft_acceptance = 0.7\n', "workload.draft_acceptance applies with [engine.speculative] only"),
+    ('[engine.speculative]\nmethod = "draft_model"\nnum_speculative_tokens = 3\n[workload]\ndraft_acceptance = 0.5\n',
+     "needs draft_model"),
+    ('[engine]\nnum_scheduler_steps = 8\nscheduler = "vllm-v0"\nchunked_prefill = false\n'
+     '[engine.speculative]\nmethod = "ngram"\nnum_speculative_tokens = 3\n[workload]\ndraft_acceptance = 0.5\n',
+     "does not run with multi-step scheduling"),
+    ('[engine.speculative]\nmethod = "eagle3"\nnum_speculative_tokens = 3\n[workload]\ndraft_acceptance = 1.5\n',
+     "draft_acceptance"),
+])
+def test_a_bad_speculative_table_is_one_line_and_exit_2(tmp_path, toml, message):
+    path = tmp_path / "s.toml"
+    path.write_text(toml)
+    done = subprocess.run([sys.executable, "-m", "tokenpath", "simulate", str(path), "--num-requests", "5"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+
+
+def test_mean_tokens_per_step_is_continuous_in_acceptance():
+    assert mean_tokens_per_step(0.999999, 5) == pytest.approx(6.0, rel=1e-4)
+    assert SpeculativeSpec(method="mtp", num_speculative_tokens=1).describe(0.85).endswith("1.85 tokens a step")
+    assert math.isclose(mean_tokens_per_step(0.5, 1), 1.5)
