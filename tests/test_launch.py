@@ -39,11 +39,45 @@ SCENARIOS = {
                                      "deployment.prefill_replicas": 1},
     "vllm-v0-unchunked": {"engine.scheduler": "vllm-v0", "engine.chunked_prefill": False,
                           "engine.num_scheduler_steps": 8},
+    "mtp": {"model.name": "deepseek-v3", "deployment.tp": 8, "workload.draft_acceptance": 0.7,
+            "engine.speculative": {"method": "mtp", "num_speculative_tokens": 2}},
+    "eagle3-sglang": {"engine.scheduler": "prefill-first", "workload.draft_acceptance": 0.7,
+                      "engine.speculative": {"method": "eagle3", "num_speculative_tokens": 3}},
+    "ngram-trtllm": {"engine.scheduler": "trtllm", "workload.draft_acceptance": 0.5,
+                     "engine.speculative": {"method": "ngram", "num_speculative_tokens": 4}},
 }
+
+
+# Speculative decoding: DeepSeek-V3's own MTP layers drafting 2 tokens a step, on one 8-GPU replica.
+MTP = {"model.name": "deepseek-v3", "deployment.tp": 8,
+       "engine.speculative": {"method": "mtp", "num_speculative_tokens": 2}, "workload.draft_acceptance": 0.7}
 
 
 def _scenario(name: str) -> Scenario:
     return load_scenario("typical", SCENARIOS[name])
+
+
+def _speculative(method: str, k: int, **more: object) -> Scenario:
+    """The typical deployment at tp 2 with a drafter of `k` tokens a step."""
+    return load_scenario("typical", {"deployment.tp": 2, "workload.draft_acceptance": 0.7,
+                                     "engine.speculative": {"method": method, "num_speculative_tokens": k, **more}})
+
+
+def _values(argv: list[str], flag: str) -> list[str]:
+    """The values after `flag` in a command line, up to the next flag."""
+    start = argv.index(flag) + 1
+    end = next((i for i in range(start, len(argv)) if argv[i].startswith("--")), len(argv))
+    return argv[start:end]
+
+
+def _speculative_flags(argv: list[str]) -> list[str]:
+    """The --speculative-* flags of an SGLang command line, with their values, in order."""
+    out: list[str] = []
+    for i, word in enumerate(argv):
+        if word.startswith("--speculative-"):
+            end = next((j for j in range(i + 1, len(argv)) if argv[j].startswith("--")), len(argv))
+            out += argv[i:end]
+    return out
 
 
 def _k8s_documents(text: str) -> list[dict]:
@@ -154,6 +188,112 @@ def test_trtllm_disaggregated_config_lists_each_server():
         "generation_servers": {"num_instances": 1, "urls": ["127.0.0.1:8101"]}}
     assert json.loads(written["extra-llm-api-prefill.yaml"])["disable_overlap_scheduler"] is True
     assert json.loads(written["extra-llm-api-decode.yaml"])["disable_overlap_scheduler"] is False
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("spec", [
+    {"method": "mtp", "num_speculative_tokens": 2},
+    {"method": "eagle", "num_speculative_tokens": 3},
+    {"method": "eagle3", "num_speculative_tokens": 3},
+    {"method": "ngram", "num_speculative_tokens": 4},
+    {"method": "draft_model", "num_speculative_tokens": 3, "draft_model": "llama-3.2-1b"},
+])
+def test_every_server_setting_of_a_speculative_scenario_is_carried_or_noted(spec, engine):
+    scenario = load_scenario("typical", {"deployment.tp": 2, "deployment.prefill_replicas": 1,
+                                         "engine.speculative": spec, "workload.draft_acceptance": 0.7})
+    _, settings = emit(make_plan(scenario), engine)
+    noted = {note.setting for note in settings.notes}
+    assert set(SETTINGS) <= set(settings.mapped) | noted, set(SETTINGS) - set(settings.mapped) - noted
+    assert noted | set(settings.mapped) <= set(SETTINGS)
+    assert "engine.speculative" in set(settings.mapped) | noted
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_no_speculative_table_is_no_drafter(engine):
+    _, settings = emit(make_plan(_scenario("tp2-dp4")), engine)
+    assert settings.mapped["engine.speculative"] == ["(none)"]
+    assert "engine.speculative" not in {note.setting for note in settings.notes}
+
+
+def test_mtp_on_deepseek_v3_is_vllm_speculative_config_with_its_own_layers():
+    (script,) = launch_files(load_scenario("typical", MTP), "vllm").values()
+    (argv,) = shell_words(script)
+    assert argv[2] == "deepseek-ai/DeepSeek-V3"
+    assert _values(argv, "--speculative-config") == ['{"method":"mtp","num_speculative_tokens":2}']
+    assert "engine.speculative" not in script  # carried whole: vLLM loads the MTP layers from the model
+
+
+def test_mtp_on_deepseek_v3_is_sglang_nextn_as_a_chain_of_2_drafts():
+    (argv,) = shell_words(launch_files(load_scenario("typical", MTP), "sglang")["launch-sglang.sh"])
+    assert _speculative_flags(argv) == [
+        "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "3",  # the 2 drafts and the token they follow
+    ]  # no --speculative-draft-model-path: SGLang takes DeepSeek-V3's MTP layers from --model-path
+
+
+def test_mtp_on_deepseek_v3_is_trtllm_mtp_decoding_of_2_layers():
+    written = launch_files(load_scenario("typical", MTP), "trtllm")
+    assert json.loads(written["extra-llm-api-server.yaml"])["speculative_config"] == {
+        "decoding_type": "MTP", "num_nextn_predict_layers": 2}
+    assert "engine.speculative" not in written["launch-trtllm.sh"]
+
+
+def test_every_pool_of_a_disaggregated_deployment_drafts():
+    scenario = load_scenario("typical", {**MTP, "deployment.chips": 16, "deployment.prefill_replicas": 1})
+    for argv in shell_words(launch_files(scenario, "vllm")["launch-vllm.sh"]):
+        assert _values(argv, "--speculative-config") == ['{"method":"mtp","num_speculative_tokens":2}']
+    written = launch_files(scenario, "trtllm")
+    for pool in ("prefill", "decode"):
+        assert json.loads(written[f"extra-llm-api-{pool}.yaml"])["speculative_config"]["decoding_type"] == "MTP"
+
+
+def test_an_eagle3_launch_says_to_add_the_head_it_cannot_know():
+    scenario = _speculative("eagle3", 3)
+    vllm_script = launch_files(scenario, "vllm")["launch-vllm.sh"]
+    assert _values(shell_words(vllm_script)[0], "--speculative-config") == [
+        '{"method":"eagle3","num_speculative_tokens":3}']
+    assert ("engine.speculative: add the EAGLE3 head's checkpoint (one trained for "
+            "meta-llama/Llama-3.1-70B-Instruct) as \"model\" in --speculative-config: vLLM refuses an EAGLE "
+            "method without it") in vllm_script
+    sglang_script = launch_files(scenario, "sglang")["launch-sglang.sh"]
+    assert _speculative_flags(shell_words(sglang_script)[0]) == [
+        "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4"]
+    assert ("engine.speculative: add --speculative-draft-model-path with the EAGLE3 head's checkpoint (one "
+            "trained for meta-llama/Llama-3.1-70B-Instruct): SGLang needs it for an EAGLE algorithm") in sglang_script
+    written = launch_files(scenario, "trtllm")
+    assert json.loads(written["extra-llm-api-server.yaml"])["speculative_config"] == {
+        "decoding_type": "Eagle", "max_draft_len": 3}
+    assert ("engine.speculative: add speculative_model_dir with the EAGLE3 head's checkpoint (one trained for "
+            "meta-llama/Llama-3.1-70B-Instruct) to speculative_config: TensorRT-LLM refuses Eagle without it"
+            ) in written["launch-trtllm.sh"]
+
+
+def test_a_draft_model_is_served_by_its_catalog_checkpoint():
+    scenario = _speculative("draft_model", 3, draft_model="llama-3.2-1b")
+    (argv,) = shell_words(launch_files(scenario, "vllm")["launch-vllm.sh"])
+    assert json.loads(_values(argv, "--speculative-config")[0]) == {
+        "method": "draft_model", "num_speculative_tokens": 3, "model": "meta-llama/Llama-3.2-1B-Instruct"}
+    (argv,) = shell_words(launch_files(scenario, "sglang")["launch-sglang.sh"])
+    assert _speculative_flags(argv) == [
+        "--speculative-algorithm", "STANDALONE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", "meta-llama/Llama-3.2-1B-Instruct"]
+    written = launch_files(scenario, "trtllm")
+    assert "speculative_config" not in json.loads(written["extra-llm-api-server.yaml"])
+    assert ("add speculative_config with that of yours, max_draft_len: 3 and speculative_model_dir: "
+            "meta-llama/Llama-3.2-1B-Instruct") in written["launch-trtllm.sh"]
+
+
+def test_ngram_drafts_a_chain_of_prompt_lookups():
+    scenario = _speculative("ngram", 4)
+    (argv,) = shell_words(launch_files(scenario, "vllm")["launch-vllm.sh"])
+    assert _values(argv, "--speculative-config") == ['{"method":"ngram","num_speculative_tokens":4}']
+    (argv,) = shell_words(launch_files(scenario, "sglang")["launch-sglang.sh"])
+    assert _speculative_flags(argv) == [  # SGLang's n-gram top-k is its tree's breadth
+        "--speculative-algorithm", "NGRAM", "--speculative-ngram-max-bfs-breadth", "1",
+        "--speculative-num-draft-tokens", "5"]
+    config = json.loads(launch_files(scenario, "trtllm")["extra-llm-api-server.yaml"])["speculative_config"]
+    assert config == {"decoding_type": "NGram", "max_draft_len": 4}
 
 
 def test_every_catalog_model_names_a_checkpoint_to_serve():

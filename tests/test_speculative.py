@@ -154,14 +154,6 @@ def test_the_drafters_weights_and_kv_come_out_of_the_kv_cache():
     assert ngram.kv_capacity_tokens == plain.kv_capacity_tokens and ngram.costs.draft_s is None
 
 
-def test_sglang_runs_speculative_decoding_without_its_overlap_scheduler_unless_told():
-    spec = {"method": "mtp", "num_speculative_tokens": 1}
-    assert EngineSpec(scheduler="prefill-first", speculative=spec).host_overlap_setting is False
-    assert EngineSpec(scheduler="prefill-first").host_overlap_setting is None  # the profile's: overlapped
-    assert EngineSpec(scheduler="prefill-first", speculative=spec, host_overlap=True).host_overlap_setting is True
-    assert EngineSpec(scheduler="trtllm", speculative=spec).host_overlap_setting is None
-
-
 def test_a_speculative_scenario_halves_tpot_as_its_tokens_a_step_say():
     from tokenpath.sim.simulate import prepare, simulate
 

@@ -42,8 +42,6 @@ class Profile:
     host_window_assumption: Literal["host_step_s", "vllm_v0_host_window_s"]
     host_step_assumption: Literal["vllm_v0_host_step_s"] | None
     host_overlap: bool  # prepares a step while the GPU runs the one before, unless [engine] says
-    # Whether it still overlaps the host with the GPU under speculative decoding (engine/speculative.py)
-    speculative_overlap: bool
     eager_host: bool    # pays EAGER_HOST_PER_KERNEL_S per kernel of a step that replays no graph
     # -- CUDA graphs (engine/cuda_graphs.py), unless [engine] says
     cuda_graphs: Literal["all", "decode", "none"]
@@ -85,7 +83,6 @@ PROFILES: dict[str, Profile] = {
         host_step_assumption=None,
         # V1's engine core prepares each step after the one before (before its opt-in async scheduling).
         host_overlap=False,
-        speculative_overlap=False,
         # vLLM V1 compiles its model with torch.compile by default (fused kernels, a Python call per
         # compiled piece): no host time per kernel is measured, so none.
         eager_host=False,
@@ -128,7 +125,6 @@ PROFILES: dict[str, Profile] = {
         host_window_assumption="vllm_v0_host_window_s",
         host_step_assumption="vllm_v0_host_step_s",
         host_overlap=False,
-        speculative_overlap=False,
         eager_host=True,  # its model code runs op by op in Python when no graph is replayed
         # V0 captured decode batches (vllm/worker/model_runner.py) and ran prompt steps, and its mixed
         # chunked-prefill steps, eagerly.
@@ -170,9 +166,6 @@ PROFILES: dict[str, Profile] = {
         host_window_assumption="host_step_s",
         host_step_assumption=None,
         host_overlap=True,  # the zero-overhead batch scheduler, since v0.4 (event_loop_overlap)
-        # Speculative decoding turns it off: overlap with it is SGLang's "Spec V2", experimental and
-        # opt-in (SGLANG_ENABLE_SPEC_V2; docs.sglang.ai advanced_features/speculative_decoding).
-        speculative_overlap=False,
         eager_host=True,    # calibrated on SGLang (engine/host_time.py)
         # SGLang's CudaGraphRunner replays decode-or-idle batches only, up to its cuda_graph_max_bs
         # for the GPU's memory and tp (engine/cuda_graphs.py).
@@ -216,7 +209,6 @@ PROFILES: dict[str, Profile] = {
         host_window_assumption="host_step_s",
         host_step_assumption=None,
         host_overlap=True,  # the PyTorch backend's overlap scheduler, on by default
-        speculative_overlap=True,  # (no source read here says speculative decoding turns it off)
         # It launches from its C++ runtime, or fuses a layer into fewer custom ops in its PyTorch
         # backend: no host time per kernel is measured, so none.
         eager_host=False,

@@ -83,7 +83,7 @@ class Replica:
         # An overlapped scheduler forms each batch when the step before starts (host_time.host_overlapped):
         # while the engine is busy, the next step takes only requests that arrived by `formed_ns`, the
         # start of the step that just ran.
-        self.lagged = host_overlapped(spec.scheduler, spec.host_overlap_setting)
+        self.lagged = host_overlapped(spec.scheduler, spec.host_overlap)
         self.formed_ns = 0
         # Speculative decoding (engine/speculative.py): a decoding sequence runs `width` query tokens a
         # step (its drafts and one more) and gains `advance` tokens, drawn per step; the decode clock

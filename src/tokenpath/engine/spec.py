@@ -147,14 +147,6 @@ class EngineSpec(BaseModel):
         return PROFILES[self.scheduler]
 
     @property
-    def host_overlap_setting(self) -> bool | None:
-        """`host_overlap` as set; unset, None (the profile's), or False where the profile's overlap does not
-        run with speculative decoding (Profile.speculative_overlap)."""
-        if self.host_overlap is None and self.speculative is not None and not self.profile.speculative_overlap:
-            return False
-        return self.host_overlap
-
-    @property
     def prefills_alone(self) -> bool:
         """Whether prompts run in steps of their own while the decoding sequences pause: prefill-first
         without mixed chunks, and vLLM V0 without chunked prefill (Profile.prefills_alone_unless)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpath.config.errors import UserError
 from tokenpath.engine.profiles import PROFILES, Profile
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.model_id import Checkpoint, checkpoint
@@ -22,7 +23,7 @@ SETTINGS = (
     "engine.max_num_seqs", "engine.max_num_batched_tokens", "engine.block_size", "engine.chunked_prefill",
     "engine.gpu_memory_utilization", "engine.cuda_graphs", "engine.cuda_graph_max_tokens", "engine.scheduler",
     "engine.mixed_chunk", "engine.kv_admission", "engine.host_overlap", "engine.prefix_caching",
-    "engine.num_scheduler_steps",
+    "engine.num_scheduler_steps", "engine.speculative",
     "delivery.stream_interval", "delivery.detokenize",
 )
 
@@ -46,6 +47,9 @@ class Plan:
     kv_precision: str     # "bf16" or "fp8", the profile's rule applied
     host_overlap: bool
     detokenizes_in: str
+    # The draft model's checkpoint for speculative method draft_model; None for another drafter, or a
+    # draft without a Hugging Face id (a config.json)
+    draft: Checkpoint | None = None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -85,7 +89,20 @@ def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
     return Plan(scenario, checkpoint(scenario, model_id), roles, profile,
                 scenario.model.kv_precision(scenario.engine.scheduler),
                 profile.host_overlap if host_overlap is None else host_overlap,
-                front_end.detokenizes_in(scenario))
+                front_end.detokenizes_in(scenario), _draft_checkpoint(scenario))
+
+
+def _draft_checkpoint(scenario: Scenario) -> Checkpoint | None:
+    """The checkpoint of a `draft_model` drafter, found as the served model's is (a catalog model's
+    `hf_id`, or the Hugging Face id it is named by); None for another drafter or a draft without an id."""
+    speculative = scenario.engine.speculative
+    if speculative is None or speculative.draft_model is None:
+        return None
+    draft = scenario.model_copy(update={"model": scenario.model.model_copy(update={"name": speculative.draft_model})})
+    try:
+        return checkpoint(draft)
+    except UserError:  # a config.json, or a catalog model without an hf_id
+        return None
 
 
 def _share(total: int, replicas: int, of: int) -> int:

@@ -21,6 +21,10 @@ PD_POLICY = "round_robin"
 # The CUDA-graph backends per phase: SGLang 0.5.23 captures decode batches ("full") and, on CUDA,
 # prefill batches in breakable graphs by default (model_executor/cuda_graph_config.py).
 GRAPHS = {"none": ("disabled", "disabled"), "decode": ("full", "disabled"), "all": ("full", "breakable")}
+# The scenario's drafters -> --speculative-algorithm (arg_groups/fields/spec.py; NEXTN, a model's own MTP
+# layers, runs as EAGLE over them, arg_groups/speculative_hook.py).
+SPECULATIVE_ALGORITHM = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "ngram": "NGRAM",
+                         "draft_model": "STANDALONE"}
 
 
 def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str | None = None,
@@ -68,6 +72,7 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         settings.map("engine.host_overlap", "(the overlap scheduler: SGLang's default)")
     else:
         cmd.add(settings, "engine.host_overlap", "--disable-overlap-schedule")
+    _speculative(plan, cmd, settings)
     cmd.add(settings, "delivery.stream_interval", "--stream-interval", s.delivery.stream_interval)
     _routing(plan, cmd, settings, replicas)
     cmd.add(settings, "deployment.api_servers", "--tokenizer-worker-num",
@@ -107,11 +112,41 @@ def _mixing(plan: Plan, cmd: Command, settings: Settings) -> None:
     eng = plan.scenario.engine
     if eng.prefills_alone:
         settings.map("engine.mixed_chunk", "(off: SGLang's default)")
+    elif eng.speculative is not None:
+        settings.note("engine.mixed_chunk", "the scenario mixes prompts with decodes; SGLang turns "
+                                            "--enable-mixed-chunk off under speculative decoding")
     elif eng.chunked_prefill:
         cmd.add(settings, "engine.mixed_chunk", "--enable-mixed-chunk")
     else:
         settings.note("engine.mixed_chunk", "the scenario mixes whole prompts with decodes; SGLang mixes them only "
                                             "with chunked prefill (--enable-mixed-chunk)")
+
+
+def _speculative(plan: Plan, cmd: Command, settings: Settings) -> None:
+    """The drafter as SGLang's --speculative-* flags: k drafts a step in a chain (top-k 1), so k + 1
+    draft tokens with the verified one; an EAGLE head's checkpoint is the user's to add."""
+    eng = plan.scenario.engine
+    speculative = eng.speculative
+    if speculative is None:
+        settings.map("engine.speculative", "(none)")
+        return
+    k = speculative.num_speculative_tokens
+    cmd.add(settings, "engine.speculative", "--speculative-algorithm", SPECULATIVE_ALGORITHM[speculative.method])
+    if speculative.method == "ngram":  # its tree's breadth stands for the top-k: 1 for a chain
+        cmd.add(settings, "engine.speculative", "--speculative-ngram-max-bfs-breadth", 1)
+    else:
+        cmd.add(settings, "engine.speculative", "--speculative-num-steps", k)
+        cmd.add(settings, "engine.speculative", "--speculative-eagle-topk", 1)
+    cmd.add(settings, "engine.speculative", "--speculative-num-draft-tokens", k + 1)
+    if speculative.method in ("eagle", "eagle3"):
+        settings.note("engine.speculative", f"add --speculative-draft-model-path with the {speculative.method.upper()} "
+                                            f"head's checkpoint (one trained for {plan.checkpoint.hf_id}): SGLang "
+                                            "needs it for an EAGLE algorithm")
+    elif speculative.method == "draft_model" and plan.draft is not None:
+        cmd.add(settings, "engine.speculative", "--speculative-draft-model-path", plan.draft.hf_id)
+    elif speculative.method == "draft_model":
+        settings.note("engine.speculative", f"the draft model {speculative.draft_model} has no Hugging Face id: add "
+                                            "--speculative-draft-model-path with its checkpoint")
 
 
 def _routing(plan: Plan, cmd: Command, settings: Settings, replicas: int) -> None:

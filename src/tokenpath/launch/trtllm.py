@@ -21,6 +21,9 @@ TRANSCEIVER = "NIXL"
 ADMISSION = {"reserve": "GUARANTEED_NO_EVICT", "on_demand": "MAX_UTILIZATION"}
 # The guide's context servers run without the overlap scheduler, which they do not support.
 CONTEXT_OVERLAP = False
+# The scenario's drafters -> speculative_config.decoding_type of the PyTorch backend (llm_args.py): "Eagle"
+# runs an EAGLE-3 head (EagleDecodingConfig.spec_dec_mode); the draft-model type is left out (below).
+DECODING_TYPE = {"mtp": "MTP", "eagle3": "Eagle", "ngram": "NGram"}
 
 
 def command(plan: Plan, settings: Settings, options_path: str, host: str | None = None,
@@ -83,6 +86,9 @@ def extra_options(plan: Plan, role: Role, settings: Settings) -> dict[str, Any]:
         "scheduler_config": {"capacity_scheduler_policy": ADMISSION[eng.kv_admission]},
         "stream_interval": s.delivery.stream_interval,
     }
+    speculative = _speculative(plan, settings)
+    if speculative is not None:
+        options["speculative_config"] = speculative
     if role.name != "server":
         options["cache_transceiver_config"] = {"backend": TRANSCEIVER}
         settings.map("deployment.prefill_replicas", "cache_transceiver_config")
@@ -97,6 +103,38 @@ def disaggregated_config(host: str, port: int, context_urls: list[str], generati
     return {"hostname": host, "port": port, "backend": BACKEND,
             "context_servers": {"num_instances": len(context_urls), "urls": context_urls},
             "generation_servers": {"num_instances": len(generation_urls), "urls": generation_urls}}
+
+
+def _speculative(plan: Plan, settings: Settings) -> dict[str, Any] | None:
+    """speculative_config: the decoding type and its k drafts a step (MTPDecodingConfig counts them in
+    num_nextn_predict_layers), or None with a note where no decoding type serves the drafter as written."""
+    speculative = plan.scenario.engine.speculative
+    if speculative is None:
+        settings.map("engine.speculative", "(none)")
+        return None
+    k = speculative.num_speculative_tokens
+    if speculative.method == "eagle":
+        settings.note("engine.speculative", "not written: TensorRT-LLM's PyTorch backend runs EAGLE-3 heads only "
+                                            "(decoding_type Eagle); simulate method = \"eagle3\" to launch one")
+        return None
+    if speculative.method == "draft_model":
+        draft = plan.draft.hf_id if plan.draft is not None else f"the checkpoint of {speculative.draft_model}"
+        settings.note("engine.speculative", "not written: TensorRT-LLM's releases spell the draft-target decoding "
+                                            "type differently (DraftTarget, Draft_Target); add speculative_config "
+                                            f"with that of yours, max_draft_len: {k} and speculative_model_dir: "
+                                            f"{draft}")
+        return None
+    settings.map("engine.speculative", "speculative_config")
+    config: dict[str, Any] = {"decoding_type": DECODING_TYPE[speculative.method]}
+    if speculative.method == "mtp":
+        config["num_nextn_predict_layers"] = k
+    else:
+        config["max_draft_len"] = k
+    if speculative.method == "eagle3":
+        settings.note("engine.speculative", "add speculative_model_dir with the EAGLE3 head's checkpoint (one "
+                                            f"trained for {plan.checkpoint.hf_id}) to speculative_config: "
+                                            "TensorRT-LLM refuses Eagle without it")
+    return config
 
 
 def _precision(plan: Plan, settings: Settings) -> None:

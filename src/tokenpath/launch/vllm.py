@@ -50,6 +50,7 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
             "--enable-prefix-caching" if eng.prefix_caching else "--no-enable-prefix-caching")
     cmd.add(settings, "engine.host_overlap", "--async-scheduling" if plan.host_overlap else "--no-async-scheduling")
     _cuda_graphs(plan, cmd, settings)
+    _speculative(plan, cmd, settings)
     api_servers = max(1, role.api_servers * replicas // role.replicas)  # this process's share of the pool's
     cmd.add(settings, "deployment.api_servers", "--api-server-count", api_servers)
     cmd.add(settings, "delivery.stream_interval", "--stream-interval", s.delivery.stream_interval)
@@ -77,6 +78,29 @@ def _cuda_graphs(plan: Plan, cmd: Command, settings: Settings) -> None:
         cmd.add(settings, "engine.cuda_graph_max_tokens", "--max-cudagraph-capture-size", eng.cuda_graph_max_tokens)
     else:
         settings.map("engine.cuda_graph_max_tokens", "(vLLM's own limit)")
+
+
+def _speculative(plan: Plan, cmd: Command, settings: Settings) -> None:
+    """--speculative-config: the drafter and its tokens a step, with the draft's checkpoint where the
+    scenario names one; an EAGLE head's checkpoint is the user's to add."""
+    speculative = plan.scenario.engine.speculative
+    if speculative is None:
+        settings.map("engine.speculative", "(none)")
+        return
+    # The scenario's method names are vLLM's SpeculativeConfig.method values (vllm/config/speculative.py);
+    # "mtp" is its name for a model's own MTP layers, the per-model ones (deepseek_mtp, ...) deprecated to it.
+    config: dict[str, object] = {"method": speculative.method,
+                                 "num_speculative_tokens": speculative.num_speculative_tokens}
+    if speculative.method in ("eagle", "eagle3"):
+        settings.note("engine.speculative", f"add the {speculative.method.upper()} head's checkpoint (one trained for "
+                                            f"{plan.checkpoint.hf_id}) as \"model\" in --speculative-config: vLLM "
+                                            "refuses an EAGLE method without it")
+    elif speculative.method == "draft_model" and plan.draft is not None:
+        config["model"] = plan.draft.hf_id
+    elif speculative.method == "draft_model":
+        settings.note("engine.speculative", f"the draft model {speculative.draft_model} has no Hugging Face id: add "
+                                            "its checkpoint as \"model\" in --speculative-config")
+    cmd.add(settings, "engine.speculative", "--speculative-config", json.dumps(config, separators=(",", ":")))
 
 
 def _notes(plan: Plan, settings: Settings, replicas: int) -> None:

@@ -91,7 +91,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
                         "unset workload.max_concurrency")
     engine = scenario.engine
-    host = host_step_cost(engine.scheduler, engine.host_overlap_setting)
+    host = host_step_cost(engine.scheduler, engine.host_overlap)
     graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
