@@ -196,3 +196,15 @@ def test_mean_tokens_per_step_is_continuous_in_acceptance():
     assert mean_tokens_per_step(0.999999, 5) == pytest.approx(6.0, rel=1e-4)
     assert SpeculativeSpec(method="mtp", num_speculative_tokens=1).describe(0.85).endswith("1.85 tokens a step")
     assert math.isclose(mean_tokens_per_step(0.5, 1), 1.5)
+
+
+def test_a_speculative_run_is_outside_the_validated_envelope():
+    from tokenpath.sim.document import result_document
+    from tokenpath.sim.simulate import simulate
+
+    scenario = _scenario(speculative={"method": "mtp", "num_speculative_tokens": 1})
+    document = result_document(simulate(scenario))[0]
+    assert document["envelope"]["validated"] is False
+    assert "speculative decoding (mtp)" in document["envelope"]["outside"]
+    assert document["regime"]["speculative"] == "mtp"
+    assert document["resolved"]["engine"]["speculative"]["mean_tokens_per_step"] == pytest.approx(1.7)

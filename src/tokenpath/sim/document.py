@@ -77,7 +77,8 @@ def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> Non
     scenario, chip = sim.scenario, sim.deployment.chip
     document["regime"] = regime_block(scenario.engine.scheduler, scenario.engine.version, chip.name, chip.generation,
                                       sim.deployment.model, evidence.load.overloaded,
-                                      evidence.parts_s.get("ttft", {}), evidence.mean_batch_seqs)
+                                      evidence.parts_s.get("ttft", {}), evidence.mean_batch_seqs,
+                                      None if scenario.engine.speculative is None else scenario.engine.speculative.method)
     records = shipped_records()
     document["envelope"] = envelope(document["regime"], records)
     assumptions = document["scenario"]["assumptions"]

@@ -48,12 +48,14 @@ def load_regime(overloaded: bool, queue_share_of_ttft: float, mean_batch_seqs: f
 
 
 def regime_block(scheduler: str, engine_version: str | None, chip: str, chip_generation: str, model: ModelSpec,
-                 overloaded: bool, ttft_parts_s: dict[str, float], mean_batch_seqs: float) -> dict[str, Any]:
+                 overloaded: bool, ttft_parts_s: dict[str, float], mean_batch_seqs: float,
+                 speculative: str | None = None) -> dict[str, Any]:
     """The result document's `regime`: its four keys (engine, load, model_family, chip_generation), the
-    chip and engine version the envelope also checks, and the two figures the load regime was read from."""
+    chip, engine version and speculative method (None: none) the envelope also checks, and the two
+    figures the load regime was read from."""
     total_s = sum(value for part, value in ttft_parts_s.items() if part != "application")  # the model's TTFT
     queue_share = ttft_parts_s.get("queue", 0.0) / total_s if total_s > 0 else 0.0
     return {"engine": scheduler, "load": load_regime(overloaded, queue_share, mean_batch_seqs),
             "model_family": model_family(model), "chip_generation": chip_generation, "chip": chip,
-            "engine_version": engine_version, "queue_share_of_ttft": queue_share,
+            "engine_version": engine_version, "speculative": speculative, "queue_share_of_ttft": queue_share,
             "mean_batch_seqs": mean_batch_seqs}
