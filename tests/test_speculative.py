@@ -181,6 +181,8 @@ def test_a_speculative_scenario_halves_tpot_as_its_tokens_a_step_say():
      "does not run with multi-step scheduling"),
     ('[engine.speculative]\nmethod = "eagle3"\nnum_speculative_tokens = 3\n[workload]\ndraft_acceptance = 1.5\n',
      "draft_acceptance"),
+    ('[engine.speculative]\nmethod = "ngram"\nnum_speculative_tokens = 3\n[workload]\ndraft_acceptance = 0.5\n'
+     '[delivery]\nstream_interval = 4\n', "set stream_interval = 1"),
 ])
 def test_a_bad_speculative_table_is_one_line_and_exit_2(tmp_path, toml, message):
     path = tmp_path / "s.toml"
@@ -208,3 +210,13 @@ def test_a_speculative_run_is_outside_the_validated_envelope():
     assert "speculative decoding (mtp)" in document["envelope"]["outside"]
     assert document["regime"]["speculative"] == "mtp"
     assert document["resolved"]["engine"]["speculative"]["mean_tokens_per_step"] == pytest.approx(1.7)
+
+
+def test_levers_tune_the_drafts_and_leave_the_stream_interval_alone():
+    from tokenpath.whatif.catalog import catalog
+
+    scenario = _scenario(speculative={"method": "eagle3", "num_speculative_tokens": 1})
+    levers = {lever.name: lever for lever in catalog(scenario, scenario.model_dump(mode="json"))}
+    assert levers["2 speculative drafts a step"].overrides == {"engine.speculative.num_speculative_tokens": 2}
+    assert levers["0 speculative drafts a step"].skipped == "num_speculative_tokens is 1"
+    assert "speculative decoding" in levers["stream interval"].skipped

@@ -75,10 +75,11 @@ def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> Non
     """How far to trust the document's figures: its `regime`, the `envelope` of the validated rows it lies
     in or not, and each headline figure's `band` (sim/bands.py)."""
     scenario, chip = sim.scenario, sim.deployment.chip
+    speculative = scenario.engine.speculative
     document["regime"] = regime_block(scenario.engine.scheduler, scenario.engine.version, chip.name, chip.generation,
                                       sim.deployment.model, evidence.load.overloaded,
                                       evidence.parts_s.get("ttft", {}), evidence.mean_batch_seqs,
-                                      None if scenario.engine.speculative is None else scenario.engine.speculative.method)
+                                      None if speculative is None else speculative.method)
     records = shipped_records()
     document["envelope"] = envelope(document["regime"], records)
     assumptions = document["scenario"]["assumptions"]

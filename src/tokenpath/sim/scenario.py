@@ -174,6 +174,9 @@ class Scenario(BaseModel):
         if speculative is not None and acceptance is None:
             raise ValueError("engine.speculative needs workload.draft_acceptance, the chance a drafted token is "
                              "accepted (0 to 1; DeepSeek-V3 reports 0.85-0.9 for its MTP token)")
+        if speculative is not None and self.delivery.stream_interval > 1:
+            raise ValueError("engine.speculative streams each step's tokens of a sequence as one event; "
+                             "delivery.stream_interval > 1 with it is not modelled: set stream_interval = 1")
         if speculative is None and acceptance is not None:
             raise ValueError("workload.draft_acceptance applies with [engine.speculative] only; add that table or "
                              "remove draft_acceptance")

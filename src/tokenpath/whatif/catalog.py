@@ -12,6 +12,7 @@ from typing import Any
 
 from tokenpath.compute.chip import load_chip
 from tokenpath.engine.profiles import PROFILES
+from tokenpath.engine.speculative import MAX_SPECULATIVE_TOKENS
 from tokenpath.fabric.build import default_fabric, scaleup_link_bw_Bps
 from tokenpath.fabric.spec import HierarchyFabric, SwitchFabric
 from tokenpath.sim import front_end
@@ -227,7 +228,9 @@ def _prefix_aware_routing(scenario: Scenario) -> Lever:
 def _continuous(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:
     engine, interval = scenario.engine, scenario.delivery.stream_interval
     target = STREAM_INTERVAL if interval == 1 else 1
-    levers = [Lever(f"stream interval {target} token(s)/event", "", {"delivery.stream_interval": target})]
+    levers = [Lever(f"stream interval {target} token(s)/event", "", {"delivery.stream_interval": target})
+              if engine.speculative is None else
+              Lever("stream interval", "", skipped="speculative decoding streams each step's tokens as one event")]
     budget = engine.max_num_batched_tokens
     levers.append(Lever(f"token budget {budget * 2}/step", "", {"engine.max_num_batched_tokens": budget * 2}))
     levers.append(Lever(f"token budget {budget // 2}/step", "", {"engine.max_num_batched_tokens": budget // 2}))
@@ -237,6 +240,13 @@ def _continuous(scenario: Scenario, table: dict[str, Any], here: Path) -> list[L
             overrides["engine.max_num_batched_tokens"] = seqs
         levers.append(Lever(f"max_num_seqs {seqs}", "", overrides) if seqs >= 1 else
                       Lever("max_num_seqs / 4", "", skipped=f"max_num_seqs is {engine.max_num_seqs}"))
+    if engine.speculative is not None:  # how many drafts a step pays off at the workload's acceptance
+        k = engine.speculative.num_speculative_tokens
+        for drafts in (k + 1, k - 1):
+            name = f"{drafts} speculative drafts a step"
+            levers.append(Lever(name, "", {"engine.speculative.num_speculative_tokens": drafts})
+                          if 1 <= drafts <= MAX_SPECULATIVE_TOKENS else
+                          Lever(name, "", skipped=f"num_speculative_tokens is {k}"))
     for profile, facts in PROFILES.items():
         if profile != engine.scheduler and facts.offered_as_lever:
             overrides = {"engine.scheduler": profile}
