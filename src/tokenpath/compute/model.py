@@ -13,7 +13,7 @@ from tokenpath.config.errors import UserError
 
 # Keys of a models.toml entry that describe the entry, not the shape: its citation, other names, and the
 # checkpoint `tokenpath launch` serves (launch/model_id.py).
-CATALOG_ONLY_KEYS = ("source", "aliases", "hf_id", "hf_precision")
+CATALOG_ONLY_KEYS = ("source", "aliases", "hf_id", "hf_precision", "hf_expert_precision")
 
 
 def list_models() -> list[str]:

@@ -104,6 +104,7 @@ class _Sharding:
     kv_precision: str
     expert_replicas: int
     assumptions: Assumptions
+    expert_precision: str  # the routed experts' weights (an MXFP4 checkpoint's, gpt-oss: the rest in bf16)
 
     @property
     def act(self) -> float:
@@ -149,14 +150,17 @@ class _Sharding:
 
 
 def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
-              expert_replicas: int = 1, assumptions: Assumptions = DEFAULTS) -> list[LinearOp]:
+              expert_replicas: int = 1, assumptions: Assumptions = DEFAULTS,
+              expert_precision: str | None = None) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     Expert parallelism over `expert_replicas` > 1 replicas (roofline.ComputeModel) places routed
     experts whole, 1/(tp * expert_replicas) of them per chip: their FLOPs per chip are those of
     tensor parallelism, their weights and the bytes a step reads divide by `expert_replicas`, and
-    their grouped GEMMs are as wide as a whole expert. `assumptions`: a run's (the registry's by default)."""
-    s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions)
+    their grouped GEMMs are as wide as a whole expert. `assumptions`: a run's (the registry's by default).
+    `expert_precision`: the routed experts' weights, where they differ from the others' (None: the same)."""
+    s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions,
+                  expert_precision or weight_precision)
     return [*_embedding_and_norms(s), *_attention(s), *_dense_mlp(s), *_moe(s), _lm_head(s)]
 
 
@@ -287,17 +291,19 @@ def _moe(s: _Sharding) -> list[LinearOp]:
     # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
     # out h.
     width = model.moe_intermediate_size if replicas > 1 else inter
+    precision = s.expert_precision
+    weight_bytes = PRECISION_BYTES[precision]
     # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.
-    block_scaled = model.fp8_block_scaled and s.chip.compute_precision(s.weight_precision) == "fp8"
+    block_scaled = model.fp8_block_scaled and s.chip.compute_precision(precision) == "fp8"
     ops.append(LinearOp(
-        "moe_experts", s.gemm_rate * expert_gemm_fraction(width, block_scaled, s.assumptions),
+        "moe_experts", s.chip.effective_flops(precision) * expert_gemm_fraction(width, block_scaled, s.assumptions),
         flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
         bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * s.act * moe_layers,
-        bytes_per_expert=expert_params * s.weight_bytes * moe_layers / replicas,
-        resident_bytes=model.num_experts * expert_params * s.weight_bytes * moe_layers / replicas,
+        bytes_per_expert=expert_params * weight_bytes * moe_layers / replicas,
+        resident_bytes=model.num_experts * expert_params * weight_bytes * moe_layers / replicas,
         # Align and permute the copies, grouped gate_up, activation, grouped down, combine; and
         # the two inputs' quantization.
-        kernels=(5 + 2 * s.quantize) * moe_layers,
+        kernels=(5 + 2 * (weight_bytes < 2)) * moe_layers,
         gemm=True,
     ))
     if model.shared_intermediate_size:

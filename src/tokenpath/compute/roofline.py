@@ -84,7 +84,7 @@ class ComputeModel:
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
                  expert_replicas: int = 1, host_window_s: float = 0.0, host_step_s: float = 0.0,
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
-                 assumptions: Assumptions = DEFAULTS):
+                 assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -95,8 +95,11 @@ class ComputeModel:
         self.pp = pp
         self.weight_precision = check_precision(weight_precision, "weight_precision")
         self.kv_precision = check_precision(kv_precision, "kv_precision")
+        # The routed experts' weights where they differ from the rest (None: weight_precision).
+        self.expert_precision = None if expert_precision is None else check_precision(expert_precision,
+                                                                                     "expert_precision")
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas,
-                                             assumptions)
+                                             assumptions, self.expert_precision)
         self.expert_replicas = expert_replicas
         self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
         per_layer = kv_bytes_per_token_per_layer(model, tp, kv_precision)

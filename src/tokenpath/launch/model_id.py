@@ -1,5 +1,6 @@
 """Which checkpoint a launch serves: its Hugging Face repository id, and the precision its weights are
-stored in (models.toml's `hf_id` and `hf_precision`), or the id the user gives."""
+stored in (models.toml's `hf_id`, `hf_precision` and, where its routed experts differ,
+`hf_expert_precision`), or the id the user gives."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ class Checkpoint:
 
     hf_id: str
     precision: str | None
+    expert_precision: str | None = None  # its routed experts', where they differ (None: `precision`)
+
+    def stored(self) -> str:
+        """Its precision in words: "bf16", or "bf16 with fp4 routed experts"."""
+        if self.expert_precision is None or self.expert_precision == self.precision:
+            return str(self.precision)
+        return f"{self.precision} with {self.expert_precision} routed experts"
 
 
 def checkpoint(scenario: Scenario, model_id: str | None = None) -> Checkpoint:
@@ -34,9 +42,9 @@ def checkpoint(scenario: Scenario, model_id: str | None = None) -> Checkpoint:
     if files.exists(scenario.model_source()):
         raise UserError(f"model {quoted(name)} has no hf_id; pass --model-id")
     _, entry = catalog.lookup(catalog.MODELS_FILE, name, "model", "models")
-    precision = entry.get("hf_precision", CHECKPOINT_PRECISION)
+    precision, experts = entry.get("hf_precision", CHECKPOINT_PRECISION), entry.get("hf_expert_precision")
     if "/" in name:  # a Hugging Face id, as written, of a catalog model
-        return Checkpoint(name, precision)
+        return Checkpoint(name, precision, experts)
     if "hf_id" not in entry:
         raise UserError(f"model {quoted(name)} has no hf_id; pass --model-id")
-    return Checkpoint(entry["hf_id"], precision)
+    return Checkpoint(entry["hf_id"], precision, experts)

@@ -16,7 +16,7 @@ from tokenpath.sim.scenario import Scenario
 # Every scenario setting that describes the server. Each emitter maps each one to flags or notes why
 # it cannot (tests/test_launch.py checks); the workload, SLO and client side are not the server's.
 SETTINGS = (
-    "model.name", "model.precision", "model.kv_cache_precision",
+    "model.name", "model.precision", "model.expert_precision", "model.kv_cache_precision",
     "deployment.chip", "deployment.chips", "deployment.tp", "deployment.pp", "deployment.expert_parallel",
     "deployment.prefill_replicas", "deployment.routing", "deployment.api_servers", "deployment.fabric",
     "deployment.placement",
@@ -63,12 +63,14 @@ class Plan:
         """How the checkpoint's weights meet the scenario's precision: "as-stored" (the same precision),
         "given" (the user's checkpoint, taken as the scenario's), "quantize" (bf16 weights quantized
         to fp8 as the engine loads them) or "mismatch" (no engine flag turns one into the other)."""
-        stored, wanted = self.checkpoint.precision, self.scenario.model.precision
-        if stored is None:
+        model, checkpoint = self.scenario.model, self.checkpoint
+        if checkpoint.precision is None:
             return "given"
+        stored = (checkpoint.precision, checkpoint.expert_precision or checkpoint.precision)
+        wanted = (model.precision, model.expert_precision or model.precision)
         if stored == wanted:
             return "as-stored"
-        return "quantize" if (stored, wanted) == ("bf16", "fp8") else "mismatch"
+        return "quantize" if (stored, wanted) == (("bf16", "bf16"), ("fp8", "fp8")) else "mismatch"
 
 
 def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
@@ -125,9 +127,23 @@ def weight_flags(plan: Plan, cmd: Command, settings: Settings, engine: str, quan
     elif how == "given":
         settings.note("model.precision", f"served as the --model-id checkpoint stores it: use one stored in {wanted}")
     else:
-        settings.note("model.precision", f"{plan.checkpoint.hf_id} is stored in {plan.checkpoint.precision} and "
+        settings.note("model.precision", f"{plan.checkpoint.hf_id} is stored in {plan.checkpoint.stored()} and "
                                           f"{engine} has no flag to serve it in {wanted}: pass --model-id with a "
                                           f"{wanted} checkpoint")
+    expert_precision_setting(plan, settings)
+
+
+def expert_precision_setting(plan: Plan, settings: Settings) -> None:
+    """The routed experts' precision: carried with the weights' (the checkpoint's own, or the scenario's
+    precision), or noted where the scenario's differs from the checkpoint's and no flag changes it."""
+    experts = plan.scenario.model.expert_precision
+    if experts is None or experts == plan.scenario.model.precision:
+        settings.map("model.expert_precision", "(as model.precision)")
+    elif plan.weights() in ("as-stored", "given"):
+        settings.map("model.expert_precision", "(the checkpoint's own)")
+    else:
+        settings.note("model.expert_precision", f"no flag quantizes the routed experts apart from the other weights: "
+                                                f"pass --model-id with a checkpoint of {experts} experts")
 
 
 def common_notes(plan: Plan, engine: str, settings: Settings) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
-from tokenpath.launch.plan import Plan, Role
+from tokenpath.launch.plan import Plan, Role, expert_precision_setting
 
 # The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
 NAME = __name__.rsplit(".", 1)[-1]
@@ -145,9 +145,10 @@ def _precision(plan: Plan, settings: Settings) -> None:
     elif how == "given":
         settings.note("model.precision", f"served as the --model-id checkpoint stores it: use one stored in {wanted}")
     else:
-        settings.note("model.precision", f"{plan.checkpoint.hf_id} is stored in {plan.checkpoint.precision}; "
+        settings.note("model.precision", f"{plan.checkpoint.hf_id} is stored in {plan.checkpoint.stored()}; "
                                           f"TensorRT-LLM's PyTorch backend takes the quantization from the "
                                           f"checkpoint: pass --model-id with a {wanted} (ModelOpt) checkpoint")
+    expert_precision_setting(plan, settings)
 
 
 def _notes(plan: Plan, settings: Settings) -> None:

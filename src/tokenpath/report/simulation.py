@@ -152,6 +152,11 @@ def _model_line(d: Any, precision: str, kv_precision: str) -> str:
     line = f"{d.model.name}, {precision} weights"
     if d.chip.is_weight_only(precision):
         line += f" (weight-only: {d.chip.name} has no {precision} tensor cores, so they multiply at bf16)"
+    experts = d.compute.expert_precision
+    if experts is not None and experts != precision:
+        line += f", {experts} routed experts"
+        if d.chip.is_weight_only(experts):
+            line += f" (weight-only on {d.chip.name})"
     line += f", {kv_precision} KV cache"
     if d.model.sliding_layers:
         line += (f", sliding window {d.model.sliding_window:,} on {d.model.sliding_layers} of "

@@ -101,7 +101,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
     delivery = s.resolved_delivery()
     return {
         "deployment": {
-            "model": d.model.name, "precision": s.model.precision,
+            "model": d.model.name, "precision": s.model.precision, "expert_precision": s.model.expert_precision,
             "kv_precision": s.model.kv_precision(engine.scheduler),
             "chip": d.chip.name, "chips": dep.chips, "tp": dep.tp, "pp": dep.pp, "replicas": dep.replicas,
             "prefill_replicas": dep.prefill_replicas, "expert_parallel": dep.expert_parallel, "routing": dep.routing,

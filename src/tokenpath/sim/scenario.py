@@ -64,6 +64,10 @@ class ModelSection(BaseModel):
 
     name: PathText = "llama-3.1-70b"
     precision: Precision = "fp8"
+    expert_precision: Precision | None = Field(
+        None, description="an MoE model's routed experts' weights, where they differ from `precision`, the "
+                          "rest's (gpt-oss ships MXFP4 experts with bf16 attention: precision = \"bf16\", "
+                          "expert_precision = \"fp4\"); unset: `precision`")
     kv_cache_precision: Literal["auto", "bf16", "fp8"] = Field(
         "auto", description="auto: the engine's default: the model's own bf16 in vLLM and SGLang (their "
                             "--kv-cache-dtype auto); fp8 with fp8 or fp4 weights in TensorRT-LLM "
@@ -251,6 +255,8 @@ class Scenario(BaseModel):
             del normal["application"]
         if normal["engine"]["speculative"] is None:  # likewise before speculative decoding
             del normal["engine"]["speculative"], normal["workload"]["draft_acceptance"]
+        if normal["model"]["expert_precision"] is None:  # likewise before experts had a precision of their own
+            del normal["model"]["expert_precision"]
         inputs = list(fingerprint_inputs(self.resolved_workload(chat_template=False)).values())
         if self.delivery.calibration is not None:
             inputs.append(sha256_file(self.resolved_delivery().calibration, "delivery.calibration file",

@@ -32,7 +32,9 @@ def ttft_floor_s(row: dict[str, Any], sharegpt: dict[str, Any]) -> float | None:
     embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
     flops_per_token = 2.0 * (model.params_active_per_token() - embeddings)
     chips = row.get("tp", 1) * row.get("pp", 1)
-    peak_flops = chips * chip.peak_flops[chip.compute_precision(row["precision"])]
+    # The fastest of the weights' precisions (an MoE's routed experts may have one of their own).
+    precisions = {row["precision"], row.get("expert_precision") or row["precision"]}
+    peak_flops = chips * max(chip.peak_flops[chip.compute_precision(p)] for p in precisions)
     prompts = row_prepared(row, sharegpt).requests.input_tokens[:count]
     burst = np.sort(prompts[:row["concurrency"]]).astype(np.float64)
     first_token_s = np.cumsum(burst * flops_per_token / peak_flops)

@@ -31,7 +31,7 @@ from tokenpath.sim.summary import tpot_ns, window_ns
 from tokenpath.validate.client_draws import sglang_random_lengths
 from tokenpath.validate.latency_rows import read_latency_rows
 from tokenpath.validate.ranking import print_ranking, ranking
-from tokenpath.validate.row_keys import label, lengths_label, load_label
+from tokenpath.validate.row_keys import label, lengths_label, load_label, precision_label
 
 GROUP = "latency"
 TITLE = "Latency under load: TTFT and TPOT / ITL at a stated request rate or concurrency"
@@ -153,7 +153,8 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any],
         "name": f"latency {row['source']} {row['engine']} {row['model']} {row['chip']} tp{row['tp']}",
         "seed": 0,
         "model": {"name": row["model"], "precision": row["precision"],
-                  "kv_cache_precision": row.get("kv_cache_precision", "auto")},
+                  "kv_cache_precision": row.get("kv_cache_precision", "auto"),
+                  **({"expert_precision": row["expert_precision"]} if row.get("expert_precision") else {})},
         "deployment": {"chip": row["chip"], "chips": row["tp"], "tp": row["tp"]},
         "engine": row_engine(row),
         "workload": workload,
@@ -280,7 +281,7 @@ def print_latency(console: Any, rows: list[dict[str, Any]], summary: dict[str, A
     for r in rows:
         table.add_row(
             f"{r['source']} {r['engine']}" + (" (calibration)" if r.get("calibration") else ""),
-            f"{r['model']} {r['precision']} {r['chip']} TP{r['tp']}",
+            f"{r['model']} {precision_label(r)} {r['chip']} TP{r['tp']}",
             f"{lengths_label(r)}, {load_label(r)}",
             f"{r['ttft_stat']} {_ms(r['ttft_ms'])}", _ms(r["predicted_ttft_ms"]), f"{r['ttft_error']:+.1%}",
             f"{r['decode_metric']} {r['decode_stat']} {_ms(r['decode_ms'])}", _ms(r["predicted_decode_ms"]),

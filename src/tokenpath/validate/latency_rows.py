@@ -2,9 +2,10 @@
 own measurements in the same form (`tokenpath validate --latency-rows FILE`).
 
 Each `[[rows]]` table states one measurement and how it was taken: the deployment (`engine`,
-`engine_settings` as `[engine]` keys, `model`, `precision`, `kv_cache_precision`, `chip`, `tp`), the
-workload (`lengths` with its sizes, `arrival` with its rate or concurrency, the request count or
-`window`), and the measured TTFT and TPOT or ITL with the statistic the source reported.
+`engine_settings` as `[engine]` keys, `model`, `precision`, `expert_precision`, `kv_cache_precision`,
+`chip`, `tp`), the workload (`lengths` with its sizes, `arrival` with its rate or concurrency, the
+request count or `window`), and the measured TTFT and TPOT or ITL with the statistic the source
+reported.
 validate/latency.py simulates it the same way. A row that cannot be read is refused with one line
 naming the row and the field.
 """
@@ -36,6 +37,7 @@ class LatencyRow(BaseModel):
     engine_settings: dict[str, Any] = Field(default_factory=dict)
     model: str
     precision: str
+    expert_precision: str | None = None  # an MoE's routed experts', where they differ (the scenario's [model] key)
     kv_cache_precision: Literal["auto", "bf16", "fp8"] = "auto"  # as the scenario's [model] key (--kv-cache-dtype)
     chip: str
     tp: int = Field(ge=1)

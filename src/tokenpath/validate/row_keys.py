@@ -34,7 +34,7 @@ def configuration_key(row: Row) -> tuple:
     """What a source served and how the requests were shaped: the same model on the same chips, TP,
     engine and settings, lengths and arrival process, at whatever load."""
     return (row["source"], row["engine"], json.dumps(row.get("engine_settings", {}), sort_keys=True), row["model"],
-            row["precision"], row.get("kv_cache_precision", "auto"), row["chip"], row["tp"], lengths_key(row),
+            precision_label(row), row.get("kv_cache_precision", "auto"), row["chip"], row["tp"], lengths_key(row),
             row["arrival"])
 
 
@@ -43,9 +43,15 @@ def load_point_key(row: Row) -> tuple:
     return row["source"], lengths_key(row), row["arrival"], load(row)
 
 
+def precision_label(row: Row) -> str:
+    """The row's weights' precision: "bf16", or "bf16/fp4 experts" where its routed experts have their own."""
+    experts = row.get("expert_precision")
+    return row["precision"] if experts is None else f"{row['precision']}/{experts} experts"
+
+
 def label(row: Row) -> str:
     """A row's configuration in a few words: engine, model, precision, chips."""
-    return f"{row['engine']} {row['model']} {row['precision']} {row['chip']} TP{row['tp']}"
+    return f"{row['engine']} {row['model']} {precision_label(row)} {row['chip']} TP{row['tp']}"
 
 
 def load_label(row: Row) -> str:
