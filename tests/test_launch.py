@@ -39,6 +39,7 @@ SCENARIOS = {
                                      "deployment.prefill_replicas": 1},
     "vllm-v0-unchunked": {"engine.scheduler": "vllm-v0", "engine.chunked_prefill": False,
                           "engine.num_scheduler_steps": 8},
+    "dp-attention": {"model.name": "deepseek-v3", "deployment.tp": 8, "deployment.attention_dp": True},
     "mtp": {"model.name": "deepseek-v3", "deployment.tp": 8, "workload.draft_acceptance": 0.7,
             "engine.speculative": {"method": "mtp", "num_speculative_tokens": 2}},
     "eagle3-sglang": {"engine.scheduler": "prefill-first", "workload.draft_acceptance": 0.7,

@@ -12,6 +12,7 @@ MoE router and the norms are replicated.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 
 from tokenpath.compute.chip import ChipSpec
@@ -151,17 +152,36 @@ class _Sharding:
 
 def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
               expert_replicas: int = 1, assumptions: Assumptions = DEFAULTS,
-              expert_precision: str | None = None) -> list[LinearOp]:
+              expert_precision: str | None = None, attention_dp: bool = False) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     Expert parallelism over `expert_replicas` > 1 replicas (roofline.ComputeModel) places routed
     experts whole, 1/(tp * expert_replicas) of them per chip: their FLOPs per chip are those of
     tensor parallelism, their weights and the bytes a step reads divide by `expert_replicas`, and
     their grouped GEMMs are as wide as a whole expert. `assumptions`: a run's (the registry's by default).
-    `expert_precision`: the routed experts' weights, where they differ from the others' (None: the same)."""
+    `expert_precision`: the routed experts' weights, where they differ from the others' (None: the same).
+
+    `attention_dp`: attention runs data-parallel over the `tp` chips (SGLang's --attn-dp-size, TensorRT-LLM's
+    enable_attention_dp): each chip holds every head's weights and runs attention for its own share of
+    the sequences, taken as an even 1/tp of the step's tokens, pairs and KV reads, so the weights it
+    streams are whole while the work is split; the MLP and MoE layers stay tensor- (or expert-) parallel."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions,
                   expert_precision or weight_precision)
-    return [*_embedding_and_norms(s), *_attention(s), *_dense_mlp(s), *_moe(s), _lm_head(s)]
+    attention = (_attention(s) if not attention_dp or tp == 1 else
+                 [_one_share(op, tp) for op in _attention(dataclasses.replace(s, tp=1))])
+    return [*_embedding_and_norms(s), *attention, *_dense_mlp(s), *_moe(s), _lm_head(s)]
+
+
+def _one_share(op: LinearOp, shares: int) -> LinearOp:
+    """`op` over one of `shares` even shares of a step's sequences: what scales with them divides, its
+    weights (read once a step) and kernels do not."""
+    return dataclasses.replace(op, **{name: getattr(op, name) / shares for name in _PER_SEQUENCE_TERMS})
+
+
+# LinearOp's coefficients of the step's tokens, logits, pairs, KV reads and cached context.
+_PER_SEQUENCE_TERMS = ("flops_per_token", "flops_per_logit", "flops_per_pair", "flops_per_kv_read",
+                       "flops_per_chunk_context", "bytes_per_token", "bytes_per_logit", "bytes_per_kv_read",
+                       "bytes_per_chunk_context")
 
 
 def _embedding_and_norms(s: _Sharding) -> list[LinearOp]:

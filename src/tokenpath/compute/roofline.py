@@ -84,7 +84,7 @@ class ComputeModel:
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
                  expert_replicas: int = 1, host_window_s: float = 0.0, host_step_s: float = 0.0,
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
-                 assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None):
+                 assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -98,11 +98,16 @@ class ComputeModel:
         # The routed experts' weights where they differ from the rest (None: weight_precision).
         self.expert_precision = None if expert_precision is None else check_precision(expert_precision,
                                                                                      "expert_precision")
+        # Attention data-parallel over the tp chips (ops.build_ops): each chip holds its sequences' whole KV,
+        # and a layer's two all-reduces (after attention, after the MLP) become one all-gather before the
+        # MLP and one reduce-scatter after it, one all-reduce's traffic.
+        self.attention_dp = attention_dp and tp > 1
+        self.allreduces_per_layer = 1 if self.attention_dp else 2
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas,
-                                             assumptions, self.expert_precision)
+                                             assumptions, self.expert_precision, self.attention_dp)
         self.expert_replicas = expert_replicas
         self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
-        per_layer = kv_bytes_per_token_per_layer(model, tp, kv_precision)
+        per_layer = kv_bytes_per_token_per_layer(model, 1 if self.attention_dp else tp, kv_precision)
         # A token of a sequence still within every window holds KV in every layer; a sliding layer
         # keeps only the last sliding_window tokens of each sequence.
         self.kv_bytes_per_token_per_chip: float = per_layer * model.num_layers / pp
@@ -120,7 +125,8 @@ class ComputeModel:
         self._graphs_decode_only = cuda_graphs == "decode"
         self._every_step_captured = self._graph_max_tokens == math.inf and not self._graphs_decode_only
         # Every op's kernels, and each layer's two all-reduces when tensor-parallel, on each step's path.
-        self.kernels_per_step: float = sum(op.kernels for op in self.ops) + (2 * model.num_layers if tp > 1 else 0)
+        self.kernels_per_step: float = sum(op.kernels for op in self.ops) + (
+            self.allreduces_per_layer * model.num_layers if tp > 1 else 0)
         # The assumptions this model uses, read once here: a built model keeps its run's values.
         self.kernel_fixed_s = assumptions.value("kernel_fixed_s")
         self.gemm_overlap_norm = assumptions.value("gemm_overlap_norm")
@@ -182,7 +188,8 @@ class ComputeModel:
                            max_num_seqs: int | None = None, drafter: ComputeModel | None = None) -> int:
         """KV-cache tokens that fit: (hbm x utilization - weights - activations) / KV bytes per token.
         A speculative-decoding `drafter` (compute/drafter.py) adds its weights to the weights and its KV
-        bytes to every token's.
+        bytes to every token's. With attention data-parallel, each of the tp chips holds its own
+        sequences' KV: the replica holds tp times a chip's tokens.
 
         With sliding-window layers a sequence of L tokens holds full x L + sliding x min(L, window)
         bytes, which one count of tokens cannot say exactly. The capacity is the larger of two bounds
@@ -219,6 +226,8 @@ class ComputeModel:
                             f"{gpu_memory_utilization:g}; raise --tp, use a lower precision or lower "
                             f"max_batched_tokens")
         tokens = free // per_token
+        if self.attention_dp:  # each chip holds the KV of its own sequences only
+            return int(tokens) * self.tp
         sliding = self.sliding_kv_bytes_per_token_per_chip
         if sliding and max_num_seqs:
             windows = max_num_seqs * self._window * sliding

@@ -2,7 +2,8 @@
 
 Traffic of one step, not overlapped with compute (as in eager TP all-reduces):
 - tensor parallel: two all-reduces of the hidden state per layer, run by every TP group of every stage
-  and replica at once, so groups that share links slow each other down;
+  and replica at once, so groups that share links slow each other down (with attention data-parallel,
+  one: an all-gather before the MLP and a reduce-scatter after it, ComputeModel.allreduces_per_layer);
 - expert parallel (MoE, experts spread over every chip of the deployment): each MoE layer's all-reduce
   becomes an all-to-all dispatch and an all-to-all combine of the routed token copies, the tokens split
   over the TP ranks; replicas are assumed to step with similar batches, as wide-EP engines keep them.
@@ -42,7 +43,7 @@ class GroupStepCosts:
         self.placement = placement
         tp = placement.tp
         moe_layers = model.num_layers - model.dense_layers if expert_parallel else 0
-        self.allreduces_per_step = (2 * model.num_layers - moe_layers) if tp > 1 else 0
+        self.allreduces_per_step = (compute.allreduces_per_layer * model.num_layers - moe_layers) if tp > 1 else 0
         self.all_to_alls_per_step = 2 * moe_layers if placement.hosts.size > 1 else 0
         self._tp_groups = placement.tp_groups()
         self._ep_group = placement.all_chips()

@@ -41,6 +41,10 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         cmd.add(settings, "deployment.expert_parallel", "--ep-size", dep.tp)
     else:
         settings.map("deployment.expert_parallel", "(off: SGLang's default --ep-size 1)")
+    if dep.attention_dp:
+        cmd.add(settings, "deployment.attention_dp", "--attn-dp-size", dep.tp)
+    else:
+        settings.map("deployment.attention_dp", "(off: SGLang's default --attn-dp-size 1)")
     # SGLang quantizes bf16 weights to fp8 as it loads them
     weight_flags(plan, cmd, settings, "SGLang", "fp8")
     kv_dtype = "fp8_e4m3" if plan.kv_precision == "fp8" else "auto"

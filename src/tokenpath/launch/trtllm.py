@@ -78,7 +78,9 @@ def extra_options(plan: Plan, role: Role, settings: Settings) -> dict[str, Any]:
     settings.map("engine.chunked_prefill", "enable_chunked_prefill")
     settings.map("engine.kv_admission", "scheduler_config.capacity_scheduler_policy")
     settings.map("delivery.stream_interval", "stream_interval")
+    settings.map("deployment.attention_dp", "enable_attention_dp")
     options: dict[str, Any] = {
+        "enable_attention_dp": s.deployment.attention_dp,
         "enable_chunked_prefill": eng.chunked_prefill,
         "kv_cache_config": kv_cache,
         "cuda_graph_config": graphs,

@@ -37,6 +37,13 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         cmd.add(settings, "deployment.expert_parallel", "--enable-expert-parallel")
     else:
         settings.map("deployment.expert_parallel", "(off: vLLM's default)")
+    if dep.attention_dp:
+        settings.note("deployment.attention_dp", "vLLM runs attention data-parallel only as data-parallel engines "
+                                                 "(--data-parallel-size, the experts with --enable-expert-parallel), "
+                                                 "whose dense layers are data-parallel too; no flag keeps them "
+                                                 "tensor-parallel beside data-parallel attention")
+    else:
+        settings.map("deployment.attention_dp", "(off)")
     # vLLM 0.34's `fp8` reads fp8 checkpoints only and names fp8_per_tensor for bf16 weights
     weight_flags(plan, cmd, settings, "vLLM", "fp8_per_tensor")
     cmd.add(settings, "model.kv_cache_precision", "--kv-cache-dtype", "fp8" if plan.kv_precision == "fp8" else "auto")

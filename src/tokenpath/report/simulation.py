@@ -63,6 +63,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
     return [
         ("model", _model_line(d, s.model.precision, s.model.kv_precision(s.engine.scheduler))),
         ("deployment", f"{s.deployment.chips}x {d.chip.name}, TP={s.deployment.tp}, PP={s.deployment.pp}"
+                       f"{', attention data-parallel' if s.deployment.attention_dp else ''}"
                        f"{', EP over all chips' if s.deployment.expert_parallel else ''}, "
                        f"{_replicas(s.deployment)}"),
         ("fabric", f"{d.fabric_name}: {d.topology.kind}, {d.topology.hosts} hosts, {d.topology.diameter()} links "

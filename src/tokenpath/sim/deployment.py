@@ -74,6 +74,9 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     if model.num_heads % dep.tp:
         raise UserError(f"deployment.tp: {model.name} has {model.num_heads} attention heads, "
                         f"not divisible by tp={dep.tp}")
+    if dep.attention_dp and (dep.tp == 1 or dep.pp > 1):
+        raise UserError(f"deployment.attention_dp: attention is data-parallel over a replica's tp chips, modelled "
+                        f"with tp > 1 and pp = 1 (got tp={dep.tp}, pp={dep.pp}); raise tp or set attention_dp = false")
     if scenario.model.expert_precision is not None and not model.is_moe:
         raise UserError(f"model.expert_precision: {model.name} has no experts; remove expert_precision")
     if model.num_layers % dep.pp:
@@ -101,7 +104,8 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            host_window_s=host.window_s, host_step_s=host.step_s,
                            host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
-                           assumptions=assumptions, expert_precision=scenario.model.expert_precision)
+                           assumptions=assumptions, expert_precision=scenario.model.expert_precision,
+                           attention_dp=dep.attention_dp)
     drafter = _drafter(scenario, model, chip, assumptions)
     kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens,
                                            engine.max_num_seqs * dep.pp, drafter) // dep.pp

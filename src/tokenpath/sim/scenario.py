@@ -111,6 +111,11 @@ class DeploymentSection(BaseModel):
     pp: int = Field(1, ge=1, le=MAX_CHIPS, description="pipeline stages per replica")
     expert_parallel: bool = Field(False, description="MoE experts split over the tensor-parallel group, "
                                                      "with all-to-all dispatch and combine")
+    attention_dp: bool = Field(False, description="attention data-parallel over each replica's tp chips (SGLang "
+                                                  "--attn-dp-size tp, TensorRT-LLM enable_attention_dp): each chip "
+                                                  "runs attention with every head for its own share of the "
+                                                  "sequences and holds only their KV cache; the MLP and MoE layers "
+                                                  "stay tensor- or expert-parallel")
     prefill_replicas: int = Field(0, ge=0, le=MAX_CHIPS,
                                   description="replicas that only prefill (disaggregated serving); "
                                               "0: every replica prefills and decodes")
@@ -257,6 +262,8 @@ class Scenario(BaseModel):
             del normal["engine"]["speculative"], normal["workload"]["draft_acceptance"]
         if normal["model"]["expert_precision"] is None:  # likewise before experts had a precision of their own
             del normal["model"]["expert_precision"]
+        if not normal["deployment"]["attention_dp"]:  # and before attention could be data-parallel
+            del normal["deployment"]["attention_dp"]
         inputs = list(fingerprint_inputs(self.resolved_workload(chat_template=False)).values())
         if self.delivery.calibration is not None:
             inputs.append(sha256_file(self.resolved_delivery().calibration, "delivery.calibration file",

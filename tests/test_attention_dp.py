@@ -1,0 +1,59 @@
+"""Attention data-parallel over a replica's tp chips (SGLang --attn-dp-size, TensorRT-LLM enable_attention_dp):
+each chip runs every head for its share of the sequences and holds only their KV cache."""
+
+import pytest
+
+from tokenpath.compute.chip import load_chip
+from tokenpath.compute.model import load_model
+from tokenpath.compute.roofline import ComputeModel
+from tokenpath.config.errors import UserError
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import load_scenario
+
+ATTENTION_OPS = ("q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "attention", "o_proj")
+
+
+def test_each_chip_streams_every_heads_weights_for_one_share_of_the_work():
+    model, chip = load_model("deepseek-v3"), load_chip("h200")
+    whole = {op.name: op for op in ComputeModel(model, chip, 1, "fp8", "bf16").ops}
+    dp = {op.name: op for op in ComputeModel(model, chip, 8, "fp8", "bf16", attention_dp=True).ops}
+    tp = {op.name: op for op in ComputeModel(model, chip, 8, "fp8", "bf16").ops}
+    for name in ATTENTION_OPS:
+        assert dp[name].bytes_fixed == whole[name].bytes_fixed  # every head's weights
+        assert dp[name].resident_bytes == whole[name].resident_bytes
+        assert dp[name].flops_per_token == pytest.approx(whole[name].flops_per_token / 8)
+        assert dp[name].bytes_per_kv_read == pytest.approx(whole[name].bytes_per_kv_read / 8)
+    # MLA's latent cache is read whole by every tensor-parallel rank; split by sequence it is read once.
+    assert dp["attention"].bytes_per_kv_read == pytest.approx(tp["attention"].bytes_per_kv_read / 8)
+    assert dp["moe_experts"] == tp["moe_experts"]  # the experts stay tensor-parallel
+
+
+def test_the_replica_holds_each_chips_own_kv_and_runs_one_all_reduce_a_layer():
+    base = {"model.name": "deepseek-v3", "deployment.chip": "h200", "deployment.chips": 8, "deployment.tp": 8}
+    tp = build_deployment(load_scenario("typical", base))
+    dp = build_deployment(load_scenario("typical", {**base, "deployment.attention_dp": True}))
+    compute = dp.compute
+    free = compute.chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - compute.activation_reserve_bytes(8192)
+    assert dp.kv_capacity_tokens == 8 * int(free // compute.kv_bytes_per_token_per_chip)
+    assert compute.kv_bytes_per_token_per_chip == tp.compute.kv_bytes_per_token_per_chip  # MLA's latent, whole
+    assert (tp.costs.allreduces_per_step, dp.costs.allreduces_per_step) == (2 * 61, 61)
+
+
+def test_attention_dp_needs_a_tensor_parallel_group():
+    scenario = load_scenario("typical", {"model.name": "qwen3-30b-a3b", "deployment.chips": 1, "deployment.tp": 1,
+                                         "deployment.attention_dp": True})
+    with pytest.raises(UserError, match="deployment.attention_dp: .* tp > 1"):
+        build_deployment(scenario)
+
+
+def test_the_launch_carries_it_to_sglang_and_tensorrt_llm_and_notes_it_for_vllm():
+    import json
+
+    from tokenpath.launch import launch_files
+    from tokenpath.launch.command import shell_words
+
+    scenario = load_scenario("typical", {"model.name": "deepseek-v3", "deployment.tp": 8, "deployment.attention_dp": True})
+    (argv,) = shell_words(launch_files(scenario, "sglang")["launch-sglang.sh"])
+    assert argv[argv.index("--attn-dp-size") + 1] == "8"
+    assert json.loads(launch_files(scenario, "trtllm")["extra-llm-api-server.yaml"])["enable_attention_dp"] is True
+    assert "data-parallel engines" in launch_files(scenario, "vllm")["launch-vllm.sh"]
