@@ -132,8 +132,12 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
         name = f"TP{dep.tp} -> TP{tp}x{dep.chips // max(1, tp * dep.pp)}" if tp else f"TP{dep.tp} / {divisor}"
         if dep.tp % divisor:
             levers.append(Lever(name, "", skipped=f"tp={dep.tp} does not divide by {divisor}"))
-        else:
-            levers.append(Lever(name, "", {"deployment.tp": tp}))
+        else:  # (one chip has no attention to share out)
+            levers.append(Lever(name, "", {"deployment.tp": tp, **({"deployment.attention_dp": False}
+                                                                   if dep.attention_dp and tp == 1 else {})}))
+    name = f"attention data-parallel {'off' if dep.attention_dp else 'on'}"
+    levers.append(Lever(name, "", {"deployment.attention_dp": not dep.attention_dp}) if dep.tp > 1 and dep.pp == 1
+                  else Lever(name, "", skipped="attention is data-parallel over a replica's tp > 1 chips, pp = 1"))
     if isinstance(fabric.spec, HierarchyFabric):
         net = fabric.spec.network.link_bw
         levers.append(Lever(f"scale-out network x{BANDWIDTH_FACTOR:g} ({_gbps(net * BANDWIDTH_FACTOR)} per link)", "",
