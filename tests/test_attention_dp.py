@@ -52,7 +52,8 @@ def test_the_launch_carries_it_to_sglang_and_tensorrt_llm_and_notes_it_for_vllm(
     from tokenpath.launch import launch_files
     from tokenpath.launch.command import shell_words
 
-    scenario = load_scenario("typical", {"model.name": "deepseek-v3", "deployment.tp": 8, "deployment.attention_dp": True})
+    scenario = load_scenario("typical", {"model.name": "deepseek-v3", "deployment.tp": 8,
+                                         "deployment.attention_dp": True})
     (argv,) = shell_words(launch_files(scenario, "sglang")["launch-sglang.sh"])
     assert argv[argv.index("--attn-dp-size") + 1] == "8"
     assert json.loads(launch_files(scenario, "trtllm")["extra-llm-api-server.yaml"])["enable_attention_dp"] is True
@@ -65,7 +66,8 @@ def test_levers_turn_it_on_and_keep_one_chip_replicas_valid():
     on = load_scenario("typical", {"model.name": "deepseek-v3", "deployment.tp": 8})
     levers = {lever.name: lever for lever in catalog(on, on.model_dump(mode="json"))}
     assert levers["attention data-parallel on"].overrides == {"deployment.attention_dp": True}
-    small = load_scenario("typical", {"model.name": "qwen3-30b-a3b", "deployment.tp": 2, "deployment.attention_dp": True})
+    small = load_scenario("typical", {"model.name": "qwen3-30b-a3b", "deployment.tp": 2,
+                                      "deployment.attention_dp": True})
     levers = {lever.name: lever for lever in catalog(small, small.model_dump(mode="json"))}
     assert levers["TP2 -> TP1x8"].overrides == {"deployment.tp": 1, "deployment.attention_dp": False}
     assert levers["attention data-parallel off"].overrides == {"deployment.attention_dp": False}

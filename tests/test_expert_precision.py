@@ -23,9 +23,10 @@ def test_only_the_routed_experts_take_the_expert_precision():
     mixed = _resident(ComputeModel(model, chip, 1, "bf16", "bf16", expert_precision="fp4"))
     plain = _resident(ComputeModel(model, chip, 1, "bf16", "bf16"))
     assert mixed["moe_experts"] == uniform["moe_experts"]  # the experts as fp4 weights
-    assert mixed["moe_experts"] == pytest.approx(plain["moe_experts"] * PRECISION_BYTES["fp4"] / PRECISION_BYTES["bf16"])
+    fp4_over_bf16 = PRECISION_BYTES["fp4"] / PRECISION_BYTES["bf16"]
+    assert mixed["moe_experts"] == pytest.approx(plain["moe_experts"] * fp4_over_bf16)
     for name in ("qkv_proj", "o_proj"):  # the attention as bf16 weights
-        assert mixed[name] == plain[name] == pytest.approx(uniform[name] * PRECISION_BYTES["bf16"] / PRECISION_BYTES["fp4"])
+        assert mixed[name] == plain[name] == pytest.approx(uniform[name] / fp4_over_bf16)
 
 
 def test_a_bf16_attention_beside_fp4_experts_costs_a_decode_step_more_than_fp4_everywhere():
