@@ -140,6 +140,8 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any],
     prompt, completion = row_lengths(row, sharegpt)
     count, _ = simulated_requests(row)
     workload: dict[str, Any] = {"num_requests": count, "input": prompt, "output": completion}
+    if row.get("draft_acceptance") is not None:
+        workload["draft_acceptance"] = row["draft_acceptance"]
     if row["arrival"] == "poisson":
         workload["arrival"] = {"rate": row["rate"]}
     elif row["arrival"] == "concurrency":
@@ -155,7 +157,9 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any],
         "model": {"name": row["model"], "precision": row["precision"],
                   "kv_cache_precision": row.get("kv_cache_precision", "auto"),
                   **({"expert_precision": row["expert_precision"]} if row.get("expert_precision") else {})},
-        "deployment": {"chip": row["chip"], "chips": row["tp"], "tp": row["tp"]},
+        "deployment": {"chip": row["chip"], "chips": row["tp"] * row.get("pp", 1), "tp": row["tp"],
+                       "pp": row.get("pp", 1), "expert_parallel": row.get("expert_parallel", False),
+                       "attention_dp": row.get("attention_dp", False)},
         "engine": row_engine(row),
         "workload": workload,
         "delivery": ENGINE_SIDE_DELIVERY,

@@ -41,6 +41,13 @@ class LatencyRow(BaseModel):
     kv_cache_precision: Literal["auto", "bf16", "fp8"] = "auto"  # as the scenario's [model] key (--kv-cache-dtype)
     chip: str
     tp: int = Field(ge=1)
+    # the deployment's other [deployment] keys: pipeline stages, experts over every chip, attention
+    # data-parallel over the tp chips (one replica of tp x pp chips)
+    pp: int = Field(1, ge=1)
+    expert_parallel: bool = False
+    attention_dp: bool = False
+    # with engine_settings' speculative table: the chance a draft is accepted (the scenario's workload key)
+    draft_acceptance: float | None = Field(None, ge=0, le=1)
     lengths: Literal["fixed", "uniform", "sharegpt", "sglang_random"]
     input_len: int | None = Field(None, ge=1)
     output_len: int | None = Field(None, ge=1)

@@ -34,8 +34,8 @@ def configuration_key(row: Row) -> tuple:
     """What a source served and how the requests were shaped: the same model on the same chips, TP,
     engine and settings, lengths and arrival process, at whatever load."""
     return (row["source"], row["engine"], json.dumps(row.get("engine_settings", {}), sort_keys=True), row["model"],
-            precision_label(row), row.get("kv_cache_precision", "auto"), row["chip"], row["tp"], lengths_key(row),
-            row["arrival"])
+            precision_label(row), row.get("kv_cache_precision", "auto"), row["chip"], row["tp"], row.get("pp", 1),
+            row.get("expert_parallel", False), row.get("attention_dp", False), lengths_key(row), row["arrival"])
 
 
 def load_point_key(row: Row) -> tuple:
@@ -51,7 +51,9 @@ def precision_label(row: Row) -> str:
 
 def label(row: Row) -> str:
     """A row's configuration in a few words: engine, model, precision, chips."""
-    return f"{row['engine']} {row['model']} {precision_label(row)} {row['chip']} TP{row['tp']}"
+    split = f"TP{row['tp']}" + (f" PP{row['pp']}" if row.get("pp", 1) > 1 else "") + (
+        " EP" if row.get("expert_parallel") else "") + (" DP-attention" if row.get("attention_dp") else "")
+    return f"{row['engine']} {row['model']} {precision_label(row)} {row['chip']} {split}"
 
 
 def load_label(row: Row) -> str:
