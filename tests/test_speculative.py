@@ -220,3 +220,12 @@ def test_levers_tune_the_drafts_and_leave_the_stream_interval_alone():
     assert levers["2 speculative drafts a step"].overrides == {"engine.speculative.num_speculative_tokens": 2}
     assert levers["0 speculative drafts a step"].skipped == "num_speculative_tokens is 1"
     assert "speculative decoding" in levers["stream interval"].skipped
+
+
+def test_serve_refuses_speculative_decoding_in_one_line():
+    from tokenpath.config.errors import UserError
+    from tokenpath.serve.app import ServeOptions, Server
+
+    scenario = _scenario(speculative={"method": "ngram", "num_speculative_tokens": 2})
+    with pytest.raises(UserError, match="engine.speculative: serve streams one token"):
+        Server(scenario, ServeOptions())

@@ -71,6 +71,9 @@ class Server:
         self.scenario, self.options = scenario, options
         if scenario.deployment.prefill_replicas:
             raise UserError("deployment.prefill_replicas: serve runs colocated replicas only; set it to 0 to serve")
+        if scenario.engine.speculative is not None:
+            raise UserError("engine.speculative: serve streams one token a sequence each step; simulate models "
+                            "speculative decoding, serve does not yet: remove [engine.speculative] to serve")
         self.deployment = build_deployment(scenario)
         self.model_name = options.served_model_name or scenario.model.name
         self.detokenizer = Detokenizer.load(options.tokenizer)
