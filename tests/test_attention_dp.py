@@ -13,19 +13,31 @@ from tokenpath.sim.scenario import load_scenario
 ATTENTION_OPS = ("q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "attention", "o_proj")
 
 
-def test_each_chip_streams_every_heads_weights_for_one_share_of_the_work():
+def test_each_chip_runs_every_head_for_the_sequences_it_holds():
     model, chip = load_model("deepseek-v3"), load_chip("h200")
     whole = {op.name: op for op in ComputeModel(model, chip, 1, "fp8", "bf16").ops}
     dp = {op.name: op for op in ComputeModel(model, chip, 8, "fp8", "bf16", attention_dp=True).ops}
     tp = {op.name: op for op in ComputeModel(model, chip, 8, "fp8", "bf16").ops}
-    for name in ATTENTION_OPS:
-        assert dp[name].bytes_fixed == whole[name].bytes_fixed  # every head's weights
-        assert dp[name].resident_bytes == whole[name].resident_bytes
-        assert dp[name].flops_per_token == pytest.approx(whole[name].flops_per_token / 8)
-        assert dp[name].bytes_per_kv_read == pytest.approx(whole[name].bytes_per_kv_read / 8)
-    # MLA's latent cache is read whole by every tensor-parallel rank; split by sequence it is read once.
-    assert dp["attention"].bytes_per_kv_read == pytest.approx(tp["attention"].bytes_per_kv_read / 8)
+    for name in ATTENTION_OPS:  # one chip's attention, every head's weights, evaluated at its share of a step
+        assert dp[name].per_sequence and not tp[name].per_sequence
+        assert dp[name].bytes_fixed == whole[name].bytes_fixed
+        assert dp[name].flops_per_token == whole[name].flops_per_token
     assert dp["moe_experts"] == tp["moe_experts"]  # the experts stay tensor-parallel
+
+
+def test_the_busiest_chip_holds_the_prompt_whole_and_an_even_share_of_the_decodes():
+    compute = ComputeModel(load_model("deepseek-v3"), load_chip("h200"), 8, "fp8", "bf16", attention_dp=True)
+    assert compute.busiest_chip_share(200, 1) == (1.0, 1.0)        # one prompt: all on its chip
+    assert compute.busiest_chip_share(16, 16) == (2 / 16, 2.0)     # 16 decodes over 8 chips: 2 each
+    assert compute.busiest_chip_share(17, 17) == (3 / 17, 3.0)     # the 17th pads every chip to 3
+    assert compute.busiest_chip_share(100 + 16, 17) == ((99 + 3) / 116, 3.0)  # a 100-token chunk beside 16 decodes
+    # MLA's latent cache, which every tensor-parallel rank reads whole, is read by its sequence's chip alone:
+    # 64 decodes of 4,000 positions cost less at the busiest chip than under tensor parallelism.
+    tp = ComputeModel(load_model("deepseek-v3"), load_chip("h200"), 8, "fp8", "bf16")
+    step = (64, 64, 64 * 4000.0, 64 * 4000.0)
+    dp_attention = sum(c.time_s for c in compute.step_ops(*step) if c.name == "attention")
+    tp_attention = sum(c.time_s for c in tp.step_ops(*step) if c.name == "attention")
+    assert dp_attention < tp_attention
 
 
 def test_the_replica_holds_each_chips_own_kv_and_runs_one_all_reduce_a_layer():

@@ -46,6 +46,9 @@ class LinearOp:
     resident_bytes: float = 0.0  # weights it keeps in HBM
     kernels: float = 0.0  # kernels it launches per step, over all its layers (each costs efficiency.KERNEL_FIXED_S)
     gemm: bool = False  # a matrix multiply by weights: its time blends compute and memory (roofline.op_time_s)
+    # Runs on the chip that holds each sequence (attention data-parallel), not split over the chips:
+    # evaluated at the busiest chip's share of the step (roofline.ComputeModel.step_time_s).
+    per_sequence: bool = False
 
     def flops(self, num_tokens: float, num_logits: float, attn_pairs: float, kv_read_tokens: float,
               chunk_context_tokens: float = 0.0) -> float:
@@ -162,26 +165,14 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     `expert_precision`: the routed experts' weights, where they differ from the others' (None: the same).
 
     `attention_dp`: attention runs data-parallel over the `tp` chips (SGLang's --attn-dp-size, TensorRT-LLM's
-    enable_attention_dp): each chip holds every head's weights and runs attention for its own share of
-    the sequences, taken as an even 1/tp of the step's tokens, pairs and KV reads, so the weights it
-    streams are whole while the work is split; the MLP and MoE layers stay tensor- (or expert-) parallel."""
+    enable_attention_dp): each chip holds every head's weights and runs attention for the sequences it
+    holds, so its ops are those of one chip (`per_sequence`: ComputeModel evaluates them at the busiest
+    chip's share of each step); the MLP and MoE layers stay tensor- (or expert-) parallel."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions,
                   expert_precision or weight_precision)
     attention = (_attention(s) if not attention_dp or tp == 1 else
-                 [_one_share(op, tp) for op in _attention(dataclasses.replace(s, tp=1))])
+                 [dataclasses.replace(op, per_sequence=True) for op in _attention(dataclasses.replace(s, tp=1))])
     return [*_embedding_and_norms(s), *attention, *_dense_mlp(s), *_moe(s), _lm_head(s)]
-
-
-def _one_share(op: LinearOp, shares: int) -> LinearOp:
-    """`op` over one of `shares` even shares of a step's sequences: what scales with them divides, its
-    weights (read once a step) and kernels do not."""
-    return dataclasses.replace(op, **{name: getattr(op, name) / shares for name in _PER_SEQUENCE_TERMS})
-
-
-# LinearOp's coefficients of the step's tokens, logits, pairs, KV reads and cached context.
-_PER_SEQUENCE_TERMS = ("flops_per_token", "flops_per_logit", "flops_per_pair", "flops_per_kv_read",
-                       "flops_per_chunk_context", "bytes_per_token", "bytes_per_logit", "bytes_per_kv_read",
-                       "bytes_per_chunk_context")
 
 
 def _embedding_and_norms(s: _Sharding) -> list[LinearOp]:

@@ -274,11 +274,14 @@ class ComputeModel:
         attn_pairs, kv_read_tokens = self.attention_aggregates(num_tokens, num_logits, attn_pairs, kv_read_tokens)
         touched = self.experts_touched(num_tokens)
         bw = self.chip.effective_hbm_bw_Bps
-        step = (num_tokens, num_logits, attn_pairs, kv_read_tokens)
+        share, chip_logits = self.busiest_chip_share(num_tokens, num_logits)
+        whole = (num_tokens, num_logits, attn_pairs, kv_read_tokens)
+        on_chip = (num_tokens * share, chip_logits, attn_pairs * share, kv_read_tokens * share)
         costs = []
         for op in self.ops:
+            step = on_chip if op.per_sequence else whole
             flops = op.flops(*step, chunk_context_tokens)
-            nbytes = op.bytes(num_tokens, num_logits, kv_read_tokens, touched, chunk_context_tokens)
+            nbytes = op.bytes(step[0], step[1], step[3], touched, chunk_context_tokens)
             compute_s, memory_s = op.compute_s(*step, chunk_context_tokens), nbytes / bw
             work_s = op_time_s(compute_s, memory_s, op.gemm, self.gemm_overlap_norm)
             fixed_s = op.kernels * self.kernel_fixed_s
@@ -334,17 +337,39 @@ class ComputeModel:
         if self._num_experts:
             touched = self._num_experts * (1.0 - self._expert_miss ** (t * self.expert_replicas))
         c = chunk_context_tokens
-        for ft, fl, fp, fk, fc, b0, bt, bl, bk, be, bc, gemm in self._other_ops:
+        total += self._sum_coefficients_s(self._other_ops, t, n, attn_pairs, kv_read_tokens, touched, c)
+        if self._chip_ops:
+            share, chip_logits = self.busiest_chip_share(t, n)
+            total += self._sum_coefficients_s(self._chip_ops, t * share, chip_logits, attn_pairs * share,
+                                              kv_read_tokens * share, touched, c)
+        if self.host_overlapped:
+            host_s = self.host_s(n, scheduled)
+            return total if total > host_s else host_s
+        return total
+
+    def _sum_coefficients_s(self, ops: tuple, t: float, n: float, attn_pairs: float, kv_read_tokens: float,
+                            touched: float, c: float) -> float:
+        """The time of ops compiled as coefficients (_compile) at one step's arguments."""
+        total = 0.0
+        for ft, fl, fp, fk, fc, b0, bt, bl, bk, be, bc, gemm in ops:
             compute_s = ft * t + fl * n + fp * attn_pairs + fk * kv_read_tokens + fc * c
             memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched + bc * c
             if gemm:
                 total += op_time_s(compute_s, memory_s, True, self.gemm_overlap_norm)
             else:  # op_time_s's max, inline: this runs every step
                 total += compute_s if compute_s > memory_s else memory_s
-        if self.host_overlapped:
-            host_s = self.host_s(n, scheduled)
-            return total if total > host_s else host_s
         return total
+
+    def busiest_chip_share(self, num_tokens: float, num_logits: float) -> tuple[float, float]:
+        """With attention data-parallel, the busiest chip's share of a step's tokens, pairs and KV reads,
+        and the sequences it samples: a prompt's tokens on the one chip that holds it, the sequences
+        that sample spread evenly (SGLang's schedulers, one a chip, pad their batches to the largest).
+        A step has at most one prompt in progress, and the tokens that do not sample are its."""
+        if num_tokens <= 0:
+            return 0.0, 0.0
+        prompt = max(num_tokens - num_logits, 0.0)
+        chip_logits = float(-(-num_logits // self.tp))
+        return (prompt + chip_logits) / num_tokens, chip_logits
 
     def _sum_s(self, ops: list[LinearOp], num_tokens: int, num_logits: int) -> float:
         bw = self.chip.effective_hbm_bw_Bps
@@ -356,7 +381,7 @@ class ComputeModel:
         """Sort the ops for step_time_s: those that depend on num_tokens alone, those on num_logits
         alone (the LM head), and the others as coefficients in seconds."""
         bw = self.chip.effective_hbm_bw_Bps
-        self._token_ops, self._logit_ops, other_ops = [], [], []
+        self._token_ops, self._logit_ops, other_ops, chip_ops = [], [], [], []
         for op in self.ops:
             rate = op.flops_per_s
             per_token = op.flops_per_token + (op.flops_per_pair + op.flops_per_kv_read) * op.overhead_pairs_per_token
@@ -365,13 +390,16 @@ class ComputeModel:
                       op.bytes_per_token / bw, op.bytes_per_logit / bw, op.bytes_per_kv_read / bw,
                       op.bytes_per_expert / bw, op.bytes_per_chunk_context / bw)
             ft, fl, fp, fk, fc, b0, bt, bl, bk, be, bc = coeffs
-            if fl == fp == fk == fc == bl == bk == be == bc == 0.0:
+            if op.per_sequence:  # evaluated at the busiest chip's share of each step (step_time_s)
+                chip_ops.append((*coeffs, op.gemm))
+            elif fl == fp == fk == fc == bl == bk == be == bc == 0.0:
                 self._token_ops.append(op)
             elif ft == fp == fk == fc == bt == bk == be == bc == 0.0:
                 self._logit_ops.append(op)
             else:
                 other_ops.append((*coeffs, op.gemm))
         self._other_ops = tuple(other_ops)
+        self._chip_ops = tuple(chip_ops)
         # Every kernel's fixed cost, the same in every step: added once, with the ops of num_tokens.
         self._kernels_fixed_s = math.fsum(op.kernels for op in self.ops) * self.kernel_fixed_s
         self._tokens_s: dict[int, float] = {}
