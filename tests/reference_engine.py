@@ -34,6 +34,15 @@ A step lasts its compute time plus its non-overlapped traffic time, then whateve
 for (copying the sampled ids, and detokenizing when that runs inline). Time is integer nanoseconds,
 so each request's time splits exactly into waiting, compute, traffic and delivery.
 
+Speculative decoding (`costs.speculation`: k drafts a sequence, engine/speculative.py): every step
+in which some sequence decodes first draws `advance`, 1 to k + 1, from one stream per replica (even
+a prefill step in which the decoding sequences pause uses up its draw). A decoding sequence taking
+part runs k + 1 query tokens (of the token budget, the attention and the LM head), takes KV blocks
+for `advance` more tokens, and gains `advance` tokens, or the fewer it still has to make; one that
+finishes short gives back, after the step, the blocks of the tokens it did not make. Its tokens
+leave in one event, and it is charged for the step once. The drafter's time, `costs.draft_s` of the
+step's shape, adds to the step's compute.
+
 Most steps of a busy engine only decode: every running sequence adds one token and nothing else
 changes until a sequence finishes, a request arrives or the cache runs short. Such stretches are
 advanced step by step with scalar arithmetic only (`_Replica.decode_run`), which gives the same
@@ -245,6 +254,14 @@ class _Replica:
         # An overlapped scheduler forms a busy engine's next batch when the step before it starts.
         self.lagged = rules.overlapped if spec.host_overlap is None else spec.host_overlap
         self.formed = 0  # the start of the last step
+        # Speculative decoding: query tokens a decoding sequence runs in a step (its drafts and one
+        # more), and the tokens it gains in the step being run, drawn per step.
+        speculation = costs.speculation
+        if speculation is not None and (self.window > 1 or host.stream_interval > 1):
+            raise ValueError("speculative decoding runs with num_scheduler_steps = 1 and stream_interval = 1")
+        self.width = 1 if speculation is None else speculation.drafts + 1
+        self.acceptance = None if speculation is None else speculation.draws()
+        self.advance = 1
 
         # Per-request accounts, kept here while a request is not running (a preempted request keeps
         # the tokens it has sent and the time it has spent).
@@ -330,6 +347,8 @@ class _Replica:
                     self.ratio.idle()
                 self.now = self.arrivals[0][0]
                 continue
+            if self.acceptance is not None:  # drawn by every step with a decoding sequence
+                self.advance = self.acceptance.next() if (self.running.decoding == 1).any() else 1
             self.preempted_in_step = False
             self.scheduled = not self.window_left  # the steps of a window after its first call no scheduler
             if not self.decode_run():
@@ -367,6 +386,12 @@ class _Replica:
         if self.prefix is not None:
             self.prefix.take(blocks)
 
+    def give_back(self, blocks: int) -> None:
+        """Blocks that no request holds any more go to the tail of the free queue, as plain blocks."""
+        self.free_blocks += blocks
+        if self.prefix is not None:
+            self.prefix.queue.extend([None] * blocks)
+
     def give(self, ids, blocks) -> None:
         """Requests `ids` give back their blocks, in that order."""
         for i, b in zip(np.atleast_1d(ids).tolist(), np.atleast_1d(blocks).tolist()):
@@ -400,17 +425,27 @@ class _Replica:
         run = self.running
         budget = self.spec.max_num_batched_tokens
         need = run.target - run.computed
-        if int(need.sum()) <= budget:
+        # What each takes of the budget: a prompt what it needs, a decoding sequence its one token or,
+        # under speculative decoding, its `width` query tokens (every decoding sequence, even past the
+        # budget).
+        speculating = self.acceptance is not None
+        decoding = run.decoding == 1 if speculating else None
+        cost = np.where(decoding, self.width, need) if speculating else need
+        if int(cost.sum()) <= budget:
             num = need.copy()
         else:
-            num = np.minimum(np.maximum(budget - (np.cumsum(need) - need), 0), need)
+            num = np.minimum(np.maximum(budget - (np.cumsum(cost) - cost), 0), need)
             cut = num < need
             num[cut] -= num[cut] % self.chunk_unit
+            if speculating:
+                num[decoding] = need[decoding]
         partial = bool((num < need).any())
-        preempted = self.grow(num)
+        # KV blocks: a decoding sequence's for the `advance` tokens it may gain, a prompt's for its chunk.
+        preempted = self.grow(np.where(decoding, self.advance, num) if speculating else num)
         num = num[:len(self.running)]
         if self.waiting and not preempted and not partial:
-            admitted = self.admit_waiting(budget - int(num.sum()), self.spec.max_num_seqs - len(self.running))
+            used = int(cost.sum()) if speculating else int(num.sum())
+            admitted = self.admit_waiting(budget - used, self.spec.max_num_seqs - len(self.running))
             num = np.concatenate([num, np.array(admitted, np.int64)])
         self.run_batch(num)
 
@@ -444,8 +479,9 @@ class _Replica:
             if admitted:
                 self.run_batch(np.concatenate([num, np.array(admitted, np.int64)]))
                 return
-        # A decode window: every decoding sequence, with the blocks for all its steps.
-        self.grow(run.decoding * self.window)
+        # A decode window: every decoding sequence, with the blocks for all its steps (speculative
+        # decoding: for the tokens its one step may gain).
+        self.grow(run.decoding * (self.window * self.advance))
         run = self.running
         self.window_left = self.window - 1 if run.decoding.any() else 0
         self.run_batch(run.decoding.copy())
@@ -524,7 +560,8 @@ class _Replica:
                 if estimate >= spare:
                     break
                 spare -= estimate
-            reserved = -(-int(self.prompt[i] + self.out[i]) // block) if self.reserve else 0
+            # its prompt, its output and, speculating, the drafts a verify step runs past them
+            reserved = -(-int(self.prompt[i] + self.out[i] + self.width - 1) // block) if self.reserve else 0
             if reserved > unreserved or (not self.reserve and blocks - hit_blocks + queued > self.free_blocks):
                 break
             self.waiting.popleft()
@@ -552,46 +589,77 @@ class _Replica:
     def run_batch(self, num: np.ndarray) -> None:
         """Run the running sequences for `num` tokens each (0: not in this step). Decoding sequences and
         prompts that complete sample a token; one that already has all its tokens (mid-window) is
-        computed but sends nothing and is not accounted."""
+        computed but sends nothing and is not accounted. Under speculative decoding a decoding sequence
+        runs `width` query tokens instead of its one and gains `advance` tokens, or the fewer it has left."""
         run = self.running
         part = num > 0
         if self.ratio is not None and part.any() and (run.decoding[part] == 1).all() and not self.preempted_in_step:
             self.ratio.decoded()
-        q, p = num[part], run.computed[part]
-        samples = part & ((run.decoding == 1) | (run.computed + num == run.target))
+        decoding = run.decoding == 1
+        samples = part & (decoding | (run.computed + num == run.target))
         done = run.left == 0
         emits = samples & ~done
         charged = part & ~done
+        sampling = int(samples.sum())
+        # Per sequence: the tokens it runs, adds to its cache and samples, and the LM head's rows.
+        query, grown, gained, num_logits = num, num, emits, sampling
+        emitters = run.ids[emits]  # the request of each token sampled, and its place in the output
+        token_index = self.out[emitters] - run.left[emits]
+        if self.acceptance is not None:
+            decoders = part & decoding
+            query = np.where(decoders, self.width, num)
+            grown = np.where(decoders, np.minimum(self.advance, run.left), num)
+            gained = np.where(decoders, grown, emits)
+            num_logits += (self.width - 1) * int(decoders.sum())  # a row for each query token of a decode
+            emitters = np.repeat(run.ids, gained)
+            token_index = (np.repeat(self.out[run.ids] - run.left, gained)
+                           + np.arange(len(emitters)) - np.repeat(np.cumsum(gained) - gained, gained))
+        q, p = query[part], run.computed[part]
         num_tokens = int(q.sum())
         attn_pairs = int(np.dot(q, p) + np.dot(q, q + 1) // 2)
         kv_read = int(p.sum()) + num_tokens
-        chunk_context = int(p[run.decoding[part] == 0].sum())  # prompt chunks' cached positions
-        emitters = run.ids[emits]
-        token_index = self.out[emitters] - run.left[emits]
+        chunk_context = int(p[~decoding[part]].sum())  # prompt chunks' cached positions
         starting = run.ids[charged][self.first_start[run.ids[charged]] < 0]
         self.first_start[starting] = self.now
         compute_ns, traffic_ns, blocking_ns, end = self.account(
-            num_tokens, int(part.sum()), int(samples.sum()), attn_pairs, kv_read, chunk_context, emitters,
-            token_index)
+            num_tokens, int(part.sum()), num_logits, attn_pairs, kv_read, chunk_context, emitters, token_index,
+            sampling)
         run.compute[charged] += compute_ns
         run.traffic[charged] += traffic_ns
         run.delivery[charged] += blocking_ns
-        run.computed += num
-        run.target += emits
-        run.left -= emits
+        run.computed += grown
+        run.target += gained
+        run.left -= gained
         run.decoding[samples] = 1
-        self.finish()
+        if self.acceptance is None:
+            self.finish()
+            return
+        # A sequence that finished short of the step's advance gives back the blocks taken for the
+        # tokens it did not make; those that finished leave in the order of their last tokens in the
+        # step, a prompt's first token after the decodes'.
+        kept = -(-run.computed // self.block)
+        for row in np.flatnonzero(decoders & (run.left == 0) & (run.blocks > kept)).tolist():
+            self.give_back(int(run.blocks[row] - kept[row]))
+            run.blocks[row] = kept[row]
+        self.finish(np.where(decoders, grown, self.width + 1))
 
     def account(self, num_tokens: int, num_seqs: int, num_logits: int, attn_pairs: int, kv_read: int,
-                chunk_context: int, emitters: np.ndarray, token_index: np.ndarray) -> tuple[int, int, int, int]:
+                chunk_context: int, emitters: np.ndarray, token_index: np.ndarray,
+                sampling: int) -> tuple[int, int, int, int]:
         """Cost one step, record it and advance time: (compute_ns, traffic_ns, blocking_ns, end_ns).
-        Inside a multi-step window the host takes nothing until the window's last step, which hands it
-        every token of the window at once."""
+        `emitters`: the request of each token sampled, `token_index` its place in its output;
+        `sampling`: the sequences that sample. Inside a multi-step window the host takes nothing until
+        the window's last step, which hands it every token of the window at once."""
         compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read, chunk_context,
                                               self.scheduled))
+        if self.costs.draft_s is not None:  # the drafter's passes
+            compute_ns += _ns(self.costs.draft_s(num_tokens, sampling, attn_pairs, kv_read, chunk_context))
         traffic_ns = _ns(self.costs.traffic_s(num_tokens, num_logits == num_tokens))
         gpu_end = self.now + compute_ns + traffic_ns
-        events = int(np.count_nonzero(closes_event(token_index, self.out[emitters], self.host.stream_interval)))
+        if self.width > 1:  # each sequence's tokens of a verify step leave in one event
+            events = sampling
+        else:
+            events = int(np.count_nonzero(closes_event(token_index, self.out[emitters], self.host.stream_interval)))
         self.through_front(gpu_end)
         if self.window_left:
             self.window_tokens += len(emitters)
@@ -613,15 +681,18 @@ class _Replica:
         self.now = end
         return compute_ns, traffic_ns, blocking_ns, end
 
-    def finish(self) -> None:
+    def finish(self, within: np.ndarray | None = None) -> None:
         """Retire the sequences that got their last token (mid-window: when the window ends), in the
-        order of their last tokens; a closed loop sends the next requests."""
+        order of their last tokens (`within`: per running row, the place of its last token in the
+        step, where a step makes several); a closed loop sends the next requests."""
         run = self.running
         finished = run.left == 0
         if self.window_left or not finished.any():
             return
         rows = np.flatnonzero(finished)
         rows = rows[np.argsort(self.last_step[run.ids[rows]], kind="stable")]
+        if within is not None:
+            rows = rows[np.argsort(within[rows], kind="stable")]
         self.park(rows)
         ids = run.ids[rows]
         self.retire(rows)
@@ -646,13 +717,13 @@ class _Replica:
 
         Applies while every running sequence decodes one token within the token budget, no waiting
         request can be admitted, and the cache has room for every block the stretch will add (and not
-        with multi-step windows). It stops before the step in which a sequence finishes, and after any
-        step that ends once a request has arrived, so the general step handles every event exactly as
-        it would have.
+        with multi-step windows or speculative decoding). It stops before the step in which a sequence
+        finishes, and after any step that ends once a request has arrived, so the general step handles
+        every event exactly as it would have.
         """
         run, spec = self.running, self.spec
         batch = len(run)
-        if batch == 0 or batch > spec.max_num_batched_tokens or self.window > 1:
+        if batch == 0 or batch > spec.max_num_batched_tokens or self.window > 1 or self.acceptance is not None:
             return 0
         if self.waiting and batch < spec.max_num_seqs:
             return 0
@@ -676,7 +747,7 @@ class _Replica:
             # Each sequence attends to its cache plus its new token: pairs = positions read.
             kv_read = kv_before + batch * (taken + 1)
             compute_ns, traffic_ns, blocking_ns, end = self.account(
-                batch, batch, batch, kv_read, kv_read, 0, emitters, token_index + taken)
+                batch, batch, batch, kv_read, kv_read, 0, emitters, token_index + taken, batch)
             compute_sum += compute_ns
             traffic_sum += traffic_ns
             blocking_sum += blocking_ns

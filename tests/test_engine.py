@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from reference_engine import reference_engine
@@ -12,6 +12,7 @@ from tokenpath.engine.loop import _trace as trace_of
 from tokenpath.engine.loop import run_engine
 from tokenpath.engine.replica import Replica
 from tokenpath.engine.spec import EngineSpec
+from tokenpath.engine.speculative import Speculation
 from tokenpath.engine.trace_rows import Rows
 
 NO_NETWORK = DeliverySpec(
@@ -652,3 +653,100 @@ def test_trtllm_reserves_by_default_and_the_others_take_blocks_on_demand():
     assert EngineSpec(scheduler="trtllm").kv_admission == "reserve"
     assert EngineSpec(scheduler="prefill-first").kv_admission == "on_demand"
     assert EngineSpec().kv_admission == "on_demand"
+
+
+# -- speculative decoding ----------------------------------------------------------------------------
+
+class SpeculativeCosts(FixedCosts):
+    """FixedCosts with speculative decoding: `drafts` a step, each accepted with `acceptance`; with
+    `drafter`, a drafter whose time depends on every part of the step's shape it is given."""
+
+    def __init__(self, drafts, acceptance, seed=0, drafter=False, **costs):
+        super().__init__(**costs)
+        self.speculation = Speculation(drafts, acceptance, seed)
+        self.draft_s = self._draft_s if drafter else None
+
+    @staticmethod
+    def _draft_s(num_tokens, sequences, attn_pairs, kv_read_tokens, chunk_context_tokens):
+        return (1e-5 + 1e-8 * num_tokens + 3e-6 * sequences + 1e-11 * attn_pairs + 2e-10 * kv_read_tokens
+                + 5e-10 * chunk_context_tokens)
+
+
+def test_the_reference_runs_verify_steps_of_drafts_plus_one_tokens():
+    # k = 3 drafts, all accepted: the prompt's token, then two verify steps of 4 tokens, then the last
+    # token alone in a step of 4 positions; each step charged once.
+    costs = SpeculativeCosts(drafts=3, acceptance=1.0)
+    args = (np.zeros(1, np.int64), np.array([100]), np.array([10]), costs)
+    trace = reference_engine(*args, LastMile(NO_NETWORK), EngineSpec(), 10**9)
+    assert list(trace.step_tokens) == [100, 4, 4, 4]
+    assert list(trace.step_logits) == [1, 4, 4, 4]
+    assert list(trace.token_steps()) == [0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
+    assert list(trace.step_attn_pairs[1:]) == [4 * 100 + 10, 4 * 104 + 10, 4 * 108 + 10]
+    assert list(trace.step_kv_read_tokens[1:]) == [104, 108, 112]
+    assert trace.compute_ns[0] == trace.last_step_end_ns[0] == 4_000_000
+    assert_same_trace(run_engine(*args, LastMile(NO_NETWORK), EngineSpec(), 10**9), trace)
+
+
+def test_speculative_preemptions_are_exercised_by_the_reference_comparison():
+    # 20 blocks for 6 requests of 64 + 64 tokens: sequences are preempted, recomputed and finish part-way
+    # through verify steps, in both engines alike.
+    costs = SpeculativeCosts(drafts=3, acceptance=0.7, drafter=True)
+    args = (np.zeros(6, np.int64), np.array([64] * 6), np.array([64] * 6), costs)
+    spec = EngineSpec(block_size=16, max_num_seqs=8)
+    fast = run_engine(*args, LastMile(NO_NETWORK), spec, 16 * 20)
+    slow = reference_engine(*args, LastMile(NO_NETWORK), spec, 16 * 20)
+    assert fast.preemptions == slow.preemptions > 0
+    assert_same_trace(fast, slow)
+    tokens = np.bincount(slow.token_steps(), minlength=len(slow.step_tokens))
+    assert tokens.max() > slow.step_seqs.max()  # steps that gained several tokens a sequence
+
+
+SPECULATIVE_PROFILES = {name: PROFILES.get(name, {}) for name in
+                        ("vllm-v1", "prefill-first", "prefill-first, mixed chunks", "trtllm, reserve",
+                         "trtllm, on demand")}
+
+
+@pytest.mark.parametrize("profile", SPECULATIVE_PROFILES)
+@settings(max_examples=15, deadline=None)
+@given(
+    n=st.integers(1, 30),
+    max_seqs=st.sampled_from([1, 2, 8, 64]),
+    budget=st.sampled_from([64, 100, 256, 2048]),
+    kv_blocks=st.integers(30, 400),
+    chunked=st.booleans(),
+    short_prompts=st.booleans(),
+    concurrency=st.one_of(st.none(), st.integers(1, 8)),
+    detokenize=st.sampled_from(["engine", "api-server", "detokenizer"]),
+    prefilled=st.booleans(),
+    drafts=st.integers(1, 7),
+    acceptance=st.sampled_from([0.0, 0.4, 0.8, 1.0]),
+    drafter=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+# Short prompts completing together: the next step's decodes take more query tokens than the budget
+# holds, and the prompt in progress then gets none.
+@example(n=15, max_seqs=64, budget=64, kv_blocks=211, chunked=True, short_prompts=True, concurrency=None,
+         detokenize="engine", prefilled=False, drafts=6, acceptance=1.0, drafter=False, seed=41058)
+def test_speculative_decoding_matches_the_straightforward_reference_exactly(
+        profile, n, max_seqs, budget, kv_blocks, chunked, short_prompts, concurrency, detokenize, prefilled, drafts,
+        acceptance, drafter, seed):
+    settings_ = {"chunked_prefill": chunked, **SPECULATIVE_PROFILES[profile]}
+    chunked = settings_["chunked_prefill"]
+    rng = np.random.default_rng(seed)
+    block = 16
+    # (a reserving engine holds a verify step's drafts past a request's end too)
+    longest = (min(budget, block * kv_blocks) if not chunked else min(800, block * kv_blocks)) - drafts
+    # Short prompts: many complete in one step, so the decodes' query tokens can outgrow the budget.
+    inputs = rng.integers(1, 9 if short_prompts else max(2, longest // 2), n)
+    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    arrivals = np.sort(rng.uniform(0, 0.05, n))
+    costs = SpeculativeCosts(drafts, acceptance, seed, drafter, base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5,
+                             scheduler_s=1e-4)
+    delivery = DeliverySpec(detokenize=detokenize, detokenize_per_token=2e-5)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=block,
+                      **settings_)
+    args = (np.rint(arrivals * 1e9).astype(np.int64), inputs, outputs, costs)
+    cached = rng.integers(0, inputs) if prefilled else None
+    fast = run_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency, cached_tokens=cached)
+    slow = reference_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency, cached_tokens=cached)
+    assert_same_trace(fast, slow)

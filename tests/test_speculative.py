@@ -204,12 +204,23 @@ def test_a_speculative_run_is_outside_the_validated_envelope():
     from tokenpath.sim.document import result_document
     from tokenpath.sim.simulate import simulate
 
-    scenario = _scenario(speculative={"method": "mtp", "num_speculative_tokens": 1})
+    scenario = _scenario(speculative={"method": "eagle3", "num_speculative_tokens": 1})
     document = result_document(simulate(scenario))[0]
     assert document["envelope"]["validated"] is False
-    assert "speculative decoding (mtp)" in document["envelope"]["outside"]
-    assert document["regime"]["speculative"] == "mtp"
+    assert "speculative decoding (eagle3)" in document["envelope"]["outside"]
+    assert document["regime"]["speculative"] == "eagle3"
     assert document["resolved"]["engine"]["speculative"]["mean_tokens_per_step"] == pytest.approx(1.7)
+
+
+def test_a_row_of_the_same_method_brings_it_inside():
+    from tokenpath.sim.bands import Record
+    from tokenpath.sim.envelope import envelope
+
+    regime = {"engine": "vllm-v1", "chip": "h100", "chip_generation": "Hopper", "model_family": "dense",
+              "load": "light", "speculative": "mtp"}
+    row = Record("r", "s", "vllm-v1", "", "h100", "Hopper", "m", "dense", "light", {"ttft": 0.1}, speculative="mtp")
+    assert envelope(regime, [row])["validated"] is True
+    assert envelope({**regime, "speculative": "ngram"}, [row])["outside"] == ["speculative decoding (ngram)"]
 
 
 def test_levers_tune_the_drafts_and_leave_the_stream_interval_alone():
@@ -229,3 +240,41 @@ def test_serve_refuses_speculative_decoding_in_one_line():
     scenario = _scenario(speculative={"method": "ngram", "num_speculative_tokens": 2})
     with pytest.raises(UserError, match="engine.speculative: serve streams one token"):
         Server(scenario, ServeOptions())
+
+
+def test_blocks_a_short_finisher_gives_back_reach_the_prefix_caches_free_queue():
+    # Request 1 finishes inside a verify step and gives back its unused blocks; request 2's prefix, the
+    # same 12 tokens as request 0's, was evicted when request 1 took the cache's blocks, and is not hit.
+    from reference_engine import reference_engine
+
+    from tokenpath.prefixes import chain
+
+    costs = SpeculativeCosts(drafts=3, acceptance=1.0)
+    args = (np.array([0, 10_000_000, 20_000_000]), np.array([12, 19, 16]), np.array([1, 2, 1]), costs)
+    prefixes = chain([[0], [1], [0]], [12, 12, 12], 12)
+    spec = EngineSpec(block_size=4)
+    fast = run_engine(*args, LastMile(NO_NETWORK), spec, 32, prefixes=prefixes)
+    slow = reference_engine(*args, LastMile(NO_NETWORK), spec, 32, prefixes=prefixes)
+    assert list(fast.prefix_hit_tokens) == list(slow.prefix_hit_tokens) == [0, 0, 0]
+    assert list(fast.step_tokens) == list(slow.step_tokens)
+
+
+def test_a_reserving_engine_reserves_a_verify_steps_drafts_and_never_preempts():
+    replica = Replica(SpeculativeCosts(drafts=7, acceptance=1.0), LastMile(NO_NETWORK),
+                      EngineSpec(scheduler="trtllm", block_size=4), kv_capacity_tokens=16)
+    replica.submit(3, 2, 0)  # 3 + 2 tokens and 7 drafts: 3 of the cache's 4 blocks reserved
+    steps = 0
+    while not replica.idle and steps < 10:
+        replica.step()
+        steps += 1
+    assert replica.idle and replica.preemptions == 0
+    assert replica.unreserved_blocks == replica.free_blocks == replica.cache_blocks
+    with pytest.raises(ValueError, match="needs more than the 4 KV blocks"):
+        replica.submit(3, 7, 0)  # 3 + 7 + 7 tokens: 5 blocks
+
+
+def test_a_budget_under_one_block_is_refused_where_chunks_are_whole_blocks():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="under one KV block"):
+        EngineSpec(scheduler="trtllm", max_num_seqs=8, max_num_batched_tokens=8, block_size=16)

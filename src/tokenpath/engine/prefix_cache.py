@@ -139,6 +139,11 @@ class PrefixCache:
                 freed += entry[0]
         return freed
 
+    def give_back(self, blocks: int) -> None:
+        """Blocks the engine took and did not use (a sequence that finished inside a verify step of
+        speculative decoding): free again, at the queue's tail."""
+        self._append_plain(blocks)
+
     def _append_plain(self, blocks: int) -> None:
         if blocks <= 0:
             return

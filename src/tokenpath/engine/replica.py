@@ -161,9 +161,14 @@ class Replica:
         """Request i, submitted held, reaches the server at `arrival_ns` after `delivery_ns` on the way."""
         self.requests.send(i, arrival_ns, delivery_ns)
 
+    def _reservation(self, i: int) -> int:
+        """Reserving, the KV blocks request i holds from admission to its end: its prompt, its output and,
+        under speculative decoding, the drafts a verify step runs past them (`width` - 1 tokens)."""
+        return -(-(self.prompt[i] + self.out[i] + self.width - 1) // self.block)
+
     def _check_reservable(self, tokens: int) -> None:
         """Reserving, a request whose whole KV cache exceeds the cache would wait forever."""
-        if self.reserve and -(-tokens // self.block) > self.cache_blocks:
+        if self.reserve and -(-(tokens + self.width - 1) // self.block) > self.cache_blocks:
             raise ValueError(f"a request of {tokens} tokens needs more than the {self.cache_blocks} KV blocks "
                              "of the cache")
 
@@ -349,7 +354,8 @@ class Replica:
                 return 0, False
         else:
             rest, budget = prefill.target - prefill.computed, self.max_batched - len(self.decoding) * self.width
-            num = rest if rest <= budget else budget - budget % self.chunk_unit
+            # (speculative decoding's decodes can take the whole budget: the prompt then waits a step)
+            num = rest if rest <= budget else max(budget - budget % self.chunk_unit, 0)
             blocks = -(-(prefill.computed + num) // self.block) - prefill.blocks
             if new_blocks + blocks <= self.free_blocks:
                 self.free_blocks -= new_blocks + blocks
@@ -402,6 +408,8 @@ class Replica:
         for i in victims:
             self.cached[i] = 0
             self.times_preempted[i] += 1
+            if self.reserve:  # (admitted again, it reserves again)
+                self.unreserved_blocks += self._reservation(i)
         self.waiting.extendleft(victims)
         self.preempted_in_step = True
         if self.ratio is not None:  # (the prompt in progress, if any, was the first victim)
@@ -442,7 +450,7 @@ class Replica:
                     break
                 spare -= estimate
             if self.reserve:
-                reserved = -(-(self.prompt[i] + self.out[i]) // block)
+                reserved = self._reservation(i)
                 if reserved > self.unreserved_blocks:
                     break
                 self.unreserved_blocks -= reserved
@@ -470,7 +478,10 @@ class Replica:
             if extra:
                 self.shortfall += extra
                 context = context0 + last_tick - first + 1
-                self.free_blocks += (context + extra - 1) // block - (context - 1) // block
+                unused = (context + extra - 1) // block - (context - 1) // block
+                self.free_blocks += unused
+                if self.prefix is not None:
+                    self.prefix.give_back(unused)
 
     def _due_within(self, d: int, ticks: int) -> list:
         """The states due to finish at the `ticks` ticks from d, in tick order."""
@@ -607,7 +618,7 @@ class Replica:
             prefix.computed(i, context)
         self.free_blocks += blocks if prefix is None else prefix.release(i, blocks)
         if self.reserve:
-            self.unreserved_blocks += -(-(self.prompt[i] + self.out[i]) // self.block)
+            self.unreserved_blocks += self._reservation(i)
 
     def _free(self, i: int, blocks: int) -> None:
         """Request i gives back its `blocks` KV blocks; with prefix caching its shared ones stay cached

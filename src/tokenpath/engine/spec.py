@@ -137,6 +137,10 @@ class EngineSpec(BaseModel):
             alone = _quoted_where(lambda p: p.prefills_alone_unless == "chunked_prefill")
             raise ValueError(f"num_scheduler_steps > 1 is vLLM V0's multi-step scheduling and {engine} none here; "
                              f"use scheduler = {alone} with chunked_prefill = false, or num_scheduler_steps = 1")
+        if profile.chunk_unit == "block" and self.chunked_prefill and self.max_num_batched_tokens < self.block_size:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) is under one KV block "
+                             f"({self.block_size} tokens), and {profile.engine} cuts prompt chunks to whole blocks, "
+                             "so a longer prompt would never start; raise max_num_batched_tokens or lower block_size")
         if self.num_scheduler_steps > 1 and self.speculative is not None:
             raise ValueError("speculative decoding does not run with multi-step scheduling (vLLM V0 refuses the two "
                              "together); remove speculative or set num_scheduler_steps = 1")

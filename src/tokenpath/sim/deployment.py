@@ -165,8 +165,9 @@ def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -
         )
     needed, held = longest, deployment.kv_capacity_tokens
     if scenario.engine.kv_admission == "reserve":  # TensorRT-LLM reserves whole blocks for the whole cache
-        block = scenario.engine.block_size
-        needed, held = -(-longest // block) * block, held // block * block
+        block, speculative = scenario.engine.block_size, scenario.engine.speculative
+        drafts = 0 if speculative is None else speculative.num_speculative_tokens  # a verify step's lookahead
+        needed, held = -(-(longest + drafts) // block) * block, held // block * block
     if needed > held:
         raise DoesNotFit(
             f"{where} needs {needed} tokens of KV cache but one replica holds "
