@@ -4,8 +4,8 @@ A run is inside when some latency row of the bands file (sim/bands.py) has its c
 generation, its engine profile, its model family and its load regime, each on its own (a combination
 no row has is the band's back-off, which its basis names), and, where the scenario states the engine's
 release (`[engine] version`), some row of the same profile states that release: the same text, or a
-first word that is it or starts with it and a dot ("0.6" covers "0.6.0" and "0.6.0 (V0)"). No row
-runs speculative decoding, so a run that does is outside.
+first word that is it or starts with it and a dot ("0.6" covers "0.6.0" and "0.6.0 (V0)"); and where it
+runs speculative decoding, some row runs the same method.
 """
 
 from __future__ import annotations
@@ -46,9 +46,12 @@ def envelope(regime: dict[str, Any], records: Sequence[Record]) -> dict[str, Any
         if not any(covers_version(s, version) for s in stated):
             outside.append(f"engine version {version}")
             cover.append(f"{regime['engine']} versions: {', '.join(stated) or 'none'}")
-    if regime.get("speculative") is not None:  # no validated row runs speculative decoding
-        outside.append(f"speculative decoding ({regime['speculative']})")
-        cover.append("speculative decoding: none")
+    method = regime.get("speculative")
+    if method is not None:
+        methods = sorted({r.speculative for r in latency if r.speculative})
+        if method not in methods:
+            outside.append(f"speculative decoding ({method})")
+            cover.append(f"speculative decoding: {', '.join(methods) or 'none'}")
     line = (f"outside the validated envelope: {', '.join(outside)} (rows cover {'; '.join(cover)})"
             if outside else None)
     return {"validated": not outside, "outside": outside, "line": line}

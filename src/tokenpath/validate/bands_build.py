@@ -96,8 +96,10 @@ def bands_document(rows: Sequence[dict[str, Any]], row_errors: Sequence[dict[str
     ids = latency_row_ids(rows)
 
     def latency_record(k: int, regime: dict[str, Any]) -> dict[str, Any]:
+        speculative = rows[k].get("engine_settings", {}).get("speculative")
         return {"id": ids[k], "source": rows[k]["source"], "engine_version": rows[k].get("engine_version", ""),
-                "model": rows[k]["model"], **_regime_fields(regime)}
+                "model": rows[k]["model"], **_regime_fields(regime),
+                **({"speculative": speculative["method"]} if speculative else {})}
 
     records = []
     for k, (errors, regime) in enumerate(zip(row_errors, regimes)):
