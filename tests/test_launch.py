@@ -44,7 +44,7 @@ SCENARIOS = {
             "engine.speculative": {"method": "mtp", "num_speculative_tokens": 2}},
     "eagle3-sglang": {"engine.scheduler": "prefill-first", "workload.draft_acceptance": 0.7,
                       "engine.speculative": {"method": "eagle3", "num_speculative_tokens": 3}},
-    "ngram-trtllm": {"engine.scheduler": "trtllm", "workload.draft_acceptance": 0.5,
+    "trtllm-ngram": {"engine.scheduler": "trtllm", "workload.draft_acceptance": 0.5,
                      "engine.speculative": {"method": "ngram", "num_speculative_tokens": 4}},
 }
 
