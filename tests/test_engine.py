@@ -48,6 +48,14 @@ def engine(inputs, outputs, arrivals_s=None, spec=EngineSpec(), costs=None, deli
                       max_concurrency)
 
 
+def both_engines(args, delivery, spec, kv_tokens, concurrency, cached):
+    """The replica's trace and the reference engine's of the same run, checked to be the same."""
+    fast = run_engine(*args, LastMile(delivery), spec, kv_tokens, concurrency, cached_tokens=cached)
+    slow = reference_engine(*args, LastMile(delivery), spec, kv_tokens, concurrency, cached_tokens=cached)
+    assert_same_trace(fast, slow)
+    return fast, slow
+
+
 def test_single_request_takes_one_prefill_step_then_one_step_per_token():
     trace = engine([100], [5])
     # prefill step emits token 1, four decode steps emit the rest: five 1 ms steps
@@ -412,9 +420,7 @@ def test_each_profile_matches_its_straightforward_reference_exactly(
                       **settings_)
     args = (np.rint(arrivals * 1e9).astype(np.int64), inputs, outputs, costs)
     cached = rng.integers(0, inputs) if prefilled else None
-    fast = run_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency, cached_tokens=cached)
-    slow = reference_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency, cached_tokens=cached)
-    assert_same_trace(fast, slow)
+    fast, _ = both_engines(args, delivery, spec, block * kv_blocks, concurrency, cached)
     if spec.kv_admission == "reserve":
         assert fast.preemptions == 0
 
@@ -747,6 +753,4 @@ def test_speculative_decoding_matches_the_straightforward_reference_exactly(
                       **settings_)
     args = (np.rint(arrivals * 1e9).astype(np.int64), inputs, outputs, costs)
     cached = rng.integers(0, inputs) if prefilled else None
-    fast = run_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency, cached_tokens=cached)
-    slow = reference_engine(*args, LastMile(delivery), spec, block * kv_blocks, concurrency, cached_tokens=cached)
-    assert_same_trace(fast, slow)
+    both_engines(args, delivery, spec, block * kv_blocks, concurrency, cached)

@@ -246,7 +246,6 @@ def test_blocks_a_short_finisher_gives_back_reach_the_prefix_caches_free_queue()
     # Request 1 finishes inside a verify step and gives back its unused blocks; request 2's prefix, the
     # same 12 tokens as request 0's, was evicted when request 1 took the cache's blocks, and is not hit.
     from reference_engine import reference_engine
-
     from tokenpath.prefixes import chain
 
     costs = SpeculativeCosts(drafts=3, acceptance=1.0)
