@@ -79,7 +79,7 @@ from tokenpath.validate.latency import (
     row_prepared,
     simulated_requests,
 )
-from tokenpath.validate.row_keys import label, lengths_label, load_label
+from tokenpath.validate.row_keys import label, lengths_label, load_label, precision_label
 from tokenpath.workload.traces import write_trace
 
 # (tokenpath model, precision) -> (AISimulate model id, engine keys that set its precision)
@@ -91,7 +91,7 @@ AISIM_MODELS = {
     ("llama-3.3-70b", "fp8"): ("meta-llama/Meta-Llama-3.1-70B", {"gemm_quant_mode": "fp8"}),
     ("deepseek-v3", "fp8"): ("deepseek-ai/DeepSeek-V3", {}),
     ("qwen3-235b-a22b", "bf16"): ("Qwen/Qwen3-235B-A22B", {}),
-    ("gpt-oss-120b", "fp4"): ("openai/gpt-oss-120b", {}),
+    ("gpt-oss-120b", "bf16/fp4 experts"): ("openai/gpt-oss-120b", {}),
 }
 AISIM_CHIPS = {"a100": "a100_sxm", "h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
 AISIM_BACKENDS = ("vllm", "sglang", "trtllm")
@@ -110,8 +110,12 @@ def why_not(row: dict[str, Any]) -> str | None:
     """Why AISimulate cannot express the row, or None where it can."""
     if row["chip"] not in AISIM_CHIPS:
         return f"no {row['chip']} in AISimulate's systems"
-    if (row["model"], row["precision"]) not in AISIM_MODELS:
-        return f"no {row['model']} {row['precision']} among AISimulate's model configs"
+    if (row["model"], precision_label(row)) not in AISIM_MODELS:
+        return f"no {row['model']} {precision_label(row)} among AISimulate's model configs"
+    if row.get("pp", 1) > 1 or row.get("expert_parallel") or row.get("attention_dp"):
+        return "the export carries one tensor-parallel replica, not pipeline, expert or attention data parallelism"
+    if "speculative" in row.get("engine_settings", {}):
+        return "the export does not carry speculative decoding"
     if row["engine"] not in AISIM_BACKENDS:
         return f"no {row['engine']} backend"
     _, skip = simulated_requests(row)
@@ -123,7 +127,7 @@ def why_not(row: dict[str, Any]) -> str | None:
 def aisim_config(row: dict[str, Any], trace: Path, kv_precision: str, host_loop: bool) -> tuple[dict, list[str]]:
     """The `aisimulate predict` config of the row (its KV cache at `kv_precision`, bf16 or fp8), and the
     row's settings it does not carry."""
-    model, precision_keys = AISIM_MODELS[(row["model"], row["precision"])]
+    model, precision_keys = AISIM_MODELS[(row["model"], precision_label(row))]
     settings = dict(row.get("engine_settings", {}))
     worker: dict[str, Any] = {"parallelism": {"replicas": 1, "tensor": row["tp"]}}
     if load_model(row["model"]).num_experts:
