@@ -124,7 +124,7 @@ class ComputeModel:
             cuda_graph_max_tokens if cuda_graph_max_tokens is not None else math.inf)
         self._graphs_decode_only = cuda_graphs == "decode"
         self._every_step_captured = self._graph_max_tokens == math.inf and not self._graphs_decode_only
-        # Every op's kernels, and each layer's two all-reduces when tensor-parallel, on each step's path.
+        # Every op's kernels, and each layer's all-reduces when tensor-parallel, on each step's path.
         self.kernels_per_step: float = sum(op.kernels for op in self.ops) + (
             self.allreduces_per_layer * model.num_layers if tp > 1 else 0)
         # The assumptions this model uses, read once here: a built model keeps its run's values.

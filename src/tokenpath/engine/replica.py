@@ -343,7 +343,7 @@ class Replica:
 
     def _running_demands(self, d: int) -> tuple[int, bool]:
         """The running sequences' tokens and KV blocks when they all take part: a token for every
-        decoding sequence, the rest of the budget for the prompt in progress. Preempts when the blocks
+        decoding sequence (speculating, its drafts too), the rest of the budget for the prompt in progress. Preempts when the blocks
         do not fit. Returns (tokens of the prompt in progress, whether it preempted)."""
         ticks = self.advance
         new_blocks = self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)
@@ -581,8 +581,8 @@ class Replica:
 
     def _apply(self, s: int, d: int, decode: int, completing: list[tuple[int, int]],
                finishing: Sequence[int]) -> list[int]:
-        """Advance the decoding sequences a token, retire the finished, and start decoding the sequences
-        that finished their prompt. Returns the requests that finished."""
+        """Advance the decoding sequences a token (speculating, the step's advance), retire the finished, and
+        start decoding the sequences that finished their prompt. Returns the requests that finished."""
         if decode or not self.pauses:
             advance = self.advance
             self.decoders.context_sum += decode * advance - self.shortfall
