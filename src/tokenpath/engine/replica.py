@@ -343,8 +343,9 @@ class Replica:
 
     def _running_demands(self, d: int) -> tuple[int, bool]:
         """The running sequences' tokens and KV blocks when they all take part: a token for every
-        decoding sequence (speculating, its drafts too), the rest of the budget for the prompt in progress. Preempts when the blocks
-        do not fit. Returns (tokens of the prompt in progress, whether it preempted)."""
+        decoding sequence (speculating, its drafts too), the rest of the budget for the prompt in
+        progress. Preempts when the blocks do not fit. Returns (tokens of the prompt in progress, whether
+        it preempted)."""
         ticks = self.advance
         new_blocks = self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)
         prefill = self.prefill
