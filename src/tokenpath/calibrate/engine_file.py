@@ -4,7 +4,8 @@
     measured_at = "2026-01-01T00:00:00+00:00"
     [server]   base_url, model (or the results files fitted)
     [scenario] name, fingerprint
-    [fit]      fitted (names), rms_error_before, rms_error_after, not_fitted (name -> why)
+    [fit]      fitted (names), rms_error_before, rms_error_after, not_fitted (name -> why), cut_by_budget
+               (what --budget's end left undone; empty: the whole fit ran)
     [fitted.NAME]  value, uncertainty (one standard deviation), default, unit   (SI units)
     [[probe]]  one per phase: phase, results, requests, lengths, concurrency or rate, the measured
                TTFT and TPOT medians and what simulate predicts for them before and after the fit
@@ -47,7 +48,7 @@ def calibration_document(fit: Fit, measured: list[Measured], skipped: list[str],
         "server": server,
         "scenario": {"name": scenario.name, "fingerprint": scenario.fingerprint()},
         "fit": {"fitted": fit.names, "rms_error_before": fit.rms_before, "rms_error_after": fit.rms_after,
-                "not_fitted": fit.not_fitted, "phases_skipped": skipped},
+                "not_fitted": fit.not_fitted, "phases_skipped": skipped, "cut_by_budget": fit.cut_by_budget},
         "fitted": {name: {"value": fit.values[name], "uncertainty": fit.uncertainty[name],
                           "default": lookup(name).value, "start": fit.start[name], "unit": lookup(name).unit}
                    for name in fit.names},

@@ -98,6 +98,8 @@ class Fit:
     predicted_after: list[tuple[float, float]]
     not_fitted: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # What the deadline left undone (empty: the whole fit ran); the warnings say it in a line.
+    cut_by_budget: list[str] = field(default_factory=list)
 
 
 class _Model:
@@ -241,7 +243,7 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
         uncertainty={k: _slope(model.start[k], float(x)) * float(s) for k, x, s in zip(names, result.x, sigma)},
         rms_before=_rms(r0), rms_after=_rms(result.fun),
         predicted_before=model.predict({}), predicted_after=model.predict(values), not_fitted=not_fitted,
-        warnings=fixed_part_warnings(scenario, measured, names) + _budget_warnings(cut),
+        warnings=fixed_part_warnings(scenario, measured, names) + _budget_warnings(cut), cut_by_budget=cut,
     )
 
 
