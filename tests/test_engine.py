@@ -713,7 +713,7 @@ SPECULATIVE_PROFILES = {name: PROFILES.get(name, {}) for name in
 
 
 @pytest.mark.parametrize("profile", SPECULATIVE_PROFILES)
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(
     n=st.integers(1, 30),
     max_seqs=st.sampled_from([1, 2, 8, 64]),

@@ -2,12 +2,11 @@
 (engine/speculative.py, compute/drafter.py, engine/replica.py)."""
 
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from cli_helpers import assert_user_error, run_cli
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.drafter import EAGLE3_DRAFT_VOCAB, DraftCost, drafter_model
 from tokenpath.compute.model import load_model
@@ -184,14 +183,10 @@ def test_a_speculative_scenario_halves_tpot_as_its_tokens_a_step_say():
     ('[engine.speculative]\nmethod = "ngram"\nnum_speculative_tokens = 3\n[workload]\ndraft_acceptance = 0.5\n'
      '[delivery]\nstream_interval = 4\n', "set stream_interval = 1"),
 ])
-def test_a_bad_speculative_table_is_one_line_and_exit_2(tmp_path, toml, message):
+def test_a_bad_speculative_table_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, toml, message):
     path = tmp_path / "s.toml"
     path.write_text(toml)
-    done = subprocess.run([sys.executable, "-m", "tokenpath", "simulate", str(path), "--num-requests", "5"],
-                          capture_output=True, text=True)
-    assert done.returncode == 2
-    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    assert "Traceback" not in done.stderr
+    assert_user_error(*run_cli(["simulate", str(path), "--num-requests", "5"], monkeypatch, capsys), message)
 
 
 def test_mean_tokens_per_step_is_continuous_in_acceptance():
