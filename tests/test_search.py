@@ -279,3 +279,12 @@ def test_a_target_is_printed_as_slo_reads_it_back(limit, unit):
     if unit is None:
         limit = min(limit, 1.0)
     assert parse_slo(f"{name}={target_text({'target': limit, 'unit': unit})}")[name].limit == limit
+
+
+def test_a_moe_models_splits_include_attention_data_parallel_where_tp_is_above_one():
+    base = _base(**{"model.name": "qwen3-30b-a3b", "deployment.chips": 4, "deployment.tp": 1})
+    layouts = {c.layout for c in enumerate_candidates(base, 4, ["vllm-v1"], False, moe=True)}
+    assert {"TP2 x DP2 + DP-attention", "TP4 x DP1 + EP + DP-attention", "TP4 x DP1 + EP"} <= layouts
+    assert not any("DP-attention" in layout and (layout.startswith("TP1 ") or "PP" in layout) for layout in layouts)
+    candidate = next(c for c in enumerate_candidates(base, 4, ["vllm-v1"], False, moe=True) if c.attention_dp)
+    assert candidate.overrides()["deployment.attention_dp"] is True

@@ -1,5 +1,6 @@
 """Every deployment of a scenario's model on N chips that `tokenpath search` compares: how the chips
-split (tensor x pipeline x data parallel, prefill and decode pools, experts over every chip), which
+split (tensor x pipeline x data parallel, prefill and decode pools, experts over every chip, attention
+data-parallel over the tensor-parallel group), which
 engine profile runs them, and its batching limits; each a set of dotted-key overrides.
 
 Enumeration lists every split whose group divides the chips; whether a split is possible is left to
@@ -38,6 +39,7 @@ class Candidate:
     max_num_batched_tokens: int
     prefill_replicas: int = 0
     expert_parallel: bool = False
+    attention_dp: bool = False
 
     @property
     def replicas(self) -> int:
@@ -45,12 +47,12 @@ class Candidate:
 
     @property
     def layout(self) -> str:
-        """E.g. `TP2 x DP4`, `TP2 x PP2 x DP2`, `TP2 x DP4 (1P:3D)`, `TP8 x DP1 + EP`."""
+        """E.g. `TP2 x DP4`, `TP2 x PP2 x DP2`, `TP2 x DP4 (1P:3D)`, `TP8 x DP1 + EP + DP-attention`."""
         parts = [f"TP{self.tp}", *([f"PP{self.pp}"] if self.pp > 1 else []), f"DP{self.replicas}"]
         text = " x ".join(parts)
         if self.prefill_replicas:
             text += f" ({self.prefill_replicas}P:{self.replicas - self.prefill_replicas}D)"
-        return text + (" + EP" if self.expert_parallel else "")
+        return text + (" + EP" if self.expert_parallel else "") + (" + DP-attention" if self.attention_dp else "")
 
     @property
     def limits(self) -> str:
@@ -60,7 +62,8 @@ class Candidate:
         """The scenario keys that make this deployment (`--set KEY=VALUE` each)."""
         return {"deployment.chips": self.chips, "deployment.tp": self.tp, "deployment.pp": self.pp,
                 "deployment.prefill_replicas": self.prefill_replicas,
-                "deployment.expert_parallel": self.expert_parallel, "engine.scheduler": self.scheduler,
+                "deployment.expert_parallel": self.expert_parallel, "deployment.attention_dp": self.attention_dp,
+                "engine.scheduler": self.scheduler,
                 "engine.max_num_seqs": self.max_num_seqs,
                 "engine.max_num_batched_tokens": self.max_num_batched_tokens}
 
@@ -95,10 +98,11 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def splits(chips: int, moe: bool, disaggregated: bool) -> list[tuple[int, int, int, bool]]:
-    """Every (tp, pp, prefill_replicas, expert_parallel) with tp x pp dividing `chips`; with
-    `disaggregated`, also each prefill:decode split of the replicas (pp = 1, at least one of each);
-    with `moe`, each also with the experts over every chip (pp = 1)."""
+def splits(chips: int, moe: bool, disaggregated: bool) -> list[tuple[int, int, int, bool, bool]]:
+    """Every (tp, pp, prefill_replicas, expert_parallel, attention_dp) with tp x pp dividing `chips`;
+    with `disaggregated`, also each prefill:decode split of the replicas (pp = 1, at least one of each);
+    with `moe`, each also with the experts over every chip (pp = 1), and with attention data-parallel
+    over its tensor-parallel group (tp > 1, pp = 1), as SGLang's and TensorRT-LLM's MoE deployments run."""
     found = []
     for tp in _divisors(chips):
         for pp in _divisors(chips // tp):
@@ -106,7 +110,8 @@ def splits(chips: int, moe: bool, disaggregated: bool) -> list[tuple[int, int, i
             pools = [0, *(range(1, replicas) if disaggregated and pp == 1 else ())]
             for prefill in pools:
                 for ep in (False, True) if moe and pp == 1 else (False,):
-                    found.append((tp, pp, prefill, ep))
+                    for dp in (False, True) if moe and pp == 1 and tp > 1 else (False,):
+                        found.append((tp, pp, prefill, ep, dp))
     return found
 
 
@@ -132,8 +137,8 @@ def enumerate_candidates(base: Base, chips: int, engines: list[str], disaggregat
     found = []
     for scheduler in engines:
         seqs, tokens = base_limits(base, scheduler)
-        for tp, pp, prefill, ep in splits(chips, moe, disaggregated):
-            found.append(Candidate(chips, tp, pp, scheduler, seqs, tokens, prefill, ep))
+        for tp, pp, prefill, ep, dp in splits(chips, moe, disaggregated):
+            found.append(Candidate(chips, tp, pp, scheduler, seqs, tokens, prefill, ep, dp))
     return found
 
 
