@@ -259,7 +259,7 @@ class _Replica:
         speculation = costs.speculation
         if speculation is not None and (self.window > 1 or host.stream_interval > 1):
             raise ValueError("speculative decoding runs with num_scheduler_steps = 1 and stream_interval = 1")
-        self.width = 1 if speculation is None else speculation.drafts + 1
+        self.width = 1 if speculation is None else speculation.width
         self.acceptance = None if speculation is None else speculation.draws()
         self.advance = 1
 

@@ -27,3 +27,12 @@ def assert_means_match(frame, summary) -> None:
         assert math.isclose(kept["stalls"].mean(), flow["stalls_per_request"], rel_tol=1e-9, abs_tol=1e-12)
         assert math.isclose(kept["stall_s"].mean(), flow["stall_s_per_request"], rel_tol=1e-9, abs_tol=1e-12)
         assert math.isclose(kept["qoe"].mean(), flow["qoe"]["mean"], rel_tol=1e-9)
+
+
+def assert_five_layers_sum(run) -> None:
+    """Each request's queue, compute, traffic, delivery and application time sum to its E2E exactly, each
+    is non-negative, and the application's stages sum to its layer."""
+    layers = (run.queue_ns, run.compute_ns, run.traffic_ns, run.delivery_ns, run.application_ns)
+    assert np.array_equal(sum(layers), run.e2e_ns)
+    assert np.array_equal(sum(run.application_detail_ns.values()), run.application_ns)
+    assert all((part >= 0).all() for part in layers)

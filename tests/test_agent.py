@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli
+from report_helpers import assert_five_layers_sum
 from tokenpath import load_scenario, simulate
 from tokenpath.application.timeline import Timeline
 from tokenpath.config.errors import UserError
@@ -125,11 +126,7 @@ def test_the_five_layers_sum_exactly_to_e2e(rate, turns, tool_ms, seed):
     stages[0]["loop"]["result_tokens"] = {"kind": "lognormal", "mean": 80, "sd": 40}
     run = simulate(load_scenario("agent", {"workload.num_requests": 10, "workload.arrival.rate": rate,
                                            "seed": seed, "application.stages": stages})).run
-    parts = run.queue_ns + run.compute_ns + run.traffic_ns + run.delivery_ns + run.application_ns
-    assert np.array_equal(parts, run.e2e_ns)
-    assert np.array_equal(sum(run.application_detail_ns.values()), run.application_ns)
-    for part in (run.queue_ns, run.compute_ns, run.traffic_ns, run.delivery_ns, run.application_ns):
-        assert (part >= 0).all()
+    assert_five_layers_sum(run)
     assert (run.ttft_ns <= run.ttfv_ns).all() and (run.ttfv_ns <= run.stream_ns()).all()
     assert len(run.token_client_ns) == run.output_tokens.sum()
 

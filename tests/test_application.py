@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli
+from report_helpers import assert_five_layers_sum
 from tokenpath import load_scenario, simulate
 from tokenpath.application.spec import ApplicationSpec
 from tokenpath.application.timeline import draw_latencies_ns, timeline
@@ -188,11 +189,7 @@ def test_the_five_layers_sum_exactly_to_e2e(rate, concurrency, ahead_ms, hit_rat
     stages[2] = {**stages[2], "ahead": f"{ahead_ms} ms"}
     run = simulate(rag(**{"workload.num_requests": 40, "workload.arrival.rate": rate, "seed": seed,
                           "workload.max_concurrency": concurrency, "application.stages": stages})).run
-    parts = run.queue_ns + run.compute_ns + run.traffic_ns + run.delivery_ns + run.application_ns
-    assert np.array_equal(parts, run.e2e_ns)
-    assert np.array_equal(sum(run.application_detail_ns.values()), run.application_ns)
-    for part in (run.queue_ns, run.compute_ns, run.traffic_ns, run.delivery_ns, run.application_ns):
-        assert (part >= 0).all()
+    assert_five_layers_sum(run)
     assert (run.ttft_ns <= run.ttfv_ns).all() and (run.ttfv_ns <= run.e2e_ns).all()
 
 

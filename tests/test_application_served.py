@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pydantic_core import PydanticCustomError
 
 from cli_helpers import assert_user_error, run_cli
+from report_helpers import assert_five_layers_sum
 from test_engine import NO_NETWORK, FixedCosts
 from tokenpath import load_scenario, simulate
 from tokenpath.application.queues import batches_end_ns, servers_end_ns
@@ -134,9 +135,7 @@ def test_with_the_reranker_on_the_gpu_the_layers_sum_exactly_and_the_sends_are_t
     scenario = load_scenario("rag", {"workload.num_requests": 60, "workload.arrival.rate": 30.0, **replicas})
     prepared = prepare(scenario)
     run = simulate(prepared).run
-    parts = run.queue_ns + run.compute_ns + run.traffic_ns + run.delivery_ns + run.application_ns
-    assert np.array_equal(parts, run.e2e_ns)
-    assert np.array_equal(sum(run.application_detail_ns.values()), run.application_ns)
+    assert_five_layers_sum(run)
     assert np.array_equal(run.scheduled_ns, np.rint(prepared.requests.arrival_s * 1e9).astype(np.int64))
     jobs = prepared.shared
     # each job ends no earlier than it was ready plus its own kernels: its time on the critical path is that

@@ -664,13 +664,17 @@ def test_trtllm_reserves_by_default_and_the_others_take_blocks_on_demand():
 # -- speculative decoding ----------------------------------------------------------------------------
 
 class SpeculativeCosts(FixedCosts):
-    """FixedCosts with speculative decoding: `drafts` a step, each accepted with `acceptance`; with
-    `drafter`, a drafter whose time depends on every part of the step's shape it is given."""
+    """FixedCosts with speculative decoding: `drafts` a step, each accepted with `acceptance`; `drafter`:
+    none (False), one whose time depends on every part of the step's shape it is given (True), or a
+    fixed time a step in seconds (a number)."""
 
     def __init__(self, drafts, acceptance, seed=0, drafter=False, **costs):
         super().__init__(**costs)
         self.speculation = Speculation(drafts, acceptance, seed)
-        self.draft_s = self._draft_s if drafter else None
+        if drafter is True:
+            self.draft_s = self._draft_s
+        else:
+            self.draft_s = (lambda *step: drafter) if drafter else None
 
     @staticmethod
     def _draft_s(num_tokens, sequences, attn_pairs, kv_read_tokens, chunk_context_tokens):

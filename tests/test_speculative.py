@@ -7,39 +7,18 @@ import numpy as np
 import pytest
 
 from cli_helpers import assert_user_error, run_cli
+from test_engine import NO_NETWORK, SpeculativeCosts
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.drafter import EAGLE3_DRAFT_VOCAB, DraftCost, drafter_model
 from tokenpath.compute.model import load_model
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.loop import run_engine
 from tokenpath.engine.replica import Replica
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.engine.speculative import Acceptance, Speculation, SpeculativeSpec, mean_tokens_per_step
+from tokenpath.engine.speculative import Acceptance, SpeculativeSpec, mean_tokens_per_step
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import Scenario
-
-NO_NETWORK = DeliverySpec(
-    network_rtt=0, host_link_latency=0, detokenize_per_token=0, frame_per_event=0,
-    event_overhead_bytes=0, bytes_per_token=0, request_overhead_bytes=0,
-    frontend_per_request=0, chat_template_per_request=0, tokenize_per_token=0,
-)
-
-
-class SpeculativeCosts:
-    """A step costs `base_s` plus `per_token_s` per token it runs; the drafter `draft_s` a step with sequences."""
-
-    def __init__(self, drafts, acceptance, base_s=1e-3, per_token_s=0.0, draft_s=0.0):
-        self.speculation = Speculation(drafts, acceptance, seed=0)
-        self.base_s, self.per_token_s, self._draft = base_s, per_token_s, draft_s
-        self.draft_s = (lambda tokens, sequences, pairs, reads, context: self._draft) if draft_s else None
-
-    def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens, scheduled):
-        return self.base_s + self.per_token_s * num_tokens
-
-    def traffic_s(self, num_tokens, decode_only):
-        return 0.0
 
 
 def run(inputs, outputs, costs, spec=EngineSpec(), kv_tokens=10**9, arrivals_s=None):
@@ -66,7 +45,7 @@ def test_the_last_step_gains_only_the_tokens_left():
 
 
 def test_nothing_accepted_is_one_token_a_step_at_the_verify_steps_cost():
-    costs = SpeculativeCosts(drafts=2, acceptance=0.0, base_s=1e-3, per_token_s=1e-4, draft_s=5e-4)
+    costs = SpeculativeCosts(drafts=2, acceptance=0.0, base_s=1e-3, per_token_s=1e-4, drafter=5e-4)
     trace = run([10], [4], costs)
     assert list(trace.token_steps()) == [0, 1, 2, 3]
     # Each decode step runs 3 positions (1 ms + 0.3 ms) and the drafter (0.5 ms); the prefill 1 ms + 1 ms
@@ -92,19 +71,14 @@ def test_sequences_that_finish_inside_a_step_leave_with_their_own_tokens_and_blo
 
 def test_acceptance_draws_follow_the_truncated_geometric_distribution():
     a, k, n = 0.7, 3, 200_000
-    draws = np.array([Acceptance(a, k, seed=1).next() for _ in range(1)] +
-                     [x for x in _draws(a, k, n)])
+    acceptance = Acceptance(a, k, seed=2)
+    draws = np.array([acceptance.next() for _ in range(n)])
     expected = [a ** j * (1 - a) for j in range(k)] + [a ** k]  # drafts accepted: 0, 1, 2, 3
     shares = np.bincount(draws - 1, minlength=k + 1) / len(draws)
     assert np.allclose(shares, expected, atol=0.005)
     assert draws.mean() == pytest.approx(mean_tokens_per_step(a, k), rel=0.01)
     assert mean_tokens_per_step(a, k) == pytest.approx((1 - a ** 4) / (1 - a))
     assert mean_tokens_per_step(1.0, k) == k + 1 and mean_tokens_per_step(0.0, k) == 1
-
-
-def _draws(a, k, n):
-    acceptance = Acceptance(a, k, seed=2)
-    return [acceptance.next() for _ in range(n)]
 
 
 def test_a_run_with_random_acceptance_gains_its_mean_tokens_a_step():

@@ -92,6 +92,11 @@ class Speculation:
     acceptance: float
     seed: int
 
+    @property
+    def width(self) -> int:
+        """Query tokens a decoding sequence runs in a verify step: its drafts and one more."""
+        return self.drafts + 1
+
     def draws(self) -> Acceptance:
         return Acceptance(self.acceptance, self.drafts, self.seed)
 
