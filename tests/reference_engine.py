@@ -74,15 +74,20 @@ class Rules:
     chunk_in_blocks: bool  # a cut prompt chunk is whole KV blocks
     headroom: bool         # admission keeps SGLang's new_token_ratio of the outputs to come
     overlapped: bool       # the host prepares a step while the GPU runs the one before, unless told
+    # With prefix caching, a preempted sequence leaves cached all it computed ("computed"), the tokens
+    # of its last prefill or the chunks of its prompt so far ("prefilled"), or nothing (None).
+    keeps: str | None
 
 
 RULES = {
-    "vllm-v1": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=False, headroom=False, overlapped=False),
+    "vllm-v1": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=False, headroom=False, overlapped=False,
+                     keeps="computed"),
     "vllm-v0": Rules(prefills_alone=lambda spec: not spec.chunked_prefill, chunk_in_blocks=False, headroom=False,
-                     overlapped=False),
+                     overlapped=False, keeps="computed"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
-                           overlapped=True),
-    "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True),
+                           overlapped=True, keeps="prefilled"),
+    "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
+                    keeps=None),
 }
 
 
@@ -94,7 +99,7 @@ class _PlainPrefixCache:
     """Prefix caching written out block by block (engine/prefix_cache.py has the rules): every free
     block is one item of `queue`, head first, labelled with the cached segment it holds (None: none);
     taking a block pops the head at once, and a cached segment whose block is taken is forgotten, its
-    other blocks left as plain ones."""
+    other blocks left as plain ones; a preempted request's run is cut to the blocks still queued."""
 
     def __init__(self, block: int, free_blocks: int) -> None:
         self.block = block
@@ -104,6 +109,9 @@ class _PlainPrefixCache:
         self.held: dict[int, list[int]] = {}
         self.cached_upto: dict[int, int] = {}  # request -> segments of its prefix it has walked through
         self.hit_tokens: dict[int, int] = {}
+        # A preempted request's kept blocks past its prefix segments: request -> (first, end block, label)
+        self.runs: dict[int, tuple[int, int, tuple]] = {}
+        self.serial = 0
 
     def lookup(self, i: int, target: int) -> tuple[int, int, int]:
         keys, ends = self.segments[i]
@@ -112,7 +120,16 @@ class _PlainPrefixCache:
                and ends[found] <= (target - 1) // self.block):
             found += 1
         queued = sum(self.entries[k][0] for k in keys[:found] if self.entries[k][1] == 0)
-        return found, ends[found - 1] if found else 0, queued
+        hit = ends[found - 1] if found else 0
+        if self._run_found(i, found):
+            queued += self.runs[i][1] - hit
+            hit = self.runs[i][1]
+        return found, hit, queued
+
+    def _run_found(self, i: int, found: int) -> bool:
+        """Request i's kept run follows the prefix segments found, every one of them."""
+        keys, ends = self.segments[i]
+        return i in self.runs and found == len(keys) and self.runs[i][0] == (ends[-1] if ends else 0)
 
     def acquire(self, i: int, found: int) -> None:
         keys = self.segments[i][0][:found]
@@ -120,6 +137,12 @@ class _PlainPrefixCache:
             if self.entries[key][1] == 0:
                 self.queue = deque(label for label in self.queue if label != key)
             self.entries[key][1] += 1
+        if i in self.runs:  # taken back as its own blocks if found, else left as plain free blocks
+            label = self.runs[i][2]
+            found_run = self._run_found(i, found)
+            self.queue = deque(other for other in self.queue if other != label) if found_run else deque(
+                None if other == label else other for other in self.queue)
+            del self.entries[label], self.runs[i]
         self.held[i] = list(keys)
         self.cached_upto[i] = found
         if i not in self.hit_tokens:
@@ -128,7 +151,13 @@ class _PlainPrefixCache:
     def take(self, blocks: int) -> None:
         for _ in range(blocks):
             label = self.queue.popleft()
-            if label is not None:
+            if isinstance(label, tuple):  # a preempted request's run loses its last block
+                start, end, _ = self.runs[label[1]]
+                self.entries[label][0] -= 1
+                self.runs[label[1]] = (start, end - 1, label)
+                if end - 1 == start:
+                    del self.entries[label], self.runs[label[1]]
+            elif label is not None:
                 del self.entries[label]
                 self.queue = deque(None if other == label else other for other in self.queue)
 
@@ -144,10 +173,21 @@ class _PlainPrefixCache:
             k += 1
         self.cached_upto[i] = k
 
-    def give(self, i: int, blocks: int) -> None:
+    def give(self, i: int, blocks: int, kept_tokens: int = 0) -> None:
         held = self.held.pop(i, [])
         self.cached_upto.pop(i, None)
-        self.queue.extend([None] * (blocks - sum(self.entries[k][0] for k in held)))
+        run = 0
+        if kept_tokens:
+            ends = self.segments.setdefault(i, ([], []))[1]
+            start = ends[-1] if ends else 0
+            run = max(kept_tokens // self.block - start, 0)
+        self.queue.extend([None] * (blocks - sum(self.entries[k][0] for k in held) - run))
+        if run:
+            label = ("run", i, self.serial)
+            self.serial += 1
+            self.entries[label] = [run, 0]
+            self.runs[i] = (start, start + run, label)
+            self.queue.extend([label] * run)
         for key in reversed(held):
             self.entries[key][1] -= 1
             if self.entries[key][1] == 0:
@@ -215,8 +255,10 @@ def reference_engine(
     if cached_tokens is not None:
         replica.cached[:] = cached_tokens
     replica.aborts = {step: list(requests) for step, requests in (aborts or {}).items()}
-    if prefixes is not None and spec.prefix_caching and (prefixes.offsets[-1] > 0):
+    keeps = spec.prefix_caching and RULES[spec.scheduler].keeps is not None
+    if keeps or (prefixes is not None and spec.prefix_caching and (prefixes.offsets[-1] > 0)):
         replica.prefix = _PlainPrefixCache(spec.block_size, replica.free_blocks)
+    if replica.prefix is not None and prefixes is not None:
         for i in range(len(prefixes)):
             keys, ends = prefixes.segments(i)
             if keys:
@@ -267,6 +309,7 @@ class _Replica:
         # the tokens it has sent and the time it has spent).
         self.generated = np.zeros(n, np.int64)
         self.cached = np.zeros(n, np.int64)  # prompt KV that came with the request; lost on preemption
+        self.prefilled = np.zeros(n, np.int64)  # the tokens each request's last admission prefills to
         self.acc_compute = np.zeros(n, np.int64)
         self.acc_traffic = np.zeros(n, np.int64)
         self.acc_delivery = np.zeros(n, np.int64)
@@ -392,11 +435,12 @@ class _Replica:
         if self.prefix is not None:
             self.prefix.queue.extend([None] * blocks)
 
-    def give(self, ids, blocks) -> None:
-        """Requests `ids` give back their blocks, in that order."""
+    def give(self, ids, blocks, kept_tokens: int = 0) -> None:
+        """Requests `ids` give back their blocks, in that order (preempted, one request: keeping its
+        first `kept_tokens` cached)."""
         for i, b in zip(np.atleast_1d(ids).tolist(), np.atleast_1d(blocks).tolist()):
             if self.prefix is not None:
-                self.prefix.give(i, b)
+                self.prefix.give(i, b, kept_tokens)
                 self.free_blocks = len(self.prefix.queue)
             else:
                 self.free_blocks += b
@@ -512,7 +556,7 @@ class _Replica:
             keep = len(run)
             while int(extra[:keep].sum()) > self.free_blocks:
                 keep -= 1
-                self.give(run.ids[keep], run.blocks[keep])
+                self.give(run.ids[keep], run.blocks[keep], self.kept_tokens(keep))
             self.park(np.arange(keep, len(run)))
             self.cached[run.ids[keep:]] = 0
             self.waiting.extendleft(run.ids[keep:][::-1].tolist())
@@ -530,6 +574,14 @@ class _Replica:
         prefilling = run.decoding == 0
         self.cache_computed(zip(run.ids[prefilling], (run.computed + ahead[:len(run)])[prefilling]))
         return preempting
+
+    def kept_tokens(self, row: int) -> int:
+        """What running row `row`, preempted, leaves cached: all it computed, or the tokens of its last
+        prefill (a prompt in progress: what it computed), or none."""
+        keeps, run = RULES[self.spec.scheduler].keeps if self.spec.prefix_caching else None, self.running
+        if keeps == "computed" or (keeps == "prefilled" and run.decoding[row] == 0):
+            return int(run.computed[row])
+        return int(self.prefilled[run.ids[row]]) if keeps == "prefilled" else 0
 
     def admit_waiting(self, budget: int, room: int) -> list[int]:
         """Admit waiting sequences first come first served while the step has room; their token counts."""
@@ -565,6 +617,7 @@ class _Replica:
             if reserved > unreserved or (not self.reserve and blocks - hit_blocks + queued > self.free_blocks):
                 break
             self.waiting.popleft()
+            self.prefilled[i] = target
             if self.prefix is not None and i in self.prefix.segments:
                 self.prefix.acquire(i, found)
                 self.free_blocks -= queued

@@ -277,7 +277,9 @@ def test_explain_names_the_assumptions_behind_each_row(monkeypatch, capsys):
     code, out, err = run_cli(["simulate", "--model", "llama-3.1-8b", "--chip", "h100", "--chips", "1", "--tp", "1",
                               "--num-requests", "50", "--explain"], monkeypatch, capsys)
     assert code == 0, err
-    host_row = next(line for line in out.splitlines() if "engine host time" in line)
+    host_rows = [line for line in out.splitlines() if "engine host time" in line]
+    assert len(host_rows) == 1, out
+    host_row = host_rows[0]
     assert "host_step_s" in host_row and "host_step_s*" not in host_row and "assumptions" in out
 
 

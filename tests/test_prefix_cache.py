@@ -190,3 +190,40 @@ def test_an_evicted_prefix_is_computed_again():
     roomy = run_engine(np.zeros(3, np.int64), inputs, outputs, FixedCosts(), LastMile(NO_NETWORK),
                        EngineSpec(block_size=BLOCK), BLOCK * 200, max_concurrency=1, prefixes=prefixes)
     assert roomy.prefix_hit_tokens.tolist() == [0, 0, 1024]
+
+
+@pytest.mark.parametrize("scheduler, prefix_caching, recomputed", [
+    ("vllm-v1", True, 0),         # every token it had computed: 6 whole blocks, 96 tokens, found again
+    ("prefill-first", True, 32),  # SGLang keeps its prompt's 64 tokens and recomputes the 32 it decoded
+    ("trtllm", True, 96),         # nothing kept
+    ("vllm-v1", False, 96),
+    ("prefill-first", False, 96),
+])
+def test_a_preempted_request_finds_what_its_engine_left_cached(scheduler, prefix_caching, recomputed):
+    # Two requests of 64 prompt tokens and 40 output tokens in 13 blocks of 16. When each has 96 tokens in
+    # its cache the next decode needs a 14th block: B, the newest, is preempted with 96 tokens computed, and
+    # is admitted again once A finishes. Without preemption the steps run 128 prompt tokens and 2 x 39
+    # decodes; B recomputes what its engine did not leave cached.
+    admission = {"kv_admission": "on_demand"} if scheduler == "trtllm" else {}
+    spec = EngineSpec(scheduler=scheduler, max_num_batched_tokens=256, max_num_seqs=8, block_size=BLOCK,
+                      prefix_caching=prefix_caching, **admission)
+    trace = run_engine(np.zeros(2, np.int64), np.array([64, 64]), np.array([40, 40]), FixedCosts(),
+                       LastMile(NO_NETWORK), spec, BLOCK * 13)
+    assert trace.times_preempted.tolist() == [0, 1]
+    assert int(trace.step_tokens.sum()) == 128 + 2 * 39 + recomputed
+
+
+def test_a_long_prompt_preempted_mid_prefill_keeps_its_chunks_and_waits():
+    # vLLM V1, 12 blocks of 16, a budget of 64 tokens: A (32 tokens, 40 out) decodes while B's 160-token
+    # prompt is prefilled in chunks of 63. After two chunks A needs a block: B, in progress, is preempted
+    # with 126 tokens computed. With prefix caching its 7 whole blocks stay cached, it waits without
+    # computing while A decodes alone, and then computes only the 48 tokens left. Without it, B is admitted
+    # again every other step, computes 126 tokens and is preempted again, and A's decodes share those steps.
+    spec = EngineSpec(max_num_batched_tokens=64, max_num_seqs=8, block_size=BLOCK)
+    args = (np.array([0, 500_000]), np.array([32, 160]), np.array([40, 2]), FixedCosts(), LastMile(NO_NETWORK))
+    kept = run_engine(*args, spec, BLOCK * 12)
+    assert kept.preemptions == 1
+    assert kept.step_tokens.tolist() == [32, 64, 64] + [1] * 37 + [48, 1]
+    thrashing = run_engine(*args, spec.model_copy(update={"prefix_caching": False}), BLOCK * 12)
+    assert thrashing.preemptions == 14
+    assert thrashing.step_tokens.tolist()[:7] == [32, 64, 64, 1, 64, 64, 1]

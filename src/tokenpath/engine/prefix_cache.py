@@ -13,12 +13,20 @@ What it follows from vLLM:
   comes off the head, and if it held a cached prefix that prefix is forgotten (evicted). A cached
   block that gets a new reference leaves the queue.
 
+- A preempted request leaves its blocks as a finished one does, named: the engine's scheduler
+  (engine/profiles.py, Profile.preempted_keeps) says how many of its tokens stay cached, and when it
+  is admitted again it finds them, from its start, unless they were evicted meanwhile. vLLM's
+  `_preempt_request` (vllm/v1/core/sched/scheduler.py) frees the request's blocks and sets its
+  num_computed_tokens to 0, and the waiting loop then looks the request up as any new one
+  (`get_computed_blocks`): it finds every full block it had computed.
+
 Approximated: blocks are handled per prefix segment (a Mooncake hash id is 512 tokens, 32 blocks of
 16): a segment is reused whole or not at all, and evicting any of its blocks forgets all of it (its
 other blocks count as plain free blocks). Named segments past the prompt (a session turn's answer)
-become cached when the request finishes. Only the workload's shared prefixes carry names; a
-request's own tokens are never found again (vLLM names them too, so a request preempted and
-recomputed can find its own earlier blocks: here it finds only the shared ones).
+become cached when the request finishes. Beyond the workload's shared prefixes a request's own
+tokens are named only when it is preempted: its kept blocks after its prefix segments are one run,
+found again by it alone; blocks taken from the run come off its end (vLLM frees a request's last
+blocks first), so what is left of it is still found.
 
 Bookkeeping, so that the engine stays O(1) per step: the engine keeps its count of free blocks
 (cached ones included) and takes blocks by lowering it; what those takings evicted is worked out only
@@ -50,6 +58,10 @@ class PrefixCache:
         self.shared: dict[int, int] = {}
         self.next_segment: dict[int, int] = {}
         self.hit_tokens: dict[int, int] = {}  # at each request's first admission
+        # Per preempted request: the run of its own blocks it left cached, (first block, end block, key);
+        # a run's key, ("run", request, serial), is one no other entry or queue item has had.
+        self.runs: dict[int, tuple[int, int, tuple]] = {}
+        self._runs_made = 0
 
     def add(self, i: int, keys: list[int], end_tokens: list[int]) -> None:
         """Request i's prefix: its segment keys and the token each segment ends at."""
@@ -71,7 +83,12 @@ class PrefixCache:
             if not entry[1]:
                 queued += entry[0]
             found += 1
-        return found, ends[found - 1] if found else 0, queued
+        hit = ends[found - 1] if found else 0
+        run = self.runs.get(i)  # (it ends within cap: its tokens were computed, and target counts one more)
+        if run is not None and found == len(keys) and run[0] == hit:
+            queued += run[1] - run[0]
+            hit = run[1]
+        return found, hit, queued
 
     def cached_blocks(self, keys: list[int], ends: list[int], free_blocks: int) -> int:
         """Blocks of this prefix that are cached (for a router's look)."""
@@ -85,7 +102,7 @@ class PrefixCache:
 
     def acquire(self, i: int, found: int, first: bool) -> None:
         """Request i is admitted with its first `found` segments from the cache."""
-        keys = self.segments[i][0]
+        keys, ends = self.segments[i]
         held, shared = [], 0
         for key in keys[:found]:
             entry = self.entries[key]
@@ -95,9 +112,17 @@ class PrefixCache:
             entry[1] += 1
             held.append(key)
             shared += entry[0]
+        run = self.runs.pop(i, None)
+        if run is not None:  # its own run, kept when it was preempted
+            key = run[2]
+            del self.entries[key]
+            if found == len(keys) and run[0] == (ends[found - 1] if found else 0):  # found (lookup's rule)
+                self.queued -= self.queue.pop(key)[1]  # its blocks are its own again
+            else:  # not reachable: plain free blocks where they lie
+                self.queue[key][0] = _PLAIN
         self.held[i], self.shared[i], self.next_segment[i] = held, shared, found
         if first:
-            self.hit_tokens[i] = (self.segments[i][1][found - 1] if found else 0) * self.block
+            self.hit_tokens[i] = (ends[found - 1] if found else 0) * self.block
 
     def computed(self, i: int, tokens: int) -> None:
         """Request i has blocks for its first `tokens` tokens: its full prefix segments among them
@@ -118,19 +143,33 @@ class PrefixCache:
 
     # -- freeing -------------------------------------------------------------------------------------
 
-    def release(self, i: int, blocks: int) -> int:
+    def release(self, i: int, blocks: int, kept_tokens: int = 0) -> int:
         """Request i gives back its `blocks` blocks (finished or preempted): its own go to the queue's
-        tail, then the prefix segments nobody else references, deepest first. Returns the blocks that
-        became free (cached ones included)."""
+        tail, then the prefix segments nobody else references, deepest first. A preempted request
+        keeps its first `kept_tokens` cached: the whole blocks of them past its prefix segments are
+        its run, queued before the segments. Returns the blocks that became free (cached ones
+        included)."""
         held = self.held.pop(i, None)
-        if held is None:
-            self._append_plain(blocks)
-            return blocks
-        own = blocks - self.shared.pop(i)
-        del self.next_segment[i]
-        self._append_plain(own)
+        shared = 0
+        if held is not None:
+            shared = self.shared.pop(i)
+            del self.next_segment[i]
+        own = blocks - shared
+        run = 0
+        if kept_tokens:
+            ends = self.segments.setdefault(i, ([], []))[1]
+            start, end = (ends[-1] if ends else 0), kept_tokens // self.block
+            run = max(end - start, 0)
+        self._append_plain(own - run)
+        if run:
+            key = ("run", i, self._runs_made)
+            self._runs_made += 1
+            self.entries[key] = [run, 0]
+            self.queue[key] = [key, run]
+            self.queued += run
+            self.runs[i] = (start, end, key)
         freed = own
-        for key in reversed(held):
+        for key in reversed(held or ()):
             entry = self.entries[key]
             entry[1] -= 1
             if not entry[1]:
@@ -163,11 +202,19 @@ class PrefixCache:
         queue = self.queue
         while taken > 0:
             item_id, item = next(iter(queue.items()))
-            if item[0] == _PLAIN:
+            if item[0] == _PLAIN or isinstance(item[0], tuple):  # plain, or a run: taken from its end
                 step = min(taken, item[1])
                 item[1] -= step
                 if not item[1]:
                     queue.popitem(last=False)
+                if item[0] != _PLAIN:
+                    i = item[0][1]
+                    start, end, key = self.runs[i]
+                    if item[1]:
+                        self.entries[key][0] = item[1]
+                        self.runs[i] = (start, end - step, key)
+                    else:
+                        del self.entries[key], self.runs[i]
             else:  # the whole segment is forgotten; what was not taken stays as plain free blocks
                 queue.popitem(last=False)
                 del self.entries[item[0]]

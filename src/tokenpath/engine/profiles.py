@@ -36,6 +36,9 @@ class Profile:
     kv_admissions: tuple[Literal["reserve", "on_demand"], ...]  # those it offers, its default first
     new_token_ratio: bool  # admits only while the cache keeps SGLang's headroom (engine/new_token_ratio.py)
     queue_policy: Literal["fcfs"]  # the order waiting requests are admitted in (engine/queues.py)
+    # With prefix caching on, what a preempted request leaves cached, to find when admitted again
+    # (engine/prefix_cache.py): every token it had computed, the tokens of its last prefill, or none.
+    preempted_keeps: Literal["computed", "prefilled"] | None
     # -- the host (engine/host_time.py)
     # Its fixed host time: per scheduler call (scheduling, input preparation: every step, but once per
     # window under multi-step scheduling), and every step besides (None: no such part)
@@ -79,6 +82,9 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         queue_policy="fcfs",
+        # _preempt_request frees its blocks, which keep their hashes, and zeroes num_computed_tokens; the
+        # waiting loop looks it up again as a new request (get_computed_blocks, vllm/v1/core/sched/scheduler.py).
+        preempted_keeps="computed",
         host_window_assumption="host_step_s",
         host_step_assumption=None,
         # V1's engine core prepares each step after the one before (before its opt-in async scheduling).
@@ -122,6 +128,9 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         queue_policy="fcfs",
+        # With --enable-prefix-caching, a freed block keeps its content hash in the evictor
+        # (vllm/core/block/prefix_caching_block.py) and a recomputed sequence's blocks are found by it.
+        preempted_keeps="computed",
         host_window_assumption="vllm_v0_host_window_s",
         host_step_assumption="vllm_v0_host_step_s",
         host_overlap=False,
@@ -163,6 +172,10 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=True,
         queue_policy="fcfs",
+        # retract_decode (sglang/srt/managers/schedule_batch.py) frees a request's tokens past
+        # len(req.prefix_indices), those its prefill put in the radix tree (cache_unfinished_req), and
+        # unlocks them: its prompt (and a prompt in progress, its chunks) stays cached.
+        preempted_keeps="prefilled",
         host_window_assumption="host_step_s",
         host_step_assumption=None,
         host_overlap=True,  # the zero-overhead batch scheduler, since v0.4 (event_loop_overlap)
@@ -206,6 +219,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         queue_policy="fcfs",
+        preempted_keeps=None,  # what a paused request leaves for its KV cache reuse is not read here
         host_window_assumption="host_step_s",
         host_step_assumption=None,
         host_overlap=True,  # the PyTorch backend's overlap scheduler, on by default

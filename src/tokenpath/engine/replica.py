@@ -78,6 +78,9 @@ class Replica:
         # so a workload without shared prefixes pays nothing for it.
         self.prefix_caching = spec.prefix_caching
         self.prefix: PrefixCache | None = None
+        # What a preempted request leaves cached (Profile.preempted_keeps); the cache is made, if need
+        # be, at the first preemption.
+        self.keeps = spec.profile.preempted_keeps if spec.prefix_caching else None
         self._compose = self._compose_prefill_first if self.pauses else self._compose_mixed
         self._host = self._on_step if self.window == 1 else self._host_window
         # An overlapped scheduler forms each batch when the step before starts (host_time.host_overlapped):
@@ -389,12 +392,16 @@ class Replica:
     def _preempt(self, d: int, new_blocks: int, window: int) -> int:
         """Preempt from the tail of the running order (the prompt in progress, then the newest decoding)
         until the blocks the decoding sequences need over the next `window` ticks fit. Preempted
-        sequences lose their cache (a prefix that came with the request too) and go back to the front
-        of the queue. Returns the blocks the remaining decoding sequences need."""
+        sequences give back their blocks (a prefix that came with the request too) and go back to the
+        front of the queue; with prefix caching, what the profile keeps stays cached for them: all
+        they had computed, or the tokens of their last prefill (a prompt in progress: its chunks so
+        far). Returns the blocks the remaining decoding sequences need."""
         victims: list[int] = []
-        prefill, block = self.prefill, self.block
+        prefill, block, keeps = self.prefill, self.block, self.keeps
+        if keeps is not None and self.prefix is None:
+            self.prefix = PrefixCache(block, self.free_blocks)
         if prefill is not None:
-            self._free(prefill.request, prefill.blocks)
+            self._free(prefill.request, prefill.blocks, prefill.computed if keeps else 0)
             victims.append(prefill.request)
             self.prefill = None
         while new_blocks > self.free_blocks and self.decoding:
@@ -403,7 +410,7 @@ class Replica:
             context = context0 + d - first
             new_blocks -= (context + window - 1) // block - (context - 1) // block  # its blocks in the window
             self._stop_decoding(i, d - first)
-            self._free(i, -(-context // block))
+            self._free(i, -(-context // block), context if keeps == "computed" else context0 if keeps else 0)
             victims.append(i)
         self.preemptions += len(victims)
         for i in victims:
@@ -621,10 +628,10 @@ class Replica:
         if self.reserve:
             self.unreserved_blocks += self._reservation(i)
 
-    def _free(self, i: int, blocks: int) -> None:
-        """Request i gives back its `blocks` KV blocks; with prefix caching its shared ones stay cached
-        until evicted (they still count as free: they can be taken)."""
-        self.free_blocks += blocks if self.prefix is None else self.prefix.release(i, blocks)
+    def _free(self, i: int, blocks: int, kept_tokens: int = 0) -> None:
+        """Request i gives back its `blocks` KV blocks; with prefix caching its shared ones, and its first
+        `kept_tokens` (preempted), stay cached until evicted (they still count as free: they can be taken)."""
+        self.free_blocks += blocks if self.prefix is None else self.prefix.release(i, blocks, kept_tokens)
 
     def _host_window(self, gpu_end_ns: int, logits: int, events: int) -> tuple[int, int, int, int]:
         """Multi-step: the window's tokens leave when it ends, less the dropped ones of sequences already done."""
