@@ -273,7 +273,9 @@ def test_explain_names_the_assumptions_behind_each_row(monkeypatch, capsys):
     assert all(name in BY_NAME for op in step["ops"] for name in op["assumptions"])
     assert step["assumptions_changed"] == sorted(["serving_gemm_fraction", "host_step_s", "kernel_fixed_s",
                                                   "base_latency_s"])
-    monkeypatch.setenv("COLUMNS", "200")
+    # (the CLI's console reads COLUMNS once, when it is made, possibly by an earlier test: widen it itself)
+    from tokenpath.cli.app import console
+    monkeypatch.setattr(console, "width", 200)
     code, out, err = run_cli(["simulate", "--model", "llama-3.1-8b", "--chip", "h100", "--chips", "1", "--tp", "1",
                               "--num-requests", "50", "--explain"], monkeypatch, capsys)
     assert code == 0, err
