@@ -449,9 +449,9 @@ def test_a_sequence_recomputed_at_once_finishes_once():
     # tokens. In the first decode step both sequences need a block: B, the newest, is preempted, A
     # samples its last token and frees its blocks, and B's recompute is the next step's prefill. The
     # decode clock stopped there, so B is due to finish at the same tick as before its preemption, and
-    # must finish once. (Without prefix caching, V0's default: B recomputes all 49 tokens.)
+    # must finish once. (Without prefix caching, V0's default, B recomputes all 49 tokens.)
     spec = EngineSpec(scheduler="vllm-v0", chunked_prefill=False, block_size=16, max_num_seqs=8,
-                      max_num_batched_tokens=256, prefix_caching=False)
+                      max_num_batched_tokens=256)
     args = (np.zeros(2, np.int64), np.array([16, 48]), np.array([2, 10]), FixedCosts())
     fast = run_engine(*args, LastMile(NO_NETWORK), spec, 64)
     assert fast.preemptions == 1
@@ -521,7 +521,8 @@ def test_vllm_v0_forms_the_batches_of_prefill_first_or_with_chunked_prefill_of_v
     n = 60
     args = ([int(x) for x in rng.integers(1, 120, n)], [int(x) for x in rng.integers(1, 80, n)],
             np.sort(rng.uniform(0, 0.03, n)))
-    limits = dict(max_num_seqs=16, max_num_batched_tokens=128, chunked_prefill=chunked)
+    # (prefix caching as V0's default has it, off: else a preempted request finds what it computed)
+    limits = dict(max_num_seqs=16, max_num_batched_tokens=128, chunked_prefill=chunked, prefix_caching=False)
     v0 = engine(*args, spec=EngineSpec(scheduler="vllm-v0", **limits), kv_tokens=kv_tokens)
     other = engine(*args, spec=EngineSpec(**same_as, **limits), kv_tokens=kv_tokens)
     assert v0.preemptions > 0 or kv_tokens == 10**9

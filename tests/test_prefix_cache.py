@@ -227,3 +227,11 @@ def test_a_long_prompt_preempted_mid_prefill_keeps_its_chunks_and_waits():
     thrashing = run_engine(*args, spec.model_copy(update={"prefix_caching": False}), BLOCK * 12)
     assert thrashing.preemptions == 14
     assert thrashing.step_tokens.tolist()[:7] == [32, 64, 64, 1, 64, 64, 1]
+
+
+def test_each_engine_caches_prefixes_by_default_as_it_ships():
+    # vLLM V0's --enable-prefix-caching defaulted to off; V1's prefix caching, SGLang's radix cache and
+    # TensorRT-LLM's block reuse are on unless turned off.
+    assert not EngineSpec(scheduler="vllm-v0").prefix_caching
+    assert all(EngineSpec(scheduler=name).prefix_caching for name in ("vllm-v1", "prefill-first", "trtllm"))
+    assert EngineSpec(scheduler="vllm-v0", prefix_caching=True).prefix_caching

@@ -36,6 +36,7 @@ class Profile:
     kv_admissions: tuple[Literal["reserve", "on_demand"], ...]  # those it offers, its default first
     new_token_ratio: bool  # admits only while the cache keeps SGLang's headroom (engine/new_token_ratio.py)
     queue_policy: Literal["fcfs"]  # the order waiting requests are admitted in (engine/queues.py)
+    prefix_caching: bool  # its prefix cache is on by default (`[engine] prefix_caching` otherwise)
     # With prefix caching on, what a preempted request leaves cached, to find when admitted again
     # (engine/prefix_cache.py): every token it had computed, the tokens of its last prefill, or none.
     preempted_keeps: Literal["computed", "prefilled"] | None
@@ -82,6 +83,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         queue_policy="fcfs",
+        prefix_caching=True,  # automatic prefix caching, on by default in V1
         # _preempt_request frees its blocks, which keep their hashes, and zeroes num_computed_tokens; the
         # waiting loop looks it up again as a new request (get_computed_blocks, vllm/v1/core/sched/scheduler.py).
         preempted_keeps="computed",
@@ -128,6 +130,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         queue_policy="fcfs",
+        prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
         # With --enable-prefix-caching, a freed block keeps its content hash in the evictor
         # (vllm/core/block/prefix_caching_block.py) and a recomputed sequence's blocks are found by it.
         preempted_keeps="computed",
@@ -172,6 +175,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=True,
         queue_policy="fcfs",
+        prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
         # retract_decode (sglang/srt/managers/schedule_batch.py) frees a request's tokens past
         # len(req.prefix_indices), those its prefill put in the radix tree (cache_unfinished_req), and
         # unlocks them: its prompt (and a prompt in progress, its chunks) stays cached.
@@ -219,6 +223,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         queue_policy="fcfs",
+        prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True
         preempted_keeps=None,  # what a paused request leaves for its KV cache reuse is not read here
         host_window_assumption="host_step_s",
         host_step_assumption=None,

@@ -74,7 +74,8 @@ class EngineSpec(BaseModel):
     prefix_caching: bool = Field(
         True, description="keep the KV blocks of shared prompt prefixes and reuse them (vLLM V1's automatic "
                           "prefix caching, on by default; SGLang's RadixAttention; TensorRT-LLM's KV cache reuse): "
-                          "see docs/prefix-caching.md")
+                          "see docs/prefix-caching.md (unset: the profile's: "
+                          f"{profiles_where(lambda p: not p.prefix_caching)} off, the others on)")
     num_scheduler_steps: int = Field(
         1, ge=1, le=1024, description="decode steps per scheduler call (vLLM V0 --num-scheduler-steps), where "
                                    "prompts run in steps of their own")
@@ -97,7 +98,8 @@ class EngineSpec(BaseModel):
         profile = PROFILES.get(scheduler) if isinstance(scheduler, str) else None
         if profile is None:
             return data
-        defaults = {"kv_admission": profile.kv_admissions[0], "cuda_graphs": profile.cuda_graphs}
+        defaults = {"kv_admission": profile.kv_admissions[0], "cuda_graphs": profile.cuda_graphs,
+                    "prefix_caching": profile.prefix_caching}
         if profile.max_num_seqs is not None:
             defaults["max_num_seqs"] = profile.max_num_seqs
         return {**defaults, **data}
