@@ -84,11 +84,19 @@ class PrefixCache:
                 queued += entry[0]
             found += 1
         hit = ends[found - 1] if found else 0
-        run = self.runs.get(i)  # (it ends within cap: its tokens were computed, and target counts one more)
-        if run is not None and found == len(keys) and run[0] == hit:
+        run = self._reachable_run(i, found)  # (it ends within cap: its tokens were computed, target one more)
+        if run is not None:
             queued += run[1] - run[0]
             hit = run[1]
         return found, hit, queued
+
+    def _reachable_run(self, i: int, found: int) -> tuple[int, int, tuple] | None:
+        """Request i's kept run, if it follows the prefix segments found, every one of them."""
+        run = self.runs.get(i)
+        keys, ends = self.segments[i]
+        if run is None or found < len(keys) or run[0] != (ends[-1] if ends else 0):
+            return None
+        return run
 
     def cached_blocks(self, keys: list[int], ends: list[int], free_blocks: int) -> int:
         """Blocks of this prefix that are cached (for a router's look)."""
@@ -112,13 +120,13 @@ class PrefixCache:
             entry[1] += 1
             held.append(key)
             shared += entry[0]
-        run = self.runs.pop(i, None)
+        run = self.runs.get(i)
         if run is not None:  # its own run, kept when it was preempted
-            key = run[2]
-            del self.entries[key]
-            if found == len(keys) and run[0] == (ends[found - 1] if found else 0):  # found (lookup's rule)
+            key, reachable = run[2], self._reachable_run(i, found) is not None
+            del self.entries[key], self.runs[i]
+            if reachable:
                 self.queued -= self.queue.pop(key)[1]  # its blocks are its own again
-            else:  # not reachable: plain free blocks where they lie
+            else:  # plain free blocks where they lie
                 self.queue[key][0] = _PLAIN
         self.held[i], self.shared[i], self.next_segment[i] = held, shared, found
         if first:
