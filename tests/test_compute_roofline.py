@@ -349,6 +349,32 @@ def test_mla_prompt_chunks_decompress_their_cached_context():
     assert llama.step_time_s(*step, p) == llama.step_time_s(*step)
 
 
+def test_mla_run_expanded_caches_k_and_v_per_head_and_attends_at_the_padded_width():
+    """vLLM before 0.7.1 ran DeepSeek's attention as multi-head attention: K and V of every head cached,
+    V padded to the 192-wide query-key head. At tp 8 a token takes 2 x 16 heads x 192 per layer, 10.7x
+    the latent's 576 (Neural Magic measured 9.4x the tokens on 8 x H200 from v0.7.0 to v0.7.1: 54,560
+    to 512,000), and a decode token's pairs cost 192 + 192 per head where the latent form's cost 576 +
+    512; nothing cached is decompressed again."""
+    model, chip = load_model("deepseek-v3"), load_chip("h200")
+    latent = compute_model("deepseek-v3", tp=8)
+    expanded = ComputeModel(model, chip, 8, "fp8", "bf16", latent_attention=False)
+    heads, layers = 128 / 8, 61
+    assert expanded.kv_bytes_per_token_per_chip == layers * 2 * heads * 192 * 2 == 749_568
+    assert expanded.kv_bytes_per_token_per_chip / latent.kv_bytes_per_token_per_chip == pytest.approx(10.67, abs=0.01)
+    decode = {op.name: op for op in expanded.step_ops(1, 1, 1000, 1000)}
+    assert decode["attention"].flops == pytest.approx(1000 * layers * 2 * heads * (192 + 192))
+    assert decode["attention"].bytes > 1000 * 749_568
+    # kv_b expands each new token (2 FLOPs per weight) and never the cached context.
+    step = (100, 1, 100 * 4096 + 5050, 4196)
+    kv_b = {op.name: op for op in expanded.step_ops(*step, 4096)}["kv_b_proj"]
+    assert kv_b.flops == pytest.approx(2 * 512 * heads * (128 + 128) * layers * 100)
+    assert expanded.step_time_s(*step, 4096) == expanded.step_time_s(*step)
+    # The weights are the checkpoint's either way; models without MLA have one form.
+    assert expanded.weight_bytes_per_chip == latent.weight_bytes_per_chip
+    llama = ComputeModel(load_model("llama-3.1-70b"), chip, 8, "fp8", "bf16", latent_attention=False)
+    assert llama.step_time_s(*step) == compute_model().step_time_s(*step)
+
+
 _MODELS = {name: compute_model(name) for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3")}
 
 

@@ -76,15 +76,19 @@ def kv_heads_per_chip(model: ModelSpec, tp: int) -> float:
     return model.num_kv_heads / tp if model.num_kv_heads >= tp else 1.0
 
 
-def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_precision: str) -> float:
+def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_precision: str, latent_attention: bool = True) -> float:
     """KV-cache bytes one token adds to one layer on one chip.
 
     GQA/MHA: K and V for the rank's kv heads. MLA: the compressed latent (kv_lora_rank) and the
-    shared RoPE key (qk_rope_head_dim), replicated on every rank.
+    shared RoPE key (qk_rope_head_dim), replicated on every rank; run expanded (not
+    `latent_attention`, _expanded_mla_projections), K and V of the rank's heads, each as wide as the
+    query-key head (nope + rope).
     """
     kv_bytes = PRECISION_BYTES[kv_precision]
-    if model.is_mla:
+    if model.is_mla and latent_attention:
         return (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
+    if model.is_mla:
+        return 2 * model.num_heads / tp * model.head_dim * kv_bytes
     return 2 * kv_heads_per_chip(model, tp) * model.head_dim * kv_bytes
 
 
@@ -109,6 +113,7 @@ class _Sharding:
     expert_replicas: int
     assumptions: Assumptions
     expert_precision: str  # the routed experts' weights (an MXFP4 checkpoint's, gpt-oss: the rest in bf16)
+    latent_attention: bool  # an MLA model's attention in its latent space, or expanded per head
 
     @property
     def act(self) -> float:
@@ -155,7 +160,8 @@ class _Sharding:
 
 def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
               expert_replicas: int = 1, assumptions: Assumptions = DEFAULTS,
-              expert_precision: str | None = None, attention_dp: bool = False) -> list[LinearOp]:
+              expert_precision: str | None = None, attention_dp: bool = False,
+              latent_attention: bool = True) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     Expert parallelism over `expert_replicas` > 1 replicas (roofline.ComputeModel) places routed
@@ -167,9 +173,13 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     `attention_dp`: attention runs data-parallel over the `tp` chips (SGLang's --attn-dp-size, TensorRT-LLM's
     enable_attention_dp): each chip holds every head's weights and runs attention for the sequences it
     holds, so its ops are those of one chip (`per_sequence`: ComputeModel evaluates them at the busiest
-    chip's share of each step); the MLP and MoE layers stay tensor- (or expert-) parallel."""
+    chip's share of each step); the MLP and MoE layers stay tensor- (or expert-) parallel.
+
+    `latent_attention`: an MLA model's attention runs in its latent space (_mla_projections), as
+    today's engines run it, or expanded per head (_expanded_mla_projections), as older releases did
+    (engine/profiles.py's latent_attention_since)."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions,
-                  expert_precision or weight_precision)
+                  expert_precision or weight_precision, latent_attention)
     attention = (_attention(s) if not attention_dp or tp == 1 else
                  [dataclasses.replace(op, per_sequence=True) for op in _attention(dataclasses.replace(s, tp=1))])
     return [*_embedding_and_norms(s), *attention, *_dense_mlp(s), *_moe(s), _lm_head(s)]
@@ -214,8 +224,11 @@ def _attention(s: _Sharding) -> list[LinearOp]:
     """The projections into attention, attention itself and the output projection."""
     model, layers, act = s.model, s.model.num_layers, s.act
     heads = model.num_heads / s.tp
-    projections, widths = _mla_projections(s) if model.is_mla else _gqa_projection(s)
-    kv_layer = kv_bytes_per_token_per_layer(model, s.tp, s.kv_precision)
+    if model.is_mla:
+        projections, widths = _mla_projections(s) if s.latent_attention else _expanded_mla_projections(s)
+    else:
+        projections, widths = _gqa_projection(s)
+    kv_layer = kv_bytes_per_token_per_layer(model, s.tp, s.kv_precision, s.latent_attention)
     # Attention: QK^T and PV, 2 FLOPs per multiply-add, per head and (query, key) pair; reads the
     # cached KV of every position attended, reads each new token's q and K/V, writes its output and
     # its KV-cache entry. Kernels: RoPE, the KV-cache write, attention over the KV split in parts
@@ -253,17 +266,10 @@ def _mla_projections(s: _Sharding) -> tuple[list[LinearOp], _AttentionWidths]:
     DeepSeek-V3. The step gives only sums, so a pair costs the MHA width and each position read adds
     the latent form's excess: exact for decode tokens (one read per pair), and for a prompt chunk of q
     tokens after p, whose q*p + q(q+1)/2 pairs read p + q positions, nearly all MHA."""
-    model, h, layers, act = s.model, s.model.hidden_size, s.model.num_layers, s.act
+    model, layers, act = s.model, s.model.num_layers, s.act
     rank, nope, rope, v = model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
     heads = model.num_heads / s.tp
-    ops = []
-    if model.q_lora_rank:
-        q_rank = model.q_lora_rank
-        ops.append(s.gemm("q_a_proj", layers, h * q_rank, h, q_rank))
-        ops.append(s.gemm("q_b_proj", layers, q_rank * heads * (nope + rope), q_rank, heads * (nope + rope)))
-    else:
-        ops.append(s.gemm("q_proj", layers, h * heads * (nope + rope), h, heads * (nope + rope)))
-    ops.append(s.gemm("kv_a_proj", layers, h * (rank + rope), h, rank + rope))
+    ops = _mla_queries_and_latent(s)
     # Absorbed form (decode): W_UK maps q_nope into the latent space and W_UV maps the latent
     # attention output back to v_head_dim; together 2 FLOPs per kv_b weight per token. Prefill
     # form: each prompt token's latent is decompressed to its K_nope and V, the same 2 FLOPs per
@@ -276,6 +282,36 @@ def _mla_projections(s: _Sharding) -> tuple[list[LinearOp], _AttentionWidths]:
     ops.append(replace(kv_b, flops_per_chunk_context=2.0 * kv_b_params * layers,
                        bytes_per_chunk_context=(latent_bytes + heads * (nope + v) * act) * layers))
     return ops, _AttentionWidths(rank + rope, rank, nope + rope, v, rank + rope, heads * v)
+
+
+def _expanded_mla_projections(s: _Sharding) -> tuple[list[LinearOp], _AttentionWidths]:
+    """MLA run as multi-head attention, as vLLM did before v0.7.1 (DeepseekV2Attention,
+    vllm/model_executor/models/deepseek_v2.py): kv_b expands each new token's latent into K_nope and V
+    for every head, its RoPE key is repeated over the heads, and V is zero-padded to the query-key
+    width (nope + rope) so that one attention head size serves K and V. The KV cache holds those K
+    and V (kv_bytes_per_token_per_layer), and every pair, prompt or decode, costs the padded widths;
+    nothing cached is decompressed again."""
+    model, layers = s.model, s.model.num_layers
+    rank, nope, v, width = model.kv_lora_rank, model.qk_nope_head_dim, model.v_head_dim, model.head_dim
+    heads = model.num_heads / s.tp
+    kv_b = s.gemm("kv_b_proj", layers, rank * heads * (nope + v), rank, heads * (nope + v))
+    return ([*_mla_queries_and_latent(s), kv_b],
+            _AttentionWidths(width, width, width, width, 2 * heads * width, heads * v))
+
+
+def _mla_queries_and_latent(s: _Sharding) -> list[LinearOp]:
+    """MLA's query projections (through the low-rank q_a/q_b where the model has them) and kv_a, which
+    compresses each token's keys and values into its latent and RoPE key: the same in either form."""
+    model, h, layers = s.model, s.model.hidden_size, s.model.num_layers
+    rank, nope, rope = model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim
+    heads = model.num_heads / s.tp
+    if model.q_lora_rank:
+        q_rank = model.q_lora_rank
+        queries = [s.gemm("q_a_proj", layers, h * q_rank, h, q_rank),
+                   s.gemm("q_b_proj", layers, q_rank * heads * (nope + rope), q_rank, heads * (nope + rope))]
+    else:
+        queries = [s.gemm("q_proj", layers, h * heads * (nope + rope), h, heads * (nope + rope))]
+    return [*queries, s.gemm("kv_a_proj", layers, h * (rank + rope), h, rank + rope)]
 
 
 def _dense_mlp(s: _Sharding) -> list[LinearOp]:

@@ -84,7 +84,8 @@ class ComputeModel:
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
                  expert_replicas: int = 1, host_window_s: float = 0.0, host_step_s: float = 0.0,
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
-                 assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False):
+                 assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
+                 latent_attention: bool = True):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -103,11 +104,13 @@ class ComputeModel:
         # MLP and one reduce-scatter after it, one all-reduce's traffic.
         self.attention_dp = attention_dp and tp > 1
         self.allreduces_per_layer = 1 if self.attention_dp else 2
+        # An MLA model's attention in its latent space, or expanded per head as older releases ran it (ops.build_ops).
+        self.latent_attention = latent_attention
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas,
-                                             assumptions, self.expert_precision, self.attention_dp)
+                                             assumptions, self.expert_precision, self.attention_dp, latent_attention)
         self.expert_replicas = expert_replicas
         self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
-        per_layer = kv_bytes_per_token_per_layer(model, 1 if self.attention_dp else tp, kv_precision)
+        per_layer = kv_bytes_per_token_per_layer(model, 1 if self.attention_dp else tp, kv_precision, latent_attention)
         # A token of a sequence still within every window holds KV in every layer; a sliding layer
         # keeps only the last sliding_window tokens of each sequence.
         self.kv_bytes_per_token_per_chip: float = per_layer * model.num_layers / pp
@@ -146,7 +149,9 @@ class ComputeModel:
 
     @property
     def kv_heads_per_chip(self) -> float:
-        return 1.0 if self.model.is_mla else kv_heads_per_chip(self.model, self.tp)
+        if self.model.is_mla:
+            return 1.0 if self.latent_attention else self.heads_per_chip
+        return kv_heads_per_chip(self.model, self.tp)
 
     # -- memory ------------------------------------------------------------------------------------
 
@@ -163,8 +168,11 @@ class ComputeModel:
         m, tp = self.model, self.tp
         h = m.hidden_size
         heads = self.heads_per_chip
-        if m.is_mla:  # q_a output, then per head the q_b output and the query mapped into the latent space
+        if m.is_mla and self.latent_attention:  # q_a output, then per head the q_b output and the query
+            # mapped into the latent space
             widths = [m.q_lora_rank + heads * (m.head_dim + m.kv_lora_rank + m.qk_rope_head_dim)]
+        elif m.is_mla:  # q_a output, then per head the query, K and padded V
+            widths = [m.q_lora_rank + 3 * heads * m.head_dim]
         else:
             widths = [(heads + 2 * self.kv_heads_per_chip) * m.head_dim]
         if m.dense_layers:

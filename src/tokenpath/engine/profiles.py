@@ -18,6 +18,11 @@ from tokenpath.engine.cuda_graphs import VLLM_V0_CUDA_GRAPH_MAX_BS, sglang_cuda_
 
 # vLLM V0 ran at most 256 sequences by default (EngineArgs.max_num_seqs before V1's defaults).
 VLLM_V0_MAX_NUM_SEQS = 256
+# Before v0.7.1, vLLM's DeepseekV2Attention (vllm/model_executor/models/deepseek_v2.py) expanded each
+# token's latent into K and V per head, V zero-padded to the query-key head size, and cached those;
+# v0.7.1 brought MLA ("Enhancing DeepSeek Models with MLA and FP8 Optimizations in vLLM", Neural Magic,
+# 2025-02-04: against v0.7.0, ~10x the KV cache's tokens, 54,560 to 512,000 on 8 x H200).
+VLLM_LATENT_ATTENTION_SINCE = "0.7.1"
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,11 @@ class Profile:
     # -- the KV cache's precision under kv_cache_precision = "auto": fp8 when the weights are fp8 or
     # fp4, or the model's own bf16 whatever the weights
     fp8_kv_with_quantized_weights: bool
+    # -- an MLA model's attention (compute/ops.py): the first release that runs it in the latent space
+    # (weights absorbed, one latent per token cached); earlier releases expand each token's K and V over
+    # the heads and cache those. None: every release, as far as read. Where the scenario states no
+    # release, or none the model can read (engine/release.py), the newest release's form.
+    latent_attention_since: str | None
     # -- the processes around the scheduler (delivery/frontend.py models them, sim/front_end.py lays them out)
     # API-server processes by default: one for each data-parallel replica, or one for the whole server
     # (`deployment.api_servers` sets the count). Every engine here parses requests, renders their chat
@@ -100,6 +110,7 @@ PROFILES: dict[str, Profile] = {
         cuda_graph_max_bs=None,
         max_num_seqs=None,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
+        latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
         # API-server process renders the chat template and tokenizes (AsyncLLM's InputProcessor) and
         # detokenizes and checks stop strings (OutputProcessor, vllm/v1/engine/output_processor.py and
@@ -144,6 +155,7 @@ PROFILES: dict[str, Profile] = {
         cuda_graph_max_bs=VLLM_V0_CUDA_GRAPH_MAX_BS,
         max_num_seqs=VLLM_V0_MAX_NUM_SEQS,
         fp8_kv_with_quantized_weights=False,
+        latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
         # since 0.6, PR 6883: "request validation, tokenization, and JSON formatting" there); the engine
         # detokenized in its own step loop (vllm/engine/output_processor/, vllm/transformers_utils/
@@ -190,6 +202,9 @@ PROFILES: dict[str, Profile] = {
         cuda_graph_max_bs=sglang_cuda_graph_max_bs,
         max_num_seqs=None,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
+        # Weight absorption came with v0.3 ("SGLang v0.3 Release: 7x Faster DeepSeek MLA", lmsys.org,
+        # 2024-09-04); what the releases before it cached is not read here.
+        latent_attention_since=None,
         # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
         # tokenizer_manager.py; "The HTTP server, Engine, and TokenizerManager all run in the main
         # process", srt/entrypoints/http_server.py); the scheduler runs in a process of its own and a
@@ -236,6 +251,7 @@ PROFILES: dict[str, Profile] = {
         max_num_seqs=None,
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,
+        latent_attention_since=None,  # not read here
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the
         # executor's workers: it renders the chat template, tokenizes, and detokenizes and builds each
         # chunk in its own process by default (serve/postprocess_handlers.py; with

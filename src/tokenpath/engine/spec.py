@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
+from tokenpath.engine.release import release_at_least
 from tokenpath.engine.speculative import SpeculativeSpec
 
 # Bounds far beyond any serving engine (vLLM's defaults are 256-1024 sequences and 2,048-16,384 tokens
@@ -84,8 +85,11 @@ class EngineSpec(BaseModel):
                           "(engine/speculative.py); the workload's draft_acceptance says how many are accepted")
     version: str | None = Field(
         None, min_length=1, max_length=200,
-        description="the engine's release this scenario stands for, as a string (\"0.6.0\"); not simulated: "
-                    "`simulate` says whether the validated latency rows cover it (docs/validation.md)")
+        description="the engine's release this scenario stands for, as a string (\"0.6.0\"): where a profile "
+                    "names the release a behaviour arrived in, an earlier one runs without it (an MLA model's "
+                    "attention: vLLM before 0.7.1 expands it per head; docs/model.md); unset, or text that "
+                    "starts with no release number, the newest. `simulate` says whether the validated latency "
+                    "rows cover it (docs/validation.md)")
 
     @model_validator(mode="before")
     @classmethod
@@ -158,6 +162,13 @@ class EngineSpec(BaseModel):
         without mixed chunks, and vLLM V0 without chunked prefill (Profile.prefills_alone_unless)."""
         mixes_by = self.profile.prefills_alone_unless
         return mixes_by is not None and not getattr(self, mixes_by)
+
+    @property
+    def latent_attention(self) -> bool:
+        """Whether an MLA model's attention runs in its latent space in this release
+        (Profile.latent_attention_since), or expanded per head."""
+        since = self.profile.latent_attention_since
+        return since is None or release_at_least(self.version, since)
 
     def graph_max_tokens(self, hbm_bytes: float, tp: int) -> int | None:
         """`cuda_graph_max_tokens`, or the profile's on a GPU of `hbm_bytes` at `tp` (None: any size)."""

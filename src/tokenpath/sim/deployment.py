@@ -105,7 +105,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
                            assumptions=assumptions, expert_precision=scenario.model.expert_precision,
-                           attention_dp=dep.attention_dp)
+                           attention_dp=dep.attention_dp, latent_attention=engine.latent_attention)
     drafter = _drafter(scenario, model, chip, assumptions)
     kv_tokens = compute.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_batched_tokens,
                                            engine.max_num_seqs * dep.pp, drafter) // dep.pp
@@ -143,7 +143,7 @@ def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: 
         return None
     precision = drafter_precision(speculative.method, scenario.model.precision)
     return ComputeModel(drafted, chip, dep.tp, precision, scenario.model.kv_precision(scenario.engine.scheduler),
-                        assumptions=assumptions)
+                        assumptions=assumptions, latent_attention=scenario.engine.latent_attention)
 
 
 def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:

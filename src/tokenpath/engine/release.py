@@ -1,0 +1,34 @@
+"""An engine's release as a scenario states it (`[engine] version`), read as far as the model needs it:
+its leading release number. "0.7.1" of "v0.7.1.post2 (vllm/vllm-openai image)", "0.5.9" of "0.5.9
+(lmsysorg/sglang:v0.5.9-cu130)". Text with no leading number ("NIM 1.8.0", "not stated", a nightly
+build) states no release the model can place, so it is simulated as the newest (`release_at_least`).
+"""
+
+from __future__ import annotations
+
+import re
+
+_LEADING_RELEASE = re.compile(r"\s*[vV]?(\d+(?:\.\d+)*)")
+
+
+def release_number(text: str | None) -> tuple[int, ...] | None:
+    """The release number `text` begins with, trailing zeros dropped ("0.7.0" and "0.7" are one
+    release), or None when it begins with none."""
+    if text is None:
+        return None
+    match = _LEADING_RELEASE.match(text)
+    if match is None:
+        return None
+    parts = [int(part) for part in match.group(1).split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def release_at_least(text: str | None, since: str) -> bool:
+    """Whether the release `text` states is `since` or later; True where it states none the model can
+    read (unset, or no leading number): the newest release's behaviour."""
+    stated, first = release_number(text), release_number(since)
+    if first is None:
+        raise ValueError(f"{since!r} is not a release number")
+    return stated is None or stated >= first
