@@ -17,22 +17,28 @@ from __future__ import annotations
 
 import math
 
-# SGLang's default cuda_graph_max_bs (ServerArgs._handle_gpu_memory_settings): (the GPU's memory
-# below, in GiB, as server_args.py compares MiB: at tp < 4, at tp >= 4). Its comments name the GPUs
-# of each tier.
-SGLANG_CUDA_GRAPH_MAX_BS = (
-    (20, (8, 8)),           # T4, 4080
-    (35, (24, 80)),         # A10, 4090, 5090
-    (60, (32, 160)),        # A100 40 GB, L40
-    (90, (256, 512)),       # H100, A100 80 GB
-    (160, (256, 512)),      # H20, H200
-    (math.inf, (512, 512)), # B200, MI300X
+# SGLang's defaults by the GPU's memory (ServerArgs._handle_gpu_memory_settings): (the memory below
+# which a tier applies, in GiB, as server_args.py compares MiB; its chunked_prefill_size; its
+# cuda_graph_max_bs at tp < 4 and at tp >= 4). Its comments name the GPUs of each tier. The chunked
+# prefill size is the profile's token budget (engine/batch_limits.py).
+SGLANG_GPU_MEMORY_TIERS = (
+    (20, 2048, (8, 8)),             # T4, 4080
+    (35, 2048, (24, 80)),           # A10, 4090, 5090
+    (60, 4096, (32, 160)),          # A100 40 GB, L40
+    (90, 8192, (256, 512)),         # H100, A100 80 GB
+    (160, 8192, (256, 512)),        # H20, H200
+    (math.inf, 16384, (512, 512)),  # B200, MI300X
 )
+
+
+def sglang_memory_tier(hbm_bytes: float) -> tuple[int, tuple[int, int]]:
+    """SGLang's chunked_prefill_size and cuda_graph_max_bs pair for a GPU of `hbm_bytes`."""
+    return next((chunk, sizes) for below_gib, chunk, sizes in SGLANG_GPU_MEMORY_TIERS if hbm_bytes < below_gib * 2**30)
 
 
 def sglang_cuda_graph_max_bs(hbm_bytes: float, tp: int) -> int:
     """SGLang's default largest decode batch replayed as a graph, on a GPU of `hbm_bytes` at `tp`."""
-    small_tp, large_tp = next(sizes for below_gib, sizes in SGLANG_CUDA_GRAPH_MAX_BS if hbm_bytes < below_gib * 2**30)
+    small_tp, large_tp = sglang_memory_tier(hbm_bytes)[1]
     return small_tp if tp < 4 else large_tp
 
 

@@ -14,10 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from tokenpath.engine.batch_limits import (
+    BatchLimits,
+    sglang_batch_limits,
+    table_batch_limits,
+    vllm_v0_batch_limits,
+    vllm_v1_batch_limits,
+)
 from tokenpath.engine.cuda_graphs import VLLM_V0_CUDA_GRAPH_MAX_BS, sglang_cuda_graph_max_bs
 
-# vLLM V0 ran at most 256 sequences by default (EngineArgs.max_num_seqs before V1's defaults).
-VLLM_V0_MAX_NUM_SEQS = 256
 # Before v0.7.1, vLLM's DeepseekV2Attention (vllm/model_executor/models/deepseek_v2.py) expanded each
 # token's latent into K and V per head, V zero-padded to the query-key head size, and cached those;
 # v0.7.1 brought MLA ("Enhancing DeepSeek Models with MLA and FP8 Optimizations in vLLM", Neural Magic,
@@ -57,8 +62,9 @@ class Profile:
     # The largest step replayed as a graph: any size (None), a count, or a rule of the GPU's memory
     # in bytes and the tensor-parallel size.
     cuda_graph_max_bs: int | Callable[[float, int], int] | None
-    # -- default limits: None keeps the [engine] table's (vLLM V1's)
-    max_num_seqs: int | None
+    # -- default limits, where [engine] leaves them out: what the engine picks for a GPU of its catalog
+    # name and memory in bytes (None, None: a chip not known), engine/batch_limits.py
+    batch_limits: Callable[[str | None, float | None], BatchLimits]
     # -- the KV cache's precision under kv_cache_precision = "auto": fp8 when the weights are fp8 or
     # fp4, or the model's own bf16 whatever the weights
     fp8_kv_with_quantized_weights: bool
@@ -108,7 +114,7 @@ PROFILES: dict[str, Profile] = {
         # decode-only or mixed; its larger steps run long kernels that hide their launches.
         cuda_graphs="all",
         cuda_graph_max_bs=None,
-        max_num_seqs=None,
+        batch_limits=vllm_v1_batch_limits,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
@@ -153,7 +159,7 @@ PROFILES: dict[str, Profile] = {
         # chunked-prefill steps, eagerly.
         cuda_graphs="decode",
         cuda_graph_max_bs=VLLM_V0_CUDA_GRAPH_MAX_BS,
-        max_num_seqs=VLLM_V0_MAX_NUM_SEQS,
+        batch_limits=vllm_v0_batch_limits,
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
@@ -200,7 +206,7 @@ PROFILES: dict[str, Profile] = {
         # for the GPU's memory and tp (engine/cuda_graphs.py).
         cuda_graphs="decode",
         cuda_graph_max_bs=sglang_cuda_graph_max_bs,
-        max_num_seqs=None,
+        batch_limits=sglang_batch_limits,  # its chunked_prefill_size by the GPU's memory
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         # Weight absorption came with v0.3 ("SGLang v0.3 Release: 7x Faster DeepSeek MLA", lmsys.org,
         # 2024-09-04); what the releases before it cached is not read here.
@@ -248,7 +254,7 @@ PROFILES: dict[str, Profile] = {
         eager_host=False,
         cuda_graphs="all",
         cuda_graph_max_bs=None,
-        max_num_seqs=None,
+        batch_limits=table_batch_limits,  # trtllm-serve's own defaults not read here
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,
         latent_attention_since=None,  # not read here

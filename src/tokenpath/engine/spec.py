@@ -33,8 +33,11 @@ def _quoted_where(test: Callable[[Profile], bool]) -> str:
 class EngineSpec(BaseModel):
     """Continuous-batching limits, the scheduler profile, and which steps replay a captured CUDA graph.
 
-    Defaults are what vLLM's OpenAI server picks on a GPU with at least 70 GiB that is not an A100
-    (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): 1024 sequences, 8192 tokens per step.
+    Limits: where the table leaves them out, the profile's for the scenario's chip (Profile.batch_limits,
+    engine/batch_limits.py: vLLM V1 256 sequences and 2048 tokens on an A100 or a GPU under 70 GiB;
+    SGLang's chunked prefill by the GPU's memory); otherwise, as here without a chip, 1024 sequences and
+    8192 tokens per step, what vLLM's OpenAI server picks on a GPU with at least 70 GiB that is not an
+    A100 (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults).
     CUDA graphs: unset, the profile's (engine/profiles.py): every step of vLLM V1 and TensorRT-LLM
     pays no per-kernel launch cost; SGLang and vLLM V0 replay decode batches up to a size only
     (engine/cuda_graphs.py). `cuda_graphs = "none"` is an eager engine (vLLM --enforce-eager), whose
@@ -44,9 +47,12 @@ class EngineSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    max_num_seqs: int = Field(1024, ge=1, le=MAX_NUM_SEQS, description="most sequences in one step")
+    max_num_seqs: int = Field(1024, ge=1, le=MAX_NUM_SEQS,
+                              description="most sequences in one step (unset: the profile's for the chip, "
+                                          "engine/batch_limits.py)")
     max_num_batched_tokens: int = Field(8192, ge=1, le=MAX_STEP_TOKENS,
-                                        description="most tokens (prefill + decode) in one step")
+                                        description="most tokens (prefill + decode) in one step (unset: the "
+                                                    "profile's for the chip, engine/batch_limits.py)")
     block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE, description="tokens per KV-cache block")
     chunked_prefill: bool = Field(True, description="split long prompts across steps within the token budget")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the engine may use")
@@ -104,8 +110,8 @@ class EngineSpec(BaseModel):
             return data
         defaults = {"kv_admission": profile.kv_admissions[0], "cuda_graphs": profile.cuda_graphs,
                     "prefix_caching": profile.prefix_caching}
-        if profile.max_num_seqs is not None:
-            defaults["max_num_seqs"] = profile.max_num_seqs
+        defaults.update((name, value) for name, value in profile.batch_limits(None, None)._asdict().items()
+                        if value is not None)
         return {**defaults, **data}
 
     @field_validator("version", mode="before")

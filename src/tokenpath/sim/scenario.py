@@ -177,6 +177,30 @@ class Scenario(BaseModel):
     application: ApplicationSpec | None = Field(
         None, description="the stages around the model call (docs/application.md); unset: the model call alone")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_limits_for_the_chip(cls, data: Any) -> Any:
+        """The [engine] limits the table leaves out, as the engine picks them for the deployment's chip
+        (Profile.batch_limits). A chip or scheduler that is not known is left to its own check."""
+        if not isinstance(data, dict) or not isinstance(data.get("engine", {}), dict):
+            return data
+        engine, deployment = data.get("engine", {}), data.get("deployment", {})
+        chip = deployment.get("chip", DeploymentSection.model_fields["chip"].default) \
+            if isinstance(deployment, dict) else getattr(deployment, "chip", None)
+        scheduler = engine.get("scheduler", DEFAULT_PROFILE)
+        profile = PROFILES.get(scheduler) if isinstance(scheduler, str) else None
+        if profile is None or not isinstance(chip, str):
+            return data
+        from tokenpath.compute import load_chip
+
+        try:
+            spec = load_chip(chip)
+        except UserError:
+            return data
+        limits = profile.batch_limits(spec.name, spec.hbm_bytes)._asdict()
+        missing = {name: value for name, value in limits.items() if value is not None and name not in engine}
+        return {**data, "engine": {**missing, **engine}} if missing else data
+
     @model_validator(mode="after")
     def _speculation_has_its_acceptance(self) -> Scenario:
         speculative, acceptance = self.engine.speculative, self.workload.draft_acceptance

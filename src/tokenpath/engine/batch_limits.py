@@ -1,0 +1,57 @@
+"""The most sequences and tokens of a step an engine picks for itself when its launch does not say,
+for the GPU it runs on: each profile's `batch_limits` (engine/profiles.py). The scenario applies them
+to the [engine] settings its table leaves out (sim/scenario.py); where a limit is None, or the chip is
+not known (an EngineSpec on its own), the [engine] table's defaults stand: 1024 sequences and 8192
+tokens, vLLM V1's on an H100-class GPU.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from tokenpath.config.units import parse_bytes
+from tokenpath.engine.cuda_graphs import sglang_memory_tier
+
+
+class BatchLimits(NamedTuple):
+    """Defaults of `[engine] max_num_seqs` and `max_num_batched_tokens` (None: the table's own)."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+
+
+# vLLM V1's OpenAI server (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, and
+# tests/engine/test_arg_utils.py, test_defaults_with_usage_context): 1024 sequences and 8192 tokens a
+# step on a GPU of 70 GiB or more whose name does not contain "a100", else 256 and 2048. Releases up to
+# 0.8.3 at least gave the larger pair to H100 and H200 alone (EngineArgs._set_default_args_v1: 'if
+# "h100" in device_name or "h200" in device_name'); a scenario of such a release on another GPU states
+# its limits.
+VLLM_V1_LARGE_GPU_BYTES = parse_bytes("70 GiB")
+VLLM_V1_LARGE_GPU_LIMITS = BatchLimits(1024, 8192)
+VLLM_V1_OTHER_GPU_LIMITS = BatchLimits(256, 2048)
+# vLLM V0 ran at most 256 sequences by default (EngineArgs.max_num_seqs before V1's defaults).
+VLLM_V0_MAX_NUM_SEQS = 256
+
+
+def vllm_v1_batch_limits(chip: str | None, hbm_bytes: float | None) -> BatchLimits:
+    """vLLM V1's defaults on the catalog chip `chip` of `hbm_bytes` (None: not known)."""
+    if chip is None or hbm_bytes is None:
+        return BatchLimits()
+    large = hbm_bytes >= VLLM_V1_LARGE_GPU_BYTES and "a100" not in chip.lower()
+    return VLLM_V1_LARGE_GPU_LIMITS if large else VLLM_V1_OTHER_GPU_LIMITS
+
+
+def vllm_v0_batch_limits(chip: str | None, hbm_bytes: float | None) -> BatchLimits:
+    """vLLM V0's: 256 sequences on any GPU; the token budget the table's."""
+    return BatchLimits(VLLM_V0_MAX_NUM_SEQS)
+
+
+def sglang_batch_limits(chip: str | None, hbm_bytes: float | None) -> BatchLimits:
+    """SGLang's chunked_prefill_size by the GPU's memory (engine/cuda_graphs.py's tiers, the same function
+    of server_args.py); its running requests the table's."""
+    return BatchLimits() if hbm_bytes is None else BatchLimits(None, sglang_memory_tier(hbm_bytes)[0])
+
+
+def table_batch_limits(chip: str | None, hbm_bytes: float | None) -> BatchLimits:
+    """The [engine] table's on every GPU: an engine whose own defaults are not read here."""
+    return BatchLimits()
