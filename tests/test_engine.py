@@ -760,3 +760,15 @@ def test_speculative_decoding_matches_the_straightforward_reference_exactly(
     args = (np.rint(arrivals * 1e9).astype(np.int64), inputs, outputs, costs)
     cached = rng.integers(0, inputs) if prefilled else None
     both_engines(args, delivery, spec, block * kv_blocks, concurrency, cached)
+
+
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm-v0", "prefill-first", "trtllm"])
+def test_a_request_the_whole_cache_cannot_hold_is_refused_not_preempted_forever(scheduler):
+    """8 blocks of 16 tokens: taking blocks as it grows, a 64-token prompt can produce 65 tokens (the last
+    one's KV is never written) and not 66; reserving (TensorRT-LLM) it reserves the 65th too."""
+    spec = EngineSpec(scheduler=scheduler, block_size=16)
+    fits = 64 if spec.kv_admission == "reserve" else 65
+    trace = engine([64], [fits], spec=spec, kv_tokens=8 * 16)
+    assert len(trace.step_start_ns) == fits
+    with pytest.raises(ValueError, match=f"a request of {64 + fits + 1} tokens needs more than the 8 KV blocks"):
+        engine([64, 10], [fits + 1, 10], spec=spec, kv_tokens=8 * 16)

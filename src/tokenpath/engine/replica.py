@@ -135,7 +135,7 @@ class Replica:
         (a decode engine receiving a prefilled request); `prefix`: the keys of its shared prompt
         segments and the token each ends at (workload.prefixes); `held`: it does not arrive until
         `send` names it. Returns its index."""
-        self._check_reservable(input_tokens + output_tokens)
+        self._check_fits(input_tokens + output_tokens)
         i = self.requests.add(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens, held)
         if prefix is not None and prefix[0] and self.prefix_caching:
             self._add_prefix(i, *prefix)
@@ -154,7 +154,7 @@ class Replica:
         """`submit` for many requests at once (int64 arrays, one row per request), in one pass. Rows
         where `held` is true do not arrive until `send` names them (a session's later turns)."""
         if len(input_tokens):
-            self._check_reservable(int((input_tokens + output_tokens).max()))
+            self._check_fits(int((input_tokens + output_tokens).max()))
         first = self.requests.add_all(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens, held)
         if prefixes is not None and self.prefix_caching:
             for k in np.flatnonzero(prefixes.offsets[1:] > prefixes.offsets[:-1]).tolist():
@@ -169,9 +169,14 @@ class Replica:
         under speculative decoding, the drafts a verify step runs past them (`width` - 1 tokens)."""
         return -(-(self.prompt[i] + self.out[i] + self.width - 1) // self.block)
 
-    def _check_reservable(self, tokens: int) -> None:
-        """Reserving, a request whose whole KV cache exceeds the cache would wait forever."""
-        if self.reserve and -(-(tokens + self.width - 1) // self.block) > self.cache_blocks:
+    def _check_fits(self, tokens: int) -> None:
+        """A request of `tokens` (prompt and output) that the whole cache cannot hold would never finish:
+        reserving, it would wait forever for its reservation (`_reservation`); taking blocks as it grows,
+        it would be preempted and recomputed forever at its last block (which holds the KV of every
+        token but the last, whose KV is never written). vLLM refuses to start where its longest request
+        does not fit the cache."""
+        held = tokens + self.width - 1 if self.reserve else tokens - 1
+        if -(-held // self.block) > self.cache_blocks:
             raise ValueError(f"a request of {tokens} tokens needs more than the {self.cache_blocks} KV blocks "
                              "of the cache")
 
