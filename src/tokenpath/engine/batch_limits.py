@@ -19,6 +19,10 @@ class BatchLimits(NamedTuple):
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
 
+    def given(self) -> dict[str, int]:
+        """The [engine] settings these limits set, by name (those not None)."""
+        return {name: value for name, value in self._asdict().items() if value is not None}
+
 
 # vLLM V1's OpenAI server (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, and
 # tests/engine/test_arg_utils.py, test_defaults_with_usage_context): 1024 sequences and 8192 tokens a

@@ -110,8 +110,7 @@ class EngineSpec(BaseModel):
             return data
         defaults = {"kv_admission": profile.kv_admissions[0], "cuda_graphs": profile.cuda_graphs,
                     "prefix_caching": profile.prefix_caching}
-        defaults.update((name, value) for name, value in profile.batch_limits(None, None)._asdict().items()
-                        if value is not None)
+        defaults.update(profile.batch_limits(None, None).given())
         return {**defaults, **data}
 
     @field_validator("version", mode="before")

@@ -197,8 +197,8 @@ class Scenario(BaseModel):
             spec = load_chip(chip)
         except UserError:
             return data
-        limits = profile.batch_limits(spec.name, spec.hbm_bytes)._asdict()
-        missing = {name: value for name, value in limits.items() if value is not None and name not in engine}
+        limits = profile.batch_limits(spec.name, spec.hbm_bytes).given()
+        missing = {name: value for name, value in limits.items() if name not in engine}
         return {**data, "engine": {**missing, **engine}} if missing else data
 
     @model_validator(mode="after")
