@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tokenpath.engine.batch_limits import VLLM_V1_LARGE_GPU_LIMITS
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.speculative import SpeculativeSpec
@@ -47,10 +48,10 @@ class EngineSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    max_num_seqs: int = Field(1024, ge=1, le=MAX_NUM_SEQS,
+    max_num_seqs: int = Field(VLLM_V1_LARGE_GPU_LIMITS.max_num_seqs, ge=1, le=MAX_NUM_SEQS,
                               description="most sequences in one step (unset: the profile's for the chip, "
                                           "engine/batch_limits.py)")
-    max_num_batched_tokens: int = Field(8192, ge=1, le=MAX_STEP_TOKENS,
+    max_num_batched_tokens: int = Field(VLLM_V1_LARGE_GPU_LIMITS.max_num_batched_tokens, ge=1, le=MAX_STEP_TOKENS,
                                         description="most tokens (prefill + decode) in one step (unset: the "
                                                     "profile's for the chip, engine/batch_limits.py)")
     block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE, description="tokens per KV-cache block")
