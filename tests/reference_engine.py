@@ -703,11 +703,12 @@ class _Replica:
         `emitters`: the request of each token sampled, `token_index` its place in its output;
         `sampling`: the sequences that sample. Inside a multi-step window the host takes nothing until
         the window's last step, which hands it every token of the window at once."""
+        traffic_s = self.costs.traffic_s(num_tokens, num_logits == num_tokens)
         compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read, chunk_context,
-                                              self.scheduled))
+                                              self.scheduled, traffic_s))
         if self.costs.draft_s is not None:  # the drafter's passes
             compute_ns += _ns(self.costs.draft_s(num_tokens, sampling, attn_pairs, kv_read, chunk_context))
-        traffic_ns = _ns(self.costs.traffic_s(num_tokens, num_logits == num_tokens))
+        traffic_ns = _ns(traffic_s)
         gpu_end = self.now + compute_ns + traffic_ns
         if self.width > 1:  # each sequence's tokens of a verify step leave in one event
             events = sampling

@@ -225,27 +225,75 @@ def test_cuda_graph_policy_decides_which_steps_launch_eagerly():
         ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="eager")
 
 
-def test_an_eager_step_adds_its_hosts_launches_to_its_kernels():
-    """With a host time per kernel (SGLang's and vLLM V0's Python), an eager step is its kernels plus,
-    per kernel, the launch gap and the host's launch; a replayed graph, or no host time (a C++
-    runtime), leaves the step as it was. The host's own step time comes on top, or overlaps."""
+def _max_plus_end_s(kernel_s: list[float], launch_s: float) -> float:
+    """When a queue of kernels ends, kernel k (from 1) launched at k * launch_s: each starts once it is
+    launched and the one before it is done."""
+    end_s = 0.0
+    for k, g in enumerate(kernel_s, start=1):
+        end_s = max(end_s, k * launch_s) + g
+    return end_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(layer_s=st.lists(st.floats(0.0, 2e-3), min_size=1, max_size=12),
+       layers=st.integers(1, 40), launch_s=st.floats(1e-7, 1e-4))
+def test_the_launch_queue_bounds_a_step_of_alike_layers(layer_s, layers, launch_s):
+    """A host that launches kernels ahead of the GPU: the step ends no earlier than the longer of the
+    kernels and the launches, and no later than that plus one layer of the shorter."""
+    from tokenpath.compute.roofline import launch_queue_s
+
+    kernels = layer_s * layers
+    exact = _max_plus_end_s(kernels, launch_s)
+    gpu_s, launches_s = math.fsum(kernels), len(kernels) * launch_s
+    assert max(gpu_s, launches_s) <= exact * (1 + 1e-9)
+    assert exact <= launch_queue_s(gpu_s, launches_s, layers) * (1 + 1e-9)
+
+
+def test_a_python_host_delays_a_small_models_eager_step_and_hides_behind_a_large_ones():
+    """One host time per kernel (SGLang's and vLLM V0's Python) for both: an 8B model's prefill of 512
+    tokens on an H100 is shorter than its launches and lasts them, a 405B model's at TP8 outlasts its
+    own and hides them, so that its step is its kernels with one layer of launches, not the two added."""
+    per_kernel_s = 30e-6
+    prompt = (512, 1, 512 * 513 / 2, 512)
+    for name, tp, launch_bound in (("llama-3.1-8b", 1, True), ("llama-3.1-405b", 8, False)):
+        model, chip = load_model(name), load_chip("h100")
+        python = ComputeModel(model, chip, tp, "fp8", "bf16", cuda_graphs="decode",
+                              host_eager_per_kernel_s=per_kernel_s)
+        cpp = ComputeModel(model, chip, tp, "fp8", "bf16", cuda_graphs="decode")
+        kernels_s = cpp.step_time_s(*prompt)            # with their launch gaps, no host launching them
+        launches_s = python.kernels_per_step * per_kernel_s
+        assert python.host_launch_s == pytest.approx(launches_s, rel=1e-12)
+        assert (launches_s > kernels_s) == launch_bound
+        assert python.step_time_s(*prompt) == pytest.approx(
+            max(kernels_s, launches_s) + min(kernels_s, launches_s) / model.num_layers, rel=1e-12)
+    # The 405B step: its launches (126 layers of 18 kernels, about 68 ms) are not added to its kernels.
+    assert python.step_time_s(*prompt) < kernels_s + launches_s / 10
+
+
+def test_an_eager_step_waits_on_its_launches_and_its_host():
+    """The host's own step time comes on top of an eager step's launch queue, or overlaps it; a replayed
+    graph, or no host time per kernel (a C++ runtime), leaves the step its kernels; the collectives
+    between its kernels hide launches as kernels do."""
     from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S
 
     model, chip = load_model("llama-3.1-70b"), load_chip("h200")
-    per_kernel = 18e-6
+    per_kernel = 40e-6
     python = ComputeModel(model, chip, 4, "bf16", "bf16", cuda_graphs="decode", host_step_s=1e-3,
                           host_eager_per_kernel_s=per_kernel)
     plain = ComputeModel(model, chip, 4, "bf16", "bf16", cuda_graphs="decode", host_step_s=1e-3)
     kernels = 80 * (12 + 2) + 3  # bf16: the fp8 count less 4 input quantizations; two all-reduces a layer at TP4
     assert python.kernels_per_step == kernels
-    assert python.eager_launch_s == pytest.approx(kernels * (EAGER_KERNEL_LAUNCH_S + per_kernel), rel=1e-12)
-    assert plain.eager_launch_s == pytest.approx(kernels * EAGER_KERNEL_LAUNCH_S, rel=1e-12)
-    short = (224, 1, 224 * 225 / 2, 224)        # a ShareGPT-sized prefill
-    long = (8192, 1, 8192 * 8193 / 2, 8192)     # a long one
+    assert python.eager_gap_s == plain.eager_gap_s == pytest.approx(kernels * EAGER_KERNEL_LAUNCH_S, rel=1e-12)
+    assert python.host_launch_s == pytest.approx(kernels * per_kernel, rel=1e-12)
+    short = (224, 1, 224 * 225 / 2, 224)        # a ShareGPT-sized prefill: its launches are longer
     decode = (32, 32, 0, 32 * 500)              # replays a graph
-    for prefill in (short, long):
-        assert (python.step_time_s(*prefill) - plain.step_time_s(*prefill)
-                == pytest.approx(kernels * per_kernel, rel=1e-9))
+    gpu_s = plain.step_time_s(*short) - 1e-3
+    assert gpu_s < python.host_launch_s
+    assert python.step_time_s(*short) == pytest.approx(
+        python.host_launch_s + gpu_s / 80 + 1e-3, rel=1e-12)
+    traffic_s = 30e-3  # all-reduces that outlast the launches with the kernels
+    assert python.step_time_s(*short, traffic_s=traffic_s) + traffic_s == pytest.approx(
+        gpu_s + traffic_s + python.host_launch_s / 80 + 1e-3, rel=1e-12)
     assert python.step_time_s(*decode) == plain.step_time_s(*decode)
     overlapped = ComputeModel(model, chip, 4, "bf16", "bf16", cuda_graphs="decode", host_step_s=1e-3,
                               host_overlapped=True, host_eager_per_kernel_s=per_kernel)

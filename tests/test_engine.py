@@ -32,7 +32,8 @@ class FixedCosts:
     def __init__(self, base_s=1e-3, per_token_s=0.0, traffic_s=0.0, scheduler_s=0.0):
         self.base_s, self.per_token_s, self._traffic_s, self.scheduler_s = base_s, per_token_s, traffic_s, scheduler_s
 
-    def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens, scheduled):
+    def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens, scheduled,
+                  traffic_s):
         return self.base_s + self.per_token_s * num_tokens + (self.scheduler_s if scheduled else 0.0)
 
     def traffic_s(self, num_tokens, decode_only):

@@ -66,8 +66,8 @@ class ComputeModel:
     CUDA graphs (the engine's `cuda_graphs` and `cuda_graph_max_tokens`): "all" captures every step of
     up to `cuda_graph_max_tokens` tokens (None: any size), "decode" only those where every sequence
     decodes one token (num_tokens == num_logits), "none" no step. A step that replays no graph adds
-    to its kernels, per kernel, its launch gap and `host_eager_per_kernel_s`, the time a Python
-    engine's host spends launching it that its kernels do not hide (engine/host_time.py; 0: none).
+    to its kernels, per kernel, its launch gap, and waits for a host that launches them one by one at
+    `host_eager_per_kernel_s` each (engine/host_time.py; 0: none): the launch queue of launch_wait_s.
 
     Expert parallelism over `expert_replicas` replicas of `tp` chips each: every chip holds whole
     routed experts, 1/(tp * expert_replicas) of them, which serve the tokens of all those replicas.
@@ -137,10 +137,12 @@ class ComputeModel:
         self._reserved_logit_rows = assumptions.value("reserved_logit_rows")
         self._runtime_reserve_bytes = assumptions.value("runtime_reserve_bytes")
         self._logit_bytes = assumptions.value("logit_bytes")
-        # What an eager step adds to its kernels: every kernel's launch gap and the host's time to launch it.
+        # An eager step: every kernel's launch gap, on the GPU, and the host's launches, queued ahead of it.
         self.host_eager_per_kernel_s = host_eager_per_kernel_s
-        self.eager_launch_s: float = self.kernels_per_step * (
-            assumptions.value("eager_kernel_launch_s") + host_eager_per_kernel_s)
+        self.eager_gap_s: float = self.kernels_per_step * assumptions.value("eager_kernel_launch_s")
+        self.host_launch_s: float = self.kernels_per_step * host_eager_per_kernel_s
+        # A stage's layers, launched in turn: the launch queue's period (launch_wait_s).
+        self._layers_per_stage = model.num_layers / pp
         self._compile()
 
     @property
@@ -307,10 +309,26 @@ class ComputeModel:
         unit = "sequences" if self._graphs_decode_only else "tokens"
         return f"CUDA graphs for {steps} of up to {int(self._graph_max_tokens)} {unit}"
 
-    def launch_s(self, num_tokens: int, num_logits: int) -> float:
-        """Kernel-launch time of a step, added to its kernels: none when it replays a captured CUDA graph."""
-        captured = num_tokens <= self._graph_max_tokens and not (self._graphs_decode_only and num_tokens != num_logits)
-        return 0.0 if captured else self.eager_launch_s
+    def captured(self, num_tokens: int, num_logits: int) -> bool:
+        """Whether a step replays a captured CUDA graph (else it launches its kernels eagerly)."""
+        return num_tokens <= self._graph_max_tokens and not (self._graphs_decode_only and num_tokens != num_logits)
+
+    def launch_s(self, num_tokens: int, num_logits: int, kernels_s: float = 0.0, traffic_s: float = 0.0) -> float:
+        """What launching a step's kernels (`kernels_s` of them, `traffic_s` of collectives between them)
+        adds to them: nothing when it replays a CUDA graph; eagerly, every kernel's launch gap and the
+        time the GPU waits on the host's launches (launch_wait_s)."""
+        if self.captured(num_tokens, num_logits):
+            return 0.0
+        return self.eager_gap_s + self.launch_wait_s(kernels_s + self.eager_gap_s + traffic_s)
+
+    def launch_wait_s(self, gpu_s: float) -> float:
+        """How much longer than `gpu_s` of GPU work (kernels, their gaps, collectives) an eager step
+        lasts, its host launching the kernels one by one at host_eager_per_kernel_s each
+        (launch_queue_s). Pipeline stages launch their own layers once their input arrives, so a step's
+        stages add up, and the bound holds for the whole step with the layers of a stage."""
+        if self.host_launch_s == 0.0:
+            return 0.0
+        return launch_queue_s(gpu_s, self.host_launch_s, self._layers_per_stage) - gpu_s
 
     def host_s(self, num_logits: int, scheduled: bool = True) -> float:
         """The host's time for a step that samples `num_logits` sequences; `scheduled`: it calls the
@@ -318,8 +336,9 @@ class ComputeModel:
         return (self.host_window_s if scheduled else 0.0) + self.host_step_s + self.host_per_sequence_s * num_logits
 
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
-                    chunk_context_tokens: float = 0.0, scheduled: bool = True) -> float:
-        """Sum of step_ops times and launch_s, plus host_s (or, overlapped, the larger of the two).
+                    chunk_context_tokens: float = 0.0, scheduled: bool = True, traffic_s: float = 0.0) -> float:
+        """The step's kernels (step_ops' times), what launching them adds (launch_s, given the step's
+        `traffic_s` of collectives between them), plus host_s (or, overlapped, the larger of the two).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
@@ -331,14 +350,10 @@ class ComputeModel:
         total = self._tokens_s.get(t)
         if total is None:
             total = self._tokens_s[t] = self._kernels_fixed_s + self._sum_s(self._token_ops, t, 0)
-        logits = self._logits_s if scheduled else self._logits_in_window_s
-        logits_s = logits.get(n)
-        if logits_s is None:  # a host in the step's path is added here, once per distinct n
-            host_s = 0.0 if self.host_overlapped else self.host_s(n, scheduled)
-            logits_s = logits[n] = host_s + self._sum_s(self._logit_ops, 0, n)
+        logits_s = self._logits_s.get(n)
+        if logits_s is None:
+            logits_s = self._logits_s[n] = self._sum_s(self._logit_ops, 0, n)
         total += logits_s
-        if not self._every_step_captured:
-            total += self.launch_s(t, n)
         if self._window:
             attn_pairs, kv_read_tokens = self.attention_aggregates(t, n, attn_pairs, kv_read_tokens)
         touched = 0.0
@@ -350,10 +365,12 @@ class ComputeModel:
             share, chip_logits = self.busiest_chip_share(t, n)
             total += self._sum_coefficients_s(self._chip_ops, t * share, chip_logits, attn_pairs * share,
                                               kv_read_tokens * share, touched, c)
+        if not self._every_step_captured:
+            total += self.launch_s(t, n, total, traffic_s)
+        host_s = self.host_s(n, scheduled)
         if self.host_overlapped:
-            host_s = self.host_s(n, scheduled)
             return total if total > host_s else host_s
-        return total
+        return total + host_s
 
     def _sum_coefficients_s(self, ops: tuple, t: float, n: float, attn_pairs: float, kv_read_tokens: float,
                             touched: float, c: float) -> float:
@@ -411,11 +428,25 @@ class ComputeModel:
         # Every kernel's fixed cost, the same in every step: added once, with the ops of num_tokens.
         self._kernels_fixed_s = math.fsum(op.kernels for op in self.ops) * self.kernel_fixed_s
         self._tokens_s: dict[int, float] = {}
-        self._logits_s: dict[int, float] = {}  # with the host in the path: a step that calls the scheduler
-        self._logits_in_window_s: dict[int, float] = {}  # and one inside a multi-step window
+        self._logits_s: dict[int, float] = {}
         m = self.model
         self._num_experts = float(m.num_experts)
         self._expert_miss = 1.0 - m.experts_per_token / m.num_experts if m.is_moe else 1.0
+
+
+def launch_queue_s(gpu_s: float, launches_s: float, layers: float) -> float:
+    """When a step ends whose kernels take `gpu_s` on the GPU and `launches_s` for the host to launch,
+    over `layers` alike layers.
+
+    The host runs ahead of the GPU, queueing kernels while long ones run, so the GPU waits only when
+    the launches fall behind: kernels k = 1..N, kernel k launched at k*h and taking g_k, end at the
+    max-plus bound max over k of (k*h + g_k + ... + g_N). Over L alike layers of G/L on the GPU and H/L
+    of launches each, that is the longer of G and H plus at most one layer of the shorter (the first
+    layer's launches before the GPU is busy, or the last layer's kernels after the host is done); the
+    bound here. So a small model's short kernels wait on their launches (a step of H), and a large
+    model's long ones hide them (a step of G), with one host time per kernel for both."""
+    longer, shorter = (gpu_s, launches_s) if gpu_s > launches_s else (launches_s, gpu_s)
+    return longer + shorter / layers
 
 
 def op_time_s(compute_s: float, memory_s: float, gemm: bool, p: float = efficiency.GEMM_OVERLAP_NORM) -> float:

@@ -114,7 +114,7 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("host_step_s", 0.5e-3, _HOST, "HOST_STEP_S", "s",
                "vLLM V1 scheduler and input preparation; reproduces AIConfigurator's vLLM rows at one chip",
                "validate latency; tests/test_engine.py"),
-    Assumption("vllm_v0_host_window_s", 2.2e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
+    Assumption("vllm_v0_host_window_s", 1.92e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
                "vLLM V0's host time per scheduler call, in its path (the vllm-v0 profile): Scheduler.schedule and "
                "prepare_model_input, once per multi-step window; fitted on the V0 rows run one step at a time "
                "(validate/fit.py)",
@@ -123,10 +123,11 @@ REGISTRY: tuple[Assumption, ...] = (
                "vLLM V0's host time in every step's path besides (the vllm-v0 profile): the engine's step loop, the "
                "sampler's tensors and pythonized outputs; fitted on the multi-step V0 rows (validate/fit.py)",
                "validate latency, validate --cross; tests/test_validate_cross.py"),
-    Assumption("eager_host_per_kernel_s", 18e-6, _HOST, "EAGER_HOST_PER_KERNEL_S", "s",
-               "SGLang's and vLLM V0's host time per kernel of an eager step, added to its kernels; calibrated on "
-               "DataCrunch's SGLang ShareGPT run at 4 req/s (70B, 4 x H200)",
-               "validate latency; tests/test_compute_roofline.py, tests/test_simulate.py"),
+    Assumption("eager_host_per_kernel_s", 72.7e-6, _HOST, "EAGER_HOST_PER_KERNEL_S", "s",
+               "SGLang's and vLLM V0's host time to launch each kernel of an eager step, queued ahead of the GPU "
+               "(compute/roofline.launch_queue_s); fitted on the TTFT of every SGLang and vLLM V0 row "
+               "(validate/fit.py)",
+               "validate latency, validate --cross; tests/test_compute_roofline.py, tests/test_simulate.py"),
     Assumption("host_per_sequence_s", 1.12e-6, _HOST, "HOST_PER_SEQUENCE_S", "s",
                "vLLM V1 update_from_output: 0.287 ms for 256 sequences (vllm-project/vllm PR 46112)",
                "validate latency; tests/test_engine.py"),

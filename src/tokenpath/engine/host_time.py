@@ -63,11 +63,13 @@ HOST_STEP_S = default("host_step_s")
 #   delivery path's per-token costs.
 # A V0 step run one at a time pays both parts. Each is fitted in code (validate/fit.py): the window part
 # on the V0 rows run one step at a time (the vLLM performance benchmark's V0 run of Llama 3 70B on
-# 4 x H200 at 1 req/s, whose ITL sets the sum), then the step part on the rows run with 10-step windows
-# (SGLang's benchmark of vLLM 0.6.0), given the window part: 2.2 ms and 0.61 ms put the CI row's mean
-# ITL at -0.5% and the multi-step rows' median TPOT at -7.4% to +1.2% (`tokenpath validate --group
-# latency`). One constant shared by the window (the model before this split) could not fit both: the
-# multi-step rows wanted 15.5 ms a window, 1.55 ms a step, where the single-step row wanted 2.9 ms a step.
+# 4 x H200 at 1 req/s, and Azure's vLLM 0.8.3 pipeline-parallel run, which fell back to V0; their ITL
+# and TPOT set the sum), then the step part on the rows run with 10-step windows (SGLang's benchmark of
+# vLLM 0.6.0), given the window part. The two values are where each part's fit, the others held, stays
+# put: 1.92 ms and 0.61 ms put the CI row's mean ITL at +1.0%, the Azure row's TPOT at -12.3% and the
+# multi-step rows' median TPOT at -1.0% to +13.6% (`tokenpath validate --group latency`). One constant
+# shared by the window (the model before this split) could not fit both: the multi-step rows wanted
+# 15.5 ms a window, 1.55 ms a step, where the single-step row wanted 2.9 ms a step.
 VLLM_V0_HOST_WINDOW_S = default("vllm_v0_host_window_s")
 VLLM_V0_HOST_STEP_S = default("vllm_v0_host_step_s")
 # Per sequence sampled: vLLM V1's Scheduler.update_from_output takes 0.287 ms for 256 decoding
@@ -76,19 +78,23 @@ HOST_PER_SEQUENCE_S = default("host_per_sequence_s")
 
 # A Python engine's host time per kernel of a step it launches eagerly (no CUDA graph replayed): the
 # model's Python forward pass, the PyTorch dispatcher and the launch call, spread over the kernels it
-# launches. The measured steps show it adding to the kernels rather than hiding behind them: such a
-# step lasts its kernels, plus per kernel the launch gap (compute/efficiency.EAGER_KERNEL_LAUNCH_S) and
-# this. (A host running ahead of the GPU would make the step the longer of its kernels and its
-# launches; with that form, calibrated the same way at 38 us, prefills of 500 tokens came out 15-16%
-# short of DataCrunch's measured TTFTs where prefills of 230 tokens matched, and the latency group's
-# TTFT median was 17.7% against 13.3%: tokenpath validate --group latency.) Calibrated once, on
-# DataCrunch's SGLang ShareGPT run at 4 req/s (Llama 3.3 70B on 4 x H200, a calibration row of
-# `tokenpath validate --group latency`): 17.5 us gives -0.8% TTFT there, 18 us +0.5%. For comparison,
-# AIConfigurator times one eager custom all-reduce call in vLLM and SGLang at 19-22 us on H100 and H200
-# hosts, where its kernel takes 5 us.
+# launches. The host queues kernels ahead of the GPU, so an eager step lasts the longer of its kernels
+# and its launches, plus at most a layer of the shorter (compute/roofline.launch_queue_s): short
+# kernels wait on the host, long ones (a large model's, a long prompt's) hide it. (Added to every kernel
+# instead, as this model did before, a 405B model's eager prompts at TP8 paid some 40 ms of launches on
+# top of kernels that hide them.) Fitted in code on the TTFT of every SGLang and vLLM V0 row
+# (validate/fit.py): 72.7 us. The rows side with neither form alone: on the SGLang cookbook's B200 runs
+# at concurrency 1, a 4,194-token prompt takes 23 ms (Qwen3-235B) and 14 ms (DeepSeek-R1) longer than a
+# 610-token one; the kernels alone grow by 40 and 46 ms (launches added to them keep that growth), the
+# queue by 0.4 and 0.8 ms, both prompts waiting on their launches. Something that grows with the
+# prompt is missing, and this value, above what the engines' own timings suggest, stands in for it at
+# short prompts (docs/validation.md, "The host's launches queue ahead"). AIConfigurator times one eager
+# custom all-reduce call in vLLM and SGLang at 19-22 us on H100 and H200 hosts (41-50 us on A100
+# hosts), where its kernel takes 5 us.
 EAGER_HOST_PER_KERNEL_S = default("eager_host_per_kernel_s")
 # The profiles that pay it (Profile.eager_host): SGLang's and vLLM V0's, whose model code runs op by op
-# in Python when no graph is replayed (calibrated on SGLang, checked on vLLM V0). vLLM V1 compiles its
+# in Python when no graph is replayed (one value for both: vLLM V0's own, fitted on its rows run a step
+# at a time, came out at 48 us and left the cross-validated TTFT no better). vLLM V1 compiles its
 # model and TensorRT-LLM launches from C++ or fused custom ops: neither host time per kernel is measured
 # here, so none. Whether each profile's engine prepares a step while the GPU runs the one before is
 # Profile.host_overlap (engine/profiles.py cites each engine).

@@ -12,9 +12,10 @@ from tokenpath.engine.speculative import Speculation
 
 class StepCosts(Protocol):
     def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
-                  chunk_context_tokens: float, scheduled: bool) -> float:
+                  chunk_context_tokens: float, scheduled: bool, traffic_s: float) -> float:
         """A step's compute time, the host's in its path included; `scheduled`: the step calls the
-        scheduler (every step but those of a multi-step window after its first)."""
+        scheduler (every step but those of a multi-step window after its first); `traffic_s`: the step's
+        traffic_s, whose collectives run between its kernels (and hide launches as kernels do)."""
         ...
     def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
 

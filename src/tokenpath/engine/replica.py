@@ -567,14 +567,16 @@ class Replica:
         else:  # every sequence's new tokens leave in one event
             sampled, events = decode * advance - self.shortfall + len(completing), decode + len(completing)
 
-        compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled) * 1e9)
+        traffic_s = self._traffic_s(num_tokens, logits == num_tokens)
+        compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
+                                           traffic_s) * 1e9)
         if self._draft_s is not None:  # the drafter's passes, after the target's (compute/drafter.py)
             compute_ns += round(self._draft_s(num_tokens, decode + len(completing), attn_pairs, kv_read,
                                               chunk_context) * 1e9)
         if self.side_ns:  # another model's kernels in this step
             compute_ns += self.side_ns
             self.side_ns = 0
-        traffic_ns = round(self._traffic_s(num_tokens, logits == num_tokens) * 1e9)
+        traffic_ns = round(traffic_s * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
         at_front = self.at_front  # (empty without a front end)
         if at_front and at_front[0] >> _ID_BITS <= gpu_end:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -88,8 +89,9 @@ def explain(sim: Simulation) -> dict[str, Any]:
                 for op, linear in zip(ops, deployment.compute.ops)],
         "engine_host_s": compute.host_s(shape["sampled"], scheduled),
         "engine_host_assumptions": host_assumptions(sim.scenario.engine.scheduler, scheduled),
-        # Beyond the kernels when no graph is replayed: launch gaps and the host's time to launch them.
-        "launch_s": compute.launch_s(shape["tokens"], shape["sampled"]),
+        # Beyond the kernels when no graph is replayed: launch gaps, and the wait on the host's launches.
+        "launch_s": compute.launch_s(shape["tokens"], shape["sampled"], math.fsum(op.time_s for op in ops),
+                                     trace.step_traffic_ns[i] / 1e9),
         "launch_includes_host": compute.host_eager_per_kernel_s > 0,
         "compute_s": trace.step_compute_ns[i] / 1e9,
         "traffic_s": trace.step_traffic_ns[i] / 1e9,

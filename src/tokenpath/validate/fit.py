@@ -13,13 +13,13 @@ simulates a row once per distinct values of the constants that reach it.
 
 Constants interact (an SGLang row's TTFT moves with both host costs), so they are fitted one after
 another in PROCEDURES' order, each with those before it at their fitted values and those after at the
-registry's: first the eager host time per kernel (25 rows' TTFT; of them only SGLang v0.3's four, run
-without overlap, also pay host_step_s in their path), then host_step_s, then vLLM V0's two host parts
-(its rows also pay the eager host time): its part per scheduler call on the V0 rows run one step at a
-time, which pay both parts every step (given the part every step, it sets their sum), then its part
-every step on the rows run in multi-step windows, which pay the other once a window, given it. Fitted
-first, the eager host time does not depend on a fold's other values, so every fold shares its
-simulations.
+registry's: first the eager host time per kernel (the SGLang and vLLM V0 rows' TTFT; of them only
+SGLang v0.3's four, run without overlap, also pay host_step_s in their path), then host_step_s, then
+vLLM V0's two host parts (its rows also pay the eager host time): its part per scheduler call on the V0
+rows run one step at a time, which pay both parts every step (given the part every step, it sets their
+sum), then its part every step on the rows run in multi-step windows, which pay the other once a window,
+given it. Fitted first, the eager host time does not depend on a fold's other values, so every fold
+shares its simulations.
 """
 
 from __future__ import annotations
@@ -123,18 +123,18 @@ def _vllm_v0_multi_step(row: Row) -> bool:
 # In the order they are fitted (the module's docstring says why).
 PROCEDURES: tuple[Procedure, ...] = (
     # SGLang's and vLLM V0's host time per kernel of a step that replays no graph: their prompts run
-    # eagerly, so TTFT (set by hand on DataCrunch's ShareGPT row at 4 req/s). From about a C++ runtime's
-    # launch gap (EAGER_KERNEL_LAUNCH_S, 4.9 us) to above an eager all-reduce call on A100 hosts (41-50 us
-    # in AIConfigurator's tables, docs/validation.md).
-    Procedure("eager_host_per_kernel_s", "ttft", _has_eager_steps, _reads_eager_host, 5e-6, 60e-6),
+    # eagerly, so TTFT. From about a C++ runtime's launch gap (EAGER_KERNEL_LAUNCH_S, 4.9 us) to three
+    # times an eager all-reduce call on A100 hosts (41-50 us in AIConfigurator's tables,
+    # docs/validation.md).
+    Procedure("eager_host_per_kernel_s", "ttft", _has_eager_steps, _reads_eager_host, 5e-6, 150e-6),
     # The fixed host time per step of vLLM V1, SGLang and TensorRT-LLM, in the path of the steps of vLLM
     # V1 and of engines run without overlap: a cost per step, so TPOT / ITL (set by hand to reproduce
-    # AIConfigurator's vLLM rows, engine/host_time.py). From a fifth of V1's 0.5 ms to above V0's 2.8 ms
+    # AIConfigurator's vLLM rows, engine/host_time.py). From a fifth of V1's 0.5 ms to above V0's 2.5 ms
     # a step run alone.
     Procedure("host_step_s", "decode", _host_step_in_path, _reads_host_step, 0.1e-3, 5e-3),
     # vLLM V0's host time per scheduler call (scheduling, preparing the inputs) and every step besides,
     # both in the step's path: TPOT / ITL. Each from a tenth of a millisecond to 10 ms: the single-step
-    # V0 row wants the two to sum to about 2.8 ms, the multi-step rows (windows of 10 steps) about
+    # V0 rows want the two to sum to about 2.5 ms, the multi-step rows (windows of 10 steps) about
     # 0.8 ms a decode step, so either part may take most of the sum.
     Procedure("vllm_v0_host_window_s", "decode", _vllm_v0_single_step, _reads_vllm_v0_host, 0.1e-3, 10e-3),
     Procedure("vllm_v0_host_step_s", "decode", _vllm_v0_multi_step, _reads_vllm_v0_host, 0.1e-3, 10e-3),

@@ -85,9 +85,9 @@ def _step_s(costs: Any, work: Work, x: float, scheduled: bool) -> float:
     """The engine's time for one step holding x requests' worth of `work`."""
     tokens = max(1, round(x * work.tokens))
     logits = min(tokens, max(1, round(x * work.logits)))
-    return (costs.compute_s(tokens, logits, x * work.attn_pairs, x * work.kv_read_tokens,
-                            x * work.chunk_context_tokens, scheduled)
-            + costs.traffic_s(tokens, logits == tokens))
+    traffic_s = costs.traffic_s(tokens, logits == tokens)
+    return costs.compute_s(tokens, logits, x * work.attn_pairs, x * work.kv_read_tokens,
+                           x * work.chunk_context_tokens, scheduled, traffic_s) + traffic_s
 
 
 def _per_engine(prepared: Prepared, work: Work, step_limit_s: float | None) -> float:
