@@ -146,3 +146,21 @@ def test_ranking_groups_rows_by_source_and_load_point():
     assert [g["ttft"]["tau"] for g in document["groups"]] == [pytest.approx(1.0), pytest.approx(-1.0)]
     assert (document["pairs"], document["ttft_wrong"]) == (4, 1)
     assert document["groups"][0]["decode"]["wrong"] == []  # every TPOT the same: no order to get wrong
+
+
+def test_a_python_engines_light_load_prompts_calibrate_its_host_time_per_eager_kernel():
+    """DataCrunch's SGLang run at 1 req/s, its figures made by the model itself at 100 us per eager
+    kernel: its prompts wait on their launches, which no rate of the GPU's shortens, so the fit takes the
+    host time per eager kernel and finds the value again."""
+    from dataclasses import replace
+
+    from tokenpath.calibrate.fit import fit_engine
+    from tokenpath.validate.latency import row_scenario
+
+    scenario, phase = row_scenario(POISSON, SHIPPED["sharegpt"]), row_phase(POISSON, SHIPPED["sharegpt"])
+    [(ttft_s, decode_s)] = _Model(scenario, [phase], []).predict({"eager_host_per_kernel_s": 100e-6})
+    [(registry_ttft_s, _)] = _Model(scenario, [phase], []).predict({})
+    assert ttft_s > registry_ttft_s * 1.2  # the registry's 72.7 us leaves the made TTFT well short
+    fit = fit_engine(scenario, [replace(phase, ttft_s=ttft_s, decode_s=decode_s)])
+    assert fit.names == ["eager_host_per_kernel_s"]
+    assert fit.values["eager_host_per_kernel_s"] == pytest.approx(100e-6, rel=0.03)

@@ -46,12 +46,14 @@ from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.simulate import Prepared, simulate
 
 # The assumptions an engine probe can see, most preferred first: a server's own overheads (its host
-# time per step, its front end) and its kernels' rate before what is a property of the chip and
-# measured widely (HBM efficiency, the fixed cost of a kernel). Where the probe cannot tell two apart,
-# the one earlier here is fitted.
-CANDIDATES = ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s", "serving_gemm_fraction",
-              "frontend_per_request_s", "host_per_sequence_s", "base_latency_s", "hbm_bw_efficiency", "kernel_fixed_s",
-              "attention_query_overhead_pairs")
+# time per step, its time to launch an eager step's kernels, its front end) and its kernels' rate
+# before what is a property of the chip and measured widely (HBM efficiency, the fixed cost of a
+# kernel). Where the probe cannot tell two apart, the one earlier here is fitted. The host time per
+# eager kernel moves only the engines that pay it (SGLang's and vLLM V0's profiles): a light-load
+# prompt of theirs waits on its launches, which no rate of the GPU's shortens.
+CANDIDATES = ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s", "eager_host_per_kernel_s",
+              "serving_gemm_fraction", "frontend_per_request_s", "host_per_sequence_s", "base_latency_s",
+              "hbm_bw_efficiency", "kernel_fixed_s", "attention_query_overhead_pairs")
 # Least change of the residuals (in log units) per log unit of an assumption for it to be fitted: a
 # 10% change of it must move the phases' medians by about 1% together.
 MIN_SENSITIVITY = 0.1
