@@ -309,16 +309,12 @@ class ComputeModel:
         unit = "sequences" if self._graphs_decode_only else "tokens"
         return f"CUDA graphs for {steps} of up to {int(self._graph_max_tokens)} {unit}"
 
-    def captured(self, num_tokens: int, num_logits: int) -> bool:
-        """Whether a step replays a captured CUDA graph (else it launches its kernels eagerly)."""
-        return num_tokens <= self._graph_max_tokens and not (self._graphs_decode_only and num_tokens != num_logits)
-
     def launch_s(self, num_tokens: int, num_logits: int, kernels_s: float = 0.0, traffic_s: float = 0.0) -> float:
         """What launching a step's kernels (`kernels_s` of them, `traffic_s` of collectives between them)
         adds to them: nothing when it replays a CUDA graph; eagerly, every kernel's launch gap and the
         time the GPU waits on the host's launches (launch_wait_s)."""
-        if self.captured(num_tokens, num_logits):
-            return 0.0
+        if num_tokens <= self._graph_max_tokens and not (self._graphs_decode_only and num_tokens != num_logits):
+            return 0.0  # replays a captured CUDA graph
         return self.eager_gap_s + self.launch_wait_s(kernels_s + self.eager_gap_s + traffic_s)
 
     def launch_wait_s(self, gpu_s: float) -> float:
