@@ -208,7 +208,7 @@ def test_overrides_change_the_deployment_and_do_not_leak_into_the_next_scenario(
     after = build_deployment(base)
     # vLLM V1 pays host_step_s per scheduler call: every step
     assert changed.compute.host_window_s == 2e-3
-    assert before.compute.host_window_s == after.compute.host_window_s == 0.5e-3
+    assert before.compute.host_window_s == after.compute.host_window_s == lookup("host_step_s").value
     assert changed.chip.matmul_efficiency["fp8"] == pytest.approx(before.chip.matmul_efficiency["fp8"] / 2)
     assert changed.compute.kernel_fixed_s == 5e-6 and after.compute.kernel_fixed_s == 2.45e-6
     assert changed.collectives.base_latency_s == 20e-6 and after.collectives.base_latency_s == 6.6e-6
@@ -259,7 +259,7 @@ def test_assumptions_command_lists_every_one_as_json(tmp_path, monkeypatch, caps
     path.write_text('[assumptions]\nhost_step_s = "3 ms"\n')
     rows = json.loads(run_cli(["assumptions", str(path), "--json", "-"], monkeypatch, capsys)[1])
     host = next(r for r in rows if r["name"] == "host_step_s")
-    assert host["value"] == pytest.approx(3e-3) and host["default"] == 0.5e-3 and host["origin"] == "scenario"
+    assert host["value"] == pytest.approx(3e-3) and host["default"] == 0.575e-3 and host["origin"] == "scenario"
     path.write_text("[assumptions]\nhost_stp_s = 1\n")
     assert_user_error(*run_cli(["simulate", str(path)], monkeypatch, capsys), "did you mean 'host_step_s'")
 

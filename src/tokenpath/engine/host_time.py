@@ -34,10 +34,11 @@ class HostStepCost:
 
 
 # The fixed host time of a step, the same order for every engine written in Python around the GPU:
-# 0.5 ms, of which vLLM's V1 scheduler and input preparation take most at small batches. It reproduces
-# the vLLM rows of AIConfigurator's measured runs at one chip (tokenpath validate --group latency);
-# an order of magnitude to calibrate per deployment. The profiles other than vllm-v0 pay it per
-# scheduler call (their host_window_assumption): every step, but under multi-step windows once a window.
+# 0.575 ms, of which vLLM's V1 scheduler and input preparation take most at small batches. Fitted in
+# code on the TPOT / ITL of the rows whose steps wait for it (vLLM V1, and NIM and SGLang v0.3 run
+# without overlap; validate/fit.py); an order of magnitude to calibrate per deployment. The profiles
+# other than vllm-v0 pay it per scheduler call (their host_window_assumption): every step, but under
+# multi-step windows once a window.
 HOST_STEP_S = default("host_step_s")
 # vLLM's V0 engine (the vllm-v0 profile): its fixed host time, in the step's path, in two parts, as
 # its code splits the work between a scheduler call and a step. V0 schedules, builds the step's inputs

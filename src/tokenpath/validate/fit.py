@@ -3,12 +3,13 @@ the cross-validation in validate/cross.py, or all of them) gives its value the s
 
 A constant's `Procedure` names it (the registry's name), the rows it is fitted on (those whose metric it
 moves: a predicate over rows, read off the engine profile the row runs), the metric (TTFT or the row's
-decode metric) and its bounds. Its value minimizes the median |relative error| of that metric over
-those rows, searched over every point of a log grid through the registry's value (GRID_STEP apart,
-within the bounds). The median of a few rows' errors is flat in places and has many local minima in
-the value, so the search scans the grid rather than narrowing one bracket (golden section, or a
-coarse scan refined around its best, which stopped a point or two from the grid's best); where
-several points tie, the middle one wins. The grid is fixed, so folds share simulations: `RowErrors`
+decode metric) and its bounds. Its value minimizes a loss of that metric's errors over those rows
+(the median |relative error|, or for host_step_s the mean |log error|: see PROCEDURES), searched over
+every point of a log grid through the registry's value (GRID_STEP apart, within the bounds). The
+median of a few rows' errors is flat in places and has many local minima in the value, so the search
+scans the grid rather than narrowing one bracket (golden section, or a coarse scan refined around its
+best, which stopped a point or two from the grid's best); where several points tie, the middle one
+wins. The grid is fixed, so folds share simulations: `RowErrors`
 simulates a row once per distinct values of the constants that reach it.
 
 Constants interact (an SGLang row's TTFT moves with both host costs), so they are fitted one after
@@ -50,6 +51,17 @@ GRID_STEP = 1.15
 TIE = 1e-12
 
 
+def median_abs_error(errors: Sequence[float]) -> float:
+    """The median |relative error|: robust to the few rows a mechanism misses by far."""
+    return statistics.median(abs(e) for e in errors)
+
+
+def mean_abs_log_error(errors: Sequence[float]) -> float:
+    """The mean |log(predicted / measured)|: every row's move counts, so a constant that moves each row
+    a little has a minimum where the median of the rows is flat."""
+    return statistics.fmean(abs(math.log1p(e)) for e in errors)
+
+
 @dataclass(frozen=True)
 class Procedure:
     """How one constant is fitted: on the rows `informs` accepts, by `metric`, within [low, high];
@@ -64,6 +76,7 @@ class Procedure:
     high: float
     center: float | None = None  # the grid's centre; None: the registry's value
     step: float = GRID_STEP
+    loss: Callable[[Sequence[float]], float] = median_abs_error  # of the informing rows' errors
 
     def start(self) -> float:
         """The value before any fit: the centre of the grid (the registry's value)."""
@@ -128,10 +141,12 @@ PROCEDURES: tuple[Procedure, ...] = (
     # docs/validation.md).
     Procedure("eager_host_per_kernel_s", "ttft", _has_eager_steps, _reads_eager_host, 5e-6, 150e-6),
     # The fixed host time per step of vLLM V1, SGLang and TensorRT-LLM, in the path of the steps of vLLM
-    # V1 and of engines run without overlap: a cost per step, so TPOT / ITL (set by hand to reproduce
-    # AIConfigurator's vLLM rows, engine/host_time.py). From a fifth of V1's 0.5 ms to above V0's 2.5 ms
-    # a step run alone.
-    Procedure("host_step_s", "decode", _host_step_in_path, _reads_host_step, 0.1e-3, 5e-3),
+    # V1 and of engines run without overlap: a cost per step, so TPOT / ITL. From a tenth of a
+    # millisecond to above V0's 2.5 ms a step run alone. It moves each of its rows by a few percent, so
+    # the median of their |errors| is flat within a point from 0.1 to 0.5 ms and its lowest point
+    # jumped between folds (0.12 ms or 1.76 ms); the mean |log error| adds every row's move (lowest at
+    # 0.575 ms on every row; 0.25-1.16 ms out of fold).
+    Procedure("host_step_s", "decode", _host_step_in_path, _reads_host_step, 0.1e-3, 5e-3, loss=mean_abs_log_error),
     # vLLM V0's host time per scheduler call (scheduling, preparing the inputs) and every step besides,
     # both in the step's path: TPOT / ITL. Each from a tenth of a millisecond to 10 ms: the single-step
     # V0 rows want the two to sum to about 2.5 ms, the multi-step rows (windows of 10 steps) about
@@ -197,7 +212,7 @@ class Fit:
     name: str
     value: float
     rows: int         # the rows it was fitted on
-    median_abs_error: float
+    loss: float       # the procedure's loss at the value
 
 
 def _best(scores: Mapping[int, float]) -> int:
@@ -215,7 +230,7 @@ def fit(procedure: Procedure, train: Sequence[int], values: Mapping[str, float],
         return None
     grid = procedure.grid()
     got = errors.get([(k, {**values, procedure.name: value}) for value in grid for k in informing])
-    scores = {i: statistics.median(abs(e[procedure.metric]) for e in got[i * len(informing):(i + 1) * len(informing)])
+    scores = {i: procedure.loss([e[procedure.metric] for e in got[i * len(informing):(i + 1) * len(informing)]])
               for i in range(len(grid))}
     best = _best(scores)
     return Fit(procedure.name, grid[best], len(informing), scores[best])
