@@ -296,6 +296,9 @@ class _Replica:
         # An overlapped scheduler forms a busy engine's next batch when the step before it starts.
         self.lagged = rules.overlapped if spec.host_overlap is None else spec.host_overlap
         self.formed = 0  # the start of the last step
+        # An overlapped host launches a step's kernels while the GPU runs the step before, once its own work
+        # in that step is done: how long before the step starts (0 after an idle wait).
+        self.ahead_s = 0.0
         # Speculative decoding: query tokens a decoding sequence runs in a step (its drafts and one
         # more), and the tokens it gains in the step being run, drawn per step.
         speculation = costs.speculation
@@ -378,6 +381,8 @@ class _Replica:
                 break
             busy = self.waiting or len(self.running)
             formed = self.formed if busy and self.lagged else self.now
+            if not busy:
+                self.ahead_s = 0.0
             if busy:
                 self.through_front(formed)
             else:  # until the first request the front end passes on is known
@@ -705,7 +710,7 @@ class _Replica:
         the window's last step, which hands it every token of the window at once."""
         traffic_s = self.costs.traffic_s(num_tokens, num_logits == num_tokens)
         compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read, chunk_context,
-                                              self.scheduled, traffic_s))
+                                              self.scheduled, traffic_s, self.ahead_s))
         if self.costs.draft_s is not None:  # the drafter's passes
             compute_ns += _ns(self.costs.draft_s(num_tokens, sampling, attn_pairs, kv_read, chunk_context))
         traffic_ns = _ns(traffic_s)
@@ -726,12 +731,15 @@ class _Replica:
         end = gpu_end + blocking_ns
         self.steps.append((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, num_seqs,
                            attn_pairs, kv_read, chunk_context, num_logits, front_wait_ns, front_work_ns,
-                           int(self.scheduled)))
+                           int(self.scheduled), _ns(self.ahead_s)))
         self.emitted.append(emitters)
         # Every token's step is recorded, so a request ended early (aborted) has its last one too.
         self.last_end[emitters] = end
         self.last_step[emitters] = len(self.steps) - 1
         self.formed = self.now
+        if self.lagged:
+            self.ahead_s = max(0.0, (compute_ns + traffic_ns) / 1e9
+                               - self.costs.host_busy_s(num_tokens, num_logits, self.scheduled))
         self.now = end
         return compute_ns, traffic_ns, blocking_ns, end
 
@@ -822,7 +830,7 @@ class _Replica:
         return taken
 
     def trace(self) -> EngineTrace:
-        step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 14)
+        step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 15)
         leave = step_rows[:, 4]
         for k in range(len(leave) - 2, -1, -1):  # a step inside a window leaves with the window's last
             if leave[k] < 0:
@@ -867,6 +875,7 @@ class _Replica:
             step_front_queue_ns=step_rows[:, 11],
             step_front_work_ns=step_rows[:, 12],
             step_scheduled=step_rows[:, 13],
+            step_ahead_ns=step_rows[:, 14],
             front_queue_ns=front_wait,
             front_work_ns=front_work,
             upload_ns=self.upload,

@@ -225,12 +225,12 @@ def test_cuda_graph_policy_decides_which_steps_launch_eagerly():
         ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="eager")
 
 
-def _max_plus_end_s(kernel_s: list[float], launch_s: float) -> float:
-    """When a queue of kernels ends, kernel k (from 1) launched at k * launch_s: each starts once it is
-    launched and the one before it is done."""
+def _max_plus_end_s(kernel_s: list[float], launch_s: float, ahead_s: float = 0.0) -> float:
+    """When a queue of kernels ends, kernel k (from 1) launched at k * launch_s - ahead_s (the host began
+    ahead_s before the GPU was free, at 0): each starts once it is launched and the one before it is done."""
     end_s = 0.0
     for k, g in enumerate(kernel_s, start=1):
-        end_s = max(end_s, k * launch_s) + g
+        end_s = max(end_s, k * launch_s - ahead_s) + g
     return end_s
 
 
@@ -247,6 +247,46 @@ def test_the_launch_queue_bounds_a_step_of_alike_layers(layer_s, layers, launch_
     gpu_s, launches_s = math.fsum(kernels), len(kernels) * launch_s
     assert max(gpu_s, launches_s) <= exact * (1 + 1e-9)
     assert exact <= launch_queue_s(gpu_s, launches_s, layers) * (1 + 1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(layer_s=st.lists(st.floats(0.0, 2e-3), min_size=1, max_size=12),
+       layers=st.integers(1, 40), launch_s=st.floats(1e-7, 1e-4), ahead_share=st.floats(0.0, 2.0))
+def test_a_host_that_starts_ahead_of_the_gpu_has_that_much_less_to_launch(layer_s, layers, launch_s, ahead_share):
+    """An overlapped host begins launching a step while the GPU still runs the one before: the step ends
+    no earlier than the longer of its kernels and the launches left, and no later than the queue's bound
+    with those launches left."""
+    from tokenpath.compute.roofline import launch_queue_s
+
+    kernels = layer_s * layers
+    gpu_s, launches_s = math.fsum(kernels), len(kernels) * launch_s
+    ahead_s = ahead_share * launches_s
+    exact = _max_plus_end_s(kernels, launch_s, ahead_s)
+    left_s = max(launches_s - ahead_s, 0.0)
+    assert max(gpu_s, left_s) <= exact * (1 + 1e-9) + 1e-15
+    assert exact <= launch_queue_s(gpu_s, left_s, layers) * (1 + 1e-9) + 1e-15
+
+
+def test_an_overlapped_host_launches_ahead_and_a_graph_step_leaves_it_free():
+    """The host's own time in a step is its host_s and, eagerly, its launches; launching a step ahead
+    of the GPU takes that much off the launches it waits on, down to none."""
+    model, chip = load_model("llama-3.1-70b"), load_chip("h200")
+    python = ComputeModel(model, chip, 4, "bf16", "bf16", cuda_graphs="decode", host_step_s=1e-3,
+                          host_overlapped=True, host_eager_per_kernel_s=40e-6)
+    short = (224, 1, 224 * 225 / 2, 224)      # eager: a prompt
+    decode = (32, 32, 0, 32 * 500)            # replays a graph
+    assert python.eager(224, 1) and not python.eager(32, 32)
+    assert python.host_busy_s(224, 1) == pytest.approx(python.host_s(1) + python.host_launch_s, rel=1e-12)
+    assert python.host_busy_s(32, 32) == python.host_s(32)
+    kernels_s = math.fsum(op.time_s for op in python.step_ops(*short)) + python.eager_gap_s
+    assert kernels_s < python.host_launch_s  # launch-bound alone
+    ahead_s = 20e-3
+    left_s = python.host_launch_s - ahead_s
+    assert python.step_time_s(*short, ahead_s=ahead_s) == pytest.approx(
+        max(kernels_s, left_s) + min(kernels_s, left_s) / 80, rel=1e-12)
+    assert python.step_time_s(*short, ahead_s=python.host_launch_s) == pytest.approx(kernels_s, rel=1e-12)
+    assert python.step_time_s(*short, ahead_s=1.0) == pytest.approx(kernels_s, rel=1e-12)
+    assert python.step_time_s(*decode, ahead_s=ahead_s) == python.step_time_s(*decode)
 
 
 def test_a_python_host_delays_a_small_models_eager_step_and_hides_behind_a_large_ones():

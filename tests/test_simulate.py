@@ -288,6 +288,35 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     assert np.allclose(e.step_compute_ns - g.step_compute_ns, launches_ns, atol=4)
 
 
+def test_an_overlapped_python_host_launches_each_step_while_the_gpu_runs_the_one_before():
+    """SGLang's event_loop_overlap launches a busy engine's next batch while the GPU runs the current one:
+    a busy engine's step's host is ahead of the GPU by what the step before left it (that step's time
+    less its own host work: host_s and, eagerly, its launches), and an idle engine's first step starts
+    with nothing launched. Prompts arriving at 5 requests/s into 20-token decodes run both ways."""
+    run = simulate(small(**{"workload.num_requests": 40, "workload.arrival.rate": 5.0,
+                            "workload.input": {"kind": "fixed", "value": 300},
+                            "workload.output": {"kind": "fixed", "value": 20},
+                            "engine.scheduler": "prefill-first", "engine.cuda_graphs": "decode",
+                            "deployment.tp": 4, "deployment.chips": 4}))
+    compute, trace = run.deployment.compute, run.traces[0]
+    assert compute.host_overlapped and compute.host_launch_s > 0
+    steps = zip(trace.step_start_ns, trace.step_compute_ns, trace.step_traffic_ns, trace.step_blocking_ns,
+                trace.step_tokens, trace.step_logits, trace.step_attn_pairs, trace.step_kv_read_tokens,
+                trace.step_chunk_context_tokens, trace.step_scheduled, trace.step_ahead_ns)
+    assert trace.step_ahead_ns[0] == 0
+    end_ns, left_s, ahead_prompts = None, 0.0, 0
+    for start, c, x, b, t, n, pairs, kv, chunk, scheduled, ahead in steps:
+        if ahead:  # a busy engine's step, right after the one before (an idle engine's is 0)
+            assert start == end_ns and ahead == round(left_s * 1e9)
+        assert c == round(compute.step_time_s(t, n, pairs, kv, chunk, bool(scheduled), x / 1e9, ahead / 1e9) * 1e9)
+        if compute.eager(t, n) and ahead:
+            ahead_prompts += 1
+            assert c < compute.step_time_s(t, n, pairs, kv, chunk, bool(scheduled), x / 1e9) * 1e9
+        left_s = max(0.0, (c + x) / 1e9 - compute.host_busy_s(t, n, bool(scheduled)))
+        end_ns = start + c + x + b
+    assert ahead_prompts > 5  # prompts that arrived while others decoded
+
+
 def test_validate_predicts_the_published_rows_it_covers():
     from tokenpath.validate.groups import run_validation
 

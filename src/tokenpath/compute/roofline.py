@@ -309,22 +309,38 @@ class ComputeModel:
         unit = "sequences" if self._graphs_decode_only else "tokens"
         return f"CUDA graphs for {steps} of up to {int(self._graph_max_tokens)} {unit}"
 
-    def launch_s(self, num_tokens: int, num_logits: int, kernels_s: float = 0.0, traffic_s: float = 0.0) -> float:
+    def eager(self, num_tokens: int, num_logits: int) -> bool:
+        """Whether the step launches its kernels one by one: it replays no captured CUDA graph."""
+        return num_tokens > self._graph_max_tokens or (self._graphs_decode_only and num_tokens != num_logits)
+
+    def launch_s(self, num_tokens: int, num_logits: int, kernels_s: float = 0.0, traffic_s: float = 0.0,
+                 ahead_s: float = 0.0) -> float:
         """What launching a step's kernels (`kernels_s` of them, `traffic_s` of collectives between them)
         adds to them: nothing when it replays a CUDA graph; eagerly, every kernel's launch gap and the
-        time the GPU waits on the host's launches (launch_wait_s)."""
-        if num_tokens <= self._graph_max_tokens and not (self._graphs_decode_only and num_tokens != num_logits):
-            return 0.0  # replays a captured CUDA graph
-        return self.eager_gap_s + self.launch_wait_s(kernels_s + self.eager_gap_s + traffic_s)
+        time the GPU waits on the host's launches (launch_wait_s, the host `ahead_s` ahead)."""
+        if not self.eager(num_tokens, num_logits):
+            return 0.0
+        return self.eager_gap_s + self.launch_wait_s(kernels_s + self.eager_gap_s + traffic_s, ahead_s)
 
-    def launch_wait_s(self, gpu_s: float) -> float:
+    def launch_wait_s(self, gpu_s: float, ahead_s: float = 0.0) -> float:
         """How much longer than `gpu_s` of GPU work (kernels, their gaps, collectives) an eager step
         lasts, its host launching the kernels one by one at host_eager_per_kernel_s each
         (launch_queue_s). Pipeline stages launch their own layers once their input arrives, so a step's
-        stages add up, and the bound holds for the whole step with the layers of a stage."""
+        stages add up, and the bound holds for the whole step with the layers of a stage.
+
+        `ahead_s`: how long before the GPU is free the host began launching: an overlapped host
+        (SGLang's event_loop_overlap) launches a step while the GPU runs the one before, so that much
+        of the launches is done before the step's first kernel can run (host_busy_s)."""
         if self.host_launch_s == 0.0:
             return 0.0
-        return launch_queue_s(gpu_s, self.host_launch_s, self._layers_per_stage) - gpu_s
+        launches_s = self.host_launch_s - ahead_s if self.host_launch_s > ahead_s else 0.0
+        return launch_queue_s(gpu_s, launches_s, self._layers_per_stage) - gpu_s
+
+    def host_busy_s(self, num_tokens: int, num_logits: int, scheduled: bool = True) -> float:
+        """The host's own time in a step: its host_s and, run eagerly, its launches. An overlapped host
+        has the rest of the step to launch the next one's kernels (launch_wait_s's `ahead_s`); this
+        step's host_s stands in for the next one's scheduling, which comes first."""
+        return self.host_s(num_logits, scheduled) + (self.host_launch_s if self.eager(num_tokens, num_logits) else 0.0)
 
     def host_s(self, num_logits: int, scheduled: bool = True) -> float:
         """The host's time for a step that samples `num_logits` sequences; `scheduled`: it calls the
@@ -332,9 +348,11 @@ class ComputeModel:
         return (self.host_window_s if scheduled else 0.0) + self.host_step_s + self.host_per_sequence_s * num_logits
 
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
-                    chunk_context_tokens: float = 0.0, scheduled: bool = True, traffic_s: float = 0.0) -> float:
+                    chunk_context_tokens: float = 0.0, scheduled: bool = True, traffic_s: float = 0.0,
+                    ahead_s: float = 0.0) -> float:
         """The step's kernels (step_ops' times), what launching them adds (launch_s, given the step's
-        `traffic_s` of collectives between them), plus host_s (or, overlapped, the larger of the two).
+        `traffic_s` of collectives between them and the host `ahead_s` ahead of the GPU), plus host_s (or,
+        overlapped, the larger of the two).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
@@ -362,7 +380,7 @@ class ComputeModel:
             total += self._sum_coefficients_s(self._chip_ops, t * share, chip_logits, attn_pairs * share,
                                               kv_read_tokens * share, touched, c)
         if not self._every_step_captured:
-            total += self.launch_s(t, n, total, traffic_s)
+            total += self.launch_s(t, n, total, traffic_s, ahead_s)
         host_s = self.host_s(n, scheduled)
         if self.host_overlapped:
             return total if total > host_s else host_s

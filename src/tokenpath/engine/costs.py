@@ -48,8 +48,9 @@ class GroupStepCosts:
         self._tp_groups = placement.tp_groups()
         self._ep_group = placement.all_chips()
         self._handoffs = [placement.stage_handoffs(s) for s in range(placement.pp - 1)]
-        # Both run once per engine step: bind them directly.
+        # They run once per engine step: bind them directly.
         self.compute_s = compute.step_time_s
+        self.host_busy_s = compute.host_busy_s
         self.speculation = speculation
         # The drafter's time in a step (None: no drafter on the chip, or no speculative decoding).
         self.draft_s = None if draft is None else draft.step_s

@@ -98,7 +98,12 @@ EAGER_HOST_PER_KERNEL_S = default("eager_host_per_kernel_s")
 # at a time, came out at 48 us and left the cross-validated TTFT no better). vLLM V1 compiles its
 # model and TensorRT-LLM launches from C++ or fused custom ops: neither host time per kernel is measured
 # here, so none. Whether each profile's engine prepares a step while the GPU runs the one before is
-# Profile.host_overlap (engine/profiles.py cites each engine).
+# Profile.host_overlap (engine/profiles.py cites each engine). An overlapped host launches that step
+# then too: SGLang's event_loop_overlap (python/sglang/srt/managers/scheduler.py) runs the next batch,
+# its kernels launched, before it waits for the current one's results, so once a busy engine's host has
+# done its own work in a step (host_s, and that step's launches if eager) it launches the next step's
+# kernels for the rest of it, and an eager prompt that joins a decoding batch waits on only the rest
+# of its launches (compute/roofline.ComputeModel.launch_wait_s's `ahead_s`, engine/replica.py).
 
 
 def host_overlapped(scheduler: str, overlap: bool | None = None) -> bool:

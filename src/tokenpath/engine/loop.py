@@ -50,6 +50,7 @@ class EngineTrace:
     step_front_queue_ns: np.ndarray  # how long each step's tokens waited for the front end's processes
     step_front_work_ns: np.ndarray   # and their work there
     step_scheduled: np.ndarray   # 1 where the step called the scheduler (0: inside a multi-step window)
+    step_ahead_ns: np.ndarray    # how long before the step started its host began launching its kernels
     kv_capacity_tokens: int
     preemptions: int
     prefix_hit_tokens: np.ndarray  # per request: prompt tokens found in the prefix cache at its first admission

@@ -7,7 +7,9 @@ batch's shape and cost; applying it. A preempted sequence loses its cache and go
 of the queue, to be recomputed, keeping the tokens already sent.
 
 A step lasts its compute time plus its non-overlapped traffic time, then whatever the host blocks it
-for (copying the sampled ids, and detokenizing when the engine's own process does it). Where the
+for (copying the sampled ids, and detokenizing when the engine's own process does it). An overlapped
+host (SGLang's, TensorRT-LLM's) forms a busy engine's batch when the step before starts and launches
+it during that step, so an eager step starts with part of its launches done (`ahead_s`). Where the
 server's front end takes time, a request reaches the engine when the front end has passed it on:
 the replica hands the front end requests (by arrival) and steps' tokens (by step end) in time order,
 so the two share its processes first come first served. Time is integer nanoseconds, so each
@@ -54,6 +56,7 @@ class Replica:
         self.costs, self.host, self.spec = costs, host, spec
         # Called once per step: bound once here.
         self._compute_s, self._traffic_s, self._on_step = costs.compute_s, costs.traffic_s, host.on_step
+        self._host_busy_s = costs.host_busy_s
         self.front = host.queues_requests  # requests pass through the front end (`_through_front`)
         self.max_batched, self.max_seqs = spec.max_num_batched_tokens, spec.max_num_seqs
         self.block = spec.block_size
@@ -88,6 +91,9 @@ class Replica:
         # start of the step that just ran.
         self.lagged = host_overlapped(spec.scheduler, spec.host_overlap)
         self.formed_ns = 0
+        # ... and launches its kernels while the GPU runs that step, once its own work in it is done: the
+        # next step's host is `ahead_s` ahead of the GPU (0 after an idle engine's wait, or not overlapped).
+        self.ahead_s = 0.0
         # Speculative decoding (engine/speculative.py): a decoding sequence runs `width` query tokens a
         # step (its drafts and one more) and gains `advance` tokens, drawn per step; the decode clock
         # then moves `advance` ticks a step, a tick being a token, and the drafter adds its time.
@@ -266,6 +272,7 @@ class Replica:
             if first_ns > self.now and self.ratio is not None:  # it waits idle: SGLang starts the ratio over
                 self.ratio.idle()
             formed = self.now = max(self.now, first_ns)
+            self.ahead_s = 0.0  # its host had nothing to launch before the batch was formed
         arrived = (formed + 1) << _ID_BITS
         while arrivals and arrivals[0] < arrived:
             waiting.append(heapq.heappop(arrivals) & _ID_MASK)
@@ -569,7 +576,7 @@ class Replica:
 
         traffic_s = self._traffic_s(num_tokens, logits == num_tokens)
         compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
-                                           traffic_s) * 1e9)
+                                           traffic_s, self.ahead_s) * 1e9)
         if self._draft_s is not None:  # the drafter's passes, after the target's (compute/drafter.py)
             compute_ns += round(self._draft_s(num_tokens, decode + len(completing), attn_pairs, kv_read,
                                               chunk_context) * 1e9)
@@ -584,13 +591,16 @@ class Replica:
         blocking_ns, leave_ns, front_queue_ns, front_work_ns = self._host(gpu_end, sampled, events)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
                                   decode + (prefill_num > 0) + len(admitted), attn_pairs, kv_read, chunk_context,
-                                  logits, front_queue_ns, front_work_ns, scheduled))
+                                  logits, front_queue_ns, front_work_ns, scheduled, round(self.ahead_s * 1e9)))
         self.num_steps = s + 1
         if leave_ns >= 0:
             self.last_leave_ns = leave_ns
         if self.record_emitters:
             self.rows.emitted(self.decoders.emitters(decode, completing), not self.window_left)
         self.formed_ns = self.now  # the next step's batch, if formed while this one runs
+        if self.lagged:
+            ahead_s = (compute_ns + traffic_ns) / 1e9 - self._host_busy_s(num_tokens, logits, scheduled)
+            self.ahead_s = ahead_s if ahead_s > 0.0 else 0.0
         self.now = gpu_end + blocking_ns
         return completing, finishing
 

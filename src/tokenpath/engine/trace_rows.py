@@ -16,7 +16,7 @@ import numpy as np
 
 STEP_FIELDS = ("start_ns", "compute_ns", "traffic_ns", "blocking_ns", "leave_ns", "tokens", "seqs",
                "attn_pairs", "kv_read_tokens", "chunk_context_tokens", "logits", "front_queue_ns", "front_work_ns",
-               "scheduled")
+               "scheduled", "ahead_ns")
 
 
 class Rows:

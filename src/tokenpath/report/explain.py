@@ -91,7 +91,7 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "engine_host_assumptions": host_assumptions(sim.scenario.engine.scheduler, scheduled),
         # Beyond the kernels when no graph is replayed: launch gaps, and the wait on the host's launches.
         "launch_s": compute.launch_s(shape["tokens"], shape["sampled"], math.fsum(op.time_s for op in ops),
-                                     trace.step_traffic_ns[i] / 1e9),
+                                     trace.step_traffic_ns[i] / 1e9, trace.step_ahead_ns[i] / 1e9),
         "launch_includes_host": compute.host_eager_per_kernel_s > 0,
         "compute_s": trace.step_compute_ns[i] / 1e9,
         "traffic_s": trace.step_traffic_ns[i] / 1e9,
