@@ -9,7 +9,8 @@ medians (or the statistics the measurement reported: a published row's means, it
    the residuals enough and is not nearly collinear with one already kept (a constant cost per step
    is the same to the probe whether the host's or the kernels');
 2. fit them (bounded least squares over their logarithms, scipy.optimize.least_squares, from the best
-   points of a Sobol search: a step's time is not smooth in them);
+   points of a Sobol search: a step's time is not smooth in them; every Jacobian, the screen's included,
+   by forward steps of STEP);
 3. drop, least preferred first, any the fit leaves undetermined (one sigma over MAX_RELATIVE_UNCERTAINTY
    of its value) and then any the residuals do not need (the fit without it within PARSIMONY), and fit
    the rest again.
@@ -75,7 +76,7 @@ SPAN = 20.0
 # Residuals compare log(predicted + this) with log(measured + this): a median of a few milliseconds
 # weighs less, as a server's HTTP and front-end time (which the model does not hold) is a larger share of it.
 ABSOLUTE_FLOOR_S = 5e-3
-STEP = 0.02
+STEP = 0.02  # each Jacobian's forward step, in log units: a 2% change moves a simulated median smoothly
 # An assumption that starts at zero (a server's front end) is fitted as REFERENCE_S * (e^x - 1), up to
 # MAX_FROM_ZERO_S: a few ms is the order of a server's HTTP and tokenization.
 REFERENCE_S = 5e-3
@@ -115,6 +116,7 @@ class _Model:
         self.start = {n: self.base.value(n) for n in names}
         self.targets = np.array([v for m in measured for v in (m.ttft_s, m.decode_s)])
         self.used = np.isfinite(self.targets) & (self.targets > 0)
+        self._last: tuple[tuple, np.ndarray] | None = None  # the latest residuals, by (names, x)
 
     def predict(self, values: dict[str, float]) -> list[tuple[float, float]]:
         scenario = self.scenario.model_copy(update={"assumptions": {**self.scenario.assumptions, **values}})
@@ -128,9 +130,24 @@ class _Model:
         return {n: _value(self.start[n], v) for n, v in zip(names, x)}
 
     def residuals(self, x: np.ndarray, names: list[str]) -> np.ndarray:
-        predicted = np.array([v for pair in self.predict(self.values(x, names)) for v in pair])
-        floor = ABSOLUTE_FLOOR_S
-        return np.log((predicted[self.used] + floor) / (self.targets[self.used] + floor))
+        key = (tuple(names), x.tobytes())
+        if self._last is None or self._last[0] != key:  # a Jacobian follows the residuals at its point
+            predicted = np.array([v for pair in self.predict(self.values(x, names)) for v in pair])
+            floor = ABSOLUTE_FLOOR_S
+            self._last = key, np.log((predicted[self.used] + floor) / (self.targets[self.used] + floor))
+        return self._last[1].copy()
+
+    def jacobian(self, x: np.ndarray, names: list[str]) -> np.ndarray:
+        """The residuals' Jacobian at x by forward steps of STEP in each coordinate. Not least_squares'
+        own: its `diff_step` is relative to x (a step of STEP * x), so near the starting values (x = 0)
+        its steps are far below what moves a simulated median smoothly, and the Jacobian is noise."""
+        at = self.residuals(x, names)
+        columns = []
+        for k in range(len(names)):
+            moved = x.copy()
+            moved[k] += STEP
+            columns.append((self.residuals(moved, names) - at) / STEP)
+        return np.array(columns).T
 
 
 def _with_concurrency(scenario: Scenario, concurrency: int | None) -> Scenario:
@@ -187,11 +204,7 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
     usable = [n for n in candidates if scenario.deployment.tp > 1 or n != "base_latency_s"]
     model = _Model(scenario, measured, usable)
     r0 = model.residuals(np.zeros(len(usable)), usable)
-    columns = []
-    for k in range(len(usable)):
-        x = np.zeros(len(usable))
-        x[k] = STEP
-        columns.append((model.residuals(x, usable) - r0) / STEP)
+    columns = list(model.jacobian(np.zeros(len(usable)), usable).T)
     chosen: list[int] = []
     not_fitted: dict[str, str] = {}
     limit = min(MAX_FITTED, max(1, len(r0) - 1))
@@ -287,19 +300,24 @@ def _rms(residuals: np.ndarray) -> float:
     return float(np.sqrt(np.mean(residuals ** 2)))
 
 
+def _local_fit(model: _Model, names: list[str], x0: np.ndarray, low: np.ndarray, high: np.ndarray):
+    """scipy's bounded least squares from x0, on the model's own Jacobian."""
+    from scipy.optimize import least_squares
+
+    return least_squares(model.residuals, x0, jac=model.jacobian, bounds=(low, high), args=(names,), x_scale=1.0,
+                         max_nfev=MAX_EVALUATIONS)
+
+
 def _fit(model: _Model, names: list[str], out_of_time: Callable[[], bool] = lambda: False):
     """Bounded least squares over `names` from the best starts of a search: (scipy's result, one sigma
     of each x, whether the deadline (`out_of_time`) stopped it before its last local fit)."""
-    from scipy.optimize import least_squares
-
     low, high = (np.array(b) for b in zip(*(_bounds(n, model.start[n]) for n in names)))
     result, stopped = None, False
     for x0 in _starts(model, names, low, high):
         if result is not None and out_of_time():
             stopped = True
             break
-        trial = least_squares(model.residuals, x0, bounds=(low, high), args=(names,), diff_step=STEP, x_scale=1.0,
-                              max_nfev=MAX_EVALUATIONS)
+        trial = _local_fit(model, names, x0, low, high)
         if result is None or trial.cost < result.cost:
             result = trial
     m, n = len(result.fun), len(names)
