@@ -17,6 +17,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import tomli_w
 
@@ -304,8 +305,10 @@ def test_a_round_trip_longer_than_the_measured_ttft_is_named_with_its_flag(loop,
     argv = ["calibrate", "engine", str(folder / "scenario.toml"), "--from", single, "--out", str(folder / "rtt.toml")]
     code, out, err = run_cli([*argv, "--network-rtt", "100 ms"], monkeypatch, capsys)
     assert code == 0, err
-    warning = " ".join(err.split())
-    assert warning.startswith("warning: the scenario's fixed parts, a 100 ms client round trip (delivery.network_rtt) "
+    # and the TTFT the round trip keeps above what was measured, which the fit names as it names any far miss
+    warning, far = (" ".join(line.split()) for line in err.split("warning: ")[1:])
+    assert far.startswith("after the fit, phase single-512's ttft_p50_s is ")
+    assert warning.startswith("the scenario's fixed parts, a 100 ms client round trip (delivery.network_rtt) "
                               "and a ")
     # The round trip and the front end's 1.14 ms for a 512-token prompt (its HTTP server, template, tokenizing).
     assert "and a 1.14 ms front end (delivery.frontend_per_request, chat_template_per_request, tokenize_per_token), " \
@@ -384,3 +387,26 @@ def test_a_vllm_result_calibrates_and_its_band_holds_another_load(loop, monkeypa
         band = latency[metric]["band"]
         assert band["calibrated"] and "the band of calibrated predictions" in band["basis"], band["basis"]
         assert band["p50"]["low"] <= value <= band["p50"]["high"], (metric, value, band["p50"])
+
+
+def test_a_figure_the_fit_leaves_far_off_is_named_with_what_would_reach_it():
+    """After a fit, the figure missed by most is named where the miss is over FAR_AFTER_FIT: with one
+    phase the fit took one assumption for two figures; with more, none of its candidates reaches it."""
+    from tokenpath.calibrate.fit import FAR_AFTER_FIT, far_figure_warnings
+    from tokenpath.calibrate.measured import Measured, Statistic
+
+    def phase(name, ttft_s, decode_s, statistic=Statistic()):
+        return Measured(name, requests=None, counted=np.ones(1, bool), ttft_s=ttft_s, decode_s=decode_s,
+                        results="r.jsonl", statistic=statistic)
+
+    light = phase("loop-1", 0.4814, 0.02505, Statistic("median", "median", "itl"))
+    [line] = far_figure_warnings([light], [(0.4815, 0.00829)])
+    assert line == ("after the fit, phase loop-1's itl_p50_s is 8.29 ms against 25.1 ms measured (-67%): one phase "
+                    "gives the fit two figures and it fits one assumption; a second run at another load (another "
+                    "--from) lets it fit one for this figure")
+    within = 0.02505 * (1 - FAR_AFTER_FIT) * 1.01
+    assert far_figure_warnings([light], [(0.4815, within)]) == []
+    # several phases: the worst figure of all, TTFT of the second here
+    [line] = far_figure_warnings([light, phase("loop-16", 0.2, 0.03)], [(0.5, 0.026), (0.1, 0.03)])
+    assert line.startswith("after the fit, phase loop-16's ttft_p50_s is 100 ms against 200 ms measured (-50%): "
+                           "no candidate assumption reaches it")
