@@ -86,9 +86,9 @@ SEARCH_POINTS = 16    # Sobol points of that search (a power of 2)
 # A figure the fitted model still misses by more than this share is named in a warning: twelve times the
 # noise of a median (NOISE_FLOOR), and more than twice the calibrated published rows' median error.
 FAR_AFTER_FIT = 0.25
-# Local fits, from the best points found. With two, the perturbed-serve loop of docs/assumptions.md ("The
-# loop, shown") stopped in a valley at 6.4% rms (TPOT -13%); the third start reaches 2.0% (-3.4%), for
-# a fifth more of the fit's CPU time (the same probe refitted: 28 s against 24 s).
+# Local fits, from the best points found. On a probe of the perturbed-serve loop of docs/assumptions.md
+# ("The loop, shown") refitted with --from, two stop in a valley at 5.7% rms and one at 7.6%; the third
+# start reaches 3.2%, for 74 s of fit against 43 s.
 LOCAL_FITS = 3
 
 
