@@ -15,7 +15,6 @@ one constant: the first of its candidates, in its order of preference, that move
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from tokenpath.calibrate.measured import Measured, Statistic
 from tokenpath.config.assumptions import format_value
 from tokenpath.config.errors import UserError
 from tokenpath.sim.forked import can_fork, map_forked
+from tokenpath.validate.fit import median_abs_error
 from tokenpath.validate.latency import (
     predict_row,
     relative_errors,
@@ -115,8 +115,8 @@ def calibrate_configuration(configuration: Configuration, rows: Sequence[Row],
 
 
 def _medians(rows: Sequence[dict[str, Any]], prefix: str = "") -> dict[str, float]:
-    return {"ttft_median": statistics.median(abs(r[f"{prefix}ttft_error"]) for r in rows),
-            "tpot_median": statistics.median(abs(r[f"{prefix}decode_error"]) for r in rows)}
+    return {"ttft_median": median_abs_error([r[f"{prefix}ttft_error"] for r in rows]),
+            "tpot_median": median_abs_error([r[f"{prefix}decode_error"] for r in rows])}
 
 
 def calibrated_validation(rows: Sequence[Row], sharegpt: dict[str, Any], workers: int = 1,

@@ -10,17 +10,16 @@ medians, as `validate --group latency` reports them (registry values, calibratio
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tokenpath.config.assumptions import format_value
-from tokenpath.validate.fit import PROCEDURES, Procedure, RowErrors, fit_all
+from tokenpath.validate.fit import PROCEDURES, Procedure, RowErrors, fit_all, median_abs_error
 
 
 def _medians(errors: Sequence[dict[str, float]]) -> dict[str, float]:
-    return {"ttft_median": statistics.median(abs(e["ttft"]) for e in errors),
-            "tpot_median": statistics.median(abs(e["decode"]) for e in errors)}
+    return {"ttft_median": median_abs_error([e["ttft"] for e in errors]),
+            "tpot_median": median_abs_error([e["decode"] for e in errors])}
 
 
 def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDURES,
