@@ -270,7 +270,8 @@ def test_explain_names_the_assumptions_behind_each_row(monkeypatch, capsys):
     simulation = simulate(load_scenario("typical", {**SMALL, "deployment.tp": 2, **PERTURBED}))
     step = explain(simulation)
     by_op = {op["op"]: op for op in step["ops"]}
-    assert by_op["mlp_gate_up"]["assumptions"][-1] == "kernel_fixed_s"
+    assert by_op["mlp_gate_up"]["assumptions"][-2:] == ["kernel_fixed_s", "gemm_fixed_s"]
+    assert by_op["norms"]["assumptions"][-1] == "kernel_fixed_s" and "gemm_fixed_s" not in by_op["norms"]["assumptions"]
     assert {"serving_gemm_fraction", "hbm_bw_efficiency"} & set(by_op["mlp_gate_up"]["assumptions"])
     assert all(name in BY_NAME for op in step["ops"] for name in op["assumptions"])
     assert step["assumptions_changed"] == sorted(["serving_gemm_fraction", "host_step_s", "kernel_fixed_s",

@@ -84,26 +84,40 @@ def test_matmul_efficiency_is_measured_over_peak_or_the_default():
 
 
 def test_hbm_efficiency_is_the_measured_stream_bandwidth_over_peak_or_the_default():
-    """Decode GEMMs measured on A100 stream at 1.48 of its 2.039 TB/s, on MI300X at 3.92 of 5.3; a chip without one
+    """Decode GEMMs measured on A100 stream at 1.509 of its 2.039 TB/s, on MI300X at 3.95 of 5.3; a chip without one
     takes the shared default."""
     from tokenpath.compute.efficiency import HBM_BW_EFFICIENCY
 
-    assert load_chip("a100").hbm_bw_efficiency == pytest.approx(1.48 / 2.039)
-    assert load_chip("h200").effective_hbm_bw_Bps == pytest.approx(3.95e12)
-    assert load_chip("mi300x").effective_hbm_bw_Bps == pytest.approx(3.92e12)  # hipBLASLt GEMVs
+    assert load_chip("a100").hbm_bw_efficiency == pytest.approx(1.509 / 2.039)
+    assert load_chip("h200").effective_hbm_bw_Bps == pytest.approx(4.105e12)
+    assert load_chip("mi300x").effective_hbm_bw_Bps == pytest.approx(3.95e12)  # hipBLASLt GEMVs
     assert load_chip("mi325x").hbm_bw_efficiency == HBM_BW_EFFICIENCY
+
+
+def test_a_gemms_fixed_time_is_the_measured_one_or_the_default_and_an_override_replaces_either():
+    """AIConfigurator's decode GEMMs give each chip it measures a fixed time per GEMM (5.41 us on A100, 4.34 us on
+    H200); a chip it does not measure takes efficiency.GEMM_FIXED_S; an override of gemm_fixed_s replaces both."""
+    from tokenpath.compute.efficiency import GEMM_FIXED_S
+    from tokenpath.config.assumptions import Assumptions
+
+    assert load_chip("a100").gemm_fixed_s == pytest.approx(5.41e-6)
+    assert load_chip("h200").gemm_fixed_s == pytest.approx(4.34e-6)
+    assert load_chip("mi300x").gemm_fixed_s == GEMM_FIXED_S == pytest.approx(3.65e-6)
+    changed = Assumptions(values={"gemm_fixed_s": 1e-6}, overridden=("gemm_fixed_s",))
+    assert load_chip("a100", changed).gemm_fixed_s == load_chip("mi300x", changed).gemm_fixed_s == 1e-6
 
 
 def test_the_40gb_a100_is_the_80gb_part_with_less_and_slower_memory():
     """A100 SXM4 40GB (datasheet): 40 GB of HBM2 at 1.555 TB/s, the 80GB part's FLOPS and NVLink; no measured streaming
-    rate is published for it, so it streams at the 80 GB part's measured share of its peak (1.48 of 2.039 TB/s), as
-    its MAMF is the 80 GB part's."""
+    rate is published for it, so it streams at the 80 GB part's measured share of its peak (1.509 of 2.039 TB/s), as
+    its MAMF and its GEMMs' fixed time are the 80 GB part's."""
     small, large = load_chip("a100-40gb"), load_chip("a100")
     assert small.hbm_bytes == 40 * 2**30 and large.hbm_bytes == 80 * 2**30
     assert small.peak_flops == large.peak_flops and small.matmul_efficiency == large.matmul_efficiency
     assert small.hbm_bw_efficiency == pytest.approx(large.hbm_bw_efficiency, rel=1e-3)
-    assert small.hbm_bw_efficiency == pytest.approx(1.48 / 2.039, rel=1e-3)
-    assert small.effective_hbm_bw_Bps == pytest.approx(1.129e12)
+    assert small.hbm_bw_efficiency == pytest.approx(1.509 / 2.039, rel=1e-3)
+    assert small.effective_hbm_bw_Bps == pytest.approx(1.151e12)
+    assert small.gemm_fixed_s == large.gemm_fixed_s
 
 
 def test_an_hbm_efficiency_override_replaces_the_measured_one_too():

@@ -23,7 +23,8 @@ from tokenpath.compute.roofline import op_time_s
 from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
 
-H200_BW_EFF = 3.95e12  # catalog chips.toml: the H200's measured_stream_bw
+H200_BW_EFF = 4.105e12  # catalog chips.toml: the H200's measured_stream_bw
+H200_GEMM_FIXED_S = 4.34e-6  # and its measured_gemm_fixed
 
 
 def compute_model(model="llama-3.1-70b", chip="h200", tp=8, weights="fp8", kv="bf16",
@@ -31,7 +32,7 @@ def compute_model(model="llama-3.1-70b", chip="h200", tp=8, weights="fp8", kv="b
     return ComputeModel(load_model(model), load_chip(chip, assumptions), tp, weights, kv, assumptions=assumptions)
 
 
-NO_FIXED_COST = Assumptions({"kernel_fixed_s": 0.0})  # the work alone, no kernel's fixed cost
+NO_FIXED_COST = Assumptions({"kernel_fixed_s": 0.0, "gemm_fixed_s": 0.0})  # the work alone, no kernel's fixed cost
 
 
 def decode_step(cm: ComputeModel, batch: int, context: int) -> float:
@@ -99,13 +100,15 @@ def test_batch1_decode_is_weight_streaming():
 def test_every_kernel_adds_its_fixed_cost_to_its_work():
     # 70B fp8 at TP8, batch 1: each layer launches two norms and a residual add (plus the final norm),
     # RoPE, the KV-cache write, split-KV attention and its combine, and each GEMM after quantizing its
-    # input; the MLP's activation runs between its GEMMs.
+    # input; the MLP's activation runs between its GEMMs. A GEMM by weights costs the H200's fixed time
+    # of a GEMM, every other kernel KERNEL_FIXED_S.
     ops = {op.name: op for op in compute_model().step_ops(1, 1, 1000, 1000)}
     work = {op.name: op for op in compute_model(assumptions=NO_FIXED_COST).step_ops(1, 1, 1000, 1000)}
-    kernels = {"norms": 3 * 80 + 1, "attention": 4 * 80, "qkv_proj": 2 * 80, "o_proj": 2 * 80,
-               "mlp_gate_up": 3 * 80, "mlp_down": 2 * 80, "embedding": 1, "lm_head": 1}
-    for name, count in kernels.items():
-        assert ops[name].time_s == pytest.approx(work[name].time_s + count * KERNEL_FIXED_S, rel=1e-12)
+    kernels = {"norms": (3 * 80 + 1, 0), "attention": (4 * 80, 0), "qkv_proj": (80, 80), "o_proj": (80, 80),
+               "mlp_gate_up": (2 * 80, 80), "mlp_down": (80, 80), "embedding": (1, 0), "lm_head": (0, 1)}
+    for name, (others, gemms) in kernels.items():
+        fixed_s = others * KERNEL_FIXED_S + gemms * H200_GEMM_FIXED_S
+        assert ops[name].time_s == pytest.approx(work[name].time_s + fixed_s, rel=1e-12)
     assert ops["norms"].bound == ops["qkv_proj"].bound == "fixed"  # more launch than work at TP8
     assert ops["mlp_gate_up"].bound == "memory"
     # Every step pays them all once: 16 kernels a layer and three more.

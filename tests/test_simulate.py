@@ -120,7 +120,7 @@ def test_a_worker_killed_mid_run_becomes_a_one_line_error():
 
 def test_batch_one_decode_step_is_the_weight_read_bound():
     scenario = load_scenario("typical", {
-        "assumptions.kernel_fixed_s": 0.0,  # the roofline alone, plus the host's time
+        "assumptions.kernel_fixed_s": 0.0, "assumptions.gemm_fixed_s": 0.0,  # the roofline alone, plus the host's time
         "model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1,
         "workload.num_requests": 1, "workload.input": {"kind": "fixed", "value": 16},
         "workload.output": {"kind": "fixed", "value": 101}, "delivery": ENGINE_SIDE_DELIVERY,

@@ -9,7 +9,7 @@ from tokenpath import catalog
 from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
-from tokenpath.config.units import parse_bandwidth_Bps, parse_bytes
+from tokenpath.config.units import parse_bandwidth_Bps, parse_bytes, parse_duration_s
 
 _FALLBACK_PRECISION = "bf16"
 
@@ -21,7 +21,9 @@ class ChipSpec:
     `scaleup_bw_Bps` is per direction. `measured_scaleup_bw_Bps` is 0.0 where none is published.
     `hbm_bw_efficiency` is the fraction of `hbm_bw_Bps` a memory-bound kernel sustains: the catalog's
     measured_stream_bw over hbm_bw where published, else efficiency.HBM_BW_EFFICIENCY (an override of
-    the hbm_bw_efficiency assumption replaces either).
+    the hbm_bw_efficiency assumption replaces either). `gemm_fixed_s` is the fixed time of a GEMM by
+    weights on top of its work: the catalog's measured_gemm_fixed where published, else
+    efficiency.GEMM_FIXED_S (an override of the gemm_fixed_s assumption replaces either).
     `weight_only` lists the precisions it has no tensor cores for but serving engines run as
     weight-only quantization (weights stored at that precision, multiplied at bf16).
     `scaleup_domain` is how many chips one scale-up fabric joins (an NVLink domain), `scaleup` that
@@ -35,6 +37,7 @@ class ChipSpec:
     scaleup_bw_Bps: float
     matmul_efficiency: dict[str, float]
     hbm_bw_efficiency: float
+    gemm_fixed_s: float
     source: str
     measured_scaleup_bw_Bps: float = 0.0
     host_link: str = ""
@@ -76,8 +79,8 @@ class ChipSpec:
 
 
 _REQUIRED = ("source", "generation", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
-_OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "measured_stream_bw", "host_link",
-             "weight_only", "scaleup", "nic_bw")
+_OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "measured_stream_bw",
+             "measured_gemm_fixed", "host_link", "weight_only", "scaleup", "nic_bw")
 
 
 def list_chips() -> list[str]:
@@ -121,6 +124,9 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
                             f"({table['hbm_bw']}); got {table['measured_stream_bw']!r}")
         if "hbm_bw_efficiency" not in assumptions.values:  # an override replaces the measured figure too
             hbm_bw_efficiency = stream_Bps / hbm_bw_Bps
+    gemm_fixed_s = assumptions.value("gemm_fixed_s")
+    if "measured_gemm_fixed" in table and "gemm_fixed_s" not in assumptions.values:
+        gemm_fixed_s = parse_duration_s(table["measured_gemm_fixed"], f"{where} measured_gemm_fixed")
     weight_only = table.get("weight_only", [])
     if not isinstance(weight_only, list) or any(p not in PRECISION_BYTES or p in peak_flops for p in weight_only):
         raise UserError(f"{where} weight_only: list precisions it has no peak_tflops for, from "
@@ -141,6 +147,7 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
         scaleup_bw_Bps=parse_bandwidth_Bps(table["scaleup_bw"], f"{where} scaleup_bw"),
         matmul_efficiency=matmul_efficiency,
         hbm_bw_efficiency=hbm_bw_efficiency,
+        gemm_fixed_s=gemm_fixed_s,
         source=str(table["source"]),
         measured_scaleup_bw_Bps=(
             parse_bandwidth_Bps(measured_scaleup, f"{where} measured_scaleup_bw") if measured_scaleup else 0.0

@@ -2,8 +2,8 @@
 
 They are shared by all models and chips: no constant here is specific to one model. Each is an
 assumption to calibrate against measurements (`tokenpath validate` compares with published serving
-numbers); the chip-specific matmul efficiencies come from measured GEMM rates in
-catalog/chips.toml instead, where those are published.
+numbers); a chip's own matmul rate, streaming bandwidth and fixed time of a GEMM come from its
+measurements in catalog/chips.toml instead, where those are published.
 
 The values themselves are in the registry of assumptions (config/assumptions.py, beside each one's source
 and guard); each is bound here to a constant of its own, under its full reasoning.
@@ -45,15 +45,27 @@ H100, 0.82 on H200, 0.76 on B200; hipBLASLt's GEMVs 0.74 on MI300X); an override
 replaces both."""
 
 KERNEL_FIXED_S = default("kernel_fixed_s")
-"""Fixed time of one kernel of a step, on top of its work: its start from the captured graph, the
-ramp-up of its thread blocks and the drain at its end. The shortest GEMM in AIConfigurator's measured
-H100 table (aiconfigurator-core 0.12.0, systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet:
-bf16, m=8, n=32, k=32, almost no work) takes 2.45 us. The same tables agree with a fixed cost per
-kernel on top of the roofline: an fp8 GEMM (its input's quantization, then the GEMM) of 8192 x 1024
-at one token takes 7.6 us where its 8.4 MB of weights stream in 2.9 us; vLLM's decode attention
-(RoPE, KV-cache write, split-KV attention and its combine) takes 11.2 us over one cached token.
-A decode step of a large model at small batch is mostly such fixed costs: compute/ops.py counts each
-op's kernels."""
+"""Fixed time of one kernel of a step other than a GEMM by weights (norms, activations, RoPE, attention
+and its KV-cache write, an input's quantization, the routed experts' grouped GEMMs), on top of its
+work: its start from the captured graph, the ramp-up of its thread blocks and the drain at its end.
+The shortest GEMM in AIConfigurator's measured H100 table (aiconfigurator-core 0.12.0,
+systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet: bf16, m=8, n=32, k=32, almost no work)
+takes 2.45 us. vLLM's decode attention in the same tables (RoPE, KV-cache write, split-KV attention
+and its combine) takes 11.2 us over one cached token. A decode step of a large model at small batch
+is mostly such fixed costs: compute/ops.py counts each op's kernels."""
+
+GEMM_FIXED_S = default("gemm_fixed_s")
+"""Fixed time of one GEMM by weights, on top of its weights streamed (or its FLOPs): on chips whose
+catalog entry has no measured_gemm_fixed, the H100's. A decode GEMM (a few tokens by a weight matrix
+of megabytes) runs split-K or stream-K kernels whose reduction and tail cost more than the shortest
+kernel's 2.45 us: fitted together with the streaming bandwidth to each of AIConfigurator's measured
+bf16 GEMM tables (M <= 16, weights of 1 MB and more), a GEMM costs 3.65 us plus its weights at 0.857
+of the H100's peak bandwidth (medians over the engines' tables; 2.9-4.0 us per table), 3.9-4.3 us on
+H200, B200 and GB200 and 5.4 us on A100. With KERNEL_FIXED_S instead, the model read decode GEMMs of
+under 32 MB 15-27% fast on every chip measured. `python benchmarks/aiconfigurator_stream_bw.py`
+reproduces the figures. The tables' fp8 GEMMs, which the model runs as an input quantization kernel
+and the GEMM (2.45 + 3.65 = 6.1 us on H100), have intercepts of about 6-10 us with SGLang's kernels
+and 10-15 us with vLLM's and TensorRT-LLM's (least squares over M <= 8 on H100, H200 and B200)."""
 
 EAGER_KERNEL_LAUNCH_S = default("eager_kernel_launch_s")
 """Time a step that does not replay a captured CUDA graph loses per kernel it launches, on top of the

@@ -44,7 +44,9 @@ class LinearOp:
     bytes_per_chunk_context: float = 0.0
     bytes_per_expert: float = 0.0  # x expected distinct routed experts touched per layer
     resident_bytes: float = 0.0  # weights it keeps in HBM
-    kernels: float = 0.0  # kernels it launches per step, over all its layers (each costs efficiency.KERNEL_FIXED_S)
+    kernels: float = 0.0  # kernels it launches per step, over all its layers
+    # Of those, the GEMMs by weights (each costs the chip's gemm_fixed_s; the others efficiency.KERNEL_FIXED_S).
+    gemm_kernels: float = 0.0
     gemm: bool = False  # a matrix multiply by weights: its time blends compute and memory (roofline.op_time_s)
     # Runs on the chip that holds each sequence (attention data-parallel), not split over the chips:
     # evaluated at the busiest chip's share of the step (roofline.ComputeModel.step_time_s).
@@ -154,6 +156,7 @@ class _Sharding:
             bytes_per_token=(in_width + out_width + extra_width) * self.act * n_layers,
             resident_bytes=params * param_bytes * n_layers,
             kernels=(1 + (self.quantize if param_bytes == self.weight_bytes else 0) + extra_kernels) * n_layers,
+            gemm_kernels=n_layers,
             gemm=True,
         )
 
@@ -370,5 +373,6 @@ def _lm_head(s: _Sharding) -> LinearOp:
         bytes_per_logit=h * s.act + vocab_per_chip * s.assumptions.value("logit_bytes"),
         resident_bytes=0.0 if model.tie_word_embeddings else vocab_per_chip * h * s.embed_bytes,
         kernels=1,
+        gemm_kernels=1,
         gemm=True,
     )

@@ -132,6 +132,7 @@ class ComputeModel:
             self.allreduces_per_layer * model.num_layers if tp > 1 else 0)
         # The assumptions this model uses, read once here: a built model keeps its run's values.
         self.kernel_fixed_s = assumptions.value("kernel_fixed_s")
+        self.gemm_fixed_s = chip.gemm_fixed_s
         self.gemm_overlap_norm = assumptions.value("gemm_overlap_norm")
         self._activation_bytes = assumptions.value("activation_bytes")
         self._reserved_logit_rows = assumptions.value("reserved_logit_rows")
@@ -278,6 +279,11 @@ class ComputeModel:
             kv_read_tokens -= share * (kv_read_tokens - read_cap)
         return attn_pairs, kv_read_tokens
 
+    def fixed_s(self, op: LinearOp) -> float:
+        """An op's kernels' fixed time per step, on top of their work: each weight GEMM's the chip's
+        gemm_fixed_s, every other kernel's efficiency.KERNEL_FIXED_S."""
+        return op.gemm_kernels * self.gemm_fixed_s + (op.kernels - op.gemm_kernels) * self.kernel_fixed_s
+
     def step_ops(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
                  chunk_context_tokens: float = 0.0) -> list[OpCost]:
         """Every op's FLOPs, bytes and roofline time in this step (the rows of an --explain table)."""
@@ -294,7 +300,7 @@ class ComputeModel:
             nbytes = op.bytes(step[0], step[1], step[3], touched, chunk_context_tokens)
             compute_s, memory_s = op.compute_s(*step, chunk_context_tokens), nbytes / bw
             work_s = op_time_s(compute_s, memory_s, op.gemm, self.gemm_overlap_norm)
-            fixed_s = op.kernels * self.kernel_fixed_s
+            fixed_s = self.fixed_s(op)
             bound = "fixed" if fixed_s > work_s else "compute" if compute_s > memory_s else "memory"
             costs.append(OpCost(op.name, flops, nbytes, work_s + fixed_s, bound))
         return costs
@@ -440,7 +446,7 @@ class ComputeModel:
         self._other_ops = tuple(other_ops)
         self._chip_ops = tuple(chip_ops)
         # Every kernel's fixed cost, the same in every step: added once, with the ops of num_tokens.
-        self._kernels_fixed_s = math.fsum(op.kernels for op in self.ops) * self.kernel_fixed_s
+        self._kernels_fixed_s = math.fsum(self.fixed_s(op) for op in self.ops)
         self._tokens_s: dict[int, float] = {}
         self._logits_s: dict[int, float] = {}
         m = self.model

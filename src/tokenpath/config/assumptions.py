@@ -74,6 +74,11 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("kernel_fixed_s", 2.45e-6, _EFF, "KERNEL_FIXED_S", "s",
                "shortest GEMM in AIConfigurator's measured H100 table (aiconfigurator-core 0.12.0): 2.45 us",
                "validate latency; " + _ROOFLINE_TESTS),
+    Assumption("gemm_fixed_s", 3.65e-6, _EFF, "GEMM_FIXED_S", "s",
+               "fixed time of a GEMM by weights, fitted with the streaming bandwidth to AIConfigurator's measured "
+               "H100 bf16 GEMMs of M <= 16 (benchmarks/aiconfigurator_stream_bw.py); the default of chips whose "
+               "catalog entry has no measured_gemm_fixed",
+               "validate latency; " + _ROOFLINE_TESTS),
     Assumption("expert_gemm_half_width", 450.0, _EFF, "EXPERT_GEMM_HALF_WIDTH", "1",
                "routed experts' grouped GEMMs run at w / (w + this) of the dense rate, w the expert's width on a "
                "chip: fitted to AIConfigurator's measured MoE tables on H100 / H200 (benchmarks/aiconfigurator_moe.py)",
@@ -115,12 +120,12 @@ REGISTRY: tuple[Assumption, ...] = (
                "the fixed host time per scheduler call of vLLM V1, SGLang and TensorRT-LLM (scheduling and input "
                "preparation); fitted on the TPOT / ITL of the rows whose steps wait for it (validate/fit.py)",
                "validate latency, validate --cross; tests/test_engine.py, tests/test_validate_cross.py"),
-    Assumption("vllm_v0_host_window_s", 1.92e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
+    Assumption("vllm_v0_host_window_s", 1.67e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
                "vLLM V0's host time per scheduler call, in its path (the vllm-v0 profile): Scheduler.schedule and "
                "prepare_model_input, once per multi-step window; fitted on the V0 rows run one step at a time "
                "(validate/fit.py)",
                "validate latency, validate --cross; tests/test_validate_cross.py"),
-    Assumption("vllm_v0_host_step_s", 0.61e-3, _HOST, "VLLM_V0_HOST_STEP_S", "s",
+    Assumption("vllm_v0_host_step_s", 0.46e-3, _HOST, "VLLM_V0_HOST_STEP_S", "s",
                "vLLM V0's host time in every step's path besides (the vllm-v0 profile): the engine's step loop, the "
                "sampler's tensors and pythonized outputs; fitted on the multi-step V0 rows (validate/fit.py)",
                "validate latency, validate --cross; tests/test_validate_cross.py"),

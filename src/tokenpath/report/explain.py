@@ -26,9 +26,10 @@ def steady_step(sim: Simulation) -> int:
     return int(order[len(order) // 2])
 
 
-def op_assumptions(name: str, gemm: bool, bound: str) -> list[str]:
-    """The registry's assumptions (`tokenpath assumptions`) that set an op's time where it is bound."""
-    fixed = ["kernel_fixed_s"]
+def op_assumptions(name: str, gemm: bool, bound: str, weight_gemms: bool = False) -> list[str]:
+    """The registry's assumptions (`tokenpath assumptions`) that set an op's time where it is bound;
+    `weight_gemms`: among its kernels are GEMMs by weights (their fixed time is gemm_fixed_s)."""
+    fixed = ["kernel_fixed_s", *(["gemm_fixed_s"] if weight_gemms else [])]
     if bound == "fixed":
         return fixed
     if name == "attention":
@@ -85,7 +86,7 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "step": i,
         "shape": shape,
         "ops": [{"op": op.name, "flops": op.flops, "bytes": op.bytes, "time_s": op.time_s, "bound": op.bound,
-                 "assumptions": op_assumptions(op.name, linear.gemm, op.bound)}
+                 "assumptions": op_assumptions(op.name, linear.gemm, op.bound, linear.gemm_kernels > 0)}
                 for op, linear in zip(ops, deployment.compute.ops)],
         "engine_host_s": compute.host_s(shape["sampled"], scheduled),
         "engine_host_assumptions": host_assumptions(sim.scenario.engine.scheduler, scheduled),
