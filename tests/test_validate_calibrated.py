@@ -173,8 +173,10 @@ def test_a_python_engines_light_load_prompts_calibrate_its_host_time_per_eager_k
 
 def test_a_local_fit_from_the_starting_values_steps_far_enough_to_move_the_medians():
     """The first 40 requests of DataCrunch's 1 req/s run, made by the model at 100 us per eager kernel:
-    one local fit from the registry's value (x = 0) finds 100 us. scipy's own finite differences step
-    by a share of x, which at x = 0 moves no simulated median: from there a fit stayed where it began."""
+    one local fit from the registry's value (x = 0) reproduces the made medians near 100 us. scipy's own
+    finite differences step by a share of x, which at x = 0 moves no simulated median: from there a fit
+    stayed where it began, at 72.7 us. (The median of 40 TTFTs is not monotonic in the value: it also
+    meets the made one, within 0.03%, at 98 us.)"""
     from dataclasses import replace
 
     from tokenpath.calibrate.fit import _local_fit
@@ -186,4 +188,5 @@ def test_a_local_fit_from_the_starting_values_steps_far_enough_to_move_the_media
     [(ttft_s, decode_s)] = _Model(scenario, [phase], []).predict({"eager_host_per_kernel_s": 100e-6})
     model = _Model(scenario, [replace(phase, ttft_s=ttft_s, decode_s=decode_s)], names)
     result = _local_fit(model, names, np.zeros(1), np.array([-3.0]), np.array([3.0]))
-    assert model.values(result.x, names)["eager_host_per_kernel_s"] == pytest.approx(100e-6, rel=0.01)
+    assert model.values(result.x, names)["eager_host_per_kernel_s"] == pytest.approx(100e-6, rel=0.03)
+    assert np.abs(result.fun).max() < 1e-3
