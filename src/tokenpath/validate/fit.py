@@ -3,14 +3,13 @@ the cross-validation in validate/cross.py, or all of them) gives its value the s
 
 A constant's `Procedure` names it (the registry's name), the rows it is fitted on (those whose metric it
 moves: a predicate over rows, read off the engine profile the row runs), the metric (TTFT or the row's
-decode metric) and its bounds. Its value minimizes a loss of that metric's errors over those rows
-(the median |relative error|, or for the host time per step and per eager kernel the mean |log error|:
-see PROCEDURES), searched over
-every point of a log grid through the registry's value (GRID_STEP apart, within the bounds). The
-median of a few rows' errors is flat in places and has many local minima in the value, so the search
-scans the grid rather than narrowing one bracket (golden section, or a coarse scan refined around its
-best, which stopped a point or two from the grid's best); where several points tie, the middle one
-wins. The grid is fixed, so folds share simulations: `RowErrors` simulates a row once per distinct
+decode metric) and its bounds. Its value minimizes a loss of that metric's errors over those rows (the
+median |relative error|, or for the host time per step and per eager kernel the mean |log error|: see
+PROCEDURES), searched over every point of a log grid through the registry's value (GRID_STEP apart,
+within the bounds). The median of a few rows' errors is flat in places and has many local minima in the
+value, so the search scans the grid rather than narrowing one bracket (golden section, or a coarse scan
+refined around its best, which stopped a point or two from the grid's best); where several points tie,
+the middle one wins. The grid is fixed, so folds share simulations: `RowErrors` simulates a row once per distinct
 values of the constants that reach it.
 
 Constants interact (an SGLang row's TTFT moves with both host costs), so they are fitted one after
@@ -140,9 +139,10 @@ PROCEDURES: tuple[Procedure, ...] = (
     # eagerly, so TTFT. From about a C++ runtime's launch gap (EAGER_KERNEL_LAUNCH_S, 4.9 us) to three
     # times an eager all-reduce call on A100 hosts (41-50 us in AIConfigurator's tables,
     # docs/validation.md). By the mean |log error|, as host_step_s: the median of its 53 rows' errors is
-    # flat between grid points, and its lowest point moved with the vLLM V0 rows' host time (fitted
-    # after it): with vLLM V0's two parts 15% apart, one fold's fit went from 72.7 to 83.6 us, the
-    # host_step_s fitted after it from 0.575 to 0.107 ms, and that fold's TTFT from 11.1% to 21.3%.
+    # flat between grid points, and its lowest point moved with the registry's values of vLLM V0's two
+    # host parts (which it is fitted before): with those one grid step over, one fold's fit went from
+    # 72.7 to 83.6 us, the host_step_s fitted after it from 0.575 to 0.107 ms, and that fold's TTFT
+    # from 11.1% to 21.3%.
     Procedure("eager_host_per_kernel_s", "ttft", _has_eager_steps, _reads_eager_host, 5e-6, 150e-6,
               loss=mean_abs_log_error),
     # The fixed host time per step of vLLM V1, SGLang and TensorRT-LLM, in the path of the steps of vLLM
