@@ -169,6 +169,10 @@ def test_a_python_engines_light_load_prompts_calibrate_its_host_time_per_eager_k
     fit = fit_engine(scenario, [replace(phase, ttft_s=ttft_s, decode_s=decode_s)])
     assert fit.names == ["eager_host_per_kernel_s"]
     assert fit.values["eager_host_per_kernel_s"] == pytest.approx(100e-6, rel=0.03)
+    # SGLang's profile pays host_step_s and no vLLM V0 host time: the screen does not simulate those
+    unpaid = "the engine's profile does not pay it (engine/profiles.py)"
+    assert fit.not_fitted["vllm_v0_host_window_s"] == fit.not_fitted["vllm_v0_host_step_s"] == unpaid
+    assert fit.not_fitted["host_step_s"] != unpaid
 
 
 def test_a_local_fit_from_the_starting_values_steps_far_enough_to_move_the_medians():

@@ -42,6 +42,7 @@ from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
+from tokenpath.engine.profiles import PROFILES
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.simulate import Prepared, simulate
@@ -171,6 +172,17 @@ class _Model:
         return moved
 
 
+def _engine_pays(scenario: Scenario, name: str) -> bool:
+    """Whether the scenario's engine profile pays a host-time assumption at all (any other: True). One it
+    does not pay moves nothing, and the screen need not simulate it."""
+    profile = PROFILES[scenario.engine.scheduler]
+    if name in ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s"):
+        return name in (profile.host_window_assumption, profile.host_step_assumption)
+    if name == "eager_host_per_kernel_s":
+        return profile.eager_host
+    return True
+
+
 def _with_concurrency(scenario: Scenario, concurrency: int | None) -> Scenario:
     """The scenario with its workload's concurrency cap set: a replay sends each phase's requests at
     their arrival times, capped only where the phase's times are not the measured sends."""
@@ -222,12 +234,13 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
 
     if not measured:
         raise UserError("calibrate engine: no phase measured anything; check the server, or give --from files")
-    usable = [n for n in candidates if scenario.deployment.tp > 1 or n != "base_latency_s"]
+    unpaid = [n for n in candidates if not _engine_pays(scenario, n)]
+    usable = [n for n in candidates if n not in unpaid and (scenario.deployment.tp > 1 or n != "base_latency_s")]
     model = _Model(scenario, measured, usable)
     r0 = model.residuals(np.zeros(len(usable)), usable)
     columns = list(model.sensitivities(np.zeros(len(usable)), usable).T)
     chosen: list[int] = []
-    not_fitted: dict[str, str] = {}
+    not_fitted: dict[str, str] = {n: "the engine's profile does not pay it (engine/profiles.py)" for n in unpaid}
     limit = min(MAX_FITTED, max(1, len(r0) - 1))
     for k, name in enumerate(usable):
         norm = float(np.linalg.norm(columns[k]))
