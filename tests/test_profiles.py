@@ -88,3 +88,15 @@ def test_a_queue_class_plugged_in_through_the_seam_sets_the_admission_order(monk
     newest = engine([10, 10, 10], [3, 3, 3], spec=spec)
     assert [int(newest.token_steps(i, i + 1)[0]) for i in range(3)] == [6, 3, 0]
     assert np.array_equal(np.sort(newest.last_step_end_ns), np.sort(fcfs.last_step_end_ns))
+
+
+def test_each_profile_pays_the_host_times_it_models():
+    """What the calibration's screen and the cross-validation's fits read: a host time a profile does not
+    pay moves nothing under it."""
+    host = ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s", "eager_host_per_kernel_s")
+    assert {name: {n for n in host if p.pays(n)} for name, p in PROFILES.items()} == {
+        "vllm-v1": {"host_step_s"},
+        "vllm-v0": {"vllm_v0_host_window_s", "vllm_v0_host_step_s", "eager_host_per_kernel_s"},
+        "prefill-first": {"host_step_s", "eager_host_per_kernel_s"},
+        "trtllm": {"host_step_s"}}
+    assert all(p.pays("serving_gemm_fraction") for p in PROFILES.values())

@@ -178,17 +178,6 @@ class _Model:
         return moved
 
 
-def _engine_pays(scenario: Scenario, name: str) -> bool:
-    """Whether the scenario's engine profile pays a host-time assumption at all (any other: True). One it
-    does not pay moves nothing, and the screen need not simulate it."""
-    profile = PROFILES[scenario.engine.scheduler]
-    if name in ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s"):
-        return name in (profile.host_window_assumption, profile.host_step_assumption)
-    if name == "eager_host_per_kernel_s":
-        return profile.eager_host
-    return True
-
-
 def _with_concurrency(scenario: Scenario, concurrency: int | None) -> Scenario:
     """The scenario with its workload's concurrency cap set: a replay sends each phase's requests at
     their arrival times, capped only where the phase's times are not the measured sends."""
@@ -240,7 +229,7 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
 
     if not measured:
         raise UserError("calibrate engine: no phase measured anything; check the server, or give --from files")
-    unpaid = [n for n in candidates if not _engine_pays(scenario, n)]
+    unpaid = [n for n in candidates if not PROFILES[scenario.engine.scheduler].pays(n)]  # they move nothing
     usable = [n for n in candidates if n not in unpaid and (scenario.deployment.tp > 1 or n != "base_latency_s")]
     model = _Model(scenario, measured, usable)
     r0 = model.residuals(np.zeros(len(usable)), usable)

@@ -84,6 +84,15 @@ class Profile:
     offered_as_lever: bool  # `tokenpath levers` tries switching to it
     measured_as: str | None  # the engine's name in the latency rows simulated with it (validate/latency.py)
 
+    def pays(self, assumption: str) -> bool:
+        """Whether this engine's host pays a host-time assumption of the registry: one of its fixed host
+        parts, or the time per kernel of an eager step. Any other assumption: True."""
+        if assumption in ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s"):
+            return assumption in (self.host_window_assumption, self.host_step_assumption)
+        if assumption == "eager_host_per_kernel_s":
+            return self.eager_host
+        return True
+
 
 PROFILES: dict[str, Profile] = {
     "vllm-v1": Profile(

@@ -95,7 +95,7 @@ def _profile(row: Row) -> Profile:
 
 
 def _reads_host_step(row: Row) -> bool:
-    return _profile(row).host_window_assumption == "host_step_s"
+    return _profile(row).pays("host_step_s")
 
 
 def _host_step_in_path(row: Row) -> bool:
@@ -106,7 +106,7 @@ def _host_step_in_path(row: Row) -> bool:
 
 
 def _reads_eager_host(row: Row) -> bool:
-    return _profile(row).eager_host
+    return _profile(row).pays("eager_host_per_kernel_s")
 
 
 def _has_eager_steps(row: Row) -> bool:
@@ -116,7 +116,7 @@ def _has_eager_steps(row: Row) -> bool:
 
 def _reads_vllm_v0_host(row: Row) -> bool:
     """The row pays vLLM V0's host time (both parts: each reaches every V0 row)."""
-    return _profile(row).host_window_assumption == "vllm_v0_host_window_s"
+    return _profile(row).pays("vllm_v0_host_window_s")
 
 
 def _multi_step(row: Row) -> bool:
