@@ -5,12 +5,12 @@ with the lengths the server saw; calibrate/measured.py) under candidate assumpti
 residuals are the logs of (predicted + 5 ms) / (measured + 5 ms) of each phase's TTFT and TPOT
 medians (or the statistics the measurement reported: a published row's means, its ITL). Which to fit:
 
-1. screen `CANDIDATES` (most preferred first) by the Jacobian at the starting values: each that moves
+1. screen `CANDIDATES` (most preferred first) by their effect at the starting values: each that moves
    the residuals enough and is not nearly collinear with one already kept (a constant cost per step
    is the same to the probe whether the host's or the kernels');
 2. fit them (bounded least squares over their logarithms, scipy.optimize.least_squares, from the best
-   points of a Sobol search: a step's time is not smooth in them; every Jacobian, the screen's included,
-   by forward steps of STEP);
+   points of a Sobol search: a step's time is not smooth in them; each Jacobian by forward steps of
+   STEP, the screen's over SCREEN_STEP either side);
 3. drop, least preferred first, any the fit leaves undetermined (one sigma over MAX_RELATIVE_UNCERTAINTY
    of its value) and then any the residuals do not need (the fit without it within PARSIMONY), and fit
    the rest again.

@@ -9,8 +9,8 @@ PROCEDURES), searched over every point of a log grid through the registry's valu
 within the bounds). The median of a few rows' errors is flat in places and has many local minima in the
 value, so the search scans the grid rather than narrowing one bracket (golden section, or a coarse scan
 refined around its best, which stopped a point or two from the grid's best); where several points tie,
-the middle one wins. The grid is fixed, so folds share simulations: `RowErrors` simulates a row once per distinct
-values of the constants that reach it.
+the middle one wins. The grid is fixed, so folds share simulations: `RowErrors` simulates a row once
+per distinct values of the constants that reach it.
 
 Constants interact (an SGLang row's TTFT moves with both host costs), so they are fitted one after
 another in PROCEDURES' order, each with those before it at their fitted values and those after at the
