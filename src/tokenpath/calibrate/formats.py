@@ -36,7 +36,7 @@ from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.workload import Requests
 from tokenpath.workload.arrivals import arrival_times_s
-from tokenpath.workload.spec import MAX_BURSTINESS, MIN_BURSTINESS, ArrivalSpec
+from tokenpath.workload.spec import MAX_BURSTINESS, MAX_RATE_PER_S, MIN_BURSTINESS, MIN_RATE_PER_S, ArrivalSpec
 
 FORMATS = ("a tokenpath bench results file, a `vllm bench serve --save-result --save-detailed` result, an SGLang "
            "`bench_serving --output-file --output-details` line or a guidellm report (.json)")
@@ -168,8 +168,11 @@ def _rate(value: float | str | None, where: str) -> float:
         if value.strip().lower() in ("inf", "infinity"):
             return math.inf
         raise UserError(f"{where}: request_rate: {quoted(value)} is not a rate; the file is damaged")
-    if not value > 0:
-        raise UserError(f"{where}: request_rate: {value!r} must be above 0 (or inf)")
+    if value == math.inf:
+        return math.inf
+    if not MIN_RATE_PER_S <= value <= MAX_RATE_PER_S:
+        raise UserError(f"{where}: request_rate: {value!r} must be from {MIN_RATE_PER_S:g} to {MAX_RATE_PER_S:g} "
+                        "requests/s (or inf)")
     return float(value)
 
 
