@@ -308,7 +308,8 @@ def test_an_overlapped_python_host_launches_each_step_while_the_gpu_runs_the_one
     for start, c, x, b, t, n, pairs, kv, chunk, scheduled, ahead in steps:
         if ahead:  # a busy engine's step, right after the one before (an idle engine's is 0)
             assert start == end_ns and ahead == round(left_s * 1e9)
-        assert c == round(compute.step_time_s(t, n, pairs, kv, chunk, bool(scheduled), x / 1e9, ahead / 1e9) * 1e9)
+        # within a nanosecond: the trace keeps `ahead` rounded to whole nanoseconds
+        assert abs(c - compute.step_time_s(t, n, pairs, kv, chunk, bool(scheduled), x / 1e9, ahead / 1e9) * 1e9) <= 1
         if compute.eager(t, n) and ahead:
             ahead_prompts += 1
             assert c < compute.step_time_s(t, n, pairs, kv, chunk, bool(scheduled), x / 1e9) * 1e9
@@ -327,8 +328,11 @@ def test_validate_predicts_the_published_rows_it_covers():
         assert row["predicted"] > 0
         assert row["error"] == row["predicted"] / row["published"] - 1
     calibrated = [r for r in rows if r.get("calibration")]
-    assert len(calibrated) == 4 and all(abs(r["error"]) < 0.02 for r in calibrated)
+    assert len(calibrated) == 3 and all(abs(r["error"]) < 0.02 for r in calibrated)
     assert result["groups"]["nccl_allreduce"]["rows"] == 6
+    # the batch-1 rows fit the launch gap: each is predicted with the value fitted on the other three
+    assert all("eager_kernel_launch_s" in r["fitted_on_others"] for r in rows if r["group"] == "trtllm_batch1_ttft")
+    assert result["groups"]["trtllm_batch1_ttft"]["fits"] == "eager_kernel_launch_s"
     # a published TTFT is never more than 3x off: a loose guard against a broken compute model
     assert all(abs(r["error"]) < 0.75 for r in rows if r["group"] == "trtllm_batch1_ttft")
 
@@ -352,13 +356,44 @@ def test_trtllm_bench_picks_its_batch_limits_from_the_kv_cache_that_fits(model, 
 
 def test_validation_medians_stay_at_or_below_the_goal():
     """Guards the calibration: offline throughput within 10% and batch-1 TTFT within 15% (median
-    |error| over the rows that set no constant)."""
+    |error| over the rows that set no constant; each batch-1 row predicted with the launch gap fitted
+    on the others)."""
     from tokenpath.validate.groups import run_validation
 
     groups = run_validation({"trtllm_offline", "trtllm_batch1_ttft"})["groups"]
     assert groups["trtllm_offline"]["median_abs_error"] <= 0.10
-    assert groups["trtllm_batch1_ttft"]["rows"] == 3
+    assert groups["trtllm_batch1_ttft"]["rows"] == 4
     assert groups["trtllm_batch1_ttft"]["median_abs_error"] <= 0.15
+
+
+def test_a_row_of_a_group_that_fits_a_constant_is_predicted_with_the_value_fitted_on_the_others(monkeypatch):
+    """Leave one row out: a row's own published figure does not move the value it is predicted with,
+    and moves every other row's; the registry's value is the fit on every row."""
+    from tokenpath.config.assumptions import lookup
+    from tokenpath.validate import groups as module
+
+    def held_out_values(published_rows):
+        monkeypatch.setattr(module, "published_rows", published_rows)
+        rows = module.run_validation({"trtllm_batch1_ttft"})["rows"]
+        return [r["fitted_on_others"]["eager_kernel_launch_s"] for r in rows]
+
+    shipped = module.published_rows
+    before = held_out_values(shipped)
+
+    def first_row_twice_as_slow():
+        groups, rows = shipped()
+        k = next(k for k, r in enumerate(rows) if r["group"] == "trtllm_batch1_ttft")
+        rows[k] = {**rows[k], "published": rows[k]["published"] * 2}
+        return groups, rows
+
+    after = held_out_values(first_row_twice_as_slow)
+    assert after[0] == before[0]
+    # the 7B model's 128-token prompt, twice as slow, wants a longer gap on every fit it is part of
+    assert all(a > b for a, b in zip(after[1:], before[1:]))
+    monkeypatch.setattr(module, "published_rows", shipped)
+    group, fitted = module.fit_group_constants()["eager_kernel_launch_s"]
+    assert group == "trtllm_batch1_ttft" and fitted.rows == 4
+    assert fitted.value == pytest.approx(lookup("eager_kernel_launch_s").value, rel=1e-9)
 
 
 def test_validate_predicts_collectives_across_nodes_on_the_measured_topologies():

@@ -217,8 +217,13 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
     assert "lab_a" in out and "lab_b" in out and "registry" in out
     assert "cross-validated" in out and "in-sample" in out
     document = json.loads(written.read_text())
-    assert set(document) == {"rows", "sources", "cross", "in_sample", "by_source", "row_errors"}
+    assert set(document) == {"rows", "sources", "cross", "in_sample", "by_source", "row_errors", "fitted_elsewhere"}
     assert (document["rows"], document["sources"]) == (2, 2)
+    # the launch gap, fitted on the published batch-1 TTFT rows (another source), in every fold
+    assert document["fitted_elsewhere"] == {"eager_kernel_launch_s": {
+        "value": pytest.approx(lookup("eager_kernel_launch_s").value, rel=1e-9), "group": "trtllm_batch1_ttft",
+        "rows": 4}}
+    assert "eager_kernel_launch_s: 5.64 us in every fold" in out
     data = load_latency(path)
     names = [p.name for p in PROCEDURES]
     out_of_fold = []

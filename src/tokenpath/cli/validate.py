@@ -103,9 +103,11 @@ def _cross(latency_rows: str | None, json_out: str | None, write_bands: bool) ->
     from tokenpath.sim.forked import available_cpus
     from tokenpath.validate.cross import cross_validate, print_cross
     from tokenpath.validate.fit import RowErrors, latency_predictor
+    from tokenpath.validate.groups import fit_group_constants
     from tokenpath.validate.latency import load_latency
 
     data = load_latency(latency_rows)
+    group_fits = fit_group_constants()
     quiet = json_out == "-"
     sources = len({row["source"] for row in data["rows"]})
     progress = Progress(TextColumn("cross-validating, fold {task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -113,10 +115,11 @@ def _cross(latency_rows: str | None, json_out: str | None, write_bands: bool) ->
                         console=err_console, transient=True, disable=quiet)
     with progress:
         task = progress.add_task("", total=sources, simulations=0)
-        errors = RowErrors(data["rows"], latency_predictor(data["sharegpt"]), workers=available_cpus(),
+        base = {name: fitted.value for name, (_, fitted) in group_fits.items()}
+        errors = RowErrors(data["rows"], latency_predictor(data["sharegpt"], base), workers=available_cpus(),
                            progress=lambda _: progress.update(task, simulations=errors.simulated))
         document = cross_validate(errors, on_fold=lambda done, source: progress.update(
-            task, description=source, completed=done))
+            task, description=source, completed=done), elsewhere=group_fits)
         progress.update(task, completed=sources)
     if write_bands:
         from tokenpath.validate.bands_build import bands_path, build_bands

@@ -87,8 +87,8 @@ REGISTRY: tuple[Assumption, ...] = (
                "grouped GEMMs of fp8 experts scaled per 128 x 128 block reach at most this fraction of the dense "
                "rate: fitted to the same tables (benchmarks/aiconfigurator_moe.py)",
                "validate latency (DeepSeek-V3 rows); " + _ROOFLINE_TESTS),
-    Assumption("eager_kernel_launch_s", 4.9e-6, _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
-               "fitted on the Llama-2-7B 128-token row of TensorRT-LLM batch-1 TTFT",
+    Assumption("eager_kernel_launch_s", 5.64e-6, _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
+               "fitted on the TTFT of TensorRT-LLM v0.6.1's four batch-1 rows (validate/fit.py, GROUP_PROCEDURES)",
                "validate trtllm_batch1_ttft; " + _ROOFLINE_TESTS),
     Assumption("activation_bytes", 2.0, _EFF, "ACTIVATION_BYTES", "bytes",
                "activations, residual stream and all-reduced hidden states are bf16",
@@ -125,7 +125,7 @@ REGISTRY: tuple[Assumption, ...] = (
                "prepare_model_input, once per multi-step window; fitted on the V0 rows run one step at a time "
                "(validate/fit.py)",
                "validate latency, validate --cross; tests/test_validate_cross.py"),
-    Assumption("vllm_v0_host_step_s", 0.46e-3, _HOST, "VLLM_V0_HOST_STEP_S", "s",
+    Assumption("vllm_v0_host_step_s", 0.40e-3, _HOST, "VLLM_V0_HOST_STEP_S", "s",
                "vLLM V0's host time in every step's path besides (the vllm-v0 profile): the engine's step loop, the "
                "sampler's tensors and pythonized outputs; fitted on the multi-step V0 rows (validate/fit.py)",
                "validate latency, validate --cross; tests/test_validate_cross.py"),

@@ -3,18 +3,20 @@
 The latency group's in-sample medians score rows with constants that were set by hand on some of
 them. Here each source's rows are predicted with every constant of validate/fit.py refitted on the
 other sources' rows (all of them, calibration flags ignored: every row is predicted out of its fold).
-A constant no other source's row informs keeps the registry's value, and the fold says so. The
-headline is the median |error| over every row's out-of-fold prediction; beside it the in-sample
-medians, as `validate --group latency` reports them (registry values, calibration rows left out).
+A constant no other source's row informs keeps the registry's value, and the fold says so; one fitted
+on a published group of rows from another source (validate/groups.py) holds its fitted value in every
+fold. The headline is the median |error| over every row's out-of-fold prediction; beside it the
+in-sample medians, as `validate --group latency` reports them (registry values, calibration rows left
+out).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tokenpath.config.assumptions import format_value
-from tokenpath.validate.fit import PROCEDURES, Procedure, RowErrors, fit_all, median_abs_error
+from tokenpath.validate.fit import PROCEDURES, Fit, Procedure, RowErrors, fit_all, median_abs_error
 
 
 def _medians(errors: Sequence[dict[str, float]]) -> dict[str, float]:
@@ -23,10 +25,13 @@ def _medians(errors: Sequence[dict[str, float]]) -> dict[str, float]:
 
 
 def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDURES,
-                   on_fold: Callable[[int, str], None] | None = None) -> dict[str, Any]:
+                   on_fold: Callable[[int, str], None] | None = None,
+                   elsewhere: Mapping[str, tuple[str, Fit]] | None = None) -> dict[str, Any]:
     """The cross-validation of `errors.rows` (each row's errors under given values, cached): the
     document `validate --cross --json` writes, errors as fractions (`row_errors`: each row's out of its
-    fold, in the rows' order). `on_fold(folds done, source)` is called as each fold starts."""
+    fold, in the rows' order). `on_fold(folds done, source)` is called as each fold starts. `elsewhere`:
+    the constants `errors`' predictor holds at values fitted on published groups no latency row shares
+    ({name: (group, its Fit)}, validate/groups.fit_group_constants), which the document records."""
     rows = errors.rows
     sources = list(dict.fromkeys(row["source"] for row in rows))
     out_of_fold: list[dict[str, float]] = []
@@ -50,7 +55,9 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
     in_sample = errors.get([(k, registry) for k in scored])
     return {"rows": len(rows), "sources": len(sources), "cross": _medians(out_of_fold),
             "in_sample": {**_medians(in_sample), "rows": len(scored)}, "by_source": by_source,
-            "row_errors": row_errors}
+            "row_errors": row_errors,
+            "fitted_elsewhere": {name: {"value": fitted.value, "group": group, "rows": fitted.rows}
+                                 for name, (group, fitted) in (elsewhere or {}).items()}}
 
 
 def _value_cell(fold: dict[str, Any], name: str) -> str:
@@ -94,6 +101,10 @@ def print_cross(console: Any, document: dict[str, Any]) -> None:
     for fold in document["by_source"]:
         values.add_row(fold["source"], *(_value_cell(fold, name) for name in names))
     console.print(values)
+    for name, fitted in document["fitted_elsewhere"].items():
+        console.print(f"{name}: {format_value(name, fitted['value'])} in every fold, fitted on the "
+                      f"{fitted['rows']} rows of the published group {fitted['group']}, a source no latency row "
+                      "shares", highlight=False)
     cross, in_sample = document["cross"], document["in_sample"]
     summary = Table(title="median |error|: every row predicted out of its fold (headline), and in-sample as "
                           "`validate --group latency` reports it", title_justify="left")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -29,6 +30,7 @@ from tokenpath.fabric.spec import FabricSpec, SwitchFabric
 from tokenpath.sim.scenario import Scenario, build_scenario
 from tokenpath.sim.simulate import simulate
 from tokenpath.sim.summary import summarize
+from tokenpath.validate.fit import GROUP_PROCEDURES, Fit, Procedure, RowErrors, fit
 from tokenpath.validate.latency import GROUP as LATENCY_GROUP
 from tokenpath.validate.latency import load_latency, print_latency, run_latency_group
 
@@ -68,7 +70,9 @@ def _round_up(x: float, at_least: int, steps: tuple[tuple[float, int], ...]) -> 
     return max(at_least, step * math.ceil(x / step))
 
 
-def row_scenario(row: dict[str, Any], group: dict[str, Any]) -> Scenario:
+def row_scenario(row: dict[str, Any], group: dict[str, Any],
+                 assumptions: Mapping[str, float] | None = None) -> Scenario:
+    """The row as the scenario it was measured as; `assumptions` overrides registry values by name (SI)."""
     engine = {key: group[key] for key in ENGINE_KEYS if key in group}
     if group.get("batch_limits") == "trtllm-bench":
         fraction = group["kv_cache_free_gpu_mem_fraction"]
@@ -91,6 +95,8 @@ def row_scenario(row: dict[str, Any], group: dict[str, Any]) -> Scenario:
         },
         "delivery": ENGINE_SIDE_DELIVERY,
     }
+    if assumptions:
+        table["assumptions"] = dict(assumptions)
     return build_scenario(table, "validation row")
 
 
@@ -116,14 +122,42 @@ def predict_collective(row: dict[str, Any]) -> float:
     return size * off_node / collectives.time_s(op, size, group)
 
 
-def predict(row: dict[str, Any], group: dict[str, Any]) -> float:
+def predict(row: dict[str, Any], group: dict[str, Any], assumptions: Mapping[str, float] | None = None) -> float:
     if group["metric"] == "collective":
         return predict_collective(row)
-    scenario = row_scenario(row, group)
+    scenario = row_scenario(row, group, assumptions)
     summary = summarize(simulate(scenario).run, scenario.name, "", {})
     if group["metric"] == "output_tokens_per_s":
         return summary["throughput"]["output_tokens_per_s"]
     return summary["latency_s"]["ttft"]["mean"]
+
+
+def _fitted_errors(group: dict[str, Any], rows: Sequence[dict[str, Any]]) -> tuple[Procedure, RowErrors]:
+    """The procedure of the constant a group fits (its `fits`, validate/fit.py's GROUP_PROCEDURES) and its
+    rows' errors under values of it."""
+    procedure = GROUP_PROCEDURES[group["fits"]]
+
+    def errors(row: dict[str, Any], values: Mapping[str, float]) -> dict[str, float]:
+        return {procedure.metric: predict(row, group, values) / row["published"] - 1.0}
+    return procedure, RowErrors(rows, errors, (procedure,))
+
+
+def fit_group_constants() -> dict[str, tuple[str, Fit]]:
+    """Each constant a published group fits, fitted on every row of it: {name: (group, its Fit)}."""
+    groups, rows = published_rows()
+    fitted = {}
+    for name, group in groups.items():
+        if "fits" in group:
+            procedure, errors = _fitted_errors(group, [row for row in rows if row["group"] == name])
+            fitted[procedure.name] = name, fit(procedure, range(len(errors.rows)), {}, errors)
+    return fitted
+
+
+def _held_out_values(group: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
+    """For each row of a group that fits a constant, the constant fitted on the group's other rows."""
+    procedure, errors = _fitted_errors(group, rows)
+    return [{procedure.name: fit(procedure, [j for j in range(len(rows)) if j != k], {}, errors).value}
+            for k in range(len(rows))]
 
 
 def run_validation(groups_wanted: set[str] | None = None, latency_rows: str | None = None) -> dict[str, Any]:
@@ -133,18 +167,26 @@ def run_validation(groups_wanted: set[str] | None = None, latency_rows: str | No
     unknown = sorted(set(groups_wanted or ()) - {*groups, LATENCY_GROUP})
     if unknown:
         raise UserError(f"--group: unknown {unknown[0]!r}; use one of {', '.join([*groups, LATENCY_GROUP])}")
+    # A group that fits a constant: each of its rows predicted with the value fitted on the others.
+    held_out: dict[int, dict[str, float]] = {}
+    for name, group in groups.items():
+        if "fits" in group and (not groups_wanted or name in groups_wanted):
+            ks = [k for k, row in enumerate(rows) if row["group"] == name]
+            held_out.update(zip(ks, _held_out_values(group, [rows[k] for k in ks])))
     results = []
-    for row in rows:
+    for k, row in enumerate(rows):
         if groups_wanted and row["group"] not in groups_wanted:
             continue
-        predicted = predict(row, groups[row["group"]])
-        results.append({**row, "predicted": predicted, "error": predicted / row["published"] - 1.0})
+        predicted = predict(row, groups[row["group"]], held_out.get(k))
+        results.append({**row, "predicted": predicted, "error": predicted / row["published"] - 1.0,
+                        **({"fitted_on_others": held_out[k]} if k in held_out else {})})
     summary = {}
     for name, group in groups.items():
         errors = [abs(r["error"]) for r in results if r["group"] == name and not r.get("calibration")]
         if errors:
             summary[name] = {"title": group["title"], "source": group["source"], "rows": len(errors),
-                             "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
+                             "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
+                             **({"fits": group["fits"]} if "fits" in group else {})}
     if latency_rows is not None and groups_wanted and LATENCY_GROUP not in groups_wanted:
         raise UserError("--latency-rows: replaces the latency group's rows; add --group latency, or drop --group")
     if not groups_wanted or LATENCY_GROUP in groups_wanted:
@@ -188,5 +230,7 @@ def print_validation(console: Console, result: dict[str, Any]) -> None:
             table.add_row(what, r.get("chip") or r["fabric"]["kind"], shape, precision, _value(r, r["published"]),
                           _value(r, r["predicted"]), f"{r['error']:+.1%}")
         console.print(table)
+        held_out = (f"; each row predicted with {group['fits']} fitted on the group's other rows"
+                    if "fits" in group else "")
         console.print(f"median |error| {group['median_abs_error']:.1%}, worst {group['worst_abs_error']:.1%} "
-                      f"over {group['rows']} rows\n")
+                      f"over {group['rows']} rows{held_out}\n")
