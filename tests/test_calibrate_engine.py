@@ -410,3 +410,23 @@ def test_a_figure_the_fit_leaves_far_off_is_named_with_what_would_reach_it():
     [line] = far_figure_warnings([light, phase("loop-16", 0.2, 0.03)], [(0.5, 0.026), (0.1, 0.03)])
     assert line.startswith("after the fit, phase loop-16's ttft_p50_s is 100 ms against 200 ms measured (-50%): "
                            "no candidate assumption reaches it")
+
+
+@pytest.mark.parametrize("chip, overrides, expected", [
+    ("h200", {}, 4.105 / 4.8),            # the H200's measured stream rate, not the registry's 0.85
+    ("a100", {}, 1.509 / 2.039),          # the A100's: 0.740
+    ("h200", {"hbm_bw_efficiency": 0.6}, 0.6),  # the scenario's own override wins
+])
+def test_the_fit_starts_from_the_values_the_scenario_runs_with(chip, overrides, expected):
+    """Passed as an override, the registry's HBM efficiency would replace a chip's measured one: each
+    candidate starts where the uncalibrated run is, so x = 0 is the model being calibrated."""
+    from tokenpath.calibrate.fit import _Model
+    from tokenpath.compute.chip import load_chip
+
+    default = load_scenario(None)
+    scenario = default.model_copy(update={"deployment": default.deployment.model_copy(update={"chip": chip}),
+                                          "assumptions": overrides})
+    model = _Model(scenario, [], ["hbm_bw_efficiency", "host_step_s", "gemm_fixed_s"])
+    assert model.start["hbm_bw_efficiency"] == pytest.approx(expected, rel=1e-3)
+    assert model.start["host_step_s"] == pytest.approx(0.575e-3)      # no chip holds it: the registry's
+    assert model.start["gemm_fixed_s"] == load_chip(chip).gemm_fixed_s  # the chip's measured fixed time

@@ -153,8 +153,9 @@ def test_a_python_engines_light_load_prompts_calibrate_its_host_time_per_eager_k
     itself at 100 us per eager kernel: its prompts wait on their launches, which no rate of the GPU's
     shortens, so the fit takes the host time per eager kernel and finds the value again (one local fit,
     from the better of the starting values and one other point: the screen and the fit are what this
-    checks, not the global search). Screened by the fit's own 2% step, the median's jumps made
-    host_step_s look as strong, and the fit moved it to 11 ms."""
+    checks, not the global search). Screened by a 2% step, the median's jumps made host_step_s look as
+    strong, and the fit moved it to 11 ms; screened at the registry's HBM efficiency instead of the
+    H200's measured one (a model the run does not use), it took host_step_s again."""
     from dataclasses import replace
 
     from tokenpath.calibrate import fit as calibrate_fit
@@ -182,8 +183,9 @@ def test_a_local_fit_from_the_starting_values_steps_far_enough_to_move_the_media
     """The first 40 requests of DataCrunch's 1 req/s run, made by the model at 100 us per eager kernel:
     one local fit from the registry's value (x = 0) reproduces the made medians near 100 us. scipy's own
     finite differences step by a share of x, which at x = 0 moves no simulated median: from there a fit
-    stayed where it began, at 72.7 us. (The median of 40 TTFTs is not monotonic in the value: it also
-    meets the made one, within 0.03%, at 98 us.)"""
+    stayed where it began, at 72.7 us. So did a Jacobian of 2% steps: the median of 40 TTFTs is not
+    monotonic in the value (93.3 ms at 72.7 us, 92.6 ms at 74 us, 98.0 ms at 80 us), and the fit stepped
+    towards a longer TTFT the wrong way."""
     from dataclasses import replace
 
     from tokenpath.calibrate.fit import _local_fit

@@ -10,7 +10,7 @@ medians (or the statistics the measurement reported: a published row's means, it
    is the same to the probe whether the host's or the kernels');
 2. fit them (bounded least squares over their logarithms, scipy.optimize.least_squares, from the best
    points of a Sobol search: a step's time is not smooth in them; each Jacobian by forward steps of
-   STEP, the screen's over SCREEN_STEP either side);
+   STEP, the screen's over STEP either side);
 3. drop, least preferred first, any the fit leaves undetermined (one sigma over MAX_RELATIVE_UNCERTAINTY
    of its value) and then any the residuals do not need (the fit without it within PARSIMONY), and fit
    the rest again.
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tokenpath.calibrate.measured import Measured, statistics_s
+from tokenpath.compute.chip import load_chip
 from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_duration
@@ -59,12 +60,14 @@ CANDIDATES = ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s", "ea
 # Least change of the residuals (in log units) per log unit of an assumption for it to be fitted: a
 # 10% change of it must move the phases' medians by about 1% together.
 MIN_SENSITIVITY = 0.1
-# The screen measures that change as it says, over 10% either side of the starting values: a simulated
-# median is not smooth at the scale of the fit's steps (STEP), where a step of one assumption can move
-# which requests share a prefill, and with them the median, by as much as a real effect. On DataCrunch's
-# 1 req/s SGLang run, 2% more host_step_s moved the median TTFT by 0.5% (and 10% more by -1.7%), though
-# 0.6 ms of host time a step, overlapped, cannot reach a 91 ms TTFT.
-SCREEN_STEP = math.log(1.1)
+# Every Jacobian's step, in log units: the screen's either side of the starting values, the fit's
+# forward. A simulated median is not smooth at a step of a few percent, where a step of one assumption
+# can move which requests share a prefill, and with them the median, by as much as a real effect. On
+# DataCrunch's 1 req/s SGLang run, 2% more host_step_s moved the median TTFT by 0.5% (and 10% more by
+# -1.7%), though 0.6 ms of host time a step, overlapped, cannot reach a 91 ms TTFT; and on its first 40
+# requests 2% more host time per eager kernel shortened the median TTFT, so a fit from the registry's
+# value stayed there. A 10% step is also the change MIN_SENSITIVITY is stated for.
+STEP = math.log(1.1)
 # Two assumptions whose Jacobian columns are this aligned cannot be told apart by the probe.
 MAX_COSINE = 0.9
 MAX_FITTED = 4
@@ -83,7 +86,6 @@ SPAN = 20.0
 # Residuals compare log(predicted + this) with log(measured + this): a median of a few milliseconds
 # weighs less, as a server's HTTP and front-end time (which the model does not hold) is a larger share of it.
 ABSOLUTE_FLOOR_S = 5e-3
-STEP = 0.02  # each Jacobian's forward step, in log units: a 2% change moves a simulated median smoothly
 # An assumption that starts at zero (a server's front end) is fitted as REFERENCE_S * (e^x - 1), up to
 # MAX_FROM_ZERO_S: a few ms is the order of a server's HTTP and tokenization.
 REFERENCE_S = 5e-3
@@ -123,7 +125,10 @@ class _Model:
         self.base = scenario.resolved_assumptions()
         self.measured = measured
         self.names = names
-        self.start = {n: self.base.value(n) for n in names}
+        # Where the chip measures an assumption, its value is what the scenario runs with: passed as an
+        # override, the registry's would replace it.
+        held = load_chip(scenario.deployment.chip, self.base).measured_assumptions()
+        self.start = {n: held.get(n, self.base.value(n)) for n in names}
         self.targets = np.array([v for m in measured for v in (m.ttft_s, m.decode_s)])
         self.used = np.isfinite(self.targets) & (self.targets > 0)
         self._last: tuple[tuple, np.ndarray] | None = None  # the latest residuals, by (names, x)
@@ -149,25 +154,25 @@ class _Model:
 
     def jacobian(self, x: np.ndarray, names: list[str]) -> np.ndarray:
         """The residuals' Jacobian at x by forward steps of STEP in each coordinate. Not least_squares'
-        own: its `diff_step` is relative to x (a step of STEP * x), so near the starting values (x = 0)
+        own: its `diff_step` is relative to x (a step of diff_step * x), so near the starting values (x = 0)
         its steps are far below what moves a simulated median smoothly, and the Jacobian is noise."""
         at = self.residuals(x, names)
         return np.array([(self.residuals(self._moved(x, k, STEP), names) - at) / STEP
                          for k in range(len(names))]).T
 
     def sensitivities(self, x: np.ndarray, names: list[str]) -> np.ndarray:
-        """The screen's Jacobian at x: differences over SCREEN_STEP either side, or from x up where the
+        """The screen's Jacobian at x: differences over STEP either side, or from x up where the
         side below leaves the assumption's bounds (one that starts at zero). A column that the step up
         alone moves by less than MIN_SENSITIVITY keeps that one-sided difference: the screen leaves it
         out either way, unless a jump of the median hides a real effect, and it saves a simulation."""
         at = self.residuals(x, names)
         columns = []
         for k, name in enumerate(names):
-            up = self.residuals(self._moved(x, k, SCREEN_STEP), names)
-            column = (up - at) / SCREEN_STEP
-            below = max(-SCREEN_STEP, _bounds(name, self.start[name])[0] - x[k])
+            up = self.residuals(self._moved(x, k, STEP), names)
+            column = (up - at) / STEP
+            below = max(-STEP, _bounds(name, self.start[name])[0] - x[k])
             if np.linalg.norm(column) >= MIN_SENSITIVITY and below < 0:
-                column = (up - self.residuals(self._moved(x, k, below), names)) / (SCREEN_STEP - below)
+                column = (up - self.residuals(self._moved(x, k, below), names)) / (STEP - below)
             columns.append(column)
         return np.array(columns).T
 

@@ -77,6 +77,11 @@ class ChipSpec:
     def effective_hbm_bw_Bps(self) -> float:
         return self.hbm_bw_Bps * self.hbm_bw_efficiency
 
+    def measured_assumptions(self) -> dict[str, float]:
+        """The registry assumptions this chip holds its own values of (its catalog measurements, unless
+        overridden): a run on it uses these, not the registry's."""
+        return {"hbm_bw_efficiency": self.hbm_bw_efficiency, "gemm_fixed_s": self.gemm_fixed_s}
+
 
 _REQUIRED = ("source", "generation", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
 _OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "measured_stream_bw",
