@@ -21,6 +21,9 @@ rows run one step at a time, which pay both parts every step (given the part eve
 sum), then its part every step on the rows run in multi-step windows, which pay the other once a window,
 given it. Fitted first, the eager host time does not depend on a fold's other values, so every fold
 shares its simulations.
+
+GROUP_PROCEDURES are fitted the same way on a group of the published rows (validate/groups.py), from a
+source none of the latency rows shares: the launch gap of an eager step, on TensorRT-LLM's batch-1 TTFTs.
 """
 
 from __future__ import annotations
@@ -159,8 +162,6 @@ PROCEDURES: tuple[Procedure, ...] = (
     Procedure("vllm_v0_host_window_s", "decode", _vllm_v0_single_step, _reads_vllm_v0_host, 0.1e-3, 10e-3),
     Procedure("vllm_v0_host_step_s", "decode", _vllm_v0_multi_step, _reads_vllm_v0_host, 0.1e-3, 10e-3),
 )
-
-
 
 
 def _every_row(row: Row) -> bool:

@@ -2,7 +2,9 @@
 
 Every row becomes a scenario the way the measurement was made (fixed lengths; offline rows send every
 request at t=0), with an engine-side last mile (no network, no host cost), since the published figures
-are the engine's own. Constants are shared by all rows; nothing here is tuned per row.
+are the engine's own. Constants are shared by all rows; nothing here is tuned per row. A group that fits
+a constant (its `fits`, validate/fit.py's GROUP_PROCEDURES) predicts each of its rows with the value
+fitted on its other rows.
 """
 
 from __future__ import annotations
