@@ -75,6 +75,11 @@ MAX_FITTED = 4
 # the least preferred of such keeps its value and the others are fitted again without it.
 MAX_RELATIVE_UNCERTAINTY = 0.75
 MAX_EVALUATIONS = 60  # of each local fit
+# Each local fit stops when a step changes the residuals' cost, or the values, by less than this share
+# (least_squares' ftol and xtol; its defaults, 1e-8, ask the noisy medians for precision they do not
+# have, NOISE_FLOOR: refitting the perturbed-serve probe of docs/assumptions.md took 94 s at 1e-8 and
+# 50 s at 1e-3, to the same values within 0.01%).
+TOLERANCE = 1e-3
 # A fitted assumption is dropped again, least preferred first, when the fit without it is at most this
 # share worse (in rms): the probe's noise (a few % per median) explains that much.
 PARSIMONY = 0.05
@@ -359,7 +364,7 @@ def _local_fit(model: _Model, names: list[str], x0: np.ndarray, low: np.ndarray,
     from scipy.optimize import least_squares
 
     return least_squares(model.residuals, x0, jac=model.jacobian, bounds=(low, high), args=(names,), x_scale=1.0,
-                         max_nfev=MAX_EVALUATIONS)
+                         max_nfev=MAX_EVALUATIONS, ftol=TOLERANCE, xtol=TOLERANCE)
 
 
 def _fit(model: _Model, names: list[str], out_of_time: Callable[[], bool] = lambda: False):
