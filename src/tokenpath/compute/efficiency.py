@@ -70,10 +70,11 @@ and 10-15 us with vLLM's and TensorRT-LLM's (least squares over M <= 8 on H100, 
 EAGER_KERNEL_LAUNCH_S = default("eager_kernel_launch_s")
 """Time a step that does not replay a captured CUDA graph loses per kernel it launches, on top of the
 kernel's KERNEL_FIXED_S: the host's launch call, which the GPU waits for when kernels are short. A
-graph replays all its kernels with one launch. Calibrated once, on the Llama-2-7B 128-token row of
-the TensorRT-LLM batch-1 TTFT group in `tokenpath validate` (a context phase, which that runtime runs
-eagerly); the other rows of the group are predicted with it. With the fixed cost, an eager kernel
-costs 7.35 us, the order reported for eager launches; applied to every chip and runtime."""
+graph replays all its kernels with one launch. Fitted in code on the four rows of the TensorRT-LLM
+batch-1 TTFT group in `tokenpath validate` (context phases, which that runtime runs eagerly;
+validate/fit.py's GROUP_PROCEDURES), each of which `validate` predicts with the value fitted on the
+other three. With the fixed cost, an eager kernel costs about 8 us, the order reported for eager
+launches; applied to every chip and runtime."""
 
 EXPERT_GEMM_HALF_WIDTH = default("expert_gemm_half_width")
 """Routed experts run as grouped GEMMs, one small GEMM per expert, each as wide as the expert's

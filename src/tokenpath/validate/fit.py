@@ -139,7 +139,7 @@ def _vllm_v0_multi_step(row: Row) -> bool:
 # In the order they are fitted (the module's docstring says why).
 PROCEDURES: tuple[Procedure, ...] = (
     # SGLang's and vLLM V0's host time per kernel of a step that replays no graph: their prompts run
-    # eagerly, so TTFT. From about a C++ runtime's launch gap (EAGER_KERNEL_LAUNCH_S, 4.9 us) to three
+    # eagerly, so TTFT. From about a C++ runtime's launch gap (EAGER_KERNEL_LAUNCH_S, 5.6 us) to three
     # times an eager all-reduce call on A100 hosts (41-50 us in AIConfigurator's tables,
     # docs/validation.md). By the mean |log error|, as host_step_s: the median of its 53 rows' errors is
     # flat between grid points, and its lowest point moved with the registry's values of vLLM V0's two
