@@ -391,7 +391,7 @@ def test_a_vllm_result_calibrates_and_its_band_holds_another_load(loop, monkeypa
 
 def test_a_figure_the_fit_leaves_far_off_is_named_with_what_would_reach_it():
     """After a fit, the figure missed by most is named where the miss is over FAR_AFTER_FIT: with one
-    phase the fit took one assumption for two figures; with more, none of its candidates reaches it."""
+    phase, a second load could tell its candidates apart; with more, none of its candidates reaches it."""
     from tokenpath.calibrate.fit import FAR_AFTER_FIT, far_figure_warnings
     from tokenpath.calibrate.measured import Measured, Statistic
 
@@ -401,9 +401,9 @@ def test_a_figure_the_fit_leaves_far_off_is_named_with_what_would_reach_it():
 
     light = phase("loop-1", 0.4814, 0.02505, Statistic("median", "median", "itl"))
     [line] = far_figure_warnings([light], [(0.4815, 0.00829)])
-    assert line == ("after the fit, phase loop-1's itl_p50_s is 8.29 ms against 25.1 ms measured (-67%): one phase "
-                    "gives the fit two figures and it fits one assumption; a second run at another load (another "
-                    "--from) lets it fit one for this figure")
+    assert line == ("after the fit, phase loop-1's itl_p50_s is 8.29 ms against 25.1 ms measured (-67%): at one "
+                    "load no candidate assumption reaches it apart from the one fitted; a second run at another load "
+                    "(another --from) can tell them apart")
     within = 0.02505 * (1 - FAR_AFTER_FIT) * 1.01
     assert far_figure_warnings([light], [(0.4815, within)]) == []
     # several phases: the worst figure of all, TTFT of the second here

@@ -7,7 +7,7 @@ medians (or the statistics the measurement reported: a published row's means, it
 
 1. screen `CANDIDATES` (most preferred first) by their effect at the starting values: each that moves
    the residuals enough and is not nearly collinear with one already kept (a constant cost per step
-   is the same to the probe whether the host's or the kernels');
+   is the same to the probe whether the host's or the kernels'), as many as MAX_FITTED allows;
 2. fit them (bounded least squares over their logarithms, scipy.optimize.least_squares, from the best
    points of a Sobol search: a step's time is not smooth in them; each Jacobian by forward steps of
    STEP, the screen's over STEP either side);
@@ -49,14 +49,18 @@ from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.simulate import Prepared, simulate
 
 # The assumptions an engine probe can see, most preferred first: a server's own overheads (its host
-# time per step, its time to launch an eager step's kernels, its front end) and its kernels' rate
-# before what is a property of the chip and measured widely (HBM efficiency, the fixed cost of a
-# kernel). Where the probe cannot tell two apart, the one earlier here is fitted. The host time per
-# eager kernel moves only the engines that pay it (SGLang's and vLLM V0's profiles): a light-load
-# prompt of theirs waits on its launches, which no rate of the GPU's shortens.
+# time per step, its time to launch an eager step's kernels, its front end) and its kernels' rate,
+# then the fixed cost of a kernel (one H100 table's shortest GEMM, compute/efficiency.py; a software
+# stack's own: ROCm's run near 10 us), and last the chip's HBM efficiency, measured per chip
+# (catalog/chips.toml's measured_stream_bw). Where the probe cannot tell two apart, the one earlier here
+# is fitted: the SGLang cookbook's batch-1 decode step of DeepSeek-V3 on 8 x MI300X, 2.7 times the
+# model's, is fitted by 12 us a kernel or by an HBM efficiency of 0.10 alike, and only the first predicts
+# the same runs at concurrency 16 to 100 (`tokenpath validate --calibrated`: TPOT +3% where the second
+# read +123% to +178%). The host time per eager kernel moves only the engines that pay it (SGLang's and vLLM V0's
+# profiles): a light-load prompt of theirs waits on its launches, which no rate of the GPU's shortens.
 CANDIDATES = ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s", "eager_host_per_kernel_s",
               "serving_gemm_fraction", "frontend_per_request_s", "host_per_sequence_s", "base_latency_s",
-              "hbm_bw_efficiency", "kernel_fixed_s", "attention_query_overhead_pairs")
+              "kernel_fixed_s", "hbm_bw_efficiency", "attention_query_overhead_pairs")
 # Least change of the residuals (in log units) per log unit of an assumption for it to be fitted: a
 # 10% change of it must move the phases' medians by about 1% together.
 MIN_SENSITIVITY = 0.1
@@ -70,6 +74,8 @@ MIN_SENSITIVITY = 0.1
 STEP = math.log(1.1)
 # Two assumptions whose Jacobian columns are this aligned cannot be told apart by the probe.
 MAX_COSINE = 0.9
+# At most this many are fitted, and no more than the probe has figures (a phase's TTFT and TPOT): one
+# phase, a single load measured, fits two and reproduces both of its figures.
 MAX_FITTED = 4
 # An assumption the fit leaves this uncertain (one sigma over its value) is not determined by the probe:
 # the least preferred of such keeps its value and the others are fitted again without it.
@@ -246,7 +252,7 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
     columns = list(model.sensitivities(np.zeros(len(usable)), usable).T)
     chosen: list[int] = []
     not_fitted: dict[str, str] = {n: "the engine's profile does not pay it (engine/profiles.py)" for n in unpaid}
-    limit = min(MAX_FITTED, max(1, len(r0) - 1))
+    limit = min(MAX_FITTED, len(r0))
     for k, name in enumerate(usable):
         norm = float(np.linalg.norm(columns[k]))
         if norm < MIN_SENSITIVITY:
@@ -339,8 +345,9 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
 
 
 def far_figure_warnings(measured: list[Measured], predicted: list[tuple[float, float]]) -> list[str]:
-    """A line on the figure the fitted model misses by most, where that is more than FAR_AFTER_FIT: with
-    one phase the fit has two figures and takes one assumption, so the other figure can stay far off."""
+    """A line on the figure the fitted model misses by most, where that is more than FAR_AFTER_FIT. With
+    one phase, the candidates that would reach it may move both of its figures as the one fitted does,
+    which a second load tells apart."""
     misses = [(abs(p / m - 1.0), p, m, key, phase.name)
               for phase, pair in zip(measured, predicted)
               for p, m, key in zip(pair, (phase.ttft_s, phase.decode_s), phase.statistic.keys())
@@ -348,8 +355,8 @@ def far_figure_warnings(measured: list[Measured], predicted: list[tuple[float, f
     if not misses or max(misses)[0] <= FAR_AFTER_FIT:
         return []
     _, predicted_s, measured_s, key, name = max(misses)
-    why = ("one phase gives the fit two figures and it fits one assumption; a second run at another load "
-           "(another --from) lets it fit one for this figure" if len(measured) == 1 else
+    why = ("at one load no candidate assumption reaches it apart from the one fitted; a second run at another "
+           "load (another --from) can tell them apart" if len(measured) == 1 else
            "no candidate assumption reaches it: the model lacks what this server does there")
     return [f"after the fit, phase {name}'s {key} is {format_duration(predicted_s)} against "
             f"{format_duration(measured_s)} measured ({predicted_s / measured_s - 1:+.0%}): {why}"]

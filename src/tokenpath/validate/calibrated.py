@@ -9,7 +9,8 @@ A published row has no per-request data, so its phase is built from what it stat
 drew them, its Poisson arrivals or its closed loop's concurrency, its request count, warm-up and
 measured window), and the published TTFT and TPOT or ITL as the figures to reproduce, with the
 statistic the source reported (mean or median). With one phase the fit has two figures, so it fits
-one constant: the first of its candidates, in its order of preference, that moves them.
+up to two constants: the first of its candidates, in its order of preference, that moves them, and the
+next that moves them differently.
 """
 
 from __future__ import annotations
