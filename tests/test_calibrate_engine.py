@@ -430,3 +430,6 @@ def test_the_fit_starts_from_the_values_the_scenario_runs_with(chip, overrides, 
     assert model.start["hbm_bw_efficiency"] == pytest.approx(expected, rel=1e-3)
     assert model.start["host_step_s"] == pytest.approx(0.575e-3)      # no chip holds it: the registry's
     assert model.start["gemm_fixed_s"] == load_chip(chip).gemm_fixed_s  # the chip's measured fixed time
+    # what the chip measures, unless overridden: the fit takes those last (fit.CANDIDATES)
+    measured = load_chip(chip, scenario.resolved_assumptions()).measured
+    assert ("hbm_bw_efficiency" in measured) == ("hbm_bw_efficiency" not in overrides)

@@ -184,10 +184,10 @@ def test_a_python_engines_light_load_prompts_calibrate_its_host_time_per_eager_k
 def test_one_load_fits_an_assumption_for_each_of_its_two_figures(monkeypatch):
     """The first four requests of the MI300X closed loop at concurrency 1, made by the model at 90 us of
     host time per eager kernel and 10 us of fixed time per kernel: one phase, a TTFT and a TPOT, and the
-    fit finds both values (one local fit from the starting values, as above). At batch 1 a kernel's
-    fixed time and the HBM efficiency move both figures alike; the fixed time is preferred, the HBM
-    efficiency being measured per chip, and the HBM efficiency is named as the one it could not tell
-    apart. With one assumption from two figures, as the fit took before, the TPOT stayed 2.4 times off."""
+    fit finds both values (one local fit from the starting values, as above). The HBM efficiency, which
+    moves both figures as a kernel's fixed time does at batch 1, is the MI300X's measured one, fitted
+    only where no other candidate is. With one assumption from two figures, as the fit took before, the
+    TPOT stayed 2.4 times off."""
     from dataclasses import replace
 
     from tokenpath.calibrate import fit as calibrate_fit
@@ -206,7 +206,8 @@ def test_one_load_fits_an_assumption_for_each_of_its_two_figures(monkeypatch):
     assert fit.names == ["eager_host_per_kernel_s", "kernel_fixed_s"]
     assert fit.values == pytest.approx(made, rel=0.01)
     assert fit.rms_after < 1e-3
-    assert fit.not_fitted["hbm_bw_efficiency"] == "indistinguishable from kernel_fixed_s in this probe"
+    assert fit.not_fitted["hbm_bw_efficiency"] == ("measured for the mi300x (catalog/chips.toml): fitted only "
+                                                   "where nothing else is")
 
 
 def test_a_local_fit_from_the_starting_values_steps_far_enough_to_move_the_medians():

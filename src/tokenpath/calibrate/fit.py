@@ -49,15 +49,20 @@ from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.simulate import Prepared, simulate
 
 # The assumptions an engine probe can see, most preferred first: a server's own overheads (its host
-# time per step, its time to launch an eager step's kernels, its front end) and its kernels' rate,
-# then the fixed cost of a kernel (one H100 table's shortest GEMM, compute/efficiency.py; a software
-# stack's own: ROCm's run near 10 us), and last the chip's HBM efficiency, measured per chip
-# (catalog/chips.toml's measured_stream_bw). Where the probe cannot tell two apart, the one earlier here
-# is fitted: the SGLang cookbook's batch-1 decode step of DeepSeek-V3 on 8 x MI300X, 2.7 times the
-# model's, is fitted by 12 us a kernel or by an HBM efficiency of 0.10 alike, and only the first predicts
-# the same runs at concurrency 16 to 100 (`tokenpath validate --calibrated`: TPOT +3% where the second
-# read +123% to +178%). The host time per eager kernel moves only the engines that pay it (SGLang's and vLLM V0's
-# profiles): a light-load prompt of theirs waits on its launches, which no rate of the GPU's shortens.
+# time per step, its time to launch an eager step's kernels, its front end) and its kernels' rate, then
+# the fixed cost of a kernel (one H100 table's shortest GEMM, compute/efficiency.py; a software stack's
+# own: ROCm's near 12 us), and last the HBM efficiency, which on a chip that measures it
+# (ChipSpec.measured: catalog/chips.toml's measured_stream_bw) is fitted only where the probe sees no
+# candidate before it (a single request's decode, say). Where the probe cannot tell two apart,
+# the one earlier here is fitted. At one load a slow decode step is fitted by a slow weight stream as
+# well as by a fixed cost per kernel or per step, and where the project has checked, the stream was the
+# wrong one: the SGLang cookbook's DeepSeek-V3 on 8 x MI300X, fitted at concurrency 1, read its heavier
+# loads' TPOT +123% to +178% with an HBM efficiency of 0.10, and within 3% with 12 us a kernel
+# (`tokenpath validate --calibrated`); `tokenpath serve` with four times the host time per step, fitted
+# on one closed loop, took an HBM efficiency of 0.65 and put another load's TPOT outside its band
+# (tests/test_calibrate_engine.py). The host time per eager kernel moves only the engines that pay it
+# (SGLang's and vLLM V0's profiles): a light-load prompt of theirs waits on its launches, which no rate
+# of the GPU's shortens.
 CANDIDATES = ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s", "eager_host_per_kernel_s",
               "serving_gemm_fraction", "frontend_per_request_s", "host_per_sequence_s", "base_latency_s",
               "kernel_fixed_s", "hbm_bw_efficiency", "attention_query_overhead_pairs")
@@ -247,6 +252,8 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
         raise UserError("calibrate engine: no phase measured anything; check the server, or give --from files")
     unpaid = [n for n in candidates if not PROFILES[scenario.engine.scheduler].pays(n)]  # they move nothing
     usable = [n for n in candidates if n not in unpaid and (scenario.deployment.tp > 1 or n != "base_latency_s")]
+    chip = scenario.deployment.chip
+    held = load_chip(chip, scenario.resolved_assumptions()).measured
     model = _Model(scenario, measured, usable)
     r0 = model.residuals(np.zeros(len(usable)), usable)
     columns = list(model.sensitivities(np.zeros(len(usable)), usable).T)
@@ -257,6 +264,9 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
         norm = float(np.linalg.norm(columns[k]))
         if norm < MIN_SENSITIVITY:
             not_fitted[name] = f"the probe barely sees it (sensitivity {norm:.2g})"
+            continue
+        if name in held and chosen:
+            not_fitted[name] = f"measured for the {chip} (catalog/chips.toml): fitted only where nothing else is"
             continue
         twin = next((usable[j] for j in chosen if abs(float(columns[j] @ columns[k])) /
                      (norm * float(np.linalg.norm(columns[j]))) > MAX_COSINE), None)

@@ -46,6 +46,9 @@ class ChipSpec:
     scaleup: dict = dataclasses.field(default_factory=lambda: {"kind": "switch"})
     nic_bw_Bps: float = 0.0
     generation: str = ""
+    # The registry assumptions whose values above are this chip's catalog measurements (an override of
+    # one replaces its measurement, and it is not listed).
+    measured: tuple[str, ...] = ()
 
     def compute_precision(self, precision: str) -> str:
         """The tensor-core precision that multiplies operands stored at `precision`.
@@ -78,9 +81,9 @@ class ChipSpec:
         return self.hbm_bw_Bps * self.hbm_bw_efficiency
 
     def measured_assumptions(self) -> dict[str, float]:
-        """The registry assumptions this chip holds its own values of (its catalog measurements, unless
-        overridden): a run on it uses these, not the registry's."""
-        return {"hbm_bw_efficiency": self.hbm_bw_efficiency, "gemm_fixed_s": self.gemm_fixed_s}
+        """The registry assumptions this chip holds its own measured values of (`measured`): a run on it
+        uses these, not the registry's."""
+        return {name: getattr(self, name) for name in self.measured}
 
 
 _REQUIRED = ("source", "generation", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
@@ -122,6 +125,7 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
     measured_scaleup = table.get("measured_scaleup_bw")
     hbm_bw_Bps = parse_bandwidth_Bps(table["hbm_bw"], f"{where} hbm_bw")
     hbm_bw_efficiency = assumptions.value("hbm_bw_efficiency")
+    measured_here = []
     if "measured_stream_bw" in table:
         stream_Bps = parse_bandwidth_Bps(table["measured_stream_bw"], f"{where} measured_stream_bw")
         if not 0 < stream_Bps <= hbm_bw_Bps:
@@ -129,9 +133,11 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
                             f"({table['hbm_bw']}); got {table['measured_stream_bw']!r}")
         if "hbm_bw_efficiency" not in assumptions.values:  # an override replaces the measured figure too
             hbm_bw_efficiency = stream_Bps / hbm_bw_Bps
+            measured_here.append("hbm_bw_efficiency")
     gemm_fixed_s = assumptions.value("gemm_fixed_s")
     if "measured_gemm_fixed" in table and "gemm_fixed_s" not in assumptions.values:
         gemm_fixed_s = parse_duration_s(table["measured_gemm_fixed"], f"{where} measured_gemm_fixed")
+        measured_here.append("gemm_fixed_s")
     weight_only = table.get("weight_only", [])
     if not isinstance(weight_only, list) or any(p not in PRECISION_BYTES or p in peak_flops for p in weight_only):
         raise UserError(f"{where} weight_only: list precisions it has no peak_tflops for, from "
@@ -163,6 +169,7 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
         scaleup=scaleup,
         nic_bw_Bps=parse_bandwidth_Bps(table["nic_bw"], f"{where} nic_bw") if "nic_bw" in table else 0.0,
         generation=str(table["generation"]),
+        measured=tuple(measured_here),
     )
 
 
