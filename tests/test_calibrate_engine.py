@@ -402,7 +402,7 @@ def test_a_figure_the_fit_leaves_far_off_is_named_with_what_would_reach_it():
     light = phase("loop-1", 0.4814, 0.02505, Statistic("median", "median", "itl"))
     [line] = far_figure_warnings([light], [(0.4815, 0.00829)])
     assert line == ("after the fit, phase loop-1's itl_p50_s is 8.29 ms against 25.1 ms measured (-67%): at one "
-                    "load no candidate assumption reaches it apart from the one fitted; a second run at another load "
+                    "load no candidate assumption reaches it apart from those fitted; a second run at another load "
                     "(another --from) can tell them apart")
     within = 0.02505 * (1 - FAR_AFTER_FIT) * 1.01
     assert far_figure_warnings([light], [(0.4815, within)]) == []

@@ -141,10 +141,10 @@ class _Model:
         self.base = scenario.resolved_assumptions()
         self.measured = measured
         self.names = names
-        # Where the chip measures an assumption, its value is what the scenario runs with: passed as an
-        # override, the registry's would replace it.
-        held = load_chip(scenario.deployment.chip, self.base).measured_assumptions()
-        self.start = {n: held.get(n, self.base.value(n)) for n in names}
+        # What the chip measures (`held`) is what the scenario runs with, so each fit starts there (passed
+        # as an override, the registry's value would replace it), and the screen takes it last.
+        self.held = load_chip(scenario.deployment.chip, self.base).measured_assumptions()
+        self.start = {n: self.held.get(n, self.base.value(n)) for n in names}
         self.targets = np.array([v for m in measured for v in (m.ttft_s, m.decode_s)])
         self.used = np.isfinite(self.targets) & (self.targets > 0)
         self._last: tuple[tuple, np.ndarray] | None = None  # the latest residuals, by (names, x)
@@ -252,8 +252,6 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
         raise UserError("calibrate engine: no phase measured anything; check the server, or give --from files")
     unpaid = [n for n in candidates if not PROFILES[scenario.engine.scheduler].pays(n)]  # they move nothing
     usable = [n for n in candidates if n not in unpaid and (scenario.deployment.tp > 1 or n != "base_latency_s")]
-    chip = scenario.deployment.chip
-    held = load_chip(chip, scenario.resolved_assumptions()).measured
     model = _Model(scenario, measured, usable)
     r0 = model.residuals(np.zeros(len(usable)), usable)
     columns = list(model.sensitivities(np.zeros(len(usable)), usable).T)
@@ -265,8 +263,9 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
         if norm < MIN_SENSITIVITY:
             not_fitted[name] = f"the probe barely sees it (sensitivity {norm:.2g})"
             continue
-        if name in held and chosen:
-            not_fitted[name] = f"measured for the {chip} (catalog/chips.toml): fitted only where nothing else is"
+        if name in model.held and chosen:
+            not_fitted[name] = (f"measured for the {scenario.deployment.chip} (catalog/chips.toml): fitted only "
+                                "where nothing else is")
             continue
         twin = next((usable[j] for j in chosen if abs(float(columns[j] @ columns[k])) /
                      (norm * float(np.linalg.norm(columns[j]))) > MAX_COSINE), None)
@@ -356,8 +355,8 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
 
 def far_figure_warnings(measured: list[Measured], predicted: list[tuple[float, float]]) -> list[str]:
     """A line on the figure the fitted model misses by most, where that is more than FAR_AFTER_FIT. With
-    one phase, the candidates that would reach it may move both of its figures as the one fitted does,
-    which a second load tells apart."""
+    one phase, the candidates that would reach it may move both of its figures as those fitted do, which
+    a second load tells apart."""
     misses = [(abs(p / m - 1.0), p, m, key, phase.name)
               for phase, pair in zip(measured, predicted)
               for p, m, key in zip(pair, (phase.ttft_s, phase.decode_s), phase.statistic.keys())
@@ -365,7 +364,7 @@ def far_figure_warnings(measured: list[Measured], predicted: list[tuple[float, f
     if not misses or max(misses)[0] <= FAR_AFTER_FIT:
         return []
     _, predicted_s, measured_s, key, name = max(misses)
-    why = ("at one load no candidate assumption reaches it apart from the one fitted; a second run at another "
+    why = ("at one load no candidate assumption reaches it apart from those fitted; a second run at another "
            "load (another --from) can tell them apart" if len(measured) == 1 else
            "no candidate assumption reaches it: the model lacks what this server does there")
     return [f"after the fit, phase {name}'s {key} is {format_duration(predicted_s)} against "
