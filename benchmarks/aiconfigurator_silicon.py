@@ -64,6 +64,11 @@ def candidate_runs(csv: Path, shipped: set[str]) -> pd.DataFrame:
     return runs.drop_duplicates(["model_path", "system", "backend", "isl", "osl", "tp_size", "concurrency"])
 
 
+def group_of(run: pd.Series) -> tuple[str, str, str]:
+    """Where a run's error is reported in the breakdown: its engine, chip and whether it is tensor-parallel."""
+    return run.backend, CHIPS[run.system], "tp1" if run.tp_size == 1 else "tp>1"
+
+
 def row_of(run: pd.Series, window: str) -> dict:
     """A latency row, as catalog/validation/latency.toml writes AIConfigurator's, for one measured run."""
     return {"source": f"silicon_sample {run.id}", "engine": run.backend, "model": MODELS[run.model_path],
@@ -86,15 +91,23 @@ def main() -> None:
     runs = candidate_runs(args.csv or default_csv(), shipped)
     runs = runs.sample(min(args.rows, len(runs)), random_state=args.seed)
     errors = []
+    groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
     for _, run in runs.iterrows():
         predicted = predict_row(row_of(run, args.window), data["sharegpt"])
         ttft = predicted["ttft_s"] * 1e3 / run.silicon_ttft_ms - 1
         tpot = predicted["decode_s"] * 1e3 / run.silicon_tpot_ms - 1
         errors.append((ttft, tpot))
+        groups.setdefault(group_of(run), []).append((ttft, tpot))
         print(f"{run.backend:6} {MODELS[run.model_path]:13} {run.system:8} tp{int(run.tp_size)} "
               f"{int(run.isl)}/{int(run.osl)} c{int(run.concurrency):<4} "
               f"TTFT {run.silicon_ttft_ms:8.1f} ms {ttft:+6.0%}  "
               f"TPOT {run.silicon_tpot_ms:6.1f} ms {tpot:+6.0%}", flush=True)
+    print("\nby engine, chip and TP (median signed error, then median |error|):")
+    for (backend, chip, tp), group in sorted(groups.items()):
+        ttfts, tpots = [t for t, _ in group], [d for _, d in group]
+        print(f"  {backend:6} {chip:8} {tp:5} {len(group):3} runs  TTFT {statistics.median(ttfts):+6.0%} "
+              f"({statistics.median(map(abs, ttfts)):4.0%})  TPOT {statistics.median(tpots):+6.0%} "
+              f"({statistics.median(map(abs, tpots)):4.0%})")
     print(f"{len(errors)} runs ({args.window}): median |error| TTFT "
           f"{statistics.median(abs(t) for t, _ in errors):.1%}, "
           f"TPOT {statistics.median(abs(d) for _, d in errors):.1%}")
