@@ -5,14 +5,18 @@ Usage:
   python3 -m venv /tmp/aisim-venv
   /tmp/aisim-venv/bin/pip install --pre --only-binary=:all: aisimulate   # not a tokenpath dependency
   python benchmarks/vs_aisimulate.py [--aisimulate /tmp/aisim-venv/bin/aisimulate] [--rows N] [--repeats 1]
-                                     [--no-host-loop] [--json PATH]
+                                     [--no-host-loop] [--held-out N [--seed S]] [--json PATH]
 
 AISimulate lives in a virtual environment of its own (its wheel pins jax, flax and more); the script
 runs its `aisimulate predict` as a subprocess and reads its report. Its sdist build wants nvidia-smi:
 install the wheel.
 
 What runs, for each row of catalog/validation/latency.toml that AISimulate can express (the others are
-listed with the reason; --rows N stops after N rows both ran):
+listed with the reason; --rows N stops after N rows both ran), or with --held-out N for N of
+AIConfigurator's measured runs that the project does not ship (benchmarks/aiconfigurator_silicon.py's
+draw and rows; aiconfigurator-core installed beside tokenpath). Those runs are unseen by tokenpath, not
+necessarily by AISimulate: they ship with the AIConfigurator package whose kernel tables AISimulate runs
+on.
 - tokenpath: `predict_row`, as `tokenpath validate --group latency` predicts the row.
 - AISimulate: the same requests, `row_prepared(row, sharegpt).requests` (the row's lengths, in the
   order sent, with the client's own draw where validate replays it), written as a Mooncake trace
@@ -85,6 +89,7 @@ from tokenpath.workload.traces import write_trace
 # (tokenpath model, precision) -> (AISimulate model id, engine keys that set its precision)
 AISIM_MODELS = {
     ("llama-3.1-8b", "bf16"): ("meta-llama/Meta-Llama-3.1-8B", {}),
+    ("llama-3.1-8b", "fp8"): ("meta-llama/Meta-Llama-3.1-8B", {"gemm_quant_mode": "fp8"}),
     ("llama-3.1-70b", "bf16"): ("meta-llama/Meta-Llama-3.1-70B", {}),
     ("llama-3.3-70b", "bf16"): ("meta-llama/Meta-Llama-3.1-70B", {}),
     ("llama-3.1-70b", "fp8"): ("meta-llama/Meta-Llama-3.1-70B", {"gemm_quant_mode": "fp8"}),
@@ -322,22 +327,40 @@ def print_summary(summary: dict, floor_s: float) -> None:
           f"total {tp['total']:.1f} s against {ai['total']:.1f} s")
 
 
+def held_out_rows(data: dict, count: int, seed: int, csv: Path | None = None) -> list[dict]:
+    """`count` of AIConfigurator's measured runs (`csv`: its silicon_sample.csv, the installed
+    aiconfigurator-core's by default) that latency.toml does not ship, as latency rows: the draw and the
+    rows of benchmarks/aiconfigurator_silicon.py (AIPerf's measured phase alone)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from aiconfigurator_silicon import candidate_runs, default_csv, row_of
+
+    runs = candidate_runs(csv or default_csv(), {row.get("id") for row in data["rows"]})
+    runs = runs.sample(min(count, len(runs)), random_state=seed)
+    return [{**row_of(run, "profiling_phase"), "id": str(run.id), "ttft_ms": float(run.silicon_ttft_ms),
+             "decode_ms": float(run.silicon_tpot_ms)} for _, run in runs.iterrows()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aisimulate", default="aisimulate", help="the aisimulate executable (its venv's bin/)")
     parser.add_argument("--rows", type=int, help="stop after this many rows both ran")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each tool per row (CPU medians)")
     parser.add_argument("--no-host-loop", action="store_true", help="leave SGLang's overlap loop off in AISimulate")
+    parser.add_argument("--held-out", type=int, metavar="N",
+                        help="instead of the shipped rows, N of AIConfigurator's measured runs the project does not "
+                             "ship, drawn as benchmarks/aiconfigurator_silicon.py draws them")
+    parser.add_argument("--seed", type=int, default=1, help="the --held-out draw's seed")
     parser.add_argument("--json", help="write the rows and the summary to PATH")
     args = parser.parse_args()
     exe = shutil.which(args.aisimulate) or sys.exit(
         "aisimulate not found: python3 -m venv /tmp/aisim-venv && /tmp/aisim-venv/bin/pip install --pre "
         "--only-binary=:all: aisimulate, then --aisimulate /tmp/aisim-venv/bin/aisimulate")
     data = load_latency()
+    rows = data["rows"] if args.held_out is None else held_out_rows(data, args.held_out, args.seed)
     work = Path(tempfile.mkdtemp(prefix="vs-aisim-"))
     start = time.perf_counter()
     results, skipped = [], []
-    for k, row in enumerate(data["rows"]):
+    for k, row in enumerate(rows):
         if args.rows is not None and len(results) >= args.rows:
             break
         reason = why_not(row)

@@ -98,3 +98,30 @@ def test_itl_comes_from_the_whole_runs_summary_and_a_mismatched_report_is_refuse
     report["per_request"][0]["input_length"] = 101
     with pytest.raises(RuntimeError, match="not the trace's requests"):
         SCRIPT.aisim_predicted(row, report, _REQUESTS)
+
+
+def test_held_out_runs_are_the_unshipped_measured_runs_as_rows_both_tools_take(tmp_path):
+    """--held-out draws AIConfigurator's runs that latency.toml does not ship, each a row with its measured
+    means, which AISimulate's config carries as a shipped row of the same engine."""
+    columns = ("id,silicon_data_source,backend,model_path,system,mode,isl,osl,gemm_quant_mode,tp_size,pp_size,"
+               "attention_dp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms")
+    shipped = _row(source="aiconfigurator_silicon", engine="vllm", concurrency=4)["id"]
+    runs = [
+        f"{shipped},silicon_concurrency=4,vllm,meta-llama/Llama-3.1-70B,h100_sxm,agg,1024,1024,fp8,8,1,1,1,70.4,9.1",
+        "new_run,silicon_concurrency=4,trtllm,meta-llama/Llama-3.1-70B,h200_sxm,agg,8192,1024,fp8,4,1,1,1,439.1,9.3",
+        "other_chip,silicon_concurrency=4,vllm,meta-llama/Llama-3.1-70B,l40s,agg,1024,1024,fp8,4,1,1,1,99.0,9.0",
+        "disaggregated,silicon_concurrency=4,vllm,meta-llama/Llama-3.1-70B,h200_sxm,disagg,1024,1024,fp8,4,1,1,1,99,9",
+    ]
+    csv = tmp_path / "silicon_sample.csv"
+    csv.write_text("\n".join([columns, *runs]) + "\n")
+    rows = SCRIPT.held_out_rows(DATA, 10, 1, csv)
+    assert [row["id"] for row in rows] == ["new_run"]
+    row = rows[0]
+    assert (row["engine"], row["model"], row["chip"], row["tp"], row["concurrency"]) == ("trtllm", "llama-3.1-70b",
+                                                                                         "h200", 4, 4)
+    assert (row["input_len"], row["output_len"], row["ttft_ms"], row["decode_ms"]) == (8192, 1024, 439.1, 9.3)
+    assert row["window"] == "profiling_phase" and SCRIPT.why_not(row) is None
+    config, not_carried = SCRIPT.aisim_config(row, Path("t.jsonl"), "fp8", host_loop=True)
+    assert config["engine"]["workers"]["aggregated"]["parallelism"] == {"replicas": 1, "tensor": 4}
+    assert config["traffic"]["load"] == {"type": "concurrency", "concurrency": 4}
+    assert not_carried == ["cuda_graphs=decode"]
