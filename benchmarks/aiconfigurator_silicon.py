@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tokenpath.validate.latency import load_latency, predict_row
+from tokenpath.validate.latency import load_latency, predict_row, relative_errors
 
 # silicon_sample.csv's names -> the catalog's
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
@@ -70,13 +70,15 @@ def group_of(run: pd.Series) -> tuple[str, str, str]:
 
 
 def row_of(run: pd.Series, window: str) -> dict:
-    """A latency row, as catalog/validation/latency.toml writes AIConfigurator's, for one measured run."""
-    return {"source": f"silicon_sample {run.id}", "engine": run.backend, "model": MODELS[run.model_path],
-            "precision": "fp8", "chip": CHIPS[run.system], "tp": int(run.tp_size), "lengths": "fixed",
-            "input_len": int(run.isl), "output_len": int(run.osl), "arrival": "concurrency",
+    """A latency row, as catalog/validation/latency.toml writes AIConfigurator's, for one measured run: its
+    measured TTFT and TPOT means included."""
+    return {"source": f"silicon_sample {run.id}", "id": str(run.id), "engine": run.backend,
+            "model": MODELS[run.model_path], "precision": "fp8", "chip": CHIPS[run.system], "tp": int(run.tp_size),
+            "lengths": "fixed", "input_len": int(run.isl), "output_len": int(run.osl), "arrival": "concurrency",
             "concurrency": int(run.concurrency), "engine_settings": engine_settings(run.backend, int(run.isl)),
             "window": window, "requests_per_slot": REQUESTS_PER_SLOT,
-            "ttft_stat": "mean", "decode_metric": "tpot", "decode_stat": "mean"}
+            "ttft_ms": float(run.silicon_ttft_ms), "ttft_stat": "mean",
+            "decode_ms": float(run.silicon_tpot_ms), "decode_metric": "tpot", "decode_stat": "mean"}
 
 
 def main() -> None:
@@ -93,9 +95,9 @@ def main() -> None:
     errors = []
     groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
     for _, run in runs.iterrows():
-        predicted = predict_row(row_of(run, args.window), data["sharegpt"])
-        ttft = predicted["ttft_s"] * 1e3 / run.silicon_ttft_ms - 1
-        tpot = predicted["decode_s"] * 1e3 / run.silicon_tpot_ms - 1
+        row = row_of(run, args.window)
+        error = relative_errors(row, predict_row(row, data["sharegpt"]))
+        ttft, tpot = error["ttft"], error["decode"]
         errors.append((ttft, tpot))
         groups.setdefault(group_of(run), []).append((ttft, tpot))
         print(f"{run.backend:6} {MODELS[run.model_path]:13} {run.system:8} tp{int(run.tp_size)} "

@@ -331,13 +331,14 @@ def held_out_rows(data: dict, count: int, seed: int, csv: Path | None = None) ->
     """`count` of AIConfigurator's measured runs (`csv`: its silicon_sample.csv, the installed
     aiconfigurator-core's by default) that latency.toml does not ship, as latency rows: the draw and the
     rows of benchmarks/aiconfigurator_silicon.py (AIPerf's measured phase alone)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
     from aiconfigurator_silicon import candidate_runs, default_csv, row_of
 
     runs = candidate_runs(csv or default_csv(), {row.get("id") for row in data["rows"]})
     runs = runs.sample(min(count, len(runs)), random_state=seed)
-    return [{**row_of(run, "profiling_phase"), "id": str(run.id), "ttft_ms": float(run.silicon_ttft_ms),
-             "decode_ms": float(run.silicon_tpot_ms)} for _, run in runs.iterrows()]
+    return [row_of(run, "profiling_phase") for _, run in runs.iterrows()]
 
 
 def main() -> None:
