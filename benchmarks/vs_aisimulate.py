@@ -155,6 +155,8 @@ def aisim_config(row: dict[str, Any], trace: Path, kv_precision: str, host_loop:
         worker["host_loop"] = bool(overlap and host_loop)
     elif settings.get("host_overlap") is False:  # AISimulate models no overlap for the other engines
         settings.pop("host_overlap")
+    if settings.get("eager_host") is False:  # AISimulate's kernel tables carry no host time per kernel
+        settings.pop("eager_host")
     if row["arrival"] == "concurrency":
         load = {"type": "concurrency", "concurrency": row["concurrency"]}
     else:  # poisson or all at once: the trace's own times

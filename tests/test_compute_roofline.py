@@ -343,14 +343,18 @@ def test_an_eager_step_waits_on_its_launches_and_its_host():
     assert overlapped.step_time_s(*short) == pytest.approx(python.step_time_s(*short) - 1e-3, rel=1e-12)
 
 
-def test_sglang_and_vllm_v0_pay_the_eager_host_time_and_the_compiled_or_cpp_engines_do_not():
+def test_python_hosts_pay_their_eager_host_time_and_the_compiled_or_cpp_engines_do_not():
     from tokenpath.config.assumptions import Assumptions
-    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S, host_step_cost
+    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S, TRTLLM_EAGER_HOST_PER_KERNEL_S, host_step_cost
 
     assert host_step_cost("prefill-first").eager_per_kernel_s == EAGER_HOST_PER_KERNEL_S
-    assert host_step_cost("vllm-v1").eager_per_kernel_s == host_step_cost("trtllm").eager_per_kernel_s == 0.0
-    with Assumptions(values={"eager_host_per_kernel_s": 20e-6}).active():
+    assert host_step_cost("trtllm").eager_per_kernel_s == TRTLLM_EAGER_HOST_PER_KERNEL_S  # its PyTorch backend
+    assert host_step_cost("vllm-v1").eager_per_kernel_s == 0.0
+    assert host_step_cost("trtllm", eager_host=False).eager_per_kernel_s == 0.0  # a TensorRT engine
+    assert host_step_cost("prefill-first", eager_host=True).eager_per_kernel_s == EAGER_HOST_PER_KERNEL_S
+    with Assumptions(values={"eager_host_per_kernel_s": 20e-6, "trtllm_eager_host_per_kernel_s": 30e-6}).active():
         assert host_step_cost("prefill-first").eager_per_kernel_s == 20e-6
+        assert host_step_cost("trtllm").eager_per_kernel_s == 30e-6
 
 
 def test_moe_expected_experts_touched():

@@ -46,7 +46,7 @@ def test_every_profile_has_its_rules_in_the_reference_engine_and_is_compared_wit
     ("vllm-v1", "on_demand", "all", 1024, None, (0.575e-3, 0.0), False, False),
     ("vllm-v0", "on_demand", "decode", 256, 256, (1.67e-3, 0.40e-3), False, True),
     ("prefill-first", "on_demand", "decode", 1024, 512, (0.575e-3, 0.0), True, True),  # SGLang's at 141 GiB, tp 4
-    ("trtllm", "reserve", "all", 1024, None, (0.575e-3, 0.0), True, False),
+    ("trtllm", "reserve", "all", 1024, None, (0.575e-3, 0.0), True, True),
 ])
 def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admission, cuda_graphs, max_num_seqs,
                                                           graph_max_tokens, host_s, overlapped, eager_host):
@@ -93,10 +93,11 @@ def test_a_queue_class_plugged_in_through_the_seam_sets_the_admission_order(monk
 def test_each_profile_pays_the_host_times_it_models():
     """What the calibration's screen and the cross-validation's fits read: a host time a profile does not
     pay moves nothing under it."""
-    host = ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s", "eager_host_per_kernel_s")
+    host = ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s", "eager_host_per_kernel_s",
+            "trtllm_eager_host_per_kernel_s")
     assert {name: {n for n in host if p.pays(n)} for name, p in PROFILES.items()} == {
         "vllm-v1": {"host_step_s"},
         "vllm-v0": {"vllm_v0_host_window_s", "vllm_v0_host_step_s", "eager_host_per_kernel_s"},
         "prefill-first": {"host_step_s", "eager_host_per_kernel_s"},
-        "trtllm": {"host_step_s"}}
+        "trtllm": {"host_step_s", "trtllm_eager_host_per_kernel_s"}}
     assert all(p.pays("serving_gemm_fraction") for p in PROFILES.values())

@@ -242,14 +242,15 @@ def test_explain_shows_a_prompt_chunks_cached_context_and_mla_decompressing_it(c
 
 @pytest.mark.parametrize("scheduler", ["prefill-first", "vllm-v0", "trtllm"])
 def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
-    """Each step of an eager engine is its kernels with their launch gaps; under SGLang's and vLLM V0's
-    Python host, it waits on the host's launches where they fall behind (engine/host_time.py,
-    ComputeModel.launch_wait_s); TensorRT-LLM has none."""
-    python_host = scheduler in ("prefill-first", "vllm-v0")
+    """Each step of an eager engine is its kernels with their launch gaps, and it waits on the host's
+    launches where they fall behind (engine/host_time.py, ComputeModel.launch_wait_s): SGLang's and vLLM
+    V0's Python host launching the kernels ops.py counts, TensorRT-LLM's PyTorch backend its own fused
+    ops' kernels (engine/eager_launches.py). A TensorRT engine launches from C++: eager_host = false."""
     from rich.console import Console
 
     from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S
-    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S
+    from tokenpath.engine.eager_launches import TRTLLM_PYTORCH
+    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S, TRTLLM_EAGER_HOST_PER_KERNEL_S
     from tokenpath.report.explain import explain, explain_table
 
     same = {"workload.num_requests": 200, "workload.arrival.rate": "inf",
@@ -260,25 +261,29 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     eager = simulate(small(**same, **{"engine.cuda_graphs": "none"}))
     compute = eager.deployment.compute
     assert compute.eager_gap_s == pytest.approx(compute.kernels_per_step * EAGER_KERNEL_LAUNCH_S, rel=1e-12)
-    assert compute.host_launch_s == pytest.approx(
-        compute.kernels_per_step * (EAGER_HOST_PER_KERNEL_S if python_host else 0.0), rel=1e-12)
+    launches_s = (compute.kernels_per_step * EAGER_HOST_PER_KERNEL_S if scheduler != "trtllm" else
+                  TRTLLM_PYTORCH.per_step_kernels(compute.model, False) * TRTLLM_EAGER_HOST_PER_KERNEL_S)
+    assert compute.host_launch_s == pytest.approx(launches_s, rel=1e-12)
+    cpp = simulate(small(**same, **{"engine.cuda_graphs": "none", "engine.eager_host": False}))
+    assert cpp.deployment.compute.host_launch_s == 0.0
     step = explain(eager)
     kernels_only_s = sum(op["time_s"] for op in step["ops"])
     gpu_s = kernels_only_s + compute.eager_gap_s + step["traffic_s"]
     waited_s = (max(gpu_s, compute.host_launch_s) + min(gpu_s, compute.host_launch_s) / compute.model.num_layers
                 - gpu_s)
     assert step["launch_s"] == pytest.approx(compute.eager_gap_s + waited_s, rel=1e-9)
-    assert (waited_s > 0) == python_host
+    assert waited_s > 0
     assert abs(kernels_only_s + step["engine_host_s"] + step["launch_s"] - step["compute_s"]) <= 1e-9
-    assert step["launch_includes_host"] == python_host
+    assert step["launch_includes_host"]
     console = Console(width=250, record=True)
     console.print(explain_table(step, "h100"))
     lines = console.export_text().splitlines()
     launches = next(line for line in lines if "kernel launches" in line).split("│")
     host_row = next(line for line in lines if "engine host time" in line).split("│")
     assert ("vllm_v0_host_step_s" in host_row[7]) == (scheduler == "vllm-v0")
-    assert launches[5].strip() == ("host" if python_host else "fixed")
-    assert ("eager_host_per_kernel_s" in launches[7]) == python_host
+    assert launches[5].strip() == "host"
+    assert launches[7].split(",")[-1].strip().rstrip("*") == (
+        "trtllm_eager_host_per_kernel_s" if scheduler == "trtllm" else "eager_host_per_kernel_s")
     # Offline, fixed lengths: the same steps, each one's kernels longer by its launches
     g, e = graphed.traces[0], eager.traces[0]
     assert np.array_equal(g.step_tokens, e.step_tokens)

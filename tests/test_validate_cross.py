@@ -158,6 +158,12 @@ def test_the_procedures_fit_the_rows_whose_metric_they_move():
         assert {k for k, row in enumerate(rows) if reaches(row)} == v0
     # every SGLang and vLLM V0 row: their prompts run without a graph
     assert informed["eager_host_per_kernel_s"] == v0 | {k for k, row in enumerate(rows) if row["engine"] == "sglang"}
+    # TensorRT-LLM's on its PyTorch backend's rows, not on NIM's TensorRT engine (eager_host = false)
+    assert informed["trtllm_eager_host_per_kernel_s"] == {
+        k for k, row in enumerate(rows) if row["engine"] == "trtllm" and row["source"] == "aiconfigurator_silicon"}
+    assert len(informed["trtllm_eager_host_per_kernel_s"]) == 4
+    assert all(rows[k]["engine_settings"]["eager_host"] is False for k, row in enumerate(rows)
+               if row["source"] == "nim_h100")
     # vLLM V1, and the engines launched without host overlap (NIM's C++ executor, SGLang v0.3)
     assert by_source["host_step_s"] == {"aiconfigurator_silicon", "nim_h100", "sglang_vllm060", "azure_a100_vllm083"}
     assert not informed["host_step_s"] & v0
@@ -169,11 +175,12 @@ def test_the_procedures_fit_the_rows_whose_metric_they_move():
 # values): vLLM V0's part per scheduler call, on its two rows, over its whole grid, where a window could
 # stop at a local minimum next to the value. The others' grids are too long a test: host_step_s's over its
 # 16 rows and V0's part every step's over its 4 multi-step runs are checked against their neighbours on
-# the grid (their fits over the whole grid are the registry's 0.575 ms and 0.40 ms), and
+# the grid (their fits over the whole grid are the registry's 0.575 ms and 0.40 ms), as is
+# trtllm_eager_host_per_kernel_s's over its 4 rows (76 us over the whole grid), and
 # eager_host_per_kernel_s's fit over its 53 rows is the registry's 72.7 us (docs/validation.md,
 # "Cross-validation of the latency rows").
 REGISTRY_FITS = ["vllm_v0_host_window_s"]
-NEIGHBOUR_FITS = ["host_step_s", "vllm_v0_host_step_s"]
+NEIGHBOUR_FITS = ["host_step_s", "vllm_v0_host_step_s", "trtllm_eager_host_per_kernel_s"]
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +240,8 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
     for fold, held_out in zip(document["by_source"], data["rows"]):
         assert fold["source"] == held_out["source"] and fold["rows"] == 1
         assert list(fold["fitted"]) == names and fold["fitted_on"] == {"host_step_s": 1}
-        assert fold["from_registry"] == ["eager_host_per_kernel_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s"]
+        assert fold["from_registry"] == ["eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s",
+                                         "vllm_v0_host_window_s", "vllm_v0_host_step_s"]
         assert all(fold["fitted"][n] == lookup(n).value for n in fold["from_registry"])
         # the held-out row is predicted with the values fitted on the other source
         errors = relative_errors(held_out, predict_row(held_out, data["sharegpt"], fold["fitted"]))

@@ -43,7 +43,6 @@ from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.engine.profiles import PROFILES
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.simulate import Prepared, simulate
@@ -61,11 +60,12 @@ from tokenpath.sim.simulate import Prepared, simulate
 # (`tokenpath validate --calibrated`); `tokenpath serve` with four times the host time per step, fitted
 # on one closed loop, took an HBM efficiency of 0.65 and put another load's TPOT outside its band
 # (tests/test_calibrate_engine.py). The host time per eager kernel moves only the engines that pay it
-# (SGLang's and vLLM V0's profiles): a light-load prompt of theirs waits on its launches, which no rate
-# of the GPU's shortens.
+# (SGLang's and vLLM V0's profiles; TensorRT-LLM's PyTorch backend its own): a light-load prompt of
+# theirs waits on its launches, which no rate of the GPU's shortens.
 CANDIDATES = ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s", "eager_host_per_kernel_s",
-              "serving_gemm_fraction", "frontend_per_request_s", "host_per_sequence_s", "base_latency_s",
-              "kernel_fixed_s", "hbm_bw_efficiency", "attention_query_overhead_pairs")
+              "trtllm_eager_host_per_kernel_s", "serving_gemm_fraction", "frontend_per_request_s",
+              "host_per_sequence_s", "base_latency_s", "kernel_fixed_s", "hbm_bw_efficiency",
+              "attention_query_overhead_pairs")
 # Least change of the residuals (in log units) per log unit of an assumption for it to be fitted: a
 # 10% change of it must move the phases' medians by about 1% together.
 MIN_SENSITIVITY = 0.1
@@ -250,7 +250,7 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
 
     if not measured:
         raise UserError("calibrate engine: no phase measured anything; check the server, or give --from files")
-    unpaid = [n for n in candidates if not PROFILES[scenario.engine.scheduler].pays(n)]  # they move nothing
+    unpaid = [n for n in candidates if not scenario.engine.pays(n)]  # they move nothing
     usable = [n for n in candidates if n not in unpaid and (scenario.deployment.tp > 1 or n != "base_latency_s")]
     model = _Model(scenario, measured, usable)
     r0 = model.residuals(np.zeros(len(usable)), usable)

@@ -68,6 +68,8 @@ class ComputeModel:
     decodes one token (num_tokens == num_logits), "none" no step. A step that replays no graph adds
     to its kernels, per kernel, its launch gap, and waits for a host that launches them one by one at
     `host_eager_per_kernel_s` each (engine/host_time.py; 0: none): the launch queue of launch_wait_s.
+    `host_eager_kernels`: how many the host launches for such a step, where its engine fuses a layer
+    into other kernels than the ops count (engine/eager_launches.py); None: the ops' count.
 
     Expert parallelism over `expert_replicas` replicas of `tp` chips each: every chip holds whole
     routed experts, 1/(tp * expert_replicas) of them, which serve the tokens of all those replicas.
@@ -84,6 +86,7 @@ class ComputeModel:
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
                  expert_replicas: int = 1, host_window_s: float = 0.0, host_step_s: float = 0.0,
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
+                 host_eager_kernels: float | None = None,
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
                  latent_attention: bool = True):
         _check_tp(model, tp)
@@ -141,7 +144,8 @@ class ComputeModel:
         # An eager step: every kernel's launch gap, on the GPU, and the host's launches, queued ahead of it.
         self.host_eager_per_kernel_s = host_eager_per_kernel_s
         self.eager_gap_s: float = self.kernels_per_step * assumptions.value("eager_kernel_launch_s")
-        self.host_launch_s: float = self.kernels_per_step * host_eager_per_kernel_s
+        self.host_launch_s: float = (self.kernels_per_step if host_eager_kernels is None
+                                     else host_eager_kernels) * host_eager_per_kernel_s
         # A stage's layers, launched in turn: the launch queue's period (launch_wait_s).
         self._layers_per_stage = model.num_layers / pp
         self._compile()

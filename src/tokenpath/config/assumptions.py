@@ -134,6 +134,11 @@ REGISTRY: tuple[Assumption, ...] = (
                "(compute/roofline.launch_queue_s); fitted on the TTFT of every SGLang and vLLM V0 row "
                "(validate/fit.py)",
                "validate latency, validate --cross; tests/test_compute_roofline.py, tests/test_simulate.py"),
+    Assumption("trtllm_eager_host_per_kernel_s", 76.0e-6, _HOST, "TRTLLM_EAGER_HOST_PER_KERNEL_S", "s",
+               "TensorRT-LLM's PyTorch backend's host time to launch each kernel of an eager step, its fused ops "
+               "counted by engine/eager_launches.py, queued ahead of the GPU; fitted on the TTFT of the TensorRT-LLM "
+               "rows run on that backend (validate/fit.py)",
+               "validate latency, validate --cross; tests/test_eager_launches.py"),
     Assumption("host_per_sequence_s", 1.12e-6, _HOST, "HOST_PER_SEQUENCE_S", "s",
                "vLLM V1 update_from_output: 0.287 ms for 256 sequences (vllm-project/vllm PR 46112)",
                "validate latency; tests/test_engine.py"),

@@ -93,11 +93,16 @@ HOST_PER_SEQUENCE_S = default("host_per_sequence_s")
 # custom all-reduce call in vLLM and SGLang at 19-22 us on H100 and H200 hosts (41-50 us on A100
 # hosts), where its kernel takes 5 us.
 EAGER_HOST_PER_KERNEL_S = default("eager_host_per_kernel_s")
+TRTLLM_EAGER_HOST_PER_KERNEL_S = default("trtllm_eager_host_per_kernel_s")
 # The profiles that pay it (Profile.eager_host): SGLang's and vLLM V0's, whose model code runs op by op
 # in Python when no graph is replayed (one value for both: vLLM V0's own, fitted on its rows run a step
 # at a time, came out at 48 us and left the cross-validated TTFT no better). vLLM V1 compiles its
-# model and TensorRT-LLM launches from C++ or fused custom ops: neither host time per kernel is measured
-# here, so none. Whether each profile's engine prepares a step while the GPU runs the one before is
+# model: no host time per kernel is measured for it, so none.
+# TensorRT-LLM's PyTorch backend launches a step that holds a prompt eagerly too, its layers written as
+# fewer fused custom ops (engine/eager_launches.py counts them) whose dispatch is C++: its own value,
+# TRTLLM_EAGER_HOST_PER_KERNEL_S, fitted in code on the TTFT of the TensorRT-LLM rows that run that
+# backend (validate/fit.py). Its TensorRT engines launch from C++ and pay none (`[engine] eager_host =
+# false`). Whether each profile's engine prepares a step while the GPU runs the one before is
 # Profile.host_overlap (engine/profiles.py cites each engine). An overlapped host launches that step
 # then too: SGLang's event_loop_overlap (python/sglang/srt/managers/scheduler.py) runs the next batch,
 # its kernels launched, before it waits for the current one's results, so once a busy engine's host has
@@ -117,13 +122,22 @@ def host_overlapped(scheduler: str, overlap: bool | None = None) -> bool:
     return PROFILES[scheduler].host_overlap if overlap is None else overlap
 
 
-def host_step_cost(scheduler: str, overlap: bool | None = None) -> HostStepCost:
-    """The host cost of a step under `scheduler`, and `overlap` (None: the profile's)."""
+def eager_host_paid(scheduler: str, eager_host: bool | None = None) -> str | None:
+    """The host time per kernel (the registry's name) an eager step pays under `scheduler`, unless
+    `eager_host` is False (its kernels launched from compiled code); None: none."""
+    return None if eager_host is False else PROFILES[scheduler].eager_host
+
+
+def host_step_cost(scheduler: str, overlap: bool | None = None, eager_host: bool | None = None) -> HostStepCost:
+    """The host cost of a step under `scheduler`, `overlap` and `eager_host` (None: the profile's)."""
     profile = PROFILES[scheduler]
     fixed_s = {"host_step_s": assumed("host_step_s", HOST_STEP_S),
                "vllm_v0_host_window_s": assumed("vllm_v0_host_window_s", VLLM_V0_HOST_WINDOW_S),
                "vllm_v0_host_step_s": assumed("vllm_v0_host_step_s", VLLM_V0_HOST_STEP_S), None: 0.0}
+    per_kernel_s = {"eager_host_per_kernel_s": assumed("eager_host_per_kernel_s", EAGER_HOST_PER_KERNEL_S),
+                    "trtllm_eager_host_per_kernel_s": assumed("trtllm_eager_host_per_kernel_s",
+                                                              TRTLLM_EAGER_HOST_PER_KERNEL_S), None: 0.0}
     return HostStepCost(fixed_s[profile.host_window_assumption], fixed_s[profile.host_step_assumption],
                         assumed("host_per_sequence_s", HOST_PER_SEQUENCE_S),
                         host_overlapped(scheduler, overlap),
-                        assumed("eager_host_per_kernel_s", EAGER_HOST_PER_KERNEL_S) if profile.eager_host else 0.0)
+                        per_kernel_s[eager_host_paid(scheduler, eager_host)])

@@ -22,6 +22,7 @@ from tokenpath.engine.batch_limits import (
     vllm_v1_batch_limits,
 )
 from tokenpath.engine.cuda_graphs import VLLM_V0_CUDA_GRAPH_MAX_BS, sglang_cuda_graph_max_bs
+from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
 
 # Before v0.7.1, vLLM's DeepseekV2Attention (vllm/model_executor/models/deepseek_v2.py) expanded each
 # token's latent into K and V per head, V zero-padded to the query-key head size, and cached those;
@@ -56,7 +57,12 @@ class Profile:
     host_window_assumption: Literal["host_step_s", "vllm_v0_host_window_s"]
     host_step_assumption: Literal["vllm_v0_host_step_s"] | None
     host_overlap: bool  # prepares a step while the GPU runs the one before, unless [engine] says
-    eager_host: bool    # pays EAGER_HOST_PER_KERNEL_S per kernel of a step that replays no graph
+    # The host time per kernel it pays for a step that replays no graph, its Python launching the kernels
+    # one by one, unless [engine] eager_host says not (the registry's name; None: it launches them from
+    # compiled code), and the kernels its host launches for such a step, where its model code fuses them
+    # differently from compute/ops.py's count (engine/eager_launches.py; None: ops.py's).
+    eager_host: Literal["eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s"] | None
+    eager_kernels: LayerKernels | None
     # -- CUDA graphs (engine/cuda_graphs.py), unless [engine] says
     cuda_graphs: Literal["all", "decode", "none"]
     # The largest step replayed as a graph: any size (None), a count, or a rule of the GPU's memory
@@ -89,8 +95,8 @@ class Profile:
         parts, or the time per kernel of an eager step. Any other assumption: True."""
         if assumption in ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s"):
             return assumption in (self.host_window_assumption, self.host_step_assumption)
-        if assumption == "eager_host_per_kernel_s":
-            return self.eager_host
+        if assumption in ("eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s"):
+            return assumption == self.eager_host
         return True
 
 
@@ -118,7 +124,8 @@ PROFILES: dict[str, Profile] = {
         host_overlap=False,
         # vLLM V1 compiles its model with torch.compile by default (fused kernels, a Python call per
         # compiled piece): no host time per kernel is measured, so none.
-        eager_host=False,
+        eager_host=None,
+        eager_kernels=None,
         # V1 replays captured graphs for steps of up to its max_cudagraph_capture_size (512 tokens),
         # decode-only or mixed; its larger steps run long kernels that hide their launches.
         cuda_graphs="all",
@@ -163,7 +170,8 @@ PROFILES: dict[str, Profile] = {
         host_window_assumption="vllm_v0_host_window_s",
         host_step_assumption="vllm_v0_host_step_s",
         host_overlap=False,
-        eager_host=True,  # its model code runs op by op in Python when no graph is replayed
+        eager_host="eager_host_per_kernel_s",  # its model code runs op by op in Python when no graph is replayed
+        eager_kernels=None,
         # V0 captured decode batches (vllm/worker/model_runner.py) and ran prompt steps, and its mixed
         # chunked-prefill steps, eagerly.
         cuda_graphs="decode",
@@ -210,7 +218,8 @@ PROFILES: dict[str, Profile] = {
         host_window_assumption="host_step_s",
         host_step_assumption=None,
         host_overlap=True,  # the zero-overhead batch scheduler, since v0.4 (event_loop_overlap)
-        eager_host=True,    # calibrated on SGLang (engine/host_time.py)
+        eager_host="eager_host_per_kernel_s",  # calibrated on SGLang (engine/host_time.py)
+        eager_kernels=None,
         # SGLang's CudaGraphRunner replays decode-or-idle batches only, up to its cuda_graph_max_bs
         # for the GPU's memory and tp (engine/cuda_graphs.py).
         cuda_graphs="decode",
@@ -258,9 +267,11 @@ PROFILES: dict[str, Profile] = {
         host_window_assumption="host_step_s",
         host_step_assumption=None,
         host_overlap=True,  # the PyTorch backend's overlap scheduler, on by default
-        # It launches from its C++ runtime, or fuses a layer into fewer custom ops in its PyTorch
-        # backend: no host time per kernel is measured, so none.
-        eager_host=False,
+        # Its PyTorch backend, trtllm-serve's default since 1.0, runs a step that holds a prompt eagerly,
+        # a layer's fused custom ops launched from Python (engine/eager_launches.py); its TensorRT
+        # engines (NIM's, and every release before 1.0) launch from C++: `[engine] eager_host = false`.
+        eager_host="trtllm_eager_host_per_kernel_s",
+        eager_kernels=TRTLLM_PYTORCH,
         cuda_graphs="all",
         cuda_graph_max_bs=None,
         batch_limits=table_batch_limits,  # trtllm-serve's own defaults not read here

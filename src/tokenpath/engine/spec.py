@@ -79,6 +79,12 @@ class EngineSpec(BaseModel):
         None, description="the host prepares each step while the GPU runs the one before, so a step takes the "
                           "longer of the two and a busy engine's batch is formed when the step before starts "
                           f"(unset: the profile's: {profiles_where(lambda p: p.host_overlap)} yes, the others no)")
+    eager_host: bool | None = Field(
+        None, description="the host's Python launches the kernels of a step that replays no CUDA graph one by one, "
+                          "paying its host time per kernel (engine/host_time.py); false: they are launched from "
+                          "compiled code, as TensorRT-LLM's TensorRT engines (NIM's, and its releases before 1.0) "
+                          "launch them (unset: the profile's: "
+                          f"{profiles_where(lambda p: p.eager_host is not None)} yes, the others no)")
     prefix_caching: bool = Field(
         True, description="keep the KV blocks of shared prompt prefixes and reuse them (vLLM V1's automatic "
                           "prefix caching, on by default; SGLang's RadixAttention; TensorRT-LLM's KV cache reuse): "
@@ -153,6 +159,10 @@ class EngineSpec(BaseModel):
             raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) is under one KV block "
                              f"({self.block_size} tokens), and {profile.engine} cuts prompt chunks to whole blocks, "
                              "so a longer prompt would never start; raise max_num_batched_tokens or lower block_size")
+        if self.eager_host and profile.eager_host is None:
+            paying = _quoted_where(lambda p: p.eager_host is not None)
+            raise ValueError(f"eager_host = true: {profile.engine} compiles its model and no host time per kernel is "
+                             f"modelled for it; remove eager_host, or use scheduler = {paying}")
         if self.num_scheduler_steps > 1 and self.speculative is not None:
             raise ValueError("speculative decoding does not run with multi-step scheduling (vLLM V0 refuses the two "
                              "together); remove speculative or set num_scheduler_steps = 1")
@@ -161,6 +171,12 @@ class EngineSpec(BaseModel):
     @property
     def profile(self) -> Profile:
         return PROFILES[self.scheduler]
+
+    def pays(self, assumption: str) -> bool:
+        """Whether this engine pays a host-time assumption (Profile.pays): its profile's host time per
+        eager kernel only while eager_host is not false."""
+        turned_off = self.eager_host is False and assumption == self.profile.eager_host
+        return self.profile.pays(assumption) and not turned_off
 
     @property
     def prefills_alone(self) -> bool:

@@ -9,6 +9,7 @@ import numpy as np
 from rich.table import Table
 
 from tokenpath.config.units import format_bytes, format_duration
+from tokenpath.engine.host_time import eager_host_paid
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES
 from tokenpath.sim.simulate import Simulation
 
@@ -94,6 +95,8 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "launch_s": compute.launch_s(shape["tokens"], shape["sampled"], math.fsum(op.time_s for op in ops),
                                      trace.step_traffic_ns[i] / 1e9, trace.step_ahead_ns[i] / 1e9),
         "launch_includes_host": compute.host_eager_per_kernel_s > 0,
+        "launch_assumptions": ["eager_kernel_launch_s"] + ([paid] if (paid := eager_host_paid(
+            sim.scenario.engine.scheduler, sim.scenario.engine.eager_host)) else []),
         "compute_s": trace.step_compute_ns[i] / 1e9,
         "traffic_s": trace.step_traffic_ns[i] / 1e9,
         "decode_only": shape["sampled"] == shape["tokens"],
@@ -142,10 +145,9 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
                   "host", f"{step['engine_host_s'] / total:.1%}",
                   named(step.get("engine_host_assumptions", host_assumptions(DEFAULT_PROFILE))))
     if step["launch_s"]:
-        host = step.get("launch_includes_host", False)
         table.add_row("kernel launches (no CUDA graph)", "", "", format_duration(step["launch_s"]),
-                      "host" if host else "fixed", f"{step['launch_s'] / total:.1%}",
-                      named(["eager_kernel_launch_s"] + (["eager_host_per_kernel_s"] if host else [])))
+                      "host" if step["launch_includes_host"] else "fixed", f"{step['launch_s'] / total:.1%}",
+                      named(step["launch_assumptions"]))
     for part, seconds in step["traffic_parts_s"].items():
         if seconds:
             how = {"tp_all_reduce": f"{step['tp_all_reduce_algorithm']}, ",

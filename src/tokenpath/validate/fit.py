@@ -15,7 +15,8 @@ per distinct values of the constants that reach it.
 Constants interact (an SGLang row's TTFT moves with both host costs), so they are fitted one after
 another in PROCEDURES' order, each with those before it at their fitted values and those after at the
 registry's: first the eager host time per kernel (the SGLang and vLLM V0 rows' TTFT; of them only
-SGLang v0.3's four, run without overlap, also pay host_step_s in their path), then host_step_s, then
+SGLang v0.3's four, run without overlap, also pay host_step_s in their path), then TensorRT-LLM's PyTorch
+backend's (its rows' TTFT; no row pays both), then host_step_s, then
 vLLM V0's two host parts (its rows also pay the eager host time): its part per scheduler call on the V0
 rows run one step at a time, which pay both parts every step (given the part every step, it sets their
 sum), then its part every step on the rows run in multi-step windows, which pay the other once a window,
@@ -36,7 +37,7 @@ from typing import Any, Literal
 
 from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
-from tokenpath.engine.host_time import host_overlapped
+from tokenpath.engine.host_time import eager_host_paid, host_overlapped
 from tokenpath.engine.profiles import PROFILES, Profile
 from tokenpath.sim.forked import can_fork, map_forked
 from tokenpath.validate.latency import predict_row, relative_errors, row_engine, row_error
@@ -108,13 +109,23 @@ def _host_step_in_path(row: Row) -> bool:
     return _reads_host_step(row) and not host_overlapped(engine["scheduler"], engine.get("host_overlap"))
 
 
-def _reads_eager_host(row: Row) -> bool:
-    return _profile(row).pays("eager_host_per_kernel_s")
+def _reads_eager_host(name: str) -> Callable[[Row], bool]:
+    """Whether a row's engine pays the host time per eager kernel `name` (its profile's, unless the row
+    launches from compiled code: `eager_host = false`)."""
+    def reads(row: Row) -> bool:
+        engine = row_engine(row)
+        return eager_host_paid(engine["scheduler"], engine.get("eager_host")) == name
+    return reads
 
 
-def _has_eager_steps(row: Row) -> bool:
-    """The engine pays the host per kernel and replays no graph for some steps (its prompts, at least)."""
-    return _reads_eager_host(row) and row_engine(row).get("cuda_graphs", _profile(row).cuda_graphs) != "all"
+def _has_eager_steps(name: str) -> Callable[[Row], bool]:
+    """The engine pays the host time per kernel `name` and replays no graph for some steps (its prompts,
+    at least)."""
+    reads = _reads_eager_host(name)
+
+    def has(row: Row) -> bool:
+        return reads(row) and row_engine(row).get("cuda_graphs", _profile(row).cuda_graphs) != "all"
+    return has
 
 
 def _reads_vllm_v0_host(row: Row) -> bool:
@@ -146,8 +157,12 @@ PROCEDURES: tuple[Procedure, ...] = (
     # host parts (which it is fitted before): with those one grid step over, one fold's fit went from
     # 72.7 to 83.6 us, the host_step_s fitted after it from 0.575 to 0.107 ms, and that fold's TTFT
     # from 11.1% to 21.3%.
-    Procedure("eager_host_per_kernel_s", "ttft", _has_eager_steps, _reads_eager_host, 5e-6, 150e-6,
-              loss=mean_abs_log_error),
+    Procedure("eager_host_per_kernel_s", "ttft", _has_eager_steps("eager_host_per_kernel_s"),
+              _reads_eager_host("eager_host_per_kernel_s"), 5e-6, 150e-6, loss=mean_abs_log_error),
+    # TensorRT-LLM's PyTorch backend's, over the kernels engine/eager_launches.py counts: the same
+    # bounds and loss. Its rows run no engine that pays the other, so the two are fitted apart.
+    Procedure("trtllm_eager_host_per_kernel_s", "ttft", _has_eager_steps("trtllm_eager_host_per_kernel_s"),
+              _reads_eager_host("trtllm_eager_host_per_kernel_s"), 5e-6, 150e-6, loss=mean_abs_log_error),
     # The fixed host time per step of vLLM V1, SGLang and TensorRT-LLM, in the path of the steps of vLLM
     # V1 and of engines run without overlap: a cost per step, so TPOT / ITL. From a tenth of a
     # millisecond to above V0's 2.5 ms a step run alone. It moves each of its rows by a few percent, so

@@ -1,0 +1,77 @@
+"""How many kernels an engine's host launches for one eager step, where its model code fuses a layer
+differently from compute/ops.py's count (which follows vLLM's and SGLang's layers, and sets each
+kernel's fixed time on the GPU).
+
+TensorRT-LLM's PyTorch backend, the default of `trtllm-serve` since release 1.0, runs a batch that holds
+a prompt eagerly: `ScheduledRequests.can_run_cuda_graph` is `not self.context_requests`
+(tensorrt_llm/_torch/pyexecutor/scheduler.py), so its Python forward pass launches a context step's
+kernels one by one. Its layers are written around fused custom ops, so a dense layer launches about
+half the kernels ops.py counts, and an MLA / MoE layer more:
+
+- A dense layer (tensorrt_llm/_torch/models/modeling_llama.py, LlamaDecoderLayer; modules/attention.py,
+  modules/gated_mlp.py): the QKV GEMM, the attention op (`thop.attention`: RoPE and the KV-cache append,
+  then the fused attention kernel), the output GEMM, the gate-up GEMM, `swiglu` and the down GEMM; the
+  all-reduce, residual add, RMSNorm and the next GEMM's fp8 quantization are one fused op before each
+  block (AllReduce with RESIDUAL_RMS_NORM_QUANT_FP8), and per-tensor fp8 inputs come quantized from it.
+- An MLA attention block (modules/attention.py, MLA.forward_context_default): four block-scaled
+  linears (the fused q_a / kv_a projection, q_b, kv_b, o_proj), each a quantization and a GEMM
+  (FP8BlockScalesLinearMethod.apply), two RMSNorms, the latent cache's concatenation, the two copies that
+  assemble K from its no-RoPE and RoPE parts, and the attention op.
+- A MoE block (models/modeling_deepseekv3.py, Deepseekv3MoE): the router GEMM, the fused top-k routing
+  (noaux_tc), the fused MoE op (its C++ runMoe: routing sort, expand and permute, quantization, the two
+  grouped GEMMs, the activation and the finalizing reduction), the shared expert (two linears and its
+  activation) and the sum of the two.
+A step adds its embedding, final norm, LM head and sampler. The kernels inside one custom op are
+launched from C++ at once; counted alike, every kernel carries the same share of the host's Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenpath.compute.model_spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerKernels:
+    """The kernels an engine's host launches for one eager step, block by block of each layer, as its
+    model code runs them: fused ops, with a linear's input quantization where it is a kernel of its own."""
+
+    attention_op: int          # the attention op's kernels (RoPE and the KV append, attention)
+    gqa_linears: int           # a GQA block's linears (QKV, output)
+    mla_linears: int           # an MLA block's linears
+    mla_others: int            # an MLA block's other kernels
+    fused_norms: int           # a layer's all-reduce + residual + norm ops
+    dense_mlp_others: int      # a dense MLP's kernels besides its two linears
+    moe_routing: int           # a MoE block's router and top-k routing
+    fused_moe: int             # the routed experts' fused op
+    shared_expert_others: int  # a shared expert's kernels besides its two linears, with the sum of outputs
+    per_step: int              # embedding, final norm, LM head, sampling
+
+    def per_step_kernels(self, model: ModelSpec, block_scaled: bool) -> float:
+        """The kernels of one eager step of `model`; `block_scaled`: its linears take fp8 block scales,
+        each quantizing its own input first (a linear is then two kernels; bf16 and per-tensor fp8
+        linears, one)."""
+        linear = 2 if block_scaled else 1
+        attention = self.attention_op + (self.mla_linears * linear + self.mla_others if model.is_mla
+                                         else self.gqa_linears * linear)
+        dense_mlp = 2 * linear + self.dense_mlp_others
+        moe = (self.moe_routing + self.fused_moe
+               + (2 * linear + self.shared_expert_others if model.shared_intermediate_size else 0))
+        return (model.num_layers * (attention + self.fused_norms) + model.dense_layers * dense_mlp
+                + model.moe_layers * moe + self.per_step)
+
+
+# TensorRT-LLM's PyTorch backend, as listed above.
+TRTLLM_PYTORCH = LayerKernels(
+    attention_op=2,           # thop.attention: RoPE + KV append, then the fused attention kernel
+    gqa_linears=2,            # QKV, output
+    mla_linears=4,            # the fused q_a / kv_a projection, q_b, kv_b, output
+    mla_others=5,             # two RMSNorms, the latent cache's concat, the two copies assembling K
+    fused_norms=2,            # before attention and before the MLP
+    dense_mlp_others=1,       # swiglu, its output quantized in the same kernel
+    moe_routing=2,            # router GEMM, fused top-k routing (noaux_tc)
+    fused_moe=7,              # sort, expand + permute, quantize, grouped GEMM, activation, grouped GEMM, finalize
+    shared_expert_others=2,   # its activation, and the sum with the routed experts' output
+    per_step=4,               # embedding, final norm, LM head, sampling
+)

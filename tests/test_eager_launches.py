@@ -1,0 +1,71 @@
+"""The kernels TensorRT-LLM's PyTorch backend launches for an eager step (engine/eager_launches.py), and
+what its host's launches add to a step that holds a prompt."""
+
+import pytest
+
+from tokenpath.compute.model import load_model
+from tokenpath.compute.roofline import ComputeModel, launch_queue_s
+from tokenpath.engine.eager_launches import TRTLLM_PYTORCH
+from tokenpath.engine.spec import EngineSpec
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import build_scenario
+
+
+def test_a_dense_layer_launches_its_fused_ops_and_an_mla_moe_layer_three_and_a_half_times_as_many():
+    llama, deepseek = load_model("llama-3.1-70b"), load_model("deepseek-v3")
+    # Llama: QKV, RoPE + append, attention, output; two fused all-reduce + norms; gate-up, swiglu, down.
+    assert TRTLLM_PYTORCH.per_step_kernels(llama, block_scaled=False) == 80 * 9 + 4
+    # Block-scaled linears quantize their own input: a kernel more each (4 linears a layer).
+    assert TRTLLM_PYTORCH.per_step_kernels(llama, block_scaled=True) == 80 * 13 + 4
+    # DeepSeek-V3: MLA (4 block-scaled linears, 2 norms, the latent concat, 2 copies, RoPE + append,
+    # attention) and 2 fused norms in each of 61 layers; 3 dense MLPs (5) and 58 MoE blocks (router,
+    # routing, 7 fused-MoE kernels, a shared expert's 2 linears and activation, and the sum).
+    assert TRTLLM_PYTORCH.per_step_kernels(deepseek, block_scaled=True) == 61 * (15 + 2) + 3 * 5 + 58 * 15 + 4
+    per_layer_llama = (TRTLLM_PYTORCH.per_step_kernels(llama, False) - 4) / llama.num_layers
+    per_layer_deepseek = (TRTLLM_PYTORCH.per_step_kernels(deepseek, True) - 4) / deepseek.num_layers
+    assert per_layer_deepseek / per_layer_llama == pytest.approx(31.5 / 9, rel=0.01)
+
+
+def _compute(model: str, precision: str, eager_host: bool | None) -> ComputeModel:
+    scenario = build_scenario({"model": {"name": model, "precision": precision},
+                               "deployment": {"chip": "h200", "chips": 8, "tp": 8},
+                               "engine": {"scheduler": "trtllm", "cuda_graphs": "decode",
+                                          **({} if eager_host is None else {"eager_host": eager_host})}}, "test")
+    return build_deployment(scenario).compute
+
+
+def test_a_pytorch_backend_prompt_waits_on_its_launches_and_a_tensorrt_engines_does_not():
+    """A 1,024-token prompt of DeepSeek-V3 at TP8 on H200: its kernels are shorter than the host's
+    launches of its 1,926 kernels, so the step lasts the launches plus one layer of kernels
+    (launch_queue_s); Llama 3.1 70B's 724 launches take less than half as long. A TensorRT engine
+    (eager_host = false) launches from C++: its step is its kernels and their gaps."""
+    from tokenpath.engine.host_time import TRTLLM_EAGER_HOST_PER_KERNEL_S
+
+    waits = {}
+    for model, precision in (("deepseek-v3", "fp8"), ("llama-3.1-70b", "fp8")):
+        python, cpp = _compute(model, precision, None), _compute(model, precision, False)
+        kernels = TRTLLM_PYTORCH.per_step_kernels(python.model, model == "deepseek-v3")
+        assert python.host_launch_s == pytest.approx(kernels * TRTLLM_EAGER_HOST_PER_KERNEL_S, rel=1e-12)
+        assert cpp.host_launch_s == 0.0 and cpp.launch_wait_s(0.010) == 0.0
+        gpu_s = 0.030  # kernels shorter than the launches
+        assert python.launch_wait_s(gpu_s) == pytest.approx(
+            launch_queue_s(gpu_s, python.host_launch_s, python.model.num_layers) - gpu_s, rel=1e-12)
+        waits[model] = python.launch_wait_s(gpu_s)
+        # A prompt's step (no decodes, its 1,024 x 1,024 / 2 attention pairs): the same kernels and
+        # gaps, longer by the wait on the launches under the PyTorch backend.
+        prompt = (1024, 1, 1024 * 1025 / 2, 0)
+        kernels_s = sum(op.time_s for op in python.step_ops(*prompt))
+        assert python.step_time_s(*prompt) - cpp.step_time_s(*prompt) == pytest.approx(
+            python.launch_wait_s(kernels_s + python.eager_gap_s), rel=1e-9)
+    assert waits["deepseek-v3"] > 2 * waits["llama-3.1-70b"] > 0
+
+
+def test_eager_host_is_refused_where_the_engine_compiles_its_model_and_off_pays_nothing_per_kernel():
+    with pytest.raises(ValueError, match="eager_host = true: vLLM V1 compiles its model"):
+        EngineSpec(scheduler="vllm-v1", eager_host=True)
+    per_kernel = ("eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s")
+    # what calibrate engine screens and validate's fits read: a host time the engine does not pay
+    assert [EngineSpec(scheduler="trtllm").pays(n) for n in per_kernel] == [False, True]
+    assert [EngineSpec(scheduler="trtllm", eager_host=False).pays(n) for n in per_kernel] == [False, False]
+    assert [EngineSpec(scheduler="prefill-first", eager_host=False).pays(n) for n in per_kernel] == [False, False]
+    assert EngineSpec(scheduler="trtllm", eager_host=False).pays("host_step_s")
