@@ -8,7 +8,7 @@ from tokenpath.compute.roofline import ComputeModel, launch_queue_s
 from tokenpath.engine.eager_launches import TRTLLM_PYTORCH
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.sim.deployment import build_deployment
-from tokenpath.sim.scenario import build_scenario
+from tokenpath.sim.scenario import build_scenario, load_scenario
 
 
 def test_a_dense_layer_launches_its_fused_ops_and_an_mla_moe_layer_three_and_a_half_times_as_many():
@@ -69,3 +69,16 @@ def test_eager_host_is_refused_where_the_engine_compiles_its_model_and_off_pays_
     assert [EngineSpec(scheduler="trtllm", eager_host=False).pays(n) for n in per_kernel] == [False, False]
     assert [EngineSpec(scheduler="prefill-first", eager_host=False).pays(n) for n in per_kernel] == [False, False]
     assert EngineSpec(scheduler="trtllm", eager_host=False).pays("host_step_s")
+
+
+@pytest.mark.parametrize(("eager_host", "expected_s"), [(None, "trtllm"), (False, 0.0)])
+def test_the_resolved_scenario_says_what_the_host_pays_per_eager_kernel(eager_host, expected_s):
+    from tokenpath.engine.host_time import TRTLLM_EAGER_HOST_PER_KERNEL_S
+    from tokenpath.sim.document import result_document
+    from tokenpath.sim.simulate import simulate
+
+    overrides = {"engine.scheduler": "trtllm", "workload.num_requests": 20,
+                 **({} if eager_host is None else {"engine.eager_host": eager_host})}
+    (document, *_) = result_document(simulate(load_scenario("typical", overrides)))
+    expected = TRTLLM_EAGER_HOST_PER_KERNEL_S if expected_s == "trtllm" else expected_s
+    assert document["resolved"]["engine"]["eager_host_per_kernel_s"] == expected

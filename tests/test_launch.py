@@ -359,3 +359,19 @@ def test_a_command_reads_back_as_it_was_built(program, data):
     assert argv == cmd.argv
     assert parse(argv) == (program, cmd.positionals, built)
     assert shlex.split(cmd.shell().replace("\\\n", " ")) == cmd.argv
+
+
+@pytest.mark.parametrize(("engine", "eager_host", "noted"), [
+    ("trtllm", False, "serve it with --backend tensorrt"),  # a TensorRT engine: the command runs PyTorch's
+    ("sglang", False, "SGLang's model code runs in Python"),
+    ("trtllm", None, None),  # the PyTorch backend, written as --backend
+])
+def test_a_scenario_whose_host_launches_from_cpp_is_noted_where_the_command_cannot_say_so(engine, eager_host, noted):
+    scheduler = {"trtllm": "trtllm", "sglang": "prefill-first"}[engine]
+    overrides = {"engine.scheduler": scheduler, **({} if eager_host is None else {"engine.eager_host": eager_host})}
+    _, settings = emit(make_plan(load_scenario("typical", overrides)), engine)
+    notes = [note.text for note in settings.notes if note.setting == "engine.eager_host"]
+    if noted is None:
+        assert notes == [] and settings.mapped["engine.eager_host"] == ["--backend"]
+    else:
+        assert len(notes) == 1 and noted in notes[0]

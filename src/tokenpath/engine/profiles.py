@@ -272,7 +272,10 @@ PROFILES: dict[str, Profile] = {
         # engines (NIM's, and every release before 1.0) launch from C++: `[engine] eager_host = false`.
         eager_host="trtllm_eager_host_per_kernel_s",
         eager_kernels=TRTLLM_PYTORCH,
-        cuda_graphs="all",
+        # The PyTorch backend replays a graph only for a batch without a prompt
+        # (ScheduledRequests.can_run_cuda_graph, tensorrt_llm/_torch/pyexecutor/scheduler.py); every
+        # decode batch size up to the limit, as `tokenpath launch` writes cuda_graph_config with padding.
+        cuda_graphs="decode",
         cuda_graph_max_bs=None,
         batch_limits=table_batch_limits,  # trtllm-serve's own defaults not read here
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.

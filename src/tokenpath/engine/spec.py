@@ -39,9 +39,9 @@ class EngineSpec(BaseModel):
     SGLang's chunked prefill by the GPU's memory); otherwise, as here without a chip, 1024 sequences and
     8192 tokens per step, what vLLM's OpenAI server picks on a GPU with at least 70 GiB that is not an
     A100 (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults).
-    CUDA graphs: unset, the profile's (engine/profiles.py): every step of vLLM V1 and TensorRT-LLM
-    pays no per-kernel launch cost; SGLang and vLLM V0 replay decode batches up to a size only
-    (engine/cuda_graphs.py). `cuda_graphs = "none"` is an eager engine (vLLM --enforce-eager), whose
+    CUDA graphs: unset, the profile's (engine/profiles.py): every step of vLLM V1 pays no per-kernel
+    launch cost; TensorRT-LLM's PyTorch backend replays decode batches only, SGLang and vLLM V0 decode
+    batches up to a size (engine/cuda_graphs.py). `cuda_graphs = "none"` is an eager engine (vLLM --enforce-eager), whose
     every step pays compute.efficiency.EAGER_KERNEL_LAUNCH_S per kernel.
     Scheduler profiles: engine/profiles.py, each with its sources (and MULTI_STEP there).
     """

@@ -24,7 +24,7 @@ SETTINGS = (
     "engine.max_num_seqs", "engine.max_num_batched_tokens", "engine.block_size", "engine.chunked_prefill",
     "engine.gpu_memory_utilization", "engine.cuda_graphs", "engine.cuda_graph_max_tokens", "engine.scheduler",
     "engine.mixed_chunk", "engine.kv_admission", "engine.host_overlap", "engine.prefix_caching",
-    "engine.num_scheduler_steps", "engine.speculative",
+    "engine.num_scheduler_steps", "engine.speculative", "engine.eager_host",
     "delivery.stream_interval", "delivery.detokenize",
 )
 

@@ -169,6 +169,11 @@ def _routing(plan: Plan, cmd: Command, settings: Settings, replicas: int) -> Non
 
 def _notes(plan: Plan, settings: Settings) -> None:
     eng = plan.scenario.engine
+    if eng.eager_host is False:
+        settings.note("engine.eager_host", "no flag: SGLang's model code runs in Python, which launches a step's "
+                                           "kernels where it replays no CUDA graph")
+    else:
+        settings.map("engine.eager_host", "(SGLang's own launches)")
     if eng.kv_admission == "reserve":
         settings.note("engine.kv_admission", "SGLang takes KV pages as sequences grow; it cannot reserve a "
                                              "request's whole cache at admission")

@@ -34,6 +34,11 @@ def command(plan: Plan, settings: Settings, options_path: str, host: str | None 
     cmd = Command(list(PROGRAM), [plan.checkpoint.hf_id])
     settings.map("model.name", "<model>")
     cmd.add(None, None, "--backend", BACKEND)
+    if eng.eager_host is False:
+        settings.note("engine.eager_host", "a TensorRT engine launches from C++: build one (trtllm-build) and serve "
+                                           "it with --backend tensorrt; this command runs the PyTorch backend")
+    else:
+        settings.map("engine.eager_host", "--backend")
     cmd.add(settings, "deployment.tp", "--tp_size", dep.tp)
     cmd.add(settings, "deployment.pp", "--pp_size", dep.pp)
     if dep.expert_parallel:

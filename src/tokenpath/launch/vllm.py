@@ -113,6 +113,11 @@ def _speculative(plan: Plan, cmd: Command, settings: Settings) -> None:
 def _notes(plan: Plan, settings: Settings, replicas: int) -> None:
     s = plan.scenario
     eng, dep = s.engine, s.deployment
+    if eng.eager_host is None:
+        settings.map("engine.eager_host", "(the engine's own launches)")
+    else:
+        settings.note("engine.eager_host", "no flag: vLLM compiles its model, and how it launches the kernels "
+                                           "is not a setting")
     if plan.profile.engine != RUNS:
         settings.note("engine.scheduler", f"vLLM 0.34 runs its V1 engine only; the scenario models "
                                           f"{plan.profile.engine}")

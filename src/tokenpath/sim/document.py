@@ -117,7 +117,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "prefix_caching": engine.prefix_caching, "gpu_memory_utilization": engine.gpu_memory_utilization,
             "cuda_graphs": engine.cuda_graphs, "cuda_graph_max_tokens": engine.cuda_graph_max_tokens,
             "host_overlap": d.compute.host_overlapped, "host_window_s": d.compute.host_window_s,
-            "host_step_s": d.compute.host_step_s,
+            "host_step_s": d.compute.host_step_s, "eager_host_per_kernel_s": d.compute.host_eager_per_kernel_s,
             "speculative": None if engine.speculative is None else {
                 **engine.speculative.model_dump(), "draft_acceptance": s.workload.draft_acceptance,
                 "mean_tokens_per_step": mean_tokens_per_step(s.workload.draft_acceptance,
