@@ -5,8 +5,9 @@ kernel's fixed time on the GPU).
 TensorRT-LLM's PyTorch backend, the default of `trtllm-serve` since release 1.0, runs a batch that holds
 a prompt eagerly: `ScheduledRequests.can_run_cuda_graph` is `not self.context_requests`
 (tensorrt_llm/_torch/pyexecutor/scheduler.py), so its Python forward pass launches a context step's
-kernels one by one. Its layers are written around fused custom ops, so a dense layer launches about
-half the kernels ops.py counts, and an MLA / MoE layer more:
+kernels one by one. Its layers are written around fused custom ops, so a dense layer launches half the
+kernels ops.py counts (Llama 3.1 70B's: 9 against 18 at TP > 1), and an MLA / MoE layer about as many
+(DeepSeek-V3's: 32 against 35):
 
 - A dense layer (tensorrt_llm/_torch/models/modeling_llama.py, LlamaDecoderLayer; modules/attention.py,
   modules/gated_mlp.py): the QKV GEMM, the attention op (`thop.attention`: RoPE and the KV-cache append,

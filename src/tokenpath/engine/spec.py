@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokenpath.engine.batch_limits import VLLM_V1_LARGE_GPU_LIMITS
+from tokenpath.engine.host_time import eager_host_paid
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.speculative import SpeculativeSpec
@@ -41,8 +42,8 @@ class EngineSpec(BaseModel):
     A100 (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults).
     CUDA graphs: unset, the profile's (engine/profiles.py): every step of vLLM V1 pays no per-kernel
     launch cost; TensorRT-LLM's PyTorch backend replays decode batches only, SGLang and vLLM V0 decode
-    batches up to a size (engine/cuda_graphs.py). `cuda_graphs = "none"` is an eager engine (vLLM --enforce-eager), whose
-    every step pays compute.efficiency.EAGER_KERNEL_LAUNCH_S per kernel.
+    batches up to a size (engine/cuda_graphs.py). `cuda_graphs = "none"` is an eager engine (vLLM
+    --enforce-eager), whose every step pays compute.efficiency.EAGER_KERNEL_LAUNCH_S per kernel.
     Scheduler profiles: engine/profiles.py, each with its sources (and MULTI_STEP there).
     """
 
@@ -173,10 +174,11 @@ class EngineSpec(BaseModel):
         return PROFILES[self.scheduler]
 
     def pays(self, assumption: str) -> bool:
-        """Whether this engine pays a host-time assumption (Profile.pays): its profile's host time per
-        eager kernel only while eager_host is not false."""
-        turned_off = self.eager_host is False and assumption == self.profile.eager_host
-        return self.profile.pays(assumption) and not turned_off
+        """Whether this engine pays a host-time assumption (Profile.pays), its host time per eager kernel
+        as eager_host leaves it (engine/host_time.eager_host_paid)."""
+        if assumption == self.profile.eager_host:
+            return eager_host_paid(self.scheduler, self.eager_host) == assumption
+        return self.profile.pays(assumption)
 
     @property
     def prefills_alone(self) -> bool:
