@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from tokenpath.engine.batch_limits import (
     BatchLimits,
@@ -29,6 +29,9 @@ from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
 # v0.7.1 brought MLA ("Enhancing DeepSeek Models with MLA and FP8 Optimizations in vLLM", Neural Magic,
 # 2025-02-04: against v0.7.0, ~10x the KV cache's tokens, 54,560 to 512,000 on 8 x H200).
 VLLM_LATENT_ATTENTION_SINCE = "0.7.1"
+
+# The registry's host times per kernel of an eager step, one a profile may pay (Profile.eager_host).
+EagerHost = Literal["eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Profile:
     # one by one, unless [engine] eager_host says not (the registry's name; None: it launches them from
     # compiled code), and the kernels its host launches for such a step, where its model code fuses them
     # differently from compute/ops.py's count (engine/eager_launches.py; None: ops.py's).
-    eager_host: Literal["eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s"] | None
+    eager_host: EagerHost | None
     eager_kernels: LayerKernels | None
     # -- CUDA graphs (engine/cuda_graphs.py), unless [engine] says
     cuda_graphs: Literal["all", "decode", "none"]
@@ -95,7 +98,7 @@ class Profile:
         parts, or the time per kernel of an eager step. Any other assumption: True."""
         if assumption in ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s"):
             return assumption in (self.host_window_assumption, self.host_step_assumption)
-        if assumption in ("eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s"):
+        if assumption in get_args(EagerHost):
             return assumption == self.eager_host
         return True
 
