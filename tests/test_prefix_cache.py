@@ -9,9 +9,11 @@ from reference_engine import reference_engine
 from test_engine import NO_NETWORK, PROFILES, FixedCosts, assert_same_trace
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.engine.cluster import run_cluster
 from tokenpath.engine.loop import run_engine
+from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.prefixes import chain
+from tokenpath.prefixes import cached_prompts, chain
 from tokenpath.workload.generate import sessions
 from tokenpath.workload.spec import SessionSpec
 
@@ -235,3 +237,37 @@ def test_each_engine_caches_prefixes_by_default_as_it_ships():
     assert not EngineSpec(scheduler="vllm-v0").prefix_caching
     assert all(EngineSpec(scheduler=name).prefix_caching for name in ("vllm-v1", "prefill-first", "trtllm"))
     assert EngineSpec(scheduler="vllm-v0", prefix_caching=True).prefix_caching
+
+
+def test_prompts_the_server_holds_before_the_run_are_found_from_the_first_request():
+    # Requests 0 and 1 were sent by an earlier run (prefixes.cached_prompts): each finds its prompt but
+    # the last token in whole blocks, floor(1039 / 16) = 64 blocks (1,024 tokens), and computes 16;
+    # request 2 computes its 1,040. Without prefix caching the server holds nothing.
+    inputs, outputs = np.full(3, 1040), np.ones(3, np.int64)
+    prefixes = cached_prompts(inputs, 2)
+    trace = run_engine(np.zeros(3, np.int64), inputs, outputs, FixedCosts(), LastMile(NO_NETWORK),
+                       EngineSpec(block_size=BLOCK), BLOCK * 200, max_concurrency=1, prefixes=prefixes)
+    assert trace.prefix_hit_tokens.tolist() == [1024, 1024, 0]
+    assert trace.step_tokens.tolist() == [16, 16, 1040]
+    off = run_engine(np.zeros(3, np.int64), inputs, outputs, FixedCosts(), LastMile(NO_NETWORK),
+                     EngineSpec(block_size=BLOCK, prefix_caching=False), BLOCK * 200, max_concurrency=1,
+                     prefixes=prefixes)
+    assert off.prefix_hit_tokens.tolist() == [0, 0, 0]
+
+
+def test_a_warm_cache_holds_the_most_recent_segments_that_fit_behind_the_never_used_blocks():
+    # 100 free blocks, segments 7 (60 blocks) then 8 (30): both held, behind 10 never-used blocks; the
+    # engine taking 40 blocks evicts 7, the least recently used, and keeps 8.
+    cache = PrefixCache(BLOCK, 100, [(7, 60), (8, 30)])
+    assert list(cache.queue.values()) == [[-1, 10], [7, 60], [8, 30]] and cache.queued == 100
+    cache._sync(60)
+    assert list(cache.entries) == [8]
+    # 70 free blocks hold 8 (30), the more recent, and not 7 (60 more)
+    assert list(PrefixCache(BLOCK, 70, [(7, 60), (8, 30)]).entries) == [8]
+
+
+def test_a_live_router_refuses_a_warm_cache():
+    inputs = np.full(2, 100)
+    with pytest.raises(ValueError, match="warm prefix cache"):
+        run_cluster(np.zeros(2, np.int64), inputs, np.ones(2, np.int64), cached_prompts(inputs, 1), FixedCosts(),
+                    [LastMile(NO_NETWORK)] * 2, EngineSpec(block_size=BLOCK), 10**6, "least_outstanding")

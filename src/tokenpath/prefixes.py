@@ -14,6 +14,10 @@ workload says (`ends`): a multi-turn session cuts its history at each turn's mes
 Keys may run past the prompt into the request's answer (`tokens` up to prompt + output - 1, the tokens
 whose KV the engine computes): those segments are cached when the request finishes, so that a
 session's next turn, whose prompt repeats the answer, finds them.
+
+`warm` names the segments the server holds cached before the first request arrives, least recently used
+first: a server that earlier runs or a client's warm-up request left holding prompts that the run sends
+again (validate/client_draws.py: SGLang's bench_serving sends the same prompts run after run).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Prefixes:
     tokens: np.ndarray   # int64, n: prompt tokens the keys cover
     segment_tokens: int = SEGMENT_TOKENS
     ends: np.ndarray | None = None  # int64, flat like keys: the token each segment ends at (None: every segment_tokens)
+    warm: np.ndarray | None = None  # int64: keys cached before the run starts, least recently used first (None: none)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -46,7 +51,8 @@ class Prefixes:
         starts = self.offsets[:-1][rows]
         flat = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
         return Prefixes(self.keys[flat], np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-                        self.tokens[rows], self.segment_tokens, None if self.ends is None else self.ends[flat])
+                        self.tokens[rows], self.segment_tokens, None if self.ends is None else self.ends[flat],
+                        self.warm)
 
     def segments(self, i: int) -> tuple[list[int], list[int]]:
         """Request i's segment keys and the token at which each segment ends."""
@@ -57,13 +63,28 @@ class Prefixes:
         step, end = self.segment_tokens, int(self.tokens[i])
         return keys, [min((k + 1) * step, end) for k in range(len(keys))]
 
+    def warm_tokens(self) -> np.ndarray:
+        """Per request, the prompt tokens its leading warm segments cover: what it finds cached at the start."""
+        covered = np.zeros(len(self), np.int64)
+        if self.warm is None:
+            return covered
+        warm = set(self.warm.tolist())
+        for i in np.flatnonzero(self.offsets[1:] > self.offsets[:-1]).tolist():
+            for key, end in zip(*self.segments(i)):
+                if key not in warm:
+                    break
+                covered[i] = end
+        return covered
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Prefixes):
             return NotImplemented
         return (self.segment_tokens == other.segment_tokens and np.array_equal(self.keys, other.keys)
                 and np.array_equal(self.offsets, other.offsets) and np.array_equal(self.tokens, other.tokens)
                 and (self.ends is None) == (other.ends is None)
-                and (self.ends is None or np.array_equal(self.ends, other.ends)))
+                and (self.ends is None or np.array_equal(self.ends, other.ends))
+                and (self.warm is None) == (other.warm is None)
+                and (self.warm is None or np.array_equal(self.warm, other.warm)))
 
 
 def chain(ids: Iterable[Sequence[Hashable]], tokens: Sequence[int], segment_tokens: int = SEGMENT_TOKENS) -> Prefixes:
@@ -82,3 +103,16 @@ def chain(ids: Iterable[Sequence[Hashable]], tokens: Sequence[int], segment_toke
         counts.append(len(request_ids))
     return Prefixes(np.array(keys, np.int64), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                     np.asarray(tokens, np.int64), segment_tokens)
+
+
+def cached_prompts(prompt_tokens: np.ndarray, count: int) -> Prefixes:
+    """Prefixes of requests whose first `count` prompts the server holds before the run starts (`warm`):
+    each of those is one segment of its prompt but the last token (which an engine always computes, to
+    sample from), found by it alone; the other requests name none."""
+    prompt_tokens = np.asarray(prompt_tokens, np.int64)
+    covered = np.zeros(len(prompt_tokens), np.int64)
+    covered[:count] = prompt_tokens[:count] - 1
+    named = np.flatnonzero(covered > 0)
+    counts = (covered > 0).astype(np.int64)
+    return Prefixes(named.astype(np.int64), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), covered,
+                    ends=covered[named], warm=named.astype(np.int64))

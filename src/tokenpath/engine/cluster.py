@@ -66,6 +66,8 @@ def run_cluster(
     each replica's requests in that order (the input order, but for sessions' later turns).
     `think_ns`: as run_engine's (sessions; no concurrency cap). `side`: each request's job on its
     replica's GPU, routed when it is ready (open loop only)."""
+    if prefixes is not None and prefixes.warm is not None:
+        raise ValueError("a warm prefix cache is modelled for replicas routed statically, not by a live router")
     n, count = len(scheduled_ns), len(clients)
     replicas = [Replica(costs, client, spec, kv_capacity_tokens) for client in clients]
     router = Router(policy, count, prefixes)

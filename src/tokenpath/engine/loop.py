@@ -107,6 +107,8 @@ def run_engine(
     scheduled = scheduled_ns.tolist()
     sent = [0] * n
     replica = Replica(costs, client, spec, kv_capacity_tokens)
+    if prefixes is not None:
+        replica.hold_warm(prefixes)
 
     def send(i: int, at_ns: int) -> None:
         upload_ns = client.upload_ns(prompt[i])

@@ -13,6 +13,9 @@ What it follows from vLLM:
   comes off the head, and if it held a cached prefix that prefix is forgotten (evicted). A cached
   block that gets a new reference leaves the queue.
 
+- A server may hold prefixes before the run's first request (prefixes.py's `warm`: what earlier runs
+  left cached): they lie in the free queue behind the never-used blocks, least recently used first,
+  as the blocks earlier requests freed would; those the cache cannot hold are the least recent.
 - A preempted request leaves its blocks as a finished one does, named: the engine's scheduler
   (engine/profiles.py, Profile.preempted_keeps) says how many of its tokens stay cached, and when it
   is admitted again it finds them, from its start, unless they were evicted meanwhile. vLLM's
@@ -37,12 +40,15 @@ come off its head in the same order either way.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
 _PLAIN = -1  # a queue item of plain free blocks (no cached prefix)
 
 
 class PrefixCache:
-    def __init__(self, block_size: int, free_blocks: int) -> None:
+    def __init__(self, block_size: int, free_blocks: int, warm: Sequence[tuple[int, int]] = ()) -> None:
+        """A cache of `free_blocks` free blocks of `block_size` tokens; `warm`: the segments it holds
+        already, (key, blocks) each, least recently used first."""
         self.block = block_size
         self.entries: dict[int, list[int]] = {}  # key -> [blocks, references]
         # The free-block queue, head first: item id -> [key or _PLAIN, blocks]. A cached segment's id
@@ -62,6 +68,27 @@ class PrefixCache:
         # a run's key, ("run", request, serial), is one no other entry or queue item has had.
         self.runs: dict[int, tuple[int, int, tuple]] = {}
         self._runs_made = 0
+        if warm:
+            self._hold_warm(warm, free_blocks)
+
+    def _hold_warm(self, warm: Sequence[tuple[int, int]], free_blocks: int) -> None:
+        """Turn free blocks at the queue's tail into the warm segments, the most recent that fit."""
+        kept: list[tuple[int, int]] = []
+        room = free_blocks
+        for key, blocks in reversed(warm):
+            if key in self.entries or blocks > room:
+                continue
+            self.entries[key] = [blocks, 0]
+            kept.append((key, blocks))
+            room -= blocks
+        if not kept:
+            return
+        plain_id = next(iter(self.queue))  # the one run of never-used blocks
+        self.queue[plain_id][1] = room
+        if not room:
+            del self.queue[plain_id]
+        for key, blocks in reversed(kept):
+            self.queue[key] = [key, blocks]
 
     def add(self, i: int, keys: list[int], end_tokens: list[int]) -> None:
         """Request i's prefix: its segment keys and the token each segment ends at."""

@@ -166,6 +166,25 @@ class Replica:
             for k in np.flatnonzero(prefixes.offsets[1:] > prefixes.offsets[:-1]).tolist():
                 self._add_prefix(first + k, *prefixes.segments(k))
 
+    def hold_warm(self, prefixes: Prefixes) -> None:
+        """Before the replica's first request: its prefix cache holds the warm segments (prefixes.py's
+        `warm`) that the requests it will serve (`prefixes`' rows) name. Nothing without prefix caching."""
+        if prefixes.warm is None or not self.prefix_caching:
+            return
+        if self.prefix is not None or len(self.requests.prompt):
+            raise ValueError("a warm prefix cache is made before the replica's first request")
+        blocks: dict[int, int] = {}
+        warm = set(prefixes.warm.tolist())
+        for k in np.flatnonzero(prefixes.offsets[1:] > prefixes.offsets[:-1]).tolist():
+            keys, ends = prefixes.segments(k)
+            start = 0
+            for key, end in zip(keys, ends):
+                if key in warm:
+                    blocks[key] = end // self.block - start
+                start = end // self.block
+        order = [key for key in prefixes.warm.tolist() if blocks.get(key)]
+        self.prefix = PrefixCache(self.block, self.free_blocks, [(key, blocks[key]) for key in order])
+
     def send(self, i: int, arrival_ns: int, delivery_ns: int) -> None:
         """Request i, submitted held, reaches the server at `arrival_ns` after `delivery_ns` on the way."""
         self.requests.send(i, arrival_ns, delivery_ns)
