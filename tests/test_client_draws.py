@@ -51,10 +51,23 @@ def test_an_output_drawn_as_zero_is_simulated_as_one():
 def test_every_replayed_row_is_simulated_with_its_own_requests_in_order():
     data = load_latency()
     rows = [row for row in data["rows"] if row["lengths"] == "sglang_random"]
-    assert len(rows) == 34  # and one left out (latency.toml's [[left_out]])
+    assert len(rows) == 35
     for row in (rows[0], next(r for r in rows if r.get("concurrency") == 1)):
         requests = row_prepared(row, data["sharegpt"]).requests
         prompts, outputs = sglang_random_lengths(row)
         assert len(requests) == min(row["num_requests"], 2000)
         assert np.array_equal(requests.input_tokens, prompts[:len(requests)])
         assert np.array_equal(requests.output_tokens, outputs[:len(requests)])
+
+
+def test_a_replayed_run_finds_its_warm_up_prompt_and_its_earlier_runs_prompts_cached():
+    # bench_serving's warm-up sends the run's first prompt before it; a row's cached_prompts are the
+    # first prompts of the runs its server served before (the same seed draws the same prompts). Each
+    # is held but its last token (prefixes.cached_prompts).
+    data = load_latency()
+    row = next(r for r in data["rows"] if r.get("id", "").startswith("Qwen3.md 8000/1000 c16"))
+    for cached, held in ((10, 10), (None, 1)):
+        requests = row_prepared({**row, "cached_prompts": cached}, data["sharegpt"]).requests
+        assert requests.prefixes.warm.tolist() == list(range(held))
+        assert np.array_equal(requests.prefixes.warm_tokens()[:held], requests.input_tokens[:held] - 1)
+        assert not requests.prefixes.warm_tokens()[held:].any()

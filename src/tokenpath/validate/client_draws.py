@@ -10,6 +10,14 @@ range_ratio), output_len + 1, size=num_prompts)`; `--random-range-ratio` default
 the rows name). A run's published token totals then follow from its flags alone, and each row's
 published means are checked against the draw: a row that does not match is refused, naming the row.
 
+The draw also names the prompts: request i's prompt is the i-th conversation of ShareGPT, shuffled with
+the same seed, cut or repeated to its length (`sample_random_requests`), so two runs with the same
+--random-input-len send the same prompts, in the same order. bench_serving first sends the run's
+first prompt as its warm-up request (`test_request = input_requests[0]`) and flushes the server's cache
+only under --flush-cache, so a run finds its first prompt cached, and the first prompts of the runs the
+same server served before it (a row's `cached_prompts`, from the page's run order): SGLang's radix
+cache keeps them until it needs the room.
+
 Some servers report one more generated token per request than asked (the row's published output mean is
 then the draw's plus exactly 1: its end-of-sequence token counted); the simulated outputs are the
 published ones, the draw's plus that whole number. A draw of 0 output tokens (possible with a range
@@ -28,6 +36,8 @@ from tokenpath.config.errors import UserError
 SGLANG_BENCH_SEED = 1
 # --random-range-ratio as the rows' releases default it (0.0: lengths from 1, outputs from 0, to the length asked).
 SGLANG_RANGE_RATIO = 0.0
+# Requests bench_serving sends before the run, each with the run's first prompt (--warmup-requests, default 1).
+SGLANG_WARMUP_PROMPTS = 1
 # How far a published mean may lie from the draw's and still be it: the sources print means to 1e-3 or finer.
 MEAN_TOLERANCE = 1e-3
 
@@ -49,3 +59,9 @@ def sglang_random_lengths(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
                         f"draw of {count} outputs up to {output_len} tokens ({outputs.mean():g}) plus a whole number "
                         "of tokens per request; give the run's lengths as lengths = \"uniform\"")
     return prompts.astype(np.int64), np.maximum(outputs + round(extra), 1).astype(np.int64)
+
+
+def sglang_cached_prompts(row: dict[str, Any]) -> int:
+    """How many of the row's first prompts the server holds cached when its run begins: those of the runs
+    it served before (the row's `cached_prompts`), and at least the warm-up's."""
+    return max(row.get("cached_prompts") or 0, SGLANG_WARMUP_PROMPTS)

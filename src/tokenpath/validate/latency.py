@@ -24,11 +24,12 @@ from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
 from tokenpath.engine.profiles import MEASURED_ENGINES
+from tokenpath.prefixes import cached_prompts
 from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario, build_scenario
 from tokenpath.sim.simulate import Prepared, prepare, simulate
 from tokenpath.sim.summary import tpot_ns, window_ns
-from tokenpath.validate.client_draws import sglang_random_lengths
+from tokenpath.validate.client_draws import sglang_cached_prompts, sglang_random_lengths
 from tokenpath.validate.latency_rows import read_latency_rows
 from tokenpath.validate.ranking import print_ranking, ranking
 from tokenpath.validate.row_keys import label, lengths_label, load_label, precision_label
@@ -173,13 +174,14 @@ def row_prepared(row: dict[str, Any], sharegpt: dict[str, Any],
                  assumptions: Mapping[str, float] | None = None) -> Prepared:
     """The row's scenario with its requests drawn, ready to simulate: where the row's client draw is
     replayed (lengths = "sglang_random", validate/client_draws.py), each request has the lengths the
-    client sent it, in order."""
+    client sent it, in order, and the server holds the prompts its warm-up and earlier runs sent."""
     prepared = prepare(row_scenario(row, sharegpt, assumptions))
     if row["lengths"] != "sglang_random":
         return prepared
     prompts, outputs = sglang_random_lengths(row)
     count = len(prepared.requests)
-    requests = replace(prepared.requests, input_tokens=prompts[:count], output_tokens=outputs[:count])
+    requests = replace(prepared.requests, input_tokens=prompts[:count], output_tokens=outputs[:count],
+                       prefixes=cached_prompts(prompts[:count], sglang_cached_prompts(row)))
     return replace(prepared, requests=requests)
 
 
