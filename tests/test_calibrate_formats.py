@@ -83,6 +83,23 @@ def test_a_vllm_result_reads_back_its_requests_and_medians(run, sent, latencies,
 
 
 @FAST
+@given(runs, st.sampled_from(["vllm", "sglang"]), st.booleans(), st.integers(-1, 11))
+def test_the_clients_first_prompt_is_held_from_its_warm_up(run, kind, sent, failed):
+    # Both clients send the run's first prompt before the run: the server holds all of it but its last
+    # token, wherever its request lands in send order; a first request that did not complete holds none.
+    failed = failed if failed < len(run) and len(run) > 1 else -1
+    [phase] = read_measured(_write(json.dumps(_client_dict(run, kind=kind, sent=sent and kind == "vllm",
+                                                           latencies=False, failed=failed))))
+    held = phase.requests.prefixes.warm_tokens()
+    if failed == 0:
+        assert not held.any()
+    else:
+        [first] = np.flatnonzero(held) if run[0][0] > 1 else [None]
+        assert held.sum() == run[0][0] - 1
+        assert first is None or phase.requests.input_tokens[first] == run[0][0]
+
+
+@FAST
 @given(st.lists(runs, min_size=1, max_size=3), st.sampled_from([2.0, float("inf")]))
 def test_sglang_output_lines_are_one_phase_each(lines, rate):
     text = "".join(json.dumps({**_client_dict(run, kind="sglang", sent=False, latencies=False),

@@ -244,7 +244,7 @@ def test_prompts_the_server_holds_before_the_run_are_found_from_the_first_reques
     # the last token in whole blocks, floor(1039 / 16) = 64 blocks (1,024 tokens), and computes 16;
     # request 2 computes its 1,040. Without prefix caching the server holds nothing.
     inputs, outputs = np.full(3, 1040), np.ones(3, np.int64)
-    prefixes = cached_prompts(inputs, 2)
+    prefixes = cached_prompts(inputs, np.arange(3) < 2)
     trace = run_engine(np.zeros(3, np.int64), inputs, outputs, FixedCosts(), LastMile(NO_NETWORK),
                        EngineSpec(block_size=BLOCK), BLOCK * 200, max_concurrency=1, prefixes=prefixes)
     assert trace.prefix_hit_tokens.tolist() == [1024, 1024, 0]
@@ -268,6 +268,7 @@ def test_a_warm_cache_holds_the_most_recent_segments_that_fit_behind_the_never_u
 
 def test_a_live_router_refuses_a_warm_cache():
     inputs = np.full(2, 100)
+    warm = cached_prompts(inputs, np.array([True, False]))
     with pytest.raises(ValueError, match="warm prefix cache"):
-        run_cluster(np.zeros(2, np.int64), inputs, np.ones(2, np.int64), cached_prompts(inputs, 1), FixedCosts(),
+        run_cluster(np.zeros(2, np.int64), inputs, np.ones(2, np.int64), warm, FixedCosts(),
                     [LastMile(NO_NETWORK)] * 2, EngineSpec(block_size=BLOCK), 10**6, "least_outstanding")

@@ -105,14 +105,13 @@ def chain(ids: Iterable[Sequence[Hashable]], tokens: Sequence[int], segment_toke
                     np.asarray(tokens, np.int64), segment_tokens)
 
 
-def cached_prompts(prompt_tokens: np.ndarray, count: int) -> Prefixes:
-    """Prefixes of requests whose first `count` prompts the server holds before the run starts (`warm`):
-    each of those is one segment of its prompt but the last token (which an engine always computes, to
-    sample from), found by it alone; the other requests name none."""
+def cached_prompts(prompt_tokens: np.ndarray, held: np.ndarray) -> Prefixes:
+    """Prefixes of requests whose prompts the server holds before the run starts (`warm`), those where
+    `held` (bool, per request) is true: each of them one segment of its prompt but the last token (which
+    an engine always computes, to sample from), found by it alone; the other requests name none."""
     prompt_tokens = np.asarray(prompt_tokens, np.int64)
-    covered = np.zeros(len(prompt_tokens), np.int64)
-    covered[:count] = prompt_tokens[:count] - 1
-    named = np.flatnonzero(covered > 0)
+    covered = np.where(held, prompt_tokens - 1, 0).astype(np.int64)
+    named = np.flatnonzero(covered > 0).astype(np.int64)
     counts = (covered > 0).astype(np.int64)
-    return Prefixes(named.astype(np.int64), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), covered,
-                    ends=covered[named], warm=named.astype(np.int64))
+    return Prefixes(named, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), covered,
+                    ends=covered[named], warm=named)

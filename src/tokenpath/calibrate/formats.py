@@ -17,7 +17,9 @@ prompt counts are the client's, so a chat run's get the scenario's template toke
 results do), when each was sent (where the file says; else the sends the client scheduled: its
 --request-rate drawn as a Poisson (gamma, with vLLM's --burstiness) process, at most its
 --max-concurrency outstanding), and the medians of their TTFT and TPOT, (E2E - TTFT) / (tokens - 1)
-per request. Anything a reader needs and a file lacks is a one-line UserError naming the field.
+per request. A vLLM or SGLang run's first prompt is held in the server's prefix cache from the client's
+warm-up (CLIENT_WARMUP_PROMPTS). Anything a reader needs and a file lacks is a one-line UserError naming
+the field.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tokenpath.calibrate.measured import Measured
 from tokenpath.config import files
 from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError, quoted
+from tokenpath.prefixes import cached_prompts
 from tokenpath.workload import Requests
 from tokenpath.workload.arrivals import arrival_times_s
 from tokenpath.workload.spec import MAX_BURSTINESS, MAX_RATE_PER_S, MIN_BURSTINESS, MIN_RATE_PER_S, ArrivalSpec
@@ -50,6 +53,11 @@ SGLANG_KEYS = ("median_e2e_latency_ms", "mean_e2e_latency_ms", "total_output_tok
 VLLM_KEYS = ("median_e2el_ms", "mean_e2el_ms", "model_id", "tokenizer_id", "burstiness", "endpoint_type")
 # The scheduled sends a replay draws where a file has no send times (one fixed draw).
 ARRIVAL_SEED = 0
+# The requests with the run's first prompt that vLLM's and SGLang's clients send before the run: vLLM's
+# initial test run (vllm/benchmarks/serve.py: `input_requests[0]`, then --num-warmups more of it) and
+# SGLang's warm-up (python/sglang/bench_serving.py: --warmup-requests, default 1, `test_request =
+# input_requests[0]`). A server with prefix caching holds that prompt when the run begins.
+CLIENT_WARMUP_PROMPTS = 1
 
 _FINITE = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
 
@@ -214,7 +222,9 @@ def _client_run(document: dict[str, Any], kind: Literal["vllm", "sglang"], where
         decode_s = np.array([sum(run.itls[i]) for i in range(n) if ok[i]], np.float64)
     several = outputs > 1
     ttft_med_s, tpot_med_s = _medians_s(ttft_s, decode_s[several] / (outputs[several] - 1))
-    requests = Requests(arrival_s[order], np.maximum(prompt[order], 1), outputs[order])
+    prompt = np.maximum(prompt[order], 1)
+    warm = cached_prompts(prompt, np.flatnonzero(ok)[order] < CLIENT_WARMUP_PROMPTS)  # the file's first requests
+    requests = Requests(arrival_s[order], prompt, outputs[order], prefixes=warm)
     return Measured(name, requests, np.ones(len(requests), bool), ttft_med_s, tpot_med_s, where,
                     run.max_concurrency, rate, sent=run.start_times is not None)
 

@@ -183,7 +183,8 @@ class Replica:
                     blocks[key] = end // self.block - start
                 start = end // self.block
         order = [key for key in prefixes.warm.tolist() if blocks.get(key)]
-        self.prefix = PrefixCache(self.block, self.free_blocks, [(key, blocks[key]) for key in order])
+        if order:
+            self.prefix = PrefixCache(self.block, self.free_blocks, [(key, blocks[key]) for key in order])
 
     def send(self, i: int, arrival_ns: int, delivery_ns: int) -> None:
         """Request i, submitted held, reaches the server at `arrival_ns` after `delivery_ns` on the way."""

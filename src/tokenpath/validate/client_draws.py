@@ -12,11 +12,11 @@ published means are checked against the draw: a row that does not match is refus
 
 The draw also names the prompts: request i's prompt is the i-th conversation of ShareGPT, shuffled with
 the same seed, cut or repeated to its length (`sample_random_requests`), so two runs with the same
---random-input-len send the same prompts, in the same order. bench_serving first sends the run's
-first prompt as its warm-up request (`test_request = input_requests[0]`) and flushes the server's cache
-only under --flush-cache, so a run finds its first prompt cached, and the first prompts of the runs the
-same server served before it (a row's `cached_prompts`, from the page's run order): SGLang's radix
-cache keeps them until it needs the room.
+--random-input-len send the same prompts, in the same order. bench_serving first sends the run's first
+prompt as its warm-up (calibrate/formats.py's CLIENT_WARMUP_PROMPTS) and flushes the server's cache only
+under --flush-cache, so a run finds its first prompt cached, and the first prompts of the runs the same
+server served before it (a row's `cached_prompts`, from the page's run order): SGLang's radix cache keeps
+them until it needs the room.
 
 Some servers report one more generated token per request than asked (the row's published output mean is
 then the draw's plus exactly 1: its end-of-sequence token counted); the simulated outputs are the
@@ -30,14 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from tokenpath.calibrate.formats import CLIENT_WARMUP_PROMPTS
 from tokenpath.config.errors import UserError
 
 # bench_serving's --seed default (python/sglang/bench_serving.py: parser.add_argument("--seed", type=int, default=1)).
 SGLANG_BENCH_SEED = 1
 # --random-range-ratio as the rows' releases default it (0.0: lengths from 1, outputs from 0, to the length asked).
 SGLANG_RANGE_RATIO = 0.0
-# Requests bench_serving sends before the run, each with the run's first prompt (--warmup-requests, default 1).
-SGLANG_WARMUP_PROMPTS = 1
 # How far a published mean may lie from the draw's and still be it: the sources print means to 1e-3 or finer.
 MEAN_TOLERANCE = 1e-3
 
@@ -64,4 +63,4 @@ def sglang_random_lengths(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 def sglang_cached_prompts(row: dict[str, Any]) -> int:
     """How many of the row's first prompts the server holds cached when its run begins: those of the runs
     it served before (the row's `cached_prompts`), and at least the warm-up's."""
-    return max(row.get("cached_prompts") or 0, SGLANG_WARMUP_PROMPTS)
+    return max(row.get("cached_prompts") or 0, CLIENT_WARMUP_PROMPTS)

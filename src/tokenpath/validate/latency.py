@@ -181,7 +181,7 @@ def row_prepared(row: dict[str, Any], sharegpt: dict[str, Any],
     prompts, outputs = sglang_random_lengths(row)
     count = len(prepared.requests)
     requests = replace(prepared.requests, input_tokens=prompts[:count], output_tokens=outputs[:count],
-                       prefixes=cached_prompts(prompts[:count], sglang_cached_prompts(row)))
+                       prefixes=cached_prompts(prompts[:count], np.arange(count) < sglang_cached_prompts(row)))
     return replace(prepared, requests=requests)
 
 
