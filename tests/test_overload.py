@@ -67,6 +67,18 @@ def test_a_backlog_that_grows_through_a_long_run_is_overload_at_any_send_rate_ra
     assert any("served 15" in sign for sign in growing.signs())
 
 
+def test_prompts_held_before_the_run_are_left_out_of_the_ttft_trend():
+    # 40 requests, the first 10 of them held in the server's cache (5 ms first tokens), the rest 50 ms:
+    # read together, TTFT grew 10x from the first quarter to the last; without the held ones it is flat.
+    sent, ttft, e2e, completed = _times(1.0, np.full(40, 5.0))
+    ttft[:10] = 5_000_000
+    held = np.arange(40) < 10
+    assert load_of(sent, ttft, e2e, completed).ttft_trend == pytest.approx(10.0)
+    assert load_of(sent, ttft, e2e, completed).overloaded
+    alike = load_of(sent, ttft, e2e, completed, held)
+    assert alike.ttft_trend == pytest.approx(1.0) and not alike.overloaded
+
+
 def test_a_run_shorter_than_two_fills_is_judged_by_admission_and_ttft_and_says_so():
     short = load_of(*_times(20.0, np.full(100, 5.0)))  # 5 s of sends, 5 s in the system
     assert not short.confident and short.steady is None and short.document()["confidence"] == "low"

@@ -132,10 +132,15 @@ class Steady:
         return growth > BACKLOG_GROWTH + 2.0 * noise
 
 
-def load_of(sent_ns: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, completed: np.ndarray) -> Load:
-    """The load facts of a run from each request's send time, TTFT and E2E (of completed requests)."""
+def load_of(sent_ns: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, completed: np.ndarray,
+            held: np.ndarray | None = None) -> Load:
+    """The load facts of a run from each request's send time, TTFT and E2E (of completed requests).
+    `held` (bool, per request): the server held its prompt before the run (prefixes.py's `warm`), so its
+    first token came without its prefill, sooner than the load made it: left out of the TTFT trend, which
+    would read a warm cache's first requests as a queue that formed after them."""
     order = np.argsort(sent_ns[completed], kind="stable")
     sent, ttft, e2e = (values[completed][order] for values in (sent_ns, ttft_ns, e2e_ns))
+    alike_ttft = ttft if held is None else ttft[~held[completed][order]]
     if len(sent) < 2:
         return Load(0.0, 0.0, 0.0)
 
@@ -145,7 +150,7 @@ def load_of(sent_ns: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, comple
 
     median_e2e_ns = float(np.median(e2e))
     span_e2es = float(sent[-1] - sent[0]) / median_e2e_ns if median_e2e_ns > 0 else math.inf
-    return Load(rate(sent), rate(sent + ttft), rate(sent + e2e), span_e2es, _trend(ttft), _trend(e2e),
+    return Load(rate(sent), rate(sent + ttft), rate(sent + e2e), span_e2es, _trend(alike_ttft), _trend(e2e),
                 _steady(sent, e2e))
 
 

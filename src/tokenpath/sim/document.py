@@ -176,7 +176,10 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
     step_s = sum(step_mix_s.values())
     arrival = sim.requests.arrival_s
     span_s = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
-    measured = sim.run.after(scenario.workload.warmup_requests)
+    skipped = scenario.workload.warmup_requests
+    measured = sim.run.after(skipped)
+    prefixes = sim.requests.prefixes
+    held = None if prefixes is None or prefixes.warm is None else (prefixes.warm_tokens() > 0)[skipped:]
     attributed = attribution_s(measured) or {}
     evidence = Evidence(
         offered_rate_per_s=(len(arrival) - 1) / span_s if span_s > 0 else math.inf,
@@ -188,7 +191,7 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         network_rtt_s=scenario.delivery.network_rtt,
         detokenize=sim.deployment.front_end.detokenizes_in,
         host_share_of_step=step_mix_s["delivery"] / step_s if step_s else 0.0,
-        load=load_of(measured.sent_ns, measured.ttft_ns, measured.e2e_ns, measured.completed),
+        load=load_of(measured.sent_ns, measured.ttft_ns, measured.e2e_ns, measured.completed, held),
         delivery_detail_s=attributed.get("delivery_detail", {}),
         application_detail_s=attributed.get("application_detail", {}),
         application_before=_before_last_call(scenario),
