@@ -2,11 +2,12 @@
 closed loop's mean and P99 TTFT by hand, prompts the server holds, the pages' evidence of a warm cache, and
 the shipped rows left out exactly where their figures lie under their floors."""
 
+import numpy as np
 import pytest
 
 from cli_helpers import assert_user_error, run_cli
 from tokenpath.validate.consistency import below_floor, ttft_floors_s
-from tokenpath.validate.latency import load_latency
+from tokenpath.validate.latency import load_latency, row_prepared
 
 DATA = load_latency()
 # A closed loop of 2 on one H100 (bf16, 989 TFLOP/s dense), 4 requests of 1,000-token prompts.
@@ -88,10 +89,24 @@ def test_a_left_out_row_needs_its_reason(tmp_path, monkeypatch, capsys):
                       "left_out[0]", "reason", "Field required")
 
 
-def test_cached_prompts_go_with_a_replayed_draw_and_count_at_most_its_requests(tmp_path, monkeypatch, capsys):
+def test_the_azure_servers_burst_found_every_prompt_its_earlier_runs_sent():
+    # All 200 ShareGPT prompts at once, replayed on the server that had just served them at 1, 4 and 16
+    # req/s: cold, their prefill alone puts the mean TTFT at 698 ms, above the 360 ms printed; held, each
+    # computes a token or two.
+    row = shipped("01_tp8_pp1 qps_inf")
+    assert row["arrival"] == "all_at_once" and row["cached_prompts"] == row["num_requests"] == 200
+    cold = {key: value for key, value in row.items() if key != "cached_prompts"}
+    assert "mean TTFT of 360 ms is below the 698 ms that the first all prompts" in below_floor(cold, DATA["sharegpt"])
+    assert ttft_floors_s(row, DATA["sharegpt"])["p99"] < 0.02 and below_floor(row, DATA["sharegpt"]) is None
+    requests = row_prepared(row, DATA["sharegpt"]).requests  # its lengths drawn: every prompt held
+    assert np.array_equal(requests.prefixes.warm_tokens(), requests.input_tokens - 1)
+
+
+def test_cached_prompts_count_every_prompt_unless_the_draw_is_replayed(tmp_path, monkeypatch, capsys):
     import tomli_w
 
-    for changed, words in (({"cached_prompts": 2}, "goes with lengths = 'sglang_random'"),
+    for changed, words in (({"cached_prompts": 2}, "all of them unless lengths = 'sglang_random'"),
+                           ({"cached_prompts": 5}, "counts at most num_requests"),
                            ({"cached_prompts": 0}, "greater than or equal to 1")):
         path = tmp_path / "rows.toml"
         path.write_text(tomli_w.dumps({"rows": [{**ROW, **changed}]}))

@@ -174,12 +174,16 @@ def row_prepared(row: dict[str, Any], sharegpt: dict[str, Any],
                  assumptions: Mapping[str, float] | None = None) -> Prepared:
     """The row's scenario with its requests drawn, ready to simulate: where the row's client draw is
     replayed (lengths = "sglang_random", validate/client_draws.py), each request has the lengths the
-    client sent it, in order, and the server holds the prompts its warm-up and earlier runs sent."""
+    client sent it, in order, and the server holds the prompts its warm-up and earlier runs sent; a row
+    that drew its lengths and states `cached_prompts` finds every prompt held."""
     prepared = prepare(row_scenario(row, sharegpt, assumptions))
-    if row["lengths"] != "sglang_random":
-        return prepared
-    prompts, outputs = sglang_random_lengths(row)
     count = len(prepared.requests)
+    if row["lengths"] != "sglang_random":
+        if not row.get("cached_prompts"):
+            return prepared
+        held = cached_prompts(prepared.requests.input_tokens, np.ones(count, bool))  # every prompt (LatencyRow)
+        return replace(prepared, requests=replace(prepared.requests, prefixes=held))
+    prompts, outputs = sglang_random_lengths(row)
     requests = replace(prepared.requests, input_tokens=prompts[:count], output_tokens=outputs[:count],
                        prefixes=cached_prompts(prompts[:count], np.arange(count) < sglang_cached_prompts(row)))
     return replace(prepared, requests=requests)

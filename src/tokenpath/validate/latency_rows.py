@@ -63,8 +63,9 @@ class LatencyRow(BaseModel):
     num_requests: int | None = Field(None, ge=1)
     window: Literal["whole", "steady", "profiling_phase"]
     requests_per_slot: int | None = Field(None, ge=1)
-    # lengths = "sglang_random": how many of the run's first prompts the server held cached when it began,
-    # its earlier runs having sent them (validate/client_draws.py); the client's warm-up holds the first
+    # how many of the run's first prompts the server held cached when it began, its earlier runs having sent
+    # them (validate/client_draws.py; with lengths = "sglang_random" the client's warm-up holds the first);
+    # lengths drawn rather than replayed: every prompt (num_requests), the same prompts sent again
     cached_prompts: int | None = Field(None, ge=1)
     ttft_ms: float = Field(gt=0)
     ttft_stat: Stat
@@ -89,10 +90,11 @@ class LatencyRow(BaseModel):
         if missing:
             raise ValueError(f"needs {missing[0]} (lengths = {self.lengths!r}, arrival = {self.arrival!r}, "
                              f"window = {self.window!r})")
-        if self.cached_prompts is not None and (self.lengths != "sglang_random"
-                                                or self.cached_prompts > (self.num_requests or 0)):
-            raise ValueError("cached_prompts goes with lengths = 'sglang_random' and counts at most num_requests "
-                             "prompts; remove it or correct it")
+        if self.cached_prompts is not None and not (
+                self.cached_prompts == self.num_requests
+                or (self.lengths == "sglang_random" and self.cached_prompts < (self.num_requests or 0))):
+            raise ValueError("cached_prompts counts at most num_requests prompts, and all of them unless lengths = "
+                             "'sglang_random' (whose draw names each prompt); remove it or correct it")
         for part in ("input", "output"):
             low, high, mean = (getattr(self, f"{part}_{end}") for end in ("min", "max", "mean"))
             if low is None:
