@@ -5,14 +5,14 @@ A closed loop of C concurrent requests sends its first C at once (a burst sends 
 its prompt prefilled before its first token, and no engine prefills faster than the chips' peak dense
 FLOP/s: a prompt of p tokens takes at least 2 x (weights a token uses, less the embedding table and the
 LM head, which engines run on a prompt's last token alone) x p FLOPs (attention and the rest left out,
-so the floor stays below any real time). A prompt the server holds cached (validate/client_draws.py:
-the client's warm-up and earlier runs sent it) needs only its last token computed. Served shortest
-first, the k-th of the burst cannot have its first token before the first k prompts' FLOPs are done; the other requests' floor is 0.
-The run's mean and 99th percentile (numpy's, as the clients compute it) of those per-request floors are
-floors under its published mean and P99 TTFT. A row whose figure lies below its floor was not measured
-as it says (the lengths, the concurrency, the statistic or the server's cache differ from what it
-states); it is documented and left out of the medians with the reason (latency.toml's [[left_out]]),
-never fitted.
+so the floor stays below any real time). A prompt the server holds cached (validate/client_draws.py: the
+client's warm-up and earlier runs sent it) needs only its last token computed. Served shortest first,
+the k-th of the burst cannot have its first token before the first k prompts' FLOPs are done; the other
+requests' floor is 0. The run's mean and 99th percentile (numpy's, as the clients compute it) of those
+per-request floors are floors under its published mean and P99 TTFT. A row whose figure lies below its
+floor was not measured as it says (the lengths, the concurrency, the statistic or the server's cache
+differ from what it states); it is documented and left out of the medians with the reason
+(latency.toml's [[left_out]]), never fitted.
 """
 
 from __future__ import annotations
