@@ -89,16 +89,18 @@ def test_a_left_out_row_needs_its_reason(tmp_path, monkeypatch, capsys):
                       "left_out[0]", "reason", "Field required")
 
 
-def test_the_azure_servers_burst_found_every_prompt_its_earlier_runs_sent():
-    # All 200 ShareGPT prompts at once, replayed on the server that had just served them at 1, 4 and 16
-    # req/s: cold, their prefill alone puts the mean TTFT at 698 ms, above the 360 ms printed; held, each
-    # computes a token or two.
-    row = shipped("01_tp8_pp1 qps_inf")
-    assert row["arrival"] == "all_at_once" and row["cached_prompts"] == row["num_requests"] == 200
-    cold = {key: value for key, value in row.items() if key != "cached_prompts"}
-    assert "mean TTFT of 360 ms is below the 698 ms that the first all prompts" in below_floor(cold, DATA["sharegpt"])
-    assert ttft_floors_s(row, DATA["sharegpt"])["p99"] < 0.02 and below_floor(row, DATA["sharegpt"]) is None
-    requests = row_prepared(row, DATA["sharegpt"]).requests  # its lengths drawn: every prompt held
+def test_a_burst_of_prompts_all_held_computes_their_last_tokens_only():
+    # Four 1,000-token prompts sent at once: cold, the k-th waits for k prompts' FLOPs; every prompt held
+    # (a drawn-length row states it for all of them), each computes one token.
+    burst = {**ROW, "arrival": "all_at_once"}
+    del burst["concurrency"]
+    prompt_s = 1000 * TOKEN_S
+    assert ttft_floors_s(burst, DATA["sharegpt"])["mean"] == pytest.approx(prompt_s * (1 + 2 + 3 + 4) / 4, rel=1e-12)
+    assert "mean TTFT of 5 ms is below the 35 ms that the first all prompts" in below_floor(
+        {**burst, "ttft_ms": 5.0}, DATA["sharegpt"])
+    held = {**burst, "cached_prompts": 4}
+    assert ttft_floors_s(held, DATA["sharegpt"])["mean"] == pytest.approx(TOKEN_S * (1 + 2 + 3 + 4) / 4, rel=1e-12)
+    requests = row_prepared(held, DATA["sharegpt"]).requests
     assert np.array_equal(requests.prefixes.warm_tokens(), requests.input_tokens - 1)
 
 
