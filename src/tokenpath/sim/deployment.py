@@ -98,8 +98,10 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     engine = scenario.engine
     host = host_step_cost(engine.scheduler, engine.host_overlap, engine.eager_host)
     # The kernels its host launches for an eager step, where its engine counts them its own way.
-    eager_kernels, block_scaled = engine.profile.eager_kernels, (
-        model.fp8_block_scaled and chip.compute_precision(scenario.model.precision) == "fp8")
+    host_eager_kernels = None
+    if engine.profile.eager_kernels is not None:
+        block_scaled = model.fp8_block_scaled and chip.compute_precision(scenario.model.precision) == "fp8"
+        host_eager_kernels = engine.profile.eager_kernels.per_step_kernels(model, block_scaled)
     graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
@@ -107,8 +109,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            host_window_s=host.window_s, host_step_s=host.step_s,
                            host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
-                           host_eager_kernels=(None if eager_kernels is None
-                                               else eager_kernels.per_step_kernels(model, block_scaled)),
+                           host_eager_kernels=host_eager_kernels,
                            assumptions=assumptions, expert_precision=scenario.model.expert_precision,
                            attention_dp=dep.attention_dp, latent_attention=engine.latent_attention)
     drafter = _drafter(scenario, model, chip, assumptions)
