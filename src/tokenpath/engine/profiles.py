@@ -74,6 +74,9 @@ class Profile:
     # -- default limits, where [engine] leaves them out: what the engine picks for a GPU of its catalog
     # name and memory in bytes (None, None: a chip not known), engine/batch_limits.py
     batch_limits: Callable[[str | None, float | None], BatchLimits]
+    # -- its tensor-parallel all-reduces: whether NCCL may reduce in the NVLink switches (NVLS) where the
+    # chips' domain has them (fabric/collectives.py), unless [engine] nccl_nvls says
+    nccl_nvls: bool
     # -- the KV cache's precision under kv_cache_precision = "auto": fp8 when the weights are fp8 or
     # fp4, or the model's own bf16 whatever the weights
     fp8_kv_with_quantized_weights: bool
@@ -133,6 +136,7 @@ PROFILES: dict[str, Profile] = {
         # decode-only or mixed; its larger steps run long kernels that hide their launches.
         cuda_graphs="all",
         cuda_graph_max_bs=None,
+        nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v1_batch_limits,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
@@ -179,6 +183,7 @@ PROFILES: dict[str, Profile] = {
         # chunked-prefill steps, eagerly.
         cuda_graphs="decode",
         cuda_graph_max_bs=VLLM_V0_CUDA_GRAPH_MAX_BS,
+        nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v0_batch_limits,
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
@@ -227,6 +232,11 @@ PROFILES: dict[str, Profile] = {
         # for the GPU's memory and tp (engine/cuda_graphs.py).
         cuda_graphs="decode",
         cuda_graph_max_bs=sglang_cuda_graph_max_bs,
+        # SGLang sets NCCL_NVLS_ENABLE=0 unless --enable-nccl-nvls or --enable-symm-mem (or the variable
+        # is set already): sglang/srt/entrypoints/engine.py, _set_envs_and_config, since "Disable
+        # NCCL_NVLS by default" (sgl-project/sglang PR 631), read in 0.5.23. Its large all-reduces
+        # (prompt steps, above its custom all-reduce's size) run NCCL's ring or tree.
+        nccl_nvls=False,
         batch_limits=sglang_batch_limits,  # its chunked_prefill_size by the GPU's memory
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         # Weight absorption came with v0.3 ("SGLang v0.3 Release: 7x Faster DeepSeek MLA", lmsys.org,
@@ -280,6 +290,7 @@ PROFILES: dict[str, Profile] = {
         # decode batch size up to the limit, as `tokenpath launch` writes cuda_graph_config with padding.
         cuda_graphs="decode",
         cuda_graph_max_bs=None,
+        nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by TensorRT-LLM, as far as read)
         batch_limits=table_batch_limits,  # trtllm-serve's own defaults not read here
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,

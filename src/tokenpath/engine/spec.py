@@ -86,6 +86,10 @@ class EngineSpec(BaseModel):
                           "compiled code, as TensorRT-LLM's TensorRT engines (NIM's, and its releases before 1.0) "
                           "launch them (unset: the profile's: "
                           f"{profiles_where(lambda p: p.eager_host is not None)} yes, the others no)")
+    nccl_nvls: bool | None = Field(
+        None, description="NCCL may run the tensor-parallel all-reduces in the NVLink switches (NVLS) where the chips' "
+                          "domain has them (SGLang --enable-nccl-nvls; false: NCCL_NVLS_ENABLE=0) (unset: the "
+                          f"profile's: {profiles_where(lambda p: not p.nccl_nvls)} no, the others yes)")
     prefix_caching: bool = Field(
         True, description="keep the KV blocks of shared prompt prefixes and reuse them (vLLM V1's automatic "
                           "prefix caching, on by default; SGLang's RadixAttention; TensorRT-LLM's KV cache reuse): "
@@ -179,6 +183,11 @@ class EngineSpec(BaseModel):
         if assumption == self.profile.eager_host:
             return eager_host_paid(self.scheduler, self.eager_host) == assumption
         return self.profile.pays(assumption)
+
+    @property
+    def nvls(self) -> bool:
+        """Whether its NCCL may reduce in the NVLink switches: `nccl_nvls`, or the profile's (Profile.nccl_nvls)."""
+        return self.profile.nccl_nvls if self.nccl_nvls is None else self.nccl_nvls
 
     @property
     def prefills_alone(self) -> bool:

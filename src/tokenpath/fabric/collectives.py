@@ -67,6 +67,8 @@ _ROUTED_LATENCY_FLOWS = 1024
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 ALGORITHMS = ("auto", "ring", "tree", "halving_doubling", "nvls", "nvls_tree", "bucket", "hierarchical", "direct",
               "low_latency")
+# The algorithms that reduce in the switches: runnable only where the runtime may use NVLS.
+NVLS_ALGORITHMS = ("nvls", "nvls_tree")
 
 
 @dataclass(frozen=True)
@@ -158,13 +160,17 @@ def _send_recv(n: int) -> list[Round]:
 
 class Collectives:
     """Collective costs on `topology`. `bw_efficiency` is the achievable fraction of every link's
-    bandwidth (a scalar or one value per link); default: by the kind of link (see link_efficiency)."""
+    bandwidth (a scalar or one value per link); default: by the kind of link (see link_efficiency).
+    `nvls`: whether the runtime may reduce in the switches where the topology has NVLS (false: as NCCL
+    runs with NCCL_NVLS_ENABLE=0, which SGLang sets, engine/profiles.py)."""
 
-    def __init__(self, topology: Topology, algorithm: str = "auto", bw_efficiency: float | np.ndarray | None = None):
+    def __init__(self, topology: Topology, algorithm: str = "auto", bw_efficiency: float | np.ndarray | None = None,
+                 nvls: bool = True):
         if algorithm not in ALGORITHMS:
             raise UserError(f"fabric.algorithm: unknown {quoted(algorithm)}; use one of {', '.join(ALGORITHMS)}")
         self.topology = topology
         self.algorithm = algorithm
+        self.nvls = nvls
         # The assumptions the costs use, read once here: a built Collectives keeps its run's values.
         self.base_latency_s = assumed("base_latency_s", BASE_LATENCY_S)
         self.nvls_latency_s = assumed("nvls_latency_s", NVLS_LATENCY_S)
@@ -177,7 +183,7 @@ class Collectives:
         self._cost = lru_cache(maxsize=4096)(self._cost_uncached)
         if isinstance(topology, Hierarchy):  # groups inside one node run on that node alone
             node_eff = eff if np.ndim(eff) == 0 else np.asarray(eff)[: len(topology.node.links)]
-            self._inside = Collectives(topology.node, "auto", node_eff)
+            self._inside = Collectives(topology.node, "auto", node_eff, nvls)
 
     # -- public -----------------------------------------------------------------------------
     def available(self, op: str, ranks: int) -> list[str]:
@@ -190,7 +196,7 @@ class Collectives:
         names = ["ring"]
         if op == "all_reduce":
             names.append("tree")
-            if self.topology.nvls:
+            if self.topology.nvls and self.nvls:
                 names.append("nvls")
         if ranks & (ranks - 1) == 0:
             names.append("halving_doubling")
@@ -198,7 +204,7 @@ class Collectives:
             names.append("bucket")
         if isinstance(self.topology, Hierarchy):
             names.append("hierarchical")
-            if op == "all_reduce" and self.topology.node.nvls:
+            if op == "all_reduce" and self.topology.node.nvls and self.nvls:
                 names.append("nvls_tree")
         return names
 

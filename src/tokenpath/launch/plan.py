@@ -24,7 +24,7 @@ SETTINGS = (
     "engine.max_num_seqs", "engine.max_num_batched_tokens", "engine.block_size", "engine.chunked_prefill",
     "engine.gpu_memory_utilization", "engine.cuda_graphs", "engine.cuda_graph_max_tokens", "engine.scheduler",
     "engine.mixed_chunk", "engine.kv_admission", "engine.host_overlap", "engine.prefix_caching",
-    "engine.num_scheduler_steps", "engine.speculative", "engine.eager_host",
+    "engine.num_scheduler_steps", "engine.speculative", "engine.eager_host", "engine.nccl_nvls",
     "delivery.stream_interval", "delivery.detokenize",
 )
 
@@ -111,6 +111,15 @@ def _draft_checkpoint(scenario: Scenario) -> Checkpoint | None:
 def _share(total: int, replicas: int, of: int) -> int:
     """A pool's API servers: its share of the deployment's, at least one."""
     return max(1, total * replicas // of)
+
+
+def nccl_nvls_default(plan: Plan, settings: Settings) -> None:
+    """engine.nccl_nvls for an engine whose NCCL keeps its default, NVLS where the switches have it (vLLM's,
+    TensorRT-LLM's): no flag turns it off."""
+    if plan.scenario.engine.nvls:
+        settings.map("engine.nccl_nvls", "(NCCL's default: NVLS where the switches have it)")
+    else:
+        settings.note("engine.nccl_nvls", "no flag turns NVLS off: set NCCL_NVLS_ENABLE=0 in the server's environment")
 
 
 def weight_flags(plan: Plan, cmd: Command, settings: Settings, engine: str, quantize_to_fp8: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
-from tokenpath.launch.plan import Plan, Role, expert_precision_setting
+from tokenpath.launch.plan import Plan, Role, expert_precision_setting, nccl_nvls_default
 
 # The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
 NAME = __name__.rsplit(".", 1)[-1]
@@ -47,6 +47,7 @@ def command(plan: Plan, settings: Settings, options_path: str, host: str | None 
         settings.map("deployment.expert_parallel", "(TensorRT-LLM's default split of the experts)")
     cmd.add(settings, "engine.max_num_seqs", "--max_batch_size", eng.max_num_seqs)
     cmd.add(settings, "engine.max_num_batched_tokens", "--max_num_tokens", eng.max_num_batched_tokens)
+    nccl_nvls_default(plan, settings)
     cmd.add(None, None, "--extra_llm_api_options", options_path)
     if host is not None:
         cmd.add(None, None, "--host", host)

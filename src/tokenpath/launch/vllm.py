@@ -7,7 +7,7 @@ import json
 
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
-from tokenpath.launch.plan import Plan, Role, weight_flags
+from tokenpath.launch.plan import Plan, Role, nccl_nvls_default, weight_flags
 
 # The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
 NAME = __name__.rsplit(".", 1)[-1]
@@ -57,6 +57,7 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
             "--enable-prefix-caching" if eng.prefix_caching else "--no-enable-prefix-caching")
     cmd.add(settings, "engine.host_overlap", "--async-scheduling" if plan.host_overlap else "--no-async-scheduling")
     _cuda_graphs(plan, cmd, settings)
+    nccl_nvls_default(plan, settings)
     _speculative(plan, cmd, settings)
     api_servers = max(1, role.api_servers * replicas // role.replicas)  # this process's share of the pool's
     cmd.add(settings, "deployment.api_servers", "--api-server-count", api_servers)

@@ -22,7 +22,7 @@ from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.placement import Placement, place
 from tokenpath.engine.speculative import Speculation
 from tokenpath.fabric.build import build_topology, default_fabric
-from tokenpath.fabric.collectives import Collectives
+from tokenpath.fabric.collectives import NVLS_ALGORITHMS, Collectives
 from tokenpath.fabric.spec import SwitchFabric
 from tokenpath.fabric.topology import Topology
 from tokenpath.sim import front_end
@@ -120,7 +120,10 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         fabric, fabric_name = default_fabric(chip.name, dep.chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
     topology = build_topology(fabric, chip.scaleup_bw_Bps, dep.chips)
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
-    collectives = Collectives(topology, fabric.algorithm)
+    if fabric.algorithm in NVLS_ALGORITHMS and not engine.nvls:
+        raise UserError(f"fabric.algorithm = \"{fabric.algorithm}\": {engine.profile.engine} runs NCCL without NVLS "
+                        "(NCCL_NVLS_ENABLE=0) unless told; set engine.nccl_nvls = true, or another algorithm")
+    collectives = Collectives(topology, fabric.algorithm, nvls=engine.nvls)
     speculation = draft = None
     if engine.speculative is not None:
         drafts = engine.speculative.num_speculative_tokens

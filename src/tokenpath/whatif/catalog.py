@@ -121,7 +121,7 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
     levers.append(Lever(f"scale-up links x{BANDWIDTH_FACTOR:g} ({_gbps(bw * BANDWIDTH_FACTOR)})", "",
                         fabric.overrides((*inside, "link_bw"), _gbps(bw * BANDWIDTH_FACTOR))))
     if isinstance(up, SwitchFabric):
-        levers.append(Lever(f"NVLS {'off' if up.nvls else 'on'}", "", fabric.overrides((*inside, "nvls"), not up.nvls)))
+        levers.append(_nvls(scenario, fabric, up.nvls, inside))
     else:
         levers.append(Lever("NVLS", "",
                             skipped=f"NVLink SHARP reduces in a switch; this scale-up fabric is a {up.kind}"))
@@ -147,6 +147,17 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
                             skipped=f"one {fabric.spec.kind} joins all {dep.chips} chips: "
                                     "no scale-out network in the path"))
     return levers
+
+
+def _nvls(scenario: Scenario, fabric: _Fabric, switch_nvls: bool, inside: tuple[str, ...]) -> Lever:
+    """NVLink SHARP off where the switch reduces and the engine's NCCL uses it; else on: the switch's, and
+    the engine's NCCL let use it (SGLang's is not, unless --enable-nccl-nvls: engine/profiles.py)."""
+    if switch_nvls and scenario.engine.nvls:
+        return Lever("NVLS off", "", fabric.overrides((*inside, "nvls"), False))
+    overrides = {} if switch_nvls else fabric.overrides((*inside, "nvls"), True)
+    if not scenario.engine.nvls:
+        overrides["engine.nccl_nvls"] = True
+    return Lever("NVLS on", "", overrides)
 
 
 def _closer(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:
