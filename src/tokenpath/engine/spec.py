@@ -86,8 +86,8 @@ class EngineSpec(BaseModel):
                           "compiled code, as TensorRT-LLM's TensorRT engines (NIM's, and its releases before 1.0) "
                           "launch them (unset: the profile's: "
                           f"{profiles_where(lambda p: p.eager_host is not None)} yes, the others no)")
-    nccl_nvls: bool | None = Field(
-        None, description="NCCL may run the tensor-parallel all-reduces in the NVLink switches (NVLS) where the chips' "
+    nccl_nvls: bool = Field(
+        True, description="NCCL may run the tensor-parallel all-reduces in the NVLink switches (NVLS) where the chips' "
                           "domain has them (SGLang --enable-nccl-nvls; false: NCCL_NVLS_ENABLE=0) (unset: the "
                           f"profile's: {profiles_where(lambda p: not p.nccl_nvls)} no, the others yes)")
     prefix_caching: bool = Field(
@@ -121,7 +121,7 @@ class EngineSpec(BaseModel):
         if profile is None:
             return data
         defaults = {"kv_admission": profile.kv_admissions[0], "cuda_graphs": profile.cuda_graphs,
-                    "prefix_caching": profile.prefix_caching}
+                    "prefix_caching": profile.prefix_caching, "nccl_nvls": profile.nccl_nvls}
         defaults.update(profile.batch_limits(None, None).given())
         return {**defaults, **data}
 
@@ -183,11 +183,6 @@ class EngineSpec(BaseModel):
         if assumption == self.profile.eager_host:
             return eager_host_paid(self.scheduler, self.eager_host) == assumption
         return self.profile.pays(assumption)
-
-    @property
-    def nvls(self) -> bool:
-        """Whether its NCCL may reduce in the NVLink switches: `nccl_nvls`, or the profile's (Profile.nccl_nvls)."""
-        return self.profile.nccl_nvls if self.nccl_nvls is None else self.nccl_nvls
 
     @property
     def prefills_alone(self) -> bool:

@@ -116,7 +116,7 @@ def _share(total: int, replicas: int, of: int) -> int:
 def nccl_nvls_default(plan: Plan, settings: Settings) -> None:
     """engine.nccl_nvls for an engine whose NCCL keeps its default, NVLS where the switches have it (vLLM's,
     TensorRT-LLM's): no flag turns it off."""
-    if plan.scenario.engine.nvls:
+    if plan.scenario.engine.nccl_nvls:
         settings.map("engine.nccl_nvls", "(NCCL's default: NVLS where the switches have it)")
     else:
         settings.note("engine.nccl_nvls", "no flag turns NVLS off: set NCCL_NVLS_ENABLE=0 in the server's environment")

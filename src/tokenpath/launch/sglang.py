@@ -71,7 +71,7 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         cmd.add(settings, "engine.cuda_graph_max_tokens", "--cuda-graph-max-bs-decode", eng.cuda_graph_max_tokens)
     else:
         settings.map("engine.cuda_graph_max_tokens", "(SGLang's own limit for the GPU's memory)")
-    if eng.nvls:
+    if eng.nccl_nvls:
         cmd.add(settings, "engine.nccl_nvls", "--enable-nccl-nvls")
     else:
         settings.map("engine.nccl_nvls", "(off: SGLang sets NCCL_NVLS_ENABLE=0 without --enable-nccl-nvls)")

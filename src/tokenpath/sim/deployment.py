@@ -120,10 +120,10 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         fabric, fabric_name = default_fabric(chip.name, dep.chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
     topology = build_topology(fabric, chip.scaleup_bw_Bps, dep.chips)
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
-    if fabric.algorithm in NVLS_ALGORITHMS and not engine.nvls:
+    if fabric.algorithm in NVLS_ALGORITHMS and not engine.nccl_nvls:
         raise UserError(f"fabric.algorithm = \"{fabric.algorithm}\": {engine.profile.engine} runs NCCL without NVLS "
                         "(NCCL_NVLS_ENABLE=0) unless told; set engine.nccl_nvls = true, or another algorithm")
-    collectives = Collectives(topology, fabric.algorithm, nvls=engine.nvls)
+    collectives = Collectives(topology, fabric.algorithm, nvls=engine.nccl_nvls)
     speculation = draft = None
     if engine.speculative is not None:
         drafts = engine.speculative.num_speculative_tokens

@@ -152,10 +152,10 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
 def _nvls(scenario: Scenario, fabric: _Fabric, switch_nvls: bool, inside: tuple[str, ...]) -> Lever:
     """NVLink SHARP off where the switch reduces and the engine's NCCL uses it; else on: the switch's, and
     the engine's NCCL let use it (SGLang's is not, unless --enable-nccl-nvls: engine/profiles.py)."""
-    if switch_nvls and scenario.engine.nvls:
+    if switch_nvls and scenario.engine.nccl_nvls:
         return Lever("NVLS off", "", fabric.overrides((*inside, "nvls"), False))
     overrides = {} if switch_nvls else fabric.overrides((*inside, "nvls"), True)
-    if not scenario.engine.nvls:
+    if not scenario.engine.nccl_nvls:
         overrides["engine.nccl_nvls"] = True
     return Lever("NVLS on", "", overrides)
 
