@@ -48,6 +48,21 @@ def test_overload_is_admission_queued_ttft_climbing_or_a_growing_backlog():
     assert not Load(34.0, 34.0, 32.7).overloaded
 
 
+def test_a_backlog_that_grew_by_a_few_percent_after_filling_was_still_filling():
+    # 1,000 sends after filling met 200 in the system (noise: sqrt(400) / 1000 = 2%).
+    filling = Load(100.0, 95.0, 90.0, 5.0, 1.0, 1.0, Steady(10.0, 1000, 900, 200))  # 10% > 5% + 2 x 2%
+    assert filling.steady.growth == pytest.approx(0.10) and filling.steady.filling
+    assert not filling.overloaded and filling.settled is False
+    assert filling.caveat().startswith("still filling") and "grew by 10% of the requests sent" in filling.caveat()
+    document = filling.document()
+    assert document["settled"] is False and document["backlog_growth"] == pytest.approx(0.10)
+    settled = Load(100.0, 95.0, 90.0, 5.0, 1.0, 1.0, Steady(10.0, 1000, 920, 200))  # 8% < 9%
+    assert settled.settled is True and settled.caveat() == "" and not settled.overloaded
+    overloaded = Load(100.0, 95.0, 90.0, 5.0, 1.0, 1.0, Steady(10.0, 1000, 800, 200))  # 20%: growing
+    assert overloaded.overloaded and not overloaded.steady.filling and overloaded.settled is False
+    assert Load(100.0, 95.0, 90.0).settled is None  # too short to watch
+
+
 def _times(rate_per_s: float, e2e_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     n = len(e2e_s)
     sent = np.rint(np.arange(n) / rate_per_s * 1e9).astype(np.int64)
@@ -65,6 +80,16 @@ def test_a_backlog_that_grows_through_a_long_run_is_overload_at_any_send_rate_ra
     growing = load_of(*_times(20.0, 5.0 + n / 15.0 - n / 20.0))
     assert growing.overloaded and growing.steady.served_per_s == pytest.approx(15.0, rel=0.05)
     assert any("served 15" in sign for sign in growing.signs())
+
+
+def test_a_run_served_a_little_below_its_sends_is_still_filling_not_overloaded():
+    # Sent at 20 req/s, 10 s in the system at first, finishing at 18.5 req/s: the backlog gains 7.5% of
+    # the sends, and E2E grows 1.55x from the first quarter to the last, short of the overload trend.
+    n = np.arange(2000)
+    filling = load_of(*_times(20.0, 10.0 + n / 18.5 - n / 20.0))
+    assert not filling.overloaded and filling.settled is False
+    assert filling.steady.growth == pytest.approx(0.075, abs=0.01)
+    assert load_of(*_times(20.0, np.full(2000, 5.0))).settled is True
 
 
 def test_prompts_held_before_the_run_are_left_out_of_the_ttft_trend():
@@ -123,3 +148,21 @@ def test_default_scenario_overloaded_at_2x_capacity_and_not_at_half_or_0_9x(seed
         assert under["load"]["overloaded"] is False, share
         assert "overloaded" not in under["bottleneck_reason"]
         assert under["load"]["offered_requests_per_s"] == pytest.approx(share * capacity, rel=0.1)
+
+
+def test_a_short_run_near_capacity_says_it_was_still_filling_and_reads_lower_than_a_long_one():
+    # MLPerf Inference v4.1's H100 Llama-2-70B server deployment (diagnose/overload.py): four TP2
+    # replicas at 75 req/s run at about 86% of their compute. 6,000 requests end while the batch still
+    # grows; 40,000 settle, and their TPOT is a third longer.
+    scenario = {"model.name": "llama-2-70b", "model.precision": "fp8", "model.kv_cache_precision": "fp8",
+                "deployment.chip": "h100", "deployment.chips": 8, "deployment.tp": 2,
+                "engine.scheduler": "trtllm", "engine.max_num_seqs": 1024, "engine.eager_host": False,
+                "workload.input": {"kind": "lognormal", "mean": 300, "sd": 250, "max": 1024},
+                "workload.output": {"kind": "lognormal", "mean": 290, "sd": 200, "max": 1024},
+                "workload.arrival.rate": 75.0, "delivery.network_rtt": "0 ms"}
+    short, reason = result_document(simulate(load_scenario(None, {**scenario, "workload.num_requests": 6000})))
+    assert short["load"]["settled"] is False and not short["load"]["overloaded"]
+    assert "still filling" in reason
+    long, reason = result_document(simulate(load_scenario(None, {**scenario, "workload.num_requests": 40000})))
+    assert long["load"]["settled"] is True and "still filling" not in reason
+    assert long["latency_s"]["tpot"]["p50"] > 1.3 * short["latency_s"]["tpot"]["p50"]

@@ -118,7 +118,7 @@ def bottleneck(attribution_s: dict[str, Any], evidence: Evidence) -> tuple[str, 
     saturated = [r for r in evidence.resources if r.front_end and r.utilization >= SATURATED]
     if saturated:
         why += f"; {max(saturated, key=lambda r: r.utilization).busy()}"
-    if load is not None and not load.confident:
+    if load is not None and load.caveat():
         why += f" ({load.caveat()})"
     return LAYER_OF_PART[part], why
 
@@ -134,7 +134,7 @@ def _overloaded(attribution_s: dict[str, float], evidence: Evidence, load: Load)
     total = sum(attribution_s.values()) or 1.0
     if max(attribution_s, key=attribution_s.get) == "queue":
         reason += f"; requests wait {attribution_s['queue'] / total:.0%} of E2E for a batch slot"
-    if not load.confident:
+    if load.caveat():
         reason += f" ({load.caveat()})"
     return LAYER_OF_PART[limit.layer], reason
 
