@@ -39,12 +39,13 @@ steps, than the load will hold. Its latencies are a transient's, too short, and 
 says so. The run is still filling when, after it filled once, its backlog grew by more than
 SETTLING_GROWTH of the requests sent (with the same allowance for noise) but not enough to call it
 overloaded: the summary's `load.settled` is then false and the bottleneck line says so. Llama-2-70B FP8
-as MLPerf Inference v4.1's H100 server ran it (four TP2 replicas on 8 x H100, 75 req/s, TensorRT-LLM; max
-batch 1024; closed/NVIDIA/configs/llama2-70b/Server/__init__.py, H100_SXM_80GB_TP2x4, of
-github.com/mlcommons/inference_results_v4.1; assumed here: an FP8 KV cache and prompts of 300 tokens on
-average; 290 out, as its run's tokens per sample): 6,000 requests grew the backlog by 13% of the sends
-after filling, with a mean TPOT of 64 ms; 40,000 requests by 1.8%, 101 ms; 180,000 (the run's 2,400 s),
-111 ms (the submission's measured mean, closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/
+as MLPerf Inference v4.1's H100 server ran it (four TP2 replicas on 8 x H100, 75 req/s, TensorRT-LLM at
+its default admission; max batch 1024; closed/NVIDIA/configs/llama2-70b/Server/__init__.py,
+H100_SXM_80GB_TP2x4, of github.com/mlcommons/inference_results_v4.1; assumed here: an FP8 KV cache and
+prompts of 300 tokens on average; 290 out, as its run's tokens per sample): 6,000 requests grew the
+backlog by 13% of the sends after filling, with a mean TPOT of 64 ms; 40,000 requests by 1.8%, 101 ms;
+180,000 (the run's 2,400 s), 111 ms (the submission's measured mean,
+closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/
 llama2-70b-99.9/Server/performance/run_1/mlperf_log_summary.txt: 155 ms at 74.4 req/s, 21,606 tokens/s).
 Today the default scenario's runs at 35 and 40 req/s (2,000 requests; seed 2; burstiness 0.5) and
 Llama-3.1-8B's at 45 req/s grow by -4% to 4%, and the embedded scenarios by 1% to 4%: all settled.
