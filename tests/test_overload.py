@@ -166,3 +166,36 @@ def test_a_short_run_near_capacity_says_it_was_still_filling_and_reads_lower_tha
     long, reason = result_document(simulate(load_scenario(None, {**scenario, "workload.num_requests": 40000})))
     assert long["load"]["settled"] is True and "still filling" not in reason
     assert long["latency_s"]["tpot"]["p50"] > 1.3 * short["latency_s"]["tpot"]["p50"]
+
+
+def test_levers_and_sweep_frontiers_mark_a_run_still_filling(monkeypatch, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from tokenpath.cli import levers, sweep
+
+    def summary(settled, overloaded=False):
+        return {"envelope": {"validated": True, "outside": []}, "load": {"settled": settled, "overloaded": overloaded}}
+
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    monkeypatch.setattr(levers, "console", console)
+    change = {"value": 1.0, "relative": 0.0, "better": 0.0}
+    document = {"objective": {"metric": "latency_s.ttft.p99", "name": "TTFT p99", "better": "lower",
+                              "tie_break": None, "value": 1.0},
+                "baseline": summary(True), "skipped": [],
+                "levers": [{"name": "more chips", "group": "wider", "change": change, "summary": summary(False)},
+                           {"name": "half the chips", "group": "wider", "change": change,
+                            "summary": summary(False, overloaded=True)},
+                           {"name": "TP4", "group": "wider", "change": change, "summary": summary(None)}]}
+    levers._print(document, 100)
+    out = console.file.getvalue()
+    assert "more chips ~" in out and "half the chips ~" not in out and "TP4 ~" not in out and "baseline ~" not in out
+    assert "~ still filling when its sends stopped (load.settled)" in out
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    monkeypatch.setattr(sweep, "console", console)
+    rows = [{"point": "a", "x": 1.0, "load.settled": False, "load.overloaded": False},
+            {"point": "b", "x": 2.0, "load.settled": True, "load.overloaded": False}]
+    sweep._write_pareto(tmp_path / "out.csv", [], [("x", "max")], rows)
+    out = console.file.getvalue()
+    assert "a ~" in out and "b ~" not in out and "~ still filling" in out

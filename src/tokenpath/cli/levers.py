@@ -12,6 +12,7 @@ from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
+from tokenpath.diagnose.overload import FILLING_MARK, FILLING_NOTE, still_filling
 from tokenpath.sim.envelope import OUTSIDE_MARK
 from tokenpath.sim.summary import metric_value
 from tokenpath.whatif.objective import DEFAULT_OBJECTIVE
@@ -72,6 +73,15 @@ def _outside_mark(summary: dict[str, Any]) -> str:
     return f" {OUTSIDE_MARK}" if envelope and not envelope["validated"] else ""
 
 
+def _filling(summary: dict[str, Any]) -> bool:
+    load = summary.get("load", {})
+    return still_filling(load.get("settled"), bool(load.get("overloaded")))
+
+
+def _marks(summary: dict[str, Any]) -> str:
+    return _outside_mark(summary) + (f" {FILLING_MARK}" if _filling(summary) else "")
+
+
 def _layer(change: dict[str, Any]) -> str:
     parts = change.get("attribution_s")
     if not parts:
@@ -97,14 +107,14 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
         if column or justify == "left":
             table.add_column(column, justify=justify)
     base = document["baseline"]
-    row = ["", f"baseline{_outside_mark(base)}", "", _value(objective["value"], unit_metric), ""]
+    row = ["", f"baseline{_marks(base)}", "", _value(objective["value"], unit_metric), ""]
     if tie:
         row.append(_value(metric_value(base, tie), tie))
     table.add_row(*row, "", style="dim")
     for rank, lever in enumerate(document["levers"], 1):
         change = lever["change"]
         relative = change["relative"]
-        row = [str(rank), f"{lever['name']}{_outside_mark(lever['summary'])}", lever["group"],
+        row = [str(rank), f"{lever['name']}{_marks(lever['summary'])}", lever["group"],
                _value(change["value"], unit_metric),
                f"{relative:+.1%}" if relative is not None else "-"]
         if tie:
@@ -112,11 +122,13 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
         style = "green" if (change["better"] or 0) > 0 else ("red" if (change["better"] or 0) < 0 else None)
         table.add_row(*row, _layer(change), style=style)
     console.print(table)
-    outside = [("baseline", base), *((lever["name"], lever["summary"]) for lever in document["levers"])]
-    outside = [(name, summary["envelope"]["outside"]) for name, summary in outside if _outside_mark(summary)]
+    runs = [("baseline", base), *((lever["name"], lever["summary"]) for lever in document["levers"])]
+    outside = [(name, summary["envelope"]["outside"]) for name, summary in runs if _outside_mark(summary)]
     if outside:
         console.print(f"{OUTSIDE_MARK} outside the validated envelope (docs/validation.md): "
                       + "; ".join(f"{name} ({', '.join(what)})" for name, what in outside), highlight=False)
+    if any(_filling(summary) for _, summary in runs):
+        console.print(FILLING_NOTE, highlight=False)
     if document["skipped"]:
         skipped = Table(title="Not applicable here", title_justify="left")
         skipped.add_column("lever")

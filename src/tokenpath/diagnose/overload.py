@@ -70,6 +70,16 @@ FILL_QUANTILE = 0.9
 WATCH_FILLS = 0.5
 # Fewer completed requests than this leave no quarter to compare.
 MIN_TREND_REQUESTS = 8
+# What marks a run still filling where runs are ranked or listed (levers, a sweep's Pareto frontier).
+FILLING_MARK = "~"
+FILLING_NOTE = (f"{FILLING_MARK} still filling when its sends stopped (load.settled): its latencies are a "
+                "transient's and read low; run more requests")
+
+
+def still_filling(settled: bool | None, overloaded: bool) -> bool:
+    """Whether a run's summary (its `load.settled` and `load.overloaded`) says it was stable but still
+    filling when its sends stopped."""
+    return settled is False and not overloaded
 
 
 @dataclass(frozen=True)
