@@ -122,6 +122,11 @@ class Load:
         sends stopped, its latencies then a transient's); None when it was too short to watch."""
         return None if self.steady is None else self.steady.settled
 
+    @property
+    def filling(self) -> bool:
+        """Not settled, and not overloaded: the batch was still filling when the sends stopped."""
+        return still_filling(self.settled, self.overloaded)
+
     def document(self) -> dict[str, Any]:
         steady = self.steady
         return {"offered_requests_per_s": self.offered_per_s if math.isfinite(self.offered_per_s) else None,
@@ -140,7 +145,7 @@ class Load:
         if self.steady is None:
             return (f"a short run, sent over {self.span_e2es:.1f} median E2Es: overload judged by admission and "
                     "latency trends only")
-        if self.steady.filling:
+        if self.filling:
             return (f"still filling: after it filled once, its backlog grew by {self.steady.growth:.0%} of the "
                     "requests sent, so its latencies are a transient's and read low; run more requests")
         return ""
@@ -184,12 +189,6 @@ class Steady:
     def settled(self) -> bool:
         """The backlog grew by at most SETTLING_GROWTH of the sends, allowing two standard deviations."""
         return self.growth <= SETTLING_GROWTH + 2.0 * self.noise
-
-    @property
-    def filling(self) -> bool:
-        """Not settled, but not growing as an overloaded run's does: the batch was still filling when the
-        sends stopped."""
-        return not self.settled and not self.growing
 
 
 def load_of(sent_ns: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, completed: np.ndarray,
