@@ -2,6 +2,8 @@
 when it meets the SLO and is not overloaded, and the search is repeated with twice the requests until
 its answer is stable."""
 
+import json
+
 import pytest
 
 from cli_helpers import assert_user_error, run_cli
@@ -115,3 +117,21 @@ def test_answers_that_agree_while_their_runs_are_still_filling_are_not_converged
 ])
 def test_a_stability_outside_its_range_is_one_line(flags, fragment, monkeypatch, capsys):
     assert_user_error(*run_cli(["capacity", "--slo", "ttft_p99=2s", *flags], monkeypatch, capsys), fragment)
+
+
+def test_repeated_slo_options_add_their_targets_and_a_target_given_twice_is_refused(monkeypatch, capsys):
+    # Each --slo adds its targets (once only the last was kept, so a search ran against fewer targets).
+    def simulate_many(base, override_sets, workers, progress):
+        summaries = [_summary(0.1, overrides["workload.arrival.rate"] > 50.0) for overrides in override_sets]
+        for summary in summaries:
+            summary["latency_s"]["tpot"] = {"p99": 0.02}
+        return [Outcome(summary) for summary in summaries]
+
+    monkeypatch.setattr(capacity, "simulate_many", simulate_many)
+    code, out, err = run_cli(["capacity", "--slo", "ttft_p99=2s", "--slo", "tpot_p99=100ms", "--workers", "2",
+                              "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    assert list(json.loads(out)["slo"]) == ["ttft_p99", "tpot_p99"]
+    for command in (["capacity"], ["search", "--chips", "8"]):
+        assert_user_error(*run_cli([*command, "--slo", "ttft_p99=2s", "--slo", "ttft_p99=1s"], monkeypatch, capsys),
+                          "--slo: ttft_p99 is given twice; give each target once")

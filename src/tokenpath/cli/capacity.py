@@ -93,8 +93,9 @@ STABILITY_HELP = "search again with twice the requests until the answer moves by
 @scenario_flags()
 def capacity(
     scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
-    slo: str | None = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9 "
-                                                           "(default: the scenario's [slo] as p99 targets)"),
+    slo_given: list[str] | None = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=2s,tpot_p99=100ms,"
+                                                                     "qoe_p10=0.9, repeatable (default: the "
+                                                                     "scenario's [slo] as p99 targets)"),
     tolerance: float = typer.Option(DEFAULT_TOLERANCE, "--tolerance", help=TOLERANCE_HELP),
     stability: float = typer.Option(DEFAULT_STABILITY, "--stability", help=STABILITY_HELP),
     workers: int | None = typer.Option(None, "--workers", help="simulations side by side (default: one per CPU)"),
@@ -108,6 +109,7 @@ def capacity(
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be at least 1")
     check_precision(tolerance, stability)
+    slo = ",".join(slo_given) if slo_given else None
     if slo is not None:
         parse_slo(slo)  # a bad --slo is refused before anything is built
     if json_out is not None:

@@ -114,8 +114,9 @@ def _print(document: dict[str, Any], top: int, wall_s: float, scenario_ref: str 
 @scenario_flags(omit=("tp", "pp", "scheduler"))
 def search(
     scenario: str | None = typer.Argument(None, help="a scenario file (.toml) or catalog name; default 'typical'"),
-    slo: str | None = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=1s,tpot_p99=50ms (default: the "
-                                                          "scenario's [slo] as p99 targets)"),
+    slo_given: list[str] | None = typer.Option(None, "--slo", help="targets, e.g. ttft_p99=1s,tpot_p99=50ms, "
+                                                                     "repeatable (default: the scenario's [slo] as "
+                                                                     "p99 targets)"),
     objective: str = typer.Option("rate-per-chip", "--objective", help="rate-per-chip, cost or goodput"),
     engines: str | None = typer.Option(None, "--engines", help="engine profiles to compare, e.g. vllm-v1,sglang "
                                                                   "(default: the scenario's)"),
@@ -166,6 +167,7 @@ def search(
             raise UserError("--emit: the JSON goes to stdout (--json -); give --out DIR for the launch files")
     elif out is not None:
         raise UserError("--out: the folder for launch files; add --emit ENGINE, or drop --out")
+    slo = ",".join(slo_given) if slo_given else None
     if slo is not None:
         parse_slo(slo)  # a bad --slo is refused before anything is built
     if json_out is not None:

@@ -112,7 +112,8 @@ def parse_target(name: str, value: str) -> Target:
 
 
 def parse_slo(text: str) -> dict[str, Target]:
-    """'ttft_p99=2s,qoe_p10=0.9' -> {'ttft_p99': Target(..., 2.0), 'qoe_p10': Target(..., 0.9)}."""
+    """'ttft_p99=2s,qoe_p10=0.9' -> {'ttft_p99': Target(..., 2.0), 'qoe_p10': Target(..., 0.9)}; the
+    CLIs join repeated --slo options with commas before it reads them."""
     slo: dict[str, Target] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -122,6 +123,8 @@ def parse_slo(text: str) -> dict[str, Target]:
         if not equals:
             raise UserError(f"--slo: {quoted(item)} needs NAME=VALUE, "
                             "e.g. --slo ttft_p99=2s,tpot_p99=100ms,qoe_p10=0.9")
+        if name in slo:
+            raise UserError(f"--slo: {name} is given twice; give each target once")
         slo[name] = parse_target(name, value.strip())
     if not slo:
         raise UserError("--slo: give at least one target, e.g. --slo ttft_p99=2s,tpot_p99=100ms")
