@@ -248,6 +248,7 @@ def test_a_search_json_makes_a_report_with_the_best_run_and_the_front(searched):
 @pytest.mark.parametrize("flags, fragment", [
     (["--chips", "0"], "deployment.chips"),
     (["--engines", "vllm-v1,fast"], "--engines: unknown engine 'fast'"),
+    (["--engines", "fast", "--engines", "vllm-v1"], "--engines: unknown engine 'fast'"),  # every --engines is read
     (["--objective", "speed"], "--objective: unknown 'speed'; use rate-per-chip, cost, goodput"),
     (["--top", "0"], "--top: 0 must be at least 1"),
     (["--ray", "--workers", "2"], "--workers: Ray places candidates"),

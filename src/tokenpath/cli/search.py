@@ -118,8 +118,9 @@ def search(
                                                                      "repeatable (default: the scenario's [slo] as "
                                                                      "p99 targets)"),
     objective: str = typer.Option("rate-per-chip", "--objective", help="rate-per-chip, cost or goodput"),
-    engines: str | None = typer.Option(None, "--engines", help="engine profiles to compare, e.g. vllm-v1,sglang "
-                                                                  "(default: the scenario's)"),
+    engines_given: list[str] | None = typer.Option(None, "--engines", help="engine profiles to compare, e.g. "
+                                                                             "vllm-v1,sglang, repeatable (default: "
+                                                                             "the scenario's)"),
     disagg: bool = typer.Option(False, "--disagg", help="also every prefill:decode split of the replicas"),
     limits: bool = typer.Option(True, "--limits/--no-limits",
                                 help="also max_num_seqs and max_num_batched_tokens halved and doubled around "
@@ -181,7 +182,7 @@ def search(
     if objective == "cost" and built.deployment.chip not in chosen_prices.usd_per_hour:
         raise UserError(f"--objective cost: no price for {built.deployment.chip}; give --prices FILE with a "
                         f"[{built.deployment.chip}] table")
-    compared = tuple(parse_engines(engines, built.engine.scheduler))
+    compared = tuple(parse_engines(",".join(engines_given) if engines_given else None, built.engine.scheduler))
     question = Question(built.deployment.chips, targets, objective, compared, disagg, limits, exhaustive, tolerance,
                         stability, chosen_prices)
     quiet = json_out == "-"
