@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 
 import pytest
+from rich.console import Console
 
 from cli_helpers import assert_user_error, run_cli
 from report_helpers import assert_means_match
 from test_bench_server import MODEL, FakeServer
 from tokenpath.report.requests import read_results_table
+from tokenpath.report.table import print_summary
 
 
 def free_port() -> int:
@@ -87,6 +90,12 @@ def test_bench_report_and_compare(server, monkeypatch, capsys, tmp_path):
     assert bench["attribution_s"] is None and bench["bench"]["planned"] == 10
     client = bench["bench"]["client"]  # the worker's own CPU and loop lag; whether it saturated is the machine's
     assert 0 <= client["cpu_busy_fraction"] <= 1 and client["workers"] == 1 and isinstance(client["saturated"], bool)
+    # Ten requests at a light load: nothing said of the load. Had the run been still filling, it says so.
+    assert "load:" not in out and bench["load"]["overloaded"] is False
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    filling = {**bench, "load": {**bench["load"], "settled": False, "caveat": "still filling: ..."}}
+    print_summary(console, filling, [], None)
+    assert "load: still filling: ..." in console.file.getvalue()
 
     code, out, err = run_cli(["report", str(results), "--json", str(report_json)], monkeypatch, capsys)
     assert code == 0, err

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tokenpath import load_scenario, simulate
-from tokenpath.diagnose.overload import Load, Steady, load_of
+from tokenpath.diagnose.overload import Load, Steady, load_of, verdict_line
 from tokenpath.sim.document import result_document
 
 # Llama-3.1-8B on one H100: it serves about 54 requests/s with every request sent at once.
@@ -199,3 +199,15 @@ def test_levers_and_sweep_frontiers_mark_a_run_still_filling(monkeypatch, tmp_pa
     sweep._write_pareto(tmp_path / "out.csv", [], [("x", "max")], rows)
     out = console.file.getvalue()
     assert "a ~" in out and "b ~" not in out and "~ still filling" in out
+
+
+def test_a_run_without_a_bottleneck_line_says_its_load_when_it_is_overloaded_or_still_filling():
+    filling = Load(100.0, 95.0, 90.0, 5.0, 1.0, 1.0, Steady(10.0, 1000, 900, 200)).document()
+    assert filling["caveat"].startswith("still filling") and verdict_line(filling) == filling["caveat"]
+    queued = Load(100.0, 45.0, 40.0, 1.5).document()  # admission queued, in a run of 1.5 median E2Es
+    assert verdict_line(queued) == ("overloaded: first tokens came at 45 req/s (a short run, sent over 1.5 median "
+                                    "E2Es: overload judged by admission and latency trends only)")
+    settled = Load(100.0, 95.0, 90.0, 5.0, 1.0, 1.0, Steady(10.0, 1000, 990, 200)).document()
+    assert settled["caveat"] is None and verdict_line(settled) is None
+    older = {"overloaded": False, "signs": []}  # a summary written before `settled` existed
+    assert verdict_line(older) is None

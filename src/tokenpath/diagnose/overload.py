@@ -82,6 +82,16 @@ def still_filling(settled: bool | None, overloaded: bool) -> bool:
     return settled is False and not overloaded
 
 
+def verdict_line(load: dict[str, Any]) -> str | None:
+    """What a run's summary (its `load` document) says to print of its load where no bottleneck line
+    says it (bench): overloaded, with its signs, or still filling; None for a run that was neither."""
+    if load["overloaded"]:
+        return f"overloaded: {', '.join(load['signs'])}" + (f" ({load['caveat']})" if load.get("caveat") else "")
+    if still_filling(load.get("settled"), False):
+        return load["caveat"]
+    return None
+
+
 @dataclass(frozen=True)
 class Load:
     """What a run was offered and what it served, and how its latency and backlog moved through it."""
@@ -137,7 +147,7 @@ class Load:
                 "steady_offered_requests_per_s": None if steady is None else steady.offered_per_s,
                 "steady_served_requests_per_s": None if steady is None else steady.served_per_s,
                 "backlog_growth": None if steady is None else steady.growth, "settled": self.settled,
-                "signs": self.signs()}
+                "signs": self.signs(), "caveat": self.caveat() or None}
 
     def caveat(self) -> str:
         """For a short run, why its verdict is tentative; for one still filling, why its latencies read

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tokenpath.config.units import format_duration, format_number
+from tokenpath.diagnose.overload import verdict_line
 from tokenpath.sim.summary import APPLICATION, PERCENTILES
 
 _LATENCY_NAMES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
@@ -163,6 +164,10 @@ def print_summary(console: Console, summary: dict[str, Any], scenario_lines: lis
         console.print(f"[bold]Bottleneck: {reason.partition(';')[0]}[/bold];{reason.partition(';')[2]}")
     elif summary["bottleneck"]:
         console.print(f"[bold]Bottleneck: {summary['bottleneck']}[/bold] - {reason}")
+    elif summary.get("load"):  # a measured run has no bottleneck line: its load is said alone
+        verdict = verdict_line(summary["load"])
+        if verdict:
+            console.print(f"load: {verdict}", highlight=False)
 
 
 def continuity_line(flow: dict[str, Any] | None) -> str | None:
