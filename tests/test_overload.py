@@ -211,3 +211,18 @@ def test_a_run_without_a_bottleneck_line_says_its_load_when_it_is_overloaded_or_
     assert settled["caveat"] is None and verdict_line(settled) is None
     older = {"overloaded": False, "signs": []}  # a summary written before `settled` existed
     assert verdict_line(older) is None
+
+
+def test_the_html_report_says_a_measured_runs_load_where_it_has_no_bottleneck_line():
+    from types import SimpleNamespace
+
+    from tokenpath.report.html import _verdicts
+
+    filling = Load(100.0, 95.0, 90.0, 5.0, 1.0, 1.0, Steady(10.0, 1000, 900, 200)).document()
+    settled = Load(100.0, 95.0, 90.0, 5.0, 1.0, 1.0, Steady(10.0, 1000, 990, 200)).document()
+    page = _verdicts(SimpleNamespace(runs=[SimpleNamespace(label="bench", summary={"bottleneck": None,
+                                                                                   "load": filling})]))
+    assert page.startswith("<p class='verdict'><b>bench: load</b> - still filling: after it filled once")
+    page = _verdicts(SimpleNamespace(runs=[SimpleNamespace(label="bench", summary={"bottleneck": None,
+                                                                                   "load": settled})]))
+    assert page.startswith("<p class='note'>No bottleneck verdict")

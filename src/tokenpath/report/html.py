@@ -147,13 +147,20 @@ def _differences(inputs: Inputs) -> str:
 
 
 def _verdicts(inputs: Inputs) -> str:
+    """Each run's bottleneck line; a measured run, which has none, its load where it was overloaded or
+    still filling (diagnose/overload.verdict_line)."""
+    from tokenpath.diagnose.overload import verdict_line
+
     parts = []
     for run in inputs.runs:
         layer = run.summary.get("bottleneck")
+        verdict = verdict_line(run.summary["load"]) if not layer and run.summary.get("load") else None
         if layer:
             reason = run.summary.get("bottleneck_reason") or ""
             parts.append(f"<p class='verdict'><b>{html.escape(run.label)}: bottleneck {html.escape(str(layer))}</b>"
                          f"{' - ' + html.escape(reason) if reason else ''}</p>")
+        elif verdict:
+            parts.append(f"<p class='verdict'><b>{html.escape(run.label)}: load</b> - {html.escape(verdict)}</p>")
     return "".join(parts) or "<p class='note'>No bottleneck verdict: the input has no attribution (a measured run).</p>"
 
 
