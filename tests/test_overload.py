@@ -168,7 +168,7 @@ def test_a_short_run_near_capacity_says_it_was_still_filling_and_reads_lower_tha
     assert long["latency_s"]["tpot"]["p50"] > 1.3 * short["latency_s"]["tpot"]["p50"]
 
 
-def test_levers_and_sweep_frontiers_mark_a_run_still_filling(monkeypatch, tmp_path):
+def test_levers_and_sweep_frontiers_mark_a_run_still_filling_or_overloaded(monkeypatch, tmp_path):
     import io
 
     from rich.console import Console
@@ -190,15 +190,17 @@ def test_levers_and_sweep_frontiers_mark_a_run_still_filling(monkeypatch, tmp_pa
                            {"name": "TP4", "group": "wider", "change": change, "summary": summary(None)}]}
     levers._print(document, 100)
     out = console.file.getvalue()
-    assert "more chips ~" in out and "half the chips ~" not in out and "TP4 ~" not in out and "baseline ~" not in out
+    assert "more chips ~" in out and "half the chips !" in out and "half the chips ! ~" not in out
+    assert "TP4 ~" not in out and "TP4 !" not in out and "baseline ~" not in out and "baseline !" not in out
     assert "~ still filling when its sends stopped (load.settled)" in out
+    assert "! overloaded (load.overloaded): its latencies are a growing queue's" in out
     console = Console(file=io.StringIO(), width=200, color_system=None)
     monkeypatch.setattr(sweep, "console", console)
     rows = [{"point": "a", "x": 1.0, "load.settled": False, "load.overloaded": False},
             {"point": "b", "x": 2.0, "load.settled": True, "load.overloaded": False}]
     sweep._write_pareto(tmp_path / "out.csv", [], [("x", "max")], rows)
     out = console.file.getvalue()
-    assert "a ~" in out and "b ~" not in out and "~ still filling" in out
+    assert "a ~" in out and "b ~" not in out and "~ still filling" in out and "! overloaded" not in out
 
 
 def test_a_run_without_a_bottleneck_line_says_its_load_when_it_is_overloaded_or_still_filling():

@@ -12,7 +12,7 @@ from tokenpath.cli.app import app, console, err_console, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
-from tokenpath.diagnose.overload import FILLING_MARK, FILLING_NOTE, still_filling
+from tokenpath.diagnose.overload import load_marks, load_notes
 from tokenpath.sim.envelope import OUTSIDE_MARK
 from tokenpath.sim.summary import metric_value
 from tokenpath.whatif.objective import DEFAULT_OBJECTIVE
@@ -73,13 +73,13 @@ def _outside_mark(summary: dict[str, Any]) -> str:
     return f" {OUTSIDE_MARK}" if envelope and not envelope["validated"] else ""
 
 
-def _filling(summary: dict[str, Any]) -> bool:
+def _load(summary: dict[str, Any]) -> tuple[bool | None, bool]:
     load = summary.get("load", {})
-    return still_filling(load.get("settled"), bool(load.get("overloaded")))
+    return load.get("settled"), bool(load.get("overloaded"))
 
 
 def _marks(summary: dict[str, Any]) -> str:
-    return _outside_mark(summary) + (f" {FILLING_MARK}" if _filling(summary) else "")
+    return _outside_mark(summary) + load_marks(*_load(summary))
 
 
 def _layer(change: dict[str, Any]) -> str:
@@ -127,8 +127,8 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
     if outside:
         console.print(f"{OUTSIDE_MARK} outside the validated envelope (docs/validation.md): "
                       + "; ".join(f"{name} ({', '.join(what)})" for name, what in outside), highlight=False)
-    if any(_filling(summary) for _, summary in runs):
-        console.print(FILLING_NOTE, highlight=False)
+    for note in load_notes([_load(summary) for _, summary in runs]):
+        console.print(note, highlight=False)
     if document["skipped"]:
         skipped = Table(title="Not applicable here", title_justify="left")
         skipped.add_column("lever")

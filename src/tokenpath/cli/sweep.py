@@ -12,7 +12,7 @@ from rich.table import Table
 from tokenpath.cli.app import app, console, err_console
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
-from tokenpath.diagnose.overload import FILLING_MARK, FILLING_NOTE, still_filling
+from tokenpath.diagnose.overload import load_marks, load_notes
 from tokenpath.sim.envelope import OUTSIDE_MARK
 
 SWEEP_EXAMPLE = """
@@ -103,9 +103,9 @@ def _outside(row: dict) -> bool:
     return row.get("envelope.validated") is False
 
 
-def _filling(row: dict) -> bool:
-    """Whether a point's run was still filling when its sends stopped (diagnose/overload.py)."""
-    return still_filling(row.get("load.settled"), bool(row.get("load.overloaded")))
+def _load(row: dict) -> tuple[bool | None, bool]:
+    """A point's run's `load.settled` and `load.overloaded` (diagnose/overload.py)."""
+    return row.get("load.settled"), bool(row.get("load.overloaded"))
 
 
 def _rows(out: Path) -> list[dict]:
@@ -129,13 +129,13 @@ def _write_pareto(out: Path, axes: list[str], objectives: list[tuple[str, str]],
         table.add_column(column, justify="right")
     for row in rows:
         cells = [f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns]
-        cells[0] += (f" {OUTSIDE_MARK}" if _outside(row) else "") + (f" {FILLING_MARK}" if _filling(row) else "")
+        cells[0] += (f" {OUTSIDE_MARK}" if _outside(row) else "") + load_marks(*_load(row))
         table.add_row(*cells)
     console.print(table)
     if any(_outside(row) for row in rows):
         console.print(f"{OUTSIDE_MARK} outside the validated envelope (docs/validation.md)", highlight=False)
-    if any(_filling(row) for row in rows):
-        console.print(FILLING_NOTE, highlight=False)
+    for note in load_notes([_load(row) for row in rows]):
+        console.print(note, highlight=False)
     target = pareto_path(out)
     try:
         with open(target, "w", newline="", encoding="utf-8") as handle:

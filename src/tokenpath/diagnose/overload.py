@@ -70,16 +70,33 @@ FILL_QUANTILE = 0.9
 WATCH_FILLS = 0.5
 # Fewer completed requests than this leave no quarter to compare.
 MIN_TREND_REQUESTS = 8
-# What marks a run still filling where runs are ranked or listed (levers, a sweep's Pareto frontier).
+# What marks a run still filling, or overloaded, where runs are ranked or listed (levers, a sweep's
+# Pareto frontier), and the footnote that says so.
 FILLING_MARK = "~"
 FILLING_NOTE = (f"{FILLING_MARK} still filling when its sends stopped (load.settled): its latencies are a "
                 "transient's and read low; run more requests")
+OVERLOAD_MARK = "!"
+OVERLOAD_NOTE = (f"{OVERLOAD_MARK} overloaded (load.overloaded): its latencies are a growing queue's, as long as "
+                 "the run made them")
 
 
 def still_filling(settled: bool | None, overloaded: bool) -> bool:
     """Whether a run's summary (its `load.settled` and `load.overloaded`) says it was stable but still
     filling when its sends stopped."""
     return settled is False and not overloaded
+
+
+def load_marks(settled: bool | None, overloaded: bool) -> str:
+    """The marks (with a leading space each) of a run by its summary's `load.settled` and
+    `load.overloaded`; empty for a run that was neither overloaded nor still filling."""
+    return (f" {OVERLOAD_MARK}" if overloaded else "") + (f" {FILLING_MARK}" if still_filling(settled, overloaded)
+                                                         else "")
+
+
+def load_notes(runs: list[tuple[bool | None, bool]]) -> list[str]:
+    """The footnotes of the marks that some of `runs` ((settled, overloaded) each) carry."""
+    return ([OVERLOAD_NOTE] if any(overloaded for _, overloaded in runs) else []) + \
+        ([FILLING_NOTE] if any(still_filling(settled, overloaded) for settled, overloaded in runs) else [])
 
 
 def verdict_line(load: dict[str, Any]) -> str | None:
