@@ -86,6 +86,8 @@ def _fake_filling_runs(monkeypatch, settles_at: int, overload_binds: bool = Fals
             above = rate > 50.0
             summary = _summary(0.5 if overload_binds or not above else 1.5, overload_binds and above)
             summary["load"]["settled"] = requests >= settles_at
+            summary.update(throughput={"output_tokens_per_s": 1000.0, "goodput_requests_per_s": 50.0},
+                           bottleneck="compute", bottleneck_reason="engine compute")  # what the CLI prints
             outcomes.append(Outcome(summary))
         return outcomes
 
@@ -135,3 +137,15 @@ def test_repeated_slo_options_add_their_targets_and_a_target_given_twice_is_refu
     for command in (["capacity"], ["search", "--chips", "8"]):
         assert_user_error(*run_cli([*command, "--slo", "ttft_p99=2s", "--slo", "ttft_p99=1s"], monkeypatch, capsys),
                           "--slo: ttft_p99 is given twice; give each target once")
+
+
+def test_the_capacity_line_says_which_runs_were_still_filling(monkeypatch, capsys):
+    _fake_filling_runs(monkeypatch, 10**9)
+    code, out, err = run_cli(["capacity", "--slo", "ttft_p99=1s", "--workers", "2"], monkeypatch, capsys)
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "at 2,000 (still filling)" in text and "its run still filling: an upper bound" in text
+    _fake_filling_runs(monkeypatch, 4000)
+    code, out, err = run_cli(["capacity", "--slo", "ttft_p99=1s", "--workers", "2"], monkeypatch, capsys)
+    text = " ".join(out.split())
+    assert "at 2,000 (still filling)" in text and "at 4,000;" in text and "stable within 2%" in text

@@ -69,8 +69,13 @@ def _print(document: dict[str, Any]) -> None:
     console.print(f"At capacity: {summary['throughput']['output_tokens_per_s']:,.0f} output tokens/s, "
                   f"{summary['throughput']['goodput_requests_per_s']:.3g} req/s goodput; bottleneck "
                   f"{summary['bottleneck']} - {summary.get('bottleneck_reason', '')}", highlight=False)
-    answers = ", ".join(f"{step['request_rate']:.4g} at {step['num_requests']:,}" for step in document["convergence"])
+    answers = ", ".join(f"{step['request_rate']:.4g} at {step['num_requests']:,}"
+                        f"{'' if step.get('settled', True) else ' (still filling)'}"
+                        for step in document["convergence"])
+    last = document["convergence"][-1]
     stable = (f"stable within {document['stability']:.0%}" if document["converged"] else
+              "its run still filling: an upper bound"
+              if not last.get("settled", True) and document["binding"]["metric"] != "overload" else
               f"still moving by more than {document['stability']:.0%}: an upper bound")
     console.print(f"({document['simulations']} simulations, bracket within {document['tolerance']:.0%}; "
                   f"req/s at requests run: {answers}; {stable})", style="dim")
