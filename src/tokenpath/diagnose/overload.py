@@ -101,7 +101,8 @@ def load_notes(runs: list[tuple[bool | None, bool]]) -> list[str]:
 
 def verdict_line(load: dict[str, Any]) -> str | None:
     """What a run's summary (its `load` document) says to print of its load where no bottleneck line
-    says it (bench): overloaded, with its signs, or still filling; None for a run that was neither."""
+    says it (a measured run's text and page): overloaded, with its signs, or still filling; None for a run
+    that was neither."""
     if load["overloaded"]:
         return f"overloaded: {', '.join(load['signs'])}" + (f" ({load['caveat']})" if load.get("caveat") else "")
     if still_filling(load.get("settled"), False):

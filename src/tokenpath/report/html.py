@@ -154,12 +154,11 @@ def _verdicts(inputs: Inputs) -> str:
     parts = []
     for run in inputs.runs:
         layer = run.summary.get("bottleneck")
-        verdict = verdict_line(run.summary["load"]) if not layer and run.summary.get("load") else None
         if layer:
             reason = run.summary.get("bottleneck_reason") or ""
             parts.append(f"<p class='verdict'><b>{html.escape(run.label)}: bottleneck {html.escape(str(layer))}</b>"
                          f"{' - ' + html.escape(reason) if reason else ''}</p>")
-        elif verdict:
+        elif run.summary.get("load") and (verdict := verdict_line(run.summary["load"])):
             parts.append(f"<p class='verdict'><b>{html.escape(run.label)}: load</b> - {html.escape(verdict)}</p>")
     return "".join(parts) or "<p class='note'>No bottleneck verdict: the input has no attribution (a measured run).</p>"
 

@@ -164,10 +164,8 @@ def print_summary(console: Console, summary: dict[str, Any], scenario_lines: lis
         console.print(f"[bold]Bottleneck: {reason.partition(';')[0]}[/bold];{reason.partition(';')[2]}")
     elif summary["bottleneck"]:
         console.print(f"[bold]Bottleneck: {summary['bottleneck']}[/bold] - {reason}")
-    elif summary.get("load"):  # a measured run has no bottleneck line: its load is said alone
-        verdict = verdict_line(summary["load"])
-        if verdict:
-            console.print(f"load: {verdict}", highlight=False)
+    elif summary.get("load") and (verdict := verdict_line(summary["load"])):  # a measured run: its load alone
+        console.print(f"load: {verdict}", highlight=False)
 
 
 def continuity_line(flow: dict[str, Any] | None) -> str | None:
