@@ -169,14 +169,17 @@ def test_compare_shows_a_measured_overload():
     assert (load["offered_requests_per_s"], load["served_requests_per_s"], load["overloaded"]) == \
         (pytest.approx(100.0), pytest.approx(10.0), True)
     simulated = _summary(1.0, "simulate", True)
-    simulated["load"] = {"offered_requests_per_s": 100.0, "served_requests_per_s": 99.0, "overloaded": False}
+    simulated["load"] = {"offered_requests_per_s": 100.0, "served_requests_per_s": 99.0, "overloaded": False,
+                         "settled": False}  # still filling when its sends stopped
     rows = {row["metric"]: row for row in compare(simulated, measured)}
+    assert (rows["settled"]["a"], rows["settled"]["b"]) == (0.0, None)  # the measured run too short to watch
     assert rows["offered requests/s"]["b"] == pytest.approx(100.0)
     assert rows["served requests/s"]["relative"] == pytest.approx(10 / 99 - 1)
     assert (rows["overloaded"]["a"], rows["overloaded"]["b"], rows["overloaded"]["relative"]) == (0.0, 1.0, None)
     table = compare_table(simulated, measured)
     cells = table.columns[0]._cells
     assert [table.columns[k]._cells[cells.index("overloaded")] for k in (1, 2)] == ["no", "yes"]
+    assert [table.columns[k]._cells[cells.index("settled")] for k in (1, 2)] == ["no", "-"]
     # Neither side with a load block (older files): no load rows.
     del simulated["load"], measured["load"]
     assert "overloaded" not in {row["metric"] for row in compare(simulated, measured)}

@@ -50,6 +50,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
         add("offered requests/s", "1/s", la.get("offered_requests_per_s"), lb.get("offered_requests_per_s"))
         add("served requests/s", "1/s", la.get("served_requests_per_s"), lb.get("served_requests_per_s"))
         add("overloaded", "yes/no", la.get("overloaded"), lb.get("overloaded"))
+        add("settled", "yes/no", la.get("settled"), lb.get("settled"))  # no: its latencies a transient's
     ra, rb = a.get("requests", {}), b.get("requests", {})
     add("requests completed", "", ra.get("completed"), rb.get("completed"))
     add("requests failed", "", ra.get("failed"), rb.get("failed"))
