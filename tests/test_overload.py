@@ -112,7 +112,7 @@ def test_a_run_shorter_than_two_fills_is_judged_by_admission_and_ttft_and_says_s
 
 @pytest.mark.parametrize(("rate", "overloaded"), [(35, False), (50, True)])
 def test_default_scenario_at_50_req_s_is_overloaded_by_its_growing_batch_and_at_35_is_not(rate, overloaded):
-    # Every request sent at once, the default deployment serves about 46.5 req/s. At 50 req/s nothing
+    # Every request sent at once, the default deployment serves about 44.6 req/s. At 50 req/s nothing
     # queues for admission (the batch grows instead), and the old served/offered ratio was 1.14.
     document, reason = result_document(simulate(load_scenario(None, {"workload.arrival.rate": float(rate)})))
     load = document["load"]
