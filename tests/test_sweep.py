@@ -341,3 +341,19 @@ def test_frontier_on_continuity_metrics_infers_their_directions():
     assert objectives == [("continuity.qoe.p10", "max"), ("continuity.stalls_per_request", "min")]
     # QoE up, stalls down: d is beaten by a (better on both), e by b (same QoE, more stalls)
     assert [r["point"] for r in frontier(rows, objectives)] == ["b", "a", "c"]
+
+
+def test_the_sweep_counts_its_overloaded_points(tmp_path):
+    spec = _spec(tmp_path, """
+scenario = "typical"
+[overrides]
+"workload.num_requests" = 150
+[axes]
+"workload.arrival.rate" = [5.0, 500.0]
+""")
+    done = subprocess.run([sys.executable, "-m", "tokenpath", "sweep", str(spec), "--out", str(tmp_path / "o.csv")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {row["workload.arrival.rate"]: row for row in pacsv.read_csv(tmp_path / "o.csv").to_pylist()}
+    assert rows[500.0]["load.overloaded"] is True and rows[5.0]["load.overloaded"] is False
+    assert "1 of 2 point(s) overloaded, 0 still filling when their sends stopped" in " ".join(done.stdout.split())

@@ -12,7 +12,7 @@ from rich.table import Table
 from tokenpath.cli.app import app, console, err_console
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
-from tokenpath.diagnose.overload import load_marks, load_notes
+from tokenpath.diagnose.overload import load_marks, load_notes, still_filling
 from tokenpath.sim.envelope import OUTSIDE_MARK
 
 SWEEP_EXAMPLE = """
@@ -94,6 +94,12 @@ def sweep(
     if outside:
         console.print(f"{outside} of {len(rows)} point(s) outside the validated envelope (columns envelope.validated "
                       "and envelope.outside; docs/validation.md)", highlight=False)
+    overloaded = sum(_load(row)[1] for row in rows)
+    filling = sum(still_filling(*_load(row)) for row in rows)
+    if overloaded or filling:
+        console.print(f"{overloaded} of {len(rows)} point(s) overloaded, {filling} still filling when their sends "
+                      "stopped (columns load.overloaded and load.settled: their latencies are a queue's or a "
+                      "transient's)", highlight=False)
     if objectives is not None:
         _write_pareto(out_path, sweep_spec.axes, objectives, frontier(rows, objectives))
 
