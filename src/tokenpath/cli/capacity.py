@@ -70,13 +70,13 @@ def _print(document: dict[str, Any]) -> None:
                   f"{summary['throughput']['goodput_requests_per_s']:.3g} req/s goodput; bottleneck "
                   f"{summary['bottleneck']} - {summary.get('bottleneck_reason', '')}", highlight=False)
     answers = ", ".join(f"{step['request_rate']:.4g} at {step['num_requests']:,}"
-                        f"{'' if step.get('settled', True) else ' (still filling)'}"
-                        for step in document["convergence"])
-    last = document["convergence"][-1]
-    stable = (f"stable within {document['stability']:.0%}" if document["converged"] else
-              "its run still filling: an upper bound"
-              if not last.get("settled", True) and document["binding"]["metric"] != "overload" else
-              f"still moving by more than {document['stability']:.0%}: an upper bound")
+                        f"{'' if step['settled'] else ' (still filling)'}" for step in document["convergence"])
+    if document["converged"]:
+        stable = f"stable within {document['stability']:.0%}"
+    elif not document["convergence"][-1]["settled"] and document["binding"]["metric"] != "overload":
+        stable = "its run still filling: an upper bound"
+    else:
+        stable = f"still moving by more than {document['stability']:.0%}: an upper bound"
     console.print(f"({document['simulations']} simulations, bracket within {document['tolerance']:.0%}; "
                   f"req/s at requests run: {answers}; {stable})", style="dim")
 
