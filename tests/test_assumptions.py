@@ -259,7 +259,7 @@ def test_assumptions_command_lists_every_one_as_json(tmp_path, monkeypatch, caps
     path.write_text('[assumptions]\nhost_step_s = "3 ms"\n')
     rows = json.loads(run_cli(["assumptions", str(path), "--json", "-"], monkeypatch, capsys)[1])
     host = next(r for r in rows if r["name"] == "host_step_s")
-    assert host["value"] == pytest.approx(3e-3) and host["default"] == 0.575e-3 and host["origin"] == "scenario"
+    assert host["value"] == pytest.approx(3e-3) and host["default"] == 0.286e-3 and host["origin"] == "scenario"
     path.write_text("[assumptions]\nhost_stp_s = 1\n")
     assert_user_error(*run_cli(["simulate", str(path)], monkeypatch, capsys), "did you mean 'host_step_s'")
 

@@ -12,13 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collective_costs import wire
 from tokenpath.config.errors import UserError
 from tokenpath.fabric.collectives import (
     BASE_LATENCY_S,
     LOW_LATENCY_ALL_TO_ALL_S,
     NVLS_LATENCY_S,
     NVLS_LINK_EFFICIENCY,
-    NVLS_TUNER_LATENCY_S,
+    PROTOCOLS,
     SCALEOUT_BW_EFFICIENCY,
     SCALEUP_BW_EFFICIENCY,
     AffineCost,
@@ -53,7 +54,7 @@ def same(cost: AffineCost, alpha_s: float, beta_s_per_byte: float) -> None:
 
 def test_constants_are_the_cited_measurements():
     assert BASE_LATENCY_S == 6.6e-6
-    assert NVLS_LATENCY_S == 6.0e-6
+    assert NVLS_LATENCY_S == 25.0e-6
     assert SU * 450e9 == pytest.approx(370e9, rel=REL, abs=0)
     assert NVLS_LINK_EFFICIENCY * 450e9 / (1 + 1 / 8) * (2 * 7 / 8) == pytest.approx(480e9, rel=REL, abs=0)
     assert SO * 50e9 == pytest.approx(47e9, rel=REL, abs=0)
@@ -68,10 +69,48 @@ def test_ring_all_reduce_on_a_switch_hand_computed(n):
     alpha = BASE_LATENCY_S + 2 * (n - 1) * (2 * LAT)
     # Each step every chip sends 1/n of the message on its own up link: 2(n-1) x (1/n) / (bw x eff).
     beta = 2 * (n - 1) / n / (BW * SU)
-    same(c.cost("all_reduce", whole(n), "ring"), alpha, beta)
+    same(wire(c, "all_reduce", whole(n), "ring"), alpha, beta)
     if n == 8:
         assert alpha == pytest.approx(15e-6, rel=REL, abs=0)            # 6.6 + 14 x 0.6 us
         assert 1 / beta == pytest.approx(370e9 * 8 / 14, rel=REL, abs=0)  # algbw = busbw / (2 x 7/8)
+
+
+def test_protocols_of_the_ring_on_a_switch_are_nccls_tuner_constants():
+    # tuning.cc: base latency Ring {LL 6.6, LL128 14.0, Simple 8.4} us, NVLink steps {0.6, 1.9, 3.4} us, and
+    # busBw x {0.5, 0.92, 1}: on 8 ranks 15, 41.2 and 56 us.
+    costs = switch(8).costs("all_reduce", whole(8), "ring")
+    assert [p.name for p in PROTOCOLS] == list(costs) == ["LL", "LL128", "Simple"]
+    simple_beta = 14 / 8 / (BW * SU)
+    same(costs["LL"], 6.6e-6 + 14 * 0.6e-6, simple_beta / 0.5)
+    same(costs["LL128"], 14.0e-6 + 14 * 1.9e-6, simple_beta / 0.92)
+    same(costs["Simple"], 8.4e-6 + 14 * 3.4e-6, simple_beta)
+
+
+def test_protocol_that_runs_is_the_fastest_at_each_size():
+    c = switch(8, nvls=False)
+    # LL up to where LL128's 26 us more latency buys back half the bandwidth: 15 + x/106 = 41.2 + x/195
+    # GB/s gives about 6 MB; LL128 then until Simple's lower bandwidth cost pays its latency back.
+    assert c.protocol("all_reduce", 1e6, whole(8)) == "LL"
+    assert c.protocol("all_reduce", 16e6, whole(8)) == "LL128"
+    assert c.protocol("all_reduce", 4e9, whole(8)) == "Simple"
+    for size in (1e6, 16e6, 4e9):
+        costs = c.costs("all_reduce", whole(8), "ring")
+        assert c.time_s("all_reduce", size, whole(8)) == costs[c.protocol("all_reduce", size, whole(8))].time_s(size)
+
+
+def test_protocols_across_a_network_take_nccls_network_step_latencies():
+    # Two GPUs on different leaves of a fat tree: a route of 4 links of 2.7/4 us, NCCL's NET LL step;
+    # LL128 and Simple take tuning.cc's NET steps, 4.0 and 14.0 us, and the tree's across nodes.
+    c = Collectives(FatTree(4, 50e9, 2.7e-6 / 4, levels=2))
+    costs = c.costs("all_reduce", [[0, 2]], "ring")
+    assert costs["LL"].alpha_s == pytest.approx(6.6e-6 + 2 * 2.7e-6, rel=1e-9)
+    assert costs["LL128"].alpha_s == pytest.approx(14.0e-6 + 2 * 4.0e-6, rel=1e-9)
+    assert costs["Simple"].alpha_s == pytest.approx(8.4e-6 + 2 * 14.0e-6, rel=1e-9)
+    tree = c.costs("all_reduce", [[0, 2]], "tree")
+    assert tree["LL128"].beta_s_per_byte == pytest.approx(tree["Simple"].beta_s_per_byte * 128 / 120, rel=1e-9)
+    inside = switch(8).costs("all_reduce", whole(8), "tree")
+    assert inside["LL128"].beta_s_per_byte == pytest.approx(inside["Simple"].beta_s_per_byte * 9 / 7, rel=1e-9)
+    assert inside["LL"].beta_s_per_byte == pytest.approx(inside["Simple"].beta_s_per_byte * 3.8, rel=1e-9)
 
 
 @pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
@@ -79,18 +118,18 @@ def test_ring_all_reduce_on_a_switch_hand_computed(n):
 def test_ring_all_gather_and_reduce_scatter_take_half_the_steps(op, n):
     c = switch(n)
     # n-1 steps of 1/n each.
-    same(c.cost(op, whole(n), "ring"), BASE_LATENCY_S + (n - 1) * 2 * LAT, (n - 1) / n / (BW * SU))
-    ar = c.cost("all_reduce", whole(n), "ring")
-    assert ar.beta_s_per_byte == pytest.approx(2 * c.cost(op, whole(n), "ring").beta_s_per_byte, rel=REL, abs=0)
+    same(wire(c, op, whole(n), "ring"), BASE_LATENCY_S + (n - 1) * 2 * LAT, (n - 1) / n / (BW * SU))
+    ar = wire(c, "all_reduce", whole(n), "ring")
+    assert ar.beta_s_per_byte == pytest.approx(2 * wire(c, op, whole(n), "ring").beta_s_per_byte, rel=REL, abs=0)
 
 
 def test_ring_on_a_torus_ring_has_the_switch_beta_and_one_link_per_step():
     c = Collectives(Torus((8,), TORUS_BW, TORUS_LAT))
     # Ranks in order: every neighbour is one hop in the plus direction, each plus link carries 1/8.
-    cost = c.cost("all_reduce", whole(8), "ring")
+    cost = wire(c, "all_reduce", whole(8), "ring")
     same(cost, BASE_LATENCY_S + 14 * TORUS_LAT, 14 * (1 / 8) / (TORUS_BW * SU))
     # The same per-link bandwidth and efficiency behind a switch: the same beta.
-    sw = Collectives(Switch(8, TORUS_BW, LAT)).cost("all_reduce", whole(8), "ring")
+    sw = wire(Collectives(Switch(8, TORUS_BW, LAT)), "all_reduce", whole(8), "ring")
     assert cost.beta_s_per_byte == pytest.approx(sw.beta_s_per_byte, rel=REL, abs=0)
 
 
@@ -105,18 +144,18 @@ def test_ring_on_a_mesh_line_the_closing_flow_takes_the_minus_links():
     # Busiest link 1/8 (plus and minus are separate directions): beta equals the switch's; but the
     # closing flow is 7 hops long and every one of the 14 steps waits for it.
     c = Collectives(mesh)
-    same(c.cost("all_reduce", whole(8), "ring"), BASE_LATENCY_S + 14 * 7 * TORUS_LAT, 14 * (1 / 8) / (TORUS_BW * SU))
+    same(wire(c, "all_reduce", whole(8), "ring"), BASE_LATENCY_S + 14 * 7 * TORUS_LAT, 14 * (1 / 8) / (TORUS_BW * SU))
 
 
 def test_ring_order_on_a_mesh_line_changes_latency_and_congestion():
     c = Collectives(Mesh((8,), TORUS_BW, TORUS_LAT))
     # Folded ring 0,2,4,6,7,5,3,1: out along even chips on plus links (2 hops each, 6->7 one hop), back
     # along odd chips on minus links; every link carries exactly one flow of 1/8; longest route 2 hops.
-    folded = c.cost("all_reduce", [[0, 2, 4, 6, 7, 5, 3, 1]], "ring")
+    folded = wire(c, "all_reduce", [[0, 2, 4, 6, 7, 5, 3, 1]], "ring")
     same(folded, BASE_LATENCY_S + 14 * 2 * TORUS_LAT, 14 * (1 / 8) / (TORUS_BW * SU))
     # Interleaved ring 0,4,1,5,2,6,3,7: 0->4, 1->5, 2->6, 3->7 all cross plus cable 3 (4 x 1/8 = 1/2),
     # and 4->1, 5->2, 6->3, 7->0 all cross minus cable 3 (1/2); longest route 7 -> 0 = 7 hops.
-    bad = c.cost("all_reduce", [[0, 4, 1, 5, 2, 6, 3, 7]], "ring")
+    bad = wire(c, "all_reduce", [[0, 4, 1, 5, 2, 6, 3, 7]], "ring")
     same(bad, BASE_LATENCY_S + 14 * 7 * TORUS_LAT, 14 * (1 / 2) / (TORUS_BW * SU))
 
 
@@ -127,15 +166,15 @@ def test_two_rings_sharing_mesh_links_take_twice_as_long_and_disjoint_rings_do_n
     evens, odds = [0, 2, 4, 6], [1, 3, 5, 7]
     # evens alone: 0->2 (plus cables 0,1), 2->4 (2,3), 4->6 (4,5), 6->0 (minus cables 0..5), each 1/4;
     # 6 steps, longest route 6 hops.
-    alone = c.cost("all_reduce", [evens], "ring")
+    alone = wire(c, "all_reduce", [evens], "ring")
     same(alone, BASE_LATENCY_S + 6 * 6 * TORUS_LAT, 6 * (1 / 4) / (TORUS_BW * SU))
     # With odds: plus cable 1 carries 0->2 and 1->3 (1/2); minus cable 1 carries 6->0 and 7->1.
-    both = c.cost("all_reduce", [evens, odds], "ring")
+    both = wire(c, "all_reduce", [evens, odds], "ring")
     same(both, BASE_LATENCY_S + 6 * 6 * TORUS_LAT, 6 * (1 / 2) / (TORUS_BW * SU))
     # Halves 0..3 and 4..7 use cables 0..2 and 4..6: nothing shared (cable 3 idle), same as one alone.
-    left = c.cost("all_reduce", [[0, 1, 2, 3]], "ring")
+    left = wire(c, "all_reduce", [[0, 1, 2, 3]], "ring")
     same(left, BASE_LATENCY_S + 6 * 3 * TORUS_LAT, 6 * (1 / 4) / (TORUS_BW * SU))
-    assert c.cost("all_reduce", [[0, 1, 2, 3], [4, 5, 6, 7]], "ring") == left
+    assert wire(c, "all_reduce", [[0, 1, 2, 3], [4, 5, 6, 7]], "ring") == left
     size = 1e9
     assert c.time_s("all_reduce", size, [evens, odds], "ring") > c.time_s("all_reduce", size, [evens], "ring")
 
@@ -147,13 +186,13 @@ def test_tp_groups_sharing_an_oversubscribed_leaf_uplink_are_slower():
     # Ring of [0, 2] (leaves 0 and 1): 2 steps of 1/2. Host link 1/2 at bw; leaf 0 sends 1/2 split over
     # its 2 uplinks: 1/4 each at bw/2, i.e. also 1/2 per bw. beta = 2 x (1/2) / (bw x SO).
     # Latency: host-leaf-spine-leaf-host = 4 links of 1 us, paid on each of the 2 steps.
-    one = c.cost("all_reduce", [[0, 2]], "ring")
+    one = wire(c, "all_reduce", [[0, 2]], "ring")
     same(one, BASE_LATENCY_S + 2 * 4e-6, 2 * (1 / 2) / (bw * SO))
     # Add [1, 3]: leaf 0 now sends 1/2 + 1/2 = 1 over 2 uplinks: 1/2 each at bw/2 = 1 per bw.
-    shared = c.cost("all_reduce", [[0, 2], [1, 3]], "ring")
+    shared = wire(c, "all_reduce", [[0, 2], [1, 3]], "ring")
     same(shared, BASE_LATENCY_S + 2 * 4e-6, 2 * 1 / (bw * SO))
     # [4, 6] sits on leaves 2 and 3: no link in common with [0, 2].
-    assert c.cost("all_reduce", [[0, 2], [4, 6]], "ring") == one
+    assert wire(c, "all_reduce", [[0, 2], [4, 6]], "ring") == one
 
 
 # -- halving-doubling --------------------------------------------------------------------------------
@@ -162,11 +201,11 @@ def test_halving_doubling_on_8_ranks_of_a_switch():
     c = switch(8)
     # Reduce-scatter: partners at distance 4, 2, 1 exchanging 1/2, 1/4, 1/8; all-gather mirrors it.
     # 3 + 3 rounds, one hop (2 links) each: alpha = 6.6 + 6 x 0.6 us; beta = 2 x 7/8 / (bw x eff).
-    ar = c.cost("all_reduce", whole(8), "halving_doubling")
+    ar = wire(c, "all_reduce", whole(8), "halving_doubling")
     same(ar, BASE_LATENCY_S + 6 * 2 * LAT, 2 * (1 / 2 + 1 / 4 + 1 / 8) / (BW * SU))
     assert ar.alpha_s == pytest.approx(10.2e-6, rel=REL, abs=0)
     for op in ("all_gather", "reduce_scatter"):
-        same(c.cost(op, whole(8), "halving_doubling"), BASE_LATENCY_S + 3 * 2 * LAT, (7 / 8) / (BW * SU))
+        same(wire(c, op, whole(8), "halving_doubling"), BASE_LATENCY_S + 3 * 2 * LAT, (7 / 8) / (BW * SU))
 
 
 def test_halving_doubling_is_offered_for_powers_of_two_only():
@@ -184,9 +223,9 @@ def test_halving_doubling_on_a_mesh_line_piles_up_on_the_middle_cable():
     c = Collectives(Mesh((8,), TORUS_BW, TORUS_LAT))
     # Distance 4 (1/2 each): 0->4, 1->5, 2->6, 3->7 all cross plus cable 3: 2.0 per byte; 4 hops.
     # Distance 2 (1/4): 0->2 and 1->3 cross plus cable 1: 1/2; 2 hops. Distance 1 (1/8): 1/8; 1 hop.
-    rs = c.cost("reduce_scatter", whole(8), "halving_doubling")
+    rs = wire(c, "reduce_scatter", whole(8), "halving_doubling")
     same(rs, BASE_LATENCY_S + (4 + 2 + 1) * TORUS_LAT, (2 + 1 / 2 + 1 / 8) / (TORUS_BW * SU))
-    ar = c.cost("all_reduce", whole(8), "halving_doubling")
+    ar = wire(c, "all_reduce", whole(8), "halving_doubling")
     same(ar, BASE_LATENCY_S + 2 * 7 * TORUS_LAT, 2 * (2 + 1 / 2 + 1 / 8) / (TORUS_BW * SU))
 
 
@@ -207,26 +246,27 @@ def test_double_binary_tree_on_a_switch_of_8():
     # Busiest up link: 3 edges interior in one tree + 1 edge leaf in the other = 2 per byte.
     # Latency: inside one switch NCCL chains the ranks, 2 x (8 - 1) = 14 steps of one hop (2 links).
     c = Collectives(sw)
-    same(c.cost("all_reduce", whole(8), "tree"), BASE_LATENCY_S + 14 * 2 * LAT, 2 / (BW * SU))
+    same(wire(c, "all_reduce", whole(8), "tree"), BASE_LATENCY_S + 14 * 2 * LAT, 2 / (BW * SU))
 
 
 @pytest.mark.parametrize("n, steps", [(2, 2), (3, 4), (5, 8), (16, 30)])
 def test_tree_latency_inside_one_switch_is_a_chain_of_its_ranks(n, steps):
     c = switch(n)
-    assert c.cost("all_reduce", whole(n), "tree").alpha_s == pytest.approx(BASE_LATENCY_S + steps * 2 * LAT,
+    assert wire(c, "all_reduce", whole(n), "tree").alpha_s == pytest.approx(BASE_LATENCY_S + steps * 2 * LAT,
                                                                            rel=REL, abs=0)
 
 
 def test_tree_latency_across_a_network_is_twice_the_depth():
     # 8 hosts on one 8-port leaf of a leaf-spine: every route is 2 links, the tree 2 x 3 steps deep.
     c = Collectives(FatTree(16, 50e9, LAT, levels=2))
-    assert c.cost("all_reduce", whole(8), "tree").alpha_s == pytest.approx(BASE_LATENCY_S + 6 * 2 * LAT, rel=REL, abs=0)
+    assert wire(c, "all_reduce", whole(8), "tree").alpha_s == pytest.approx(BASE_LATENCY_S + 6 * 2 * LAT, rel=REL,
+                                                                            abs=0)
 
 
 def test_tree_serves_all_reduce_only():
     c = switch(8)
     assert "tree" not in c.available("all_gather", 8)
-    assert c.cost("all_gather", whole(8), "tree") == c.cost("all_gather", whole(8), "ring")
+    assert wire(c, "all_gather", whole(8), "tree") == wire(c, "all_gather", whole(8), "ring")
 
 
 # -- NVLS --------------------------------------------------------------------------------------------
@@ -236,7 +276,7 @@ def test_nvls_needs_an_nvls_switch():
     assert "nvls" not in switch(8, nvls=False).available("all_reduce", 8)
     assert "nvls" not in Collectives(Torus((8,), TORUS_BW, TORUS_LAT)).available("all_reduce", 8)
     with pytest.raises(UserError, match="fabric.algorithm: 'nvls' cannot run all_reduce over 8 ranks on a switch"):
-        switch(8, nvls=False).cost("all_reduce", whole(8), "nvls")
+        wire(switch(8, nvls=False), "all_reduce", whole(8), "nvls")
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
@@ -244,7 +284,7 @@ def test_nvls_cost_and_bus_bandwidth(n):
     c = switch(8)
     # Each rank's buffer goes up and its slice of the sum comes back, then the slices are stored to all:
     # (1 + 1/n) per byte on both host links.
-    same(c.cost("all_reduce", whole(n), "nvls"), NVLS_LATENCY_S, (1 + 1 / n) / (BW * NVLS_LINK_EFFICIENCY))
+    same(wire(c, "all_reduce", whole(n), "nvls"), NVLS_LATENCY_S, (1 + 1 / n) / (BW * NVLS_LINK_EFFICIENCY))
     if n == 8:
         # algbw -> 450 x 0.686 / 1.125 = 274.29 GB/s; busbw = algbw x 2 x 7/8 = 480 GB/s.
         busbw = c.bus_bandwidth_Bps("all_reduce", 1e12, whole(8), "nvls")
@@ -255,7 +295,7 @@ def test_nvls_cost_and_bus_bandwidth(n):
 def test_nvls_falls_back_to_ring_for_other_ops():
     c = switch(8)
     for op in ("all_gather", "reduce_scatter"):
-        assert c.cost(op, whole(8), "nvls") == c.cost(op, whole(8), "ring")
+        assert wire(c, op, whole(8), "nvls") == wire(c, op, whole(8), "ring")
 
 
 # -- bucket on a torus box ---------------------------------------------------------------------------
@@ -266,25 +306,25 @@ def test_bucket_beats_ring_on_a_4x4_torus():
     # Ring over 0..15 (row-major): in-row flows one hop on dim 1; row ends (r,3)->(r+1,0) go down dim 0
     # one hop then round the dim-1 wrap cable: 2 hops. No link is shared: busiest 1/16.
     # 30 steps: beta = 30/16 / eff; alpha = 6.6 us + 30 x 2 hops.
-    ring = c.cost("all_reduce", whole(16), "ring")
+    ring = wire(c, "all_reduce", whole(16), "ring")
     same(ring, BASE_LATENCY_S + 30 * 2 * TORUS_LAT, (30 / 16) / eff)
     # Bucket, the two dimensions equal, so two shards run at once: shard 0 reduce-scatters along dim 0
     # while shard 1 does dim 1, each half the message, both ring directions: (1/2)(1/4)/2 = 1/16 on
     # every one-hop link for 3 steps; then the other dimension on a quarter: 1/64 for 3 steps.
     # All-gather mirrors. beta = 2 x 3 x (1/16 + 1/64) / eff = 15/32 / eff; alpha 6.6 us + 12 one-hop steps.
-    bucket = c.cost("all_reduce", whole(16), "bucket")
+    bucket = wire(c, "all_reduce", whole(16), "bucket")
     same(bucket, BASE_LATENCY_S + 12 * TORUS_LAT, (15 / 32) / eff)
     assert bucket.beta_s_per_byte == pytest.approx(ring.beta_s_per_byte / 4, rel=REL, abs=0)
     # Reduce-scatter alone: half of it.
-    same(c.cost("reduce_scatter", whole(16), "bucket"), BASE_LATENCY_S + 6 * TORUS_LAT, (15 / 64) / eff)
+    same(wire(c, "reduce_scatter", whole(16), "bucket"), BASE_LATENCY_S + 6 * TORUS_LAT, (15 / 64) / eff)
     # Unequal dimensions (2 x 4 box of a 4x4 torus) go one dimension at a time, the whole ring first:
     # dim 1 (1/4/2 = 1/8 each way, 3 steps), then dim 0 on a quarter (extent 2 of a ring of 4, a line:
     # both ring directions reach the same partner over the same link, 2 x 1/4/2/2 = 1/8, 1 step):
     # beta = 2 x (3/8 + 1/8) / eff = 1 / eff. Line first would cost 2 x (1/2 + 3/16) = 11/8.
-    two_by_four = c.cost("all_reduce", [list(range(8))], "bucket")
+    two_by_four = wire(c, "all_reduce", [list(range(8))], "bucket")
     same(two_by_four, BASE_LATENCY_S + 8 * TORUS_LAT, 1 / eff)
     # The 4 x 2 box (columns 0 and 1) is the same shape turned: the same cost.
-    assert c.cost("all_reduce", [[0, 1, 4, 5, 8, 9, 12, 13]], "bucket") == two_by_four
+    assert wire(c, "all_reduce", [[0, 1, 4, 5, 8, 9, 12, 13]], "bucket") == two_by_four
     assert c.choose("all_reduce", 1e9, whole(16)) == "bucket"
 
 
@@ -292,13 +332,13 @@ def test_bucket_is_not_offered_for_a_group_that_is_not_a_box():
     c = Collectives(Torus((4, 4), TORUS_BW, TORUS_LAT))
     odd = [[0, 1, 2, 5]]   # (0,0), (0,1), (0,2), (1,1): bounding box 2 x 3 = 6 != 4
     with pytest.raises(UserError, match="fabric.algorithm: 'bucket' cannot run all_reduce over 4 ranks on a torus"):
-        c.cost("all_reduce", odd, "bucket")
+        wire(c, "all_reduce", odd, "bucket")
     for size in (1.0, 1e6, 1e9):
         assert c.choose("all_reduce", size, odd) != "bucket"
         assert c.time_s("all_reduce", size, odd) == min(
             c.time_s("all_reduce", size, odd, a) for a in ("ring", "tree"))
     # A 2 x 2 box is fine.
-    assert c.cost("all_reduce", [[5, 6, 9, 10]], "bucket").beta_s_per_byte > 0
+    assert wire(c, "all_reduce", [[5, 6, 9, 10]], "bucket").beta_s_per_byte > 0
 
 
 # -- all-to-all --------------------------------------------------------------------------------------
@@ -307,23 +347,23 @@ def test_bucket_is_not_offered_for_a_group_that_is_not_a_box():
 def test_all_to_all_on_a_switch(n):
     c = switch(8)
     # Each rank sends 1/n to each of n-1 others: its up link carries (n-1)/n; routes are 2 links.
-    same(c.cost("all_to_all", whole(n)), BASE_LATENCY_S + 2 * LAT, ((n - 1) / n) / (BW * SU))
+    same(wire(c, "all_to_all", whole(n)), BASE_LATENCY_S + 2 * LAT, ((n - 1) / n) / (BW * SU))
 
 
 def test_low_latency_all_to_all_adds_the_kernels_fixed_cost_and_nothing_else():
     c = switch(8)
-    same(c.cost("all_to_all", whole(8), "low_latency"),
+    same(wire(c, "all_to_all", whole(8), "low_latency"),
          BASE_LATENCY_S + 2 * LAT + LOW_LATENCY_ALL_TO_ALL_S, (7 / 8) / (BW * SU))
     # Auto (and any reduction algorithm) runs the plain all-to-all; low-latency kernels are all-to-all only.
-    assert c.cost("all_to_all", whole(8), "ring") == c.cost("all_to_all", whole(8))
+    assert wire(c, "all_to_all", whole(8), "ring") == wire(c, "all_to_all", whole(8))
     with pytest.raises(UserError, match="fabric.algorithm: 'low_latency' cannot run all_reduce over 8 ranks"):
-        c.cost("all_reduce", whole(8), "low_latency")
+        wire(c, "all_reduce", whole(8), "low_latency")
 
 
 def test_all_to_all_of_64_ranks_on_a_switch_uses_the_diameter_latency():
     c = switch(64)
     # 64 x 64 = 4096 > 1024 flows: latency bounded by diameter (2) x link latency; loads folded.
-    same(c.cost("all_to_all", whole(64)), BASE_LATENCY_S + 2 * LAT, (63 / 64) / (BW * SU))
+    same(wire(c, "all_to_all", whole(64)), BASE_LATENCY_S + 2 * LAT, (63 / 64) / (BW * SU))
 
 
 def test_all_to_all_of_64_ranks_on_an_oversubscribed_fat_tree_hand_computed():
@@ -336,7 +376,7 @@ def test_all_to_all_of_64_ranks_on_an_oversubscribed_fat_tree_hand_computed():
     #     -> 1.875 per bw;
     #   core uplink: 16 hosts x 48 ranks off the pod x 1/64 = 12, over 16 uplinks = 0.75 at bw/4
     #     -> 3 per bw (the busiest).
-    cost = c.cost("all_to_all", whole(64))
+    cost = wire(c, "all_to_all", whole(64))
     same(cost, BASE_LATENCY_S + 6 * 1e-6, 3 / (bw * SO))
     # The folded path agrees with the 4032 explicit flows.
     src, dst = np.nonzero(~np.eye(64, dtype=bool))
@@ -346,7 +386,7 @@ def test_all_to_all_of_64_ranks_on_an_oversubscribed_fat_tree_hand_computed():
 
 def test_all_to_all_of_two_groups_on_a_switch_does_not_interfere():
     c = switch(8)
-    assert c.cost("all_to_all", [[0, 1, 2, 3], [4, 5, 6, 7]]) == c.cost("all_to_all", [[0, 1, 2, 3]])
+    assert wire(c, "all_to_all", [[0, 1, 2, 3], [4, 5, 6, 7]]) == wire(c, "all_to_all", [[0, 1, 2, 3]])
 
 
 # -- send/recv ---------------------------------------------------------------------------------------
@@ -354,16 +394,16 @@ def test_all_to_all_of_two_groups_on_a_switch_does_not_interfere():
 def test_send_recv_across_a_mesh_line():
     c = Collectives(Mesh((4,), TORUS_BW, TORUS_LAT))
     # 0 -> 3: three plus links, each carrying the whole message.
-    same(c.cost("send_recv", [[0, 3]]), BASE_LATENCY_S + 3 * TORUS_LAT, 1 / (TORUS_BW * SU))
+    same(wire(c, "send_recv", [[0, 3]]), BASE_LATENCY_S + 3 * TORUS_LAT, 1 / (TORUS_BW * SU))
     assert c.available("send_recv", 2) == ["direct"]
     # Any requested algorithm is point-to-point for send_recv.
-    assert c.cost("send_recv", [[0, 3]], "ring") == c.cost("send_recv", [[0, 3]])
+    assert wire(c, "send_recv", [[0, 3]], "ring") == wire(c, "send_recv", [[0, 3]])
 
 
 def test_send_recv_chain_on_a_switch():
     c = switch(8)
     # Pipeline 0 -> 1 -> 2: each stage sends its whole buffer on its own up link at once.
-    same(c.cost("send_recv", [[0, 1, 2]]), BASE_LATENCY_S + 2 * LAT, 1 / (BW * SU))
+    same(wire(c, "send_recv", [[0, 1, 2]]), BASE_LATENCY_S + 2 * LAT, 1 / (BW * SU))
 
 
 # -- auto, sizes and degenerate groups ---------------------------------------------------------------
@@ -394,14 +434,15 @@ def _case(name: str) -> tuple[Collectives, list[list[int]], dict[str, list[str]]
 @settings(max_examples=120, deadline=None)
 @given(case=st.sampled_from(sorted(_CASES)), op=st.sampled_from(["all_reduce", "all_gather"]),
        size=st.one_of(st.floats(1.0, 1e11), st.integers(1, 2**40).map(float)))
-def test_auto_is_the_minimum_over_the_available_algorithms_by_nccls_tuner_latencies(case, op, size):
+def test_auto_is_the_minimum_over_the_available_algorithms_and_their_protocols(case, op, size):
     c, groups, names = _case(case)
     times = {a: c.time_s(op, size, groups, a) for a in names[op]}
-    # NCCL's tuner sees NVLS at its table latency, not the one NVLS achieves.
-    tuner = {a: t + (NVLS_TUNER_LATENCY_S - NVLS_LATENCY_S) * (a in ("nvls", "nvls_tree")) for a, t in times.items()}
     chosen = c.choose(op, size, groups)
-    assert chosen in names[op] and tuner[chosen] == min(tuner.values())
+    assert chosen in names[op] and times[chosen] == min(times.values())
     assert c.time_s(op, size, groups) == times[chosen]
+    # Each algorithm runs under its fastest protocol at this size.
+    for a in names[op]:
+        assert times[a] == min(cost.time_s(size) for cost in c.costs(op, groups, a).values())
 
 
 def test_auto_cost_is_the_choice_at_one_mebibyte():
@@ -421,7 +462,7 @@ def test_no_bytes_or_one_rank_costs_nothing(algorithm):
     c = switch(8)
     assert c.time_s("all_reduce", 0, whole(8), algorithm) == 0.0
     assert c.time_s("all_reduce", -5, whole(8), algorithm) == 0.0
-    assert c.cost("all_reduce", [[3]], algorithm) == AffineCost(0.0, 0.0)
+    assert wire(c, "all_reduce", [[3]], algorithm) == AffineCost(0.0, 0.0)
     assert c.time_s("all_reduce", 1e9, [[3]], algorithm) == 0.0
     assert c.time_s("all_to_all", 1e9, [[3]]) == 0.0
     assert c.bus_bandwidth_Bps("all_reduce", 1e9, [[3]], algorithm) == 0.0
@@ -429,7 +470,7 @@ def test_no_bytes_or_one_rank_costs_nothing(algorithm):
 
 def test_affine_cost_is_exact_in_size():
     c = Collectives(Torus((4, 4), TORUS_BW, TORUS_LAT))
-    cost = c.cost("all_reduce", whole(16), "bucket")
+    cost = wire(c, "all_reduce", whole(16), "bucket")
     for size in (1.0, 3e5, 7e9):
         assert c.time_s("all_reduce", size, whole(16), "bucket") == pytest.approx(
             cost.alpha_s + size * cost.beta_s_per_byte, rel=REL, abs=0)
@@ -437,7 +478,7 @@ def test_affine_cost_is_exact_in_size():
 
 def test_explicit_efficiency_replaces_the_default():
     c = Collectives(Switch(8, BW, LAT), bw_efficiency=1.0)
-    same(c.cost("all_reduce", whole(8), "ring"), BASE_LATENCY_S + 14 * 2 * LAT, (14 / 8) / BW)
+    same(wire(c, "all_reduce", whole(8), "ring"), BASE_LATENCY_S + 14 * 2 * LAT, (14 / 8) / BW)
 
 
 # -- errors ------------------------------------------------------------------------------------------
@@ -447,7 +488,7 @@ def test_unknown_op_is_a_user_error():
     with pytest.raises(UserError, match="collective: unknown 'broadcast'"):
         c.time_s("broadcast", 1e6, whole(8))
     with pytest.raises(UserError, match="collective: unknown 'broadcast'"):
-        c.cost("broadcast", whole(8), "ring")
+        wire(c, "broadcast", whole(8), "ring")
     with pytest.raises(UserError, match="collective: unknown 'broadcast'"):
         c.available("broadcast", 8)
 

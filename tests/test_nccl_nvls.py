@@ -39,12 +39,13 @@ def test_without_nvls_a_large_all_reduce_takes_the_ring_it_would_have_left():
     assert "nvls" in allowed.available("all_reduce", 8) and "nvls" not in barred.available("all_reduce", 8)
     assert allowed.choose("all_reduce", PROMPT_STEP_BYTES, EIGHT) == "nvls"
     assert barred.choose("all_reduce", PROMPT_STEP_BYTES, EIGHT) == "ring"
-    ring_s = allowed.cost("all_reduce", EIGHT, "ring").time_s(PROMPT_STEP_BYTES)
+    ring_s = allowed.cost("all_reduce", EIGHT, "ring", PROMPT_STEP_BYTES).time_s(PROMPT_STEP_BYTES)
     assert barred.time_s("all_reduce", PROMPT_STEP_BYTES, EIGHT) == ring_s
-    # The ring moves 2 x 7/8 of the buffer over each link, NVLS (1 + 1/8) at its own efficiency: 286 us
-    # against 215 us on NVLink5.
-    assert round(ring_s * 1e6) == 286
-    assert round(allowed.time_s("all_reduce", PROMPT_STEP_BYTES, EIGHT) * 1e6) == 215
+    # The ring moves 2 x 7/8 of the buffer over each link under NCCL's Simple protocol (56 us of latency),
+    # NVLS (1 + 1/8) at its own efficiency after its 25 us: 327 us against 234 us on NVLink5.
+    assert allowed.protocol("all_reduce", PROMPT_STEP_BYTES, EIGHT, "ring") == "Simple"
+    assert round(ring_s * 1e6) == 327
+    assert round(allowed.time_s("all_reduce", PROMPT_STEP_BYTES, EIGHT) * 1e6) == 234
     # A decode step's small all-reduce is the ring's either way: NCCL's tuner rates NVLS at 25 us.
     small = 64 * 7168 * 2
     assert barred.time_s("all_reduce", small, EIGHT) == allowed.time_s("all_reduce", small, EIGHT)
@@ -59,8 +60,8 @@ def test_an_sglang_deployment_prices_its_prompt_steps_all_reduces_as_the_ring():
     sglang = build_deployment(load_scenario("typical", _deepseek_b200()))
     enabled = build_deployment(load_scenario("typical", _deepseek_b200(**{"engine.nccl_nvls": True})))
     vllm = build_deployment(load_scenario("typical", _deepseek_b200(**{"engine.scheduler": "vllm-v1"})))
-    ring_s = sglang.collectives.cost("all_reduce", EIGHT, "ring").time_s(PROMPT_STEP_BYTES)
-    nvls_s = enabled.collectives.cost("all_reduce", EIGHT, "nvls").time_s(PROMPT_STEP_BYTES)
+    ring_s = sglang.collectives.cost("all_reduce", EIGHT, "ring", PROMPT_STEP_BYTES).time_s(PROMPT_STEP_BYTES)
+    nvls_s = enabled.collectives.cost("all_reduce", EIGHT, "nvls", PROMPT_STEP_BYTES).time_s(PROMPT_STEP_BYTES)
     all_reduces = 2 * 61  # two a layer, 61 layers
     assert sglang.costs.traffic_parts_s(8000)["tp_all_reduce"] == pytest.approx(all_reduces * ring_s, rel=1e-12)
     assert enabled.costs.traffic_parts_s(8000)["tp_all_reduce"] == pytest.approx(all_reduces * nvls_s, rel=1e-12)

@@ -43,10 +43,10 @@ def test_every_profile_has_its_rules_in_the_reference_engine_and_is_compared_wit
 @pytest.mark.parametrize(("scheduler", "kv_admission", "cuda_graphs", "max_num_seqs", "graph_max_tokens",
                           "host_s", "overlapped", "eager_host"), [
     # host_s: (per scheduler call, every step besides)
-    ("vllm-v1", "on_demand", "all", 1024, None, (0.575e-3, 0.0), False, False),
-    ("vllm-v0", "on_demand", "decode", 256, 256, (1.67e-3, 0.40e-3), False, True),
-    ("prefill-first", "on_demand", "decode", 1024, 512, (0.575e-3, 0.0), True, True),  # SGLang's at 141 GiB, tp 4
-    ("trtllm", "reserve", "decode", 1024, None, (0.575e-3, 0.0), True, True),
+    ("vllm-v1", "on_demand", "all", 1024, None, (0.286e-3, 0.0), False, False),
+    ("vllm-v0", "on_demand", "decode", 256, 256, (1.67e-3, 0.46e-3), False, True),
+    ("prefill-first", "on_demand", "decode", 1024, 512, (0.286e-3, 0.0), True, True),  # SGLang's at 141 GiB, tp 4
+    ("trtllm", "reserve", "decode", 1024, None, (0.286e-3, 0.0), True, True),
 ])
 def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admission, cuda_graphs, max_num_seqs,
                                                           graph_max_tokens, host_s, overlapped, eager_host):

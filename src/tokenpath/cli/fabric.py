@@ -41,7 +41,8 @@ def fabric_document(topology, collectives, ops: list[str], ranks: int, pattern: 
             chosen = collectives.choose(op, size, group, collectives.algorithm)
             time_s = collectives.time_s(op, size, group, chosen)
             algbw = size / time_s
-            rows.append({"op": op, "algorithm": chosen, "ranks": ranks, "size_bytes": size, "time_s": time_s,
+            rows.append({"op": op, "algorithm": chosen, "protocol": collectives.protocol(op, size, group, chosen),
+                         "ranks": ranks, "size_bytes": size, "time_s": time_s,
                          "algbw_Bps": algbw, "busbw_Bps": algbw * bus_bandwidth_factor(op, ranks)})
     document = {
         "kind": topology.kind, "hosts": topology.hosts, "switches": topology.switches, "links": topology.cables,
@@ -103,7 +104,8 @@ def _print(document: dict[str, Any], description: str) -> None:
     for column in ("op", "ranks", "size", "algorithm", "time", "algbw", "busbw"):
         table.add_column(column, justify="left" if column in ("op", "algorithm") else "right", no_wrap=True)
     for row in document["collectives"]:
-        table.add_row(row["op"], str(row["ranks"]), format_bytes(row["size_bytes"]), row["algorithm"],
+        table.add_row(row["op"], str(row["ranks"]), format_bytes(row["size_bytes"]),
+                      f"{row['algorithm']} {row['protocol']}",
                       format_duration(row["time_s"]), f"{row['algbw_Bps'] / 1e9:,.2f}",
                       f"{row['busbw_Bps'] / 1e9:,.2f}")
     console.print(table)

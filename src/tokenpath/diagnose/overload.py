@@ -25,16 +25,14 @@ drains after the last send, shortens their E2E (measured 0.69-1.37x over the run
 requests; 6.3x where KV caches queue for 50 MB/s links to a decode replica).
 
 Measured on the default scenario (Llama-3.1-70B FP8, TP8 on H200; every request sent at once, it serves
-44.6 req/s), 2,000 requests unless said, as (growth after filling, TTFT trend): 35 req/s 0.03 and 1.05
-(seed 2: -0.04 and 0.90; burstiness 0.5: 0.03 and 1.40); 36.5 req/s, 1,000 requests, seeds 0 and 1: 0.11
-and 1.36, -0.01 and 1.18; 40 req/s 0.02 and 1.12; 45 req/s 0.18 and 1.45 (8,000 requests: 0.04 and 1.58,
-served 44.3 req/s). Llama-3.1-8B on one H100 (59.7 req/s at once), 1,000 requests: 45 req/s 0.04 and
-1.13; 50 req/s 0.09 and 1.23; 60 req/s 0.19 and 1.67. Earlier versions of the model, whose capacities
-were lower (40.6 and 54 req/s), read the runs at 45 and 60 req/s overloaded (growth 0.41 and 0.39, TTFT
-trend 2.4 and 2.27); today none of them is, and within a few percent of capacity a finite run is still
-filling when it ends, the verdict there a judgement either way: the runs at 36.5 req/s (seed 0), 45
-req/s, and the 8B's at 50 and 60 req/s end still filling (below), and the run at 45 req/s settles at
-8,000 requests.
+43.7 req/s), 2,000 requests unless said, as (growth after filling, TTFT trend): 35 req/s 0.02 and 1.09
+(seed 2: -0.04 and 0.91; burstiness 0.5: 0.04 and 1.43); 36.5 req/s, 1,000 requests, seeds 0 and 1: 0.12
+and 1.40, -0.01 and 1.18; 40 req/s 0.05 and 1.21; 45 req/s 0.21 and 1.55, overloaded (8,000 requests:
+0.07 and 1.75, served 44.0 req/s). Llama-3.1-8B on one H100 (60.2 req/s at once), 1,000 requests: 45
+req/s 0.03 and 1.11; 50 req/s 0.09 and 1.18; 60 req/s 0.19 and 1.67, overloaded. Within a few percent
+of capacity a finite run is still filling when it ends, the verdict there a judgement either way: the
+runs at 36.5 req/s (seed 0) and the 8B's at 50 req/s end still filling (below), and the run at 45 req/s,
+overloaded over 2,000 requests, is still filling over 8,000.
 
 A stable run can also end before it settles: near capacity the batch takes minutes to reach the size
 where it serves what it is offered, and until then every request meets a smaller batch, with shorter

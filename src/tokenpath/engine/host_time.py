@@ -34,7 +34,7 @@ class HostStepCost:
 
 
 # The fixed host time of a step, the same order for every engine written in Python around the GPU:
-# 0.575 ms, of which vLLM's V1 scheduler and input preparation take most at small batches. Fitted in
+# 0.286 ms, of which vLLM's V1 scheduler and input preparation take most at small batches. Fitted in
 # code on the TPOT / ITL of the rows whose steps wait for it (vLLM V1, and NIM and SGLang v0.3 run
 # without overlap; validate/fit.py); an order of magnitude to calibrate per deployment. The profiles
 # other than vllm-v0 pay it per scheduler call (their host_window_assumption): every step, but under

@@ -7,11 +7,14 @@ so a ring whose neighbours share an uplink, an oversubscribed tier, or several g
 (`groups`, e.g. the tensor-parallel groups of every data-parallel replica) all show in the time.
 
 Every round's bytes scale with the message size, so for one set of groups each algorithm costs
-`alpha_s + size_bytes * beta_s_per_byte` exactly; `Collectives.cost` computes the pair once, and
-`auto` takes the cheapest algorithm at each size, as NCCL's tuner does, among what NCCL runs (ring,
-tree, NVLS, and across nodes NVLSTree and the hierarchical path) or, on a torus, the bucket algorithm
-TPU runtimes use. Recursive halving-doubling (MPI, Gloo) runs only when asked for; an all-to-all runs
-directly, or with the fixed cost of DeepEP-style low-latency kernels when asked for.
+`alpha_s + size_bytes * beta_s_per_byte` exactly under each protocol it runs; `Collectives.cost`
+computes the pairs once. NCCL runs its ring and tree under three protocols (`PROTOCOLS`): LL, at the
+links' own latency but half their bandwidth, LL128, and Simple, which moves the full bandwidth after a
+longer synchronisation per step. At each size the runtime takes the protocol its tuner rates fastest,
+and `auto` the cheapest algorithm, as NCCL's tuner does, among what NCCL runs (ring, tree, NVLS, and
+across nodes NVLSTree and the hierarchical path) or, on a torus, the bucket algorithm TPU runtimes use.
+Recursive halving-doubling (MPI, Gloo) runs only when asked for; an all-to-all runs directly, or with
+the fixed cost of DeepEP-style low-latency kernels when asked for.
 
 Constants are named with their source and shared by every topology.
 """
@@ -32,15 +35,13 @@ from tokenpath.fabric.topology import Topology, Traffic
 
 # NCCL src/graph/tuning.cc: base latency of one collective launch (Ring, LL protocol).
 BASE_LATENCY_S = default("base_latency_s")
-# NVLS (in-switch reduction) small-message all-reduce latency: ~6 us with CUDA graphs on H100
-# (NVIDIA/nccl issue 1259).
+# NVLS (in-switch reduction) latency, Simple being its only protocol: tuning.cc hwLatencies NVLINK / NVLS
+# / Simple, 25 us, with no base latency. For small messages NCCL so keeps the ring with LL (6.6 + 0.6 us
+# per step), as nccl-tests shows on 8 H100s: 15.6 us at 512 B (AIConfigurator's measured table,
+# aiconfigurator-core 0.12.0, systems/data/h100_sxm/comm/nccl/2.29.2). NVLS forced on a tiny message
+# with CUDA graphs measures less (6 us on 2 H100s, NVIDIA/nccl issue 1259), a pipelined one more
+# (benchmarks/aiconfigurator_nccl.py).
 NVLS_LATENCY_S = default("nvls_latency_s")
-# The latency NCCL's tuner assumes for NVLS when it chooses an algorithm (tuning.cc hwLatencies NVLINK /
-# NVLS / Simple, 25 us; NVLS has no base latency): far above NVLS_LATENCY_S, so for small messages it
-# keeps the ring with the LL protocol (6.6 + 0.6 us per step), as nccl-tests shows on 8 H100s: 15.6 us
-# at 512 B (AIConfigurator's measured table, aiconfigurator-core 0.12.0,
-# systems/data/h100_sxm/comm/nccl/2.29.2). `auto` chooses with it, then costs the choice physically.
-NVLS_TUNER_LATENCY_S = default("nvls_tuner_latency_s")
 # NVLSTree's latency per network step of its inter-node tree: NCCL src/graph/tuning.cc, hwLatencies
 # NET / NVLSTree / Simple (NVLS runs the Simple protocol only), 20.9 us; 2 * log2(nodes) steps.
 NVLS_TREE_NET_STEP_LATENCY_S = default("nvls_tree_net_step_latency_s")
@@ -69,6 +70,36 @@ ALGORITHMS = ("auto", "ring", "tree", "halving_doubling", "nvls", "nvls_tree", "
               "low_latency")
 # The algorithms that reduce in the switches: runnable only where the runtime may use NVLS.
 NVLS_ALGORITHMS = ("nvls", "nvls_tree")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One of NCCL's protocols for its ring and tree, as its tuner rates them (src/graph/tuning.cc,
+    ncclTopoTuneModel). Latency: BASE_LATENCY_S plus `base_extra_s`, and per step the route's links,
+    each at its own latency (LL's: tuning.cc hwLatencies NVLINK 0.6 us a hop, NET 2.7 us a route) times
+    the step ratio of its kind (NVLink-class, network). Bandwidth: `ring_bandwidth` or `tree_bandwidth`
+    (inside one node, across nodes) of the links' achievable bandwidth."""
+
+    name: str
+    base_extra_s: float
+    ring_step_ratio: tuple[float, float]
+    tree_step_ratio: tuple[float, float]
+    ring_bandwidth: float
+    tree_bandwidth: tuple[float, float]
+
+
+# tuning.cc baseLatencies Ring {LL 6.6, LL128 14.0, Simple 8.4} us (Tree 6.8, 14.0, 8.4); hwLatencies
+# NVLINK Ring {0.6, 1.9, 3.4}, Tree {0.6, 1.25, 4.0}, NET Ring {2.7, 4.0, 14.0}, Tree {5.0, 8.5, 14.0} us;
+# busBw: Ring LL x 0.5, LL128 x 0.92 (120 of 128 bytes), Tree LL x 1/3.8, LL128 x 7/9 in a node, 120/128
+# across nodes.
+PROTOCOLS = (
+    Protocol("LL", 0.0, (1.0, 1.0), (1.0, 1.0), 0.5, (1 / 3.8, 1 / 3.8)),
+    Protocol("LL128", 14.0e-6 - 6.6e-6, (1.9 / 0.6, 4.0 / 2.7), (1.25 / 0.6, 8.5 / 5.0), 0.92, (7 / 9, 120 / 128)),
+    Protocol("Simple", 8.4e-6 - 6.6e-6, (3.4 / 0.6, 14.0 / 2.7), (4.0 / 0.6, 14.0 / 5.0), 1.0, (1.0, 1.0)),
+)
+# The algorithms NCCL runs under every protocol, and the tuner's rows that price each: the hierarchical
+# path is ring steps inside the nodes and across them. The others run one way (NVLS and NVLSTree: Simple).
+PROTOCOL_ALGORITHMS = {"ring": "ring", "hierarchical": "ring", "tree": "tree"}
 
 
 @dataclass(frozen=True)
@@ -174,13 +205,19 @@ class Collectives:
         # The assumptions the costs use, read once here: a built Collectives keeps its run's values.
         self.base_latency_s = assumed("base_latency_s", BASE_LATENCY_S)
         self.nvls_latency_s = assumed("nvls_latency_s", NVLS_LATENCY_S)
-        self.nvls_tuner_latency_s = assumed("nvls_tuner_latency_s", NVLS_TUNER_LATENCY_S)
         self.nvls_tree_net_step_latency_s = assumed("nvls_tree_net_step_latency_s", NVLS_TREE_NET_STEP_LATENCY_S)
         self.nvls_link_efficiency = assumed("nvls_link_efficiency", NVLS_LINK_EFFICIENCY)
         self.low_latency_all_to_all_s = assumed("low_latency_all_to_all_s", LOW_LATENCY_ALL_TO_ALL_S)
         eff = link_efficiency(topology) if bw_efficiency is None else bw_efficiency
         self._capacity_Bps = topology.links.bw_Bps * eff
-        self._cost = lru_cache(maxsize=4096)(self._cost_uncached)
+        self._costs = lru_cache(maxsize=4096)(self._costs_uncached)
+        # Each link's latency under each protocol (Protocol), for the ring's steps and the tree's.
+        scale_up = topology.scale_up_links()
+        latency_s = topology.links.latency_s
+        self._step_latency_s = {
+            (p.name, algorithm): latency_s * np.where(scale_up, ratio[0], ratio[1])
+            for p in PROTOCOLS for algorithm, ratio in (("ring", p.ring_step_ratio), ("tree", p.tree_step_ratio))}
+        self._across_nodes = not bool(scale_up.all())
         if isinstance(topology, Hierarchy):  # groups inside one node run on that node alone
             node_eff = eff if np.ndim(eff) == 0 else np.asarray(eff)[: len(topology.node.links)]
             self._inside = Collectives(topology.node, "auto", node_eff, nvls)
@@ -208,12 +245,26 @@ class Collectives:
                 names.append("nvls_tree")
         return names
 
-    def cost(self, op: str, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> AffineCost:
-        """Cost of `op` run at once by every group of `groups` (host lists of equal size); `algorithm`
-        defaults to the one this instance was made with. For `auto` the result is the choice at
-        1 MiB; use `time_s` for the per-size choice."""
+    def cost(self, op: str, groups: Sequence[Sequence[int]], algorithm: str | None = None,
+             size_bytes: float = 2**20) -> AffineCost:
+        """Cost of `op` run at once by every group of `groups` (host lists of equal size) as it runs at
+        `size_bytes`: under its fastest protocol there (`auto`: the algorithm chosen there too);
+        `algorithm` defaults to the one this instance was made with."""
+        algorithm = self.choose(op, size_bytes, groups, algorithm or self.algorithm)
+        return min(self.costs(op, groups, algorithm).values(), key=lambda c: c.time_s(size_bytes))
+
+    def costs(self, op: str, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> dict[str, AffineCost]:
+        """The cost of `op` under each protocol the algorithm runs, by name: PROTOCOLS' for NCCL's ring
+        and tree, "Simple" alone for the rest (NVLS, NVLSTree and point-to-point run it; the other
+        algorithms are priced one way, at the links' latency). `auto`: the algorithm chosen at 1 MiB."""
         key = tuple(tuple(int(h) for h in g) for g in groups)
-        return self._cost(op, key, self.runs_as(op, groups, algorithm or self.algorithm))
+        return self._costs(op, key, self.runs_as(op, groups, algorithm or self.algorithm))
+
+    def protocol(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],
+                 algorithm: str | None = None) -> str:
+        """The protocol that runs `op` at this size: the fastest of the algorithm that runs it."""
+        costs = self.costs(op, groups, self.choose(op, size_bytes, groups, algorithm or self.algorithm))
+        return min(costs, key=lambda name: costs[name].time_s(size_bytes))
 
     def runs_as(self, op: str, groups: Sequence[Sequence[int]], algorithm: str) -> str:
         """The algorithm that actually runs when `algorithm` is asked for (auto stays auto)."""
@@ -233,19 +284,15 @@ class Collectives:
                algorithm: str | None = None) -> float:
         """Time of one collective of `size_bytes` per rank (nccl-tests' size) run by each group."""
         algorithm = self.choose(op, size_bytes, groups, algorithm or self.algorithm)
-        return self.cost(op, groups, algorithm).time_s(size_bytes)
+        return self.cost(op, groups, algorithm, size_bytes).time_s(size_bytes)
 
     def choose(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str = "auto") -> str:
-        """The algorithm that runs at this size: for `auto` the one NCCL's tuner would pick (the fastest
-        by its own latencies, see NVLS_TUNER_LATENCY_S), else what `algorithm` runs as."""
+        """The algorithm that runs at this size: for `auto` the one NCCL's tuner would pick (the fastest,
+        each under its fastest protocol), else what `algorithm` runs as."""
         if algorithm != "auto" or op in ("all_to_all", "send_recv"):
             return self.runs_as(op, groups, algorithm)
-
-        def tuner_time_s(name: str) -> float:
-            cost = self.cost(op, groups, name)
-            tuner_penalty_s = self.nvls_tuner_latency_s - self.nvls_latency_s if name in ("nvls", "nvls_tree") else 0.0
-            return cost.time_s(size_bytes) + tuner_penalty_s
-        return min(self._auto_candidates(op, groups), key=tuner_time_s)
+        return min(self._auto_candidates(op, groups),
+                   key=lambda name: self.cost(op, groups, name, size_bytes).time_s(size_bytes))
 
     def bus_bandwidth_Bps(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],
                           algorithm: str | None = None) -> float:
@@ -273,7 +320,7 @@ class Collectives:
             names.remove("nvls_tree")  # NVLS needs two or more ranks on every node
         return names
 
-    def _cost_uncached(self, op: str, groups: tuple[tuple[int, ...], ...], algorithm: str) -> AffineCost:
+    def _costs_uncached(self, op: str, groups: tuple[tuple[int, ...], ...], algorithm: str) -> dict[str, AffineCost]:
         _check_op(op)
         n = len(groups[0])
         if any(len(g) != n for g in groups):
@@ -281,12 +328,12 @@ class Collectives:
         for g in groups:
             self.topology.check_hosts(np.array(g), "placement")
         if n <= 1:
-            return AffineCost(0.0, 0.0)
+            return {"Simple": AffineCost(0.0, 0.0)}
         hosts = np.array(groups, np.int64)
         if isinstance(self.topology, Hierarchy) and self.topology.within_nodes(hosts):
             return self._inside_nodes(op, hosts, algorithm)
         if algorithm == "auto":
-            return self._cost(op, groups, self.choose(op, 2**20, groups))
+            return self._costs(op, groups, self.choose(op, 2**20, groups))
         if algorithm in ("hierarchical", "nvls_tree") and algorithm in self.available(op, n):
             _node_grid(self.topology, hosts[0], algorithm)  # says what is wrong with the layout, if anything
         if algorithm not in self._runnable(op, groups):
@@ -294,24 +341,32 @@ class Collectives:
                             f"{self.topology.kind}; use one of {', '.join(self._runnable(op, groups))} "
                             "or 'auto'")
         if algorithm == "nvls":
-            return self._nvls(groups)
+            return {"Simple": self._nvls(groups)}
         if algorithm == "nvls_tree":
-            return self._nvls_tree(hosts)
+            return {"Simple": self._nvls_tree(hosts)}
         if op == "all_to_all":
             direct = self._all_to_all(hosts)
             if algorithm == "low_latency":
-                return AffineCost(direct.alpha_s + self.low_latency_all_to_all_s, direct.beta_s_per_byte)
-            return direct
-        rounds = self._rounds(op, algorithm, groups)
-        alpha_s, beta = self.base_latency_s, 0.0
-        for r in rounds:
+                direct = AffineCost(direct.alpha_s + self.low_latency_all_to_all_s, direct.beta_s_per_byte)
+            return {"Simple": direct}
+        steps, beta = [], 0.0
+        for r in self._rounds(op, algorithm, groups):
             src = hosts[:, r.src].ravel()
             dst = hosts[:, r.dst].ravel()
             traffic = Traffic.from_flows(self.topology, src, dst, r.fraction)
-            busiest_s_per_byte = float((self.topology.link_loads(traffic) / self._capacity_Bps).max(initial=0.0))
-            alpha_s += (r.count if r.steps is None else r.steps) * self._round_latency_s(src, dst)
-            beta += r.count * busiest_s_per_byte
-        return AffineCost(alpha_s, beta)
+            beta += r.count * float((self.topology.link_loads(traffic) / self._capacity_Bps).max(initial=0.0))
+            steps.append((r.count if r.steps is None else r.steps, src, dst))
+
+        def alpha_s(link_latency_s: np.ndarray) -> float:
+            return self.base_latency_s + sum(k * self._round_latency_s(src, dst, link_latency_s)
+                                             for k, src, dst in steps)
+        if algorithm not in PROTOCOL_ALGORITHMS:
+            return {"Simple": AffineCost(alpha_s(self.topology.links.latency_s), beta)}
+        priced_as = PROTOCOL_ALGORITHMS[algorithm]
+        return {p.name: AffineCost(p.base_extra_s + alpha_s(self._step_latency_s[p.name, priced_as]),
+                                   beta / (p.ring_bandwidth if priced_as == "ring"
+                                           else p.tree_bandwidth[self._across_nodes]))
+                for p in PROTOCOLS}
 
     def _rounds(self, op: str, algorithm: str, groups: tuple[tuple[int, ...], ...]) -> list[Round]:
         n = len(groups[0])
@@ -331,18 +386,18 @@ class Collectives:
             return _hierarchical(op, self.topology, np.array(groups[0]))
         raise AssertionError(algorithm)
 
-    def _inside_nodes(self, op: str, hosts: np.ndarray, algorithm: str) -> AffineCost:
+    def _inside_nodes(self, op: str, hosts: np.ndarray, algorithm: str) -> dict[str, AffineCost]:
         """Groups that stay inside nodes: each node is on its own, so the slowest node sets the time."""
         hier = self.topology
         inner = self._inside
         if algorithm == "hierarchical":
             algorithm = "ring"
-        worst = AffineCost(0.0, 0.0)
+        worst: dict[str, AffineCost] = {}
         nodes = hosts[:, 0] // hier.per_node
         for node in np.unique(nodes):
             local = hosts[nodes == node] % hier.per_node
-            cost = inner.cost(op, local.tolist(), algorithm)
-            worst = max(worst, cost, key=lambda c: c.time_s(2**20))
+            for name, cost in inner.costs(op, local.tolist(), algorithm).items():
+                worst[name] = max(worst.get(name, cost), cost, key=lambda c: c.time_s(2**20))
         return worst
 
     def _all_to_all(self, hosts: np.ndarray) -> AffineCost:
@@ -382,15 +437,17 @@ class Collectives:
         alpha_s = intra.alpha_s + tree.steps * self.nvls_tree_net_step_latency_s
         return AffineCost(alpha_s, max(intra.beta_s_per_byte, inter_beta))
 
-    def _round_latency_s(self, src: np.ndarray, dst: np.ndarray) -> float:
-        """Latency of the longest route among the round's flows."""
-        links = self.topology.links
-        if len(src) > _ROUTED_LATENCY_FLOWS:
-            return self.topology.longest_route_latency_s()
+    def _round_latency_s(self, src: np.ndarray, dst: np.ndarray, link_latency_s: np.ndarray | None = None) -> float:
+        """Latency of the longest route among the round's flows, at `link_latency_s` per link (default:
+        the links' own)."""
+        if link_latency_s is None:
+            link_latency_s = self.topology.links.latency_s
+        if len(src) > _ROUTED_LATENCY_FLOWS:  # Topology.longest_route_latency_s, at these latencies
+            return self.topology.max_route_links() * float(link_latency_s.max(initial=0.0))
         worst = 0.0
         for s, d in set(zip(src.tolist(), dst.tolist())):
             route = self.topology.route(s, d)
-            worst = max(worst, sum(f * links.latency_s[i] for i, f in route.items()))
+            worst = max(worst, sum(f * link_latency_s[i] for i, f in route.items()))
         return worst
 
 

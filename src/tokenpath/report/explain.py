@@ -103,6 +103,8 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "traffic_parts_s": deployment.costs.traffic_parts_s(shape["tokens"], shape["sampled"] == shape["tokens"]),
         "tp_all_reduce_algorithm": deployment.collectives.choose(
             "all_reduce", compute.allreduce_bytes(shape["tokens"]), deployment.placement.tp_groups()),
+        "tp_all_reduce_protocol": deployment.collectives.protocol(
+            "all_reduce", compute.allreduce_bytes(shape["tokens"]), deployment.placement.tp_groups()),
         "hidden_state_bytes": compute.allreduce_bytes(shape["tokens"]),
         "host_blocking_s": trace.step_blocking_ns[i] / 1e9,
         # The roofline's roofs: sustained GEMM FLOP/s at the weights' precision, and HBM bandwidth.
@@ -150,7 +152,7 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
                       named(step["launch_assumptions"]))
     for part, seconds in step["traffic_parts_s"].items():
         if seconds:
-            how = {"tp_all_reduce": f"{step['tp_all_reduce_algorithm']}, ",
+            how = {"tp_all_reduce": f"{step['tp_all_reduce_algorithm']} {step['tp_all_reduce_protocol']}, ",
                    "ep_all_to_all": "low-latency kernels, " if step["decode_only"] else ""}.get(part, "")
             table.add_row(f"{TRAFFIC_LABELS[part]} ({how}{format_bytes(step['hidden_state_bytes'])} hidden state)",
                           "", "", format_duration(seconds), "traffic", f"{seconds / total:.1%}",

@@ -26,9 +26,9 @@ from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_bytes, format_number
 from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
-from tokenpath.fabric.build import build_topology
+from tokenpath.fabric.build import build_topology, default_fabric
 from tokenpath.fabric.collectives import Collectives
-from tokenpath.fabric.spec import FabricSpec, SwitchFabric
+from tokenpath.fabric.spec import FabricSpec
 from tokenpath.sim.scenario import Scenario, build_scenario
 from tokenpath.sim.simulate import simulate
 from tokenpath.sim.summary import summarize
@@ -104,11 +104,13 @@ def row_scenario(row: dict[str, Any], group: dict[str, Any],
 
 def predict_collective(row: dict[str, Any]) -> float:
     """A collective's bus bandwidth (B/s), time (s) or inter-node bandwidth (B/s) on the row's topology:
-    its `fabric` table, or one switched domain of `ranks` of its `chip`."""
+    its `fabric` table, or the scale-up domain of `ranks` of its `chip`, as a deployment builds it."""
     if "fabric" in row:
         topology = build_topology(TypeAdapter(FabricSpec).validate_python(row["fabric"]))
     else:
-        topology = build_topology(SwitchFabric(hosts=row["ranks"]), load_chip(row["chip"]).scaleup_bw_Bps)
+        chip = load_chip(row["chip"])
+        fabric, _ = default_fabric(chip.name, row["ranks"], chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
+        topology = build_topology(fabric, chip.scaleup_bw_Bps, row["ranks"])
     group = [row.get("hosts") or list(range(row["ranks"]))]
     op, size = row.get("op", "all_reduce"), row["size_bytes"]
     collectives = Collectives(topology, row["algorithm"])
