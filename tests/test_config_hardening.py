@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli
@@ -398,6 +398,7 @@ def test_a_count_is_read_exactly_when_it_is_ascii_digits(text):
 
 
 @given(st.text(max_size=40) | st.from_regex(r"[+-]?[0-9]{0,6}(\.[0-9]{0,6})?([eE][+-]?[0-9]{1,3})?", fullmatch=True))
+@example("0\x85")  # a Unicode space (NEL), which str.strip and float() take: not an ASCII decimal
 def test_a_trace_time_is_read_only_when_it_is_a_finite_ascii_decimal(text):
     try:
         seconds = _seconds(text, "t")

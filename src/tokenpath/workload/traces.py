@@ -52,10 +52,12 @@ _CSV_COLUMNS = {
 _BURSTGPT_HEADER = (
     "Timestamp", "Session ID", "Elapsed time", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type",
 )
-_DATETIME = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d(?:\.\d{1,9})?)\s*(Z|[+-]\d\d:?\d\d)?", re.ASCII)
+# Both read a whole field, ASCII spaces around it allowed (str.strip and float() also take Unicode ones).
+_DATETIME = re.compile(r"\s*(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d(?:\.\d{1,9})?)\s*(Z|[+-]\d\d:?\d\d)?\s*",
+                       re.ASCII)
 # Times as traces write them: ASCII decimals only, so '1_000', '١٢' (Arabic-Indic digits), 'inf' and
 # 'nan', which Python's float() takes, are errors.
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_DECIMAL = re.compile(r"\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*", re.ASCII)
 # Real UTC offsets run from -12:00 to +14:00.
 _MAX_ZONE_OFFSET_S = 14 * 3600
 # The date written traces start on (the first day of the Azure 2023 trace).
@@ -228,7 +230,7 @@ def _token_range(count: int, name: str, as_written: str) -> int:
 
 def _seconds(text: str | float, name: str, per_s: int = 1) -> float:
     """A time written as a number of units, `per_s` units to the second."""
-    if isinstance(text, str) and not _DECIMAL.fullmatch(text.strip()):
+    if isinstance(text, str) and not _DECIMAL.fullmatch(text):
         if text.strip().lower().lstrip("+-") in ("inf", "infinity", "nan"):
             raise _RowError(f"{name} {quoted(text)} must be a finite time of 0 or more")
         raise _RowError(f"{name} {quoted(text)} is not a number; write the time as a decimal number in digits 0-9")
@@ -265,7 +267,7 @@ class _DateTimes:
         self.day_s: dict[str, int] = {}  # date text -> its midnight, in seconds after the first date's
 
     def seconds(self, text: str) -> float:
-        match = _DATETIME.fullmatch(text.strip())
+        match = _DATETIME.fullmatch(text)
         if match is None:
             raise _RowError(
                 f"{self.name} {quoted(text)} is not a date-time like '2023-11-16 18:15:46.6805900'; "
