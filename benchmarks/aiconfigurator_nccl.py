@@ -72,13 +72,13 @@ def main() -> None:
             group = [list(range(ranks))]
             line = []
             for label_lo, label_hi, label in BANDS_BYTES:
-                band = [(size, seconds) for size, seconds in measured.items() if label_lo <= size < label_hi]
-                signed = [collectives.time_s("all_reduce", size, group) / seconds - 1 for size, seconds in band]
+                band = [(size, seconds, collectives.time_s("all_reduce", size, group))
+                        for size, seconds in measured.items() if label_lo <= size < label_hi]
+                signed = [model_s / seconds - 1 for _, seconds, model_s in band]
                 errors[label] += signed
                 line.append(f"{label} {statistics.median(signed):+.0%}")
                 if args.rows:
-                    for size, seconds in band:
-                        model_s = collectives.time_s("all_reduce", size, group)
+                    for size, seconds, model_s in band:
                         print(f"    {size / 2**20:9.3f} MiB  measured {seconds * 1e6:8.1f} us  model "
                               f"{model_s * 1e6:8.1f} us ({collectives.choose('all_reduce', size, group)} "
                               f"{collectives.protocol('all_reduce', size, group)})  {model_s / seconds - 1:+.0%}")
