@@ -3,7 +3,11 @@
 serve runs the scenario's engine in real time, so bench should measure what simulate predicts for the
 same requests. What separates them is real and small: loopback HTTP, two event loops on a shared
 2-core machine, and the emulator's own per-step Python work, each adding up to a few milliseconds.
-The tolerances below are set from that, not from the values measured.
+Those milliseconds also move each request's arrival at the engine, and with it the step it joins:
+while the engine is busy, a request waits for the step in flight, and serve's steps fall a few
+milliseconds off simulate's, so a request can wait up to one decode step less (or more) than simulate
+says. So TTFT's median is held to at most one decode step below simulate's and a few milliseconds of
+HTTP above it. The tolerances below are set from that, not from the values measured.
 
 Two ways: on loopback with no network in the scenario and serve's network emulation off, and on the
 scenario's own network (20 ms round trip, 100 Mb/s), which serve emulates by delaying the request on
@@ -59,9 +63,11 @@ def test_bench_measures_what_simulate_predicts_for_the_same_requests(tmp_path, n
     if network == "emulated":  # the network is a large part of it: a 10 ms half round trip each way
         assert ttft_p50 - p["ttft"]["p50"] in (0, pytest.approx(0.010, abs=0.001))  # engine- or client-side TTFT
         assert m["ttft"]["p50"] > 0.020
-    # TTFT and TTFV: at most a few ms of HTTP and scheduling on top, never less than the engine's prefill
-    assert ttft_p50 - 0.002 <= m["ttft"]["p50"] <= ttft_p50 + 0.015
-    assert p["ttfv"]["p50"] - 0.002 <= m["ttfv"]["p50"] <= p["ttfv"]["p50"] + 0.015
+    # TTFT and TTFV: at most a few ms of HTTP and scheduling on top; below, at most the wait for one
+    # decode step in flight (simulate's mean time per output token), never the engine's prefill
+    step_s = p["tpot"]["mean"]
+    assert ttft_p50 - step_s <= m["ttft"]["p50"] <= ttft_p50 + 0.015
+    assert p["ttfv"]["p50"] - step_s <= m["ttfv"]["p50"] <= p["ttfv"]["p50"] + 0.015
     # TPOT and E2E: the same step times (the emulator's own lateness delays delivery, not the engine)
     assert m["tpot"]["mean"] == pytest.approx(p["tpot"]["mean"], rel=0.1)
     assert m["e2e"]["mean"] == pytest.approx(p["e2e"]["mean"], rel=0.05, abs=0.015)
