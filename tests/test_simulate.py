@@ -419,10 +419,10 @@ def test_validate_predicts_collectives_across_nodes_on_the_measured_topologies()
     single = [r for r in result["rows"] if r["group"] == "nccl_allreduce"]
     assert all(abs(r["error"]) < 0.03 for r in single if r["size_bytes"] > 1e9)
     # A prompt chunk's 16-64 MiB on 8 GPUs: NCCL's tuner constants bring the model within 10-30% of
-    # AIConfigurator's measurements on Hopper and Ampere, short on every one; Blackwell's read 44-47% short.
+    # AIConfigurator's measurements on Hopper and Ampere, short on every one; Blackwell's read 39-41% short.
     mid = {(r["chip"], r["size_bytes"]): r["error"] for r in single if r.get("unit") == "s" and r["size_bytes"] > 1e6}
     assert all(-0.30 < e < -0.10 for (chip, _), e in mid.items() if chip != "b200"), mid
-    assert all(-0.50 < e < -0.40 for (chip, _), e in mid.items() if chip == "b200"), mid
+    assert all(-0.45 < e < -0.35 for (chip, _), e in mid.items() if chip == "b200"), mid
     assert result["groups"]["collectives_scaleout"]["median_abs_error"] < 0.15
 
 

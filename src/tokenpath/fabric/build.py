@@ -69,7 +69,7 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
 
     if isinstance(spec, SwitchFabric):
         return Switch(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S) / 2),
-                      nvls=spec.nvls)
+                      nvls=spec.nvls, nvls_efficiency=spec.nvls_efficiency)
     if isinstance(spec, FullMeshFabric):
         return FullMesh(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
     if isinstance(spec, MeshFabric):

@@ -31,6 +31,7 @@ import numpy as np
 from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.hierarchy import Hierarchy
+from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY
 from tokenpath.fabric.topology import Topology, Traffic
 
 # NCCL src/graph/tuning.cc: base latency of one collective launch (Ring, LL protocol).
@@ -53,6 +54,8 @@ SCALEUP_BW_EFFICIENCY = default("scaleup_bw_efficiency")
 # comes back, then it stores that slice to all and receives every other slice. Set on 8x H100's busbw
 # of 480 GB/s (nccl-tests issue 212): algbw 480 / (2*7/8) = 274 GB/s, i.e. 309 GB/s of link traffic.
 # The factor gives the algbw measured with 5, 6 and 7 GPUs (258, 265, 270 GB/s; nccl issue 1455) within 1%.
+# Measured on Hopper, it is scaled by a switch's NVLS rating against Hopper's (NVLS_TUNER_EFFICIENCY:
+# Blackwell's NVLS runs at 0.74 / 0.85 of Hopper's share of its links).
 NVLS_LINK_EFFICIENCY = default("nvls_link_efficiency")
 # A 400 Gb/s (50 GB/s) InfiniBand NIC reaches 46-48 GB/s busbw (nccl-tests issue 290).
 SCALEOUT_BW_EFFICIENCY = default("scaleout_bw_efficiency")
@@ -416,7 +419,8 @@ class Collectives:
         """In-switch reduction: (1 + 1/n) x the buffer over each rank's host link, each way."""
         hosts = np.array(groups, np.int64).ravel()
         up_down = np.concatenate([hosts, hosts + self.topology.hosts])  # host links (Topology.host_links)
-        bw = self.topology.links.bw_Bps[up_down] * self.nvls_link_efficiency
+        bw = self.topology.links.bw_Bps[up_down] * self.nvls_link_efficiency * (
+            self.topology.nvls_efficiency / NVLS_TUNER_EFFICIENCY["Hopper"])
         return AffineCost(self.nvls_latency_s, (1 + 1 / len(groups[0])) * float((1.0 / bw).max()))
 
     def _nvls_tree(self, hosts: np.ndarray) -> AffineCost:

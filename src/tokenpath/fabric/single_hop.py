@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY
 from tokenpath.fabric.topology import LinkTable, Topology, check_positive, check_whole
 
 
@@ -17,11 +18,12 @@ class Switch(Topology):
     scale_up = True
     single_hop = True
 
-    def __init__(self, hosts: int, link_bw_Bps: float, link_latency_s: float, nvls: bool = True) -> None:
+    def __init__(self, hosts: int, link_bw_Bps: float, link_latency_s: float, nvls: bool = True,
+                 nvls_efficiency: float = NVLS_TUNER_EFFICIENCY["Hopper"]) -> None:
         check_whole(hosts, "fabric.hosts", 1)
         check_positive(link_bw_Bps, "fabric.link_bw", "'450 GB/s'")
         self.hosts, self.switches, self.routers = hosts, 1, 1
-        self.nvls = nvls
+        self.nvls, self.nvls_efficiency = nvls, nvls_efficiency
         self.link_bw_Bps = link_bw_Bps
         self.host_router = np.zeros(hosts, np.int64)
         table = LinkTable()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenpath.config.errors import UserError, quoted
+from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class Topology(ABC):
     scale_up: bool            # NVLink-class links (a scale-up domain), else NIC-class (scale-out)
     single_hop: bool          # every chip reaches every other over one switch or one cable
     nvls: bool = False        # its switch reduces in the network (NVLink SHARP)
+    nvls_efficiency: float = NVLS_TUNER_EFFICIENCY["Hopper"]  # NCCL's rating of that reduction
     dims: tuple[int, ...] = ()  # chips on a box of these sizes, linked along each dimension (tori, meshes)
     rings: tuple[bool, ...] = ()  # per dimension of `dims`: it wraps round (a ring), else a line
 
