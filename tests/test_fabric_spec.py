@@ -276,7 +276,7 @@ def test_an_unknown_key_inside_node_names_its_path_and_lists_the_switch_keys():
     assert "unknown key 'deployment.fabric.node.nvlink'" in message
     assert message.split("allowed here: ")[1].split(", ") == list(SwitchFabric.model_fields)
     assert set(SwitchFabric.model_fields) == {"link_bw", "link_latency", "algorithm", "kind", "hosts", "nvls",
-                                            "nvls_efficiency"}
+                                            "nvls_generation"}
 
 
 def test_an_unknown_key_inside_network_lists_the_fattree_keys():

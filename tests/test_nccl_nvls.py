@@ -26,8 +26,8 @@ EIGHT = [list(range(8))]
 
 
 def _b200_domain(nvls: bool) -> Collectives:
-    """8 B200s on their NVLink5 switch, as catalog/chips.toml has it: Blackwell's NVLS rated at 0.74."""
-    return Collectives(build_topology(SwitchFabric(nvls_efficiency=0.74), 900e9, 8), nvls=nvls)
+    """8 B200s on their NVLink5 switch, as catalog/chips.toml has it: Blackwell's NVLS, rated at 0.74."""
+    return Collectives(build_topology(SwitchFabric(nvls_generation="Blackwell"), 900e9, 8), nvls=nvls)
 
 
 def test_sglang_alone_keeps_nccl_off_the_switches_reduction():
@@ -88,7 +88,7 @@ def test_the_nvls_lever_turns_on_what_holds_it_back(tmp_path):
     assert _levers(tmp_path, **{"engine.scheduler": "prefill-first"})["NVLS on"].overrides == {
         "engine.nccl_nvls": True}
     assert _levers(tmp_path)["NVLS off"].overrides == {
-        "deployment.fabric": {"kind": "switch", "algorithm": "auto", "nvls": False, "nvls_efficiency": 0.85}}
+        "deployment.fabric": {"kind": "switch", "algorithm": "auto", "nvls": False, "nvls_generation": "Hopper"}}
     both = _levers(tmp_path, **{"engine.scheduler": "prefill-first", "deployment.fabric": {"kind": "switch",
                                                                                         "nvls": False}})
     assert both["NVLS on"].overrides == {"deployment.fabric.nvls": True, "engine.nccl_nvls": True}

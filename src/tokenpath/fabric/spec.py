@@ -33,8 +33,9 @@ MAX_ROUTERS = 2**14
 MAX_FULLMESH_HOSTS = 1024
 # NCCL's tuner rates the in-switch reduction (NVLS) of each GPU generation at this share of its NVLink
 # bandwidth: src/graph/tuning.cc, nvlsEfficiency (Hopper 0.85, Blackwell 0.74). A switch table names its
-# generation's rating; the default is Hopper's, the generation NVLS arrived with.
+# GPUs' generation (`nvls_generation`); the default is Hopper, the generation NVLS arrived with.
 NVLS_TUNER_EFFICIENCY = {"Hopper": 0.85, "Blackwell": 0.74}
+NvlsGeneration = Literal["Hopper", "Blackwell"]
 
 
 def _check_size(kind: str, hosts: int, routers: int) -> None:
@@ -65,9 +66,8 @@ class SwitchFabric(_Fabric):
     kind: Literal["switch"] = "switch"
     hosts: int | None = Field(None, ge=1, le=MAX_FABRIC_HOSTS, description="default: the deployment's chips")
     nvls: bool = Field(True, description="the switch reduces in the network (NVLink SHARP)")
-    nvls_efficiency: float = Field(NVLS_TUNER_EFFICIENCY["Hopper"], gt=0, le=1,
-                                   description="NCCL's rating of its in-switch reduction as a share of its links' "
-                                               "bandwidth: 0.85 Hopper, 0.74 Blackwell (tuning.cc)")
+    nvls_generation: NvlsGeneration = Field("Hopper", description="its GPUs' generation, whose in-switch reduction "
+                                            "NCCL rates at 0.85 (Hopper) or 0.74 (Blackwell) of the links")
 
 
 class FullMeshFabric(_Fabric):
