@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -38,7 +35,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from serve_burst import free_port, tokenpath, wait_healthy
+from serve_burst import served, tokenpath
 
 from tokenpath.config.assumptions import default
 
@@ -101,17 +98,8 @@ def main() -> None:
         folder = Path(name)
         (folder / "scenario.toml").write_text(tomli_w.dumps(scenario_table()))
         (folder / "served.toml").write_text(tomli_w.dumps({**scenario_table(), "assumptions": hidden_truth()}))
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        server = subprocess.Popen([sys.executable, "-m", "tokenpath", "serve", str(folder / "served.toml"),
-                                   "--port", str(port), "--no-network-delay"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_healthy(url, server)
+        with served(folder / "served.toml") as url:
             repeats = [one_repeat(folder, url, check, k) for k in range(args.repeats)]
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
 
     print(f"hidden truth: {', '.join(f'{k} = {v:.4g}' for k, v in hidden_truth().items())}")
     print(f"check load: {args.rate:g} req/s, {args.input_len}/{args.output_len} tokens, {args.requests} requests")

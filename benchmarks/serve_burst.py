@@ -32,6 +32,7 @@ the front end lets requests through.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -43,6 +44,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +98,23 @@ def wait_healthy(url: str, server: subprocess.Popen) -> None:
         except OSError:
             time.sleep(0.2)
     raise SystemExit(f"serve did not answer /health within {SERVE_START_S:g} s")
+
+
+@contextlib.contextmanager
+def served(scenario: Path, *options: str) -> Iterator[str]:
+    """`tokenpath serve SCENARIO --no-network-delay OPTIONS` on a free 127.0.0.1 port, in its own process,
+    until the block ends: its base URL once it answers /health."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "tokenpath", "serve", str(scenario), "--port", str(port),
+                               "--no-network-delay", *options],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_healthy(url, server)
+        yield url
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -178,17 +197,9 @@ def main() -> None:
         scenario = folder / "burst.toml"
         scenario.write_text(tomli_w.dumps(table))
 
-        port, send_log = free_port(), folder / "send.jsonl"
-        url = f"http://127.0.0.1:{port}"
-        server = subprocess.Popen([sys.executable, "-m", "tokenpath", "serve", str(scenario), "--port", str(port),
-                                   "--no-network-delay", "--send-log", str(send_log)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_healthy(url, server)
+        send_log = folder / "send.jsonl"
+        with served(scenario, "--send-log", str(send_log)) as url:
             runs = [bench_run(scenario, url, folder, k) for k in range(args.repeats)]
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
         handlers, submitted = served_ns(send_log, runs, "arrival_ns"), served_ns(send_log, runs, "submitted_ns")
 
         tokenpath("simulate", str(scenario), "--json", str(folder / "sim.json"))
