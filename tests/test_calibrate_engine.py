@@ -172,8 +172,14 @@ def test_compare_shows_simulate_with_calibration_against_bench(loop, monkeypatch
     code, out, err = run_cli(["compare", str(folder / "sim.json"), str(folder / "bench.json"), "--json", "-"],
                              monkeypatch, capsys)
     assert code == 0, err
+    # compare puts the calibrated prediction beside the measurement, each figure from its file; how close
+    # they are is test_calibrated_simulate_predicts_a_load_the_probe_did_not_use's to say (a timing on a
+    # shared machine), not this test's
     rows = {row["metric"]: row for row in json.loads(out)["rows"]}
-    assert abs(rows["TTFT p50"]["relative"]) < TOLERANCE and abs(rows["TPOT p50"]["relative"]) < TOLERANCE
+    predicted = json.loads((folder / "sim.json").read_text())["latency_s"]
+    for metric, key in (("TTFT p50", "ttft"), ("TPOT p50", "tpot")):
+        a, b = predicted[key]["p50"], measured["latency_s"][key]["p50"]
+        assert rows[metric]["relative"] == pytest.approx((b - a) / a, rel=1e-9), metric
 
 
 def test_bad_calibration_input_is_one_line(tmp_path, monkeypatch, capsys):
