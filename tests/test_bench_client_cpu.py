@@ -160,7 +160,11 @@ def test_a_real_run_reports_its_client(tmp_path):
     lag = client["loop_lag_s"]
     assert 0.0 <= lag["p50"] <= lag["p99"] <= lag["max"]
     assert client["lag_threshold_s"] >= LAG_FLOOR_S
-    assert isinstance(client["saturated"], bool) and client["reason"].startswith("its CPU was busy")
+    # saturated or not (this shared machine decides), the reason says which measurement it rests on
+    if client["saturated"]:
+        assert client["reason"].startswith(("its CPU was busy", "its event loop woke up")), client["reason"]
+    else:
+        assert client["reason"].startswith("its CPU was busy") and " under the " in client["reason"], client["reason"]
 
 
 def test_report_warns_of_a_saturated_client(tmp_path, monkeypatch, capsys):
