@@ -26,8 +26,9 @@ import pandas as pd
 from aiconfigurator_stream_bw import CHIPS, default_data
 
 from tokenpath.compute.chip import load_chip
-from tokenpath.fabric.build import build_topology, default_fabric
+from tokenpath.fabric.build import build_topology
 from tokenpath.fabric.collectives import Collectives
+from tokenpath.sim.deployment import chip_fabric
 
 FP16_BYTES = 2
 RANKS = (2, 4, 8)
@@ -67,8 +68,7 @@ def main() -> None:
             if measured.empty:
                 continue
             # The chip's own domain, as a deployment of `ranks` chips builds it (sim/deployment.py).
-            fabric, _ = default_fabric(chip.name, ranks, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
-            collectives = Collectives(build_topology(fabric, chip.scaleup_bw_Bps, ranks))
+            collectives = Collectives(build_topology(chip_fabric(chip, ranks)[0], chip.scaleup_bw_Bps, ranks))
             group = [list(range(ranks))]
             line = []
             for label_lo, label_hi, label in BANDS_BYTES:

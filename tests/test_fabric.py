@@ -60,8 +60,9 @@ def test_a_blackwell_switch_reduces_at_its_generations_nvls_rating():
     nvlsEfficiency): the H100-measured efficiency is scaled by 0.74 / 0.85 on a Blackwell switch, so at
     NVLink5's 900 GB/s a large all-reduce reaches 480 GB/s x 2 x 0.74 / 0.85 = 835.8 GB/s of bus bandwidth."""
     from tokenpath.compute.chip import load_chip
-    from tokenpath.fabric.build import build_topology, default_fabric
+    from tokenpath.fabric.build import build_topology
     from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY, load_fabric
+    from tokenpath.sim.deployment import chip_fabric
 
     blackwell = Collectives(Switch(8, 900e9, NVLINK_HOP_LATENCY_S / 2, nvls_efficiency=0.74), "nvls")
     busbw = blackwell.bus_bandwidth_Bps("all_reduce", LARGE_BYTES, [list(range(8))])
@@ -73,7 +74,7 @@ def test_a_blackwell_switch_reduces_at_its_generations_nvls_rating():
     # the catalog's Blackwell chips and preset name their generation, so their switches carry its rating
     for chip, generation in (("b200", "Blackwell"), ("gb200", "Blackwell"), ("h200", "Hopper"), ("h100", "Hopper")):
         spec = load_chip(chip)
-        fabric, _ = default_fabric(chip, 8, spec.scaleup_domain, spec.scaleup, spec.nic_bw_Bps)
+        fabric, _ = chip_fabric(spec, 8)
         assert fabric.nvls and fabric.nvls_generation == generation, chip
         assert build_topology(fabric, spec.scaleup_bw_Bps, 8).nvls_efficiency == {"Blackwell": 0.74,
                                                                                   "Hopper": 0.85}[generation]

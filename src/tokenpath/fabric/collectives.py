@@ -253,8 +253,7 @@ class Collectives:
         """Cost of `op` run at once by every group of `groups` (host lists of equal size) as it runs at
         `size_bytes`: under its fastest protocol there (`auto`: the algorithm chosen there too);
         `algorithm` defaults to the one this instance was made with."""
-        algorithm = self.choose(op, size_bytes, groups, algorithm or self.algorithm)
-        return min(self.costs(op, groups, algorithm).values(), key=lambda c: c.time_s(size_bytes))
+        return self._fastest(op, size_bytes, groups, algorithm)[1]
 
     def costs(self, op: str, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> dict[str, AffineCost]:
         """The cost of `op` under each protocol the algorithm runs, by name: PROTOCOLS' for NCCL's ring
@@ -266,8 +265,14 @@ class Collectives:
     def protocol(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],
                  algorithm: str | None = None) -> str:
         """The protocol that runs `op` at this size: the fastest of the algorithm that runs it."""
+        return self._fastest(op, size_bytes, groups, algorithm)[0]
+
+    def _fastest(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],
+                 algorithm: str | None) -> tuple[str, AffineCost]:
+        """The protocol that runs `op` at this size, by name, and its cost (`auto`: under the algorithm
+        chosen at this size)."""
         costs = self.costs(op, groups, self.choose(op, size_bytes, groups, algorithm or self.algorithm))
-        return min(costs, key=lambda name: costs[name].time_s(size_bytes))
+        return min(costs.items(), key=lambda item: item[1].time_s(size_bytes))
 
     def runs_as(self, op: str, groups: Sequence[Sequence[int]], algorithm: str) -> str:
         """The algorithm that actually runs when `algorithm` is asked for (auto stays auto)."""
@@ -286,7 +291,6 @@ class Collectives:
     def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],
                algorithm: str | None = None) -> float:
         """Time of one collective of `size_bytes` per rank (nccl-tests' size) run by each group."""
-        algorithm = self.choose(op, size_bytes, groups, algorithm or self.algorithm)
         return self.cost(op, groups, algorithm, size_bytes).time_s(size_bytes)
 
     def choose(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str = "auto") -> str:

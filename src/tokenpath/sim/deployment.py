@@ -47,6 +47,12 @@ class Deployment:
     front_end: Layout = Layout()  # each engine's share of the front end's processes (sim/front_end.py)
 
 
+def chip_fabric(chip: ChipSpec, chips: int) -> tuple[object, str]:
+    """The fabric of `chips` chips of this kind when a scenario gives none, and a line naming it: the
+    chip's own scale-up domain, nodes of it on NIC rails beyond (fabric/build.py, default_fabric)."""
+    return default_fabric(chip.name, chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
+
+
 def build_deployment(scenario: Scenario, assumptions: Assumptions | None = None) -> Deployment:
     """Resolve names, check the configuration is possible, place the chips and size the KV cache,
     under the scenario's assumptions, or `assumptions` where given (the objects built keep the values they
@@ -117,7 +123,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                                            engine.max_num_seqs * dep.pp, drafter) // dep.pp
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
     if fabric == SwitchFabric():  # none given (or only its defaults): the chip's own, nodes beyond its domain
-        fabric, fabric_name = default_fabric(chip.name, dep.chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
+        fabric, fabric_name = chip_fabric(chip, dep.chips)
     topology = build_topology(fabric, chip.scaleup_bw_Bps, dep.chips)
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
     if fabric.algorithm in NVLS_ALGORITHMS and not engine.nccl_nvls:

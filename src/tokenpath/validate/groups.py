@@ -26,9 +26,10 @@ from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_bytes, format_number
 from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
-from tokenpath.fabric.build import build_topology, default_fabric
+from tokenpath.fabric.build import build_topology
 from tokenpath.fabric.collectives import Collectives
 from tokenpath.fabric.spec import FabricSpec
+from tokenpath.sim.deployment import chip_fabric
 from tokenpath.sim.scenario import Scenario, build_scenario
 from tokenpath.sim.simulate import simulate
 from tokenpath.sim.summary import summarize
@@ -109,8 +110,7 @@ def predict_collective(row: dict[str, Any]) -> float:
         topology = build_topology(TypeAdapter(FabricSpec).validate_python(row["fabric"]))
     else:
         chip = load_chip(row["chip"])
-        fabric, _ = default_fabric(chip.name, row["ranks"], chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
-        topology = build_topology(fabric, chip.scaleup_bw_Bps, row["ranks"])
+        topology = build_topology(chip_fabric(chip, row["ranks"])[0], chip.scaleup_bw_Bps, row["ranks"])
     group = [row.get("hosts") or list(range(row["ranks"]))]
     op, size = row.get("op", "all_reduce"), row["size_bytes"]
     collectives = Collectives(topology, row["algorithm"])

@@ -13,9 +13,10 @@ from typing import Any
 from tokenpath.compute.chip import load_chip
 from tokenpath.engine.profiles import PROFILES
 from tokenpath.engine.speculative import MAX_SPECULATIVE_TOKENS
-from tokenpath.fabric.build import default_fabric, scaleup_link_bw_Bps
+from tokenpath.fabric.build import scaleup_link_bw_Bps
 from tokenpath.fabric.spec import HierarchyFabric, SwitchFabric
 from tokenpath.sim import front_end
+from tokenpath.sim.deployment import chip_fabric
 from tokenpath.sim.scenario import Scenario
 
 GROUPS = ("wider", "closer", "more continuous", "compute")
@@ -70,7 +71,7 @@ def simulated_fabric(scenario: Scenario) -> Any:
     if dep.fabric != SwitchFabric():
         return dep.fabric
     chip = load_chip(dep.chip)
-    return default_fabric(chip.name, dep.chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)[0]
+    return chip_fabric(chip, dep.chips)[0]
 
 
 class _Fabric:
