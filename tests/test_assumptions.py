@@ -192,7 +192,7 @@ def test_a_bad_value_names_the_assumption(name, value, message):
 SMALL = {"model.name": "llama-3.1-8b", "deployment.chip": "h100", "deployment.chips": 2, "deployment.tp": 1,
          "workload.num_requests": 60, "workload.arrival.rate": 10.0,
          "workload.output": {"kind": "fixed", "value": 20}}
-PERTURBED = {"assumptions.serving_gemm_fraction": 0.4, "assumptions.host_step_s": "2 ms",
+PERTURBED = {"assumptions.serving_gemm_fraction": 0.4, "assumptions.host_step_s": "4 ms",
              "assumptions.kernel_fixed_s": "5 us", "assumptions.base_latency_s": "20 us"}
 
 
@@ -207,7 +207,7 @@ def test_overrides_change_the_deployment_and_do_not_leak_into_the_next_scenario(
     changed = build_deployment(perturbed)
     after = build_deployment(base)
     # vLLM V1 pays host_step_s per scheduler call: every step
-    assert changed.compute.host_window_s == 2e-3
+    assert changed.compute.host_window_s == 4e-3
     assert before.compute.host_window_s == after.compute.host_window_s == lookup("host_step_s").value
     assert changed.chip.matmul_efficiency["fp8"] == pytest.approx(before.chip.matmul_efficiency["fp8"] / 2)
     assert changed.compute.kernel_fixed_s == 5e-6 and after.compute.kernel_fixed_s == 2.45e-6
@@ -235,7 +235,7 @@ def test_delivery_assumptions_set_the_defaults_of_the_delivery_table():
 def test_the_result_document_names_what_was_overridden():
     document = result_document(simulate(load_scenario("typical", {**SMALL, **PERTURBED})))[0]
     assert document["scenario"]["assumptions"]["overridden"] == {
-        "serving_gemm_fraction": 0.4, "host_step_s": 0.002, "kernel_fixed_s": 5e-6, "base_latency_s": 2e-5}
+        "serving_gemm_fraction": 0.4, "host_step_s": 0.004, "kernel_fixed_s": 5e-6, "base_latency_s": 2e-5}
     plain = result_document(simulate(load_scenario("typical", SMALL)))[0]
     assert plain["scenario"]["assumptions"] == {"overridden": {}, "calibrated": {}, "calibration_files": [],
                                                 "delivery_fields": {}, "delivery_calibration": None}
@@ -245,7 +245,7 @@ def test_the_result_document_names_what_was_overridden():
     assert own["scenario"]["assumptions"]["delivery_fields"] == {"detokenize_per_token_s": pytest.approx(30e-6)}
     assert assumptions_line(own["scenario"]["assumptions"]) == "overridden detokenize_per_token_s = 30 us"
     line = assumptions_line(document["scenario"]["assumptions"])
-    assert line.startswith("overridden serving_gemm_fraction = 0.4, host_step_s = 2 ms,"), line
+    assert line.startswith("overridden serving_gemm_fraction = 0.4, host_step_s = 4 ms,"), line
 
 
 def test_assumptions_command_lists_every_one_as_json(tmp_path, monkeypatch, capsys):
@@ -259,7 +259,8 @@ def test_assumptions_command_lists_every_one_as_json(tmp_path, monkeypatch, caps
     path.write_text('[assumptions]\nhost_step_s = "3 ms"\n')
     rows = json.loads(run_cli(["assumptions", str(path), "--json", "-"], monkeypatch, capsys)[1])
     host = next(r for r in rows if r["name"] == "host_step_s")
-    assert host["value"] == pytest.approx(3e-3) and host["default"] == 0.286e-3 and host["origin"] == "scenario"
+    assert host["value"] == pytest.approx(3e-3) and host["origin"] == "scenario"
+    assert host["default"] == lookup("host_step_s").value
     path.write_text("[assumptions]\nhost_stp_s = 1\n")
     assert_user_error(*run_cli(["simulate", str(path)], monkeypatch, capsys), "did you mean 'host_step_s'")
 

@@ -101,6 +101,9 @@ def _without(key):
     ([{**ROW, "kv_cache_precision": "int8"}], ["rows[0]", "kv_cache_precision", "'auto', 'bf16' or 'fp8'"]),
     ([{**ROW, "input_min": 100}], ["rows[0]", "input_min goes with lengths = 'uniform'"]),
     ([{**UNIFORM, "output_mean": 2000.0}], ["rows[0]", "output_mean (2000) must lie between output_min (819)"]),
+    ([{**ROW, "endpoint": "grpc"}], ["rows[0]", "endpoint", "'completions', 'chat' or 'engine'"]),
+    ([{**ROW, "chat_template_tokens": 30}], ["rows[0]", "chat_template_tokens goes with endpoint = 'chat'"]),
+    ([{**ROW, "endpoint": "engine", "network_rtt_ms": 5.0}], ["rows[0]", "network_rtt_ms is the client's round trip"]),
     ([], ["no [[rows]]"]),
 ])
 def test_a_row_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys, rows, fragments):

@@ -11,6 +11,7 @@ import tokenpath
 from reference_engine import RULES
 from test_engine import PROFILES as COMPARED
 from test_engine import engine
+from tokenpath.config.assumptions import lookup
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, choices
 from tokenpath.engine.queues import QUEUES, FcfsQueue
@@ -42,11 +43,11 @@ def test_every_profile_has_its_rules_in_the_reference_engine_and_is_compared_wit
 
 @pytest.mark.parametrize(("scheduler", "kv_admission", "cuda_graphs", "max_num_seqs", "graph_max_tokens",
                           "host_s", "overlapped", "eager_host"), [
-    # host_s: (per scheduler call, every step besides)
-    ("vllm-v1", "on_demand", "all", 1024, None, (0.286e-3, 0.0), False, False),
-    ("vllm-v0", "on_demand", "decode", 256, 256, (1.67e-3, 0.46e-3), False, True),
-    ("prefill-first", "on_demand", "decode", 1024, 512, (0.286e-3, 0.0), True, True),  # SGLang's at 141 GiB, tp 4
-    ("trtllm", "reserve", "decode", 1024, None, (0.286e-3, 0.0), True, True),
+    # host_s: the registry's names of (per scheduler call, every step besides)
+    ("vllm-v1", "on_demand", "all", 1024, None, ("host_step_s", None), False, False),
+    ("vllm-v0", "on_demand", "decode", 256, 256, ("vllm_v0_host_window_s", "vllm_v0_host_step_s"), False, True),
+    ("prefill-first", "on_demand", "decode", 1024, 512, ("host_step_s", None), True, True),  # SGLang's at 141 GiB
+    ("trtllm", "reserve", "decode", 1024, None, ("host_step_s", None), True, True),
 ])
 def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admission, cuda_graphs, max_num_seqs,
                                                           graph_max_tokens, host_s, overlapped, eager_host):
@@ -55,6 +56,7 @@ def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admissi
     assert spec.graph_max_tokens(141 * GIB, 4) == graph_max_tokens
     assert EngineSpec(scheduler=scheduler, cuda_graph_max_tokens=64).graph_max_tokens(141 * GIB, 4) == 64
     host = host_step_cost(scheduler)
+    host_s = tuple(0.0 if name is None else lookup(name).value for name in host_s)
     assert ((host.window_s, host.step_s), host.overlapped, host.eager_per_kernel_s > 0) == (host_s, overlapped,
                                                                                            eager_host)
     assert host_step_cost(scheduler, overlap=not overlapped).overlapped == (not overlapped)

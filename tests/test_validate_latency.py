@@ -9,6 +9,7 @@ from benchmark_scripts import load_benchmark
 from cli_helpers import run_cli
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
+from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
 from tokenpath.sim.simulate import prepare, simulate
 from tokenpath.validate.latency import (
@@ -17,6 +18,7 @@ from tokenpath.validate.latency import (
     measured,
     predict_row,
     relative_errors,
+    row_prepared,
     row_scenario,
     sharegpt_lengths,
     simulated_requests,
@@ -87,6 +89,42 @@ def test_a_row_becomes_the_scenario_it_was_measured_as():
     closed = row_scenario(_row(arrival="concurrency", concurrency=16, tp=4, model="llama-3.1-70b"), DATA["sharegpt"])
     assert closed.workload.arrival.rate == float("inf") and closed.workload.max_concurrency == 16
     assert (closed.deployment.chips, closed.deployment.tp) == (4, 4)
+
+
+def test_a_rows_client_path_sets_its_last_mile():
+    """A row goes through the server's front end as its client did, every cost at the registry's and the
+    chat template's rendering only on a chat endpoint; a row measured at the engine, and a closed loop of
+    fixed lengths (validate/latency.locked_loop), have none."""
+    completions = row_scenario(_row(), DATA["sharegpt"]).resolved_delivery()
+    assert completions.frontend_per_request == lookup("frontend_per_request_s").value
+    assert completions.tokenize_per_token == lookup("tokenize_per_token_s").value
+    assert completions.detokenize_per_token == lookup("detokenize_per_token_s").value
+    assert completions.chat_template_per_request == 0 and completions.network_rtt == 0
+    assert completions.bytes_per_token == completions.event_overhead_bytes == completions.request_overhead_bytes == 0
+    chat = row_scenario(_row(endpoint="chat", chat_template_tokens=30, network_rtt_ms=20.0), DATA["sharegpt"])
+    assert chat.resolved_delivery().chat_template_per_request == lookup("chat_template_per_request_s").value
+    assert chat.resolved_delivery().network_rtt == pytest.approx(0.02)
+    assert chat.workload.chat_template_tokens == 30
+    assert prepare(chat).requests.input_tokens.tolist() == [530] * 120  # the client's 500 and the template's 30
+    for row in (_row(endpoint="engine"), _row(arrival="concurrency", concurrency=16)):
+        engine_side = row_scenario(row, DATA["sharegpt"]).resolved_delivery()
+        assert engine_side.frontend_per_request == engine_side.tokenize_per_token == 0
+        assert engine_side.detokenize_per_token == engine_side.frame_per_event == 0
+
+
+def test_a_burst_queues_in_the_front_end_before_the_engine_sees_it():
+    """All 50 prompts of 500 tokens sent at once: the API server reads and parses each (frontend_per_request)
+    before it tokenizes the first, as an asyncio server's tasks take turns, so the k-th (from 1) reaches
+    the engine after 50 parses and k tokenizations, and the mean TTFT is at least the 50 parses longer
+    than the same burst's measured at the engine (the first request, alone at an idle engine, is
+    prefilled alone: its first token comes sooner than in the burst's first batch)."""
+    row = _row(arrival="all_at_once", num_requests=50)
+    parse_s, tokenize_s = lookup("frontend_per_request_s").value, 500 * lookup("tokenize_per_token_s").value
+    through = simulate(row_prepared(row, DATA["sharegpt"])).run
+    at_engine = simulate(row_prepared({**row, "endpoint": "engine"}, DATA["sharegpt"])).run
+    handed_s = np.sort(through.upload_ns) / 1e9
+    assert handed_s == pytest.approx(50 * parse_s + np.arange(1, 51) * tokenize_s, abs=2e-9)
+    assert through.ttft_ns.mean() - at_engine.ttft_ns.mean() >= 50 * parse_s * 1e9
 
 
 def test_uniform_rows_draw_from_one_to_twice_the_published_mean():

@@ -116,20 +116,20 @@ REGISTRY: tuple[Assumption, ...] = (
                "forum: single core bandwidth, haswell vs. broadwell vs. skylake)",
                "tests/test_application_served.py"),
     # -- engine: the host's share of a step ---------------------------------------------------------------
-    Assumption("host_step_s", 0.286e-3, _HOST, "HOST_STEP_S", "s",
+    Assumption("host_step_s", 0.761e-3, _HOST, "HOST_STEP_S", "s",
                "the fixed host time per scheduler call of vLLM V1, SGLang and TensorRT-LLM (scheduling and input "
                "preparation); fitted on the TPOT / ITL of the rows whose steps wait for it (validate/fit.py)",
                "validate latency, validate --cross; tests/test_engine.py, tests/test_validate_cross.py"),
-    Assumption("vllm_v0_host_window_s", 1.67e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
+    Assumption("vllm_v0_host_window_s", 1.92e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
                "vLLM V0's host time per scheduler call, in its path (the vllm-v0 profile): Scheduler.schedule and "
                "prepare_model_input, once per multi-step window; fitted on the V0 rows run one step at a time "
                "(validate/fit.py)",
                "validate latency, validate --cross; tests/test_validate_cross.py"),
-    Assumption("vllm_v0_host_step_s", 0.46e-3, _HOST, "VLLM_V0_HOST_STEP_S", "s",
+    Assumption("vllm_v0_host_step_s", 0.263e-3, _HOST, "VLLM_V0_HOST_STEP_S", "s",
                "vLLM V0's host time in every step's path besides (the vllm-v0 profile): the engine's step loop, the "
                "sampler's tensors and pythonized outputs; fitted on the multi-step V0 rows (validate/fit.py)",
                "validate latency, validate --cross; tests/test_validate_cross.py"),
-    Assumption("eager_host_per_kernel_s", 72.7e-6, _HOST, "EAGER_HOST_PER_KERNEL_S", "s",
+    Assumption("eager_host_per_kernel_s", 63.2e-6, _HOST, "EAGER_HOST_PER_KERNEL_S", "s",
                "SGLang's and vLLM V0's host time to launch each kernel of an eager step, queued ahead of the GPU "
                "(compute/roofline.launch_queue_s); fitted on the TTFT of every SGLang and vLLM V0 row "
                "(validate/fit.py)",

@@ -34,9 +34,10 @@ class HostStepCost:
 
 
 # The fixed host time of a step, the same order for every engine written in Python around the GPU:
-# 0.286 ms, of which vLLM's V1 scheduler and input preparation take most at small batches. Fitted in
+# 0.76 ms, of which vLLM's V1 scheduler and input preparation take most at small batches. Fitted in
 # code on the TPOT / ITL of the rows whose steps wait for it (vLLM V1, and NIM and SGLang v0.3 run
-# without overlap; validate/fit.py); an order of magnitude to calibrate per deployment. The profiles
+# without overlap; validate/fit.py), with the other constants fitted before it; an order of magnitude
+# to calibrate per deployment (0.286 ms before the rows ran through the front end, docs/validation.md). The profiles
 # other than vllm-v0 pay it per scheduler call (their host_window_assumption): every step, but under
 # multi-step windows once a window.
 HOST_STEP_S = default("host_step_s")
@@ -67,8 +68,8 @@ HOST_STEP_S = default("host_step_s")
 # 4 x H200 at 1 req/s, and Azure's vLLM 0.8.3 pipeline-parallel run, which fell back to V0; their ITL
 # and TPOT set the sum), then the step part on the rows run with 10-step windows (SGLang's benchmark of
 # vLLM 0.6.0), given the window part. The two values are where each part's fit, the others held, stays
-# put: 1.67 ms and 0.40 ms put the CI row's mean ITL at -0.2%, the Azure row's at -12.5% and the
-# multi-step rows' median TPOT at -1.9% to +14.4% (`tokenpath validate --group latency`). One constant
+# put: 1.92 ms and 0.263 ms put the CI row's mean ITL at +0.3%, the Azure row's at -12.2% and the
+# multi-step rows' median TPOT at -0.3% to +11.0% (`tokenpath validate --group latency`). One constant
 # shared by the window (the model before this split) could not fit both: the multi-step rows wanted
 # 15.5 ms a window, 1.55 ms a step, where the single-step row wanted 2.9 ms a step.
 VLLM_V0_HOST_WINDOW_S = default("vllm_v0_host_window_s")
@@ -84,7 +85,7 @@ HOST_PER_SEQUENCE_S = default("host_per_sequence_s")
 # kernels wait on the host, long ones (a large model's, a long prompt's) hide it. (Added to every kernel
 # instead, as this model did before, a 405B model's eager prompts at TP8 paid some 40 ms of launches on
 # top of kernels that hide them.) Fitted in code on the TTFT of every SGLang and vLLM V0 row
-# (validate/fit.py): 72.7 us. The rows side with neither form alone: on the SGLang cookbook's B200 runs
+# (validate/fit.py): 63.2 us (72.7 us before the rows ran through the front end). The rows side with neither form alone: on the SGLang cookbook's B200 runs
 # at concurrency 1, a 4,194-token prompt takes 23 ms (Qwen3-235B) and 14 ms (DeepSeek-R1) longer than a
 # 610-token one; the kernels alone grow by 40 and 46 ms (launches added to them keep that growth), the
 # queue by 0.4 and 0.8 ms, both prompts waiting on their launches. Something that grows with the

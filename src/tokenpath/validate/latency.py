@@ -2,11 +2,11 @@
 it was measured (catalog/validation/latency.toml says how each source measured).
 
 A row becomes a scenario with the source's model, chip, tensor parallelism, precision, lengths,
-arrival process and engine settings, and an engine-side last mile (the sources' clients ran on the
-serving host). The prediction is the same statistic (mean or median) of the same metric over the same
-requests: TTFT includes queueing; "tpot" is (E2E - TTFT) / (tokens - 1) per request; "itl" is every gap
-between streamed tokens. The row's `engine` picks the scheduler profile (ENGINE_PROFILES, from
-engine/profiles.py's `measured_as`), and the row's `engine_settings` go over it.
+arrival process and engine settings, and the last mile its client took (`row_delivery`: the server's
+front end, at the network the row states). The prediction is the same statistic (mean or median) of
+the same metric over the same requests: TTFT includes queueing; "tpot" is (E2E - TTFT) / (tokens - 1)
+per request; "itl" is every gap between streamed tokens. The row's `engine` picks the scheduler profile
+(ENGINE_PROFILES, from engine/profiles.py's `measured_as`), and the row's `engine_settings` go over it.
 """
 
 from __future__ import annotations
@@ -135,12 +135,38 @@ def row_engine(row: dict[str, Any]) -> dict[str, Any]:
     return {**ENGINE_PROFILES[row["engine"]], **row.get("engine_settings", {})}
 
 
+def locked_loop(row: dict[str, Any]) -> bool:
+    """A closed loop of fixed lengths: its requests, sent together, finish together, so the simulated
+    loop locks into rounds whose TTFTs turn on sub-millisecond offsets between a request's return and
+    the engine's next step (docs/validation.md, "The front end in the rows")."""
+    return row["lengths"] == "fixed" and row["arrival"] == "concurrency"
+
+
+def row_delivery(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's `[delivery]` table: its client's path through the server's front end (HTTP, tokenizing,
+    the hops to the engine's process and back, each token detokenized and framed: every front-end cost at
+    the registry's, the chat template's rendering only on a chat endpoint) at the row's round trip, the
+    bytes left out (loopback or a data-centre link carries them in microseconds). A row measured at the
+    engine, and a locked loop (`locked_loop`), run with no front end: in a locked loop the front end's
+    millisecond moves each request from joining the next step to waiting one out, a shift the measured
+    runs show only in part (docs/validation.md)."""
+    endpoint = row.get("endpoint", "completions")
+    if endpoint == "engine" or locked_loop(row):
+        return dict(ENGINE_SIDE_DELIVERY)
+    delivery: dict[str, Any] = {"network_rtt": row.get("network_rtt_ms", 0.0) / 1e3, "event_overhead_bytes": 0,
+                                "bytes_per_token": 0.0, "request_overhead_bytes": 0}
+    if endpoint != "chat":
+        delivery["chat_template_per_request"] = 0.0
+    return delivery
+
+
 def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any],
                  assumptions: Mapping[str, float] | None = None) -> Scenario:
     """The row as the scenario it was measured as; `assumptions` overrides registry values by name (SI)."""
     prompt, completion = row_lengths(row, sharegpt)
     count, _ = simulated_requests(row)
-    workload: dict[str, Any] = {"num_requests": count, "input": prompt, "output": completion}
+    workload: dict[str, Any] = {"num_requests": count, "input": prompt, "output": completion,
+                                "chat_template_tokens": row.get("chat_template_tokens", 0)}
     if row.get("draft_acceptance") is not None:
         workload["draft_acceptance"] = row["draft_acceptance"]
     if row["arrival"] == "poisson":
@@ -163,7 +189,7 @@ def row_scenario(row: dict[str, Any], sharegpt: dict[str, Any],
                        "attention_dp": row.get("attention_dp", False)},
         "engine": row_engine(row),
         "workload": workload,
-        "delivery": ENGINE_SIDE_DELIVERY,
+        "delivery": row_delivery(row),
     }
     if assumptions:
         table["assumptions"] = dict(assumptions)
@@ -184,8 +210,9 @@ def row_prepared(row: dict[str, Any], sharegpt: dict[str, Any],
         held = cached_prompts(prepared.requests.input_tokens, np.ones(count, bool))  # every prompt (LatencyRow)
         return replace(prepared, requests=replace(prepared.requests, prefixes=held))
     prompts, outputs = sglang_random_lengths(row)
-    requests = replace(prepared.requests, input_tokens=prompts[:count], output_tokens=outputs[:count],
-                       prefixes=cached_prompts(prompts[:count], np.arange(count) < sglang_cached_prompts(row)))
+    prompts = prompts[:count] + row.get("chat_template_tokens", 0)  # the server's template, as the workload adds it
+    requests = replace(prepared.requests, input_tokens=prompts, output_tokens=outputs[:count],
+                       prefixes=cached_prompts(prompts, np.arange(count) < sglang_cached_prompts(row)))
     return replace(prepared, requests=requests)
 
 

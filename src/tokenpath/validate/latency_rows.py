@@ -4,8 +4,8 @@ own measurements in the same form (`tokenpath validate --latency-rows FILE`).
 Each `[[rows]]` table states one measurement and how it was taken: the deployment (`engine`,
 `engine_settings` as `[engine]` keys, `model`, `precision`, `expert_precision`, `kv_cache_precision`,
 `chip`, `tp`), the workload (`lengths` with its sizes, `arrival` with its rate or concurrency, the
-request count or `window`), and the measured TTFT and TPOT or ITL with the statistic the source
-reported.
+request count or `window`), the path its client took (`endpoint`, and `network_rtt_ms` for a client on
+another host), and the measured TTFT and TPOT or ITL with the statistic the source reported.
 validate/latency.py simulates it the same way. A row that cannot be read is refused with one line
 naming the row and the field.
 """
@@ -24,6 +24,10 @@ from tokenpath.config.errors import UserError
 from tokenpath.engine.profiles import MEASURED_ENGINES
 
 Stat = Literal["mean", "median"]
+# Bounds far beyond real ones: a chat template adds tens of tokens (a long default system prompt, a few
+# hundred); a client's round trip across the world is a few hundred milliseconds.
+MAX_TEMPLATE_TOKENS = 100_000
+MAX_NETWORK_RTT_MS = 10_000.0
 
 
 class LatencyRow(BaseModel):
@@ -67,6 +71,14 @@ class LatencyRow(BaseModel):
     # them (validate/client_draws.py; with lengths = "sglang_random" the client's warm-up holds the first);
     # lengths drawn rather than replayed: every prompt (num_requests), the same prompts sent again
     cached_prompts: int | None = Field(None, ge=1)
+    # How the source's client reached the model (validate/latency.row_delivery): "completions" (its
+    # completions or native generate endpoint, through the server's front end), "chat" (its chat endpoint:
+    # the template rendered too, and `chat_template_tokens` added to each prompt, which the row's lengths
+    # leave out as the client counted them) or "engine" (measured inside the server, no front end); a client
+    # on another host states its round trip.
+    endpoint: Literal["completions", "chat", "engine"] = "completions"
+    chat_template_tokens: int = Field(0, ge=0, le=MAX_TEMPLATE_TOKENS)
+    network_rtt_ms: float = Field(0.0, ge=0, le=MAX_NETWORK_RTT_MS)
     ttft_ms: float = Field(gt=0)
     ttft_stat: Stat
     decode_ms: float = Field(gt=0)
@@ -95,6 +107,12 @@ class LatencyRow(BaseModel):
                 or (self.lengths == "sglang_random" and self.cached_prompts < (self.num_requests or 0))):
             raise ValueError("cached_prompts counts at most num_requests prompts, and all of them unless lengths = "
                              "'sglang_random' (whose draw names each prompt); remove it or correct it")
+        if self.chat_template_tokens and self.endpoint != "chat":
+            raise ValueError(f"chat_template_tokens goes with endpoint = 'chat' (this row's is {self.endpoint!r}); "
+                             "remove it or set endpoint = 'chat'")
+        if self.network_rtt_ms and self.endpoint == "engine":
+            raise ValueError("network_rtt_ms is the client's round trip to the server, and endpoint = 'engine' has "
+                             "no client; remove one of them")
         for part in ("input", "output"):
             low, high, mean = (getattr(self, f"{part}_{end}") for end in ("min", "max", "mean"))
             if low is None:
