@@ -41,6 +41,15 @@ def test_a_users_row_is_predicted_as_the_shipped_group_predicts_it(tmp_path, mon
     group = mine["groups"]["latency"]
     assert group["rows"] == 1 and group["median_abs_error_ttft"] == pytest.approx(abs(row["ttft_error"]))
     assert set(mine["groups"]) == {"latency"}  # alone, only the latency group
+    assert row["front_end"] is False  # a closed loop of fixed lengths: at the engine (validate/latency.locked_loop)
+
+
+def test_the_table_says_which_rows_run_without_the_front_end(tmp_path, monkeypatch, capsys):
+    poisson = {**ROW, "arrival": "poisson", "rate": 2.0, "window": "whole", "num_requests": 40}
+    rows = [ROW, poisson, {**poisson, "endpoint": "engine"}]
+    code, out, err = run_cli(["validate", "--latency-rows", _file(tmp_path, rows)], monkeypatch, capsys)
+    assert code == 0, err
+    assert "2 of the 3 rows run without the server's front end" in " ".join(out.split())
 
 
 def test_a_rows_kv_cache_precision_reaches_its_scenario():

@@ -85,10 +85,11 @@ HOST_PER_SEQUENCE_S = default("host_per_sequence_s")
 # kernels wait on the host, long ones (a large model's, a long prompt's) hide it. (Added to every kernel
 # instead, as this model did before, a 405B model's eager prompts at TP8 paid some 40 ms of launches on
 # top of kernels that hide them.) Fitted in code on the TTFT of every SGLang and vLLM V0 row
-# (validate/fit.py): 63.2 us (72.7 us before the rows ran through the front end). The rows side with neither form alone: on the SGLang cookbook's B200 runs
-# at concurrency 1, a 4,194-token prompt takes 23 ms (Qwen3-235B) and 14 ms (DeepSeek-R1) longer than a
-# 610-token one; the kernels alone grow by 40 and 46 ms (launches added to them keep that growth), the
-# queue by 0.4 and 0.8 ms, both prompts waiting on their launches. Something that grows with the
+# (validate/fit.py): 63.2 us (72.7 us before the rows ran through the front end). The rows side
+# with neither form alone: on the SGLang cookbook's B200 runs at concurrency 1, a 4,194-token prompt
+# takes 23 ms (Qwen3-235B) and 14 ms (DeepSeek-R1) longer than a 610-token one; the kernels alone grow
+# by 40 and 46 ms (launches added to them keep that growth), the queue by 0.4 and 0.8 ms, both prompts
+# waiting on their launches. Something that grows with the
 # prompt is missing, and this value, above what the engines' own timings suggest, stands in for it at
 # short prompts (docs/validation.md, "The host's launches queue ahead"). AIConfigurator times one eager
 # custom all-reduce call in vLLM and SGLang at 19-22 us on H100 and H200 hosts (41-50 us on A100

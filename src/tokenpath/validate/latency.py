@@ -142,6 +142,12 @@ def locked_loop(row: dict[str, Any]) -> bool:
     return row["lengths"] == "fixed" and row["arrival"] == "concurrency"
 
 
+def through_front_end(row: dict[str, Any]) -> bool:
+    """Whether the row runs through the server's front end: every row but one measured at the engine
+    and a locked loop (`row_delivery` says why)."""
+    return row.get("endpoint", "completions") != "engine" and not locked_loop(row)
+
+
 def row_delivery(row: dict[str, Any]) -> dict[str, Any]:
     """The row's `[delivery]` table: its client's path through the server's front end (HTTP, tokenizing,
     the hops to the engine's process and back, each token detokenized and framed: every front-end cost at
@@ -151,7 +157,7 @@ def row_delivery(row: dict[str, Any]) -> dict[str, Any]:
     millisecond moves each request from joining the next step to waiting one out, a shift the measured
     runs show only in part (docs/validation.md)."""
     endpoint = row.get("endpoint", "completions")
-    if endpoint == "engine" or locked_loop(row):
+    if not through_front_end(row):
         return dict(ENGINE_SIDE_DELIVERY)
     delivery: dict[str, Any] = {"network_rtt": row.get("network_rtt_ms", 0.0) / 1e3, "event_overhead_bytes": 0,
                                 "bytes_per_token": 0.0, "request_overhead_bytes": 0}
@@ -277,7 +283,7 @@ def run_latency_group(data: dict[str, Any] | None = None) -> dict[str, Any]:
         except UserError as error:
             raise row_error(k, row, error) from None
         errors = relative_errors(row, predicted)
-        rows.append({**row, "group": GROUP,
+        rows.append({**row, "group": GROUP, "front_end": through_front_end(row),
                      "predicted_ttft_ms": predicted["ttft_s"] * 1e3,
                      "predicted_decode_ms": predicted["decode_s"] * 1e3,
                      "ttft_error": errors["ttft"], "decode_error": errors["decode"]})
@@ -327,7 +333,13 @@ def print_latency(console: Any, rows: list[dict[str, Any]], summary: dict[str, A
     console.print(f"median |error| TTFT {summary['median_abs_error_ttft']:.1%}, TPOT/ITL "
                   f"{summary['median_abs_error_decode']:.1%}; worst TTFT {summary['worst_abs_error_ttft']:.1%}, "
                   f"TPOT/ITL {summary['worst_abs_error_decode']:.1%} over {summary['rows']} rows "
-                  f"({summary['calibration_rows']} calibration rows left out)\n")
+                  f"({summary['calibration_rows']} calibration rows left out)")
+    at_engine = sum(not r["front_end"] for r in rows)
+    if at_engine:
+        console.print(f"{at_engine} of the {len(rows)} rows run without the server's front end: measured at the "
+                      "engine, or closed loops of fixed lengths, whose simulated rounds lock in step "
+                      "(docs/validation.md, \"The front end in the rows\")", highlight=False)
+    console.print()
     for row in summary.get("left_out", []):
         console.print(f"left out, not predicted: {row['source']}, {row['row']}: {row['reason']}\n", highlight=False)
     print_ranking(console, summary["ranking"])
