@@ -207,6 +207,32 @@ def test_the_envelope_names_each_dimension_no_row_covers():
                                   "vllm-v1; model family: dense; load: moderate; trtllm versions: none)")
 
 
+def test_a_closed_loop_of_fixed_lengths_through_the_front_end_is_outside_the_envelope(tmp_path, monkeypatch, capsys):
+    """The rows score such loops at the engine (validate/latency.locked_loop): through the front end, the
+    simulated rounds lock in step, which no row validates. At the engine, or with lengths that vary, the
+    same closed loop is inside."""
+    loop = ["simulate", "--set", "workload.num_requests=40", "--set", "workload.max_concurrency=8",
+            "--set", 'workload.arrival.rate="inf"', "--set", 'workload.input={kind = "fixed", value = 512}',
+            "--set", 'workload.output={kind = "fixed", value = 32}']
+    code, out, err = run_cli([*loop, "--json", str(tmp_path / "loop.json")], monkeypatch, capsys)
+    assert code == 0, err
+    document = json.loads((tmp_path / "loop.json").read_text())
+    assert document["regime"]["locked_loop"] is True
+    assert document["envelope"]["outside"] == ["a closed loop of fixed lengths through the front end"]
+    assert ("outside the validated envelope: a closed loop of fixed lengths through the front end (rows cover such "
+            "loops at the engine only)") in " ".join(out.split())
+    engine_side = ["--set", "delivery.frontend_per_request=0", "--set", "delivery.chat_template_per_request=0",
+                   "--set", "delivery.tokenize_per_token=0", "--set", "delivery.detokenize_per_token=0",
+                   "--set", "delivery.frame_per_event=0"]
+    varied = ["--set", 'workload.output={kind = "normal", mean = 32, sd = 8}']
+    for extra in (engine_side, varied):
+        code, out, err = run_cli([*loop, *extra, "--json", str(tmp_path / "other.json")], monkeypatch, capsys)
+        assert code == 0, err
+        other = json.loads((tmp_path / "other.json").read_text())
+        assert other["regime"]["locked_loop"] is False
+        assert "a closed loop of fixed lengths through the front end" not in other["envelope"]["outside"]
+
+
 @pytest.mark.parametrize("stated, wanted, covered", [
     ("0.6.0", "0.6.0", True), ("0.6.0", "0.6", True), ("0.6.0 (V0)", "0.6", True), ("0.6.0", "0.6.1", False),
     ("0.60.0", "0.6", False), ("NIM 1.8.0", "NIM 1.8.0", True), ("NIM 1.8.0", "1.8", False),

@@ -71,6 +71,17 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
     return document, reason
 
 
+def _locked_loop(sim: Simulation) -> bool:
+    """A closed loop of fixed lengths (every request sent as one finishes, each prompt and answer the
+    same length) whose requests pass the server's front end: the regime no latency row validates
+    (sim/envelope.py)."""
+    workload = sim.scenario.workload
+    closed = workload.max_concurrency is not None and workload.arrival.rate == float("inf")
+    fixed = (workload.trace is None and workload.sessions is None
+             and workload.input.kind == workload.output.kind == "fixed")
+    return closed and fixed and LastMile(sim.scenario.resolved_delivery(), sim.deployment.front_end).queues_requests
+
+
 def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> None:
     """How far to trust the document's figures: its `regime`, the `envelope` of the validated rows it lies
     in or not, and each headline figure's `band` (sim/bands.py)."""
@@ -79,7 +90,7 @@ def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> Non
     document["regime"] = regime_block(scenario.engine.scheduler, scenario.engine.version, chip.name, chip.generation,
                                       sim.deployment.model, evidence.load.overloaded,
                                       evidence.parts_s.get("ttft", {}), evidence.mean_batch_seqs,
-                                      None if speculative is None else speculative.method)
+                                      None if speculative is None else speculative.method, _locked_loop(sim))
     records = shipped_records()
     document["envelope"] = envelope(document["regime"], records)
     assumptions = document["scenario"]["assumptions"]

@@ -4,8 +4,11 @@ A run is inside when some latency row of the bands file (sim/bands.py) has its c
 generation, its engine profile, its model family and its load regime, each on its own (a combination
 no row has is the band's back-off, which its basis names), and, where the scenario states the engine's
 release (`[engine] version`), some row of the same profile states that release: the same text, or a
-first word that is it or starts with it and a dot ("0.6" covers "0.6.0" and "0.6.0 (V0)"); and where it
-runs speculative decoding, some row runs the same method.
+first word that is it or starts with it and a dot ("0.6" covers "0.6.0" and "0.6.0 (V0)"); where it
+runs speculative decoding, some row runs the same method; and it is not a closed loop of fixed lengths
+through the server's front end, which no row validates: the rows score such loops at the engine, since
+their simulated rounds lock in step (validate/latency.locked_loop; docs/validation.md, "The front end in
+the rows").
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ def envelope(regime: dict[str, Any], records: Sequence[Record]) -> dict[str, Any
         if method not in methods:
             outside.append(f"speculative decoding ({method})")
             cover.append(f"speculative decoding: {', '.join(methods) or 'none'}")
+    if regime.get("locked_loop"):
+        outside.append("a closed loop of fixed lengths through the front end")
+        cover.append("such loops at the engine only")
     line = (f"outside the validated envelope: {', '.join(outside)} (rows cover {'; '.join(cover)})"
             if outside else None)
     return {"validated": not outside, "outside": outside, "line": line}
