@@ -153,9 +153,9 @@ def row_delivery(row: dict[str, Any]) -> dict[str, Any]:
     the hops to the engine's process and back, each token detokenized and framed: every front-end cost at
     the registry's, the chat template's rendering only on a chat endpoint) at the row's round trip, the
     bytes left out (loopback or a data-centre link carries them in microseconds). A row measured at the
-    engine, and a locked loop (`locked_loop`), run with no front end: in a locked loop the front end's
-    millisecond moves each request from joining the next step to waiting one out, a shift the measured
-    runs show only in part (docs/validation.md)."""
+    engine, and a locked loop (`locked_loop`), run with no front end and no network: in a locked loop the
+    front end's millisecond, as a round trip's, moves each request from joining the next step to waiting
+    one out, a shift the measured runs show only in part (docs/validation.md)."""
     endpoint = row.get("endpoint", "completions")
     if not through_front_end(row):
         return dict(ENGINE_SIDE_DELIVERY)
@@ -336,9 +336,9 @@ def print_latency(console: Any, rows: list[dict[str, Any]], summary: dict[str, A
                   f"({summary['calibration_rows']} calibration rows left out)")
     at_engine = sum(not r["front_end"] for r in rows)
     if at_engine:
-        console.print(f"{at_engine} of the {len(rows)} rows run without the server's front end: measured at the "
-                      "engine, or closed loops of fixed lengths, whose simulated rounds lock in step "
-                      "(docs/validation.md, \"The front end in the rows\")", highlight=False)
+        console.print(f"{at_engine} of the {len(rows)} rows run without the server's front end or a network: "
+                      "measured at the engine, or closed loops of fixed lengths, whose simulated rounds lock in "
+                      "step (docs/validation.md, \"The front end in the rows\")", highlight=False)
     console.print()
     for row in summary.get("left_out", []):
         console.print(f"left out, not predicted: {row['source']}, {row['row']}: {row['reason']}\n", highlight=False)
