@@ -208,9 +208,9 @@ def test_the_envelope_names_each_dimension_no_row_covers():
 
 
 def test_a_closed_loop_of_fixed_lengths_through_the_front_end_is_outside_the_envelope(tmp_path, monkeypatch, capsys):
-    """The rows score such loops at the engine (validate/latency.locked_loop): through the front end, the
-    simulated rounds lock in step, which no row validates. At the engine, or with lengths that vary, the
-    same closed loop is inside."""
+    """The rows score such loops at the engine (validate/latency.locked_loop): through the front end or a
+    network, the simulated rounds lock in step, which no row validates. At the engine, or with lengths
+    that vary, the same closed loop is inside."""
     loop = ["simulate", "--set", "workload.num_requests=40", "--set", "workload.max_concurrency=8",
             "--set", 'workload.arrival.rate="inf"', "--set", 'workload.input={kind = "fixed", value = 512}',
             "--set", 'workload.output={kind = "fixed", value = 32}']
@@ -218,10 +218,11 @@ def test_a_closed_loop_of_fixed_lengths_through_the_front_end_is_outside_the_env
     assert code == 0, err
     document = json.loads((tmp_path / "loop.json").read_text())
     assert document["regime"]["locked_loop"] is True
-    assert document["envelope"]["outside"] == ["a closed loop of fixed lengths through the front end"]
-    assert ("outside the validated envelope: a closed loop of fixed lengths through the front end (rows cover such "
-            "loops at the engine only)") in " ".join(out.split())
-    engine_side = ["--set", "delivery.frontend_per_request=0", "--set", "delivery.chat_template_per_request=0",
+    assert document["envelope"]["outside"] == ["a closed loop of fixed lengths through a front end or network"]
+    assert ("outside the validated envelope: a closed loop of fixed lengths through a front end or network (rows "
+            "cover such loops at the engine only)") in " ".join(out.split())
+    engine_side = ["--set", "delivery.network_rtt=0", "--set", "delivery.frontend_per_request=0",
+                   "--set", "delivery.chat_template_per_request=0",
                    "--set", "delivery.tokenize_per_token=0", "--set", "delivery.detokenize_per_token=0",
                    "--set", "delivery.frame_per_event=0"]
     varied = ["--set", 'workload.output={kind = "normal", mean = 32, sd = 8}']
@@ -230,7 +231,7 @@ def test_a_closed_loop_of_fixed_lengths_through_the_front_end_is_outside_the_env
         assert code == 0, err
         other = json.loads((tmp_path / "other.json").read_text())
         assert other["regime"]["locked_loop"] is False
-        assert "a closed loop of fixed lengths through the front end" not in other["envelope"]["outside"]
+        assert "a closed loop of fixed lengths through a front end or network" not in other["envelope"]["outside"]
 
 
 @pytest.mark.parametrize("stated, wanted, covered", [

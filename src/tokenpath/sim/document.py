@@ -73,13 +73,15 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
 
 def _locked_loop(sim: Simulation) -> bool:
     """A closed loop of fixed lengths (every request sent as one finishes, each prompt and answer the
-    same length) whose requests pass the server's front end: the regime no latency row validates
-    (sim/envelope.py)."""
+    same length) whose requests pass the server's front end or a network: the regime no latency row
+    validates (sim/envelope.py)."""
     workload = sim.scenario.workload
     closed = workload.max_concurrency is not None and workload.arrival.rate == float("inf")
     fixed = (workload.trace is None and workload.sessions is None
              and workload.input.kind == workload.output.kind == "fixed")
-    return closed and fixed and LastMile(sim.scenario.resolved_delivery(), sim.deployment.front_end).queues_requests
+    delivery = sim.scenario.resolved_delivery()
+    turnaround = delivery.network_rtt > 0 or LastMile(delivery, sim.deployment.front_end).queues_requests
+    return closed and fixed and turnaround
 
 
 def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> None:

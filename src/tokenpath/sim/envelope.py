@@ -6,7 +6,7 @@ no row has is the band's back-off, which its basis names), and, where the scenar
 release (`[engine] version`), some row of the same profile states that release: the same text, or a
 first word that is it or starts with it and a dot ("0.6" covers "0.6.0" and "0.6.0 (V0)"); where it
 runs speculative decoding, some row runs the same method; and it is not a closed loop of fixed lengths
-through the server's front end, which no row validates: the rows score such loops at the engine, since
+through the server's front end or a network, which no row validates: the rows score such loops at the engine, since
 their simulated rounds lock in step (validate/latency.locked_loop; docs/validation.md, "The front end in
 the rows").
 """
@@ -56,7 +56,7 @@ def envelope(regime: dict[str, Any], records: Sequence[Record]) -> dict[str, Any
             outside.append(f"speculative decoding ({method})")
             cover.append(f"speculative decoding: {', '.join(methods) or 'none'}")
     if regime.get("locked_loop"):
-        outside.append("a closed loop of fixed lengths through the front end")
+        outside.append("a closed loop of fixed lengths through a front end or network")
         cover.append("such loops at the engine only")
     line = (f"outside the validated envelope: {', '.join(outside)} (rows cover {'; '.join(cover)})"
             if outside else None)
