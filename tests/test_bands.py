@@ -16,6 +16,7 @@ from tokenpath import load_scenario, simulate
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
 from tokenpath.config.units import format_duration, format_number
+from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
 from tokenpath.sim.bands import (
     Record,
     attach_bands,
@@ -221,10 +222,7 @@ def test_a_closed_loop_of_fixed_lengths_through_the_front_end_is_outside_the_env
     assert document["envelope"]["outside"] == ["a closed loop of fixed lengths through a front end or network"]
     assert ("outside the validated envelope: a closed loop of fixed lengths through a front end or network (rows "
             "cover such loops at the engine only)") in " ".join(out.split())
-    engine_side = ["--set", "delivery.network_rtt=0", "--set", "delivery.frontend_per_request=0",
-                   "--set", "delivery.chat_template_per_request=0",
-                   "--set", "delivery.tokenize_per_token=0", "--set", "delivery.detokenize_per_token=0",
-                   "--set", "delivery.frame_per_event=0"]
+    engine_side = [part for key, value in ENGINE_SIDE_DELIVERY.items() for part in ("--set", f"delivery.{key}={value}")]
     varied = ["--set", 'workload.output={kind = "normal", mean = 32, sd = 8}']
     for extra in (engine_side, varied):
         code, out, err = run_cli([*loop, *extra, "--json", str(tmp_path / "other.json")], monkeypatch, capsys)
