@@ -13,7 +13,7 @@ from cli_helpers import assert_user_error, run_cli
 from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
 from tokenpath.sim.forked import available_cpus
-from tokenpath.validate.cross import cross_validate
+from tokenpath.validate.cross import cross_validate, print_cross
 from tokenpath.validate.fit import (
     PROCEDURES,
     Procedure,
@@ -73,6 +73,12 @@ def test_each_source_is_predicted_with_values_fitted_on_the_others():
     assert folds["y"]["fitted"] == {"a": 0.5, "b": 1.0} and folds["y"]["from_registry"] == ["b"]
     assert folds["y"]["fitted_on"] == {"a": 3}
     assert folds["z"]["fitted"] == {"a": 4.0, "b": 2.0}
+    # a and b do not interact: a second pass over each fold moves neither
+    assert all((fold["passes"], fold["converged"]) == (2, True) for fold in folds.values())
+    # on every row: a = 2 and a = 4 tie (median |error| 0.5: z's row right at 2, y's three at 4), the lower
+    # of the two wins; b = 2, right for y's three rows
+    assert document["all_rows"] == {"fitted": {"a": 2.0, "b": 2.0}, "registry": {"a": 1.0, "b": 1.0},
+                                    "fitted_on": {"a": 6, "b": 3}, "passes": 2, "converged": True}
     # x: a = 4 against 1/2, +700%; decode errors as fixed
     assert (folds["x"]["rows"], folds["x"]["ttft_median"], folds["x"]["tpot_median"]) == (2, 7.0, 0.2)
     # y: a = 1/2 against 4, -87.5%; b = 1 against 2, -50%
@@ -103,8 +109,71 @@ def test_constants_are_fitted_in_order_each_with_the_ones_before_at_their_fit():
         return {"ttft": values["a"] / row["best_a"] - 1, "decode": values["b"] / (2 * values["a"]) - 1}
 
     reaches_both = replace(B, reaches=lambda row: True)
-    values, fits = fit_all([0], RowErrors(rows, predict, (A, reaches_both)), (A, reaches_both))
-    assert values == {"a": 4.0, "b": 8.0} and fits["a"].rows == fits["b"].rows == 1
+    fitted = fit_all([0], RowErrors(rows, predict, (A, reaches_both)), (A, reaches_both))
+    assert fitted.values == {"a": 4.0, "b": 8.0} and fitted.fits["a"].rows == fitted.fits["b"].rows == 1
+    assert (fitted.passes, fitted.converged) == (2, True)  # the second pass moved neither
+
+
+def _coupled(target_a, target_b, start_a=1.0, start_b=1.0):
+    """A row informing a and one informing b, each right at a value set by the other constant's (on the grid
+    of powers of two); a and b start at `start_a` and `start_b`."""
+    rows = [{"source": "x", "best_a": "b"}, {"source": "x", "best_b": "a"}]
+
+    def predict(row, values):
+        return {"ttft": values["a"] / target_a(values["b"]) - 1, "decode": values["b"] / target_b(values["a"]) - 1}
+
+    a, b = replace(A, center=start_a, reaches=lambda row: True), replace(B, center=start_b, reaches=lambda row: True)
+    return fit_all([0, 1], RowErrors(rows, predict, (a, b)), (a, b))
+
+
+def test_the_fits_repeat_until_a_pass_moves_no_constant():
+    """a is right at 2 where b >= 2 (else 1), b at 2 where a >= 2 (else 4). From a = b = 1, one pass gives
+    a = 1, then b = 4; the next a = 2, b = 2; the third moves neither. From a = b = 4, one pass gives
+    2, 2 and the second moves neither: the same values from either start, where one pass gave two."""
+    def target_a(b):
+        return 2.0 if b >= 2 else 1.0
+
+    def target_b(a):
+        return 2.0 if a >= 2 else 4.0
+
+    from_one = _coupled(target_a, target_b)
+    assert (from_one.values, from_one.passes, from_one.converged) == ({"a": 2.0, "b": 2.0}, 3, True)
+    assert from_one.fits["a"].value == 2.0 and from_one.fits["a"].loss == 0.0
+    from_four = _coupled(target_a, target_b, 4.0, 4.0)
+    assert (from_four.values, from_four.passes, from_four.converged) == ({"a": 2.0, "b": 2.0}, 2, True)
+
+
+def test_fits_that_cycle_stop_and_say_so():
+    """a right at 4 / b and b right at a: from 1, 1 a pass gives 4, 4 and the next 1, 1 again."""
+    cycling = _coupled(lambda b: 4.0 / b, lambda a: a)
+    assert (cycling.values, cycling.passes, cycling.converged) == ({"a": 1.0, "b": 1.0}, 2, False)
+
+
+def test_a_fold_whose_fits_cycle_is_named():
+    from rich.console import Console
+
+    rows = [{"source": "x", "best_a": 1.0, "decode": 0.0}, {"source": "y", "best_a": "b", "best_b": "a"},
+            {"source": "y", "best_b": "a"}]
+
+    # named after two of the registry's constants, for the tables' units
+    a_name, b_name = "eager_host_per_kernel_s", "host_step_s"
+
+    def predict(row, values):  # y's rows cycle as in test_fits_that_cycle_stop_and_say_so
+        a, b = values[a_name], values[b_name]
+        return {"ttft": a / (4.0 / b) - 1, "decode": b / a - 1}
+
+    a = replace(A, name=a_name, informs=lambda row: row.get("best_a") == "b", reaches=lambda row: True)
+    b = replace(B, name=b_name, informs=lambda row: row["source"] == "y", reaches=lambda row: True)
+    document = cross_validate(RowErrors(rows, predict, (a, b)), (a, b))
+    folds = {fold["source"]: fold for fold in document["by_source"]}
+    assert (folds["x"]["passes"], folds["x"]["converged"]) == (2, False)
+    assert folds["y"]["converged"] and folds["y"]["from_registry"] == [a_name, b_name]
+    console = Console(record=True, width=200)
+    print_cross(console, document)
+    text = console.export_text()
+    assert "x left out: the fits did not settle in 2 passes (they cycle); its values are the last pass's" in text
+    assert "y left out" not in text
+    assert "On every row the fits did not settle in 2 passes" in text and "registry is not" not in text
 
 
 def test_a_flat_objective_keeps_the_middle_of_the_grid_and_no_row_keeps_the_start():
@@ -227,7 +296,8 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
     assert "lab_a" in out and "lab_b" in out and "registry" in out
     assert "cross-validated" in out and "in-sample" in out
     document = json.loads(written.read_text())
-    assert set(document) == {"rows", "sources", "cross", "in_sample", "by_source", "row_errors", "fitted_elsewhere"}
+    assert set(document) == {"rows", "sources", "cross", "in_sample", "all_rows", "by_source", "row_errors",
+                             "fitted_elsewhere"}
     assert (document["rows"], document["sources"]) == (2, 2)
     # the launch gap, fitted on the published batch-1 TTFT rows (another source), in every fold
     assert document["fitted_elsewhere"] == {"eager_kernel_launch_s": {
@@ -240,6 +310,7 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
     for fold, held_out in zip(document["by_source"], data["rows"]):
         assert fold["source"] == held_out["source"] and fold["rows"] == 1
         assert list(fold["fitted"]) == names and fold["fitted_on"] == {"host_step_s": 1}
+        assert fold["converged"] and fold["passes"] == 2  # host_step_s moved, then stayed
         assert fold["from_registry"] == ["eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s",
                                          "vllm_v0_host_window_s", "vllm_v0_host_step_s"]
         assert all(fold["fitted"][n] == lookup(n).value for n in fold["from_registry"])
@@ -249,6 +320,11 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
         out_of_fold.append(errors)
     # lab_b's TPOT is 25% slower than lab_a's: each fold's host step is fitted to the other source's
     assert document["by_source"][0]["fitted"]["host_step_s"] > document["by_source"][1]["fitted"]["host_step_s"]
+    # on both rows it is neither's, nor the registry's, and the table says so
+    every = document["all_rows"]
+    assert every["fitted_on"] == {"host_step_s": 2} and every["registry"]["host_step_s"] == lookup("host_step_s").value
+    assert every["fitted"]["host_step_s"] != every["registry"]["host_step_s"]
+    assert "The registry is not the fit on every row: host_step_s 761 us, fitted" in " ".join(out.split())
     assert document["cross"] == {"ttft_median": statistics.median(abs(e["ttft"]) for e in out_of_fold),
                                  "tpot_median": statistics.median(abs(e["decode"]) for e in out_of_fold)}
     assert document["row_errors"] == out_of_fold  # each row's, in the rows' order (the bands file's errors)

@@ -1,8 +1,10 @@
 """Leave-one-source-out cross-validation of the latency rows (`tokenpath validate --cross`).
 
-The latency group's in-sample medians score rows with constants that were set by hand on some of
-them. Here each source's rows are predicted with every constant of validate/fit.py refitted on the
-other sources' rows (all of them, calibration flags ignored: every row is predicted out of its fold).
+The latency group's in-sample medians score rows with the registry's constants, fitted on every row.
+Here each source's rows are predicted with every constant of validate/fit.py refitted on the other
+sources' rows (all of them, calibration flags ignored: every row is predicted out of its fold). Each
+fold's fits repeat until they settle (fit_all): one pass would fit each constant with those after it at
+the registry's values, fitted on every row, the held-out source's among them.
 A constant no other source's row informs keeps the registry's value, and the fold says so; one fitted
 on a published group of rows from another source (validate/groups.py) holds its fitted value in every
 fold. The headline is the median |error| over every row's out-of-fold prediction; beside it the
@@ -34,6 +36,8 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
     ({name: (group, its Fit)}, validate/groups.fit_group_constants), which the document records."""
     rows = errors.rows
     sources = list(dict.fromkeys(row["source"] for row in rows))
+    # Fitted first, on every row: the values the registry should hold (its simulations start each fold's)
+    every = fit_all(range(len(rows)), errors, procedures)
     out_of_fold: list[dict[str, float]] = []
     row_errors: list[dict[str, float]] = [{} for _ in rows]
     by_source = []
@@ -42,19 +46,24 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
             on_fold(done, source)
         held_out = [k for k, row in enumerate(rows) if row["source"] == source]
         train = [k for k, row in enumerate(rows) if row["source"] != source]
-        values, fits = fit_all(train, errors, procedures)
+        fitted = fit_all(train, errors, procedures)
+        values, fits = fitted.values, fitted.fits
         predicted = errors.get([(k, values) for k in held_out])
         out_of_fold += predicted
         for k, errors_k in zip(held_out, predicted):
             row_errors[k] = errors_k
         by_source.append({"source": source, "rows": len(held_out), **_medians(predicted), "fitted": values,
                           "fitted_on": {name: fit.rows for name, fit in fits.items() if fit is not None},
-                          "from_registry": [name for name, fit in fits.items() if fit is None]})
+                          "from_registry": [name for name, fit in fits.items() if fit is None],
+                          "passes": fitted.passes, "converged": fitted.converged})
     registry = {p.name: p.start() for p in procedures}
+    all_rows = {"fitted": every.values, "registry": registry,
+                "fitted_on": {name: fit.rows for name, fit in every.fits.items() if fit is not None},
+                "passes": every.passes, "converged": every.converged}
     scored = [k for k, row in enumerate(rows) if not row.get("calibration")]
     in_sample = errors.get([(k, registry) for k in scored])
     return {"rows": len(rows), "sources": len(sources), "cross": _medians(out_of_fold),
-            "in_sample": {**_medians(in_sample), "rows": len(scored)}, "by_source": by_source,
+            "in_sample": {**_medians(in_sample), "rows": len(scored)}, "all_rows": all_rows, "by_source": by_source,
             "row_errors": row_errors,
             "fitted_elsewhere": {name: {"value": fitted.value, "group": group, "rows": fitted.rows}
                                  for name, (group, fitted) in (elsewhere or {}).items()}}
@@ -92,15 +101,29 @@ def print_cross(console: Any, document: dict[str, Any]) -> None:
     for fold in document["by_source"]:
         table.add_row(fold["source"], str(fold["rows"]), f"{fold['ttft_median']:.1%}", f"{fold['tpot_median']:.1%}")
     console.print(table)
-    names = list(document["by_source"][0]["fitted"]) if document["by_source"] else []
-    values = Table(title="The values used: each fitted on the other sources' rows it informs (registry: none does)",
-                   title_justify="left")
+    names = list(document["all_rows"]["fitted"])
+    values = Table(title="The values used: each fitted on the other sources' rows it informs (registry: none does), "
+                         "and on every row", title_justify="left")
     values.add_column("source left out", no_wrap=True)
     for name in names:
         values.add_column(_header(name), justify="right")
     for fold in document["by_source"]:
         values.add_row(fold["source"], *(_value_cell(fold, name) for name in names))
+    every = document["all_rows"]
+    values.add_row("none (every row)", *(_value_cell(every, name) for name in names), style="bold")
     console.print(values)
+    moved = [name for name in names if every["fitted"][name] != every["registry"][name]]
+    if moved:
+        console.print("The registry is not the fit on every row: " + "; ".join(
+            f"{name} {format_value(name, every['registry'][name])}, fitted {format_value(name, every['fitted'][name])}"
+            for name in moved) + " (config/assumptions.py holds the registry)", highlight=False)
+    if not every["converged"]:
+        console.print(f"On every row the fits did not settle in {every['passes']} passes (they cycle); the values "
+                      "are the last pass's", highlight=False)
+    for fold in document["by_source"]:
+        if not fold["converged"]:
+            console.print(f"{fold['source']} left out: the fits did not settle in {fold['passes']} passes (they "
+                          "cycle); its values are the last pass's", highlight=False)
     for name, fitted in document["fitted_elsewhere"].items():
         console.print(f"{name}: {format_value(name, fitted['value'])} in every fold, fitted on the "
                       f"{fitted['rows']} rows of the published group {fitted['group']}, a source no latency row "

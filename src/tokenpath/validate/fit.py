@@ -13,15 +13,19 @@ the middle one wins. The grid is fixed, so folds share simulations: `RowErrors` 
 per distinct values of the constants that reach it.
 
 Constants interact (an SGLang row's TTFT moves with both host costs), so they are fitted one after
-another in PROCEDURES' order, each with those before it at their fitted values and those after at the
-registry's: first the eager host time per kernel (the SGLang and vLLM V0 rows' TTFT; of them only
+another in PROCEDURES' order, each with those before it at their fitted values and those after at their
+values from the pass before, in passes repeated until one moves none (fit_all; the shipped rows' folds
+settle in one to three). One pass alone would fit each constant against the registry's values of those
+after it, which are fitted on every row, a held-out source's too: one grid step in vLLM V0's two moved
+one fold's TTFT median from 11% to 21% (the eager host time's comment in PROCEDURES). The order: first
+the eager host time per kernel (the SGLang and vLLM V0 rows' TTFT; of them only
 SGLang v0.3's four, run without overlap, also pay host_step_s in their path), then TensorRT-LLM's PyTorch
 backend's (its rows' TTFT; no row pays both), then host_step_s, then
 vLLM V0's two host parts (its rows also pay the eager host time): its part per scheduler call on the V0
 rows run one step at a time, which pay both parts every step (given the part every step, it sets their
 sum), then its part every step on the rows run in multi-step windows, which pay the other once a window,
-given it. Fitted first, the eager host time does not depend on a fold's other values, so every fold
-shares its simulations.
+given it. In the first pass the eager host time does not depend on a fold's other values, so every
+fold shares those simulations.
 
 GROUP_PROCEDURES are fitted the same way on a group of the published rows (validate/groups.py), from a
 source none of the latency rows shares: the launch gap of an eager step, on TensorRT-LLM's batch-1 TTFTs.
@@ -53,6 +57,8 @@ Predict = Callable[[Row, Mapping[str, float]], Errors]
 GRID_STEP = 1.15
 # Scores closer than this are a tie (a median that did not move).
 TIE = 1e-12
+# Passes of fit_all over every procedure before it gives up on settling (the shipped rows settle in 2-3).
+MAX_PASSES = 10
 
 
 def median_abs_error(errors: Sequence[float]) -> float:
@@ -257,6 +263,18 @@ class Fit:
     loss: float       # the procedure's loss at the value
 
 
+@dataclass(frozen=True)
+class FitAll:
+    """Every procedure's constant fitted on some rows (fit_all): the values used (the registry's where no
+    row informs one), each one's Fit of the last pass (None where no row informs it), the passes made,
+    and whether the last one left every value where it was."""
+
+    values: dict[str, float]
+    fits: dict[str, Fit | None]
+    passes: int
+    converged: bool
+
+
 def _best(scores: Mapping[int, float]) -> int:
     """The grid index of the lowest score; the middle one of those that tie."""
     low = min(scores.values())
@@ -278,14 +296,23 @@ def fit(procedure: Procedure, train: Sequence[int], values: Mapping[str, float],
     return Fit(procedure.name, grid[best], len(informing), scores[best])
 
 
-def fit_all(train: Sequence[int], errors: RowErrors,
-            procedures: Sequence[Procedure] = PROCEDURES) -> tuple[dict[str, float], dict[str, Fit | None]]:
-    """Every procedure's constant fitted on `train`, in order: ({name: value used}, {name: its Fit, or None
-    where no row of `train` informs it and the registry's value stays})."""
+def fit_all(train: Sequence[int], errors: RowErrors, procedures: Sequence[Procedure] = PROCEDURES) -> FitAll:
+    """Every procedure's constant fitted on `train`: a pass fits each in order, the ones before it at their
+    fits and the ones after at their values from the pass before (the registry's, first); passes repeat
+    until one leaves every value where it was, at most MAX_PASSES (the module's docstring says why)."""
     values = {p.name: p.start() for p in procedures}
-    fits: dict[str, Fit | None] = {}
-    for procedure in procedures:
-        fits[procedure.name] = fit(procedure, train, values, errors)
-        if fits[procedure.name] is not None:
-            values[procedure.name] = fits[procedure.name].value
-    return values, fits
+    seen = {tuple(values.values())}
+    for passes in range(1, MAX_PASSES + 1):
+        before = dict(values)
+        fits: dict[str, Fit | None] = {}
+        for procedure in procedures:
+            fits[procedure.name] = fit(procedure, train, values, errors)
+            if fits[procedure.name] is not None:
+                values[procedure.name] = fits[procedure.name].value
+        if values == before:
+            return FitAll(values, fits, passes, converged=True)
+        state = tuple(values.values())
+        if state in seen:  # a cycle: no pass will settle
+            break
+        seen.add(state)
+    return FitAll(values, fits, passes, converged=False)
