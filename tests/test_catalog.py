@@ -70,7 +70,7 @@ def test_chip_strings_are_parsed_to_si():
     assert h200.peak_flops == {"bf16": 989e12, "fp8": 1979e12}
 
 
-def test_matmul_efficiency_is_measured_over_peak_or_the_default():
+def test_matmul_efficiency_is_measured_over_peak_or_the_chips_own_or_the_default():
     from tokenpath.compute.efficiency import DEFAULT_MATMUL_EFFICIENCY, SERVING_GEMM_FRACTION
 
     h100 = load_chip("h100")
@@ -78,9 +78,37 @@ def test_matmul_efficiency_is_measured_over_peak_or_the_default():
     assert h100.matmul_efficiency["fp8"] == pytest.approx(1402.6 / 1979 * SERVING_GEMM_FRACTION)
     # The H200 runs the H100's compute die: its bf16 figure, from AIConfigurator's tables, is within 2%.
     assert load_chip("h200").matmul_efficiency["bf16"] == pytest.approx(808 / 989 * SERVING_GEMM_FRACTION)
-    # The B200's fp4, from AIConfigurator's nvfp4 tables; a precision no source measures takes the default.
+    # The B200's fp4, from AIConfigurator's nvfp4 tables.
     assert load_chip("b200").matmul_efficiency["fp4"] == pytest.approx(4435 / 9000 * SERVING_GEMM_FRACTION)
-    assert load_chip("mi325x").matmul_efficiency["fp8"] == DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION
+    # A precision no source measures runs at the chip's own measured efficiency: the MI300X's and MI325X's
+    # fp8 at their bf16 MAMF's share of the peak (0.51 and 0.60, not the catalog's 0.7); a chip measured at
+    # no precision takes the default.
+    for chip, bf16_tflops in (("mi300x", 668.4), ("mi325x", 784.9)):
+        spec = load_chip(chip)
+        assert spec.matmul_efficiency["fp8"] == pytest.approx(spec.matmul_efficiency["bf16"])
+        assert spec.matmul_efficiency["fp8"] == pytest.approx(bf16_tflops / spec.peak_flops["bf16"] * 1e12
+                                                              * SERVING_GEMM_FRACTION)
+    gaudi3 = load_chip("gaudi3")
+    assert gaudi3.matmul_efficiency == {"bf16": DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION,
+                                        "fp8": DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION}
+
+
+@pytest.mark.parametrize(("rates", "message"), [
+    ({"bf16": 668.4, "fp4": 1000.0}, "measured_matmul_tflops.fp4: the chip has no fp4 peak_tflops; give rates for "
+                                     "its peak precisions (bf16, fp8)"),
+    ({"bf16": 1400.0}, "measured_matmul_tflops.bf16: must be positive and at most the peak (1307.4)"),
+])
+def test_a_measured_matmul_rate_the_chip_cannot_run_is_a_one_line_error(monkeypatch, rates, message):
+    real_lookup = catalog.lookup
+
+    def lookup(filename, name, kind, list_command):
+        canonical, table = real_lookup(filename, name, kind, list_command)
+        return canonical, {**table, "measured_matmul_tflops": rates}
+
+    monkeypatch.setattr(catalog, "lookup", lookup)
+    with pytest.raises(UserError) as error:
+        load_chip("mi300x")
+    assert str(error.value) == f"catalog chips.toml [mi300x] {message}"
 
 
 def test_hbm_efficiency_is_the_measured_stream_bandwidth_over_peak_or_the_default():

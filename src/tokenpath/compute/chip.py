@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass
 
 from tokenpath import catalog
@@ -111,17 +112,20 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
     if _FALLBACK_PRECISION not in peak_flops:
         raise UserError(f"{where} peak_tflops: needs a {_FALLBACK_PRECISION} entry")
     measured = _tflops(table.get("measured_matmul_tflops", {}), f"{where} measured_matmul_tflops")
-    matmul_efficiency = {}
+    for precision, rate in measured.items():
+        if precision not in peak_flops:
+            raise UserError(f"{where} measured_matmul_tflops.{precision}: the chip has no {precision} peak_tflops; "
+                            f"give rates for its peak precisions ({', '.join(peak_flops)})")
+        if not 0 < rate <= peak_flops[precision]:
+            raise UserError(f"{where} measured_matmul_tflops.{precision}: must be positive and at most "
+                            f"the peak ({peak_flops[precision] / 1e12:g})")
+    # A precision no source measures on this chip runs at the efficiency measured at its others (the
+    # median), the chip's own evidence before other chips'; a chip measured at none, at the default.
+    own = [rate / peak_flops[precision] for precision, rate in measured.items()]
+    unmeasured = statistics.median(own) if own else assumptions.value("default_matmul_efficiency")
     gemm_fraction = assumptions.value("serving_gemm_fraction")
-    default_efficiency = assumptions.value("default_matmul_efficiency")
-    for precision, peak in peak_flops.items():
-        if precision in measured:
-            if not 0 < measured[precision] <= peak:
-                raise UserError(f"{where} measured_matmul_tflops.{precision}: must be positive and at most "
-                                f"the peak ({peak / 1e12:g})")
-            matmul_efficiency[precision] = measured[precision] / peak * gemm_fraction
-        else:
-            matmul_efficiency[precision] = default_efficiency * gemm_fraction
+    matmul_efficiency = {p: gemm_fraction * (measured[p] / peak if p in measured else unmeasured)
+                         for p, peak in peak_flops.items()}
     measured_scaleup = table.get("measured_scaleup_bw")
     hbm_bw_Bps = parse_bandwidth_Bps(table["hbm_bw"], f"{where} hbm_bw")
     hbm_bw_efficiency = assumptions.value("hbm_bw_efficiency")

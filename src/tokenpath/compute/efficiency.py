@@ -12,9 +12,10 @@ and guard); each is bound here to a constant of its own, under its full reasonin
 from tokenpath.config.assumptions import default
 
 DEFAULT_MATMUL_EFFICIENCY = default("default_matmul_efficiency")
-"""Fraction of peak tensor FLOP/s a large GEMM reaches, for a chip and precision without a published
-measured rate. 0.7 is about the median of the measured/peak ratios catalog/chips.toml does publish
-(0.51 for MI300X bf16 to 0.80 for H100 bf16)."""
+"""Fraction of peak tensor FLOP/s a large GEMM reaches, for a chip without a published measured rate
+at any precision (one measured at some runs the others at its own measured fraction: compute/chip.py).
+0.7 is about the median of the measured/peak ratios catalog/chips.toml does publish (0.51 for MI300X
+bf16 to 0.87 for A100 bf16)."""
 
 SERVING_GEMM_FRACTION = default("serving_gemm_fraction")
 """Fraction of a chip's large-GEMM ceiling (the measured MAMF rate, or the default above) that the

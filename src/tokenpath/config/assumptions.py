@@ -59,7 +59,7 @@ _SEARCH, _SEARCH_TESTS = "tokenpath.compute.vector_search", "tests/test_retrieva
 REGISTRY: tuple[Assumption, ...] = (
     # -- compute: a step's kernels ----------------------------------------------------------------------
     Assumption("default_matmul_efficiency", 0.7, _EFF, "DEFAULT_MATMUL_EFFICIENCY", "1",
-               "median measured/peak GEMM ratio of catalog/chips.toml, for chips without a measured rate",
+               "median measured/peak GEMM ratio of catalog/chips.toml, for chips measured at no precision",
                "tests/test_catalog.py; validate trtllm_offline (H200, B200 rows)"),
     Assumption("serving_gemm_fraction", 0.8, _EFF, "SERVING_GEMM_FRACTION", "1",
                "fitted with gemm_overlap_norm on the H100 rows of TensorRT-LLM offline throughput",
