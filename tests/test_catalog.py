@@ -93,19 +93,24 @@ def test_matmul_efficiency_is_measured_over_peak_or_the_chips_own_or_the_default
                                         "fp8": DEFAULT_MATMUL_EFFICIENCY * SERVING_GEMM_FRACTION}
 
 
+def _catalog_entries_with(monkeypatch, **keys):
+    """Every catalog entry read with `keys` set in it."""
+    real_lookup = catalog.lookup
+
+    def lookup(filename, name, kind, list_command):
+        canonical, table = real_lookup(filename, name, kind, list_command)
+        return canonical, {**table, **keys}
+
+    monkeypatch.setattr(catalog, "lookup", lookup)
+
+
 @pytest.mark.parametrize(("rates", "message"), [
     ({"bf16": 668.4, "fp4": 1000.0}, "measured_matmul_tflops.fp4: the chip has no fp4 peak_tflops; give rates for "
                                      "its peak precisions (bf16, fp8)"),
     ({"bf16": 1400.0}, "measured_matmul_tflops.bf16: must be positive and at most the peak (1307.4)"),
 ])
 def test_a_measured_matmul_rate_the_chip_cannot_run_is_a_one_line_error(monkeypatch, rates, message):
-    real_lookup = catalog.lookup
-
-    def lookup(filename, name, kind, list_command):
-        canonical, table = real_lookup(filename, name, kind, list_command)
-        return canonical, {**table, "measured_matmul_tflops": rates}
-
-    monkeypatch.setattr(catalog, "lookup", lookup)
+    _catalog_entries_with(monkeypatch, measured_matmul_tflops=rates)
     with pytest.raises(UserError) as error:
         load_chip("mi300x")
     assert str(error.value) == f"catalog chips.toml [mi300x] {message}"
@@ -159,13 +164,7 @@ def test_an_hbm_efficiency_override_replaces_the_measured_one_too():
 
 @pytest.mark.parametrize("value", ["2.5 TB/s", "0 TB/s"])
 def test_a_measured_stream_bandwidth_beyond_the_peak_is_a_one_line_error(monkeypatch, value):
-    real_lookup = catalog.lookup
-
-    def lookup(filename, name, kind, list_command):
-        canonical, table = real_lookup(filename, name, kind, list_command)
-        return canonical, {**table, "measured_stream_bw": value}
-
-    monkeypatch.setattr(catalog, "lookup", lookup)
+    _catalog_entries_with(monkeypatch, measured_stream_bw=value)
     with pytest.raises(UserError) as error:
         load_chip("a100")
     assert str(error.value) == ("catalog chips.toml [a100] measured_stream_bw: must be positive and at most "
