@@ -31,12 +31,13 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
                    elsewhere: Mapping[str, tuple[str, Fit]] | None = None) -> dict[str, Any]:
     """The cross-validation of `errors.rows` (each row's errors under given values, cached): the
     document `validate --cross --json` writes, errors as fractions (`row_errors`: each row's out of its
-    fold, in the rows' order). `on_fold(folds done, source)` is called as each fold starts. `elsewhere`:
+    fold, in the rows' order; `all_rows`: the constants fitted on every row, beside the registry's).
+    `on_fold(folds done, source)` is called as each fold starts. `elsewhere`:
     the constants `errors`' predictor holds at values fitted on published groups no latency row shares
     ({name: (group, its Fit)}, validate/groups.fit_group_constants), which the document records."""
     rows = errors.rows
     sources = list(dict.fromkeys(row["source"] for row in rows))
-    # Fitted first, on every row: the values the registry should hold (its simulations start each fold's)
+    # On every row first: the values the registry holds (the folds' first passes reuse its simulations)
     every = fit_all(range(len(rows)), errors, procedures)
     out_of_fold: list[dict[str, float]] = []
     row_errors: list[dict[str, float]] = [{} for _ in rows]

@@ -57,7 +57,7 @@ Predict = Callable[[Row, Mapping[str, float]], Errors]
 GRID_STEP = 1.15
 # Scores closer than this are a tie (a median that did not move).
 TIE = 1e-12
-# Passes of fit_all over every procedure before it gives up on settling (the shipped rows settle in 2-3).
+# Passes of fit_all over every procedure before it gives up on settling (the shipped rows' folds take 1-3).
 MAX_PASSES = 10
 
 
