@@ -10,7 +10,7 @@ import pytest
 import tomli_w
 
 from cli_helpers import assert_user_error, run_cli
-from tokenpath.config.assumptions import lookup
+from tokenpath.config.assumptions import format_value, lookup
 from tokenpath.config.errors import UserError
 from tokenpath.sim.forked import available_cpus
 from tokenpath.validate.cross import cross_validate, print_cross
@@ -173,7 +173,7 @@ def test_a_fold_whose_fits_cycle_is_named():
     text = console.export_text()
     assert "x left out: the fits did not settle in 2 passes (they cycle); its values are the last pass's" in text
     assert "y left out" not in text
-    assert "On every row the fits did not settle in 2 passes" in text and "registry is not" not in text
+    assert "On every row the fits did not settle in 2 passes" in text and "differ from the registry" not in text
 
 
 def test_a_flat_objective_keeps_the_middle_of_the_grid_and_no_row_keeps_the_start():
@@ -324,7 +324,9 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
     every = document["all_rows"]
     assert every["fitted_on"] == {"host_step_s": 2} and every["registry"]["host_step_s"] == lookup("host_step_s").value
     assert every["fitted"]["host_step_s"] != every["registry"]["host_step_s"]
-    assert "The registry is not the fit on every row: host_step_s 761 us, fitted" in " ".join(out.split())
+    fitted = format_value("host_step_s", every["fitted"]["host_step_s"])
+    assert (f"Fitted on every row, these differ from the registry: host_step_s {fitted} (registry 761 us); "
+            "config/assumptions.py holds the registry") in " ".join(out.split())
     assert document["cross"] == {"ttft_median": statistics.median(abs(e["ttft"]) for e in out_of_fold),
                                  "tpot_median": statistics.median(abs(e["decode"]) for e in out_of_fold)}
     assert document["row_errors"] == out_of_fold  # each row's, in the rows' order (the bands file's errors)

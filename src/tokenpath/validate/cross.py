@@ -113,11 +113,12 @@ def print_cross(console: Any, document: dict[str, Any]) -> None:
     every = document["all_rows"]
     values.add_row("none (every row)", *(_value_cell(every, name) for name in names), style="bold")
     console.print(values)
-    moved = [name for name in names if every["fitted"][name] != every["registry"][name]]
+    fitted, registry = every["fitted"], every["registry"]
+    moved = [name for name in names if fitted[name] != registry[name]]
     if moved:
-        console.print("The registry is not the fit on every row: " + "; ".join(
-            f"{name} {format_value(name, every['registry'][name])}, fitted {format_value(name, every['fitted'][name])}"
-            for name in moved) + " (config/assumptions.py holds the registry)", highlight=False)
+        console.print("Fitted on every row, these differ from the registry: " + "; ".join(
+            f"{name} {format_value(name, fitted[name])} (registry {format_value(name, registry[name])})"
+            for name in moved) + "; config/assumptions.py holds the registry", highlight=False)
     if not every["converged"]:
         console.print(f"On every row the fits did not settle in {every['passes']} passes (they cycle); the values "
                       "are the last pass's", highlight=False)
