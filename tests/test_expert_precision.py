@@ -5,7 +5,6 @@ import pytest
 
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
-from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.errors import UserError
 from tokenpath.launch.plan import make_plan
@@ -23,7 +22,7 @@ def test_only_the_routed_experts_take_the_expert_precision():
     mixed = _resident(ComputeModel(model, chip, 1, "bf16", "bf16", expert_precision="fp4"))
     plain = _resident(ComputeModel(model, chip, 1, "bf16", "bf16"))
     assert mixed["moe_experts"] == uniform["moe_experts"]  # the experts as fp4 weights
-    fp4_over_bf16 = PRECISION_BYTES["fp4"] / PRECISION_BYTES["bf16"]
+    fp4_over_bf16 = (0.5 + 1 / 32) / 2.0  # the checkpoint's MXFP4: a one-byte scale per 32 weights
     assert mixed["moe_experts"] == pytest.approx(plain["moe_experts"] * fp4_over_bf16)
     for name in ("qkv_proj", "o_proj"):  # the attention as bf16 weights
         assert mixed[name] == plain[name] == pytest.approx(uniform[name] / fp4_over_bf16)

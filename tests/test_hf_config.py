@@ -62,6 +62,8 @@ GPT_OSS_120B = {  # openai/gpt-oss-120b
     "max_position_embeddings": 131072, "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 36,
     "num_key_value_heads": 8, "num_local_experts": 128, "sliding_window": 128, "tie_word_embeddings": False,
     "vocab_size": 201088,
+    "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                       "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
 }
 MISTRAL_7B_V01 = {  # mistralai/Mistral-7B-v0.1
     "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
@@ -200,6 +202,18 @@ FP8_BLOCKS = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp
 def test_fp8_weights_scaled_per_block_are_read_from_the_quantization_config(tmp_path, quantization, block_scaled):
     config = {**DEEPSEEK_V2_LITE, **({"quantization_config": quantization} if quantization else {})}
     assert read(tmp_path, config).fp8_block_scaled is block_scaled
+
+
+@pytest.mark.parametrize(("quantization", "fp4_format"), [
+    ({"quant_method": "mxfp4"}, "mxfp4"),                                   # gpt-oss
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "nvfp4"),         # NVIDIA's FP4 checkpoints
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, ""),
+    (FP8_BLOCKS, ""),
+    (None, ""),
+])
+def test_an_fp4_checkpoints_format_is_read_from_the_quantization_config(tmp_path, quantization, fp4_format):
+    config = {**DEEPSEEK_V2_LITE, **({"quantization_config": quantization} if quantization else {})}
+    assert read(tmp_path, config).fp4_format == fp4_format
 
 
 @pytest.mark.parametrize("block", [[128], [0, 128], "128x128", [128.0, 128], [True, 128]])

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass
 
 from tokenpath import catalog
-from tokenpath.compute.precision import PRECISION_BYTES
+from tokenpath.compute.precision import FP4_SCALE_BLOCKS, PRECISION_BYTES
 from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import parse_bandwidth_Bps, parse_bytes, parse_duration_s
@@ -29,7 +29,9 @@ class ChipSpec:
     weight-only quantization (weights stored at that precision, multiplied at bf16).
     `scaleup_domain` is how many chips one scale-up fabric joins (an NVLink domain), `scaleup` that
     fabric's table without its size, `nic_bw_Bps` each chip's scale-out NIC (0.0: none in the
-    catalog). `generation` is the architecture the vendor names (Ampere, Hopper, CDNA3, ...)."""
+    catalog). `generation` is the architecture the vendor names (Ampere, Hopper, CDNA3, ...).
+    `fp4_format` is the block-scaled fp4 format its engines store fp4 weights in where the checkpoint
+    does not choose (precision.FP4_SCALE_BLOCKS): NVIDIA's NVFP4, AMD's MXFP4."""
 
     name: str
     peak_flops: dict[str, float]
@@ -47,6 +49,7 @@ class ChipSpec:
     scaleup: dict = dataclasses.field(default_factory=lambda: {"kind": "switch"})
     nic_bw_Bps: float = 0.0
     generation: str = ""
+    fp4_format: str = "nvfp4"
     # The registry assumptions whose values above are this chip's catalog measurements (an override of
     # one replaces its measurement, and it is not listed).
     measured: tuple[str, ...] = ()
@@ -89,7 +92,7 @@ class ChipSpec:
 
 _REQUIRED = ("source", "generation", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
 _OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "measured_stream_bw",
-             "measured_gemm_fixed", "host_link", "weight_only", "scaleup", "nic_bw")
+             "measured_gemm_fixed", "host_link", "weight_only", "scaleup", "nic_bw", "fp4_format")
 
 
 def list_chips() -> list[str]:
@@ -146,6 +149,9 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
     if not isinstance(weight_only, list) or any(p not in PRECISION_BYTES or p in peak_flops for p in weight_only):
         raise UserError(f"{where} weight_only: list precisions it has no peak_tflops for, from "
                         f"{', '.join(PRECISION_BYTES)}; got {weight_only!r}")
+    fp4_format = table.get("fp4_format", "nvfp4")
+    if fp4_format not in FP4_SCALE_BLOCKS:
+        raise UserError(f"{where} fp4_format: one of {', '.join(FP4_SCALE_BLOCKS)}; got {fp4_format!r}")
     domain = table["scaleup_domain"]
     if isinstance(domain, bool) or not isinstance(domain, int) or domain < 1:
         raise UserError(f"{where} scaleup_domain: the chips one scale-up fabric joins, a whole number >= 1; "
@@ -173,6 +179,7 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
         scaleup=scaleup,
         nic_bw_Bps=parse_bandwidth_Bps(table["nic_bw"], f"{where} nic_bw") if "nic_bw" in table else 0.0,
         generation=str(table["generation"]),
+        fp4_format=fp4_format,
         measured=tuple(measured_here),
     )
 

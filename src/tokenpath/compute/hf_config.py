@@ -167,6 +167,7 @@ def read_hf_config(path: Path) -> ModelSpec:
         sliding_window=window,
         sliding_layers=sliding_layers,
         fp8_block_scaled=_fp8_block_scaled(config),
+        fp4_format=_fp4_format(config),
         **_mlp(config, layers),
         **mla,
     )
@@ -190,6 +191,19 @@ def _fp8_block_scaled(config: _Config) -> bool:
         raise config.error(f"quantization_config.weight_block_size must be two positive whole numbers "
                            f"(rows, columns), got {block!r}")
     return True
+
+
+def _fp4_format(config: _Config) -> str:
+    """The block-scaled fp4 format of the checkpoint's weights, if any: quantization_config's quant_method
+    "mxfp4" (gpt-oss), or "modelopt" with quant_algo "NVFP4" (NVIDIA's checkpoints); else ""."""
+    quantization = config.table.get("quantization_config")
+    if not isinstance(quantization, dict):
+        return ""
+    if quantization.get("quant_method") == "mxfp4":
+        return "mxfp4"
+    if quantization.get("quant_method") == "modelopt" and quantization.get("quant_algo") == "NVFP4":
+        return "nvfp4"
+    return ""
 
 
 def _refuse_unmodelled(config: _Config) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from tokenpath.compute.precision import FP4_SCALE_BLOCKS
 from tokenpath.config.errors import UserError, quoted
 
 # Every dimension of a model fits a signed 32-bit int, as in Hugging Face configs; the largest real
@@ -26,7 +27,10 @@ class ModelSpec:
     `sliding_layers` of the layers attend only the last `sliding_window` positions.
     `fp8_block_scaled`: its fp8 checkpoint scales weights per block (`weight_block_size` in the
     config's quantization_config, DeepSeek-V3's 128 x 128), which slows its routed experts' grouped
-    GEMMs (efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING) when it runs in fp8. Biases are not modelled.
+    GEMMs (efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING) when it runs in fp8. `fp4_format`: the
+    block-scaled format of its own fp4 checkpoint (gpt-oss's MXFP4: quantization_config's quant_method),
+    whose scales its fp4 weights carry on any chip; empty where it ships none, and the chip's format
+    applies (ChipSpec.fp4_format). Biases are not modelled.
     """
 
     name: str
@@ -52,6 +56,7 @@ class ModelSpec:
     sliding_window: int = 0
     sliding_layers: int = 0
     fp8_block_scaled: bool = False
+    fp4_format: str = ""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -63,6 +68,9 @@ class ModelSpec:
         for name in ("tie_word_embeddings", "fp8_block_scaled"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"model {self.name}: {name} must be true or false, got {getattr(self, name)!r}")
+        if self.fp4_format and self.fp4_format not in FP4_SCALE_BLOCKS:
+            raise UserError(f"model {self.name}: fp4_format must be one of {', '.join(FP4_SCALE_BLOCKS)}, "
+                            f"got {quoted(self.fp4_format)}")
         for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
                      "max_context"):
             if getattr(self, name) == 0:

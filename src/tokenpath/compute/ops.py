@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.efficiency import ATTENTION_PRECISION, EMBEDDING_PRECISION
 from tokenpath.compute.model_spec import ModelSpec
-from tokenpath.compute.precision import PRECISION_BYTES
+from tokenpath.compute.precision import FP4_SCALE_BLOCKS, PRECISION_BYTES, stored_bytes
 from tokenpath.config.assumptions import DEFAULTS, Assumptions, default
 
 LOGIT_BYTES = default("logit_bytes")
@@ -122,8 +122,13 @@ class _Sharding:
         return self.assumptions.value("activation_bytes")
 
     @property
+    def fp4_scale_block(self) -> int:
+        """Weights per scale of the fp4 format in use: the checkpoint's own, else the chip's."""
+        return FP4_SCALE_BLOCKS[self.model.fp4_format or self.chip.fp4_format]
+
+    @property
     def weight_bytes(self) -> float:
-        return PRECISION_BYTES[self.weight_precision]
+        return stored_bytes(self.weight_precision, self.fp4_scale_block)
 
     @property
     def embed_bytes(self) -> float:
@@ -342,18 +347,18 @@ def _moe(s: _Sharding) -> list[LinearOp]:
     # out h.
     width = model.moe_intermediate_size if replicas > 1 else inter
     precision = s.expert_precision
-    weight_bytes = PRECISION_BYTES[precision]
+    expert_bytes = stored_bytes(precision, s.fp4_scale_block)
     # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.
     block_scaled = model.fp8_block_scaled and s.chip.compute_precision(precision) == "fp8"
     ops.append(LinearOp(
         "moe_experts", s.chip.effective_flops(precision) * expert_gemm_fraction(width, block_scaled, s.assumptions),
         flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
         bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * s.act * moe_layers,
-        bytes_per_expert=expert_params * weight_bytes * moe_layers / replicas,
-        resident_bytes=model.num_experts * expert_params * weight_bytes * moe_layers / replicas,
+        bytes_per_expert=expert_params * expert_bytes * moe_layers / replicas,
+        resident_bytes=model.num_experts * expert_params * expert_bytes * moe_layers / replicas,
         # Align and permute the copies, grouped gate_up, activation, grouped down, combine; and
         # the two inputs' quantization.
-        kernels=(5 + 2 * (weight_bytes < 2)) * moe_layers,
+        kernels=(5 + 2 * (expert_bytes < 2)) * moe_layers,
         gemm=True,
     ))
     if model.shared_intermediate_size:

@@ -1,0 +1,59 @@
+"""Block-scaled fp4 weights carry their scales: NVFP4's one byte per 16 weights, MXFP4's one per 32, in
+the weights a chip holds (and so its KV cache's room) and in the bytes a step streams."""
+
+import pytest
+
+from tokenpath.compute.chip import load_chip
+from tokenpath.compute.model import load_model
+from tokenpath.compute.precision import stored_bytes
+from tokenpath.compute.roofline import ComputeModel
+from tokenpath.config.errors import UserError
+from tests.test_catalog import _catalog_entries_with
+
+
+@pytest.mark.parametrize(("precision", "block", "expected"), [
+    ("fp4", 16, 0.5625), ("fp4", 32, 0.53125), ("fp8", 16, 1.0), ("bf16", 32, 2.0), ("fp16", 16, 2.0)])
+def test_stored_bytes_add_a_one_byte_scale_per_block_to_fp4_only(precision, block, expected):
+    assert stored_bytes(precision, block) == expected
+
+
+def _weights(model: str, chip: str, precision: str, **kwargs) -> dict[str, float]:
+    compute = ComputeModel(load_model(model), load_chip(chip), 1, precision, "bf16", **kwargs)
+    return {op.name: op.resident_bytes for op in compute.ops}
+
+
+def test_fp4_weights_take_the_chips_own_format_where_the_checkpoint_names_none():
+    bf16 = _weights("llama-3.1-8b", "b200", "bf16")
+    nvfp4 = _weights("llama-3.1-8b", "b200", "fp4")           # NVIDIA: NVFP4
+    mxfp4 = _weights("llama-3.1-8b", "mi300x", "fp4")         # AMD: MXFP4 (weight-only there)
+    for name in ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"):
+        assert nvfp4[name] == pytest.approx(bf16[name] * 0.5625 / 2)
+        assert mxfp4[name] == pytest.approx(bf16[name] * 0.53125 / 2)
+
+
+def test_a_checkpoints_own_format_holds_on_every_chip():
+    bf16 = _weights("gpt-oss-120b", "b200", "bf16")
+    for chip in ("b200", "h100", "mi300x"):  # gpt-oss ships MXFP4 experts, which NVIDIA chips run as they are
+        experts = _weights("gpt-oss-120b", chip, "bf16", expert_precision="fp4")["moe_experts"]
+        assert experts == pytest.approx(bf16["moe_experts"] * 0.53125 / 2)
+
+
+def test_gpt_oss_120b_on_one_h100_holds_its_checkpoints_bytes_and_the_kv_cache_what_is_left():
+    """The checkpoint: 36 layers of 128 experts of 3 x 2880 x 2880 MXFP4 weights (60.9 GB with their
+    scales), beside bf16 attention (qkv 2880 x 5120, o 4096 x 2880), router and untied embeddings."""
+    model, chip = load_model("gpt-oss-120b"), load_chip("h100")
+    compute = ComputeModel(model, chip, 1, "bf16", "bf16", expert_precision="fp4")
+    experts = 36 * 128 * 3 * 2880 * 2880 * (0.5 + 1 / 32)
+    bf16 = 2 * (36 * (2880 * 5120 + 4096 * 2880 + 2880 * 128) + 2 * 201088 * 2880)
+    assert compute.weight_bytes_per_chip == pytest.approx(experts + bf16, rel=0.002)  # norms left out
+    free = chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - compute.activation_reserve_bytes(8192)
+    # Every layer's K and V (8 heads of 64, bf16) for each token: the bound that holds while sequences are short.
+    assert compute.kv_capacity_tokens(0.9, 8192) == int(free // (36 * 2 * 8 * 64 * 2))
+
+
+def test_an_unknown_fp4_format_is_a_one_line_error(monkeypatch):
+    _catalog_entries_with(monkeypatch, fp4_format="fp4e2m1")
+    with pytest.raises(UserError, match=r"^catalog chips.toml \[b200\] fp4_format: one of nvfp4, mxfp4; got 'fp4e2m1'$"):
+        load_chip("b200")
+    with pytest.raises(UserError, match=r"^model llama-3.1-8b: fp4_format must be one of nvfp4, mxfp4, got 'fp4e2m1'$"):
+        load_model("llama-3.1-8b")
