@@ -116,6 +116,15 @@ def test_a_measured_matmul_rate_the_chip_cannot_run_is_a_one_line_error(monkeypa
     assert str(error.value) == f"catalog chips.toml [mi300x] {message}"
 
 
+def test_an_unknown_fp4_format_is_a_one_line_error(monkeypatch):
+    _catalog_entries_with(monkeypatch, fp4_format="fp4e2m1")
+    chip_error = r"^catalog chips.toml \[b200\] fp4_format: one of nvfp4, mxfp4; got 'fp4e2m1'$"
+    with pytest.raises(UserError, match=chip_error):
+        load_chip("b200")
+    with pytest.raises(UserError, match=r"^model llama-3.1-8b: fp4_format must be one of nvfp4, mxfp4, got 'fp4e2m1'$"):
+        load_model("llama-3.1-8b")
+
+
 def test_hbm_efficiency_is_the_measured_stream_bandwidth_over_peak_or_the_default():
     """Decode GEMMs measured on A100 stream at 1.509 of its 2.039 TB/s, on MI300X at 3.95 of 5.3; a chip without one
     takes the shared default."""

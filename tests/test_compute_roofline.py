@@ -498,6 +498,15 @@ def test_activation_reserve_closed_form():
     assert cm.activation_reserve_bytes(tokens) == pytest.approx(tokens * per_token + logits + RUNTIME_RESERVE_BYTES)
 
 
+def test_the_logits_reserved_are_a_row_per_sequence_up_to_the_engines_cap():
+    cm = compute_model()
+    row = 128256 / 8 * 4  # fp32 logits of the vocabulary's share on one of 8 chips
+    assert cm.activation_reserve_bytes(8192, 1024) - cm.activation_reserve_bytes(8192) == pytest.approx(
+        (1024 - RESERVED_LOGIT_ROWS) * row)
+    assert cm.activation_reserve_bytes(512, 1024) - cm.activation_reserve_bytes(512, 64) == pytest.approx(
+        (512 - 64) * row)  # no more rows than the step's tokens
+
+
 def test_kv_capacity_closed_form():
     cm = compute_model()
     free = 141 * 2**30 * 0.9 - cm.weight_bytes_per_chip - cm.activation_reserve_bytes(8192)

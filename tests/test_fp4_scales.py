@@ -7,8 +7,6 @@ from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
 from tokenpath.compute.precision import stored_bytes
 from tokenpath.compute.roofline import ComputeModel
-from tokenpath.config.errors import UserError
-from tests.test_catalog import _catalog_entries_with
 
 
 @pytest.mark.parametrize(("precision", "block", "expected"), [
@@ -49,11 +47,3 @@ def test_gpt_oss_120b_on_one_h100_holds_its_checkpoints_bytes_and_the_kv_cache_w
     free = chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - compute.activation_reserve_bytes(8192)
     # Every layer's K and V (8 heads of 64, bf16) for each token: the bound that holds while sequences are short.
     assert compute.kv_capacity_tokens(0.9, 8192) == int(free // (36 * 2 * 8 * 64 * 2))
-
-
-def test_an_unknown_fp4_format_is_a_one_line_error(monkeypatch):
-    _catalog_entries_with(monkeypatch, fp4_format="fp4e2m1")
-    with pytest.raises(UserError, match=r"^catalog chips.toml \[b200\] fp4_format: one of nvfp4, mxfp4; got 'fp4e2m1'$"):
-        load_chip("b200")
-    with pytest.raises(UserError, match=r"^model llama-3.1-8b: fp4_format must be one of nvfp4, mxfp4, got 'fp4e2m1'$"):
-        load_model("llama-3.1-8b")

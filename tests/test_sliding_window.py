@@ -89,7 +89,7 @@ def test_kv_cache_bytes_of_one_sequence():
 def test_kv_capacity_never_overcommits_and_beats_charging_every_layer():
     half, full = compute(with_window(16)), compute(LLAMA_8B)
     seqs = 64
-    free = full.kv_capacity_tokens(0.9, 8192) * full.kv_bytes_per_token_per_chip
+    free = full.kv_capacity_tokens(0.9, 8192, max_num_seqs=seqs) * full.kv_bytes_per_token_per_chip
     assert half.kv_capacity_tokens(0.9, 8192) == full.kv_capacity_tokens(0.9, 8192)  # no bound on sequences
     tokens = half.kv_capacity_tokens(0.9, 8192, max_num_seqs=seqs)
     per_layer = 2 * 8 * 128 * 2
@@ -103,7 +103,8 @@ def test_kv_capacity_when_every_layer_slides():
     cm = compute(with_window(32))
     assert cm.kv_capacity_tokens(0.9, 8192, max_num_seqs=8) == 8 * LLAMA_8B.max_context
     # Too many sequences for their windows to fit: every token charged to every layer.
-    assert cm.kv_capacity_tokens(0.9, 8192, max_num_seqs=10_000) == compute(LLAMA_8B).kv_capacity_tokens(0.9, 8192)
+    assert cm.kv_capacity_tokens(0.9, 8192, max_num_seqs=10_000) == compute(LLAMA_8B).kv_capacity_tokens(
+        0.9, 8192, max_num_seqs=10_000)
 
 
 def test_mistral_7b_decodes_long_contexts_faster_than_without_its_window(tmp_path):

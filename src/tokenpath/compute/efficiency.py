@@ -123,8 +123,9 @@ ATTENTION_PRECISION = "bf16"
 common kernels dequantize K/V and multiply in bf16, so attention FLOPs use the bf16 peak."""
 
 RESERVED_LOGIT_ROWS = default("reserved_logit_rows")
-"""Rows of fp32 logits the memory reserve assumes live at once: the LM head's output for the
-sequences sampled in one step, at an engine's usual default cap on running sequences (256)."""
+"""Rows of fp32 logits the memory reserve assumes live at once where no cap on running sequences is
+given: the LM head's output for the sequences sampled in one step, at an engine's usual default cap
+(256). With a cap (`[engine] max_num_seqs`), a row per sequence up to it, as vLLM profiles its sampler."""
 
 RUNTIME_RESERVE_BYTES = default("runtime_reserve_bytes")
 """Device memory outside weights, KV cache and activations: CUDA context, communication buffers and

@@ -162,13 +162,15 @@ class ComputeModel:
 
     # -- memory ------------------------------------------------------------------------------------
 
-    def activation_reserve_bytes(self, max_batched_tokens: int) -> float:
+    def activation_reserve_bytes(self, max_batched_tokens: int, max_num_seqs: int | None = None) -> float:
         """Peak activation workspace of a forward pass over `max_batched_tokens` tokens, plus runtime.
 
         Live at the widest point of a layer, per token at bf16: the hidden state and residual plus the
         widest intermediate (QKV or MLA projections, MLP gate_up output and its activated half, or the
-        routed experts' intermediates); plus fp32 logits for up to efficiency.RESERVED_LOGIT_ROWS
-        sampled rows; plus efficiency.RUNTIME_RESERVE_BYTES (context, comm buffers, CUDA graphs).
+        routed experts' intermediates); plus fp32 logits for the rows one step samples, one per sequence
+        up to `max_num_seqs` (vLLM profiles its sampler so: gpu_model_runner.profile_run samples
+        min(max_num_batched_tokens, max_num_seqs) rows; without a cap, efficiency.RESERVED_LOGIT_ROWS);
+        plus efficiency.RUNTIME_RESERVE_BYTES (context, comm buffers, CUDA graphs).
         """
         if max_batched_tokens < 0:
             raise UserError(f"max_batched_tokens must be >= 0, got {max_batched_tokens}")
@@ -188,7 +190,7 @@ class ComputeModel:
             widths.append(m.num_experts + m.experts_per_token * (h + 3 * m.moe_intermediate_size / tp)
                           + 3 * m.shared_intermediate_size / tp)
         per_token = (2 * h + max(widths)) * self._activation_bytes
-        logit_rows = min(max_batched_tokens, self._reserved_logit_rows)
+        logit_rows = min(max_batched_tokens, max_num_seqs or self._reserved_logit_rows)
         logits = logit_rows * m.vocab_size / tp * self._logit_bytes
         return max_batched_tokens * per_token + logits + self._runtime_reserve_bytes
 
@@ -223,7 +225,7 @@ class ComputeModel:
         if drafter is not None:
             weights += drafter.weight_bytes_per_chip
             per_token += drafter.kv_bytes_per_token_per_chip
-        activations = self.activation_reserve_bytes(max_batched_tokens)
+        activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs)
         free = budget - weights - activations
         if free < per_token:
             where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"

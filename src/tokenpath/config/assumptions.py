@@ -97,7 +97,8 @@ REGISTRY: tuple[Assumption, ...] = (
                "fitted to FlashAttention-3 forward on H100 (pytorch/benchmark ff65cb67), within 2.1%",
                _ROOFLINE_TESTS),
     Assumption("reserved_logit_rows", 256.0, _EFF, "RESERVED_LOGIT_ROWS", "1",
-               "fp32 logit rows the memory reserve holds: an engine's usual cap of 256 running sequences",
+               "fp32 logit rows the memory reserve holds where no cap on sequences is given (with one, a row "
+               "a sequence): an engine's usual cap of 256",
                _ROOFLINE_TESTS),
     Assumption("runtime_reserve_bytes", float(2**30), _EFF, "RUNTIME_RESERVE_BYTES", "bytes",
                "about 1 GiB of non-torch memory (CUDA context, comm buffers, graphs) as engines report",
