@@ -4,6 +4,7 @@ each chip runs every head for its share of the sequences and holds only their KV
 import pytest
 
 from tokenpath.compute.chip import load_chip
+from tokenpath.compute.efficiency import SAMPLER_PROFILE_BYTES_PER_LOGIT
 from tokenpath.compute.model import load_model
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.errors import UserError
@@ -45,8 +46,9 @@ def test_the_replica_holds_each_chips_own_kv_and_runs_one_all_reduce_a_layer():
     tp = build_deployment(load_scenario("typical", base))
     dp = build_deployment(load_scenario("typical", {**base, "deployment.attention_dp": True}))
     compute = dp.compute
-    seqs = 1024  # vLLM V1's default on an H200
-    free = compute.chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - compute.activation_reserve_bytes(8192, seqs)
+    seqs = 1024  # vLLM V1's default on an H200, whose memory profile runs its sampler
+    reserve = compute.activation_reserve_bytes(8192, seqs, SAMPLER_PROFILE_BYTES_PER_LOGIT)
+    free = compute.chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - reserve
     assert dp.kv_capacity_tokens == 8 * int(free // compute.kv_bytes_per_token_per_chip)
     assert compute.kv_bytes_per_token_per_chip == tp.compute.kv_bytes_per_token_per_chip  # MLA's latent, whole
     assert (tp.costs.allreduces_per_step, dp.costs.allreduces_per_step) == (2 * 61, 61)

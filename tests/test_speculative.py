@@ -10,6 +10,7 @@ from cli_helpers import assert_user_error, run_cli
 from test_engine import NO_NETWORK, SpeculativeCosts
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.drafter import EAGLE3_DRAFT_VOCAB, DraftCost, drafter_model
+from tokenpath.compute.efficiency import SAMPLER_PROFILE_BYTES_PER_LOGIT
 from tokenpath.compute.model import load_model
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.delivery.lastmile import LastMile
@@ -120,8 +121,9 @@ def test_the_drafters_weights_and_kv_come_out_of_the_kv_cache():
     ngram = build_deployment(_scenario(speculative={"method": "ngram", "num_speculative_tokens": 3}))
     head = ComputeModel(drafter_model(plain.model, "eagle3"), plain.chip, 1, "bf16", "bf16")
     compute = plain.compute
-    seqs = 1024  # vLLM V1's default on an H100
-    free = (compute.chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - compute.activation_reserve_bytes(8192, seqs))
+    seqs = 1024  # vLLM V1's default on an H100, whose memory profile runs its sampler
+    reserve = compute.activation_reserve_bytes(8192, seqs, SAMPLER_PROFILE_BYTES_PER_LOGIT)
+    free = compute.chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - reserve
     assert plain.kv_capacity_tokens == int(free // compute.kv_bytes_per_token_per_chip)
     assert eagle.kv_capacity_tokens == int((free - head.weight_bytes_per_chip)
                                            // (compute.kv_bytes_per_token_per_chip + head.kv_bytes_per_token_per_chip))

@@ -127,6 +127,20 @@ RESERVED_LOGIT_ROWS = default("reserved_logit_rows")
 given: the LM head's output for the sequences sampled in one step, at an engine's usual default cap
 (256). With a cap (`[engine] max_num_seqs`), a row per sequence up to it, as vLLM profiles its sampler."""
 
+SAMPLER_PROFILE_BYTES_PER_LOGIT = default("sampler_profile_bytes_per_logit")
+"""Bytes per logit (a row per sequence, a column per vocabulary entry) that an engine profiling its
+sampler's memory sets aside from its KV cache (Profile.sampler_in_memory_profile). vLLM runs its sampler
+in its memory profile with top-k and top-p on (V1: gpu_model_runner._dummy_sampler_run, top_p 0.9,
+top_k the vocabulary less one, over min(max_num_batched_tokens, max_num_seqs) rows; V0:
+model_runner.profile_run, SamplingParams(top_p=0.99, top_k=vocab_size - 1), "to reflect the accurate
+memory usage"), whose PyTorch path (vllm/v1/sample/ops/topk_topp_sampler.py, apply_top_k_top_p) holds
+at its peak the model's bf16 logits (2), their fp32 copy (4), the sorted values (4) and their int64
+indices (8), the top-k and top-p masks (1 + 1) and the softmaxed probabilities (4): 24. vLLM pull
+requests 32558 and 33538 measure that path at 1.25 GB for 256 x 131,072 logits and 5.00 GB for 1,024
+(about 37 bytes each, its scratch and output counted). With it, gpt-oss-120b on one H100 (1,024
+sequences, 201,088 logits each) sets aside 6.4 GiB besides its weights, where vLLM issue 23278's log
+shows 7.4 (71.3 GiB at 0.9 of 79.2, less 66.0 of weights, and 2.1 short)."""
+
 RUNTIME_RESERVE_BYTES = default("runtime_reserve_bytes")
 """Device memory outside weights, KV cache and activations: CUDA context, communication buffers and
 captured CUDA graphs. About 1 GiB is the order of what engines report as non-torch memory."""

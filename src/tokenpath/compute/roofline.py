@@ -162,15 +162,18 @@ class ComputeModel:
 
     # -- memory ------------------------------------------------------------------------------------
 
-    def activation_reserve_bytes(self, max_batched_tokens: int, max_num_seqs: int | None = None) -> float:
+    def activation_reserve_bytes(self, max_batched_tokens: int, max_num_seqs: int | None = None,
+                                 bytes_per_logit: float | None = None) -> float:
         """Peak activation workspace of a forward pass over `max_batched_tokens` tokens, plus runtime.
 
         Live at the widest point of a layer, per token at bf16: the hidden state and residual plus the
         widest intermediate (QKV or MLA projections, MLP gate_up output and its activated half, or the
-        routed experts' intermediates); plus fp32 logits for the rows one step samples, one per sequence
+        routed experts' intermediates); plus the logits of the rows one step samples, one per sequence
         up to `max_num_seqs` (vLLM profiles its sampler so: gpu_model_runner.profile_run samples
-        min(max_num_batched_tokens, max_num_seqs) rows; without a cap, efficiency.RESERVED_LOGIT_ROWS);
-        plus efficiency.RUNTIME_RESERVE_BYTES (context, comm buffers, CUDA graphs).
+        min(max_num_batched_tokens, max_num_seqs) rows; without a cap, efficiency.RESERVED_LOGIT_ROWS),
+        at `bytes_per_logit` each (an engine that profiles its sampler:
+        efficiency.SAMPLER_PROFILE_BYTES_PER_LOGIT; by default the fp32 logits alone); plus
+        efficiency.RUNTIME_RESERVE_BYTES (context, comm buffers, CUDA graphs).
         """
         if max_batched_tokens < 0:
             raise UserError(f"max_batched_tokens must be >= 0, got {max_batched_tokens}")
@@ -191,7 +194,7 @@ class ComputeModel:
                           + 3 * m.shared_intermediate_size / tp)
         per_token = (2 * h + max(widths)) * self._activation_bytes
         logit_rows = min(max_batched_tokens, max_num_seqs or self._reserved_logit_rows)
-        logits = logit_rows * m.vocab_size / tp * self._logit_bytes
+        logits = logit_rows * m.vocab_size / tp * (bytes_per_logit or self._logit_bytes)
         return max_batched_tokens * per_token + logits + self._runtime_reserve_bytes
 
     def kv_cache_bytes_per_chip(self, tokens: int) -> float:
@@ -202,19 +205,22 @@ class ComputeModel:
         return full * tokens + sliding * min(tokens, self._window)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_batched_tokens: int,
-                           max_num_seqs: int | None = None, drafter: ComputeModel | None = None) -> int:
+                           max_num_seqs: int | None = None, drafter: ComputeModel | None = None,
+                           bytes_per_logit: float | None = None) -> int:
         """KV-cache tokens that fit: (hbm x utilization - weights - activations) / KV bytes per token.
         A speculative-decoding `drafter` (compute/drafter.py) adds its weights to the weights and its KV
         bytes to every token's. With attention data-parallel, each of the tp chips holds its own
-        sequences' KV: the replica holds tp times a chip's tokens.
+        sequences' KV: the replica holds tp times a chip's tokens. `max_num_seqs` and `bytes_per_logit`
+        size the sampler's share of the activations (activation_reserve_bytes).
 
         With sliding-window layers a sequence of L tokens holds full x L + sliding x min(L, window)
         bytes, which one count of tokens cannot say exactly. The capacity is the larger of two bounds
         that never overcommit memory: every token charged to every layer (exact while sequences are
-        shorter than the window), and, with at most `max_num_seqs` sequences, their sliding layers set
-        aside whole (max_num_seqs x window tokens) and the rest charged to the full-attention layers
-        alone (exact when that many sequences run, all past the window). vLLM's hybrid KV-cache
-        manager frees the blocks that fall out of a window, as the second bound assumes.
+        shorter than the window), and, with at most `max_num_seqs` sequences a scheduler step (pp times
+        that in flight), their sliding layers set aside whole (window tokens each) and the rest charged
+        to the full-attention layers alone (exact when that many sequences run, all past the window).
+        vLLM's hybrid KV-cache manager frees the blocks that fall out of a window, as the second bound
+        assumes.
         """
         if not 0 < gpu_memory_utilization <= 1:
             raise UserError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}; "
@@ -225,7 +231,7 @@ class ComputeModel:
         if drafter is not None:
             weights += drafter.weight_bytes_per_chip
             per_token += drafter.kv_bytes_per_token_per_chip
-        activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs)
+        activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs, bytes_per_logit)
         free = budget - weights - activations
         if free < per_token:
             where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"
@@ -247,10 +253,11 @@ class ComputeModel:
             return int(tokens) * self.tp
         sliding = self.sliding_kv_bytes_per_token_per_chip
         if sliding and max_num_seqs:
-            windows = max_num_seqs * self._window * sliding
+            in_flight = max_num_seqs * self.pp  # each stage holds the sequences of every microbatch
+            windows = in_flight * self._window * sliding
             full = per_token - sliding
             if free > windows:  # with every layer sliding, each sequence may reach the model's context
-                tokens = max(tokens, (free - windows) // full if full else max_num_seqs * self.model.max_context)
+                tokens = max(tokens, (free - windows) // full if full else in_flight * self.model.max_context)
         return int(tokens)
 
     # -- communication -----------------------------------------------------------------------------

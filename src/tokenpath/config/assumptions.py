@@ -105,6 +105,10 @@ REGISTRY: tuple[Assumption, ...] = (
                _ROOFLINE_TESTS),
     Assumption("logit_bytes", 4.0, "tokenpath.compute.ops", "LOGIT_BYTES", "bytes",
                "logits are computed and sampled in fp32 (vLLM's sampler)", _ROOFLINE_TESTS),
+    Assumption("sampler_profile_bytes_per_logit", 24.0, _EFF, "SAMPLER_PROFILE_BYTES_PER_LOGIT", "bytes",
+               "the tensors alive at the peak of vLLM's PyTorch top-k/top-p sampling, which its memory "
+               "profile runs: bf16 and fp32 logits, sorted values and int64 indices, probabilities, two masks",
+               "tests/test_compute_roofline.py, tests/test_memory_reserve.py"),
     # -- compute: a small model served beside the LLM on CPU cores (compute/served.py) -----------------------
     Assumption("cpu_core_encoder_flops", 2 * 110e6 * 128 / 0.273, "tokenpath.compute.served", "CPU_CORE_ENCODER_FLOPS",
                "1",

@@ -85,6 +85,9 @@ class Profile:
     # the heads and cache those. None: every release, as far as read. Where the scenario states no
     # release, or none the model can read (engine/release.py), the newest release's form.
     latent_attention_since: str | None
+    # -- memory: its memory profile runs the sampler with top-k and top-p over a logit row per sequence, so
+    # the KV cache gives up their temporaries (efficiency.SAMPLER_PROFILE_BYTES_PER_LOGIT), not the logits alone
+    sampler_in_memory_profile: bool
     # -- the processes around the scheduler (delivery/frontend.py models them, sim/front_end.py lays them out)
     # API-server processes by default: one for each data-parallel replica, or one for the whole server
     # (`deployment.api_servers` sets the count). Every engine here parses requests, renders their chat
@@ -140,6 +143,8 @@ PROFILES: dict[str, Profile] = {
         batch_limits=vllm_v1_batch_limits,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
+        # gpu_model_runner.profile_run, then _dummy_sampler_run: top_p 0.9, top_k the vocabulary less one
+        sampler_in_memory_profile=True,
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
         # API-server process renders the chat template and tokenizes (AsyncLLM's InputProcessor) and
         # detokenizes and checks stop strings (OutputProcessor, vllm/v1/engine/output_processor.py and
@@ -187,6 +192,7 @@ PROFILES: dict[str, Profile] = {
         batch_limits=vllm_v0_batch_limits,
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
+        sampler_in_memory_profile=True,  # model_runner.profile_run: SamplingParams(top_p=0.99, top_k=vocab_size - 1)
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
         # since 0.6, PR 6883: "request validation, tokenization, and JSON formatting" there); the engine
         # detokenized in its own step loop (vllm/engine/output_processor/, vllm/transformers_utils/
@@ -242,6 +248,9 @@ PROFILES: dict[str, Profile] = {
         # Weight absorption came with v0.3 ("SGLang v0.3 Release: 7x Faster DeepSeek MLA", lmsys.org,
         # 2024-09-04); what the releases before it cached is not read here.
         latent_attention_since=None,
+        # SGLang sizes its KV pool by mem_fraction_static of the GPU (model_runner.profile_max_num_token), no
+        # sampler run in it.
+        sampler_in_memory_profile=False,
         # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
         # tokenizer_manager.py; "The HTTP server, Engine, and TokenizerManager all run in the main
         # process", srt/entrypoints/http_server.py); the scheduler runs in a process of its own and a
@@ -295,6 +304,9 @@ PROFILES: dict[str, Profile] = {
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,
         latent_attention_since=None,  # not read here
+        # TensorRT-LLM's KV cache takes a fraction of the memory free after the engine's own buffers, its
+        # logits' among them; no sampler run.
+        sampler_in_memory_profile=False,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the
         # executor's workers: it renders the chat template, tokenizes, and detokenizes and builds each
         # chunk in its own process by default (serve/postprocess_handlers.py; with

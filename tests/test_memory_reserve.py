@@ -1,5 +1,6 @@
-"""Block-scaled fp4 weights carry their scales: NVFP4's one byte per 16 weights, MXFP4's one per 32, in
-the weights a chip holds (and so its KV cache's room) and in the bytes a step streams."""
+"""What a chip's memory holds besides the KV cache: fp4 weights with their block scales (NVFP4's one byte
+per 16 weights, MXFP4's one per 32, also streamed each step), and the sampler's share of the engine's
+memory profile."""
 
 import pytest
 
@@ -47,3 +48,25 @@ def test_gpt_oss_120b_on_one_h100_holds_its_checkpoints_bytes_and_the_kv_cache_w
     free = chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - compute.activation_reserve_bytes(8192)
     # Every layer's K and V (8 heads of 64, bf16) for each token: the bound that holds while sequences are short.
     assert compute.kv_capacity_tokens(0.9, 8192) == int(free // (36 * 2 * 8 * 64 * 2))
+
+
+def _deployment(scheduler: str, **more):
+    from tokenpath.sim.deployment import build_deployment
+    from tokenpath.sim.scenario import load_scenario
+
+    overrides = {"model.name": "gpt-oss-120b", "model.precision": "bf16", "model.expert_precision": "fp4",
+                 "deployment.chip": "h100", "deployment.chips": 1, "deployment.tp": 1, "engine.scheduler": scheduler,
+                 "engine.max_num_seqs": 1024, "engine.max_num_batched_tokens": 8192,
+                 "engine.gpu_memory_utilization": 0.9, **more}
+    return build_deployment(load_scenario("typical", overrides))
+
+
+def test_vllms_memory_profile_runs_its_sampler_and_the_kv_cache_gives_up_its_temporaries():
+    """vLLM samples a logit row per sequence with top-k and top-p in its memory profile; TensorRT-LLM
+    keeps the logits alone. gpt-oss-120b on one H100 (201,088 logits a row): 1,024 rows x 20 bytes more,
+    4.1 GB, out of a KV cache of 73.7 KB a token."""
+    vllm, trtllm = _deployment("vllm-v1"), _deployment("trtllm")
+    compute = vllm.compute
+    assert compute.activation_reserve_bytes(8192, 1024, 24) / 2**30 == pytest.approx(6.40, abs=0.01)
+    per_token = 36 * 2 * 8 * 64 * 2
+    assert trtllm.kv_capacity_tokens - vllm.kv_capacity_tokens == pytest.approx(1024 * 201088 * 20 / per_token, abs=1)
