@@ -21,6 +21,12 @@ reach less of B200's dense rate than Hopper's of theirs (w_half 760 with the cei
 ceiling 0.39; pooled: 600 and 0.58), not more, so nothing in the tables makes Blackwell's grouped
 GEMMs relatively faster; the constants stay the Hopper fit (docs/validation.md says why).
 
+Last, the other end: a routed-expert layer for one token, which streams its top-k experts' weights and
+little else. Per table (chip, engine and release, weight format) it prints the median time beyond
+streaming those weights at the chip's measured_stream_bw, against the fixed time the model gives the
+layer (its kernels at efficiency.KERNEL_FIXED_S each). A check of a part the model does not fit here
+(docs/validation.md, "The routed experts' fixed time at decode sizes").
+
     pip install aiconfigurator-core
     python benchmarks/aiconfigurator_moe.py [--data PATH/systems/data]
 
@@ -38,6 +44,7 @@ import pandas as pd
 from aiconfigurator_stream_bw import default_data
 
 from tokenpath.compute.chip import load_chip
+from tokenpath.compute.efficiency import KERNEL_FIXED_S
 
 HOPPER = {"h100_sxm": "h100", "h200_sxm": "h200"}
 CHECKED = {**HOPPER, "b200_sxm": "b200"}   # the per-chip check adds Blackwell
@@ -81,10 +88,36 @@ def both_fits(runs: pd.DataFrame) -> tuple[float, float, float, float]:
     return half_width, error, ceiling, block_error
 
 
+# Bytes a weight of each measured format takes, its scales included (compute/precision.py's stored_bytes).
+STORED_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "w4a16_mxfp4": 0.5 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+
+
+def one_token_fixed_us(data: Path, chips: dict[str, str] = CHECKED) -> pd.DataFrame:
+    """Per table (chip, engine/release, format): the median over its shapes of a one-token layer's
+    latency less its top-k experts' weights streamed at the chip's measured bandwidth, in us; and the
+    model's fixed time for such a layer (its expert op's kernels, compute/ops.py, at KERNEL_FIXED_S)."""
+    rows = []
+    for folder, chip_name in chips.items():
+        stream_Bps = load_chip(chip_name).effective_hbm_bw_Bps
+        for table in sorted((data / folder / "moe").glob("*/*/moe_perf.parquet")):
+            df = pd.read_parquet(table)
+            df = df[(df.num_tokens == 1) & (df.moe_ep_size == 1) & df.distribution.isin(["balanced", "uniform"])
+                    & df.moe_dtype.isin(list(STORED_BYTES))]
+            for dtype, runs in df.groupby(df.moe_dtype.astype(object)):
+                weights = runs.topk * 3 * runs.hidden_size * runs.inter_size / runs.moe_tp_size * STORED_BYTES[dtype]
+                beyond_us = (runs.latency.astype(float) * 1e-3 - weights / stream_Bps) * 1e6
+                kernels = 5 + 2 * (STORED_BYTES[dtype] < 2)  # compute/ops.py's _moe: quantizing kernels below bf16
+                rows.append({"chip": chip_name, "engine": "/".join(table.parts[-3:-1]), "format": dtype,
+                             "shapes": len(runs), "beyond_us": statistics.median(beyond_us),
+                             "model_us": kernels * KERNEL_FIXED_S * 1e6})
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=None, help="aiconfigurator-core's systems/data folder")
-    checked = fractions(parser.parse_args().data or default_data(), CHECKED)
+    data = parser.parse_args().data or default_data()
+    checked = fractions(data, CHECKED)
     runs = checked[checked.chip.isin(list(HOPPER.values()))]
     per_tensor = runs[runs.dtype != "fp8_block"].groupby("width").fraction.median()
     block = runs[runs.dtype == "fp8_block"].groupby("width").fraction.median()
@@ -102,6 +135,11 @@ def main() -> None:
         half_width, error, ceiling, block_error = both_fits(group)
         print(f"  {name:9} {len(group):6} runs: w_half {half_width:.0f} ({error:.2f}), block ceiling {ceiling:.2f} "
               f"({block_error:.2f})")
+    print("A routed-expert layer for one token: median time beyond streaming its top-k experts' weights (us), "
+          "against the model's fixed time for the layer:")
+    for row in one_token_fixed_us(data).itertuples():
+        print(f"  {row.chip:5} {row.engine:17} {row.format:12} {row.shapes:4} shapes: {row.beyond_us:6.1f}  "
+              f"model {row.model_us:5.1f}")
 
 
 if __name__ == "__main__":
