@@ -70,3 +70,12 @@ def test_vllms_memory_profile_runs_its_sampler_and_the_kv_cache_gives_up_its_tem
     assert compute.activation_reserve_bytes(8192, 1024, 24) / 2**30 == pytest.approx(6.40, abs=0.01)
     per_token = 36 * 2 * 8 * 64 * 2
     assert trtllm.kv_capacity_tokens - vllm.kv_capacity_tokens == pytest.approx(1024 * 201088 * 20 / per_token, abs=1)
+
+
+def test_vllms_sampler_holds_the_whole_vocabulary_on_every_chip():
+    """The LM head splits the vocabulary over the tensor-parallel chips, but vLLM V1 all-gathers the
+    logits and every rank samples: at TP8 its reserve is the whole vocabulary's, the fp32 logits an
+    eighth of it."""
+    compute = ComputeModel(load_model("llama-3.1-70b"), load_chip("h200"), 8, "fp8", "bf16")
+    without = compute.activation_reserve_bytes(8192, 1024) - 1024 * 128256 / 8 * 4
+    assert compute.activation_reserve_bytes(8192, 1024, 24) - without == pytest.approx(1024 * 128256 * 24)

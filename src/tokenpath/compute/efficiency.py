@@ -128,8 +128,9 @@ given: the LM head's output for the sequences sampled in one step, at an engine'
 (256). With a cap (`[engine] max_num_seqs`), a row per sequence up to it, as vLLM profiles its sampler."""
 
 SAMPLER_PROFILE_BYTES_PER_LOGIT = default("sampler_profile_bytes_per_logit")
-"""Bytes per logit (a row per sequence, a column per vocabulary entry) that an engine profiling its
-sampler's memory sets aside from its KV cache (Profile.sampler_in_memory_profile). vLLM runs its sampler
+"""Bytes per logit (a row per sequence, a column per vocabulary entry, the whole vocabulary on every chip:
+vLLM V1 all-gathers the logits) that an engine profiling its sampler's memory sets aside from its KV cache
+(Profile.sampler_in_memory_profile; ComputeModel.activation_reserve_bytes). vLLM runs its sampler
 in its memory profile with top-k and top-p on (V1: gpu_model_runner._dummy_sampler_run, top_p 0.9,
 top_k the vocabulary less one, over min(max_num_batched_tokens, max_num_seqs) rows; V0:
 model_runner.profile_run, SamplingParams(top_p=0.99, top_k=vocab_size - 1), "to reflect the accurate

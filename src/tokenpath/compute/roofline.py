@@ -163,17 +163,21 @@ class ComputeModel:
     # -- memory ------------------------------------------------------------------------------------
 
     def activation_reserve_bytes(self, max_batched_tokens: int, max_num_seqs: int | None = None,
-                                 bytes_per_logit: float | None = None) -> float:
+                                 sampler_bytes_per_logit: float | None = None) -> float:
         """Peak activation workspace of a forward pass over `max_batched_tokens` tokens, plus runtime.
 
         Live at the widest point of a layer, per token at bf16: the hidden state and residual plus the
         widest intermediate (QKV or MLA projections, MLP gate_up output and its activated half, or the
         routed experts' intermediates); plus the logits of the rows one step samples, one per sequence
         up to `max_num_seqs` (vLLM profiles its sampler so: gpu_model_runner.profile_run samples
-        min(max_num_batched_tokens, max_num_seqs) rows; without a cap, efficiency.RESERVED_LOGIT_ROWS),
-        at `bytes_per_logit` each (an engine that profiles its sampler:
-        efficiency.SAMPLER_PROFILE_BYTES_PER_LOGIT; by default the fp32 logits alone); plus
-        efficiency.RUNTIME_RESERVE_BYTES (context, comm buffers, CUDA graphs).
+        min(max_num_batched_tokens, max_num_seqs) rows; without a cap, efficiency.RESERVED_LOGIT_ROWS);
+        plus efficiency.RUNTIME_RESERVE_BYTES (context, comm buffers, CUDA graphs).
+
+        The logits are the chip's share of the vocabulary in fp32, the LM head's output, unless the
+        engine profiles its sampler (`sampler_bytes_per_logit`: efficiency.SAMPLER_PROFILE_BYTES_PER_LOGIT).
+        That sampler runs over the whole vocabulary on a chip: vLLM V1 all-gathers the logits to every
+        rank (LogitsProcessor._gather_logits; Platform.use_all_gather is true under V1) and each samples,
+        and V0 gathers them to its driver rank, the one with the least room.
         """
         if max_batched_tokens < 0:
             raise UserError(f"max_batched_tokens must be >= 0, got {max_batched_tokens}")
@@ -194,7 +198,10 @@ class ComputeModel:
                           + 3 * m.shared_intermediate_size / tp)
         per_token = (2 * h + max(widths)) * self._activation_bytes
         logit_rows = min(max_batched_tokens, max_num_seqs or self._reserved_logit_rows)
-        logits = logit_rows * m.vocab_size / tp * (bytes_per_logit or self._logit_bytes)
+        if sampler_bytes_per_logit:
+            logits = logit_rows * m.vocab_size * sampler_bytes_per_logit
+        else:
+            logits = logit_rows * m.vocab_size / tp * self._logit_bytes
         return max_batched_tokens * per_token + logits + self._runtime_reserve_bytes
 
     def kv_cache_bytes_per_chip(self, tokens: int) -> float:
@@ -206,12 +213,12 @@ class ComputeModel:
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_batched_tokens: int,
                            max_num_seqs: int | None = None, drafter: ComputeModel | None = None,
-                           bytes_per_logit: float | None = None) -> int:
+                           sampler_bytes_per_logit: float | None = None) -> int:
         """KV-cache tokens that fit: (hbm x utilization - weights - activations) / KV bytes per token.
         A speculative-decoding `drafter` (compute/drafter.py) adds its weights to the weights and its KV
         bytes to every token's. With attention data-parallel, each of the tp chips holds its own
-        sequences' KV: the replica holds tp times a chip's tokens. `max_num_seqs` and `bytes_per_logit`
-        size the sampler's share of the activations (activation_reserve_bytes).
+        sequences' KV: the replica holds tp times a chip's tokens. `max_num_seqs` and
+        `sampler_bytes_per_logit` size the logits' share of the activations (activation_reserve_bytes).
 
         With sliding-window layers a sequence of L tokens holds full x L + sliding x min(L, window)
         bytes, which one count of tokens cannot say exactly. The capacity is the larger of two bounds
@@ -231,7 +238,7 @@ class ComputeModel:
         if drafter is not None:
             weights += drafter.weight_bytes_per_chip
             per_token += drafter.kv_bytes_per_token_per_chip
-        activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs, bytes_per_logit)
+        activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs, sampler_bytes_per_logit)
         free = budget - weights - activations
         if free < per_token:
             where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"
