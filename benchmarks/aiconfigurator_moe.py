@@ -45,6 +45,8 @@ from aiconfigurator_stream_bw import default_data
 
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.efficiency import KERNEL_FIXED_S
+from tokenpath.compute.ops import expert_layer_kernels
+from tokenpath.compute.precision import stored_bytes
 
 HOPPER = {"h100_sxm": "h100", "h200_sxm": "h200"}
 CHECKED = {**HOPPER, "b200_sxm": "b200"}   # the per-chip check adds Blackwell
@@ -88,8 +90,9 @@ def both_fits(runs: pd.DataFrame) -> tuple[float, float, float, float]:
     return half_width, error, ceiling, block_error
 
 
-# Bytes a weight of each measured format takes, its scales included (compute/precision.py's stored_bytes).
-STORED_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "w4a16_mxfp4": 0.5 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+# Bytes a weight of each measured format takes, its scales included.
+STORED_BYTES = {"bfloat16": stored_bytes("bf16"), "fp8": stored_bytes("fp8"), "fp8_block": stored_bytes("fp8"),
+                "w4a16_mxfp4": stored_bytes("fp4", "mxfp4"), "nvfp4": stored_bytes("fp4", "nvfp4")}
 
 
 def one_token_fixed_us(data: Path, chips: dict[str, str] = CHECKED) -> pd.DataFrame:
@@ -106,7 +109,7 @@ def one_token_fixed_us(data: Path, chips: dict[str, str] = CHECKED) -> pd.DataFr
             for dtype, runs in df.groupby(df.moe_dtype.astype(object)):
                 weights = runs.topk * 3 * runs.hidden_size * runs.inter_size / runs.moe_tp_size * STORED_BYTES[dtype]
                 beyond_us = (runs.latency.astype(float) * 1e-3 - weights / stream_Bps) * 1e6
-                kernels = 5 + 2 * (STORED_BYTES[dtype] < 2)  # compute/ops.py's _moe: quantizing kernels below bf16
+                kernels = expert_layer_kernels(STORED_BYTES[dtype])
                 rows.append({"chip": chip_name, "engine": "/".join(table.parts[-3:-1]), "format": dtype,
                              "shapes": len(runs), "beyond_us": statistics.median(beyond_us),
                              "model_us": kernels * KERNEL_FIXED_S * 1e6})

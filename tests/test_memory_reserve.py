@@ -10,10 +10,11 @@ from tokenpath.compute.precision import stored_bytes
 from tokenpath.compute.roofline import ComputeModel
 
 
-@pytest.mark.parametrize(("precision", "block", "expected"), [
-    ("fp4", 16, 0.5625), ("fp4", 32, 0.53125), ("fp8", 16, 1.0), ("bf16", 32, 2.0), ("fp16", 16, 2.0)])
-def test_stored_bytes_add_a_one_byte_scale_per_block_to_fp4_only(precision, block, expected):
-    assert stored_bytes(precision, block) == expected
+@pytest.mark.parametrize(("precision", "fp4_format", "expected"), [
+    ("fp4", "nvfp4", 0.5625), ("fp4", "mxfp4", 0.53125), ("fp8", "nvfp4", 1.0), ("bf16", "mxfp4", 2.0),
+    ("fp16", "nvfp4", 2.0)])
+def test_stored_bytes_add_a_one_byte_scale_per_block_to_fp4_only(precision, fp4_format, expected):
+    assert stored_bytes(precision, fp4_format) == expected
 
 
 def _weights(model: str, chip: str, precision: str, **kwargs) -> dict[str, float]:

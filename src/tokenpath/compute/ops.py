@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.efficiency import ATTENTION_PRECISION, EMBEDDING_PRECISION
 from tokenpath.compute.model_spec import ModelSpec
-from tokenpath.compute.precision import FP4_SCALE_BLOCKS, PRECISION_BYTES, stored_bytes
+from tokenpath.compute.precision import PRECISION_BYTES, stored_bytes
 from tokenpath.config.assumptions import DEFAULTS, Assumptions, default
 
 LOGIT_BYTES = default("logit_bytes")
@@ -122,13 +122,13 @@ class _Sharding:
         return self.assumptions.value("activation_bytes")
 
     @property
-    def fp4_scale_block(self) -> int:
-        """Weights per scale of the fp4 format in use: the checkpoint's own, else the chip's."""
-        return FP4_SCALE_BLOCKS[self.model.fp4_format or self.chip.fp4_format]
+    def fp4_format(self) -> str:
+        """The block-scaled format fp4 weights are in: the checkpoint's own, else the chip's."""
+        return self.model.fp4_format or self.chip.fp4_format
 
     @property
     def weight_bytes(self) -> float:
-        return stored_bytes(self.weight_precision, self.fp4_scale_block)
+        return stored_bytes(self.weight_precision, self.fp4_format)
 
     @property
     def embed_bytes(self) -> float:
@@ -333,6 +333,12 @@ def _dense_mlp(s: _Sharding) -> list[LinearOp]:
             s.gemm("mlp_down", model.dense_layers, inter * h, inter, h)]
 
 
+def expert_layer_kernels(expert_bytes: float) -> int:
+    """Kernels of one layer's routed experts: align and permute the copies, grouped gate_up, activation,
+    grouped down, combine; and, for weights below bf16, the two inputs' quantization."""
+    return 5 + 2 * (expert_bytes < 2)
+
+
 def _moe(s: _Sharding) -> list[LinearOp]:
     """The router, the routed experts' grouped GEMMs and any shared experts."""
     model, h = s.model, s.model.hidden_size
@@ -347,7 +353,7 @@ def _moe(s: _Sharding) -> list[LinearOp]:
     # out h.
     width = model.moe_intermediate_size if replicas > 1 else inter
     precision = s.expert_precision
-    expert_bytes = stored_bytes(precision, s.fp4_scale_block)
+    expert_bytes = stored_bytes(precision, s.fp4_format)
     # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.
     block_scaled = model.fp8_block_scaled and s.chip.compute_precision(precision) == "fp8"
     ops.append(LinearOp(
@@ -356,9 +362,7 @@ def _moe(s: _Sharding) -> list[LinearOp]:
         bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * s.act * moe_layers,
         bytes_per_expert=expert_params * expert_bytes * moe_layers / replicas,
         resident_bytes=model.num_experts * expert_params * expert_bytes * moe_layers / replicas,
-        # Align and permute the copies, grouped gate_up, activation, grouped down, combine; and
-        # the two inputs' quantization.
-        kernels=(5 + 2 * (expert_bytes < 2)) * moe_layers,
+        kernels=expert_layer_kernels(expert_bytes) * moe_layers,
         gemm=True,
     ))
     if model.shared_intermediate_size:

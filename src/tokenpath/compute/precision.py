@@ -15,11 +15,11 @@ Quark and CDNA). The scales are stored and read with the weights: 12.5% and 6.25
 0.5 a weight. fp8's block scales (DeepSeek-V3: one fp32 per 128 x 128 weights, 0.02%) are left out."""
 
 
-def stored_bytes(precision: str, fp4_scale_block: int) -> float:
+def stored_bytes(precision: str, fp4_format: str = "nvfp4") -> float:
     """Bytes a weight stored at `precision` takes, its share of its block's scale included;
-    `fp4_scale_block`: elements per scale of the fp4 format in use (FP4_SCALE_BLOCKS)."""
+    `fp4_format`: the block-scaled format fp4 weights are in (FP4_SCALE_BLOCKS)."""
     if precision == "fp4":
-        return PRECISION_BYTES["fp4"] + 1.0 / fp4_scale_block
+        return PRECISION_BYTES["fp4"] + 1.0 / FP4_SCALE_BLOCKS[fp4_format]
     return PRECISION_BYTES[precision]
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.ops import LinearOp
-from tokenpath.compute.precision import FP4_SCALE_BLOCKS, PRECISION_BYTES, stored_bytes
+from tokenpath.compute.precision import PRECISION_BYTES, stored_bytes
 from tokenpath.compute.roofline import op_time_s
 from tokenpath.config.assumptions import DEFAULTS, Assumptions, default
 from tokenpath.config.errors import UserError
@@ -56,7 +56,7 @@ class ChipForward:
             raise UserError(f"{field}: {precision} does not run on {chip.name}; use bf16"
                             + (" or one of " + ", ".join(chip.peak_flops) if len(chip.peak_flops) > 1 else "")) \
                 from None
-        weights = params * stored_bytes(precision, FP4_SCALE_BLOCKS[chip.fp4_format])
+        weights = params * stored_bytes(precision, chip.fp4_format)
         self.op = LinearOp("forward", rate, flops_per_token=2.0 * params, bytes_fixed=weights,
                            resident_bytes=weights, gemm=True)
         self.bw_Bps = chip.effective_hbm_bw_Bps
