@@ -375,3 +375,17 @@ def test_a_scenario_whose_host_launches_from_cpp_is_noted_where_the_command_cann
         assert notes == [] and settings.mapped["engine.eager_host"] == ["--backend"]
     else:
         assert len(notes) == 1 and noted in notes[0]
+
+
+@pytest.mark.parametrize("share", [None, 0.8])
+def test_sglang_keeps_its_own_memory_share_unless_the_scenario_sets_one(share):
+    overrides = {"engine.scheduler": "prefill-first"}
+    if share is not None:
+        overrides["engine.gpu_memory_utilization"] = share
+    (argv,) = shell_words(launch_files(load_scenario("typical", overrides), "sglang")["launch-sglang.sh"])
+    if share is None:
+        assert "--mem-fraction-static" not in argv
+    else:
+        assert _values(argv, "--mem-fraction-static") == [str(share)]
+    (vllm,) = shell_words(launch_files(load_scenario("typical", overrides), "vllm")["launch-vllm.sh"])
+    assert _values(vllm, "--gpu-memory-utilization") == [str(share or 0.9)]

@@ -318,9 +318,10 @@ def test_to_toml_writes_every_default():
                           "continuity", "assumptions"}
     assert table["continuity"] == {"stall_threshold": "250 ms", "reading_speed": f"{238 / 60 * 4 / 3!r} tokens/s",
                                    "expected_ttft": "1 s"}
-    # cuda_graph_max_tokens is unset (no limit), which TOML cannot write
+    # cuda_graph_max_tokens (no limit) and gpu_memory_utilization (the profile's share) are unset, which TOML
+    # cannot write
     assert set(table["engine"]) == {"max_num_seqs", "max_num_batched_tokens", "block_size", "chunked_prefill",
-                                    "gpu_memory_utilization", "cuda_graphs", "scheduler", "mixed_chunk",
+                                    "cuda_graphs", "scheduler", "mixed_chunk",
                                     "kv_admission", "num_scheduler_steps", "prefix_caching", "nccl_nvls"}
     assert (table["engine"]["scheduler"], table["engine"]["kv_admission"]) == ("vllm-v1", "on_demand")
     assert table["delivery"]["network_rtt"] == "20 ms" and table["delivery"]["host_link_bw"] == "64 GB/s"

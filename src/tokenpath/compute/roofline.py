@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from tokenpath.compute import efficiency
 from tokenpath.compute.chip import ChipSpec
@@ -213,8 +214,13 @@ class ComputeModel:
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_batched_tokens: int,
                            max_num_seqs: int | None = None, drafter: ComputeModel | None = None,
-                           sampler_bytes_per_logit: float | None = None) -> int:
+                           sampler_bytes_per_logit: float | None = None,
+                           share_covers: Literal["all", "weights_and_kv"] = "all") -> int:
         """KV-cache tokens that fit: (hbm x utilization - weights - activations) / KV bytes per token.
+        Where the share covers the weights and the KV cache alone (`share_covers`, SGLang's
+        mem_fraction_static: engine/memory_share.py), the activations live outside it and the pool is
+        utilization x (hbm - efficiency.RUNTIME_RESERVE_BYTES) - weights: the share of the memory free
+        when the engine measures it, its context and communicators already made.
         A speculative-decoding `drafter` (compute/drafter.py) adds its weights to the weights and its KV
         bytes to every token's. With attention data-parallel, each of the tp chips holds its own
         sequences' KV: the replica holds tp times a chip's tokens. `max_num_seqs` and
@@ -232,13 +238,17 @@ class ComputeModel:
         if not 0 < gpu_memory_utilization <= 1:
             raise UserError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}; "
                             f"e.g. 0.9")
-        budget = self.chip.hbm_bytes * gpu_memory_utilization
+        if share_covers == "all":
+            budget = self.chip.hbm_bytes * gpu_memory_utilization
+            activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs, sampler_bytes_per_logit)
+        else:
+            budget = (self.chip.hbm_bytes - self._runtime_reserve_bytes) * gpu_memory_utilization
+            activations = 0.0
         weights = self.weight_bytes_per_chip
         per_token = self.kv_bytes_per_token_per_chip
         if drafter is not None:
             weights += drafter.weight_bytes_per_chip
             per_token += drafter.kv_bytes_per_token_per_chip
-        activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs, sampler_bytes_per_logit)
         free = budget - weights - activations
         if free < per_token:
             where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"
@@ -248,6 +258,10 @@ class ComputeModel:
                 what += f", experts over {self.tp * self.expert_replicas} chips"
             if drafter is not None:
                 what += f", the drafter's {drafter.weight_bytes_per_chip / 2**30:.1f} GiB included"
+            if share_covers == "weights_and_kv":
+                raise DoesNotFit(f"model {self.model.name} ({what}) leaves no room for KV cache in {where} at "
+                                f"gpu_memory_utilization={gpu_memory_utilization:.3g}, the share for weights and "
+                                f"KV cache; raise --tp, use a lower precision or raise engine.gpu_memory_utilization")
             if weights >= budget:
                 raise DoesNotFit(f"model {self.model.name} ({what}) does not fit in {where}; "
                                 f"raise --tp or use a lower precision")

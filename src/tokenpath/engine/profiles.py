@@ -23,6 +23,7 @@ from tokenpath.engine.batch_limits import (
 )
 from tokenpath.engine.cuda_graphs import VLLM_V0_CUDA_GRAPH_MAX_BS, sglang_cuda_graph_max_bs
 from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
+from tokenpath.engine.memory_share import DEFAULT_UTILIZATION, ServerShape, sglang_mem_fraction_static
 
 # Before v0.7.1, vLLM's DeepseekV2Attention (vllm/model_executor/models/deepseek_v2.py) expanded each
 # token's latent into K and V per head, V zero-padded to the query-key head size, and cached those;
@@ -88,6 +89,12 @@ class Profile:
     # -- memory: its memory profile runs the sampler with top-k and top-p over a logit row per sequence, so
     # the KV cache gives up their temporaries (efficiency.SAMPLER_PROFILE_BYTES_PER_LOGIT), not the logits alone
     sampler_in_memory_profile: bool
+    # What engine.gpu_memory_utilization's share covers (engine/memory_share.py): everything the engine
+    # allocates, the KV cache taking what the weights, a step's activations and the runtime leave
+    # ("all": vLLM's --gpu-memory-utilization), or the weights and the KV pool ("weights_and_kv": SGLang's
+    # --mem-fraction-static); and the share where [engine] leaves it out, a number or a rule of the server.
+    memory_share_covers: Literal["all", "weights_and_kv"]
+    default_memory_share: float | Callable[[ServerShape], float]
     # -- the processes around the scheduler (delivery/frontend.py models them, sim/front_end.py lays them out)
     # API-server processes by default: one for each data-parallel replica, or one for the whole server
     # (`deployment.api_servers` sets the count). Every engine here parses requests, renders their chat
@@ -145,6 +152,8 @@ PROFILES: dict[str, Profile] = {
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         # gpu_model_runner.profile_run, then _dummy_sampler_run: top_p 0.9, top_k the vocabulary less one
         sampler_in_memory_profile=True,
+        memory_share_covers="all",
+        default_memory_share=DEFAULT_UTILIZATION,
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
         # API-server process renders the chat template and tokenizes (AsyncLLM's InputProcessor) and
         # detokenizes and checks stop strings (OutputProcessor, vllm/v1/engine/output_processor.py and
@@ -193,6 +202,8 @@ PROFILES: dict[str, Profile] = {
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         sampler_in_memory_profile=True,  # model_runner.profile_run: SamplingParams(top_p=0.99, top_k=vocab_size - 1)
+        memory_share_covers="all",
+        default_memory_share=DEFAULT_UTILIZATION,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
         # since 0.6, PR 6883: "request validation, tokenization, and JSON formatting" there); the engine
         # detokenized in its own step loop (vllm/engine/output_processor/, vllm/transformers_utils/
@@ -251,6 +262,8 @@ PROFILES: dict[str, Profile] = {
         # SGLang sizes its KV pool by mem_fraction_static of the GPU (model_runner.profile_max_num_token), no
         # sampler run in it.
         sampler_in_memory_profile=False,
+        memory_share_covers="weights_and_kv",
+        default_memory_share=sglang_mem_fraction_static,
         # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
         # tokenizer_manager.py; "The HTTP server, Engine, and TokenizerManager all run in the main
         # process", srt/entrypoints/http_server.py); the scheduler runs in a process of its own and a
@@ -307,6 +320,8 @@ PROFILES: dict[str, Profile] = {
         # TensorRT-LLM's KV cache takes a fraction of the memory free after the engine's own buffers, its
         # logits' among them; no sampler run.
         sampler_in_memory_profile=False,
+        memory_share_covers="all",
+        default_memory_share=DEFAULT_UTILIZATION,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the
         # executor's workers: it renders the chat template, tokenizes, and detokenizes and builds each
         # chunk in its own process by default (serve/postprocess_handlers.py; with

@@ -2,6 +2,8 @@
 its leading release number. "0.7.1" of "v0.7.1.post2 (vllm/vllm-openai image)", "0.5.9" of "0.5.9
 (lmsysorg/sglang:v0.5.9-cu130)". Text with no leading number ("NIM 1.8.0", "not stated", a nightly
 build) states no release the model can place, so it is simulated as the newest (`release_at_least`).
+A pre-release ("0.5.3rc0", "0.8.0.dev1", "1.0.0a2") comes before the release it leads to: SGLang
+0.5.3rc0 still has 0.5.2's memory rule, which 0.5.3 replaced (engine/memory_share.py).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import re
 
 _LEADING_RELEASE = re.compile(r"\s*[vV]?(\d+(?:\.\d+)*)")
+# A pre-release right after the number, as PEP 440 and the engines' tags write it: a, b, rc or dev.
+_PRE_RELEASE = re.compile(r"[.-]?(?:a|b|rc|dev)\d*(?![A-Za-z])")
 
 
 def release_number(text: str | None) -> tuple[int, ...] | None:
@@ -31,4 +35,12 @@ def release_at_least(text: str | None, since: str) -> bool:
     stated, first = release_number(text), release_number(since)
     if first is None:
         raise ValueError(f"{since!r} is not a release number")
-    return stated is None or stated >= first
+    if stated is None:
+        return True
+    return stated > first or (stated == first and not _is_pre_release(text))
+
+
+def _is_pre_release(text: str) -> bool:
+    """Whether `text`'s release number is followed by a pre-release tag ("rc0" of "0.5.3rc0")."""
+    match = _LEADING_RELEASE.match(text)
+    return match is not None and _PRE_RELEASE.match(text, match.end()) is not None

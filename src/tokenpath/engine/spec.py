@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tokenpath.engine.batch_limits import VLLM_V1_LARGE_GPU_LIMITS
 from tokenpath.engine.host_time import eager_host_paid
+from tokenpath.engine.memory_share import ServerShape
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.speculative import SpeculativeSpec
@@ -57,7 +58,12 @@ class EngineSpec(BaseModel):
                                                     "profile's for the chip, engine/batch_limits.py)")
     block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE, description="tokens per KV-cache block")
     chunked_prefill: bool = Field(True, description="split long prompts across steps within the token budget")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the engine may use")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1,
+        description="share of HBM the engine may use: for vLLM and TensorRT-LLM everything it allocates (the KV "
+                    "cache takes what the weights and a step's activations leave), for SGLang the weights and the "
+                    "KV pool (its --mem-fraction-static) (unset: the profile's: 0.9, SGLang's rule of the GPU's "
+                    "memory and the server's settings for its release, engine/memory_share.py)")
     cuda_graphs: Literal["all", "decode", "none"] = Field(
         "all", description="steps that replay a captured CUDA graph: all (vLLM V1), decode (only steps where "
                            "every sequence decodes one token: SGLang, TensorRT-LLM, vLLM V0) or none (eager) "
@@ -197,6 +203,19 @@ class EngineSpec(BaseModel):
         (Profile.latent_attention_since), or expanded per head."""
         since = self.profile.latent_attention_since
         return since is None or release_at_least(self.version, since)
+
+    def memory_share(self, hbm_bytes: float, tp: int, pp: int, attention_dp: bool) -> float:
+        """`gpu_memory_utilization`, or the profile's on a GPU of `hbm_bytes` for this server's shape
+        (Profile.default_memory_share)."""
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        default = self.profile.default_memory_share
+        if not callable(default):
+            return default
+        graph_max = self.graph_max_tokens(hbm_bytes, tp) or 0
+        drafter = None if self.speculative is None else self.speculative.method
+        return default(ServerShape(self.version, hbm_bytes, tp, pp, self.max_num_batched_tokens, graph_max,
+                                   attention_dp, drafter))
 
     def graph_max_tokens(self, hbm_bytes: float, tp: int) -> int | None:
         """`cuda_graph_max_tokens`, or the profile's on a GPU of `hbm_bytes` at `tp` (None: any size)."""

@@ -56,10 +56,14 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     if eng.chunked_prefill:
         settings.map("engine.max_num_batched_tokens", "--chunked-prefill-size")
     cmd.add(settings, "engine.block_size", "--page-size", eng.block_size)
-    cmd.add(settings, "engine.gpu_memory_utilization", "--mem-fraction-static", eng.gpu_memory_utilization)
-    settings.note("engine.gpu_memory_utilization", "SGLang's --mem-fraction-static is the share of GPU memory for "
-                                                   "weights and the KV pool, vLLM's share for everything: the same "
-                                                   "number leaves SGLang a little more for activations")
+    if eng.gpu_memory_utilization is not None:
+        cmd.add(settings, "engine.gpu_memory_utilization", "--mem-fraction-static", eng.gpu_memory_utilization)
+    else:
+        settings.map("engine.gpu_memory_utilization", "(SGLang's own --mem-fraction-static for the GPU's memory and "
+                                                      "the server's settings, as simulated: engine/memory_share.py)")
+    settings.note("engine.gpu_memory_utilization", "for SGLang the share of GPU memory for the weights and the KV "
+                                                   "pool (--mem-fraction-static); the activations and CUDA graphs "
+                                                   "live in the rest")
     if eng.prefix_caching:
         settings.map("engine.prefix_caching", "(RadixAttention: SGLang's default)")
     else:
