@@ -63,14 +63,16 @@ def _deployment(scheduler: str, **more):
 
 
 def test_vllms_memory_profile_runs_its_sampler_and_the_kv_cache_gives_up_its_temporaries():
-    """vLLM samples a logit row per sequence with top-k and top-p in its memory profile; TensorRT-LLM
-    keeps the logits alone. gpt-oss-120b on one H100 (201,088 logits a row): 1,024 rows x 20 bytes more,
-    4.1 GB, out of a KV cache of 73.7 KB a token."""
-    vllm, trtllm = _deployment("vllm-v1"), _deployment("trtllm")
+    """vLLM samples a logit row per sequence with top-k and top-p in its memory profile, where the fp32
+    logits alone would take 4 bytes a logit. gpt-oss-120b on one H100 (201,088 logits a row): 1,024 rows
+    x 20 bytes more, 4.1 GB, out of a KV cache of 73.7 KB a token."""
+    vllm = _deployment("vllm-v1")
+    logits_alone = _deployment("vllm-v1", **{"assumptions.sampler_profile_bytes_per_logit": 4})
     compute = vllm.compute
     assert compute.activation_reserve_bytes(8192, 1024, 24) / 2**30 == pytest.approx(6.40, abs=0.01)
     per_token = 36 * 2 * 8 * 64 * 2
-    assert trtllm.kv_capacity_tokens - vllm.kv_capacity_tokens == pytest.approx(1024 * 201088 * 20 / per_token, abs=1)
+    assert logits_alone.kv_capacity_tokens - vllm.kv_capacity_tokens == pytest.approx(
+        1024 * 201088 * 20 / per_token, abs=1)
 
 
 def test_vllms_sampler_holds_the_whole_vocabulary_on_every_chip():

@@ -102,6 +102,15 @@ def test_sglangs_share_covers_the_weights_and_the_pool_and_vllms_the_activations
     assert vllm.kv_capacity_tokens < sglang.kv_capacity_tokens
 
 
+def test_tensorrt_llms_share_is_a_share_of_what_the_weights_and_a_step_leave():
+    """KvCacheCreator._cal_max_memory: (total - peak of the profiling step) x free_gpu_memory_fraction."""
+    trtllm = _deployment("trtllm", **{"engine.gpu_memory_utilization": 0.85, "engine.max_num_seqs": 256,
+                                      "engine.max_num_batched_tokens": 8192})
+    compute = trtllm.compute
+    left = 80 * GIB - compute.weight_bytes_per_chip - compute.activation_reserve_bytes(8192, 256)
+    assert trtllm.kv_capacity_tokens == int(left * 0.85 // compute.kv_bytes_per_token_per_chip)
+
+
 def test_left_unset_each_engine_takes_its_own_share():
     engine = EngineSpec(scheduler="prefill-first", max_num_batched_tokens=8192, version="0.5.3rc0")
     assert engine.gpu_memory_utilization is None

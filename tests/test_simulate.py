@@ -554,15 +554,15 @@ def test_a_request_whose_reserved_blocks_exceed_the_cache_is_a_one_line_error():
     from tokenpath.config.errors import UserError
     from tokenpath.sim.simulate import prepare
 
-    # Llama-3.1-8B at bf16 on one H100 at 30% of its memory, under TensorRT-LLM, holds 55,475 tokens of
-    # KV cache: 3,467 whole blocks of 16. A request of all 55,475 tokens would fit token by token, but
-    # TensorRT-LLM reserves whole blocks for its whole cache: 3,468 of them.
+    # Llama-3.1-8B at bf16 on one H100, under TensorRT-LLM at 10% of the memory the weights and a step leave,
+    # holds 51,422 tokens of KV cache: 3,213 whole blocks of 16. A request of all 51,422 tokens would fit token
+    # by token, but TensorRT-LLM reserves whole blocks for its whole cache: 3,214 of them.
     base = {"model.name": "llama-3.1-8b", "model.precision": "bf16", "deployment.chip": "h100",
-            "deployment.chips": 1, "deployment.tp": 1, "engine.gpu_memory_utilization": 0.3,
+            "deployment.chips": 1, "deployment.tp": 1, "engine.gpu_memory_utilization": 0.1,
             "engine.scheduler": "trtllm", "workload.num_requests": 2,
-            "workload.input": {"kind": "fixed", "value": 55_000}, "workload.output": {"kind": "fixed", "value": 475}}
+            "workload.input": {"kind": "fixed", "value": 50_947}, "workload.output": {"kind": "fixed", "value": 475}}
     short = {**base, "workload.input": {"kind": "fixed", "value": 1_000}}
-    assert prepare(load_scenario("typical", short)).deployment.kv_capacity_tokens == 55_475
-    with pytest.raises(UserError, match=r"^workload: request 0 needs 55488 tokens of KV cache but one replica holds "
-                                        r"55472;"):
+    assert prepare(load_scenario("typical", short)).deployment.kv_capacity_tokens == 51_422
+    with pytest.raises(UserError, match=r"^workload: request 0 needs 51424 tokens of KV cache but one replica holds "
+                                        r"51408;"):
         prepare(load_scenario("typical", base))

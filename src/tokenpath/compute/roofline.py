@@ -215,12 +215,16 @@ class ComputeModel:
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_batched_tokens: int,
                            max_num_seqs: int | None = None, drafter: ComputeModel | None = None,
                            sampler_bytes_per_logit: float | None = None,
-                           share_covers: Literal["all", "weights_and_kv"] = "all") -> int:
-        """KV-cache tokens that fit: (hbm x utilization - weights - activations) / KV bytes per token.
-        Where the share covers the weights and the KV cache alone (`share_covers`, SGLang's
-        mem_fraction_static: engine/memory_share.py), the activations live outside it and the pool is
-        utilization x (hbm - efficiency.RUNTIME_RESERVE_BYTES) - weights: the share of the memory free
-        when the engine measures it, its context and communicators already made.
+                           share_covers: Literal["all", "weights_and_kv", "free_memory"] = "all") -> int:
+        """KV-cache tokens that fit in the memory the engine's share leaves them, over the KV bytes per token.
+        What the share `gpu_memory_utilization` covers (`share_covers`, engine/memory_share.py):
+        - "all" (vLLM): everything, so the cache takes hbm x utilization - weights - activations;
+        - "weights_and_kv" (SGLang's mem_fraction_static): the weights and the pool alone, the activations
+          living outside it: utilization x (hbm - efficiency.RUNTIME_RESERVE_BYTES) - weights, the share of
+          the memory free when the engine measures it, its context and communicators already made;
+        - "free_memory" (TensorRT-LLM's free_gpu_memory_fraction): a share of what is left once the
+          weights are loaded and a step of max_batched_tokens has run, (hbm - weights - activations) x
+          utilization.
         A speculative-decoding `drafter` (compute/drafter.py) adds its weights to the weights and its KV
         bytes to every token's. With attention data-parallel, each of the tp chips holds its own
         sequences' KV: the replica holds tp times a chip's tokens. `max_num_seqs` and
@@ -238,20 +242,26 @@ class ComputeModel:
         if not 0 < gpu_memory_utilization <= 1:
             raise UserError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}; "
                             f"e.g. 0.9")
-        if share_covers == "all":
-            budget = self.chip.hbm_bytes * gpu_memory_utilization
-            activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs, sampler_bytes_per_logit)
-        else:
-            budget = (self.chip.hbm_bytes - self._runtime_reserve_bytes) * gpu_memory_utilization
-            activations = 0.0
+        hbm, share = self.chip.hbm_bytes, gpu_memory_utilization
         weights = self.weight_bytes_per_chip
         per_token = self.kv_bytes_per_token_per_chip
         if drafter is not None:
             weights += drafter.weight_bytes_per_chip
             per_token += drafter.kv_bytes_per_token_per_chip
+        activations = 0.0
+        if share_covers != "weights_and_kv":
+            activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs, sampler_bytes_per_logit)
+        if share_covers == "all":
+            budget = hbm * share
+        elif share_covers == "weights_and_kv":
+            budget = (hbm - self._runtime_reserve_bytes) * share
+        else:
+            budget = hbm
         free = budget - weights - activations
+        if share_covers == "free_memory":
+            free *= share
         if free < per_token:
-            where = f"{self.chip.name}'s {self.chip.hbm_bytes / 2**30:.3g} GiB HBM"
+            where = f"{self.chip.name}'s {hbm / 2**30:.3g} GiB HBM"
             what = (f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, "
                     f"tp={self.tp}, pp={self.pp}")
             if self.expert_replicas > 1:
@@ -260,15 +270,14 @@ class ComputeModel:
                 what += f", the drafter's {drafter.weight_bytes_per_chip / 2**30:.1f} GiB included"
             if share_covers == "weights_and_kv":
                 raise DoesNotFit(f"model {self.model.name} ({what}) leaves no room for KV cache in {where} at "
-                                f"gpu_memory_utilization={gpu_memory_utilization:.3g}, the share for weights and "
-                                f"KV cache; raise --tp, use a lower precision or raise engine.gpu_memory_utilization")
+                                f"gpu_memory_utilization={share:.3g}, the share for weights and KV cache; raise "
+                                f"--tp, use a lower precision or raise engine.gpu_memory_utilization")
             if weights >= budget:
                 raise DoesNotFit(f"model {self.model.name} ({what}) does not fit in {where}; "
                                 f"raise --tp or use a lower precision")
             raise DoesNotFit(f"model {self.model.name} ({what}, plus {activations / 2**30:.1f} GiB of activation "
                             f"workspace) leaves no room for KV cache in {where} at gpu_memory_utilization="
-                            f"{gpu_memory_utilization:g}; raise --tp, use a lower precision or lower "
-                            f"max_batched_tokens")
+                            f"{share:g}; raise --tp, use a lower precision or lower max_batched_tokens")
         tokens = free // per_token
         if self.attention_dp:  # each chip holds the KV of its own sequences only
             return int(tokens) * self.tp

@@ -3,8 +3,12 @@
 
 vLLM's `--gpu-memory-utilization` (0.9 by default) covers everything the engine allocates: its memory
 profile runs a step, and the KV cache takes what the weights, that step's activations and the rest
-leave of the share (compute/roofline.ComputeModel.kv_capacity_tokens). TensorRT-LLM is modelled the same
-way at 0.9.
+leave of the share (compute/roofline.ComputeModel.kv_capacity_tokens).
+
+TensorRT-LLM's `kv_cache_config.free_gpu_memory_fraction` (0.9 by default) is a share of what is left:
+it loads the weights, runs a profiling step of max_num_tokens, and gives the KV cache that share of the
+memory free beyond the step's peak (tensorrt_llm/_torch/pyexecutor/_util.py, KvCacheCreator.
+_cal_max_memory: `available_kv_mem = (total_gpu_memory - peak_memory + allocated_bytes) * fraction`).
 
 SGLang's `--mem-fraction-static` covers the weights and the KV pool only: the activations and the CUDA
 graphs live in the rest. Its pool is the memory free after loading the weights less (1 - fraction) of

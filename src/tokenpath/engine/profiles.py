@@ -91,9 +91,10 @@ class Profile:
     sampler_in_memory_profile: bool
     # What engine.gpu_memory_utilization's share covers (engine/memory_share.py): everything the engine
     # allocates, the KV cache taking what the weights, a step's activations and the runtime leave
-    # ("all": vLLM's --gpu-memory-utilization), or the weights and the KV pool ("weights_and_kv": SGLang's
-    # --mem-fraction-static); and the share where [engine] leaves it out, a number or a rule of the server.
-    memory_share_covers: Literal["all", "weights_and_kv"]
+    # ("all": vLLM's --gpu-memory-utilization), the weights and the KV pool ("weights_and_kv": SGLang's
+    # --mem-fraction-static), or the memory left after the weights and a step ("free_memory": TensorRT-LLM's
+    # free_gpu_memory_fraction); and the share where [engine] leaves it out, a number or a rule of the server.
+    memory_share_covers: Literal["all", "weights_and_kv", "free_memory"]
     default_memory_share: float | Callable[[ServerShape], float]
     # -- the processes around the scheduler (delivery/frontend.py models them, sim/front_end.py lays them out)
     # API-server processes by default: one for each data-parallel replica, or one for the whole server
@@ -320,7 +321,10 @@ PROFILES: dict[str, Profile] = {
         # TensorRT-LLM's KV cache takes a fraction of the memory free after the engine's own buffers, its
         # logits' among them; no sampler run.
         sampler_in_memory_profile=False,
-        memory_share_covers="all",
+        # KvCacheCreator._cal_max_memory (tensorrt_llm/_torch/pyexecutor/_util.py): available_kv_mem =
+        # (total_gpu_memory - peak_memory + allocated_bytes) x fraction, the peak of a profiling step of
+        # max_num_tokens; kv_cache_config.free_gpu_memory_fraction defaults to 0.9.
+        memory_share_covers="free_memory",
         default_memory_share=DEFAULT_UTILIZATION,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the
         # executor's workers: it renders the chat template, tokenizes, and detokenizes and builds each

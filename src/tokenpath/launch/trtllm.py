@@ -62,7 +62,10 @@ def extra_options(plan: Plan, role: Role, settings: Settings) -> dict[str, Any]:
     eng = s.engine
     kv_cache = {"dtype": "fp8" if plan.kv_precision == "fp8" else "auto", "enable_block_reuse": eng.prefix_caching,
                 "tokens_per_block": eng.block_size}
-    for setting in ("model.kv_cache_precision", "engine.prefix_caching", "engine.block_size"):
+    if eng.gpu_memory_utilization is not None:
+        kv_cache["free_gpu_memory_fraction"] = eng.gpu_memory_utilization
+    for setting in ("model.kv_cache_precision", "engine.prefix_caching", "engine.block_size",
+                    "engine.gpu_memory_utilization"):
         settings.map(setting, "kv_cache_config")
     if eng.cuda_graphs == "none":
         graphs = None
@@ -163,9 +166,9 @@ def _notes(plan: Plan, settings: Settings) -> None:
     s = plan.scenario
     eng, dep = s.engine, s.deployment
     _precision(plan, settings)
-    settings.note("engine.gpu_memory_utilization", "no flag: TensorRT-LLM sizes its KV cache as a share of the "
-                                                   "memory left after the weights (kv_cache_config."
-                                                   "free_gpu_memory_fraction, left at its default)")
+    settings.note("engine.gpu_memory_utilization", "for TensorRT-LLM a share of the memory left after the weights "
+                                                   "and a profiling step (kv_cache_config.free_gpu_memory_fraction, "
+                                                   "0.9 when unset)")
     if eng.prefills_alone:
         settings.note("engine.mixed_chunk", "the scenario runs prompts in steps of their own; TensorRT-LLM puts "
                                             "contexts and generations in the same steps")
