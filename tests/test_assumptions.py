@@ -62,6 +62,7 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.cuda_graphs.VLLM_V0_CUDA_GRAPH_MAX_BS": "vLLM V0's own capture list (cited there), a fact",
     "tokenpath.engine.memory_share.DEFAULT_UTILIZATION": "vLLM's own default (cited there), a fact",
     "tokenpath.engine.memory_share.MIB": "a unit",
+    "tokenpath.engine.cuda_graphs.SGLANG_GRAPH_BATCH": "SGLang's own capture list (cited there), a fact",
     "tokenpath.engine.memory_share._SGLANG_DRAFTER_DEFAULT_MIB": "SGLang's own reserve (cited there), a fact",
     **{f"tokenpath.engine.new_token_ratio.{name}": "SGLang's own scheduler default (cited there), a fact"
        for name in ("INIT_NEW_TOKEN_RATIO", "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO_DECAY_STEPS",

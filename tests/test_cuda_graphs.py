@@ -2,7 +2,7 @@
 
 import pytest
 
-from tokenpath.engine.cuda_graphs import sglang_cuda_graph_max_bs
+from tokenpath.engine.cuda_graphs import sglang_cuda_graph_max_bs, sglang_defaults
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import build_scenario
@@ -20,6 +20,33 @@ GIB = 2**30
 ])
 def test_sglang_captures_decode_batches_up_to_its_default_for_the_gpu_and_tp(hbm_gib, tp, max_bs):
     assert sglang_cuda_graph_max_bs(hbm_gib * GIB, tp) == max_bs
+
+
+@pytest.mark.parametrize(("release", "hbm_gib", "tp", "chunk", "max_bs"), [
+    # before 0.4.6: 160 on any GPU of 25 GB or more, chunks of 8,192
+    ("0.4.2", 80, 8, 8192, 160), ("0.4.2", 192, 8, 8192, 160), ("0.3.0", 141, 1, 8192, 160), ("0.4.2", 20, 1, 2048, 8),
+    # 0.4.6: 256 above 81,920 MiB
+    ("0.4.6", 80, 8, 8192, 160), ("0.4.6", 141, 8, 8192, 256), ("0.4.6", 192, 8, 8192, 256),
+    # 0.4.7: 256 above 96 GiB, 512 and chunks of 16,384 above 180,000 MiB
+    ("0.4.7", 141, 8, 8192, 256), ("0.4.7", 180, 8, 16384, 512),
+    # 0.4.8 to 0.5.3rc0: 256 above 90 GiB, 512 above 160,000 MiB; chunks of 16,384 from 160 GiB
+    ("0.4.9", 80, 1, 8192, 160), ("0.5.3rc0", 141, 8, 8192, 256), ("0.5.2", 160, 8, 16384, 512),
+    ("0.5.2", 157, 8, 8192, 512), ("0.5.2", 40, 1, 8192, 160), ("0.5.2", 24, 4, 2048, 80),
+    # 0.5.3 on, and no release stated: the tiers by memory and tp
+    ("0.5.3", 80, 1, 8192, 256), ("0.5.3.post3", 80, 8, 8192, 512), (None, 40, 1, 4096, 32),
+    ("0.5.9", 192, 8, 16384, 512),
+])
+def test_each_sglang_release_picks_its_prefill_chunk_and_graph_batches_by_its_own_rule(release, hbm_gib, tp, chunk,
+                                                                                        max_bs):
+    assert sglang_defaults(hbm_gib * GIB, tp, release) == (chunk, max_bs)
+
+
+def test_an_sglang_scenario_of_an_old_release_takes_that_releases_defaults():
+    table = {"model": {"name": "llama-3.1-8b"}, "deployment": {"chip": "mi300x", "chips": 8, "tp": 8},
+             "engine": {"scheduler": "prefill-first", "version": "0.4.2"}}
+    scenario = build_scenario(table, "test")
+    assert scenario.engine.max_num_batched_tokens == 8192   # 16,384 under the newest release
+    assert scenario.engine.graph_max_tokens(192 * GIB, 8) == 160  # 512 under the newest release
 
 
 def test_prefill_first_replays_decode_steps_only_unless_told():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from tokenpath.config.units import parse_bytes
-from tokenpath.engine.cuda_graphs import sglang_memory_tier
+from tokenpath.engine.cuda_graphs import sglang_defaults
 
 
 class BatchLimits(NamedTuple):
@@ -37,7 +37,7 @@ VLLM_V1_OTHER_GPU_LIMITS = BatchLimits(256, 2048)
 VLLM_V0_MAX_NUM_SEQS = 256
 
 
-def vllm_v1_batch_limits(chip: str | None, hbm_bytes: float | None) -> BatchLimits:
+def vllm_v1_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
     """vLLM V1's defaults on the catalog chip `chip` of `hbm_bytes` (None: not known)."""
     if chip is None or hbm_bytes is None:
         return BatchLimits()
@@ -45,17 +45,17 @@ def vllm_v1_batch_limits(chip: str | None, hbm_bytes: float | None) -> BatchLimi
     return VLLM_V1_LARGE_GPU_LIMITS if large else VLLM_V1_OTHER_GPU_LIMITS
 
 
-def vllm_v0_batch_limits(chip: str | None, hbm_bytes: float | None) -> BatchLimits:
+def vllm_v0_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
     """vLLM V0's: 256 sequences on any GPU; the token budget the table's."""
     return BatchLimits(VLLM_V0_MAX_NUM_SEQS)
 
 
-def sglang_batch_limits(chip: str | None, hbm_bytes: float | None) -> BatchLimits:
-    """SGLang's chunked_prefill_size by the GPU's memory (engine/cuda_graphs.py's tiers, the same function
-    of server_args.py); its running requests the table's."""
-    return BatchLimits() if hbm_bytes is None else BatchLimits(None, sglang_memory_tier(hbm_bytes)[0])
+def sglang_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
+    """SGLang's chunked_prefill_size by the GPU's memory in its release (engine/cuda_graphs.py, the same
+    rule of server_args.py); its running requests the table's."""
+    return BatchLimits() if hbm_bytes is None else BatchLimits(None, sglang_defaults(hbm_bytes, 1, release)[0])
 
 
-def table_batch_limits(chip: str | None, hbm_bytes: float | None) -> BatchLimits:
+def table_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
     """The [engine] table's on every GPU: an engine whose own defaults are not read here."""
     return BatchLimits()

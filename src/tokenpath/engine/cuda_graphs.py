@@ -1,24 +1,37 @@
 """The engines' own limits on the steps they replay as captured CUDA graphs, which the scheduler
-profiles (engine/profiles.py) take when the scenario does not say.
+profiles (engine/profiles.py) take when the scenario does not say, and SGLang's prefill chunk, which
+its releases set by the same rule.
 
 The engines of the prefill-first and vllm-v0 profiles capture decode batches only: SGLang's
 CudaGraphRunner replays a graph when the batch is decode-or-idle
 (python/sglang/srt/model_executor/cuda_graph_runner.py, can_run), vLLM V0 captured decode batches
 (vllm/worker/model_runner.py, _BATCH_SIZES_TO_CAPTURE), and both run prompt steps (and V0 its mixed
-chunked-prefill steps) eagerly. Decode batches above a size run eagerly too: SGLang's
-`cuda_graph_max_bs` defaults by the GPU's memory and the tensor-parallel size, the table below
-(python/sglang/srt/server_args.py since sgl-project/sglang pull request 10372, September 2025; its
-releases before then captured up to 160 on GPUs of 25 GB or more, so a scenario reproducing one of
-those sets `cuda_graph_max_tokens = 160`). vLLM V0 captured up to 256, its default max_num_seqs.
-vLLM V1 and TensorRT-LLM replay every step at any size.
+chunked-prefill steps) eagerly. Decode batches above a size run eagerly too. vLLM V0 captured up to 256,
+its default max_num_seqs. vLLM V1 and TensorRT-LLM replay every step at any size.
+
+SGLang's largest captured decode batch and its chunked_prefill_size follow the GPU's memory (nvidia-smi's
+MiB), and each generation of releases set them its own way (server_args.py and cuda_graph_runner.py,
+`get_batch_sizes_to_capture`, read in each release's wheel):
+- before 0.4.6: up to 160 sequences on GPUs of 25 GB or more (cuda_graph_max_bs 160; below, 8 at
+  tp < 4 and 80 above); chunks of 8,192 tokens (2,048 below 25 GB);
+- 0.4.6: up to 256 on GPUs above 81,920 MiB;
+- 0.4.7: up to 256 above 96 GiB and 512 above 180,000 MiB; chunks of 16,384 above 180,000 MiB;
+- 0.4.8 to 0.5.3rc0: up to 256 above 90 GiB and 512 above 160,000 MiB (8 at tp < 4 and 80 above under
+  35 GiB); chunks of 2,048 under 35 GiB, 8,192 under 160 GiB, 16,384 above;
+- 0.5.3 on (sgl-project/sglang pull request 10372, `_handle_gpu_memory_settings`): the tiers below, by
+  memory and tp.
+Where a scenario states no release, the newest rule.
 """
 
 from __future__ import annotations
 
 import math
 
-# SGLang's defaults by the GPU's memory (ServerArgs._handle_gpu_memory_settings): (the memory below
-# which a tier applies, in GiB, as server_args.py compares MiB; its chunked_prefill_size; its
+from tokenpath.engine.memory_share import MIB
+from tokenpath.engine.release import release_at_least
+
+# SGLang's defaults by the GPU's memory from 0.5.3 (ServerArgs._handle_gpu_memory_settings): (the memory
+# below which a tier applies, in GiB, as server_args.py compares MiB; its chunked_prefill_size; its
 # cuda_graph_max_bs at tp < 4 and at tp >= 4). Its comments name the GPUs of each tier. The chunked
 # prefill size is the profile's token budget (engine/batch_limits.py).
 SGLANG_GPU_MEMORY_TIERS = (
@@ -29,17 +42,45 @@ SGLANG_GPU_MEMORY_TIERS = (
     (160, 8192, (256, 512)),        # H20, H200
     (math.inf, 16384, (512, 512)),  # B200, MI300X
 )
+SGLANG_TIERS_SINCE = "0.5.3"
+# Before 0.5.3: the decode batches captured on a GPU of 25 GB (35 GiB from 0.4.8) or more, and the larger
+# batches captured above a memory (MiB), by the release that brought each rule.
+SGLANG_GRAPH_BATCH = 160
+_SGLANG_LARGER_GRAPHS = (
+    ("0.4.8", ((90 * 1024, 256), (160_000, 512))),
+    ("0.4.7", ((96 * 1024, 256), (180_000, 512))),
+    ("0.4.6", ((81_920, 256),)),
+)
 
 
-def sglang_memory_tier(hbm_bytes: float) -> tuple[int, tuple[int, int]]:
-    """SGLang's chunked_prefill_size and cuda_graph_max_bs pair for a GPU of `hbm_bytes`."""
-    return next((chunk, sizes) for below_gib, chunk, sizes in SGLANG_GPU_MEMORY_TIERS if hbm_bytes < below_gib * 2**30)
+def sglang_defaults(hbm_bytes: float, tp: int, release: str | None) -> tuple[int, int]:
+    """SGLang's (chunked_prefill_size, largest captured decode batch) on a GPU of `hbm_bytes` at `tp`,
+    in the release `release` states (the module's docstring)."""
+    if release_at_least(release, SGLANG_TIERS_SINCE):
+        chunk, (small_tp, large_tp) = next((chunk, sizes) for below_gib, chunk, sizes in SGLANG_GPU_MEMORY_TIERS
+                                           if hbm_bytes < below_gib * 2**30)
+        return chunk, small_tp if tp < 4 else large_tp
+    mib = hbm_bytes / MIB
+    small_gpu_mib = 35 * 1024 if release_at_least(release, "0.4.8") else 25_000
+    if mib < small_gpu_mib:
+        return 2048, 8 if tp < 4 else 80
+    graphs = SGLANG_GRAPH_BATCH
+    larger = next((rules for since, rules in _SGLANG_LARGER_GRAPHS if release_at_least(release, since)), ())
+    for above_mib, batch in larger:
+        if mib > above_mib:
+            graphs = batch
+    if release_at_least(release, "0.4.8"):
+        chunk = 8192 if mib < 160 * 1024 else 16384
+    elif release_at_least(release, "0.4.7"):
+        chunk = 16384 if mib > 180_000 else 8192
+    else:
+        chunk = 8192
+    return chunk, graphs
 
 
-def sglang_cuda_graph_max_bs(hbm_bytes: float, tp: int) -> int:
+def sglang_cuda_graph_max_bs(hbm_bytes: float, tp: int, release: str | None = None) -> int:
     """SGLang's default largest decode batch replayed as a graph, on a GPU of `hbm_bytes` at `tp`."""
-    small_tp, large_tp = sglang_memory_tier(hbm_bytes)[1]
-    return small_tp if tp < 4 else large_tp
+    return sglang_defaults(hbm_bytes, tp, release)[1]
 
 
 # vLLM V0's captured decode batches: 1, 2, 4 and multiples of 8 up to 256 (vllm/worker/model_runner.py,

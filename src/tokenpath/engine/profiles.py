@@ -70,11 +70,11 @@ class Profile:
     # -- CUDA graphs (engine/cuda_graphs.py), unless [engine] says
     cuda_graphs: Literal["all", "decode", "none"]
     # The largest step replayed as a graph: any size (None), a count, or a rule of the GPU's memory
-    # in bytes and the tensor-parallel size.
-    cuda_graph_max_bs: int | Callable[[float, int], int] | None
+    # in bytes, the tensor-parallel size and the release (engine.version).
+    cuda_graph_max_bs: int | Callable[[float, int, str | None], int] | None
     # -- default limits, where [engine] leaves them out: what the engine picks for a GPU of its catalog
-    # name and memory in bytes (None, None: a chip not known), engine/batch_limits.py
-    batch_limits: Callable[[str | None, float | None], BatchLimits]
+    # name and memory in bytes (None, None: a chip not known) in a release, engine/batch_limits.py
+    batch_limits: Callable[[str | None, float | None, str | None], BatchLimits]
     # -- its tensor-parallel all-reduces: whether NCCL may reduce in the NVLink switches (NVLS) where the
     # chips' domain has them (fabric/collectives.py), unless [engine] nccl_nvls says
     nccl_nvls: bool

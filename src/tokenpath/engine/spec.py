@@ -128,7 +128,7 @@ class EngineSpec(BaseModel):
             return data
         defaults = {"kv_admission": profile.kv_admissions[0], "cuda_graphs": profile.cuda_graphs,
                     "prefix_caching": profile.prefix_caching, "nccl_nvls": profile.nccl_nvls}
-        defaults.update(profile.batch_limits(None, None).given())
+        defaults.update(profile.batch_limits(None, None, None).given())
         return {**defaults, **data}
 
     @field_validator("version", mode="before")
@@ -218,6 +218,7 @@ class EngineSpec(BaseModel):
                                    attention_dp, drafter))
 
     def graph_max_tokens(self, hbm_bytes: float, tp: int) -> int | None:
-        """`cuda_graph_max_tokens`, or the profile's on a GPU of `hbm_bytes` at `tp` (None: any size)."""
+        """`cuda_graph_max_tokens`, or the profile's on a GPU of `hbm_bytes` at `tp` in this release
+        (None: any size)."""
         limit = self.profile.cuda_graph_max_bs if self.cuda_graph_max_tokens is None else self.cuda_graph_max_tokens
-        return limit(hbm_bytes, tp) if callable(limit) else limit
+        return limit(hbm_bytes, tp, self.version) if callable(limit) else limit

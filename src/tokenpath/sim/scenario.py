@@ -197,7 +197,8 @@ class Scenario(BaseModel):
             spec = load_chip(chip)
         except UserError:
             return data
-        limits = profile.batch_limits(spec.name, spec.hbm_bytes).given()
+        release = engine.get("version")
+        limits = profile.batch_limits(spec.name, spec.hbm_bytes, release if isinstance(release, str) else None).given()
         missing = {name: value for name, value in limits.items() if name not in engine}
         return {**data, "engine": {**missing, **engine}} if missing else data
 
