@@ -52,7 +52,7 @@ def vllm_v0_batch_limits(chip: str | None, hbm_bytes: float | None, release: str
 
 def sglang_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
     """SGLang's chunked_prefill_size by the GPU's memory in its release (engine/cuda_graphs.py, the same
-    rule of server_args.py); its running requests the table's."""
+    rule of server_args.py, whatever the tensor-parallel size); its running requests the table's."""
     return BatchLimits() if hbm_bytes is None else BatchLimits(None, sglang_defaults(hbm_bytes, 1, release)[0])
 
 

@@ -96,8 +96,11 @@ def sglang_mem_fraction_static(shape: ServerShape) -> float:
 
 
 def _sglang_tp_table(release: str | None, size: int) -> float:
-    table = next(fractions for since, fractions in reversed(_SGLANG_TP_TABLES)
-                 if since == _SGLANG_TP_TABLES[0][0] or release_at_least(release, since))
+    """The fraction at `size` (tp, or tp x pp in 0.4.7) in the release's table, 0.2.9's before it."""
+    table = _SGLANG_TP_TABLES[0][1]
+    for since, fractions in _SGLANG_TP_TABLES[1:]:
+        if release_at_least(release, since):
+            table = fractions
     at_least = (16, 8, 4, 2)
     return next((fraction for bound, fraction in zip(at_least, table) if size >= bound), table[-1])
 
