@@ -91,6 +91,24 @@ def test_a_row_becomes_the_scenario_it_was_measured_as():
     assert (closed.deployment.chips, closed.deployment.tp) == (4, 4)
 
 
+def test_a_row_is_simulated_as_the_release_it_states():
+    """engine_version is the row's engine.version (engine/release.py), which selects each release's rules:
+    vLLM before 0.7.1 caches DeepSeek's attention expanded per head, SGLang 0.5.3rc0 keeps 0.5.2's memory
+    share and graph batches; text that starts with no release number is the newest, as is no version."""
+    deepseek = {"model": "deepseek-v3", "precision": "fp8", "chip": "h200", "tp": 8}
+    old = row_scenario(_row(engine_version="0.7.0", **deepseek), DATA["sharegpt"])
+    new = row_scenario(_row(engine_version="0.7.1", **deepseek), DATA["sharegpt"])
+    assert (old.engine.version, old.engine.latent_attention, new.engine.latent_attention) == ("0.7.0", False, True)
+    sglang = row_scenario(_row(engine="sglang", engine_version="0.5.3rc0", model="llama-3.1-70b", chip="h100", tp=8),
+                          DATA["sharegpt"])
+    assert sglang.engine.memory_share(80 * 2**30, 8, 1, False) == round((81920 - 13.5 * 1024) / 81920, 3)
+    assert sglang.engine.graph_max_tokens(80 * 2**30, 8) == 160
+    for stated in ("lmsysorg/sglang:dev (early 2025)", ""):
+        assert row_scenario(_row(engine="sglang", engine_version=stated), DATA["sharegpt"]).engine.latent_attention
+    pinned = row_scenario(_row(engine_version="0.6.0", engine_settings={"version": "0.8.0"}), DATA["sharegpt"])
+    assert pinned.engine.version == "0.8.0"  # engine_settings go over the stated release
+
+
 def test_a_rows_client_path_sets_its_last_mile():
     """A row goes through the server's front end as its client did, every cost at the registry's and the
     chat template's rendering only on a chat endpoint; a row measured at the engine, and a closed loop of

@@ -131,8 +131,11 @@ def simulated_requests(row: dict[str, Any]) -> tuple[int, int]:
 
 
 def row_engine(row: dict[str, Any]) -> dict[str, Any]:
-    """The row's [engine] table: its engine's scheduler profile, its `engine_settings` over it."""
-    return {**ENGINE_PROFILES[row["engine"]], **row.get("engine_settings", {})}
+    """The row's [engine] table: its engine's scheduler profile and its `engine_version` as the release
+    simulated (engine/release.py reads what it can of the text; where it begins with no release number,
+    the newest), its `engine_settings` over them."""
+    release = {"version": row["engine_version"]} if row.get("engine_version") else {}
+    return {**ENGINE_PROFILES[row["engine"]], **release, **row.get("engine_settings", {})}
 
 
 def locked_loop(row: dict[str, Any]) -> bool:

@@ -32,8 +32,9 @@ def load(row: Row) -> float | None:
 
 def configuration_key(row: Row) -> tuple:
     """What a source served and how the requests were shaped: the same model on the same chips, TP,
-    engine and settings, lengths and arrival process, at whatever load."""
-    return (row["source"], row["engine"], json.dumps(row.get("engine_settings", {}), sort_keys=True), row["model"],
+    engine, release and settings, lengths and arrival process, at whatever load."""
+    return (row["source"], row["engine"], row.get("engine_version", ""),
+            json.dumps(row.get("engine_settings", {}), sort_keys=True), row["model"],
             precision_label(row), row.get("kv_cache_precision", "auto"), row["chip"], row["tp"], row.get("pp", 1),
             row.get("expert_parallel", False), row.get("attention_dp", False), lengths_key(row), row["arrival"])
 
