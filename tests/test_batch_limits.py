@@ -32,6 +32,20 @@ def test_each_engine_picks_its_limits_for_the_chip(chip, scheduler, max_num_seqs
     assert (engine.max_num_seqs, engine.max_num_batched_tokens) == (max_num_seqs, max_num_batched_tokens)
 
 
+@pytest.mark.parametrize(("chip", "version", "large"), [
+    # 0.7.0 to 0.8.4: H100 and H200 by name
+    ("h100", "0.8.3 (vllm/vllm-openai:v0.8.3, V1)", True), ("h200", "0.7.3", True), ("mi300x", "0.8.4", False),
+    ("b200", "0.8.3", False), ("a100", "0.8.3", False),
+    # 0.8.5: every GPU of 70 GiB or more, the A100 80 GB too
+    ("a100", "0.8.5", True), ("mi300x", "0.8.5.post1", True), ("a100-40gb", "0.8.5", False),
+    # 0.9.0 on: not the A100
+    ("a100", "0.9.0", False), ("b200", "0.9.2", True),
+])
+def test_vllm_v1s_limits_follow_each_releases_rule(chip, version, large):
+    engine = _scenario(chip, "vllm-v1", version=version).engine
+    assert (engine.max_num_seqs, engine.max_num_batched_tokens) == ((1024, 8192) if large else (256, 2048))
+
+
 def test_limits_the_table_states_stand_and_the_other_one_is_still_the_chips():
     engine = _scenario("a100", "vllm-v1", max_num_seqs=128).engine
     assert (engine.max_num_seqs, engine.max_num_batched_tokens) == (128, 2048)

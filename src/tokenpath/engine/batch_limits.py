@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from tokenpath.config.units import parse_bytes
 from tokenpath.engine.cuda_graphs import sglang_defaults
+from tokenpath.engine.release import release_at_least
 
 
 class BatchLimits(NamedTuple):
@@ -26,11 +27,14 @@ class BatchLimits(NamedTuple):
 
 # vLLM V1's OpenAI server (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, and
 # tests/engine/test_arg_utils.py, test_defaults_with_usage_context): 1024 sequences and 8192 tokens a
-# step on a GPU of 70 GiB or more whose name does not contain "a100", else 256 and 2048. Releases up to
-# 0.8.3 at least gave the larger pair to H100 and H200 alone (EngineArgs._set_default_args_v1: 'if
-# "h100" in device_name or "h200" in device_name'); a scenario of such a release on another GPU states
-# its limits.
+# step on a GPU of 70 GiB or more whose name does not contain "a100", else 256 and 2048, since 0.9.0
+# (vllm-project/vllm pull request 17885, "Use small max_num_batched_tokens for A100", May 2025). 0.8.5
+# gave the larger pair to every GPU of 70 GiB or more, the A100 too (pull request 17073, April 2025), and
+# the releases from 0.7.0 to 0.8.4 to H100 and H200 alone, by name (pull request 12369, January 2025:
+# EngineArgs._set_default_args_v1, 'if "h100" in device_name or "h200" in device_name').
 VLLM_V1_LARGE_GPU_BYTES = parse_bytes("70 GiB")
+VLLM_V1_BY_MEMORY_SINCE = "0.8.5"
+VLLM_V1_NOT_A100_SINCE = "0.9.0"
 VLLM_V1_LARGE_GPU_LIMITS = BatchLimits(1024, 8192)
 VLLM_V1_OTHER_GPU_LIMITS = BatchLimits(256, 2048)
 # vLLM V0 ran at most 256 sequences by default (EngineArgs.max_num_seqs before V1's defaults).
@@ -38,10 +42,17 @@ VLLM_V0_MAX_NUM_SEQS = 256
 
 
 def vllm_v1_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
-    """vLLM V1's defaults on the catalog chip `chip` of `hbm_bytes` (None: not known)."""
+    """vLLM V1's defaults on the catalog chip `chip` of `hbm_bytes` (None: not known) in the release
+    `release` states (the newest where it states none)."""
     if chip is None or hbm_bytes is None:
         return BatchLimits()
-    large = hbm_bytes >= VLLM_V1_LARGE_GPU_BYTES and "a100" not in chip.lower()
+    name = chip.lower()
+    if not release_at_least(release, VLLM_V1_BY_MEMORY_SINCE):
+        large = "h100" in name or "h200" in name
+    else:
+        large = hbm_bytes >= VLLM_V1_LARGE_GPU_BYTES
+        if release_at_least(release, VLLM_V1_NOT_A100_SINCE):
+            large = large and "a100" not in name
     return VLLM_V1_LARGE_GPU_LIMITS if large else VLLM_V1_OTHER_GPU_LIMITS
 
 
