@@ -136,3 +136,16 @@ def test_a_share_too_small_for_the_weights_names_the_share_to_raise():
     with pytest.raises(DoesNotFit, match=r"gpu_memory_utilization=0.4, the share for weights and KV cache; .*raise "
                                          r"engine.gpu_memory_utilization"):
         _deployment("prefill-first", **{"engine.gpu_memory_utilization": 0.4})
+
+
+@pytest.mark.parametrize(("scheduler", "words"), [
+    ("vllm-v1", "0.9 of HBM for everything"), ("trtllm", "0.9 of the memory the weights and a step leave"),
+    ("prefill-first", "0.81 of HBM for weights and KV cache"),  # 0.4.2's table at TP8
+])
+def test_the_report_says_the_share_each_engine_took_and_what_it_covers(scheduler, words):
+    from tokenpath.report.simulation import describe
+    from tokenpath.sim.simulate import prepare
+
+    overrides = {"engine.scheduler": scheduler, "engine.version": "0.4.2", "workload.num_requests": 20}
+    lines = dict(describe(prepare(load_scenario("typical", overrides))))
+    assert lines["KV cache"].endswith(f"; {words})")

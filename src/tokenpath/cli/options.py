@@ -209,7 +209,9 @@ SCENARIO_FLAGS: dict[str, Any] = _with_defaults({
                             "reuse the KV cache of shared prompt prefixes, as vLLM V1 does", show_default=False),
     "routing": _flag(str, "--routing", "requests over replicas: round_robin, least_outstanding, least_kv_load, "
                                        "prefix_aware or session_affinity"),
-    "gpu_memory_utilization": _flag(float, "--gpu-memory-utilization", "share of HBM the engine may use"),
+    "gpu_memory_utilization": _flag(float, "--gpu-memory-utilization",
+                                    "share of memory the engine may use, as its own flag means it (SGLang: weights "
+                                    "and KV pool; TensorRT-LLM: of what weights and a step leave); unset: its own"),
     "scheduler": _flag(str, "--scheduler", f"engine scheduler profile: {choices()}"),
     "num_scheduler_steps": _flag(int, "--num-scheduler-steps", "decode steps per scheduler call where prompts run in "
                                                                "steps of their own (vLLM V0 multi-step)"),

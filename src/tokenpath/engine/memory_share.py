@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from tokenpath.engine.release import release_at_least
 
 MIB = 2**20
+# What a profile's share covers (Profile.memory_share_covers), as reports say it after the share.
+SHARE_COVERS = {"all": "of HBM for everything", "weights_and_kv": "of HBM for weights and KV cache",
+                "free_memory": "of the memory the weights and a step leave"}
 # vLLM's --gpu-memory-utilization default (vllm/engine/arg_utils.py, EngineArgs.gpu_memory_utilization),
 # taken for every engine modelled its way.
 DEFAULT_UTILIZATION = 0.9

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from tokenpath.config.units import format_bytes, format_duration, format_number
+from tokenpath.engine.memory_share import SHARE_COVERS
 from tokenpath.sim.document import assumptions_block, placement_name
 from tokenpath.sim.front_end import api_servers
 from tokenpath.sim.simulate import Simulation
@@ -70,7 +71,8 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                    f"across, {placement_name(s.deployment.placement)} placement, "
                    f"{d.collectives.algorithm} collectives"),
         ("KV cache", f"{d.kv_capacity_tokens:,} tokens per engine "
-                     f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip)"),
+                     f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip; "
+                     f"{_memory_share(s, d)})"),
         ("engine", _engine_line(s.engine, d.compute, w.draft_acceptance)
                    + f", prefix caching {'on' if s.engine.prefix_caching else 'off'}"),
         ("workload", f"{w.num_requests:,} requests{_session_count(sim.requests)}, {lengths} "
@@ -189,3 +191,10 @@ def _length(spec: Any) -> str:
     if spec.kind == "sharegpt":
         return "ShareGPT"
     return f"empirical from {spec.path}"
+
+
+def _memory_share(s: Any, d: Any) -> str:
+    """The engine's memory share and what it covers: "0.836 of HBM for weights and KV cache"."""
+    dep = s.deployment
+    share = s.engine.memory_share(d.chip.hbm_bytes, dep.tp, dep.pp, dep.attention_dp)
+    return f"{share:.3g} {SHARE_COVERS[s.engine.profile.memory_share_covers]}"
