@@ -95,7 +95,7 @@ def test_sglangs_share_covers_the_weights_and_the_pool_and_vllms_the_activations
     sglang = _deployment("prefill-first", **{"engine.gpu_memory_utilization": 0.85})
     vllm = _deployment("vllm-v1", **{"engine.gpu_memory_utilization": 0.85})
     compute = sglang.compute
-    runtime = compute.activation_reserve_bytes(0) - 0  # no tokens, no logit rows: the runtime reserve alone
+    runtime = compute.activation_reserve_bytes(0)  # no tokens, no logit rows: the runtime reserve alone
     assert runtime == GIB
     free = (80 * GIB - runtime) * 0.85 - compute.weight_bytes_per_chip
     assert sglang.kv_capacity_tokens == int(free // compute.kv_bytes_per_token_per_chip)
