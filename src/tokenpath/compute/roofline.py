@@ -249,17 +249,15 @@ class ComputeModel:
             weights += drafter.weight_bytes_per_chip
             per_token += drafter.kv_bytes_per_token_per_chip
         activations = 0.0
-        if share_covers != "weights_and_kv":
-            activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs, sampler_bytes_per_logit)
-        if share_covers == "all":
-            budget = hbm * share
-        elif share_covers == "weights_and_kv":
+        if share_covers == "weights_and_kv":
             budget = (hbm - self._runtime_reserve_bytes) * share
+            free = budget - weights
         else:
-            budget = hbm
-        free = budget - weights - activations
-        if share_covers == "free_memory":
-            free *= share
+            activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs, sampler_bytes_per_logit)
+            budget = hbm * share if share_covers == "all" else hbm
+            free = budget - weights - activations
+            if share_covers == "free_memory":
+                free *= share
         if free < per_token:
             where = f"{self.chip.name}'s {hbm / 2**30:.3g} GiB HBM"
             what = (f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, "

@@ -72,7 +72,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                    f"{d.collectives.algorithm} collectives"),
         ("KV cache", f"{d.kv_capacity_tokens:,} tokens per engine "
                      f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip; "
-                     f"{_memory_share(s, d)})"),
+                     f"{d.memory_share:.3g} {SHARE_COVERS[s.engine.profile.memory_share_covers]})"),
         ("engine", _engine_line(s.engine, d.compute, w.draft_acceptance)
                    + f", prefix caching {'on' if s.engine.prefix_caching else 'off'}"),
         ("workload", f"{w.num_requests:,} requests{_session_count(sim.requests)}, {lengths} "
@@ -192,9 +192,3 @@ def _length(spec: Any) -> str:
         return "ShareGPT"
     return f"empirical from {spec.path}"
 
-
-def _memory_share(s: Any, d: Any) -> str:
-    """The engine's memory share and what it covers: "0.836 of HBM for weights and KV cache"."""
-    dep = s.deployment
-    share = s.engine.memory_share(d.chip.hbm_bytes, dep.tp, dep.pp, dep.attention_dp)
-    return f"{share:.3g} {SHARE_COVERS[s.engine.profile.memory_share_covers]}"

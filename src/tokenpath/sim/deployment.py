@@ -42,6 +42,7 @@ class Deployment:
     placement: Placement
     costs: GroupStepCosts
     kv_capacity_tokens: int   # per engine
+    memory_share: float       # the engine's share of each chip's memory (EngineSpec.memory_share)
     replicas: int             # engines: data-parallel replicas x pipeline batches in flight
     fabric_name: str = ""     # what the fabric is, and whether it is the chip's default
     front_end: Layout = Layout()  # each engine's share of the front end's processes (sim/front_end.py)
@@ -140,8 +141,8 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         draft = None if drafter is None else DraftCost(drafter, drafts)
     costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel, speculation, draft)
     engines = dep.replicas * dep.pp
-    return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens, engines, fabric_name,
-                      front_end.layout(scenario, engines))
+    return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens, share, engines,
+                      fabric_name, front_end.layout(scenario, engines))
 
 
 def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: Assumptions) -> ComputeModel | None:

@@ -125,8 +125,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "max_num_batched_tokens": engine.max_num_batched_tokens, "block_size": engine.block_size,
             "chunked_prefill": engine.chunked_prefill, "mixed_chunk": engine.mixed_chunk,
             "num_scheduler_steps": engine.num_scheduler_steps, "kv_admission": engine.kv_admission,
-            "prefix_caching": engine.prefix_caching, "gpu_memory_utilization":
-                engine.memory_share(d.chip.hbm_bytes, dep.tp, dep.pp, dep.attention_dp),
+            "prefix_caching": engine.prefix_caching, "gpu_memory_utilization": d.memory_share,
             "cuda_graphs": engine.cuda_graphs, "cuda_graph_max_tokens": engine.cuda_graph_max_tokens,
             "host_overlap": d.compute.host_overlapped, "host_window_s": d.compute.host_window_s,
             "host_step_s": d.compute.host_step_s, "eager_host_per_kernel_s": d.compute.host_eager_per_kernel_s,
