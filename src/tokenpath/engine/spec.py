@@ -60,10 +60,11 @@ class EngineSpec(BaseModel):
     chunked_prefill: bool = Field(True, description="split long prompts across steps within the token budget")
     gpu_memory_utilization: float | None = Field(
         None, gt=0, le=1,
-        description="share of HBM the engine may use: for vLLM and TensorRT-LLM everything it allocates (the KV "
-                    "cache takes what the weights and a step's activations leave), for SGLang the weights and the "
-                    "KV pool (its --mem-fraction-static) (unset: the profile's: 0.9, SGLang's rule of the GPU's "
-                    "memory and the server's settings for its release, engine/memory_share.py)")
+        description="share of memory the engine may use, as its own flag means it: for vLLM everything it "
+                    "allocates (the KV cache takes what the weights and a step's activations leave), for SGLang the "
+                    "weights and the KV pool (--mem-fraction-static), for TensorRT-LLM a share of what the weights "
+                    "and a step leave (free_gpu_memory_fraction) (unset: the profile's: 0.9, SGLang's rule of the "
+                    "GPU's memory and the server's settings for its release, engine/memory_share.py)")
     cuda_graphs: Literal["all", "decode", "none"] = Field(
         "all", description="steps that replay a captured CUDA graph: all (vLLM V1), decode (only steps where "
                            "every sequence decodes one token: SGLang, TensorRT-LLM, vLLM V0) or none (eager) "
