@@ -12,8 +12,9 @@ from tokenpath.config import files
 from tokenpath.config.errors import UserError
 
 # Keys of a models.toml entry that describe the entry, not the shape: its citation, other names, and the
-# checkpoint `tokenpath launch` serves (launch/model_id.py).
-CATALOG_ONLY_KEYS = ("source", "aliases", "hf_id", "hf_precision", "hf_expert_precision")
+# checkpoint `tokenpath launch` serves (launch/model_id.py) and the length of its chat template
+# (delivery/chat_template.chat_template_chars).
+CATALOG_ONLY_KEYS = ("source", "aliases", "hf_id", "hf_precision", "hf_expert_precision", "hf_chat_template_chars")
 
 
 def list_models() -> list[str]:

@@ -22,6 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tokenpath import catalog
+from tokenpath.config import files
 from tokenpath.config.errors import UserError
 
 # meta-llama/Meta-Llama-3-8B-Instruct, tokenizer_config.json, "chat_template" (as published in April 2024).
@@ -119,6 +121,29 @@ def _template_source(config: dict[str, Any], folder: Path) -> tuple[str | None, 
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         template = named.get("default")
     return (template if isinstance(template, str) else None), "tokenizer_config.json chat_template"
+
+
+def chat_template_chars(model_source: str) -> int | None:
+    """The length in characters of the chat template a model's checkpoint ships, which some engines' API
+    servers parse again for every request (engine/template_work.py): a catalog model's
+    `hf_chat_template_chars` (models.toml, from its checkpoint's tokenizer_config.json), or the template in
+    the folder of a config.json (chat_template.jinja, else tokenizer_config.json's). None where neither
+    says: a catalog model whose conversations are rendered without one (gpt-oss's, by openai-harmony), or a
+    folder without one."""
+    path = Path(model_source)
+    if not files.exists(path):
+        _, entry = catalog.lookup(catalog.MODELS_FILE, model_source, "model", "models")
+        return entry.get("hf_chat_template_chars")
+    folder = path if path.is_dir() else path.parent
+    config: dict[str, Any] = {}
+    config_file = folder / "tokenizer_config.json"
+    if config_file.is_file():
+        try:
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise UserError(f"model {config_file}: cannot read it as JSON ({error}); fix or remove it") from None
+    source, _ = _template_source(config if isinstance(config, dict) else {}, folder)
+    return None if source is None else len(source)
 
 
 def _first_rendering(apply: Callable[[list[dict[str, Any]]], object], where: str) -> list[dict[str, Any]]:

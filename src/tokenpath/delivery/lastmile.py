@@ -68,6 +68,10 @@ class LastMile:
         request = None if self._calibrated is None else self._calibrated.request_stages_s()
         self._first_s, self._then_s, self._tokenize_s = request or (
             spec.frontend_per_request, spec.chat_template_per_request, spec.tokenize_per_token)
+        # An engine release that reads the template's source again per request (engine/template_work.py) does
+        # it in the first stage: vLLM's _preprocess_chat parses it before the request's first await (its
+        # tokenizing, in an executor), so a burst's requests all pay it before any reaches the engine.
+        self._first_s += spec.chat_template_parse_per_request or 0.0
         # Whether requests and tokens take any front-end time: without, the engine loop skips it.
         costs = (self._first_s, self._then_s, self._tokenize_s, spec.frame_per_event, spec.detokenize_per_token)
         self.queues_requests = model_front_end and bool(any(costs) or self._calibrated)
@@ -79,8 +83,9 @@ class LastMile:
 
     def request_stages_s(self, input_tokens: int) -> tuple[float, float]:
         """The front end's CPU time for one request in its two stages: as it arrives (read and parse it;
-        the spec's frontend_per_request), and then (its chat template, tokenizing its prompt, the
-        hand-off to the engine); the calibration's measured pieces where it has them."""
+        the spec's frontend_per_request, and its chat template's source where the engine's release parses
+        it again), and then (its chat template, tokenizing its prompt, the hand-off to the engine); the
+        calibration's measured pieces where it has them."""
         return self._first_s, self._then_s + input_tokens * self._tokenize_s
 
     def request_cost_s(self, input_tokens: int) -> float:

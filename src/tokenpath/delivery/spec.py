@@ -107,6 +107,11 @@ class DeliverySpec(BaseModel):
     chat_template_per_request: Duration = Field(
         CHAT_TEMPLATE_PER_REQUEST_S, le=MAX_HOST_COST_S,
         description="the front end's CPU time rendering a request's chat template (0: a cached or raw prompt)")
+    chat_template_parse_per_request: Duration | None = Field(
+        None, le=MAX_HOST_COST_S,
+        description="the front end's CPU time per chat request reading the chat template's source besides "
+                    "rendering it, as some engine releases do (engine/template_work.py); unset: the engine "
+                    "release's cost for the model's template, 0 where chat_template_per_request is 0")
     tokenize_per_token: Duration = Field(
         TOKENIZE_PER_TOKEN_S, le=MAX_HOST_COST_S, description="the front end's CPU time per prompt token tokenized")
     calibration: PathText | None = Field(

@@ -24,6 +24,7 @@ from tokenpath.engine.batch_limits import (
 from tokenpath.engine.cuda_graphs import VLLM_V0_CUDA_GRAPH_MAX_BS, sglang_cuda_graph_max_bs
 from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
 from tokenpath.engine.memory_share import DEFAULT_UTILIZATION, ServerShape, sglang_mem_fraction_static
+from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_template_work
 
 # Before v0.7.1, vLLM's DeepseekV2Attention (vllm/model_executor/models/deepseek_v2.py) expanded each
 # token's latent into K and V per head, V zero-padded to the query-key head size, and cached those;
@@ -102,6 +103,9 @@ class Profile:
     # template and tokenizes them in its API server, and frames each chunk there.
     api_servers: Literal["per-replica", "per-server"]
     detokenizes_in: Literal["engine", "api-server", "detokenizer"]  # "detokenizer": one process of its own
+    # The work its API server does per chat request on the template's source, besides rendering it, in a
+    # release (engine/template_work.py): the registry's cost per character, or None
+    template_work: Callable[[str | None], TemplateWork | None]
     # -- where it is used beyond the simulation
     launched_with: Literal["vllm", "sglang", "trtllm"]  # the engine `tokenpath launch` starts for it (launch/)
     offered_as_lever: bool  # `tokenpath levers` tries switching to it
@@ -163,6 +167,7 @@ PROFILES: dict[str, Profile] = {
         # data_parallel_size if not specified"; vllm/entrypoints/cli/serve.py).
         api_servers="per-replica",
         detokenizes_in="api-server",
+        template_work=vllm_template_work,
         launched_with="vllm",
         offered_as_lever=True,
         measured_as="vllm",
@@ -212,6 +217,7 @@ PROFILES: dict[str, Profile] = {
         # parallelism: a replica is a server of its own.
         api_servers="per-replica",
         detokenizes_in="engine",
+        template_work=vllm_template_work,
         launched_with="vllm",
         offered_as_lever=False,  # a release to reproduce (its latency rows), not a change to make
         measured_as=None,        # rows pick it by their engine_settings
@@ -273,6 +279,7 @@ PROFILES: dict[str, Profile] = {
         # detokenizer_worker_num = 1).
         api_servers="per-server",
         detokenizes_in="detokenizer",
+        template_work=no_template_work,
         launched_with="sglang",
         offered_as_lever=True,
         measured_as="sglang",
@@ -333,6 +340,7 @@ PROFILES: dict[str, Profile] = {
         # replica (num_serve_frontends defaults to 1).
         api_servers="per-replica",
         detokenizes_in="api-server",
+        template_work=no_template_work,
         launched_with="trtllm",
         offered_as_lever=True,
         measured_as="trtllm",

@@ -141,6 +141,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "detokenize_per_token_s": delivery.detokenize_per_token, "frame_per_event_s": delivery.frame_per_event,
             "frontend_per_request_s": delivery.frontend_per_request,
             "chat_template_per_request_s": delivery.chat_template_per_request,
+            "chat_template_parse_per_request_s": delivery.chat_template_parse_per_request,
             "tokenize_per_token_s": delivery.tokenize_per_token,
             "api_servers": api_servers(s), "api_server_processes_per_engine": d.front_end.api_processes,
             "api_server_cpus_per_process": d.front_end.api_cpus,

@@ -37,6 +37,7 @@ from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, DeliverySpec
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, profiles_where
 from tokenpath.engine.routing import Routing
 from tokenpath.engine.spec import EngineSpec
+from tokenpath.engine.template_work import cost_per_char_s
 from tokenpath.fabric.spec import MAX_FABRIC_HOSTS, FabricSpec, SwitchFabric, read_topology_file
 from tokenpath.sim.continuity import ContinuitySettings
 from tokenpath.workload._files import sha256_file
@@ -258,6 +259,9 @@ class Scenario(BaseModel):
         scenario's delivery assumptions (overridden or calibrated) for the fields its table leaves unset."""
         assumptions = self.resolved_assumptions()
         update = assumptions.delivery_fields(self.delivery.model_fields_set)
+        if self.delivery.chat_template_parse_per_request is None:
+            update["chat_template_parse_per_request"] = self._template_parse_s(
+                assumptions, update.get("chat_template_per_request", self.delivery.chat_template_per_request))
         calibration = self.delivery.calibration
         if calibration is not None:
             update["calibration"] = self.resolve_path(calibration)
@@ -269,6 +273,18 @@ class Scenario(BaseModel):
             return DeliverySpec.model_validate({**self.delivery.model_dump(), **update})
         except ValidationError as error:
             raise UserError(explain(error, "assumptions (as [delivery])", DeliverySpec)) from None
+
+    def _template_parse_s(self, assumptions: Assumptions, render_s: float) -> float:
+        """The engine release's CPU time per chat request reading the model's chat template source
+        (engine/template_work.py): its registry cost per character times the template's length; 0 where the
+        release does no such work, the template is not known, or no template is rendered (`render_s` 0)."""
+        work = PROFILES[self.engine.scheduler].template_work(self.engine.version)
+        if work is None or not render_s:
+            return 0.0
+        from tokenpath.delivery.chat_template import chat_template_chars
+
+        chars = chat_template_chars(self.model_source())
+        return cost_per_char_s(work, assumptions) * chars if chars else 0.0
 
     def model_source(self) -> str:
         """What to load the model from: a catalog name, or a config.json path (resolved)."""

@@ -197,7 +197,8 @@ def _closer(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever
 
 def _front_end(scenario: Scenario) -> list[Lever]:
     """The front end's levers (delivery/frontend.py): more API-server processes, detokenizing out of the
-    engine's process, token ids to the client (it detokenizes), a faster tokenizer, a cached chat template."""
+    engine's process, token ids to the client (it detokenizes), a faster tokenizer, a cached chat template,
+    and where the engine's release parses the template's source per request, a release that parses it once."""
     delivery = scenario.delivery
     servers = front_end.api_servers(scenario)
     levers = [Lever(f"API servers x{API_SERVER_FACTOR} ({servers * API_SERVER_FACTOR} processes)", "",
@@ -225,6 +226,9 @@ def _front_end(scenario: Scenario) -> list[Lever]:
         levers.append(Lever("cached chat template", "", {"delivery.chat_template_per_request": "0 s"}))
     else:
         levers.append(Lever("cached chat template", "", skipped="rendering the chat template costs nothing already"))
+    if scenario.resolved_delivery().chat_template_parse_per_request:  # a release that parses it per request
+        levers.append(Lever("chat template parsed once (a vLLM release that caches it)", "",
+                            {"delivery.chat_template_parse_per_request": "0 s"}))
     return levers
 
 
