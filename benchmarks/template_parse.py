@@ -1,11 +1,6 @@
 """The CPU time, per character of a chat template's Jinja source, of the work some vLLM releases do on it
-for every chat request (engine/template_work.py), as Jinja2 does it on this machine.
-
-- format detection (vLLM 0.6.5-0.9.1, `_detect_content_format`): the source parsed by the environment
-  transformers compiles templates in, then its tree walked for assignments and for loops (three
-  `find_all` walks: vLLM's search for `messages`, its loops, and their content loops);
-- kwargs resolution (vLLM 0.11.0, `resolve_chat_template_kwargs`): a sandboxed environment built, the
-  source parsed and its undeclared variables listed (`jinja2.meta.find_undeclared_variables`).
+for every chat request (engine/template_work.py), as Jinja2 does it on this machine: format detection
+(vLLM 0.6.5-0.9.1) and kwargs resolution (vLLM 0.11.0), run as delivery/template_parse.py runs them.
 
 Rendering the compiled template (what every release does, `chat_template_per_request`) is timed beside
 them. Each figure is the median of `--repeats` timings (delivery/request_measure.median_s).
@@ -23,14 +18,9 @@ import json
 from functools import partial
 from pathlib import Path
 
-import jinja2
-import jinja2.ext
-import jinja2.meta
-import jinja2.nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
 from tokenpath.delivery.chat_template import CONVERSATIONS, LLAMA3_SPECIAL_TOKENS, LLAMA3_TEMPLATE, compile_template
 from tokenpath.delivery.request_measure import median_s
+from tokenpath.delivery.template_parse import format_detection, kwargs_resolution
 
 
 def template_text(path: str) -> str:
@@ -44,19 +34,6 @@ def template_text(path: str) -> str:
             raise SystemExit(f"{path}: no chat_template string")
         return template
     return text
-
-
-def format_detection(source: str) -> None:
-    tree = compile_template(source).environment.parse(source)
-    for node in (jinja2.nodes.Assign, jinja2.nodes.For, jinja2.nodes.For):
-        for _ in tree.find_all(node):
-            pass
-
-
-def kwargs_resolution(source: str) -> None:
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                extensions=[jinja2.ext.loopcontrols])
-    jinja2.meta.find_undeclared_variables(environment.parse(source))
 
 
 def main() -> None:

@@ -133,6 +133,12 @@ def test_the_cli_writes_a_calibration_and_refuses_bad_batch_sizes(tmp_path, monk
     assert [b.batch_size for b in written.batches] == [2, 4]
     assert written.request is not None and written.framing is not None and written.http is not None
     assert "front end per request" in result.output and "hand-off to engine" in result.output
+    # mistral-common's Tekken renders without Jinja: the template source is timed on the embedded Llama 3's
+    assert written.path["template_parse"] == {"template": "Llama 3 template (embedded)", "chars": len(LLAMA3_TEMPLATE),
+                                              "work": "delivery/template_parse.py, per character"}
+    parse = written.template_parse
+    assert 0 < parse.format_detection_per_char_s < parse.kwargs_resolution_per_char_s < 1e-3
+    assert "template source, vLLM 0.11.0" in result.output
     assert "HTTP server, per request" in result.output and "chunk written to its socket" in result.output
     assert written.path["http"]["request"].startswith("a burst of 200 connections at once")
     assert "template_s" in written.path["http"]["serve"] and "handoff_s" in written.path["http"]["serve"]
@@ -416,3 +422,23 @@ def test_the_hand_off_delivers_the_request_unchanged():
     with sender, receiver:
         assert rm.hand_off(sender, receiver, request) == request
     assert request["sampling_params"]["temperature"] == 0.7 and request["sampling_params"]["max_tokens"] == 256
+
+
+def test_a_measured_template_parse_replaces_the_registry_s_rate(tmp_path):
+    """A scenario on a release that parses its template per request takes the file's rate per character,
+    where the file measured one; a file without [template_parse] leaves the registry's."""
+    from tokenpath import load_scenario
+    from tokenpath.config.assumptions import default
+    from tokenpath.delivery.calibration import TemplateParseCost
+
+    measured = tmp_path / "measured.toml"
+    Calibration(batches=TWO, template_parse=TemplateParseCost(2e-6, 5e-6)).write(measured)
+    assert Calibration.read(measured).template_parse == TemplateParseCost(2e-6, 5e-6)
+    base = {"model.name": "qwen3-8b", "engine.scheduler": "vllm-v1", "engine.version": "0.11.0"}
+
+    def parse_s(calibration: str) -> float:
+        scenario = load_scenario("typical", {**base, "delivery.calibration": calibration})
+        return scenario.resolved_delivery().chat_template_parse_per_request
+
+    assert parse_s(str(measured)) == pytest.approx(5e-6 * 4168)
+    assert parse_s(write(tmp_path, TWO)) == pytest.approx(default("template_kwargs_resolution_per_char_s") * 4168)

@@ -117,6 +117,13 @@ def _request_table(calibration: Calibration):
                   "slope over " + ", ".join(map(str, how.get("tokenize_prompt_tokens", []))) + " tokens")
     table.add_row("hand-off to engine", f"{request.handoff_s * 1e6:.1f} us",
                   f"pickle + socket pair, {how.get('handoff_prompt_tokens', '?')} ids")
+    parse, parsed = calibration.template_parse, calibration.path.get("template_parse", {})
+    if parse is not None:  # engine/template_work.py: the releases that read the source per request
+        on = f"{parsed.get('template', '?')}, {parsed.get('chars', '?')} characters"
+        table.add_row("template source, vLLM 0.6.5-0.9.1", f"{parse.format_detection_per_char_s * 1e9:.0f} ns/char",
+                      f"parse + walk (content-format detection), {on}")
+        table.add_row("template source, vLLM 0.11.0", f"{parse.kwargs_resolution_per_char_s * 1e9:.0f} ns/char",
+                      f"parse + undeclared variables (argument resolution), {on}")
     http, engine = calibration.http, calibration.engine_http
     if http is not None:
         table.add_row("HTTP server, per request", f"{http.request_s * 1e6:.1f} us",

@@ -15,7 +15,10 @@ spends on each request before the engine sees it (`RequestCost`), and `[framing]
 chunk costs built as an engine's own code builds it, next to this package's framer (`FramingCost`).
 `[http]` (absent from files written before it) holds the HTTP server's own work (`HttpCost`) on
 `tokenpath serve`'s stack, and `[engine_http]` the same on an engine's (FastAPI under uvicorn, as vLLM
-and SGLang serve), its per-request figure with the body's validation in it.
+and SGLang serve), its per-request figure with the body's validation in it. `[template_parse]` (absent
+from files written before it) holds what reading the chat template's source costs per character, as
+some engine releases do for every request (`TemplateParseCost`, engine/template_work.py): where a
+scenario's release does, it takes this figure in place of the registry's.
 
 Whose front end the file then prices is the scenario's `delivery.calibrated_server`:
 - "engine" (the default): per request, `[engine_http]`'s request (HTTP layer and validation) where
@@ -85,6 +88,20 @@ class HttpCost:
     event_s: float    # one streamed event to its socket: queued, its stream's task woken, written and sent
 
 
+@dataclass(frozen=True)
+class TemplateParseCost:
+    """Host seconds, per character of a chat template's source, of the work engine releases do on it for
+    every request (delivery/template_parse.py runs it; engine/template_work.py says which releases)."""
+
+    format_detection_per_char_s: float   # vLLM 0.6.5-0.9.1: parse, and walk the tree for content loops
+    kwargs_resolution_per_char_s: float  # vLLM 0.11.0: a sandboxed environment, parse, undeclared variables
+
+    def per_char_s(self, work: str) -> float:
+        """The figure for `work`, named as the registry names it (engine/template_work.TemplateWork)."""
+        return {"template_format_detection_per_char_s": self.format_detection_per_char_s,
+                "template_kwargs_resolution_per_char_s": self.kwargs_resolution_per_char_s}[work]
+
+
 CalibratedServer = Literal["engine", "serve"]
 CALIBRATED_SERVERS: tuple[CalibratedServer, ...] = ("engine", "serve")
 
@@ -121,12 +138,13 @@ class Calibration:
     framing: FramingCost | None = None
     http: HttpCost | None = None
     engine_http: HttpCost | None = None
+    template_parse: TemplateParseCost | None = None
 
     def to_toml(self) -> str:
         document = {"schema": SCHEMA, "measured_at": self.measured_at, "machine": self.machine,
                     "tokenizer": self.tokenizer, "path": self.path}
         for table, costs in (("request", self.request), ("framing", self.framing), ("http", self.http),
-                             ("engine_http", self.engine_http)):
+                             ("engine_http", self.engine_http), ("template_parse", self.template_parse)):
             if costs is not None:
                 document[table] = asdict(costs)
         document["batch"] = [asdict(b) for b in self.batches]
@@ -169,7 +187,8 @@ class Calibration:
         return cls(batches, document.get("machine", {}), document.get("tokenizer", {}), document.get("path", {}),
                    str(document.get("measured_at", "")), _costs(document, "request", RequestCost, where),
                    _costs(document, "framing", FramingCost, where), _costs(document, "http", HttpCost, where),
-                   _costs(document, "engine_http", HttpCost, where))
+                   _costs(document, "engine_http", HttpCost, where),
+                   _costs(document, "template_parse", TemplateParseCost, where))
 
 
 def _interpolate(points: list[tuple[int, float]], b: float) -> float:

@@ -135,14 +135,7 @@ def chat_template_chars(model_source: str) -> int | None:
         _, entry = catalog.lookup(catalog.MODELS_FILE, model_source, "model", "models")
         return entry.get("hf_chat_template_chars")
     folder = path if path.is_dir() else path.parent
-    config: dict[str, Any] = {}
-    config_file = folder / "tokenizer_config.json"
-    if config_file.is_file():
-        try:
-            config = json.loads(config_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise UserError(f"model {config_file}: cannot read it as JSON ({error}); fix or remove it") from None
-    source, _ = _template_source(config if isinstance(config, dict) else {}, folder)
+    source, _ = _template_source(_tokenizer_config(folder, "model"), folder)
     return None if source is None else len(source)
 
 
@@ -188,19 +181,23 @@ def _mistral_renderer(path: Path) -> ChatRenderer | None:
                         lambda text: inner.encode(text, bos=False, eos=False))
 
 
+def _tokenizer_config(folder: Path, where: str) -> dict[str, Any]:
+    """The folder's tokenizer_config.json as a dict ({} where it has none)."""
+    config_file = folder / "tokenizer_config.json"
+    if not config_file.is_file():
+        return {}
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError(f"{where} {config_file}: cannot read it as JSON ({error}); fix or remove it") from None
+    return config if isinstance(config, dict) else {}
+
+
 def renderer_for(path: Path, kind: str) -> tuple[ChatRenderer, list[dict[str, Any]]]:
     """The renderer a front end uses for the tokenizer file at `path` (`kind` as the Detokenizer names
     it), and the conversation it renders."""
     if kind == "huggingface":
-        config_file = path.parent / "tokenizer_config.json"
-        config: dict[str, Any] = {}
-        if config_file.is_file():
-            try:
-                config = json.loads(config_file.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as error:
-                raise UserError(f"tokenizer {config_file}: cannot read it as JSON ({error}); fix or remove it") \
-                    from None
-            config = config if isinstance(config, dict) else {}
+        config = _tokenizer_config(path.parent, "tokenizer")
         source, origin = _template_source(config, path.parent)
         if source is not None:
             return jinja_renderer(source, _special_tokens(config), f"{origin}, Jinja2 as in transformers",
@@ -211,6 +208,17 @@ def renderer_for(path: Path, kind: str) -> tuple[ChatRenderer, list[dict[str, An
             return mistral, _first_rendering(mistral.apply, f"tokenizer {path}")
     return jinja_renderer(LLAMA3_TEMPLATE, LLAMA3_SPECIAL_TOKENS, "Llama 3 template (embedded), Jinja2 as in "
                           "transformers", f"tokenizer {path}")
+
+
+def jinja_source_for(path: Path, kind: str) -> tuple[str, str]:
+    """The Jinja template a front end would parse for the tokenizer file at `path`, and where it came
+    from: a Hugging Face folder's own, else the embedded Llama 3 template (mistral-common's tokenizers
+    are rendered without one)."""
+    if kind == "huggingface":
+        source, origin = _template_source(_tokenizer_config(path.parent, "tokenizer"), path.parent)
+        if source is not None:
+            return source, origin
+    return LLAMA3_TEMPLATE, "Llama 3 template (embedded)"
 
 
 @lru_cache(maxsize=8)

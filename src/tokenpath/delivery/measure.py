@@ -26,13 +26,14 @@ from typing import Any
 import numpy as np
 
 from tokenpath.delivery.calibration import BatchCost, Calibration, FramingCost, HttpCost
-from tokenpath.delivery.chat_template import renderer_for
+from tokenpath.delivery.chat_template import jinja_source_for, renderer_for
 from tokenpath.delivery.detokenizer import Detokenizer
 from tokenpath.delivery.engine_protocol import engine_event
 from tokenpath.delivery.path import TextPath
 from tokenpath.delivery.request_measure import measure_request, median_s, request_body
 from tokenpath.delivery.sample_text import MIXED
 from tokenpath.delivery.sse import SseFramer
+from tokenpath.delivery.template_parse import measure_template_parse
 
 DEFAULT_BATCH_SIZES = (1, 8, 32, 128, 256)
 DEFAULT_STOPS = ("\n\nUser:", "<|end|>")
@@ -124,12 +125,16 @@ def calibrate(det: Detokenizer, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES
         if progress is not None:
             progress(f"batch {batch}")
     request, request_how = measure_request(det, repeats)
+    template, template_origin = jinja_source_for(det.path, det.kind)
+    template_parse = measure_template_parse(template, repeats)
     framing = measure_framing(det, steps, repeats)
     if progress is not None:
         progress("request path")
     path = {"text": "mixed sample: English, Chinese, code, emoji", "stop_strings": list(stops), "api": "chat",
             "stream_interval": 1, "steps": steps, "repeats": repeats, "statistic": "median",
             "request": request_how,
+            "template_parse": {"template": template_origin, "chars": len(template),
+                               "work": "delivery/template_parse.py, per character"},
             "framing": {"engine": "pydantic ChatCompletionStreamResponse, model_dump_json(exclude_unset=True), "
                                   "'data: ...' framing (modelled on vLLM's serving_chat)",
                         "own": "SseFramer, one stream", "tokens": steps}}
@@ -150,4 +155,5 @@ def calibrate(det: Detokenizer, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES
         framing=framing,
         http=measured.get("http"),
         engine_http=measured.get("engine_http"),
+        template_parse=template_parse,
     )

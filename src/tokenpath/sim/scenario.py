@@ -259,14 +259,15 @@ class Scenario(BaseModel):
         scenario's delivery assumptions (overridden or calibrated) for the fields its table leaves unset."""
         assumptions = self.resolved_assumptions()
         update = assumptions.delivery_fields(self.delivery.model_fields_set)
-        if self.delivery.chat_template_parse_per_request is None:
-            update["chat_template_parse_per_request"] = self._template_parse_s(
-                assumptions, update.get("chat_template_per_request", self.delivery.chat_template_per_request))
         calibration = self.delivery.calibration
         if calibration is not None:
             update["calibration"] = self.resolve_path(calibration)
         elif assumptions.delivery_calibration is not None:
             update["calibration"] = assumptions.delivery_calibration
+        if self.delivery.chat_template_parse_per_request is None:
+            update["chat_template_parse_per_request"] = self._template_parse_s(
+                assumptions, update.get("chat_template_per_request", self.delivery.chat_template_per_request),
+                update.get("calibration"))
         if not update:
             return self.delivery
         try:  # validated again: an assumption's value must also fit the [delivery] field it sets
@@ -274,17 +275,22 @@ class Scenario(BaseModel):
         except ValidationError as error:
             raise UserError(explain(error, "assumptions (as [delivery])", DeliverySpec)) from None
 
-    def _template_parse_s(self, assumptions: Assumptions, render_s: float) -> float:
+    def _template_parse_s(self, assumptions: Assumptions, render_s: float, calibration: str | None) -> float:
         """The engine release's CPU time per chat request reading the model's chat template source
-        (engine/template_work.py): its registry cost per character times the template's length; 0 where the
-        release does no such work, the template is not known, or no template is rendered (`render_s` 0)."""
+        (engine/template_work.py): its cost per character (the delivery `calibration` file's where it measured
+        one, else the registry's) times the template's length; 0 where the release does no such work, the
+        template is not known, or no template is rendered (`render_s` 0)."""
         work = PROFILES[self.engine.scheduler].template_work(self.engine.version)
         if work is None or not render_s:
             return 0.0
+        from tokenpath.delivery.calibration import Calibration
         from tokenpath.delivery.chat_template import chat_template_chars
 
         chars = chat_template_chars(self.model_source())
-        return cost_per_char_s(work, assumptions) * chars if chars else 0.0
+        if not chars:
+            return 0.0
+        measured = None if calibration is None else Calibration.read(calibration).template_parse
+        return chars * (measured.per_char_s(work) if measured else cost_per_char_s(work, assumptions))
 
     def model_source(self) -> str:
         """What to load the model from: a catalog name, or a config.json path (resolved)."""
