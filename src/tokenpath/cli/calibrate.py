@@ -120,9 +120,11 @@ def _request_table(calibration: Calibration):
     parse, parsed = calibration.template_parse, calibration.path.get("template_parse", {})
     if parse is not None:  # engine/template_work.py: the releases that read the source per request
         on = f"{parsed.get('template', '?')}, {parsed.get('chars', '?')} characters"
-        table.add_row("template source, vLLM 0.6.5-0.9.1", f"{parse.format_detection_per_char_s * 1e9:.0f} ns/char",
+        detection_ns, kwargs_ns = (parse.template_format_detection_per_char_s * 1e9,
+                                   parse.template_kwargs_resolution_per_char_s * 1e9)
+        table.add_row("template source, vLLM 0.6.5-0.9.1", f"{detection_ns:.0f} ns/char",
                       f"parse + walk (content-format detection), {on}")
-        table.add_row("template source, vLLM 0.11.0", f"{parse.kwargs_resolution_per_char_s * 1e9:.0f} ns/char",
+        table.add_row("template source, vLLM 0.11.0", f"{kwargs_ns:.0f} ns/char",
                       f"parse + undeclared variables (argument resolution), {on}")
     http, engine = calibration.http, calibration.engine_http
     if http is not None:

@@ -91,15 +91,11 @@ class HttpCost:
 @dataclass(frozen=True)
 class TemplateParseCost:
     """Host seconds, per character of a chat template's source, of the work engine releases do on it for
-    every request (delivery/template_parse.py runs it; engine/template_work.py says which releases)."""
+    every request (delivery/template_parse.py runs it; engine/template_work.py says which releases), each
+    named as the registry names its default."""
 
-    format_detection_per_char_s: float   # vLLM 0.6.5-0.9.1: parse, and walk the tree for content loops
-    kwargs_resolution_per_char_s: float  # vLLM 0.11.0: a sandboxed environment, parse, undeclared variables
-
-    def per_char_s(self, work: str) -> float:
-        """The figure for `work`, named as the registry names it (engine/template_work.TemplateWork)."""
-        return {"template_format_detection_per_char_s": self.format_detection_per_char_s,
-                "template_kwargs_resolution_per_char_s": self.kwargs_resolution_per_char_s}[work]
+    template_format_detection_per_char_s: float   # vLLM 0.6.5-0.9.1: parse, and walk the tree for content loops
+    template_kwargs_resolution_per_char_s: float  # vLLM 0.11.0: a sandboxed environment, parse, undeclared variables
 
 
 CalibratedServer = Literal["engine", "serve"]

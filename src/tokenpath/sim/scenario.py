@@ -290,7 +290,7 @@ class Scenario(BaseModel):
         if not chars:
             return 0.0
         measured = None if calibration is None else Calibration.read(calibration).template_parse
-        return chars * (measured.per_char_s(work) if measured else cost_per_char_s(work, assumptions))
+        return chars * (getattr(measured, work) if measured else cost_per_char_s(work, assumptions))
 
     def model_source(self) -> str:
         """What to load the model from: a catalog name, or a config.json path (resolved)."""
