@@ -116,6 +116,7 @@ class _Sharding:
     assumptions: Assumptions
     expert_precision: str  # the routed experts' weights (an MXFP4 checkpoint's, gpt-oss: the rest in bf16)
     latent_attention: bool  # an MLA model's attention in its latent space, or expanded per head
+    weight_only_expert_time: float = 1.0  # the engine's multiple of the roofline for weight-only MXFP4 experts
 
     @property
     def act(self) -> float:
@@ -169,7 +170,7 @@ class _Sharding:
 def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
               expert_replicas: int = 1, assumptions: Assumptions = DEFAULTS,
               expert_precision: str | None = None, attention_dp: bool = False,
-              latent_attention: bool = True) -> list[LinearOp]:
+              latent_attention: bool = True, weight_only_expert_time: float = 1.0) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     Expert parallelism over `expert_replicas` > 1 replicas (roofline.ComputeModel) places routed
@@ -185,9 +186,12 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
 
     `latent_attention`: an MLA model's attention runs in its latent space (_mla_projections), as
     today's engines run it, or expanded per head (_expanded_mla_projections), as older releases did
-    (engine/profiles.py's latent_attention_since)."""
+    (engine/profiles.py's latent_attention_since).
+
+    `weight_only_expert_time`: the multiple of their roofline time the engine's routed experts take when
+    they are MXFP4 weights the chip runs weight-only (engine/expert_kernels.py; 1: the roofline)."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions,
-                  expert_precision or weight_precision, latent_attention)
+                  expert_precision or weight_precision, latent_attention, weight_only_expert_time)
     attention = (_attention(s) if not attention_dp or tp == 1 else
                  [dataclasses.replace(op, per_sequence=True) for op in _attention(dataclasses.replace(s, tp=1))])
     return [*_embedding_and_norms(s), *attention, *_dense_mlp(s), *_moe(s), _lm_head(s)]
@@ -356,11 +360,15 @@ def _moe(s: _Sharding) -> list[LinearOp]:
     expert_bytes = stored_bytes(precision, s.fp4_format)
     # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.
     block_scaled = model.fp8_block_scaled and s.chip.compute_precision(precision) == "fp8"
+    # MXFP4 weights dequantized inside the GEMM take the engine's multiple of the roofline: the op's rate
+    # divided by it and its streamed bytes times it (its resident weights stay), so its time is times it.
+    slow = s.weight_only_expert_time if precision in s.chip.weight_only and s.fp4_format == "mxfp4" else 1.0
     ops.append(LinearOp(
-        "moe_experts", s.chip.effective_flops(precision) * expert_gemm_fraction(width, block_scaled, s.assumptions),
+        "moe_experts",
+        s.chip.effective_flops(precision) * expert_gemm_fraction(width, block_scaled, s.assumptions) / slow,
         flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
-        bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * s.act * moe_layers,
-        bytes_per_expert=expert_params * expert_bytes * moe_layers / replicas,
+        bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * s.act * moe_layers * slow,
+        bytes_per_expert=expert_params * expert_bytes * moe_layers / replicas * slow,
         resident_bytes=model.num_experts * expert_params * expert_bytes * moe_layers / replicas,
         kernels=expert_layer_kernels(expert_bytes) * moe_layers,
         gemm=True,

@@ -89,7 +89,7 @@ class ComputeModel:
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
                  host_eager_kernels: float | None = None,
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
-                 latent_attention: bool = True):
+                 latent_attention: bool = True, weight_only_expert_time: float = 1.0):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -111,7 +111,8 @@ class ComputeModel:
         # An MLA model's attention in its latent space, or expanded per head as older releases ran it (ops.build_ops).
         self.latent_attention = latent_attention
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas,
-                                             assumptions, self.expert_precision, self.attention_dp, latent_attention)
+                                             assumptions, self.expert_precision, self.attention_dp, latent_attention,
+                                             weight_only_expert_time)
         self.expert_replicas = expert_replicas
         self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
         per_layer = kv_bytes_per_token_per_layer(model, 1 if self.attention_dp else tp, kv_precision, latent_attention)

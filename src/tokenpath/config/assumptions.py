@@ -54,6 +54,7 @@ _EFF, _HOST, _COLL, _BUILD = ("tokenpath.compute.efficiency", "tokenpath.engine.
                               "tokenpath.fabric.collectives", "tokenpath.fabric.build")
 _DELIVERY = "tokenpath.delivery.spec"
 _TEMPLATE, _TEMPLATE_TESTS = "tokenpath.engine.template_work", "tests/test_template_work.py"
+_EXPERTS, _EXPERTS_TESTS = "tokenpath.engine.expert_kernels", "tests/test_expert_kernels.py"
 _ROOFLINE_TESTS = "tests/test_compute_roofline.py"
 _SEARCH, _SEARCH_TESTS = "tokenpath.compute.vector_search", "tests/test_retrieval.py"
 
@@ -215,6 +216,18 @@ REGISTRY: tuple[Assumption, ...] = (
                "tokenizer, its text encoding taken out: 49.1 us on a current x86 core (tokenpath calibrate "
                "delivery; Llama 3's template in Jinja2, as transformers renders it, 24.9 us)",
                "tests/test_frontend.py; tokenpath calibrate delivery"),
+    # -- an engine's routed experts where MXFP4 weights run weight-only (engine/expert_kernels.py) ------------
+    Assumption("vllm_mxfp4_weight_only_expert_time", 1.73, _EXPERTS, "VLLM_MXFP4_WEIGHT_ONLY_EXPERT_TIME", "1",
+               "vLLM's MXFP4 routed experts on Hopper, as a multiple of the model's roofline time beyond their "
+               "kernels' fixed time: the median of 10 AIConfigurator w4a16_mxfp4 tables (H100, H200; vLLM 0.19.0 "
+               "and 0.24.0; TP1-8; each the median over 8-1,024 tokens), 1.30-2.14 (benchmarks/"
+               "aiconfigurator_mxfp4.py)", _EXPERTS_TESTS),
+    Assumption("sglang_mxfp4_weight_only_expert_time", 4.42, _EXPERTS, "SGLANG_MXFP4_WEIGHT_ONLY_EXPERT_TIME", "1",
+               "SGLang's, likewise: the median of 8 tables (H100, H200; SGLang 0.5.14; TP1-8), 4.18-4.57 "
+               "(benchmarks/aiconfigurator_mxfp4.py)", _EXPERTS_TESTS),
+    Assumption("trtllm_mxfp4_weight_only_expert_time", 1.67, _EXPERTS, "TRTLLM_MXFP4_WEIGHT_ONLY_EXPERT_TIME", "1",
+               "TensorRT-LLM's, likewise: 2 tables (H200, TP1; 1.3.0rc10 and rc20), 1.67 both "
+               "(benchmarks/aiconfigurator_mxfp4.py)", _EXPERTS_TESTS),
     Assumption("template_format_detection_per_char_s", 1.13e-6, _TEMPLATE, "TEMPLATE_FORMAT_DETECTION_PER_CHAR_S",
                "s", "a chat template's source parsed in transformers' Jinja2 environment and its tree walked for "
                "assignments and for loops, as vLLM 0.6.5-0.9.1 detect its content format on every request: 1.150 "
@@ -288,6 +301,8 @@ _FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "hbm_bw_effi
               "nvls_link_efficiency", "scaleout_bw_efficiency", "block_scaled_expert_gemm_ceiling",
               "hnsw_distance_fraction")
 _POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ratio", "cpu_memory_bw_Bps",
+             "vllm_mxfp4_weight_only_expert_time", "sglang_mxfp4_weight_only_expert_time",
+             "trtllm_mxfp4_weight_only_expert_time",
              "cpu_cores", "cpu_core_flops", "cpu_core_encoder_flops", "cpu_core_bw_Bps")
 RANGES: dict[str, tuple[float, float, bool]] = {
     **{a.name: (0.0, 3600.0, False) for a in REGISTRY if a.unit == "s"},

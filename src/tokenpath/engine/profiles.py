@@ -23,6 +23,7 @@ from tokenpath.engine.batch_limits import (
 )
 from tokenpath.engine.cuda_graphs import VLLM_V0_CUDA_GRAPH_MAX_BS, sglang_cuda_graph_max_bs
 from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
+from tokenpath.engine.expert_kernels import WeightOnlyExperts
 from tokenpath.engine.memory_share import DEFAULT_UTILIZATION, ServerShape, sglang_mem_fraction_static
 from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_template_work
 
@@ -68,6 +69,9 @@ class Profile:
     # differently from compute/ops.py's count (engine/eager_launches.py; None: ops.py's).
     eager_host: EagerHost | None
     eager_kernels: LayerKernels | None
+    # -- its kernels: the registry's multiple of the roofline its MXFP4 routed experts take where they run
+    # weight-only (engine/expert_kernels.py)
+    mxfp4_weight_only_experts: WeightOnlyExperts
     # -- CUDA graphs (engine/cuda_graphs.py), unless [engine] says
     cuda_graphs: Literal["all", "decode", "none"]
     # The largest step replayed as a graph: any size (None), a count, or a rule of the GPU's memory
@@ -147,6 +151,7 @@ PROFILES: dict[str, Profile] = {
         # compiled piece): no host time per kernel is measured, so none.
         eager_host=None,
         eager_kernels=None,
+        mxfp4_weight_only_experts="vllm_mxfp4_weight_only_expert_time",
         # V1 replays captured graphs for steps of up to its max_cudagraph_capture_size (512 tokens),
         # decode-only or mixed; its larger steps run long kernels that hide their launches.
         cuda_graphs="all",
@@ -199,6 +204,7 @@ PROFILES: dict[str, Profile] = {
         host_overlap=False,
         eager_host="eager_host_per_kernel_s",  # its model code runs op by op in Python when no graph is replayed
         eager_kernels=None,
+        mxfp4_weight_only_experts="vllm_mxfp4_weight_only_expert_time",
         # V0 captured decode batches (vllm/worker/model_runner.py) and ran prompt steps, and its mixed
         # chunked-prefill steps, eagerly.
         cuda_graphs="decode",
@@ -252,6 +258,7 @@ PROFILES: dict[str, Profile] = {
         host_overlap=True,  # the zero-overhead batch scheduler, since v0.4 (event_loop_overlap)
         eager_host="eager_host_per_kernel_s",  # calibrated on SGLang (engine/host_time.py)
         eager_kernels=None,
+        mxfp4_weight_only_experts="sglang_mxfp4_weight_only_expert_time",
         # SGLang's CudaGraphRunner replays decode-or-idle batches only, up to its cuda_graph_max_bs
         # for the GPU's memory and tp (engine/cuda_graphs.py).
         cuda_graphs="decode",
@@ -315,6 +322,7 @@ PROFILES: dict[str, Profile] = {
         # engines (NIM's, and every release before 1.0) launch from C++: `[engine] eager_host = false`.
         eager_host="trtllm_eager_host_per_kernel_s",
         eager_kernels=TRTLLM_PYTORCH,
+        mxfp4_weight_only_experts="trtllm_mxfp4_weight_only_expert_time",
         # The PyTorch backend replays a graph only for a batch without a prompt
         # (ScheduledRequests.can_run_cuda_graph, tensorrt_llm/_torch/pyexecutor/scheduler.py); every
         # decode batch size up to the limit, as `tokenpath launch` writes cuda_graph_config with padding.

@@ -18,6 +18,7 @@ from tokenpath.config.assumptions import Assumptions
 from tokenpath.config.errors import DoesNotFit, UserError
 from tokenpath.delivery.frontend import Layout
 from tokenpath.engine.costs import GroupStepCosts
+from tokenpath.engine.expert_kernels import weight_only_expert_time
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.placement import Placement, place
 from tokenpath.engine.speculative import Speculation
@@ -118,7 +119,9 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
                            host_eager_kernels=host_eager_kernels,
                            assumptions=assumptions, expert_precision=scenario.model.expert_precision,
-                           attention_dp=dep.attention_dp, latent_attention=engine.latent_attention)
+                           attention_dp=dep.attention_dp, latent_attention=engine.latent_attention,
+                           weight_only_expert_time=weight_only_expert_time(engine.profile.mxfp4_weight_only_experts,
+                                                                           chip.generation))
     drafter = _drafter(scenario, model, chip, assumptions)
     sampler_bytes = (assumptions.value("sampler_profile_bytes_per_logit")
                      if engine.profile.sampler_in_memory_profile else None)
