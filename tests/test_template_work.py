@@ -103,3 +103,13 @@ def test_a_release_that_parses_per_request_is_offered_one_that_parses_once():
     assert parsing[lever].overrides == {"delivery.chat_template_parse_per_request": "0 s"}
     newest = {item.name for item in catalog(load_scenario("typical", base), {}, None)}
     assert lever not in newest
+
+
+def test_calibrate_delivery_times_the_template_a_hugging_face_folder_ships(tmp_path):
+    from tokenpath.delivery.chat_template import jinja_source_for
+
+    tokenizer = tmp_path / "tokenizer.json"
+    assert jinja_source_for(tokenizer, "huggingface") == (LLAMA3_TEMPLATE, "Llama 3 template (embedded)")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}), encoding="utf-8")
+    assert jinja_source_for(tokenizer, "huggingface") == ("{{ messages }}", "tokenizer_config.json chat_template")
+    assert jinja_source_for(tokenizer, "tekken")[1] == "Llama 3 template (embedded)"
