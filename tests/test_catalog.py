@@ -11,8 +11,8 @@ from tokenpath.config.errors import UserError
 
 def test_catalog_lists_the_expected_entries():
     assert list_models() == ["llama-2-7b", "llama-2-70b", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b",
-                             "llama-3.1-405b", "mixtral-8x7b", "qwen2.5-72b", "deepseek-v3", "qwen3-8b", "qwen3-32b",
-                             "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b"]
+                             "llama-3.1-405b", "mixtral-8x7b", "qwen2.5-72b", "deepseek-v3", "qwen3-8b", "qwen3-14b",
+                             "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b"]
     assert list_chips() == ["a100", "a100-40gb", "h100", "h200", "b200", "gb200", "mi300x", "mi325x", "tpu-v5p",
                             "tpu-v6e", "gaudi3"]
 

@@ -374,7 +374,7 @@ def catalog_listing(command: str, width: int, monkeypatch, capsys) -> str:
 def test_models_lists_the_catalog(monkeypatch, capsys):
     out = catalog_listing("models", 200, monkeypatch, capsys)
     names = list_models()
-    assert len(names) == 14
+    assert len(names) == 15
     for name in names:
         assert re.search(rf"(^|\s){re.escape(name)}\s", out, re.MULTILINE), name
     # the bandwidth the model streams at: the A100's measured 1.48 of its 2.039 TB/s peak

@@ -118,7 +118,15 @@ def test_qwen3_30b_a3b_weighs_57_gib_in_bf16(tmp_path):
     assert compute.weight_bytes_per_chip / 2**30 == pytest.approx(56.9, rel=0.02)
 
 
-@pytest.mark.parametrize("config, name", [(QWEN3_30B_A3B, "qwen3-30b-a3b"), (GPT_OSS_120B, "gpt-oss-120b")])
+QWEN3_14B = {  # Qwen/Qwen3-14B
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120, "intermediate_size": 17408,
+    "num_hidden_layers": 40, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+    "max_position_embeddings": 40960, "vocab_size": 151936, "tie_word_embeddings": False,
+}
+
+
+@pytest.mark.parametrize("config, name", [(QWEN3_30B_A3B, "qwen3-30b-a3b"), (GPT_OSS_120B, "gpt-oss-120b"),
+                                          (QWEN3_14B, "qwen3-14b")])
 def test_the_catalog_entry_is_what_its_config_reads_as(tmp_path, config, name):
     assert dataclasses.replace(read(tmp_path, config), name=name) == load_model(name)
 
