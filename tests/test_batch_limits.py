@@ -25,7 +25,8 @@ def _scenario(chip: str, scheduler: str, **engine) -> Scenario:
     ("a100-40gb", "prefill-first", 1024, 4096), ("h100", "prefill-first", 1024, 8192),
     ("h200", "prefill-first", 1024, 8192), ("b200", "prefill-first", 1024, 16384),
     ("mi300x", "prefill-first", 1024, 16384),
-    ("a100", "trtllm", 1024, 8192),
+    # trtllm-serve: BuildConfig's 2048 requests and 8192 tokens on any GPU.
+    ("a100", "trtllm", 2048, 8192), ("h200", "trtllm", 2048, 8192),
 ])
 def test_each_engine_picks_its_limits_for_the_chip(chip, scheduler, max_num_seqs, max_num_batched_tokens):
     engine = _scenario(chip, scheduler).engine

@@ -47,7 +47,7 @@ def test_every_profile_has_its_rules_in_the_reference_engine_and_is_compared_wit
     ("vllm-v1", "on_demand", "all", 1024, None, ("host_step_s", None), False, False),
     ("vllm-v0", "on_demand", "decode", 256, 256, ("vllm_v0_host_window_s", "vllm_v0_host_step_s"), False, True),
     ("prefill-first", "on_demand", "decode", 1024, 512, ("host_step_s", None), True, True),  # SGLang's at 141 GiB
-    ("trtllm", "reserve", "decode", 1024, None, ("host_step_s", None), True, True),
+    ("trtllm", "reserve", "decode", 2048, None, ("host_step_s", None), True, True),  # trtllm-serve's 2048
 ])
 def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admission, cuda_graphs, max_num_seqs,
                                                           graph_max_tokens, host_s, overlapped, eager_host):

@@ -289,3 +289,28 @@ def test_a_moe_models_splits_include_attention_data_parallel_where_tp_is_above_o
     assert not any("DP-attention" in layout and (layout.startswith("TP1 ") or "PP" in layout) for layout in layouts)
     candidate = next(c for c in enumerate_candidates(base, 4, ["vllm-v1"], False, moe=True) if c.attention_dp)
     assert candidate.overrides()["deployment.attention_dp"] is True
+
+
+def test_an_sglang_candidate_is_bounded_with_its_own_memory_share():
+    """The bound replays every step as a graph; SGLang's default share reserves room per graph sequence,
+    so the bound keeps the deployment's own share instead of one for graphs of every size (which came to
+    a negative share and stopped the search)."""
+    from tokenpath.sim.simulate import prepare
+    from tokenpath.whatif.bound import _every_step_replayed, capacity_bound_per_s
+
+    base = _base(**{**SMALL_8B, "deployment.chip": "h200", "deployment.chips": 1, "deployment.tp": 1,
+                    "engine.scheduler": "prefill-first"})
+    prepared = prepare(base.scenario())
+    replayed = _every_step_replayed(prepared)
+    assert replayed.deployment.memory_share == prepared.deployment.memory_share == pytest.approx(0.897, abs=0.03)
+    assert replayed.deployment.kv_capacity_tokens == prepared.deployment.kv_capacity_tokens
+    assert capacity_bound_per_s(prepared, None) > 0
+
+
+def test_graphs_the_default_share_cannot_hold_are_one_line():
+    from tokenpath.engine.spec import EngineSpec
+
+    engine = EngineSpec(scheduler="prefill-first", cuda_graphs="all", cuda_graph_max_tokens=2**20)
+    with pytest.raises(UserError, match="lower cuda_graph_max_tokens or max_num_batched_tokens, or set "
+                                        "engine.gpu_memory_utilization"):
+        engine.memory_share(141 * 2**30, 1, 1, False)

@@ -39,6 +39,9 @@ VLLM_V1_LARGE_GPU_LIMITS = BatchLimits(1024, 8192)
 VLLM_V1_OTHER_GPU_LIMITS = BatchLimits(256, 2048)
 # vLLM V0 ran at most 256 sequences by default (EngineArgs.max_num_seqs before V1's defaults).
 VLLM_V0_MAX_NUM_SEQS = 256
+# trtllm-serve (tensorrt_llm/commands/serve.py) defaults --max_batch_size and --max_num_tokens to
+# BuildConfig's (tensorrt_llm/builder.py: max_batch_size 2048, max_num_tokens 8192), on any GPU.
+TRTLLM_SERVE_LIMITS = BatchLimits(2048, 8192)
 
 
 def vllm_v1_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
@@ -67,6 +70,6 @@ def sglang_batch_limits(chip: str | None, hbm_bytes: float | None, release: str 
     return BatchLimits() if hbm_bytes is None else BatchLimits(None, sglang_defaults(hbm_bytes, 1, release)[0])
 
 
-def table_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
-    """The [engine] table's on every GPU: an engine whose own defaults are not read here."""
-    return BatchLimits()
+def trtllm_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
+    """trtllm-serve's on every GPU: BuildConfig's 2048 requests and 8192 tokens a step."""
+    return TRTLLM_SERVE_LIMITS

@@ -17,7 +17,7 @@ from typing import Literal, get_args
 from tokenpath.engine.batch_limits import (
     BatchLimits,
     sglang_batch_limits,
-    table_batch_limits,
+    trtllm_batch_limits,
     vllm_v0_batch_limits,
     vllm_v1_batch_limits,
 )
@@ -329,7 +329,7 @@ PROFILES: dict[str, Profile] = {
         cuda_graphs="decode",
         cuda_graph_max_bs=None,
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by TensorRT-LLM, as far as read)
-        batch_limits=table_batch_limits,  # trtllm-serve's own defaults not read here
+        batch_limits=trtllm_batch_limits,  # trtllm-serve's: 2048 requests, 8192 tokens a step
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,
         latent_attention_since=None,  # not read here

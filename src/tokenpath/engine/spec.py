@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tokenpath.config.errors import UserError
 from tokenpath.engine.batch_limits import VLLM_V1_LARGE_GPU_LIMITS
 from tokenpath.engine.host_time import eager_host_paid
 from tokenpath.engine.memory_share import ServerShape
@@ -215,8 +216,14 @@ class EngineSpec(BaseModel):
             return default
         graph_max = self.graph_max_tokens(hbm_bytes, tp) or 0
         drafter = None if self.speculative is None else self.speculative.method
-        return default(ServerShape(self.version, hbm_bytes, tp, pp, self.max_num_batched_tokens, graph_max,
-                                   attention_dp, drafter))
+        share = default(ServerShape(self.version, hbm_bytes, tp, pp, self.max_num_batched_tokens, graph_max,
+                                    attention_dp, drafter))
+        if share <= 0:  # the engine's rule reserves more than the GPU holds for these settings
+            raise UserError(f"engine: {self.profile.engine}'s default memory share for max_num_batched_tokens = "
+                            f"{self.max_num_batched_tokens} and CUDA graphs of up to {graph_max} sequences comes "
+                            f"to {share:g} of the GPU's {hbm_bytes / 2**30:.3g} GiB; lower cuda_graph_max_tokens or "
+                            "max_num_batched_tokens, or set engine.gpu_memory_utilization")
+        return share
 
     def graph_max_tokens(self, hbm_bytes: float, tp: int) -> int | None:
         """`cuda_graph_max_tokens`, or the profile's on a GPU of `hbm_bytes` at `tp` in this release

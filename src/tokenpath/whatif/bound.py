@@ -115,9 +115,12 @@ def _per_engine(prepared: Prepared, work: Work, step_limit_s: float | None) -> f
 
 
 def _every_step_replayed(prepared: Prepared) -> Prepared:
-    """The prepared deployment with every step replaying a CUDA graph (no kernel launches)."""
+    """The prepared deployment with every step replaying a CUDA graph (no kernel launches), its memory
+    share the deployment's own: an engine whose default share reserves room for its graphs (SGLang's)
+    would otherwise give graphs of every size the whole GPU."""
     scenario = prepared.scenario
-    engine = scenario.engine.model_copy(update={"cuda_graphs": "all", "cuda_graph_max_tokens": MAX_STEP_TOKENS})
+    engine = scenario.engine.model_copy(update={"cuda_graphs": "all", "cuda_graph_max_tokens": MAX_STEP_TOKENS,
+                                                "gpu_memory_utilization": prepared.deployment.memory_share})
     replayed = scenario.model_copy(update={"engine": engine})
     return replace(prepared, scenario=replayed, deployment=build_deployment(replayed))
 
