@@ -191,4 +191,3 @@ def _length(spec: Any) -> str:
     if spec.kind == "sharegpt":
         return "ShareGPT"
     return f"empirical from {spec.path}"
-

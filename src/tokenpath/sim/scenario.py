@@ -280,7 +280,7 @@ class Scenario(BaseModel):
         (engine/template_work.py): its cost per character (the delivery `calibration` file's where it measured
         one, else the registry's) times the template's length; 0 where the release does no such work, the
         template is not known, or no template is rendered (`render_s` 0)."""
-        work = PROFILES[self.engine.scheduler].template_work(self.engine.version)
+        work = self.engine.profile.template_work(self.engine.version)
         if work is None or not render_s:
             return 0.0
         from tokenpath.delivery.calibration import Calibration
