@@ -594,7 +594,8 @@ def test_trtllm_reserve_waits_for_the_whole_kv_cache_and_never_preempts():
 
 def test_trtllm_cuts_prompt_chunks_to_whole_blocks():
     limits = dict(max_num_seqs=8, max_num_batched_tokens=100, block_size=16)
-    trtllm = engine([250], [2], spec=EngineSpec(scheduler="trtllm", kv_admission="on_demand", **limits))
+    trtllm = engine([250], [2], spec=EngineSpec(scheduler="trtllm", kv_admission="on_demand", chunked_prefill=True,
+                                                 **limits))
     assert list(trtllm.step_tokens) == [96, 96, 58, 1]
     assert list(engine([250], [2], spec=EngineSpec(**limits)).step_tokens) == [100, 100, 50, 1]
 

@@ -62,6 +62,15 @@ def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admissi
     assert host_step_cost(scheduler, overlap=not overlapped).overlapped == (not overlapped)
 
 
+def test_trtllm_starts_without_chunked_prefill_and_the_others_with_it():
+    """trtllm-serve passes enable_chunked_prefill=False unless asked (tensorrt_llm/commands/serve.py); an
+    [engine] table's own setting wins either way."""
+    assert {name: EngineSpec(scheduler=name).chunked_prefill for name in PROFILES} == {
+        "vllm-v1": True, "vllm-v0": True, "prefill-first": True, "trtllm": False}
+    assert EngineSpec(scheduler="trtllm", chunked_prefill=True).chunked_prefill
+    assert not EngineSpec(chunked_prefill=False).chunked_prefill
+
+
 def test_where_each_engine_runs_its_front_end_and_detokenizes():
     assert {name: p.detokenizes_in for name, p in PROFILES.items()} == {
         "vllm-v1": "api-server", "vllm-v0": "engine", "prefill-first": "detokenizer", "trtllm": "api-server"}

@@ -248,4 +248,4 @@ def test_a_budget_under_one_block_is_refused_where_chunks_are_whole_blocks():
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="under one KV block"):
-        EngineSpec(scheduler="trtllm", max_num_seqs=8, max_num_batched_tokens=8, block_size=16)
+        EngineSpec(scheduler="trtllm", chunked_prefill=True, max_num_seqs=8, max_num_batched_tokens=8, block_size=16)

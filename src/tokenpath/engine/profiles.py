@@ -49,6 +49,9 @@ class Profile:
     prefills_alone_unless: Literal["chunked_prefill", "mixed_chunk"] | None
     # A prompt chunk cut to the token budget is whole tokens, or whole KV blocks.
     chunk_unit: Literal["token", "block"]
+    # Whether it cuts a prompt longer than the step's budget left into chunks by default (`[engine]
+    # chunked_prefill` otherwise); without, a prompt runs whole in one step.
+    chunked_prefill: bool
     # -- admission
     kv_admissions: tuple[Literal["reserve", "on_demand"], ...]  # those it offers, its default first
     new_token_ratio: bool  # admits only while the cache keeps SGLang's headroom (engine/new_token_ratio.py)
@@ -136,6 +139,7 @@ PROFILES: dict[str, Profile] = {
     they run out, the newest running sequences are preempted and recomputed later.""",
         prefills_alone_unless=None,
         chunk_unit="token",
+        chunked_prefill=True,  # on by default in V1 (vllm/engine/arg_utils.py)
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         queue_policy="fcfs",
@@ -192,6 +196,7 @@ PROFILES: dict[str, Profile] = {
     watermark.""",
         prefills_alone_unless="chunked_prefill",
         chunk_unit="token",
+        chunked_prefill=True,  # kept as the [engine] table had it; V0 itself chose by the context (above)
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         queue_policy="fcfs",
@@ -245,6 +250,7 @@ PROFILES: dict[str, Profile] = {
     to retract and recompute. Not modelled: SGLang's separate max_prefill_tokens.""",
         prefills_alone_unless="mixed_chunk",
         chunk_unit="token",
+        chunked_prefill=True,  # chunked_prefill_size > 0 by default (server_args.py)
         kv_admissions=("on_demand",),
         new_token_ratio=True,
         queue_policy="fcfs",
@@ -309,6 +315,9 @@ PROFILES: dict[str, Profile] = {
         prefills_alone_unless=None,
         # A chunk that is not the prompt's rest is whole KV blocks (trtGptModelInflightBatching.cpp).
         chunk_unit="block",
+        # trtllm-serve passes enable_chunked_prefill=False unless --enable_chunked_prefill
+        # (tensorrt_llm/commands/serve.py, get_llm_args; the LLM API's default too, llmapi/llm_args.py)
+        chunked_prefill=False,
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         queue_policy="fcfs",

@@ -58,7 +58,11 @@ class EngineSpec(BaseModel):
                                         description="most tokens (prefill + decode) in one step (unset: the "
                                                     "profile's for the chip, engine/batch_limits.py)")
     block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE, description="tokens per KV-cache block")
-    chunked_prefill: bool = Field(True, description="split long prompts across steps within the token budget")
+    chunked_prefill: bool = Field(
+        True, description="split long prompts across steps within the token budget; without, a prompt runs whole "
+                          "in one step (unset: the profile's: "
+                          f"{profiles_where(lambda p: not p.chunked_prefill)} off, as trtllm-serve starts, the others "
+                          "on)")
     gpu_memory_utilization: float | None = Field(
         None, gt=0, le=1,
         description="share of memory the engine may use, as its own flag means it: for vLLM everything it "
@@ -129,7 +133,8 @@ class EngineSpec(BaseModel):
         if profile is None:
             return data
         defaults = {"kv_admission": profile.kv_admissions[0], "cuda_graphs": profile.cuda_graphs,
-                    "prefix_caching": profile.prefix_caching, "nccl_nvls": profile.nccl_nvls}
+                    "prefix_caching": profile.prefix_caching, "nccl_nvls": profile.nccl_nvls,
+                    "chunked_prefill": profile.chunked_prefill}
         defaults.update(profile.batch_limits(None, None, None).given())
         return {**defaults, **data}
 

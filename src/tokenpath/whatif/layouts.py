@@ -40,6 +40,7 @@ class Candidate:
     prefill_replicas: int = 0
     expert_parallel: bool = False
     attention_dp: bool = False
+    chunked_prefill: bool | None = None  # None: the scenario's own (or its profile's default)
 
     @property
     def replicas(self) -> int:
@@ -65,7 +66,8 @@ class Candidate:
                 "deployment.expert_parallel": self.expert_parallel, "deployment.attention_dp": self.attention_dp,
                 "engine.scheduler": self.scheduler,
                 "engine.max_num_seqs": self.max_num_seqs,
-                "engine.max_num_batched_tokens": self.max_num_batched_tokens}
+                "engine.max_num_batched_tokens": self.max_num_batched_tokens,
+                **({} if self.chunked_prefill is None else {"engine.chunked_prefill": self.chunked_prefill})}
 
 
 def parse_engines(text: str | None, default: str) -> list[str]:
@@ -130,6 +132,17 @@ def limit_grid(seqs: int, tokens: int) -> list[tuple[int, int]]:
     return [(max(1, round(seqs * a)), max(1, round(tokens * b))) for a in LIMIT_FACTORS for b in LIMIT_FACTORS]
 
 
+def chunked_prefill(base: Base, scheduler: str) -> bool | None:
+    """Chunked prefill for the search's candidates under `scheduler`: on where the scenario leaves it
+    unset and the profile's default is off (trtllm-serve starts without it, --enable_chunked_prefill),
+    None (the scenario's own) otherwise. Without it a prompt longer than the step's token budget is
+    refused and a long prompt holds up every decode of its step, so the search launches each engine
+    with it, as the other engines start, and its commands say so."""
+    if "chunked_prefill" in base.table.get("engine", {}) or PROFILES[scheduler].chunked_prefill:
+        return None
+    return True
+
+
 def enumerate_candidates(base: Base, chips: int, engines: list[str], disaggregated: bool,
                          moe: bool) -> list[Candidate]:
     """Every split of `chips` for each engine, at the engine's base limits (the grid around them is
@@ -137,8 +150,9 @@ def enumerate_candidates(base: Base, chips: int, engines: list[str], disaggregat
     found = []
     for scheduler in engines:
         seqs, tokens = base_limits(base, scheduler)
+        chunked = chunked_prefill(base, scheduler)
         for tp, pp, prefill, ep, dp in splits(chips, moe, disaggregated):
-            found.append(Candidate(chips, tp, pp, scheduler, seqs, tokens, prefill, ep, dp))
+            found.append(Candidate(chips, tp, pp, scheduler, seqs, tokens, prefill, ep, dp, chunked))
     return found
 
 
