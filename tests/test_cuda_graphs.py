@@ -74,6 +74,19 @@ def test_a_prefill_first_deployment_graphs_decode_batches_up_to_sglangs_default(
     assert _compute("h100", 1, cuda_graphs="none").graph_policy() == "no CUDA graphs"
 
 
+def test_trtllm_replays_the_decode_batches_it_captured_and_launches_the_others():
+    """trtllm-serve's graphs: decode batches of 1-32, 64 and 128 sequences, unpadded; a batch of 33 or 129
+    launches its kernels. Padded (cuda_graph_padding), every decode batch up to the largest replays one."""
+    trtllm = _compute("h100", 1, scheduler="trtllm")
+    launched = [size for size in (1, 32, 33, 63, 64, 65, 128, 129) if trtllm.launch_s(size, size) > 0.0]
+    assert launched == [33, 63, 65, 129]
+    assert trtllm.launch_s(32, 1) > 0.0  # a prompt step
+    assert trtllm.graph_policy() == "CUDA graphs for decode steps of 1-32, 64 and 128 sequences (unpadded)"
+    padded = _compute("h100", 1, scheduler="trtllm", cuda_graph_padding=True, cuda_graph_max_tokens=512)
+    assert padded.launch_s(511, 511) == 0.0 and padded.launch_s(513, 513) > 0.0
+    assert padded.graph_policy() == "CUDA graphs for decode steps of up to 512 sequences"
+
+
 def test_vllm_v0_graphs_decode_batches_up_to_256_and_its_host_runs_in_every_step():
     """vLLM V0 captured decode batches of 1, 2, 4, 8, ..., 256 and ran prompt and mixed chunked-prefill
     steps eagerly from Python; it prepares each step while the GPU waits (engine/host_time.py)."""

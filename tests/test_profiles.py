@@ -47,7 +47,7 @@ def test_every_profile_has_its_rules_in_the_reference_engine_and_is_compared_wit
     ("vllm-v1", "on_demand", "all", 1024, None, ("host_step_s", None), False, False),
     ("vllm-v0", "on_demand", "decode", 256, 256, ("vllm_v0_host_window_s", "vllm_v0_host_step_s"), False, True),
     ("prefill-first", "on_demand", "decode", 1024, 512, ("host_step_s", None), True, True),  # SGLang's at 141 GiB
-    ("trtllm", "reserve", "decode", 2048, None, ("host_step_s", None), True, True),  # trtllm-serve's 2048
+    ("trtllm", "reserve", "decode", 2048, 128, ("host_step_s", None), True, True),  # trtllm-serve's 2048; graphs 128
 ])
 def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admission, cuda_graphs, max_num_seqs,
                                                           graph_max_tokens, host_s, overlapped, eager_host):
@@ -60,6 +60,21 @@ def test_each_profile_sets_the_defaults_and_host_it_models(scheduler, kv_admissi
     assert ((host.window_s, host.step_s), host.overlapped, host.eager_per_kernel_s > 0) == (host_s, overlapped,
                                                                                            eager_host)
     assert host_step_cost(scheduler, overlap=not overlapped).overlapped == (not overlapped)
+
+
+def test_trtllm_replays_only_the_decode_batches_it_captured_and_the_others_pad():
+    """trtllm-serve's CudaGraphConfig captures 1 to 32, 64 and 128 sequences unpadded; any other decode
+    batch runs eagerly. Padded (its enable_padding), every size up to the largest replays a graph."""
+    trtllm = EngineSpec(scheduler="trtllm")
+    assert not trtllm.cuda_graph_padding
+    assert trtllm.graph_batch_sizes(141 * GIB, 4) == frozenset([*range(1, 33), 64, 128])
+    larger = EngineSpec(scheduler="trtllm", cuda_graph_max_tokens=1000).graph_batch_sizes(141 * GIB, 4)
+    assert larger - trtllm.graph_batch_sizes(141 * GIB, 4) == {256, 512, 1000}
+    assert EngineSpec(scheduler="trtllm", cuda_graph_padding=True).graph_batch_sizes(141 * GIB, 4) is None
+    unpadded = {name for name in PROFILES if EngineSpec(scheduler=name).graph_batch_sizes(141 * GIB, 4) is not None}
+    assert unpadded == {"trtllm"}
+    with pytest.raises(ValueError, match='cuda_graph_padding = false: vLLM V1 pads .* use scheduler = "trtllm"'):
+        EngineSpec(cuda_graph_padding=False)
 
 
 def test_trtllm_starts_without_chunked_prefill_and_the_others_with_it():

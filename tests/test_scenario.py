@@ -321,7 +321,7 @@ def test_to_toml_writes_every_default():
     # cuda_graph_max_tokens (no limit) and gpu_memory_utilization (the profile's share) are unset, which TOML
     # cannot write
     assert set(table["engine"]) == {"max_num_seqs", "max_num_batched_tokens", "block_size", "chunked_prefill",
-                                    "cuda_graphs", "scheduler", "mixed_chunk",
+                                    "cuda_graphs", "cuda_graph_padding", "scheduler", "mixed_chunk",
                                     "kv_admission", "num_scheduler_steps", "prefix_caching", "nccl_nvls"}
     assert (table["engine"]["scheduler"], table["engine"]["kv_admission"]) == ("vllm-v1", "on_demand")
     assert table["delivery"]["network_rtt"] == "20 ms" and table["delivery"]["host_link_bw"] == "64 GB/s"

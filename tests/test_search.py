@@ -291,22 +291,24 @@ def test_a_moe_models_splits_include_attention_data_parallel_where_tp_is_above_o
     assert candidate.overrides()["deployment.attention_dp"] is True
 
 
-def test_a_trtllm_candidate_is_launched_with_chunked_prefill_unless_the_scenario_says():
-    """trtllm-serve starts without chunked prefill, which refuses a prompt longer than the step's budget:
-    the search turns it on (its commands carry it) where the scenario leaves it unset, and keeps the
-    scenario's own setting otherwise."""
+def test_a_trtllm_candidate_is_launched_tuned_unless_the_scenario_says():
+    """trtllm-serve starts without chunked prefill, which refuses a prompt longer than the step's budget,
+    and with unpadded decode graphs of 1-32, 64 and 128 sequences: the search turns chunked prefill on and
+    pads graphs up to max_num_seqs (its commands carry both) where the scenario leaves them unset, and
+    keeps the scenario's own settings otherwise."""
     long_prompts = {**SMALL_8B, "deployment.chips": 1, "deployment.tp": 1, "workload.input": {"kind": "fixed",
                     "value": 12000}, "workload.output": {"kind": "fixed", "value": 8}}
     base = _base(**long_prompts)
     del base.table["engine"]["chunked_prefill"]  # the embedded scenario states it; a user's may not
     [trtllm] = enumerate_candidates(base, 1, ["trtllm"], False, moe=False)
     [vllm] = enumerate_candidates(base, 1, ["vllm-v1"], False, moe=False)
-    assert trtllm.overrides()["engine.chunked_prefill"] is True and "engine.chunked_prefill" not in vllm.overrides()
+    tuned = {"engine.chunked_prefill": True, "engine.cuda_graph_padding": True, "engine.cuda_graph_max_tokens": 2048}
+    assert tuned.items() <= trtllm.overrides().items() and not tuned.keys() & vllm.overrides().keys()
     assert classify(base, trtllm, 8, None, "layouts").stage == "pending"
     unchunked = classify(base, Candidate(**{**trtllm.__dict__, "chunked_prefill": None}), 8, None, "layouts")
     assert unchunked.stage == "invalid" and "needs 12000 tokens in one step without chunked prefill" in unchunked.reason
-    stated = _base(**long_prompts, **{"engine.chunked_prefill": False})
-    assert "engine.chunked_prefill" not in enumerate_candidates(stated, 1, ["trtllm"], False, moe=False)[0].overrides()
+    stated = _base(**long_prompts, **{"engine.chunked_prefill": False, "engine.cuda_graph_max_tokens": 64})
+    assert not tuned.keys() & enumerate_candidates(stated, 1, ["trtllm"], False, moe=False)[0].overrides().keys()
 
 
 def test_an_sglang_candidate_is_bounded_with_its_own_memory_share():

@@ -257,7 +257,8 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
             "workload.input": {"kind": "fixed", "value": 100},
             "workload.output": {"kind": "fixed", "value": 20}, "engine.max_num_seqs": 200,
             "engine.scheduler": scheduler, "engine.host_overlap": False}
-    graphed = simulate(small(**same, **{"engine.cuda_graphs": "all", "engine.cuda_graph_max_tokens": 8192}))
+    graphed = simulate(small(**same, **{"engine.cuda_graphs": "all", "engine.cuda_graph_max_tokens": 8192,
+                                        "engine.cuda_graph_padding": True}))
     eager = simulate(small(**same, **{"engine.cuda_graphs": "none"}))
     compute = eager.deployment.compute
     assert compute.eager_gap_s == pytest.approx(compute.kernels_per_step * EAGER_KERNEL_LAUNCH_S, rel=1e-12)

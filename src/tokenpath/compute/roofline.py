@@ -66,8 +66,9 @@ class ComputeModel:
 
     CUDA graphs (the engine's `cuda_graphs` and `cuda_graph_max_tokens`): "all" captures every step of
     up to `cuda_graph_max_tokens` tokens (None: any size), "decode" only those where every sequence
-    decodes one token (num_tokens == num_logits), "none" no step. A step that replays no graph adds
-    to its kernels, per kernel, its launch gap, and waits for a host that launches them one by one at
+    decodes one token (num_tokens == num_logits), "none" no step; `cuda_graph_sizes`, where the engine
+    pads no batch, the only step sizes captured (None: every size up to the limit). A step that replays
+    no graph adds to its kernels, per kernel, its launch gap, and waits for a host that launches them one by one at
     `host_eager_per_kernel_s` each (engine/host_time.py; 0: none): the launch queue of launch_wait_s.
     `host_eager_kernels`: how many the host launches for such a step, where its engine fuses a layer
     into other kernels than the ops count (engine/eager_launches.py); None: the ops' count.
@@ -85,7 +86,8 @@ class ComputeModel:
 
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
-                 expert_replicas: int = 1, host_window_s: float = 0.0, host_step_s: float = 0.0,
+                 cuda_graph_sizes: frozenset[int] | None = None, expert_replicas: int = 1,
+                 host_window_s: float = 0.0, host_step_s: float = 0.0,
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
                  host_eager_kernels: float | None = None,
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
@@ -131,7 +133,9 @@ class ComputeModel:
         self._graph_max_tokens = -1 if cuda_graphs == "none" else (
             cuda_graph_max_tokens if cuda_graph_max_tokens is not None else math.inf)
         self._graphs_decode_only = cuda_graphs == "decode"
-        self._every_step_captured = self._graph_max_tokens == math.inf and not self._graphs_decode_only
+        self._graph_sizes = None if cuda_graphs == "none" else cuda_graph_sizes
+        self._every_step_captured = (self._graph_max_tokens == math.inf and not self._graphs_decode_only
+                                     and self._graph_sizes is None)
         # Every op's kernels, and each layer's all-reduces when tensor-parallel, on each step's path.
         self.kernels_per_step: float = sum(op.kernels for op in self.ops) + (
             self.allreduces_per_layer * model.num_layers if tp > 1 else 0)
@@ -355,11 +359,14 @@ class ComputeModel:
         if self._graph_max_tokens == math.inf:
             return f"CUDA graphs for all {steps}"
         unit = "sequences" if self._graphs_decode_only else "tokens"
+        if self._graph_sizes is not None:
+            return f"CUDA graphs for {steps} of {_sizes_text(self._graph_sizes)} {unit} (unpadded)"
         return f"CUDA graphs for {steps} of up to {int(self._graph_max_tokens)} {unit}"
 
     def eager(self, num_tokens: int, num_logits: int) -> bool:
         """Whether the step launches its kernels one by one: it replays no captured CUDA graph."""
-        return num_tokens > self._graph_max_tokens or (self._graphs_decode_only and num_tokens != num_logits)
+        return (num_tokens > self._graph_max_tokens or (self._graphs_decode_only and num_tokens != num_logits)
+                or (self._graph_sizes is not None and num_tokens not in self._graph_sizes))
 
     def launch_s(self, num_tokens: int, num_logits: int, kernels_s: float = 0.0, traffic_s: float = 0.0,
                  ahead_s: float = 0.0) -> float:
@@ -494,6 +501,18 @@ class ComputeModel:
         m = self.model
         self._num_experts = float(m.num_experts)
         self._expert_miss = 1.0 - m.experts_per_token / m.num_experts if m.is_moe else 1.0
+
+
+def _sizes_text(sizes: frozenset[int]) -> str:
+    """Sizes as runs: "1-32, 64 and 128"."""
+    runs: list[list[int]] = []
+    for size in sorted(sizes):
+        if runs and size == runs[-1][-1] + 1:
+            runs[-1].append(size)
+        else:
+            runs.append([size])
+    parts = [str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs]
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
 def launch_queue_s(gpu_s: float, launches_s: float, layers: float) -> float:

@@ -7,7 +7,14 @@ CudaGraphRunner replays a graph when the batch is decode-or-idle
 (python/sglang/srt/model_executor/cuda_graph_runner.py, can_run), vLLM V0 captured decode batches
 (vllm/worker/model_runner.py, _BATCH_SIZES_TO_CAPTURE), and both run prompt steps (and V0 its mixed
 chunked-prefill steps) eagerly. Decode batches above a size run eagerly too. vLLM V0 captured up to 256,
-its default max_num_seqs. vLLM V1 and TensorRT-LLM replay every step at any size.
+its default max_num_seqs. vLLM V1 replays every step at any size.
+
+Each of them pads a batch up to the next size it captured, except TensorRT-LLM's PyTorch backend by
+default: its CudaGraphConfig leaves enable_padding False and captures decode batches of 1 to 32, 64 and
+128 sequences (TorchLlmArgs.validate_cuda_graph_config: `max_batch_size or 128`;
+CudaGraphConfig._generate_cuda_graph_batch_sizes, tensorrt_llm/llmapi/llm_args.py), and a decode batch of
+any other size runs eagerly (PyTorchModelEngine._maybe_get_cuda_graph returns no graph for a size not
+captured, tensorrt_llm/_torch/pyexecutor/model_engine.py).
 
 SGLang's largest captured decode batch and its chunked_prefill_size follow the GPU's memory (nvidia-smi's
 MiB), and each generation of releases set them its own way (server_args.py and cuda_graph_runner.py,
@@ -87,3 +94,16 @@ def sglang_cuda_graph_max_bs(hbm_bytes: float, tp: int, release: str | None = No
 # _BATCH_SIZES_TO_CAPTURE = [1, 2, 4] + [8 * i for i in range(1, 33)]).
 VLLM_V0_CUDA_GRAPH_MAX_BS = 256
 
+
+# TensorRT-LLM's largest captured decode batch where its cuda_graph_config states none (TorchLlmArgs).
+TRTLLM_CUDA_GRAPH_MAX_BS = 128
+
+
+def trtllm_unpadded_graph_sizes(max_bs: int) -> frozenset[int]:
+    """The decode batch sizes TensorRT-LLM captures up to `max_bs` without padding, as
+    CudaGraphConfig._generate_cuda_graph_batch_sizes(max_bs, enable_padding=False) lists them: 1 to 31,
+    32, 64, 128, the powers of two from 256 below `max_bs`, and `max_bs` itself (none for 0)."""
+    if max_bs < 1:
+        return frozenset()
+    sizes = [*range(1, 32), 32, 64, 128, *(2**i for i in range(8, math.ceil(math.log2(max_bs))))]
+    return frozenset({size for size in sizes if size <= max_bs} | {max_bs})

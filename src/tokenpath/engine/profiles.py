@@ -21,7 +21,12 @@ from tokenpath.engine.batch_limits import (
     vllm_v0_batch_limits,
     vllm_v1_batch_limits,
 )
-from tokenpath.engine.cuda_graphs import VLLM_V0_CUDA_GRAPH_MAX_BS, sglang_cuda_graph_max_bs
+from tokenpath.engine.cuda_graphs import (
+    TRTLLM_CUDA_GRAPH_MAX_BS,
+    VLLM_V0_CUDA_GRAPH_MAX_BS,
+    sglang_cuda_graph_max_bs,
+    trtllm_unpadded_graph_sizes,
+)
 from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
 from tokenpath.engine.expert_kernels import WeightOnlyExperts
 from tokenpath.engine.memory_share import DEFAULT_UTILIZATION, ServerShape, sglang_mem_fraction_static
@@ -80,6 +85,11 @@ class Profile:
     # The largest step replayed as a graph: any size (None), a count, or a rule of the GPU's memory
     # in bytes, the tensor-parallel size and the release (engine.version).
     cuda_graph_max_bs: int | Callable[[float, int, str | None], int] | None
+    # Whether a decode batch is padded up to the next size captured, unless [engine] cuda_graph_padding
+    # says; and where it can run unpadded, the sizes it then captures up to the largest (None: it always
+    # pads), any other size running eagerly.
+    cuda_graph_padding: bool
+    unpadded_graph_sizes: Callable[[int], frozenset[int]] | None
     # -- default limits, where [engine] leaves them out: what the engine picks for a GPU of its catalog
     # name and memory in bytes (None, None: a chip not known) in a release, engine/batch_limits.py
     batch_limits: Callable[[str | None, float | None, str | None], BatchLimits]
@@ -160,6 +170,8 @@ PROFILES: dict[str, Profile] = {
         # decode-only or mixed; its larger steps run long kernels that hide their launches.
         cuda_graphs="all",
         cuda_graph_max_bs=None,
+        cuda_graph_padding=True,
+        unpadded_graph_sizes=None,
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v1_batch_limits,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
@@ -214,6 +226,8 @@ PROFILES: dict[str, Profile] = {
         # chunked-prefill steps, eagerly.
         cuda_graphs="decode",
         cuda_graph_max_bs=VLLM_V0_CUDA_GRAPH_MAX_BS,
+        cuda_graph_padding=True,
+        unpadded_graph_sizes=None,
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v0_batch_limits,
         fp8_kv_with_quantized_weights=False,
@@ -269,6 +283,8 @@ PROFILES: dict[str, Profile] = {
         # for the GPU's memory and tp (engine/cuda_graphs.py).
         cuda_graphs="decode",
         cuda_graph_max_bs=sglang_cuda_graph_max_bs,
+        cuda_graph_padding=True,
+        unpadded_graph_sizes=None,
         # SGLang sets NCCL_NVLS_ENABLE=0 unless --enable-nccl-nvls or --enable-symm-mem (or the variable
         # is set already): sglang/srt/entrypoints/engine.py, _set_envs_and_config, since "Disable
         # NCCL_NVLS by default" (sgl-project/sglang PR 631), read in 0.5.23. Its large all-reduces
@@ -333,10 +349,12 @@ PROFILES: dict[str, Profile] = {
         eager_kernels=TRTLLM_PYTORCH,
         mxfp4_weight_only_experts="trtllm_mxfp4_weight_only_expert_time",
         # The PyTorch backend replays a graph only for a batch without a prompt
-        # (ScheduledRequests.can_run_cuda_graph, tensorrt_llm/_torch/pyexecutor/scheduler.py); every
-        # decode batch size up to the limit, as `tokenpath launch` writes cuda_graph_config with padding.
+        # (ScheduledRequests.can_run_cuda_graph, tensorrt_llm/_torch/pyexecutor/scheduler.py), and by
+        # default only of the sizes it captured, unpadded (engine/cuda_graphs.py).
         cuda_graphs="decode",
-        cuda_graph_max_bs=None,
+        cuda_graph_max_bs=TRTLLM_CUDA_GRAPH_MAX_BS,
+        cuda_graph_padding=False,
+        unpadded_graph_sizes=trtllm_unpadded_graph_sizes,
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by TensorRT-LLM, as far as read)
         batch_limits=trtllm_batch_limits,  # trtllm-serve's: 2048 requests, 8192 tokens a step
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.

@@ -80,6 +80,11 @@ class EngineSpec(BaseModel):
         description="largest step, in tokens, that replays a captured graph (unset: the profile's: the "
                     "engine's own limit, engine/cuda_graphs.py, under "
                     f"{profiles_where(lambda p: p.cuda_graph_max_bs is not None)}; any size otherwise)")
+    cuda_graph_padding: bool = Field(
+        True, description="a decode batch between the sizes captured is padded up to the next one; false: it runs "
+                          "eagerly, as TensorRT-LLM's cuda_graph_config.enable_padding = false (unset: the profile's: "
+                          f"{profiles_where(lambda p: not p.cuda_graph_padding)} unpadded, capturing 1 to 32, 64 and "
+                          "128 sequences, engine/cuda_graphs.py; the others pad)")
     scheduler: Scheduler = Field(DEFAULT_PROFILE, description=f"the engine's profile: {choices()}")
     mixed_chunk: bool = Field(
         False, description=f"{profiles_where(lambda p: p.prefills_alone_unless == 'mixed_chunk')} only: decodes "
@@ -134,7 +139,7 @@ class EngineSpec(BaseModel):
             return data
         defaults = {"kv_admission": profile.kv_admissions[0], "cuda_graphs": profile.cuda_graphs,
                     "prefix_caching": profile.prefix_caching, "nccl_nvls": profile.nccl_nvls,
-                    "chunked_prefill": profile.chunked_prefill}
+                    "chunked_prefill": profile.chunked_prefill, "cuda_graph_padding": profile.cuda_graph_padding}
         defaults.update(profile.batch_limits(None, None, None).given())
         return {**defaults, **data}
 
@@ -177,6 +182,10 @@ class EngineSpec(BaseModel):
             raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) is under one KV block "
                              f"({self.block_size} tokens), and {profile.engine} cuts prompt chunks to whole blocks, "
                              "so a longer prompt would never start; raise max_num_batched_tokens or lower block_size")
+        if not self.cuda_graph_padding and profile.unpadded_graph_sizes is None:
+            unpadded = _quoted_where(lambda p: p.unpadded_graph_sizes is not None)
+            raise ValueError(f"cuda_graph_padding = false: {profile.engine} pads every decode batch to a size it "
+                             f"captured; remove cuda_graph_padding, or use scheduler = {unpadded}")
         if self.eager_host and profile.eager_host is None:
             paying = _quoted_where(lambda p: p.eager_host is not None)
             raise ValueError(f"eager_host = true: {profile.engine} compiles its model and no host time per kernel is "
@@ -235,3 +244,12 @@ class EngineSpec(BaseModel):
         (None: any size)."""
         limit = self.profile.cuda_graph_max_bs if self.cuda_graph_max_tokens is None else self.cuda_graph_max_tokens
         return limit(hbm_bytes, tp, self.version) if callable(limit) else limit
+
+    def graph_batch_sizes(self, hbm_bytes: float, tp: int) -> frozenset[int] | None:
+        """The only decode batch sizes that replay a graph, where batches are not padded (None: every
+        size up to graph_max_tokens)."""
+        rule = self.profile.unpadded_graph_sizes
+        limit = self.graph_max_tokens(hbm_bytes, tp)
+        if self.cuda_graph_padding or self.cuda_graphs == "none" or rule is None or limit is None:
+            return None
+        return rule(limit)

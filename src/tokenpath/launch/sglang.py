@@ -177,6 +177,7 @@ def _routing(plan: Plan, cmd: Command, settings: Settings, replicas: int) -> Non
 
 def _notes(plan: Plan, settings: Settings) -> None:
     eng = plan.scenario.engine
+    settings.map("engine.cuda_graph_padding", "(SGLang pads a batch up to the next size it captured)")
     if eng.eager_host is False:
         settings.note("engine.eager_host", "no flag: SGLang's model code runs in Python, which launches a step's "
                                            "kernels where it replays no CUDA graph")

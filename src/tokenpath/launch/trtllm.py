@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenpath.compute.chip import load_chip
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
 from tokenpath.launch.plan import Plan, Role, expert_precision_setting, nccl_nvls_default
@@ -70,10 +71,13 @@ def extra_options(plan: Plan, role: Role, settings: Settings) -> dict[str, Any]:
     if eng.cuda_graphs == "none":
         graphs = None
         settings.map("engine.cuda_graph_max_tokens", "(no graphs)")
-    else:  # every decode batch up to the limit replays a graph, padded up to the nearest one captured
-        limit = eng.max_num_seqs if eng.cuda_graph_max_tokens is None else eng.cuda_graph_max_tokens
-        graphs = {"max_batch_size": limit, "enable_padding": True}
+        settings.map("engine.cuda_graph_padding", "(no graphs)")
+    else:  # decode batches up to the limit replay a graph, padded up to the nearest size captured or, unpadded,
+        # only at the sizes captured (engine/cuda_graphs.py)
+        graphs = {"max_batch_size": eng.graph_max_tokens(load_chip(s.deployment.chip).hbm_bytes, s.deployment.tp),
+                  "enable_padding": eng.cuda_graph_padding}
         settings.map("engine.cuda_graph_max_tokens", "cuda_graph_config.max_batch_size")
+        settings.map("engine.cuda_graph_padding", "cuda_graph_config.enable_padding")
         if eng.cuda_graphs == "all":
             settings.note("engine.cuda_graphs", "TensorRT-LLM captures decode-only batches; steps with prompts run "
                                                 "without a graph (its C++ and fused ops launch them)")

@@ -116,6 +116,7 @@ def _speculative(plan: Plan, cmd: Command, settings: Settings) -> None:
 def _notes(plan: Plan, settings: Settings, replicas: int) -> None:
     s = plan.scenario
     eng, dep = s.engine, s.deployment
+    settings.map("engine.cuda_graph_padding", "(vLLM pads a batch up to the next size it captured)")
     if eng.eager_host is None:
         settings.map("engine.eager_host", "(the engine's own launches)")
     else:

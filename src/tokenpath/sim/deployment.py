@@ -113,6 +113,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
+                           cuda_graph_sizes=engine.graph_batch_sizes(chip.hbm_bytes, dep.tp),
                            expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
                            host_window_s=host.window_s, host_step_s=host.step_s,
                            host_per_sequence_s=host.per_sequence_s,

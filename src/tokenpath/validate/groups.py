@@ -39,7 +39,7 @@ from tokenpath.validate.latency import load_latency, print_latency, run_latency_
 
 # How each group's runs were configured, as `[engine]` settings.
 ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "cuda_graphs", "cuda_graph_max_tokens",
-               "scheduler", "eager_host")
+               "cuda_graph_padding", "scheduler", "eager_host")
 
 
 def published_rows() -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -120,6 +120,7 @@ def _every_step_replayed(prepared: Prepared) -> Prepared:
     would otherwise give graphs of every size the whole GPU."""
     scenario = prepared.scenario
     engine = scenario.engine.model_copy(update={"cuda_graphs": "all", "cuda_graph_max_tokens": MAX_STEP_TOKENS,
+                                                "cuda_graph_padding": True,
                                                 "gpu_memory_utilization": prepared.deployment.memory_share})
     replayed = scenario.model_copy(update={"engine": engine})
     return replace(prepared, scenario=replayed, deployment=build_deployment(replayed))

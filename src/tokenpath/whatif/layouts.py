@@ -40,7 +40,11 @@ class Candidate:
     prefill_replicas: int = 0
     expert_parallel: bool = False
     attention_dp: bool = False
-    chunked_prefill: bool | None = None  # None: the scenario's own (or its profile's default)
+    # How the search launches the engine where the scenario leaves it unset (launch_tuning): chunked prefill
+    # (None: the scenario's own, or its profile's default), and every decode batch up to max_num_seqs
+    # replayed as a graph, padded (False: the scenario's graphs).
+    chunked_prefill: bool | None = None
+    padded_graphs: bool = False
 
     @property
     def replicas(self) -> int:
@@ -67,7 +71,9 @@ class Candidate:
                 "engine.scheduler": self.scheduler,
                 "engine.max_num_seqs": self.max_num_seqs,
                 "engine.max_num_batched_tokens": self.max_num_batched_tokens,
-                **({} if self.chunked_prefill is None else {"engine.chunked_prefill": self.chunked_prefill})}
+                **({} if self.chunked_prefill is None else {"engine.chunked_prefill": self.chunked_prefill}),
+                **({"engine.cuda_graph_padding": True, "engine.cuda_graph_max_tokens": self.max_num_seqs}
+                   if self.padded_graphs else {})}
 
 
 def parse_engines(text: str | None, default: str) -> list[str]:
@@ -132,15 +138,18 @@ def limit_grid(seqs: int, tokens: int) -> list[tuple[int, int]]:
     return [(max(1, round(seqs * a)), max(1, round(tokens * b))) for a in LIMIT_FACTORS for b in LIMIT_FACTORS]
 
 
-def chunked_prefill(base: Base, scheduler: str) -> bool | None:
-    """Chunked prefill for the search's candidates under `scheduler`: on where the scenario leaves it
-    unset and the profile's default is off (trtllm-serve starts without it, --enable_chunked_prefill),
-    None (the scenario's own) otherwise. Without it a prompt longer than the step's token budget is
-    refused and a long prompt holds up every decode of its step, so the search launches each engine
-    with it, as the other engines start, and its commands say so."""
-    if "chunked_prefill" in base.table.get("engine", {}) or PROFILES[scheduler].chunked_prefill:
-        return None
-    return True
+def launch_tuning(base: Base, scheduler: str) -> tuple[bool | None, bool]:
+    """(chunked_prefill, padded_graphs) for the search's candidates under `scheduler`: where the scenario
+    leaves them unset and the profile's defaults are off (trtllm-serve starts without chunked prefill, and
+    replays decode graphs of 1 to 32, 64 and 128 sequences only, unpadded), the search launches the engine
+    as its deployment guides do under load: with chunked prefill (without, a prompt longer than a step's
+    token budget is refused) and with padded graphs up to max_num_seqs (TensorRT-LLM's
+    docs/source/deployment-guide: cuda_graph_config max_batch_size and enable_padding: true). Its
+    commands carry both settings."""
+    stated, profile = base.table.get("engine", {}), PROFILES[scheduler]
+    chunked = None if "chunked_prefill" in stated or profile.chunked_prefill else True
+    padded = not profile.cuda_graph_padding and not {"cuda_graph_padding", "cuda_graph_max_tokens"} & set(stated)
+    return chunked, padded
 
 
 def enumerate_candidates(base: Base, chips: int, engines: list[str], disaggregated: bool,
@@ -150,9 +159,9 @@ def enumerate_candidates(base: Base, chips: int, engines: list[str], disaggregat
     found = []
     for scheduler in engines:
         seqs, tokens = base_limits(base, scheduler)
-        chunked = chunked_prefill(base, scheduler)
+        chunked, padded = launch_tuning(base, scheduler)
         for tp, pp, prefill, ep, dp in splits(chips, moe, disaggregated):
-            found.append(Candidate(chips, tp, pp, scheduler, seqs, tokens, prefill, ep, dp, chunked))
+            found.append(Candidate(chips, tp, pp, scheduler, seqs, tokens, prefill, ep, dp, chunked, padded))
     return found
 
 
