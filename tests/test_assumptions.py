@@ -61,6 +61,8 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.prefix_cache._PLAIN": "a marker in the free-block queue",
     "tokenpath.engine.cuda_graphs.VLLM_V0_CUDA_GRAPH_MAX_BS": "vLLM V0's own capture list (cited there), a fact",
     "tokenpath.engine.cuda_graphs.TRTLLM_CUDA_GRAPH_MAX_BS": "TensorRT-LLM's own capture default (cited there), a fact",
+    "tokenpath.engine.batch_limits.SGLANG_SPECULATIVE_MAX_RUNNING": "SGLang's default with a drafter (cited), a fact",
+    "tokenpath.engine.batch_limits.SGLANG_SPECULATIVE_MAX_RUNNING_BEFORE_0_4_5": "the same in 0.4.3-0.4.4, a fact",
     "tokenpath.engine.memory_share.DEFAULT_UTILIZATION": "vLLM's own default (cited there), a fact",
     "tokenpath.engine.memory_share.MIB": "a unit",
     "tokenpath.engine.cuda_graphs.SGLANG_GRAPH_BATCH": "SGLang's own capture list (cited there), a fact",

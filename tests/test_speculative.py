@@ -249,3 +249,20 @@ def test_a_budget_under_one_block_is_refused_where_chunks_are_whole_blocks():
 
     with pytest.raises(ValidationError, match="under one KV block"):
         EngineSpec(scheduler="trtllm", chunked_prefill=True, max_num_seqs=8, max_num_batched_tokens=8, block_size=16)
+
+
+def test_sglang_with_a_drafter_runs_48_requests_at_most_and_before_0_5_11_without_its_overlap_scheduler():
+    """SGLang resets --max-running-requests to 48 (32 in 0.4.3-0.4.4) when a drafter runs, and until
+    0.5.10 turned its overlap scheduler off with it, unless told (server_args.py); vLLM changes neither."""
+    drafter = {"method": "mtp", "num_speculative_tokens": 3}
+    sglang = EngineSpec(scheduler="prefill-first", speculative=drafter, version="0.5.7")
+    assert (sglang.max_num_seqs, sglang.host_overlap) == (48, False)
+    assert EngineSpec(scheduler="prefill-first", speculative=drafter, version="0.4.4").max_num_seqs == 32
+    for newer in ("0.5.11", "0.5.23", None):  # spec V2 keeps the overlap; unset: the newest release
+        assert EngineSpec(scheduler="prefill-first", speculative=drafter, version=newer).host_overlap is None
+    assert EngineSpec(scheduler="prefill-first", speculative=drafter, version="0.5.10.post1").host_overlap is False
+    told = EngineSpec(scheduler="prefill-first", speculative=drafter, max_num_seqs=96, host_overlap=True)
+    assert (told.max_num_seqs, told.host_overlap) == (96, True)
+    assert (EngineSpec(scheduler="prefill-first").max_num_seqs, EngineSpec(scheduler="prefill-first").host_overlap) \
+        == (1024, None)
+    assert (EngineSpec(speculative=drafter).max_num_seqs, EngineSpec(speculative=drafter).host_overlap) == (1024, None)

@@ -70,6 +70,20 @@ def sglang_batch_limits(chip: str | None, hbm_bytes: float | None, release: str 
     return BatchLimits() if hbm_bytes is None else BatchLimits(None, sglang_defaults(hbm_bytes, 1, release)[0])
 
 
+# SGLang's running requests where speculative decoding is on and --max-running-requests is not given
+# (server_args.py, ServerArgs.__post_init__ / _handle_speculative_decoding, read in each release's wheel):
+# 32 with EAGLE (and NEXTN, its MTP) in 0.4.3 and 0.4.4, 48 from 0.4.5 with every drafter (EAGLE, EAGLE3,
+# NEXTN, STANDALONE, NGRAM), through 0.5.9.
+SGLANG_SPECULATIVE_MAX_RUNNING = 48
+SGLANG_SPECULATIVE_MAX_RUNNING_BEFORE_0_4_5 = 32
+
+
+def sglang_speculative_max_running(release: str | None) -> int:
+    """SGLang's default running requests with speculative decoding on, in `release`."""
+    return (SGLANG_SPECULATIVE_MAX_RUNNING if release_at_least(release, "0.4.5")
+            else SGLANG_SPECULATIVE_MAX_RUNNING_BEFORE_0_4_5)
+
+
 def trtllm_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
     """trtllm-serve's on every GPU: BuildConfig's 2048 requests and 8192 tokens a step."""
     return TRTLLM_SERVE_LIMITS

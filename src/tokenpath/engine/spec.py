@@ -8,7 +8,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokenpath.config.errors import UserError
-from tokenpath.engine.batch_limits import VLLM_V1_LARGE_GPU_LIMITS
+from tokenpath.engine.batch_limits import (
+    SGLANG_SPECULATIVE_MAX_RUNNING,
+    SGLANG_SPECULATIVE_MAX_RUNNING_BEFORE_0_4_5,
+    VLLM_V1_LARGE_GPU_LIMITS,
+)
 from tokenpath.engine.host_time import eager_host_paid
 from tokenpath.engine.memory_share import ServerShape
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
@@ -53,7 +57,10 @@ class EngineSpec(BaseModel):
 
     max_num_seqs: int = Field(VLLM_V1_LARGE_GPU_LIMITS.max_num_seqs, ge=1, le=MAX_NUM_SEQS,
                               description="most sequences in one step (unset: the profile's for the chip, "
-                                          "engine/batch_limits.py)")
+                                          "engine/batch_limits.py; with a drafter, "
+                                          f"{profiles_where(lambda p: p.speculative_max_running is not None)}'s "
+                                          f"{SGLANG_SPECULATIVE_MAX_RUNNING}, "
+                                          f"{SGLANG_SPECULATIVE_MAX_RUNNING_BEFORE_0_4_5} before 0.4.5)")
     max_num_batched_tokens: int = Field(VLLM_V1_LARGE_GPU_LIMITS.max_num_batched_tokens, ge=1, le=MAX_STEP_TOKENS,
                                         description="most tokens (prefill + decode) in one step (unset: the "
                                                     "profile's for the chip, engine/batch_limits.py)")
@@ -96,7 +103,9 @@ class EngineSpec(BaseModel):
     host_overlap: bool | None = Field(
         None, description="the host prepares each step while the GPU runs the one before, so a step takes the "
                           "longer of the two and a busy engine's batch is formed when the step before starts "
-                          f"(unset: the profile's: {profiles_where(lambda p: p.host_overlap)} yes, the others no)")
+                          f"(unset: the profile's: {profiles_where(lambda p: p.host_overlap)} yes, the others no; "
+                          f"{profiles_where(lambda p: p.speculative_overlap_since is not None)} no with a drafter "
+                          "in its releases before 0.5.11)")
     eager_host: bool | None = Field(
         None, description="the host's Python launches the kernels of a step that replays no CUDA graph one by one, "
                           "paying its host time per kernel (engine/host_time.py); false: they are launched from "
@@ -141,6 +150,13 @@ class EngineSpec(BaseModel):
                     "prefix_caching": profile.prefix_caching, "nccl_nvls": profile.nccl_nvls,
                     "chunked_prefill": profile.chunked_prefill, "cuda_graph_padding": profile.cuda_graph_padding}
         defaults.update(profile.batch_limits(None, None, None).given())
+        if data.get("speculative") is not None:  # what the engine changes when a drafter runs
+            release = data.get("version") if isinstance(data.get("version"), str) else None
+            if profile.speculative_max_running is not None:
+                defaults["max_num_seqs"] = profile.speculative_max_running(release)
+            since = profile.speculative_overlap_since
+            if since is not None and not release_at_least(release, since):
+                defaults["host_overlap"] = False
         return {**defaults, **data}
 
     @field_validator("version", mode="before")
