@@ -73,7 +73,7 @@ def sglang_batch_limits(chip: str | None, hbm_bytes: float | None, release: str 
 # SGLang's running requests where speculative decoding is on and --max-running-requests is not given
 # (server_args.py, ServerArgs.__post_init__ / _handle_speculative_decoding, read in each release's wheel):
 # 32 with EAGLE (and NEXTN, its MTP) in 0.4.3 and 0.4.4, 48 from 0.4.5 with every drafter (EAGLE, EAGLE3,
-# NEXTN, STANDALONE, NGRAM), through 0.5.9.
+# NEXTN, STANDALONE, NGRAM), through 0.5.23 (srt/arg_groups/speculative_hook.py there).
 SGLANG_SPECULATIVE_MAX_RUNNING = 48
 SGLANG_SPECULATIVE_MAX_RUNNING_BEFORE_0_4_5 = 32
 

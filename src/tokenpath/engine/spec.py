@@ -8,11 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokenpath.config.errors import UserError
-from tokenpath.engine.batch_limits import (
-    SGLANG_SPECULATIVE_MAX_RUNNING,
-    SGLANG_SPECULATIVE_MAX_RUNNING_BEFORE_0_4_5,
-    VLLM_V1_LARGE_GPU_LIMITS,
-)
+from tokenpath.engine.batch_limits import SGLANG_SPECULATIVE_MAX_RUNNING, VLLM_V1_LARGE_GPU_LIMITS
 from tokenpath.engine.host_time import eager_host_paid
 from tokenpath.engine.memory_share import ServerShape
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
@@ -59,8 +55,7 @@ class EngineSpec(BaseModel):
                               description="most sequences in one step (unset: the profile's for the chip, "
                                           "engine/batch_limits.py; with a drafter, "
                                           f"{profiles_where(lambda p: p.speculative_max_running is not None)}'s "
-                                          f"{SGLANG_SPECULATIVE_MAX_RUNNING}, "
-                                          f"{SGLANG_SPECULATIVE_MAX_RUNNING_BEFORE_0_4_5} before 0.4.5)")
+                                          f"{SGLANG_SPECULATIVE_MAX_RUNNING} in its recent releases)")
     max_num_batched_tokens: int = Field(VLLM_V1_LARGE_GPU_LIMITS.max_num_batched_tokens, ge=1, le=MAX_STEP_TOKENS,
                                         description="most tokens (prefill + decode) in one step (unset: the "
                                                     "profile's for the chip, engine/batch_limits.py)")
@@ -90,8 +85,8 @@ class EngineSpec(BaseModel):
     cuda_graph_padding: bool = Field(
         True, description="a decode batch between the sizes captured is padded up to the next one; false: it runs "
                           "eagerly, as TensorRT-LLM's cuda_graph_config.enable_padding = false (unset: the profile's: "
-                          f"{profiles_where(lambda p: not p.cuda_graph_padding)} unpadded, capturing 1 to 32, 64 and "
-                          "128 sequences, engine/cuda_graphs.py; the others pad)")
+                          f"{profiles_where(lambda p: not p.cuda_graph_padding)} unpadded, replaying only the sizes "
+                          "it captures, engine/cuda_graphs.py; the others pad)")
     scheduler: Scheduler = Field(DEFAULT_PROFILE, description=f"the engine's profile: {choices()}")
     mixed_chunk: bool = Field(
         False, description=f"{profiles_where(lambda p: p.prefills_alone_unless == 'mixed_chunk')} only: decodes "
@@ -104,8 +99,8 @@ class EngineSpec(BaseModel):
         None, description="the host prepares each step while the GPU runs the one before, so a step takes the "
                           "longer of the two and a busy engine's batch is formed when the step before starts "
                           f"(unset: the profile's: {profiles_where(lambda p: p.host_overlap)} yes, the others no; "
-                          f"{profiles_where(lambda p: p.speculative_overlap_since is not None)} no with a drafter "
-                          "in its releases before 0.5.11)")
+                          + "; ".join(f"{name} no with a drafter before {p.speculative_overlap_since}"
+                                      for name, p in PROFILES.items() if p.speculative_overlap_since) + ")")
     eager_host: bool | None = Field(
         None, description="the host's Python launches the kernels of a step that replays no CUDA graph one by one, "
                           "paying its host time per kernel (engine/host_time.py); false: they are launched from "
