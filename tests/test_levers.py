@@ -219,6 +219,20 @@ def test_levers_that_do_not_apply_say_why(tmp_path):
     assert levers["this machine's last mile"].overrides["delivery.calibration"].endswith("delivery-calibration.toml")
 
 
+def test_tensorrt_llm_levers_turn_on_what_trtllm_serve_starts_without(tmp_path):
+    """trtllm-serve starts without chunked prefill and with unpadded decode graphs: a lever turns each on;
+    vLLM V1 has both already, and says so."""
+    trtllm = _small_base(**{"engine.scheduler": "trtllm"})
+    del trtllm.table["engine"]["chunked_prefill"]  # the embedded scenario states it; trtllm-serve's default is off
+    levers = {lever.name: lever for lever in catalog(trtllm.scenario(), trtllm.table, tmp_path)}
+    assert levers["chunked prefill"].overrides == {"engine.chunked_prefill": True}
+    assert levers["CUDA graphs for every decode batch up to 2048 (padded)"].overrides == {
+        "engine.cuda_graph_padding": True, "engine.cuda_graph_max_tokens": 2048}
+    v1 = {lever.name: lever for lever in catalog(_small_base().scenario(), _small_base().table, tmp_path)}
+    assert v1["chunked prefill"].skipped == "the engine chunks long prompts already"
+    assert v1["CUDA graphs for every decode batch"].skipped == "decode batches are padded to a graph already"
+
+
 def test_a_tp_split_that_does_not_divide_is_skipped(tmp_path):
     base = _small_base(**{"deployment.tp": 2})
     levers = {lever.name: lever for lever in catalog(base.scenario(), base.table, tmp_path)}

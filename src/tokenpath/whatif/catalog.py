@@ -260,6 +260,12 @@ def _continuous(scenario: Scenario, table: dict[str, Any], here: Path) -> list[L
             overrides["engine.max_num_batched_tokens"] = seqs
         levers.append(Lever(f"max_num_seqs {seqs}", "", overrides) if seqs >= 1 else
                       Lever("max_num_seqs / 4", "", skipped=f"max_num_seqs is {engine.max_num_seqs}"))
+    if engine.chunked_prefill:
+        levers.append(Lever("chunked prefill", "", skipped="the engine chunks long prompts already"))
+    elif engine.num_scheduler_steps > 1:
+        levers.append(Lever("chunked prefill", "", skipped="multi-step scheduling runs without it"))
+    else:  # a long prompt no longer holds up its step's decodes (TensorRT-LLM starts without it)
+        levers.append(Lever("chunked prefill", "", {"engine.chunked_prefill": True}))
     if engine.speculative is not None:  # how many drafts a step pays off at the workload's acceptance
         k = engine.speculative.num_speculative_tokens
         for drafts in (k + 1, k - 1):
@@ -279,8 +285,16 @@ def _continuous(scenario: Scenario, table: dict[str, Any], here: Path) -> list[L
 
 
 def _compute(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:
-    chip, precision = scenario.deployment.chip, scenario.model.precision
+    chip, precision, engine = scenario.deployment.chip, scenario.model.precision, scenario.engine
     levers = []
+    name = "CUDA graphs for every decode batch"
+    if engine.cuda_graphs == "none":
+        levers.append(Lever(name, "", skipped="the engine runs without CUDA graphs"))
+    elif engine.cuda_graph_padding:
+        levers.append(Lever(name, "", skipped="decode batches are padded to a graph already"))
+    else:  # padded up to max_num_seqs, as TensorRT-LLM's deployment guides set cuda_graph_config
+        levers.append(Lever(f"{name} up to {engine.max_num_seqs} (padded)", "",
+                            {"engine.cuda_graph_padding": True, "engine.cuda_graph_max_tokens": engine.max_num_seqs}))
     nxt = NEXT_CHIP.get(chip)
     levers.append(Lever(f"next chip: {nxt}", "", {"deployment.chip": nxt}) if nxt else
                   Lever("next chip", "", skipped=f"no successor of {chip} in the catalog"))
