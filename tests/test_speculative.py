@@ -261,8 +261,18 @@ def test_sglang_with_a_drafter_runs_48_requests_at_most_and_before_0_5_11_withou
     for newer in ("0.5.11", "0.5.23", None):  # spec V2 keeps the overlap; unset: the newest release
         assert EngineSpec(scheduler="prefill-first", speculative=drafter, version=newer).host_overlap is None
     assert EngineSpec(scheduler="prefill-first", speculative=drafter, version="0.5.10.post1").host_overlap is False
+    ngram = {"method": "ngram", "num_speculative_tokens": 3}  # spec V2 overlaps no n-gram drafts
+    assert EngineSpec(scheduler="prefill-first", speculative=ngram, version="0.5.23").host_overlap is False
     told = EngineSpec(scheduler="prefill-first", speculative=drafter, max_num_seqs=96, host_overlap=True)
     assert (told.max_num_seqs, told.host_overlap) == (96, True)
-    assert (EngineSpec(scheduler="prefill-first").max_num_seqs, EngineSpec(scheduler="prefill-first").host_overlap) \
-        == (1024, None)
+    plain = EngineSpec(scheduler="prefill-first")
+    assert (plain.max_num_seqs, plain.host_overlap) == (1024, None)
     assert (EngineSpec(speculative=drafter).max_num_seqs, EngineSpec(speculative=drafter).host_overlap) == (1024, None)
+
+
+def test_tensorrt_llm_turns_its_overlap_scheduler_off_for_ngram_drafts_only():
+    """TensorRT-LLM's PyTorch backend keeps its overlap scheduler with MTP and EAGLE-3, not with n-gram
+    drafts (SpeculativeDecodingMode.support_overlap_scheduler)."""
+    mtp, ngram = ({"method": method, "num_speculative_tokens": 2} for method in ("mtp", "ngram"))
+    assert EngineSpec(scheduler="trtllm", speculative=mtp).host_overlap is None
+    assert EngineSpec(scheduler="trtllm", speculative=ngram).host_overlap is False

@@ -31,6 +31,7 @@ from tokenpath.engine.cuda_graphs import (
 from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
 from tokenpath.engine.expert_kernels import WeightOnlyExperts
 from tokenpath.engine.memory_share import DEFAULT_UTILIZATION, ServerShape, sglang_mem_fraction_static
+from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_overlap
 from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_template_work
 
 # Before v0.7.1, vLLM's DeepseekV2Attention (vllm/model_executor/models/deepseek_v2.py) expanded each
@@ -95,10 +96,10 @@ class Profile:
     # name and memory in bytes (None, None: a chip not known) in a release, engine/batch_limits.py
     batch_limits: Callable[[str | None, float | None, str | None], BatchLimits]
     # With speculative decoding on: the running requests it then defaults to in a release (None: its
-    # limits as without), and the first release that keeps its overlapped host (earlier ones turn it off,
-    # unless [engine] says; None: a drafter leaves the host as it is)
+    # limits as without), and whether its overlapped host stays overlapped with a drafter method in a
+    # release, unless [engine] says (engine/speculative.py; None: a drafter leaves the host as it is)
     speculative_max_running: Callable[[str | None], int] | None
-    speculative_overlap_since: str | None
+    speculative_overlap: Callable[[str, str | None], bool] | None
     # -- its tensor-parallel all-reduces: whether NCCL may reduce in the NVLink switches (NVLS) where the
     # chips' domain has them (fabric/collectives.py), unless [engine] nccl_nvls says
     nccl_nvls: bool
@@ -181,7 +182,7 @@ PROFILES: dict[str, Profile] = {
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v1_batch_limits,
         speculative_max_running=None,
-        speculative_overlap_since=None,
+        speculative_overlap=None,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         # gpu_model_runner.profile_run, then _dummy_sampler_run: top_p 0.9, top_k the vocabulary less one
@@ -239,7 +240,7 @@ PROFILES: dict[str, Profile] = {
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v0_batch_limits,
         speculative_max_running=None,
-        speculative_overlap_since=None,
+        speculative_overlap=None,
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         sampler_in_memory_profile=True,  # model_runner.profile_run: SamplingParams(top_p=0.99, top_k=vocab_size - 1)
@@ -301,12 +302,10 @@ PROFILES: dict[str, Profile] = {
         # (prompt steps, above its custom all-reduce's size) run NCCL's ring or tree.
         nccl_nvls=False,
         batch_limits=sglang_batch_limits,  # its chunked_prefill_size by the GPU's memory
-        # With a drafter SGLang caps its running requests (engine/batch_limits.py), and before 0.5.11 turned
-        # its overlap scheduler off (server_args.py: disable_overlap_schedule unless SGLANG_ENABLE_SPEC_V2,
-        # False by default in srt/environ.py until 0.5.10.post1, True from 0.5.11 with EAGLE, EAGLE3 and
-        # STANDALONE at topk 1).
+        # With a drafter SGLang caps its running requests (engine/batch_limits.py) and, before 0.5.11 or
+        # with n-gram drafts, turns its overlap scheduler off (engine/speculative.py).
         speculative_max_running=sglang_speculative_max_running,
-        speculative_overlap_since="0.5.11",
+        speculative_overlap=sglang_keeps_overlap,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         # Weight absorption came with v0.3 ("SGLang v0.3 Release: 7x Faster DeepSeek MLA", lmsys.org,
         # 2024-09-04); what the releases before it cached is not read here.
@@ -374,7 +373,7 @@ PROFILES: dict[str, Profile] = {
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by TensorRT-LLM, as far as read)
         batch_limits=trtllm_batch_limits,  # trtllm-serve's: 2048 requests, 8192 tokens a step
         speculative_max_running=None,
-        speculative_overlap_since=None,  # not read here
+        speculative_overlap=trtllm_keeps_overlap,
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,
         latent_attention_since=None,  # not read here

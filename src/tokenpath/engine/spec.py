@@ -99,8 +99,7 @@ class EngineSpec(BaseModel):
         None, description="the host prepares each step while the GPU runs the one before, so a step takes the "
                           "longer of the two and a busy engine's batch is formed when the step before starts "
                           f"(unset: the profile's: {profiles_where(lambda p: p.host_overlap)} yes, the others no; "
-                          + "; ".join(f"{name} no with a drafter before {p.speculative_overlap_since}"
-                                      for name, p in PROFILES.items() if p.speculative_overlap_since) + ")")
+                          "with a drafter, no where the engine then turns its overlap off: engine/speculative.py)")
     eager_host: bool | None = Field(
         None, description="the host's Python launches the kernels of a step that replays no CUDA graph one by one, "
                           "paying its host time per kernel (engine/host_time.py); false: they are launched from "
@@ -145,12 +144,15 @@ class EngineSpec(BaseModel):
                     "prefix_caching": profile.prefix_caching, "nccl_nvls": profile.nccl_nvls,
                     "chunked_prefill": profile.chunked_prefill, "cuda_graph_padding": profile.cuda_graph_padding}
         defaults.update(profile.batch_limits(None, None, None).given())
-        if data.get("speculative") is not None:  # what the engine changes when a drafter runs
+        speculative = data.get("speculative")
+        if speculative is not None:  # what the engine changes when a drafter runs
             release = data.get("version") if isinstance(data.get("version"), str) else None
+            method = speculative.get("method") if isinstance(speculative, dict) else getattr(speculative, "method",
+                                                                                            None)
             if profile.speculative_max_running is not None:
                 defaults["max_num_seqs"] = profile.speculative_max_running(release)
-            since = profile.speculative_overlap_since
-            if since is not None and not release_at_least(release, since):
+            keeps = profile.speculative_overlap
+            if keeps is not None and isinstance(method, str) and not keeps(method, release):
                 defaults["host_overlap"] = False
         return {**defaults, **data}
 

@@ -37,6 +37,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tokenpath.engine.release import release_at_least
+
 # Drafts per step beyond any engine's published setting (vLLM and SGLang examples use 1 to 7).
 MAX_SPECULATIVE_TOKENS = 16
 # Acceptance draws are made in blocks of this many steps (one numpy call each).
@@ -73,6 +75,21 @@ class SpeculativeSpec(BaseModel):
         drafter = f"draft model {self.draft_model}" if self.method == "draft_model" else self.method
         return (f"speculative {drafter}, {self.num_speculative_tokens} drafts a step, acceptance {acceptance:g}: "
                 f"{mean_tokens_per_step(acceptance, self.num_speculative_tokens):.2f} tokens a step")
+
+
+def sglang_keeps_overlap(method: str, release: str | None) -> bool:
+    """Whether SGLang keeps its overlap scheduler with a drafter: from 0.5.11, whose speculative V2 worker
+    (SGLANG_ENABLE_SPEC_V2, True by default from then in srt/environ.py) overlaps EAGLE, EAGLE3, their
+    MTP (NEXTN) and STANDALONE drafters; earlier releases, and NGRAM, turn it off (server_args.py,
+    disable_overlap_schedule)."""
+    return method != "ngram" and release_at_least(release, "0.5.11")
+
+
+def trtllm_keeps_overlap(method: str, release: str | None) -> bool:
+    """Whether TensorRT-LLM's PyTorch backend keeps its overlap scheduler with a drafter: not for n-gram
+    drafts (SpeculativeDecodingMode.support_overlap_scheduler, tensorrt_llm/_torch/speculative/
+    interface.py, false for NGRAM in every release read; py_executor_creator.py then disables it)."""
+    return method != "ngram"
 
 
 def mean_tokens_per_step(acceptance: float, drafts: int) -> float:
