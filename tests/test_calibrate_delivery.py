@@ -138,7 +138,10 @@ def test_the_cli_writes_a_calibration_and_refuses_bad_batch_sizes(tmp_path, monk
     assert written.path["template_parse"] == {"template": "Llama 3 template (embedded)", "chars": len(LLAMA3_TEMPLATE),
                                               "work": "delivery/template_parse.py, per character"}
     parse = written.template_parse
-    assert 0 < parse.template_format_detection_per_char_s < parse.template_kwargs_resolution_per_char_s < 1e-3
+    # both timed on this machine: each a positive cost under a millisecond a character (which is larger
+    # depends on the machine's load at the moment)
+    assert 0 < parse.template_format_detection_per_char_s < 1e-3
+    assert 0 < parse.template_kwargs_resolution_per_char_s < 1e-3
     assert "template source, vLLM 0.11.0" in result.output
     assert "HTTP server, per request" in result.output and "chunk written to its socket" in result.output
     assert written.path["http"]["request"].startswith("a burst of 200 connections at once")
