@@ -1,4 +1,5 @@
-"""Speculative decoding: the `[engine.speculative]` table, and how many tokens a verify step accepts.
+"""Speculative decoding: the `[engine.speculative]` table, how many tokens a verify step accepts, and
+whether each engine keeps its overlap scheduler with a drafter (its profile's `speculative_overlap`).
 
 A drafter proposes `num_speculative_tokens` = k tokens after each decoding sequence's last one; the
 target model then runs one step over the k + 1 positions of every sequence (the verify step: k + 1
