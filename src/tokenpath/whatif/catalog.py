@@ -61,6 +61,13 @@ class Lever:
     skipped: str | None = None
 
 
+def padded_graphs(max_num_seqs: int) -> dict[str, Any]:
+    """The overrides that replay every decode batch up to `max_num_seqs` as a CUDA graph, padded, as
+    TensorRT-LLM's deployment guides set its cuda_graph_config: a lever here, and how `tokenpath search`
+    launches an engine that starts without them (layouts.launch_tuning)."""
+    return {"engine.cuda_graph_padding": True, "engine.cuda_graph_max_tokens": max_num_seqs}
+
+
 def _gbps(bw_Bps: float) -> str:
     return f"{bw_Bps / 1e9:.6g} GB/s"
 
@@ -292,9 +299,8 @@ def _compute(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Leve
         levers.append(Lever(name, "", skipped="the engine runs without CUDA graphs"))
     elif engine.cuda_graph_padding:
         levers.append(Lever(name, "", skipped="decode batches are padded to a graph already"))
-    else:  # padded up to max_num_seqs, as TensorRT-LLM's deployment guides set cuda_graph_config
-        levers.append(Lever(f"{name} up to {engine.max_num_seqs} (padded)", "",
-                            {"engine.cuda_graph_padding": True, "engine.cuda_graph_max_tokens": engine.max_num_seqs}))
+    else:
+        levers.append(Lever(f"{name} up to {engine.max_num_seqs} (padded)", "", padded_graphs(engine.max_num_seqs)))
     nxt = NEXT_CHIP.get(chip)
     levers.append(Lever(f"next chip: {nxt}", "", {"deployment.chip": nxt}) if nxt else
                   Lever("next chip", "", skipped=f"no successor of {chip} in the catalog"))

@@ -18,7 +18,7 @@ from tokenpath.config.errors import UserError, quoted
 from tokenpath.engine.profiles import MEASURED_ENGINES, PROFILES, listed
 from tokenpath.fabric.spec import HierarchyFabric
 from tokenpath.sim.scenario import Scenario
-from tokenpath.whatif.catalog import simulated_fabric
+from tokenpath.whatif.catalog import padded_graphs, simulated_fabric
 from tokenpath.whatif.run import Base
 
 # The batching limits tried around an engine's own (max_num_seqs, max_num_batched_tokens): each
@@ -72,8 +72,7 @@ class Candidate:
                 "engine.max_num_seqs": self.max_num_seqs,
                 "engine.max_num_batched_tokens": self.max_num_batched_tokens,
                 **({} if self.chunked_prefill is None else {"engine.chunked_prefill": self.chunked_prefill}),
-                **({"engine.cuda_graph_padding": True, "engine.cuda_graph_max_tokens": self.max_num_seqs}
-                   if self.padded_graphs else {})}
+                **(padded_graphs(self.max_num_seqs) if self.padded_graphs else {})}
 
 
 def parse_engines(text: str | None, default: str) -> list[str]:
