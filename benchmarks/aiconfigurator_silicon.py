@@ -71,8 +71,11 @@ def group_of(run: pd.Series) -> tuple[str, str, str]:
 
 def row_of(run: pd.Series, window: str) -> dict:
     """A latency row, as catalog/validation/latency.toml writes AIConfigurator's, for one measured run: its
-    measured TTFT and TPOT means included."""
-    return {"source": f"silicon_sample {run.id}", "id": str(run.id), "engine": run.backend,
+    measured TTFT and TPOT means included, and the engine's release where the run states it (the newest
+    where not)."""
+    version = run.get("backend_version")
+    release = {"engine_version": version} if isinstance(version, str) else {}
+    return {"source": f"silicon_sample {run.id}", "id": str(run.id), "engine": run.backend, **release,
             "model": MODELS[run.model_path], "precision": "fp8", "chip": CHIPS[run.system], "tp": int(run.tp_size),
             "lengths": "fixed", "input_len": int(run.isl), "output_len": int(run.osl), "arrival": "concurrency",
             "concurrency": int(run.concurrency), "engine_settings": engine_settings(run.backend, int(run.isl)),

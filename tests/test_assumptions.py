@@ -66,6 +66,11 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.memory_share.DEFAULT_UTILIZATION": "vLLM's own default (cited there), a fact",
     "tokenpath.engine.memory_share.MIB": "a unit",
     "tokenpath.engine.cuda_graphs.SGLANG_GRAPH_BATCH": "SGLang's own capture list (cited there), a fact",
+    "tokenpath.engine.cuda_graphs.SGLANG_PREFILL_GRAPH_OPT_IN_TOKENS": "SGLang's own default (cited there), a fact",
+    "tokenpath.engine.memory_share._SGLANG_PREFILL_GRAPH_MIB": "SGLang's own reserve (cited there), a fact",
+    "tokenpath.engine.memory_share._SGLANG_MLA_PREFILL_GRAPHS_MIB": "SGLang's own reserve (cited there), a fact",
+    "tokenpath.engine.cuda_graphs.SGLANG_MLA_PREFILL_GRAPH_TOKENS": "SGLang's own default (cited there), a fact",
+    "tokenpath.engine.cuda_graphs.SGLANG_MLA_PREFILL_GRAPH_TOKENS_0_5_23": "SGLang's own default (cited there), a fact",
     "tokenpath.engine.memory_share._SGLANG_DRAFTER_DEFAULT_MIB": "SGLang's own reserve (cited there), a fact",
     **{f"tokenpath.engine.new_token_ratio.{name}": "SGLang's own scheduler default (cited there), a fact"
        for name in ("INIT_NEW_TOKEN_RATIO", "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO_DECAY_STEPS",

@@ -1,8 +1,16 @@
 """Which steps replay a CUDA graph when the scenario does not say: the profiles' defaults."""
 
+import numpy as np
 import pytest
 
-from tokenpath.engine.cuda_graphs import sglang_cuda_graph_max_bs, sglang_defaults
+from tokenpath.compute import load_chip
+from tokenpath.engine.cuda_graphs import (
+    CUDA_GENERATIONS,
+    PromptStepShape,
+    sglang_cuda_graph_max_bs,
+    sglang_defaults,
+    sglang_prefill_graph_tokens,
+)
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import build_scenario
@@ -62,7 +70,7 @@ def _compute(chip, tp, **engine):
 
 
 def test_a_prefill_first_deployment_graphs_decode_batches_up_to_sglangs_default():
-    h100 = _compute("h100", 1, scheduler="prefill-first")
+    h100 = _compute("h100", 1, scheduler="prefill-first", version="0.5.9")
     assert h100.launch_s(256, 256) == 0.0 and h100.launch_s(257, 257) > 0.0   # 256 at TP1 on 80 GB
     assert h100.launch_s(100, 1) > 0.0                                       # a prefill runs eagerly
     assert h100.graph_policy() == "CUDA graphs for decode steps of up to 256 sequences"
@@ -110,3 +118,82 @@ def test_vllm_v0_graphs_decode_batches_up_to_256_and_its_host_runs_in_every_step
     assert v0.host_eager_per_kernel_s == EAGER_HOST_PER_KERNEL_S
     v1 = _compute("h200", 4)
     assert (v1.host_window_s, v1.host_step_s) == (HOST_STEP_S, 0.0)
+
+
+def _shape(release, budget=8192, mla=False, generation="Hopper", pp=1, attention_dp=False, speculative=False):
+    return PromptStepShape(release, budget, mla, generation, pp, attention_dp, speculative)
+
+
+@pytest.mark.parametrize(("shape", "tokens"), [
+    # on by default on NVIDIA GPUs from 0.5.10, up to the prefill chunk; never on ROCm
+    (_shape("0.5.9"), None), (_shape("0.5.10"), 8192), (_shape("0.5.23", budget=16384), 16384), (_shape(None), 8192),
+    (_shape("0.5.23", generation="CDNA3"), None), (_shape("0.5.12", generation="Ampere", budget=4096), 4096),
+    # pipeline parallelism: off in 0.5.10-0.5.14 and from 0.5.19, on in between
+    (_shape("0.5.14", pp=2), None), (_shape("0.5.15", pp=2), 8192), (_shape("0.5.18", pp=2), 8192),
+    (_shape("0.5.19", pp=2), None),
+    # DP attention: off until 0.5.17; a drafter: off in 0.5.10 (and its post-release) only
+    (_shape("0.5.16", attention_dp=True), None), (_shape("0.5.17", attention_dp=True), 8192),
+    (_shape("0.5.10.post1", speculative=True), None), (_shape("0.5.11", speculative=True), 8192),
+    # MLA: 2,048 tokens; off from 0.5.15 to 0.5.17, and on Blackwell (trtllm_mla) from 0.5.15; 8,192 in 0.5.23
+    (_shape("0.5.10", mla=True), 2048), (_shape("0.5.14", mla=True, generation="Blackwell"), 2048),
+    (_shape("0.5.15", mla=True), None), (_shape("0.5.17", mla=True), None), (_shape("0.5.18", mla=True), 2048),
+    (_shape("0.5.18", mla=True, generation="Blackwell"), None), (_shape("0.5.23", mla=True, budget=16384), 8192),
+    (_shape("0.5.23", mla=True, budget=4096), 4096),
+])
+def test_sglang_replays_prompt_steps_as_graphs_by_its_releases_rules(shape, tokens):
+    assert sglang_prefill_graph_tokens(shape, None) == tokens
+
+
+def test_prefill_cuda_graphs_forces_sglangs_prompt_graphs_on_or_off():
+    """True skips the rules, as --enforce-piecewise-cuda-graph does, up to the release's largest step: 4,096
+    tokens when the graphs were opt-in (0.5.4-0.5.6), the chunk from 0.5.7; False turns them off."""
+    assert sglang_prefill_graph_tokens(_shape("0.5.5"), True) == 4096
+    assert sglang_prefill_graph_tokens(_shape("0.5.7", budget=16384), True) == 16384
+    assert sglang_prefill_graph_tokens(_shape("0.5.23", generation="CDNA3"), True) == 8192
+    assert sglang_prefill_graph_tokens(_shape("0.5.23"), False) is None
+    with pytest.raises(ValueError, match="from 0.5.4; set version to 0.5.4 or later"):
+        EngineSpec(scheduler="prefill-first", version="0.5.3", prefill_cuda_graphs=True)
+    with pytest.raises(ValueError, match=r"prefill_cuda_graphs applies to scheduler = \"prefill-first\" only"):
+        EngineSpec(prefill_cuda_graphs=False)
+
+
+def test_the_catalogs_nvidia_chips_run_sglang_on_cuda_and_its_amd_chips_do_not():
+    for name in ("a100", "h100", "h200", "b200", "gb200"):
+        assert load_chip(name).generation in CUDA_GENERATIONS
+    for name in ("mi300x", "mi325x"):
+        assert load_chip(name).generation not in CUDA_GENERATIONS
+
+
+def test_sglangs_prompt_steps_replay_graphs_up_to_the_chunk_in_the_releases_that_do():
+    """From 0.5.10 a prompt step of up to the chunk launches nothing from Python; a longer one (without
+    chunked prefill) still does, as do decode batches above the captured ones."""
+    new = _compute("h100", 1, scheduler="prefill-first", version="0.5.10", chunked_prefill=False)
+    assert new.launch_s(8192, 1) == 0.0 and new.launch_s(8193, 1) > 0.0 and new.launch_s(3000, 20) == 0.0
+    assert new.launch_s(257, 257) > 0.0  # a decode batch above the 256 captured
+    assert new.graph_policy() == "CUDA graphs for decode steps of up to 256 sequences, and prompt steps of up to " \
+                                 "8192 tokens"
+    off = _compute("h100", 1, scheduler="prefill-first", version="0.5.10", prefill_cuda_graphs=False)
+    assert off.launch_s(100, 1) > 0.0
+    assert _compute("h100", 1, scheduler="prefill-first", version="0.5.10", cuda_graphs="none").launch_s(100, 1) > 0.0
+    assert _compute("mi300x", 1, scheduler="prefill-first", version="0.5.23").launch_s(100, 1) > 0.0
+
+
+def test_prompt_graphs_take_sglangs_eager_launches_out_of_its_time_to_first_token():
+    """One 500-token prompt at a time on an idle engine: 0.5.10 replays the step, 0.5.9 launches its kernels
+    from Python (the registry's host time each), so 0.5.9's TTFT is longer by what the launches add to the
+    prompt step and to nothing else."""
+    from tokenpath.sim.simulate import simulate
+
+    def ttft_s(version):
+        table = {"model": {"name": "llama-3.1-8b"}, "deployment": {"chip": "h100", "chips": 1, "tp": 1},
+                 "engine": {"scheduler": "prefill-first", "version": version},
+                 "workload": {"num_requests": 20, "input": {"kind": "fixed", "value": 500},
+                              "output": {"kind": "fixed", "value": 2}, "arrival": {"rate": 0.5}}}
+        run = simulate(build_scenario(table, "test")).run
+        return float(np.median(run.ttft_ns[run.completed])) / 1e9  # a request that finds none ahead of it
+
+    pairs = 500 * 501 / 2
+    eager_step = _compute("h100", 1, scheduler="prefill-first", version="0.5.9").step_time_s(500, 1, pairs, 500)
+    graphed_step = _compute("h100", 1, scheduler="prefill-first", version="0.5.10").step_time_s(500, 1, pairs, 500)
+    assert eager_step > graphed_step
+    assert ttft_s("0.5.9") - ttft_s("0.5.10") == pytest.approx(eager_step - graphed_step, rel=0.02)

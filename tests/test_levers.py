@@ -233,6 +233,27 @@ def test_tensorrt_llm_levers_turn_on_what_trtllm_serve_starts_without(tmp_path):
     assert v1["CUDA graphs for every decode batch"].skipped == "decode batches are padded to a graph already"
 
 
+def test_an_sglang_release_without_prompt_graphs_is_offered_them(tmp_path):
+    """SGLang before 0.5.10 runs its prompt steps eagerly: a lever replays them as graphs, as
+    --enable-piecewise-cuda-graph does from 0.5.4; the newest release, vLLM V1 and TensorRT-LLM say why not."""
+    def lever(**overrides):
+        base = _small_base(**{"engine.scheduler": "prefill-first", **overrides})
+        return {lever.name: lever for lever in catalog(base.scenario(), base.table, tmp_path)}[
+            "CUDA graphs for prompt steps"]
+
+    assert lever(**{"engine.version": "0.5.9"}).overrides == {"engine.prefill_cuda_graphs": True}
+    assert lever(**{"engine.version": "0.5.3"}).skipped == \
+        "SGLang replays prompt steps from 0.5.4; the scenario runs 0.5.3"
+    assert lever().skipped == "prompt steps of up to 8192 tokens replay a graph already"
+    assert lever(**{"engine.cuda_graphs": "none"}).skipped == "the engine runs without CUDA graphs"
+    v1 = _small_base()
+    assert {lever.name: lever for lever in catalog(v1.scenario(), v1.table, tmp_path)}[
+        "CUDA graphs for prompt steps"].skipped == "every step replays a graph already"
+    trtllm = _small_base(**{"engine.scheduler": "trtllm"})
+    assert {lever.name: lever for lever in catalog(trtllm.scenario(), trtllm.table, tmp_path)}[
+        "CUDA graphs for prompt steps"].skipped == "TensorRT-LLM runs a step holding a prompt eagerly"
+
+
 def test_a_tp_split_that_does_not_divide_is_skipped(tmp_path):
     base = _small_base(**{"deployment.tp": 2})
     levers = {lever.name: lever for lever in catalog(base.scenario(), base.table, tmp_path)}

@@ -10,14 +10,16 @@ from tokenpath.engine.memory_share import ServerShape, sglang_mem_fraction_stati
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.sim.deployment import build_deployment
-from tokenpath.sim.scenario import load_scenario
+from tokenpath.sim.scenario import build_scenario, load_scenario
 
 GIB = 2**30
 H100, H200, B200 = 80 * GIB, 141 * GIB, 180 * GIB  # the catalog's: 81,920, 144,384 and 184,320 MiB
 
 
-def _fraction(release, hbm=H100, tp=1, pp=1, chunk=8192, graphs=256, attention_dp=False, drafter=None):
-    return sglang_mem_fraction_static(ServerShape(release, hbm, tp, pp, chunk, graphs, attention_dp, drafter))
+def _fraction(release, hbm=H100, tp=1, pp=1, chunk=8192, graphs=256, attention_dp=False, drafter=None,
+              prefill_graphs=0, mla=False):
+    return sglang_mem_fraction_static(ServerShape(release, hbm, tp, pp, chunk, graphs, attention_dp, drafter,
+                                                  prefill_graphs, mla))
 
 
 @pytest.mark.parametrize(("release", "tp", "expected"), [
@@ -149,3 +151,22 @@ def test_the_report_says_the_share_each_engine_took_and_what_it_covers(scheduler
     overrides = {"engine.scheduler": scheduler, "engine.version": "0.4.2", "workload.num_requests": 20}
     lines = dict(describe(prepare(load_scenario("typical", overrides))))
     assert lines["KV cache"].endswith(f"; {words})")
+
+
+def test_prompt_step_graphs_reserve_8_mib_a_size_and_an_mla_models_1_5_gib():
+    """0.5.8 on: 8 MiB per prompt-step size captured (58 up to 8,192 tokens) before the 10 GiB floor; from
+    0.5.10 an MLA model's 1.5 GiB instead; 0.5.7's opt-in reserve is not modelled."""
+    reserve = 512 + 8192 * 1.5 + 256 * 2 + 1024 / 8   # above the floor on an H100 at TP1
+    assert _fraction("0.5.11", prefill_graphs=58) == round((81920 - reserve - 58 * 8) / 81920, 3)
+    assert _fraction("0.5.11", prefill_graphs=42, mla=True) == round((81920 - reserve - 1536) / 81920, 3)
+    assert _fraction("0.5.9", prefill_graphs=42, mla=True) == round((81920 - reserve - 42 * 8) / 81920, 3)
+    assert _fraction("0.5.7", prefill_graphs=58) == _fraction("0.5.7") == round((81920 - reserve) / 81920, 3)
+
+
+def test_an_sglang_server_reserves_for_its_prompt_graphs_where_its_release_runs_them():
+    def share(version):
+        table = {"model": {"name": "llama-3.1-8b"}, "deployment": {"chip": "h100", "chips": 1, "tp": 1},
+                 "engine": {"scheduler": "prefill-first", "version": version}}
+        return build_deployment(build_scenario(table, "test")).memory_share
+
+    assert share("0.5.9") - share("0.5.10") == pytest.approx(58 * 8 / 81920, abs=1e-3)

@@ -298,11 +298,13 @@ def test_an_overlapped_python_host_launches_each_step_while_the_gpu_runs_the_one
     """SGLang's event_loop_overlap launches a busy engine's next batch while the GPU runs the current one:
     a busy engine's step's host is ahead of the GPU by what the step before left it (that step's time
     less its own host work: host_s and, eagerly, its launches), and an idle engine's first step starts
-    with nothing launched. Prompts arriving at 5 requests/s into 20-token decodes run both ways."""
+    with nothing launched. Prompts arriving at 5 requests/s into 20-token decodes run both ways (in a
+    release whose prompt steps replay no graph)."""
     run = simulate(small(**{"workload.num_requests": 40, "workload.arrival.rate": 5.0,
                             "workload.input": {"kind": "fixed", "value": 300},
                             "workload.output": {"kind": "fixed", "value": 20},
-                            "engine.scheduler": "prefill-first", "engine.cuda_graphs": "decode",
+                            "engine.scheduler": "prefill-first", "engine.version": "0.5.9",
+                            "engine.cuda_graphs": "decode",
                             "deployment.tp": 4, "deployment.chips": 4}))
     compute, trace = run.deployment.compute, run.traces[0]
     assert compute.host_overlapped and compute.host_launch_s > 0

@@ -67,7 +67,10 @@ class ComputeModel:
     CUDA graphs (the engine's `cuda_graphs` and `cuda_graph_max_tokens`): "all" captures every step of
     up to `cuda_graph_max_tokens` tokens (None: any size), "decode" only those where every sequence
     decodes one token (num_tokens == num_logits), "none" no step; `cuda_graph_sizes`, where the engine
-    pads no batch, the only step sizes captured (None: every size up to the limit). A step that replays
+    pads no batch, the only step sizes captured (None: every size up to the limit);
+    `prefill_graph_max_tokens`, where "decode" graphs leave prompt steps eager, the largest step holding a
+    prompt that replays a graph all the same (SGLang's prompt-step graphs, engine/cuda_graphs.py; None:
+    none). A step that replays
     no graph adds to its kernels, per kernel, its launch gap, and waits for a host that launches them one by one at
     `host_eager_per_kernel_s` each (engine/host_time.py; 0: none): the launch queue of launch_wait_s.
     `host_eager_kernels`: how many the host launches for such a step, where its engine fuses a layer
@@ -86,7 +89,8 @@ class ComputeModel:
 
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
-                 cuda_graph_sizes: frozenset[int] | None = None, expert_replicas: int = 1,
+                 cuda_graph_sizes: frozenset[int] | None = None, prefill_graph_max_tokens: int | None = None,
+                 expert_replicas: int = 1,
                  host_window_s: float = 0.0, host_step_s: float = 0.0,
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
                  host_eager_kernels: float | None = None,
@@ -134,6 +138,7 @@ class ComputeModel:
             cuda_graph_max_tokens if cuda_graph_max_tokens is not None else math.inf)
         self._graphs_decode_only = cuda_graphs == "decode"
         self._graph_sizes = None if cuda_graphs == "none" else cuda_graph_sizes
+        self.prefill_graph_max_tokens = None if cuda_graphs == "none" else prefill_graph_max_tokens
         self._every_step_captured = (self._graph_max_tokens == math.inf and not self._graphs_decode_only
                                      and self._graph_sizes is None)
         # Every op's kernels, and each layer's all-reduces when tensor-parallel, on each step's path.
@@ -356,15 +361,21 @@ class ComputeModel:
         if self._graph_max_tokens < 0:
             return "no CUDA graphs"
         steps = "decode steps" if self._graphs_decode_only else "steps"
-        if self._graph_max_tokens == math.inf:
-            return f"CUDA graphs for all {steps}"
         unit = "sequences" if self._graphs_decode_only else "tokens"
-        if self._graph_sizes is not None:
-            return f"CUDA graphs for {steps} of {_sizes_text(self._graph_sizes)} {unit} (unpadded)"
-        return f"CUDA graphs for {steps} of up to {int(self._graph_max_tokens)} {unit}"
+        if self._graph_max_tokens == math.inf:
+            policy = f"CUDA graphs for all {steps}"
+        elif self._graph_sizes is not None:
+            policy = f"CUDA graphs for {steps} of {_sizes_text(self._graph_sizes)} {unit} (unpadded)"
+        else:
+            policy = f"CUDA graphs for {steps} of up to {int(self._graph_max_tokens)} {unit}"
+        if self.prefill_graph_max_tokens is not None:
+            policy += f", and prompt steps of up to {self.prefill_graph_max_tokens} tokens"
+        return policy
 
     def eager(self, num_tokens: int, num_logits: int) -> bool:
         """Whether the step launches its kernels one by one: it replays no captured CUDA graph."""
+        if num_tokens != num_logits and self.prefill_graph_max_tokens is not None:
+            return num_tokens > self.prefill_graph_max_tokens
         return (num_tokens > self._graph_max_tokens or (self._graphs_decode_only and num_tokens != num_logits)
                 or (self._graph_sizes is not None and num_tokens not in self._graph_sizes))
 

@@ -6,8 +6,9 @@ The engines of the prefill-first and vllm-v0 profiles capture decode batches onl
 CudaGraphRunner replays a graph when the batch is decode-or-idle
 (python/sglang/srt/model_executor/cuda_graph_runner.py, can_run), vLLM V0 captured decode batches
 (vllm/worker/model_runner.py, _BATCH_SIZES_TO_CAPTURE), and both run prompt steps (and V0 its mixed
-chunked-prefill steps) eagerly. Decode batches above a size run eagerly too. vLLM V0 captured up to 256,
-its default max_num_seqs. vLLM V1 replays every step at any size.
+chunked-prefill steps) eagerly, SGLang until its prompt-step graphs (below). Decode batches above a size
+run eagerly too. vLLM V0 captured up to 256, its default max_num_seqs. vLLM V1 replays every step at any
+size.
 
 Each of them pads a batch up to the next size it captured, except TensorRT-LLM's PyTorch backend by
 default: its CudaGraphConfig leaves enable_padding False and captures decode batches of 1 to 32, 64 and
@@ -28,11 +29,32 @@ MiB), and each generation of releases set them its own way (server_args.py and c
 - 0.5.3 on (sgl-project/sglang pull request 10372, `_handle_gpu_memory_settings`): the tiers below, by
   memory and tp.
 Where a scenario states no release, the newest rule.
+
+SGLang replays its prompt steps as graphs too, on NVIDIA GPUs, from 0.5.10: "piecewise" graphs (0.5.10
+to 0.5.14; opt-in with --enable-piecewise-cuda-graph from 0.5.4), then "breakable" ones (0.5.15 on,
+`default_prefill_backend`, model_executor/cuda_graph_config.py), each a graph of the layers' kernels
+broken around the attention op, which the graph calls out to. The prompt step's other kernels are not
+launched one by one from Python. A step of up to a number of tokens replays, a longer one runs eagerly:
+the prefill chunk (chunked_prefill_size), for an MLA model 2,048 tokens (0.5.8 to 0.5.22; 8,192 or the
+chunk in 0.5.23), and 4,096 before 0.5.7 (`piecewise_cuda_graph_max_tokens`, then
+`cuda_graph_config.prefill.max_bs`). Each release turns it off by default for some servers (server_args.py
+`_handle_piecewise_cuda_graph`, then the breakable rules of arg_groups/cuda_graph_hook.py, read in the
+wheel of every release from 0.5.10 to 0.5.23):
+- on ROCm (MI300X) and every platform but CUDA;
+- pipeline parallelism: 0.5.10 to 0.5.14, and from 0.5.19;
+- DP attention: 0.5.10 to 0.5.16;
+- speculative decoding: 0.5.10 (and 0.5.10.post1) only;
+- an MLA model: 0.5.15 to 0.5.17; and from 0.5.15, DeepSeek-V3's architecture (the catalog's MLA models)
+  on Blackwell, whose default attention backend there, trtllm_mla, would fall back to FlashAttention
+  for the prompt inside a graph (`_disable_prefill_cuda_graph_for_deepseek_trtllm_mla`);
+- and settings the scenario does not express (torch.compile, LoRA, multimodal models, expert all-to-all
+  backends, context parallelism, a few architectures).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from tokenpath.engine.memory_share import MIB
 from tokenpath.engine.release import release_at_least
@@ -107,3 +129,67 @@ def trtllm_unpadded_graph_sizes(max_bs: int) -> frozenset[int]:
         return frozenset()
     sizes = [*range(1, 32), 32, 64, 128, *(2**i for i in range(8, math.ceil(math.log2(max_bs))))]
     return frozenset({size for size in sizes if size <= max_bs} | {max_bs})
+
+
+# SGLang's prompt-step graphs (the module's docstring): the release with the option, the release that
+# turned it on by default, and the largest step replayed before 0.5.7 and for an MLA model from 0.5.8.
+SGLANG_PREFILL_GRAPHS_OPTION_SINCE = "0.5.4"
+SGLANG_PREFILL_GRAPHS_DEFAULT_SINCE = "0.5.10"
+SGLANG_PREFILL_GRAPH_OPT_IN_TOKENS = 4096
+SGLANG_MLA_PREFILL_GRAPH_TOKENS = 2048
+SGLANG_MLA_PREFILL_GRAPH_TOKENS_0_5_23 = 8192
+# The chip generations SGLang runs on CUDA (catalog/chips.toml's `generation`); on the others (AMD's
+# CDNA, under ROCm) it runs every prompt step eagerly.
+CUDA_GENERATIONS = frozenset({"Ampere", "Hopper", "Blackwell"})
+
+
+@dataclass(frozen=True)
+class PromptStepShape:
+    """What an engine's rule for replaying its prompt steps as graphs reads of the server."""
+
+    release: str | None   # engine.version, as engine/release.py reads it
+    budget_tokens: int    # the engine's token budget a step (SGLang's chunked_prefill_size)
+    mla: bool             # the model's attention is latent (SGLang's MLA backend)
+    generation: str       # the chip's generation (catalog/chips.toml)
+    pp: int
+    attention_dp: bool
+    speculative: bool     # a drafter runs
+
+
+def sglang_prefill_graph_tokens(shape: PromptStepShape, setting: bool | None) -> int | None:
+    """The largest prompt step SGLang replays as a graph on `shape`'s server (None: none), as its release
+    does by default (`setting` None), or as `[engine] prefill_cuda_graphs` forces it (True: on, as
+    --enforce-piecewise-cuda-graph or an explicit prefill backend skips the rules; False: off)."""
+    if setting is False or (setting is None and not _sglang_prefill_graphs_by_default(shape)):
+        return None
+    release = shape.release
+    if shape.mla and release_at_least(release, "0.5.23"):
+        return min(SGLANG_MLA_PREFILL_GRAPH_TOKENS_0_5_23, shape.budget_tokens)
+    if shape.mla and release_at_least(release, "0.5.8"):
+        return SGLANG_MLA_PREFILL_GRAPH_TOKENS
+    return shape.budget_tokens if release_at_least(release, "0.5.7") else SGLANG_PREFILL_GRAPH_OPT_IN_TOKENS
+
+
+def _sglang_prefill_graphs_by_default(shape: PromptStepShape) -> bool:
+    release = shape.release
+    if not release_at_least(release, SGLANG_PREFILL_GRAPHS_DEFAULT_SINCE) or shape.generation not in CUDA_GENERATIONS:
+        return False
+    breakable = release_at_least(release, "0.5.15")
+    if shape.pp > 1 and (not breakable or release_at_least(release, "0.5.19")):
+        return False
+    if shape.attention_dp and not release_at_least(release, "0.5.17"):
+        return False
+    if shape.speculative and not release_at_least(release, "0.5.11"):
+        return False
+    mla_off = not release_at_least(release, "0.5.18") or shape.generation == "Blackwell"  # trtllm_mla there
+    return not (shape.mla and breakable and mla_off)
+
+
+def sglang_prefill_capture_sizes(max_tokens: int) -> list[int]:
+    """The prompt-step sizes SGLang captures up to `max_tokens` (server_args.py
+    `_generate_piecewise_cuda_graph_tokens`, then arg_groups/cuda_graph_hook.py
+    `generate_prefill_cuda_graph_batch_sizes`): a step pads up to the next."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, max_tokens + 1, 512)]
+    return [size for size in sizes if size <= max_tokens]
+

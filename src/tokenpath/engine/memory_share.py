@@ -31,8 +31,11 @@ and the server's settings, a rule each generation of releases rewrote
   the prefill chunk (at least 2,048) + 2 MiB per sequence of the largest decode graph + tp x pp / 8
   GiB, plus, with DP attention, 3 MiB per graph sequence per attention rank (4.5 above 300 sequences);
   at least 10 GiB on GPUs above 60 GiB; then 2 GiB more for an EAGLE or MTP drafter, 6 for a draft
-  model, none for n-gram. The fraction is rounded to three decimals. Later releases keep this form and
-  add terms for prefill graphs and DeepEP buffers, which the SGLang profile does not run.
+  model, none for n-gram. The fraction is rounded to three decimals. Where prompt steps replay graphs
+  (engine/cuda_graphs.py), 0.5.8 on adds 8 MiB per prompt-step size captured before the 10 GiB floor, an
+  MLA model 1.5 GiB instead from 0.5.10 (`len(piecewise_cuda_graph_tokens) * 8`, then
+  arg_groups/memory_hook.py's `reserve_for_graph_mb`); 0.5.4 to 0.5.7, whose prompt graphs are opt-in,
+  reserved for them otherwise, which is not modelled, nor later releases' DeepEP buffers.
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ _SGLANG_TP_TABLES = (
 # model, NGRAM drafts from the prompt and has none; EAGLE, EAGLE3 and NEXTN take 2 GiB).
 _SGLANG_DRAFTER_RESERVE_MIB = {"draft_model": 6 * 1024, "ngram": 0}
 _SGLANG_DRAFTER_DEFAULT_MIB = 2 * 1024
+# Its reserve for prompt-step graphs (the module's docstring): per size captured, and an MLA model's.
+_SGLANG_PREFILL_GRAPH_MIB = 8
+_SGLANG_MLA_PREFILL_GRAPHS_MIB = 1.5 * 1024
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,8 @@ class ServerShape:
     graph_max_seqs: int         # the largest decode batch captured as a graph (SGLang's cuda_graph_max_bs)
     attention_dp: bool
     drafter: str | None         # the speculative method, or None
+    prefill_graphs: int = 0     # prompt-step sizes captured as graphs (engine/cuda_graphs.py), 0: none
+    mla: bool = False           # the model's attention is latent (SGLang's MLA backend)
 
 
 def sglang_mem_fraction_static(shape: ServerShape) -> float:
@@ -134,6 +142,9 @@ def _sglang_formula_reserve_mib(shape: ServerShape, gpu_mib: float) -> float:
         reserve += shape.graph_max_seqs * shape.tp * 3
         if shape.graph_max_seqs > 300:
             reserve += shape.graph_max_seqs * shape.tp * 1.5
+    if shape.prefill_graphs and release_at_least(shape.release, "0.5.8"):
+        mla = shape.mla and release_at_least(shape.release, "0.5.10")
+        reserve += _SGLANG_MLA_PREFILL_GRAPHS_MIB if mla else shape.prefill_graphs * _SGLANG_PREFILL_GRAPH_MIB
     if gpu_mib > 60 * 1024:
         reserve = max(reserve, 10 * 1024)
     if shape.drafter:

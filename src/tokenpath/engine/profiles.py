@@ -23,9 +23,12 @@ from tokenpath.engine.batch_limits import (
     vllm_v1_batch_limits,
 )
 from tokenpath.engine.cuda_graphs import (
+    SGLANG_PREFILL_GRAPHS_OPTION_SINCE,
     TRTLLM_CUDA_GRAPH_MAX_BS,
     VLLM_V0_CUDA_GRAPH_MAX_BS,
+    PromptStepShape,
     sglang_cuda_graph_max_bs,
+    sglang_prefill_graph_tokens,
     trtllm_unpadded_graph_sizes,
 )
 from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
@@ -92,6 +95,11 @@ class Profile:
     # pads), any other size running eagerly.
     cuda_graph_padding: bool
     unpadded_graph_sizes: Callable[[int], frozenset[int]] | None
+    # Where "decode" graphs leave its prompt steps eager but the engine also replays those up to a size: the
+    # largest it replays on a server, as its release does or as [engine] prefill_cuda_graphs forces it
+    # (None: none), and the first release that can; None: no such graphs, and no such setting.
+    prefill_graphs: Callable[[PromptStepShape, bool | None], int | None] | None
+    prefill_graphs_since: str | None
     # -- default limits, where [engine] leaves them out: what the engine picks for a GPU of its catalog
     # name and memory in bytes (None, None: a chip not known) in a release, engine/batch_limits.py
     batch_limits: Callable[[str | None, float | None, str | None], BatchLimits]
@@ -179,6 +187,8 @@ PROFILES: dict[str, Profile] = {
         cuda_graph_max_bs=None,
         cuda_graph_padding=True,
         unpadded_graph_sizes=None,
+        prefill_graphs=None,
+        prefill_graphs_since=None,
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v1_batch_limits,
         speculative_max_running=None,
@@ -237,6 +247,8 @@ PROFILES: dict[str, Profile] = {
         cuda_graph_max_bs=VLLM_V0_CUDA_GRAPH_MAX_BS,
         cuda_graph_padding=True,
         unpadded_graph_sizes=None,
+        prefill_graphs=None,
+        prefill_graphs_since=None,
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v0_batch_limits,
         speculative_max_running=None,
@@ -291,11 +303,14 @@ PROFILES: dict[str, Profile] = {
         eager_kernels=None,
         mxfp4_weight_only_experts="sglang_mxfp4_weight_only_expert_time",
         # SGLang's CudaGraphRunner replays decode-or-idle batches only, up to its cuda_graph_max_bs
-        # for the GPU's memory and tp (engine/cuda_graphs.py).
+        # for the GPU's memory and tp, and from 0.5.10 its prompt steps up to the prefill chunk on NVIDIA
+        # GPUs, as piecewise, then breakable, graphs (engine/cuda_graphs.py).
         cuda_graphs="decode",
         cuda_graph_max_bs=sglang_cuda_graph_max_bs,
         cuda_graph_padding=True,
         unpadded_graph_sizes=None,
+        prefill_graphs=sglang_prefill_graph_tokens,
+        prefill_graphs_since=SGLANG_PREFILL_GRAPHS_OPTION_SINCE,
         # SGLang sets NCCL_NVLS_ENABLE=0 unless --enable-nccl-nvls or --enable-symm-mem (or the variable
         # is set already): sglang/srt/entrypoints/engine.py, _set_envs_and_config, since "Disable
         # NCCL_NVLS by default" (sgl-project/sglang PR 631), read in 0.5.23. Its large all-reduces
@@ -370,6 +385,8 @@ PROFILES: dict[str, Profile] = {
         cuda_graph_max_bs=TRTLLM_CUDA_GRAPH_MAX_BS,
         cuda_graph_padding=False,
         unpadded_graph_sizes=trtllm_unpadded_graph_sizes,
+        prefill_graphs=None,
+        prefill_graphs_since=None,
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by TensorRT-LLM, as far as read)
         batch_limits=trtllm_batch_limits,  # trtllm-serve's: 2048 requests, 8192 tokens a step
         speculative_max_running=None,

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tokenpath.config.errors import UserError
 from tokenpath.engine.batch_limits import SGLANG_SPECULATIVE_MAX_RUNNING, VLLM_V1_LARGE_GPU_LIMITS
+from tokenpath.engine.cuda_graphs import PromptStepShape, sglang_prefill_capture_sizes
 from tokenpath.engine.host_time import eager_host_paid
 from tokenpath.engine.memory_share import ServerShape
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
@@ -87,6 +88,13 @@ class EngineSpec(BaseModel):
                           "eagerly, as TensorRT-LLM's cuda_graph_config.enable_padding = false (unset: the profile's: "
                           f"{profiles_where(lambda p: not p.cuda_graph_padding)} unpadded, replaying only the sizes "
                           "it captures, engine/cuda_graphs.py; the others pad)")
+    prefill_cuda_graphs: bool | None = Field(
+        None, description=f"{profiles_where(lambda p: p.prefill_graphs is not None)} only: its prompt steps, up to "
+                          "its prefill chunk (2,048 tokens for an MLA model), replay CUDA graphs broken around "
+                          "attention (SGLang's piecewise, then breakable, prefill graphs; false: "
+                          "--disable-prefill-cuda-graph; true: forced on, as --enforce-piecewise-cuda-graph) "
+                          "(unset: as the release does: on NVIDIA GPUs from SGLang 0.5.10, unless the server's "
+                          "shape turns them off, engine/cuda_graphs.py)")
     scheduler: Scheduler = Field(DEFAULT_PROFILE, description=f"the engine's profile: {choices()}")
     mixed_chunk: bool = Field(
         False, description=f"{profiles_where(lambda p: p.prefills_alone_unless == 'mixed_chunk')} only: decodes "
@@ -199,6 +207,14 @@ class EngineSpec(BaseModel):
             unpadded = _quoted_where(lambda p: p.unpadded_graph_sizes is not None)
             raise ValueError(f"cuda_graph_padding = false: {profile.engine} pads every decode batch to a size it "
                              f"captured; remove cuda_graph_padding, or use scheduler = {unpadded}")
+        if self.prefill_cuda_graphs is not None and profile.prefill_graphs is None:
+            graphing = _quoted_where(lambda p: p.prefill_graphs is not None)
+            raise ValueError(f"prefill_cuda_graphs applies to scheduler = {graphing} only ({profile.engine}'s prompt "
+                             "steps replay graphs as cuda_graphs says); remove prefill_cuda_graphs")
+        since = profile.prefill_graphs_since
+        if self.prefill_cuda_graphs and since is not None and not release_at_least(self.version, since):
+            raise ValueError(f"prefill_cuda_graphs = true: {profile.engine} replays prompt steps as graphs from "
+                             f"{since}; set version to {since} or later, or remove prefill_cuda_graphs")
         if self.eager_host and profile.eager_host is None:
             paying = _quoted_where(lambda p: p.eager_host is not None)
             raise ValueError(f"eager_host = true: {profile.engine} compiles its model and no host time per kernel is "
@@ -233,9 +249,11 @@ class EngineSpec(BaseModel):
         since = self.profile.latent_attention_since
         return since is None or release_at_least(self.version, since)
 
-    def memory_share(self, hbm_bytes: float, tp: int, pp: int, attention_dp: bool) -> float:
+    def memory_share(self, hbm_bytes: float, tp: int, pp: int, attention_dp: bool,
+                     prefill_graph_tokens: int | None = None, mla: bool = False) -> float:
         """`gpu_memory_utilization`, or the profile's on a GPU of `hbm_bytes` for this server's shape
-        (Profile.default_memory_share)."""
+        (Profile.default_memory_share), its prompt steps replayed up to `prefill_graph_tokens` (None: none,
+        prefill_graph_max_tokens) for an MLA model or not."""
         if self.gpu_memory_utilization is not None:
             return self.gpu_memory_utilization
         default = self.profile.default_memory_share
@@ -243,8 +261,9 @@ class EngineSpec(BaseModel):
             return default
         graph_max = self.graph_max_tokens(hbm_bytes, tp) or 0
         drafter = None if self.speculative is None else self.speculative.method
+        captured = 0 if prefill_graph_tokens is None else len(sglang_prefill_capture_sizes(prefill_graph_tokens))
         share = default(ServerShape(self.version, hbm_bytes, tp, pp, self.max_num_batched_tokens, graph_max,
-                                    attention_dp, drafter))
+                                    attention_dp, drafter, captured, mla))
         if share <= 0:  # the engine's rule reserves more than the GPU holds for these settings
             raise UserError(f"engine: {self.profile.engine}'s default memory share for max_num_batched_tokens = "
                             f"{self.max_num_batched_tokens} and CUDA graphs of up to {graph_max} sequences comes "
@@ -257,6 +276,17 @@ class EngineSpec(BaseModel):
         (None: any size)."""
         limit = self.profile.cuda_graph_max_bs if self.cuda_graph_max_tokens is None else self.cuda_graph_max_tokens
         return limit(hbm_bytes, tp, self.version) if callable(limit) else limit
+
+    def prefill_graph_max_tokens(self, mla: bool, generation: str, pp: int, attention_dp: bool) -> int | None:
+        """The largest prompt step that replays a graph, where the profile replays those apart from
+        cuda_graphs (Profile.prefill_graphs), on a server of an MLA model or not, on chips of `generation`
+        (catalog/chips.toml), at `pp` and with attention data-parallel or not; None: none."""
+        rule = self.profile.prefill_graphs
+        if rule is None or self.cuda_graphs == "none":
+            return None
+        shape = PromptStepShape(self.version, self.max_num_batched_tokens, mla, generation, pp, attention_dp,
+                                self.speculative is not None)
+        return rule(shape, self.prefill_cuda_graphs)
 
     def graph_batch_sizes(self, hbm_bytes: float, tp: int) -> frozenset[int] | None:
         """The only decode batch sizes that replay a graph, where batches are not padded (None: every

@@ -23,6 +23,7 @@ SETTINGS = (
     "deployment.placement",
     "engine.max_num_seqs", "engine.max_num_batched_tokens", "engine.block_size", "engine.chunked_prefill",
     "engine.gpu_memory_utilization", "engine.cuda_graphs", "engine.cuda_graph_max_tokens", "engine.cuda_graph_padding",
+    "engine.prefill_cuda_graphs",
     "engine.scheduler",
     "engine.mixed_chunk", "engine.kv_admission", "engine.host_overlap", "engine.prefix_caching",
     "engine.num_scheduler_steps", "engine.speculative", "engine.eager_host", "engine.nccl_nvls",
@@ -52,6 +53,9 @@ class Plan:
     # The draft model's checkpoint for speculative method draft_model; None for another drafter, or a
     # draft without a Hugging Face id (a config.json)
     draft: Checkpoint | None = None
+    # The largest prompt step simulated replaying a graph apart from decode graphs (SGLang's, engine/cuda_graphs.py;
+    # None: none)
+    prefill_graph_tokens: int | None = None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -79,7 +83,7 @@ def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
     """The launch plan of `scenario`, after the checks `simulate` makes of its deployment."""
     from tokenpath.sim.deployment import build_deployment
 
-    build_deployment(scenario)  # the same refusals as a simulation: shapes, splits, disaggregation limits
+    deployment = build_deployment(scenario)  # the same refusals as a simulation: shapes, splits, disaggregation limits
     dep = scenario.deployment
     profile = PROFILES[scenario.engine.scheduler]
     total = front_end.api_servers(scenario)
@@ -93,7 +97,8 @@ def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
     return Plan(scenario, checkpoint(scenario, model_id), roles, profile,
                 scenario.model.kv_precision(scenario.engine.scheduler),
                 profile.host_overlap if host_overlap is None else host_overlap,
-                front_end.detokenizes_in(scenario), _draft_checkpoint(scenario))
+                front_end.detokenizes_in(scenario), _draft_checkpoint(scenario),
+                deployment.compute.prefill_graph_max_tokens)
 
 
 def _draft_checkpoint(scenario: Scenario) -> Checkpoint | None:

@@ -19,8 +19,10 @@ LOAD_BALANCE = {"round_robin": "round_robin", "least_outstanding": "total_reques
 # The router's policy for disaggregated pools, which the simulation routes round-robin.
 PD_POLICY = "round_robin"
 # The CUDA-graph backends per phase: SGLang 0.5.23 captures decode batches ("full") and, on CUDA,
-# prefill batches in breakable graphs by default (model_executor/cuda_graph_config.py).
+# prefill batches in breakable graphs by default (model_executor/cuda_graph_config.py); under "decode" the
+# prefill backend is as simulated (Plan.prefill_graph_tokens, engine/cuda_graphs.py).
 GRAPHS = {"none": ("disabled", "disabled"), "decode": ("full", "disabled"), "all": ("full", "breakable")}
+PREFILL_GRAPHS = "breakable"
 # The scenario's drafters -> --speculative-algorithm (arg_groups/fields/spec.py; NEXTN, a model's own MTP
 # layers, runs as EAGLE over them, arg_groups/speculative_hook.py).
 SPECULATIVE_ALGORITHM = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "ngram": "NGRAM",
@@ -69,8 +71,14 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     else:
         cmd.add(settings, "engine.prefix_caching", "--disable-radix-cache")
     decode, prefill = GRAPHS[eng.cuda_graphs]
+    if eng.cuda_graphs == "decode" and plan.prefill_graph_tokens is not None:
+        prefill = PREFILL_GRAPHS
     cmd.add(settings, "engine.cuda_graphs", "--cuda-graph-backend-decode", decode)
     cmd.add(settings, "engine.cuda_graphs", "--cuda-graph-backend-prefill", prefill)
+    if plan.prefill_graph_tokens is not None:
+        cmd.add(settings, "engine.prefill_cuda_graphs", "--cuda-graph-max-bs-prefill", plan.prefill_graph_tokens)
+    else:
+        settings.map("engine.prefill_cuda_graphs", "(off: --cuda-graph-backend-prefill disabled)")
     if eng.cuda_graph_max_tokens is not None and eng.cuda_graphs != "none":
         cmd.add(settings, "engine.cuda_graph_max_tokens", "--cuda-graph-max-bs-decode", eng.cuda_graph_max_tokens)
     else:

@@ -82,6 +82,7 @@ def extra_options(plan: Plan, role: Role, settings: Settings) -> dict[str, Any]:
             settings.note("engine.cuda_graphs", "TensorRT-LLM captures decode-only batches; steps with prompts run "
                                                 "without a graph (its C++ and fused ops launch them)")
     settings.map("engine.cuda_graphs", "cuda_graph_config")
+    settings.map("engine.prefill_cuda_graphs", "(TensorRT-LLM runs a step holding a prompt eagerly)")
     overlap = plan.host_overlap
     if role.name == "prefill" and overlap:
         overlap = CONTEXT_OVERLAP

@@ -117,6 +117,7 @@ def _notes(plan: Plan, settings: Settings, replicas: int) -> None:
     s = plan.scenario
     eng, dep = s.engine, s.deployment
     settings.map("engine.cuda_graph_padding", "(vLLM pads a batch up to the next size it captured)")
+    settings.map("engine.prefill_cuda_graphs", "(vLLM's prompt steps replay graphs as engine.cuda_graphs says)")
     if eng.eager_host is None:
         settings.map("engine.eager_host", "(the engine's own launches)")
     else:

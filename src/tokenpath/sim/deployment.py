@@ -111,9 +111,11 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         block_scaled = model.fp8_block_scaled and chip.compute_precision(scenario.model.precision) == "fp8"
         host_eager_kernels = engine.profile.eager_kernels.per_step_kernels(model, block_scaled)
     graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
+    prefill_graph_tokens = engine.prefill_graph_max_tokens(model.is_mla, chip.generation, dep.pp, dep.attention_dp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.model.kv_precision(engine.scheduler),
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
                            cuda_graph_sizes=engine.graph_batch_sizes(chip.hbm_bytes, dep.tp),
+                           prefill_graph_max_tokens=prefill_graph_tokens,
                            expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
                            host_window_s=host.window_s, host_step_s=host.step_s,
                            host_per_sequence_s=host.per_sequence_s,
@@ -126,7 +128,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     drafter = _drafter(scenario, model, chip, assumptions)
     sampler_bytes = (assumptions.value("sampler_profile_bytes_per_logit")
                      if engine.profile.sampler_in_memory_profile else None)
-    share = engine.memory_share(chip.hbm_bytes, dep.tp, dep.pp, dep.attention_dp)
+    share = engine.memory_share(chip.hbm_bytes, dep.tp, dep.pp, dep.attention_dp, prefill_graph_tokens, model.is_mla)
     kv_tokens = compute.kv_capacity_tokens(share, engine.max_num_batched_tokens, engine.max_num_seqs, drafter,
                                            sampler_bytes, engine.profile.memory_share_covers) // dep.pp
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"

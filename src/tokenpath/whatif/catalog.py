@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.compute.chip import load_chip
+from tokenpath.compute.model import load_model
 from tokenpath.engine.profiles import PROFILES
+from tokenpath.engine.release import release_at_least
 from tokenpath.engine.speculative import MAX_SPECULATIVE_TOKENS
 from tokenpath.fabric.build import scaleup_link_bw_Bps
 from tokenpath.fabric.spec import HierarchyFabric, SwitchFabric
@@ -301,6 +303,7 @@ def _compute(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Leve
         levers.append(Lever(name, "", skipped="decode batches are padded to a graph already"))
     else:
         levers.append(Lever(f"{name} up to {engine.max_num_seqs} (padded)", "", padded_graphs(engine.max_num_seqs)))
+    levers.append(_prompt_graphs(scenario))
     nxt = NEXT_CHIP.get(chip)
     levers.append(Lever(f"next chip: {nxt}", "", {"deployment.chip": nxt}) if nxt else
                   Lever("next chip", "", skipped=f"no successor of {chip} in the catalog"))
@@ -311,6 +314,27 @@ def _compute(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Leve
         weight_only = " (weight-only on this chip)" if load_chip(chip).is_weight_only(better) else ""
         levers.append(Lever(f"{better} weights{weight_only}", "", {"model.precision": better}))
     return levers
+
+
+def _prompt_graphs(scenario: Scenario) -> Lever:
+    """Prompt steps replayed as CUDA graphs, where the engine can replay them apart from its decode graphs
+    (SGLang's, engine/cuda_graphs.py) and the scenario's release or server leaves them off."""
+    name, engine, dep = "CUDA graphs for prompt steps", scenario.engine, scenario.deployment
+    since = engine.profile.prefill_graphs_since
+    if engine.profile.prefill_graphs is None:
+        steps = "every step replays a graph already" if engine.cuda_graphs == "all" else \
+            f"{engine.profile.engine} runs a step holding a prompt eagerly"
+        return Lever(name, "", skipped=steps)
+    if engine.cuda_graphs == "none":
+        return Lever(name, "", skipped="the engine runs without CUDA graphs")
+    if since is not None and not release_at_least(engine.version, since):
+        return Lever(name, "", skipped=f"{engine.profile.engine} replays prompt steps from {since}; the scenario "
+                                       f"runs {engine.version}")
+    model, generation = load_model(scenario.model_source()), load_chip(dep.chip).generation
+    tokens = engine.prefill_graph_max_tokens(model.is_mla, generation, dep.pp, dep.attention_dp)
+    if tokens is not None:
+        return Lever(name, "", skipped=f"prompt steps of up to {tokens} tokens replay a graph already")
+    return Lever(name, "", {"engine.prefill_cuda_graphs": True})
 
 
 def _value_parallel(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:
