@@ -197,3 +197,14 @@ def test_prompt_graphs_take_sglangs_eager_launches_out_of_its_time_to_first_toke
     graphed_step = _compute("h100", 1, scheduler="prefill-first", version="0.5.10").step_time_s(500, 1, pairs, 500)
     assert eager_step > graphed_step
     assert ttft_s("0.5.9") - ttft_s("0.5.10") == pytest.approx(eager_step - graphed_step, rel=0.02)
+
+
+def test_the_result_says_up_to_which_prompt_step_graphs_are_replayed():
+    from tokenpath.sim.simulate import simulate
+
+    def resolved(version):
+        table = {"model": {"name": "llama-3.1-8b"}, "deployment": {"chip": "h100", "chips": 1, "tp": 1},
+                 "engine": {"scheduler": "prefill-first", "version": version}, "workload": {"num_requests": 4}}
+        return simulate(build_scenario(table, "test")).summary["resolved"]["engine"]["prefill_graph_max_tokens"]
+
+    assert resolved("0.5.10") == 8192 and resolved("0.5.9") is None

@@ -128,6 +128,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "prefix_caching": engine.prefix_caching, "gpu_memory_utilization": d.memory_share,
             "cuda_graphs": engine.cuda_graphs, "cuda_graph_max_tokens": engine.cuda_graph_max_tokens,
             "cuda_graph_padding": engine.cuda_graph_padding,
+            "prefill_graph_max_tokens": d.compute.prefill_graph_max_tokens,
             "host_overlap": d.compute.host_overlapped, "host_window_s": d.compute.host_window_s,
             "host_step_s": d.compute.host_step_s, "eager_host_per_kernel_s": d.compute.host_eager_per_kernel_s,
             "speculative": None if engine.speculative is None else {
