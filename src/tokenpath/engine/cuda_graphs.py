@@ -33,10 +33,10 @@ Where a scenario states no release, the newest rule.
 SGLang replays its prompt steps as graphs too, on NVIDIA GPUs, from 0.5.10: "piecewise" graphs (0.5.10
 to 0.5.14; opt-in with --enable-piecewise-cuda-graph from 0.5.4), then "breakable" ones (0.5.15 on,
 `default_prefill_backend`, model_executor/cuda_graph_config.py), each a graph of the layers' kernels
-broken around the attention op, which the graph calls out to. The prompt step's other kernels are not
+broken around the attention op, which runs between the pieces. The prompt step's other kernels are not
 launched one by one from Python. A step of up to a number of tokens replays, a longer one runs eagerly:
-the prefill chunk (chunked_prefill_size), for an MLA model 2,048 tokens (0.5.8 to 0.5.22; 8,192 or the
-chunk in 0.5.23), and 4,096 before 0.5.7 (`piecewise_cuda_graph_max_tokens`, then
+the prefill chunk (chunked_prefill_size), for an MLA model 2,048 tokens (0.5.8 to 0.5.22; in 0.5.23
+8,192, or the chunk where smaller), and 4,096 before 0.5.7 (`piecewise_cuda_graph_max_tokens`, then
 `cuda_graph_config.prefill.max_bs`). Each release turns it off by default for some servers (server_args.py
 `_handle_piecewise_cuda_graph`, then the breakable rules of arg_groups/cuda_graph_hook.py, read in the
 wheel of every release from 0.5.10 to 0.5.23):
@@ -192,4 +192,3 @@ def sglang_prefill_capture_sizes(max_tokens: int) -> list[int]:
     sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
              *range(1280, 4097, 256), *range(4608, max_tokens + 1, 512)]
     return [size for size in sizes if size <= max_tokens]
-
