@@ -83,17 +83,21 @@ def explain(sim: Simulation) -> dict[str, Any]:
                                       shape["kv_read_tokens"], shape["chunk_context_tokens"])
     compute = deployment.compute
     scheduled = bool(trace.step_scheduled[i])
+    launch_s = compute.launch_s(shape["tokens"], shape["sampled"], math.fsum(op.time_s for op in ops),
+                                trace.step_traffic_ns[i] / 1e9, trace.step_ahead_ns[i] / 1e9)
+    host_s = compute.host_s(shape["sampled"], scheduled)
+    if compute.host_overlapped:  # it prepares the next step while this one runs: only its excess shows
+        host_s = max(0.0, host_s - math.fsum(op.time_s for op in ops) - launch_s)
     return {
         "step": i,
         "shape": shape,
         "ops": [{"op": op.name, "flops": op.flops, "bytes": op.bytes, "time_s": op.time_s, "bound": op.bound,
                  "assumptions": op_assumptions(op.name, linear.gemm, op.bound, linear.gemm_kernels > 0)}
                 for op, linear in zip(ops, deployment.compute.ops)],
-        "engine_host_s": compute.host_s(shape["sampled"], scheduled),
+        "engine_host_s": host_s,  # the step's time its host adds (overlapped: what the GPU's work does not hide)
         "engine_host_assumptions": host_assumptions(sim.scenario.engine.scheduler, scheduled),
         # Beyond the kernels when no graph is replayed: launch gaps, and the wait on the host's launches.
-        "launch_s": compute.launch_s(shape["tokens"], shape["sampled"], math.fsum(op.time_s for op in ops),
-                                     trace.step_traffic_ns[i] / 1e9, trace.step_ahead_ns[i] / 1e9),
+        "launch_s": launch_s,
         "launch_includes_host": compute.host_eager_per_kernel_s > 0,
         "launch_assumptions": ["eager_kernel_launch_s"] + ([paid] if (paid := eager_host_paid(
             sim.scenario.engine.scheduler, sim.scenario.engine.eager_host)) else []),
