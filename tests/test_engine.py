@@ -474,8 +474,9 @@ def test_prefill_first_pauses_decoding_for_a_newcomers_prefill():
     assert list(trace.token_steps(1, 2)) == [3, 4]
     # A took part in 5 of the 6 one-millisecond steps: the prefill step is queue for it.
     assert trace.compute_ns[0] == 5_000_000 and trace.last_step_end_ns[0] == 6_000_000
-    mixed = engine([10, 50], [5, 2], arrivals_s=[0.0, 0.0025],
-                   spec=EngineSpec(max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False))
+    mixed = engine([10, 50], [5, 2], arrivals_s=[0.0, 0.0025],  # vllm-v1 without its async scheduling (< 0.14.0)
+                   spec=EngineSpec(max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False,
+                                   host_overlap=False))
     assert list(mixed.step_tokens) == [10, 1, 1, 51, 2]  # vllm-v1: B's prompt rides with A's decode
     assert mixed.compute_ns[0] == 5_000_000 and mixed.last_step_end_ns[0] == 5_000_000
 
@@ -517,7 +518,7 @@ def test_prefill_first_with_mixed_chunks_forms_the_batches_of_vllm_v1():
 
 @pytest.mark.parametrize(("chunked", "same_as", "kv_tokens"), [
     (False, dict(scheduler="prefill-first", host_overlap=False), 10**9),  # SGLang's headroom never binds
-    (True, dict(scheduler="vllm-v1"), 16 * 80)])
+    (True, dict(scheduler="vllm-v1", host_overlap=False), 16 * 80)])  # V1 before its async scheduling
 def test_vllm_v0_forms_the_batches_of_prefill_first_or_with_chunked_prefill_of_vllm_v1(chunked, same_as, kv_tokens):
     """V0's _schedule_default runs prompts in steps of their own; _schedule_chunked_prefill mixes them with
     the decodes. Its host is never overlapped, so the batches match prefill-first's without the overlap
@@ -609,7 +610,7 @@ def test_trtllm_without_chunking_batches_as_vllm_v1_does():
     limits = dict(max_num_seqs=8, max_num_batched_tokens=256, chunked_prefill=False, prefix_caching=False)
     trtllm = engine(*args, spec=EngineSpec(scheduler="trtllm", kv_admission="on_demand", host_overlap=False, **limits),
                     kv_tokens=16 * 40)
-    v1 = engine(*args, spec=EngineSpec(**limits), kv_tokens=16 * 40)
+    v1 = engine(*args, spec=EngineSpec(host_overlap=False, **limits), kv_tokens=16 * 40)  # before 0.14.0's async
     assert v1.preemptions > 0
     assert_same_trace(trtllm, v1)
 

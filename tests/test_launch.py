@@ -130,7 +130,7 @@ def test_the_vllm_command_for_llama_70b_fp8_tp2_dp4_on_8_h200():
         "--kv-cache-dtype", "auto",           # vllm-v1's KV cache: the activations' bf16
         "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192", "--block-size", "16",
         "--enable-chunked-prefill", "--gpu-memory-utilization", "0.9", "--enable-prefix-caching",
-        "--no-async-scheduling",              # vllm-v1 modelled without async scheduling
+        "--async-scheduling",                 # the newest vLLM's default, as modelled (written out)
         "--api-server-count", "4",            # one per data-parallel replica
         "--stream-interval", "1",
     ]]

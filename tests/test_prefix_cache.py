@@ -221,7 +221,8 @@ def test_a_long_prompt_preempted_mid_prefill_keeps_its_chunks_and_waits():
     # with 126 tokens computed. With prefix caching its 7 whole blocks stay cached, it waits without
     # computing while A decodes alone, and then computes only the 48 tokens left. Without it, B is admitted
     # again every other step, computes 126 tokens and is preempted again, and A's decodes share those steps.
-    spec = EngineSpec(max_num_batched_tokens=64, max_num_seqs=8, block_size=BLOCK)
+    # (V1 without its async scheduling, as before 0.14.0: B joins the step after it arrives)
+    spec = EngineSpec(max_num_batched_tokens=64, max_num_seqs=8, block_size=BLOCK, host_overlap=False)
     args = (np.array([0, 500_000]), np.array([32, 160]), np.array([40, 2]), FixedCosts(), LastMile(NO_NETWORK))
     kept = run_engine(*args, spec, BLOCK * 12)
     assert kept.preemptions == 1

@@ -127,3 +127,28 @@ def test_each_profile_pays_the_host_times_it_models():
         "prefill-first": {"host_step_s", "eager_host_per_kernel_s"},
         "trtllm": {"host_step_s", "trtllm_eager_host_per_kernel_s"}}
     assert all(p.pays("serving_gemm_fraction") for p in PROFILES.values())
+
+
+def test_vllm_v1_schedules_ahead_by_default_from_0_14_0():
+    """vLLM made its async scheduling (the next step's batch formed while the GPU runs this one) the default
+    in 0.14.0: a scenario of that release or none (the newest) overlaps its host, an earlier one does not,
+    and the table's own setting stands either way."""
+    assert EngineSpec().host_overlap is True and EngineSpec(version="0.14.0").host_overlap is True
+    assert EngineSpec(version="0.13.0").host_overlap is None  # the profile's: no overlap
+    assert EngineSpec(version="0.34.0", host_overlap=False).host_overlap is False
+    newest, old = host_step_cost("vllm-v1", EngineSpec().host_overlap), host_step_cost("vllm-v1", None)
+    assert newest.overlapped and not old.overlapped
+
+
+@pytest.mark.parametrize(("method", "release", "overlapped"), [
+    ("eagle3", "0.14.0", True), ("mtp", None, True),
+    ("draft_model", "0.30.0", False), ("draft_model", "0.31.0", True),
+    ("ngram", "0.32.0", False), ("ngram", "0.33.0", True), ("ngram", None, True),
+])
+def test_vllm_keeps_its_async_scheduling_with_the_drafters_its_release_supports(method, release, overlapped):
+    from tokenpath.engine.speculative import SpeculativeSpec
+
+    spec = EngineSpec(version=release, speculative=SpeculativeSpec(method=method, num_speculative_tokens=2,
+                                                                   draft_model="llama-3.2-1b"
+                                                                   if method == "draft_model" else None))
+    assert spec.host_overlap is overlapped

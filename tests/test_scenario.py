@@ -319,10 +319,12 @@ def test_to_toml_writes_every_default():
     assert table["continuity"] == {"stall_threshold": "250 ms", "reading_speed": f"{238 / 60 * 4 / 3!r} tokens/s",
                                    "expected_ttft": "1 s"}
     # cuda_graph_max_tokens (no limit) and gpu_memory_utilization (the profile's share) are unset, which TOML
-    # cannot write
+    # cannot write; host_overlap is the newest vLLM's async scheduling
     assert set(table["engine"]) == {"max_num_seqs", "max_num_batched_tokens", "block_size", "chunked_prefill",
                                     "cuda_graphs", "cuda_graph_padding", "scheduler", "mixed_chunk",
-                                    "kv_admission", "num_scheduler_steps", "prefix_caching", "nccl_nvls"}
+                                    "kv_admission", "num_scheduler_steps", "prefix_caching", "nccl_nvls",
+                                    "host_overlap"}
+    assert table["engine"]["host_overlap"] is True
     assert (table["engine"]["scheduler"], table["engine"]["kv_admission"]) == ("vllm-v1", "on_demand")
     assert table["delivery"]["network_rtt"] == "20 ms" and table["delivery"]["host_link_bw"] == "64 GB/s"
     assert table["deployment"]["fabric"] == {"kind": "switch", "algorithm": "auto", "nvls": True,

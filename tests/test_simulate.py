@@ -134,8 +134,10 @@ def test_batch_one_decode_step_is_the_weight_read_bound():
     embedding_bytes = model.vocab_size * model.hidden_size * PRECISION_BYTES[EMBEDDING_PRECISION]
     read_bytes = sim.deployment.compute.weight_bytes_per_chip - embedding_bytes
     bound_s = read_bytes / (chip.hbm_bw_Bps * chip.hbm_bw_efficiency)
-    # weights dominate: the 117-token KV cache of one sequence adds well under 1%
-    assert np.allclose(decode_s, bound_s + sim.deployment.compute.host_s(1), rtol=0.01)
+    # weights dominate: the 117-token KV cache of one sequence adds well under 1%; vLLM's async scheduling
+    # (0.14.0 on) prepares each step while the one before runs, so its host time hides behind the read
+    assert sim.deployment.compute.host_overlapped and sim.deployment.compute.host_s(1) < bound_s
+    assert np.allclose(decode_s, bound_s, rtol=0.01)
     assert sim.run.e2e_ns[0] / 1e9 == sum(trace.step_compute_ns) / 1e9
 
 

@@ -292,9 +292,10 @@ def test_a_simulations_summary_carries_the_scenario_as_it_ran(monkeypatch, capsy
                 "replicas": 2})
     assert resolved["deployment"]["fabric"]["kind"] == document["fabric"]["kind"] == "switch"
     assert resolved["deployment"]["fabric"]["name"] == document["fabric"]["name"]
-    # The engine profile's defaults, resolved: vllm-v1 runs its host in the step and replays every step's graph.
+    # The engine profile's defaults, resolved: vllm-v1's newest release schedules each step while the one before
+    # runs (its async scheduling) and replays every step's graph.
     assert (resolved["engine"]["scheduler"], resolved["engine"]["host_overlap"], resolved["engine"]["cuda_graphs"]) \
-        == ("vllm-v1", False, "all")
+        == ("vllm-v1", True, "all")
     assert resolved["engine"]["max_num_seqs"] == 1024 and resolved["engine"]["max_num_batched_tokens"] == 8192
     assert resolved["delivery"]["detokenize"] == "detokenizer"
     assert resolved["delivery"]["api_servers"] == 2  # vLLM V1: one per data-parallel replica

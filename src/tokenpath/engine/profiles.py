@@ -34,7 +34,7 @@ from tokenpath.engine.cuda_graphs import (
 from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
 from tokenpath.engine.expert_kernels import WeightOnlyExperts
 from tokenpath.engine.memory_share import DEFAULT_UTILIZATION, ServerShape, sglang_mem_fraction_static
-from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_overlap
+from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_overlap, vllm_keeps_async_scheduling
 from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_template_work
 
 # Before v0.7.1, vLLM's DeepseekV2Attention (vllm/model_executor/models/deepseek_v2.py) expanded each
@@ -42,6 +42,12 @@ from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_
 # v0.7.1 brought MLA ("Enhancing DeepSeek Models with MLA and FP8 Optimizations in vLLM", Neural Magic,
 # 2025-02-04: against v0.7.0, ~10x the KV cache's tokens, 54,560 to 512,000 on 8 x H200).
 VLLM_LATENT_ATTENTION_SINCE = "0.7.1"
+# vLLM V1 schedules a step while the GPU runs the one before (its AsyncScheduler) by default from 0.14.0
+# (vllm/config/scheduler.py: `async_scheduling` False in 0.13.0, None from 0.14.0, resolved to True in
+# vllm/config/vllm.py unless a setting is incompatible, read in every release from 0.12.0 to 0.34.0 named
+# in engine/speculative.py). Not modelled: 0.14.x turned it off with pipeline parallelism, every release
+# with Ray's executor (multi-node) and pooling models.
+VLLM_ASYNC_SCHEDULING_SINCE = "0.14.0"
 
 # The registry's host times per kernel of an eager step, one a profile may pay (Profile.eager_host).
 EagerHost = Literal["eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s"]
@@ -76,6 +82,9 @@ class Profile:
     host_window_assumption: Literal["host_step_s", "vllm_v0_host_window_s"]
     host_step_assumption: Literal["vllm_v0_host_step_s"] | None
     host_overlap: bool  # prepares a step while the GPU runs the one before, unless [engine] says
+    # Where set, the release from which it does so by default (host_overlap before it): vLLM V1's async
+    # scheduling (VLLM_ASYNC_SCHEDULING_SINCE)
+    host_overlap_since: str | None
     # The host time per kernel it pays for a step that replays no graph, its Python launching the kernels
     # one by one, unless [engine] eager_host says not (the registry's name; None: it launches them from
     # compiled code), and the kernels its host launches for such a step, where its model code fuses them
@@ -174,8 +183,11 @@ PROFILES: dict[str, Profile] = {
         preempted_keeps="computed",
         host_window_assumption="host_step_s",
         host_step_assumption=None,
-        # V1's engine core prepares each step after the one before (before its opt-in async scheduling).
+        # V1's engine core prepared each step after the one before until its async scheduling (an opt-in
+        # --async-scheduling before) became the default in 0.14.0 (vllm/config/vllm.py: async_scheduling None
+        # resolves to True unless a setting is incompatible; with a drafter, speculative_overlap below).
         host_overlap=False,
+        host_overlap_since=VLLM_ASYNC_SCHEDULING_SINCE,
         # vLLM V1 compiles its model with torch.compile by default (fused kernels, a Python call per
         # compiled piece): no host time per kernel is measured, so none.
         eager_host=None,
@@ -192,7 +204,7 @@ PROFILES: dict[str, Profile] = {
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v1_batch_limits,
         speculative_max_running=None,
-        speculative_overlap=None,
+        speculative_overlap=vllm_keeps_async_scheduling,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         # gpu_model_runner.profile_run, then _dummy_sampler_run: top_p 0.9, top_k the vocabulary less one
@@ -238,6 +250,7 @@ PROFILES: dict[str, Profile] = {
         host_window_assumption="vllm_v0_host_window_s",
         host_step_assumption="vllm_v0_host_step_s",
         host_overlap=False,
+        host_overlap_since=None,
         eager_host="eager_host_per_kernel_s",  # its model code runs op by op in Python when no graph is replayed
         eager_kernels=None,
         mxfp4_weight_only_experts="vllm_mxfp4_weight_only_expert_time",
@@ -299,6 +312,7 @@ PROFILES: dict[str, Profile] = {
         host_window_assumption="host_step_s",
         host_step_assumption=None,
         host_overlap=True,  # the zero-overhead batch scheduler, since v0.4 (event_loop_overlap)
+        host_overlap_since=None,
         eager_host="eager_host_per_kernel_s",  # calibrated on SGLang (engine/host_time.py)
         eager_kernels=None,
         mxfp4_weight_only_experts="sglang_mxfp4_weight_only_expert_time",
@@ -372,6 +386,7 @@ PROFILES: dict[str, Profile] = {
         host_window_assumption="host_step_s",
         host_step_assumption=None,
         host_overlap=True,  # the PyTorch backend's overlap scheduler, on by default
+        host_overlap_since=None,
         # Its PyTorch backend, trtllm-serve's default since 1.0, runs a step that holds a prompt eagerly,
         # a layer's fused custom ops launched from Python (engine/eager_launches.py); its TensorRT
         # engines (NIM's, and every release before 1.0) launch from C++: `[engine] eager_host = false`.

@@ -106,8 +106,10 @@ class EngineSpec(BaseModel):
     host_overlap: bool | None = Field(
         None, description="the host prepares each step while the GPU runs the one before, so a step takes the "
                           "longer of the two and a busy engine's batch is formed when the step before starts "
-                          f"(unset: the profile's: {profiles_where(lambda p: p.host_overlap)} yes, the others no; "
-                          "with a drafter, no where the engine then turns its overlap off: engine/speculative.py)")
+                          f"(unset: the profile's: {profiles_where(lambda p: p.host_overlap)} yes, "
+                          f"{profiles_where(lambda p: p.host_overlap_since is not None)} from the release that made "
+                          "it the default (vLLM 0.14.0's async scheduling, engine/profiles.py), the others no; with a "
+                          "drafter, no where the engine then turns its overlap off: engine/speculative.py)")
     eager_host: bool | None = Field(
         None, description="the host's Python launches the kernels of a step that replays no CUDA graph one by one, "
                           "paying its host time per kernel (engine/host_time.py); false: they are launched from "
@@ -152,9 +154,11 @@ class EngineSpec(BaseModel):
                     "prefix_caching": profile.prefix_caching, "nccl_nvls": profile.nccl_nvls,
                     "chunked_prefill": profile.chunked_prefill, "cuda_graph_padding": profile.cuda_graph_padding}
         defaults.update(profile.batch_limits(None, None, None).given())
+        release = data.get("version") if isinstance(data.get("version"), str) else None
+        if profile.host_overlap_since is not None and release_at_least(release, profile.host_overlap_since):
+            defaults["host_overlap"] = True  # vLLM V1's async scheduling, on by default from its release
         speculative = data.get("speculative")
         if speculative is not None:  # what the engine changes when a drafter runs
-            release = data.get("version") if isinstance(data.get("version"), str) else None
             method = speculative.get("method") if isinstance(speculative, dict) else getattr(speculative, "method",
                                                                                             None)
             if profile.speculative_max_running is not None:

@@ -93,6 +93,18 @@ def trtllm_keeps_overlap(method: str, release: str | None) -> bool:
     return method != "ngram"
 
 
+def vllm_keeps_async_scheduling(method: str, release: str | None) -> bool:
+    """Whether vLLM V1 keeps its default async scheduling with a drafter (vllm/config/vllm.py,
+    `async_scheduling is None`, read in 0.14.0, 0.15.0, 0.20.0, 0.26.0, 0.31.0, 0.33.0 and 0.34.0): EAGLE,
+    EAGLE-3 and MTP drafts always; a draft model from 0.31; n-gram drafts (its CPU proposer) from 0.33,
+    where the check applies to the V1 model runner only and the V2 runner is the default."""
+    if method == "draft_model":
+        return release_at_least(release, "0.31")
+    if method == "ngram":
+        return release_at_least(release, "0.33")
+    return True
+
+
 def mean_tokens_per_step(acceptance: float, drafts: int) -> float:
     """Expected tokens a sequence gains per verify step: (1 - a^(k+1)) / (1 - a), k + 1 at a = 1."""
     if acceptance >= 1.0:
