@@ -83,11 +83,12 @@ def explain(sim: Simulation) -> dict[str, Any]:
                                       shape["kv_read_tokens"], shape["chunk_context_tokens"])
     compute = deployment.compute
     scheduled = bool(trace.step_scheduled[i])
-    launch_s = compute.launch_s(shape["tokens"], shape["sampled"], math.fsum(op.time_s for op in ops),
-                                trace.step_traffic_ns[i] / 1e9, trace.step_ahead_ns[i] / 1e9)
+    kernels_s = math.fsum(op.time_s for op in ops)
+    launch_s = compute.launch_s(shape["tokens"], shape["sampled"], kernels_s, trace.step_traffic_ns[i] / 1e9,
+                                trace.step_ahead_ns[i] / 1e9)
     host_s = compute.host_s(shape["sampled"], scheduled)
     if compute.host_overlapped:  # it prepares the next step while this one runs: only its excess shows
-        host_s = max(0.0, host_s - math.fsum(op.time_s for op in ops) - launch_s)
+        host_s = max(0.0, host_s - kernels_s - launch_s)
     return {
         "step": i,
         "shape": shape,
