@@ -35,8 +35,10 @@ MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-
           "deepseek-ai/DeepSeek-R1": "deepseek-v3"}
 CHIPS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200"}
 REQUESTS_PER_SLOT = 20  # bench_run.sh.j2: --num-requests concurrency x BENCH_MULTI_ROUND (20)
-# The day vLLM 0.14.0's wheel was built (its files' dates on PyPI): runs measured before it ran an earlier release.
+# The days vLLM 0.14.0's and 0.20.0's wheels were built (their files' dates on PyPI): runs measured before
+# one ran an earlier release.
 VLLM_0_14_BUILT = "2026-01-18"
+VLLM_0_20_BUILT = "2026-04-27"
 
 
 def engine_settings(backend: str, isl: int) -> dict:
@@ -76,13 +78,16 @@ def row_of(run: pd.Series, window: str) -> dict:
     """A latency row, as catalog/validation/latency.toml writes AIConfigurator's, for one measured run: its
     measured TTFT and TPOT means included, and the engine's release where the run states it (the newest
     where not). A vLLM run that states no release but was measured before 0.14.0 (VLLM_0_14_BUILT) ran
-    without async scheduling, which that release made the default, as the shipped rows say."""
+    without async scheduling, which that release made the default, and one measured before 0.20.0 with 0.9
+    of the GPU's memory, its default until then, as the shipped rows say."""
     version = run.get("backend_version")
     release = {"engine_version": version} if isinstance(version, str) else {}
     settings = engine_settings(run.backend, int(run.isl))
     measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", str(run.get("silicon_data_source", "")))
     if run.backend == "vllm" and not release and measured and measured.group(1) < VLLM_0_14_BUILT:
         settings["host_overlap"] = False
+    if run.backend == "vllm" and not release and measured and measured.group(1) < VLLM_0_20_BUILT:
+        settings["gpu_memory_utilization"] = 0.9
     return {"source": f"silicon_sample {run.id}", "id": str(run.id), "engine": run.backend, **release,
             "model": MODELS[run.model_path], "precision": "fp8", "chip": CHIPS[run.system], "tp": int(run.tp_size),
             "lengths": "fixed", "input_len": int(run.isl), "output_len": int(run.osl), "arrival": "concurrency",

@@ -5,12 +5,12 @@ import pytest
 
 from tokenpath.compute import load_chip
 from tokenpath.engine.cuda_graphs import (
-    CUDA_GENERATIONS,
     PromptStepShape,
     sglang_cuda_graph_max_bs,
     sglang_defaults,
     sglang_prefill_graph_tokens,
 )
+from tokenpath.engine.platforms import runs_cuda, runs_rocm
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import build_scenario
@@ -157,11 +157,13 @@ def test_prefill_cuda_graphs_forces_sglangs_prompt_graphs_on_or_off():
         EngineSpec(prefill_cuda_graphs=False)
 
 
-def test_the_catalogs_nvidia_chips_run_sglang_on_cuda_and_its_amd_chips_do_not():
+def test_the_catalogs_nvidia_chips_run_cuda_its_amd_chips_rocm_and_the_rest_neither():
     for name in ("a100", "h100", "h200", "b200", "gb200"):
-        assert load_chip(name).generation in CUDA_GENERATIONS
+        assert runs_cuda(load_chip(name).generation) and not runs_rocm(load_chip(name).generation)
     for name in ("mi300x", "mi325x"):
-        assert load_chip(name).generation not in CUDA_GENERATIONS
+        assert runs_rocm(load_chip(name).generation) and not runs_cuda(load_chip(name).generation)
+    for name in ("tpu-v5p", "tpu-v6e", "gaudi3"):
+        assert not runs_cuda(load_chip(name).generation) and not runs_rocm(load_chip(name).generation)
 
 
 def test_sglangs_prompt_steps_replay_graphs_up_to_the_chunk_in_the_releases_that_do():

@@ -129,7 +129,7 @@ def test_the_vllm_command_for_llama_70b_fp8_tp2_dp4_on_8_h200():
         "--quantization", "fp8_per_tensor",   # bf16 weights quantized as vLLM 0.34 loads them
         "--kv-cache-dtype", "auto",           # vllm-v1's KV cache: the activations' bf16
         "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192", "--block-size", "16",
-        "--enable-chunked-prefill", "--gpu-memory-utilization", "0.9", "--enable-prefix-caching",
+        "--enable-chunked-prefill", "--enable-prefix-caching",  # the memory share vLLM's own, as simulated
         "--async-scheduling",                 # the newest vLLM's default, as modelled (written out)
         "--api-server-count", "4",            # one per data-parallel replica
         "--stream-interval", "1",
@@ -378,7 +378,7 @@ def test_a_scenario_whose_host_launches_from_cpp_is_noted_where_the_command_cann
 
 
 @pytest.mark.parametrize("share", [None, 0.8])
-def test_sglang_keeps_its_own_memory_share_unless_the_scenario_sets_one(share):
+def test_sglang_and_vllm_keep_their_own_memory_share_unless_the_scenario_sets_one(share):
     overrides = {"engine.scheduler": "prefill-first"}
     if share is not None:
         overrides["engine.gpu_memory_utilization"] = share
@@ -388,4 +388,7 @@ def test_sglang_keeps_its_own_memory_share_unless_the_scenario_sets_one(share):
     else:
         assert _values(argv, "--mem-fraction-static") == [str(share)]
     (vllm,) = shell_words(launch_files(load_scenario("typical", overrides), "vllm")["launch-vllm.sh"])
-    assert _values(vllm, "--gpu-memory-utilization") == [str(share or 0.9)]
+    if share is None:
+        assert "--gpu-memory-utilization" not in vllm
+    else:
+        assert _values(vllm, "--gpu-memory-utilization") == [str(share)]

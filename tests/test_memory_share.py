@@ -5,8 +5,9 @@ pool; vLLM and TensorRT-LLM: everything, the activations included)."""
 
 import pytest
 
+from tokenpath.config.assumptions import DEFAULTS
 from tokenpath.compute.roofline import DoesNotFit
-from tokenpath.engine.memory_share import ServerShape, sglang_mem_fraction_static
+from tokenpath.engine.memory_share import KvMargin, ServerShape, sglang_mem_fraction_static
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.sim.deployment import build_deployment
@@ -117,7 +118,7 @@ def test_left_unset_each_engine_takes_its_own_share():
     engine = EngineSpec(scheduler="prefill-first", max_num_batched_tokens=8192, version="0.5.3rc0")
     assert engine.gpu_memory_utilization is None
     assert engine.memory_share(H100, tp=2, pp=1, attention_dp=False) == round((81920 - 10.5 * 1024) / 81920, 3)
-    assert EngineSpec(scheduler="vllm-v1").memory_share(H100, 2, 1, False) == 0.9
+    assert EngineSpec(scheduler="vllm-v1", version="0.19.1").memory_share(H100, 2, 1, False) == 0.9
     assert EngineSpec(scheduler="trtllm").memory_share(H100, 2, 1, False) == 0.9
     assert EngineSpec(scheduler="prefill-first", gpu_memory_utilization=0.7).memory_share(H100, 2, 1, False) == 0.7
     # SGLang's own graph batch at TP2 on an 80 GiB GPU is 256 (engine/cuda_graphs.py), its chunk the table's
@@ -153,6 +154,14 @@ def test_the_report_says_the_share_each_engine_took_and_what_it_covers(scheduler
     assert lines["KV cache"].endswith(f"; {words})")
 
 
+def test_the_report_says_when_vllm_sized_its_cache_from_measured_memory():
+    from tokenpath.report.simulation import describe
+    from tokenpath.sim.simulate import prepare
+
+    lines = dict(describe(prepare(load_scenario("typical", {"workload.num_requests": 20}))))
+    assert lines["KV cache"].endswith("; 1 of HBM for everything, less a margin, as measured free)")
+
+
 def test_prompt_step_graphs_reserve_8_mib_a_size_and_an_mla_models_1_5_gib():
     """0.5.8 on: 8 MiB per prompt-step size captured (58 up to 8,192 tokens) before the 10 GiB floor; from
     0.5.10 an MLA model's 1.5 GiB instead; 0.5.7's opt-in reserve is not modelled."""
@@ -170,3 +179,56 @@ def test_an_sglang_server_reserves_for_its_prompt_graphs_where_its_release_runs_
         return build_deployment(build_scenario(table, "test")).memory_share
 
     assert share("0.5.9") - share("0.5.10") == pytest.approx(58 * 8 / 81920, abs=1e-3)
+
+
+@pytest.mark.parametrize(("release", "generation", "expected"), [
+    ("0.11.0", "Hopper", 0.9), ("0.19.1", "Hopper", 0.9), ("0.20.0", "Hopper", 0.92), ("0.33.0", "Ampere", 0.92),
+    ("0.34.0", "Hopper", 1.0), ("0.34.0", "CDNA3", 1.0), (None, "Blackwell", 1.0),
+    ("0.34.0", "Trillium", 0.92), ("0.34.0", "", 0.92),  # no measured sizing off CUDA and ROCm
+])
+def test_vllm_v1s_unset_share_by_release(release, generation, expected):
+    """CacheConfig.gpu_memory_utilization: 0.9, 0.92 from 0.20.0; from 0.34.0 all of it where the cache is
+    sized from measured memory (resolved_gpu_memory_utilization)."""
+    engine = EngineSpec(scheduler="vllm-v1", version=release)
+    assert engine.memory_share(H100, 1, 1, False, generation=generation) == expected
+
+
+def test_vllm_from_0_34_keeps_a_margin_where_it_measures_and_the_other_engines_none():
+    assert EngineSpec(scheduler="vllm-v1", version="0.34.0").kv_margin("Hopper") == KvMargin(GIB, 0.75)
+    assert EngineSpec(scheduler="vllm-v1").kv_margin("CDNA3") == KvMargin(3 * GIB, 0.75)  # ROCm's floor
+    assert EngineSpec(scheduler="vllm-v1", version="0.33.0").kv_margin("Hopper") is None
+    assert EngineSpec(scheduler="vllm-v1").kv_margin("Gaudi 3") is None
+    for scheduler in ("vllm-v0", "prefill-first", "trtllm"):
+        assert EngineSpec(scheduler=scheduler).kv_margin("Hopper") is None
+
+
+def test_vllm_0_34_gives_its_cache_all_but_the_activations_a_margin_and_the_runtime():
+    """The cache takes the GPU less the weights, the step's activations (the runtime reserve with them),
+    and max(1 GiB, 0.75 x the step's activations), where 0.33.0 took 0.92 of the GPU less the same."""
+    newest, older = _deployment("vllm-v1"), _deployment("vllm-v1", **{"engine.version": "0.33.0"})
+    compute = newest.compute
+    activations = compute.activation_reserve_bytes(8192, 1024, DEFAULTS.value("sampler_profile_bytes_per_logit"))
+    step = activations - DEFAULTS.value("runtime_reserve_bytes")
+    assert step > GIB / 0.75  # this step's margin is the share of its activations, not the floor
+    left = H100 - compute.weight_bytes_per_chip - activations
+    per_token = compute.kv_bytes_per_token_per_chip
+    assert newest.kv_capacity_tokens == int((left - 0.75 * step) // per_token)
+    assert older.kv_capacity_tokens == int((left - 0.08 * H100) // per_token)
+    assert newest.memory_share == 1.0 and older.memory_share == 0.92
+
+
+def test_a_share_set_under_vllm_0_34_caps_the_cache_it_measures():
+    capped = _deployment("vllm-v1", **{"engine.gpu_memory_utilization": 0.5})
+    compute = capped.compute
+    activations = compute.activation_reserve_bytes(8192, 1024, DEFAULTS.value("sampler_profile_bytes_per_logit"))
+    left = 0.5 * H100 - compute.weight_bytes_per_chip - activations
+    assert capped.kv_capacity_tokens == int(left // compute.kv_bytes_per_token_per_chip)
+
+
+def test_a_small_steps_margin_is_vllms_floor():
+    small = _deployment("vllm-v1", **{"engine.max_num_batched_tokens": 512, "engine.max_num_seqs": 64})
+    compute = small.compute
+    activations = compute.activation_reserve_bytes(512, 64, DEFAULTS.value("sampler_profile_bytes_per_logit"))
+    assert 0.75 * (activations - DEFAULTS.value("runtime_reserve_bytes")) < GIB
+    left = H100 - GIB - compute.weight_bytes_per_chip - activations
+    assert small.kv_capacity_tokens == int(left // compute.kv_bytes_per_token_per_chip)

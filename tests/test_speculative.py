@@ -110,7 +110,7 @@ def _scenario(**engine):
     return Scenario.model_validate({
         "model": {"name": "llama-3.1-8b", "precision": "bf16"},
         "deployment": {"chip": "h100", "chips": 1, "tp": 1},
-        "engine": engine,
+        "engine": {"gpu_memory_utilization": 0.9, **engine},  # a share that sets the cache, not vLLM's margin
         "workload": {"num_requests": 50, **({"draft_acceptance": 0.7} if "speculative" in engine else {})},
     })
 

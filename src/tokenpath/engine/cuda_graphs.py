@@ -57,6 +57,7 @@ import math
 from dataclasses import dataclass
 
 from tokenpath.engine.memory_share import MIB
+from tokenpath.engine.platforms import runs_cuda
 from tokenpath.engine.release import release_at_least
 
 # SGLang's defaults by the GPU's memory from 0.5.3 (ServerArgs._handle_gpu_memory_settings): (the memory
@@ -138,9 +139,6 @@ SGLANG_PREFILL_GRAPHS_DEFAULT_SINCE = "0.5.10"
 SGLANG_PREFILL_GRAPH_OPT_IN_TOKENS = 4096
 SGLANG_MLA_PREFILL_GRAPH_TOKENS = 2048
 SGLANG_MLA_PREFILL_GRAPH_TOKENS_0_5_23 = 8192
-# The chip generations SGLang runs on CUDA (catalog/chips.toml's `generation`); on the others (AMD's
-# CDNA, under ROCm) it runs every prompt step eagerly.
-CUDA_GENERATIONS = frozenset({"Ampere", "Hopper", "Blackwell"})
 
 
 @dataclass(frozen=True)
@@ -172,7 +170,7 @@ def sglang_prefill_graph_tokens(shape: PromptStepShape, setting: bool | None) ->
 
 def _sglang_prefill_graphs_by_default(shape: PromptStepShape) -> bool:
     release = shape.release
-    if not release_at_least(release, SGLANG_PREFILL_GRAPHS_DEFAULT_SINCE) or shape.generation not in CUDA_GENERATIONS:
+    if not release_at_least(release, SGLANG_PREFILL_GRAPHS_DEFAULT_SINCE) or not runs_cuda(shape.generation):
         return False
     breakable = release_at_least(release, "0.5.15")
     if shape.pp > 1 and (not breakable or release_at_least(release, "0.5.19")):

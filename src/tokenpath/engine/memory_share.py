@@ -1,9 +1,16 @@
 """The share of a GPU's memory an engine's KV cache is cut from, where the scenario does not set
 `engine.gpu_memory_utilization`, and what that share covers (Profile.memory_share_covers).
 
-vLLM's `--gpu-memory-utilization` (0.9 by default) covers everything the engine allocates: its memory
-profile runs a step, and the KV cache takes what the weights, that step's activations and the rest
-leave of the share (compute/roofline.ComputeModel.kv_capacity_tokens).
+vLLM's `--gpu-memory-utilization` covers everything the engine allocates: its memory profile runs a
+step, and the KV cache takes what the weights, that step's activations and the rest leave of the share
+(compute/roofline.ComputeModel.kv_capacity_tokens). Left unset it is 0.9 through 0.19.1 and 0.92 from
+0.20.0 (vllm/config/cache.py, CacheConfig.gpu_memory_utilization, read in the wheels of 0.11.0 to 0.34.0).
+From 0.34.0 V1 sizes its cache on CUDA and ROCm from the memory it measures free after warmup and CUDA
+graph capture, its "extensible KV cache" (VllmConfig._resolve_extensible_kv_cache turns it on unless a
+setting rules it out; vllm/v1/worker/extensible_kv_cache.py, measure_kv_cache_bytes): the unset share is
+then 1.0 (CacheConfig.resolved_gpu_memory_utilization), and the cache takes the memory left free less a
+step's activations and a margin of max(1 GiB, 0.75 x those activations), 3 GiB at least on ROCm; a share
+the scenario sets caps it (`vllm_measured_kv_margin`). vLLM V0 kept 0.9.
 
 TensorRT-LLM's `kv_cache_config.free_gpu_memory_fraction` (0.9 by default) is a share of what is left:
 it loads the weights, runs a profiling step of max_num_tokens, and gives the KV cache that share of the
@@ -41,16 +48,26 @@ and the server's settings, a rule each generation of releases rewrote
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from tokenpath.engine.platforms import runs_cuda, runs_rocm
 from tokenpath.engine.release import release_at_least
 
 MIB = 2**20
 # What a profile's share covers (Profile.memory_share_covers), as reports say it after the share.
 SHARE_COVERS = {"all": "of HBM for everything", "weights_and_kv": "of HBM for weights and KV cache",
                 "free_memory": "of the memory the weights and a step leave"}
-# vLLM's --gpu-memory-utilization default (vllm/engine/arg_utils.py, EngineArgs.gpu_memory_utilization),
-# taken for every engine modelled its way.
+# vLLM's --gpu-memory-utilization default before 0.20.0 (vllm/engine/arg_utils.py, EngineArgs.
+# gpu_memory_utilization), V0's, and TensorRT-LLM's free_gpu_memory_fraction; V1's by release below.
 DEFAULT_UTILIZATION = 0.9
+VLLM_UTILIZATION_0_92_SINCE = "0.20.0"
+VLLM_UTILIZATION_0_92 = 0.92
+VLLM_MEASURED_KV_SINCE = "0.34.0"
+# measure_kv_cache_bytes's margin: the larger of a floor (KV_CACHE_MARGIN_FLOOR_BYTES: 1 GiB, 3 on ROCm)
+# and a share of the step's activations (KV_CACHE_MARGIN_FRACTION).
+VLLM_MEASURED_KV_MARGIN_FLOOR_BYTES = 2**30
+VLLM_MEASURED_KV_MARGIN_FLOOR_BYTES_ROCM = 3 * 2**30
+VLLM_MEASURED_KV_MARGIN_FRACTION = 0.75
 
 # SGLang's fractions by tensor-parallel size before 0.4.8: (the release each table arrived in, the
 # fraction at tp >= 16, 8, 4, 2 and below).
@@ -82,6 +99,31 @@ class ServerShape:
     drafter: str | None         # the speculative method, or None
     prefill_graphs: int = 0     # prompt-step sizes captured as graphs (engine/cuda_graphs.py), 0: none
     mla: bool = False           # the model's attention is latent (SGLang's MLA backend)
+    generation: str = ""        # the chip's generation (engine/platforms.py), "": not known
+
+
+class KvMargin(NamedTuple):
+    """What an engine that sizes its KV cache from memory it measures keeps free beyond a step's
+    activations: the larger of `floor_bytes` and `fraction` of those activations."""
+
+    floor_bytes: float
+    fraction: float
+
+
+def vllm_measured_kv_margin(release: str | None, generation: str) -> KvMargin | None:
+    """vLLM V1's margin where `release` sizes its KV cache from measured memory on a chip of
+    `generation`, or None where it sizes it from its share (the module's docstring)."""
+    if not release_at_least(release, VLLM_MEASURED_KV_SINCE) or not (runs_cuda(generation) or runs_rocm(generation)):
+        return None
+    floor = VLLM_MEASURED_KV_MARGIN_FLOOR_BYTES_ROCM if runs_rocm(generation) else VLLM_MEASURED_KV_MARGIN_FLOOR_BYTES
+    return KvMargin(floor, VLLM_MEASURED_KV_MARGIN_FRACTION)
+
+
+def vllm_gpu_memory_utilization(shape: ServerShape) -> float:
+    """vLLM V1's --gpu-memory-utilization when left unset, in the release `shape` states on its chip."""
+    if vllm_measured_kv_margin(shape.release, shape.generation) is not None:
+        return 1.0
+    return VLLM_UTILIZATION_0_92 if release_at_least(shape.release, VLLM_UTILIZATION_0_92_SINCE) else DEFAULT_UTILIZATION
 
 
 def sglang_mem_fraction_static(shape: ServerShape) -> float:

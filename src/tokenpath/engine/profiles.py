@@ -33,7 +33,14 @@ from tokenpath.engine.cuda_graphs import (
 )
 from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
 from tokenpath.engine.expert_kernels import WeightOnlyExperts
-from tokenpath.engine.memory_share import DEFAULT_UTILIZATION, ServerShape, sglang_mem_fraction_static
+from tokenpath.engine.memory_share import (
+    DEFAULT_UTILIZATION,
+    KvMargin,
+    ServerShape,
+    sglang_mem_fraction_static,
+    vllm_gpu_memory_utilization,
+    vllm_measured_kv_margin,
+)
 from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_overlap, vllm_keeps_async_scheduling
 from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_template_work
 
@@ -138,6 +145,9 @@ class Profile:
     # free_gpu_memory_fraction); and the share where [engine] leaves it out, a number or a rule of the server.
     memory_share_covers: Literal["all", "weights_and_kv", "free_memory"]
     default_memory_share: float | Callable[[ServerShape], float]
+    # Where a release sizes the KV cache from the memory it measures free after warmup instead, what it
+    # keeps free beyond a step's activations, by release and chip generation (None: it does not).
+    measured_kv_margin: Callable[[str | None, str], KvMargin | None] | None
     # -- the processes around the scheduler (delivery/frontend.py models them, sim/front_end.py lays them out)
     # API-server processes by default: one for each data-parallel replica, or one for the whole server
     # (`deployment.api_servers` sets the count). Every engine here parses requests, renders their chat
@@ -210,7 +220,8 @@ PROFILES: dict[str, Profile] = {
         # gpu_model_runner.profile_run, then _dummy_sampler_run: top_p 0.9, top_k the vocabulary less one
         sampler_in_memory_profile=True,
         memory_share_covers="all",
-        default_memory_share=DEFAULT_UTILIZATION,
+        default_memory_share=vllm_gpu_memory_utilization,  # 0.9, 0.92 from 0.20.0, 1.0 where measured
+        measured_kv_margin=vllm_measured_kv_margin,  # from 0.34.0 on CUDA and ROCm (engine/memory_share.py)
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
         # API-server process renders the chat template and tokenizes (AsyncLLM's InputProcessor) and
         # detokenizes and checks stop strings (OutputProcessor, vllm/v1/engine/output_processor.py and
@@ -271,6 +282,7 @@ PROFILES: dict[str, Profile] = {
         sampler_in_memory_profile=True,  # model_runner.profile_run: SamplingParams(top_p=0.99, top_k=vocab_size - 1)
         memory_share_covers="all",
         default_memory_share=DEFAULT_UTILIZATION,
+        measured_kv_margin=None,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
         # since 0.6, PR 6883: "request validation, tokenization, and JSON formatting" there); the engine
         # detokenized in its own step loop (vllm/engine/output_processor/, vllm/transformers_utils/
@@ -344,6 +356,7 @@ PROFILES: dict[str, Profile] = {
         sampler_in_memory_profile=False,
         memory_share_covers="weights_and_kv",
         default_memory_share=sglang_mem_fraction_static,
+        measured_kv_margin=None,
         # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
         # tokenizer_manager.py; "The HTTP server, Engine, and TokenizerManager all run in the main
         # process", srt/entrypoints/http_server.py); the scheduler runs in a process of its own and a
@@ -417,6 +430,7 @@ PROFILES: dict[str, Profile] = {
         # max_num_tokens; kv_cache_config.free_gpu_memory_fraction defaults to 0.9.
         memory_share_covers="free_memory",
         default_memory_share=DEFAULT_UTILIZATION,
+        measured_kv_margin=None,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the
         # executor's workers: it renders the chat template, tokenizes, and detokenizes and builds each
         # chunk in its own process by default (serve/postprocess_handlers.py; with

@@ -11,7 +11,7 @@ from tokenpath.config.errors import UserError
 from tokenpath.engine.batch_limits import SGLANG_SPECULATIVE_MAX_RUNNING, VLLM_V1_LARGE_GPU_LIMITS
 from tokenpath.engine.cuda_graphs import PromptStepShape, sglang_prefill_capture_sizes
 from tokenpath.engine.host_time import eager_host_paid
-from tokenpath.engine.memory_share import ServerShape
+from tokenpath.engine.memory_share import KvMargin, ServerShape
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.speculative import SpeculativeSpec
@@ -71,8 +71,10 @@ class EngineSpec(BaseModel):
         description="share of memory the engine may use, as its own flag means it: for vLLM everything it "
                     "allocates (the KV cache takes what the weights and a step's activations leave), for SGLang the "
                     "weights and the KV pool (--mem-fraction-static), for TensorRT-LLM a share of what the weights "
-                    "and a step leave (free_gpu_memory_fraction) (unset: the profile's: 0.9, SGLang's rule of the "
-                    "GPU's memory and the server's settings for its release, engine/memory_share.py)")
+                    "and a step leave (free_gpu_memory_fraction); from vLLM 0.34.0 on CUDA and ROCm a cap on the "
+                    "cache it sizes from measured memory (unset: the profile's for its release: vLLM 0.9, 0.92 "
+                    "from 0.20.0, all but a margin from 0.34.0; SGLang's rule of the GPU's memory and the "
+                    "server's settings; TensorRT-LLM 0.9; engine/memory_share.py)")
     cuda_graphs: Literal["all", "decode", "none"] = Field(
         "all", description="steps that replay a captured CUDA graph: all (vLLM V1), decode (only steps where "
                            "every sequence decodes one token: SGLang, TensorRT-LLM, vLLM V0) or none (eager) "
@@ -254,10 +256,10 @@ class EngineSpec(BaseModel):
         return since is None or release_at_least(self.version, since)
 
     def memory_share(self, hbm_bytes: float, tp: int, pp: int, attention_dp: bool,
-                     prefill_graph_tokens: int | None = None, mla: bool = False) -> float:
-        """`gpu_memory_utilization`, or the profile's on a GPU of `hbm_bytes` for this server's shape
-        (Profile.default_memory_share), its prompt steps replayed up to `prefill_graph_tokens` (None: none,
-        prefill_graph_max_tokens) for an MLA model or not."""
+                     prefill_graph_tokens: int | None = None, mla: bool = False, generation: str = "") -> float:
+        """`gpu_memory_utilization`, or the profile's on a GPU of `hbm_bytes` and `generation` ("": not
+        known) for this server's shape (Profile.default_memory_share), its prompt steps replayed up to
+        `prefill_graph_tokens` (None: none, prefill_graph_max_tokens) for an MLA model or not."""
         if self.gpu_memory_utilization is not None:
             return self.gpu_memory_utilization
         default = self.profile.default_memory_share
@@ -267,13 +269,20 @@ class EngineSpec(BaseModel):
         drafter = None if self.speculative is None else self.speculative.method
         captured = 0 if prefill_graph_tokens is None else len(sglang_prefill_capture_sizes(prefill_graph_tokens))
         share = default(ServerShape(self.version, hbm_bytes, tp, pp, self.max_num_batched_tokens, graph_max,
-                                    attention_dp, drafter, captured, mla))
+                                    attention_dp, drafter, captured, mla, generation))
         if share <= 0:  # the engine's rule reserves more than the GPU holds for these settings
             raise UserError(f"engine: {self.profile.engine}'s default memory share for max_num_batched_tokens = "
                             f"{self.max_num_batched_tokens} and CUDA graphs of up to {graph_max} sequences comes "
                             f"to {share:g} of the GPU's {hbm_bytes / 2**30:.3g} GiB; lower cuda_graph_max_tokens or "
                             "max_num_batched_tokens, or set engine.gpu_memory_utilization")
         return share
+
+    def kv_margin(self, generation: str) -> KvMargin | None:
+        """What this release keeps free beyond a step's activations where it sizes its KV cache from the
+        memory it measures on a chip of `generation` (Profile.measured_kv_margin), or None where its share
+        sizes it."""
+        margin = self.profile.measured_kv_margin
+        return None if margin is None else margin(self.version, generation)
 
     def graph_max_tokens(self, hbm_bytes: float, tp: int) -> int | None:
         """`cuda_graph_max_tokens`, or the profile's on a GPU of `hbm_bytes` at `tp` in this release
