@@ -65,6 +65,8 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.batch_limits.SGLANG_SPECULATIVE_MAX_RUNNING_BEFORE_0_4_5": "the same in 0.4.3-0.4.4, a fact",
     "tokenpath.engine.memory_share.DEFAULT_UTILIZATION": "vLLM's own default (cited there), a fact",
     "tokenpath.engine.memory_share.MIB": "a unit",
+    "tokenpath.engine.kv_blocks.DEFAULT_BLOCK_SIZE": "the launches write it (cited there), a setting",
+    "tokenpath.engine.kv_blocks.VLLM_BLOCK_SIZE_0_34": "vLLM's own default (cited there), a fact",
     "tokenpath.engine.memory_share.VLLM_UTILIZATION_0_92": "vLLM's own default (cited there), a fact",
     "tokenpath.engine.memory_share.VLLM_MEASURED_KV_MARGIN_FLOOR_BYTES": "vLLM's own margin (cited there), a fact",
     "tokenpath.engine.memory_share.VLLM_MEASURED_KV_MARGIN_FLOOR_BYTES_ROCM": "vLLM's own margin (cited there), a fact",

@@ -249,7 +249,7 @@ def test_a_replica_that_does_not_keep_its_rows_serves_the_same_steps_in_bounded_
 
 def test_a_replica_says_when_its_next_step_starts_and_how_full_its_kv_cache_is():
     """What a router reads of each replica on a shared clock, asked of the replica itself."""
-    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=128)  # 16-token blocks
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=128, block_size=16)
     replica = Replica(FixedCosts(base_s=1e-3), LastMile(NO_NETWORK), spec, 16 * 100)
     assert (replica.next_step_ns(), replica.kv_used()) == (None, 0)  # nothing to do
     replica.submit(40, 3, arrival_ns=5_000_000)
@@ -528,7 +528,9 @@ def test_vllm_v0_forms_the_batches_of_prefill_first_or_with_chunked_prefill_of_v
     args = ([int(x) for x in rng.integers(1, 120, n)], [int(x) for x in rng.integers(1, 80, n)],
             np.sort(rng.uniform(0, 0.03, n)))
     # (prefix caching as V0's default has it, off: else a preempted request finds what it computed)
-    limits = dict(max_num_seqs=16, max_num_batched_tokens=128, chunked_prefill=chunked, prefix_caching=False)
+    # 16-token blocks for both (vLLM V1's until 0.34.0)
+    limits = dict(max_num_seqs=16, max_num_batched_tokens=128, chunked_prefill=chunked, prefix_caching=False,
+                  block_size=16)
     v0 = engine(*args, spec=EngineSpec(scheduler="vllm-v0", **limits), kv_tokens=kv_tokens)
     other = engine(*args, spec=EngineSpec(**same_as, **limits), kv_tokens=kv_tokens)
     assert v0.preemptions > 0 or kv_tokens == 10**9
@@ -607,7 +609,9 @@ def test_trtllm_without_chunking_batches_as_vllm_v1_does():
     args = ([int(x) for x in rng.integers(1, 120, n)], [int(x) for x in rng.integers(1, 60, n)],
             np.sort(rng.uniform(0, 0.02, n)))
     # (without prefix caching: a preempted vLLM request would find the blocks it computed, a TensorRT-LLM one not)
-    limits = dict(max_num_seqs=8, max_num_batched_tokens=256, chunked_prefill=False, prefix_caching=False)
+    # (16-token blocks for both: vLLM V1's until 0.34.0)
+    limits = dict(max_num_seqs=8, max_num_batched_tokens=256, chunked_prefill=False, prefix_caching=False,
+                  block_size=16)
     trtllm = engine(*args, spec=EngineSpec(scheduler="trtllm", kv_admission="on_demand", host_overlap=False, **limits),
                     kv_tokens=16 * 40)
     v1 = engine(*args, spec=EngineSpec(host_overlap=False, **limits), kv_tokens=16 * 40)  # before 0.14.0's async

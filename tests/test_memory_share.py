@@ -5,8 +5,8 @@ pool; vLLM and TensorRT-LLM: everything, the activations included)."""
 
 import pytest
 
-from tokenpath.config.assumptions import DEFAULTS
 from tokenpath.compute.roofline import DoesNotFit
+from tokenpath.config.assumptions import DEFAULTS
 from tokenpath.engine.memory_share import KvMargin, ServerShape, sglang_mem_fraction_static
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.spec import EngineSpec

@@ -14,7 +14,7 @@ from tokenpath.sim.document import result_document
 from tokenpath.workload import generate
 from tokenpath.workload.spec import SessionSpec, WorkloadSpec
 
-BLOCK = 16  # engine.block_size's default
+BLOCK = 64  # engine.block_size under the newest vLLM (engine/kv_blocks.py)
 
 
 def _scenario(routing="round_robin", replicas=1, sessions=None, **workload):

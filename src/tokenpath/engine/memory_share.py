@@ -123,7 +123,8 @@ def vllm_gpu_memory_utilization(shape: ServerShape) -> float:
     """vLLM V1's --gpu-memory-utilization when left unset, in the release `shape` states on its chip."""
     if vllm_measured_kv_margin(shape.release, shape.generation) is not None:
         return 1.0
-    return VLLM_UTILIZATION_0_92 if release_at_least(shape.release, VLLM_UTILIZATION_0_92_SINCE) else DEFAULT_UTILIZATION
+    raised = release_at_least(shape.release, VLLM_UTILIZATION_0_92_SINCE)
+    return VLLM_UTILIZATION_0_92 if raised else DEFAULT_UTILIZATION
 
 
 def sglang_mem_fraction_static(shape: ServerShape) -> float:

@@ -33,6 +33,7 @@ from tokenpath.engine.cuda_graphs import (
 )
 from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
 from tokenpath.engine.expert_kernels import WeightOnlyExperts
+from tokenpath.engine.kv_blocks import DEFAULT_BLOCK_SIZE, vllm_block_size
 from tokenpath.engine.memory_share import (
     DEFAULT_UTILIZATION,
     KvMargin,
@@ -148,6 +149,9 @@ class Profile:
     # Where a release sizes the KV cache from the memory it measures free after warmup instead, what it
     # keeps free beyond a step's activations, by release and chip generation (None: it does not).
     measured_kv_margin: Callable[[str | None, str], KvMargin | None] | None
+    # Tokens a KV-cache block holds where [engine] leaves block_size out, or its rule by release
+    # (engine/kv_blocks.py).
+    default_block_size: int | Callable[[str | None], int]
     # -- the processes around the scheduler (delivery/frontend.py models them, sim/front_end.py lays them out)
     # API-server processes by default: one for each data-parallel replica, or one for the whole server
     # (`deployment.api_servers` sets the count). Every engine here parses requests, renders their chat
@@ -222,6 +226,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="all",
         default_memory_share=vllm_gpu_memory_utilization,  # 0.9, 0.92 from 0.20.0, 1.0 where measured
         measured_kv_margin=vllm_measured_kv_margin,  # from 0.34.0 on CUDA and ROCm (engine/memory_share.py)
+        default_block_size=vllm_block_size,  # 16, 64 from 0.34.0
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
         # API-server process renders the chat template and tokenizes (AsyncLLM's InputProcessor) and
         # detokenizes and checks stop strings (OutputProcessor, vllm/v1/engine/output_processor.py and
@@ -283,6 +288,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="all",
         default_memory_share=DEFAULT_UTILIZATION,
         measured_kv_margin=None,
+        default_block_size=DEFAULT_BLOCK_SIZE,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
         # since 0.6, PR 6883: "request validation, tokenization, and JSON formatting" there); the engine
         # detokenized in its own step loop (vllm/engine/output_processor/, vllm/transformers_utils/
@@ -357,6 +363,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="weights_and_kv",
         default_memory_share=sglang_mem_fraction_static,
         measured_kv_margin=None,
+        default_block_size=DEFAULT_BLOCK_SIZE,
         # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
         # tokenizer_manager.py; "The HTTP server, Engine, and TokenizerManager all run in the main
         # process", srt/entrypoints/http_server.py); the scheduler runs in a process of its own and a
@@ -431,6 +438,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="free_memory",
         default_memory_share=DEFAULT_UTILIZATION,
         measured_kv_margin=None,
+        default_block_size=DEFAULT_BLOCK_SIZE,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the
         # executor's workers: it renders the chat template, tokenizes, and detokenizes and builds each
         # chunk in its own process by default (serve/postprocess_handlers.py; with

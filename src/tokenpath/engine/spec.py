@@ -11,6 +11,7 @@ from tokenpath.config.errors import UserError
 from tokenpath.engine.batch_limits import SGLANG_SPECULATIVE_MAX_RUNNING, VLLM_V1_LARGE_GPU_LIMITS
 from tokenpath.engine.cuda_graphs import PromptStepShape, sglang_prefill_capture_sizes
 from tokenpath.engine.host_time import eager_host_paid
+from tokenpath.engine.kv_blocks import DEFAULT_BLOCK_SIZE
 from tokenpath.engine.memory_share import KvMargin, ServerShape
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
 from tokenpath.engine.release import release_at_least
@@ -60,7 +61,9 @@ class EngineSpec(BaseModel):
     max_num_batched_tokens: int = Field(VLLM_V1_LARGE_GPU_LIMITS.max_num_batched_tokens, ge=1, le=MAX_STEP_TOKENS,
                                         description="most tokens (prefill + decode) in one step (unset: the "
                                                     "profile's for the chip, engine/batch_limits.py)")
-    block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE, description="tokens per KV-cache block")
+    block_size: int = Field(DEFAULT_BLOCK_SIZE, ge=1, le=MAX_BLOCK_SIZE,
+                            description="tokens per KV-cache block (unset: the profile's for its release: vLLM 16, "
+                                        "64 from 0.34.0; 16 otherwise; engine/kv_blocks.py)")
     chunked_prefill: bool = Field(
         True, description="split long prompts across steps within the token budget; without, a prompt runs whole "
                           "in one step (unset: the profile's: "
@@ -157,6 +160,8 @@ class EngineSpec(BaseModel):
                     "chunked_prefill": profile.chunked_prefill, "cuda_graph_padding": profile.cuda_graph_padding}
         defaults.update(profile.batch_limits(None, None, None).given())
         release = data.get("version") if isinstance(data.get("version"), str) else None
+        block = profile.default_block_size
+        defaults["block_size"] = block(release) if callable(block) else block
         if profile.host_overlap_since is not None and release_at_least(release, profile.host_overlap_since):
             defaults["host_overlap"] = True  # vLLM V1's async scheduling, on by default from its release
         speculative = data.get("speculative")
