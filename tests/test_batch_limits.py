@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tokenpath.engine.batch_limits import sglang_max_running_requests
+from tokenpath.engine.spec import EngineSpec
+from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import Scenario, load_scenario
 from tokenpath.sim.simulate import simulate
 
@@ -21,7 +24,8 @@ def _scenario(chip: str, scheduler: str, **engine) -> Scenario:
     ("a100", "vllm-v1", 256, 2048), ("a100-40gb", "vllm-v1", 256, 2048), ("tpu-v6e", "vllm-v1", 256, 2048),
     # vLLM V0: 256 sequences anywhere.
     ("a100", "vllm-v0", 256, 8192), ("h200", "vllm-v0", 256, 8192),
-    # SGLang's chunked prefill by the GPU's memory: 4096 under 60 GiB, 8192 under 160, 16384 above.
+    # SGLang's chunked prefill by the GPU's memory: 4096 under 60 GiB, 8192 under 160, 16384 above (its
+    # running requests the table's until the deployment sizes its KV cache: below).
     ("a100-40gb", "prefill-first", 1024, 4096), ("h100", "prefill-first", 1024, 8192),
     ("h200", "prefill-first", 1024, 8192), ("b200", "prefill-first", 1024, 16384),
     ("mi300x", "prefill-first", 1024, 16384),
@@ -79,3 +83,56 @@ def test_a_burst_on_an_a100_queues_behind_vllms_256_sequences():
 
     assert started_before_the_first_finished(a100) == 256
     assert started_before_the_first_finished(stated) == 1000
+
+
+
+@pytest.mark.parametrize(("pool_tokens", "context_len", "running"), [
+    (967_495, 131_072, 3779),   # int(967,495 / 131,072 x 512)
+    (300_000, 131_072, 2048),   # 1,171, held at the floor
+    (3_000, 131_072, 1500),     # the floor is more than half the pool: half the pool
+    (2_000_000, 32_768, 4096),  # 31,250, held at the ceiling
+])
+def test_sglangs_running_requests_follow_its_pool(pool_tokens, context_len, running):
+    """resolve_max_num_reqs: pool / context x 512 within 2,048 to 4,096, at most half the pool."""
+    assert sglang_max_running_requests(pool_tokens, context_len) == running
+
+
+def test_sglang_sets_its_running_requests_from_the_pool_the_deployment_sizes():
+    """Llama 3.1 8B (131,072 tokens of context) on one H200: the running requests follow the KV pool, where
+    the table leaves them out; stated, they stand; vLLM's stay its own."""
+    deployment = build_deployment(_scenario("h200", "prefill-first"))
+    pool = deployment.kv_capacity_tokens
+    assert deployment.engine.max_num_seqs == int(pool / 131_072 * 512) > 1024
+    assert build_deployment(_scenario("h200", "prefill-first", max_num_seqs=512)).engine.max_num_seqs == 512
+    assert build_deployment(_scenario("h200", "vllm-v1")).engine.max_num_seqs == 1024
+
+
+def test_each_attention_rank_runs_its_own_share_and_the_step_budget_caps_them():
+    sglang = EngineSpec(scheduler="prefill-first", max_num_batched_tokens=32768)
+    # one scheduler over 4.8M tokens: the ceiling; 8 ranks of 600,000 tokens: 2,343 each (600,000 / 131,072
+    # x 512); of 60,000: the floor each
+    assert sglang.with_running_from_kv(8 * 600_000, 131_072, 1).max_num_seqs == 4096
+    assert sglang.with_running_from_kv(8 * 600_000, 131_072, 8).max_num_seqs == 8 * 2343
+    assert sglang.with_running_from_kv(8 * 60_000, 131_072, 8).max_num_seqs == 8 * 2048
+    budget = sglang.model_copy(update={"max_num_batched_tokens": 8192})
+    assert budget.with_running_from_kv(8 * 600_000, 131_072, 8).max_num_seqs == 8192
+    vllm = EngineSpec(scheduler="vllm-v1")
+    assert vllm.with_running_from_kv(8 * 600_000, 131_072, 1) is vllm
+
+
+def test_a_burst_beyond_1024_runs_at_once_under_sglang():
+    """1,500 short prompts at once on one H200: SGLang's own limit (3,779 here) runs every one before any
+    finishes; stated at 1,024, the rest wait."""
+    table = {"model": {"name": "llama-3.1-8b", "precision": "bf16"},
+             "deployment": {"chip": "h200", "chips": 1, "tp": 1},
+             "workload": {"num_requests": 1500, "arrival": {"rate": "inf"},
+                          "input": {"kind": "fixed", "value": 32}, "output": {"kind": "fixed", "value": 64}}}
+    own = simulate(Scenario.model_validate({**table, "engine": {"scheduler": "prefill-first"}}))
+    stated = simulate(Scenario.model_validate({**table, "engine": {"scheduler": "prefill-first",
+                                                                   "max_num_seqs": 1024}}))
+
+    def started_before_the_first_finished(sim) -> int:
+        return int(np.sum(sim.run.sent_ns + sim.run.ttft_engine_ns < sim.run.engine_done_ns.min()))
+
+    assert started_before_the_first_finished(own) == 1500
+    assert started_before_the_first_finished(stated) == 1024

@@ -392,3 +392,14 @@ def test_sglang_and_vllm_keep_their_own_memory_share_unless_the_scenario_sets_on
         assert "--gpu-memory-utilization" not in vllm
     else:
         assert _values(vllm, "--gpu-memory-utilization") == [str(share)]
+
+
+@pytest.mark.parametrize("seqs", [None, 512])
+def test_sglang_keeps_its_own_running_requests_unless_the_scenario_sets_them(seqs):
+    """Left out, SGLang sets them from its KV pool, as the simulation does (engine/batch_limits.py)."""
+    overrides = {"engine.scheduler": "prefill-first", **({} if seqs is None else {"engine.max_num_seqs": seqs})}
+    (argv,) = shell_words(launch_files(load_scenario("typical", overrides), "sglang")["launch-sglang.sh"])
+    if seqs is None:
+        assert "--max-running-requests" not in argv
+    else:
+        assert _values(argv, "--max-running-requests") == ["512"]

@@ -66,7 +66,8 @@ def vllm_v0_batch_limits(chip: str | None, hbm_bytes: float | None, release: str
 
 def sglang_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
     """SGLang's chunked_prefill_size by the GPU's memory in its release (engine/cuda_graphs.py, the same
-    rule of server_args.py, whatever the tensor-parallel size); its running requests the table's."""
+    rule of server_args.py, whatever the tensor-parallel size); its running requests follow from its KV
+    pool once sized (sglang_max_running_requests)."""
     return BatchLimits() if hbm_bytes is None else BatchLimits(None, sglang_defaults(hbm_bytes, 1, release)[0])
 
 
@@ -82,6 +83,22 @@ def sglang_speculative_max_running(release: str | None) -> int:
     """SGLang's default running requests with speculative decoding on, in `release`."""
     return (SGLANG_SPECULATIVE_MAX_RUNNING if release_at_least(release, "0.4.5")
             else SGLANG_SPECULATIVE_MAX_RUNNING_BEFORE_0_4_5)
+
+
+# SGLang's running requests where --max-running-requests is not given (managers/tp_worker.py and
+# model_executor/model_runner.py from 0.3.2; mem_cache/kv_cache_configurator.py, resolve_max_num_reqs, in
+# 0.5.17 to 0.5.23): per data-parallel attention worker, its KV pool's tokens over the model's context
+# length x 512, held within 2,048 to 4,096, and at most half the pool's tokens.
+SGLANG_RUNNING_PER_CONTEXT = 512
+SGLANG_RUNNING_FLOOR = 2048
+SGLANG_RUNNING_CEILING = 4096
+
+
+def sglang_max_running_requests(pool_tokens: int, context_len: int) -> int:
+    """SGLang's default running requests of a worker whose KV pool holds `pool_tokens`, for a model of
+    `context_len` tokens of context."""
+    estimated = int(pool_tokens / context_len * SGLANG_RUNNING_PER_CONTEXT)
+    return min(max(estimated, SGLANG_RUNNING_FLOOR), SGLANG_RUNNING_CEILING, pool_tokens // 2)
 
 
 def trtllm_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:

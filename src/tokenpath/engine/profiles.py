@@ -17,6 +17,7 @@ from typing import Literal, get_args
 from tokenpath.engine.batch_limits import (
     BatchLimits,
     sglang_batch_limits,
+    sglang_max_running_requests,
     sglang_speculative_max_running,
     trtllm_batch_limits,
     vllm_v0_batch_limits,
@@ -124,6 +125,9 @@ class Profile:
     # limits as without), and whether its overlapped host stays overlapped with a drafter method in a
     # release, unless [engine] says (engine/speculative.py; None: a drafter leaves the host as it is)
     speculative_max_running: Callable[[str | None], int] | None
+    # Where the engine sets its running requests from its KV cache when not told (max_num_seqs left out):
+    # the rule of a worker's pool tokens and the model's context length (engine/batch_limits.py).
+    running_from_kv: Callable[[int, int], int] | None
     speculative_overlap: Callable[[str, str | None], bool] | None
     # -- its tensor-parallel all-reduces: whether NCCL may reduce in the NVLink switches (NVLS) where the
     # chips' domain has them (fabric/collectives.py), unless [engine] nccl_nvls says
@@ -218,6 +222,7 @@ PROFILES: dict[str, Profile] = {
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v1_batch_limits,
         speculative_max_running=None,
+        running_from_kv=None,
         speculative_overlap=vllm_keeps_async_scheduling,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
@@ -281,6 +286,7 @@ PROFILES: dict[str, Profile] = {
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v0_batch_limits,
         speculative_max_running=None,
+        running_from_kv=None,
         speculative_overlap=None,
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
@@ -352,6 +358,7 @@ PROFILES: dict[str, Profile] = {
         # With a drafter SGLang caps its running requests (engine/batch_limits.py) and, before 0.5.11 or
         # with n-gram drafts, turns its overlap scheduler off (engine/speculative.py).
         speculative_max_running=sglang_speculative_max_running,
+        running_from_kv=sglang_max_running_requests,
         speculative_overlap=sglang_keeps_overlap,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         # Weight absorption came with v0.3 ("SGLang v0.3 Release: 7x Faster DeepSeek MLA", lmsys.org,
@@ -425,6 +432,7 @@ PROFILES: dict[str, Profile] = {
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by TensorRT-LLM, as far as read)
         batch_limits=trtllm_batch_limits,  # trtllm-serve's: 2048 requests, 8192 tokens a step
         speculative_max_running=None,
+        running_from_kv=None,
         speculative_overlap=trtllm_keeps_overlap,
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,

@@ -282,6 +282,17 @@ class EngineSpec(BaseModel):
                             "max_num_batched_tokens, or set engine.gpu_memory_utilization")
         return share
 
+    def with_running_from_kv(self, kv_tokens: int, context_len: int, workers: int) -> EngineSpec:
+        """This engine with the running requests its profile sets from a KV cache of `kv_tokens` over
+        `workers` schedulers (data-parallel attention ranks) for a model of `context_len` tokens of context
+        (Profile.running_from_kv), where the table leaves max_num_seqs out; within the step's token budget,
+        which the replica holds every running sequence's decode to. Itself otherwise."""
+        rule = self.profile.running_from_kv
+        if rule is None or "max_num_seqs" in self.model_fields_set:
+            return self
+        running = min(workers * rule(kv_tokens // workers, context_len), self.max_num_batched_tokens)
+        return self.model_copy(update={"max_num_seqs": running})
+
     def kv_margin(self, generation: str) -> KvMargin | None:
         """What this release keeps free beyond a step's activations where it sizes its KV cache from the
         memory it measures on a chip of `generation` (Profile.measured_kv_margin), or None where its share

@@ -74,7 +74,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                      f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip; "
                      f"{d.memory_share:.3g} {SHARE_COVERS[s.engine.profile.memory_share_covers]}"
                      f"{', less a margin, as measured free' if s.engine.kv_margin(d.chip.generation) else ''})"),
-        ("engine", _engine_line(s.engine, d.compute, w.draft_acceptance)
+        ("engine", _engine_line(d.engine, d.compute, w.draft_acceptance)
                    + f", prefix caching {'on' if s.engine.prefix_caching else 'off'}"),
         ("workload", f"{w.num_requests:,} requests{_session_count(sim.requests)}, {lengths} "
                      f"(drawn means {mean_in:.0f}/{mean_out:.0f})"),

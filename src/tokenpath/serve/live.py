@@ -32,7 +32,7 @@ class LiveEngine:
 
     def __init__(self, scenario: Scenario, deployment: Deployment, detokenizer: Detokenizer,
                  clock_ns=time.perf_counter_ns) -> None:
-        engine = scenario.engine
+        engine = deployment.engine  # the scenario's, with what the deployment sets (its running requests)
         # The server's own process is the front end (its requests parsed and tokenized, its tokens
         # detokenized and framed for real): the model adds only the engine's side of the last mile.
         last_mile = LastMile(scenario.resolved_delivery(), deployment.front_end, model_front_end=False)

@@ -21,6 +21,7 @@ from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.expert_kernels import weight_only_expert_time
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.placement import Placement, place
+from tokenpath.engine.spec import EngineSpec
 from tokenpath.engine.speculative import Speculation
 from tokenpath.fabric.build import build_topology, default_fabric
 from tokenpath.fabric.collectives import NVLS_ALGORITHMS, Collectives
@@ -45,6 +46,9 @@ class Deployment:
     kv_capacity_tokens: int   # per engine
     memory_share: float       # the engine's share of each chip's memory (EngineSpec.memory_share)
     replicas: int             # engines: data-parallel replicas x pipeline batches in flight
+    # The scenario's [engine] with what it sets from the sized deployment (EngineSpec.with_running_from_kv):
+    # what each replica runs.
+    engine: EngineSpec
     fabric_name: str = ""     # what the fabric is, and whether it is the chip's default
     front_end: Layout = Layout()  # each engine's share of the front end's processes (sim/front_end.py)
 
@@ -150,8 +154,11 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         draft = None if drafter is None else DraftCost(drafter, drafts)
     costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel, speculation, draft)
     engines = dep.replicas * dep.pp
+    # SGLang's schedulers: one per replica, or per attention rank with data-parallel attention
+    workers = dep.tp if dep.attention_dp else 1
+    resolved = engine.with_running_from_kv(kv_tokens, model.max_context, workers)
     return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens, share, engines,
-                      fabric_name, front_end.layout(scenario, engines))
+                      resolved, fabric_name, front_end.layout(scenario, engines))
 
 
 def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: Assumptions) -> ComputeModel | None:

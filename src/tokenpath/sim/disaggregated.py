@@ -61,7 +61,7 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     n = len(requests)
     prefills = scenario.deployment.prefill_replicas
     decodes = deployment.replicas - prefills
-    delivery, engine, costs = scenario.resolved_delivery(), scenario.engine, deployment.costs
+    delivery, engine, costs = scenario.resolved_delivery(), deployment.engine, deployment.costs
     inputs, outputs = requests.input_tokens, requests.output_tokens
     traces: list[EngineTrace] = []
 

@@ -108,7 +108,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
     host overlap and CUDA graphs, the last mile's assumptions and calibration. Two runs are named by
     where their blocks differ (report/compare.py)."""
     s, d = sim.scenario, sim.deployment
-    dep, engine, arrival = s.deployment, s.engine, s.workload.arrival
+    dep, engine, arrival = s.deployment, d.engine, s.workload.arrival  # the engine as the deployment ran it
     delivery = s.resolved_delivery()
     return {
         "deployment": {

@@ -154,7 +154,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
         last_miles = [LastMile(delivery, deployment.front_end) for _ in range(replicas)]
         assignment, joint, joint_rows = run_cluster(
             scheduled_ns, requests.input_tokens, requests.output_tokens, requests.prefixes, deployment.costs,
-            last_miles, scenario.engine, deployment.kv_capacity_tokens, policy, concurrency, progress, think_ns,
+            last_miles, deployment.engine, deployment.kv_capacity_tokens, policy, concurrency, progress, think_ns,
             shared)
 
     def routed(replica: int) -> np.ndarray:
@@ -176,7 +176,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
             last_mile = LastMile(delivery, deployment.front_end)
             trace = run_engine(
                 scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
-                scenario.engine, deployment.kv_capacity_tokens, share, progress, prefixes=sub.prefixes,
+                deployment.engine, deployment.kv_capacity_tokens, share, progress, prefixes=sub.prefixes,
                 think_ns=None if think_ns is None else think_ns[rows],
                 side=None if shared is None else shared.rows(rows),
             )

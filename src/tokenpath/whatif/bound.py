@@ -93,7 +93,7 @@ def _step_s(costs: Any, work: Work, x: float, scheduled: bool) -> float:
 def _per_engine(prepared: Prepared, work: Work, step_limit_s: float | None) -> float:
     """Requests/s one engine can at most serve doing `work` for each, with the mean step at most
     `step_limit_s` (None: no such cap)."""
-    engine, deployment = prepared.scenario.engine, prepared.deployment
+    engine, deployment = prepared.deployment.engine, prepared.deployment
     costs = deployment.costs
     scheduled = engine.num_scheduler_steps == 1  # in a multi-step window only the first step schedules
     # A step's tokens within the budget, its sequences within max_num_seqs, and the positions they

@@ -18,7 +18,7 @@ from tokenpath.engine.speculative import MAX_SPECULATIVE_TOKENS
 from tokenpath.fabric.build import scaleup_link_bw_Bps
 from tokenpath.fabric.spec import HierarchyFabric, SwitchFabric
 from tokenpath.sim import front_end
-from tokenpath.sim.deployment import chip_fabric
+from tokenpath.sim.deployment import build_deployment, chip_fabric
 from tokenpath.sim.scenario import Scenario
 
 GROUPS = ("wider", "closer", "more continuous", "compute")
@@ -61,6 +61,15 @@ class Lever:
     group: str
     overrides: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None
+
+
+def running_requests(scenario: Scenario) -> int:
+    """The most sequences the scenario's engine runs at once: its [engine] max_num_seqs, or, where the
+    table leaves it out and the profile sets it from the KV cache (SGLang's), that, for the deployment."""
+    engine = scenario.engine
+    if engine.profile.running_from_kv is None or "max_num_seqs" in engine.model_fields_set:
+        return engine.max_num_seqs
+    return build_deployment(scenario).engine.max_num_seqs
 
 
 def padded_graphs(max_num_seqs: int) -> dict[str, Any]:
@@ -263,12 +272,13 @@ def _continuous(scenario: Scenario, table: dict[str, Any], here: Path) -> list[L
     budget = engine.max_num_batched_tokens
     levers.append(Lever(f"token budget {budget * 2}/step", "", {"engine.max_num_batched_tokens": budget * 2}))
     levers.append(Lever(f"token budget {budget // 2}/step", "", {"engine.max_num_batched_tokens": budget // 2}))
-    for seqs in (engine.max_num_seqs // 4, engine.max_num_seqs * 2):
+    running = running_requests(scenario)
+    for seqs in (running // 4, running * 2):
         overrides: dict[str, Any] = {"engine.max_num_seqs": seqs}
         if seqs > budget:  # vLLM needs a token per running sequence in every step
             overrides["engine.max_num_batched_tokens"] = seqs
         levers.append(Lever(f"max_num_seqs {seqs}", "", overrides) if seqs >= 1 else
-                      Lever("max_num_seqs / 4", "", skipped=f"max_num_seqs is {engine.max_num_seqs}"))
+                      Lever("max_num_seqs / 4", "", skipped=f"max_num_seqs is {running}"))
     if engine.chunked_prefill:
         levers.append(Lever("chunked prefill", "", skipped="the engine chunks long prompts already"))
     elif engine.num_scheduler_steps > 1:

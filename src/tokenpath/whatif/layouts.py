@@ -18,7 +18,7 @@ from tokenpath.config.errors import UserError, quoted
 from tokenpath.engine.profiles import MEASURED_ENGINES, PROFILES, listed
 from tokenpath.fabric.spec import HierarchyFabric
 from tokenpath.sim.scenario import Scenario
-from tokenpath.whatif.catalog import padded_graphs, simulated_fabric
+from tokenpath.whatif.catalog import padded_graphs, running_requests, simulated_fabric
 from tokenpath.whatif.run import Base
 
 # The batching limits tried around an engine's own (max_num_seqs, max_num_batched_tokens): each
@@ -124,12 +124,13 @@ def splits(chips: int, moe: bool, disaggregated: bool) -> list[tuple[int, int, i
 
 def base_limits(base: Base, scheduler: str) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) of the scenario under `scheduler`: its [engine] table's,
-    or the profile's default where the table leaves one out."""
+    or the profile's default where the table leaves one out (running requests that the profile sets
+    from the KV cache, SGLang's, as the scenario's own deployment sizes it)."""
     try:
-        engine = base.scenario({"engine.scheduler": scheduler}).engine
+        scenario = base.scenario({"engine.scheduler": scheduler})
+        return running_requests(scenario), scenario.engine.max_num_batched_tokens
     except UserError as error:
         raise UserError(f"--engines {scheduler}: the scenario does not run under it ({error})") from None
-    return engine.max_num_seqs, engine.max_num_batched_tokens
 
 
 def limit_grid(seqs: int, tokens: int) -> list[tuple[int, int]]:
