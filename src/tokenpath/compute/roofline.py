@@ -226,7 +226,7 @@ class ComputeModel:
                            max_num_seqs: int | None = None, drafter: ComputeModel | None = None,
                            sampler_bytes_per_logit: float | None = None,
                            share_covers: Literal["all", "weights_and_kv", "free_memory"] = "all",
-                           margin_floor_bytes: float | None = None, margin_fraction: float = 0.0) -> int:
+                           measured_margin: tuple[float, float] | None = None) -> int:
         """KV-cache tokens that fit in the memory the engine's share leaves them, over the KV bytes per token.
         What the share `gpu_memory_utilization` covers (`share_covers`, engine/memory_share.py):
         - "all" (vLLM): everything, so the cache takes hbm x utilization - weights - activations;
@@ -236,9 +236,9 @@ class ComputeModel:
         - "free_memory" (TensorRT-LLM's free_gpu_memory_fraction): a share of what is left once the
           weights are loaded and a step of max_batched_tokens has run, (hbm - weights - activations) x
           utilization.
-        An engine that sizes its cache from the memory it measures free after warmup ("all" with
-        `margin_floor_bytes`, vLLM from 0.34.0) keeps free beyond the activations a margin, the larger of
-        `margin_floor_bytes` and `margin_fraction` of the step's activations: the cache takes hbm - margin -
+        An engine that sizes its cache from the memory it measures free after warmup ("all" with a
+        `measured_margin` of (floor bytes, fraction), vLLM from 0.34.0) keeps free beyond the activations
+        the larger of the floor and that fraction of the step's activations: the cache takes hbm - margin -
         weights - activations, the share capping it, not setting it.
         A speculative-decoding `drafter` (compute/drafter.py) adds its weights to the weights and its KV
         bytes to every token's. With attention data-parallel, each of the tp chips holds its own
@@ -270,9 +270,10 @@ class ComputeModel:
         else:
             activations = self.activation_reserve_bytes(max_batched_tokens, max_num_seqs, sampler_bytes_per_logit)
             budget = hbm * share if share_covers == "all" else hbm
-            if margin_floor_bytes is not None:  # the step's own activations, the runtime apart
-                step = activations - self._runtime_reserve_bytes
-                budget = min(budget, hbm - max(margin_floor_bytes, margin_fraction * step))
+            if measured_margin is not None:
+                floor_bytes, fraction = measured_margin
+                step = activations - self._runtime_reserve_bytes  # the step's own activations, the runtime apart
+                budget = min(budget, hbm - max(floor_bytes, fraction * step))
             free = budget - weights - activations
             if share_covers == "free_memory":
                 free *= share

@@ -125,10 +125,10 @@ class Profile:
     # limits as without), and whether its overlapped host stays overlapped with a drafter method in a
     # release, unless [engine] says (engine/speculative.py; None: a drafter leaves the host as it is)
     speculative_max_running: Callable[[str | None], int] | None
+    speculative_overlap: Callable[[str, str | None], bool] | None
     # Where the engine sets its running requests from its KV cache when not told (max_num_seqs left out):
     # the rule of a worker's pool tokens and the model's context length (engine/batch_limits.py).
     running_from_kv: Callable[[int, int], int] | None
-    speculative_overlap: Callable[[str, str | None], bool] | None
     # -- its tensor-parallel all-reduces: whether NCCL may reduce in the NVLink switches (NVLS) where the
     # chips' domain has them (fabric/collectives.py), unless [engine] nccl_nvls says
     nccl_nvls: bool
@@ -222,8 +222,8 @@ PROFILES: dict[str, Profile] = {
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v1_batch_limits,
         speculative_max_running=None,
-        running_from_kv=None,
         speculative_overlap=vllm_keeps_async_scheduling,
+        running_from_kv=None,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         # gpu_model_runner.profile_run, then _dummy_sampler_run: top_p 0.9, top_k the vocabulary less one
@@ -286,8 +286,8 @@ PROFILES: dict[str, Profile] = {
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by vLLM, as far as read)
         batch_limits=vllm_v0_batch_limits,
         speculative_max_running=None,
-        running_from_kv=None,
         speculative_overlap=None,
+        running_from_kv=None,
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         sampler_in_memory_profile=True,  # model_runner.profile_run: SamplingParams(top_p=0.99, top_k=vocab_size - 1)
@@ -358,8 +358,8 @@ PROFILES: dict[str, Profile] = {
         # With a drafter SGLang caps its running requests (engine/batch_limits.py) and, before 0.5.11 or
         # with n-gram drafts, turns its overlap scheduler off (engine/speculative.py).
         speculative_max_running=sglang_speculative_max_running,
-        running_from_kv=sglang_max_running_requests,
         speculative_overlap=sglang_keeps_overlap,
+        running_from_kv=sglang_max_running_requests,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         # Weight absorption came with v0.3 ("SGLang v0.3 Release: 7x Faster DeepSeek MLA", lmsys.org,
         # 2024-09-04); what the releases before it cached is not read here.
@@ -432,8 +432,8 @@ PROFILES: dict[str, Profile] = {
         nccl_nvls=True,  # NCCL's default (no NCCL_NVLS_ENABLE set by TensorRT-LLM, as far as read)
         batch_limits=trtllm_batch_limits,  # trtllm-serve's: 2048 requests, 8192 tokens a step
         speculative_max_running=None,
-        running_from_kv=None,
         speculative_overlap=trtllm_keeps_overlap,
+        running_from_kv=None,
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,
         latent_attention_since=None,  # not read here

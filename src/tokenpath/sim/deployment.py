@@ -134,10 +134,9 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                      if engine.profile.sampler_in_memory_profile else None)
     share = engine.memory_share(chip.hbm_bytes, dep.tp, dep.pp, dep.attention_dp, prefill_graph_tokens, model.is_mla,
                                 chip.generation)
-    margin = engine.kv_margin(chip.generation)
     kv_tokens = compute.kv_capacity_tokens(share, engine.max_num_batched_tokens, engine.max_num_seqs, drafter,
                                            sampler_bytes, engine.profile.memory_share_covers,
-                                           *(() if margin is None else margin)) // dep.pp
+                                           engine.kv_margin(chip.generation)) // dep.pp
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
     if fabric == SwitchFabric():  # none given (or only its defaults): the chip's own, nodes beyond its domain
         fabric, fabric_name = chip_fabric(chip, dep.chips)
