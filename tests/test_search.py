@@ -311,6 +311,25 @@ def test_a_trtllm_candidate_is_launched_tuned_unless_the_scenario_says():
     assert not tuned.keys() & enumerate_candidates(stated, 1, ["trtllm"], False, moe=False)[0].overrides().keys()
 
 
+def test_an_sglang_candidate_runs_its_own_running_requests_and_the_grid_moves_its_budget_alone():
+    """SGLang sets its running requests from each candidate's KV pool (engine/batch_limits.py): the search
+    leaves them to it, unless the scenario states them, and tries the token budget around its own."""
+    from tokenpath.whatif.layouts import limit_grid, with_limits
+
+    base = _base(**{**SMALL_8B, "deployment.chips": 2, "deployment.tp": 1})
+    [sglang] = [c for c in enumerate_candidates(base, 2, ["prefill-first"], False, moe=False)
+                if c.tp == 1 and c.pp == 1]
+    assert sglang.max_num_seqs is None and "engine.max_num_seqs" not in sglang.overrides()
+    assert sglang.limits == "own seqs, 8192 tokens"
+    assert limit_grid(None, 8192) == [(None, 8192), (None, 4096), (None, 16384)]
+    assert [(c.max_num_seqs, c.max_num_batched_tokens) for c in with_limits(sglang, (None, 8192))] == [
+        (None, 4096), (None, 16384)]
+    stated = _base(**{**SMALL_8B, "deployment.chips": 2, "deployment.tp": 1, "engine.max_num_seqs": 512})
+    [pinned] = [c for c in enumerate_candidates(stated, 2, ["prefill-first"], False, moe=False)
+                if c.tp == 1 and c.pp == 1]
+    assert pinned.overrides()["engine.max_num_seqs"] == 512
+
+
 def test_an_sglang_candidate_is_bounded_with_its_own_memory_share():
     """The bound replays every step as a graph; SGLang's default share reserves room per graph sequence,
     so the bound keeps the deployment's own share instead of one for graphs of every size (which came to

@@ -77,7 +77,7 @@ def _print(document: dict[str, Any], top: int, wall_s: float, scenario_ref: str 
         table.add_column(column, justify="left" if column in ("layout", "engine", "binds") else "right")
     for row in document["candidates"][:top]:
         cells = [str(row["rank"]), row["layout"], row["engine"],
-                 f"{row['max_num_seqs']}/{row['max_num_batched_tokens']}", f"{row['request_rate']:.4g}",
+                 f"{row['max_num_seqs'] or 'own'}/{row['max_num_batched_tokens']}", f"{row['request_rate']:.4g}",
                  f"{row['request_rate_per_chip']:.3g}"]
         if objective != "rate-per-chip":
             cells.append("-" if row["objective"] is None else f"{row['objective']:.4g}")

@@ -18,7 +18,7 @@ from tokenpath.config.errors import UserError, quoted
 from tokenpath.engine.profiles import MEASURED_ENGINES, PROFILES, listed
 from tokenpath.fabric.spec import HierarchyFabric
 from tokenpath.sim.scenario import Scenario
-from tokenpath.whatif.catalog import padded_graphs, running_requests, simulated_fabric
+from tokenpath.whatif.catalog import padded_graphs, simulated_fabric
 from tokenpath.whatif.run import Base
 
 # The batching limits tried around an engine's own (max_num_seqs, max_num_batched_tokens): each
@@ -35,7 +35,7 @@ class Candidate:
     tp: int
     pp: int
     scheduler: str
-    max_num_seqs: int
+    max_num_seqs: int | None  # None: the engine's own for the deployment (Profile.running_from_kv, SGLang's)
     max_num_batched_tokens: int
     prefill_replicas: int = 0
     expert_parallel: bool = False
@@ -61,7 +61,12 @@ class Candidate:
 
     @property
     def limits(self) -> str:
-        return f"{self.max_num_seqs} seqs, {self.max_num_batched_tokens} tokens"
+        return f"{self.seqs} seqs, {self.max_num_batched_tokens} tokens"
+
+    @property
+    def seqs(self) -> str:
+        """max_num_seqs as a table shows it: a number, or `own` where the engine sets it."""
+        return "own" if self.max_num_seqs is None else str(self.max_num_seqs)
 
     def overrides(self) -> dict[str, Any]:
         """The scenario keys that make this deployment (`--set KEY=VALUE` each)."""
@@ -69,7 +74,7 @@ class Candidate:
                 "deployment.prefill_replicas": self.prefill_replicas,
                 "deployment.expert_parallel": self.expert_parallel, "deployment.attention_dp": self.attention_dp,
                 "engine.scheduler": self.scheduler,
-                "engine.max_num_seqs": self.max_num_seqs,
+                **({} if self.max_num_seqs is None else {"engine.max_num_seqs": self.max_num_seqs}),
                 "engine.max_num_batched_tokens": self.max_num_batched_tokens,
                 **({} if self.chunked_prefill is None else {"engine.chunked_prefill": self.chunked_prefill}),
                 **(padded_graphs(self.max_num_seqs) if self.padded_graphs else {})}
@@ -122,19 +127,23 @@ def splits(chips: int, moe: bool, disaggregated: bool) -> list[tuple[int, int, i
     return found
 
 
-def base_limits(base: Base, scheduler: str) -> tuple[int, int]:
+def base_limits(base: Base, scheduler: str) -> tuple[int | None, int]:
     """(max_num_seqs, max_num_batched_tokens) of the scenario under `scheduler`: its [engine] table's,
-    or the profile's default where the table leaves one out (running requests that the profile sets
-    from the KV cache, SGLang's, as the scenario's own deployment sizes it)."""
+    or the profile's default where the table leaves one out; max_num_seqs None where the profile sets
+    it from each candidate's KV cache (SGLang's)."""
     try:
-        scenario = base.scenario({"engine.scheduler": scheduler})
-        return running_requests(scenario), scenario.engine.max_num_batched_tokens
+        engine = base.scenario({"engine.scheduler": scheduler}).engine
     except UserError as error:
         raise UserError(f"--engines {scheduler}: the scenario does not run under it ({error})") from None
+    own = engine.profile.running_from_kv is not None and "max_num_seqs" not in engine.model_fields_set
+    return None if own else engine.max_num_seqs, engine.max_num_batched_tokens
 
 
-def limit_grid(seqs: int, tokens: int) -> list[tuple[int, int]]:
-    """The limits tried around (seqs, tokens), the base first (LIMIT_FACTORS)."""
+def limit_grid(seqs: int | None, tokens: int) -> list[tuple[int | None, int]]:
+    """The limits tried around (seqs, tokens), the base first (LIMIT_FACTORS); the token budget alone
+    where the engine sets its own running requests (seqs None)."""
+    if seqs is None:
+        return [(None, max(1, round(tokens * b))) for b in LIMIT_FACTORS]
     return [(max(1, round(seqs * a)), max(1, round(tokens * b))) for a in LIMIT_FACTORS for b in LIMIT_FACTORS]
 
 
@@ -165,7 +174,7 @@ def enumerate_candidates(base: Base, chips: int, engines: list[str], disaggregat
     return found
 
 
-def with_limits(candidate: Candidate, base: tuple[int, int]) -> list[Candidate]:
+def with_limits(candidate: Candidate, base: tuple[int | None, int]) -> list[Candidate]:
     """`candidate` at every other point of the limit grid around `base`."""
     return [replace(candidate, max_num_seqs=seqs, max_num_batched_tokens=tokens)
             for seqs, tokens in limit_grid(*base)
