@@ -43,6 +43,7 @@ from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
 from tokenpath.engine.host_time import eager_host_paid, host_overlapped
 from tokenpath.engine.profiles import PROFILES, Profile
+from tokenpath.engine.spec import EngineSpec
 from tokenpath.sim.forked import can_fork, map_forked
 from tokenpath.validate.latency import predict_row, relative_errors, row_engine, row_error
 
@@ -109,10 +110,11 @@ def _reads_host_step(row: Row) -> bool:
 
 
 def _host_step_in_path(row: Row) -> bool:
-    """The step waits for its host time (vLLM V1, and engines run with host_overlap = false); an
-    overlapped engine hides it behind the GPU unless its steps are shorter."""
-    engine = row_engine(row)
-    return _reads_host_step(row) and not host_overlapped(engine["scheduler"], engine.get("host_overlap"))
+    """The step waits for its host time (vLLM V1 before its async scheduling, and engines run without
+    the overlap, as the row's [engine] resolves it: SGLang with a drafter turns it off in some releases);
+    an overlapped engine hides it behind the GPU unless its steps are shorter."""
+    engine = EngineSpec.model_validate(row_engine(row))
+    return _reads_host_step(row) and not host_overlapped(engine.scheduler, engine.host_overlap)
 
 
 def _reads_eager_host(name: str) -> Callable[[Row], bool]:
@@ -174,7 +176,7 @@ PROCEDURES: tuple[Procedure, ...] = (
     # millisecond to above V0's 2.5 ms a step run alone. It moves each of its rows by a few percent, so
     # the median of their |errors| is flat within a point from 0.1 to 0.5 ms and its lowest point
     # jumped between folds (0.12 ms or 1.76 ms); the mean |log error| adds every row's move (lowest at
-    # 0.761 ms on every row; 0.16-1.01 ms out of fold).
+    # 1.006 ms on every row; each fold's in docs/validation.md).
     Procedure("host_step_s", "decode", _host_step_in_path, _reads_host_step, 0.1e-3, 5e-3, loss=mean_abs_log_error),
     # vLLM V0's host time per scheduler call (scheduling, preparing the inputs) and every step besides,
     # both in the step's path: TPOT / ITL. Each from a tenth of a millisecond to 10 ms: the single-step
