@@ -235,4 +235,6 @@ def test_a_local_fit_from_the_starting_values_steps_far_enough_to_move_the_media
     model = _Model(scenario, [replace(phase, ttft_s=ttft_s, decode_s=decode_s)], names)
     result = _local_fit(model, names, np.zeros(1), np.array([-3.0]), np.array([3.0]))
     assert model.values(result.x, names)["eager_host_per_kernel_s"] == pytest.approx(MADE_EAGER_HOST_S, rel=0.03)
-    assert np.abs(result.fun).max() < 1e-3
+    # within 1% of the made medians: near the made value too the median of 40 TTFTs is not monotonic
+    # (+2.6% at 1% above it, +2.0% at 2%), so the fit may stop a step beside it
+    assert np.abs(result.fun).max() < 1e-2

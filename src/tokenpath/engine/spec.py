@@ -282,13 +282,19 @@ class EngineSpec(BaseModel):
                             "max_num_batched_tokens, or set engine.gpu_memory_utilization")
         return share
 
+    @property
+    def running_from_kv(self) -> bool:
+        """Whether the engine sets its running requests from its KV cache (Profile.running_from_kv, SGLang's):
+        the table leaves max_num_seqs out, so max_num_seqs holds a placeholder until the deployment is sized."""
+        return self.profile.running_from_kv is not None and "max_num_seqs" not in self.model_fields_set
+
     def with_running_from_kv(self, kv_tokens: int, context_len: int, workers: int) -> EngineSpec:
         """This engine with the running requests its profile sets from a KV cache of `kv_tokens` over
-        `workers` schedulers (data-parallel attention ranks) for a model of `context_len` tokens of context
-        (Profile.running_from_kv), where the table leaves max_num_seqs out; within the step's token budget,
-        which the replica holds every running sequence's decode to. Itself otherwise."""
+        `workers` schedulers (data-parallel attention ranks) for a model of `context_len` tokens of context,
+        where it sets them (`running_from_kv`); within the step's token budget, which the replica holds
+        every running sequence's decode to. Itself otherwise."""
         rule = self.profile.running_from_kv
-        if rule is None or "max_num_seqs" in self.model_fields_set:
+        if rule is None or not self.running_from_kv:
             return self
         running = min(workers * rule(kv_tokens // workers, context_len), self.max_num_batched_tokens)
         return self.model_copy(update={"max_num_seqs": running})

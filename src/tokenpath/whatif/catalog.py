@@ -66,9 +66,8 @@ class Lever:
 def running_requests(scenario: Scenario) -> int:
     """The most sequences the scenario's engine runs at once: its [engine] max_num_seqs, or what the
     profile sets from the deployment's KV cache where the table leaves it out (SGLang's)."""
-    engine = scenario.engine
-    if engine.profile.running_from_kv is None or "max_num_seqs" in engine.model_fields_set:
-        return engine.max_num_seqs
+    if not scenario.engine.running_from_kv:
+        return scenario.engine.max_num_seqs
     return build_deployment(scenario).engine.max_num_seqs
 
 
