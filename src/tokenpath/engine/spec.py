@@ -283,7 +283,7 @@ class EngineSpec(BaseModel):
         return share
 
     @property
-    def running_from_kv(self) -> bool:
+    def sets_own_running(self) -> bool:
         """Whether the engine sets its running requests from its KV cache (Profile.running_from_kv, SGLang's):
         the table leaves max_num_seqs out, so max_num_seqs holds a placeholder until the deployment is sized."""
         return self.profile.running_from_kv is not None and "max_num_seqs" not in self.model_fields_set
@@ -291,10 +291,10 @@ class EngineSpec(BaseModel):
     def with_running_from_kv(self, kv_tokens: int, context_len: int, workers: int) -> EngineSpec:
         """This engine with the running requests its profile sets from a KV cache of `kv_tokens` over
         `workers` schedulers (data-parallel attention ranks) for a model of `context_len` tokens of context,
-        where it sets them (`running_from_kv`); within the step's token budget, which the replica holds
+        where it sets them (`sets_own_running`); within the step's token budget, which the replica holds
         every running sequence's decode to. Itself otherwise."""
         rule = self.profile.running_from_kv
-        if rule is None or not self.running_from_kv:
+        if rule is None or not self.sets_own_running:
             return self
         running = min(workers * rule(kv_tokens // workers, context_len), self.max_num_batched_tokens)
         return self.model_copy(update={"max_num_seqs": running})

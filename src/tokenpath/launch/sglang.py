@@ -51,7 +51,7 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     weight_flags(plan, cmd, settings, "SGLang", "fp8")
     kv_dtype = "fp8_e4m3" if plan.kv_precision == "fp8" else "auto"
     cmd.add(settings, "model.kv_cache_precision", "--kv-cache-dtype", kv_dtype)
-    if not eng.running_from_kv:
+    if not eng.sets_own_running:
         cmd.add(settings, "engine.max_num_seqs", "--max-running-requests", eng.max_num_seqs)
     else:
         settings.map("engine.max_num_seqs", "(SGLang's own, set from its KV pool, as simulated: "

@@ -66,7 +66,7 @@ class Lever:
 def running_requests(scenario: Scenario) -> int:
     """The most sequences the scenario's engine runs at once: its [engine] max_num_seqs, or what the
     profile sets from the deployment's KV cache where the table leaves it out (SGLang's)."""
-    if not scenario.engine.running_from_kv:
+    if not scenario.engine.sets_own_running:
         return scenario.engine.max_num_seqs
     return build_deployment(scenario).engine.max_num_seqs
 

@@ -135,7 +135,7 @@ def base_limits(base: Base, scheduler: str) -> tuple[int | None, int]:
         engine = base.scenario({"engine.scheduler": scheduler}).engine
     except UserError as error:
         raise UserError(f"--engines {scheduler}: the scenario does not run under it ({error})") from None
-    return None if engine.running_from_kv else engine.max_num_seqs, engine.max_num_batched_tokens
+    return None if engine.sets_own_running else engine.max_num_seqs, engine.max_num_batched_tokens
 
 
 def limit_grid(seqs: int | None, tokens: int) -> list[tuple[int | None, int]]:
