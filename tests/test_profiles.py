@@ -140,6 +140,20 @@ def test_vllm_v1_schedules_ahead_by_default_from_0_14_0():
     assert newest.overlapped and not old.overlapped
 
 
+@pytest.mark.parametrize(("release", "pp", "stated", "overlapped"), [
+    ("0.14.1", 2, None, False), ("0.14.0", 4, None, False),  # 0.14.x: not with pipeline parallelism
+    ("0.14.1", 1, None, True), ("0.15.0", 2, None, True), (None, 2, None, True),
+    ("0.14.1", 2, True, True),  # the table's own setting stands
+])
+def test_vllm_0_14_schedules_ahead_without_pipeline_parallelism_alone(release, pp, stated, overlapped):
+    from tokenpath.sim.scenario import load_scenario
+
+    overrides = {"deployment.tp": 4, "deployment.pp": pp} if pp > 1 else {}
+    overrides |= {"engine.version": release} if release else {}
+    overrides |= {} if stated is None else {"engine.host_overlap": stated}
+    assert load_scenario("typical", overrides).engine.host_overlap is overlapped
+
+
 @pytest.mark.parametrize(("method", "release", "overlapped"), [
     ("eagle3", "0.14.0", True), ("mtp", None, True),
     ("draft_model", "0.30.0", False), ("draft_model", "0.31.0", True),

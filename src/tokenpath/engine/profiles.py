@@ -54,9 +54,12 @@ VLLM_LATENT_ATTENTION_SINCE = "0.7.1"
 # vLLM V1 schedules a step while the GPU runs the one before (its AsyncScheduler) by default from 0.14.0
 # (vllm/config/scheduler.py: `async_scheduling` False in 0.13.0, None from 0.14.0, resolved to True in
 # vllm/config/vllm.py unless a setting is incompatible, read in every release from 0.12.0 to 0.34.0 named
-# in engine/speculative.py). Not modelled: 0.14.x turned it off with pipeline parallelism, every release
-# with Ray's executor (multi-node) and pooling models.
+# in engine/speculative.py). 0.14.x turned it off with pipeline parallelism ("Async scheduling is not yet
+# supported with pipeline_parallel_size > 1"), which 0.15.0 no longer does. Not modelled: every release
+# turns it off under Ray's executor (only the mp, uni and external_launcher executors support it) and
+# for pooling models.
 VLLM_ASYNC_SCHEDULING_SINCE = "0.14.0"
+VLLM_ASYNC_SCHEDULING_WITH_PP_SINCE = "0.15.0"
 
 # The registry's host times per kernel of an eager step, one a profile may pay (Profile.eager_host).
 EagerHost = Literal["eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s"]
@@ -94,6 +97,9 @@ class Profile:
     # Where set, the release from which it does so by default (host_overlap before it): vLLM V1's async
     # scheduling (VLLM_ASYNC_SCHEDULING_SINCE)
     host_overlap_since: str | None
+    # Where set, the release from which that default holds under pipeline parallelism too (before it, off
+    # with pp > 1: sim/scenario.py applies it, knowing the deployment)
+    host_overlap_with_pp_since: str | None
     # The host time per kernel it pays for a step that replays no graph, its Python launching the kernels
     # one by one, unless [engine] eager_host says not (the registry's name; None: it launches them from
     # compiled code), and the kernels its host launches for such a step, where its model code fuses them
@@ -206,6 +212,7 @@ PROFILES: dict[str, Profile] = {
         # resolves to True unless a setting is incompatible; with a drafter, speculative_overlap below).
         host_overlap=False,
         host_overlap_since=VLLM_ASYNC_SCHEDULING_SINCE,
+        host_overlap_with_pp_since=VLLM_ASYNC_SCHEDULING_WITH_PP_SINCE,
         # vLLM V1 compiles its model with torch.compile by default (fused kernels, a Python call per
         # compiled piece): no host time per kernel is measured, so none.
         eager_host=None,
@@ -272,6 +279,7 @@ PROFILES: dict[str, Profile] = {
         host_step_assumption="vllm_v0_host_step_s",
         host_overlap=False,
         host_overlap_since=None,
+        host_overlap_with_pp_since=None,
         eager_host="eager_host_per_kernel_s",  # its model code runs op by op in Python when no graph is replayed
         eager_kernels=None,
         mxfp4_weight_only_experts="vllm_mxfp4_weight_only_expert_time",
@@ -337,6 +345,7 @@ PROFILES: dict[str, Profile] = {
         host_step_assumption=None,
         host_overlap=True,  # the zero-overhead batch scheduler, since v0.4 (event_loop_overlap)
         host_overlap_since=None,
+        host_overlap_with_pp_since=None,
         eager_host="eager_host_per_kernel_s",  # calibrated on SGLang (engine/host_time.py)
         eager_kernels=None,
         mxfp4_weight_only_experts="sglang_mxfp4_weight_only_expert_time",
@@ -414,6 +423,7 @@ PROFILES: dict[str, Profile] = {
         host_step_assumption=None,
         host_overlap=True,  # the PyTorch backend's overlap scheduler, on by default
         host_overlap_since=None,
+        host_overlap_with_pp_since=None,
         # Its PyTorch backend, trtllm-serve's default since 1.0, runs a step that holds a prompt eagerly,
         # a layer's fused custom ops launched from Python (engine/eager_launches.py); its TensorRT
         # engines (NIM's, and every release before 1.0) launch from C++: `[engine] eager_host = false`.

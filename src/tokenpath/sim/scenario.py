@@ -35,6 +35,7 @@ from tokenpath.config.files import PathText
 from tokenpath.config.units import Duration
 from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, DeliverySpec
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, profiles_where
+from tokenpath.engine.release import release_at_least
 from tokenpath.engine.routing import Routing
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.engine.template_work import cost_per_char_s
@@ -177,6 +178,24 @@ class Scenario(BaseModel):
     continuity: ContinuitySettings = ContinuitySettings()
     application: ApplicationSpec | None = Field(
         None, description="the stages around the model call (docs/application.md); unset: the model call alone")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_overlap_for_the_pipeline(cls, data: Any) -> Any:
+        """The host overlap a release turns off under pipeline parallelism, where the [engine] table leaves
+        it out (Profile.host_overlap_with_pp_since: vLLM 0.14.x's async scheduling)."""
+        if not isinstance(data, dict) or not isinstance(data.get("engine", {}), dict):
+            return data
+        engine, deployment = data.get("engine", {}), data.get("deployment", {})
+        pp = deployment.get("pp", 1) if isinstance(deployment, dict) else getattr(deployment, "pp", 1)
+        scheduler = engine.get("scheduler", DEFAULT_PROFILE)
+        profile = PROFILES.get(scheduler) if isinstance(scheduler, str) else None
+        if profile is None or profile.host_overlap_with_pp_since is None or "host_overlap" in engine:
+            return data
+        release = engine.get("version") if isinstance(engine.get("version"), str) else None
+        if isinstance(pp, int) and pp > 1 and not release_at_least(release, profile.host_overlap_with_pp_since):
+            return {**data, "engine": {**engine, "host_overlap": False}}
+        return data
 
     @model_validator(mode="before")
     @classmethod
