@@ -44,6 +44,8 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.spec.MAX_STEP_TOKENS": "a bound on config input",
     "tokenpath.engine.spec.MAX_BLOCK_SIZE": "a bound on config input",
     "tokenpath.engine.batch_limits.VLLM_V0_MAX_NUM_SEQS": "vLLM V0's own default (cited there), a fact",
+    "tokenpath.engine.batch_limits.VLLM_V1_LARGEST_GPU_BYTES": "vLLM V1's own threshold for its defaults (cited "
+                                                              "there), a fact",
     "tokenpath.engine.batch_limits.VLLM_V1_LARGE_GPU_BYTES": "vLLM V1's own threshold for its defaults (cited "
                                                              "there), a fact",
     "tokenpath.delivery.lastmile.ID_BYTES": "the size of an int32 token id, a data type",

@@ -20,7 +20,9 @@ def _scenario(chip: str, scheduler: str, **engine) -> Scenario:
 
 @pytest.mark.parametrize(("chip", "scheduler", "max_num_seqs", "max_num_batched_tokens"), [
     # vLLM V1's OpenAI server: the larger pair on a GPU of 70 GiB or more that is not an A100.
-    ("h100", "vllm-v1", 1024, 8192), ("h200", "vllm-v1", 1024, 8192), ("mi300x", "vllm-v1", 1024, 8192),
+    ("h100", "vllm-v1", 1024, 8192), ("h200", "vllm-v1", 1024, 8192),
+    # ... and from 0.28.0 (the newest, a scenario stating no release) 16384 tokens on 160 GiB or more
+    ("mi300x", "vllm-v1", 1024, 16384), ("b200", "vllm-v1", 1024, 16384), ("gb200", "vllm-v1", 1024, 16384),
     ("a100", "vllm-v1", 256, 2048), ("a100-40gb", "vllm-v1", 256, 2048), ("tpu-v6e", "vllm-v1", 256, 2048),
     # vLLM V0: 256 sequences anywhere.
     ("a100", "vllm-v0", 256, 8192), ("h200", "vllm-v0", 256, 8192),
@@ -49,6 +51,15 @@ def test_each_engine_picks_its_limits_for_the_chip(chip, scheduler, max_num_seqs
 def test_vllm_v1s_limits_follow_each_releases_rule(chip, version, large):
     engine = _scenario(chip, "vllm-v1", version=version).engine
     assert (engine.max_num_seqs, engine.max_num_batched_tokens) == ((1024, 8192) if large else (256, 2048))
+
+
+@pytest.mark.parametrize(("chip", "version", "tokens"), [
+    ("b200", "0.27.1", 8192), ("b200", "0.28.0", 16384), ("mi300x", "0.27.1", 8192), ("mi325x", "0.34.0", 16384),
+    ("h200", "0.34.0", 8192),  # 141 GiB: the 70 GiB tier
+])
+def test_vllm_v1_takes_16384_tokens_a_step_on_160_gib_from_0_28_0(chip, version, tokens):
+    engine = _scenario(chip, "vllm-v1", version=version).engine
+    assert (engine.max_num_seqs, engine.max_num_batched_tokens) == (1024, tokens)
 
 
 def test_limits_the_table_states_stand_and_the_other_one_is_still_the_chips():

@@ -32,11 +32,17 @@ class BatchLimits(NamedTuple):
 # gave the larger pair to every GPU of 70 GiB or more, the A100 too (pull request 17073, April 2025), and
 # the releases from 0.7.0 to 0.8.4 to H100 and H200 alone, by name (pull request 12369, January 2025:
 # EngineArgs._set_default_args_v1, 'if "h100" in device_name or "h200" in device_name').
+# From 0.28.0 a GPU of 160 GiB or more (B200, GB200, MI300X, MI325X) takes 16384 tokens a step ("for
+# GPUs like B200/B300 with >= 160GB memory, use the largest defaults"; read in the wheels of 0.27.1, 0.28.0
+# and 0.34.0).
 VLLM_V1_LARGE_GPU_BYTES = parse_bytes("70 GiB")
 VLLM_V1_BY_MEMORY_SINCE = "0.8.5"
 VLLM_V1_NOT_A100_SINCE = "0.9.0"
 VLLM_V1_LARGE_GPU_LIMITS = BatchLimits(1024, 8192)
 VLLM_V1_OTHER_GPU_LIMITS = BatchLimits(256, 2048)
+VLLM_V1_LARGEST_GPU_BYTES = parse_bytes("160 GiB")
+VLLM_V1_LARGEST_GPU_SINCE = "0.28.0"
+VLLM_V1_LARGEST_GPU_LIMITS = BatchLimits(1024, 16384)
 # vLLM V0 ran at most 256 sequences by default (EngineArgs.max_num_seqs before V1's defaults).
 VLLM_V0_MAX_NUM_SEQS = 256
 # trtllm-serve (tensorrt_llm/commands/serve.py) defaults --max_batch_size and --max_num_tokens to
@@ -49,6 +55,8 @@ def vllm_v1_batch_limits(chip: str | None, hbm_bytes: float | None, release: str
     `release` states (the newest where it states none)."""
     if chip is None or hbm_bytes is None:
         return BatchLimits()
+    if hbm_bytes >= VLLM_V1_LARGEST_GPU_BYTES and release_at_least(release, VLLM_V1_LARGEST_GPU_SINCE):
+        return VLLM_V1_LARGEST_GPU_LIMITS
     name = chip.lower()
     if not release_at_least(release, VLLM_V1_BY_MEMORY_SINCE):
         large = "h100" in name or "h200" in name
