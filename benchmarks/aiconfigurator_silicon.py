@@ -76,10 +76,11 @@ def group_of(run: pd.Series) -> tuple[str, str, str]:
 
 def row_of(run: pd.Series, window: str) -> dict:
     """A latency row, as catalog/validation/latency.toml writes AIConfigurator's, for one measured run: its
-    measured TTFT and TPOT means included, and the engine's release where the run states it (the newest
-    where not). A vLLM run that states no release but was measured before 0.14.0 (VLLM_0_14_BUILT) ran
-    without async scheduling, which that release made the default, and one measured before 0.20.0 with 0.9
-    of the GPU's memory, its default until then, as the shipped rows say."""
+    measured TTFT and TPOT means included, its KV cache fp8 as AIConfigurator's fp8 profile sets it, and
+    the engine's release where the run states it (the newest where not). A vLLM run that states no release
+    but was measured before 0.14.0 (VLLM_0_14_BUILT) ran without async scheduling, which that release made
+    the default, and one measured before 0.20.0 with 0.9 of the GPU's memory, its default until then, as
+    the shipped rows say."""
     version = run.get("backend_version")
     release = {"engine_version": version} if isinstance(version, str) else {}
     settings = engine_settings(run.backend, int(run.isl))
@@ -89,7 +90,8 @@ def row_of(run: pd.Series, window: str) -> dict:
     if run.backend == "vllm" and not release and measured and measured.group(1) < VLLM_0_20_BUILT:
         settings["gpu_memory_utilization"] = 0.9
     return {"source": f"silicon_sample {run.id}", "id": str(run.id), "engine": run.backend, **release,
-            "model": MODELS[run.model_path], "precision": "fp8", "chip": CHIPS[run.system], "tp": int(run.tp_size),
+            "model": MODELS[run.model_path], "precision": "fp8", "kv_cache_precision": "fp8",
+            "chip": CHIPS[run.system], "tp": int(run.tp_size),
             "lengths": "fixed", "input_len": int(run.isl), "output_len": int(run.osl), "arrival": "concurrency",
             "concurrency": int(run.concurrency), "engine_settings": settings,
             "window": window, "requests_per_slot": REQUESTS_PER_SLOT,
