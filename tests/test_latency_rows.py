@@ -53,12 +53,14 @@ def test_the_table_says_which_rows_run_without_the_front_end(tmp_path, monkeypat
 
 
 def test_a_rows_kv_cache_precision_reaches_its_scenario():
-    """A source that ran an fp8 KV cache says so; unset, the engine's default (bf16 in vLLM)."""
+    """A source that ran an fp8 KV cache says so (AIConfigurator's rows do); unset, the engine's default
+    (bf16 in vLLM)."""
     from tokenpath.validate.latency import row_scenario
 
-    assert row_scenario(ROW, SHIPPED["sharegpt"]).model.kv_precision("vllm-v1") == "bf16"
-    fp8 = row_scenario({**ROW, "kv_cache_precision": "fp8"}, SHIPPED["sharegpt"])
-    assert fp8.model.kv_precision("vllm-v1") == "fp8"
+    assert ROW["kv_cache_precision"] == "fp8"
+    assert row_scenario(ROW, SHIPPED["sharegpt"]).model.kv_precision("vllm-v1") == "fp8"
+    unset = {key: value for key, value in ROW.items() if key != "kv_cache_precision"}
+    assert row_scenario(unset, SHIPPED["sharegpt"]).model.kv_precision("vllm-v1") == "bf16"
 
 
 def test_a_uniform_row_with_a_range_draws_its_lengths_from_it():
