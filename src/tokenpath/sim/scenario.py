@@ -34,7 +34,7 @@ from tokenpath.config.errors import UserError, quoted
 from tokenpath.config.files import PathText
 from tokenpath.config.units import Duration
 from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, DeliverySpec
-from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, profiles_where
+from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, profiles_where
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.routing import Routing
 from tokenpath.engine.spec import EngineSpec
@@ -160,6 +160,16 @@ class SloSpec(BaseModel):
     e2e: Target = None
 
 
+def _engine_table_and_profile(data: Any) -> tuple[dict[str, Any], Any, Profile | None]:
+    """A scenario table's [engine] and [deployment] as given, and its engine profile (None: a table, or a
+    scheduler, its validators leave to the fields' own checks)."""
+    if not isinstance(data, dict) or not isinstance(data.get("engine", {}), dict):
+        return {}, {}, None
+    engine = data.get("engine", {})
+    scheduler = engine.get("scheduler", DEFAULT_PROFILE)
+    return engine, data.get("deployment", {}), PROFILES.get(scheduler) if isinstance(scheduler, str) else None
+
+
 class Scenario(BaseModel):
     model_config = _STRICT
 
@@ -184,14 +194,10 @@ class Scenario(BaseModel):
     def _engine_overlap_for_the_pipeline(cls, data: Any) -> Any:
         """The host overlap a release turns off under pipeline parallelism, where the [engine] table leaves
         it out (Profile.host_overlap_with_pp_since: vLLM 0.14.x's async scheduling)."""
-        if not isinstance(data, dict) or not isinstance(data.get("engine", {}), dict):
-            return data
-        engine, deployment = data.get("engine", {}), data.get("deployment", {})
-        pp = deployment.get("pp", 1) if isinstance(deployment, dict) else getattr(deployment, "pp", 1)
-        scheduler = engine.get("scheduler", DEFAULT_PROFILE)
-        profile = PROFILES.get(scheduler) if isinstance(scheduler, str) else None
+        engine, deployment, profile = _engine_table_and_profile(data)
         if profile is None or profile.host_overlap_with_pp_since is None or "host_overlap" in engine:
             return data
+        pp = deployment.get("pp", 1) if isinstance(deployment, dict) else getattr(deployment, "pp", 1)
         release = engine.get("version") if isinstance(engine.get("version"), str) else None
         if isinstance(pp, int) and pp > 1 and not release_at_least(release, profile.host_overlap_with_pp_since):
             return {**data, "engine": {**engine, "host_overlap": False}}
@@ -202,13 +208,9 @@ class Scenario(BaseModel):
     def _engine_limits_for_the_chip(cls, data: Any) -> Any:
         """The [engine] limits the table leaves out, as the engine picks them for the deployment's chip
         (Profile.batch_limits). A chip or scheduler that is not known is left to its own check."""
-        if not isinstance(data, dict) or not isinstance(data.get("engine", {}), dict):
-            return data
-        engine, deployment = data.get("engine", {}), data.get("deployment", {})
+        engine, deployment, profile = _engine_table_and_profile(data)
         chip = deployment.get("chip", DeploymentSection.model_fields["chip"].default) \
             if isinstance(deployment, dict) else getattr(deployment, "chip", None)
-        scheduler = engine.get("scheduler", DEFAULT_PROFILE)
-        profile = PROFILES.get(scheduler) if isinstance(scheduler, str) else None
         if profile is None or not isinstance(chip, str):
             return data
         from tokenpath.compute import load_chip

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.compute.chip import load_chip
-from tokenpath.compute.model import load_model
 from tokenpath.engine.profiles import PROFILES
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.speculative import MAX_SPECULATIVE_TOKENS
@@ -328,7 +327,7 @@ def _compute(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Leve
 def _prompt_graphs(scenario: Scenario) -> Lever:
     """Prompt steps replayed as CUDA graphs, where the engine can replay them apart from its decode graphs
     (SGLang's, engine/cuda_graphs.py) and the scenario's release or server leaves them off."""
-    name, engine, dep = "CUDA graphs for prompt steps", scenario.engine, scenario.deployment
+    name, engine = "CUDA graphs for prompt steps", scenario.engine
     since = engine.profile.prefill_graphs_since
     if engine.profile.prefill_graphs is None:
         steps = "every step replays a graph already" if engine.cuda_graphs == "all" else \
@@ -339,8 +338,7 @@ def _prompt_graphs(scenario: Scenario) -> Lever:
     if since is not None and not release_at_least(engine.version, since):
         return Lever(name, "", skipped=f"{engine.profile.engine} replays prompt steps from {since}; the scenario "
                                        f"runs {engine.version}")
-    model, generation = load_model(scenario.model_source()), load_chip(dep.chip).generation
-    tokens = engine.prefill_graph_max_tokens(model.is_mla, generation, dep.pp, dep.attention_dp)
+    tokens = build_deployment(scenario).compute.prefill_graph_max_tokens
     if tokens is not None:
         return Lever(name, "", skipped=f"prompt steps of up to {tokens} tokens replay a graph already")
     return Lever(name, "", {"engine.prefill_cuda_graphs": True})
