@@ -13,6 +13,11 @@ alone (its warm-up drains first).
 
 `--window steady` predicts the same runs as one continuous run with the warm-up skipped instead, to
 compare the two readings of how AIPerf measures.
+
+Each run's TTFT and TPOT are also checked against the error band `simulate` states for the run (sim/
+bands.py: the range a measurement would fall in, from the validated rows nearest its regime, nominally
+eight in ten): `in` or `OUT` on each line, and at the end the share of runs whose measurement the band
+held, with the bands' median width (high / low).
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tokenpath.validate.latency import load_latency, predict_row, relative_errors
+from tokenpath.sim.document import result_document
+from tokenpath.sim.simulate import Simulation, simulate
+from tokenpath.validate.latency import load_latency, relative_errors, row_prepared, run_prediction
 
 # silicon_sample.csv's names -> the catalog's
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
@@ -112,16 +119,26 @@ def main() -> None:
     runs = runs.sample(min(args.rows, len(runs)), random_state=args.seed)
     errors = []
     groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    held: dict[str, list[tuple[bool, float]]] = {"ttft": [], "tpot": []}
     for _, run in runs.iterrows():
         row = row_of(run, args.window)
-        error = relative_errors(row, predict_row(row, data["sharegpt"]))
+        simulation = simulate(row_prepared(row, data["sharegpt"]))
+        predicted = run_prediction(row, simulation.run)
+        error = relative_errors(row, predicted)
         ttft, tpot = error["ttft"], error["decode"]
         errors.append((ttft, tpot))
         groups.setdefault(group_of(run), []).append((ttft, tpot))
+        bands = band_ratios(simulation)
+        marks = {}
+        for key, value_s, measured_ms in (("ttft", predicted["ttft_s"], run.silicon_ttft_ms),
+                                          ("tpot", predicted["decode_s"], run.silicon_tpot_ms)):
+            low, high = (value_s * 1e3 * ratio for ratio in bands[key])
+            held[key].append((low <= measured_ms <= high, high / low))
+            marks[key] = "in " if held[key][-1][0] else "OUT"
         print(f"{run.backend:6} {MODELS[run.model_path]:13} {run.system:8} tp{int(run.tp_size)} "
               f"{int(run.isl)}/{int(run.osl)} c{int(run.concurrency):<4} "
-              f"TTFT {run.silicon_ttft_ms:8.1f} ms {ttft:+6.0%}  "
-              f"TPOT {run.silicon_tpot_ms:6.1f} ms {tpot:+6.0%}", flush=True)
+              f"TTFT {run.silicon_ttft_ms:8.1f} ms {ttft:+6.0%} {marks['ttft']}  "
+              f"TPOT {run.silicon_tpot_ms:6.1f} ms {tpot:+6.0%} {marks['tpot']}", flush=True)
     print("\nby engine, chip and TP (median signed error, then median |error|):")
     for (backend, chip, tp), group in sorted(groups.items()):
         ttfts, tpots = [t for t, _ in group], [d for _, d in group]
@@ -131,6 +148,20 @@ def main() -> None:
     print(f"{len(errors)} runs ({args.window}): median |error| TTFT "
           f"{statistics.median(abs(t) for t, _ in errors):.1%}, "
           f"TPOT {statistics.median(abs(d) for _, d in errors):.1%}")
+    print("the error bands simulate states (nominally 8 in 10) held the measurement: "
+          + ", ".join(f"{key.upper()} {sum(ok for ok, _ in outcomes) / len(outcomes):.0%} of runs "
+                      f"(median width x{statistics.median(width for _, width in outcomes):.2f})"
+                      for key, outcomes in held.items()))
+
+
+def band_ratios(simulation: Simulation) -> dict[str, tuple[float, float]]:
+    """The mean TTFT's and TPOT's error bands of a simulated run, as multiples of the predicted means."""
+    document, _ = result_document(simulation)
+    ratios = {}
+    for key in ("ttft", "tpot"):
+        figure = document["latency_s"][key]
+        ratios[key] = (figure["band"]["mean"]["low"] / figure["mean"], figure["band"]["mean"]["high"] / figure["mean"])
+    return ratios
 
 
 if __name__ == "__main__":

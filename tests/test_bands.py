@@ -4,6 +4,7 @@ rows it was written from (sim/bands.py, sim/envelope.py, sim/regime.py)."""
 
 import io
 import json
+import math
 import re
 
 import pytest
@@ -93,12 +94,32 @@ def test_an_applications_stages_are_kept_out_of_the_band():
 
 def test_ten_rows_give_their_10th_and_90th_percentiles():
     records = [_record(k, k / 10) for k in range(10)]  # errors 0, 0.1, ..., 0.9
+    # and forty rows elsewhere that agree with their regimes' others: the pooled spread is narrower
+    records += [_record(10 + k, 0.3, chip_generation="Ampere") for k in range(40)]
     document = _document()
     attach_bands(document, records)
     band = document["latency_s"]["ttft"]["band"]
     # numpy's linear percentiles: rank 0.9 -> 0.09, rank 8.1 -> 0.81
     assert band["p50"] == {"low": pytest.approx(0.1 / 1.81, rel=1e-12), "high": pytest.approx(0.1 / 1.09, rel=1e-12)}
     assert band["basis"].endswith("10th-90th percentile of their errors")
+
+
+def test_a_band_is_at_least_the_spread_rows_show_about_their_own_regimes():
+    # Four rows of the scenario's regime agree (+10%): their own range is a point. In two other regimes,
+    # log(1 + e) of 0, 0, 0.2, 0.4 and of 0, 0, -0.2, -0.4. Each row against the median of its regime's
+    # three others: 0 (x4, the scenario's); 0.4, 0.2, -0.2, -0.2; -0.4, -0.2, 0.2, 0.2. Their 10th and
+    # 90th percentiles (ranks 1.1 and 9.9 of 12): -0.2 and 0.2, about the regime's median, log(1.1).
+    records = [_record(k, 0.1) for k in range(4)]
+    records += [_record(4 + k, math.expm1(x), model_family="MoE") for k, x in enumerate((0.0, 0.0, 0.2, 0.4))]
+    records += [_record(8 + k, math.expm1(x), chip_generation="Ampere") for k, x in enumerate((0.0, 0.0, -0.2, -0.4))]
+    document = _document()
+    attach_bands(document, records)
+    band = document["latency_s"]["ttft"]["band"]
+    assert band["p50"] == {"low": pytest.approx(0.1 / (1.1 * math.exp(0.2)), rel=1e-12),
+                           "high": pytest.approx(0.1 / (1.1 * math.exp(-0.2)), rel=1e-12)}
+    assert band["rows"] == 4
+    assert band["basis"] == ("vllm-v1, moderate load, dense, Hopper: 4 rows, cross-validated, min-max of their errors, "
+                             "widened to the pooled spread of 12 rows")
 
 
 def test_too_few_rows_back_off_in_order_and_say_what_was_dropped():

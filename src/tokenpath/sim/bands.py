@@ -10,6 +10,11 @@ dropped one after another until at least MIN_BAND_ROWS rows match. With the erro
 q_hi (from MIN_QUANTILE_ROWS rows; fewer give their smallest and largest error), what would be
 measured of a predicted x lies in [x / (1 + q_hi), x / (1 + q_lo)].
 
+A handful of rows, often from one source, understate how far off a deployment they do not include can
+be. So the band is at least as wide as the spread every row shows around its own regime (`pooled_spread`):
+each row's error against the median error of its regime's other rows (the error a band makes for a row it
+has not seen), in log(1 + e), their QUANTILES, about the regime's own median.
+
 A scenario calibrated by `calibrate engine` takes its latency bands from the file's `calibrated` rows
 instead: the rows `validate --calibrated` predicted from a fit on one lighter load of their
 configuration, the workflow such a scenario follows (validate/calibrated.py), with the same back-off.
@@ -18,6 +23,7 @@ configuration, the workflow such a scenario follows (validate/calibrated.py), wi
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -158,13 +164,50 @@ def _regime_words(regime: dict[str, Any], keys: Sequence[str]) -> str:
     return ", ".join(words[k] for k in REGIME_KEYS if k in keys) or "rows of every regime"
 
 
+def _regime_of(record: Record) -> dict[str, str]:
+    return {key: record.key(key) for key in REGIME_KEYS}
+
+
+@functools.lru_cache(maxsize=64)
+def _pooled_spread(rows: tuple[tuple[str, str, str, str, str, float], ...]) -> tuple[float, float] | None:
+    """pooled_spread of rows given as (id, engine, load, model_family, chip_generation, error)."""
+    records = [Record(id_, "", engine, "", "", generation, "", family, load, {"e": error})
+               for id_, engine, load, family, generation, error in rows]
+    deviations = []
+    for record in records:
+        others, _ = nearest([r for r in records if r is not record], _regime_of(record), "e")
+        if others:
+            deviations.append(math.log1p(record.errors["e"]) - float(np.median([math.log1p(r.errors["e"])
+                                                                                  for r in others])))
+    if len(deviations) < MIN_QUANTILE_ROWS:
+        return None
+    low, high = np.percentile(np.asarray(deviations, np.float64), QUANTILES)
+    return float(low), float(high)
+
+
+def pooled_spread(records: Sequence[Record], metric: str) -> tuple[float, float] | None:
+    """The QUANTILES of every row's error about its regime, in log(1 + e): each row's log(1 + e) less the
+    median of those of the rows its band would come from were it not among them (`nearest`, the same
+    back-off). None from fewer than MIN_QUANTILE_ROWS rows."""
+    return _pooled_spread(tuple((r.id, r.engine, r.load, r.model_family, r.chip_generation, r.errors[metric])
+                                for r in records if metric in r.errors))
+
+
 def band(records: Sequence[Record], regime: dict[str, Any], metric: str, calibrated: bool = False) -> Band | None:
     """The band of `metric` for a run of `regime` (`calibrated`: from the calibrated rows); None when no
-    row has the metric."""
-    chosen, dropped = nearest([r for r in records if r.calibrated == calibrated], regime, metric)
+    row has the metric. The regime's rows' range, widened to the pooled spread about their median."""
+    pool = [r for r in records if r.calibrated == calibrated]
+    chosen, dropped = nearest(pool, regime, metric)
     if not chosen:
         return None
     q_low, q_high, rule = residual_range([r.errors[metric] for r in chosen])
+    spread = pooled_spread(pool, metric)
+    if spread is not None:
+        centre = float(np.median([math.log1p(r.errors[metric]) for r in chosen]))
+        low, high = math.expm1(centre + spread[0]), math.expm1(centre + spread[1])
+        if low < q_low or high > q_high:
+            q_low, q_high = min(q_low, low), max(q_high, high)
+            rule += f", widened to the pooled spread of {sum(metric in r.errors for r in pool)} rows"
     crossed = sum(r.cross_validated for r in chosen)
     registry = "at the registry's values (no constant is fitted on them)"
     sources = len({r.source for r in chosen})

@@ -244,8 +244,12 @@ def predict_row(row: dict[str, Any], sharegpt: dict[str, Any],
     """The row's TTFT and decode metric (seconds), predicted with the row's statistic, and its output
     tokens per second over the measured requests' window (under `assumptions`, registry values
     overridden by name, where given)."""
+    return run_prediction(row, simulate(row_prepared(row, sharegpt, assumptions)).run)
+
+
+def run_prediction(row: dict[str, Any], run: Run) -> dict[str, float]:
+    """predict_row's figures from the row's simulated run."""
     _, skip = simulated_requests(row)
-    run = simulate(row_prepared(row, sharegpt, assumptions)).run
     values = measured(run, skip)
     if row["decode_metric"] not in values:
         raise UserError("its ITL needs every token's time, which a run this large does not keep; give the row "
