@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 
 import pytest
 from hypothesis import given
@@ -19,6 +20,7 @@ from tokenpath.launch import ENGINES, launch_files
 from tokenpath.launch.command import Command, shell_words
 from tokenpath.launch.files import emit
 from tokenpath.launch.flags import check_yaml_keys, parse, programs
+from tokenpath.launch.hosts import hosts
 from tokenpath.launch.model_id import Checkpoint, checkpoint
 from tokenpath.launch.plan import SETTINGS, make_plan
 from tokenpath.sim.scenario import Scenario, load_scenario
@@ -46,6 +48,9 @@ SCENARIOS = {
                       "engine.speculative": {"method": "eagle3", "num_speculative_tokens": 3}},
     "trtllm-ngram": {"engine.scheduler": "trtllm", "workload.draft_acceptance": 0.5,
                      "engine.speculative": {"method": "ngram", "num_speculative_tokens": 4}},
+    "two-hosts-tp8-pp2": {"model.name": "llama-3.1-405b", "deployment.chips": 16, "deployment.tp": 8,
+                          "deployment.pp": 2},
+    "replicas-over-hosts": {"deployment.chips": 16, "deployment.tp": 4},
 }
 
 
@@ -403,3 +408,85 @@ def test_sglang_keeps_its_own_running_requests_unless_the_scenario_sets_them(seq
         assert "--max-running-requests" not in argv
     else:
         assert _values(argv, "--max-running-requests") == ["512"]
+
+
+# -- deployments over several hosts -------------------------------------------------------------------
+
+
+@given(st.integers(1, 64), st.integers(1, 32), st.integers(1, 16))
+def test_hosts_hold_a_pool_evenly_on_the_fewest_that_can(replicas, gpus_per_replica, chips_per_host):
+    layout = hosts(replicas, gpus_per_replica, chips_per_host)
+    total = replicas * gpus_per_replica
+    assert layout.count * layout.gpus_per_host == total and layout.gpus_per_host <= chips_per_host
+
+    def even(count: int) -> bool:  # each host the same GPUs: whole replicas, or an equal share of each
+        local = total // count
+        return total % count == 0 and (local % gpus_per_replica == 0 or gpus_per_replica % local == 0)
+
+    assert even(layout.count)
+    assert not any(even(count) for count in range(-(-total // chips_per_host), layout.count))
+    assert hosts(2, 8, 8).count == 2 and hosts(1, 12, 8).gpus_per_host == 6 and hosts(3, 4, 8).gpus_per_host == 4
+
+
+def _run_on_host(script: str, tmp_path, **env: str) -> tuple[int, list[str], str]:
+    """Run a launch script under /bin/sh with a `vllm` on PATH that prints its arguments, one a line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "vllm"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    fake.chmod(0o755)
+    path = tmp_path / "launch.sh"
+    path.write_text(script)
+    result = subprocess.run(["/bin/sh", str(path)], capture_output=True, text=True, timeout=30,
+                            env={"PATH": f"{bin_dir}:/usr/bin:/bin", **env})
+    return result.returncode, result.stdout.splitlines(), result.stderr
+
+
+def test_a_replica_over_two_hosts_runs_the_same_script_on_each_by_its_node_rank(tmp_path):
+    (script,) = launch_files(_scenario("two-hosts-tp8-pp2"), "vllm").values()  # 16 x H200 of 8 a host
+    code, head, _ = _run_on_host(script, tmp_path, NODE_RANK="0", HEAD_ADDR="10.0.0.1")
+    assert code == 0
+    assert head[:2] == ["serve", "meta-llama/Llama-3.1-405B-Instruct"]
+    assert _values(head, "--nnodes") == ["2"] and _values(head, "--node-rank") == ["0"]
+    assert _values(head, "--master-addr") == ["10.0.0.1"] and "--headless" not in head
+    assert _values(head, "--api-server-count") == ["1"]
+    code, other, _ = _run_on_host(script, tmp_path, NODE_RANK="1", HEAD_ADDR="10.0.0.1")
+    assert code == 0
+    assert _values(other, "--node-rank") == ["1"] and _values(other, "--master-addr") == ["10.0.0.1"]
+    assert "--headless" in other and "--api-server-count" not in other  # vLLM refuses both together
+    # without its rank the script stops before starting anything, and says what to set
+    code, printed, error = _run_on_host(script, tmp_path, HEAD_ADDR="10.0.0.1")
+    assert code != 0 and printed == [] and "NODE_RANK" in error
+
+
+def test_replicas_over_hosts_are_one_data_parallel_deployment_of_nnodes():
+    # 16 x H200 at TP4: 4 replicas, two on each of 2 hosts; vLLM infers each host's share from --nnodes
+    (script,) = launch_files(_scenario("replicas-over-hosts"), "vllm").values()
+    head, other = shell_words(script)
+    for argv in (head, other):
+        assert _values(argv, "--data-parallel-size") == ["4"] and _values(argv, "--nnodes") == ["2"]
+    assert _values(other, "--node-rank") == ["$NODE_RANK"] and _values(other, "--master-addr") == ["$HEAD_ADDR"]
+    assert "2 hosts, each running all 8 GPUs" in script
+
+
+def test_a_gb200_replica_of_eight_takes_two_compute_trays():
+    scenario = load_scenario("typical", {"deployment.chip": "gb200", "deployment.tp": 8})
+    (script,) = launch_files(scenario, "vllm").values()
+    assert "2 hosts, each running all 4 GPUs" in script  # 4 GPUs a compute tray (catalog/chips.toml)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_a_launch_written_for_one_host_says_when_the_deployment_needs_more(engine):
+    written, settings = emit(make_plan(_scenario("two-hosts-tp8-pp2")), engine)
+    (note,) = [n.text for n in settings.notes if n.setting == "deployment.chips"]
+    assert note.startswith("the server pool's 16 GPUs take 2 hosts of 8 (8 on each); this file starts them on one")
+    written, settings = emit(make_plan(_scenario("tp2-dp4")), engine)
+    assert not [n for n in settings.notes if n.setting == "deployment.chips"]
+
+
+def test_a_pod_larger_than_a_node_is_noted():
+    written, settings = emit(make_plan(_scenario("two-hosts-tp8-pp2")), "k8s")
+    (note,) = [n.text for n in settings.notes if n.setting == "deployment.chips"]
+    assert note.startswith("each pod asks for 16 GPUs, more than a node of 8 has")
+    written, settings = emit(make_plan(_scenario("replicas-over-hosts")), "k8s")  # pods of 4: any node holds one
+    assert not [n for n in settings.notes if n.setting == "deployment.chips"]

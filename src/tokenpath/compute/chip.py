@@ -29,7 +29,8 @@ class ChipSpec:
     weight-only quantization (weights stored at that precision, multiplied at bf16).
     `scaleup_domain` is how many chips one scale-up fabric joins (an NVLink domain), `scaleup` that
     fabric's table without its size, `nic_bw_Bps` each chip's scale-out NIC (0.0: none in the
-    catalog). `generation` is the architecture the vendor names (Ampere, Hopper, CDNA3, ...).
+    catalog). `chips_per_host` is how many one machine holds (the catalog's, else `scaleup_domain`).
+    `generation` is the architecture the vendor names (Ampere, Hopper, CDNA3, ...).
     `fp4_format` is the block-scaled fp4 format its engines store fp4 weights in where the checkpoint
     does not choose (precision.FP4_SCALE_BLOCKS): NVIDIA's NVFP4, AMD's MXFP4."""
 
@@ -46,6 +47,7 @@ class ChipSpec:
     host_link: str = ""
     weight_only: tuple[str, ...] = ()
     scaleup_domain: int = 8
+    chips_per_host: int = 8
     scaleup: dict = dataclasses.field(default_factory=lambda: {"kind": "switch"})
     nic_bw_Bps: float = 0.0
     generation: str = ""
@@ -91,7 +93,7 @@ class ChipSpec:
 
 
 _REQUIRED = ("source", "generation", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
-_OPTIONAL = ("aliases", "measured_matmul_tflops", "measured_scaleup_bw", "measured_stream_bw",
+_OPTIONAL = ("aliases", "chips_per_host", "measured_matmul_tflops", "measured_scaleup_bw", "measured_stream_bw",
              "measured_gemm_fixed", "host_link", "weight_only", "scaleup", "nic_bw", "fp4_format")
 
 
@@ -156,6 +158,9 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
     if isinstance(domain, bool) or not isinstance(domain, int) or domain < 1:
         raise UserError(f"{where} scaleup_domain: the chips one scale-up fabric joins, a whole number >= 1; "
                         f"got {domain!r}")
+    per_host = table.get("chips_per_host", domain)
+    if isinstance(per_host, bool) or not isinstance(per_host, int) or per_host < 1:
+        raise UserError(f"{where} chips_per_host: the chips one machine holds, a whole number >= 1; got {per_host!r}")
     scaleup = table.get("scaleup", {"kind": "switch"})
     if not isinstance(scaleup, dict) or "hosts" in scaleup:
         raise UserError(f"{where} scaleup: a fabric table without hosts (scaleup_domain sizes it), "
@@ -176,6 +181,7 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
         host_link=str(table.get("host_link", "")),
         weight_only=tuple(weight_only),
         scaleup_domain=domain,
+        chips_per_host=per_host,
         scaleup=scaleup,
         nic_bw_Bps=parse_bandwidth_Bps(table["nic_bw"], f"{where} nic_bw") if "nic_bw" in table else 0.0,
         generation=str(table["generation"]),

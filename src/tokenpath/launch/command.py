@@ -32,6 +32,13 @@ class Settings:
             self.notes.append(Note(setting, text))
 
 
+class ShellVariable(str):
+    """A value the shell fills in when the script runs, from the environment: "$NAME"."""
+
+    def __new__(cls, name: str) -> ShellVariable:
+        return super().__new__(cls, f"${name}")
+
+
 @dataclass
 class Command:
     """One program's command line: environment, program and positionals, then options in order."""
@@ -43,7 +50,8 @@ class Command:
 
     def add(self, settings: Settings | None, setting: str | None, flag: str, *values: object) -> None:
         """Append `flag` with its `values` (none for a switch), recording it as carrying `setting`."""
-        self.options.append((flag, tuple(_number(v) if isinstance(v, (int, float)) else str(v) for v in values)))
+        self.options.append((flag, tuple(_number(v) if isinstance(v, (int, float)) else v if isinstance(v, str)
+                                         else str(v) for v in values)))
         if settings is not None and setting is not None:
             settings.map(setting, flag)
 
@@ -59,8 +67,13 @@ class Command:
         """The command for a POSIX shell, one option per line."""
         head = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in self.env.items()),
                          *map(shlex.quote, [*self.program, *self.positionals])])
-        lines = [head] + ["  " + " ".join([flag, *map(shlex.quote, values)]) for flag, values in self.options]
+        lines = [head] + ["  " + " ".join([flag, *map(_quote, values)]) for flag, values in self.options]
         return " \\\n".join(lines)
+
+
+def _quote(value: str) -> str:
+    """A value for a POSIX shell: as it is, or a variable expanded there."""
+    return f'"{value}"' if isinstance(value, ShellVariable) else shlex.quote(value)
 
 
 def _number(value: int | float) -> str:
@@ -70,13 +83,18 @@ def _number(value: int | float) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
+# The lines of a script that are the shell's, not a program's.
+_SHELL_OWN = (":", "if", "else", "fi", "wait")
+
+
 def shell_words(script: str) -> list[list[str]]:
     """Each command of a shell script the emitters wrote, split into words, without its leading
-    VAR=value assignments and trailing `&`; comment lines skipped."""
+    VAR=value assignments and trailing `&`; comment lines and the shell's own (`:`, `if`, `else`, `fi`,
+    `wait`) skipped."""
     commands = []
     for chunk in script.replace("\\\n", " ").splitlines():
         line = chunk.strip()
-        if not line or line.startswith("#") or line == "wait":
+        if not line or line.startswith("#") or line.split()[0] in _SHELL_OWN:
             continue
         words = shlex.split(line.removesuffix(" &"))  # run in the background: not an argument
         while words and "=" in words[0]:

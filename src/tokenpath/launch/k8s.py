@@ -33,6 +33,10 @@ def manifest(plan: Plan, settings: Settings) -> tuple[str, str]:
         documents.append(_deployment(plan, engine, name, role, cmd, config is not None))
         documents.append(_service(name, role))
     settings.map("deployment.chips", "Deployment replicas")
+    if plan.gpus_per_replica > plan.chips_per_host:
+        settings.note("deployment.chips", f"each pod asks for {plan.gpus_per_replica} GPUs, more than a node of "
+                                          f"{plan.chips_per_host} has: a replica over several nodes needs a "
+                                          "multi-node workload (a LeaderWorkerSet), which this manifest is not")
     if plan.scenario.deployment.replicas > 1:
         settings.note("deployment.routing", "a Service spreads connections over its pods (kube-proxy); no field "
                                             f"gives {plan.scenario.deployment.routing}")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from tokenpath.config.errors import UserError
 from tokenpath.engine.profiles import PROFILES, Profile
 from tokenpath.launch.command import Command, Settings
+from tokenpath.launch.hosts import Hosts, hosts
 from tokenpath.launch.model_id import Checkpoint, checkpoint
 from tokenpath.sim import front_end
 from tokenpath.sim.scenario import Scenario
@@ -56,6 +57,7 @@ class Plan:
     # The largest prompt step simulated replaying a graph apart from decode graphs (SGLang's, engine/cuda_graphs.py;
     # None: none)
     prefill_graph_tokens: int | None = None
+    chips_per_host: int = 8  # the GPUs one machine holds (the chip's, compute/chip.py)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -64,6 +66,10 @@ class Plan:
     @property
     def disaggregated(self) -> bool:
         return len(self.roles) > 1
+
+    def hosts(self, role: Role) -> Hosts:
+        """The hosts a pool's replicas take (launch/hosts.py)."""
+        return hosts(role.replicas, self.gpus_per_replica, self.chips_per_host)
 
     def weights(self) -> str:
         """How the checkpoint's weights meet the scenario's precision: "as-stored" (the same precision),
@@ -98,7 +104,7 @@ def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
                 scenario.model.kv_precision(scenario.engine.scheduler),
                 profile.host_overlap if host_overlap is None else host_overlap,
                 front_end.detokenizes_in(scenario), _draft_checkpoint(scenario),
-                deployment.compute.prefill_graph_max_tokens)
+                deployment.compute.prefill_graph_max_tokens, deployment.chip.chips_per_host)
 
 
 def _draft_checkpoint(scenario: Scenario) -> Checkpoint | None:
@@ -183,6 +189,17 @@ def common_notes(plan: Plan, engine: str, settings: Settings) -> None:
             settings.note("deployment.api_servers", f"the deployment's {total} API server(s) split over the pools "
                                                     "as " + ", ".join(f"{r.api_servers} for {r.name}"
                                                                       for r in plan.roles))
+
+
+def one_host_note(plan: Plan, engine: str, settings: Settings) -> None:
+    """For an emitter that writes its launch for one host: a note where a pool needs more (launch/hosts.py)."""
+    for role in plan.roles:
+        layout = plan.hosts(role)
+        if not layout.one:
+            settings.note("deployment.chips", f"the {role.name} pool's {role.replicas * plan.gpus_per_replica} GPUs "
+                                              f"take {layout.count} hosts of {plan.chips_per_host} "
+                                              f"({layout.gpus_per_host} on each); this file starts them on one, as "
+                                              f"tokenpath writes {engine}'s launch for one host only")
 
 
 def _placement(placement: object) -> str:

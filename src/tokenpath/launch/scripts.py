@@ -1,6 +1,7 @@
-"""The launch of a deployment on one machine, as a shell script per engine (and the YAML files
-TensorRT-LLM reads): the processes of each pool, each on its own GPUs and port, and a header listing
-the scenario's settings no flag carries."""
+"""The launch of a deployment as a shell script per engine (and the YAML files TensorRT-LLM reads): the
+processes of each pool, each on its own GPUs and port, and a header listing the scenario's settings no
+flag carries. vLLM's one pool over several hosts is one script that every host runs with its NODE_RANK;
+the other launches are written for one host, and say so where the deployment needs more."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 from tokenpath.launch import sglang, trtllm, vllm
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
-from tokenpath.launch.plan import Plan, Role, common_notes
+from tokenpath.launch.hosts import Hosts
+from tokenpath.launch.plan import Plan, Role, common_notes, one_host_note
 
 # Where the processes listen on the machine: the front door, and the servers behind a router.
 HOST = "127.0.0.1"
@@ -31,9 +33,15 @@ def gpus(plan: Plan, role: Role, first_replica: int, replicas: int) -> str:
 def vllm_files(plan: Plan, settings: Settings) -> dict[str, str]:
     if not plan.disaggregated:
         role = plan.roles[0]
+        comment = f"{role.replicas} replica(s) as vLLM's data-parallel engines"
+        layout = plan.hosts(role)
+        if not layout.one:
+            head = vllm.command(plan, role, role.replicas, settings, layout=layout)
+            other = vllm.command(plan, role, role.replicas, settings, layout=layout, head=False)
+            return {"launch-vllm.sh": _hosts_script(plan, vllm.NAME, settings, layout, comment, head, other)}
         return {"launch-vllm.sh": _script(plan, vllm.NAME, settings, [
-            (f"{role.replicas} replica(s) as vLLM's data-parallel engines", vllm.command(plan, role, role.replicas,
-                                                                                          settings))])}
+            (comment, vllm.command(plan, role, role.replicas, settings))])}
+    one_host_note(plan, vllm.NAME, settings)
     blocks = []
     for k, role in enumerate(plan.roles):
         cmd = vllm.command(plan, role, role.replicas, settings, port=FIRST_SERVER_PORT + k)
@@ -44,6 +52,7 @@ def vllm_files(plan: Plan, settings: Settings) -> dict[str, str]:
 
 
 def sglang_files(plan: Plan, settings: Settings) -> dict[str, str]:
+    one_host_note(plan, sglang.NAME, settings)
     if not plan.disaggregated:
         role = plan.roles[0]
         return {"launch-sglang.sh": _script(plan, sglang.NAME, settings, [
@@ -67,6 +76,7 @@ def sglang_files(plan: Plan, settings: Settings) -> dict[str, str]:
 
 
 def trtllm_files(plan: Plan, settings: Settings) -> dict[str, str]:
+    one_host_note(plan, trtllm.NAME, settings)
     files: dict[str, str] = {}
     blocks: list[tuple[str, Command]] = []
     urls: dict[str, list[str]] = {}
@@ -123,3 +133,20 @@ def _script(plan: Plan, program: str, settings: Settings, blocks: list[tuple[str
     if background:
         out.append("wait")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _hosts_script(plan: Plan, program: str, settings: Settings, layout: Hosts, comment: str, head: Command,
+                  other: Command) -> str:
+    """One script for every host of a pool: host 0's command, or the others' (vllm.command)."""
+    common_notes(plan, program, settings)
+    last = layout.count - 1
+    use = "all" if layout.gpus_per_host == layout.chips_per_host else f"{layout.gpus_per_host} of the"
+    others = "1 on the other" if last == 1 else f"1 to {last} on the others"
+    out = ["#!/bin/sh", *(f"# {line}" for line in header(plan, program, settings)), "",
+           f"# {layout.count} hosts, each running {use} {layout.chips_per_host} GPUs: run this script on every one, "
+           f"with NODE_RANK its index",
+           f"# (0 on the host that serves the API, {others}) and HEAD_ADDR the address of host 0.",
+           f': "${{NODE_RANK:?set NODE_RANK to this host\'s index, 0 to {last}}}"',
+           ': "${HEAD_ADDR:?set HEAD_ADDR to the address of host 0}"', "",
+           f"# {comment}", 'if [ "$NODE_RANK" = 0 ]; then', head.shell(), "else", other.shell(), "fi"]
+    return "\n".join(out) + "\n"

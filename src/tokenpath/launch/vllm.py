@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
-from tokenpath.launch.command import Command, Settings
+from tokenpath.launch.command import Command, Settings, ShellVariable
 from tokenpath.launch.flags import programs
+from tokenpath.launch.hosts import Hosts
 from tokenpath.launch.plan import Plan, Role, nccl_nvls_default, weight_flags
 
 # The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
@@ -18,14 +19,19 @@ RUNS = "vLLM V1"
 # decoder, and a proxy sends each request to a prefill instance, then to a decode instance.
 NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 NIXL_DOCS = "https://docs.vllm.ai/en/stable/features/nixl_connector_usage.html"
+# A deployment over several hosts: each runs the same command with its own node rank; host 0 runs the API
+# servers and the others `--headless`, their engine processes joining host 0's torch.distributed group
+# at --master-addr (vllm/entrypoints/cli/serve.py, run_headless, in 0.34.0; --nnodes from 0.12.0).
+NODE_RANK, HEAD_ADDR = ShellVariable("NODE_RANK"), ShellVariable("HEAD_ADDR")
 # Its routing: the API servers send each request to the data-parallel engine with the fewest requests
 # waiting and running (vllm/v1/engine/core_client.py, DPLBAsyncMPClient), no flag choosing another.
 VLLM_ROUTING = "least_outstanding"
 
 
 def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str | None = None,
-            port: int | None = None) -> Command:
-    """`vllm serve` for `replicas` replicas of `role` in one process."""
+            port: int | None = None, layout: Hosts | None = None, head: bool = True) -> Command:
+    """`vllm serve` for `replicas` replicas of `role` in one process; over the hosts of `layout`, the
+    command of host 0 (`head`) or of the others (their rank from the script's NODE_RANK)."""
     s = plan.scenario
     dep, eng = s.deployment, s.engine
     cmd = Command(list(PROGRAM), [plan.checkpoint.hf_id])
@@ -33,6 +39,12 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     cmd.add(settings, "deployment.tp", "--tensor-parallel-size", dep.tp)
     cmd.add(settings, "deployment.pp", "--pipeline-parallel-size", dep.pp)
     cmd.add(settings, "deployment.chips", "--data-parallel-size", replicas)
+    if layout is not None and not layout.one:
+        cmd.add(settings, "deployment.chips", "--nnodes", layout.count)
+        cmd.add(None, None, "--node-rank", 0 if head else NODE_RANK)
+        cmd.add(None, None, "--master-addr", HEAD_ADDR)
+        if not head:
+            cmd.add(None, None, "--headless")
     if dep.expert_parallel:
         cmd.add(settings, "deployment.expert_parallel", "--enable-expert-parallel")
     else:
@@ -64,8 +76,9 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     _cuda_graphs(plan, cmd, settings)
     nccl_nvls_default(plan, settings)
     _speculative(plan, cmd, settings)
-    api_servers = max(1, role.api_servers * replicas // role.replicas)  # this process's share of the pool's
-    cmd.add(settings, "deployment.api_servers", "--api-server-count", api_servers)
+    if head:  # (a headless host runs none: vLLM refuses --api-server-count with --headless)
+        api_servers = max(1, role.api_servers * replicas // role.replicas)  # this process's share of the pool's
+        cmd.add(settings, "deployment.api_servers", "--api-server-count", api_servers)
     cmd.add(settings, "delivery.stream_interval", "--stream-interval", s.delivery.stream_interval)
     if role.name != "server":
         nixl = json.dumps(NIXL, separators=(",", ":"))
