@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cli_helpers import assert_user_error, run_cli
 from tokenpath.compute.model import list_models
 from tokenpath.config.errors import UserError
-from tokenpath.launch import ENGINES, launch_files
+from tokenpath.launch import ENGINES, launch_files, sglang
 from tokenpath.launch.command import Command, shell_words
 from tokenpath.launch.files import emit
 from tokenpath.launch.flags import check_yaml_keys, parse, programs
@@ -475,9 +475,24 @@ def test_a_gb200_replica_of_eight_takes_two_compute_trays():
     assert "2 hosts, each running all 4 GPUs" in script  # 4 GPUs a compute tray (catalog/chips.toml)
 
 
-@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
-def test_a_launch_written_for_one_host_says_when_the_deployment_needs_more(engine):
-    written, settings = emit(make_plan(_scenario("two-hosts-tp8-pp2")), engine)
+def test_an_sglang_replica_over_two_hosts_is_one_command_by_its_node_rank(tmp_path):
+    (script,) = launch_files(_scenario("two-hosts-tp8-pp2"), "sglang").values()
+    (argv,) = shell_words(script)
+    assert _values(argv, "--nnodes") == ["2"] and _values(argv, "--node-rank") == ["$NODE_RANK"]
+    assert _values(argv, "--dist-init-addr") == ["${HEAD_ADDR}:25000"]
+    assert '  --dist-init-addr "${HEAD_ADDR}:25000"' in script  # expanded by the shell, on each host
+    # two PP stages over two hosts: one a host; three stages over two hosts SGLang cannot lay out
+    assert sglang.over_hosts(make_plan(_scenario("two-hosts-tp8-pp2")), hosts(1, 16, 8))
+    three_stages = load_scenario("typical", {"model.name": "llama-3.1-405b", "deployment.chips": 12,
+                                             "deployment.tp": 4, "deployment.pp": 3})
+    assert not sglang.over_hosts(make_plan(three_stages), hosts(1, 12, 8))
+    assert "take 2 hosts of 8 (6 on each)" in launch_files(three_stages, "sglang")["launch-sglang.sh"]
+
+
+@pytest.mark.parametrize(("engine", "name"), [("sglang", "replicas-over-hosts"), ("trtllm", "two-hosts-tp8-pp2"),
+                                              ("trtllm", "replicas-over-hosts")])
+def test_a_launch_written_for_one_host_says_when_the_deployment_needs_more(engine, name):
+    written, settings = emit(make_plan(_scenario(name)), engine)
     (note,) = [n.text for n in settings.notes if n.setting == "deployment.chips"]
     assert note.startswith("the server pool's 16 GPUs take 2 hosts of 8 (8 on each); this file starts them on one")
     written, settings = emit(make_plan(_scenario("tp2-dp4")), engine)

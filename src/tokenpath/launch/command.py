@@ -33,10 +33,10 @@ class Settings:
 
 
 class ShellVariable(str):
-    """A value the shell fills in when the script runs, from the environment: "$NAME"."""
+    """A value the shell fills in when the script runs, from the environment: "$NAME", or "${NAME}suffix"."""
 
-    def __new__(cls, name: str) -> ShellVariable:
-        return super().__new__(cls, f"${name}")
+    def __new__(cls, name: str, suffix: str = "") -> ShellVariable:
+        return super().__new__(cls, f"${{{name}}}{suffix}" if suffix else f"${name}")
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The launch of a deployment as a shell script per engine (and the YAML files TensorRT-LLM reads): the
 processes of each pool, each on its own GPUs and port, and a header listing the scenario's settings no
-flag carries. vLLM's one pool over several hosts is one script that every host runs with its NODE_RANK;
-the other launches are written for one host, and say so where the deployment needs more."""
+flag carries. vLLM's one pool over several hosts, and SGLang's one replica, is one script that every host
+runs with its NODE_RANK; the other launches are written for one host, and say so where the deployment
+needs more."""
 
 from __future__ import annotations
 
@@ -52,12 +53,17 @@ def vllm_files(plan: Plan, settings: Settings) -> dict[str, str]:
 
 
 def sglang_files(plan: Plan, settings: Settings) -> dict[str, str]:
-    one_host_note(plan, sglang.NAME, settings)
     if not plan.disaggregated:
         role = plan.roles[0]
+        comment = f"{role.replicas} replica(s) as SGLang's --dp-size"
+        layout = plan.hosts(role)
+        if not layout.one and role.replicas == 1 and sglang.over_hosts(plan, layout):
+            cmd = sglang.command(plan, role, 1, settings, host=FRONT_HOST, port=FRONT_PORT, layout=layout)
+            return {"launch-sglang.sh": _hosts_script(plan, sglang.NAME, settings, layout, comment, cmd)}
+        one_host_note(plan, sglang.NAME, settings)
         return {"launch-sglang.sh": _script(plan, sglang.NAME, settings, [
-            (f"{role.replicas} replica(s) as SGLang's --dp-size", sglang.command(plan, role, role.replicas, settings,
-                                                                                  host=FRONT_HOST, port=FRONT_PORT))])}
+            (comment, sglang.command(plan, role, role.replicas, settings, host=FRONT_HOST, port=FRONT_PORT))])}
+    one_host_note(plan, sglang.NAME, settings)
     blocks, prefill, decode = [], [], []
     for k, role in enumerate(plan.roles):
         port = FIRST_SERVER_PORT + k
@@ -136,8 +142,8 @@ def _script(plan: Plan, program: str, settings: Settings, blocks: list[tuple[str
 
 
 def _hosts_script(plan: Plan, program: str, settings: Settings, layout: Hosts, comment: str, head: Command,
-                  other: Command) -> str:
-    """One script for every host of a pool: host 0's command, or the others' (vllm.command)."""
+                  other: Command | None = None) -> str:
+    """One script for every host of a pool: its one command, or host 0's and the others' (`other`)."""
     common_notes(plan, program, settings)
     last = layout.count - 1
     use = "all" if layout.gpus_per_host == layout.chips_per_host else f"{layout.gpus_per_host} of the"
@@ -148,5 +154,7 @@ def _hosts_script(plan: Plan, program: str, settings: Settings, layout: Hosts, c
            f"# (0 on the host that serves the API, {others}) and HEAD_ADDR the address of host 0.",
            f': "${{NODE_RANK:?set NODE_RANK to this host\'s index, 0 to {last}}}"',
            ': "${HEAD_ADDR:?set HEAD_ADDR to the address of host 0}"', "",
-           f"# {comment}", 'if [ "$NODE_RANK" = 0 ]; then', head.shell(), "else", other.shell(), "fi"]
+           f"# {comment}"]
+    out += [head.shell()] if other is None else ['if [ "$NODE_RANK" = 0 ]; then', head.shell(), "else",
+                                                 other.shell(), "fi"]
     return "\n".join(out) + "\n"

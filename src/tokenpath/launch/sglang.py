@@ -3,14 +3,20 @@ prefill and a decode server (--disaggregation-mode) behind `sglang_router --pd-d
 
 from __future__ import annotations
 
-from tokenpath.launch.command import Command, Settings
+from tokenpath.launch.command import Command, Settings, ShellVariable
 from tokenpath.launch.flags import programs
+from tokenpath.launch.hosts import Hosts
 from tokenpath.launch.plan import Plan, Role, weight_flags
 
 # The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
 NAME = __name__.rsplit(".", 1)[-1]
 PROGRAM = programs()[NAME]["command"]
 ROUTER = programs()["sglang-router"]["command"]
+# One replica over several hosts: every host runs the same command but for its --node-rank, host 0 the
+# HTTP server and the others their ranks' schedulers alone (Engine, sglang/srt/entrypoints/engine.py,
+# _calculate_rank_ranges: each host an equal share of the TP and PP ranks), meeting at --dist-init-addr,
+# an address and port of host 0 (the port of the flag's own example, arg_groups/fields/parallel.py).
+NODE_RANK, DIST_INIT_ADDR = ShellVariable("NODE_RANK"), ShellVariable("HEAD_ADDR", ":25000")
 # The KV transfer between the pools: SGLang's default backend, written out.
 TRANSFER_BACKEND = "mooncake"
 # The routing policies the scenario names -> SGLang's data-parallel load balancing (--load-balance-method):
@@ -29,9 +35,17 @@ SPECULATIVE_ALGORITHM = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "
                          "draft_model": "STANDALONE"}
 
 
+def over_hosts(plan: Plan, layout: Hosts) -> bool:
+    """Whether SGLang's rank ranges lay one replica over `layout`'s hosts as it is: whole PP stages a host,
+    or each stage over an equal number of hosts that splits its TP ranks (_calculate_rank_ranges)."""
+    pp, tp, count = plan.scenario.deployment.pp, plan.scenario.deployment.tp, layout.count
+    return pp % count == 0 or (count % pp == 0 and tp % (count // pp) == 0)
+
+
 def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str | None = None,
-            port: int | None = None, bootstrap_port: int | None = None) -> Command:
-    """`sglang.launch_server` for `replicas` replicas of `role` in one server."""
+            port: int | None = None, bootstrap_port: int | None = None, layout: Hosts | None = None) -> Command:
+    """`sglang.launch_server` for `replicas` replicas of `role` in one server; for one replica over the hosts
+    of `layout`, each host's (its rank from the script's NODE_RANK)."""
     s = plan.scenario
     dep, eng = s.deployment, s.engine
     cmd = Command(list(PROGRAM))
@@ -39,6 +53,10 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     cmd.add(settings, "deployment.tp", "--tp-size", dep.tp)
     cmd.add(settings, "deployment.pp", "--pp-size", dep.pp)
     cmd.add(settings, "deployment.chips", "--dp-size", replicas)
+    if layout is not None and not layout.one:
+        cmd.add(settings, "deployment.chips", "--nnodes", layout.count)
+        cmd.add(None, None, "--node-rank", NODE_RANK)
+        cmd.add(None, None, "--dist-init-addr", DIST_INIT_ADDR)
     if dep.expert_parallel:
         cmd.add(settings, "deployment.expert_parallel", "--ep-size", dep.tp)
     else:
