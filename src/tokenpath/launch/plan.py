@@ -58,6 +58,7 @@ class Plan:
     # None: none)
     prefill_graph_tokens: int | None = None
     chips_per_host: int = 8  # the GPUs one machine holds (the chip's, compute/chip.py)
+    fabric: str = ""  # the fabric simulated, in words (Deployment.fabric_name)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -104,7 +105,7 @@ def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
                 scenario.model.kv_precision(scenario.engine.scheduler),
                 profile.host_overlap if host_overlap is None else host_overlap,
                 front_end.detokenizes_in(scenario), _draft_checkpoint(scenario),
-                deployment.compute.prefill_graph_max_tokens, deployment.chip.chips_per_host)
+                deployment.compute.prefill_graph_max_tokens, deployment.chip.chips_per_host, deployment.fabric_name)
 
 
 def _draft_checkpoint(scenario: Scenario) -> Checkpoint | None:
@@ -173,8 +174,8 @@ def common_notes(plan: Plan, engine: str, settings: Settings) -> None:
     dep = plan.scenario.deployment
     settings.note("deployment.chip", f"no flag: the engine runs on the GPUs it is given; the scenario models "
                                      f"{dep.chip}")
-    settings.note("deployment.fabric", "no flag: how the GPUs are linked is the machine's (the scenario models "
-                                       f"{dep.fabric.kind})")
+    settings.note("deployment.fabric", f"no flag: how the GPUs are linked is the machine's (the scenario models "
+                                       f"{plan.fabric})")
     settings.note("deployment.placement", f"no flag: which GPU holds which rank is the launcher's (the scenario "
                                           f"places them {_placement(dep.placement)})")
     if plan.profile.launched_with == engine:
