@@ -200,7 +200,7 @@ def one_host_note(plan: Plan, engine: str, settings: Settings) -> None:
             settings.note("deployment.chips", f"the {role.name} pool's {role.replicas * plan.gpus_per_replica} GPUs "
                                               f"take {layout.count} hosts of {plan.chips_per_host} "
                                               f"({layout.gpus_per_host} on each); this file starts them on one, as "
-                                              f"tokenpath writes {engine}'s launch for one host only")
+                                              f"tokenpath writes this {engine} launch for one host only")
 
 
 def _placement(placement: object) -> str:
