@@ -91,6 +91,16 @@ def _k8s_documents(text: str) -> list[dict]:
     return [json.loads(part) for part in body.split("\n---\n")]
 
 
+def _pod_templates(document: dict) -> list[dict]:
+    """The pod templates of a manifest object: a Deployment's, a LeaderWorkerSet's leader and worker."""
+    if document["kind"] == "Deployment":
+        return [document["spec"]["template"]]
+    if document["kind"] == "LeaderWorkerSet":
+        group = document["spec"]["leaderWorkerTemplate"]
+        return [group["leaderTemplate"], group["workerTemplate"]]
+    return []
+
+
 def _check_files(written: dict[str, str]) -> int:
     """Check every command and YAML document of the launch files against flags.toml; how many commands."""
     commands = 0
@@ -103,10 +113,10 @@ def _check_files(written: dict[str, str]) -> int:
             check_yaml_keys("trtllm-disaggregated", json.loads(text))
         elif name == "k8s.yaml":
             for document in _k8s_documents(text):
-                if document["kind"] == "Deployment":
-                    parse(document["spec"]["template"]["spec"]["containers"][0]["command"])
+                for template in _pod_templates(document):
+                    parse(template["spec"]["containers"][0]["command"])
                     commands += 1
-                elif document["kind"] == "ConfigMap":
+                if document["kind"] == "ConfigMap":
                     for config in document["data"].values():
                         check_yaml_keys("trtllm", json.loads(config))
         else:
@@ -499,9 +509,38 @@ def test_a_launch_written_for_one_host_says_when_the_deployment_needs_more(engin
     assert not [n for n in settings.notes if n.setting == "deployment.chips"]
 
 
-def test_a_pod_larger_than_a_node_is_noted():
-    written, settings = emit(make_plan(_scenario("two-hosts-tp8-pp2")), "k8s")
+def test_a_replica_larger_than_a_node_is_a_leader_worker_set_of_a_pod_a_node():
+    documents = _k8s_documents(launch_files(_scenario("two-hosts-tp8-pp2"), "k8s")["k8s.yaml"])
+    (group,) = [d for d in documents if d["kind"] == "LeaderWorkerSet"]
+    (service,) = [d for d in documents if d["kind"] == "Service"]
+    assert group["apiVersion"] == "leaderworkerset.x-k8s.io/v1" and group["spec"]["replicas"] == 1
+    template = group["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2 and template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    leader, worker = (template[key]["spec"]["containers"][0] for key in ("leaderTemplate", "workerTemplate"))
+    assert leader["resources"] == worker["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+    assert _values(leader["command"], "--node-rank") == ["0"] and "--headless" not in leader["command"]
+    assert _values(worker["command"], "--node-rank") == ["$(LWS_WORKER_INDEX)"] and "--headless" in worker["command"]
+    for argv in (leader["command"], worker["command"]):
+        assert _values(argv, "--nnodes") == ["2"] and _values(argv, "--master-addr") == ["$(LWS_LEADER_ADDRESS)"]
+    assert "readinessProbe" in leader and "readinessProbe" not in worker and "ports" not in worker
+    # requests reach the leaders alone: LeaderWorkerSet labels its pods with their index in the group
+    assert service["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": group["metadata"]["name"],
+                                           "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    # SGLang: every pod its rank from the group, all meeting at the leader
+    scenario = load_scenario("typical", {**SCENARIOS["two-hosts-tp8-pp2"], "engine.scheduler": "prefill-first"})
+    documents = _k8s_documents(launch_files(scenario, "k8s")["k8s.yaml"])
+    (group,) = [d for d in documents if d["kind"] == "LeaderWorkerSet"]
+    for template in _pod_templates(group):
+        argv = template["spec"]["containers"][0]["command"]
+        assert _values(argv, "--node-rank") == ["$(LWS_WORKER_INDEX)"]
+        assert _values(argv, "--dist-init-addr") == ["$(LWS_LEADER_ADDRESS):25000"]
+
+
+def test_a_pod_larger_than_a_node_is_noted_where_no_group_is_written():
+    scenario = load_scenario("typical", {**SCENARIOS["two-hosts-tp8-pp2"], "engine.scheduler": "trtllm"})
+    written, settings = emit(make_plan(scenario), "k8s")
     (note,) = [n.text for n in settings.notes if n.setting == "deployment.chips"]
     assert note.startswith("each pod asks for 16 GPUs, more than a node of 8 has")
+    assert {d["kind"] for d in _k8s_documents(written["k8s.yaml"])} == {"ConfigMap", "Deployment", "Service"}
     written, settings = emit(make_plan(_scenario("replicas-over-hosts")), "k8s")  # pods of 4: any node holds one
     assert not [n for n in settings.notes if n.setting == "deployment.chips"]

@@ -16,7 +16,8 @@ ROUTER = programs()["sglang-router"]["command"]
 # HTTP server and the others their ranks' schedulers alone (Engine, sglang/srt/entrypoints/engine.py,
 # _calculate_rank_ranges: each host an equal share of the TP and PP ranks), meeting at --dist-init-addr,
 # an address and port of host 0 (the port of the flag's own example, arg_groups/fields/parallel.py).
-NODE_RANK, DIST_INIT_ADDR = ShellVariable("NODE_RANK"), ShellVariable("HEAD_ADDR", ":25000")
+DIST_INIT_PORT = 25000
+NODE_RANK, DIST_INIT_ADDR = ShellVariable("NODE_RANK"), ShellVariable("HEAD_ADDR", f":{DIST_INIT_PORT}")
 # The KV transfer between the pools: SGLang's default backend, written out.
 TRANSFER_BACKEND = "mooncake"
 # The routing policies the scenario names -> SGLang's data-parallel load balancing (--load-balance-method):
@@ -43,9 +44,11 @@ def over_hosts(plan: Plan, layout: Hosts) -> bool:
 
 
 def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str | None = None,
-            port: int | None = None, bootstrap_port: int | None = None, layout: Hosts | None = None) -> Command:
+            port: int | None = None, bootstrap_port: int | None = None, layout: Hosts | None = None,
+            rank: str = NODE_RANK, dist_init_addr: str = DIST_INIT_ADDR) -> Command:
     """`sglang.launch_server` for `replicas` replicas of `role` in one server; for one replica over the hosts
-    of `layout`, each host's (its rank from the script's NODE_RANK)."""
+    of `layout`, each host's, its rank and host 0's address as `rank` and `dist_init_addr` give them (a
+    script's NODE_RANK and HEAD_ADDR, or a pod's LeaderWorkerSet variables)."""
     s = plan.scenario
     dep, eng = s.deployment, s.engine
     cmd = Command(list(PROGRAM))
@@ -55,8 +58,8 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     cmd.add(settings, "deployment.chips", "--dp-size", replicas)
     if layout is not None and not layout.one:
         cmd.add(settings, "deployment.chips", "--nnodes", layout.count)
-        cmd.add(None, None, "--node-rank", NODE_RANK)
-        cmd.add(None, None, "--dist-init-addr", DIST_INIT_ADDR)
+        cmd.add(None, None, "--node-rank", rank)
+        cmd.add(None, None, "--dist-init-addr", dist_init_addr)
     if dep.expert_parallel:
         cmd.add(settings, "deployment.expert_parallel", "--ep-size", dep.tp)
     else:

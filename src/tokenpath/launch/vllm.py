@@ -29,9 +29,11 @@ VLLM_ROUTING = "least_outstanding"
 
 
 def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str | None = None,
-            port: int | None = None, layout: Hosts | None = None, head: bool = True) -> Command:
+            port: int | None = None, layout: Hosts | None = None, head: bool = True, rank: str = NODE_RANK,
+            head_addr: str = HEAD_ADDR) -> Command:
     """`vllm serve` for `replicas` replicas of `role` in one process; over the hosts of `layout`, the
-    command of host 0 (`head`) or of the others (their rank from the script's NODE_RANK)."""
+    command of host 0 (`head`) or of the others, their rank and host 0's address as `rank` and
+    `head_addr` give them (a script's NODE_RANK and HEAD_ADDR, or a pod's LeaderWorkerSet variables)."""
     s = plan.scenario
     dep, eng = s.deployment, s.engine
     cmd = Command(list(PROGRAM), [plan.checkpoint.hf_id])
@@ -41,8 +43,8 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     cmd.add(settings, "deployment.chips", "--data-parallel-size", replicas)
     if layout is not None and not layout.one:
         cmd.add(settings, "deployment.chips", "--nnodes", layout.count)
-        cmd.add(None, None, "--node-rank", 0 if head else NODE_RANK)
-        cmd.add(None, None, "--master-addr", HEAD_ADDR)
+        cmd.add(None, None, "--node-rank", 0 if head else rank)
+        cmd.add(None, None, "--master-addr", head_addr)
         if not head:
             cmd.add(None, None, "--headless")
     if dep.expert_parallel:
