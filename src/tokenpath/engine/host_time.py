@@ -68,14 +68,18 @@ HOST_STEP_S = default("host_step_s")
 # 4 x H200 at 1 req/s, and Azure's vLLM 0.8.3 pipeline-parallel run, which fell back to V0; their ITL
 # and TPOT set the sum), then the step part on the rows run with 10-step windows (SGLang's benchmark of
 # vLLM 0.6.0), given the window part. The two values are where each part's fit, the others held, stays
-# put: 1.92 ms and 0.263 ms put the CI row's mean ITL at +0.3%, the Azure row's at -12.2% and the
-# multi-step rows' median TPOT at -0.3% to +11.0% (`tokenpath validate --group latency`). One constant
+# put: 1.92 ms and 0.151 ms (`tokenpath validate --cross`, the fit on every row; docs/validation.md has
+# each row's error). One constant
 # shared by the window (the model before this split) could not fit both: the multi-step rows wanted
 # 15.5 ms a window, 1.55 ms a step, where the single-step row wanted 2.9 ms a step.
 VLLM_V0_HOST_WINDOW_S = default("vllm_v0_host_window_s")
 VLLM_V0_HOST_STEP_S = default("vllm_v0_host_step_s")
-# Per sequence sampled: vLLM V1's Scheduler.update_from_output takes 0.287 ms for 256 decoding
-# sequences, 1.12 us each (vllm-project/vllm pull request 46112's micro-benchmark).
+# Per sequence sampled: vLLM V1's engine core schedules a step, takes its sampled tokens back and encodes
+# the outputs for the API server in 7.57 us a decoding sequence (vLLM 0.11.0's own Scheduler.schedule,
+# update_from_output and MsgpackEncoder, run without a GPU on this project's 2-core machine, 16 to 1,024
+# sequences: benchmarks/vllm_scheduler_host.py). update_from_output alone is 2.1 us of it (vllm-project/
+# vllm pull request 46112 timed it at 1.12 us on its machine); the GPU worker's own per-request work is
+# not in it. The same figure stands for the other engines' Python schedulers, none of which is timed.
 HOST_PER_SEQUENCE_S = default("host_per_sequence_s")
 
 # A Python engine's host time per kernel of a step it launches eagerly (no CUDA graph replayed): the
