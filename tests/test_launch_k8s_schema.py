@@ -68,14 +68,20 @@ def test_every_manifest_object_meets_the_kubernetes_schema(name):
     (("spec", "template", "spec", "containers"), "vllm"),  # a list given as a string
 ])
 def test_a_broken_manifest_fails_the_schema(path, value):
-    deployment = copy.deepcopy(next(d for d in _documents("tp2-dp4") if d["kind"] == "Deployment"))
+    deployment = next(d for d in _documents("tp2-dp4") if d["kind"] == "Deployment")
     _validate(deployment)
-    parent = deployment
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(_broken(deployment, path, value))
+
+
+def _broken(document: dict, path: tuple, value: object) -> dict:
+    """A copy of `document` with the field at `path` set to `value`."""
+    broken = copy.deepcopy(document)
+    parent = broken
     for key in path[:-1]:
         parent = parent[key]
     parent[path[-1]] = value
-    with pytest.raises(kubernetes_validate.ValidationError):
-        _validate(deployment)
+    return broken
 
 
 @pytest.mark.parametrize(("path", "value"), [
@@ -84,11 +90,7 @@ def test_a_broken_manifest_fails_the_schema(path, value):
     (("spec", "leaderWorkerTemplate", "groups"), 2),                             # a field the group has not
 ])
 def test_a_broken_leader_worker_set_fails(path, value):
-    group = copy.deepcopy(next(d for d in _documents("two-hosts-tp8-pp2") if d["kind"] == "LeaderWorkerSet"))
+    group = next(d for d in _documents("two-hosts-tp8-pp2") if d["kind"] == "LeaderWorkerSet")
     _validate_leader_worker_set(group)
-    parent = group
-    for key in path[:-1]:
-        parent = parent[key]
-    parent[path[-1]] = value
     with pytest.raises((kubernetes_validate.ValidationError, AssertionError)):
-        _validate_leader_worker_set(group)
+        _validate_leader_worker_set(_broken(group, path, value))
