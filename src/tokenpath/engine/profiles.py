@@ -55,9 +55,9 @@ VLLM_LATENT_ATTENTION_SINCE = "0.7.1"
 # (vllm/config/scheduler.py: `async_scheduling` False in 0.13.0, None from 0.14.0, resolved to True in
 # vllm/config/vllm.py unless a setting is incompatible, read in every release from 0.12.0 to 0.34.0 named
 # in engine/speculative.py). 0.14.x turned it off with pipeline parallelism ("Async scheduling is not yet
-# supported with pipeline_parallel_size > 1"), which 0.15.0 no longer does. Not modelled: every release
-# turns it off under Ray's executor (only the mp, uni and external_launcher executors support it) and
-# for pooling models.
+# supported with pipeline_parallel_size > 1"), which 0.15.0 no longer does. Not modelled: releases before
+# 0.34.0 turn it off under Ray's executor (only the mp, uni and external_launcher executors support it;
+# 0.34.0's RayExecutorV2 is a MultiprocExecutor and keeps it), and every release for pooling models.
 VLLM_ASYNC_SCHEDULING_SINCE = "0.14.0"
 VLLM_ASYNC_SCHEDULING_WITH_PP_SINCE = "0.15.0"
 

@@ -7,6 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpath.launch.command import ShellVariable
+
+# What a script over several hosts reads from each host's environment: its index among them, and the
+# address of host 0 (launch/scripts.py checks both are set).
+NODE_RANK_VARIABLE, HEAD_ADDR_VARIABLE = "NODE_RANK", "HEAD_ADDR"
+NODE_RANK, HEAD_ADDR = ShellVariable(NODE_RANK_VARIABLE), ShellVariable(HEAD_ADDR_VARIABLE)
+
 
 @dataclass(frozen=True)
 class Hosts:

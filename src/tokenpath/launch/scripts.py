@@ -12,7 +12,7 @@ from typing import Any
 from tokenpath.launch import sglang, trtllm, vllm
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
-from tokenpath.launch.hosts import Hosts
+from tokenpath.launch.hosts import HEAD_ADDR_VARIABLE, NODE_RANK_VARIABLE, Hosts
 from tokenpath.launch.plan import Plan, Role, common_notes, one_host_note
 
 # Where the processes listen on the machine: the front door, and the servers behind a router.
@@ -148,13 +148,14 @@ def _hosts_script(plan: Plan, program: str, settings: Settings, layout: Hosts, c
     last = layout.count - 1
     use = "all" if layout.gpus_per_host == layout.chips_per_host else f"{layout.gpus_per_host} of the"
     others = "1 on the other" if last == 1 else f"1 to {last} on the others"
+    rank, addr = NODE_RANK_VARIABLE, HEAD_ADDR_VARIABLE
     out = ["#!/bin/sh", *(f"# {line}" for line in header(plan, program, settings)), "",
            f"# {layout.count} hosts, each running {use} {layout.chips_per_host} GPUs: run this script on every one, "
-           f"with NODE_RANK its index",
-           f"# (0 on the host that serves the API, {others}) and HEAD_ADDR the address of host 0.",
-           f': "${{NODE_RANK:?set NODE_RANK to this host\'s index, 0 to {last}}}"',
-           ': "${HEAD_ADDR:?set HEAD_ADDR to the address of host 0}"', "",
+           f"with {rank} its index",
+           f"# (0 on the host that serves the API, {others}) and {addr} the address of host 0.",
+           f': "${{{rank}:?set {rank} to this host\'s index, 0 to {last}}}"',
+           f': "${{{addr}:?set {addr} to the address of host 0}}"', "",
            f"# {comment}"]
-    out += [head.shell()] if other is None else ['if [ "$NODE_RANK" = 0 ]; then', head.shell(), "else",
+    out += [head.shell()] if other is None else [f'if [ "${rank}" = 0 ]; then', head.shell(), "else",
                                                  other.shell(), "fi"]
     return "\n".join(out) + "\n"

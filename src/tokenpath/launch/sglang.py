@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tokenpath.launch.command import Command, Settings, ShellVariable
 from tokenpath.launch.flags import programs
-from tokenpath.launch.hosts import Hosts
+from tokenpath.launch.hosts import HEAD_ADDR_VARIABLE, NODE_RANK, Hosts
 from tokenpath.launch.plan import Plan, Role, weight_flags
 
 # The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
@@ -17,7 +17,7 @@ ROUTER = programs()["sglang-router"]["command"]
 # _calculate_rank_ranges: each host an equal share of the TP and PP ranks), meeting at --dist-init-addr,
 # an address and port of host 0 (the port of the flag's own example, arg_groups/fields/parallel.py).
 DIST_INIT_PORT = 25000
-NODE_RANK, DIST_INIT_ADDR = ShellVariable("NODE_RANK"), ShellVariable("HEAD_ADDR", f":{DIST_INIT_PORT}")
+DIST_INIT_ADDR = ShellVariable(HEAD_ADDR_VARIABLE, f":{DIST_INIT_PORT}")
 # The KV transfer between the pools: SGLang's default backend, written out.
 TRANSFER_BACKEND = "mooncake"
 # The routing policies the scenario names -> SGLang's data-parallel load balancing (--load-balance-method):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from tokenpath.launch.command import Command, Settings, ShellVariable
+from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
-from tokenpath.launch.hosts import Hosts
+from tokenpath.launch.hosts import HEAD_ADDR, NODE_RANK, Hosts
 from tokenpath.launch.plan import Plan, Role, nccl_nvls_default, weight_flags
 
 # The engine's name: --engine's value, its table in flags.toml and Profile.launched_with.
@@ -22,7 +22,6 @@ NIXL_DOCS = "https://docs.vllm.ai/en/stable/features/nixl_connector_usage.html"
 # A deployment over several hosts: each runs the same command with its own node rank; host 0 runs the API
 # servers and the others `--headless`, their engine processes joining host 0's torch.distributed group
 # at --master-addr (vllm/entrypoints/cli/serve.py, run_headless, in 0.34.0; --nnodes from 0.12.0).
-NODE_RANK, HEAD_ADDR = ShellVariable("NODE_RANK"), ShellVariable("HEAD_ADDR")
 # Its routing: the API servers send each request to the data-parallel engine with the fewest requests
 # waiting and running (vllm/v1/engine/core_client.py, DPLBAsyncMPClient), no flag choosing another.
 VLLM_ROUTING = "least_outstanding"
