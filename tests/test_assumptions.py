@@ -38,6 +38,8 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.requests._ID_BITS": "a packing of request ids into integers",
     "tokenpath.engine.requests._ID_MASK": "a packing of request ids into integers",
     "tokenpath.engine.spec.MAX_NUM_SEQS": "a bound on config input",
+    "tokenpath.engine.eager_launches.SGLANG_FUSED_MXFP4_MOE_CALLS": "SGLang's calls for the block, counted in its "
+                                                                    "code (cited there), a fact",
     "tokenpath.engine.speculative.MAX_SPECULATIVE_TOKENS": "a bound on config input",
     "tokenpath.engine.speculative._DRAW_BLOCK": "how many acceptance draws one numpy call makes (speed only)",
     "tokenpath.compute.drafter.EAGLE3_DRAFT_VOCAB": "the published EAGLE-3 heads' draft vocabulary, a fact",

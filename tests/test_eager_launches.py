@@ -82,3 +82,34 @@ def test_the_resolved_scenario_says_what_the_host_pays_per_eager_kernel(eager_ho
     (document, *_) = result_document(simulate(load_scenario("typical", overrides)))
     expected = TRTLLM_EAGER_HOST_PER_KERNEL_S if expected_s == "trtllm" else expected_s
     assert document["resolved"]["engine"]["eager_host_per_kernel_s"] == expected
+
+
+def _sglang_compute(model: str, chip: str, **model_fields) -> ComputeModel:
+    scenario = build_scenario({"model": {"name": model, **model_fields},
+                               "deployment": {"chip": chip, "chips": 8, "tp": 8},
+                               "engine": {"scheduler": "prefill-first"}}, "test")
+    return build_deployment(scenario).compute
+
+
+def test_sglang_launches_a_blackwell_mxfp4_moe_block_as_four_calls_and_other_experts_as_the_ops_count():
+    """gpt-oss-120b's MoE blocks on B200 (MXFP4 experts on FP4 tensor cores): the router, the input's
+    quantization, the fused experts op and the output's copy, where the ops count the router, its top-k
+    and the routed experts' seven kernels; on H100 (weight-only MXFP4) and with bf16 experts, the ops'."""
+    from tokenpath.engine.eager_launches import SGLANG_FUSED_MXFP4_MOE_CALLS
+    from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S
+
+    fused = _sglang_compute("gpt-oss-120b", "b200", precision="bf16", expert_precision="fp4")
+    gpt_oss = fused.model
+    moe_ops = sum(op.kernels for op in fused.ops if op.name in ("moe_router", "moe_experts"))
+    assert moe_ops == gpt_oss.moe_layers * (2 + 7) and SGLANG_FUSED_MXFP4_MOE_CALLS == 4
+    assert fused.native_mxfp4_experts
+    assert fused.host_launch_s == pytest.approx(
+        (fused.kernels_per_step - gpt_oss.moe_layers * 5) * EAGER_HOST_PER_KERNEL_S, rel=1e-12)
+    # the GPU still runs every kernel: only the host's launches are fewer
+    weight_only = _sglang_compute("gpt-oss-120b", "h100", precision="bf16", expert_precision="fp4")
+    bf16_experts = _sglang_compute("gpt-oss-120b", "b200", precision="bf16")
+    for compute in (weight_only, bf16_experts):
+        assert not compute.native_mxfp4_experts
+        assert compute.host_launch_s == pytest.approx(compute.kernels_per_step * EAGER_HOST_PER_KERNEL_S, rel=1e-12)
+    assert fused.kernels_per_step == weight_only.kernels_per_step
+    assert fused.eager_gap_s == pytest.approx(weight_only.eager_gap_s, rel=1e-12)

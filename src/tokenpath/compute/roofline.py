@@ -75,6 +75,9 @@ class ComputeModel:
     `host_eager_per_kernel_s` each (engine/host_time.py; 0: none): the launch queue of launch_wait_s.
     `host_eager_kernels`: how many the host launches for such a step, where its engine fuses a layer
     into other kernels than the ops count (engine/eager_launches.py); None: the ops' count.
+    `fused_mxfp4_moe_calls`: where the engine runs MXFP4 routed experts as one fused op on a chip with FP4
+    tensor cores, its host's calls for each MoE block's router and experts, in place of those ops' kernels
+    (engine/eager_launches.py); None: the ops' count.
 
     Expert parallelism over `expert_replicas` replicas of `tp` chips each: every chip holds whole
     routed experts, 1/(tp * expert_replicas) of them, which serve the tokens of all those replicas.
@@ -93,7 +96,7 @@ class ComputeModel:
                  expert_replicas: int = 1,
                  host_window_s: float = 0.0, host_step_s: float = 0.0,
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
-                 host_eager_kernels: float | None = None,
+                 host_eager_kernels: float | None = None, fused_mxfp4_moe_calls: int | None = None,
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
                  latent_attention: bool = True, weight_only_expert_time: float = 1.0):
         _check_tp(model, tp)
@@ -155,11 +158,22 @@ class ComputeModel:
         # An eager step: every kernel's launch gap, on the GPU, and the host's launches, queued ahead of it.
         self.host_eager_per_kernel_s = host_eager_per_kernel_s
         self.eager_gap_s: float = self.kernels_per_step * assumptions.value("eager_kernel_launch_s")
-        self.host_launch_s: float = (self.kernels_per_step if host_eager_kernels is None
-                                     else host_eager_kernels) * host_eager_per_kernel_s
+        launched = self.kernels_per_step if host_eager_kernels is None else host_eager_kernels
+        if fused_mxfp4_moe_calls is not None and self.native_mxfp4_experts:
+            launched += fused_mxfp4_moe_calls * model.moe_layers - sum(
+                op.kernels for op in self.ops if op.name in ("moe_router", "moe_experts"))
+        self.host_launch_s: float = launched * host_eager_per_kernel_s
         # A stage's layers, launched in turn: the launch queue's period (launch_wait_s).
         self._layers_per_stage = model.num_layers / pp
         self._compile()
+
+    @property
+    def native_mxfp4_experts(self) -> bool:
+        """Whether the routed experts are MXFP4 weights the chip multiplies on its FP4 tensor cores."""
+        fp4_format = self.model.fp4_format or self.chip.fp4_format
+        experts = self.expert_precision or self.weight_precision
+        return (self.model.is_moe and experts == "fp4" and fp4_format == "mxfp4"
+                and not self.chip.is_weight_only("fp4"))
 
     @property
     def heads_per_chip(self) -> float:

@@ -24,6 +24,16 @@ kernels ops.py counts (Llama 3.1 70B's: 9 against 18 at TP > 1), and an MLA / Mo
   activation) and the sum of the two.
 A step adds its embedding, final norm, LM head and sampler. The kernels inside one custom op are
 launched from C++ at once; counted alike, every kernel carries the same share of the host's Python.
+
+SGLang launches a layer as compute/ops.py counts it (a dense Llama layer: 14 calls at TP > 1 either way),
+but for one block. Serving MXFP4 experts on a chip with FP4 tensor cores (gpt-oss on Blackwell), its
+default MoE runner there is `flashinfer_mxfp4` (sglang 0.5.6, python/sglang/srt/server_args.py, the
+GptOss defaults), which runs the routed experts as one fused op: the router's linear
+(models/gpt_oss.py), top-k handing the logits on without a kernel (layers/moe/topk.py,
+BypassedTopKOutput), the input's MXFP8 quantization and flashinfer's `trtllm_fp4_block_scale_moe`
+(routing, both grouped GEMMs, the activation and the finalizing reduction, layers/quantization/
+mxfp4.py), and a copy slicing the padded output back (layers/moe/fused_moe_triton/layer.py): four calls
+where ops.py counts nine (the router and its top-k, and the routed experts' seven).
 """
 
 from __future__ import annotations
@@ -61,6 +71,11 @@ class LayerKernels:
                + (2 * linear + self.shared_expert_others if model.shared_intermediate_size else 0))
         return (model.num_layers * (attention + self.fused_norms) + model.dense_layers * dense_mlp
                 + model.moe_layers * moe + self.per_step)
+
+
+# SGLang's host calls for a MoE block's router and routed experts where it runs MXFP4 experts as one
+# fused op, as listed above: router, quantization, the fused op, the output's copy.
+SGLANG_FUSED_MXFP4_MOE_CALLS = 4
 
 
 # TensorRT-LLM's PyTorch backend, as listed above.

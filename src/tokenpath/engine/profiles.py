@@ -32,7 +32,7 @@ from tokenpath.engine.cuda_graphs import (
     sglang_prefill_graph_tokens,
     trtllm_unpadded_graph_sizes,
 )
-from tokenpath.engine.eager_launches import TRTLLM_PYTORCH, LayerKernels
+from tokenpath.engine.eager_launches import SGLANG_FUSED_MXFP4_MOE_CALLS, TRTLLM_PYTORCH, LayerKernels
 from tokenpath.engine.expert_kernels import WeightOnlyExperts
 from tokenpath.engine.kv_blocks import DEFAULT_BLOCK_SIZE, vllm_block_size
 from tokenpath.engine.memory_share import (
@@ -103,9 +103,12 @@ class Profile:
     # The host time per kernel it pays for a step that replays no graph, its Python launching the kernels
     # one by one, unless [engine] eager_host says not (the registry's name; None: it launches them from
     # compiled code), and the kernels its host launches for such a step, where its model code fuses them
-    # differently from compute/ops.py's count (engine/eager_launches.py; None: ops.py's).
+    # differently from compute/ops.py's count (engine/eager_launches.py; None: ops.py's), and where it
+    # runs MXFP4 routed experts natively as one fused op, its calls for a MoE block's router and experts
+    # (None: ops.py's count).
     eager_host: EagerHost | None
     eager_kernels: LayerKernels | None
+    fused_mxfp4_moe_calls: int | None
     # -- its kernels: the registry's multiple of the roofline its MXFP4 routed experts take where they run
     # weight-only (engine/expert_kernels.py)
     mxfp4_weight_only_experts: WeightOnlyExperts
@@ -217,6 +220,7 @@ PROFILES: dict[str, Profile] = {
         # compiled piece): no host time per kernel is measured, so none.
         eager_host=None,
         eager_kernels=None,
+        fused_mxfp4_moe_calls=None,
         mxfp4_weight_only_experts="vllm_mxfp4_weight_only_expert_time",
         # V1 replays captured graphs for steps of up to its max_cudagraph_capture_size (512 tokens),
         # decode-only or mixed; its larger steps run long kernels that hide their launches.
@@ -282,6 +286,7 @@ PROFILES: dict[str, Profile] = {
         host_overlap_with_pp_since=None,
         eager_host="eager_host_per_kernel_s",  # its model code runs op by op in Python when no graph is replayed
         eager_kernels=None,
+        fused_mxfp4_moe_calls=None,
         mxfp4_weight_only_experts="vllm_mxfp4_weight_only_expert_time",
         # V0 captured decode batches (vllm/worker/model_runner.py) and ran prompt steps, and its mixed
         # chunked-prefill steps, eagerly.
@@ -348,6 +353,7 @@ PROFILES: dict[str, Profile] = {
         host_overlap_with_pp_since=None,
         eager_host="eager_host_per_kernel_s",  # calibrated on SGLang (engine/host_time.py)
         eager_kernels=None,
+        fused_mxfp4_moe_calls=SGLANG_FUSED_MXFP4_MOE_CALLS,
         mxfp4_weight_only_experts="sglang_mxfp4_weight_only_expert_time",
         # SGLang's CudaGraphRunner replays decode-or-idle batches only, up to its cuda_graph_max_bs
         # for the GPU's memory and tp, and from 0.5.10 its prompt steps up to the prefill chunk on NVIDIA
@@ -429,6 +435,7 @@ PROFILES: dict[str, Profile] = {
         # engines (NIM's, and every release before 1.0) launch from C++: `[engine] eager_host = false`.
         eager_host="trtllm_eager_host_per_kernel_s",
         eager_kernels=TRTLLM_PYTORCH,
+        fused_mxfp4_moe_calls=None,  # TRTLLM_PYTORCH counts its fused MoE op's kernels
         mxfp4_weight_only_experts="trtllm_mxfp4_weight_only_expert_time",
         # The PyTorch backend replays a graph only for a batch without a prompt
         # (ScheduledRequests.can_run_cuda_graph, tensorrt_llm/_torch/pyexecutor/scheduler.py), and by

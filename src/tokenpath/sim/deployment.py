@@ -125,6 +125,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
                            host_eager_kernels=host_eager_kernels,
+                           fused_mxfp4_moe_calls=engine.profile.fused_mxfp4_moe_calls,
                            assumptions=assumptions, expert_precision=scenario.model.expert_precision,
                            attention_dp=dep.attention_dp, latent_attention=engine.latent_attention,
                            weight_only_expert_time=weight_only_expert_time(engine.profile.mxfp4_weight_only_experts,
