@@ -17,7 +17,9 @@ compare the two readings of how AIPerf measures.
 Each run's TTFT and TPOT are also checked against the error band `simulate` states for the run (sim/
 bands.py: the range a measurement would fall in, from the validated rows nearest its regime, nominally
 eight in ten): `in` or `OUT` on each line, and at the end the share of runs whose measurement the band
-held, with the bands' median width (high / low).
+held, with the bands' median width (high / low). A run whose scenario `simulate` says lies outside the
+validated envelope (sim/envelope.py) is marked `*`, and the end gives the medians inside and outside
+it, with what put the runs outside.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from tokenpath.sim.document import result_document
-from tokenpath.sim.simulate import Simulation, simulate
+from tokenpath.sim.simulate import simulate
 from tokenpath.validate.latency import load_latency, relative_errors, row_prepared, run_prediction
 
 # silicon_sample.csv's names -> the catalog's
@@ -120,6 +122,8 @@ def main() -> None:
     errors = []
     groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
     held: dict[str, list[tuple[bool, float]]] = {"ttft": [], "tpot": []}
+    inside: dict[bool, list[tuple[float, float, bool, bool]]] = {True: [], False: []}  # errors, bands held
+    outside_why: dict[str, int] = {}
     for _, run in runs.iterrows():
         row = row_of(run, args.window)
         simulation = simulate(row_prepared(row, data["sharegpt"]))
@@ -128,17 +132,23 @@ def main() -> None:
         ttft, tpot = error["ttft"], error["decode"]
         errors.append((ttft, tpot))
         groups.setdefault(group_of(run), []).append((ttft, tpot))
-        bands = band_ratios(simulation)
+        document, _ = result_document(simulation)
+        bands = band_ratios(document)
+        validated = document["envelope"]["validated"]
+        for what in document["envelope"]["outside"]:
+            outside_why[what] = outside_why.get(what, 0) + 1
         marks = {}
         for key, value_s, measured_ms in (("ttft", predicted["ttft_s"], run.silicon_ttft_ms),
                                           ("tpot", predicted["decode_s"], run.silicon_tpot_ms)):
             low, high = (value_s * 1e3 * ratio for ratio in bands[key])
             held[key].append((low <= measured_ms <= high, high / low))
             marks[key] = "in " if held[key][-1][0] else "OUT"
+        inside[validated].append((ttft, tpot, held["ttft"][-1][0], held["tpot"][-1][0]))
         print(f"{run.backend:6} {MODELS[run.model_path]:13} {run.system:8} tp{int(run.tp_size)} "
               f"{int(run.isl)}/{int(run.osl)} c{int(run.concurrency):<4} "
               f"TTFT {run.silicon_ttft_ms:8.1f} ms {ttft:+6.0%} {marks['ttft']}  "
-              f"TPOT {run.silicon_tpot_ms:6.1f} ms {tpot:+6.0%} {marks['tpot']}", flush=True)
+              f"TPOT {run.silicon_tpot_ms:6.1f} ms {tpot:+6.0%} {marks['tpot']}{'' if validated else ' *'}",
+              flush=True)
     print("\nby engine, chip and TP (median signed error, then median |error|):")
     for (backend, chip, tp), group in sorted(groups.items()):
         ttfts, tpots = [t for t, _ in group], [d for _, d in group]
@@ -152,11 +162,19 @@ def main() -> None:
           + ", ".join(f"{key.upper()} {sum(ok for ok, _ in outcomes) / len(outcomes):.0%} of runs "
                       f"(median width x{statistics.median(width for _, width in outcomes):.2f})"
                       for key, outcomes in held.items()))
+    for validated, group in ((True, inside[True]), (False, inside[False])):
+        if group:
+            print(f"{'inside' if validated else 'outside (*)'} the validated envelope: {len(group)} runs, median "
+                  f"|error| TTFT {statistics.median(abs(g[0]) for g in group):.1%}, "
+                  f"TPOT {statistics.median(abs(g[1]) for g in group):.1%}; bands held TTFT "
+                  f"{sum(g[2] for g in group) / len(group):.0%}, TPOT {sum(g[3] for g in group) / len(group):.0%}")
+    if outside_why:
+        print("outside for: " + "; ".join(f"{what} ({count} runs)" for what, count in sorted(outside_why.items())))
 
 
-def band_ratios(simulation: Simulation) -> dict[str, tuple[float, float]]:
-    """The mean TTFT's and TPOT's error bands of a simulated run, as multiples of the predicted means."""
-    document, _ = result_document(simulation)
+def band_ratios(document: dict) -> dict[str, tuple[float, float]]:
+    """The mean TTFT's and TPOT's error bands of a simulated run's result document, as multiples of the
+    predicted means."""
     ratios = {}
     for key in ("ttft", "tpot"):
         figure = document["latency_s"][key]

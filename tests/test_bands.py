@@ -190,11 +190,11 @@ def test_an_mi300x_scenario_with_an_unvalidated_engine_version_is_outside_the_en
     document = json.loads(target.read_text())
     assert document["regime"]["chip_generation"] == "CDNA3" and document["regime"]["engine"] == "vllm-v1"
     assert document["envelope"]["validated"] is False
-    # MI300X itself is covered (SGLang's DeepSeek-V3.1 rows); no vLLM V1 row states version 0.7.
-    assert document["envelope"]["outside"] == ["engine version 0.7"]
+    # MI300X itself is covered (SGLang's DeepSeek-V3.1 rows), not vLLM V1 on it; no vLLM V1 row states 0.7.
+    assert document["envelope"]["outside"] == ["engine profile vllm-v1 on CDNA3", "engine version 0.7"]
     text = " ".join(out.split())
-    assert ("outside the validated envelope: engine version 0.7 (rows cover vllm-v1 versions: 0.8.3 "
-            "(vllm/vllm-openai:v0.8.3, V1), not stated)") in text
+    assert ("outside the validated envelope: engine profile vllm-v1 on CDNA3, engine version 0.7 (rows cover "
+            "vllm-v1 on Ampere, Hopper; vllm-v1 versions: 0.8.3 (vllm/vllm-openai:v0.8.3, V1), not stated)") in text
     assert "(version 0.7)" in text  # the scenario's engine line
 
 
@@ -227,6 +227,20 @@ def test_the_envelope_names_each_dimension_no_row_covers():
                                 "load overloaded", "engine version 1.0"]
     assert block["line"].endswith("(rows cover chip: a100, h100; chip generation: Ampere, Hopper; engine profile: "
                                   "vllm-v1; model family: dense; load: moderate; trtllm versions: none)")
+
+
+def test_an_engine_profile_no_row_runs_on_the_chips_generation_is_outside_though_each_alone_is_covered():
+    records = [_record(0, 0.1), _record(1, 0.1, engine="prefill-first", chip="b200", chip_generation="Blackwell")]
+    assert envelope(HOPPER, records)["validated"]
+    blackwell = {**HOPPER, "chip": "b200", "chip_generation": "Blackwell"}
+    assert envelope(blackwell, records) == {
+        "validated": False, "outside": ["engine profile vllm-v1 on Blackwell"],
+        "line": "outside the validated envelope: engine profile vllm-v1 on Blackwell (rows cover vllm-v1 on Hopper)"}
+    assert envelope({**HOPPER, "engine": "prefill-first"}, records)["outside"] == [
+        "engine profile prefill-first on Hopper"]
+    # a generation no row has is named once, as the generation, not again as the pair
+    ampere = envelope({**HOPPER, "chip": "a100", "chip_generation": "Ampere"}, records)["outside"]
+    assert ampere == ["chip a100", "chip generation Ampere"]
 
 
 def test_a_closed_loop_of_fixed_lengths_through_the_front_end_is_outside_the_envelope(tmp_path, monkeypatch, capsys):

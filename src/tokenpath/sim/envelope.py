@@ -2,7 +2,10 @@
 
 A run is inside when some latency row of the bands file (sim/bands.py) has its chip, its chip's
 generation, its engine profile, its model family and its load regime, each on its own (a combination
-no row has is the band's back-off, which its basis names), and, where the scenario states the engine's
+no row has is the band's back-off, which its basis names), and some row its engine profile on its chip's
+generation: an engine's kernels, graphs and defaults differ from one generation to the next, and where
+no row has the pair the unshipped runs missed most (docs/validation.md, "Error bands and the
+validated envelope": vLLM and TensorRT-LLM on Blackwell); and, where the scenario states the engine's
 release (`[engine] version`), some row of the same profile states that release: the same text, or a
 first word that is it or starts with it and a dot ("0.6" covers "0.6.0" and "0.6.0 (V0)"); where it
 runs speculative decoding, some row runs the same method; and it is not a closed loop of fixed lengths
@@ -43,6 +46,10 @@ def envelope(regime: dict[str, Any], records: Sequence[Record]) -> dict[str, Any
         if regime[key] not in have:
             outside.append(f"{name} {regime[key]}")
             cover.append(f"{name}: {', '.join(have)}")
+    paired = sorted({r.chip_generation for r in latency if r.engine == regime["engine"]})
+    if paired and regime["chip_generation"] in {r.chip_generation for r in latency} - set(paired):  # each alone
+        outside.append(f"engine profile {regime['engine']} on {regime['chip_generation']}")
+        cover.append(f"{regime['engine']} on {', '.join(paired)}")
     version = regime.get("engine_version")
     if version is not None:
         stated = sorted({r.engine_version for r in latency if r.engine == regime["engine"]})
