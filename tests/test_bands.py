@@ -122,6 +122,33 @@ def test_a_band_is_at_least_the_spread_rows_show_about_their_own_regimes():
                              "widened to the pooled spread of 12 rows")
 
 
+def test_an_engine_no_row_runs_on_the_chips_generation_takes_the_spread_about_other_pairs():
+    # vLLM V1's four Hopper rows read +22% (log 0.2), SGLang's ("prefill-first") four on Hopper and four on
+    # Blackwell 0%. About its own regime every row is at 0: no pooled widening. With each row's engine and
+    # generation left out, vLLM's rows stand 0.2 above the SGLang rows their band then comes from, the
+    # SGLang rows 0 from each other's: 10th and 90th percentiles (ranks 1.1 and 9.9 of 12) 0 and 0.2.
+    records = [_record(k, math.expm1(0.2)) for k in range(4)]
+    records += [_record(4 + k, 0.0, engine="prefill-first", chip="b200", chip_generation="Blackwell")
+                for k in range(4)]
+    records += [_record(8 + k, 0.0, engine="prefill-first") for k in range(4)]
+    blackwell = {**HOPPER, "chip": "b200", "chip_generation": "Blackwell"}
+    document = _document(blackwell)
+    attach_bands(document, records)
+    band = document["latency_s"]["ttft"]["band"]
+    # vLLM's Hopper rows, about their median log(1 + e) of 0.2, widened from 0.2 + 0 to 0.2 + 0.2
+    assert band["p50"] == {"low": pytest.approx(0.1 * math.exp(-0.4), rel=1e-12),
+                           "high": pytest.approx(0.1 * math.exp(-0.2), rel=1e-12)}
+    assert band["basis"].endswith("4 rows, cross-validated, min-max of their errors, widened to the spread of 12 "
+                                  "rows about other engine-and-generation pairs' rows (no row runs vllm-v1 on "
+                                  "Blackwell)")
+    # on Hopper vLLM has rows of its own: their range alone
+    document = _document()
+    attach_bands(document, records)
+    assert document["latency_s"]["ttft"]["band"]["p50"] == {"low": pytest.approx(0.1 * math.exp(-0.2), rel=1e-12),
+                                                            "high": pytest.approx(0.1 * math.exp(-0.2), rel=1e-12)}
+    assert "pairs" not in document["latency_s"]["ttft"]["band"]["basis"]
+
+
 def test_too_few_rows_back_off_in_order_and_say_what_was_dropped():
     # Two rows match all four keys, three match once the chip generation is dropped.
     records = [_record(0, 0.1), _record(1, 0.2), _record(2, -0.1, chip_generation="Ampere"),

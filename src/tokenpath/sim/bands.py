@@ -15,6 +15,12 @@ be. So the band is at least as wide as the spread every row shows around its own
 each row's error against the median error of its regime's other rows (the error a band makes for a row it
 has not seen), in log(1 + e), their QUANTILES, about the regime's own median.
 
+A scenario whose engine profile no row runs on its chip's generation (outside the validated envelope,
+sim/envelope.py) has no rows of its own pair to stand on: its latency bands are at least as wide as the
+spread every row shows about the rows of the other pairs (`pair_spread`): each row's error against the
+median error of the rows its band would come from were every row of its engine and generation left
+out, the error a band makes for a pair it has not seen.
+
 A scenario calibrated by `calibrate engine` takes its latency bands from the file's `calibrated` rows
 instead: the rows `validate --calibrated` predicted from a fit on one lighter load of their
 configuration, the workflow such a scenario follows (validate/calibrated.py), with the same back-off.
@@ -169,13 +175,17 @@ def _regime_of(record: Record) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _pooled_spread(rows: tuple[tuple[str, str, str, str, str, float], ...]) -> tuple[float, float] | None:
-    """pooled_spread of rows given as (id, engine, load, model_family, chip_generation, error)."""
+def _pooled_spread(rows: tuple[tuple[str, str, str, str, str, float], ...],
+                   leave_out_pair: bool = False) -> tuple[float, float] | None:
+    """pooled_spread of rows given as (id, engine, load, model_family, chip_generation, error), or with
+    `leave_out_pair` pair_spread."""
     records = [Record(id_, "", engine, "", "", generation, "", family, load, {"e": error})
                for id_, engine, load, family, generation, error in rows]
     deviations = []
     for record in records:
-        others, _ = nearest([r for r in records if r is not record], _regime_of(record), "e")
+        unseen = [r for r in records if r is not record and not (
+            leave_out_pair and (r.engine, r.chip_generation) == (record.engine, record.chip_generation))]
+        others, _ = nearest(unseen, _regime_of(record), "e")
         if others:
             deviations.append(math.log1p(record.errors["e"]) - float(np.median([math.log1p(r.errors["e"])
                                                                                   for r in others])))
@@ -189,8 +199,24 @@ def pooled_spread(records: Sequence[Record], metric: str) -> tuple[float, float]
     """The QUANTILES of every row's error about its regime, in log(1 + e): each row's log(1 + e) less the
     median of those of the rows its band would come from were it not among them (`nearest`, the same
     back-off). None from fewer than MIN_QUANTILE_ROWS rows."""
-    return _pooled_spread(tuple((r.id, r.engine, r.load, r.model_family, r.chip_generation, r.errors[metric])
-                                for r in records if metric in r.errors))
+    return _pooled_spread(_spread_rows(records, metric))
+
+
+def pair_spread(records: Sequence[Record], metric: str) -> tuple[float, float] | None:
+    """As pooled_spread, each row against the rows its band would come from were every row of its engine
+    profile and chip generation left out: how far a band is off for a pair no row runs."""
+    return _pooled_spread(_spread_rows(records, metric), leave_out_pair=True)
+
+
+def _spread_rows(records: Sequence[Record], metric: str) -> tuple[tuple[str, str, str, str, str, float], ...]:
+    return tuple((r.id, r.engine, r.load, r.model_family, r.chip_generation, r.errors[metric])
+                 for r in records if metric in r.errors)
+
+
+def unseen_pair(records: Sequence[Record], regime: dict[str, Any]) -> bool:
+    """Whether no latency row runs the regime's engine profile on its chip generation."""
+    return not any(r.engine == regime["engine"] and r.chip_generation == regime["chip_generation"]
+                   for r in records if "ttft" in r.errors)
 
 
 def band(records: Sequence[Record], regime: dict[str, Any], metric: str, calibrated: bool = False) -> Band | None:
@@ -201,13 +227,18 @@ def band(records: Sequence[Record], regime: dict[str, Any], metric: str, calibra
     if not chosen:
         return None
     q_low, q_high, rule = residual_range([r.errors[metric] for r in chosen])
-    spread = pooled_spread(pool, metric)
-    if spread is not None:
-        centre = float(np.median([math.log1p(r.errors[metric]) for r in chosen]))
-        low, high = math.expm1(centre + spread[0]), math.expm1(centre + spread[1])
-        if low < q_low or high > q_high:
-            q_low, q_high = min(q_low, low), max(q_high, high)
-            rule += f", widened to the pooled spread of {sum(metric in r.errors for r in pool)} rows"
+    centre = float(np.median([math.log1p(r.errors[metric]) for r in chosen]))
+    counted = sum(metric in r.errors for r in pool)
+    widenings = [(pooled_spread(pool, metric), f"the pooled spread of {counted} rows")]
+    if metric != "throughput" and unseen_pair(pool, regime):
+        widenings.append((pair_spread(pool, metric), f"the spread of {counted} rows about other engine-and-"
+                          f"generation pairs' rows (no row runs {regime['engine']} on {regime['chip_generation']})"))
+    for spread, what in widenings:
+        if spread is not None:
+            low, high = math.expm1(centre + spread[0]), math.expm1(centre + spread[1])
+            if low < q_low or high > q_high:
+                q_low, q_high = min(q_low, low), max(q_high, high)
+                rule += f", widened to {what}"
     crossed = sum(r.cross_validated for r in chosen)
     registry = "at the registry's values (no constant is fitted on them)"
     sources = len({r.source for r in chosen})
