@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tokenpath.sim.bands import Record
+from tokenpath.sim.bands import Record, unseen_pair
 
 # Marks, in a table of runs (levers, a sweep's frontier), one whose scenario lies outside the envelope.
 OUTSIDE_MARK = "*"
@@ -46,8 +46,10 @@ def envelope(regime: dict[str, Any], records: Sequence[Record]) -> dict[str, Any
         if regime[key] not in have:
             outside.append(f"{name} {regime[key]}")
             cover.append(f"{name}: {', '.join(have)}")
-    paired = sorted({r.chip_generation for r in latency if r.engine == regime["engine"]})
-    if paired and regime["chip_generation"] in {r.chip_generation for r in latency} - set(paired):  # each alone
+    each_covered = (regime["engine"] in {r.engine for r in latency}
+                    and regime["chip_generation"] in {r.chip_generation for r in latency})
+    if each_covered and unseen_pair(latency, regime):  # (else named above, alone)
+        paired = sorted({r.chip_generation for r in latency if r.engine == regime["engine"]})
         outside.append(f"engine profile {regime['engine']} on {regime['chip_generation']}")
         cover.append(f"{regime['engine']} on {', '.join(paired)}")
     version = regime.get("engine_version")
