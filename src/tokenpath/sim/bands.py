@@ -221,7 +221,8 @@ def unseen_pair(records: Sequence[Record], regime: dict[str, Any]) -> bool:
 
 def band(records: Sequence[Record], regime: dict[str, Any], metric: str, calibrated: bool = False) -> Band | None:
     """The band of `metric` for a run of `regime` (`calibrated`: from the calibrated rows); None when no
-    row has the metric. The regime's rows' range, widened to the pooled spread about their median."""
+    row has the metric. The regime's rows' range, widened to the pooled spread about their median and,
+    for a latency metric of an engine no row runs on the chip's generation, to the pair spread."""
     pool = [r for r in records if r.calibrated == calibrated]
     chosen, dropped = nearest(pool, regime, metric)
     if not chosen:
