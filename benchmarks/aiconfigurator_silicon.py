@@ -122,7 +122,7 @@ def main() -> None:
     errors = []
     groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
     held: dict[str, list[tuple[bool, float]]] = {"ttft": [], "tpot": []}
-    inside: dict[bool, list[tuple[float, float, bool, bool]]] = {True: [], False: []}  # errors, bands held
+    by_envelope: dict[bool, list[tuple[float, float, bool, bool]]] = {True: [], False: []}  # errors, bands held
     outside_why: dict[str, int] = {}
     for _, run in runs.iterrows():
         row = row_of(run, args.window)
@@ -143,7 +143,7 @@ def main() -> None:
             low, high = (value_s * 1e3 * ratio for ratio in bands[key])
             held[key].append((low <= measured_ms <= high, high / low))
             marks[key] = "in " if held[key][-1][0] else "OUT"
-        inside[validated].append((ttft, tpot, held["ttft"][-1][0], held["tpot"][-1][0]))
+        by_envelope[validated].append((ttft, tpot, held["ttft"][-1][0], held["tpot"][-1][0]))
         print(f"{run.backend:6} {MODELS[run.model_path]:13} {run.system:8} tp{int(run.tp_size)} "
               f"{int(run.isl)}/{int(run.osl)} c{int(run.concurrency):<4} "
               f"TTFT {run.silicon_ttft_ms:8.1f} ms {ttft:+6.0%} {marks['ttft']}  "
@@ -162,7 +162,7 @@ def main() -> None:
           + ", ".join(f"{key.upper()} {sum(ok for ok, _ in outcomes) / len(outcomes):.0%} of runs "
                       f"(median width x{statistics.median(width for _, width in outcomes):.2f})"
                       for key, outcomes in held.items()))
-    for validated, group in ((True, inside[True]), (False, inside[False])):
+    for validated, group in by_envelope.items():
         if group:
             print(f"{'inside' if validated else 'outside (*)'} the validated envelope: {len(group)} runs, median "
                   f"|error| TTFT {statistics.median(abs(g[0]) for g in group):.1%}, "

@@ -175,7 +175,7 @@ def _regime_of(record: Record) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _pooled_spread(rows: tuple[tuple[str, str, str, str, str, float], ...],
+def _spread(rows: tuple[tuple[str, str, str, str, str, float], ...],
                    leave_out_pair: bool = False) -> tuple[float, float] | None:
     """pooled_spread of rows given as (id, engine, load, model_family, chip_generation, error), or with
     `leave_out_pair` pair_spread."""
@@ -199,13 +199,13 @@ def pooled_spread(records: Sequence[Record], metric: str) -> tuple[float, float]
     """The QUANTILES of every row's error about its regime, in log(1 + e): each row's log(1 + e) less the
     median of those of the rows its band would come from were it not among them (`nearest`, the same
     back-off). None from fewer than MIN_QUANTILE_ROWS rows."""
-    return _pooled_spread(_spread_rows(records, metric))
+    return _spread(_spread_rows(records, metric))
 
 
 def pair_spread(records: Sequence[Record], metric: str) -> tuple[float, float] | None:
     """As pooled_spread, each row against the rows its band would come from were every row of its engine
     profile and chip generation left out: how far a band is off for a pair no row runs."""
-    return _pooled_spread(_spread_rows(records, metric), leave_out_pair=True)
+    return _spread(_spread_rows(records, metric), leave_out_pair=True)
 
 
 def _spread_rows(records: Sequence[Record], metric: str) -> tuple[tuple[str, str, str, str, str, float], ...]:
