@@ -176,7 +176,7 @@ def _regime_of(record: Record) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=64)
 def _spread(rows: tuple[tuple[str, str, str, str, str, float], ...],
-                   leave_out_pair: bool = False) -> tuple[float, float] | None:
+            leave_out_pair: bool = False) -> tuple[float, float] | None:
     """pooled_spread of rows given as (id, engine, load, model_family, chip_generation, error), or with
     `leave_out_pair` pair_spread."""
     records = [Record(id_, "", engine, "", "", generation, "", family, load, {"e": error})
