@@ -312,6 +312,24 @@ def test_ngram_drafts_a_chain_of_prompt_lookups():
     assert config == {"decoding_type": "NGram", "max_draft_len": 4}
 
 
+def test_trtllm_graphs_for_every_decode_batch_go_up_to_the_largest_batch():
+    # vLLM V1's profile replays a graph at any size; TensorRT-LLM's CudaGraphConfig.max_batch_size takes a
+    # number (null fails its validation), so the largest batch the server forms
+    written = launch_files(load_scenario("typical"), "trtllm")
+    (argv,) = shell_words(written["launch-trtllm.sh"])
+    config = json.loads(written["extra-llm-api-server.yaml"])
+    assert config["cuda_graph_config"] == {"max_batch_size": int(_values(argv, "--max_batch_size")[0]),
+                                           "enable_padding": True}
+    decode = json.loads(launch_files(_scenario("decode-graphs"), "trtllm")["extra-llm-api-server.yaml"])
+    assert decode["cuda_graph_config"]["max_batch_size"] == 256
+
+
+def test_a_null_yaml_value_is_refused_where_the_engine_takes_none():
+    check_yaml_keys("trtllm", {"cuda_graph_config": None})  # no CUDA graphs
+    with pytest.raises(ValueError, match="cuda_graph_config.max_batch_size: null"):
+        check_yaml_keys("trtllm", {"cuda_graph_config": {"max_batch_size": None, "enable_padding": True}})
+
+
 def test_every_catalog_model_names_a_checkpoint_to_serve():
     for name in list_models():
         served = checkpoint(Scenario.model_validate({"model": {"name": name}}))

@@ -67,12 +67,14 @@ def parse(argv: list[str]) -> tuple[str, list[str], list[tuple[str, list[str]]]]
 
 def check_yaml_keys(program: str, document: dict[str, Any]) -> None:
     """Raise ValueError for a key of `document` (dotted into its tables) that `program` does not read,
-    or a value outside the ones it accepts."""
+    a null where the key takes none, or a value outside the ones it accepts."""
     keys = programs()[program]["yaml_keys"]
     for key, value in _dotted(document):
         spec = keys.get(key)
         if spec is None:
             raise ValueError(f"{program} reads no YAML key {key}")
+        if value is None and not spec.get("nullable", False):
+            raise ValueError(f"{program}: {key}: null is not a value it takes; leave the key out for its default")
         if "values" in spec and value not in spec["values"]:
             raise ValueError(f"{program}: {key}: {value!r} is not one of {', '.join(spec['values'])}")
 

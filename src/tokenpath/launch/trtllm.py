@@ -73,8 +73,10 @@ def extra_options(plan: Plan, role: Role, settings: Settings) -> dict[str, Any]:
         settings.map("engine.cuda_graph_max_tokens", "(no graphs)")
         settings.map("engine.cuda_graph_padding", "(no graphs)")
     else:  # decode batches up to the limit replay a graph, padded up to the nearest size captured or, unpadded,
-        # only at the sizes captured (engine/cuda_graphs.py)
-        graphs = {"max_batch_size": eng.graph_max_tokens(load_chip(s.deployment.chip).hbm_bytes, s.deployment.tp),
+        # only at the sizes captured (engine/cuda_graphs.py); where every size replays one, up to the largest
+        # batch the server forms (CudaGraphConfig.max_batch_size takes a number, not null)
+        limit = eng.graph_max_tokens(load_chip(s.deployment.chip).hbm_bytes, s.deployment.tp)
+        graphs = {"max_batch_size": eng.max_num_seqs if limit is None else limit,
                   "enable_padding": eng.cuda_graph_padding}
         settings.map("engine.cuda_graph_max_tokens", "cuda_graph_config.max_batch_size")
         settings.map("engine.cuda_graph_padding", "cuda_graph_config.enable_padding")
