@@ -165,6 +165,15 @@ def test_disaggregated_vllm_pools_run_the_nixl_connector_on_their_own_gpus():
                                                                   "kv_role": "kv_both"}
 
 
+def test_vllm_pools_side_channel_ports_do_not_overlap():
+    # each data-parallel engine listens on VLLM_NIXL_SIDE_CHANNEL_PORT plus its rank: two prefill replicas
+    # take 5600 and 5601, so the decode pool starts at 5602
+    scenario = load_scenario("typical", {"deployment.tp": 2, "deployment.prefill_replicas": 2})
+    script = launch_files(scenario, "vllm")["launch-vllm.sh"]
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3 VLLM_NIXL_SIDE_CHANNEL_PORT=5600 vllm serve" in script
+    assert "CUDA_VISIBLE_DEVICES=4,5,6,7 VLLM_NIXL_SIDE_CHANNEL_PORT=5602 vllm serve" in script
+
+
 @pytest.mark.parametrize(("name", "pools"), [
     ("tp2-dp4", [("server", 4, 2)]),
     ("tp2-pp2-dp2", [("server", 2, 4)]),

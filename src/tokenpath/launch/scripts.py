@@ -21,7 +21,10 @@ FRONT_HOST = "0.0.0.0"
 FRONT_PORT = 8000
 FIRST_SERVER_PORT = 8100          # pools' servers count up from here when something fronts them
 SGLANG_BOOTSTRAP_PORT = 8998      # SGLang's default --disaggregation-bootstrap-port, one per prefill server
-NIXL_SIDE_CHANNEL_PORT = 5600     # VLLM_NIXL_SIDE_CHANNEL_PORT of the first vLLM instance, as vLLM's guide
+# VLLM_NIXL_SIDE_CHANNEL_PORT of the first vLLM pool, as vLLM's guide. Each data-parallel engine of a pool
+# listens on that port plus its rank (vLLM 0.34.0, distributed/kv_transfer/kv_connector/v1/nixl/
+# base_scheduler.py:77), so each pool's port starts past the ranks of the pools before it.
+NIXL_SIDE_CHANNEL_PORT = 5600
 
 
 def gpus(plan: Plan, role: Role, first_replica: int, replicas: int) -> str:
@@ -44,10 +47,12 @@ def vllm_files(plan: Plan, settings: Settings) -> dict[str, str]:
             (comment, vllm.command(plan, role, role.replicas, settings))])}
     one_host_note(plan, vllm.NAME, settings)
     blocks = []
+    side_channel_port = NIXL_SIDE_CHANNEL_PORT
     for k, role in enumerate(plan.roles):
         cmd = vllm.command(plan, role, role.replicas, settings, port=FIRST_SERVER_PORT + k)
         cmd.env = {"CUDA_VISIBLE_DEVICES": gpus(plan, role, 0, role.replicas),
-                   "VLLM_NIXL_SIDE_CHANNEL_PORT": str(NIXL_SIDE_CHANNEL_PORT + k)}
+                   "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_channel_port)}
+        side_channel_port += role.replicas
         blocks.append((f"the {role.name} pool: {role.replicas} replica(s)", cmd))
     return {"launch-vllm.sh": _script(plan, vllm.NAME, settings, blocks, background=True)}
 
