@@ -339,6 +339,13 @@ def test_a_null_yaml_value_is_refused_where_the_engine_takes_none():
         check_yaml_keys("trtllm", {"cuda_graph_config": {"max_batch_size": None, "enable_padding": True}})
 
 
+def test_sglang_refuses_ngram_drafts_with_attention_data_parallel():
+    scenario = load_scenario("typical", {**SCENARIOS["dp-attention"], "workload.draft_acceptance": 0.5,
+                                         "engine.speculative": {"method": "ngram", "num_speculative_tokens": 3}})
+    with pytest.raises(UserError, match="engine.speculative: SGLang drafts no n-grams with attention data-parallel"):
+        launch_files(scenario, "sglang")
+
+
 def test_every_catalog_model_names_a_checkpoint_to_serve():
     for name in list_models():
         served = checkpoint(Scenario.model_validate({"model": {"name": name}}))

@@ -3,6 +3,7 @@ prefill and a decode server (--disaggregation-mode) behind `sglang_router --pd-d
 
 from __future__ import annotations
 
+from tokenpath.config.errors import UserError
 from tokenpath.launch.command import Command, Settings, ShellVariable
 from tokenpath.launch.flags import programs
 from tokenpath.launch.hosts import HEAD_ADDR_VARIABLE, NODE_RANK, Hosts
@@ -175,6 +176,10 @@ def _speculative(plan: Plan, cmd: Command, settings: Settings) -> None:
     if speculative is None:
         settings.map("engine.speculative", "(none)")
         return
+    if speculative.method == "ngram" and plan.scenario.deployment.attention_dp:
+        raise UserError("engine.speculative: SGLang drafts no n-grams with attention data-parallel (sglang 0.5.23, "
+                        "arg_groups/speculative_hook.py refuses it); set deployment.attention_dp = false or draft "
+                        "with mtp or eagle3")
     k = speculative.num_speculative_tokens
     cmd.add(settings, "engine.speculative", "--speculative-algorithm", SPECULATIVE_ALGORITHM[speculative.method])
     if speculative.method == "ngram":  # its tree's breadth stands for the top-k: 1 for a chain
