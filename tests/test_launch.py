@@ -42,6 +42,10 @@ SCENARIOS = {
     "vllm-v0-unchunked": {"engine.scheduler": "vllm-v0", "engine.chunked_prefill": False,
                           "engine.num_scheduler_steps": 8},
     "dp-attention": {"model.name": "deepseek-v3", "deployment.tp": 8, "deployment.attention_dp": True},
+    "dp-attention-two-replicas": {"model.name": "qwen3-235b-a22b", "deployment.tp": 4,
+                                  "deployment.attention_dp": True, "deployment.routing": "least_outstanding"},
+    "dp-attention-disaggregated": {"model.name": "qwen3-235b-a22b", "deployment.tp": 2,
+                                   "deployment.attention_dp": True, "deployment.prefill_replicas": 2},
     "mtp": {"model.name": "deepseek-v3", "deployment.tp": 8, "workload.draft_acceptance": 0.7,
             "engine.speculative": {"method": "mtp", "num_speculative_tokens": 2}},
     "eagle3-sglang": {"engine.scheduler": "prefill-first", "workload.draft_acceptance": 0.7,
@@ -344,6 +348,33 @@ def test_sglang_refuses_ngram_drafts_with_attention_data_parallel():
                                          "engine.speculative": {"method": "ngram", "num_speculative_tokens": 3}})
     with pytest.raises(UserError, match="engine.speculative: SGLang drafts no n-grams with attention data-parallel"):
         launch_files(scenario, "sglang")
+
+
+def test_sglang_runs_a_server_per_replica_behind_its_router_with_attention_data_parallel():
+    # SGLang refuses --dp-size above 1 with --attn-dp-size (arg_groups/parallel_hook.py)
+    script = launch_files(_scenario("dp-attention-two-replicas"), "sglang")["launch-sglang.sh"]
+    first, second, router = shell_words(script)
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3 python -m sglang.launch_server" in script
+    assert "CUDA_VISIBLE_DEVICES=4,5,6,7 python -m sglang.launch_server" in script
+    for argv, port in ((first, "8100"), (second, "8101")):
+        assert (_values(argv, "--dp-size"), _values(argv, "--attn-dp-size"), _values(argv, "--port")) == (
+            ["1"], ["4"], [port])
+    assert _values(router, "--worker-urls") == ["http://127.0.0.1:8100", "http://127.0.0.1:8101"]
+    assert _values(router, "--policy") == ["power_of_two"]  # the router has no least-outstanding policy
+
+
+def test_sglang_disaggregated_pools_with_attention_data_parallel_give_each_prefill_server_its_bootstrap_port():
+    *servers, router = shell_words(launch_files(_scenario("dp-attention-disaggregated"), "sglang")[
+        "launch-sglang.sh"])
+    assert [(_values(argv, "--disaggregation-mode"), _values(argv, "--dp-size"), _values(argv, "--port"))
+            for argv in servers] == [(["prefill"], ["1"], ["8100"]), (["prefill"], ["1"], ["8101"]),
+                                     (["decode"], ["1"], ["8102"]), (["decode"], ["1"], ["8103"])]
+    assert [_values(argv, "--disaggregation-bootstrap-port") for argv in servers[:2]] == [["8998"], ["8999"]]
+    options = parse(router)[2]
+    assert [values for flag, values in options if flag == "--prefill"] == [
+        ["http://127.0.0.1:8100", "8998"], ["http://127.0.0.1:8101", "8999"]]
+    assert [values for flag, values in options if flag == "--decode"] == [
+        ["http://127.0.0.1:8102"], ["http://127.0.0.1:8103"]]
 
 
 def test_every_catalog_model_names_a_checkpoint_to_serve():

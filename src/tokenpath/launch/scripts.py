@@ -58,6 +58,8 @@ def vllm_files(plan: Plan, settings: Settings) -> dict[str, str]:
 
 
 def sglang_files(plan: Plan, settings: Settings) -> dict[str, str]:
+    if not plan.disaggregated and plan.roles[0].replicas > 1 and sglang.server_per_replica(plan):
+        return _sglang_servers_behind_router(plan, settings)
     if not plan.disaggregated:
         role = plan.roles[0]
         comment = f"{role.replicas} replica(s) as SGLang's --dp-size"
@@ -70,19 +72,47 @@ def sglang_files(plan: Plan, settings: Settings) -> dict[str, str]:
             (comment, sglang.command(plan, role, role.replicas, settings, host=FRONT_HOST, port=FRONT_PORT))])}
     one_host_note(plan, sglang.NAME, settings)
     blocks, prefill, decode = [], [], []
-    for k, role in enumerate(plan.roles):
-        port = FIRST_SERVER_PORT + k
-        bootstrap = SGLANG_BOOTSTRAP_PORT if role.name == "prefill" else None
-        cmd = sglang.command(plan, role, role.replicas, settings, host=HOST, port=port, bootstrap_port=bootstrap)
-        cmd.env = {"CUDA_VISIBLE_DEVICES": gpus(plan, role, 0, role.replicas)}
-        blocks.append((f"the {role.name} pool: {role.replicas} replica(s)", cmd))
-        url = f"http://{HOST}:{port}"
-        if bootstrap is not None:
-            prefill.append((url, bootstrap))
-        else:
-            decode.append(url)
+    port, bootstrap = FIRST_SERVER_PORT, SGLANG_BOOTSTRAP_PORT
+    for role in plan.roles:
+        for first, replicas, comment in _sglang_servers(plan, role):
+            bootstrap_port = bootstrap if role.name == "prefill" else None
+            cmd = sglang.command(plan, role, replicas, settings, host=HOST, port=port, bootstrap_port=bootstrap_port)
+            cmd.env = {"CUDA_VISIBLE_DEVICES": gpus(plan, role, first, replicas)}
+            blocks.append((comment, cmd))
+            url = f"http://{HOST}:{port}"
+            if bootstrap_port is not None:
+                prefill.append((url, bootstrap_port))
+                bootstrap += 1  # each prefill server's own, on the one host
+            else:
+                decode.append(url)
+            port += 1
     blocks.append(("the router: each request to a prefill server, then a decode server",
                    sglang.router(plan, prefill, decode, settings, FRONT_HOST, FRONT_PORT)))
+    return {"launch-sglang.sh": _script(plan, sglang.NAME, settings, blocks, background=True)}
+
+
+def _sglang_servers(plan: Plan, role: Role) -> list[tuple[int, int, str]]:
+    """A pool's SGLang servers as (first replica, replicas, comment): one for the pool, its replicas as
+    --dp-size, or one per replica where a server holds only one (sglang.server_per_replica)."""
+    if not sglang.server_per_replica(plan) or role.replicas == 1:
+        return [(0, role.replicas, f"the {role.name} pool: {role.replicas} replica(s)")]
+    return [(r, 1, f"the {role.name} pool, replica {r + 1} of {role.replicas}: a server of its own "
+                   "(attention data-parallel)") for r in range(role.replicas)]
+
+
+def _sglang_servers_behind_router(plan: Plan, settings: Settings) -> dict[str, str]:
+    """One server per replica (sglang.server_per_replica), sglang_router in front of them."""
+    one_host_note(plan, sglang.NAME, settings)
+    role = plan.roles[0]
+    blocks, urls = [], []
+    for k, (first, replicas, comment) in enumerate(_sglang_servers(plan, role)):
+        port = FIRST_SERVER_PORT + k
+        cmd = sglang.command(plan, role, replicas, settings, host=HOST, port=port)
+        cmd.env = {"CUDA_VISIBLE_DEVICES": gpus(plan, role, first, replicas)}
+        blocks.append((comment, cmd))
+        urls.append(f"http://{HOST}:{port}")
+    blocks.append(("the router: requests over the replicas' servers",
+                   sglang.worker_router(plan, urls, settings, FRONT_HOST, FRONT_PORT)))
     return {"launch-sglang.sh": _script(plan, sglang.NAME, settings, blocks, background=True)}
 
 

@@ -26,6 +26,11 @@ TRANSFER_BACKEND = "mooncake"
 LOAD_BALANCE = {"round_robin": "round_robin", "least_outstanding": "total_requests", "least_kv_load": "total_tokens"}
 # The router's policy for disaggregated pools, which the simulation routes round-robin.
 PD_POLICY = "round_robin"
+# The scenario's routing over servers of their own -> sglang_router's --policy (router_args.py): prefix_aware
+# is its cache_aware policy. It has none that picks the fewest outstanding requests or KV tokens; its
+# power_of_two sends each request to the less loaded of two servers drawn at random.
+ROUTER_POLICY = {"round_robin": "round_robin", "prefix_aware": "cache_aware"}
+NEAREST_ROUTER_POLICY = "power_of_two"
 # The CUDA-graph backends per phase: SGLang 0.5.23 captures decode batches ("full") and, on CUDA,
 # prefill batches in breakable graphs by default (model_executor/cuda_graph_config.py); under "decode" the
 # prefill backend is as simulated (Plan.prefill_graph_tokens, engine/cuda_graphs.py).
@@ -35,6 +40,13 @@ PREFILL_GRAPHS = "breakable"
 # layers, runs as EAGLE over them, arg_groups/speculative_hook.py).
 SPECULATIVE_ALGORITHM = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "ngram": "NGRAM",
                          "draft_model": "STANDALONE"}
+
+
+def server_per_replica(plan: Plan) -> bool:
+    """Whether each replica needs a server of its own: with attention data-parallel SGLang refuses more than
+    one replica in a server (sglang 0.5.23, arg_groups/parallel_hook.py, handle_data_parallelism: --dp-size
+    above 1 with --attn-dp-size)."""
+    return plan.scenario.deployment.attention_dp
 
 
 def over_hosts(plan: Plan, layout: Hosts) -> bool:
@@ -135,6 +147,20 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     if port is not None:
         cmd.add(None, None, "--port", port)
     _notes(plan, settings)
+    return cmd
+
+
+def worker_router(plan: Plan, urls: list[str], settings: Settings, host: str, port: int) -> Command:
+    """The router in front of a pool's servers, one replica each (server_per_replica)."""
+    routing = plan.scenario.deployment.routing
+    cmd = Command(list(ROUTER))
+    cmd.add(None, None, "--worker-urls", *urls)
+    cmd.add(settings, "deployment.routing", "--policy", ROUTER_POLICY.get(routing, NEAREST_ROUTER_POLICY))
+    if routing not in ROUTER_POLICY:
+        settings.note("deployment.routing", f"sglang_router has no {routing} policy; {NEAREST_ROUTER_POLICY} sends "
+                                             "each request to the less loaded of two servers drawn at random")
+    cmd.add(None, None, "--host", host)
+    cmd.add(None, None, "--port", port)
     return cmd
 
 
