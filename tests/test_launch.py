@@ -377,6 +377,19 @@ def test_sglang_disaggregated_pools_with_attention_data_parallel_give_each_prefi
         ["http://127.0.0.1:8102"], ["http://127.0.0.1:8103"]]
 
 
+@pytest.mark.parametrize(("engine", "scheduler", "release"), [("vllm", "vllm-v1", "0.8.3"), ("k8s", "vllm-v1", "0.8.3"),
+                                                              ("sglang", "prefill-first", "0.4.6")])
+def test_a_launch_for_a_release_older_than_the_recorded_flags_is_refused(engine, scheduler, release):
+    scenario = load_scenario("typical", {"engine.scheduler": scheduler, "engine.version": release})
+    with pytest.raises(UserError, match=rf"engine.version: .* the scenario states {release}, an earlier release"):
+        launch_files(scenario, engine)
+
+
+def test_a_stated_release_the_flags_cover_or_another_engines_launches():
+    assert launch_files(load_scenario("typical", {"engine.version": "0.34.1"}), "vllm")
+    assert launch_files(load_scenario("typical", {"engine.version": "0.8.3"}), "sglang")  # vLLM's release
+
+
 def test_every_catalog_model_names_a_checkpoint_to_serve():
     for name in list_models():
         served = checkpoint(Scenario.model_validate({"model": {"name": name}}))

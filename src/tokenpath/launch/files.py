@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from tokenpath.config.errors import UserError
+from tokenpath.engine.release import release_at_least, release_number
 from tokenpath.launch import k8s, scripts, sglang, trtllm, vllm
 from tokenpath.launch.command import Settings
+from tokenpath.launch.flags import programs
 from tokenpath.launch.plan import Plan, make_plan
 from tokenpath.sim.scenario import Scenario
 
@@ -30,7 +32,23 @@ def emit(plan: Plan, engine: str) -> tuple[dict[str, str], Settings]:
     """The files and, for each scenario setting, the flags that carry it or the note saying why none does."""
     settings = Settings()
     if engine == K8S:
+        _check_release(plan, plan.profile.launched_with)
         return {"k8s.yaml": k8s.manifest(plan, settings)[1]}, settings
     if engine not in _EMITTERS:
         raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    _check_release(plan, engine)
     return _EMITTERS[engine](plan, settings), settings
+
+
+def _check_release(plan: Plan, engine: str) -> None:
+    """Refuse a launch on the engine the scenario's profile simulates when the scenario states a release
+    older than the one whose flags flags.toml records: flags come and go between releases (vLLM 0.8.3 has
+    no --api-server-count, SGLang 0.4.6 no --pp-size), and the emitters write that one release's."""
+    stated = plan.scenario.engine.version
+    recorded = programs()[engine]["version"]
+    if plan.profile.launched_with != engine or release_number(recorded) is None:
+        return
+    if not release_at_least(stated, recorded):
+        raise UserError(f"engine.version: tokenpath launch writes {engine} {recorded}'s flags (launch/flags.toml) "
+                        f"and the scenario states {stated}, an earlier release whose flags differ; unset "
+                        "engine.version to launch the newest release")
