@@ -78,27 +78,29 @@ NVLS_ALGORITHMS = ("nvls", "nvls_tree")
 @dataclass(frozen=True)
 class Protocol:
     """One of NCCL's protocols for its ring and tree, as its tuner rates them (src/graph/tuning.cc,
-    ncclTopoTuneModel). Latency: BASE_LATENCY_S plus `base_extra_s`, and per step the route's links,
-    each at its own latency (LL's: tuning.cc hwLatencies NVLINK 0.6 us a hop, NET 2.7 us a route) times
-    the step ratio of its kind (NVLink-class, network). Bandwidth: `ring_bandwidth` or `tree_bandwidth`
-    (inside one node, across nodes) of the links' achievable bandwidth."""
+    ncclTopoTuneModel). Latency: BASE_LATENCY_S plus `base_extra_s` (the ring's, the tree's), and per step
+    the route's links, each at its own latency (the ring's LL: tuning.cc hwLatencies NVLINK 0.6 us a hop,
+    NET 2.7 us a route) times the step ratio of its kind (NVLink-class, network). Bandwidth:
+    `ring_bandwidth` or `tree_bandwidth` (inside one node, across nodes) of the links' achievable bandwidth."""
 
     name: str
-    base_extra_s: float
+    base_extra_s: tuple[float, float]
     ring_step_ratio: tuple[float, float]
     tree_step_ratio: tuple[float, float]
     ring_bandwidth: float
     tree_bandwidth: tuple[float, float]
 
 
-# tuning.cc baseLatencies Ring {LL 6.6, LL128 14.0, Simple 8.4} us (Tree 6.8, 14.0, 8.4); hwLatencies
+# tuning.cc baseLatencies Ring {LL 6.6, LL128 14.0, Simple 8.4} us, Tree {6.8, 14.0, 8.4}; hwLatencies
 # NVLINK Ring {0.6, 1.9, 3.4}, Tree {0.6, 1.25, 4.0}, NET Ring {2.7, 4.0, 14.0}, Tree {5.0, 8.5, 14.0} us;
 # busBw: Ring LL x 0.5, LL128 x 0.92 (120 of 128 bytes), Tree LL x 1/3.8, LL128 x 7/9 in a node, 120/128
-# across nodes.
+# across nodes. A link's latency is the ring's LL step over it, so every ratio is over those: a tree's
+# network step under LL takes 5.0 / 2.7 of it.
 PROTOCOLS = (
-    Protocol("LL", 0.0, (1.0, 1.0), (1.0, 1.0), 0.5, (1 / 3.8, 1 / 3.8)),
-    Protocol("LL128", 14.0e-6 - 6.6e-6, (1.9 / 0.6, 4.0 / 2.7), (1.25 / 0.6, 8.5 / 5.0), 0.92, (7 / 9, 120 / 128)),
-    Protocol("Simple", 8.4e-6 - 6.6e-6, (3.4 / 0.6, 14.0 / 2.7), (4.0 / 0.6, 14.0 / 5.0), 1.0, (1.0, 1.0)),
+    Protocol("LL", (0.0, 6.8e-6 - 6.6e-6), (1.0, 1.0), (1.0, 5.0 / 2.7), 0.5, (1 / 3.8, 1 / 3.8)),
+    Protocol("LL128", (14.0e-6 - 6.6e-6,) * 2, (1.9 / 0.6, 4.0 / 2.7), (1.25 / 0.6, 8.5 / 2.7), 0.92,
+             (7 / 9, 120 / 128)),
+    Protocol("Simple", (8.4e-6 - 6.6e-6,) * 2, (3.4 / 0.6, 14.0 / 2.7), (4.0 / 0.6, 14.0 / 2.7), 1.0, (1.0, 1.0)),
 )
 # The algorithms NCCL runs under every protocol, and the tuner's rows that price each: the hierarchical
 # path is ring steps inside the nodes and across them. The others run one way (NVLS and NVLSTree: Simple).
@@ -370,9 +372,9 @@ class Collectives:
         if algorithm not in PROTOCOL_ALGORITHMS:
             return {"Simple": AffineCost(alpha_s(self.topology.links.latency_s), beta)}
         priced_as = PROTOCOL_ALGORITHMS[algorithm]
-        return {p.name: AffineCost(p.base_extra_s + alpha_s(self._step_latency_s[p.name, priced_as]),
-                                   beta / (p.ring_bandwidth if priced_as == "ring"
-                                           else p.tree_bandwidth[self._across_nodes]))
+        tree = priced_as == "tree"
+        return {p.name: AffineCost(p.base_extra_s[tree] + alpha_s(self._step_latency_s[p.name, priced_as]),
+                                   beta / (p.tree_bandwidth[self._across_nodes] if tree else p.ring_bandwidth))
                 for p in PROTOCOLS}
 
     def _rounds(self, op: str, algorithm: str, groups: tuple[tuple[int, ...], ...]) -> list[Round]:
