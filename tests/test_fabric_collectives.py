@@ -24,9 +24,10 @@ from tokenpath.fabric.collectives import (
     SCALEUP_BW_EFFICIENCY,
     AffineCost,
     Collectives,
+    _mesh_ring_links,
 )
 from tokenpath.fabric.fattree import FatTree
-from tokenpath.fabric.single_hop import Switch
+from tokenpath.fabric.single_hop import FullMesh, Switch
 from tokenpath.fabric.topology import Traffic
 from tokenpath.fabric.torus import Mesh, Torus
 
@@ -231,6 +232,34 @@ def test_halving_doubling_on_a_mesh_line_piles_up_on_the_middle_cable():
     same(rs, BASE_LATENCY_S + (4 + 2 + 1) * TORUS_LAT, (2 + 1 / 2 + 1 / 8) / (TORUS_BW * SU))
     ar = wire(c, "all_reduce", whole(8), "halving_doubling")
     same(ar, BASE_LATENCY_S + 2 * 7 * TORUS_LAT, 2 * (2 + 1 / 2 + 1 / 8) / (TORUS_BW * SU))
+
+
+# -- rings on a full mesh ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("n", "rings"), [(2, 1), (3, 2), (4, 2), (5, 4), (6, 4), (8, 7)])
+def test_rings_on_a_full_mesh_share_its_links(n, rings):
+    # RCCL's channels go round in different orders: n - 1 rings sharing no link, 2 and 4 for 4 and 6 ranks
+    # (Tillson 1980), each its share of the message; the latency is one ring's.
+    c = Collectives(FullMesh(n, BW, LAT))
+    same(wire(c, "all_gather", whole(n), "ring"), BASE_LATENCY_S + (n - 1) * LAT, (n - 1) / n / rings / (BW * SU))
+    same(wire(c, "all_reduce", whole(n), "ring"), BASE_LATENCY_S + 2 * (n - 1) * LAT,
+         2 * (n - 1) / n / rings / (BW * SU))
+
+
+def test_mesh_rings_share_no_link():
+    for n in range(2, 10):
+        src, dst = _mesh_ring_links(n)
+        assert len(set(zip(src.tolist(), dst.tolist()))) == len(src) and (src != dst).all()
+        for ranks in (src, dst):  # each rank sends and receives once per ring
+            assert (np.bincount(ranks, minlength=n) == len(src) // n).all()
+
+
+def test_a_full_mesh_outruns_the_ring_its_links_include():
+    # 7 links a rank against a ring's 2 (one each way): at a large size, 3.5 times as fast
+    size = 2**30
+    mesh, ring = Collectives(FullMesh(8, 64e9, LAT)), Collectives(Torus((8,), 64e9, LAT))
+    for op in ("all_gather", "reduce_scatter", "all_reduce"):
+        assert ring.time_s(op, size, whole(8)) / mesh.time_s(op, size, whole(8)) == pytest.approx(3.5, rel=0.01)
 
 
 # -- double binary tree ------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import numpy as np
 from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.hierarchy import Hierarchy
+from tokenpath.fabric.single_hop import FullMesh
 from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY
 from tokenpath.fabric.topology import Topology, Traffic
 
@@ -145,6 +146,28 @@ def _ring(op: str, n: int) -> list[Round]:
     ranks = np.arange(n)
     steps = 2 * (n - 1) if op == "all_reduce" else n - 1
     return [Round(ranks, (ranks + 1) % n, 1.0 / n, steps)]
+
+
+def _mesh_rings(op: str, n: int) -> list[Round]:
+    """The ring on a full mesh, as RCCL runs it over xGMI: channels that go round the ranks in different
+    orders, so each rank's links to the others all carry a ring, each ring its share of the message; the
+    steps, and so the latency, are one ring's. The n(n - 1) one-way links of n ranks split into n - 1
+    rings sharing no link for every n but 4 and 6 (Tillson, 1980), where the most are 2 and 4: one and
+    two rings, each way round."""
+    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+    src, dst = _mesh_ring_links(n)
+    return [Round(src, dst, 1.0 / (n * (len(src) // n)), steps)]
+
+
+def _mesh_ring_links(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The one-way links the rings of _mesh_rings use, each once: every one (n - 1 rings' worth), or for 4
+    and 6 ranks those of rings sharing no link (0-1-2-3; 0-1-2-3-4-5 and 0-2-4-1-5-3), each way round."""
+    if n not in (4, 6):
+        src = np.repeat(np.arange(n), n - 1)
+        return src, (src + np.tile(np.arange(1, n), n)) % n
+    cycles = [np.arange(4)] if n == 4 else [np.arange(6), np.array([0, 2, 4, 1, 5, 3])]
+    ahead = [np.roll(c, -1) for c in cycles]
+    return np.concatenate([*cycles, *ahead]), np.concatenate([*ahead, *cycles])
 
 
 def _rail_rings(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
@@ -382,6 +405,8 @@ class Collectives:
         if algorithm == "ring":
             if isinstance(self.topology, Hierarchy) and _even_over_nodes(self.topology, np.array(groups[0])):
                 return _rail_rings(op, self.topology, np.array(groups[0]))
+            if isinstance(self.topology, FullMesh):
+                return _mesh_rings(op, n)
             return _ring(op, n)
         if algorithm == "tree":
             return _tree(n, chain=self.topology.single_hop)
