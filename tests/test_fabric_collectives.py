@@ -351,15 +351,27 @@ def test_bucket_beats_ring_on_a_4x4_torus():
     assert bucket.beta_s_per_byte == pytest.approx(ring.beta_s_per_byte / 4, rel=REL, abs=0)
     # Reduce-scatter alone: half of it.
     same(wire(c, "reduce_scatter", whole(16), "bucket"), BASE_LATENCY_S + 6 * TORUS_LAT, (15 / 64) / eff)
-    # Unequal dimensions (2 x 4 box of a 4x4 torus) go one dimension at a time, the whole ring first:
+    # Unequal dimensions (a 2 x 4 box of a 4x4 torus): one shard alone, the whole ring first, would move
     # dim 1 (1/4/2 = 1/8 each way, 3 steps), then dim 0 on a quarter (extent 2 of a ring of 4, a line:
-    # both ring directions reach the same partner over the same link, 2 x 1/4/2/2 = 1/8, 1 step):
-    # beta = 2 x (3/8 + 1/8) / eff = 1 / eff. Line first would cost 2 x (1/2 + 3/16) = 11/8.
+    # both ring directions reach the same partner over the same link, 2 x 1/4/2/2 = 1/8, 1 step): 3/8 +
+    # 1/8 a link each way. Two shards in phases move less. Phase 1: shard A along dim 1 (3/8 of its half
+    # a link, 3 steps) while B goes along dim 0 (a line: 1/2 of its half, 1 step): 1/4, 3 steps. Phase 2:
+    # A along dim 0 on a quarter (1/8), B along dim 1 on a half (3/16): 3/32, 3 steps. All-reduce:
+    # beta = 2 x (1/4 + 3/32) / eff = 11/16 / eff, alpha 6.6 us + 12 one-hop steps.
     two_by_four = wire(c, "all_reduce", [list(range(8))], "bucket")
-    same(two_by_four, BASE_LATENCY_S + 8 * TORUS_LAT, 1 / eff)
+    same(two_by_four, BASE_LATENCY_S + 12 * TORUS_LAT, 11 / 16 / eff)
     # The 4 x 2 box (columns 0 and 1) is the same shape turned: the same cost.
     assert wire(c, "all_reduce", [[0, 1, 4, 5, 8, 9, 12, 13]], "bucket") == two_by_four
     assert c.choose("all_reduce", 1e9, whole(16)) == "bucket"
+
+
+def test_a_box_of_unequal_sides_runs_its_shards_in_phases_with_no_cliff():
+    # A 2 x 4 x 4 box of a 4 x 4 x 4 torus has more links a chip than the 4 x 4 plane in it: its all-reduce
+    # takes about as long (one shard at a time took twice as long)
+    c = Collectives(Torus((4, 4, 4), TORUS_BW, TORUS_LAT))
+    plane, box = (c.time_s("all_reduce", 2**30, [list(range(n))]) for n in (16, 32))
+    assert plane < box < 1.1 * plane
+    assert c.choose("all_reduce", 2**30, [list(range(32))]) == "bucket"
 
 
 def test_bucket_is_not_offered_for_a_group_that_is_not_a_box():

@@ -327,12 +327,14 @@ def test_a_2x4_torus_all_reduces_as_fast_as_a_4x2_and_no_slower_than_a_ring_of_8
     size, bw, lat = 128 * 2**20, 112.5e9, 0.6e-6
     times = {dims: Collectives(Torus(dims, bw, lat)).time_s("all_reduce", size, [list(range(8))])
              for dims in [(8,), (4, 2), (2, 4)]}
-    # Both put 2 x 7/16 of the message on every busy link (reduce-scatter, then all-gather): the ring of 8
-    # both ways round, 7 steps of 1/16; the 2D bucket 3 steps of 1/8 along the 4, then one of 1/16 along
-    # the 2, whose two cables take a half each. The ring pays 14 one-hop steps, the 2D torus 8.
-    beta_s = 2 * 7 / 16 * size / (bw * SCALEUP_BW_EFFICIENCY)
-    assert times[(8,)] == pytest.approx(BASE_LATENCY_S + 14 * lat + beta_s, rel=1e-12)
-    assert times[(4, 2)] == pytest.approx(BASE_LATENCY_S + 8 * lat + beta_s, rel=1e-12)
+    # The ring of 8 both ways round puts 2 x 7/16 of the message on every busy link (reduce-scatter, then
+    # all-gather), 7 steps of 1/16 each way, 14 one-hop steps. The 2D bucket runs two shards of a half in
+    # two phases: the 2 (whose two cables take a half each: 1/4 of a shard) along one while the other goes
+    # 3 steps along the 4 (3/8), then each the other axis (1/16 and 3/16 on what is left): 3/8 + 3/16 of a
+    # half, 9/32 a link each way, 3 + 3 steps.
+    ring_beta_s, bucket_beta_s = (2 * share * size / (bw * SCALEUP_BW_EFFICIENCY) for share in (7 / 16, 9 / 32))
+    assert times[(8,)] == pytest.approx(BASE_LATENCY_S + 14 * lat + ring_beta_s, rel=1e-12)
+    assert times[(4, 2)] == pytest.approx(BASE_LATENCY_S + 12 * lat + bucket_beta_s, rel=1e-12)
     assert times[(2, 4)] == pytest.approx(times[(4, 2)], rel=1e-12)
     assert times[(4, 2)] < times[(8,)]
     assert times[(8,)] == pytest.approx(1.2846e-3, rel=1e-4)

@@ -110,12 +110,13 @@ PROTOCOL_ALGORITHMS = {"ring": "ring", "hierarchical": "ring", "tree": "tree"}
 
 @dataclass(frozen=True)
 class Round:
-    """Concurrent flows src[i] -> dst[i], each carrying `fraction` of the message, `count` times over,
-    paying route latency `steps` times (default: once per repetition; a pipelined pass differs)."""
+    """Concurrent flows src[i] -> dst[i], each carrying `fraction` of the message (or fraction[i]), `count`
+    times over, paying route latency `steps` times (default: once per repetition; a pipelined pass
+    differs)."""
 
     src: np.ndarray
     dst: np.ndarray
-    fraction: float
+    fraction: float | np.ndarray
     count: int
     steps: int | None = None
 
@@ -385,7 +386,8 @@ class Collectives:
         for r in self._rounds(op, algorithm, groups):
             src = hosts[:, r.src].ravel()
             dst = hosts[:, r.dst].ravel()
-            traffic = Traffic.from_flows(self.topology, src, dst, r.fraction)
+            fraction = np.tile(r.fraction, len(hosts)) if np.ndim(r.fraction) else r.fraction  # (every group's)
+            traffic = Traffic.from_flows(self.topology, src, dst, fraction)
             beta += r.count * float((self.topology.link_loads(traffic) / self._capacity_Bps).max(initial=0.0))
             steps.append((r.count if r.steps is None else r.steps, src, dst))
 
@@ -509,36 +511,60 @@ def _bucket(op: str, torus: Topology, group: np.ndarray) -> list[Round]:
     ring, what the bidirectional ring over all N chips (the 1-D torus) moves, here in sum(k-1) <= N-1
     steps, so no single ring embedded in the torus is faster. Swapping two adjacent axes changes the
     bytes by a_i a_j (m_i - m_j), with a = 1 - 1/k and m = 1/2 (ring) or 1 (line): rings go first, and
-    the order among rings or among lines does not matter, so neither does the order the dims are
-    listed in. (The dimension-by-dimension schedule is ASTRA-sim's multi-dimensional
-    all-reduce; Rashidi et al., "Themis", ISCA 2022, show its time depends on the dimension order when
-    the dimensions' bandwidths differ, as a line's halved bandwidth does here.)
+    the order among rings or among lines does not matter to it; among each, shorter axes go first, a
+    canonical order, so the sharded passes below pair the same axes however the dims are listed. (The
+    dimension-by-dimension schedule is ASTRA-sim's multi-dimensional all-reduce; Rashidi et al.,
+    "Themis", ISCA 2022, show its time depends on the dimension order when the dimensions' bandwidths
+    differ, as a line's halved bandwidth does here.)
 
-    When the box's dimensions are equal, the message is split into one shard per dimension and shard j
-    starts at dimension j, so every dimension's links are busy in every round (TPU-style multi-axis
-    collectives, jax-ml scaling-book "sharding"): the bandwidth term drops by the number of dimensions.
+    TPU runtimes split the message into one shard per dimension, shard j starting at dimension j, so
+    every dimension's links are busy at once (jax-ml scaling-book "sharding"). The shards run in phases:
+    in each, every shard passes along its own dimension, and the phase lasts as long as its slowest
+    pass (bytes and steps); on a box of equal sides every pass is alike and the bandwidth term drops by
+    the number of dimensions. Where the phases' bytes per link (the pass's, above) come to no less than
+    the one shard's rings-first pass, as on a box whose lines are long, the one shard runs.
     """
     box = _box(torus, group)
     if box is None:
         raise UserError("fabric.algorithm: 'bucket' needs each group to fill a box of the torus; use 'ring' or 'auto'")
     whole_ring = [ring and extent == k for extent, k, ring in zip(box.shape, torus.dims, torus.rings)]
     axes = sorted((axis for axis, extent in enumerate(box.shape) if extent > 1),
-                  key=lambda axis: not whole_ring[axis])  # rings first
-    extents = {box.shape[axis] for axis in axes}
-    shards = len(axes) if len(extents) == 1 else 1
+                  key=lambda axis: (not whole_ring[axis], box.shape[axis]))  # rings first, shorter first
 
     def ring_flows(axis: int) -> tuple[np.ndarray, np.ndarray]:
         fwd, back = np.roll(box, -1, axis=axis).ravel(), np.roll(box, 1, axis=axis).ravel()
         return np.concatenate([box.ravel(), box.ravel()]), np.concatenate([fwd, back])
 
-    rounds, share = [], 1.0
-    for step in range(len(axes)):
-        extent = box.shape[axes[step]]
-        flows = [ring_flows(axes[(shard + step) % len(axes)]) for shard in range(shards)]
-        src = np.concatenate([f[0] for f in flows])
-        dst = np.concatenate([f[1] for f in flows])
-        rounds.append(Round(src, dst, share / extent / 2 / shards, extent - 1))
-        share /= extent
+    def passes(order: list[int]) -> list[tuple[int, float]]:
+        """(axis, the share of the message each rank holds when it starts along it) in `order`."""
+        out, share = [], 1.0
+        for axis in order:
+            out.append((axis, share))
+            share /= box.shape[axis]
+        return out
+
+    def link_bytes(axis: int, share: float) -> float:  # per link of the axis, over its k - 1 steps
+        k = box.shape[axis]
+        return share * (k - 1) / k / 2 * (1 if whole_ring[axis] else 2)
+
+    shards = len(axes)
+    phases = list(zip(*(passes(axes[j:] + axes[:j]) for j in range(shards))))  # phases[p][j]: shard j's pass
+    sharded_bytes = sum(max(link_bytes(axis, share) for axis, share in phase) for phase in phases) / shards
+    if shards > 1 and sharded_bytes < sum(link_bytes(axis, share) for axis, share in passes(axes)):
+        # a phase as one round: each pass's flows carry its k - 1 steps' bytes, its steps the longest pass's
+        rounds = []
+        for phase in phases:
+            flows = [(*ring_flows(axis), share * (box.shape[axis] - 1) / box.shape[axis] / 2 / shards)
+                     for axis, share in phase]
+            rounds.append(Round(np.concatenate([a for a, _, _ in flows]), np.concatenate([b for _, b, _ in flows]),
+                                np.concatenate([np.full(len(a), f) for a, _, f in flows]), 1,
+                                max(box.shape[axis] - 1 for axis, _ in phase)))
+    else:
+        rounds = []
+        for axis, share in passes(axes):
+            a, b = ring_flows(axis)
+            extent = box.shape[axis]
+            rounds.append(Round(a, b, share / extent / 2, extent - 1))
     if op == "all_reduce":
         rounds = rounds + rounds[::-1]
     elif op == "all_gather":
