@@ -15,7 +15,7 @@ from tokenpath.whatif.run import Base, Outcome
 
 def _summary(ttft_p99_s: float, overloaded: bool) -> dict:
     return {"requests": {"failed": 0}, "latency_s": {"ttft": {"p99": ttft_p99_s}}, "attribution_s": {},
-            "load": {"overloaded": overloaded, "signs": ["TTFT grew 3.0x"] if overloaded else []}}
+            "load": {"overloaded": overloaded, "signs": ["TTFT grew 3.0x"] if overloaded else [], "settled": True}}
 
 
 def _fake_runs(monkeypatch, overload_at) -> list[tuple[int, float]]:
@@ -75,17 +75,18 @@ def test_an_answer_still_moving_after_sixteen_times_the_requests_is_marked_unset
     assert document["request_rate"] == pytest.approx(50.0 * (1 + 4000 / 4800), rel=0.01)
 
 
-def _fake_filling_runs(monkeypatch, settles_at: int, overload_binds: bool = False) -> None:
+def _fake_filling_runs(monkeypatch, settles_at: int, overload_binds: bool = False, short: bool = False) -> None:
     """Replace the simulations: TTFT p99 misses 1 s above 50 req/s at any length (or, with
     `overload_binds`, the run is overloaded there instead), and a run of fewer than `settles_at` requests
-    is still filling when its sends stop (its summary's load.settled false)."""
+    is still filling when its sends stop (its summary's load.settled false), or with `short` too short to
+    watch (null)."""
     def simulate_many(base, override_sets, workers, progress):
         outcomes = []
         for overrides in override_sets:
             rate, requests = overrides["workload.arrival.rate"], overrides["workload.num_requests"]
             above = rate > 50.0
             summary = _summary(0.5 if overload_binds or not above else 1.5, overload_binds and above)
-            summary["load"]["settled"] = requests >= settles_at
+            summary["load"]["settled"] = True if requests >= settles_at else None if short else False
             summary.update(throughput={"output_tokens_per_s": 1000.0, "goodput_requests_per_s": 50.0},
                            bottleneck="compute", bottleneck_reason="engine compute")  # what the CLI prints
             outcomes.append(Outcome(summary))
@@ -111,6 +112,17 @@ def test_answers_that_agree_while_their_runs_are_still_filling_are_not_converged
     document = search(_base(300), parse_slo("ttft_p99=1s"), tolerance=0.01, workers=2, stability=0.02)
     assert [step["num_requests"] for step in document["convergence"]] == [300, 600] and document["converged"]
     assert document["binding"]["metric"] == "overload"
+
+
+@pytest.mark.parametrize("overload_binds", [False, True])
+def test_answers_whose_runs_were_too_short_to_watch_are_not_converged(monkeypatch, overload_binds):
+    # Runs of fewer than 2,400 requests were sent over too short a time to watch a steady part (a high rate):
+    # their answers agree but cannot tell a batch still filling from one growing without end, whichever
+    # test binds; the search goes on until the answer's run is long enough.
+    _fake_filling_runs(monkeypatch, 2400, overload_binds, short=True)
+    document = search(_base(300), parse_slo("ttft_p99=1s"), tolerance=0.01, workers=2, stability=0.02)
+    assert [step["settled"] for step in document["convergence"]] == [None, None, None, True]
+    assert document["converged"] and document["num_requests"] == 2400
 
 
 @pytest.mark.parametrize("flags, fragment", [

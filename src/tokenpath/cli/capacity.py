@@ -69,16 +69,24 @@ def _print(document: dict[str, Any]) -> None:
     console.print(f"At capacity: {summary['throughput']['output_tokens_per_s']:,.0f} output tokens/s, "
                   f"{summary['throughput']['goodput_requests_per_s']:.3g} req/s goodput; bottleneck "
                   f"{summary['bottleneck']} - {summary.get('bottleneck_reason', '')}", highlight=False)
-    answers = ", ".join(f"{step['request_rate']:.4g} at {step['num_requests']:,}"
-                        f"{'' if step['settled'] else ' (still filling)'}" for step in document["convergence"])
+    answers = ", ".join(f"{step['request_rate']:.4g} at {step['num_requests']:,}{_load_words(step['settled'])}"
+                        for step in document["convergence"])
+    settled = document["convergence"][-1]["settled"]
     if document["converged"]:
         stable = f"stable within {document['stability']:.0%}"
-    elif not document["convergence"][-1]["settled"] and document["binding"]["metric"] != "overload":
+    elif settled is None:
+        stable = "its run too short to watch it settle: an upper bound"
+    elif not settled and document["binding"]["metric"] != "overload":
         stable = "its run still filling: an upper bound"
     else:
         stable = f"still moving by more than {document['stability']:.0%}: an upper bound"
     console.print(f"({document['simulations']} simulations, bracket within {document['tolerance']:.0%}; "
                   f"req/s at requests run: {answers}; {stable})", style="dim")
+
+
+def _load_words(settled: bool | None) -> str:
+    """How a convergence step's answer run ended, in the answers' line."""
+    return {True: "", False: " (still filling)", None: " (too short to watch)"}[settled]
 
 
 def check_precision(tolerance: float, stability: float) -> None:

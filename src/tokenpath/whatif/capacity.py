@@ -188,10 +188,14 @@ def search(base: Base, slo: dict[str, Target], tolerance: float = DEFAULT_TOLERA
     A capacity is a steady-state answer. A finite run near capacity is still filling when it ends, so
     it meets a target that a longer run at the same rate misses. The search is repeated with twice the
     requests, each time from the last answer, until the answer moves by at most `stability` (a share of
-    the rate) and, where a target binds, the answer's own run had settled (its `load.settled` not false:
-    diagnose/overload.py), or the requests have doubled `max_doublings` times; `convergence` lists each
-    answer. Two short searches can agree while both runs are still filling (near capacity a batch settles
-    over minutes), their latencies reading low; an answer the overload test bounds is judged by that test."""
+    the rate) and the answer's own run was long enough to watch a steady part (its `load.settled` not
+    null: diagnose/overload.py) and, where a target binds, had settled (true), or the requests have
+    doubled `max_doublings` times; `convergence` lists each answer. Two short searches can agree while
+    both runs are still filling (near capacity a batch settles over minutes), their latencies reading
+    low; an answer the overload test bounds is judged by that test, which needs a run that long: sent
+    over less than about one E2E (a high rate's runs of a few thousand requests), a run cannot tell a
+    batch still filling from one growing without end, and its answers agree at rates the deployment
+    cannot serve."""
     scenario = base.scenario()
     if scenario.workload.trace is not None:
         raise UserError("capacity: the scenario replays a trace (workload.trace), whose arrival times are fixed; "
@@ -205,7 +209,7 @@ def search(base: Base, slo: dict[str, Target], tolerance: float = DEFAULT_TOLERA
         low, high, simulated = _bracketed(base, slo, requests, start, factor, tolerance, workers, progress)
         runs += simulated
         history.append({"num_requests": requests, "request_rate": low.rate_per_s, "above": high.rate_per_s,
-                        "settled": low.summary["load"].get("settled") is not False})
+                        "settled": low.summary["load"].get("settled")})
         if _converged(history, stability, bool(misses(high.summary, slo))):
             break
         requests, start, factor = 2 * requests, low.rate_per_s, REFINE_FACTOR
@@ -236,9 +240,10 @@ def search(base: Base, slo: dict[str, Target], tolerance: float = DEFAULT_TOLERA
 
 
 def _converged(history: list[dict[str, Any]], stability: float, target_binds: bool) -> bool:
-    """The last answer moved by at most `stability` from the one before, and where a target binds (not
-    the overload test) its run had settled."""
-    return (len(history) > 1 and (history[-1]["settled"] or not target_binds)
+    """The last answer moved by at most `stability` from the one before, its run was long enough to watch
+    (`settled` not None) and, where a target binds (not the overload test), had settled."""
+    settled = history[-1]["settled"]
+    return (len(history) > 1 and settled is not None and (settled or not target_binds)
             and abs(history[-1]["request_rate"] / history[-2]["request_rate"] - 1.0) <= stability)
 
 
