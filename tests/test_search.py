@@ -18,6 +18,7 @@ from tokenpath.sim.scenario import read_scenario_table
 from tokenpath.whatif import search as search_module
 from tokenpath.whatif.capacity import parse_slo
 from tokenpath.whatif.layouts import Candidate, enumerate_candidates, outside_domain, parse_engines, scaleup_domain
+from tokenpath.whatif.objective import Prices
 from tokenpath.whatif.run import Base
 from tokenpath.whatif.search import Entry, Question, _judge, _Local, _State, classify
 
@@ -353,3 +354,29 @@ def test_graphs_the_default_share_cannot_hold_are_one_line():
     with pytest.raises(UserError, match="lower cuda_graph_max_tokens or max_num_batched_tokens, or set "
                                         "engine.gpu_memory_utilization"):
         engine.memory_share(141 * 2**30, 1, 1, False)
+
+
+def _searched(rate_per_s: float, requests: int) -> Entry:
+    """A candidate at `rate_per_s` whose capacity run sent `requests` requests of 150 output tokens, 95% of
+    them within the SLO, the run's window its sends and a drain of 10 s."""
+    window_s = requests / rate_per_s + 10.0
+    summary = {"requests": {"output_tokens_mean": 150.0},
+               "throughput": {"requests_per_s": requests / window_s, "output_tokens_per_s": requests * 150 / window_s,
+                              "goodput_requests_per_s": 0.95 * requests / window_s},
+               "resolved": {"deployment": {"chip": "h200"}}}
+    candidate = Candidate(8, 1, 1, "vllm-v1", None, 8192)
+    return Entry(candidate, "layouts", "searched", capacity={"request_rate": rate_per_s, "summary": summary})
+
+
+@pytest.mark.parametrize("objective", ["cost", "goodput"])
+def test_cost_and_goodput_rank_by_the_capacity_not_by_how_long_its_run_was(objective):
+    # The same chips and price: the higher capacity is cheaper per token and serves more goodput, though its
+    # search stopped at a shorter run, whose window is more of a drain (its counts per second read lower)
+    prices = Prices({"h200": 3.5}, {"h200": "test"})
+    question = Question(8, parse_slo("ttft_p99=1s"), objective=objective, prices=prices)
+    higher, lower = _searched(58.5, 2000), _searched(56.9, 8000)
+    assert higher.capacity["summary"]["throughput"]["requests_per_s"] < lower.capacity["summary"]["throughput"][
+        "requests_per_s"]
+    assert search_module.ranked(question, [lower, higher]) == [higher, lower]
+    value = search_module.objective_value(question, higher)
+    assert value == pytest.approx(58.5 * 0.95 if objective == "goodput" else 8 * 3.5 / 3600 / (58.5 * 150) * 1e6)

@@ -293,14 +293,22 @@ def _judge(base: Base, question: Question, entries: list[Entry], state: _State, 
 
 
 def objective_value(question: Question, entry: Entry) -> float | None:
-    """The candidate's value by the question's objective (None: cannot be priced)."""
+    """The candidate's value by the question's objective (None: cannot be priced). At capacity a deployment
+    serves the rate the search found, a steady state; its run's throughputs are counts over the run's
+    window, which the fill and the drain stretch by amounts that depend on how long the search made the
+    run, so goodput and cost take the rate, with what the run measured per request (the share that met
+    the SLO, the output tokens)."""
     if question.objective == "rate-per-chip":
         return entry.rate_per_s / entry.candidate.chips
     summary = entry.capacity["summary"]
+    throughput = summary["throughput"]
     if question.objective == "goodput":
-        return summary["throughput"]["goodput_requests_per_s"]
+        served_per_s = throughput["requests_per_s"]
+        return entry.rate_per_s * throughput["goodput_requests_per_s"] / served_per_s if served_per_s else 0.0
+    tokens_per_s = entry.rate_per_s * summary["requests"]["output_tokens_mean"]
+    steady = {**summary, "throughput": {**throughput, "output_tokens_per_s": tokens_per_s}}
     chip = summary["resolved"]["deployment"]["chip"]
-    return Objective(COST, prices=question.prices).value(summary, chip, entry.candidate.chips)
+    return Objective(COST, prices=question.prices).value(steady, chip, entry.candidate.chips)
 
 
 def ranked(question: Question, entries: list[Entry]) -> list[Entry]:
