@@ -543,9 +543,12 @@ def _bucket(op: str, torus: Topology, group: np.ndarray) -> list[Round]:
             share /= box.shape[axis]
         return out
 
-    def link_bytes(axis: int, share: float) -> float:  # per link of the axis, over its k - 1 steps
+    def pass_fraction(axis: int, share: float) -> float:  # each flow's, over the pass's k - 1 steps
         k = box.shape[axis]
-        return share * (k - 1) / k / 2 * (1 if whole_ring[axis] else 2)
+        return share * (k - 1) / k / 2
+
+    def link_bytes(axis: int, share: float) -> float:  # per link of the axis: a line's two ways share them
+        return pass_fraction(axis, share) * (1 if whole_ring[axis] else 2)
 
     shards = len(axes)
     phases = list(zip(*(passes(axes[j:] + axes[:j]) for j in range(shards))))  # phases[p][j]: shard j's pass
@@ -554,8 +557,7 @@ def _bucket(op: str, torus: Topology, group: np.ndarray) -> list[Round]:
         # a phase as one round: each pass's flows carry its k - 1 steps' bytes, its steps the longest pass's
         rounds = []
         for phase in phases:
-            flows = [(*ring_flows(axis), share * (box.shape[axis] - 1) / box.shape[axis] / 2 / shards)
-                     for axis, share in phase]
+            flows = [(*ring_flows(axis), pass_fraction(axis, share) / shards) for axis, share in phase]
             rounds.append(Round(np.concatenate([a for a, _, _ in flows]), np.concatenate([b for _, b, _ in flows]),
                                 np.concatenate([np.full(len(a), f) for a, _, f in flows]), 1,
                                 max(box.shape[axis] - 1 for axis, _ in phase)))
