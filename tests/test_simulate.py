@@ -60,6 +60,31 @@ def test_data_parallel_replicas_split_the_load():
                           one.run.e2e_ns)
 
 
+def _peak_outstanding(run) -> int:
+    """The most requests sent and not yet answered at once."""
+    events = sorted([(int(t), 1) for t in run.sent_ns] + [(int(t), -1) for t in run.sent_ns + run.e2e_ns],
+                    key=lambda event: (event[0], event[1]))
+    return int(np.max(np.cumsum([step for _, step in events])))
+
+
+@pytest.mark.parametrize("routing", ["round_robin", "least_outstanding"])
+@pytest.mark.parametrize("cap", [1, 3])
+def test_a_concurrency_cap_holds_over_all_the_replicas(routing, cap):
+    # One client's cap: a request is sent as one finishes on any replica, so 4 replicas never hold more
+    # than the cap between them (round-robin once gave each replica a share of at least one)
+    run = simulate(small(**{"deployment.chips": 16, "deployment.tp": 4, "workload.arrival.rate": "inf",
+                            "workload.max_concurrency": cap, "deployment.routing": routing})).run
+    assert _peak_outstanding(run) == cap
+
+
+def test_a_cap_below_the_replicas_that_session_affinity_serves_apart_is_one_line(monkeypatch, capsys):
+    assert_user_error(*run_cli(["simulate", "--chips", "16", "--tp", "4", "--request-rate", "inf", "--num-requests",
+                                "40", "--set", "workload.max_concurrency=2", "--set",
+                                "deployment.routing=session_affinity"], monkeypatch, capsys),
+                      "workload.max_concurrency: 2 is fewer than the 4 replicas, which session_affinity routing "
+                      "serves apart")
+
+
 def _run_fields(run):
     return {name: getattr(run, name) for name in run.__dataclass_fields__ if isinstance(getattr(run, name), np.ndarray)}
 

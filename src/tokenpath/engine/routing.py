@@ -1,7 +1,8 @@
 """Routing requests across data-parallel replicas (`deployment.routing`).
 
 - round_robin: request i to replica i mod R, decided up front (replicas then run independently,
-  in parallel worker processes).
+  in parallel worker processes); under a concurrency cap, in send order, one client's cap over every
+  replica (below).
 - session_affinity: consistent by key: a request goes to the replica its session (in a workload of
   multi-turn sessions) or else its first prefix segment (a shared prompt's first block) hashes to, so
   one conversation or one system prompt always lands on the same replica; requests without either go
@@ -21,7 +22,8 @@
 
 The last three look at replicas as the request arrives, so every replica is simulated in one
 process, stepped in time order (engine/cluster.py); so is round_robin over multi-turn sessions,
-whose turns each wait for the one before, wherever it ran.
+whose turns each wait for the one before, wherever it ran, and round_robin under a concurrency cap,
+whose client sends as a request finishes on any replica.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tokenpath.application.timeline import Timeline
+from tokenpath.config.errors import UserError
 from tokenpath.config.memory import KEEP_TOKENS_LIMIT
 from tokenpath.delivery.lastmile import LastMile, first_visible_index
 from tokenpath.engine.cluster import run_cluster
@@ -144,8 +145,13 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     # Sessions' later turns wait for the turn before: -1 for a request sent at its scheduled time.
     think_ns = (None if sessions is None
                 else np.where(sessions.turn > 0, np.rint(sessions.think_s * 1e9), -1).astype(np.int64))
-    # Round-robin moves a session's turns between replicas, so they must share a clock too.
-    apart = policy == "session_affinity" or (policy == "round_robin" and sessions is None)
+    # Round-robin moves a session's turns between replicas, so they must share a clock too; and a closed
+    # loop's client sends as a request finishes on any replica, so its cap is shared the same way.
+    apart = policy == "session_affinity" or (policy == "round_robin" and sessions is None and concurrency is None)
+    if apart and concurrency is not None and concurrency < replicas:
+        raise UserError(f"workload.max_concurrency: {concurrency} is fewer than the {replicas} replicas, which "
+                        f"{policy} routing serves apart, each with a share of the cap; raise it to at least "
+                        f"{replicas} or route round_robin or by load (deployment.routing)")
     if apart or replicas == 1:
         assignment = static_assignment(policy, n, replicas, requests.prefixes,
                                        None if sessions is None else sessions.session)
@@ -170,9 +176,8 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
             last_mile, trace = last_miles[replica], joint[replica]
         else:
             sub = requests.take(rows)
-            # A concurrency cap is shared out evenly between the replicas.
-            share = (None if concurrency is None
-                     else max(1, concurrency // replicas + (replica < concurrency % replicas)))
+            # A concurrency cap is shared out evenly between replicas served apart (session_affinity's).
+            share = None if concurrency is None else concurrency // replicas + (replica < concurrency % replicas)
             last_mile = LastMile(delivery, deployment.front_end)
             trace = run_engine(
                 scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
