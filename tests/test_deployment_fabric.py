@@ -191,6 +191,11 @@ def test_disaggregated_requests_split_exactly_into_queue_compute_traffic_deliver
     # The prefill engine made exactly one token per request; the decode engine the rest.
     assert sim.traces[0].token_offsets[-1] == len(run.e2e_ns)
     assert sim.traces[1].token_offsets[-1] == int(run.output_tokens.sum()) - len(run.e2e_ns)
+    # Delivery splits as a single engine's does: the network both ways, the front end's queue and work (the
+    # request's at the prefill replica, its last tokens' at the decode one) and the engine's host time.
+    detail = run.network_ns + run.frontend_queue_ns + run.frontend_work_ns + run.engine_host_ns
+    assert np.array_equal(detail, run.delivery_ns) and (run.engine_host_ns >= 0).all()
+    assert (run.network_ns > 0).all() and (run.frontend_work_ns > 0).all()
 
 
 def test_disaggregated_requests_of_one_token_finish_on_the_prefill_replica_and_move_no_kv():
@@ -203,6 +208,8 @@ def test_disaggregated_requests_of_one_token_finish_on_the_prefill_replica_and_m
     assert 50 < one.sum() < 250
     assert (run.queue_ns >= 0).all()
     assert np.array_equal(run.queue_ns + run.compute_ns + run.traffic_ns + run.delivery_ns, run.e2e_ns)
+    assert np.array_equal(run.network_ns + run.frontend_queue_ns + run.frontend_work_ns + run.engine_host_ns,
+                          run.delivery_ns)
     # A one-token request's traffic is its prefill steps' all-reduces only: no transfer added.
     prefill = sim.traces[0]
     assert np.array_equal(run.traffic_ns[one], prefill.traffic_ns[one])

@@ -67,6 +67,10 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
 
     # Prefill: every request for one token.
     sent, compute, traffic, host_ns, prefill_start, preempted = (np.zeros(n, np.int64) for _ in range(6))
+    # Of the delivery time: the upload (the network and the front end on the way in, at the prefill
+    # replica) and the front end's time for the request's last tokens (the decode replica's, unless its
+    # one token came from the prefill replica).
+    network_in, upload, front_queue, front_work = (np.zeros(n, np.int64) for _ in range(4))
     first_end, first_leave = np.zeros(n, np.int64), np.zeros(n, np.int64)
     for p in range(prefills):
         rows = np.arange(p, n, prefills)
@@ -79,6 +83,10 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
         traces.append(trace)
         sent[rows], compute[rows], traffic[rows] = trace.sent_ns, trace.compute_ns, trace.traffic_ns
         host_ns[rows] = trace.delivery_ns
+        network_in[rows], upload[rows] = trace.network_in_ns, trace.upload_ns
+        first_token_step, more = trace.token_steps(), outputs[rows] > 1  # (its first token's is not its last's)
+        front_queue[rows] = trace.front_queue_ns - np.where(more, trace.step_front_queue_ns[first_token_step], 0)
+        front_work[rows] = trace.front_work_ns - np.where(more, trace.step_front_work_ns[first_token_step], 0)
         prefill_start[rows], preempted[rows] = trace.first_step_start_ns, trace.times_preempted
         first_end[rows] = trace.last_step_end_ns
         first_leave[rows] = trace.step_leave_ns[trace.token_steps()]
@@ -110,6 +118,8 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
         compute[rows] += trace.compute_ns
         traffic[rows] += trace.traffic_ns
         host_ns[rows] += trace.delivery_ns
+        front_queue[rows] += trace.front_queue_ns
+        front_work[rows] += trace.front_work_ns
         preempted[rows] += trace.times_preempted
         last_end[rows] = trace.last_step_end_ns
         leave = trace.step_leave_ns[trace.token_steps()]
@@ -124,7 +134,8 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     rest_positions = np.setdiff1d(np.arange(offsets[-1]), offsets[:-1], assume_unique=True)
     leave_all[rest_positions] = rest_leave
     served = Served(sent, compute, traffic, host_ns, last_end, offsets,
-                    lambda lo, hi: leave_all[offsets[lo]:offsets[hi]], prefill_start, preempted)
+                    lambda lo, hi: leave_all[offsets[lo]:offsets[hi]], prefill_start, preempted, network_in,
+                    front_queue, front_work, upload)
     part = client_side(served, requests, scheduled_ns, LastMile(delivery, deployment.front_end), visible, keep_tokens,
                        itl, scenario.continuity.spec(), user_sent_ns)
     # A request's replica is the one that made its last token: its decode replica, unless it had one token.
