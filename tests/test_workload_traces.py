@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_helpers import assert_user_error, run_cli
 from tokenpath.config.errors import UserError
 from tokenpath.workload import Requests, read_trace, write_trace
 
@@ -256,3 +257,13 @@ def test_any_input_reads_or_raises_user_error(tmp_path, format, body):
         assert "\n" not in str(error)
     else:
         assert len(requests) >= 1 and requests.arrival_s[0] == 0.0
+
+
+@pytest.mark.parametrize("warmup", [3, 4])
+def test_a_warmup_leaving_none_of_a_traces_requests_is_one_line(tmp_path, warmup, monkeypatch, capsys):
+    # num_requests (2,000 by default) bounds the warm-up before the trace is read; its 3 rows do after
+    path = _write(tmp_path, "azure.csv", AZURE_HEADER + "2023-11-16 18:15:46.6805900,374,44\n"
+                  + "2023-11-16 18:15:50.9951690,396,109\n" + "2023-11-16 18:16:02.5000000,1000,12\n")
+    assert_user_error(*run_cli(["simulate", "--set", f'workload.trace={{path="{path}", format="azure"}}',
+                                "--warmup-requests", str(warmup)], monkeypatch, capsys),
+                      f"workload.warmup_requests: {warmup} leaves none of the trace's 3 requests to measure")

@@ -32,6 +32,9 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator,
     if spec.trace is not None:
         requests = read_trace(spec.trace.path, spec.trace.format, time_scale=spec.trace.time_scale)
         requests = requests if len(requests) <= n else requests.take(np.arange(n))
+        if spec.warmup_requests >= len(requests):  # (num_requests, checked against it, may be more than the rows)
+            raise UserError(f"workload.warmup_requests: {spec.warmup_requests} leaves none of the trace's "
+                            f"{len(requests)} requests to measure; lower warmup_requests or give a longer trace")
         _check(requests, check, 0 if requests.prefixes is None else len(requests.prefixes.keys))
         return requests
     template = _template_tokens(spec)
