@@ -387,6 +387,12 @@ def test_constant_pattern_exact():
     assert arrival_s.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
 
 
+def test_a_burstiness_with_a_constant_pattern_is_refused():
+    with pytest.raises(ValueError, match='burstiness 0.2 shapes gamma gaps, and pattern "constant" draws none'):
+        ArrivalSpec(rate=4.0, pattern="constant", burstiness=0.2)
+    assert ArrivalSpec(rate=4.0, pattern="constant", burstiness=1.0).burstiness == 1.0  # the default, said
+
+
 @pytest.mark.parametrize("pattern", ["gamma", "constant"])
 def test_infinite_rate_sends_everything_at_zero(pattern):
     arrival_s = arrival_times_s(ArrivalSpec(rate="inf", pattern=pattern), 7, _rng())
@@ -402,7 +408,8 @@ def test_infinite_rate_sends_everything_at_zero(pattern):
     seed=st.integers(0, 2**32),
 )
 def test_arrivals_property(rate, burstiness, pattern, n, seed):
-    arrival_s = arrival_times_s(ArrivalSpec(rate=rate, burstiness=burstiness, pattern=pattern), n, _rng(seed))
+    shape = {"burstiness": burstiness} if pattern == "gamma" else {}  # (a constant pattern draws no gaps)
+    arrival_s = arrival_times_s(ArrivalSpec(rate=rate, pattern=pattern, **shape), n, _rng(seed))
     assert arrival_s.dtype == np.float64 and arrival_s.shape == (n,)
     if n:
         assert arrival_s[0] == 0.0 and (np.diff(arrival_s) >= 0).all() and np.isfinite(arrival_s).all()

@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import assert_user_error, run_cli
+from tokenpath import load_scenario, simulate
 from tokenpath.config.errors import UserError
+from tokenpath.sim.document import result_document
 from tokenpath.workload import Requests, read_trace, write_trace
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -267,3 +269,14 @@ def test_a_warmup_leaving_none_of_a_traces_requests_is_one_line(tmp_path, warmup
     assert_user_error(*run_cli(["simulate", "--set", f'workload.trace={{path="{path}", format="azure"}}',
                                 "--warmup-requests", str(warmup)], monkeypatch, capsys),
                       f"workload.warmup_requests: {warmup} leaves none of the trace's 3 requests to measure")
+
+
+def test_a_replayed_trace_is_the_resolved_workload(tmp_path):
+    # resolved.workload is the workload as it ran: the trace's requests at their mean rate, no gaps drawn
+    path = _write(tmp_path, "azure.csv", AZURE_HEADER + "2023-11-16 18:15:46.0,374,44\n"
+                  + "2023-11-16 18:15:48.0,396,109\n" + "2023-11-16 18:15:50.0,1000,12\n")
+    scenario = load_scenario("typical", {"workload.trace": {"path": str(path), "format": "azure"}})
+    workload = result_document(simulate(scenario))[0]["resolved"]["workload"]
+    assert (workload["requests"], workload["rate_per_s"], workload["pattern"], workload["burstiness"]) == (
+        3, pytest.approx(0.5), None, None)
+    assert workload["trace"] == str(path)

@@ -108,7 +108,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
     host overlap and CUDA graphs, the last mile's assumptions and calibration. Two runs are named by
     where their blocks differ (report/compare.py)."""
     s, d = sim.scenario, sim.deployment
-    dep, engine, arrival = s.deployment, d.engine, s.workload.arrival  # the engine as the deployment ran it
+    dep, engine = s.deployment, d.engine  # the engine as the deployment ran it
     delivery = s.resolved_delivery()
     return {
         "deployment": {
@@ -151,14 +151,24 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "calibration": None if delivery.calibration is None else str(delivery.calibration),
             "calibrated_server": None if delivery.calibration is None else delivery.calibrated_server,
         },
-        "workload": {
-            "requests": s.workload.num_requests, "warmup_requests": s.workload.warmup_requests,
-            "rate_per_s": arrival.rate if math.isfinite(arrival.rate) else None,  # null: all at t=0
-            "burstiness": arrival.burstiness, "max_concurrency": s.workload.max_concurrency,
-            "trace": None if s.workload.trace is None else str(s.workload.trace.path),
-            "chat_template_tokens": s.chat_template_tokens(),
-        },
+        "workload": _workload_block(sim),
     }
+
+
+def _workload_block(sim: Simulation) -> dict[str, Any]:
+    """The resolved workload: as generated, or as a trace replayed it (its requests and their mean rate,
+    no pattern or burstiness drawn)."""
+    workload, arrival = sim.scenario.workload, sim.scenario.workload.arrival
+    block = {"requests": workload.num_requests, "warmup_requests": workload.warmup_requests,
+             "rate_per_s": arrival.rate if math.isfinite(arrival.rate) else None,  # null: all at t=0
+             "pattern": arrival.pattern, "burstiness": arrival.burstiness, "max_concurrency": workload.max_concurrency,
+             "trace": None, "chat_template_tokens": sim.scenario.chat_template_tokens()}
+    if workload.trace is not None:
+        sent_s = sim.requests.arrival_s
+        span_s = float(sent_s[-1] - sent_s[0]) if len(sent_s) else 0.0
+        block.update(requests=len(sent_s), rate_per_s=(len(sent_s) - 1) / span_s if span_s > 0 else None,
+                     pattern=None, burstiness=None, trace=str(workload.trace.path))
+    return block
 
 
 def assumptions_block(scenario: Any) -> dict[str, Any]:

@@ -152,6 +152,13 @@ class ArrivalSpec(BaseModel):
     burstiness: float = Field(1.0, ge=MIN_BURSTINESS, le=MAX_BURSTINESS)
     pattern: Literal["gamma", "constant"] = "gamma"
 
+    @model_validator(mode="after")
+    def _burstiness_needs_gamma(self) -> ArrivalSpec:
+        if self.pattern == "constant" and "burstiness" in self.model_fields_set and self.burstiness != 1.0:
+            raise _invalid(f"burstiness {self.burstiness:g} shapes gamma gaps, and pattern \"constant\" draws none; "
+                           "remove burstiness or set pattern = \"gamma\"")
+        return self
+
     @field_validator("rate", mode="before")
     @classmethod
     def _read_inf(cls, value: object) -> object:
