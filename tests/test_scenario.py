@@ -155,6 +155,15 @@ def test_unknown_keys_fail_at_every_level_naming_the_dotted_path(dotted, suggest
     assert set(allowed) <= set(listed)
 
 
+def test_a_misspelt_required_key_is_named_as_unknown_not_as_the_key_it_leaves_missing():
+    # `num_speculative_tokens` misspelt `k` leaves the required key missing as well: the typo is the news
+    with pytest.raises(UserError) as error:
+        build_scenario({"engine": {"speculative": {"method": "ngram", "k": 3}}, "workload": {"draft_acceptance": 0.5}},
+                       "mine.toml")
+    assert str(error.value).startswith("mine.toml: unknown key 'engine.speculative.k'; allowed here: method, "
+                                       "num_speculative_tokens")
+
+
 def test_human_units_in_delivery_are_parsed_to_si():
     s = load_scenario(None, {
         "delivery.network_rtt": "35 ms",

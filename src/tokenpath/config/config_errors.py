@@ -60,8 +60,10 @@ def _walk(root: Any, loc: tuple[Any, ...]) -> tuple[type[BaseModel] | None, list
 
 
 def explain(error: ValidationError, source: str, root: Any) -> str:
-    """The first error of validating a table against `root` (a model class or a type), as one line."""
-    first = error.errors()[0]
+    """The first error of validating a table against `root` (a model class or a type), as one line; an
+    unknown key first of all, which a misspelt required key also leaves missing."""
+    errors = error.errors()
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(first["loc"])
     if first["type"] == "extra_forbidden":
         owner, shown = _walk(root, loc[:-1])
