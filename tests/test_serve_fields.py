@@ -37,8 +37,10 @@ CASES = [
     ("chat", {"modalities": ["text", "audio"]}, "modalities"),
     ("chat", {"temperature": 3}, "temperature"),
     ("chat", {"top_p": "high"}, "top_p"),
-    ("chat", {"stream_options": {"include_usage": "no"}}, "stream_options.include_usage"),
-    ("chat", {"stream_options": {"include_usage": True, "extra": 1}}, "stream_options"),
+    ("chat", {"stream": True, "stream_options": {"include_usage": "no"}}, "stream_options.include_usage"),
+    ("chat", {"stream": True, "stream_options": {"include_usage": True, "extra": 1}}, "stream_options"),
+    ("chat", {"stream_options": {"include_usage": True}}, "stream_options"),  # only with stream, as OpenAI
+    ("completions", {"prompt": ""}, "prompt"),                  # nothing to continue
     ("chat", {"frobnicate": 1}, "frobnicate"),
     ("chat", {"prompt": "Hi"}, "prompt"),                        # the other endpoint's field
     ("completions", {"max_completion_tokens": 9}, "max_completion_tokens"),
@@ -55,6 +57,7 @@ CASES = [
                      "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, None),
     ("completions", {"logprobs": None, "echo": False, "best_of": 1}, None),
     ("completions", {"stop": []}, None),
+    ("completions", {"stream": None, "n": None}, None),        # null: the default, as OpenAI's schema has it
     ("chat", {"messages": [{"role": role, "content": "Hi"} for role in ("system", "developer", "user", "assistant",
                                                                         "tool", "function")]}, None),
 ]
@@ -224,3 +227,31 @@ def test_any_request_is_an_ask_or_a_400_naming_a_field(endpoint, fields):
         assert error.status == 400 and isinstance(error.param, str) and error.message
     else:
         assert isinstance(ask, Ask) and ask.prompt_tokens >= 0
+
+
+def test_an_unset_max_tokens_fills_at_most_the_context_left_and_ends_by_length():
+    # Llama 2's 4,096 tokens of context: a prompt of 4,050 leaves 46, fewer than the scenario's answer of
+    # 150, so the answer stops there, as OpenAI's and vLLM's servers cap an unset max_tokens
+    async def body(url, session):
+        request = {"model": "m", "prompt": [7] * 4050}
+        async with session.post(f"{url}/v1/completions", json=request) as response:
+            return response.status, await response.json()
+
+    status, reply = serve(**{"model.name": "llama-2-7b", "workload.output": {"kind": "fixed", "value": 150}})(body)
+    assert status == 200, reply
+    assert reply["choices"][0]["finish_reason"] == "length" and reply["usage"]["completion_tokens"] == 46
+
+
+def test_a_json_document_cut_short_ends_by_length_and_a_whole_one_by_stop():
+    async def body(url, session):
+        replies = []
+        for tokens in (3, 60):  # too few tokens to close the document, and enough
+            request = {**CHAT, "response_format": {"type": "json_object"}}
+            request.pop("max_tokens")
+            async with session.post(f"{url}/v1/chat/completions", json={**request, "min_tokens": tokens}) as response:
+                replies.append((await response.json())["choices"][0])
+        return replies
+
+    cut, whole = serve(**{"workload.output": {"kind": "fixed", "value": 3}})(body)
+    assert cut["finish_reason"] == "length"
+    assert whole["finish_reason"] == "stop" and isinstance(json.loads(whole["message"]["content"]), dict)

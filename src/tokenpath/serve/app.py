@@ -114,33 +114,42 @@ class Server:
         seed = ask.extras.seed
         return self.rng if seed is None else np.random.default_rng(seed % 2**64)
 
-    def output_tokens(self, ask: Ask, rng: np.random.Generator) -> int:
-        """The tokens this request will get: max_tokens, else a draw from the scenario's lengths
-        (at least min_tokens)."""
+    def output_tokens(self, ask: Ask, rng: np.random.Generator) -> tuple[int, bool]:
+        """The tokens this request will get, and whether it ends at a limit rather than as the model
+        chose: max_tokens; else a draw from the scenario's lengths (at least min_tokens), up to the
+        context the prompt leaves, as OpenAI's and vLLM's servers cap an unset max_tokens."""
         min_tokens = ask.extras.min_tokens
         if ask.max_tokens is not None:
             if min_tokens > ask.max_tokens:
                 raise ApiError(400, f"'min_tokens' ({min_tokens}) must be at most max_tokens ({ask.max_tokens})",
                                "min_tokens")
-            return ask.max_tokens
+            return ask.max_tokens, True
         output = self.scenario.resolved_workload(chat_template=False).output
-        drawn = int(sample_lengths(output, 1, rng, "workload.output")[0])
-        return max(drawn, min_tokens)
+        drawn = max(int(sample_lengths(output, 1, rng, "workload.output")[0]), min_tokens)
+        room = self.context_tokens - ask.prompt_tokens
+        return (room, True) if 0 < room < drawn else (drawn, False)
 
-    def token_ids(self, ask: Ask, output_tokens: int, rng: np.random.Generator) -> np.ndarray:
+    @property
+    def context_tokens(self) -> int:
+        """The context one request may fill: the model's, or the KV cache where that holds less."""
+        return min(self.deployment.model.max_context, self.deployment.kv_capacity_tokens)
+
+    def token_ids(self, ask: Ask, output_tokens: int, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
         """What the request generates: a stretch of the corpus, or in JSON mode a JSON document of
-        exactly `output_tokens` tokens (cut short, as a model's, when that is too few to close it)."""
+        exactly `output_tokens` tokens (cut short, as a model's, when that is too few to close it); and
+        whether it was cut short."""
         corpus = self.json_corpus_ids if ask.extras.json_mode else self.corpus_ids
         start = int(rng.integers(0, len(corpus)))
         if not ask.extras.json_mode:
-            return np.take(corpus, np.arange(start, start + output_tokens), mode="wrap")
+            return np.take(corpus, np.arange(start, start + output_tokens), mode="wrap"), False
         inner = max(0, output_tokens - len(self.json_open_ids) - len(self.json_close_ids))
         stretch = np.take(corpus, np.arange(start, start + inner), mode="wrap")
-        return np.concatenate([self.json_open_ids, stretch, self.json_close_ids])[:output_tokens]
+        document = np.concatenate([self.json_open_ids, stretch, self.json_close_ids])
+        return document[:output_tokens], len(document) > output_tokens
 
     def check_fits(self, ask: Ask, output_tokens: int) -> None:
         total = ask.prompt_tokens + output_tokens
-        limit = min(self.deployment.model.max_context, self.deployment.kv_capacity_tokens)
+        limit = self.context_tokens
         if ask.prompt_tokens >= limit:
             field = "prompt" if ask.endpoint == "completions" else "messages"
             raise ApiError(400, f"the prompt is {ask.prompt_tokens} tokens but the deployment holds {limit} tokens of "
@@ -238,9 +247,10 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
             raise ApiError(404, f"the model {ask.model!r} does not exist; this server serves {server.model_name!r}",
                            "model", code="model_not_found")
         rng = server.rng_for(ask)
-        output_tokens = server.output_tokens(ask, rng)
+        output_tokens, limited = server.output_tokens(ask, rng)
         server.check_fits(ask, output_tokens)
-        response = new_response(ask, server.token_ids(ask, output_tokens, rng), server.fingerprint)
+        token_ids, cut = server.token_ids(ask, output_tokens, rng)
+        response = new_response(ask, token_ids, server.fingerprint, ends_at_limit=limited or cut)
         if ask.stream and server.network.enabled:
             response.queue = server.network.queue()  # type: ignore[assignment]
         upload_ns = server.network.delay_ns(_request_bytes(request, body_bytes))  # the engine sees it after its upload

@@ -125,6 +125,8 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
             prompt = prompt[0]
         if isinstance(prompt, str):
             prompt_tokens = count_tokens(_unicode(prompt, "prompt"))
+            if not prompt_tokens:
+                raise ApiError(400, "'prompt' is empty: give at least one token to continue", "prompt")
         elif (isinstance(prompt, list) and prompt
               and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
             bad = next((t for t in prompt if not 0 <= t <= MAX_TOKEN_ID), None)
@@ -150,12 +152,15 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
     max_tokens = _int(body, "max_completion_tokens", 1) if endpoint == "chat" else None
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", 1)
-    stream = body.get("stream", False)
+    stream = False if body.get("stream") is None else body["stream"]  # (null: false, as OpenAI's default)
     if not isinstance(stream, bool):
         raise ApiError(400, "'stream' must be true or false", "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object", "stream_options")
+    if body.get("stream_options") is not None and not stream:
+        raise ApiError(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                       "stream_options")
     stop = [] if body.get("stop") is None else body["stop"]
     if isinstance(stop, str):
         stop = [stop]

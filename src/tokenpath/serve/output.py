@@ -45,6 +45,8 @@ class Response:
     finish_reason: str = ""
     system_fingerprint: str | None = None  # the server's configuration, as OpenAI's responses carry it
     error: ApiError | None = None         # why its output failed, if it did
+    # Its last token ends it at a limit (max_tokens, the context, a JSON document cut short): "length".
+    ends_at_limit: bool = True
 
 
 class _Bank:
@@ -104,7 +106,7 @@ class _Bank:
         tail = self.stops.finish(slot, self.texts.finish(slot)[0])
         if not response.ended:
             stopped = self.stops.stopped[slot]
-            self.end(response, "stop" if stopped or response.ask.max_tokens is None else "length", tail)
+            self.end(response, "stop" if stopped or not response.ends_at_limit else "length", tail)
         self._free(response)
 
     def release(self, response: Response) -> None:
@@ -213,8 +215,11 @@ def _fail(response: Response, error: Exception) -> None:
     response.queue.put_nowait(DONE)
 
 
-def new_response(ask: Ask, token_ids: np.ndarray, system_fingerprint: str | None = None) -> Response:
-    """A response, with everything per request that streaming needs built now, off the engine's path."""
+def new_response(ask: Ask, token_ids: np.ndarray, system_fingerprint: str | None = None,
+                 ends_at_limit: bool | None = None) -> Response:
+    """A response, with everything per request that streaming needs built now, off the engine's path.
+    `ends_at_limit` (unset: when the request set max_tokens): its last token ends it at a limit."""
     prefix = "chatcmpl" if ask.endpoint == "chat" else "cmpl"
     return Response(ask, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), token_ids, compile_stops(ask.stop),
-                    system_fingerprint=system_fingerprint)
+                    system_fingerprint=system_fingerprint,
+                    ends_at_limit=ask.max_tokens is not None if ends_at_limit is None else ends_at_limit)
