@@ -232,3 +232,30 @@ def test_a_malformed_request_is_answered_400_and_logged_in_one_line(caplog):
     assert lines[0] == "refused a malformed request from 127.0.0.1 with 400: Invalid method encountered: b'GARBAGE'"
     assert lines[1].startswith("refused a malformed request from 127.0.0.1 with 400: "
                                "Invalid character in Content-Length")
+
+
+def test_a_burst_of_whole_requests_over_the_cap_loses_none_that_had_arrived_whole():
+    # Seven clients each send a whole request at once to a server of five connections: the five let in
+    # are answered (none closed to make room before its handler ran), and the other two refused: a 503,
+    # or where its request reached the refused socket after the server closed it, the reset that follows
+    body = json.dumps({"model": "m", "prompt": "Hi", "max_tokens": 2}).encode()
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+
+    async def main(port):
+        clients = []
+        for _ in range(7):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            await writer.drain()
+            clients.append((reader, writer))
+        replies = [await read_until_closed(reader, 20) for reader, _ in clients]
+        for _, writer in clients:
+            writer.close()
+        return replies
+
+    with serving(max_connections=5) as url:
+        replies = asyncio.run(main(int(url.rsplit(":", 1)[1])))
+    statuses = [reply.split(b"\r\n", 1)[0] for reply in replies]
+    assert statuses[:5] == [b"HTTP/1.1 200 OK"] * 5, statuses
+    assert set(statuses[5:]) <= {b"HTTP/1.1 503 Service Unavailable", b""}, statuses

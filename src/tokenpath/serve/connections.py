@@ -62,6 +62,12 @@ ACCEPT_RETRY_S = 0.1
 MAX_TIMEOUT_S = 86400.0
 # Refusals of one kind are logged at most once per this interval.
 LOG_INTERVAL_S = 10.0
+# The blank line that ends an HTTP/1.1 request head (RFC 9112, section 2.1).
+HEAD_END = b"\r\n\r\n"
+# A connection is closed to make room only once it has waited this long without a request: one just
+# accepted may hold a whole request the server has not read yet (a burst of clients each sending at
+# once), which a round trip on loopback or in a data centre takes well under this to bring.
+MAKE_ROOM_AFTER_S = 0.05
 # The cap where the open-file limit sets none: a ceiling on memory more than anything (each idle
 # connection costs some kilobytes); a choice, raise it with --max-connections.
 UNLIMITED_FILES_CONNECTIONS = 65536
@@ -107,9 +113,16 @@ FULL_REPLY = _reply(503, "Service Unavailable", "the server is at its connection
 
 
 def _refuse(conn: socket.socket) -> None:
-    """Answer a connection refused at accept with the 503, as far as its send buffer takes it, and close it."""
+    """Answer a connection refused at accept with the 503, as far as its send buffer takes it, and close it.
+    What the client has sent already is read first: a socket closed with bytes unread sends a reset, which
+    can reach the client before the 503 and discard it."""
     try:
         conn.setblocking(False)
+        while conn.recv(65536):
+            pass
+    except OSError:
+        pass
+    try:
         conn.send(FULL_REPLY)
     except OSError:
         pass
@@ -164,7 +177,8 @@ class Connections:
         self.limits = limits
         self.max_connections = limits.max_connections or default_max_connections()
         self.open: set[_Guard] = set()
-        self.waiting: OrderedDict[_Guard, None] = OrderedDict()  # no request in progress, longest first
+        # no request in progress, longest first: when each began to wait (the loop's clock)
+        self.waiting: OrderedDict[_Guard, float] = OrderedDict()
         self.by_transport: dict[asyncio.BaseTransport, _Guard] = {}
         self.counted = _CountedLog(LOG_INTERVAL_S)
 
@@ -188,20 +202,23 @@ class Connections:
         covers every descriptor taken."""
         outcome = "in"
         if len(self.open) >= self.max_connections:
-            if not self.waiting:
+            if not self.make_room():
                 self.counted.note("full", f"refused a connection with a 503: all {self.max_connections} connections "
-                                          "have a request in progress (serve --max-connections)")
+                                          f"have a request in progress or came within {MAKE_ROOM_AFTER_S:g} s "
+                                          "(serve --max-connections)")
                 return "refused"
-            self.make_room()
             outcome = "made room"
         self.open.add(guard)
-        self.waiting[guard] = None
+        self.waiting[guard] = asyncio.get_running_loop().time()
         guard.admitted = True
         return outcome
 
     def make_room(self) -> bool:
-        """Close the connection that has gone longest without a request in progress, if any."""
+        """Close the connection that has gone longest without a request in progress, if it has waited
+        MAKE_ROOM_AFTER_S at least."""
         if not self.waiting:
+            return False
+        if asyncio.get_running_loop().time() - next(iter(self.waiting.values())) < MAKE_ROOM_AFTER_S:
             return False
         self.counted.note("evicted", f"closed a connection without a request in progress to make room for a new "
                                      f"one ({len(self.open)} open; serve --max-connections)")
@@ -217,8 +234,10 @@ class Connections:
 
 class _Guard(asyncio.Protocol):
     """In front of aiohttp's protocol for one connection: its timers, and whether it may be closed
-    to make room. Its state: "head" (waiting for a complete request head), "busy" (a request in
-    progress) or "idle" (keep-alive, between requests)."""
+    to make room. Its state: "head" (waiting for a complete request head), "busy" (a complete head
+    received, its request dispatched or about to be: no longer closed to make room, as a burst of
+    whole requests would lose its first ones before their handlers ran) or "idle" (keep-alive, between
+    requests)."""
 
     def __init__(self, connections: Connections, server: web.Server) -> None:
         self.connections, self.server = connections, server
@@ -227,6 +246,7 @@ class _Guard(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.state = "head"
         self.head_bytes = 0         # bytes received while waiting for the request head
+        self.head_tail = b""        # its last 3 bytes, to find the blank line that ends it across reads
         self.admitted = False
         self.socket: socket.socket | None = None   # set while its transport is being made
 
@@ -253,6 +273,10 @@ class _Guard(asyncio.Protocol):
             self._arm(self.connections.limits.header_timeout_s, self._head_too_slow)
         if self.state == "head":
             self.head_bytes += len(data)
+            if HEAD_END in self.head_tail + data:  # a whole head: its request is on its way to a handler
+                self.request_started()
+            else:
+                self.head_tail = (self.head_tail + data)[-len(HEAD_END) + 1:]
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -280,9 +304,9 @@ class _Guard(asyncio.Protocol):
         self.connections.waiting.pop(self, None)
 
     def request_ended(self) -> None:
-        self.state, self.head_bytes = "idle", 0
+        self.state, self.head_bytes, self.head_tail = "idle", 0, b""
         if self in self.connections.open:
-            self.connections.waiting[self] = None
+            self.connections.waiting[self] = asyncio.get_running_loop().time()
             self._arm(self.connections.limits.idle_timeout_s, self._idle_too_long)
 
     def close(self) -> None:
