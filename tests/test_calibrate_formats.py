@@ -207,3 +207,11 @@ def test_any_bytes_are_a_user_error_or_phases(blob):
         read_measured(str(folder / "x.json"))
     except UserError as error:
         assert "\n" not in str(error)
+
+
+def test_an_sglang_run_sent_at_a_traces_timestamps_says_so():
+    # bench_serving --use-trace-timestamps writes request_rate "trace" and no send times: nothing to replay
+    run = [(12, 3, 0.05, 0.01, 0.0), (20, 4, 0.06, 0.012, 0.1)]
+    text = json.dumps({**_client_dict(run, kind="sglang", sent=False, latencies=False), "request_rate": "trace"})
+    with pytest.raises(UserError, match='request_rate: "trace": the run sent its requests at a trace\'s timestamps'):
+        read_measured(_write(text + "\n", ".jsonl"))

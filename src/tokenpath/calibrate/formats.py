@@ -175,6 +175,10 @@ def _rate(value: float | str | None, where: str) -> float:
     if isinstance(value, str):
         if value.strip().lower() in ("inf", "infinity"):
             return math.inf
+        if value.strip() == "trace":  # SGLang's bench_serving --use-trace-timestamps
+            raise UserError(f"{where}: request_rate: \"trace\": the run sent its requests at a trace's timestamps, "
+                            "which the file does not hold, so its load cannot be replayed; calibrate from a run at a "
+                            "request rate or a max concurrency")
         raise UserError(f"{where}: request_rate: {quoted(value)} is not a rate; the file is damaged")
     if value == math.inf:
         return math.inf
