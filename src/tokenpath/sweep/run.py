@@ -103,7 +103,13 @@ def _ray(spec: SweepSpec, todo: list[dict[str, Any]], address: str | None) -> It
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
-                yield ray.get(done[0])
+                try:
+                    row = ray.get(done[0])
+                except ray.exceptions.RayTaskError as error:  # the point's own error, without Ray's wrapping
+                    if isinstance(error.cause, UserError):
+                        raise UserError(str(error.cause)) from None
+                    raise
+                yield row
         finally:
             for ref in pending:
                 ray.cancel(ref)
