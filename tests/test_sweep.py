@@ -20,7 +20,7 @@ from tokenpath import load_scenario, simulate
 from tokenpath.config.errors import UserError
 from tokenpath.sim.document import result_document
 from tokenpath.sweep.pareto import frontier, parse_objectives
-from tokenpath.sweep.point import flatten_summary
+from tokenpath.sweep.point import axis_columns, flatten_summary
 from tokenpath.sweep.run import _in_order, run_sweep
 from tokenpath.sweep.spec import load_spec, point_id
 
@@ -364,3 +364,12 @@ scenario = "typical"
     rows = {row["workload.arrival.rate"]: row for row in pacsv.read_csv(tmp_path / "o.csv").to_pylist()}
     assert rows[500.0]["load.overloaded"] is True and rows[5.0]["load.overloaded"] is False
     assert "1 of 2 point(s) overloaded, 0 still filling when their sends stopped" in " ".join(done.stdout.split())
+
+
+def test_a_sweep_tables_axis_columns_are_its_specs_axes(tmp_path):
+    # the HTML report's sweep figure labels each point by these: not by its metrics (prefix_cache.*,
+    # routing.*, bottleneck_reason) nor its ids
+    spec = load_spec(_spec(tmp_path))
+    run_sweep(spec, tmp_path / "r.parquet", workers=1)
+    columns = pq.read_table(tmp_path / "r.parquet").column_names
+    assert axis_columns(columns) == list(spec.points[0])

@@ -418,12 +418,10 @@ def pareto(inputs: Inputs) -> Figure | None:
     frame = inputs.sweep
     if frame is None or SWEEP_X not in frame or SWEEP_Y not in frame:
         return None
+    from tokenpath.sweep.point import axis_columns
+
     alt = _alt()
-    metrics = [c for c in frame.columns if c.split(".")[0] in ("throughput", "latency_s", "requests", "window_s",
-                                                                "attribution_s", "bottleneck", "schema", "source",
-                                                                "scenario", "engine", "fabric", "continuity",
-                                                                "load", "resolved", "regime", "envelope")]
-    axes = [c for c in frame.columns if c not in metrics]
+    axes = axis_columns(list(frame.columns))
     data = frame[[*axes, SWEEP_X, SWEEP_Y]].copy()
     data["point"] = [", ".join(f"{a}={row[a]}" for a in axes) for _, row in data.iterrows()]
     data["e2e_p99_s"], data["tokens_per_s"] = data[SWEEP_Y], data[SWEEP_X]

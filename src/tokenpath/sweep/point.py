@@ -19,6 +19,14 @@ def flatten_summary(document: dict[str, Any]) -> dict[str, Any]:
             for key, value in flatten(document).items()}
 
 
+def axis_columns(columns: list[str]) -> list[str]:
+    """A sweep table's axis columns: each row is its point's id, the sweep's fingerprint, its axis values,
+    then its summary, which opens with `schema` (simulate_point)."""
+    if "sweep" not in columns or "schema" not in columns:
+        return []
+    return columns[columns.index("sweep") + 1:columns.index("schema")]
+
+
 def simulate_point(scenario: str, overrides: dict[str, Any], values: dict[str, Any], sweep: str) -> dict[str, Any]:
     """The row of one point: its id, the sweep's fingerprint, its axis values, then every summary metric.
     A metric named like an axis key is kept as `summary.<key>`."""
