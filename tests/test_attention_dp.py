@@ -1,13 +1,18 @@
 """Attention data-parallel over a replica's tp chips (SGLang --attn-dp-size, TensorRT-LLM enable_attention_dp):
 each chip runs every head for its share of the sequences and holds only their KV cache."""
 
+import numpy as np
 import pytest
 
+from test_engine import NO_NETWORK
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.efficiency import SAMPLER_PROFILE_BYTES_PER_LOGIT
 from tokenpath.compute.model import load_model
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.errors import UserError
+from tokenpath.delivery.lastmile import LastMile
+from tokenpath.engine.loop import run_engine
+from tokenpath.engine.spec import EngineSpec
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import load_scenario
 
@@ -87,3 +92,53 @@ def test_levers_turn_it_on_and_keep_one_chip_replicas_valid():
     levers = {lever.name: lever for lever in catalog(small, small.model_dump(mode="json"))}
     assert levers["TP2 -> TP1x8"].overrides == {"deployment.tp": 1, "deployment.attention_dp": False}
     assert levers["attention data-parallel off"].overrides == {"deployment.attention_dp": False}
+
+
+class RanksCosts:
+    """A 1 ms step that records the prompt tokens of its busiest attention rank (None: not given)."""
+
+    speculation = None
+    draft_s = None
+
+    def __init__(self, ranks):
+        self.attention_ranks = ranks
+        self.busiest: list = []
+
+    def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens, scheduled,
+                  traffic_s, ahead_s, prompt_on_busiest=None):
+        self.busiest.append(prompt_on_busiest)
+        return 1e-3
+
+    def host_busy_s(self, num_tokens, num_logits, scheduled):
+        return 0.0
+
+    def traffic_s(self, num_tokens, decode_only):
+        return 0.0
+
+
+def run_ranks(ranks, inputs, spec):
+    costs = RanksCosts(ranks)
+    n = len(inputs)
+    run_engine(np.zeros(n, np.int64), np.array(inputs), np.full(n, 2), costs, LastMile(NO_NETWORK), spec, 10**9)
+    return costs.busiest
+
+
+def test_prompts_go_to_the_ranks_in_turn_and_the_step_lasts_as_the_rank_with_the_most():
+    # Six prompts at once over four ranks: ranks 0 and 1 hold two each (100 + 300, 200 + 50 tokens), the
+    # busiest 400 of the step's 1,050; the decode step after it has no prompt tokens.
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=2048)
+    assert run_ranks(4, [100, 200, 150, 100, 300, 50], spec)[:2] == [400, None]
+    # A chunked prompt keeps its rank: request 1's 900 tokens are cut at the budget, then finish alone.
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=1000)
+    assert run_ranks(2, [300, 900], spec)[:2] == [700, 200]
+    # Without attention data-parallel the engine does not say (every prompt token on one chip).
+    assert run_ranks(1, [100, 200], spec)[0] is None
+
+
+def test_the_busiest_chip_holds_the_prompt_tokens_the_engine_says():
+    compute = ComputeModel(load_model("deepseek-v3"), load_chip("h200"), 8, "fp8", "bf16", attention_dp=True)
+    # Eight 1,000-token prompts on eight ranks: 1,000 on the busiest chip, not 8,000.
+    assert compute.busiest_chip_share(8000, 8, 1000.0) == ((1000 + 1) / 8000, 1.0)
+    assert compute.busiest_chip_share(8000, 8) == ((7992 + 1) / 8000, 1.0)
+    step = (8000, 8, 8 * 1000 * 1001 / 2, 8000.0)
+    assert compute.step_time_s(*step, prompt_on_busiest=1000.0) < 0.5 * compute.step_time_s(*step)

@@ -28,6 +28,7 @@ class FixedCosts:
 
     speculation = None  # no speculative decoding
     draft_s = None
+    attention_ranks = 1
 
     def __init__(self, base_s=1e-3, per_token_s=0.0, traffic_s=0.0, scheduler_s=0.0):
         self.base_s, self.per_token_s, self._traffic_s, self.scheduler_s = base_s, per_token_s, traffic_s, scheduler_s

@@ -438,10 +438,11 @@ class ComputeModel:
 
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
                     chunk_context_tokens: float = 0.0, scheduled: bool = True, traffic_s: float = 0.0,
-                    ahead_s: float = 0.0) -> float:
+                    ahead_s: float = 0.0, prompt_on_busiest: float | None = None) -> float:
         """The step's kernels (step_ops' times), what launching them adds (launch_s, given the step's
         `traffic_s` of collectives between them and the host `ahead_s` ahead of the GPU), plus host_s (or,
-        overlapped, the larger of the two).
+        overlapped, the larger of the two). `prompt_on_busiest`: with attention data-parallel, the prompt
+        tokens of the chip that holds the most (busiest_chip_share).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
@@ -465,7 +466,7 @@ class ComputeModel:
         c = chunk_context_tokens
         total += self._sum_coefficients_s(self._other_ops, t, n, attn_pairs, kv_read_tokens, touched, c)
         if self._chip_ops:
-            share, chip_logits = self.busiest_chip_share(t, n)
+            share, chip_logits = self.busiest_chip_share(t, n, prompt_on_busiest)
             total += self._sum_coefficients_s(self._chip_ops, t * share, chip_logits, attn_pairs * share,
                                               kv_read_tokens * share, touched, c)
         if not self._every_step_captured:
@@ -488,14 +489,19 @@ class ComputeModel:
                 total += compute_s if compute_s > memory_s else memory_s
         return total
 
-    def busiest_chip_share(self, num_tokens: float, num_logits: float) -> tuple[float, float]:
+    def busiest_chip_share(self, num_tokens: float, num_logits: float,
+                           prompt_on_busiest: float | None = None) -> tuple[float, float]:
         """With attention data-parallel, the busiest chip's share of a step's tokens, pairs and KV reads,
-        and the sequences it samples: a prompt's tokens on the one chip that holds it, the sequences
+        and the sequences it samples: each prompt's tokens on the one chip that holds it, the sequences
         that sample spread evenly (SGLang's schedulers, one a chip, pad their batches to the largest).
-        A step has at most one prompt in progress, and the tokens that do not sample are its."""
+        `prompt_on_busiest`: the prompt tokens of the chip that holds the most (the engine knows which
+        prompt each chip holds: engine/replica.py); None: every prompt token of the step (the tokens
+        that do not sample) on one chip."""
         if num_tokens <= 0:
             return 0.0, 0.0
         prompt = max(num_tokens - num_logits, 0.0)
+        if prompt_on_busiest is not None and prompt_on_busiest < prompt:
+            prompt = prompt_on_busiest
         chip_logits = float(-(-num_logits // self.tp))
         return (prompt + chip_logits) / num_tokens, chip_logits
 

@@ -52,6 +52,7 @@ class GroupStepCosts:
         self.compute_s = compute.step_time_s
         self.host_busy_s = compute.host_busy_s
         self.speculation = speculation
+        self.attention_ranks = tp if compute.attention_dp else 1
         # The drafter's time in a step (None: no drafter on the chip, or no speculative decoding).
         self.draft_s = None if draft is None else draft.step_s
         self.traffic_s = lru_cache(maxsize=65536)(self._traffic_s)

@@ -12,11 +12,13 @@ from tokenpath.engine.speculative import Speculation
 
 class StepCosts(Protocol):
     def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
-                  chunk_context_tokens: float, scheduled: bool, traffic_s: float, ahead_s: float) -> float:
+                  chunk_context_tokens: float, scheduled: bool, traffic_s: float, ahead_s: float,
+                  prompt_on_busiest: float | None = None) -> float:
         """A step's compute time, the host's in its path included; `scheduled`: the step calls the
         scheduler (every step but those of a multi-step window after its first); `traffic_s`: the step's
         traffic_s, whose collectives run between its kernels (and hide launches as kernels do);
-        `ahead_s`: how long before the step starts its host began launching its kernels."""
+        `ahead_s`: how long before the step starts its host began launching its kernels;
+        `prompt_on_busiest`: with attention data-parallel, the prompt tokens of the rank holding the most."""
         ...
     def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
     def host_busy_s(self, num_tokens: int, num_logits: int, scheduled: bool) -> float:
@@ -28,6 +30,8 @@ class StepCosts(Protocol):
     # drafter's time in a step, draft_s(num_tokens, sequences, attn_pairs, kv_read_tokens,
     # chunk_context_tokens) as compute/drafter.py's DraftCost.step_s, or None where it does no GPU work.
     speculation: Speculation | None
+    # Attention data-parallel ranks of a replica (1 without): each holds the requests sent to it.
+    attention_ranks: int
     draft_s: Callable[[int, int, float, float, float], float] | None
 
 

@@ -104,6 +104,11 @@ class Replica:
         self.acceptance = None if speculation is None else speculation.draws()
         self.advance = 1
         self._draft_s = costs.draft_s
+        # Attention data-parallel: a replica's requests go to its ranks in turn, as SGLang's data-parallel
+        # controller sends them (managers/data_parallel_controller.py, round_robin_scheduler, the default
+        # load_balance_method), so request i is held by rank i % ranks; a step lasts as long as the rank
+        # with the most prompt tokens (compute/roofline.py, busiest_chip_share).
+        self.ranks = costs.attention_ranks
         self.ticks_apart = self.pauses or speculation is not None  # ticks are not steps (trace_rows.py)
 
         # Per request (engine/requests.py): its columns and the arrival heap, bound here.
@@ -508,6 +513,16 @@ class Replica:
             budget -= num
         return admitted
 
+    def _prompt_on_busiest_rank(self, prefill_num: int, admitted: Sequence[tuple[int, int, int]]) -> int:
+        """Attention data-parallel: the prompt tokens of the step's rank that holds the most, request i
+        on rank i % ranks (the prompt in progress, `prefill_num` tokens of it, and the `admitted`)."""
+        ranks, per_rank = self.ranks, {}
+        if prefill_num:
+            per_rank[self.prefill.request % ranks] = prefill_num
+        for i, q, _ in admitted:
+            per_rank[i % ranks] = per_rank.get(i % ranks, 0) + q
+        return max(per_rank.values())
+
     def _finish_short(self, last: int, finishing: Sequence[int]) -> None:
         """Speculative decoding: the sequences that finish before the step's `last` tick gain fewer tokens
         than its advance (`shortfall`), and give back the KV blocks taken for the ticks after theirs."""
@@ -557,6 +572,9 @@ class Replica:
             attn_pairs, kv_read = width * context + decode * width * (width + 1) // 2, context + decode * width
         chunk_context = 0  # positions cached before each prompt chunk
         completing: list[tuple[int, int]] = []
+        prompt_on_busiest = None
+        if self.ranks > 1 and (prefill_num or admitted):
+            prompt_on_busiest = self._prompt_on_busiest_rank(prefill_num, admitted)
         if prefill_num:
             prefill = self.prefill
             p, q = prefill.computed, prefill_num
@@ -595,8 +613,13 @@ class Replica:
             sampled, events = decode * advance - self.shortfall + len(completing), decode + len(completing)
 
         traffic_s = self._traffic_s(num_tokens, logits == num_tokens)
-        compute_ns = round(self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
-                                           traffic_s, self.ahead_s) * 1e9)
+        if prompt_on_busiest is None:
+            compute_s = self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
+                                        traffic_s, self.ahead_s)
+        else:
+            compute_s = self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
+                                        traffic_s, self.ahead_s, prompt_on_busiest)
+        compute_ns = round(compute_s * 1e9)
         if self._draft_s is not None:  # the drafter's passes, after the target's (compute/drafter.py)
             compute_ns += round(self._draft_s(num_tokens, decode + len(completing), attn_pairs, kv_read,
                                               chunk_context) * 1e9)
