@@ -87,7 +87,8 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.memory_share._SGLANG_DRAFTER_DEFAULT_MIB": "SGLang's own reserve (cited there), a fact",
     **{f"tokenpath.engine.new_token_ratio.{name}": "SGLang's own scheduler default (cited there), a fact"
        for name in ("INIT_NEW_TOKEN_RATIO", "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO_DECAY_STEPS",
-                    "RETRACT_DECODE_STEPS", "CLIP_MAX_NEW_TOKENS_ESTIMATION")},
+                    "RETRACT_DECODE_STEPS", "CLIP_MAX_NEW_TOKENS_ESTIMATION",
+                    "ATTENTION_DP_CONSERVATIVENESS")},
     "tokenpath.engine.routing.CACHE_THRESHOLD":
         "the modelled router's own setting (SGLang router default, cited there)",
     "tokenpath.engine.routing.BALANCE_ABS_THRESHOLD": "the modelled router's own setting (SGLang router default)",

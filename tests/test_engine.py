@@ -582,6 +582,24 @@ def test_the_new_token_ratio_decays_resets_on_retraction_and_when_idle():
     assert new_request_tokens(100, 10_000, 1000) == 999  # one that alone fits an empty cache is admitted
 
 
+def test_attention_dp_scales_sglangs_new_token_ratio_by_its_conservativeness():
+    from tokenpath.engine.new_token_ratio import ATTENTION_DP_CONSERVATIVENESS, NewTokenRatio
+
+    ratio = NewTokenRatio(ATTENTION_DP_CONSERVATIVENESS)  # SGLang: --schedule-conservativeness x 0.3
+    assert ratio.value == pytest.approx(0.21)
+    for _ in range(600):
+        ratio.decoded()
+    assert ratio.value == pytest.approx(0.0294)  # 0.14 of the initial ratio
+    ratio.idle()
+    assert ratio.value == pytest.approx(0.21)
+    # The replica takes it from its costs' attention ranks, with SGLang's headroom on.
+    for ranks, initial in ((1, 0.7), (4, 0.21)):
+        costs = FixedCosts()
+        costs.attention_ranks = ranks
+        replica = Replica(costs, LastMile(NO_NETWORK), EngineSpec(scheduler="prefill-first"), 10**6)
+        assert replica.ratio.value == pytest.approx(initial)
+
+
 def test_trtllm_reserve_waits_for_the_whole_kv_cache_and_never_preempts():
     # 10 blocks of 16 tokens; each request needs ceil((32 + 64) / 16) = 6 blocks to finish.
     reserve = engine([32, 32], [64, 64], spec=EngineSpec(scheduler="trtllm", block_size=16), kv_tokens=160)

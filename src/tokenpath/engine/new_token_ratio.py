@@ -10,7 +10,8 @@ that, and when a decode step does not fit and requests are retracted it becomes 
 requests' share decoded so far, plus RETRACT_DECODE_STEPS tokens each (ScheduleBatch.retract_decode):
 over-admission makes it cautious again. An idle engine starts over at INIT_NEW_TOKEN_RATIO
 (self_check_during_idle). The defaults are python/sglang/srt/global_config.py's (v0.4 to v0.5),
-with --schedule-conservativeness 1.
+scaled by --schedule-conservativeness (managers/scheduler.py, init_new_token_ratio): 1 by default, and
+0.3 of it with data-parallel attention (ATTENTION_DP_CONSERVATIVENESS).
 
 Where the cache has room, this changes nothing; under overload it keeps the engine from admitting
 requests that it must retract a few steps later (and recompute), which otherwise thrashes.
@@ -23,15 +24,19 @@ MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
 CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096
+ATTENTION_DP_CONSERVATIVENESS = 0.3
+"""SGLang multiplies --schedule-conservativeness by 0.3 when attention is data-parallel (server_args.py,
+_handle_data_parallelism, in 0.5.6; arg_groups/parallel_hook.py in 0.5.23)."""
 
 
 class NewTokenRatio:
     """The ratio's value as the engine runs."""
 
-    def __init__(self) -> None:
-        self.minimum = INIT_NEW_TOKEN_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR
-        self.decrement = (INIT_NEW_TOKEN_RATIO - self.minimum) / NEW_TOKEN_RATIO_DECAY_STEPS
-        self.value = INIT_NEW_TOKEN_RATIO
+    def __init__(self, conservativeness: float = 1.0) -> None:
+        self.initial = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+        self.minimum = min(self.initial * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+        self.decrement = (self.initial - self.minimum) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.value = self.initial
 
     def decoded(self) -> None:
         """One decode step ran."""
@@ -42,13 +47,13 @@ class NewTokenRatio:
         """A decode step retracted requests; the others, `running`, have decoded `decoded_tokens` of
         their `max_new_tokens`."""
         if not max_new_tokens:
-            self.value = INIT_NEW_TOKEN_RATIO
+            self.value = self.initial
             return
         estimate = (decoded_tokens + RETRACT_DECODE_STEPS * running) / max_new_tokens
         self.value = estimate if estimate < 1.0 else 1.0
 
     def idle(self) -> None:
-        self.value = INIT_NEW_TOKEN_RATIO
+        self.value = self.initial
 
     def spare_tokens(self, free_tokens: int, outputs_to_come: int) -> float:
         """KV tokens left for new requests: the free ones less the ratio's share of what the running

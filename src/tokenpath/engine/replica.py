@@ -30,7 +30,7 @@ import numpy as np
 
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.multistep import WindowHost
-from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
+from tokenpath.engine.new_token_ratio import ATTENTION_DP_CONSERVATIVENESS, NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.protocols import Host, StepCosts
 from tokenpath.engine.queues import QUEUES, WaitingQueue
@@ -72,8 +72,15 @@ class Replica:
         self.pauses = spec.prefills_alone  # decoders pause in prefill steps
         self.window = spec.num_scheduler_steps  # steps of a decode window (multi-step scheduling)
         self.reserve = spec.kv_admission == "reserve"
+        # Attention data-parallel: a replica's requests go to its ranks in turn, as SGLang's data-parallel
+        # controller sends them (managers/data_parallel_controller.py, round_robin_scheduler, the default
+        # load_balance_method), so request i is held by rank i % ranks; a step lasts as long as the rank
+        # with the most prompt tokens (compute/roofline.py, busiest_chip_share).
+        self.ranks = costs.attention_ranks
         # SGLang's admission headroom for the running requests' outputs still to come (new_token_ratio.py).
-        self.ratio = NewTokenRatio() if spec.profile.new_token_ratio else None
+        self.ratio = None
+        if spec.profile.new_token_ratio:
+            self.ratio = NewTokenRatio(ATTENTION_DP_CONSERVATIVENESS if self.ranks > 1 else 1.0)
         # A prompt chunk that is not the prompt's rest: any tokens, or whole KV blocks (TensorRT-LLM).
         self.chunk_unit = spec.block_size if spec.profile.chunk_unit == "block" else 1
         self.unreserved_blocks = self.free_blocks  # reserving: blocks no running request has reserved
@@ -104,11 +111,6 @@ class Replica:
         self.acceptance = None if speculation is None else speculation.draws()
         self.advance = 1
         self._draft_s = costs.draft_s
-        # Attention data-parallel: a replica's requests go to its ranks in turn, as SGLang's data-parallel
-        # controller sends them (managers/data_parallel_controller.py, round_robin_scheduler, the default
-        # load_balance_method), so request i is held by rank i % ranks; a step lasts as long as the rank
-        # with the most prompt tokens (compute/roofline.py, busiest_chip_share).
-        self.ranks = costs.attention_ranks
         self.ticks_apart = self.pauses or speculation is not None  # ticks are not steps (trace_rows.py)
 
         # Per request (engine/requests.py): its columns and the arrival heap, bound here.
