@@ -89,6 +89,7 @@ NOT_ASSUMPTIONS = {
        for name in ("INIT_NEW_TOKEN_RATIO", "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO_DECAY_STEPS",
                     "RETRACT_DECODE_STEPS", "CLIP_MAX_NEW_TOKENS_ESTIMATION",
                     "ATTENTION_DP_CONSERVATIVENESS")},
+    "tokenpath.engine.sliding_pool.SGLANG_SWA_FULL_TOKENS_RATIO": "SGLang's own default (cited there), a fact",
     "tokenpath.engine.routing.CACHE_THRESHOLD":
         "the modelled router's own setting (SGLang router default, cited there)",
     "tokenpath.engine.routing.BALANCE_ABS_THRESHOLD": "the modelled router's own setting (SGLang router default)",

@@ -99,6 +99,45 @@ def test_kv_capacity_never_overcommits_and_beats_charging_every_layer():
     assert tokens > 1.4 * full.kv_capacity_tokens(0.9, 8192)
 
 
+def test_a_pool_sized_at_a_ratio_of_the_full_layers_tokens_holds_that_many():
+    half, full = compute(with_window(16)), compute(LLAMA_8B)
+    free = full.kv_capacity_tokens(0.9, 8192, max_num_seqs=64) * full.kv_bytes_per_token_per_chip
+    per_layer = 2 * 8 * 128 * 2
+    # SGLang's hybrid pool: each token costs the 16 full layers' bytes and 0.8 of the 16 sliding layers'.
+    assert half.kv_capacity_tokens(0.9, 8192, max_num_seqs=64, sliding_pool_ratio=0.8) == pytest.approx(
+        free / (16 * per_layer + 0.8 * 16 * per_layer), abs=2)
+    # With hybrid memory off every layer holds every token, however few the sequences.
+    assert half.kv_capacity_tokens(0.9, 8192, max_num_seqs=64, sliding_pool_ratio=1.0) == full.kv_capacity_tokens(
+        0.9, 8192, max_num_seqs=64)
+
+
+@pytest.mark.parametrize(("release", "generation", "speculative", "ratio"), [
+    ("0.5.6", "Hopper", False, 1.0),      # hybrid memory off for gpt-oss up to 0.5.7
+    ("0.5.8", "Hopper", False, 0.8),      # on from 0.5.8 ...
+    ("0.5.9", "Blackwell", False, 1.0),   # ... but off with trtllm_mha, Blackwell's default backend
+    ("0.5.9", "Hopper", True, 1.0),       # ... and with a drafter
+    ("0.5.10", "Blackwell", True, 0.8),   # on from 0.5.10
+    (None, "Hopper", False, 0.8),         # no release stated: the newest
+])
+def test_sglang_holds_gpt_oss_sliding_layers_by_release(release, generation, speculative, ratio):
+    from tokenpath.engine.sliding_pool import sglang_sliding_pool_ratio
+    assert sglang_sliding_pool_ratio(release, generation, speculative) == ratio
+
+
+def test_sglang_0_5_6_charges_gpt_oss_every_layer_where_vllm_frees_the_window():
+    from tokenpath.sim.deployment import build_deployment
+    base = {"model.name": "gpt-oss-120b", "deployment.chip": "h200", "deployment.chips": 1, "deployment.tp": 1,
+            "model.precision": "bf16", "model.expert_precision": "fp4", "engine.gpu_memory_utilization": 0.9}
+    sglang = build_deployment(load_scenario("typical", {**base, "engine.scheduler": "prefill-first",
+                                                         "engine.version": "0.5.6"}))
+    vllm = build_deployment(load_scenario("typical", base))
+    every_layer = dataclasses.replace(sglang.compute.model, sliding_window=0, sliding_layers=0)
+    assert sglang.kv_capacity_tokens == ComputeModel(every_layer, load_chip("h200"), 1, "bf16", "bf16",
+                                                     expert_precision="fp4").kv_capacity_tokens(
+        0.9, 8192, share_covers="weights_and_kv")
+    assert vllm.kv_capacity_tokens > 1.5 * sglang.kv_capacity_tokens
+
+
 def test_kv_capacity_when_every_layer_slides():
     cm = compute(with_window(32))
     assert cm.kv_capacity_tokens(0.9, 8192, max_num_seqs=8) == 8 * LLAMA_8B.max_context

@@ -240,7 +240,8 @@ class ComputeModel:
                            max_num_seqs: int | None = None, drafter: ComputeModel | None = None,
                            sampler_bytes_per_logit: float | None = None,
                            share_covers: Literal["all", "weights_and_kv", "free_memory"] = "all",
-                           measured_margin: tuple[float, float] | None = None) -> int:
+                           measured_margin: tuple[float, float] | None = None,
+                           sliding_pool_ratio: float | None = None) -> int:
         """KV-cache tokens that fit in the memory the engine's share leaves them, over the KV bytes per token.
         What the share `gpu_memory_utilization` covers (`share_covers`, engine/memory_share.py):
         - "all" (vLLM): everything, so the cache takes hbm x utilization - weights - activations;
@@ -266,7 +267,9 @@ class ComputeModel:
         that in flight), their sliding layers set aside whole (window tokens each) and the rest charged
         to the full-attention layers alone (exact when that many sequences run, all past the window).
         vLLM's hybrid KV-cache manager frees the blocks that fall out of a window, as the second bound
-        assumes.
+        assumes. An engine that sizes its sliding layers' pool at `sliding_pool_ratio` of the full layers'
+        tokens instead (SGLang: engine/sliding_pool.py; 1 where every layer holds every token) holds
+        free / (full + ratio x sliding) tokens.
         """
         if not 0 < gpu_memory_utilization <= 1:
             raise UserError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}; "
@@ -313,6 +316,8 @@ class ComputeModel:
         if self.attention_dp:  # each chip holds the KV of its own sequences only
             return int(tokens) * self.tp
         sliding = self.sliding_kv_bytes_per_token_per_chip
+        if sliding and sliding_pool_ratio is not None:
+            return int(free // (per_token - sliding + sliding_pool_ratio * sliding))
         if sliding and max_num_seqs:
             in_flight = max_num_seqs * self.pp  # each stage holds the sequences of every microbatch
             windows = in_flight * self._window * sliding

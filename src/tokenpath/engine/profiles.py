@@ -43,6 +43,7 @@ from tokenpath.engine.memory_share import (
     vllm_gpu_memory_utilization,
     vllm_measured_kv_margin,
 )
+from tokenpath.engine.sliding_pool import every_layer, sglang_sliding_pool_ratio
 from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_overlap, vllm_keeps_async_scheduling
 from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_template_work
 
@@ -162,6 +163,10 @@ class Profile:
     # Where a release sizes the KV cache from the memory it measures free after warmup instead, what it
     # keeps free beyond a step's activations, by release and chip generation (None: it does not).
     measured_kv_margin: Callable[[str | None, str], KvMargin | None] | None
+    # A sliding-window model's sliding layers in the KV pool (engine/sliding_pool.py): their tokens per
+    # full-attention token, by release, chip generation and whether a drafter runs; None: the engine frees
+    # the blocks out of the window (vLLM V1's hybrid KV-cache manager).
+    sliding_pool_ratio: Callable[[str | None, str, bool], float] | None
     # Tokens a KV-cache block holds where [engine] leaves block_size out, or its rule by release
     # (engine/kv_blocks.py).
     default_block_size: int | Callable[[str | None], int]
@@ -242,6 +247,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="all",
         default_memory_share=vllm_gpu_memory_utilization,  # 0.9, 0.92 from 0.20.0, 1.0 where measured
         measured_kv_margin=vllm_measured_kv_margin,  # from 0.34.0 on CUDA and ROCm (engine/memory_share.py)
+        sliding_pool_ratio=None,  # its hybrid KV-cache manager frees the blocks out of a window
         default_block_size=vllm_block_size,  # 16, 64 from 0.34.0
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
         # API-server process renders the chat template and tokenizes (AsyncLLM's InputProcessor) and
@@ -307,6 +313,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="all",
         default_memory_share=DEFAULT_UTILIZATION,
         measured_kv_margin=None,
+        sliding_pool_ratio=every_layer,  # no hybrid manager: a sliding layer holds every token
         default_block_size=DEFAULT_BLOCK_SIZE,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
         # since 0.6, PR 6883: "request validation, tokenization, and JSON formatting" there); the engine
@@ -385,6 +392,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="weights_and_kv",
         default_memory_share=sglang_mem_fraction_static,
         measured_kv_margin=None,
+        sliding_pool_ratio=sglang_sliding_pool_ratio,
         default_block_size=DEFAULT_BLOCK_SIZE,
         # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
         # tokenizer_manager.py; "The HTTP server, Engine, and TokenizerManager all run in the main
@@ -463,6 +471,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="free_memory",
         default_memory_share=DEFAULT_UTILIZATION,
         measured_kv_margin=None,
+        sliding_pool_ratio=None,  # its per-window pools are not read here: as vLLM V1's
         default_block_size=DEFAULT_BLOCK_SIZE,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the
         # executor's workers: it renders the chat template, tokenizes, and detokenizes and builds each

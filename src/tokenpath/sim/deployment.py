@@ -137,7 +137,8 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                                 chip.generation)
     kv_tokens = compute.kv_capacity_tokens(share, engine.max_num_batched_tokens, engine.max_num_seqs, drafter,
                                            sampler_bytes, engine.profile.memory_share_covers,
-                                           engine.kv_margin(chip.generation)) // dep.pp
+                                           engine.kv_margin(chip.generation),
+                                           engine.sliding_pool_ratio(chip.generation)) // dep.pp
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
     if fabric == SwitchFabric():  # none given (or only its defaults): the chip's own, nodes beyond its domain
         fabric, fabric_name = chip_fabric(chip, dep.chips)
