@@ -28,7 +28,7 @@ from tokenpath.workload import (
     write_trace,
 )
 from tokenpath.workload.arrivals import arrival_times_s
-from tokenpath.workload.lengths import sample_lengths
+from tokenpath.workload.lengths import sample_lengths, uniform_bounds
 from tokenpath.workload.spec import MAX_TOKENS
 
 
@@ -266,15 +266,27 @@ def test_lognormal_far_tail_stays_in_range():
     assert tokens.min() >= 1 and tokens.max() <= MAX_TOKENS
 
 
-@pytest.mark.parametrize("mean, ratio, low, high", [(100, 0.5, 50, 150), (10, 0.15, 8, 11), (1000, 0.0, 1000, 1000)])
+# vLLM's random dataset draws from floor(len * (1 - r)) to ceil(len * (1 + r)) (vllm 0.27.1,
+# vllm/benchmarks/datasets/utils.py, get_sampling_params): 10 +- 15% is [8, 12], not int()'s [8, 11];
+# 100 +- 10% is [90, 111], as 100 * 1.1 is 110.00000000000001 in floats there too.
+@pytest.mark.parametrize("mean, ratio, low, high", [(100, 0.5, 50, 150), (10, 0.15, 8, 12), (100, 0.1, 90, 111),
+                                                    (1000, 0.0, 1000, 1000)])
 def test_uniform_exact_bounds(mean, ratio, low, high):
     tokens = sample_lengths(LengthSpec(kind="uniform", mean=mean, range_ratio=ratio), 20_000, _rng(), "f")
     assert tokens.min() == low and tokens.max() == high
 
 
+@settings(max_examples=300, deadline=None)
+@given(mean=st.floats(0, 1e6), ratio=st.floats(0, 0.999))
+def test_uniform_bounds_are_floor_and_ceil(mean, ratio):
+    low, high = uniform_bounds(mean, ratio)
+    assert low <= mean * (1 - ratio) < low + 1
+    assert high - 1 < mean * (1 + ratio) <= high
+
+
 def test_uniform_low_end_clipped_to_min():
     tokens = sample_lengths(LengthSpec(kind="uniform", mean=2, range_ratio=0.9), 1000, _rng(), "f")
-    assert set(tokens.tolist()) == {1, 2, 3}
+    assert set(tokens.tolist()) == {1, 2, 3, 4}  # [floor(0.2), ceil(3.8)], 0 lifted to min 1
 
 
 def test_empirical_one_per_line(tmp_path):
@@ -344,7 +356,7 @@ def test_lengths_property(spec, n, seed):
     assert tokens.dtype == np.int64 and tokens.shape == (n,)
     assert (tokens >= spec.min).all() and (tokens <= (spec.max or MAX_TOKENS)).all()
     if spec.kind == "uniform":
-        bounds = [int(spec.mean * (1 - spec.range_ratio)), int(spec.mean * (1 + spec.range_ratio))]
+        bounds = [math.floor(spec.mean * (1 - spec.range_ratio)), math.ceil(spec.mean * (1 + spec.range_ratio))]
         low, high = np.clip(bounds, spec.min, spec.max)
         assert ((tokens >= low) & (tokens <= high)).all()
     if spec.kind == "fixed":

@@ -61,15 +61,21 @@ def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator, field: st
         tokens = np.clip(_lognormal(mean, SHAREGPT_ASSUMED_CV * mean, n, rng), SHAREGPT_MIN_TOKENS,
                          SHAREGPT_MAX_TOKENS[side])
     elif spec.kind == "uniform":
-        low = int(spec.mean * (1 - spec.range_ratio))
-        high = int(spec.mean * (1 + spec.range_ratio))
-        tokens = rng.integers(low, high, size=n, endpoint=True, dtype=np.int64)
+        low_tokens, high_tokens = uniform_bounds(spec.mean, spec.range_ratio)
+        tokens = rng.integers(low_tokens, high_tokens, size=n, endpoint=True, dtype=np.int64)
     elif spec.kind == "empirical":
         values = read_length_file(spec.path, spec.column, field)
         tokens = values[rng.integers(0, len(values), size=n)]
     else:
         raise AssertionError(f"unhandled length kind {spec.kind!r}")
     return np.clip(tokens, spec.min, spec.max or MAX_TOKENS)
+
+
+def uniform_bounds(mean: float, range_ratio: float) -> tuple[int, int]:
+    """The least and greatest count a uniform draw takes, both included: vLLM's random dataset's
+    floor(len * (1 - r)) and ceil(len * (1 + r)) in the same float arithmetic (vllm 0.27.1,
+    vllm/benchmarks/datasets/utils.py, get_sampling_params), so 100 +- 10% is [90, 111] there too."""
+    return math.floor(mean * (1 - range_ratio)), math.ceil(mean * (1 + range_ratio))
 
 
 def _lognormal(mean: float, sd: float, n: int, rng: np.random.Generator) -> np.ndarray:

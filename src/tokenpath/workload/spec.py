@@ -78,7 +78,8 @@ class LengthSpec(BaseModel):
     - lognormal: lognormal whose resulting token count has mean `mean` and standard deviation `sd`,
       rounded to the nearest integer.
     - uniform: vLLM's random dataset, integers uniform in
-      [int(mean * (1 - range_ratio)), int(mean * (1 + range_ratio))], both ends included.
+      [floor(mean * (1 - range_ratio)), ceil(mean * (1 + range_ratio))], both ends included
+      (lengths.py, uniform_bounds).
     - empirical: drawn with replacement from the integers in `path`: one per line, or, when `column`
       is given, that column of a CSV file with a header row.
     - sharegpt: ShareGPT V3 prompts or completions as vLLM's and SGLang's benchmark clients sample them
