@@ -97,6 +97,19 @@ def test_workload_is_drawn_as_simulate_draws_it():
     assert workload_requests(scenario) == prepare(scenario).requests
 
 
+def test_bench_sends_at_the_schedule_simulate_draws():
+    """Gamma sends as simulate draws them: the first at 0 and the gaps as drawn, not vLLM's schedule
+    (its first after one gap, the sends rescaled to end at n / rate)."""
+    from tokenpath.sim.simulate import prepare, simulate
+
+    scenario = load_scenario(None, {"workload.num_requests": 200, "workload.arrival.rate": 4.0,
+                                    "workload.arrival.burstiness": 0.5, "seed": 3})
+    sends_s = workload_requests(scenario).arrival_s
+    np.testing.assert_array_equal(sends_s, prepare(scenario).requests.arrival_s)
+    np.testing.assert_array_equal(np.rint(sends_s * 1e9).astype(np.int64), simulate(scenario).run.scheduled_ns)
+    assert sends_s[0] == 0.0 and sends_s[-1] != 200 / 4.0
+
+
 def test_request_bodies():
     target = Target("http://h:1/", "m")
     body = orjson.loads(request_body(target, "hello", 17))

@@ -12,8 +12,13 @@ from tokenpath.workload.spec import ArrivalSpec
 def arrival_times_s(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> np.ndarray:
     """`n` non-decreasing send times in seconds (float64), the first at 0.
 
-    gamma: gaps with shape `burstiness` and scale 1 / (rate * burstiness), as vLLM bench draws them;
-    one gap is drawn per request and request i + 1 waits the gap drawn after request i.
+    gamma: a renewal process at `rate`: gaps with shape `burstiness` and scale 1 / (rate * burstiness)
+    (the gaps vLLM bench draws), one per request, request i + 1 sent the gap drawn after request i.
+    vLLM's client then departs from the process (vllm 0.27.1, vllm/benchmarks/serve.py, get_request):
+    it sends request i at the sum of the first i + 1 gaps, so the first request waits one gap, and
+    rescales those sums so the last send lands at exactly n / rate. Here the first send is at 0 and the
+    gaps are kept as drawn, so the span of n sends varies from seed to seed around (n - 1) / rate
+    (relative sd 1 / sqrt((n - 1) burstiness)): tokenpath's `rate` is the process's, vLLM's the run's.
     """
     if n < 0:
         raise ValueError(f"cannot draw {n} arrival times")

@@ -141,7 +141,8 @@ class ArrivalSpec(BaseModel):
 
     - gamma: inter-arrival gaps drawn from a gamma distribution with shape `burstiness` and mean
       1/`rate` (vLLM bench's --request-rate and --burstiness); burstiness 1 is a Poisson process,
-      lower is burstier. The first request goes at t = 0.
+      lower is burstier. The first request goes at t = 0 and the gaps are kept as drawn; vLLM's client
+      sends its first after one gap and rescales the sends to end at n / rate (arrivals.py).
     - constant: request i goes at i / `rate`.
 
     `rate` is in requests per second; `"inf"` sends every request at t = 0 (an offline batch).
