@@ -238,3 +238,37 @@ def test_the_levers_move_the_reranker_off_the_gpu_and_on_it(tmp_path):
     assert "max_batch" not in cpu["served"]  # a core serves one request at a time
     moved = load_scenario("rag", {"workload.num_requests": 20, **levers["rerank on a h200 of its own"].overrides})
     assert prepare(moved).application is not None  # off the GPU: laid out before the run
+
+
+def _embed_on_cpu(**workload):
+    """100-token questions, each embedded by a 335M model on one of 64 CPU cores (no queue)."""
+    return load_scenario(None, {
+        "workload.num_requests": 40, "workload.arrival.rate": 2.0, "workload.input": {"kind": "fixed", "value": 100},
+        "workload.output": {"kind": "fixed", "value": 8}, **workload,
+        "application": {"stages": [
+            {"name": "embed", "kind": "embed", "served": {"params": "335M", "on": "cpu", "cores": 64}},
+            {"name": "answer", "kind": "model", "after": ["embed"]}]}})
+
+
+@pytest.mark.parametrize("workload", [{"workload.chat_template_tokens": 2000},
+                                      {"workload.shared_prefix": {"tokens": 3000, "fraction": 0.5}}])
+def test_an_embedder_reads_the_question_not_the_template_or_the_shared_prefix(workload):
+    # The LLM server's chat template and the system prompt in front of the model's prompt never reach the
+    # embedder: its time is the 100-token question's, request by request
+    alone = simulate(_embed_on_cpu()).run.application_detail_ns["embed"]
+    one_request_ns = round(cpu_forward_s(335e6, "bf16", np.array([100]))[0] * 1e9)
+    assert alone.tolist() == [one_request_ns] * 40
+    assert simulate(_embed_on_cpu(**workload)).run.application_detail_ns["embed"].tolist() == alone.tolist()
+
+
+def test_a_reranker_on_the_model_s_gpu_reads_the_question_not_the_template():
+    def rerank_job_ns(**workload):
+        scenario = load_scenario(None, {
+            "workload.num_requests": 10, "workload.input": {"kind": "fixed", "value": 100}, **workload,
+            "application": {"stages": [
+                {"name": "rerank", "kind": "rerank", "served": {"params": "560M", "on": "shared", "documents": 20,
+                                                                "document_tokens": 128}},
+                {"name": "answer", "kind": "model", "after": ["rerank"]}]}})
+        return prepare(scenario).shared.kernel_ns([0])
+
+    assert rerank_job_ns(**{"workload.chat_template_tokens": 2000}) == rerank_job_ns()

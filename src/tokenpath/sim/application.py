@@ -17,7 +17,7 @@ from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
 from tokenpath.sim.agent import AgentPlan, agent_calls, around_loop, with_agent
 from tokenpath.sim.run import Run
-from tokenpath.workload import Requests
+from tokenpath.workload import Requests, WorkloadSpec
 
 
 def check_alone(requests: Requests) -> None:
@@ -26,20 +26,34 @@ def check_alone(requests: Requests) -> None:
                         "remove [workload.sessions] or [application]")
 
 
+def question_tokens(requests: Requests, workload: WorkloadSpec) -> np.ndarray:
+    """Per request, the user's question as a served embed or rerank stage reads it: the drawn input,
+    without the chat template (the LLM server adds it to the model's prompt) or a
+    `[workload.shared_prefix]` (a system prompt the application puts before the model's prompt). A
+    trace's prompt is taken whole: it does not tell its parts apart."""
+    question = requests.client_input_tokens
+    if workload.trace is None and workload.shared_prefix is not None and requests.prefixes is not None:
+        question = question - requests.prefixes.tokens
+    return question
+
+
 def model_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Generator,
-                assumptions: Assumptions = DEFAULTS) -> tuple[Requests, Timeline | AgentPlan]:
+                assumptions: Assumptions = DEFAULTS,
+                question: np.ndarray | None = None) -> tuple[Requests, Timeline | AgentPlan]:
     """The requests as the model call sends them, in the order they reach the server: each user send
     delayed by the stages before the model, each prompt grown by the model stage's template and chunks;
     and each request's timeline, in that order. With an agent loop, every call of each request
     (sim/agent.py). Stages served on queues of their own are timed under `assumptions`
-    (application/service.py)."""
+    (application/service.py) on each request's `question` tokens (`question_tokens`; unset, the
+    client's prompt)."""
     check_alone(requests)
     if spec.model.loop is not None:
-        return agent_calls(spec, *model_calls(around_loop(spec), requests, rng, assumptions), rng)
+        return agent_calls(spec, *model_calls(around_loop(spec), requests, rng, assumptions, question), rng)
     n = len(requests)
     send_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
     latency_ns = draw_latencies_ns(spec, n, rng)
-    laid = timeline(spec, latency_ns, n, queues(spec, send_ns, requests.input_tokens, assumptions))
+    question = requests.client_input_tokens if question is None else question
+    laid = timeline(spec, latency_ns, n, queues(spec, send_ns, question, assumptions))
     laid = streaming(spec, latency_ns, laid)
     call_ns = send_ns + laid.pre_ns
     order = np.argsort(call_ns, kind="stable")

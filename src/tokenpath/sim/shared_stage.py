@@ -25,7 +25,7 @@ from tokenpath.application.timeline import Timeline, draw_latencies_ns, timeline
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.config.assumptions import Assumptions
 from tokenpath.config.errors import UserError
-from tokenpath.sim.application import check_alone
+from tokenpath.sim.application import check_alone, question_tokens
 from tokenpath.sim.scenario import Scenario
 from tokenpath.workload import Requests
 
@@ -99,16 +99,17 @@ def shared_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Gener
                  chip: ChipSpec, assumptions: Assumptions) -> tuple[Requests, SharedStage]:
     """The requests as the engine gets them, in the order of the user's sends (each sent when its job is
     done), their prompts grown by the model stage's; and the shared stage's jobs. The stages' times are
-    drawn as model_calls draws them (one seed, one result); those on queues of their own are timed here."""
+    drawn as model_calls draws them (one seed, one result); those on queues of their own are timed here,
+    each served stage on the user's question (`question_tokens`)."""
     check_alone(requests)
     _check(scenario)
     stage = shared_stage(spec)
     n = len(requests)
     send_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
     latency_ns = draw_latencies_ns(spec, n, rng)
-    latency_ns.update(_queue_times(spec, queues(spec, send_ns, requests.input_tokens, assumptions), latency_ns,
-                                   stage.name, n))
-    jobs = SharedStage(spec, stage, send_ns, requests.input_tokens, latency_ns, chip, assumptions)
+    question = question_tokens(requests, scenario.workload)
+    latency_ns.update(_queue_times(spec, queues(spec, send_ns, question, assumptions), latency_ns, stage.name, n))
+    jobs = SharedStage(spec, stage, send_ns, question, latency_ns, chip, assumptions)
     prompt = spec.model.prompt
     added = 0 if prompt is None else prompt.added_tokens
     return Requests(requests.arrival_s, requests.input_tokens + added, requests.output_tokens, requests.prefixes,

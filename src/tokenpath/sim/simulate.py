@@ -22,7 +22,7 @@ from tokenpath.engine.cluster import run_cluster
 from tokenpath.engine.loop import EngineTrace, run_engine
 from tokenpath.engine.routing import static_assignment
 from tokenpath.sim.agent import AgentPlan, check_calls, last_calls
-from tokenpath.sim.application import model_calls, with_application
+from tokenpath.sim.application import model_calls, question_tokens, with_application
 from tokenpath.sim.deployment import Deployment, build_deployment, check_fits
 from tokenpath.sim.disaggregated import simulate_disaggregated
 from tokenpath.sim.document import result_document
@@ -92,7 +92,7 @@ def prepare(scenario: Scenario) -> Prepared:
             requests, jobs = shared_calls(app, requests, rng, scenario, deployment.chip, assumptions)
             check_fits(requests, deployment, scenario)
             return Prepared(scenario, deployment, requests, shared=jobs)
-        requests, laid = model_calls(app, requests, rng, assumptions)
+        requests, laid = model_calls(app, requests, rng, assumptions, question_tokens(requests, scenario.workload))
     if isinstance(laid, AgentPlan):
         check_calls(scenario, requests, deployment)
     else:
