@@ -75,6 +75,49 @@ def test_cache_hits_are_drawn_at_the_hit_rate_and_cost_the_hit_latency():
     assert np.array_equal(drawn, again)
 
 
+def _lognormal_stages(retrieve_cache=None):
+    """Three drawn stages before the model; retrieve with `retrieve_cache` where given."""
+    drawn = {"kind": "lognormal", "mean": "40 ms", "sd": "15 ms"}
+    retrieve = {"name": "retrieve", "kind": "retrieval", "after": ["embed"], "latency": drawn}
+    if retrieve_cache is not None:
+        retrieve["cache"] = retrieve_cache
+    return ApplicationSpec.model_validate({"stages": [
+        {"name": "embed", "kind": "cpu", "latency": {"kind": "exponential", "mean": "8 ms"}}, retrieve,
+        {"name": "tools", "kind": "tool", "latency": drawn},
+        {"name": "answer", "kind": "model", "after": ["retrieve", "tools"]}]})
+
+
+def test_a_cache_at_no_hits_repeats_the_run_without_it_and_moves_no_other_stage():
+    # Each stage draws from a stream of its own, its hit/miss numbers always: a 0% cache is a no-op, and a
+    # 50% cache in front of retrieve changes retrieve's hits alone
+    without = draw_latencies_ns(_lognormal_stages(), 500, np.random.default_rng(5))
+    none_hit = draw_latencies_ns(_lognormal_stages({"hit_rate": 0.0, "hit_latency": "1 ms"}), 500,
+                                 np.random.default_rng(5))
+    half = draw_latencies_ns(_lognormal_stages({"hit_rate": 0.5, "hit_latency": "1 ms"}), 500,
+                             np.random.default_rng(5))
+    for name in ("embed", "retrieve", "tools"):
+        assert none_hit[name].tolist() == without[name].tolist()
+    assert half["embed"].tolist() == without["embed"].tolist() and half["tools"].tolist() == without["tools"].tolist()
+    hits = half["retrieve"] == MS
+    assert 0.4 < hits.mean() < 0.6 and half["retrieve"][~hits].tolist() == without["retrieve"][~hits].tolist()
+
+
+def test_a_cache_at_no_hits_leaves_every_request_s_times_as_they_were():
+    cached = rag()
+    stages = [dict(stage) for stage in cached.application.model_dump(exclude_unset=True)["stages"]]
+    for stage in stages:
+        stage.pop("cache", None)
+    without = rag(application={"stages": stages})
+    for stage in stages:
+        if stage["name"] == "retrieve":
+            stage["cache"] = {"hit_rate": 0.0, "hit_latency": "1 ms"}
+    no_hits = rag(application={"stages": stages})
+    run, again = simulate(without).run, simulate(no_hits).run
+    assert again.e2e_ns.tolist() == run.e2e_ns.tolist()
+    for name, values in run.application_detail_ns.items():
+        assert again.application_detail_ns[name].tolist() == values.tolist()
+
+
 def rag(**overrides):
     return load_scenario("rag", {"workload.num_requests": 80, **overrides})
 

@@ -9,6 +9,7 @@ stages after it has those laid out once the run gives each request's stream (app
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,19 +39,32 @@ class Timeline:
 
 
 def draw_latencies_ns(spec: ApplicationSpec, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Each non-model stage's time per request, its cache's hits included: drawn stage by stage in the
-    order the table lists them (a hit/miss draw first where the stage has a cache), so one seed gives
-    one result. A retrieval stage with an index takes its search's time (application/index.py)."""
+    """Each non-model stage's time per request, its cache's hits included. Each stage draws from a
+    stream of its own (`stage_rng`), its hit/miss numbers first whether or not it has a cache, so a
+    cache at 0% hits repeats the run without it and adding or changing one stage moves no other stage's
+    draws. `rng` is not advanced. A retrieval stage with an index takes its search's time
+    (application/index.py)."""
     drawn: dict[str, np.ndarray] = {}
     for stage in spec.stages:
         if stage.kind == "model" or stage.served is not None:  # (a served stage is timed as it is laid out)
             continue
-        hits = None if stage.cache is None else rng.random(n) < stage.cache.hit_rate
-        times = _sample_s(stage.latency, n, rng) if stage.index is None else index_times_s(stage.index, n, rng)
-        if hits is not None:
-            times = np.where(hits, stage.cache.hit_latency, times)
+        own = stage_rng(rng, stage.name)
+        hit_draws = own.random(n)
+        times = _sample_s(stage.latency, n, own) if stage.index is None else index_times_s(stage.index, n, own)
+        if stage.cache is not None:
+            times = np.where(hit_draws < stage.cache.hit_rate, stage.cache.hit_latency, times)
         drawn[stage.name] = np.rint(times * 1e9).astype(np.int64)
     return drawn
+
+
+def stage_rng(rng: np.random.Generator, name: str) -> np.random.Generator:
+    """The stage `name`'s own stream: a child of `rng`'s seed sequence keyed by a stable hash of the
+    name (sha256, not Python's hash(), which is salted per process)."""
+    parent = rng.bit_generator.seed_seq
+    if not isinstance(parent, np.random.SeedSequence):
+        raise TypeError("draw_latencies_ns needs a Generator made from a seed or a SeedSequence")
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
+    return np.random.default_rng(np.random.SeedSequence(parent.entropy, spawn_key=(*parent.spawn_key, key)))
 
 
 def _sample_s(latency: LatencySpec, n: int, rng: np.random.Generator) -> np.ndarray:
