@@ -521,14 +521,32 @@ def test_fingerprint_missing_file(tmp_path):
         fingerprint_inputs(spec)
 
 
-def test_sharegpt_lengths_have_the_published_means_within_the_clients_filter():
-    from tokenpath.workload.sharegpt import SHAREGPT_MAX_TOKENS, SHAREGPT_MEAN_TOKENS
+def test_sharegpt_pairs_keep_the_clients_filter_and_the_published_means():
+    from tokenpath.workload.sharegpt import SHAREGPT_MEAN_TOKENS
 
-    rng = np.random.default_rng(0)
-    spec = LengthSpec(kind="sharegpt")
-    for side in ("input", "output"):
-        tokens = sample_lengths(spec, 200_000, rng, f"workload.{side}")
-        assert tokens.min() >= 4 and tokens.max() <= SHAREGPT_MAX_TOKENS[side]
-        # The lognormal has the published mean; clipping its far tail takes a few percent off.
-        assert 0.9 * SHAREGPT_MEAN_TOKENS[side] < tokens.mean() < SHAREGPT_MEAN_TOKENS[side]
+    n = 200_000
+    spec = WorkloadSpec(num_requests=n, input=LengthSpec(kind="sharegpt"), output=LengthSpec(kind="sharegpt"))
+    requests = generate(spec, _rng(0))
+    prompt, answer = requests.input_tokens, requests.output_tokens
+    # vLLM's is_valid_sequence: each at least 4, the prompt at most 1024, both at most 2048; drawn again, not clipped
+    assert prompt.min() >= 4 and answer.min() >= 4 and prompt.max() <= 1024 and (prompt + answer).max() <= 2048
+    assert (prompt == 1024).mean() < 0.001
+    for tokens, side in ((prompt, "input"), (answer, "output")):
+        standard_error = tokens.std() / n**0.5  # about 0.4 tokens
+        assert abs(tokens.mean() - SHAREGPT_MEAN_TOKENS[side]) < 4 * standard_error
         assert np.median(tokens) < 0.8 * tokens.mean()  # heavy-tailed, as conversation lengths are
+
+
+def test_sharegpt_log_means_solve_the_filtered_means():
+    from tokenpath.workload.sharegpt import SHAREGPT_MEAN_TOKENS, filtered_means, sharegpt_log_means
+
+    assert filtered_means(sharegpt_log_means()) == pytest.approx(SHAREGPT_MEAN_TOKENS, rel=1e-9)
+    assert sharegpt_log_means() == pytest.approx({"input": 5.1014, "output": 4.9558}, abs=1e-4)  # (sharegpt.py)
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(0, 2000), seed=st.integers(0, 2**32))
+def test_sharegpt_one_side_stays_within_its_bounds(n, seed):
+    for side, high in (("input", 1024), ("output", 2044)):
+        tokens = sample_lengths(LengthSpec(kind="sharegpt"), n, _rng(seed), f"workload.{side}")
+        assert tokens.shape == (n,) and ((tokens >= 4) & (tokens <= high)).all()

@@ -11,7 +11,7 @@ from tokenpath.config.errors import UserError
 from tokenpath.prefixes import SEGMENT_TOKENS, Prefixes
 from tokenpath.workload._files import sha256_file
 from tokenpath.workload.arrivals import arrival_times_s
-from tokenpath.workload.lengths import sample_lengths
+from tokenpath.workload.lengths import sample_lengths, sample_pair_lengths
 from tokenpath.workload.requests import Requests, Sessions
 from tokenpath.workload.size import require_memory
 from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_TURNS, SessionSpec, SharedPrefixSpec, WorkloadSpec
@@ -38,8 +38,7 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator,
         _check(requests, check, 0 if requests.prefixes is None else len(requests.prefixes.keys))
         return requests
     template = _template_tokens(spec)
-    input_tokens = sample_lengths(spec.input, n, rng, "workload.input")
-    output_tokens = sample_lengths(spec.output, n, rng, "workload.output")
+    input_tokens, output_tokens = sample_pair_lengths(spec.input, spec.output, n, rng)
     arrival_s = arrival_times_s(spec.arrival, n, rng)
     if not arrival_s[-1] <= MAX_ARRIVAL_SPAN_S:
         days = arrival_s[-1] / 86400

@@ -11,12 +11,7 @@ import numpy as np
 
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.workload._files import open_text
-from tokenpath.workload.sharegpt import (
-    SHAREGPT_ASSUMED_CV,
-    SHAREGPT_MAX_TOKENS,
-    SHAREGPT_MEAN_TOKENS,
-    SHAREGPT_MIN_TOKENS,
-)
+from tokenpath.workload.sharegpt import redraw_long_pairs, sharegpt_draws
 from tokenpath.workload.spec import MAX_TOKENS, LengthSpec
 
 # Token counts as files write them: ASCII digits only, so '1_000' and '١٢' (Arabic-Indic digits),
@@ -56,10 +51,7 @@ def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator, field: st
     elif spec.kind == "lognormal":
         tokens = _lognormal(spec.mean, spec.sd, n, rng)
     elif spec.kind == "sharegpt":  # the prompt or the completion, as the field says
-        side = "output" if field.endswith("output") else "input"
-        mean = SHAREGPT_MEAN_TOKENS[side]
-        tokens = np.clip(_lognormal(mean, SHAREGPT_ASSUMED_CV * mean, n, rng), SHAREGPT_MIN_TOKENS,
-                         SHAREGPT_MAX_TOKENS[side])
+        tokens = sharegpt_draws("output" if field.endswith("output") else "input", n, rng)
     elif spec.kind == "uniform":
         low_tokens, high_tokens = uniform_bounds(spec.mean, spec.range_ratio)
         tokens = rng.integers(low_tokens, high_tokens, size=n, endpoint=True, dtype=np.int64)
@@ -76,6 +68,19 @@ def uniform_bounds(mean: float, range_ratio: float) -> tuple[int, int]:
     floor(len * (1 - r)) and ceil(len * (1 + r)) in the same float arithmetic (vllm 0.27.1,
     vllm/benchmarks/datasets/utils.py, get_sampling_params), so 100 +- 10% is [90, 111] there too."""
     return math.floor(mean * (1 - range_ratio)), math.ceil(mean * (1 + range_ratio))
+
+
+def sample_pair_lengths(input_spec: LengthSpec, output_spec: LengthSpec, n: int,
+                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """n input and n output lengths, drawn in that order; where both are `sharegpt`, a pair over the
+    clients' combined bound is then drawn again (sharegpt.py), as the benchmark clients skip it."""
+    input_tokens = sample_lengths(input_spec, n, rng, "workload.input")
+    output_tokens = sample_lengths(output_spec, n, rng, "workload.output")
+    if input_spec.kind == output_spec.kind == "sharegpt":
+        input_tokens, output_tokens = redraw_long_pairs(input_tokens, output_tokens, rng)
+        input_tokens = np.clip(input_tokens, input_spec.min, input_spec.max or MAX_TOKENS)
+        output_tokens = np.clip(output_tokens, output_spec.min, output_spec.max or MAX_TOKENS)
+    return input_tokens, output_tokens
 
 
 def _lognormal(mean: float, sd: float, n: int, rng: np.random.Generator) -> np.ndarray:

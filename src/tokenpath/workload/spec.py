@@ -83,7 +83,8 @@ class LengthSpec(BaseModel):
     - empirical: drawn with replacement from the integers in `path`: one per line, or, when `column`
       is given, that column of a CSV file with a header row.
     - sharegpt: ShareGPT V3 prompts or completions as vLLM's and SGLang's benchmark clients sample them
-      (workload/sharegpt.py: the published means, clipped to the clients' filter).
+      (workload/sharegpt.py: the published means of the pairs the clients' filter keeps, a pair outside
+      it drawn again).
 
     Every kind is then clipped to [`min`, `max`] (`max` defaults to MAX_TOKENS).
     """
