@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +22,7 @@ from tokenpath.sweep.pareto import parse_objectives
 from tokenpath.whatif.capacity import misses, parse_slo
 from tokenpath.whatif.catalog import GROUPS, catalog
 from tokenpath.whatif.levers import rank
-from tokenpath.whatif.objective import RESOLUTION_SHARE, Objective, Prices
+from tokenpath.whatif.objective import RESOLUTION_SHARE, Objective, Prices, application_chips, chips_in_use
 from tokenpath.whatif.run import Base, simulate_summary
 
 SMALL_SETS = ["--set", "model.name=llama-3.1-8b", "--set", "deployment.chip=h100", "--set", "deployment.chips=1",
@@ -322,7 +323,7 @@ def test_objectives(monkeypatch, capsys):
     assert prices.usd_per_hour["h100"] > 0 and "AWS" in prices.source["h100"]
     base = Base(*read_scenario_table(None))
     outcome = simulate_summary(base, {"workload.num_requests": 200})
-    cost = Objective.parse("cost").value(outcome.summary, "h200", 8)
+    cost = Objective.parse("cost").value(outcome.summary, {"h200": 8})
     tokens_per_hour = outcome.summary["throughput"]["output_tokens_per_s"] * 3600
     assert cost == pytest.approx(8 * prices.usd_per_hour["h200"] / tokens_per_hour * 1e6)
     assert Objective.parse("goodput").metric == "throughput.goodput_requests_per_s"
@@ -365,3 +366,50 @@ def test_capacity_meets_the_slo_at_its_answer_and_misses_it_5_percent_above(monk
 ])
 def test_capacity_slo_errors(slo, fragment, monkeypatch, capsys):
     assert_user_error(*run_cli(["capacity", "--slo", slo], monkeypatch, capsys), fragment)
+
+
+def _rag_stages(rerank_on: str, index_on: str | None = None) -> list[dict]:
+    """The rag scenario's stages with the reranker served on `rerank_on` and, where given, the retrieval
+    searching a flat index on `index_on`."""
+    table, _, _ = read_scenario_table("rag")
+    stages = table["application"]["stages"]
+    for stage in stages:
+        if stage["name"] == "rerank":
+            stage["served"] = {**stage["served"], "on": rerank_on}
+        if stage["name"] == "retrieve" and index_on is not None:
+            del stage["latency"]
+            stage["index"] = {"vectors": 100_000, "dim": 768, "method": "flat", "on": index_on}
+    return stages
+
+
+def test_cost_counts_the_chips_the_application_runs_on():
+    """A stage served on a chip of its own adds that chip; an index on another kind of chip adds one; an
+    index on the deployment's kind scans on its GPUs (docs/application.md), and the shared GPU adds none."""
+    rag = Base(*read_scenario_table("rag"))
+    assert chips_in_use(rag.scenario()) == {"h200": 8}
+    assert chips_in_use(rag.scenario({"application.stages": _rag_stages("h200")})) == {"h200": 9}
+    assert chips_in_use(rag.scenario({"application.stages": _rag_stages("H100", "a100")})) == {
+        "h200": 8, "h100": 1, "a100": 1}
+    assert chips_in_use(rag.scenario({"application.stages": _rag_stages("shared", "h200")})) == {"h200": 8}
+    assert application_chips(rag.scenario({"application.stages": _rag_stages("h100")})) == {"h100": 1}
+
+
+def test_a_lever_adding_a_chip_costs_it_and_an_unpriced_chip_is_skipped(tmp_path, monkeypatch, capsys):
+    """The reranker moved onto an H200 of its own costs nine H200s, not the deployment's eight; onto a B200
+    (no price) it is skipped, naming the chip."""
+    mine = tmp_path / "mine.toml"
+    levers = [{"name": name, "overrides": {"application.stages": _rag_stages(chip)}}
+              for name, chip in (("own h200", "h200"), ("own b200", "b200"))]
+    mine.write_text(tomli_w.dumps({"levers": levers}), encoding="utf-8")
+    code, out, err = run_cli(["levers", "rag", "--num-requests", "60", "--objective", "cost", "--no-catalog",
+                              "--levers", str(mine), "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    price = Prices.load().usd_per_hour["h200"]
+    [lever] = document["levers"]
+    tokens_per_s = lever["summary"]["throughput"]["output_tokens_per_s"]
+    assert lever["name"] == "own h200" and lever["change"]["chips"] == {"h200": 9}
+    assert lever["change"]["value"] == pytest.approx(9 * price / 3600 / tokens_per_s * 1e6)
+    assert document["objective"]["chips"] == {"h200": 8}
+    [skipped] = document["skipped"]
+    assert skipped["name"] == "own b200" and skipped["reason"] == "no price for b200 in the price table"

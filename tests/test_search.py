@@ -380,3 +380,11 @@ def test_cost_and_goodput_rank_by_the_capacity_not_by_how_long_its_run_was(objec
     assert search_module.ranked(question, [lower, higher]) == [higher, lower]
     value = search_module.objective_value(question, higher)
     assert value == pytest.approx(58.5 * 0.95 if objective == "goodput" else 8 * 3.5 / 3600 / (58.5 * 150) * 1e6)
+
+
+def test_cost_prices_the_chips_the_application_runs_on_with_the_deployment():
+    """A reranker on an H100 of its own costs its price beside the deployment's eight H200s."""
+    prices = Prices({"h200": 3.5, "h100": 2.0}, {"h200": "test", "h100": "test"})
+    question = Question(8, parse_slo("ttft_p99=1s"), objective="cost", prices=prices, application_chips={"h100": 1})
+    value = search_module.objective_value(question, _searched(58.5, 2000))
+    assert value == pytest.approx((8 * 3.5 + 2.0) / 3600 / (58.5 * 150) * 1e6)

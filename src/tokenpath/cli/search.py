@@ -148,7 +148,7 @@ def search(
     from tokenpath.sim.forked import available_cpus
     from tokenpath.whatif.capacity import parse_slo, resolve_targets, scenario_slo
     from tokenpath.whatif.layouts import parse_engines
-    from tokenpath.whatif.objective import Prices
+    from tokenpath.whatif.objective import COST, Objective, Prices, application_chips, chips_in_use
     from tokenpath.whatif.run import Base
     from tokenpath.whatif.search import OBJECTIVES, Question, run_search
 
@@ -179,12 +179,13 @@ def search(
     if objective == "goodput" and not scenario_slo(built.slo):
         raise UserError("--objective goodput: the scenario sets no [slo] target; set one, e.g. --set slo.ttft=1s")
     chosen_prices = Prices.load(prices) if objective == "cost" or prices else None
-    if objective == "cost" and built.deployment.chip not in chosen_prices.usd_per_hour:
-        raise UserError(f"--objective cost: no price for {built.deployment.chip}; give --prices FILE with a "
-                        f"[{built.deployment.chip}] table")
+    unpriced = Objective(COST, prices=chosen_prices).unpriced(chips_in_use(built)) if objective == "cost" else []
+    if unpriced:
+        raise UserError(f"--objective cost: no price for {', '.join(unpriced)}; give --prices FILE with a "
+                        + " and a ".join(f"[{chip}]" for chip in unpriced) + " table")
     compared = tuple(parse_engines(",".join(engines_given) if engines_given else None, built.engine.scheduler))
     question = Question(built.deployment.chips, targets, objective, compared, disagg, limits, exhaustive, tolerance,
-                        stability, chosen_prices)
+                        stability, chosen_prices, application_chips(built))
     quiet = json_out == "-"
     progress = Progress(TextColumn("searching deployments"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[simulations]} simulations"), TimeElapsedColumn(),

@@ -75,17 +75,19 @@ def _clip(name: str) -> str:
 
 def _change(objective: Objective, base: Outcome, outcome: Outcome, base_value: float) -> dict[str, Any]:
     """How a lever moved the objective and each layer's mean time, and the layer that moved most."""
-    value = objective.value(outcome.summary, outcome.chip, outcome.chips)
+    value = objective.value(outcome.summary, outcome.chips)
     delta = None if value is None else value - base_value
     change: dict[str, Any] = {
         "value": value, "baseline": base_value, "delta": delta,
         "relative": delta / abs(base_value) if delta is not None and base_value else None,
         "better": objective.better(delta) if delta is not None else None,
     }
+    if objective.prices is not None:  # what the cost prices
+        change["chips"] = outcome.chips
     if objective.tie_break is not None:
         tie = Objective(objective.tie_break)
-        before = tie.value(base.summary, base.chip, base.chips)
-        after = tie.value(outcome.summary, outcome.chip, outcome.chips)
+        before = tie.value(base.summary, base.chips)
+        after = tie.value(outcome.summary, outcome.chips)
         change["tie_break"] = {"metric": tie.metric, "value": after, "baseline": before,
                                "better": tie.better(after - before) if None not in (after, before) else None}
     parts_before, parts_after = base.summary["attribution_s"], outcome.summary["attribution_s"]
@@ -95,6 +97,14 @@ def _change(objective: Objective, base: Outcome, outcome: Outcome, base_value: f
         change["attribution_s"] = moved
         change["layer"] = max(moved, key=lambda part: abs(moved[part]))
     return change
+
+
+def _no_price(objective: Objective, outcome: Outcome) -> str:
+    """Why a run has no cost: the chips it runs on that the price table leaves out (or no output)."""
+    missing = objective.unpriced(outcome.chips)
+    if not missing:
+        return "no output tokens to price"
+    return f"no price for {', '.join(missing)} in the price table"
 
 
 def rank_key(lever: dict[str, Any], step: float) -> tuple:
@@ -130,9 +140,9 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
     baseline = outcomes[0]
     if baseline.summary is None:
         raise UserError(baseline.error or "the scenario could not be simulated")
-    base_value = objective.value(baseline.summary, baseline.chip, baseline.chips)
+    base_value = objective.value(baseline.summary, baseline.chips)
     if base_value is None and objective.prices is not None:
-        raise UserError(f"--objective cost: no price for {baseline.chip} in the price table; give --prices FILE "
+        raise UserError(f"--objective cost: {_no_price(objective, baseline)}; give --prices FILE "
                         "(see `tokenpath levers --help`)")
     if base_value is None:
         raise UserError(f"--objective {objective.metric}: the baseline has no value for it (e.g. no request "
@@ -147,7 +157,7 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
         change = _change(objective, baseline, outcome, base_value)
         if change["value"] is None:
             skipped.append({"name": lever.name, "group": lever.group, "overrides": lever.overrides,
-                            "reason": f"no price for {outcome.chip} in the price table" if objective.prices
+                            "reason": _no_price(objective, outcome) if objective.prices
                             else f"no value for {objective.metric}"})
             continue
         ranked.append({"name": lever.name, "group": lever.group, "overrides": lever.overrides,
@@ -158,7 +168,8 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
         "objective": {"metric": objective.metric, "name": objective.name,
                       "better": "higher" if objective.higher_is_better else "lower",
                       "tie_break": objective.tie_break, "value": base_value,
-                      "resolution": RESOLUTION_SHARE * abs(base_value)},
+                      "resolution": RESOLUTION_SHARE * abs(base_value),
+                      **({"chips": baseline.chips} if objective.prices is not None else {})},
         "baseline": baseline.summary,
         "levers": ranked,
         "skipped": skipped,

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.sim.metrics import higher_is_better, known_metrics
 from tokenpath.sim.summary import metric_value
+
+if TYPE_CHECKING:
+    from tokenpath.sim.scenario import Scenario
 
 # The default: p99 time to first visible text, then mean E2E (see `Objective.default`).
 DEFAULT_OBJECTIVE = "latency_s.ttfv.p99"
@@ -57,6 +61,33 @@ class Prices:
 
 
 
+def application_chips(scenario: Scenario) -> dict[str, int]:
+    """The chips the scenario's application stages run on, besides the deployment's, by catalog name: one
+    for each stage served by a model on a chip of its own, and one for each index searched on a chip of
+    another kind than the deployment's (an index on the deployment's kind scans on its GPUs:
+    docs/application.md, "Retrieval from an index")."""
+    from tokenpath.application.served import SHARED
+    from tokenpath.compute.chip import load_chip
+
+    if scenario.application is None:
+        return {}
+    own = load_chip(scenario.deployment.chip).name
+    names = [stage.served.on for stage in scenario.application.stages
+             if stage.served is not None and stage.served.on not in ("cpu", SHARED)]
+    names += [stage.index.on for stage in scenario.application.stages
+              if stage.index is not None and stage.index.on != "cpu" and load_chip(stage.index.on).name != own]
+    return dict(Counter(load_chip(name).name for name in names))
+
+
+def chips_in_use(scenario: Scenario) -> dict[str, int]:
+    """Every chip the scenario runs on, by catalog name: the deployment's and its application's."""
+    from tokenpath.compute.chip import load_chip
+
+    chips = Counter(application_chips(scenario))
+    chips[load_chip(scenario.deployment.chip).name] += scenario.deployment.chips
+    return dict(chips)
+
+
 @dataclass(frozen=True)
 class Objective:
     """A metric to improve, which way is better, and a metric that breaks near-ties."""
@@ -98,16 +129,22 @@ class Objective:
         """Cost is better low; a metric's direction is metrics.py's (throughput and QoE high, the rest low)."""
         return self.metric != COST and bool(higher_is_better(self.metric))
 
-    def value(self, summary: dict[str, Any], chip: str, chips: int) -> float | None:
-        """The objective's value for one simulated scenario (its chip and chip count, for the cost)."""
+    def value(self, summary: dict[str, Any], chips: dict[str, int]) -> float | None:
+        """The objective's value for one simulated scenario (`chips`, its chip counts by name, for the cost:
+        every chip it runs on, each at its own price; None where one has no price)."""
         if self.metric != COST:
             value = metric_value(summary, self.metric)
             return float(value) if isinstance(value, (int, float)) else None
         tokens_per_s = summary["throughput"]["output_tokens_per_s"]
-        price = self.prices.usd_per_hour.get(chip) if self.prices else None
-        if price is None or not tokens_per_s:
+        if self.prices is None or self.unpriced(chips) or not tokens_per_s:
             return None
-        return chips * price / 3600.0 / tokens_per_s * 1e6
+        usd_per_hour = sum(count * self.prices.usd_per_hour[chip] for chip, count in chips.items())
+        return usd_per_hour / 3600.0 / tokens_per_s * 1e6
+
+    def unpriced(self, chips: dict[str, int]) -> list[str]:
+        """The chips of `chips` the price table has no price for."""
+        prices = self.prices.usd_per_hour if self.prices else {}
+        return [chip for chip in chips if chip not in prices]
 
     def better(self, change: float) -> float:
         """A change expressed so that larger is better."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,7 @@ class Outcome:
 
     summary: dict[str, Any] | None
     error: str | None = None
-    chip: str = ""
-    chips: int = 0
+    chips: dict[str, int] = field(default_factory=dict)  # every chip it runs on by name (objective.chips_in_use)
 
 
 def simulate_summary(base: Base, overrides: dict[str, Any]) -> Outcome:
@@ -44,6 +43,7 @@ def simulate_summary(base: Base, overrides: dict[str, Any]) -> Outcome:
     the overrides make impossible (a split that does not divide, a model that does not fit) is an
     Outcome with its error instead."""
     from tokenpath.sim.simulate import simulate
+    from tokenpath.whatif.objective import chips_in_use
 
     try:
         scenario = base.scenario(overrides)
@@ -52,7 +52,7 @@ def simulate_summary(base: Base, overrides: dict[str, Any]) -> Outcome:
         return Outcome(None, str(error))
     except OverflowError:
         return Outcome(None, "the simulated run lasts more than 292 years (the range of int64 nanoseconds)")
-    return Outcome(document, None, scenario.deployment.chip, scenario.deployment.chips)
+    return Outcome(document, None, chips_in_use(scenario))
 
 
 def simulate_many(base: Base, override_sets: Sequence[dict[str, Any]], workers: int | None = None,

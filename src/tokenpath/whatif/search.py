@@ -71,6 +71,8 @@ class Question:
     tolerance: float = DEFAULT_TOLERANCE
     stability: float = DEFAULT_STABILITY
     prices: Prices | None = None  # for the cost objective
+    # the chips the scenario's application runs on besides the deployment's, priced with them
+    application_chips: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -307,8 +309,10 @@ def objective_value(question: Question, entry: Entry) -> float | None:
         return entry.rate_per_s * throughput["goodput_requests_per_s"] / served_per_s if served_per_s else 0.0
     tokens_per_s = entry.rate_per_s * summary["requests"]["output_tokens_mean"]
     steady = {**summary, "throughput": {**throughput, "output_tokens_per_s": tokens_per_s}}
+    chips = dict(question.application_chips)
     chip = summary["resolved"]["deployment"]["chip"]
-    return Objective(COST, prices=question.prices).value(steady, chip, entry.candidate.chips)
+    chips[chip] = chips.get(chip, 0) + entry.candidate.chips
+    return Objective(COST, prices=question.prices).value(steady, chips)
 
 
 def ranked(question: Question, entries: list[Entry]) -> list[Entry]:
