@@ -413,3 +413,14 @@ def test_a_lever_adding_a_chip_costs_it_and_an_unpriced_chip_is_skipped(tmp_path
     assert document["objective"]["chips"] == {"h200": 8}
     [skipped] = document["skipped"]
     assert skipped["name"] == "own b200" and skipped["reason"] == "no price for b200 in the price table"
+
+
+def test_front_end_levers_start_from_the_scenarios_assumptions(tmp_path):
+    """The tokenizer lever speeds up the scenario's own tokenizer (its [assumptions]), not the registry's,
+    and a cost the assumptions set to 0 makes its lever not applicable."""
+    base = _small_base(**{"assumptions.tokenize_per_token_s": 50e-9, "assumptions.detokenize_per_token_s": 0,
+                          "assumptions.chat_template_per_request_s": 0})
+    levers = {lever.name: lever for lever in catalog(base.scenario(), base.table, tmp_path)}
+    assert levers["tokenizer x1.7 faster"].overrides == {"delivery.tokenize_per_token": "29.4118 ns"}
+    assert levers["token ids to the client"].skipped == "the server spends nothing detokenizing already"
+    assert levers["cached chat template"].skipped == "rendering the chat template costs nothing already"

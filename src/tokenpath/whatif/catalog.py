@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.compute.chip import load_chip
+from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.profiles import PROFILES
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.speculative import MAX_SPECULATIVE_TOKENS
@@ -178,8 +179,9 @@ def _nvls(scenario: Scenario, fabric: _Fabric, switch_nvls: bool, inside: tuple[
 
 
 def _closer(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]:
-    delivery, dep = scenario.delivery, scenario.deployment
-    levers = _front_end(scenario)
+    # the last mile as the scenario runs it: its [assumptions] and calibration under its [delivery] table
+    delivery, dep = scenario.resolved_delivery(), scenario.deployment
+    levers = _front_end(scenario, delivery)
     calibration = here / CALIBRATION_FILE
     if delivery.calibration is not None:
         levers.append(Lever("this machine's last mile", "", skipped="the scenario uses a measured calibration already"))
@@ -211,11 +213,11 @@ def _closer(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever
     return levers
 
 
-def _front_end(scenario: Scenario) -> list[Lever]:
-    """The front end's levers (delivery/frontend.py): more API-server processes, detokenizing out of the
-    engine's process, token ids to the client (it detokenizes), a faster tokenizer, a cached chat template,
-    and where the engine's release parses the template's source per request, a release that parses it once."""
-    delivery = scenario.delivery
+def _front_end(scenario: Scenario, delivery: DeliverySpec) -> list[Lever]:
+    """The front end's levers (delivery/frontend.py), each from the cost the scenario runs with (`delivery`,
+    resolved): more API-server processes, detokenizing out of the engine's process, token ids to the client
+    (it detokenizes), a faster tokenizer, a cached chat template, and where the engine's release parses the
+    template's source per request, a release that parses it once."""
     servers = front_end.api_servers(scenario)
     levers = [Lever(f"API servers x{API_SERVER_FACTOR} ({servers * API_SERVER_FACTOR} processes)", "",
                     {"deployment.api_servers": servers * API_SERVER_FACTOR})]
@@ -242,7 +244,7 @@ def _front_end(scenario: Scenario) -> list[Lever]:
         levers.append(Lever("cached chat template", "", {"delivery.chat_template_per_request": "0 s"}))
     else:
         levers.append(Lever("cached chat template", "", skipped="rendering the chat template costs nothing already"))
-    if scenario.resolved_delivery().chat_template_parse_per_request:  # a release that parses it per request
+    if delivery.chat_template_parse_per_request:  # a release that parses it per request
         levers.append(Lever("chat template parsed once (a vLLM release that caches it)", "",
                             {"delivery.chat_template_parse_per_request": "0 s"}))
     return levers
