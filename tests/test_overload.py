@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tokenpath import load_scenario, simulate
+from tokenpath.config.units import format_number
 from tokenpath.diagnose.overload import Load, Steady, load_of, verdict_line
 from tokenpath.sim.document import result_document
 
@@ -230,3 +231,14 @@ def test_the_html_report_says_a_measured_runs_load_where_it_has_no_bottleneck_li
     page = _verdicts(SimpleNamespace(runs=[SimpleNamespace(label="bench", summary={"bottleneck": None,
                                                                                    "load": settled})]))
     assert page.startswith("<p class='note'>No bottleneck verdict")
+
+
+def test_the_bottleneck_line_offers_the_rate_a_closed_loop_sent_not_its_arrival_schedule():
+    """Capped at 64 in flight, a run scheduled all at once sends at the rate its requests finish: the line
+    says the load block's rate, not "inf req/s"."""
+    document, reason = result_document(simulate(load_scenario(None, {
+        "workload.arrival.rate": float("inf"), "workload.max_concurrency": 64, "workload.num_requests": 400})))
+    offered = document["load"]["offered_requests_per_s"]
+    assert 10 < offered < 40
+    assert f"the engine was busy 100% of the time at {format_number(offered)} req/s offered" in reason
+    assert "inf req/s" not in reason

@@ -52,7 +52,6 @@ SATURATED = 0.9
 class Evidence:
     """Facts from a simulation that explain each layer's share."""
 
-    offered_rate_per_s: float
     busy_fraction: float           # share of the window the engine was running steps
     mean_batch_seqs: float
     preemptions: int
@@ -76,6 +75,12 @@ class Evidence:
     # last call, so the stages between its calls too).
     application_detail_s: dict[str, float] = field(default_factory=dict)
     application_before: frozenset[str] = frozenset()
+
+    @property
+    def offered_rate_per_s(self) -> float:
+        """Requests sent per second, first send to last: the load block's figure, so a closed loop's is
+        the rate its sends reached, not its arrival schedule's (inf: all at once; nan: no load)."""
+        return self.load.offered_per_s if self.load is not None else math.nan
 
     @property
     def bound(self) -> str:
@@ -125,7 +130,7 @@ def bottleneck(attribution_s: dict[str, Any], evidence: Evidence) -> tuple[str, 
 
 def _overloaded(attribution_s: dict[str, float], evidence: Evidence, load: Load) -> tuple[str, str]:
     limit = capacity_resource(evidence)
-    offered = "all at once" if math.isinf(load.offered_per_s) else f"{format_number(load.offered_per_s)} req/s"
+    offered = _offered(load.offered_per_s)
     others = [f"the {r.name} {r.utilization:.0%}" for r in evidence.resources if r is not limit]
     reason = (f"overloaded: offered {offered}, served {format_number(load.served_per_s)} req/s; "
               f"{LAYER_OF_PART[limit.layer]} limits capacity: {limit.busy()}"
@@ -139,13 +144,22 @@ def _overloaded(attribution_s: dict[str, float], evidence: Evidence, load: Load)
     return LAYER_OF_PART[limit.layer], reason
 
 
+def _offered(rate_per_s: float) -> str:
+    return "all at once" if math.isinf(rate_per_s) else f"{format_number(rate_per_s)} req/s"
+
+
+def _offered_at(rate_per_s: float) -> str:
+    return "with every request sent at once" if math.isinf(rate_per_s) else \
+        f"at {format_number(rate_per_s)} req/s offered"
+
+
 def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> str:
     """Why `part` holds its share of `metric`, in words."""
     share = parts[part] / (sum(parts.values()) or 1.0)
     of = f"{share:.0%} of {METRIC_NAMES[metric]}"
     if part == "queue":
         return (f"requests wait {of} for a batch slot: the engine was busy {e.busy_fraction:.0%} of the "
-                f"time at {format_number(e.offered_rate_per_s)} req/s offered, {e.preemptions} preemptions")
+                f"time {_offered_at(e.offered_rate_per_s)}, {e.preemptions} preemptions")
     if part == "compute":
         return (f"{of} is engine compute at a mean batch of {e.mean_batch_seqs:.0f} sequences; "
                 f"{e.memory_bound_fraction:.0%} of compute time is in memory-bound ops, so steps are {e.bound}-bound")

@@ -198,15 +198,12 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
                 "delivery": int(t.step_blocking_ns.sum())} for t in traces]
     step_mix_s = {part: sum(engine[part] for engine in busy_ns) / 1e9 for part in ("compute", "traffic", "delivery")}
     step_s = sum(step_mix_s.values())
-    arrival = sim.requests.arrival_s
-    span_s = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
     skipped = scenario.workload.warmup_requests
     measured = sim.run.after(skipped)
     prefixes = sim.requests.prefixes
     held = None if prefixes is None or prefixes.warm is None else (prefixes.warm_tokens() > 0)[skipped:]
     attributed = attribution_s(measured) or {}
     evidence = Evidence(
-        offered_rate_per_s=(len(arrival) - 1) / span_s if span_s > 0 else math.inf,
         busy_fraction=min(1.0, step_s / max(len(traces), 1) / window_s) if window_s else 0.0,
         mean_batch_seqs=float(seqs.mean()) if len(seqs) else 0.0,
         preemptions=sum(t.preemptions for t in traces),
