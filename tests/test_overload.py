@@ -179,7 +179,9 @@ def test_levers_and_sweep_frontiers_mark_a_run_still_filling_or_overloaded(monke
     from tokenpath.cli import levers, sweep
 
     def summary(settled, overloaded=False):
-        return {"envelope": {"validated": True, "outside": []}, "load": {"settled": settled, "overloaded": overloaded}}
+        return {"envelope": {"validated": True, "outside": []},
+                "load": {"settled": settled, "overloaded": overloaded,
+                         "confidence": "low" if settled is None else "high"}}
 
     console = Console(file=io.StringIO(), width=200, color_system=None)
     monkeypatch.setattr(levers, "console", console)
@@ -195,15 +197,21 @@ def test_levers_and_sweep_frontiers_mark_a_run_still_filling_or_overloaded(monke
     out = console.file.getvalue()
     assert "more chips ~" in out and "half the chips !" in out and "half the chips ! ~" not in out
     assert "TP4 ~" not in out and "TP4 !" not in out and "baseline ~" not in out and "baseline !" not in out
+    # too short to watch: neither still filling nor overloaded can be told, and the table says so
+    assert "TP4 ?" in out and "more chips ~ ?" not in out and "baseline ?" not in out
     assert "~ still filling when its sends stopped (load.settled)" in out
     assert "! overloaded (load.overloaded): its latencies are a growing queue's" in out
+    assert "? too short to watch (load.confidence low, load.settled null)" in out
     console = Console(file=io.StringIO(), width=200, color_system=None)
     monkeypatch.setattr(sweep, "console", console)
-    rows = [{"point": "a", "x": 1.0, "load.settled": False, "load.overloaded": False},
-            {"point": "b", "x": 2.0, "load.settled": True, "load.overloaded": False}]
+    rows = [{"point": "a", "x": 1.0, "load.settled": False, "load.overloaded": False, "load.confidence": "high"},
+            {"point": "b", "x": 2.0, "load.settled": True, "load.overloaded": False, "load.confidence": "high"},
+            {"point": "c", "x": 3.0, "load.settled": None, "load.overloaded": False, "load.confidence": "low"},
+            {"point": "d", "x": 4.0, "load.settled": None, "load.overloaded": True, "load.confidence": "low"}]
     sweep._write_pareto(tmp_path / "out.csv", [], [("x", "max")], rows)
     out = console.file.getvalue()
-    assert "a ~" in out and "b ~" not in out and "~ still filling" in out and "! overloaded" not in out
+    assert "a ~" in out and "b ~" not in out and "~ still filling" in out
+    assert "c ?" in out and "d !" in out and "d ! ?" not in out and "a ~ ?" not in out and "? too short" in out
 
 
 def test_a_run_without_a_bottleneck_line_says_its_load_when_it_is_overloaded_or_still_filling():

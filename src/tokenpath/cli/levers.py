@@ -73,9 +73,9 @@ def _outside_mark(summary: dict[str, Any]) -> str:
     return f" {OUTSIDE_MARK}" if envelope and not envelope["validated"] else ""
 
 
-def _load(summary: dict[str, Any]) -> tuple[bool | None, bool]:
+def _load(summary: dict[str, Any]) -> tuple[bool | None, bool, str | None]:
     load = summary.get("load", {})
-    return load.get("settled"), bool(load.get("overloaded"))
+    return load.get("settled"), bool(load.get("overloaded")), load.get("confidence")
 
 
 def _marks(summary: dict[str, Any]) -> str:

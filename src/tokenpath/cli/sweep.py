@@ -12,7 +12,7 @@ from rich.table import Table
 from tokenpath.cli.app import app, console, err_console
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
-from tokenpath.diagnose.overload import load_marks, load_notes, still_filling
+from tokenpath.diagnose.overload import load_marks, load_notes, still_filling, too_short
 from tokenpath.sim.envelope import OUTSIDE_MARK
 
 SWEEP_EXAMPLE = """
@@ -95,11 +95,12 @@ def sweep(
         console.print(f"{outside} of {len(rows)} point(s) outside the validated envelope (columns envelope.validated "
                       "and envelope.outside; docs/validation.md)", highlight=False)
     overloaded = sum(_load(row)[1] for row in rows)
-    filling = sum(still_filling(*_load(row)) for row in rows)
-    if overloaded or filling:
+    filling = sum(still_filling(*_load(row)[:2]) for row in rows)
+    short = sum(too_short(*_load(row)[1:]) for row in rows)
+    if overloaded or filling or short:
         console.print(f"{overloaded} of {len(rows)} point(s) overloaded, {filling} still filling when their sends "
-                      "stopped (columns load.overloaded and load.settled: their latencies are a queue's or a "
-                      "transient's)", highlight=False)
+                      f"stopped, {short} too short to watch (columns load.overloaded, load.settled and "
+                      "load.confidence: their latencies are a queue's or a transient's, or may be)", highlight=False)
     if objectives is not None:
         _write_pareto(out_path, sweep_spec.axes, objectives, frontier(rows, objectives))
 
@@ -109,9 +110,9 @@ def _outside(row: dict) -> bool:
     return row.get("envelope.validated") is False
 
 
-def _load(row: dict) -> tuple[bool | None, bool]:
-    """A point's run's `load.settled` and `load.overloaded` (diagnose/overload.py)."""
-    return row.get("load.settled"), bool(row.get("load.overloaded"))
+def _load(row: dict) -> tuple[bool | None, bool, str | None]:
+    """A point's run's `load.settled`, `load.overloaded` and `load.confidence` (diagnose/overload.py)."""
+    return row.get("load.settled"), bool(row.get("load.overloaded")), row.get("load.confidence")
 
 
 def _rows(out: Path) -> list[dict]:

@@ -77,6 +77,10 @@ FILLING_NOTE = (f"{FILLING_MARK} still filling when its sends stopped (load.sett
 OVERLOAD_MARK = "!"
 OVERLOAD_NOTE = (f"{OVERLOAD_MARK} overloaded (load.overloaded): its latencies are a growing queue's, as long as "
                  "the run made them")
+SHORT_MARK = "?"
+SHORT_NOTE = (f"{SHORT_MARK} too short to watch (load.confidence low, load.settled null): sent over less than a "
+              "fill time and a half, it cannot tell a batch still filling from one growing without end, so its "
+              "latencies may be a transient's; run more requests")
 
 
 def still_filling(settled: bool | None, overloaded: bool) -> bool:
@@ -85,17 +89,27 @@ def still_filling(settled: bool | None, overloaded: bool) -> bool:
     return settled is False and not overloaded
 
 
-def load_marks(settled: bool | None, overloaded: bool) -> str:
-    """The marks (with a leading space each) of a run by its summary's `load.settled` and
-    `load.overloaded`; empty for a run that was neither overloaded nor still filling."""
+def too_short(overloaded: bool, confidence: str | None) -> bool:
+    """Whether a run's summary (its `load.overloaded` and `load.confidence`) says it was too short to watch
+    a steady part and showed no overload: it may have been still filling, or overloaded unseen. (A run
+    that shows overload in a short run is marked overloaded; a summary without `confidence` is neither.)"""
+    return confidence == "low" and not overloaded
+
+
+def load_marks(settled: bool | None, overloaded: bool, confidence: str | None = None) -> str:
+    """The marks (with a leading space each) of a run by its summary's `load.settled`, `load.overloaded`
+    and `load.confidence`; empty for a run long enough to watch that was neither overloaded nor still
+    filling."""
     return (f" {OVERLOAD_MARK}" if overloaded else "") + (f" {FILLING_MARK}" if still_filling(settled, overloaded)
-                                                         else "")
+                                                         else "") + \
+        (f" {SHORT_MARK}" if too_short(overloaded, confidence) else "")
 
 
-def load_notes(runs: list[tuple[bool | None, bool]]) -> list[str]:
-    """The footnotes of the marks that some of `runs` ((settled, overloaded) each) carry."""
-    return ([OVERLOAD_NOTE] if any(overloaded for _, overloaded in runs) else []) + \
-        ([FILLING_NOTE] if any(still_filling(settled, overloaded) for settled, overloaded in runs) else [])
+def load_notes(runs: list[tuple[bool | None, bool, str | None]]) -> list[str]:
+    """The footnotes of the marks that some of `runs` ((settled, overloaded, confidence) each) carry."""
+    return ([OVERLOAD_NOTE] if any(run[1] for run in runs) else []) + \
+        ([FILLING_NOTE] if any(still_filling(*run[:2]) for run in runs) else []) + \
+        ([SHORT_NOTE] if any(too_short(*run[1:]) for run in runs) else [])
 
 
 def verdict_line(load: dict[str, Any]) -> str | None:
