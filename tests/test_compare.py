@@ -228,3 +228,28 @@ def test_report_and_compare_show_an_unknown_metric_alike(tmp_path, monkeypatch, 
     assert code == 0, err
     row = next(line for line in out.splitlines() if "TTFT p50" in line).split("│")
     assert [cell.strip() for cell in row[2:5]] == ["500 ms", "-", "n/a"]
+
+
+def test_a_bench_run_is_not_the_scenario_of_a_simulation_with_an_application(tmp_path, monkeypatch, capsys):
+    """bench ignores [application] and sends the model call alone: against a simulation of the same scenario
+    (one fingerprint) that ran the application's stages, compare says the two are different runs."""
+    from cli_helpers import run_cli
+
+    simulated, measured = _summary(1.0, "simulate", True), _summary(1.0, "bench", False)
+    simulated["attribution_s"] |= {"application": 0.4, "application_detail": {"retrieve": 0.4}}
+    assert run_names(simulated, measured) == ("with its application", "the model call alone")
+    assert run_names(measured, simulated) == ("the model call alone", "with its application")
+    document = compare_document(simulated, measured, "sim.json", "bench.json")
+    assert document["same_scenario"] is False
+    assert document["note"].startswith("B (bench) measured the model call alone")
+    assert difference_line(simulated, measured) == document["note"]
+    # without an application, the fingerprint decides as before
+    plain = compare_document(_summary(1.0, "simulate", True), measured, "sim.json", "bench.json")
+    assert plain["same_scenario"] is True and plain["note"] is None
+    paths = [tmp_path / "sim.json", tmp_path / "bench.json"]
+    for path, summary in zip(paths, (simulated, measured)):
+        path.write_text(json.dumps(summary), encoding="utf-8")
+    code, out, err = run_cli(["compare", *map(str, paths)], monkeypatch, capsys)
+    assert code == 0, err
+    assert "note: the two runs are of different scenarios: B (bench) measured the model call alone" in " ".join(
+        out.split())

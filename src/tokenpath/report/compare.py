@@ -8,7 +8,7 @@ from rich.table import Table
 
 from tokenpath.config.units import format_bandwidth, format_duration, format_number
 from tokenpath.sim.overrides import flatten
-from tokenpath.sim.summary import LAYERS, PERCENTILES
+from tokenpath.sim.summary import APPLICATION, LAYERS, PERCENTILES
 
 _LATENCIES = {"ttft": "TTFT", "ttfv": "TTFV", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 _STATS = ("mean", *PERCENTILES)
@@ -121,10 +121,38 @@ def _named(parts: list[str]) -> str:
     return ", ".join(parts[:MAX_NAMED]) + (f" and {more} more" if more > 0 else "")
 
 
+def _measured_without_application(measured: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether `measured` is a bench run and `other` a run with an [application]: bench sends the model
+    call alone (it ignores the table, docs/application.md), so the two ran different things."""
+    return measured.get("source") == "bench" and other.get("source") != "bench" and \
+        APPLICATION in (other.get("attribution_s") or {})
+
+
+def application_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Why a bench run and a run with an [application] are not one scenario, whatever their fingerprints
+    say; None where that is not the case."""
+    for measured, other in ((a, b), (b, a)):
+        if _measured_without_application(measured, other):
+            return (f"{'A' if measured is a else 'B'} (bench) measured the model call alone (bench ignores the "
+                    f"scenario's application table); {'B' if measured is a else 'A'} includes the application's "
+                    "stages")
+    return None
+
+
+def _application_names(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str] | None:
+    if application_note(a, b) is None:
+        return None
+    return ("the model call alone" if _measured_without_application(a, b) else "with its application",
+            "the model call alone" if _measured_without_application(b, a) else "with its application")
+
+
 def run_names(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str] | None:
     """Each run named by its own values where the two resolved scenarios differ ("tp 8, replicas 1" and
-    "tp 4, replicas 2"); by its scenario's fingerprint where nothing else tells them apart; None for two
-    runs of one scenario."""
+    "tp 4, replicas 2"); a bench run against a run with an [application] by what each ran; by its
+    scenario's fingerprint where nothing else tells them apart; None for two runs of one scenario."""
+    names = _application_names(a, b)
+    if names is not None:
+        return names
     found = differences(a, b)
     if found:
         name_a, name_b = (_named([f"{_setting(d['key'])} {_shown(d['key'], d[side])}" for d in found]) for side in "ab")
@@ -136,6 +164,9 @@ def run_names(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str] | None:
 def difference_line(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     """What differs between the two runs in one line ("tp 8 vs 4, detokenize inline vs async"); None for
     two runs of one scenario."""
+    note = application_note(a, b)
+    if note is not None:
+        return note
     found = differences(a, b)
     if found:
         return _named([f"{_setting(d['key'])} {_shown(d['key'], d['a'])} vs {_shown(d['key'], d['b'])}"
@@ -181,13 +212,15 @@ def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str = "A", name_
 
 
 def compare_document(a: dict[str, Any], b: dict[str, Any], path_a: str, path_b: str) -> dict[str, Any]:
-    same = a.get("scenario", {}).get("fingerprint") == b.get("scenario", {}).get("fingerprint")
+    note = application_note(a, b)
+    same = a.get("scenario", {}).get("fingerprint") == b.get("scenario", {}).get("fingerprint") and note is None
     names = run_names(a, b) or (None, None)
     return {
         "schema": "tokenpath.compare/1",
         "a": {"path": path_a, "source": a.get("source"), "scenario": a.get("scenario"), "name": names[0]},
         "b": {"path": path_b, "source": b.get("source"), "scenario": b.get("scenario"), "name": names[1]},
         "same_scenario": same,
+        "note": note,  # why two runs of one scenario's fingerprint are not the same run (a bench run's)
         "differences": differences(a, b),
         "rows": compare(a, b),
     }
