@@ -424,3 +424,14 @@ def test_front_end_levers_start_from_the_scenarios_assumptions(tmp_path):
     assert levers["tokenizer x1.7 faster"].overrides == {"delivery.tokenize_per_token": "29.4118 ns"}
     assert levers["token ids to the client"].skipped == "the server spends nothing detokenizing already"
     assert levers["cached chat template"].skipped == "rendering the chat template costs nothing already"
+
+
+@pytest.mark.parametrize("chip", ["a100", "tpu-v5p"])
+def test_nvls_is_not_offered_on_a_chip_whose_switches_cannot_reduce(chip, tmp_path):
+    base = _small_base(**{"deployment.chip": chip})
+    levers = {lever.name: lever for lever in catalog(base.scenario(), base.table, tmp_path)}
+    assert levers["NVLS on"].overrides == {}
+    assert levers["NVLS on"].skipped == (f"the {chip}'s scale-up switches do not reduce in the network "
+                                         "(catalog chips.toml: scaleup nvls = false)")
+    h100 = _small_base(**{"engine.scheduler": "prefill-first"})  # SGLang's NCCL keeps off NVLS unless told
+    assert {lever.name: lever for lever in catalog(h100.scenario(), h100.table, tmp_path)}["NVLS on"].skipped is None

@@ -169,9 +169,13 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
 
 def _nvls(scenario: Scenario, fabric: _Fabric, switch_nvls: bool, inside: tuple[str, ...]) -> Lever:
     """NVLink SHARP off where the switch reduces and the engine's NCCL uses it; else on: the switch's, and
-    the engine's NCCL let use it (SGLang's is not, unless --enable-nccl-nvls: engine/profiles.py)."""
+    the engine's NCCL let use it (SGLang's is not, unless --enable-nccl-nvls: engine/profiles.py). Not on a
+    chip whose switches cannot reduce (the catalog's `scaleup.nvls = false`: A100's NVSwitch, TPU's ICI)."""
     if switch_nvls and scenario.engine.nccl_nvls:
         return Lever("NVLS off", "", fabric.overrides((*inside, "nvls"), False))
+    if not switch_nvls and fabric.chip.scaleup.get("nvls", True) is False:
+        return Lever("NVLS on", "", skipped=f"the {fabric.chip.name}'s scale-up switches do not reduce in the "
+                                             "network (catalog chips.toml: scaleup nvls = false)")
     overrides = {} if switch_nvls else fabric.overrides((*inside, "nvls"), True)
     if not scenario.engine.nccl_nvls:
         overrides["engine.nccl_nvls"] = True
