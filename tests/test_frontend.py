@@ -13,6 +13,7 @@ from tokenpath import load_scenario, simulate
 from tokenpath.delivery.frontend import FrontEnd, Layout, Wait
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.sim import front_end
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.document import result_document
 from tokenpath.sim.summary import DELIVERY_DETAIL
@@ -92,15 +93,37 @@ def test_a_burst_is_read_and_parsed_before_any_of_it_is_tokenized():
     # SGLang: one tokenizer manager and one detokenizer for the whole server, shared by 4 replicas.
     ("prefill-first", 4, None, Layout("detokenizer", 1, 0.25, 0.25)),
     ("vllm-v0", 1, None, Layout("engine", 1, 1.0, 1.0)),
-    # Eight processes for 4 replicas: two each; six: one each at 1.5 CPUs.
+    # Eight processes for 4 replicas: two each; six: two each at 0.75 CPU (1.5 CPUs an engine), not one
+    # process at 1.5 CPUs: a process is one Python interpreter, so runs on one CPU at most.
     ("vllm-v1", 4, 8, Layout("api-server", 2, 1.0, 0.25)),
-    ("trtllm", 4, 6, Layout("api-server", 1, 1.5, 0.25)),
+    ("trtllm", 4, 6, Layout("api-server", 2, 0.75, 0.25)),
+    ("vllm-v1", 2, 5, Layout("api-server", 3, 5 / 6, 0.5)),
 ])
 def test_each_engine_gets_its_share_of_the_deployment_s_processes(scheduler, replicas, api_servers, layout):
     overrides = {"engine.scheduler": scheduler, "deployment.tp": 8 // replicas}
     if api_servers is not None:
         overrides["deployment.api_servers"] = api_servers
     assert build_deployment(load_scenario(None, overrides)).front_end == layout
+
+
+@given(total=st.integers(1, 64), engines=st.integers(1, 64))
+def test_an_engine_s_share_of_the_api_servers_is_exact_and_no_process_is_faster_than_one_cpu(total, engines):
+    overrides = {"engine.scheduler": "vllm-v1", "deployment.api_servers": total}
+    layout = front_end.layout(load_scenario(None, overrides), engines)
+    assert layout.api_cpus <= 1.0
+    assert layout.api_processes * layout.api_cpus == pytest.approx(total / engines)
+
+
+def test_a_lone_request_on_a_share_of_the_api_servers_takes_at_least_its_cpu_time():
+    overrides = {"engine.scheduler": "vllm-v1", "deployment.tp": 2, "deployment.api_servers": 6}
+    front = FrontEnd(build_deployment(load_scenario(None, overrides)).front_end)  # 4 replicas of 8 chips
+    assert front.requests([0], 1e-3, [0.0])[0].work_ns == 1_333_333  # 1 ms at 0.75 of a CPU
+
+
+@pytest.mark.parametrize("layout", [{"api_cpus": 1.5}, {"detokenizer_cpus": 2.0}])
+def test_a_layout_refuses_a_process_faster_than_one_cpu(layout):
+    with pytest.raises(ValueError, match="one CPU at most"):
+        Layout("api-server", **layout)
 
 
 # A burst on one replica: 1,000 requests at once, each 1 ms of front-end work as it arrives and nothing

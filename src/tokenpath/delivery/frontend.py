@@ -33,8 +33,9 @@ class Layout:
 
     `detokenizes_in`: the engine's own process (its steps wait for it), its API server, or a
     detokenizer process of its own. `api_processes` API-server processes serve the replica, each at
-    `api_cpus` of a CPU (a deployment's processes shared by several replicas give each a fraction);
-    the detokenizer process runs at `detokenizer_cpus` of one.
+    `api_cpus` of a CPU (a deployment's processes shared by several replicas give each a fraction;
+    never more than one: a process is one Python interpreter); the detokenizer process runs at
+    `detokenizer_cpus` of one.
     """
 
     detokenizes_in: Placement = "engine"
@@ -47,6 +48,8 @@ class Layout:
             raise ValueError(f"detokenizes_in must be one of {PLACEMENTS}, not {self.detokenizes_in!r}")
         if self.api_processes < 1 or self.api_cpus <= 0 or self.detokenizer_cpus <= 0:
             raise ValueError("a front end needs at least one process and a positive share of a CPU")
+        if self.api_cpus > 1 or self.detokenizer_cpus > 1:
+            raise ValueError("a front-end process runs on one CPU at most: add processes, not CPU per process")
 
 
 class Wait(NamedTuple):

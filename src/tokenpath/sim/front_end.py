@@ -3,10 +3,13 @@
 
 A deployment runs `deployment.api_servers` API-server processes in all (unset: the profile's, one per
 data-parallel replica or one for the whole server), and an engine that detokenizes in a process of its
-own runs one for the server. Engines run apart in the simulation, so each gets its share: with at least
-as many processes as engines, a whole number of processes, each at the share of a CPU that leaves the
-total exact; with fewer, one process at a fraction of a CPU (several engines' requests and tokens
-interleave on the real ones, much as the fraction spreads them).
+own runs one for the server. Engines run apart in the simulation, so each gets its share, total/engines
+of a CPU: ceil(total/engines) processes, each at the fraction of a CPU that leaves the total exact. A
+share never exceeds one CPU: each API server is one Python process (vLLM's run_multi_api_server in
+vllm/entrypoints/cli/serve.py starts each apart), so one request's work runs on one CPU at most, and 6
+processes for 4 engines are 2 processes at 0.75 CPU each, not one at 1.5. With fewer processes than
+engines, one process at a fraction of a CPU (several engines' requests and tokens interleave on the real
+ones, much as the fraction spreads them).
 """
 
 from __future__ import annotations
@@ -33,5 +36,5 @@ def layout(scenario: Scenario, engines: int) -> Layout:
     """One engine's share of the front end, when `engines` engines (replicas x pipeline batches in
     flight) share the deployment's processes."""
     total = api_servers(scenario)
-    processes = max(1, total // engines)
+    processes = -(-total // engines)  # rounded up, so that each process's share is at most one CPU
     return Layout(detokenizes_in(scenario), processes, total / (engines * processes), 1 / engines)
