@@ -1,10 +1,17 @@
 """Stop strings on streaming text, as an OpenAI-compatible server applies them.
 
 While a sequence streams, its last max(len(stop)) - 1 characters are held back: they could be the
-start of a stop string that the next token completes, and text once sent cannot be taken back. Each
-step searches only the held characters plus the new text, never what was already released. When a
+start of a stop string that the next token completes, and text once sent cannot be taken back. When a
 stop string appears, the text before it is released and the sequence stops; the stop string itself
 and anything after it are never shown.
+
+Which stop string ends the text is the engines' choice: the stop strings are tried in the request's
+order and the first one found wins, cut where it starts, even if another listed later starts earlier
+(vLLM's check_stop_strings in vllm/v1/engine/detokenizer.py; SGLang's Req._check_str_based_finish in
+srt/managers/schedule_batch.py loops over the list the same way). A stop string is looked for only where
+it could have been completed by this step's new text: the new characters and the len(stop) - 1 before
+them, as vLLM's `find` starts there; so text released before a stop, when two are completed by one step,
+may hold a stop string listed after the one found.
 
 Sequences that share a stop list are searched together: their buffers are joined with a separator
 no stop string contains and each stop string is looked for once in the joined text (`str.find`, a
@@ -14,7 +21,6 @@ sequence by sequence.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -25,11 +31,10 @@ SEPARATOR = "\x00"
 
 @dataclass(frozen=True, eq=False)
 class StopList:
-    """One sequence's stop strings, compiled. Compiling costs about 1 us per character (a regular
-    expression), so a server builds it when a request comes in, not while streaming a batch."""
+    """One sequence's stop strings, checked and in the request's order (repeats dropped: the first of
+    them is found first), built when a request comes in, not while streaming a batch."""
 
     stops: tuple[str, ...]
-    pattern: re.Pattern[str] | None
     hold: int       # characters held back: max(len(stop)) - 1
     joinable: bool  # no stop contains the separator
 
@@ -39,15 +44,27 @@ def compile_stops(stops: Sequence[str]) -> StopList:
     if any(not s for s in stops):
         raise UserError("stop: an empty stop string would end every response at once; remove it")
     if not stops:
-        return StopList((), None, 0, True)
-    pattern = re.compile("|".join(re.escape(s) for s in sorted(stops, key=len, reverse=True)))
-    return StopList(stops, pattern, max(map(len, stops)) - 1, not any(SEPARATOR in s for s in stops))
+        return StopList((), 0, True)
+    return StopList(stops, max(map(len, stops)) - 1, not any(SEPARATOR in s for s in stops))
+
+
+def first_stop_at(stops: tuple[str, ...], text: str, new_chars: int) -> int:
+    """Where `text`, whose last `new_chars` characters are new, is cut: the start of the first stop
+    string in list order found in the new characters or the len(stop) - 1 before them; -1 if none is.
+    vLLM's check_stop_strings (vllm/v1/engine/detokenizer.py), with include_stop_str_in_output false."""
+    if not new_chars:
+        return -1
+    end = len(text) - new_chars + 1
+    for stop in stops:
+        at = text.find(stop, max(0, end - len(stop)))
+        if at >= 0:
+            return at
+    return -1
 
 
 @dataclass(eq=False)
 class _Group:
     stops: tuple[str, ...]
-    pattern: re.Pattern[str]
     hold: int                                  # characters held back: max(len(stop)) - 1
     joinable: bool                             # no stop contains the separator
     members: list[int] = field(default_factory=list)
@@ -75,8 +92,7 @@ class StopStrings:
         if compiled.stops:
             group = self._groups.get(compiled.stops)
             if group is None:
-                group = self._groups[compiled.stops] = _Group(compiled.stops, compiled.pattern, compiled.hold,
-                                                              compiled.joinable)
+                group = self._groups[compiled.stops] = _Group(compiled.stops, compiled.hold, compiled.joinable)
             group.members.append(i)
             group.members.sort()
             self._group_of[i] = group
@@ -95,8 +111,8 @@ class StopStrings:
         text, group = self._held[i] + tail, self._group_of[i]
         if self.stopped[i]:
             text = ""
-        elif group is not None and (match := group.pattern.search(text)) is not None:
-            text = text[:match.start()]
+        elif group is not None and (at := first_stop_at(group.stops, text, len(tail))) >= 0:
+            text = text[:at]
             self.stopped[i] = True
         self._leave(i)
         self._held[i] = ""
@@ -115,9 +131,9 @@ class StopStrings:
                     out[i], held[i] = (b[:-hold], b[-hold:]) if hold else (b, "")
             return
         for i, b in zip(list(members), buffers):
-            match = group.pattern.search(b)
-            if match is not None:
-                out[i], self._held[i] = b[:match.start()], ""
+            at = first_stop_at(group.stops, b, len(texts[i]))
+            if at >= 0:
+                out[i], self._held[i] = b[:at], ""
                 self.stopped[i] = True
                 self._leave(i)
             else:
