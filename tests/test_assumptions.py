@@ -56,6 +56,8 @@ NOT_ASSUMPTIONS = {
     "tokenpath.delivery.spec.MAX_OVERHEAD_BYTES": "a bound on config input",
     "tokenpath.delivery.spec.MAX_BYTES_PER_TOKEN": "a bound on config input",
     "tokenpath.delivery.sse.MEMO_ENTRIES": "a cache size of the SSE framer (speed only)",
+    "tokenpath.delivery.stream.CONTEXT_TOKENS": "the prompt tokens an output streams after, SGLang's own "
+                                                "INIT_INCREMENTAL_DETOKENIZATION_OFFSET: it decides text, not a cost",
     "tokenpath.delivery.calibration.MAX_COST_S": "a bound on a calibration file's input",
     "tokenpath.delivery.request_measure.HANDOFF_PROMPT_TOKENS": "the prompt length the hand-off is timed at "
                                                                 "(the measurement's setup, written in the file)",

@@ -29,7 +29,9 @@ from tokenpath.delivery.calibration import (
 from tokenpath.delivery.chat_template import LLAMA3_SPECIAL_TOKENS, LLAMA3_TEMPLATE, render, renderer_for
 from tokenpath.delivery.engine_protocol import engine_event, validate_request
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.delivery.measure import calibrate, token_streams
+from tokenpath.delivery.measure import calibrate, stream_contexts, token_streams
+from tokenpath.delivery.path import TextPath
+from tokenpath.delivery.sample_text import MIXED
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.delivery.sse import SseFramer
 
@@ -452,3 +454,19 @@ def test_a_measured_template_parse_replaces_the_registry_s_rate(tmp_path):
 
     assert parse_s(str(measured)) == pytest.approx(5e-6 * 4168)
     assert parse_s(write(tmp_path, TWO)) == pytest.approx(default("template_kwargs_resolution_per_char_s") * 4168)
+
+
+def test_each_measured_stream_follows_the_sample_tokens_before_its_window():
+    det = Detokenizer.load("tokenizer.model.v1")
+    ids, context = token_streams(det, batch=3, steps=20), stream_contexts(det, batch=3)
+    sample = det.encode(MIXED)
+    for column, tail in zip(ids.T.tolist(), context):
+        start = next(s for s in range(len(sample)) if sample[s:s + 20] == column)
+        assert tail == [sample[(start - 5 + k) % len(sample)] for k in range(5)]
+    path = TextPath(det, 3, context=context)
+    events = [path.step(row) for row in ids] + [path.finish()]
+    for i, tail in enumerate(context):  # each stream's text is its window as it reads after its prompt
+        text = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                       for step in events for line in step[i].decode().split("\n\n")
+                       if line.startswith("data: {"))
+        assert text == det.decode(tail + ids[:, i].tolist())[len(det.decode(tail)):]

@@ -315,6 +315,14 @@ def test_the_default_invisible_fraction_is_measured_on_the_workload_corpus_with_
     assert f"invisible_token_fraction = 0.0  # {source}\n" in shown
 
 
+def test_a_first_piece_that_is_a_bare_space_is_visible_after_the_prompt():
+    # SentencePiece encodes "🎉 ok" as "▁", "🎉", "▁ok": decoded alone the dummy prefix "▁" shows nothing,
+    # but an output follows its prompt, where it shows a space (the stream is primed, as engines do).
+    det = Detokenizer.load("tokenizer.model.v1")
+    assert [det.library.id_to_piece(t) for t in det.encode("🎉 ok")][0] == "\u2581"
+    assert invisible_fraction(det, "🎉 ok") == 0.0
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), min_size=1, max_size=200))
 def test_ascii_text_has_no_invisible_tokens(text):

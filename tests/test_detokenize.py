@@ -12,11 +12,12 @@ import functools
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.sample_text import SAMPLES
+from tokenpath.delivery.stream import TokenIdError
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -258,3 +259,93 @@ def test_sentencepiece_strips_exactly_one_leading_space_from_the_first_piece():
     hi = det.library.piece_to_id("\u2581Hi")
     assert det.detokenize([1, hi, hi]) == "Hi Hi" == det.decode([1, hi, hi])
     assert det.detokenize([space, hi]) == " Hi" == det.decode([space, hi])
+
+
+# Output after a prompt ----------------------------------------------------------------------------
+
+def streamed_after(det: Detokenizer, prompt: list[int], output: list[int]) -> str:
+    stream = det.batch(1)
+    stream.prime(0, prompt)
+    return "".join(stream.step([t])[0] for t in output) + stream.finish()[0]
+
+
+@pytest.mark.parametrize("key, skip", [(k, s) for k in ("tekken", "spm-v1", "spm-v7", "hf-llama-spm",
+                                                         "hf-metaspace-trained", "hf-bytelevel-trained")
+                                       for s in (True, False)])
+@SETTINGS
+@given(data=st.data())
+def test_an_output_primed_with_its_prompt_streams_what_the_prompt_s_decode_leaves(files, key, skip, data):
+    """decode(prompt + output) past decode(prompt), for prompts whose decode ends settled (one that ends
+    in an unfinished character or byte run shows it in the output, where the output completes it)."""
+    det, oracle = _loaded(files(key), skip)
+    pool = st.one_of(st.integers(0, det.vocab_size - 1), st.sampled_from(interesting_ids(det)))
+    prompt = data.draw(st.lists(pool, max_size=6))
+    output = data.draw(st.lists(pool, min_size=1, max_size=8))
+    valid = [t for t in prompt + output if det.table.code[t + 1] != 2]
+    assume(len(valid) == len(prompt + output) and oracle.settled(prompt))
+    full, before = det.decode(prompt + output), det.decode(prompt)
+    assume(full.startswith(before))
+    assert streamed_after(det, prompt, output) == full[len(before):]
+
+
+@pytest.mark.parametrize("key", ["hf-llama-spm", "hf-metaspace-trained", "hf-bytelevel-trained"])
+@pytest.mark.parametrize("skip", [True, False])
+@SETTINGS
+@given(data=st.data())
+def test_an_output_primed_with_its_prompt_streams_what_a_primed_decode_stream_releases(files, key, skip, data):
+    """The tokenizers library's DecodeStream, stepped through the prompt first as vLLM primes it
+    (FastIncrementalDetokenizer.__init__ in vllm/v1/engine/detokenizer.py: a prompt tail whose decode has
+    no U+FFFD; here one that does not end in a byte run either, which DecodeStream shows during priming
+    where the full decode may still turn it to U+FFFD), releases the same text, up to what it still
+    holds: a tail that ends in U+FFFD. Where its text is not the full decode's (a byte run it released
+    turns invalid later: vLLM's issue 17448, where vLLM starts a new DecodeStream), it is no reference."""
+    from tokenizers.decoders import DecodeStream
+
+    det, oracle = _loaded(files(key), skip)
+    pool = st.one_of(st.integers(0, det.vocab_size - 1), st.sampled_from(interesting_ids(det)))
+    prompt = data.draw(st.lists(pool, min_size=1, max_size=6))
+    output = data.draw(st.lists(pool, min_size=1, max_size=8))
+    assume(all(det.table.code[t + 1] != 2 for t in prompt + output) and oracle.settled(prompt)
+           and "\ufffd" not in det.decode(prompt))
+    full, before = det.decode(prompt + output), det.decode(prompt)
+    assume(full.startswith(before))
+    decoder = DecodeStream(skip_special_tokens=skip)
+    try:
+        for t in prompt:
+            decoder.step(det.library, t)
+        released = "".join(decoder.step(det.library, t) or "" for t in output)
+    except Exception as error:
+        assume("Invalid prefix" not in str(error))
+        raise
+    assume(full[len(before):].startswith(released))
+    streamed = streamed_after(det, prompt, output)
+    assert streamed.startswith(released)
+    if not full.endswith("\ufffd"):
+        assert streamed == released
+
+
+def test_the_first_output_piece_keeps_its_leading_space_after_a_prompt():
+    det = Detokenizer.load("mistral_instruct_tokenizer_240323.model.v3")
+    prompt, output = det.encode("[INST] Say hi [/INST]"), det.encode("Hello world")
+    stream = det.batch(1)
+    stream.prime(0, prompt[-5:])
+    assert [stream.step([t])[0] for t in output] + stream.finish() == [" Hello", " world", ""]
+    assert det.decode(prompt + output) == det.decode(prompt) + " Hello world"
+    assert det.detokenize(output) == "Hello world"   # a whole text, not primed: the dummy prefix is dropped
+
+
+def test_a_bare_space_piece_after_a_prompt_shows_a_space():
+    det = Detokenizer.load("tokenizer.model.v1")
+    space, hi = det.library.piece_to_id("\u2581"), det.library.piece_to_id("\u2581Hi")
+    stream = det.batch(2)
+    stream.prime(1, [hi])
+    assert stream.step([space, space]) == ["", " "]
+
+
+def test_a_prompt_with_ids_outside_the_vocabulary_is_refused_and_the_stream_unchanged():
+    det = Detokenizer.load("tokenizer.model.v1")
+    stream = det.batch(2)
+    with pytest.raises(TokenIdError, match="outside the vocabulary"):
+        stream.prime(1, [5, det.vocab_size])
+    hi = det.library.piece_to_id("\u2581Hi")
+    assert stream.step([hi, hi]) == ["Hi", "Hi"]

@@ -15,7 +15,7 @@ from tokenpath import load_scenario
 from tokenpath.delivery import Detokenizer
 from tokenpath.engine.replica import Replica
 from tokenpath.serve import ServeOptions, live, make_app
-from tokenpath.serve.app import SERVER, start_server, stop_server
+from tokenpath.serve.app import SERVER, Server, start_server, stop_server
 from tokenpath.serve.live import LiveEngine
 from tokenpath.serve.openai import Ask
 from tokenpath.serve.output import OutputSlots, new_response
@@ -394,6 +394,38 @@ def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as
     assert len(a) == len(b) == 20 and (steps["seqs"][b] == 1).all()
     assert np.diff(steps["leave_ns"][a]).mean() == np.diff(steps["leave_ns"][b]).mean()
     assert len(first) == len(second) and first[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_response_streams_in_context_after_its_prompt_tail():
+    # SentencePiece: the output "Hello world" after a prompt streams " Hello world", as the engine's
+    # detokenizer primed with the prompt shows it; without a prompt, the dummy prefix's space is dropped.
+    detokenizer = Detokenizer.load("mistral_instruct_tokenizer_240323.model.v3")
+    prompt, ids = detokenizer.encode("[INST] Say hi [/INST]"), np.array(detokenizer.encode("Hello world"))
+    slots = OutputSlots(detokenizer, 1)
+    ask = Ask("completions", "m", len(prompt), len(ids), False, False)
+    primed, alone = new_response(ask, ids, context_ids=prompt[-5:]), new_response(ask, ids)
+    for _ in ids:
+        slots.step([primed, alone])
+    for response in (primed, alone):
+        slots.finish(response)
+    texts = []
+    for response in (primed, alone):
+        items = []
+        while (item := response.queue.get_nowait()) is not None:
+            items.append(item)
+        texts.append("".join(items))
+    assert texts == [" Hello world", "Hello world"]
+    assert detokenizer.decode(prompt + ids.tolist()) == detokenizer.decode(prompt) + texts[0]
+
+
+def test_the_server_s_output_follows_the_corpus_tokens_before_it():
+    server = Server(load_scenario("typical"), ServeOptions(tokenizer="tokenizer.model.v1"))
+    ask = Ask("completions", "m", 3, 8, True, False)
+    ids, context, cut = server.token_ids(ask, 8, np.random.default_rng(0))
+    corpus = server.corpus_ids
+    start = int(np.random.default_rng(0).integers(0, len(corpus)))
+    assert ids.tolist() == np.take(corpus, np.arange(start, start + 8), mode="wrap").tolist() and not cut
+    assert context.tolist() == np.take(corpus, np.arange(start - 5, start), mode="wrap").tolist()
 
 
 def test_one_requests_failing_output_ends_only_that_request_with_an_error():

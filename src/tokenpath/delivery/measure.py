@@ -1,9 +1,10 @@
 """Measure this machine's host cost of the last mile (detokenize, stop check, SSE framing) per batch size.
 
 Token streams are windows of a mixed sample text (English, Chinese, code, emoji) encoded by the
-chosen tokenizer. For each batch size the whole path runs `steps` engine steps, `repeats` times; the
-median is kept, because the machine may be shared. A step with no tokens at all gives the fixed cost
-of a step; framing is also timed alone, to charge it per event when events group tokens.
+chosen tokenizer, each streamed after the tokens before it, as an output after its prompt. For each
+batch size the whole path runs `steps` engine steps, `repeats` times; the median is kept, because the
+machine may be shared. A step with no tokens at all gives the fixed cost of a step; framing is also
+timed alone, to charge it per event when events group tokens.
 
 Beside the token path: what one request costs the front end before the engine sees it
 (request_measure.py), and one streamed chunk built as an engine's own pydantic code builds it, timed
@@ -33,6 +34,7 @@ from tokenpath.delivery.path import TextPath
 from tokenpath.delivery.request_measure import measure_request, median_s, request_body
 from tokenpath.delivery.sample_text import MIXED
 from tokenpath.delivery.sse import SseFramer
+from tokenpath.delivery.stream import CONTEXT_TOKENS
 from tokenpath.delivery.template_parse import measure_template_parse
 
 DEFAULT_BATCH_SIZES = (1, 8, 32, 128, 256)
@@ -41,17 +43,28 @@ DEFAULT_STOPS = ("\n\nUser:", "<|end|>")
 HttpMeasure = Callable[[bytes, int], tuple[HttpCost, dict[str, Any]]]
 
 
+def _sample_ids(det: Detokenizer, batch: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    text_ids = np.asarray(det.encode(MIXED), dtype=np.int64)
+    return text_ids, np.random.default_rng(seed).integers(0, len(text_ids), batch)
+
+
 def token_streams(det: Detokenizer, batch: int, steps: int, seed: int = 0) -> np.ndarray:
     """(steps, batch) ids: each column a window of the sample text, starting at a random token."""
-    text_ids = np.asarray(det.encode(MIXED), dtype=np.int64)
+    text_ids, starts = _sample_ids(det, batch, seed)
     repeats = -(-(steps + 1) // len(text_ids)) + 1
     corpus = np.tile(text_ids, repeats)
-    starts = np.random.default_rng(seed).integers(0, len(text_ids), batch)
     return np.ascontiguousarray(np.stack([corpus[s:s + steps] for s in starts], axis=1))
 
 
-def _time_path(det: Detokenizer, ids: np.ndarray, stops: Sequence[str]) -> float:
-    path = TextPath(det, ids.shape[1], stops)
+def stream_contexts(det: Detokenizer, batch: int, seed: int = 0) -> list[list[int]]:
+    """What each column of `token_streams` (the same seed) follows: the CONTEXT_TOKENS sample tokens
+    before its window, so that it streams after them as an engine's output streams after its prompt."""
+    text_ids, starts = _sample_ids(det, batch, seed)
+    return [np.take(text_ids, np.arange(s - CONTEXT_TOKENS, s), mode="wrap").tolist() for s in starts]
+
+
+def _time_path(det: Detokenizer, ids: np.ndarray, stops: Sequence[str], context: list[list[int]]) -> float:
+    path = TextPath(det, ids.shape[1], stops, context=context)
     start = time.perf_counter()
     for row in ids:
         path.step(row)
@@ -69,13 +82,15 @@ def _time_framing(texts: list[list[str]]) -> float:
 
 
 def measure_batch(det: Detokenizer, batch: int, steps: int, repeats: int, stops: Sequence[str]) -> BatchCost:
-    ids = token_streams(det, batch, steps)
+    ids, context = token_streams(det, batch, steps), stream_contexts(det, batch)
     stream = det.batch(batch)
+    for i, tail in enumerate(context):
+        stream.prime(i, tail)
     texts = [stream.step(row) for row in ids]
     full, empty, frame = [], [], []
     for _ in range(repeats):  # interleaved, so drift in the machine's load hits all three alike
-        full.append(_time_path(det, ids, stops))
-        empty.append(_time_path(det, np.full_like(ids, -1), stops))
+        full.append(_time_path(det, ids, stops, context))
+        empty.append(_time_path(det, np.full_like(ids, -1), stops, context))
         frame.append(_time_framing(texts))
     full_s, empty_s, frame_s = (statistics.median(x) for x in (full, empty, frame))
     per_token_s = max(0.0, full_s - empty_s) / batch
@@ -86,6 +101,7 @@ def measure_framing(det: Detokenizer, tokens: int, repeats: int) -> FramingCost:
     """Seconds per streamed text chunk: built by the engine's pydantic models and by SseFramer (one
     stream, an event per call), over the texts of `tokens` tokens; a text that shows nothing sends no event."""
     stream = det.batch(1)
+    stream.prime(0, stream_contexts(det, 1)[0])
     texts = [text for text in (stream.step(row)[0] for row in token_streams(det, 1, tokens)) if text] or ["x"]
     framer = SseFramer(1)
     framer.open(0, "chatcmpl-0", "tokenpath", 0)

@@ -15,9 +15,13 @@ class TextPath:
     """n streams through detokenize, stop check and framing, one engine step at a time."""
 
     def __init__(self, det: Detokenizer, n: int, stops: Sequence[str] = (), api: Api = "chat",
-                 interval: int = 1, model: str = "tokenpath") -> None:
+                 interval: int = 1, model: str = "tokenpath", context: Sequence[Sequence[int]] = ()) -> None:
+        """`context`: each stream's prompt tail, its output streamed after it (BatchStream.prime); none:
+        each streams as a whole text from its start."""
         self.n, self.interval = n, interval
         self.detokenizer = det.batch(n)
+        for i, ids in enumerate(context):
+            self.detokenizer.prime(i, ids)
         self.stops = StopStrings(n) if stops else None
         self.sse = SseFramer(n, api, interval)
         self.opening = []

@@ -20,6 +20,12 @@ import numpy as np
 from tokenpath.config.errors import UserError
 
 FAST, SLOW, INVALID = 0, 1, 2
+# Prompt tokens an output stream starts after (`BatchStream.prime`): SGLang decodes from 5 prompt tokens
+# back (INIT_INCREMENTAL_DETOKENIZATION_OFFSET, Req.init_incremental_detokenize in
+# srt/managers/schedule_batch.py); vLLM from 4 or more (FastIncrementalDetokenizer.__init__ in
+# vllm/v1/engine/detokenizer.py). Enough for the leading-space rules, which only ask whether the
+# prompt showed anything.
+CONTEXT_TOKENS = 5
 
 
 class TokenIdError(UserError):
@@ -117,6 +123,24 @@ class BatchStream:
                if t >= self._table.size or t >= 0 and self._code[t + 1] == INVALID]
         if bad:
             raise TokenIdError(self._table.name, self._table.size, [i for i, _ in bad], [t for _, t in bad])
+
+    def prime(self, i: int, ids: Sequence[int]) -> None:
+        """Start sequence i after `ids`, the prompt's last tokens, as an engine's detokenizer starts an
+        output: in context. What the prompt shows is dropped; the output then streams as decode(prompt +
+        output) shows it past decode(prompt), so with SentencePiece or Metaspace its first piece keeps its
+        leading space, and a character the prompt left unfinished completes in the output. vLLM feeds the
+        prompt's tail into its DecodeStream (FastIncrementalDetokenizer.__init__ in
+        vllm/v1/engine/detokenizer.py); SGLang decodes from the prompt's tail (Req.init_incremental_detokenize
+        in srt/managers/schedule_batch.py). Call it on a new or finished sequence; a stream never primed
+        decodes a whole text from its start, as `Detokenizer.decode` does."""
+        ids = [int(t) for t in ids]
+        bad = [t for t in ids if not 0 <= t < self._table.size or self._code[t + 1] == INVALID]
+        if bad:
+            raise TokenIdError(self._table.name, self._table.size, [i] * len(bad), bad)
+        scratch = [""] * self.n
+        for token in ids:
+            if self._code[token + 1] | self._flags[i]:
+                self._slow_rows([i], [token], scratch)
 
     def finish(self, which: int | Iterable[int] | None = None) -> list[str]:
         """End sequences (all, or those in `which`): their held tails, flushed as the full decode shows them.

@@ -2,18 +2,27 @@
 streaming detokenizer has no new text, because the token is not a whole UTF-8 character alone and waits
 for a later one to complete it. The delivery model draws each sequence's leading invisible tokens with
 this share (lastmile.first_visible_index), which is what makes TTFV later than TTFT.
+
+The text streams as an engine's output does, after a prompt (BatchStream.prime): with SentencePiece
+and Metaspace tokenizers a first piece that is a bare U+2581 shows a space there, so it is not silent.
 """
 
 from __future__ import annotations
 
 from tokenpath.delivery.detokenizer import Detokenizer
+from tokenpath.delivery.stream import CONTEXT_TOKENS
+
+# What the measured text follows: the end of a chat prompt, as a chat template leaves it.
+PROMPT_TAIL = "Assistant:"
 
 
 def invisible_fraction(det: Detokenizer, text: str) -> float:
-    """Share of `text`'s tokens (as `det` encodes it) that add no text when streamed one at a time."""
+    """Share of `text`'s tokens (as `det` encodes it) that add no text when streamed one at a time,
+    after a prompt."""
     ids = det.encode(text)
     if not ids:
         raise ValueError("no tokens to measure: the text is empty")
     stream = det.batch(1)
+    stream.prime(0, det.encode(PROMPT_TAIL)[-CONTEXT_TOKENS:])
     silent = sum(stream.step([token])[0] == "" for token in ids)
     return silent / len(ids)

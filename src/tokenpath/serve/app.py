@@ -26,6 +26,7 @@ from tokenpath.bench.prompts import corpus_text
 from tokenpath.config.errors import UserError
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.lastmile import LastMile
+from tokenpath.delivery.stream import CONTEXT_TOKENS
 from tokenpath.serve.connections import ConnectionLimits, Connections, Listener, ParseErrorLog
 from tokenpath.serve.fields import parse_request
 from tokenpath.serve.live import LiveEngine
@@ -134,18 +135,21 @@ class Server:
         """The context one request may fill: the model's, or the KV cache where that holds less."""
         return min(self.deployment.model.max_context, self.deployment.kv_capacity_tokens)
 
-    def token_ids(self, ask: Ask, output_tokens: int, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
+    def token_ids(self, ask: Ask, output_tokens: int,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, bool]:
         """What the request generates: a stretch of the corpus, or in JSON mode a JSON document of
-        exactly `output_tokens` tokens (cut short, as a model's, when that is too few to close it); and
-        whether it was cut short."""
+        exactly `output_tokens` tokens (cut short, as a model's, when that is too few to close it); the
+        prompt tail its text follows (the CONTEXT_TOKENS corpus tokens before the stretch: the stream
+        starts in context, as an engine's after a prompt); and whether it was cut short."""
         corpus = self.json_corpus_ids if ask.extras.json_mode else self.corpus_ids
         start = int(rng.integers(0, len(corpus)))
+        context = np.take(corpus, np.arange(start - CONTEXT_TOKENS, start), mode="wrap")
         if not ask.extras.json_mode:
-            return np.take(corpus, np.arange(start, start + output_tokens), mode="wrap"), False
+            return np.take(corpus, np.arange(start, start + output_tokens), mode="wrap"), context, False
         inner = max(0, output_tokens - len(self.json_open_ids) - len(self.json_close_ids))
         stretch = np.take(corpus, np.arange(start, start + inner), mode="wrap")
         document = np.concatenate([self.json_open_ids, stretch, self.json_close_ids])
-        return document[:output_tokens], len(document) > output_tokens
+        return document[:output_tokens], context, len(document) > output_tokens
 
     def check_fits(self, ask: Ask, output_tokens: int) -> None:
         total = ask.prompt_tokens + output_tokens
@@ -249,8 +253,9 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
         rng = server.rng_for(ask)
         output_tokens, limited = server.output_tokens(ask, rng)
         server.check_fits(ask, output_tokens)
-        token_ids, cut = server.token_ids(ask, output_tokens, rng)
-        response = new_response(ask, token_ids, server.fingerprint, ends_at_limit=limited or cut)
+        token_ids, context_ids, cut = server.token_ids(ask, output_tokens, rng)
+        response = new_response(ask, token_ids, server.fingerprint, ends_at_limit=limited or cut,
+                                context_ids=context_ids)
         if ask.stream and server.network.enabled:
             response.queue = server.network.queue()  # type: ignore[assignment]
         upload_ns = server.network.delay_ns(_request_bytes(request, body_bytes))  # the engine sees it after its upload

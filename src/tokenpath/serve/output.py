@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,7 @@ class Response:
     created: int
     token_ids: np.ndarray                 # the tokens it will generate, in order
     stops: StopList                       # its stop strings, compiled when it came in
+    context_ids: Sequence[int] = ()       # the prompt's last tokens: its text streams after them
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     handle: int = -1                      # its request in the engine
     bank: _Bank | None = None             # where its slot is, once its first token has come
@@ -61,6 +63,7 @@ class _Bank:
 
     def open(self, response: Response) -> None:
         response.bank, response.slot = self, self.free.pop()
+        self.texts.prime(response.slot, response.context_ids)
         self.stops.set(response.slot, response.stops)
         ask = response.ask
         running_usage = ask.prompt_tokens if ask.extras.continuous_usage else None
@@ -216,10 +219,11 @@ def _fail(response: Response, error: Exception) -> None:
 
 
 def new_response(ask: Ask, token_ids: np.ndarray, system_fingerprint: str | None = None,
-                 ends_at_limit: bool | None = None) -> Response:
+                 ends_at_limit: bool | None = None, context_ids: Sequence[int] = ()) -> Response:
     """A response, with everything per request that streaming needs built now, off the engine's path.
-    `ends_at_limit` (unset: when the request set max_tokens): its last token ends it at a limit."""
+    `ends_at_limit` (unset: when the request set max_tokens): its last token ends it at a limit.
+    `context_ids`: the prompt tail its text follows (none: it streams as a whole text from its start)."""
     prefix = "chatcmpl" if ask.endpoint == "chat" else "cmpl"
     return Response(ask, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), token_ids, compile_stops(ask.stop),
-                    system_fingerprint=system_fingerprint,
+                    [int(t) for t in context_ids], system_fingerprint=system_fingerprint,
                     ends_at_limit=ask.max_tokens is not None if ends_at_limit is None else ends_at_limit)
