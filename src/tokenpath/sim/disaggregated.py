@@ -1,5 +1,5 @@
-"""Disaggregated serving: prefill replicas make each request's KV cache and first token, the KV
-crosses the fabric to a decode replica, which makes the rest."""
+"""Disaggregated serving: prefill replicas make each request's KV cache, the KV crosses the fabric to a
+decode replica, which streams every token to the client."""
 
 from __future__ import annotations
 
@@ -49,14 +49,24 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
                            visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None,
                            progress: Callable[[int], None] | None, user_sent_ns: np.ndarray | None = None,
                            ) -> tuple[Run, list[EngineTrace], np.ndarray]:
-    """Prefill replicas make each request's KV cache and first token; the KV crosses the fabric to a
-    decode replica, which makes the remaining tokens with the prompt (and the first token) cached.
+    """Prefill replicas make each request's KV cache; the KV crosses the fabric to a decode replica, which
+    makes every token the client sees, the first included.
 
-    Requests go round-robin to the prefill replicas, and round-robin again to the decode replicas.
-    The client's stream carries the first token from the prefill replica and the rest from the decode
-    replica, each through the last mile. The KV transfer, waiting for its links included, is traffic.
-    Returns the run, the engines' traces and how long each replica's links were busy with KV caches.
-    `user_sent_ns`: as for served.client_side.
+    In both engines the client's stream comes from the decode server, the first token once the KV has
+    arrived: vLLM's disaggregated proxy sends the prompt to a prefill server with max_tokens = 1, drops
+    that answer, and streams the decode server's, whose scheduler recomputes the prompt's last token and
+    samples the first one itself (vllm/v1/core/sched/scheduler.py, a remote prefill's
+    num_computed_tokens less one; examples/.../disagg_proxy); SGLang's decode server streams the token
+    the prefill server sampled once the transfer is done (sglang/srt/disaggregation/decode.py). Modelled
+    as vLLM does it: the decode replica takes the prompt with all but its last token cached and makes
+    every output token, so SGLang's first token waits one decode step more than its code has it. A
+    request's first token and its TTFT therefore include the KV transfer and the decode replica's queue.
+    The prefill replica frees its KV when its step ends (the engines hold it until the transfer is done),
+    and the proxy's hop and the decode server's own front-end pass are not modelled.
+
+    Requests go round-robin to the prefill replicas, and round-robin again to the decode replicas. The
+    KV transfer, waiting for its links included, is traffic. Returns the run, the engines' traces and how
+    long each replica's links were busy with KV caches. `user_sent_ns`: as for served.client_side.
     """
     n = len(requests)
     prefills = scenario.deployment.prefill_replicas
@@ -65,13 +75,12 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     inputs, outputs = requests.input_tokens, requests.output_tokens
     traces: list[EngineTrace] = []
 
-    # Prefill: every request for one token.
+    # Prefill: every request for the token that ends its prompt step (dropped: the client's come from decode).
     sent, compute, traffic, host_ns, prefill_start, preempted = (np.zeros(n, np.int64) for _ in range(6))
     # Of the delivery time: the upload (the network and the front end on the way in, at the prefill
-    # replica) and the front end's time for the request's last tokens (the decode replica's, unless its
-    # one token came from the prefill replica).
+    # replica) and the decode replica's front-end time for the request's tokens.
     network_in, upload, front_queue, front_work = (np.zeros(n, np.int64) for _ in range(4))
-    first_end, first_leave = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    first_end = np.zeros(n, np.int64)
     for p in range(prefills):
         rows = np.arange(p, n, prefills)
         if len(rows) == 0:
@@ -84,36 +93,28 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
         sent[rows], compute[rows], traffic[rows] = trace.sent_ns, trace.compute_ns, trace.traffic_ns
         host_ns[rows] = trace.delivery_ns
         network_in[rows], upload[rows] = trace.network_in_ns, trace.upload_ns
-        first_token_step, more = trace.token_steps(), outputs[rows] > 1  # (its first token's is not its last's)
-        front_queue[rows] = trace.front_queue_ns - np.where(more, trace.step_front_queue_ns[first_token_step], 0)
-        front_work[rows] = trace.front_work_ns - np.where(more, trace.step_front_work_ns[first_token_step], 0)
+        token_step = trace.token_steps()  # (the front end's time for the dropped token is not the request's)
+        front_queue[rows] = trace.front_queue_ns - trace.step_front_queue_ns[token_step]
+        front_work[rows] = trace.front_work_ns - trace.step_front_work_ns[token_step]
         prefill_start[rows], preempted[rows] = trace.first_step_start_ns, trace.times_preempted
         first_end[rows] = trace.last_step_end_ns
-        first_leave[rows] = trace.step_leave_ns[trace.token_steps()]
-    if progress is not None:
-        progress(int((outputs == 1).sum()))
 
-    # KV transfer, then decode of the remaining tokens.
-    # Only requests with tokens left to make move their KV cache; one whose only token came from the
-    # prefill replica is finished there.
+    # KV transfer, then decode of every output token.
     prefill_of = np.arange(n) % prefills
     decode_of = prefills + np.arange(n) % decodes
-    moving = np.flatnonzero(outputs > 1)
-    decode_arrival = first_end.copy()
-    decode_arrival[moving], link_busy_ns = kv_transfers(first_end[moving], inputs[moving], prefill_of[moving],
-                                                                decode_of[moving], costs, deployment.replicas)
+    decode_arrival, link_busy_ns = kv_transfers(first_end, inputs, prefill_of, decode_of, costs, deployment.replicas)
     transfer = decode_arrival - first_end
-    last_end = first_end.copy()
-    rest_leave = np.zeros(int(outputs.sum()) - n, np.int64)
-    rest_offsets = np.concatenate([[0], np.cumsum(outputs - 1)]).astype(np.int64)
+    last_end = np.zeros(n, np.int64)
+    offsets = np.concatenate([[0], np.cumsum(outputs)]).astype(np.int64)
+    leave_all = np.empty(offsets[-1], np.int64)
     for d in range(prefills, deployment.replicas):
-        rows = np.flatnonzero((decode_of == d) & (outputs > 1))
+        rows = np.flatnonzero(decode_of == d)
         if len(rows) == 0:
             continue
         rows = rows[np.argsort(decode_arrival[rows], kind="stable")]
-        trace = run_engine(decode_arrival[rows], inputs[rows] + 1, outputs[rows] - 1, costs,
+        trace = run_engine(decode_arrival[rows], inputs[rows], outputs[rows], costs,
                            _Proxy(LastMile(delivery, deployment.front_end)), engine, deployment.kv_capacity_tokens,
-                           progress=progress, cached_tokens=inputs[rows])
+                           progress=progress, cached_tokens=inputs[rows] - 1)
         traces.append(trace)
         compute[rows] += trace.compute_ns
         traffic[rows] += trace.traffic_ns
@@ -125,21 +126,15 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
         leave = trace.step_leave_ns[trace.token_steps()]
         local = trace.token_offsets
         for k, i in enumerate(rows):  # place each request's tokens at its own offset
-            rest_leave[rest_offsets[i]:rest_offsets[i + 1]] = leave[local[k]:local[k + 1]]
+            leave_all[offsets[i]:offsets[i + 1]] = leave[local[k]:local[k + 1]]
     traffic += transfer
 
-    offsets = np.concatenate([[0], np.cumsum(outputs)]).astype(np.int64)
-    leave_all = np.empty(offsets[-1], np.int64)
-    leave_all[offsets[:-1]] = first_leave
-    rest_positions = np.setdiff1d(np.arange(offsets[-1]), offsets[:-1], assume_unique=True)
-    leave_all[rest_positions] = rest_leave
     served = Served(sent, compute, traffic, host_ns, last_end, offsets,
                     lambda lo, hi: leave_all[offsets[lo]:offsets[hi]], prefill_start, preempted, network_in,
                     front_queue, front_work, upload)
     part = client_side(served, requests, scheduled_ns, LastMile(delivery, deployment.front_end), visible, keep_tokens,
                        itl, scenario.continuity.spec(), user_sent_ns)
-    # A request's replica is the one that made its last token: its decode replica, unless it had one token.
-    part["replica"] = np.where(outputs > 1, decode_of, prefill_of)
+    part["replica"] = decode_of  # the replica that made its tokens
     return merge_parts([part], [np.arange(n)], n, itl), traces, link_busy_ns
 
 
