@@ -9,7 +9,7 @@ import pytest
 from cli_helpers import assert_user_error, run_cli
 from test_engine import NO_NETWORK, SpeculativeCosts
 from tokenpath.compute.chip import load_chip
-from tokenpath.compute.drafter import EAGLE3_DRAFT_VOCAB, DraftCost, drafter_model
+from tokenpath.compute.drafter import EAGLE3_DRAFT_VOCAB, DraftCost, drafter_compute, drafter_model
 from tokenpath.compute.efficiency import SAMPLER_PROFILE_BYTES_PER_LOGIT
 from tokenpath.compute.model import load_model
 from tokenpath.compute.roofline import ComputeModel
@@ -17,7 +17,7 @@ from tokenpath.delivery.lastmile import LastMile
 from tokenpath.engine.loop import run_engine
 from tokenpath.engine.replica import Replica
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.engine.speculative import Acceptance, SpeculativeSpec, mean_tokens_per_step
+from tokenpath.engine.speculative import Acceptance, SpeculativeSpec, mean_tokens_per_step, mtp_head_shared
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import Scenario
 
@@ -119,7 +119,7 @@ def test_the_drafters_weights_and_kv_come_out_of_the_kv_cache():
     plain = build_deployment(_scenario())
     eagle = build_deployment(_scenario(speculative={"method": "eagle3", "num_speculative_tokens": 3}))
     ngram = build_deployment(_scenario(speculative={"method": "ngram", "num_speculative_tokens": 3}))
-    head = ComputeModel(drafter_model(plain.model, "eagle3"), plain.chip, 1, "bf16", "bf16")
+    head = drafter_compute(plain.model, "eagle3", plain.chip, 1, "bf16", "bf16")
     compute = plain.compute
     seqs = 1024  # vLLM V1's default on an H100, whose memory profile runs its sampler
     reserve = compute.activation_reserve_bytes(8192, seqs, SAMPLER_PROFILE_BYTES_PER_LOGIT)
@@ -128,6 +128,82 @@ def test_the_drafters_weights_and_kv_come_out_of_the_kv_cache():
     assert eagle.kv_capacity_tokens == int((free - head.weight_bytes_per_chip)
                                            // (compute.kv_bytes_per_token_per_chip + head.kv_bytes_per_token_per_chip))
     assert ngram.kv_capacity_tokens == plain.kv_capacity_tokens and ngram.costs.draft_s is None
+
+
+# Llama 3.1 8B's shape: hidden 4096, 32 query and 8 KV heads of 128, MLP 14336, vocabulary 128256.
+H, LAYER_PARAMS = 4096, 4096 * 48 * 128 + 4096 * 4096 + 3 * 4096 * 14336 + 3 * 4096  # qkv, o, MLP, norms
+EMBEDDING_BYTES = 128_256 * 4096 * 2  # bf16
+
+
+def test_an_eagle_head_holds_its_layer_and_fc_and_not_the_targets_embedding_or_head():
+    # vLLM's EagleProposer.load_model and SGLang's set_embed_and_head give it the target's: one decoder
+    # layer and the 2h -> h fc, 0.25B parameters, as the published EAGLE-LLaMA3.1-Instruct-8B head.
+    target, chip = load_model("llama-3.1-8b"), load_chip("h100")
+    eagle = drafter_compute(target, "eagle", chip, 1, "bf16", "bf16")
+    params = LAYER_PARAMS + 2 * H * H
+    assert eagle.weight_bytes_per_chip == 2 * params and 0.25e9 < params < 0.26e9
+    ops = {op.name: op for op in eagle.ops}
+    assert ops["embedding"].resident_bytes == ops["lm_head"].resident_bytes == 0.0
+    assert ops["lm_head"].bytes_fixed == EMBEDDING_BYTES  # each pass still streams the head and runs it
+    assert ops["input_proj"].flops_per_token == 2 * 2 * H * H
+    # Before, the drafter counted a second embedding and LM head and no fc.
+    doubled = ComputeModel(drafter_model(target, "eagle"), chip, 1, "bf16", "bf16").weight_bytes_per_chip
+    assert doubled - eagle.weight_bytes_per_chip == 2 * EMBEDDING_BYTES - 2 * 2 * H * H
+
+
+def test_an_eagle3_head_holds_its_own_draft_vocabulary_head_and_3h_fc():
+    eagle3 = drafter_compute(load_model("llama-3.1-8b"), "eagle3", load_chip("h100"), 1, "bf16", "bf16")
+    ops = {op.name: op.resident_bytes for op in eagle3.ops}
+    assert ops["embedding"] == 0.0 and ops["lm_head"] == EAGLE3_DRAFT_VOCAB * H * 2
+    assert eagle3.weight_bytes_per_chip == 2 * (LAYER_PARAMS + 3 * H * H + EAGLE3_DRAFT_VOCAB * H)
+    # Its fc runs once a step, before the first pass: the later passes go without it.
+    later = drafter_compute(load_model("llama-3.1-8b"), "eagle3", load_chip("h100"), 1, "bf16", "bf16",
+                            later_pass=True)
+    assert "input_proj" not in {op.name for op in later.ops}
+    cost = DraftCost(eagle3, 3, later)
+    expected = eagle3.step_time_s(130, 8, 5000.0, 4000.0, 64.0) + 2 * later.step_time_s(8, 8, 4000.0, 4000.0)
+    assert cost.step_s(130, 8, 5000.0, 4000.0, 64.0) == pytest.approx(expected, rel=1e-12)
+    assert later.step_time_s(8, 8, 4000.0, 4000.0) < eagle3.step_time_s(8, 8, 4000.0, 4000.0)
+
+
+def test_deepseek_v3s_mtp_layer_shares_the_embedding_and_from_vllm_0_16_the_head():
+    target, chip = load_model("deepseek-v3"), load_chip("h100")
+    layer = ComputeModel(drafter_model(target, "mtp"), chip, 8, "fp8", "bf16")
+    own = {op.name: op.resident_bytes for op in layer.ops}
+    embedding = 129_280 / 8 * 7168 * 2
+    assert own["embedding"] == own["lm_head"] == embedding
+    eh_proj = 2 * 7168 * 7168 * 2  # bf16 on every chip, unsharded
+    shared = drafter_compute(target, "mtp", chip, 8, "fp8", "bf16")
+    assert shared.weight_bytes_per_chip == pytest.approx(layer.weight_bytes_per_chip - 2 * embedding + eh_proj)
+    kept = drafter_compute(target, "mtp", chip, 8, "fp8", "bf16", mtp_head_shared=False)
+    assert kept.weight_bytes_per_chip == pytest.approx(layer.weight_bytes_per_chip - embedding + eh_proj)
+    assert not mtp_head_shared("vLLM V1", "0.15.1") and mtp_head_shared("vLLM V1", "0.16.0")
+    assert mtp_head_shared("vLLM V1", None) and mtp_head_shared("SGLang", "0.5.2")
+    assert not mtp_head_shared("vLLM V0", None)
+    # Over pipeline stages the engines load the draft's own embedding.
+    staged = drafter_compute(target, "mtp", chip, 8, "fp8", "bf16", pp=2)
+    assert staged.weight_bytes_per_chip == pytest.approx(shared.weight_bytes_per_chip + embedding)
+
+
+def test_a_draft_model_holds_its_own_embedding_and_head():
+    target, draft, chip = load_model("llama-3.1-8b"), load_model("llama-3.2-1b"), load_chip("h100")
+    drafter = drafter_compute(target, "draft_model", chip, 1, "bf16", "bf16", draft=draft)
+    alone = ComputeModel(draft, chip, 1, "bf16", "bf16")
+    assert drafter.weight_bytes_per_chip == alone.weight_bytes_per_chip
+    assert {op.name: op.resident_bytes for op in drafter.ops}["embedding"] == 128_256 * 2048 * 2
+
+
+def test_an_eagle_deployment_holds_the_kv_the_doubled_embedding_and_head_took():
+    plain = build_deployment(_scenario())
+    eagle = build_deployment(_scenario(speculative={"method": "eagle", "num_speculative_tokens": 3}))
+    compute = plain.compute
+    reserve = compute.activation_reserve_bytes(8192, 1024, SAMPLER_PROFILE_BYTES_PER_LOGIT)
+    free = compute.chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - reserve
+    per_token = compute.kv_bytes_per_token_per_chip * 33 / 32  # the head's one layer of KV
+    assert eagle.kv_capacity_tokens == int((free - 2 * (LAYER_PARAMS + 2 * H * H)) // per_token)
+    doubled = ComputeModel(drafter_model(plain.model, "eagle"), plain.chip, 1, "bf16", "bf16").weight_bytes_per_chip
+    gained = eagle.kv_capacity_tokens - int((free - doubled) // per_token)
+    assert gained == pytest.approx((2 * EMBEDDING_BYTES - 2 * 2 * H * H) / per_token, abs=1)
 
 
 def test_a_speculative_scenario_halves_tpot_as_its_tokens_a_step_say():

@@ -8,29 +8,64 @@ one token a sequence. With k drafts a step: one pass of the step's shape, then k
 token for each sequence that samples. The drafter's model:
 
 - "mtp": one decoder layer of the target's own shape (DeepSeek-V3's MTP module is an MLA and MoE layer,
-  num_nextn_predict_layers = 1), with the target's precision and its LM head;
+  num_nextn_predict_layers = 1), with the target's precision, its `eh_proj` (2h -> h) and an LM head;
 - "eagle", "eagle3": one dense decoder layer at the target's width and attention shape (bf16, as the
-  published heads ship), with an LM head over the target's vocabulary (EAGLE) or EAGLE-3's 32,000-token
-  draft vocabulary;
+  published heads ship) after an input projection `fc` (2h -> h for EAGLE; 3h -> h for EAGLE-3, over
+  three of the target's hidden states, run once a step: `combine_hidden_states` before the first pass),
+  with an LM head over the target's vocabulary (EAGLE) or EAGLE-3's 32,000-token draft vocabulary;
 - "draft_model": the named model, whole, at the target's precision and tensor-parallel size (vLLM's
   default draft_tensor_parallel_size);
 - "ngram": none (a lookup on the host, not modelled as time).
 
-The drafter's weights and its own KV cache take HBM the target's KV cache would otherwise hold
-(`ComputeModel.kv_capacity_tokens`'s `drafter`). Its passes replay CUDA graphs and take no host time of
-their own (they run inside the target's step).
+Every pass runs the drafter's embedding lookup and LM head, but the engines give EAGLE and MTP drafters
+the target's own embedding and, where the drafter has none of its own, its LM head, holding those weights
+once (`shared_with_target`). The drafter's own weights and its KV cache take HBM the target's KV cache
+would otherwise hold (`ComputeModel.kv_capacity_tokens`'s `drafter`). Its passes replay CUDA graphs and
+take no host time of their own (they run inside the target's step).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.roofline import ComputeModel
 
 # The draft vocabulary of EAGLE-3 heads (`draft_vocab_size` of the published Llama 3.1 and 3.3 heads,
 # e.g. huggingface.co/yuhuili/EAGLE3-LLaMA3.1-Instruct-8B config.json).
 EAGLE3_DRAFT_VOCAB = 32_000
+
+# Hidden-width inputs of the drafter's input projection (compute/ops.py, _input_projection).
+INPUT_PROJECTION = {"eagle": 2, "eagle3": 3, "mtp": 2}
+# Methods whose input projection runs in the first pass of a step only (`drafter_compute`'s `later_pass`).
+PROJECTION_ONCE_A_STEP = frozenset({"eagle3"})
+
+
+def shared_with_target(method: str, mtp_head_shared: bool = True, pp: int = 1) -> frozenset[str]:
+    """The drafter's ops (compute/ops.py names) whose weights are the target's. `mtp_head_shared`: whether
+    the engine gives an MTP drafter the target's LM head (engine/speculative.py, `mtp_head_shared`); `pp`:
+    the target's pipeline stages.
+
+    vLLM (vllm/v1/spec_decode/eagle.py, `EagleProposer.load_model`, read in 0.14.0, 0.15.1 and 0.16.0): an
+    EAGLE or EAGLE-3 head takes the target's embed_tokens when its checkpoint has none or the same weights
+    (the published heads are trained on the target's frozen embedding), and the target's lm_head likewise:
+    EAGLE's draft model has no lm_head of its own (llama_eagle.py, `EagleLlamaForCausalLM`), EAGLE-3's is
+    its own over the draft vocabulary (llama_eagle3.py, `Eagle3LlamaForCausalLM.lm_head`, loaded from the
+    checkpoint with its d2t map). An MTP model always takes the target's embed_tokens; its LM head as
+    `mtp_head_shared` says. The embedding is shared only without pipeline parallelism
+    (`get_pp_group().world_size == 1`).
+    SGLang (0.5.23: python/sglang/srt/speculative/eagle_worker_v2.py, `init_lm_head`): EAGLE and NEXTN (its
+    MTP) drafts get the target's embedding and LM head (`set_embed_and_head`, models/llama.py and
+    deepseek_v2.py, which free the draft's own), EAGLE-3 the embedding only (`set_embed`); a pipeline stage
+    without the target's embedding loads the draft's own (speculative/pp_draft_embedding.py,
+    `resolve_draft_embed_and_head`). A draft model shares nothing."""
+    if method in ("ngram", "draft_model"):
+        return frozenset()
+    shared = {"embedding"} if pp == 1 else set()
+    if method == "eagle" or (method == "mtp" and mtp_head_shared):
+        shared.add("lm_head")
+    return frozenset(shared)
 
 
 def drafter_model(target: ModelSpec, method: str, draft: ModelSpec | None = None) -> ModelSpec | None:
@@ -59,12 +94,31 @@ def drafter_precision(method: str, target_precision: str) -> str:
     return "bf16" if method in ("eagle", "eagle3") else target_precision
 
 
+def drafter_compute(target: ModelSpec, method: str, chip: ChipSpec, tp: int, target_precision: str,
+                    kv_precision: str, mtp_head_shared: bool = True, pp: int = 1, draft: ModelSpec | None = None,
+                    later_pass: bool = False, **kwargs) -> ComputeModel | None:
+    """The drafter of `method` on each chip of a tensor-parallel group of `tp` (None: ngram, no GPU work):
+    its model (`drafter_model`) at its precision, with its input projection and without the weights it
+    shares with the target (`shared_with_target`, with `mtp_head_shared` and the target's `pp`).
+    `later_pass`: the model of the passes after the first, EAGLE-3's without its fc (run once a step,
+    vllm/v1/spec_decode/eagle.py `EagleProposer.propose`: `combine_hidden_states` before the first pass).
+    `kwargs`: ComputeModel's others (assumptions, latent_attention)."""
+    model = drafter_model(target, method, draft)
+    if model is None:
+        return None
+    projection = 0 if later_pass and method in PROJECTION_ONCE_A_STEP else INPUT_PROJECTION.get(method, 0)
+    return ComputeModel(model, chip, tp, drafter_precision(method, target_precision), kv_precision,
+                        input_projection=projection, shared_weights=shared_with_target(method, mtp_head_shared, pp),
+                        **kwargs)
+
+
 class DraftCost:
     """The drafter's time in one step: a pass of the step's shape, then `drafts` - 1 passes of one token
-    for each sequence that samples."""
+    for each sequence that samples, on `later` where those differ from the first (None: `compute`)."""
 
-    def __init__(self, compute: ComputeModel, drafts: int) -> None:
+    def __init__(self, compute: ComputeModel, drafts: int, later: ComputeModel | None = None) -> None:
         self.compute, self.drafts = compute, drafts
+        self.later = compute if later is None else later
 
     def step_s(self, num_tokens: int, sequences: int, attn_pairs: float, kv_read_tokens: float,
                chunk_context_tokens: float) -> float:
@@ -72,7 +126,7 @@ class DraftCost:
         ran them; `sequences`: those that sample (and get drafts)."""
         if not sequences:
             return 0.0
-        step = self.compute.step_time_s
-        first = step(num_tokens, sequences, attn_pairs, kv_read_tokens, chunk_context_tokens)
+        first = self.compute.step_time_s(num_tokens, sequences, attn_pairs, kv_read_tokens, chunk_context_tokens)
         # Each later pass: one query a sequence, attending its whole context (about the step's reads).
-        return first + (self.drafts - 1) * step(sequences, sequences, kv_read_tokens, kv_read_tokens)
+        return first + (self.drafts - 1) * self.later.step_time_s(sequences, sequences, kv_read_tokens,
+                                                                   kv_read_tokens)

@@ -170,7 +170,8 @@ class _Sharding:
 def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
               expert_replicas: int = 1, assumptions: Assumptions = DEFAULTS,
               expert_precision: str | None = None, attention_dp: bool = False,
-              latent_attention: bool = True, weight_only_expert_time: float = 1.0) -> list[LinearOp]:
+              latent_attention: bool = True, weight_only_expert_time: float = 1.0,
+              input_projection: int = 0) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     Expert parallelism over `expert_replicas` > 1 replicas (roofline.ComputeModel) places routed
@@ -189,12 +190,28 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     (engine/profiles.py's latent_attention_since).
 
     `weight_only_expert_time`: the multiple of their roofline time the engine's routed experts take when
-    they are MXFP4 weights the chip runs weight-only (engine/expert_kernels.py; 1: the roofline)."""
+    they are MXFP4 weights the chip runs weight-only (engine/expert_kernels.py; 1: the roofline).
+
+    `input_projection`: a drafter's projection of `input_projection` hidden-width inputs down to one
+    before its layer (_input_projection; 0: none)."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions,
                   expert_precision or weight_precision, latent_attention, weight_only_expert_time)
     attention = (_attention(s) if not attention_dp or tp == 1 else
                  [dataclasses.replace(op, per_sequence=True) for op in _attention(dataclasses.replace(s, tp=1))])
-    return [*_embedding_and_norms(s), *attention, *_dense_mlp(s), *_moe(s), _lm_head(s)]
+    return [*_embedding_and_norms(s), *_input_projection(s, input_projection), *attention, *_dense_mlp(s), *_moe(s),
+            _lm_head(s)]
+
+
+def _input_projection(s: _Sharding, inputs: int) -> list[LinearOp]:
+    """A drafter's linear layer from `inputs` x hidden to hidden, unsharded and in bf16 on every chip: EAGLE's
+    `fc` over the token's embedding and the target's hidden state (2h -> h; vLLM's llama_eagle.py,
+    `LlamaModel.fc`, a ReplicatedLinear), EAGLE-3's over three of the target's layers' hidden states
+    (3h -> h; llama_eagle3.py, `LlamaModel.fc`), the MTP module's `eh_proj` (2h -> h; deepseek_mtp.py,
+    `DeepSeekMultiTokenPredictorLayer.eh_proj`, an nn.Linear; SGLang's deepseek_nextn.py likewise)."""
+    if not inputs:
+        return []
+    h = s.model.hidden_size
+    return [s.gemm("input_proj", 1, inputs * h * h, inputs * h, h, param_bytes=s.embed_bytes, rate=s.bf16_rate)]
 
 
 def _embedding_and_norms(s: _Sharding) -> list[LinearOp]:

@@ -15,6 +15,7 @@ between chips.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -86,6 +87,10 @@ class ComputeModel:
     experts touched by every replica's tokens), divide by `expert_replicas`; their grouped GEMMs are as
     wide as whole experts (ops.build_ops).
 
+    A speculative-decoding drafter (compute/drafter.py) adds its `input_projection` (ops.build_ops) and
+    names in `shared_weights` the ops whose weights it takes from the target (the embedding, the LM head):
+    they cost their time and streamed bytes as any op, and none of the drafter's resident bytes.
+
     `assumptions`: the run's (config/assumptions.py; a scenario's overrides and calibrations), handed in
     by whoever builds the model (sim/deployment.py); the registry's values when none are given.
     """
@@ -98,7 +103,8 @@ class ComputeModel:
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
                  host_eager_kernels: float | None = None, fused_mxfp4_moe_calls: int | None = None,
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
-                 latent_attention: bool = True, weight_only_expert_time: float = 1.0):
+                 latent_attention: bool = True, weight_only_expert_time: float = 1.0,
+                 input_projection: int = 0, shared_weights: frozenset[str] = frozenset()):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -121,7 +127,14 @@ class ComputeModel:
         self.latent_attention = latent_attention
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas,
                                              assumptions, self.expert_precision, self.attention_dp, latent_attention,
-                                             weight_only_expert_time)
+                                             weight_only_expert_time, input_projection)
+        # A drafter's ops whose weights are the target's (compute/drafter.py): they run and stream those
+        # weights as before, but hold none of their own.
+        unknown = shared_weights - {op.name for op in self.ops}
+        if unknown:
+            raise ValueError(f"shared_weights: no op named {', '.join(sorted(unknown))}")
+        self.ops = [dataclasses.replace(op, resident_bytes=0.0) if op.name in shared_weights else op
+                    for op in self.ops]
         self.expert_replicas = expert_replicas
         self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
         per_layer = kv_bytes_per_token_per_layer(model, 1 if self.attention_dp else tp, kv_precision, latent_attention)

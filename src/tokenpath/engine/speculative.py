@@ -105,6 +105,28 @@ def vllm_keeps_async_scheduling(method: str, release: str | None) -> bool:
     return True
 
 
+# The first vLLM release that gives the MTP layer's LM head the target's weights.
+VLLM_MTP_SHARED_HEAD_SINCE = "0.16.0"
+
+
+def mtp_head_shared(engine: str, release: str | None) -> bool:
+    """Whether the engine (an engine profile's name, engine/profiles.py) gives an MTP drafter the target's
+    LM head rather than holding the one it loads (compute/drafter.py, `shared_with_target`).
+    vLLM V1's MTP model computes its logits with each layer's `shared_head.head` (deepseek_mtp.py,
+    `DeepSeekMultiTokenPredictor.compute_logits`), loaded from the checkpoint (DeepSeek-V3's stores it at
+    model.layers.61.shared_head.head). Before 0.16.0 `EagleProposer.load_model` (vllm/v1/spec_decode/
+    eagle.py, read in 0.14.0 and 0.15.1) sets only the draft's unused `lm_head` to the target's, so the
+    loaded head stays; from 0.16.0 `_maybe_share_lm_head` also makes each `shared_head.head` the target's
+    (`VLLM_MTP_SHARED_HEAD_SINCE`). vLLM V0 is taken as before 0.16.0. SGLang gives its NEXTN drafter the
+    target's head (eagle_worker_v2.py, `init_lm_head`: `set_embed_and_head`, read in 0.5.23);
+    TensorRT-LLM's loader is not read here and is taken as sharing it."""
+    if engine == "vLLM V0":
+        return False
+    if engine == "vLLM V1":
+        return release_at_least(release, VLLM_MTP_SHARED_HEAD_SINCE)
+    return True
+
+
 def mean_tokens_per_step(acceptance: float, drafts: int) -> float:
     """Expected tokens a sequence gains per verify step: (1 - a^(k+1)) / (1 - a), k + 1 at a = 1."""
     if acceptance >= 1.0:

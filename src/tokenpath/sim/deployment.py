@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenpath.compute.chip import ChipSpec, load_chip
-from tokenpath.compute.drafter import DraftCost, drafter_model, drafter_precision
+from tokenpath.compute.drafter import PROJECTION_ONCE_A_STEP, DraftCost, drafter_compute
 from tokenpath.compute.model import load_model
 from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.roofline import ComputeModel
@@ -22,7 +22,7 @@ from tokenpath.engine.expert_kernels import weight_only_expert_time
 from tokenpath.engine.host_time import host_step_cost
 from tokenpath.engine.placement import Placement, place
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.engine.speculative import Speculation
+from tokenpath.engine.speculative import Speculation, mtp_head_shared
 from tokenpath.fabric.build import build_topology, default_fabric
 from tokenpath.fabric.collectives import NVLS_ALGORITHMS, Collectives
 from tokenpath.fabric.spec import SwitchFabric
@@ -152,7 +152,9 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     if engine.speculative is not None:
         drafts = engine.speculative.num_speculative_tokens
         speculation = Speculation(drafts, scenario.workload.draft_acceptance, scenario.seed)
-        draft = None if drafter is None else DraftCost(drafter, drafts)
+        later = (_drafter(scenario, model, chip, assumptions, later_pass=True)
+                 if engine.speculative.method in PROJECTION_ONCE_A_STEP else None)
+        draft = None if drafter is None else DraftCost(drafter, drafts, later)
     costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel, speculation, draft)
     engines = dep.replicas * dep.pp
     # SGLang's schedulers: one per replica, or per attention rank with data-parallel attention
@@ -162,8 +164,10 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                       resolved, fabric_name, front_end.layout(scenario, engines))
 
 
-def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: Assumptions) -> ComputeModel | None:
-    """The speculative-decoding drafter's model on each chip of a replica (compute/drafter.py), or None."""
+def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: Assumptions,
+             later_pass: bool = False) -> ComputeModel | None:
+    """The speculative-decoding drafter's model on each chip of a replica (compute/drafter.py), or None;
+    `later_pass`: that of its passes after the first."""
     speculative, dep = scenario.engine.speculative, scenario.deployment
     if speculative is None:
         return None
@@ -174,12 +178,11 @@ def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: 
         if draft.num_heads % dep.tp:
             raise UserError(f"engine.speculative.draft_model: {draft.name} has {draft.num_heads} attention heads, "
                             f"not divisible by tp={dep.tp}; choose another draft model or tp")
-    drafted = drafter_model(model, speculative.method, draft)
-    if drafted is None:
-        return None
-    precision = drafter_precision(speculative.method, scenario.model.precision)
-    return ComputeModel(drafted, chip, dep.tp, precision, scenario.model.kv_precision(scenario.engine.scheduler),
-                        assumptions=assumptions, latent_attention=scenario.engine.latent_attention)
+    engine = scenario.engine
+    return drafter_compute(model, speculative.method, chip, dep.tp, scenario.model.precision,
+                           scenario.model.kv_precision(engine.scheduler),
+                           mtp_head_shared(engine.profile.engine, engine.version), dep.pp, draft, later_pass,
+                           assumptions=assumptions, latent_attention=engine.latent_attention)
 
 
 def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:
