@@ -98,6 +98,22 @@ def test_the_queue_s_wait_counts_to_the_stage_on_the_critical_path():
     assert (calls.arrival_s * 1e9).round().tolist() == [100 * MS, 100 * MS, 200 * MS]
 
 
+@pytest.mark.parametrize("on", ["cpu", "h200"])
+def test_a_queue_past_int64_nanoseconds_is_one_line(on):
+    from tokenpath.application.service import queued
+    from tokenpath.config.errors import UserError
+
+    # 1T parameters on a core: 2 x 1e12 x 2e9 tokens at 1e11 FLOP/s is 4e10 s a request; on a chip, a
+    # 2^40-token batch with 10,000 requests behind it
+    stage = rerank_on(on, params="1T" if on == "cpu" else "60B", cores=1 if on == "cpu" else None).stages[0]
+    n = 3 if on == "cpu" else 10_000
+    tokens = np.full(n, 2 * 10**9 if on == "cpu" else 2**40, np.int64)
+    with pytest.raises(UserError, match="application stage 'rerank': its requests would take more than 146 years") \
+            as error:
+        queued(stage, np.zeros(n, np.int64), tokens, ROUND)(np.zeros(n, np.int64))
+    assert "\n" not in str(error.value)
+
+
 class Jobs:
     """One job per request, `kernel_ms` each; a request is sent the moment its job is done."""
 
@@ -173,11 +189,15 @@ def test_on_an_idle_gpu_the_reranker_takes_its_kernel_time_and_the_call_goes_aft
     ({"on": "cpu", "cores": 0}, ["cores", "greater than or equal to 1"]),
     ({"on": "cpu"}, ["needs cores"]),
     ({"on": "h200", "latency": {"kind": "fixed", "value": "5 ms"}}, ["has a latency and a served model"]),
+    ({"on": "h200", "max_batch": 65536, "documents": 10000, "document_tokens": 2147483647},
+     ["documents x document_tokens is 21,474,836,470,000 tokens a request", "lower documents"]),
+    ({"on": "h200", "documents": 100, "document_tokens": 20_000_000, "query_tokens": 2_000_000},
+     ["documents x (document_tokens + query_tokens)"]),
 ])
 def test_a_bad_served_stage_is_one_line_exit_2(served, fragments, tmp_path, monkeypatch, capsys):
     latency = served.pop("latency", None)
-    stage = {"name": "rerank", "kind": "rerank",
-             "served": {"params": "560M", "documents": 20, "document_tokens": 128, **served}}
+    table = {"params": "560M", "documents": 20, "document_tokens": 128, **served}
+    stage = {"name": "rerank", "kind": "rerank", "served": {k: v for k, v in table.items() if v is not None}}
     stages = [{**stage, **({"latency": latency} if latency else {})},
               {"name": "answer", "kind": "model", "after": ["rerank"]}]
     path = tmp_path / "app.toml"

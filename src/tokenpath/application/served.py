@@ -98,6 +98,13 @@ class ServedSpec(BaseModel):
                 raise _invalid(f"on = {self.on!r}: cores are for on = \"cpu\"; remove cores")
             if self.on != SHARED:
                 _check_chip(self.on)
+        if self.documents is not None and self.document_tokens is not None:
+            tokens = self.documents * (self.document_tokens + (self.query_tokens or 0))
+            if tokens > MAX_TOKENS:
+                what = "documents x (document_tokens + query_tokens)" if self.query_tokens else \
+                    "documents x document_tokens"
+                raise _invalid(f"{what} is {tokens:,} tokens a request, more than {MAX_TOKENS:,}; lower documents "
+                               "or document_tokens")
         return self
 
     @property

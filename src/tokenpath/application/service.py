@@ -14,6 +14,11 @@ from tokenpath.application.spec import ApplicationSpec, StageSpec
 from tokenpath.compute.chip import ChipSpec, load_chip
 from tokenpath.compute.served import ChipForward, cpu_forward_s
 from tokenpath.config.assumptions import DEFAULTS, Assumptions
+from tokenpath.config.errors import UserError
+
+# A served stage's queue ends within 2^62 ns (146 years) of the run's start: int64 nanoseconds, with room
+# for the stages and the model call after it.
+MAX_QUEUE_NS = 2**62
 
 
 def request_tokens(stage: StageSpec, question_tokens: np.ndarray) -> np.ndarray:
@@ -46,10 +51,30 @@ def queued(stage: StageSpec, send_ns: np.ndarray, tokens: np.ndarray,
     (after its send) to its time there, its wait for a core or a batch included."""
     served = stage.served
     if served.on == "cpu":
-        service = np.rint(cpu_forward_s(served.size, served.precision, tokens, assumptions) * 1e9).astype(np.int64)
+        service_s = cpu_forward_s(served.size, served.precision, tokens, assumptions)
+        # a queue ends at most every service time after the last arrival
+        if len(send_ns) and float(send_ns.max()) + float(service_s.sum()) * 1e9 > MAX_QUEUE_NS:
+            raise _too_long(stage)
+        service = np.rint(service_s * 1e9).astype(np.int64)
         return lambda begin: servers_end_ns(send_ns + begin, service, served.cores) - send_ns - begin
     run = batch_ns(chip_forward(stage, load_chip(served.on, assumptions), assumptions), tokens, served.batch)
-    return lambda begin: batches_end_ns(send_ns + begin, served.batch, run) - send_ns - begin
+
+    def ends(begin: np.ndarray) -> np.ndarray:
+        try:
+            end = batches_end_ns(send_ns + begin, served.batch, run)
+        except OverflowError:  # past int64 nanoseconds
+            raise _too_long(stage) from None
+        if len(end) and int(end.max()) > MAX_QUEUE_NS:
+            raise _too_long(stage)
+        return end - send_ns - begin
+    return ends
+
+
+def _too_long(stage: StageSpec) -> UserError:
+    where = "its cores" if stage.served.on == "cpu" else f"one {stage.served.on}"
+    return UserError(f"application stage {stage.name!r}: its requests would take more than 146 years on {where} "
+                     "(past int64 nanoseconds); lower served.documents, document_tokens, tokens or max_batch, or "
+                     "serve it on more or faster hardware")
 
 
 def queues(spec: ApplicationSpec, send_ns: np.ndarray, question_tokens: np.ndarray,
