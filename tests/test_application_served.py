@@ -193,6 +193,9 @@ def test_on_an_idle_gpu_the_reranker_takes_its_kernel_time_and_the_call_goes_aft
      ["documents x document_tokens is 21,474,836,470,000 tokens a request", "lower documents"]),
     ({"on": "h200", "documents": 100, "document_tokens": 20_000_000, "query_tokens": 2_000_000},
      ["documents x (document_tokens + query_tokens)"]),
+    ({"params": None, "model": "llama-3.1-405b", "on": "a100-40gb"},
+     ["on: the model's weights (756.0 GiB at bf16) do not fit in one a100-40gb's 40 GiB"]),
+    ({"params": "100B", "precision": "fp8", "on": "h100"}, ["(93.1 GiB at fp8) do not fit in one h100's 80 GiB"]),
 ])
 def test_a_bad_served_stage_is_one_line_exit_2(served, fragments, tmp_path, monkeypatch, capsys):
     latency = served.pop("latency", None)

@@ -97,7 +97,7 @@ class ServedSpec(BaseModel):
             if self.cores is not None:
                 raise _invalid(f"on = {self.on!r}: cores are for on = \"cpu\"; remove cores")
             if self.on != SHARED:
-                _check_chip(self.on)
+                _check_chip(self.on, self.size, self.precision)
         if self.documents is not None and self.document_tokens is not None:
             tokens = self.documents * (self.document_tokens + (self.query_tokens or 0))
             if tokens > MAX_TOKENS:
@@ -128,10 +128,19 @@ def _catalog_params(name: str) -> float:
     return float(load_model(canonical).params_total())
 
 
-def _check_chip(name: str) -> None:
+def _check_chip(name: str, params: float, precision: str) -> None:
+    """`name` is a catalog chip, and one of it holds the model's weights at `precision`."""
     from tokenpath.catalog import CHIPS_FILE, lookup
+    from tokenpath.compute.chip import load_chip
+    from tokenpath.compute.precision import stored_bytes
 
     try:
         lookup(CHIPS_FILE, name, "chip", "chips")
     except UserError as error:
         raise _invalid(f"on: {error} Or use \"cpu\" (with cores) or \"shared\" (the deployment's GPU)") from None
+    chip = load_chip(name)
+    weights = params * stored_bytes(precision, chip.fp4_format)
+    if weights > chip.hbm_bytes:
+        raise _invalid(f"on: the model's weights ({weights / 2**30:,.1f} GiB at {precision}) do not fit in one "
+                       f"{chip.name}'s {chip.hbm_bytes / 2**30:,.0f} GiB; use a smaller model or precision, or a "
+                       "chip with more memory")
