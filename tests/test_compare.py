@@ -89,6 +89,24 @@ def test_load_summary_errors(tmp_path):
         load_summary(wrong)
 
 
+@pytest.mark.parametrize("key, value, fragment", [
+    ("throughput", None, "the summary has no 'throughput' object (throughput is None)"),
+    ("requests", -5, "the summary has no 'requests' object (requests is -5)"),
+    ("latency_s", {"ttft": 0.5}, "latency_s.ttft is 0.5, not an object"),
+    ("continuity", {"qoe": 0.9}, "continuity.qoe is 0.9, not an object"),
+    ("load", [1], "load is [1], not an object"),
+])
+def test_compare_refuses_a_summary_field_of_the_wrong_type_in_one_line(key, value, fragment, tmp_path, monkeypatch,
+                                                                        capsys):
+    from cli_helpers import assert_user_error, run_cli
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(_summary(1.0, "bench", False)))
+    bad.write_text(json.dumps({**_summary(1.0, "bench", False), key: value}))
+    assert_user_error(*run_cli(["compare", str(good), str(bad)], monkeypatch, capsys), "bad.json: ", fragment,
+                      "the file is damaged")
+
+
 def test_compare_shows_continuity():
     a, b = _summary(1.0, "simulate", True), _summary(2.0, "bench", False)
     rows = {row["metric"]: row for row in compare(a, b)}

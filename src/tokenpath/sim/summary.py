@@ -230,9 +230,29 @@ def load_summary(path: str | Path) -> dict[str, Any]:
 _METRIC_KEYS = ("requests", "window_s", "throughput", "latency_s", "attribution_s", "continuity", "prefix_cache")
 
 
+# The objects report and compare read a summary's metrics from: the first three in every summary, the
+# others absent or null where a run has none; then the objects inside them, absent or null alike.
+_OBJECTS = ("latency_s", "throughput", "requests")
+_OPTIONAL_OBJECTS = ("attribution_s", "continuity", "prefix_cache", "load")
+_INNER_OBJECTS = ("attribution_s.delivery_detail", "attribution_s.application_detail", "continuity.qoe",
+                  *(f"latency_s.{key}" for key in ("ttft", "ttfv", "tpot", "itl", "e2e")))
+
+
 def check_metrics(summary: dict[str, Any], where: str) -> None:
-    """Every metric of a summary is a finite number, or null where it is unknown (a latency of a run
-    where every request failed): a `UserError` naming the first that is not."""
+    """The summary's metric objects are objects, and every metric in them is a finite number, or null
+    where it is unknown (a latency of a run where every request failed): a `UserError` naming the first
+    that is not."""
+    for key in _OBJECTS:
+        if not isinstance(summary.get(key), dict):
+            raise UserError(f"{where}: the summary has no '{key}' object ({key} is {quoted(summary.get(key))}); "
+                            "the file is damaged")
+    for field in (*_OPTIONAL_OBJECTS, *_INNER_OBJECTS):
+        outer, _, inner = field.partition(".")
+        value = summary.get(outer)
+        if inner and isinstance(value, dict):
+            value = value.get(inner)
+        if value is not None and not isinstance(value, dict):
+            raise UserError(f"{where}: {field} is {quoted(value)}, not an object; the file is damaged")
     def check(value: Any, field: str) -> None:
         if isinstance(value, dict):
             for key, inner in value.items():
