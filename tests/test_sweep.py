@@ -162,6 +162,10 @@ seed = {seed}
     ('scenario = "typical"\n[axes]\n"deployment.tp" = {min = 4}', "a range needs numbers min < max"),
     ('scenario = "typical"\n[axes]\n"deployment.tp" = {min = 1, max = 8}', "samples = N"),
     ('scenario = "typical"\n[axes]\n"deployment.tpp" = [1, 2]', "tpp"),
+    ('scenario = "typical"\n[axes]\n"deployment" = [{tp = 4}, {tp = 8}]',
+     "axes.deployment: {'tp': 4} is not a number, string or boolean; an axis's values are one column of the "
+     "results; sweep a key inside it instead, e.g. axes.\"deployment.tp\" = [...]"),
+    ('scenario = "typical"\n[axes]\n"deployment.tp" = [[4], [8]]', "axes.deployment.tp: [4] is not a number"),
 ])
 def test_bad_specs_are_one_line_errors(tmp_path, text, message):
     path = _spec(tmp_path, text)

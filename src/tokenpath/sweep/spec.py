@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from tokenpath.config import files, memory
-from tokenpath.config.errors import UserError
+from tokenpath.config.errors import UserError, quoted
 from tokenpath.sim.overrides import apply_overrides, flatten
 from tokenpath.sim.scenario import build_scenario, read_scenario_table
 
@@ -128,6 +128,12 @@ def load_spec(path: str | Path) -> SweepSpec:
         if isinstance(value, list):
             if not value:
                 raise UserError(f"axes.{key}: an empty list of values; give at least one")
+            for item in value:
+                if not isinstance(item, (str, int, float, bool)):
+                    hint = (f"; sweep a key inside it instead, e.g. axes.\"{key}.{next(iter(item))}\" = [...]"
+                            if isinstance(item, dict) and item else "")
+                    raise UserError(f"axes.{key}: {quoted(item)} is not a number, string or boolean; an axis's "
+                                    f"values are one column of the results{hint}")
             grid[key] = value
         elif isinstance(value, dict):
             if not _is_range(value):
