@@ -166,6 +166,10 @@ seed = {seed}
      "axes.deployment: {'tp': 4} is not a number, string or boolean; an axis's values are one column of the "
      "results; sweep a key inside it instead, e.g. axes.\"deployment.tp\" = [...]"),
     ('scenario = "typical"\n[axes]\n"deployment.tp" = [[4], [8]]', "axes.deployment.tp: [4] is not a number"),
+    ('scenario = "typical"\n[overrides]\n"deployment.tp" = 2\n[axes]\n"deployment.tp" = [4, 8]',
+     "deployment.tp is both an override and an axis; keep one"),
+    ('scenario = "typical"\n[overrides]\ndeployment = {tp = 2}\n[axes]\n"deployment.tp" = {min = 1, max = 8}',
+     "deployment.tp is both an override and an axis; keep one"),
 ])
 def test_bad_specs_are_one_line_errors(tmp_path, text, message):
     path = _spec(tmp_path, text)

@@ -122,6 +122,9 @@ def load_spec(path: str | Path) -> SweepSpec:
                         "{min, max, log}")
     overrides = flatten(overrides)
     axes = flatten(axes, _is_range)
+    both = [key for key in axes if key in overrides]
+    if both:
+        raise UserError(f"{source}: {both[0]} is both an override and an axis; keep one")
     grid: dict[str, list] = {}
     ranges: dict[str, dict] = {}
     for key, value in axes.items():
