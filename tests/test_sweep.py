@@ -323,6 +323,32 @@ def test_ray_missing_is_a_one_line_error(tmp_path):
     assert "pip install 'tokenpath[ray]'" in done.stderr and done.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("address", ["bogus", "", "10.0.0.5:0", "10.0.0.5:6379x", "http://10.0.0.5:6379"])
+def test_a_ray_address_that_is_not_one_is_a_one_line_error(address, tmp_path, monkeypatch, capsys):
+    from cli_helpers import assert_user_error, run_cli
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # refused before Ray is imported
+    argv = ["sweep", str(_spec(tmp_path)), "--out", str(tmp_path / "o.csv"), "--ray-address", address]
+    assert_user_error(*run_cli(argv, monkeypatch, capsys), f"--ray-address: {address!r} is not a Ray cluster's "
+                      "address; give 'auto'", "or HOST:PORT")
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_ray_refusing_an_address_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    import types
+
+    from cli_helpers import assert_user_error, run_cli
+
+    def init(**kwargs):
+        raise ValueError(f"Could not find any running Ray instance at {kwargs['address']}.\nPlease check it.")
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    argv = ["sweep", str(_spec(tmp_path)), "--out", str(tmp_path / "o.csv"), "--ray-address", "10.0.0.5:6379"]
+    assert_user_error(*run_cli(argv, monkeypatch, capsys), "--ray-address: cannot join the Ray cluster at "
+                      "'10.0.0.5:6379' (Could not find any running Ray instance at 10.0.0.5:6379.)", "HOST:PORT")
+
+
 def test_cli_writes_the_table_and_the_pareto_frontier(tmp_path):
     out = tmp_path / "r.parquet"
     done = subprocess.run([sys.executable, "-m", "tokenpath", "sweep", str(_spec(tmp_path)), "--out", str(out),

@@ -56,7 +56,7 @@ def sweep(
                                                      "(default: one per CPU)"),
 ) -> None:
     from tokenpath.sweep.pareto import frontier, parse_objectives
-    from tokenpath.sweep.run import run_sweep
+    from tokenpath.sweep.run import check_ray_address, run_sweep
     from tokenpath.sweep.spec import load_spec
     from tokenpath.sweep.store import table_format
 
@@ -64,6 +64,8 @@ def sweep(
     table_format(out_path)
     files.check_writable(out, "--out")
     objectives = parse_objectives(pareto) if pareto is not None else None
+    if ray_address is not None:
+        check_ray_address(ray_address)
     ray = ray or ray_address is not None
     if ray and workers is not None:
         raise UserError("--workers: Ray places points on the cluster's CPUs itself; leave out --workers with --ray")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -13,7 +14,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from tokenpath.config.errors import UserError
+from tokenpath.config.errors import UserError, quoted
 from tokenpath.sim.forked import available_cpus
 from tokenpath.sweep.point import simulate_point
 from tokenpath.sweep.spec import SweepSpec, point_id
@@ -88,6 +89,20 @@ def _exit_with_parent(parent_alive: Connection) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
+_RAY_ADDRESS = re.compile(r"^(?:ray://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
+
+
+def check_ray_address(address: str) -> str:
+    """`address` if it reads as a Ray cluster's address: 'auto', 'local', HOST:PORT or ray://HOST:PORT."""
+    if address in ("auto", "local"):
+        return address
+    match = _RAY_ADDRESS.match(address)
+    if match is None or not 1 <= int(match["port"]) <= 65535:
+        raise UserError(f"--ray-address: {quoted(address)} is not a Ray cluster's address; give 'auto' (the "
+                        "cluster this machine is in) or HOST:PORT, e.g. 10.0.0.5:6379")
+    return address
+
+
 def _ray(spec: SweepSpec, todo: list[dict[str, Any]], address: str | None) -> Iterator[dict[str, Any]]:
     try:
         import ray
@@ -95,8 +110,13 @@ def _ray(spec: SweepSpec, todo: list[dict[str, Any]], address: str | None) -> It
         raise UserError(f"--ray: Ray is not installed; install it with {RAY_INSTALL}") from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        try:
+            ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        except (ValueError, ConnectionError) as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UserError(f"--ray-address: cannot join the Ray cluster at {quoted(address)} ({reason}); give "
+                            "'auto' or HOST:PORT of a running cluster's head") from None
     try:
         task = ray.remote(simulate_point)
         pending = [task.remote(spec.scenario, spec.overrides, values, spec.fingerprint) for values in todo]
