@@ -29,7 +29,7 @@ from time import perf_counter_ns, time_ns
 from urllib.parse import urlsplit
 
 from tokenpath.bench.stream import DROPPED, MALFORMED, Exchange
-from tokenpath.config.errors import UserError
+from tokenpath.config.errors import UserError, quoted
 
 _HEAD_LIMIT = 64 * 1024
 _READ_BYTES = 1 << 18
@@ -54,14 +54,20 @@ class Endpoint:
 
     @classmethod
     def parse(cls, url: str) -> Endpoint:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UserError(f"--base-url: {url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000")
         try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
+            parts = urlsplit(url)
+        except ValueError as error:  # an unclosed [ of an IPv6 host, a bad character in the host
+            raise UserError(f"--base-url: {quoted(url)} is not a valid URL ({error}); give e.g. "
+                            "http://127.0.0.1:8000 or http://[::1]:8000") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UserError(f"--base-url: {quoted(url)} is not an http(s) URL; give e.g. http://127.0.0.1:8000")
+        try:
+            port = parts.port
         except ValueError:
-            raise UserError(f"--base-url: {url!r} has an invalid port") from None
-        return cls(parts.scheme, parts.hostname, port, parts.path or "/")
+            port = 0
+        if port == 0:  # a port out of range, or 0 (which "or 80" would have read as no port at all)
+            raise UserError(f"--base-url: {quoted(url)} has an invalid port; give a port from 1 to 65535")
+        return cls(parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80), parts.path or "/")
 
     @property
     def host_header(self) -> str:
