@@ -155,6 +155,31 @@ def test_a_body_that_does_not_arrive_in_time_gets_a_408_and_an_idle_connection_i
     assert idle.startswith(b"HTTP/1.1 200 OK") and idle.endswith(b"ok")
 
 
+def test_a_declared_body_over_the_limit_is_a_413_and_a_client_leaving_mid_body_logs_no_traceback(caplog):
+    caplog.set_level(logging.DEBUG, logger="aiohttp")
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+
+    async def main(port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head + b"99999999999999\r\n\r\n{}")   # 2 of the bytes it declares
+        answer = await asyncio.wait_for(reader.readuntil(b"}}"), 10)
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head + b"100\r\n\r\n{}")   # 2 of 100 bytes, then gone
+        await writer.drain()
+        writer.close()
+        await asyncio.sleep(0.5)
+        return answer, await health_latency_s(f"http://127.0.0.1:{port}")
+
+    with serving() as url:
+        answer, health_s = asyncio.run(main(int(url.rsplit(":", 1)[1])))
+    status, _, body = answer.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 413")
+    assert json.loads(body)["error"]["message"] == "the request body is larger than 4194304 bytes"
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert health_s < 5
+
+
 SERVER_WITH_FEW_FILES = """
 import asyncio, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (100, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))

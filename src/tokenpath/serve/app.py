@@ -181,10 +181,15 @@ def _authorize(server: Server, request: web.Request) -> None:
 
 async def _body(request: web.Request, timeout_s: float) -> tuple[Any, int]:
     """The request's JSON body, and its size in bytes."""
+    too_large = ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise too_large  # said up front: none of it is read
     try:
         raw = await asyncio.wait_for(request.read(), timeout_s)
     except web.HTTPRequestEntityTooLarge:
-        raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes") from None
+        raise too_large from None
+    except ConnectionResetError:  # the client closed before its body was whole: the answer reaches nobody
+        raise ApiError(400, "the connection closed before the request body was whole") from None
     except asyncio.TimeoutError:
         raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s (serve --body-timeout)",
                        code="request_timeout") from None
