@@ -161,6 +161,11 @@ def no_server(monkeypatch):
     (["--host", "999.1.1.1"], ("--host", "'999.1.1.1'", "e.g. 127.0.0.1")),
     (["--send-log", "/nonexistent/dir/send.jsonl"], ("--send-log", "folder /nonexistent/dir does not exist")),
     (["--tokenizer", "/dev/zero"], ("--tokenizer", "not a regular file")),
+    (["--api-key", ""], ("--api-key: '' is empty", "leave out --api-key")),
+    (["--api-key", "  "], ("--api-key: '  ' is empty",)),
+    (["--api-key", "key "], ("--api-key: 'key ' starts or ends with white space",)),
+    (["--served-model-name", ""], ("--served-model-name: empty",)),
+    (["--served-model-name", " "], ("--served-model-name: empty",)),
 ])
 def test_serve_refuses_an_unusable_address_or_file_before_starting(argv, fragments, no_server, monkeypatch, capsys):
     assert_user_error(*run_cli(["serve", "--port", "0", *argv], monkeypatch, capsys), *fragments)

@@ -46,6 +46,13 @@ def serve(
     from tokenpath.serve.app import SERVER, run
     from tokenpath.serve.connections import ConnectionLimits
 
+    if api_key is not None and (not api_key.strip() or api_key != api_key.strip()):
+        raise UserError(f"--api-key: {quoted(api_key)} " + ("is empty, which would let in every client sending "
+                        "'Bearer '" if not api_key.strip() else "starts or ends with white space, which no "
+                        "Authorization header can carry") + "; give a key, or leave out --api-key to serve anyone")
+    if served_model_name is not None and not served_model_name.strip():
+        raise UserError("--served-model-name: empty; give the one model name to accept, or leave it out to accept "
+                        "any")
     check_listen(host, port)
     if send_log is not None:
         files.check_writable(send_log, "--send-log")
