@@ -47,6 +47,13 @@ CASES = [
     ("completions", {"min_tokens": 9}, "min_tokens"),  # more than max_tokens
     ("completions", {"stop": ""}, "stop"),                      # a stop string is non-empty
     ("chat", {"messages": [{"role": "wizard", "content": "Hi"}]}, "messages[0].role"),
+    ("chat", {"messages": [{"role": "user"}]}, "messages[0].content"),
+    ("chat", {"messages": [{"role": "system", "content": "Be brief"}, {"role": "user", "content": None}]},
+     "messages[1].content"),
+    ("chat", {"messages": [{"role": "assistant"}, {"role": "user", "content": "Hi"}]}, "messages[0].content"),
+    ("chat", {"messages": [{"role": "tool", "tool_call_id": "c1"}]}, "messages[0].content"),
+    ("chat", {"messages": [{"role": "user", "content": "Hi", "frobnicate": 1}]}, "messages[0].frobnicate"),
+    ("chat", {"messages": [{"role": "user", "content": "Hi", "tool_calls": []}]}, "messages[0].tool_calls"),
     # accepted: harmless, or asking for nothing the emulator cannot give
     ("chat", {"tools": TOOLS, "tool_choice": "none"}, None),
     ("chat", {"response_format": {"type": "text"}}, None),
@@ -60,6 +67,14 @@ CASES = [
     ("completions", {"stream": None, "n": None}, None),        # null: the default, as OpenAI's schema has it
     ("chat", {"messages": [{"role": role, "content": "Hi"} for role in ("system", "developer", "user", "assistant",
                                                                         "tool", "function")]}, None),
+    ("chat", {"messages": [{"role": "system", "content": "Be brief", "name": "s"},
+                           {"role": "user", "content": [{"type": "text", "text": "Hi"}], "name": "u"},
+                           {"role": "assistant", "content": None, "tool_calls": [
+                               {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                           {"role": "tool", "content": "42", "tool_call_id": "c1"},
+                           {"role": "assistant", "content": "42.", "reasoning_content": "easy"},
+                           {"role": "function", "content": None, "name": "f"},
+                           {"role": "user", "content": ""}]}, None),
 ]
 
 
@@ -83,6 +98,11 @@ def test_each_field_is_refused_with_its_name_or_accepted():
         assert error["param"] == refused and refused.split(".")[0] in error["message"]
     unknown = json.loads(serve_reply_for({**CHAT, "frobnicate": 1}))["error"]["message"]
     assert unknown == "Unrecognized request argument supplied: frobnicate"  # OpenAI's words
+    inside = {**CHAT, "messages": [{"role": "tool", "content": "42", "tool_call_id": "c1", "name": "f"}]}
+    assert json.loads(serve_reply_for(inside))["error"]["message"] == (
+        "messages[0]: unrecognized key 'name' in a tool message; it has role, content, tool_call_id")
+    missing = json.loads(serve_reply_for({**CHAT, "messages": [{"role": "user"}]}))["error"]["message"]
+    assert missing == "messages[0].content is required in a user message: a string or a list of text parts"
 
 
 def serve_reply_for(request):

@@ -96,11 +96,42 @@ def _text_parts(content: Any, where: str) -> str:
     raise ApiError(400, f"{where} must be a string or a list of text parts", where)
 
 
+def _check_message(message: dict[str, Any], j: int) -> None:
+    """A chat message has only its role's keys, and content unless it is an assistant's tool call (or a
+    deprecated function message, whose content may be null), as OpenAI's schema has it."""
+    role = message["role"]
+    keys = MESSAGE_KEYS[role]
+    for key in message:
+        if key not in keys:
+            raise ApiError(400, f"messages[{j}]: unrecognized key {quoted(_clip(key))} in a {role} message; it has "
+                                f"{', '.join(keys)}", f"messages[{j}].{_clip(key)}")
+    if message.get("content") is not None or role == "function" and "content" in message:
+        return
+    if role == "assistant":
+        if message.get("tool_calls") is None and message.get("function_call") is None:
+            raise ApiError(400, f"messages[{j}].content is required in an assistant message without tool_calls",
+                           f"messages[{j}].content")
+        return
+    raise ApiError(400, f"messages[{j}].content is required in a {role} message: a string or a list of text parts",
+                   f"messages[{j}].content")
+
+
+def _clip(key: str) -> str:
+    return key if len(key) <= 64 else key[:64] + "..."
+
+
 # Token ids are int32 in inference engines (vLLM, TensorRT-LLM): anything outside 0..2^31-1 is no token.
 MAX_TOKEN_ID = 2**31 - 1
 # The roles of OpenAI's chat messages (platform.openai.com/docs/api-reference/chat/create; function:
 # deprecated, still accepted there).
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+# The keys of each role's message there (vLLM's assistant messages add reasoning_content and reasoning,
+# a reasoning model's thinking sent back in a later turn).
+MESSAGE_KEYS = {"system": ("role", "content", "name"), "developer": ("role", "content", "name"),
+                "user": ("role", "content", "name"),
+                "assistant": ("role", "content", "name", "refusal", "tool_calls", "function_call", "audio",
+                              "reasoning_content", "reasoning"),
+                "tool": ("role", "content", "tool_call_id"), "function": ("role", "content", "name")}
 # Tokens a chat template adds around each message (role markers and separators): a small constant,
 # as for Llama-3 and Mistral templates.
 CHAT_TOKENS_PER_MESSAGE = 4
@@ -147,6 +178,7 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
             if message["role"] not in ROLES:
                 raise ApiError(400, f"messages[{j}].role: {quoted(message['role'])} is not a role; use one of "
                                     f"{', '.join(ROLES)}", f"messages[{j}].role")
+            _check_message(message, j)
             prompt_tokens += CHAT_TOKENS_PER_MESSAGE + count_tokens(
                 _text_parts(message.get("content"), f"messages[{j}].content"))
     max_tokens = _int(body, "max_completion_tokens", 1) if endpoint == "chat" else None
