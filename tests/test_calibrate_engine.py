@@ -191,6 +191,11 @@ def test_bad_calibration_input_is_one_line(tmp_path, monkeypatch, capsys):
     assert_user_error(*run_cli(["calibrate", "engine", "--base-url", "http://127.0.0.1:9", "--model", MODEL,
                                 "--budget", "soon", "--out", str(tmp_path / "c.toml")], monkeypatch, capsys),
                       "--budget")
+    # --from fits without a deadline, yet a --budget that does not read is still an error, before any file is read
+    assert_user_error(*run_cli(["calibrate", "engine", "--from", str(tmp_path / "bench.jsonl"), "--budget",
+                                "5 parsecs", "--out", str(tmp_path / "c.toml")], monkeypatch, capsys),
+                      "--budget", "parsecs")
+    assert not (tmp_path / "c.toml").exists()
     bad = tmp_path / "bad.toml"
     bad.write_text('schema = "tokenpath.engine-calibration/1"\n[fitted.host_step_sec]\nvalue = 1e-3\n')
     with pytest.raises(Exception, match="host_step_sec: no such assumption; did you mean 'host_step_s'"):

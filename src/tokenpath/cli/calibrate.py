@@ -229,6 +229,7 @@ def calibrate_engine(
     from tokenpath.sim.scenario import build_scenario
 
     files.check_writable(out, "--out")
+    budget_s = _budget_s(budget)  # with --from too: a typo is an error there as well, not ignored
     table, source, base_dir = scenario_table(scenario, flags)
     loaded = build_scenario(table, source, base_dir)
     if from_results:
@@ -253,7 +254,6 @@ def calibrate_engine(
             if not api_key:
                 raise UserError(f"--api-key-env: the environment variable {quoted(api_key_env)} is not set or empty")
         target = Target(base_url, model, endpoint, api_key)  # type: ignore[arg-type]
-        budget_s = _budget_s(budget)
         start = time.monotonic()  # the budget holds from here: the preflight and every phase share it
         preflight(target, min(10.0, budget_s))
         folder = Path(out).with_suffix("").with_name(Path(out).stem + "-probe")
