@@ -219,7 +219,22 @@ def preflight(target: Target, timeout_s: float) -> None:
                         f"it serves: {', '.join(map(str, served[:10]))}")
 
 
-def parse_extra_body(text: str | None) -> dict[str, Any]:
+# The fields request_body sets itself, and where each comes from instead: an --extra-body giving one would
+# replace it in every request, unseen by the results file.
+_OWN_FIELDS = {
+    "model": "give --model instead",
+    "stream": "bench always streams, to time each token",
+    "max_tokens": "output lengths come from the workload (--output-len)",
+    "max_completion_tokens": "output lengths come from the workload (--output-len)",
+    "prompt": "prompts come from the workload",
+    "messages": "prompts come from the workload",
+    "stream_options": "bench asks for the usage it reads",
+    "ignore_eos": "bench sets it to hold each output to its drawn length (with --strict-openai it does not, and "
+                  "--extra-body may)",
+}
+
+
+def parse_extra_body(text: str | None, strict_openai: bool = False) -> dict[str, Any]:
     if not text:
         return {}
     try:
@@ -228,5 +243,9 @@ def parse_extra_body(text: str | None) -> dict[str, Any]:
         raise UserError(f"--extra-body: not JSON ({error}); give an object like '{{\"temperature\": 0}}'") from None
     if not isinstance(value, dict):
         raise UserError("--extra-body: give a JSON object like '{\"temperature\": 0}'")
+    for key in value:
+        if key in _OWN_FIELDS and not (key == "ignore_eos" and strict_openai):
+            raise UserError(f"--extra-body: {quoted(key)} is a field bench sets itself ({_OWN_FIELDS[key]}); "
+                            "remove it")
     return value
 

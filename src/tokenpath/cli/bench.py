@@ -121,7 +121,7 @@ def bench(
         if not api_key:
             raise UserError(f"--api-key-env: the environment variable {quoted(api_key_env)} is not set or empty")
     Endpoint.parse(base_url)
-    target = Target(base_url, model, endpoint, api_key, strict_openai, parse_extra_body(extra_body))  # type: ignore[arg-type]
+    target = Target(base_url, model, endpoint, api_key, strict_openai, parse_extra_body(extra_body, strict_openai))  # type: ignore[arg-type]
     results_path = results or time.strftime("bench-%Y%m%d-%H%M%S.jsonl")
     files.check_writable(results_path, "--results")
     if Path(results_path).exists() and Path(results_path).stat().st_size > 0:
