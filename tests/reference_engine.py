@@ -109,19 +109,23 @@ class _PlainPrefixCache:
         self.held: dict[int, list[int]] = {}
         self.cached_upto: dict[int, int] = {}  # request -> segments of its prefix it has walked through
         self.hit_tokens: dict[int, int] = {}
+        self.cut: dict[int, int] = {}  # request -> blocks of its last held segment past its hit (computed again)
         # A preempted request's kept blocks past its prefix segments: request -> (first, end block, label)
         self.runs: dict[int, tuple[int, int, tuple]] = {}
         self.serial = 0
 
     def lookup(self, i: int, target: int) -> tuple[int, int, int]:
         keys, ends = self.segments[i]
+        cap = (target - 1) // self.block
         found = 0
-        while (found < len(keys) and keys[found] in self.entries
-               and ends[found] <= (target - 1) // self.block):
+        while found < len(keys) and keys[found] in self.entries and ends[found] <= cap:
             found += 1
-        queued = sum(self.entries[k][0] for k in keys[:found] if self.entries[k][1] == 0)
         hit = ends[found - 1] if found else 0
-        if self._run_found(i, found):
+        cut = found < len(keys) and keys[found] in self.entries and hit < cap  # the last token's segment
+        if cut:
+            found, hit = found + 1, cap
+        queued = sum(self.entries[k][0] for k in keys[:found] if self.entries[k][1] == 0)
+        if not cut and self._run_found(i, found):
             queued += self.runs[i][1] - hit
             hit = self.runs[i][1]
         return found, hit, queued
@@ -131,22 +135,25 @@ class _PlainPrefixCache:
         keys, ends = self.segments[i]
         return i in self.runs and found == len(keys) and self.runs[i][0] == (ends[-1] if ends else 0)
 
-    def acquire(self, i: int, found: int) -> None:
+    def acquire(self, i: int, found: int, hit: int) -> None:
         keys = self.segments[i][0][:found]
+        ends = self.segments[i][1]
+        segments_hit = min(hit, ends[found - 1]) if found else 0
+        self.cut[i] = (ends[found - 1] if found else 0) - segments_hit  # a cut segment's blocks it recomputes
         for key in keys:
             if self.entries[key][1] == 0:
                 self.queue = deque(label for label in self.queue if label != key)
             self.entries[key][1] += 1
         if i in self.runs:  # taken back as its own blocks if found, else left as plain free blocks
             label = self.runs[i][2]
-            found_run = self._run_found(i, found)
+            found_run = not self.cut[i] and self._run_found(i, found)
             self.queue = deque(other for other in self.queue if other != label) if found_run else deque(
                 None if other == label else other for other in self.queue)
             del self.entries[label], self.runs[i]
         self.held[i] = list(keys)
         self.cached_upto[i] = found
         if i not in self.hit_tokens:
-            self.hit_tokens[i] = (self.segments[i][1][found - 1] if found else 0) * self.block
+            self.hit_tokens[i] = segments_hit * self.block
 
     def take(self, blocks: int) -> None:
         for _ in range(blocks):
@@ -176,12 +183,13 @@ class _PlainPrefixCache:
     def give(self, i: int, blocks: int, kept_tokens: int = 0) -> None:
         held = self.held.pop(i, [])
         self.cached_upto.pop(i, None)
+        cut = self.cut.pop(i, 0)
         run = 0
         if kept_tokens:
             ends = self.segments.setdefault(i, ([], []))[1]
             start = ends[-1] if ends else 0
             run = max(kept_tokens // self.block - start, 0)
-        self.queue.extend([None] * (blocks - sum(self.entries[k][0] for k in held) - run))
+        self.queue.extend([None] * (blocks - (sum(self.entries[k][0] for k in held) - cut) - run))
         if run:
             label = ("run", i, self.serial)
             self.serial += 1
@@ -624,7 +632,7 @@ class _Replica:
             self.waiting.popleft()
             self.prefilled[i] = target
             if self.prefix is not None and i in self.prefix.segments:
-                self.prefix.acquire(i, found)
+                self.prefix.acquire(i, found, hit_blocks)
                 self.free_blocks -= queued
                 self.cached[i] = cached
             self.take(blocks - hit_blocks)

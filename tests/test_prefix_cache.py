@@ -172,13 +172,56 @@ def test_a_shared_prefix_is_computed_once_then_found_in_whole_blocks():
 
 
 def test_the_last_prompt_token_is_always_computed():
-    # A prompt made only of a cached prefix still computes its last block's worth: the segment
-    # holding the last token is not taken from the cache.
+    # A prompt made only of a cached prefix still computes its last block: the segment holding the
+    # last token is found up to the block before it (31 of its 32 blocks), as vLLM finds
+    # (num_tokens - 1) // block_size blocks.
     inputs, outputs = np.array([512, 512]), np.array([1, 1])
     prefixes = chain([["a"], ["a"]], [512, 512], 512)
     trace = run_engine(np.zeros(2, np.int64), inputs, outputs, FixedCosts(), LastMile(NO_NETWORK),
                        EngineSpec(block_size=BLOCK), 10**6, max_concurrency=1, prefixes=prefixes)
-    assert trace.prefix_hit_tokens.tolist() == [0, 0]
+    assert trace.prefix_hit_tokens.tolist() == [0, 496]
+    assert trace.step_tokens.tolist() == [512, 16]
+
+
+@pytest.mark.parametrize("prompt, hit", [
+    (1023, 1008),  # segment ends at blocks 32 and 63; the last token is in block 63: both whole
+    (1024, 1008),  # segments end at blocks 32 and 64: the second is found up to block 63
+    (1025, 1024),  # the last token is in block 64, past both segments
+    (2048, 2032),  # four segments, the fourth found up to block 127
+])
+def test_a_prompt_named_whole_by_its_segments_is_found_up_to_its_last_block(prompt, hit):
+    # Two identical prompts named by 512-token segments (as a Mooncake trace names them): the second
+    # finds floor((prompt - 1) / 16) blocks, as vLLM's get_computed_blocks does, not a segment fewer.
+    segments = -(-prompt // 512)
+    prefixes = chain([[("doc", k) for k in range(segments)]] * 2, [prompt, prompt])
+    args = (np.array([0, 10**9]), np.array([prompt, prompt]), np.array([2, 2]),
+            FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5))
+    spec = EngineSpec(block_size=BLOCK)
+    fast = run_engine(*args, LastMile(DeliverySpec()), spec, BLOCK * 10_000, prefixes=prefixes)
+    slow = reference_engine(*args, LastMile(DeliverySpec()), spec, BLOCK * 10_000, prefixes=prefixes)
+    assert_same_trace(fast, slow)
+    assert fast.prefix_hit_tokens.tolist() == [0, hit]
+    assert fast.step_tokens.tolist() == [prompt, 1, prompt - hit, 1]  # each prefill, then its one decode
+
+
+@pytest.mark.parametrize("profile", ["vllm-v1", *PROFILES])
+@pytest.mark.parametrize("kv_blocks", [70, 100, 300])
+def test_prompts_found_up_to_their_last_block_match_the_block_by_block_reference(profile, kv_blocks):
+    # Prompts of whole blocks named whole by their segments, from two families, in a cache that
+    # evicts and preempts (70, 100 blocks) or not (300): a found segment cut at the request's last
+    # block is held whole while the request runs, and both engines agree on the blocks that frees.
+    settings_, _ = _profile(profile, True, 2048, kv_blocks)
+    n = 16
+    inputs, outputs = np.where(np.arange(n) % 3, 512, 1024), np.full(n, 40)
+    prefixes = chain([[(i % 2, k) for k in range(p // 256)] for i, p in enumerate(inputs.tolist())],
+                     inputs.tolist(), 256)
+    spec = EngineSpec(max_num_seqs=4, max_num_batched_tokens=2048, block_size=BLOCK, prefix_caching=True,
+                      **settings_)
+    args = (np.arange(n, dtype=np.int64) * 5_000_000, inputs, outputs, FixedCosts())
+    fast = run_engine(*args, LastMile(NO_NETWORK), spec, BLOCK * kv_blocks, prefixes=prefixes)
+    slow = reference_engine(*args, LastMile(NO_NETWORK), spec, BLOCK * kv_blocks, prefixes=prefixes)
+    assert_same_trace(fast, slow)
+    assert (fast.prefix_hit_tokens % 256 == 240).any()  # some segment was found cut
 
 
 def test_an_evicted_prefix_is_computed_again():

@@ -98,27 +98,37 @@ class PrefixCache:
 
     def lookup(self, i: int, target: int, free_blocks: int) -> tuple[int, int, int]:
         """Request i (needing `target` tokens in its cache) against the cache: (segments found, blocks
-        they hold, blocks of theirs now in the free queue). Changes nothing but pending evictions."""
+        found, blocks of theirs now in the free queue). Changes nothing but pending evictions.
+
+        Blocks are found up to (target - 1) // block, as vLLM's get_computed_blocks
+        (v1/core/kv_cache_manager.py: max_cache_hit_length = num_tokens - 1) and
+        find_longest_cache_hit (v1/core/single_type_kv_cache_manager.py: max_length // block_size
+        blocks) find them: a segment that holds the last token is found up to that block (cut), not
+        dropped whole."""
         self._sync(free_blocks)
         keys, ends = self.segments[i]
         cap, entries = (target - 1) // self.block, self.entries
-        found = queued = 0
+        found = queued = hit = 0
         for key, end in zip(keys, ends):
             entry = entries.get(key)
-            if entry is None or end > cap:
+            if entry is None or (end > cap and hit == cap):
                 break
             if not entry[1]:
                 queued += entry[0]
             found += 1
-        hit = ends[found - 1] if found else 0
-        run = self._reachable_run(i, found)  # (it ends within cap: its tokens were computed, target one more)
-        if run is not None:
-            queued += run[1] - run[0]
-            hit = run[1]
+            if end > cap:  # it holds the last token: found up to the cap (a cut segment), the rest computed
+                hit = cap
+                break
+            hit = end
+        if hit == (ends[found - 1] if found else 0):  # (a run follows whole segments only)
+            run = self._reachable_run(i, found)  # (it ends within cap: its tokens were computed, target one more)
+            if run is not None:
+                queued += run[1] - run[0]
+                hit = run[1]
         return found, hit, queued
 
     def _reachable_run(self, i: int, found: int) -> tuple[int, int, tuple] | None:
-        """Request i's kept run, if it follows the prefix segments found, every one of them."""
+        """Request i's kept run, if it follows the prefix segments found, every one of them whole."""
         run = self.runs.get(i)
         keys, ends = self.segments[i]
         if run is None or found < len(keys) or run[0] != (ends[-1] if ends else 0):
@@ -135,8 +145,10 @@ class PrefixCache:
             blocks = end
         return blocks
 
-    def acquire(self, i: int, found: int, first: bool) -> None:
-        """Request i is admitted with its first `found` segments from the cache."""
+    def acquire(self, i: int, found: int, hit: int, first: bool) -> None:
+        """Request i is admitted with its first `found` segments from the cache, `hit` blocks in all
+        (lookup's answer). The last segment may be cut at the hit: it is held whole, but the request
+        computes its blocks past the hit into blocks of its own, so they do not count as shared."""
         keys, ends = self.segments[i]
         held, shared = [], 0
         for key in keys[:found]:
@@ -147,9 +159,12 @@ class PrefixCache:
             entry[1] += 1
             held.append(key)
             shared += entry[0]
+        segments_hit = min(hit, ends[found - 1]) if found else 0
+        cut = (ends[found - 1] if found else 0) - segments_hit  # blocks of a cut segment it computes again
+        shared -= cut
         run = self.runs.get(i)
         if run is not None:  # its own run, kept when it was preempted
-            key, reachable = run[2], self._reachable_run(i, found) is not None
+            key, reachable = run[2], not cut and self._reachable_run(i, found) is not None
             del self.entries[key], self.runs[i]
             if reachable:
                 self.queued -= self.queue.pop(key)[1]  # its blocks are its own again
@@ -157,7 +172,7 @@ class PrefixCache:
                 self.queue[key][0] = _PLAIN
         self.held[i], self.shared[i], self.next_segment[i] = held, shared, found
         if first:
-            self.hit_tokens[i] = (ends[found - 1] if found else 0) * self.block
+            self.hit_tokens[i] = segments_hit * self.block
 
     def computed(self, i: int, tokens: int) -> None:
         """Request i has blocks for its first `tokens` tokens: its full prefix segments among them

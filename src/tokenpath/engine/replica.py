@@ -506,7 +506,7 @@ class Replica:
             waiting.popleft()
             self.free_blocks -= blocks + touched
             if prefix is not None and i in prefix.segments:
-                prefix.acquire(i, found, i not in prefix.hit_tokens)
+                prefix.acquire(i, found, hit_blocks, i not in prefix.hit_tokens)
                 self.cached[i] = cached
                 prefix.computed(i, cached + num)
             admitted.append((i, num, target))
