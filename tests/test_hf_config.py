@@ -274,3 +274,15 @@ def test_any_config_reads_or_is_refused_in_one_line(tmp_path_factory, base, chan
     else:
         assert model.moe_layers + model.dense_layers >= model.num_layers
         assert model.sliding_layers <= model.num_layers
+
+
+def test_a_multimodal_wrappers_quantization_and_tying_reach_its_language_model(tmp_path):
+    # Qwen3-VL FP8 and NVFP4 checkpoints, Gemma-3: the wrapper holds quantization_config and
+    # tie_word_embeddings beside text_config; text_config's own value wins where it has one.
+    wrapper = {"model_type": "llama4", "text_config": LLAMA4_SCOUT["text_config"], "quantization_config": FP8_BLOCKS}
+    assert read(tmp_path, wrapper).fp8_block_scaled
+    nvfp4 = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+    assert read(tmp_path, {**wrapper, "quantization_config": nvfp4}).fp4_format == "nvfp4"
+    untied = {**LLAMA4_SCOUT["text_config"], "tie_word_embeddings": False}
+    assert read(tmp_path, {**wrapper, "tie_word_embeddings": True}).tie_word_embeddings
+    assert not read(tmp_path, {**wrapper, "tie_word_embeddings": True, "text_config": untied}).tie_word_embeddings

@@ -57,6 +57,9 @@ _MOE_KEYS = {
 }
 _LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
+# The fields a multimodal wrapper's config holds for its language model, outside text_config.
+_WRAPPER_KEYS = ("quantization_config", "tie_word_embeddings")
+
 # Families whose modeling code fixes the local/global pattern when the config does not list it:
 # every p-th layer (1-based) is global. transformers: Gemma2 `not bool(layer_idx % 2)` sliding,
 # Gemma3TextConfig sliding_window_pattern = 6, Cohere2Config sliding_window_pattern = 4.
@@ -139,7 +142,9 @@ def read_hf_config(path: Path) -> ModelSpec:
     if isinstance(table.get("_name_or_path"), str) and table["_name_or_path"].strip():
         name = table["_name_or_path"].strip().rstrip("/").rsplit("/", 1)[-1][:200]
     if isinstance(table.get("text_config"), dict) and "hidden_size" not in table:
-        table = table["text_config"]  # multimodal wrappers keep the language model's shape here
+        # Multimodal wrappers keep the language model's shape in text_config, and its quantization and
+        # tying on the wrapper (vLLM reads quantization_config from the top-level hf_config).
+        table = {**{key: table[key] for key in _WRAPPER_KEYS if key in table}, **table["text_config"]}
     config = _Config(path, table)
     _refuse_unmodelled(config)
 
