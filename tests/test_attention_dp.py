@@ -135,6 +135,21 @@ def test_prompts_go_to_the_ranks_in_turn_and_the_step_lasts_as_the_rank_with_the
     assert run_ranks(1, [100, 200], spec)[0] is None
 
 
+def test_sglangs_ranks_each_take_their_share_of_the_chunked_budget():
+    # SGLang divides chunked_prefill_size by the attention ranks (arg_groups/parallel_hook.py): a lone
+    # 4,000-token prompt on 4 ranks runs in chunks of 2,048 / 4 = 512, one a step (then its decode).
+    sglang = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=2048)
+    assert run_ranks(4, [4000], sglang) == [512] * 7 + [416, None]
+    # Each rank's share holds for the prompts admitted behind the one in progress: request 1 (rank 1)
+    # takes its rank's 512 beside request 0's last 488 on rank 0.
+    assert run_ranks(4, [1000, 1000], sglang)[:3] == [512, 512, 488]
+    # vLLM V1's ranks share the replica's whole budget, as without attention data-parallel.
+    vllm = EngineSpec(max_num_seqs=8, max_num_batched_tokens=2048)
+    assert run_ranks(4, [4000], vllm)[:2] == [2048, 1952]
+    # Without chunked prefill SGLang runs a prompt whole, as it does with one rank.
+    assert run_ranks(4, [1500], sglang.model_copy(update={"chunked_prefill": False}))[0] == 1500
+
+
 def test_the_busiest_chip_holds_the_prompt_tokens_the_engine_says():
     compute = ComputeModel(load_model("deepseek-v3"), load_chip("h200"), 8, "fp8", "bf16", attention_dp=True)
     # Eight 1,000-token prompts on eight ranks: 1,000 on the busiest chip, not 8,000.

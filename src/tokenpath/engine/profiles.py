@@ -84,6 +84,10 @@ class Profile:
     # -- admission
     kv_admissions: tuple[Literal["reserve", "on_demand"], ...]  # those it offers, its default first
     new_token_ratio: bool  # admits only while the cache keeps SGLang's headroom (engine/new_token_ratio.py)
+    # With attention data-parallel, each rank's scheduler takes the step's token budget divided by the
+    # ranks (SGLang: chunked_prefill_size // dp_size, arg_groups/parallel_hook.py), so one rank's prompt
+    # runs in chunks of that share; False: the rank's prompts share the replica's whole budget.
+    attention_dp_splits_budget: bool
     queue_policy: Literal["fcfs"]  # the order waiting requests are admitted in (engine/queues.py)
     prefix_caching: bool  # its prefix cache is on by default (`[engine] prefix_caching` otherwise)
     # With prefix caching on, what a preempted request leaves cached, to find when admitted again
@@ -208,6 +212,7 @@ PROFILES: dict[str, Profile] = {
         chunked_prefill=True,  # on by default in V1 (vllm/engine/arg_utils.py)
         kv_admissions=("on_demand",),
         new_token_ratio=False,
+        attention_dp_splits_budget=False,
         queue_policy="fcfs",
         prefix_caching=True,  # automatic prefix caching, on by default in V1
         # _preempt_request frees its blocks, which keep their hashes, and zeroes num_computed_tokens; the
@@ -280,6 +285,7 @@ PROFILES: dict[str, Profile] = {
         chunked_prefill=True,  # kept as the [engine] table had it; V0 itself chose by the context (above)
         kv_admissions=("on_demand",),
         new_token_ratio=False,
+        attention_dp_splits_budget=False,
         queue_policy="fcfs",
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
         # With --enable-prefix-caching, a freed block keeps its content hash in the evictor
@@ -347,6 +353,7 @@ PROFILES: dict[str, Profile] = {
         chunked_prefill=True,  # chunked_prefill_size > 0 by default (server_args.py)
         kv_admissions=("on_demand",),
         new_token_ratio=True,
+        attention_dp_splits_budget=True,
         queue_policy="fcfs",
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
         # retract_decode (sglang/srt/managers/schedule_batch.py) frees a request's tokens past
@@ -430,6 +437,7 @@ PROFILES: dict[str, Profile] = {
         chunked_prefill=False,
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
+        attention_dp_splits_budget=False,
         queue_policy="fcfs",
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True
         preempted_keeps=None,  # what a paused request leaves for its KV cache reuse is not read here

@@ -77,6 +77,11 @@ class Replica:
         # load_balance_method), so request i is held by rank i % ranks; a step lasts as long as the rank
         # with the most prompt tokens (compute/roofline.py, busiest_chip_share).
         self.ranks = costs.attention_ranks
+        # ... each rank's prompt tokens a step, where its scheduler takes a share of the chunked budget
+        # (Profile.attention_dp_splits_budget; None: the replica's whole budget).
+        self.rank_budget = None
+        if self.ranks > 1 and spec.profile.attention_dp_splits_budget and spec.chunked_prefill:
+            self.rank_budget = max(spec.max_num_batched_tokens // self.ranks, 1)
         # SGLang's admission headroom for the running requests' outputs still to come (new_token_ratio.py).
         self.ratio = None
         if spec.profile.new_token_ratio:
@@ -367,7 +372,8 @@ class Replica:
         room = self.max_seqs - len(self.decoding) - (prefill is not None)
         if prefill is not None:
             rest = prefill.target - prefill.computed
-            num = rest if rest <= budget else budget
+            cap = budget if self.rank_budget is None else min(budget, self.rank_budget)
+            num = rest if rest <= cap else cap
             blocks = -(-(prefill.computed + num) // self.block) - prefill.blocks
             if blocks <= self.free_blocks:
                 self.free_blocks -= blocks
@@ -397,6 +403,8 @@ class Replica:
                 return 0, False
         else:
             rest, budget = prefill.target - prefill.computed, self.max_batched - len(self.decoding) * self.width
+            if self.rank_budget is not None:  # its rank's share, less its share of the decoding tokens
+                budget = min(budget, self.rank_budget - -(-len(self.decoding) * self.width // self.ranks))
             # (speculative decoding's decodes can take the whole budget: the prompt then waits a step)
             num = rest if rest <= budget else max(budget - budget % self.chunk_unit, 0)
             blocks = -(-(prefill.computed + num) // self.block) - prefill.blocks
@@ -467,11 +475,13 @@ class Replica:
     def _admit(self, budget: int, room: int) -> list[tuple[int, int, int]]:
         """Waiting sequences, first come first served, while the step has room: sequences, tokens and
         KV blocks (reserving: the whole KV cache of each, prompt and output). A prompt longer than the
-        budget left waits, or with chunked prefill is cut to it (to whole blocks under trtllm) and is
-        the last admitted. Returns (request, tokens this step, its prefill target) for each."""
+        budget left (under a split budget, its rank's) waits, or with chunked prefill is cut to it (to
+        whole blocks under trtllm) and is the last admitted. Returns (request, tokens this step, its
+        prefill target) for each."""
         admitted: list[tuple[int, int, int]] = []
         waiting, block = self.waiting, self.block
         prefix, ratio = self.prefix, self.ratio
+        rank_left = None if self.rank_budget is None else self._rank_budgets_left()
         if ratio is not None:
             spare = ratio.spare_tokens(self.free_blocks * block, self._outputs_to_come())
         while waiting and len(admitted) < room and budget > 0:
@@ -484,10 +494,13 @@ class Replica:
                 cached = hit_blocks * block
                 touched = queued - hit_blocks
             need = num = target - cached
-            if need > budget:
+            room_tokens = budget
+            if rank_left is not None:
+                room_tokens = max(min(budget, rank_left[i % self.ranks]), 0)
+            if need > room_tokens:
                 if not self.chunked:
                     break
-                num = budget - budget % self.chunk_unit
+                num = room_tokens - room_tokens % self.chunk_unit
                 if not num:
                     break
             blocks = -(-(cached + num) // block)
@@ -513,7 +526,20 @@ class Replica:
             if num < need:
                 break
             budget -= num
+            if rank_left is not None:
+                rank_left[i % self.ranks] -= num
         return admitted
+
+    def _rank_budgets_left(self) -> list[int]:
+        """Under a split budget, each rank's prompt tokens left in the step being composed: its share of
+        the budget, less an even share of the decoding tokens taking part and the prompt in progress on
+        it (which _admit follows only when it completes in this step)."""
+        decode_tokens = 0 if self.pauses else len(self.decoding) * self.width
+        left = [self.rank_budget - -(-decode_tokens // self.ranks)] * self.ranks
+        prefill = self.prefill
+        if prefill is not None:
+            left[prefill.request % self.ranks] -= prefill.target - prefill.computed
+        return left
 
     def _prompt_on_busiest_rank(self, prefill_num: int, admitted: Sequence[tuple[int, int, int]]) -> int:
         """Attention data-parallel: the prompt tokens of the step's rank that holds the most, request i
