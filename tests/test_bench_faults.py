@@ -188,6 +188,17 @@ def test_two_worker_processes(tmp_path):
     assert [row["i"] for row in result.rows if not row["ok"]] == [5]
 
 
+def test_a_concurrency_cap_below_the_workers_asked_for_holds(tmp_path):
+    # Each worker holds at least one of the cap's slots: two workers under a cap of 1 would keep two
+    # requests in flight, so the run takes one worker, and every request is sent after the last ended.
+    with FakeServer("ok") as server:
+        result = run_bench(_scenario(6, rate="inf", **{"workload.max_concurrency": 1}), Target(server.url, MODEL),
+                           str(tmp_path / "r.jsonl"), workers=2, timeouts=TIMEOUTS)
+    assert result.header["workers"] == 1
+    rows = sorted(result.rows, key=lambda row: row["sent_ns"])
+    assert all(later["sent_ns"] >= earlier["end_ns"] for earlier, later in zip(rows, rows[1:]))
+
+
 def test_unreachable_port_fails_requests_with_connect(tmp_path):
     import socket
 

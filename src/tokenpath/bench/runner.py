@@ -101,8 +101,10 @@ class Plan:
         return len(self.scheduled_ns)
 
     def parallel(self) -> int:
-        """How many workers could share the plan: one per request, or per session."""
-        return len(self) if self.sessions is None else len(np.unique(self.sessions.session))
+        """How many workers could share the plan: one per request, or per session, and no more than the
+        concurrency cap (each worker holds at least one of its slots: concurrency_share)."""
+        count = len(self) if self.sessions is None else len(np.unique(self.sessions.session))
+        return count if self.max_concurrency is None else min(count, self.max_concurrency)
 
     def share(self, workers: int, worker: int) -> np.ndarray:
         """The rows one of `workers` workers sends: round-robin by request, or by session."""
