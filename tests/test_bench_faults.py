@@ -188,6 +188,15 @@ def test_two_worker_processes(tmp_path):
     assert [row["i"] for row in result.rows if not row["ok"]] == [5]
 
 
+def test_no_request_is_sent_before_its_scheduled_time(tmp_path):
+    # An event loop's timer may fire up to its resolution early (libuv's 1 ms): the client sleeps again.
+    with FakeServer("ok") as server:
+        result = run_bench(_scenario(60, rate=40.0, output_len=3), Target(server.url, MODEL),
+                           str(tmp_path / "r.jsonl"), workers=1, timeouts=TIMEOUTS)
+    assert len(result.rows) == 60
+    assert min(row["sent_ns"] - row["scheduled_ns"] for row in result.rows) >= 0
+
+
 def test_a_concurrency_cap_below_the_workers_asked_for_holds(tmp_path):
     # Each worker holds at least one of the cap's slots: two workers under a cap of 1 would keep two
     # requests in flight, so the run takes one worker, and every request is sent after the last ended.

@@ -354,10 +354,11 @@ class Worker:
                 for i in self.indices.tolist():
                     if self._slots is not None:
                         await self._slots.acquire()
-                    delay_ns = t0 + int(scheduled[i]) - perf_counter_ns()
+                    due_ns = t0 + int(scheduled[i])
                     if self.deadline_ns is not None:  # past the limit nothing is sent: no waiting for it
-                        delay_ns = min(delay_ns, self.deadline_ns - perf_counter_ns())
-                    if delay_ns > 0:
+                        due_ns = min(due_ns, self.deadline_ns)
+                    # A loop's timer may fire early by up to its resolution (libuv's is 1 ms): sleep again.
+                    while (delay_ns := due_ns - perf_counter_ns()) > 0:
                         await asyncio.sleep(delay_ns / 1e9)
                     task = loop.create_task(self._start(i, perf_counter_ns()))
                     self.starting.add(task)
