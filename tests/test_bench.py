@@ -520,6 +520,21 @@ def test_build_run_metrics():
     assert summary["bench"]["client_wait_s"]["mean"] == pytest.approx(5e-9)
 
 
+def test_the_bench_block_leaves_the_warm_up_out_as_the_metrics_do():
+    # Request 0 is the warm-up: it waited 1 ms for its send, read one event more and counted its tokens
+    # from events; the measured requests 1 and 2 waited 5 ns and read three events each.
+    rows = [_row(0, sent=0, scheduled_ns=-1_000_000, arrivals=((10, 1), (20, 1), (30, 1), (40, 1)),
+                 tokens_from="events", prompt_tokens_server=99), _row(1, sent=100), _row(2, sent=200)]
+    header = {"scenario": {"name": "s", "fingerprint": "f", "table": {"workload": {"warmup_requests": 1}}},
+              "slo": {}, "planned": 3}
+    block = bench_summary(header, rows)["bench"]
+    assert block["client_wait_s"]["mean"] == pytest.approx(5e-9)
+    assert block["arrivals"]["events"] == 6
+    assert block["output_tokens_from"] == {"usage_per_event": 2}
+    assert block["server_prompt_tokens_mean"] == 8.0
+    assert block["recorded"] == 3 and block["not_sent"] == 0  # every request is accounted for
+
+
 def test_results_file_survives_a_torn_last_line(tmp_path):
     path = tmp_path / "r.jsonl"
     header = {"schema": "tokenpath.bench/1", "scenario": {"name": "s", "fingerprint": "f"}, "slo": {}, "planned": 3}

@@ -258,15 +258,18 @@ def bench_summary(header: dict[str, Any], rows: list[dict[str, Any]], run: Run |
     # Offered against served over the measured requests, as a simulation's summary has it.
     measured = run.after(warmup)
     summary["load"] = load_of(measured.sent_ns, measured.ttft_ns, measured.e2e_ns, measured.completed).document()
-    summary["bench"] = _bench_block(header, rows, run)
+    summary["bench"] = _bench_block(header, rows, warmup, measured)
     summary["bench"]["client"] = client_block(header.get("client") or [], summary["latency_s"],
                                               header.get("timestamps"))
     return summary
 
 
-def _bench_block(header: dict[str, Any], rows: list[dict[str, Any]], run: Run) -> dict[str, Any]:
-    ok = [row for row in rows if row["ok"]]
+def _bench_block(header: dict[str, Any], rows: list[dict[str, Any]], warmup: int, measured: Run) -> dict[str, Any]:
+    """What only a measurement has: every request recorded or not (the warm-up too), and the client's
+    waits, the stream's events and the token counts' origins over the `measured` requests (the rows
+    after the first `warmup`), as the summary's metrics are."""
     reasons = Counter(row["error"] for row in rows if not row["ok"])
+    ok = [row for row in rows[warmup:] if row["ok"]]
     reasoning = [row for row in ok if row.get("reasoning_tokens")]
     thinking_ns = np.array(
         [(row["first_content_ns"] if row.get("first_content_ns") is not None else row["end_ns"]) - row["first_token_ns"]
@@ -289,7 +292,7 @@ def _bench_block(header: dict[str, Any], rows: list[dict[str, Any]], run: Run) -
         "not_sent": planned - len(rows),
         "failure_reasons": dict(sorted(reasons.items())),
         # Scheduled -> sent: the client's own queue (a concurrency cap, or a late send).
-        "client_wait_s": stats_s(run.sent_ns - run.scheduled_ns),
+        "client_wait_s": stats_s(measured.sent_ns - measured.scheduled_ns),
         "arrivals": {"events": events, "sharing_a_read": sharing},
         "output_tokens_from": dict(sorted(Counter(row["tokens_from"] for row in ok).items())),
         "server_prompt_tokens_mean": float(np.mean(server_prompt)) if server_prompt else None,
