@@ -514,7 +514,9 @@ def test_build_run_metrics():
     assert summary["source"] == "bench" and summary["attribution_s"] is None
     assert summary["requests"] == {"completed": 2, "failed": 1, "input_tokens_mean": 7.0, "output_tokens_mean": 4.0,
                                   "warmup": 0}
-    assert summary["latency_s"]["tpot"]["mean"] == pytest.approx(35 / 3 / 1e9)
+    # TPOT to the last token's event (40 ns after the send), not the last byte (45): (40 - 10) / 3
+    assert summary["latency_s"]["tpot"]["mean"] == pytest.approx(30 / 3 / 1e9)
+    assert run.stream_ns().tolist() == [40, 0, 40]
     assert summary["window_s"] == pytest.approx(145 / 1e9)
     assert summary["bench"]["not_sent"] == 1 and summary["bench"]["failure_reasons"] == {"http_500": 1}
     assert summary["bench"]["client_wait_s"]["mean"] == pytest.approx(5e-9)

@@ -212,6 +212,7 @@ def build_run(rows: list[dict[str, Any]], header: dict[str, Any] | None = None) 
     ttft = np.zeros(n, np.int64)
     ttfv = np.zeros(n, np.int64)
     e2e = np.zeros(n, np.int64)
+    last = np.zeros(n, np.int64)
     pieces = []
     for k, row in enumerate(rows):
         if failed[k]:
@@ -221,6 +222,7 @@ def build_run(rows: list[dict[str, Any]], header: dict[str, Any] | None = None) 
         outputs[k] = len(times)
         ttft[k] = row["first_token_ns"] - row["sent_ns"]
         e2e[k] = row["end_ns"] - row["sent_ns"]
+        last[k] = (times[-1] if len(times) else row["end_ns"]) - row["sent_ns"]
         visible = row.get("first_visible_ns")
         # A reply with no visible character at all shows nothing until it ends.
         ttfv[k] = (visible if visible is not None else row["end_ns"]) - row["sent_ns"]
@@ -229,7 +231,7 @@ def build_run(rows: list[dict[str, Any]], header: dict[str, Any] | None = None) 
     run = Run(
         source="bench", scheduled_ns=scheduled, sent_ns=sent, input_tokens=inputs, output_tokens=outputs,
         ttft_ns=ttft, ttfv_ns=ttfv, e2e_ns=e2e, token_client_ns=tokens, token_offsets=offsets, failed=failed,
-        continuity=continuity_spec(header),
+        last_token_ns=last, continuity=continuity_spec(header),
     )
     # Each request's stalls and QoE, judged once here for the summary and the per-request rows alike.
     flow = continuity_per_request(run)

@@ -40,6 +40,7 @@ class Run:
     frontend_work_ns: np.ndarray | None = None
     engine_host_ns: np.ndarray | None = None
     failed: np.ndarray | None = None       # measured runs: requests that did not complete
+    last_token_ns: np.ndarray | None = None  # measured runs: sent -> the last token's event at the client
     itl_histogram: Any = None              # summary.LogHistogram of ITL when token times are not kept
     ttft_engine_ns: np.ndarray | None = None  # simulated runs: sent -> first token leaves the engine
     prefix_hit_tokens: np.ndarray | None = None  # simulated runs: prompt tokens found in the prefix cache
@@ -92,8 +93,11 @@ class Run:
         return replace(self, **fields, token_client_ns=tokens, token_offsets=self.token_offsets[skipped:] - first)
 
     def stream_ns(self) -> np.ndarray:
-        """Per request, sent -> the model's last token at the client: E2E less the application's stages
-        after the model (those hold no token of the stream)."""
+        """Per request, sent -> the model's last token at the client: as measured (the bytes after it, a
+        usage chunk and [DONE], left out), or E2E less the application's stages after the model (those
+        hold no token of the stream)."""
+        if self.last_token_ns is not None:
+            return self.last_token_ns
         if self.application_ns is None:
             return self.e2e_ns
         return self.e2e_ns - (self.application_ns - self.application_before_ns)
