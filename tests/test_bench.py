@@ -242,6 +242,31 @@ def test_usage_total_spreads_multi_token_events_by_text():
     assert exchange.arrival_tokens == [1, 6, 1]
 
 
+@pytest.mark.parametrize("last", [_text("", finish="stop"), _text("ee", finish="stop")])
+def test_a_usage_total_on_the_last_choice_is_spread_by_text(last):
+    # llama.cpp's /v1/completions puts its usage on the finish chunk (empty text, or the last token's):
+    # a total, not that event's tokens, spread over the events by their text; an empty one is no arrival.
+    exchange, _ = _exchange()
+    for k, text in enumerate(["aa", "bb", "cc", "dd"]):
+        exchange.feed(_sse([_text(text)]), 2000 + k)
+    total = 8 + 2 * bool(last["choices"][0]["text"])
+    last = {**last, "usage": {"prompt_tokens": 5, "completion_tokens": total}}
+    exchange.feed(_sse([last, "[DONE]"]), 3000)
+    assert exchange.error is None and exchange.tokens_from == "usage"
+    assert exchange.arrival_tokens == [2] * (total // 2) and sum(exchange.arrival_tokens) == total
+
+
+def test_without_usage_a_length_stop_has_the_tokens_asked_for():
+    # No usage at all: an output stopped at max_tokens (4 here) has that many, spread by text, as
+    # SGLang's bench_serving takes the requested length; one stopped otherwise counts its events.
+    exchange, _ = _exchange()
+    exchange.feed(_sse([_text("ab"), _text("cd", finish="length"), "[DONE]"]), 2000)
+    assert exchange.tokens_from == "max_tokens" and exchange.arrival_tokens == [2, 2]
+    exchange, _ = _exchange()
+    exchange.feed(_sse([_text("ab"), _text("cd", finish="stop"), "[DONE]"]), 2000)
+    assert exchange.tokens_from == "events" and exchange.arrival_tokens == [1, 1]
+
+
 def test_allocate():
     assert allocate(3, [1, 1, 1], [1, 1, 1]) == [1, 1, 1]
     assert allocate(7, [1, 1], [1, 3]) == [2, 5]
@@ -315,7 +340,7 @@ def test_a_partial_event_grows_in_place_and_is_bounded():
 
     size = 8 * 2**20
     head, text, tail = (b'data: {"choices": [{"text": "', b"x" * size,
-                        b'", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n')
+                        b'", "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n')
     pieces = [head, *(text[k:k + 2**16] for k in range(0, size, 2**16))]
     exchange, ended = _exchange()
     exchange.max_event_bytes = 2 * size
@@ -346,7 +371,7 @@ def test_a_partial_event_grows_in_place_and_is_bounded():
 
 def test_usage_counts_must_be_integers_not_booleans():
     exchange, _ = _exchange()
-    exchange.feed(_sse([_text("a"), _text("b", finish="length"),
+    exchange.feed(_sse([_text("a"), _text("b", finish="stop"),
                         {"choices": [], "usage": {"prompt_tokens": True, "completion_tokens": True}}, "[DONE]"]), 5)
     assert exchange.usage_completion is None and exchange.usage_prompt is None
     assert exchange.arrival_tokens == [1, 1]

@@ -198,12 +198,15 @@ class Exchange:
                         if choice.get("finish_reason"):
                             self.finish_reason = choice["finish_reason"]
                         usage = event.get("usage")
-                        if usage is not None and type(usage) is dict and type(usage.get("completion_tokens")) is int:
+                        if (usage is not None and type(usage) is dict and type(usage.get("completion_tokens")) is int
+                                and (self.per_event_usage or not self.arrival_tokens)):
                             count = usage["completion_tokens"]
                             got = count - self.cumulative if count > self.cumulative else 0
                             self.cumulative = count if count > self.cumulative else self.cumulative
                             self.usage_completion, self.per_event_usage = count, True
                         else:
+                            if usage is not None and type(usage) is dict:  # a total on the last choice
+                                self._usage(usage, False)
                             got = 1 if text else 0
                         if text:
                             if self.first_content_ns is None:
@@ -277,11 +280,14 @@ class Exchange:
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
-        if isinstance(usage, dict) and type(usage.get("completion_tokens")) is int:
+        if (isinstance(usage, dict) and type(usage.get("completion_tokens")) is int
+                and (self.per_event_usage or not self.arrival_tokens)):
             before = self.cumulative
             self._usage(usage, True)
             tokens = max(self.cumulative - before, 0)
         else:
+            if isinstance(usage, dict):  # a total on the last choice
+                self._usage(usage, False)
             tokens = 1 if (text or reasoning) else 0
         chars = 0
         if text:
@@ -309,8 +315,12 @@ class Exchange:
             self.usage_prompt = prompt
 
     def _reconcile(self) -> None:
-        """Make the arrivals' token counts add up to the server's count, where it gave one."""
+        """Make the arrivals' token counts add up to the server's count, where it gave one, or else to the
+        max_tokens asked for where the output stopped at its length (finish_reason "length", as SGLang's
+        bench_serving takes the requested length when no usage comes)."""
         total = self.usage_completion
+        if total is None and self.finish_reason == "length" and self.max_tokens > 0:
+            total = self.max_tokens
         counted = sum(self.arrival_tokens)
         if total is None or total == counted or not self.arrival_tokens:
             return
@@ -324,7 +334,9 @@ class Exchange:
     def tokens_from(self) -> str:
         if self.per_event_usage:
             return "usage_per_event"
-        return "usage" if self.usage_completion is not None else "events"
+        if self.usage_completion is not None:
+            return "usage"
+        return "max_tokens" if self.finish_reason == "length" and self.max_tokens > 0 else "events"
 
     def record(self, t0_ns: int) -> dict[str, Any]:
         """The JSONL row: times in ns after the run's start."""

@@ -218,6 +218,11 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
         console.print(f"{arrivals['sharing_a_read']:,} of {arrivals['events']:,} token events arrived in one read "
                       "with the event before (the client was behind): they share its timestamp, so ITL's tail "
                       "reads long", highlight=False)
+    counted = block["output_tokens_from"].get("events", 0)
+    if counted:
+        console.print(f"{counted:,} requests' output tokens were counted one an event: the server sent no usage "
+                      "and stopped them before max_tokens, so an event carrying several tokens counts as one "
+                      "(ask the server for usage, e.g. stream_options.include_usage)", highlight=False)
     if block["reasoning"]["requests"]:
         r = block["reasoning"]
         console.print(f"reasoning: {r['requests']} requests, {r['tokens_mean']:.0f} reasoning tokens on average, "
