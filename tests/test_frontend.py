@@ -106,6 +106,15 @@ def test_each_engine_gets_its_share_of_the_deployment_s_processes(scheduler, rep
     assert build_deployment(load_scenario(None, overrides)).front_end == layout
 
 
+@pytest.mark.parametrize(("release", "api_servers"), [("0.14.0", 1), ("0.15.0", 4), (None, 4)])
+def test_vllm_runs_an_api_server_per_replica_from_0_15_0(release, api_servers):
+    # --api-server-count defaulted to 1 until 0.14.0, to the data-parallel size from 0.15.0.
+    overrides = {"engine.scheduler": "vllm-v1", "deployment.tp": 2}
+    if release is not None:
+        overrides["engine.version"] = release
+    assert front_end.api_servers(load_scenario(None, overrides)) == api_servers
+
+
 @given(total=st.integers(1, 64), engines=st.integers(1, 64))
 def test_an_engine_s_share_of_the_api_servers_is_exact_and_no_process_is_faster_than_one_cpu(total, engines):
     overrides = {"engine.scheduler": "vllm-v1", "deployment.api_servers": total}

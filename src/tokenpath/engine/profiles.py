@@ -43,6 +43,7 @@ from tokenpath.engine.memory_share import (
     vllm_gpu_memory_utilization,
     vllm_measured_kv_margin,
 )
+from tokenpath.engine.release import release_at_least
 from tokenpath.engine.sliding_pool import every_layer, sglang_sliding_pool_ratio
 from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_overlap, vllm_keeps_async_scheduling
 from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_template_work
@@ -60,7 +61,19 @@ VLLM_LATENT_ATTENTION_SINCE = "0.7.1"
 # 0.34.0 turn it off under Ray's executor (only the mp, uni and external_launcher executors support it;
 # 0.34.0's RayExecutorV2 is a MultiprocExecutor and keeps it), and every release for pooling models.
 VLLM_ASYNC_SCHEDULING_SINCE = "0.14.0"
+# vLLM's --api-server-count defaults to the data-parallel size from 0.15.0 (vllm/entrypoints/cli/serve.py,
+# "Default api_server_count if not explicitly set": data_parallel_size_local); before, to 1
+# (vllm/entrypoints/openai/cli_args.py, `default=1` in 0.14.0).
+VLLM_API_SERVER_PER_REPLICA_SINCE = "0.15.0"
 VLLM_ASYNC_SCHEDULING_WITH_PP_SINCE = "0.15.0"
+
+ApiServers = Literal["per-replica", "per-server"]
+
+
+def vllm_api_servers(release: str | None) -> ApiServers:
+    """vLLM V1's API-server processes by default in `release` (the newest where it states none)."""
+    return "per-replica" if release_at_least(release, VLLM_API_SERVER_PER_REPLICA_SINCE) else "per-server"
+
 
 # The registry's host times per kernel of an eager step, one a profile may pay (Profile.eager_host).
 EagerHost = Literal["eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s"]
@@ -178,7 +191,7 @@ class Profile:
     # API-server processes by default: one for each data-parallel replica, or one for the whole server
     # (`deployment.api_servers` sets the count). Every engine here parses requests, renders their chat
     # template and tokenizes them in its API server, and frames each chunk there.
-    api_servers: Literal["per-replica", "per-server"]
+    api_servers: ApiServers | Callable[[str | None], ApiServers]  # or by release
     detokenizes_in: Literal["engine", "api-server", "detokenizer"]  # "detokenizer": one process of its own
     # The work its API server does per chat request on the template's source, besides rendering it, in a
     # release (engine/template_work.py): the registry's cost per character, or None
@@ -258,9 +271,8 @@ PROFILES: dict[str, Profile] = {
         # API-server process renders the chat template and tokenizes (AsyncLLM's InputProcessor) and
         # detokenizes and checks stop strings (OutputProcessor, vllm/v1/engine/output_processor.py and
         # detokenizer.py), then builds each chunk (entrypoints/openai/serving_chat.py). --api-server-count
-        # defaults to the data-parallel size (vllm/entrypoints/openai/cli_args.py: "Defaults to
-        # data_parallel_size if not specified"; vllm/entrypoints/cli/serve.py).
-        api_servers="per-replica",
+        # defaults to the data-parallel size from 0.15.0, to one before (vllm_api_servers).
+        api_servers=vllm_api_servers,
         detokenizes_in="api-server",
         template_work=vllm_template_work,
         launched_with="vllm",

@@ -24,7 +24,10 @@ def api_servers(scenario: Scenario) -> int:
     dep = scenario.deployment
     if dep.api_servers is not None:
         return dep.api_servers
-    return dep.replicas if PROFILES[scenario.engine.scheduler].api_servers == "per-replica" else 1
+    rule = PROFILES[scenario.engine.scheduler].api_servers
+    if callable(rule):
+        rule = rule(scenario.engine.version)
+    return dep.replicas if rule == "per-replica" else 1
 
 
 def detokenizes_in(scenario: Scenario) -> Placement:
