@@ -104,6 +104,24 @@ def test_chat_streams_a_role_first_and_never_leaks_a_stop_string():
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
+def test_a_stop_string_ends_no_text_before_min_tokens():
+    # The same request with min_tokens = max_tokens: " the" in the first 60 tokens no longer ends it,
+    # as vLLM searches for stop strings only past min_tokens.
+    async def body(url, session):
+        replies = []
+        for extra in ({}, {"min_tokens": 60}):
+            request = {"model": "m", "prompt": "Tell me a story", "max_tokens": 60, "stop": [" the"], "seed": 4,
+                       **extra}
+            async with session.post(f"{url}/v1/completions", json=request) as response:
+                replies.append(await response.json())
+        return replies
+
+    free, held = serve()(body)
+    assert free["choices"][0]["finish_reason"] == "stop" and free["usage"]["completion_tokens"] < 60
+    assert held["choices"][0]["finish_reason"] == "length" and held["usage"]["completion_tokens"] == 60
+    assert held["choices"][0]["text"].startswith(free["choices"][0]["text"] + " the")
+
+
 def test_tokens_never_arrive_before_the_simulated_engine_releases_them():
     # Alone on the engine, a 2,000-token prompt's first token cannot come before its prefill step.
     from tokenpath.sim.deployment import build_deployment

@@ -27,14 +27,19 @@ def check_stop_strings(output_text: str, new_char_count: int, stop: list[str]) -
     return None
 
 
-def vllm_stream(pieces: list[str], stop: list[str]) -> tuple[list[str], bool]:
-    """What vLLM streams for these pieces of text, one a step, and whether a stop string ended it:
-    BaseIncrementalDetokenizer.update then get_next_output_text(finished, delta=True), each step."""
+def vllm_stream(pieces: list[str], stop: list[str], min_tokens: int = 0) -> tuple[list[str], bool]:
+    """What vLLM streams for these pieces of text, one token's a step, and whether a stop string ended it:
+    BaseIncrementalDetokenizer.update (min_tokens as it handles them) then get_next_output_text(finished,
+    delta=True), each step."""
     output_text, last_offset, buffer_length, shown = "", 0, max(map(len, stop)) - 1, []
-    for piece in pieces:
+    for tokens, piece in enumerate(pieces, 1):
         stop_check_offset = len(output_text)
         output_text += piece
-        found = check_stop_strings(output_text, len(output_text) - stop_check_offset, stop)
+        if min_tokens and tokens <= min_tokens:
+            stop_check_offset = len(output_text)
+        found = None
+        if tokens > min_tokens:
+            found = check_stop_strings(output_text, len(output_text) - stop_check_offset, stop)
         if found is not None:
             output_text = output_text[:found[1]]
         length = len(output_text) - (0 if found else buffer_length)
@@ -69,6 +74,35 @@ def test_each_step_shows_what_vllm_shows(stops, pieces):
     else:
         shown.append(checker.finish(0))
     assert shown == reference and checker.stopped[0] == stopped
+
+
+@settings(max_examples=300, deadline=None)
+@given(stops=st.lists(st.text(FEW, min_size=1, max_size=3), min_size=1, max_size=3),
+       pieces=st.lists(st.text(FEW, max_size=4), max_size=12), min_tokens=st.integers(0, 8))
+def test_the_first_min_tokens_are_not_searched_as_vllm_does_it(stops, pieces, min_tokens):
+    # Two sequences, the other stepping every other step: each counts only its own tokens.
+    reference, stopped = vllm_stream(pieces, stops, min_tokens)
+    checker = StopStrings(2)
+    checker.set(0, stops, min_tokens)
+    checker.set(1, stops, min_tokens)
+    shown = []
+    for k, piece in enumerate(pieces):
+        shown.append(checker.feed([piece, "a"], [0, 1] if k % 2 else [0])[0])
+        if checker.stopped[0]:
+            break
+    else:
+        shown.append(checker.finish(0))
+    assert shown == reference and checker.stopped[0] == stopped
+
+
+def test_a_stop_string_in_the_first_min_tokens_does_not_end_the_text():
+    checker = StopStrings(1)
+    checker.set(0, [" the"], min_tokens=3)
+    shown = "".join(checker.feed([piece])[0] for piece in ["a", " the", " b", " the", " c"])
+    assert shown == "a the b" and checker.stopped == [True]
+    # One that the first token after them completes is found, as vLLM's search starts before it.
+    checker.set(0, [" the"], min_tokens=1)
+    assert checker.feed(["a t"])[0] + checker.feed(["he z"])[0] == "a" and checker.stopped == [True]
 
 
 @pytest.mark.parametrize(("stops", "pieces", "shown"), [

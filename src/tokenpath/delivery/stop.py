@@ -13,6 +13,10 @@ it could have been completed by this step's new text: the new characters and the
 them, as vLLM's `find` starts there; so text released before a stop, when two are completed by one step,
 may hold a stop string listed after the one found.
 
+A request's first `min_tokens` tokens are not searched: their text is held back as any other, and the
+search starts with the next token's new characters, as vLLM's detokenizer moves its stop_check_offset
+past the text of the tokens up to min_tokens (vllm/v1/engine/detokenizer.py, "Support min_tokens").
+
 Sequences that share a stop list are searched together: their buffers are joined with a separator
 no stop string contains and each stop string is looked for once in the joined text (`str.find`, a
 C-level scan), so a step costs a few scans for the whole group; only a group with a hit is searched
@@ -83,12 +87,14 @@ class StopStrings:
         self._group_of: list[_Group | None] = [None] * n
         self._held = [""] * n
         self.stopped = [False] * n
+        self._quiet = [0] * n  # tokens still to come that are not searched (a request's min_tokens)
 
-    def set(self, i: int, stops: Sequence[str] | StopList) -> None:
-        """Start a new sequence in slot i with these stop strings (empty: none), given compiled or not."""
+    def set(self, i: int, stops: Sequence[str] | StopList, min_tokens: int = 0) -> None:
+        """Start a new sequence in slot i with these stop strings (empty: none), given compiled or not,
+        searched from the token after its first `min_tokens`."""
         compiled = stops if isinstance(stops, StopList) else compile_stops(stops)
         self._leave(i)
-        self._held[i], self.stopped[i] = "", False
+        self._held[i], self.stopped[i], self._quiet[i] = "", False, min_tokens
         if compiled.stops:
             group = self._groups.get(compiled.stops)
             if group is None:
@@ -97,32 +103,43 @@ class StopStrings:
             group.members.sort()
             self._group_of[i] = group
 
-    def feed(self, texts: Sequence[str]) -> list[str]:
-        """The text each sequence may show now, given its new text."""
+    def feed(self, texts: Sequence[str], stepped: Sequence[int] | None = None) -> list[str]:
+        """The text each sequence may show now, given its new text; `stepped`: the sequences that got a
+        token (None: every one), which counts their tokens against min_tokens."""
         out = list(texts)
         if any(self.stopped):  # sequences that stopped before: nothing more to show
             out = ["" if stopped else text for text, stopped in zip(out, self.stopped)]
+        quiet = self._count_quiet(stepped) if any(self._quiet) else None
         for group in list(self._groups.values()):
-            self._feed_group(group, texts, out)
+            self._feed_group(group, texts, out, quiet)
         return out
+
+    def _count_quiet(self, stepped: Sequence[int] | None) -> set[int]:
+        """The sequences whose token this step is one of their first min_tokens (not searched)."""
+        quiet, counts = set(), self._quiet
+        for i in range(self.n) if stepped is None else stepped:
+            if counts[i] > 0:
+                counts[i] -= 1
+                quiet.add(i)
+        return quiet
 
     def finish(self, i: int, tail: str = "") -> str:
         """End sequence i, whose last text is `tail`: what it may still show (nothing if it stopped)."""
         text, group = self._held[i] + tail, self._group_of[i]
         if self.stopped[i]:
             text = ""
-        elif group is not None and (at := first_stop_at(group.stops, text, len(tail))) >= 0:
+        elif group is not None and not self._quiet[i] and (at := first_stop_at(group.stops, text, len(tail))) >= 0:
             text = text[:at]
             self.stopped[i] = True
         self._leave(i)
-        self._held[i] = ""
+        self._held[i], self._quiet[i] = "", 0
         return text
 
-    def _feed_group(self, group: _Group, texts: Sequence[str], out: list[str]) -> None:
+    def _feed_group(self, group: _Group, texts: Sequence[str], out: list[str], quiet: set[int] | None) -> None:
         members, held, hold = group.members, self._held, group.hold
         everyone = len(members) == self.n
         buffers = [h + t for h, t in zip(held, texts)] if everyone else [held[i] + texts[i] for i in members]
-        if group.joinable and _absent(group.stops, SEPARATOR.join(buffers)):
+        if not quiet and group.joinable and _absent(group.stops, SEPARATOR.join(buffers)):
             if everyone:
                 out[:] = [b[:-hold] for b in buffers] if hold else buffers
                 self._held = [b[-hold:] for b in buffers] if hold else [""] * self.n
@@ -131,7 +148,7 @@ class StopStrings:
                     out[i], held[i] = (b[:-hold], b[-hold:]) if hold else (b, "")
             return
         for i, b in zip(list(members), buffers):
-            at = first_stop_at(group.stops, b, len(texts[i]))
+            at = -1 if quiet and i in quiet else first_stop_at(group.stops, b, len(texts[i]))
             if at >= 0:
                 out[i], self._held[i] = b[:at], ""
                 self.stopped[i] = True

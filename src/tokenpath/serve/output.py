@@ -64,7 +64,7 @@ class _Bank:
     def open(self, response: Response) -> None:
         response.bank, response.slot = self, self.free.pop()
         self.texts.prime(response.slot, response.context_ids)
-        self.stops.set(response.slot, response.stops)
+        self.stops.set(response.slot, response.stops, response.ask.extras.min_tokens)
         ask = response.ask
         running_usage = ask.prompt_tokens if ask.extras.continuous_usage else None
         first = self.framers[ask.endpoint].open(response.slot, response.request_id, ask.model, response.created,
@@ -79,7 +79,7 @@ class _Bank:
         for response in responses:
             ids[response.slot] = response.token_ids[response.tokens]
             response.tokens += 1
-        visible = self.stops.feed(self.texts.step(ids))
+        visible = self.stops.feed(self.texts.step(ids), [response.slot for response in responses])
         for api, framer in self.framers.items():
             members = [r for r in responses if r.ask.endpoint == api and r.ask.stream]
             if not members:
