@@ -29,12 +29,13 @@ DETOKENIZE_PER_TOKEN_S = default("detokenize_per_token_s")
 # model_dump_json), its SSE framing, and its writing through the engine's HTTP layer (FastAPI's
 # StreamingResponse, uvicorn); `tokenpath calibrate delivery` measures both on this machine.
 FRAME_PER_EVENT_S = default("frame_per_event_s")
-# Share of tokens that show nothing when they arrive (not a whole UTF-8 character alone, so a later token
-# completes it), measured with delivery.visibility.invisible_fraction through the default tokenizer
-# (Tekken) on the workload's own text: bench/data/corpus.txt, the English prose `bench` cuts its prompts
-# from, where none of its 4,110 tokens is silent (tests/test_delivery.py measures it again). Other text
-# differs: 4.9% of the Chinese sample of delivery/sample_text.py, 36% of the emoji-heavy one, 7.1% of all
-# four samples together. Set it for the traffic at hand.
+# Share of tokens that show nothing visible when they arrive (not a whole UTF-8 character alone, so a later
+# token completes it, or white space only), measured with delivery.visibility.invisible_fraction through
+# the default tokenizer (Tekken) on the workload's own text: bench/data/corpus.txt, the English prose
+# `bench` cuts its prompts from, where 15 of its 4,110 tokens are white space alone and none is silent
+# (tests/test_delivery.py measures it again). Other text differs: 5.9% of the Chinese sample of
+# delivery/sample_text.py, 11% of the code, 45% of the emoji-heavy one, 12.7% of all four samples
+# together. Set it for the traffic at hand.
 INVISIBLE_TOKEN_FRACTION = default("invisible_token_fraction")
 # The front end's CPU time per request (delivery/frontend.py), before the engine sees it: its HTTP
 # server's own work with the body parsed and validated (FastAPI under uvicorn) and the tokenized request
