@@ -592,6 +592,8 @@ def test_results_file_survives_a_torn_last_line(tmp_path):
     (3, {"ok": "yes"}, ":3: 'ok' must be true or false"),
     (2, {"i": 0}, ":3: request 0 is already on line 2"),
     (2, {"end_ns": 2**70}, ":2: 'end_ns' must be an integer (ns)"),
+    (2, {"sent_ns": 11}, ":2: 'first_token_ns' = 10 is before 'sent_ns' = 11 (a token cannot arrive before"),
+    (3, {"end_ns": 9}, ":3: 'end_ns' = 9 is before 'first_token_ns' = 10 (a request cannot end before"),
     (1, {"scenario": "typical"}, ":1: 'scenario' must be an object"),
     (1, {"slo": {"ttft": "fast"}}, ':1: slo "ttft" = "fast" is not an SLO'),
 ])

@@ -171,8 +171,14 @@ def _check_row(row: Any, where: str) -> None:
     if not ok:
         _field(row, "error", lambda v: isinstance(v, str), "a failure reason", where)
         return
-    for name in ("first_token_ns", "end_ns"):
-        _field(row, name, _is_ns, "an integer (ns)", where)
+    sent = row["sent_ns"]
+    first, end = (_field(row, name, _is_ns, "an integer (ns)", where) for name in ("first_token_ns", "end_ns"))
+    if first < sent:
+        raise UserError(f"{where}: 'first_token_ns' = {first} is before 'sent_ns' = {sent} (a token cannot arrive "
+                        "before its request is sent); the file is damaged")
+    if end < first:
+        raise UserError(f"{where}: 'end_ns' = {end} is before 'first_token_ns' = {first} (a request cannot end "
+                        "before its first token); the file is damaged")
     for name in ("first_visible_ns", "first_content_ns"):
         if row.get(name) is not None:
             _field(row, name, _is_ns, "an integer (ns) or null", where)
