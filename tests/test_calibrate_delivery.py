@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from cli_helpers import run_cli
 from tokenpath.config.errors import UserError
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery import request_measure as rm
@@ -95,6 +96,18 @@ def test_a_bad_calibration_file_names_the_field_and_the_fix(tmp_path, content, m
     with pytest.raises(UserError, match="delivery.calibration") as error:
         LastMile(DeliverySpec(calibration=str(path)))
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("command", ["simulate", "levers", "capacity"])
+def test_a_missing_calibration_file_read_during_the_run_is_the_only_line_on_stderr(tmp_path, monkeypatch, capsys,
+                                                                                  command):
+    """The file is read as the run starts, inside its progress bar: nothing else reaches stderr before the error."""
+    missing = tmp_path / "none.toml"
+    code, out, err = run_cli([command, "--set", f"delivery.calibration={missing}"], monkeypatch, capsys)
+    assert code == 2 and out == ""
+    assert err.endswith(f"delivery.calibration = '{missing}': no such file; write one with "
+                        f"`tokenpath calibrate delivery --out {missing}`\n")
+    assert err.startswith("error: ") and err.count("\n") == 1
 
 
 def test_measuring_writes_a_file_that_reads_back(tmp_path):

@@ -11,6 +11,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import Progress, ProgressColumn
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
@@ -35,6 +36,12 @@ app.add_typer(application_app, name="application")
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def progress_bar(*columns: str | ProgressColumn, quiet: bool = False) -> Progress:
+    """A progress bar on stderr that leaves nothing behind. Shown on an interactive terminal only: elsewhere
+    rich's Progress draws nothing but a blank line as it stops, which would stand before an error line."""
+    return Progress(*columns, console=err_console, transient=True, disable=quiet or not err_console.is_interactive)
 
 
 def help_as_written(text: str) -> str:

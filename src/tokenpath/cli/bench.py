@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from tokenpath.cli.app import app, console, err_console, write_json
+from tokenpath.cli.app import app, console, err_console, progress_bar, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
@@ -144,12 +144,10 @@ def bench(
                                   max_event_bytes=event_bytes, unique_prompts=unique_prompts)
     count = workers or default_workers(built, requests)
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    progress = Progress(
-        TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
-        TimeElapsedColumn(), console=err_console, transient=True, disable=quiet,
-    )
+    progress = progress_bar(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), quiet=quiet)
     with progress:
         task = progress.add_task("bench", total=len(requests), failed=0)
         outcome = execute(plan, results_path, header, count,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from tokenpath.cli.app import calibrate_app, console, err_console
+from tokenpath.cli.app import calibrate_app, console, err_console, progress_bar
 from tokenpath.cli.options import WORKLOAD_FLAGS, check_tokenizer, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
@@ -75,8 +75,8 @@ def calibrate_delivery(
     check_tokenizer(tokenizer, "--tokenizer")
     det = Detokenizer.load(tokenizer)
     absent = missing()
-    progress = Progress(TextColumn("measuring batch sizes, the request path, the HTTP servers"), BarColumn(),
-                        MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True)
+    progress = progress_bar(TextColumn("measuring batch sizes, the request path, the HTTP servers"), BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn())
     with progress:
         task = progress.add_task("calibrate", total=len(sizes) + (2 if absent else 3))
         calibration = calibrate(det, sizes, steps=steps, repeats=repeats, progress=lambda _: progress.advance(task),
@@ -257,8 +257,8 @@ def calibrate_engine(
         start = time.monotonic()  # the budget holds from here: the preflight and every phase share it
         preflight(target, min(10.0, budget_s))
         folder = Path(out).with_suffix("").with_name(Path(out).stem + "-probe")
-        progress = Progress(TextColumn("probing {task.description}"), BarColumn(), TimeElapsedColumn(),
-                            TextColumn("of {task.fields[budget]:.0f} s"), console=err_console, transient=True)
+        progress = progress_bar(TextColumn("probing {task.description}"), BarColumn(), TimeElapsedColumn(),
+                                TextColumn("of {task.fields[budget]:.0f} s"))
         with progress:
             task = progress.add_task("", total=budget_s, budget=budget_s)
 

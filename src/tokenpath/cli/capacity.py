@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-from tokenpath.cli.app import app, console, err_console, write_json
+from tokenpath.cli.app import app, console, progress_bar, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
@@ -130,8 +130,8 @@ def capacity(
     base = Base(*scenario_table(scenario, flags))
     targets = resolve_targets(slo, base.scenario().slo, "ttft_p99=2s")
     quiet = json_out == "-"
-    progress = Progress(TextColumn("searching the rate"), BarColumn(), TextColumn("{task.completed} simulations"),
-                        TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
+    progress = progress_bar(TextColumn("searching the rate"), BarColumn(), TextColumn("{task.completed} simulations"),
+                            TimeElapsedColumn(), quiet=quiet)
     with progress:
         task = progress.add_task("capacity", total=None)
         document = search(base, targets, tolerance, workers or available_cpus(), lambda k: progress.advance(task, k),

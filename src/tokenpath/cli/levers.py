@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tokenpath.cli.app import app, console, err_console, write_json
+from tokenpath.cli.app import app, console, progress_bar, write_json
 from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
@@ -177,8 +177,8 @@ def levers(
         raise UserError("--no-catalog: then give your own levers with --levers FILE")
 
     quiet = json_out == "-"
-    progress = Progress(TextColumn("simulating levers"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=err_console, transient=True, disable=quiet)
+    progress = progress_bar(TextColumn("simulating levers"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            quiet=quiet)
     with progress:
         task = progress.add_task("levers", total=None)
         document = run_levers(base, chosen, extra, use_catalog, workers, lambda k: progress.advance(task, k))

@@ -7,10 +7,10 @@ from typing import Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tokenpath.cli.app import app, console, err_console, write_json
+from tokenpath.cli.app import app, console, progress_bar, write_json
 from tokenpath.cli.capacity import STABILITY_HELP, TOLERANCE_HELP, check_precision
 from tokenpath.cli.options import JsonOut, scenario_flags, scenario_table
 from tokenpath.config import files
@@ -187,9 +187,8 @@ def search(
     question = Question(built.deployment.chips, targets, objective, compared, disagg, limits, exhaustive, tolerance,
                         stability, chosen_prices, application_chips(built))
     quiet = json_out == "-"
-    progress = Progress(TextColumn("searching deployments"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[simulations]} simulations"), TimeElapsedColumn(),
-                        console=err_console, transient=True, disable=quiet)
+    progress = progress_bar(TextColumn("searching deployments"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[simulations]} simulations"), TimeElapsedColumn(), quiet=quiet)
     started = time.perf_counter()
     with progress:
         task = progress.add_task("search", total=0, simulations=0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from tokenpath.cli.app import app, console, err_console, write_json
+from tokenpath.cli.app import app, console, progress_bar, write_json
 from tokenpath.cli.options import JsonOut, load_with_flags, scenario_flags
 from tokenpath.cli.report import HtmlOut, PngOut, check_report_outputs, write_report
 from tokenpath.config import files
@@ -33,10 +33,8 @@ def _simulate_and_report(scenario_ref: str | None, json_out: str | None, flags: 
     prepared = prepare(load_with_flags(scenario_ref, flags))
 
     quiet = json_out == "-"
-    progress = Progress(
-        TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err_console, transient=True, disable=quiet,
-    )
+    progress = progress_bar(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            quiet=quiet)
     with progress:
         task = progress.add_task("simulate", total=len(prepared.requests))
         try:

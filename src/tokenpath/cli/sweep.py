@@ -6,10 +6,10 @@ import csv
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from tokenpath.cli.app import app, console, err_console
+from tokenpath.cli.app import app, console, err_console, progress_bar
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
 from tokenpath.diagnose.overload import load_marks, load_notes, still_filling, too_short
@@ -71,9 +71,8 @@ def sweep(
         raise UserError("--workers: Ray places points on the cluster's CPUs itself; leave out --workers with --ray")
     sweep_spec = load_spec(spec)
 
-    progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("ETA"), TimeRemainingColumn(), console=err_console, transient=True,
-                        disable=not err_console.is_terminal)
+    progress = progress_bar(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("ETA"), TimeRemainingColumn())
     task = progress.add_task("sweep", total=len(sweep_spec.points))
 
     def started(done: int, total: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tokenpath.cli.app import app, console, write_json
+from tokenpath.cli.app import app, console, progress_bar, write_json
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
 
@@ -75,17 +75,16 @@ def _latency_only(groups: list[str] | None, flag: str) -> None:
 
 
 def _calibrated(latency_rows: str | None, json_out: str | None) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    from tokenpath.cli.app import err_console
     from tokenpath.sim.forked import available_cpus
     from tokenpath.validate.calibrated import calibrated_validation, configurations, print_calibrated
     from tokenpath.validate.latency import load_latency
 
     data = load_latency(latency_rows)
     quiet = json_out == "-"
-    progress = Progress(TextColumn("fitting each configuration at its lightest load"), BarColumn(),
-                        MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
+    progress = progress_bar(TextColumn("fitting each configuration at its lightest load"), BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), quiet=quiet)
     with progress:
         task = progress.add_task("", total=len(configurations(data["rows"])))
         document = calibrated_validation(data["rows"], data["sharegpt"], workers=available_cpus(),
@@ -97,7 +96,7 @@ def _calibrated(latency_rows: str | None, json_out: str | None) -> None:
 
 
 def _cross(latency_rows: str | None, json_out: str | None, write_bands: bool) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from tokenpath.cli.app import err_console
     from tokenpath.sim.forked import available_cpus
@@ -110,9 +109,8 @@ def _cross(latency_rows: str | None, json_out: str | None, write_bands: bool) ->
     group_fits = fit_group_constants()
     quiet = json_out == "-"
     sources = len({row["source"] for row in data["rows"]})
-    progress = Progress(TextColumn("cross-validating, fold {task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[simulations]} simulations"), TimeElapsedColumn(),
-                        console=err_console, transient=True, disable=quiet)
+    progress = progress_bar(TextColumn("cross-validating, fold {task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[simulations]} simulations"), TimeElapsedColumn(), quiet=quiet)
     with progress:
         task = progress.add_task("", total=sources, simulations=0)
         base = {name: fitted.value for name, (_, fitted) in group_fits.items()}
@@ -125,9 +123,8 @@ def _cross(latency_rows: str | None, json_out: str | None, write_bands: bool) ->
         from tokenpath.validate.bands_build import bands_path, build_bands
         from tokenpath.validate.bands_build import write_bands as write
 
-        rows_progress = Progress(TextColumn("bands: each row simulated for its regime, and calibrated"),
-                                 MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
+        rows_progress = progress_bar(TextColumn("bands: each row simulated for its regime, and calibrated"),
+                                     MofNCompleteColumn(), TimeElapsedColumn(), quiet=quiet)
         with rows_progress:
             rows_task = rows_progress.add_task("", total=None)
             bands = build_bands(data, document, available_cpus(), lambda k: rows_progress.advance(rows_task, k))
