@@ -148,6 +148,16 @@ def test_bench_report_and_compare(server, monkeypatch, capsys, tmp_path):
     assert code == 0 and "TTFT p50" in out and "B vs A" in out
 
 
+@pytest.mark.parametrize("command", [["report"], ["calibrate", "engine", "--from"]])
+def test_results_of_another_version_name_its_schema_and_this_ones(tmp_path, monkeypatch, capsys, command):
+    older = tmp_path / "older.jsonl"
+    header = {"schema": "tokenpath.bench/0", "scenario": {"name": "s", "fingerprint": "f"}, "slo": {}, "planned": 0}
+    older.write_text(json.dumps(header) + "\n")
+    line = assert_user_error(*run_cli([*command, str(older)], monkeypatch, capsys))
+    assert line == (f"error: {older}: bench results of schema 'tokenpath.bench/0', but this version of tokenpath "
+                    "reads 'tokenpath.bench/1'; run `tokenpath bench` again with this version")
+
+
 def test_report_and_compare_errors(monkeypatch, capsys, tmp_path):
     assert_user_error(*run_cli(["report", str(tmp_path / "none.jsonl")], monkeypatch, capsys), "no such results file")
     junk = tmp_path / "junk.jsonl"

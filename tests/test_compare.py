@@ -203,6 +203,19 @@ def test_compare_shows_a_measured_overload():
     assert "overloaded" not in {row["metric"] for row in compare(simulated, measured)}
 
 
+def test_report_and_compare_name_the_schema_of_a_summary_of_another_version(tmp_path, monkeypatch, capsys):
+    from cli_helpers import assert_user_error, run_cli
+
+    older, good = tmp_path / "older.json", tmp_path / "good.json"
+    older.write_text(json.dumps({**_summary(1.0, "bench", True), "schema": "tokenpath.summary/0"}))
+    good.write_text(json.dumps(_summary(1.0, "simulate", True)))
+    for argv in (["report", str(older)], ["compare", str(good), str(older)]):
+        line = assert_user_error(*run_cli(argv, monkeypatch, capsys))
+        assert line == (f"error: {older}: a summary of schema 'tokenpath.summary/0', but this version of tokenpath "
+                        "reads 'tokenpath.summary/1'; run the simulate, bench or report that wrote it again with "
+                        "this version")
+
+
 @pytest.mark.parametrize("field, value, shown", [
     (("latency_s", "ttft", "p50"), "12 ms", "'12 ms'"),
     (("throughput", "requests_per_s"), [5.0], "[5.0]"),

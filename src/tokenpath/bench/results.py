@@ -26,7 +26,7 @@ import orjson
 from pydantic import ValidationError
 
 from tokenpath.bench.client import client_block
-from tokenpath.config.errors import UserError
+from tokenpath.config.errors import UserError, check_version, same_family
 from tokenpath.sim.continuity import ContinuitySpec, spec_of
 from tokenpath.sim.run import Run
 from tokenpath.sim.summary import continuity_per_request, stats_s, summarize
@@ -57,6 +57,9 @@ def read_results(path: str | Path,
         header = orjson.loads(lines[0]) if lines and lines[0].strip() else None
     except orjson.JSONDecodeError:
         header = None
+    if isinstance(header, dict):
+        check_version(header.get("schema"), RESULTS_SCHEMA, str(path), "bench results",
+                      "run `tokenpath bench` again with this version")
     if not isinstance(header, dict) or header.get("schema") != RESULTS_SCHEMA:
         raise UserError(f"{path}: not a tokenpath bench results file (its first line is not a {RESULTS_SCHEMA} header)")
     _check_header(header, f"{path}:1")
@@ -84,6 +87,12 @@ def read_results(path: str | Path,
             raise UserError(f"{path}:{number}: request {i} is already on line {line_of[i]}; the file is damaged")
         rows[i], line_of[i] = row, number
     return header, [rows[i] for i in sorted(rows)]
+
+
+def is_results_header(document: Any) -> bool:
+    """Whether a file's first line is the header of a results file, of this version or another (which
+    `read_results` refuses, naming both versions)."""
+    return isinstance(document, dict) and same_family(document.get("schema"), RESULTS_SCHEMA)
 
 
 def _short(value: Any) -> str:

@@ -97,13 +97,13 @@ class _GuidellmRequest(BaseModel):
 
 def read_measured(path: str, chat_template_tokens: int = 0) -> list[Measured]:
     """The phases a measurement file holds (one for bench results, one per run or benchmark else)."""
-    from tokenpath.bench.results import RESULTS_SCHEMA
+    from tokenpath.bench.results import is_results_header
     from tokenpath.calibrate.probe import measured_from_results
 
     text = files.read_text(path, "the measurement file", files.MAX_DATA_BYTES)
     first = text.split("\n", 1)[0]
     head = _loads(first) if first.strip() else None
-    if isinstance(head, dict) and head.get("schema") == RESULTS_SCHEMA:
+    if is_results_header(head):
         return [measured_from_results(path, chat_template_tokens=chat_template_tokens)]
     where = files.shown(path)
     stem = Path(path).stem

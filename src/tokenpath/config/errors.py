@@ -1,4 +1,5 @@
-"""The one exception type for mistakes in a user's input, and how an error line quotes a bad value."""
+"""The one exception type for mistakes in a user's input, how an error line quotes a bad value, and the
+line for a file written by another version of tokenpath."""
 
 import reprlib
 
@@ -39,3 +40,16 @@ def quoted(value: object) -> str:
         return repr(value)
     text = _SHORT.repr(value)
     return text if len(text) <= 2 * QUOTE_CHARS else f"{text[:QUOTE_CHARS]}..."
+
+
+def same_family(schema: object, current: str) -> bool:
+    """Whether `schema` is a version of `current`'s kind of document (the part up to its "/"), this one or another."""
+    return isinstance(schema, str) and schema.startswith(current.rpartition("/")[0] + "/")
+
+
+def check_version(schema: object, current: str, where: str, what: str, again: str) -> None:
+    """A `UserError` for a document of `current`'s kind but another version (written by another release of
+    tokenpath): which schema it has, which this version reads, and `again`, how to write it anew."""
+    if same_family(schema, current) and schema != current:
+        raise UserError(f"{where}: {what} of schema {quoted(schema)}, but this version of tokenpath reads "
+                        f"{current!r}; {again}")

@@ -21,7 +21,7 @@ from tokenpath.config import files
 from tokenpath.config.errors import UserError
 from tokenpath.sim.run import Run
 from tokenpath.sim.summary import SCHEMA as SUMMARY_SCHEMA
-from tokenpath.sim.summary import check_metrics
+from tokenpath.sim.summary import check_metrics, check_summary_version
 from tokenpath.whatif.search import SCHEMA as SEARCH_SCHEMA
 
 # Rows kept for charts: every chart's data is embedded in the HTML file, so a run of a million
@@ -136,6 +136,7 @@ def _load_json(path: str) -> Any:
 
 
 def _check_summary(document: Any, path: str) -> dict[str, Any]:
+    check_summary_version(document, files.shown(path))
     if not isinstance(document, dict) or document.get("schema") != SUMMARY_SCHEMA:
         raise UserError(f"{files.shown(path)}: not a {SUMMARY_SCHEMA} summary; give the --json of simulate or bench")
     check_metrics(document, files.shown(path))
@@ -227,10 +228,13 @@ def load_inputs(paths: list[str]) -> Inputs:
 
 
 def _is_bench_file(path: str) -> bool:
+    """Whether the file's first line names a bench results schema, this version's or another's (which
+    `read_results` refuses, naming both)."""
     from tokenpath.bench.results import RESULTS_SCHEMA
 
+    family = RESULTS_SCHEMA.rpartition("/")[0] + "/"
     with open(path, "rb") as handle:
-        return RESULTS_SCHEMA.encode() in handle.readline(1 << 20)
+        return family.encode() in handle.readline(1 << 20)
 
 
 def _has_schema(path: str, key: bytes) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenpath.config.errors import UserError, quoted
+from tokenpath.config.errors import UserError, check_version, quoted
 from tokenpath.sim import continuity
 from tokenpath.sim.run import Run
 
@@ -205,6 +205,13 @@ def metric_value(summary: dict[str, Any], path: str) -> Any:
     return value
 
 
+def check_summary_version(document: Any, where: str) -> None:
+    """A summary written by another version of tokenpath is a `UserError` naming its schema and this one's."""
+    if isinstance(document, dict):
+        check_version(document.get("schema"), SCHEMA, where, "a summary",
+                      "run the simulate, bench or report that wrote it again with this version")
+
+
 def load_summary(path: str | Path) -> dict[str, Any]:
     """A summary read back from its file (`--json` of simulate, bench or report), its schema and metrics
     checked; a `UserError` if it is not one."""
@@ -219,6 +226,7 @@ def load_summary(path: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError:
         hint = "; for a bench results file run `tokenpath report` on it first" if str(path).endswith(".jsonl") else ""
         raise UserError(f"{path}: not a JSON summary{hint}") from None
+    check_summary_version(document, str(path))
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         schema = document.get("schema") if isinstance(document, dict) else None
         raise UserError(f"{path}: not a {SCHEMA} summary (schema is {schema!r})")
