@@ -125,6 +125,17 @@ def test_an_unknown_fp4_format_is_a_one_line_error(monkeypatch):
         load_model("llama-3.1-8b")
 
 
+def test_every_chip_names_its_vendor_and_an_unknown_one_is_a_one_line_error(monkeypatch):
+    assert {name: load_chip(name).vendor for name in list_chips()} == {
+        "a100": "nvidia", "a100-40gb": "nvidia", "h100": "nvidia", "h200": "nvidia", "b200": "nvidia",
+        "gb200": "nvidia", "mi300x": "amd", "mi325x": "amd", "tpu-v5p": "google", "tpu-v6e": "google",
+        "gaudi3": "intel"}
+    _catalog_entries_with(monkeypatch, vendor="nvida")
+    with pytest.raises(UserError, match=r"^catalog chips.toml \[b200\] vendor: one of nvidia, amd, google, intel; "
+                                        r"got 'nvida'$"):
+        load_chip("b200")
+
+
 def test_hbm_efficiency_is_the_measured_stream_bandwidth_over_peak_or_the_default():
     """Decode GEMMs measured on A100 stream at 1.509 of its 2.039 TB/s, on MI300X at 3.95 of 5.3; a chip without one
     takes the shared default."""

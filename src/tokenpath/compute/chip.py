@@ -30,7 +30,8 @@ class ChipSpec:
     `scaleup_domain` is how many chips one scale-up fabric joins (an NVLink domain), `scaleup` that
     fabric's table without its size, `nic_bw_Bps` each chip's scale-out NIC (0.0: none in the
     catalog). `chips_per_host` is how many one machine holds (the catalog's, else `scaleup_domain`).
-    `generation` is the architecture the vendor names (Ampere, Hopper, CDNA3, ...).
+    `generation` is the architecture the vendor names (Ampere, Hopper, CDNA3, ...); `vendor` the maker
+    (one of VENDORS), which decides the engines and images `tokenpath launch` writes for it.
     `fp4_format` is the block-scaled fp4 format its engines store fp4 weights in where the checkpoint
     does not choose (precision.FP4_SCALE_BLOCKS): NVIDIA's NVFP4, AMD's MXFP4."""
 
@@ -52,6 +53,7 @@ class ChipSpec:
     nic_bw_Bps: float = 0.0
     generation: str = ""
     fp4_format: str = "nvfp4"
+    vendor: str = "nvidia"
     # The registry assumptions whose values above are this chip's catalog measurements (an override of
     # one replaces its measurement, and it is not listed).
     measured: tuple[str, ...] = ()
@@ -92,7 +94,8 @@ class ChipSpec:
         return {name: getattr(self, name) for name in self.measured}
 
 
-_REQUIRED = ("source", "generation", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
+VENDORS = ("nvidia", "amd", "google", "intel")
+_REQUIRED = ("source", "generation", "vendor", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
 _OPTIONAL = ("aliases", "chips_per_host", "measured_matmul_tflops", "measured_scaleup_bw", "measured_stream_bw",
              "measured_gemm_fixed", "host_link", "weight_only", "scaleup", "nic_bw", "fp4_format")
 
@@ -154,6 +157,8 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
     fp4_format = table.get("fp4_format", "nvfp4")
     if fp4_format not in FP4_SCALE_BLOCKS:
         raise UserError(f"{where} fp4_format: one of {', '.join(FP4_SCALE_BLOCKS)}; got {fp4_format!r}")
+    if table["vendor"] not in VENDORS:
+        raise UserError(f"{where} vendor: one of {', '.join(VENDORS)}; got {table['vendor']!r}")
     domain = table["scaleup_domain"]
     if isinstance(domain, bool) or not isinstance(domain, int) or domain < 1:
         raise UserError(f"{where} scaleup_domain: the chips one scale-up fabric joins, a whole number >= 1; "
@@ -186,6 +191,7 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
         nic_bw_Bps=parse_bandwidth_Bps(table["nic_bw"], f"{where} nic_bw") if "nic_bw" in table else 0.0,
         generation=str(table["generation"]),
         fp4_format=fp4_format,
+        vendor=table["vendor"],
         measured=tuple(measured_here),
     )
 
