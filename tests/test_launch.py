@@ -209,6 +209,57 @@ def test_the_manifest_runs_the_engine_of_the_scenario_profile_with_its_yaml_moun
     assert config["scheduler_config"] == {"capacity_scheduler_policy": "GUARANTEED_NO_EVICT"}  # kv_admission reserve
 
 
+@pytest.mark.parametrize(("overrides", "kinds"), [
+    ({}, {"Deployment", "Service"}),
+    ({"model.name": "llama-3.1-405b", "deployment.chips": 16, "deployment.pp": 2}, {"LeaderWorkerSet", "Service"}),
+])
+def test_a_manifest_on_amd_gpus_asks_the_amd_device_plugin_and_runs_vllms_rocm_image(overrides, kinds):
+    def containers(chip: str) -> list[dict]:
+        text = launch_files(load_scenario("typical", {"deployment.chip": chip, **overrides}), "k8s")["k8s.yaml"]
+        documents = _k8s_documents(text)
+        assert {d["kind"] for d in documents} == kinds
+        return [t["spec"]["containers"][0] for d in documents if d["kind"] != "Service" for t in _pod_templates(d)]
+
+    amd = containers("mi300x")
+    assert amd and all(c["image"] == "vllm/vllm-openai-rocm:v0.34.0" == programs()["vllm"]["rocm_image"]
+                       and c["resources"] == {"limits": {"amd.com/gpu": 8}} for c in amd)
+    assert all(c["image"] == "vllm/vllm-openai:v0.34.0" and c["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+               for c in containers("h200"))
+
+
+@pytest.mark.parametrize(("engine", "scheduler", "message"), [
+    ("trtllm", "vllm-v1", "deployment.chip: {chip} is an AMD GPU and TensorRT-LLM runs on NVIDIA GPUs only; launch "
+                          "it with --engine vllm or sglang"),
+    ("k8s", "trtllm", "deployment.chip: {chip} is an AMD GPU and TensorRT-LLM runs on NVIDIA GPUs only; the manifest "
+                      "runs the engine of engine.scheduler = trtllm: simulate with vllm-v1 or prefill-first to launch "
+                      "vLLM or SGLang"),
+    ("k8s", "prefill-first", "deployment.chip: {chip} is an AMD GPU, and tokenpath knows no ROCm image of sglang "
+                             "0.5.23 (launch/flags.toml): launch it with --engine sglang on hosts with its ROCm build, "
+                             "or simulate with engine.scheduler = vllm-v1 to run vLLM's"),
+])
+@pytest.mark.parametrize("chip", ["mi300x", "mi325x"])
+def test_an_engine_or_image_that_does_not_run_on_amd_gpus_is_refused(chip, engine, scheduler, message, monkeypatch,
+                                                                    capsys):
+    line = assert_user_error(*run_cli(["launch", "--engine", engine, "--chip", chip, "--scheduler", scheduler],
+                                      monkeypatch, capsys))
+    assert line == "error: " + message.format(chip=chip)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(("chip", "what"), [
+    ("tpu-v5p", "a Google TPU, which vLLM serves as vllm-tpu (its tpu-inference backend)"),
+    ("tpu-v6e", "a Google TPU, which vLLM serves as vllm-tpu (its tpu-inference backend)"),
+    ("gaudi3", "an Intel Gaudi, which vLLM serves through its vllm-gaudi plugin"),
+])
+def test_a_launch_on_a_tpu_or_a_gaudi_is_refused(chip, what, engine):
+    scenario = load_scenario("typical", {"deployment.chip": chip, "model.precision": "bf16"})
+    with pytest.raises(UserError) as error:
+        launch_files(scenario, engine)
+    assert str(error.value) == (f"deployment.chip: {chip} is {what}, with its own image and flags, which tokenpath "
+                                "launch does not write (it writes launches on NVIDIA and AMD GPUs): start this "
+                                "deployment by hand")
+
+
 def test_trtllm_disaggregated_config_lists_each_server():
     written = launch_files(_scenario("trtllm-profile-disaggregated"), "trtllm")
     assert json.loads(written["disagg.yaml"]) == {

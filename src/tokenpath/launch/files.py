@@ -32,12 +32,37 @@ def emit(plan: Plan, engine: str) -> tuple[dict[str, str], Settings]:
     """The files and, for each scenario setting, the flags that carry it or the note saying why none does."""
     settings = Settings()
     if engine == K8S:
+        _check_chip(plan, plan.profile.launched_with, True)
         _check_release(plan, plan.profile.launched_with)
         return {"k8s.yaml": k8s.manifest(plan, settings)[1]}, settings
     if engine not in _EMITTERS:
         raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    _check_chip(plan, engine, False)
     _check_release(plan, engine)
     return _EMITTERS[engine](plan, settings), settings
+
+
+# The chips, by vendor, no emitter writes a launch for: each engine serves them through a backend of its
+# own, with its own image and flags (vLLM's vllm-tpu, github.com/vllm-project/tpu-inference, and its
+# vllm-gaudi plugin, github.com/vllm-project/vllm-gaudi).
+_NOT_LAUNCHED = {
+    "google": "a Google TPU, which vLLM serves as vllm-tpu (its tpu-inference backend)",
+    "intel": "an Intel Gaudi, which vLLM serves through its vllm-gaudi plugin",
+}
+
+
+def _check_chip(plan: Plan, engine: str, manifest: bool) -> None:
+    """Refuse a launch on a chip `engine` does not run on: a TPU or a Gaudi for any engine (each served by
+    a backend with its own image and flags), an AMD GPU for TensorRT-LLM (NVIDIA's GPUs only)."""
+    chip = plan.scenario.deployment.chip
+    if plan.vendor in _NOT_LAUNCHED:
+        raise UserError(f"deployment.chip: {chip} is {_NOT_LAUNCHED[plan.vendor]}, with its own image and flags, "
+                        "which tokenpath launch does not write (it writes launches on NVIDIA and AMD GPUs): start "
+                        "this deployment by hand")
+    if plan.vendor == "amd" and engine == trtllm.NAME:
+        how = ("the manifest runs the engine of engine.scheduler = trtllm: simulate with vllm-v1 or prefill-first "
+               "to launch vLLM or SGLang" if manifest else "launch it with --engine vllm or sglang")
+        raise UserError(f"deployment.chip: {chip} is an AMD GPU and TensorRT-LLM runs on NVIDIA GPUs only; {how}")
 
 
 def _check_release(plan: Plan, engine: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tokenpath.config.errors import UserError
 from tokenpath.launch import sglang, trtllm, vllm
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
@@ -17,7 +18,9 @@ from tokenpath.launch.hosts import Hosts, hosts
 from tokenpath.launch.plan import Plan, Role, common_notes
 from tokenpath.launch.scripts import FRONT_HOST, FRONT_PORT, SGLANG_BOOTSTRAP_PORT, header, yaml_text
 
-GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
+# The resource a pod asks its GPUs of, by the chip's vendor (compute/chip.py): the NVIDIA device plugin's,
+# and AMD's (ROCm/k8s-device-plugin, cmd/k8s-device-plugin/main.go: namespace "amd.com", resource "gpu").
+GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 CONFIG_DIR = "/etc/tokenpath"    # where a pod finds its ConfigMap's files
 HEALTH_PATH = "/health"          # vLLM's, SGLang's and trtllm-serve's health endpoint
 MAX_NAME_CHARS = 40              # a DNS label is at most 63 characters; the role and kind are appended
@@ -95,14 +98,27 @@ def _pod_template(plan: Plan, engine: str, name: str, role: Role, cmd: Command, 
     if configured:
         mounts.append({"name": "config", "mountPath": CONFIG_DIR})
         volumes.append({"name": "config", "configMap": {"name": name}})
-    container: dict[str, Any] = {"name": engine, "image": programs()[engine]["image"], "command": cmd.argv}
+    container: dict[str, Any] = {"name": engine, "image": _image(plan, engine), "command": cmd.argv}
     if serves:
         container["ports"] = [{"containerPort": FRONT_PORT, "name": "http"}]
-    container["resources"] = {"limits": {GPU_RESOURCE: gpus}}
+    container["resources"] = {"limits": {GPU_RESOURCES[plan.vendor]: gpus}}
     if serves:
         container["readinessProbe"] = {"httpGet": {"path": HEALTH_PATH, "port": FRONT_PORT}}
     container["volumeMounts"] = mounts
     return {"metadata": {"labels": _labels(plan, name, role)}, "spec": {"containers": [container], "volumes": volumes}}
+
+
+def _image(plan: Plan, engine: str) -> str:
+    """The engine's image for the chip's vendor: its CUDA one, or on AMD GPUs its ROCm one (flags.toml's
+    rocm_image), else a UserError saying none is known."""
+    program = programs()[engine]
+    if plan.vendor != "amd":
+        return program["image"]
+    if "rocm_image" not in program:
+        raise UserError(f"deployment.chip: {plan.scenario.deployment.chip} is an AMD GPU, and tokenpath knows no ROCm "
+                        f"image of {engine} {program['version']} (launch/flags.toml): launch it with --engine {engine} "
+                        "on hosts with its ROCm build, or simulate with engine.scheduler = vllm-v1 to run vLLM's")
+    return program["rocm_image"]
 
 
 def _deployment(plan: Plan, engine: str, name: str, role: Role, cmd: Command, configured: bool) -> dict[str, Any]:

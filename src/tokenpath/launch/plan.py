@@ -59,6 +59,7 @@ class Plan:
     prefill_graph_tokens: int | None = None
     chips_per_host: int = 8  # the GPUs one machine holds (the chip's, compute/chip.py)
     fabric: str = ""  # the fabric simulated, in words (Deployment.fabric_name)
+    vendor: str = "nvidia"  # who makes the chip (compute/chip.py): the engines and images that run on it
 
     @property
     def gpus_per_replica(self) -> int:
@@ -105,7 +106,8 @@ def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
                 scenario.model.kv_precision(scenario.engine.scheduler),
                 profile.host_overlap if host_overlap is None else host_overlap,
                 front_end.detokenizes_in(scenario), _draft_checkpoint(scenario),
-                deployment.compute.prefill_graph_max_tokens, deployment.chip.chips_per_host, deployment.fabric_name)
+                deployment.compute.prefill_graph_max_tokens, deployment.chip.chips_per_host, deployment.fabric_name,
+                deployment.chip.vendor)
 
 
 def _draft_checkpoint(scenario: Scenario) -> Checkpoint | None:
