@@ -253,6 +253,9 @@ def test_a_search_json_makes_a_report_with_the_best_run_and_the_front(searched):
     (["--objective", "speed"], "--objective: unknown 'speed'; use rate-per-chip, cost, goodput"),
     (["--top", "0"], "--top: 0 must be at least 1"),
     (["--ray", "--workers", "2"], "--workers: Ray places candidates"),
+    # every candidate would run on it: the search's error, not ten failed candidates and exit 0
+    (["--set", "delivery.calibration=/no/such/file.toml", "--workers", "1"],
+     "delivery.calibration = '/no/such/file.toml': no such file"),
 ])
 def test_a_bad_question_is_one_line(flags, fragment, monkeypatch, capsys):
     assert_user_error(*run_cli(["search", "--slo", "ttft_p99=1s", *flags], monkeypatch, capsys), fragment)

@@ -28,6 +28,7 @@ from typing import Any
 
 from tokenpath.compute.model import load_model
 from tokenpath.config.errors import DoesNotFit, UserError
+from tokenpath.delivery.calibration import CalibratedCost
 from tokenpath.sim.overrides import apply_overrides
 from tokenpath.sim.scenario import Scenario
 from tokenpath.whatif.bound import capacity_bound_per_s, step_limit_s
@@ -377,6 +378,9 @@ def run_search(base: Base, question: Question, workers: int, ray: bool = False, 
     if scenario.workload.trace is not None:
         raise UserError("search: the scenario replays a trace (workload.trace), whose arrival times are fixed; "
                         "search a scenario with a generated workload")
+    delivery = scenario.resolved_delivery()
+    if delivery.calibration:  # every candidate runs on it: a missing or broken file is the search's error
+        CalibratedCost.from_file(delivery.calibration, delivery.calibrated_server)
     engines = list(question.engines) or [scenario.engine.scheduler]
     moe = load_model(scenario.model_source()).is_moe
     domain, step_limit = scaleup_domain(scenario), step_limit_s(question.slo)
