@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.sample_text import SAMPLES
-from tokenpath.delivery.stream import TokenIdError
+from tokenpath.delivery.stream import CONTEXT_TOKENS, TokenIdError
+from tokenpath.delivery.visibility import PROMPT_TAIL
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -442,3 +443,139 @@ def test_a_prompt_with_ids_outside_the_vocabulary_is_refused_and_the_stream_unch
     hi = det.library.piece_to_id("\u2581Hi")
     assert stream.step([hi, hi]) == ["Hi", "Hi"]
 
+
+# Hugging Face ByteFallback: text shows at the token where DecodeStream shows it -----------------------
+
+BYTE_FALLBACK_PIECES = ["\u2581", "\u2581\u2581", "\u2581Hi", "Hi", "\u2581the", "\n", "中", "é", "\ufffd",
+                        "\u2581\ufffd", "<0xZZ>", "x"]
+
+
+def _byte_fallback_file(tmp_path_factory, decoder: str) -> str:
+    """A SentencePiece-style tokenizer.json: <unk>, <s>, </s>, the 256 byte tokens, a few pieces, and the
+    decoder chain of Llama 2's ("replace": Replace, ByteFallback, Fuse, Strip) or of Metaspace files."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    for piece in BYTE_FALLBACK_PIECES:
+        vocab[piece] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, unk_token="<unk>"))
+    if decoder == "replace":
+        tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                               decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    else:
+        tokenizer.decoder = decoders.Sequence([decoders.Metaspace(), decoders.ByteFallback(), decoders.Fuse()])
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<s>", "</s>")])
+    path = tmp_path_factory.mktemp("tok") / f"byte-fallback-{decoder}.json"
+    tokenizer.save(str(path))
+    return str(path)
+
+
+FILES["hf-byte-fallback-replace"] = lambda f: _byte_fallback_file(f, "replace")
+FILES["hf-byte-fallback-metaspace"] = lambda f: _byte_fallback_file(f, "metaspace")
+
+
+def byte_ids(text: str | bytes) -> list[int]:
+    """The built files' byte tokens of `text`'s UTF-8 (<0xAB> is id 3 + 0xAB)."""
+    return [3 + b for b in (text.encode() if isinstance(text, str) else text)]
+
+
+def piece_id(piece: str) -> int:
+    return 259 + BYTE_FALLBACK_PIECES.index(piece)
+
+
+def byte_runs(det: Detokenizer) -> st.SearchStrategy[list[int]]:
+    """Ids in chunks: a character's bytes, the first bytes of one, single bytes (newlines, spaces,
+    continuation bytes, bytes no UTF-8 has), the pieces and the special tokens."""
+    chars = st.one_of(st.characters(codec="utf-8"), st.sampled_from("\n 中é😀\ufffd"))
+    single = st.one_of(st.sampled_from([0x0A, 0x20, 0x41, 0x80, 0xBF, 0xC0, 0xC2, 0xE4, 0xEF, 0xF0, 0xF5, 0xFF]),
+                       st.integers(0, 255))
+    chunk = st.one_of(chars.map(byte_ids), chars.map(lambda c: byte_ids(c)[:-1]), single.map(lambda b: [3 + b]),
+                      st.integers(0, det.vocab_size - 1).map(lambda t: [t]))
+    return st.lists(chunk, max_size=10).map(lambda chunks: [t for c in chunks for t in c])
+
+
+@pytest.mark.parametrize("key", ["hf-byte-fallback-replace", "hf-byte-fallback-metaspace"])
+@pytest.mark.parametrize("skip", [True, False])
+@settings(SETTINGS, max_examples=200)
+@given(data=st.data())
+def test_byte_fallback_text_shows_at_the_token_where_decode_stream_shows_it(files, key, skip, data):
+    """Each character first shows at the token where the library's DecodeStream (vLLM's detokenizer) first
+    releases it, after a prompt or from the start: a byte run shows each character at its last byte and
+    holds only an unfinished one or, once a byte has made it invalid, the rest of the run. Checked up to
+    a run that turns invalid after part of it showed (`first_break`), where DecodeStream raises."""
+    det, _ = _loaded(files(key), skip)
+    prompt, output = data.draw(byte_runs(det)), data.draw(byte_runs(det).filter(bool))
+    cut = first_break(det, prompt + output)
+    assume(cut is None or cut >= len(prompt))
+    check_against_decode_stream(det, output, prompt)
+
+
+def streamed(det: Detokenizer, ids: list[int]) -> list[str]:
+    """Each step's text, then what finish() flushes."""
+    stream = det.batch(1)
+    return [stream.step([t])[0] for t in ids] + stream.finish()
+
+
+def test_a_byte_fallback_newline_or_character_shows_at_its_last_byte(files):
+    det, _ = _loaded(files("hf-byte-fallback-replace"), True)
+    hi = piece_id("\u2581Hi")
+    ids = [hi, *byte_ids("\n"), hi, *byte_ids("中😀"), hi]
+    assert streamed(det, ids) == ["Hi", "\n", " Hi", "", "", "中", "", "", "", "😀", " Hi", ""]
+    assert "".join(streamed(det, ids)) == det.decode(ids) == "Hi\n Hi中😀 Hi"
+    assert decode_stream(det, ids) == (streamed(det, ids)[:-1], False)
+
+
+def test_a_byte_run_that_turns_invalid_after_part_of_it_showed_shows_its_held_bytes_as_replacement_characters(
+        files):
+    """The full decode turns the whole run to U+FFFD, "\n" included; what has shown stays, and the bytes
+    held show one U+FFFD each when a token ends the run (where DecodeStream raises) or the stream ends."""
+    det, _ = _loaded(files("hf-byte-fallback-replace"), True)
+    hi = piece_id("\u2581Hi")
+    ids = [hi, *byte_ids(b"\n\xff"), hi]
+    assert streamed(det, ids) == ["Hi", "\n", "", "\ufffd Hi", ""]
+    assert det.decode(ids) == "Hi\ufffd\ufffd Hi"
+    assert decode_stream(det, ids) == (["Hi", "\n", ""], True)
+    assert streamed(det, [hi, *byte_ids(b"\n\xe4\xb8")]) == ["Hi", "\n", "", "", "\ufffd\ufffd"]
+    assert streamed(det, [hi, *byte_ids(b"\xff\n"), hi]) == ["Hi", "", "", "\ufffd\ufffd Hi", ""]
+
+
+def test_text_that_ends_in_a_replacement_character_is_held_as_decode_stream_holds_it(files):
+    det, _ = _loaded(files("hf-byte-fallback-replace"), True)
+    hi, fffd = piece_id("\u2581Hi"), piece_id("\ufffd")
+    assert streamed(det, [hi, fffd, hi]) == ["Hi", "", "\ufffd Hi", ""]
+    assert streamed(det, [hi, *byte_ids("\ufffd"), hi]) == ["Hi", "", "", "", "\ufffd Hi", ""]
+    # A leading space that Strip removes shows nothing, so the run is still whole when 0xFF breaks it.
+    ids = [*byte_ids(b" \xff"), hi]
+    assert streamed(det, ids) == ["", "", "\ufffd\ufffd Hi", ""] == [*decode_stream(det, ids)[0], ""]
+    assert det.decode(ids) == "\ufffd\ufffd Hi"
+
+
+def primed_deltas(det: Detokenizer, prompt: list[int], ids: list[int]) -> list[str]:
+    stream = det.batch(1)
+    stream.prime(0, prompt)
+    return [stream.step([t])[0] for t in ids]
+
+
+@SETTINGS
+@given(text=TEXT)
+def test_llama_text_streams_through_its_tokenizer_json_as_through_decode_stream_and_its_sentencepiece_model(
+        files, text):
+    """Llama 2's vocabulary as a tokenizer.json (newlines, emoji and most CJK are byte tokens there) shows
+    each character at the token where DecodeStream, primed with the prompt's tail as vLLM primes it, and
+    the SentencePiece model show it. Encoded with the model: the exported file only decodes."""
+    spm = Detokenizer.load("tokenizer.model.v1")
+    hf, _ = _loaded(files("hf-llama-spm"), True)
+    ids, prompt = spm.encode(text), spm.encode(PROMPT_TAIL)[-CONTEXT_TOKENS:]
+    assert check_against_decode_stream(hf, ids, prompt) == primed_deltas(spm, prompt, ids)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_each_sample_streams_through_llama_s_tokenizer_json_as_through_its_sentencepiece_model(files, name):
+    """The same tokens silent, as DecodeStream shows them: none of the English sample's, whose newlines are
+    byte tokens that show at once."""
+    spm, (hf, _) = Detokenizer.load("tokenizer.model.v1"), _loaded(files("hf-llama-spm"), True)
+    ids, prompt = spm.encode(SAMPLES[name]), spm.encode(PROMPT_TAIL)[-CONTEXT_TOKENS:]
+    deltas = check_against_decode_stream(hf, ids, prompt)
+    assert deltas == primed_deltas(spm, prompt, ids)
+    if name == "english":
+        assert "" not in deltas and "<0x0A>" in [hf.library.id_to_token(t) for t in ids]
