@@ -33,7 +33,7 @@ from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.measure import calibrate, stream_contexts, token_streams
 from tokenpath.delivery.path import TextPath
 from tokenpath.delivery.sample_text import MIXED
-from tokenpath.delivery.spec import DeliverySpec
+from tokenpath.delivery.spec import DETOKENIZE_PER_TOKEN_S, DeliverySpec
 from tokenpath.delivery.sse import SseFramer
 
 
@@ -70,13 +70,14 @@ def test_a_single_batch_size_gives_a_line_through_it(tmp_path):
 
 def test_last_mile_charges_the_calibrated_host_cost(tmp_path):
     path = write(tmp_path, TWO)
+    # Pricing this package's server, whose detokenizer the batch rows time.
     constant = LastMile(DeliverySpec(detokenize="engine"))
-    measured = LastMile(DeliverySpec(detokenize="engine", calibration=path))
+    measured = LastMile(DeliverySpec(detokenize="engine", calibration=path, calibrated_server="serve"))
     blocking_constant, *_ = constant.on_step(0, 50, 50)
     blocking_measured, leave, _, framing_ns = measured.on_step(0, 50, 50)
     copy_ns = blocking_constant - round(50 * DeliverySpec().detokenize_per_token * 1e9)
     # Detokenizing blocks the engine; the API server then frames the 50 events.
-    calibrated = CalibratedCost.from_file(path)
+    calibrated = CalibratedCost.from_file(path, "serve")
     assert framing_ns == round(calibrated.frame_s(50, 50) * 1e9)
     assert blocking_measured + framing_ns == pytest.approx(copy_ns + calibrated.host_s(50, 50) * 1e9, abs=1)
     assert leave == blocking_measured + framing_ns
@@ -171,7 +172,7 @@ def test_simulate_uses_the_calibration(tmp_path):
     from tokenpath import load_scenario, simulate
 
     slow = write(tmp_path, [BatchCost(1, 1e-3, 1e-3, 0.0), BatchCost(256, 1e-3, 1e-3, 0.0)], "slow.toml")
-    overrides = {"workload.num_requests": 60, "delivery.detokenize": "engine"}
+    overrides = {"workload.num_requests": 60, "delivery.detokenize": "engine", "delivery.calibrated_server": "serve"}
     base = simulate(load_scenario("typical", overrides)).run
     calibrated = simulate(load_scenario("typical", {**overrides, "delivery.calibration": slow})).run
     # 1 ms of fixed cost plus 1 ms per token, inline: every step a request takes part in (one per
@@ -241,6 +242,11 @@ def test_an_engine_s_front_end_is_its_http_server_its_chunks_and_the_request_pat
     last_mile = LastMile(DeliverySpec(detokenize="api-server", calibration=str(path)))
     assert last_mile.request_cost_s(1000) == pytest.approx(2**-11 + r.template_s + r.handoff_s
                                                            + 1000 * r.tokenize_per_token_s, rel=1e-12)
+    # Per token, the engine's own work (the registry's, timed with vLLM's code), not this package's
+    # detokenizer's batch rows, which price `serve` alone.
+    detokenize_s, framing_s = last_mile.host_costs_s(100, 25)
+    assert detokenize_s == pytest.approx(100 * DETOKENIZE_PER_TOKEN_S)
+    assert framing_s == pytest.approx(engine.frame_s(100, 25))
     # A file without [engine_http] (fastapi absent when it was measured): the validation, no HTTP server.
     bare = CalibratedCost(Calibration(TWO, request=REQUEST, framing=FRAMING, http=HTTP))
     assert bare.request_stages_s()[0] == r.parse_s and bare.frame_s(100, 25) == pytest.approx(25 * 1e-5)

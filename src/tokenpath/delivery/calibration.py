@@ -23,9 +23,11 @@ scenario's release does, it takes this figure in place of the registry's.
 Whose front end the file then prices is the scenario's `delivery.calibrated_server`:
 - "engine" (the default): per request, `[engine_http]`'s request (HTTP layer and validation) where
   measured, else `[request]`'s parse_s; per event, the engine's own pydantic chunk (`[framing]`) and
-  `[engine_http]`'s event;
-- "serve": per request, `[http]`'s request and `[request]`'s parse_s; per event, this package's framer
-  (the batch rows' framing) and `[http]`'s event.
+  `[engine_http]`'s event; per token, not the batch rows, which time this package's detokenizer: an
+  engine's own per-token work (vLLM's OutputProcessor) is the registry's detokenize_per_token, timed
+  with the engine's code (benchmarks/vllm_output_processor.py), which a calibration cannot run;
+- "serve": per request, `[http]`'s request and `[request]`'s parse_s; per token and per event, the batch
+  rows (this package's detokenizer and framer) and `[http]`'s event.
 Both add the chat template, the hand-off and tokenizing from `[request]`. A table the file lacks adds
 nothing (its framing: the batch rows').
 """
@@ -207,6 +209,8 @@ class CalibratedCost:
 
     def __init__(self, calibration: Calibration, server: CalibratedServer = "engine") -> None:
         self.request = calibration.request  # the front end's measured cost per request, if measured
+        # Whether it prices an engine's front end, whose per-token work is not the batch rows' (above).
+        self.prices_engine = server == "engine"
         http = calibration.engine_http if server == "engine" else calibration.http
         self._http_request_s, self._event_s = (http.request_s, http.event_s) if http is not None else (0.0, 0.0)
         # The engine's HTTP figure holds the body's validation (FastAPI's, into the pydantic request).

@@ -115,10 +115,13 @@ class LastMile:
 
     def host_costs_s(self, emitted: int, events: int) -> tuple[float, float]:
         """(detokenizing, framing) seconds of a step's `emitted` tokens in `events` SSE events: the spec's
-        constants, or the calibration's measured cost for the batch size."""
+        constants, or the calibration's measured framing for the batch size, with its detokenizing where it
+        prices this package's server (an engine's per-token work stays the spec's: calibration.py)."""
         if self._calibrated is None:
             return emitted * self._detokenize_s, events * self._frame_s
         framing_s = self._calibrated.frame_s(emitted, events)
+        if self._calibrated.prices_engine:
+            return emitted * self._detokenize_s, framing_s
         return self._calibrated.host_s(emitted, events) - framing_s, framing_s
 
     def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int, int, int]:

@@ -22,7 +22,9 @@ PCIE_GEN5_X16_PER_DIRECTION_BPS = default("host_link_bw_Bps")
 # A small device-to-host cudaMemcpy (a few KB) costs about 10 us of latency on PCIe Gen5 hosts; an
 # assumption, to be replaced by a measured calibration.
 D2H_COPY_LATENCY_S = default("host_link_latency_s")
-# Reported cost of one incremental detokenize call in vLLM: 17-55 us (vLLM issue 5206); the low end.
+# vLLM V1's API server per streamed token before its chunk is built (its output handler: decoding the
+# engine core's outputs, OutputProcessor.process_outputs, the Prometheus logger), timed with vLLM's own
+# code by benchmarks/vllm_output_processor.py; the other engines' processes take it too.
 DETOKENIZE_PER_TOKEN_S = default("detokenize_per_token_s")
 # Building one streamed chunk as the engines' API servers do (vLLM's serving_chat.py and TensorRT-LLM's
 # postprocess_handlers.py build a pydantic ChatCompletionStreamResponse per chunk and call
@@ -117,8 +119,9 @@ class DeliverySpec(BaseModel):
         TOKENIZE_PER_TOKEN_S, le=MAX_HOST_COST_S, description="the front end's CPU time per prompt token tokenized")
     calibration: PathText | None = Field(
         None,
-        description="a file from `tokenpath calibrate delivery`: its measured host cost per step and per token "
-                    "replaces detokenize_per_token and frame_per_event, and its cost per request (if measured) "
+        description="a file from `tokenpath calibrate delivery`: its measured host cost per event replaces "
+                    "frame_per_event (and per token detokenize_per_token, with calibrated_server = serve), and "
+                    "its cost per request (if measured) "
                     "frontend_per_request, chat_template_per_request and tokenize_per_token "
                     "(a relative path is read from the scenario's folder)",
     )
