@@ -327,13 +327,14 @@ def main() -> None:
                                  args.prompt_tokens, log_stats)
         for label, row in results[batch].items():
             print(f"               {batch:5d}  {label:7s} {row['decode'] * 1e6:7.2f}  {row['process'] * 1e6:7.2f}  "
-                  f"{row['record'] * 1e6:7.2f}  {row['both'] * 1e6:7.2f}  ({row['mean'] * 1e6:5.2f})  ({row['both'] * batch * 1e3:7.3f})   "
-                  f"{row['stream'] * 1e6:7.2f}",
+                  f"{row['record'] * 1e6:7.2f}  {row['both'] * 1e6:7.2f}  ({row['mean'] * 1e6:5.2f})  "
+                  f"({row['both'] * batch * 1e3:7.3f})   {row['stream'] * 1e6:7.2f}",
                   flush=True)
     summary = [f"batch {b}: {results[b]['none']['both'] * 1e6:.2f} us (no stops), "
                f"{results[b]['2 stops']['both'] * 1e6:.2f} us (2 stops)" for b in (32, 128) if b in results]
     if summary:
-        print(f"vLLM {vllm.__version__} API server, decode + process_outputs + record per token: " + "; ".join(summary))
+        print(f"vLLM {vllm.__version__} API server, decode + process_outputs + record per token: "
+              + "; ".join(summary))
 
 
 if __name__ == "__main__":
