@@ -717,8 +717,16 @@ class _Replica:
         `sampling`: the sequences that sample. Inside a multi-step window the host takes nothing until
         the window's last step, which hands it every token of the window at once."""
         traffic_s = self.costs.traffic_s(num_tokens, num_logits == num_tokens)
-        compute_ns = _ns(self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read, chunk_context,
-                                              self.scheduled, traffic_s, self.ahead_s))
+        # Speculating, the host's work and the decode graphs count the sequences that sample, not the
+        # LM head's verify rows.
+        sequences = sampling if self.width > 1 else None
+        if sequences is None:
+            compute_s = self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read, chunk_context,
+                                             self.scheduled, traffic_s, self.ahead_s)
+        else:
+            compute_s = self.costs.compute_s(num_tokens, num_logits, attn_pairs, kv_read, chunk_context,
+                                             self.scheduled, traffic_s, self.ahead_s, None, sequences)
+        compute_ns = _ns(compute_s)
         if self.costs.draft_s is not None:  # the drafter's passes
             compute_ns += _ns(self.costs.draft_s(num_tokens, sampling, attn_pairs, kv_read, chunk_context))
         traffic_ns = _ns(traffic_s)
@@ -747,7 +755,7 @@ class _Replica:
         self.formed = self.now
         if self.lagged:
             self.ahead_s = max(0.0, (compute_ns + traffic_ns) / 1e9
-                               - self.costs.host_busy_s(num_tokens, num_logits, self.scheduled))
+                               - self.costs.host_busy_s(num_tokens, num_logits, self.scheduled, sequences))
         self.now = end
         return compute_ns, traffic_ns, blocking_ns, end
 

@@ -105,11 +105,11 @@ class RanksCosts:
         self.busiest: list = []
 
     def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens, scheduled,
-                  traffic_s, ahead_s, prompt_on_busiest=None):
+                  traffic_s, ahead_s, prompt_on_busiest=None, sequences=None):
         self.busiest.append(prompt_on_busiest)
         return 1e-3
 
-    def host_busy_s(self, num_tokens, num_logits, scheduled):
+    def host_busy_s(self, num_tokens, num_logits, scheduled, sequences=None):
         return 0.0
 
     def traffic_s(self, num_tokens, decode_only):

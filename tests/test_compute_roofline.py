@@ -228,6 +228,25 @@ def test_cuda_graph_policy_decides_which_steps_launch_eagerly():
         ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="eager")
 
 
+def test_a_verify_step_replays_the_decode_graph_of_its_sequences():
+    # Decode graphs sized in sequences (SGLang's cuda_graph_max_bs, TensorRT-LLM's batch sizes) hold
+    # a verify step's drafts: 48 sequences of 4 tokens replay the graph of batch 48 (up to 64 here),
+    # though their 192 tokens exceed it; vLLM V1's graphs, sized in tokens, do not take them.
+    model, chip = load_model("llama-3.1-8b"), load_chip("h100")
+    eager_s = (32 * 16 + 3) * EAGER_KERNEL_LAUNCH_S
+    by_sequences = ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="decode", cuda_graph_max_tokens=64)
+    assert by_sequences.launch_s(192, 192, sequences=48) == 0.0
+    assert by_sequences.launch_s(192, 192) == pytest.approx(eager_s)  # (without speculation: 192 sequences)
+    assert by_sequences.launch_s(260, 260, sequences=65) == pytest.approx(eager_s)
+    sizes = ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="decode", cuda_graph_sizes=frozenset({16, 32}))
+    assert sizes.launch_s(128, 128, sequences=32) == 0.0 and sizes.launch_s(68, 68, sequences=17) > 0
+    by_tokens = ComputeModel(model, chip, 1, "fp8", "bf16", cuda_graphs="all", cuda_graph_max_tokens=64)
+    assert by_tokens.launch_s(192, 192, sequences=48) == pytest.approx(eager_s)
+    # The host's own time counts the sequences too: 48, not 192 verify rows.
+    host = ComputeModel(model, chip, 1, "fp8", "bf16", host_per_sequence_s=1e-5)
+    assert host.host_busy_s(192, 192, sequences=48) == pytest.approx(48e-5)
+
+
 def _max_plus_end_s(kernel_s: list[float], launch_s: float, ahead_s: float = 0.0) -> float:
     """When a queue of kernels ends, kernel k (from 1) launched at k * launch_s - ahead_s (the host began
     ahead_s before the GPU was free, at 0): each starts once it is launched and the one before it is done."""

@@ -23,21 +23,24 @@ NO_NETWORK = DeliverySpec(
 
 
 class FixedCosts:
-    """Every step costs `base_s` plus `per_token_s` per token processed, plus `scheduler_s` when it calls
-    the scheduler; traffic a fixed share."""
+    """Every step costs `base_s` plus `per_token_s` per token processed and `per_sequence_s` per sequence
+    sampled, plus `scheduler_s` when it calls the scheduler; traffic a fixed share."""
 
     speculation = None  # no speculative decoding
     draft_s = None
     attention_ranks = 1
 
-    def __init__(self, base_s=1e-3, per_token_s=0.0, traffic_s=0.0, scheduler_s=0.0):
+    def __init__(self, base_s=1e-3, per_token_s=0.0, traffic_s=0.0, scheduler_s=0.0, per_sequence_s=0.0):
         self.base_s, self.per_token_s, self._traffic_s, self.scheduler_s = base_s, per_token_s, traffic_s, scheduler_s
+        self.per_sequence_s = per_sequence_s
 
     def compute_s(self, num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens, scheduled,
-                  traffic_s, ahead_s):
-        return self.base_s + self.per_token_s * num_tokens + (self.scheduler_s if scheduled else 0.0)
+                  traffic_s, ahead_s, prompt_on_busiest=None, sequences=None):
+        sampled = num_logits if sequences is None else sequences
+        return (self.base_s + self.per_token_s * num_tokens + self.per_sequence_s * sampled
+                + (self.scheduler_s if scheduled else 0.0))
 
-    def host_busy_s(self, num_tokens, num_logits, scheduled):
+    def host_busy_s(self, num_tokens, num_logits, scheduled, sequences=None):
         return self.scheduler_s if scheduled else 0.0
 
     def traffic_s(self, num_tokens, decode_only):
@@ -727,6 +730,17 @@ def test_the_reference_runs_verify_steps_of_drafts_plus_one_tokens():
     assert list(trace.step_kv_read_tokens[1:]) == [104, 108, 112]
     assert trace.compute_ns[0] == trace.last_step_end_ns[0] == 4_000_000
     assert_same_trace(run_engine(*args, LastMile(NO_NETWORK), EngineSpec(), 10**9), trace)
+
+
+def test_a_verify_step_charges_its_host_per_sequence_not_per_draft():
+    # k = 3 drafts, all accepted, 1 us a sequence sampled: a verify step of 4 tokens is one sequence's
+    # host work (vLLM's update_from_output loops over requests), not four.
+    costs = SpeculativeCosts(drafts=3, acceptance=1.0, per_sequence_s=1e-6)
+    args = (np.zeros(1, np.int64), np.array([100]), np.array([10]), costs)
+    fast = run_engine(*args, LastMile(NO_NETWORK), EngineSpec(), 10**9)
+    assert list(fast.step_logits) == [1, 4, 4, 4]
+    assert fast.compute_ns[0] == 4 * 1_001_000  # its four steps, each one sequence sampled (not 1 + 3 x 4)
+    assert_same_trace(fast, reference_engine(*args, LastMile(NO_NETWORK), EngineSpec(), 10**9))
 
 
 def test_speculative_preemptions_are_exercised_by_the_reference_comparison():

@@ -355,9 +355,10 @@ class ComputeModel:
         return self._num_experts * (1.0 - self._expert_miss ** (num_tokens * self.expert_replicas))
 
     def attention_aggregates(self, num_tokens: int, num_logits: int, attn_pairs: float,
-                             kv_read_tokens: float) -> tuple[float, float]:
+                             kv_read_tokens: float, sequences: int | None = None) -> tuple[float, float]:
         """(attn_pairs, kv_read_tokens) averaged over the layers, the sliding layers' capped at their
-        window (see the class docstring: an upper bound, exact at either extreme)."""
+        window (see the class docstring: an upper bound, exact at either extreme). `sequences`: the
+        sequences sampled, where they are not the LM head's rows (speculative decoding's verify steps)."""
         window = self._window
         if not window:
             return attn_pairs, kv_read_tokens
@@ -365,7 +366,7 @@ class ComputeModel:
         pairs_cap = window * num_tokens
         if attn_pairs > pairs_cap:
             attn_pairs -= share * (attn_pairs - pairs_cap)
-        sequences = num_logits + (num_tokens > num_logits)
+        sequences = (num_logits if sequences is None else sequences) + (num_tokens > num_logits)
         read_cap = (window - 1) * sequences + num_tokens
         if kv_read_tokens > read_cap:
             kv_read_tokens -= share * (kv_read_tokens - read_cap)
@@ -413,19 +414,24 @@ class ComputeModel:
             policy += f", and prompt steps of up to {self.prefill_graph_max_tokens} tokens"
         return policy
 
-    def eager(self, num_tokens: int, num_logits: int) -> bool:
-        """Whether the step launches its kernels one by one: it replays no captured CUDA graph."""
+    def eager(self, num_tokens: int, num_logits: int, sequences: int | None = None) -> bool:
+        """Whether the step launches its kernels one by one: it replays no captured CUDA graph. Decode
+        graphs are sized in sequences (SGLang's cuda_graph_max_bs, TensorRT-LLM's and vLLM V0's batch
+        sizes; a speculative verify step's graph holds its drafts: SGLang's cuda_graph_runner.py
+        num_tokens_per_bs, TensorRT-LLM's DecodingCUDAGraphRunner), so a verify step of `sequences`
+        sequences is matched by them, not by its tokens; vLLM V1's graphs are sized in tokens."""
         if num_tokens != num_logits and self.prefill_graph_max_tokens is not None:
             return num_tokens > self.prefill_graph_max_tokens
-        return (num_tokens > self._graph_max_tokens or (self._graphs_decode_only and num_tokens != num_logits)
-                or (self._graph_sizes is not None and num_tokens not in self._graph_sizes))
+        size = sequences if sequences is not None and self._graphs_decode_only else num_tokens
+        return (size > self._graph_max_tokens or (self._graphs_decode_only and num_tokens != num_logits)
+                or (self._graph_sizes is not None and size not in self._graph_sizes))
 
     def launch_s(self, num_tokens: int, num_logits: int, kernels_s: float = 0.0, traffic_s: float = 0.0,
-                 ahead_s: float = 0.0) -> float:
+                 ahead_s: float = 0.0, sequences: int | None = None) -> float:
         """What launching a step's kernels (`kernels_s` of them, `traffic_s` of collectives between them)
         adds to them: nothing when it replays a CUDA graph; eagerly, every kernel's launch gap and the
         time the GPU waits on the host's launches (launch_wait_s, the host `ahead_s` ahead)."""
-        if not self.eager(num_tokens, num_logits):
+        if not self.eager(num_tokens, num_logits, sequences):
             return 0.0
         return self.eager_gap_s + self.launch_wait_s(kernels_s + self.eager_gap_s + traffic_s, ahead_s)
 
@@ -443,24 +449,31 @@ class ComputeModel:
         launches_s = self.host_launch_s - ahead_s if self.host_launch_s > ahead_s else 0.0
         return launch_queue_s(gpu_s, launches_s, self._layers_per_stage) - gpu_s
 
-    def host_busy_s(self, num_tokens: int, num_logits: int, scheduled: bool = True) -> float:
+    def host_busy_s(self, num_tokens: int, num_logits: int, scheduled: bool = True,
+                    sequences: int | None = None) -> float:
         """The host's own time in a step: its host_s and, run eagerly, its launches. An overlapped host
         has the rest of the step to launch the next one's kernels (launch_wait_s's `ahead_s`); this
-        step's host_s stands in for the next one's scheduling, which comes first."""
-        return self.host_s(num_logits, scheduled) + (self.host_launch_s if self.eager(num_tokens, num_logits) else 0.0)
+        step's host_s stands in for the next one's scheduling, which comes first. `sequences`: the
+        sequences sampled, where they are not the LM head's rows (speculative decoding's verify steps)."""
+        eager = self.eager(num_tokens, num_logits, sequences)
+        return self.host_s(num_logits if sequences is None else sequences, scheduled) + (
+            self.host_launch_s if eager else 0.0)
 
-    def host_s(self, num_logits: int, scheduled: bool = True) -> float:
-        """The host's time for a step that samples `num_logits` sequences; `scheduled`: it calls the
-        scheduler (every step but those of a multi-step window after its first)."""
-        return (self.host_window_s if scheduled else 0.0) + self.host_step_s + self.host_per_sequence_s * num_logits
+    def host_s(self, sequences: int, scheduled: bool = True) -> float:
+        """The host's time for a step that samples `sequences` sequences (a request's work in the
+        scheduler's loops, vLLM's update_from_output per request: not per draft token); `scheduled`: it
+        calls the scheduler (every step but those of a multi-step window after its first)."""
+        return (self.host_window_s if scheduled else 0.0) + self.host_step_s + self.host_per_sequence_s * sequences
 
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
                     chunk_context_tokens: float = 0.0, scheduled: bool = True, traffic_s: float = 0.0,
-                    ahead_s: float = 0.0, prompt_on_busiest: float | None = None) -> float:
+                    ahead_s: float = 0.0, prompt_on_busiest: float | None = None,
+                    sequences: int | None = None) -> float:
         """The step's kernels (step_ops' times), what launching them adds (launch_s, given the step's
         `traffic_s` of collectives between them and the host `ahead_s` ahead of the GPU), plus host_s (or,
         overlapped, the larger of the two). `prompt_on_busiest`: with attention data-parallel, the prompt
-        tokens of the chip that holds the most (busiest_chip_share).
+        tokens of the chip that holds the most (busiest_chip_share). `sequences`: the sequences sampled,
+        where they are not the LM head's rows (a speculative verify step's are its drafts and one more).
 
         Runs once per engine step, so the ops that depend on num_tokens alone are summed once per
         distinct num_tokens and kept, those on num_logits alone likewise; only the few others
@@ -477,7 +490,7 @@ class ComputeModel:
             logits_s = self._logits_s[n] = self._sum_s(self._logit_ops, 0, n)
         total += logits_s
         if self._window:
-            attn_pairs, kv_read_tokens = self.attention_aggregates(t, n, attn_pairs, kv_read_tokens)
+            attn_pairs, kv_read_tokens = self.attention_aggregates(t, n, attn_pairs, kv_read_tokens, sequences)
         touched = 0.0
         if self._num_experts:
             touched = self._num_experts * (1.0 - self._expert_miss ** (t * self.expert_replicas))
@@ -488,8 +501,8 @@ class ComputeModel:
             total += self._sum_coefficients_s(self._chip_ops, t * share, chip_logits, attn_pairs * share,
                                               kv_read_tokens * share, touched, c)
         if not self._every_step_captured:
-            total += self.launch_s(t, n, total, traffic_s, ahead_s)
-        host_s = self.host_s(n, scheduled)
+            total += self.launch_s(t, n, total, traffic_s, ahead_s, sequences)
+        host_s = self.host_s(n if sequences is None else sequences, scheduled)
         if self.host_overlapped:
             return total if total > host_s else host_s
         return total + host_s

@@ -641,12 +641,15 @@ class Replica:
             sampled, events = decode * advance - self.shortfall + len(completing), decode + len(completing)
 
         traffic_s = self._traffic_s(num_tokens, logits == num_tokens)
-        if prompt_on_busiest is None:
+        # Speculating, the sequences sampled are not the LM head's rows (its verify rows): the host's
+        # work and the decode graphs count them.
+        sequences = None if width == 1 else decode + len(completing)
+        if prompt_on_busiest is None and sequences is None:
             compute_s = self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
                                         traffic_s, self.ahead_s)
         else:
             compute_s = self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
-                                        traffic_s, self.ahead_s, prompt_on_busiest)
+                                        traffic_s, self.ahead_s, prompt_on_busiest, sequences)
         compute_ns = round(compute_s * 1e9)
         if self._draft_s is not None:  # the drafter's passes, after the target's (compute/drafter.py)
             compute_ns += round(self._draft_s(num_tokens, decode + len(completing), attn_pairs, kv_read,
@@ -670,7 +673,7 @@ class Replica:
             self.rows.emitted(self.decoders.emitters(decode, completing), not self.window_left)
         self.formed_ns = self.now  # the next step's batch, if formed while this one runs
         if self.lagged:
-            ahead_s = (compute_ns + traffic_ns) / 1e9 - self._host_busy_s(num_tokens, logits, scheduled)
+            ahead_s = (compute_ns + traffic_ns) / 1e9 - self._host_busy_s(num_tokens, logits, scheduled, sequences)
             self.ahead_s = ahead_s if ahead_s > 0.0 else 0.0
         self.now = gpu_end + blocking_ns
         return completing, finishing
