@@ -329,7 +329,7 @@ def test_a_delivery_calibration_joins_through_the_assumptions_table(tmp_path):
     engine.write_text('schema = "tokenpath.engine-calibration/1"\n[fitted.host_step_s]\nvalue = 0.002\n'
                       '[fitted.serving_gemm_fraction]\nvalue = 0.5\n')
     (tmp_path / "s.toml").write_text('[assumptions]\ncalibration = ["engine.toml", "host.toml"]\n'
-                                     'serving_gemm_fraction = 0.6\n')
+                                     'serving_gemm_fraction = 0.6\n[delivery]\ncalibrated_server = "serve"\n')
     scenario = load_scenario(str(tmp_path / "s.toml"), SMALL)
     assert scenario.resolved_delivery().calibration == str(slow)
     resolved = scenario.resolved_assumptions()
@@ -338,7 +338,8 @@ def test_a_delivery_calibration_joins_through_the_assumptions_table(tmp_path):
     # the engine file's host time (2 ms a step, the registry's 0.761 ms) slows each step
     plain = load_scenario("typical", SMALL)
     assert _latency(scenario)["tpot"]["p50"] > _latency(plain)["tpot"]["p50"] + 0.5e-3
-    # the host file's 1 ms a detokenized batch runs on the API server, in the tokens' delivery
+    # the host file's 1 ms a detokenized batch (this package's server's, which it prices) runs on the API
+    # server, in the tokens' delivery
     engine_only = tmp_path / "e.toml"
     engine_only.write_text('[assumptions]\ncalibration = ["engine.toml"]\nserving_gemm_fraction = 0.6\n')
     def delivery_s(scenario):

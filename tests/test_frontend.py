@@ -106,6 +106,18 @@ def test_each_engine_gets_its_share_of_the_deployment_s_processes(scheduler, rep
     assert build_deployment(load_scenario(None, overrides)).front_end == layout
 
 
+@pytest.mark.parametrize(("scheduler", "overrides", "seconds"), [
+    ("vllm-v1", {}, 6.45e-6),                    # its API server's output handler, timed with vLLM's code
+    ("vllm-v0", {}, 17e-6),                      # V0's detokenizer in the engine (vLLM issue 5206)
+    ("vllm-v0", {"assumptions.vllm_v0_detokenize_per_token_s": 2e-6}, 2e-6),
+    ("vllm-v0", {"delivery.detokenize_per_token": 1e-6}, 1e-6),  # the scenario's own field wins
+    ("trtllm", {}, 6.45e-6),
+])
+def test_each_profile_detokenizes_at_its_own_registry_time(scheduler, overrides, seconds):
+    scenario = load_scenario(None, {"engine.scheduler": scheduler, **overrides})
+    assert scenario.resolved_delivery().detokenize_per_token == pytest.approx(seconds)
+
+
 @pytest.mark.parametrize(("release", "api_servers"), [("0.14.0", 1), ("0.15.0", 4), (None, 4)])
 def test_vllm_runs_an_api_server_per_replica_from_0_15_0(release, api_servers):
     # --api-server-count defaulted to 1 until 0.14.0, to the data-parallel size from 0.15.0.

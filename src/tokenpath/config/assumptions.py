@@ -200,6 +200,10 @@ REGISTRY: tuple[Assumption, ...] = (
                "(benchmarks/vllm_output_processor.py; 7.09 us with two stop strings; vLLM V0's path read "
                "17-55 us, vLLM issue 5206)",
                "tests/test_delivery.py; benchmarks/vllm_output_processor.py"),
+    Assumption("vllm_v0_detokenize_per_token_s", 17e-6, _DELIVERY, "VLLM_V0_DETOKENIZE_PER_TOKEN_S", "s",
+               "vLLM V0's incremental detokenize call per token, in its engine's process (the vllm-v0 "
+               "profile): 17-55 us (vLLM issue 5206), the low end",
+               "tests/test_frontend.py"),
     Assumption("frame_per_event_s", 20.7e-6, _DELIVERY, "FRAME_PER_EVENT_S", "s",
                "10.6 + 10.1 us: one streamed chunk built as vLLM's serving_chat.py builds it (a pydantic "
                "ChatCompletionStreamResponse, model_dump_json, SSE framing), 10.6 us on a current x86 core; then "

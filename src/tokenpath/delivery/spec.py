@@ -26,6 +26,9 @@ D2H_COPY_LATENCY_S = default("host_link_latency_s")
 # engine core's outputs, OutputProcessor.process_outputs, the Prometheus logger), timed with vLLM's own
 # code by benchmarks/vllm_output_processor.py; the other engines' processes take it too.
 DETOKENIZE_PER_TOKEN_S = default("detokenize_per_token_s")
+# vLLM V0's detokenizer per token, in its engine's process (its Python detokenize_incrementally; vLLM issue
+# 5206 timed 17-55 us), which the vllm-v0 profile takes in place of the above (Profile.detokenize_assumption).
+VLLM_V0_DETOKENIZE_PER_TOKEN_S = default("vllm_v0_detokenize_per_token_s")
 # Building one streamed chunk as the engines' API servers do (vLLM's serving_chat.py and TensorRT-LLM's
 # postprocess_handlers.py build a pydantic ChatCompletionStreamResponse per chunk and call
 # model_dump_json), its SSE framing, and its writing through the engine's HTTP layer (FastAPI's

@@ -193,6 +193,9 @@ class Profile:
     # template and tokenizes them in its API server, and frames each chunk there.
     api_servers: ApiServers | Callable[[str | None], ApiServers]  # or by release
     detokenizes_in: Literal["engine", "api-server", "detokenizer"]  # "detokenizer": one process of its own
+    # The registry's time per token of that process's output handling, where [delivery] does not set
+    # detokenize_per_token: vLLM V1's measured output handler, or vLLM V0's slower detokenizer
+    detokenize_assumption: Literal["detokenize_per_token_s", "vllm_v0_detokenize_per_token_s"]
     # The work its API server does per chat request on the template's source, besides rendering it, in a
     # release (engine/template_work.py): the registry's cost per character, or None
     template_work: Callable[[str | None], TemplateWork | None]
@@ -274,6 +277,7 @@ PROFILES: dict[str, Profile] = {
         # defaults to the data-parallel size from 0.15.0, to one before (vllm_api_servers).
         api_servers=vllm_api_servers,
         detokenizes_in="api-server",
+        detokenize_assumption="detokenize_per_token_s",
         template_work=vllm_template_work,
         launched_with="vllm",
         offered_as_lever=True,
@@ -340,6 +344,7 @@ PROFILES: dict[str, Profile] = {
         # parallelism: a replica is a server of its own.
         api_servers="per-replica",
         detokenizes_in="engine",
+        detokenize_assumption="vllm_v0_detokenize_per_token_s",
         template_work=vllm_template_work,
         launched_with="vllm",
         offered_as_lever=False,  # a release to reproduce (its latency rows), not a change to make
@@ -421,6 +426,7 @@ PROFILES: dict[str, Profile] = {
         # detokenizer_worker_num = 1).
         api_servers="per-server",
         detokenizes_in="detokenizer",
+        detokenize_assumption="detokenize_per_token_s",  # its own method is not timed: vLLM V1's stands in
         template_work=no_template_work,
         launched_with="sglang",
         offered_as_lever=True,
@@ -500,6 +506,7 @@ PROFILES: dict[str, Profile] = {
         # replica (num_serve_frontends defaults to 1).
         api_servers="per-replica",
         detokenizes_in="api-server",
+        detokenize_assumption="detokenize_per_token_s",  # its own method is not timed: vLLM V1's stands in
         template_work=no_template_work,
         launched_with="trtllm",
         offered_as_lever=True,

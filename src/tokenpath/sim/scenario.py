@@ -280,6 +280,10 @@ class Scenario(BaseModel):
         scenario's delivery assumptions (overridden or calibrated) for the fields its table leaves unset."""
         assumptions = self.resolved_assumptions()
         update = assumptions.delivery_fields(self.delivery.model_fields_set)
+        # The profile's own per-token time, where it has one (Profile.detokenize_assumption).
+        if (self.engine.profile.detokenize_assumption == "vllm_v0_detokenize_per_token_s"
+                and "detokenize_per_token" not in self.delivery.model_fields_set):
+            update["detokenize_per_token"] = assumptions.value("vllm_v0_detokenize_per_token_s")
         calibration = self.delivery.calibration
         if calibration is not None:
             update["calibration"] = self.resolve_path(calibration)
