@@ -201,6 +201,10 @@ class EngineSpec(BaseModel):
         if self.mixed_chunk and not self.chunked_prefill:
             raise ValueError("mixed_chunk needs chunked_prefill = true (SGLang mixes decodes into chunked prefill "
                              "steps only); set chunked_prefill = true or mixed_chunk = false")
+        if self.mixed_chunk and self.speculative is not None:
+            raise ValueError("mixed_chunk with a drafter is not modelled: SGLang turns mixed chunks off with one "
+                             "before 0.5.19 (server_args.py), and from 0.5.19 decodes one token a sequence in a "
+                             "mixed step (arg_groups/speculative_hook.py); set mixed_chunk = false")
         if self.kv_admission not in profile.kv_admissions:
             offering = _quoted_where(lambda p: self.kv_admission in p.kv_admissions)
             raise ValueError(f"kv_admission = \"{self.kv_admission}\" is not {profile.engine}'s; use scheduler = "
