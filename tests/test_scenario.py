@@ -49,6 +49,13 @@ def test_default_scenario_is_the_typical_deployment():
     # vLLM (the default profile) keeps the KV cache at the model's bf16; TensorRT-LLM quantizes it with fp8 weights.
     assert (s.model.name, s.model.precision, s.model.kv_precision()) == ("llama-3.1-70b", "fp8", "bf16")
     assert s.model.kv_precision("trtllm") == "fp8"
+    # ... unless the checkpoint's fp8 is block-scaled (DeepSeek-V3's own), which declares no KV quantization
+    # (TensorRT-LLM's load_hf_quant_config): its KV cache stays bf16, at half the tokens' bytes' worth of fp8.
+    assert load_scenario(None, {"engine.scheduler": "trtllm"}).kv_precision() == "fp8"
+    deepseek = load_scenario(None, {"engine.scheduler": "trtllm", "model.name": "deepseek-v3"})
+    assert deepseek.kv_precision() == "bf16"
+    assert load_scenario(None, {"engine.scheduler": "trtllm", "model.name": "deepseek-v3",
+                                "model.kv_cache_precision": "fp8"}).kv_precision() == "fp8"
     assert (s.deployment.chip, s.deployment.chips, s.deployment.tp, s.deployment.replicas) == ("h200", 8, 8, 1)
     assert s.workload.arrival.rate == 34.0 and s.workload.arrival.burstiness == 1.0
     assert s.workload.num_requests == 2000 and s.workload.trace is None and s.workload.max_concurrency is None

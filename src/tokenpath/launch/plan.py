@@ -103,7 +103,7 @@ def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
         roles = (Role("server", dep.replicas, total, 0),)
     host_overlap = scenario.engine.host_overlap
     return Plan(scenario, checkpoint(scenario, model_id), roles, profile,
-                scenario.model.kv_precision(scenario.engine.scheduler),
+                scenario.kv_precision(),
                 profile.host_overlap if host_overlap is None else host_overlap,
                 front_end.detokenizes_in(scenario), _draft_checkpoint(scenario),
                 deployment.compute.prefill_graph_max_tokens, deployment.chip.chips_per_host, deployment.fabric_name,

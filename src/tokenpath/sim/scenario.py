@@ -73,17 +73,21 @@ class ModelSection(BaseModel):
     kv_cache_precision: Literal["auto", "bf16", "fp8"] = Field(
         "auto", description="auto: the engine's default: the model's own bf16 in vLLM and SGLang (their "
                             "--kv-cache-dtype auto); fp8 with fp8 or fp4 weights in TensorRT-LLM "
-                            f"({profiles_where(lambda p: p.fp8_kv_with_quantized_weights)})"
+                            f"({profiles_where(lambda p: p.fp8_kv_with_quantized_weights)}), except a "
+                            "block-scaled fp8 checkpoint's (DeepSeek-V3's), which declares no KV quantization"
     )
 
-    def kv_precision(self, scheduler: str = DEFAULT_PROFILE) -> str:
+    def kv_precision(self, scheduler: str = DEFAULT_PROFILE, fp8_block_scaled: bool = False) -> str:
         """The KV cache's precision: the profile's rule (Profile.fp8_kv_with_quantized_weights) unless
         set. vLLM's and SGLang's `--kv-cache-dtype auto` keep the model's activation dtype (bf16)
-        whatever the weights' precision; TensorRT-LLM's fp8 and NVFP4 checkpoints quantize it to fp8."""
+        whatever the weights' precision; TensorRT-LLM's follows the checkpoint's quantization config:
+        NVIDIA's fp8 and NVFP4 checkpoints (ModelOpt's kv_cache_quant_algo FP8) quantize it to fp8, a
+        block-scaled fp8 checkpoint (`fp8_block_scaled`: DeepSeek-V3's own, Qwen3's FP8) declares no KV
+        quantization and keeps bf16 (tensorrt_llm/_torch/model_config.py, load_hf_quant_config)."""
         if self.kv_cache_precision != "auto":
             return self.kv_cache_precision
         quantized = PROFILES[scheduler].fp8_kv_with_quantized_weights and self.precision != "bf16"
-        return "fp8" if quantized else "bf16"
+        return "fp8" if quantized and not fp8_block_scaled else "bf16"
 
 
 def _check_placement(value: object) -> object:
@@ -316,6 +320,14 @@ class Scenario(BaseModel):
             return 0.0
         measured = None if calibration is None else Calibration.read(calibration).template_parse
         return chars * (getattr(measured, work) if measured else cost_per_char_s(work, assumptions))
+
+    def kv_precision(self) -> str:
+        """The KV cache's precision (ModelSection.kv_precision) for this engine and the checkpoint the model
+        names."""
+        from tokenpath.compute import load_model
+
+        block_scaled = load_model(self.model_source()).fp8_block_scaled
+        return self.model.kv_precision(self.engine.scheduler, block_scaled)
 
     def model_source(self) -> str:
         """What to load the model from: a catalog name, or a config.json path (resolved)."""
