@@ -150,6 +150,21 @@ def test_sglangs_ranks_each_take_their_share_of_the_chunked_budget():
     assert run_ranks(4, [1500], sglang.model_copy(update={"chunked_prefill": False}))[0] == 1500
 
 
+@pytest.mark.parametrize("scheduler, whole_op, split_op", [("prefill-first", "embedding", "lm_head"),
+                                                            ("trtllm", "lm_head", "embedding")])
+def test_each_engine_holds_its_own_ops_whole_on_every_attention_rank(scheduler, whole_op, split_op):
+    # SGLang builds DeepSeek's embedding over the attention-TP group (whole under full attention DP), its LM
+    # head split; TensorRT-LLM holds an unsharded LM head under enable_attention_dp, its embedding split.
+    scenario = load_scenario(None, {"model.name": "deepseek-v3", "engine.scheduler": scheduler,
+                                    "deployment.attention_dp": True})
+    ops = {op.name: op for op in build_deployment(scenario).compute.ops}
+    model = load_model("deepseek-v3")
+    table_bytes = model.vocab_size * model.hidden_size * 2  # bf16
+    assert ops[whole_op].resident_bytes == pytest.approx(table_bytes)
+    assert ops[split_op].resident_bytes == pytest.approx(table_bytes / 8)
+    assert ops["lm_head"].per_sequence == (whole_op == "lm_head")  # a whole head: its chip's sequences' logits
+
+
 def test_the_busiest_chip_holds_the_prompt_tokens_the_engine_says():
     compute = ComputeModel(load_model("deepseek-v3"), load_chip("h200"), 8, "fp8", "bf16", attention_dp=True)
     # Eight 1,000-token prompts on eight ranks: 1,000 on the busiest chip, not 8,000.

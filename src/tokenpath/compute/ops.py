@@ -171,7 +171,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
               expert_replicas: int = 1, assumptions: Assumptions = DEFAULTS,
               expert_precision: str | None = None, attention_dp: bool = False,
               latent_attention: bool = True, weight_only_expert_time: float = 1.0,
-              input_projection: int = 0) -> list[LinearOp]:
+              input_projection: int = 0, attention_dp_whole: frozenset[str] = frozenset()) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     Expert parallelism over `expert_replicas` > 1 replicas (roofline.ComputeModel) places routed
@@ -196,10 +196,17 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     before its layer (_input_projection; 0: none)."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions,
                   expert_precision or weight_precision, latent_attention, weight_only_expert_time)
-    attention = (_attention(s) if not attention_dp or tp == 1 else
-                 [dataclasses.replace(op, per_sequence=True) for op in _attention(dataclasses.replace(s, tp=1))])
-    return [*_embedding_and_norms(s), *_input_projection(s, input_projection), *attention, *_dense_mlp(s), *_moe(s),
-            _lm_head(s)]
+    data_parallel = attention_dp and tp > 1
+    whole = dataclasses.replace(s, tp=1)
+    attention = (_attention(s) if not data_parallel else
+                 [dataclasses.replace(op, per_sequence=True) for op in _attention(whole)])
+    # Under attention data-parallel an engine may hold the embedding or the LM head whole on every chip
+    # (`attention_dp_whole`, engine/profiles.py): a whole LM head computes its chip's sequences' logits.
+    embedding_s = whole if data_parallel and "embedding" in attention_dp_whole else s
+    head = (dataclasses.replace(_lm_head(whole), per_sequence=True)
+            if data_parallel and "lm_head" in attention_dp_whole else _lm_head(s))
+    return [*_embedding_and_norms(s, embedding_s.tp), *_input_projection(s, input_projection), *attention,
+            *_dense_mlp(s), *_moe(s), head]
 
 
 def _input_projection(s: _Sharding, inputs: int) -> list[LinearOp]:
@@ -214,12 +221,13 @@ def _input_projection(s: _Sharding, inputs: int) -> list[LinearOp]:
     return [s.gemm("input_proj", 1, inputs * h * h, inputs * h, h, param_bytes=s.embed_bytes, rate=s.bf16_rate)]
 
 
-def _embedding_and_norms(s: _Sharding) -> list[LinearOp]:
+def _embedding_and_norms(s: _Sharding, embedding_tp: int) -> list[LinearOp]:
+    """The embedding, its table split over `embedding_tp` chips, and the layers' norms."""
     model, h, layers, act = s.model, s.model.hidden_size, s.model.num_layers, s.act
     embedding = LinearOp(
         "embedding", s.bf16_rate,
-        bytes_per_token=h * s.embed_bytes / s.tp + h * act,  # this rank's share of the rows, full output
-        resident_bytes=model.vocab_size / s.tp * h * s.embed_bytes,
+        bytes_per_token=h * s.embed_bytes / embedding_tp + h * act,  # this rank's share of the rows, full output
+        resident_bytes=model.vocab_size / embedding_tp * h * s.embed_bytes,
         kernels=1,
     )
     # Fused residual-add + RMSNorm: reads input and residual, writes both. Two per layer and a final

@@ -104,7 +104,8 @@ class ComputeModel:
                  host_eager_kernels: float | None = None, fused_mxfp4_moe_calls: int | None = None,
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
                  latent_attention: bool = True, weight_only_expert_time: float = 1.0,
-                 input_projection: int = 0, shared_weights: frozenset[str] = frozenset()):
+                 input_projection: int = 0, shared_weights: frozenset[str] = frozenset(),
+                 attention_dp_whole: frozenset[str] = frozenset()):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -127,7 +128,7 @@ class ComputeModel:
         self.latent_attention = latent_attention
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas,
                                              assumptions, self.expert_precision, self.attention_dp, latent_attention,
-                                             weight_only_expert_time, input_projection)
+                                             weight_only_expert_time, input_projection, attention_dp_whole)
         # A drafter's ops whose weights are the target's (compute/drafter.py): they run and stream those
         # weights as before, but hold none of their own.
         unknown = shared_weights - {op.name for op in self.ops}

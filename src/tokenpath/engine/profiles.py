@@ -101,6 +101,12 @@ class Profile:
     # ranks (SGLang: chunked_prefill_size // dp_size, arg_groups/parallel_hook.py), so one rank's prompt
     # runs in chunks of that share; False: the rank's prompts share the replica's whole budget.
     attention_dp_splits_budget: bool
+    # With attention data-parallel, the ops it holds whole on every chip rather than split over the
+    # replica's tp (compute/ops.py): SGLang's embedding (deepseek_v2.py builds it over the attention-TP
+    # group, get_embedding_tp_kwargs; its LM head stays split unless --enable-dp-lm-head), TensorRT-LLM's
+    # LM head (modeling_utils.py: an unsharded LMHead under enable_attention_dp unless
+    # enable_lm_head_tp_in_adp).
+    attention_dp_whole: frozenset[str]
     queue_policy: Literal["fcfs"]  # the order waiting requests are admitted in (engine/queues.py)
     prefix_caching: bool  # its prefix cache is on by default (`[engine] prefix_caching` otherwise)
     # With prefix caching on, what a preempted request leaves cached, to find when admitted again
@@ -229,6 +235,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
+        attention_dp_whole=frozenset(),
         queue_policy="fcfs",
         prefix_caching=True,  # automatic prefix caching, on by default in V1
         # _preempt_request frees its blocks, which keep their hashes, and zeroes num_computed_tokens; the
@@ -302,6 +309,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
+        attention_dp_whole=frozenset(),
         queue_policy="fcfs",
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
         # With --enable-prefix-caching, a freed block keeps its content hash in the evictor
@@ -371,6 +379,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=True,
         attention_dp_splits_budget=True,
+        attention_dp_whole=frozenset({"embedding"}),
         queue_policy="fcfs",
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
         # retract_decode (sglang/srt/managers/schedule_batch.py) frees a request's tokens past
@@ -456,6 +465,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
+        attention_dp_whole=frozenset({"lm_head"}),
         queue_policy="fcfs",
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True
         preempted_keeps=None,  # what a paused request leaves for its KV cache reuse is not read here
