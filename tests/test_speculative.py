@@ -19,7 +19,7 @@ from tokenpath.engine.replica import Replica
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.engine.speculative import Acceptance, SpeculativeSpec, mean_tokens_per_step, mtp_head_shared
 from tokenpath.sim.deployment import build_deployment
-from tokenpath.sim.scenario import Scenario
+from tokenpath.sim.scenario import Scenario, load_scenario
 
 
 def run(inputs, outputs, costs, spec=EngineSpec(), kv_tokens=10**9, arrivals_s=None):
@@ -355,3 +355,23 @@ def test_tensorrt_llm_turns_its_overlap_scheduler_off_for_ngram_drafts_only():
     mtp, ngram = ({"method": method, "num_speculative_tokens": 2} for method in ("mtp", "ngram"))
     assert EngineSpec(scheduler="trtllm", speculative=mtp).host_overlap is None
     assert EngineSpec(scheduler="trtllm", speculative=ngram).host_overlap is False
+
+
+@pytest.mark.parametrize("release, reserve_gib, in_pool", [("0.5.9", 2, False), ("0.5.12", 4, False),
+                                                           ("0.5.23", 0, True)])
+def test_sglang_takes_a_drafter_from_its_reserve_until_0_5_14_and_from_its_pool_after(release, reserve_gib, in_pool):
+    # server_args.py reserves 2 GiB for an EAGLE or MTP drafter, 4 GiB from 0.5.10, and the drafter's
+    # weights and KV come out of that reserve; from 0.5.14 it reserves none and counts them in the pool.
+    base = {"model.name": "deepseek-v3", "engine.scheduler": "prefill-first", "engine.version": release}
+    drafted = {**base, "engine.speculative": {"method": "mtp", "num_speculative_tokens": 3},
+               "workload.draft_acceptance": 0.7}
+    plain, with_drafter = (build_deployment(load_scenario(None, table)) for table in (base, drafted))
+    hbm_gib = plain.chip.hbm_bytes / 2**30
+    share_gib = (plain.memory_share - with_drafter.memory_share) * hbm_gib
+    assert share_gib == pytest.approx(reserve_gib, abs=0.002 * hbm_gib)  # the fraction is rounded to 0.001
+    pool_gib = ((plain.kv_capacity_tokens - with_drafter.kv_capacity_tokens)
+                * plain.compute.kv_bytes_per_token_per_chip / 2**30)
+    if in_pool:  # the drafter's own weights and KV cache
+        assert pool_gib > 0.5
+    else:  # the reserve alone moves the pool
+        assert pool_gib == pytest.approx(share_gib, rel=0.05)

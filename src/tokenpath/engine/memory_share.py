@@ -77,9 +77,13 @@ _SGLANG_TP_TABLES = (
     ("0.4.0", (0.79, 0.81, 0.85, 0.87, 0.88)),
 )
 # The drafters' reserves of 0.4.8 on, by tokenpath's speculative method (SGLang's STANDALONE is a draft
-# model, NGRAM drafts from the prompt and has none; EAGLE, EAGLE3 and NEXTN take 2 GiB).
+# model, NGRAM drafts from the prompt and has none; EAGLE, EAGLE3 and NEXTN take 2 GiB, 4 GiB from 0.5.10:
+# server_args.py). From 0.5.14 there is none: the drafter's weights and KV are counted in the pool itself
+# (model_runner_kv_cache_mixin.py, "draft weights are now counted"; sglang_drafter_in_pool).
 _SGLANG_DRAFTER_RESERVE_MIB = {"draft_model": 6 * 1024, "ngram": 0}
 _SGLANG_DRAFTER_DEFAULT_MIB = 2 * 1024
+_SGLANG_DRAFTER_DEFAULT_MIB_0_5_10 = 4 * 1024
+SGLANG_DRAFTER_IN_POOL_SINCE = "0.5.14"
 # Its reserve for prompt-step graphs (the module's docstring): per size captured, and an MLA model's.
 _SGLANG_PREFILL_GRAPH_MIB = 8
 _SGLANG_MLA_PREFILL_GRAPHS_MIB = 1.5 * 1024
@@ -190,6 +194,15 @@ def _sglang_formula_reserve_mib(shape: ServerShape, gpu_mib: float) -> float:
         reserve += _SGLANG_MLA_PREFILL_GRAPHS_MIB if mla else shape.prefill_graphs * _SGLANG_PREFILL_GRAPH_MIB
     if gpu_mib > 60 * 1024:
         reserve = max(reserve, 10 * 1024)
-    if shape.drafter:
-        reserve += _SGLANG_DRAFTER_RESERVE_MIB.get(shape.drafter, _SGLANG_DRAFTER_DEFAULT_MIB)
+    if shape.drafter and not sglang_drafter_in_pool(shape.release):
+        eagle = _SGLANG_DRAFTER_DEFAULT_MIB_0_5_10 if release_at_least(shape.release, "0.5.10") else \
+            _SGLANG_DRAFTER_DEFAULT_MIB
+        reserve += _SGLANG_DRAFTER_RESERVE_MIB.get(shape.drafter, eagle)
     return reserve
+
+
+def sglang_drafter_in_pool(release: str | None) -> bool:
+    """Whether SGLang's KV pool holds the drafter's weights and KV cache beside the target's: from 0.5.14,
+    which loads the drafter before sizing the pools; before, the target's pool was sized first and the
+    drafter took its memory out of the reserve (_sglang_formula_reserve_mib)."""
+    return release_at_least(release, SGLANG_DRAFTER_IN_POOL_SINCE)

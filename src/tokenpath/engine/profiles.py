@@ -39,6 +39,7 @@ from tokenpath.engine.memory_share import (
     DEFAULT_UTILIZATION,
     KvMargin,
     ServerShape,
+    sglang_drafter_in_pool,
     sglang_mem_fraction_static,
     vllm_gpu_memory_utilization,
     vllm_measured_kv_margin,
@@ -186,6 +187,9 @@ class Profile:
     # Where a release sizes the KV cache from the memory it measures free after warmup instead, what it
     # keeps free beyond a step's activations, by release and chip generation (None: it does not).
     measured_kv_margin: Callable[[str | None, str], KvMargin | None] | None
+    # Whether a drafter's weights and KV cache come out of the target's KV pool, or its rule by release
+    # (SGLang before 0.5.14 sized the pool first and took the drafter from its reserve: memory_share.py)
+    drafter_in_pool: bool | Callable[[str | None], bool]
     # A sliding-window model's sliding layers in the KV pool (engine/sliding_pool.py): their tokens per
     # full-attention token, by release, chip generation and whether a drafter runs; None: the engine frees
     # the blocks out of the window (vLLM V1's hybrid KV-cache manager).
@@ -275,6 +279,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="all",
         default_memory_share=vllm_gpu_memory_utilization,  # 0.9, 0.92 from 0.20.0, 1.0 where measured
         measured_kv_margin=vllm_measured_kv_margin,  # from 0.34.0 on CUDA and ROCm (engine/memory_share.py)
+        drafter_in_pool=True,
         sliding_pool_ratio=None,  # its hybrid KV-cache manager frees the blocks out of a window
         default_block_size=vllm_block_size,  # 16, 64 from 0.34.0
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
@@ -343,6 +348,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="all",
         default_memory_share=DEFAULT_UTILIZATION,
         measured_kv_margin=None,
+        drafter_in_pool=True,
         sliding_pool_ratio=every_layer,  # no hybrid manager: a sliding layer holds every token
         default_block_size=DEFAULT_BLOCK_SIZE,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
@@ -425,6 +431,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="weights_and_kv",
         default_memory_share=sglang_mem_fraction_static,
         measured_kv_margin=None,
+        drafter_in_pool=sglang_drafter_in_pool,
         sliding_pool_ratio=sglang_sliding_pool_ratio,
         default_block_size=DEFAULT_BLOCK_SIZE,
         # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
@@ -507,6 +514,7 @@ PROFILES: dict[str, Profile] = {
         memory_share_covers="free_memory",
         default_memory_share=DEFAULT_UTILIZATION,
         measured_kv_margin=None,
+        drafter_in_pool=True,
         sliding_pool_ratio=None,  # its per-window pools are not read here: as vLLM V1's
         default_block_size=DEFAULT_BLOCK_SIZE,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the
