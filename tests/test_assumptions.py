@@ -87,6 +87,7 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.cuda_graphs.SGLANG_MLA_PREFILL_GRAPH_TOKENS": "SGLang's own default (cited there), a fact",
     "tokenpath.engine.cuda_graphs.SGLANG_MLA_PREFILL_GRAPH_TOKENS_0_5_23": "SGLang's own default (cited there), a fact",
     "tokenpath.engine.memory_share._SGLANG_DRAFTER_DEFAULT_MIB": "SGLang's own reserve (cited there), a fact",
+    "tokenpath.engine.memory_share._SGLANG_DRAFTER_DEFAULT_MIB_0_5_10": "SGLang's own reserve (cited there), a fact",
     **{f"tokenpath.engine.new_token_ratio.{name}": "SGLang's own scheduler default (cited there), a fact"
        for name in ("INIT_NEW_TOKEN_RATIO", "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO_DECAY_STEPS",
                     "RETRACT_DECODE_STEPS", "CLIP_MAX_NEW_TOKENS_ESTIMATION",

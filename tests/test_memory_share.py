@@ -65,7 +65,7 @@ def test_0_4_8_to_0_5_3rc0_reserve_by_memory_tier(release, hbm, tp, more, reserv
     (H100, 1, 1024, 32, {}, 10240),
     # DP attention over 8 ranks with 512-sequence graphs: 3 + 1.5 MiB per sequence per rank
     (H200, 8, 8192, 512, {"attention_dp": True}, 512 + 12288 + 1024 + 1024 + 512 * 8 * 4.5),
-    # drafters after the floor: EAGLE or MTP 2 GiB, a draft model 6, n-gram none
+    # drafters after the floor, to 0.5.9: EAGLE or MTP 2 GiB, a draft model 6, n-gram none
     (H100, 1, 1024, 32, {"drafter": "mtp"}, 10240 + 2048),
     (H100, 1, 1024, 32, {"drafter": "draft_model"}, 10240 + 6144),
     (H100, 1, 1024, 32, {"drafter": "ngram"}, 10240),
@@ -73,8 +73,21 @@ def test_0_4_8_to_0_5_3rc0_reserve_by_memory_tier(release, hbm, tp, more, reserv
 def test_0_5_3_on_reserves_for_the_prefill_chunk_and_the_decode_graphs(hbm, tp, chunk, graphs, more, reserve_mib):
     mib = hbm / 2**20
     expected = round((mib - reserve_mib) / mib, 3)
-    for release in ("0.5.3", "0.5.3.post3", "0.5.9 (lmsysorg/sglang:v0.5.9-cu130)", None, "not stated"):
+    releases = ("0.5.3", "0.5.3.post3", "0.5.9 (lmsysorg/sglang:v0.5.9-cu130)")
+    if "drafter" not in more:
+        releases += (None, "not stated")  # (unstated: the newest, which reserves for no drafter)
+    for release in releases:
         assert _fraction(release, hbm, tp=tp, chunk=chunk, graphs=graphs, **more) == expected
+
+
+@pytest.mark.parametrize(("release", "drafter", "drafter_mib"), [
+    ("0.5.10", "mtp", 4096), ("0.5.13", "eagle", 4096), ("0.5.13", "draft_model", 6144), ("0.5.13", "ngram", 0),
+    ("0.5.14", "mtp", 0), ("0.5.14", "draft_model", 0), (None, "eagle", 0),
+])
+def test_the_drafters_reserve_is_4_gib_from_0_5_10_and_none_from_0_5_14(release, drafter, drafter_mib):
+    # 0.5.10 raised an EAGLE or MTP drafter's reserve to 4 GiB; 0.5.14 counts the drafter in the pool instead.
+    mib = H100 / 2**20
+    assert _fraction(release, H100, chunk=1024, graphs=32, drafter=drafter) == round((mib - 10240 - drafter_mib) / mib, 3)
 
 
 @pytest.mark.parametrize(("text", "since", "expected"), [
