@@ -87,7 +87,8 @@ def test_0_5_3_on_reserves_for_the_prefill_chunk_and_the_decode_graphs(hbm, tp, 
 def test_the_drafters_reserve_is_4_gib_from_0_5_10_and_none_from_0_5_14(release, drafter, drafter_mib):
     # 0.5.10 raised an EAGLE or MTP drafter's reserve to 4 GiB; 0.5.14 counts the drafter in the pool instead.
     mib = H100 / 2**20
-    assert _fraction(release, H100, chunk=1024, graphs=32, drafter=drafter) == round((mib - 10240 - drafter_mib) / mib, 3)
+    expected = round((mib - 10240 - drafter_mib) / mib, 3)
+    assert _fraction(release, H100, chunk=1024, graphs=32, drafter=drafter) == expected
 
 
 @pytest.mark.parametrize(("text", "since", "expected"), [
