@@ -202,10 +202,10 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
                  [dataclasses.replace(op, per_sequence=True) for op in _attention(whole)])
     # Under attention data-parallel an engine may hold the embedding or the LM head whole on every chip
     # (`attention_dp_whole`, engine/profiles.py): a whole LM head computes its chip's sequences' logits.
-    embedding_s = whole if data_parallel and "embedding" in attention_dp_whole else s
+    embedding_tp = 1 if data_parallel and "embedding" in attention_dp_whole else tp
     head = (dataclasses.replace(_lm_head(whole), per_sequence=True)
             if data_parallel and "lm_head" in attention_dp_whole else _lm_head(s))
-    return [*_embedding_and_norms(s, embedding_s.tp), *_input_projection(s, input_projection), *attention,
+    return [*_embedding_and_norms(s, embedding_tp), *_input_projection(s, input_projection), *attention,
             *_dense_mlp(s), *_moe(s), head]
 
 
