@@ -62,7 +62,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         lengths += f", each message + {template} chat-template tokens"
     mean_in, mean_out = sim.requests.client_input_tokens.mean(), sim.requests.output_tokens.mean()
     return [
-        ("model", _model_line(d, s.model.precision, s.kv_precision())),
+        ("model", _model_line(d, s.model.precision, s.kv_precision(d.model))),
         ("deployment", f"{s.deployment.chips}x {d.chip.name}, TP={s.deployment.tp}, PP={s.deployment.pp}"
                        f"{', attention data-parallel' if s.deployment.attention_dp else ''}"
                        f"{', EP over all chips' if s.deployment.expert_parallel else ''}, "

@@ -116,7 +116,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         host_eager_kernels = engine.profile.eager_kernels.per_step_kernels(model, block_scaled)
     graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     prefill_graph_tokens = engine.prefill_graph_max_tokens(model.is_mla, chip.generation, dep.pp, dep.attention_dp)
-    compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.kv_precision(),
+    compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.kv_precision(model),
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
                            cuda_graph_sizes=engine.graph_batch_sizes(chip.hbm_bytes, dep.tp),
                            prefill_graph_max_tokens=prefill_graph_tokens,
@@ -185,7 +185,7 @@ def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: 
                             f"not divisible by tp={dep.tp}; choose another draft model or tp")
     engine = scenario.engine
     return drafter_compute(model, speculative.method, chip, dep.tp, scenario.model.precision,
-                           scenario.kv_precision(),
+                           scenario.kv_precision(model),
                            mtp_head_shared(engine.profile.engine, engine.version), dep.pp, draft, later_pass,
                            assumptions=assumptions, latent_attention=engine.latent_attention)
 

@@ -113,7 +113,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
     return {
         "deployment": {
             "model": d.model.name, "precision": s.model.precision, "expert_precision": s.model.expert_precision,
-            "kv_precision": s.kv_precision(),
+            "kv_precision": s.kv_precision(d.model),
             "chip": d.chip.name, "chips": dep.chips, "tp": dep.tp, "pp": dep.pp, "replicas": dep.replicas,
             "prefill_replicas": dep.prefill_replicas, "expert_parallel": dep.expert_parallel,
             "attention_dp": dep.attention_dp, "routing": dep.routing,

@@ -12,7 +12,7 @@ import hashlib
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import tomli_w
 from pydantic import (
@@ -44,6 +44,9 @@ from tokenpath.sim.continuity import ContinuitySettings
 from tokenpath.workload._files import sha256_file
 from tokenpath.workload.generate import fingerprint_inputs
 from tokenpath.workload.spec import CHAT_TEMPLATE_EXAMPLES, WorkloadSpec
+
+if TYPE_CHECKING:
+    from tokenpath.compute.model_spec import ModelSpec
 
 DEFAULT_SCENARIO = "typical"
 
@@ -321,13 +324,14 @@ class Scenario(BaseModel):
         measured = None if calibration is None else Calibration.read(calibration).template_parse
         return chars * (getattr(measured, work) if measured else cost_per_char_s(work, assumptions))
 
-    def kv_precision(self) -> str:
+    def kv_precision(self, model: ModelSpec | None = None) -> str:
         """The KV cache's precision (ModelSection.kv_precision) for this engine and the checkpoint the model
-        names."""
-        from tokenpath.compute import load_model
+        names (`model`: its ModelSpec where the caller has loaded it)."""
+        if model is None:
+            from tokenpath.compute import load_model
 
-        block_scaled = load_model(self.model_source()).fp8_block_scaled
-        return self.model.kv_precision(self.engine.scheduler, block_scaled)
+            model = load_model(self.model_source())
+        return self.model.kv_precision(self.engine.scheduler, model.fp8_block_scaled)
 
     def model_source(self) -> str:
         """What to load the model from: a catalog name, or a config.json path (resolved)."""
