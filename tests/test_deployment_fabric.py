@@ -90,6 +90,25 @@ def test_pipeline_stages_hand_off_the_hidden_state_and_divide_the_memory():
     assert two.placement.stage_handoffs(0)[0] == [0, 4]
 
 
+@pytest.mark.parametrize("scheduler, per_batch", [("vllm-v1", 4), ("trtllm", 4), ("prefill-first", 4),
+                                                   ("vllm-v0", 8)])
+def test_one_scheduler_caps_the_running_requests_over_its_batches_in_flight(scheduler, per_batch):
+    # vLLM V1, SGLang and TensorRT-LLM count every running request against max_num_seqs, those of the
+    # other batch in flight too: a pp-th a batch. vLLM V0's virtual engines each take the whole cap.
+    overrides = {"deployment.chips": 8, "deployment.tp": 4, "deployment.pp": 2, "engine.scheduler": scheduler,
+                 "engine.max_num_seqs": 8}
+    if scheduler == "vllm-v0":
+        overrides["engine.chunked_prefill"] = False
+    assert build_deployment(scenario(**overrides)).engine.max_num_seqs == per_batch
+
+
+def test_sglang_sets_its_running_requests_from_the_replicas_whole_pool_then_splits_them():
+    # SGLang's default from the pool the pp batches share (4,096 for this one), then // pp_size.
+    two = build_deployment(scenario(**{"deployment.chips": 8, "deployment.tp": 4, "deployment.pp": 2,
+                                       "engine.scheduler": "prefill-first"}))
+    assert two.engine.max_num_seqs == 2048
+
+
 def test_expert_parallel_replaces_moe_all_reduces_with_all_to_alls():
     s = scenario(**{"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8,
                     "deployment.tp": 2, "deployment.expert_parallel": True})

@@ -187,6 +187,12 @@ class Profile:
     # Where a release sizes the KV cache from the memory it measures free after warmup instead, what it
     # keeps free beyond a step's activations, by release and chip generation (None: it does not).
     measured_kv_margin: Callable[[str | None, str], KvMargin | None] | None
+    # With pipeline parallelism, whether one scheduler holds the replica's running requests over all its
+    # batches in flight, capped together at max_num_seqs (vLLM V1's scheduler counts every running
+    # request, those in flight too; SGLang's pp_max_micro_batch_size is max_running_requests // pp_size,
+    # managers/scheduler.py 0.5.14; TensorRT-LLM's capacity scheduler counts the requests in flight), or
+    # each batch has a scheduler and the whole max_num_seqs of its own (vLLM V0's virtual engines)
+    pp_batches_share_running_cap: bool
     # Whether a drafter's weights and KV cache come out of the target's KV pool, or its rule by release
     # (SGLang before 0.5.14 sized the pool first and took the drafter from its reserve: memory_share.py)
     drafter_in_pool: bool | Callable[[str | None], bool]
@@ -280,6 +286,7 @@ PROFILES: dict[str, Profile] = {
         default_memory_share=vllm_gpu_memory_utilization,  # 0.9, 0.92 from 0.20.0, 1.0 where measured
         measured_kv_margin=vllm_measured_kv_margin,  # from 0.34.0 on CUDA and ROCm (engine/memory_share.py)
         drafter_in_pool=True,
+        pp_batches_share_running_cap=True,
         sliding_pool_ratio=None,  # its hybrid KV-cache manager frees the blocks out of a window
         default_block_size=vllm_block_size,  # 16, 64 from 0.34.0
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
@@ -349,6 +356,7 @@ PROFILES: dict[str, Profile] = {
         default_memory_share=DEFAULT_UTILIZATION,
         measured_kv_margin=None,
         drafter_in_pool=True,
+        pp_batches_share_running_cap=False,
         sliding_pool_ratio=every_layer,  # no hybrid manager: a sliding layer holds every token
         default_block_size=DEFAULT_BLOCK_SIZE,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
@@ -432,6 +440,7 @@ PROFILES: dict[str, Profile] = {
         default_memory_share=sglang_mem_fraction_static,
         measured_kv_margin=None,
         drafter_in_pool=sglang_drafter_in_pool,
+        pp_batches_share_running_cap=True,
         sliding_pool_ratio=sglang_sliding_pool_ratio,
         default_block_size=DEFAULT_BLOCK_SIZE,
         # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
@@ -515,6 +524,7 @@ PROFILES: dict[str, Profile] = {
         default_memory_share=DEFAULT_UTILIZATION,
         measured_kv_margin=None,
         drafter_in_pool=True,
+        pp_batches_share_running_cap=True,
         sliding_pool_ratio=None,  # its per-window pools are not read here: as vLLM V1's
         default_block_size=DEFAULT_BLOCK_SIZE,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the

@@ -164,7 +164,13 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     engines = dep.replicas * dep.pp
     # SGLang's schedulers: one per replica, or per attention rank with data-parallel attention
     workers = dep.tp if dep.attention_dp else 1
-    resolved = engine.with_running_from_kv(kv_tokens, model.max_context, workers)
+    if dep.pp > 1 and engine.profile.pp_batches_share_running_cap:
+        # One scheduler over the pp batches in flight (each simulated as an engine of its own): the running
+        # requests its profile sets from the replica's whole pool, capped together, a pp-th a batch.
+        whole = engine.with_running_from_kv(kv_tokens * dep.pp, model.max_context, workers)
+        resolved = whole.model_copy(update={"max_num_seqs": max(whole.max_num_seqs // dep.pp, 1)})
+    else:
+        resolved = engine.with_running_from_kv(kv_tokens, model.max_context, workers)
     return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens, share, engines,
                       resolved, fabric_name, front_end.layout(scenario, engines))
 
