@@ -90,6 +90,23 @@ def test_pipeline_stages_hand_off_the_hidden_state_and_divide_the_memory():
     assert two.placement.stage_handoffs(0)[0] == [0, 4]
 
 
+@pytest.mark.parametrize("model", ["llama-3.1-70b", "llama-3.2-1b"])
+def test_the_largest_pipeline_stage_holds_a_whole_end_of_the_model(model):
+    # The first stage holds the embedding, the last the LM head (a tied one as a copy of the embedding):
+    # a chip of the largest stage holds a pp-th of the layers and the larger end, not a pp-th of both.
+    from tokenpath.compute.chip import load_chip
+    from tokenpath.compute.model import load_model
+    from tokenpath.compute.roofline import ComputeModel
+
+    spec, chip = load_model(model), load_chip("h100")
+    one, four = (ComputeModel(spec, chip, 1, "bf16", "bf16", pp=pp) for pp in (1, 4))
+    ends = {op.name: op.resident_bytes for op in one.ops if op.name in ("embedding", "lm_head")}
+    table = ends["embedding"]
+    assert ends["lm_head"] == (0.0 if spec.tie_word_embeddings else table)
+    layers = one.weight_bytes_per_chip - sum(ends.values())
+    assert four.weight_bytes_per_chip == pytest.approx(layers / 4 + table)
+
+
 @pytest.mark.parametrize("scheduler, per_batch", [("vllm-v1", 4), ("trtllm", 4), ("prefill-first", 4),
                                                    ("vllm-v0", 8)])
 def test_one_scheduler_caps_the_running_requests_over_its_batches_in_flight(scheduler, per_batch):

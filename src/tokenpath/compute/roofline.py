@@ -137,7 +137,7 @@ class ComputeModel:
         self.ops = [dataclasses.replace(op, resident_bytes=0.0) if op.name in shared_weights else op
                     for op in self.ops]
         self.expert_replicas = expert_replicas
-        self.weight_bytes_per_chip: float = sum(op.resident_bytes for op in self.ops) / pp
+        self.weight_bytes_per_chip: float = self._stage_weight_bytes(pp)
         per_layer = kv_bytes_per_token_per_layer(model, 1 if self.attention_dp else tp, kv_precision, latent_attention)
         # A token of a sequence still within every window holds KV in every layer; a sliding layer
         # keeps only the last sliding_window tokens of each sequence.
@@ -354,6 +354,18 @@ class ComputeModel:
         if not self.model.is_moe:
             return 0.0
         return self._num_experts * (1.0 - self._expert_miss ** (num_tokens * self.expert_replicas))
+
+    def _stage_weight_bytes(self, pp: int) -> float:
+        """The weights a chip of the largest pipeline stage holds: a pp-th of the layers', and the embedding
+        on the first stage, the LM head on the last (a tied one there as a copy of the embedding, vLLM's
+        models/llama.py builds embed_tokens on the last rank too), so the larger of the two ends."""
+        resident = {op.name: op.resident_bytes for op in self.ops}
+        total = sum(resident.values())
+        if pp == 1:
+            return total
+        embedding, head = resident.get("embedding", 0.0), resident.get("lm_head", 0.0)
+        last = embedding if self.model.tie_word_embeddings else head
+        return (total - embedding - head) / pp + max(embedding, last)
 
     def attention_aggregates(self, num_tokens: int, num_logits: int, attn_pairs: float,
                              kv_read_tokens: float, sequences: int | None = None) -> tuple[float, float]:
