@@ -90,6 +90,22 @@ def test_pipeline_stages_hand_off_the_hidden_state_and_divide_the_memory():
     assert two.placement.stage_handoffs(0)[0] == [0, 4]
 
 
+def test_a_layer_count_pp_does_not_divide_splits_as_each_engine_splits_it():
+    # vLLM gives the remainder to the stages before the last (which holds the LM head), SGLang to the
+    # last ones: 126 layers over 4 stages, 31-32-32-31 and 31-31-32-32; 61 over 2, 31-30 and 30-31.
+    from tokenpath.compute.roofline import pipeline_stage_layers
+
+    assert pipeline_stage_layers(126, 4) == [31, 32, 32, 31]
+    assert pipeline_stage_layers(126, 4, extra_on_last=True) == [31, 31, 32, 32]
+    assert pipeline_stage_layers(61, 2) == [31, 30] and pipeline_stage_layers(61, 2, True) == [30, 31]
+    assert pipeline_stage_layers(80, 4) == [20] * 4
+    # Llama 3.1 8B's 32 layers over 3 chips: the largest stage holds 11 layers' KV, and runs.
+    dep = build_deployment(scenario(**{"deployment.tp": 1, "deployment.pp": 3, "deployment.chips": 3,
+                                       "model.name": "llama-3.1-8b"}))
+    whole = build_deployment(scenario(**{"deployment.tp": 1, "deployment.chips": 1, "model.name": "llama-3.1-8b"}))
+    assert dep.compute.kv_bytes_per_token_per_chip == pytest.approx(whole.compute.kv_bytes_per_token_per_chip * 11 / 32)
+
+
 @pytest.mark.parametrize("model", ["llama-3.1-70b", "llama-3.2-1b"])
 def test_the_largest_pipeline_stage_holds_a_whole_end_of_the_model(model):
     # The first stage holds the embedding, the last the LM head (a tied one as a copy of the embedding):
@@ -192,8 +208,6 @@ def test_without_expert_parallel_decode_only_steps_cost_the_same_traffic():
     ({"deployment.pp": 3}, "deployment.tp: tp*pp = 24 is larger than deployment.chips (8)"),
     ({"deployment.tp": 4, "deployment.chips": 12, "deployment.pp": 2},
      "deployment.chips: 12 chips do not split into replicas of tp*pp=8"),
-    ({"deployment.tp": 1, "deployment.pp": 3, "deployment.chips": 3, "model.name": "llama-3.1-8b"},
-     "not divisible by pp=3"),
     ({"deployment.expert_parallel": True}, "has no experts"),
     ({"deployment.fabric": {"kind": "fattree", "k": 4}}, "fabric.link_bw: a fattree network needs"),
     ({"deployment.fabric": "dgx-h1000"}, "deployment.fabric: unknown preset 'dgx-h1000'; use one of dgx-h100"),

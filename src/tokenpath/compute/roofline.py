@@ -42,6 +42,17 @@ class OpCost:
     bound: str  # "compute" | "memory"
 
 
+def pipeline_stage_layers(layers: int, pp: int, extra_on_last: bool = False) -> list[int]:
+    """The layers of each of `pp` pipeline stages: a pp-th each, and the remainder one each to the stages
+    before the last, from the last but one back, as vLLM partitions them (vllm/distributed/utils.py,
+    get_pp_indices: the last holds the LM head), or to the last stages (`extra_on_last`), as SGLang
+    does (srt/distributed/utils.py, get_pp_indices)."""
+    partitions = [layers // pp] * pp
+    for i in range(layers % pp):
+        partitions[-1 - i if extra_on_last else -2 - i] += 1
+    return partitions
+
+
 class ComputeModel:
     """Per-chip step cost of `model` sharded `tp` ways on `chip`.
 
@@ -105,15 +116,17 @@ class ComputeModel:
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
                  latent_attention: bool = True, weight_only_expert_time: float = 1.0,
                  input_projection: int = 0, shared_weights: frozenset[str] = frozenset(),
-                 attention_dp_whole: frozenset[str] = frozenset()):
+                 attention_dp_whole: frozenset[str] = frozenset(), pp_extra_layers_last: bool = False):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
         self.model = model
         self.chip = chip
         self.tp = tp
-        # Pipeline stages hold layers/pp each: memory per chip divides; one step still crosses every layer.
+        # Pipeline stages hold their layers (pipeline_stage_layers): memory per chip is the largest stage's;
+        # one step still crosses every layer.
         self.pp = pp
+        self.stage_layers = pipeline_stage_layers(model.num_layers, pp, pp_extra_layers_last)
         self.weight_precision = check_precision(weight_precision, "weight_precision")
         self.kv_precision = check_precision(kv_precision, "kv_precision")
         # The routed experts' weights where they differ from the rest (None: weight_precision).
@@ -141,8 +154,9 @@ class ComputeModel:
         per_layer = kv_bytes_per_token_per_layer(model, 1 if self.attention_dp else tp, kv_precision, latent_attention)
         # A token of a sequence still within every window holds KV in every layer; a sliding layer
         # keeps only the last sliding_window tokens of each sequence.
-        self.kv_bytes_per_token_per_chip: float = per_layer * model.num_layers / pp
-        self.sliding_kv_bytes_per_token_per_chip: float = per_layer * model.sliding_layers / pp
+        largest = max(self.stage_layers)
+        self.kv_bytes_per_token_per_chip: float = per_layer * largest
+        self.sliding_kv_bytes_per_token_per_chip: float = per_layer * model.sliding_layers * largest / model.num_layers
         self._window = model.sliding_window
         self._sliding_fraction = model.sliding_fraction
         self.host_window_s = host_window_s  # a step that calls the scheduler (engine/host_time.py)
@@ -178,7 +192,7 @@ class ComputeModel:
                 op.kernels for op in self.ops if op.name in ("moe_router", "moe_experts"))
         self.host_launch_s: float = launched * host_eager_per_kernel_s
         # A stage's layers, launched in turn: the launch queue's period (launch_wait_s).
-        self._layers_per_stage = model.num_layers / pp
+        self._layers_per_stage = largest
         self._compile()
 
     @property
@@ -356,16 +370,18 @@ class ComputeModel:
         return self._num_experts * (1.0 - self._expert_miss ** (num_tokens * self.expert_replicas))
 
     def _stage_weight_bytes(self, pp: int) -> float:
-        """The weights a chip of the largest pipeline stage holds: a pp-th of the layers', and the embedding
-        on the first stage, the LM head on the last (a tied one there as a copy of the embedding, vLLM's
-        models/llama.py builds embed_tokens on the last rank too), so the larger of the two ends."""
+        """The weights a chip of the heaviest pipeline stage holds: its layers' (pipeline_stage_layers), and
+        the embedding on the first stage, the LM head on the last (a tied one there as a copy of the
+        embedding: vLLM's models/llama.py builds embed_tokens on the last rank too)."""
         resident = {op.name: op.resident_bytes for op in self.ops}
         total = sum(resident.values())
         if pp == 1:
             return total
         embedding, head = resident.get("embedding", 0.0), resident.get("lm_head", 0.0)
-        last = embedding if self.model.tie_word_embeddings else head
-        return (total - embedding - head) / pp + max(embedding, last)
+        per_layer = (total - embedding - head) / self.model.num_layers
+        ends = [0.0] * pp
+        ends[0], ends[-1] = embedding, embedding if self.model.tie_word_embeddings else head
+        return max(layers * per_layer + end for layers, end in zip(self.stage_layers, ends))
 
     def attention_aggregates(self, num_tokens: int, num_logits: int, attn_pairs: float,
                              kv_read_tokens: float, sequences: int | None = None) -> tuple[float, float]:

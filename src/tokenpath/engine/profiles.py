@@ -193,6 +193,9 @@ class Profile:
     # managers/scheduler.py 0.5.14; TensorRT-LLM's capacity scheduler counts the requests in flight), or
     # each batch has a scheduler and the whole max_num_seqs of its own (vLLM V0's virtual engines)
     pp_batches_share_running_cap: bool
+    # Where a layer count pp does not divide puts its extra layers: on the last stages (SGLang's
+    # get_pp_indices), or on those before the last, which holds the LM head (vLLM's; compute/roofline.py)
+    pp_extra_layers_last: bool
     # Whether a drafter's weights and KV cache come out of the target's KV pool, or its rule by release
     # (SGLang before 0.5.14 sized the pool first and took the drafter from its reserve: memory_share.py)
     drafter_in_pool: bool | Callable[[str | None], bool]
@@ -287,6 +290,7 @@ PROFILES: dict[str, Profile] = {
         measured_kv_margin=vllm_measured_kv_margin,  # from 0.34.0 on CUDA and ROCm (engine/memory_share.py)
         drafter_in_pool=True,
         pp_batches_share_running_cap=True,
+        pp_extra_layers_last=False,
         sliding_pool_ratio=None,  # its hybrid KV-cache manager frees the blocks out of a window
         default_block_size=vllm_block_size,  # 16, 64 from 0.34.0
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
@@ -357,6 +361,7 @@ PROFILES: dict[str, Profile] = {
         measured_kv_margin=None,
         drafter_in_pool=True,
         pp_batches_share_running_cap=False,
+        pp_extra_layers_last=False,
         sliding_pool_ratio=every_layer,  # no hybrid manager: a sliding layer holds every token
         default_block_size=DEFAULT_BLOCK_SIZE,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
@@ -441,6 +446,7 @@ PROFILES: dict[str, Profile] = {
         measured_kv_margin=None,
         drafter_in_pool=sglang_drafter_in_pool,
         pp_batches_share_running_cap=True,
+        pp_extra_layers_last=True,
         sliding_pool_ratio=sglang_sliding_pool_ratio,
         default_block_size=DEFAULT_BLOCK_SIZE,
         # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
@@ -525,6 +531,7 @@ PROFILES: dict[str, Profile] = {
         measured_kv_margin=None,
         drafter_in_pool=True,
         pp_batches_share_running_cap=True,
+        pp_extra_layers_last=False,
         sliding_pool_ratio=None,  # its per-window pools are not read here: as vLLM V1's
         default_block_size=DEFAULT_BLOCK_SIZE,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the

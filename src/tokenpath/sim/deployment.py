@@ -91,8 +91,6 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                         f"with tp > 1 and pp = 1 (got tp={dep.tp}, pp={dep.pp}); raise tp or set attention_dp = false")
     if scenario.model.expert_precision is not None and not model.is_moe:
         raise UserError(f"model.expert_precision: {model.name} has no experts; remove expert_precision")
-    if model.num_layers % dep.pp:
-        raise UserError(f"deployment.pp: {model.name} has {model.num_layers} layers, not divisible by pp={dep.pp}")
     if dep.prefill_replicas and not dep.prefill_replicas < dep.replicas:
         raise UserError(f"deployment.prefill_replicas: {dep.prefill_replicas} of {dep.replicas} replicas leaves none "
                         "to decode; use fewer, or more chips")
@@ -128,6 +126,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            fused_mxfp4_moe_calls=engine.profile.fused_mxfp4_moe_calls,
                            assumptions=assumptions, expert_precision=scenario.model.expert_precision,
                            attention_dp=dep.attention_dp, attention_dp_whole=engine.profile.attention_dp_whole,
+                           pp_extra_layers_last=engine.profile.pp_extra_layers_last,
                            latent_attention=engine.latent_attention,
                            weight_only_expert_time=weight_only_expert_time(engine.profile.mxfp4_weight_only_experts,
                                                                            chip.generation))
