@@ -34,21 +34,22 @@ PROBE = """window.tokenpathRendered.then(() => ({
 }))"""
 
 
+class _Quiet:  # capsys is function-scoped; the CLI writes through rich consoles bound to sys.stdout
+    def readouterr(self):
+        return "", ""
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two small simulated runs (the second at a higher rate), with results, HTML and PNGs of the first."""
     folder = tmp_path_factory.mktemp("report")
     mp = pytest.MonkeyPatch()
 
-    class Capture:  # capsys is function-scoped; the CLI writes through rich consoles bound to sys.stdout
-        def readouterr(self):
-            return "", ""
-
     a, b = folder / "a.json", folder / "b.json"
     code, _, _ = run_cli(["simulate", *SMALL, "--json", str(a), "--results", str(folder / "a.parquet"),
-                          "--html", str(folder / "a.html"), "--png", str(folder / "png")], mp, Capture())
+                          "--html", str(folder / "a.html"), "--png", str(folder / "png")], mp, _Quiet())
     assert code == 0
-    code, _, _ = run_cli(["simulate", *SMALL, "--request-rate", "60", "--json", str(b)], mp, Capture())
+    code, _, _ = run_cli(["simulate", *SMALL, "--request-rate", "60", "--json", str(b)], mp, _Quiet())
     assert code == 0
     mp.undo()
     return folder
@@ -95,15 +96,18 @@ def test_png_figures(runs):
 
 
 def _fixtures(runs: Path) -> tuple[Path, Path]:
-    """A levers JSON and a sweep Parquet in the schemas `tokenpath levers --json` and `tokenpath sweep` write."""
-    base = json.loads((runs / "a.json").read_text())
-    other = json.loads((runs / "b.json").read_text())
-    levers = {"objective": "latency_s.e2e.p99", "baseline": base, "levers": [
-        {"name": "request rate 60", "group": "workload", "overrides": {"workload.arrival.rate": 60}, "summary": other,
-         "change": None},
-        {"name": "tp 4", "group": "deployment", "overrides": {"deployment.tp": 4}, "summary": base, "change": -0.25},
-    ]}
-    (runs / "levers.json").write_text(json.dumps(levers))
+    """A levers JSON written by `tokenpath levers --json` (two levers of a small run), and a sweep Parquet in
+    the schema `tokenpath sweep` writes."""
+    if not (runs / "levers.json").exists():
+        mine = runs / "mine.toml"
+        mine.write_text('[[levers]]\nname = "tp 4"\ngroup = "deployment"\noverrides = { "deployment.tp" = 4 }\n'
+                        '[[levers]]\nname = "far client"\ngroup = "mine"\n'
+                        'overrides = { "delivery.network_rtt" = "200 ms" }\n', encoding="utf-8")
+        mp = pytest.MonkeyPatch()
+        code, _, err = run_cli(["levers", *SMALL, "--levers", str(mine), "--no-catalog", "--workers", "1",
+                                "--objective", "latency_s.e2e.p99", "--json", str(runs / "levers.json")], mp, _Quiet())
+        mp.undo()
+        assert code == 0, err
     rows = {"workload.arrival.rate": [10.0, 20.0, 40.0, 80.0],
             "throughput.output_tokens_per_s": [400.0, 800.0, 1500.0, 1450.0],
             "latency_s.e2e.p99": [2.0, 2.5, 4.0, 9.0], "latency_s.ttft.p99": [0.1, 0.2, 0.3, 0.9]}
@@ -191,6 +195,20 @@ def test_html_report_in_a_browser(runs, monkeypatch, capsys):
                 ["attribution", "latency", "levers", "sweep"])  # summaries alone: no rows, steps or roofline
 
 
+def test_a_levers_file_is_checked_for_its_objective_and_changes(runs, monkeypatch, capsys, tmp_path):
+    """A levers JSON whose objective or a lever's change is not the object `levers --json` writes is a
+    one-line error, not a chart with no bars."""
+    levers, _ = _fixtures(runs)
+    document = json.loads(levers.read_text())
+    for broken, fragment in [({**document, "objective": "latency_s.e2e.p99"}, "'objective' must be an object"),
+                             ({**document, "levers": [{**document["levers"][0], "change": -0.25}]},
+                              "levers[0] has no 'change' object")]:
+        path = tmp_path / "broken.json"
+        path.write_text(json.dumps(broken))
+        assert_user_error(*run_cli(["report", str(path), "--html", str(tmp_path / "x.html")], monkeypatch, capsys),
+                          fragment)
+
+
 def test_tornado_and_pareto_data(runs):
     """The tornado's bars are each lever's change of the objective; the Pareto front leaves out the
     point another beats on both throughput and latency."""
@@ -199,11 +217,15 @@ def test_tornado_and_pareto_data(runs):
 
     levers, sweep = _fixtures(runs)
     inputs = load_inputs([str(levers), str(sweep)])
-    bars = tornado(inputs).chart.to_dict()
-    values = {row["lever"]: row["change"] for row in next(iter(bars["datasets"].values()))}
-    base = json.loads((runs / "a.json").read_text())["latency_s"]["e2e"]["p99"]
-    other = json.loads((runs / "b.json").read_text())["latency_s"]["e2e"]["p99"]
-    assert values == {"request rate 60": pytest.approx((other - base) / base), "tp 4": -0.25}
+    figure = tornado(inputs)
+    assert figure.title == "Levers: what each change does to latency_s.e2e.p99"
+    values = {row["lever"]: row["change"] for row in next(iter(figure.chart.to_dict()["datasets"].values()))}
+    document = json.loads(levers.read_text())
+    base = document["baseline"]["latency_s"]["e2e"]["p99"]
+    expected = {lever["name"]: (lever["summary"]["latency_s"]["e2e"]["p99"] - base) / base
+                for lever in document["levers"]}
+    assert values == pytest.approx(expected) and set(values) == {"tp 4", "far client"}
+    assert 0.05 < values["far client"] < values["tp 4"]  # a 200 ms RTT; replicas of half the chips
     spec = pareto(inputs).chart.to_dict()
     front = [row for data in spec["datasets"].values() for row in data if row.get("on the Pareto front") is True]
     assert sorted(row["tokens_per_s"] for row in front) == [400.0, 800.0, 1500.0]  # 1450 tokens/s at 9 s is beaten

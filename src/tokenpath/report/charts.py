@@ -14,7 +14,6 @@ import numpy as np
 from tokenpath.config.units import format_duration
 from tokenpath.report.views import Inputs, RunView
 from tokenpath.sim import continuity
-from tokenpath.sim.summary import metric_value
 
 CDF_POINTS = 200          # quantiles drawn per latency curve
 TIMELINE_REQUESTS = 120   # requests drawn in the timeline (an even sample of the run)
@@ -386,17 +385,9 @@ def tornado(inputs: Inputs) -> Figure | None:
     if inputs.levers is None:
         return None
     alt = _alt()
-    levers, objective = inputs.levers, str(inputs.levers.get("objective"))
-    base = metric_value(levers["baseline"], objective)
-    rows = []
-    for lever in levers["levers"]:
-        change = lever.get("change")
-        if not isinstance(change, (int, float)):
-            value = metric_value(lever.get("summary") or {}, objective)
-            change = ((value - base) / base
-                      if isinstance(value, (int, float)) and isinstance(base, (int, float)) and base else None)
-        if change is not None:
-            rows.append({"lever": lever["name"], "group": str(lever.get("group", "")), "change": float(change)})
+    objective = inputs.levers["objective"]["name"]
+    rows = [{"lever": lever["name"], "group": str(lever.get("group", "")), "change": float(change)}
+            for lever in inputs.levers["levers"] if (change := lever["change"].get("relative")) is not None]
     if not rows:
         return None
     order = [r["lever"] for r in sorted(rows, key=lambda r: -abs(r["change"]))]

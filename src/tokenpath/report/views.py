@@ -146,11 +146,16 @@ def _check_summary(document: Any, path: str) -> dict[str, Any]:
 def _check_levers(document: dict[str, Any], path: str) -> dict[str, Any]:
     where = files.shown(path)
     _check_summary(document.get("baseline"), f"{path} (its baseline)")
+    objective = document.get("objective")
+    if not isinstance(objective, dict) or not isinstance(objective.get("name"), str):
+        raise UserError(f"{where}: 'objective' must be an object with a 'name'; give the --json of `tokenpath levers`")
     if not isinstance(document.get("levers"), list):
         raise UserError(f"{where}: 'levers' must be a list of levers; give the --json of `tokenpath levers`")
     for k, lever in enumerate(document["levers"]):
         if not isinstance(lever, dict) or not isinstance(lever.get("name"), str):
             raise UserError(f"{where}: levers[{k}] has no 'name'; the file is damaged")
+        if not isinstance(lever.get("change"), dict):
+            raise UserError(f"{where}: levers[{k}] has no 'change' object; the file is damaged")
     return document
 
 
