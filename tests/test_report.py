@@ -266,6 +266,30 @@ def test_the_reader_starts_where_qoe_starts_it(simulated):
     assert {row["line"] for row in _rows(spec)} == {"arrived at the client", read[0]["line"]}  # every key has a line
 
 
+def test_the_itl_curve_and_the_reader_leave_the_warm_up_out(monkeypatch):
+    """With half the run a warm-up (whose ITL differs: the batch is still filling), the ITL curve's
+    gaps are the summary's (its percentiles match) and the reader's request is a measured one, the
+    median E2E of those, numbered as in the run."""
+    from tokenpath import load_scenario, simulate
+    from tokenpath.report import views
+    from tokenpath.sim.document import result_document
+
+    monkeypatch.setattr(views, "MAX_ITL_SAMPLES", 10**9)  # every gap, so the percentiles are exact
+    warmup = 150
+    sim = simulate(load_scenario("typical", {"workload.num_requests": 300, "workload.warmup_requests": warmup,
+                                             "workload.arrival.rate": 60}))
+    document, _ = result_document(sim)
+    view = views.from_simulation(sim, document, [], "typical")
+    itl = document["latency_s"]["itl"]
+    assert np.mean(view.itl_s) == pytest.approx(itl["mean"], rel=1e-9)
+    assert np.percentile(view.itl_s, [50, 99]) == pytest.approx([itl["p50"], itl["p99"]], rel=1e-9)
+    assert np.mean(sim.run.itl_ns()) / 1e9 > 1.1 * itl["mean"]  # the warm-up's gaps would move it
+    request = view.reader["request"]
+    measured = np.sort(sim.run.e2e_ns[warmup:])
+    assert request >= warmup and sim.run.e2e_ns[request] == measured[len(measured) // 2]
+    assert view.reader["first_visible_s"] == sim.run.ttfv_ns[request] / 1e9
+
+
 def test_the_readers_line_gives_the_runs_qoe():
     """The reader drawn for a late request (first text at 1.5 s, then a 3 s gap) is the timeline QoE
     counts: Andes' QoE from its read times is continuity.per_request's."""

@@ -54,22 +54,27 @@ class Inputs:
     search: dict[str, Any] | None = None  # a search document (tokenpath.search/1)
 
 
-def _reader_request(run: Run) -> dict[str, Any] | None:
-    """The token arrivals of the completed request with the median E2E (a typical one)."""
+def _reader_request(run: Run, warmup: int) -> dict[str, Any] | None:
+    """The token arrivals of the measured completed request (after the first `warmup`) with the median E2E
+    (a typical one)."""
     if run.token_client_ns is None:
         return None
+    run = run.after(warmup)
     done = np.flatnonzero(run.completed & (run.output_tokens > 1))
     if len(done) == 0:
         return None
     i = int(done[np.argsort(run.e2e_ns[done], kind="stable")[len(done) // 2]])
     times = run.token_client_ns[run.token_offsets[i]:run.token_offsets[i + 1]] - run.sent_ns[i]
-    return {"request": i, "arrival_s": (times / 1e9).tolist(), "first_visible_s": float(run.ttfv_ns[i] / 1e9)}
+    return {"request": warmup + i, "arrival_s": (times / 1e9).tolist(),
+            "first_visible_s": float(run.ttfv_ns[i] / 1e9)}
 
 
-def _itl_sample(run: Run) -> np.ndarray | None:
+def _itl_sample(run: Run, warmup: int) -> np.ndarray | None:
+    """The gaps between text arrivals of the measured requests (after the first `warmup`), or an even
+    sample of them."""
     if run.token_client_ns is None:
         return None
-    gaps = run.after(0).itl_ns()
+    gaps = run.after(warmup).itl_ns()
     if len(gaps) > MAX_ITL_SAMPLES:
         gaps = np.sort(gaps)[np.linspace(0, len(gaps) - 1, MAX_ITL_SAMPLES).astype(np.int64)]
     return gaps / 1e9
@@ -100,8 +105,8 @@ def from_simulation(sim: Any, document: dict[str, Any], lines: list[tuple[str, s
     steps = pd.concat(frames, ignore_index=True) if frames else None
     if steps is not None and len(steps) > MAX_STEP_ROWS:
         steps = steps.iloc[np.linspace(0, len(steps) - 1, MAX_STEP_ROWS).astype(np.int64)]
-    return RunView(label, document, lines, _requests_frame(sim.run, warmup), _itl_sample(sim.run),
-                   _reader_request(sim.run), steps, document.get("explain") or explain(sim))
+    return RunView(label, document, lines, _requests_frame(sim.run, warmup), _itl_sample(sim.run, warmup),
+                   _reader_request(sim.run, warmup), steps, document.get("explain") or explain(sim))
 
 
 def from_bench(header: dict[str, Any], rows: list[dict[str, Any]], run: Run, summary: dict[str, Any],
@@ -111,8 +116,9 @@ def from_bench(header: dict[str, Any], rows: list[dict[str, Any]], run: Run, sum
     from tokenpath.bench.results import warmup_rows
 
     ids = np.array([row["i"] for row in rows], dtype=np.int64)
-    return RunView(label, summary, lines, _requests_frame(run, warmup_rows(header, rows), ids), _itl_sample(run),
-                   _reader_request(run))
+    warmup = warmup_rows(header, rows)
+    return RunView(label, summary, lines, _requests_frame(run, warmup, ids), _itl_sample(run, warmup),
+                   _reader_request(run, warmup))
 
 
 def summary_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
