@@ -131,6 +131,24 @@ def test_the_five_layers_sum_exactly_to_e2e(rate, turns, tool_ms, seed):
     assert len(run.token_client_ns) == run.output_tokens.sum()
 
 
+def test_a_large_runs_itl_histogram_leaves_out_every_call_of_the_warm_up(monkeypatch):
+    """Past the limit of kept token times, the ITL histogram holds every call's gaps (docs/application.md)
+    but those of the warm-up requests' calls, as the calls' own token times give them."""
+    from tokenpath.sim import simulate as pipeline
+    from tokenpath.sim.run import itl_gaps_ns
+    from tokenpath.sim.summary import LogHistogram
+
+    prepared = prepare(load_scenario("agent", {"workload.num_requests": 40, "workload.warmup_requests": 10}))
+    calls = pipeline._simulate(prepared, None, 1).run  # a row and the tokens of every call
+    first_measured = int(prepared.application.first[10])
+    expected = LogHistogram()
+    expected.add(itl_gaps_ns(calls.token_client_ns, calls.token_offsets, np.arange(len(calls)) < first_measured))
+    monkeypatch.setattr(pipeline, "KEEP_TOKENS_LIMIT", 0)
+    histogram = simulate(prepared).run.itl_histogram
+    assert first_measured > 10 and expected.counts.sum() > 0
+    assert np.array_equal(histogram.counts, expected.counts) and histogram.total_ns == expected.total_ns
+
+
 def test_fewer_agent_turns_is_a_value_parallel_lever(tmp_path):
     scenario = load_scenario("agent", {"workload.num_requests": 12})
     table = {"application": {"stages": scenario.application.model_dump(mode="json")["stages"]}}

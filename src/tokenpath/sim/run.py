@@ -78,7 +78,8 @@ class Run:
 
     def after(self, skipped: int) -> Run:
         """The run without its first `skipped` requests (a warm-up): per-request rows and their tokens.
-        A run that kept no token times keeps its ITL histogram, warm-up included."""
+        A run that kept no token times keeps its ITL histogram, which holds the measured requests' gaps
+        alone (the simulation leaves its warm-up out of it)."""
         if skipped <= 0:
             return self
         fields = {}
@@ -118,8 +119,9 @@ class Run:
         return itl_gaps_ns(self.token_client_ns, self.token_offsets, self.failed)
 
 
-def itl_gaps_ns(token_client_ns: np.ndarray, token_offsets: np.ndarray, failed: np.ndarray | None = None) -> np.ndarray:
-    """Gaps between successive text arrivals of each request (flat token times split by offsets).
+def itl_gaps_ns(token_client_ns: np.ndarray, token_offsets: np.ndarray, skip: np.ndarray | None = None) -> np.ndarray:
+    """Gaps between successive text arrivals of each request (flat token times split by offsets), but
+    those of the requests `skip` marks (failed ones, a warm-up).
 
     Tokens that arrive in the same event are one arrival, so zero gaps inside an event drop out.
     """
@@ -127,8 +129,8 @@ def itl_gaps_ns(token_client_ns: np.ndarray, token_offsets: np.ndarray, failed: 
     first_of_request = token_offsets[1:-1] - 1  # the gap that crosses into the next request
     keep = np.ones(len(gaps), bool)
     keep[first_of_request[(first_of_request >= 0) & (first_of_request < len(gaps))]] = False
-    if failed is not None:
+    if skip is not None:
         owner = np.repeat(np.arange(len(token_offsets) - 1), np.diff(token_offsets))[1:]
-        keep &= ~failed[owner]
+        keep &= ~skip[owner]
     gaps = gaps[keep]
     return gaps[gaps > 0]

@@ -52,14 +52,16 @@ class Served:
 
 
 def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
-                 visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None,
+                 visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None, warmup: np.ndarray,
                  flow_spec: continuity.ContinuitySpec = continuity.DEFAULT,
                  user_sent_ns: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per-request client-side timings of one replica, with exact attribution.
 
     With `keep_tokens` the result holds every token's arrival at the client ("token_client_ns");
-    otherwise ITL gaps go into `itl`. `user_sent_ns`: when the user sent each request, where that is
-    before the model call (an application's stages run first): QoE's reader starts waiting then.
+    otherwise ITL gaps go into `itl`, but those of the requests `warmup` marks (the summary leaves the
+    warm-up out, as `Run.after` does with kept token times). `user_sent_ns`: when the user sent each
+    request, where that is before the model call (an application's stages run first): QoE's reader
+    starts waiting then.
     """
     n = len(requests)
     offsets = trace.token_offsets
@@ -84,7 +86,7 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
         if keep_tokens:
             chunks.append(client_ns)
         else:
-            itl.add(itl_gaps_ns(client_ns, local))
+            itl.add(itl_gaps_ns(client_ns, local, warmup[lo:hi]))
         lo = hi
     e2e = last_client - trace.sent_ns
     delivery = trace.delivery_ns + (last_client - trace.last_step_end_ns)

@@ -128,6 +128,11 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     n, replicas = len(requests), deployment.replicas
     concurrency = scenario.workload.max_concurrency
     keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
+    # The rows of the warm-up requests (an agent's: all their calls), whose gaps an ITL histogram leaves out.
+    skipped = scenario.workload.warmup_requests
+    if isinstance(prepared.application, AgentPlan):
+        skipped = int(prepared.application.first[skipped])
+    warmup = np.arange(n) < skipped
     # With an application, the user sent each request before its model call was scheduled.
     user_sent_ns = None if prepared.application is None else scheduled_ns - prepared.application.pre_ns
     if prepared.shared is not None:  # (its requests are the user's sends)
@@ -135,7 +140,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     if scenario.deployment.prefill_replicas:
         itl = None if keep_tokens else LogHistogram()
         run, traces, link_busy_ns = simulate_disaggregated(scenario, deployment, requests, scheduled_ns, visible,
-                                                           keep_tokens, itl, progress, user_sent_ns)
+                                                           keep_tokens, itl, warmup, progress, user_sent_ns)
         return Simulation(scenario, deployment, requests, replace(run, continuity=scenario.continuity.spec()), traces,
                           link_busy_ns)
 
@@ -190,7 +195,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
             scheduled = np.where(think_ns[rows] >= 0, trace.sent_ns, scheduled)
         if shared is not None:  # a model call is meant to go when its job lets it
             scheduled = trace.sent_ns
-        part = client_side(Served.of(trace), sub, scheduled, last_mile, visible[rows], keep_tokens, itl,
+        part = client_side(Served.of(trace), sub, scheduled, last_mile, visible[rows], keep_tokens, itl, warmup[rows],
                             scenario.continuity.spec(), None if user_sent_ns is None else user_sent_ns[rows])
         part["prefix_hit_tokens"] = trace.prefix_hit_tokens
         part["replica"] = np.full(len(rows), replica, np.int64)
