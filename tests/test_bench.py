@@ -562,6 +562,30 @@ def test_the_bench_block_leaves_the_warm_up_out_as_the_metrics_do():
     assert block["recorded"] == 3 and block["not_sent"] == 0  # every request is accounted for
 
 
+def test_a_per_request_results_file_rebuilds_the_summarys_window_throughput_and_failures(tmp_path):
+    """`report rows.csv` rebuilds window, throughput and failures as the summary has them: the window from
+    the first measured send (request 1's, which failed) to the last byte, the failures after the warm-up
+    (request 0's left out)."""
+    from tokenpath.bench.results import warmup_rows
+    from tokenpath.report.requests import request_columns, to_arrow, write_results
+    from tokenpath.report.views import load_inputs
+
+    rows = [_row(0, ok=False, arrivals=()), _row(1, ok=False, sent=100, arrivals=()), _row(2, sent=200),
+            _row(3, sent=300, end=60)]
+    header = {"scenario": {"name": "s", "fingerprint": "f", "table": {"workload": {"warmup_requests": 1}}},
+              "slo": {}, "planned": 4}
+    run = build_run(rows, header)
+    summary = bench_summary(header, rows, run)
+    path = tmp_path / "rows.csv"
+    write_results(to_arrow(request_columns(run, warmup_rows(header, rows), np.arange(4))), str(path))
+    rebuilt = load_inputs([str(path)]).runs[0].summary
+    assert rebuilt["requests"]["failed"] == summary["requests"]["failed"] == 1
+    assert rebuilt["requests"]["completed"] == summary["requests"]["completed"] == 2
+    assert rebuilt["window_s"] == pytest.approx(summary["window_s"], rel=1e-9) == 260e-9  # 100 ns to 300 + 60
+    for key in ("output_tokens_per_s", "requests_per_s"):
+        assert rebuilt["throughput"][key] == pytest.approx(summary["throughput"][key], rel=1e-9), key
+
+
 def test_results_file_survives_a_torn_last_line(tmp_path):
     path = tmp_path / "r.jsonl"
     header = {"schema": "tokenpath.bench/1", "scenario": {"name": "s", "fingerprint": "f"}, "slo": {}, "planned": 3}

@@ -273,7 +273,8 @@ def _summary_of(frame: Any) -> dict[str, Any]:
     counts; ITL needs token times these files do not have."""
     from tokenpath.sim.summary import PERCENTILES, SCHEMA
 
-    kept = frame[frame["ok"].astype(bool) & ~frame["warmup"].astype(bool)]
+    measured = frame[~frame["warmup"].astype(bool)]
+    kept = measured[measured["ok"].astype(bool)]
 
     def stats(column: str) -> dict[str, float | None]:
         values = kept[column].dropna().to_numpy(np.float64)
@@ -281,12 +282,13 @@ def _summary_of(frame: Any) -> dict[str, Any]:
             return {"mean": None, **{key: None for key in PERCENTILES}}
         return {"mean": float(values.mean()), **{k: float(np.percentile(values, q)) for k, q in PERCENTILES.items()}}
 
-    window = float((kept["last_byte_s"]).max() - kept["send_s"].min()) if len(kept) else 0.0
+    # As summary.window_ns: the first measured send (a failed request's too) to the last byte.
+    window = float(kept["last_byte_s"].max() - measured["send_s"].min()) if len(kept) else 0.0
     layers = ("queue", "compute", "traffic", "delivery")
     has_layers = all(kept[f"{layer}_s"].notna().all() for layer in layers) and len(kept)
     return {
         "schema": SCHEMA, "source": "results file", "scenario": {"name": "?", "fingerprint": "?"},
-        "requests": {"completed": int(len(kept)), "failed": int((~frame["ok"].astype(bool)).sum()),
+        "requests": {"completed": int(len(kept)), "failed": int((~measured["ok"].astype(bool)).sum()),
                      "input_tokens_mean": float(kept["input_tokens"].mean()) if len(kept) else 0.0,
                      "output_tokens_mean": float(kept["output_tokens"].mean()) if len(kept) else 0.0},
         "window_s": window,
