@@ -85,6 +85,15 @@ def test_a_cap_below_the_replicas_that_session_affinity_serves_apart_is_one_line
                       "serves apart")
 
 
+def test_the_requests_per_replica_are_the_measured_ones():
+    """Round-robin over 4 replicas, requests 50 to 100 measured: 13, 12, 13 and 13 of them (with the
+    warm-up, 26, 25, 25, 25)."""
+    sim = simulate(small(**{"workload.num_requests": 101, "workload.warmup_requests": 50, "deployment.tp": 2}))
+    routing = result_document(sim)[0]["routing"]
+    assert routing["requests_per_replica"] == [13, 12, 13, 13]
+    assert routing["imbalance"] == pytest.approx(13 / (51 / 4))
+
+
 def _run_fields(run):
     return {name: getattr(run, name) for name in run.__dataclass_fields__ if isinstance(getattr(run, name), np.ndarray)}
 

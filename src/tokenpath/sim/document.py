@@ -52,8 +52,9 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
         "preemptions": int(sum(t.preemptions for t in sim.traces)),
         "prefix_caching": scenario.engine.prefix_caching,
     }
-    if sim.run.replica is not None and not scenario.deployment.prefill_replicas:
-        served = np.bincount(sim.run.replica, minlength=scenario.deployment.replicas * scenario.deployment.pp)
+    replica = sim.run.after(scenario.workload.warmup_requests).replica  # of the measured requests
+    if replica is not None and not scenario.deployment.prefill_replicas:
+        served = np.bincount(replica, minlength=scenario.deployment.replicas * scenario.deployment.pp)
         document["routing"] = {
             "policy": scenario.deployment.routing,
             "requests_per_replica": served.tolist(),
