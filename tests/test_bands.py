@@ -239,6 +239,8 @@ def test_the_default_scenarios_table_shows_ranges_and_is_inside_the_envelope(tmp
     assert shown in ttft and shown.split()[1] == "ms", ttft
     assert "Ranges (x-y): what would be measured" in out
     assert "vllm-v1, moderate load, dense, Hopper:" in " ".join(out.split())
+    e2e = document["latency_s"]["e2e"]["band"]["basis"]  # E2E's own: TTFT's band and the decode band
+    assert e2e.startswith("TTFT's band on its first token") and f"E2E: {e2e}" in " ".join(out.split())
     tokens = next(line for line in out.splitlines() if "output tokens/s" in line)
     assert re.search(r"[\d,]+ \([\d,]+-[\d,]+\)", tokens), tokens
 

@@ -62,11 +62,13 @@ def _has_bands(summary: dict[str, Any]) -> bool:
 def bands_table(summary: dict[str, Any]) -> Table | None:
     """What the ranges in brackets are, and the rows each comes from (sim/bands.py); None without
     bands (a measured run)."""
-    ttft, decode = (summary["latency_s"][key].get("band") for key in ("ttft", "tpot"))
-    throughput = summary["throughput"].get("band")
-    bases = {"TTFT": ttft, "TPOT/ITL": decode, "throughput": throughput}
+    ttft, decode, e2e = (summary["latency_s"][key].get("band") for key in ("ttft", "tpot", "e2e"))
+    bases = {"TTFT": ttft, "TPOT/ITL": decode}
     if ttft and decode and ttft["basis"] == decode["basis"]:
-        bases = {"latency": ttft, "throughput": throughput}
+        bases = {"latency": ttft}
+    if e2e and all(e2e["basis"] != band["basis"] for band in bases.values() if band):  # (from TTFT's and decode's)
+        bases["E2E"] = e2e
+    bases["throughput"] = summary["throughput"].get("band")
     if not any(bases.values()):
         return None
     table = Table.grid(padding=(0, 1))
