@@ -290,6 +290,17 @@ def test_the_itl_curve_and_the_reader_leave_the_warm_up_out(monkeypatch):
     assert view.reader["first_visible_s"] == sim.run.ttfv_ns[request] / 1e9
 
 
+def test_the_itl_curve_counts_gaps_and_the_others_requests(simulated):
+    """Each latency curve's y-axis names what it counts: ITL's samples are gaps between arrivals."""
+    from tokenpath.report.charts import latency_cdfs
+
+    spec = latency_cdfs(simulated).chart.to_dict()
+    titles = {chart["title"]: chart["encoding"]["y"]["title"] for row in spec["vconcat"] for chart in row["hconcat"]}
+    assert titles == {"TTFT": "share of requests at or below", "TTFV": "share of requests at or below",
+                      "TPOT": "share of requests at or below", "ITL": "share of gaps at or below",
+                      "E2E": "share of requests at or below"}
+
+
 def test_the_readers_line_gives_the_runs_qoe():
     """The reader drawn for a late request (first text at 1.5 s, then a 3 s gap) is the timeline QoE
     counts: Andes' QoE from its read times is continuity.per_request's."""

@@ -159,7 +159,8 @@ def latency_cdfs(inputs: Inputs) -> Figure:
             continue
         charts.append(alt.Chart(part, title=name).mark_line(point=len(part) < 20 * len(inputs.runs)).encode(
             x=alt.X("ms:Q", title=f"{name} (ms)", axis=alt.Axis(format=NUMBER)),
-            y=alt.Y("fraction:Q", title="share of requests at or below", axis=alt.Axis(format="%")),
+            y=alt.Y("fraction:Q", title=f"share of {'gaps' if name == 'ITL' else 'requests'} at or below",
+                    axis=alt.Axis(format="%")),
             color=alt.Color("run:N", scale=_runs_scale(inputs.runs)),
             tooltip=["run", alt.Tooltip("ms:Q", format=",.3~r"), alt.Tooltip("fraction:Q", format=".1%")],
         ).properties(width=250, height=180))
