@@ -226,6 +226,8 @@ def test_tornado_and_pareto_data(runs):
                 for lever in document["levers"]}
     assert values == pytest.approx(expected) and set(values) == {"tp 4", "far client"}
     assert 0.05 < values["far client"] < values["tp 4"]  # a 200 ms RTT; replicas of half the chips
+    # ticks keep a change under 1% apart from none: d3's "+.2~%" reads -0.004 as "-0.4%", not "-0%"
+    assert figure.chart.to_dict()["encoding"]["x"]["axis"]["format"] == "+.2~%"
     spec = pareto(inputs).chart.to_dict()
     front = [row for data in spec["datasets"].values() for row in data if row.get("on the Pareto front") is True]
     assert sorted(row["tokens_per_s"] for row in front) == [400.0, 800.0, 1500.0]  # 1450 tokens/s at 9 s is beaten

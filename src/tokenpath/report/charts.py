@@ -393,7 +393,7 @@ def tornado(inputs: Inputs) -> Figure | None:
         return None
     order = [r["lever"] for r in sorted(rows, key=lambda r: -abs(r["change"]))]
     chart = alt.Chart(_frame(rows)).mark_bar().encode(
-        x=alt.X("change:Q", title=f"change of {objective}", axis=alt.Axis(format="+.0%")),
+        x=alt.X("change:Q", title=f"change of {objective}", axis=alt.Axis(format="+.2~%")),  # (-0.4%, not -0%)
         y=alt.Y("lever:N", sort=order, title=None),
         color=alt.Color("group:N"),
         tooltip=["lever", "group", alt.Tooltip("change:Q", format="+.1%")],
