@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION
-from tokenpath.sim.run import Run
+from tokenpath.sim.run import Run, itl_per_token_ns
 from tokenpath.sim.summary import (
     LAYERS,
     PERCENTILES,
@@ -119,6 +119,26 @@ def test_itl_is_the_positive_gaps_within_each_request(increments):
     )
     expected = [int(g) for r in rows for g in np.diff(r) if g > 0]
     assert sorted(run.itl_ns().tolist()) == sorted(expected)
+
+
+def test_sglang_bench_servings_itl_spreads_an_events_gap_over_its_tokens():
+    # Events of 1, 3 and 1 tokens at 0, 30 and 40 ms: SGLang's bench_serving adds 30/3 ms three times,
+    # then 10 ms (python/sglang/bench_serving.py); per event (vLLM's client, Run.itl_ns) 30 and 10 ms.
+    times = ns([0, 30 * MS, 30 * MS, 30 * MS, 40 * MS])
+    run = Run("bench", ns([0]), ns([0]), ns([1]), ns([5]), ns([1]), ns([1]), ns([1]), times, ns([0, 5]))
+    assert itl_per_token_ns(run).tolist() == [10 * MS] * 4
+    assert sorted(run.itl_ns().tolist()) == [10 * MS, 30 * MS]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=8), min_size=1, max_size=8))
+def test_with_a_token_an_event_both_itls_are_the_same_gaps(increments):
+    rows = [np.cumsum(inc) + 1000 * i for i, inc in enumerate(increments)]
+    lengths = [len(r) for r in rows]
+    n = len(rows)
+    run = Run("bench", ns([0] * n), ns([0] * n), ns([1] * n), ns(lengths), ns([1] * n), ns([1] * n), ns([1] * n),
+              ns(np.concatenate(rows)), ns(np.concatenate([[0], np.cumsum(lengths)])))
+    assert sorted(itl_per_token_ns(run).tolist()) == sorted(run.itl_ns().tolist())
 
 
 @pytest.mark.parametrize("metric, limit_ms, expected", [

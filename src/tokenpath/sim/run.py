@@ -119,6 +119,23 @@ class Run:
         return itl_gaps_ns(self.token_client_ns, self.token_offsets, self.failed)
 
 
+def itl_per_token_ns(run: Run) -> np.ndarray:
+    """ITL as SGLang's bench_serving counts it (python/sglang/bench_serving.py: a chunk of k tokens adds
+    its gap since the chunk before, divided by k, k times): per token after the first event, over the
+    completed requests. One token an event, as without speculative decoding or a stream interval,
+    gives the gaps of `Run.itl_ns`."""
+    if run.token_client_ns is None:
+        raise ValueError("this run kept no per-token times (too many tokens to keep)")
+    times_ns, offsets, samples = run.token_client_ns, run.token_offsets, []
+    for r in np.flatnonzero(run.completed):
+        times = times_ns[offsets[r]:offsets[r + 1]]
+        starts = np.flatnonzero(np.diff(times)) + 1  # each event's first token, after the first event
+        if len(starts):
+            sizes = np.diff(np.append(starts, len(times)))
+            samples.append(np.repeat((times[starts] - times[starts - 1]) / sizes, sizes))
+    return np.concatenate(samples) if samples else np.zeros(0)
+
+
 def itl_gaps_ns(token_client_ns: np.ndarray, token_offsets: np.ndarray, skip: np.ndarray | None = None) -> np.ndarray:
     """Gaps between successive text arrivals of each request (flat token times split by offsets), but
     those of the requests `skip` marks (failed ones, a warm-up).

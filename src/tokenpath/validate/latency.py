@@ -25,7 +25,7 @@ from tokenpath.config.units import format_duration
 from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
 from tokenpath.engine.profiles import MEASURED_ENGINES
 from tokenpath.prefixes import cached_prompts
-from tokenpath.sim.run import Run
+from tokenpath.sim.run import Run, itl_per_token_ns
 from tokenpath.sim.scenario import Scenario, build_scenario
 from tokenpath.sim.simulate import Prepared, prepare, simulate
 from tokenpath.sim.summary import tpot_ns, window_ns
@@ -225,13 +225,19 @@ def row_prepared(row: dict[str, Any], sharegpt: dict[str, Any],
     return replace(prepared, requests=requests)
 
 
-def measured(run: Run, skip: int) -> dict[str, np.ndarray]:
+# A row whose client is SGLang's benchmark (its `client` names it) counts ITL per token (measured).
+SGLANG_BENCH_CLIENT = "bench_serving"
+
+
+def measured(run: Run, skip: int, itl_per_token: bool = False) -> dict[str, np.ndarray]:
     """Per-request TTFT and TPOT, and every ITL gap where the run kept its token times, in seconds, of
-    the requests after the first `skip` (requests are numbered in the order they were sent)."""
+    the requests after the first `skip` (requests are numbered in the order they were sent);
+    `itl_per_token`: ITL as SGLang's bench_serving counts it, a multi-token event's gap spread over its
+    tokens (sim/run.py, itl_per_token_ns)."""
     run = run.after(skip)
     values = {"ttft": run.ttft_ns[run.completed] / 1e9, "tpot": tpot_ns(run) / 1e9}
     if run.token_client_ns is not None:
-        values["itl"] = run.itl_ns() / 1e9
+        values["itl"] = (itl_per_token_ns(run) if itl_per_token else run.itl_ns()) / 1e9
     return values
 
 
@@ -250,7 +256,7 @@ def predict_row(row: dict[str, Any], sharegpt: dict[str, Any],
 def run_prediction(row: dict[str, Any], run: Run) -> dict[str, float]:
     """predict_row's figures from the row's simulated run."""
     _, skip = simulated_requests(row)
-    values = measured(run, skip)
+    values = measured(run, skip, itl_per_token=SGLANG_BENCH_CLIENT in row.get("client", ""))
     if row["decode_metric"] not in values:
         raise UserError("its ITL needs every token's time, which a run this large does not keep; give the row "
                         "fewer requests or state its TPOT (decode_metric = \"tpot\")")
