@@ -106,17 +106,22 @@ def test_itl_of_single_token_requests_is_empty():
     assert run.itl_ns().tolist() == []
 
 
+def _run_of_arrivals(increments):
+    """A measured run of one request per list, each its own arrival times (the running sums of its
+    increments; a zero increment is a token of the same event as the one before)."""
+    rows = [np.cumsum(inc) + 1000 * i for i, inc in enumerate(increments)]
+    lengths = [len(r) for r in rows]
+    n = len(rows)
+    run = Run("bench", ns([0] * n), ns([0] * n), ns([1] * n), ns(lengths), ns([1] * n), ns([1] * n), ns([1] * n),
+              ns(np.concatenate(rows)), ns(np.concatenate([[0], np.cumsum(lengths)])))
+    return rows, run
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=8), min_size=1, max_size=8))
 def test_itl_is_the_positive_gaps_within_each_request(increments):
     """Each request: its own non-decreasing arrival times (zero increments are tokens of one event)."""
-    rows = [np.cumsum(inc) + 1000 * i for i, inc in enumerate(increments)]
-    lengths = [len(r) for r in rows]
-    n = len(rows)
-    run = Run(
-        "bench", ns([0] * n), ns([0] * n), ns([1] * n), ns(lengths), ns([1] * n), ns([1] * n), ns([1] * n),
-        ns(np.concatenate(rows)), ns(np.concatenate([[0], np.cumsum(lengths)])),
-    )
+    rows, run = _run_of_arrivals(increments)
     expected = [int(g) for r in rows for g in np.diff(r) if g > 0]
     assert sorted(run.itl_ns().tolist()) == sorted(expected)
 
@@ -133,11 +138,7 @@ def test_sglang_bench_servings_itl_spreads_an_events_gap_over_its_tokens():
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=8), min_size=1, max_size=8))
 def test_with_a_token_an_event_both_itls_are_the_same_gaps(increments):
-    rows = [np.cumsum(inc) + 1000 * i for i, inc in enumerate(increments)]
-    lengths = [len(r) for r in rows]
-    n = len(rows)
-    run = Run("bench", ns([0] * n), ns([0] * n), ns([1] * n), ns(lengths), ns([1] * n), ns([1] * n), ns([1] * n),
-              ns(np.concatenate(rows)), ns(np.concatenate([[0], np.cumsum(lengths)])))
+    _, run = _run_of_arrivals(increments)
     assert sorted(itl_per_token_ns(run).tolist()) == sorted(run.itl_ns().tolist())
 
 
