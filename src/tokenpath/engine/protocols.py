@@ -13,15 +13,16 @@ from tokenpath.engine.speculative import Speculation
 class StepCosts(Protocol):
     def compute_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
                   chunk_context_tokens: float, scheduled: bool, traffic_s: float, ahead_s: float,
-                  prompt_on_busiest: float | None = None) -> float:
+                  prompt_on_busiest: float | None = None, sequences: int | None = None) -> float:
         """A step's compute time, the host's in its path included; `scheduled`: the step calls the
         scheduler (every step but those of a multi-step window after its first); `traffic_s`: the step's
         traffic_s, whose collectives run between its kernels (and hide launches as kernels do);
         `ahead_s`: how long before the step starts its host began launching its kernels;
-        `prompt_on_busiest`: with attention data-parallel, the prompt tokens of the rank holding the most."""
+        `prompt_on_busiest`: with attention data-parallel, the prompt tokens of the rank holding the most;
+        `sequences`: the sequences sampled, where they are not the LM head's rows (speculative verify steps)."""
         ...
     def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
-    def host_busy_s(self, num_tokens: int, num_logits: int, scheduled: bool) -> float:
+    def host_busy_s(self, num_tokens: int, num_logits: int, scheduled: bool, sequences: int | None = None) -> float:
         """The host's own time in a step (its scheduling, and its launches when it replays no graph): an
         overlapped host launches the next step's kernels in the rest of it."""
         ...

@@ -303,6 +303,20 @@ class EngineSpec(BaseModel):
         running = min(workers * rule(kv_tokens // workers, context_len), self.max_num_batched_tokens)
         return self.model_copy(update={"max_num_seqs": running})
 
+    @property
+    def drafter_in_pool(self) -> bool:
+        """Whether a drafter's weights and KV cache come out of the KV pool in this release
+        (Profile.drafter_in_pool)."""
+        rule = self.profile.drafter_in_pool
+        return rule(self.version) if callable(rule) else rule
+
+    @property
+    def api_servers_per_replica(self) -> bool:
+        """Whether this release runs an API-server process per data-parallel replica by default, or one
+        for the server (Profile.api_servers)."""
+        rule = self.profile.api_servers
+        return (rule(self.version) if callable(rule) else rule) == "per-replica"
+
     def kv_margin(self, generation: str) -> KvMargin | None:
         """What this release keeps free beyond a step's activations where it sizes its KV cache from the
         memory it measures on a chip of `generation` (Profile.measured_kv_margin), or None where its share

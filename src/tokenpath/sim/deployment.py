@@ -135,11 +135,8 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                      if engine.profile.sampler_in_memory_profile else None)
     share = engine.memory_share(chip.hbm_bytes, dep.tp, dep.pp, dep.attention_dp, prefill_graph_tokens, model.is_mla,
                                 chip.generation)
-    in_pool = engine.profile.drafter_in_pool
-    if callable(in_pool):
-        in_pool = in_pool(engine.version)
     kv_tokens = compute.kv_capacity_tokens(share, engine.max_num_batched_tokens, engine.max_num_seqs,
-                                           drafter if in_pool else None,
+                                           drafter if engine.drafter_in_pool else None,
                                            sampler_bytes, engine.profile.memory_share_covers,
                                            engine.kv_margin(chip.generation),
                                            engine.sliding_pool_ratio(chip.generation)) // dep.pp

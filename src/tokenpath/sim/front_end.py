@@ -24,10 +24,7 @@ def api_servers(scenario: Scenario) -> int:
     dep = scenario.deployment
     if dep.api_servers is not None:
         return dep.api_servers
-    rule = PROFILES[scenario.engine.scheduler].api_servers
-    if callable(rule):
-        rule = rule(scenario.engine.version)
-    return dep.replicas if rule == "per-replica" else 1
+    return dep.replicas if scenario.engine.api_servers_per_replica else 1
 
 
 def detokenizes_in(scenario: Scenario) -> Placement:
