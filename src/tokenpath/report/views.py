@@ -20,8 +20,7 @@ import numpy as np
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
 from tokenpath.sim.run import Run
-from tokenpath.sim.summary import SCHEMA as SUMMARY_SCHEMA
-from tokenpath.sim.summary import check_metrics, check_summary_version
+from tokenpath.sim.summary import check_summary
 from tokenpath.whatif.search import SCHEMA as SEARCH_SCHEMA
 
 # Rows kept for charts: every chart's data is embedded in the HTML file, so a run of a million
@@ -142,11 +141,7 @@ def _load_json(path: str) -> Any:
 
 
 def _check_summary(document: Any, path: str) -> dict[str, Any]:
-    check_summary_version(document, files.shown(path))
-    if not isinstance(document, dict) or document.get("schema") != SUMMARY_SCHEMA:
-        raise UserError(f"{files.shown(path)}: not a {SUMMARY_SCHEMA} summary; give the --json of simulate or bench")
-    check_metrics(document, files.shown(path))
-    return document
+    return check_summary(document, files.shown(path), "; give the --json of simulate or bench")
 
 
 def _check_levers(document: dict[str, Any], path: str) -> dict[str, Any]:

@@ -225,5 +225,5 @@ def new_response(ask: Ask, token_ids: np.ndarray, system_fingerprint: str | None
     `context_ids`: the prompt tail its text follows (none: it streams as a whole text from its start)."""
     prefix = "chatcmpl" if ask.endpoint == "chat" else "cmpl"
     return Response(ask, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), token_ids, compile_stops(ask.stop),
-                    [int(t) for t in context_ids], system_fingerprint=system_fingerprint,
+                    context_ids, system_fingerprint=system_fingerprint,
                     ends_at_limit=ask.max_tokens is not None if ends_at_limit is None else ends_at_limit)

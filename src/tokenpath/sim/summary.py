@@ -226,11 +226,17 @@ def load_summary(path: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError:
         hint = "; for a bench results file run `tokenpath report` on it first" if str(path).endswith(".jsonl") else ""
         raise UserError(f"{path}: not a JSON summary{hint}") from None
-    check_summary_version(document, str(path))
+    return check_summary(document, str(path))
+
+
+def check_summary(document: Any, where: str, hint: str = "") -> dict[str, Any]:
+    """`document` if it is a summary of this version with sound metrics, else a `UserError` naming
+    `where` (then `hint`, how to get one)."""
+    check_summary_version(document, where)
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         schema = document.get("schema") if isinstance(document, dict) else None
-        raise UserError(f"{path}: not a {SCHEMA} summary (schema is {schema!r})")
-    check_metrics(document, str(path))
+        raise UserError(f"{where}: not a {SCHEMA} summary (schema is {schema!r}){hint}")
+    check_metrics(document, where)
     return document
 
 

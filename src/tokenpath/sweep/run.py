@@ -92,15 +92,15 @@ def _exit_with_parent(parent_alive: Connection) -> None:
 _RAY_ADDRESS = re.compile(r"^(?:ray://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
 
 
-def check_ray_address(address: str) -> str:
-    """`address` if it reads as a Ray cluster's address: 'auto', 'local', HOST:PORT or ray://HOST:PORT."""
+def check_ray_address(address: str) -> None:
+    """Refuse `address` unless it reads as a Ray cluster's address: 'auto', 'local', HOST:PORT or
+    ray://HOST:PORT."""
     if address in ("auto", "local"):
-        return address
+        return
     match = _RAY_ADDRESS.match(address)
     if match is None or not 1 <= int(match["port"]) <= 65535:
         raise UserError(f"--ray-address: {quoted(address)} is not a Ray cluster's address; give 'auto' (the "
                         "cluster this machine is in) or HOST:PORT, e.g. 10.0.0.5:6379")
-    return address
 
 
 def _ray(spec: SweepSpec, todo: list[dict[str, Any]], address: str | None) -> Iterator[dict[str, Any]]:
