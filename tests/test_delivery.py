@@ -200,6 +200,15 @@ def test_a_detokenizer_process_and_the_api_server_are_a_tandem_queue():
     assert last_mile.busy_ns() == {"API server": 50_000, "detokenizer": 500_000}
 
 
+@pytest.mark.parametrize("where", ["detokenizer", "api-server", "engine"])
+def test_the_api_server_takes_in_each_token_at_output_per_token_wherever_it_was_detokenized(where):
+    # 3 tokens in 2 events: the API server's work beyond detokenizing is 3 x 7_000 + 2 x 10_000 ns.
+    plain = LastMile(DeliverySpec(**HAND, detokenize=where)).on_step(1_000_000, 3, 2)
+    taking_in = LastMile(DeliverySpec(**HAND, detokenize=where, output_per_token=7e-6)).on_step(1_000_000, 3, 2)
+    assert taking_in[0] == plain[0]  # the engine's steps never wait for it
+    assert taking_in[1] == plain[1] + 21_000 and taking_in[3] == plain[3] + 21_000
+
+
 def test_a_step_without_tokens_costs_nothing_and_leaves_the_processes_alone():
     last_mile = LastMile(DeliverySpec(**HAND, detokenize="detokenizer"))
     assert step(last_mile, 1_000_000, np.array([0]), np.array([5])) == (10_001, 1_120_001)

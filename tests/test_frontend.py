@@ -112,10 +112,24 @@ def test_each_engine_gets_its_share_of_the_deployment_s_processes(scheduler, rep
     ("vllm-v0", {"assumptions.vllm_v0_detokenize_per_token_s": 2e-6}, 2e-6),
     ("vllm-v0", {"delivery.detokenize_per_token": 1e-6}, 1e-6),  # the scenario's own field wins
     ("trtllm", {}, 6.45e-6),
+    ("prefill-first", {}, 11.23e-6),  # SGLang's DetokenizerManager, timed with its own code
+    ("prefill-first", {"assumptions.sglang_detokenize_per_token_s": 3e-6}, 3e-6),
 ])
 def test_each_profile_detokenizes_at_its_own_registry_time(scheduler, overrides, seconds):
     scenario = load_scenario(None, {"engine.scheduler": scheduler, **overrides})
     assert scenario.resolved_delivery().detokenize_per_token == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(("scheduler", "overrides", "seconds"), [
+    ("prefill-first", {}, 5.19e-6),  # SGLang's TokenizerManager taking in the detokenizer's text
+    ("prefill-first", {"assumptions.sglang_output_per_token_s": 4e-6}, 4e-6),
+    ("prefill-first", {"delivery.output_per_token": 1e-6}, 1e-6),
+    ("vllm-v1", {}, 0.0),  # within its API server's detokenizing time
+    ("trtllm", {}, 0.0),
+])
+def test_each_profile_s_api_server_takes_in_outputs_at_its_own_registry_time(scheduler, overrides, seconds):
+    scenario = load_scenario(None, {"engine.scheduler": scheduler, **overrides})
+    assert scenario.resolved_delivery().output_per_token == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize(("release", "api_servers"), [("0.14.0", 1), ("0.15.0", 4), (None, 4)])

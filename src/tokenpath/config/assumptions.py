@@ -204,6 +204,20 @@ REGISTRY: tuple[Assumption, ...] = (
                "vLLM V0's incremental detokenize call per token, in its engine's process (the vllm-v0 "
                "profile): 17-55 us (vLLM issue 5206), the low end",
                "tests/test_frontend.py"),
+    Assumption("sglang_detokenize_per_token_s", 11.23e-6, _DELIVERY, "SGLANG_DETOKENIZE_PER_TOKEN_S", "s",
+               "SGLang's DetokenizerManager per streamed token, timed running SGLang 0.5.23's own code on the messages "
+               "its scheduler code builds: the BatchTokenIDOutput unpickled (its default IPC, 1.62 us), "
+               "handle_batch_token_id_out (two batch_decode windows, the new text: 7.88 us) and the BatchStrOutput "
+               "pickled (1.70 us), 32 sequences, median step, on this project's 2-core AMD EPYC machine "
+               "(benchmarks/sglang_output_path.py; 10.50-15.43 us from 8 to 256 sequences)",
+               "tests/test_frontend.py; benchmarks/sglang_output_path.py"),
+    Assumption("sglang_output_per_token_s", 5.19e-6, _DELIVERY, "SGLANG_OUTPUT_PER_TOKEN_S", "s",
+               "SGLang's TokenizerManager (its API server) per streamed token taking in the detokenizer's text, timed "
+               "likewise: the BatchStrOutput unpickled (1.36 us) and _handle_batch_output (each request's "
+               "meta_info and out dict, its state's event: 3.83 us), 32 sequences, metrics off as by default "
+               "(benchmarks/sglang_output_path.py; 4.96-6.52 us from 8 to 256 sequences, 10 us more per "
+               "token for both processes together with --enable-metrics)",
+               "tests/test_frontend.py; benchmarks/sglang_output_path.py"),
     Assumption("frame_per_event_s", 20.7e-6, _DELIVERY, "FRAME_PER_EVENT_S", "s",
                "10.6 + 10.1 us: one streamed chunk built as vLLM's serving_chat.py builds it (a pydantic "
                "ChatCompletionStreamResponse, model_dump_json, SSE framing), 10.6 us on a current x86 core; then "

@@ -5,9 +5,10 @@ A request crosses the network (half a round trip plus its bytes), then waits its
 server's front end (delivery/frontend.py), which parses it, renders its chat template and tokenizes
 it before the engine sees it. Per engine step the sampled ids are copied to the host, which blocks
 the next step; they are detokenized where the engine does it (in its own process, blocking the next
-step too; in the API server; or in a detokenizer process of its own) and each chunk is framed as an
-SSE event in the API server, at the constant costs of the spec or at this machine's measured cost
-per batch size when the spec names a calibration file from `tokenpath calibrate delivery`. A step's
+step too; in the API server; or in a detokenizer process of its own, whose text the API server then
+takes in) and each chunk is framed as an SSE event in the API server, at the constant costs of the
+spec or at this machine's measured cost per batch size when the spec names a calibration file from
+`tokenpath calibrate delivery`. A step's
 tokens leave when the front end is done with them. Each event then crosses the network: half a round
 trip plus its bytes over the client's bandwidth.
 
@@ -59,7 +60,8 @@ class LastMile:
         # Per-step costs, precomputed: on_step runs once per engine step.
         self._copy_fixed_ns = spec.host_link_latency * 1e9
         self._copy_per_id_ns = ID_BYTES / spec.host_link_bw * 1e9
-        self._detokenize_s, self._frame_s = spec.detokenize_per_token, spec.frame_per_event
+        self._detokenize_s, self._output_s, self._frame_s = (spec.detokenize_per_token, spec.output_per_token,
+                                                             spec.frame_per_event)
         # A measured calibration, read once here: on_step runs every engine step.
         self._calibrated = (CalibratedCost.from_file(spec.calibration, spec.calibrated_server)
                             if spec.calibration else None)
@@ -73,7 +75,8 @@ class LastMile:
         # tokenizing, in an executor), so a burst's requests all pay it before any reaches the engine.
         self._first_s += spec.chat_template_parse_per_request or 0.0
         # Whether requests and tokens take any front-end time: without, the engine loop skips it.
-        costs = (self._first_s, self._then_s, self._tokenize_s, spec.frame_per_event, spec.detokenize_per_token)
+        costs = (self._first_s, self._then_s, self._tokenize_s, spec.frame_per_event, spec.detokenize_per_token,
+                 spec.output_per_token)
         self.queues_requests = model_front_end and bool(any(costs) or self._calibrated)
 
     def upload_ns(self, input_tokens: int) -> int:
@@ -114,14 +117,15 @@ class LastMile:
         return self.spec.stream_interval
 
     def host_costs_s(self, emitted: int, events: int) -> tuple[float, float]:
-        """(detokenizing, framing) seconds of a step's `emitted` tokens in `events` SSE events: the spec's
-        constants, or the calibration's measured framing for the batch size, with its detokenizing where it
+        """(detokenizing, the API server's other work) in seconds for a step's `emitted` tokens in `events`
+        SSE events: the spec's constants (taking in outputs detokenized elsewhere, per token, and framing,
+        per event), or the calibration's measured framing for the batch size, with its detokenizing where it
         prices this package's server (an engine's per-token work stays the spec's: calibration.py)."""
         if self._calibrated is None:
-            return emitted * self._detokenize_s, events * self._frame_s
+            return emitted * self._detokenize_s, emitted * self._output_s + events * self._frame_s
         framing_s = self._calibrated.frame_s(emitted, events)
         if self._calibrated.prices_engine:
-            return emitted * self._detokenize_s, framing_s
+            return emitted * self._detokenize_s, emitted * self._output_s + framing_s
         return self._calibrated.host_s(emitted, events) - framing_s, framing_s
 
     def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int, int, int]:
@@ -137,21 +141,21 @@ class LastMile:
         copy_ns = round(self._copy_fixed_ns + emitted * self._copy_per_id_ns)
         where = self.layout.detokenizes_in
         if self._calibrated is None:  # (host_costs_s, inline: this runs every engine step)
-            detokenize_s, frame_s = emitted * self._detokenize_s, events * self._frame_s
+            detokenize_s, api_s = emitted * self._detokenize_s, emitted * self._output_s + events * self._frame_s
         else:
-            detokenize_s, frame_s = self.host_costs_s(emitted, events)
+            detokenize_s, api_s = self.host_costs_s(emitted, events)
         if not self.models_front_end:
             engine_ns = round(detokenize_s * 1e9) if where == "engine" else 0
             return copy_ns + engine_ns, gpu_end_ns + copy_ns + engine_ns, 0, 0
         if where == "api-server":
-            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + copy_ns, detokenize_s + frame_s)
+            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + copy_ns, detokenize_s + api_s)
             return copy_ns, done_ns, queue_ns, work_ns
         if where == "engine":
             blocking_ns = copy_ns + round(detokenize_s * 1e9)
-            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + blocking_ns, frame_s)
+            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + blocking_ns, api_s)
             return blocking_ns, done_ns, queue_ns, work_ns
         detokenized = self.front_end.detokenize(gpu_end_ns + copy_ns, detokenize_s)
-        api = self.front_end.tokens(detokenized.done_ns, frame_s)
+        api = self.front_end.tokens(detokenized.done_ns, api_s)
         return copy_ns, api.done_ns, detokenized.queue_ns + api.queue_ns, detokenized.work_ns + api.work_ns
 
     def busy_ns(self) -> dict[str, int]:

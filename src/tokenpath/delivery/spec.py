@@ -29,6 +29,12 @@ DETOKENIZE_PER_TOKEN_S = default("detokenize_per_token_s")
 # vLLM V0's detokenizer per token, in its engine's process (its Python detokenize_incrementally; vLLM issue
 # 5206 timed 17-55 us), which the vllm-v0 profile takes in place of the above (Profile.detokenize_assumption).
 VLLM_V0_DETOKENIZE_PER_TOKEN_S = default("vllm_v0_detokenize_per_token_s")
+# SGLang's two processes per streamed token, timed with SGLang's own code by benchmarks/sglang_output_path.py:
+# its DetokenizerManager's (decoding the scheduler's message, detokenizing, encoding the text's), which the
+# prefill-first profile takes in place of detokenize_per_token, and its TokenizerManager's, the API server,
+# receiving that text (`output_per_token`; Profile.output_assumption).
+SGLANG_DETOKENIZE_PER_TOKEN_S = default("sglang_detokenize_per_token_s")
+SGLANG_OUTPUT_PER_TOKEN_S = default("sglang_output_per_token_s")
 # Building one streamed chunk as the engines' API servers do (vLLM's serving_chat.py and TensorRT-LLM's
 # postprocess_handlers.py build a pydantic ChatCompletionStreamResponse per chunk and call
 # model_dump_json), its SSE framing, and its writing through the engine's HTTP layer (FastAPI's
@@ -55,8 +61,8 @@ TOKENIZE_PER_TOKEN_S = default("tokenize_per_token_s")
 # the serving host): no network, and no host cost beyond the engine's own.
 ENGINE_SIDE_DELIVERY = {
     "network_rtt": 0.0, "host_link_latency": 0.0, "frontend_per_request": 0.0, "chat_template_per_request": 0.0,
-    "tokenize_per_token": 0.0, "detokenize_per_token": 0.0, "frame_per_event": 0.0, "event_overhead_bytes": 0,
-    "bytes_per_token": 0.0, "request_overhead_bytes": 0,
+    "tokenize_per_token": 0.0, "detokenize_per_token": 0.0, "output_per_token": 0.0, "frame_per_event": 0.0,
+    "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
 }
 # Bounds of the counts below, far beyond real ones: a server streams 1 to a few tens of tokens per SSE
 # event (vLLM's and SGLang's --stream-interval default to 1); a chunk's JSON around its text is about
@@ -93,7 +99,12 @@ class DeliverySpec(BaseModel):
         None, description="the process that detokenizes: engine (its steps wait for it), api-server (the front "
                           "end's processes), detokenizer (a process of its own); unset: the engine profile's"
     )
-    detokenize_per_token: Duration = Field(DETOKENIZE_PER_TOKEN_S, le=MAX_HOST_COST_S)
+    detokenize_per_token: Duration = Field(DETOKENIZE_PER_TOKEN_S, le=MAX_HOST_COST_S,
+                                           description="CPU time per token in the process that detokenizes")
+    output_per_token: Duration = Field(
+        0.0, le=MAX_HOST_COST_S,
+        description="the API server's CPU time per token taking in outputs another process detokenized, before "
+                    "building their chunks (SGLang's TokenizerManager); unset: the engine profile's")
     frame_per_event: Duration = Field(FRAME_PER_EVENT_S, le=MAX_HOST_COST_S)
     stream_interval: int = Field(1, ge=1, le=MAX_STREAM_INTERVAL,
                                  description="tokens per SSE event (the first token is sent at once)")

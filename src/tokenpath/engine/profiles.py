@@ -213,8 +213,13 @@ class Profile:
     api_servers: ApiServers | Callable[[str | None], ApiServers]  # or by release
     detokenizes_in: Literal["engine", "api-server", "detokenizer"]  # "detokenizer": one process of its own
     # The registry's time per token of that process's output handling, where [delivery] does not set
-    # detokenize_per_token: vLLM V1's measured output handler, or vLLM V0's slower detokenizer
-    detokenize_assumption: Literal["detokenize_per_token_s", "vllm_v0_detokenize_per_token_s"]
+    # detokenize_per_token: vLLM V1's measured output handler, vLLM V0's slower detokenizer, SGLang's
+    # detokenizer process
+    detokenize_assumption: Literal["detokenize_per_token_s", "vllm_v0_detokenize_per_token_s",
+                                   "sglang_detokenize_per_token_s"]
+    # The registry's time per token the API server spends on outputs another process detokenized, where
+    # [delivery] does not set output_per_token: SGLang's TokenizerManager; None: none timed (0)
+    output_assumption: Literal["sglang_output_per_token_s"] | None
     # The work its API server does per chat request on the template's source, besides rendering it, in a
     # release (engine/template_work.py): the registry's cost per character, or None
     template_work: Callable[[str | None], TemplateWork | None]
@@ -301,6 +306,7 @@ PROFILES: dict[str, Profile] = {
         api_servers=vllm_api_servers,
         detokenizes_in="api-server",
         detokenize_assumption="detokenize_per_token_s",
+        output_assumption=None,  # its output handler is the detokenizing process's time above
         template_work=vllm_template_work,
         launched_with="vllm",
         offered_as_lever=True,
@@ -372,6 +378,8 @@ PROFILES: dict[str, Profile] = {
         api_servers="per-replica",
         detokenizes_in="engine",
         detokenize_assumption="vllm_v0_detokenize_per_token_s",
+        # Its API server unpickled the engine's RequestOutputs (vllm/engine/multiprocessing/client.py): untimed
+        output_assumption=None,
         template_work=vllm_template_work,
         launched_with="vllm",
         offered_as_lever=False,  # a release to reproduce (its latency rows), not a change to make
@@ -457,7 +465,9 @@ PROFILES: dict[str, Profile] = {
         # detokenizer_worker_num = 1).
         api_servers="per-server",
         detokenizes_in="detokenizer",
-        detokenize_assumption="detokenize_per_token_s",  # its own method is not timed: vLLM V1's stands in
+        # Each process's time per token, timed with SGLang's own code (benchmarks/sglang_output_path.py)
+        detokenize_assumption="sglang_detokenize_per_token_s",
+        output_assumption="sglang_output_per_token_s",
         template_work=no_template_work,
         launched_with="sglang",
         offered_as_lever=True,
@@ -542,6 +552,7 @@ PROFILES: dict[str, Profile] = {
         api_servers="per-replica",
         detokenizes_in="api-server",
         detokenize_assumption="detokenize_per_token_s",  # its own method is not timed: vLLM V1's stands in
+        output_assumption=None,  # within the detokenizing process's time, as vLLM V1's
         template_work=no_template_work,
         launched_with="trtllm",
         offered_as_lever=True,

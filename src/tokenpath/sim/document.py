@@ -141,7 +141,8 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "detokenize": d.front_end.detokenizes_in, "stream_interval_tokens": delivery.stream_interval,
             "network_rtt_s": delivery.network_rtt, "network_bw_Bps": delivery.network_bw,
             "invisible_token_fraction": delivery.invisible_token_fraction,
-            "detokenize_per_token_s": delivery.detokenize_per_token, "frame_per_event_s": delivery.frame_per_event,
+            "detokenize_per_token_s": delivery.detokenize_per_token, "output_per_token_s": delivery.output_per_token,
+            "frame_per_event_s": delivery.frame_per_event,
             "frontend_per_request_s": delivery.frontend_per_request,
             "chat_template_per_request_s": delivery.chat_template_per_request,
             "chat_template_parse_per_request_s": delivery.chat_template_parse_per_request,
@@ -254,7 +255,8 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
     if api_ns:
         prompt = float(sim.requests.input_tokens.mean()) if len(sim.requests) else 0.0
         request_s = LastMile(delivery, layout).request_cost_s(round(prompt))
-        tokens = "detokenizing and framing" if layout.detokenizes_in == "api-server" else "framing"
+        tokens = {"api-server": "detokenizing and framing", "engine": "framing"}.get(
+            layout.detokenizes_in, "taking in the detokenizer's text and framing")
         found.append(Resource(
             "front end's busiest API-server process", "delivery", api_ns / 1e9 / window_s,
             f"{format_duration(request_s)} a request (parse, template, tokenize {prompt:.0f} tokens) and "

@@ -28,7 +28,7 @@ from pydantic import (
 
 from tokenpath.application.spec import ApplicationSpec
 from tokenpath.config import files
-from tokenpath.config.assumptions import Assumptions, check_table, lookup, resolve
+from tokenpath.config.assumptions import DELIVERY_FIELDS, Assumptions, check_table, lookup, resolve
 from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.config.files import PathText
@@ -287,10 +287,12 @@ class Scenario(BaseModel):
         scenario's delivery assumptions (overridden or calibrated) for the fields its table leaves unset."""
         assumptions = self.resolved_assumptions()
         update = assumptions.delivery_fields(self.delivery.model_fields_set)
-        # The profile's own per-token time, where it has one (Profile.detokenize_assumption).
-        if (self.engine.profile.detokenize_assumption == "vllm_v0_detokenize_per_token_s"
-                and "detokenize_per_token" not in self.delivery.model_fields_set):
-            update["detokenize_per_token"] = assumptions.value("vllm_v0_detokenize_per_token_s")
+        # The profile's own per-token times, where it has them (Profile.detokenize_assumption, output_assumption).
+        profile = self.engine.profile
+        for name, field in ((profile.detokenize_assumption, "detokenize_per_token"),
+                            (profile.output_assumption, "output_per_token")):
+            if name is not None and name not in DELIVERY_FIELDS and field not in self.delivery.model_fields_set:
+                update[field] = assumptions.value(name)
         calibration = self.delivery.calibration
         if calibration is not None:
             update["calibration"] = self.resolve_path(calibration)
