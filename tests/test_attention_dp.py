@@ -67,6 +67,14 @@ def test_attention_dp_needs_a_tensor_parallel_group():
         build_deployment(scenario)
 
 
+def test_attention_dp_runs_without_multi_step_windows():
+    scenario = load_scenario("typical", {"model.name": "deepseek-v3", "engine.scheduler": "prefill-first",
+                                         "engine.chunked_prefill": False, "engine.num_scheduler_steps": 4,
+                                         "deployment.attention_dp": True})
+    with pytest.raises(UserError, match="engine.num_scheduler_steps: .*attention_dp = false"):
+        build_deployment(scenario)
+
+
 def test_the_launch_carries_it_to_sglang_and_tensorrt_llm_and_notes_it_for_vllm():
     import json
 
@@ -148,6 +156,20 @@ def test_sglangs_ranks_each_take_their_share_of_the_chunked_budget():
     assert run_ranks(4, [4000], vllm)[:2] == [2048, 1952]
     # Without chunked prefill SGLang runs a prompt whole, as it does with one rank.
     assert run_ranks(4, [1500], sglang.model_copy(update={"chunked_prefill": False}))[0] == 1500
+
+
+@pytest.mark.parametrize(("ranks", "decoding_steps"), [(4, [0, 1, 2, 3, 4, 5]), (1, [0, 1, 2, 4, 5, 6])])
+def test_sglangs_other_ranks_decode_while_a_rank_prefills(ranks, decoding_steps):
+    # Each SGLang DP rank runs its own scheduler, their forwards kept in step (dp_attn.py,
+    # prepare_mlp_sync_batch_raw): request 1's prompt (rank 1), arriving during step 2, pauses only rank 1's
+    # decodes, so request 0 (rank 0) gains a token in step 3 beside it. With one rank it pauses there.
+    # (Without the overlapped scheduler, a step's batch is formed as it starts.)
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=2048, host_overlap=False)
+    arrivals = np.array([0, 2_500_000], np.int64)
+    trace = run_engine(arrivals, np.array([100, 100]), np.array([6, 2]), RanksCosts(ranks), LastMile(NO_NETWORK),
+                       spec, 10**9)
+    assert list(trace.token_steps(0, 1)) == decoding_steps
+    assert list(trace.token_steps(1, 2))[0] == 3
 
 
 @pytest.mark.parametrize("scheduler, whole_op, split_op", [("prefill-first", "embedding", "lm_head"),

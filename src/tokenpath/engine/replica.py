@@ -69,7 +69,6 @@ class Replica:
 
         # The profile (engine/spec.py): how a step's batch is composed, as bound methods and flags.
         self.chunked = spec.chunked_prefill
-        self.pauses = spec.prefills_alone  # decoders pause in prefill steps
         self.window = spec.num_scheduler_steps  # steps of a decode window (multi-step scheduling)
         self.reserve = spec.kv_admission == "reserve"
         # Attention data-parallel: a replica's requests go to its ranks in turn, as SGLang's data-parallel
@@ -77,6 +76,15 @@ class Replica:
         # load_balance_method), so request i is held by rank i % ranks; a step lasts as long as the rank
         # with the most prompt tokens (compute/roofline.py, busiest_chip_share).
         self.ranks = costs.attention_ranks
+        # Decoders pause in prefill steps (prefill-first). Under attention data-parallel each rank runs a
+        # scheduler of its own (SGLang: a scheduler process per DP rank, their forwards kept in step for the
+        # MLP and MoE layers by prepare_mlp_sync_batch_raw, managers/scheduler_components/dp_attn.py, each
+        # rank's local batch a prefill or a decode), so a rank with a prompt to run pauses its own decodes
+        # while the other ranks decode in the same forward: across the replica, prompts and decodes share
+        # the step, as in a mixed step, and a rank's prompt budget is its own (its paused decodes take none
+        # of it). The prompt's own rank's decodes, which pause, are counted in that step.
+        self.rank_pauses = spec.prefills_alone and self.ranks > 1
+        self.pauses = spec.prefills_alone and not self.rank_pauses
         # ... each rank's prompt tokens a step, where its scheduler takes a share of the chunked budget
         # (Profile.attention_dp_splits_budget; None: the replica's whole budget).
         self.rank_budget = None
@@ -351,15 +359,21 @@ class Replica:
             decode = len(self.decoding)
             if not self.waiting:
                 return decode, 0, _NONE
-            return decode, 0, self._admit(self.max_batched - decode * self.width, self.max_seqs - decode)
+            return decode, 0, self._admit(self.max_batched - self._decode_tokens(decode), self.max_seqs - decode)
         prefill_num, preempted = self._running_demands(d)
         if preempted or not self.waiting:
             return len(self.decoding), prefill_num, _NONE
         decode = len(self.decoding)
         if prefill_num < prefill.target - prefill.computed:
             return decode, prefill_num, _NONE
-        return decode, prefill_num, self._admit(self.max_batched - decode * self.width - prefill_num,
+        return decode, prefill_num, self._admit(self.max_batched - self._decode_tokens(decode) - prefill_num,
                                                 self.max_seqs - decode - 1)
+
+    def _decode_tokens(self, decode: int) -> int:
+        """The share of the step's token budget that `decode` decoding sequences take: a token each
+        (speculating, their drafts too); none where each rank pauses its own decodes for its prompts
+        (`rank_pauses`)."""
+        return 0 if self.rank_pauses else decode * self.width
 
     def _compose_prefill_first(self, d: int) -> tuple[int, int, Sequence[tuple[int, int, int]]]:
         """prefill-first: a prefill step (the prompt in progress, then waiting prompts) while decoding
@@ -402,9 +416,10 @@ class Replica:
                 self.free_blocks -= new_blocks
                 return 0, False
         else:
-            rest, budget = prefill.target - prefill.computed, self.max_batched - len(self.decoding) * self.width
+            decode_tokens = self._decode_tokens(len(self.decoding))
+            rest, budget = prefill.target - prefill.computed, self.max_batched - decode_tokens
             if self.rank_budget is not None:  # its rank's share, less its share of the decoding tokens
-                budget = min(budget, self.rank_budget - -(-len(self.decoding) * self.width // self.ranks))
+                budget = min(budget, self.rank_budget - -(-decode_tokens // self.ranks))
             # (speculative decoding's decodes can take the whole budget: the prompt then waits a step)
             num = rest if rest <= budget else max(budget - budget % self.chunk_unit, 0)
             blocks = -(-(prefill.computed + num) // self.block) - prefill.blocks
@@ -534,7 +549,7 @@ class Replica:
         """Under a split budget, each rank's prompt tokens left in the step being composed: its share of
         the budget, less an even share of the decoding tokens taking part and the prompt in progress on
         it (which _admit follows only when it completes in this step)."""
-        decode_tokens = 0 if self.pauses else len(self.decoding) * self.width
+        decode_tokens = 0 if self.pauses else self._decode_tokens(len(self.decoding))
         left = [self.rank_budget - -(-decode_tokens // self.ranks)] * self.ranks
         prefill = self.prefill
         if prefill is not None:

@@ -89,6 +89,9 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     if dep.attention_dp and (dep.tp == 1 or dep.pp > 1):
         raise UserError(f"deployment.attention_dp: attention is data-parallel over a replica's tp chips, modelled "
                         f"with tp > 1 and pp = 1 (got tp={dep.tp}, pp={dep.pp}); raise tp or set attention_dp = false")
+    if dep.attention_dp and scenario.engine.num_scheduler_steps > 1:
+        raise UserError("engine.num_scheduler_steps: vLLM V0's multi-step scheduling ran without attention "
+                        "data-parallel (SGLang's ranks schedule a step at a time); set it to 1 or attention_dp = false")
     if scenario.model.expert_precision is not None and not model.is_moe:
         raise UserError(f"model.expert_precision: {model.name} has no experts; remove expert_precision")
     if dep.prefill_replicas and not dep.prefill_replicas < dep.replicas:
