@@ -136,9 +136,12 @@ def test_prompts_go_to_the_ranks_in_turn_and_the_step_lasts_as_the_rank_with_the
     # busiest 400 of the step's 1,050; the decode step after it has no prompt tokens.
     spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=2048)
     assert run_ranks(4, [100, 200, 150, 100, 300, 50], spec)[:2] == [400, None]
-    # A chunked prompt keeps its rank: request 1's 900 tokens are cut at the budget, then finish alone.
+    # vLLM's (and TensorRT-LLM's) ranks each schedule a budget of their own: 300 and 900 tokens on two ranks
+    # run together. A chunked prompt keeps its rank: request 2 (rank 0) takes the 100 tokens rank 0 has left
+    # beside request 0's 900, then its rest, 800 (its rank's 1,000 less its share of the two decodes).
     spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=1000)
-    assert run_ranks(2, [300, 900], spec)[:2] == [700, 200]
+    assert run_ranks(2, [300, 900], spec)[:2] == [900, None]
+    assert run_ranks(2, [900, 100, 900], spec)[:2] == [1000, 800]
     # Without attention data-parallel the engine does not say (every prompt token on one chip).
     assert run_ranks(1, [100, 200], spec)[0] is None
 
@@ -151,11 +154,21 @@ def test_sglangs_ranks_each_take_their_share_of_the_chunked_budget():
     # Each rank's share holds for the prompts admitted behind the one in progress: request 1 (rank 1)
     # takes its rank's 512 beside request 0's last 488 on rank 0.
     assert run_ranks(4, [1000, 1000], sglang)[:3] == [512, 512, 488]
-    # vLLM V1's ranks share the replica's whole budget, as without attention data-parallel.
+    # Each vLLM V1 rank has the whole budget of its own.
     vllm = EngineSpec(max_num_seqs=8, max_num_batched_tokens=2048)
     assert run_ranks(4, [4000], vllm)[:2] == [2048, 1952]
     # Without chunked prefill SGLang runs a prompt whole, as it does with one rank.
     assert run_ranks(4, [1500], sglang.model_copy(update={"chunked_prefill": False}))[0] == 1500
+
+
+@pytest.mark.parametrize(("scheduler", "running"), [("trtllm", 8), ("vllm-v1", 8), ("prefill-first", 2)])
+def test_each_trtllm_and_vllm_rank_runs_max_num_seqs_of_its_own(scheduler, running):
+    # TensorRT-LLM's max_batch_size and vLLM's max_num_seqs are each rank's scheduler's (four ranks: eight
+    # sequences at 2 a rank); SGLang's max_running_requests is the server's, divided among its ranks.
+    spec = EngineSpec(scheduler=scheduler, max_num_seqs=2, max_num_batched_tokens=512)
+    trace = run_engine(np.zeros(8, np.int64), np.full(8, 10), np.full(8, 20), RanksCosts(4), LastMile(NO_NETWORK),
+                       spec, 10**9)
+    assert trace.step_seqs.max() == running
 
 
 @pytest.mark.parametrize(("ranks", "decoding_steps"), [(4, [0, 1, 2, 3, 4, 5]), (1, [0, 1, 2, 4, 5, 6])])

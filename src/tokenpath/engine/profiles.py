@@ -99,8 +99,10 @@ class Profile:
     kv_admissions: tuple[Literal["reserve", "on_demand"], ...]  # those it offers, its default first
     new_token_ratio: bool  # admits only while the cache keeps SGLang's headroom (engine/new_token_ratio.py)
     # With attention data-parallel, each rank's scheduler takes the step's token budget divided by the
-    # ranks (SGLang: chunked_prefill_size // dp_size, arg_groups/parallel_hook.py), so one rank's prompt
-    # runs in chunks of that share; False: the rank's prompts share the replica's whole budget.
+    # ranks (SGLang: chunked_prefill_size // dp_size, arg_groups/parallel_hook.py; its max_running_requests
+    # the replica's too, divided likewise), so one rank's prompt runs in chunks of that share; False: each
+    # rank's scheduler has the engine's limits of its own (vLLM's data-parallel engine cores, TensorRT-LLM's
+    # ranks: max_num_seqs and max_num_batched_tokens per rank).
     attention_dp_splits_budget: bool
     # With attention data-parallel, the ops it holds whole on every chip rather than split over the
     # replica's tp (compute/ops.py): SGLang's embedding (deepseek_v2.py builds it over the attention-TP

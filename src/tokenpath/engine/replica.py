@@ -76,6 +76,16 @@ class Replica:
         # load_balance_method), so request i is held by rank i % ranks; a step lasts as long as the rank
         # with the most prompt tokens (compute/roofline.py, busiest_chip_share).
         self.ranks = costs.attention_ranks
+        # ... and each rank's prompt tokens a step. Where its scheduler takes a share of the replica's
+        # chunked budget (Profile.attention_dp_splits_budget: SGLang), that share; else each rank's scheduler
+        # has the engine's limits of its own (vLLM's data-parallel engine cores, TensorRT-LLM's ranks:
+        # max_num_seqs and max_num_batched_tokens per rank), so the replica's are the ranks' together.
+        self.rank_budget = None
+        if self.ranks > 1 and not spec.profile.attention_dp_splits_budget:
+            self.rank_budget = spec.max_num_batched_tokens
+            self.max_batched, self.max_seqs = self.ranks * self.max_batched, self.ranks * self.max_seqs
+        elif self.ranks > 1 and spec.chunked_prefill:
+            self.rank_budget = max(spec.max_num_batched_tokens // self.ranks, 1)
         # Decoders pause in prefill steps (prefill-first). Under attention data-parallel each rank runs a
         # scheduler of its own (SGLang: a scheduler process per DP rank, their forwards kept in step for the
         # MLP and MoE layers by prepare_mlp_sync_batch_raw, managers/scheduler_components/dp_attn.py, each
@@ -85,11 +95,6 @@ class Replica:
         # of it). The prompt's own rank's decodes, which pause, are counted in that step.
         self.rank_pauses = spec.prefills_alone and self.ranks > 1
         self.pauses = spec.prefills_alone and not self.rank_pauses
-        # ... each rank's prompt tokens a step, where its scheduler takes a share of the chunked budget
-        # (Profile.attention_dp_splits_budget; None: the replica's whole budget).
-        self.rank_budget = None
-        if self.ranks > 1 and spec.profile.attention_dp_splits_budget and spec.chunked_prefill:
-            self.rank_budget = max(spec.max_num_batched_tokens // self.ranks, 1)
         # SGLang's admission headroom for the running requests' outputs still to come (new_token_ratio.py).
         self.ratio = None
         if spec.profile.new_token_ratio:

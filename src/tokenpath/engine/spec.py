@@ -54,13 +54,16 @@ class EngineSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     max_num_seqs: int = Field(VLLM_V1_LARGE_GPU_LIMITS.max_num_seqs, ge=1, le=MAX_NUM_SEQS,
-                              description="most sequences in one step (unset: the profile's for the chip, "
+                              description="most sequences in one step, each rank's under attention data-parallel "
+                                          "but SGLang's (unset: the profile's for the chip, "
                                           "engine/batch_limits.py; with a drafter, "
                                           f"{profiles_where(lambda p: p.speculative_max_running is not None)}'s "
                                           f"{SGLANG_SPECULATIVE_MAX_RUNNING} in its recent releases)")
     max_num_batched_tokens: int = Field(VLLM_V1_LARGE_GPU_LIMITS.max_num_batched_tokens, ge=1, le=MAX_STEP_TOKENS,
-                                        description="most tokens (prefill + decode) in one step (unset: the "
-                                                    "profile's for the chip, engine/batch_limits.py)")
+                                        description="most tokens (prefill + decode) in one step, each rank's "
+                                                    "under attention data-parallel (SGLang's: the replica's, "
+                                                    "divided among them) (unset: the profile's for the chip, "
+                                                    "engine/batch_limits.py)")
     block_size: int = Field(DEFAULT_BLOCK_SIZE, ge=1, le=MAX_BLOCK_SIZE,
                             description="tokens per KV-cache block (unset: the profile's for its release: vLLM 16, "
                                         "64 from 0.34.0; 16 otherwise; engine/kv_blocks.py)")
