@@ -50,13 +50,15 @@ VLLM_0_14_BUILT = "2026-01-18"
 VLLM_0_20_BUILT = "2026-04-27"
 
 
-def engine_settings(backend: str, isl: int) -> dict:
+def engine_settings(backend: str, isl: int, batch_size: int | None = None) -> dict:
     """The limits AIConfigurator's generator writes for an aggregated worker (generator/rule_plugin/*.rule),
-    as the shipped rows of catalog/validation/latency.toml record them."""
+    as the shipped rows of catalog/validation/latency.toml record them; `batch_size`: a TensorRT-LLM run's
+    own max_batch_size (its attention-DP runs state each rank's, the run's concurrency over its ranks)."""
     if backend == "vllm":
         return {"max_num_seqs": 512, "max_num_batched_tokens": 512 + isl + 1500}
     if backend == "trtllm":
-        return {"max_num_seqs": 128, "max_num_batched_tokens": math.ceil((128 + isl + 500) / 32) * 32,
+        seqs = batch_size or 128
+        return {"max_num_seqs": seqs, "max_num_batched_tokens": math.ceil((seqs + isl + 500) / 32) * 32,
                 "chunked_prefill": False, "cuda_graphs": "decode"}
     return {"max_num_batched_tokens": isl + 1500, "mixed_chunk": True, "cuda_graphs": "decode"}
 
@@ -68,18 +70,29 @@ def default_csv() -> Path:
         sys.exit("aiconfigurator-core is not installed: pip install aiconfigurator-core, or pass --csv PATH")
 
 
-def candidate_runs(csv: Path, shipped: set[str]) -> pd.DataFrame:
+def candidate_runs(csv: Path, shipped: set[str], attention_dp: bool = False) -> pd.DataFrame:
+    """The aggregated fp8 runs of the catalog's models and chips that latency.toml does not ship: tensor-parallel
+    ones, or with `attention_dp` those whose attention is data-parallel over all their GPUs with as many expert
+    ranks (TensorRT-LLM's DeepSeek runs: attention_dp_size = moe_ep_size, tp_size 1)."""
     df = pd.read_csv(csv)
+    if attention_dp:
+        layout = (df.tp_size == 1) & (df.attention_dp_size > 1) & (df.moe_ep_size == df.attention_dp_size)
+    else:
+        layout = (df.attention_dp_size == 1) & (df.moe_ep_size.fillna(1) == 1)
     runs = df[(df["mode"] == "agg") & df.model_path.isin(MODELS) & df.system.isin(CHIPS) & (df.pp_size == 1)
-              & (df.attention_dp_size == 1) & (df.moe_ep_size.fillna(1) == 1) & ~df.id.isin(shipped)
+              & layout & ~df.id.isin(shipped)
               & df.gemm_quant_mode.isin(["fp8", "fp8_block"]) & df.silicon_ttft_ms.notna() & df.silicon_tpot_ms.notna()]
     runs = runs.assign(concurrency=runs.silicon_data_source.str.extract(r"silicon_concurrency=(\d+)")[0].astype(float))
     runs = runs[runs.concurrency.notna()]
-    return runs.drop_duplicates(["model_path", "system", "backend", "isl", "osl", "tp_size", "concurrency"])
+    return runs.drop_duplicates(["model_path", "system", "backend", "isl", "osl", "tp_size", "attention_dp_size",
+                                 "concurrency"])
 
 
 def group_of(run: pd.Series) -> tuple[str, str, str]:
-    """Where a run's error is reported in the breakdown: its engine, chip and whether it is tensor-parallel."""
+    """Where a run's error is reported in the breakdown: its engine, chip and whether it is tensor-parallel
+    (or attention data-parallel)."""
+    if run.attention_dp_size > 1:
+        return run.backend, CHIPS[run.system], f"adp{int(run.attention_dp_size)}"
     return run.backend, CHIPS[run.system], "tp1" if run.tp_size == 1 else "tp>1"
 
 
@@ -92,7 +105,9 @@ def row_of(run: pd.Series, window: str) -> dict:
     the shipped rows say."""
     version = run.get("backend_version")
     release = {"engine_version": version} if isinstance(version, str) else {}
-    settings = engine_settings(run.backend, int(run.isl))
+    ranks = int(run.attention_dp_size)
+    settings = engine_settings(run.backend, int(run.isl), int(run.batch_size) if ranks > 1 else None)
+    layout = {"tp": ranks, "attention_dp": True, "expert_parallel": True} if ranks > 1 else {"tp": int(run.tp_size)}
     measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", str(run.get("silicon_data_source", "")))
     if run.backend == "vllm" and not release and measured and measured.group(1) < VLLM_0_14_BUILT:
         settings["host_overlap"] = False
@@ -100,7 +115,7 @@ def row_of(run: pd.Series, window: str) -> dict:
         settings["gpu_memory_utilization"] = 0.9
     return {"source": f"silicon_sample {run.id}", "id": str(run.id), "engine": run.backend, **release,
             "model": MODELS[run.model_path], "precision": "fp8", "kv_cache_precision": "fp8",
-            "chip": CHIPS[run.system], "tp": int(run.tp_size),
+            "chip": CHIPS[run.system], **layout,
             "lengths": "fixed", "input_len": int(run.isl), "output_len": int(run.osl), "arrival": "concurrency",
             "concurrency": int(run.concurrency), "engine_settings": settings,
             "window": window, "requests_per_slot": REQUESTS_PER_SLOT,
@@ -114,10 +129,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=60, help="runs drawn at random")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--window", choices=["profiling_phase", "steady"], default="profiling_phase")
+    parser.add_argument("--attention-dp", action="store_true",
+                        help="draw the runs with attention data-parallel over all their GPUs (TensorRT-LLM's DeepSeek "
+                             "runs) instead of the tensor-parallel ones")
     args = parser.parse_args()
     data = load_latency()
     shipped = {row.get("id") for row in data["rows"]}
-    runs = candidate_runs(args.csv or default_csv(), shipped)
+    runs = candidate_runs(args.csv or default_csv(), shipped, args.attention_dp)
     runs = runs.sample(min(args.rows, len(runs)), random_state=args.seed)
     errors = []
     groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
@@ -144,7 +162,8 @@ def main() -> None:
             held[key].append((low <= measured_ms <= high, high / low))
             marks[key] = "in " if held[key][-1][0] else "OUT"
         by_envelope[validated].append((ttft, tpot, held["ttft"][-1][0], held["tpot"][-1][0]))
-        print(f"{run.backend:6} {MODELS[run.model_path]:13} {run.system:8} tp{int(run.tp_size)} "
+        layout = f"adp{int(run.attention_dp_size)}" if run.attention_dp_size > 1 else f"tp{int(run.tp_size)}"
+        print(f"{run.backend:6} {MODELS[run.model_path]:13} {run.system:8} {layout} "
               f"{int(run.isl)}/{int(run.osl)} c{int(run.concurrency):<4} "
               f"TTFT {run.silicon_ttft_ms:8.1f} ms {ttft:+6.0%} {marks['ttft']}  "
               f"TPOT {run.silicon_tpot_ms:6.1f} ms {tpot:+6.0%} {marks['tpot']}{'' if validated else ' *'}",

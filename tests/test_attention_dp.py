@@ -207,3 +207,15 @@ def test_the_busiest_chip_holds_the_prompt_tokens_the_engine_says():
     assert compute.busiest_chip_share(8000, 8) == ((7992 + 1) / 8000, 1.0)
     step = (8000, 8, 8 * 1000 * 1001 / 2, 8000.0)
     assert compute.step_time_s(*step, prompt_on_busiest=1000.0) < 0.5 * compute.step_time_s(*step)
+
+
+@pytest.mark.parametrize("attention_dp", [True, False])
+def test_each_rank_replays_a_graph_of_its_own_batch_and_schedules_its_own_sequences(attention_dp):
+    # Under attention data-parallel each rank captures decode graphs of its own batch sizes and its scheduler
+    # works on its own sequences: 256 decoding sequences on 8 ranks are 32 a rank, within graphs of up to 32.
+    compute = ComputeModel(load_model("deepseek-v3"), load_chip("h200"), 8, "fp8", "bf16", cuda_graphs="decode",
+                           cuda_graph_max_tokens=32, host_step_s=1e-3, host_per_sequence_s=1e-5,
+                           attention_dp=attention_dp)
+    assert compute.eager(256, 256) is not attention_dp
+    assert compute.eager(264, 264)  # 33 on the busiest rank
+    assert compute.host_s(256) == pytest.approx(1e-3 + (32 if attention_dp else 256) * 1e-5)

@@ -432,7 +432,7 @@ class ComputeModel:
         if self._graph_max_tokens < 0:
             return "no CUDA graphs"
         steps = "decode steps" if self._graphs_decode_only else "steps"
-        unit = "sequences" if self._graphs_decode_only else "tokens"
+        unit = ("sequences" if self._graphs_decode_only else "tokens") + (" a rank" if self.attention_dp else "")
         if self._graph_max_tokens == math.inf:
             policy = f"CUDA graphs for all {steps}"
         elif self._graph_sizes is not None:
@@ -452,6 +452,8 @@ class ComputeModel:
         if num_tokens != num_logits and self.prefill_graph_max_tokens is not None:
             return num_tokens > self.prefill_graph_max_tokens
         size = sequences if sequences is not None and self._graphs_decode_only else num_tokens
+        if self.attention_dp:  # each rank replays a graph of its own batch; the busiest holds an even share
+            size = -(-size // self.tp)
         return (size > self._graph_max_tokens or (self._graphs_decode_only and num_tokens != num_logits)
                 or (self._graph_sizes is not None and size not in self._graph_sizes))
 
@@ -491,7 +493,10 @@ class ComputeModel:
     def host_s(self, sequences: int, scheduled: bool = True) -> float:
         """The host's time for a step that samples `sequences` sequences (a request's work in the
         scheduler's loops, vLLM's update_from_output per request: not per draft token); `scheduled`: it
-        calls the scheduler (every step but those of a multi-step window after its first)."""
+        calls the scheduler (every step but those of a multi-step window after its first). With attention
+        data-parallel each rank's scheduler works on its own sequences, side by side: the busiest's share."""
+        if self.attention_dp:
+            sequences = -(-sequences // self.tp)
         return (self.host_window_s if scheduled else 0.0) + self.host_step_s + self.host_per_sequence_s * sequences
 
     def step_time_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,

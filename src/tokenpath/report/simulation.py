@@ -24,8 +24,11 @@ def _engine_line(engine: Any, compute: Any, acceptance: float | None = None) -> 
     """The scheduler profile, its limits, how the host's time per step counts, and its speculative
     decoding with the workload's `acceptance`."""
     version = f" (version {engine.version})" if engine.version else ""
+    # Under attention data-parallel each rank schedules with the limits of its own, but SGLang's ranks, which
+    # divide the server's (Profile.attention_dp_splits_budget)
+    per_rank = " a rank" if compute.attention_dp and not engine.profile.attention_dp_splits_budget else ""
     line = (f"{engine.scheduler} scheduler{version}, max {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
-            f"tokens/step, chunked prefill {'on' if engine.chunked_prefill else 'off'}")
+            f"tokens/step{per_rank}, chunked prefill {'on' if engine.chunked_prefill else 'off'}")
     if engine.num_scheduler_steps > 1:
         line += f", {engine.num_scheduler_steps}-step windows"
         host = f"{format_duration(compute.host_window_s)}/window + {format_duration(compute.host_step_s)}/step"
