@@ -8,9 +8,8 @@ the next step; they are detokenized where the engine does it (in its own process
 step too; in the API server; or in a detokenizer process of its own, whose text the API server then
 takes in) and each chunk is framed as an SSE event in the API server, at the constant costs of the
 spec or at this machine's measured cost per batch size when the spec names a calibration file from
-`tokenpath calibrate delivery`. A step's
-tokens leave when the front end is done with them. Each event then crosses the network: half a round
-trip plus its bytes over the client's bandwidth.
+`tokenpath calibrate delivery`. A step's tokens leave when the front end is done with them. Each event
+then crosses the network: half a round trip plus its bytes over the client's bandwidth.
 
 Events group tokens: the first token is sent at once, later ones in groups of `stream_interval`, and
 the last group is flushed when the sequence ends. All times are integer nanoseconds, so the
