@@ -553,7 +553,9 @@ PROFILES: dict[str, Profile] = {
         # replica (num_serve_frontends defaults to 1).
         api_servers="per-replica",
         detokenizes_in="api-server",
-        detokenize_assumption="detokenize_per_token_s",  # its own method is not timed: vLLM V1's stands in
+        # Its own method is not timed: vLLM V1's stands in, its detokenizer the same DecodeStream below
+        # TLLM_STREAM_INTERVAL_THRESHOLD (tensorrt_llm/llmapi/tokenizer.py, hf_decode_incrementally)
+        detokenize_assumption="detokenize_per_token_s",
         output_assumption=None,  # within the detokenizing process's time, as vLLM V1's
         template_work=no_template_work,
         launched_with="trtllm",
