@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 import tokenpath
 from cli_helpers import assert_user_error, run_cli
 from tokenpath import load_scenario, simulate
-from tokenpath.config.assumptions import BY_NAME, DELIVERY_FIELDS, REGISTRY, lookup
+from tokenpath.config.assumptions import BY_NAME, DELIVERY_FIELDS, PROFILE_DELIVERY_FIELDS, REGISTRY, lookup
 from tokenpath.config.errors import UserError
+from tokenpath.engine.profiles import PROFILES
 from tokenpath.report.simulation import assumptions_line
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.document import result_document
@@ -140,7 +141,8 @@ def _assumed_calls():
                 constant = default.attr if isinstance(default, ast.Attribute) else default.id
                 yield name.value, constant
             elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "value"
-                  and "assumptions" in (getattr(node.func.value, "id", None), getattr(node.func.value, "attr", None))):
+                  and "assumptions" in (getattr(node.func.value, "id", None), getattr(node.func.value, "attr", None))
+                  and isinstance(node.args[0], ast.Constant)):  # (a profile's own: PROFILE_DELIVERY_FIELDS)
                 yield node.args[0].value, None
 
 
@@ -149,8 +151,11 @@ def test_every_assumption_is_read_through_the_registry_by_its_own_constant():
     for name, constant in calls:
         assert constant is None or BY_NAME[name].constant == constant, \
             f"assumed({name!r}, {constant}) reads the wrong constant"
-    read = {name for name, _ in calls} | set(DELIVERY_FIELDS)  # delivery ones are [delivery] defaults
+    # delivery ones are [delivery] defaults, or a profile's in their place
+    read = {name for name, _ in calls} | set(DELIVERY_FIELDS) | set(PROFILE_DELIVERY_FIELDS)
     assert read == set(BY_NAME), f"registered but never read (an override would do nothing): {set(BY_NAME) - read}"
+    named = {name for p in PROFILES.values() for name in (p.detokenize_assumption, p.output_assumption)}
+    assert set(PROFILE_DELIVERY_FIELDS) <= named, "a profile's delivery assumption that no profile names"
 
 
 def test_each_module_binds_its_constant_to_the_registry_s_value():

@@ -317,6 +317,12 @@ DELIVERY_FIELDS = {"host_link_bw_Bps": "host_link_bw", "host_link_latency_s": "h
                    "chat_template_per_request_s": "chat_template_per_request",
                    "tokenize_per_token_s": "tokenize_per_token"}
 
+# Delivery assumptions an engine profile takes in place of a [delivery] field's default, where the table
+# leaves the field unset (engine/profiles.py, Profile.detokenize_assumption and output_assumption).
+PROFILE_DELIVERY_FIELDS = {"vllm_v0_detokenize_per_token_s": "detokenize_per_token",
+                           "sglang_detokenize_per_token_s": "detokenize_per_token",
+                           "sglang_output_per_token_s": "output_per_token"}
+
 CALIBRATION_KEY = "calibration"
 
 # What a value may be, beyond its unit: (lowest, highest, whether the lowest itself is excluded).

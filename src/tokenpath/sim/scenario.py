@@ -28,7 +28,7 @@ from pydantic import (
 
 from tokenpath.application.spec import ApplicationSpec
 from tokenpath.config import files
-from tokenpath.config.assumptions import DELIVERY_FIELDS, Assumptions, check_table, lookup, resolve
+from tokenpath.config.assumptions import PROFILE_DELIVERY_FIELDS, Assumptions, check_table, lookup, resolve
 from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.config.files import PathText
@@ -289,9 +289,9 @@ class Scenario(BaseModel):
         update = assumptions.delivery_fields(self.delivery.model_fields_set)
         # The profile's own per-token times, where it has them (Profile.detokenize_assumption, output_assumption).
         profile = self.engine.profile
-        for name, field in ((profile.detokenize_assumption, "detokenize_per_token"),
-                            (profile.output_assumption, "output_per_token")):
-            if name is not None and name not in DELIVERY_FIELDS and field not in self.delivery.model_fields_set:
+        for name in (profile.detokenize_assumption, profile.output_assumption):
+            field = PROFILE_DELIVERY_FIELDS.get(name)
+            if field is not None and field not in self.delivery.model_fields_set:
                 update[field] = assumptions.value(name)
         calibration = self.delivery.calibration
         if calibration is not None:
