@@ -289,10 +289,13 @@ def test_an_eager_engine_pays_its_kernel_launches_on_every_step(scheduler):
     from tokenpath.engine.host_time import EAGER_HOST_PER_KERNEL_S, TRTLLM_EAGER_HOST_PER_KERNEL_S
     from tokenpath.report.explain import explain, explain_table
 
+    # (no front-end time per request: the burst reaches the engine at once, whatever the steps' tokens cost it)
     same = {"workload.num_requests": 200, "workload.arrival.rate": "inf",
             "workload.input": {"kind": "fixed", "value": 100},
             "workload.output": {"kind": "fixed", "value": 20}, "engine.max_num_seqs": 200,
-            "engine.scheduler": scheduler, "engine.host_overlap": False}
+            "engine.scheduler": scheduler, "engine.host_overlap": False,
+            "delivery.frontend_per_request": "0 s", "delivery.chat_template_per_request": "0 s",
+            "delivery.tokenize_per_token": "0 s"}
     graphed = simulate(small(**same, **{"engine.cuda_graphs": "all", "engine.cuda_graph_max_tokens": 8192,
                                         "engine.cuda_graph_padding": True}))
     eager = simulate(small(**same, **{"engine.cuda_graphs": "none"}))
