@@ -107,6 +107,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from engine_bench_common import cpu_name
+
 CALLS = 200
 LENGTHS = (128, 512, 2048)
 TURNS = 8
@@ -689,15 +691,6 @@ def fit_slope(points: list[tuple[int, float]]) -> float:
     mean_y = statistics.fmean(y for _, y in points)
     return (sum((x - mean_x) * (y - mean_y) for x, y in points)
             / sum((x - mean_x) ** 2 for x, _ in points))
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            return next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
-                        platform.machine())
-    except OSError:
-        return platform.processor() or platform.machine()
 
 
 def mistral_common_reference(tekken: str | None):
