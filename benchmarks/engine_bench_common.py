@@ -1,6 +1,6 @@
 """What the engine-code benchmarks share (vllm_output_processor.py, sglang_output_path.py,
 sglang_request_path.py): the sample text and token windows their sequences are made of, a tokenizer.json
-loaded as the engines load it, percentiles, and this machine's CPU. Like them, it does not import
+loaded as the engines load it, their shared options, and this machine's CPU. Like them, it does not import
 tokenpath, so it runs in an engine's own environment; they import it from this folder."""
 
 from __future__ import annotations
@@ -72,3 +72,15 @@ def cpu_name() -> str:
                         platform.machine())
     except OSError:
         return platform.processor() or platform.machine()
+
+
+def add_token_run_arguments(parser, warmup: int, prompt_tokens: int) -> None:
+    """The per-token benchmarks' shared options: the tokenizer and sample, the batch sizes, and the steps."""
+    parser.add_argument("--tokenizer", required=True, help="a Hugging Face tokenizer.json")
+    parser.add_argument("--ids", help="a JSON list of token ids of a sample text (default: encode the "
+                                      "script's own sample with the tokenizer)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 32, 128, 256])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--prompt-tokens", type=int, default=prompt_tokens)

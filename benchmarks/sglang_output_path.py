@@ -112,7 +112,7 @@ import uuid
 from array import array
 from pathlib import Path
 
-from engine_bench_common import cpu_name, load_tokenizer, sample_ids, token_windows
+from engine_bench_common import add_token_run_arguments, cpu_name, load_tokenizer, sample_ids, token_windows
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -366,14 +366,7 @@ def measure(tokenizer, text_ids: list[int], batch: int, steps: int, warmup: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokenizer", required=True, help="a Hugging Face tokenizer.json")
-    parser.add_argument("--ids", help="a JSON list of token ids of a sample text (default: encode the "
-                                      "script's own sample with the tokenizer)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 32, 128, 256])
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=WARMUP_STEPS)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS)
+    add_token_run_arguments(parser, WARMUP_STEPS, PROMPT_TOKENS)
     parser.add_argument("--metrics", action="store_true", help="also a row with --enable-metrics (pickle IPC)")
     parser.add_argument("--json", dest="json_path", help="also write the table to this JSON file")
     args = parser.parse_args()
