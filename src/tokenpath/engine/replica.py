@@ -391,8 +391,7 @@ class Replica:
         room = self.max_seqs - len(self.decoding) - (prefill is not None)
         if prefill is not None:
             rest = prefill.target - prefill.computed
-            cap = budget if self.rank_budget is None else min(budget, self.rank_budget)
-            num = rest if rest <= cap else cap
+            num = rest if rest <= budget else budget
             blocks = -(-(prefill.computed + num) // self.block) - prefill.blocks
             if blocks <= self.free_blocks:
                 self.free_blocks -= blocks
@@ -495,7 +494,7 @@ class Replica:
     def _admit(self, budget: int, room: int) -> list[tuple[int, int, int]]:
         """Waiting sequences, first come first served, while the step has room: sequences, tokens and
         KV blocks (reserving: the whole KV cache of each, prompt and output). A prompt longer than the
-        budget left (under a split budget, its rank's) waits, or with chunked prefill is cut to it (to
+        budget left (under attention data-parallel, its rank's) waits, or with chunked prefill is cut to it (to
         whole blocks under trtllm) and is the last admitted. Returns (request, tokens this step, its
         prefill target) for each."""
         admitted: list[tuple[int, int, int]] = []
@@ -551,10 +550,10 @@ class Replica:
         return admitted
 
     def _rank_budgets_left(self) -> list[int]:
-        """Under a split budget, each rank's prompt tokens left in the step being composed: its share of
-        the budget, less an even share of the decoding tokens taking part and the prompt in progress on
-        it (which _admit follows only when it completes in this step)."""
-        decode_tokens = 0 if self.pauses else self._decode_tokens(len(self.decoding))
+        """Under attention data-parallel, each rank's prompt tokens left in the step being composed: its
+        budget (`rank_budget`), less an even share of the decoding tokens taking part and the prompt in
+        progress on it (which _admit follows only when it completes in this step)."""
+        decode_tokens = self._decode_tokens(len(self.decoding))
         left = [self.rank_budget - -(-decode_tokens // self.ranks)] * self.ranks
         prefill = self.prefill
         if prefill is not None:
