@@ -151,14 +151,58 @@ def test_sglangs_ranks_each_take_their_share_of_the_chunked_budget():
     # 4,000-token prompt on 4 ranks runs in chunks of 2,048 / 4 = 512, one a step (then its decode).
     sglang = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=2048)
     assert run_ranks(4, [4000], sglang) == [512] * 7 + [416, None]
-    # Each rank's share holds for the prompts admitted behind the one in progress: request 1 (rank 1)
-    # takes its rank's 512 beside request 0's last 488 on rank 0.
-    assert run_ranks(4, [1000, 1000], sglang)[:3] == [512, 512, 488]
+    # Each rank chunks a prompt of its own (a scheduler's chunked_req, managers/scheduler.py): requests 0
+    # and 1 (ranks 0 and 1) run 512 tokens each in the first step, their last 488 in the second.
+    assert run_ranks(4, [1000, 1000], sglang)[:3] == [512, 488, None]
     # Each vLLM V1 rank has the whole budget of its own.
     vllm = EngineSpec(max_num_seqs=8, max_num_batched_tokens=2048)
     assert run_ranks(4, [4000], vllm)[:2] == [2048, 1952]
     # Without chunked prefill SGLang runs a prompt whole, as it does with one rank.
     assert run_ranks(4, [1500], sglang.model_copy(update={"chunked_prefill": False}))[0] == 1500
+
+
+def first_token_steps(ranks, inputs, spec, kv_capacity_tokens=10**9, outputs=2):
+    n = len(inputs)
+    trace = run_engine(np.zeros(n, np.int64), np.array(inputs), np.full(n, outputs), RanksCosts(ranks),
+                       LastMile(NO_NETWORK), spec, kv_capacity_tokens)
+    return [int(trace.token_steps(i, i + 1)[0]) for i in range(n)], trace
+
+
+@pytest.mark.parametrize("scheduler", ["prefill-first", "vllm-v1", "trtllm"])
+def test_each_rank_chunks_a_prompt_of_its_own_beside_the_others(scheduler):
+    # Two 4,096-token prompts on two ranks, 1,024 tokens a rank a step (SGLang: its 2,048 split over two
+    # ranks; vLLM's and TensorRT-LLM's ranks: 1,024 each): each rank's scheduler chunks its own prompt, so
+    # both run side by side and sample their first tokens in the fourth step. One rank chunks them in turn
+    # (vLLM's and TensorRT-LLM's second prompt shares the steps with the first one's decodes).
+    budget = 2048 if scheduler == "prefill-first" else 1024
+    spec = EngineSpec(scheduler=scheduler, max_num_seqs=8, max_num_batched_tokens=budget, chunked_prefill=True,
+                      host_overlap=False)
+    assert first_token_steps(2, [4096, 4096], spec)[0] == [3, 3]
+    one_rank = first_token_steps(1, [4096, 4096], spec.model_copy(update={"max_num_batched_tokens": 1024}))[0]
+    assert one_rank[0] == 3 and one_rank[1] >= 7
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_a_rank_that_can_take_no_more_holds_back_only_its_own_queue(chunked):
+    # Request 0 takes rank 0's whole budget (chunked: the first 1,000 of its 3,000 tokens; whole: 900 of
+    # 1,000, leaving too little for request 2 behind it). Rank 1's requests 1 and 3 are admitted in the
+    # same step by their own scheduler, as the engines' ranks do, where one queue stopped at request 2.
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=1000, chunked_prefill=chunked, host_overlap=False)
+    steps, _ = first_token_steps(2, [3000 if chunked else 900, 100, 200, 100], spec)
+    assert steps[1] == steps[3] == 0
+    assert steps[2] > 0
+
+
+def test_the_newest_prompt_in_progress_is_preempted_first_and_the_oldest_goes_on():
+    # Two 2,000-token prompts chunked side by side on two ranks (512 tokens each a step) in a cache of
+    # 3,200 tokens that holds one of them: the newer (request 1) is preempted when both no longer fit, the
+    # older goes on and finishes its prompt in its fourth step; request 1 is recomputed afterwards and
+    # every request finishes (two ranks never preempt each other in turn forever).
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=512, host_overlap=False)
+    steps, trace = first_token_steps(2, [2000, 2000], spec, kv_capacity_tokens=3200, outputs=20)
+    assert steps[0] == 3
+    assert steps[1] > steps[0]
+    assert trace.times_preempted.tolist() == [0, 1]
 
 
 @pytest.mark.parametrize(("scheduler", "running"), [("trtllm", 8), ("vllm-v1", 8), ("prefill-first", 2)])

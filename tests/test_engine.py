@@ -272,7 +272,7 @@ def state_of(replica, i):
     """Where request i is in the fast engine, between steps."""
     if i in replica.decoding:
         return "decoding"
-    if replica.prefill is not None and replica.prefill.request == i:
+    if any(prefill.request == i for prefill in replica.prefills):
         return "prefilling"
     if replica.generated[i] >= replica.out[i]:
         return "finished"

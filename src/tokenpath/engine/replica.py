@@ -33,7 +33,7 @@ from tokenpath.engine.multistep import WindowHost
 from tokenpath.engine.new_token_ratio import ATTENTION_DP_CONSERVATIVENESS, NewTokenRatio, new_request_tokens
 from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.protocols import Host, StepCosts
-from tokenpath.engine.queues import QUEUES, WaitingQueue
+from tokenpath.engine.queues import QUEUES, RankQueues, WaitingQueue
 from tokenpath.engine.requests import _ID_BITS, _ID_MASK, Requests
 from tokenpath.engine.running import Decoding, Prefill
 from tokenpath.engine.spec import EngineSpec
@@ -136,8 +136,12 @@ class Replica:
         self.prompt, self.cached, self.out = requests.prompt, requests.cached, requests.out
         self.generated, self.times_preempted = requests.generated, requests.times_preempted
         self.arrivals, self.at_front = requests.arrivals, requests.at_front
-        self.waiting: WaitingQueue = QUEUES[spec.profile.queue_policy]()
-        self.prefill: Prefill | None = None
+        queue = QUEUES[spec.profile.queue_policy]
+        self.waiting: WaitingQueue | RankQueues = queue() if self.ranks == 1 else RankQueues(queue, self.ranks)
+        # The sequences part-way through their prompts, in admission order: at most one, or one a rank
+        # under attention data-parallel, where each rank's scheduler chunks a prompt of its own (SGLang's
+        # chunked_req, managers/scheduler.py, is a scheduler's, one a DP rank).
+        self.prefills: list[Prefill] = []
         self.tick = 0  # the decode clock: steps in which decoding sequences advanced so far
         self.preempted_in_step = False
         self.window_left = 0  # multi-step: steps of the current decode window after this one
@@ -233,7 +237,7 @@ class Replica:
 
     def next_step_ns(self) -> int | None:
         """When the next step starts: now with requests queued or running, else at the next arrival (or None)."""
-        if self.waiting or self.decoding or self.prefill:
+        if self.waiting or self.decoding or self.prefills:
             return self.now
         if self.front:
             self._through_front_idle()
@@ -246,7 +250,7 @@ class Replica:
     @property
     def busy(self) -> bool:
         """Requests are queued or running: the next step starts now."""
-        return bool(self.waiting or self.decoding or self.prefill)
+        return bool(self.waiting or self.decoding or self.prefills)
 
     def occupy(self, until_ns: int) -> None:
         """With nothing queued or running, the GPU is busy with other work until `until_ns`
@@ -257,7 +261,7 @@ class Replica:
 
     @property
     def idle(self) -> bool:
-        return not (self.arrivals or self.at_front or self.waiting or self.decoding or self.prefill)
+        return not (self.arrivals or self.at_front or self.waiting or self.decoding or self.prefills)
 
     def abort(self, i: int) -> bool:
         """End request i now, between steps (a stop string, a client gone), as vLLM's abort does: it
@@ -267,14 +271,14 @@ class Replica:
 
         O(1) Python work, plus a C-level scan of the queue (or arrivals) holding a waiting (or
         arriving) request."""
-        prefill = self.prefill
         if self.generated[i] >= self.out[i]:  # finished (under multi-step, perhaps waiting for its window's end)
             return False
+        prefill = next((prefill for prefill in self.prefills if prefill.request == i), None)
         if i in self.decoding:  # its entry in finishing_at goes stale (see Decoding.still_due)
             self._release(i, self._stop_decoding(i, self.tick - self.decoding[i][0]))
-        elif prefill is not None and prefill.request == i:
+        elif prefill is not None:
             self._release(i, 0, prefill.blocks)
-            self.prefill = None
+            self.prefills.remove(prefill)
         elif not self.requests.withdraw(i):  # it is not on its way: it waits
             self.waiting.remove(i)
         self.out[i] = self.generated[i]
@@ -295,17 +299,17 @@ class Replica:
             self.advance = self.acceptance.next() if self.decoding else 1
         self.preempted_in_step = False
         scheduled = not self.window_left  # a step after a multi-step window's first calls no scheduler
-        decode, prefill_num, admitted = self._compose(d)
-        if self.ratio is not None and decode and not prefill_num and not admitted and not self.preempted_in_step:
+        decode, chunks, admitted = self._compose(d)
+        if self.ratio is not None and decode and not any(chunks) and not admitted and not self.preempted_in_step:
             self.ratio.decoded()
-        completing, finishing = self._run_batch(s, d, decode, prefill_num, admitted, scheduled)
+        completing, finishing = self._run_batch(s, d, decode, chunks, admitted, scheduled)
         return self._apply(s, d, decode, completing, finishing)
 
     def _take_arrivals(self) -> None:
         """Queue the requests that have reached the engine by the time the step's batch is formed; an
         idle engine first waits for one and forms its batch at once."""
         arrivals, waiting = self.arrivals, self.waiting
-        if waiting or self.decoding or self.prefill:
+        if waiting or self.decoding or self.prefills:
             formed = self.formed_ns if self.lagged else self.now
             at_front = self.at_front
             if at_front and at_front[0] >> _ID_BITS <= formed:
@@ -350,29 +354,27 @@ class Replica:
         while at_front and (not arrivals or at_front[0] >> _ID_BITS <= arrivals[0] >> _ID_BITS):
             self._through_front(at_front[0] >> _ID_BITS)
 
-    # The profiles' batches. Each returns (decoding sequences taking part, tokens of the prompt in
-    # progress, admitted (request, tokens, target)), having taken the KV blocks they need.
+    # The profiles' batches. Each returns (decoding sequences taking part, tokens of each prompt in
+    # progress (`prefills`' order; empty without one), admitted (request, tokens, target)), having taken
+    # the KV blocks they need.
 
-    def _compose_mixed(self, d: int) -> tuple[int, int, Sequence[tuple[int, int, int]]]:
+    def _compose_mixed(self, d: int) -> tuple[int, Sequence[int], Sequence[tuple[int, int, int]]]:
         """vllm-v1 and trtllm (and prefill-first with mixed chunks): the running sequences, then waiting
-        ones while the step has room; none in a step that had to preempt (as vLLM does), nor while a
-        prompt is still in progress."""
-        prefill = self.prefill
+        ones while the step has room; none in a step that had to preempt (as vLLM does), nor on a rank
+        whose prompt is still in progress after the step."""
         new_blocks = self.block_due[d % self.block] if self.advance == 1 else self._blocks_due(d, self.advance)
-        if prefill is None and new_blocks <= self.free_blocks:  # the common case, without a call
+        if not self.prefills and new_blocks <= self.free_blocks:  # the common case, without a call
             self.free_blocks -= new_blocks
             decode = len(self.decoding)
             if not self.waiting:
-                return decode, 0, _NONE
-            return decode, 0, self._admit(self.max_batched - self._decode_tokens(decode), self.max_seqs - decode)
-        prefill_num, preempted = self._running_demands(d)
+                return decode, _NONE, _NONE
+            return decode, _NONE, self._admit(self.max_batched - self._decode_tokens(decode), self.max_seqs - decode)
+        chunks, preempted = self._running_demands(d)
         if preempted or not self.waiting:
-            return len(self.decoding), prefill_num, _NONE
+            return len(self.decoding), chunks, _NONE
         decode = len(self.decoding)
-        if prefill_num < prefill.target - prefill.computed:
-            return decode, prefill_num, _NONE
-        return decode, prefill_num, self._admit(self.max_batched - self._decode_tokens(decode) - prefill_num,
-                                                self.max_seqs - decode - 1)
+        return decode, chunks, self._admit(self.max_batched - self._decode_tokens(decode) - sum(chunks),
+                                           self.max_seqs - decode - len(self.prefills), chunks)
 
     def _decode_tokens(self, decode: int) -> int:
         """The share of the step's token budget that `decode` decoding sequences take: a token each
@@ -380,16 +382,17 @@ class Replica:
         (`rank_pauses`)."""
         return 0 if self.rank_pauses else decode * self.width
 
-    def _compose_prefill_first(self, d: int) -> tuple[int, int, Sequence[tuple[int, int, int]]]:
-        """prefill-first: a prefill step (the prompt in progress, then waiting prompts) while decoding
-        sequences pause, when one can run; otherwise a decode window of every decoding sequence (one
-        step, or num_scheduler_steps with a fixed batch)."""
+    def _compose_prefill_first(self, d: int) -> tuple[int, Sequence[int], Sequence[tuple[int, int, int]]]:
+        """prefill-first (one attention rank): a prefill step (the prompt in progress, then waiting
+        prompts) while decoding sequences pause, when one can run; otherwise a decode window of every
+        decoding sequence (one step, or num_scheduler_steps with a fixed batch)."""
         if self.window_left:
             self.window_left -= 1
-            return len(self.decoding), 0, _NONE
-        prefill, budget = self.prefill, self.max_batched
-        room = self.max_seqs - len(self.decoding) - (prefill is not None)
-        if prefill is not None:
+            return len(self.decoding), _NONE, _NONE
+        budget = self.max_batched
+        room = self.max_seqs - len(self.decoding) - len(self.prefills)
+        if self.prefills:
+            prefill = self.prefills[0]
             rest = prefill.target - prefill.computed
             num = rest if rest <= budget else budget
             blocks = -(-(prefill.computed + num) // self.block) - prefill.blocks
@@ -398,44 +401,58 @@ class Replica:
                 prefill.blocks += blocks
                 if self.prefix is not None:
                     self.prefix.computed(prefill.request, prefill.computed + num)
-                return 0, num, self._admit(budget - num, room) if num == rest and self.waiting else _NONE
+                chunks = [num]
+                return 0, chunks, self._admit(budget - num, room, chunks) if self.waiting else _NONE
         elif self.waiting:
             admitted = self._admit(budget, room)
             if admitted:
-                return 0, 0, admitted
-        return self._decode_window(d), 0, _NONE
+                return 0, _NONE, admitted
+        return self._decode_window(d), _NONE, _NONE
 
     # The phases the profiles share.
 
-    def _running_demands(self, d: int) -> tuple[int, bool]:
+    def _running_demands(self, d: int) -> tuple[Sequence[int], bool]:
         """The running sequences' tokens and KV blocks when they all take part: a token for every
-        decoding sequence (speculating, its drafts too), the rest of the budget for the prompt in
-        progress. Preempts when the blocks do not fit. Returns (tokens of the prompt in progress, whether
-        it preempted)."""
+        decoding sequence (speculating, its drafts too), the rest of the budget for each prompt in
+        progress (under attention data-parallel, of its rank's budget). Preempts when the blocks do not
+        fit. Returns (tokens of each prompt in progress, whether it preempted)."""
         ticks = self.advance
         new_blocks = self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)
-        prefill = self.prefill
-        if prefill is None:
+        prefills, block = self.prefills, self.block
+        if not prefills:
             if new_blocks <= self.free_blocks:
                 self.free_blocks -= new_blocks
-                return 0, False
+                return _NONE, False
         else:
             decode_tokens = self._decode_tokens(len(self.decoding))
-            rest, budget = prefill.target - prefill.computed, self.max_batched - decode_tokens
-            if self.rank_budget is not None:  # its rank's share, less its share of the decoding tokens
-                budget = min(budget, self.rank_budget - -(-decode_tokens // self.ranks))
-            # (speculative decoding's decodes can take the whole budget: the prompt then waits a step)
-            num = rest if rest <= budget else max(budget - budget % self.chunk_unit, 0)
-            blocks = -(-(prefill.computed + num) // self.block) - prefill.blocks
-            if new_blocks + blocks <= self.free_blocks:
-                self.free_blocks -= new_blocks + blocks
-                prefill.blocks += blocks
-                if self.prefix is not None:
-                    self.prefix.computed(prefill.request, prefill.computed + num)
-                return num, False
+            budget, rank_budget = self.max_batched - decode_tokens, None
+            if self.rank_budget is not None:  # each rank's share, less its share of the decoding tokens
+                rank_budget = self.rank_budget - -(-decode_tokens // self.ranks)
+            while True:
+                chunks, blocks, left = [], new_blocks, budget
+                for prefill in prefills:  # (at most one a rank)
+                    rest = prefill.target - prefill.computed
+                    room = left if rank_budget is None else min(left, rank_budget)
+                    # (speculative decoding's decodes can take the whole budget: the prompt then waits a step)
+                    num = rest if rest <= room else max(room - room % self.chunk_unit, 0)
+                    chunks.append(num)
+                    left -= num
+                    blocks += -(-(prefill.computed + num) // block) - prefill.blocks
+                if blocks <= self.free_blocks:
+                    self.free_blocks -= blocks
+                    for prefill, num in zip(prefills, chunks):
+                        prefill.blocks = -(-(prefill.computed + num) // block)
+                        if self.prefix is not None:
+                            self.prefix.computed(prefill.request, prefill.computed + num)
+                    return chunks, self.preempted_in_step
+                if len(prefills) == 1:
+                    break
+                # Several ranks' prompts: the newest is preempted first, the others go on (so the oldest
+                # always progresses, as the one prompt in progress does).
+                self._requeue([self._free_prompt(prefills.pop())])
         new_blocks = self._preempt(d, new_blocks, ticks)  # (it frees blocks: not inside `free_blocks -= ...`)
         self.free_blocks -= new_blocks
-        return 0, True
+        return _NONE, True
 
     def _decode_window(self, d: int) -> int:
         """Start a decode window: take the KV blocks every decoding sequence needs over its steps,
@@ -456,20 +473,15 @@ class Replica:
         return sum(due[(d + j) % block] for j in range(ticks))
 
     def _preempt(self, d: int, new_blocks: int, window: int) -> int:
-        """Preempt from the tail of the running order (the prompt in progress, then the newest decoding)
+        """Preempt from the tail of the running order (the prompts in progress, then the newest decoding)
         until the blocks the decoding sequences need over the next `window` ticks fit. Preempted
         sequences give back their blocks (a prefix that came with the request too) and go back to the
         front of the queue; with prefix caching, what the profile keeps stays cached for them: all
         they had computed, or the tokens of their last prefill (a prompt in progress: its chunks so
         far). Returns the blocks the remaining decoding sequences need."""
-        victims: list[int] = []
-        prefill, block, keeps = self.prefill, self.block, self.keeps
-        if keeps is not None and self.prefix is None:
-            self.prefix = PrefixCache(block, self.free_blocks)
-        if prefill is not None:
-            self._free(prefill.request, prefill.blocks, prefill.computed if keeps else 0)
-            victims.append(prefill.request)
-            self.prefill = None
+        block, keeps = self.block, self.keeps
+        victims = [self._free_prompt(prefill) for prefill in reversed(self.prefills)]
+        self.prefills = []
         while new_blocks > self.free_blocks and self.decoding:
             i = next(reversed(self.decoding))
             first, context0, _, _ = self.decoding[i]
@@ -478,6 +490,17 @@ class Replica:
             self._stop_decoding(i, d - first)
             self._free(i, -(-context // block), context if keeps == "computed" else context0 if keeps else 0)
             victims.append(i)
+        self._requeue(victims)
+        return new_blocks
+
+    def _free_prompt(self, prefill: Prefill) -> int:
+        """A prompt in progress, preempted, gives back its blocks; with prefix caching its chunks so far stay
+        cached if the profile keeps them. Returns its request."""
+        self._free(prefill.request, prefill.blocks, prefill.computed if self.keeps else 0)
+        return prefill.request
+
+    def _requeue(self, victims: list[int]) -> None:
+        """Preempted requests, the newest first, lose their KV cache and go back to the front of the queue."""
         self.preemptions += len(victims)
         for i in victims:
             self.cached[i] = 0
@@ -486,24 +509,36 @@ class Replica:
                 self.unreserved_blocks += self._reservation(i)
         self.waiting.extendleft(victims)
         self.preempted_in_step = True
-        if self.ratio is not None:  # (the prompt in progress, if any, was the first victim)
+        if self.ratio is not None:
             out_sum = self.decoders.out_sum
             self.ratio.retracted(out_sum - self._outputs_to_come(), out_sum, len(self.decoding))
-        return new_blocks
 
-    def _admit(self, budget: int, room: int) -> list[tuple[int, int, int]]:
+    def _admit(self, budget: int, room: int, chunks: Sequence[int] = _NONE) -> list[tuple[int, int, int]]:
         """Waiting sequences, first come first served, while the step has room: sequences, tokens and
         KV blocks (reserving: the whole KV cache of each, prompt and output). A prompt longer than the
         budget left (under attention data-parallel, its rank's) waits, or with chunked prefill is cut to it (to
-        whole blocks under trtllm) and is the last admitted. Returns (request, tokens this step, its
-        prefill target) for each."""
+        whole blocks under trtllm) and is the last admitted. `chunks`: the tokens the step runs of each
+        prompt in progress; one still in progress after the step admits none behind it (on its rank).
+        Returns (request, tokens this step, its prefill target) for each.
+
+        Under attention data-parallel each rank admits from its own queue (its scheduler's), the rank
+        whose next request came first (the lowest index) first: a rank that can take no more closes,
+        the others go on; the KV cache, the sequences' room and SGLang's ratio are the replica's."""
         admitted: list[tuple[int, int, int]] = []
-        waiting, block = self.waiting, self.block
-        prefix, ratio = self.prefix, self.ratio
-        rank_left = None if self.rank_budget is None else self._rank_budgets_left()
+        block, prefix, ratio, ranks = self.block, self.prefix, self.ratio, self.ranks
+        queues = (self.waiting,) if ranks == 1 else self.waiting.queues
+        open_ranks = [0] if ranks == 1 else [r for r in range(ranks) if queues[r]]  # (waiting is not empty)
+        for prefill, num in zip(self.prefills, chunks):
+            if num < prefill.target - prefill.computed and prefill.request % ranks in open_ranks:
+                open_ranks.remove(prefill.request % ranks)
+        if not open_ranks:
+            return admitted
+        rank_left = None if self.rank_budget is None else self._rank_budgets_left(chunks)
         if ratio is not None:
             spare = ratio.spare_tokens(self.free_blocks * block, self._outputs_to_come())
-        while waiting and len(admitted) < room and budget > 0:
+        while open_ranks and len(admitted) < room and budget > 0:
+            r = open_ranks[0] if len(open_ranks) == 1 else min(open_ranks, key=lambda r: queues[r][0])
+            waiting = queues[r]
             i = waiting[0]
             cached = self.cached[i]
             target = self.prompt[i] + self.generated[i]  # a preempted request recomputes the tokens it sent
@@ -513,15 +548,12 @@ class Replica:
                 cached = hit_blocks * block
                 touched = queued - hit_blocks
             need = num = target - cached
-            room_tokens = budget
-            if rank_left is not None:
-                room_tokens = max(min(budget, rank_left[i % self.ranks]), 0)
+            room_tokens = budget if rank_left is None else max(min(budget, rank_left[r]), 0)
             if need > room_tokens:
-                if not self.chunked:
-                    break
-                num = room_tokens - room_tokens % self.chunk_unit
-                if not num:
-                    break
+                num = room_tokens - room_tokens % self.chunk_unit if self.chunked else 0
+                if not num:  # its rank takes no more this step
+                    open_ranks.remove(r)
+                    continue
             blocks = -(-(cached + num) // block)
             if ratio is not None:
                 estimate = new_request_tokens(need, self.out[i] - self.generated[i], self.cache_blocks * block)
@@ -542,33 +574,32 @@ class Replica:
                 self.cached[i] = cached
                 prefix.computed(i, cached + num)
             admitted.append((i, num, target))
-            if num < need:
-                break
             budget -= num
             if rank_left is not None:
-                rank_left[i % self.ranks] -= num
+                rank_left[r] -= num
+            if num < need or not waiting:  # a prompt cut to the budget is the last its rank admits
+                open_ranks.remove(r)
         return admitted
 
-    def _rank_budgets_left(self) -> list[int]:
+    def _rank_budgets_left(self, chunks: Sequence[int]) -> list[int]:
         """Under attention data-parallel, each rank's prompt tokens left in the step being composed: its
-        budget (`rank_budget`), less an even share of the decoding tokens taking part and the prompt in
-        progress on it (which _admit follows only when it completes in this step)."""
+        budget (`rank_budget`), less an even share of the decoding tokens taking part and the `chunks` of
+        the prompts in progress on it."""
         decode_tokens = self._decode_tokens(len(self.decoding))
         left = [self.rank_budget - -(-decode_tokens // self.ranks)] * self.ranks
-        prefill = self.prefill
-        if prefill is not None:
-            left[prefill.request % self.ranks] -= prefill.target - prefill.computed
+        for prefill, num in zip(self.prefills, chunks):
+            left[prefill.request % self.ranks] -= num
         return left
 
-    def _prompt_on_busiest_rank(self, prefill_num: int, admitted: Sequence[tuple[int, int, int]]) -> int:
+    def _prompt_on_busiest_rank(self, chunks: Sequence[int], admitted: Sequence[tuple[int, int, int]]) -> int:
         """Attention data-parallel: the prompt tokens of the step's rank that holds the most, request i
-        on rank i % ranks (the prompt in progress, `prefill_num` tokens of it, and the `admitted`)."""
-        ranks, per_rank = self.ranks, {}
-        if prefill_num:
-            per_rank[self.prefill.request % ranks] = prefill_num
+        on rank i % ranks (the `chunks` of the prompts in progress, and the `admitted`)."""
+        ranks, per_rank = self.ranks, [0] * self.ranks
+        for prefill, q in zip(self.prefills, chunks):
+            per_rank[prefill.request % ranks] += q
         for i, q, _ in admitted:
-            per_rank[i % ranks] = per_rank.get(i % ranks, 0) + q
-        return max(per_rank.values())
+            per_rank[i % ranks] += q
+        return max(per_rank)
 
     def _finish_short(self, last: int, finishing: Sequence[int]) -> None:
         """Speculative decoding: the sequences that finish before the step's `last` tick gain fewer tokens
@@ -596,20 +627,21 @@ class Replica:
 
     def _outputs_to_come(self) -> int:
         """Tokens the running sequences will still generate: the decoding ones' (from their last ticks, at
-        this tick) and the prompt in progress's."""
+        this tick) and the prompts' in progress."""
         left = self.decoders.last_tick_sum - len(self.decoding) * (self.tick - 1)
-        prefill = self.prefill
-        if prefill is not None:
+        for prefill in self.prefills:
             left += self.out[prefill.request] - self.generated[prefill.request]
         return left
 
-    def _run_batch(self, s: int, d: int, decode: int, prefill_num: int, admitted: Sequence[tuple[int, int, int]],
+    def _run_batch(self, s: int, d: int, decode: int, chunks: Sequence[int], admitted: Sequence[tuple[int, int, int]],
                    scheduled: bool) -> tuple[list[tuple[int, int]], Sequence[int]]:
         """The batch's shape, its cost and its row; moves `now` to the step's end. Sequences still short
         of their prompt take part silently; the others sample a token; `scheduled`: the step called the
         scheduler. Returns the sequences that finish their prompt (request, context after the step) and
         the decoding ones whose token is their last."""
         width = self.width
+        prefill_num = sum(chunks) if chunks else 0  # (the prompts in progress)
+        prefilling = 0  # ... that take part
         num_tokens = decode * width + prefill_num
         # Each decoding sequence attends to its cache plus its new token: pairs = positions read. With
         # speculative decoding, to its cache plus its `width` new ones, each query those before it too.
@@ -621,17 +653,24 @@ class Replica:
         completing: list[tuple[int, int]] = []
         prompt_on_busiest = None
         if self.ranks > 1 and (prefill_num or admitted):
-            prompt_on_busiest = self._prompt_on_busiest_rank(prefill_num, admitted)
+            prompt_on_busiest = self._prompt_on_busiest_rank(chunks, admitted)
         if prefill_num:
-            prefill = self.prefill
-            p, q = prefill.computed, prefill_num
-            attn_pairs, kv_read, chunk_context = attn_pairs + q * p + q * (q + 1) // 2, kv_read + p + q, p
-            prefill.computed = p + q
-            if p + q == prefill.target:
-                completing.append((prefill.request, p + q))
-                self.prefill = None
-            else:
-                self._silent_buffer.extend((prefill.request, s))
+            in_progress = []
+            for prefill, q in zip(self.prefills, chunks):
+                if not q:
+                    in_progress.append(prefill)
+                    continue
+                p = prefill.computed
+                prefilling += 1
+                attn_pairs, kv_read = attn_pairs + q * p + q * (q + 1) // 2, kv_read + p + q
+                chunk_context += p
+                prefill.computed = p + q
+                if p + q == prefill.target:
+                    completing.append((prefill.request, p + q))
+                else:
+                    in_progress.append(prefill)
+                    self._silent_buffer.extend((prefill.request, s))
+            self.prefills = in_progress
         cached = self.cached
         for i, q, target in admitted:
             p = cached[i]
@@ -642,7 +681,7 @@ class Replica:
             if p + q == target:
                 completing.append((i, p + q))
             else:
-                self.prefill = Prefill(i, p + q, -(-(p + q) // self.block), target)
+                self.prefills.append(Prefill(i, p + q, -(-(p + q) // self.block), target))
                 self._silent_buffer.extend((i, s))
         finishing: Sequence[int] = _NONE
         advance, self.shortfall = self.advance, 0
@@ -683,7 +722,7 @@ class Replica:
             self._through_front(gpu_end)  # the requests that reached the server while it ran go first
         blocking_ns, leave_ns, front_queue_ns, front_work_ns = self._host(gpu_end, sampled, events)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
-                                  decode + (prefill_num > 0) + len(admitted), attn_pairs, kv_read, chunk_context,
+                                  decode + prefilling + len(admitted), attn_pairs, kv_read, chunk_context,
                                   logits, front_queue_ns, front_work_ns, scheduled, round(self.ahead_s * 1e9)))
         self.num_steps = s + 1
         if leave_ns >= 0:
@@ -739,8 +778,11 @@ class Replica:
             self.unreserved_blocks += self._reservation(i)
 
     def _free(self, i: int, blocks: int, kept_tokens: int = 0) -> None:
-        """Request i gives back its `blocks` KV blocks; with prefix caching its shared ones, and its first
-        `kept_tokens` (preempted), stay cached until evicted (they still count as free: they can be taken)."""
+        """Request i, preempted, gives back its `blocks` KV blocks; with prefix caching its shared ones, and
+        its first `kept_tokens`, stay cached until evicted (they still count as free: they can be taken).
+        The cache is made, if need be, at the first preemption of a profile that keeps what it computed."""
+        if self.keeps is not None and self.prefix is None:
+            self.prefix = PrefixCache(self.block, self.free_blocks)
         self.free_blocks += blocks if self.prefix is None else self.prefix.release(i, blocks, kept_tokens)
 
     def _host_window(self, gpu_end_ns: int, logits: int, events: int) -> tuple[int, int, int, int]:

@@ -1,12 +1,14 @@
-"""A replica's running sequences: at most one part-way through its prompt (`Prefill`), and the
-decoding ones, kept as aggregates keyed by the decode clock (`Decoding`).
+"""A replica's running sequences: at most one part-way through its prompt (`Prefill`; one an attention
+rank under attention data-parallel), and the decoding ones, kept as aggregates keyed by the decode clock
+(`Decoding`).
 
 Why: a step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted, never
 O(batch). That holds because the token budget covers every decoding sequence (vLLM requires
 max_num_batched_tokens >= max_num_seqs), so at most one sequence is part-way through its prompt, and
-it is the one admitted last. Decoding sequences are then described by aggregates (their count and
-summed context) plus, per sequence, the tick it started decoding at: its context, its KV blocks and
-its token index at any later tick follow from that.
+it is the one admitted last (under attention data-parallel, one a rank: each rank's scheduler's).
+Decoding sequences are then described by aggregates (their count and summed context) plus, per
+sequence, the tick it started decoding at: its context, its KV blocks and its token index at any
+later tick follow from that.
 
 Ticks count the steps in which decoding sequences advance (the decode clock). Under vllm-v1 and
 trtllm they advance in every step, so a tick is a step; under prefill-first they pause in prefill
@@ -31,7 +33,7 @@ def closes_event(token_index: int, output_tokens: int, interval: int) -> bool:
 
 @dataclass
 class Prefill:
-    """The one sequence part-way through its prompt (or its recompute after preemption)."""
+    """A sequence part-way through its prompt (or its recompute after preemption)."""
 
     request: int
     computed: int  # tokens in its KV cache
