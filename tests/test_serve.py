@@ -265,6 +265,32 @@ def test_bad_fields_get_a_400_naming_them_while_other_streams_go_on():
     assert streamed == [40] * 8
 
 
+@pytest.mark.parametrize(("admission", "prompt", "max_tokens", "param"),
+                         [("reserve", 9000, 5, "prompt"), ("on_demand", 9000, 5, "prompt"),
+                          ("on_demand", 8000, 500, "max_tokens")])
+def test_without_chunked_prefill_a_request_no_step_holds_is_refused_and_the_others_served(admission, prompt,
+                                                                                          max_tokens, param):
+    # Without chunked prefill a prompt runs whole in one step of max_num_batched_tokens (8,192), and where
+    # the KV cache is taken as requests grow, so does a preempted request's recompute, prompt and output.
+    # TensorRT-LLM refuses a longer prompt (llmapi/llm.py, _check_arguments) and vLLM a longer request;
+    # queued, it would never run, nor would any request behind it.
+    async def body(url, session):
+        async def ask(tokens, max_tokens):
+            request = {"model": "m", "prompt": [7] * tokens, "max_tokens": max_tokens}
+            async with session.post(f"{url}/v1/completions", json=request,
+                                    timeout=aiohttp.ClientTimeout(total=30)) as response:
+                return response.status, await response.json()
+
+        return await ask(prompt, max_tokens), await ask(10, 5)
+
+    (status, refused), (served_status, served) = serve(**{
+        "engine.scheduler": "trtllm", "engine.kv_admission": admission, "engine.chunked_prefill": False,
+        "engine.max_num_batched_tokens": 8192})(body)
+    assert (status, refused["error"]["param"], refused["error"]["code"]) == (400, param, "context_length_exceeded")
+    assert "8192" in refused["error"]["message"]
+    assert served_status == 200 and served["usage"]["completion_tokens"] == 5
+
+
 def test_a_large_body_is_tokenized_off_the_event_loop(monkeypatch):
     threads = []
 

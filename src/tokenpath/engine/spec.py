@@ -261,6 +261,21 @@ class EngineSpec(BaseModel):
         return mixes_by is not None and not getattr(self, mixes_by)
 
     @property
+    def step_holds_whole_request(self) -> bool:
+        """Whether one step must hold a request's whole length: without chunked prefill, where sequences
+        can be preempted (KV taken as it grows, not reserved), the recompute of its prompt and the tokens
+        it generated runs in one step."""
+        return not self.chunked_prefill and self.kv_admission != "reserve"
+
+    def whole_step_tokens(self, input_tokens, output_tokens):
+        """The tokens of a request (ints, or arrays of them) that one step must hold whole, which
+        max_num_batched_tokens bounds (the replica admits no more of a request than its step's budget),
+        or None with chunked prefill: its prompt, or its whole length (`step_holds_whole_request`)."""
+        if self.chunked_prefill:
+            return None
+        return input_tokens + output_tokens if self.step_holds_whole_request else input_tokens
+
+    @property
     def latent_attention(self) -> bool:
         """Whether an MLA model's attention runs in its latent space in this release
         (Profile.latent_attention_since), or expanded per head."""

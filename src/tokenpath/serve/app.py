@@ -132,8 +132,13 @@ class Server:
 
     @property
     def context_tokens(self) -> int:
-        """The context one request may fill: the model's, or the KV cache where that holds less."""
-        return min(self.deployment.model.max_context, self.deployment.kv_capacity_tokens)
+        """The context one request may fill: the model's, or the KV cache where that holds less, or one
+        step where the engine runs a whole request in a step (`EngineSpec.whole_step_tokens`: without
+        chunked prefill, a preempted request's recompute; vLLM refuses to start with a budget below its
+        max_model_len there, so it refuses longer requests)."""
+        engine = self.deployment.engine
+        context = min(self.deployment.model.max_context, self.deployment.kv_capacity_tokens)
+        return min(context, engine.max_num_batched_tokens) if engine.step_holds_whole_request else context
 
     def token_ids(self, ask: Ask, output_tokens: int,
                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -154,8 +159,16 @@ class Server:
     def check_fits(self, ask: Ask, output_tokens: int) -> None:
         total = ask.prompt_tokens + output_tokens
         limit = self.context_tokens
+        field = "prompt" if ask.endpoint == "completions" else "messages"
+        engine = self.deployment.engine
+        if not engine.chunked_prefill and ask.prompt_tokens > engine.max_num_batched_tokens:
+            # As TensorRT-LLM refuses it without chunked prefill (tensorrt_llm/llmapi/llm.py, _check_arguments):
+            # the engine would never run it, and the requests queued behind it would wait for it forever.
+            raise ApiError(400, f"the prompt is {ask.prompt_tokens} tokens but without chunked prefill the engine runs "
+                                f"a prompt whole in one step of at most {engine.max_num_batched_tokens} tokens "
+                                "(max_num_batched_tokens); "
+                                "shorten the prompt", field, code="context_length_exceeded")
         if ask.prompt_tokens >= limit:
-            field = "prompt" if ask.endpoint == "completions" else "messages"
             raise ApiError(400, f"the prompt is {ask.prompt_tokens} tokens but the deployment holds {limit} tokens of "
                                 "context, for the prompt and at least one generated token; shorten the prompt", field,
                            code="context_length_exceeded")

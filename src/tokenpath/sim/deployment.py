@@ -222,10 +222,8 @@ def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -
             f"{where} needs {needed} tokens of KV cache but one replica holds "
             f"{held}; raise --tp, use fp8, or lower {lengths}"
         )
-    if not scenario.engine.chunked_prefill:
-        # A whole prompt runs in one step; where sequences can be preempted, a recompute of the prompt
-        # and the tokens generated so far does too (with reserved KV nothing is ever preempted).
-        step = requests.input_tokens if scenario.engine.kv_admission == "reserve" else total
+    step = scenario.engine.whole_step_tokens(requests.input_tokens, requests.output_tokens)
+    if step is not None:
         worst = int(np.argmax(step))
         if step[worst] > scenario.engine.max_num_batched_tokens:
             raise UserError(
