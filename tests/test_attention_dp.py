@@ -3,6 +3,8 @@ each chip runs every head for its share of the sequences and holds only their KV
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from test_engine import NO_NETWORK
 from tokenpath.compute.chip import load_chip
@@ -12,6 +14,7 @@ from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.errors import UserError
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.engine.loop import run_engine
+from tokenpath.engine.replica import Replica
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import load_scenario
@@ -263,3 +266,32 @@ def test_each_rank_replays_a_graph_of_its_own_batch_and_schedules_its_own_sequen
     assert compute.eager(256, 256) is not attention_dp
     assert compute.eager(264, 264)  # 33 on the busiest rank
     assert compute.host_s(256) == pytest.approx(1e-3 + (32 if attention_dp else 256) * 1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ranks=st.integers(1, 4), scheduler=st.sampled_from(["vllm-v1", "trtllm", "prefill-first"]),
+       chunked=st.booleans(), budget=st.integers(64, 1500), seqs=st.integers(1, 12), kv_blocks=st.integers(0, 300),
+       requests=st.lists(st.tuples(st.integers(1, 1200), st.integers(1, 40), st.integers(0, 50)),
+                         min_size=1, max_size=30))
+def test_every_request_finishes_each_rank_chunking_at_most_one_prompt_and_every_block_comes_back(
+        ranks, scheduler, chunked, budget, seqs, kv_blocks, requests):
+    spec = EngineSpec(scheduler=scheduler, max_num_seqs=min(seqs, budget), max_num_batched_tokens=budget,
+                      chunked_prefill=chunked, block_size=16, host_overlap=False)
+    if not chunked:  # a step holds a request whole (serve and simulate refuse the others)
+        requests = [(p, o, t) for p, o, t in requests if spec.whole_step_tokens(p, o) <= budget] or [(1, 1, 0)]
+    longest = max(p + o for p, o, _ in requests)
+    capacity = (-(-longest // 16) + kv_blocks) * 16  # the longest request fits, and up to 300 blocks more
+    replica = Replica(RanksCosts(ranks), LastMile(NO_NETWORK), spec, capacity)
+    for prompt, out, arrival_ms in sorted(requests, key=lambda r: r[2]):
+        replica.submit(prompt, out, arrival_ms * 1_000_000)
+    finished = []
+    for _ in range(100_000):
+        if replica.idle:
+            break
+        finished += replica.step()
+        prompt_ranks = [prefill.request % ranks for prefill in replica.prefills]
+        assert len(set(prompt_ranks)) == len(prompt_ranks) <= ranks  # each rank chunks one prompt at most
+        assert 0 <= replica.free_blocks <= replica.cache_blocks
+    assert sorted(finished) == list(range(len(requests)))
+    assert replica.generated == [out for _, out, _ in sorted(requests, key=lambda r: r[2])]
+    assert replica.free_blocks == replica.cache_blocks
