@@ -6,6 +6,7 @@ import io
 import json
 import math
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -270,6 +271,18 @@ def test_an_engine_profile_no_row_runs_on_the_chips_generation_is_outside_though
     # a generation no row has is named once, as the generation, not again as the pair
     ampere = envelope({**HOPPER, "chip": "a100", "chip_generation": "Ampere"}, records)["outside"]
     assert ampere == ["chip a100", "chip generation Ampere"]
+
+
+def test_attention_data_parallel_is_inside_only_where_a_row_of_the_engine_profile_runs_it():
+    # Each engine's ranks schedule their own way (engine/replica.py): SGLang's rows with attention
+    # data-parallel say nothing of TensorRT-LLM's.
+    records = [_record(0, 0.1), _record(1, 0.1, engine="trtllm"),
+               replace(_record(2, 0.1, engine="prefill-first"), attention_dp=True)]
+    assert envelope({**HOPPER, "engine": "prefill-first", "attention_dp": True}, records)["validated"]
+    assert envelope({**HOPPER, "engine": "trtllm", "attention_dp": False}, records)["validated"]
+    block = envelope({**HOPPER, "engine": "trtllm", "attention_dp": True}, records)
+    assert block["outside"] == ["attention data-parallel under trtllm"]
+    assert block["line"].endswith("(rows cover attention data-parallel: prefill-first)")
 
 
 def test_a_closed_loop_of_fixed_lengths_through_the_front_end_is_outside_the_envelope(tmp_path, monkeypatch, capsys):

@@ -77,6 +77,7 @@ class Record:
     cross_validated: bool = True  # False: predicted with the registry's values (no constant fitted on it)
     calibrated: bool = False  # predicted after a fit on a lighter load of its configuration (module docstring)
     speculative: str = ""  # the row's speculative decoding method ("": none)
+    attention_dp: bool = False  # the row runs attention data-parallel
 
     def key(self, name: str) -> str:
         return getattr(self, name)
@@ -102,7 +103,8 @@ def parse_bands(text: str, where: str) -> tuple[Record, ...]:
             errors = {metric: float(row[f"{metric}_error"]) for metric in METRICS if f"{metric}_error" in row}
             records.append(Record(row["id"], row["source"], row["engine"], row.get("engine_version", ""), row["chip"],
                                   row["chip_generation"], row["model"], row["model_family"], row["load"], errors,
-                                  row.get("cross_validated", True), calibrated, row.get("speculative", "")))
+                                  row.get("cross_validated", True), calibrated, row.get("speculative", ""),
+                                  row.get("attention_dp", False)))
     return tuple(records)
 
 

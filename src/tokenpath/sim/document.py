@@ -91,7 +91,8 @@ def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> Non
     document["regime"] = regime_block(scenario.engine.scheduler, scenario.engine.version, chip.name, chip.generation,
                                       sim.deployment.model, evidence.load.overloaded,
                                       evidence.parts_s.get("ttft", {}), evidence.mean_batch_seqs,
-                                      None if speculative is None else speculative.method, _locked_loop(sim))
+                                      None if speculative is None else speculative.method, _locked_loop(sim),
+                                      scenario.deployment.attention_dp)
     records = shipped_records()
     document["envelope"] = envelope(document["regime"], records)
     assumptions = document["scenario"]["assumptions"]

@@ -8,7 +8,9 @@ no row has the pair the unshipped runs missed most (docs/validation.md, "Error b
 validated envelope": vLLM and TensorRT-LLM on Blackwell); and, where the scenario states the engine's
 release (`[engine] version`), some row of the same profile states that release: the same text, or a
 first word that is it or starts with it and a dot ("0.6" covers "0.6.0" and "0.6.0 (V0)"); where it
-runs speculative decoding, some row runs the same method; and it is not a closed loop of fixed lengths
+runs speculative decoding, some row runs the same method; where it runs attention data-parallel, some
+row of its engine profile does (each engine's ranks schedule their own way: engine/replica.py, and the
+unshipped TensorRT-LLM runs of it missed most, docs/validation.md); and it is not a closed loop of fixed lengths
 through the server's front end or a network, which no row validates: the rows score such loops at the engine, since
 their simulated rounds lock in step (validate/latency.locked_loop; docs/validation.md, "The front end in
 the rows").
@@ -64,6 +66,11 @@ def envelope(regime: dict[str, Any], records: Sequence[Record]) -> dict[str, Any
         if method not in methods:
             outside.append(f"speculative decoding ({method})")
             cover.append(f"speculative decoding: {', '.join(methods) or 'none'}")
+    if regime.get("attention_dp"):
+        profiles = sorted({r.engine for r in latency if r.attention_dp})
+        if regime["engine"] not in profiles:
+            outside.append(f"attention data-parallel under {regime['engine']}")
+            cover.append(f"attention data-parallel: {', '.join(profiles) or 'none'}")
     if regime.get("locked_loop"):
         outside.append("a closed loop of fixed lengths through a front end or network")
         cover.append("such loops at the engine only")

@@ -49,15 +49,17 @@ def load_regime(overloaded: bool, queue_share_of_ttft: float, mean_batch_seqs: f
 
 def regime_block(scheduler: str, engine_version: str | None, chip: str, chip_generation: str, model: ModelSpec,
                  overloaded: bool, ttft_parts_s: dict[str, float], mean_batch_seqs: float,
-                 speculative: str | None = None, locked_loop: bool = False) -> dict[str, Any]:
+                 speculative: str | None = None, locked_loop: bool = False,
+                 attention_dp: bool = False) -> dict[str, Any]:
     """The result document's `regime`: its four keys (engine, load, model_family, chip_generation), the
-    chip, engine version, speculative method (None: none) and whether the run is a closed loop of fixed
-    lengths through the front end (`locked_loop`), which the envelope also checks, and the two figures
-    the load regime was read from."""
+    chip, engine version, speculative method (None: none), whether it runs attention data-parallel and
+    whether it is a closed loop of fixed lengths through the front end (`locked_loop`), which the envelope
+    also checks, and the two figures the load regime was read from."""
     total_s = sum(value for part, value in ttft_parts_s.items() if part != "application")  # the model's TTFT
     queue_share = ttft_parts_s.get("queue", 0.0) / total_s if total_s > 0 else 0.0
     return {"engine": scheduler, "load": load_regime(overloaded, queue_share, mean_batch_seqs),
             "model_family": model_family(model), "chip_generation": chip_generation, "chip": chip,
-            "engine_version": engine_version, "speculative": speculative, "locked_loop": locked_loop,
+            "engine_version": engine_version, "speculative": speculative, "attention_dp": attention_dp,
+            "locked_loop": locked_loop,
             "queue_share_of_ttft": queue_share,
             "mean_batch_seqs": mean_batch_seqs}

@@ -99,7 +99,8 @@ def bands_document(rows: Sequence[dict[str, Any]], row_errors: Sequence[dict[str
         speculative = rows[k].get("engine_settings", {}).get("speculative")
         return {"id": ids[k], "source": rows[k]["source"], "engine_version": rows[k].get("engine_version", ""),
                 "model": rows[k]["model"], **_regime_fields(regime),
-                **({"speculative": speculative["method"]} if speculative else {})}
+                **({"speculative": speculative["method"]} if speculative else {}),
+                **({"attention_dp": True} if rows[k].get("attention_dp") else {})}
 
     records = []
     for k, (errors, regime) in enumerate(zip(row_errors, regimes)):
