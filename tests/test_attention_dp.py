@@ -271,19 +271,23 @@ def test_each_rank_replays_a_graph_of_its_own_batch_and_schedules_its_own_sequen
 @settings(max_examples=60, deadline=None)
 @given(ranks=st.integers(1, 4), scheduler=st.sampled_from(["vllm-v1", "trtllm", "prefill-first"]),
        chunked=st.booleans(), budget=st.integers(64, 1500), seqs=st.integers(1, 12), kv_blocks=st.integers(0, 300),
-       requests=st.lists(st.tuples(st.integers(1, 1200), st.integers(1, 40), st.integers(0, 50)),
+       prefix_caching=st.booleans(),
+       requests=st.lists(st.tuples(st.integers(1, 1200), st.integers(1, 40), st.integers(0, 50), st.integers(0, 3)),
                          min_size=1, max_size=30))
 def test_every_request_finishes_each_rank_chunking_at_most_one_prompt_and_every_block_comes_back(
-        ranks, scheduler, chunked, budget, seqs, kv_blocks, requests):
+        ranks, scheduler, chunked, budget, seqs, kv_blocks, prefix_caching, requests):
+    # Requests of prefix key k > 0 share their first 40 k tokens, where the prompt holds them.
     spec = EngineSpec(scheduler=scheduler, max_num_seqs=min(seqs, budget), max_num_batched_tokens=budget,
-                      chunked_prefill=chunked, block_size=16, host_overlap=False)
+                      chunked_prefill=chunked, block_size=16, host_overlap=False, prefix_caching=prefix_caching)
     if not chunked:  # a step holds a request whole (serve and simulate refuse the others)
-        requests = [(p, o, t) for p, o, t in requests if spec.whole_step_tokens(p, o) <= budget] or [(1, 1, 0)]
-    longest = max(p + o for p, o, _ in requests)
+        requests = [r for r in requests if spec.whole_step_tokens(r[0], r[1]) <= budget] or [(1, 1, 0, 0)]
+    longest = max(p + o for p, o, _, _ in requests)
     capacity = (-(-longest // 16) + kv_blocks) * 16  # the longest request fits, and up to 300 blocks more
     replica = Replica(RanksCosts(ranks), LastMile(NO_NETWORK), spec, capacity)
-    for prompt, out, arrival_ms in sorted(requests, key=lambda r: r[2]):
-        replica.submit(prompt, out, arrival_ms * 1_000_000)
+    requests = sorted(requests, key=lambda r: r[2])
+    for prompt, out, arrival_ms, key in requests:
+        prefix = ([key], [40 * key]) if key and prompt >= 40 * key else None
+        replica.submit(prompt, out, arrival_ms * 1_000_000, prefix=prefix)
     finished = []
     for _ in range(100_000):
         if replica.idle:
@@ -293,5 +297,5 @@ def test_every_request_finishes_each_rank_chunking_at_most_one_prompt_and_every_
         assert len(set(prompt_ranks)) == len(prompt_ranks) <= ranks  # each rank chunks one prompt at most
         assert 0 <= replica.free_blocks <= replica.cache_blocks
     assert sorted(finished) == list(range(len(requests)))
-    assert replica.generated == [out for _, out, _ in sorted(requests, key=lambda r: r[2])]
+    assert replica.generated == [out for _, out, _, _ in requests]
     assert replica.free_blocks == replica.cache_blocks
