@@ -291,6 +291,26 @@ def test_without_chunked_prefill_a_request_no_step_holds_is_refused_and_the_othe
     assert served_status == 200 and served["usage"]["completion_tokens"] == 5
 
 
+def test_a_request_the_kv_caches_whole_blocks_cannot_hold_is_a_400_naming_the_context():
+    # At a fifth of the memory Llama-3.1-8B's KV cache holds 123,090 tokens, 1,923 whole blocks of 64: a
+    # request of 123,073 tokens (every token's KV but the last's) fits, one of 123,090 never would.
+    async def body(url, session, app):
+        server = app[SERVER]
+        held = server.deployment.kv_capacity_tokens
+        replies = []
+        for prompt in (held - 10, 10):
+            request = {"model": "m", "prompt": [7] * prompt, "max_tokens": 10}
+            async with session.post(f"{url}/v1/completions", json=request) as response:
+                replies.append((response.status, await response.json()))
+        return held, server.context_tokens, replies
+
+    held, context, ((status, refused), (served, _)) = serve(
+        with_app=True, **{"engine.gpu_memory_utilization": 0.2})(body)
+    assert (held, context) == (123_090, 1_923 * 64 + 1)
+    assert (status, refused["error"]["code"], served) == (400, "context_length_exceeded", 200)
+    assert f"holds {context} tokens of context" in refused["error"]["message"]
+
+
 def test_a_large_body_is_tokenized_off_the_event_loop(monkeypatch):
     threads = []
 

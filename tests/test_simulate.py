@@ -606,13 +606,14 @@ def test_a_request_whose_reserved_blocks_exceed_the_cache_is_a_one_line_error():
 
     # Llama-3.1-8B at bf16 on one H100, under TensorRT-LLM at 10% of the memory the weights and a step leave,
     # holds 51,021 tokens of KV cache: 3,188 whole blocks of 16. A request of all 51,021 tokens would fit token
-    # by token, but TensorRT-LLM reserves whole blocks for its whole cache: 3,189 of them.
+    # by token, but TensorRT-LLM reserves whole blocks for its whole cache: 3,189 of them, where 3,188 hold
+    # 51,008 tokens.
     base = {"model.name": "llama-3.1-8b", "model.precision": "bf16", "deployment.chip": "h100",
             "deployment.chips": 1, "deployment.tp": 1, "engine.gpu_memory_utilization": 0.1,
             "engine.scheduler": "trtllm", "workload.num_requests": 2,
             "workload.input": {"kind": "fixed", "value": 50_546}, "workload.output": {"kind": "fixed", "value": 475}}
     short = {**base, "workload.input": {"kind": "fixed", "value": 1_000}}
     assert prepare(load_scenario("typical", short)).deployment.kv_capacity_tokens == 51_021
-    with pytest.raises(UserError, match=r"^workload: request 0 needs 51024 tokens of KV cache but one replica holds "
-                                        r"51008;"):
+    with pytest.raises(UserError, match=r"^workload: request 0 needs 51021 tokens of KV cache but one replica holds "
+                                        r"requests of at most 51008;"):
         prepare(load_scenario("typical", base))

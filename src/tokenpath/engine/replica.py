@@ -225,13 +225,9 @@ class Replica:
         return -(-(self.prompt[i] + self.out[i] + self.width - 1) // self.block)
 
     def _check_fits(self, tokens: int) -> None:
-        """A request of `tokens` (prompt and output) that the whole cache cannot hold would never finish:
-        reserving, it would wait forever for its reservation (`_reservation`); taking blocks as it grows,
-        it would be preempted and recomputed forever at its last block (which holds the KV of every
-        token but the last, whose KV is never written). vLLM refuses to start where its longest request
-        does not fit the cache."""
-        held = tokens + self.width - 1 if self.reserve else tokens - 1
-        if -(-held // self.block) > self.cache_blocks:
+        """A request of `tokens` (prompt and output) that the whole cache cannot hold would never finish
+        (EngineSpec.longest_request_tokens)."""
+        if tokens > self.spec.longest_request_tokens(self.cache_blocks * self.block, self.width - 1):
             raise ValueError(f"a request of {tokens} tokens needs more than the {self.cache_blocks} KV blocks "
                              "of the cache")
 

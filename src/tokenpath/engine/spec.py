@@ -260,6 +260,19 @@ class EngineSpec(BaseModel):
         mixes_by = self.profile.prefills_alone_unless
         return mixes_by is not None and not getattr(self, mixes_by)
 
+    def longest_request_tokens(self, kv_capacity_tokens: int, drafts: int | None = None) -> int:
+        """The longest request (prompt and output) a KV cache of `kv_capacity_tokens` can finish, in whole
+        blocks: reserving, its whole length and the `drafts` a verify step runs past it (None: this engine's
+        speculative tokens) wait for their reservation; taking blocks as it grows, every token's KV but the
+        last one's, which is never written, must fit, or it would be preempted and recomputed forever at
+        its last block. vLLM refuses to start where its longest request does not fit the cache."""
+        cache_tokens = kv_capacity_tokens // self.block_size * self.block_size
+        if self.kv_admission != "reserve":
+            return cache_tokens + 1
+        if drafts is None:
+            drafts = 0 if self.speculative is None else self.speculative.num_speculative_tokens
+        return cache_tokens - drafts
+
     @property
     def step_holds_whole_request(self) -> bool:
         """Whether one step must hold a request's whole length: without chunked prefill, where sequences

@@ -132,12 +132,12 @@ class Server:
 
     @property
     def context_tokens(self) -> int:
-        """The context one request may fill: the model's, or the KV cache where that holds less, or one
-        step where the engine runs a whole request in a step (`EngineSpec.whole_step_tokens`: without
-        chunked prefill, a preempted request's recompute; vLLM refuses to start with a budget below its
-        max_model_len there, so it refuses longer requests)."""
-        engine = self.deployment.engine
-        context = min(self.deployment.model.max_context, self.deployment.kv_capacity_tokens)
+        """The context one request may fill: the model's, or the KV cache's where that holds less (in whole
+        blocks, EngineSpec.longest_request_tokens), or one step's where the engine runs a whole request in a
+        step (`EngineSpec.whole_step_tokens`: without chunked prefill, a preempted request's recompute; vLLM
+        refuses to start with a budget below its max_model_len there, so it refuses longer requests)."""
+        engine, deployment = self.deployment.engine, self.deployment
+        context = min(deployment.model.max_context, engine.longest_request_tokens(deployment.kv_capacity_tokens))
         return min(context, engine.max_num_batched_tokens) if engine.step_holds_whole_request else context
 
     def token_ids(self, ask: Ask, output_tokens: int,

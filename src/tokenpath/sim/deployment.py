@@ -212,14 +212,10 @@ def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -
             f"{where} needs {longest} tokens of context but {deployment.model.name} holds "
             f"{deployment.model.max_context}; lower {lengths} (or their max)"
         )
-    needed, held = longest, deployment.kv_capacity_tokens
-    if scenario.engine.kv_admission == "reserve":  # TensorRT-LLM reserves whole blocks for the whole cache
-        block, speculative = scenario.engine.block_size, scenario.engine.speculative
-        drafts = 0 if speculative is None else speculative.num_speculative_tokens  # a verify step's lookahead
-        needed, held = -(-(longest + drafts) // block) * block, held // block * block
-    if needed > held:
+    held = scenario.engine.longest_request_tokens(deployment.kv_capacity_tokens)
+    if longest > held:
         raise DoesNotFit(
-            f"{where} needs {needed} tokens of KV cache but one replica holds "
+            f"{where} needs {longest} tokens of KV cache but one replica holds requests of at most "
             f"{held}; raise --tp, use fp8, or lower {lengths}"
         )
     step = scenario.engine.whole_step_tokens(requests.input_tokens, requests.output_tokens)
