@@ -285,6 +285,19 @@ def test_attention_data_parallel_is_inside_only_where_a_row_of_the_engine_profil
     assert block["line"].endswith("(rows cover attention data-parallel: prefill-first)")
 
 
+def test_tensorrt_llm_with_attention_data_parallel_is_outside_the_shipped_envelope():
+    # The shipped rows run attention data-parallel under SGLang only (MI300X): TensorRT-LLM's is unvalidated.
+    from tokenpath.sim.document import result_document
+
+    overrides = {"model.name": "deepseek-v3", "deployment.chip": "h200", "deployment.attention_dp": True,
+                 "deployment.expert_parallel": True, "workload.num_requests": 20}
+    trtllm = result_document(simulate(load_scenario(None, {**overrides, "engine.scheduler": "trtllm"})))[0]
+    assert "attention data-parallel under trtllm" in trtllm["envelope"]["outside"]
+    assert trtllm["regime"]["attention_dp"] is True
+    sglang = result_document(simulate(load_scenario(None, {**overrides, "engine.scheduler": "prefill-first"})))[0]
+    assert not any("attention data-parallel" in what for what in sglang["envelope"]["outside"])
+
+
 def test_a_closed_loop_of_fixed_lengths_through_the_front_end_is_outside_the_envelope(tmp_path, monkeypatch, capsys):
     """The rows score such loops at the engine (validate/latency.locked_loop): through the front end or a
     network, the simulated rounds lock in step, which no row validates. At the engine, or with lengths
