@@ -208,6 +208,19 @@ def test_the_newest_prompt_in_progress_is_preempted_first_and_the_oldest_goes_on
     assert trace.times_preempted.tolist() == [0, 1]
 
 
+@pytest.mark.parametrize(("scheduler", "budget"), [("prefill-first", "8192 tokens/step (1024 a rank)"),
+                                                    ("trtllm", "8192 tokens/step a rank")])
+def test_the_engine_line_says_each_ranks_budget(scheduler, budget):
+    from tokenpath.report.simulation import describe
+    from tokenpath.sim.simulate import prepare
+
+    scenario = load_scenario(None, {"model.name": "deepseek-v3", "deployment.chip": "h200",
+                                    "engine.scheduler": scheduler, "engine.max_num_batched_tokens": 8192,
+                                    "engine.chunked_prefill": True, "deployment.attention_dp": True,
+                                    "workload.num_requests": 20})
+    assert budget in " ".join(dict(describe(prepare(scenario)))["engine"].split())
+
+
 @pytest.mark.parametrize(("scheduler", "running"), [("trtllm", 8), ("vllm-v1", 8), ("prefill-first", 2)])
 def test_each_trtllm_and_vllm_rank_runs_max_num_seqs_of_its_own(scheduler, running):
     # TensorRT-LLM's max_batch_size and vLLM's max_num_seqs are each rank's scheduler's (four ranks: eight

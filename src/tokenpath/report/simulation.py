@@ -25,8 +25,12 @@ def _engine_line(engine: Any, compute: Any, acceptance: float | None = None) -> 
     decoding with the workload's `acceptance`."""
     version = f" (version {engine.version})" if engine.version else ""
     # Under attention data-parallel each rank schedules with the limits of its own, but SGLang's ranks, which
-    # divide the server's (Profile.attention_dp_splits_budget)
-    per_rank = " a rank" if compute.attention_dp and not engine.profile.attention_dp_splits_budget else ""
+    # divide the server's chunk (Profile.attention_dp_splits_budget; engine/replica.py, rank_budget)
+    per_rank = ""
+    if compute.attention_dp and not engine.profile.attention_dp_splits_budget:
+        per_rank = " a rank"
+    elif compute.attention_dp and engine.chunked_prefill:
+        per_rank = f" ({max(engine.max_num_batched_tokens // compute.tp, 1)} a rank)"
     line = (f"{engine.scheduler} scheduler{version}, max {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
             f"tokens/step{per_rank}, chunked prefill {'on' if engine.chunked_prefill else 'off'}")
     if engine.num_scheduler_steps > 1:
