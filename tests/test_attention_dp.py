@@ -292,7 +292,7 @@ def test_every_request_finishes_each_rank_chunking_at_most_one_prompt_and_every_
     # Requests of prefix key k > 0 share their first 40 k tokens, where the prompt holds them.
     spec = EngineSpec(scheduler=scheduler, max_num_seqs=min(seqs, budget), max_num_batched_tokens=budget,
                       chunked_prefill=chunked, block_size=16, host_overlap=False, prefix_caching=prefix_caching)
-    if not chunked:  # a step holds a request whole (serve and simulate refuse the others)
+    if spec.step_bounds_prompts:  # a step holds a request whole (serve and simulate refuse the others)
         requests = [r for r in requests if spec.whole_step_tokens(r[0], r[1]) <= budget] or [(1, 1, 0, 0)]
     longest = max(p + o for p, o, _, _ in requests)
     capacity = (-(-longest // 16) + kv_blocks) * 16  # the longest request fits, and up to 300 blocks more

@@ -90,6 +90,24 @@ def test_without_chunked_prefill_a_prompt_waits_for_a_step_with_room():
     assert list(trace.step_tokens[:2]) == [60, 61]
 
 
+def test_without_chunked_prefill_sglang_runs_a_prompt_longer_than_the_budget_alone_as_its_steps_first():
+    # SGLang's PrefillAdder admits the step's first prompt above its input cap whole (schedule_policy.py,
+    # "Without chunking, allow the first request even above the input cap"); the others wait for room.
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False,
+                      host_overlap=False)
+    trace = engine([250, 60, 30], [2, 2, 2], spec=spec)
+    assert list(trace.step_tokens[:3]) == [250, 90, 3]  # alone; then the two that fit; then their decodes
+    assert not EngineSpec(scheduler="prefill-first", chunked_prefill=False).step_bounds_prompts
+    assert EngineSpec(scheduler="vllm-v0", chunked_prefill=False).step_bounds_prompts  # V0 ignores such prompts
+
+
+def test_without_chunked_prefill_a_request_no_step_holds_is_an_error_not_a_wait_forever():
+    spec = EngineSpec(scheduler="trtllm", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False,
+                      host_overlap=False)
+    with pytest.raises(ValueError, match=r"needs 250 tokens in one step .* \(100\)"):
+        engine([250, 60], [2, 2], spec=spec)
+
+
 def test_max_num_seqs_limits_the_batch():
     trace = engine([10] * 5, [4] * 5, spec=EngineSpec(max_num_seqs=2))
     assert trace.step_seqs.max() == 2
@@ -533,8 +551,9 @@ def test_vllm_v0_forms_the_batches_of_prefill_first_or_with_chunked_prefill_of_v
             np.sort(rng.uniform(0, 0.03, n)))
     # (prefix caching as V0's default has it, off: else a preempted request finds what it computed)
     # 16-token blocks for both (vLLM V1's until 0.34.0)
-    limits = dict(max_num_seqs=16, max_num_batched_tokens=128, chunked_prefill=chunked, prefix_caching=False,
-                  block_size=16)
+    # (without chunked prefill a step holds the longest request whole, its recompute: vLLM refuses a smaller one)
+    limits = dict(max_num_seqs=16, max_num_batched_tokens=128 if chunked else 200, chunked_prefill=chunked,
+                  prefix_caching=False, block_size=16)
     v0 = engine(*args, spec=EngineSpec(scheduler="vllm-v0", **limits), kv_tokens=kv_tokens)
     other = engine(*args, spec=EngineSpec(**same_as, **limits), kv_tokens=kv_tokens)
     assert v0.preemptions > 0 or kv_tokens == 10**9

@@ -291,6 +291,18 @@ def test_without_chunked_prefill_a_request_no_step_holds_is_refused_and_the_othe
     assert served_status == 200 and served["usage"]["completion_tokens"] == 5
 
 
+def test_without_chunked_prefill_sglang_serves_a_prompt_longer_than_the_budget():
+    async def body(url, session):
+        request = {"model": "m", "prompt": [7] * 9000, "max_tokens": 5}
+        async with session.post(f"{url}/v1/completions", json=request,
+                                timeout=aiohttp.ClientTimeout(total=30)) as response:
+            return response.status, await response.json()
+
+    status, reply = serve(**{"engine.scheduler": "prefill-first", "engine.chunked_prefill": False,
+                             "engine.max_num_batched_tokens": 8192})(body)
+    assert status == 200 and reply["usage"]["completion_tokens"] == 5
+
+
 def test_a_request_the_kv_caches_whole_blocks_cannot_hold_is_a_400_naming_the_context():
     # At a fifth of the memory Llama-3.1-8B's KV cache holds 123,090 tokens, 1,923 whole blocks of 64: a
     # request of 123,073 tokens (every token's KV but the last's) fits, one of 123,090 never would.

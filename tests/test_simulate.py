@@ -598,6 +598,9 @@ def test_without_chunked_prefill_a_step_must_hold_a_whole_prompt_or_recompute():
     with pytest.raises(UserError, match=r"needs 1024 tokens in one step"):
         prepare(load_scenario("typical", {**lengths, "engine.scheduler": "trtllm",
                                           "engine.max_num_batched_tokens": 1000}))
+    # SGLang runs a prompt above its cap alone, as its step's first (Profile.long_prompt_alone)
+    prepare(load_scenario("typical", {**lengths, "engine.scheduler": "prefill-first",
+                                      "engine.max_num_batched_tokens": 1000}))
 
 
 def test_a_request_whose_reserved_blocks_exceed_the_cache_is_a_one_line_error():

@@ -95,6 +95,9 @@ class Profile:
     # Whether it cuts a prompt longer than the step's budget left into chunks by default (`[engine]
     # chunked_prefill` otherwise); without, a prompt runs whole in one step.
     chunked_prefill: bool
+    # Without chunked prefill, whether a prompt longer than the step's budget still runs whole, as the
+    # first of its step (True), or is refused (EngineSpec.step_bounds_prompts).
+    long_prompt_alone: bool
     # -- admission
     kv_admissions: tuple[Literal["reserve", "on_demand"], ...]  # those it offers, its default first
     new_token_ratio: bool  # admits only while the cache keeps SGLang's headroom (engine/new_token_ratio.py)
@@ -252,6 +255,9 @@ PROFILES: dict[str, Profile] = {
         prefills_alone_unless=None,
         chunk_unit="token",
         chunked_prefill=True,  # on by default in V1 (vllm/engine/arg_utils.py)
+        # Without it V1 refuses to start with max_num_batched_tokens below max_model_len
+        # (vllm/config/scheduler.py, SchedulerConfig._verify_args).
+        long_prompt_alone=False,
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
@@ -330,6 +336,9 @@ PROFILES: dict[str, Profile] = {
         prefills_alone_unless="chunked_prefill",
         chunk_unit="token",
         chunked_prefill=True,  # kept as the [engine] table had it; V0 itself chose by the context (above)
+        # Without it a prompt above min(max_model_len, max_num_batched_tokens) is ignored with a warning
+        # (vllm/core/scheduler.py, _schedule_prefills: prompt_limit, FINISHED_IGNORED).
+        long_prompt_alone=False,
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
@@ -401,10 +410,17 @@ PROFILES: dict[str, Profile] = {
     `num_scheduler_steps` > 1 is vLLM V0's multi-step scheduling (MULTI_STEP below). A waiting prompt
     is admitted only while the cache also has room for a share of the running requests' outputs still
     to come, SGLang's new_token_ratio (engine/new_token_ratio.py), so an overloaded engine rarely has
-    to retract and recompute. Not modelled: SGLang's separate max_prefill_tokens.""",
+    to retract and recompute. The token budget is also SGLang's max_prefill_tokens (tokenpath's launch
+    sets both from max_num_batched_tokens): without chunked prefill a longer prompt runs whole, the first
+    of its step (long_prompt_alone).""",
         prefills_alone_unless="mixed_chunk",
         chunk_unit="token",
         chunked_prefill=True,  # chunked_prefill_size > 0 by default (server_args.py)
+        # With --chunked-prefill-size -1 the PrefillAdder admits the step's first prompt above its input cap
+        # (max_prefill_tokens, which launch/sglang.py sets from max_num_batched_tokens) whole: "Without chunking,
+        # allow the first request even above the input cap" (managers/schedule_policy.py, 0.5.23,
+        # _select_prefill_admission); the others wait for a step with room.
+        long_prompt_alone=True,
         kv_admissions=("on_demand",),
         new_token_ratio=True,
         attention_dp_splits_budget=True,
@@ -496,6 +512,9 @@ PROFILES: dict[str, Profile] = {
         # trtllm-serve passes enable_chunked_prefill=False unless --enable_chunked_prefill
         # (tensorrt_llm/commands/serve.py, get_llm_args; the LLM API's default too, llmapi/llm_args.py)
         chunked_prefill=False,
+        # Without chunked context a prompt above max_num_tokens is refused (tensorrt_llm/llmapi/llm.py,
+        # _check_arguments: "should not exceed max_num_tokens").
+        long_prompt_alone=False,
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         attention_dp_splits_budget=False,

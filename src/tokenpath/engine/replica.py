@@ -69,6 +69,7 @@ class Replica:
 
         # The profile (engine/spec.py): how a step's batch is composed, as bound methods and flags.
         self.chunked = spec.chunked_prefill
+        self.long_prompt_alone = not spec.chunked_prefill and spec.profile.long_prompt_alone
         self.window = spec.num_scheduler_steps  # steps of a decode window (multi-step scheduling)
         self.reserve = spec.kv_admission == "reserve"
         # Attention data-parallel: a replica's requests go to its ranks in turn, as SGLang's data-parallel
@@ -170,7 +171,7 @@ class Replica:
         (a decode engine receiving a prefilled request); `prefix`: the keys of its shared prompt
         segments and the token each ends at (workload.prefixes); `held`: it does not arrive until
         `send` names it. Returns its index."""
-        self._check_fits(input_tokens + output_tokens)
+        self._check_fits(input_tokens, output_tokens)
         i = self.requests.add(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens, held)
         if prefix is not None and prefix[0] and self.prefix_caching:
             self._add_prefix(i, *prefix)
@@ -189,7 +190,7 @@ class Replica:
         """`submit` for many requests at once (int64 arrays, one row per request), in one pass. Rows
         where `held` is true do not arrive until `send` names them (a session's later turns)."""
         if len(input_tokens):
-            self._check_fits(int((input_tokens + output_tokens).max()))
+            self._check_fits(input_tokens, output_tokens)
         first = self.requests.add_all(input_tokens, output_tokens, arrival_ns, delivery_ns, cached_tokens, held)
         if prefixes is not None and self.prefix_caching:
             for k in np.flatnonzero(prefixes.offsets[1:] > prefixes.offsets[:-1]).tolist():
@@ -224,12 +225,17 @@ class Replica:
         under speculative decoding, the drafts a verify step runs past them (`width` - 1 tokens)."""
         return -(-(self.prompt[i] + self.out[i] + self.width - 1) // self.block)
 
-    def _check_fits(self, tokens: int) -> None:
-        """A request of `tokens` (prompt and output) that the whole cache cannot hold would never finish
-        (EngineSpec.longest_request_tokens)."""
+    def _check_fits(self, input_tokens, output_tokens) -> None:
+        """Requests (ints, or arrays of them) that the whole cache cannot hold (EngineSpec.longest_request_tokens),
+        or that no step holds whole (EngineSpec.whole_step_tokens), would never finish."""
+        tokens = int(np.max(input_tokens + output_tokens))
         if tokens > self.spec.longest_request_tokens(self.cache_blocks * self.block, self.width - 1):
             raise ValueError(f"a request of {tokens} tokens needs more than the {self.cache_blocks} KV blocks "
                              "of the cache")
+        step = self.spec.whole_step_tokens(input_tokens, output_tokens)
+        if step is not None and np.max(step) > self.spec.max_num_batched_tokens:
+            raise ValueError(f"a request needs {int(np.max(step))} tokens in one step without chunked prefill, "
+                             f"above max_num_batched_tokens ({self.spec.max_num_batched_tokens})")
 
     def next_step_ns(self) -> int | None:
         """When the next step starts: now with requests queued or running, else at the next arrival (or None)."""
@@ -547,6 +553,8 @@ class Replica:
             room_tokens = budget if rank_left is None else max(min(budget, rank_left[r]), 0)
             if need > room_tokens:
                 num = room_tokens - room_tokens % self.chunk_unit if self.chunked else 0
+                if self.long_prompt_alone and not any(a[0] % ranks == r for a in admitted):
+                    num = need  # SGLang without chunking: whole, as its rank's first this step
                 if not num:  # its rank takes no more this step
                     open_ranks.remove(r)
                     continue
@@ -570,7 +578,7 @@ class Replica:
                 self.cached[i] = cached
                 prefix.computed(i, cached + num)
             admitted.append((i, num, target))
-            budget -= num
+            budget -= min(num, room_tokens)  # (a prompt run alone above it takes only its rank's room)
             if rank_left is not None:
                 rank_left[r] -= num
             if num < need or not waiting:  # a prompt cut to the budget is the last its rank admits

@@ -274,17 +274,23 @@ class EngineSpec(BaseModel):
         return cache_tokens - drafts
 
     @property
+    def step_bounds_prompts(self) -> bool:
+        """Whether the step's token budget bounds a prompt, which runs whole: without chunked prefill, unless
+        the engine runs a longer one alone (Profile.long_prompt_alone: SGLang)."""
+        return not self.chunked_prefill and not self.profile.long_prompt_alone
+
+    @property
     def step_holds_whole_request(self) -> bool:
-        """Whether one step must hold a request's whole length: without chunked prefill, where sequences
-        can be preempted (KV taken as it grows, not reserved), the recompute of its prompt and the tokens
-        it generated runs in one step."""
-        return not self.chunked_prefill and self.kv_admission != "reserve"
+        """Whether one step must hold a request's whole length: where it bounds prompts (`step_bounds_prompts`)
+        and sequences can be preempted (KV taken as it grows, not reserved), the recompute of its prompt
+        and the tokens it generated runs in one step."""
+        return self.step_bounds_prompts and self.kv_admission != "reserve"
 
     def whole_step_tokens(self, input_tokens, output_tokens):
         """The tokens of a request (ints, or arrays of them) that one step must hold whole, which
         max_num_batched_tokens bounds (the replica admits no more of a request than its step's budget),
-        or None with chunked prefill: its prompt, or its whole length (`step_holds_whole_request`)."""
-        if self.chunked_prefill:
+        or None where the step bounds no prompt: its prompt, or its whole length (`step_holds_whole_request`)."""
+        if not self.step_bounds_prompts:
             return None
         return input_tokens + output_tokens if self.step_holds_whole_request else input_tokens
 

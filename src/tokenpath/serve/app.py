@@ -161,7 +161,7 @@ class Server:
         limit = self.context_tokens
         field = "prompt" if ask.endpoint == "completions" else "messages"
         engine = self.deployment.engine
-        if not engine.chunked_prefill and ask.prompt_tokens > engine.max_num_batched_tokens:
+        if engine.step_bounds_prompts and ask.prompt_tokens > engine.max_num_batched_tokens:
             # As TensorRT-LLM refuses it without chunked prefill (tensorrt_llm/llmapi/llm.py, _check_arguments):
             # the engine would never run it, and the requests queued behind it would wait for it forever.
             raise ApiError(400, f"the prompt is {ask.prompt_tokens} tokens but without chunked prefill the engine runs "
