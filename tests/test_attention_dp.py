@@ -306,9 +306,66 @@ def test_every_request_finishes_each_rank_chunking_at_most_one_prompt_and_every_
         if replica.idle:
             break
         finished += replica.step()
-        prompt_ranks = [prefill.request % ranks for prefill in replica.prefills]
+        rank_of = replica.waiting.rank_of if ranks > 1 else dict.fromkeys(range(len(requests)), 0)
+        prompt_ranks = [rank_of[prefill.request] for prefill in replica.prefills]
         assert len(set(prompt_ranks)) == len(prompt_ranks) <= ranks  # each rank chunks one prompt at most
         assert 0 <= replica.free_blocks <= replica.cache_blocks
+        if ranks > 1:  # each rank runs its own max_num_seqs at most (SGLang: its share of the replica's)
+            running = [0] * ranks
+            for i in (*replica.decoding, *(prefill.request for prefill in replica.prefills)):
+                running[rank_of[i]] += 1
+            assert running == replica.waiting.running
+            assert max(running) <= (seqs if scheduler != "prefill-first" else max(min(seqs, budget) // ranks, 1))
     assert sorted(finished) == list(range(len(requests)))
     assert replica.generated == [out for _, out, _, _ in requests]
     assert replica.free_blocks == replica.cache_blocks
+    assert ranks == 1 or (not replica.waiting.rank_of and not any(replica.waiting.tokens))
+
+
+def ranks_replica(scheduler, ranks, max_num_seqs, requests):
+    """A replica of `ranks` attention ranks (1 ms steps) with (prompt, output, arrival ms) `requests` submitted."""
+    spec = EngineSpec(scheduler=scheduler, max_num_seqs=max_num_seqs, max_num_batched_tokens=4096,
+                      host_overlap=False)
+    replica = Replica(RanksCosts(ranks), LastMile(NO_NETWORK), spec, 10**7)
+    for prompt, out, arrival_ms in requests:
+        replica.submit(prompt, out, arrival_ms * 1_000_000)
+    return replica
+
+
+def step_until(replica, time_ms):
+    while replica.now < time_ms * 1_000_000:
+        replica.step()
+
+
+@pytest.mark.parametrize(("scheduler", "rank"), [("prefill-first", 0), ("vllm-v1", 1), ("trtllm", 1)])
+def test_each_engine_routes_a_request_to_a_rank_as_its_own_balancer_does(scheduler, rank):
+    # Requests 0 and 1 start on ranks 0 and 1 (every engine); request 1 (100 tokens, one to make) is done
+    # when request 2 comes at 20 ms, while request 0 (500 tokens) still decodes on rank 0. SGLang's
+    # controller sends request 2 to the next rank in turn, 0; vLLM's client to the least loaded (4 x
+    # waiting + running: 1 against 0), rank 1; TensorRT-LLM's to the rank holding the fewest tokens, 1.
+    replica = ranks_replica(scheduler, 2, 8, [(500, 100, 0), (100, 1, 0), (300, 5, 20)])
+    step_until(replica, 21)
+    assert replica.waiting.rank_of == {0: 0, 2: rank}
+
+
+def test_tensorrt_llms_ranks_take_requests_by_the_tokens_they_hold():
+    # At once: 900 tokens to rank 0, then 100 to rank 1, then 300 and 200 to rank 1 (100, then 400, against
+    # 900), then 50 to rank 1 (600 against 900) as well; vLLM's balancer counts requests (0, 1, 0, 1, 0).
+    requests = [(900, 5, 0), (100, 5, 0), (300, 5, 0), (200, 5, 0), (50, 5, 0)]
+    assert ranks_replica("trtllm", 2, 8, requests).waiting.rank_of == {}  # (none has reached the engine yet)
+    for scheduler, ranks in [("trtllm", [0, 1, 1, 1, 1]), ("vllm-v1", [0, 1, 0, 1, 0])]:
+        replica = ranks_replica(scheduler, 2, 8, requests)
+        replica.step()
+        assert [replica.waiting.rank_of[i] for i in range(5)] == ranks
+
+
+def test_a_full_rank_holds_its_requests_back_while_another_rank_has_room():
+    # SGLang divides max_running_requests over the ranks: 4 over 2 ranks, 2 each. Requests 1 and 3 (rank 1)
+    # finish at once; at 20 ms requests 4 and 5 come, to ranks 0 and 1 in turn. Rank 0 still runs requests
+    # 0 and 2, so request 4 waits though the replica runs 2 of its 4; request 5 runs on rank 1.
+    requests = [(100, 200, 0), (100, 1, 0), (100, 200, 0), (100, 1, 0), (100, 5, 20), (100, 5, 20)]
+    replica = ranks_replica("prefill-first", 2, 4, requests)
+    step_until(replica, 22)
+    assert list(replica.waiting.queues[0]) == [4]
+    assert 5 in replica.decoding and sorted(replica.decoding) == [0, 2, 5]
+    assert replica.waiting.running == [2, 1]

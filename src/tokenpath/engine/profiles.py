@@ -107,6 +107,10 @@ class Profile:
     # rank's scheduler has the engine's limits of its own (vLLM's data-parallel engine cores, TensorRT-LLM's
     # ranks: max_num_seqs and max_num_batched_tokens per rank).
     attention_dp_splits_budget: bool
+    # With attention data-parallel, which rank a request goes to when it reaches the engine
+    # (engine/queues.py, RankQueues): in turn, to the rank with the least load (4 x waiting + running), or
+    # to the rank whose requests hold the fewest prompt tokens.
+    attention_dp_routing: Literal["round_robin", "least_loaded", "fewest_tokens"]
     # With attention data-parallel, the ops it holds whole on every chip rather than split over the
     # replica's tp (compute/ops.py): SGLang's embedding (deepseek_v2.py builds it over the attention-TP
     # group, get_embedding_tp_kwargs; its LM head stays split unless --enable-dp-lm-head), TensorRT-LLM's
@@ -261,6 +265,9 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
+        # DPLBAsyncMPClient.get_core_engine_for_request (vllm/v1/engine/core_client.py): the engine core of
+        # least waiting x 4 + running, from the coordinator's counts (published every 100 ms) plus its own sends.
+        attention_dp_routing="least_loaded",
         attention_dp_whole=frozenset(),
         queue_policy="fcfs",
         prefix_caching=True,  # automatic prefix caching, on by default in V1
@@ -342,6 +349,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
+        attention_dp_routing="least_loaded",  # (V0 has no data-parallel engine cores: V1's, above)
         attention_dp_whole=frozenset(),
         queue_policy="fcfs",
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
@@ -424,6 +432,9 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=True,
         attention_dp_splits_budget=True,
+        # The data-parallel controller's default load_balance_method (managers/data_parallel_controller.py,
+        # round_robin_scheduler).
+        attention_dp_routing="round_robin",
         attention_dp_whole=frozenset({"embedding"}),
         queue_policy="fcfs",
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
@@ -518,6 +529,9 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
+        # _balance_requests_across_ranks (_torch/pyexecutor/executor_request_queue.py): a heap of the ranks by
+        # their active requests' tokens, then their count, then their index.
+        attention_dp_routing="fewest_tokens",
         attention_dp_whole=frozenset({"lm_head"}),
         queue_policy="fcfs",
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True

@@ -72,21 +72,24 @@ class Replica:
         self.long_prompt_alone = not spec.chunked_prefill and spec.profile.long_prompt_alone
         self.window = spec.num_scheduler_steps  # steps of a decode window (multi-step scheduling)
         self.reserve = spec.kv_admission == "reserve"
-        # Attention data-parallel: a replica's requests go to its ranks in turn, as SGLang's data-parallel
-        # controller sends them (managers/data_parallel_controller.py, round_robin_scheduler, the default
-        # load_balance_method), so request i is held by rank i % ranks; a step lasts as long as the rank
-        # with the most prompt tokens (compute/roofline.py, busiest_chip_share).
+        # Attention data-parallel: a replica's requests go to its ranks as the profile routes them
+        # (Profile.attention_dp_routing, engine/queues.py), each rank admits from its own queue up to its
+        # own max_num_seqs (`rank_seqs`), and a step lasts as long as the rank with the most prompt tokens
+        # (compute/roofline.py, busiest_chip_share).
         self.ranks = costs.attention_ranks
         # ... and each rank's prompt tokens a step. Where its scheduler takes a share of the replica's
         # chunked budget (Profile.attention_dp_splits_budget: SGLang), that share; else each rank's scheduler
         # has the engine's limits of its own (vLLM's data-parallel engine cores, TensorRT-LLM's ranks:
         # max_num_seqs and max_num_batched_tokens per rank), so the replica's are the ranks' together.
         self.rank_budget = None
+        self.rank_seqs = self.max_seqs
         if self.ranks > 1 and not spec.profile.attention_dp_splits_budget:
             self.rank_budget = spec.max_num_batched_tokens
             self.max_batched, self.max_seqs = self.ranks * self.max_batched, self.ranks * self.max_seqs
-        elif self.ranks > 1 and spec.chunked_prefill:
-            self.rank_budget = max(spec.max_num_batched_tokens // self.ranks, 1)
+        elif self.ranks > 1:
+            self.rank_seqs = max(spec.max_num_seqs // self.ranks, 1)
+            if spec.chunked_prefill:
+                self.rank_budget = max(spec.max_num_batched_tokens // self.ranks, 1)
         # Decoders pause in prefill steps (prefill-first). Under attention data-parallel each rank runs a
         # scheduler of its own (SGLang: a scheduler process per DP rank, their forwards kept in step for the
         # MLP and MoE layers by prepare_mlp_sync_batch_raw, managers/scheduler_components/dp_attn.py, each
@@ -138,7 +141,9 @@ class Replica:
         self.generated, self.times_preempted = requests.generated, requests.times_preempted
         self.arrivals, self.at_front = requests.arrivals, requests.at_front
         queue = QUEUES[spec.profile.queue_policy]
-        self.waiting: WaitingQueue | RankQueues = queue() if self.ranks == 1 else RankQueues(queue, self.ranks)
+        self.waiting: WaitingQueue | RankQueues = (
+            queue() if self.ranks == 1
+            else RankQueues(queue, self.ranks, spec.profile.attention_dp_routing, self.prompt))
         # The sequences part-way through their prompts, in admission order: at most one, or one a rank
         # under attention data-parallel, where each rank's scheduler chunks a prompt of its own (SGLang's
         # chunked_req, managers/scheduler.py, is a scheduler's, one a DP rank).
@@ -528,11 +533,16 @@ class Replica:
         the others go on; the KV cache, the sequences' room and SGLang's ratio are the replica's."""
         admitted: list[tuple[int, int, int]] = []
         block, prefix, ratio, ranks = self.block, self.prefix, self.ratio, self.ranks
-        queues = (self.waiting,) if ranks == 1 else self.waiting.queues
-        open_ranks = [0] if ranks == 1 else [r for r in range(ranks) if queues[r]]  # (waiting is not empty)
+        if ranks == 1:
+            queues, rank_of, running, open_ranks = (self.waiting,), None, None, [0]
+        else:
+            waiting = self.waiting
+            queues, rank_of, running = waiting.queues, waiting.rank_of, waiting.running
+            open_ranks = [r for r in range(ranks) if queues[r] and running[r] < self.rank_seqs]
         for prefill, num in zip(self.prefills, chunks):
-            if num < prefill.target - prefill.computed and prefill.request % ranks in open_ranks:
-                open_ranks.remove(prefill.request % ranks)
+            r = 0 if rank_of is None else rank_of[prefill.request]
+            if num < prefill.target - prefill.computed and r in open_ranks:
+                open_ranks.remove(r)
         if not open_ranks:
             return admitted
         rank_left = None if self.rank_budget is None else self._rank_budgets_left(chunks)
@@ -553,7 +563,7 @@ class Replica:
             room_tokens = budget if rank_left is None else max(min(budget, rank_left[r]), 0)
             if need > room_tokens:
                 num = room_tokens - room_tokens % self.chunk_unit if self.chunked else 0
-                if self.long_prompt_alone and not any(a[0] % ranks == r for a in admitted):
+                if self.long_prompt_alone and not any(rank_of is None or rank_of[a[0]] == r for a in admitted):
                     num = need  # SGLang without chunking: whole, as its rank's first this step
                 if not num:  # its rank takes no more this step
                     open_ranks.remove(r)
@@ -581,6 +591,11 @@ class Replica:
             budget -= min(num, room_tokens)  # (a prompt run alone above it takes only its rank's room)
             if rank_left is not None:
                 rank_left[r] -= num
+            if running is not None:
+                running[r] += 1
+                if running[r] >= self.rank_seqs:  # its rank's max_num_seqs
+                    open_ranks.remove(r)
+                    continue
             if num < need or not waiting:  # a prompt cut to the budget is the last its rank admits
                 open_ranks.remove(r)
         return admitted
@@ -591,18 +606,19 @@ class Replica:
         the prompts in progress on it."""
         decode_tokens = self._decode_tokens(len(self.decoding))
         left = [self.rank_budget - -(-decode_tokens // self.ranks)] * self.ranks
+        rank_of = self.waiting.rank_of
         for prefill, num in zip(self.prefills, chunks):
-            left[prefill.request % self.ranks] -= num
+            left[rank_of[prefill.request]] -= num
         return left
 
     def _prompt_on_busiest_rank(self, chunks: Sequence[int], admitted: Sequence[tuple[int, int, int]]) -> int:
-        """Attention data-parallel: the prompt tokens of the step's rank that holds the most, request i
-        on rank i % ranks (the `chunks` of the prompts in progress, and the `admitted`)."""
-        ranks, per_rank = self.ranks, [0] * self.ranks
+        """Attention data-parallel: the prompt tokens of the step's rank that holds the most (the `chunks` of
+        the prompts in progress and the `admitted`, each on its request's rank)."""
+        rank_of, per_rank = self.waiting.rank_of, [0] * self.ranks
         for prefill, q in zip(self.prefills, chunks):
-            per_rank[prefill.request % ranks] += q
+            per_rank[rank_of[prefill.request]] += q
         for i, q, _ in admitted:
-            per_rank[i % ranks] += q
+            per_rank[rank_of[i]] += q
         return max(per_rank)
 
     def _finish_short(self, last: int, finishing: Sequence[int]) -> None:
@@ -780,6 +796,8 @@ class Replica:
         self.free_blocks += blocks if prefix is None else prefix.release(i, blocks)
         if self.reserve:
             self.unreserved_blocks += self._reservation(i)
+        if self.ranks > 1:
+            self.waiting.finished(i)
 
     def _free(self, i: int, blocks: int, kept_tokens: int = 0) -> None:
         """Request i, preempted, gives back its `blocks` KV blocks; with prefix caching its shared ones, and
