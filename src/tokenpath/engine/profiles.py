@@ -529,8 +529,8 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
-        # _balance_requests_across_ranks (_torch/pyexecutor/executor_request_queue.py): a heap of the ranks by
-        # their active requests' tokens, then their count, then their index.
+        # _balance_requests_across_ranks (tensorrt_llm/_torch/pyexecutor/executor_request_queue.py; request_utils.py
+        # in later releases): a heap of the ranks by their active requests' tokens, then their count, then index.
         attention_dp_routing="fewest_tokens",
         attention_dp_whole=frozenset({"lm_head"}),
         queue_policy="fcfs",
