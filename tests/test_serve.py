@@ -533,3 +533,40 @@ def test_one_requests_failing_output_ends_only_that_request_with_an_error():
         text = "".join(json.loads(e.split(b"\n\n")[0][6:])["choices"][0]["text"] for e in events[:-1])
         assert response.tokens == len(ids) and text == detokenizer.decode(ids) and events[-1] is None
     assert all(len(bank.free) == bank.ids.size for bank in slots.banks)  # every slot came back
+
+
+def test_under_attention_data_parallel_requests_ended_early_leave_their_ranks_and_every_count_comes_back():
+    # A MoE model over two attention ranks: 8 requests end by a stop string, 8 clients hang up mid-stream,
+    # 8 run to the end. Once all are done each rank holds nothing: no request, no running count, no tokens.
+    long = {"model": "m", "prompt": "Tell me a story.", "max_tokens": 400, "stream": True}
+
+    async def body(url, session, app):
+        async def post(request, events=None):
+            async with session.post(f"{url}/v1/completions", json=request) as response:
+                assert response.status == 200
+                count = 0
+                async for line in response.content:
+                    count += line.startswith(b"data: ")
+                    if events is not None and count >= events:
+                        return count
+                return count
+
+        engine = app[SERVER].engines[0]
+        counts = await asyncio.gather(*(post({**long, "stop": ["."]}) for _ in range(8)),
+                                      *(post(long, events=3) for _ in range(8)),
+                                      *(post({**long, "max_tokens": 30}) for _ in range(8)))
+        for _ in range(3000):  # the server learns of the last hang-ups a few loop turns later
+            if not engine.responses:
+                break
+            await asyncio.sleep(0.01)
+        replica = engine.replica
+        ranks = replica.waiting
+        return counts, replica.idle, replica.free_blocks == replica.cache_blocks, ranks.rank_of, ranks.running, \
+            ranks.tokens, sorted(set(replica.generated[16:]))
+
+    counts, idle, blocks_back, rank_of, running, tokens, generated = serve(
+        with_app=True, **{"model.name": "qwen3-30b-a3b", "deployment.chips": 2, "deployment.tp": 2,
+                          "deployment.attention_dp": True})(body)
+    assert idle and blocks_back
+    assert rank_of == {} and running == [0, 0] and tokens == [0, 0]
+    assert generated == [30] and all(count >= 3 for count in counts[8:])  # (a stop string can end one sooner)
