@@ -208,14 +208,16 @@ def test_the_newest_prompt_in_progress_is_preempted_first_and_the_oldest_goes_on
     assert trace.times_preempted.tolist() == [0, 1]
 
 
-@pytest.mark.parametrize(("scheduler", "budget"), [("prefill-first", "8192 tokens/step (1024 a rank)"),
-                                                    ("trtllm", "8192 tokens/step a rank")])
-def test_the_engine_line_says_each_ranks_budget(scheduler, budget):
+@pytest.mark.parametrize(("scheduler", "budget"), [
+    ("prefill-first", "max 256 seqs (32 a rank), 8192 tokens/step (1024 a rank)"),
+    ("trtllm", "max 256 seqs and 8192 tokens/step a rank")])
+def test_the_engine_line_says_each_ranks_limits(scheduler, budget):
     from tokenpath.report.simulation import describe
     from tokenpath.sim.simulate import prepare
 
     scenario = load_scenario(None, {"model.name": "deepseek-v3", "deployment.chip": "h200",
                                     "engine.scheduler": scheduler, "engine.max_num_batched_tokens": 8192,
+                                    "engine.max_num_seqs": 256,
                                     "engine.chunked_prefill": True, "deployment.attention_dp": True,
                                     "workload.num_requests": 20})
     assert budget in " ".join(dict(describe(prepare(scenario)))["engine"].split())

@@ -524,13 +524,15 @@ class Replica:
         """Waiting sequences, first come first served, while the step has room: sequences, tokens and
         KV blocks (reserving: the whole KV cache of each, prompt and output). A prompt longer than the
         budget left (under attention data-parallel, its rank's) waits, or with chunked prefill is cut to it (to
-        whole blocks under trtllm) and is the last admitted. `chunks`: the tokens the step runs of each
+        whole blocks under trtllm) and is the last admitted; without, SGLang runs it whole if it is the
+        first its rank admits in the step (Profile.long_prompt_alone). `chunks`: the tokens the step runs of each
         prompt in progress; one still in progress after the step admits none behind it (on its rank).
         Returns (request, tokens this step, its prefill target) for each.
 
         Under attention data-parallel each rank admits from its own queue (its scheduler's), the rank
         whose next request came first (the lowest index) first: a rank that can take no more closes,
-        the others go on; the KV cache, the sequences' room and SGLang's ratio are the replica's."""
+        the others go on, each rank up to its own max_num_seqs (`rank_seqs`); the KV cache and SGLang's ratio
+        are the replica's."""
         admitted: list[tuple[int, int, int]] = []
         block, prefix, ratio, ranks = self.block, self.prefix, self.ratio, self.ranks
         if ranks == 1:

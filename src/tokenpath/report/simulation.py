@@ -25,14 +25,16 @@ def _engine_line(engine: Any, compute: Any, acceptance: float | None = None) -> 
     decoding with the workload's `acceptance`."""
     version = f" (version {engine.version})" if engine.version else ""
     # Under attention data-parallel each rank schedules with the limits of its own, but SGLang's ranks, which
-    # divide the server's chunk (Profile.attention_dp_splits_budget; engine/replica.py, rank_budget)
-    per_rank = ""
+    # divide the server's (Profile.attention_dp_splits_budget; engine/replica.py, rank_seqs and rank_budget)
+    seqs, tokens = f"max {engine.max_num_seqs} seqs, ", f"{engine.max_num_batched_tokens} tokens/step"
     if compute.attention_dp and not engine.profile.attention_dp_splits_budget:
-        per_rank = " a rank"
-    elif compute.attention_dp and engine.chunked_prefill:
-        per_rank = f" ({max(engine.max_num_batched_tokens // compute.tp, 1)} a rank)"
-    line = (f"{engine.scheduler} scheduler{version}, max {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
-            f"tokens/step{per_rank}, chunked prefill {'on' if engine.chunked_prefill else 'off'}")
+        seqs, tokens = f"max {engine.max_num_seqs} seqs and ", f"{tokens} a rank"
+    elif compute.attention_dp:
+        seqs = f"max {engine.max_num_seqs} seqs ({max(engine.max_num_seqs // compute.tp, 1)} a rank), "
+        if engine.chunked_prefill:
+            tokens += f" ({max(engine.max_num_batched_tokens // compute.tp, 1)} a rank)"
+    line = (f"{engine.scheduler} scheduler{version}, {seqs}{tokens}, "
+            f"chunked prefill {'on' if engine.chunked_prefill else 'off'}")
     if engine.num_scheduler_steps > 1:
         line += f", {engine.num_scheduler_steps}-step windows"
         host = f"{format_duration(compute.host_window_s)}/window + {format_duration(compute.host_step_s)}/step"
