@@ -223,11 +223,12 @@ def test_the_engine_line_says_each_ranks_limits(scheduler, budget):
     assert budget in " ".join(dict(describe(prepare(scenario)))["engine"].split())
 
 
-@pytest.mark.parametrize(("scheduler", "running"), [("trtllm", 8), ("vllm-v1", 8), ("prefill-first", 2)])
-def test_each_trtllm_and_vllm_rank_runs_max_num_seqs_of_its_own(scheduler, running):
+@pytest.mark.parametrize(("scheduler", "seqs", "running"),
+                         [("trtllm", 2, 8), ("vllm-v1", 2, 8), ("prefill-first", 4, 4)])
+def test_each_trtllm_and_vllm_rank_runs_max_num_seqs_of_its_own(scheduler, seqs, running):
     # TensorRT-LLM's max_batch_size and vLLM's max_num_seqs are each rank's scheduler's (four ranks: eight
-    # sequences at 2 a rank); SGLang's max_running_requests is the server's, divided among its ranks.
-    spec = EngineSpec(scheduler=scheduler, max_num_seqs=2, max_num_batched_tokens=512)
+    # sequences at 2 a rank); SGLang's max_running_requests is the server's, divided among its ranks (1 a rank).
+    spec = EngineSpec(scheduler=scheduler, max_num_seqs=seqs, max_num_batched_tokens=512)
     trace = run_engine(np.zeros(8, np.int64), np.full(8, 10), np.full(8, 20), RanksCosts(4), LastMile(NO_NETWORK),
                        spec, 10**9)
     assert trace.step_seqs.max() == running
@@ -371,3 +372,15 @@ def test_a_full_rank_holds_its_requests_back_while_another_rank_has_room():
     assert list(replica.waiting.queues[0]) == [4]
     assert 5 in replica.decoding and sorted(replica.decoding) == [0, 2, 5]
     assert replica.waiting.running == [2, 1]
+
+
+def test_sglang_refuses_fewer_running_requests_than_attention_ranks():
+    from tokenpath.sim.simulate import prepare
+
+    scenario = load_scenario(None, {"model.name": "deepseek-v3", "deployment.chip": "h200", "engine.max_num_seqs": 4,
+                                    "engine.scheduler": "prefill-first", "deployment.attention_dp": True,
+                                    "workload.num_requests": 20})
+    with pytest.raises(UserError, match=r"^engine\.max_num_seqs: 4 running requests do not divide over 8 attention "
+                                        r"ranks.*raise it to 8 or more$"):
+        prepare(scenario)
+    prepare(scenario.model_copy(update={"engine": scenario.engine.model_copy(update={"scheduler": "vllm-v1"})}))

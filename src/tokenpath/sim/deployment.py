@@ -89,7 +89,13 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     if dep.attention_dp and (dep.tp == 1 or dep.pp > 1):
         raise UserError(f"deployment.attention_dp: attention is data-parallel over a replica's tp chips, modelled "
                         f"with tp > 1 and pp = 1 (got tp={dep.tp}, pp={dep.pp}); raise tp or set attention_dp = false")
-    if dep.attention_dp and scenario.engine.num_scheduler_steps > 1:
+    engine = scenario.engine
+    if dep.attention_dp and engine.profile.attention_dp_splits_budget and engine.max_num_seqs < dep.tp:
+        # SGLang: "max_running_requests (...) is less than dp_size (...)" (managers/scheduler.py)
+        raise UserError(f"engine.max_num_seqs: {engine.max_num_seqs} running requests do not divide over "
+                        f"{dep.tp} attention ranks, one a rank at least, which SGLang requires; raise it to {dep.tp} "
+                        "or more")
+    if dep.attention_dp and engine.num_scheduler_steps > 1:
         raise UserError("engine.num_scheduler_steps: vLLM V0's multi-step scheduling ran without attention "
                         "data-parallel (SGLang's ranks schedule a step at a time); set it to 1 or attention_dp = false")
     if scenario.model.expert_precision is not None and not model.is_moe:
@@ -108,7 +114,6 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     if dep.prefill_replicas and scenario.workload.max_concurrency is not None:
         raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
                         "unset workload.max_concurrency")
-    engine = scenario.engine
     host = host_step_cost(engine.scheduler, engine.host_overlap, engine.eager_host)
     # The kernels its host launches for an eager step, where its engine counts them its own way.
     host_eager_kernels = None
