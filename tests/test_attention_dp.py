@@ -384,3 +384,17 @@ def test_sglang_refuses_fewer_running_requests_than_attention_ranks():
                                         r"ranks.*raise it to 8 or more$"):
         prepare(scenario)
     prepare(scenario.model_copy(update={"engine": scenario.engine.model_copy(update={"scheduler": "vllm-v1"})}))
+
+
+def test_sglangs_rank_that_runs_a_prompt_pauses_its_own_decodes_and_only_those():
+    # Two ranks: requests 0 and 2 on rank 0, request 1 on rank 1 (in turn). Request 2's prompt, arriving
+    # during step 2, runs in step 3 on rank 0: request 0 makes no token there (its scheduler's batch is a
+    # prefill), request 1 on rank 1 decodes beside it; each still makes its six tokens.
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=2048, host_overlap=False)
+    arrivals = np.array([0, 0, 2_500_000], np.int64)
+    trace = run_engine(arrivals, np.array([100, 100, 100]), np.array([6, 6, 2]), RanksCosts(2), LastMile(NO_NETWORK),
+                       spec, 10**9)
+    assert list(trace.token_steps(0, 1)) == [0, 1, 2, 4, 5, 6]
+    assert list(trace.token_steps(1, 2)) == [0, 1, 2, 3, 4, 5]
+    assert list(trace.token_steps(2, 3)) == [3, 4]
+    assert list(trace.step_seqs[:5]) == [2, 2, 2, 2, 3]  # step 3: request 2's prompt and request 1's decode

@@ -535,7 +535,8 @@ def test_one_requests_failing_output_ends_only_that_request_with_an_error():
     assert all(len(bank.free) == bank.ids.size for bank in slots.banks)  # every slot came back
 
 
-def test_under_attention_data_parallel_requests_ended_early_leave_their_ranks_and_every_count_comes_back():
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "prefill-first"])
+def test_under_attention_data_parallel_requests_ended_early_leave_their_ranks_and_every_count_comes_back(scheduler):
     # A MoE model over two attention ranks: 8 requests end by a stop string, 8 clients hang up mid-stream,
     # 8 run to the end. Once all are done each rank holds nothing: no request, no running count, no tokens.
     long = {"model": "m", "prompt": "Tell me a story.", "max_tokens": 400, "stream": True}
@@ -566,7 +567,7 @@ def test_under_attention_data_parallel_requests_ended_early_leave_their_ranks_an
 
     counts, idle, blocks_back, rank_of, running, tokens, generated = serve(
         with_app=True, **{"model.name": "qwen3-30b-a3b", "deployment.chips": 2, "deployment.tp": 2,
-                          "deployment.attention_dp": True})(body)
+                          "deployment.attention_dp": True, "engine.scheduler": scheduler})(body)
     assert idle and blocks_back
     assert rank_of == {} and running == [0, 0] and tokens == [0, 0]
     assert generated == [30] and all(count >= 3 for count in counts[8:])  # (a stop string can end one sooner)

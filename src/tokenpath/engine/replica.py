@@ -98,6 +98,7 @@ class Replica:
         # the step, as in a mixed step, and a rank's prompt budget is its own (its paused decodes take none
         # of it). The prompt's own rank's decodes, which pause, are counted in that step.
         self.rank_pauses = spec.prefills_alone and self.ranks > 1
+        self.paused_context = self.paused_events = 0  # of the decodes a step's prompts pause (_pause_prompt_ranks)
         self.pauses = spec.prefills_alone and not self.rank_pauses
         # SGLang's admission headroom for the running requests' outputs still to come (new_token_ratio.py).
         self.ratio = None
@@ -309,6 +310,8 @@ class Replica:
         decode, chunks, admitted = self._compose(d)
         if self.ratio is not None and decode and not any(chunks) and not admitted and not self.preempted_in_step:
             self.ratio.decoded()
+        if self.rank_pauses and (admitted or any(chunks)):
+            decode = self._pause_prompt_ranks(d, decode, chunks, admitted)
         completing, finishing = self._run_batch(s, d, decode, chunks, admitted, scheduled)
         return self._apply(s, d, decode, completing, finishing)
 
@@ -623,6 +626,29 @@ class Replica:
             per_rank[rank_of[i]] += q
         return max(per_rank)
 
+    def _pause_prompt_ranks(self, d: int, decode: int, chunks: Sequence[int],
+                            admitted: Sequence[tuple[int, int, int]]) -> int:
+        """SGLang under attention data-parallel: a rank that runs a prompt in the step pauses its own decodes
+        (`rank_pauses`). Each of them starts decoding again after the step's ticks with the context it has,
+        and gives back the KV block taken for a token it does not make; the step's work leaves out their
+        contexts (`paused_context`) and, where events group tokens, the events they would close (`paused_events`).
+        Returns the decoding sequences that take part."""
+        rank_of, ticks, block, interval = self.waiting.rank_of, self.advance, self.block, self.interval
+        ranks = {rank_of[prefill.request] for prefill, num in zip(self.prefills, chunks) if num}
+        ranks.update(rank_of[i] for i, _, _ in admitted)
+        states = self.decoding
+        paused = [i for i in states if rank_of[i] in ranks]
+        context_sum = events = 0
+        for i in paused:
+            context = self._stop_decoding(i, d - states[i][0])
+            self._start_decoding(i, d + ticks, context)
+            context_sum += context
+            self.free_blocks += (context + ticks - 1) // block - (context - 1) // block
+            if interval > 1 and (ticks - self.generated[i]) % interval == 0:
+                events += 1  # (its new start, d + ticks, puts it on tick d's events: Decoding.start's event_due)
+        self.paused_context, self.paused_events = context_sum, events
+        return decode - len(paused)
+
     def _finish_short(self, last: int, finishing: Sequence[int]) -> None:
         """Speculative decoding: the sequences that finish before the step's `last` tick gain fewer tokens
         than its advance (`shortfall`), and give back the KV blocks taken for the ticks after theirs."""
@@ -667,9 +693,12 @@ class Replica:
         num_tokens = decode * width + prefill_num
         # Each decoding sequence attends to its cache plus its new token: pairs = positions read. With
         # speculative decoding, to its cache plus its `width` new ones, each query those before it too.
-        attn_pairs = kv_read = self.decoders.context_sum + decode if decode else 0
+        context = self.decoders.context_sum
+        if self.rank_pauses:  # (the contexts of the paused decodes, `_pause_prompt_ranks`, take no part)
+            context -= self.paused_context
+            self.paused_context = 0
+        attn_pairs = kv_read = context + decode if decode else 0
         if decode and width > 1:
-            context = self.decoders.context_sum
             attn_pairs, kv_read = width * context + decode * width * (width + 1) // 2, context + decode * width
         chunk_context = 0  # positions cached before each prompt chunk
         completing: list[tuple[int, int]] = []
@@ -717,6 +746,8 @@ class Replica:
         if width == 1:
             sampled = logits
             events = logits if self.interval == 1 else self.decoders.events(d, decode, finishing, completing)
+            if self.rank_pauses and self.paused_events:
+                events, self.paused_events = events - self.paused_events, 0
         else:  # every sequence's new tokens leave in one event
             sampled, events = decode * advance - self.shortfall + len(completing), decode + len(completing)
 
@@ -750,7 +781,7 @@ class Replica:
         if leave_ns >= 0:
             self.last_leave_ns = leave_ns
         if self.record_emitters:
-            self.rows.emitted(self.decoders.emitters(decode, completing), not self.window_left)
+            self.rows.emitted(self.decoders.emitters(d, decode, completing), not self.window_left)
         self.formed_ns = self.now  # the next step's batch, if formed while this one runs
         if self.lagged:
             ahead_s = (compute_ns + traffic_ns) / 1e9 - self._host_busy_s(num_tokens, logits, scheduled, sequences)

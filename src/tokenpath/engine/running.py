@@ -126,11 +126,12 @@ class Decoding:
         finished += finishing
         return finished
 
-    def emitters(self, decode: int, completing: list[tuple[int, int]]) -> list[int]:
-        """The requests that got a token in a step: the decoding ones taking part (`decode`: all of them,
-        but those already done in a multi-step window) and those that finished their prompt."""
+    def emitters(self, tick: int, decode: int, completing: list[tuple[int, int]]) -> list[int]:
+        """The requests that got a token in a step at `tick`: the decoding ones taking part (`decode`: all of
+        them decoding by then, but those already done in a multi-step window) and those that finished their
+        prompt."""
         zombies = set(self.zombies)
-        emitters = [i for i in self.states if i not in zombies] if decode else []
+        emitters = [i for i, state in self.states.items() if state[0] <= tick and i not in zombies] if decode else []
         return emitters + [i for i, _ in completing]
 
     def still_due(self, due: list[State]) -> list[int]:
