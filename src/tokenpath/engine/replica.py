@@ -96,7 +96,7 @@ class Replica:
         # rank's local batch a prefill or a decode), so a rank with a prompt to run pauses its own decodes
         # while the other ranks decode in the same forward: across the replica, prompts and decodes share
         # the step, as in a mixed step, and a rank's prompt budget is its own (its paused decodes take none
-        # of it). The prompt's own rank's decodes, which pause, are counted in that step.
+        # of it). The prompt's own rank's decodes take no part in that step (`_pause_prompt_ranks`).
         self.rank_pauses = spec.prefills_alone and self.ranks > 1
         self.paused_context = self.paused_events = 0  # of the decodes a step's prompts pause (_pause_prompt_ranks)
         self.pauses = spec.prefills_alone and not self.rank_pauses
