@@ -398,3 +398,35 @@ def test_sglangs_rank_that_runs_a_prompt_pauses_its_own_decodes_and_only_those()
     assert list(trace.token_steps(1, 2)) == [0, 1, 2, 3, 4, 5]
     assert list(trace.token_steps(2, 3)) == [3, 4]
     assert list(trace.step_seqs[:5]) == [2, 2, 2, 2, 3]  # step 3: request 2's prompt and request 1's decode
+
+
+@settings(max_examples=200, deadline=None)
+@given(context=st.integers(1, 100), out=st.integers(2, 60), taken=st.integers(0, 30), ticks=st.integers(1, 4),
+       interval=st.integers(1, 5))
+def test_a_paused_decode_has_the_aggregates_of_one_that_started_after_the_pause(context, out, taken, ticks,
+                                                                               interval):
+    # Decoding.pause keeps its place, and its sums, block and event grids and finishing tick equal those of a
+    # sequence that stopped at tick `taken` and started again at taken + ticks with the context it had.
+    from array import array
+
+    from tokenpath.engine.running import Decoding
+
+    taken = min(taken, out - 2)
+    decodings = []
+    for way in ("pause", "stop and start"):
+        decoding = Decoding(16, interval, array("q", [out, out]), [0, 0], [])
+        decoding.start(0, 0, context)
+        decoding.start(1, 0, 10)
+        if way == "pause":
+            assert decoding.pause(0, taken, ticks) == context + taken
+        else:
+            decoding.start(0, taken + ticks, decoding.stop(0, taken))
+        decodings.append(decoding)
+    paused, restarted = decodings
+    assert list(paused.states) == [0, 1] and paused.states[0] == restarted.states[0]
+    assert (paused.context_sum, paused.last_tick_sum, paused.out_sum) == \
+        (restarted.context_sum, restarted.last_tick_sum, restarted.out_sum)
+    assert paused.block_due == restarted.block_due and paused.event_due == restarted.event_due
+    assert paused.generated == restarted.generated and paused.spans == restarted.spans
+    last = paused.states[0][2]
+    assert paused.still_due(paused.finishing_at[last]) == restarted.still_due(restarted.finishing_at[last]) == [0]

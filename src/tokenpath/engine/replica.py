@@ -629,23 +629,22 @@ class Replica:
     def _pause_prompt_ranks(self, d: int, decode: int, chunks: Sequence[int],
                             admitted: Sequence[tuple[int, int, int]]) -> int:
         """SGLang under attention data-parallel: a rank that runs a prompt in the step pauses its own decodes
-        (`rank_pauses`). Each of them starts decoding again after the step's ticks with the context it has,
-        and gives back the KV block taken for a token it does not make; the step's work leaves out their
-        contexts (`paused_context`) and, where events group tokens, the events they would close (`paused_events`).
-        Returns the decoding sequences that take part."""
+        (`rank_pauses`). Each of them decodes again after the step's ticks with the context it has, in its
+        place (Decoding.pause), and gives back the KV block taken for a token it does not make; the step's
+        work leaves out their contexts (`paused_context`) and, where events group tokens, the events they
+        would close (`paused_events`). Returns the decoding sequences that take part."""
         rank_of, ticks, block, interval = self.waiting.rank_of, self.advance, self.block, self.interval
         ranks = {rank_of[prefill.request] for prefill, num in zip(self.prefills, chunks) if num}
         ranks.update(rank_of[i] for i, _, _ in admitted)
-        states = self.decoding
-        paused = [i for i in states if rank_of[i] in ranks]
+        paused = [i for i in self.decoding if rank_of[i] in ranks]
+        pause = self.decoders.pause
         context_sum = events = 0
         for i in paused:
-            context = self._stop_decoding(i, d - states[i][0])
-            self._start_decoding(i, d + ticks, context)
+            context = pause(i, d, ticks)
             context_sum += context
             self.free_blocks += (context + ticks - 1) // block - (context - 1) // block
             if interval > 1 and (ticks - self.generated[i]) % interval == 0:
-                events += 1  # (its new start, d + ticks, puts it on tick d's events: Decoding.start's event_due)
+                events += 1  # (its new start, d + ticks, puts it on tick d's events: Decoding's event_due)
         self.paused_context, self.paused_events = context_sum, events
         return decode - len(paused)
 

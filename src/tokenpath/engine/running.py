@@ -103,6 +103,31 @@ class Decoding:
         self.sampled(i, first, ticks_taken)
         return context
 
+    def pause(self, i: int, d: int, ticks: int) -> int:
+        """Request i, decoding, makes no token in the `ticks` ticks from d (SGLang's attention rank running a
+        prompt): it decodes again from d + ticks with the context it has, in its place in admission order.
+        Returns that context."""
+        first, context0, last_tick, _ = self.states[i]
+        taken = d - first
+        context = context0 + taken
+        block_due = self.block_due
+        block_due[(first - context0) % self.block] -= 1
+        block_due[(first - context0 + ticks) % self.block] += 1
+        if self.interval > 1:
+            self.event_due[(first - self.generated[i]) % self.interval] -= 1
+            self.event_due[(d + ticks - self.generated[i] - taken) % self.interval] += 1
+        if taken:
+            self.spans.extend((i, first, taken))
+            self.generated[i] += taken
+        self.last_tick_sum += ticks
+        self.states[i] = state = (d + ticks, context, last_tick + ticks, i)
+        due = self.finishing_at.get(last_tick + ticks)
+        if due is None:
+            self.finishing_at[last_tick + ticks] = [state]
+        else:
+            due.append(state)
+        return context
+
     def finish(self, d: int, finishing: Sequence[int], window_open: bool,
                release: Callable[[int, int], None]) -> list[int]:
         """The sequences that leave after tick d, each handed to `release(request, context)`, in the
