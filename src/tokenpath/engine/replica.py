@@ -692,10 +692,11 @@ class Replica:
         num_tokens = decode * width + prefill_num
         # Each decoding sequence attends to its cache plus its new token: pairs = positions read. With
         # speculative decoding, to its cache plus its `width` new ones, each query those before it too.
-        context = self.decoders.context_sum
-        if self.rank_pauses:  # (the contexts of the paused decodes, `_pause_prompt_ranks`, take no part)
+        context, paused_events = self.decoders.context_sum, 0
+        if self.rank_pauses:  # (the paused decodes' contexts and events, `_pause_prompt_ranks`, take no part)
             context -= self.paused_context
-            self.paused_context = 0
+            paused_events = self.paused_events
+            self.paused_context = self.paused_events = 0
         attn_pairs = kv_read = context + decode if decode else 0
         if decode and width > 1:
             attn_pairs, kv_read = width * context + decode * width * (width + 1) // 2, context + decode * width
@@ -745,8 +746,8 @@ class Replica:
         if width == 1:
             sampled = logits
             events = logits if self.interval == 1 else self.decoders.events(d, decode, finishing, completing)
-            if self.rank_pauses and self.paused_events:
-                events, self.paused_events = events - self.paused_events, 0
+            if paused_events and decode:  # (the grid is read only with decodes taking part)
+                events -= paused_events
         else:  # every sequence's new tokens leave in one event
             sampled, events = decode * advance - self.shortfall + len(completing), decode + len(completing)
 

@@ -113,9 +113,9 @@ class Decoding:
         block_due = self.block_due
         block_due[(first - context0) % self.block] -= 1
         block_due[(first - context0 + ticks) % self.block] += 1
-        if self.interval > 1:
+        if self.interval > 1:  # (both grids' keys move on by `ticks`)
             self.event_due[(first - self.generated[i]) % self.interval] -= 1
-            self.event_due[(d + ticks - self.generated[i] - taken) % self.interval] += 1
+            self.event_due[(first - self.generated[i] + ticks) % self.interval] += 1
         if taken:
             self.spans.extend((i, first, taken))
             self.generated[i] += taken
