@@ -107,7 +107,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine_bench_common import cpu_name
+from engine_bench_common import SAMPLE_TEXT, cpu_name
 
 CALLS = 200
 LENGTHS = (128, 512, 2048)
@@ -140,13 +140,9 @@ QUESTION = ("How long does it take for the first word of an answer to appear aft
 ANSWER = ("It usually takes a fraction of a second. Your request is parsed, its messages are rendered into a "
           "prompt and tokenized, and the prompt waits for the model to process it before the first token "
           "comes back.")
-# English prose the prompts of the tokenize rows are cut from (repeated as needed).
-PROSE = """\
-When a user sends a question to a chat service, the answer does not appear all at once. The model
-produces one token at a time, and each token travels from the accelerator to the host, is turned back
-into text, checked against the caller's stop strings, wrapped in a server-sent event and written to a
-socket. Only then does the browser show another word. At large batch sizes the host work adds up: a
-few microseconds per sequence, times several hundred sequences, is a noticeable slice of every step.
+# English prose the prompts of the tokenize rows are cut from (repeated as needed): the shared sample's first
+# paragraph, then one on the request's own path.
+PROSE = SAMPLE_TEXT.split("\n\n")[0] + "\n" + """\
 Before any of that, the request itself has to arrive. The server reads the body, checks that it is
 JSON, validates every field against the schema of the chat completions interface, renders the
 conversation into the model's prompt format, and turns the prompt into token ids. Only after all of
