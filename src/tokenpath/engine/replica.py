@@ -239,8 +239,9 @@ class Replica:
             raise ValueError(f"a request of {tokens} tokens needs more than the {self.cache_blocks} KV blocks "
                              "of the cache")
         step = self.spec.whole_step_tokens(input_tokens, output_tokens)
-        if step is not None and np.max(step) > self.spec.max_num_batched_tokens:
-            raise ValueError(f"a request needs {int(np.max(step))} tokens in one step without chunked prefill, "
+        step = None if step is None else int(np.max(step))
+        if step is not None and step > self.spec.max_num_batched_tokens:
+            raise ValueError(f"a request needs {step} tokens in one step without chunked prefill, "
                              f"above max_num_batched_tokens ({self.spec.max_num_batched_tokens})")
 
     def next_step_ns(self) -> int | None:
