@@ -60,7 +60,11 @@ def test_the_replica_holds_each_chips_own_kv_and_runs_one_all_reduce_a_layer():
     free = compute.chip.hbm_bytes * 0.9 - compute.weight_bytes_per_chip - reserve
     assert dp.kv_capacity_tokens == 8 * int(free // compute.kv_bytes_per_token_per_chip)
     assert compute.kv_bytes_per_token_per_chip == tp.compute.kv_bytes_per_token_per_chip  # MLA's latent, whole
-    assert (tp.costs.allreduces_per_step, dp.costs.allreduces_per_step) == (2 * 61, 61)
+    # vLLM's engines run DeepSeek's three dense layers whole, each its own sequences: no collective there
+    assert (tp.costs.allreduces_per_step, dp.costs.allreduces_per_step) == (2 * 61, 61 - 3)
+    sglang = build_deployment(load_scenario("typical", {**base, "engine.scheduler": "prefill-first",
+                                                        "deployment.attention_dp": True}))
+    assert sglang.costs.allreduces_per_step == 61  # its dense MLPs tensor-parallel over the gathered tokens
 
 
 def test_attention_dp_needs_a_tensor_parallel_group():
@@ -78,7 +82,7 @@ def test_attention_dp_runs_without_multi_step_windows():
         build_deployment(scenario)
 
 
-def test_the_launch_carries_it_to_sglang_and_tensorrt_llm_and_notes_it_for_vllm():
+def test_the_launch_carries_it_to_each_engine():
     import json
 
     from tokenpath.launch import launch_files
@@ -89,7 +93,14 @@ def test_the_launch_carries_it_to_sglang_and_tensorrt_llm_and_notes_it_for_vllm(
     (argv,) = shell_words(launch_files(scenario, "sglang")["launch-sglang.sh"])
     assert argv[argv.index("--attn-dp-size") + 1] == "8"
     assert json.loads(launch_files(scenario, "trtllm")["extra-llm-api-server.yaml"])["enable_attention_dp"] is True
-    assert "data-parallel engines" in launch_files(scenario, "vllm")["launch-vllm.sh"]
+    # vLLM: eight data-parallel engines of one chip each, sharing their expert layers
+    (argv,) = shell_words(launch_files(scenario, "vllm")["launch-vllm.sh"])
+    assert (argv[argv.index("--tensor-parallel-size") + 1], argv[argv.index("--data-parallel-size") + 1]) == ("1", "8")
+    # Two replicas in one server would be one group of sixteen engines: the file says so.
+    two = load_scenario("typical", {"model.name": "deepseek-v3", "deployment.chips": 16, "deployment.tp": 8,
+                                    "deployment.attention_dp": True})
+    script = launch_files(two, "vllm")["launch-vllm.sh"]
+    assert "the 16 data-parallel engines of one vLLM server share their expert layers" in script
 
 
 def test_levers_turn_it_on_and_keep_one_chip_replicas_valid():
@@ -261,6 +272,54 @@ def test_each_engine_holds_its_own_ops_whole_on_every_attention_rank(scheduler, 
     assert ops[whole_op].resident_bytes == pytest.approx(table_bytes)
     assert ops[split_op].resident_bytes == pytest.approx(table_bytes / 8)
     assert ops["lm_head"].per_sequence == (whole_op == "lm_head")  # a whole head: its chip's sequences' logits
+
+
+DEEPSEEK_LOCAL_OPS = ("mlp_gate_up", "mlp_down", "shared_experts", "moe_router")
+
+
+@pytest.mark.parametrize("scheduler, local", [("vllm-v1", True), ("trtllm", True), ("prefill-first", False)])
+def test_an_moe_models_dense_layers_shared_experts_and_router_run_on_each_rank_where_the_engine_says(scheduler,
+                                                                                                   local):
+    # vLLM's data-parallel engines share only the expert layers; TensorRT-LLM's DeepSeek-V3 runs its dense MLPs
+    # and shared experts at tp 1 under attention DP (modeling_deepseekv3.py), each rank's gate on its own
+    # tokens; SGLang keeps them tensor-parallel. The routed experts stay split over the replica either way.
+    base = {"model.name": "deepseek-v3", "engine.scheduler": scheduler}
+    tp = {op.name: op for op in build_deployment(load_scenario(None, base)).compute.ops}
+    dp = {op.name: op for op in build_deployment(load_scenario(None, {**base, "deployment.attention_dp": True}))
+          .compute.ops}
+    for name in DEEPSEEK_LOCAL_OPS:
+        assert dp[name].per_sequence == local, name
+        split = 1 if name == "moe_router" else 8  # (a router's weights are whole on every chip under TP too)
+        assert dp[name].resident_bytes == pytest.approx(tp[name].resident_bytes * (split if local else 1)), name
+        assert dp[name].flops_per_token == pytest.approx(tp[name].flops_per_token * (split if local else 1)), name
+    assert dp["moe_experts"] == tp["moe_experts"]
+
+
+def test_a_dense_models_mlp_stays_tensor_parallel_under_attention_data_parallel():
+    # TensorRT-LLM's attention DP of a dense model keeps its FFN tensor-parallel (docs/features/parallel-strategy.md)
+    base = {"model.name": "llama-3.1-70b", "engine.scheduler": "trtllm"}
+    tp = {op.name: op for op in build_deployment(load_scenario(None, base)).compute.ops}
+    dp = build_deployment(load_scenario(None, {**base, "deployment.attention_dp": True}))
+    ops = {op.name: op for op in dp.compute.ops}
+    assert ops["mlp_down"] == tp["mlp_down"] and not ops["mlp_down"].per_sequence
+    assert dp.costs.allreduces_per_step == 80
+
+
+@pytest.mark.parametrize("scheduler, model, message", [
+    ("vllm-v1", "llama-3.1-70b", "vLLM V1 runs attention data-parallel for MoE models only: the ranks of a dense "
+                                 "model share no layer and are replicas of tp = 1; set it to false and "
+                                 "deployment.tp = 1 for 8 replicas"),
+    ("vllm-v0", "deepseek-v3", "vLLM V0 has no attention data-parallel; set it to false")])
+def test_an_engine_that_does_not_run_attention_data_parallel_for_the_model_is_refused(scheduler, model, message):
+    from tokenpath.whatif.catalog import catalog
+
+    table = {"model.name": model, "engine.scheduler": scheduler, "deployment.attention_dp": True}
+    with pytest.raises(UserError) as error:
+        build_deployment(load_scenario(None, table))
+    assert str(error.value) == f"deployment.attention_dp: {message}"
+    off = load_scenario(None, {**table, "deployment.attention_dp": False})
+    [lever] = [lever for lever in catalog(off, off.model_dump(mode="json")) if lever.name.startswith("attention")]
+    assert lever.overrides == {} and lever.skipped == message.split(";")[0]
 
 
 def test_the_busiest_chip_holds_the_prompt_tokens_the_engine_says():

@@ -198,15 +198,23 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
                   expert_precision or weight_precision, latent_attention, weight_only_expert_time)
     data_parallel = attention_dp and tp > 1
     whole = dataclasses.replace(s, tp=1)
-    attention = (_attention(s) if not data_parallel else
-                 [dataclasses.replace(op, per_sequence=True) for op in _attention(whole)])
-    # Under attention data-parallel an engine may hold the embedding or the LM head whole on every chip
-    # (`attention_dp_whole`, engine/profiles.py): a whole LM head computes its chip's sequences' logits.
-    embedding_tp = 1 if data_parallel and "embedding" in attention_dp_whole else tp
-    head = (dataclasses.replace(_lm_head(whole), per_sequence=True)
-            if data_parallel and "lm_head" in attention_dp_whole else _lm_head(s))
-    return [*_embedding_and_norms(s, embedding_tp), *_input_projection(s, input_projection), *attention,
-            *_dense_mlp(s), *_moe(s), head]
+
+    def own(ops: list[LinearOp]) -> list[LinearOp]:
+        """Ops each chip runs whole for its own sequences (ComputeModel: at the busiest chip's share)."""
+        return [dataclasses.replace(op, per_sequence=True) for op in ops]
+
+    # Under attention data-parallel an engine may also hold other ops whole on every chip (`attention_dp_whole`,
+    # engine/profiles.py): the embedding, the LM head (its chip's sequences' logits), and an MoE model's dense
+    # layers, shared experts and router, which then need no collective (ComputeModel.rank_local_layers).
+    local = attention_dp_whole if data_parallel else frozenset()
+    moe_local = local if model.is_moe else frozenset()
+    embedding_tp = 1 if "embedding" in local else tp
+    head = own([_lm_head(whole)])[0] if "lm_head" in local else _lm_head(s)
+    return [*_embedding_and_norms(s, embedding_tp), *_input_projection(s, input_projection),
+            *(own(_attention(whole)) if data_parallel else _attention(s)),
+            *(own(_dense_mlp(whole)) if "dense_mlp" in moe_local else _dense_mlp(s)),
+            *(own(_moe_router(s)) if "moe_router" in moe_local else _moe_router(s)), *_routed_experts(s),
+            *(own(_shared_experts(whole)) if "shared_experts" in moe_local else _shared_experts(s)), head]
 
 
 def _input_projection(s: _Sharding, inputs: int) -> list[LinearOp]:
@@ -368,16 +376,23 @@ def expert_layer_kernels(expert_bytes: float) -> int:
     return 5 + 2 * (expert_bytes < 2)
 
 
-def _moe(s: _Sharding) -> list[LinearOp]:
-    """The router, the routed experts' grouped GEMMs and any shared experts."""
+def _moe_router(s: _Sharding) -> list[LinearOp]:
+    """The router of an MoE model's layers: its weights whole on every chip, and the top-k selection."""
+    model, h = s.model, s.model.hidden_size
+    if not model.is_moe:
+        return []
+    return [s.gemm("moe_router", model.moe_layers, h * model.num_experts, h, model.num_experts,
+                   param_bytes=s.embed_bytes, rate=s.bf16_rate, extra_kernels=1)]  # top-k selection
+
+
+def _routed_experts(s: _Sharding) -> list[LinearOp]:
+    """The routed experts' grouped GEMMs."""
     model, h = s.model, s.model.hidden_size
     if not model.is_moe:
         return []
     moe_layers, replicas = model.moe_layers, s.expert_replicas
     inter = model.moe_intermediate_size / s.tp
     expert_params = 3 * h * inter
-    ops = [s.gemm("moe_router", moe_layers, h * model.num_experts, h, model.num_experts,
-                  param_bytes=s.embed_bytes, rate=s.bf16_rate, extra_kernels=1)]  # top-k selection
     # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
     # out h.
     width = model.moe_intermediate_size if replicas > 1 else inter
@@ -388,7 +403,7 @@ def _moe(s: _Sharding) -> list[LinearOp]:
     # MXFP4 weights dequantized inside the GEMM take the engine's multiple of the roofline: the op's rate
     # divided by it and its streamed bytes times it (its resident weights stay), so its time is times it.
     slow = s.weight_only_expert_time if precision in s.chip.weight_only and s.fp4_format == "mxfp4" else 1.0
-    ops.append(LinearOp(
+    return [LinearOp(
         "moe_experts",
         s.chip.effective_flops(precision) * expert_gemm_fraction(width, block_scaled, s.assumptions) / slow,
         flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
@@ -397,12 +412,17 @@ def _moe(s: _Sharding) -> list[LinearOp]:
         resident_bytes=model.num_experts * expert_params * expert_bytes * moe_layers / replicas,
         kernels=expert_layer_kernels(expert_bytes) * moe_layers,
         gemm=True,
-    ))
-    if model.shared_intermediate_size:
-        shared = model.shared_intermediate_size / s.tp
-        ops.append(s.gemm("shared_experts", moe_layers, 3 * h * shared, h, h, extra_width=6 * shared,
-                          extra_kernels=2 + s.quantize))  # activation, down GEMM and its quantization
-    return ops
+    )]
+
+
+def _shared_experts(s: _Sharding) -> list[LinearOp]:
+    """An MoE model's shared experts, where it has them: a gated MLP every token runs."""
+    model, h = s.model, s.model.hidden_size
+    if not model.is_moe or not model.shared_intermediate_size:
+        return []
+    shared = model.shared_intermediate_size / s.tp
+    return [s.gemm("shared_experts", model.moe_layers, 3 * h * shared, h, h, extra_width=6 * shared,
+                   extra_kernels=2 + s.quantize)]  # activation, down GEMM and its quantization
 
 
 def _lm_head(s: _Sharding) -> LinearOp:

@@ -137,6 +137,10 @@ class ComputeModel:
         # MLP and one reduce-scatter after it, one all-reduce's traffic.
         self.attention_dp = attention_dp and tp > 1
         self.allreduces_per_layer = 1 if self.attention_dp else 2
+        # An MoE model's dense layers that each chip runs whole for its own sequences (ops.build_ops,
+        # `attention_dp_whole`'s "dense_mlp") have no collective at all.
+        self.rank_local_layers = (model.dense_layers if self.attention_dp and model.is_moe
+                                  and "dense_mlp" in attention_dp_whole else 0)
         # An MLA model's attention in its latent space, or expanded per head as older releases ran it (ops.build_ops).
         self.latent_attention = latent_attention
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas,
@@ -174,7 +178,7 @@ class ComputeModel:
                                      and self._graph_sizes is None)
         # Every op's kernels, and each layer's all-reduces when tensor-parallel, on each step's path.
         self.kernels_per_step: float = sum(op.kernels for op in self.ops) + (
-            self.allreduces_per_layer * model.num_layers if tp > 1 else 0)
+            self.allreduces_per_layer * (model.num_layers - self.rank_local_layers) if tp > 1 else 0)
         # The assumptions this model uses, read once here: a built model keeps its run's values.
         self.kernel_fixed_s = assumptions.value("kernel_fixed_s")
         self.gemm_fixed_s = chip.gemm_fixed_s

@@ -43,7 +43,8 @@ class GroupStepCosts:
         self.placement = placement
         tp = placement.tp
         moe_layers = model.num_layers - model.dense_layers if expert_parallel else 0
-        self.allreduces_per_step = (compute.allreduces_per_layer * model.num_layers - moe_layers) if tp > 1 else 0
+        collective_layers = model.num_layers - compute.rank_local_layers
+        self.allreduces_per_step = (compute.allreduces_per_layer * collective_layers - moe_layers) if tp > 1 else 0
         self.all_to_alls_per_step = 2 * moe_layers if placement.hosts.size > 1 else 0
         self._tp_groups = placement.tp_groups()
         self._ep_group = placement.all_chips()

@@ -111,11 +111,12 @@ class Profile:
     # (engine/queues.py, RankQueues): in turn, to the rank with the least load (4 x waiting + running), or
     # to the rank whose requests hold the fewest prompt tokens.
     attention_dp_routing: Literal["round_robin", "least_loaded", "fewest_tokens"]
-    # With attention data-parallel, the ops it holds whole on every chip rather than split over the
-    # replica's tp (compute/ops.py): SGLang's embedding (deepseek_v2.py builds it over the attention-TP
-    # group, get_embedding_tp_kwargs; its LM head stays split unless --enable-dp-lm-head), TensorRT-LLM's
-    # LM head (modeling_utils.py: an unsharded LMHead under enable_attention_dp unless
-    # enable_lm_head_tp_in_adp).
+    # Which models it runs with attention data-parallel: any, MoE models only (where the ranks share only the
+    # expert layers, a dense model's ranks would share nothing: they are replicas of tp = 1), or none.
+    attention_dp_models: Literal["any", "moe"] | None
+    # With attention data-parallel, the ops it holds whole on every chip, each running them for its own
+    # sequences, rather than split over the replica's tp (compute/ops.py): "embedding", "lm_head", and of an
+    # MoE model "dense_mlp" (its dense layers), "shared_experts" and "moe_router".
     attention_dp_whole: frozenset[str]
     queue_policy: Literal["fcfs"]  # the order waiting requests are admitted in (engine/queues.py)
     prefix_caching: bool  # its prefix cache is on by default (`[engine] prefix_caching` otherwise)
@@ -246,6 +247,15 @@ class Profile:
             return assumption == self.eager_host
         return True
 
+    def attention_dp_refusal(self, moe: bool) -> str | None:
+        """Why this engine does not run attention data-parallel for a model (MoE or not); None: it does."""
+        if self.attention_dp_models is None:
+            return f"{self.engine} has no attention data-parallel"
+        if self.attention_dp_models == "moe" and not moe:
+            return (f"{self.engine} runs attention data-parallel for MoE models only: the ranks of a dense model "
+                    "share no layer and are replicas of tp = 1")
+        return None
+
 
 PROFILES: dict[str, Profile] = {
     "vllm-v1": Profile(
@@ -268,7 +278,12 @@ PROFILES: dict[str, Profile] = {
         # DPLBAsyncMPClient.get_core_engine_for_request (vllm/v1/engine/core_client.py): the engine core of
         # least waiting x 4 + running, from the coordinator's counts (published every 100 ms) plus its own sends.
         attention_dp_routing="least_loaded",
-        attention_dp_whole=frozenset(),
+        # Its data-parallel engines share only the expert layers: "the expert layers form a (DP x TP) sized
+        # tensor parallel group" (docs/serving/data_parallel_deployment.md); every other layer is each engine's
+        # own, tensor-parallel over its own tp (1 here: deepseek_v2.py's DeepseekV2MLP, shared experts, gate,
+        # VocabParallelEmbedding and ParallelLMHead on the engine's TP group).
+        attention_dp_models="moe",
+        attention_dp_whole=frozenset({"embedding", "lm_head", "dense_mlp", "shared_experts", "moe_router"}),
         queue_policy="fcfs",
         prefix_caching=True,  # automatic prefix caching, on by default in V1
         # _preempt_request frees its blocks, which keep their hashes, and zeroes num_computed_tokens; the
@@ -349,7 +364,8 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
-        attention_dp_routing="least_loaded",  # (V0 has no data-parallel engine cores: V1's, above)
+        attention_dp_routing="least_loaded",  # (unused: it has no attention data-parallel)
+        attention_dp_models=None,  # V0 has no data-parallel engine cores (V1's, above)
         attention_dp_whole=frozenset(),
         queue_policy="fcfs",
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
@@ -435,6 +451,11 @@ PROFILES: dict[str, Profile] = {
         # The data-parallel controller's default load_balance_method (managers/data_parallel_controller.py,
         # round_robin_scheduler).
         attention_dp_routing="round_robin",
+        # For MLA models and standard attention alike (docs/advanced_features/dp_dpa_smg_guide.md), where the
+        # model's file builds its attention over the attention-TP group.
+        attention_dp_models="any",
+        # The embedding: deepseek_v2.py builds it over the attention-TP group (get_embedding_tp_kwargs), whole
+        # under full attention DP; its LM head stays split unless --enable-dp-lm-head.
         attention_dp_whole=frozenset({"embedding"}),
         queue_policy="fcfs",
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
@@ -532,7 +553,12 @@ PROFILES: dict[str, Profile] = {
         # _balance_requests_across_ranks (tensorrt_llm/_torch/pyexecutor/executor_request_queue.py; request_utils.py
         # in later releases): a heap of the ranks by their active requests' tokens, then their count, then index.
         attention_dp_routing="fewest_tokens",
-        attention_dp_whole=frozenset({"lm_head"}),
+        attention_dp_models="any",  # a dense model's MLP stays tensor-parallel (docs/features/parallel-strategy.md)
+        # The LM head (modeling_utils.py: an unsharded LMHead under enable_attention_dp unless
+        # enable_lm_head_tp_in_adp); of DeepSeek-V3 (modeling_deepseekv3.py), the dense layers' MLP ("If using
+        # attention DP, the MLP also uses DP instead of TP", _compute_mlp_tp_size), the shared experts
+        # (_compute_shared_expert_tp_size) and the gate, on each rank's own hidden states.
+        attention_dp_whole=frozenset({"lm_head", "dense_mlp", "shared_experts", "moe_router"}),
         queue_policy="fcfs",
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True
         preempted_keeps=None,  # what a paused request leaves for its KV cache reuse is not read here

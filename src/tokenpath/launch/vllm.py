@@ -37,9 +37,12 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     dep, eng = s.deployment, s.engine
     cmd = Command(list(PROGRAM), [plan.checkpoint.hf_id])
     settings.map("model.name", "<model>")
-    cmd.add(settings, "deployment.tp", "--tensor-parallel-size", dep.tp)
+    # Attention data-parallel is vLLM's data-parallel engines of tp = 1, one per chip, sharing their expert
+    # layers (Profile.attention_dp_models): a replica's tp chips are that many engines.
+    ranks = dep.tp if dep.attention_dp else 1
+    cmd.add(settings, "deployment.tp", "--tensor-parallel-size", dep.tp // ranks)
     cmd.add(settings, "deployment.pp", "--pipeline-parallel-size", dep.pp)
-    cmd.add(settings, "deployment.chips", "--data-parallel-size", replicas)
+    cmd.add(settings, "deployment.chips", "--data-parallel-size", replicas * ranks)
     if layout is not None and not layout.one:
         cmd.add(settings, "deployment.chips", "--nnodes", layout.count)
         cmd.add(None, None, "--node-rank", 0 if head else rank)
@@ -50,11 +53,12 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         cmd.add(settings, "deployment.expert_parallel", "--enable-expert-parallel")
     else:
         settings.map("deployment.expert_parallel", "(off: vLLM's default)")
-    if dep.attention_dp:
-        settings.note("deployment.attention_dp", "vLLM runs attention data-parallel only as data-parallel engines "
-                                                 "(--data-parallel-size, the experts with --enable-expert-parallel), "
-                                                 "whose dense layers are data-parallel too; no flag keeps them "
-                                                 "tensor-parallel beside data-parallel attention")
+    if dep.attention_dp and replicas > 1:
+        settings.note("deployment.attention_dp", f"the {replicas * ranks} data-parallel engines of one vLLM server "
+                                                 f"share their expert layers, where the simulation has {replicas} "
+                                                 f"groups of {ranks}; run a server per replica for its groups")
+    elif dep.attention_dp:
+        settings.map("deployment.attention_dp", f"--tensor-parallel-size 1 --data-parallel-size {ranks}")
     else:
         settings.map("deployment.attention_dp", "(off)")
     # vLLM 0.34's `fp8` reads fp8 checkpoints only and names fp8_per_tensor for bf16 weights

@@ -90,6 +90,10 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         raise UserError(f"deployment.attention_dp: attention is data-parallel over a replica's tp chips, modelled "
                         f"with tp > 1 and pp = 1 (got tp={dep.tp}, pp={dep.pp}); raise tp or set attention_dp = false")
     engine = scenario.engine
+    refusal = engine.profile.attention_dp_refusal(model.is_moe) if dep.attention_dp else None
+    if refusal:
+        raise UserError(f"deployment.attention_dp: {refusal}; set it to false"
+                        + ("" if model.is_moe else f" and deployment.tp = 1 for {dep.chips} replicas"))
     if dep.attention_dp and engine.profile.attention_dp_splits_budget and engine.max_num_seqs < dep.tp:
         # SGLang: "max_running_requests (...) is less than dp_size (...)" (managers/scheduler.py)
         raise UserError(f"engine.max_num_seqs: {engine.max_num_seqs} running requests do not divide over "

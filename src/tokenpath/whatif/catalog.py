@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.compute.chip import load_chip
+from tokenpath.compute.model import load_model
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.profiles import PROFILES
 from tokenpath.engine.release import release_at_least
@@ -154,8 +155,14 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
             levers.append(Lever(name, "", {"deployment.tp": tp, **({"deployment.attention_dp": False}
                                                                    if dep.attention_dp and tp == 1 else {})}))
     name = f"attention data-parallel {'off' if dep.attention_dp else 'on'}"
-    levers.append(Lever(name, "", {"deployment.attention_dp": not dep.attention_dp}) if dep.tp > 1 and dep.pp == 1
-                  else Lever(name, "", skipped="attention is data-parallel over a replica's tp > 1 chips, pp = 1"))
+    refusal = None if dep.attention_dp else scenario.engine.profile.attention_dp_refusal(
+        load_model(scenario.model_source()).is_moe)
+    if dep.tp == 1 or dep.pp > 1:
+        levers.append(Lever(name, "", skipped="attention is data-parallel over a replica's tp > 1 chips, pp = 1"))
+    elif refusal:
+        levers.append(Lever(name, "", skipped=refusal))
+    else:
+        levers.append(Lever(name, "", {"deployment.attention_dp": not dep.attention_dp}))
     if isinstance(fabric.spec, HierarchyFabric):
         net = fabric.spec.network.link_bw
         levers.append(Lever(f"scale-out network x{BANDWIDTH_FACTOR:g} ({_gbps(net * BANDWIDTH_FACTOR)} per link)", "",
