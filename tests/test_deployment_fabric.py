@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -142,9 +144,39 @@ def test_sglang_sets_its_running_requests_from_the_replicas_whole_pool_then_spli
     assert two.engine.max_num_seqs == 2048
 
 
+def test_expert_parallel_gathers_the_hidden_states_over_every_chip_unless_all_to_all():
+    """The engines' default under expert parallel (vLLM's allgather_reducescatter, SGLang's --moe-a2a-backend
+    none, TensorRT-LLM on one NVLink domain): each MoE layer gathers the hidden states over the experts' chips
+    and reduce-scatters them after. Within one replica that is the layer's own all-reduce; over four, an
+    all-reduce of the four replicas' tokens over all eight chips."""
+    moe = {"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8}
+    one = build_deployment(scenario(**moe, **{"deployment.tp": 8, "deployment.expert_parallel": True}))
+    assert (one.costs.allreduces_per_step, one.costs.all_to_alls_per_step, one.costs.expert_allreduces_per_step) == (
+        64, 0, 0)
+    four = build_deployment(scenario(**moe, **{"deployment.tp": 2, "deployment.expert_parallel": True}))
+    assert (four.costs.allreduces_per_step, four.costs.all_to_alls_per_step,
+            four.costs.expert_allreduces_per_step) == (32, 0, 32)
+    parts = four.costs.traffic_parts_s(256)
+    assert parts["ep_all_reduce"] == pytest.approx(
+        32 * four.collectives.time_s("all_reduce", four.compute.allreduce_bytes(256) * 4, [list(range(8))]), rel=1e-12)
+    assert parts["ep_all_to_all"] == 0.0
+    assert four.costs.traffic_s(256, True) == four.costs.traffic_s(256, False)  # no low-latency kernels
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"deployment.moe_all_to_all": True}, "deployment.moe_all_to_all: all-to-all dispatch needs the experts spread "
+                                          "over the chips; set deployment.expert_parallel = true"),
+    ({"deployment.moe_all_to_all": True, "deployment.expert_parallel": True, "engine.scheduler": "trtllm"},
+     "deployment.moe_all_to_all: TensorRT-LLM dispatches with all-to-all only over more expert ranks than a "
+     "token's 8 experts (8 chips here)")])
+def test_all_to_all_dispatch_is_refused_where_the_engine_would_not_run_it(overrides, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        build_deployment(scenario(**{"model.name": "deepseek-v3", **overrides}))
+
+
 def test_expert_parallel_replaces_moe_all_reduces_with_all_to_alls():
     s = scenario(**{"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8,
-                    "deployment.tp": 2, "deployment.expert_parallel": True})
+                    "deployment.tp": 2, "deployment.expert_parallel": True, "deployment.moe_all_to_all": True})
     dep = build_deployment(s)
     # 32 layers, all MoE: attention all-reduces stay (32), MoE all-reduces become dispatch + combine.
     assert dep.costs.allreduces_per_step == 32

@@ -55,6 +55,8 @@ SCENARIOS = {
     "two-hosts-tp8-pp2": {"model.name": "llama-3.1-405b", "deployment.chips": 16, "deployment.tp": 8,
                           "deployment.pp": 2},
     "replicas-over-hosts": {"deployment.chips": 16, "deployment.tp": 4},
+    "ep-all-to-all": {"model.name": "deepseek-v3", "deployment.chips": 16, "deployment.tp": 8,
+                      "deployment.expert_parallel": True, "deployment.moe_all_to_all": True},
 }
 
 
@@ -673,3 +675,14 @@ def test_a_pod_larger_than_a_node_is_noted_where_no_group_is_written():
     assert {d["kind"] for d in _k8s_documents(written["k8s.yaml"])} == {"ConfigMap", "Deployment", "Service"}
     written, settings = emit(make_plan(_scenario("replicas-over-hosts")), "k8s")  # pods of 4: any node holds one
     assert not [n for n in settings.notes if n.setting == "deployment.chips"]
+
+
+@pytest.mark.parametrize("engine, flag, value", [("sglang", "--moe-a2a-backend", "deepep"),
+                                                 ("vllm", "--all2all-backend", "deepep_low_latency")])
+def test_all_to_all_dispatch_launches_the_engines_deepep_backend(engine, flag, value):
+    base = {"model.name": "deepseek-v3", "deployment.tp": 8, "deployment.expert_parallel": True}
+    (argv,) = shell_words(launch_files(load_scenario("typical", {**base, "deployment.moe_all_to_all": True}),
+                                       engine)[f"launch-{engine}.sh"])
+    assert _values(argv, flag) == [value]
+    (argv,) = shell_words(launch_files(load_scenario("typical", base), engine)[f"launch-{engine}.sh"])
+    assert flag not in argv  # the engine's default gathers and reduce-scatters, as simulated

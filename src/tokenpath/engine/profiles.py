@@ -118,6 +118,9 @@ class Profile:
     # sequences, rather than split over the replica's tp (compute/ops.py): "embedding", "lm_head", and of an
     # MoE model "dense_mlp" (its dense layers), "shared_experts" and "moe_router".
     attention_dp_whole: frozenset[str]
+    # With deployment.moe_all_to_all, whether its all-to-all dispatch needs more expert ranks than a token's
+    # experts (TensorRT-LLM, which otherwise gathers and reduce-scatters the hidden states: engine/costs.py).
+    all_to_all_needs_more_ranks_than_top_k: bool
     queue_policy: Literal["fcfs"]  # the order waiting requests are admitted in (engine/queues.py)
     prefix_caching: bool  # its prefix cache is on by default (`[engine] prefix_caching` otherwise)
     # With prefix caching on, what a preempted request leaves cached, to find when admitted again
@@ -284,6 +287,7 @@ PROFILES: dict[str, Profile] = {
         # VocabParallelEmbedding and ParallelLMHead on the engine's TP group).
         attention_dp_models="moe",
         attention_dp_whole=frozenset({"embedding", "lm_head", "dense_mlp", "shared_experts", "moe_router"}),
+        all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=True,  # automatic prefix caching, on by default in V1
         # _preempt_request frees its blocks, which keep their hashes, and zeroes num_computed_tokens; the
@@ -367,6 +371,7 @@ PROFILES: dict[str, Profile] = {
         attention_dp_routing="least_loaded",  # (unused: it has no attention data-parallel)
         attention_dp_models=None,  # V0 has no data-parallel engine cores (V1's, above)
         attention_dp_whole=frozenset(),
+        all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
         # With --enable-prefix-caching, a freed block keeps its content hash in the evictor
@@ -457,6 +462,7 @@ PROFILES: dict[str, Profile] = {
         # The embedding: deepseek_v2.py builds it over the attention-TP group (get_embedding_tp_kwargs), whole
         # under full attention DP; its LM head stays split unless --enable-dp-lm-head.
         attention_dp_whole=frozenset({"embedding"}),
+        all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
         # retract_decode (sglang/srt/managers/schedule_batch.py) frees a request's tokens past
@@ -559,6 +565,7 @@ PROFILES: dict[str, Profile] = {
         # attention DP, the MLP also uses DP instead of TP", _compute_mlp_tp_size), the shared experts
         # (_compute_shared_expert_tp_size) and the gate, on each rank's own hidden states.
         attention_dp_whole=frozenset({"lm_head", "dense_mlp", "shared_experts", "moe_router"}),
+        all_to_all_needs_more_ranks_than_top_k=True,
         queue_policy="fcfs",
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True
         preempted_keeps=None,  # what a paused request leaves for its KV cache reuse is not read here

@@ -19,7 +19,7 @@ from tokenpath.sim.scenario import Scenario
 SETTINGS = (
     "model.name", "model.precision", "model.expert_precision", "model.kv_cache_precision",
     "deployment.chip", "deployment.chips", "deployment.tp", "deployment.pp", "deployment.expert_parallel",
-    "deployment.attention_dp",
+    "deployment.attention_dp", "deployment.moe_all_to_all",
     "deployment.prefill_replicas", "deployment.routing", "deployment.api_servers", "deployment.fabric",
     "deployment.placement",
     "engine.max_num_seqs", "engine.max_num_batched_tokens", "engine.block_size", "engine.chunked_prefill",

@@ -77,6 +77,10 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         cmd.add(settings, "deployment.expert_parallel", "--ep-size", dep.tp)
     else:
         settings.map("deployment.expert_parallel", "(off: SGLang's default --ep-size 1)")
+    if dep.moe_all_to_all:  # (its --deepep-mode auto: low-latency kernels for decode batches, as simulated)
+        cmd.add(settings, "deployment.moe_all_to_all", "--moe-a2a-backend", "deepep")
+    else:
+        settings.map("deployment.moe_all_to_all", "(off: SGLang's default --moe-a2a-backend none)")
     if dep.attention_dp:
         cmd.add(settings, "deployment.attention_dp", "--attn-dp-size", dep.tp)
     else:

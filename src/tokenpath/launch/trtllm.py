@@ -46,6 +46,12 @@ def command(plan: Plan, settings: Settings, options_path: str, host: str | None 
         cmd.add(settings, "deployment.expert_parallel", "--ep_size", dep.tp)
     else:
         settings.map("deployment.expert_parallel", "(TensorRT-LLM's default split of the experts)")
+    if dep.moe_all_to_all:
+        settings.note("deployment.moe_all_to_all", "TensorRT-LLM picks its all-to-all itself: MNNVL where the NVLink "
+                                                  "domain spans nodes, DeepEP with TRTLLM_CAN_USE_DEEP_EP=1 in its "
+                                                  "environment (WideEPMoE.select_alltoall_method_type)")
+    else:
+        settings.map("deployment.moe_all_to_all", "(off: allgather and reducescatter)")
     cmd.add(settings, "engine.max_num_seqs", "--max_batch_size", eng.max_num_seqs)
     cmd.add(settings, "engine.max_num_batched_tokens", "--max_num_tokens", eng.max_num_batched_tokens)
     nccl_nvls_default(plan, settings)

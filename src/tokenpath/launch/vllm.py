@@ -53,6 +53,12 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         cmd.add(settings, "deployment.expert_parallel", "--enable-expert-parallel")
     else:
         settings.map("deployment.expert_parallel", "(off: vLLM's default)")
+    if dep.moe_all_to_all:
+        cmd.add(settings, "deployment.moe_all_to_all", "--all2all-backend", "deepep_low_latency")
+        settings.note("deployment.moe_all_to_all", "vLLM runs one DeepEP mode a server: low-latency here, where the "
+                                                  "simulation runs prompt steps with the high-throughput kernels")
+    else:
+        settings.map("deployment.moe_all_to_all", "(off: vLLM's default --all2all-backend allgather_reducescatter)")
     if dep.attention_dp and replicas > 1:
         settings.note("deployment.attention_dp", f"the {replicas * ranks} data-parallel engines of one vLLM server "
                                                  f"share their expert layers, where the simulation has {replicas} "

@@ -94,6 +94,13 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     if refusal:
         raise UserError(f"deployment.attention_dp: {refusal}; set it to false"
                         + ("" if model.is_moe else f" and deployment.tp = 1 for {dep.chips} replicas"))
+    if (dep.moe_all_to_all and engine.profile.all_to_all_needs_more_ranks_than_top_k
+            and dep.chips <= model.experts_per_token):
+        # WideEPMoE.select_alltoall_method_type (tensorrt_llm/_torch/modules/fused_moe/): NotEnabled when
+        # moe_ep_size <= top_k, the hidden states then allgathered and reducescattered
+        raise UserError(f"deployment.moe_all_to_all: {engine.profile.engine} dispatches with all-to-all only over "
+                        f"more expert ranks than a token's {model.experts_per_token} experts ({dep.chips} chips here); "
+                        "set it to false or use more chips")
     if dep.attention_dp and engine.profile.attention_dp_splits_budget and engine.max_num_seqs < dep.tp:
         # SGLang: "max_running_requests (...) is less than dp_size (...)" (managers/scheduler.py)
         raise UserError(f"engine.max_num_seqs: {engine.max_num_seqs} running requests do not divide over "
@@ -168,7 +175,8 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         later = (_drafter(scenario, model, chip, assumptions, later_pass=True)
                  if engine.speculative.method in PROJECTION_ONCE_A_STEP else None)
         draft = None if drafter is None else DraftCost(drafter, drafts, later)
-    costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel, speculation, draft)
+    costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel, speculation, draft,
+                           dep.moe_all_to_all)
     engines = dep.replicas * dep.pp
     # SGLang's schedulers: one per replica, or per attention rank with data-parallel attention
     workers = dep.tp if dep.attention_dp else 1

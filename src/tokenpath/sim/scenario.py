@@ -118,8 +118,13 @@ class DeploymentSection(BaseModel):
     chips: int = Field(8, ge=1, le=MAX_CHIPS)
     tp: int = Field(8, ge=1, le=MAX_CHIPS)
     pp: int = Field(1, ge=1, le=MAX_CHIPS, description="pipeline stages per replica")
-    expert_parallel: bool = Field(False, description="MoE experts split over the tensor-parallel group, "
-                                                     "with all-to-all dispatch and combine")
+    expert_parallel: bool = Field(False, description="MoE experts placed whole over every chip of the deployment; "
+                                                     "their tokens gathered over those chips and reduced after, as "
+                                                     "the engines do by default, unless moe_all_to_all")
+    moe_all_to_all: bool = Field(False, description="with expert_parallel: the MoE layers dispatch each token to its "
+                                                    "experts' chips and combine the results with all-to-all kernels "
+                                                    "(DeepEP: SGLang --moe-a2a-backend deepep, vLLM --all2all-backend "
+                                                    "deepep_low_latency) instead")
     attention_dp: bool = Field(False, description="attention data-parallel over each replica's tp chips (SGLang "
                                                   "--attn-dp-size tp, TensorRT-LLM enable_attention_dp): each chip "
                                                   "runs attention with every head for its own share of the "
