@@ -163,15 +163,17 @@ def test_a_row_states_the_deployments_split_and_its_speculative_decoding():
     from tokenpath.validate.row_keys import configuration_key, label
 
     row = {**ROW, "model": "deepseek-v3", "precision": "fp8", "tp": 4, "pp": 2, "expert_parallel": True,
-           "attention_dp": True, "engine_settings": {**ROW.get("engine_settings", {}),
+           "moe_all_to_all": True, "attention_dp": True, "engine_settings": {**ROW.get("engine_settings", {}),
                                                      "speculative": {"method": "mtp", "num_speculative_tokens": 2}},
            "draft_acceptance": 0.8}
     scenario = row_scenario(row, SHIPPED["sharegpt"])
     dep = scenario.deployment
-    assert (dep.chips, dep.tp, dep.pp, dep.expert_parallel, dep.attention_dp) == (8, 4, 2, True, True)
+    assert (dep.chips, dep.tp, dep.pp, dep.expert_parallel, dep.moe_all_to_all, dep.attention_dp) == (
+        8, 4, 2, True, True, True)
     assert scenario.engine.speculative.num_speculative_tokens == 2 and scenario.workload.draft_acceptance == 0.8
-    assert label(row).endswith("TP4 PP2 EP DP-attention")
+    assert label(row).endswith("TP4 PP2 EP all-to-all DP-attention")
     assert configuration_key(row) != configuration_key({**row, "attention_dp": False})
+    assert configuration_key(row) != configuration_key({**row, "moe_all_to_all": False})
 
 
 def test_a_rows_draft_acceptance_is_checked(tmp_path):

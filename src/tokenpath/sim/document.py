@@ -118,7 +118,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "kv_precision": s.kv_precision(d.model),
             "chip": d.chip.name, "chips": dep.chips, "tp": dep.tp, "pp": dep.pp, "replicas": dep.replicas,
             "prefill_replicas": dep.prefill_replicas, "expert_parallel": dep.expert_parallel,
-            "attention_dp": dep.attention_dp, "routing": dep.routing,
+            "moe_all_to_all": dep.moe_all_to_all, "attention_dp": dep.attention_dp, "routing": dep.routing,
             "placement": placement_name(dep.placement), "fabric": {"kind": d.topology.kind, "name": d.fabric_name},
             "collectives": d.collectives.algorithm,
         },

@@ -45,10 +45,11 @@ class LatencyRow(BaseModel):
     kv_cache_precision: Literal["auto", "bf16", "fp8"] = "auto"  # as the scenario's [model] key (--kv-cache-dtype)
     chip: str
     tp: int = Field(ge=1)
-    # the deployment's other [deployment] keys: pipeline stages, experts over every chip, attention
-    # data-parallel over the tp chips (one replica of tp x pp chips)
+    # the deployment's other [deployment] keys: pipeline stages, experts over every chip (their tokens
+    # dispatched by all-to-alls: DeepEP), attention data-parallel over the tp chips (one replica of tp x pp chips)
     pp: int = Field(1, ge=1)
     expert_parallel: bool = False
+    moe_all_to_all: bool = False
     attention_dp: bool = False
     # with engine_settings' speculative table: the chance a draft is accepted (the scenario's workload key)
     draft_acceptance: float | None = Field(None, ge=0, le=1)

@@ -36,7 +36,8 @@ def configuration_key(row: Row) -> tuple:
     return (row["source"], row["engine"], row.get("engine_version", ""),
             json.dumps(row.get("engine_settings", {}), sort_keys=True), row["model"],
             precision_label(row), row.get("kv_cache_precision", "auto"), row["chip"], row["tp"], row.get("pp", 1),
-            row.get("expert_parallel", False), row.get("attention_dp", False), lengths_key(row), row["arrival"])
+            row.get("expert_parallel", False), row.get("moe_all_to_all", False), row.get("attention_dp", False),
+            lengths_key(row), row["arrival"])
 
 
 def load_point_key(row: Row) -> tuple:
@@ -53,7 +54,8 @@ def precision_label(row: Row) -> str:
 def label(row: Row) -> str:
     """A row's configuration in a few words: engine, model, precision, chips."""
     split = f"TP{row['tp']}" + (f" PP{row['pp']}" if row.get("pp", 1) > 1 else "") + (
-        " EP" if row.get("expert_parallel") else "") + (" DP-attention" if row.get("attention_dp") else "")
+        " EP" if row.get("expert_parallel") else "") + (" all-to-all" if row.get("moe_all_to_all") else "") + (
+        " DP-attention" if row.get("attention_dp") else "")
     return f"{row['engine']} {row['model']} {precision_label(row)} {row['chip']} {split}"
 
 
