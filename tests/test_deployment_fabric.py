@@ -168,7 +168,7 @@ def test_expert_parallel_gathers_the_hidden_states_over_every_chip_unless_all_to
                                           "over the chips; set deployment.expert_parallel = true"),
     ({"deployment.moe_all_to_all": True, "deployment.expert_parallel": True, "engine.scheduler": "trtllm"},
      "deployment.moe_all_to_all: TensorRT-LLM dispatches with all-to-all only over more expert ranks than a "
-     "token's 8 experts (8 chips here)")])
+     "token's 8 experts (8 here)")])
 def test_all_to_all_dispatch_is_refused_where_the_engine_would_not_run_it(overrides, message):
     with pytest.raises(UserError, match=re.escape(message)):
         build_deployment(scenario(**{"model.name": "deepseek-v3", **overrides}))
@@ -389,3 +389,41 @@ def test_a_bad_placement_is_one_line_naming_the_field(value, fragment):
     with pytest.raises(UserError) as error:
         scenario(**{"deployment.placement": value})
     assert fragment in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("scheduler, expert_replicas", [("vllm-v1", 4), ("prefill-first", 1), ("trtllm", 1)])
+def test_the_experts_span_the_chips_each_engine_spreads_them_over(scheduler, expert_replicas):
+    """vLLM's data-parallel engines of one server form one expert group over every chip; SGLang's --ep-size
+    divides its --tp-size and TensorRT-LLM runs a server per replica, so each replica holds every expert."""
+    base = {"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8, "deployment.tp": 2,
+            "engine.scheduler": scheduler}
+    tp = build_deployment(scenario(**base))
+    ep = build_deployment(scenario(**base, **{"deployment.expert_parallel": True}))
+    assert ep.compute.expert_replicas == expert_replicas
+    assert tp.compute.weight_bytes_per_chip - ep.compute.weight_bytes_per_chip == pytest.approx(
+        next(op.resident_bytes for op in tp.compute.ops if op.name == "moe_experts") * (1 - 1 / expert_replicas))
+    # Within a replica a MoE layer's gather is the layer's own all-reduce; over the deployment, one over all 8.
+    expert_allreduces = ep.costs.expert_allreduces_per_step
+    assert (ep.costs.allreduces_per_step, expert_allreduces) == ((32, 32) if expert_replicas > 1 else (64, 0))
+
+
+@pytest.mark.parametrize("scheduler, groups", [("vllm-v1", [list(range(8))]),
+                                               ("prefill-first", [[0, 1], [2, 3], [4, 5], [6, 7]])])
+def test_all_to_alls_run_over_the_experts_chips(scheduler, groups):
+    base = {"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8, "deployment.tp": 2,
+            "engine.scheduler": scheduler, "deployment.expert_parallel": True, "deployment.moe_all_to_all": True}
+    dep = build_deployment(scenario(**base))
+    routed = dep.compute.allreduce_bytes(64) / 2 * 2  # tokens split over 2 TP ranks, top-2 copies
+    assert dep.costs.traffic_parts_s(64)["ep_all_to_all"] == pytest.approx(
+        64 * dep.collectives.time_s("all_to_all", routed, groups), rel=1e-12)
+
+
+def test_whole_experts_run_gemms_a_whole_expert_wide_within_one_replica():
+    """Expert parallel within one replica holds whole experts, as many bytes as their tensor-parallel slices,
+    and runs their GEMMs a whole expert wide, at the wider GEMM's rate."""
+    base = {"model.name": "deepseek-v3", "deployment.chips": 8, "deployment.tp": 8, "engine.scheduler": "trtllm"}
+    tp = {op.name: op for op in build_deployment(scenario(**base)).compute.ops}
+    ep = {op.name: op for op in build_deployment(scenario(**base, **{"deployment.expert_parallel": True})).compute.ops}
+    assert ep["moe_experts"].resident_bytes == pytest.approx(tp["moe_experts"].resident_bytes)
+    assert ep["moe_experts"].flops_per_token == pytest.approx(tp["moe_experts"].flops_per_token)
+    assert ep["moe_experts"].flops_per_s > tp["moe_experts"].flops_per_s  # 2,048 columns wide, not 256

@@ -55,7 +55,7 @@ SCENARIOS = {
     "two-hosts-tp8-pp2": {"model.name": "llama-3.1-405b", "deployment.chips": 16, "deployment.tp": 8,
                           "deployment.pp": 2},
     "replicas-over-hosts": {"deployment.chips": 16, "deployment.tp": 4},
-    "ep-all-to-all": {"model.name": "deepseek-v3", "deployment.chips": 16, "deployment.tp": 8,
+    "ep-all-to-all": {"model.name": "deepseek-v3", "deployment.chips": 16, "deployment.tp": 16,
                       "deployment.expert_parallel": True, "deployment.moe_all_to_all": True},
 }
 

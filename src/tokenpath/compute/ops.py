@@ -117,6 +117,7 @@ class _Sharding:
     expert_precision: str  # the routed experts' weights (an MXFP4 checkpoint's, gpt-oss: the rest in bf16)
     latent_attention: bool  # an MLA model's attention in its latent space, or expanded per head
     weight_only_expert_time: float = 1.0  # the engine's multiple of the roofline for weight-only MXFP4 experts
+    expert_parallel: bool = False  # routed experts placed whole on the chips (their GEMMs a whole expert wide)
 
     @property
     def act(self) -> float:
@@ -171,13 +172,14 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
               expert_replicas: int = 1, assumptions: Assumptions = DEFAULTS,
               expert_precision: str | None = None, attention_dp: bool = False,
               latent_attention: bool = True, weight_only_expert_time: float = 1.0,
-              input_projection: int = 0, attention_dp_whole: frozenset[str] = frozenset()) -> list[LinearOp]:
+              input_projection: int = 0, attention_dp_whole: frozenset[str] = frozenset(),
+              expert_parallel: bool = False) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
-    Expert parallelism over `expert_replicas` > 1 replicas (roofline.ComputeModel) places routed
-    experts whole, 1/(tp * expert_replicas) of them per chip: their FLOPs per chip are those of
-    tensor parallelism, their weights and the bytes a step reads divide by `expert_replicas`, and
-    their grouped GEMMs are as wide as a whole expert. `assumptions`: a run's (the registry's by default).
+    `expert_parallel` places routed experts whole, 1/(tp * expert_replicas) of them per chip, over
+    `expert_replicas` replicas (roofline.ComputeModel): their FLOPs per chip are those of tensor
+    parallelism, their weights and the bytes a step reads divide by `expert_replicas`, and their
+    grouped GEMMs are as wide as a whole expert. `assumptions`: a run's (the registry's by default).
     `expert_precision`: the routed experts' weights, where they differ from the others' (None: the same).
 
     `attention_dp`: attention runs data-parallel over the `tp` chips (SGLang's --attn-dp-size, TensorRT-LLM's
@@ -195,7 +197,8 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     `input_projection`: a drafter's projection of `input_projection` hidden-width inputs down to one
     before its layer (_input_projection; 0: none)."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions,
-                  expert_precision or weight_precision, latent_attention, weight_only_expert_time)
+                  expert_precision or weight_precision, latent_attention, weight_only_expert_time,
+                  expert_parallel or expert_replicas > 1)
     data_parallel = attention_dp and tp > 1
     whole = dataclasses.replace(s, tp=1)
 
@@ -395,7 +398,7 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
     expert_params = 3 * h * inter
     # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
     # out h.
-    width = model.moe_intermediate_size if replicas > 1 else inter
+    width = model.moe_intermediate_size if s.expert_parallel else inter
     precision = s.expert_precision
     expert_bytes = stored_bytes(precision, s.fp4_format)
     # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.

@@ -91,8 +91,9 @@ class ComputeModel:
     tensor cores, its host's calls for each MoE block's router and experts, in place of those ops' kernels
     (engine/eager_launches.py); None: the ops' count.
 
-    Expert parallelism over `expert_replicas` replicas of `tp` chips each: every chip holds whole
-    routed experts, 1/(tp * expert_replicas) of them, which serve the tokens of all those replicas.
+    Expert parallelism (`expert_parallel`) over `expert_replicas` replicas of `tp` chips each (1: the
+    experts within each replica): every chip holds whole routed experts, 1/(tp * expert_replicas) of
+    them, which serve the tokens of all those replicas.
     With the replicas stepping with similar batches and tokens routed uniformly, a chip's expert FLOPs
     are those of tensor parallelism, while its expert weights, and the expert bytes a step reads (of
     experts touched by every replica's tokens), divide by `expert_replicas`; their grouped GEMMs are as
@@ -116,7 +117,8 @@ class ComputeModel:
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
                  latent_attention: bool = True, weight_only_expert_time: float = 1.0,
                  input_projection: int = 0, shared_weights: frozenset[str] = frozenset(),
-                 attention_dp_whole: frozenset[str] = frozenset(), pp_extra_layers_last: bool = False):
+                 attention_dp_whole: frozenset[str] = frozenset(), pp_extra_layers_last: bool = False,
+                 expert_parallel: bool = False):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -145,7 +147,8 @@ class ComputeModel:
         self.latent_attention = latent_attention
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas,
                                              assumptions, self.expert_precision, self.attention_dp, latent_attention,
-                                             weight_only_expert_time, input_projection, attention_dp_whole)
+                                             weight_only_expert_time, input_projection, attention_dp_whole,
+                                             expert_parallel)
         # A drafter's ops whose weights are the target's (compute/drafter.py): they run and stream those
         # weights as before, but hold none of their own.
         unknown = shared_weights - {op.name for op in self.ops}

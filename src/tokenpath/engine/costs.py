@@ -57,10 +57,12 @@ class GroupStepCosts:
         apart = moe_layers if moe_all_to_all or compute.expert_replicas > 1 else 0
         collective_layers = model.num_layers - compute.rank_local_layers
         self.allreduces_per_step = max(0, compute.allreduces_per_layer * collective_layers - apart) if tp > 1 else 0
-        self.all_to_alls_per_step = 2 * moe_layers if moe_all_to_all and placement.hosts.size > 1 else 0
+        expert_chips = placement.hosts.size if compute.expert_replicas > 1 else tp
+        self.all_to_alls_per_step = 2 * moe_layers if moe_all_to_all and expert_chips > 1 else 0
         self.expert_allreduces_per_step = apart if not moe_all_to_all else 0
         self._tp_groups = placement.tp_groups()
-        self._ep_group = placement.all_chips()
+        # the experts' chips: every chip where they span the deployment, else each replica's (all at once)
+        self._ep_group = placement.all_chips() if compute.expert_replicas > 1 else self._tp_groups
         self._handoffs = [placement.stage_handoffs(s) for s in range(placement.pp - 1)]
         # They run once per engine step: bind them directly.
         self.compute_s = compute.step_time_s

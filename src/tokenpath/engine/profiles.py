@@ -118,6 +118,10 @@ class Profile:
     # sequences, rather than split over the replica's tp (compute/ops.py): "embedding", "lm_head", and of an
     # MoE model "dense_mlp" (its dense layers), "shared_experts" and "moe_router".
     attention_dp_whole: frozenset[str]
+    # With deployment.expert_parallel, the chips its experts spread over: every chip of the deployment (one
+    # server's data-parallel engines share their expert layers) or each replica's own (a server per replica,
+    # or an expert group within each replica's tensor-parallel group).
+    expert_group: Literal["deployment", "replica"]
     # With deployment.moe_all_to_all, whether its all-to-all dispatch needs more expert ranks than a token's
     # experts (TensorRT-LLM, which otherwise gathers and reduce-scatters the hidden states: engine/costs.py).
     all_to_all_needs_more_ranks_than_top_k: bool
@@ -287,6 +291,9 @@ PROFILES: dict[str, Profile] = {
         # VocabParallelEmbedding and ParallelLMHead on the engine's TP group).
         attention_dp_models="moe",
         attention_dp_whole=frozenset({"embedding", "lm_head", "dense_mlp", "shared_experts", "moe_router"}),
+        # --enable-expert-parallel: the experts over --data-parallel-size x --tensor-parallel-size
+        # (docs/serving/data_parallel_deployment.md), every replica's chips in one server (launch/vllm.py)
+        expert_group="deployment",
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=True,  # automatic prefix caching, on by default in V1
@@ -371,6 +378,8 @@ PROFILES: dict[str, Profile] = {
         attention_dp_routing="least_loaded",  # (unused: it has no attention data-parallel)
         attention_dp_models=None,  # V0 has no data-parallel engine cores (V1's, above)
         attention_dp_whole=frozenset(),
+        # (V0 has no data-parallel engines: each replica is a server of its own)
+        expert_group="replica",
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
@@ -462,6 +471,8 @@ PROFILES: dict[str, Profile] = {
         # The embedding: deepseek_v2.py builds it over the attention-TP group (get_embedding_tp_kwargs), whole
         # under full attention DP; its LM head stays split unless --enable-dp-lm-head.
         attention_dp_whole=frozenset({"embedding"}),
+        # --ep-size divides --tp-size: each replica's experts over its own tp chips (launch/sglang.py)
+        expert_group="replica",
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
@@ -565,6 +576,8 @@ PROFILES: dict[str, Profile] = {
         # attention DP, the MLP also uses DP instead of TP", _compute_mlp_tp_size), the shared experts
         # (_compute_shared_expert_tp_size) and the gate, on each rank's own hidden states.
         attention_dp_whole=frozenset({"lm_head", "dense_mlp", "shared_experts", "moe_router"}),
+        # --ep_size within a trtllm-serve, one per replica (launch/trtllm.py)
+        expert_group="replica",
         all_to_all_needs_more_ranks_than_top_k=True,
         queue_policy="fcfs",
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True

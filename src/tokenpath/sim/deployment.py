@@ -94,12 +94,13 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     if refusal:
         raise UserError(f"deployment.attention_dp: {refusal}; set it to false"
                         + ("" if model.is_moe else f" and deployment.tp = 1 for {dep.chips} replicas"))
+    expert_ranks = dep.chips if engine.profile.expert_group == "deployment" else dep.tp
     if (dep.moe_all_to_all and engine.profile.all_to_all_needs_more_ranks_than_top_k
-            and dep.chips <= model.experts_per_token):
+            and expert_ranks <= model.experts_per_token):
         # WideEPMoE.select_alltoall_method_type (tensorrt_llm/_torch/modules/fused_moe/): NotEnabled when
         # moe_ep_size <= top_k, the hidden states then allgathered and reducescattered
         raise UserError(f"deployment.moe_all_to_all: {engine.profile.engine} dispatches with all-to-all only over "
-                        f"more expert ranks than a token's {model.experts_per_token} experts ({dep.chips} chips here); "
+                        f"more expert ranks than a token's {model.experts_per_token} experts ({expert_ranks} here); "
                         "set it to false or use more chips")
     if dep.attention_dp and engine.profile.attention_dp_splits_budget and engine.max_num_seqs < dep.tp:
         # SGLang: "max_running_requests (...) is less than dp_size (...)" (managers/scheduler.py)
@@ -137,7 +138,9 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
                            cuda_graph_sizes=engine.graph_batch_sizes(chip.hbm_bytes, dep.tp),
                            prefill_graph_max_tokens=prefill_graph_tokens,
-                           expert_replicas=dep.replicas if dep.expert_parallel and model.is_moe else 1,
+                           expert_replicas=(dep.replicas if dep.expert_parallel and model.is_moe
+                                            and engine.profile.expert_group == "deployment" else 1),
+                           expert_parallel=dep.expert_parallel and model.is_moe,
                            host_window_s=host.window_s, host_step_s=host.step_s,
                            host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
