@@ -578,6 +578,8 @@ PROFILES: dict[str, Profile] = {
         attention_dp_whole=frozenset({"lm_head", "dense_mlp", "shared_experts", "moe_router"}),
         # --ep_size within a trtllm-serve, one per replica (launch/trtllm.py)
         expert_group="replica",
+        # WideEPMoE.select_alltoall_method_type (tensorrt_llm/_torch/modules/fused_moe/fused_moe_wide_ep.py):
+        # NotEnabled while moe_ep_size <= top_k, then MNNVL where the NVLink domain spans nodes
         all_to_all_needs_more_ranks_than_top_k=True,
         queue_policy="fcfs",
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True
