@@ -309,7 +309,8 @@ def test_a_dense_models_mlp_stays_tensor_parallel_under_attention_data_parallel(
     ("vllm-v1", "llama-3.1-70b", "vLLM V1 runs attention data-parallel for MoE models only: the ranks of a dense "
                                  "model share no layer and are replicas of tp = 1; set it to false and "
                                  "deployment.tp = 1 for 8 replicas"),
-    ("vllm-v0", "deepseek-v3", "vLLM V0 has no attention data-parallel; set it to false")])
+    ("vllm-v0", "deepseek-v3", "vLLM V0 has no attention data-parallel; set it to false"),
+    ("vllm-v0", "llama-3.1-70b", "vLLM V0 has no attention data-parallel; set it to false")])
 def test_an_engine_that_does_not_run_attention_data_parallel_for_the_model_is_refused(scheduler, model, message):
     from tokenpath.whatif.catalog import catalog
 

@@ -92,8 +92,9 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     engine = scenario.engine
     refusal = engine.profile.attention_dp_refusal(model.is_moe) if dep.attention_dp else None
     if refusal:
+        replicas = engine.profile.attention_dp_models == "moe"  # (its ranks of a dense model: replicas of tp 1)
         raise UserError(f"deployment.attention_dp: {refusal}; set it to false"
-                        + ("" if model.is_moe else f" and deployment.tp = 1 for {dep.chips} replicas"))
+                        + (f" and deployment.tp = 1 for {dep.chips} replicas" if replicas else ""))
     expert_ranks = dep.chips if engine.profile.expert_group == "deployment" else dep.tp
     if (dep.moe_all_to_all and engine.profile.all_to_all_needs_more_ranks_than_top_k
             and expert_ranks <= model.experts_per_token):
