@@ -427,3 +427,17 @@ def test_whole_experts_run_gemms_a_whole_expert_wide_within_one_replica():
     assert ep["moe_experts"].resident_bytes == pytest.approx(tp["moe_experts"].resident_bytes)
     assert ep["moe_experts"].flops_per_token == pytest.approx(tp["moe_experts"].flops_per_token)
     assert ep["moe_experts"].flops_per_s > tp["moe_experts"].flops_per_s  # 2,048 columns wide, not 256
+
+
+def test_the_report_says_where_the_experts_are_and_how_their_tokens_reach_them():
+    from tokenpath.report.simulation import describe
+
+    def line(**overrides):
+        sim = simulate(scenario(**{"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8,
+                                   "deployment.tp": 2, "deployment.expert_parallel": True,
+                                   "workload.num_requests": 20, **overrides}))
+        return dict(describe(sim))["deployment"]
+
+    assert "EP over all chips, 4 replicas" in line()
+    assert "EP over each replica's chips (all-to-all), 4 replicas" in line(
+        **{"engine.scheduler": "prefill-first", "deployment.moe_all_to_all": True})
