@@ -490,3 +490,15 @@ def test_a_paused_decode_has_the_aggregates_of_one_that_started_after_the_pause(
     assert paused.generated == restarted.generated and paused.spans == restarted.spans
     last = paused.states[0][2]
     assert paused.still_due(paused.finishing_at[last]) == restarted.still_due(restarted.finishing_at[last]) == [0]
+
+
+def test_sglang_holds_its_shared_experts_whole_on_each_rank_with_an_all_to_all_backend():
+    # deepseek_v2.py's _shared_expert_use_tp1 under DeepEP; its dense MLPs stay tensor-parallel
+    base = {"model.name": "deepseek-v3", "engine.scheduler": "prefill-first", "deployment.attention_dp": True,
+            "deployment.expert_parallel": True}
+    gathers = {op.name: op for op in build_deployment(load_scenario(None, base)).compute.ops}
+    a2a = {op.name: op for op in build_deployment(load_scenario(None, {**base, "deployment.moe_all_to_all": True}))
+           .compute.ops}
+    assert a2a["shared_experts"].per_sequence and not gathers["shared_experts"].per_sequence
+    assert a2a["shared_experts"].resident_bytes == pytest.approx(8 * gathers["shared_experts"].resident_bytes)
+    assert not a2a["mlp_down"].per_sequence and a2a["mlp_down"] == gathers["mlp_down"]

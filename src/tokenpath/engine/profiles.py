@@ -118,6 +118,8 @@ class Profile:
     # sequences, rather than split over the replica's tp (compute/ops.py): "embedding", "lm_head", and of an
     # MoE model "dense_mlp" (its dense layers), "shared_experts" and "moe_router".
     attention_dp_whole: frozenset[str]
+    # More of them where its MoE layers' tokens go by all-to-all (deployment.moe_all_to_all).
+    attention_dp_whole_all_to_all: frozenset[str]
     # With deployment.expert_parallel, the chips its experts spread over: every chip of the deployment (one
     # server's data-parallel engines share their expert layers) or each replica's own (a server per replica,
     # or an expert group within each replica's tensor-parallel group).
@@ -291,6 +293,7 @@ PROFILES: dict[str, Profile] = {
         # VocabParallelEmbedding and ParallelLMHead on the engine's TP group).
         attention_dp_models="moe",
         attention_dp_whole=frozenset({"embedding", "lm_head", "dense_mlp", "shared_experts", "moe_router"}),
+        attention_dp_whole_all_to_all=frozenset(),
         # --enable-expert-parallel: the experts over --data-parallel-size x --tensor-parallel-size
         # (docs/serving/data_parallel_deployment.md), every replica's chips in one server (launch/vllm.py)
         expert_group="deployment",
@@ -378,6 +381,7 @@ PROFILES: dict[str, Profile] = {
         attention_dp_routing="least_loaded",  # (unused: it has no attention data-parallel)
         attention_dp_models=None,  # V0 has no data-parallel engine cores (V1's, above)
         attention_dp_whole=frozenset(),
+        attention_dp_whole_all_to_all=frozenset(),
         # (V0 has no data-parallel engines: each replica is a server of its own)
         expert_group="replica",
         all_to_all_needs_more_ranks_than_top_k=False,
@@ -471,6 +475,10 @@ PROFILES: dict[str, Profile] = {
         # The embedding: deepseek_v2.py builds it over the attention-TP group (get_embedding_tp_kwargs), whole
         # under full attention DP; its LM head stays split unless --enable-dp-lm-head.
         attention_dp_whole=frozenset({"embedding"}),
+        # Its shared experts at tp 1 with an all-to-all backend (deepseek_v2.py, _shared_expert_use_tp1:
+        # "Disable TP for shared experts for A2A ... paths"); its dense MLPs stay tensor-parallel unless
+        # --moe-dense-tp-size 1 (layer_boundary/layout.py, is_dense_ffn_fully_dp).
+        attention_dp_whole_all_to_all=frozenset({"shared_experts"}),
         # --ep-size divides --tp-size: each replica's experts over its own tp chips (launch/sglang.py)
         expert_group="replica",
         all_to_all_needs_more_ranks_than_top_k=False,
@@ -576,6 +584,7 @@ PROFILES: dict[str, Profile] = {
         # attention DP, the MLP also uses DP instead of TP", _compute_mlp_tp_size), the shared experts
         # (_compute_shared_expert_tp_size) and the gate, on each rank's own hidden states.
         attention_dp_whole=frozenset({"lm_head", "dense_mlp", "shared_experts", "moe_router"}),
+        attention_dp_whole_all_to_all=frozenset(),
         # --ep_size within a trtllm-serve, one per replica (launch/trtllm.py)
         expert_group="replica",
         # WideEPMoE.select_alltoall_method_type (tensorrt_llm/_torch/modules/fused_moe/fused_moe_wide_ep.py):

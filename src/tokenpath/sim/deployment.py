@@ -148,7 +148,8 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            host_eager_kernels=host_eager_kernels,
                            fused_mxfp4_moe_calls=engine.profile.fused_mxfp4_moe_calls,
                            assumptions=assumptions, expert_precision=scenario.model.expert_precision,
-                           attention_dp=dep.attention_dp, attention_dp_whole=engine.profile.attention_dp_whole,
+                           attention_dp=dep.attention_dp, attention_dp_whole=engine.profile.attention_dp_whole | (
+                               engine.profile.attention_dp_whole_all_to_all if dep.moe_all_to_all else frozenset()),
                            pp_extra_layers_last=engine.profile.pp_extra_layers_last,
                            latent_attention=engine.latent_attention,
                            weight_only_expert_time=weight_only_expert_time(engine.profile.mxfp4_weight_only_experts,
