@@ -96,11 +96,11 @@ def test_the_launch_carries_it_to_each_engine():
     # vLLM: eight data-parallel engines of one chip each, sharing their expert layers
     (argv,) = shell_words(launch_files(scenario, "vllm")["launch-vllm.sh"])
     assert (argv[argv.index("--tensor-parallel-size") + 1], argv[argv.index("--data-parallel-size") + 1]) == ("1", "8")
-    # Two replicas in one server would be one group of sixteen engines: the file says so.
+    # Two replicas in one server are sixteen engines in lockstep: the file says so.
     two = load_scenario("typical", {"model.name": "deepseek-v3", "deployment.chips": 16, "deployment.tp": 8,
                                     "deployment.attention_dp": True})
     script = launch_files(two, "vllm")["launch-vllm.sh"]
-    assert "the 16 data-parallel engines of one vLLM server share their expert layers" in script
+    assert "the 16 data-parallel engines of one vLLM server step together for their expert layers" in script
 
 
 def test_levers_turn_it_on_and_keep_one_chip_replicas_valid():

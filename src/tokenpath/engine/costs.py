@@ -4,9 +4,10 @@ Traffic of one step, not overlapped with compute (as in eager TP all-reduces):
 - tensor parallel: two all-reduces of the hidden state per layer, run by every TP group of every stage
   and replica at once, so groups that share links slow each other down (with attention data-parallel,
   one: an all-gather before the MLP and a reduce-scatter after it, ComputeModel.allreduces_per_layer);
-- expert parallel (MoE, experts spread over every chip of the deployment): by default each MoE layer's
-  hidden states are gathered over the experts' chips before the experts and reduce-scattered after, an
-  all-reduce's traffic over every chip of the deployment (vLLM's default all2all_backend
+- expert parallel (MoE, whole experts spread over the chips the engine spreads them over: every chip of the
+  deployment, or each replica's, Profile.expert_group): by default each MoE layer's hidden states are
+  gathered over the experts' chips before the experts and reduce-scattered after, an all-reduce's traffic
+  over those chips (vLLM's default all2all_backend
   allgather_reducescatter, vllm/config/parallel.py; SGLang's --moe-a2a-backend none; TensorRT-LLM's
   allgather and reducescatter wherever WideEPMoE.select_alltoall_method_type picks no all-to-all, as on
   one NVLink domain with no more expert ranks than a token's experts, tensorrt_llm/_torch/modules/fused_moe/);

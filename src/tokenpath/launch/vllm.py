@@ -61,8 +61,8 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         settings.map("deployment.moe_all_to_all", "(off: vLLM's default --all2all-backend allgather_reducescatter)")
     if dep.attention_dp and replicas > 1:
         settings.note("deployment.attention_dp", f"the {replicas * ranks} data-parallel engines of one vLLM server "
-                                                 f"share their expert layers, where the simulation has {replicas} "
-                                                 f"groups of {ranks}; run a server per replica for its groups")
+                                                 f"step together for their expert layers, where the simulation "
+                                                 f"steps its {replicas} replicas of {ranks} apart")
     elif dep.attention_dp:
         settings.map("deployment.attention_dp", f"--tensor-parallel-size 1 --data-parallel-size {ranks}")
     else:
