@@ -52,7 +52,8 @@ def test_every_manifest_object_meets_the_kubernetes_schema(name):
     documents = _documents(name)
     kinds = {document["kind"] for document in documents}
     assert "Service" in kinds and len(kinds & {"Deployment", "LeaderWorkerSet"}) == 1
-    assert ("LeaderWorkerSet" in kinds) == (name == "two-hosts-tp8-pp2")  # the one replica larger than a node
+    # the replicas larger than a node: TP8 x PP2, and TP16 for sixteen expert ranks
+    assert ("LeaderWorkerSet" in kinds) == (name in ("two-hosts-tp8-pp2", "ep-all-to-all"))
     assert ("ConfigMap" in kinds) == name.startswith("trtllm")
     newest = kubernetes_validate.utils.major_minor(kubernetes_validate.latest_version())
     for document in documents:
