@@ -435,3 +435,26 @@ def test_nvls_is_not_offered_on_a_chip_whose_switches_cannot_reduce(chip, tmp_pa
                                          "(catalog chips.toml: scaleup nvls = false)")
     h100 = _small_base(**{"engine.scheduler": "prefill-first"})  # SGLang's NCCL keeps off NVLS unless told
     assert {lever.name: lever for lever in catalog(h100.scenario(), h100.table, tmp_path)}["NVLS on"].skipped is None
+
+
+def test_expert_levers_toggle_expert_parallel_and_deepep_where_the_engine_runs_them(tmp_path):
+    def levers(**overrides):
+        base = _small_base(**{"model.name": "deepseek-v3", "model.precision": "fp8", "deployment.chip": "h200",
+                              "deployment.chips": 8,
+                              "deployment.tp": 8, **overrides})
+        return {lever.name: lever for lever in catalog(base.scenario(), base.table, tmp_path)}
+
+    off = levers()
+    assert off["expert parallel on"].overrides == {"deployment.expert_parallel": True}
+    assert "expert parallel off" in off["DeepEP all-to-alls on"].skipped
+    on = levers(**{"deployment.expert_parallel": True})
+    assert on["DeepEP all-to-alls on"].overrides == {"deployment.moe_all_to_all": True}
+    both = levers(**{"deployment.expert_parallel": True, "deployment.moe_all_to_all": True})
+    assert both["expert parallel off"].overrides == {"deployment.expert_parallel": False,
+                                                     "deployment.moe_all_to_all": False}
+    assert both["DeepEP all-to-alls off"].overrides == {"deployment.moe_all_to_all": False}
+    trtllm = levers(**{"deployment.expert_parallel": True, "engine.scheduler": "trtllm"})
+    assert trtllm["DeepEP all-to-alls on"].skipped == ("TensorRT-LLM dispatches with all-to-all only over more "
+                                                       "expert ranks than a token's 8 experts (8 here)")
+    dense = {lever.name: lever for lever in catalog(_small_base().scenario(), _small_base().table, tmp_path)}
+    assert dense["expert parallel on"].skipped.endswith("has no experts")

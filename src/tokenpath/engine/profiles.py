@@ -256,6 +256,18 @@ class Profile:
             return assumption == self.eager_host
         return True
 
+    def expert_ranks(self, chips: int, tp: int) -> int:
+        """The chips one expert group spans under expert parallel (`expert_group`)."""
+        return chips if self.expert_group == "deployment" else tp
+
+    def all_to_all_refusal(self, expert_ranks: int, experts_per_token: int) -> str | None:
+        """Why this engine would not dispatch a MoE layer's tokens by all-to-all over `expert_ranks` chips;
+        None: it would."""
+        if self.all_to_all_needs_more_ranks_than_top_k and expert_ranks <= experts_per_token:
+            return (f"{self.engine} dispatches with all-to-all only over more expert ranks than a token's "
+                    f"{experts_per_token} experts ({expert_ranks} here)")
+        return None
+
     def attention_dp_refusal(self, moe: bool) -> str | None:
         """Why this engine does not run attention data-parallel for a model (MoE or not); None: it does."""
         if self.attention_dp_models is None:

@@ -95,14 +95,10 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         replicas = engine.profile.attention_dp_models == "moe"  # (its ranks of a dense model: replicas of tp 1)
         raise UserError(f"deployment.attention_dp: {refusal}; set it to false"
                         + (f" and deployment.tp = 1 for {dep.chips} replicas" if replicas else ""))
-    expert_ranks = dep.chips if engine.profile.expert_group == "deployment" else dep.tp
-    if (dep.moe_all_to_all and engine.profile.all_to_all_needs_more_ranks_than_top_k
-            and expert_ranks <= model.experts_per_token):
-        # WideEPMoE.select_alltoall_method_type (tensorrt_llm/_torch/modules/fused_moe/): NotEnabled when
-        # moe_ep_size <= top_k, the hidden states then allgathered and reducescattered
-        raise UserError(f"deployment.moe_all_to_all: {engine.profile.engine} dispatches with all-to-all only over "
-                        f"more expert ranks than a token's {model.experts_per_token} experts ({expert_ranks} here); "
-                        "set it to false or use more chips")
+    refusal = engine.profile.all_to_all_refusal(engine.profile.expert_ranks(dep.chips, dep.tp),
+                                                model.experts_per_token) if dep.moe_all_to_all else None
+    if refusal:
+        raise UserError(f"deployment.moe_all_to_all: {refusal}; set it to false or use more chips")
     if dep.attention_dp and engine.profile.attention_dp_splits_budget and engine.max_num_seqs < dep.tp:
         # SGLang: "max_running_requests (...) is less than dp_size (...)" (managers/scheduler.py)
         raise UserError(f"engine.max_num_seqs: {engine.max_num_seqs} running requests do not divide over "

@@ -163,6 +163,7 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
         levers.append(Lever(name, "", skipped=refusal))
     else:
         levers.append(Lever(name, "", {"deployment.attention_dp": not dep.attention_dp}))
+    levers.extend(_experts(scenario))
     if isinstance(fabric.spec, HierarchyFabric):
         net = fabric.spec.network.link_bw
         levers.append(Lever(f"scale-out network x{BANDWIDTH_FACTOR:g} ({_gbps(net * BANDWIDTH_FACTOR)} per link)", "",
@@ -171,6 +172,28 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
         levers.append(Lever("faster scale-out network", "",
                             skipped=f"one {fabric.spec.kind} joins all {dep.chips} chips: "
                                     "no scale-out network in the path"))
+    return levers
+
+
+def _experts(scenario: Scenario) -> list[Lever]:
+    """Expert parallel on or off, and with it DeepEP's all-to-alls on or off, where the engine runs them."""
+    dep, profile = scenario.deployment, scenario.engine.profile
+    model = load_model(scenario.model_source())
+    name = f"expert parallel {'off' if dep.expert_parallel else 'on'}"
+    if not model.is_moe:
+        return [Lever(name, "", skipped=f"{model.name} has no experts")]
+    if dep.pp > 1:
+        return [Lever(name, "", skipped="expert parallel is modelled with pp = 1")]
+    levers = [Lever(name, "", {"deployment.expert_parallel": not dep.expert_parallel,
+                               **({"deployment.moe_all_to_all": False} if dep.moe_all_to_all else {})})]
+    name = f"DeepEP all-to-alls {'off' if dep.moe_all_to_all else 'on'}"
+    refusal = profile.all_to_all_refusal(profile.expert_ranks(dep.chips, dep.tp), model.experts_per_token)
+    if not dep.expert_parallel:
+        levers.append(Lever(name, "", skipped="the experts are not spread over the chips (expert parallel off)"))
+    elif refusal and not dep.moe_all_to_all:
+        levers.append(Lever(name, "", skipped=refusal))
+    else:
+        levers.append(Lever(name, "", {"deployment.moe_all_to_all": not dep.moe_all_to_all}))
     return levers
 
 
