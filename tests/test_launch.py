@@ -686,3 +686,13 @@ def test_all_to_all_dispatch_launches_the_engines_deepep_backend(engine, flag, v
     assert _values(argv, flag) == [value]
     (argv,) = shell_words(launch_files(load_scenario("typical", base), engine)[f"launch-{engine}.sh"])
     assert flag not in argv  # the engine's default gathers and reduce-scatters, as simulated
+
+
+def test_vllm_says_its_data_parallel_engines_of_an_moe_model_step_together():
+    # docs/serving/data_parallel_deployment.md: the experts form a (DP x TP) tensor-parallel group
+    two = {"model.name": "qwen3-235b-a22b", "deployment.chips": 8, "deployment.tp": 4}
+    script = launch_files(load_scenario("typical", two), "vllm")["launch-vllm.sh"]
+    assert ("the 2 data-parallel engines of one vLLM server step together for their expert layers, tensor-parallel "
+            "over all its chips; the simulation steps its 2 replicas apart, each with every expert") in script
+    dense = launch_files(load_scenario("typical", {"deployment.chips": 8, "deployment.tp": 4}), "vllm")["launch-vllm.sh"]
+    assert "step together" not in dense

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from tokenpath.compute.model import load_model
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
 from tokenpath.launch.hosts import HEAD_ADDR, NODE_RANK, Hosts
@@ -59,11 +60,16 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
                                                   "simulation runs prompt steps with the high-throughput kernels")
     else:
         settings.map("deployment.moe_all_to_all", "(off: vLLM's default --all2all-backend allgather_reducescatter)")
-    if dep.attention_dp and replicas > 1:
-        settings.note("deployment.attention_dp", f"the {replicas * ranks} data-parallel engines of one vLLM server "
-                                                 f"step together for their expert layers, where the simulation "
-                                                 f"steps its {replicas} replicas of {ranks} apart")
-    elif dep.attention_dp:
+    if replicas > 1 and load_model(s.model_source()).is_moe:
+        # docs/serving/data_parallel_deployment.md: an MoE model's data-parallel ranks align their forward passes,
+        # "the expert layers form a (DP x TP) sized tensor parallel group" without expert parallel
+        tp_experts = "" if dep.expert_parallel else ", tensor-parallel over all its chips"
+        own_experts = "" if dep.expert_parallel else (", each with every expert over its own chips, as a server "
+                                                      "per replica runs them")
+        settings.note("deployment.chips", f"the {replicas * ranks} data-parallel engines of one vLLM server step "
+                                          f"together for their expert layers{tp_experts}; the simulation steps its "
+                                          f"{replicas} replicas apart{own_experts}")
+    if dep.attention_dp:
         settings.map("deployment.attention_dp", f"--tensor-parallel-size 1 --data-parallel-size {ranks}")
     else:
         settings.map("deployment.attention_dp", "(off)")
