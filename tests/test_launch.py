@@ -694,5 +694,5 @@ def test_vllm_says_its_data_parallel_engines_of_an_moe_model_step_together():
     script = launch_files(load_scenario("typical", two), "vllm")["launch-vllm.sh"]
     assert ("the 2 data-parallel engines of one vLLM server step together for their expert layers, tensor-parallel "
             "over all its chips; the simulation steps its 2 replicas apart, each with every expert") in script
-    dense = launch_files(load_scenario("typical", {"deployment.chips": 8, "deployment.tp": 4}), "vllm")["launch-vllm.sh"]
-    assert "step together" not in dense
+    dense = load_scenario("typical", {"deployment.chips": 8, "deployment.tp": 4})
+    assert "step together" not in launch_files(dense, "vllm")["launch-vllm.sh"]
