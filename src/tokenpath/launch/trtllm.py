@@ -51,7 +51,7 @@ def command(plan: Plan, settings: Settings, options_path: str, host: str | None 
                                                   "domain spans nodes, DeepEP with TRTLLM_CAN_USE_DEEP_EP=1 in its "
                                                   "environment (WideEPMoE.select_alltoall_method_type)")
     else:
-        settings.map("deployment.moe_all_to_all", "(off: allgather and reducescatter)")
+        settings.map("deployment.moe_all_to_all", "(off: no all-to-all, as on one NVLink domain)")
     cmd.add(settings, "engine.max_num_seqs", "--max_batch_size", eng.max_num_seqs)
     cmd.add(settings, "engine.max_num_batched_tokens", "--max_num_tokens", eng.max_num_batched_tokens)
     nccl_nvls_default(plan, settings)
