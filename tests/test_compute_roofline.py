@@ -388,16 +388,16 @@ def test_moe_expected_experts_touched():
     assert one.bytes == pytest.approx(8 * expert_bytes, rel=0.01)
 
 
-@pytest.mark.parametrize("model, chip, weights, expert_replicas, width, ceiling", [
-    ("deepseek-v3", "h200", "fp8", 1, 2048 / 8, efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING),  # tp 8, blocks
-    ("deepseek-v3", "h200", "fp8", 2, 2048, efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING),      # whole experts (EP)
-    ("deepseek-v3", "h200", "bf16", 1, 2048 / 8, 1.0),                                       # no fp8 blocks in bf16
-    ("deepseek-v3", "a100", "fp8", 1, 2048 / 8, 1.0),   # fp8 weight-only, multiplied at bf16: no block kernels
-    ("mixtral-8x7b", "h200", "fp8", 1, 14336 / 8, 1.0),                                      # per-tensor fp8
+@pytest.mark.parametrize("model, chip, weights, expert_parallel, width, ceiling", [
+    ("deepseek-v3", "h200", "fp8", False, 2048 / 8, efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING),  # tp 8, blocks
+    ("deepseek-v3", "h200", "fp8", True, 2048, efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING),       # whole experts
+    ("deepseek-v3", "h200", "bf16", False, 2048 / 8, 1.0),                                   # no fp8 blocks in bf16
+    ("deepseek-v3", "a100", "fp8", False, 2048 / 8, 1.0),  # fp8 weight-only, multiplied at bf16: no block kernels
+    ("mixtral-8x7b", "h200", "fp8", False, 14336 / 8, 1.0),                                  # per-tensor fp8
 ])
-def test_routed_experts_run_at_their_widths_share_of_the_dense_rate(model, chip, weights, expert_replicas, width,
+def test_routed_experts_run_at_their_widths_share_of_the_dense_rate(model, chip, weights, expert_parallel, width,
                                                                     ceiling):
-    cm = ComputeModel(load_model(model), load_chip(chip), 8, weights, "bf16", expert_replicas=expert_replicas)
+    cm = ComputeModel(load_model(model), load_chip(chip), 8, weights, "bf16", expert_parallel=expert_parallel)
     experts = next(op for op in cm.ops if op.name == "moe_experts")
     dense = load_chip(chip).effective_flops(weights)
     fraction = ceiling * width / (width + efficiency.EXPERT_GEMM_HALF_WIDTH)
@@ -409,7 +409,7 @@ def test_routed_experts_run_at_their_widths_share_of_the_dense_rate(model, chip,
     assert big.bound == "compute"
     assert big.time_s >= big.flops / (dense * fraction)
     dense_rate = Assumptions(values={"expert_gemm_half_width": 0.0, "block_scaled_expert_gemm_ceiling": 1.0})
-    full = ComputeModel(load_model(model), load_chip(chip), 8, weights, "bf16", expert_replicas=expert_replicas,
+    full = ComputeModel(load_model(model), load_chip(chip), 8, weights, "bf16", expert_parallel=expert_parallel,
                         assumptions=dense_rate)
     assert next(op for op in full.ops if op.name == "moe_experts").flops_per_s == pytest.approx(dense)
     assert full.step_time_s(1, 1, 1, 1) == pytest.approx(cm.step_time_s(1, 1, 1, 1), rel=1e-3)

@@ -144,23 +144,17 @@ def test_sglang_sets_its_running_requests_from_the_replicas_whole_pool_then_spli
     assert two.engine.max_num_seqs == 2048
 
 
-def test_expert_parallel_gathers_the_hidden_states_over_every_chip_unless_all_to_all():
+def test_expert_parallel_keeps_each_moe_layers_all_reduce_unless_all_to_all():
     """The engines' default under expert parallel (vLLM's allgather_reducescatter, SGLang's --moe-a2a-backend
     none, TensorRT-LLM on one NVLink domain): each MoE layer gathers the hidden states over the experts' chips
-    and reduce-scatters them after. Within one replica that is the layer's own all-reduce; over four, an
-    all-reduce of the four replicas' tokens over all eight chips."""
+    and reduce-scatters them after, the all-reduce the layer has anyway, decode steps or not."""
     moe = {"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8}
     one = build_deployment(scenario(**moe, **{"deployment.tp": 8, "deployment.expert_parallel": True}))
-    assert (one.costs.allreduces_per_step, one.costs.all_to_alls_per_step, one.costs.expert_allreduces_per_step) == (
-        64, 0, 0)
-    four = build_deployment(scenario(**moe, **{"deployment.tp": 2, "deployment.expert_parallel": True}))
-    assert (four.costs.allreduces_per_step, four.costs.all_to_alls_per_step,
-            four.costs.expert_allreduces_per_step) == (32, 0, 32)
-    parts = four.costs.traffic_parts_s(256)
-    assert parts["ep_all_reduce"] == pytest.approx(
-        32 * four.collectives.time_s("all_reduce", four.compute.allreduce_bytes(256) * 4, [list(range(8))]), rel=1e-12)
-    assert parts["ep_all_to_all"] == 0.0
-    assert four.costs.traffic_s(256, True) == four.costs.traffic_s(256, False)  # no low-latency kernels
+    four = build_deployment(scenario(**moe, **{"deployment.tp": 2, "deployment.expert_parallel": True,
+                                               "engine.scheduler": "prefill-first"}))
+    for dep in (one, four):
+        assert (dep.costs.allreduces_per_step, dep.costs.all_to_alls_per_step) == (64, 0)
+        assert dep.costs.traffic_s(256, True) == dep.costs.traffic_s(256, False)  # no low-latency kernels
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -168,23 +162,30 @@ def test_expert_parallel_gathers_the_hidden_states_over_every_chip_unless_all_to
                                           "over the chips; set deployment.expert_parallel = true"),
     ({"deployment.moe_all_to_all": True, "deployment.expert_parallel": True, "engine.scheduler": "trtllm"},
      "deployment.moe_all_to_all: TensorRT-LLM dispatches with all-to-all only over more expert ranks than a "
-     "token's 8 experts (8 here)")])
-def test_all_to_all_dispatch_is_refused_where_the_engine_would_not_run_it(overrides, message):
+     "token's 8 experts (8 here)"),
+    # vLLM's data-parallel engines that share their experts step together: attention data-parallel, not replicas
+    ({"deployment.expert_parallel": True, "deployment.tp": 1},
+     "deployment.expert_parallel: the data-parallel engines of one vLLM V1 server share their experts and step "
+     "together, which tokenpath models as attention data-parallel ranks of one chip each: set deployment.tp = 8 "
+     "and deployment.attention_dp = true, or expert_parallel = false")])
+def test_expert_parallel_is_refused_where_the_engine_would_not_run_it_so(overrides, message):
     with pytest.raises(UserError, match=re.escape(message)):
         build_deployment(scenario(**{"model.name": "deepseek-v3", **overrides}))
 
 
-def test_expert_parallel_replaces_moe_all_reduces_with_all_to_alls():
+def test_all_to_alls_replace_the_moe_all_reduces_within_each_replica():
     s = scenario(**{"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8,
-                    "deployment.tp": 2, "deployment.expert_parallel": True, "deployment.moe_all_to_all": True})
+                    "deployment.tp": 2, "deployment.expert_parallel": True, "deployment.moe_all_to_all": True,
+                    "engine.scheduler": "prefill-first"})
     dep = build_deployment(s)
     # 32 layers, all MoE: attention all-reduces stay (32), MoE all-reduces become dispatch + combine.
     assert dep.costs.allreduces_per_step == 32
     assert dep.costs.all_to_alls_per_step == 64
     parts = dep.costs.traffic_parts_s(256)
     routed = dep.compute.allreduce_bytes(256) / 2 * 2  # tokens split over 2 TP ranks, top-2 copies
+    replicas = [[0, 1], [2, 3], [4, 5], [6, 7]]  # each replica's experts over its own chips, all at once
     assert parts["ep_all_to_all"] == pytest.approx(
-        64 * dep.collectives.time_s("all_to_all", routed, [list(range(8))]), rel=1e-12)
+        64 * dep.collectives.time_s("all_to_all", routed, replicas), rel=1e-12)
     # A decode-only step runs them with the low-latency kernels: each call pays their fixed cost too.
     decode = dep.costs.traffic_parts_s(256, decode_only=True)
     assert decode["ep_all_to_all"] - parts["ep_all_to_all"] == pytest.approx(64 * LOW_LATENCY_ALL_TO_ALL_S, rel=1e-9)
@@ -192,39 +193,26 @@ def test_expert_parallel_replaces_moe_all_reduces_with_all_to_alls():
     assert dep.costs.traffic_s(256, True) == pytest.approx(sum(decode.values()), rel=1e-12)
 
 
-def test_expert_parallel_spreads_whole_experts_over_every_chip():
-    """8 chips as 4 replicas of TP2: each chip holds 2 of Mixtral's 8 experts whole instead of half of
-    all 8, so its expert weights, and the expert bytes a step reads, are a quarter; FLOPs are unchanged."""
-    base = {"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8, "deployment.tp": 2}
-    tp = build_deployment(scenario(**base)).compute
-    ep = build_deployment(scenario(**base, **{"deployment.expert_parallel": True})).compute
-    assert ep.expert_replicas == 4 and tp.expert_replicas == 1
-
-    def experts(compute, tokens):
-        return next(op for op in compute.step_ops(tokens, tokens, tokens * 500, tokens * 500)
-                    if op.name == "moe_experts")
-
-    expert_weights = next(op.resident_bytes for op in tp.ops if op.name == "moe_experts")
-    assert tp.weight_bytes_per_chip - ep.weight_bytes_per_chip == pytest.approx(expert_weights * 3 / 4, rel=1e-12)
-    assert ep.kv_capacity_tokens(0.9, 8192) > tp.kv_capacity_tokens(0.9, 8192)
-    per_expert = next(op.bytes_per_expert for op in tp.ops if op.name == "moe_experts")
-    activations = next(op.bytes_per_token for op in tp.ops if op.name == "moe_experts")
-    for tokens in (1, 4, 64):
-        a, b = experts(tp, tokens), experts(ep, tokens)
-        assert b.flops == a.flops
-        # Experts touched on this chip: by the tokens of all 4 replicas, top-2 of 8 each.
-        touched_by_all = 8 * (1 - (6 / 8) ** (4 * tokens))
-        assert b.bytes == pytest.approx(activations * tokens + per_expert / 4 * touched_by_all, rel=1e-12)
-        assert a.bytes == pytest.approx(activations * tokens + per_expert * 8 * (1 - (6 / 8) ** tokens), rel=1e-12)
-
-
 def test_wide_expert_parallel_fits_a_model_tensor_parallel_alone_does_not():
+    """DeepSeek-V3 on 4 x 8 H100 does not fit as replicas of TP8; as vLLM's 32 data-parallel engines of one chip
+    sharing their experts (attention data-parallel over the 32 with expert parallel), each chip holds 1/32 of
+    the routed experts and every other layer whole."""
     base = {"model.name": "deepseek-v3", "model.precision": "fp8", "deployment.chip": "h100",
             "deployment.chips": 32, "deployment.tp": 8, "deployment.fabric": "h100-4x8-rail"}
     with pytest.raises(UserError, match=r"79.3 GiB of weights per chip at fp8, tp=8, pp=1\) does not fit"):
         build_deployment(scenario(**base))
-    dep = build_deployment(scenario(**base, **{"deployment.expert_parallel": True}))
-    assert dep.compute.weight_bytes_per_chip / 2**30 == pytest.approx(22.18, abs=0.01)
+    dep = build_deployment(scenario(**{**base, "deployment.tp": 32, "deployment.attention_dp": True,
+                                       "deployment.expert_parallel": True}))
+    ops = {op.name: op for op in dep.compute.ops}
+    from tokenpath.compute.chip import load_chip
+    from tokenpath.compute.model import load_model
+    from tokenpath.compute.roofline import ComputeModel
+
+    tp8 = {op.name: op for op in ComputeModel(load_model("deepseek-v3"), load_chip("h100"), 8, "fp8", "bf16").ops}
+    assert ops["moe_experts"].resident_bytes == pytest.approx(tp8["moe_experts"].resident_bytes / 4)
+    # 19.0 GiB of experts, 10.6 of attention, 3.5 of bf16 embedding and LM head, 2.4 of shared experts, 1.1 of
+    # dense MLPs and the rest (router, norms)
+    assert dep.compute.weight_bytes_per_chip / 2**30 == pytest.approx(36.80, abs=0.01)
 
 
 def test_without_expert_parallel_decode_only_steps_cost_the_same_traffic():
@@ -391,33 +379,6 @@ def test_a_bad_placement_is_one_line_naming_the_field(value, fragment):
     assert fragment in str(error.value) and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("scheduler, expert_replicas", [("vllm-v1", 4), ("prefill-first", 1), ("trtllm", 1)])
-def test_the_experts_span_the_chips_each_engine_spreads_them_over(scheduler, expert_replicas):
-    """vLLM's data-parallel engines of one server form one expert group over every chip; SGLang's --ep-size
-    divides its --tp-size and TensorRT-LLM runs a server per replica, so each replica holds every expert."""
-    base = {"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8, "deployment.tp": 2,
-            "engine.scheduler": scheduler}
-    tp = build_deployment(scenario(**base))
-    ep = build_deployment(scenario(**base, **{"deployment.expert_parallel": True}))
-    assert ep.compute.expert_replicas == expert_replicas
-    assert tp.compute.weight_bytes_per_chip - ep.compute.weight_bytes_per_chip == pytest.approx(
-        next(op.resident_bytes for op in tp.compute.ops if op.name == "moe_experts") * (1 - 1 / expert_replicas))
-    # Within a replica a MoE layer's gather is the layer's own all-reduce; over the deployment, one over all 8.
-    expert_allreduces = ep.costs.expert_allreduces_per_step
-    assert (ep.costs.allreduces_per_step, expert_allreduces) == ((32, 32) if expert_replicas > 1 else (64, 0))
-
-
-@pytest.mark.parametrize("scheduler, groups", [("vllm-v1", [list(range(8))]),
-                                               ("prefill-first", [[0, 1], [2, 3], [4, 5], [6, 7]])])
-def test_all_to_alls_run_over_the_experts_chips(scheduler, groups):
-    base = {"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8, "deployment.tp": 2,
-            "engine.scheduler": scheduler, "deployment.expert_parallel": True, "deployment.moe_all_to_all": True}
-    dep = build_deployment(scenario(**base))
-    routed = dep.compute.allreduce_bytes(64) / 2 * 2  # tokens split over 2 TP ranks, top-2 copies
-    assert dep.costs.traffic_parts_s(64)["ep_all_to_all"] == pytest.approx(
-        64 * dep.collectives.time_s("all_to_all", routed, groups), rel=1e-12)
-
-
 def test_whole_experts_run_gemms_a_whole_expert_wide_within_one_replica():
     """Expert parallel within one replica holds whole experts, as many bytes as their tensor-parallel slices,
     and runs their GEMMs a whole expert wide, at the wider GEMM's rate."""
@@ -429,15 +390,14 @@ def test_whole_experts_run_gemms_a_whole_expert_wide_within_one_replica():
     assert ep["moe_experts"].flops_per_s > tp["moe_experts"].flops_per_s  # 2,048 columns wide, not 256
 
 
-def test_the_report_says_where_the_experts_are_and_how_their_tokens_reach_them():
+def test_the_report_says_the_experts_are_spread_and_how_their_tokens_reach_them():
     from tokenpath.report.simulation import describe
 
     def line(**overrides):
         sim = simulate(scenario(**{"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8,
                                    "deployment.tp": 2, "deployment.expert_parallel": True,
-                                   "workload.num_requests": 20, **overrides}))
+                                   "engine.scheduler": "prefill-first", "workload.num_requests": 20, **overrides}))
         return dict(describe(sim))["deployment"]
 
-    assert "EP over all chips, 4 replicas" in line()
-    assert "EP over each replica's chips (all-to-all), 4 replicas" in line(
-        **{"engine.scheduler": "prefill-first", "deployment.moe_all_to_all": True})
+    assert "TP=2, PP=1, EP, 4 replicas" in line()
+    assert "TP=2, PP=1, EP (all-to-all), 4 replicas" in line(**{"deployment.moe_all_to_all": True})

@@ -240,7 +240,7 @@ def test_explain_names_the_low_latency_all_to_alls_of_a_decode_step(capsys):
     from tokenpath.report.explain import explain, explain_table
 
     sim = simulate(small(**{"model.name": "mixtral-8x7b", "model.precision": "bf16", "deployment.chips": 8,
-                            "deployment.tp": 2, "deployment.expert_parallel": True,
+                            "deployment.tp": 8, "deployment.expert_parallel": True,
                             "deployment.moe_all_to_all": True, "workload.num_requests": 100,
                             "workload.input": {"kind": "fixed", "value": 50},
                             "workload.output": {"kind": "fixed", "value": 400}}))

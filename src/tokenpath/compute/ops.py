@@ -112,7 +112,6 @@ class _Sharding:
     tp: int
     weight_precision: str
     kv_precision: str
-    expert_replicas: int
     assumptions: Assumptions
     expert_precision: str  # the routed experts' weights (an MXFP4 checkpoint's, gpt-oss: the rest in bf16)
     latent_attention: bool  # an MLA model's attention in its latent space, or expanded per head
@@ -169,16 +168,15 @@ class _Sharding:
 
 
 def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
-              expert_replicas: int = 1, assumptions: Assumptions = DEFAULTS,
+              assumptions: Assumptions = DEFAULTS,
               expert_precision: str | None = None, attention_dp: bool = False,
               latent_attention: bool = True, weight_only_expert_time: float = 1.0,
               input_projection: int = 0, attention_dp_whole: frozenset[str] = frozenset(),
               expert_parallel: bool = False) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
-    `expert_parallel` places routed experts whole, 1/(tp * expert_replicas) of them per chip, over
-    `expert_replicas` replicas (roofline.ComputeModel): their FLOPs per chip are those of tensor
-    parallelism, their weights and the bytes a step reads divide by `expert_replicas`, and their
+    `expert_parallel` places routed experts whole, 1/tp of them per chip (roofline.ComputeModel): their
+    FLOPs, weights and bytes a step reads per chip are those of tensor parallelism on average, and their
     grouped GEMMs are as wide as a whole expert. `assumptions`: a run's (the registry's by default).
     `expert_precision`: the routed experts' weights, where they differ from the others' (None: the same).
 
@@ -196,9 +194,8 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
 
     `input_projection`: a drafter's projection of `input_projection` hidden-width inputs down to one
     before its layer (_input_projection; 0: none)."""
-    s = _Sharding(model, chip, tp, weight_precision, kv_precision, expert_replicas, assumptions,
-                  expert_precision or weight_precision, latent_attention, weight_only_expert_time,
-                  expert_parallel or expert_replicas > 1)
+    s = _Sharding(model, chip, tp, weight_precision, kv_precision, assumptions,
+                  expert_precision or weight_precision, latent_attention, weight_only_expert_time, expert_parallel)
     data_parallel = attention_dp and tp > 1
     whole = dataclasses.replace(s, tp=1)
 
@@ -393,7 +390,7 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
     model, h = s.model, s.model.hidden_size
     if not model.is_moe:
         return []
-    moe_layers, replicas = model.moe_layers, s.expert_replicas
+    moe_layers = model.moe_layers
     inter = model.moe_intermediate_size / s.tp
     expert_params = 3 * h * inter
     # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
@@ -411,8 +408,8 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
         s.chip.effective_flops(precision) * expert_gemm_fraction(width, block_scaled, s.assumptions) / slow,
         flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
         bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * s.act * moe_layers * slow,
-        bytes_per_expert=expert_params * expert_bytes * moe_layers / replicas * slow,
-        resident_bytes=model.num_experts * expert_params * expert_bytes * moe_layers / replicas,
+        bytes_per_expert=expert_params * expert_bytes * moe_layers * slow,
+        resident_bytes=model.num_experts * expert_params * expert_bytes * moe_layers,
         kernels=expert_layer_kernels(expert_bytes) * moe_layers,
         gemm=True,
     )]

@@ -91,13 +91,9 @@ class ComputeModel:
     tensor cores, its host's calls for each MoE block's router and experts, in place of those ops' kernels
     (engine/eager_launches.py); None: the ops' count.
 
-    Expert parallelism (`expert_parallel`) over `expert_replicas` replicas of `tp` chips each (1: the
-    experts within each replica): every chip holds whole routed experts, 1/(tp * expert_replicas) of
-    them, which serve the tokens of all those replicas.
-    With the replicas stepping with similar batches and tokens routed uniformly, a chip's expert FLOPs
-    are those of tensor parallelism, while its expert weights, and the expert bytes a step reads (of
-    experts touched by every replica's tokens), divide by `expert_replicas`; their grouped GEMMs are as
-    wide as whole experts (ops.build_ops).
+    Expert parallelism (`expert_parallel`) places whole routed experts on the `tp` chips, 1/tp of them each:
+    a chip's expert FLOPs, weights and the expert bytes a step reads are those of tensor parallelism on
+    average, and their grouped GEMMs are as wide as whole experts (ops.build_ops).
 
     A speculative-decoding drafter (compute/drafter.py) adds its `input_projection` (ops.build_ops) and
     names in `shared_weights` the ops whose weights it takes from the target (the embedding, the LM head):
@@ -110,7 +106,6 @@ class ComputeModel:
     def __init__(self, model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, kv_precision: str,
                  pp: int = 1, cuda_graphs: str = "all", cuda_graph_max_tokens: int | None = None,
                  cuda_graph_sizes: frozenset[int] | None = None, prefill_graph_max_tokens: int | None = None,
-                 expert_replicas: int = 1,
                  host_window_s: float = 0.0, host_step_s: float = 0.0,
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
                  host_eager_kernels: float | None = None, fused_mxfp4_moe_calls: int | None = None,
@@ -145,8 +140,8 @@ class ComputeModel:
                                   and "dense_mlp" in attention_dp_whole else 0)
         # An MLA model's attention in its latent space, or expanded per head as older releases ran it (ops.build_ops).
         self.latent_attention = latent_attention
-        self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, expert_replicas,
-                                             assumptions, self.expert_precision, self.attention_dp, latent_attention,
+        self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, assumptions,
+                                             self.expert_precision, self.attention_dp, latent_attention,
                                              weight_only_expert_time, input_projection, attention_dp_whole,
                                              expert_parallel)
         # A drafter's ops whose weights are the target's (compute/drafter.py): they run and stream those
@@ -156,7 +151,6 @@ class ComputeModel:
             raise ValueError(f"shared_weights: no op named {', '.join(sorted(unknown))}")
         self.ops = [dataclasses.replace(op, resident_bytes=0.0) if op.name in shared_weights else op
                     for op in self.ops]
-        self.expert_replicas = expert_replicas
         self.weight_bytes_per_chip: float = self._stage_weight_bytes(pp)
         per_layer = kv_bytes_per_token_per_layer(model, 1 if self.attention_dp else tp, kv_precision, latent_attention)
         # A token of a sequence still within every window holds KV in every layer; a sliding layer
@@ -333,8 +327,6 @@ class ComputeModel:
             where = f"{self.chip.name}'s {hbm / 2**30:.3g} GiB HBM"
             what = (f"{weights / 2**30:.1f} GiB of weights per chip at {self.weight_precision}, "
                     f"tp={self.tp}, pp={self.pp}")
-            if self.expert_replicas > 1:
-                what += f", experts over {self.tp * self.expert_replicas} chips"
             if drafter is not None:
                 what += f", the drafter's {drafter.weight_bytes_per_chip / 2**30:.1f} GiB included"
             if share_covers == "weights_and_kv":
@@ -370,11 +362,11 @@ class ComputeModel:
     # -- time ----------------------------------------------------------------------------------------
 
     def experts_touched(self, num_tokens: float) -> float:
-        """Expected distinct routed experts per layer hit by `num_tokens` tokens of each expert replica,
-        routed uniformly at random to top-k of E: E * (1 - (1 - k/E)^(T * expert_replicas))."""
+        """Expected distinct routed experts per layer hit by `num_tokens` tokens, routed uniformly at random
+        to top-k of E: E * (1 - (1 - k/E)^T)."""
         if not self.model.is_moe:
             return 0.0
-        return self._num_experts * (1.0 - self._expert_miss ** (num_tokens * self.expert_replicas))
+        return self._num_experts * (1.0 - self._expert_miss ** num_tokens)
 
     def _stage_weight_bytes(self, pp: int) -> float:
         """The weights a chip of the heaviest pipeline stage holds: its layers' (pipeline_stage_layers), and
@@ -534,7 +526,7 @@ class ComputeModel:
             attn_pairs, kv_read_tokens = self.attention_aggregates(t, n, attn_pairs, kv_read_tokens, sequences)
         touched = 0.0
         if self._num_experts:
-            touched = self._num_experts * (1.0 - self._expert_miss ** (t * self.expert_replicas))
+            touched = self._num_experts * (1.0 - self._expert_miss ** t)
         c = chunk_context_tokens
         total += self._sum_coefficients_s(self._other_ops, t, n, attn_pairs, kv_read_tokens, touched, c)
         if self._chip_ops:

@@ -4,18 +4,16 @@ Traffic of one step, not overlapped with compute (as in eager TP all-reduces):
 - tensor parallel: two all-reduces of the hidden state per layer, run by every TP group of every stage
   and replica at once, so groups that share links slow each other down (with attention data-parallel,
   one: an all-gather before the MLP and a reduce-scatter after it, ComputeModel.allreduces_per_layer);
-- expert parallel (MoE, whole experts spread over the chips the engine spreads them over: every chip of the
-  deployment, or each replica's, Profile.expert_group): by default each MoE layer's hidden states are
-  gathered over the experts' chips before the experts and reduce-scattered after, an all-reduce's traffic
-  over those chips (vLLM's default all2all_backend
+- expert parallel (MoE, whole experts spread over each replica's tp chips): by default each MoE layer's
+  hidden states are gathered over the experts' chips before the experts and reduce-scattered after, the
+  all-reduce the layer has anyway (vLLM's default all2all_backend
   allgather_reducescatter, vllm/config/parallel.py; SGLang's --moe-a2a-backend none; TensorRT-LLM's
   allgather and reducescatter wherever WideEPMoE.select_alltoall_method_type picks no all-to-all, as on
-  one NVLink domain with no more expert ranks than a token's experts, tensorrt_llm/_torch/modules/fused_moe/);
-  within one replica that is the all-reduce the layer has anyway. With `moe_all_to_all` (DeepEP) each MoE
-  layer's all-reduce becomes an all-to-all dispatch and an all-to-all combine of the routed token copies,
-  the tokens split over the TP ranks. Replicas are assumed to step with similar batches, as wide-EP
-  engines keep them. Decode-only steps run the all-to-alls with low-latency kernels and steps with prompt
-  tokens with the bandwidth-oriented ones, as SGLang's DeepEP mode auto does;
+  one NVLink domain with no more expert ranks than a token's experts, tensorrt_llm/_torch/modules/fused_moe/).
+  With `moe_all_to_all` (DeepEP) each MoE layer's all-reduce becomes an all-to-all dispatch and an
+  all-to-all combine of the routed token copies, the tokens split over the TP ranks. Decode-only steps
+  run them with low-latency kernels and steps with prompt tokens with the bandwidth-oriented ones, as
+  SGLang's DeepEP mode auto does;
 - pipeline parallel: the hidden state handed from each stage to the next, each TP rank its slice;
 - disaggregated serving: a prefilled request's KV cache sent from the prefill replica to the decode
   replica, each TP rank its own heads to the same rank there (`kv_transfer_s`; the pipeline queues
@@ -52,18 +50,12 @@ class GroupStepCosts:
         self.collectives = collectives
         self.placement = placement
         tp = placement.tp
-        moe_layers = model.num_layers - model.dense_layers if expert_parallel else 0
-        # MoE layers whose collective is not the replica's own all-reduce: all-to-alls, or (experts over
-        # several replicas) an all-reduce over every chip of the deployment
-        apart = moe_layers if moe_all_to_all or compute.expert_replicas > 1 else 0
+        # the MoE layers whose all-reduce all-to-alls replace
+        moe_layers = model.num_layers - model.dense_layers if expert_parallel and moe_all_to_all else 0
         collective_layers = model.num_layers - compute.rank_local_layers
-        self.allreduces_per_step = max(0, compute.allreduces_per_layer * collective_layers - apart) if tp > 1 else 0
-        expert_chips = placement.hosts.size if compute.expert_replicas > 1 else tp
-        self.all_to_alls_per_step = 2 * moe_layers if moe_all_to_all and expert_chips > 1 else 0
-        self.expert_allreduces_per_step = apart if not moe_all_to_all else 0
-        self._tp_groups = placement.tp_groups()
-        # the experts' chips: every chip where they span the deployment, else each replica's (all at once)
-        self._ep_group = placement.all_chips() if compute.expert_replicas > 1 else self._tp_groups
+        self.allreduces_per_step = (compute.allreduces_per_layer * collective_layers - moe_layers) if tp > 1 else 0
+        self.all_to_alls_per_step = 2 * moe_layers if tp > 1 else 0
+        self._tp_groups = placement.tp_groups()  # (the experts' chips too: each replica's)
         self._handoffs = [placement.stage_handoffs(s) for s in range(placement.pp - 1)]
         # They run once per engine step: bind them directly.
         self.compute_s = compute.step_time_s
@@ -82,20 +74,17 @@ class GroupStepCosts:
         decoding sequence, no prompt tokens)."""
         hidden_bytes = self.compute.allreduce_bytes(num_tokens)
         tp = self.placement.tp
-        parts = {"tp_all_reduce": 0.0, "ep_all_to_all": 0.0, "ep_all_reduce": 0.0, "pp_send_recv": 0.0}
+        parts = {"tp_all_reduce": 0.0, "ep_all_to_all": 0.0, "pp_send_recv": 0.0}
         if num_tokens <= 0:
             return parts
         if self.allreduces_per_step:
             parts["tp_all_reduce"] = self.allreduces_per_step * self.collectives.time_s(
                 "all_reduce", hidden_bytes, self._tp_groups)
-        if self.expert_allreduces_per_step:  # every replica's hidden states, over every chip
-            parts["ep_all_reduce"] = self.expert_allreduces_per_step * self.collectives.time_s(
-                "all_reduce", hidden_bytes * self.compute.expert_replicas, self._ep_group)
         if self.all_to_alls_per_step:
             routed_bytes = hidden_bytes / tp * self.compute.model.experts_per_token
             kernels = "low_latency" if decode_only else "direct"
             parts["ep_all_to_all"] = self.all_to_alls_per_step * self.collectives.time_s(
-                "all_to_all", routed_bytes, self._ep_group, kernels)
+                "all_to_all", routed_bytes, self._tp_groups, kernels)
         for pairs in self._handoffs:
             parts["pp_send_recv"] += self.collectives.time_s("send_recv", hidden_bytes / tp, pairs)
         return parts

@@ -38,10 +38,6 @@ class Placement:
         pairs = np.stack([self.hosts[:, stage, :], self.hosts[:, stage + 1, :]], axis=-1)
         return pairs.reshape(-1, 2).tolist()
 
-    def all_chips(self) -> list[list[int]]:
-        """One group of every chip (the expert-parallel group when experts span the deployment)."""
-        return [self.hosts.ravel().tolist()]
-
 
 def place(placement: str | list[int], replicas: int, pp: int, tp: int, fabric_hosts: int) -> Placement:
     """Lay out `replicas * pp * tp` chips on a fabric of `fabric_hosts` hosts.

@@ -120,10 +120,9 @@ class Profile:
     attention_dp_whole: frozenset[str]
     # More of them where its MoE layers' tokens go by all-to-all (deployment.moe_all_to_all).
     attention_dp_whole_all_to_all: frozenset[str]
-    # With deployment.expert_parallel, the chips its experts spread over: every chip of the deployment (one
-    # server's data-parallel engines share their expert layers) or each replica's own (a server per replica,
-    # or an expert group within each replica's tensor-parallel group).
-    expert_group: Literal["deployment", "replica"]
+    # Whether the data-parallel engines of one server share their expert layers, so that with expert parallel
+    # they step together (vLLM); where they do not, each replica holds every expert over its own tp chips.
+    data_parallel_shares_experts: bool
     # With deployment.moe_all_to_all, whether its all-to-all dispatch needs more expert ranks than a token's
     # experts (TensorRT-LLM, which otherwise gathers and reduce-scatters the hidden states: engine/costs.py).
     all_to_all_needs_more_ranks_than_top_k: bool
@@ -256,10 +255,6 @@ class Profile:
             return assumption == self.eager_host
         return True
 
-    def expert_ranks(self, chips: int, tp: int) -> int:
-        """The chips one expert group spans under expert parallel (`expert_group`)."""
-        return chips if self.expert_group == "deployment" else tp
-
     def all_to_all_refusal(self, expert_ranks: int, experts_per_token: int) -> str | None:
         """Why this engine would not dispatch a MoE layer's tokens by all-to-all over `expert_ranks` chips;
         None: it would."""
@@ -306,9 +301,9 @@ PROFILES: dict[str, Profile] = {
         attention_dp_models="moe",
         attention_dp_whole=frozenset({"embedding", "lm_head", "dense_mlp", "shared_experts", "moe_router"}),
         attention_dp_whole_all_to_all=frozenset(),
-        # --enable-expert-parallel: the experts over --data-parallel-size x --tensor-parallel-size
-        # (docs/serving/data_parallel_deployment.md), every replica's chips in one server (launch/vllm.py)
-        expert_group="deployment",
+        # --enable-expert-parallel: the experts over --data-parallel-size x --tensor-parallel-size, the engines'
+        # forward passes aligned (docs/serving/data_parallel_deployment.md)
+        data_parallel_shares_experts=True,
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=True,  # automatic prefix caching, on by default in V1
@@ -394,8 +389,7 @@ PROFILES: dict[str, Profile] = {
         attention_dp_models=None,  # V0 has no data-parallel engine cores (V1's, above)
         attention_dp_whole=frozenset(),
         attention_dp_whole_all_to_all=frozenset(),
-        # (V0 has no data-parallel engines: each replica is a server of its own)
-        expert_group="replica",
+        data_parallel_shares_experts=False,  # V0 has no data-parallel engines: a server per replica
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
@@ -492,7 +486,7 @@ PROFILES: dict[str, Profile] = {
         # --moe-dense-tp-size 1 (layer_boundary/layout.py, is_dense_ffn_fully_dp).
         attention_dp_whole_all_to_all=frozenset({"shared_experts"}),
         # --ep-size divides --tp-size: each replica's experts over its own tp chips (launch/sglang.py)
-        expert_group="replica",
+        data_parallel_shares_experts=False,
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
@@ -598,7 +592,7 @@ PROFILES: dict[str, Profile] = {
         attention_dp_whole=frozenset({"lm_head", "dense_mlp", "shared_experts", "moe_router"}),
         attention_dp_whole_all_to_all=frozenset(),
         # --ep_size within a trtllm-serve, one per replica (launch/trtllm.py)
-        expert_group="replica",
+        data_parallel_shares_experts=False,
         # WideEPMoE.select_alltoall_method_type (tensorrt_llm/_torch/modules/fused_moe/fused_moe_wide_ep.py):
         # NotEnabled while moe_ep_size <= top_k, then MNNVL where the NVLink domain spans nodes
         all_to_all_needs_more_ranks_than_top_k=True,

@@ -62,13 +62,12 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         settings.map("deployment.moe_all_to_all", "(off: vLLM's default --all2all-backend allgather_reducescatter)")
     if replicas > 1 and load_model(s.model_source()).is_moe:
         # docs/serving/data_parallel_deployment.md: an MoE model's data-parallel ranks align their forward passes,
-        # "the expert layers form a (DP x TP) sized tensor parallel group" without expert parallel
-        tp_experts = "" if dep.expert_parallel else ", tensor-parallel over all its chips"
-        own_experts = "" if dep.expert_parallel else (", each with every expert over its own chips, as a server "
-                                                      "per replica runs them")
+        # "the expert layers form a (DP x TP) sized tensor parallel group" (with expert parallel, the scenario
+        # is refused: sim/deployment.py)
         settings.note("deployment.chips", f"the {replicas * ranks} data-parallel engines of one vLLM server step "
-                                          f"together for their expert layers{tp_experts}; the simulation steps its "
-                                          f"{replicas} replicas apart{own_experts}")
+                                          "together for their expert layers, tensor-parallel over all its chips; "
+                                          f"the simulation steps its {replicas} replicas apart, each with every "
+                                          "expert over its own chips, as a server per replica runs them")
     if dep.attention_dp:
         settings.map("deployment.attention_dp", f"--tensor-parallel-size 1 --data-parallel-size {ranks}")
     else:

@@ -120,7 +120,7 @@ def explain(sim: Simulation) -> dict[str, Any]:
 
 
 TRAFFIC_LABELS = {"tp_all_reduce": "tensor-parallel all-reduces", "ep_all_to_all": "expert all-to-alls",
-                  "ep_all_reduce": "expert all-reduces over every chip", "pp_send_recv": "pipeline hand-offs"}
+                  "pp_send_recv": "pipeline hand-offs"}
 
 
 def explain_table(step: dict[str, Any], chip: str) -> Table:

@@ -12,13 +12,11 @@ from tokenpath.sim.front_end import api_servers
 from tokenpath.sim.simulate import Simulation
 
 
-def _experts(dep: Any, expert_replicas: int) -> str:
-    """Where the experts are, under expert parallel: over every chip or each replica's, and how their tokens
-    reach them."""
+def _experts(dep: Any) -> str:
+    """Under expert parallel: the experts over each replica's chips, and whether all-to-alls carry their tokens."""
     if not dep.expert_parallel:
         return ""
-    where = "all chips" if expert_replicas > 1 or dep.replicas == 1 else "each replica's chips"
-    return f", EP over {where}" + (" (all-to-all)" if dep.moe_all_to_all else "")
+    return ", EP" + (" (all-to-all)" if dep.moe_all_to_all else "")
 
 
 def _replicas(dep: Any) -> str:
@@ -83,7 +81,7 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         ("model", _model_line(d, s.model.precision, s.kv_precision(d.model))),
         ("deployment", f"{s.deployment.chips}x {d.chip.name}, TP={s.deployment.tp}, PP={s.deployment.pp}"
                        f"{', attention data-parallel' if s.deployment.attention_dp else ''}"
-                       f"{_experts(s.deployment, d.compute.expert_replicas)}, "
+                       f"{_experts(s.deployment)}, "
                        f"{_replicas(s.deployment)}"),
         ("fabric", f"{d.fabric_name}: {d.topology.kind}, {d.topology.hosts} hosts, {d.topology.diameter()} links "
                    f"across, {placement_name(s.deployment.placement)} placement, "

@@ -95,8 +95,13 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         replicas = engine.profile.attention_dp_models == "moe"  # (its ranks of a dense model: replicas of tp 1)
         raise UserError(f"deployment.attention_dp: {refusal}; set it to false"
                         + (f" and deployment.tp = 1 for {dep.chips} replicas" if replicas else ""))
-    refusal = engine.profile.all_to_all_refusal(engine.profile.expert_ranks(dep.chips, dep.tp),
-                                                model.experts_per_token) if dep.moe_all_to_all else None
+    pool = max(dep.prefill_replicas, dep.replicas - dep.prefill_replicas)  # the replicas of one server
+    if dep.expert_parallel and model.is_moe and pool > 1 and engine.profile.data_parallel_shares_experts:
+        raise UserError(f"deployment.expert_parallel: the data-parallel engines of one {engine.profile.engine} server "
+                        "share their experts and step together, which tokenpath models as attention data-parallel "
+                        f"ranks of one chip each: set deployment.tp = {dep.tp * pool} "
+                        "and deployment.attention_dp = true, or expert_parallel = false")
+    refusal = engine.profile.all_to_all_refusal(dep.tp, model.experts_per_token) if dep.moe_all_to_all else None
     if refusal:
         raise UserError(f"deployment.moe_all_to_all: {refusal}; set it to false or use more chips")
     if dep.attention_dp and engine.profile.attention_dp_splits_budget and engine.max_num_seqs < dep.tp:
@@ -135,8 +140,6 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
                            cuda_graph_sizes=engine.graph_batch_sizes(chip.hbm_bytes, dep.tp),
                            prefill_graph_max_tokens=prefill_graph_tokens,
-                           expert_replicas=(dep.replicas if dep.expert_parallel and model.is_moe
-                                            and engine.profile.expert_group == "deployment" else 1),
                            expert_parallel=dep.expert_parallel and model.is_moe,
                            host_window_s=host.window_s, host_step_s=host.step_s,
                            host_per_sequence_s=host.per_sequence_s,

@@ -321,8 +321,6 @@ def traffic_detail(sim: Simulation) -> str:
         parts.append(f"{costs.allreduces_per_step} tensor-parallel all-reduces per step across {dep.tp} chips")
     if costs.all_to_alls_per_step:
         parts.append(f"{costs.all_to_alls_per_step} expert-parallel all-to-alls across {dep.chips} chips")
-    if costs.expert_allreduces_per_step:
-        parts.append(f"{costs.expert_allreduces_per_step} expert-parallel all-reduces across {dep.chips} chips")
     if dep.pp > 1:
         parts.append(f"{dep.pp - 1} pipeline hand-offs")
     if dep.prefill_replicas:

@@ -118,7 +118,7 @@ class DeploymentSection(BaseModel):
     chips: int = Field(8, ge=1, le=MAX_CHIPS)
     tp: int = Field(8, ge=1, le=MAX_CHIPS)
     pp: int = Field(1, ge=1, le=MAX_CHIPS, description="pipeline stages per replica")
-    expert_parallel: bool = Field(False, description="MoE experts placed whole over every chip of the deployment; "
+    expert_parallel: bool = Field(False, description="MoE experts placed whole over each replica's tp chips; "
                                                      "their tokens gathered over those chips and reduced after, as "
                                                      "the engines do by default, unless moe_all_to_all")
     moe_all_to_all: bool = Field(False, description="with expert_parallel: the MoE layers dispatch each token to its "

@@ -187,7 +187,7 @@ def _experts(scenario: Scenario) -> list[Lever]:
     levers = [Lever(name, "", {"deployment.expert_parallel": not dep.expert_parallel,
                                **({"deployment.moe_all_to_all": False} if dep.moe_all_to_all else {})})]
     name = f"DeepEP all-to-alls {'off' if dep.moe_all_to_all else 'on'}"
-    refusal = profile.all_to_all_refusal(profile.expert_ranks(dep.chips, dep.tp), model.experts_per_token)
+    refusal = profile.all_to_all_refusal(dep.tp, model.experts_per_token)
     if not dep.expert_parallel:
         levers.append(Lever(name, "", skipped="the experts are not spread over the chips (expert parallel off)"))
     elif refusal and not dep.moe_all_to_all:
