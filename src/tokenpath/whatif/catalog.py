@@ -12,6 +12,7 @@ from typing import Any
 
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
+from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.profiles import PROFILES
 from tokenpath.engine.release import release_at_least
@@ -154,16 +155,16 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
         else:  # (one chip has no attention to share out)
             levers.append(Lever(name, "", {"deployment.tp": tp, **({"deployment.attention_dp": False}
                                                                    if dep.attention_dp and tp == 1 else {})}))
+    model = load_model(scenario.model_source())
     name = f"attention data-parallel {'off' if dep.attention_dp else 'on'}"
-    refusal = None if dep.attention_dp else scenario.engine.profile.attention_dp_refusal(
-        load_model(scenario.model_source()).is_moe)
+    refusal = None if dep.attention_dp else scenario.engine.profile.attention_dp_refusal(model.is_moe)
     if dep.tp == 1 or dep.pp > 1:
         levers.append(Lever(name, "", skipped="attention is data-parallel over a replica's tp > 1 chips, pp = 1"))
     elif refusal:
         levers.append(Lever(name, "", skipped=refusal))
     else:
         levers.append(Lever(name, "", {"deployment.attention_dp": not dep.attention_dp}))
-    levers.extend(_experts(scenario))
+    levers.extend(_experts(scenario, model))
     if isinstance(fabric.spec, HierarchyFabric):
         net = fabric.spec.network.link_bw
         levers.append(Lever(f"scale-out network x{BANDWIDTH_FACTOR:g} ({_gbps(net * BANDWIDTH_FACTOR)} per link)", "",
@@ -175,10 +176,9 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
     return levers
 
 
-def _experts(scenario: Scenario) -> list[Lever]:
+def _experts(scenario: Scenario, model: ModelSpec) -> list[Lever]:
     """Expert parallel on or off, and with it DeepEP's all-to-alls on or off, where the engine runs them."""
     dep, profile = scenario.deployment, scenario.engine.profile
-    model = load_model(scenario.model_source())
     name = f"expert parallel {'off' if dep.expert_parallel else 'on'}"
     if not model.is_moe:
         return [Lever(name, "", skipped=f"{model.name} has no experts")]
