@@ -81,15 +81,11 @@ class Replica:
         # chunked budget (Profile.attention_dp_splits_budget: SGLang), that share; else each rank's scheduler
         # has the engine's limits of its own (vLLM's data-parallel engine cores, TensorRT-LLM's ranks:
         # max_num_seqs and max_num_batched_tokens per rank), so the replica's are the ranks' together.
-        self.rank_budget = None
-        self.rank_seqs = self.max_seqs
-        if self.ranks > 1 and not spec.profile.attention_dp_splits_budget:
-            self.rank_budget = spec.max_num_batched_tokens
-            self.max_batched, self.max_seqs = self.ranks * self.max_batched, self.ranks * self.max_seqs
-        elif self.ranks > 1:
-            self.rank_seqs = max(spec.max_num_seqs // self.ranks, 1)
-            if spec.chunked_prefill:
-                self.rank_budget = max(spec.max_num_batched_tokens // self.ranks, 1)
+        self.rank_seqs, self.rank_budget = self.max_seqs, None
+        if self.ranks > 1:
+            self.rank_seqs, self.rank_budget = spec.rank_limits(self.ranks)
+            if not spec.profile.attention_dp_splits_budget:
+                self.max_batched, self.max_seqs = self.ranks * self.max_batched, self.ranks * self.max_seqs
         # Decoders pause in prefill steps (prefill-first). Under attention data-parallel each rank runs a
         # scheduler of its own (SGLang: a scheduler process per DP rank, their forwards kept in step for the
         # MLP and MoE layers by prepare_mlp_sync_batch_raw, managers/scheduler_components/dp_attn.py, each

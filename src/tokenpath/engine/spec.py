@@ -260,6 +260,16 @@ class EngineSpec(BaseModel):
         mixes_by = self.profile.prefills_alone_unless
         return mixes_by is not None and not getattr(self, mixes_by)
 
+    def rank_limits(self, ranks: int) -> tuple[int, int | None]:
+        """Under attention data-parallel over `ranks`, each rank's max_num_seqs and prompt tokens a step (None:
+        no share of its own, without chunked prefill): the engine's limits each (vLLM's data-parallel engine
+        cores, TensorRT-LLM's ranks), or SGLang's share of the server's (Profile.attention_dp_splits_budget:
+        chunked_prefill_size // dp_size and max_running_requests // dp_size, arg_groups/parallel_hook.py)."""
+        if not self.profile.attention_dp_splits_budget:
+            return self.max_num_seqs, self.max_num_batched_tokens
+        budget = max(self.max_num_batched_tokens // ranks, 1) if self.chunked_prefill else None
+        return max(self.max_num_seqs // ranks, 1), budget
+
     def longest_request_tokens(self, kv_capacity_tokens: int, drafts: int | None = None) -> int:
         """The longest request (prompt and output) a KV cache of `kv_capacity_tokens` can finish, in whole
         blocks: reserving, its whole length and the `drafts` a verify step runs past it (None: this engine's

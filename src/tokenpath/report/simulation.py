@@ -32,14 +32,15 @@ def _engine_line(engine: Any, compute: Any, acceptance: float | None = None) -> 
     decoding with the workload's `acceptance`."""
     version = f" (version {engine.version})" if engine.version else ""
     # Under attention data-parallel each rank schedules with the limits of its own, but SGLang's ranks, which
-    # divide the server's (Profile.attention_dp_splits_budget; engine/replica.py, rank_seqs and rank_budget)
+    # divide the server's (EngineSpec.rank_limits)
     seqs, tokens = f"max {engine.max_num_seqs} seqs, ", f"{engine.max_num_batched_tokens} tokens/step"
     if compute.attention_dp and not engine.profile.attention_dp_splits_budget:
         seqs, tokens = f"max {engine.max_num_seqs} seqs and ", f"{tokens} a rank"
     elif compute.attention_dp:
-        seqs = f"max {engine.max_num_seqs} seqs ({max(engine.max_num_seqs // compute.tp, 1)} a rank), "
-        if engine.chunked_prefill:
-            tokens += f" ({max(engine.max_num_batched_tokens // compute.tp, 1)} a rank)"
+        rank_seqs, rank_tokens = engine.rank_limits(compute.tp)
+        seqs = f"max {engine.max_num_seqs} seqs ({rank_seqs} a rank), "
+        if rank_tokens is not None:
+            tokens += f" ({rank_tokens} a rank)"
     line = (f"{engine.scheduler} scheduler{version}, {seqs}{tokens}, "
             f"chunked prefill {'on' if engine.chunked_prefill else 'off'}")
     if engine.num_scheduler_steps > 1:
