@@ -1,6 +1,8 @@
 """Attention data-parallel over a replica's tp chips (SGLang --attn-dp-size, TensorRT-LLM enable_attention_dp):
 each chip runs every head for its share of the sequences and holds only their KV cache."""
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -310,7 +312,15 @@ def test_a_dense_models_mlp_stays_tensor_parallel_under_attention_data_parallel(
                                  "model share no layer and are replicas of tp = 1; set it to false and "
                                  "deployment.tp = 1 for 8 replicas"),
     ("vllm-v0", "deepseek-v3", "vLLM V0 has no attention data-parallel; set it to false"),
-    ("vllm-v0", "llama-3.1-70b", "vLLM V0 has no attention data-parallel; set it to false")])
+    ("vllm-v0", "llama-3.1-70b", "vLLM V0 has no attention data-parallel; set it to false"),
+    ("prefill-first", "llama-3.1-70b", "SGLang's model code for LlamaForCausalLM splits attention over the whole "
+                                       "tensor-parallel group, with no attention data-parallel "
+                                       "(engine/attention_dp_models.py lists the classes that have it, such as "
+                                       "Qwen3ForCausalLM and DeepseekV3ForCausalLM); set it to false"),
+    ("prefill-first", "mixtral-8x7b", "SGLang's model code for MixtralForCausalLM splits attention over the whole "
+                                      "tensor-parallel group, with no attention data-parallel "
+                                      "(engine/attention_dp_models.py lists the classes that have it, such as "
+                                      "Qwen3ForCausalLM and DeepseekV3ForCausalLM); set it to false")])
 def test_an_engine_that_does_not_run_attention_data_parallel_for_the_model_is_refused(scheduler, model, message):
     from tokenpath.whatif.catalog import catalog
 
@@ -502,3 +512,45 @@ def test_sglang_holds_its_shared_experts_whole_on_each_rank_with_an_all_to_all_b
     assert a2a["shared_experts"].per_sequence and not gathers["shared_experts"].per_sequence
     assert a2a["shared_experts"].resident_bytes == pytest.approx(8 * gathers["shared_experts"].resident_bytes)
     assert not a2a["mlp_down"].per_sequence and a2a["mlp_down"] == gathers["mlp_down"]
+
+
+@pytest.mark.parametrize("scheduler, model", [
+    ("prefill-first", "qwen3-8b"), ("prefill-first", "qwen3-30b-a3b"), ("prefill-first", "deepseek-v3"),
+    ("prefill-first", "gpt-oss-120b"), ("trtllm", "llama-3.1-70b"), ("vllm-v1", "mixtral-8x7b")])
+def test_an_engine_whose_code_has_attention_data_parallel_for_the_model_runs_it(scheduler, model):
+    """SGLang's Qwen3 (dense and MoE), DeepSeek and gpt-oss files split attention over the attention-TP
+    group; TensorRT-LLM's Attention module and vLLM's data-parallel engines run any model's whole."""
+    from tokenpath.whatif.catalog import catalog
+
+    table = {"model.name": model, "engine.scheduler": scheduler, "deployment.attention_dp": True}
+    assert build_deployment(load_scenario(None, table)).compute.attention_dp
+    off = load_scenario(None, {**table, "deployment.attention_dp": False})
+    [lever] = [lever for lever in catalog(off, off.model_dump(mode="json")) if lever.name.startswith("attention")]
+    assert lever.overrides == {"deployment.attention_dp": True} and not lever.skipped
+
+
+def test_a_config_json_names_the_model_class_its_engines_load(tmp_path):
+    """A user's config.json gives its `architectures`: SGLang runs attention data-parallel for a Qwen3
+    checkpoint and refuses it for the same shape under Llama's class."""
+    shape = {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936, "max_position_embeddings": 40960,
+             "tie_word_embeddings": False}
+    for architecture, runs in (("Qwen3ForCausalLM", True), ("LlamaForCausalLM", False)):
+        path = tmp_path / architecture / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({**shape, "architectures": [architecture]}))
+        assert load_model(str(path)).architecture == architecture
+        scenario = load_scenario(None, {"model.name": str(path), "engine.scheduler": "prefill-first",
+                                        "deployment.attention_dp": True})
+        if runs:
+            assert build_deployment(scenario).compute.attention_dp
+        else:
+            with pytest.raises(UserError, match=f"SGLang's model code for {architecture} splits attention"):
+                build_deployment(scenario)
+    path = tmp_path / "none" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(shape))
+    assert load_model(str(path)).architecture == ""
+    with pytest.raises(UserError, match="for a model whose config.json names no architectures splits"):
+        build_deployment(load_scenario(None, {"model.name": str(path), "engine.scheduler": "prefill-first",
+                                              "deployment.attention_dp": True}))

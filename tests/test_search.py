@@ -295,6 +295,19 @@ def test_a_moe_models_splits_include_attention_data_parallel_where_tp_is_above_o
     assert candidate.overrides()["deployment.attention_dp"] is True
 
 
+def test_an_sglang_attention_data_parallel_candidate_of_a_model_its_code_lacks_it_for_is_invalid():
+    """SGLang's mixtral.py splits attention over the whole TP group: its DP-attention candidates are invalid,
+    with the reason, while Qwen3-MoE's (qwen3_moe.py) are judged."""
+    for model, valid in (("mixtral-8x7b", False), ("qwen3-30b-a3b", True)):
+        base = _base(**{"model.name": model, "deployment.chips": 2, "deployment.tp": 1})
+        [candidate] = [c for c in enumerate_candidates(base, 2, ["prefill-first"], False, moe=True)
+                       if c.attention_dp and not c.expert_parallel]
+        entry = classify(base, candidate, 8, None, "layouts")
+        assert (entry.stage != "invalid") == valid
+        if not valid:
+            assert entry.reason.startswith("deployment.attention_dp: SGLang's model code for MixtralForCausalLM")
+
+
 def test_a_trtllm_candidate_is_launched_tuned_unless_the_scenario_says():
     """trtllm-serve starts without chunked prefill, which refuses a prompt longer than the step's budget,
     and with unpadded decode graphs of 1-32, 64 and 128 sequences: the search turns chunked prefill on and

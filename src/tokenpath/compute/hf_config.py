@@ -141,6 +141,7 @@ def read_hf_config(path: Path) -> ModelSpec:
     name = path.parent.name or path.stem
     if isinstance(table.get("_name_or_path"), str) and table["_name_or_path"].strip():
         name = table["_name_or_path"].strip().rstrip("/").rsplit("/", 1)[-1][:200]
+    architecture = _architecture(table)  # (a multimodal wrapper's: the class its engines load)
     if isinstance(table.get("text_config"), dict) and "hidden_size" not in table:
         # Multimodal wrappers keep the language model's shape in text_config, and its quantization and
         # tying on the wrapper (vLLM reads quantization_config from the top-level hf_config).
@@ -173,6 +174,7 @@ def read_hf_config(path: Path) -> ModelSpec:
         sliding_layers=sliding_layers,
         fp8_block_scaled=_fp8_block_scaled(config),
         fp4_format=_fp4_format(config),
+        architecture=architecture,
         **_mlp(config, layers),
         **mla,
     )
@@ -180,6 +182,15 @@ def read_hf_config(path: Path) -> ModelSpec:
         return ModelSpec(**shape)
     except UserError as error:  # a shape that does not hold together: name the file, not the model
         raise config.error(str(error).removeprefix(f"model {name}: ")) from None
+
+
+def _architecture(table: dict) -> str:
+    """The model class the config names (`architectures`, a list of one in Hugging Face's configs), or ""
+    where it names none: engines map it to their model code."""
+    names = table.get("architectures")
+    if isinstance(names, list) and names and isinstance(names[0], str):
+        return names[0].strip()[:200]
+    return ""
 
 
 def _fp8_block_scaled(config: _Config) -> bool:

@@ -30,7 +30,9 @@ class ModelSpec:
     GEMMs (efficiency.BLOCK_SCALED_EXPERT_GEMM_CEILING) when it runs in fp8. `fp4_format`: the
     block-scaled format of its own fp4 checkpoint (gpt-oss's MXFP4: quantization_config's quant_method),
     whose scales its fp4 weights carry on any chip; empty where it ships none, and the chip's format
-    applies (ChipSpec.fp4_format). Biases are not modelled.
+    applies (ChipSpec.fp4_format). `architecture`: the model class its config.json names (`architectures`),
+    which the engines' model registries map to their model code (some features, such as SGLang's attention
+    data-parallel, exist in some of that code only); empty where unknown. Biases are not modelled.
     """
 
     name: str
@@ -57,6 +59,7 @@ class ModelSpec:
     sliding_layers: int = 0
     fp8_block_scaled: bool = False
     fp4_format: str = ""
+    architecture: str = ""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -68,6 +71,9 @@ class ModelSpec:
         for name in ("tie_word_embeddings", "fp8_block_scaled"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"model {self.name}: {name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.architecture, str):
+            raise UserError(f"model {self.name}: architecture must be a model class name such as "
+                            f"\"LlamaForCausalLM\", got {quoted(self.architecture)}")
         if self.fp4_format and self.fp4_format not in FP4_SCALE_BLOCKS:
             raise UserError(f"model {self.name}: fp4_format must be one of {', '.join(FP4_SCALE_BLOCKS)}, "
                             f"got {quoted(self.fp4_format)}")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from tokenpath.engine.attention_dp_models import SGLANG_ATTENTION_DP_ARCHITECTURES
 from tokenpath.engine.batch_limits import (
     BatchLimits,
     sglang_batch_limits,
@@ -114,6 +115,9 @@ class Profile:
     # Which models it runs with attention data-parallel: any, MoE models only (where the ranks share only the
     # expert layers, a dense model's ranks would share nothing: they are replicas of tp = 1), or none.
     attention_dp_models: Literal["any", "moe"] | None
+    # ... and of them, only the model classes (ModelSpec.architecture) whose model code builds attention
+    # data-parallel, where that is the model code's (engine/attention_dp_models.py); None: any class.
+    attention_dp_architectures: frozenset[str] | None
     # With attention data-parallel, the ops it holds whole on every chip, each running them for its own
     # sequences, rather than split over the replica's tp (compute/ops.py): "embedding", "lm_head", and of an
     # MoE model "dense_mlp" (its dense layers), "shared_experts" and "moe_router".
@@ -263,13 +267,20 @@ class Profile:
                     f"{experts_per_token} experts ({expert_ranks} here)")
         return None
 
-    def attention_dp_refusal(self, moe: bool) -> str | None:
-        """Why this engine does not run attention data-parallel for a model (MoE or not); None: it does."""
+    def attention_dp_refusal(self, moe: bool, architecture: str) -> str | None:
+        """Why this engine does not run attention data-parallel for a model (MoE or not, of the model class
+        `architecture`, "" where unknown); None: it does."""
         if self.attention_dp_models is None:
             return f"{self.engine} has no attention data-parallel"
         if self.attention_dp_models == "moe" and not moe:
             return (f"{self.engine} runs attention data-parallel for MoE models only: the ranks of a dense model "
                     "share no layer and are replicas of tp = 1")
+        known = self.attention_dp_architectures
+        if known is not None and architecture not in known:
+            which = architecture or "a model whose config.json names no architectures"
+            return (f"{self.engine}'s model code for {which} splits attention over the whole tensor-parallel "
+                    "group, with no attention data-parallel (engine/attention_dp_models.py lists the classes "
+                    "that have it, such as Qwen3ForCausalLM and DeepseekV3ForCausalLM)")
         return None
 
 
@@ -299,6 +310,7 @@ PROFILES: dict[str, Profile] = {
         # own, tensor-parallel over its own tp (1 here: deepseek_v2.py's DeepseekV2MLP, shared experts, gate,
         # VocabParallelEmbedding and ParallelLMHead on the engine's TP group).
         attention_dp_models="moe",
+        attention_dp_architectures=None,
         attention_dp_whole=frozenset({"embedding", "lm_head", "dense_mlp", "shared_experts", "moe_router"}),
         attention_dp_whole_all_to_all=frozenset(),
         # --enable-expert-parallel: the experts over --data-parallel-size x --tensor-parallel-size, the engines'
@@ -387,6 +399,7 @@ PROFILES: dict[str, Profile] = {
         attention_dp_splits_budget=False,
         attention_dp_routing="least_loaded",  # (unused: it has no attention data-parallel)
         attention_dp_models=None,  # V0 has no data-parallel engine cores (V1's, above)
+        attention_dp_architectures=None,
         attention_dp_whole=frozenset(),
         attention_dp_whole_all_to_all=frozenset(),
         data_parallel_shares_experts=False,  # V0 has no data-parallel engines: a server per replica
@@ -478,6 +491,7 @@ PROFILES: dict[str, Profile] = {
         # For MLA models and standard attention alike (docs/advanced_features/dp_dpa_smg_guide.md), where the
         # model's file builds its attention over the attention-TP group.
         attention_dp_models="any",
+        attention_dp_architectures=SGLANG_ATTENTION_DP_ARCHITECTURES,
         # The embedding: deepseek_v2.py builds it over the attention-TP group (get_embedding_tp_kwargs), whole
         # under full attention DP; its LM head stays split unless --enable-dp-lm-head.
         attention_dp_whole=frozenset({"embedding"}),
@@ -585,6 +599,9 @@ PROFILES: dict[str, Profile] = {
         # in later releases): a heap of the ranks by their active requests' tokens, then their count, then index.
         attention_dp_routing="fewest_tokens",
         attention_dp_models="any",  # a dense model's MLP stays tensor-parallel (docs/features/parallel-strategy.md)
+        # Its Attention module runs whole on each rank under enable_attention_dp, whatever the model
+        # (tensorrt_llm/_torch/modules/attention.py).
+        attention_dp_architectures=None,
         # The LM head (modeling_utils.py: an unsharded LMHead under enable_attention_dp unless
         # enable_lm_head_tp_in_adp); of DeepSeek-V3 (modeling_deepseekv3.py), the dense layers' MLP ("If using
         # attention DP, the MLP also uses DP instead of TP", _compute_mlp_tp_size), the shared experts

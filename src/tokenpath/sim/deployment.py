@@ -90,7 +90,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         raise UserError(f"deployment.attention_dp: attention is data-parallel over a replica's tp chips, modelled "
                         f"with tp > 1 and pp = 1 (got tp={dep.tp}, pp={dep.pp}); raise tp or set attention_dp = false")
     engine = scenario.engine
-    refusal = engine.profile.attention_dp_refusal(model.is_moe) if dep.attention_dp else None
+    refusal = engine.profile.attention_dp_refusal(model.is_moe, model.architecture) if dep.attention_dp else None
     if refusal:
         replicas = engine.profile.attention_dp_models == "moe"  # (its ranks of a dense model: replicas of tp 1)
         raise UserError(f"deployment.attention_dp: {refusal}; set it to false"

@@ -157,7 +157,8 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
                                                                    if dep.attention_dp and tp == 1 else {})}))
     model = load_model(scenario.model_source())
     name = f"attention data-parallel {'off' if dep.attention_dp else 'on'}"
-    refusal = None if dep.attention_dp else scenario.engine.profile.attention_dp_refusal(model.is_moe)
+    refusal = None if dep.attention_dp else scenario.engine.profile.attention_dp_refusal(
+        model.is_moe, model.architecture)
     if dep.tp == 1 or dep.pp > 1:
         levers.append(Lever(name, "", skipped="attention is data-parallel over a replica's tp > 1 chips, pp = 1"))
     elif refusal:
