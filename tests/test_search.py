@@ -295,6 +295,25 @@ def test_a_moe_models_splits_include_attention_data_parallel_where_tp_is_above_o
     assert candidate.overrides()["deployment.attention_dp"] is True
 
 
+def test_a_moe_models_expert_parallel_splits_are_tried_with_deepeps_all_to_alls_too():
+    """With its experts spread over tp > 1 chips, each split is tried with the tokens gathered (the engines'
+    default) and sent by DeepEP's all-to-alls; TensorRT-LLM, which dispatches by all-to-all only over more
+    expert ranks than a token's experts, is invalid there with the reason, SGLang is judged."""
+    base = _base(**{"model.name": "qwen3-30b-a3b", "deployment.chips": 4, "deployment.tp": 1})
+    found = enumerate_candidates(base, 4, ["prefill-first", "trtllm"], False, moe=True)
+    layouts = {c.layout for c in found}
+    assert {"TP4 x DP1 + EP (all-to-all)", "TP4 x DP1 + EP (all-to-all) + DP-attention", "TP2 x DP2 + EP",
+            "TP2 x DP2 + EP (all-to-all)"} <= layouts
+    assert not any(c.moe_all_to_all and (not c.expert_parallel or c.tp == 1 or c.pp > 1) for c in found)
+    for scheduler, valid in (("prefill-first", True), ("trtllm", False)):
+        [candidate] = [c for c in found if c.scheduler == scheduler and c.layout == "TP4 x DP1 + EP (all-to-all)"]
+        assert candidate.overrides()["deployment.moe_all_to_all"] is True
+        entry = classify(base, candidate, 8, None, "layouts")
+        assert (entry.stage != "invalid") == valid
+        if not valid:
+            assert entry.reason.startswith("deployment.moe_all_to_all: TensorRT-LLM")
+
+
 def test_an_sglang_attention_data_parallel_candidate_of_a_model_its_code_lacks_it_for_is_invalid():
     """SGLang's mixtral.py splits attention over the whole TP group: its DP-attention candidates are invalid,
     with the reason, while Qwen3-MoE's (qwen3_moe.py) are judged."""

@@ -1,6 +1,6 @@
 """Every deployment of a scenario's model on N chips that `tokenpath search` compares: how the chips
-split (tensor x pipeline x data parallel, prefill and decode pools, experts over every chip, attention
-data-parallel over the tensor-parallel group), which
+split (tensor x pipeline x data parallel, prefill and decode pools, experts over each replica's chips, their
+tokens gathered or sent by DeepEP's all-to-alls, attention data-parallel over the tensor-parallel group), which
 engine profile runs them, and its batching limits; each a set of dotted-key overrides.
 
 Enumeration lists every split whose group divides the chips; whether a split is possible is left to
@@ -40,6 +40,7 @@ class Candidate:
     prefill_replicas: int = 0
     expert_parallel: bool = False
     attention_dp: bool = False
+    moe_all_to_all: bool = False  # with expert_parallel: DeepEP's all-to-alls carry the experts' tokens
     # How the search launches the engine where the scenario leaves it unset (launch_tuning): chunked prefill
     # (None: the scenario's own, or its profile's default), and every decode batch up to max_num_seqs
     # replayed as a graph, padded (False: the scenario's graphs).
@@ -52,12 +53,14 @@ class Candidate:
 
     @property
     def layout(self) -> str:
-        """E.g. `TP2 x DP4`, `TP2 x PP2 x DP2`, `TP2 x DP4 (1P:3D)`, `TP8 x DP1 + EP + DP-attention`."""
+        """E.g. `TP2 x DP4`, `TP2 x PP2 x DP2`, `TP2 x DP4 (1P:3D)`, `TP8 x DP1 + EP + DP-attention`,
+        `TP8 x DP1 + EP (all-to-all)`."""
         parts = [f"TP{self.tp}", *([f"PP{self.pp}"] if self.pp > 1 else []), f"DP{self.replicas}"]
         text = " x ".join(parts)
         if self.prefill_replicas:
             text += f" ({self.prefill_replicas}P:{self.replicas - self.prefill_replicas}D)"
-        return text + (" + EP" if self.expert_parallel else "") + (" + DP-attention" if self.attention_dp else "")
+        experts = " + EP (all-to-all)" if self.moe_all_to_all else " + EP" if self.expert_parallel else ""
+        return text + experts + (" + DP-attention" if self.attention_dp else "")
 
     @property
     def limits(self) -> str:
@@ -72,7 +75,8 @@ class Candidate:
         """The scenario keys that make this deployment (`--set KEY=VALUE` each)."""
         return {"deployment.chips": self.chips, "deployment.tp": self.tp, "deployment.pp": self.pp,
                 "deployment.prefill_replicas": self.prefill_replicas,
-                "deployment.expert_parallel": self.expert_parallel, "deployment.attention_dp": self.attention_dp,
+                "deployment.expert_parallel": self.expert_parallel, "deployment.moe_all_to_all": self.moe_all_to_all,
+                "deployment.attention_dp": self.attention_dp,
                 "engine.scheduler": self.scheduler,
                 **({} if self.max_num_seqs is None else {"engine.max_num_seqs": self.max_num_seqs}),
                 "engine.max_num_batched_tokens": self.max_num_batched_tokens,
@@ -110,20 +114,25 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def splits(chips: int, moe: bool, disaggregated: bool) -> list[tuple[int, int, int, bool, bool]]:
-    """Every (tp, pp, prefill_replicas, expert_parallel, attention_dp) with tp x pp dividing `chips`;
-    with `disaggregated`, also each prefill:decode split of the replicas (pp = 1, at least one of each);
-    with `moe`, each also with the experts over every chip (pp = 1), and with attention data-parallel
-    over its tensor-parallel group (tp > 1, pp = 1), as SGLang's and TensorRT-LLM's MoE deployments run."""
+def splits(chips: int, moe: bool, disaggregated: bool) -> list[tuple[int, int, int, bool, bool, bool]]:
+    """Every (tp, pp, prefill_replicas, expert_parallel, moe_all_to_all, attention_dp) with tp x pp dividing
+    `chips`; with `disaggregated`, also each prefill:decode split of the replicas (pp = 1, at least one of
+    each); with `moe`, each also with the experts over each replica's chips (pp = 1), their tokens gathered
+    and reduce-scattered as the engines do by default or sent by DeepEP's all-to-alls (tp > 1), and with
+    attention data-parallel over its tensor-parallel group (tp > 1, pp = 1), as SGLang's and TensorRT-LLM's
+    MoE deployments run."""
     found = []
     for tp in _divisors(chips):
         for pp in _divisors(chips // tp):
             replicas = chips // (tp * pp)
             pools = [0, *(range(1, replicas) if disaggregated and pp == 1 else ())]
             for prefill in pools:
-                for ep in (False, True) if moe and pp == 1 else (False,):
+                experts = [(False, False)]
+                if moe and pp == 1:
+                    experts += [(True, False), *([(True, True)] if tp > 1 else [])]
+                for ep, a2a in experts:
                     for dp in (False, True) if moe and pp == 1 and tp > 1 else (False,):
-                        found.append((tp, pp, prefill, ep, dp))
+                        found.append((tp, pp, prefill, ep, a2a, dp))
     return found
 
 
@@ -168,8 +177,8 @@ def enumerate_candidates(base: Base, chips: int, engines: list[str], disaggregat
     for scheduler in engines:
         seqs, tokens = base_limits(base, scheduler)
         chunked, padded = launch_tuning(base, scheduler)
-        for tp, pp, prefill, ep, dp in splits(chips, moe, disaggregated):
-            found.append(Candidate(chips, tp, pp, scheduler, seqs, tokens, prefill, ep, dp, chunked, padded))
+        for tp, pp, prefill, ep, a2a, dp in splits(chips, moe, disaggregated):
+            found.append(Candidate(chips, tp, pp, scheduler, seqs, tokens, prefill, ep, dp, a2a, chunked, padded))
     return found
 
 
