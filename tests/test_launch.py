@@ -159,6 +159,23 @@ def test_the_vllm_command_for_llama_70b_fp8_tp2_dp4_on_8_h200():
     assert "deployment.routing: vLLM's API servers send each request to the engine with the fewest" in script
 
 
+def test_an_moe_models_vllm_replicas_are_a_server_each():
+    """One `vllm serve` would run an MoE model's replicas as data-parallel engines that step together, their
+    experts one tensor-parallel group over all the chips; the scenario's replicas are apart, so each is a
+    server of its own on its GPUs and port (a dense model's replicas stay one server's engines)."""
+    scenario = load_scenario("typical", {"model.name": "qwen3-30b-a3b", "deployment.chips": 4, "deployment.tp": 2})
+    script = launch_files(scenario, "vllm")["launch-vllm.sh"]
+    servers = shell_words(script)
+    assert [(argv[argv.index("--tensor-parallel-size") + 1], argv[argv.index("--data-parallel-size") + 1],
+             argv[argv.index("--port") + 1]) for argv in servers] == [("2", "1", "8100"), ("2", "1", "8101")]
+    assert "CUDA_VISIBLE_DEVICES=0,1 vllm serve" in script and "CUDA_VISIBLE_DEVICES=2,3 vllm serve" in script
+    assert "deployment.routing: each replica is a vllm serve of its own: put a load balancer" in script
+    assert "# replica 1 of 2: a server of its own (an MoE model's data-parallel engines in one server would step " \
+           "together)" in script
+    dense = launch_files(load_scenario("typical", {"deployment.chips": 4, "deployment.tp": 2}), "vllm")
+    assert [argv[argv.index("--data-parallel-size") + 1] for argv in shell_words(dense["launch-vllm.sh"])] == ["2"]
+
+
 def test_disaggregated_vllm_pools_run_the_nixl_connector_on_their_own_gpus():
     written = launch_files(_scenario("disaggregated-1p3d"), "vllm")
     prefill, decode = shell_words(written["launch-vllm.sh"])
@@ -689,11 +706,13 @@ def test_all_to_all_dispatch_launches_the_engines_deepep_backend(engine, flag, v
     assert flag not in argv  # the engine's default gathers and reduce-scatters, as simulated
 
 
-def test_vllm_says_its_data_parallel_engines_of_an_moe_model_step_together():
-    # docs/serving/data_parallel_deployment.md: the experts form a (DP x TP) tensor-parallel group
-    two = {"model.name": "qwen3-235b-a22b", "deployment.chips": 8, "deployment.tp": 4}
-    script = launch_files(load_scenario("typical", two), "vllm")["launch-vllm.sh"]
+def test_vllm_says_a_disaggregated_pools_engines_of_an_moe_model_step_together():
+    # docs/serving/data_parallel_deployment.md: the experts form a (DP x TP) tensor-parallel group. A pool is
+    # one server (its replicas' KV transfers are the connector's), so the script says where it differs.
+    pools = {"model.name": "qwen3-235b-a22b", "deployment.chips": 8, "deployment.tp": 2,
+             "deployment.prefill_replicas": 2}
+    script = launch_files(load_scenario("typical", pools), "vllm")["launch-vllm.sh"]
     assert ("the 2 data-parallel engines of one vLLM server step together for their expert layers, tensor-parallel "
             "over all its chips; the simulation steps its 2 replicas apart, each with every expert") in script
-    dense = load_scenario("typical", {"deployment.chips": 8, "deployment.tp": 4})
+    dense = load_scenario("typical", {"deployment.chips": 8, "deployment.tp": 2, "deployment.prefill_replicas": 2})
     assert "step together" not in launch_files(dense, "vllm")["launch-vllm.sh"]

@@ -35,6 +35,8 @@ def gpus(plan: Plan, role: Role, first_replica: int, replicas: int) -> str:
 
 
 def vllm_files(plan: Plan, settings: Settings) -> dict[str, str]:
+    if vllm.server_per_replica(plan):
+        return _vllm_servers(plan, settings)
     if not plan.disaggregated:
         role = plan.roles[0]
         comment = f"{role.replicas} replica(s) as vLLM's data-parallel engines"
@@ -54,6 +56,20 @@ def vllm_files(plan: Plan, settings: Settings) -> dict[str, str]:
                    "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_channel_port)}
         side_channel_port += role.replicas
         blocks.append((f"the {role.name} pool: {role.replicas} replica(s)", cmd))
+    return {"launch-vllm.sh": _script(plan, vllm.NAME, settings, blocks, background=True)}
+
+
+def _vllm_servers(plan: Plan, settings: Settings) -> dict[str, str]:
+    """A `vllm serve` per replica (vllm.server_per_replica), each on its own GPUs and port."""
+    one_host_note(plan, vllm.NAME, settings)
+    role = plan.roles[0]
+    blocks = []
+    for i in range(role.replicas):
+        cmd = vllm.command(plan, role, 1, settings, host=HOST, port=FIRST_SERVER_PORT + i)
+        cmd.env = {"CUDA_VISIBLE_DEVICES": gpus(plan, role, i, 1)}
+        blocks.append((f"replica {i + 1} of {role.replicas}: a server of its own (an MoE model's data-parallel "
+                       "engines in one server would step together)", cmd))
+    settings.map("deployment.chips", "(one vllm serve per replica)")
     return {"launch-vllm.sh": _script(plan, vllm.NAME, settings, blocks, background=True)}
 
 

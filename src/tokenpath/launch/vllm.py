@@ -1,5 +1,6 @@
-"""vLLM: `vllm serve`, one process per pool with its replicas as data-parallel engines; a prefill and a
-decode pool joined by vLLM's NixlConnector (--kv-transfer-config)."""
+"""vLLM: `vllm serve`, one process per pool with its replicas as data-parallel engines (an MoE model's
+replicas a process each, server_per_replica); a prefill and a decode pool joined by vLLM's NixlConnector
+(--kv-transfer-config)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,16 @@ NIXL_DOCS = "https://docs.vllm.ai/en/stable/features/nixl_connector_usage.html"
 # Its routing: the API servers send each request to the data-parallel engine with the fewest requests
 # waiting and running (vllm/v1/engine/core_client.py, DPLBAsyncMPClient), no flag choosing another.
 VLLM_ROUTING = "least_outstanding"
+
+
+def server_per_replica(plan: Plan) -> bool:
+    """Whether each replica needs a `vllm serve` of its own: an MoE model's replicas, which one server's
+    data-parallel engines would run as one, their expert layers "a (DP x TP) sized tensor parallel group"
+    stepping together (docs/serving/data_parallel_deployment.md), where the scenario's replicas are apart
+    (its form of that server is attention data-parallel over all the chips: `deployment.attention_dp`). A
+    disaggregated pool stays one server (a note says so)."""
+    return (not plan.disaggregated and plan.roles[0].replicas > 1
+            and load_model(plan.scenario.model_source()).is_moe)
 
 
 def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str | None = None,
@@ -172,7 +183,10 @@ def _notes(plan: Plan, settings: Settings, replicas: int) -> None:
                                             "chunks and decodes in the same steps")
     else:
         settings.map("engine.mixed_chunk", "(vLLM mixes prompts and decodes)")
-    if dep.routing == VLLM_ROUTING or replicas == 1:
+    if server_per_replica(plan):
+        settings.note("deployment.routing", f"each replica is a vllm serve of its own: put a load balancer "
+                                             f"({dep.routing}) in front of them, or launch with --engine k8s")
+    elif dep.routing == VLLM_ROUTING or replicas == 1:
         settings.map("deployment.routing", "(vLLM's least-loaded engine, or one engine)")
     else:
         settings.note("deployment.routing", f"vLLM's API servers send each request to the engine with the fewest "
