@@ -85,8 +85,10 @@ class ComputeModel:
     none). A step that replays
     no graph adds to its kernels, per kernel, its launch gap, and waits for a host that launches them one by one at
     `host_eager_per_kernel_s` each (engine/host_time.py; 0: none): the launch queue of launch_wait_s.
-    `host_eager_kernels`: how many the host launches for such a step, where its engine fuses a layer
-    into other kernels than the ops count (engine/eager_launches.py); None: the ops' count.
+    `engine_kernels`: how many kernels a step runs, where its engine's model code fuses a layer into other
+    kernels than the ops count (engine/eager_launches.py); None: the ops' count. The GEMMs stay the ops'
+    and the other kernels' fixed times are scaled to the engine's count (`fixed_s`); an eager step's host
+    launches that many.
     `fused_mxfp4_moe_calls`: where the engine runs MXFP4 routed experts as one fused op on a chip with FP4
     tensor cores, its host's calls for each MoE block's router and experts, in place of those ops' kernels
     (engine/eager_launches.py); None: the ops' count.
@@ -108,7 +110,7 @@ class ComputeModel:
                  cuda_graph_sizes: frozenset[int] | None = None, prefill_graph_max_tokens: int | None = None,
                  host_window_s: float = 0.0, host_step_s: float = 0.0,
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
-                 host_eager_kernels: float | None = None, fused_mxfp4_moe_calls: int | None = None,
+                 engine_kernels: float | None = None, fused_mxfp4_moe_calls: int | None = None,
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
                  latent_attention: bool = True, weight_only_expert_time: float = 1.0,
                  input_projection: int = 0, shared_weights: frozenset[str] = frozenset(),
@@ -184,10 +186,18 @@ class ComputeModel:
         self._reserved_logit_rows = assumptions.value("reserved_logit_rows")
         self._runtime_reserve_bytes = assumptions.value("runtime_reserve_bytes")
         self._logit_bytes = assumptions.value("logit_bytes")
+        # The kernels a step runs (the engine's count, where its model code fuses its own way), and of those
+        # besides the GEMMs, their share of the ops' (fixed_s).
+        kernels = self.kernels_per_step if engine_kernels is None else engine_kernels
+        self._other_kernels_share = 1.0
+        if engine_kernels is not None:
+            gemms = sum(op.gemm_kernels for op in self.ops)
+            others = sum(op.kernels - op.gemm_kernels for op in self.ops)
+            self._other_kernels_share = max(engine_kernels - gemms, 0.0) / others
         # An eager step: every kernel's launch gap, on the GPU, and the host's launches, queued ahead of it.
         self.host_eager_per_kernel_s = host_eager_per_kernel_s
-        self.eager_gap_s: float = self.kernels_per_step * assumptions.value("eager_kernel_launch_s")
-        launched = self.kernels_per_step if host_eager_kernels is None else host_eager_kernels
+        self.eager_gap_s: float = kernels * assumptions.value("eager_kernel_launch_s")
+        launched = kernels
         if fused_mxfp4_moe_calls is not None and self.native_mxfp4_experts:
             launched += fused_mxfp4_moe_calls * model.moe_layers - sum(
                 op.kernels for op in self.ops if op.name in ("moe_router", "moe_experts"))
@@ -402,8 +412,10 @@ class ComputeModel:
 
     def fixed_s(self, op: LinearOp) -> float:
         """An op's kernels' fixed time per step, on top of their work: each weight GEMM's the chip's
-        gemm_fixed_s, every other kernel's efficiency.KERNEL_FIXED_S."""
-        return op.gemm_kernels * self.gemm_fixed_s + (op.kernels - op.gemm_kernels) * self.kernel_fixed_s
+        gemm_fixed_s, every other kernel's efficiency.KERNEL_FIXED_S, as many of those as the engine's
+        model code runs (`engine_kernels`: the ops' other kernels scaled to its count)."""
+        return (op.gemm_kernels * self.gemm_fixed_s
+                + (op.kernels - op.gemm_kernels) * self.kernel_fixed_s * self._other_kernels_share)
 
     def step_ops(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
                  chunk_context_tokens: float = 0.0) -> list[OpCost]:

@@ -149,12 +149,13 @@ class Profile:
     host_overlap_with_pp_since: str | None
     # The host time per kernel it pays for a step that replays no graph, its Python launching the kernels
     # one by one, unless [engine] eager_host says not (the registry's name; None: it launches them from
-    # compiled code), and the kernels its host launches for such a step, where its model code fuses them
-    # differently from compute/ops.py's count (engine/eager_launches.py; None: ops.py's), and where it
-    # runs MXFP4 routed experts natively as one fused op, its calls for a MoE block's router and experts
-    # (None: ops.py's count).
+    # compiled code); the kernels a step of its model code runs, where that code fuses a layer differently
+    # from compute/ops.py's count (engine/eager_launches.py; None: ops.py's), each with the GPU's fixed time
+    # of a kernel and, eager, the host's launch (not where [engine] eager_host = false runs other code:
+    # TensorRT-LLM's TensorRT engines); and where it runs MXFP4 routed experts natively as one fused op,
+    # its calls for a MoE block's router and experts (None: ops.py's count).
     eager_host: EagerHost | None
-    eager_kernels: LayerKernels | None
+    layer_kernels: LayerKernels | None
     fused_mxfp4_moe_calls: int | None
     # -- its kernels: the registry's multiple of the roofline its MXFP4 routed experts take where they run
     # weight-only (engine/expert_kernels.py)
@@ -333,7 +334,7 @@ PROFILES: dict[str, Profile] = {
         # vLLM V1 compiles its model with torch.compile by default (fused kernels, a Python call per
         # compiled piece): no host time per kernel is measured, so none.
         eager_host=None,
-        eager_kernels=None,
+        layer_kernels=None,
         fused_mxfp4_moe_calls=None,
         mxfp4_weight_only_experts="vllm_mxfp4_weight_only_expert_time",
         # V1 replays captured graphs for steps of up to its max_cudagraph_capture_size (512 tokens),
@@ -415,7 +416,7 @@ PROFILES: dict[str, Profile] = {
         host_overlap_since=None,
         host_overlap_with_pp_since=None,
         eager_host="eager_host_per_kernel_s",  # its model code runs op by op in Python when no graph is replayed
-        eager_kernels=None,
+        layer_kernels=None,
         fused_mxfp4_moe_calls=None,
         mxfp4_weight_only_experts="vllm_mxfp4_weight_only_expert_time",
         # V0 captured decode batches (vllm/worker/model_runner.py) and ran prompt steps, and its mixed
@@ -514,7 +515,7 @@ PROFILES: dict[str, Profile] = {
         host_overlap_since=None,
         host_overlap_with_pp_since=None,
         eager_host="eager_host_per_kernel_s",  # calibrated on SGLang (engine/host_time.py)
-        eager_kernels=None,
+        layer_kernels=None,
         fused_mxfp4_moe_calls=SGLANG_FUSED_MXFP4_MOE_CALLS,
         mxfp4_weight_only_experts="sglang_mxfp4_weight_only_expert_time",
         # SGLang's CudaGraphRunner replays decode-or-idle batches only, up to its cuda_graph_max_bs
@@ -622,10 +623,11 @@ PROFILES: dict[str, Profile] = {
         host_overlap_since=None,
         host_overlap_with_pp_since=None,
         # Its PyTorch backend, trtllm-serve's default since 1.0, runs a step that holds a prompt eagerly,
-        # a layer's fused custom ops launched from Python (engine/eager_launches.py); its TensorRT
-        # engines (NIM's, and every release before 1.0) launch from C++: `[engine] eager_host = false`.
+        # a layer's fused custom ops launched from Python (engine/eager_launches.py), graph or not about half
+        # the kernels ops.py counts; its TensorRT engines (NIM's, and every release before 1.0) launch from
+        # C++ and their kernels are not those of that code: `[engine] eager_host = false`.
         eager_host="trtllm_eager_host_per_kernel_s",
-        eager_kernels=TRTLLM_PYTORCH,
+        layer_kernels=TRTLLM_PYTORCH,
         fused_mxfp4_moe_calls=None,  # TRTLLM_PYTORCH counts its fused MoE op's kernels
         mxfp4_weight_only_experts="trtllm_mxfp4_weight_only_expert_time",
         # The PyTorch backend replays a graph only for a batch without a prompt

@@ -19,7 +19,7 @@ from tokenpath.config.errors import DoesNotFit, UserError
 from tokenpath.delivery.frontend import Layout
 from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.expert_kernels import weight_only_expert_time
-from tokenpath.engine.host_time import host_step_cost
+from tokenpath.engine.host_time import eager_host_paid, host_step_cost
 from tokenpath.engine.placement import Placement, place
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.engine.speculative import Speculation, mtp_head_shared
@@ -129,11 +129,11 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         raise UserError("deployment.prefill_replicas: disaggregated serving needs open-loop arrivals; "
                         "unset workload.max_concurrency")
     host = host_step_cost(engine.scheduler, engine.host_overlap, engine.eager_host)
-    # The kernels its host launches for an eager step, where its engine counts them its own way.
-    host_eager_kernels = None
-    if engine.profile.eager_kernels is not None:
+    # The kernels a step runs, where the engine's model code counts them its own way (and runs that code).
+    engine_kernels = None
+    if engine.profile.layer_kernels is not None and eager_host_paid(engine.scheduler, engine.eager_host):
         block_scaled = model.fp8_block_scaled and chip.compute_precision(scenario.model.precision) == "fp8"
-        host_eager_kernels = engine.profile.eager_kernels.per_step_kernels(model, block_scaled)
+        engine_kernels = engine.profile.layer_kernels.per_step_kernels(model, block_scaled)
     graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     prefill_graph_tokens = engine.prefill_graph_max_tokens(model.is_mla, chip.generation, dep.pp, dep.attention_dp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.kv_precision(model),
@@ -144,7 +144,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            host_window_s=host.window_s, host_step_s=host.step_s,
                            host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
-                           host_eager_kernels=host_eager_kernels,
+                           engine_kernels=engine_kernels,
                            fused_mxfp4_moe_calls=engine.profile.fused_mxfp4_moe_calls,
                            assumptions=assumptions, expert_precision=scenario.model.expert_precision,
                            attention_dp=dep.attention_dp, attention_dp_whole=engine.profile.attention_dp_whole | (
