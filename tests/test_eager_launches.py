@@ -51,13 +51,40 @@ def test_a_pytorch_backend_prompt_waits_on_its_launches_and_a_tensorrt_engines_d
         assert python.launch_wait_s(gpu_s) == pytest.approx(
             launch_queue_s(gpu_s, python.host_launch_s, python.model.num_layers) - gpu_s, rel=1e-12)
         waits[model] = python.launch_wait_s(gpu_s)
-        # A prompt's step (no decodes, its 1,024 x 1,024 / 2 attention pairs): the same kernels and
-        # gaps, longer by the wait on the launches under the PyTorch backend.
+        # A prompt's step (no decodes, its 1,024 x 1,024 / 2 attention pairs): its kernels and their gaps,
+        # longer by the wait on the launches under the PyTorch backend (the host overlapped, unless longer).
         prompt = (1024, 1, 1024 * 1025 / 2, 0)
-        kernels_s = sum(op.time_s for op in python.step_ops(*prompt))
-        assert python.step_time_s(*prompt) - cpp.step_time_s(*prompt) == pytest.approx(
-            python.launch_wait_s(kernels_s + python.eager_gap_s), rel=1e-9)
+        for compute in (python, cpp):
+            kernels_s = sum(op.time_s for op in compute.step_ops(*prompt))
+            gpu_s = kernels_s + compute.eager_gap_s
+            assert compute.step_time_s(*prompt) == pytest.approx(
+                max(gpu_s + compute.launch_wait_s(gpu_s), compute.host_s(1)), rel=1e-9)
     assert waits["deepseek-v3"] > 2 * waits["llama-3.1-70b"] > 0
+
+
+def test_the_pytorch_backends_steps_run_its_fused_kernels_and_a_tensorrt_engines_the_ops_count():
+    """Graph or not, a step of the PyTorch backend runs the kernels its model code launches (its fused
+    ops): each GEMM the ops' own, the others as many as engine/eager_launches.py counts, each with the
+    GPU's fixed time of a kernel, and eagerly each with a launch gap. Llama 3.1 70B at fp8, TP8: 80 x 9 + 4
+    kernels, 321 of them weight GEMMs (four a layer and the LM head), against the ops' count. A TensorRT
+    engine's kernels are not that code's (eager_host = false): the ops' count."""
+    from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S
+
+    python, cpp = _compute("llama-3.1-70b", "fp8", None), _compute("llama-3.1-70b", "fp8", False)
+    kernels = TRTLLM_PYTORCH.per_step_kernels(python.model, False)
+    gemms = sum(op.gemm_kernels for op in python.ops)
+    assert (kernels, gemms) == (80 * 9 + 4, 80 * 4 + 1)
+    assert sum(python.fixed_s(op) for op in python.ops) == pytest.approx(
+        gemms * python.gemm_fixed_s + (kernels - gemms) * python.kernel_fixed_s, rel=1e-12)
+    assert sum(cpp.fixed_s(op) for op in cpp.ops) == pytest.approx(
+        gemms * cpp.gemm_fixed_s + sum(op.kernels - op.gemm_kernels for op in cpp.ops) * cpp.kernel_fixed_s, rel=1e-12)
+    assert python.eager_gap_s == pytest.approx(kernels * EAGER_KERNEL_LAUNCH_S, rel=1e-12)
+    assert cpp.eager_gap_s == pytest.approx(cpp.kernels_per_step * EAGER_KERNEL_LAUNCH_S, rel=1e-12)
+    # A decode step of 16 sequences replays a graph: shorter by the fixed time of the kernels it fuses.
+    decode = (16, 16, 16 * 2048, 16 * 2048)
+    fused_s = sum(cpp.fixed_s(op) - python.fixed_s(op) for op in cpp.ops)
+    assert fused_s > 1e-3  # a millisecond of a ~9 ms step
+    assert cpp.step_time_s(*decode) - python.step_time_s(*decode) == pytest.approx(fused_s, rel=1e-9)
 
 
 def test_eager_host_is_refused_where_the_engine_compiles_its_model_and_off_pays_nothing_per_kernel():

@@ -1,13 +1,15 @@
-"""How many kernels an engine's host launches for one eager step, where its model code fuses a layer
-differently from compute/ops.py's count (which follows vLLM's and SGLang's layers, and sets each
-kernel's fixed time on the GPU).
+"""How many kernels a step of an engine's model code runs, where that code fuses a layer differently from
+compute/ops.py's count (which follows vLLM's and SGLang's layers). Graph or not, each carries the GPU's
+fixed time of a kernel (ComputeModel.fixed_s); run eagerly, each its launch gap and its host's launch.
 
 TensorRT-LLM's PyTorch backend, the default of `trtllm-serve` since release 1.0, runs a batch that holds
 a prompt eagerly: `ScheduledRequests.can_run_cuda_graph` is `not self.context_requests`
 (tensorrt_llm/_torch/pyexecutor/scheduler.py), so its Python forward pass launches a context step's
-kernels one by one. Its layers are written around fused custom ops, so a dense layer launches half the
-kernels ops.py counts (Llama 3.1 70B's: 9 against 18 at TP > 1), and an MLA / MoE layer about as many
-(DeepSeek-V3's: 32 against 35):
+kernels one by one; a decode step replays a graph of the same kernels. Its layers are written around fused
+custom ops, so a dense layer runs half the kernels ops.py counts (Llama 3.1 70B's: 9 against 18 at
+TP > 1), and an MLA / MoE layer about as many (DeepSeek-V3's: 32 against 35). Its TensorRT engines (NIM's,
+and releases before 1.0; `[engine] eager_host = false`) run other, compiled code, whose kernels keep
+ops.py's count:
 
 - A dense layer (tensorrt_llm/_torch/models/modeling_llama.py, LlamaDecoderLayer; modules/attention.py,
   modules/gated_mlp.py): the QKV GEMM, the attention op (`thop.attention`: RoPE and the KV-cache append,
@@ -78,7 +80,7 @@ class LayerKernels:
 SGLANG_FUSED_MXFP4_MOE_CALLS = 4
 
 
-# TensorRT-LLM's PyTorch backend, as listed above.
+# TensorRT-LLM's PyTorch backend, as listed above (Profile.layer_kernels).
 TRTLLM_PYTORCH = LayerKernels(
     attention_op=2,           # thop.attention: RoPE + KV append, then the fused attention kernel
     gqa_linears=2,            # QKV, output
