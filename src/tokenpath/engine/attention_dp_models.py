@@ -1,8 +1,8 @@
 """Which models an engine can run with attention data-parallel, where its model code decides.
 
 SGLang builds attention data-parallel into each model's file: a model's attention splits its heads over
-the attention-TP group (`get_parallel().attn_tp_size`, `tp_size / dp_size`; `--dp-size` with
-`--enable-dp-attention`) only where that file says so. Read in the sglang 0.5.23 wheel
+the attention-TP group (`get_parallel().attn_tp_size`: `--tp-size` over `--attn-dp-size`, which replaces
+`--dp-size` with `--enable-dp-attention`) only where that file says so. Read in the sglang 0.5.23 wheel
 (sglang/srt/models/): the files whose attention divides its heads by `attn_tp_size`, and the classes each
 registers (`EntryClass`), a Hugging Face config's `architectures`. Llama's (llama.py: LlamaForCausalLM,
 also Phi-3's and InternLM3's), Mistral's, Mixtral's (mixtral.py) and Qwen2's (qwen2.py) split their heads
