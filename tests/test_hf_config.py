@@ -274,6 +274,9 @@ def test_any_config_reads_or_is_refused_in_one_line(tmp_path_factory, base, chan
     else:
         assert model.moe_layers + model.dense_layers >= model.num_layers
         assert model.sliding_layers <= model.num_layers
+        names = {**base, **changes}.get("architectures")  # the model class: its first name, if a string
+        named = isinstance(names, list) and names and isinstance(names[0], str)
+        assert model.architecture == (names[0].strip() if named else "")
 
 
 def test_a_multimodal_wrappers_quantization_and_tying_reach_its_language_model(tmp_path):
