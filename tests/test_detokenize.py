@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from tokenpath.delivery import Detokenizer
 from tokenpath.delivery.sample_text import SAMPLES
 from tokenpath.delivery.stream import CONTEXT_TOKENS, TokenIdError
+from tokenpath.delivery.utf8 import REPLACEMENT
 from tokenpath.delivery.visibility import PROMPT_TAIL
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -556,6 +557,19 @@ def primed_deltas(det: Detokenizer, prompt: list[int], ids: list[int]) -> list[s
     return [stream.step([t])[0] for t in ids]
 
 
+def held_as_decode_stream(deltas: list[str]) -> list[str]:
+    """The same text as DecodeStream shows it: a text that ends in U+FFFD waits for one that does not,
+    since DecodeStream cannot tell that character from one whose bytes have not all come (a literal U+FFFD
+    the SentencePiece model shows at once)."""
+    out, pending = [], ""
+    for delta in deltas:
+        pending += delta
+        shown = pending if pending and not pending.endswith(REPLACEMENT) else ""
+        out.append(shown)
+        pending = pending[len(shown):]
+    return out
+
+
 @SETTINGS
 @given(text=TEXT)
 def test_llama_text_streams_through_its_tokenizer_json_as_through_decode_stream_and_its_sentencepiece_model(
@@ -566,7 +580,18 @@ def test_llama_text_streams_through_its_tokenizer_json_as_through_decode_stream_
     spm = Detokenizer.load("tokenizer.model.v1")
     hf, _ = _loaded(files("hf-llama-spm"), True)
     ids, prompt = spm.encode(text), spm.encode(PROMPT_TAIL)[-CONTEXT_TOKENS:]
-    assert check_against_decode_stream(hf, ids, prompt) == primed_deltas(spm, prompt, ids)
+    assert check_against_decode_stream(hf, ids, prompt) == held_as_decode_stream(primed_deltas(spm, prompt, ids))
+
+
+def test_a_literal_replacement_character_waits_in_decode_stream_and_shows_at_once_in_sentencepiece(files):
+    """U+FFFD itself (a piece of its own in this vocabulary): the SentencePiece model shows it at its token;
+    DecodeStream, which cannot tell it from an unfinished character, holds it until a text that does not
+    end in it."""
+    spm = Detokenizer.load("tokenizer.model.v1")
+    hf, _ = _loaded(files("hf-llama-spm"), True)
+    ids, prompt = spm.encode(REPLACEMENT + "a"), spm.encode(PROMPT_TAIL)[-CONTEXT_TOKENS:]
+    assert primed_deltas(spm, prompt, ids) == [" ", REPLACEMENT, "a"]
+    assert check_against_decode_stream(hf, ids, prompt) == [" ", "", REPLACEMENT + "a"]
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
