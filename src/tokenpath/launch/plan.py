@@ -60,6 +60,7 @@ class Plan:
     chips_per_host: int = 8  # the GPUs one machine holds (the chip's, compute/chip.py)
     fabric: str = ""  # the fabric simulated, in words (Deployment.fabric_name)
     vendor: str = "nvidia"  # who makes the chip (compute/chip.py): the engines and images that run on it
+    moe: bool = False  # the model has routed experts
 
     @property
     def gpus_per_replica(self) -> int:
@@ -107,7 +108,7 @@ def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
                 profile.host_overlap if host_overlap is None else host_overlap,
                 front_end.detokenizes_in(scenario), _draft_checkpoint(scenario),
                 deployment.compute.prefill_graph_max_tokens, deployment.chip.chips_per_host, deployment.fabric_name,
-                deployment.chip.vendor)
+                deployment.chip.vendor, deployment.model.is_moe)
 
 
 def _draft_checkpoint(scenario: Scenario) -> Checkpoint | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-from tokenpath.compute.model import load_model
 from tokenpath.launch.command import Command, Settings
 from tokenpath.launch.flags import programs
 from tokenpath.launch.hosts import HEAD_ADDR, NODE_RANK, Hosts
@@ -35,8 +34,7 @@ def server_per_replica(plan: Plan) -> bool:
     stepping together (docs/serving/data_parallel_deployment.md), where the scenario's replicas are apart
     (its form of that server is attention data-parallel over all the chips: `deployment.attention_dp`). A
     disaggregated pool stays one server (a note says so)."""
-    return (not plan.disaggregated and plan.roles[0].replicas > 1
-            and load_model(plan.scenario.model_source()).is_moe)
+    return plan.moe and not plan.disaggregated and plan.roles[0].replicas > 1
 
 
 def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str | None = None,
@@ -71,7 +69,7 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
                                                   "simulation runs prompt steps with the high-throughput kernels")
     else:
         settings.map("deployment.moe_all_to_all", "(off: vLLM's default --all2all-backend allgather_reducescatter)")
-    if replicas > 1 and load_model(s.model_source()).is_moe:
+    if replicas > 1 and plan.moe:
         # docs/serving/data_parallel_deployment.md: an MoE model's data-parallel ranks align their forward passes,
         # "the expert layers form a (DP x TP) sized tensor parallel group" (with expert parallel, the scenario
         # is refused: sim/deployment.py)

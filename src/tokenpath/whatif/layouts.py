@@ -178,7 +178,9 @@ def enumerate_candidates(base: Base, chips: int, engines: list[str], disaggregat
         seqs, tokens = base_limits(base, scheduler)
         chunked, padded = launch_tuning(base, scheduler)
         for tp, pp, prefill, ep, a2a, dp in splits(chips, moe, disaggregated):
-            found.append(Candidate(chips, tp, pp, scheduler, seqs, tokens, prefill, ep, dp, a2a, chunked, padded))
+            found.append(Candidate(chips, tp, pp, scheduler, seqs, tokens, prefill, expert_parallel=ep,
+                                   attention_dp=dp, moe_all_to_all=a2a, chunked_prefill=chunked,
+                                   padded_graphs=padded))
     return found
 
 
