@@ -88,7 +88,8 @@ class ComputeModel:
     `engine_kernels`: how many kernels a step runs, where its engine's model code fuses a layer into other
     kernels than the ops count (engine/eager_launches.py); None: the ops' count. The GEMMs stay the ops'
     and the other kernels' fixed times are scaled to the engine's count (`fixed_s`); an eager step's host
-    launches that many.
+    launches that many. `fused_kernels`: where the engine's compiled code runs some of the ops' kernels
+    inside others (engine/eager_launches.py), how many a step does; the ops' count less these is the engine's.
     `fused_mxfp4_moe_calls`: where the engine runs MXFP4 routed experts as one fused op on a chip with FP4
     tensor cores, its host's calls for each MoE block's router and experts, in place of those ops' kernels
     (engine/eager_launches.py); None: the ops' count.
@@ -110,7 +111,8 @@ class ComputeModel:
                  cuda_graph_sizes: frozenset[int] | None = None, prefill_graph_max_tokens: int | None = None,
                  host_window_s: float = 0.0, host_step_s: float = 0.0,
                  host_per_sequence_s: float = 0.0, host_overlapped: bool = False, host_eager_per_kernel_s: float = 0.0,
-                 engine_kernels: float | None = None, fused_mxfp4_moe_calls: int | None = None,
+                 engine_kernels: float | None = None, fused_kernels: int = 0,
+                 fused_mxfp4_moe_calls: int | None = None,
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
                  latent_attention: bool = True, weight_only_expert_time: float = 1.0,
                  input_projection: int = 0, shared_weights: frozenset[str] = frozenset(),
@@ -188,12 +190,13 @@ class ComputeModel:
         self._logit_bytes = assumptions.value("logit_bytes")
         # The kernels a step runs (the engine's count, where its model code fuses its own way), and of those
         # besides the GEMMs, their share of the ops' (fixed_s).
-        kernels = self.kernels_per_step if engine_kernels is None else engine_kernels
+        kernels = self.kernels_per_step - fused_kernels if engine_kernels is None else engine_kernels
         self._other_kernels_share = 1.0
-        if engine_kernels is not None:
+        if engine_kernels is not None or fused_kernels:
             gemms = sum(op.gemm_kernels for op in self.ops)
             others = sum(op.kernels - op.gemm_kernels for op in self.ops)
-            self._other_kernels_share = max(engine_kernels - gemms, 0.0) / others
+            engine_others = others - fused_kernels if engine_kernels is None else engine_kernels - gemms
+            self._other_kernels_share = max(engine_others, 0.0) / others
         # An eager step: every kernel's launch gap, on the GPU, and the host's launches, queued ahead of it.
         self.host_eager_per_kernel_s = host_eager_per_kernel_s
         self.eager_gap_s: float = kernels * assumptions.value("eager_kernel_launch_s")
@@ -413,7 +416,7 @@ class ComputeModel:
     def fixed_s(self, op: LinearOp) -> float:
         """An op's kernels' fixed time per step, on top of their work: each weight GEMM's the chip's
         gemm_fixed_s, every other kernel's efficiency.KERNEL_FIXED_S, as many of those as the engine's
-        model code runs (`engine_kernels`: the ops' other kernels scaled to its count)."""
+        model code runs (`engine_kernels` or `fused_kernels`: the ops' other kernels scaled to its count)."""
         return (op.gemm_kernels * self.gemm_fixed_s
                 + (op.kernels - op.gemm_kernels) * self.kernel_fixed_s * self._other_kernels_share)
 

@@ -36,6 +36,22 @@ BypassedTopKOutput), the input's MXFP8 quantization and flashinfer's `trtllm_fp4
 (routing, both grouped GEMMs, the activation and the finalizing reduction, layers/quantization/
 mxfp4.py), and a copy slicing the padded output back (layers/moe/fused_moe_triton/layer.py): four calls
 where ops.py counts nine (the router and its top-k, and the routed experts' seven).
+
+vLLM V1 compiles its model with torch.compile and Inductor unless told to run eagerly (`--enforce-eager`,
+`cuda_graphs = "none"` here; vllm/config/vllm.py sets the compilation mode to none with it). Compiling,
+it turns its custom ops off (`custom_ops` "none" under the Inductor backend, vllm/config/vllm.py), so that
+Inductor "generates (fused) Triton kernels" for them (vllm/config/compilation.py); whether a fusion pass
+must join two ops is decided by "Enable if either RMS norm or quant FP8 custom op is active; otherwise
+Inductor handles fusion" (enable_norm_fusion and enable_act_fusion, vllm/config/vllm.py, 0.34.0). Its
+per-tensor fp8 quantization became such an op (QuantFP8, a CustomOp with a torch implementation, vLLM
+pull request 19830, cited as merged by issue 20711 of 2025-07-09; first in a release by 0.10.0): from
+then a per-tensor fp8 linear's input is quantized in the Triton kernel that computes it, the RMSNorm
+before the QKV and gate-up linears, the SiLU-and-multiply before the down linear. The attention output's
+quantization before the output linear stays a kernel of its own (the attention op is a piece Inductor does
+not see; `fuse_attn_quant` is off). Block-scaled fp8 keeps its CUDA quantization op ("+quant_fp8" where
+the weights have blocks), which ops.py counts; and the MoE layers' experts quantize inside their fused
+op, which ops.py counts as it runs. Only the fused quantizations leave ops.py's count
+(`vllm_compiled_fused_kernels`).
 """
 
 from __future__ import annotations
@@ -43,6 +59,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenpath.compute.model_spec import ModelSpec
+from tokenpath.engine.release import release_at_least
 
 
 @dataclass(frozen=True)
@@ -93,3 +110,17 @@ TRTLLM_PYTORCH = LayerKernels(
     shared_expert_others=2,   # its activation, and the sum with the routed experts' output
     per_step=4,               # embedding, final norm, LM head, sampling
 )
+
+
+# The first vLLM release whose compiled layers quantize a per-tensor fp8 linear's input in the kernel before
+# it, as listed above.
+VLLM_FUSED_FP8_QUANT_SINCE = "0.10.0"
+
+
+def vllm_compiled_fused_kernels(model: ModelSpec, release: str | None, per_tensor_fp8: bool) -> int:
+    """The kernels of ops.py's count for one step of `model` that vLLM V1's compiled layers run inside
+    others, in `release`: with per-tensor fp8 linears (`per_tensor_fp8`), each layer's QKV input
+    quantization, and each dense MLP's gate-up and down input quantizations."""
+    if not per_tensor_fp8 or not release_at_least(release, VLLM_FUSED_FP8_QUANT_SINCE):
+        return 0
+    return model.num_layers + 2 * model.dense_layers

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.engine.attention_dp_models import SGLANG_ATTENTION_DP_ARCHITECTURES
 from tokenpath.engine.batch_limits import (
     BatchLimits,
@@ -33,7 +34,12 @@ from tokenpath.engine.cuda_graphs import (
     sglang_prefill_graph_tokens,
     trtllm_unpadded_graph_sizes,
 )
-from tokenpath.engine.eager_launches import SGLANG_FUSED_MXFP4_MOE_CALLS, TRTLLM_PYTORCH, LayerKernels
+from tokenpath.engine.eager_launches import (
+    SGLANG_FUSED_MXFP4_MOE_CALLS,
+    TRTLLM_PYTORCH,
+    LayerKernels,
+    vllm_compiled_fused_kernels,
+)
 from tokenpath.engine.expert_kernels import WeightOnlyExperts
 from tokenpath.engine.kv_blocks import DEFAULT_BLOCK_SIZE, vllm_block_size
 from tokenpath.engine.memory_share import (
@@ -153,10 +159,13 @@ class Profile:
     # from compute/ops.py's count (engine/eager_launches.py; None: ops.py's), each with the GPU's fixed time
     # of a kernel and, eager, the host's launch (not where [engine] eager_host = false runs other code:
     # TensorRT-LLM's TensorRT engines); and where it runs MXFP4 routed experts natively as one fused op,
-    # its calls for a MoE block's router and experts (None: ops.py's count).
+    # its calls for a MoE block's router and experts (None: ops.py's count); where its compiled code runs some
+    # of ops.py's kernels inside others unless told to run eagerly (cuda_graphs = "none"), how many a step of a
+    # model does in a release, given whether its linears are per-tensor fp8 (engine/eager_launches.py).
     eager_host: EagerHost | None
     layer_kernels: LayerKernels | None
     fused_mxfp4_moe_calls: int | None
+    compiled_fusions: Callable[[ModelSpec, str | None, bool], int] | None
     # -- its kernels: the registry's multiple of the roofline its MXFP4 routed experts take where they run
     # weight-only (engine/expert_kernels.py)
     mxfp4_weight_only_experts: WeightOnlyExperts
@@ -336,6 +345,7 @@ PROFILES: dict[str, Profile] = {
         eager_host=None,
         layer_kernels=None,
         fused_mxfp4_moe_calls=None,
+        compiled_fusions=vllm_compiled_fused_kernels,  # its Inductor-fused fp8 quantizations
         mxfp4_weight_only_experts="vllm_mxfp4_weight_only_expert_time",
         # V1 replays captured graphs for steps of up to its max_cudagraph_capture_size (512 tokens),
         # decode-only or mixed; its larger steps run long kernels that hide their launches.
@@ -418,6 +428,7 @@ PROFILES: dict[str, Profile] = {
         eager_host="eager_host_per_kernel_s",  # its model code runs op by op in Python when no graph is replayed
         layer_kernels=None,
         fused_mxfp4_moe_calls=None,
+        compiled_fusions=None,
         mxfp4_weight_only_experts="vllm_mxfp4_weight_only_expert_time",
         # V0 captured decode batches (vllm/worker/model_runner.py) and ran prompt steps, and its mixed
         # chunked-prefill steps, eagerly.
@@ -517,6 +528,7 @@ PROFILES: dict[str, Profile] = {
         eager_host="eager_host_per_kernel_s",  # calibrated on SGLang (engine/host_time.py)
         layer_kernels=None,
         fused_mxfp4_moe_calls=SGLANG_FUSED_MXFP4_MOE_CALLS,
+        compiled_fusions=None,
         mxfp4_weight_only_experts="sglang_mxfp4_weight_only_expert_time",
         # SGLang's CudaGraphRunner replays decode-or-idle batches only, up to its cuda_graph_max_bs
         # for the GPU's memory and tp, and from 0.5.10 its prompt steps up to the prefill chunk on NVIDIA
@@ -629,6 +641,7 @@ PROFILES: dict[str, Profile] = {
         eager_host="trtllm_eager_host_per_kernel_s",
         layer_kernels=TRTLLM_PYTORCH,
         fused_mxfp4_moe_calls=None,  # TRTLLM_PYTORCH counts its fused MoE op's kernels
+        compiled_fusions=None,
         mxfp4_weight_only_experts="trtllm_mxfp4_weight_only_expert_time",
         # The PyTorch backend replays a graph only for a batch without a prompt
         # (ScheduledRequests.can_run_cuda_graph, tensorrt_llm/_torch/pyexecutor/scheduler.py), and by

@@ -130,10 +130,12 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                         "unset workload.max_concurrency")
     host = host_step_cost(engine.scheduler, engine.host_overlap, engine.eager_host)
     # The kernels a step runs, where the engine's model code counts them its own way (and runs that code).
-    engine_kernels = None
+    engine_kernels, fused_kernels = None, 0
+    fp8_linears = chip.compute_precision(scenario.model.precision) == "fp8"
     if engine.profile.layer_kernels is not None and eager_host_paid(engine.scheduler, engine.eager_host):
-        block_scaled = model.fp8_block_scaled and chip.compute_precision(scenario.model.precision) == "fp8"
-        engine_kernels = engine.profile.layer_kernels.per_step_kernels(model, block_scaled)
+        engine_kernels = engine.profile.layer_kernels.per_step_kernels(model, model.fp8_block_scaled and fp8_linears)
+    if engine.profile.compiled_fusions is not None and engine.cuda_graphs != "none":
+        fused_kernels = engine.profile.compiled_fusions(model, engine.version, fp8_linears and not model.fp8_block_scaled)
     graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     prefill_graph_tokens = engine.prefill_graph_max_tokens(model.is_mla, chip.generation, dep.pp, dep.attention_dp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.kv_precision(model),
@@ -144,7 +146,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            host_window_s=host.window_s, host_step_s=host.step_s,
                            host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
-                           engine_kernels=engine_kernels,
+                           engine_kernels=engine_kernels, fused_kernels=fused_kernels,
                            fused_mxfp4_moe_calls=engine.profile.fused_mxfp4_moe_calls,
                            assumptions=assumptions, expert_precision=scenario.model.expert_precision,
                            attention_dp=dep.attention_dp, attention_dp_whole=engine.profile.attention_dp_whole | (
