@@ -140,3 +140,52 @@ def test_sglang_launches_a_blackwell_mxfp4_moe_block_as_four_calls_and_other_exp
         assert compute.host_launch_s == pytest.approx(compute.kernels_per_step * EAGER_HOST_PER_KERNEL_S, rel=1e-12)
     assert fused.kernels_per_step == weight_only.kernels_per_step
     assert fused.eager_gap_s == pytest.approx(weight_only.eager_gap_s, rel=1e-12)
+
+
+def _vllm_compute(model: str, precision: str, chip: str = "h100", **engine) -> ComputeModel:
+    scenario = build_scenario({"model": {"name": model, "precision": precision},
+                               "deployment": {"chip": chip, "chips": 8, "tp": 8},
+                               "engine": {"scheduler": "vllm-v1", **engine}}, "test")
+    return build_deployment(scenario).compute
+
+
+def test_vllm_v1s_compiled_layers_fuse_a_per_tensor_fp8_linears_input_quantization_from_0_10():
+    """Llama 3.1 70B: each layer's QKV, gate-up and down inputs quantized inside the norm or activation
+    kernel before them (80 x 3); an MoE model's layers only their QKV input (Mixtral: 32 layers, no dense
+    MLP); none before 0.10.0, nor without per-tensor fp8 linears."""
+    from tokenpath.engine.eager_launches import vllm_compiled_fused_kernels
+
+    llama, mixtral = load_model("llama-3.1-70b"), load_model("mixtral-8x7b")
+    assert vllm_compiled_fused_kernels(llama, None, per_tensor_fp8=True) == 80 * 3
+    assert vllm_compiled_fused_kernels(llama, "0.10.0", per_tensor_fp8=True) == 80 * 3
+    assert vllm_compiled_fused_kernels(mixtral, "0.11.2", per_tensor_fp8=True) == 32
+    assert vllm_compiled_fused_kernels(llama, "0.9.2", per_tensor_fp8=True) == 0
+    assert vllm_compiled_fused_kernels(llama, "0.10.0rc1", per_tensor_fp8=True) == 0
+    assert vllm_compiled_fused_kernels(llama, None, per_tensor_fp8=False) == 0
+
+
+def test_a_vllm_v1_step_leaves_out_the_fixed_time_and_gaps_of_the_kernels_its_compiled_code_fuses():
+    """Llama 3.1 70B fp8 at TP8 on H100: the 240 fused quantizations leave the step's kernels, each with
+    the GPU's fixed time of a kernel (a decode step 240 x KERNEL_FIXED_S shorter) and, run without a graph,
+    its launch gap; --enforce-eager (cuda_graphs = "none") runs the custom ops the ops count, as bf16
+    linears, block-scaled fp8 (DeepSeek-V3) and releases before 0.10.0 do."""
+    from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S, KERNEL_FIXED_S
+
+    compiled = _vllm_compute("llama-3.1-70b", "fp8", version="0.10.0")
+    old = _vllm_compute("llama-3.1-70b", "fp8", version="0.9.2")
+    eager = _vllm_compute("llama-3.1-70b", "fp8", cuda_graphs="none")
+    assert compiled.kernels_per_step == old.kernels_per_step == eager.kernels_per_step
+    others = sum(op.kernels - op.gemm_kernels for op in old.ops)
+    fixed = {name: sum(c.fixed_s(op) for op in c.ops) for name, c in (("compiled", compiled), ("old", old))}
+    assert fixed["old"] - fixed["compiled"] == pytest.approx(240 * KERNEL_FIXED_S, rel=1e-9)
+    assert compiled.eager_gap_s == pytest.approx((compiled.kernels_per_step - 240) * EAGER_KERNEL_LAUNCH_S, rel=1e-12)
+    assert old.eager_gap_s == pytest.approx(old.kernels_per_step * EAGER_KERNEL_LAUNCH_S, rel=1e-12)
+    assert others > 240
+    # A decode step of 16 sequences replays a graph in both: shorter by the fused kernels' fixed time alone
+    # (0.9.2 and 0.10.0 differ in nothing else the step's time reads).
+    decode = (16, 16, 16 * 2048, 16 * 2048)
+    assert old.step_time_s(*decode) - compiled.step_time_s(*decode) == pytest.approx(240 * KERNEL_FIXED_S, rel=1e-9)
+    for unfused in (eager, _vllm_compute("llama-3.1-70b", "bf16"), _vllm_compute("deepseek-v3", "fp8", chip="h200")):
+        assert sum(unfused.fixed_s(op) for op in unfused.ops) == pytest.approx(
+            sum(op.gemm_kernels * unfused.gemm_fixed_s + (op.kernels - op.gemm_kernels) * unfused.kernel_fixed_s
+                for op in unfused.ops), rel=1e-12)
