@@ -132,10 +132,11 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     # The kernels a step runs, where the engine's model code counts them its own way (and runs that code).
     engine_kernels, fused_kernels = None, 0
     fp8_linears = chip.compute_precision(scenario.model.precision) == "fp8"
+    block_scaled = model.fp8_block_scaled and fp8_linears
     if engine.profile.layer_kernels is not None and eager_host_paid(engine.scheduler, engine.eager_host):
-        engine_kernels = engine.profile.layer_kernels.per_step_kernels(model, model.fp8_block_scaled and fp8_linears)
-    if engine.profile.compiled_fusions is not None and engine.cuda_graphs != "none":
-        fused_kernels = engine.profile.compiled_fusions(model, engine.version, fp8_linears and not model.fp8_block_scaled)
+        engine_kernels = engine.profile.layer_kernels.per_step_kernels(model, block_scaled)
+    if engine.profile.compiled_fusions is not None and engine.cuda_graphs != "none":  # (not --enforce-eager)
+        fused_kernels = engine.profile.compiled_fusions(model, engine.version, fp8_linears and not block_scaled)
     graph_max_tokens = engine.graph_max_tokens(chip.hbm_bytes, dep.tp)
     prefill_graph_tokens = engine.prefill_graph_max_tokens(model.is_mla, chip.generation, dep.pp, dep.attention_dp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.kv_precision(model),
