@@ -401,3 +401,15 @@ def test_the_report_says_the_experts_are_spread_and_how_their_tokens_reach_them(
 
     assert "TP=2, PP=1, EP, 4 replicas" in line()
     assert "TP=2, PP=1, EP (all-to-all), 4 replicas" in line(**{"deployment.moe_all_to_all": True})
+
+
+def test_the_verdicts_traffic_names_the_all_to_alls_over_each_replicas_chips():
+    """Two TP8 replicas of DeepSeek-V3 under SGLang, experts over each replica's 8 chips by DeepEP: each of
+    its 58 MoE layers an all-to-all dispatch and combine over those 8 chips, not all 16."""
+    from tokenpath.sim.document import traffic_detail
+
+    sim = simulate(load_scenario("typical", {
+        "model.name": "deepseek-v3", "model.precision": "fp8", "deployment.chip": "h200", "deployment.chips": 16,
+        "deployment.tp": 8, "deployment.expert_parallel": True, "deployment.moe_all_to_all": True,
+        "engine.scheduler": "prefill-first", "workload.num_requests": 20}))
+    assert "116 expert-parallel all-to-alls per step across 8 chips" in traffic_detail(sim)

@@ -320,7 +320,7 @@ def traffic_detail(sim: Simulation) -> str:
     if costs.allreduces_per_step:
         parts.append(f"{costs.allreduces_per_step} tensor-parallel all-reduces per step across {dep.tp} chips")
     if costs.all_to_alls_per_step:
-        parts.append(f"{costs.all_to_alls_per_step} expert-parallel all-to-alls across {dep.chips} chips")
+        parts.append(f"{costs.all_to_alls_per_step} expert-parallel all-to-alls per step across {dep.tp} chips")
     if dep.pp > 1:
         parts.append(f"{dep.pp - 1} pipeline hand-offs")
     if dep.prefill_replicas:
