@@ -186,7 +186,7 @@ def test_the_compute_model_reads_the_assumptions_it_is_handed_and_no_others():
     plain = ComputeModel(model, load_chip("h100"), 1, "fp8", "bf16")
     handed = ComputeModel(model, load_chip("h100", changed), 1, "fp8", "bf16", assumptions=changed)
     assert plain.kernel_fixed_s == 2.45e-6 and handed.kernel_fixed_s == 5e-6
-    assert handed.chip.matmul_efficiency["fp8"] == pytest.approx(plain.chip.matmul_efficiency["fp8"] / 2)
+    assert handed.chip.matmul_efficiency["fp8"] == pytest.approx(plain.chip.matmul_efficiency["fp8"] * 0.4 / 0.85)
     with changed.active():  # a run's block changes nothing for a model handed other assumptions
         inside = ComputeModel(model, load_chip("h100", DEFAULTS), 1, "fp8", "bf16", assumptions=DEFAULTS)
     assert inside.kernel_fixed_s == 2.45e-6 and inside.chip.matmul_efficiency == plain.chip.matmul_efficiency
@@ -246,7 +246,7 @@ def test_overrides_change_the_deployment_and_do_not_leak_into_the_next_scenario(
     # vLLM V1 pays host_step_s per scheduler call: every step
     assert changed.compute.host_window_s == 4e-3
     assert before.compute.host_window_s == after.compute.host_window_s == lookup("host_step_s").value
-    assert changed.chip.matmul_efficiency["fp8"] == pytest.approx(before.chip.matmul_efficiency["fp8"] / 2)
+    assert changed.chip.matmul_efficiency["fp8"] == pytest.approx(before.chip.matmul_efficiency["fp8"] * 0.4 / 0.85)
     assert changed.compute.kernel_fixed_s == 5e-6 and after.compute.kernel_fixed_s == 2.45e-6
     assert changed.collectives.base_latency_s == 20e-6 and after.collectives.base_latency_s == 6.6e-6
     # built objects keep their values outside the block they were built in
@@ -291,7 +291,7 @@ def test_assumptions_command_lists_every_one_as_json(tmp_path, monkeypatch, caps
     rows = json.loads(out)
     assert [r["name"] for r in rows] == [a.name for a in REGISTRY]
     gemm = next(r for r in rows if r["name"] == "serving_gemm_fraction")
-    assert gemm["value"] == 0.8 and gemm["unit"] == "1" and "TensorRT-LLM" in gemm["source"]
+    assert gemm["value"] == 0.85 and gemm["unit"] == "1" and "TensorRT-LLM" in gemm["source"]
     path = tmp_path / "s.toml"
     path.write_text('[assumptions]\nhost_step_s = "3 ms"\n')
     rows = json.loads(run_cli(["assumptions", str(path), "--json", "-"], monkeypatch, capsys)[1])

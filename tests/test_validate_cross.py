@@ -301,11 +301,13 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
     assert set(document) == {"rows", "sources", "cross", "in_sample", "all_rows", "by_source", "row_errors",
                              "fitted_elsewhere"}
     assert (document["rows"], document["sources"]) == (2, 2)
-    # the launch gap, fitted on the published batch-1 TTFT rows (another source), in every fold
-    assert document["fitted_elsewhere"] == {"eager_kernel_launch_s": {
-        "value": pytest.approx(lookup("eager_kernel_launch_s").value, rel=1e-9), "group": "trtllm_batch1_ttft",
-        "rows": 4}}
-    assert "eager_kernel_launch_s: 4.9 us in every fold" in out
+    # the launch gap and the GEMMs' serving fraction, fitted on published rows of other sources, in every fold
+    assert document["fitted_elsewhere"] == {
+        "eager_kernel_launch_s": {"value": pytest.approx(lookup("eager_kernel_launch_s").value, rel=1e-9),
+                                  "group": "trtllm_batch1_ttft", "rows": 4},
+        "serving_gemm_fraction": {"value": pytest.approx(lookup("serving_gemm_fraction").value, rel=1e-9),
+                                  "group": "trtllm_offline", "rows": 28}}
+    assert "eager_kernel_launch_s: 3.71 us in every fold" in out
     data = load_latency(path)
     names = [p.name for p in PROCEDURES]
     out_of_fold = []

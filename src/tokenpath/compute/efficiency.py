@@ -19,14 +19,15 @@ bf16 to 0.87 for A100 bf16)."""
 
 SERVING_GEMM_FRACTION = default("serving_gemm_fraction")
 """Fraction of a chip's large-GEMM ceiling (the measured MAMF rate, or the default above) that the
-GEMMs of a serving step reach. MAMF is the best rate over a sweep of large, well-shaped GEMMs; a
-step's GEMMs have the model's own shapes (M = the step's tokens, N a tensor-parallel shard, K the
-hidden or intermediate width), FP8/FP4 scaling epilogues, and run between other kernels. Calibrated
-once, with GEMM_OVERLAP_NORM, on the H100 rows of the TensorRT-LLM offline throughput group in
-`tokenpath validate`, each run with the request count and batch limits trtllm-bench used (the pair
-minimising their median |error|, the fraction in steps of 0.05: 0.80 with p = 2, 3.0%; 0.85 with
-p = 1.5 gives 3.5%, 0.80 with p = 3 3.7%, 0.80 with the plain max 4.4%); the H200 and B200 rows are
-predicted with it."""
+weight GEMMs of a serving step reach, beside what their shapes cost them. A step's GEMMs have the model's
+own shapes (M = the step's tokens, N a tensor-parallel shard, K the hidden or intermediate width): where
+AIConfigurator measured the engine's GEMM kernels on the chip, each GEMM's rate is also scaled by its
+shape's measured efficiency (compute/gemm_efficiency.py). What is left, the FP8/FP4 scaling epilogues and
+running between other kernels rather than in a benchmark's loop, is this fraction. Fitted in code on the
+28 rows of the TensorRT-LLM offline throughput group in `tokenpath validate` (H100, H200 and B200; each
+run with the request count and batch limits trtllm-bench used; validate/fit.py's GROUP_PROCEDURES), each
+of which `validate` predicts with the value fitted on the other 27: 0.85, their median |error| 3.9%
+(0.80 gives 5.5%, 0.90 6.4%). Before the shapes' efficiency it was 0.80, on the group's H100 rows."""
 
 GEMM_OVERLAP_NORM = default("gemm_overlap_norm")
 """How a GEMM's compute and memory times combine: its time is their p-norm with this p,
@@ -35,7 +36,8 @@ point the two agree; near it, where the step's tokens (the GEMM's M) make stream
 multiplying them take about as long, a real kernel saturates neither (tile and wave quantization,
 its pipeline's prologue and epilogue), and p = 2 charges up to 1.41x the max there. Decode steps of
 large batches sit at that ridge. Calibrated with SERVING_GEMM_FRACTION on the H100 offline rows
-(p of 1.5, 2, 3, 4, 8 and infinity tried); math.inf gives the plain max."""
+(p of 1.5, 2, 3, 4, 8 and infinity tried); math.inf gives the plain max. The shapes' efficiencies
+(catalog/gemm_efficiency.csv) were derived with p = 2: regenerate them if it changes."""
 
 HBM_BW_EFFICIENCY = default("hbm_bw_efficiency")
 """Fraction of peak HBM bandwidth a streaming kernel (weight-bound GEMV, paged-attention KV reads)
@@ -74,7 +76,7 @@ kernel's KERNEL_FIXED_S: the host's launch call, which the GPU waits for when ke
 graph replays all its kernels with one launch. Fitted in code on the four rows of the TensorRT-LLM
 batch-1 TTFT group in `tokenpath validate` (context phases, which that runtime runs eagerly;
 validate/fit.py's GROUP_PROCEDURES), each of which `validate` predicts with the value fitted on the
-other three. With the fixed cost, an eager kernel costs about 8 us, the order reported for eager
+other three. With the fixed cost, an eager kernel costs about 6 us, the order reported for eager
 launches; applied to every chip and runtime."""
 
 EXPERT_GEMM_HALF_WIDTH = default("expert_gemm_half_width")
@@ -107,6 +109,13 @@ EMBEDDING_PRECISION = "bf16"
 native FP8, NVFP4 exports) keep these two in bf16, so they are never counted at the weight
 precision."""
 
+ATTENTION_PLATEAU_FRACTION = default("attention_plateau_fraction")
+"""Fraction of a chip's large-GEMM ceiling (the measured MAMF rate, or the default) that attention's
+products reach on long sequences, its plateau: FlashAttention-3's forward pass on an H100 reads 621
+TFLOP/s at 16k tokens against the H100's bf16 MAMF of 794.5 (0.78; the figures under
+ATTENTION_QUERY_OVERHEAD_PAIRS, fitted with it). Attention's kernels are not the weight GEMMs
+SERVING_GEMM_FRACTION scales."""
+
 ATTENTION_QUERY_OVERHEAD_PAIRS = default("attention_query_overhead_pairs")
 """Attention's fixed work per query token, in (query, key) pairs: a FlashAttention-style kernel runs
 as if each query attended this many more keys (loading its query tile, finishing its softmax,
@@ -115,7 +124,7 @@ tokens runs at L / (L + 256) of the kernel's plateau rate. Fitted to FlashAttent
 pass on an H100 (bf16, head dim 128, batch x sequence = 16k, heads x head dim = 2048), measured in
 pytorch/benchmark commit ff65cb67 ("Fix dimension order for FlashAttention-3"): 430, 517, 566,
 590, 614 and 621 TFLOP/s at 512, 1k, 2k, 4k, 8k and 16k tokens. With the plateau at this model's
-H100 bf16 attention rate (the MAMF ceiling x SERVING_GEMM_FRACTION, 636 TFLOP/s), 256 pairs
+H100 bf16 attention rate (the MAMF ceiling x ATTENTION_PLATEAU_FRACTION, 636 TFLOP/s), 256 pairs
 reproduces each within 2.1% (tests/test_compute_roofline.py)."""
 
 ATTENTION_PRECISION = "bf16"

@@ -48,6 +48,9 @@ class LinearOp:
     # Of those, the GEMMs by weights (each costs the chip's gemm_fixed_s; the others efficiency.KERNEL_FIXED_S).
     gemm_kernels: float = 0.0
     gemm: bool = False  # a matrix multiply by weights: its time blends compute and memory (roofline.op_time_s)
+    # One weight GEMM a layer, (N outputs, K inputs, precision) on each chip: its rate also depends on its
+    # shape and the step's tokens (compute/gemm_efficiency.py). None: the rate alone.
+    shape: tuple[float, float, str] | None = None
     # Runs on the chip that holds each sequence (attention data-parallel), not split over the chips:
     # evaluated at the busiest chip's share of the step (roofline.ComputeModel.step_time_s).
     per_sequence: bool = False
@@ -140,6 +143,14 @@ class _Sharding:
         return self.chip.effective_flops(self.weight_precision)
 
     @property
+    def attention_rate(self) -> float:
+        """Attention's products' plateau rate: the chip's large-GEMM ceiling at ATTENTION_PRECISION times
+        the attention plateau fraction (not the serving fraction of the weight GEMMs, which the chip's
+        effective rate holds)."""
+        return (self.chip.effective_flops(ATTENTION_PRECISION) / self.assumptions.value("serving_gemm_fraction")
+                * self.assumptions.value("attention_plateau_fraction"))
+
+    @property
     def bf16_rate(self) -> float:
         return self.chip.effective_flops(EMBEDDING_PRECISION)
 
@@ -149,21 +160,24 @@ class _Sharding:
         return 1 if self.weight_bytes < 2 else 0
 
     def gemm(self, name: str, n_layers: int, params: float, in_width: float, out_width: float, *,
-             extra_width: float = 0.0, param_bytes: float | None = None, rate: float | None = None,
-             extra_kernels: int = 0) -> LinearOp:
+             extra_width: float = 0.0, bf16: bool = False, extra_kernels: int = 0, one_gemm: bool = True) -> LinearOp:
         """A linear layer applied to every token: 2 FLOPs per weight per token; its weights are read
         once per step, and each token's input, output (and `extra_width` fused elementwise traffic)
-        once. Per layer it launches the GEMM, its input's quantization and `extra_kernels` more."""
-        param_bytes = self.weight_bytes if param_bytes is None else param_bytes
+        once. Per layer it launches the GEMM, its input's quantization and `extra_kernels` more.
+        `bf16`: its weights are in bf16 whatever the model's precision (an embedding-like layer's).
+        `one_gemm`: it is one GEMM of `out_width` by `in_width` (its shape: LinearOp.shape)."""
+        param_bytes = self.embed_bytes if bf16 else self.weight_bytes
+        precision = EMBEDDING_PRECISION if bf16 else self.weight_precision
         return LinearOp(
-            name, self.gemm_rate if rate is None else rate,
+            name, self.bf16_rate if bf16 else self.gemm_rate,
             flops_per_token=2.0 * params * n_layers,
             bytes_fixed=params * param_bytes * n_layers,
             bytes_per_token=(in_width + out_width + extra_width) * self.act * n_layers,
             resident_bytes=params * param_bytes * n_layers,
-            kernels=(1 + (self.quantize if param_bytes == self.weight_bytes else 0) + extra_kernels) * n_layers,
+            kernels=(1 + (0 if bf16 else self.quantize) + extra_kernels) * n_layers,
             gemm_kernels=n_layers,
             gemm=True,
+            shape=(out_width, in_width, precision) if one_gemm else None,
         )
 
 
@@ -226,7 +240,7 @@ def _input_projection(s: _Sharding, inputs: int) -> list[LinearOp]:
     if not inputs:
         return []
     h = s.model.hidden_size
-    return [s.gemm("input_proj", 1, inputs * h * h, inputs * h, h, param_bytes=s.embed_bytes, rate=s.bf16_rate)]
+    return [s.gemm("input_proj", 1, inputs * h * h, inputs * h, h, bf16=True)]
 
 
 def _embedding_and_norms(s: _Sharding, embedding_tp: int) -> list[LinearOp]:
@@ -282,7 +296,7 @@ def _attention(s: _Sharding) -> list[LinearOp]:
     # (_mla_projections says why).
     prefill_width = widths.prefill_qk + widths.prefill_pv
     attention = LinearOp(
-        "attention", s.chip.effective_flops(ATTENTION_PRECISION),
+        "attention", s.attention_rate,
         flops_per_pair=2.0 * heads * prefill_width * layers,
         flops_per_kv_read=2.0 * heads * (widths.qk + widths.pv - prefill_width) * layers,
         overhead_pairs_per_token=s.assumptions.value("attention_query_overhead_pairs"),
@@ -382,7 +396,7 @@ def _moe_router(s: _Sharding) -> list[LinearOp]:
     if not model.is_moe:
         return []
     return [s.gemm("moe_router", model.moe_layers, h * model.num_experts, h, model.num_experts,
-                   param_bytes=s.embed_bytes, rate=s.bf16_rate, extra_kernels=1)]  # top-k selection
+                   bf16=True, extra_kernels=1)]  # top-k selection
 
 
 def _routed_experts(s: _Sharding) -> list[LinearOp]:
@@ -422,7 +436,7 @@ def _shared_experts(s: _Sharding) -> list[LinearOp]:
         return []
     shared = model.shared_intermediate_size / s.tp
     return [s.gemm("shared_experts", model.moe_layers, 3 * h * shared, h, h, extra_width=6 * shared,
-                   extra_kernels=2 + s.quantize)]  # activation, down GEMM and its quantization
+                   extra_kernels=2 + s.quantize, one_gemm=False)]  # activation, down GEMM and its quantization
 
 
 def _lm_head(s: _Sharding) -> LinearOp:

@@ -22,6 +22,7 @@ from typing import Literal
 
 from tokenpath.compute import efficiency
 from tokenpath.compute.chip import ChipSpec
+from tokenpath.compute.gemm_efficiency import ShapeCurve, shape_table
 from tokenpath.compute.model_spec import ModelSpec
 from tokenpath.compute.ops import LinearOp, build_ops, kv_bytes_per_token_per_layer, kv_heads_per_chip
 from tokenpath.compute.precision import PRECISION_BYTES, check_precision
@@ -117,7 +118,7 @@ class ComputeModel:
                  latent_attention: bool = True, weight_only_expert_time: float = 1.0,
                  input_projection: int = 0, shared_weights: frozenset[str] = frozenset(),
                  attention_dp_whole: frozenset[str] = frozenset(), pp_extra_layers_last: bool = False,
-                 expert_parallel: bool = False):
+                 expert_parallel: bool = False, gemm_kernels_of: str | None = None):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -155,6 +156,14 @@ class ComputeModel:
             raise ValueError(f"shared_weights: no op named {', '.join(sorted(unknown))}")
         self.ops = [dataclasses.replace(op, resident_bytes=0.0) if op.name in shared_weights else op
                     for op in self.ops]
+        # Each weight GEMM's efficiency by the step's tokens, for its shape, from the measured table of the
+        # engine's GEMM kernels (`gemm_kernels_of`: vllm, sglang or trtllm; compute/gemm_efficiency.py).
+        self._shape_curves: dict[LinearOp, ShapeCurve] = {}
+        for op in self.ops:
+            table = (None if op.shape is None or gemm_kernels_of is None
+                     else shape_table(chip.name, gemm_kernels_of, op.shape[2]))
+            if table is not None:
+                self._shape_curves[op] = table.curve(op.shape[0], op.shape[1])
         self.weight_bytes_per_chip: float = self._stage_weight_bytes(pp)
         per_layer = kv_bytes_per_token_per_layer(model, 1 if self.attention_dp else tp, kv_precision, latent_attention)
         # A token of a sequence still within every window holds KV in every layer; a sliding layer
@@ -434,7 +443,7 @@ class ComputeModel:
             step = on_chip if op.per_sequence else whole
             flops = op.flops(*step, chunk_context_tokens)
             nbytes = op.bytes(step[0], step[1], step[3], touched, chunk_context_tokens)
-            compute_s, memory_s = op.compute_s(*step, chunk_context_tokens), nbytes / bw
+            compute_s, memory_s = self._op_compute_s(op, *step, chunk_context_tokens), nbytes / bw
             work_s = op_time_s(compute_s, memory_s, op.gemm, self.gemm_overlap_norm)
             fixed_s = self.fixed_s(op)
             bound = "fixed" if fixed_s > work_s else "compute" if compute_s > memory_s else "memory"
@@ -584,9 +593,19 @@ class ComputeModel:
         chip_logits = float(-(-num_logits // self.tp))
         return (prompt + chip_logits) / num_tokens, chip_logits
 
+    def _op_compute_s(self, op: LinearOp, num_tokens: float, num_logits: float, attn_pairs: float,
+                      kv_read_tokens: float, chunk_context_tokens: float = 0.0) -> float:
+        """An op's compute time; a weight GEMM's at its efficiency for its shape and M, the step's tokens
+        (the LM head's: its logits)."""
+        compute_s = op.compute_s(num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens)
+        curve = self._shape_curves.get(op)
+        if curve is None:
+            return compute_s
+        return compute_s / curve.at(num_tokens if op.flops_per_token else num_logits)
+
     def _sum_s(self, ops: list[LinearOp], num_tokens: int, num_logits: int) -> float:
         bw = self.chip.effective_hbm_bw_Bps
-        return math.fsum(op_time_s(op.compute_s(num_tokens, num_logits, 0.0, 0.0),
+        return math.fsum(op_time_s(self._op_compute_s(op, num_tokens, num_logits, 0.0, 0.0),
                                    op.bytes(num_tokens, num_logits, 0.0, 0.0) / bw, op.gemm,
                                    self.gemm_overlap_norm) for op in ops)
 
@@ -613,6 +632,10 @@ class ComputeModel:
                 other_ops.append((*coeffs, op.gemm))
         self._other_ops = tuple(other_ops)
         self._chip_ops = tuple(chip_ops)
+        # Only the ops summed once per distinct tokens or logits take their shape's efficiency: those compiled
+        # as coefficients (kv_b_proj's cached context, an attention data-parallel rank's share) run at the rate.
+        kept = {*self._token_ops, *self._logit_ops}
+        self._shape_curves = {op: curve for op, curve in self._shape_curves.items() if op in kept}
         # Every kernel's fixed cost, the same in every step: added once, with the ops of num_tokens.
         self._kernels_fixed_s = math.fsum(self.fixed_s(op) for op in self.ops)
         self._tokens_s: dict[int, float] = {}

@@ -63,8 +63,8 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("default_matmul_efficiency", 0.7, _EFF, "DEFAULT_MATMUL_EFFICIENCY", "1",
                "median measured/peak GEMM ratio of catalog/chips.toml, for chips measured at no precision",
                "tests/test_catalog.py; validate trtllm_offline (H200, B200 rows)"),
-    Assumption("serving_gemm_fraction", 0.8, _EFF, "SERVING_GEMM_FRACTION", "1",
-               "fitted with gemm_overlap_norm on the H100 rows of TensorRT-LLM offline throughput",
+    Assumption("serving_gemm_fraction", 0.85, _EFF, "SERVING_GEMM_FRACTION", "1",
+               "fitted on TensorRT-LLM's offline throughput rows (validate/fit.py, GROUP_PROCEDURES)",
                "validate trtllm_offline; " + _ROOFLINE_TESTS),
     Assumption("gemm_overlap_norm", 2.0, _EFF, "GEMM_OVERLAP_NORM", "1",
                "p of the p-norm of a GEMM's compute and memory times; fitted with serving_gemm_fraction",
@@ -89,12 +89,15 @@ REGISTRY: tuple[Assumption, ...] = (
                "grouped GEMMs of fp8 experts scaled per 128 x 128 block reach at most this fraction of the dense "
                "rate: fitted to the same tables (benchmarks/aiconfigurator_moe.py)",
                "validate latency (DeepSeek-V3 rows); " + _ROOFLINE_TESTS),
-    Assumption("eager_kernel_launch_s", 4.904e-6, _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
+    Assumption("eager_kernel_launch_s", 3.708e-6, _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
                "fitted on the TTFT of TensorRT-LLM v0.6.1's four batch-1 rows (validate/fit.py, GROUP_PROCEDURES)",
                "validate trtllm_batch1_ttft; " + _ROOFLINE_TESTS),
     Assumption("activation_bytes", 2.0, _EFF, "ACTIVATION_BYTES", "bytes",
                "activations, residual stream and all-reduced hidden states are bf16",
                _ROOFLINE_TESTS),
+    Assumption("attention_plateau_fraction", 0.8, _EFF, "ATTENTION_PLATEAU_FRACTION", "1",
+               "FlashAttention-3 forward on H100 (pytorch/benchmark ff65cb67): its plateau over the chip's MAMF, "
+               "with attention_query_overhead_pairs", _ROOFLINE_TESTS),
     Assumption("attention_query_overhead_pairs", 256.0, _EFF, "ATTENTION_QUERY_OVERHEAD_PAIRS", "1",
                "fitted to FlashAttention-3 forward on H100 (pytorch/benchmark ff65cb67), within 2.1%",
                _ROOFLINE_TESTS),
@@ -333,7 +336,7 @@ CALIBRATION_KEY = "calibration"
 # What a value may be, beyond its unit: (lowest, highest, whether the lowest itself is excluded).
 # Durations run from 0 to an hour; a fraction of a rate is above 0 and at most 1; sizes and ratios are
 # above 0. Anything else: any finite number >= 0.
-_FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "hbm_bw_efficiency", "scaleup_bw_efficiency",
+_FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "attention_plateau_fraction", "hbm_bw_efficiency", "scaleup_bw_efficiency",
               "nvls_link_efficiency", "scaleout_bw_efficiency", "block_scaled_expert_gemm_ceiling",
               "hnsw_distance_fraction")
 _POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ratio", "cpu_memory_bw_Bps",

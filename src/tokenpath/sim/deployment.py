@@ -141,6 +141,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     prefill_graph_tokens = engine.prefill_graph_max_tokens(model.is_mla, chip.generation, dep.pp, dep.attention_dp)
     compute = ComputeModel(model, chip, dep.tp, scenario.model.precision, scenario.kv_precision(model),
                            pp=dep.pp, cuda_graphs=engine.cuda_graphs, cuda_graph_max_tokens=graph_max_tokens,
+                           gemm_kernels_of=engine.profile.launched_with,
                            cuda_graph_sizes=engine.graph_batch_sizes(chip.hbm_bytes, dep.tp),
                            prefill_graph_max_tokens=prefill_graph_tokens,
                            expert_parallel=dep.expert_parallel and model.is_moe,

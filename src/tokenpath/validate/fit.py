@@ -80,7 +80,7 @@ class Procedure:
     which keys the cache: a row it rejects is simulated once whatever the value)."""
 
     name: str
-    metric: Literal["ttft", "decode"]
+    metric: Literal["ttft", "decode", "throughput"]
     informs: Callable[[Row], bool]
     reaches: Callable[[Row], bool]
     low: float
@@ -202,6 +202,11 @@ GROUP_PROCEDURES: dict[str, Procedure] = {p.name: p for p in (
     # out in turn). By the mean |log error|: two of its four rows (the 2048-token prompts) move a few
     # percent over the range, and the median of four is the mean of the middle two.
     Procedure("eager_kernel_launch_s", "ttft", _every_row, _every_row, 2e-6, 12e-6, loss=mean_abs_log_error),
+    # The share of the shape's measured GEMM rate a serving step's GEMMs reach (compute/chip.py): TensorRT-LLM's
+    # offline throughput on H100, H200 and B200, whose large batches make their steps' GEMMs most of their
+    # time. From 0.70 to 1 (a step's GEMMs at their table's rate) in steps of 3%: its rows' median moves a
+    # point or two a step.
+    Procedure("serving_gemm_fraction", "throughput", _every_row, _every_row, 0.70, 1.0, step=1.03),
 )}
 
 
