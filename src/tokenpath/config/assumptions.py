@@ -336,7 +336,8 @@ CALIBRATION_KEY = "calibration"
 # What a value may be, beyond its unit: (lowest, highest, whether the lowest itself is excluded).
 # Durations run from 0 to an hour; a fraction of a rate is above 0 and at most 1; sizes and ratios are
 # above 0. Anything else: any finite number >= 0.
-_FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "attention_plateau_fraction", "hbm_bw_efficiency", "scaleup_bw_efficiency",
+_FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "attention_plateau_fraction", "hbm_bw_efficiency",
+              "scaleup_bw_efficiency",
               "nvls_link_efficiency", "scaleout_bw_efficiency", "block_scaled_expert_gemm_ceiling",
               "hnsw_distance_fraction")
 _POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ratio", "cpu_memory_bw_Bps",
