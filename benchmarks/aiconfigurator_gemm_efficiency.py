@@ -123,7 +123,7 @@ def main() -> None:
                 source = f"{folder}/gemm/{engine}/{table.parent.name}"
                 wide = found.pivot_table(index=["m", "n"], columns="k", values="efficiency", dropna=False)
                 for (m, n), values in wide.reindex(columns=list(WIDTHS)).iterrows():
-                    cells = ["" if np.isnan(e) else f"{e:.2f}" for e in values]
+                    cells = ["" if np.isnan(e) else f"{e:.3g}" for e in values]
                     if any(cells):
                         rows.append((chip_name, engine, precision, int(m), int(n), *cells))
                 if source not in sources:

@@ -1,13 +1,14 @@
 """How fast a tensor-parallel split's weight GEMMs run by their shape, from AIConfigurator's measured GEMM
-tables, beside the one rate the model gives every dense GEMM of a precision.
+tables, beside the chip's one serving rate for a precision.
 
 A tensor-parallel split narrows each GPU's weight GEMMs: Llama 3.1 70B's QKV projection is 10,240 outputs
 wide on one GPU and 1,280 on each of eight. `aiconfigurator-core` publishes vLLM's measured GEMM latencies
 per chip (`systems/data/<chip>/gemm/vllm/<version>/gemm_perf.parquet`). For the four weight GEMMs of a
 Llama 3.1 70B layer (QKV, output, gate-up, down) at TP1 to TP8 this reads each one's rate, 2 M N K /
 latency, at M tokens from the table's grid of N and K (interpolated in log N and log K), and prints the
-layer's rate (its FLOPs over the sum of the four GEMMs' times) beside the model's rate for the precision
-(`ChipSpec.effective_flops`: the serving fraction of the chip's measured matmul rate). docs/validation.md
+layer's rate (its FLOPs over the sum of the four GEMMs' times) beside the chip's serving rate for the
+precision (`ChipSpec.effective_flops`: the serving fraction of the chip's measured matmul rate, which the
+model scales by each GEMM's shape efficiency: aiconfigurator_gemm_efficiency.py). docs/validation.md
 ("TP8's prompt steps are short by construction") quotes the H100's fp8 rows at M = 1,024.
 
     pip install aiconfigurator-core
@@ -87,7 +88,7 @@ def main() -> None:
                     layer, rates = layer_tflops(grid, layer_shapes(args.model, tp))
                     cells.append(f"TP{tp} {layer:,.0f} (qkv {rates['qkv']:,.0f})")
                 print(f"{chip_name:6} {precision:5} vLLM {path.parent.name:7} M {args.m}: {'; '.join(cells)}; "
-                      f"the model {model_tflops:,.0f}")
+                      f"the chip's serving rate {model_tflops:,.0f}")
 
 
 if __name__ == "__main__":
