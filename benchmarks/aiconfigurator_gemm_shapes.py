@@ -9,7 +9,7 @@ latency, at M tokens from the table's grid of N and K (interpolated in log N and
 layer's rate (its FLOPs over the sum of the four GEMMs' times) beside the chip's serving rate for the
 precision (`ChipSpec.effective_flops`: the serving fraction of the chip's measured matmul rate, which the
 model scales by each GEMM's shape efficiency: aiconfigurator_gemm_efficiency.py). docs/validation.md
-("TP8's prompt steps are short by construction") quotes the H100's fp8 rows at M = 1,024.
+("A weight GEMM's rate by its shape") quotes the H100's fp8 rows at M = 1,024.
 
     pip install aiconfigurator-core
     python benchmarks/aiconfigurator_gemm_shapes.py [--m 1024] [--data PATH/systems/data]
