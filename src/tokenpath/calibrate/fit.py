@@ -12,8 +12,8 @@ medians (or the statistics the measurement reported: a published row's means, it
    points of a Sobol search: a step's time is not smooth in them; each Jacobian by forward steps of
    STEP, the screen's over STEP either side);
 3. drop, least preferred first, any the fit leaves undetermined (one sigma over MAX_RELATIVE_UNCERTAINTY
-   of its value) and then any the residuals do not need (the fit without it within PARSIMONY), and fit
-   the rest again.
+   of its value) and then any the residuals do not need (the fit without it within PARSIMONY, or within
+   the medians' own noise, NOISE_FLOOR), and fit the rest again.
 
 Each value's uncertainty (one sigma) comes from the Jacobian at the solution, with the residuals' own
 scale, at least NOISE_FLOOR. Where two assumptions trade off (a step's fixed host time against the HBM
@@ -92,7 +92,9 @@ MAX_EVALUATIONS = 60  # of each local fit
 # 50 s at 1e-3, to the same values within 0.01%).
 TOLERANCE = 1e-3
 # A fitted assumption is dropped again, least preferred first, when the fit without it is at most this
-# share worse (in rms): the probe's noise (a few % per median) explains that much.
+# share worse (in rms), or no worse than NOISE_FLOOR: the probe's noise (a few % per median) explains that
+# much. (Two fits both far inside the noise, 0.02% and 0.03% rms, differ by half and by nothing the probe
+# can tell.)
 PARSIMONY = 0.05
 # Relative scale of a median's error when the fit leaves less: bench's timestamps and a server's
 # run-to-run spread on a few requests per phase (about 1-2% on loopback in this project's tests).
@@ -302,7 +304,7 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
             break
         rest = [n for n in names if n != name]
         simpler, simpler_sigma, _ = _fit(model, rest, out_of_time)
-        if _rms(simpler.fun) <= _rms(result.fun) * (1 + PARSIMONY):
+        if _rms(simpler.fun) <= max(_rms(result.fun) * (1 + PARSIMONY), NOISE_FLOOR):
             not_fitted[name] = (f"not needed: the fit without it is as good ({_rms(simpler.fun):.1%} against "
                                 f"{_rms(result.fun):.1%} rms)")
             names, result, sigma = rest, simpler, simpler_sigma

@@ -30,6 +30,11 @@ from tokenpath.config.errors import UserError, quoted
 _ACTIVE: ContextVar[Mapping[str, float] | None] = ContextVar("tokenpath_assumptions", default=None)
 
 
+def active_values() -> Mapping[str, float] | None:
+    """The values of the `Assumptions.active()` block in force, if any."""
+    return _ACTIVE.get()
+
+
 def assumed(name: str, default: float) -> float:
     """The active run's value of assumption `name`; `default` (the module's constant) when not overridden."""
     values = _ACTIVE.get()

@@ -9,6 +9,7 @@ fitted on its other rows.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from rich.table import Table
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
 from tokenpath.compute.precision import PRECISION_BYTES
+from tokenpath.config.assumptions import active_values
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_bytes, format_number
 from tokenpath.delivery.spec import ENGINE_SIDE_DELIVERY
@@ -136,32 +138,46 @@ def predict(row: dict[str, Any], group: dict[str, Any], assumptions: Mapping[str
     return summary["latency_s"]["ttft"]["mean"]
 
 
+# Each group's rows' errors (their simulations) by the group, rows and active assumptions they were made for:
+# the fit on every row (fit_group_constants) and the fits on all but one (_held_out) share them
+# within a process.
+_FITTED_ERRORS: dict[str, tuple[Procedure, RowErrors]] = {}
+
+
 def _fitted_errors(group: dict[str, Any], rows: Sequence[dict[str, Any]]) -> tuple[Procedure, RowErrors]:
     """The procedure of the constant a group fits (its `fits`, validate/fit.py's GROUP_PROCEDURES) and its
     rows' errors under values of it."""
+    key = json.dumps([group, list(rows), active_values()], sort_keys=True, default=str)
+    if key in _FITTED_ERRORS:
+        return _FITTED_ERRORS[key]
     procedure = GROUP_PROCEDURES[group["fits"]]
 
     def errors(row: dict[str, Any], values: Mapping[str, float]) -> dict[str, float]:
         return {procedure.metric: predict(row, group, values) / row["published"] - 1.0}
-    return procedure, RowErrors(rows, errors, (procedure,))
+    _FITTED_ERRORS[key] = procedure, RowErrors(rows, errors, (procedure,))
+    return _FITTED_ERRORS[key]
 
 
-def fit_group_constants() -> dict[str, tuple[str, Fit]]:
-    """Each constant a published group fits, fitted on every row of it: {name: (group, its Fit)}."""
+def fit_group_constants(groups_wanted: set[str] | None = None) -> dict[str, tuple[str, Fit]]:
+    """Each constant a published group fits (of `groups_wanted`, None: every group), fitted on every row of
+    it: {name: (group, its Fit)}."""
     groups, rows = published_rows()
     fitted = {}
     for name, group in groups.items():
-        if "fits" in group:
+        if "fits" in group and (groups_wanted is None or name in groups_wanted):
             procedure, errors = _fitted_errors(group, [row for row in rows if row["group"] == name])
             fitted[procedure.name] = name, fit(procedure, range(len(errors.rows)), {}, errors)
     return fitted
 
 
-def _held_out_values(group: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
-    """For each row of a group that fits a constant, the constant fitted on the group's other rows."""
+def _held_out(group: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[tuple[dict[str, float], float]]:
+    """For each row of a group that fits a constant, the constant fitted on the group's other rows and the
+    row's prediction with it (a point of the fit's grid, simulated for the fits already)."""
     procedure, errors = _fitted_errors(group, rows)
-    return [{procedure.name: fit(procedure, [j for j in range(len(rows)) if j != k], {}, errors).value}
-            for k in range(len(rows))]
+    values = [{procedure.name: fit(procedure, [j for j in range(len(rows)) if j != k], {}, errors).value}
+              for k in range(len(rows))]
+    predicted = errors.get(list(enumerate(values)))
+    return [(v, row["published"] * (1.0 + e[procedure.metric])) for v, row, e in zip(values, rows, predicted)]
 
 
 def run_validation(groups_wanted: set[str] | None = None, latency_rows: str | None = None) -> dict[str, Any]:
@@ -172,18 +188,18 @@ def run_validation(groups_wanted: set[str] | None = None, latency_rows: str | No
     if unknown:
         raise UserError(f"--group: unknown {unknown[0]!r}; use one of {', '.join([*groups, LATENCY_GROUP])}")
     # A group that fits a constant: each of its rows predicted with the value fitted on the others.
-    held_out: dict[int, dict[str, float]] = {}
+    held_out: dict[int, tuple[dict[str, float], float]] = {}
     for name, group in groups.items():
         if "fits" in group and (not groups_wanted or name in groups_wanted):
             ks = [k for k, row in enumerate(rows) if row["group"] == name]
-            held_out.update(zip(ks, _held_out_values(group, [rows[k] for k in ks])))
+            held_out.update(zip(ks, _held_out(group, [rows[k] for k in ks])))
     results = []
     for k, row in enumerate(rows):
         if groups_wanted and row["group"] not in groups_wanted:
             continue
-        predicted = predict(row, groups[row["group"]], held_out.get(k))
+        predicted = held_out[k][1] if k in held_out else predict(row, groups[row["group"]])
         results.append({**row, "predicted": predicted, "error": predicted / row["published"] - 1.0,
-                        **({"fitted_on_others": held_out[k]} if k in held_out else {})})
+                        **({"fitted_on_others": held_out[k][0]} if k in held_out else {})})
     summary = {}
     for name, group in groups.items():
         errors = [abs(r["error"]) for r in results if r["group"] == name and not r.get("calibration")]
