@@ -26,8 +26,9 @@ shape's measured efficiency (compute/gemm_efficiency.py). What is left, the FP8/
 running between other kernels rather than in a benchmark's loop, is this fraction. Fitted in code on the
 28 rows of the TensorRT-LLM offline throughput group in `tokenpath validate` (H100, H200 and B200; each
 run with the request count and batch limits trtllm-bench used; validate/fit.py's GROUP_PROCEDURES), each
-of which `validate` predicts with the value fitted on the other 27: 0.85, their median |error| 3.9%
-(0.80 gives 5.5%, 0.90 6.4%). Before the shapes' efficiency it was 0.80, on the group's H100 rows."""
+of which `validate` predicts with the value fitted on the other 27 (3.8%, worst 16.8%): 0.85, on a grid
+5% apart, their median |error| 3.9% (0.80 gives 5.5%, 0.90 6.4%). Before the shapes' efficiency it was
+0.80, set on the group's H100 rows."""
 
 GEMM_OVERLAP_NORM = default("gemm_overlap_norm")
 """How a GEMM's compute and memory times combine: its time is their p-norm with this p,
@@ -112,9 +113,10 @@ precision."""
 ATTENTION_PLATEAU_FRACTION = default("attention_plateau_fraction")
 """Fraction of a chip's large-GEMM ceiling (the measured MAMF rate, or the default) that attention's
 products reach on long sequences, its plateau: FlashAttention-3's forward pass on an H100 reads 621
-TFLOP/s at 16k tokens against the H100's bf16 MAMF of 794.5 (0.78; the figures under
-ATTENTION_QUERY_OVERHEAD_PAIRS, fitted with it). Attention's kernels are not the weight GEMMs
-SERVING_GEMM_FRACTION scales."""
+TFLOP/s at 16k tokens against the H100's bf16 MAMF of 794.5 (0.78); 0.8 with the fixed work per query
+below reproduces all six of its figures within 2.1% (ATTENTION_QUERY_OVERHEAD_PAIRS). Attention's kernels
+are not the weight GEMMs SERVING_GEMM_FRACTION scales, which the same 0.8 stood for until those took their
+shapes' measured efficiency."""
 
 ATTENTION_QUERY_OVERHEAD_PAIRS = default("attention_query_overhead_pairs")
 """Attention's fixed work per query token, in (query, key) pairs: a FlashAttention-style kernel runs
