@@ -57,6 +57,9 @@ class ChipSpec:
     # The registry assumptions whose values above are this chip's catalog measurements (an override of
     # one replaces its measurement, and it is not listed).
     measured: tuple[str, ...] = ()
+    # The share of the large-GEMM ceiling the serving steps' weight GEMMs reach, which `matmul_efficiency`
+    # holds (the serving_gemm_fraction assumption; 1.0: the ceiling itself).
+    serving_gemm_fraction: float = 1.0
 
     def compute_precision(self, precision: str) -> str:
         """The tensor-core precision that multiplies operands stored at `precision`.
@@ -83,6 +86,11 @@ class ChipSpec:
         """Sustained GEMM FLOP/s for operands at `precision`: peak x matmul efficiency."""
         used = self.compute_precision(precision)
         return self.peak_flops[used] * self.matmul_efficiency[used]
+
+    def ceiling_flops(self, precision: str) -> float:
+        """The large-GEMM ceiling for operands at `precision` (the measured MAMF, or the default efficiency's
+        share of peak): effective_flops without the serving fraction."""
+        return self.effective_flops(precision) / self.serving_gemm_fraction
 
     @property
     def effective_hbm_bw_Bps(self) -> float:
@@ -193,6 +201,7 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
         fp4_format=fp4_format,
         vendor=table["vendor"],
         measured=tuple(measured_here),
+        serving_gemm_fraction=gemm_fraction,
     )
 
 

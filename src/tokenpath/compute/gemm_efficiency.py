@@ -14,7 +14,6 @@ A chip, engine or precision the file does not hold runs every GEMM at its chip's
 
 from __future__ import annotations
 
-import bisect
 import csv
 import functools
 import math
@@ -36,17 +35,7 @@ class ShapeCurve:
 
     def at(self, m: float) -> float:
         """The efficiency at M tokens: interpolated in log M, the edge's beyond the grid."""
-        log_m, values = self.log_m, self.efficiency
-        if m <= 0:
-            return values[0]
-        x = math.log(m)
-        j = bisect.bisect_right(log_m, x)
-        if j == 0:
-            return values[0]
-        if j == len(log_m):
-            return values[-1]
-        w = (x - log_m[j - 1]) / (log_m[j] - log_m[j - 1])
-        return values[j - 1] + w * (values[j] - values[j - 1])
+        return float(np.interp(math.log(m), self.log_m, self.efficiency)) if m > 0 else self.efficiency[0]
 
 
 @dataclass(frozen=True)
@@ -99,11 +88,8 @@ def _tables() -> dict[tuple[str, str, str], ShapeTable]:
 
 
 def _table(grid: dict[tuple[int, int], Sequence[str]], widths: list[int]) -> ShapeTable:
-    """A table from its rows (M, N) -> a value per K column ('' where unmeasured), on the K columns
-    every row measures."""
-    ms = sorted({m for m, _ in grid})
-    ns = sorted({n for _, n in grid if all((m, n) in grid for m in ms)})
-    ks = [j for j in range(len(widths)) if all(grid[m, n][j] for m in ms for n in ns)]
-    values = np.array([[[float(grid[m, n][j]) for j in ks] for n in ns] for m in ms])
-    return ShapeTable(np.log(np.array(ms, float)), np.log(np.array(ns, float)),
-                      np.log(np.array([widths[j] for j in ks], float)), values)
+    """A table from its rows, (M, N) -> a value per K column: the whole grid the script writes."""
+    ms, ns = sorted({m for m, _ in grid}), sorted({n for _, n in grid})
+    values = np.array([[[float(v) for v in grid[m, n]] for n in ns] for m in ms])
+    return ShapeTable(np.log(np.array(ms, float)), np.log(np.array(ns, float)), np.log(np.array(widths, float)),
+                      values)

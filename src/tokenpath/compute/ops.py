@@ -145,10 +145,8 @@ class _Sharding:
     @property
     def attention_rate(self) -> float:
         """Attention's products' plateau rate: the chip's large-GEMM ceiling at ATTENTION_PRECISION times
-        the attention plateau fraction (not the serving fraction of the weight GEMMs, which the chip's
-        effective rate holds)."""
-        return (self.chip.effective_flops(ATTENTION_PRECISION) / self.assumptions.value("serving_gemm_fraction")
-                * self.assumptions.value("attention_plateau_fraction"))
+        the attention plateau fraction (not the weight GEMMs' serving fraction)."""
+        return self.chip.ceiling_flops(ATTENTION_PRECISION) * self.assumptions.value("attention_plateau_fraction")
 
     @property
     def bf16_rate(self) -> float:

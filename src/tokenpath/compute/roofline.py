@@ -156,14 +156,8 @@ class ComputeModel:
             raise ValueError(f"shared_weights: no op named {', '.join(sorted(unknown))}")
         self.ops = [dataclasses.replace(op, resident_bytes=0.0) if op.name in shared_weights else op
                     for op in self.ops]
-        # Each weight GEMM's efficiency by the step's tokens, for its shape, from the measured table of the
-        # engine's GEMM kernels (`gemm_kernels_of`: vllm, sglang or trtllm; compute/gemm_efficiency.py).
-        self._shape_curves: dict[LinearOp, ShapeCurve] = {}
-        for op in self.ops:
-            table = (None if op.shape is None or gemm_kernels_of is None
-                     else shape_table(chip.name, gemm_kernels_of, op.shape[2]))
-            if table is not None:
-                self._shape_curves[op] = table.curve(op.shape[0], op.shape[1])
+        # Whose measured GEMM tables give the weight GEMMs' efficiency by shape: vllm, sglang or trtllm (_compile).
+        self.gemm_kernels_of = gemm_kernels_of
         self.weight_bytes_per_chip: float = self._stage_weight_bytes(pp)
         per_layer = kv_bytes_per_token_per_layer(model, 1 if self.attention_dp else tp, kv_precision, latent_attention)
         # A token of a sequence still within every window holds KV in every layer; a sliding layer
@@ -632,10 +626,16 @@ class ComputeModel:
                 other_ops.append((*coeffs, op.gemm))
         self._other_ops = tuple(other_ops)
         self._chip_ops = tuple(chip_ops)
-        # Only the ops summed once per distinct tokens or logits take their shape's efficiency: those compiled
-        # as coefficients (kv_b_proj's cached context, an attention data-parallel rank's share) run at the rate.
-        kept = {*self._token_ops, *self._logit_ops}
-        self._shape_curves = {op: curve for op, curve in self._shape_curves.items() if op in kept}
+        # Each weight GEMM's efficiency by the step's tokens, for its shape, from the measured table of the
+        # engine's GEMM kernels (compute/gemm_efficiency.py): the ops summed once per distinct tokens or logits;
+        # those compiled as coefficients (kv_b_proj's cached context, an attention data-parallel rank's share)
+        # run at the rate.
+        self._shape_curves: dict[LinearOp, ShapeCurve] = {}
+        for op in (*self._token_ops, *self._logit_ops):
+            table = (None if op.shape is None or self.gemm_kernels_of is None
+                     else shape_table(self.chip.name, self.gemm_kernels_of, op.shape[2]))
+            if table is not None:
+                self._shape_curves[op] = table.curve(op.shape[0], op.shape[1])
         # Every kernel's fixed cost, the same in every step: added once, with the ops of num_tokens.
         self._kernels_fixed_s = math.fsum(self.fixed_s(op) for op in self.ops)
         self._tokens_s: dict[int, float] = {}
