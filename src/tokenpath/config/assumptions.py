@@ -94,7 +94,7 @@ REGISTRY: tuple[Assumption, ...] = (
                "grouped GEMMs of fp8 experts scaled per 128 x 128 block reach at most this fraction of the dense "
                "rate: fitted to the same tables (benchmarks/aiconfigurator_moe.py)",
                "validate latency (DeepSeek-V3 rows); " + _ROOFLINE_TESTS),
-    Assumption("eager_kernel_launch_s", 3.708e-6, _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
+    Assumption("eager_kernel_launch_s", 2.12e-6, _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
                "fitted on the TTFT of TensorRT-LLM v0.6.1's four batch-1 rows (validate/fit.py, GROUP_PROCEDURES)",
                "validate trtllm_batch1_ttft; " + _ROOFLINE_TESTS),
     Assumption("activation_bytes", 2.0, _EFF, "ACTIVATION_BYTES", "bytes",

@@ -217,7 +217,8 @@ def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: 
     return drafter_compute(model, speculative.method, chip, dep.tp, scenario.model.precision,
                            scenario.kv_precision(model),
                            mtp_head_shared(engine.profile.engine, engine.version), dep.pp, draft, later_pass,
-                           assumptions=assumptions, latent_attention=engine.latent_attention)
+                           assumptions=assumptions, latent_attention=engine.latent_attention,
+                           gemm_kernels_of=engine.profile.launched_with)
 
 
 def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:
