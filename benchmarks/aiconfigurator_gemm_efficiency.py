@@ -45,7 +45,7 @@ from tokenpath.compute.precision import PRECISION_BYTES
 ENGINES = ("vllm", "sglang", "trtllm")
 # The tables' dtypes for the catalog's precisions (per-tensor fp8; NVFP4 for fp4 on Blackwell).
 DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
-M_GRID = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+M_GRID = (256, 512, 1024, 2048, 4096, 8192, 16384)
 MIN_M = M_GRID[0]
 # The N and K kept, of the tables' grid: from a TP8 shard of 8 KV heads of 128 (256 wide) up, about 1.5x apart.
 WIDTHS = (256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 65536)

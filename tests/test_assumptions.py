@@ -341,7 +341,7 @@ def test_a_delivery_calibration_joins_through_the_assumptions_table(tmp_path):
     resolved = scenario.resolved_assumptions()
     assert resolved.values == {"host_step_s": 0.002, "serving_gemm_fraction": 0.6}  # the scenario's own wins
     assert resolved.calibrated == {"host_step_s": str(engine)} and resolved.overridden == ("serving_gemm_fraction",)
-    # the engine file's host time (2 ms a step, the registry's 1.01 ms) slows each step
+    # the engine file's host time (2 ms a step, the registry's 0.875 ms) slows each step
     plain = load_scenario("typical", SMALL)
     assert _latency(scenario)["tpot"]["p50"] > _latency(plain)["tpot"]["p50"] + 0.5e-3
     # the host file's 1 ms a detokenized batch (this package's server's, which it prices) runs on the API

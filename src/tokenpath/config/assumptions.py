@@ -94,7 +94,7 @@ REGISTRY: tuple[Assumption, ...] = (
                "grouped GEMMs of fp8 experts scaled per 128 x 128 block reach at most this fraction of the dense "
                "rate: fitted to the same tables (benchmarks/aiconfigurator_moe.py)",
                "validate latency (DeepSeek-V3 rows); " + _ROOFLINE_TESTS),
-    Assumption("eager_kernel_launch_s", 2.12e-6, _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
+    Assumption("eager_kernel_launch_s", 3.708e-6, _EFF, "EAGER_KERNEL_LAUNCH_S", "s",
                "fitted on the TTFT of TensorRT-LLM v0.6.1's four batch-1 rows (validate/fit.py, GROUP_PROCEDURES)",
                "validate trtllm_batch1_ttft; " + _ROOFLINE_TESTS),
     Assumption("activation_bytes", 2.0, _EFF, "ACTIVATION_BYTES", "bytes",
@@ -131,11 +131,11 @@ REGISTRY: tuple[Assumption, ...] = (
                "forum: single core bandwidth, haswell vs. broadwell vs. skylake)",
                "tests/test_application_served.py"),
     # -- engine: the host's share of a step ---------------------------------------------------------------
-    Assumption("host_step_s", 1.00625e-3, _HOST, "HOST_STEP_S", "s",
+    Assumption("host_step_s", 0.875e-3, _HOST, "HOST_STEP_S", "s",
                "the fixed host time per scheduler call of vLLM V1, SGLang and TensorRT-LLM (scheduling and input "
                "preparation); fitted on the TPOT / ITL of the rows whose steps wait for it (validate/fit.py)",
                "validate latency, validate --cross; tests/test_engine.py, tests/test_validate_cross.py"),
-    Assumption("vllm_v0_host_window_s", 1.92e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
+    Assumption("vllm_v0_host_window_s", 2.208e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
                "vLLM V0's host time per scheduler call, in its path (the vllm-v0 profile): Scheduler.schedule and "
                "prepare_model_input, once per multi-step window; fitted on the V0 rows run one step at a time "
                "(validate/fit.py)",
