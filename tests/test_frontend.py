@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpath import load_scenario, simulate
-from tokenpath.delivery.frontend import FrontEnd, Layout, Wait
+from tokenpath.delivery.frontend import FrontEnd, Layout
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.sim import front_end
@@ -23,25 +23,25 @@ def test_requests_and_tokens_share_one_process_in_the_order_they_are_ready():
     front = FrontEnd(Layout("api-server"))
     # Two requests arrive at 0 (1 ms of work each), then a step's tokens are ready at 500 us (2 ms):
     # they wait for both requests; a request at 3.5 ms waits for the tokens.
-    assert front.requests([0], 1e-3, [0.0])[0] == Wait(1_000_000, 0, 1_000_000)
-    assert front.requests([0], 1e-3, [0.0])[0] == Wait(2_000_000, 1_000_000, 1_000_000)
-    assert front.tokens(500_000, 2e-3) == Wait(4_000_000, 1_500_000, 2_000_000)
-    assert front.requests([3_500_000], 1e-3, [0.0])[0] == Wait(5_000_000, 500_000, 1_000_000)
+    assert front.requests([0], 1e-3, [0.0])[0] == (1_000_000, 0, 1_000_000)
+    assert front.requests([0], 1e-3, [0.0])[0] == (2_000_000, 1_000_000, 1_000_000)
+    assert front.tokens(500_000, 2e-3) == (4_000_000, 1_500_000, 2_000_000)
+    assert front.requests([3_500_000], 1e-3, [0.0])[0] == (5_000_000, 500_000, 1_000_000)
     assert front.api_busy_ns == 5_000_000
 
 
 def test_requests_go_to_the_processes_in_turn_and_a_step_s_tokens_are_shared_out():
     front = FrontEnd(Layout("api-server", api_processes=2))
     waits = [front.requests([0], 1e-3, [0.0])[0] for _ in range(4)]
-    assert [w.done_ns for w in waits] == [1_000_000, 1_000_000, 2_000_000, 2_000_000]
+    assert [done_ns for done_ns, _, _ in waits] == [1_000_000, 1_000_000, 2_000_000, 2_000_000]
     # 2 ms of token work, 1 ms on each process, both free at 2 ms.
-    assert front.tokens(1_500_000, 2e-3) == Wait(3_000_000, 500_000, 1_000_000)
+    assert front.tokens(1_500_000, 2e-3) == (3_000_000, 500_000, 1_000_000)
 
 
 def test_a_share_of_a_cpu_runs_slower():
     front = FrontEnd(Layout("detokenizer", api_cpus=0.25, detokenizer_cpus=0.5))
-    assert front.requests([0], 1e-3, [0.0])[0].work_ns == 4_000_000
-    assert front.detokenize(0, 1e-3).work_ns == 2_000_000
+    assert front.requests([0], 1e-3, [0.0])[0][2] == 4_000_000
+    assert front.detokenize(0, 1e-3)[2] == 2_000_000
     assert front.detokenizer_busy_ns == 2_000_000
 
 
@@ -55,10 +55,11 @@ def test_one_process_is_a_first_come_first_served_queue(jobs):
     for is_request, ready_ns, work_ns in sorted(jobs, key=lambda job: job[1]):
         cost_s = work_ns / 1e9
         wait = front.requests([ready_ns], cost_s, [0.0])[0] if is_request else front.tokens(ready_ns, cost_s)
+        done_ns, queue_ns, worked_ns = wait
         start = max(free, ready_ns)
         free = start + work_ns
-        assert wait.done_ns == free and wait.queue_ns == start - ready_ns
-        assert wait.work_ns == (work_ns if is_request or free > ready_ns else 0)
+        assert done_ns == free and queue_ns == start - ready_ns
+        assert worked_ns == (work_ns if is_request or free > ready_ns else 0)
 
 
 def test_the_request_path_costs_parse_template_and_tokens():
@@ -66,7 +67,7 @@ def test_the_request_path_costs_parse_template_and_tokens():
                                       tokenize_per_token=1e-6))
     assert last_mile.request_stages_s(500) == pytest.approx((50e-6, 530e-6))
     assert last_mile.request_cost_s(500) == pytest.approx(580e-6)
-    assert last_mile.requests([1_000], [500]) == [Wait(581_000, 0, 580_000)]
+    assert last_mile.requests([1_000], [500]) == [(581_000, 0, 580_000)]
 
 
 def test_a_burst_is_read_and_parsed_before_any_of_it_is_tokenized():
@@ -74,17 +75,17 @@ def test_a_burst_is_read_and_parsed_before_any_of_it_is_tokenized():
     # first stages end at 1, 2, 3 ms, the second stages at 5, 7, 9 ms.
     front = FrontEnd(Layout("api-server"))
     waits = front.requests([0, 0, 0], 1e-3, [2e-3] * 3)
-    assert [w.done_ns for w in waits] == [5_000_000, 7_000_000, 9_000_000]
-    assert [w.queue_ns for w in waits] == [2_000_000, 4_000_000, 6_000_000]
-    assert all(w.work_ns == 3_000_000 for w in waits)
+    assert [done_ns for done_ns, _, _ in waits] == [5_000_000, 7_000_000, 9_000_000]
+    assert [queue_ns for _, queue_ns, _ in waits] == [2_000_000, 4_000_000, 6_000_000]
+    assert all(work_ns == 3_000_000 for _, _, work_ns in waits)
     # One at a time (a moment of the engine loop each), a request's stages run back to back.
-    assert front.requests([9_000_000], 1e-3, [2e-3]) == [Wait(12_000_000, 0, 3_000_000)]
+    assert front.requests([9_000_000], 1e-3, [2e-3]) == [(12_000_000, 0, 3_000_000)]
     # Handed over together but arriving 10 ms apart, the first is done before the second arrives.
     assert front.requests([20_000_000, 30_000_000], 1e-3, [2e-3] * 2) == [
-        Wait(23_000_000, 0, 3_000_000), Wait(33_000_000, 0, 3_000_000)]
+        (23_000_000, 0, 3_000_000), (33_000_000, 0, 3_000_000)]
     # 1 ms apart, the second's reading comes before the first's tokenizing (ready at 41 and 42 ms).
     assert front.requests([40_000_000, 40_500_000], 1e-3, [2e-3] * 2) == [
-        Wait(44_000_000, 1_000_000, 3_000_000), Wait(46_000_000, 500_000 + 2_000_000, 3_000_000)]
+        (44_000_000, 1_000_000, 3_000_000), (46_000_000, 500_000 + 2_000_000, 3_000_000)]
 
 
 @pytest.mark.parametrize(("scheduler", "replicas", "api_servers", "layout"), [
@@ -152,7 +153,7 @@ def test_an_engine_s_share_of_the_api_servers_is_exact_and_no_process_is_faster_
 def test_a_lone_request_on_a_share_of_the_api_servers_takes_at_least_its_cpu_time():
     overrides = {"engine.scheduler": "vllm-v1", "deployment.tp": 2, "deployment.api_servers": 6}
     front = FrontEnd(build_deployment(load_scenario(None, overrides)).front_end)  # 4 replicas of 8 chips
-    assert front.requests([0], 1e-3, [0.0])[0].work_ns == 1_333_333  # 1 ms at 0.75 of a CPU
+    assert front.requests([0], 1e-3, [0.0])[0][2] == 1_333_333  # 1 ms at 0.75 of a CPU
 
 
 @pytest.mark.parametrize("layout", [{"api_cpus": 1.5}, {"detokenizer_cpus": 2.0}])

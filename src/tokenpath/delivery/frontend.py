@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal
 
 Placement = Literal["engine", "api-server", "detokenizer"]
 PLACEMENTS: tuple[Placement, ...] = ("engine", "api-server", "detokenizer")
@@ -52,12 +52,9 @@ class Layout:
             raise ValueError("a front-end process runs on one CPU at most: add processes, not CPU per process")
 
 
-class Wait(NamedTuple):
-    """A piece of front-end work done: when it ended, and how long it waited for a CPU and ran on one."""
-
-    done_ns: int
-    queue_ns: int
-    work_ns: int
+# A piece of front-end work done: (when it ended, how long it waited for a CPU, how long it ran on one). A
+# plain tuple: one is made for every request and every engine step.
+Wait = tuple[int, int, int]
 
 
 class FrontEnd:
@@ -97,7 +94,7 @@ class FrontEnd:
             start_ns = free[p] if free[p] > at_ns else at_ns
             free[p] = start_ns + work_ns
             busy[p] += work_ns
-            return [Wait(start_ns + work_ns, start_ns - at_ns, work_ns)]
+            return [(start_ns + work_ns, start_ns - at_ns, work_ns)]
         # Stages ready to run: (ready, order handed in, request, its process, stage).
         ready = []
         for k, at_ns in enumerate(arrival_ns):
@@ -105,7 +102,7 @@ class FrontEnd:
             self._next_process = (self._next_process + 1) % count
         heapq.heapify(ready)
         queued, worked = [0] * len(arrival_ns), [0] * len(arrival_ns)
-        waits: list[Wait] = [Wait(0, 0, 0)] * len(arrival_ns)
+        waits: list[Wait] = [(0, 0, 0)] * len(arrival_ns)
         order, first_ns = len(arrival_ns), round(first_s * ns_per_s)
         while ready:
             ready_ns, _, k, p, stage = heapq.heappop(ready)
@@ -116,7 +113,7 @@ class FrontEnd:
             queued[k] += start_ns - ready_ns
             worked[k] += work_ns
             if stage:
-                waits[k] = Wait(start_ns + work_ns, queued[k], worked[k])
+                waits[k] = (start_ns + work_ns, queued[k], worked[k])
             else:
                 heapq.heappush(ready, (start_ns + work_ns, order, k, p, 1))
                 order += 1
@@ -128,7 +125,7 @@ class FrontEnd:
         start_ns = max(ready_ns, self._detokenizer_free_ns)
         self._detokenizer_free_ns = start_ns + work_ns
         self.detokenizer_busy_ns += work_ns
-        return Wait(start_ns + work_ns, start_ns - ready_ns, work_ns)
+        return (start_ns + work_ns, start_ns - ready_ns, work_ns)
 
     def tokens(self, ready_ns: int, cost_s: float) -> Wait:
         """A step's token work in the API servers (`cost_s` in all), its outputs there at `ready_ns`:
@@ -139,7 +136,7 @@ class FrontEnd:
             start_ns = free[0] if free[0] > ready_ns else ready_ns
             free[0] = start_ns + work_ns
             busy[0] += work_ns
-            return Wait(start_ns + work_ns, start_ns - ready_ns, work_ns)
+            return (start_ns + work_ns, start_ns - ready_ns, work_ns)
         done_ns, queue_ns = ready_ns, 0
         for p, free_ns in enumerate(free):
             start_ns = max(ready_ns, free_ns)
@@ -147,4 +144,4 @@ class FrontEnd:
             busy[p] += work_ns
             if start_ns + work_ns > done_ns:
                 done_ns, queue_ns = start_ns + work_ns, start_ns - ready_ns
-        return Wait(done_ns, queue_ns, work_ns if done_ns > ready_ns else 0)
+        return (done_ns, queue_ns, work_ns if done_ns > ready_ns else 0)

@@ -153,9 +153,10 @@ class LastMile:
             blocking_ns = copy_ns + round(detokenize_s * 1e9)
             done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + blocking_ns, api_s)
             return blocking_ns, done_ns, queue_ns, work_ns
-        detokenized = self.front_end.detokenize(gpu_end_ns + copy_ns, detokenize_s)
-        api = self.front_end.tokens(detokenized.done_ns, api_s)
-        return copy_ns, api.done_ns, detokenized.queue_ns + api.queue_ns, detokenized.work_ns + api.work_ns
+        detokenized_ns, detokenize_queue_ns, detokenize_work_ns = self.front_end.detokenize(gpu_end_ns + copy_ns,
+                                                                                             detokenize_s)
+        done_ns, queue_ns, work_ns = self.front_end.tokens(detokenized_ns, api_s)
+        return copy_ns, done_ns, detokenize_queue_ns + queue_ns, detokenize_work_ns + work_ns
 
     def busy_ns(self) -> dict[str, int]:
         """How long the front end's busiest API-server process, and its detokenizer process if it has
