@@ -375,3 +375,16 @@ def test_sglang_takes_a_drafter_from_its_reserve_until_0_5_14_and_from_its_pool_
         assert pool_gib > 0.5
     else:  # the reserve alone moves the pool
         assert pool_gib == pytest.approx(share_gib, rel=0.05)
+
+
+def test_the_drafters_gemms_run_at_their_shapes_measured_rates_as_the_targets_do():
+    """The drafter's weight GEMMs read the engine's own GEMM table, as the target's do (compute/gemm_efficiency.py):
+    its passes cost what their shapes' measured rates say, not the one rate of a chip without a table."""
+    eagle = build_deployment(_scenario(speculative={"method": "eagle3", "num_speculative_tokens": 3}))
+    draft = eagle.costs.draft_s.__self__  # the DraftCost whose step_s the engine calls
+    assert draft.compute.gemm_kernels_of == eagle.compute.gemm_kernels_of == "vllm"
+    args = (eagle.model, "eagle3", eagle.chip, 1, "bf16", "bf16")
+    shaped, one_rate = drafter_compute(*args, gemm_kernels_of="vllm"), drafter_compute(*args)
+    prompt = (2048, 1, 2048 * 2049 / 2, 2048.0)  # a 2,048-token prompt step: its GEMMs compute-bound
+    assert draft.compute.step_time_s(*prompt) == pytest.approx(shaped.step_time_s(*prompt), rel=1e-12)
+    assert shaped.step_time_s(*prompt) != pytest.approx(one_rate.step_time_s(*prompt), rel=1e-3)
