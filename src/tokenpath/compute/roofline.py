@@ -208,6 +208,9 @@ class ComputeModel:
             launched += fused_mxfp4_moe_calls * model.moe_layers - sum(
                 op.kernels for op in self.ops if op.name in ("moe_router", "moe_experts"))
         self.host_launch_s: float = launched * host_eager_per_kernel_s
+        # Whether how far ahead of the GPU the host starts launching a step (launch_wait_s's `ahead_s`) can
+        # change its time: some step launches its kernels eagerly, and each launch costs the host time.
+        self.host_lead_matters = not self._every_step_captured and self.host_launch_s > 0.0
         # A stage's layers, launched in turn: the launch queue's period (launch_wait_s).
         self._layers_per_stage = largest
         self._compile()

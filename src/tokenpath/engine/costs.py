@@ -59,7 +59,8 @@ class GroupStepCosts:
         self._handoffs = [placement.stage_handoffs(s) for s in range(placement.pp - 1)]
         # They run once per engine step: bind them directly.
         self.compute_s = compute.step_time_s
-        self.host_busy_s = compute.host_busy_s
+        # (None where no step's time depends on how far ahead its host launches: the engine keeps no lead then)
+        self.host_busy_s = compute.host_busy_s if compute.host_lead_matters else None
         self.speculation = speculation
         self.attention_ranks = tp if compute.attention_dp else 1
         # The drafter's time in a step (None: no drafter on the chip, or no speculative decoding).

@@ -22,10 +22,12 @@ class StepCosts(Protocol):
         `sequences`: the sequences sampled, where they are not the LM head's rows (speculative verify steps)."""
         ...
     def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
-    def host_busy_s(self, num_tokens: int, num_logits: int, scheduled: bool, sequences: int | None = None) -> float:
-        """The host's own time in a step (its scheduling, and its launches when it replays no graph): an
-        overlapped host launches the next step's kernels in the rest of it."""
-        ...
+
+    # The host's own time in a step, host_busy_s(num_tokens, num_logits, scheduled, sequences) (its scheduling,
+    # and its launches when it replays no graph): an overlapped host launches the next step's kernels in the
+    # rest of it. None where no step's time depends on that lead (every step replays a graph, or launching
+    # costs the host nothing).
+    host_busy_s: Callable[[int, int, bool, int | None], float] | None
 
     # Speculative decoding (engine/speculative.py): the drafts and their acceptance, or None; and the
     # drafter's time in a step, draft_s(num_tokens, sequences, attn_pairs, kv_read_tokens,

@@ -118,7 +118,8 @@ class Replica:
         self.lagged = host_overlapped(spec.scheduler, spec.host_overlap)
         self.formed_ns = 0
         # ... and launches its kernels while the GPU runs that step, once its own work in it is done: the
-        # next step's host is `ahead_s` ahead of the GPU (0 after an idle engine's wait, or not overlapped).
+        # next step's host is `ahead_s` ahead of the GPU (0 after an idle engine's wait, or not overlapped,
+        # or where no step's time depends on it: costs.host_busy_s is None).
         self.ahead_s = 0.0
         # Speculative decoding (engine/speculative.py): a decoding sequence runs `width` query tokens a
         # step (its drafts and one more) and gains `advance` tokens, drawn per step; the decode clock
@@ -780,7 +781,7 @@ class Replica:
         if self.record_emitters:
             self.rows.emitted(self.decoders.emitters(d, decode, completing), not self.window_left)
         self.formed_ns = self.now  # the next step's batch, if formed while this one runs
-        if self.lagged:
+        if self.lagged and self._host_busy_s is not None:
             ahead_s = (compute_ns + traffic_ns) / 1e9 - self._host_busy_s(num_tokens, logits, scheduled, sequences)
             self.ahead_s = ahead_s if ahead_s > 0.0 else 0.0
         self.now = gpu_end + blocking_ns
