@@ -31,7 +31,7 @@ def closes_event(token_index: int, output_tokens: int, interval: int) -> bool:
     return token_index % interval == 0 or token_index == output_tokens - 1
 
 
-@dataclass
+@dataclass(slots=True)  # (read and written in every step that runs a prompt)
 class Prefill:
     """A sequence part-way through its prompt (or its recompute after preemption)."""
 
