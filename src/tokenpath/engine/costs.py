@@ -29,7 +29,7 @@ from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.errors import UserError
 from tokenpath.engine.placement import Placement
 from tokenpath.engine.speculative import Speculation
-from tokenpath.fabric.collectives import AffineCost, Collectives
+from tokenpath.fabric.collectives import AffineCost, Collectives, fastest_s
 
 
 class GroupStepCosts:
@@ -57,6 +57,12 @@ class GroupStepCosts:
         self.all_to_alls_per_step = 2 * moe_layers if tp > 1 else 0
         self._tp_groups = placement.tp_groups()  # (the experts' chips too: each replica's)
         self._handoffs = [placement.stage_handoffs(s) for s in range(placement.pp - 1)]
+        # What each collective can cost at any size (Collectives.candidates), read once: a step's size is
+        # new most steps, and at each the fastest of them runs.
+        self._all_reduce = collectives.candidates("all_reduce", self._tp_groups) if self.allreduces_per_step else ()
+        self._all_to_all = {kernels: collectives.candidates("all_to_all", self._tp_groups, kernels)
+                            for kernels in ("low_latency", "direct")} if self.all_to_alls_per_step else {}
+        self._send_recv = [collectives.candidates("send_recv", pairs) for pairs in self._handoffs]
         # They run once per engine step: bind them directly.
         self.compute_s = compute.step_time_s
         # (None where no step's time depends on how far ahead its host launches: the engine keeps no lead then)
@@ -79,15 +85,13 @@ class GroupStepCosts:
         if num_tokens <= 0:
             return parts
         if self.allreduces_per_step:
-            parts["tp_all_reduce"] = self.allreduces_per_step * self.collectives.time_s(
-                "all_reduce", hidden_bytes, self._tp_groups)
+            parts["tp_all_reduce"] = self.allreduces_per_step * fastest_s(self._all_reduce, hidden_bytes)
         if self.all_to_alls_per_step:
             routed_bytes = hidden_bytes / tp * self.compute.model.experts_per_token
             kernels = "low_latency" if decode_only else "direct"
-            parts["ep_all_to_all"] = self.all_to_alls_per_step * self.collectives.time_s(
-                "all_to_all", routed_bytes, self._tp_groups, kernels)
-        for pairs in self._handoffs:
-            parts["pp_send_recv"] += self.collectives.time_s("send_recv", hidden_bytes / tp, pairs)
+            parts["ep_all_to_all"] = self.all_to_alls_per_step * fastest_s(self._all_to_all[kernels], routed_bytes)
+        for costs in self._send_recv:
+            parts["pp_send_recv"] += fastest_s(costs, hidden_bytes / tp)
         return parts
 
     def kv_transfer_s(self, prompt_tokens: int, src_replica: int, dst_replica: int) -> float:

@@ -132,6 +132,11 @@ class AffineCost:
         return 0.0 if size_bytes <= 0 else self.alpha_s + size_bytes * self.beta_s_per_byte
 
 
+def fastest_s(costs: Sequence[AffineCost], size_bytes: float) -> float:
+    """The least time of `costs` at `size_bytes` (Collectives.candidates: what NCCL's tuner picks from)."""
+    return min(cost.time_s(size_bytes) for cost in costs)
+
+
 def bus_bandwidth_factor(op: str, ranks: int) -> float:
     """nccl-tests busbw = algbw * factor (doc/PERFORMANCE.md), so it compares with link bandwidth."""
     if op == "all_reduce":
@@ -317,7 +322,18 @@ class Collectives:
     def time_s(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]],
                algorithm: str | None = None) -> float:
         """Time of one collective of `size_bytes` per rank (nccl-tests' size) run by each group."""
-        return self.cost(op, groups, algorithm, size_bytes).time_s(size_bytes)
+        return fastest_s(self.candidates(op, groups, algorithm), size_bytes)
+
+    def candidates(self, op: str, groups: Sequence[Sequence[int]],
+                   algorithm: str | None = None) -> tuple[AffineCost, ...]:
+        """Every cost `op` can run at over these groups, whatever its size: each protocol of the algorithm that
+        runs it, or (`auto`) of each algorithm NCCL's tuner chooses from. At a size the fastest of them runs
+        (fastest_s): the tuner's algorithm there, under its fastest protocol there. An engine step's sizes
+        differ step to step: its costs read these once (engine/costs.py)."""
+        algorithm = algorithm or self.algorithm
+        auto = algorithm == "auto" and op not in ("all_to_all", "send_recv")
+        names = self._auto_candidates(op, groups) if auto else [algorithm]
+        return tuple(cost for name in names for cost in self.costs(op, groups, name).values())
 
     def choose(self, op: str, size_bytes: float, groups: Sequence[Sequence[int]], algorithm: str = "auto") -> str:
         """The algorithm that runs at this size: for `auto` the one NCCL's tuner would pick (the fastest,
