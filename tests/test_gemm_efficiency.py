@@ -54,6 +54,12 @@ def test_a_curve_holds_its_values_at_its_points_and_the_edges_beyond():
     assert curve.at(512) == pytest.approx(0.4)  # halfway in log M
 
 
+@given(st.floats(0.5, 1e6), st.lists(st.floats(0.0, 2.0), min_size=7, max_size=7))
+def test_a_curve_reads_what_np_interp_reads_in_log_m(m, values):
+    curve = ShapeCurve(tuple(math.log(m) for m in M_GRID), tuple(values))
+    assert curve.at(m) == float(np.interp(math.log(m), curve.log_m, curve.efficiency))
+
+
 @given(st.floats(1.0, 1e6), st.floats(1.0, 1e6))
 def test_a_curve_is_monotone_between_monotone_points(m1, m2):
     curve = ShapeCurve(tuple(math.log(m) for m in M_GRID), (0.1, 0.2, 0.35, 0.5, 0.7, 0.8, 0.85))
