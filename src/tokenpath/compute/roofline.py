@@ -595,7 +595,7 @@ class ComputeModel:
         """An op's compute time; a weight GEMM's at its efficiency for its shape and M, the step's tokens
         (the LM head's: its logits)."""
         compute_s = op.compute_s(num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens)
-        curve = self._shape_curves.get(op)
+        curve = self._shape_curves.get(id(op))
         if curve is None:
             return compute_s
         return compute_s / curve.at(num_tokens if op.flops_per_token else num_logits)
@@ -633,12 +633,13 @@ class ComputeModel:
         # engine's GEMM kernels (compute/gemm_efficiency.py): the ops summed once per distinct tokens or logits;
         # those compiled as coefficients (kv_b_proj's cached context, an attention data-parallel rank's share)
         # run at the rate.
-        self._shape_curves: dict[LinearOp, ShapeCurve] = {}
+        # (Keyed by id: an op is held in self.ops as long as the model, and its dataclass hash hashes every field.)
+        self._shape_curves: dict[int, ShapeCurve] = {}
         for op in (*self._token_ops, *self._logit_ops):
             table = (None if op.shape is None or self.gemm_kernels_of is None
                      else shape_table(self.chip.name, self.gemm_kernels_of, op.shape[2]))
             if table is not None:
-                self._shape_curves[op] = table.curve(op.shape[0], op.shape[1])
+                self._shape_curves[id(op)] = table.curve(op.shape[0], op.shape[1])
         # Every kernel's fixed cost, the same in every step: added once, with the ops of num_tokens.
         self._kernels_fixed_s = math.fsum(self.fixed_s(op) for op in self.ops)
         self._tokens_s: dict[int, float] = {}
