@@ -35,8 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from aiconfigurator_stream_bw import CHIPS, default_data
-from packaging.version import Version
+from aiconfigurator_stream_bw import CHIPS, default_data, newest_gemm_table
 
 from tokenpath.compute.chip import load_chip
 from tokenpath.compute.efficiency import GEMM_OVERLAP_NORM
@@ -54,12 +53,6 @@ REFERENCE_QUANTILE = 0.9
 MEMORY_BOUND = 1.5     # latency within this multiple of the memory time: memory-bound
 ACTIVATION_BYTES = 2   # the inputs' and outputs' bytes, as the model counts them (activation_bytes)
 OUT = Path(__file__).resolve().parent.parent / "src" / "tokenpath" / "catalog" / "gemm_efficiency.csv"
-
-
-def newest(folder: Path) -> Path | None:
-    """The newest version's table under an engine's folder."""
-    tables = list(folder.glob("*/gemm_perf.parquet"))
-    return max(tables, key=lambda path: Version(path.parent.name)) if tables else None
 
 
 def efficiencies(df: pd.DataFrame, precision: str, stream_Bps: float, fixed_s: float) -> pd.DataFrame | None:
@@ -109,7 +102,7 @@ def main() -> None:
     for folder, chip_name in CHIPS.items():
         chip = load_chip(chip_name)
         for engine in ENGINES:
-            table = newest(data / folder / "gemm" / engine)
+            table = newest_gemm_table(data / folder / "gemm" / engine)
             if table is None:
                 continue
             df = pd.read_parquet(table)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from aiconfigurator_stream_bw import CHIPS, default_data
+from aiconfigurator_stream_bw import CHIPS, default_data, newest_gemm_table
 from scipy.interpolate import RegularGridInterpolator
 
 from tokenpath.compute.chip import load_chip
@@ -76,19 +76,21 @@ def main() -> None:
     data = args.data or default_data()
     for folder, chip_name in CHIPS.items():
         chip = load_chip(chip_name)
-        for path in sorted((data / folder / "gemm" / "vllm").glob("*/gemm_perf.parquet"))[-1:]:
-            df = pd.read_parquet(path)
-            for precision, dtype in DTYPES.items():
-                grid = rate_grid(df[df.gemm_dtype == dtype], args.m)
-                if grid is None or precision not in chip.peak_flops:
-                    continue
-                model_tflops = chip.effective_flops(precision) / 1e12
-                cells = []
-                for tp in TP_SIZES:
-                    layer, rates = layer_tflops(grid, layer_shapes(args.model, tp))
-                    cells.append(f"TP{tp} {layer:,.0f} (qkv {rates['qkv']:,.0f})")
-                print(f"{chip_name:6} {precision:5} vLLM {path.parent.name:7} M {args.m}: {'; '.join(cells)}; "
-                      f"the chip's serving rate {model_tflops:,.0f}")
+        path = newest_gemm_table(data / folder / "gemm" / "vllm")
+        if path is None:
+            continue
+        df = pd.read_parquet(path)
+        for precision, dtype in DTYPES.items():
+            grid = rate_grid(df[df.gemm_dtype == dtype], args.m)
+            if grid is None or precision not in chip.peak_flops:
+                continue
+            model_tflops = chip.effective_flops(precision) / 1e12
+            cells = []
+            for tp in TP_SIZES:
+                layer, rates = layer_tflops(grid, layer_shapes(args.model, tp))
+                cells.append(f"TP{tp} {layer:,.0f} (qkv {rates['qkv']:,.0f})")
+            print(f"{chip_name:6} {precision:5} vLLM {path.parent.name:7} M {args.m}: {'; '.join(cells)}; "
+                  f"the chip's serving rate {model_tflops:,.0f}")
 
 
 if __name__ == "__main__":

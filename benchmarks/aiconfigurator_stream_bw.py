@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from packaging.version import Version
 from scipy import optimize
 
 from tokenpath.compute.chip import load_chip
@@ -45,6 +46,12 @@ def default_data() -> Path:
         return Path(str(resources.files("aiconfigurator_core") / "systems" / "data"))
     except ModuleNotFoundError:
         sys.exit("aiconfigurator-core is not installed: pip install aiconfigurator-core, or pass --data PATH")
+
+
+def newest_gemm_table(folder: Path) -> Path | None:
+    """The newest release's GEMM table under an engine's folder (`<chip>/gemm/<engine>`), by version."""
+    tables = list(folder.glob("*/gemm_perf.parquet"))
+    return max(tables, key=lambda path: Version(path.parent.name)) if tables else None
 
 
 def decode_gemms(table: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -56,7 +56,6 @@ class Replica:
         self.costs, self.host, self.spec = costs, host, spec
         # Called once per step: bound once here.
         self._compute_s, self._traffic_s, self._on_step = costs.compute_s, costs.traffic_s, host.on_step
-        self._host_busy_s = costs.host_busy_s
         self.front = host.queues_requests  # requests pass through the front end (`_through_front`)
         self.max_batched, self.max_seqs = spec.max_num_batched_tokens, spec.max_num_seqs
         self.block = spec.block_size
@@ -121,6 +120,7 @@ class Replica:
         # next step's host is `ahead_s` ahead of the GPU (0 after an idle engine's wait, or not overlapped,
         # or where no step's time depends on it: costs.host_busy_s is None).
         self.ahead_s = 0.0
+        self._host_busy_s = costs.host_busy_s if self.lagged else None  # (None: no lead is kept)
         # Speculative decoding (engine/speculative.py): a decoding sequence runs `width` query tokens a
         # step (its drafts and one more) and gains `advance` tokens, drawn per step; the decode clock
         # then moves `advance` ticks a step, a tick being a token, and the drafter adds its time.
@@ -781,7 +781,7 @@ class Replica:
         if self.record_emitters:
             self.rows.emitted(self.decoders.emitters(d, decode, completing), not self.window_left)
         self.formed_ns = self.now  # the next step's batch, if formed while this one runs
-        if self.lagged and self._host_busy_s is not None:
+        if self._host_busy_s is not None:
             ahead_s = (compute_ns + traffic_ns) / 1e9 - self._host_busy_s(num_tokens, logits, scheduled, sequences)
             self.ahead_s = ahead_s if ahead_s > 0.0 else 0.0
         self.now = gpu_end + blocking_ns
