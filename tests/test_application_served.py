@@ -43,7 +43,8 @@ def test_a_request_on_one_cpu_core_by_hand():
 
 def test_a_batch_on_a_chip_by_hand():
     chip = ChipSpec(name="round", peak_flops={"bf16": 1e15}, hbm_bytes=2**37, hbm_bw_Bps=1e12, scaleup_bw_Bps=1e11,
-                    matmul_efficiency={"bf16": 0.5}, hbm_bw_efficiency=0.5, gemm_fixed_s=0.0, source="test")
+                    matmul_efficiency={"bf16": 0.5}, hbm_bw_efficiency=0.5, gemm_fixed_s=0.0, kernel_fixed_s=0.0,
+                    source="test")
     forward = ChipForward(1e9, "bf16", chip)
     # 1,000 tokens: 2e12 FLOPs at 5e14/s = 4 ms; 2e9 bytes of weights at 5e11 B/s = 4 ms; a GEMM's time is
     # their 2-norm (gemm_overlap_norm): 4 x sqrt(2) ms

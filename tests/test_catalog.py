@@ -155,9 +155,30 @@ def test_a_gemms_fixed_time_is_the_measured_one_or_the_default_and_an_override_r
 
     assert load_chip("a100").gemm_fixed_s == pytest.approx(5.41e-6)
     assert load_chip("h200").gemm_fixed_s == pytest.approx(4.34e-6)
-    assert load_chip("mi300x").gemm_fixed_s == GEMM_FIXED_S == pytest.approx(3.65e-6)
+    assert load_chip("mi325x").gemm_fixed_s == GEMM_FIXED_S == pytest.approx(3.65e-6)
     changed = Assumptions(values={"gemm_fixed_s": 1e-6}, overridden=("gemm_fixed_s",))
-    assert load_chip("a100", changed).gemm_fixed_s == load_chip("mi300x", changed).gemm_fixed_s == 1e-6
+    assert load_chip("a100", changed).gemm_fixed_s == load_chip("mi325x", changed).gemm_fixed_s == 1e-6
+
+
+def test_a_kernels_fixed_time_is_the_measured_one_or_the_default_and_a_gemm_takes_at_least_as_long():
+    """Kog AI measured a kernel's launch and clean-up on MI300X at 4.5 us (catalog/chips.toml), where the default
+    is the H100's shortest GEMM, 2.45 us; MI300X publishes no GEMM's fixed time, and a GEMM, a kernel too, takes
+    at least the kernel's (4.5 us, not the default 3.65). An override of kernel_fixed_s replaces the measured
+    value, and the GEMM's is then the default again; an override of gemm_fixed_s stands whatever the kernel's."""
+    from tokenpath.compute.efficiency import GEMM_FIXED_S, KERNEL_FIXED_S
+    from tokenpath.config.assumptions import Assumptions
+
+    mi300x = load_chip("mi300x")
+    assert mi300x.kernel_fixed_s == mi300x.gemm_fixed_s == pytest.approx(4.5e-6)
+    assert "kernel_fixed_s" in mi300x.measured and "gemm_fixed_s" not in mi300x.measured
+    assert load_chip("h100").kernel_fixed_s == load_chip("mi325x").kernel_fixed_s == KERNEL_FIXED_S == 2.45e-6
+    assert load_chip("h100").gemm_fixed_s == pytest.approx(3.65e-6)  # its own, above its kernel's
+    kernel = Assumptions(values={"kernel_fixed_s": 1e-6}, overridden=("kernel_fixed_s",))
+    assert load_chip("mi300x", kernel).kernel_fixed_s == 1e-6
+    assert load_chip("mi300x", kernel).gemm_fixed_s == GEMM_FIXED_S
+    assert "kernel_fixed_s" not in load_chip("mi300x", kernel).measured
+    gemm = Assumptions(values={"gemm_fixed_s": 1e-6}, overridden=("gemm_fixed_s",))
+    assert load_chip("mi300x", gemm).gemm_fixed_s == 1e-6 and load_chip("mi300x", gemm).kernel_fixed_s == 4.5e-6
 
 
 def test_the_40gb_a100_is_the_80gb_part_with_less_and_slower_memory():

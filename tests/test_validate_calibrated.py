@@ -185,15 +185,19 @@ def test_a_python_engines_light_load_prompts_calibrate_its_host_time_per_eager_k
     unpaid = "the engine's profile does not pay it (engine/profiles.py)"
     assert fit.not_fitted["vllm_v0_host_window_s"] == fit.not_fitted["vllm_v0_host_step_s"] == unpaid
     assert fit.not_fitted["host_step_s"] != unpaid
+    # the H200's measured HBM efficiency (catalog/chips.toml) is fitted only where no other candidate is
+    assert fit.not_fitted["hbm_bw_efficiency"] == ("measured for the h200 (catalog/chips.toml): fitted only "
+                                                   "where nothing else is")
 
 
 def test_one_load_fits_an_assumption_for_each_of_its_two_figures(monkeypatch):
     """The first four requests of the MI300X closed loop at concurrency 1, made by the model at 90 us of
     host time per eager kernel and 10 us of fixed time per kernel: one phase, a TTFT and a TPOT, and the
-    fit finds both values (one local fit from the starting values, as above). The HBM efficiency, which
-    moves both figures as a kernel's fixed time does at batch 1, is the MI300X's measured one, fitted
-    only where no other candidate is. With one assumption from two figures, as the fit took before, the
-    TPOT stayed 2.4 times off."""
+    fit finds both values (one local fit from the starting values, as above). The fixed time per kernel
+    starts at the MI300X's measured 4.5 us and is fitted as any candidate (a serving stack's kernels take
+    longer than a launch); the HBM efficiency, which moves both figures as a kernel's fixed time does at
+    batch 1, is not fitted. With one assumption from two figures, as the fit took before, the TPOT stayed
+    2.4 times off."""
     from dataclasses import replace
 
     from tokenpath.calibrate import fit as calibrate_fit
@@ -207,13 +211,12 @@ def test_one_load_fits_an_assumption_for_each_of_its_two_figures(monkeypatch):
     made = {"eager_host_per_kernel_s": 90e-6, "kernel_fixed_s": 10e-6}
     [(ttft_s, decode_s)] = _Model(scenario, [phase], []).predict(made)
     [(_, registry_decode_s)] = _Model(scenario, [phase], []).predict({})
-    assert decode_s > registry_decode_s * 2  # the registry's 2.45 us a kernel leaves the made TPOT far short
+    assert decode_s > registry_decode_s * 1.5  # the MI300X's measured 4.5 us a kernel leaves the made TPOT far short
     fit = fit_engine(scenario, [replace(phase, ttft_s=ttft_s, decode_s=decode_s)])
     assert fit.names == ["eager_host_per_kernel_s", "kernel_fixed_s"]
     assert fit.values == pytest.approx(made, rel=0.01)
     assert fit.rms_after < 1e-3
-    assert fit.not_fitted["hbm_bw_efficiency"] == ("measured for the mi300x (catalog/chips.toml): fitted only "
-                                                   "where nothing else is")
+    assert "hbm_bw_efficiency" in fit.not_fitted
 
 
 def test_a_local_fit_from_the_starting_values_steps_far_enough_to_move_the_medians():

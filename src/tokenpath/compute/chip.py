@@ -24,7 +24,10 @@ class ChipSpec:
     measured_stream_bw over hbm_bw where published, else efficiency.HBM_BW_EFFICIENCY (an override of
     the hbm_bw_efficiency assumption replaces either). `gemm_fixed_s` is the fixed time of a GEMM by
     weights on top of its work: the catalog's measured_gemm_fixed where published, else
-    efficiency.GEMM_FIXED_S (an override of the gemm_fixed_s assumption replaces either).
+    efficiency.GEMM_FIXED_S (an override of the gemm_fixed_s assumption replaces either). `kernel_fixed_s`
+    is the fixed time of any other kernel: the catalog's measured_kernel_fixed where published, else
+    efficiency.KERNEL_FIXED_S (an override of the kernel_fixed_s assumption replaces either); a chip
+    that publishes it and no measured_gemm_fixed gives a GEMM at least that time too (a GEMM is a kernel).
     `weight_only` lists the precisions it has no tensor cores for but serving engines run as
     weight-only quantization (weights stored at that precision, multiplied at bf16).
     `scaleup_domain` is how many chips one scale-up fabric joins (an NVLink domain), `scaleup` that
@@ -43,6 +46,7 @@ class ChipSpec:
     matmul_efficiency: dict[str, float]
     hbm_bw_efficiency: float
     gemm_fixed_s: float
+    kernel_fixed_s: float
     source: str
     measured_scaleup_bw_Bps: float = 0.0
     host_link: str = ""
@@ -105,7 +109,8 @@ class ChipSpec:
 VENDORS = ("nvidia", "amd", "google", "intel")
 _REQUIRED = ("source", "generation", "vendor", "peak_tflops", "hbm", "hbm_bw", "scaleup_bw", "scaleup_domain")
 _OPTIONAL = ("aliases", "chips_per_host", "measured_matmul_tflops", "measured_scaleup_bw", "measured_stream_bw",
-             "measured_gemm_fixed", "host_link", "weight_only", "scaleup", "nic_bw", "fp4_format")
+             "measured_gemm_fixed", "measured_kernel_fixed", "host_link", "weight_only", "scaleup", "nic_bw",
+             "fp4_format")
 
 
 def list_chips() -> list[str]:
@@ -158,6 +163,12 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
     if "measured_gemm_fixed" in table and "gemm_fixed_s" not in assumptions.values:
         gemm_fixed_s = parse_duration_s(table["measured_gemm_fixed"], f"{where} measured_gemm_fixed")
         measured_here.append("gemm_fixed_s")
+    kernel_fixed_s = assumptions.value("kernel_fixed_s")
+    if "measured_kernel_fixed" in table and "kernel_fixed_s" not in assumptions.values:
+        kernel_fixed_s = parse_duration_s(table["measured_kernel_fixed"], f"{where} measured_kernel_fixed")
+        measured_here.append("kernel_fixed_s")
+        if "gemm_fixed_s" not in measured_here and "gemm_fixed_s" not in assumptions.values:
+            gemm_fixed_s = max(gemm_fixed_s, kernel_fixed_s)
     weight_only = table.get("weight_only", [])
     if not isinstance(weight_only, list) or any(p not in PRECISION_BYTES or p in peak_flops for p in weight_only):
         raise UserError(f"{where} weight_only: list precisions it has no peak_tflops for, from "
@@ -187,6 +198,7 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
         matmul_efficiency=matmul_efficiency,
         hbm_bw_efficiency=hbm_bw_efficiency,
         gemm_fixed_s=gemm_fixed_s,
+        kernel_fixed_s=kernel_fixed_s,
         source=str(table["source"]),
         measured_scaleup_bw_Bps=(
             parse_bandwidth_Bps(measured_scaleup, f"{where} measured_scaleup_bw") if measured_scaleup else 0.0

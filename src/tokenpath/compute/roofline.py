@@ -184,7 +184,7 @@ class ComputeModel:
         self.kernels_per_step: float = sum(op.kernels for op in self.ops) + (
             self.allreduces_per_layer * (model.num_layers - self.rank_local_layers) if tp > 1 else 0)
         # The assumptions this model uses, read once here: a built model keeps its run's values.
-        self.kernel_fixed_s = assumptions.value("kernel_fixed_s")
+        self.kernel_fixed_s = chip.kernel_fixed_s
         self.gemm_fixed_s = chip.gemm_fixed_s
         self.gemm_overlap_norm = assumptions.value("gemm_overlap_norm")
         self._activation_bytes = assumptions.value("activation_bytes")
