@@ -56,7 +56,9 @@ The shortest GEMM in AIConfigurator's measured H100 table (aiconfigurator-core 0
 systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet: bf16, m=8, n=32, k=32, almost no work)
 takes 2.45 us. vLLM's decode attention in the same tables (RoPE, KV-cache write, split-KV attention
 and its combine) takes 11.2 us over one cached token. A decode step of a large model at small batch
-is mostly such fixed costs: compute/ops.py counts each op's kernels."""
+is mostly such fixed costs: compute/ops.py counts each op's kernels. A chip whose catalog entry
+publishes its own (`measured_kernel_fixed`: MI300X's 4.5 us, a kernel's launch and clean-up as Kog AI
+measured them) takes that instead; an override of this assumption replaces both."""
 
 GEMM_FIXED_S = default("gemm_fixed_s")
 """Fixed time of one GEMM by weights, on top of its weights streamed (or its FLOPs): on chips whose

@@ -79,7 +79,8 @@ REGISTRY: tuple[Assumption, ...] = (
                "chips whose catalog entry has no measured_stream_bw",
                "validate latency (TPOT rows); " + _ROOFLINE_TESTS),
     Assumption("kernel_fixed_s", 2.45e-6, _EFF, "KERNEL_FIXED_S", "s",
-               "shortest GEMM in AIConfigurator's measured H100 table (aiconfigurator-core 0.12.0): 2.45 us",
+               "shortest GEMM in AIConfigurator's measured H100 table (aiconfigurator-core 0.12.0): 2.45 us; the "
+               "default of chips whose catalog entry has no measured_kernel_fixed",
                "validate latency; " + _ROOFLINE_TESTS),
     Assumption("gemm_fixed_s", 3.65e-6, _EFF, "GEMM_FIXED_S", "s",
                "fixed time of a GEMM by weights, fitted with the streaming bandwidth to AIConfigurator's measured "
