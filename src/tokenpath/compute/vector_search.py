@@ -22,7 +22,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tokenpath.compute.chip import ChipSpec, load_chip
-from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S
+from tokenpath.compute.efficiency import EAGER_KERNEL_LAUNCH_S, KERNEL_FIXED_S
 from tokenpath.config.assumptions import assumed, default
 
 if TYPE_CHECKING:
@@ -130,6 +130,6 @@ def _chip_s(index: IndexSpec, chip: ChipSpec) -> float:
     default), not a scenario's override of them."""
     flops = chip.effective_flops("bf16")
     compare_s = 0.0 if index.pq_bytes is not None else 2 * index.dim / flops
-    kernel_s = assumed("kernel_fixed_s", chip.kernel_fixed_s) + assumed("eager_kernel_launch_s", EAGER_KERNEL_LAUNCH_S)
+    kernel_s = assumed("kernel_fixed_s", KERNEL_FIXED_S) + assumed("eager_kernel_launch_s", EAGER_KERNEL_LAUNCH_S)
     fixed_s = GPU_SEARCH_KERNELS[index.method] * kernel_s + 2 * assumed("host_link_latency_s", D2H_COPY_LATENCY_S)
     return _scan_s(index, chip.effective_hbm_bw_Bps, compare_s, flops) + fixed_s
