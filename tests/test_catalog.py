@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tokenpath import catalog
@@ -164,8 +166,9 @@ def test_a_kernels_fixed_time_is_the_measured_one_or_the_default_and_a_gemm_take
     """Kog AI measured a kernel's launch and clean-up on MI300X at 4.5 us (catalog/chips.toml), where the default
     is the H100's shortest GEMM, 2.45 us; MI300X publishes no GEMM's fixed time, and a GEMM, a kernel too, takes
     at least the kernel's (4.5 us, not the default 3.65). An override of kernel_fixed_s replaces the measured
-    value, and the GEMM's is then the default again; an override of gemm_fixed_s stands whatever the kernel's."""
-    from tokenpath.compute.efficiency import GEMM_FIXED_S, KERNEL_FIXED_S
+    value and leaves the GEMM's floor (calibrate engine fits it as an override, starting at the measured value:
+    the start must be the model it calibrates); an override of gemm_fixed_s stands whatever the kernel's."""
+    from tokenpath.compute.efficiency import KERNEL_FIXED_S
     from tokenpath.config.assumptions import Assumptions
 
     mi300x = load_chip("mi300x")
@@ -175,7 +178,10 @@ def test_a_kernels_fixed_time_is_the_measured_one_or_the_default_and_a_gemm_take
     assert load_chip("h100").gemm_fixed_s == pytest.approx(3.65e-6)  # its own, above its kernel's
     kernel = Assumptions(values={"kernel_fixed_s": 1e-6}, overridden=("kernel_fixed_s",))
     assert load_chip("mi300x", kernel).kernel_fixed_s == 1e-6
-    assert load_chip("mi300x", kernel).gemm_fixed_s == GEMM_FIXED_S
+    assert load_chip("mi300x", kernel).gemm_fixed_s == pytest.approx(4.5e-6)
+    # the measured value as an override: the same chip
+    as_override = Assumptions(values={"kernel_fixed_s": 4.5e-6}, overridden=("kernel_fixed_s",))
+    assert load_chip("mi300x", as_override) == dataclasses.replace(mi300x, measured=("hbm_bw_efficiency",))
     assert "kernel_fixed_s" not in load_chip("mi300x", kernel).measured
     gemm = Assumptions(values={"gemm_fixed_s": 1e-6}, overridden=("gemm_fixed_s",))
     assert load_chip("mi300x", gemm).gemm_fixed_s == 1e-6 and load_chip("mi300x", gemm).kernel_fixed_s == 4.5e-6

@@ -27,7 +27,8 @@ class ChipSpec:
     efficiency.GEMM_FIXED_S (an override of the gemm_fixed_s assumption replaces either). `kernel_fixed_s`
     is the fixed time of any other kernel: the catalog's measured_kernel_fixed where published, else
     efficiency.KERNEL_FIXED_S (an override of the kernel_fixed_s assumption replaces either); a chip
-    that publishes it and no measured_gemm_fixed gives a GEMM at least that time too (a GEMM is a kernel).
+    that publishes it and no measured_gemm_fixed gives a GEMM at least the measured time too (a GEMM is a
+    kernel), an override of kernel_fixed_s or not (a calibration fitting it moves the other kernels).
     `weight_only` lists the precisions it has no tensor cores for but serving engines run as
     weight-only quantization (weights stored at that precision, multiplied at bf16).
     `scaleup_domain` is how many chips one scale-up fabric joins (an NVLink domain), `scaleup` that
@@ -164,11 +165,13 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
         gemm_fixed_s = parse_duration_s(table["measured_gemm_fixed"], f"{where} measured_gemm_fixed")
         measured_here.append("gemm_fixed_s")
     kernel_fixed_s = assumptions.value("kernel_fixed_s")
-    if "measured_kernel_fixed" in table and "kernel_fixed_s" not in assumptions.values:
-        kernel_fixed_s = parse_duration_s(table["measured_kernel_fixed"], f"{where} measured_kernel_fixed")
-        measured_here.append("kernel_fixed_s")
+    if "measured_kernel_fixed" in table:
+        measured_kernel_s = parse_duration_s(table["measured_kernel_fixed"], f"{where} measured_kernel_fixed")
+        if "kernel_fixed_s" not in assumptions.values:
+            kernel_fixed_s = measured_kernel_s
+            measured_here.append("kernel_fixed_s")
         if "gemm_fixed_s" not in measured_here and "gemm_fixed_s" not in assumptions.values:
-            gemm_fixed_s = max(gemm_fixed_s, kernel_fixed_s)
+            gemm_fixed_s = max(gemm_fixed_s, measured_kernel_s)  # a GEMM is a kernel: the chip's floor
     weight_only = table.get("weight_only", [])
     if not isinstance(weight_only, list) or any(p not in PRECISION_BYTES or p in peak_flops for p in weight_only):
         raise UserError(f"{where} weight_only: list precisions it has no peak_tflops for, from "
