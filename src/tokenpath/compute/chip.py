@@ -170,7 +170,7 @@ def load_chip(name: str, assumptions: Assumptions = DEFAULTS) -> ChipSpec:
         if "kernel_fixed_s" not in assumptions.values:
             kernel_fixed_s = measured_kernel_s
             measured_here.append("kernel_fixed_s")
-        if "gemm_fixed_s" not in measured_here and "gemm_fixed_s" not in assumptions.values:
+        if "measured_gemm_fixed" not in table and "gemm_fixed_s" not in assumptions.values:
             gemm_fixed_s = max(gemm_fixed_s, measured_kernel_s)  # a GEMM is a kernel: the chip's floor
     weight_only = table.get("weight_only", [])
     if not isinstance(weight_only, list) or any(p not in PRECISION_BYTES or p in peak_flops for p in weight_only):
