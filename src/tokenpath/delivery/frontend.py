@@ -62,7 +62,9 @@ class FrontEnd:
     single CPU that takes work first come first served. Callers hand it work in the order it becomes
     ready (the engine loop does: requests by their arrival, steps by their end)."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, tokenizer_batch_wait_s: float = 0.0, tokenizer_batch_max: int = 1) -> None:
+        """`tokenizer_batch_wait_s`, `tokenizer_batch_max`: each process's tokenizer batches prompts, a
+        batch open that long after its first prompt for at most that many (`_tokenized_from`); 0: none."""
         self.layout = layout
         # ns of a process's time per second of CPU work: its share of a CPU; for a step's tokens, also
         # its share of the step (tokens runs once per engine step: these are read, not computed, there).
@@ -73,6 +75,10 @@ class FrontEnd:
         self._next_process = 0
         self._detokenizer_free_ns = 0
         self.detokenizer_busy_ns = 0
+        # Each process's tokenizer batch: when the open one closes, and the prompts it holds.
+        self._batch_wait_ns, self._batch_max = round(tokenizer_batch_wait_s * 1e9), tokenizer_batch_max
+        self._batch_closes_ns = [-1] * layout.api_processes
+        self._batch_prompts = [0] * layout.api_processes
 
     @property
     def api_busy_ns(self) -> int:
@@ -84,24 +90,27 @@ class FrontEnd:
         costs `first_s` of CPU once it has arrived (reading and parsing it), then its `then_s` once that is
         done (its template, tokenizing, the hand-off). Each stage waits its turn by the time it became
         ready, as an asyncio server's tasks do: a burst's requests are all read and parsed before the
-        first is tokenized, while a request alone runs its two stages back to back."""
+        first is tokenized, while a request alone runs its two stages back to back. Where the tokenizer
+        batches prompts, a request also waits for its batch to close (`_tokenized_from`)."""
         free, busy, ns_per_s = self._api_free_ns, self._api_busy_ns, self._request_ns_per_s
         count = len(free)
         if len(arrival_ns) == 1:  # the common case: its stages back to back, without the heap
             p = self._next_process
             self._next_process = (p + 1) % count
-            at_ns, work_ns = arrival_ns[0], round(first_s * ns_per_s) + round(then_s[0] * ns_per_s)
+            at_ns, first_ns, then_ns = arrival_ns[0], round(first_s * ns_per_s), round(then_s[0] * ns_per_s)
             start_ns = free[p] if free[p] > at_ns else at_ns
-            free[p] = start_ns + work_ns
-            busy[p] += work_ns
-            return [(start_ns + work_ns, start_ns - at_ns, work_ns)]
+            free[p] = start_ns + first_ns + then_ns
+            busy[p] += first_ns + then_ns
+            done_ns = free[p] if not self._batch_wait_ns else self._tokenized_from(p, start_ns + first_ns) + then_ns
+            return [(done_ns, done_ns - at_ns - first_ns - then_ns, first_ns + then_ns)]
         # Stages ready to run: (ready, order handed in, request, its process, stage).
         ready = []
         for k, at_ns in enumerate(arrival_ns):
             ready.append((at_ns, k, k, self._next_process, 0))
             self._next_process = (self._next_process + 1) % count
         heapq.heapify(ready)
-        queued, worked = [0] * len(arrival_ns), [0] * len(arrival_ns)
+        worked = [0] * len(arrival_ns)
+        tokenized_ns = [0] * len(arrival_ns)  # when each one's tokenizer batch closes
         waits: list[Wait] = [(0, 0, 0)] * len(arrival_ns)
         order, first_ns = len(arrival_ns), round(first_s * ns_per_s)
         while ready:
@@ -110,14 +119,30 @@ class FrontEnd:
             start_ns = free[p] if free[p] > ready_ns else ready_ns
             free[p] = start_ns + work_ns
             busy[p] += work_ns
-            queued[k] += start_ns - ready_ns
             worked[k] += work_ns
             if stage:
-                waits[k] = (start_ns + work_ns, queued[k], worked[k])
+                done_ns = max(start_ns, tokenized_ns[k]) + work_ns
+                waits[k] = (done_ns, done_ns - arrival_ns[k] - worked[k], worked[k])
             else:
+                if self._batch_wait_ns:
+                    tokenized_ns[k] = self._tokenized_from(p, start_ns + work_ns)
                 heapq.heappush(ready, (start_ns + work_ns, order, k, p, 1))
                 order += 1
         return waits
+
+    def _tokenized_from(self, p: int, ready_ns: int) -> int:
+        """When a prompt handed to process p's tokenizer at `ready_ns` (in order of readiness) is tokenized:
+        as its batch closes, `tokenizer_batch_wait_s` after the batch's first prompt came; a prompt that
+        finds the batch closed, or full, opens the next. The process's CPU is free while a batch waits, so
+        the model runs a request's work in its turn and hands the request on once both are done (the work
+        runs before the wait, where the server tokenizes after it: the same CPU time, the same hand-off).
+        A full batch closes at its deadline here, where the server tokenizes it at once: its prompts would
+        have to come faster than one per wait / max, which the parsing before them does not allow."""
+        if ready_ns <= self._batch_closes_ns[p] and self._batch_prompts[p] < self._batch_max:
+            self._batch_prompts[p] += 1
+        else:
+            self._batch_closes_ns[p], self._batch_prompts[p] = ready_ns + self._batch_wait_ns, 1
+        return self._batch_closes_ns[p]
 
     def detokenize(self, ready_ns: int, cost_s: float) -> Wait:
         """A step's detokenization in the detokenizer process, its ids there at `ready_ns`."""

@@ -54,7 +54,7 @@ class LastMile:
         does), only the engine's side is: the copy, and detokenizing where the engine does it."""
         layout = layout or Layout(spec.detokenize or "engine")
         self.spec, self.layout, self.models_front_end = spec, layout, model_front_end
-        self.front_end = FrontEnd(layout)
+        self.front_end = FrontEnd(layout, spec.tokenizer_batch_wait or 0.0, spec.tokenizer_batch_max or 1)
         self._half_rtt_ns = _ns(spec.network_rtt / 2)
         # Per-step costs, precomputed: on_step runs once per engine step.
         self._copy_fixed_ns = spec.host_link_latency * 1e9
@@ -75,7 +75,7 @@ class LastMile:
         self._first_s += spec.chat_template_parse_per_request or 0.0
         # Whether requests and tokens take any front-end time: without, the engine loop skips it.
         costs = (self._first_s, self._then_s, self._tokenize_s, spec.frame_per_event, spec.detokenize_per_token,
-                 spec.output_per_token)
+                 spec.output_per_token, spec.tokenizer_batch_wait)
         self.queues_requests = model_front_end and bool(any(costs) or self._calibrated)
 
     def upload_ns(self, input_tokens: int) -> int:

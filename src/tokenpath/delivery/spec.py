@@ -61,8 +61,8 @@ TOKENIZE_PER_TOKEN_S = default("tokenize_per_token_s")
 # the serving host): no network, and no host cost beyond the engine's own.
 ENGINE_SIDE_DELIVERY = {
     "network_rtt": 0.0, "host_link_latency": 0.0, "frontend_per_request": 0.0, "chat_template_per_request": 0.0,
-    "tokenize_per_token": 0.0, "detokenize_per_token": 0.0, "output_per_token": 0.0, "frame_per_event": 0.0,
-    "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
+    "tokenize_per_token": 0.0, "tokenizer_batch_wait": 0.0, "detokenize_per_token": 0.0, "output_per_token": 0.0,
+    "frame_per_event": 0.0, "event_overhead_bytes": 0, "bytes_per_token": 0.0, "request_overhead_bytes": 0,
 }
 # Bounds of the counts below, far beyond real ones: a server streams 1 to a few tens of tokens per SSE
 # event (vLLM's and SGLang's --stream-interval default to 1); a chunk's JSON around its text is about
@@ -74,6 +74,8 @@ MAX_STREAM_INTERVAL = 4096
 MAX_HOST_COST_S = 1.0
 MAX_OVERHEAD_BYTES = 2**20
 MAX_BYTES_PER_TOKEN = 1024.0
+# A tokenizer batch of up to 2^16 prompts, 2,048 times vLLM's 32.
+MAX_TOKENIZER_BATCH = 2**16
 
 
 # The names `detokenize` took before it named processes: what each became.
@@ -131,6 +133,14 @@ class DeliverySpec(BaseModel):
                     "release's cost for the model's template, 0 where chat_template_per_request is 0")
     tokenize_per_token: Duration = Field(
         TOKENIZE_PER_TOKEN_S, le=MAX_HOST_COST_S, description="the front end's CPU time per prompt token tokenized")
+    tokenizer_batch_wait: Duration | None = Field(
+        None, le=MAX_HOST_COST_S,
+        description="how long the front end's tokenizer holds a batch of prompts open after its first prompt "
+                    "comes, each request waiting for its batch to close (engine/tokenizer_batching.py); unset: "
+                    "the engine release's (vLLM 0.10.0-0.23.0: 2 ms), 0: none")
+    tokenizer_batch_max: int | None = Field(
+        None, ge=1, le=MAX_TOKENIZER_BATCH,
+        description="the most prompts one tokenizer batch holds; unset: the engine release's (vLLM: 32)")
     calibration: PathText | None = Field(
         None,
         description="a file from `tokenpath calibrate delivery`: its measured host cost per event replaces "
