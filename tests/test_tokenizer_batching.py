@@ -119,3 +119,12 @@ def test_a_request_at_light_load_reaches_the_engine_one_wait_later():
     longer_ns = waiting.upload_ns - plain.upload_ns
     assert np.mean(longer_ns == 2_000_000) >= 0.9 and np.all(np.abs(longer_ns - 2_000_000) < 100_000)
     assert np.mean(waiting.frontend_queue_ns - plain.frontend_queue_ns == 2_000_000) >= 0.9
+
+
+def test_a_release_that_batches_is_offered_one_that_does_not():
+    from tokenpath.whatif.catalog import catalog
+
+    lever = "prompts tokenized without a batch wait (vLLM 0.24.0 on)"
+    batching = {item.name: item for item in catalog(load_scenario("typical", {"engine.version": "0.11.0"}), {}, None)}
+    assert batching[lever].overrides == {"delivery.tokenizer_batch_wait": "0 s"}
+    assert lever not in {item.name for item in catalog(load_scenario("typical", {}), {}, None)}

@@ -1,19 +1,20 @@
 """The delivery-time model: from a request's bytes to the engine, and from a token sampled on the
 device to its text at the client.
 
-A request crosses the network (half a round trip plus its bytes), then waits its turn at the
-server's front end (delivery/frontend.py), which parses it, renders its chat template and tokenizes
-it before the engine sees it. Per engine step the sampled ids are copied to the host, which blocks
-the next step; they are detokenized where the engine does it (in its own process, blocking the next
-step too; in the API server; or in a detokenizer process of its own, whose text the API server then
-takes in) and each chunk is framed as an SSE event in the API server, at the constant costs of the
-spec or at this machine's measured cost per batch size when the spec names a calibration file from
-`tokenpath calibrate delivery`. A step's tokens leave when the front end is done with them. Each event
-then crosses the network: half a round trip plus its bytes over the client's bandwidth.
+A request crosses the network (half a round trip plus its bytes), then waits its turn at the server's
+front end (delivery/frontend.py), which parses it, renders its chat template and tokenizes it (in a
+batch of prompts, where the engine's release batches them) before the engine sees it. Per engine step
+the sampled ids are copied to the host, which blocks the next step; they are detokenized where the
+engine does it (in its own process, blocking the next step too; in the API server; or in a detokenizer
+process of its own, whose text the API server then takes in) and each chunk is framed as an SSE event in
+the API server, at the constant costs of the spec or at this machine's measured cost per batch size when
+the spec names a calibration file from `tokenpath calibrate delivery`. A step's tokens leave when the
+front end is done with them. Each event then crosses the network: half a round trip plus its bytes over
+the client's bandwidth.
 
-Events group tokens: the first token is sent at once, later ones in groups of `stream_interval`, and
-the last group is flushed when the sequence ends. All times are integer nanoseconds, so the
-per-request attribution sums exactly.
+Events group tokens: the first token is sent at once, later ones in groups of `stream_interval`, and the
+last group is flushed when the sequence ends. All times are integer nanoseconds, so the per-request
+attribution sums exactly.
 """
 
 from __future__ import annotations

@@ -148,6 +148,8 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "chat_template_per_request_s": delivery.chat_template_per_request,
             "chat_template_parse_per_request_s": delivery.chat_template_parse_per_request,
             "tokenize_per_token_s": delivery.tokenize_per_token,
+            "tokenizer_batch_wait_s": delivery.tokenizer_batch_wait,
+            "tokenizer_batch_max": delivery.tokenizer_batch_max,
             "api_servers": api_servers(s), "api_server_processes_per_engine": d.front_end.api_processes,
             "api_server_cpus_per_process": d.front_end.api_cpus,
             "host_link_bw_Bps": delivery.host_link_bw, "host_link_latency_s": delivery.host_link_latency,

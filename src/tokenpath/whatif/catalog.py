@@ -252,7 +252,8 @@ def _front_end(scenario: Scenario, delivery: DeliverySpec) -> list[Lever]:
     """The front end's levers (delivery/frontend.py), each from the cost the scenario runs with (`delivery`,
     resolved): more API-server processes, detokenizing out of the engine's process, token ids to the client
     (it detokenizes), a faster tokenizer, a cached chat template, and where the engine's release parses the
-    template's source per request, a release that parses it once."""
+    template's source per request, a release that parses it once, or holds prompts for a tokenizer batch, one
+    that does not."""
     servers = front_end.api_servers(scenario)
     levers = [Lever(f"API servers x{API_SERVER_FACTOR} ({servers * API_SERVER_FACTOR} processes)", "",
                     {"deployment.api_servers": servers * API_SERVER_FACTOR})]
@@ -282,6 +283,9 @@ def _front_end(scenario: Scenario, delivery: DeliverySpec) -> list[Lever]:
     if delivery.chat_template_parse_per_request:  # a release that parses it per request
         levers.append(Lever("chat template parsed once (a vLLM release that caches it)", "",
                             {"delivery.chat_template_parse_per_request": "0 s"}))
+    if delivery.tokenizer_batch_wait:  # a release that holds prompts for a tokenizer batch
+        levers.append(Lever("prompts tokenized without a batch wait (vLLM 0.24.0 on)", "",
+                            {"delivery.tokenizer_batch_wait": "0 s"}))
     return levers
 
 
