@@ -12,43 +12,38 @@ from hypothesis import strategies as st
 from tokenpath import load_scenario, simulate
 from tokenpath.delivery.frontend import FrontEnd, Layout
 from tokenpath.engine.profiles import PROFILES
-from tokenpath.engine.tokenizer_batching import (
-    NO_BATCHING,
-    TokenizerBatching,
-    no_tokenizer_batching,
-    vllm_tokenizer_batching,
-)
-
-VLLM = TokenizerBatching(0.002, 32)
+from tokenpath.engine.tokenizer_batching import no_tokenizer_batch_wait, vllm_tokenizer_batch_wait_s
 
 
-@pytest.mark.parametrize(("release", "batching"), [
-    ("0.9.2", NO_BATCHING),       # before vLLM pull request 19334
-    ("0.10.0", VLLM), ("v0.11.0", VLLM), ("0.17.1", VLLM), ("0.23.0", VLLM),
-    ("0.24.0", NO_BATCHING),      # pull request 45759 removed it
-    (None, NO_BATCHING),          # unstated: the newest release
-    ("not stated", NO_BATCHING),
+@pytest.mark.parametrize(("release", "wait_s"), [
+    ("0.9.2", 0.0),               # before vLLM pull request 19334
+    ("0.10.0", 0.002), ("v0.11.0", 0.002), ("0.17.1", 0.002), ("0.23.0", 0.002),
+    ("0.24.0", 0.0),              # pull request 45759 removed it
+    (None, 0.0),                  # unstated: the newest release
+    ("not stated", 0.0),
 ])
-def test_vllm_batches_prompts_from_0_10_until_0_24(release, batching):
-    assert vllm_tokenizer_batching(release) == batching
+def test_vllm_batches_prompts_from_0_10_until_0_24(release, wait_s):
+    assert vllm_tokenizer_batch_wait_s(release) == wait_s
 
 
 def test_each_profile_follows_its_engine():
-    assert {name: p.tokenizer_batching for name, p in PROFILES.items()} == {
-        "vllm-v1": vllm_tokenizer_batching, "vllm-v0": vllm_tokenizer_batching,
-        "prefill-first": no_tokenizer_batching, "trtllm": no_tokenizer_batching}
-    assert no_tokenizer_batching("0.11.0") == NO_BATCHING
+    assert {name: p.tokenizer_batch_wait_s for name, p in PROFILES.items()} == {
+        "vllm-v1": vllm_tokenizer_batch_wait_s, "vllm-v0": vllm_tokenizer_batch_wait_s,
+        "prefill-first": no_tokenizer_batch_wait, "trtllm": no_tokenizer_batch_wait}
+    assert no_tokenizer_batch_wait("0.11.0") == 0.0
 
 
 def _delivery(overrides: dict):
     return load_scenario("typical", overrides).resolved_delivery()
 
 
-def test_a_scenario_takes_its_releases_batching_unless_it_states_one():
+def test_a_scenario_takes_its_releases_wait_unless_it_states_one():
     vllm = {"engine.scheduler": "vllm-v1", "engine.version": "0.11.0"}
     assert (_delivery(vllm).tokenizer_batch_wait, _delivery(vllm).tokenizer_batch_max) == (0.002, 32)
-    sglang = _delivery({"engine.scheduler": "prefill-first", "engine.version": "0.11.0"})
-    assert (sglang.tokenizer_batch_wait, sglang.tokenizer_batch_max) == (0.0, 1)
+    assert _delivery({"engine.scheduler": "prefill-first", "engine.version": "0.11.0"}).tokenizer_batch_wait == 0.0
+    # SGLang with --enable-dynamic-batch-tokenizer: its 2 ms and 32 prompts stated
+    sglang = _delivery({"engine.scheduler": "prefill-first", "delivery.tokenizer_batch_wait": "2 ms"})
+    assert (sglang.tokenizer_batch_wait, sglang.tokenizer_batch_max) == (0.002, 32)
     stated = _delivery({**vllm, "delivery.tokenizer_batch_wait": "0.5 ms", "delivery.tokenizer_batch_max": 4})
     assert (stated.tokenizer_batch_wait, stated.tokenizer_batch_max) == (0.5e-3, 4)
 

@@ -55,7 +55,7 @@ class LastMile:
         does), only the engine's side is: the copy, and detokenizing where the engine does it."""
         layout = layout or Layout(spec.detokenize or "engine")
         self.spec, self.layout, self.models_front_end = spec, layout, model_front_end
-        self.front_end = FrontEnd(layout, spec.tokenizer_batch_wait or 0.0, spec.tokenizer_batch_max or 1)
+        self.front_end = FrontEnd(layout, spec.tokenizer_batch_wait or 0.0, spec.tokenizer_batch_max)
         self._half_rtt_ns = _ns(spec.network_rtt / 2)
         # Per-step costs, precomputed: on_step runs once per engine step.
         self._copy_fixed_ns = spec.host_link_latency * 1e9

@@ -74,7 +74,10 @@ MAX_STREAM_INTERVAL = 4096
 MAX_HOST_COST_S = 1.0
 MAX_OVERHEAD_BYTES = 2**20
 MAX_BYTES_PER_TOKEN = 1024.0
-# A tokenizer batch of up to 2^16 prompts, 2,048 times vLLM's 32.
+# The most prompts a tokenizer batch holds: vLLM's AsyncMicrobatchTokenizer (max_batch_size) and SGLang's
+# dynamic batch tokenizer (dynamic_batch_tokenizer_batch_size) both hold 32 (engine/tokenizer_batching.py);
+# a scenario may state up to 2^16.
+TOKENIZER_BATCH_MAX = 32
 MAX_TOKENIZER_BATCH = 2**16
 
 
@@ -138,9 +141,8 @@ class DeliverySpec(BaseModel):
         description="how long the front end's tokenizer holds a batch of prompts open after its first prompt "
                     "comes, each request waiting for its batch to close (engine/tokenizer_batching.py); unset: "
                     "the engine release's (vLLM 0.10.0-0.23.0: 2 ms), 0: none")
-    tokenizer_batch_max: int | None = Field(
-        None, ge=1, le=MAX_TOKENIZER_BATCH,
-        description="the most prompts one tokenizer batch holds; unset: the engine release's (vLLM: 32)")
+    tokenizer_batch_max: int = Field(TOKENIZER_BATCH_MAX, ge=1, le=MAX_TOKENIZER_BATCH,
+                                     description="the most prompts one tokenizer batch holds")
     calibration: PathText | None = Field(
         None,
         description="a file from `tokenpath calibrate delivery`: its measured host cost per event replaces "

@@ -55,7 +55,7 @@ from tokenpath.engine.release import release_at_least
 from tokenpath.engine.sliding_pool import every_layer, sglang_sliding_pool_ratio
 from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_overlap, vllm_keeps_async_scheduling
 from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_template_work
-from tokenpath.engine.tokenizer_batching import TokenizerBatching, no_tokenizer_batching, vllm_tokenizer_batching
+from tokenpath.engine.tokenizer_batching import no_tokenizer_batch_wait, vllm_tokenizer_batch_wait_s
 
 # Before v0.7.1, vLLM's DeepseekV2Attention (vllm/model_executor/models/deepseek_v2.py) expanded each
 # token's latent into K and V per head, V zero-padded to the query-key head size, and cached those;
@@ -256,8 +256,8 @@ class Profile:
     # The work its API server does per chat request on the template's source, besides rendering it, in a
     # release (engine/template_work.py): the registry's cost per character, or None
     template_work: Callable[[str | None], TemplateWork | None]
-    # How its API server batches prompts to tokenize, in a release (engine/tokenizer_batching.py)
-    tokenizer_batching: Callable[[str | None], TokenizerBatching]
+    # How long its API server holds a prompt for a tokenizer batch, in a release (engine/tokenizer_batching.py)
+    tokenizer_batch_wait_s: Callable[[str | None], float]
     # -- where it is used beyond the simulation
     launched_with: Literal["vllm", "sglang", "trtllm"]  # the engine `tokenpath launch` starts for it (launch/)
     offered_as_lever: bool  # `tokenpath levers` tries switching to it
@@ -385,7 +385,7 @@ PROFILES: dict[str, Profile] = {
         detokenize_assumption="detokenize_per_token_s",
         output_assumption=None,  # its output handler is the detokenizing process's time above
         template_work=vllm_template_work,
-        tokenizer_batching=vllm_tokenizer_batching,
+        tokenizer_batch_wait_s=vllm_tokenizer_batch_wait_s,
         launched_with="vllm",
         offered_as_lever=True,
         measured_as="vllm",
@@ -469,7 +469,7 @@ PROFILES: dict[str, Profile] = {
         # Its API server unpickled the engine's RequestOutputs (vllm/engine/multiprocessing/client.py): untimed
         output_assumption=None,
         template_work=vllm_template_work,
-        tokenizer_batching=vllm_tokenizer_batching,
+        tokenizer_batch_wait_s=vllm_tokenizer_batch_wait_s,
         launched_with="vllm",
         offered_as_lever=False,  # a release to reproduce (its latency rows), not a change to make
         measured_as=None,        # rows pick it by their engine_settings
@@ -582,7 +582,7 @@ PROFILES: dict[str, Profile] = {
         detokenize_assumption="sglang_detokenize_per_token_s",
         output_assumption="sglang_output_per_token_s",
         template_work=no_template_work,
-        tokenizer_batching=no_tokenizer_batching,
+        tokenizer_batch_wait_s=no_tokenizer_batch_wait,
         launched_with="sglang",
         offered_as_lever=True,
         measured_as="sglang",
@@ -692,7 +692,7 @@ PROFILES: dict[str, Profile] = {
         detokenize_assumption="detokenize_per_token_s",
         output_assumption=None,  # within the detokenizing process's time, as vLLM V1's
         template_work=no_template_work,
-        tokenizer_batching=no_tokenizer_batching,
+        tokenizer_batch_wait_s=no_tokenizer_batch_wait,
         launched_with="trtllm",
         offered_as_lever=True,
         measured_as="trtllm",

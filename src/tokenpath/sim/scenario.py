@@ -303,11 +303,8 @@ class Scenario(BaseModel):
             update["calibration"] = self.resolve_path(calibration)
         elif assumptions.delivery_calibration is not None:
             update["calibration"] = assumptions.delivery_calibration
-        batching = self.engine.profile.tokenizer_batching(self.engine.version)
         if self.delivery.tokenizer_batch_wait is None:
-            update["tokenizer_batch_wait"] = batching.wait_s
-        if self.delivery.tokenizer_batch_max is None:
-            update["tokenizer_batch_max"] = batching.max_prompts
+            update["tokenizer_batch_wait"] = self.engine.profile.tokenizer_batch_wait_s(self.engine.version)
         if self.delivery.chat_template_parse_per_request is None:
             update["chat_template_parse_per_request"] = self._template_parse_s(
                 assumptions, update.get("chat_template_per_request", self.delivery.chat_template_per_request),
