@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,12 @@ def window_ns(run: Run) -> int:
     return int((run.sent_ns[done] + run.e2e_ns[done]).max() - run.sent_ns.min())
 
 
+def per_window_s(run: Run, count: int) -> float:
+    """`count` a second of the run's window (0 for a run with none), as the summary's throughputs read."""
+    window_s = window_ns(run) / 1e9
+    return count / window_s if window_s > 0 else 0.0
+
+
 def attribution_s(run: Run) -> dict[str, Any] | None:
     """Mean seconds per layer over completed requests, and `delivery_detail`, the delivery's parts where the
     run splits it (they sum to `delivery`); with an application, its layer and `application_detail`, its
@@ -133,7 +140,7 @@ def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, flo
     run = run.after(warmup_requests)
     done = run.completed
     window_s = window_ns(run) / 1e9
-    per_s = (lambda count: count / window_s) if window_s > 0 else (lambda count: 0.0)
+    per_s = partial(per_window_s, run)
     summary: dict[str, Any] = {
         "schema": SCHEMA,
         "source": run.source,
