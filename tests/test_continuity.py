@@ -103,6 +103,17 @@ def test_simulate_matches_the_definition_on_its_own_token_times():
     assert abs(document["continuity"]["qoe"]["mean"] - np.mean(qoe)) < 1e-9
 
 
+
+def test_a_simulation_that_skips_judging_has_the_same_times_and_a_summary_judges_them_alike():
+    """simulate(continuity=False), as validate calls it: every time the same, no stalls or QoE on the run, and a
+    summary built from it judges the token times as the simulation would have (same values)."""
+    scenario = _small(40, **{"delivery.network_rtt": "3 s"})
+    judged, skipped = simulate(scenario), simulate(scenario, continuity=False)
+    assert skipped.run.qoe is None and skipped.run.stalls is None and skipped.run.stall_ns is None
+    for name in ("ttft_ns", "ttfv_ns", "e2e_ns", "queue_ns", "delivery_ns", "token_client_ns"):
+        assert np.array_equal(getattr(judged.run, name), getattr(skipped.run, name))
+    assert result_document(skipped)[0]["continuity"] == result_document(judged)[0]["continuity"]
+
 def test_bench_counts_a_server_stall(tmp_path):
     scenario = load_scenario(None, {"workload.num_requests": 2, "workload.arrival.rate": 100.0,
                                     "workload.input": {"kind": "fixed", "value": 16},

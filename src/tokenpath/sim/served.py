@@ -53,15 +53,16 @@ class Served:
 
 def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, last_mile: LastMile,
                  visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None, warmup: np.ndarray,
-                 flow_spec: continuity.ContinuitySpec = continuity.DEFAULT,
+                 flow_spec: continuity.ContinuitySpec | None = continuity.DEFAULT,
                  user_sent_ns: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per-request client-side timings of one replica, with exact attribution.
 
     With `keep_tokens` the result holds every token's arrival at the client ("token_client_ns");
     otherwise ITL gaps go into `itl`, but those of the requests `warmup` marks (the summary leaves the
-    warm-up out, as `Run.after` does with kept token times). `user_sent_ns`: when the user sent each
-    request, where that is before the model call (an application's stages run first): QoE's reader
-    starts waiting then.
+    warm-up out, as `Run.after` does with kept token times). `flow_spec`: the reader each request's
+    stalls and QoE are judged by (continuity.py); None: not judged (a caller that reads only latencies
+    and throughput). `user_sent_ns`: when the user sent each request, where that is before the model call
+    (an application's stages run first): QoE's reader starts waiting then.
     """
     n = len(requests)
     offsets = trace.token_offsets
@@ -80,9 +81,10 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
         ttft[lo:hi] = client_ns[first]
         ttfv[lo:hi] = client_ns[first + visible[lo:hi]]
         last_client[lo:hi] = client_ns[local[1:] - 1]
-        origin_ns = (trace.sent_ns if user_sent_ns is None else user_sent_ns)[lo:hi]
-        flow = continuity.per_request(client_ns, local, origin_ns, ttfv[lo:hi], flow_spec)
-        stalls[lo:hi], stall_ns[lo:hi], qoe[lo:hi] = flow["stalls"], flow["stall_ns"], flow["qoe"]
+        if flow_spec is not None:
+            origin_ns = (trace.sent_ns if user_sent_ns is None else user_sent_ns)[lo:hi]
+            flow = continuity.per_request(client_ns, local, origin_ns, ttfv[lo:hi], flow_spec)
+            stalls[lo:hi], stall_ns[lo:hi], qoe[lo:hi] = flow["stalls"], flow["stall_ns"], flow["qoe"]
         if keep_tokens:
             chunks.append(client_ns)
         else:
@@ -107,10 +109,9 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
         "traffic_ns": trace.traffic_ns,
         "delivery_ns": delivery,
         "engine_done_ns": trace.last_step_end_ns,
-        "stalls": stalls,
-        "stall_ns": stall_ns,
-        "qoe": qoe,
     }
+    if flow_spec is not None:
+        part |= {"stalls": stalls, "stall_ns": stall_ns, "qoe": qoe}
     if trace.upload_ns is not None:
         part["upload_ns"] = trace.upload_ns
     if trace.network_in_ns is not None:

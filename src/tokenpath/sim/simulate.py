@@ -101,15 +101,17 @@ def prepare(scenario: Scenario) -> Prepared:
 
 
 def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | None = None,
-             workers: int | None = None) -> Simulation:
+             workers: int | None = None, continuity: bool = True) -> Simulation:
     """Simulate the scenario end to end. `progress(k)` is called as k more requests finish.
 
     Data-parallel replicas are simulated by up to `workers` forked processes where the platform can
     fork (unset: one per available CPU when the run has at least PARALLEL_MIN_REQUESTS requests,
-    else in this process). The result does not depend on the number of workers.
+    else in this process). The result does not depend on the number of workers. `continuity`: judge
+    each request's stalls and QoE as it is simulated (sim/continuity.py); a caller that reads only
+    latencies and throughput passes False, and a summary judges them from the token times if asked.
     """
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
-    simulation = _simulate(prepared, progress, workers)
+    simulation = _simulate(prepared, progress, workers, continuity)
     laid = prepared.application if prepared.shared is None else prepared.shared.laid()
     if laid is None:
         return simulation
@@ -119,7 +121,8 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     return simulation
 
 
-def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, workers: int | None) -> Simulation:
+def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, workers: int | None,
+              continuity: bool = True) -> Simulation:
     scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
     delivery = scenario.resolved_delivery()  # reads the scenario's calibration files: once
     visible = first_visible_index(requests.output_tokens, delivery.invisible_token_fraction,
@@ -196,7 +199,8 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
         if shared is not None:  # a model call is meant to go when its job lets it
             scheduled = trace.sent_ns
         part = client_side(Served.of(trace), sub, scheduled, last_mile, visible[rows], keep_tokens, itl, warmup[rows],
-                            scenario.continuity.spec(), None if user_sent_ns is None else user_sent_ns[rows])
+                            scenario.continuity.spec() if continuity else None,
+                            None if user_sent_ns is None else user_sent_ns[rows])
         part["prefix_hit_tokens"] = trace.prefix_hit_tokens
         part["replica"] = np.full(len(rows), replica, np.int64)
         return part, trace, itl
