@@ -161,7 +161,7 @@ class _Model:
         scenario._base_dir = self.scenario._base_dir
         deployment = build_deployment(scenario)
         return [statistics_s(simulate(Prepared(_with_concurrency(scenario, m.replay_concurrency()), deployment,
-                                               m.requests), workers=1).run, m.counted, m.statistic)
+                                               m.requests), workers=1, continuity=False).run, m.counted, m.statistic)
                 for m in self.measured]
 
     def values(self, x: np.ndarray, names: list[str]) -> dict[str, float]:
