@@ -216,3 +216,12 @@ def test_a_request_read_on_time_is_not_held_back_by_the_one_before():
     assert flow["qoe"].tolist() == [1.0, 1.0]
     assert flow["qoe"].tolist() == [reference_qoe([2000 * MS, 2300 * MS], 2000 * MS, 2000 * MS, spec),
                                     reference_qoe([500 * MS, 900 * MS], 0, 500 * MS, spec)]
+
+
+def test_a_disaggregated_simulation_skips_judging_alike():
+    scenario = load_scenario("typical", {"deployment.chips": 16, "deployment.prefill_replicas": 1,
+                                         "workload.num_requests": 30})
+    judged, skipped = simulate(scenario), simulate(scenario, continuity=False)
+    assert skipped.run.qoe is None and judged.run.qoe is not None
+    assert np.array_equal(judged.run.ttft_ns, skipped.run.ttft_ns)
+    assert result_document(skipped)[0]["continuity"] == result_document(judged)[0]["continuity"]

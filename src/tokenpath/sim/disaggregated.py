@@ -48,7 +48,7 @@ class _Proxy:
 def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests: Requests, scheduled_ns: np.ndarray,
                            visible: np.ndarray, keep_tokens: bool, itl: LogHistogram | None, warmup: np.ndarray,
                            progress: Callable[[int], None] | None, user_sent_ns: np.ndarray | None = None,
-                           ) -> tuple[Run, list[EngineTrace], np.ndarray]:
+                           continuity: bool = True) -> tuple[Run, list[EngineTrace], np.ndarray]:
     """Prefill replicas make each request's KV cache; the KV crosses the fabric to a decode replica, which
     makes every token the client sees, the first included.
 
@@ -66,7 +66,8 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
 
     Requests go round-robin to the prefill replicas, and round-robin again to the decode replicas. The
     KV transfer, waiting for its links included, is traffic. Returns the run, the engines' traces and how
-    long each replica's links were busy with KV caches. `warmup`, `user_sent_ns`: as for served.client_side.
+    long each replica's links were busy with KV caches. `warmup`, `user_sent_ns`: as for served.client_side;
+    `continuity`: as for simulate.simulate.
     """
     n = len(requests)
     prefills = scenario.deployment.prefill_replicas
@@ -133,7 +134,7 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
                     lambda lo, hi: leave_all[offsets[lo]:offsets[hi]], prefill_start, preempted, network_in,
                     front_queue, front_work, upload)
     part = client_side(served, requests, scheduled_ns, LastMile(delivery, deployment.front_end), visible, keep_tokens,
-                       itl, warmup, scenario.continuity.spec(), user_sent_ns)
+                       itl, warmup, scenario.continuity.spec() if continuity else None, user_sent_ns)
     part["replica"] = decode_of  # the replica that made its tokens
     return merge_parts([part], [np.arange(n)], n, itl), traces, link_busy_ns
 

@@ -143,7 +143,8 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     if scenario.deployment.prefill_replicas:
         itl = None if keep_tokens else LogHistogram()
         run, traces, link_busy_ns = simulate_disaggregated(scenario, deployment, requests, scheduled_ns, visible,
-                                                           keep_tokens, itl, warmup, progress, user_sent_ns)
+                                                           keep_tokens, itl, warmup, progress, user_sent_ns,
+                                                           continuity)
         return Simulation(scenario, deployment, requests, replace(run, continuity=scenario.continuity.spec()), traces,
                           link_busy_ns)
 
