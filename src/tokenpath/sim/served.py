@@ -66,8 +66,9 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
     """
     n = len(requests)
     offsets = trace.token_offsets
-    first_leave, last_leave, ttft, ttfv, last_client, stalls, stall_ns = (np.empty(n, np.int64) for _ in range(7))
-    qoe = np.empty(n)
+    first_leave, last_leave, ttft, ttfv, last_client = (np.empty(n, np.int64) for _ in range(5))
+    if flow_spec is not None:
+        stalls, stall_ns, qoe = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n)
     chunks: list[np.ndarray] = []  # each chunk's token arrivals, with keep_tokens
     lo = 0
     while lo < n:

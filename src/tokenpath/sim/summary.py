@@ -106,10 +106,15 @@ def window_ns(run: Run) -> int:
     return int((run.sent_ns[done] + run.e2e_ns[done]).max() - run.sent_ns.min())
 
 
-def per_window_s(run: Run, count: int) -> float:
-    """`count` a second of the run's window (0 for a run with none), as the summary's throughputs read."""
-    window_s = window_ns(run) / 1e9
+def per_second(count: int, window_s: float) -> float:
+    """`count` a second of a window of `window_s` (0 for an empty window), as the summary's throughputs read."""
     return count / window_s if window_s > 0 else 0.0
+
+
+def output_tokens_per_s(run: Run) -> float:
+    """The completed requests' output tokens a second of the run's window (the summary's
+    throughput.output_tokens_per_s)."""
+    return per_second(int(run.output_tokens[run.completed].sum()), window_ns(run) / 1e9)
 
 
 def attribution_s(run: Run) -> dict[str, Any] | None:
@@ -140,7 +145,7 @@ def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, flo
     run = run.after(warmup_requests)
     done = run.completed
     window_s = window_ns(run) / 1e9
-    per_s = partial(per_window_s, run)
+    per_s = partial(per_second, window_s=window_s)
     summary: dict[str, Any] = {
         "schema": SCHEMA,
         "source": run.source,
@@ -154,7 +159,7 @@ def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, flo
         },
         "window_s": window_s,
         "throughput": {
-            "output_tokens_per_s": per_s(int(run.output_tokens[done].sum())),
+            "output_tokens_per_s": output_tokens_per_s(run),
             "requests_per_s": per_s(int(done.sum())),
             "goodput_requests_per_s": per_s(int(meets_slo(run, slo).sum())),
         },

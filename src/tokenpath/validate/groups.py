@@ -34,7 +34,7 @@ from tokenpath.fabric.spec import FabricSpec
 from tokenpath.sim.deployment import chip_fabric
 from tokenpath.sim.scenario import Scenario, build_scenario
 from tokenpath.sim.simulate import simulate
-from tokenpath.sim.summary import per_window_s, stats_s
+from tokenpath.sim.summary import output_tokens_per_s, stats_s
 from tokenpath.validate.fit import GROUP_PROCEDURES, Fit, Procedure, RowErrors, fit
 from tokenpath.validate.latency import GROUP as LATENCY_GROUP
 from tokenpath.validate.latency import load_latency, print_latency, run_latency_group
@@ -132,10 +132,9 @@ def predict(row: dict[str, Any], group: dict[str, Any], assumptions: Mapping[str
     if group["metric"] == "collective":
         return predict_collective(row)
     run = simulate(row_scenario(row, group, assumptions), continuity=False).run
-    done = run.completed
     if group["metric"] == "output_tokens_per_s":  # (read as the summary reads them, without the rest of it)
-        return per_window_s(run, int(run.output_tokens[done].sum()))
-    return stats_s(run.ttft_ns[done])["mean"]
+        return output_tokens_per_s(run)
+    return stats_s(run.ttft_ns[run.completed])["mean"]
 
 
 # Each group's rows' errors (their simulations) by the group, rows and active assumptions they were made for:

@@ -28,7 +28,7 @@ from tokenpath.prefixes import cached_prompts
 from tokenpath.sim.run import Run, itl_per_token_ns
 from tokenpath.sim.scenario import Scenario, build_scenario
 from tokenpath.sim.simulate import Prepared, prepare, simulate
-from tokenpath.sim.summary import per_window_s, tpot_ns
+from tokenpath.sim.summary import output_tokens_per_s, tpot_ns
 from tokenpath.validate.client_draws import sglang_cached_prompts, sglang_random_lengths
 from tokenpath.validate.latency_rows import read_latency_rows
 from tokenpath.validate.ranking import print_ranking, ranking
@@ -261,10 +261,9 @@ def run_prediction(row: dict[str, Any], run: Run) -> dict[str, float]:
     if row["decode_metric"] not in values:
         raise UserError("its ITL needs every token's time, which a run this large does not keep; give the row "
                         "fewer requests or state its TPOT (decode_metric = \"tpot\")")
-    after = run.after(skip)
     return {"ttft_s": _statistic(values["ttft"], row["ttft_stat"]),
             "decode_s": _statistic(values[row["decode_metric"]], row["decode_stat"]),
-            "output_tokens_per_s": per_window_s(after, int(after.output_tokens[after.completed].sum()))}
+            "output_tokens_per_s": output_tokens_per_s(run.after(skip))}
 
 
 def row_error(k: int, row: dict[str, Any], error: UserError) -> UserError:
