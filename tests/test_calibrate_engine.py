@@ -32,6 +32,7 @@ from tokenpath.bench import Target, run_bench
 from tokenpath.calibrate.fit import PARSIMONY
 from tokenpath.cli import main
 from tokenpath.config.assumptions import lookup
+from tokenpath.config.errors import UserError
 from tokenpath.sim.document import result_document
 
 MODEL = "llama-3.1-8b"
@@ -449,3 +450,25 @@ def test_the_fit_starts_from_the_values_the_scenario_runs_with(chip, overrides, 
     # what the chip measures, unless overridden: the fit takes those last (fit.CANDIDATES)
     measured = load_chip(chip, scenario.resolved_assumptions()).measured
     assert ("hbm_bw_efficiency" in measured) == ("hbm_bw_efficiency" not in overrides)
+
+
+@pytest.mark.parametrize("tokens, said", [
+    (200_000, "needs 200001 tokens of context but llama-3.1-70b holds 131072; the file was measured on another "
+              "model, or is damaged"),
+    (120_000, "needs 120001 tokens of KV cache but one replica holds requests of at most"),
+])
+def test_a_measured_request_the_scenario_cannot_serve_names_the_file_not_a_traceback(tokens, said):
+    """The fit replays each measured request on the scenario's deployment: one longer than its model's context or
+    its KV cache is the scenario's mismatch with the measured server, said before any simulation."""
+    from tokenpath.calibrate.fit import _Model
+    from tokenpath.calibrate.measured import Measured
+    from tokenpath.workload import Requests
+
+    # 70B fp8 on one H200, with room for some 30,000 tokens of KV cache
+    scenario = load_scenario("typical", {"deployment.chips": 1, "deployment.tp": 1,
+                                         "engine.gpu_memory_utilization": 0.55})
+    requests = Requests(np.array([0.0, 1.0]), np.array([500, tokens]), np.array([100, 1]))
+    measured = Measured("run", requests, np.ones(2, bool), 0.1, 0.02, "results.json")
+    with pytest.raises(UserError) as error:
+        _Model(scenario, [measured], ["host_step_s"])
+    assert str(error.value).startswith(f"results.json: request 1 {said}")

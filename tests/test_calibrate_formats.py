@@ -162,6 +162,18 @@ def test_a_result_saved_without_its_requests_says_which_flag_keeps_them(kind, dr
     assert str(error.value) == f"{path}: {said}"
 
 
+def test_a_request_that_ends_before_its_first_token_is_a_damaged_file():
+    """E2E (`latencies`) shorter than TTFT cannot be measured; it is refused, not fitted as a negative TPOT."""
+    document = _client_dict([(100, 4, 0.1, 0.01, 0.0), (120, 4, 0.1, 0.01, 1.0)], kind="vllm", sent=True,
+                            latencies=True)
+    document["latencies"][1] = 0.05
+    path = _write(json.dumps(document))
+    with pytest.raises(UserError) as error:
+        read_measured(path)
+    assert str(error.value) == (f"{path}: request 1's `latencies` entry (0.05 s) is shorter than its `ttfts` entry "
+                                "(0.1 s): a request ends after its first token; the file is damaged")
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),

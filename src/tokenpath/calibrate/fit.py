@@ -43,7 +43,7 @@ from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.deployment import build_deployment, check_fits
 from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.simulate import Prepared, simulate
 
@@ -152,6 +152,9 @@ class _Model:
         # as an override, the registry's value would replace it), and the screen takes it last.
         self.held = load_chip(scenario.deployment.chip, self.base).measured_assumptions()
         self.start = {n: self.held.get(n, self.base.value(n)) for n in names}
+        deployment = build_deployment(scenario)
+        for m in measured:  # a request the deployment cannot serve stops the fit here, naming the file
+            check_fits(m.requests, deployment, scenario, measured_in=m.results)
         self.targets = np.array([v for m in measured for v in (m.ttft_s, m.decode_s)])
         self.used = np.isfinite(self.targets) & (self.targets > 0)
         self._last: tuple[tuple, np.ndarray] | None = None  # the latest residuals, by (names, x)

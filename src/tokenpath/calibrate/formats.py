@@ -222,6 +222,11 @@ def _client_run(document: dict[str, Any], kind: Literal["vllm", "sglang"], where
     ttft_s = np.array(run.ttfts, np.float64)[ok]
     if run.latencies is not None:
         decode_s = np.array(run.latencies, np.float64)[ok] - ttft_s
+        if (decode_s < 0).any():
+            i = int(np.flatnonzero(ok)[np.argmax(decode_s < 0)])
+            raise UserError(f"{where}: request {i}'s `latencies` entry ({run.latencies[i]:g} s) is shorter than its "
+                            f"`ttfts` entry ({run.ttfts[i]:g} s): a request ends after its first token; the file "
+                            "is damaged")
     else:
         decode_s = np.array([sum(run.itls[i]) for i in range(n) if ok[i]], np.float64)
     several = outputs > 1

@@ -221,9 +221,11 @@ def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: 
                            gemm_kernels_of=engine.profile.launched_with)
 
 
-def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -> None:
+def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario, measured_in: str | None = None) -> None:
     """Refuse a workload with a request the deployment cannot serve. It looks only at the lengths (and
-    sessions), so it can run before the prefix keys are built (workload.generate's `check`)."""
+    sessions), so it can run before the prefix keys are built (workload.generate's `check`). `measured_in`:
+    the file the requests come from (`calibrate engine --from`), which the message names: its lengths are
+    what the server was sent, so the scenario is what to fix."""
     total = requests.input_tokens + requests.output_tokens
     worst = int(np.argmax(total))
     longest = int(total[worst])
@@ -233,22 +235,26 @@ def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario) -
         lengths = "workload.sessions.turns or the input/output lengths"
     else:
         where, lengths = f"workload: request {worst}", "the input/output lengths"
+    if measured_in is not None:
+        where = f"{measured_in}: request {worst}"
     if longest > deployment.model.max_context:
-        raise UserError(
-            f"{where} needs {longest} tokens of context but {deployment.model.name} holds "
-            f"{deployment.model.max_context}; lower {lengths} (or their max)"
-        )
+        fix = (f"lower {lengths} (or their max)" if measured_in is None else
+               "the file was measured on another model, or is damaged: calibrate with the scenario of the server it "
+               "measured")
+        raise UserError(f"{where} needs {longest} tokens of context but {deployment.model.name} holds "
+                        f"{deployment.model.max_context}; {fix}")
     held = scenario.engine.longest_request_tokens(deployment.kv_capacity_tokens)
     if longest > held:
-        raise DoesNotFit(
-            f"{where} needs {longest} tokens of KV cache but one replica holds requests of at most "
-            f"{held}; raise --tp, use fp8, or lower {lengths}"
-        )
+        fix = (f"raise --tp, use fp8, or lower {lengths}" if measured_in is None else
+               "give the scenario the deployment of the server it measured (its chips, tp, precision)")
+        raise DoesNotFit(f"{where} needs {longest} tokens of KV cache but one replica holds requests of at most "
+                         f"{held}; {fix}")
     step = scenario.engine.whole_step_tokens(requests.input_tokens, requests.output_tokens)
     if step is not None:
         worst = int(np.argmax(step))
         if step[worst] > scenario.engine.max_num_batched_tokens:
+            where = "engine.max_num_batched_tokens" if measured_in is None else measured_in
             raise UserError(
-                f"engine.max_num_batched_tokens: request {worst} needs {int(step[worst])} tokens in one step "
-                "without chunked prefill; enable engine.chunked_prefill or raise max_num_batched_tokens"
+                f"{where}: request {worst} needs {int(step[worst])} tokens in one step without chunked prefill, more "
+                "than engine.max_num_batched_tokens; enable engine.chunked_prefill or raise max_num_batched_tokens"
             )
