@@ -464,7 +464,7 @@ def test_a_measured_request_the_scenario_cannot_serve_names_the_file_not_a_trace
     from tokenpath.calibrate.measured import Measured
     from tokenpath.workload import Requests
 
-    # 70B fp8 on one H200, with room for some 30,000 tokens of KV cache
+    # 70B fp8 on one H200, with room for some 14,000 tokens of KV cache
     scenario = load_scenario("typical", {"deployment.chips": 1, "deployment.tp": 1,
                                          "engine.gpu_memory_utilization": 0.55})
     requests = Requests(np.array([0.0, 1.0]), np.array([500, tokens]), np.array([100, 1]))
