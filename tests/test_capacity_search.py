@@ -7,10 +7,12 @@ import json
 import pytest
 
 from cli_helpers import assert_user_error, run_cli
+from tokenpath.config.errors import UserError
 from tokenpath.sim.scenario import read_scenario_table
 from tokenpath.whatif import capacity
 from tokenpath.whatif.capacity import Point, parse_slo, search
 from tokenpath.whatif.run import Base, Outcome
+from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_RATE_PER_S
 
 
 def _summary(ttft_p99_s: float, overloaded: bool) -> dict:
@@ -161,3 +163,39 @@ def test_the_capacity_line_says_which_runs_were_still_filling(monkeypatch, capsy
     code, out, err = run_cli(["capacity", "--slo", "ttft_p99=1s", "--workers", "2"], monkeypatch, capsys)
     text = " ".join(out.split())
     assert "at 2,000 (still filling)" in text and "at 4,000;" in text and "stable within 2%" in text
+
+
+def _fixed_runs(monkeypatch, ttft_p99_s: float) -> list[float]:
+    """Replace the simulations: TTFT p99 is `ttft_p99_s` at every rate and no run is overloaded (a closed loop's,
+    whose rate adds no load). Returns the rate of every run made."""
+    made = []
+
+    def simulate_many(base, override_sets, workers, progress):
+        made.extend(overrides["workload.arrival.rate"] for overrides in override_sets)
+        return [Outcome(_summary(ttft_p99_s, False)) for _ in override_sets]
+
+    monkeypatch.setattr(capacity, "simulate_many", simulate_many)
+    return made
+
+
+def test_a_closed_loop_that_meets_the_slo_at_every_rate_says_its_concurrency_holds_the_load(monkeypatch):
+    """Up to the highest rate a scenario may take, never past it (the rate's own error is not the answer)."""
+    made = _fixed_runs(monkeypatch, 0.1)
+    base = _base(100)
+    base.table["workload"]["max_concurrency"] = 4
+    with pytest.raises(UserError) as error:
+        search(base, parse_slo("ttft_p99=1s"), workers=2)
+    assert max(made) <= MAX_RATE_PER_S
+    assert str(error.value).startswith("capacity: the SLO is met at every rate up to ")
+    assert ("the scenario's workload.max_concurrency holds at most 4 requests in flight, so a higher rate adds no load "
+            "and no rate binds; drop max_concurrency") in str(error.value)
+
+
+def test_an_slo_missed_at_every_rate_stops_where_requests_are_hours_apart(monkeypatch):
+    """Down to the lowest rate a run may take (its arrivals within a year), never past it."""
+    made = _fixed_runs(monkeypatch, 5.0)
+    with pytest.raises(UserError) as error:
+        search(_base(100), parse_slo("ttft_p99=1s"), workers=2)
+    assert min(made) >= 100 / MAX_ARRIVAL_SPAN_S
+    assert str(error.value).startswith("capacity: the SLO is missed even at ")
+    assert "(ttft_p99 off its target by 5x) with requests hours apart, so a request alone misses it" in str(error.value)

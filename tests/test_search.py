@@ -256,6 +256,9 @@ def test_a_search_json_makes_a_report_with_the_best_run_and_the_front(searched):
     # every candidate would run on it: the search's error, not ten failed candidates and exit 0
     (["--set", "delivery.calibration=/no/such/file.toml", "--workers", "1"],
      "delivery.calibration = '/no/such/file.toml': no such file"),
+    # a closed loop: no rate sets its load, so no candidate "meets the SLO at no rate"
+    (["--max-concurrency", "4", "--workers", "1"],
+     "search: the scenario's workload.max_concurrency holds at most 4 requests in flight"),
 ])
 def test_a_bad_question_is_one_line(flags, fragment, monkeypatch, capsys):
     assert_user_error(*run_cli(["search", "--slo", "ttft_p99=1s", *flags], monkeypatch, capsys), fragment)

@@ -22,7 +22,8 @@ METRIC_STAT=DURATION (at most) with METRIC one of ttft, ttfv, tpot, itl, e2e and
 p50, p90, p99, p999; continuity targets are qoe_mean, qoe_p1, qoe_p10, qoe_p50 = a number from 0 to 1
 (at least) and stalls_per_request, requests_with_stalls = a number (at most); without --slo, the
 scenario's [slo] taken as p99 targets. A run with a failed request misses every target. It searches the
-rate and the run's length only; a scenario's max_concurrency, if any, stays as it is.
+rate and the run's length only; a scenario's max_concurrency, if any, stays as it is (where it holds
+the load at every rate, the search says so).
 
 Examples:
 

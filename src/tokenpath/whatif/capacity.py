@@ -21,6 +21,7 @@ from tokenpath.config.units import parse_duration_s
 from tokenpath.sim.summary import LAYERS, PERCENTILES
 from tokenpath.whatif.objective import metric_value
 from tokenpath.whatif.run import Base, Outcome, simulate_many
+from tokenpath.workload.spec import MAX_ARRIVAL_SPAN_S, MAX_RATE_PER_S
 
 SCHEMA = "tokenpath.capacity/1"
 METRICS = ("ttft", "ttfv", "tpot", "itl", "e2e")
@@ -29,6 +30,9 @@ STATS = ("mean", *PERCENTILES)
 DEFAULT_TOLERANCE = 0.01
 # Bracketing doubles or halves the rate at most this many times: 2^20 is a millionfold.
 MAX_BRACKET_STEPS = 20
+# The lowest rate searched sends a run's requests over at most half the longest span simulated: a Poisson
+# run's last arrival lands past requests / rate by a few standard deviations at most.
+ARRIVAL_SPAN_MARGIN = 2.0
 # The first rate tried when the scenario sends everything at once.
 _START_RATE_PER_S = 10.0
 # A capacity is searched again with twice the requests until it moves by at most this share of the rate,
@@ -263,6 +267,9 @@ def _bracketed(base: Base, slo: dict[str, Target], requests: int, start: float, 
                 raise UserError(f"capacity: {outcome.error}")
         return [Point(rate, outcome) for rate, outcome in zip(rates, outcomes)]
 
+    # The rates a run of `requests` may take (workload/spec.py): up to the highest rate, and down to where
+    # its arrivals would span more than a year (a Poisson run's last arrival can land past requests / rate).
+    lowest, highest = ARRIVAL_SPAN_MARGIN * requests / MAX_ARRIVAL_SPAN_S, MAX_RATE_PER_S
     (first,) = run([start])
     low: Point | None = first if ok(first, slo) else None
     high: Point | None = None if ok(first, slo) else first
@@ -272,21 +279,32 @@ def _bracketed(base: Base, slo: dict[str, Target], requests: int, start: float, 
         # Up by factor, factor^2, ... from the highest rate accepted, or down from the lowest refused,
         # `workers` rates a round; the first that crosses closes the bracket.
         if high is None:
-            for point in run([low.rate_per_s * factor ** k for k in range(1, workers + 1)]):
+            rates = [r for r in (low.rate_per_s * factor ** k for k in range(1, workers + 1)) if r <= highest]
+            for point in run(rates):
                 if not ok(point, slo):
                     high = point
                     break
                 low = point
         else:
-            for point in run([high.rate_per_s / factor ** k for k in range(1, workers + 1)]):
+            rates = [r for r in (high.rate_per_s / factor ** k for k in range(1, workers + 1)) if r >= lowest]
+            for point in run(rates):
                 if ok(point, slo):
                     low = point
                     break
                 high = point
+        if not rates:
+            break
     if low is None:
+        alone = " with requests hours apart, so a request alone misses it" if high.rate_per_s <= 1 / 3600 else ""
         raise UserError(f"capacity: the SLO is missed even at {high.rate_per_s:.3g} req/s "
-                        f"({_refused_text(high, slo)}); loosen it or change the scenario")
+                        f"({_refused_text(high, slo)}){alone}; loosen it or change the scenario")
     if high is None:
+        cap = base.scenario().workload.max_concurrency
+        if cap is not None:
+            raise UserError(f"capacity: the SLO is met at every rate up to {low.rate_per_s:.3g} req/s: the scenario's "
+                            f"workload.max_concurrency holds at most {cap} requests in flight, so a higher rate adds "
+                            "no load and no rate binds; drop max_concurrency to search the rate (or vary it in a "
+                            "sweep)")
         raise UserError(f"capacity: the SLO is met at every rate up to {low.rate_per_s:.3g} req/s, and no run is "
                         f"overloaded: within {requests:,} requests it never binds; tighten it or raise --num-requests")
     while high.rate_per_s - low.rate_per_s > tolerance * low.rate_per_s:

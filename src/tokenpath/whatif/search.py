@@ -379,6 +379,10 @@ def run_search(base: Base, question: Question, workers: int, ray: bool = False, 
     if scenario.workload.trace is not None:
         raise UserError("search: the scenario replays a trace (workload.trace), whose arrival times are fixed; "
                         "search a scenario with a generated workload")
+    if scenario.workload.max_concurrency is not None:
+        raise UserError(f"search: the scenario's workload.max_concurrency holds at most "
+                        f"{scenario.workload.max_concurrency} requests in flight, so the request rate it searches "
+                        "cannot set the load; drop max_concurrency (or compare layouts at that concurrency in a sweep)")
     delivery = scenario.resolved_delivery()
     if delivery.calibration:  # every candidate runs on it: a missing or broken file is the search's error
         CalibratedCost.from_file(delivery.calibration, delivery.calibrated_server)
