@@ -436,3 +436,17 @@ def test_a_path_problem_is_exactly_a_nul_or_an_over_long_name(text):
 def test_fabric_errors_quote_huge_values_short(fabric, tmp_path, monkeypatch, capsys):
     line = _simulate_error(tmp_path, monkeypatch, capsys, f"[deployment]\nfabric = {fabric}\n", "fabric")
     assert len(line) < 500, line
+
+
+def test_a_reader_that_stops_reading_ends_the_printing_not_the_command(tmp_path):
+    """`tokenpath simulate --json r.json | head -1`: stdout closes under the summary; the JSON is still written."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    child = subprocess.Popen([sys.executable, "-m", "tokenpath", "simulate", "--num-requests", "20", "--json",
+                              str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()  # the reader leaves before the first line
+    _, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err.decode()
+    assert json.loads(out.read_text())["requests"]["completed"] == 20

@@ -76,6 +76,15 @@ def test_results_formats_and_errors(runs, monkeypatch, capsys, tmp_path):
         assert_means_match(frame, json.loads((runs / "a.json").read_text()))
     assert_user_error(*run_cli(["simulate", "--results", str(tmp_path / "r.xlsx")], monkeypatch, capsys),
                       "--results", ".parquet")
+    # refused before the run: stdout, an empty path, and the --json file's path
+    assert_user_error(*run_cli(["simulate", "--results", "-"], monkeypatch, capsys),
+                      "--results -: per-request results are written to a file", "not to stdout")
+    assert_user_error(*run_cli(["simulate", "--results", ""], monkeypatch, capsys), "--results ''", "the path is empty")
+    assert_user_error(*run_cli(["simulate", "--json", ""], monkeypatch, capsys), "--json ''", "the path is empty")
+    same = str(tmp_path / "both.jsonl")
+    assert_user_error(*run_cli(["simulate", "--results", same, "--json", same], monkeypatch, capsys),
+                      "the same file as --json; give each its own path")
+    assert not Path(same).exists()
     assert_user_error(*run_cli(["report", str(runs / "a.json"), "--html", str(tmp_path / "x.txt")],
                                monkeypatch, capsys), "--html", ".html")
     assert_user_error(*run_cli(["report", str(tmp_path / "none.json"), "--html", str(tmp_path / "x.html")],

@@ -4,6 +4,7 @@ JSON document and failing with one line."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,21 @@ application_app = typer.Typer(help="The stages around the model call (docs/appli
                               rich_markup_mode=None)
 app.add_typer(application_app, name="application")
 
-console = Console()
+
+
+class _Stdout(Console):
+    """Standard output. A reader that stops reading (`tokenpath simulate --json r.json | head`) ends what is
+    printed, not the command: the rest goes nowhere and the command still writes its files (rich's own
+    Console exits at once, with status 1)."""
+
+    def on_broken_pipe(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        self.quiet = True
+
+
+console = _Stdout()
 err_console = Console(stderr=True)
 
 

@@ -42,6 +42,8 @@ def path_problem(path: str | os.PathLike[str]) -> str | None:
     text = os.fspath(path)
     if isinstance(text, bytes):
         text = text.decode("utf-8", "surrogateescape")
+    if not text:
+        return "the path is empty"
     if "\0" in text:
         return "the path contains a NUL byte"
     try:

@@ -156,6 +156,9 @@ def to_arrow(columns: Mapping[str, np.ndarray], summary: dict[str, Any] | None =
 def check_results_path(path: str, flag: str = "--results") -> str:
     """The format a results path asks for by its extension (Parquet unless .csv or .jsonl); checked
     writable before any work."""
+    if path == "-":
+        raise UserError(f"{flag} -: per-request results are written to a file (Parquet, CSV or JSONL, by its "
+                        "extension), not to stdout; give a path")
     suffix = Path(path).suffix.lower()
     if suffix and suffix not in FORMATS:
         raise UserError(f"{flag} {files.shown(path)}: unknown extension {suffix!r}; use .parquet (the default), "
