@@ -381,6 +381,11 @@ def test_a_trace_run_shows_the_trace_s_arrivals_not_the_arrival_table(replay, mo
 
     lines = dict(describe(pipeline.simulate(load_scenario(replay, {"workload.max_concurrency": 2}))))
     assert lines["arrivals"] == "as recorded in the trace (time_scale 1), 1.5 req/s on average, at most 2 outstanding"
+    # the rows replayed, not the scenario's num_requests (2,000 by default), which only caps a longer trace
+    assert lines["workload"] == ("4 requests (every row of the trace; workload.num_requests takes at most 2,000), "
+                                 "azure trace t.csv (means 100/5)")
+    three = dict(describe(pipeline.simulate(load_scenario(replay, {"workload.num_requests": 3}))))
+    assert three["workload"] == "3 requests, azure trace t.csv (means 100/5)"
     code, out, err = run_cli(["simulate", replay], monkeypatch, capsys)
     assert code == 0, err
     assert "as recorded in the trace" in out and "req/s, burstiness" not in out

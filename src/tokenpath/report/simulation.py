@@ -93,8 +93,8 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                      f"{', less a margin, as measured free' if s.engine.kv_margin(d.chip.generation) else ''})"),
         ("engine", _engine_line(d.engine, d.compute, w.draft_acceptance)
                    + f", prefix caching {'on' if s.engine.prefix_caching else 'off'}"),
-        ("workload", f"{w.num_requests:,} requests{_session_count(sim.requests)}, {lengths} "
-                     f"(drawn means {mean_in:.0f}/{mean_out:.0f})"),
+        ("workload", f"{_request_count(w, len(sim.requests))}{_session_count(sim.requests)}, {lengths} "
+                     f"({'means' if w.trace else 'drawn means'} {mean_in:.0f}/{mean_out:.0f})"),
         ("arrivals", arrivals),
         ("last mile", f"{_front_end_line(s, d)}, {s.delivery.stream_interval} token(s)/event, "
                       f"{format_duration(s.delivery.network_rtt)} RTT"),
@@ -102,6 +102,14 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
         ("assumptions", assumptions_line(assumptions_block(s))),
         ("seed", str(s.seed)),
     ]
+
+
+def _request_count(workload: Any, replayed: int) -> str:
+    """The requests run: a trace's rows, up to workload.num_requests of them; else num_requests."""
+    if workload.trace is None or replayed == workload.num_requests:
+        return f"{workload.num_requests:,} requests"
+    return (f"{replayed:,} requests (every row of the trace; workload.num_requests takes at most "
+            f"{workload.num_requests:,})")
 
 
 def _application_line(app: Any) -> str:
