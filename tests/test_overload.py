@@ -71,6 +71,13 @@ def _times(rate_per_s: float, e2e_s: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return sent, np.full(n, 50_000_000, np.int64), e2e, np.ones(n, bool)
 
 
+def test_a_run_of_one_request_was_sent_over_no_time():
+    one = load_of(*_times(20.0, np.full(1, 5.0)))
+    assert one.span_e2es == 0.0 and one.document()["span_e2es"] == 0.0
+    assert one.caveat() == ("a short run, sent over 0.0 median E2Es: overload judged by admission and latency "
+                            "trends only")
+
+
 def test_a_backlog_that_grows_through_a_long_run_is_overload_at_any_send_rate_ratio():
     # 20 req/s for 100 s, each request 5 s in the system: stable, confident.
     stable = load_of(*_times(20.0, np.full(2000, 5.0)))

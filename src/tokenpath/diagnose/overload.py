@@ -242,7 +242,7 @@ def load_of(sent_ns: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, comple
     sent, ttft, e2e = (values[completed][order] for values in (sent_ns, ttft_ns, e2e_ns))
     alike_ttft = ttft if held is None else ttft[~held[completed][order]]
     if len(sent) < 2:
-        return Load(0.0, 0.0, 0.0)
+        return Load(0.0, 0.0, 0.0, 0.0)  # (sent over no time at all)
 
     def rate(times_ns: np.ndarray) -> float:
         span_s = float(times_ns.max() - times_ns.min()) / 1e9
