@@ -540,6 +540,15 @@ def test_405b_fp8_on_one_h100_does_not_fit():
         cm.kv_capacity_tokens(0.9, 8192)
 
 
+def test_weights_that_fit_the_chip_but_not_the_engine_s_share_name_the_share():
+    """70B fp8 at TP8: 8.5 GiB a chip, more than 5% of an H200's 141 GiB, far less than all of it."""
+    cm = compute_model(tp=8)
+    with pytest.raises(UserError, match=r"does not fit in the 7\.05 GiB the engine takes of h200's 141 GiB HBM "
+                                        r"\(gpu_memory_utilization=0\.05\); raise "
+                                        r"engine\.gpu_memory_utilization"):
+        cm.kv_capacity_tokens(0.05, 8192)
+
+
 def test_activations_crowding_out_kv_is_reported():
     cm = compute_model("llama-3.1-8b", chip="tpu-v6e", tp=1, weights="bf16")
     with pytest.raises(UserError, match="leaves no room for KV cache .* lower max_batched_tokens"):

@@ -352,9 +352,13 @@ class ComputeModel:
                 raise DoesNotFit(f"model {self.model.name} ({what}) leaves no room for KV cache in {where} at "
                                 f"gpu_memory_utilization={share:.3g}, the share for weights and KV cache; raise "
                                 f"--tp, use a lower precision or raise engine.gpu_memory_utilization")
-            if weights >= budget:
+            if weights >= hbm:
                 raise DoesNotFit(f"model {self.model.name} ({what}) does not fit in {where}; "
                                 f"raise --tp or use a lower precision")
+            if weights >= budget:  # it fits the chip, not the share of it the engine takes
+                raise DoesNotFit(f"model {self.model.name} ({what}) does not fit in the {budget / 2**30:.3g} GiB the "
+                                f"engine takes of {where} (gpu_memory_utilization={share:g}); raise "
+                                "engine.gpu_memory_utilization, raise --tp or use a lower precision")
             raise DoesNotFit(f"model {self.model.name} ({what}, plus {activations / 2**30:.1f} GiB of activation "
                             f"workspace) leaves no room for KV cache in {where} at gpu_memory_utilization="
                             f"{share:g}; raise --tp, use a lower precision or lower max_batched_tokens")
