@@ -46,4 +46,8 @@ def test_fp8_on_a_tpu_is_a_one_line_error(monkeypatch, capsys):
     code, out, err = run_cli(["simulate", "--chip", "tpu-v5p", "--precision", "fp8", "--num-requests", "10"],
                              monkeypatch, capsys)
     assert_user_error(code, out, err, "model.precision: fp8 does not run on tpu-v5p (deployment.chip)",
-                      "use one it runs: bf16, fp16")
+                      "use one it runs: bf16")
+    # and what it names runs
+    code, _, err = run_cli(["simulate", "--chip", "tpu-v5p", "--precision", "bf16", "--num-requests", "10"],
+                           monkeypatch, capsys)
+    assert code == 0, err

@@ -77,7 +77,8 @@ class ChipSpec:
             return precision
         if precision == "fp16" or precision in self.weight_only:
             return _FALLBACK_PRECISION
-        native = [*self.peak_flops, *(["fp16"] if "fp16" not in self.peak_flops else [])]
+        # (what a scenario's precision may name: fp16 weights, which run at the bf16 rate, are stated as bf16)
+        native = [p for p in self.peak_flops if p != "fp16"]
         runs = ", ".join([*native, *(f"{p} (weight-only)" for p in self.weight_only)])
         raise UserError(f"model.precision: {precision} does not run on {self.name} (deployment.chip): it has no "
                         f"{precision} tensor cores and no weight-only {precision} kernel is known for it; use one it "
