@@ -424,9 +424,10 @@ def test_quoted_is_short_for_any_value(value):
 
 
 @given(st.text(max_size=300))
-def test_a_path_problem_is_exactly_a_nul_or_an_over_long_name(text):
+def test_a_path_problem_is_exactly_an_empty_path_a_nul_or_an_over_long_name(text):
     encoded = text.encode("utf-8", "surrogatepass")
-    expected = "\0" in text or len(encoded) >= 4096 or any(len(part) > 255 for part in encoded.split(b"/"))
+    expected = (not text or "\0" in text or len(encoded) >= 4096
+                or any(len(part) > 255 for part in encoded.split(b"/")))
     assert (path_problem(text) is not None) == expected
 
 
@@ -455,3 +456,27 @@ def test_a_reader_that_stops_reading_ends_the_printing_not_the_command(tmp_path)
     _, err = child.communicate(timeout=300)
     assert child.returncode == 0, err.decode()
     assert json.loads(out.read_text())["requests"]["completed"] == 20
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_table_never_cuts_a_value_short(terminal):
+    """Into a pipe (rich assumes 80 columns) a table prints as wide as its values, each row on one line; in a
+    narrow terminal its cells fold. Either way every character of every value is printed (rich's default
+    ends a cell too wide for its column with '…')."""
+    import io
+
+    from rich.table import Table
+
+    from tokenpath.cli.app import _Stdout
+
+    out = io.StringIO()
+    console = _Stdout(file=out, force_terminal=terminal, width=40, color_system=None)
+    table = Table()
+    for name in ("metric", "value"):
+        table.add_column(name, no_wrap=True)
+    values = ["latency_s.ttft.p99_under_load", "123,456,789.012 ms (measured)"]
+    table.add_row(*values)
+    console.print(table)
+    rows = [line.split("│")[1:3] for line in out.getvalue().splitlines() if line.startswith("│")]
+    assert ["".join(row[k] for row in rows).replace(" ", "") for k in range(2)] == [v.replace(" ", "") for v in values]
+    assert len(rows) == (2 if terminal else 1)

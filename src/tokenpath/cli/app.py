@@ -12,7 +12,9 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import Progress, ProgressColumn
+from rich.table import Table
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
@@ -37,10 +39,31 @@ app.add_typer(application_app, name="application")
 
 
 
+UNBOUNDED_WIDTH = 10_000  # columns a table is measured in, to learn how wide its values make it
+
+
 class _Stdout(Console):
-    """Standard output. A reader that stops reading (`tokenpath simulate --json r.json | head`) ends what is
-    printed, not the command: the rest goes nowhere and the command still writes its files (rich's own
-    Console exits at once, with status 1)."""
+    """Standard output. A table never cuts a value short (rich ends a cell too wide for its column with an
+    ellipsis): into a file or a pipe, which have no width of their own (rich assumes 80 columns), a table
+    is printed as wide as its values; in a terminal too narrow for it, a cell folds onto the next line.
+    A reader that stops reading (`tokenpath simulate --json r.json | head`) ends what is printed, not the
+    command: the rest goes nowhere and the command still writes its files (rich's own Console exits at
+    once, with status 1)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        tables = [table for table in objects if isinstance(table, Table)]
+        for table in tables:
+            for column in table.columns:
+                if column.overflow == "ellipsis":
+                    column.overflow, column.no_wrap = "fold", False
+        width = self.width
+        if tables and not self.is_terminal:  # (rich caps a print's own width at the console's)
+            unbounded = self.options.update_width(UNBOUNDED_WIDTH)
+            self.width = max(width, *(Measurement.get(self, unbounded, t).maximum for t in tables))
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self.width = width
 
     def on_broken_pipe(self) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -254,7 +254,8 @@ def check_fits(requests: Requests, deployment: Deployment, scenario: Scenario, m
         worst = int(np.argmax(step))
         if step[worst] > scenario.engine.max_num_batched_tokens:
             where = "engine.max_num_batched_tokens" if measured_in is None else measured_in
+            beyond = "" if measured_in is None else ", more than the scenario's engine.max_num_batched_tokens"
             raise UserError(
-                f"{where}: request {worst} needs {int(step[worst])} tokens in one step without chunked prefill, more "
-                "than engine.max_num_batched_tokens; enable engine.chunked_prefill or raise max_num_batched_tokens"
+                f"{where}: request {worst} needs {int(step[worst])} tokens in one step without chunked prefill"
+                f"{beyond}; enable engine.chunked_prefill or raise max_num_batched_tokens"
             )
