@@ -140,6 +140,11 @@ def test_unknown_keys_are_errors(data, location):
         ({"kind": "lognormal", "mean": 0.5, "sd": 1}, "kind 'lognormal' needs mean >= 1 token"),
         ({"kind": "normal", "mean": 0, "sd": 0.2}, "put almost no draws at or above min 1"),
         ({"kind": "normal", "mean": 100, "sd": 0, "min": 101}, "put almost no draws at or above min 101"),
+        # a spec whose clipping could not give its stated mean
+        ({"kind": "normal", "mean": 550, "sd": 150, "max": 10}, "mean 550 lies above max 10"),
+        ({"kind": "uniform", "mean": 550, "range_ratio": 0.5, "max": 500}, "mean 550 lies above max 500"),
+        ({"kind": "lognormal", "mean": 500, "sd": 1e9}, "put the median draw at 0.00025 tokens, below min 1"),
+        ({"kind": "lognormal", "mean": 100, "sd": 300, "min": 50}, "put the median draw at 31.6 tokens, below min 50"),
     ],
 )
 def test_length_spec_per_kind_errors(table, message):
@@ -262,7 +267,9 @@ def test_lognormal_matches_mean_and_sd():
 
 
 def test_lognormal_far_tail_stays_in_range():
-    tokens = sample_lengths(LengthSpec(kind="lognormal", mean=1, sd=MAX_TOKENS), 10_000, _rng(), "f")
+    # (a spec the scenario refuses, its median far below 1 token: built unchecked, the sampler's own range)
+    spec = LengthSpec.model_construct(kind="lognormal", mean=1, sd=MAX_TOKENS)
+    tokens = sample_lengths(spec, 10_000, _rng(), "f")
     assert tokens.min() >= 1 and tokens.max() <= MAX_TOKENS
 
 

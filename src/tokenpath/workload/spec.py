@@ -117,6 +117,13 @@ class LengthSpec(BaseModel):
             raise _invalid(f"value {self.value} lies outside [min, max]; change value or the bounds")
         if self.kind == "lognormal" and self.mean < 1:
             raise _invalid(f"kind 'lognormal' needs mean >= 1 token, got {self.mean:g}")
+        if self.mean is not None and self.max is not None and self.mean > self.max:
+            raise _invalid(f"mean {self.mean:g} lies above max {self.max}: every draw would come out below its mean; "
+                           "raise max or lower mean")
+        median = self.mean / math.sqrt(1.0 + (self.sd / self.mean) ** 2) if self.kind == "lognormal" else math.inf
+        if median < self.min:  # (a lognormal's median is its mean over sqrt(1 + (sd / mean)^2))
+            raise _invalid(f"mean {self.mean:g} and sd {self.sd:g} put the median draw at {median:.3g} tokens, below "
+                           f"min {self.min}: most draws would be clipped to it and the mean missed; lower sd")
         if self.kind == "normal" and self._accept_probability() < _MIN_ACCEPT_PROBABILITY:
             raise _invalid(
                 f"mean {self.mean:g} and sd {self.sd:g} put almost no draws at or above min {self.min}; "
