@@ -391,6 +391,12 @@ def test_a_trace_run_shows_the_trace_s_arrivals_not_the_arrival_table(replay, mo
     assert "as recorded in the trace" in out and "req/s, burstiness" not in out
 
 
+def test_a_fabric_of_one_host_names_the_fabric_not_a_flag_never_given(tmp_path, monkeypatch, capsys):
+    (tmp_path / "one.toml").write_text('kind = "switch"\nhosts = 1\n', encoding="utf-8")
+    assert_user_error(*run_cli(["fabric", str(tmp_path / "one.toml"), "--chip", "h100"], monkeypatch, capsys),
+                      "one.toml: 1 host, and a collective needs 2 or more; give the fabric more hosts")
+
+
 def test_fabric_json_into_a_missing_folder_fails_before_the_sweep(monkeypatch, capsys):
     assert_user_error(*run_cli(["fabric", "--preset", "dgx-h100", "--json", "/nonexistent/dir/f.json"],
                                monkeypatch, capsys), "--json /nonexistent/dir/f.json", "does not exist")

@@ -163,6 +163,9 @@ def fabric(
 
         scaleup_bw_Bps = load_chip(chip).scaleup_bw_Bps
     topology = build_topology(spec, scaleup_bw_Bps)
+    if topology.hosts < 2:
+        raise UserError(f"fabric {topology_file or preset}: {topology.hosts} host, and a collective needs 2 or more; "
+                        "give the fabric more hosts")
     ranks = topology.hosts if ranks is None else ranks
     if not 2 <= ranks <= topology.hosts:
         raise UserError(f"--ranks: must be from 2 to the {topology.hosts} hosts of this fabric, got {ranks}")
