@@ -161,6 +161,9 @@ seed = {seed}
     ('scenario = "typical"\n[axes]\n"deployment.tp" = []', "axes.deployment.tp: an empty list"),
     ('scenario = "typical"\n[axes]\n"deployment.tp" = {min = 4}', "a range needs numbers min < max"),
     ('scenario = "typical"\n[axes]\n"deployment.tp" = {min = 1, max = 8}', "samples = N"),
+    # a range with a key ranges do not have: named, not read as axes "deployment.tp.min", ".max", ".step"
+    ('scenario = "typical"\nsamples = 2\n[axes]\n"workload.arrival.rate" = {min = 1, max = 5, step = 1}',
+     "axes.workload.arrival.rate: a range has min, max and optionally log, got max, min, step"),
     ('scenario = "typical"\n[axes]\n"deployment.tpp" = [1, 2]', "tpp"),
     ('scenario = "typical"\n[axes]\n"deployment" = [{tp = 4}, {tp = 8}]',
      "axes.deployment: {'tp': 4} is not a number, string or boolean; an axis's values are one column of the "

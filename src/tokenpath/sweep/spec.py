@@ -58,6 +58,12 @@ def _is_range(value: dict) -> bool:
     return bool(value) and set(value) <= RANGE_KEYS and "min" in value
 
 
+def _meant_as_range(value: dict) -> bool:
+    """A range, or a table that reads as one (a number for min) with a key a range does not have: kept whole
+    so that the error names the key, not the table's parts as axes of their own."""
+    return _is_range(value) or (_number(value.get("min")) and "max" in value)
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -121,7 +127,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise UserError(f"{source}: [axes] is required: dotted keys mapped to a list of values or a range "
                         "{min, max, log}")
     overrides = flatten(overrides)
-    axes = flatten(axes, _is_range)
+    axes = flatten(axes, _meant_as_range)
     both = [key for key in axes if key in overrides]
     if both:
         raise UserError(f"{source}: {both[0]} is both an override and an axis; keep one")
