@@ -174,6 +174,17 @@ def test_a_request_that_ends_before_its_first_token_is_a_damaged_file():
                                 "(0.1 s): a request ends after its first token; the file is damaged")
 
 
+@pytest.mark.parametrize("benchmarks, said", [
+    ([], "a guidellm report with no benchmarks (`benchmarks` is empty): the run measured nothing"),
+    ({"a": 1}, "a guidellm report whose `benchmarks` is not a list"),
+])
+def test_a_guidellm_report_without_a_benchmark_says_which(benchmarks, said):
+    path = _write(json.dumps({"benchmarks": benchmarks}))
+    with pytest.raises(UserError) as error:
+        read_measured(path)
+    assert str(error.value).startswith(f"{path}: {said}")
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),

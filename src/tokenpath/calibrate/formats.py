@@ -263,8 +263,11 @@ def _guidellm(document: dict[str, Any], where: str, name: str) -> list[Measured]
     """One phase per benchmark of a guidellm report: its successful requests, sent when they started;
     those that started within its measured window (after warm-up, before cool-down) counted."""
     benchmarks = document["benchmarks"]
-    if not isinstance(benchmarks, list) or not benchmarks:
-        raise UserError(f"{where}: a guidellm report without `benchmarks`; give the report guidellm saved")
+    if not isinstance(benchmarks, list):
+        raise UserError(f"{where}: a guidellm report whose `benchmarks` is not a list; give the report guidellm saved")
+    if not benchmarks:
+        raise UserError(f"{where}: a guidellm report with no benchmarks (`benchmarks` is empty): the run measured "
+                        "nothing; give a report of a run that completed a benchmark")
     measured = []
     for j, benchmark in enumerate(benchmarks):
         at = f"{where}: benchmarks[{j}]"
