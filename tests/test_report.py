@@ -85,6 +85,11 @@ def test_results_formats_and_errors(runs, monkeypatch, capsys, tmp_path):
     assert_user_error(*run_cli(["simulate", "--results", same, "--json", same], monkeypatch, capsys),
                       "the same file as --json; give each its own path")
     assert not Path(same).exists()
+    # a sweep's rows written as CSV: named as such, with the form report reads
+    (tmp_path / "sweep.csv").write_text("deployment.tp,latency_s.ttft.p99\n8,0.5\n", encoding="utf-8")
+    assert_user_error(*run_cli(["report", str(tmp_path / "sweep.csv"), "--html", str(tmp_path / "s.html")],
+                               monkeypatch, capsys),
+                      "sweep.csv: a sweep's table written as .csv; report reads a sweep from its .parquet")
     assert_user_error(*run_cli(["report", str(runs / "a.json"), "--html", str(tmp_path / "x.txt")],
                                monkeypatch, capsys), "--html", ".html")
     assert_user_error(*run_cli(["report", str(tmp_path / "none.json"), "--html", str(tmp_path / "x.html")],

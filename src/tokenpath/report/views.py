@@ -208,6 +208,9 @@ def load_inputs(paths: list[str]) -> Inputs:
         elif suffix in (".parquet", ".csv", ".jsonl"):
             frame, summary, lines = read_results_table(path)
             if "e2e_s" not in frame.columns:
+                if any(str(column).startswith("latency_s.") for column in frame.columns):  # a sweep's rows
+                    raise UserError(f"{files.shown(path)}: a sweep's table written as {suffix}; report reads a sweep "
+                                    "from its .parquet: rerun the sweep with --out NAME.parquet")
                 raise UserError(f"{files.shown(path)}: not a tokenpath bench results file, nor per-request results (no "
                                 "'e2e_s' column); give the --results file of bench, simulate or report")
             summary = summary or _summary_of(frame)
