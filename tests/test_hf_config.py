@@ -241,6 +241,8 @@ def test_a_block_size_that_is_not_two_positive_whole_numbers_is_refused(tmp_path
         ({**QWEN3_30B_A3B, "moe_topk": [8] * 48}, "moe_topk"),                                         # Hunyuan
         ({**QWEN3_30B_A3B, "num_shared_experts": 1}, "num_shared_experts"),                            # Bailing
         ({**MISTRAL_7B_V01, "num_experts_per_tok": 2}, "num_experts_per_tok"),
+        ({**MISTRAL_7B_V01, "num_experts_per_tok": 2, "num_local_experts": 0}, "num_local_experts"),
+        ({**MISTRAL_7B_V01, "num_attention_heads": 0}, "num_attention_heads"),
         ({**DEEPSEEK_V2_LITE, "index_topk": 2048}, "index_topk"),                                      # V3.2
         ({**GPT_OSS_120B, "layer_types": ["sliding_attention"] * 35}, "layer_types"),
     ],

@@ -151,6 +151,9 @@ def read_hf_config(path: Path) -> ModelSpec:
 
     layers = config.int("num_hidden_layers", required=True)
     heads = config.int("num_attention_heads", required=True)
+    if heads == 0:
+        raise config.error("'num_attention_heads' is 0; a model attends with one head or more: give the config's "
+                           "value")
     mla = {key: config.int(key) for key in
            ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
     if mla["kv_lora_rank"]:
@@ -251,6 +254,11 @@ def _mlp(config: _Config, layers: int) -> dict[str, int]:
     intermediate = config.int("intermediate_size", required=True)
     if not experts:
         if config.has("num_experts_per_tok"):
+            given = next((key for key in ("num_local_experts", "n_routed_experts", "num_experts")
+                          if config.table.get(key) is not None), None)
+            if given is not None:  # (given as 0)
+                raise config.error(f"'num_experts_per_tok' is set but {given!r} is 0; give the expert count, or "
+                                   "remove num_experts_per_tok for a dense model")
             raise config.error("'num_experts_per_tok' is set but no expert count (num_local_experts, "
                                "n_routed_experts or num_experts); add the count")
         return {"intermediate_size": intermediate}
