@@ -180,7 +180,7 @@ def test_mooncake_writer_sizes_hash_ids(tmp_path):
         ("azure", AZURE_HEADER + "1,5,5\n\n2,5,-3\n", "trace:4: GeneratedTokens -3 is out of range"),
         ("azure", AZURE_HEADER + "1,5,5\n2,5\n", "trace:3: row has 2 fields, the header has 3"),
         ("azure", AZURE_HEADER + "1,5,5\n2,5,1.5\n", "trace:3: GeneratedTokens '1.5' is not an integer"),
-        ("azure", "TIMESTAMP,Context,GeneratedTokens\n1,5,5\n", "trace:1: header lacks 'ContextTokens'"),
+        ("azure", "TIMESTAMP,Context,GeneratedTokens\n1,5,5\n", "trace:1: header lacks 'ContextTokens'; the azure format's header names the columns TIMESTAMP"),
         ("azure", AZURE_HEADER + "2023-11-16 18:15:46,5,5\nyesterday,5,5\n", "trace:3: TIMESTAMP 'yesterday' is"),
         ("azure", AZURE_HEADER + "2023-11-16 25:15:46.68,5,5\n", "trace:2: TIMESTAMP '2023-11-16 25:15:46.68' has an"),
         ("azure", AZURE_HEADER + "2023-13-16 18:15:46.68,5,5\n", "trace:2: TIMESTAMP '2023-13-16 18:15:46.68' has an"),

@@ -145,7 +145,7 @@ def _csv_records(reader: Iterator[list[str]], format: str, path: object) -> Rows
     missing = [name for name in columns if name not in header]
     if missing:
         raise UserError(
-            f"{path}:1: header lacks {', '.join(map(repr, missing))}; a {format} trace's header names the columns "
+            f"{path}:1: header lacks {', '.join(map(repr, missing))}; the {format} format's header names the columns "
             f"{', '.join(columns)}"
         )
     time_at, input_at, output_at = (header.index(name) for name in columns)
