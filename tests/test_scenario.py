@@ -405,3 +405,11 @@ def test_to_toml_keeps_an_unset_slo_unset():
     s = load_scenario(None, {"slo.ttft": None, "delivery.host_link_latency": "10 us"})
     assert s.slo.ttft is None
     assert round_trip(s).slo.ttft is None
+
+
+@pytest.mark.parametrize("value", [0, "0 ms", -1])
+def test_an_slo_target_of_no_time_is_refused(value):
+    """Every request would miss it: 100% of requests missing a 0 s TTFT is not an answer but a typo."""
+    with pytest.raises(UserError) as error:
+        load_scenario(None, {"slo.ttft": value})
+    assert "slo.ttft" in str(error.value) and "\n" not in str(error.value)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import tomli_w
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -156,8 +157,14 @@ def _none_or_duration(value: object) -> object:
     return None if value is None or (isinstance(value, str) and value.strip().lower() == "none") else value
 
 
-# An SLO target: a duration, or "none" for no target (TOML has no null).
-Target = Annotated[Duration | None, BeforeValidator(_none_or_duration),
+def _positive_target(value: float | None) -> float | None:
+    if value is not None and value <= 0:
+        raise ValueError("an SLO target is a duration > 0 (no request takes no time), or \"none\" for no target")
+    return value
+
+
+# An SLO target: a duration > 0, or "none" for no target (TOML has no null).
+Target = Annotated[Duration | None, BeforeValidator(_none_or_duration), AfterValidator(_positive_target),
                    PlainSerializer(lambda v: "none" if v is None else v, when_used="json")]
 
 
