@@ -40,12 +40,14 @@ app.add_typer(application_app, name="application")
 
 
 UNBOUNDED_WIDTH = 10_000  # columns a table is measured in, to learn how wide its values make it
+PIPE_MAX_WIDTH = 160  # the widest a table is printed into a pipe or a file (a wide terminal's width)
 
 
 class _Stdout(Console):
     """Standard output. A table never cuts a value short (rich ends a cell too wide for its column with an
     ellipsis): into a file or a pipe, which have no width of their own (rich assumes 80 columns), a table
-    is printed as wide as its values; in a terminal too narrow for it, a cell folds onto the next line.
+    whose words or numbers would break at that width is printed as wide as its values, up to PIPE_MAX_WIDTH
+    columns; in a terminal too narrow for it, or past that width, a cell folds onto the next line.
     A reader that stops reading (`tokenpath simulate --json r.json | head`) ends what is printed, not the
     command: the rest goes nowhere and the command still writes its files (rich's own Console exits at
     once, with status 1)."""
@@ -59,7 +61,10 @@ class _Stdout(Console):
         width = self.width
         if tables and not self.is_terminal:  # (rich caps a print's own width at the console's)
             unbounded = self.options.update_width(UNBOUNDED_WIDTH)
-            self.width = max(width, *(Measurement.get(self, unbounded, t).maximum for t in tables))
+            sizes = [Measurement.get(self, unbounded, t) for t in tables]
+            breaking = [size.maximum for size in sizes if size.minimum > width]  # a word or number would break
+            if breaking:
+                self.width = max(width, min(max(breaking), PIPE_MAX_WIDTH))
         try:
             super().print(*objects, **kwargs)
         finally:
