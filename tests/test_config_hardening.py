@@ -184,6 +184,7 @@ def test_serve_on_a_port_in_use_is_one_line(no_server, monkeypatch, capsys):
     (["simulate", "--num-requests", "abc"], ("--num-requests", "see `tokenpath simulate --help`")),
     (["simulate", "--bogus"], ("No such option: --bogus",)),
     (["simulate", "a.toml", "b.toml"], ("unexpected extra argument",)),
+    (["simulate", ""], ("scenario: an empty name", "leave it out for 'typical'")),
     (["simulate", "--input-len", "nan", "--input-sd", "0"], ("--input-len", "nan")),
     (["simulate", "--input-len", "inf", "--input-sd", "0"], ("--input-len", "inf")),
     (["simulate", "--fabric", "a\x00b.toml"], ("--fabric", "NUL byte")),

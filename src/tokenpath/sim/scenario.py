@@ -406,7 +406,11 @@ def scenario_names() -> list[str]:
 
 
 def read_scenario_table(name_or_path: str | None) -> tuple[dict[str, Any], str, Path | None]:
-    """The raw table of a catalog scenario or a TOML file: (table, where it came from, its folder)."""
+    """The raw table of a catalog scenario or a TOML file: (table, where it came from, its folder); None: the
+    default scenario."""
+    if name_or_path is not None and not name_or_path.strip():
+        raise UserError(f"scenario: an empty name; give a .toml file or one of {', '.join(scenario_names())}, or "
+                        f"leave it out for {DEFAULT_SCENARIO!r}")
     name_or_path = name_or_path or DEFAULT_SCENARIO
     path = Path(name_or_path)
     if name_or_path.endswith(".toml") or files.exists(name_or_path) or files.path_problem(name_or_path):
