@@ -37,8 +37,6 @@ application_app = typer.Typer(help="The stages around the model call (docs/appli
                               rich_markup_mode=None)
 app.add_typer(application_app, name="application")
 
-
-
 UNBOUNDED_WIDTH = 10_000  # columns a table is measured in, to learn how wide its values make it
 PIPE_MAX_WIDTH = 160  # the widest a table is printed into a pipe or a file (a wide terminal's width)
 
