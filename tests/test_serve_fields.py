@@ -46,6 +46,9 @@ CASES = [
     ("completions", {"max_completion_tokens": 9}, "max_completion_tokens"),
     ("completions", {"min_tokens": 9}, "min_tokens"),  # more than max_tokens
     ("completions", {"stop": ""}, "stop"),                      # a stop string is non-empty
+    ("chat", {"logit_bias": {"a": 1}}, "logit_bias"),           # keys are token ids
+    ("chat", {"logit_bias": {"5": 1000}}, "logit_bias"),        # biases run from -100 to 100
+    ("chat", {"logit_bias": [5]}, "logit_bias"),
     ("chat", {"messages": [{"role": "wizard", "content": "Hi"}]}, "messages[0].role"),
     ("chat", {"messages": [{"role": "user"}]}, "messages[0].content"),
     ("chat", {"messages": [{"role": "system", "content": "Be brief"}, {"role": "user", "content": None}]},

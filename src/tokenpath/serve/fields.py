@@ -54,6 +54,17 @@ def _kind(kind: type | tuple[type, ...], name: str) -> Check:
     return check
 
 
+def _logit_bias(key: str, value: Any) -> None:
+    """OpenAI's form: token ids (as JSON keys, so strings of digits) mapped to a bias from -100 to 100."""
+    if not isinstance(value, dict):
+        raise _refuse(key, f"must be an object mapping token ids to biases, got {_quote(value)}")
+    for token, bias in value.items():
+        if not token.isdigit():
+            raise _refuse(key, f"keys are token ids (whole numbers), got {_quote(token)}")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise _refuse(key, f"token {token}'s bias must be a number from -100 to 100, got {_quote(bias)}")
+
+
 def _integers(key: str, value: Any) -> None:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise _refuse(key, f"must be a list of token ids, got {_quote(value)}")
@@ -97,7 +108,7 @@ _HARMLESS: dict[str, Check] = {
     "top_p": _number(0, 1),
     "presence_penalty": _number(-2, 2),
     "frequency_penalty": _number(-2, 2),
-    "logit_bias": _OBJECT,
+    "logit_bias": _logit_bias,
     "user": _STRING,
     "metadata": _OBJECT,
     "store": _BOOL,
