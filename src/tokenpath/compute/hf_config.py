@@ -71,6 +71,10 @@ _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "cohere", "coher
 _LLAMA4_NO_ROPE_INTERVAL = 4
 
 
+# Where configs give their routed experts' count (Mixtral, DeepSeek, Qwen MoE), in the order read.
+EXPERT_COUNT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
+
+
 class _Config:
     """The config's fields, with errors that name the file and the key."""
 
@@ -250,12 +254,11 @@ def _refuse_unmodelled(config: _Config) -> None:
 
 def _mlp(config: _Config, layers: int) -> dict[str, int]:
     """The dense MLP and MoE fields of ModelSpec."""
-    experts = config.int("num_local_experts") or config.int("n_routed_experts") or config.int("num_experts")
+    experts = next((count for key in EXPERT_COUNT_KEYS if (count := config.int(key))), 0)
     intermediate = config.int("intermediate_size", required=True)
     if not experts:
         if config.has("num_experts_per_tok"):
-            given = next((key for key in ("num_local_experts", "n_routed_experts", "num_experts")
-                          if config.table.get(key) is not None), None)
+            given = next((key for key in EXPERT_COUNT_KEYS if config.table.get(key) is not None), None)
             if given is not None:  # (given as 0)
                 raise config.error(f"'num_experts_per_tok' is set but {given!r} is 0; give the expert count, or "
                                    "remove num_experts_per_tok for a dense model")

@@ -120,10 +120,11 @@ class LengthSpec(BaseModel):
         if self.mean is not None and self.max is not None and self.mean > self.max:
             raise _invalid(f"mean {self.mean:g} lies above max {self.max}: every draw would come out below its mean; "
                            "raise max or lower mean")
-        median = self.mean / math.sqrt(1.0 + (self.sd / self.mean) ** 2) if self.kind == "lognormal" else math.inf
-        if median < self.min:  # (a lognormal's median is its mean over sqrt(1 + (sd / mean)^2))
-            raise _invalid(f"mean {self.mean:g} and sd {self.sd:g} put the median draw at {median:.3g} tokens, below "
-                           f"min {self.min}: most draws would be clipped to it and the mean missed; lower sd")
+        if self.kind == "lognormal":
+            median = self.mean / math.sqrt(1.0 + (self.sd / self.mean) ** 2)  # a lognormal's, from its mean and sd
+            if median < self.min:
+                raise _invalid(f"mean {self.mean:g} and sd {self.sd:g} put the median draw at {median:.3g} tokens, "
+                               f"below min {self.min}: most draws would be clipped to it and the mean missed; lower sd")
         if self.kind == "normal" and self._accept_probability() < _MIN_ACCEPT_PROBABILITY:
             raise _invalid(
                 f"mean {self.mean:g} and sd {self.sd:g} put almost no draws at or above min {self.min}; "
