@@ -487,3 +487,26 @@ def test_a_table_never_cuts_a_value_short(terminal):
     rows = [line.split("│")[1:3] for line in out.getvalue().splitlines() if line.startswith("│")]
     assert ["".join(row[k] for row in rows).replace(" ", "") for k in range(2)] == [v.replace(" ", "") for v in values]
     assert len(rows) == (2 if terminal else 1)
+
+
+def test_a_table_into_a_pipe_breaks_no_word():
+    """Narrowing a table to rich's 80 columns, rich shares the width out in proportion to the columns'
+    widths and splits words that would fit ('concurrenc' / 'y 1'); into a pipe each word of each cell is
+    printed whole (the table as wide as its values, under PIPE_MAX_WIDTH)."""
+    import io
+
+    from rich.table import Table
+
+    from tokenpath.cli.app import PIPE_MAX_WIDTH, _Stdout
+
+    out = io.StringIO()
+    console = _Stdout(file=out, force_terminal=False, width=80, color_system=None)
+    table = Table()
+    for name in ("load", "TTFT", "predicted", "TPOT / ITL", "predicted", "uncalibrated"):
+        table.add_column(name)
+    cells = ["concurrency 16", "1347.2 ms", "728.8 ms -45.9%", "52.09 ms", "48.00 ms -7.8%", "-80% / -49%"]
+    table.add_row(*cells)
+    console.print(table)
+    printed = out.getvalue()
+    assert all(word in printed for cell in cells for word in cell.split())
+    assert 80 < max(len(line) for line in printed.splitlines()) <= PIPE_MAX_WIDTH

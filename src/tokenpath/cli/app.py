@@ -3,6 +3,7 @@ JSON document and failing with one line."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.progress import Progress, ProgressColumn
 from rich.table import Table
+from rich.text import Text
 
 from tokenpath.config import files
 from tokenpath.config.errors import UserError
@@ -44,7 +46,7 @@ PIPE_MAX_WIDTH = 160  # the widest a table is printed into a pipe or a file (a w
 class _Stdout(Console):
     """Standard output. A table never cuts a value short (rich ends a cell too wide for its column with an
     ellipsis): into a file or a pipe, which have no width of their own (rich assumes 80 columns), a table
-    whose words or numbers would break at that width is printed as wide as its values, up to PIPE_MAX_WIDTH
+    that would break a word or number at that width is printed as wide as its values, up to PIPE_MAX_WIDTH
     columns; in a terminal too narrow for it, or past that width, a cell folds onto the next line.
     A reader that stops reading (`tokenpath simulate --json r.json | head`) ends what is printed, not the
     command: the rest goes nowhere and the command still writes its files (rich's own Console exits at
@@ -59,8 +61,7 @@ class _Stdout(Console):
         width = self.width
         if tables and not self.is_terminal:  # (rich caps a print's own width at the console's)
             unbounded = self.options.update_width(UNBOUNDED_WIDTH)
-            sizes = [Measurement.get(self, unbounded, t) for t in tables]
-            breaking = [size.maximum for size in sizes if size.minimum > width]  # a word or number would break
+            breaking = [Measurement.get(self, unbounded, t).maximum for t in tables if _breaks_a_word(t, width)]
             if breaking:
                 self.width = max(width, min(max(breaking), PIPE_MAX_WIDTH))
         try:
@@ -73,6 +74,18 @@ class _Stdout(Console):
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         self.quiet = True
+
+
+def _breaks_a_word(table: Table, width: int) -> bool:
+    """Whether `table` printed `width` columns wide splits a word or number of a cell across lines. Rendered
+    to learn it: rich, narrowing a table, shares the width out in proportion to the columns' widths, so
+    it can split a word that the narrowest columns' widths would have held."""
+    probe = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
+    probe.print(table)
+    printed = probe.file.getvalue()
+    cells = [cell for column in table.columns for cell in (column.header, *column.cells)]
+    texts = [Text.from_markup(cell) if isinstance(cell, str) else cell for cell in cells]
+    return any(word not in printed for text in texts if isinstance(text, Text) for word in text.plain.split())
 
 
 console = _Stdout()
