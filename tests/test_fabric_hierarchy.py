@@ -274,10 +274,14 @@ def test_rings_across_4_nodes_run_one_channel_per_nic_rail_to_rail():
     assert plain.time_s("all_reduce", 1e9, group) == plain.time_s("all_reduce", 1e9, group, "ring")
 
 
-def test_rings_over_unequal_nodes_are_one_ring():
+def test_rings_over_unequal_nodes_run_a_channel_per_rank_of_the_smallest_node():
+    """NCCL keeps the fewest channels any rank found (init.cc: graphs[a]->nChannels = std::min(...))."""
     c = Collectives(switched(), bw_efficiency=1.0)
-    # 8 ranks on node 0 and 4 on node 1: no channel per NIC; one ring 0..11, two crossings of 1/12.
-    same(wire(c, "all_gather", [list(range(12))], "ring"), BASE_LATENCY_S + 11 * 2 * NIC_LAT, 11 / 12 / NIC_BW)
+    # 8 ranks on node 0 and 4 on node 1: 4 channels of 1/4, each crossing both ways on NICs no other
+    # channel crosses on: 11 steps of 1/12 of a channel's quarter on each busiest NIC.
+    same(wire(c, "all_gather", [list(range(12))], "ring"), BASE_LATENCY_S + 11 * 2 * NIC_LAT, 11 / 48 / NIC_BW)
+    # 8 and 1: the lone rank's NIC carries the one channel, 8 steps of 1/9.
+    same(wire(c, "all_gather", [list(range(9))], "ring"), BASE_LATENCY_S + 8 * 2 * NIC_LAT, 8 / 9 / NIC_BW)
 
 
 # -- NVLSTree: in-switch reduction inside nodes, a tree across them ----------------------------------

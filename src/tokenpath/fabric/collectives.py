@@ -177,17 +177,23 @@ def _mesh_ring_links(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rail_rings(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
-    """NCCL's rings across nodes: one channel per local rank, each carrying 1/m of the message over all
-    n ranks. Each channel crosses between nodes rail to rail (it leaves a node from the local rank it
-    enters the next one at) and visits the other ranks of a node over its scale-up links, and the
-    channels leave from different local ranks: each NIC carries one channel's crossing each way."""
-    grid = _node_grid(hier, group, "ring")
-    q, m = grid.shape
-    n = q * m
-    # Channel c enters node k at local (c - k) mod m and leaves from the local before that.
-    channels = [np.concatenate([np.roll(grid[k], -((c - k) % m)) for k in range(q)]) for c in range(m)]
+    """NCCL's rings across nodes: one channel per local rank of the node with the fewest of the group's
+    ranks, each carrying 1/m of the message over all n ranks (every rank searches its own rings, and
+    init.cc keeps the fewest channels any rank found: `graphs[a]->nChannels = std::min(...)`, "so that the
+    tuning is consistent across ranks"). Each channel crosses between nodes rail to rail (it leaves a node
+    from the local rank it enters the next one at) and visits the other ranks of a node over its scale-up
+    links, and the channels leave from different local ranks: each NIC carries at most one channel's
+    crossing each way."""
+    nodes = group // hier.per_node
+    order = np.argsort(nodes, kind="stable")  # indices into `group`, node by node
+    per_node = np.split(order, np.cumsum(np.bincount(nodes)[np.unique(nodes)])[:-1])
+    m = min(len(ranks) for ranks in per_node)
+    n = len(group)
+    # Channel c enters node k at local (c - k) mod (its ranks there) and leaves from the local before that.
+    channels = [np.concatenate([np.roll(ranks, -((c - k) % len(ranks))) for k, ranks in enumerate(per_node)])
+                for c in range(m)]
     src = np.concatenate(channels)
-    dst = np.concatenate([np.roll(order, -1) for order in channels])
+    dst = np.concatenate([np.roll(ring, -1) for ring in channels])
     steps = 2 * (n - 1) if op == "all_reduce" else n - 1
     return [Round(src, dst, 1.0 / (n * m), steps)]
 
@@ -421,7 +427,7 @@ class Collectives:
     def _rounds(self, op: str, algorithm: str, groups: tuple[tuple[int, ...], ...]) -> list[Round]:
         n = len(groups[0])
         if algorithm == "ring":
-            if isinstance(self.topology, Hierarchy) and _even_over_nodes(self.topology, np.array(groups[0])):
+            if isinstance(self.topology, Hierarchy):
                 return _rail_rings(op, self.topology, np.array(groups[0]))
             if isinstance(self.topology, FullMesh):
                 return _mesh_rings(op, n)
