@@ -571,3 +571,14 @@ def test_under_attention_data_parallel_requests_ended_early_leave_their_ranks_an
     assert idle and blocks_back
     assert rank_of == {} and running == [0, 0] and tokens == [0, 0]
     assert generated == [30] and all(count >= 3 for count in counts[8:])  # (a stop string can end one sooner)
+
+
+def test_a_method_not_allowed_names_the_allowed_ones():
+    """A 405 carries Allow (RFC 9110, 15.5.6), with the OpenAI-style JSON body."""
+    async def body(url, session):
+        async with session.put(f"{url}/v1/completions", json={}) as response:
+            return response.status, response.headers.get("Allow"), await response.json()
+
+    status, allow, error = serve()(body)
+    assert status == 405 and "POST" in allow.split(",")
+    assert error["error"]["message"] == "Method Not Allowed"

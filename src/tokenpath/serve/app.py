@@ -358,7 +358,9 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
     except web.HTTPException as error:
         if error.status < 400:
             raise
-        return web.json_response(ApiError(error.status, error.reason).body(), status=error.status)
+        # (its headers kept, such as a 405's Allow, which RFC 9110 requires; its body replaced)
+        kept = {name: value for name, value in error.headers.items() if name not in ("Content-Type", "Content-Length")}
+        return web.json_response(ApiError(error.status, error.reason).body(), status=error.status, headers=kept)
     except (ConnectionResetError, asyncio.CancelledError):
         raise
     except Exception as error:  # a bug of ours: report it to the client, keep serving others
