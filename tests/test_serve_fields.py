@@ -129,6 +129,9 @@ def test_json_mode_output_parses_streamed_or_not_and_carries_the_fingerprint():
     whole, chunks = serve()(body)
     assert isinstance(json.loads(whole["choices"][0]["message"]["content"]), dict)
     assert whole["usage"]["completion_tokens"] == 60
+    # Closed within max_tokens, it ends by "stop" (the SDK's parse() refuses a "length" as cut short).
+    assert whole["choices"][0]["finish_reason"] == "stop"
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
     streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     assert isinstance(json.loads(streamed), dict)
     assert whole["system_fingerprint"].startswith("fp_")
@@ -273,8 +276,11 @@ def test_a_json_document_cut_short_ends_by_length_and_a_whole_one_by_stop():
             request.pop("max_tokens")
             async with session.post(f"{url}/v1/chat/completions", json={**request, "min_tokens": tokens}) as response:
                 replies.append((await response.json())["choices"][0])
+        request = {**CHAT, "response_format": {"type": "json_object"}, "max_tokens": 3}  # cut by its max_tokens
+        async with session.post(f"{url}/v1/chat/completions", json=request) as response:
+            replies.append((await response.json())["choices"][0])
         return replies
 
-    cut, whole = serve(**{"workload.output": {"kind": "fixed", "value": 3}})(body)
-    assert cut["finish_reason"] == "length"
+    cut, whole, cut_by_max = serve(**{"workload.output": {"kind": "fixed", "value": 3}})(body)
+    assert cut["finish_reason"] == "length" and cut_by_max["finish_reason"] == "length"
     assert whole["finish_reason"] == "stop" and isinstance(json.loads(whole["message"]["content"]), dict)

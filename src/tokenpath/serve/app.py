@@ -272,7 +272,10 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
         output_tokens, limited = server.output_tokens(ask, rng)
         server.check_fits(ask, output_tokens)
         token_ids, context_ids, cut = server.token_ids(ask, output_tokens, rng)
-        response = new_response(ask, token_ids, server.fingerprint, ends_at_limit=limited or cut,
+        # A JSON document ends as a model's does once it closes (by "stop", however many tokens it was
+        # allowed), by "length" only cut short; text runs to its limit, as a benchmark's max_tokens asks.
+        ends_at_limit = cut if ask.extras.json_mode else limited
+        response = new_response(ask, token_ids, server.fingerprint, ends_at_limit=ends_at_limit,
                                 context_ids=context_ids)
         if ask.stream and server.network.enabled:
             response.queue = server.network.queue()  # type: ignore[assignment]
