@@ -212,3 +212,46 @@ def test_the_default_scenario_offers_front_end_levers_and_not_async_detokenizati
     assert levers["detokenize in a process of its own"].skipped.endswith("it detokenizes in the api-server")
     assert levers["cached chat template"].overrides == {"delivery.chat_template_per_request": "0 s"}
     assert not any("async" in name for name in levers)
+
+
+def test_a_request_ready_before_a_step_s_tokens_goes_first_though_handed_in_after():
+    """A cluster hands a replica a request once the step under way there has run (engine/cluster.py): the
+    request reached the server during the step, before the step's tokens were ready, and its work comes
+    first, as the engine loop run alone orders it."""
+    front = FrontEnd(Layout("api-server"))
+    assert front.tokens(5_000_000, 2e-3) == (7_000_000, 0, 2_000_000)
+    assert front.requests([4_000_000], 1e-3, [0.0])[0] == (5_000_000, 0, 1_000_000)
+    assert front.requests([6_000_000], 1e-3, [0.0])[0] == (8_000_000, 1_000_000, 1_000_000)  # after: it waits
+
+
+def test_replicas_on_one_clock_pass_their_front_ends_as_replicas_run_apart():
+    """Round-robin through the cluster's shared clock gives each replica the trace it has alone, its front
+    end's request work included (before, a request that reached a replica mid-step waited for that step's
+    token work, and joined a step later)."""
+    import numpy as np
+
+    from test_engine import FixedCosts
+    from tokenpath.engine.cluster import run_cluster
+    from tokenpath.engine.loop import run_engine
+    from tokenpath.engine.spec import EngineSpec
+
+    rng = np.random.default_rng(3)
+    n, replicas = 60, 2
+    inputs, outputs = rng.integers(1, 400, n), rng.integers(2, 60, n)
+    # Requests far enough apart that no two reach a replica in one step (two handed in one at a time can
+    # take the front end's two stages in another order than two handed in together).
+    scheduled = np.sort(rng.integers(0, 3_000_000_000, n))
+    spec, costs = EngineSpec(max_num_seqs=8, max_num_batched_tokens=512), FixedCosts(base_s=3e-3, per_token_s=2e-6)
+    delivery = DeliverySpec(network_rtt=0, frontend_per_request=2e-3, tokenize_per_token=1e-6, detokenize="api-server",
+                            detokenize_per_token=20e-6)
+
+    def last_mile():
+        return LastMile(delivery, Layout("api-server"))
+
+    _, traces, _ = run_cluster(scheduled, inputs, outputs, None, costs, [last_mile() for _ in range(replicas)],
+                               spec, 10**6, "round_robin")
+    for r in range(replicas):
+        rows = np.arange(r, n, replicas)
+        alone = run_engine(scheduled[rows], inputs[rows], outputs[rows], costs, last_mile(), spec, 10**6)
+        assert np.array_equal(alone.upload_ns, traces[r].upload_ns)
+        assert np.array_equal(alone.step_start_ns, traces[r].step_start_ns)

@@ -72,6 +72,12 @@ class FrontEnd:
         self._tokens_ns_per_s = 1e9 / layout.api_cpus / layout.api_processes
         self._api_free_ns = [0] * layout.api_processes
         self._api_busy_ns = [0] * layout.api_processes
+        # Each process's last step's token work: when it became ready, its work, and when the process was
+        # free before it. A request handed in after it that reached the server before it (a cluster routes a
+        # request once the step under way on its replica has run) goes first, as it would have (`_ahead`).
+        self._tokens_ready_ns = [0] * layout.api_processes
+        self._tokens_work_ns = [0] * layout.api_processes
+        self._free_before_tokens_ns = [0] * layout.api_processes
         self._next_process = 0
         self._detokenizer_free_ns = 0
         self.detokenizer_busy_ns = 0
@@ -98,10 +104,13 @@ class FrontEnd:
             p = self._next_process
             self._next_process = (p + 1) % count
             at_ns, first_ns, then_ns = arrival_ns[0], round(first_s * ns_per_s), round(then_s[0] * ns_per_s)
-            start_ns = free[p] if free[p] > at_ns else at_ns
-            free[p] = start_ns + first_ns + then_ns
+            if at_ns < self._tokens_ready_ns[p]:
+                start_ns, end_ns = self._ahead(p, at_ns, first_ns + then_ns)
+            else:
+                start_ns = free[p] if free[p] > at_ns else at_ns
+                end_ns = free[p] = start_ns + first_ns + then_ns
             busy[p] += first_ns + then_ns
-            done_ns = free[p] if not self._batch_wait_ns else self._tokenized_from(p, start_ns + first_ns) + then_ns
+            done_ns = end_ns if not self._batch_wait_ns else self._tokenized_from(p, start_ns + first_ns) + then_ns
             return [(done_ns, done_ns - at_ns - first_ns - then_ns, first_ns + then_ns)]
         # Stages ready to run: (ready, order handed in, request, its process, stage).
         ready = []
@@ -116,8 +125,11 @@ class FrontEnd:
         while ready:
             ready_ns, _, k, p, stage = heapq.heappop(ready)
             work_ns = round(then_s[k] * ns_per_s) if stage else first_ns
-            start_ns = free[p] if free[p] > ready_ns else ready_ns
-            free[p] = start_ns + work_ns
+            if ready_ns < self._tokens_ready_ns[p]:
+                start_ns, _ = self._ahead(p, ready_ns, work_ns)
+            else:
+                start_ns = free[p] if free[p] > ready_ns else ready_ns
+                free[p] = start_ns + work_ns
             busy[p] += work_ns
             worked[k] += work_ns
             if stage:
@@ -129,6 +141,23 @@ class FrontEnd:
                 heapq.heappush(ready, (start_ns + work_ns, order, k, p, 1))
                 order += 1
         return waits
+
+    def _note_tokens(self, p: int, ready_ns: int, work_ns: int) -> None:
+        """Process p takes a step's token work, ready at `ready_ns` (`_ahead` reads it)."""
+        self._tokens_ready_ns[p], self._tokens_work_ns[p] = ready_ns, work_ns
+        self._free_before_tokens_ns[p] = self._api_free_ns[p]
+
+    def _ahead(self, p: int, ready_ns: int, work_ns: int) -> tuple[int, int]:
+        """Request work ready at `ready_ns` on process p, ahead of the last step's token work, which became
+        ready after it and was handed in first only because the engine loop ran that step before it handed
+        the request in: the request's (start, end), and the token work runs after it (the process's time
+        from then on is as if they had come in order; the step's tokens already left at the time given)."""
+        before = self._free_before_tokens_ns[p]
+        start_ns = before if before > ready_ns else ready_ns
+        end_ns = self._free_before_tokens_ns[p] = start_ns + work_ns
+        tokens_ready = self._tokens_ready_ns[p]
+        self._api_free_ns[p] = (end_ns if end_ns > tokens_ready else tokens_ready) + self._tokens_work_ns[p]
+        return start_ns, end_ns
 
     def _tokenized_from(self, p: int, ready_ns: int) -> int:
         """When a prompt handed to process p's tokenizer at `ready_ns` (in order of readiness) is tokenized:
@@ -158,12 +187,14 @@ class FrontEnd:
         free, busy = self._api_free_ns, self._api_busy_ns
         work_ns = round(cost_s * self._tokens_ns_per_s)
         if len(free) == 1:  # the common case, without the loop
+            self._note_tokens(0, ready_ns, work_ns)
             start_ns = free[0] if free[0] > ready_ns else ready_ns
             free[0] = start_ns + work_ns
             busy[0] += work_ns
             return (start_ns + work_ns, start_ns - ready_ns, work_ns)
         done_ns, queue_ns = ready_ns, 0
         for p, free_ns in enumerate(free):
+            self._note_tokens(p, ready_ns, work_ns)
             start_ns = max(ready_ns, free_ns)
             free[p] = start_ns + work_ns
             busy[p] += work_ns
