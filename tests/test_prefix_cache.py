@@ -316,3 +316,23 @@ def test_a_live_router_refuses_a_warm_cache():
     with pytest.raises(ValueError, match="warm prefix cache"):
         run_cluster(np.zeros(2, np.int64), inputs, np.ones(2, np.int64), warm, FixedCosts(),
                     [LastMile(NO_NETWORK)] * 2, EngineSpec(block_size=BLOCK), 10**6, "least_outstanding")
+
+
+def test_a_cluster_routed_up_front_holds_each_replica_s_warm_prompts_as_replicas_run_apart():
+    """Routed up front (`assigned`: pipeline batches in flight are stepped on one clock), each replica's
+    cache holds the warm prompts of the requests it serves, as it does simulated on its own."""
+    rng = np.random.default_rng(5)
+    n = 12
+    inputs, outputs = rng.integers(40, 200, n), rng.integers(1, 20, n)
+    scheduled = np.sort(rng.integers(0, 200_000_000, n))
+    warm = cached_prompts(inputs, np.arange(n) < 6)
+    spec, assigned = EngineSpec(block_size=BLOCK), np.arange(n) % 2
+    _, traces, _ = run_cluster(scheduled, inputs, outputs, warm, FixedCosts(), [LastMile(NO_NETWORK)] * 2, spec,
+                               10**6, "round_robin", assigned=assigned)
+    for r in range(2):
+        rows = np.flatnonzero(assigned == r)
+        alone = run_engine(scheduled[rows], inputs[rows], outputs[rows], FixedCosts(), LastMile(NO_NETWORK), spec,
+                           10**6, prefixes=warm.take(rows))
+        assert np.array_equal(alone.prefix_hit_tokens, traces[r].prefix_hit_tokens)
+        assert alone.prefix_hit_tokens[:3].sum() > 0  # the warm ones hit
+        assert np.array_equal(alone.step_start_ns, traces[r].step_start_ns)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tokenpath.engine.loop import Client, EngineTrace, _trace
+from tokenpath.engine.pipeline import Pipeline
 from tokenpath.engine.protocols import StepCosts
 from tokenpath.engine.replica import Replica
 from tokenpath.engine.routing import Router
@@ -60,17 +61,28 @@ def run_cluster(
     progress: Callable[[int], None] | None = None,
     think_ns: np.ndarray | None = None,
     side: SideJobs | None = None,
+    pipeline_stages: int = 1,
+    assigned: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[EngineTrace], list[np.ndarray]]:
     """Route and serve the requests (rows sorted by scheduled time) over len(clients) replicas.
     Returns the replica of each request, each replica's trace (its requests in routing order) and
     each replica's requests in that order (the input order, but for sessions' later turns).
     `think_ns`: as run_engine's (sessions; no concurrency cap). `side`: each request's job on its
-    replica's GPU, routed when it is ready (open loop only)."""
-    if prefixes is not None and prefixes.warm is not None:
-        raise ValueError("a warm prefix cache is modelled for replicas routed statically, not by a live router")
+    replica's GPU, routed when it is ready (open loop only). `pipeline_stages` > 1: the replicas are
+    pipeline batches in flight, each `pipeline_stages` in a row sharing one pipeline's stages
+    (engine/pipeline.py). `assigned`: each request's replica, decided up front (a static policy's)."""
     n, count = len(scheduled_ns), len(clients)
     replicas = [Replica(costs, client, spec, kv_capacity_tokens) for client in clients]
-    router = Router(policy, count, prefixes)
+    if prefixes is not None and prefixes.warm is not None:
+        if assigned is None:
+            raise ValueError("a warm prefix cache is modelled for replicas routed statically, not by a live router")
+        for r, replica in enumerate(replicas):  # each holds the warm segments of the requests it will serve
+            replica.hold_warm(prefixes.take(np.flatnonzero(assigned == r)))
+    if pipeline_stages > 1:
+        pipelines = [Pipeline(pipeline_stages) for _ in range(count // pipeline_stages)]
+        for r, replica in enumerate(replicas):
+            replica.pipeline = pipelines[r // pipeline_stages]
+    router = Router(policy, count, prefixes, assigned)
     prompt, out, scheduled = input_tokens.tolist(), output_tokens.tolist(), scheduled_ns.tolist()
     assignment = np.empty(n, np.int64)
     sent: list[list[int]] = [[] for _ in range(count)]

@@ -31,6 +31,7 @@ import numpy as np
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.multistep import WindowHost
 from tokenpath.engine.new_token_ratio import ATTENTION_DP_CONSERVATIVENESS, NewTokenRatio, new_request_tokens
+from tokenpath.engine.pipeline import Pipeline
 from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.protocols import Host, StepCosts
 from tokenpath.engine.queues import QUEUES, RankQueues, WaitingQueue
@@ -65,6 +66,9 @@ class Replica:
         self.record_emitters = record_emitters
         self.now = 0
         self.side_ns = 0  # another model's kernels, run in the next step (engine/side_work.py)
+        # One of a replica's pipeline batches in flight: the stages its steps share with the others
+        # (engine/pipeline.py; set by the cluster that runs them, None: a replica's steps run alone).
+        self.pipeline: Pipeline | None = None
 
         # The profile (engine/spec.py): how a step's batch is composed, as bound methods and flags.
         self.chunked = spec.chunked_prefill
@@ -768,6 +772,9 @@ class Replica:
             self.side_ns = 0
         traffic_ns = round(traffic_s * 1e9)
         gpu_end = self.now + compute_ns + traffic_ns
+        if self.pipeline is not None:  # waiting for a stage another batch holds: the step's compute time
+            gpu_end = self.pipeline.run(self.now, compute_ns + traffic_ns)
+            compute_ns = gpu_end - self.now - traffic_ns
         at_front = self.at_front  # (empty without a front end)
         if at_front and at_front[0] >> _ID_BITS <= gpu_end:
             self._through_front(gpu_end)  # the requests that reached the server while it ran go first

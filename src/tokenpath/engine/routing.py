@@ -67,8 +67,11 @@ def _hashed(keys: np.ndarray, replicas: int) -> np.ndarray:
 class Router:
     """A load- or cache-aware policy's view of the replicas: what it sent where, and what is left."""
 
-    def __init__(self, policy: str, replicas: int, prefixes: Prefixes | None) -> None:
+    def __init__(self, policy: str, replicas: int, prefixes: Prefixes | None,
+                 assigned: np.ndarray | None = None) -> None:
+        """`assigned`: each request's replica where the policy decided it up front (`static_assignment`)."""
         self.policy = policy
+        self.assigned = assigned
         self.outstanding = [0] * replicas
         self.prefixes = prefixes
         self.sent_keys: list[set[int]] = [set() for _ in range(replicas)]  # the router's record per replica
@@ -79,6 +82,8 @@ class Router:
         replicas = range(len(self.outstanding))
         load = self.outstanding
         self.sends += 1
+        if self.assigned is not None:
+            return int(self.assigned[i])
         if self.policy == "round_robin":  # in send order (up front in runs without sessions: the same)
             return (self.sends - 1) % len(load)
         if self.policy == "least_outstanding":

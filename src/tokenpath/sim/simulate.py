@@ -155,8 +155,10 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     think_ns = (None if sessions is None
                 else np.where(sessions.turn > 0, np.rint(sessions.think_s * 1e9), -1).astype(np.int64))
     # Round-robin moves a session's turns between replicas, so they must share a clock too; and a closed
-    # loop's client sends as a request finishes on any replica, so its cap is shared the same way.
-    apart = policy == "session_affinity" or (policy == "round_robin" and sessions is None and concurrency is None)
+    # loop's client sends as a request finishes on any replica, so its cap is shared the same way. A
+    # replica's pipeline batches in flight share its stages (engine/pipeline.py): one clock as well.
+    static = policy == "session_affinity" or (policy == "round_robin" and sessions is None and concurrency is None)
+    apart = static and scenario.deployment.pp == 1
     if apart and concurrency is not None and concurrency < replicas:
         raise UserError(f"workload.max_concurrency: {concurrency} is fewer than the {replicas} replicas, which "
                         f"{policy} routing serves apart, each with a share of the cap; raise it to at least "
@@ -167,10 +169,13 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
         joint: list[EngineTrace] = []
     else:  # the router looks at the replicas as requests come: all of them in this process
         last_miles = [LastMile(delivery, deployment.front_end) for _ in range(replicas)]
+        # (a static policy's routing decided up front, as when served apart)
+        assigned = (static_assignment(policy, n, replicas, requests.prefixes,
+                                      None if sessions is None else sessions.session) if static else None)
         assignment, joint, joint_rows = run_cluster(
             scheduled_ns, requests.input_tokens, requests.output_tokens, requests.prefixes, deployment.costs,
             last_miles, deployment.engine, deployment.kv_capacity_tokens, policy, concurrency, progress, think_ns,
-            shared)
+            shared, scenario.deployment.pp, assigned)
 
     def routed(replica: int) -> np.ndarray:
         return joint_rows[replica] if joint else np.flatnonzero(assignment == replica)
