@@ -101,8 +101,9 @@ def _print(document: dict[str, Any], top: int, wall_s: float, scenario_ref: str 
                                                                     ("stability", DEFAULT_STABILITY))
                                                                    if question[name] != default)])
     slo = ",".join(f"{name}={target_text(row)}" for name, row in question["slo"].items())
-    console.print(escape(f"Its capacity again{flags_note}: tokenpath capacity {asked} --slo {slo} --workers "
-                         f"{question['workers']} {sets}"), highlight=False, soft_wrap=True)
+    capacity = " ".join(["tokenpath capacity", *([asked] if asked else []), f"--slo {slo}"])
+    console.print(escape(f"Its capacity again{flags_note}: {capacity} --workers {question['workers']} {sets}"),
+                  highlight=False, soft_wrap=True)
     simulate = " ".join(["tokenpath simulate", *([scenario_ref] if scenario_ref else []), sets])
     console.print(escape(f"Its run at capacity{flags_note}: {simulate} --request-rate "
                          f"{at['workload.arrival.rate']!r} --num-requests {at['workload.num_requests']}"),
