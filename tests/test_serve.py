@@ -104,6 +104,26 @@ def test_chat_streams_a_role_first_and_never_leaks_a_stop_string():
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
+def test_text_a_stop_string_held_back_leaves_with_the_last_token():
+    """A stream that no stop string ends carries one content event a token: the text the stop filter held
+    back at the end (it could have begun "zq") goes out with the last token, not in an event of its own."""
+    async def body(url, session):
+        request = {"model": "m", "prompt": "Tell me a story", "max_tokens": 12, "seed": 1, "stop": ["zq"],
+                   "stream": True, "stream_options": {"include_usage": True}}
+        async with session.post(f"{url}/v1/completions", json=request) as response:
+            streamed = [json.loads(data) for _, data in (await read_events(response))[:-1]]
+        async with session.post(f"{url}/v1/completions", json={**request, "stream": False,
+                                                                "stream_options": None}) as response:
+            whole = await response.json()
+        return streamed, whole
+
+    streamed, whole = serve()(body)
+    texts = [c["choices"][0]["text"] for c in streamed if c["choices"] and c["choices"][0]["text"]]
+    assert len(texts) == streamed[-1]["usage"]["completion_tokens"] == 12
+    assert "".join(texts) == whole["choices"][0]["text"]
+    assert [c["choices"][0]["finish_reason"] for c in streamed if c["choices"]][-1] == "length"
+
+
 def test_a_stop_string_ends_no_text_before_min_tokens():
     # The same request with min_tokens = max_tokens: " the" in the first 60 tokens no longer ends it,
     # as vLLM searches for stop strings only past min_tokens.

@@ -60,6 +60,8 @@ class _Bank:
         self.framers = {api: SseFramer(slots, api, interval) for api in ("chat", "completions")}
         self.free = list(range(slots - 1, -1, -1))
         self.ids = np.full(slots, -1, np.int64)
+        # Slots whose last token came in a step: what their detokenizer and stop filter held went with it.
+        self.flushed: set[int] = set()
 
     def open(self, response: Response) -> None:
         response.bank, response.slot = self, self.free.pop()
@@ -80,6 +82,11 @@ class _Bank:
             ids[response.slot] = response.token_ids[response.tokens]
             response.tokens += 1
         visible = self.stops.feed(self.texts.step(ids), [response.slot for response in responses])
+        for response in responses:
+            if response.tokens == len(response.token_ids):  # its last token: the text held back leaves with it,
+                slot = response.slot                        # in its event (as vLLM's last output carries it)
+                visible[slot] += self.stops.finish(slot, self.texts.finish(slot)[0])
+                self.flushed.add(slot)
         for api, framer in self.framers.items():
             members = [r for r in responses if r.ask.endpoint == api and r.ask.stream]
             if not members:
@@ -106,7 +113,11 @@ class _Bank:
     def finish(self, response: Response) -> None:
         """End a response whose last token came (unless a stop string did) and free its slot."""
         slot = response.slot
-        tail = self.stops.finish(slot, self.texts.finish(slot)[0])
+        if slot in self.flushed:
+            self.flushed.discard(slot)
+            tail = ""
+        else:
+            tail = self.stops.finish(slot, self.texts.finish(slot)[0])
         if not response.ended:
             stopped = self.stops.stopped[slot]
             self.end(response, "stop" if stopped or not response.ends_at_limit else "length", tail)
@@ -114,8 +125,10 @@ class _Bank:
 
     def release(self, response: Response) -> None:
         """Free the slot of a response ended early, sending nothing more: its text state is dropped."""
-        self.texts.finish(response.slot)
-        self.stops.finish(response.slot)
+        if response.slot not in self.flushed:
+            self.texts.finish(response.slot)
+            self.stops.finish(response.slot)
+        self.flushed.discard(response.slot)
         self._free(response)
 
     def _free(self, response: Response) -> None:
