@@ -155,8 +155,8 @@ class FrontEnd:
         before = self._free_before_tokens_ns[p]
         start_ns = before if before > ready_ns else ready_ns
         end_ns = self._free_before_tokens_ns[p] = start_ns + work_ns
-        tokens_ready = self._tokens_ready_ns[p]
-        self._api_free_ns[p] = (end_ns if end_ns > tokens_ready else tokens_ready) + self._tokens_work_ns[p]
+        after_tokens = max(end_ns, self._tokens_ready_ns[p]) + self._tokens_work_ns[p]
+        self._api_free_ns[p] = max(self._api_free_ns[p], after_tokens)
         return start_ns, end_ns
 
     def _tokenized_from(self, p: int, ready_ns: int) -> int:
