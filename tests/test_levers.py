@@ -458,3 +458,12 @@ def test_expert_levers_toggle_expert_parallel_and_deepep_where_the_engine_runs_t
                                                        "expert ranks than a token's 8 experts (8 here)")
     dense = {lever.name: lever for lever in catalog(_small_base().scenario(), _small_base().table, tmp_path)}
     assert dense["expert parallel on"].skipped.endswith("has no experts")
+
+
+def test_a_lever_needing_replicas_names_the_pipeline_that_makes_one():
+    """TP4 x PP2 on 8 chips is one replica: the reason names the PP that makes it one, not TP4 alone (two)."""
+    from tokenpath.sim.scenario import load_scenario
+    from tokenpath.whatif.catalog import _one_replica
+
+    scenario = load_scenario("typical", {"deployment.chips": 8, "deployment.tp": 4, "deployment.pp": 2})
+    assert _one_replica(scenario.deployment) == "needs 2 or more replicas; TP4 x PP2 on 8 chips is 1"

@@ -122,7 +122,9 @@ def _fixtures(runs: Path) -> tuple[Path, Path]:
                                 "--objective", "latency_s.e2e.p99", "--json", str(runs / "levers.json")], mp, _Quiet())
         mp.undo()
         assert code == 0, err
-    rows = {"workload.arrival.rate": [10.0, 20.0, 40.0, 80.0],
+    # As a sweep writes its table: each point's id and the sweep's, its axes, then the summary from `schema` on.
+    rows = {"point": ["a", "b", "c", "d"], "sweep": ["s"] * 4,
+            "deployment.tp": [1, 1, 2, 2], "workload.arrival.rate": [10.0, 20.0, 40.0, 80.0], "schema": ["x"] * 4,
             "throughput.output_tokens_per_s": [400.0, 800.0, 1500.0, 1450.0],
             "latency_s.e2e.p99": [2.0, 2.5, 4.0, 9.0], "latency_s.ttft.p99": [0.1, 0.2, 0.3, 0.9]}
     pq.write_table(pa.table(rows), runs / "sweep.parquet")
@@ -245,6 +247,8 @@ def test_tornado_and_pareto_data(runs):
     spec = pareto(inputs).chart.to_dict()
     front = [row for data in spec["datasets"].values() for row in data if row.get("on the Pareto front") is True]
     assert sorted(row["tokens_per_s"] for row in front) == [400.0, 800.0, 1500.0]  # 1450 tokens/s at 9 s is beaten
+    points = sorted(row["point"] for data in spec["datasets"].values() for row in data if "point" in row)
+    assert points[0] == "deployment.tp=1, workload.arrival.rate=10.0"  # a whole-number axis as written, not 1.0
     assert np.isfinite([row["e2e_p99_s"] for row in front]).all()
 
 

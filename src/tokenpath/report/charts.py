@@ -415,7 +415,8 @@ def pareto(inputs: Inputs) -> Figure | None:
     alt = _alt()
     axes = axis_columns(list(frame.columns))
     data = frame[[*axes, SWEEP_X, SWEEP_Y]].copy()
-    data["point"] = [", ".join(f"{a}={row[a]}" for a in axes) for _, row in data.iterrows()]
+    # (records keep each column's type: a row of mixed columns, as iterrows gives, makes every number a float)
+    data["point"] = [", ".join(f"{a}={row[a]}" for a in axes) for row in data[axes].to_dict("records")]
     data["e2e_p99_s"], data["tokens_per_s"] = data[SWEEP_Y], data[SWEEP_X]
     ordered = data.sort_values(["tokens_per_s", "e2e_p99_s"], ascending=[False, True])
     best, front = np.inf, []

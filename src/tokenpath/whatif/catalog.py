@@ -21,7 +21,7 @@ from tokenpath.fabric.build import scaleup_link_bw_Bps
 from tokenpath.fabric.spec import HierarchyFabric, SwitchFabric
 from tokenpath.sim import front_end
 from tokenpath.sim.deployment import build_deployment, chip_fabric
-from tokenpath.sim.scenario import Scenario
+from tokenpath.sim.scenario import DeploymentSection, Scenario
 
 GROUPS = ("wider", "closer", "more continuous", "compute")
 # A fifth group, only for scenarios with an [application] table: the stages around the model call.
@@ -234,8 +234,7 @@ def _closer(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever
     if dep.prefill_replicas:
         levers.append(Lever("disaggregated prefill", "", skipped="the scenario is disaggregated already"))
     elif dep.replicas < 2:
-        levers.append(Lever("disaggregated prefill", "", skipped=f"needs 2 or more replicas; TP{dep.tp} on {dep.chips} "
-                                                                f"chips is {dep.replicas}"))
+        levers.append(Lever("disaggregated prefill", "", skipped=_one_replica(dep)))
     else:
         prefill = max(1, dep.replicas // PREFILL_SHARE)
         levers.append(Lever(f"disaggregated prefill ({prefill} of {dep.replicas} replicas)", "",
@@ -289,12 +288,18 @@ def _front_end(scenario: Scenario, delivery: DeliverySpec) -> list[Lever]:
     return levers
 
 
+def _one_replica(dep: DeploymentSection) -> str:
+    """Why a lever that needs replicas to choose between does not apply: the layout has one."""
+    layout = f"TP{dep.tp}" + (f" x PP{dep.pp}" if dep.pp > 1 else "")
+    return f"needs 2 or more replicas; {layout} on {dep.chips} chips is {dep.replicas}"
+
+
 def _prefix_aware_routing(scenario: Scenario) -> Lever:
     dep, name = scenario.deployment, "prefix-aware routing"
     if dep.routing == "prefix_aware":
         return Lever(name, "", skipped="the scenario routes by cached prefix already")
     if dep.replicas < 2:
-        return Lever(name, "", skipped=f"needs 2 or more replicas; TP{dep.tp} on {dep.chips} chips is {dep.replicas}")
+        return Lever(name, "", skipped=_one_replica(dep))
     if dep.prefill_replicas:
         return Lever(name, "", skipped="disaggregated serving routes round-robin only")
     if not scenario.engine.prefix_caching:
