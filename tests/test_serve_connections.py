@@ -284,3 +284,36 @@ def test_a_burst_of_whole_requests_over_the_cap_loses_none_that_had_arrived_whol
     statuses = [reply.split(b"\r\n", 1)[0] for reply in replies]
     assert statuses[:5] == [b"HTTP/1.1 200 OK"] * 5, statuses
     assert set(statuses[5:]) <= {b"HTTP/1.1 503 Service Unavailable", b""}, statuses
+
+
+def test_making_room_passes_over_a_connection_whose_request_the_loop_has_not_read():
+    """A busy loop reads a burst's whole requests late: a connection holding unread bytes is a request on its
+    way, so the one without any is closed to make room, though it came later."""
+    import socket as socket_module
+
+    from tokenpath.serve.connections import ConnectionLimits, Connections, _Guard
+
+    async def main():
+        connections = Connections(ConnectionLimits(max_connections=2))
+        pairs = [socket_module.socketpair() for _ in range(2)]
+        guards = []
+        for ours, _ in pairs:
+            guard = _Guard(connections, None)
+            guard.socket = ours
+            guards.append(guard)
+            assert connections.admit(guard) == "in"
+        head = b"POST /v1/completions HTTP/1.1\r\n"
+        pairs[0][1].sendall(head)  # the older one holds a request's first bytes
+        long_ago = asyncio.get_running_loop().time() - 1.0
+        for guard in guards:
+            connections.waiting[guard] = long_ago
+        unread = [guard.unread_bytes() for guard in guards]
+        made_room = connections.make_room()
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+        return unread, made_room, [guard in connections.open for guard in guards]
+
+    unread, made_room, still_open = asyncio.run(main())
+    assert unread == [len(b"POST /v1/completions HTTP/1.1\r\n"), 0]
+    assert made_room and still_open == [True, False]

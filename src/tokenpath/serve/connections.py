@@ -24,6 +24,7 @@ import asyncio
 import errno
 import logging
 import socket
+import struct
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
@@ -72,6 +73,12 @@ MAKE_ROOM_AFTER_S = 0.05
 # connection costs some kilobytes); a choice, raise it with --max-connections.
 UNLIMITED_FILES_CONNECTIONS = 65536
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+try:  # the ioctl that tells the bytes waiting on a socket (Linux, macOS); None elsewhere
+    import fcntl
+    import termios
+    _FIONREAD: int | None = termios.FIONREAD
+except ImportError:
+    _FIONREAD = None
 
 
 def default_max_connections() -> int:
@@ -215,15 +222,19 @@ class Connections:
 
     def make_room(self) -> bool:
         """Close the connection that has gone longest without a request in progress, if it has waited
-        MAKE_ROOM_AFTER_S at least."""
-        if not self.waiting:
-            return False
-        if asyncio.get_running_loop().time() - next(iter(self.waiting.values())) < MAKE_ROOM_AFTER_S:
-            return False
-        self.counted.note("evicted", f"closed a connection without a request in progress to make room for a new "
-                                     f"one ({len(self.open)} open; serve --max-connections)")
-        next(iter(self.waiting)).close()
-        return True
+        MAKE_ROOM_AFTER_S at least and holds no bytes the loop has not read yet (a busy loop reads a
+        burst's whole requests late: those are requests, not idle connections)."""
+        now = asyncio.get_running_loop().time()
+        for guard, since in self.waiting.items():  # (longest waiting first)
+            if now - since < MAKE_ROOM_AFTER_S:
+                return False
+            if guard.unread_bytes():
+                continue
+            self.counted.note("evicted", f"closed a connection without a request in progress to make room for a "
+                                         f"new one ({len(self.open)} open; serve --max-connections)")
+            guard.close()
+            return True
+        return False
 
     def forget(self, guard: _Guard) -> None:
         self.open.discard(guard)
@@ -249,6 +260,18 @@ class _Guard(asyncio.Protocol):
         self.head_tail = b""        # its last 3 bytes, to find the blank line that ends it across reads
         self.admitted = False
         self.socket: socket.socket | None = None   # set while its transport is being made
+
+    def unread_bytes(self) -> int:
+        """Bytes the kernel holds for this connection that the loop has not read yet (0 where the platform
+        cannot tell: no FIONREAD)."""
+        sock = self.socket if self.socket is not None else (
+            self.transport.get_extra_info("socket") if self.transport is not None else None)
+        if sock is None or _FIONREAD is None:
+            return 0
+        try:
+            return struct.unpack("i", fcntl.ioctl(sock.fileno(), _FIONREAD, b"\0\0\0\0"))[0]
+        except OSError:  # closed meanwhile
+            return 0
 
     # --- asyncio.Protocol, passed on to aiohttp's RequestHandler
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
