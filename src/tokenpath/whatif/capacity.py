@@ -280,20 +280,19 @@ def _bracketed(base: Base, slo: dict[str, Target], requests: int, start: float, 
         # `workers` rates a round; the first that crosses closes the bracket.
         if high is None:
             rates = [r for r in (low.rate_per_s * factor ** k for k in range(1, workers + 1)) if r <= highest]
-            for point in run(rates):
-                if not ok(point, slo):
-                    high = point
-                    break
-                low = point
         else:
             rates = [r for r in (high.rate_per_s / factor ** k for k in range(1, workers + 1)) if r >= lowest]
-            for point in run(rates):
-                if ok(point, slo):
-                    low = point
-                    break
-                high = point
-        if not rates:
+        if not rates:  # at the edge of the rates a run may take
             break
+        for point in run(rates):
+            if ok(point, slo):
+                low = point
+                if high is not None:
+                    break
+            else:
+                high = point
+                if low is not None:
+                    break
     if low is None:
         alone = " with requests hours apart, so a request alone misses it" if high.rate_per_s <= 1 / 3600 else ""
         raise UserError(f"capacity: the SLO is missed even at {high.rate_per_s:.3g} req/s "
