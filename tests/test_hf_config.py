@@ -224,6 +224,16 @@ def test_an_fp4_checkpoints_format_is_read_from_the_quantization_config(tmp_path
     assert read(tmp_path, config).fp4_format == fp4_format
 
 
+@pytest.mark.parametrize(("fields", "mtp_layers"), [
+    ({"num_nextn_predict_layers": 1}, 1),   # DeepSeek-V3, GLM-4.5, MiMo
+    ({"mtp_num_hidden_layers": 1}, 1),      # Qwen3-Next
+    ({"num_nextn_predict_layers": 0}, 0),
+    ({}, 0),
+])
+def test_a_checkpoints_multi_token_prediction_layers_are_read(tmp_path, fields, mtp_layers):
+    assert read(tmp_path, {**DEEPSEEK_V2_LITE, **fields}).mtp_layers == mtp_layers
+
+
 @pytest.mark.parametrize("block", [[128], [0, 128], "128x128", [128.0, 128], [True, 128]])
 def test_a_block_size_that_is_not_two_positive_whole_numbers_is_refused(tmp_path, block):
     with pytest.raises(UserError, match="config.json: quantization_config.weight_block_size must be two positive"):

@@ -299,7 +299,10 @@ def test_trtllm_disaggregated_config_lists_each_server():
     {"method": "draft_model", "num_speculative_tokens": 3, "draft_model": "llama-3.2-1b"},
 ])
 def test_every_server_setting_of_a_speculative_scenario_is_carried_or_noted(spec, engine):
-    scenario = load_scenario("typical", {"deployment.tp": 2, "deployment.prefill_replicas": 1,
+    # (an MTP drafter runs the model's own MTP layers: DeepSeek-V3's, which need a node a replica)
+    layout = ({"model.name": "deepseek-v3", "deployment.tp": 8, "deployment.chips": 16} if spec["method"] == "mtp"
+              else {"deployment.tp": 2})
+    scenario = load_scenario("typical", {**layout, "deployment.prefill_replicas": 1,
                                          "engine.speculative": spec, "workload.draft_acceptance": 0.7})
     _, settings = emit(make_plan(scenario), engine)
     noted = {note.setting for note in settings.notes}

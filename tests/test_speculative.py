@@ -237,6 +237,9 @@ def test_a_speculative_scenario_halves_tpot_as_its_tokens_a_step_say():
      '[delivery]\nstream_interval = 4\n', "set stream_interval = 1"),
     ('[engine]\nscheduler = "prefill-first"\nmixed_chunk = true\n[engine.speculative]\nmethod = "eagle"\n'
      'num_speculative_tokens = 3\n[workload]\ndraft_acceptance = 0.7\n', "mixed_chunk with a drafter is not modelled"),
+    # the default model, Llama-3.1-70B, ships no MTP layers: vLLM and SGLang load them from the checkpoint
+    ('[engine.speculative]\nmethod = "mtp"\nnum_speculative_tokens = 2\n[workload]\ndraft_acceptance = 0.8\n',
+     "llama-3.1-70b's checkpoint has no multi-token-prediction layers"),
 ])
 def test_a_bad_speculative_table_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, toml, message):
     path = tmp_path / "s.toml"

@@ -182,6 +182,7 @@ def read_hf_config(path: Path) -> ModelSpec:
         fp8_block_scaled=_fp8_block_scaled(config),
         fp4_format=_fp4_format(config),
         architecture=architecture,
+        mtp_layers=config.int("num_nextn_predict_layers", config.int("mtp_num_hidden_layers")),
         **_mlp(config, layers),
         **mla,
     )

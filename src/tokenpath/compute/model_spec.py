@@ -32,7 +32,10 @@ class ModelSpec:
     whose scales its fp4 weights carry on any chip; empty where it ships none, and the chip's format
     applies (ChipSpec.fp4_format). `architecture`: the model class its config.json names (`architectures`),
     which the engines' model registries map to their model code (some features, such as SGLang's attention
-    data-parallel, exist in some of that code only); empty where unknown. Biases are not modelled.
+    data-parallel, exist in some of that code only); empty where unknown. `mtp_layers`: the
+    multi-token-prediction layers its checkpoint ships (num_nextn_predict_layers, Qwen3-Next's
+    mtp_num_hidden_layers), which an "mtp" drafter runs (engine/speculative.py); 0 where it has none.
+    Biases are not modelled.
     """
 
     name: str
@@ -60,6 +63,7 @@ class ModelSpec:
     fp8_block_scaled: bool = False
     fp4_format: str = ""
     architecture: str = ""
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

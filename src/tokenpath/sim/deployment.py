@@ -114,6 +114,9 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                         "data-parallel (SGLang's ranks schedule a step at a time); set it to 1 or attention_dp = false")
     if scenario.model.expert_precision is not None and not model.is_moe:
         raise UserError(f"model.expert_precision: {model.name} has no experts; remove expert_precision")
+    if engine.speculative is not None and engine.speculative.method == "mtp" and not model.mtp_layers:
+        raise UserError(f"engine.speculative.method = \"mtp\": {model.name}'s checkpoint has no multi-token-prediction "
+                        "layers (num_nextn_predict_layers); use eagle3, ngram or draft_model")
     if dep.prefill_replicas and not dep.prefill_replicas < dep.replicas:
         raise UserError(f"deployment.prefill_replicas: {dep.prefill_replicas} of {dep.replicas} replicas leaves none "
                         "to decode; use fewer, or more chips")
