@@ -577,3 +577,28 @@ def test_an_overlapped_host_costs_only_what_the_gpu_does_not_hide():
             gpu_s, host = gpu.step_time_s(*args), host_s + per_seq_s * args[1]
             assert hidden.step_time_s(*args) == pytest.approx(max(gpu_s, host), rel=1e-12)
             assert in_path.step_time_s(*args) == pytest.approx(gpu_s + host, rel=1e-12)
+
+
+def test_deepseek_v3s_heaviest_pipeline_stage_holds_expert_layers_only():
+    """Its first 3 layers have a dense MLP instead of experts (first_k_dense_replace): the first stage holds
+    them, so the last stage's 30 expert layers and LM head are the heaviest, worked out here by hand (TP8,
+    fp8 weights; the router, latent norms, norms and head bf16)."""
+    h, layers = 7168, 30
+    attention = h * 1536 + 1536 * 128 * 192 / 8 + h * 576 + 512 * 128 * 256 / 8 + 128 * 128 * h / 8
+    latent_norms = (1536 + 512) * 2.0
+    experts = 256 * 3 * h * 2048 / 8 + 3 * h * 2048 / 8 + h * 256 * 2.0  # routed, shared, router
+    norms = 2 * h * 2.0
+    head = 129_280 / 8 * h * 2.0
+    staged = ComputeModel(load_model("deepseek-v3"), load_chip("h100"), 8, "fp8", "bf16", pp=2)
+    # (the final norm, h bf16 weights, is spread over the layers)
+    assert staged.weight_bytes_per_chip == pytest.approx(layers * (attention + latent_norms + experts + norms) + head,
+                                                         rel=1e-4)
+    assert staged.weight_bytes_per_chip / 2**30 == pytest.approx(40.87, abs=0.01)  # 40.28 with an average layer
+
+
+def test_a_dense_models_pipeline_stage_holds_its_share_of_layers_and_the_head():
+    whole = ComputeModel(load_model("llama-3.1-70b"), load_chip("h100"), 4, "fp8", "bf16")
+    staged = ComputeModel(load_model("llama-3.1-70b"), load_chip("h100"), 4, "fp8", "bf16", pp=2)
+    resident = {op.name: op.resident_bytes for op in whole.ops}
+    per_layer = (sum(resident.values()) - resident["embedding"] - resident["lm_head"]) / 80
+    assert staged.weight_bytes_per_chip == pytest.approx(40 * per_layer + resident["lm_head"], rel=1e-12)

@@ -99,6 +99,26 @@ def test_kv_capacity_never_overcommits_and_beats_charging_every_layer():
     assert tokens > 1.4 * full.kv_capacity_tokens(0.9, 8192)
 
 
+@pytest.mark.parametrize(("block", "held"), [(16, 144), (64, 192), (128, 256), (1, 128)])
+def test_a_window_past_is_held_in_whole_blocks(block, held):
+    """vLLM V1 frees the blocks wholly before the last window - 1 tokens (SlidingWindowManager.
+    remove_skipped_blocks): a sequence past the window may hold ceil((window - 1) / block) + 1 blocks."""
+    gpt_oss = ComputeModel(load_model("gpt-oss-120b"), load_chip("h200"), 1, "bf16", "bf16", expert_precision="fp4")
+    assert gpt_oss.sliding_kv_bytes_per_token_per_chip == 18 * 2 * 8 * 64 * 2  # 18 sliding layers, 8 KV heads of 64
+    exact = gpt_oss.kv_capacity_tokens(0.9, 8192, 1024)
+    # the window bound: (free - 1024 sequences x held tokens x sliding bytes) / the full layers' bytes, these equal
+    assert exact - gpt_oss.kv_capacity_tokens(0.9, 8192, 1024, block_size=block) == 1024 * (held - 128)
+
+
+def test_gpt_oss_on_an_h200_under_vllm_0_10_2_holds_its_windows_in_16_token_blocks():
+    from tokenpath.sim.deployment import build_deployment
+    deployment = build_deployment(load_scenario(None, {
+        "model.name": "gpt-oss-120b", "model.precision": "bf16", "model.expert_precision": "fp4",
+        "deployment.chip": "h200", "deployment.chips": 1, "deployment.tp": 1, "engine.version": "0.10.2"}))
+    assert deployment.engine.block_size == 16
+    assert deployment.kv_capacity_tokens == 1_594_680  # 1,611,064 with each window held as exactly 128 tokens
+
+
 def test_a_pool_sized_at_a_ratio_of_the_full_layers_tokens_holds_that_many():
     half, full = compute(with_window(16)), compute(LLAMA_8B)
     free = full.kv_capacity_tokens(0.9, 8192, max_num_seqs=64) * full.kv_bytes_per_token_per_chip

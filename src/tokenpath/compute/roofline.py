@@ -43,6 +43,12 @@ class OpCost:
     bound: str  # "compute" | "memory"
 
 
+_DENSE_MLP_OPS = ("mlp_gate_up", "mlp_down")
+"""An MoE model's dense-MLP layers' ops (ops._dense_mlp)."""
+_MOE_OPS = ("moe_router", "moe_experts", "shared_experts")
+"""An MoE model's expert layers' ops (ops._moe_router, _routed_experts, _shared_experts)."""
+
+
 def pipeline_stage_layers(layers: int, pp: int, extra_on_last: bool = False) -> list[int]:
     """The layers of each of `pp` pipeline stages: a pp-th each, and the remainder one each to the stages
     before the last, from the last but one back, as vLLM partitions them (vllm/distributed/utils.py,
@@ -289,7 +295,7 @@ class ComputeModel:
                            sampler_bytes_per_logit: float | None = None,
                            share_covers: Literal["all", "weights_and_kv", "free_memory"] = "all",
                            measured_margin: tuple[float, float] | None = None,
-                           sliding_pool_ratio: float | None = None) -> int:
+                           sliding_pool_ratio: float | None = None, block_size: int | None = None) -> int:
         """KV-cache tokens that fit in the memory the engine's share leaves them, over the KV bytes per token.
         What the share `gpu_memory_utilization` covers (`share_covers`, engine/memory_share.py):
         - "all" (vLLM): everything, so the cache takes hbm x utilization - weights - activations;
@@ -318,6 +324,10 @@ class ComputeModel:
         assumes. An engine that sizes its sliding layers' pool at `sliding_pool_ratio` of the full layers'
         tokens instead (SGLang: engine/sliding_pool.py; 1 where every layer holds every token) holds
         free / (full + ratio x sliding) tokens.
+        `block_size`: the engine's KV block, in tokens, where its pool frees a window's blocks whole (vLLM V1's
+        SlidingWindowManager.remove_skipped_blocks keeps every block holding one of the last window - 1 tokens
+        and the new one's): a sequence past the window then holds up to ceil((window - 1) / block) + 1 blocks
+        (144 tokens of a 128-token window in 16-token blocks, 192 in 64-token ones), not the window.
         """
         if not 0 < gpu_memory_utilization <= 1:
             raise UserError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}; "
@@ -370,7 +380,8 @@ class ComputeModel:
             return int(free // (per_token - sliding + sliding_pool_ratio * sliding))
         if sliding and max_num_seqs:
             in_flight = max_num_seqs * self.pp  # each stage holds the sequences of every microbatch
-            windows = in_flight * self._window * sliding
+            held = self._window if not block_size else (-(-(self._window - 1) // block_size) + 1) * block_size
+            windows = in_flight * held * sliding
             full = per_token - sliding
             if free > windows:  # with every layer sliding, each sequence may reach the model's context
                 tokens = max(tokens, (free - windows) // full if full else in_flight * self.model.max_context)
@@ -399,11 +410,24 @@ class ComputeModel:
         total = sum(resident.values())
         if pp == 1:
             return total
+        model = self.model
         embedding, head = resident.get("embedding", 0.0), resident.get("lm_head", 0.0)
-        per_layer = (total - embedding - head) / self.model.num_layers
+        # An MoE model's dense-MLP layers weigh far less than its expert layers and come first
+        # (DeepSeek's first_k_dense_replace), so the first stage holds them, not a share of each stage.
+        # ModelSpec keeps their count alone: an interleaving model's (Llama 4 Maverick's) are taken as first too.
+        dense = sum(resident.get(name, 0.0) for name in _DENSE_MLP_OPS) if model.is_moe else 0.0
+        moe = sum(resident.get(name, 0.0) for name in _MOE_OPS)
+        per_layer = (total - embedding - head - dense - moe) / model.num_layers
+        per_dense = dense / model.dense_mlp_layers if dense else 0.0
+        per_moe = moe / model.moe_layers if moe else 0.0
         ends = [0.0] * pp
-        ends[0], ends[-1] = embedding, embedding if self.model.tie_word_embeddings else head
-        return max(layers * per_layer + end for layers, end in zip(self.stage_layers, ends))
+        ends[0], ends[-1] = embedding, embedding if model.tie_word_embeddings else head
+        stages, first = [], 0
+        for layers, end in zip(self.stage_layers, ends):
+            dense_here = max(0, min(first + layers, model.dense_mlp_layers) - first) if model.is_moe else 0
+            stages.append(layers * per_layer + dense_here * per_dense + (layers - dense_here) * per_moe + end)
+            first += layers
+        return max(stages)
 
     def attention_aggregates(self, num_tokens: int, num_logits: int, attn_pairs: float,
                              kv_read_tokens: float, sequences: int | None = None) -> tuple[float, float]:
