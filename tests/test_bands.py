@@ -331,6 +331,18 @@ def test_a_stated_release_covers_its_own_and_its_patch_releases(stated, wanted, 
     assert covers_version(stated, wanted) is covered
 
 
+@pytest.mark.parametrize("stated, wanted, covered", [
+    ("0.8.3 (vllm/vllm-openai:v0.8.3, V1)", "v0.8.3", True), ("0.8.3 (vllm/vllm-openai:v0.8.3, V1)", "V0.8", True),
+    ("0.8.3 (vllm/vllm-openai:v0.8.3, V1)", "0.8.3.0", True), ("v0.6.0", "0.6", True),
+    ("0.5.3", "0.5.3rc0", False), ("0.8.3", "v0.8.4", False),
+])
+def test_a_release_written_as_its_tag_or_with_trailing_zeros_is_the_release_the_model_simulates(stated, wanted,
+                                                                                                 covered):
+    # The model reads "v0.8.3" and "0.8.3.0" as 0.8.3 (engine/release.py) and simulates them alike; the
+    # envelope must not call the same simulation validated under one spelling and outside under another.
+    assert covers_version(stated, wanted) is covered
+
+
 @given(st.lists(st.integers(0, 999), min_size=1, max_size=4), st.integers(1, 4), st.text(max_size=20))
 def test_a_release_covers_every_leading_part_of_itself_and_no_other_number(parts, keep, note):
     release = ".".join(map(str, parts))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenpath.engine.release import release_at_least, release_number
+from tokenpath.engine.release import release_at_least, release_number, written_release
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import Scenario
@@ -68,3 +68,9 @@ def test_deepseek_on_vllm_before_0_7_1_holds_a_tenth_of_the_tokens_in_its_kv_cac
     assert before.compute.kv_bytes_per_token_per_chip == 749_568
     assert after.compute.kv_bytes_per_token_per_chip == 70_272
     assert after.kv_capacity_tokens / before.kv_capacity_tokens == pytest.approx(749_568 / 70_272, rel=1e-3)
+
+
+@pytest.mark.parametrize("text, written", [("v0.8.3", "0.8.3"), ("0.8.3.0", "0.8.3.0"), ("V1", "1"),
+                                           ("0.5.3rc0", None), ("0.8.3 (V1)", None), ("NIM 1.8.0", None), ("", None)])
+def test_a_written_release_is_a_release_number_alone_less_its_tags_v(text, written):
+    assert written_release(text) == written

@@ -29,6 +29,13 @@ def release_number(text: str | None) -> tuple[int, ...] | None:
     return tuple(parts)
 
 
+def written_release(text: str) -> str | None:
+    """The release number `text` is, as written but for a tag's "v" ("0.8.3" of "v0.8.3"); None where the
+    text is more than a release number (a pre-release, a note, no number)."""
+    match = _LEADING_RELEASE.fullmatch(text)
+    return match.group(1) if match else None
+
+
 def release_at_least(text: str | None, since: str) -> bool:
     """Whether the release `text` states is `since` or later; True where it states none the model can
     read (unset, or no leading number): the newest release's behaviour."""

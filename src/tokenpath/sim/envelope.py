@@ -7,7 +7,8 @@ generation: an engine's kernels, graphs and defaults differ from one generation 
 no row has the pair the unshipped runs missed most (docs/validation.md, "Error bands and the
 validated envelope": vLLM and TensorRT-LLM on Blackwell); and, where the scenario states the engine's
 release (`[engine] version`), some row of the same profile states that release: the same text, or a
-first word that is it or starts with it and a dot ("0.6" covers "0.6.0" and "0.6.0 (V0)"); where it
+first word that is it or starts with it and a dot ("0.6" covers "0.6.0" and "0.6.0 (V0)"), a tag's "v"
+and trailing zeros aside ("v0.6.0" is "0.6.0"); where it
 runs speculative decoding, some row runs the same method; where it runs attention data-parallel, some
 row of its engine profile does (each engine's ranks schedule their own way: engine/replica.py, and the
 unshipped TensorRT-LLM runs of it missed most, docs/validation.md); and it is not a closed loop of fixed lengths
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tokenpath.engine.release import release_number, written_release
 from tokenpath.sim.bands import Record, unseen_pair
 
 # Marks, in a table of runs (levers, a sweep's frontier), one whose scenario lies outside the envelope.
@@ -33,9 +35,14 @@ _DIMENSIONS = (("chip", "chip", "chip"), ("chip_generation", "chip_generation", 
 
 
 def covers_version(stated: str, wanted: str) -> bool:
-    """Whether a row's stated engine release covers the scenario's (module docstring)."""
+    """Whether a row's stated engine release covers the scenario's (module docstring), a tag's "v" and
+    trailing zeros aside as the model reads a release ("v0.8.3" and "0.8.3.0" are 0.8.3: engine/release.py)."""
     first = stated.split(" ", 1)[0]
-    return stated == wanted or first == wanted or first.startswith(wanted + ".")
+    if stated == wanted or first == wanted or first.startswith(wanted + "."):
+        return True
+    row, run = written_release(first), written_release(wanted)
+    return row is not None and run is not None and (row.startswith(run + ".")
+                                                    or release_number(row) == release_number(run))
 
 
 def envelope(regime: dict[str, Any], records: Sequence[Record]) -> dict[str, Any]:
