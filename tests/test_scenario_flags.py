@@ -95,3 +95,18 @@ def test_a_duration_without_a_unit_is_seconds_as_the_help_says(monkeypatch, caps
     code, out, _ = run_cli(["simulate", "--help"], monkeypatch, capsys)
     shown = " ".join(out.split())
     assert "a duration without a unit is seconds" in shown and "(a bare number is seconds;" in shown
+
+
+def test_length_flags_keep_the_scenarios_kind_spread_and_bounds():
+    from tokenpath.cli.options import scenario_overrides
+
+    lognormal = {"workload": {"input": {"kind": "lognormal", "mean": 550.0, "sd": 300.0, "max": 4000}}}
+    assert scenario_overrides(lognormal, input_len=1000)["workload.input"] == {
+        "kind": "lognormal", "mean": 1000.0, "sd": 300.0, "max": 4000}  # (it read normal(1000, 300), max dropped)
+    uniform = {"workload": {"input": {"kind": "uniform", "mean": 1000.0, "range_ratio": 0.5}}}
+    table = scenario_overrides(uniform, input_len=2000)["workload.input"]
+    # the uniform's own sd, 1000 x 0.5 / sqrt(3) = 288.7, i.e. range_ratio 0.25 at mean 2000 (it read normal(2000, 150))
+    assert table["kind"] == "uniform" and table["mean"] == 2000.0 and abs(table["range_ratio"] - 0.25) < 1e-12
+    default = {"workload": {}}
+    assert scenario_overrides(default, input_len=700)["workload.input"] == {"kind": "normal", "mean": 700.0,
+                                                                             "sd": 150.0}

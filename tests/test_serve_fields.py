@@ -284,3 +284,26 @@ def test_a_json_document_cut_short_ends_by_length_and_a_whole_one_by_stop():
     cut, whole, cut_by_max = serve(**{"workload.output": {"kind": "fixed", "value": 3}})(body)
     assert cut["finish_reason"] == "length" and cut_by_max["finish_reason"] == "length"
     assert whole["finish_reason"] == "stop" and isinstance(json.loads(whole["message"]["content"]), dict)
+
+
+def test_serve_counts_a_chat_prompt_as_simulate_does():
+    """A one-message chat: the text's tokens plus the chat template's, 3 for the default tokenizer
+    (<s>[INST]...[/INST], what chat_template_tokens = "auto" adds), or the scenario's own count."""
+    from tokenpath import load_scenario
+    from tokenpath.delivery.chat_template import QUESTION, added_tokens
+    from tokenpath.delivery.detokenizer import Detokenizer
+    from tokenpath.serve.app import ServeOptions, Server
+
+    detokenizer = Detokenizer.load(None)
+    text = len(detokenizer.encode(QUESTION))
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": QUESTION}]}
+    assert parse_request(body, "chat", lambda t: len(detokenizer.encode(t))).prompt_tokens == text + 3  # (it read + 4)
+    for template, expected in ((0, text + added_tokens()), (35, text + 35)):
+        server = Server(load_scenario(overrides={"workload.chat_template_tokens": template}), ServeOptions())
+        assert parse_request(body, "chat", server.count_tokens, server.template_tokens).prompt_tokens == expected
+    assert added_tokens() == 3
+    two_turns = {"model": "m", "max_tokens": 5, "messages": [
+        {"role": "user", "content": QUESTION}, {"role": "assistant", "content": "Soon."},
+        {"role": "user", "content": QUESTION}]}
+    answer = len(detokenizer.encode("Soon."))
+    assert parse_request(two_turns, "chat", server.count_tokens, 35).prompt_tokens == 2 * (text + 35) + answer

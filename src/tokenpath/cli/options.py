@@ -100,8 +100,10 @@ LENGTH_DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform", "sharegpt")
 
 def _length(table: dict[str, Any], which: str, mean: float | None, sd: float | None,
             dist: str | None = None) -> dict[str, Any]:
-    """--input-len/--input-sd/--input-dist replace the length table. Without --input-dist: normal(mean,
-    sd), or fixed when sd is 0. A uniform draw has the given mean and sd (its range is mean +- sqrt(3) sd);
+    """--input-len/--input-sd/--input-dist replace the length table, keeping its min and max. Without
+    --input-dist: the table's own kind (lognormal, uniform; else normal) with the given mean and sd, the
+    table's where a flag leaves one out, or fixed when sd is 0. A uniform draw has the given mean and sd
+    (its range is mean +- sqrt(3) sd);
     sharegpt takes neither."""
     flag = f"--{which}-dist"
     if dist is not None and dist not in LENGTH_DISTRIBUTIONS:
@@ -111,11 +113,18 @@ def _length(table: dict[str, Any], which: str, mean: float | None, sd: float | N
             raise UserError(f"{flag} sharegpt: its lengths are ShareGPT's; drop --{which}-len and --{which}-sd")
         return {"kind": "sharegpt"}
     current = _table(_table(table, "workload"), which)
+    kind = current.get("kind")
     mean = mean if mean is not None else current.get("mean", current.get("value", default_of(f"workload.{which}.mean")))
-    sd = sd if sd is not None else current.get("sd", 0.0 if current.get("kind") == "fixed"
-                                               else default_of(f"workload.{which}.sd"))
-    if dist is None:
-        dist = "fixed" if sd == 0 else "normal"
+    if sd is None and kind == "uniform" and _number(current.get("mean")) and _number(current.get("range_ratio")):
+        sd = current["mean"] * current["range_ratio"] / math.sqrt(3.0)  # the uniform's own spread, not the default's
+    sd = sd if sd is not None else current.get("sd", 0.0 if kind == "fixed" else default_of(f"workload.{which}.sd"))
+    if dist is None:  # the scenario's own kind where it has a mean and sd; --{which}-dist changes it
+        dist = "fixed" if sd == 0 else kind if kind in ("lognormal", "uniform") else "normal"
+    bounds = {key: current[key] for key in ("min", "max") if key in current}
+    return {**_length_table(which, mean, sd, dist), **bounds}
+
+
+def _length_table(which: str, mean: Any, sd: Any, dist: str) -> dict[str, Any]:
     if dist == "fixed":
         if not _number(mean) or not math.isfinite(mean) or mean < 1 or mean != int(mean):
             raise UserError(f"--{which}-len: a fixed length must be a whole number of tokens >= 1, got {quoted(mean)}")

@@ -25,6 +25,7 @@ from aiohttp import web
 from tokenpath.bench.prompts import corpus_text
 from tokenpath.config.errors import UserError
 from tokenpath.delivery import Detokenizer
+from tokenpath.delivery.chat_template import added_tokens
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.stream import CONTEXT_TOKENS
 from tokenpath.serve.connections import ConnectionLimits, Connections, Listener, ParseErrorLog
@@ -78,6 +79,9 @@ class Server:
         self.deployment = build_deployment(scenario)
         self.model_name = options.served_model_name or scenario.model.name
         self.detokenizer = Detokenizer.load(options.tokenizer)
+        # Tokens the chat template adds to each user message: the scenario's count, else (a completions
+        # scenario, 0) what this tokenizer's own template adds, as simulate's "auto" counts it.
+        self.template_tokens = scenario.chat_template_tokens() or added_tokens(options.tokenizer)
         self.corpus_ids = np.array(self.detokenizer.encode(corpus_text()), dtype=np.int64)
         # JSON mode streams the corpus inside a JSON string: quotes, backslashes and control characters
         # replaced, so that any stretch of it is valid inside one.
@@ -262,9 +266,10 @@ def _completion_route(endpoint: str) -> Callable[[web.Request], Awaitable[web.St
         _authorize(server, request)
         body, body_bytes = await _body(request, server.options.limits.body_timeout_s)
         if body_bytes <= INLINE_PARSE_BYTES:
-            ask = parse_request(body, endpoint, server.count_tokens)
+            ask = parse_request(body, endpoint, server.count_tokens, server.template_tokens)
         else:  # a large prompt is tokenized off the event loop, so that streams keep their pace
-            ask = await asyncio.to_thread(parse_request, body, endpoint, server.count_tokens)
+            ask = await asyncio.to_thread(parse_request, body, endpoint, server.count_tokens,
+                                            server.template_tokens)
         if server.options.served_model_name and ask.model != server.model_name:
             raise ApiError(404, f"the model {ask.model!r} does not exist; this server serves {server.model_name!r}",
                            "model", code="model_not_found")

@@ -132,13 +132,16 @@ MESSAGE_KEYS = {"system": ("role", "content", "name"), "developer": ("role", "co
                 "assistant": ("role", "content", "name", "refusal", "tool_calls", "function_call", "audio",
                               "reasoning_content", "reasoning"),
                 "tool": ("role", "content", "tool_call_id"), "function": ("role", "content", "name")}
-# Tokens a chat template adds around each message (role markers and separators): a small constant,
-# as for Llama-3 and Mistral templates.
-CHAT_TOKENS_PER_MESSAGE = 4
+# Tokens a chat template adds to each user message when the caller does not say (Mistral's Tekken, the
+# default tokenizer: <s>[INST]...[/INST], workload/spec.py); the server passes the scenario's own count.
+CHAT_TOKENS_PER_MESSAGE = 3
 
 
-def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> Ask:
-    """Validate a request body; raises ApiError naming the offending field."""
+def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int],
+          template_tokens: int = CHAT_TOKENS_PER_MESSAGE) -> Ask:
+    """Validate a request body; raises ApiError naming the offending field. A chat prompt is its messages'
+    tokens and `template_tokens` for each user message (at least one), as simulate counts a session's
+    turns (workload.chat_template_tokens)."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     model = body.get("model")
@@ -171,7 +174,8 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "'messages' must be a non-empty list of {role, content}", "messages")
-        prompt_tokens = 0
+        prompt_tokens = template_tokens * max(1, sum(isinstance(m, dict) and m.get("role") == "user"
+                                                     for m in messages))
         for j, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise ApiError(400, f"messages[{j}] must be an object with a 'role'", f"messages[{j}]")
@@ -179,7 +183,7 @@ def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int]) -> 
                 raise ApiError(400, f"messages[{j}].role: {quoted(message['role'])} is not a role; use one of "
                                     f"{', '.join(ROLES)}", f"messages[{j}].role")
             _check_message(message, j)
-            prompt_tokens += CHAT_TOKENS_PER_MESSAGE + count_tokens(
+            prompt_tokens += count_tokens(
                 _text_parts(message.get("content"), f"messages[{j}].content"))
     max_tokens = _int(body, "max_completion_tokens", 1) if endpoint == "chat" else None
     if max_tokens is None:
