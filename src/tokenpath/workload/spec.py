@@ -257,7 +257,9 @@ def check_turns(value: int | LengthSpec) -> int | LengthSpec:
 class WorkloadSpec(BaseModel):
     """What requests look like. The default is LLMPerf's workload (ray-project/llmperf
     token_benchmark_ray.py): input tokens normal(550, 150), output tokens normal(150, 80), here sent
-    as a Poisson process at 10 requests/s, 2000 requests.
+    as a Poisson process at 10 requests/s, 2000 requests. Drawn as LLMPerf draws them (a draw truncated
+    to a whole number, one of 0 or less drawn again: utils.py's sample_random_positive_int), the outputs
+    have mean 155.3 and sd 74.2, the inputs 549.6 and 149.9.
 
     When `trace` is given, arrivals and lengths come from the trace and the `input`, `output` and
     `arrival` tables are ignored; `num_requests` then caps how many trace rows are taken (the first N
