@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from tokenpath.serve.openai import CHAT_TOKENS_PER_MESSAGE, ApiError, Ask, Endpoint, Extras, parse
+from tokenpath.serve.openai import ApiError, Ask, Endpoint, Extras, parse
 
 Check = Callable[[str, Any], None]
 
@@ -181,8 +181,7 @@ _KNOWN = {"chat": _ALL - _COMPLETIONS_ONLY, "completions": _ALL - _CHAT_ONLY}
 _STREAM_OPTIONS = {"include_usage", "continuous_usage_stats"}
 
 
-def parse_request(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int],
-                  template_tokens: int = CHAT_TOKENS_PER_MESSAGE) -> Ask:
+def parse_request(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int], template_tokens: int) -> Ask:
     """A request body as an `Ask`: the fields `parse` reads (a chat's `template_tokens` a user message),
     then every other field checked here."""
     ask = parse(body, endpoint, count_tokens, template_tokens)

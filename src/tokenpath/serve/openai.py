@@ -132,13 +132,9 @@ MESSAGE_KEYS = {"system": ("role", "content", "name"), "developer": ("role", "co
                 "assistant": ("role", "content", "name", "refusal", "tool_calls", "function_call", "audio",
                               "reasoning_content", "reasoning"),
                 "tool": ("role", "content", "tool_call_id"), "function": ("role", "content", "name")}
-# Tokens a chat template adds to each user message when the caller does not say (Mistral's Tekken, the
-# default tokenizer: <s>[INST]...[/INST], workload/spec.py); the server passes the scenario's own count.
-CHAT_TOKENS_PER_MESSAGE = 3
 
 
-def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int],
-          template_tokens: int = CHAT_TOKENS_PER_MESSAGE) -> Ask:
+def parse(body: Any, endpoint: Endpoint, count_tokens: Callable[[str], int], template_tokens: int) -> Ask:
     """Validate a request body; raises ApiError naming the offending field. A chat prompt is its messages'
     tokens and `template_tokens` for each user message (at least one), as simulate counts a session's
     turns (workload.chat_template_tokens)."""
