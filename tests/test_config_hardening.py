@@ -243,12 +243,12 @@ def test_generated_arrivals_over_more_than_a_year_are_an_error(monkeypatch, caps
 @pytest.mark.parametrize("prompt", [[-1], [10**20], [1, 2**31], [1e20], [1, True]])
 def test_token_ids_outside_int32_are_a_400(prompt):
     with pytest.raises(ApiError) as caught:
-        parse({"model": "m", "prompt": prompt}, "completions", len)
+        parse({"model": "m", "prompt": prompt}, "completions", len, 0)
     assert caught.value.status == 400 and caught.value.param == "prompt"
 
 
 def test_token_ids_inside_int32_are_taken():
-    assert parse({"model": "m", "prompt": [0, 5, 2**31 - 1]}, "completions", len).prompt_tokens == 3
+    assert parse({"model": "m", "prompt": [0, 5, 2**31 - 1]}, "completions", len, 0).prompt_tokens == 3
 
 
 @pytest.mark.parametrize("change, fragment", [
