@@ -676,3 +676,21 @@ def test_any_damage_to_a_results_file_is_a_user_error_or_a_summary(tmp_path_fact
         assert str(error).startswith(str(path)) and "\n" not in str(error)
         return
     json.dumps(summary)  # the summary is plain JSON
+
+
+@pytest.mark.parametrize("usage", [{"prompt_tokens": -5, "completion_tokens": 1},
+                                   {"prompt_tokens": 99_999_999, "completion_tokens": 1},
+                                   {"prompt_tokens": 1, "completion_tokens": 2**40},
+                                   {"prompt_tokens": 1, "completion_tokens": -4}])
+@pytest.mark.parametrize("per_event", [False, True])
+def test_a_usage_count_out_of_range_fails_the_request_not_the_results_file(usage, per_event, tmp_path):
+    # A server's usage that no request could have (negative, or more tokens than a results file holds)
+    # was recorded as is, and `read_results` then refused the whole file as damaged: the run was lost.
+    from tokenpath.bench.results import _check_row
+
+    exchange, ended = _exchange()
+    events = ([{**_text("a"), "usage": usage}] if per_event
+              else [_text("a"), _text("b", finish="stop"), {"choices": [], "usage": usage}])
+    exchange.feed(_sse([*events, "[DONE]"]), 2000)
+    assert ended == [exchange] and exchange.error == MALFORMED and "usage." in exchange.detail
+    _check_row(json.loads(json.dumps(exchange.record(0))), "bench.jsonl:2")  # the row reads back

@@ -238,3 +238,23 @@ def test_an_sglang_run_sent_at_a_traces_timestamps_says_so():
     text = json.dumps({**_client_dict(run, kind="sglang", sent=False, latencies=False), "request_rate": "trace"})
     with pytest.raises(UserError, match='request_rate: "trace": the run sent its requests at a trace\'s timestamps'):
         read_measured(_write(text + "\n", ".jsonl"))
+
+
+@pytest.mark.parametrize("kind, change", [
+    ("vllm", {"input_lens": [10**30, 200]}), ("vllm", {"output_lens": [4, 2**63 - 1]}),
+    ("vllm", {"start_times": [0.0, 1e12]}), ("vllm", {"start_times": [0.0, -1e300]}),
+    ("guidellm", {"prompt_tokens": 10**30}), ("guidellm", {"output_tokens": 10**30}),
+    ("guidellm", {"request_start_time": 1e300}),
+])
+def test_counts_and_send_times_out_of_range_are_a_user_error(kind, change):
+    # A count past int64 raised OverflowError (np.array(..., np.int64)); send times a trillion seconds apart
+    # were read, and the fit's simulation then overflowed int64 nanoseconds (OverflowError, a traceback).
+    run = [(100, 4, 0.1, 0.01, 1.0), (200, 1, 0.2, 0.01, 2.0)]
+    if kind == "guidellm":
+        document = _guidellm([run], 2)
+        document["benchmarks"][0]["requests"]["successful"][1].update(change)
+    else:
+        document = {**_client_dict(run, kind=kind, sent=True, latencies=True), **change}
+    with pytest.raises(UserError) as error:
+        read_measured(_write(json.dumps(document)))
+    assert "\n" not in str(error.value)

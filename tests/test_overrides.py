@@ -133,3 +133,12 @@ def test_set_reaches_the_assumptions_by_name(monkeypatch, capsys):
 ])
 def test_set_errors_are_one_line(argv, fragments, monkeypatch, capsys):
     assert_user_error(*run_cli(["simulate", *SMALL, *argv], monkeypatch, capsys), *fragments)
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 5000, "[" * 3000 + "]" * 3000], ids=["digits", "nesting"])
+def test_a_value_tomllib_cannot_convert_is_text_and_a_one_line_error(value, monkeypatch, capsys):
+    # More digits than Python converts (ValueError) or arrays nested past the recursion limit
+    # (RecursionError) escaped parse_value, which caught only TOMLDecodeError: a traceback.
+    assert parse_value(value) == value
+    assert_user_error(*run_cli(["simulate", *SMALL, "--set", f"seed={value}"], monkeypatch, capsys),
+                      "seed: Input should be a valid integer")

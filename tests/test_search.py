@@ -426,3 +426,27 @@ def test_cost_prices_the_chips_the_application_runs_on_with_the_deployment():
     question = Question(8, parse_slo("ttft_p99=1s"), objective="cost", prices=prices, application_chips={"h100": 1})
     value = search_module.objective_value(question, _searched(58.5, 2000))
     assert value == pytest.approx((8 * 3.5 + 2.0) / 3600 / (58.5 * 150) * 1e6)
+
+
+@pytest.mark.parametrize("address", ["bogus", "http://10.0.0.5:6379"])
+def test_a_ray_address_that_is_not_one_is_a_one_line_error_in_search(address, monkeypatch, capsys):
+    # As sweep's: search passed it to ray.init, whose ValueError ("Invalid address format") was a traceback.
+    monkeypatch.setitem(sys.modules, "ray", None)  # refused before Ray is imported
+    argv = ["search", "--model", "llama-3.1-8b", "--chip", "h100", "--chips", "2", "--slo", "ttft_p99=1s",
+            "--ray-address", address]
+    assert_user_error(*run_cli(argv, monkeypatch, capsys), f"--ray-address: {address!r} is not a Ray cluster's "
+                      "address; give 'auto'", "or HOST:PORT")
+
+
+def test_ray_refusing_an_address_is_a_one_line_error_in_search(monkeypatch, capsys):
+    import types
+
+    def init(**kwargs):
+        raise ConnectionError(f"Could not connect to {kwargs['address']}.\nIs it running?")
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    argv = ["search", "--model", "llama-3.1-8b", "--chip", "h100", "--chips", "2", "--slo", "ttft_p99=1s",
+            "--num-requests", "100", "--ray-address", "10.0.0.5:6379"]
+    assert_user_error(*run_cli(argv, monkeypatch, capsys), "--ray-address: cannot join the Ray cluster at "
+                      "'10.0.0.5:6379' (Could not connect to 10.0.0.5:6379.)", "HOST:PORT")

@@ -410,3 +410,16 @@ def test_a_sweep_tables_axis_columns_are_its_specs_axes(tmp_path):
     run_sweep(spec, tmp_path / "r.parquet", workers=1)
     columns = pq.read_table(tmp_path / "r.parquet").column_names
     assert axis_columns(columns) == list(spec.points[0])
+
+
+@pytest.mark.parametrize("axis, message", [
+    ('{min = -1.7e308, max = 1.7e308}', "is wider than a float holds"),
+    ('{min = 1, max = 1' + "0" * 400 + '}', "a range needs numbers min < max"),
+], ids=["float-width", "int-past-float"])
+def test_a_range_past_a_floats_bounds_is_a_user_error(tmp_path, axis, message):
+    # numpy's uniform raised OverflowError (high - low past a float), and math.isfinite an integer past a
+    # float's range: tracebacks, where every other bad range is one line.
+    text = f'scenario = "typical"\nsamples = 2\n[axes]\n"seed" = {axis}\n'
+    with pytest.raises(UserError, match=message) as error:
+        load_spec(_spec(tmp_path, text))
+    assert "\n" not in str(error.value)

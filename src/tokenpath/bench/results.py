@@ -26,6 +26,7 @@ import orjson
 from pydantic import ValidationError
 
 from tokenpath.bench.client import client_block
+from tokenpath.bench.stream import MAX_USAGE_TOKENS
 from tokenpath.config.errors import UserError, check_version, same_family
 from tokenpath.sim.continuity import ContinuitySpec, spec_of
 from tokenpath.sim.run import Run
@@ -37,7 +38,7 @@ SLO_KEYS = ("ttft", "ttfv", "tpot", "e2e")
 # a huge allocation: times within 2^62 ns (146 years) of the run's start; at most 2^24 (16.8M) tokens
 # in one request, beyond the longest context any model has (10M).
 _MAX_ABS_NS = 2**62
-_MAX_TOKENS = 2**24
+_MAX_TOKENS = MAX_USAGE_TOKENS
 
 
 def read_results(path: str | Path,

@@ -40,6 +40,9 @@ _QUOTE_BYTES = 100
 # bytes; 16 MiB still holds a whole long reply sent as one event, while a server that never ends its
 # event cannot make the client hold more than this.
 MAX_EVENT_BYTES = 16 * 2**20
+# The largest token count a server's usage may state: what a results file holds (results.py reads back no
+# more). A count outside 0..this is no count of a real request: the event is malformed.
+MAX_USAGE_TOKENS = 2**24
 
 
 class Exchange:
@@ -184,6 +187,14 @@ class Exchange:
                 self.fail(MALFORMED, f"event {self.events} is not JSON: {payload[:80]!r}", now_ns)
                 return
             self.events += 1
+            usage = event.get("usage") if type(event) is dict else None
+            if type(usage) is dict:
+                for key in ("prompt_tokens", "completion_tokens"):
+                    count = usage.get(key)
+                    if type(count) is int and not 0 <= count <= MAX_USAGE_TOKENS:
+                        self.fail(MALFORMED, f"event {self.events - 1}: usage.{key} = {count} is not a count of "
+                                             f"tokens (0 to {MAX_USAGE_TOKENS})", now_ns)
+                        return
             try:
                 # The usual event, inline: one choice with text, maybe a running usage count.
                 choices = event.get("choices") if type(event) is dict else None

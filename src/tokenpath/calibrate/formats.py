@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, ValidationError
 
 from tokenpath.calibrate.measured import Measured
 from tokenpath.config import files
@@ -39,7 +39,15 @@ from tokenpath.config.errors import UserError, quoted
 from tokenpath.prefixes import cached_prompts
 from tokenpath.workload import Requests
 from tokenpath.workload.arrivals import arrival_times_s
-from tokenpath.workload.spec import MAX_BURSTINESS, MAX_RATE_PER_S, MIN_BURSTINESS, MIN_RATE_PER_S, ArrivalSpec
+from tokenpath.workload.spec import (
+    MAX_ARRIVAL_SPAN_S,
+    MAX_BURSTINESS,
+    MAX_RATE_PER_S,
+    MAX_TOKENS,
+    MIN_BURSTINESS,
+    MIN_RATE_PER_S,
+    ArrivalSpec,
+)
 
 FORMATS = ("a tokenpath bench results file, a `vllm bench serve --save-result --save-detailed` result, an SGLang "
            "`bench_serving --output-file --output-details` line or a guidellm report (.json)")
@@ -60,6 +68,8 @@ ARRIVAL_SEED = 0
 CLIENT_WARMUP_PROMPTS = 1
 
 _FINITE = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+# A token count as a file states it: one a prompt or completion may have (workload.spec.MAX_TOKENS).
+_Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 
 
 class _ClientRun(BaseModel):
@@ -69,8 +79,8 @@ class _ClientRun(BaseModel):
 
     ttfts: list[NonNegativeFloat]                 # seconds
     itls: list[list[NonNegativeFloat]]
-    input_lens: list[NonNegativeInt]
-    output_lens: list[NonNegativeInt]
+    input_lens: list[_Tokens]
+    output_lens: list[_Tokens]
     errors: list[str | None] | None = None
     start_times: list[float] | None = None        # seconds, the client's clock
     latencies: list[NonNegativeFloat] | None = None
@@ -87,8 +97,8 @@ class _GuidellmRequest(BaseModel):
 
     model_config = _FINITE
 
-    prompt_tokens: NonNegativeInt
-    output_tokens: NonNegativeInt
+    prompt_tokens: _Tokens
+    output_tokens: _Tokens
     time_to_first_token_ms: NonNegativeFloat
     inter_token_latency_ms: NonNegativeFloat | None = None
     request_start_time: float | None = None  # schema version 2
@@ -215,6 +225,7 @@ def _client_run(document: dict[str, Any], kind: Literal["vllm", "sglang"], where
     else:
         spec = ArrivalSpec(rate=rate, burstiness=run.burstiness)
         arrival_s = arrival_times_s(spec, n, np.random.default_rng(ARRIVAL_SEED))[ok]
+    _check_span(arrival_s, where, "start_times")
     order = np.argsort(arrival_s, kind="stable")
     chat = "chat" in (run.backend or run.endpoint_type or "")
     prompt = np.array(run.input_lens, np.int64)[ok] + (chat_template_tokens if chat else 0)
@@ -288,6 +299,7 @@ def _guidellm(document: dict[str, Any], where: str, name: str) -> list[Measured]
         ttft_s = np.array([s.time_to_first_token_ms / 1e3 for s in stats], np.float64)[order]
         itl_s = np.array([(s.inter_token_latency_ms or 0.0) / 1e3 for s in stats], np.float64)[order]
         start_s = start_s[order]
+        _check_span(start_s - start_s[0], at, "request_start_time")
         counted = _measured_window(benchmark, start_s)
         several = counted & (outputs > 1)
         ttft_med_s, tpot_med_s = _medians_s(ttft_s[counted], itl_s[several])
@@ -296,6 +308,14 @@ def _guidellm(document: dict[str, Any], where: str, name: str) -> list[Measured]
                                  Requests(start_s - start_s[0], prompt, outputs), counted, ttft_med_s, tpot_med_s,
                                  at, concurrency, rate))
     return measured
+
+
+def _check_span(arrival_s: np.ndarray, where: str, key: str) -> None:
+    """Sends that span more than MAX_ARRIVAL_SPAN_S cannot be replayed (nor held in int64 nanoseconds)."""
+    span_s = float(arrival_s.max() - arrival_s.min()) if len(arrival_s) else 0.0
+    if not span_s <= MAX_ARRIVAL_SPAN_S:
+        raise UserError(f"{where}: the requests' `{key}` span {span_s:.3g} s; a run replayed spans at most "
+                        f"{MAX_ARRIVAL_SPAN_S / 86400:.0f} days: the file is damaged, or its times are not seconds")
 
 
 def _start(stats: _GuidellmRequest, where: str) -> float:

@@ -155,6 +155,10 @@ def search(
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be at least 1")
+    if ray_address is not None:
+        from tokenpath.sweep.run import check_ray_address
+
+        check_ray_address(ray_address)
     ray = ray or ray_address is not None
     if ray and workers is not None:
         raise UserError("--workers: Ray places candidates on the cluster's CPUs itself; leave out --workers with --ray")

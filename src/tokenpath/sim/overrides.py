@@ -30,7 +30,8 @@ def parse_value(text: str) -> Any:
     """`text` as a TOML value, or the text itself when it is not one (a bare word)."""
     try:
         parsed = tomllib.loads(f"{_VALUE_KEY} = {text}")
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):  # not TOML (TOMLDecodeError), an integer of more digits than Python
+        # converts (sys.get_int_max_str_digits), or arrays nested deeper than the parser recurses
         return text
     if set(parsed) != {_VALUE_KEY}:  # e.g. '1\nother = 2': not one value
         return text

@@ -103,7 +103,10 @@ def check_ray_address(address: str) -> None:
                         "cluster this machine is in) or HOST:PORT, e.g. 10.0.0.5:6379")
 
 
-def _ray(spec: SweepSpec, todo: list[dict[str, Any]], address: str | None) -> Iterator[dict[str, Any]]:
+def join_ray(address: str | None) -> tuple[Any, bool]:
+    """Ray, joined to the cluster at `address` (None: a local one) unless this process already is: (the
+    module, whether this call started it). A Ray not installed or a cluster that cannot be joined is a
+    one-line UserError."""
     try:
         import ray
     except ImportError:
@@ -117,6 +120,11 @@ def _ray(spec: SweepSpec, todo: list[dict[str, Any]], address: str | None) -> It
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"--ray-address: cannot join the Ray cluster at {quoted(address)} ({reason}); give "
                             "'auto' or HOST:PORT of a running cluster's head") from None
+    return ray, started
+
+
+def _ray(spec: SweepSpec, todo: list[dict[str, Any]], address: str | None) -> Iterator[dict[str, Any]]:
+    ray, started = join_ray(address)
     try:
         task = ray.remote(simulate_point)
         pending = [task.remote(spec.scenario, spec.overrides, values, spec.fingerprint) for values in todo]

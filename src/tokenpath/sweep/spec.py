@@ -65,13 +65,20 @@ def _meant_as_range(value: dict) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past a float's range
+        return False
 
 
 def _check_range(key: str, spec: dict) -> None:
     low, high, log = spec.get("min"), spec.get("max"), spec.get("log", False)
     if not (_number(low) and _number(high) and low < high):
-        raise UserError(f"axes.{key}: a range needs numbers min < max, got min={low!r}, max={high!r}")
+        raise UserError(f"axes.{key}: a range needs numbers min < max, got min={quoted(low)}, max={quoted(high)}")
+    if not math.isfinite(float(high) - float(low)):
+        raise UserError(f"axes.{key}: a range from {low!r} to {high!r} is wider than a float holds; narrow it")
     if not isinstance(log, bool):
         raise UserError(f"axes.{key}: log must be true or false, got {log!r}")
     if log and low <= 0:

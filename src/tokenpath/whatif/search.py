@@ -194,16 +194,10 @@ class _Ray:
     """Candidates as Ray tasks, as many at once as the cluster has CPUs, each one simulation at a time."""
 
     def __init__(self, address: str | None) -> None:
-        from tokenpath.sweep.run import RAY_INSTALL
+        from tokenpath.sweep.run import join_ray
 
-        try:
-            import ray
-        except ImportError:
-            raise UserError(f"--ray: Ray is not installed; install it with {RAY_INSTALL}") from None
+        ray, self.started = join_ray(address)
         self.ray = ray
-        self.started = not ray.is_initialized()
-        if self.started:
-            ray.init(address=address or None, include_dashboard=False, log_to_driver=False, configure_logging=False)
         self.task = ray.remote(evaluate)
         self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.pending: set[object] = set()
