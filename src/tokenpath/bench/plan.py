@@ -215,8 +215,8 @@ def preflight(target: Target, timeout_s: float) -> None:
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return
     if served and target.model not in served:
-        raise UserError(f"--model {target.model!r}: the server does not serve it; "
-                        f"it serves: {', '.join(map(str, served[:10]))}")
+        raise UserError(f"--model {quoted(target.model)}: the server does not serve it; "
+                        f"it serves: {', '.join(quoted(name) for name in served[:10])}")
 
 
 # The fields request_body sets itself, and where each comes from instead: an --extra-body giving one would
