@@ -284,3 +284,24 @@ def test_a_bench_run_is_not_the_scenario_of_a_simulation_with_an_application(tmp
     assert code == 0, err
     assert "note: the two runs are of different scenarios: B (bench) measured the model call alone" in " ".join(
         out.split())
+
+
+@pytest.mark.parametrize("path, fragment", [
+    (("requests", "failed"), "the summary has no requests.failed"),  # (a count report prints: it read KeyError)
+    (("latency_s", "ttft", "p50"), "the summary has no latency_s.ttft.p50"),
+    (("window_s",), "the summary has no window_s"),
+    (("scenario", "name"), "the summary has no scenario.name"),
+    (("bottleneck",), "the summary has no bottleneck"),
+])
+def test_report_refuses_a_summary_without_a_field_it_reads_in_one_line(path, fragment, tmp_path, monkeypatch, capsys):
+    from cli_helpers import assert_user_error, run_cli
+
+    summary = _summary(1.0, "simulate", True)
+    holder = summary
+    for key in path[:-1]:
+        holder = holder[key]
+    del holder[path[-1]]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(summary))
+    assert_user_error(*run_cli(["report", str(bad)], monkeypatch, capsys), "bad.json: ", fragment,
+                      "the file is damaged")

@@ -264,10 +264,19 @@ _INNER_OBJECTS = ("attribution_s.delivery_detail", "attribution_s.application_de
                   *(f"latency_s.{key}" for key in ("ttft", "ttfv", "tpot", "itl", "e2e")))
 
 
+# The fields every summary has that report reads (report/table.py), each a number or null where unknown,
+# and those that may be null but are never left out.
+_REQUIRED_METRICS = ("requests.completed", "requests.failed", "window_s", "throughput.output_tokens_per_s",
+                     "throughput.requests_per_s", "throughput.goodput_requests_per_s",
+                     *(f"latency_s.{key}.{stat}" for key in ("ttft", "ttfv", "tpot", "itl", "e2e")
+                       for stat in ("mean", *PERCENTILES)))
+_REQUIRED_KEYS = ("attribution_s", "bottleneck")
+
+
 def check_metrics(summary: dict[str, Any], where: str) -> None:
-    """The summary's metric objects are objects, and every metric in them is a finite number, or null
-    where it is unknown (a latency of a run where every request failed): a `UserError` naming the first
-    that is not."""
+    """The summary's metric objects are objects, every field report reads is there (and its request
+    counts whole numbers), and every metric in them is a finite number, or null where it is unknown (a
+    latency of a run where every request failed): a `UserError` naming the first that is not."""
     for key in _OBJECTS:
         if not isinstance(summary.get(key), dict):
             raise UserError(f"{where}: the summary has no '{key}' object ({key} is {quoted(summary.get(key))}); "
@@ -291,3 +300,17 @@ def check_metrics(summary: dict[str, Any], where: str) -> None:
 
     for key in _METRIC_KEYS:
         check(summary.get(key), key)
+    for field in (*_REQUIRED_METRICS, *_REQUIRED_KEYS):
+        *outer, last = field.split(".")
+        holder = summary
+        for key in outer:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        if not isinstance(holder, dict) or last not in holder:
+            raise UserError(f"{where}: the summary has no {field}; the file is damaged")
+    for field in ("completed", "failed"):
+        count = summary["requests"].get(field)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise UserError(f"{where}: requests.{field} is {quoted(count)}, not a count of requests; the file is "
+                            "damaged")
+    if not isinstance((summary.get("scenario") or {}).get("name"), str):
+        raise UserError(f"{where}: the summary has no scenario.name; the file is damaged")
