@@ -258,3 +258,12 @@ def test_counts_and_send_times_out_of_range_are_a_user_error(kind, change):
     with pytest.raises(UserError) as error:
         read_measured(_write(json.dumps(document)))
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("text, said", [("null\n", "not a measurement tokenpath reads"), ("garbage\n", ":1: not JSON"),
+                                        ("\n\n", "empty")])
+def test_json_null_is_json_that_is_no_measurement_and_text_that_is_not_json_says_so(text, said, tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    with pytest.raises(UserError, match=said):
+        read_measured(str(path))

@@ -130,25 +130,29 @@ def read_measured(path: str, chat_template_tokens: int = 0) -> list[Measured]:
     return measured
 
 
+# What `_loads` returns for text that is not JSON (None is JSON's null).
+_NOT_JSON = object()
+
+
 def _loads(text: str) -> Any:
-    """JSON (with the Infinity and NaN Python's json writes), or None where it is not."""
+    """JSON (with the Infinity and NaN Python's json writes), or _NOT_JSON where it is not."""
     try:
         return json.loads(text)
     except (ValueError, RecursionError):
-        return None
+        return _NOT_JSON
 
 
 def _documents(text: str, where: str) -> list[tuple[int, Any]]:
     """(line, object) of the file: one JSON document, or JSON lines."""
     whole = _loads(text)
-    if whole is not None:
+    if whole is not _NOT_JSON:
         return [(1, whole)]
     documents = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         document = _loads(line)
-        if document is None:
+        if document is _NOT_JSON:
             raise UserError(f"{where}:{number}: not JSON; give {FORMATS}")
         documents.append((number, document))
     if not documents:
