@@ -172,7 +172,7 @@ def test_scaleup_ports(table, chips, ports):
 def test_the_scale_up_lever_doubles_the_links_the_simulation_uses(chips, fabric, tmp_path):
     table, source, base_dir = read_scenario_table(None)
     apply_overrides(table, {"model.name": "llama-3.1-8b", "deployment.chip": "h100", "deployment.chips": chips,
-                            "deployment.tp": 1, **({} if fabric is None else {"deployment.fabric": fabric})})
+                            "deployment.tp": 2, **({} if fabric is None else {"deployment.fabric": fabric})})
     base = Base(table, source, base_dir)
     levers = catalog(base.scenario(), base.table, tmp_path)
     lever = next(lever for lever in levers if lever.name.startswith("scale-up links"))

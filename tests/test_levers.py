@@ -197,7 +197,9 @@ def _small_base(**overrides) -> Base:
 
 
 def test_levers_that_do_not_apply_say_why(tmp_path):
-    torus = _small_base(**{"deployment.fabric": {"kind": "torus", "dims": [2]}})
+    # TP2 replicas: their all-reduces cross the torus, so its links are a lever and NVLS is not
+    torus = _small_base(**{"deployment.fabric": {"kind": "torus", "dims": [4]}, "deployment.chips": 4,
+                           "deployment.tp": 2})
     levers = {lever.name: lever for lever in catalog(torus.scenario(), torus.table, tmp_path)}
     assert "this scale-up fabric is a torus" in levers["NVLS"].skipped
     assert "no delivery-calibration.toml here" in levers["this machine's last mile"].skipped
@@ -428,12 +430,12 @@ def test_front_end_levers_start_from_the_scenarios_assumptions(tmp_path):
 
 @pytest.mark.parametrize("chip", ["a100", "tpu-v5p"])
 def test_nvls_is_not_offered_on_a_chip_whose_switches_cannot_reduce(chip, tmp_path):
-    base = _small_base(**{"deployment.chip": chip})
+    base = _small_base(**{"deployment.chip": chip, "deployment.tp": 2})  # (TP2: its all-reduces cross the fabric)
     levers = {lever.name: lever for lever in catalog(base.scenario(), base.table, tmp_path)}
     assert levers["NVLS on"].overrides == {}
     assert levers["NVLS on"].skipped == (f"the {chip}'s scale-up switches do not reduce in the network "
                                          "(catalog chips.toml: scaleup nvls = false)")
-    h100 = _small_base(**{"engine.scheduler": "prefill-first"})  # SGLang's NCCL keeps off NVLS unless told
+    h100 = _small_base(**{"engine.scheduler": "prefill-first", "deployment.tp": 2})  # SGLang's NCCL keeps off NVLS
     assert {lever.name: lever for lever in catalog(h100.scenario(), h100.table, tmp_path)}["NVLS on"].skipped is None
 
 
@@ -467,3 +469,13 @@ def test_a_lever_needing_replicas_names_the_pipeline_that_makes_one():
 
     scenario = load_scenario("typical", {"deployment.chips": 8, "deployment.tp": 4, "deployment.pp": 2})
     assert _one_replica(scenario.deployment) == "needs 2 or more replicas; TP4 x PP2 on 8 chips is 1"
+
+
+def test_fabric_levers_do_not_apply_where_nothing_crosses_the_fabric(tmp_path):
+    base = _small_base(**{"deployment.chips": 1})  # one replica on one chip
+    levers = catalog(base.scenario(), base.table, tmp_path)
+    runnable = [lever.name for lever in levers if lever.skipped is None]
+    assert not [name for name in runnable if name.startswith(("scale-up links", "NVLS"))]
+    skipped = {lever.name: lever.skipped for lever in levers if lever.skipped is not None}
+    assert "nothing crosses the fabric" in skipped["scale-up links"]
+    assert "nothing crosses the fabric" in skipped["NVLS"]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tokenpath import load_scenario, simulate
+from tokenpath.diagnose.bottleneck import Evidence
 from tokenpath.diagnose.felt import PARTS, felt_parts_s
 from tokenpath.sim.document import result_document
 
@@ -70,3 +71,38 @@ def test_kv_caches_queueing_for_slow_links_to_the_decode_pool_are_overload_that_
     assert load["overloaded"] is True and load["e2e_trend"] > 2 and load["ttft_trend"] > 2
     assert document["bottleneck"] == "traffic"
     assert "the KV-transfer port of the busiest replica is busy" in reason
+
+
+def _evidence(memory: float, fixed: float) -> Evidence:
+    return Evidence(busy_fraction=1.0, mean_batch_seqs=4, preemptions=0, memory_bound_fraction=memory,
+                    traffic_detail="", network_rtt_s=0.02, detokenize="api-server", host_share_of_step=0.0,
+                    fixed_bound_fraction=fixed)
+
+
+def test_ops_bound_by_their_fixed_kernel_cost_are_not_flop_bound():
+    assert _evidence(memory=0.02, fixed=0.89).bound == "kernel-overhead"  # 9% of the time in FLOP-bound ops
+    assert _evidence(memory=0.49, fixed=0.40).bound == "HBM-bandwidth"
+    assert _evidence(memory=0.29, fixed=0.11).bound == "FLOP"
+
+
+def test_a_light_fp4_run_on_hopper_is_not_called_flop_bound():
+    # 70B at 3 req/s, fp4 weights on H200 (weight-only): ~89% of compute time is fixed per-kernel cost,
+    # 2% memory-bound, 9% FLOP-bound; the verdict read "2% ... memory-bound ops, so steps are FLOP-bound".
+    summary = simulate(load_scenario(None, {"workload.num_requests": 300, "workload.arrival.rate": 3,
+                                            "model.precision": "fp4"})).summary
+    reason = summary["bottleneck_reason"]
+    assert "FLOP-bound" not in reason
+    assert "kernel-overhead-bound" in reason
+
+
+def test_a_first_token_held_by_a_busy_front_end_names_the_front_end_not_the_round_trip():
+    # One API-server process at 40 ms a request, 20 req/s: ~80% busy; the first token's last mile is its
+    # queue (api_servers = 2 cuts mean TTFT from ~326 ms to ~102 ms; RTT / 4 cuts 15 ms).
+    summary = simulate(load_scenario(None, {
+        "workload.num_requests": 500, "model.name": "llama-3.1-8b", "deployment.chip": "h100",
+        "deployment.chips": 1, "deployment.tp": 1, "workload.arrival.rate": 20,
+        "delivery.frontend_per_request": "40 ms", "deployment.api_servers": 1})).summary
+    ttft = summary["bottleneck_reason"].split("TTFT: ", 1)[1]
+    assert "of TTFT is the last mile" in ttft
+    assert "the front end's processes" in ttft
+    assert "and detokenizing in the" not in ttft

@@ -66,6 +66,9 @@ class Evidence:
     # one of queue, compute, traffic, delivery; and the network's seconds within delivery's.
     parts_s: dict[str, dict[str, float]] = field(default_factory=dict)
     network_s: dict[str, float] = field(default_factory=dict)
+    # Mean seconds the front end's processes held a prompt before the engine had it (waiting for a busy
+    # one, parsing, templating, tokenizing): the part of a first token's delivery that is theirs.
+    front_in_s: float = 0.0
     slo_s: dict[str, float] = field(default_factory=dict)          # the SLOs that are set
     slo_miss_share: dict[str, float] = field(default_factory=dict)  # share of requests missing each
     # Mean seconds of E2E's delivery in each of its parts (summary's attribution_s.delivery_detail).
@@ -75,6 +78,9 @@ class Evidence:
     # last call, so the stages between its calls too).
     application_detail_s: dict[str, float] = field(default_factory=dict)
     application_before: frozenset[str] = frozenset()
+    # Share of compute time in ops whose fixed per-kernel cost exceeds their roofline work (step_ops's
+    # "fixed" bound): neither FLOPs nor HBM bandwidth limit them.
+    fixed_bound_fraction: float = 0.0
 
     @property
     def offered_rate_per_s(self) -> float:
@@ -84,8 +90,12 @@ class Evidence:
 
     @property
     def bound(self) -> str:
-        """What bounds the engine's compute: "HBM-bandwidth" or "FLOP"."""
-        return "HBM-bandwidth" if self.memory_bound_fraction >= 0.5 else "FLOP"
+        """What bounds the engine's compute: "HBM-bandwidth", "FLOP" or "kernel-overhead", whichever holds
+        the largest share of compute time (ops bound by their fixed per-kernel cost are no FLOP-bound ops)."""
+        flop = max(0.0, 1.0 - self.memory_bound_fraction - self.fixed_bound_fraction)
+        shares = {"HBM-bandwidth": self.memory_bound_fraction, "kernel-overhead": self.fixed_bound_fraction,
+                  "FLOP": flop}
+        return max(shares, key=shares.get)
 
 
 def capacity_resource(evidence: Evidence) -> Resource:
@@ -162,7 +172,9 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
                 f"time {_offered_at(e.offered_rate_per_s)}, {e.preemptions} preemptions")
     if part == "compute":
         return (f"{of} is engine compute at a mean batch of {e.mean_batch_seqs:.0f} sequences; "
-                f"{e.memory_bound_fraction:.0%} of compute time is in memory-bound ops, so steps are {e.bound}-bound")
+                f"{e.memory_bound_fraction:.0%} of compute time is in memory-bound ops"
+                + (f", {e.fixed_bound_fraction:.0%} in fixed per-kernel costs" if e.bound == "kernel-overhead" else "")
+                + f", so steps are {e.bound}-bound")
     if part == "traffic":
         return f"{of} is fabric traffic: {e.traffic_detail}"
     if part == "application":
@@ -181,6 +193,9 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
         return (f"{of} is the last mile, {front_s / parts[part]:.0%} of it the front end's processes "
                 f"({queue_s / front_s:.0%} of that waiting for a busy one); {rtt}")
     network_s = e.network_s.get(metric, 0.0)
+    if metric in ("ttft", "ttfv") and e.front_in_s >= 0.5 * parts[part]:
+        return (f"{of} is the last mile, {e.front_in_s / parts[part]:.0%} of it the front end's processes taking "
+                f"the prompt in (parse, template, tokenize, and waiting for a busy one); {rtt}")
     if network_s >= 0.5 * parts[part]:
         return f"{of} is the last mile, {network_s / parts[part]:.0%} of it the network: {rtt}; {host}"
     return f"{of} is the last mile: {rtt}, and {host}"
@@ -191,15 +206,20 @@ def sample_steps(num_steps: int, samples: int = 200) -> range:
     return range(0, num_steps, max(1, num_steps // samples))
 
 
-def memory_bound_share(compute: ComputeModel, steps: list[tuple[int, int, int, int, int]]) -> float:
-    """Share of compute time spent in memory-bound ops over the given steps.
+def bound_shares(compute: ComputeModel, steps: list[tuple[int, int, int, int, int]]) -> dict[str, float]:
+    """Share of compute time in each bound of step_ops ("compute", "memory", "fixed") over the given steps.
 
     `steps` rows are ComputeModel.step_ops's arguments; each step's ops are
     weighted by their own roofline times, so long steps count for more.
     """
-    memory_s = total_s = 0.0
+    times = {"compute": 0.0, "memory": 0.0, "fixed": 0.0}
     for step in steps:
         for op in compute.step_ops(*(int(value) for value in step)):
-            total_s += op.time_s
-            memory_s += op.time_s if op.bound == "memory" else 0.0
-    return memory_s / total_s if total_s else 0.0
+            times[op.bound] = times.get(op.bound, 0.0) + op.time_s
+    total_s = sum(times.values())
+    return {bound: time_s / total_s if total_s else 0.0 for bound, time_s in times.items()}
+
+
+def memory_bound_share(compute: ComputeModel, steps: list[tuple[int, int, int, int, int]]) -> float:
+    """Share of compute time spent in memory-bound ops over the given steps (bound_shares's "memory")."""
+    return bound_shares(compute, steps)["memory"]

@@ -14,7 +14,7 @@ import numpy as np
 from tokenpath.config.assumptions import DELIVERY_FIELDS, lookup
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, memory_bound_share, sample_steps
+from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, bound_shares, sample_steps
 from tokenpath.diagnose.felt import APPLICATION, PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
 from tokenpath.engine.speculative import mean_tokens_per_step
@@ -193,7 +193,7 @@ def assumptions_block(scenario: Any) -> dict[str, Any]:
 def _evidence(sim: Simulation, window_s: float) -> Evidence:
     traces, scenario = sim.traces, sim.scenario
     seqs = np.concatenate([t.step_seqs for t in traces])
-    memory_bound = memory_bound_share(sim.deployment.compute, [
+    bounds = bound_shares(sim.deployment.compute, [
         (t.step_tokens[k], t.step_logits[k], t.step_attn_pairs[k], t.step_kv_read_tokens[k],
          t.step_chunk_context_tokens[k])
         for t in traces for k in sample_steps(len(t.step_tokens))
@@ -212,7 +212,8 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         busy_fraction=min(1.0, step_s / max(len(traces), 1) / window_s) if window_s else 0.0,
         mean_batch_seqs=float(seqs.mean()) if len(seqs) else 0.0,
         preemptions=sum(t.preemptions for t in traces),
-        memory_bound_fraction=memory_bound,
+        memory_bound_fraction=bounds["memory"],
+        fixed_bound_fraction=bounds["fixed"],
         traffic_detail=traffic_detail(sim),
         network_rtt_s=scenario.delivery.network_rtt,
         detokenize=sim.deployment.front_end.detokenizes_in,
@@ -311,7 +312,8 @@ def _felt(sim: Simulation, run: Run, step_mix_s: dict[str, float]) -> dict[str, 
                          {part: value / total for part, value in step_mix_s.items()}, model_sent_ns, before_ns,
                          earlier_ns)
     network_s = float(network_ns.mean()) / 1e9
-    found.update(parts_s=parts, network_s={"ttft": network_s, "ttfv": network_s, "e2e": network_s})
+    found.update(parts_s=parts, network_s={"ttft": network_s, "ttfv": network_s, "e2e": network_s},
+                 front_in_s=float((upload_ns - network_in_ns).mean()) / 1e9)
     return found
 
 

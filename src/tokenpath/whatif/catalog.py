@@ -138,13 +138,18 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
     up, inside = fabric.scaleup, (("node",) if isinstance(fabric.spec, HierarchyFabric) else ())
     levers = []
     bw = scaleup_link_bw_Bps(up, fabric.chip.scaleup_bw_Bps, dep.chips)
-    levers.append(Lever(f"scale-up links x{BANDWIDTH_FACTOR:g} ({_gbps(bw * BANDWIDTH_FACTOR)})", "",
-                        fabric.overrides((*inside, "link_bw"), _gbps(bw * BANDWIDTH_FACTOR))))
-    if isinstance(up, SwitchFabric):
-        levers.append(_nvls(scenario, fabric, up.nvls, inside))
+    if dep.tp == 1 and dep.pp == 1 and not dep.prefill_replicas:
+        # Every replica on a chip of its own: no collective, hand-off or KV cache crosses the fabric.
+        idle = "each replica runs on one chip (tp = 1, pp = 1, not disaggregated): nothing crosses the fabric"
+        levers += [Lever("scale-up links", "", skipped=idle), Lever("NVLS", "", skipped=idle)]
     else:
-        levers.append(Lever("NVLS", "",
-                            skipped=f"NVLink SHARP reduces in a switch; this scale-up fabric is a {up.kind}"))
+        levers.append(Lever(f"scale-up links x{BANDWIDTH_FACTOR:g} ({_gbps(bw * BANDWIDTH_FACTOR)})", "",
+                            fabric.overrides((*inside, "link_bw"), _gbps(bw * BANDWIDTH_FACTOR))))
+        if isinstance(up, SwitchFabric):
+            levers.append(_nvls(scenario, fabric, up.nvls, inside))
+        else:
+            levers.append(Lever("NVLS", "",
+                                skipped=f"NVLink SHARP reduces in a switch; this scale-up fabric is a {up.kind}"))
     group = dep.tp * dep.pp
     levers.append(Lever(f"one more replica ({dep.chips + group} chips)", "", {"deployment.chips": dep.chips + group}))
     for divisor in (2, 4):
