@@ -106,3 +106,14 @@ def test_a_first_token_held_by_a_busy_front_end_names_the_front_end_not_the_roun
     assert "of TTFT is the last mile" in ttft
     assert "the front end's processes" in ttft
     assert "and detokenizing in the" not in ttft
+
+
+def test_an_overload_whose_batch_the_kv_cache_holds_names_the_cache():
+    # 8B on one H100 with 18% of its memory: a KV cache of about 10,000 tokens holds a mean batch of 14 at
+    # 30 req/s (0.22 of the memory serves the same load without overload).
+    summary = simulate(load_scenario(None, {
+        "model.name": "llama-3.1-8b", "deployment.chip": "h100", "deployment.chips": 1, "deployment.tp": 1,
+        "workload.arrival.rate": 30, "workload.num_requests": 500, "engine.gpu_memory_utilization": 0.18})).summary
+    reason = summary["bottleneck_reason"]
+    assert reason.startswith("overloaded")
+    assert "its batch held by its KV cache of 10,040 tokens, 90% full on average, 121 preemptions" in reason

@@ -46,6 +46,9 @@ class Resource:
 
 # A one-at-a-time resource busy this share of the time is saturated, and limits before an engine does.
 SATURATED = 0.9
+# An engine whose KV cache holds this share of its tokens on average (weighted by step time), and that
+# preempts or runs below its max_num_seqs, has its batch held by the cache: more KV memory batches more.
+KV_FULL = 0.85
 
 
 @dataclass(frozen=True)

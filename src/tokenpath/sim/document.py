@@ -14,7 +14,7 @@ import numpy as np
 from tokenpath.config.assumptions import DELIVERY_FIELDS, lookup
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.diagnose.bottleneck import Evidence, Resource, bottleneck, bound_shares, sample_steps
+from tokenpath.diagnose.bottleneck import KV_FULL, Evidence, Resource, bottleneck, bound_shares, sample_steps
 from tokenpath.diagnose.felt import APPLICATION, PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
 from tokenpath.engine.speculative import mean_tokens_per_step
@@ -251,6 +251,10 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
         why = f"mostly fabric traffic: {evidence.traffic_detail}"
     else:
         why = f"mostly the host blocking it (the ids' copy, detokenizing in the {evidence.detokenize})"
+    capacity, full = sim.deployment.kv_capacity_tokens, _kv_full(sim)
+    if full >= KV_FULL and (evidence.preemptions or evidence.mean_batch_seqs < 0.9 * sim.scenario.engine.max_num_seqs):
+        why += (f"; its batch held by its KV cache of {capacity:,} tokens, {full:.0%} full on average, "
+                f"{evidence.preemptions} preemptions")
     found = [Resource("busiest engine" if len(sim.traces) > 1 else "engine", part, engine_busy_s / window_s, why,
                       one_at_a_time=False)]
     delivery, layout = sim.scenario.resolved_delivery(), sim.deployment.front_end
@@ -276,6 +280,18 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
                               float(sim.kv_link_busy_ns.max()) / 1e9 / window_s,
                               "each request's KV cache from a prefill to a decode replica, one at a time"))
     return found
+
+
+def _kv_full(sim: Simulation) -> float:
+    """The share of its KV cache the fullest engine's steps hold on average, weighted by step time: the
+    tokens each step reads (every running sequence's context) over the engine's capacity."""
+    fullest = 0.0
+    for t in sim.traces:
+        step_ns = t.step_compute_ns + t.step_traffic_ns
+        if len(step_ns) and step_ns.sum():
+            held = np.minimum(t.step_kv_read_tokens / sim.deployment.kv_capacity_tokens, 1.0)
+            fullest = max(fullest, float((held * step_ns).sum() / step_ns.sum()))
+    return fullest
 
 
 def _felt(sim: Simulation, run: Run, step_mix_s: dict[str, float]) -> dict[str, dict[str, Any]]:
