@@ -83,10 +83,9 @@ def _marks(summary: dict[str, Any]) -> str:
 
 
 def _layer(change: dict[str, Any]) -> str:
-    parts = change.get("attribution_s")
-    if not parts:
+    parts, layer = change.get("attribution_s"), change.get("layer")
+    if not parts or layer is None:
         return "-"
-    layer = change["layer"]
     if abs(parts[layer]) < 1e-6:  # no layer moved by a microsecond
         return "-"
     return f"{layer} {_signed(parts[layer], 's')}"

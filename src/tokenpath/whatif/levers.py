@@ -95,7 +95,8 @@ def _change(objective: Objective, base: Outcome, outcome: Outcome, base_value: f
         layers = LAYERS + ((APPLICATION,) if APPLICATION in parts_before and APPLICATION in parts_after else ())
         moved = {part: parts_after[part] - parts_before[part] for part in layers}  # (not the details)
         change["attribution_s"] = moved
-        change["layer"] = max(moved, key=lambda part: abs(moved[part]))
+        layer = max(moved, key=lambda part: abs(moved[part]))
+        change["layer"] = layer if moved[layer] else None  # (a change that moved no layer names none)
     return change
 
 
