@@ -47,7 +47,8 @@ class Resource:
 # A one-at-a-time resource busy this share of the time is saturated, and limits before an engine does.
 SATURATED = 0.9
 # An engine whose KV cache holds this share of its tokens on average (weighted by step time), and that
-# preempts or runs below its max_num_seqs, has its batch held by the cache: more KV memory batches more.
+# preempts or runs a mean batch under 0.9 of its max_num_seqs, has its batch held by the cache: more KV
+# memory batches more (sim/document.py's _resources).
 KV_FULL = 0.85
 
 
@@ -221,8 +222,3 @@ def bound_shares(compute: ComputeModel, steps: list[tuple[int, int, int, int, in
             times[op.bound] = times.get(op.bound, 0.0) + op.time_s
     total_s = sum(times.values())
     return {bound: time_s / total_s if total_s else 0.0 for bound, time_s in times.items()}
-
-
-def memory_bound_share(compute: ComputeModel, steps: list[tuple[int, int, int, int, int]]) -> float:
-    """Share of compute time spent in memory-bound ops over the given steps (bound_shares's "memory")."""
-    return bound_shares(compute, steps)["memory"]
