@@ -29,7 +29,6 @@ SMALL_SETS = ["--set", "model.name=llama-3.1-8b", "--set", "deployment.chip=h100
               "--set", "deployment.tp=1", "--num-requests", "300"]
 
 
-
 @pytest.fixture(scope="module")
 def default_levers(tmp_path_factory):
     """`tokenpath levers --json FILE` on the default scenario: (exit status, printed table, document)."""

@@ -27,7 +27,6 @@ _values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_siz
                        max_leaves=8)
 
 
-
 @settings(max_examples=300, deadline=None)
 @given(_values)
 def test_any_toml_value_reads_back_as_itself(value):
