@@ -35,10 +35,9 @@ from tokenpath.sim.summary import continuity_per_request, stats_s, summarize
 RESULTS_SCHEMA = "tokenpath.bench/1"
 SLO_KEYS = ("ttft", "ttfv", "tpot", "e2e")
 # Bounds a results row is checked against, so a damaged file is an error rather than an overflow or
-# a huge allocation: times within 2^62 ns (146 years) of the run's start; at most 2^24 (16.8M) tokens
-# in one request, beyond the longest context any model has (10M).
+# a huge allocation: times within 2^62 ns (146 years) of the run's start; at most MAX_USAGE_TOKENS (2^24,
+# 16.8M) tokens in one request, beyond the longest context any model has (10M), as bench records them.
 _MAX_ABS_NS = 2**62
-_MAX_TOKENS = MAX_USAGE_TOKENS
 
 
 def read_results(path: str | Path,
@@ -111,7 +110,7 @@ def _is_ns(value: Any) -> bool:
 
 
 def _is_count(value: Any) -> bool:
-    return type(value) is int and 0 <= value <= _MAX_TOKENS
+    return type(value) is int and 0 <= value <= MAX_USAGE_TOKENS
 
 
 def _field(document: dict[str, Any], name: str, check: Callable[[Any], bool], what: str, where: str) -> Any:
@@ -173,11 +172,11 @@ def _check_row(row: Any, where: str) -> None:
     _field(row, "i", lambda v: _is_int(v) and 0 <= v < _MAX_ABS_NS, "a request index >= 0", where)
     for name in ("scheduled_ns", "sent_ns"):
         _field(row, name, _is_ns, "an integer (ns)", where)
-    _field(row, "input_tokens", _is_count, f"a count from 0 to {_MAX_TOKENS}", where)
+    _field(row, "input_tokens", _is_count, f"a count from 0 to {MAX_USAGE_TOKENS}", where)
     ok = _field(row, "ok", lambda v: isinstance(v, bool), "true or false", where)
     for name in ("reasoning_tokens", "prompt_tokens_server"):
         if row.get(name) is not None:
-            _field(row, name, _is_count, f"a count from 0 to {_MAX_TOKENS}, or null", where)
+            _field(row, name, _is_count, f"a count from 0 to {MAX_USAGE_TOKENS}, or null", where)
     if not ok:
         _field(row, "error", lambda v: isinstance(v, str), "a failure reason", where)
         return
@@ -196,8 +195,8 @@ def _check_row(row: Any, where: str) -> None:
     times = _field(row, "arrival_ns", lambda v: isinstance(v, list) and all(map(_is_ns, v)),
                    "a list of integers (ns)", where)
     counts = _field(row, "arrival_tokens",
-                    lambda v: isinstance(v, list) and all(map(_is_count, v)) and sum(v) <= _MAX_TOKENS,
-                    f"a list of counts adding up to at most {_MAX_TOKENS}", where)
+                    lambda v: isinstance(v, list) and all(map(_is_count, v)) and sum(v) <= MAX_USAGE_TOKENS,
+                    f"a list of counts adding up to at most {MAX_USAGE_TOKENS}", where)
     if len(times) != len(counts):
         raise UserError(f"{where}: 'arrival_ns' has {len(times)} entries but 'arrival_tokens' {len(counts)}; "
                         "the file is damaged")

@@ -219,6 +219,6 @@ def bound_shares(compute: ComputeModel, steps: list[tuple[int, int, int, int, in
     times = {"compute": 0.0, "memory": 0.0, "fixed": 0.0}
     for step in steps:
         for op in compute.step_ops(*(int(value) for value in step)):
-            times[op.bound] = times.get(op.bound, 0.0) + op.time_s
+            times[op.bound] += op.time_s
     total_s = sum(times.values())
     return {bound: time_s / total_s if total_s else 0.0 for bound, time_s in times.items()}
