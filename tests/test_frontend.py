@@ -25,7 +25,7 @@ def test_requests_and_tokens_share_one_process_in_the_order_they_are_ready():
     # they wait for both requests; a request at 3.5 ms waits for the tokens.
     assert front.requests([0], 1e-3, [0.0])[0] == (1_000_000, 0, 1_000_000)
     assert front.requests([0], 1e-3, [0.0])[0] == (2_000_000, 1_000_000, 1_000_000)
-    assert front.tokens(500_000, 2e-3) == (4_000_000, 1_500_000, 2_000_000)
+    assert front.tokens(500_000, 2e-3, 1) == (4_000_000, 1_500_000, 2_000_000)
     assert front.requests([3_500_000], 1e-3, [0.0])[0] == (5_000_000, 500_000, 1_000_000)
     assert front.api_busy_ns == 5_000_000
 
@@ -34,8 +34,34 @@ def test_requests_go_to_the_processes_in_turn_and_a_step_s_tokens_are_shared_out
     front = FrontEnd(Layout("api-server", api_processes=2))
     waits = [front.requests([0], 1e-3, [0.0])[0] for _ in range(4)]
     assert [done_ns for done_ns, _, _ in waits] == [1_000_000, 1_000_000, 2_000_000, 2_000_000]
-    # 2 ms of token work, 1 ms on each process, both free at 2 ms.
-    assert front.tokens(1_500_000, 2e-3) == (3_000_000, 500_000, 1_000_000)
+    # 2 ms of token work for two tokens, 1 ms on each process, both free at 2 ms.
+    assert front.tokens(1_500_000, 2e-3, 2) == (3_000_000, 500_000, 1_000_000)
+
+
+def test_each_process_takes_its_own_requests_tokens():
+    # A request dealt to process 0 (1 ms); its lone token ready at 0.5 ms is process 0's work alone: it
+    # waits for the parse and runs its whole 2 ms there (it was split 1 ms a process, gone at 2 ms).
+    front = FrontEnd(Layout("api-server", api_processes=2))
+    assert front.requests([0], 1e-3, [0.0])[0] == (1_000_000, 0, 1_000_000)
+    assert front.tokens(500_000, 2e-3, 1) == (3_000_000, 500_000, 2_000_000)
+    assert front._api_busy_ns == [3_000_000, 0]
+    # Three tokens over two processes: the one dealt the latest request (process 1, after a second
+    # request) takes two of them, 2 ms of the 3 ms; process 0 one, 1 ms.
+    front.requests([4_000_000], 1e-3, [0.0])
+    assert front.tokens(6_000_000, 3e-3, 3) == (8_000_000, 0, 2_000_000)
+    assert front._api_busy_ns == [4_000_000, 3_000_000]
+
+
+def test_more_api_servers_leave_a_lone_request_s_latency_alone():
+    # One request at a time: a second API server takes nothing off its path (it shortened each of its
+    # tokens' 27 us of front-end work by half, 13.6 us off TTFT and E2E).
+    runs = [simulate(load_scenario(None, {
+        "model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1, "workload.num_requests": 1,
+        "workload.input": {"kind": "fixed", "value": 200}, "workload.output": {"kind": "fixed", "value": 8},
+        "deployment.api_servers": api_servers})).run for api_servers in (1, 2)]
+    assert runs[0].ttft_ns[0] == runs[1].ttft_ns[0]
+    assert runs[0].e2e_ns[0] == runs[1].e2e_ns[0]
+    assert runs[0].frontend_work_ns[0] == runs[1].frontend_work_ns[0]
 
 
 def test_a_share_of_a_cpu_runs_slower():
@@ -54,7 +80,7 @@ def test_one_process_is_a_first_come_first_served_queue(jobs):
     free = 0
     for is_request, ready_ns, work_ns in sorted(jobs, key=lambda job: job[1]):
         cost_s = work_ns / 1e9
-        wait = front.requests([ready_ns], cost_s, [0.0])[0] if is_request else front.tokens(ready_ns, cost_s)
+        wait = front.requests([ready_ns], cost_s, [0.0])[0] if is_request else front.tokens(ready_ns, cost_s, 1)
         done_ns, queue_ns, worked_ns = wait
         start = max(free, ready_ns)
         free = start + work_ns
@@ -219,7 +245,7 @@ def test_a_request_ready_before_a_step_s_tokens_goes_first_though_handed_in_afte
     request reached the server during the step, before the step's tokens were ready, and its work comes
     first, as the engine loop run alone orders it."""
     front = FrontEnd(Layout("api-server"))
-    assert front.tokens(5_000_000, 2e-3) == (7_000_000, 0, 2_000_000)
+    assert front.tokens(5_000_000, 2e-3, 1) == (7_000_000, 0, 2_000_000)
     assert front.requests([4_000_000], 1e-3, [0.0])[0] == (5_000_000, 0, 1_000_000)
     assert front.requests([6_000_000], 1e-3, [0.0])[0] == (8_000_000, 1_000_000, 1_000_000)  # after: it waits
 

@@ -54,7 +54,7 @@ def test_a_prompt_alone_waits_out_its_batch_while_the_cpu_does_other_work():
     # at 1.6 ms run at once.
     front = FrontEnd(Layout("api-server"), tokenizer_batch_wait_s=2e-3, tokenizer_batch_max=32)
     assert front.requests([0], 1e-3, [0.5e-3])[0] == (3_500_000, 2_000_000, 1_500_000)
-    assert front.tokens(1_600_000, 0.1e-3) == (1_700_000, 0, 100_000)
+    assert front.tokens(1_600_000, 0.1e-3, 1) == (1_700_000, 0, 100_000)
     # A request arriving at 1.7 ms is parsed by 2.7 ms, inside that batch: handed on with the first at 3.5 ms (the
     # batch closes at 3 ms, its 0.5 ms of tokenizing after the close); one parsed after 3 ms opens the next batch.
     assert front.requests([1_700_000], 1e-3, [0.5e-3])[0][0] == 3_500_000

@@ -13,8 +13,9 @@ tokens pass through it first.
 
 `Layout` says, for one engine replica, how many processes serve it and at what share of a CPU
 (`sim/front_end.py` builds it from the engine's profile and the deployment). Requests go to the
-processes in turn; a step's tokens belong to many requests, so its work is shared evenly between
-them and its tokens leave when the last process is done with its share.
+processes in turn, and each process takes the tokens of its own requests (vLLM's engine core sends each
+API server the outputs of the requests it sent): a step's tokens are dealt as its requests were, its
+work shared in proportion, and its tokens leave when the last process is done with its share.
 """
 
 from __future__ import annotations
@@ -66,10 +67,8 @@ class FrontEnd:
         """`tokenizer_batch_wait_s`, `tokenizer_batch_max`: each process's tokenizer batches prompts, a
         batch open that long after its first prompt for at most that many (`_tokenized_from`); 0: none."""
         self.layout = layout
-        # ns of a process's time per second of CPU work: its share of a CPU; for a step's tokens, also
-        # its share of the step (tokens runs once per engine step: these are read, not computed, there).
-        self._request_ns_per_s = 1e9 / layout.api_cpus
-        self._tokens_ns_per_s = 1e9 / layout.api_cpus / layout.api_processes
+        # ns of a process's time per second of CPU work: its share of a CPU.
+        self._ns_per_s = 1e9 / layout.api_cpus
         self._api_free_ns = [0] * layout.api_processes
         self._api_busy_ns = [0] * layout.api_processes
         # Each process's last step's token work: when it became ready, its work, and when the process was
@@ -98,7 +97,7 @@ class FrontEnd:
         ready, as an asyncio server's tasks do: a burst's requests are all read and parsed before the
         first is tokenized, while a request alone runs its two stages back to back. Where the tokenizer
         batches prompts, a request also waits for its batch to close (`_tokenized_from`)."""
-        free, busy, ns_per_s = self._api_free_ns, self._api_busy_ns, self._request_ns_per_s
+        free, busy, ns_per_s = self._api_free_ns, self._api_busy_ns, self._ns_per_s
         count = len(free)
         if len(arrival_ns) == 1:  # the common case: its stages back to back, without the heap
             p = self._next_process
@@ -181,23 +180,33 @@ class FrontEnd:
         self.detokenizer_busy_ns += work_ns
         return (start_ns + work_ns, start_ns - ready_ns, work_ns)
 
-    def tokens(self, ready_ns: int, cost_s: float) -> Wait:
-        """A step's token work in the API servers (`cost_s` in all), its outputs there at `ready_ns`:
-        each process takes an even share; the step's tokens have left when the last is done."""
+    def tokens(self, ready_ns: int, cost_s: float, tokens: int) -> Wait:
+        """A step's token work in the API servers (`cost_s` in all, for its `tokens` tokens, at least one),
+        its outputs there at `ready_ns`. Each process takes its own requests' tokens: the step's are dealt
+        as requests are, in turn, so where they do not divide evenly the processes dealt the latest
+        requests take one more (a lone request's token, all its work on the process that took it in) and a
+        process with none does no work; the step's tokens have left when the last is done."""
         free, busy = self._api_free_ns, self._api_busy_ns
-        work_ns = round(cost_s * self._tokens_ns_per_s)
-        if len(free) == 1:  # the common case, without the loop
+        count = len(free)
+        if count == 1:  # the common case, without the loop
+            work_ns = round(cost_s * self._ns_per_s)
             self._note_tokens(0, ready_ns, work_ns)
             start_ns = free[0] if free[0] > ready_ns else ready_ns
             free[0] = start_ns + work_ns
             busy[0] += work_ns
             return (start_ns + work_ns, start_ns - ready_ns, work_ns)
-        done_ns, queue_ns = ready_ns, 0
+        each, extra = divmod(tokens, count)
+        latest = self._next_process - 1  # the process dealt the latest request
+        done_ns, queue_ns, last_work_ns = ready_ns, 0, 0
         for p, free_ns in enumerate(free):
+            share = each + ((latest - p) % count < extra)
+            if not share:
+                continue
+            work_ns = round(cost_s * share / tokens * self._ns_per_s)
             self._note_tokens(p, ready_ns, work_ns)
             start_ns = max(ready_ns, free_ns)
             free[p] = start_ns + work_ns
             busy[p] += work_ns
             if start_ns + work_ns > done_ns:
-                done_ns, queue_ns = start_ns + work_ns, start_ns - ready_ns
-        return (done_ns, queue_ns, work_ns if done_ns > ready_ns else 0)
+                done_ns, queue_ns, last_work_ns = start_ns + work_ns, start_ns - ready_ns, work_ns
+        return (done_ns, queue_ns, last_work_ns)

@@ -148,15 +148,15 @@ class LastMile:
             engine_ns = round(detokenize_s * 1e9) if where == "engine" else 0
             return copy_ns + engine_ns, gpu_end_ns + copy_ns + engine_ns, 0, 0
         if where == "api-server":
-            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + copy_ns, detokenize_s + api_s)
+            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + copy_ns, detokenize_s + api_s, emitted)
             return copy_ns, done_ns, queue_ns, work_ns
         if where == "engine":
             blocking_ns = copy_ns + round(detokenize_s * 1e9)
-            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + blocking_ns, api_s)
+            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + blocking_ns, api_s, emitted)
             return blocking_ns, done_ns, queue_ns, work_ns
         detokenized_ns, detokenize_queue_ns, detokenize_work_ns = self.front_end.detokenize(gpu_end_ns + copy_ns,
                                                                                              detokenize_s)
-        done_ns, queue_ns, work_ns = self.front_end.tokens(detokenized_ns, api_s)
+        done_ns, queue_ns, work_ns = self.front_end.tokens(detokenized_ns, api_s, emitted)
         return copy_ns, done_ns, detokenize_queue_ns + queue_ns, detokenize_work_ns + work_ns
 
     def busy_ns(self) -> dict[str, int]:
