@@ -11,6 +11,7 @@ from tokenpath import load_scenario, simulate
 from tokenpath.bench.prompts import corpus_text
 from tokenpath.config.assumptions import lookup
 from tokenpath.delivery.detokenizer import Detokenizer
+from tokenpath.delivery.frontend import Layout
 from tokenpath.delivery.lastmile import LastMile, closes_event, event_sizes, first_visible_index
 from tokenpath.delivery.sample_text import SAMPLES
 from tokenpath.delivery.spec import INVISIBLE_TOKEN_FRACTION, DeliverySpec
@@ -207,6 +208,32 @@ def test_the_api_server_takes_in_each_token_at_output_per_token_wherever_it_was_
     taking_in = LastMile(DeliverySpec(**HAND, detokenize=where, output_per_token=7e-6)).on_step(1_000_000, 3, 2)
     assert taking_in[0] == plain[0]  # the engine's steps never wait for it
     assert taking_in[1] == plain[1] + 21_000 and taking_in[3] == plain[3] + 21_000
+
+
+@pytest.mark.parametrize(("outputs_per_event", "detokenize_ns", "api_ns"), [
+    # SGLang's scheduler and TensorRT-LLM's executor hand on a request's tokens as its event closes: the
+    # detokenizer takes 2 events at 100 us, the API server 2 x 7 us beside 2 frames of 10 us.
+    (True, 200_000, 34_000),
+    # vLLM V1's engine core sends every token; its API server holds them back after its work on them.
+    (False, 800_000, 76_000),
+])
+def test_an_engine_that_holds_tokens_to_its_stream_interval_hands_on_events(outputs_per_event, detokenize_ns,
+                                                                            api_ns):
+    spec = DeliverySpec(**HAND, stream_interval=4, output_per_token=7e-6)
+    last_mile = LastMile(spec, Layout("detokenizer", outputs_per_event=outputs_per_event))
+    last_mile.on_step(1_000_000, 8, 2)  # 8 tokens closing 2 events
+    assert last_mile.busy_ns() == {"API server": api_ns, "detokenizer": detokenize_ns}
+
+
+def test_sglang_s_detokenizer_works_once_an_event_at_a_stream_interval():
+    # Ten 9-token answers, four tokens to an event: events of tokens {0}, {1-4}, {5-8}, 3 an answer. The
+    # detokenizer process takes 30 events at 100 us (it took 90 tokens, 9 ms).
+    simulation = simulate(load_scenario(None, {
+        "engine.scheduler": "prefill-first", "model.name": "llama-3.1-8b", "deployment.chips": 1,
+        "deployment.tp": 1, "workload.num_requests": 10, "workload.arrival.rate": 2.0,
+        "workload.input": {"kind": "fixed", "value": 100}, "workload.output": {"kind": "fixed", "value": 9},
+        "delivery": {"stream_interval": 4, "detokenize_per_token": "100 us"}}))
+    assert simulation.traces[0].host_busy_ns["detokenizer"] == 30 * 100_000
 
 
 def test_a_step_without_tokens_costs_nothing_and_leaves_the_processes_alone():

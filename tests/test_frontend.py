@@ -118,12 +118,12 @@ def test_a_burst_is_read_and_parsed_before_any_of_it_is_tokenized():
     # vLLM V1: one API server per data-parallel replica, detokenizing there.
     ("vllm-v1", 4, None, Layout("api-server", 1, 1.0, 0.25)),
     # SGLang: one tokenizer manager and one detokenizer for the whole server, shared by 4 replicas.
-    ("prefill-first", 4, None, Layout("detokenizer", 1, 0.25, 0.25)),
+    ("prefill-first", 4, None, Layout("detokenizer", 1, 0.25, 0.25, outputs_per_event=True)),
     ("vllm-v0", 1, None, Layout("engine", 1, 1.0, 1.0)),
     # Eight processes for 4 replicas: two each; six: two each at 0.75 CPU (1.5 CPUs an engine), not one
     # process at 1.5 CPUs: a process is one Python interpreter, so runs on one CPU at most.
     ("vllm-v1", 4, 8, Layout("api-server", 2, 1.0, 0.25)),
-    ("trtllm", 4, 6, Layout("api-server", 2, 0.75, 0.25)),
+    ("trtllm", 4, 6, Layout("api-server", 2, 0.75, 0.25, outputs_per_event=True)),
     ("vllm-v1", 2, 5, Layout("api-server", 3, 5 / 6, 0.5)),
 ])
 def test_each_engine_gets_its_share_of_the_deployment_s_processes(scheduler, replicas, api_servers, layout):

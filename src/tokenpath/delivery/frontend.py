@@ -36,13 +36,15 @@ class Layout:
     detokenizer process of its own. `api_processes` API-server processes serve the replica, each at
     `api_cpus` of a CPU (a deployment's processes shared by several replicas give each a fraction;
     never more than one: a process is one Python interpreter); the detokenizer process runs at
-    `detokenizer_cpus` of one.
+    `detokenizer_cpus` of one. `outputs_per_event`: the engine hands on a request's tokens only as its
+    SSE event closes (Profile.outputs_per_event), so the processes after it take outputs per event.
     """
 
     detokenizes_in: Placement = "engine"
     api_processes: int = 1
     api_cpus: float = 1.0
     detokenizer_cpus: float = 1.0
+    outputs_per_event: bool = False
 
     def __post_init__(self) -> None:
         if self.detokenizes_in not in PLACEMENTS:

@@ -62,6 +62,10 @@ class LastMile:
         self._copy_per_id_ns = ID_BYTES / spec.host_link_bw * 1e9
         self._detokenize_s, self._output_s, self._frame_s = (spec.detokenize_per_token, spec.output_per_token,
                                                              spec.frame_per_event)
+        # Whether the engine hands on each event's outputs, not each token's (Layout.outputs_per_event), with
+        # several tokens to an event. (Speculative decoding's events of a step's tokens, with one token an
+        # event otherwise, keep their per-token cost.)
+        self.outputs_per_event = layout.outputs_per_event and spec.stream_interval > 1
         # A measured calibration, read once here: on_step runs every engine step.
         self._calibrated = (CalibratedCost.from_file(spec.calibration, spec.calibrated_server)
                             if spec.calibration else None)
@@ -119,13 +123,15 @@ class LastMile:
     def host_costs_s(self, emitted: int, events: int) -> tuple[float, float]:
         """(detokenizing, the API server's other work) in seconds for a step's `emitted` tokens in `events`
         SSE events: the spec's constants (taking in outputs detokenized elsewhere, per token, and framing,
-        per event), or the calibration's measured framing for the batch size, with its detokenizing where it
-        prices this package's server (an engine's per-token work stays the spec's: calibration.py)."""
+        per event; the per-token work per event where the engine hands on events, `_outputs_per_event`), or
+        the calibration's measured framing for the batch size, with its detokenizing where it prices this
+        package's server (an engine's per-token work stays the spec's: calibration.py)."""
+        outputs = events if self.outputs_per_event else emitted
         if self._calibrated is None:
-            return emitted * self._detokenize_s, emitted * self._output_s + events * self._frame_s
+            return outputs * self._detokenize_s, outputs * self._output_s + events * self._frame_s
         framing_s = self._calibrated.frame_s(emitted, events)
         if self._calibrated.prices_engine:
-            return emitted * self._detokenize_s, emitted * self._output_s + framing_s
+            return outputs * self._detokenize_s, outputs * self._output_s + framing_s
         return self._calibrated.host_s(emitted, events) - framing_s, framing_s
 
     def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int, int, int]:
@@ -141,7 +147,8 @@ class LastMile:
         copy_ns = round(self._copy_fixed_ns + emitted * self._copy_per_id_ns)
         where = self.layout.detokenizes_in
         if self._calibrated is None:  # (host_costs_s, inline: this runs every engine step)
-            detokenize_s, api_s = emitted * self._detokenize_s, emitted * self._output_s + events * self._frame_s
+            outputs = events if self.outputs_per_event else emitted
+            detokenize_s, api_s = outputs * self._detokenize_s, outputs * self._output_s + events * self._frame_s
         else:
             detokenize_s, api_s = self.host_costs_s(emitted, events)
         if not self.models_front_end:

@@ -253,6 +253,11 @@ class Profile:
     # The registry's time per token the API server spends on outputs another process detokenized, where
     # [delivery] does not set output_per_token: SGLang's TokenizerManager; None: none timed (0)
     output_assumption: Literal["sglang_output_per_token_s"] | None
+    # Whether, with several tokens to an SSE event (`delivery.stream_interval`), the engine hands a request's
+    # tokens to the processes after it only as its event closes, so they take each event's outputs once (at
+    # their time per token above, timed with one token an event), not every token: its scheduler holds
+    # them back. False: every token goes on, and the API server holds them back after its work on them.
+    outputs_per_event: bool
     # The work its API server does per chat request on the template's source, besides rendering it, in a
     # release (engine/template_work.py): the registry's cost per character, or None
     template_work: Callable[[str | None], TemplateWork | None]
@@ -384,6 +389,10 @@ PROFILES: dict[str, Profile] = {
         detokenizes_in="api-server",
         detokenize_assumption="detokenize_per_token_s",
         output_assumption=None,  # its output handler is the detokenizing process's time above
+        # Its engine core sends every step's tokens; the API server's OutputProcessor detokenizes each and
+        # holds them back to the stream interval after (RequestState.make_request_output in
+        # vllm/v1/engine/output_processor.py).
+        outputs_per_event=False,
         template_work=vllm_template_work,
         tokenizer_batch_wait_s=vllm_tokenizer_batch_wait_s,
         launched_with="vllm",
@@ -468,6 +477,7 @@ PROFILES: dict[str, Profile] = {
         detokenize_assumption="vllm_v0_detokenize_per_token_s",
         # Its API server unpickled the engine's RequestOutputs (vllm/engine/multiprocessing/client.py): untimed
         output_assumption=None,
+        outputs_per_event=False,  # (V0 had no stream interval; its engine detokenized every token)
         template_work=vllm_template_work,
         tokenizer_batch_wait_s=vllm_tokenizer_batch_wait_s,
         launched_with="vllm",
@@ -581,6 +591,10 @@ PROFILES: dict[str, Profile] = {
         # Each process's time per token, timed with SGLang's own code (benchmarks/sglang_output_path.py)
         detokenize_assumption="sglang_detokenize_per_token_s",
         output_assumption="sglang_output_per_token_s",
+        # Its scheduler sends a streamed request's tokens to the detokenizer only when its stream interval
+        # closes an event, finished or not (len(output_ids) % stream_interval == 1 with an interval above
+        # one: stream_output_generation in srt/managers/scheduler_output_processor_mixin.py).
+        outputs_per_event=True,
         template_work=no_template_work,
         tokenizer_batch_wait_s=no_tokenizer_batch_wait,
         launched_with="sglang",
@@ -691,6 +705,9 @@ PROFILES: dict[str, Profile] = {
         # TLLM_STREAM_INTERVAL_THRESHOLD (tensorrt_llm/llmapi/tokenizer.py, hf_decode_incrementally)
         detokenize_assumption="detokenize_per_token_s",
         output_assumption=None,  # within the detokenizing process's time, as vLLM V1's
+        # Its executor makes a request's response at its first token, every stream_interval-th step and
+        # its last (PyExecutor._handle_responses, tensorrt_llm/_torch/pyexecutor/py_executor.py).
+        outputs_per_event=True,
         template_work=no_template_work,
         tokenizer_batch_wait_s=no_tokenizer_batch_wait,
         launched_with="trtllm",

@@ -260,21 +260,25 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
     delivery, layout = sim.scenario.resolved_delivery(), sim.deployment.front_end
     host_busy = [t.host_busy_ns or {} for t in sim.traces]
     api_ns = max((busy.get("API server", 0) for busy in host_busy), default=0)
+    detokenizer_ns = max((busy.get("detokenizer", 0) for busy in host_busy), default=0)
+    last_mile = LastMile(delivery, layout) if api_ns or detokenizer_ns else None
+    # What the processes after the engine take in: every token, or each SSE event's (LastMile.outputs_per_event)
+    unit = "event" if last_mile is not None and last_mile.outputs_per_event else "token"
     if api_ns:
         prompt = float(sim.requests.input_tokens.mean()) if len(sim.requests) else 0.0
-        request_s = LastMile(delivery, layout).request_cost_s(round(prompt))
+        request_s = last_mile.request_cost_s(round(prompt))
         tokens = {"api-server": "detokenizing and framing", "engine": "framing"}.get(
             layout.detokenizes_in, "taking in the detokenizer's text and framing")
         found.append(Resource(
             "front end's busiest API-server process", "delivery", api_ns / 1e9 / window_s,
             f"{format_duration(request_s)} a request (parse, template, tokenize {prompt:.0f} tokens) and "
-            f"{tokens} every token, {layout.api_processes} process{'es' if layout.api_processes > 1 else ''} "
+            f"{tokens} every {unit}, {layout.api_processes} process{'es' if layout.api_processes > 1 else ''} "
             f"for each engine at {layout.api_cpus:.2g} CPU each", front_end=True))
-    detokenizer_ns = max((busy.get("detokenizer", 0) for busy in host_busy), default=0)
     if detokenizer_ns:
         found.append(Resource("detokenizer process", "delivery", detokenizer_ns / 1e9 / window_s,
-                              f"detokenizing every token at {format_duration(delivery.detokenize_per_token)} a "
-                              f"token, {layout.detokenizer_cpus:.2g} CPU for each engine", front_end=True))
+                              f"detokenizing every {unit} at {format_duration(delivery.detokenize_per_token)} "
+                              f"{'an' if unit == 'event' else 'a'} {unit}, {layout.detokenizer_cpus:.2g} CPU for "
+                              "each engine", front_end=True))
     if sim.kv_link_busy_ns is not None and len(sim.kv_link_busy_ns):
         found.append(Resource("KV-transfer port of the busiest replica", "traffic",
                               float(sim.kv_link_busy_ns.max()) / 1e9 / window_s,

@@ -37,4 +37,5 @@ def layout(scenario: Scenario, engines: int) -> Layout:
     flight) share the deployment's processes."""
     total = api_servers(scenario)
     processes = -(-total // engines)  # rounded up, so that each process's share is at most one CPU
-    return Layout(detokenizes_in(scenario), processes, total / (engines * processes), 1 / engines)
+    return Layout(detokenizes_in(scenario), processes, total / (engines * processes), 1 / engines,
+                  PROFILES[scenario.engine.scheduler].outputs_per_event)
