@@ -36,14 +36,15 @@ from tokenpath.prefixes import Prefixes
 _NEVER = 1 << 62
 
 
-def _next_step_ns(replica: Replica) -> int:
-    """When the replica's next step starts (never if it has nothing to do)."""
-    start = replica.next_step_ns()
+def _next_step_ns(replica: Replica, horizon_ns: int) -> int:
+    """When the replica's next step starts (never if it has nothing to do), or a bound from `horizon_ns`, the
+    next send, on (Replica.next_step_ns)."""
+    start = replica.next_step_ns(horizon_ns)
     return _NEVER if start is None else start
 
 
-def _next_event_ns(side: SideWork, replica: Replica) -> int:
-    start = side.next_event_ns(replica)
+def _next_event_ns(side: SideWork, replica: Replica, horizon_ns: int) -> int:
+    start = side.next_event_ns(replica, horizon_ns)
     return _NEVER if start is None else start
 
 
@@ -116,15 +117,15 @@ def run_cluster(
             send_ns = _NEVER
         if pending and pending[0][0] < send_ns:
             send_ns, i = pending[0]
-        starts = [_next_step_ns(r) for r in replicas] if sides is None else [_next_event_ns(s, r) for s, r in
-                                                                               zip(sides, replicas)]
+        starts = ([_next_step_ns(r, send_ns) for r in replicas] if sides is None else
+                  [_next_event_ns(s, r, send_ns) for s, r in zip(sides, replicas)])
         first = min(range(count), key=starts.__getitem__)
         if starts[first] < send_ns or send_ns == _NEVER:
             replica = replicas[first]
             if sides is None:
                 finished = replica.step()
             else:
-                finished, jobs, done_ns = sides[first].advance(replica)
+                finished, jobs, done_ns = sides[first].advance(replica, send_ns)
                 for g in jobs:
                     at_ns, upload_ns = side.release_ns(g, done_ns), clients[first].upload_ns(prompt[g])
                     sent[first][local[g]] = at_ns

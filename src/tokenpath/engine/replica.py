@@ -245,13 +245,20 @@ class Replica:
             raise ValueError(f"a request needs {step} tokens in one step without chunked prefill, "
                              f"above max_num_batched_tokens ({self.spec.max_num_batched_tokens})")
 
-    def next_step_ns(self) -> int | None:
-        """When the next step starts: now with requests queued or running, else at the next arrival (or None)."""
+    def next_step_ns(self, horizon_ns: int | None = None) -> int | None:
+        """When the next step starts: now with requests queued or running, else at the next arrival (or None).
+
+        `horizon_ns`: more requests may yet be submitted that reach the server from then on (replicas on one
+        clock, engine/cluster.py). The front end takes only the requests that reached it before: one that
+        came at the same time or just before a later one must share its turn with it, so passing it through
+        alone now would put its work ahead of theirs. A start from the horizon on is then a bound."""
         if self.waiting or self.decoding or self.prefills:
             return self.now
         if self.front:
-            self._through_front_idle()
-        return max(self.now, self.arrivals[0] >> _ID_BITS) if self.arrivals else None
+            self._through_front_idle(horizon_ns)
+        if self.arrivals:
+            return max(self.now, self.arrivals[0] >> _ID_BITS)
+        return max(self.now, self.at_front[0] >> _ID_BITS) if self.at_front else None
 
     def kv_used(self) -> float:
         """The share of the KV cache's blocks in use (cached prefix blocks count as free: they can be taken)."""
@@ -359,11 +366,13 @@ class Replica:
             front_queue[i], front_work[i] = queue_ns, work_ns
             heapq.heappush(arrivals, done_ns << _ID_BITS | i)
 
-    def _through_front_idle(self) -> None:
+    def _through_front_idle(self, horizon_ns: int | None = None) -> None:
         """With nothing to run, pass requests through the front end until the first that reaches the engine
-        is known: every request that reached the server before it (another process may pass it on sooner)."""
+        is known: every request that reached the server before it (another process may pass it on sooner),
+        and before `horizon_ns` (next_step_ns)."""
         at_front, arrivals = self.at_front, self.arrivals
-        while at_front and (not arrivals or at_front[0] >> _ID_BITS <= arrivals[0] >> _ID_BITS):
+        while at_front and (horizon_ns is None or at_front[0] >> _ID_BITS < horizon_ns) and (
+                not arrivals or at_front[0] >> _ID_BITS <= arrivals[0] >> _ID_BITS):
             self._through_front(at_front[0] >> _ID_BITS)
 
     # The profiles' batches. Each returns (decoding sequences taking part, tokens of each prompt in

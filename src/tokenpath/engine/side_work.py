@@ -41,16 +41,17 @@ class SideWork:
     def push(self, row: int) -> None:
         heapq.heappush(self.pending, (int(self.jobs.ready_ns[row]), row))
 
-    def next_event_ns(self, replica: Replica) -> int | None:
-        """When the replica does something next: its next step, or a job on its idle GPU before that."""
-        start = replica.next_step_ns()
+    def next_event_ns(self, replica: Replica, horizon_ns: int | None = None) -> int | None:
+        """When the replica does something next: its next step, or a job on its idle GPU before that
+        (`horizon_ns`: as Replica.next_step_ns's)."""
+        start = replica.next_step_ns(horizon_ns)
         alone = self._alone_ns(replica, start)
         return start if alone is None else alone
 
-    def advance(self, replica: Replica) -> tuple[list[int], list[int], int]:
+    def advance(self, replica: Replica, horizon_ns: int | None = None) -> tuple[list[int], list[int], int]:
         """Run the replica's next event: its next step with the jobs ready when it starts, or the jobs ready
         on its idle GPU. Returns the requests that finished, the jobs done and when they were done."""
-        start = replica.next_step_ns()
+        start = replica.next_step_ns(horizon_ns)
         alone = self._alone_ns(replica, start)
         if alone is not None:
             jobs = self._take(alone)
