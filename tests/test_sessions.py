@@ -61,6 +61,20 @@ def test_a_three_turn_session_finds_the_previous_turns_prompt_and_answer_and_wai
     assert np.array_equal(run.scheduled_ns[later], run.sent_ns[later])
 
 
+def test_the_hit_rate_counts_a_chat_template_s_tokens_in_the_prompts_as_in_the_hits():
+    # Two turns of a 10-token message and a 10-token answer, each message wrapped in 35 template tokens: the
+    # engine takes 45, then 45 + 10 + 45 = 100 tokens, and turn 2 finds message 1 (ends at 45) and answer 1
+    # less its last token (54): 3 whole blocks of 16, 48 tokens. The client counts 10 and 30.
+    sim = simulate(load_scenario("typical", {
+        "workload.num_requests": 2, "workload.sessions": {"turns": 2, "think_time": "1 s"},
+        "workload.chat_template_tokens": 35, "workload.input": {"kind": "fixed", "value": 10},
+        "workload.output": {"kind": "fixed", "value": 10}, "deployment.chips": 1, "deployment.tp": 1,
+        "engine.block_size": 16}))
+    assert sim.run.prefix_hit_tokens.tolist() == [0, 48]
+    assert sim.run.input_tokens.tolist() == [10, 30]
+    assert sim.summary["prefix_cache"]["hit_rate"] == 48 / 145  # (it read 48 / 40: 120%)
+
+
 def _routed(policy):
     sim = simulate(_scenario(policy, replicas=4, num_requests=80))
     return sim, result_document(sim)[0]

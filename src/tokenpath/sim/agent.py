@@ -166,7 +166,7 @@ def with_agent(run: Run, plan: AgentPlan) -> Run:
                for name in ("ttft_ns", "ttfv_ns", "ttft_engine_ns")}
     fields: dict[str, Any] = {}
     for name in ("network_ns", "frontend_queue_ns", "frontend_work_ns", "engine_host_ns", "prefix_hit_tokens",
-                 "preemptions"):
+                 "engine_input_tokens", "preemptions"):
         fields[name] = None if getattr(run, name) is None else summed(getattr(run, name))
     for name in ("upload_ns", "prefill_start_ns", "engine_done_ns", "replica", "stalls", "stall_ns", "qoe"):
         fields[name] = None if getattr(run, name) is None else getattr(run, name)[last]

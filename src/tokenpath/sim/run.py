@@ -44,6 +44,8 @@ class Run:
     itl_histogram: Any = None              # summary.LogHistogram of ITL when token times are not kept
     ttft_engine_ns: np.ndarray | None = None  # simulated runs: sent -> first token leaves the engine
     prefix_hit_tokens: np.ndarray | None = None  # simulated runs: prompt tokens found in the prefix cache
+    # Simulated runs: prompt tokens as the engine took them, a chat template's included (of which the hits are)
+    engine_input_tokens: np.ndarray | None = None
     # Simulated runs, per request: when its first engine step (its prefill) began and when the step
     # that made its last token ended (run-relative), how often it was preempted, and its engine.
     prefill_start_ns: np.ndarray | None = None

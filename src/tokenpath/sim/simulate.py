@@ -208,6 +208,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
                             scenario.continuity.spec() if continuity else None,
                             None if user_sent_ns is None else user_sent_ns[rows])
         part["prefix_hit_tokens"] = trace.prefix_hit_tokens
+        part["engine_input_tokens"] = sub.input_tokens
         part["replica"] = np.full(len(rows), replica, np.int64)
         return part, trace, itl
 

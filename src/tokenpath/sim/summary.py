@@ -178,8 +178,8 @@ def summarize(run: Run, scenario_name: str, fingerprint: str, slo: dict[str, flo
         summary["requests"]["model_calls_mean"] = float(run.model_calls[done].mean()) if done.any() else 0.0
         summary["throughput"]["model_calls_per_s"] = per_s(int(run.model_calls[done].sum()))
         summary["throughput"]["model_call_output_tokens_per_s"] = per_s(int(run.model_call_output_tokens[done].sum()))
-    if run.prefix_hit_tokens is not None:
-        prompt = int(run.input_tokens[done].sum())
+    if run.prefix_hit_tokens is not None:  # (over the prompts the engine took, a chat template's tokens included)
+        prompt = int((run.input_tokens if run.engine_input_tokens is None else run.engine_input_tokens)[done].sum())
         summary["prefix_cache"] = {
             "hit_rate": int(run.prefix_hit_tokens[done].sum()) / prompt if prompt else 0.0,
             "hit_tokens_mean": float(run.prefix_hit_tokens[done].mean()) if done.any() else 0.0,
