@@ -94,6 +94,17 @@ def test_the_requests_per_replica_are_the_measured_ones():
     assert routing["imbalance"] == pytest.approx(13 / (51 / 4))
 
 
+def test_the_requests_per_replica_count_a_replica_s_pipeline_batches_together():
+    """2 replicas of pp = 2 (4 chips, tp 1), 20 requests round-robin over their 4 batches in flight: 10 for each
+    replica, not 5 for each of 4 (it listed the batches as replicas)."""
+    sim = simulate(small(**{"workload.num_requests": 20, "model.name": "llama-3.1-8b", "deployment.chips": 4,
+                            "deployment.tp": 1, "deployment.pp": 2}))
+    assert np.bincount(sim.run.replica).tolist() == [5, 5, 5, 5]  # (each request's engine)
+    routing = result_document(sim)[0]["routing"]
+    assert routing["requests_per_replica"] == [10, 10]
+    assert routing["imbalance"] == 1.0
+
+
 def _run_fields(run):
     return {name: getattr(run, name) for name in run.__dataclass_fields__ if isinstance(getattr(run, name), np.ndarray)}
 

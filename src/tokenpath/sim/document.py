@@ -52,9 +52,10 @@ def result_document(sim: Simulation) -> tuple[dict[str, Any], str]:
         "preemptions": int(sum(t.preemptions for t in sim.traces)),
         "prefix_caching": scenario.engine.prefix_caching,
     }
-    replica = sim.run.after(scenario.workload.warmup_requests).replica  # of the measured requests
-    if replica is not None and not scenario.deployment.prefill_replicas:
-        served = np.bincount(replica, minlength=scenario.deployment.replicas * scenario.deployment.pp)
+    engine = sim.run.after(scenario.workload.warmup_requests).replica  # of the measured requests
+    if engine is not None and not scenario.deployment.prefill_replicas:
+        # (a replica's pp batches in flight are engines of their own, in a row: the replica's requests are theirs)
+        served = np.bincount(engine // scenario.deployment.pp, minlength=scenario.deployment.replicas)
         document["routing"] = {
             "policy": scenario.deployment.routing,
             "requests_per_replica": served.tolist(),
