@@ -167,6 +167,24 @@ def test_ttft_counts_from_the_users_send():
     assert np.array_equal(run.sent_ns, without.sent_ns)
 
 
+@pytest.mark.parametrize("loop", [None, {"turns": 2, "result_tokens": {"kind": "fixed", "value": 50},
+                                          "call_output": {"kind": "fixed", "value": 20}}], ids=["one call", "agent"])
+def test_the_results_name_each_row_by_its_request_in_the_workload(loop):
+    """The model calls reach the server in another order than the users' sends (a stage of random length
+    before them): the rows come in the calls' order, and each names the request it is."""
+    from tokenpath.report.requests import request_columns
+
+    light = {"workload.num_requests": 24, "workload.arrival.rate": 4.0}
+    without = simulate(load_scenario("rag", {**light, "application.stages": [{"name": "answer", "kind": "model"}]}))
+    stages = [{"name": "think", "kind": "cpu", "latency": {"kind": "exponential", "mean": "400 ms"}},
+              {"name": "answer", "kind": "model", "after": ["think"], **({} if loop is None else {"loop": loop})}]
+    run = simulate(load_scenario("rag", {**light, "application.stages": stages})).run
+    request = request_columns(run)["request"]
+    assert sorted(request.tolist()) == list(range(24))
+    assert (np.diff(run.scheduled_ns) < 0).any()  # (rows out of the sends' order)
+    assert np.array_equal(run.scheduled_ns, without.run.scheduled_ns[request])
+
+
 def test_stages_after_the_model_lengthen_e2e_but_not_the_streams_tpot():
     light = {"workload.num_requests": 40, "workload.arrival.rate": 0.5}
     without = simulate(load_scenario("rag", {**light, "application.stages": [{"name": "answer", "kind": "model"}]}))

@@ -36,6 +36,8 @@ class Timeline:
     # A model streaming into the stages after it: those stages, to lay out after the run (post_ns and their
     # detail_ns hold them as if they started at the last token until then).
     streamed: Streamed | None = None
+    # Per row, the request's index in the workload, where the rows are in another order (the model calls').
+    request_index: np.ndarray | None = None
 
 
 def draw_latencies_ns(spec: ApplicationSpec, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -91,7 +91,7 @@ def request_columns(run: Run, warmup_requests: int = 0,
     tpot = np.where(ok, run.tpot_ns() / 1e9, np.nan)
     absolute = lambda ns: missing if ns is None else np.where((ns >= 0) & ok, seconds(ns), np.nan)  # noqa: E731
     columns: dict[str, np.ndarray] = {
-        "request": np.arange(n, dtype=np.int64) if request_ids is None else np.asarray(request_ids, np.int64),
+        "request": np.asarray(_request_ids(run) if request_ids is None else request_ids, np.int64),
         "ok": ok,
         "warmup": np.arange(n) < warmup_requests,
         "replica": np.full(n, -1, np.int64) if run.replica is None else np.asarray(run.replica, np.int64),
@@ -124,6 +124,12 @@ def request_columns(run: Run, warmup_requests: int = 0,
     columns["stall_s"] = missing if flow is None else duration(flow["stall_ns"])
     columns["qoe"] = missing if flow is None else np.where(ok, flow["qoe"], np.nan)
     return columns
+
+
+def _request_ids(run: Run) -> np.ndarray:
+    """Each row's request's index in the workload: its row, unless an application put the rows in the order
+    of the model calls."""
+    return np.arange(len(run), dtype=np.int64) if run.request_index is None else run.request_index
 
 
 # Integer columns where -1 means "this run does not have it": written as null.

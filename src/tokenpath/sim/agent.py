@@ -179,7 +179,8 @@ def with_agent(run: Run, plan: AgentPlan) -> Run:
         queue_ns=e2e - sum(layers.values()) - application, token_client_ns=tokens,
         token_offsets=np.concatenate([[0], np.cumsum(output)]).astype(np.int64), application_ns=application,
         application_detail_ns=stages, application_before_ns=before_application, model_sent_ns=run.sent_ns[last],
-        earlier_calls_ns=earlier, model_calls=plan.calls, model_call_output_tokens=summed(run.output_tokens))
+        earlier_calls_ns=earlier, model_calls=plan.calls, model_call_output_tokens=summed(run.output_tokens),
+        request_index=plan.outer.request_index)
 
 
 def _token_rows(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -64,7 +64,7 @@ def model_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Genera
                      None if prefixes is None else prefixes.take(order), None,
                      None if template is None else template[order])
     laid = Timeline(laid.pre_ns[order], laid.post_ns[order], {k: v[order] for k, v in laid.detail_ns.items()},
-                    streamed=None if laid.streamed is None else laid.streamed.take(order))
+                    streamed=None if laid.streamed is None else laid.streamed.take(order), request_index=order)
     return moved, laid
 
 
@@ -82,4 +82,5 @@ def with_application(run: Run, laid: Timeline | AgentPlan) -> Run:
         run, scheduled_ns=user_send_ns, sent_ns=user_send_ns, ttft_ns=shift(run.ttft_ns), ttfv_ns=shift(run.ttfv_ns),
         ttft_engine_ns=shift(run.ttft_engine_ns), e2e_ns=run.e2e_ns + before_ns + laid.post_ns,
         queue_ns=run.queue_ns + before_ns - laid.pre_ns, application_ns=laid.pre_ns + laid.post_ns,
-        application_detail_ns=laid.detail_ns, application_before_ns=laid.pre_ns, model_sent_ns=run.sent_ns)
+        application_detail_ns=laid.detail_ns, application_before_ns=laid.pre_ns, model_sent_ns=run.sent_ns,
+        request_index=laid.request_index)

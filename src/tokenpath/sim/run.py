@@ -70,6 +70,9 @@ class Run:
     model_calls: np.ndarray | None = None
     model_call_output_tokens: np.ndarray | None = None
     earlier_calls_ns: dict[str, np.ndarray] | None = None
+    # With an application, the rows are in the order of the model calls (an agent's first): per row, its
+    # request's index in the workload (the user's send order); None where the rows are in that order.
+    request_index: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.sent_ns)
