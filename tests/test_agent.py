@@ -205,6 +205,9 @@ def _loop(**changes):
     ([{"name": "m", "kind": "model", "loop": _loop(between=[], call_output={"kind": "empirical", "path": "x.txt"})}],
      ["loop.call_output cannot read a lengths file"]),
     ([{"name": "m", "kind": "model", "loop": {"turns": 2}}], ["result_tokens"]),
+    # a table of turns is no count: what is wrong with it as a distribution, not "should be a valid integer"
+    ([{"name": "m", "kind": "model", "loop": _loop(between=[], turns={"kind": "normal", "mean": 2})}],
+     ["loop.turns: kind 'normal' needs mean and sd; missing sd"]),
 ])
 def test_a_bad_loop_table_is_one_line_exit_2(stages, fragments, tmp_path, monkeypatch, capsys):
     path = tmp_path / "agent.toml"

@@ -59,10 +59,19 @@ def _walk(root: Any, loc: tuple[Any, ...]) -> tuple[type[BaseModel] | None, list
     return owner, shown
 
 
+def _other_member(error: Any, errors: list[Any]) -> bool:
+    """A union member of another type than the table given (`turns = {kind = ...}` is no int), beside a
+    member that took the table and found what is wrong with it: its error is the one to give."""
+    loc = tuple(error["loc"])
+    return (error["type"].endswith("_type") and isinstance(error.get("input"), dict) and len(loc) > 0
+            and any(tuple(e["loc"])[:len(loc) - 1] == loc[:-1] and tuple(e["loc"]) != loc
+                    and not e["type"].endswith("_type") for e in errors))
+
+
 def explain(error: ValidationError, source: str, root: Any) -> str:
     """The first error of validating a table against `root` (a model class or a type), as one line; an
     unknown key first of all, which a misspelt required key also leaves missing."""
-    errors = error.errors()
+    errors = [e for e in error.errors() if not _other_member(e, error.errors())] or error.errors()
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(first["loc"])
     if first["type"] == "extra_forbidden":
