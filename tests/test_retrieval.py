@@ -178,6 +178,22 @@ def test_a_bad_index_exits_2_from_the_cli(tmp_path, monkeypatch, capsys):
                       "application.stages", "nprobe (9) is more than nlist (8)")
 
 
+def test_a_search_past_int64_nanoseconds_is_one_line_not_a_wrapped_time():
+    """The largest flat index the table takes, 1e12 vectors of 65,536 fp32 dimensions, is 1.9 years a query
+    on one core; spread 10 draws some requests past 292 years, which as int64 nanoseconds wrapped to a
+    negative time (the stage then took none)."""
+    from tokenpath.application.spec import ApplicationSpec
+    from tokenpath.application.timeline import draw_latencies_ns
+
+    huge = {"vectors": 10**12, "dim": 65_536, "method": "flat", "spread": 10.0}
+    spec = ApplicationSpec.model_validate({"stages": [{"name": "retrieve", "kind": "retrieval", "index": huge},
+                                                      {"name": "answer", "kind": "model", "after": ["retrieve"]}]})
+    with pytest.raises(UserError) as raised:
+        draw_latencies_ns(spec, 20_000, np.random.default_rng(0))
+    assert "\n" not in str(raised.value) and "stage 'retrieve'" in str(raised.value)
+    assert "index.spread" in str(raised.value)
+
+
 def test_a_stage_with_an_index_takes_the_model_s_time_and_the_scenario_s_assumptions(tmp_path):
     stages = stages_with(FLAT)
     laid = prepare(load_scenario("rag", {"workload.num_requests": 20, "application.stages": stages})).application

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tokenpath.application.index import index_times_s
+from tokenpath.application.service import MAX_QUEUE_NS
 from tokenpath.application.spec import ApplicationSpec, LatencySpec
+from tokenpath.config.errors import UserError
 from tokenpath.workload.lengths import lognormal_parameters
 
 if TYPE_CHECKING:
@@ -53,6 +55,10 @@ def draw_latencies_ns(spec: ApplicationSpec, n: int, rng: np.random.Generator) -
         own = stage_rng(rng, stage.name)
         hit_draws = own.random(n)
         times = _sample_s(stage.latency, n, own) if stage.index is None else index_times_s(stage.index, n, own)
+        if len(times) and float(times.max()) * 1e9 > MAX_QUEUE_NS:  # (a latency's durations are at most 1 h)
+            raise UserError(f"application stage {stage.name!r}: a request's search would take {times.max():.3g} s "
+                            "on its index, more than 146 years (past int64 nanoseconds); lower index.spread or "
+                            "vectors, or search it another way (ivf, hnsw, on a chip)")
         if stage.cache is not None:
             times = np.where(hit_draws < stage.cache.hit_rate, stage.cache.hit_latency, times)
         drawn[stage.name] = np.rint(times * 1e9).astype(np.int64)
