@@ -17,10 +17,13 @@ What caps x: the engine's limits (the token budget per step; one sequence per to
 at least one per prompt, at most max_num_seqs; the contexts they read within the KV cache); and,
 when the SLO bounds TPOT or ITL at any statistic, the mean step time, since a decoding sequence gets
 one token a step, so its TPOT is the mean time of the steps it is in: x is at most where t(x)
-reaches the tightest such target. Colocated replicas do all of a request's work under that cap;
-disaggregated pools split it, prompts on the prefill replicas (capped by their limits only) and
-decode steps on the others, and the pool that serves fewer requests per second bounds the
-deployment.
+reaches the tightest such target. With speculative decoding a decoding sequence runs its drafts and
+one more token a step (and the drafter its passes) and gains the mean tokens a verify step accepts,
+so a request takes that many times fewer steps, and its TPOT is the mean step time over those
+tokens (its ITL still a step: a step's tokens reach the client as one event). Colocated replicas do
+all of a request's work under that cap; disaggregated pools split it, prompts on the prefill replicas
+(capped by their limits only) and decode steps on the others, and the pool that serves fewer requests
+per second bounds the deployment.
 
 It bounds a steady state. It assumes the targeted statistic of per-request TPOT (p99, p90, ...) is
 at least the mean step time, which holds unless the steps' times vary much more within a run than
@@ -37,7 +40,9 @@ from typing import Any
 import numpy as np
 
 from tokenpath.engine.spec import MAX_STEP_TOKENS
+from tokenpath.engine.speculative import mean_tokens_per_step
 from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.simulate import Prepared
 
 # Bisection on the work per step stops when the bracket is this share of its upper end.
@@ -66,7 +71,10 @@ class Work:
 def request_work(prepared: Prepared) -> tuple[Work, Work]:
     """(prompt, decode) work of the workload's mean request. The prompt: its tokens less the most a
     prefix cache could hold (the prefix the request shares, up to all but one token), in one chunk;
-    the decode: output - 1 steps, step k attending to the prompt and k tokens."""
+    the decode: output - 1 steps, step k attending to the prompt and k tokens. Speculating, (output -
+    1) / m verify steps of w query and LM-head rows each (w: the drafts and one more; m: the tokens a
+    step gains on average, so that many steps are the fewest a request takes on average), each query
+    attending to the context and the queries before it (engine/replica.py's verify step)."""
     requests, engine = prepared.requests, prepared.scenario.engine
     prompt = requests.input_tokens.astype(np.float64)
     out = requests.output_tokens.astype(np.float64)
@@ -74,20 +82,33 @@ def request_work(prepared: Prepared) -> tuple[Work, Work]:
     if engine.prefix_caching and requests.prefixes is not None:
         cached = np.minimum(requests.prefixes.tokens.astype(np.float64), prompt - 1)
     q = prompt - cached
-    steps = out - 1
-    reads = steps * prompt + steps * (steps + 1) / 2
+    speculation = prepared.deployment.costs.speculation
+    width, gained = (1, 1.0) if speculation is None else (
+        speculation.width, mean_tokens_per_step(speculation.acceptance, speculation.drafts))
+    steps = (out - 1) / gained
+    contexts = steps * prompt + gained * steps * (steps - 1) / 2  # each step's context before its queries
+    pairs = width * contexts + steps * width * (width + 1) / 2
+    reads = contexts + steps * width
     prefill = Work(q.mean(), 1.0, (q * cached + q * (q + 1) / 2).mean(), prompt.mean(), cached.mean(), 1.0)
-    decode = Work(steps.mean(), steps.mean(), reads.mean(), reads.mean(), 0.0, steps.mean())
+    decode = Work((width * steps).mean(), (width * steps).mean(), pairs.mean(), reads.mean(), 0.0, steps.mean())
     return prefill, decode
 
 
 def _step_s(costs: Any, work: Work, x: float, scheduled: bool) -> float:
-    """The engine's time for one step holding x requests' worth of `work`."""
+    """The engine's time for one step holding x requests' worth of `work` (speculating, the drafter's
+    passes too, over the sequences that sample)."""
     tokens = max(1, round(x * work.tokens))
     logits = min(tokens, max(1, round(x * work.logits)))
     traffic_s = costs.traffic_s(tokens, logits == tokens)
-    return costs.compute_s(tokens, logits, x * work.attn_pairs, x * work.kv_read_tokens,
-                           x * work.chunk_context_tokens, scheduled, traffic_s) + traffic_s
+    attn_pairs, kv_read, chunk_context = x * work.attn_pairs, x * work.kv_read_tokens, x * work.chunk_context_tokens
+    if costs.speculation is None:
+        return costs.compute_s(tokens, logits, attn_pairs, kv_read, chunk_context, scheduled, traffic_s) + traffic_s
+    sequences = max(1, round(x * work.sequences))
+    step_s = costs.compute_s(tokens, logits, attn_pairs, kv_read, chunk_context, scheduled, traffic_s, 0.0, None,
+                             sequences) + traffic_s
+    if costs.draft_s is not None:
+        step_s += costs.draft_s(tokens, sequences, attn_pairs, kv_read, chunk_context)
+    return step_s
 
 
 def _per_engine(prepared: Prepared, work: Work, step_limit_s: float | None) -> float:
@@ -142,7 +163,18 @@ def capacity_bound_per_s(prepared: Prepared, step_limit_s: float | None) -> floa
     return rate
 
 
-def step_limit_s(slo: dict[str, Any]) -> float | None:
-    """The tightest TPOT or ITL target of an SLO (capacity.Target by name), any statistic; None: none."""
-    limits = [target.limit for name, target in slo.items() if name.startswith(("tpot_", "itl_"))]
+def step_limit_s(slo: dict[str, Any], tokens_per_step: float = 1.0) -> float | None:
+    """The longest mean step the tightest TPOT or ITL target of an SLO (capacity.Target by name, any
+    statistic) allows; None: none. A TPOT target allows `tokens_per_step` times its limit (the tokens a
+    decoding sequence gains a step: decode_tokens_per_step); an ITL target its limit (one event a step)."""
+    limits = [target.limit * (tokens_per_step if name.startswith("tpot_") else 1.0)
+              for name, target in slo.items() if name.startswith(("tpot_", "itl_"))]
     return min(limits) if limits else None
+
+
+def decode_tokens_per_step(scenario: Scenario) -> float:
+    """The tokens a decoding sequence gains a step on average: 1, or speculative decoding's mean."""
+    speculative = scenario.engine.speculative
+    if speculative is None:
+        return 1.0
+    return mean_tokens_per_step(scenario.workload.draft_acceptance, speculative.num_speculative_tokens)

@@ -31,7 +31,7 @@ from tokenpath.config.errors import DoesNotFit, UserError
 from tokenpath.delivery.calibration import CalibratedCost
 from tokenpath.sim.overrides import apply_overrides
 from tokenpath.sim.scenario import Scenario
-from tokenpath.whatif.bound import capacity_bound_per_s, step_limit_s
+from tokenpath.whatif.bound import capacity_bound_per_s, decode_tokens_per_step, step_limit_s
 from tokenpath.whatif.capacity import DEFAULT_STABILITY, DEFAULT_TOLERANCE, Point, Target, ok, search
 from tokenpath.whatif.layouts import (
     LIMIT_FACTORS,
@@ -382,7 +382,7 @@ def run_search(base: Base, question: Question, workers: int, ray: bool = False, 
         CalibratedCost.from_file(delivery.calibration, delivery.calibrated_server)
     engines = list(question.engines) or [scenario.engine.scheduler]
     moe = load_model(scenario.model_source()).is_moe
-    domain, step_limit = scaleup_domain(scenario), step_limit_s(question.slo)
+    domain, step_limit = scaleup_domain(scenario), step_limit_s(question.slo, decode_tokens_per_step(scenario))
     state = _State()
     runner = _Ray(ray_address) if ray else _Local()
     try:
