@@ -369,6 +369,18 @@ def test_an_sglang_candidate_runs_its_own_running_requests_and_the_grid_moves_it
     assert pinned.overrides()["engine.max_num_seqs"] == 512
 
 
+def test_the_grid_of_limits_lists_each_pair_once_where_a_limit_halves_to_itself():
+    """At max_num_seqs = 1, half of 1 sequence rounds back to 1: the grid listed (1, 4096) and (1, 16384)
+    twice, so the limits phase judged and counted those variants twice (7 for 5)."""
+    from tokenpath.whatif.layouts import limit_grid, with_limits
+
+    assert limit_grid(1, 8192) == [(1, 8192), (1, 4096), (1, 16384), (2, 8192), (2, 4096), (2, 16384)]
+    assert limit_grid(None, 1) == [(None, 1), (None, 2)]
+    variants = with_limits(Candidate(2, 1, 1, "vllm-v1", 1, 8192), (1, 8192))
+    assert [(c.max_num_seqs, c.max_num_batched_tokens) for c in variants] == [
+        (1, 4096), (1, 16384), (2, 8192), (2, 4096), (2, 16384)]
+
+
 def test_an_sglang_candidate_is_bounded_with_its_own_memory_share():
     """The bound replays every step as a graph; SGLang's default share reserves room per graph sequence,
     so the bound keeps the deployment's own share instead of one for graphs of every size (which came to

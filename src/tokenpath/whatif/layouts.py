@@ -148,11 +148,12 @@ def base_limits(base: Base, scheduler: str) -> tuple[int | None, int]:
 
 
 def limit_grid(seqs: int | None, tokens: int) -> list[tuple[int | None, int]]:
-    """The limits tried around (seqs, tokens), the base first (LIMIT_FACTORS); the token budget alone
-    where the engine sets its own running requests (seqs None)."""
+    """The limits tried around (seqs, tokens), the base first (LIMIT_FACTORS), each pair once (a limit of 1
+    halves to 1 again); the token budget alone where the engine sets its own running requests (seqs None)."""
     if seqs is None:
-        return [(None, max(1, round(tokens * b))) for b in LIMIT_FACTORS]
-    return [(max(1, round(seqs * a)), max(1, round(tokens * b))) for a in LIMIT_FACTORS for b in LIMIT_FACTORS]
+        return list(dict.fromkeys((None, max(1, round(tokens * b))) for b in LIMIT_FACTORS))
+    return list(dict.fromkeys((max(1, round(seqs * a)), max(1, round(tokens * b)))
+                              for a in LIMIT_FACTORS for b in LIMIT_FACTORS))
 
 
 def launch_tuning(base: Base, scheduler: str) -> tuple[bool | None, bool]:
