@@ -185,6 +185,32 @@ def test_the_results_name_each_row_by_its_request_in_the_workload(loop):
     assert np.array_equal(run.scheduled_ns, without.run.scheduled_ns[request])
 
 
+@pytest.mark.parametrize("loop", [None, {"turns": 2, "result_tokens": {"kind": "fixed", "value": 50},
+                                          "call_output": {"kind": "fixed", "value": 20}}], ids=["one call", "agent"])
+def test_the_warm_up_is_the_users_first_sends_whatever_order_the_calls_reach_the_server(loop):
+    """A stage of random length before the model reorders the calls: the warm-up left out of the figures is
+    still the users' first sends (docs/design.md), each kept row with its own token times."""
+    from tokenpath.sim.summary import summarize
+
+    stages = [{"name": "think", "kind": "cpu", "latency": {"kind": "exponential", "mean": "2 s"}},
+              {"name": "answer", "kind": "model", "after": ["think"], **({} if loop is None else {"loop": loop})}]
+    scenario = load_scenario("rag", {"workload.num_requests": 24, "workload.arrival.rate": 4.0,
+                                     "workload.warmup_requests": 6, "application.stages": stages})
+    run = simulate(scenario).run
+    assert (run.request_index[:6] >= 6).any()  # (a later send's call among the first rows)
+    kept = run.after(6)
+    sends = np.sort(run.scheduled_ns)
+    assert np.array_equal(np.sort(kept.scheduled_ns), sends[6:])
+    assert sorted(kept.request_index.tolist()) == list(range(6, 24))
+    for row, i in enumerate(kept.request_index):
+        whole = int(np.flatnonzero(run.request_index == i)[0])
+        assert np.array_equal(kept.token_client_ns[kept.token_offsets[row]:kept.token_offsets[row + 1]],
+                              run.token_client_ns[run.token_offsets[whole]:run.token_offsets[whole + 1]])
+    summary = summarize(run, "rag", "", {}, warmup_requests=6)
+    assert summary["requests"]["completed"] == 18
+    assert summary["latency_s"]["e2e"]["mean"] == pytest.approx(float(run.e2e_ns[run.request_index >= 6].mean()) / 1e9)
+
+
 def test_stages_after_the_model_lengthen_e2e_but_not_the_streams_tpot():
     light = {"workload.num_requests": 40, "workload.arrival.rate": 0.5}
     without = simulate(load_scenario("rag", {**light, "application.stages": [{"name": "answer", "kind": "model"}]}))

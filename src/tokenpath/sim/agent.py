@@ -22,7 +22,7 @@ from tokenpath.application.stream import streamed_into
 from tokenpath.application.timeline import Timeline, draw_latencies_ns, timeline
 from tokenpath.config.errors import UserError
 from tokenpath.sim.deployment import check_fits
-from tokenpath.sim.run import Run
+from tokenpath.sim.run import Run, token_rows
 from tokenpath.workload import Requests
 from tokenpath.workload.generate import earlier_in_session, session_prefixes
 from tokenpath.workload.lengths import sample_lengths
@@ -170,7 +170,7 @@ def with_agent(run: Run, plan: AgentPlan) -> Run:
         fields[name] = None if getattr(run, name) is None else summed(getattr(run, name))
     for name in ("upload_ns", "prefill_start_ns", "engine_done_ns", "replica", "stalls", "stall_ns", "qoe"):
         fields[name] = None if getattr(run, name) is None else getattr(run, name)[last]
-    tokens = None if run.token_client_ns is None else run.token_client_ns[_token_rows(run.token_offsets, last)]
+    tokens = None if run.token_client_ns is None else run.token_client_ns[token_rows(run.token_offsets, last)]
     output = run.output_tokens[last]
     stages = {**plan.outer.detail_ns, **{stage: summed(v) for stage, v in plan.between_detail_ns.items()}}
     return replace(
@@ -181,12 +181,6 @@ def with_agent(run: Run, plan: AgentPlan) -> Run:
         application_detail_ns=stages, application_before_ns=before_application, model_sent_ns=run.sent_ns[last],
         earlier_calls_ns=earlier, model_calls=plan.calls, model_call_output_tokens=summed(run.output_tokens),
         request_index=plan.outer.request_index)
-
-
-def _token_rows(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The flat positions of the tokens of `rows` (requests split by `offsets`), row after row."""
-    counts = offsets[rows + 1] - offsets[rows]
-    return np.repeat(offsets[rows] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
 
 
 def last_calls(calls: Requests, plan: AgentPlan) -> Requests:

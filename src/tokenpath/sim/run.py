@@ -82,21 +82,31 @@ class Run:
         return np.ones(len(self), bool) if self.failed is None else ~self.failed
 
     def after(self, skipped: int) -> Run:
-        """The run without its first `skipped` requests (a warm-up): per-request rows and their tokens.
-        A run that kept no token times keeps its ITL histogram, which holds the measured requests' gaps
-        alone (the simulation leaves its warm-up out of it)."""
+        """The run without its first `skipped` requests (a warm-up), the user's first sends: per-request rows
+        and their tokens. With an application the rows are in the model calls' order and the warm-up is
+        found by `request_index`. A run that kept no token times keeps its ITL histogram, which holds the
+        measured requests' gaps alone (the simulation leaves its warm-up out of it: sim/simulate.py, `_warmup_rows`)."""
         if skipped <= 0:
             return self
+        if self.request_index is None:
+            rows: slice | np.ndarray = slice(skipped, None)
+            first = int(self.token_offsets[skipped])
+            tokens = None if self.token_client_ns is None else self.token_client_ns[first:]
+            offsets = self.token_offsets[skipped:] - first
+        else:
+            rows = np.flatnonzero(self.request_index >= skipped)
+            tokens = None if self.token_client_ns is None else self.token_client_ns[token_rows(self.token_offsets,
+                                                                                               rows)]
+            counts = self.token_offsets[rows + 1] - self.token_offsets[rows]
+            offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         fields = {}
         for name, value in vars(self).items():
             if isinstance(value, np.ndarray) and name not in ("token_client_ns", "token_offsets"):
-                fields[name] = value[skipped:]
+                fields[name] = value[rows]
         for name in ("application_detail_ns", "earlier_calls_ns"):
             if getattr(self, name) is not None:
-                fields[name] = {key: v[skipped:] for key, v in getattr(self, name).items()}
-        first = int(self.token_offsets[skipped])
-        tokens = None if self.token_client_ns is None else self.token_client_ns[first:]
-        return replace(self, **fields, token_client_ns=tokens, token_offsets=self.token_offsets[skipped:] - first)
+                fields[name] = {key: v[rows] for key, v in getattr(self, name).items()}
+        return replace(self, **fields, token_client_ns=tokens, token_offsets=offsets)
 
     def stream_ns(self) -> np.ndarray:
         """Per request, sent -> the model's last token at the client: as measured (the bytes after it, a
@@ -156,3 +166,9 @@ def itl_gaps_ns(token_client_ns: np.ndarray, token_offsets: np.ndarray, skip: np
         keep &= ~skip[owner]
     gaps = gaps[keep]
     return gaps[gaps > 0]
+
+
+def token_rows(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The flat positions of the tokens of `rows` (requests split by `offsets`), row after row."""
+    counts = offsets[rows + 1] - offsets[rows]
+    return np.repeat(offsets[rows] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))

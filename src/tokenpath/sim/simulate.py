@@ -121,6 +121,20 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     return simulation
 
 
+def _warmup_rows(application: Timeline | AgentPlan | None, rows: int, skipped: int) -> np.ndarray:
+    """Per model call's row, whether it belongs to one of the user's first `skipped` sends (the warm-up, whose
+    gaps an ITL histogram leaves out; an agent's: all its calls). With an application the rows are in the
+    order the calls reach the server, which its stages can change (Run.after drops the same requests)."""
+    if isinstance(application, AgentPlan):
+        index = application.outer.request_index
+        if index is None:
+            return np.arange(rows) < application.first[skipped]
+        return np.repeat(index < skipped, application.calls)
+    if application is None or application.request_index is None:
+        return np.arange(rows) < skipped
+    return application.request_index < skipped
+
+
 def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, workers: int | None,
               continuity: bool = True) -> Simulation:
     scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
@@ -131,11 +145,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     n, replicas = len(requests), deployment.replicas
     concurrency = scenario.workload.max_concurrency
     keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
-    # The rows of the warm-up requests (an agent's: all their calls), whose gaps an ITL histogram leaves out.
-    skipped = scenario.workload.warmup_requests
-    if isinstance(prepared.application, AgentPlan):
-        skipped = int(prepared.application.first[skipped])
-    warmup = np.arange(n) < skipped
+    warmup = _warmup_rows(prepared.application, n, scenario.workload.warmup_requests)
     # With an application, the user sent each request before its model call was scheduled.
     user_sent_ns = None if prepared.application is None else scheduled_ns - prepared.application.pre_ns
     if prepared.shared is not None:  # (its requests are the user's sends)
