@@ -82,6 +82,22 @@ def test_a_shared_system_prompt_is_found_after_warm_up_and_saves_its_prefill_tim
     assert np.array_equal(off.run.ttft_ns[1:] - on.run.ttft_ns[1:], np.full(29, saved_ns))
 
 
+def test_disaggregated_prefill_replicas_report_the_system_prompt_they_find():
+    """The prefill replicas look prompts up in their caches (the decode replicas take them whole): the
+    summary's hit rate is theirs, as a colocated deployment's is its engines'."""
+    scenario = load_scenario("typical", {
+        "workload.num_requests": 30, "workload.warmup_requests": 1,
+        "workload.arrival": {"rate": 1.0, "pattern": "constant"},
+        "workload.input": {"kind": "fixed", "value": 100}, "workload.output": {"kind": "fixed", "value": 8},
+        "workload.shared_prefix": {"count": 1, "tokens": 1000, "fraction": 1.0},
+        "deployment.chips": 8, "deployment.tp": 4, "deployment.prefill_replicas": 1,
+        "engine.prefix_caching": True,
+    })
+    sim = simulate(scenario)
+    assert sim.run.prefix_hit_tokens[1:].tolist() == [960] * 29
+    assert result_document(sim)[0]["prefix_cache"]["hit_rate"] == pytest.approx(960 / 1100)
+
+
 def _routed(policy):
     scenario = load_scenario("typical", {
         "workload.num_requests": 800, "workload.warmup_requests": 100,

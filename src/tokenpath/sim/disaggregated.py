@@ -77,7 +77,7 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     traces: list[EngineTrace] = []
 
     # Prefill: every request for the token that ends its prompt step (dropped: the client's come from decode).
-    sent, compute, traffic, host_ns, prefill_start, preempted = (np.zeros(n, np.int64) for _ in range(6))
+    sent, compute, traffic, host_ns, prefill_start, preempted, hits = (np.zeros(n, np.int64) for _ in range(7))
     # Of the delivery time: the upload (the network and the front end on the way in, at the prefill
     # replica) and the decode replica's front-end time for the request's tokens.
     network_in, upload, front_queue, front_work = (np.zeros(n, np.int64) for _ in range(4))
@@ -98,6 +98,7 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
         front_queue[rows] = trace.front_queue_ns - trace.step_front_queue_ns[token_step]
         front_work[rows] = trace.front_work_ns - trace.step_front_work_ns[token_step]
         prefill_start[rows], preempted[rows] = trace.first_step_start_ns, trace.times_preempted
+        hits[rows] = trace.prefix_hit_tokens  # (the prefill replicas look prompts up; decode takes them whole)
         first_end[rows] = trace.last_step_end_ns
 
     # KV transfer, then decode of every output token.
@@ -136,6 +137,7 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     part = client_side(served, requests, scheduled_ns, LastMile(delivery, deployment.front_end), visible, keep_tokens,
                        itl, warmup, scenario.continuity.spec() if continuity else None, user_sent_ns)
     part["replica"] = decode_of  # the replica that made its tokens
+    part["prefix_hit_tokens"], part["engine_input_tokens"] = hits, requests.input_tokens
     return merge_parts([part], [np.arange(n)], n, itl), traces, link_busy_ns
 
 
