@@ -602,3 +602,19 @@ def test_a_dense_models_pipeline_stage_holds_its_share_of_layers_and_the_head():
     resident = {op.name: op.resident_bytes for op in whole.ops}
     per_layer = (sum(resident.values()) - resident["embedding"] - resident["lm_head"]) / 80
     assert staged.weight_bytes_per_chip == pytest.approx(40 * per_layer + resident["lm_head"], rel=1e-12)
+
+
+def test_weight_only_gemms_launch_no_input_quantization():
+    """A weight-only precision (fp8 on A100, MXFP4 experts on H100) multiplies the bf16 input as it is, so its
+    GEMMs launch the kernels bf16 weights do; fp8 on H100 quantizes each GEMM's input first."""
+    def kernels(chip, weights):
+        return compute_model("llama-3.1-8b", chip, 1, weights).kernels_per_step
+    assert kernels("a100", "fp8") == kernels("a100", "bf16")
+    # On H100 each layer's four GEMMs (qkv, o, gate_up, down) add their input's quantization: 32 x 4 more.
+    assert kernels("h100", "fp8") == kernels("h100", "bf16") + 32 * 4
+    model = load_model("gpt-oss-120b")
+    experts = {chip: {op.name: op for op in ComputeModel(model, load_chip(chip), 1, "bf16", "bf16",
+                                                         expert_precision="fp4").ops}["moe_experts"]
+               for chip in ("h100", "b200")}
+    assert experts["h100"].kernels == 5 * 36  # routed experts' kernels, no quantization
+    assert experts["b200"].kernels == 7 * 36  # and on FP4 tensor cores the two inputs' quantization

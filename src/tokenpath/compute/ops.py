@@ -152,10 +152,16 @@ class _Sharding:
     def bf16_rate(self) -> float:
         return self.chip.effective_flops(EMBEDDING_PRECISION)
 
+    def quantizes_input(self, precision: str) -> bool:
+        """Whether a GEMM of weights at `precision` quantizes its input first, by a kernel of its own: where the
+        chip multiplies below 16 bits. A weight-only precision (fp8 on A100, fp4 on Hopper: vLLM's Marlin,
+        gpt-oss's MXFP4 experts) takes the bf16 input as it is and dequantizes the weights inside the GEMM."""
+        return PRECISION_BYTES[self.chip.compute_precision(precision)] < 2
+
     @property
     def quantize(self) -> int:
-        """Below 16-bit weights each GEMM's input is quantized by a kernel of its own first."""
-        return 1 if self.weight_bytes < 2 else 0
+        """The input quantization kernels (0 or 1) before each of its GEMMs at the weights' precision."""
+        return int(self.quantizes_input(self.weight_precision))
 
     def gemm(self, name: str, n_layers: int, params: float, in_width: float, out_width: float, *,
              extra_width: float = 0.0, bf16: bool = False, extra_kernels: int = 0, one_gemm: bool = True) -> LinearOp:
@@ -382,10 +388,11 @@ def _dense_mlp(s: _Sharding) -> list[LinearOp]:
             s.gemm("mlp_down", model.dense_layers, inter * h, inter, h)]
 
 
-def expert_layer_kernels(expert_bytes: float) -> int:
+def expert_layer_kernels(quantized_inputs: bool) -> int:
     """Kernels of one layer's routed experts: align and permute the copies, grouped gate_up, activation,
-    grouped down, combine; and, for weights below bf16, the two inputs' quantization."""
-    return 5 + 2 * (expert_bytes < 2)
+    grouped down, combine; and, where the chip multiplies the weights below 16 bits, the two inputs'
+    quantization (_Sharding.quantizes_input)."""
+    return 5 + 2 * quantized_inputs
 
 
 def _moe_router(s: _Sharding) -> list[LinearOp]:
@@ -422,7 +429,7 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
         bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * s.act * moe_layers * slow,
         bytes_per_expert=expert_params * expert_bytes * moe_layers * slow,
         resident_bytes=model.num_experts * expert_params * expert_bytes * moe_layers,
-        kernels=expert_layer_kernels(expert_bytes) * moe_layers,
+        kernels=expert_layer_kernels(s.quantizes_input(precision)) * moe_layers,
         gemm=True,
     )]
 
