@@ -618,3 +618,23 @@ def test_weight_only_gemms_launch_no_input_quantization():
                for chip in ("h100", "b200")}
     assert experts["h100"].kernels == 5 * 36  # routed experts' kernels, no quantization
     assert experts["b200"].kernels == 7 * 36  # and on FP4 tensor cores the two inputs' quantization
+
+
+def test_expert_parallel_over_more_chips_than_divide_the_experts_takes_the_busiest_chips_experts():
+    """Mixtral's 8 experts placed whole over 16 chips: one on each of 8 chips (vLLM's determine_expert_map),
+    so the busiest chip holds a whole expert a layer, not half of one, and runs a quarter of the routed tokens
+    (top-2 of 8)."""
+    model, chip = load_model("mixtral-8x7b"), load_chip("h100")
+    tp, ep = (ComputeModel(model, chip, 16, "bf16", "bf16", expert_parallel=ep) for ep in (False, True))
+    expert_bytes = 3 * 4096 * 14336 * 32 * 2  # one expert in every layer, bf16
+    assert ep.weight_bytes_per_chip == pytest.approx(tp.weight_bytes_per_chip + expert_bytes - 8 * expert_bytes / 16,
+                                                     rel=1e-12)
+    experts = {cm: {op.name: op for op in cm.step_ops(1, 1, 1000, 1000)}["moe_experts"] for cm in (tp, ep)}
+    assert experts[ep].flops == pytest.approx(2 * experts[tp].flops, rel=1e-12)
+    # A token reaches the busiest chip's one expert with probability 2/8: a quarter of an expert's weights read.
+    assert experts[ep].bytes == pytest.approx(2 * experts[tp].bytes, rel=1e-12)
+    assert experts[ep].bytes > expert_bytes / 4
+    # Where tp divides the experts the placement is even: DeepSeek-V3's 256 over 8.
+    deepseek = load_model("deepseek-v3")
+    even = [ComputeModel(deepseek, chip, 8, "fp8", "fp8", expert_parallel=ep).weight_bytes_per_chip for ep in (0, 1)]
+    assert even[0] == even[1]

@@ -194,8 +194,9 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     `expert_parallel` places routed experts whole, 1/tp of them per chip (roofline.ComputeModel): their
-    FLOPs, weights and bytes a step reads per chip are those of tensor parallelism on average, and their
-    grouped GEMMs are as wide as a whole expert. `assumptions`: a run's (the registry's by default).
+    FLOPs, weights and bytes a step reads per chip are those of tensor parallelism on average (the busiest
+    chip's, where tp does not divide the experts: expert_parallel_busiest_share), and their grouped GEMMs
+    are as wide as a whole expert. `assumptions`: a run's (the registry's by default).
     `expert_precision`: the routed experts' weights, where they differ from the others' (None: the same).
 
     `attention_dp`: attention runs data-parallel over the `tp` chips (SGLang's --attn-dp-size, TensorRT-LLM's
@@ -395,6 +396,12 @@ def expert_layer_kernels(quantized_inputs: bool) -> int:
     return 5 + 2 * quantized_inputs
 
 
+def expert_parallel_busiest_share(num_experts: int, tp: int) -> float:
+    """The routed experts the busiest of `tp` chips holds under expert parallelism, over the average E / tp:
+    ceil(E / tp) whole experts (its weights, and the tokens routed to them, at uniform routing)."""
+    return -(-num_experts // tp) * tp / num_experts
+
+
 def _moe_router(s: _Sharding) -> list[LinearOp]:
     """The router of an MoE model's layers: its weights whole on every chip, and the top-k selection."""
     model, h = s.model, s.model.hidden_size
@@ -411,7 +418,10 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
         return []
     moe_layers = model.moe_layers
     inter = model.moe_intermediate_size / s.tp
-    expert_params = 3 * h * inter
+    # Placed whole, the busiest chip holds ceil(E / tp) experts (vLLM's determine_expert_map gives the first
+    # E % tp ranks one more) and runs the tokens routed to them: that many of the average E / tp.
+    busiest = expert_parallel_busiest_share(model.num_experts, s.tp) if s.expert_parallel else 1.0
+    expert_params = 3 * h * inter * busiest  # this chip's share of each expert, on average over the experts
     # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
     # out h.
     width = model.moe_intermediate_size if s.expert_parallel else inter
@@ -426,7 +436,7 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
         "moe_experts",
         s.chip.effective_flops(precision) * expert_gemm_fraction(width, block_scaled, s.assumptions) / slow,
         flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
-        bytes_per_token=model.experts_per_token * (2 * h + 6 * inter) * s.act * moe_layers * slow,
+        bytes_per_token=model.experts_per_token * busiest * (2 * h + 6 * inter) * s.act * moe_layers * slow,
         bytes_per_expert=expert_params * expert_bytes * moe_layers * slow,
         resident_bytes=model.num_experts * expert_params * expert_bytes * moe_layers,
         kernels=expert_layer_kernels(s.quantizes_input(precision)) * moe_layers,

@@ -103,7 +103,8 @@ class ComputeModel:
 
     Expert parallelism (`expert_parallel`) places whole routed experts on the `tp` chips, 1/tp of them each:
     a chip's expert FLOPs, weights and the expert bytes a step reads are those of tensor parallelism on
-    average, and their grouped GEMMs are as wide as whole experts (ops.build_ops).
+    average, and their grouped GEMMs are as wide as whole experts (ops.build_ops); where tp does not divide
+    the experts, those of the busiest chip, which holds ceil(E / tp) of them.
 
     A speculative-decoding drafter (compute/drafter.py) adds its `input_projection` (ops.build_ops) and
     names in `shared_weights` the ops whose weights it takes from the target (the embedding, the LM head):
