@@ -304,6 +304,10 @@ class _Replica:
         # An overlapped scheduler forms a busy engine's next batch when the step before it starts.
         self.lagged = rules.overlapped if spec.host_overlap is None else spec.host_overlap
         self.formed = 0  # the start of the last step
+        # ... and takes in a step's outputs after forming the next batch: a request that finished in the step
+        # just run keeps its slot, blocks and reservation while that batch is formed (`unseen`).
+        self.finish_lag = self.lagged and self.window == 1
+        self.unseen: list[tuple[int, int, int, int]] = []  # (request, computed, blocks, reserved)
         # An overlapped host launches a step's kernels while the GPU runs the step before, once its own work
         # in that step is done: how long before the step starts (0 after an idle wait).
         self.ahead_s = 0.0
@@ -388,6 +392,8 @@ class _Replica:
             if self.done == self.n:
                 break
             busy = self.waiting or len(self.running)
+            if self.unseen and not busy:
+                self.release_unseen()
             formed = self.formed if busy and self.lagged else self.now
             if not busy:
                 self.ahead_s = 0.0
@@ -464,9 +470,17 @@ class _Replica:
         then gives back its blocks."""
         run = self.running
         for row in np.atleast_1d(rows).tolist():
-            if self.prefix is not None:
-                self.prefix.computed(int(run.ids[row]), int(run.computed[row]))
-            self.give(run.ids[row], run.blocks[row])
+            self.leave(int(run.ids[row]), int(run.computed[row]), int(run.blocks[row]))
+
+    def leave(self, i: int, computed: int, blocks: int) -> None:
+        if self.prefix is not None:
+            self.prefix.computed(i, computed)
+        self.give(i, blocks)
+
+    def release_unseen(self) -> None:
+        for i, computed, blocks, _ in self.unseen:
+            self.leave(i, computed, blocks)
+        self.unseen = []
 
     def cache_computed(self, rows: np.ndarray) -> None:
         """Prefix caching: running rows that prefill have blocks for `computed + ahead` tokens."""
@@ -502,7 +516,7 @@ class _Replica:
         num = num[:len(self.running)]
         if self.waiting and not preempted and not partial:
             used = int(cost.sum()) if speculating else int(num.sum())
-            admitted = self.admit_waiting(budget - used, self.spec.max_num_seqs - len(self.running))
+            admitted = self.admit_waiting(budget - used, self.spec.max_num_seqs - len(self.running) - len(self.unseen))
             num = np.concatenate([num, np.array(admitted, np.int64)])
         self.run_batch(num)
 
@@ -515,7 +529,7 @@ class _Replica:
             self.run_batch(run.decoding.copy())
             return
         budget = spec.max_num_batched_tokens
-        room = spec.max_num_seqs - len(run)
+        room = spec.max_num_seqs - len(run) - len(self.unseen)
         prefilling = run.decoding == 0
         num = np.zeros(len(run), np.int64)
         if prefilling.any():
@@ -601,7 +615,7 @@ class _Replica:
         spec, block = self.spec, self.block
         admitted: list[tuple[int, ...]] = []
         admitted_num: list[int] = []
-        unreserved = self.total_blocks - int(self.running.reserved.sum())
+        unreserved = self.total_blocks - int(self.running.reserved.sum()) - sum(held for *_, held in self.unseen)
         if self.ratio is not None:
             spare = self.ratio.spare_tokens(self.free_blocks * block, int(self.running.left.sum()))
         while self.waiting and len(admitted_num) < room and budget > 0:
@@ -657,6 +671,15 @@ class _Replica:
         prompts that complete sample a token; one that already has all its tokens (mid-window) is
         computed but sends nothing and is not accounted. Under speculative decoding a decoding sequence
         runs `width` query tokens instead of its one and gains `advance` tokens, or the fewer it has left."""
+        if self.unseen:  # the batch is formed: the outputs are taken in
+            self.release_unseen()
+            if not num.any():  # nothing to run without them: it takes them in, then forms the batch
+                self.formed, self.ahead_s = self.now, 0.0
+                self.through_front(self.now)
+                while self.arrivals and self.arrivals[0][0] <= self.now:
+                    self.waiting.append(heapq.heappop(self.arrivals)[1])
+                (self.step_prefill_first if self.pauses else self.step_mixed)()
+                return
         run = self.running
         part = num > 0
         if self.ratio is not None and part.any() and (run.decoding[part] == 1).all() and not self.preempted_in_step:
@@ -773,7 +796,11 @@ class _Replica:
             rows = rows[np.argsort(within[rows], kind="stable")]
         self.park(rows)
         ids = run.ids[rows]
-        self.retire(rows)
+        if self.finish_lag:
+            self.unseen += [(int(run.ids[r]), int(run.computed[r]), int(run.blocks[r]), int(run.reserved[r]))
+                            for r in rows.tolist()]
+        else:
+            self.retire(rows)
         run.keep(~finished)
         self.done += len(rows)
         leave_ns = self.steps[-1][4]
@@ -801,7 +828,8 @@ class _Replica:
         """
         run, spec = self.running, self.spec
         batch = len(run)
-        if batch == 0 or batch > spec.max_num_batched_tokens or self.window > 1 or self.acceptance is not None:
+        if (batch == 0 or batch > spec.max_num_batched_tokens or self.window > 1 or self.acceptance is not None
+                or self.unseen):
             return 0
         if self.waiting and batch < spec.max_num_seqs:
             return 0

@@ -114,6 +114,23 @@ def test_max_num_seqs_limits_the_batch():
     assert len(trace.token_steps()) == 20
 
 
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "trtllm"])
+def test_an_overlapped_scheduler_frees_a_finished_requests_slot_for_the_batch_after_next(scheduler):
+    """Two sequences at most, three requests. The first finishes in step 2; an overlapped scheduler has
+    formed step 3's batch before it takes in step 2's outputs (vLLM V1's async scheduling, TensorRT-LLM's
+    overlap executor), so its slot holds until step 4, where the third request starts."""
+    def run(overlap):
+        spec = EngineSpec(scheduler=scheduler, max_num_seqs=2, max_num_batched_tokens=100, host_overlap=overlap)
+        return engine([10, 10, 10], [3, 6, 3], spec=spec)
+
+    plain, lagged = run(False), run(True)
+    assert plain.token_steps(0, 1).tolist() == lagged.token_steps(0, 1).tolist() == [0, 1, 2]
+    assert plain.token_steps(2, 3).tolist() == [3, 4, 5]
+    assert lagged.token_steps(2, 3).tolist() == [4, 5, 6]
+    assert (len(plain.step_start_ns), len(lagged.step_start_ns)) == (6, 7)
+    assert lagged.step_seqs.tolist() == [2, 2, 2, 1, 2, 2, 1]
+
+
 def test_requests_wait_for_their_arrival():
     trace = engine([10, 10], [2, 2], arrivals_s=[0.0, 0.0105])
     # the engine idles from 2 ms until the second request arrives at 10.5 ms

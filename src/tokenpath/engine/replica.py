@@ -120,6 +120,15 @@ class Replica:
         # start of the step that just ran.
         self.lagged = host_overlapped(spec.scheduler, spec.host_overlap)
         self.formed_ns = 0
+        # ... and takes in a step's outputs only once it has formed the next batch: a request that finishes
+        # in a step keeps its sequence slot and KV blocks while that batch is formed (`unseen`, released after
+        # it: _release_unseen). vLLM V1's async scheduling skips it but keeps it running until
+        # update_from_output (Scheduler.schedule, vllm/v1/core/sched/scheduler.py; the engine core's
+        # step_with_batch_queue schedules a batch before it waits for the oldest one's output); TensorRT-LLM
+        # frees it in _process_previous_batch, after scheduling the next (PyExecutor._executor_loop_overlap);
+        # SGLang's event_loop_overlap processes a batch's result after launching the next.
+        self.finish_lag = self.lagged and self.window == 1
+        self.unseen: list[tuple[int, int]] = []  # (request, context) of each, finished in the step just run
         # ... and launches its kernels while the GPU runs that step, once its own work in it is done: the
         # next step's host is `ahead_s` ahead of the GPU (0 after an idle engine's wait, or not overlapped,
         # or where no step's time depends on it: costs.host_busy_s is None).
@@ -317,6 +326,12 @@ class Replica:
         self.preempted_in_step = False
         scheduled = not self.window_left  # a step after a multi-step window's first calls no scheduler
         decode, chunks, admitted = self._compose(d)
+        if self.unseen:
+            self._release_unseen()
+            if not (decode or admitted or any(chunks)):  # nothing to run: it takes in the outputs, then forms it
+                self.formed_ns, self.ahead_s = self.now, 0.0
+                self._take_arrivals()
+                decode, chunks, admitted = self._compose(d)
         if self.ratio is not None and decode and not any(chunks) and not admitted and not self.preempted_in_step:
             self.ratio.decoded()
         if self.rank_pauses and (admitted or any(chunks)):
@@ -389,13 +404,14 @@ class Replica:
             decode = len(self.decoding)
             if not self.waiting:
                 return decode, _NONE, _NONE
-            return decode, _NONE, self._admit(self.max_batched - self._decode_tokens(decode), self.max_seqs - decode)
+            return decode, _NONE, self._admit(self.max_batched - self._decode_tokens(decode),
+                                              self.max_seqs - decode - len(self.unseen))
         chunks, preempted = self._running_demands(d)
         if preempted or not self.waiting:
             return len(self.decoding), chunks, _NONE
         decode = len(self.decoding)
         return decode, chunks, self._admit(self.max_batched - self._decode_tokens(decode) - sum(chunks),
-                                           self.max_seqs - decode - len(self.prefills), chunks)
+                                           self.max_seqs - decode - len(self.prefills) - len(self.unseen), chunks)
 
     def _decode_tokens(self, decode: int) -> int:
         """The share of the step's token budget that `decode` decoding sequences take: a token each
@@ -411,7 +427,7 @@ class Replica:
             self.window_left -= 1
             return len(self.decoding), _NONE, _NONE
         budget = self.max_batched
-        room = self.max_seqs - len(self.decoding) - len(self.prefills)
+        room = self.max_seqs - len(self.decoding) - len(self.prefills) - len(self.unseen)
         if self.prefills:
             prefill = self.prefills[0]
             rest = prefill.target - prefill.computed
@@ -816,16 +832,19 @@ class Replica:
                     self._tick_buffer.append(s)
                 else:
                     self._tick_buffer.extend([s] * advance)
-        finished = (self.decoders.finish(d, finishing, self.window_left > 0, self._release)
+        release = self._finish_unseen if self.finish_lag else self._release
+        finished = (self.decoders.finish(d, finishing, self.window_left > 0, release)
                     if finishing or self.window > 1 else [])
         for i, context in completing:
             self._first_buffer.extend((i, s, 1))
             self.generated[i] += 1
             if self.generated[i] == self.out[i]:
-                self._release(i, context)
+                release(i, context)
                 finished.append(i)
             else:
                 self._start_decoding(i, self.tick, context)
+        if self.unseen and not (self.waiting or self.decoding or self.prefills):
+            self._release_unseen()  # an engine with nothing left to run takes in the outputs before it waits
         if len(self._step_buffer) >= self._flush_values:
             self.rows.flush()
         return finished
@@ -845,6 +864,16 @@ class Replica:
             self.unreserved_blocks += self._reservation(i)
         if self.ranks > 1:
             self.waiting.finished(i)
+
+    def _finish_unseen(self, i: int, context: int) -> None:
+        """An overlapped scheduler's request that finished in the step just run: released once the next
+        batch is formed (`finish_lag`)."""
+        self.unseen.append((i, context))
+
+    def _release_unseen(self) -> None:
+        unseen, self.unseen = self.unseen, []
+        for i, context in unseen:
+            self._release(i, context)
 
     def _free(self, i: int, blocks: int, kept_tokens: int = 0) -> None:
         """Request i, preempted, gives back its `blocks` KV blocks; with prefix caching its shared ones, and
