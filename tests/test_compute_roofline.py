@@ -23,6 +23,8 @@ from tokenpath.compute.efficiency import (
 from tokenpath.compute.roofline import op_time_s
 from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
+from tokenpath.sim.deployment import build_deployment
+from tokenpath.sim.scenario import load_scenario
 
 H200_BW_EFF = 4.105e12  # catalog chips.toml: the H200's measured_stream_bw
 H200_GEMM_FIXED_S = 4.34e-6  # and its measured_gemm_fixed
@@ -488,6 +490,47 @@ def test_mla_run_expanded_caches_k_and_v_per_head_and_attends_at_the_padded_widt
     assert expanded.weight_bytes_per_chip == latent.weight_bytes_per_chip
     llama = ComputeModel(load_model("llama-3.1-70b"), chip, 8, "fp8", "bf16", latent_attention=False)
     assert llama.step_time_s(*step) == compute_model().step_time_s(*step)
+
+
+def test_mla_absorbed_weights_held_and_streamed_as_bf16_copies_of_a_quantized_kv_b_proj():
+    """vLLM dequantizes DeepSeek-V3's fp8 kv_b_proj into bf16 W_UK / W_UV at load and decodes with those
+    (engine/mla_weights.py): at tp 8 a chip holds 512 x 16 heads x (128 + 128) x 61 layers = 127,926,272
+    weights more, at 2 bytes each beside kv_b_proj's fp8 (255.9 MB), and a decode step streams them at 2 bytes
+    where the fp8 weights took 1 (127.9 MB more). A bf16 checkpoint's W_UK / W_UV are views of kv_b_proj."""
+    model, chip = load_model("deepseek-v3"), load_chip("h200")
+    params = 512 * (128 // 8) * (128 + 128) * 61
+    assert params == 127_926_272
+    step = (64, 64, 64 * 4096, 64 * 4096)
+
+    def kv_b_bytes(cm: ComputeModel) -> float:
+        return {op.name: op for op in cm.step_ops(*step)}["kv_b_proj"].bytes
+
+    fp8 = ComputeModel(model, chip, 8, "fp8", "bf16")
+    copies = ComputeModel(model, chip, 8, "fp8", "bf16", mla_absorbed_bf16=True)
+    assert copies.weight_bytes_per_chip - fp8.weight_bytes_per_chip == 2 * params
+    assert kv_b_bytes(copies) - kv_b_bytes(fp8) == pytest.approx(params)
+    assert copies.step_time_s(*step) > fp8.step_time_s(*step)
+    bf16 = ComputeModel(model, chip, 8, "bf16", "bf16")
+    views = ComputeModel(model, chip, 8, "bf16", "bf16", mla_absorbed_bf16=True)
+    assert views.weight_bytes_per_chip == bf16.weight_bytes_per_chip
+    assert views.step_time_s(*step) == bf16.step_time_s(*step)
+
+
+def test_each_engine_keeps_mla_absorbed_weights_as_its_code_does():
+    """vLLM's bf16 copies on every chip; TensorRT-LLM's on Blackwell only (fp8 BMMs on Hopper); SGLang's are
+    not modelled (engine/mla_weights.py)."""
+    def extra_bytes(scheduler: str, chip: str) -> float:
+        deployment = build_deployment(load_scenario("typical", {
+            "model.name": "deepseek-v3", "model.precision": "fp8", "deployment.chip": chip, "deployment.chips": 8,
+            "deployment.tp": 8, "engine.scheduler": scheduler}))
+        fp8 = ComputeModel(load_model("deepseek-v3"), load_chip(chip), 8, "fp8", "bf16")
+        return deployment.compute.weight_bytes_per_chip - fp8.weight_bytes_per_chip
+
+    copies = 2 * 512 * (128 // 8) * (128 + 128) * 61
+    assert extra_bytes("vllm-v1", "h200") == copies
+    assert extra_bytes("trtllm", "h200") == 0
+    assert extra_bytes("trtllm", "b200") == copies
+    assert extra_bytes("prefill-first", "h200") == 0
 
 
 _MODELS = {name: compute_model(name) for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3")}

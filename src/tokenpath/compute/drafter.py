@@ -102,7 +102,7 @@ def drafter_compute(target: ModelSpec, method: str, chip: ChipSpec, tp: int, tar
     shares with the target (`shared_with_target`, with `mtp_head_shared` and the target's `pp`).
     `later_pass`: the model of the passes after the first, EAGLE-3's without its fc (run once a step,
     vllm/v1/spec_decode/eagle.py `EagleProposer.propose`: `combine_hidden_states` before the first pass).
-    `kwargs`: ComputeModel's others (assumptions, latent_attention, gemm_kernels_of)."""
+    `kwargs`: ComputeModel's others (assumptions, latent_attention, mla_absorbed_bf16, gemm_kernels_of)."""
     model = drafter_model(target, method, draft)
     if model is None:
         return None

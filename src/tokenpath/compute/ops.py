@@ -120,6 +120,7 @@ class _Sharding:
     latent_attention: bool  # an MLA model's attention in its latent space, or expanded per head
     weight_only_expert_time: float = 1.0  # the engine's multiple of the roofline for weight-only MXFP4 experts
     expert_parallel: bool = False  # routed experts placed whole on the chips (their GEMMs a whole expert wide)
+    mla_absorbed_bf16: bool = False  # MLA's absorbed W_UK / W_UV kept as bf16 copies of a quantized kv_b_proj
 
     @property
     def act(self) -> float:
@@ -190,7 +191,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
               expert_precision: str | None = None, attention_dp: bool = False,
               latent_attention: bool = True, weight_only_expert_time: float = 1.0,
               input_projection: int = 0, attention_dp_whole: frozenset[str] = frozenset(),
-              expert_parallel: bool = False) -> list[LinearOp]:
+              expert_parallel: bool = False, mla_absorbed_bf16: bool = False) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     `expert_parallel` places routed experts whole, 1/tp of them per chip (roofline.ComputeModel): their
@@ -212,9 +213,13 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     they are MXFP4 weights the chip runs weight-only (engine/expert_kernels.py; 1: the roofline).
 
     `input_projection`: a drafter's projection of `input_projection` hidden-width inputs down to one
-    before its layer (_input_projection; 0: none)."""
+    before its layer (_input_projection; 0: none).
+
+    `mla_absorbed_bf16`: the engine keeps an MLA model's absorbed W_UK / W_UV as bf16 copies of a quantized
+    kv_b_proj (engine/mla_weights.py; _mla_projections)."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, assumptions,
-                  expert_precision or weight_precision, latent_attention, weight_only_expert_time, expert_parallel)
+                  expert_precision or weight_precision, latent_attention, weight_only_expert_time, expert_parallel,
+                  mla_absorbed_bf16)
     data_parallel = attention_dp and tp > 1
     whole = dataclasses.replace(s, tp=1)
 
@@ -343,8 +348,15 @@ def _mla_projections(s: _Sharding) -> tuple[list[LinearOp], _AttentionWidths]:
     kv_b_params = rank * heads * (nope + v)
     kv_b = s.gemm("kv_b_proj", layers, kv_b_params, heads * (nope + rank), heads * (rank + v))
     latent_bytes = rank * PRECISION_BYTES[s.kv_precision]
-    ops.append(replace(kv_b, flops_per_chunk_context=2.0 * kv_b_params * layers,
-                       bytes_per_chunk_context=(latent_bytes + heads * (nope + v) * act) * layers))
+    kv_b = replace(kv_b, flops_per_chunk_context=2.0 * kv_b_params * layers,
+                   bytes_per_chunk_context=(latent_bytes + heads * (nope + v) * act) * layers)
+    if s.mla_absorbed_bf16 and s.weight_bytes < act:
+        # W_UK / W_UV dequantized into copies in the activations' dtype (engine/mla_weights.py): held beside
+        # kv_b_proj, which prompt tokens still run, and streamed in its place, as decode steps read them (a
+        # step of prompts alone reads the quantized kv_b_proj instead, in a compute-bound step).
+        copies_bytes = kv_b_params * act * layers
+        kv_b = replace(kv_b, bytes_fixed=copies_bytes, resident_bytes=kv_b.resident_bytes + copies_bytes)
+    ops.append(kv_b)
     return ops, _AttentionWidths(rank + rope, rank, nope + rope, v, rank + rope, heads * v)
 
 

@@ -106,6 +106,9 @@ class ComputeModel:
     average, and their grouped GEMMs are as wide as whole experts (ops.build_ops); where tp does not divide
     the experts, those of the busiest chip, which holds ceil(E / tp) of them.
 
+    `mla_absorbed_bf16`: the engine keeps an MLA model's absorbed W_UK / W_UV as bf16 copies of a quantized
+    kv_b_proj, held beside it and streamed in its place (engine/mla_weights.py, ops.build_ops).
+
     A speculative-decoding drafter (compute/drafter.py) adds its `input_projection` (ops.build_ops) and
     names in `shared_weights` the ops whose weights it takes from the target (the embedding, the LM head):
     they cost their time and streamed bytes as any op, and none of the drafter's resident bytes.
@@ -125,7 +128,8 @@ class ComputeModel:
                  latent_attention: bool = True, weight_only_expert_time: float = 1.0,
                  input_projection: int = 0, shared_weights: frozenset[str] = frozenset(),
                  attention_dp_whole: frozenset[str] = frozenset(), pp_extra_layers_last: bool = False,
-                 expert_parallel: bool = False, gemm_kernels_of: str | None = None):
+                 expert_parallel: bool = False, gemm_kernels_of: str | None = None,
+                 mla_absorbed_bf16: bool = False):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -155,7 +159,7 @@ class ComputeModel:
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, assumptions,
                                              self.expert_precision, self.attention_dp, latent_attention,
                                              weight_only_expert_time, input_projection, attention_dp_whole,
-                                             expert_parallel)
+                                             expert_parallel, mla_absorbed_bf16)
         # A drafter's ops whose weights are the target's (compute/drafter.py): they run and stream those
         # weights as before, but hold none of their own.
         unknown = shared_weights - {op.name for op in self.ops}

@@ -51,6 +51,7 @@ from tokenpath.engine.memory_share import (
     vllm_gpu_memory_utilization,
     vllm_measured_kv_margin,
 )
+from tokenpath.engine.mla_weights import sglang_mla_absorbed_bf16, trtllm_mla_absorbed_bf16, vllm_mla_absorbed_bf16
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.sliding_pool import every_layer, sglang_sliding_pool_ratio
 from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_overlap, vllm_keeps_async_scheduling
@@ -207,6 +208,10 @@ class Profile:
     # the heads and cache those. None: every release, as far as read. Where the scenario states no
     # release, or none the model can read (engine/release.py), the newest release's form.
     latent_attention_since: str | None
+    # Whether, on a chip of a generation, it keeps an MLA model's absorbed W_UK / W_UV as bf16 copies of a
+    # quantized kv_b_proj, held beside it and streamed by decode steps (engine/mla_weights.py); else at the
+    # checkpoint's precision.
+    mla_absorbed_bf16: Callable[[str], bool]
     # -- memory: its memory profile runs the sampler with top-k and top-p over a logit row per sequence, so
     # the KV cache gives up their temporaries (efficiency.SAMPLER_PROFILE_BYTES_PER_LOGIT), not the logits alone
     sampler_in_memory_profile: bool
@@ -370,6 +375,7 @@ PROFILES: dict[str, Profile] = {
         running_from_kv=None,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
+        mla_absorbed_bf16=vllm_mla_absorbed_bf16,
         # gpu_model_runner.profile_run, then _dummy_sampler_run: top_p 0.9, top_k the vocabulary less one
         sampler_in_memory_profile=True,
         memory_share_covers="all",
@@ -458,6 +464,7 @@ PROFILES: dict[str, Profile] = {
         running_from_kv=None,
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
+        mla_absorbed_bf16=vllm_mla_absorbed_bf16,
         sampler_in_memory_profile=True,  # model_runner.profile_run: SamplingParams(top_p=0.99, top_k=vocab_size - 1)
         memory_share_covers="all",
         default_memory_share=DEFAULT_UTILIZATION,
@@ -569,6 +576,7 @@ PROFILES: dict[str, Profile] = {
         # Weight absorption came with v0.3 ("SGLang v0.3 Release: 7x Faster DeepSeek MLA", lmsys.org,
         # 2024-09-04); what the releases before it cached is not read here.
         latent_attention_since=None,
+        mla_absorbed_bf16=sglang_mla_absorbed_bf16,
         # SGLang sizes its KV pool by mem_fraction_static of the GPU (model_runner.profile_max_num_token), no
         # sampler run in it.
         sampler_in_memory_profile=False,
@@ -680,6 +688,7 @@ PROFILES: dict[str, Profile] = {
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,
         latent_attention_since=None,  # not read here
+        mla_absorbed_bf16=trtllm_mla_absorbed_bf16,
         # TensorRT-LLM's KV cache takes a fraction of the memory free after the engine's own buffers, its
         # logits' among them; no sampler run.
         sampler_in_memory_profile=False,

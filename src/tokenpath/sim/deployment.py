@@ -158,6 +158,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                                engine.profile.attention_dp_whole_all_to_all if dep.moe_all_to_all else frozenset()),
                            pp_extra_layers_last=engine.profile.pp_extra_layers_last,
                            latent_attention=engine.latent_attention,
+                           mla_absorbed_bf16=engine.profile.mla_absorbed_bf16(chip.generation),
                            weight_only_expert_time=weight_only_expert_time(engine.profile.mxfp4_weight_only_experts,
                                                                            chip.generation))
     drafter = _drafter(scenario, model, chip, assumptions)
@@ -222,6 +223,7 @@ def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: 
                            scenario.kv_precision(model),
                            mtp_head_shared(engine.profile.engine, engine.version), dep.pp, draft, later_pass,
                            assumptions=assumptions, latent_attention=engine.latent_attention,
+                           mla_absorbed_bf16=engine.profile.mla_absorbed_bf16(chip.generation),
                            gemm_kernels_of=engine.profile.launched_with)
 
 
