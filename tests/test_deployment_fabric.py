@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from cli_helpers import assert_user_error, run_cli
 from tokenpath import load_scenario, simulate
 from tokenpath.config.errors import UserError
 from tokenpath.engine.costs import GroupStepCosts
@@ -171,6 +172,23 @@ def test_expert_parallel_keeps_each_moe_layers_all_reduce_unless_all_to_all():
 def test_expert_parallel_is_refused_where_the_engine_would_not_run_it_so(overrides, message):
     with pytest.raises(UserError, match=re.escape(message)):
         build_deployment(scenario(**{"model.name": "deepseek-v3", **overrides}))
+
+
+@pytest.mark.parametrize("scheduler, engine", [("prefill-first", "SGLang"), ("trtllm", "TensorRT-LLM")])
+def test_expert_parallel_over_ranks_that_do_not_divide_the_experts_is_refused_where_the_engine_asserts(
+        scheduler, engine, monkeypatch, capsys):
+    """SGLang's FusedMoE and TensorRT-LLM's MoE place num_experts // ep_size experts on each rank and assert that
+    it divides them: Mixtral's 8 experts over 16 chips would not launch (vLLM gives 8 of them one each)."""
+    mixtral = ["--model", "mixtral-8x7b", "--precision", "bf16", "--chip", "h100", "--chips", "16", "--tp", "16",
+               "--set", "deployment.expert_parallel=true", "--num-requests", "4"]
+    code, out, err = run_cli(["simulate", *mixtral, "--scheduler", scheduler], monkeypatch, capsys)
+    assert_user_error(code, out, err, f"deployment.expert_parallel: {engine} places the same number of experts on "
+                      "every expert-parallel rank, so the ranks must divide the model's 8 routed experts (16 here); "
+                      "set deployment.tp to one that divides them (2, 4 or 8), or expert_parallel = false")
+    vllm = build_deployment(scenario(**{"model.name": "mixtral-8x7b", "model.precision": "bf16",
+                                        "deployment.chip": "h100", "deployment.chips": 16, "deployment.tp": 16,
+                                        "deployment.expert_parallel": True}))
+    assert vllm.compute.weight_bytes_per_chip > 0
 
 
 def test_all_to_alls_replace_the_moe_all_reduces_within_each_replica():

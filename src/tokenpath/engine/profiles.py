@@ -135,6 +135,9 @@ class Profile:
     # Whether the data-parallel engines of one server share their expert layers, so that with expert parallel
     # they step together (vLLM); where they do not, each replica holds every expert over its own tp chips.
     data_parallel_shares_experts: bool
+    # With expert parallel, whether it places only as many routed experts on each rank, so that the expert-parallel
+    # size must divide them (False: the first E % ranks take one more, as vLLM does: compute/ops.py).
+    expert_parallel_divides_experts: bool
     # With deployment.moe_all_to_all, whether its all-to-all dispatch needs more expert ranks than a token's
     # experts (TensorRT-LLM, which otherwise gathers and reduce-scatters the hidden states: engine/costs.py).
     all_to_all_needs_more_ranks_than_top_k: bool
@@ -282,6 +285,14 @@ class Profile:
             return assumption == self.eager_host
         return True
 
+    def expert_parallel_refusal(self, num_experts: int, expert_ranks: int) -> str | None:
+        """Why this engine would not place `num_experts` routed experts whole over `expert_ranks` chips; None: it
+        would."""
+        if self.expert_parallel_divides_experts and num_experts and num_experts % expert_ranks:
+            return (f"{self.engine} places the same number of experts on every expert-parallel rank, so the ranks must "
+                    f"divide the model's {num_experts} routed experts ({expert_ranks} here)")
+        return None
+
     def all_to_all_refusal(self, expert_ranks: int, experts_per_token: int) -> str | None:
         """Why this engine would not dispatch a MoE layer's tokens by all-to-all over `expert_ranks` chips;
         None: it would."""
@@ -339,6 +350,8 @@ PROFILES: dict[str, Profile] = {
         # --enable-expert-parallel: the experts over --data-parallel-size x --tensor-parallel-size, the engines'
         # forward passes aligned (docs/serving/data_parallel_deployment.md)
         data_parallel_shares_experts=True,
+        # determine_expert_map (vllm/model_executor/layers/fused_moe/layer.py) gives the first E % ranks one more
+        expert_parallel_divides_experts=False,
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=True,  # automatic prefix caching, on by default in V1
@@ -433,6 +446,7 @@ PROFILES: dict[str, Profile] = {
         attention_dp_whole=frozenset(),
         attention_dp_whole_all_to_all=frozenset(),
         data_parallel_shares_experts=False,  # V0 has no data-parallel engines: a server per replica
+        expert_parallel_divides_experts=False,  # (as V1's: its fused MoE layer's expert map)
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
@@ -535,6 +549,9 @@ PROFILES: dict[str, Profile] = {
         attention_dp_whole_all_to_all=frozenset({"shared_experts"}),
         # --ep-size divides --tp-size: each replica's experts over its own tp chips (launch/sglang.py)
         data_parallel_shares_experts=False,
+        # FusedMoE.__init__ (python/sglang/srt/layers/moe/fused_moe_triton/layer.py): "assert num_experts %
+        # self.moe_ep_size == 0", then num_experts // moe_ep_size local experts each
+        expert_parallel_divides_experts=True,
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
@@ -651,6 +668,10 @@ PROFILES: dict[str, Profile] = {
         attention_dp_whole_all_to_all=frozenset(),
         # --ep_size within a trtllm-serve, one per replica (launch/trtllm.py)
         data_parallel_shares_experts=False,
+        # WideEPMoE.__init__ (tensorrt_llm/_torch/modules/fused_moe/fused_moe_wide_ep.py): "assert num_experts %
+        # self.ep_size == 0" without a load balancer; CutlassFusedMoE.__init__ (fused_moe_cutlass.py) places
+        # num_experts // ep_size on each rank
+        expert_parallel_divides_experts=True,
         # WideEPMoE.select_alltoall_method_type (tensorrt_llm/_torch/modules/fused_moe/fused_moe_wide_ep.py):
         # NotEnabled while moe_ep_size <= top_k, then MNNVL where the NVLink domain spans nodes
         all_to_all_needs_more_ranks_than_top_k=True,

@@ -21,6 +21,7 @@ from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.expert_kernels import weight_only_expert_time
 from tokenpath.engine.host_time import eager_host_paid, host_step_cost
 from tokenpath.engine.placement import Placement, place
+from tokenpath.engine.profiles import listed
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.engine.speculative import Speculation, mtp_head_shared
 from tokenpath.fabric.build import build_topology, default_fabric
@@ -101,6 +102,11 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                         "share their experts and step together, which tokenpath models as attention data-parallel "
                         f"ranks of one chip each: set deployment.tp = {dep.tp * pool} "
                         "and deployment.attention_dp = true, or expert_parallel = false")
+    refusal = engine.profile.expert_parallel_refusal(model.num_experts, dep.tp) if dep.expert_parallel else None
+    if refusal:
+        fits = [str(tp) for tp in range(2, dep.tp) if not model.num_experts % tp and not model.num_heads % tp]
+        raise UserError(f"deployment.expert_parallel: {refusal}; set deployment.tp to one that divides them"
+                        + (f" ({listed(fits)})" if fits else "") + ", or expert_parallel = false")
     refusal = engine.profile.all_to_all_refusal(dep.tp, model.experts_per_token) if dep.moe_all_to_all else None
     if refusal:
         raise UserError(f"deployment.moe_all_to_all: {refusal}; set it to false or use more chips")
