@@ -262,19 +262,29 @@ def test_sglangs_other_ranks_decode_while_a_rank_prefills(ranks, decoding_steps)
     assert list(trace.token_steps(1, 2))[0] == 3
 
 
-@pytest.mark.parametrize("scheduler, whole_op, split_op", [("prefill-first", "embedding", "lm_head"),
-                                                            ("trtllm", "lm_head", "embedding")])
-def test_each_engine_holds_its_own_ops_whole_on_every_attention_rank(scheduler, whole_op, split_op):
+@pytest.mark.parametrize("scheduler, whole_ops", [("prefill-first", {"embedding"}),
+                                                 ("trtllm", {"embedding", "lm_head"})])
+def test_each_engine_holds_its_own_ops_whole_on_every_attention_rank(scheduler, whole_ops):
     # SGLang builds DeepSeek's embedding over the attention-TP group (whole under full attention DP), its LM
-    # head split; TensorRT-LLM holds an unsharded LM head under enable_attention_dp, its embedding split.
+    # head split; TensorRT-LLM holds an unsharded embedding and LM head under enable_attention_dp.
     scenario = load_scenario(None, {"model.name": "deepseek-v3", "engine.scheduler": scheduler,
                                     "deployment.attention_dp": True})
     ops = {op.name: op for op in build_deployment(scenario).compute.ops}
     model = load_model("deepseek-v3")
     table_bytes = model.vocab_size * model.hidden_size * 2  # bf16
-    assert ops[whole_op].resident_bytes == pytest.approx(table_bytes)
-    assert ops[split_op].resident_bytes == pytest.approx(table_bytes / 8)
-    assert ops["lm_head"].per_sequence == (whole_op == "lm_head")  # a whole head: its chip's sequences' logits
+    for name in ("embedding", "lm_head"):
+        assert ops[name].resident_bytes == pytest.approx(table_bytes / (1 if name in whole_ops else 8)), name
+    assert ops["lm_head"].per_sequence == ("lm_head" in whole_ops)  # a whole head: its chip's sequences' logits
+
+
+def test_a_tied_table_is_whole_on_every_trtllm_attention_rank():
+    """A tied LM head shares the embedding's weight, and TensorRT-LLM asserts the two have one TP size: under
+    attention DP both are unsharded, so each chip holds Llama-3.2-1B's whole table, 128,256 x 2,048 in bf16
+    (525.3 MB), not an eighth of it (65.7 MB)."""
+    scenario = load_scenario(None, {"model.name": "llama-3.2-1b", "model.precision": "bf16",
+                                    "engine.scheduler": "trtllm", "deployment.attention_dp": True})
+    ops = {op.name: op for op in build_deployment(scenario).compute.ops}
+    assert ops["embedding"].resident_bytes + ops["lm_head"].resident_bytes == 128_256 * 2_048 * 2 == 525_336_576
 
 
 DEEPSEEK_LOCAL_OPS = ("mlp_gate_up", "mlp_down", "shared_experts", "moe_router")

@@ -660,11 +660,14 @@ PROFILES: dict[str, Profile] = {
         # Its Attention module runs whole on each rank under enable_attention_dp, whatever the model
         # (tensorrt_llm/_torch/modules/attention.py).
         attention_dp_architectures=None,
-        # The LM head (modeling_utils.py: an unsharded LMHead under enable_attention_dp unless
-        # enable_lm_head_tp_in_adp); of DeepSeek-V3 (modeling_deepseekv3.py), the dense layers' MLP ("If using
-        # attention DP, the MLP also uses DP instead of TP", _compute_mlp_tp_size), the shared experts
+        # The embedding (tensorrt_llm/_torch/models/: LlamaModel's and Qwen3MoEModel's embed_tokens unsharded under
+        # enable_attention_dp, "we cannot do all_reduce since the problem size of different ranks are different";
+        # DeepseekV3Model's always) and the LM head (modeling_utils.py: an unsharded LMHead under
+        # enable_attention_dp unless enable_lm_head_tp_in_adp; a tied model's shares the embedding's weight, which
+        # it asserts has the same TP size); of DeepSeek-V3 (modeling_deepseekv3.py), the dense layers' MLP ("If
+        # using attention DP, the MLP also uses DP instead of TP", _compute_mlp_tp_size), the shared experts
         # (_compute_shared_expert_tp_size) and the gate, on each rank's own hidden states.
-        attention_dp_whole=frozenset({"lm_head", "dense_mlp", "shared_experts", "moe_router"}),
+        attention_dp_whole=frozenset({"embedding", "lm_head", "dense_mlp", "shared_experts", "moe_router"}),
         attention_dp_whole_all_to_all=frozenset(),
         # --ep_size within a trtllm-serve, one per replica (launch/trtllm.py)
         data_parallel_shares_experts=False,
