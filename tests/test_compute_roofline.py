@@ -517,8 +517,8 @@ def test_mla_absorbed_weights_held_and_streamed_as_bf16_copies_of_a_quantized_kv
 
 
 def test_each_engine_keeps_mla_absorbed_weights_as_its_code_does():
-    """vLLM's bf16 copies on every chip; TensorRT-LLM's on Blackwell only (fp8 BMMs on Hopper); SGLang's are
-    not modelled (engine/mla_weights.py)."""
+    """vLLM's bf16 copies on every chip; SGLang's on CUDA (fp8 copies on ROCm, the same bytes as the checkpoint's);
+    TensorRT-LLM's on Blackwell only (fp8 BMMs on Hopper) (engine/mla_weights.py)."""
     def extra_bytes(scheduler: str, chip: str) -> float:
         deployment = build_deployment(load_scenario("typical", {
             "model.name": "deepseek-v3", "model.precision": "fp8", "deployment.chip": chip, "deployment.chips": 8,
@@ -530,7 +530,8 @@ def test_each_engine_keeps_mla_absorbed_weights_as_its_code_does():
     assert extra_bytes("vllm-v1", "h200") == copies
     assert extra_bytes("trtllm", "h200") == 0
     assert extra_bytes("trtllm", "b200") == copies
-    assert extra_bytes("prefill-first", "h200") == 0
+    assert extra_bytes("prefill-first", "h200") == copies
+    assert extra_bytes("prefill-first", "mi300x") == 0
 
 
 _MODELS = {name: compute_model(name) for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3")}

@@ -10,6 +10,8 @@ chip's generation (catalog/chips.toml).
 
 from __future__ import annotations
 
+from tokenpath.engine.platforms import runs_cuda
+
 
 def vllm_mla_absorbed_bf16(generation: str) -> bool:
     """vLLM: bf16 copies on every chip. MLAAttention.process_weights_after_loading
@@ -23,12 +25,12 @@ def vllm_mla_absorbed_bf16(generation: str) -> bool:
 
 
 def sglang_mla_absorbed_bf16(generation: str) -> bool:
-    """SGLang: not modelled, the checkpoint's precision. Its post_load_weights
-    (python/sglang/srt/models/deepseek_common/deepseek_weight_loader.py, DeepseekV2WeightLoaderMixin) dequantizes
-    a 128 x 128 block-fp8 kv_b_proj to bf16 w_kc / w_vc on CUDA (block_quant_dequant, unless
-    SGL_USE_DEEPGEMM_BMM on Hopper) and requantizes it to per-tensor fp8 elsewhere (block_quant_to_tensor_quant,
-    for bmm_fp8); applying that moves the published SGLang DeepSeek rows, which are not refitted to it yet."""
-    return False
+    """SGLang: bf16 copies on CUDA. Its post_load_weights (python/sglang/srt/models/deepseek_common/
+    deepseek_weight_loader.py, DeepseekV2WeightLoaderMixin; models/deepseek_v2.py's before) dequantizes a
+    128 x 128 block-fp8 kv_b_proj to bf16 w_kc / w_vc on CUDA (block_quant_dequant; SGL_USE_DEEPGEMM_BMM, off
+    by default, keeps them fp8 on Hopper) and requantizes it to per-tensor fp8 elsewhere (block_quant_to_tensor_quant,
+    for bmm_fp8). Releases that requantized on CUDA too, before the dequantizing path, are not told apart."""
+    return runs_cuda(generation)
 
 
 def trtllm_mla_absorbed_bf16(generation: str) -> bool:
