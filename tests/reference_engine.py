@@ -11,7 +11,8 @@ RULES (adding a profile there means adding its rules here, which the tests check
   tokens, KV-cache blocks). A prompt longer than the remaining budget is prefilled in chunks across
   steps (trtllm: a cut chunk is rounded down to whole blocks). When a growing sequence finds no free
   KV block, the most recently admitted running sequences are preempted and will be recomputed: they
-  lose their cache and go back to the front of the queue, keeping the tokens already sent. Reserving
+  lose their cache and go back to the front of the queue (under prefill-first, as SGLang, its back, the newest
+  first), keeping the tokens already sent. Reserving
   (trtllm), a request is admitted only if its whole KV cache fits in the blocks no running request
   has reserved.
 - prefill-first (`step_prefill_first`): a step prefills (the prompt in progress, then waiting
@@ -77,6 +78,7 @@ class Rules:
     # With prefix caching, a preempted sequence leaves cached all it computed ("computed"), the tokens
     # of its last prefill or the chunks of its prompt so far ("prefilled"), or nothing (None).
     keeps: str | None
+    requeue_back: bool = False  # a preempted request waits behind the others (SGLang), not ahead of them
 
 
 RULES = {
@@ -85,7 +87,7 @@ RULES = {
     "vllm-v0": Rules(prefills_alone=lambda spec: not spec.chunked_prefill, chunk_in_blocks=False, headroom=False,
                      overlapped=False, keeps="computed"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
-                           overlapped=True, keeps="prefilled"),
+                           overlapped=True, keeps="prefilled", requeue_back=True),
     "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
                     keeps=None),
 }
@@ -579,14 +581,18 @@ class _Replica:
             # Preempt from the tail, one sequence at a time, until the growth of those left fits in
             # the free blocks. Each gives back what it frees: with prefix caching, not the shared
             # blocks a sequence left running still references. The preempted lose their cache and
-            # wait at the front.
+            # wait at the front (SGLang: the back).
             keep = len(run)
             while int(extra[:keep].sum()) > self.free_blocks:
                 keep -= 1
                 self.give(run.ids[keep], run.blocks[keep], self.kept_tokens(keep))
             self.park(np.arange(keep, len(run)))
             self.cached[run.ids[keep:]] = 0
-            self.waiting.extendleft(run.ids[keep:][::-1].tolist())
+            preempted = run.ids[keep:][::-1].tolist()  # the newest first
+            if RULES[self.spec.scheduler].requeue_back:
+                self.waiting.extend(preempted)
+            else:
+                self.waiting.extendleft(preempted)
             self.preemptions += len(run) - keep
             self.times_preempted[run.ids[keep:]] += 1
             run.keep(np.arange(len(run)) < keep)

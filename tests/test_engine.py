@@ -582,7 +582,8 @@ def test_sglangs_headroom_keeps_an_overloaded_cache_from_thrashing():
     """Without headroom (vLLM V0's batches) 40 requests of 800 tokens each, on a cache of 3,200, are
     admitted as their prompts fit, run out of blocks and are preempted and recomputed over and over;
     SGLang's new_token_ratio admits about as many as will fit their outputs and retracts only after
-    the ratio has decayed (then it starts cautious again), so it recomputes a tenth as much."""
+    the ratio has decayed (then it starts cautious again), so it recomputes a fifth as much (each retracted
+    request recomputed behind the waiting ones)."""
     inputs, outputs = [200] * 40, [600] * 40
     limits = dict(max_num_seqs=64, max_num_batched_tokens=8192, chunked_prefill=False)
     sglang = engine(inputs, outputs, spec=EngineSpec(scheduler="prefill-first", host_overlap=False, **limits),
@@ -590,8 +591,23 @@ def test_sglangs_headroom_keeps_an_overloaded_cache_from_thrashing():
     v0 = engine(inputs, outputs, spec=EngineSpec(scheduler="vllm-v0", **limits), kv_tokens=16 * 200)
     assert v0.preemptions > 5 * sglang.preemptions > 0
     once = 40 * (200 + 600 - 1)  # every token computed once
-    assert int(sglang.step_tokens.sum()) < 1.15 * once < 1.5 * once < int(v0.step_tokens.sum())
+    assert int(sglang.step_tokens.sum()) < 1.2 * once < 1.5 * once < int(v0.step_tokens.sum())
     assert sglang.step_seqs.max() < v0.step_seqs.max()
+
+
+def test_sglang_puts_a_retracted_request_behind_the_waiting_ones():
+    """SGLang appends a retracted request to its waiting queue (scheduler.py, _add_request_to_queue), which
+    first come first served does not sort. A 42-token cache, 1 ms steps: request 0 (6 + 20 tokens) from
+    2 ms; at 5 ms request 1 (3 + 19) fits beside it and request 2 (4 + 25) does not. At 21 ms the cache is
+    full and request 1 (16 tokens made, against 18) is retracted, behind request 2. When request 0 ends at
+    23 ms request 2 runs, request 1 (19 tokens to recompute, 3 to make) not beside it, so it runs after 2
+    ends at 48 ms (at the front of the queue: request 1 at 23 ms, ending at 26 ms, and request 2 after)."""
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=1000, block_size=1,
+                      host_overlap=False)
+    trace = engine([6, 3, 4], [20, 19, 25], arrivals_s=[0.002, 0.005, 0.005], spec=spec, kv_tokens=42)
+    assert list(trace.times_preempted) == [0, 1, 0]
+    assert list(trace.first_step_start_ns) == [2_000_000, 5_000_000, 23_000_000]
+    assert list(trace.last_step_end_ns) == [23_000_000, 51_000_000, 48_000_000]  # (at the front: 26 and 51 ms)
 
 
 def test_the_new_token_ratio_decays_resets_on_retraction_and_when_idle():

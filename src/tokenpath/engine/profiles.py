@@ -142,6 +142,8 @@ class Profile:
     # experts (TensorRT-LLM, which otherwise gathers and reduce-scatters the hidden states: engine/costs.py).
     all_to_all_needs_more_ranks_than_top_k: bool
     queue_policy: Literal["fcfs"]  # the order waiting requests are admitted in (engine/queues.py)
+    # Where a preempted request waits to be admitted again: ahead of the queue (vLLM), or behind it (SGLang).
+    preempted_requeue: Literal["front", "back"]
     prefix_caching: bool  # its prefix cache is on by default (`[engine] prefix_caching` otherwise)
     # With prefix caching on, what a preempted request leaves cached, to find when admitted again
     # (engine/prefix_cache.py): every token it had computed, the tokens of its last prefill, or none.
@@ -354,6 +356,7 @@ PROFILES: dict[str, Profile] = {
         expert_parallel_divides_experts=False,
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
+        preempted_requeue="front",  # vllm/v1/core/sched/scheduler.py, _preempt_request: waiting.prepend_request
         prefix_caching=True,  # automatic prefix caching, on by default in V1
         # _preempt_request frees its blocks, which keep their hashes, and zeroes num_computed_tokens; the
         # waiting loop looks it up again as a new request (get_computed_blocks, vllm/v1/core/sched/scheduler.py).
@@ -449,6 +452,7 @@ PROFILES: dict[str, Profile] = {
         expert_parallel_divides_experts=False,  # (as V1's: its fused MoE layer's expert map)
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
+        preempted_requeue="front",  # vllm/core/scheduler.py, _schedule_default: waiting.extendleft(preempted)
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
         # With --enable-prefix-caching, a freed block keeps its content hash in the evictor
         # (vllm/core/block/prefix_caching_block.py) and a recomputed sequence's blocks are found by it.
@@ -554,6 +558,10 @@ PROFILES: dict[str, Profile] = {
         expert_parallel_divides_experts=True,
         all_to_all_needs_more_ranks_than_top_k=False,
         queue_policy="fcfs",
+        # update_running_batch puts the retracted requests, as retract_decode took them, at the back of the
+        # waiting queue (scheduler.py, _add_request_to_queue: waiting_queue.append), which FCFS does not sort
+        # (schedule_policy.py, calc_priority): read in 0.5.6 and 0.5.23.
+        preempted_requeue="back",
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
         # retract_decode (sglang/srt/managers/schedule_batch.py) frees a request's tokens past
         # len(req.prefix_indices), those its prefill put in the radix tree (cache_unfinished_req), and
@@ -679,6 +687,7 @@ PROFILES: dict[str, Profile] = {
         # NotEnabled while moe_ep_size <= top_k, then MNNVL where the NVLink domain spans nodes
         all_to_all_needs_more_ranks_than_top_k=True,
         queue_policy="fcfs",
+        preempted_requeue="front",  # (approximated as vLLM: the description above)
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True
         preempted_keeps=None,  # what a paused request leaves for its KV cache reuse is not read here
         host_window_assumption="host_step_s",

@@ -29,6 +29,10 @@ class WaitingQueue(Protocol):
         """Preempted requests, the newest first, go back ahead of the others (the oldest first)."""
         ...
 
+    def extend(self, requests: Iterable[int]) -> None:
+        """Preempted requests go back behind the others, in the order given (Profile.preempted_requeue)."""
+        ...
+
     def popleft(self) -> int:
         """The request admitted next leaves the queue."""
         ...
@@ -88,6 +92,13 @@ class RankQueues:
             rank = self.rank_of[request]
             self.running[rank] -= 1
             self.queues[rank].extendleft((request,))
+
+    def extend(self, requests: Iterable[int]) -> None:
+        """Preempted requests go back to the back of their rank's queue, in the order given."""
+        for request in requests:
+            rank = self.rank_of[request]
+            self.running[rank] -= 1
+            self.queues[rank].append(request)
 
     def remove(self, request: int) -> None:
         """A waiting request is aborted."""

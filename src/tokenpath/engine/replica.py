@@ -3,8 +3,9 @@
 
 A step runs in phases, each a method: take the arrivals; the profile composes the batch (the running
 sequences' demands, preempting when KV blocks run out, then admission of waiting sequences); the
-batch's shape and cost; applying it. A preempted sequence loses its cache and goes back to the front
-of the queue, to be recomputed, keeping the tokens already sent.
+batch's shape and cost; applying it. A preempted sequence loses its cache and goes back to the queue
+(its front, or under SGLang its back: Profile.preempted_requeue), to be recomputed, keeping the tokens
+already sent.
 
 A step lasts its compute time plus its non-overlapped traffic time, then whatever the host blocks it
 for (copying the sampled ids, and detokenizing when the engine's own process does it). An overlapped
@@ -113,6 +114,7 @@ class Replica:
         # What a preempted request leaves cached (Profile.preempted_keeps); the cache is made, if need
         # be, at the first preemption.
         self.keeps = spec.profile.preempted_keeps if spec.prefix_caching else None
+        self.requeue_back = spec.profile.preempted_requeue == "back"  # (else ahead of the waiting requests)
         self._compose = self._compose_prefill_first if self.pauses else self._compose_mixed
         self._host = self._on_step if self.window == 1 else self._host_window
         # An overlapped scheduler forms each batch when the step before starts (host_time.host_overlapped):
@@ -513,7 +515,7 @@ class Replica:
         """Preempt from the tail of the running order (the prompts in progress, then the newest decoding)
         until the blocks the decoding sequences need over the next `window` ticks fit. Preempted
         sequences give back their blocks (a prefix that came with the request too) and go back to the
-        front of the queue; with prefix caching, what the profile keeps stays cached for them: all
+        queue (`_requeue`); with prefix caching, what the profile keeps stays cached for them: all
         they had computed, or the tokens of their last prefill (a prompt in progress: its chunks so
         far). Returns the blocks the remaining decoding sequences need."""
         block, keeps = self.block, self.keeps
@@ -537,14 +539,18 @@ class Replica:
         return prefill.request
 
     def _requeue(self, victims: list[int]) -> None:
-        """Preempted requests, the newest first, lose their KV cache and go back to the front of the queue."""
+        """Preempted requests, the newest first, lose their KV cache and go back to the queue: to its front
+        (the oldest first), or under SGLang to its back, in the order they were preempted."""
         self.preemptions += len(victims)
         for i in victims:
             self.cached[i] = 0
             self.times_preempted[i] += 1
             if self.reserve:  # (admitted again, it reserves again)
                 self.unreserved_blocks += self._reservation(i)
-        self.waiting.extendleft(victims)
+        if self.requeue_back:
+            self.waiting.extend(victims)
+        else:
+            self.waiting.extendleft(victims)
         self.preempted_in_step = True
         if self.ratio is not None:
             out_sum = self.decoders.out_sum
