@@ -61,7 +61,7 @@ import numpy as np
 
 from tokenpath.delivery.lastmile import closes_event
 from tokenpath.engine.loop import EngineTrace
-from tokenpath.engine.new_token_ratio import NewTokenRatio, new_request_tokens
+from tokenpath.engine.new_token_ratio import CLIP_MAX_NEW_TOKENS_ESTIMATION, NewTokenRatio, new_request_tokens
 from tokenpath.engine.protocols import Host, StepCosts
 from tokenpath.engine.spec import EngineSpec
 
@@ -623,7 +623,9 @@ class _Replica:
         admitted_num: list[int] = []
         unreserved = self.total_blocks - int(self.running.reserved.sum()) - sum(held for *_, held in self.unseen)
         if self.ratio is not None:
-            spare = self.ratio.spare_tokens(self.free_blocks * block, int(self.running.left.sum()))
+            # each running request's outputs to come, clipped as SGLang's PrefillAdder clips them
+            to_come = int(np.minimum(self.running.left, CLIP_MAX_NEW_TOKENS_ESTIMATION).sum())
+            spare = self.ratio.spare_tokens(self.free_blocks * block, to_come)
         while self.waiting and len(admitted_num) < room and budget > 0:
             i = self.waiting[0]
             target = int(self.prompt[i] + self.generated[i])

@@ -637,6 +637,49 @@ def test_the_new_token_ratio_decays_resets_on_retraction_and_when_idle():
     assert new_request_tokens(100, 10_000, 1000) == 999  # one that alone fits an empty cache is admitted
 
 
+def test_sglangs_headroom_clips_each_running_requests_outputs_to_come():
+    """SGLang reserves new_token_ratio x min(outputs to come, 4,096) for each running request
+    (PrefillAdder._get_running_request_total_token_offset). A 9,100-token cache: request 0 (10 + 9,000)
+    made its first token at step 0; at step 1 the cache has 9,090 free, less 0.7 x 4,096 = 2,867.2, so
+    request 1 (3,000 + 10: 3,010 to fit) runs at once and ends at 11 ms (unclipped, 0.7 x 8,999 = 6,299.3
+    left 2,790.7 and it waited until 27 ms)."""
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=4096, block_size=1,
+                      host_overlap=False)
+    trace = engine([10, 3000], [9000, 10], arrivals_s=[0, 0.0005], spec=spec, kv_tokens=9100)
+    assert list(trace.first_step_start_ns) == [0, 1_000_000]
+    assert list(trace.last_step_end_ns) == [9_001_000_000, 11_000_000]
+    assert trace.preemptions == 0
+
+
+def test_the_clipped_outputs_to_come_follow_starts_pauses_and_leaves():
+    from array import array
+
+    from tokenpath.engine.running import Decoding
+
+    out, generated = array("q", [12, 3, 9, 20]), [0, 0, 0, 0]
+    decoding = Decoding(4, 1, out, generated, [], clip_tokens=5)
+
+    def by_hand(tick):
+        return sum(min(last - tick + 1, 5) for _, _, last, _ in decoding.states.values())
+
+    decoding.start(0, 0, 10)  # 12 to come: its last tick 11
+    decoding.start(1, 0, 10)  # 3: last tick 2
+    assert decoding.clipped_to_come(0) == 5 + 3 == by_hand(0)
+    decoding.start(2, 2, 10)  # 9 from tick 2: last tick 10
+    assert decoding.clipped_to_come(2) == 5 + 1 + 5 == by_hand(2)
+    decoding.stop(1, 3)
+    assert decoding.clipped_to_come(7) == 5 + 4 == by_hand(7)
+    decoding.pause(0, 8, 3)  # no token in ticks 8 to 10: 4 still to come at tick 11
+    decoding.stop(2, 9)
+    decoding.start(3, 11, 10)  # 20 to come: last tick 30
+    assert decoding.clipped_to_come(11) == 4 + 5 == by_hand(11)
+    decoding.pause(3, 12, 4)  # 19 to come at tick 16, while it is held above the clip
+    decoding.stop(0, 4)
+    assert decoding.clipped_to_come(16) == 5 == by_hand(16)
+    assert decoding.clipped_to_come(31) == 4 == by_hand(31)
+    assert not decoding.long_last
+
+
 def test_attention_dp_scales_sglangs_new_token_ratio_by_its_conservativeness():
     from tokenpath.engine.new_token_ratio import ATTENTION_DP_CONSERVATIVENESS, NewTokenRatio
 

@@ -4,7 +4,8 @@ request must leave room for in the KV cache.
 SGLang's scheduler (python/sglang/srt/managers/schedule_policy.py, PrefillAdder) admits a waiting
 request only while its prompt plus its max_new_tokens (clipped at CLIP_MAX_NEW_TOKENS_ESTIMATION)
 fits in the free KV cache less `new_token_ratio` times the running requests' outputs still to come,
-and less what it admitted before it in the same step. The ratio starts at INIT_NEW_TOKEN_RATIO, falls
+each clipped at CLIP_MAX_NEW_TOKENS_ESTIMATION too (_get_running_request_total_token_offset), and less
+what it admitted before it in the same step. The ratio starts at INIT_NEW_TOKEN_RATIO, falls
 by a fixed decrement with every decode step (update_running_batch) to MIN_NEW_TOKEN_RATIO_FACTOR of
 that, and when a decode step does not fit and requests are retracted it becomes the running
 requests' share decoded so far, plus RETRACT_DECODE_STEPS tokens each (ScheduleBatch.retract_decode):

@@ -31,7 +31,12 @@ import numpy as np
 
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.multistep import WindowHost
-from tokenpath.engine.new_token_ratio import ATTENTION_DP_CONSERVATIVENESS, NewTokenRatio, new_request_tokens
+from tokenpath.engine.new_token_ratio import (
+    ATTENTION_DP_CONSERVATIVENESS,
+    CLIP_MAX_NEW_TOKENS_ESTIMATION,
+    NewTokenRatio,
+    new_request_tokens,
+)
 from tokenpath.engine.pipeline import Pipeline
 from tokenpath.engine.prefix_cache import PrefixCache
 from tokenpath.engine.protocols import Host, StepCosts
@@ -176,7 +181,9 @@ class Replica:
         self.last_leave_ns = 0
         self.preemptions = 0
         # The decoding sequences (engine/running.py), and what the hot path reads of them, bound here.
-        self.decoders = decoders = Decoding(self.block, self.interval, self.out, self.generated, self._span_buffer)
+        clip = None if self.ratio is None else CLIP_MAX_NEW_TOKENS_ESTIMATION  # (what the headroom reads)
+        self.decoders = decoders = Decoding(self.block, self.interval, self.out, self.generated, self._span_buffer,
+                                            clip)
         self.decoding, self.block_due, self.finishing_at = decoders.states, decoders.block_due, decoders.finishing_at
         self._start_decoding, self._stop_decoding = decoders.start, decoders.stop
 
@@ -585,7 +592,7 @@ class Replica:
             return admitted
         rank_left = None if self.rank_budget is None else self._rank_budgets_left(chunks)
         if ratio is not None:
-            spare = ratio.spare_tokens(self.free_blocks * block, self._outputs_to_come())
+            spare = ratio.spare_tokens(self.free_blocks * block, self._clipped_to_come())
         while open_ranks and len(admitted) < room and budget > 0:
             r = open_ranks[0] if len(open_ranks) == 1 else min(open_ranks, key=lambda r: queues[r][0])
             waiting = queues[r]
@@ -711,6 +718,15 @@ class Replica:
         left = self.decoders.last_tick_sum - len(self.decoding) * (self.tick - 1)
         for prefill in self.prefills:
             left += self.out[prefill.request] - self.generated[prefill.request]
+        return left
+
+    def _clipped_to_come(self) -> int:
+        """What SGLang's headroom reserves a share of: each running request's outputs to come, up to
+        CLIP_MAX_NEW_TOKENS_ESTIMATION (PrefillAdder._get_running_request_total_token_offset)."""
+        left = self.decoders.clipped_to_come(self.tick)
+        for prefill in self.prefills:
+            to_come = self.out[prefill.request] - self.generated[prefill.request]
+            left += to_come if to_come < CLIP_MAX_NEW_TOKENS_ESTIMATION else CLIP_MAX_NEW_TOKENS_ESTIMATION
         return left
 
     def _run_batch(self, s: int, d: int, decode: int, chunks: Sequence[int], admitted: Sequence[tuple[int, int, int]],

@@ -19,6 +19,7 @@ are keyed by tick, so a paused decoder costs nothing per step; the step of each 
 
 from __future__ import annotations
 
+import heapq
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ class Decoding:
     lengths) and `generated` (tokens sampled so far, which it advances when a sequence stops) and
     appends a (request, first tick, tokens) row to `spans` for the tokens each sampled."""
 
-    def __init__(self, block_size: int, interval: int, out: array, generated: list[int], spans: list[int]) -> None:
+    def __init__(self, block_size: int, interval: int, out: array, generated: list[int], spans: list[int],
+                 clip_tokens: int | None = None) -> None:
+        """`clip_tokens`: keep what `clipped_to_come` needs, each sequence's outputs to come counted up to it."""
         self.block, self.interval = block_size, interval  # tokens per KV block, per SSE event
         self.out, self.generated, self.spans = out, generated, spans
         self.states: dict[int, State] = {}  # in admission order, request -> its state
@@ -61,6 +64,13 @@ class Decoding:
         # Multi-step: sequences that sampled their last token in the decode window still open (still
         # computed until it ends).
         self.zombies: list[int] = []
+        # With `clip_tokens`: the sequences with more than that many outputs to come at the tick last asked
+        # (`clipped_to_come`), by request, their last ticks summed, and a heap of (last tick, request) whose
+        # entries go stale as the dict moves on.
+        self.clip = clip_tokens
+        self.long_last: dict[int, int] = {}
+        self.long_last_sum = 0
+        self.long_heap: list[tuple[int, int]] = []
 
     def start(self, i: int, first_tick: int, context: int) -> None:
         """Request i decodes from `first_tick` on, with `context` tokens in its KV cache then."""
@@ -77,6 +87,26 @@ class Decoding:
             self.finishing_at[last_tick] = [state]
         else:
             due.append(state)
+        if self.clip is not None and last_tick - first_tick + 1 > self.clip:
+            self._hold_long(i, last_tick)
+
+    def _hold_long(self, i: int, last_tick: int) -> None:
+        self.long_last[i] = last_tick
+        self.long_last_sum += last_tick
+        heapq.heappush(self.long_heap, (last_tick, i))
+
+    def clipped_to_come(self, tick: int) -> int:
+        """The tokens the decoding sequences will still generate from `tick` on, each counted up to
+        `clip_tokens` (SGLang's headroom clips each running request's at CLIP_MAX_NEW_TOKENS_ESTIMATION:
+        engine/new_token_ratio.py). `tick` never goes back between calls."""
+        long_last, heap, edge = self.long_last, self.long_heap, tick - 1 + self.clip
+        while heap and heap[0][0] <= edge:  # no longer more than the clip to come (or stale)
+            last_tick, i = heapq.heappop(heap)
+            if long_last.get(i) == last_tick:
+                del long_last[i]
+                self.long_last_sum -= last_tick
+        to_come = self.last_tick_sum - len(self.states) * (tick - 1)
+        return to_come - (self.long_last_sum - len(long_last) * edge)
 
     def leave(self, i: int, ticks_taken: int) -> tuple[int, int]:
         """Take request i out of the sums after `ticks_taken` decode ticks: (the tick it started
@@ -85,6 +115,8 @@ class Decoding:
         context = context0 + ticks_taken
         self.context_sum -= context
         self.last_tick_sum -= last_tick
+        if i in self.long_last:
+            self.long_last_sum -= self.long_last.pop(i)
         self.out_sum -= self.out[i]
         self.block_due[(first - context0) % self.block] -= 1
         return first, context
@@ -121,6 +153,10 @@ class Decoding:
             self.generated[i] += taken
         self.last_tick_sum += ticks
         self.states[i] = state = (d + ticks, context, last_tick + ticks, i)
+        if i in self.long_last:  # (its outputs to come stay as many, the clock moving on)
+            self.long_last_sum += ticks
+            self.long_last[i] = last_tick + ticks
+            heapq.heappush(self.long_heap, (last_tick + ticks, i))
         due = self.finishing_at.get(last_tick + ticks)
         if due is None:
             self.finishing_at[last_tick + ticks] = [state]
