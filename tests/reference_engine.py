@@ -79,6 +79,9 @@ class Rules:
     # of its last prefill or the chunks of its prompt so far ("prefilled"), or nothing (None).
     keeps: str | None
     requeue_back: bool = False  # a preempted request waits behind the others (SGLang), not ahead of them
+    # Without chunked prefill, a prompt after the step's first is admitted only below the budget left
+    # (SGLang: `input_tokens >= rem_input_tokens` stops its PrefillAdder), not up to it.
+    below_budget: bool = False
 
 
 RULES = {
@@ -87,7 +90,7 @@ RULES = {
     "vllm-v0": Rules(prefills_alone=lambda spec: not spec.chunked_prefill, chunk_in_blocks=False, headroom=False,
                      overlapped=False, keeps="computed"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
-                           overlapped=True, keeps="prefilled", requeue_back=True),
+                           overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True),
     "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
                     keeps=None),
 }
@@ -635,6 +638,9 @@ class _Replica:
                 found, hit_blocks, queued = self.prefix.lookup(i, target)
                 cached = hit_blocks * block
             need = num = target - cached
+            if (need == budget and admitted_num and not spec.chunked_prefill
+                    and RULES[spec.scheduler].below_budget):
+                break
             if need > budget:
                 if not spec.chunked_prefill:
                     break

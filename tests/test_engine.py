@@ -101,6 +101,18 @@ def test_without_chunked_prefill_sglang_runs_a_prompt_longer_than_the_budget_alo
     assert EngineSpec(scheduler="vllm-v0", chunked_prefill=False).step_bounds_prompts  # V0 ignores such prompts
 
 
+def test_without_chunked_prefill_sglang_takes_a_later_prompt_only_below_the_budget_left():
+    # SGLang's PrefillAdder stops at a prompt after the step's first whose tokens reach the input cap left
+    # (`input_tokens >= rem_input_tokens`, schedule_policy.py): 100 tokens a step hold two 50-token prompts
+    # under vLLM V0, one under SGLang.
+    limits = dict(max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False)
+    sglang = engine([50, 50, 50], [2, 2, 2], spec=EngineSpec(scheduler="prefill-first", host_overlap=False, **limits))
+    assert list(sglang.step_tokens) == [50, 50, 50, 3]
+    assert list(sglang.first_step_start_ns) == [0, 1_000_000, 2_000_000]
+    v0 = engine([50, 50, 50], [2, 2, 2], spec=EngineSpec(scheduler="vllm-v0", **limits))
+    assert list(v0.step_tokens) == [100, 50, 3]
+
+
 def test_without_chunked_prefill_a_request_no_step_holds_is_an_error_not_a_wait_forever():
     spec = EngineSpec(scheduler="trtllm", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False,
                       host_overlap=False)

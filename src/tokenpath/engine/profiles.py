@@ -105,7 +105,8 @@ class Profile:
     # chunked_prefill` otherwise); without, a prompt runs whole in one step.
     chunked_prefill: bool
     # Without chunked prefill, whether a prompt longer than the step's budget still runs whole, as the
-    # first of its step (True), or is refused (EngineSpec.step_bounds_prompts).
+    # first of its step (True: SGLang, whose later prompts must then be shorter than the budget left, not
+    # up to it), or is refused (EngineSpec.step_bounds_prompts).
     long_prompt_alone: bool
     # -- admission
     kv_admissions: tuple[Literal["reserve", "on_demand"], ...]  # those it offers, its default first
@@ -525,14 +526,15 @@ PROFILES: dict[str, Profile] = {
     to come, SGLang's new_token_ratio (engine/new_token_ratio.py), so an overloaded engine rarely has
     to retract and recompute. The token budget is also SGLang's max_prefill_tokens (tokenpath's launch
     sets both from max_num_batched_tokens): without chunked prefill a longer prompt runs whole, the first
-    of its step (long_prompt_alone).""",
+    of its step (long_prompt_alone), and a prompt after the first joins only below the budget left.""",
         prefills_alone_unless="mixed_chunk",
         chunk_unit="token",
         chunked_prefill=True,  # chunked_prefill_size > 0 by default (server_args.py)
         # With --chunked-prefill-size -1 the PrefillAdder admits the step's first prompt above its input cap
         # (max_prefill_tokens, which launch/sglang.py sets from max_num_batched_tokens) whole: "Without chunking,
         # allow the first request even above the input cap" (managers/schedule_policy.py, 0.5.23,
-        # _select_prefill_admission); the others wait for a step with room.
+        # _select_prefill_admission); the others wait for a step with room, one after the first only while its
+        # tokens are fewer than the cap left (`input_tokens >= self.rem_input_tokens` stops the adder).
         long_prompt_alone=True,
         kv_admissions=("on_demand",),
         new_token_ratio=True,

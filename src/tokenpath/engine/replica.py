@@ -606,7 +606,9 @@ class Replica:
                 touched = queued - hit_blocks
             need = num = target - cached
             room_tokens = budget if rank_left is None else max(min(budget, rank_left[r]), 0)
-            if need > room_tokens:
+            # (SGLang without chunking takes a prompt after its rank's first only below the budget left:
+            # `input_tokens >= rem_input_tokens` stops its PrefillAdder, schedule_policy.py)
+            if need > room_tokens or (need == room_tokens and self.long_prompt_alone):
                 num = room_tokens - room_tokens % self.chunk_unit if self.chunked else 0
                 if self.long_prompt_alone and not any(rank_of is None or rank_of[a[0]] == r for a in admitted):
                     num = need  # SGLang without chunking: whole, as its rank's first this step
