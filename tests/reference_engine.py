@@ -82,6 +82,7 @@ class Rules:
     # Without chunked prefill, a prompt after the step's first is admitted only below the budget left
     # (SGLang: `input_tokens >= rem_input_tokens` stops its PrefillAdder), not up to it.
     below_budget: bool = False
+    fewest_outputs_first: bool = False  # preempt the decoding sequence with the fewest tokens made (SGLang)
 
 
 RULES = {
@@ -90,7 +91,8 @@ RULES = {
     "vllm-v0": Rules(prefills_alone=lambda spec: not spec.chunked_prefill, chunk_in_blocks=False, headroom=False,
                      overlapped=False, keeps="computed"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
-                           overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True),
+                           overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True,
+                           fewest_outputs_first=True),
     "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
                     keeps=None),
 }
@@ -581,25 +583,30 @@ class _Replica:
         extra = grown - run.blocks
         preempting = int(extra.sum()) > self.free_blocks
         if preempting:
-            # Preempt from the tail, one sequence at a time, until the growth of those left fits in
-            # the free blocks. Each gives back what it frees: with prefix caching, not the shared
+            # Preempt from the tail (SGLang: its decoding sequences by the fewest tokens made, then the
+            # longest prompt, then the newest), one sequence at a time, until the growth of those left fits
+            # in the free blocks. Each gives back what it frees: with prefix caching, not the shared
             # blocks a sequence left running still references. The preempted lose their cache and
             # wait at the front (SGLang: the back).
-            keep = len(run)
-            while int(extra[:keep].sum()) > self.free_blocks:
-                keep -= 1
-                self.give(run.ids[keep], run.blocks[keep], self.kept_tokens(keep))
-            self.park(np.arange(keep, len(run)))
-            self.cached[run.ids[keep:]] = 0
-            preempted = run.ids[keep:][::-1].tolist()  # the newest first
+            alive = np.ones(len(run), bool)
+            victims: list[int] = []
+            while int(extra[alive].sum()) > self.free_blocks:
+                row = self.next_victim(alive)
+                alive[row] = False
+                victims.append(row)
+                self.give(run.ids[row], run.blocks[row], self.kept_tokens(row))
+            rows = np.array(victims, np.int64)
+            self.park(rows)
+            self.cached[run.ids[rows]] = 0
+            preempted = run.ids[rows].tolist()  # in the order preempted: the newest first
             if RULES[self.spec.scheduler].requeue_back:
                 self.waiting.extend(preempted)
             else:
                 self.waiting.extendleft(preempted)
-            self.preemptions += len(run) - keep
-            self.times_preempted[run.ids[keep:]] += 1
-            run.keep(np.arange(len(run)) < keep)
-            grown, extra = grown[:keep], extra[:keep]
+            self.preemptions += len(victims)
+            self.times_preempted[run.ids[rows]] += 1
+            run.keep(alive)
+            grown, extra, ahead = grown[alive], extra[alive], ahead[:len(alive)][alive]
             self.preempted_in_step = True
             if self.ratio is not None:
                 rows = run.decoding == 1
@@ -610,6 +617,18 @@ class _Replica:
         prefilling = run.decoding == 0
         self.cache_computed(zip(run.ids[prefilling], (run.computed + ahead[:len(run)])[prefilling]))
         return preempting
+
+    def next_victim(self, alive: np.ndarray) -> int:
+        """The running row preempted next of those `alive`: the newest, but a prompt in progress first and,
+        under prefill-first (SGLang's retract_decode), the decoding row that has made the fewest tokens,
+        then the one of the longest prompt, then the newest."""
+        run = self.running
+        rows = np.flatnonzero(alive)
+        if not RULES[self.spec.scheduler].fewest_outputs_first or (run.decoding[rows] == 0).any():
+            return int(rows[-1])  # (a prompt in progress is the newest)
+        made = self.out[run.ids[rows]] - run.left[rows]
+        order = np.lexsort((-rows, -self.prompt[run.ids[rows]], made))  # the last key sorts first
+        return int(rows[order[0]])
 
     def kept_tokens(self, row: int) -> int:
         """What running row `row`, preempted, leaves cached: all it computed, or the tokens of its last

@@ -649,6 +649,19 @@ def test_the_new_token_ratio_decays_resets_on_retraction_and_when_idle():
     assert new_request_tokens(100, 10_000, 1000) == 999  # one that alone fits an empty cache is admitted
 
 
+def test_sglang_retracts_the_request_with_the_fewest_tokens_made_then_the_longest_prompt():
+    """SGLang's retract_decode retracts first the running request with the fewest output tokens, then the
+    longest prompt (schedule_batch.py), not the newest. A 53-token cache, 1 ms steps: request 0 (2 + 32
+    tokens) pauses while request 1 (1 + 28, from 1 ms) runs its prompt, so both have made 26 tokens when
+    the cache is full at step 27. Request 0, the longer prompt, is retracted; request 1 ends at 29 ms, and
+    request 0, recomputed (28 tokens) once it is done, at 35 ms (retracting the newest: 33 and 35 ms)."""
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=1000, block_size=1,
+                      host_overlap=False)
+    trace = engine([2, 1], [32, 28], arrivals_s=[0, 0.001], spec=spec, kv_tokens=53)
+    assert list(trace.times_preempted) == [1, 0]
+    assert list(trace.last_step_end_ns) == [35_000_000, 29_000_000]
+
+
 def test_sglangs_headroom_clips_each_running_requests_outputs_to_come():
     """SGLang reserves new_token_ratio x min(outputs to come, 4,096) for each running request
     (PrefillAdder._get_running_request_total_token_offset). A 9,100-token cache: request 0 (10 + 9,000)

@@ -17,9 +17,10 @@ so the two share its processes first come first served. Time is integer nanoseco
 request's time splits exactly into waiting, compute, traffic and delivery.
 
 A step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted, never
-O(batch): decoding sequences are kept as aggregates keyed by the decode clock, the ticks in which
-they advance (engine/running.py says how), and each request's share of the step costs is summed
-afterwards, in numpy, from rows the replica records (engine/trace_rows.py).
+O(batch) (but where SGLang retracts: it scans the decoding sequences for each one, `_fewest_outputs`):
+decoding sequences are kept as aggregates keyed by the decode clock, the ticks in which they advance
+(engine/running.py says how), and each request's share of the step costs is summed afterwards, in
+numpy, from rows the replica records (engine/trace_rows.py).
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ class Replica:
         # be, at the first preemption.
         self.keeps = spec.profile.preempted_keeps if spec.prefix_caching else None
         self.requeue_back = spec.profile.preempted_requeue == "back"  # (else ahead of the waiting requests)
+        self.preempt_fewest = spec.profile.preempts_first == "fewest_outputs"  # (else the newest first)
         self._compose = self._compose_prefill_first if self.pauses else self._compose_mixed
         self._host = self._on_step if self.window == 1 else self._host_window
         # An overlapped scheduler forms each batch when the step before starts (host_time.host_overlapped):
@@ -519,17 +521,18 @@ class Replica:
         return sum(due[(d + j) % block] for j in range(ticks))
 
     def _preempt(self, d: int, new_blocks: int, window: int) -> int:
-        """Preempt from the tail of the running order (the prompts in progress, then the newest decoding)
-        until the blocks the decoding sequences need over the next `window` ticks fit. Preempted
-        sequences give back their blocks (a prefix that came with the request too) and go back to the
-        queue (`_requeue`); with prefix caching, what the profile keeps stays cached for them: all
+        """Preempt from the tail of the running order (the prompts in progress, then the newest decoding, or
+        under SGLang the decoding one with the fewest tokens made: `_fewest_outputs`) until the blocks the
+        decoding sequences need over the next `window` ticks fit. Preempted sequences give back their
+        blocks (a prefix that came with the request too) and go back to the queue (`_requeue`); with
+        prefix caching, what the profile keeps stays cached for them: all
         they had computed, or the tokens of their last prefill (a prompt in progress: its chunks so
         far). Returns the blocks the remaining decoding sequences need."""
         block, keeps = self.block, self.keeps
         victims = [self._free_prompt(prefill) for prefill in reversed(self.prefills)]
         self.prefills = []
         while new_blocks > self.free_blocks and self.decoding:
-            i = next(reversed(self.decoding))
+            i = self._fewest_outputs(d) if self.preempt_fewest else next(reversed(self.decoding))
             first, context0, _, _ = self.decoding[i]
             context = context0 + d - first
             new_blocks -= (context + window - 1) // block - (context - 1) // block  # its blocks in the window
@@ -538,6 +541,18 @@ class Replica:
             victims.append(i)
         self._requeue(victims)
         return new_blocks
+
+    def _fewest_outputs(self, d: int) -> int:
+        """SGLang's next decoding sequence to retract at tick d: the one that has made the fewest tokens, then
+        the one of the longest prompt, then the newest (ScheduleBatch.retract_decode's order). A scan of the
+        decoding sequences, once per sequence retracted."""
+        generated, prompt = self.generated, self.prompt
+        victim, fewest = -1, None
+        for i, (first, _, _, _) in reversed(self.decoding.items()):  # (the newest first: it wins a tie)
+            key = (generated[i] + d - first, -prompt[i])
+            if fewest is None or key < fewest:
+                victim, fewest = i, key
+        return victim
 
     def _free_prompt(self, prefill: Prefill) -> int:
         """A prompt in progress, preempted, gives back its blocks; with prefix caching its chunks so far stay
