@@ -638,8 +638,8 @@ def test_the_new_token_ratio_decays_resets_on_retraction_and_when_idle():
     for _ in range(400):
         ratio.decoded()
     assert ratio.value == pytest.approx(0.098)  # SGLang's floor: 0.14 of the initial ratio
-    ratio.retracted(decoded_tokens=300, max_new_tokens=1000, running=5)  # (300 + 20 x 5) / 1000
-    assert ratio.value == pytest.approx(0.4)
+    ratio.retracted(decoded_tokens=300, max_new_tokens=1000, running=5)  # (300 + 20 x 5) / (1000 + 1)
+    assert ratio.value == pytest.approx(400 / 1001)
     ratio.retracted(decoded_tokens=990, max_new_tokens=1000, running=5)
     assert ratio.value == 1.0
     ratio.idle()

@@ -8,7 +8,8 @@ each clipped at CLIP_MAX_NEW_TOKENS_ESTIMATION too (_get_running_request_total_t
 what it admitted before it in the same step. The ratio starts at INIT_NEW_TOKEN_RATIO, falls
 by a fixed decrement with every decode step (update_running_batch) to MIN_NEW_TOKEN_RATIO_FACTOR of
 that, and when a decode step does not fit and requests are retracted it becomes the running
-requests' share decoded so far, plus RETRACT_DECODE_STEPS tokens each (ScheduleBatch.retract_decode):
+requests' share decoded so far, plus RETRACT_DECODE_STEPS tokens each, of their max_new_tokens plus one
+(ScheduleBatch.retract_decode; estimate_new_token_ratio_after_retract in 0.5.23):
 over-admission makes it cautious again. An idle engine starts over at INIT_NEW_TOKEN_RATIO
 (self_check_during_idle). The defaults are python/sglang/srt/global_config.py's (v0.4 to v0.5),
 scaled by --schedule-conservativeness (managers/scheduler.py, init_new_token_ratio): 1 by default, and
@@ -50,7 +51,7 @@ class NewTokenRatio:
         if not max_new_tokens:
             self.value = self.initial
             return
-        estimate = (decoded_tokens + RETRACT_DECODE_STEPS * running) / max_new_tokens
+        estimate = (decoded_tokens + RETRACT_DECODE_STEPS * running) / (max_new_tokens + 1)  # (SGLang's + 1)
         self.value = estimate if estimate < 1.0 else 1.0
 
     def idle(self) -> None:
