@@ -83,6 +83,9 @@ class Rules:
     # (SGLang: `input_tokens >= rem_input_tokens` stops its PrefillAdder), not up to it.
     below_budget: bool = False
     fewest_outputs_first: bool = False  # preempt the decoding sequence with the fewest tokens made (SGLang)
+    # Once a waiting request finds no room in the KV cache (its headroom included), admit none until a running
+    # sequence leaves (finished, aborted or preempted), rather than trying every step (SGLang's batch_is_full).
+    waits_for_a_leave: bool = False
 
 
 RULES = {
@@ -92,7 +95,7 @@ RULES = {
                      overlapped=False, keeps="computed"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
                            overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True,
-                           fewest_outputs_first=True),
+                           fewest_outputs_first=True, waits_for_a_leave=True),
     "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
                     keeps=None),
 }
@@ -307,6 +310,7 @@ class _Replica:
         self.reserve = spec.kv_admission == "reserve"
         self.ratio = NewTokenRatio() if rules.headroom else None
         self.preempted_in_step = False
+        self.shut = False  # no admissions until a running sequence leaves (Rules.waits_for_a_leave)
         self.chunk_unit = spec.block_size if rules.chunk_in_blocks else 1
         # An overlapped scheduler forms a busy engine's next batch when the step before it starts.
         self.lagged = rules.overlapped if spec.host_overlap is None else spec.host_overlap
@@ -483,6 +487,7 @@ class _Replica:
         if self.prefix is not None:
             self.prefix.computed(i, computed)
         self.give(i, blocks)
+        self.shut = False
 
     def release_unseen(self) -> None:
         for i, computed, blocks, _ in self.unseen:
@@ -596,6 +601,7 @@ class _Replica:
                 victims.append(row)
                 self.give(run.ids[row], run.blocks[row], self.kept_tokens(row))
             rows = np.array(victims, np.int64)
+            self.shut = False
             self.park(rows)
             self.cached[run.ids[rows]] = 0
             preempted = run.ids[rows].tolist()  # in the order preempted: the newest first
@@ -648,7 +654,8 @@ class _Replica:
             # each running request's outputs to come, clipped as SGLang's PrefillAdder clips them
             to_come = int(np.minimum(self.running.left, CLIP_MAX_NEW_TOKENS_ESTIMATION).sum())
             spare = self.ratio.spare_tokens(self.free_blocks * block, to_come)
-        while self.waiting and len(admitted_num) < room and budget > 0:
+        waits = RULES[spec.scheduler].waits_for_a_leave
+        while self.waiting and len(admitted_num) < room and budget > 0 and not self.shut:
             i = self.waiting[0]
             target = int(self.prompt[i] + self.generated[i])
             cached = int(self.cached[i])  # the KV that came with the request, or the prefix cache's
@@ -670,11 +677,13 @@ class _Replica:
             if self.ratio is not None:
                 estimate = new_request_tokens(need, int(self.out[i] - self.generated[i]), self.total_blocks * block)
                 if estimate >= spare:
+                    self.shut = waits and bool(len(self.running) or admitted_num)
                     break
                 spare -= estimate
             # its prompt, its output and, speculating, the drafts a verify step runs past them
             reserved = -(-int(self.prompt[i] + self.out[i] + self.width - 1) // block) if self.reserve else 0
             if reserved > unreserved or (not self.reserve and blocks - hit_blocks + queued > self.free_blocks):
+                self.shut = waits and not self.reserve and bool(len(self.running) or admitted_num)
                 break
             self.waiting.popleft()
             self.prefilled[i] = target

@@ -239,10 +239,8 @@ def test_an_evicted_prefix_is_computed_again():
 
 @pytest.mark.parametrize("scheduler, prefix_caching, recomputed", [
     ("vllm-v1", True, 0),         # every token it had computed: 6 whole blocks, 96 tokens, found again
-    ("prefill-first", True, 32),  # SGLang keeps its prompt's 64 tokens and recomputes the 32 it decoded
     ("trtllm", True, 96),         # nothing kept
     ("vllm-v1", False, 96),
-    ("prefill-first", False, 96),
 ])
 def test_a_preempted_request_finds_what_its_engine_left_cached(scheduler, prefix_caching, recomputed):
     # Two requests of 64 prompt tokens and 40 output tokens in 13 blocks of 16. When each has 96 tokens in
@@ -256,6 +254,22 @@ def test_a_preempted_request_finds_what_its_engine_left_cached(scheduler, prefix
                        LastMile(NO_NETWORK), spec, BLOCK * 13)
     assert trace.times_preempted.tolist() == [0, 1]
     assert int(trace.step_tokens.sum()) == 128 + 2 * 39 + recomputed
+
+
+@pytest.mark.parametrize("prefix_caching, recomputed", [(True, 37), (False, 101)])
+def test_sglang_keeps_a_retracted_requests_last_prefill_cached(prefix_caching, recomputed):
+    # SGLang admits a request only if its prompt and whole output fit beside the running requests' outputs to
+    # come at its new_token_ratio, so two admitted together never outgrow the cache, and after a refusal it
+    # admits none until a request leaves. B (64 prompt tokens, 40 out) comes at 10.5 ms, when A (64, 60 out)
+    # has decoded about ten and its rest counts at the ratio: in 14 blocks of 16 the two outgrow the cache and
+    # B, with the fewest tokens made, is retracted with 101 computed. It keeps its prompt's 64 tokens (its last
+    # prefill's) and recomputes the 37 it decoded; without prefix caching all 101.
+    spec = EngineSpec(scheduler="prefill-first", max_num_batched_tokens=256, max_num_seqs=8, block_size=BLOCK,
+                      prefix_caching=prefix_caching)
+    trace = run_engine(np.array([0, 10_500_000]), np.array([64, 64]), np.array([60, 40]), FixedCosts(),
+                       LastMile(NO_NETWORK), spec, BLOCK * 14)
+    assert trace.times_preempted.tolist() == [0, 1]
+    assert int(trace.step_tokens.sum()) == 128 + 59 + 39 + recomputed
 
 
 def test_a_long_prompt_preempted_mid_prefill_keeps_its_chunks_and_waits():

@@ -148,6 +148,9 @@ class Profile:
     # Which decoding sequence it preempts first when the KV cache runs out: the newest admitted, or the one
     # that has made the fewest tokens, then the one of the longest prompt, then the newest (SGLang).
     preempts_first: Literal["newest", "fewest_outputs"]
+    # Whether, once a waiting request does not fit the KV cache (its headroom included), it admits none until a
+    # running request leaves, finished or preempted (SGLang's batch_is_full), rather than trying every step.
+    refusal_waits_for_a_leave: bool
     prefix_caching: bool  # its prefix cache is on by default (`[engine] prefix_caching` otherwise)
     # With prefix caching on, what a preempted request leaves cached, to find when admitted again
     # (engine/prefix_cache.py): every token it had computed, the tokens of its last prefill, or none.
@@ -362,6 +365,7 @@ PROFILES: dict[str, Profile] = {
         queue_policy="fcfs",
         preempted_requeue="front",  # vllm/v1/core/sched/scheduler.py, _preempt_request: waiting.prepend_request
         preempts_first="newest",  # the last of its running list (vllm/v1/core/sched/scheduler.py: self.running.pop())
+        refusal_waits_for_a_leave=False,
         prefix_caching=True,  # automatic prefix caching, on by default in V1
         # _preempt_request frees its blocks, which keep their hashes, and zeroes num_computed_tokens; the
         # waiting loop looks it up again as a new request (get_computed_blocks, vllm/v1/core/sched/scheduler.py).
@@ -459,6 +463,7 @@ PROFILES: dict[str, Profile] = {
         queue_policy="fcfs",
         preempted_requeue="front",  # vllm/core/scheduler.py, _schedule_default: waiting.extendleft(preempted)
         preempts_first="newest",  # the last of its running queue (_schedule_running: running_queue.pop())
+        refusal_waits_for_a_leave=False,
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
         # With --enable-prefix-caching, a freed block keeps its content hash in the evictor
         # (vllm/core/block/prefix_caching_block.py) and a recomputed sequence's blocks are found by it.
@@ -573,6 +578,10 @@ PROFILES: dict[str, Profile] = {
         # -len(origin_input_ids)), keeps the most, and retracts from the other end (0.5.23 always; 0.5.6 kept
         # the batch's order under speculative decoding).
         preempts_first="fewest_outputs",
+        # A NO_TOKEN from its PrefillAdder sets running_batch.batch_is_full, and get_new_batch_prefill then
+        # returns at once until a request leaves the running batch (filter_batch, retract_decode) or it is
+        # empty (scheduler.py, read in 0.5.6 and 0.5.23).
+        refusal_waits_for_a_leave=True,
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
         # retract_decode (sglang/srt/managers/schedule_batch.py) frees a request's tokens past
         # len(req.prefix_indices), those its prefill put in the radix tree (cache_unfinished_req), and
@@ -700,6 +709,7 @@ PROFILES: dict[str, Profile] = {
         queue_policy="fcfs",
         preempted_requeue="front",  # (approximated as vLLM: the description above)
         preempts_first="newest",
+        refusal_waits_for_a_leave=False,
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True
         preempted_keeps=None,  # what a paused request leaves for its KV cache reuse is not read here
         host_window_assumption="host_step_s",

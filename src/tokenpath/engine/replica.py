@@ -122,6 +122,10 @@ class Replica:
         self.keeps = spec.profile.preempted_keeps if spec.prefix_caching else None
         self.requeue_back = spec.profile.preempted_requeue == "back"  # (else ahead of the waiting requests)
         self.preempt_fewest = spec.profile.preempts_first == "fewest_outputs"  # (else the newest first)
+        # SGLang: the attention ranks (0: the replica's one) that admit none until one of their running requests
+        # leaves, a waiting request having found no room in the KV cache (Profile.refusal_waits_for_a_leave).
+        self.waits_for_a_leave = spec.profile.refusal_waits_for_a_leave
+        self.shut_ranks: set[int] = set()
         self._compose = self._compose_prefill_first if self.pauses else self._compose_mixed
         self._host = self._on_step if self.window == 1 else self._host_window
         # An overlapped scheduler forms each batch when the step before starts (host_time.host_overlapped):
@@ -565,6 +569,8 @@ class Replica:
         (the oldest first), or under SGLang to its back, in the order they were preempted."""
         self.preemptions += len(victims)
         for i in victims:
+            if self.shut_ranks:
+                self._reopen(i)
             self.cached[i] = 0
             self.times_preempted[i] += 1
             if self.reserve:  # (admitted again, it reserves again)
@@ -603,6 +609,8 @@ class Replica:
             r = 0 if rank_of is None else rank_of[prefill.request]
             if num < prefill.target - prefill.computed and r in open_ranks:
                 open_ranks.remove(r)
+        if self.shut_ranks:
+            open_ranks = [r for r in open_ranks if r not in self.shut_ranks]
         if not open_ranks:
             return admitted
         rank_left = None if self.rank_budget is None else self._rank_budgets_left(chunks)
@@ -634,6 +642,7 @@ class Replica:
             if ratio is not None:
                 estimate = new_request_tokens(need, self.out[i] - self.generated[i], self.cache_blocks * block)
                 if estimate >= spare:
+                    self._shut(r, admitted)
                     break
                 spare -= estimate
             if self.reserve:
@@ -642,6 +651,7 @@ class Replica:
                     break
                 self.unreserved_blocks -= reserved
             elif blocks + touched > self.free_blocks:
+                self._shut(r, admitted)
                 break
             waiting.popleft()
             self.free_blocks -= blocks + touched
@@ -661,6 +671,22 @@ class Replica:
             if num < need or not waiting:  # a prompt cut to the budget is the last its rank admits
                 open_ranks.remove(r)
         return admitted
+
+    def _shut(self, r: int, admitted: Sequence[tuple[int, int, int]]) -> None:
+        """Rank r's next waiting request found no room in the KV cache: under SGLang the rank admits none until
+        one of its running requests leaves (`_reopen`), where it has one (or admitted one in this step)."""
+        if not self.waits_for_a_leave:
+            return
+        if self.ranks == 1:
+            runs = bool(self.decoding or self.prefills or admitted)
+        else:
+            runs = self.waiting.running[r] > 0
+        if runs:
+            self.shut_ranks.add(r)
+
+    def _reopen(self, i: int) -> None:
+        """Running request i leaves (finished, aborted or preempted): its rank admits again."""
+        self.shut_ranks.discard(0 if self.ranks == 1 else self.waiting.rank_of[i])
 
     def _rank_budgets_left(self, chunks: Sequence[int]) -> list[int]:
         """Under attention data-parallel, each rank's prompt tokens left in the step being composed: its
@@ -901,6 +927,8 @@ class Replica:
         self.free_blocks += blocks if prefix is None else prefix.release(i, blocks)
         if self.reserve:
             self.unreserved_blocks += self._reservation(i)
+        if self.shut_ranks:
+            self._reopen(i)
         if self.ranks > 1:
             self.waiting.finished(i)
 
