@@ -116,4 +116,4 @@ def test_an_overload_whose_batch_the_kv_cache_holds_names_the_cache():
         "workload.arrival.rate": 30, "workload.num_requests": 500, "engine.gpu_memory_utilization": 0.18})).summary
     reason = summary["bottleneck_reason"]
     assert reason.startswith("overloaded")
-    assert "its batch held by its KV cache of 10,040 tokens, 90% full on average, 121 preemptions" in reason
+    assert "its batch held by its KV cache of 10,040 tokens, 89% full on average, 120 preemptions" in reason
