@@ -11,6 +11,7 @@ from tokenpath.compute.chip import load_chip
 from tokenpath.compute.model import load_model
 from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
+from tokenpath.sim.run import Run
 from tokenpath.sim.simulate import prepare, simulate
 from tokenpath.validate.latency import (
     MAX_SIMULATED_REQUESTS,
@@ -20,6 +21,7 @@ from tokenpath.validate.latency import (
     relative_errors,
     row_prepared,
     row_scenario,
+    run_prediction,
     sharegpt_lengths,
     simulated_requests,
 )
@@ -191,6 +193,23 @@ def test_a_run_too_large_to_keep_token_times_still_gives_ttft_and_tpot(monkeypat
     assert predict_row(row, DATA["sharegpt"])["decode_s"] > 0
     with pytest.raises(UserError, match="its ITL needs every token's time"):
         predict_row(_row(decode_metric="itl"), DATA["sharegpt"])
+
+
+def test_a_row_measured_by_sglangs_bench_serving_against_sglang_takes_its_per_token_itl():
+    """The row's client comes from its source's `client`; SGLang's bench_serving spreads an event's gap
+    over its tokens against SGLang, and times one gap an event against vLLM (`--backend vllm`)."""
+    sglang = next(r for r in DATA["rows"] if r["source"] == "datacrunch_h200" and r["decode_metric"] == "itl")
+    vllm = {**next(r for r in DATA["rows"] if r["source"] == "sglang_vllm060" and r["engine"] == "vllm"),
+            "decode_metric": "itl"}
+    assert "bench_serving" in sglang.get("client", "") and "bench_serving" in vllm.get("client", "")
+    # One request, events of 1, 3 and 1 tokens reaching the client at 100, 130 and 140 ms, sent at 0.
+    ms = 1_000_000
+    times = np.array([100, 130, 130, 130, 140], np.int64) * ms
+    run = Run("simulate", np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1, np.int64), np.array([5]),
+              np.array([100 * ms]), np.array([100 * ms]), np.array([140 * ms]), times, np.array([0, 5]))
+    # per token: 30/3 ms three times, then 10 ms; per event: 30 and 10 ms
+    assert run_prediction({**sglang, "decode_stat": "median"}, run)["decode_s"] == pytest.approx(0.010)
+    assert run_prediction({**vllm, "decode_stat": "median"}, run)["decode_s"] == pytest.approx(0.020)
 
 
 def test_a_prediction_uses_the_rows_statistic():

@@ -230,6 +230,13 @@ def row_prepared(row: dict[str, Any], sharegpt: dict[str, Any],
 SGLANG_BENCH_CLIENT = "bench_serving"
 
 
+def counts_itl_per_token(row: dict[str, Any]) -> bool:
+    """Whether the row's client counted ITL per token: SGLang's bench_serving against SGLang, its native
+    backend spreading an event's gap over the tokens it carries; against vLLM (`--backend vllm`, the
+    OpenAI completions client) it times one gap an event, as vLLM's own client does."""
+    return SGLANG_BENCH_CLIENT in row.get("client", "") and row["engine"] == "sglang"
+
+
 def measured(run: Run, skip: int, itl_per_token: bool = False) -> dict[str, np.ndarray]:
     """Per-request TTFT and TPOT, and every ITL gap where the run kept its token times, in seconds, of
     the requests after the first `skip` (requests are numbered in the order they were sent);
@@ -257,7 +264,7 @@ def predict_row(row: dict[str, Any], sharegpt: dict[str, Any],
 def run_prediction(row: dict[str, Any], run: Run) -> dict[str, float]:
     """predict_row's figures from the row's simulated run."""
     _, skip = simulated_requests(row)
-    values = measured(run, skip, itl_per_token=SGLANG_BENCH_CLIENT in row.get("client", ""))
+    values = measured(run, skip, itl_per_token=counts_itl_per_token(row))
     if row["decode_metric"] not in values:
         raise UserError("its ITL needs every token's time, which a run this large does not keep; give the row "
                         "fewer requests or state its TPOT (decode_metric = \"tpot\")")

@@ -88,6 +88,9 @@ class LatencyRow(BaseModel):
     # other figures the source gives, for the record; of them, throughput_tokens_per_s (output tokens/s)
     # is compared, for the bands file's throughput errors (sim/bands.py)
     also: dict[str, Any] = Field(default_factory=dict)
+    # The command the source's client ran: its source's `client` (read_latency_rows) where the row states none.
+    # validate/latency.py reads how it counted ITL from it.
+    client: str = ""
     calibration: bool = False                          # the row sets a constant: left out of the medians
     id: str = ""
 
@@ -162,12 +165,17 @@ def read_latency_rows(path: str | Path | None = None) -> dict[str, Any]:
         if not isinstance(row, dict):
             raise UserError(f"{label}: a row is a table of fields")
         _check(LatencyRow, row, label)
+    sources = data.get("sources", {})
+    for row in rows:
+        source = sources.get(row["source"]) if isinstance(sources, dict) else None
+        if not row.get("client") and isinstance(source, dict) and isinstance(source.get("client"), str):
+            row["client"] = source["client"]
     left_out = data.get("left_out", [])
     if not isinstance(left_out, list) or not all(isinstance(row, dict) for row in left_out):
         raise UserError(f"{where}: left_out is an array of row tables ([[left_out]]), each with its reason")
     for k, row in enumerate(left_out):
         _check(LeftOutRow, row, f"{where}: left_out[{k}]")
-    return {"sharegpt": sharegpt, "sources": data.get("sources", {}), "rows": rows, "left_out": left_out}
+    return {"sharegpt": sharegpt, "sources": sources, "rows": rows, "left_out": left_out}
 
 
 def _shipped() -> dict[str, Any]:
