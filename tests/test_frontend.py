@@ -250,37 +250,42 @@ def test_a_request_ready_before_a_step_s_tokens_goes_first_though_handed_in_afte
     assert front.requests([6_000_000], 1e-3, [0.0])[0] == (8_000_000, 1_000_000, 1_000_000)  # after: it waits
 
 
-def test_replicas_on_one_clock_pass_their_front_ends_as_replicas_run_apart():
-    """Round-robin through the cluster's shared clock gives each replica the trace it has alone, its front
-    end's request work included (before, a request that reached a replica mid-step waited for that step's
-    token work, and joined a step later)."""
-    import numpy as np
-
+def _on_one_clock_and_alone(scheduled, inputs, outputs, delivery, replicas=2):
+    """Each replica's trace routed round-robin through the cluster's shared clock, beside the trace of the
+    replica run alone on its share of the requests."""
     from test_engine import FixedCosts
     from tokenpath.engine.cluster import run_cluster
     from tokenpath.engine.loop import run_engine
     from tokenpath.engine.spec import EngineSpec
 
-    rng = np.random.default_rng(3)
-    n, replicas = 60, 2
-    inputs, outputs = rng.integers(1, 400, n), rng.integers(2, 60, n)
-    # Requests far enough apart that no two reach a replica in one step (two handed in one at a time can
-    # take the front end's two stages in another order than two handed in together).
-    scheduled = np.sort(rng.integers(0, 3_000_000_000, n))
     spec, costs = EngineSpec(max_num_seqs=8, max_num_batched_tokens=512), FixedCosts(base_s=3e-3, per_token_s=2e-6)
-    delivery = DeliverySpec(network_rtt=0, frontend_per_request=2e-3, tokenize_per_token=1e-6, detokenize="api-server",
-                            detokenize_per_token=20e-6)
 
     def last_mile():
         return LastMile(delivery, Layout("api-server"))
 
     _, traces, _ = run_cluster(scheduled, inputs, outputs, None, costs, [last_mile() for _ in range(replicas)],
                                spec, 10**6, "round_robin")
-    for r in range(replicas):
-        rows = np.arange(r, n, replicas)
-        alone = run_engine(scheduled[rows], inputs[rows], outputs[rows], costs, last_mile(), spec, 10**6)
-        assert np.array_equal(alone.upload_ns, traces[r].upload_ns)
-        assert np.array_equal(alone.step_start_ns, traces[r].step_start_ns)
+    return [(traces[r], run_engine(scheduled[r::replicas], inputs[r::replicas], outputs[r::replicas], costs,
+                                   last_mile(), spec, 10**6)) for r in range(replicas)]
+
+
+def test_replicas_on_one_clock_pass_their_front_ends_as_replicas_run_apart():
+    """Round-robin through the cluster's shared clock gives each replica the trace it has alone, its front
+    end's request work included (before, a request that reached a replica mid-step waited for that step's
+    token work, and joined a step later)."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    n = 60
+    inputs, outputs = rng.integers(1, 400, n), rng.integers(2, 60, n)
+    # Requests far enough apart that no two reach a replica in one step (two handed in one at a time can
+    # take the front end's two stages in another order than two handed in together).
+    scheduled = np.sort(rng.integers(0, 3_000_000_000, n))
+    delivery = DeliverySpec(network_rtt=0, frontend_per_request=2e-3, tokenize_per_token=1e-6, detokenize="api-server",
+                            detokenize_per_token=20e-6)
+    for clocked, alone in _on_one_clock_and_alone(scheduled, inputs, outputs, delivery):
+        assert np.array_equal(alone.upload_ns, clocked.upload_ns)
+        assert np.array_equal(alone.step_start_ns, clocked.step_start_ns)
 
 
 def test_a_burst_routed_on_one_clock_passes_each_front_end_as_the_replica_alone_does():
@@ -291,26 +296,11 @@ def test_a_burst_routed_on_one_clock_passes_each_front_end_as_the_replica_alone_
     front-end wait for a request and 11.1 ms more for another.)"""
     import numpy as np
 
-    from test_engine import FixedCosts
-    from tokenpath.engine.cluster import run_cluster
-    from tokenpath.engine.loop import run_engine
-    from tokenpath.engine.spec import EngineSpec
-
     rng = np.random.default_rng(3)
-    n, replicas = 24, 2
+    n = 24
     inputs, outputs = rng.integers(1, 400, n), rng.integers(2, 60, n)
-    scheduled = np.zeros(n, np.int64)
-    spec, costs = EngineSpec(max_num_seqs=8, max_num_batched_tokens=512), FixedCosts(base_s=3e-3, per_token_s=2e-6)
     delivery = DeliverySpec(network_rtt=0.02, frontend_per_request=1e-3, tokenize_per_token=1e-6,
                             detokenize="api-server", detokenize_per_token=20e-6)
-
-    def last_mile():
-        return LastMile(delivery, Layout("api-server"))
-
-    _, traces, _ = run_cluster(scheduled, inputs, outputs, None, costs, [last_mile() for _ in range(replicas)],
-                               spec, 10**6, "round_robin")
-    for r in range(replicas):
-        rows = np.arange(r, n, replicas)
-        alone = run_engine(scheduled[rows], inputs[rows], outputs[rows], costs, last_mile(), spec, 10**6)
-        assert alone.front_queue_ns.tolist() == traces[r].front_queue_ns.tolist()
-        assert np.array_equal(alone.step_start_ns, traces[r].step_start_ns)
+    for clocked, alone in _on_one_clock_and_alone(np.zeros(n, np.int64), inputs, outputs, delivery):
+        assert alone.front_queue_ns.tolist() == clocked.front_queue_ns.tolist()
+        assert np.array_equal(alone.step_start_ns, clocked.step_start_ns)
