@@ -188,3 +188,27 @@ def test_mistral_7b_decodes_long_contexts_faster_than_without_its_window(tmp_pat
     assert tpot["sliding"] < 0.9 * tpot["full"]
     # 16 sequences' windows fit beside the weights: each may reach the model's whole context.
     assert capacity["sliding"] == 16 * 32768 > capacity["full"]
+
+
+def test_pipeline_batches_under_one_running_cap_set_aside_its_windows_once():
+    """gpt-oss-120b over pp = 2 stages of 18 layers (9 sliding, 9 full): with 1024 sequences at most in flight,
+    the window bound sets aside 1024 windows of 144 tokens (16-token blocks) in the sliding layers, not 2048 as
+    two batches capped apart would; the sliding and full layers weigh the same, so 147,456 tokens more."""
+    staged = ComputeModel(load_model("gpt-oss-120b"), load_chip("h200"), 1, "bf16", "bf16", pp=2,
+                          expert_precision="fp4")
+    assert staged.sliding_kv_bytes_per_token_per_chip * 2 == staged.kv_bytes_per_token_per_chip
+    apart = staged.kv_capacity_tokens(0.9, 8192, 1024, block_size=16)
+    shared = staged.kv_capacity_tokens(0.9, 8192, 1024, block_size=16, batches_share_running_cap=True)
+    assert shared - apart == 1024 * 144
+
+
+def test_vllm_v1_s_pipeline_holds_gpt_oss_s_windows_for_its_one_running_cap():
+    """vLLM V1, pp = 2 on two H200s: 1024 requests run at most over both batches in flight, so the pool sets aside
+    1024 windows of 192 tokens (its 64-token blocks), each batch half of it: 2,820,563 tokens a batch, not the
+    2,722,259 that 2048 windows leave (98,304 = 1024 x 192 / 2)."""
+    from tokenpath.sim.deployment import build_deployment
+    deployment = build_deployment(load_scenario(None, {
+        "model.name": "gpt-oss-120b", "model.precision": "bf16", "model.expert_precision": "fp4",
+        "deployment.chip": "h200", "deployment.chips": 2, "deployment.tp": 1, "deployment.pp": 2}))
+    assert deployment.engine.max_num_seqs == 512 and deployment.engine.block_size == 64
+    assert deployment.kv_capacity_tokens == 2_820_563

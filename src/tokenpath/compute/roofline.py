@@ -300,7 +300,8 @@ class ComputeModel:
                            sampler_bytes_per_logit: float | None = None,
                            share_covers: Literal["all", "weights_and_kv", "free_memory"] = "all",
                            measured_margin: tuple[float, float] | None = None,
-                           sliding_pool_ratio: float | None = None, block_size: int | None = None) -> int:
+                           sliding_pool_ratio: float | None = None, block_size: int | None = None,
+                           batches_share_running_cap: bool = False) -> int:
         """KV-cache tokens that fit in the memory the engine's share leaves them, over the KV bytes per token.
         What the share `gpu_memory_utilization` covers (`share_covers`, engine/memory_share.py):
         - "all" (vLLM): everything, so the cache takes hbm x utilization - weights - activations;
@@ -323,8 +324,10 @@ class ComputeModel:
         bytes, which one count of tokens cannot say exactly. The capacity is the larger of two bounds
         that never overcommit memory: every token charged to every layer (exact while sequences are
         shorter than the window), and, with at most `max_num_seqs` sequences a scheduler step (pp times
-        that in flight), their sliding layers set aside whole (window tokens each) and the rest charged
-        to the full-attention layers alone (exact when that many sequences run, all past the window).
+        that in flight, each of the pp batches in flight capped on its own, but `max_num_seqs` in all where
+        one scheduler caps them together: `batches_share_running_cap`, Profile.pp_batches_share_running_cap),
+        their sliding layers set aside whole (window tokens each) and the rest charged to the full-attention
+        layers alone (exact when that many sequences run, all past the window).
         vLLM's hybrid KV-cache manager frees the blocks that fall out of a window, as the second bound
         assumes. An engine that sizes its sliding layers' pool at `sliding_pool_ratio` of the full layers'
         tokens instead (SGLang: engine/sliding_pool.py; 1 where every layer holds every token) holds
@@ -384,7 +387,8 @@ class ComputeModel:
         if sliding and sliding_pool_ratio is not None:
             return int(free // (per_token - sliding + sliding_pool_ratio * sliding))
         if sliding and max_num_seqs:
-            in_flight = max_num_seqs * self.pp  # each stage holds the sequences of every microbatch
+            # each stage holds the sequences of every batch in flight
+            in_flight = max_num_seqs if batches_share_running_cap else max_num_seqs * self.pp
             held = self._window if not block_size else (-(-(self._window - 1) // block_size) + 1) * block_size
             windows = in_flight * held * sliding
             full = per_token - sliding

@@ -177,7 +177,8 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                                            sampler_bytes, engine.profile.memory_share_covers,
                                            engine.kv_margin(chip.generation),
                                            engine.sliding_pool_ratio(chip.generation),
-                                           engine.block_size) // dep.pp
+                                           engine.block_size,
+                                           engine.profile.pp_batches_share_running_cap) // dep.pp
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
     if fabric == SwitchFabric():  # none given (or only its defaults): the chip's own, nodes beyond its domain
         fabric, fabric_name = chip_fabric(chip, dep.chips)
