@@ -95,18 +95,36 @@ def test_pipeline_stages_hand_off_the_hidden_state_and_divide_the_memory():
 
 def test_a_layer_count_pp_does_not_divide_splits_as_each_engine_splits_it():
     # vLLM gives the remainder to the stages before the last (which holds the LM head), SGLang to the
-    # last ones: 126 layers over 4 stages, 31-32-32-31 and 31-31-32-32; 61 over 2, 31-30 and 30-31.
+    # last ones, TensorRT-LLM to the first ones: 126 layers over 4 stages, 31-32-32-31, 31-31-32-32 and
+    # 32-32-31-31; 61 over 2, 31-30, 30-31 and 31-30.
     from tokenpath.compute.roofline import pipeline_stage_layers
 
     assert pipeline_stage_layers(126, 4) == [31, 32, 32, 31]
-    assert pipeline_stage_layers(126, 4, extra_on_last=True) == [31, 31, 32, 32]
-    assert pipeline_stage_layers(61, 2) == [31, 30] and pipeline_stage_layers(61, 2, True) == [30, 31]
+    assert pipeline_stage_layers(126, 4, "last") == [31, 31, 32, 32]
+    assert pipeline_stage_layers(126, 4, "first") == [32, 32, 31, 31]
+    assert pipeline_stage_layers(61, 2) == [31, 30] and pipeline_stage_layers(61, 2, "last") == [30, 31]
+    assert pipeline_stage_layers(61, 2, "first") == [31, 30]
     assert pipeline_stage_layers(80, 4) == [20] * 4
     # Llama 3.1 8B's 32 layers over 3 chips: the largest stage holds 11 layers' KV, and runs.
     dep = build_deployment(scenario(**{"deployment.tp": 1, "deployment.pp": 3, "deployment.chips": 3,
                                        "model.name": "llama-3.1-8b"}))
     whole = build_deployment(scenario(**{"deployment.tp": 1, "deployment.chips": 1, "model.name": "llama-3.1-8b"}))
     assert dep.compute.kv_bytes_per_token_per_chip == pytest.approx(whole.compute.kv_bytes_per_token_per_chip * 11 / 32)
+
+
+@pytest.mark.parametrize(("scheduler", "heaviest_layers"), [("vllm-v1", 5), ("trtllm", 6)])
+def test_tensorrt_llm_s_first_stage_holds_the_odd_layer_and_the_embedding(scheduler, heaviest_layers):
+    # Llama 3.2 1B's 16 layers over 3 stages: vLLM's 5-6-5 leaves the odd layer on a stage without an end
+    # of the model, TensorRT-LLM's 6-5-5 puts it beside the embedding: 6 layers and the embedding a chip.
+    from tokenpath.compute.roofline import ComputeModel
+
+    overrides = {"model.name": "llama-3.2-1b", "model.precision": "bf16", "deployment.chips": 3, "deployment.tp": 1,
+                 "deployment.pp": 3, "engine.scheduler": scheduler}
+    staged = build_deployment(scenario(**overrides)).compute
+    whole = ComputeModel(staged.model, staged.chip, 1, "bf16", "bf16")
+    ends = {op.name: op.resident_bytes for op in whole.ops if op.name in ("embedding", "lm_head")}
+    per_layer = (whole.weight_bytes_per_chip - sum(ends.values())) / 16
+    assert staged.weight_bytes_per_chip == pytest.approx(heaviest_layers * per_layer + ends["embedding"], rel=1e-12)
 
 
 @pytest.mark.parametrize("model", ["llama-3.1-70b", "llama-3.2-1b"])

@@ -49,14 +49,19 @@ _MOE_OPS = ("moe_router", "moe_experts", "shared_experts")
 """An MoE model's expert layers' ops (ops._moe_router, _routed_experts, _shared_experts)."""
 
 
-def pipeline_stage_layers(layers: int, pp: int, extra_on_last: bool = False) -> list[int]:
+# Where the layers a pipeline's stage count does not divide go, one each (pipeline_stage_layers).
+ExtraLayers = Literal["before_last", "last", "first"]
+
+
+def pipeline_stage_layers(layers: int, pp: int, extra: ExtraLayers = "before_last") -> list[int]:
     """The layers of each of `pp` pipeline stages: a pp-th each, and the remainder one each to the stages
     before the last, from the last but one back, as vLLM partitions them (vllm/distributed/utils.py,
-    get_pp_indices: the last holds the LM head), or to the last stages (`extra_on_last`), as SGLang
-    does (srt/distributed/utils.py, get_pp_indices)."""
+    get_pp_indices: the last holds the LM head); to the last stages ("last"), as SGLang does
+    (srt/distributed/utils.py, get_pp_indices); or to the first ones ("first"), as TensorRT-LLM does
+    (tensorrt_llm/mapping.py, `pp_layers`: torch.tensor_split of the layers)."""
     partitions = [layers // pp] * pp
     for i in range(layers % pp):
-        partitions[-1 - i if extra_on_last else -2 - i] += 1
+        partitions[i if extra == "first" else -1 - i if extra == "last" else -2 - i] += 1
     return partitions
 
 
@@ -127,7 +132,7 @@ class ComputeModel:
                  assumptions: Assumptions = DEFAULTS, expert_precision: str | None = None, attention_dp: bool = False,
                  latent_attention: bool = True, weight_only_expert_time: float = 1.0,
                  input_projection: int = 0, shared_weights: frozenset[str] = frozenset(),
-                 attention_dp_whole: frozenset[str] = frozenset(), pp_extra_layers_last: bool = False,
+                 attention_dp_whole: frozenset[str] = frozenset(), pp_extra_layers: ExtraLayers = "before_last",
                  expert_parallel: bool = False, gemm_kernels_of: str | None = None,
                  mla_absorbed_bf16: bool = False):
         _check_tp(model, tp)
@@ -139,7 +144,7 @@ class ComputeModel:
         # Pipeline stages hold their layers (pipeline_stage_layers): memory per chip is the largest stage's;
         # one step still crosses every layer.
         self.pp = pp
-        self.stage_layers = pipeline_stage_layers(model.num_layers, pp, pp_extra_layers_last)
+        self.stage_layers = pipeline_stage_layers(model.num_layers, pp, pp_extra_layers)
         self.weight_precision = check_precision(weight_precision, "weight_precision")
         self.kv_precision = check_precision(kv_precision, "kv_precision")
         # The routed experts' weights where they differ from the rest (None: weight_precision).

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from tokenpath.compute.model_spec import ModelSpec
+from tokenpath.compute.roofline import ExtraLayers
 from tokenpath.engine.attention_dp_models import SGLANG_ATTENTION_DP_ARCHITECTURES
 from tokenpath.engine.batch_limits import (
     BatchLimits,
@@ -243,9 +244,10 @@ class Profile:
     # managers/scheduler.py 0.5.14; TensorRT-LLM's capacity scheduler counts the requests in flight), or
     # each batch has a scheduler and the whole max_num_seqs of its own (vLLM V0's virtual engines)
     pp_batches_share_running_cap: bool
-    # Where a layer count pp does not divide puts its extra layers: on the last stages (SGLang's
-    # get_pp_indices), or on those before the last, which holds the LM head (vLLM's; compute/roofline.py)
-    pp_extra_layers_last: bool
+    # Where a layer count pp does not divide puts its extra layers: on those before the last, which holds the
+    # LM head (vLLM's get_pp_indices), on the last stages (SGLang's), or on the first (TensorRT-LLM's
+    # Mapping.pp_layers); compute/roofline.py, pipeline_stage_layers
+    pp_extra_layers: ExtraLayers
     # Whether a drafter's weights and KV cache come out of the target's KV pool, or its rule by release
     # (SGLang before 0.5.14 sized the pool first and took the drafter from its reserve: memory_share.py)
     drafter_in_pool: bool | Callable[[str | None], bool]
@@ -408,7 +410,7 @@ PROFILES: dict[str, Profile] = {
         measured_kv_margin=vllm_measured_kv_margin,  # from 0.34.0 on CUDA and ROCm (engine/memory_share.py)
         drafter_in_pool=True,
         pp_batches_share_running_cap=True,
-        pp_extra_layers_last=False,
+        pp_extra_layers="before_last",
         sliding_pool_ratio=None,  # its hybrid KV-cache manager frees the blocks out of a window
         default_block_size=vllm_block_size,  # 16, 64 from 0.34.0
         # The OpenAI API server runs apart from the engine core (vllm/v1/engine/core_client.py): each
@@ -500,7 +502,7 @@ PROFILES: dict[str, Profile] = {
         measured_kv_margin=None,
         drafter_in_pool=True,
         pp_batches_share_running_cap=False,
-        pp_extra_layers_last=False,
+        pp_extra_layers="before_last",
         sliding_pool_ratio=every_layer,  # no hybrid manager: a sliding layer holds every token
         default_block_size=DEFAULT_BLOCK_SIZE,
         # The OpenAI API server ran apart from the engine (MQLLMEngine, vllm/engine/multiprocessing,
@@ -630,7 +632,7 @@ PROFILES: dict[str, Profile] = {
         measured_kv_margin=None,
         drafter_in_pool=sglang_drafter_in_pool,
         pp_batches_share_running_cap=True,
-        pp_extra_layers_last=True,
+        pp_extra_layers="last",
         sliding_pool_ratio=sglang_sliding_pool_ratio,
         default_block_size=DEFAULT_BLOCK_SIZE,
         # The HTTP server's process tokenizes and builds the chunks (sglang/srt/managers/
@@ -755,7 +757,7 @@ PROFILES: dict[str, Profile] = {
         measured_kv_margin=None,
         drafter_in_pool=True,
         pp_batches_share_running_cap=True,
-        pp_extra_layers_last=False,
+        pp_extra_layers="first",
         sliding_pool_ratio=None,  # its per-window pools are not read here: as vLLM V1's
         default_block_size=DEFAULT_BLOCK_SIZE,
         # trtllm-serve's OpenAI server (tensorrt_llm/serve/openai_server.py) runs apart from the

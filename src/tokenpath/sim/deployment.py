@@ -162,7 +162,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            assumptions=assumptions, expert_precision=scenario.model.expert_precision,
                            attention_dp=dep.attention_dp, attention_dp_whole=engine.profile.attention_dp_whole | (
                                engine.profile.attention_dp_whole_all_to_all if dep.moe_all_to_all else frozenset()),
-                           pp_extra_layers_last=engine.profile.pp_extra_layers_last,
+                           pp_extra_layers=engine.profile.pp_extra_layers,
                            latent_attention=engine.latent_attention,
                            mla_absorbed_bf16=engine.profile.mla_absorbed_bf16(chip.generation),
                            weight_only_expert_time=weight_only_expert_time(engine.profile.mxfp4_weight_only_experts,
