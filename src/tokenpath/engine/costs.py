@@ -31,6 +31,13 @@ from tokenpath.engine.placement import Placement
 from tokenpath.engine.speculative import Speculation
 from tokenpath.fabric.collectives import AffineCost, Collectives, fastest_s
 
+# What a pipeline stage hands the next, per token: the hidden states and the residual stream, each of the
+# hidden size (vLLM's models return IntermediateTensors({"hidden_states", "residual"}) on every stage but the last, e.g.
+# vllm/model_executor/models/llama.py, LlamaModel.forward; SGLang's PPProxyTensors hold the same two), each TP
+# rank sending its 1/tp share, gathered again on the next stage (GroupCoordinator.send_tensor_dict's
+# all_gather_group).
+PP_HANDOFF_TENSORS = 2
+
 
 class GroupStepCosts:
     def __init__(self, compute: ComputeModel, collectives: Collectives, placement: Placement,
@@ -90,8 +97,8 @@ class GroupStepCosts:
             routed_bytes = hidden_bytes / tp * self.compute.model.experts_per_token
             kernels = "low_latency" if decode_only else "direct"
             parts["ep_all_to_all"] = self.all_to_alls_per_step * fastest_s(self._all_to_all[kernels], routed_bytes)
-        for costs in self._send_recv:
-            parts["pp_send_recv"] += fastest_s(costs, hidden_bytes / tp)
+        for costs in self._send_recv:  # (each TP rank its share, gathered again on the next stage's ranks)
+            parts["pp_send_recv"] += fastest_s(costs, PP_HANDOFF_TENSORS * hidden_bytes / tp)
         return parts
 
     def kv_transfer_s(self, prompt_tokens: int, src_replica: int, dst_replica: int) -> float:
