@@ -297,6 +297,16 @@ def test_tree_latency_across_a_network_is_twice_the_depth():
         BASE_LATENCY_S + TREE_BASE_EXTRA_S + 6 * 2 * LAT * 5.0 / 2.7, rel=REL, abs=0)
 
 
+@pytest.mark.parametrize("n, depth", [(3, 1), (5, 2), (6, 2), (7, 2), (8, 3)])
+def test_tree_depth_is_that_of_its_binary_tree(n, depth):
+    # Rank i's parent is (i - 1) // 2, so n ranks reach floor(log2 n) levels below the root: 3 ranks are a
+    # root and two leaves, depth 1; 5 to 7 ranks depth 2 (NCCL's tuner: log2i(nNodes)). One leaf of a
+    # leaf-spine: every route 2 links, each network step under LL 5.0 / 2.7 of the ring's.
+    c = Collectives(FatTree(16, 50e9, LAT, levels=2))
+    assert wire(c, "all_reduce", whole(n), "tree").alpha_s == pytest.approx(
+        BASE_LATENCY_S + TREE_BASE_EXTRA_S + 2 * depth * 2 * LAT * 5.0 / 2.7, rel=REL, abs=0)
+
+
 def test_tree_serves_all_reduce_only():
     c = switch(8)
     assert "tree" not in c.available("all_gather", 8)

@@ -314,6 +314,15 @@ def test_nvls_tree_over_four_nodes_is_bound_by_the_busiest_nic():
     assert c.choose("all_reduce", 1e9, [list(range(32))]) == "nvls_tree"
 
 
+def test_nvls_tree_over_three_nodes_is_one_level_deep():
+    c = Collectives(leaf_spine(nodes=3))
+    # Trees over nodes 0..2: 1 and 2 below 0, and in the mirror 1 and 0 below 2: depth 1, so 2 network
+    # steps as over 2 nodes (tuning.cc: 2 log2i(3) = 2). Node 0 sends down to 1 and 2 in the first tree and
+    # up to 2 in the second: 3 halves of its slice 1/8 on its NIC, as over 4 nodes.
+    same(wire(c, "all_reduce", [list(range(24))], "nvls_tree"),
+         NVLS_LATENCY_S + 2 * NVLS_TREE_NET_STEP_LATENCY_S, (3 / 16) / (NIC_BW * SO))
+
+
 def test_nvls_tree_runs_only_where_nccl_runs_it():
     c = Collectives(switched())
     assert "nvls_tree" in c.available("all_reduce", 16)

@@ -200,10 +200,11 @@ def _rail_rings(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
 
 def _tree(n: int, chain: bool = False) -> list[Round]:
     """NCCL's double binary tree all-reduce: two complementary trees each reduce then broadcast half the
-    message, pipelined, so every tree edge carries its half up and down once; latency ~2 * depth steps.
+    message, pipelined, so every tree edge carries its half up and down once; latency 2 * depth steps, the
+    depth of a binary tree of n ranks in heap order being floor(log2 n) (tuning.cc: log2i(nNodes)).
     With `chain` (ranks inside one scale-up domain) the latency is that of NCCL's tree there, which
     chains a node's ranks: 2 * (n - 1) steps (tuning.cc: 2 * (nRanks/nNodes - 1) * intraLat)."""
-    depth = n - 1 if chain else max(1, math.ceil(math.log2(n)))
+    depth = n - 1 if chain else n.bit_length() - 1
     child = np.arange(1, n)
     parent = (child - 1) // 2
     # The second tree mirrors the first (rank i -> n-1-i), so a rank inner in one is a leaf in the other.
