@@ -39,6 +39,8 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.requests._ID_BITS": "a packing of request ids into integers",
     "tokenpath.engine.requests._ID_MASK": "a packing of request ids into integers",
     "tokenpath.engine.spec.MAX_NUM_SEQS": "a bound on config input",
+    "tokenpath.engine.costs.PP_HANDOFF_TENSORS": "the tensors the engines' code hands a pipeline's next stage "
+                                                 "(hidden states and residual), a fact",
     "tokenpath.engine.eager_launches.SGLANG_FUSED_MXFP4_MOE_CALLS": "SGLang's calls for the block, counted in its "
                                                                     "code (cited there), a fact",
     "tokenpath.engine.speculative.MAX_SPECULATIVE_TOKENS": "a bound on config input",
