@@ -124,14 +124,12 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
 def _warmup_rows(application: Timeline | AgentPlan | None, rows: int, skipped: int) -> np.ndarray:
     """Per model call's row, whether it belongs to one of the user's first `skipped` sends (the warm-up, whose
     gaps an ITL histogram leaves out; an agent's: all its calls). With an application the rows are in the
-    order the calls reach the server, which its stages can change (Run.after drops the same requests)."""
-    if isinstance(application, AgentPlan):
-        index = application.outer.request_index
-        if index is None:
-            return np.arange(rows) < application.first[skipped]
-        return np.repeat(index < skipped, application.calls)
-    if application is None or application.request_index is None:
+    order the calls reach the server (model_calls' `request_index`), which its stages can change (Run.after
+    drops the same requests)."""
+    if application is None:
         return np.arange(rows) < skipped
+    if isinstance(application, AgentPlan):
+        return np.repeat(application.outer.request_index < skipped, application.calls)
     return application.request_index < skipped
 
 
