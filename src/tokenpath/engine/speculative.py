@@ -71,11 +71,15 @@ class SpeculativeSpec(BaseModel):
             raise ValueError(f"draft_model applies to method = \"draft_model\" only; remove it for {self.method}")
         return self
 
+    def mean_tokens(self, acceptance: float) -> float:
+        """The tokens a decoding sequence gains a verify step on average at `acceptance`."""
+        return mean_tokens_per_step(acceptance, self.num_speculative_tokens)
+
     def describe(self, acceptance: float) -> str:
         """One line for reports: the drafter and the mean tokens a step at `acceptance`."""
         drafter = f"draft model {self.draft_model}" if self.method == "draft_model" else self.method
         return (f"speculative {drafter}, {self.num_speculative_tokens} drafts a step, acceptance {acceptance:g}: "
-                f"{mean_tokens_per_step(acceptance, self.num_speculative_tokens):.2f} tokens a step")
+                f"{self.mean_tokens(acceptance):.2f} tokens a step")
 
 
 def sglang_keeps_overlap(method: str, release: str | None) -> bool:
@@ -148,6 +152,11 @@ class Speculation:
     def width(self) -> int:
         """Query tokens a decoding sequence runs in a verify step: its drafts and one more."""
         return self.drafts + 1
+
+    @property
+    def mean_tokens(self) -> float:
+        """The tokens a decoding sequence gains a verify step on average."""
+        return mean_tokens_per_step(self.acceptance, self.drafts)
 
     def draws(self) -> Acceptance:
         return Acceptance(self.acceptance, self.drafts, self.seed)

@@ -17,7 +17,6 @@ from tokenpath.delivery.lastmile import LastMile
 from tokenpath.diagnose.bottleneck import KV_FULL, Evidence, Resource, bottleneck, bound_shares, sample_steps
 from tokenpath.diagnose.felt import APPLICATION, PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
-from tokenpath.engine.speculative import mean_tokens_per_step
 from tokenpath.sim.bands import attach_bands, shipped_records
 from tokenpath.sim.envelope import envelope
 from tokenpath.sim.front_end import api_servers
@@ -136,8 +135,7 @@ def resolved_block(sim: Simulation) -> dict[str, Any]:
             "host_step_s": d.compute.host_step_s, "eager_host_per_kernel_s": d.compute.host_eager_per_kernel_s,
             "speculative": None if engine.speculative is None else {
                 **engine.speculative.model_dump(), "draft_acceptance": s.workload.draft_acceptance,
-                "mean_tokens_per_step": mean_tokens_per_step(s.workload.draft_acceptance,
-                                                             engine.speculative.num_speculative_tokens)},
+                "mean_tokens_per_step": engine.speculative.mean_tokens(s.workload.draft_acceptance)},
         },
         "delivery": {
             "detokenize": d.front_end.detokenizes_in, "stream_interval_tokens": delivery.stream_interval,

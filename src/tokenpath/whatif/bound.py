@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 
 from tokenpath.engine.spec import MAX_STEP_TOKENS
-from tokenpath.engine.speculative import mean_tokens_per_step
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.simulate import Prepared
@@ -83,8 +82,7 @@ def request_work(prepared: Prepared) -> tuple[Work, Work]:
         cached = np.minimum(requests.prefixes.tokens.astype(np.float64), prompt - 1)
     q = prompt - cached
     speculation = prepared.deployment.costs.speculation
-    width, gained = (1, 1.0) if speculation is None else (
-        speculation.width, mean_tokens_per_step(speculation.acceptance, speculation.drafts))
+    width, gained = (1, 1.0) if speculation is None else (speculation.width, speculation.mean_tokens)
     steps = (out - 1) / gained
     contexts = steps * prompt + gained * steps * (steps - 1) / 2  # each step's context before its queries
     pairs = width * contexts + steps * width * (width + 1) / 2
@@ -177,4 +175,4 @@ def decode_tokens_per_step(scenario: Scenario) -> float:
     speculative = scenario.engine.speculative
     if speculative is None:
         return 1.0
-    return mean_tokens_per_step(scenario.workload.draft_acceptance, speculative.num_speculative_tokens)
+    return speculative.mean_tokens(scenario.workload.draft_acceptance)
