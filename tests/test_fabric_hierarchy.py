@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from collective_costs import wire
+from tokenpath.config.assumptions import Assumptions
 from tokenpath.config.errors import UserError
 from tokenpath.fabric.collectives import (
     BASE_LATENCY_S,
+    NET_OVERHEAD_S,
     NVLS_LATENCY_S,
     NVLS_LINK_EFFICIENCY,
     NVLS_TREE_NET_STEP_LATENCY_S,
@@ -258,10 +260,12 @@ def test_rings_across_4_nodes_run_one_channel_per_nic_rail_to_rail():
     # 8 channels of 1/8 each, 62 steps of 1/32 of a channel: flows of 1/256. A rank sends over NVLink in
     # 7 channels (7/256 per 370 GB/s) and over its NIC in one (1/256 per 47 GB/s, the busiest). Channels
     # cross nodes 0->1->2->3 rail to rail (one leaf, 2 links); back from node 3 to node 0 they change
-    # rail (leaf, spine, leaf: 4 links), which sets each step's latency.
+    # rail (leaf, spine, leaf: 4 links), which sets the latency of a step between nodes. Of the 62 steps
+    # 2 x (4 - 1) = 6 cross between nodes (tuning.cc nInterSteps); the other 56 stay in a node, where the
+    # 0.6 us NVLink hop is under the 1 us net overhead.
     ring = wire(c, "all_reduce", group, "ring")
     assert (7 / 256) / (NV_BW * SU) < (1 / 256) / (NIC_BW * SO)
-    same(ring, BASE_LATENCY_S + 62 * 4 * NIC_LAT, 62 * (1 / 256) / (NIC_BW * SO))
+    same(ring, BASE_LATENCY_S + 56 * NET_OVERHEAD_S + 6 * 4 * NIC_LAT, 62 * (1 / 256) / (NIC_BW * SO))
     # Hierarchical: intra 2 x 7 x 1/8 over NVLink; inter ring of q=4 per rail on one leaf: 6 x 1/32.
     hier = wire(c, "all_reduce", group, "hierarchical")
     same(hier, BASE_LATENCY_S + 14 * NV_HOP + 6 * 2 * NIC_LAT,
@@ -278,10 +282,79 @@ def test_rings_over_unequal_nodes_run_a_channel_per_rank_of_the_smallest_node():
     """NCCL keeps the fewest channels any rank found (init.cc: graphs[a]->nChannels = std::min(...))."""
     c = Collectives(switched(), bw_efficiency=1.0)
     # 8 ranks on node 0 and 4 on node 1: 4 channels of 1/4, each crossing both ways on NICs no other
-    # channel crosses on: 11 steps of 1/12 of a channel's quarter on each busiest NIC.
-    same(wire(c, "all_gather", [list(range(12))], "ring"), BASE_LATENCY_S + 11 * 2 * NIC_LAT, 11 / 48 / NIC_BW)
-    # 8 and 1: the lone rank's NIC carries the one channel, 8 steps of 1/9.
-    same(wire(c, "all_gather", [list(range(9))], "ring"), BASE_LATENCY_S + 8 * 2 * NIC_LAT, 8 / 9 / NIC_BW)
+    # channel crosses on: 11 steps of 1/12 of a channel's quarter on each busiest NIC. Of the 11 steps
+    # 2 - 1 = 1 crosses between nodes (2 links); the other 10 take the 1 us net overhead.
+    same(wire(c, "all_gather", [list(range(12))], "ring"), BASE_LATENCY_S + 10 * NET_OVERHEAD_S + 2 * NIC_LAT,
+         11 / 48 / NIC_BW)
+    # 8 and 1: the lone rank's NIC carries the one channel, 8 steps of 1/9, one of them between nodes.
+    same(wire(c, "all_gather", [list(range(9))], "ring"), BASE_LATENCY_S + 7 * NET_OVERHEAD_S + 2 * NIC_LAT,
+         8 / 9 / NIC_BW)
+
+
+# -- rings across nodes: latency as NCCL's tuner counts the steps ------------------------------------
+
+def tuner_nodes(nodes: int) -> Hierarchy:
+    """Nodes whose routes take exactly NCCL's hwLatencies under the ring's LL: 0.6 us a hop in a node (two
+    0.3 us links through the NVSwitch), 2.7 us between nodes (two 1.35 us links through the network
+    switch), so the tuner's formula applies term by term."""
+    return Hierarchy(nodes, node(nvls=False), Switch(8 * nodes, NIC_BW, 1.35e-6))
+
+
+@pytest.mark.parametrize("nodes, op, expected_us", [
+    # src/graph/tuning.cc ncclTopoTuneModel, ring, nNodes > 1: baseLatency + (nsteps - nInterSteps) *
+    # max(intraLat, netOverhead) + nInterSteps * interLat; all-reduce nsteps = 2 (nRanks - 1),
+    # nInterSteps = 2 (nNodes - 1); all-gather nRanks - 1 and nNodes - 1. netOverhead 1.0 us (getNetOverhead,
+    # Intel), x3 under Simple. LL: base 6.6, NVLINK 0.6 -> max(0.6, 1.0) = 1.0, NET 2.7.
+    (2, "all_reduce", {"LL": 6.6 + (30 - 2) * 1.0 + 2 * 2.7,            # 40.0 (it was 6.6 + 30 x 2.7 = 87.6)
+                       "Simple": 8.4 + (30 - 2) * 3.4 + 2 * 14.0}),     # max(3.4, 3 x 1.0) = 3.4: 131.6
+    (4, "all_reduce", {"LL": 6.6 + (62 - 6) * 1.0 + 6 * 2.7,            # 78.8
+                       "Simple": 8.4 + (62 - 6) * 3.4 + 6 * 14.0}),     # 282.8
+    (2, "all_gather", {"LL": 6.6 + (15 - 1) * 1.0 + 1 * 2.7,            # 23.3
+                       "Simple": 8.4 + (15 - 1) * 3.4 + 1 * 14.0}),     # 70.0
+    (4, "reduce_scatter", {"LL": 6.6 + (31 - 3) * 1.0 + 3 * 2.7,        # 42.7
+                           "Simple": 8.4 + (31 - 3) * 3.4 + 3 * 14.0}),  # 145.6
+])
+def test_a_ring_across_nodes_takes_nccl_s_tuner_latency(nodes, op, expected_us):
+    c = Collectives(tuner_nodes(nodes))
+    costs = c.costs(op, [list(range(8 * nodes))], "ring")
+    for protocol, us in expected_us.items():
+        assert costs[protocol].alpha_s == pytest.approx(us * 1e-6, rel=1e-9, abs=0)
+
+
+def test_many_groups_bound_each_kind_of_step_by_its_own_routes():
+    # 10 groups of 2 x 8 at once: 1,120 flows inside nodes, more than are routed one by one, are bounded by
+    # a node's longest route (2 links of 0.3 us), not the network's; the 160 between nodes are routed.
+    h = Hierarchy(20, node(nvls=False), Switch(160, NIC_BW, 1.35e-6))
+    groups = [list(range(16 * g, 16 * g + 16)) for g in range(10)]
+    c = Collectives(h)
+    assert c.costs("all_reduce", groups, "ring") == c.costs("all_reduce", groups[:1], "ring")
+    assert c.costs("all_reduce", groups, "ring")["LL"].alpha_s == pytest.approx(40.0e-6, rel=1e-9, abs=0)
+
+
+def test_a_ring_with_one_rank_per_node_takes_the_tree_s_network_latency():
+    # tuning.cc: "With ppn=1 latencies are fully exposed, use the Tree network latency": interLat is NET /
+    # Tree (LL 5.0, Simple 14.0 us), and every one of the 2 (4 - 1) = 6 steps crosses between nodes.
+    costs = Collectives(tuner_nodes(4)).costs("all_reduce", [[0, 8, 16, 24]], "ring")
+    assert costs["LL"].alpha_s == pytest.approx((6.6 + 6 * 5.0) * 1e-6, rel=1e-9, abs=0)      # 36.6 us
+    assert costs["Simple"].alpha_s == pytest.approx((8.4 + 6 * 14.0) * 1e-6, rel=1e-9, abs=0)  # 92.4 us
+
+
+def test_the_net_overhead_is_an_assumption():
+    # getNetOverhead's 2.0 us on AMD CPUs: 6.6 + 28 x 2.0 + 2 x 2.7 = 68.0 us under LL over 2 x 8.
+    with Assumptions({"net_overhead_s": 2.0e-6}).active():
+        c = Collectives(tuner_nodes(2))
+    assert c.costs("all_reduce", [list(range(16))], "ring")["LL"].alpha_s == pytest.approx(68.0e-6, rel=1e-9, abs=0)
+
+
+def test_a_ring_inside_one_node_keeps_its_latency():
+    # nNodes == 1: no net overhead, every step an NVLink step. LL 6.6 + 14 x 0.6 = 15.0 us; Simple
+    # 8.4 + 14 x 3.4 = 56.0 us, on the hierarchy's node as on the switch alone.
+    h = tuner_nodes(2)
+    for hosts in (list(range(8)), list(range(8, 16))):
+        costs = Collectives(h).costs("all_reduce", [hosts], "ring")
+        assert costs["LL"].alpha_s == pytest.approx(15.0e-6, rel=1e-9, abs=0)
+        assert costs["Simple"].alpha_s == pytest.approx(56.0e-6, rel=1e-9, abs=0)
+        assert costs == Collectives(node(nvls=False)).costs("all_reduce", [list(range(8))], "ring")
 
 
 # -- NVLSTree: in-switch reduction inside nodes, a tree across them ----------------------------------

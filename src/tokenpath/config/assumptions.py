@@ -169,6 +169,10 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("base_latency_s", 6.6e-6, _COLL, "BASE_LATENCY_S", "s",
                "NCCL src/graph/tuning.cc: base latency of a collective launch (Ring, LL), 6.6 us",
                "validate nccl_allreduce; tests/test_fabric_collectives.py"),
+    Assumption("net_overhead_s", 1.0e-6, _COLL, "NET_OVERHEAD_S", "s",
+               "NCCL src/graph/tuning.cc getNetOverhead: 1.0 us on Intel and other CPUs (2.0 us on AMD), the least "
+               "an inter-node ring's step inside a node takes (x3 under Simple; ncclTopoTuneModel)",
+               "validate latency; tests/test_fabric_hierarchy.py"),
     Assumption("nvls_latency_s", 25.0e-6, _COLL, "NVLS_LATENCY_S", "s",
                "NVLS all-reduce latency as NCCL's tuner rates it (src/graph/tuning.cc hwLatencies NVLINK / "
                "NVLS / Simple, 25 us)",

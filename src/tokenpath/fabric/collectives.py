@@ -47,6 +47,10 @@ NVLS_LATENCY_S = default("nvls_latency_s")
 # NVLSTree's latency per network step of its inter-node tree: NCCL src/graph/tuning.cc, hwLatencies
 # NET / NVLSTree / Simple (NVLS runs the Simple protocol only), 20.9 us; 2 * log2(nodes) steps.
 NVLS_TREE_NET_STEP_LATENCY_S = default("nvls_tree_net_step_latency_s")
+# The least time NCCL's tuner gives a step of a ring across nodes that stays inside a node: every step still
+# launches the network proxy's work. src/graph/tuning.cc getNetOverhead: 1.0 us on Intel x86 and any CPU it
+# does not name, 2.0 us on AMD (NCCL_NET_OVERHEAD overrides it); x3 under Simple (Protocol.net_overhead_factor).
+NET_OVERHEAD_S = default("net_overhead_s")
 # Achieved fraction of the per-direction NVLink bandwidth at large sizes, from nccl-tests on 8x H100 SXM
 # (450 GB/s per direction): ring all-reduce busbw 370 GB/s (nccl-tests issues 212, 309).
 SCALEUP_BW_EFFICIENCY = default("scaleup_bw_efficiency")
@@ -81,8 +85,10 @@ class Protocol:
     """One of NCCL's protocols for its ring and tree, as its tuner rates them (src/graph/tuning.cc,
     ncclTopoTuneModel). Latency: BASE_LATENCY_S plus `base_extra_s` (the ring's, the tree's), and per step
     the route's links, each at its own latency (the ring's LL: tuning.cc hwLatencies NVLINK 0.6 us a hop,
-    NET 2.7 us a route) times the step ratio of its kind (NVLink-class, network). Bandwidth:
-    `ring_bandwidth` or `tree_bandwidth` (inside one node, across nodes) of the links' achievable bandwidth."""
+    NET 2.7 us a route) times the step ratio of its kind (NVLink-class, network). Across nodes a step
+    inside a node and a step between nodes each take their own (Round.inter_steps), and a ring's step inside
+    a node takes at least NET_OVERHEAD_S times `net_overhead_factor`. Bandwidth: `ring_bandwidth` or
+    `tree_bandwidth` (inside one node, across nodes) of the links' achievable bandwidth."""
 
     name: str
     base_extra_s: tuple[float, float]
@@ -90,18 +96,20 @@ class Protocol:
     tree_step_ratio: tuple[float, float]
     ring_bandwidth: float
     tree_bandwidth: tuple[float, float]
+    net_overhead_factor: float
 
 
 # tuning.cc baseLatencies Ring {LL 6.6, LL128 14.0, Simple 8.4} us, Tree {6.8, 14.0, 8.4}; hwLatencies
 # NVLINK Ring {0.6, 1.9, 3.4}, Tree {0.6, 1.25, 4.0}, NET Ring {2.7, 4.0, 14.0}, Tree {5.0, 8.5, 14.0} us;
 # busBw: Ring LL x 0.5, LL128 x 0.92 (120 of 128 bytes), Tree LL x 1/3.8, LL128 x 7/9 in a node, 120/128
 # across nodes. A link's latency is the ring's LL step over it, so every ratio is over those: a tree's
-# network step under LL takes 5.0 / 2.7 of it.
+# network step under LL takes 5.0 / 2.7 of it. A ring's net overhead counts x3 under Simple.
 PROTOCOLS = (
-    Protocol("LL", (0.0, 6.8e-6 - 6.6e-6), (1.0, 1.0), (1.0, 5.0 / 2.7), 0.5, (1 / 3.8, 1 / 3.8)),
+    Protocol("LL", (0.0, 6.8e-6 - 6.6e-6), (1.0, 1.0), (1.0, 5.0 / 2.7), 0.5, (1 / 3.8, 1 / 3.8), 1.0),
     Protocol("LL128", (14.0e-6 - 6.6e-6,) * 2, (1.9 / 0.6, 4.0 / 2.7), (1.25 / 0.6, 8.5 / 2.7), 0.92,
-             (7 / 9, 120 / 128)),
-    Protocol("Simple", (8.4e-6 - 6.6e-6,) * 2, (3.4 / 0.6, 14.0 / 2.7), (4.0 / 0.6, 14.0 / 2.7), 1.0, (1.0, 1.0)),
+             (7 / 9, 120 / 128), 1.0),
+    Protocol("Simple", (8.4e-6 - 6.6e-6,) * 2, (3.4 / 0.6, 14.0 / 2.7), (4.0 / 0.6, 14.0 / 2.7), 1.0, (1.0, 1.0),
+             3.0),
 )
 # The algorithms NCCL runs under every protocol, and the tuner's rows that price each: the hierarchical
 # path is ring steps inside the nodes and across them. The others run one way (NVLS and NVLSTree: Simple).
@@ -112,13 +120,16 @@ PROTOCOL_ALGORITHMS = {"ring": "ring", "hierarchical": "ring", "tree": "tree"}
 class Round:
     """Concurrent flows src[i] -> dst[i], each carrying `fraction` of the message (or fraction[i]), `count`
     times over, paying route latency `steps` times (default: once per repetition; a pipelined pass
-    differs)."""
+    differs): each time that of the round's longest route. On a hierarchy `inter_steps` of the steps, if
+    given, pay the longest route of the flows between nodes and the others that of the flows inside a
+    node, as NCCL's tuner counts a ring's steps across nodes (Collectives._steps_latency_s)."""
 
     src: np.ndarray
     dst: np.ndarray
     fraction: float | np.ndarray
     count: int
     steps: int | None = None
+    inter_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -184,18 +195,25 @@ def _rail_rings(op: str, hier: Hierarchy, group: np.ndarray) -> list[Round]:
     from the local rank it enters the next one at) and visits the other ranks of a node over its scale-up
     links, and the channels leave from different local ranks: each NIC carries at most one channel's
     crossing each way."""
-    nodes = group // hier.per_node
-    order = np.argsort(nodes, kind="stable")  # indices into `group`, node by node
-    per_node = np.split(order, np.cumsum(np.bincount(nodes)[np.unique(nodes)])[:-1])
+    per_node = _ranks_by_node(hier, group)
     m = min(len(ranks) for ranks in per_node)
-    n = len(group)
+    n, q = len(group), len(per_node)
     # Channel c enters node k at local (c - k) mod (its ranks there) and leaves from the local before that.
     channels = [np.concatenate([np.roll(ranks, -((c - k) % len(ranks))) for k, ranks in enumerate(per_node)])
                 for c in range(m)]
     src = np.concatenate(channels)
     dst = np.concatenate([np.roll(ring, -1) for ring in channels])
-    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
-    return [Round(src, dst, 1.0 / (n * m), steps)]
+    # NCCL's tuner (tuning.cc ncclTopoTuneModel) counts nsteps = 2 (n - 1) or n - 1, of which
+    # nInterSteps = 2 (nNodes - 1) or nNodes - 1 cross between nodes: a chunk's way round skips one crossing.
+    steps, inter_steps = (2 * (n - 1), 2 * (q - 1)) if op == "all_reduce" else (n - 1, q - 1)
+    return [Round(src, dst, 1.0 / (n * m), steps, inter_steps=inter_steps if q > 1 else None)]
+
+
+def _ranks_by_node(hier: Hierarchy, group: np.ndarray) -> list[np.ndarray]:
+    """Indices into `group` of its ranks on each node it spans, node by node, each in the group's order."""
+    nodes = group // hier.per_node
+    order = np.argsort(nodes, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(nodes)[np.unique(nodes)])[:-1])
 
 
 def _tree(n: int, chain: bool = False) -> list[Round]:
@@ -249,6 +267,7 @@ class Collectives:
         self.nvls_tree_net_step_latency_s = assumed("nvls_tree_net_step_latency_s", NVLS_TREE_NET_STEP_LATENCY_S)
         self.nvls_link_efficiency = assumed("nvls_link_efficiency", NVLS_LINK_EFFICIENCY)
         self.low_latency_all_to_all_s = assumed("low_latency_all_to_all_s", LOW_LATENCY_ALL_TO_ALL_S)
+        self.net_overhead_s = assumed("net_overhead_s", NET_OVERHEAD_S)
         eff = link_efficiency(topology) if bw_efficiency is None else bw_efficiency
         self._capacity_Bps = topology.links.bw_Bps * eff
         self._costs = lru_cache(maxsize=4096)(self._costs_uncached)
@@ -405,23 +424,34 @@ class Collectives:
             if algorithm == "low_latency":
                 direct = AffineCost(direct.alpha_s + self.low_latency_all_to_all_s, direct.beta_s_per_byte)
             return {"Simple": direct}
-        steps, beta = [], 0.0
+        rounds, beta = [], 0.0
         for r in self._rounds(op, algorithm, groups):
             src = hosts[:, r.src].ravel()
             dst = hosts[:, r.dst].ravel()
             fraction = np.tile(r.fraction, len(hosts)) if np.ndim(r.fraction) else r.fraction  # (every group's)
             traffic = Traffic.from_flows(self.topology, src, dst, fraction)
             beta += r.count * float((self.topology.link_loads(traffic) / self._capacity_Bps).max(initial=0.0))
-            steps.append((r.count if r.steps is None else r.steps, src, dst))
+            rounds.append((r, src, dst))
 
-        def alpha_s(link_latency_s: np.ndarray) -> float:
-            return self.base_latency_s + sum(k * self._round_latency_s(src, dst, link_latency_s)
-                                             for k, src, dst in steps)
+        def alpha_s(latency_s: np.ndarray, inter_latency_s: np.ndarray | None = None, floor_s: float = 0.0) -> float:
+            return self.base_latency_s + sum(self._steps_latency_s(r, src, dst, latency_s, inter_latency_s, floor_s)
+                                             for r, src, dst in rounds)
         if algorithm not in PROTOCOL_ALGORITHMS:
             return {"Simple": AffineCost(alpha_s(self.topology.links.latency_s), beta)}
         priced_as = PROTOCOL_ALGORITHMS[algorithm]
         tree = priced_as == "tree"
-        return {p.name: AffineCost(p.base_extra_s[tree] + alpha_s(self._step_latency_s[p.name, priced_as]),
+        # A ring across nodes (tuning.cc ncclTopoTuneModel): its steps inside a node take at least the net
+        # overhead; with one rank per node (ppn == 1, "latencies are fully exposed") its network steps take
+        # the tree's latency there. (The hierarchical path, priced as the ring, has no round of both kinds.)
+        one_per_node = isinstance(self.topology, Hierarchy) and len(np.unique(hosts[0] // self.topology.per_node)) == n
+
+        def protocol_alpha_s(p: Protocol) -> float:
+            latency_s = self._step_latency_s[p.name, priced_as]
+            if tree:
+                return p.base_extra_s[1] + alpha_s(latency_s)
+            inter_s = self._step_latency_s[p.name, "tree"] if one_per_node else latency_s
+            return p.base_extra_s[0] + alpha_s(latency_s, inter_s, self.net_overhead_s * p.net_overhead_factor)
+        return {p.name: AffineCost(protocol_alpha_s(p),
                                    beta / (p.tree_bandwidth[self._across_nodes] if tree else p.ring_bandwidth))
                 for p in PROTOCOLS}
 
@@ -497,13 +527,35 @@ class Collectives:
         alpha_s = intra.alpha_s + tree.steps * self.nvls_tree_net_step_latency_s
         return AffineCost(alpha_s, max(intra.beta_s_per_byte, inter_beta))
 
-    def _round_latency_s(self, src: np.ndarray, dst: np.ndarray, link_latency_s: np.ndarray | None = None) -> float:
+    def _steps_latency_s(self, r: Round, src: np.ndarray, dst: np.ndarray, latency_s: np.ndarray,
+                         inter_latency_s: np.ndarray | None = None, floor_s: float = 0.0) -> float:
+        """Latency of round `r`'s steps (its flows src -> dst, every group's) at `latency_s` per link: each
+        step that of the round's longest route; or, where `r.inter_steps` is set (a ring or tree spanning
+        nodes), as NCCL's tuner prices steps across nodes (src/graph/tuning.cc ncclTopoTuneModel):
+        (nsteps - nInterSteps) * intraLat + nInterSteps * interLat, intraLat the longest route of the flows
+        inside a node but at least `floor_s` (a ring's net overhead), interLat the longest of the flows
+        between nodes, at `inter_latency_s` per link (default `latency_s`)."""
+        steps = r.count if r.steps is None else r.steps
+        if r.inter_steps is None:
+            return steps * self._round_latency_s(src, dst, latency_s)
+        across = src // self.topology.per_node != dst // self.topology.per_node
+        intra_s = max(self._round_latency_s(src[~across], dst[~across], latency_s, across=False), floor_s)
+        inter_s = self._round_latency_s(src[across], dst[across],
+                                        latency_s if inter_latency_s is None else inter_latency_s, across=True)
+        return (steps - r.inter_steps) * intra_s + r.inter_steps * inter_s
+
+    def _round_latency_s(self, src: np.ndarray, dst: np.ndarray, link_latency_s: np.ndarray | None = None,
+                         across: bool | None = None) -> float:
         """Latency of the longest route among the round's flows, at `link_latency_s` per link (default:
-        the links' own)."""
+        the links' own). `across`: the flows all run between nodes (True) or inside one (False) of a
+        hierarchy, which bounds the routes when the flows are too many to route one by one."""
         if link_latency_s is None:
             link_latency_s = self.topology.links.latency_s
         if len(src) > _ROUTED_LATENCY_FLOWS:  # Topology.longest_route_latency_s, at these latencies
-            return self.topology.max_route_links() * float(link_latency_s.max(initial=0.0))
+            if across is None:
+                return self.topology.max_route_links() * float(link_latency_s.max(initial=0.0))
+            route_links, links = self.topology.longest_routes(across)
+            return route_links * float(link_latency_s[links].max(initial=0.0))
         worst = 0.0
         for s, d in set(zip(src.tolist(), dst.tolist())):
             route = self.topology.route(s, d)

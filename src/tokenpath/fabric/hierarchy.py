@@ -132,6 +132,13 @@ class Hierarchy(Topology):
         loads[self._network_offset:] = self.network.link_loads(_traffic_of(self.network, on_network))
         return loads
 
+    def longest_routes(self, across: bool) -> tuple[int, slice]:
+        """Most links on a route between nodes (the network's) or inside one (a node's), and the indices of
+        the links such routes cross."""
+        if across:
+            return self.network.max_route_links(), slice(self._network_offset, None)
+        return self.node.max_route_links(), slice(0, self._network_offset)
+
     def within_nodes(self, groups: np.ndarray) -> bool:
         nodes = groups // self.per_node
         return bool((nodes == nodes[:, :1]).all())
