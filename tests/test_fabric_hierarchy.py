@@ -321,6 +321,44 @@ def test_a_ring_across_nodes_takes_nccl_s_tuner_latency(nodes, op, expected_us):
         assert costs[protocol].alpha_s == pytest.approx(us * 1e-6, rel=1e-9, abs=0)
 
 
+@pytest.mark.parametrize("nodes, expected_us", [
+    # tuning.cc ncclTopoTuneModel, tree all-reduce: baseLatency + 2 * ((nRanks/nNodes - 1) * intraLat +
+    # log2i(nNodes) * interLat), intraLat NVLINK / Tree, interLat NET / Tree (no net overhead).
+    # LL: base 6.8, NVLINK 0.6, NET 5.0; Simple: base 8.4, NVLINK 4.0, NET 14.0.
+    (2, {"LL": 6.8 + 2 * (7 * 0.6 + 1 * 5.0),         # 25.2 (it was 2 log2i(16) = 8 steps at 5.0: 46.8)
+         "Simple": 8.4 + 2 * (7 * 4.0 + 1 * 14.0)}),  # 92.4
+    (4, {"LL": 6.8 + 2 * (7 * 0.6 + 2 * 5.0),         # 35.2 (it was 10 steps at 5.0: 56.8)
+         "Simple": 8.4 + 2 * (7 * 4.0 + 2 * 14.0)}),  # 120.4
+])
+def test_a_tree_across_nodes_takes_nccl_s_tuner_latency(nodes, expected_us):
+    costs = Collectives(tuner_nodes(nodes)).costs("all_reduce", [list(range(8 * nodes))], "tree")
+    for protocol, us in expected_us.items():
+        assert costs[protocol].alpha_s == pytest.approx(us * 1e-6, rel=1e-9, abs=0)
+
+
+def test_a_tree_with_one_rank_per_node_is_a_tree_of_the_nodes():
+    # ppn = 1: 2 log2i(4) = 4 network steps at NET / Tree: LL 6.8 + 4 x 5.0 = 26.8 us. Node 0 sends 3 halves
+    # (to two children in one tree, to its parent in the other) over its one NIC.
+    costs = Collectives(tuner_nodes(4)).costs("all_reduce", [[0, 8, 16, 24]], "tree")
+    assert costs["LL"].alpha_s == pytest.approx(26.8e-6, rel=1e-9, abs=0)
+    assert costs["Simple"].beta_s_per_byte == pytest.approx(1.5 / (NIC_BW * SO), rel=1e-12, abs=0)
+
+
+def test_a_tree_over_unequal_nodes_counts_the_mean_ranks_per_node():
+    # 8 ranks on node 0 and 4 on node 1: tuning.cc's nRanks / nNodes, in integers, is 12 / 2 = 6, so
+    # 2 x (5 NVLink steps + 1 network step): LL 6.8 + 2 x (5 x 0.6 + 5.0) = 22.8 us.
+    costs = Collectives(tuner_nodes(2)).costs("all_reduce", [list(range(12))], "tree")
+    assert costs["LL"].alpha_s == pytest.approx(22.8e-6, rel=1e-9, abs=0)
+
+
+def test_a_tree_inside_one_node_keeps_its_latency():
+    # nNodes == 1: a chain of 8, 2 x 7 NVLink steps: LL 6.8 + 14 x 0.6 = 15.2 us; Simple 8.4 + 14 x 4.0 = 64.4.
+    costs = Collectives(tuner_nodes(2)).costs("all_reduce", [list(range(8, 16))], "tree")
+    assert costs["LL"].alpha_s == pytest.approx(15.2e-6, rel=1e-9, abs=0)
+    assert costs["Simple"].alpha_s == pytest.approx(64.4e-6, rel=1e-9, abs=0)
+    assert costs == Collectives(node(nvls=False)).costs("all_reduce", [list(range(8))], "tree")
+
+
 def test_many_groups_bound_each_kind_of_step_by_its_own_routes():
     # 10 groups of 2 x 8 at once: 1,120 flows inside nodes, more than are routed one by one, are bounded by
     # a node's longest route (2 links of 0.3 us), not the network's; the 160 between nodes are routed.

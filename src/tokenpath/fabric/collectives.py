@@ -122,7 +122,7 @@ class Round:
     times over, paying route latency `steps` times (default: once per repetition; a pipelined pass
     differs): each time that of the round's longest route. On a hierarchy `inter_steps` of the steps, if
     given, pay the longest route of the flows between nodes and the others that of the flows inside a
-    node, as NCCL's tuner counts a ring's steps across nodes (Collectives._steps_latency_s)."""
+    node, as NCCL's tuner counts a ring's and a tree's steps across nodes (Collectives._steps_latency_s)."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -219,7 +219,8 @@ def _ranks_by_node(hier: Hierarchy, group: np.ndarray) -> list[np.ndarray]:
 def _tree(n: int, chain: bool = False) -> list[Round]:
     """NCCL's double binary tree all-reduce: two complementary trees each reduce then broadcast half the
     message, pipelined, so every tree edge carries its half up and down once; latency 2 * depth steps, the
-    depth of a binary tree of n ranks in heap order being floor(log2 n) (tuning.cc: log2i(nNodes)).
+    depth of a binary tree of n ranks in heap order being floor(log2 n) (tuning.cc: log2i(nNodes), each
+    rank its own node, as on a fat tree; on a hierarchy _tree_across_nodes counts the steps).
     With `chain` (ranks inside one scale-up domain) the latency is that of NCCL's tree there, which
     chains a node's ranks: 2 * (n - 1) steps (tuning.cc: 2 * (nRanks/nNodes - 1) * intraLat)."""
     depth = n - 1 if chain else n.bit_length() - 1
@@ -229,6 +230,20 @@ def _tree(n: int, chain: bool = False) -> list[Round]:
     a = np.concatenate([child, n - 1 - child])
     b = np.concatenate([parent, n - 1 - parent])
     return [Round(np.concatenate([a, b]), np.concatenate([b, a]), 0.5, count=1, steps=2 * depth)]
+
+
+def _tree_across_nodes(hier: Hierarchy, group: np.ndarray) -> list[Round]:
+    """The tree over ranks on several nodes, its steps as NCCL's tuner counts them (src/graph/tuning.cc
+    ncclTopoTuneModel; src/graph/connect.cc connectTrees sets the same depth): NCCL chains each node's ranks
+    and joins the chains' heads in a double binary tree of the nodes, so 2 * ((nRanks/nNodes - 1) steps
+    inside a node + log2i(nNodes) between nodes). The flows stay _tree's over the ranks taken node by node:
+    its tree edges inside a node price the steps there, those between nodes the network's, and its
+    bandwidth stays that of a tree of all the ranks."""
+    per_node = _ranks_by_node(hier, group)
+    order, q = np.concatenate(per_node), len(per_node)
+    inter_steps = 2 * (q.bit_length() - 1)
+    return [Round(order[r.src], order[r.dst], r.fraction, r.count, steps=2 * (len(group) // q - 1) + inter_steps,
+                  inter_steps=inter_steps) for r in _tree(len(group))]
 
 
 def _halving_doubling(op: str, n: int) -> list[Round]:
@@ -464,6 +479,8 @@ class Collectives:
                 return _mesh_rings(op, n)
             return _ring(op, n)
         if algorithm == "tree":
+            if isinstance(self.topology, Hierarchy):  # spanning nodes: inside one, _inside_nodes runs it
+                return _tree_across_nodes(self.topology, np.array(groups[0]))
             return _tree(n, chain=self.topology.single_hop)
         if algorithm == "halving_doubling":
             return _halving_doubling(op, n)
