@@ -270,10 +270,12 @@ def test_rings_across_4_nodes_run_one_channel_per_nic_rail_to_rail():
     hier = wire(c, "all_reduce", group, "hierarchical")
     same(hier, BASE_LATENCY_S + 14 * NV_HOP + 6 * 2 * NIC_LAT,
          14 / 8 / (NV_BW * SU) + 6 * (1 / 32) / (NIC_BW * SO))
-    # Without in-switch reduction in the nodes, auto takes hierarchical's lower latency for small
-    # messages and the rings' bandwidth for large ones, as NCCL's tuner moves from tree to ring.
+    # Without in-switch reduction in the nodes, auto takes the tree's lower latency for small messages
+    # and the rings' bandwidth for large ones, as NCCL's tuner moves from tree to ring. The hierarchical
+    # path, not one of NCCL's algorithms, is left to those who name it, though its latency is lower still.
     plain = Collectives(leaf_spine(nvls=False))
-    assert plain.choose("all_reduce", 1e4, group) == "hierarchical"
+    assert plain.choose("all_reduce", 1e4, group) == "tree"
+    assert plain.time_s("all_reduce", 1e4, group, "hierarchical") < plain.time_s("all_reduce", 1e4, group)
     assert plain.choose("all_reduce", 1e9, group) == "ring"
     assert plain.time_s("all_reduce", 1e9, group) == plain.time_s("all_reduce", 1e9, group, "ring")
 
@@ -420,8 +422,8 @@ def test_nvls_tree_over_four_nodes_is_bound_by_the_busiest_nic():
     assert (3 / 16) / (NIC_BW * SO) > NVLS_BETA
     same(wire(c, "all_reduce", [list(range(32))], "nvls_tree"),
          NVLS_LATENCY_S + 4 * NVLS_TREE_NET_STEP_LATENCY_S, (3 / 16) / (NIC_BW * SO))
-    # Auto: hierarchical for small messages (lower latency), NVLSTree for large ones, as NCCL picks.
-    assert c.choose("all_reduce", 1e4, [list(range(32))]) == "hierarchical"
+    # Auto: the tree for small messages (lower latency), NVLSTree for large ones, as NCCL picks.
+    assert c.choose("all_reduce", 1e4, [list(range(32))]) == "tree"
     assert c.choose("all_reduce", 1e9, [list(range(32))]) == "nvls_tree"
 
 

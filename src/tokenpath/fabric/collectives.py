@@ -11,10 +11,11 @@ Every round's bytes scale with the message size, so for one set of groups each a
 computes the pairs once. NCCL runs its ring and tree under three protocols (`PROTOCOLS`): LL, at the
 links' own latency but half their bandwidth, LL128, and Simple, which moves the full bandwidth after a
 longer synchronisation per step. At each size the runtime takes the protocol its tuner rates fastest,
-and `auto` the cheapest algorithm, as NCCL's tuner does, among what NCCL runs (ring, tree, NVLS, and
-across nodes NVLSTree and the hierarchical path) or, on a torus, the bucket algorithm TPU runtimes use.
-Recursive halving-doubling (MPI, Gloo) runs only when asked for; an all-to-all runs directly, or with
-the fixed cost of DeepEP-style low-latency kernels when asked for.
+and `auto` the cheapest algorithm, as NCCL's tuner does, among what NCCL runs where it can run
+(AUTO_ALGORITHMS: the ring; the tree, for all-reduce; NVLS inside a node and NVLSTree across nodes, for
+all-reduce) or, on a torus or mesh, also the bucket algorithm TPU runtimes use. The hierarchical path
+and recursive halving-doubling (MPI, Gloo), no algorithm of NCCL's, run only when asked for; an
+all-to-all runs directly, or with the fixed cost of DeepEP-style low-latency kernels when asked for.
 
 Constants are named with their source and shared by every topology.
 """
@@ -78,6 +79,14 @@ ALGORITHMS = ("auto", "ring", "tree", "halving_doubling", "nvls", "nvls_tree", "
               "low_latency")
 # The algorithms that reduce in the switches: runnable only where the runtime may use NVLS.
 NVLS_ALGORITHMS = ("nvls", "nvls_tree")
+# What `auto` chooses from, where each can run. NCCL's tuner rates Tree, Ring, CollNetDirect, CollNetChain,
+# NVLS, NVLSTree and PAT (src/graph/tuning.cc ncclTopoTuneModel) and runs the cheapest it has enabled
+# (src/enqueue.cc updateCollCostTable, topoGetAlgoInfo); of these the model runs the ring, the tree, NVLS and
+# NVLSTree. CollNet needs a SHARP plugin (NCCL_COLLNET_ENABLE, off by default) and PAT serves all-gather and
+# reduce-scatter with one GPU per node (tuning.cc ncclPatEnable): neither is modelled. The bucket algorithm is
+# what TPU runtimes run on a torus or mesh, the only topologies that offer it. NCCL has no hierarchical path
+# and no halving-doubling (MPI's, Gloo's): those run only when named.
+AUTO_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "bucket")
 
 
 @dataclass(frozen=True)
@@ -392,8 +401,9 @@ class Collectives:
 
     # -- internals --------------------------------------------------------------------------
     def _auto_candidates(self, op: str, groups: Sequence[Sequence[int]]) -> list[str]:
-        """What `auto` chooses from: the runnable algorithms an NCCL (or TPU) runtime would use."""
-        return [a for a in self._runnable(op, groups) if a != "halving_doubling"]
+        """What `auto` chooses from: the runnable algorithms an NCCL (or TPU) runtime would use
+        (AUTO_ALGORITHMS). Which NCCL enables for the op and the groups, `available` and `_runnable` say."""
+        return [a for a in self._runnable(op, groups) if a in AUTO_ALGORITHMS]
 
     def _runnable(self, op: str, groups: Sequence[Sequence[int]]) -> list[str]:
         """The algorithms that can run `op` for these groups where they sit."""
