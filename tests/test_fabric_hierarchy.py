@@ -295,11 +295,11 @@ def test_rings_over_unequal_nodes_run_a_channel_per_rank_of_the_smallest_node():
 
 # -- rings across nodes: latency as NCCL's tuner counts the steps ------------------------------------
 
-def tuner_nodes(nodes: int) -> Hierarchy:
+def tuner_nodes(nodes: int, nvls: bool = False) -> Hierarchy:
     """Nodes whose routes take exactly NCCL's hwLatencies under the ring's LL: 0.6 us a hop in a node (two
     0.3 us links through the NVSwitch), 2.7 us between nodes (two 1.35 us links through the network
     switch), so the tuner's formula applies term by term."""
-    return Hierarchy(nodes, node(nvls=False), Switch(8 * nodes, NIC_BW, 1.35e-6))
+    return Hierarchy(nodes, node(nvls=nvls), Switch(8 * nodes, NIC_BW, 1.35e-6))
 
 
 @pytest.mark.parametrize("nodes, op, expected_us", [
@@ -448,6 +448,105 @@ def test_nvls_tree_runs_only_where_nccl_runs_it():
     # Inside one node it is plain NVLS; for other collectives, a ring.
     assert wire(c, "all_reduce", [list(range(8))], "nvls_tree") == wire(c, "all_reduce", [list(range(8))], "nvls")
     assert c.runs_as("all_gather", [list(range(16))], "nvls_tree") == "ring"
+
+
+# -- auto across nodes: what NCCL's tuner chooses from ----------------------------------------------
+# NCCL rates Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree and PAT (src/graph/tuning.cc
+# ncclTopoTuneModel) and runs the cheapest it has enabled (src/enqueue.cc topoGetAlgoInfo). Across nodes,
+# without CollNet (NCCL_COLLNET_ENABLE is off by default): the ring for every collective; the tree for
+# all-reduce only (tuning.cc rates only PAT, Ring, NVLS and CollNetDirect for all-gather and reduce-scatter);
+# NVLSTree for all-reduce where every node has NVLS (init.cc keeps the fewest NVLS channels any rank found);
+# NVLS alone is off across nodes (tuning.cc, enqueue.cc updateCollCostTable: NVLS with nNodes > 1 needs
+# CollNet). The hierarchical path and halving-doubling are no NCCL algorithm.
+
+def tuner_ring_us(protocol: str, op: str, nodes: int) -> float:
+    """tuning.cc, ring over nodes of 8: baseLatency + (nsteps - nInterSteps) * max(intraLat, netOverhead)
+    + nInterSteps * interLat (netOverhead 1.0 us, x3 under Simple)."""
+    base, intra, inter = {"LL": (6.6, 0.6, 2.7), "Simple": (8.4, 3.4, 14.0)}[protocol]
+    overhead = 3.0 if protocol == "Simple" else 1.0
+    ranks = 8 * nodes
+    steps, inter_steps = (2 * (ranks - 1), 2 * (nodes - 1)) if op == "all_reduce" else (ranks - 1, nodes - 1)
+    return base + (steps - inter_steps) * max(intra, overhead) + inter_steps * inter
+
+
+def tuner_tree_ll_us(nodes: int) -> float:
+    """tuning.cc, tree all-reduce under LL: 6.8 + 2 * ((nRanks/nNodes - 1) * 0.6 + log2i(nNodes) * 5.0)."""
+    return 6.8 + 2 * (7 * 0.6 + (nodes.bit_length() - 1) * 5.0)
+
+
+def tuner_nvls_tree_us(nodes: int) -> float:
+    """tuning.cc, NVLSTree (Simple only): NVLINK NVLSTree 25 us + 2 log2i(nNodes) x NET NVLSTree 20.9 us."""
+    return 25.0 + 2 * (nodes.bit_length() - 1) * 20.9
+
+
+# The model's bytes a collective moves over its busiest link, per byte of the message, over 2 and 4 nodes:
+# NCCL's rings, one channel per NIC, 2 (n - 1) steps of 1/n of a channel's 1/8 (30/128, 62/256); the tree of
+# all ranks in heap order with its mirror, whose busiest NIC carries 3 and 4 edges between nodes (ranks 4 and
+# 8), half the message each way on each; NVLSTree, the in-switch stage (NVLS_BETA) over 2 nodes, a NIC's 3
+# halves of its slice 1/8 over 4.
+RING_NIC_SHARE = {2: 30 / 128, 4: 62 / 256}
+TREE_NIC_SHARE = {2: 3 / 2, 4: 4 / 2}
+NIC_S_PER_BYTE = 1 / (NIC_BW * SO)
+LL_BANDWIDTH = 0.5  # tuning.cc: Ring LL x .5
+TREE_LL_BANDWIDTH = 1 / 3.8  # Tree LL x 1/3.8
+
+
+def nvls_tree_s_per_byte(nodes: int) -> float:
+    return NVLS_BETA if nodes == 2 else (3 / 16) * NIC_S_PER_BYTE
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+@pytest.mark.parametrize("nvls", [False, True])
+def test_auto_across_nodes_chooses_among_nccl_s_algorithms(nodes, nvls):
+    c = Collectives(tuner_nodes(nodes, nvls))
+    group = [list(range(8 * nodes))]
+    nccl = ["ring", "tree"] + (["nvls_tree"] if nvls else [])
+    assert c._auto_candidates("all_reduce", group) == nccl
+    assert "hierarchical" in c.available("all_reduce", 8 * nodes)  # still runs when named
+    for op in ("all_gather", "reduce_scatter"):
+        assert c._auto_candidates(op, group) == ["ring"]
+    kib, mib, gib = 2**10, 2**20, 2**30
+    expected = {
+        # 1 KiB: the tree's latency under LL (25.2 us over 2 nodes, 35.2 over 4), below the ring's (40.0, 78.8)
+        # and NVLSTree's (66.8, 108.6).
+        kib: ("tree", "LL", tuner_tree_ll_us(nodes) * 1e-6 + kib * TREE_NIC_SHARE[nodes] * NIC_S_PER_BYTE
+              / TREE_LL_BANDWIDTH),
+        # 1 MiB: the rings under LL, their bytes spread over every NIC (50.5 us over 2 nodes, 89.6 over 4).
+        mib: ("ring", "LL", tuner_ring_us("LL", "all_reduce", nodes) * 1e-6 + mib * RING_NIC_SHARE[nodes]
+              * NIC_S_PER_BYTE / LL_BANDWIDTH),
+        # 1 GiB: NVLSTree where the nodes have NVLS (3,981 us over 2 nodes, 4,392 over 4), else the rings
+        # under Simple (5,486 and 5,816 us).
+        gib: ("nvls_tree", "Simple", tuner_nvls_tree_us(nodes) * 1e-6 + gib * nvls_tree_s_per_byte(nodes))
+        if nvls else ("ring", "Simple", tuner_ring_us("Simple", "all_reduce", nodes) * 1e-6
+                      + gib * RING_NIC_SHARE[nodes] * NIC_S_PER_BYTE),
+    }
+    for size, (algorithm, protocol, time_s) in expected.items():
+        assert (c.choose("all_reduce", size, group), c.protocol("all_reduce", size, group)) == (algorithm, protocol)
+        assert c.time_s("all_reduce", size, group) == pytest.approx(time_s, rel=1e-9, abs=0)
+
+
+@pytest.mark.parametrize("nodes, kib_us, mib_us, gib_us", [
+    (2, 25.324, 50.458, 5486.031),
+    (4, 35.366, 89.606, 5815.712),
+])
+def test_auto_across_nodes_without_nvls_in_figures(nodes, kib_us, mib_us, gib_us):
+    """The figures the formulas above give, written out: tree, ring under LL, ring under Simple."""
+    c = Collectives(tuner_nodes(nodes))
+    group = [list(range(8 * nodes))]
+    for size, us in ((2**10, kib_us), (2**20, mib_us), (2**30, gib_us)):
+        assert c.time_s("all_reduce", size, group) == pytest.approx(us * 1e-6, abs=0.5e-9)
+
+
+def test_auto_gathers_across_nodes_on_the_rings():
+    # All-gather over 2 x 8: the rings under LL at 1 KiB and 1 MiB (23.3 us of latency: 6.6 + 14 x 1.0 +
+    # 2.7), under Simple at 1 GiB (70.0 us); 15 steps of 1/16 of a channel's 1/8 over each NIC.
+    c = Collectives(tuner_nodes(2, nvls=True))
+    group = [list(range(16))]
+    for size, protocol in ((2**10, "LL"), (2**20, "LL"), (2**30, "Simple")):
+        share = 15 / 128 * NIC_S_PER_BYTE / (LL_BANDWIDTH if protocol == "LL" else 1.0)
+        assert (c.choose("all_gather", size, group), c.protocol("all_gather", size, group)) == ("ring", protocol)
+        assert c.time_s("all_gather", size, group) == pytest.approx(
+            tuner_ring_us(protocol, "all_gather", 2) * 1e-6 + size * share, rel=1e-9, abs=0)
 
 
 def test_hierarchical_over_a_switch_network_moves_the_hand_computed_bytes():
