@@ -77,12 +77,18 @@ def test_a_concurrency_cap_holds_over_all_the_replicas(routing, cap):
     assert _peak_outstanding(run) == cap
 
 
-def test_a_cap_below_the_replicas_that_session_affinity_serves_apart_is_one_line(monkeypatch, capsys):
-    assert_user_error(*run_cli(["simulate", "--chips", "16", "--tp", "4", "--request-rate", "inf", "--num-requests",
-                                "40", "--set", "workload.max_concurrency=2", "--set",
-                                "deployment.routing=session_affinity"], monkeypatch, capsys),
-                      "workload.max_concurrency: 2 is fewer than the 4 replicas, which session_affinity routing "
-                      "serves apart")
+def test_session_affinity_under_a_cap_lets_one_replica_hold_the_whole_cap():
+    """4 replicas, every prompt opening with the same shared prefix, so session affinity hashes all 40
+    requests to one replica; the client's cap of 8 is its over every replica (a hash router counts nothing
+    per replica), so that replica holds 8 at once, not the 2 of an even share of the cap (and a cap of 2,
+    below the replica count, runs too)."""
+    for cap in (8, 2):
+        run = simulate(small(**{"deployment.chips": 16, "deployment.tp": 4, "workload.arrival.rate": "inf",
+                                "workload.num_requests": 40, "workload.max_concurrency": cap,
+                                "workload.shared_prefix.count": 1, "workload.shared_prefix.tokens": 64,
+                                "deployment.routing": "session_affinity"})).run
+        assert len(set(run.replica.tolist())) == 1
+        assert _peak_outstanding(run) == cap
 
 
 def test_the_requests_per_replica_are_the_measured_ones():

@@ -6,7 +6,9 @@
 - session_affinity: consistent by key: a request goes to the replica its session (in a workload of
   multi-turn sessions) or else its first prefix segment (a shared prompt's first block) hashes to, so
   one conversation or one system prompt always lands on the same replica; requests without either go
-  round-robin. Also decided up front.
+  round-robin. Also decided up front. Like vLLM production-stack's SessionRouter (a hash ring over the
+  session key, src/vllm_router/routers/routing_logic.py) it counts nothing per replica: under a client's
+  concurrency cap one replica can hold the whole cap, so such runs share one clock (below).
 - least_outstanding: the replica with the fewest requests routed to it and not yet finished
   (SGLang router's shortest-queue; ties to the lowest index).
 - least_kv_load: the replica whose KV cache is least used (vLLM's kv_cache_usage: blocks neither free
@@ -22,8 +24,8 @@
 
 The last three look at replicas as the request arrives, so every replica is simulated in one
 process, stepped in time order (engine/cluster.py); so is round_robin over multi-turn sessions,
-whose turns each wait for the one before, wherever it ran, and round_robin under a concurrency cap,
-whose client sends as a request finishes on any replica.
+whose turns each wait for the one before, wherever it ran, and round_robin and session_affinity under a
+concurrency cap, whose client sends as a request finishes on any replica.
 """
 
 from __future__ import annotations

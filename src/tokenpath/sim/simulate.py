@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from tokenpath.application.timeline import Timeline
-from tokenpath.config.errors import UserError
 from tokenpath.config.memory import KEEP_TOKENS_LIMIT
 from tokenpath.delivery.lastmile import LastMile, first_visible_index
 from tokenpath.engine.cluster import run_cluster
@@ -165,12 +164,11 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     # Round-robin moves a session's turns between replicas, so they must share a clock too; and a closed
     # loop's client sends as a request finishes on any replica, so its cap is shared the same way. A
     # replica's pipeline batches in flight share its stages (engine/pipeline.py): one clock as well.
+    # So is session affinity's under a cap: its router hashes a request to a replica whatever that replica
+    # holds (vLLM production-stack's SessionRouter, src/vllm_router/routers/routing_logic.py: a HashRing
+    # over the session key, no count of what each engine runs), so one replica can hold the whole cap.
     static = policy == "session_affinity" or (policy == "round_robin" and sessions is None and concurrency is None)
-    apart = static and scenario.deployment.pp == 1
-    if apart and concurrency is not None and concurrency < replicas:
-        raise UserError(f"workload.max_concurrency: {concurrency} is fewer than the {replicas} replicas, which "
-                        f"{policy} routing serves apart, each with a share of the cap; raise it to at least "
-                        f"{replicas} or route round_robin or by load (deployment.routing)")
+    apart = static and scenario.deployment.pp == 1 and concurrency is None
     if apart or replicas == 1:
         assignment = static_assignment(policy, n, replicas, requests.prefixes,
                                        None if sessions is None else sessions.session)
@@ -198,12 +196,11 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
             last_mile, trace = last_miles[replica], joint[replica]
         else:
             sub = requests.take(rows)
-            # A concurrency cap is shared out evenly between replicas served apart (session_affinity's).
-            share = None if concurrency is None else concurrency // replicas + (replica < concurrency % replicas)
+            # (a cap is the client's over every replica: here one replica has it all, or there is none)
             last_mile = LastMile(delivery, deployment.front_end)
             trace = run_engine(
                 scheduled_ns[rows], sub.input_tokens, sub.output_tokens, deployment.costs, last_mile,
-                deployment.engine, deployment.kv_capacity_tokens, share, progress, prefixes=sub.prefixes,
+                deployment.engine, deployment.kv_capacity_tokens, concurrency, progress, prefixes=sub.prefixes,
                 think_ns=None if think_ns is None else think_ns[rows],
                 side=None if shared is None else shared.rows(rows),
             )
