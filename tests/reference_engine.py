@@ -86,11 +86,17 @@ class Rules:
     # Once a waiting request finds no room in the KV cache (its headroom included), admit none until a running
     # sequence leaves (finished, aborted or preempted), rather than trying every step (SGLang's batch_is_full).
     waits_for_a_leave: bool = False
+    # Speculating with a drafter named in the engine's table: the lookahead slots a running sequence's block
+    # table reaches past a step's tokens, for the method and its drafts, where the table keeps every slot it
+    # reached until the sequence leaves (vLLM V1's allocate_slots); None: the slots of rejected drafts are
+    # given back after each step.
+    lookahead: Callable[[str, int], int] | None = None
 
 
 RULES = {
     "vllm-v1": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=False, headroom=False, overlapped=False,
-                     keeps="computed"),
+                     keeps="computed",
+                     lookahead=lambda method, k: k if method in ("eagle", "eagle3", "mtp", "draft_model") else 0),
     "vllm-v0": Rules(prefills_alone=lambda spec: not spec.chunked_prefill, chunk_in_blocks=False, headroom=False,
                      overlapped=False, keeps="computed"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
@@ -221,7 +227,7 @@ class _Running:
     """
 
     FIELDS = ("ids", "target", "computed", "blocks", "left", "sent", "compute", "traffic", "delivery",
-              "decoding", "reserved")
+              "decoding", "reserved", "decoded_from")
 
     def __init__(self) -> None:
         self._set(np.empty((len(self.FIELDS), 0), np.int64))
@@ -229,7 +235,7 @@ class _Running:
     def _set(self, state: np.ndarray) -> None:
         self.state = state
         (self.ids, self.target, self.computed, self.blocks, self.left, self.sent,
-         self.compute, self.traffic, self.delivery, self.decoding, self.reserved) = state
+         self.compute, self.traffic, self.delivery, self.decoding, self.reserved, self.decoded_from) = state
 
     def __len__(self) -> int:
         return self.state.shape[1]
@@ -330,6 +336,13 @@ class _Replica:
         self.width = 1 if speculation is None else speculation.width
         self.acceptance = None if speculation is None else speculation.draws()
         self.advance = 1
+        # Holding drafts' slots (Rules.lookahead): each decoding sequence's block table reaches its context
+        # plus `width` and the lookahead, or lagged, once it decoded in the step before, that step's context
+        # plus twice `width` and the lookahead (`decoded_from`: the context its last decode step started at).
+        rule = rules.lookahead
+        self.lookahead = None
+        if speculation is not None and spec.speculative is not None and rule is not None:
+            self.lookahead = rule(spec.speculative.method, spec.speculative.num_speculative_tokens)
 
         # Per-request accounts, kept here while a request is not running (a preempted request keeps
         # the tokens it has sent and the time it has spent).
@@ -524,7 +537,11 @@ class _Replica:
                 num[decoding] = need[decoding]
         partial = bool((num < need).any())
         # KV blocks: a decoding sequence's for the `advance` tokens it may gain, a prompt's for its chunk.
-        preempted = self.grow(np.where(decoding, self.advance, num) if speculating else num)
+        ahead = np.where(decoding, self.advance, num) if speculating else num
+        preempted = self.grow(ahead, None if self.lookahead is None else self.reach(num))
+        if self.lookahead is not None:  # (the decoding rows left: their step starts at their context)
+            run = self.running
+            run.decoded_from[run.decoding == 1] = run.computed[run.decoding == 1]
         num = num[:len(self.running)]
         if self.waiting and not preempted and not partial:
             used = int(cost.sum()) if speculating else int(num.sum())
@@ -580,11 +597,23 @@ class _Replica:
         self.acc_traffic[ids] = run.traffic[rows]
         self.acc_delivery[ids] = run.delivery[rows]
 
-    def grow(self, ahead: np.ndarray) -> bool:
-        """Give each running sequence the KV blocks for `ahead` more tokens in its cache; when they do
-        not fit, preempt from the tail first. Returns whether it preempted."""
+    def reach(self, num: np.ndarray) -> np.ndarray:
+        """Holding drafts' slots: where each running row's block table reaches in this step (a decoding row's
+        hold, a prompt's chunk and the lookahead, a prompt not run this step where it was)."""
+        run, hold = self.running, self.width + self.lookahead
+        decoding = run.decoding == 1
+        lagged = decoding & (run.decoded_from >= 0) if self.lagged else np.zeros(len(run), bool)
+        reach = np.where(decoding, run.computed + hold, np.where(num > 0, run.computed + num + self.lookahead, 0))
+        return np.where(lagged, run.decoded_from + self.width + hold, reach)
+
+    def grow(self, ahead: np.ndarray, reach: np.ndarray | None = None) -> bool:
+        """Give each running sequence the KV blocks for `ahead` more tokens in its cache (`reach`: for that
+        many tokens in all, where more); when they do not fit, preempt from the tail first. Returns whether
+        it preempted."""
         run, block = self.running, self.block
         grown = (run.computed + ahead + (block - 1)) // block
+        if reach is not None:
+            grown = np.maximum(np.maximum(grown, (reach + (block - 1)) // block), run.blocks)
         extra = grown - run.blocks
         preempting = int(extra.sum()) > self.free_blocks
         if preempting:
@@ -698,7 +727,7 @@ class _Replica:
             budget -= num
             admitted.append((i, target, cached, blocks, int(self.out[i] - self.generated[i]), int(self.sent[i]),
                              int(self.acc_compute[i]), int(self.acc_traffic[i]), int(self.acc_delivery[i]),
-                             0, reserved))
+                             0, reserved, -1))
             admitted_num.append(num)
             if num < need:
                 break
@@ -768,7 +797,7 @@ class _Replica:
         # A sequence that finished short of the step's advance gives back the blocks taken for the
         # tokens it did not make; those that finished leave in the order of their last tokens in the
         # step, a prompt's first token after the decodes'.
-        kept = -(-run.computed // self.block)
+        kept = -(-run.computed // self.block) if self.lookahead is None else run.blocks  # (holding: all it took)
         for row in np.flatnonzero(decoders & (run.left == 0) & (run.blocks > kept)).tolist():
             self.give_back(int(run.blocks[row] - kept[row]))
             run.blocks[row] = kept[row]

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from reference_engine import reference_engine
@@ -12,7 +12,7 @@ from tokenpath.engine.loop import _trace as trace_of
 from tokenpath.engine.loop import run_engine
 from tokenpath.engine.replica import Replica
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.engine.speculative import Speculation
+from tokenpath.engine.speculative import Speculation, SpeculativeSpec
 from tokenpath.engine.trace_rows import Rows
 
 NO_NETWORK = DeliverySpec(
@@ -937,6 +937,43 @@ def test_speculative_decoding_matches_the_straightforward_reference_exactly(
     args = (np.rint(arrivals * 1e9).astype(np.int64), inputs, outputs, costs)
     cached = rng.integers(0, inputs) if prefilled else None
     both_engines(args, delivery, spec, block * kv_blocks, concurrency, cached)
+
+
+@pytest.mark.parametrize("method", ["eagle", "ngram"])
+@pytest.mark.parametrize("overlap", [False, True])
+@settings(max_examples=10, deadline=None)
+@given(
+    n=st.integers(1, 30),
+    max_seqs=st.sampled_from([1, 2, 8, 64]),
+    budget=st.sampled_from([64, 100, 256, 2048]),
+    kv_blocks=st.integers(12, 80),
+    block=st.sampled_from([4, 16]),
+    chunked=st.booleans(),
+    concurrency=st.one_of(st.none(), st.integers(1, 8)),
+    drafts=st.integers(1, 5),
+    acceptance=st.sampled_from([0.0, 0.4, 0.8, 1.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_vllm_s_held_drafts_slots_match_the_straightforward_reference_exactly(
+        method, overlap, n, max_seqs, budget, kv_blocks, block, chunked, concurrency, drafts, acceptance, seed):
+    """vLLM V1 with a drafter named in its table holds every verify token's slot and the lookahead until a
+    request ends (engine/draft_slots.py): the replica's aggregate account and the reference's per sequence
+    agree, preemptions included (a small cache)."""
+    rng = np.random.default_rng(seed)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=block,
+                      chunked_prefill=chunked, host_overlap=overlap,
+                      speculative=SpeculativeSpec(method=method, num_speculative_tokens=drafts))
+    longest = (min(budget, block * kv_blocks) if not chunked else min(800, block * kv_blocks))
+    longest -= spec.draft_hold().beyond_last_token + 2
+    assume(longest >= 4)
+    inputs = rng.integers(1, max(2, longest // 2), n)
+    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    arrivals = np.sort(rng.uniform(0, 0.05, n))
+    costs = SpeculativeCosts(drafts, acceptance, seed, base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5,
+                             scheduler_s=1e-4)
+    args = (np.rint(arrivals * 1e9).astype(np.int64), inputs, outputs, costs)
+    fast, slow = both_engines(args, NO_NETWORK, spec, block * kv_blocks, concurrency, None)
+    assert fast.preemptions == slow.preemptions
 
 
 @pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm-v0", "prefill-first", "trtllm"])

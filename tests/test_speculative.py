@@ -391,3 +391,64 @@ def test_the_drafters_gemms_run_at_their_shapes_measured_rates_as_the_targets_do
     prompt = (2048, 1, 2048 * 2049 / 2, 2048.0)  # a 2,048-token prompt step: its GEMMs compute-bound
     assert draft.compute.step_time_s(*prompt) == pytest.approx(shaped.step_time_s(*prompt), rel=1e-12)
     assert shaped.step_time_s(*prompt) != pytest.approx(one_rate.step_time_s(*prompt), rel=1e-3)
+
+
+def _blocks_used_each_step(spec, prompt, output, drafts, kv_tokens=64):
+    """One request alone, every draft rejected (a token a step): the KV blocks in use after each step."""
+    replica = Replica(SpeculativeCosts(drafts=drafts, acceptance=0.0), LastMile(NO_NETWORK), spec, kv_tokens)
+    replica.submit(prompt, output, 0)
+    used = []
+    while not replica.idle:
+        replica.step()
+        used.append(replica.cache_blocks - replica.free_blocks)
+    return used
+
+
+def test_vllm_holds_a_verify_steps_slots_and_eagles_lookahead_past_its_context():
+    """vLLM V1's allocate_slots at a step of context C reaches C + (k + 1) + k slots under EAGLE (its
+    lookahead: num_lookahead_tokens = k), C + (k + 1) under n-gram drafts; they stay held until the request
+    ends. k = 2, blocks of 4, a prompt of 8 and 7 tokens out, each step gaining one: contexts 8 to 12 at the
+    decode steps before the last, so EAGLE's table reaches 13 to 17 slots (4, 4, 4, 4, 5 blocks), n-gram's
+    11 to 15 (3, 3, 4, 4, 4); without the held drafts it was the context after the step (3, 3, 3, 3, 4)."""
+    eagle = EngineSpec(block_size=4, host_overlap=False,
+                       speculative=SpeculativeSpec(method="eagle", num_speculative_tokens=2))
+    assert _blocks_used_each_step(eagle, 8, 7, 2) == [2, 4, 4, 4, 4, 5, 0]  # (the prompt's 2, then the decodes')
+    ngram = EngineSpec(block_size=4, host_overlap=False,
+                       speculative=SpeculativeSpec(method="ngram", num_speculative_tokens=2))
+    assert _blocks_used_each_step(ngram, 8, 7, 2) == [2, 3, 3, 4, 4, 4, 0]
+
+
+def test_vllm_s_async_scheduling_holds_the_step_before_s_drafts_as_if_accepted():
+    """Async scheduling schedules a step before the one before it returns, counting that step's k + 1
+    tokens computed (num_output_placeholders): the table reaches the context of the step before plus
+    2 (k + 1) + k. k = 2, blocks of 4, a prompt of 8: the first decode step (its prompt's step scheduled no
+    draft) reaches 8 + 5 = 13 slots, the second 8 + 8 = 16, then 9 + 8 = 17, 10 + 8, 11 + 8, 12 + 8:
+    4, 4, 5, 5, 5, 5 blocks."""
+    eagle = EngineSpec(block_size=4, host_overlap=True,
+                       speculative=SpeculativeSpec(method="eagle", num_speculative_tokens=2))
+    used = _blocks_used_each_step(eagle, 8, 7, 2)
+    assert used[:6] == [2, 4, 4, 5, 5, 5] and used[-1] == 0
+
+
+def test_a_chunk_of_a_running_prompt_takes_the_lookahead_and_its_first_chunk_none():
+    """vLLM V1 gives a running request's prompt chunk its lookahead, a waiting request's first chunk none
+    (effective_lookahead_tokens). k = 2 EAGLE drafts, blocks of 4, a 20-token prompt in chunks of 8: 8
+    tokens (2 blocks), then 16 + 2 (5 blocks), then 20 + 2 (6 blocks) with its first token."""
+    spec = EngineSpec(block_size=4, host_overlap=False, max_num_seqs=8, max_num_batched_tokens=8,
+                      speculative=SpeculativeSpec(method="eagle", num_speculative_tokens=2))
+    assert _blocks_used_each_step(spec, 20, 1, 2)[:3] == [2, 5, 0]  # (one token: it ends at its prompt)
+    assert _blocks_used_each_step(spec, 20, 2, 2)[:3] == [2, 5, 6]
+
+
+def test_only_vllm_v1_holds_drafts_slots_and_the_longest_request_gives_them_room():
+    """SGLang's V1 worker frees a verify step's rejected slots and TensorRT-LLM rewinds them: no hold there.
+    vLLM V1's cache of 16 blocks of 4 finishes a request of 65 tokens without drafts, 61 with two EAGLE
+    drafts (its last step, at a context of 59 at most, reaches 59 + 3 + 2 = 64 slots)."""
+    eagle = SpeculativeSpec(method="eagle", num_speculative_tokens=2)
+    assert EngineSpec(scheduler="prefill-first", speculative=eagle).draft_hold() is None
+    assert EngineSpec(scheduler="trtllm", speculative=eagle).draft_hold() is None
+    spec = EngineSpec(block_size=4, host_overlap=False, speculative=eagle)
+    assert spec.draft_hold().lookahead == 2
+    assert EngineSpec(block_size=4).longest_request_tokens(64) == 65
+    assert spec.longest_request_tokens(64) == 61
+    assert _blocks_used_each_step(spec, 40, 21, 2)[-2] == 16  # 61 tokens: the whole cache, at its last step

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tokenpath.engine.held_drafts import HeldDrafts
 from tokenpath.engine.host_time import host_overlapped
 from tokenpath.engine.multistep import WindowHost
 from tokenpath.engine.new_token_ratio import (
@@ -141,7 +142,7 @@ class Replica:
         # frees it in _process_previous_batch, after scheduling the next (PyExecutor._executor_loop_overlap);
         # SGLang's event_loop_overlap processes a batch's result after launching the next.
         self.finish_lag = self.lagged and self.window == 1
-        self.unseen: list[tuple[int, int]] = []  # (request, context) of each, finished in the step just run
+        self.unseen: list[tuple[int, int, int | None]] = []  # (request, context, blocks: None, its context's)
         # ... and launches its kernels while the GPU runs that step, once its own work in it is done: the
         # next step's host is `ahead_s` ahead of the GPU (0 after an idle engine's wait, or not overlapped,
         # or where no step's time depends on it: costs.host_busy_s is None).
@@ -192,6 +193,15 @@ class Replica:
                                             clip)
         self.decoding, self.block_due, self.finishing_at = decoders.states, decoders.block_due, decoders.finishing_at
         self._start_decoding, self._stop_decoding = decoders.start, decoders.stop
+        # An engine that keeps its drafts' KV slots from step to step (vLLM V1, engine/draft_slots.py): the
+        # decoding sequences' holds (engine/held_drafts.py), and the lookahead a running prompt's chunk takes.
+        hold = None if speculation is None else spec.draft_hold()
+        if hold is not None and hold.width != self.width:
+            raise ValueError(f"the engine's table drafts {hold.width - 1} tokens a step, the costs {self.width - 1}")
+        self.held = None if hold is None else HeldDrafts(hold, self.block, self.decoding)
+        self.chunk_lookahead = 0 if hold is None else hold.lookahead
+        self.finish_blocks: dict[int, int] = {}  # holding: the blocks of each sequence finishing in the step
+        self.completing_blocks: dict[int, int] = {}  # ... and of each finishing its prompt
 
     # -- requests in -----------------------------------------------------------------------------
 
@@ -316,7 +326,11 @@ class Replica:
             return False
         prefill = next((prefill for prefill in self.prefills if prefill.request == i), None)
         if i in self.decoding:  # its entry in finishing_at goes stale (see Decoding.still_due)
-            self._release(i, self._stop_decoding(i, self.tick - self.decoding[i][0]))
+            blocks = None
+            if self.held is not None:
+                blocks = self.held.held(i)
+                self.held.leave(i)
+            self._release(i, self._stop_decoding(i, self.tick - self.decoding[i][0]), blocks)
         elif prefill is not None:
             self._release(i, 0, prefill.blocks)
             self.prefills.remove(prefill)
@@ -413,7 +427,10 @@ class Replica:
         """vllm-v1 and trtllm (and prefill-first with mixed chunks): the running sequences, then waiting
         ones while the step has room; none in a step that had to preempt (as vLLM does), nor on a rank
         whose prompt is still in progress after the step."""
-        new_blocks = self.block_due[d % self.block] if self.advance == 1 else self._blocks_due(d, self.advance)
+        if self.held is None:
+            new_blocks = self.block_due[d % self.block] if self.advance == 1 else self._blocks_due(d, self.advance)
+        else:
+            new_blocks = self.held.due(d, self._blocks_due)
         if not self.prefills and new_blocks <= self.free_blocks:  # the common case, without a call
             self.free_blocks -= new_blocks
             decode = len(self.decoding)
@@ -469,8 +486,8 @@ class Replica:
         progress (under attention data-parallel, of its rank's budget). Preempts when the blocks do not
         fit. Returns (tokens of each prompt in progress, whether it preempted)."""
         ticks = self.advance
-        new_blocks = self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)
-        prefills, block = self.prefills, self.block
+        new_blocks = self._decode_blocks(d, ticks)
+        prefills, block, lookahead = self.prefills, self.block, self.chunk_lookahead
         if not prefills:
             if new_blocks <= self.free_blocks:
                 self.free_blocks -= new_blocks
@@ -489,11 +506,13 @@ class Replica:
                     num = rest if rest <= room else max(room - room % self.chunk_unit, 0)
                     chunks.append(num)
                     left -= num
-                    blocks += -(-(prefill.computed + num) // block) - prefill.blocks
+                    # (holding drafts' slots, a chunk that runs takes the lookahead: engine/draft_slots.py)
+                    blocks += max(-(-(prefill.computed + num + (lookahead if num else 0)) // block) - prefill.blocks, 0)
                 if blocks <= self.free_blocks:
                     self.free_blocks -= blocks
                     for prefill, num in zip(prefills, chunks):
-                        prefill.blocks = -(-(prefill.computed + num) // block)
+                        prefill.blocks = max(-(-(prefill.computed + num + (lookahead if num else 0)) // block),
+                                             prefill.blocks)
                         if self.prefix is not None:
                             self.prefix.computed(prefill.request, prefill.computed + num)
                     return chunks, self.preempted_in_step
@@ -519,6 +538,13 @@ class Replica:
         self.window_left = window - 1 if decode else 0
         return decode
 
+    def _decode_blocks(self, d: int, ticks: int) -> int:
+        """KV blocks the decoding sequences take in the step at tick d that advances them `ticks` ticks: those
+        of its tokens, or where the engine keeps drafts' slots the growth of their holds (engine/held_drafts.py)."""
+        if self.held is not None:
+            return self.held.due(d, self._blocks_due)
+        return self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)
+
     def _blocks_due(self, d: int, ticks: int) -> int:
         """KV blocks the decoding sequences need over the `ticks` ticks from d."""
         due, block = self.block_due, self.block
@@ -539,9 +565,13 @@ class Replica:
             i = self._fewest_outputs(d) if self.preempt_fewest else next(reversed(self.decoding))
             first, context0, _, _ = self.decoding[i]
             context = context0 + d - first
-            new_blocks -= (context + window - 1) // block - (context - 1) // block  # its blocks in the window
+            if self.held is None:
+                due, held = (context + window - 1) // block - (context - 1) // block, -(-context // block)
+            else:  # (its hold, and the hold's growth the step would take)
+                due, held = self.held.preempted(i)
+            new_blocks -= due  # its blocks in the window
             self._stop_decoding(i, d - first)
-            self._free(i, -(-context // block), context if keeps == "computed" else context0 if keeps else 0)
+            self._free(i, held, context if keeps == "computed" else context0 if keeps else 0)
             victims.append(i)
         self._requeue(victims)
         return new_blocks
@@ -740,6 +770,8 @@ class Replica:
             extra = last - last_tick
             if extra:
                 self.shortfall += extra
+                if self.held is not None:  # (its hold is given back whole when it leaves)
+                    continue
                 context = context0 + last_tick - first + 1
                 unused = (context + extra - 1) // block - (context - 1) // block
                 self.free_blocks += unused
@@ -810,6 +842,8 @@ class Replica:
                 prefill.computed = p + q
                 if p + q == prefill.target:
                     completing.append((prefill.request, p + q))
+                    if self.held is not None:
+                        self.completing_blocks[prefill.request] = prefill.blocks
                 else:
                     in_progress.append(prefill)
                     self._silent_buffer.extend((prefill.request, s))
@@ -823,6 +857,8 @@ class Replica:
             chunk_context += p
             if p + q == target:
                 completing.append((i, p + q))
+                if self.held is not None:  # (a waiting request's first chunk takes no lookahead)
+                    self.completing_blocks[i] = -(-(p + q) // self.block)
             else:
                 self.prefills.append(Prefill(i, p + q, -(-(p + q) // self.block), target))
                 self._silent_buffer.extend((i, s))
@@ -898,16 +934,25 @@ class Replica:
                 else:
                     self._tick_buffer.extend([s] * advance)
         release = self._finish_unseen if self.finish_lag else self._release
-        finished = (self.decoders.finish(d, finishing, self.window_left > 0, release)
+        held = self.held
+        if held is not None and finishing:
+            self.finish_blocks = {i: held.held(i) for i in finishing}
+        finished = (self.decoders.finish(d, finishing, self.window_left > 0,
+                                         release if held is None else self._release_holding)
                     if finishing or self.window > 1 else [])
         for i, context in completing:
             self._first_buffer.extend((i, s, 1))
             self.generated[i] += 1
+            blocks = None if held is None else self.completing_blocks.pop(i)
             if self.generated[i] == self.out[i]:
-                release(i, context)
+                release(i, context, blocks)
                 finished.append(i)
             else:
                 self._start_decoding(i, self.tick, context)
+                if held is not None:
+                    held.enter(i, blocks)
+        if held is not None:
+            held.stepped(d)
         if self.unseen and not (self.waiting or self.decoding or self.prefills):
             self._release_unseen()  # an engine with nothing left to run takes in the outputs before it waits
         if len(self._step_buffer) >= self._flush_values:
@@ -932,15 +977,21 @@ class Replica:
         if self.ranks > 1:
             self.waiting.finished(i)
 
-    def _finish_unseen(self, i: int, context: int) -> None:
+    def _release_holding(self, i: int, context: int) -> None:
+        """A decoding sequence that finished in the step just run, where the engine keeps drafts' slots: it
+        gives back its hold (`finish_blocks`), not only its context's blocks."""
+        self.held.leave(i)
+        (self._finish_unseen if self.finish_lag else self._release)(i, context, self.finish_blocks.pop(i))
+
+    def _finish_unseen(self, i: int, context: int, blocks: int | None = None) -> None:
         """An overlapped scheduler's request that finished in the step just run: released once the next
         batch is formed (`finish_lag`)."""
-        self.unseen.append((i, context))
+        self.unseen.append((i, context, blocks))
 
     def _release_unseen(self) -> None:
         unseen, self.unseen = self.unseen, []
-        for i, context in unseen:
-            self._release(i, context)
+        for i, context, blocks in unseen:
+            self._release(i, context, blocks)
 
     def _free(self, i: int, blocks: int, kept_tokens: int = 0) -> None:
         """Request i, preempted, gives back its `blocks` KV blocks; with prefix caching its shared ones, and

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tokenpath.config.errors import UserError
 from tokenpath.engine.batch_limits import SGLANG_SPECULATIVE_MAX_RUNNING, VLLM_V1_LARGE_GPU_LIMITS
 from tokenpath.engine.cuda_graphs import PromptStepShape, sglang_prefill_capture_sizes
-from tokenpath.engine.host_time import eager_host_paid
+from tokenpath.engine.draft_slots import DraftHold
+from tokenpath.engine.host_time import eager_host_paid, host_overlapped
 from tokenpath.engine.kv_blocks import DEFAULT_BLOCK_SIZE
 from tokenpath.engine.memory_share import KvMargin, ServerShape
 from tokenpath.engine.profiles import DEFAULT_PROFILE, PROFILES, Profile, choices, listed, names_where, profiles_where
@@ -278,10 +279,21 @@ class EngineSpec(BaseModel):
         its last block. vLLM refuses to start where its longest request does not fit the cache."""
         cache_tokens = kv_capacity_tokens // self.block_size * self.block_size
         if self.kv_admission != "reserve":
-            return cache_tokens + 1
+            hold = self.draft_hold()  # (an engine that keeps drafts' slots holds more at the last step)
+            return cache_tokens + 1 - (0 if hold is None else hold.beyond_last_token)
         if drafts is None:
             drafts = 0 if self.speculative is None else self.speculative.num_speculative_tokens
         return cache_tokens - drafts
+
+    def draft_hold(self) -> DraftHold | None:
+        """What a decoding sequence holds for its drafts where this engine keeps their KV slots from step to
+        step (Profile.draft_lookahead, engine/draft_slots.py); None without a drafter, or where it frees them."""
+        lookahead = self.profile.draft_lookahead
+        if self.speculative is None or lookahead is None:
+            return None
+        drafts = self.speculative.num_speculative_tokens
+        return DraftHold(drafts + 1, lookahead(self.speculative.method, drafts),
+                         host_overlapped(self.scheduler, self.host_overlap))
 
     @property
     def step_bounds_prompts(self) -> bool:

@@ -25,8 +25,9 @@ with a^k, so a sequence gains (1 - a^(k+1)) / (1 - a) tokens a step on average.
 
 In the simulation every decoding sequence of a step gains the same number of tokens, drawn per step
 (`Acceptance`): each sequence's tokens per step follow the distribution above and its mean, but the
-sequences of one step move together. Drafted tokens' KV slots beyond those accepted are not held
-(vLLM's lookahead slots, k per sequence, are freed or overwritten after each step).
+sequences of one step move together. Drafted tokens' KV slots beyond those accepted are given back
+after the step, except where the engine keeps them (vLLM V1, whose block tables hold every verify token's
+slot and its lookahead until the request ends: engine/draft_slots.py).
 """
 
 from __future__ import annotations
