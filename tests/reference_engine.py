@@ -91,6 +91,9 @@ class Rules:
     # reached until the sequence leaves (vLLM V1's allocate_slots); None: the slots of rejected drafts are
     # given back after each step.
     lookahead: Callable[[str, int], int] | None = None
+    # Decoding sequences a step: at most as many as the token budget holds at their query tokens each, the
+    # others waiting (TensorRT-LLM's micro-batch scheduler); False: max_num_seqs, the budget covering them all.
+    budget_caps_decodes: bool = False
 
 
 RULES = {
@@ -103,7 +106,7 @@ RULES = {
                            overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True,
                            fewest_outputs_first=True, waits_for_a_leave=True),
     "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
-                    keeps=None),
+                    keeps=None, budget_caps_decodes=True),
 }
 
 
@@ -336,6 +339,9 @@ class _Replica:
         self.width = 1 if speculation is None else speculation.width
         self.acceptance = None if speculation is None else speculation.draws()
         self.advance = 1
+        self.max_seqs = spec.max_num_seqs  # the sequences running at once
+        if rules.budget_caps_decodes:
+            self.max_seqs = min(spec.max_num_seqs, spec.max_num_batched_tokens // self.width)
         # Holding drafts' slots (Rules.lookahead): each decoding sequence's block table reaches its context
         # plus `width` and the lookahead, or lagged, once it decoded in the step before, that step's context
         # plus twice `width` and the lookahead (`decoded_from`: the context its last decode step started at).
@@ -545,7 +551,7 @@ class _Replica:
         num = num[:len(self.running)]
         if self.waiting and not preempted and not partial:
             used = int(cost.sum()) if speculating else int(num.sum())
-            admitted = self.admit_waiting(budget - used, self.spec.max_num_seqs - len(self.running) - len(self.unseen))
+            admitted = self.admit_waiting(budget - used, self.max_seqs - len(self.running) - len(self.unseen))
             num = np.concatenate([num, np.array(admitted, np.int64)])
         self.run_batch(num)
 
@@ -558,7 +564,7 @@ class _Replica:
             self.run_batch(run.decoding.copy())
             return
         budget = spec.max_num_batched_tokens
-        room = spec.max_num_seqs - len(run) - len(self.unseen)
+        room = self.max_seqs - len(run) - len(self.unseen)
         prefilling = run.decoding == 0
         num = np.zeros(len(run), np.int64)
         if prefilling.any():
@@ -902,7 +908,7 @@ class _Replica:
         if (batch == 0 or batch > spec.max_num_batched_tokens or self.window > 1 or self.acceptance is not None
                 or self.unseen):
             return 0
-        if self.waiting and batch < spec.max_num_seqs:
+        if self.waiting and batch < self.max_seqs:
             return 0
         if not run.decoding.all():  # some sequence is still prefilling
             return 0

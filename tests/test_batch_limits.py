@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
+from cli_helpers import assert_user_error, run_cli
+from test_engine import NO_NETWORK, FixedCosts, SpeculativeCosts
+from tokenpath.delivery.lastmile import LastMile
 from tokenpath.engine.batch_limits import sglang_max_running_requests
+from tokenpath.engine.loop import run_engine
 from tokenpath.engine.spec import EngineSpec
+from tokenpath.engine.speculative import SpeculativeSpec
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import Scenario, load_scenario
 from tokenpath.sim.simulate import simulate
@@ -147,3 +153,45 @@ def test_a_burst_beyond_1024_runs_at_once_under_sglang():
 
     assert started_before_the_first_finished(own) == 1500
     assert started_before_the_first_finished(stated) == 1024
+
+
+def _trtllm_trace(max_num_seqs, max_num_batched_tokens, drafts=None):
+    """8 requests of a 1-token prompt and 3 tokens out, all at once, under TensorRT-LLM."""
+    speculative = None if drafts is None else SpeculativeSpec(method="ngram", num_speculative_tokens=drafts)
+    spec = EngineSpec(scheduler="trtllm", max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                      speculative=speculative)
+    costs = FixedCosts() if drafts is None else SpeculativeCosts(drafts=drafts, acceptance=0.0)
+    return run_engine(np.zeros(8, np.int64), np.ones(8, np.int64), np.full(8, 3), costs, LastMile(NO_NETWORK),
+                      spec, 10**6)
+
+
+def test_tensorrt_llm_decodes_as_many_sequences_a_step_as_max_num_tokens_holds():
+    """TensorRT-LLM neither refuses nor clamps max_num_tokens below max_batch_size: its micro-batch scheduler
+    adds generation requests, each its token and drafts, until the next would pass max_num_tokens, and the
+    others wait. max_batch_size 8 and max_num_tokens 4: 4 sequences a step, never 8 (8 requests of one prompt
+    token and 3 out: 4 prompts, 2 steps of their 4 decodes, then the other 4 alike); with one n-gram draft
+    (2 tokens a decode), 2 a step."""
+    trace = _trtllm_trace(8, 4)
+    assert list(trace.step_seqs) == [4, 4, 4, 4, 4, 4]
+    assert list(trace.step_tokens) == [4, 4, 4, 4, 4, 4]
+    speculating = _trtllm_trace(8, 4, drafts=1)
+    assert speculating.step_seqs.max() == 2 and speculating.step_tokens.max() == 4
+    assert len(speculating.step_seqs) == 4 * 3  # 4 pairs, each a prompt step and two verify steps
+
+
+def test_a_budget_under_one_decode_is_refused_in_one_line_and_vllm_refuses_one_under_its_sequences():
+    EngineSpec(scheduler="trtllm", max_num_seqs=64, max_num_batched_tokens=32)  # (runs 32 a step)
+    with pytest.raises(ValidationError, match=r"max_num_batched_tokens \(3\) holds no decoding sequence's 4 tokens"):
+        EngineSpec(scheduler="trtllm", max_num_seqs=8, max_num_batched_tokens=3,
+                   speculative=SpeculativeSpec(method="mtp", num_speculative_tokens=3))
+    with pytest.raises(ValidationError, match=r"max_num_batched_tokens \(32\) must be at least max_num_seqs \(64\)"):
+        EngineSpec(scheduler="vllm-v1", max_num_seqs=64, max_num_batched_tokens=32)
+
+
+def test_a_trtllm_budget_under_one_decode_is_one_line_and_exit_2(monkeypatch, capsys):
+    assert_user_error(*run_cli(["simulate", "--num-requests", "4", "--set", 'engine.scheduler="trtllm"', "--set",
+                                "engine.max_num_seqs=8", "--set", "engine.max_num_batched_tokens=3", "--set",
+                                'engine.speculative.method="ngram"', "--set",
+                                "engine.speculative.num_speculative_tokens=3", "--set",
+                                "workload.draft_acceptance=0.5"], monkeypatch, capsys),
+                      "engine: max_num_batched_tokens (3) holds no decoding sequence's 4 tokens")

@@ -112,3 +112,19 @@ def sglang_max_running_requests(pool_tokens: int, context_len: int) -> int:
 def trtllm_batch_limits(chip: str | None, hbm_bytes: float | None, release: str | None = None) -> BatchLimits:
     """trtllm-serve's on every GPU: BuildConfig's 2048 requests and 8192 tokens a step."""
     return TRTLLM_SERVE_LIMITS
+
+
+# TensorRT-LLM takes max_num_tokens below max_batch_size (or below max_batch_size x (1 + drafts)) as it is:
+# neither trtllm-serve nor its LLM API refuses or clamps the pair (a TensorRT engine's build clamps
+# max_num_tokens only against max_seq_len x max_batch_size and tokens_per_block, _utils.check_max_num_tokens).
+# Its micro-batch scheduler adds the generation requests first, each its beam width and draft tokens, and
+# stops at the first that would pass max_num_tokens (MicroBatchScheduler::operator(),
+# cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp: `break`), no context joining that step; the
+# running requests past it wait, oldest first served, and its CUDA graphs stop at that many sequences too
+# (_filter_cuda_graph_batch_sizes, tensorrt_llm/_torch/pyexecutor/model_engine.py: min(max_batch_size,
+# max_num_tokens / (1 + max_draft_len))). Approximated: the requests it has admitted past that wait in the
+# queue here, not holding their KV reservations.
+def decoding_cap(max_num_seqs: int, max_num_batched_tokens: int, width: int) -> int:
+    """The sequences that decode a step where the budget caps them: max_num_seqs, or as many as
+    max_num_batched_tokens holds at `width` tokens each (1, or speculating the drafts and one more)."""
+    return min(max_num_seqs, max_num_batched_tokens // width)

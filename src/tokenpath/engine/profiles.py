@@ -119,6 +119,11 @@ class Profile:
     # rank's scheduler has the engine's limits of its own (vLLM's data-parallel engine cores, TensorRT-LLM's
     # ranks: max_num_seqs and max_num_batched_tokens per rank).
     attention_dp_splits_budget: bool
+    # Where max_num_batched_tokens holds fewer decoding tokens than max_num_seqs sequences make (each one, or
+    # its drafts and one more), whether the engine runs as many decoding sequences a step as the budget
+    # holds and leaves the others waiting (TensorRT-LLM, engine/batch_limits.py: decoding_cap); False: the
+    # engine, or this model of it, refuses such limits.
+    budget_caps_decodes: bool
     # With attention data-parallel, which rank a request goes to when it reaches the engine
     # (engine/queues.py, RankQueues): in turn, to the rank with the least load (4 x waiting + running), or
     # to the rank whose requests hold the fewest prompt tokens.
@@ -352,6 +357,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
+        budget_caps_decodes=False,  # SchedulerConfig refuses max_num_batched_tokens < max_num_seqs
         # DPLBAsyncMPClient.get_core_engine_for_request (vllm/v1/engine/core_client.py): the engine core of
         # least waiting x 4 + running, from the coordinator's counts (published every 100 ms) plus its own sends.
         attention_dp_routing="least_loaded",
@@ -461,6 +467,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
+        budget_caps_decodes=False,  # (as V1's)
         attention_dp_routing="least_loaded",  # (unused: it has no attention data-parallel)
         attention_dp_models=None,  # V0 has no data-parallel engine cores (V1's, above)
         attention_dp_architectures=None,
@@ -559,6 +566,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=True,
         attention_dp_splits_budget=True,
+        budget_caps_decodes=False,  # not read here: refused
         # The data-parallel controller's default load_balance_method (managers/data_parallel_controller.py,
         # round_robin_scheduler).
         attention_dp_routing="round_robin",
@@ -694,6 +702,8 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
+        # MicroBatchScheduler stops at max_num_tokens (engine/batch_limits.py, decoding_cap)
+        budget_caps_decodes=True,
         # _balance_requests_across_ranks (tensorrt_llm/_torch/pyexecutor/executor_request_queue.py; request_utils.py
         # in later releases): a heap of the ranks by their active requests' tokens, then their count, then index.
         attention_dp_routing="fewest_tokens",

@@ -60,13 +60,16 @@ class Replica:
         """`record_emitters`: keep each step's emitters for a live caller (serve); `keep_rows`: keep the
         rows a trace is assembled from (`rows`: a long-running server that never reads them passes
         False, so its memory does not grow with every step)."""
-        if spec.max_num_batched_tokens < spec.max_num_seqs:
-            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
+        width = 1 if costs.speculation is None else costs.speculation.width
+        # (the sequences that run at once: max_num_seqs, or as many decodes as the budget holds, TensorRT-LLM's)
+        running = spec.running_cap(width)
+        if spec.max_num_batched_tokens < running or running < 1:
+            raise ValueError("max_num_batched_tokens must cover every running sequence's decode")
         self.costs, self.host, self.spec = costs, host, spec
         # Called once per step: bound once here.
         self._compute_s, self._traffic_s, self._on_step = costs.compute_s, costs.traffic_s, host.on_step
         self.front = host.queues_requests  # requests pass through the front end (`_through_front`)
-        self.max_batched, self.max_seqs = spec.max_num_batched_tokens, spec.max_num_seqs
+        self.max_batched, self.max_seqs = spec.max_num_batched_tokens, running
         self.block = spec.block_size
         self.interval = host.stream_interval
         self.cache_blocks = kv_capacity_tokens // spec.block_size  # whole blocks of the KV cache
@@ -94,7 +97,7 @@ class Replica:
         # max_num_seqs and max_num_batched_tokens per rank), so the replica's are the ranks' together.
         self.rank_seqs, self.rank_budget = self.max_seqs, None
         if self.ranks > 1:
-            self.rank_seqs, self.rank_budget = spec.rank_limits(self.ranks)
+            self.rank_seqs, self.rank_budget = spec.rank_limits(self.ranks, width)
             if not spec.profile.attention_dp_splits_budget:
                 self.max_batched, self.max_seqs = self.ranks * self.max_batched, self.ranks * self.max_seqs
         # Decoders pause in prefill steps (prefill-first). Under attention data-parallel each rank runs a

@@ -4,7 +4,8 @@ rank under attention data-parallel), and the decoding ones, kept as aggregates k
 
 Why: a step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted, never
 O(batch). That holds because the token budget covers every decoding sequence (vLLM requires
-max_num_batched_tokens >= max_num_seqs), so at most one sequence is part-way through its prompt, and
+max_num_batched_tokens >= max_num_seqs; TensorRT-LLM runs only as many as it holds: EngineSpec.running_cap),
+so at most one sequence is part-way through its prompt, and
 it is the one admitted last (under attention data-parallel, one a rank: each rank's scheduler's).
 Decoding sequences are then described by aggregates (their count and summed context) plus, per
 sequence, the tick it started decoding at: its context, its KV blocks and its token index at any

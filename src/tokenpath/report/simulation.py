@@ -33,9 +33,11 @@ def _engine_line(engine: Any, compute: Any, acceptance: float | None = None) -> 
     version = f" (version {engine.version})" if engine.version else ""
     # Under attention data-parallel each rank schedules with the limits of its own, but SGLang's ranks, which
     # divide the server's (EngineSpec.rank_limits)
-    seqs, tokens = f"max {engine.max_num_seqs} seqs, ", f"{engine.max_num_batched_tokens} tokens/step"
+    # (where the budget holds fewer decodes, TensorRT-LLM runs that many a step: EngineSpec.running_cap)
+    capped = "" if engine.running_cap() == engine.max_num_seqs else f" ({engine.running_cap()} decoding a step)"
+    seqs, tokens = f"max {engine.max_num_seqs} seqs{capped}, ", f"{engine.max_num_batched_tokens} tokens/step"
     if compute.attention_dp and not engine.profile.attention_dp_splits_budget:
-        seqs, tokens = f"max {engine.max_num_seqs} seqs and ", f"{tokens} a rank"
+        seqs, tokens = f"max {engine.max_num_seqs} seqs{capped} and ", f"{tokens} a rank"
     elif compute.attention_dp:
         rank_seqs, rank_tokens = engine.rank_limits(compute.tp)
         seqs = f"max {engine.max_num_seqs} seqs ({rank_seqs} a rank), "
