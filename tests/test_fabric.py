@@ -64,7 +64,7 @@ def test_a_blackwell_switch_reduces_at_its_generations_nvls_rating():
     from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY, load_fabric
     from tokenpath.sim.deployment import chip_fabric
 
-    blackwell = Collectives(Switch(8, 900e9, NVLINK_HOP_LATENCY_S / 2, nvls_efficiency=0.74), "nvls")
+    blackwell = Collectives(Switch(8, 900e9, NVLINK_HOP_LATENCY_S / 2, generation="Blackwell"), "nvls")
     busbw = blackwell.bus_bandwidth_Bps("all_reduce", LARGE_BYTES, [list(range(8))])
     assert busbw == pytest.approx(480e9 * 2 * 0.74 / 0.85, rel=0.02)
     hopper = Collectives(Switch(8, 900e9, NVLINK_HOP_LATENCY_S / 2), "nvls")

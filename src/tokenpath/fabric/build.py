@@ -20,7 +20,6 @@ from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError
 from tokenpath.fabric.spec import (
-    NVLS_TUNER_EFFICIENCY,
     DragonFlyFabric,
     FabricSpec,
     FatTreeFabric,
@@ -70,8 +69,7 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
 
     if isinstance(spec, SwitchFabric):
         return Switch(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S) / 2),
-                      nvls=spec.nvls,
-                      nvls_efficiency=NVLS_TUNER_EFFICIENCY[spec.nvls_generation])
+                      nvls=spec.nvls, generation=spec.nvls_generation)
     if isinstance(spec, FullMeshFabric):
         return FullMesh(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
     if isinstance(spec, MeshFabric):

@@ -10,7 +10,9 @@ from tokenpath.fabric.topology import LinkTable, Topology, check_positive, check
 
 
 class Switch(Topology):
-    """`hosts` chips, each with one port of `link_bw_Bps` per direction into one non-blocking switch."""
+    """`hosts` chips, each with one port of `link_bw_Bps` per direction into one non-blocking switch; `nvls`:
+    it reduces in the switch; `generation`: its GPUs' (Hopper, Blackwell), by which NCCL rates that reduction
+    (NVLS_TUNER_EFFICIENCY) and its tuner its other figures."""
 
     kind = "switch"
     tier_names = ("host",)
@@ -19,11 +21,11 @@ class Switch(Topology):
     single_hop = True
 
     def __init__(self, hosts: int, link_bw_Bps: float, link_latency_s: float, nvls: bool = True,
-                 nvls_efficiency: float = NVLS_TUNER_EFFICIENCY["Hopper"]) -> None:
+                 generation: str = "Hopper") -> None:
         check_whole(hosts, "fabric.hosts", 1)
         check_positive(link_bw_Bps, "fabric.link_bw", "'450 GB/s'")
         self.hosts, self.switches, self.routers = hosts, 1, 1
-        self.nvls, self.nvls_efficiency = nvls, nvls_efficiency
+        self.nvls, self.generation, self.nvls_efficiency = nvls, generation, NVLS_TUNER_EFFICIENCY[generation]
         self.link_bw_Bps = link_bw_Bps
         self.host_router = np.zeros(hosts, np.int64)
         table = LinkTable()
