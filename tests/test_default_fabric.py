@@ -68,14 +68,19 @@ def test_tp16_over_two_h100_nodes_is_not_one_giant_nvswitch(tmp_path):
     across = default.deployment.collectives.time_s("all_reduce", bytes_, group)
     inside = giant.deployment.collectives.time_s("all_reduce", bytes_, group)
     # A 4 MiB all-reduce: over the NICs where the giant switch reduces it in NVLS (39.4 us: its 25 us and
-    # the bytes). Across the nodes NCCL's rings under LL: 40.0 us (6.6 + 28 x 1.0 + 2 x 2.7, tuning.cc),
-    # and 8 channels of 1/8 take 30 steps of 1/16 of theirs over each NIC at 47 GB/s, at half of it under LL.
-    assert default.deployment.collectives.choose("all_reduce", bytes_, group) == "ring"
-    assert default.deployment.collectives.protocol("all_reduce", bytes_, group) == "LL"
+    # the bytes). Across the nodes NCCL's tree under LL128: 14.0 + 2 x (7 x 1.25 + 1 x 4.25) = 40.0 us
+    # (tuning.cc; a channel's heads share a rail, so its network step crosses one leaf, 1.35 us of the 2.7
+    # through a spine: 8.5 us x 1/2), and the tuner's ceiling, 8 channels x 36.7 GB/s of bus bandwidth x 1/2
+    # x .85, at 0.8 of it at this size (treeCorrectionFactor, LL128, log2(4 MiB / 64) = 16): 82.0 us, below
+    # NVLSTree's 83.8 (66.8 us and 8 x 57.7 GB/s x 16/30) and the rings' under LL128, 102.0.
+    assert default.deployment.collectives.choose("all_reduce", bytes_, group) == "tree"
+    assert default.deployment.collectives.protocol("all_reduce", bytes_, group) == "LL128"
     assert giant.deployment.collectives.choose("all_reduce", bytes_, group) == "nvls"
-    ring_ll_s = 40.0e-6 + bytes_ * (30 / 128) / (47e9 * 0.5)
-    assert ring_ll_s == pytest.approx(81.83e-6, rel=1e-4)
-    assert across == pytest.approx(ring_ll_s, rel=1e-9) and inside == pytest.approx(39.44e-6, rel=1e-3)
+    tree_ll128_s = 40.0e-6 + bytes_ / (8 * 36.7e9 / 2 * 0.85 * 0.8)
+    assert tree_ll128_s == pytest.approx(82.02e-6, rel=1e-4)
+    assert default.deployment.collectives.time_s("all_reduce", bytes_, group, "nvls_tree") == pytest.approx(
+        66.8e-6 + bytes_ / (8 * 57.7e9 * 16 / 30), rel=1e-9)
+    assert across == pytest.approx(tree_ll128_s, rel=1e-9) and inside == pytest.approx(39.44e-6, rel=1e-3)
     document = result_document(default)[0]
     assert document["fabric"]["name"] == "2 x 8-chip nodes on 400G rails (default for 16 h100)"
     assert document["fabric"]["kind"] == "hierarchy"

@@ -476,10 +476,12 @@ def test_validate_predicts_collectives_across_nodes_on_the_measured_topologies()
     result = run_validation({"nccl_allreduce", "collectives_scaleout"})
     rows = {r.get("what"): r for r in result["rows"] if r["group"] == "collectives_scaleout"}
     assert len(rows) == 10
-    # Multi-node all-reduce over RoCE (NCCL issue 1221): NCCL's rings, one channel per NIC, and NVLSTree
-    # come out 13-20% above what was measured; a single ring across the nodes would be 86% below.
-    for what in ("all-reduce 2x8 H100, NVLS off", "all-reduce 2x8 H100, NVLS on", "all-reduce 4x8 H100, rings"):
+    # Multi-node all-reduce over RoCE (NCCL issue 1221): NCCL's rings, one channel per NIC, come out 13-15%
+    # above what was measured, NVLSTree at its tuner's ceiling (8 channels x 57.7 GB/s of bus bandwidth) 7%
+    # above; a single ring across the nodes would be 86% below.
+    for what in ("all-reduce 2x8 H100, NVLS off", "all-reduce 4x8 H100, rings"):
         assert 0.10 < rows[what]["error"] < 0.20, what
+    assert 0.05 < rows["all-reduce 2x8 H100, NVLS on"]["error"] < 0.10
     assert abs(rows["all-reduce, 2 NICs"]["error"]) < 0.01  # the calibration row
     # Intra-node all-to-all at NVLink efficiency: within 10% of DeepEP's dispatch and combine.
     assert abs(rows["EP8 dispatch (DeepEP)"]["error"]) < 0.10

@@ -57,6 +57,7 @@ class Assumption:
 
 _EFF, _HOST, _COLL, _BUILD = ("tokenpath.compute.efficiency", "tokenpath.engine.host_time",
                               "tokenpath.fabric.collectives", "tokenpath.fabric.build")
+_TUNER, _TUNER_TESTS = "tokenpath.fabric.tuner", "tests/test_fabric_tuner.py, tests/test_fabric_hierarchy.py"
 _DELIVERY = "tokenpath.delivery.spec"
 _TEMPLATE, _TEMPLATE_TESTS = "tokenpath.engine.template_work", "tests/test_template_work.py"
 _EXPERTS, _EXPERTS_TESTS = "tokenpath.engine.expert_kernels", "tests/test_expert_kernels.py"
@@ -190,6 +191,26 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("scaleout_bw_efficiency", 47.0 / 50.0, _COLL, "SCALEOUT_BW_EFFICIENCY", "1",
                "a 400 Gb/s NIC reaches 46-48 of 50 GB/s busbw (nccl-tests issue 290)",
                "validate collectives_scaleout; tests/test_fabric_hierarchy.py"),
+    Assumption("tree_all_reduce_efficiency", 0.92, _TUNER, "TREE_ALL_REDUCE_EFFICIENCY", "1",
+               "NCCL src/graph/tuning.cc ncclTopoTuneModel: a tree all-reduce's bus bandwidth x .92 (then "
+               "perChMaxTreeBws), inside a node and across nodes",
+               "validate collectives_scaleout; " + _TUNER_TESTS),
+    Assumption("tree_same_gpu_nic_efficiency", 0.85, _TUNER, "TREE_SAME_GPU_NIC_EFFICIENCY", "1",
+               "NCCL tuning.cc: a tree's bus bandwidth x .85 where its graph is NCCL_TOPO_PATTERN_TREE (all NIC "
+               "traffic to and from one GPU), the pattern search.cc finds on nodes with a NIC per GPU",
+               _TUNER_TESTS),
+    Assumption("ring_simple_latency_plateau", 1.4, _TUNER, "RING_SIMPLE_LATENCY_PLATEAU", "1",
+               "NCCL tuning.cc ncclTopoGetAlgoTime: a Simple ring all-reduce across nodes takes its latency x 1.4 "
+               "'Plateau effect of ring', compute capability 8.0 on)",
+               "validate collectives_scaleout; " + _TUNER_TESTS),
+    Assumption("ll_max_bus_bw_two_nodes_Bps", 39.0e9, _TUNER, "LL_MAX_BUS_BW_TWO_NODES_BPS", "B/s",
+               "NCCL tuning.cc llMaxBws: LL's most bus bandwidth over 2 nodes of Intel (or other non-AMD) CPUs, "
+               "39.0 GB/s (AMD: 22.5)",
+               _TUNER_TESTS),
+    Assumption("ll_max_bus_bw_more_nodes_Bps", 20.4e9, _TUNER, "LL_MAX_BUS_BW_MORE_NODES_BPS", "B/s",
+               "NCCL tuning.cc llMaxBws: LL's most bus bandwidth over 3 or more nodes of Intel (or other non-AMD) "
+               "CPUs, 20.4 GB/s (AMD: 19.0)",
+               _TUNER_TESTS),
     Assumption("low_latency_all_to_all_s", 30.7e-6, _COLL, "LOW_LATENCY_ALL_TO_ALL_S", "s",
                "fitted on DeepEP's EP8 low-latency dispatch row on H800 (77 us)",
                "validate deepep_low_latency; tests/test_fabric_collectives.py"),
@@ -349,16 +370,19 @@ CALIBRATION_KEY = "calibration"
 _FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "attention_plateau_fraction", "hbm_bw_efficiency",
               "scaleup_bw_efficiency",
               "nvls_link_efficiency", "scaleout_bw_efficiency", "block_scaled_expert_gemm_ceiling",
+              "tree_all_reduce_efficiency", "tree_same_gpu_nic_efficiency",
               "hnsw_distance_fraction")
 _POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ratio", "cpu_memory_bw_Bps",
              "vllm_mxfp4_weight_only_expert_time", "sglang_mxfp4_weight_only_expert_time",
              "trtllm_mxfp4_weight_only_expert_time",
-             "cpu_cores", "cpu_core_flops", "cpu_core_encoder_flops", "cpu_core_bw_Bps")
+             "cpu_cores", "cpu_core_flops", "cpu_core_encoder_flops", "cpu_core_bw_Bps",
+             "ll_max_bus_bw_two_nodes_Bps", "ll_max_bus_bw_more_nodes_Bps")
 RANGES: dict[str, tuple[float, float, bool]] = {
     **{a.name: (0.0, 3600.0, False) for a in REGISTRY if a.unit == "s"},
     **{name: (0.0, 1.0, True) for name in _FRACTIONS},
     **{name: (0.0, math.inf, True) for name in _POSITIVE},
     "gemm_overlap_norm": (1.0, math.inf, False),  # a p-norm; inf: the plain roofline max
+    "ring_simple_latency_plateau": (1.0, math.inf, False),  # a latency it multiplies
     "invisible_token_fraction": (0.0, 0.999, False),
     "ivf_imbalance": (1.0, math.inf, False),  # a probed list holds at least the mean
 }

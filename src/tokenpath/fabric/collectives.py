@@ -7,10 +7,12 @@ so a ring whose neighbours share an uplink, an oversubscribed tier, or several g
 (`groups`, e.g. the tensor-parallel groups of every data-parallel replica) all show in the time.
 
 Every round's bytes scale with the message size, so for one set of groups each algorithm costs
-`alpha_s + size_bytes * beta_s_per_byte` exactly under each protocol it runs; `Collectives.cost`
-computes the pairs once. NCCL runs its ring and tree under three protocols (tuner.PROTOCOLS): LL, at the
-links' own latency but half their bandwidth, LL128, and Simple, which moves the full bandwidth after a
-longer synchronisation per step. At each size the runtime takes the protocol its tuner rates fastest,
+`alpha_s + size_bytes * beta_s_per_byte` under each protocol it runs (NCCL's trees at each size over the
+share of it their tuner measured them to reach there); `Collectives.cost` computes the pairs once. NCCL runs
+its ring and tree under three protocols (tuner.PROTOCOLS): LL, at the links' own latency but half their
+bandwidth, LL128, and Simple, which moves the full bandwidth after a longer synchronisation per step; what
+its tuner states of its algorithms' speed beyond that, its factors and ceilings, tuner.py applies to the
+links' bandwidth. At each size the runtime takes the protocol its tuner rates fastest,
 and `auto` the cheapest algorithm, as NCCL's tuner does, among what NCCL runs where it can run
 (AUTO_ALGORITHMS: the ring; the tree, for all-reduce; NVLS inside a node and NVLSTree across nodes, for
 all-reduce) or, on a torus or mesh, also the bucket algorithm TPU runtimes use. The hierarchical path
@@ -32,10 +34,10 @@ import numpy as np
 from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.hierarchy import Hierarchy
-from tokenpath.fabric.single_hop import FullMesh
+from tokenpath.fabric.single_hop import FullMesh, Switch
 from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY
 from tokenpath.fabric.topology import Topology, Traffic
-from tokenpath.fabric.tuner import PROTOCOL_ALGORITHMS, PROTOCOLS, Protocol
+from tokenpath.fabric.tuner import PROTOCOL_ALGORITHMS, PROTOCOLS, SIMPLE, Protocol, Span, Tuner, correction
 
 # NCCL src/graph/tuning.cc: base latency of one collective launch (Ring, LL protocol).
 BASE_LATENCY_S = default("base_latency_s")
@@ -108,13 +110,20 @@ class Round:
 
 @dataclass(frozen=True)
 class AffineCost:
-    """time_s(size) = alpha_s + size_bytes * beta_s_per_byte (zero when nothing moves)."""
+    """time_s(size) = alpha_s + size_bytes * beta_s_per_byte (zero when nothing moves); for NCCL's tree
+    all-reduce the bandwidth term at each size over the share of it the tree reaches there, `corrections`
+    (tuner.Tuner.corrections: log2(size / 64) -> share; empty: all of it)."""
 
     alpha_s: float
     beta_s_per_byte: float
+    corrections: tuple[float, ...] = ()
 
     def time_s(self, size_bytes: float) -> float:
-        return 0.0 if size_bytes <= 0 else self.alpha_s + size_bytes * self.beta_s_per_byte
+        if size_bytes <= 0:
+            return 0.0
+        beta = self.beta_s_per_byte / correction(self.corrections, size_bytes) if self.corrections \
+            else self.beta_s_per_byte
+        return self.alpha_s + size_bytes * beta
 
 
 def fastest_s(costs: Sequence[AffineCost], size_bytes: float) -> float:
@@ -194,7 +203,7 @@ def _tree(n: int, chain: bool = False) -> list[Round]:
     """NCCL's double binary tree all-reduce: two complementary trees each reduce then broadcast half the
     message, pipelined, so every tree edge carries its half up and down once; latency 2 * depth steps, the
     depth of a binary tree of n ranks in heap order being floor(log2 n) (tuning.cc: log2i(nNodes), each
-    rank its own node, as on a fat tree; on a hierarchy _tree_across_nodes counts the steps).
+    rank its own node, as on a fat tree; on a hierarchy _tree_across_nodes takes NCCL's shape).
     With `chain` (ranks inside one scale-up domain) the latency is that of NCCL's tree there, which
     chains a node's ranks: 2 * (n - 1) steps (tuning.cc: 2 * (nRanks/nNodes - 1) * intraLat)."""
     depth = n - 1 if chain else n.bit_length() - 1
@@ -207,17 +216,32 @@ def _tree(n: int, chain: bool = False) -> list[Round]:
 
 
 def _tree_across_nodes(hier: Hierarchy, group: np.ndarray) -> list[Round]:
-    """The tree over ranks on several nodes, its steps as NCCL's tuner counts them (src/graph/tuning.cc
-    ncclTopoTuneModel; src/graph/connect.cc connectTrees sets the same depth): NCCL chains each node's ranks
-    and joins the chains' heads in a double binary tree of the nodes, so 2 * ((nRanks/nNodes - 1) steps
-    inside a node + log2i(nNodes) between nodes). The flows stay _tree's over the ranks taken node by node:
-    its tree edges inside a node price the steps there, those between nodes the network's, and its
-    bandwidth stays that of a tree of all the ranks."""
+    """NCCL's tree all-reduce over ranks on several nodes (src/graph/connect.cc connectTrees, src/graph/trees.cc
+    ncclGetDtree): per channel, a chain through each node's ranks whose head joins a double binary tree of the
+    nodes, every channel on both trees (channels c and c + nChannels), half its share on each. One channel per
+    local rank of the node with the fewest of the group's ranks, as the rings (_rail_rings); channel c's chains
+    start at local c, so each channel reaches the network through its own rank's NIC (search.cc's tree graph:
+    NET n -> GPU a -> GPU b -> ..., and GPU a -> NET n). Each chain link carries a channel's share each way
+    (reduce up, broadcast down, half in each tree); each edge between heads half of it each way in each tree,
+    as in _tree. Steps as NCCL's tuner counts them (tuning.cc ncclTopoTuneModel; connectTrees' depth):
+    2 * ((nRanks/nNodes - 1) inside a node + log2i(nNodes) between nodes)."""
     per_node = _ranks_by_node(hier, group)
-    order, q = np.concatenate(per_node), len(per_node)
+    m, q = min(len(ranks) for ranks in per_node), len(per_node)
+    across = _tree(q)[0]  # its flows between nodes 0..q-1, each carrying `fraction`
+    src, dst, fraction = [], [], []
+    for c in range(m):
+        chains = [np.roll(ranks, -(c % len(ranks))) for ranks in per_node]
+        heads = np.array([chain[0] for chain in chains])
+        up = np.concatenate([chain[1:] for chain in chains])  # each chain link, toward the head and back
+        down = np.concatenate([chain[:-1] for chain in chains])
+        for a, b, f in ((heads[across.src], heads[across.dst], across.fraction),
+                        (np.concatenate([up, down]), np.concatenate([down, up]), 1.0)):
+            src.append(a)
+            dst.append(b)
+            fraction.append(np.full(len(a), f / m))
     inter_steps = 2 * (q.bit_length() - 1)
-    return [Round(order[r.src], order[r.dst], r.fraction, r.count, steps=2 * (len(group) // q - 1) + inter_steps,
-                  inter_steps=inter_steps) for r in _tree(len(group))]
+    return [Round(np.concatenate(src), np.concatenate(dst), np.concatenate(fraction), count=1,
+                  steps=2 * (len(group) // q - 1) + inter_steps, inter_steps=inter_steps)]
 
 
 def _halving_doubling(op: str, n: int) -> list[Round]:
@@ -257,6 +281,7 @@ class Collectives:
         self.nvls_link_efficiency = assumed("nvls_link_efficiency", NVLS_LINK_EFFICIENCY)
         self.low_latency_all_to_all_s = assumed("low_latency_all_to_all_s", LOW_LATENCY_ALL_TO_ALL_S)
         self.net_overhead_s = assumed("net_overhead_s", NET_OVERHEAD_S)
+        self.tuner = Tuner()
         eff = link_efficiency(topology) if bw_efficiency is None else bw_efficiency
         self._capacity_Bps = topology.links.bw_Bps * eff
         self._costs = lru_cache(maxsize=4096)(self._costs_uncached)
@@ -441,9 +466,29 @@ class Collectives:
                 return p.base_extra_s[1] + alpha_s(latency_s)
             inter_s = self._step_latency_s[p.name, "tree"] if one_per_node else latency_s
             return p.base_extra_s[0] + alpha_s(latency_s, inter_s, self.net_overhead_s * p.net_overhead_factor)
-        return {p.name: AffineCost(protocol_alpha_s(p),
-                                   beta / (p.tree_bandwidth[self._across_nodes] if tree else p.ring_bandwidth))
-                for p in PROTOCOLS}
+
+        # The tuner's factors and ceilings on NCCL's ring and tree (tuner.py); the hierarchical path is no
+        # algorithm of NCCL's and takes the Protocol table's shares alone.
+        span = self._span(hosts[0]) if algorithm in ("ring", "tree") else None
+        links_Bps = 1.0 / beta if beta > 0 else math.inf
+
+        def protocol_cost(p: Protocol) -> AffineCost:
+            bw = self.tuner.bandwidth_Bps(algorithm, op, p, links_Bps, self._across_nodes, span)
+            return AffineCost(protocol_alpha_s(p) * self.tuner.latency_factor(algorithm, op, p, span),
+                              1.0 / bw, self.tuner.corrections(algorithm, p, span))
+        return {p.name: protocol_cost(p) for p in PROTOCOLS}
+
+    def _span(self, group: np.ndarray) -> Span | None:
+        """The group as NCCL's tuner sees it where it spans nodes of a hierarchy of NVIDIA switch nodes, whose
+        ceilings it knows (tuner.py): else None. (A hierarchy of full-mesh nodes runs RCCL, whose tuner has
+        its own tables.)"""
+        hier = self.topology
+        if not isinstance(hier, Hierarchy) or not isinstance(hier.node, Switch):
+            return None
+        per_node = _ranks_by_node(hier, group)
+        if len(per_node) < 2:
+            return None
+        return Span(len(per_node), len(group), min(len(ranks) for ranks in per_node), hier.node.generation)
 
     def _rounds(self, op: str, algorithm: str, groups: tuple[tuple[int, ...], ...]) -> list[Round]:
         n = len(groups[0])
@@ -505,7 +550,9 @@ class Collectives:
         """NCCL's NVLSTree all-reduce across nodes: an in-switch reduction inside each node leaves local
         rank l with slice l of the sum, a double binary tree across nodes all-reduces each slice over
         its own rail, and an in-switch broadcast returns the result. The stages are pipelined, so the
-        slower one sets the bandwidth (tuning.cc takes min(intraBw, interBw))."""
+        slower one sets the bandwidth (tuning.cc takes min(intraBw, interBw)), within the tuner's ceiling per
+        channel (tuner.py); on Blackwell its time takes the tree's shortfall by size too (ncclTopoGetAlgoTime,
+        on x86 CPUs, as the model's other CPU figures assume)."""
         hier = self.topology
         grids = [group[_node_grid(hier, group, "nvls_tree")] for group in hosts]  # grid[node, local] = host
         nodes, per_node = grids[0].shape
@@ -517,7 +564,10 @@ class Collectives:
         locals_ = np.concatenate(grids) % hier.per_node
         intra = self._inside._nvls(tuple(map(tuple, locals_.tolist())))
         alpha_s = intra.alpha_s + tree.steps * self.nvls_tree_net_step_latency_s
-        return AffineCost(alpha_s, max(intra.beta_s_per_byte, inter_beta))
+        span = self._span(hosts[0])
+        links_Bps = 1.0 / max(intra.beta_s_per_byte, inter_beta)
+        bw = self.tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, links_Bps, True, span)
+        return AffineCost(alpha_s, 1.0 / bw, self.tuner.corrections("nvls_tree", SIMPLE, span))
 
     def _steps_latency_s(self, r: Round, src: np.ndarray, dst: np.ndarray, latency_s: np.ndarray,
                          inter_latency_s: np.ndarray | None = None, floor_s: float = 0.0) -> float:

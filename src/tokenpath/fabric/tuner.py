@@ -1,9 +1,34 @@
-"""NCCL's tuner, as the collectives take it: how it rates its protocols (src/graph/tuning.cc at NCCL 5067397,
-ncclTopoTuneModel), in one place."""
+"""NCCL's tuner, as the collectives take it: how it rates its protocols, and the ceilings and factors it puts
+on its algorithms' bandwidth (src/graph/tuning.cc at NCCL 5067397: ncclTopoTuneModel, "Various model
+refinements", and ncclTopoGetAlgoTime), in one place.
+
+The tuner rates an algorithm under a protocol as a latency plus the bytes over a bus bandwidth: its graph's
+channels times their speed (search.cc's nominal figure), then factors and ceilings. The model takes the
+latencies (Protocol) and replaces the graph's nominal bandwidth by the bytes its flows put on the busiest
+link at that link's achievable rate (collectives.py). What the tuner then states about achievable speed, it
+applies to that physical bandwidth, in the tuner's order (Tuner.bandwidth_Bps):
+- the protocols' share of the bandwidth (Protocol: LL's 8-byte flagged stores, LL128's 120 of 128 bytes);
+- a tree all-reduce's 0.92, and the tree's measured shortfall at medium sizes (treeCorrectionFactor,
+  applied to its time at each size: AffineCost.corrections), wherever the model runs NCCL's tree;
+- across nodes, the ceilings it measured per channel (perChMax*Bws) and on LL (llMaxBws); the tree's 0.85
+  where all of a tree channel's network traffic enters and leaves through one GPU, as on nodes with a NIC
+  per GPU; and a Simple ring all-reduce's latency x1.4 ("plateau effect of ring").
+The tuner's own nominal bandwidths (the graph's 48 GB/s a channel on 400G rails) are its alone: the model's
+links stand in for them. `auto` then runs the fastest of these costs (collectives.fastest_s), as the tuner
+runs the cheapest it rates.
+
+Inside a node the per-channel ceilings sit above what the links carry (8 H100s: NCCL's search finds 6 ring
+or tree channels of 60 GB/s and doubles them to 12 of 30, whose ceilings, 12 x 36.7 GB/s and more, pass the
+graph's own 360), and the LL ceiling there is indexed by the GPU's generation, which not every scale-up table
+names (A100 and TPU nodes are plain switches): the model applies neither there. Fat trees and DragonFlies have
+no nodes: there the Protocol table alone applies.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tokenpath.config.assumptions import assumed, default
 
 
 @dataclass(frozen=True)
@@ -37,6 +62,141 @@ PROTOCOLS = (
     Protocol("Simple", (8.4e-6 - 6.6e-6,) * 2, (3.4 / 0.6, 14.0 / 2.7), (4.0 / 0.6, 14.0 / 2.7), 1.0, (1.0, 1.0),
              3.0),
 )
+SIMPLE = PROTOCOLS[-1]
 # The algorithms NCCL runs under every protocol, and the tuner's rows that price each: the hierarchical
 # path is ring steps inside the nodes and across them. The others run one way (NVLS and NVLSTree: Simple).
 PROTOCOL_ALGORITHMS = {"ring": "ring", "hierarchical": "ring", "tree": "tree"}
+
+# A tree all-reduce's bus bandwidth is 0.92 of its graph's (tuning.cc: `busBw = std::min(busBw * .92,
+# nChannels * perChMaxTreeBw)`, inside a node and across nodes): NCCL's tree kernel reduces and broadcasts
+# in one pipeline and reaches that share of what its links carry.
+TREE_ALL_REDUCE_EFFICIENCY = default("tree_all_reduce_efficiency")
+# A tree whose channels send and receive all their network traffic through one GPU reaches 0.85 of that
+# (tuning.cc: `if (a == NCCL_ALGO_TREE && comm->maxTreePattern == NCCL_TOPO_PATTERN_TREE) busBw *= .85`;
+# graph.h: PATTERN_TREE, "All NIC traffic going to/from the same GPU"). On nodes with a NIC per GPU the
+# search ends there: its balanced tree (pattern 1) sends half of a channel's traffic to the NIC from a second
+# GPU, which reaches that NIC only through the first (search.cc ncclTopoSearchRecGpu, ncclTopoSearchCheckNet),
+# so ncclTopoCompute falls back to the "simpler tree" (pattern 3) before it widens the path types.
+TREE_SAME_GPU_NIC_EFFICIENCY = default("tree_same_gpu_nic_efficiency")
+# A Simple ring all-reduce across nodes takes 1.4 times its steps' latency once a channel's share of a rank's
+# buffer reaches 64 bytes (tuning.cc ncclTopoGetAlgoTime, "Plateau effect of ring", compute capability 8.0
+# and later; 1.9 before): taken at every size, since below that LL is the faster by far.
+RING_SIMPLE_LATENCY_PLATEAU = default("ring_simple_latency_plateau")
+# The most bus bandwidth LL reaches across nodes, set by the CPU (tuning.cc llMaxBws, indexed by CPU vendor
+# across nodes: Intel and any CPU but AMD 39.0 GB/s over 2 nodes, 20.4 over more; AMD 22.5 and 19.0), for the
+# ring and the tree alike. The Intel row, as NET_OVERHEAD_S takes its CPU's net overhead.
+LL_MAX_BUS_BW_TWO_NODES_BPS = default("ll_max_bus_bw_two_nodes_Bps")
+LL_MAX_BUS_BW_MORE_NODES_BPS = default("ll_max_bus_bw_more_nodes_Bps")
+# The most bus bandwidth a channel reaches, by GPU generation, over 2 nodes and over more (tuning.cc
+# perChMaxTreeBws, perChMaxTreeLL128Bws, perChMaxRingLL128Bws, perChMaxNVLSTreeBws; GB/s), as
+# (algorithm, protocol) -> (2 nodes, more). The tree's Simple ceiling holds under every protocol, before the
+# protocol's own (the tuner applies it first).
+PER_CHANNEL_MAX_BUS_BW_BPS = {
+    "Hopper": {("tree", "any"): (41.4e9, 36.0e9), ("tree", "LL128"): (36.7e9, 29.0e9),
+               ("ring", "LL128"): (36.7e9, 36.7e9), ("nvls_tree", "Simple"): (57.7e9, 45.5e9)},
+    "Blackwell": {("tree", "any"): (42.8e9, 24.0e9), ("tree", "LL128"): (31.67e9, 20.0e9),
+                  ("ring", "LL128"): (40.0e9, 40.0e9), ("nvls_tree", "Simple"): (96.0e9, 80.0e9)},
+}
+# "Trees are not perfectly sticking to the model for medium sizes": tuning.cc treeCorrectionFactor, the share
+# of its bandwidth a tree all-reduce reaches at each size, indexed by log2(bytes / 64), 64 B to 256 MiB
+# (ncclTopoGetAlgoTime applies the first 23 to the tree; NVLSTree takes all 24 on Blackwell with x86 CPUs).
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+}
+
+
+def correction(corrections: tuple[float, ...], size_bytes: float) -> float:
+    """The share of its bandwidth a tree reaches at `size_bytes` (tuning.cc: logSize = log2i(nBytes >> 6),
+    the factor where 0 <= logSize < len(corrections), else 1)."""
+    chunks = int(size_bytes) >> 6
+    index = chunks.bit_length() - 1
+    return corrections[index] if 0 <= index < len(corrections) else 1.0
+
+
+@dataclass(frozen=True)
+class Span:
+    """A group over several nodes as NCCL's tuner sees it: `nodes`, `ranks`, `rails` (the NICs each node gives
+    it: its ranks on the node with the fewest, each with its own NIC) and the nodes' GPU `generation`."""
+
+    nodes: int
+    ranks: int
+    rails: int
+    generation: str
+
+    def channels(self, algorithm: str) -> int:
+        """Its graph's channels (search.cc ncclTopoCompute): the ring's and the tree's one per rail, twice
+        that where they are four or fewer (ncclTopoDupChannels doubles channels of 25 GB/s and more, but
+        past compute capability 8.0 keeps more than four of under 50 GB/s as they are, as on 400G rails:
+        48 GB/s); NVLSTree's one per rank of a node (ncclTopoSearchTryNvls: every GPU a head; never doubled)."""
+        if algorithm == "nvls_tree" or self.rails > 4:
+            return self.rails
+        return 2 * self.rails
+
+
+class Tuner:
+    """The tuner's factors and ceilings, with a run's assumptions read once (as Collectives reads its own)."""
+
+    def __init__(self) -> None:
+        self.tree_all_reduce_efficiency = assumed("tree_all_reduce_efficiency", TREE_ALL_REDUCE_EFFICIENCY)
+        self.tree_same_gpu_nic_efficiency = assumed("tree_same_gpu_nic_efficiency", TREE_SAME_GPU_NIC_EFFICIENCY)
+        self.ring_simple_latency_plateau = assumed("ring_simple_latency_plateau", RING_SIMPLE_LATENCY_PLATEAU)
+        self.ll_max_bus_bw_Bps = (assumed("ll_max_bus_bw_two_nodes_Bps", LL_MAX_BUS_BW_TWO_NODES_BPS),
+                                  assumed("ll_max_bus_bw_more_nodes_Bps", LL_MAX_BUS_BW_MORE_NODES_BPS))
+
+    def bandwidth_Bps(self, algorithm: str, op: str, protocol: Protocol, links_Bps: float, across_nodes: bool,
+                      span: Span | None) -> float:
+        """The bandwidth (bytes of the message a second) `algorithm` reaches under `protocol` where its flows'
+        busiest link allows `links_Bps`: `across_nodes`, the tuner's nNodes > 1 (it picks the tree's LL128
+        share); `span`, the group's nodes where the model knows them (a hierarchy's), for the ceilings. In the
+        tuner's order: a tree all-reduce's 0.92, the tree's ceiling per channel, the protocol's share, its
+        ceilings (LL; LL128 per channel), a tree's 0.85 for its pattern."""
+        if algorithm == "nvls_tree":
+            return links_Bps if span is None else min(links_Bps, self._ceiling_Bps(algorithm, "Simple", op, span))
+        if algorithm == "tree":
+            bw = links_Bps * self.tree_all_reduce_efficiency
+            if span is not None:
+                bw = min(bw, self._ceiling_Bps("tree", "any", op, span))
+            bw *= protocol.tree_bandwidth[across_nodes]
+        else:
+            bw = links_Bps * protocol.ring_bandwidth
+        if span is None:
+            return bw
+        if protocol.name == "LL":
+            bw = min(bw, self.ll_max_bus_bw_Bps[span.nodes > 2] * self._algorithm_share(algorithm, op, span.ranks))
+        elif protocol.name == "LL128":
+            bw = min(bw, self._ceiling_Bps(algorithm, "LL128", op, span))
+        return bw * self.tree_same_gpu_nic_efficiency if algorithm == "tree" else bw
+
+    def latency_factor(self, algorithm: str, op: str, protocol: Protocol, span: Span | None) -> float:
+        """What the tuner multiplies a latency by: RING_SIMPLE_LATENCY_PLATEAU for a Simple ring all-reduce
+        across nodes, else 1."""
+        plateau = span is not None and algorithm == "ring" and op == "all_reduce" and protocol.name == "Simple"
+        return self.ring_simple_latency_plateau if plateau else 1.0
+
+    @staticmethod
+    def corrections(algorithm: str, protocol: Protocol, span: Span | None) -> tuple[float, ...]:
+        """The shares of its bandwidth `algorithm` reaches by size (AffineCost.corrections), as
+        ncclTopoGetAlgoTime takes them: the tree all-reduce's first 23 (to 256 MiB), NVLSTree's 24 on
+        Blackwell (with x86 CPUs, as the model's CPU figures assume); none for the rest."""
+        if algorithm == "tree":
+            return TREE_CORRECTION[protocol.name][:23]
+        if algorithm == "nvls_tree" and span is not None and span.generation == "Blackwell":
+            return TREE_CORRECTION[protocol.name]
+        return ()
+
+    def _ceiling_Bps(self, algorithm: str, protocol: str, op: str, span: Span) -> float:
+        """A per-channel ceiling on bus bandwidth times the channels, as bandwidth of the message."""
+        per_channel_Bps = PER_CHANNEL_MAX_BUS_BW_BPS[span.generation][algorithm, protocol][span.nodes > 2]
+        return span.channels(algorithm) * per_channel_Bps * self._algorithm_share(algorithm, op, span.ranks)
+
+    @staticmethod
+    def _algorithm_share(algorithm: str, op: str, ranks: int) -> float:
+        """The tuner's bus to algorithm bandwidth (tuning.cc, "Convert bus BW to algorithm BW"): a tree's
+        is half its bus bandwidth; a ring's and NVLSTree's nRanks / nsteps."""
+        if algorithm == "tree":
+            return 0.5
+        steps = 2 * (ranks - 1) if op == "all_reduce" else ranks - 1
+        return ranks / steps
+
