@@ -27,9 +27,12 @@ from tokenpath.validate.fit import (
 )
 from tokenpath.validate.latency import load_latency, predict_row, relative_errors, run_latency_group
 
-# Two constants on a grid of powers of two around 1: a = 1/4 ... 8, b the same.
-A = Procedure("a", "ttft", lambda row: "best_a" in row, lambda row: "best_a" in row, 0.25, 8.0, center=1.0, step=2.0)
-B = Procedure("b", "decode", lambda row: "best_b" in row, lambda row: "best_b" in row, 0.25, 8.0, center=1.0, step=2.0)
+# Two constants on a grid of powers of two around 1: a = 1/4 ... 8, b the same; the registry's value and the
+# held-out fits' start both 1.
+A = Procedure("a", "ttft", lambda row: "best_a" in row, lambda row: "best_a" in row, 0.25, 8.0, center=1.0, step=2.0,
+              origin=1.0)
+B = Procedure("b", "decode", lambda row: "best_b" in row, lambda row: "best_b" in row, 0.25, 8.0, center=1.0, step=2.0,
+              origin=1.0)
 
 # Source x's rows are right at a = 1/2, y's at a = 4 (and b = 2: only y informs b); z's one row is right
 # at a = 2 and is a calibration row. A row that b does not inform has a fixed decode error.
@@ -58,11 +61,16 @@ class FakePredictor:
 
 def test_the_grid_runs_through_the_start_within_the_bounds():
     assert A.grid() == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
+    assert A.grid(3.0) == [0.375, 0.75, 1.5, 3.0, 6.0]
     for procedure in PROCEDURES:
-        grid = procedure.grid()
-        assert procedure.start() == lookup(procedure.name).value and procedure.start() in grid
-        assert procedure.low <= grid[0] < procedure.low * procedure.step
-        assert procedure.high / procedure.step < grid[-1] <= procedure.high
+        # a fold's grid and start: the middle of the bounds, which no row sets (not a value frozen from a fit)
+        assert procedure.held_out_start() == pytest.approx(math.sqrt(procedure.low * procedure.high), rel=1e-12)
+        for grid, start in ((procedure.grid(), procedure.start()),
+                            (procedure.grid(procedure.held_out_start()), procedure.held_out_start())):
+            assert start in grid
+            assert procedure.low <= grid[0] < procedure.low * procedure.step
+            assert procedure.high / procedure.step < grid[-1] <= procedure.high
+        assert procedure.start() == lookup(procedure.name).value
 
 
 def test_each_source_is_predicted_with_values_fitted_on_the_others():
@@ -71,7 +79,7 @@ def test_each_source_is_predicted_with_values_fitted_on_the_others():
     # x left out: a fitted on y's rows (z's row, at a = 2, is one against three), b on y's
     assert folds["x"]["fitted"] == {"a": 4.0, "b": 2.0} and folds["x"]["fitted_on"] == {"a": 4, "b": 3}
     # y left out: a fitted on x's rows and z's (a = 1/2 is right for two of three); no row informs b
-    assert folds["y"]["fitted"] == {"a": 0.5, "b": 1.0} and folds["y"]["from_registry"] == ["b"]
+    assert folds["y"]["fitted"] == {"a": 0.5, "b": 1.0} and folds["y"]["not_fitted"] == ["b"]
     assert folds["y"]["fitted_on"] == {"a": 3}
     assert folds["z"]["fitted"] == {"a": 4.0, "b": 2.0}
     # a and b do not interact: a second pass over each fold moves neither
@@ -90,6 +98,27 @@ def test_each_source_is_predicted_with_values_fitted_on_the_others():
     # in-sample: a = b = 1 (the registry's), the calibration row left out
     assert document["in_sample"] == {"ttft_median": 0.75, "tpot_median": 0.5, "rows": 5}
     assert (document["rows"], document["sources"]) == (6, 3)
+
+
+def test_no_fold_reads_the_registry_which_is_fitted_on_the_held_out_rows_too():
+    """The registry's values are the fit on every row. A fold's grids and starting values run through each
+    procedure's held_out_start instead, and a constant no other source informs stays there: with the
+    registry at 3 rather than 1, the in-sample medians move and no fold does."""
+    def document(registry):
+        a, b = replace(A, center=registry), replace(B, center=registry)
+        return cross_validate(RowErrors(ROWS, FakePredictor(), (a, b)), (a, b))
+
+    at_one, at_three = document(1.0), document(3.0)
+    assert at_three["by_source"] == at_one["by_source"] and at_three["cross"] == at_one["cross"]
+    folds = {fold["source"]: fold for fold in at_three["by_source"]}
+    # x left out: a on the grid through 1, where y's three rows are right at 4 (through 3, a = 3 would win:
+    # 0.25 off on y's rows); y left out: b, which only y informs, at 1, not the registry's 3
+    assert folds["x"]["fitted"] == {"a": 4.0, "b": 2.0}
+    assert folds["y"]["fitted"]["b"] == 1.0 and folds["y"]["not_fitted"] == ["b"]
+    # the registry's values, a = b = 3, scored in sample: |ttft| 5, 5, .25 x 3 and |decode| .1, .3, .5 x 3
+    assert at_three["all_rows"]["registry"] == {"a": 3.0, "b": 3.0}
+    assert at_three["in_sample"] == {"ttft_median": 0.25, "tpot_median": 0.5, "rows": 5}
+    assert at_three["in_sample"] != at_one["in_sample"]
 
 
 def test_a_row_is_simulated_once_per_values_that_reach_it():
@@ -168,7 +197,7 @@ def test_a_fold_whose_fits_cycle_is_named():
     document = cross_validate(RowErrors(rows, predict, (a, b)), (a, b))
     folds = {fold["source"]: fold for fold in document["by_source"]}
     assert (folds["x"]["passes"], folds["x"]["converged"]) == (2, False)
-    assert folds["y"]["converged"] and folds["y"]["from_registry"] == [a_name, b_name]
+    assert folds["y"]["converged"] and folds["y"]["not_fitted"] == [a_name, b_name]
     console = Console(record=True, width=200)
     print_cross(console, document)
     text = console.export_text()
@@ -306,8 +335,9 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
     code, out, err = run_cli(["validate", "--cross", "--latency-rows", path, "--json", str(written)], monkeypatch,
                              capsys)
     assert code == 0, err
-    # the tables: each fold, its values (those no other source informs from the registry) and both medians
-    assert "lab_a" in out and "lab_b" in out and "registry" in out
+    # the tables: each fold, its values (those no other source informs at the middle of their bounds: "no
+    # row"), the fit on every row (the registry's where no row informs one) and both medians
+    assert "lab_a" in out and "lab_b" in out and "no row" in out and "registry" in out
     assert "cross-validated" in out and "in-sample" in out
     document = json.loads(written.read_text())
     assert set(document) == {"rows", "sources", "cross", "in_sample", "all_rows", "by_source", "row_errors",
@@ -327,9 +357,11 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
         assert fold["source"] == held_out["source"] and fold["rows"] == 1
         assert list(fold["fitted"]) == names and fold["fitted_on"] == {"host_step_s": 1}
         assert fold["converged"] and fold["passes"] == 2  # host_step_s moved, then stayed
-        assert fold["from_registry"] == ["eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s",
-                                         "vllm_v0_host_window_s", "vllm_v0_host_step_s"]
-        assert all(fold["fitted"][n] == lookup(n).value for n in fold["from_registry"])
+        assert fold["not_fitted"] == ["eager_host_per_kernel_s", "trtllm_eager_host_per_kernel_s",
+                                      "vllm_v0_host_window_s", "vllm_v0_host_step_s"]
+        assert all(fold["fitted"][n] == next(p for p in PROCEDURES if p.name == n).held_out_start()
+                   for n in fold["not_fitted"])
+        assert fold["fitted"]["vllm_v0_host_step_s"] == pytest.approx(1e-3, rel=1e-12)  # 0.1-10 ms
         # the held-out row is predicted with the values fitted on the other source
         errors = relative_errors(held_out, predict_row(held_out, data["sharegpt"], fold["fitted"]))
         assert (fold["ttft_median"], fold["tpot_median"]) == (abs(errors["ttft"]), abs(errors["decode"]))

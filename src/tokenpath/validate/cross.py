@@ -2,14 +2,15 @@
 
 The latency group's in-sample medians score rows with the registry's constants, fitted on every row.
 Here each source's rows are predicted with every constant of validate/fit.py refitted on the other
-sources' rows (all of them, calibration flags ignored: every row is predicted out of its fold). Each
-fold's fits repeat until they settle (fit_all): one pass would fit each constant with those after it at
-the registry's values, fitted on every row, the held-out source's among them.
-A constant no other source's row informs keeps the registry's value, and the fold says so; one fitted
-on a published group of rows from another source (validate/groups.py) holds its fitted value in every
-fold. The headline is the median |error| over every row's out-of-fold prediction; beside it the
-in-sample medians, as `validate --group latency` reports them (registry values, calibration rows left
-out).
+sources' rows (all of them, calibration flags ignored: every row is predicted out of its fold). Nothing
+of a fold's fit comes from the registry, whose values were fitted on every row, the held-out source's
+among them: each constant starts at, and its grid runs through, a value no row sets (the procedure's
+held_out_start, the middle of its bounds), and each fold's fits repeat from there until they settle
+(fit_all). A constant no other source's row informs stays at that value, and the fold says so: the
+registry's would be the held-out source's own fit. One fitted on a published group of rows from another
+source (validate/groups.py) holds its fitted value in every fold. The headline is the median |error|
+over every row's out-of-fold prediction; beside it the in-sample medians, as `validate --group latency`
+reports them (registry values, calibration rows left out).
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
     """The cross-validation of `errors.rows` (each row's errors under given values, cached): the
     document `validate --cross --json` writes, errors as fractions (`row_errors`: each row's out of its
     fold, in the rows' order; `all_rows`: the constants fitted on every row, beside the registry's).
-    `on_fold(folds done, source)` is called as each fold starts. `elsewhere`:
+    `on_fold(folds done, source)` is called as each fold starts; a fold's `not_fitted` constants, which
+    no other source's row informs, are at their procedures' held_out_start. `elsewhere`:
     the constants `errors`' predictor holds at values fitted on published groups no latency row shares
     ({name: (group, its Fit)}, validate/groups.fit_group_constants), which the document records."""
     rows = errors.rows
     sources = list(dict.fromkeys(row["source"] for row in rows))
-    # On every row first: the values the registry holds (the folds' first passes reuse its simulations)
+    # On every row first, on grids through the registry's values: the values the registry holds
     every = fit_all(range(len(rows)), errors, procedures)
     out_of_fold: list[dict[str, float]] = []
     row_errors: list[dict[str, float]] = [{} for _ in rows]
@@ -47,7 +49,7 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
             on_fold(done, source)
         held_out = [k for k, row in enumerate(rows) if row["source"] == source]
         train = [k for k, row in enumerate(rows) if row["source"] != source]
-        fitted = fit_all(train, errors, procedures)
+        fitted = fit_all(train, errors, procedures, held_out=True)
         values, fits = fitted.values, fitted.fits
         predicted = errors.get([(k, values) for k in held_out])
         out_of_fold += predicted
@@ -55,7 +57,7 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
             row_errors[k] = errors_k
         by_source.append({"source": source, "rows": len(held_out), **_medians(predicted), "fitted": values,
                           "fitted_on": {name: fit.rows for name, fit in fits.items() if fit is not None},
-                          "from_registry": [name for name, fit in fits.items() if fit is None],
+                          "not_fitted": [name for name, fit in fits.items() if fit is None],
                           "passes": fitted.passes, "converged": fitted.converged})
     registry = {p.name: p.start() for p in procedures}
     all_rows = {"fitted": every.values, "registry": registry,
@@ -70,10 +72,10 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
                                  for name, (group, fitted) in (elsewhere or {}).items()}}
 
 
-def _value_cell(fold: dict[str, Any], name: str) -> str:
-    """The value a fold used for a constant, and what set it."""
+def _value_cell(fold: dict[str, Any], name: str, unfitted: str) -> str:
+    """The value a fold used for a constant, and what set it (`unfitted` where no row did)."""
     rows = fold["fitted_on"].get(name)
-    fitted = "registry" if rows is None else f"{rows} row{'s' if rows != 1 else ''}"
+    fitted = unfitted if rows is None else f"{rows} row{'s' if rows != 1 else ''}"
     return f"{format_value(name, fold['fitted'][name])}\n{fitted}"
 
 
@@ -103,15 +105,15 @@ def print_cross(console: Any, document: dict[str, Any]) -> None:
         table.add_row(fold["source"], str(fold["rows"]), f"{fold['ttft_median']:.1%}", f"{fold['tpot_median']:.1%}")
     console.print(table)
     names = list(document["all_rows"]["fitted"])
-    values = Table(title="The values used: each fitted on the other sources' rows it informs (registry: none does), "
-                         "and on every row", title_justify="left")
+    values = Table(title="The values used: each fitted on the other sources' rows it informs (no row: none does, "
+                         "the middle of its bounds), and on every row", title_justify="left")
     values.add_column("source left out", no_wrap=True)
     for name in names:
         values.add_column(_header(name), justify="right")
     for fold in document["by_source"]:
-        values.add_row(fold["source"], *(_value_cell(fold, name) for name in names))
+        values.add_row(fold["source"], *(_value_cell(fold, name, "no row") for name in names))
     every = document["all_rows"]
-    values.add_row("none (every row)", *(_value_cell(every, name) for name in names), style="bold")
+    values.add_row("none (every row)", *(_value_cell(every, name, "registry") for name in names), style="bold")
     console.print(values)
     fitted, registry = every["fitted"], every["registry"]
     moved = [name for name in names if fitted[name] != registry[name]]

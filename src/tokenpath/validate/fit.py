@@ -5,19 +5,24 @@ A constant's `Procedure` names it (the registry's name), the rows it is fitted o
 moves: a predicate over rows, read off the engine profile the row runs), the metric (TTFT or the row's
 decode metric) and its bounds. Its value minimizes a loss of that metric's errors over those rows (the
 median |relative error|, or for the host time per step and per eager kernel the mean |log error|: see
-PROCEDURES), searched over every point of a log grid through the registry's value (GRID_STEP apart,
-within the bounds). The median of a few rows' errors is flat in places and has many local minima in the
-value, so the search scans the grid rather than narrowing one bracket (golden section, or a coarse scan
-refined around its best, which stopped a point or two from the grid's best); where several points tie,
-the middle one wins. The grid is fixed, so folds share simulations: `RowErrors` simulates a row once
-per distinct values of the constants that reach it.
+PROCEDURES), searched over every point of a log grid (GRID_STEP apart, within the bounds). The median
+of a few rows' errors is flat in places and has many local minima in the value, so the search scans the
+grid rather than narrowing one bracket (golden section, or a coarse scan refined around its best, which
+stopped a point or two from the grid's best); where several points tie, the middle one wins. The fit
+on every row, which the registry holds, runs its grid through the registry's value (so it checks that
+the value is the fit's fixed point). A fit that predicts rows it leaves out (a fold, `held_out`) must
+take nothing from the registry, which was fitted on those rows too: its grid runs through
+`Procedure.held_out_start`, the geometric middle of the bounds, its first pass starts there, and a
+constant none of its rows informs stays there (every point of the grid ties, and the middle wins). The
+grids are fixed, so folds share simulations: `RowErrors` simulates a row once per distinct values of the
+constants that reach it.
 
 Constants interact (an SGLang row's TTFT moves with both host costs), so they are fitted one after
 another in PROCEDURES' order, each with those before it at their fitted values and those after at their
 values from the pass before, in passes repeated until one moves none (fit_all; the shipped rows' folds
-settle in one to three). One pass alone would fit each constant against the registry's values of those
-after it, which are fitted on every row, a held-out source's too: one grid step in vLLM V0's two moved
-one fold's TTFT median from 11% to 21% (the eager host time's comment in PROCEDURES). The order: first
+settle in a few). One pass alone would fit each constant against the starting values of those after it
+(a fold's, the middle of their bounds): one grid step in vLLM V0's two moved one fold's TTFT median from
+11% to 21% (the eager host time's comment in PROCEDURES). The order: first
 the eager host time per kernel (the SGLang and vLLM V0 rows' TTFT; of them only
 SGLang v0.3's four, run without overlap, also pay host_step_s in their path), then TensorRT-LLM's PyTorch
 backend's (its rows' TTFT; no row pays both), then host_step_s, then
@@ -85,17 +90,24 @@ class Procedure:
     reaches: Callable[[Row], bool]
     low: float
     high: float
-    center: float | None = None  # the grid's centre; None: the registry's value
+    center: float | None = None  # the registry's grid's centre; None: the registry's value
     step: float = GRID_STEP
     loss: Callable[[Sequence[float]], float] = median_abs_error  # of the informing rows' errors
+    origin: float | None = None  # the held-out grid's centre; None: the geometric middle of [low, high]
 
     def start(self) -> float:
-        """The value before any fit: the centre of the grid (the registry's value)."""
+        """The value before any fit on every row: the centre of the registry's grid (the registry's value)."""
         return lookup(self.name).value if self.center is None else self.center
 
-    def grid(self) -> list[float]:
-        """The values searched: start * step^i within [low, high], ascending."""
-        start, log_step = self.start(), math.log(self.step)
+    def held_out_start(self) -> float:
+        """The value before any fit that predicts rows left out of it, and where no row it is fitted on
+        informs the constant: the centre of its grid, which no row sets (the registry's value is the fit
+        on every row, the left-out ones too)."""
+        return math.sqrt(self.low * self.high) if self.origin is None else self.origin
+
+    def grid(self, through: float | None = None) -> list[float]:
+        """The values searched: through * step^i within [low, high], ascending (through: start())."""
+        start, log_step = self.start() if through is None else through, math.log(self.step)
         below = math.floor(math.log(start / self.low) / log_step + 1e-9)
         above = math.floor(math.log(self.high / start) / log_step + 1e-9)
         return [start * self.step ** i for i in range(-below, above + 1)]
@@ -289,13 +301,16 @@ def _best(scores: Mapping[int, float]) -> int:
     return tied[(len(tied) - 1) // 2]
 
 
-def fit(procedure: Procedure, train: Sequence[int], values: Mapping[str, float], errors: RowErrors) -> Fit | None:
+def fit(procedure: Procedure, train: Sequence[int], values: Mapping[str, float], errors: RowErrors,
+        held_out: bool = False) -> Fit | None:
     """The procedure's constant fitted on the rows of `train` (indices) it informs, the other constants at
-    `values` (missing ones at the registry's); None when no row of `train` informs it."""
+    `values` (missing ones at the registry's); None when no row of `train` informs it. `held_out`: the
+    fit predicts rows outside `train`, so its grid runs through `held_out_start()`, which no row sets,
+    not through the registry's value, the fit on every row."""
     informing = [k for k in train if procedure.informs(errors.rows[k])]
     if not informing:
         return None
-    grid = procedure.grid()
+    grid = procedure.grid(procedure.held_out_start() if held_out else None)
     got = errors.get([(k, {**values, procedure.name: value}) for value in grid for k in informing])
     scores = {i: procedure.loss([e[procedure.metric] for e in got[i * len(informing):(i + 1) * len(informing)]])
               for i in range(len(grid))}
@@ -303,17 +318,21 @@ def fit(procedure: Procedure, train: Sequence[int], values: Mapping[str, float],
     return Fit(procedure.name, grid[best], len(informing), scores[best])
 
 
-def fit_all(train: Sequence[int], errors: RowErrors, procedures: Sequence[Procedure] = PROCEDURES) -> FitAll:
+def fit_all(train: Sequence[int], errors: RowErrors, procedures: Sequence[Procedure] = PROCEDURES,
+            held_out: bool = False) -> FitAll:
     """Every procedure's constant fitted on `train`: a pass fits each in order, the ones before it at their
     fits and the ones after at their values from the pass before (the registry's, first); passes repeat
-    until one leaves every value where it was, at most MAX_PASSES (the module's docstring says why)."""
-    values = {p.name: p.start() for p in procedures}
+    until one leaves every value where it was, at most MAX_PASSES (the module's docstring says why).
+    `held_out`: the values predict rows outside `train` (a fold of the cross-validation), so nothing in
+    the fit may come from the registry, whose values were fitted on every row: each constant starts at,
+    and its grid runs through, its `held_out_start()`, where it stays if no row of `train` informs it."""
+    values = {p.name: p.held_out_start() if held_out else p.start() for p in procedures}
     seen = {tuple(values.values())}
     for passes in range(1, MAX_PASSES + 1):
         before = dict(values)
         fits: dict[str, Fit | None] = {}
         for procedure in procedures:
-            fits[procedure.name] = fit(procedure, train, values, errors)
+            fits[procedure.name] = fit(procedure, train, values, errors, held_out)
             if fits[procedure.name] is not None:
                 values[procedure.name] = fits[procedure.name].value
         if values == before:
