@@ -470,6 +470,30 @@ def test_a_row_of_a_group_that_fits_a_constant_is_predicted_with_the_value_fitte
 
 
 
+def test_a_groups_held_out_fits_take_nothing_from_the_registry(monkeypatch):
+    """The registry's launch gap is the fit on all four batch-1 rows, each held-out row's among them. The
+    fits on the other three run their grid through the middle of the bounds instead (2-12 us: 4.90 us), so
+    a registry value a third of a grid step away moves none of them."""
+    from dataclasses import replace
+
+    from tokenpath.config.assumptions import lookup
+    from tokenpath.validate import groups as module
+
+    shipped = module.GROUP_PROCEDURES["eager_kernel_launch_s"]
+
+    def held_out_values(registry):
+        monkeypatch.setitem(module.GROUP_PROCEDURES, "eager_kernel_launch_s", replace(shipped, center=registry))
+        monkeypatch.setattr(module, "_FITTED_ERRORS", {})
+        rows = module.run_validation({"trtllm_batch1_ttft"})["rows"]
+        return [r["fitted_on_others"]["eager_kernel_launch_s"] for r in rows]
+
+    registry = lookup("eager_kernel_launch_s").value
+    values = held_out_values(registry)
+    assert held_out_values(registry * 1.15 ** (1 / 3)) == values
+    assert shipped.held_out_start() == pytest.approx(4.899e-6, rel=1e-3)
+    grid = shipped.grid(shipped.held_out_start())
+    assert all(any(v == pytest.approx(g, rel=1e-12) for g in grid) for v in values)
+
 def test_validate_predicts_collectives_across_nodes_on_the_measured_topologies():
     from tokenpath.validate.groups import run_validation
 

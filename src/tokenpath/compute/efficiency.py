@@ -26,7 +26,7 @@ shape's measured efficiency (compute/gemm_efficiency.py). What is left, the FP8/
 running between other kernels rather than in a benchmark's loop, is this fraction. Fitted in code on the
 28 rows of the TensorRT-LLM offline throughput group in `tokenpath validate` (H100, H200 and B200; each
 run with the request count and batch limits trtllm-bench used; validate/fit.py's GROUP_PROCEDURES), each
-of which `validate` predicts with the value fitted on the other 27 (3.8%, worst 16.8%): 0.85, on a grid
+of which `validate` predicts with the value fitted on the other 27 (4.1%, worst 16.1%): 0.85, on a grid
 5% apart, their median |error| 3.9% (0.80 gives 5.5%, 0.90 6.4%). Before the shapes' efficiency it was
 0.80, set on the group's H100 rows."""
 

@@ -171,9 +171,12 @@ def fit_group_constants(groups_wanted: set[str] | None = None) -> dict[str, tupl
 
 def _held_out(group: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[tuple[dict[str, float], float]]:
     """For each row of a group that fits a constant, the constant fitted on the group's other rows and the
-    row's prediction with it (a point of the fit's grid, simulated for the fits already)."""
+    row's prediction with it (a point of the fit's grid, simulated for the fits already). The fits' grid
+    runs through the procedure's held_out_start, not the registry's value: that is the fit on every row,
+    the held-out one too."""
     procedure, errors = _fitted_errors(group, rows)
-    values = [{procedure.name: fit(procedure, [j for j in range(len(rows)) if j != k], {}, errors).value}
+    values = [{procedure.name: fit(procedure, [j for j in range(len(rows)) if j != k], {}, errors,
+                                   held_out=True).value}
               for k in range(len(rows))]
     predicted = errors.get(list(enumerate(values)))
     return [(v, row["published"] * (1.0 + e[procedure.metric])) for v, row, e in zip(values, rows, predicted)]
