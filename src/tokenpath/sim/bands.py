@@ -74,7 +74,7 @@ class Record:
     model_family: str
     load: str
     errors: dict[str, float] = field(default_factory=dict)  # METRICS present for the row
-    cross_validated: bool = True  # False: predicted with the registry's values (no constant fitted on it)
+    cross_validated: bool = True  # False: a published group's row, predicted as validate predicts it
     calibrated: bool = False  # predicted after a fit on a lighter load of its configuration (module docstring)
     speculative: str = ""  # the row's speculative decoding method ("": none)
     attention_dp: bool = False  # the row runs attention data-parallel
@@ -243,12 +243,12 @@ def band(records: Sequence[Record], regime: dict[str, Any], metric: str, calibra
                 q_low, q_high = min(q_low, low), max(q_high, high)
                 rule += f", widened to {what}"
     crossed = sum(r.cross_validated for r in chosen)
-    registry = "at the registry's values (no constant is fitted on them)"
+    grouped = "as validate predicts them (the constant their group fits, fitted on its other rows)"
     sources = len({r.source for r in chosen})
     how = (f"{sources} sources, each predicted after a fit on a lighter load of its configuration "
            "(validate --calibrated)" if calibrated else
            "cross-validated" if crossed == len(chosen) else
-           f"{crossed} cross-validated, {len(chosen) - crossed} {registry}" if crossed else registry)
+           f"{crossed} cross-validated, {len(chosen) - crossed} {grouped}" if crossed else grouped)
     kept = [k for k in REGIME_KEYS if k not in dropped]
     where = _regime_words(regime, kept)
     if dropped:

@@ -4,7 +4,9 @@ regime and signed errors, which sim/bands.py turns into a scenario's error bands
 The latency rows' TTFT and decode errors are the cross-validation's, each row predicted out of its fold
 (validate/cross.py), and so is the throughput error of a row whose `also` states its output tokens per
 second. The offline throughput group's rows (THROUGHPUT_GROUP, all requests at once) add throughput
-errors predicted with the registry's values: no constant is fitted on them. The `calibrated` table holds
+errors as `validate` predicts them: the serving GEMM fraction is fitted on them (validate/fit.py's
+GROUP_PROCEDURES), so each row with the value fitted on the group's other rows, not with the registry's,
+which is the fit on every row, its own too. The `calibrated` table holds
 the latency rows `validate --calibrated` predicts, each with its errors after the fit on its
 configuration's lightest row (validate/calibrated.py): the bands of a calibrated scenario. A row's regime
 is read off its simulation with the registry's values, as `simulate` reads a scenario's (sim/regime.py).
@@ -54,15 +56,28 @@ def _latency_regime(item: tuple[dict[str, Any], dict[str, Any]], progress: Calla
     return regime
 
 
-def _throughput_row(item: tuple[dict[str, Any], dict[str, Any]], progress: Callable[[int], None]) -> dict[str, Any]:
+def _group_regime(item: tuple[dict[str, Any], dict[str, Any]], progress: Callable[[int], None]) -> dict[str, Any]:
     from tokenpath.sim.simulate import simulate
     from tokenpath.validate.groups import row_scenario
 
     row, group = item
-    summary = simulate(row_scenario(row, group)).summary
+    regime = simulate(row_scenario(row, group)).summary["regime"]
     progress(1)
-    return {"regime": summary["regime"],
-            "error": summary["throughput"]["output_tokens_per_s"] / row["published"] - 1.0}
+    return regime
+
+
+def group_errors(name: str, workers: int, progress: Callable[[int], None]) -> tuple[list[dict[str, Any]],
+                                                                                   list[dict[str, Any]]]:
+    """A published group's rows that set no constant, and for each its regime (simulated with the
+    registry's values, as `simulate` reads a scenario's) and its error as `validate` predicts it: with the
+    constant the group fits fitted on its other rows."""
+    from tokenpath.validate.groups import published_rows, run_validation
+
+    groups, published = published_rows()
+    rows = [row for row in published if row["group"] == name and not row.get("calibration")]
+    validated = [r for r in run_validation({name})["rows"] if not r.get("calibration")]
+    regimes = _map(_group_regime, [(row, groups[name]) for row in rows], workers, progress)
+    return rows, [{"regime": regime, "error": r["error"]} for regime, r in zip(regimes, validated)]
 
 
 def _map(work: Callable, items: Sequence, workers: int, progress: Callable[[int], None]) -> list:
@@ -91,7 +106,7 @@ def bands_document(rows: Sequence[dict[str, Any]], row_errors: Sequence[dict[str
                    throughput: Sequence[dict[str, Any]], meta: dict[str, Any],
                    calibrated: dict[int, dict[str, float]] | None = None) -> dict[str, Any]:
     """The file's document: `meta` first, then a `rows` table per latency row (cross-validated errors) and
-    per offline throughput row (its error with the registry's values), and a `calibrated` table per
+    per offline throughput row (its error as `validate` predicts it), and a `calibrated` table per
     latency row in `calibrated` (row index -> its errors after a fit on a lighter load)."""
     ids = latency_row_ids(rows)
 
@@ -125,16 +140,13 @@ def build_bands(data: dict[str, Any], cross: dict[str, Any], workers: int,
     (`cross_validate`'s document): each row simulated once more for its regime, the offline throughput
     group's rows for theirs and their errors, and the calibrated validation's predictions."""
     from tokenpath.validate.calibrated import calibrated_validation
-    from tokenpath.validate.groups import published_rows
 
     rows = data["rows"]
     document = calibrated_validation(rows, data["sharegpt"], workers, progress)
     calibrated = {r["row"]: {"ttft": r["ttft_error"], "decode": r["decode_error"]}
                   for source in document["by_source"] for c in source["configurations"] for r in c["rows"]}
     regimes = _map(_latency_regime, [(row, data["sharegpt"]) for row in rows], workers, progress)
-    groups, published = published_rows()
-    offline = [row for row in published if row["group"] == THROUGHPUT_GROUP and not row.get("calibration")]
-    throughput = _map(_throughput_row, [(row, groups[THROUGHPUT_GROUP]) for row in offline], workers, progress)
+    offline, throughput = group_errors(THROUGHPUT_GROUP, workers, progress)
     commit, dirty = _commit()
     validation = resources.files("tokenpath.catalog") / "validation"
     meta = {"schema": SCHEMA, "generated_by": REGENERATE, "commit": commit, "commit_dirty": dirty,
