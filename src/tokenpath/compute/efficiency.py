@@ -36,9 +36,12 @@ GEMM_OVERLAP_NORM = default("gemm_overlap_norm")
 point the two agree; near it, where the step's tokens (the GEMM's M) make streaming the weights and
 multiplying them take about as long, a real kernel saturates neither (tile and wave quantization,
 its pipeline's prologue and epilogue), and p = 2 charges up to 1.41x the max there. Decode steps of
-large batches sit at that ridge. Calibrated with SERVING_GEMM_FRACTION on the H100 offline rows
-(p of 1.5, 2, 3, 4, 8 and infinity tried); math.inf gives the plain max. The shapes' efficiencies
-(catalog/gemm_efficiency.csv) were derived with p = 2: regenerate them if it changes."""
+large batches sit at that ridge. Set by hand with SERVING_GEMM_FRACTION (then 0.80) on the H100 offline
+rows of `tokenpath validate` (p of 1.5, 2, 3, 4, 8 and infinity tried: median 3.0%, 4.4% with the plain
+max); math.inf gives the plain max. No fit procedure refits it, so the offline group's held-out median is
+in sample for it (the serving fraction alone is fitted on the group's other rows). The shapes'
+efficiencies (catalog/gemm_efficiency.csv) were derived with p = 2: regenerate them if it changes, which a
+fit of p per held-out row would have to do too."""
 
 HBM_BW_EFFICIENCY = default("hbm_bw_efficiency")
 """Fraction of peak HBM bandwidth a streaming kernel (weight-bound GEMV, paged-attention KV reads)

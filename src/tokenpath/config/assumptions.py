@@ -73,7 +73,10 @@ REGISTRY: tuple[Assumption, ...] = (
                "fitted on TensorRT-LLM's offline throughput rows (validate/fit.py, GROUP_PROCEDURES)",
                "validate trtllm_offline; " + _ROOFLINE_TESTS),
     Assumption("gemm_overlap_norm", 2.0, _EFF, "GEMM_OVERLAP_NORM", "1",
-               "p of the p-norm of a GEMM's compute and memory times; fitted with serving_gemm_fraction",
+               "p of the p-norm of a GEMM's compute and memory times: set by hand on TensorRT-LLM's 12 H100 offline "
+               "throughput rows (validate trtllm_offline) with serving_gemm_fraction at 0.80 (p of 1.5, 2, 3, 4, 8 "
+               "and infinity tried; median 3.0%, 4.4% with the max); no fit procedure, so that group's median is "
+               "in sample for it; catalog/gemm_efficiency.csv was derived with it",
                "validate trtllm_offline; " + _ROOFLINE_TESTS),
     Assumption("hbm_bw_efficiency", 0.85, _EFF, "HBM_BW_EFFICIENCY", "1",
                "streaming kernels reach about 85% of peak HBM bandwidth (widely reported); the default of "
