@@ -377,6 +377,30 @@ def assert_aborts_match(scheduled, inputs, outputs, spec, kv_tokens, cached, del
     return states
 
 
+def test_aborting_the_last_running_request_frees_what_an_overlapped_scheduler_has_not_taken_in():
+    """An overlapped scheduler takes in a finished request's outputs (its slot and KV blocks) once it has formed
+    the next batch. If the next event is an abort that leaves nothing to run, they are taken in at once, as
+    after a step that leaves nothing: the idle engine holds no blocks, and its next batch has every slot."""
+    spec = EngineSpec(max_num_seqs=2, max_num_batched_tokens=64, block_size=16)
+    replica = Replica(FixedCosts(base_s=1e-3), LastMile(NO_NETWORK), spec, 16 * 10)
+    assert replica.finish_lag
+    replica.submit(20, 1, arrival_ns=0)  # its one token comes with its prompt: it finishes in the first step
+    replica.submit(40, 50, arrival_ns=0)
+    replica.submit(10, 2, arrival_ns=50_000_000)
+    replica.submit(10, 2, arrival_ns=50_000_000)
+    assert replica.step() == [0]
+    # request 0's outputs are not taken in yet: its 2 blocks are held
+    assert ([u[0] for u in replica.unseen], replica.free_blocks, list(replica.decoding)) == ([0], 5, [1])
+    assert replica.abort(1)
+    assert (replica.unseen, replica.free_blocks, replica.kv_used()) == ([], 10, 0.0)  # (were: 8 free, 0.2 used)
+    replica.step()  # at 50 ms both prompts run (with request 0's slot still held, only the first did)
+    assert (replica.now, list(replica.decoding), replica.free_blocks) == (51_000_000, [2, 3], 8)
+    while not replica.idle:
+        replica.step()
+    assert replica.free_blocks == 10
+    assert replica.rows.steps()["start_ns"].tolist() == [0, 50_000_000, 51_000_000]
+
+
 def test_aborts_in_every_state_match_the_reference():
     rng = np.random.default_rng(348)  # a draw that aborts requests in each of the six states
     n, block = 12, 16
@@ -403,6 +427,10 @@ def test_aborts_in_every_state_match_the_reference():
                              {"scheduler": "trtllm", "kv_admission": "on_demand"}]),
     seed=st.integers(0, 2**16),
 )
+# The last running request is aborted the step after another finished: an overlapped scheduler must take in
+# that one's outputs (its KV blocks) then, with nothing left to run, or they stay held while it idles.
+@example(n=30, interval=1, max_seqs=8, budget=64, kv_blocks=31, chunked=True, prefilled=True, share=1.0,
+         profile={}, seed=105)
 def test_random_aborts_give_the_same_trace_in_both_engines(
         n, interval, max_seqs, budget, kv_blocks, chunked, prefilled, share, profile, seed):
     # Requests aborted before random steps (arriving, queued, prefilling, decoding, preempted or done):

@@ -340,6 +340,8 @@ class Replica:
         elif not self.requests.withdraw(i):  # it is not on its way: it waits
             self.waiting.remove(i)
         self.out[i] = self.generated[i]
+        if self.unseen and not (self.waiting or self.decoding or self.prefills):
+            self._release_unseen()  # as after a step: an engine with nothing left to run takes in the outputs
         return True
 
     # -- one step ----------------------------------------------------------------------------------
