@@ -39,9 +39,12 @@ NVLINK_HOP_LATENCY_S = default("nvlink_hop_latency_s")
 SCALEOUT_LINK_LATENCY_S = default("scaleout_link_latency_s")
 
 
-def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None = None) -> Topology:
+def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None = None,
+                   generation: str | None = None) -> Topology:
     """The topology of `spec`; `scaleup_bw_Bps` (the chip's) and `chips` (the deployment's) fill
-    unset scale-up bandwidth and host counts."""
+    unset scale-up bandwidth and host counts, and `generation` (the chip's, catalog/chips.toml) is its
+    chips' generation, by which the runtime's tuner rates them (tuner.py). A switch table built with no
+    chip names it (`nvls_generation`) or takes Hopper; one that names another than the chip's is an error."""
     from tokenpath.fabric.dragonfly import DragonFly
     from tokenpath.fabric.fattree import FatTree
     from tokenpath.fabric.hierarchy import Hierarchy
@@ -68,28 +71,43 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
         return chips
 
     if isinstance(spec, SwitchFabric):
+        if generation is not None and spec.nvls_generation not in (None, generation):
+            raise UserError(f"fabric.nvls_generation: {spec.nvls_generation!r}, but the deployment's chips are "
+                            f"{generation!r} (catalog/chips.toml); leave it out to take the chip's")
         return Switch(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S) / 2),
-                      nvls=spec.nvls, generation=spec.nvls_generation)
+                      nvls=spec.nvls, generation=generation or spec.nvls_generation or "Hopper")
     if isinstance(spec, FullMeshFabric):
-        return FullMesh(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
+        return FullMesh(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)),
+                        generation or "")
     if isinstance(spec, MeshFabric):
-        return Mesh(tuple(spec.dims), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
+        return _of(Mesh(tuple(spec.dims), scaleup_bw(),
+                        latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S))), generation)
     if isinstance(spec, TorusFabric):
-        return Torus(tuple(spec.dims), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)),
-                     wraparound=spec.wraparound)
+        return _of(Torus(tuple(spec.dims), scaleup_bw(),
+                         latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)), wraparound=spec.wraparound),
+                   generation)
     if isinstance(spec, FatTreeFabric):
         ratios = None if spec.oversubscription is None else tuple(spec.oversubscription)
-        return FatTree(spec.k, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
-                       levels=spec.levels, oversubscription=ratios)
+        return _of(FatTree(spec.k, scaleout_bw(),
+                           latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
+                           levels=spec.levels, oversubscription=ratios), generation)
     if isinstance(spec, DragonFlyFabric):
-        return DragonFly(spec.p, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
-                         a=spec.a, h=spec.h, g=spec.g, routing=spec.routing, global_bw_Bps=spec.global_bw,
-                         global_latency_s=spec.global_latency)
+        return _of(DragonFly(spec.p, scaleout_bw(),
+                             latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
+                             a=spec.a, h=spec.h, g=spec.g, routing=spec.routing, global_bw_Bps=spec.global_bw,
+                             global_latency_s=spec.global_latency), generation)
     if isinstance(spec, HierarchyFabric):
-        node = _part(spec.node, "node", scaleup_bw_Bps)
-        network = _part(spec.network, "network", None)
+        node = _part(spec.node, "node", scaleup_bw_Bps, generation)
+        network = _part(spec.network, "network", None, None)
         return Hierarchy(spec.nodes, node, network, rails=spec.rails)
     raise AssertionError(spec)
+
+
+def _of(topology: Topology, generation: str | None) -> Topology:
+    """`topology`, its chips of `generation` where one is given."""
+    if generation is not None:
+        topology.generation = generation
+    return topology
 
 
 def scaleup_link_bw_Bps(spec, scaleup_bw_Bps: float | None, chips: int | None) -> float:
@@ -113,10 +131,10 @@ def scaleup_ports(spec, chips: int | None) -> int:
     return 1
 
 
-def _part(spec, name: str, scaleup_bw_Bps: float | None) -> Topology:
+def _part(spec, name: str, scaleup_bw_Bps: float | None, generation: str | None) -> Topology:
     """A hierarchy's node or network; its errors name the sub-table (fabric.node.hosts, ...)."""
     try:
-        return build_topology(spec, scaleup_bw_Bps, None)
+        return build_topology(spec, scaleup_bw_Bps, None, generation)
     except UserError as error:
         raise UserError(str(error).replace("fabric.", f"fabric.{name}.", 1)) from None
 

@@ -31,6 +31,7 @@ class Hierarchy(Topology):
             raise UserError(f"fabric.network: {nodes} nodes of {node.hosts} chips need {nodes * node.hosts} NICs "
                             f"but the network has {network.hosts} hosts; enlarge it or lower fabric.nodes")
         self.nodes, self.node, self.network, self.rails = nodes, node, network, rails
+        self.generation = node.generation  # the chips' (tuner.py)
         self.per_node = node.hosts
         self.hosts = self.routers = nodes * node.hosts
         self.host_router = np.arange(self.hosts)
