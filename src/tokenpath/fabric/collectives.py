@@ -34,10 +34,19 @@ import numpy as np
 from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.hierarchy import Hierarchy
-from tokenpath.fabric.single_hop import FullMesh, Switch
+from tokenpath.fabric.single_hop import FullMesh
 from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY
 from tokenpath.fabric.topology import Topology, Traffic
-from tokenpath.fabric.tuner import PROTOCOL_ALGORITHMS, PROTOCOLS, SIMPLE, Protocol, Span, Tuner, correction
+from tokenpath.fabric.tuner import (
+    NCCL_COMPUTE_CAPABILITY,
+    PROTOCOL_ALGORITHMS,
+    PROTOCOLS,
+    SIMPLE,
+    Protocol,
+    Span,
+    Tuner,
+    correction,
+)
 
 # NCCL src/graph/tuning.cc: base latency of one collective launch (Ring, LL protocol).
 BASE_LATENCY_S = default("base_latency_s")
@@ -479,16 +488,16 @@ class Collectives:
         return {p.name: protocol_cost(p) for p in PROTOCOLS}
 
     def _span(self, group: np.ndarray) -> Span | None:
-        """The group as NCCL's tuner sees it where it spans nodes of a hierarchy of NVIDIA switch nodes, whose
-        ceilings it knows (tuner.py): else None. (A hierarchy of full-mesh nodes runs RCCL, whose tuner has
-        its own tables.)"""
+        """The group as NCCL's tuner sees it where it spans nodes of a hierarchy whose chips are of a generation
+        its tables hold a row for (tuner.NCCL_COMPUTE_CAPABILITY): else None."""
         hier = self.topology
-        if not isinstance(hier, Hierarchy) or not isinstance(hier.node, Switch):
+        if not isinstance(hier, Hierarchy) or hier.generation not in NCCL_COMPUTE_CAPABILITY:
             return None
         per_node = _ranks_by_node(hier, group)
         if len(per_node) < 2:
             return None
-        return Span(len(per_node), len(group), min(len(ranks) for ranks in per_node), hier.node.generation)
+        return Span(len(per_node), len(group), min(len(ranks) for ranks in per_node), hier.generation,
+                    hier.nic_bw_Bps)
 
     def _rounds(self, op: str, algorithm: str, groups: tuple[tuple[int, ...], ...]) -> list[Round]:
         n = len(groups[0])

@@ -10,7 +10,8 @@ applies to that physical bandwidth, in the tuner's order (Tuner.bandwidth_Bps):
 - the protocols' share of the bandwidth (Protocol: LL's 8-byte flagged stores, LL128's 120 of 128 bytes);
 - a tree all-reduce's 0.92, and the tree's measured shortfall at medium sizes (treeCorrectionFactor,
   applied to its time at each size: AffineCost.corrections), wherever the model runs NCCL's tree;
-- across nodes, the ceilings it measured per channel (perChMax*Bws) and on LL (llMaxBws); the tree's 0.85
+- across nodes, the ceilings it measured per channel (perChMax*Bws, the row of the nodes' GPU generation:
+  Ampere, Hopper, Blackwell, by compute capability) and on LL (llMaxBws); the tree's 0.85
   where all of a tree channel's network traffic enters and leaves through one GPU, as on nodes with a NIC
   per GPU; and a Simple ring all-reduce's latency x1.4 ("plateau effect of ring").
 The tuner's own nominal bandwidths (the graph's 48 GB/s a channel on 400G rails) are its alone: the model's
@@ -87,16 +88,38 @@ RING_SIMPLE_LATENCY_PLATEAU = default("ring_simple_latency_plateau")
 # ring and the tree alike. The Intel row, as NET_OVERHEAD_S takes its CPU's net overhead.
 LL_MAX_BUS_BW_TWO_NODES_BPS = default("ll_max_bus_bw_two_nodes_Bps")
 LL_MAX_BUS_BW_MORE_NODES_BPS = default("ll_max_bus_bw_more_nodes_Bps")
+# The GPU generations whose rows NCCL's tuner tables hold, by the compute capability that picks the row
+# (tuning.cc ncclTopoTuneModel: compCapIndex Blackwell from 10.0, Hopper from 9.0, Ampere from 8.0, Volta
+# below; nccl_tuner.h NCCL_*_COMPCAP_IDX): a chip's generation is catalog/chips.toml's (A100 Ampere, H100 and
+# H200 Hopper, B200 and GB200 Blackwell). No chip of the catalog is a Volta. A generation not here (AMD's,
+# Google's, Intel's chips, which NCCL does not run on) takes none of the rows.
+NCCL_COMPUTE_CAPABILITY = {"Ampere": 80, "Hopper": 90, "Blackwell": 100}
 # The most bus bandwidth a channel reaches, by GPU generation, over 2 nodes and over more (tuning.cc
 # perChMaxTreeBws, perChMaxTreeLL128Bws, perChMaxRingLL128Bws, perChMaxNVLSTreeBws; GB/s), as
 # (algorithm, protocol) -> (2 nodes, more). The tree's Simple ceiling holds under every protocol, before the
-# protocol's own (the tuner applies it first).
+# protocol's own (the tuner applies it first). (Ampere's NVLSTree row never runs: its switches have no NVLS.)
 PER_CHANNEL_MAX_BUS_BW_BPS = {
+    "Ampere": {("tree", "any"): (23.6e9, 17.8e9), ("tree", "LL128"): (20.0e9, 20.0e9),
+               ("ring", "LL128"): (20.0e9, 20.0e9), ("nvls_tree", "Simple"): (23.6e9, 17.8e9)},
     "Hopper": {("tree", "any"): (41.4e9, 36.0e9), ("tree", "LL128"): (36.7e9, 29.0e9),
                ("ring", "LL128"): (36.7e9, 36.7e9), ("nvls_tree", "Simple"): (57.7e9, 45.5e9)},
     "Blackwell": {("tree", "any"): (42.8e9, 24.0e9), ("tree", "LL128"): (31.67e9, 20.0e9),
                   ("ring", "LL128"): (40.0e9, 40.0e9), ("nvls_tree", "Simple"): (96.0e9, 80.0e9)},
 }
+# The bandwidths NCCL's search tries for a channel that crosses the network, fastest first, by the compute
+# capability it searches for (search.cc speedArrayInter, sm90SpeedArrayInter, sm100SpeedArrayInter; GB/s): a
+# channel over one NIC runs at the fastest its NIC carries (400G, 50 GB/s: 48; 200G, 25 GB/s: 24; 800G: 96
+# from 10.0).
+NET_CHANNEL_SPEEDS_GBPS = {
+    80: (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12),
+    90: (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12),
+    100: (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2,
+          0.24, 0.12),
+}
+# ncclTopoDupChannels (search.cc) doubles a graph's channels, each at half the bandwidth, where they run at 25
+# GB/s or more, except past compute capability 8.0 where more than four run at under 50 GB/s:
+# (the least channel speed it doubles, GB/s; the speed under which more than `most` are kept past 8.0).
+DUP_CHANNELS_GBPS = (25.0, 50.0, 4)
 # "Trees are not perfectly sticking to the model for medium sizes": tuning.cc treeCorrectionFactor, the share
 # of its bandwidth a tree all-reduce reaches at each size, indexed by log2(bytes / 64), 64 B to 256 MiB
 # (ncclTopoGetAlgoTime applies the first 23 to the tree; NVLSTree takes all 24 on Blackwell with x86 CPUs).
@@ -118,19 +141,28 @@ def correction(corrections: tuple[float, ...], size_bytes: float) -> float:
 @dataclass(frozen=True)
 class Span:
     """A group over several nodes as NCCL's tuner sees it: `nodes`, `ranks`, `rails` (the NICs each node gives
-    it: its ranks on the node with the fewest, each with its own NIC) and the nodes' GPU `generation`."""
+    it: its ranks on the node with the fewest, each with its own NIC of `nic_Bps` a direction) and the nodes'
+    GPU `generation` (one of NCCL_COMPUTE_CAPABILITY's)."""
 
     nodes: int
     ranks: int
     rails: int
     generation: str
+    nic_Bps: float
 
     def channels(self, algorithm: str) -> int:
-        """Its graph's channels (search.cc ncclTopoCompute): the ring's and the tree's one per rail, twice
-        that where they are four or fewer (ncclTopoDupChannels doubles channels of 25 GB/s and more, but
-        past compute capability 8.0 keeps more than four of under 50 GB/s as they are, as on 400G rails:
-        48 GB/s); NVLSTree's one per rank of a node (ncclTopoSearchTryNvls: every GPU a head; never doubled)."""
-        if algorithm == "nvls_tree" or self.rails > 4:
+        """Its graph's channels (search.cc ncclTopoCompute): the ring's and the tree's one per rail, each at
+        the fastest of NET_CHANNEL_SPEEDS_GBPS its NIC carries, doubled as ncclTopoDupChannels doubles them
+        (DUP_CHANNELS_GBPS: on 400G rails past 8.0, 48 GB/s, where they are four or fewer; on an A100's 200G
+        rails, 24 GB/s, never); NVLSTree's one per rank of a node (ncclTopoSearchTryNvls: every GPU a head;
+        never doubled)."""
+        if algorithm == "nvls_tree":
+            return self.rails
+        capability = NCCL_COMPUTE_CAPABILITY[self.generation]
+        speeds = NET_CHANNEL_SPEEDS_GBPS[capability]
+        speed = next((s for s in speeds if s <= self.nic_Bps / 1e9), speeds[-1])
+        least, fast, most = DUP_CHANNELS_GBPS
+        if speed < least or (capability > 80 and speed < fast and self.rails > most):
             return self.rails
         return 2 * self.rails
 
