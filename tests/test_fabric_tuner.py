@@ -15,6 +15,7 @@ from tokenpath.fabric.hierarchy import Hierarchy
 from tokenpath.fabric.single_hop import FullMesh, Switch
 from tokenpath.fabric.tuner import (
     LL_MAX_BUS_BW_MORE_NODES_BPS,
+    LL_MAX_BUS_BW_ONE_NODE_BPS,
     LL_MAX_BUS_BW_TWO_NODES_BPS,
     NCCL_COMPUTE_CAPABILITY,
     PER_CHANNEL_MAX_BUS_BW_BPS,
@@ -172,6 +173,38 @@ def test_over_two_a100_nodes_on_their_200g_rails_ampere_s_ll128_ceiling_binds_th
     assert 1 / ring["LL128"].beta_s_per_byte == pytest.approx(8 * 20.0e9 * 16 / 30, rel=REL)
     assert ring["LL"].alpha_s == pytest.approx(40.0e-6, rel=1e-9)
     assert ring["Simple"].alpha_s == pytest.approx((8.4 + 28 * 3.4 + 2 * 14.0) * 1.4e-6, rel=1e-9)
+
+
+@pytest.mark.parametrize("chip, ll_max_GBps", [
+    ("a100", 87.7), ("h100", 141.0), ("h200", 141.0), ("b200", 282.0), ("gb200", 282.0),  # Ampere, Hopper, Blackwell
+])
+def test_inside_one_node_ll_takes_the_ceiling_of_its_gpu_generation(chip, ll_max_GBps):
+    # tuning.cc llMaxBws[compCapIndex][0] ("for single node, we look at GPU type"): Ampere-N1 87.7, Hopper-N1
+    # 141.0, Blackwell-N1 2 x 141.0 GB/s of bus bandwidth, under LL's half of what 8 GPUs' links carry; the
+    # ring's x nRanks / nsteps (8/14 for an all-reduce, 8/7 for an all-gather), the tree's x 1/2.
+    spec = load_chip(chip)
+    topology = build_topology(chip_fabric(spec, 8)[0], spec.scaleup_bw_Bps, 8, spec.generation)
+    assert LL_MAX_BUS_BW_ONE_NODE_BPS[topology.generation] == ll_max_GBps * 1e9
+    c = Collectives(topology, nvls=False)
+    ring = c.costs("all_reduce", [list(range(8))], "ring")
+    assert 0.5 / ring["Simple"].beta_s_per_byte > ll_max_GBps * 1e9 * 8 / 14  # the ceiling binds
+    assert 1 / ring["LL"].beta_s_per_byte == pytest.approx(ll_max_GBps * 1e9 * 8 / 14, rel=REL)
+    gather = c.costs("all_gather", [list(range(8))], "ring")
+    assert 1 / gather["LL"].beta_s_per_byte == pytest.approx(ll_max_GBps * 1e9 * 8 / 7, rel=REL)
+    span = Span(nodes=1, ranks=8, rails=0, generation=topology.generation, nic_Bps=0.0)
+    assert Tuner().bandwidth_Bps("tree", "all_reduce", LL, 1e13, False, span) == pytest.approx(
+        ll_max_GBps * 1e9 / 2, rel=REL)
+    # inside a node nothing else of the tuner's binds: no per-channel ceiling, no x.85, no plateau
+    assert Tuner().bandwidth_Bps("tree", "all_reduce", SIMPLE, 1e13, False, span) == pytest.approx(1e13 * 0.92,
+                                                                                                   rel=REL)
+    assert Tuner().latency_factor("ring", "all_reduce", SIMPLE, span) == 1.0
+
+
+def test_inside_a_node_of_chips_nccl_has_no_row_for_ll_takes_half_the_links():
+    spec = load_chip("tpu-v5p")
+    topology = build_topology(chip_fabric(spec, 8)[0], spec.scaleup_bw_Bps, 8, spec.generation)
+    ring = Collectives(topology).costs("all_reduce", [list(range(8))], "ring")
+    assert ring["LL"].beta_s_per_byte == pytest.approx(ring["Simple"].beta_s_per_byte / 0.5, rel=REL)
 
 
 def test_amd_cpus_take_their_ll_ceilings_as_assumptions():

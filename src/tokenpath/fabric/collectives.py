@@ -488,11 +488,14 @@ class Collectives:
         return {p.name: protocol_cost(p) for p in PROTOCOLS}
 
     def _span(self, group: np.ndarray) -> Span | None:
-        """The group as NCCL's tuner sees it where it spans nodes of a hierarchy whose chips are of a generation
-        its tables hold a row for (tuner.NCCL_COMPUTE_CAPABILITY): else None."""
+        """The group as NCCL's tuner sees it where its chips are of a generation its tables hold a row for
+        (tuner.NCCL_COMPUTE_CAPABILITY): inside one scale-up domain, or across the nodes of a hierarchy (a group
+        inside one of its nodes runs on that node's Collectives); else None."""
         hier = self.topology
-        if not isinstance(hier, Hierarchy) or hier.generation not in NCCL_COMPUTE_CAPABILITY:
+        if hier.generation not in NCCL_COMPUTE_CAPABILITY:
             return None
+        if not isinstance(hier, Hierarchy):
+            return Span(1, len(group), 0, hier.generation, 0.0) if hier.scale_up else None
         per_node = _ranks_by_node(hier, group)
         if len(per_node) < 2:
             return None

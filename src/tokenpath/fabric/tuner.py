@@ -20,9 +20,9 @@ runs the cheapest it rates.
 
 Inside a node the per-channel ceilings sit above what the links carry (8 H100s: NCCL's search finds 6 ring
 or tree channels of 60 GB/s and doubles them to 12 of 30, whose ceilings, 12 x 36.7 GB/s and more, pass the
-graph's own 360), and the LL ceiling there is indexed by the GPU's generation, which not every scale-up table
-names (A100 and TPU nodes are plain switches): the model applies neither there. Fat trees and DragonFlies have
-no nodes: there the Protocol table alone applies.
+graph's own 360), so the model applies none there; the LL ceiling there is indexed by the GPU's generation
+(LL_MAX_BUS_BW_ONE_NODE_BPS: 141 GB/s of bus bandwidth on Hopper, under the 185 LL's half of 8 H100s' links
+carries), and applies. Fat trees and DragonFlies have no nodes: there the Protocol table alone applies.
 """
 
 from __future__ import annotations
@@ -88,6 +88,10 @@ RING_SIMPLE_LATENCY_PLATEAU = default("ring_simple_latency_plateau")
 # ring and the tree alike. The Intel row, as NET_OVERHEAD_S takes its CPU's net overhead.
 LL_MAX_BUS_BW_TWO_NODES_BPS = default("ll_max_bus_bw_two_nodes_Bps")
 LL_MAX_BUS_BW_MORE_NODES_BPS = default("ll_max_bus_bw_more_nodes_Bps")
+# Inside one node the LL ceiling is indexed by the GPU's generation instead (tuning.cc: "for single node, we
+# look at GPU type", llMaxBws[compCapIndex][0]: Volta 39.0, Ampere 87.7, Hopper 141.0, Blackwell 2 x 141.0 GB/s
+# of bus bandwidth), for the ring and the tree alike.
+LL_MAX_BUS_BW_ONE_NODE_BPS = {"Ampere": 87.7e9, "Hopper": 141.0e9, "Blackwell": 282.0e9}
 # The GPU generations whose rows NCCL's tuner tables hold, by the compute capability that picks the row
 # (tuning.cc ncclTopoTuneModel: compCapIndex Blackwell from 10.0, Hopper from 9.0, Ampere from 8.0, Volta
 # below; nccl_tuner.h NCCL_*_COMPCAP_IDX): a chip's generation is catalog/chips.toml's (A100 Ampere, H100 and
@@ -140,9 +144,9 @@ def correction(corrections: tuple[float, ...], size_bytes: float) -> float:
 
 @dataclass(frozen=True)
 class Span:
-    """A group over several nodes as NCCL's tuner sees it: `nodes`, `ranks`, `rails` (the NICs each node gives
-    it: its ranks on the node with the fewest, each with its own NIC of `nic_Bps` a direction) and the nodes'
-    GPU `generation` (one of NCCL_COMPUTE_CAPABILITY's)."""
+    """A group as NCCL's tuner sees it: `nodes`, `ranks`, `rails` (the NICs each node gives it: its ranks on
+    the node with the fewest, each with its own NIC of `nic_Bps` a direction; none inside one node) and the
+    nodes' GPU `generation` (one of NCCL_COMPUTE_CAPABILITY's)."""
 
     nodes: int
     ranks: int
@@ -181,20 +185,27 @@ class Tuner:
                       span: Span | None) -> float:
         """The bandwidth (bytes of the message a second) `algorithm` reaches under `protocol` where its flows'
         busiest link allows `links_Bps`: `across_nodes`, the tuner's nNodes > 1 (it picks the tree's LL128
-        share); `span`, the group's nodes where the model knows them (a hierarchy's), for the ceilings. In the
-        tuner's order: a tree all-reduce's 0.92, the tree's ceiling per channel, the protocol's share, its
-        ceilings (LL; LL128 per channel), a tree's 0.85 for its pattern."""
+        share); `span`, the group where the model knows its GPUs' generation (a scale-up domain's, a hierarchy's
+        nodes'), for the ceilings. In the tuner's order: a tree all-reduce's 0.92, the tree's ceiling per
+        channel, the protocol's share, its ceilings (LL; LL128 per channel), a tree's 0.85 for its pattern.
+        Inside one node only the LL ceiling applies (LL_MAX_BUS_BW_ONE_NODE_BPS)."""
+        across = span is not None and span.nodes > 1
         if algorithm == "nvls_tree":
-            return links_Bps if span is None else min(links_Bps, self._ceiling_Bps(algorithm, "Simple", op, span))
+            return min(links_Bps, self._ceiling_Bps(algorithm, "Simple", op, span)) if across else links_Bps
         if algorithm == "tree":
             bw = links_Bps * self.tree_all_reduce_efficiency
-            if span is not None:
+            if across:
                 bw = min(bw, self._ceiling_Bps("tree", "any", op, span))
             bw *= protocol.tree_bandwidth[across_nodes]
         else:
             bw = links_Bps * protocol.ring_bandwidth
         if span is None:
             return bw
+        if not across:
+            if protocol.name != "LL":
+                return bw
+            return min(bw, LL_MAX_BUS_BW_ONE_NODE_BPS[span.generation] * self._algorithm_share(algorithm, op,
+                                                                                               span.ranks))
         if protocol.name == "LL":
             bw = min(bw, self.ll_max_bus_bw_Bps[span.nodes > 2] * self._algorithm_share(algorithm, op, span.ranks))
         elif protocol.name == "LL128":
@@ -204,7 +215,8 @@ class Tuner:
     def latency_factor(self, algorithm: str, op: str, protocol: Protocol, span: Span | None) -> float:
         """What the tuner multiplies a latency by: RING_SIMPLE_LATENCY_PLATEAU for a Simple ring all-reduce
         across nodes, else 1."""
-        plateau = span is not None and algorithm == "ring" and op == "all_reduce" and protocol.name == "Simple"
+        across = span is not None and span.nodes > 1
+        plateau = across and algorithm == "ring" and op == "all_reduce" and protocol.name == "Simple"
         return self.ring_simple_latency_plateau if plateau else 1.0
 
     @staticmethod
@@ -214,7 +226,7 @@ class Tuner:
         Blackwell (with x86 CPUs, as the model's CPU figures assume); none for the rest."""
         if algorithm == "tree":
             return TREE_CORRECTION[protocol.name][:23]
-        if algorithm == "nvls_tree" and span is not None and span.generation == "Blackwell":
+        if algorithm == "nvls_tree" and span is not None and span.nodes > 1 and span.generation == "Blackwell":
             return TREE_CORRECTION[protocol.name]
         return ()
 
