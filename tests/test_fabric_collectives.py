@@ -19,7 +19,6 @@ from tokenpath.fabric.collectives import (
     LOW_LATENCY_ALL_TO_ALL_S,
     NVLS_LATENCY_S,
     NVLS_LINK_EFFICIENCY,
-    PROTOCOLS,
     SCALEOUT_BW_EFFICIENCY,
     SCALEUP_BW_EFFICIENCY,
     AffineCost,
@@ -30,7 +29,7 @@ from tokenpath.fabric.fattree import FatTree
 from tokenpath.fabric.single_hop import FullMesh, Switch
 from tokenpath.fabric.topology import Traffic
 from tokenpath.fabric.torus import Mesh, Torus
-from tokenpath.fabric.tuner import TREE_ALL_REDUCE_EFFICIENCY
+from tokenpath.fabric.tuner import PROTOCOLS, TREE_ALL_REDUCE_EFFICIENCY
 
 BW = 450e9          # NVLink per direction
 LAT = 0.3e-6        # per link; a chip-to-chip hop through a switch is 2 links = 0.6 us

@@ -81,11 +81,11 @@ def test_channels_are_one_per_rail_doubled_as_nccl_doubles_them(generation, nic_
 
 def test_inside_a_node_the_tree_takes_its_efficiency_and_nothing_else():
     tuner = Tuner()
-    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, 100e9, False, None) == pytest.approx(92e9, rel=REL)
-    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, 100e9, False, None) == pytest.approx(92e9 * 7 / 9,
+    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, 100e9, 1, None) == pytest.approx(92e9, rel=REL)
+    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, 100e9, 1, None) == pytest.approx(92e9 * 7 / 9,
                                                                                                  rel=REL)
-    assert tuner.bandwidth_Bps("ring", "all_reduce", LL, 100e9, False, None) == pytest.approx(50e9, rel=REL)
-    assert tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, 100e9, True, None) == 100e9
+    assert tuner.bandwidth_Bps("ring", "all_reduce", LL, 100e9, 1, None) == pytest.approx(50e9, rel=REL)
+    assert tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, 100e9, 2, None) == 100e9
 
 
 def test_across_nodes_the_ceilings_bind_in_the_tuner_s_order():
@@ -93,20 +93,22 @@ def test_across_nodes_the_ceilings_bind_in_the_tuner_s_order():
     span = Span(nodes=4, ranks=32, rails=8, generation="Hopper", nic_Bps=50e9)
     fast = 1e12  # links faster than every ceiling
     # Tree: min(x .92, 8 x 36.0 GB/s), then LL128's min(x 120/128, 8 x 29.0), x .85, as bus bandwidth; x 1/2.
-    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, fast, span.nodes, span) == pytest.approx(
         8 * 29.0e9 * 0.85 / 2, rel=REL)
-    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, fast, span.nodes, span) == pytest.approx(
         8 * 36.0e9 * 0.85 / 2, rel=REL)
-    assert tuner.bandwidth_Bps("tree", "all_reduce", LL, fast, True, span) == pytest.approx(20.4e9 * 0.85 / 2, rel=REL)
+    assert tuner.bandwidth_Bps("tree", "all_reduce", LL, fast, span.nodes, span) == pytest.approx(
+        20.4e9 * 0.85 / 2, rel=REL)
     # The ring: LL's ceiling and LL128's per channel, x nRanks / nsteps of the op (all-gather: 32 / 31).
-    assert tuner.bandwidth_Bps("ring", "all_reduce", LL, fast, True, span) == pytest.approx(20.4e9 * 32 / 62, rel=REL)
-    assert tuner.bandwidth_Bps("ring", "all_gather", LL128, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("ring", "all_reduce", LL, fast, span.nodes, span) == pytest.approx(
+        20.4e9 * 32 / 62, rel=REL)
+    assert tuner.bandwidth_Bps("ring", "all_gather", LL128, fast, span.nodes, span) == pytest.approx(
         8 * 36.7e9 * 32 / 31, rel=REL)
-    assert tuner.bandwidth_Bps("ring", "all_gather", SIMPLE, fast, True, span) == fast
-    assert tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("ring", "all_gather", SIMPLE, fast, span.nodes, span) == fast
+    assert tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, fast, span.nodes, span) == pytest.approx(
         8 * 45.5e9 * 32 / 62, rel=REL)
     # Slow links: the physical rate binds, the protocol's share and the tree's factors still apply.
-    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, 100e9, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, 100e9, span.nodes, span) == pytest.approx(
         100e9 * 0.92 * 120 / 128 * 0.85, rel=REL)
 
 
@@ -146,15 +148,15 @@ def test_a100_nodes_take_ampere_s_ceilings(nodes, tree_GBps, tree_ll128_GBps, ri
     tuner, ranks, fast = Tuner(), 8 * nodes, 1e12
     span = Span(nodes=nodes, ranks=ranks, rails=8, generation="Ampere", nic_Bps=25e9)
     assert span.channels("ring") == span.channels("tree") == 8
-    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, fast, span.nodes, span) == pytest.approx(
         8 * tree_GBps * 1e9 * 0.85 / 2, rel=REL)
-    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, fast, span.nodes, span) == pytest.approx(
         min(8 * tree_GBps * 120 / 128, 8 * tree_ll128_GBps) * 1e9 * 0.85 / 2, rel=REL)
-    assert tuner.bandwidth_Bps("ring", "all_reduce", LL128, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("ring", "all_reduce", LL128, fast, span.nodes, span) == pytest.approx(
         8 * ring_ll128_GBps * 1e9 * ranks / (2 * (ranks - 1)), rel=REL)
     # Hopper's rows, which these nodes took when the fabric had no Ampere: 41.4 / 36.0, 36.7 / 29.0, 36.7 a channel
     hopper = Span(nodes=nodes, ranks=ranks, rails=8, generation="Hopper", nic_Bps=25e9)
-    assert tuner.bandwidth_Bps("ring", "all_reduce", LL128, fast, True, hopper) == pytest.approx(
+    assert tuner.bandwidth_Bps("ring", "all_reduce", LL128, fast, hopper.nodes, hopper) == pytest.approx(
         8 * 36.7e9 * ranks / (2 * (ranks - 1)), rel=REL)
 
 
@@ -192,10 +194,10 @@ def test_inside_one_node_ll_takes_the_ceiling_of_its_gpu_generation(chip, ll_max
     gather = c.costs("all_gather", [list(range(8))], "ring")
     assert 1 / gather["LL"].beta_s_per_byte == pytest.approx(ll_max_GBps * 1e9 * 8 / 7, rel=REL)
     span = Span(nodes=1, ranks=8, rails=0, generation=topology.generation, nic_Bps=0.0)
-    assert Tuner().bandwidth_Bps("tree", "all_reduce", LL, 1e13, False, span) == pytest.approx(
+    assert Tuner().bandwidth_Bps("tree", "all_reduce", LL, 1e13, 1, span) == pytest.approx(
         ll_max_GBps * 1e9 / 2, rel=REL)
     # inside a node nothing else of the tuner's binds: no per-channel ceiling, no x.85, no plateau
-    assert Tuner().bandwidth_Bps("tree", "all_reduce", SIMPLE, 1e13, False, span) == pytest.approx(1e13 * 0.92,
+    assert Tuner().bandwidth_Bps("tree", "all_reduce", SIMPLE, 1e13, 1, span) == pytest.approx(1e13 * 0.92,
                                                                                                    rel=REL)
     assert Tuner().latency_factor("ring", "all_reduce", SIMPLE, span) == 1.0
 
@@ -234,7 +236,7 @@ def test_blackwell_nodes_take_blackwell_s_ceilings_and_nvls_tree_s_correction():
 
 def test_groups_that_are_not_nccl_s_or_have_no_nodes_take_no_ceilings():
     # The hierarchical path (no algorithm of NCCL's): the Protocol table's shares of its links alone; a fat tree
-    # (no nodes): the same; nodes of full meshes (RCCL's, whose tuner has its own tables): the same.
+    # (no nodes): the same; nodes of full meshes built with no chip (no generation, so no row of NCCL's): the same.
     c = Collectives(nodes_of_8(2))
     group = [list(range(16))]
     hierarchical = c.costs("all_reduce", group, "hierarchical")

@@ -34,20 +34,22 @@ from tokenpath.config.assumptions import assumed, default
 
 @dataclass(frozen=True)
 class Protocol:
-    """One of NCCL's protocols for its ring and tree, as its tuner rates them (src/graph/tuning.cc,
-    ncclTopoTuneModel). Latency: BASE_LATENCY_S plus `base_extra_s` (the ring's, the tree's), and per step
-    the route's links, each at its own latency (the ring's LL: tuning.cc hwLatencies NVLINK 0.6 us a hop,
-    NET 2.7 us a route) times the step ratio of its kind (NVLink-class, network). Across nodes a step
-    inside a node and a step between nodes each take their own (Round.inter_steps), and a ring's step inside
-    a node takes at least NET_OVERHEAD_S times `net_overhead_factor`. Bandwidth: `ring_bandwidth` or
-    `tree_bandwidth` (inside one node, across nodes) of the links' achievable bandwidth."""
+    """One of the runtime's protocols for its ring and tree, as its tuner rates them (NCCL's, RCCL's
+    src/graph/tuning.cc, ncclTopoTuneModel). Latency: the runtime's base latency (collectives.BASE_LATENCY_S,
+    RCCL_BASE_LATENCY_S) plus `base_extra_s` (the ring's, the tree's), and per step the route's links, each
+    at its own latency (the ring's LL: NCCL's hwLatencies NVLINK 0.6 us a hop, RCCL's xGMI 0.8, NET 2.7 us a
+    route) times the step ratio of its kind (scale-up, network). Across nodes a step inside a node and a step
+    between nodes each take their own (Round.inter_steps), and a ring's step inside a node takes at least
+    NET_OVERHEAD_S times `net_overhead_factor`. Bandwidth: `ring_bandwidth` or `tree_bandwidth` (inside one
+    node, over 2 nodes, over more: the tuner's N1, N2, N4) of the links' achievable bandwidth; a share of 0:
+    the runtime does not run it there."""
 
     name: str
     base_extra_s: tuple[float, float]
     ring_step_ratio: tuple[float, float]
     tree_step_ratio: tuple[float, float]
     ring_bandwidth: float
-    tree_bandwidth: tuple[float, float]
+    tree_bandwidth: tuple[float, float, float]
     net_overhead_factor: float
 
 
@@ -57,13 +59,36 @@ class Protocol:
 # across nodes. A link's latency is the ring's LL step over it, so every ratio is over those: a tree's
 # network step under LL takes 5.0 / 2.7 of it. A ring's net overhead counts x3 under Simple.
 PROTOCOLS = (
-    Protocol("LL", (0.0, 6.8e-6 - 6.6e-6), (1.0, 1.0), (1.0, 5.0 / 2.7), 0.5, (1 / 3.8, 1 / 3.8), 1.0),
+    Protocol("LL", (0.0, 6.8e-6 - 6.6e-6), (1.0, 1.0), (1.0, 5.0 / 2.7), 0.5, (1 / 3.8,) * 3, 1.0),
     Protocol("LL128", (14.0e-6 - 6.6e-6,) * 2, (1.9 / 0.6, 4.0 / 2.7), (1.25 / 0.6, 8.5 / 2.7), 0.92,
-             (7 / 9, 120 / 128), 1.0),
-    Protocol("Simple", (8.4e-6 - 6.6e-6,) * 2, (3.4 / 0.6, 14.0 / 2.7), (4.0 / 0.6, 14.0 / 2.7), 1.0, (1.0, 1.0),
-             3.0),
+             (7 / 9, 120 / 128, 120 / 128), 1.0),
+    Protocol("Simple", (8.4e-6 - 6.6e-6,) * 2, (3.4 / 0.6, 14.0 / 2.7), (4.0 / 0.6, 14.0 / 2.7), 1.0,
+             (1.0,) * 3, 3.0),
 )
 SIMPLE = PROTOCOLS[-1]
+# RCCL, on AMD's GPUs, rates its protocols from tables of its own (ROCm/rccl src/graph/tuning.cc at 0cbce2a,
+# rocm-6.2/6.3; the LL and Simple figures are the same in its 2025 tuning.cc): the HIP build compiles out every
+# refinement of NCCL's above and below (the 0.5, 0.92, 1/3.8 shares, the per-channel and LL ceilings, the tree's
+# 0.92 and 0.85 and correction, the ring's plateau: `#if defined(__HIP_PLATFORM_AMD__)` takes its bwRatio
+# instead). Each platform RCCL recognises names one of its tuning models (src/graph/rome_models.cc
+# `tuning=`): the 8-GPU xGMI platforms of the CDNA3 chips (MI300X, MI325X: gfx942; rome_model_79 with no NICs,
+# _81 with 8, _84 with 16) take tuning_model_5. The generations RCCL runs on, by the model of theirs.
+RCCL_TUNING_MODELS = {"CDNA3": 5}
+# tuning_model_5: baseLat Ring and Tree {LL 12.0, LL128 12.0, Simple 17.0} us (collectives.RCCL_BASE_LATENCY_S:
+# the LL's); hwLat NVLINK (xGMI) Ring {0.8, -, 2.1}, Tree {0.9, -, 2.3} us, over the ring's LL step (xGMI's
+# hop, build.XGMI_HOP_LATENCY_S); bwRatio Ring {LL 0.08, Simple 1.00} over 2 nodes and more, Tree {0.06, 0.11}
+# over 2 nodes, {0.06, 0.59} over more, which the HIP build applies inside one node too (nNodes <= 2); and on
+# gfx94x (`IsArchMatch(..., "gfx94")`) no Tree under Simple inside one node. No LL128: RCCL enables it only
+# where the platform's model sets ll128Enabled (or RCCL_LL128_FORCE_ENABLE), which none of gfx942's does.
+# What the model does not take of RCCL's: its NET hwLat (Ring Simple 320 us a step, Tree 25) and its ring and
+# tree correction factors by size (tenths, 0.1 at most sizes): across nodes RCCL sets the protocol by size
+# (rccl_wrap.cc rcclUpdateCollectiveProtocol, the tuning model's llProtoRanges), so these weigh its choice
+# rather than rate a time; the network steps keep NCCL's ratios over the links' latency.
+RCCL_PROTOCOLS = (
+    Protocol("LL", (0.0, 0.0), (1.0, 1.0), (0.9 / 0.8, 5.0 / 2.7), 0.08, (0.06,) * 3, 1.0),
+    Protocol("Simple", (17.0e-6 - 12.0e-6,) * 2, (2.1 / 0.8, 14.0 / 2.7), (2.3 / 0.8, 14.0 / 2.7), 1.0,
+             (0.0, 0.11, 0.59), 3.0),
+)
 # The algorithms NCCL runs under every protocol, and the tuner's rows that price each: the hierarchical
 # path is ring steps inside the nodes and across them. The others run one way (NVLS and NVLSTree: Simple).
 PROTOCOL_ALGORITHMS = {"ring": "ring", "hierarchical": "ring", "tree": "tree"}
@@ -172,23 +197,35 @@ class Span:
 
 
 class Tuner:
-    """The tuner's factors and ceilings, with a run's assumptions read once (as Collectives reads its own)."""
+    """The runtime's tuner for chips of `generation` (catalog/chips.toml): RCCL's for those of
+    RCCL_TUNING_MODELS, NCCL's for the rest (its rows by generation only where NCCL_COMPUTE_CAPABILITY has
+    one; chips neither runs on take NCCL's generation-free figures); with a run's assumptions read once (as
+    Collectives reads its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, generation: str = "") -> None:
+        self.rccl = generation in RCCL_TUNING_MODELS
+        self.protocols = RCCL_PROTOCOLS if self.rccl else PROTOCOLS
         self.tree_all_reduce_efficiency = assumed("tree_all_reduce_efficiency", TREE_ALL_REDUCE_EFFICIENCY)
         self.tree_same_gpu_nic_efficiency = assumed("tree_same_gpu_nic_efficiency", TREE_SAME_GPU_NIC_EFFICIENCY)
         self.ring_simple_latency_plateau = assumed("ring_simple_latency_plateau", RING_SIMPLE_LATENCY_PLATEAU)
         self.ll_max_bus_bw_Bps = (assumed("ll_max_bus_bw_two_nodes_Bps", LL_MAX_BUS_BW_TWO_NODES_BPS),
                                   assumed("ll_max_bus_bw_more_nodes_Bps", LL_MAX_BUS_BW_MORE_NODES_BPS))
 
-    def bandwidth_Bps(self, algorithm: str, op: str, protocol: Protocol, links_Bps: float, across_nodes: bool,
+    def runs(self, algorithm: str, protocol: Protocol, nodes: int) -> bool:
+        """Whether the runtime runs `algorithm` under `protocol` over `nodes` nodes (its share there is not 0)."""
+        return self._share(algorithm, protocol, nodes) > 0
+
+    def bandwidth_Bps(self, algorithm: str, op: str, protocol: Protocol, links_Bps: float, nodes: int,
                       span: Span | None) -> float:
         """The bandwidth (bytes of the message a second) `algorithm` reaches under `protocol` where its flows'
-        busiest link allows `links_Bps`: `across_nodes`, the tuner's nNodes > 1 (it picks the tree's LL128
-        share); `span`, the group where the model knows its GPUs' generation (a scale-up domain's, a hierarchy's
-        nodes'), for the ceilings. In the tuner's order: a tree all-reduce's 0.92, the tree's ceiling per
-        channel, the protocol's share, its ceilings (LL; LL128 per channel), a tree's 0.85 for its pattern.
-        Inside one node only the LL ceiling applies (LL_MAX_BUS_BW_ONE_NODE_BPS)."""
+        busiest link allows `links_Bps`: `nodes`, the tuner's nNodes (1 inside a scale-up domain; it picks the
+        protocol's share); `span`, the group where the model knows its GPUs' generation (a scale-up domain's, a
+        hierarchy's nodes'), for the ceilings. In the tuner's order: a tree all-reduce's 0.92, the tree's
+        ceiling per channel, the protocol's share, its ceilings (LL; LL128 per channel), a tree's 0.85 for its
+        pattern. Inside one node only the LL ceiling applies (LL_MAX_BUS_BW_ONE_NODE_BPS). RCCL: the share
+        alone."""
+        if self.rccl:
+            return links_Bps * self._share(algorithm, protocol, nodes)
         across = span is not None and span.nodes > 1
         if algorithm == "nvls_tree":
             return min(links_Bps, self._ceiling_Bps(algorithm, "Simple", op, span)) if across else links_Bps
@@ -196,9 +233,9 @@ class Tuner:
             bw = links_Bps * self.tree_all_reduce_efficiency
             if across:
                 bw = min(bw, self._ceiling_Bps("tree", "any", op, span))
-            bw *= protocol.tree_bandwidth[across_nodes]
+            bw *= self._share(algorithm, protocol, nodes)
         else:
-            bw = links_Bps * protocol.ring_bandwidth
+            bw = links_Bps * self._share(algorithm, protocol, nodes)
         if span is None:
             return bw
         if not across:
@@ -214,21 +251,32 @@ class Tuner:
 
     def latency_factor(self, algorithm: str, op: str, protocol: Protocol, span: Span | None) -> float:
         """What the tuner multiplies a latency by: RING_SIMPLE_LATENCY_PLATEAU for a Simple ring all-reduce
-        across nodes, else 1."""
+        across nodes under NCCL, else 1."""
+        if self.rccl:
+            return 1.0
         across = span is not None and span.nodes > 1
         plateau = across and algorithm == "ring" and op == "all_reduce" and protocol.name == "Simple"
         return self.ring_simple_latency_plateau if plateau else 1.0
 
-    @staticmethod
-    def corrections(algorithm: str, protocol: Protocol, span: Span | None) -> tuple[float, ...]:
-        """The shares of its bandwidth `algorithm` reaches by size (AffineCost.corrections), as
+    def corrections(self, algorithm: str, protocol: Protocol, span: Span | None) -> tuple[float, ...]:
+        """The shares of its bandwidth `algorithm` reaches by size (AffineCost.corrections), as NCCL's
         ncclTopoGetAlgoTime takes them: the tree all-reduce's first 23 (to 256 MiB), NVLSTree's 24 on
-        Blackwell (with x86 CPUs, as the model's CPU figures assume); none for the rest."""
+        Blackwell (with x86 CPUs, as the model's CPU figures assume); none for the rest, nor under RCCL
+        (RCCL_PROTOCOLS: its own factors weigh its choice)."""
+        if self.rccl:
+            return ()
         if algorithm == "tree":
             return TREE_CORRECTION[protocol.name][:23]
         if algorithm == "nvls_tree" and span is not None and span.nodes > 1 and span.generation == "Blackwell":
             return TREE_CORRECTION[protocol.name]
         return ()
+
+    @staticmethod
+    def _share(algorithm: str, protocol: Protocol, nodes: int) -> float:
+        """The protocol's share of the links for `algorithm` over `nodes` nodes (the tuner's N1, N2, N4)."""
+        if algorithm == "tree":
+            return protocol.tree_bandwidth[min(nodes, 3) - 1]
+        return protocol.ring_bandwidth
 
     def _ceiling_Bps(self, algorithm: str, protocol: str, op: str, span: Span) -> float:
         """A per-channel ceiling on bus bandwidth times the channels, as bandwidth of the message."""
