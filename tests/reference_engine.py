@@ -452,13 +452,19 @@ class _Replica:
 
     def abort(self, i: int) -> bool:
         """End request i between steps with the tokens it has: out of the arrivals, the queue or the
-        running batch (its KV blocks freed). False if it had already finished."""
+        running batch (its KV blocks freed). False if it had already finished (under multi-step, perhaps
+        still in its window)."""
         run = self.running
         rows = np.flatnonzero(run.ids == i)
+        if len(rows) and run.left[rows[0]] == 0:  # multi-step: it has its last token, and leaves with its window
+            return False
         if len(rows):
             self.park(rows)
             self.retire(rows)
             run.keep(run.ids != i)
+            if self.window_left and not (self.running.decoding == 1).any():
+                # every sequence of the window aborted: it ends, its tokens so far leaving with nobody
+                self.window_left = self.window_tokens = self.window_events = 0
         elif i in self.waiting:
             self.waiting.remove(i)
         elif any(r == i for _, r in self.arrivals):

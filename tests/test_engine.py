@@ -316,13 +316,14 @@ def test_a_replica_says_when_its_next_step_starts_and_how_full_its_kv_cache_is()
 
 
 def state_of(replica, i):
-    """Where request i is in the fast engine, between steps."""
+    """Where request i is in the fast engine, between steps (finished: with its last token, if under multi-step
+    still in its window)."""
+    if replica.generated[i] >= replica.out[i]:
+        return "finished"
     if i in replica.decoding:
         return "decoding"
     if any(prefill.request == i for prefill in replica.prefills):
         return "prefilling"
-    if replica.generated[i] >= replica.out[i]:
-        return "finished"
     if i in replica.waiting:
         return "preempted" if replica.generated[i] else "waiting"
     return "arriving"
@@ -399,6 +400,29 @@ def test_aborting_the_last_running_request_frees_what_an_overlapped_scheduler_ha
         replica.step()
     assert replica.free_blocks == 10
     assert replica.rows.steps()["start_ns"].tolist() == [0, 50_000_000, 51_000_000]
+
+
+def test_an_abort_inside_a_multi_step_window_gives_back_the_windows_blocks_and_ends_a_window_it_empties():
+    """Multi-step: a decode window takes each sequence's KV blocks for all its steps at once. A request aborted
+    after the window's first step gives those back too, not only its context's; and a window left with no
+    sequence ends, so that a request arriving later is prefilled at once, not after the window's empty steps."""
+    spec = EngineSpec(scheduler="vllm-v0", chunked_prefill=False, num_scheduler_steps=4, block_size=4, max_num_seqs=8,
+                      max_num_batched_tokens=64)
+    replica = Replica(FixedCosts(base_s=1e-3), LastMile(NO_NETWORK), spec, 4 * 10)
+    replica.submit(7, 9, arrival_ns=0)
+    replica.submit(8, 3, arrival_ns=20_000_000)
+    replica.step()  # its prompt: 7 tokens in 2 blocks, and its first token
+    replica.step()  # the window's first step, which took a third block for the context's tokens 8 to 11
+    assert (replica.window_left, replica.free_blocks, list(replica.decoding)) == (3, 7, [0])
+    assert replica.abort(0)
+    assert (replica.window_left, replica.free_blocks) == (0, 10)  # (were: 3 steps left, and 9 blocks: one lost)
+    while not replica.idle:
+        replica.step()
+    steps = replica.rows.steps()
+    # the later request's prompt runs when it arrives (was: at 23 ms, after three empty steps of 0 tokens)
+    assert steps["start_ns"].tolist() == [0, 1_000_000, 20_000_000, 21_000_000, 22_000_000, 23_000_000, 24_000_000]
+    assert steps["tokens"].tolist() == [7, 1, 8, 1, 1, 1, 1]
+    assert replica.free_blocks == 10
 
 
 def test_aborts_in_every_state_match_the_reference():

@@ -27,3 +27,7 @@ class WindowHost:
         emitted, events = emitted + self.emitted, events + self.events
         self.emitted = self.events = 0
         return self.on_step(gpu_end_ns, emitted, events)
+
+    def drop(self) -> None:
+        """The window ended without a last step (every sequence in it aborted): its tokens so far go nowhere."""
+        self.emitted = self.events = 0

@@ -321,7 +321,9 @@ class Replica:
         """End request i now, between steps (a stop string, a client gone), as vLLM's abort does: it
         takes no part in the next step, which can give its batch slot and KV blocks to others. It
         keeps the tokens already made and from then on counts as finished with them (`out[i]`
-        becomes `generated[i]`). Returns False if it had already finished (or been aborted).
+        becomes `generated[i]`). Returns False if it had already finished (or been aborted). Under
+        multi-step, one decoding inside a window gives back the blocks the window took for it too, and
+        a window it leaves empty ends at once (`_end_window`).
 
         O(1) Python work, plus a C-level scan of the queue (or arrivals) holding a waiting (or
         arriving) request."""
@@ -329,11 +331,16 @@ class Replica:
             return False
         prefill = next((prefill for prefill in self.prefills if prefill.request == i), None)
         if i in self.decoding:  # its entry in finishing_at goes stale (see Decoding.still_due)
+            first, context0, _, _ = self.decoding[i]
             blocks = None
             if self.held is not None:
                 blocks = self.held.held(i)
                 self.held.leave(i)
-            self._release(i, self._stop_decoding(i, self.tick - self.decoding[i][0]), blocks)
+            elif self.window_left:  # mid-window: it holds the blocks its window took for the steps still to run
+                blocks = -(-(context0 + self.tick + self.window_left - first) // self.block)
+            self._release(i, self._stop_decoding(i, self.tick - first), blocks)
+            if self.window_left and not self.decoding:
+                self._end_window()  # (nothing is left to run its steps)
         elif prefill is not None:
             self._release(i, 0, prefill.blocks)
             self.prefills.remove(prefill)
@@ -1005,6 +1012,14 @@ class Replica:
         if self.keeps is not None and self.prefix is None:
             self.prefix = PrefixCache(self.block, self.free_blocks)
         self.free_blocks += blocks if self.prefix is None else self.prefix.release(i, blocks, kept_tokens)
+
+    def _end_window(self) -> None:
+        """Multi-step: every sequence of the open window was aborted. The window ends now, so that the next
+        batch is formed at once rather than after empty steps; its tokens so far, all the aborted requests',
+        leave with nobody."""
+        self.window_left = 0
+        self.window_host.drop()
+        self.rows.drop_window()
 
     def _host_window(self, gpu_end_ns: int, logits: int, events: int) -> tuple[int, int, int, int]:
         """Multi-step: the window's tokens leave when it ends, less the dropped ones of sequences already done."""

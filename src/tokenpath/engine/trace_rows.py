@@ -85,6 +85,11 @@ class TraceRows:
         if window_ends:
             self._window_emitters = []
 
+    def drop_window(self) -> None:
+        """A multi-step window ended without a last step (every sequence in it aborted): its steps' emitters
+        are dropped, none of their tokens to leave."""
+        self._window_emitters = []
+
     def steps(self) -> dict[str, np.ndarray]:
         """Per-step columns as arrays, keyed by STEP_FIELDS; a step inside a multi-step window leaves
         its tokens when the window's last step does, with that step's time in the front end."""
