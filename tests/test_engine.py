@@ -5,6 +5,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+from engine_state import replica_leftovers
 from reference_engine import reference_engine
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
@@ -329,12 +330,13 @@ def state_of(replica, i):
     return "arriving"
 
 
-def run_with_aborts(scheduled_ns, inputs, outputs, costs, host, spec, kv_capacity_tokens, cached, aborts, states=None):
+def run_with_aborts(scheduled_ns, inputs, outputs, costs, host, spec, kv_capacity_tokens, cached, aborts, states=None,
+                    prefixes=None):
     """run_engine's open loop, calling `Replica.abort` for the requests due just before each step
-    (noting each one's state in `states`)."""
+    (noting each one's state in `states`); once idle, the replica holds nothing any request left."""
     replica = Replica(costs, host, spec, kv_capacity_tokens)
     upload = np.array([host.upload_ns(int(p)) for p in inputs], dtype=np.int64)
-    replica.submit_all(inputs, outputs, scheduled_ns + upload, upload, cached)
+    replica.submit_all(inputs, outputs, scheduled_ns + upload, upload, cached, prefixes)
     returned = []
     most_steps = 2 * int(inputs.sum() + outputs.sum()) + 1000  # an engine that stops making progress fails
     while not replica.idle:
@@ -345,34 +347,36 @@ def run_with_aborts(scheduled_ns, inputs, outputs, costs, host, spec, kv_capacit
         returned += [replica.abort(i) for i in due]
         if not replica.idle:
             replica.step()
-    assert replica.free_blocks == kv_capacity_tokens // spec.block_size  # every block came back
+    assert replica_leftovers(replica) == []  # every block, slot and reference came back
     return trace_of(replica, scheduled_ns.tolist(), list(replica.out), kv_capacity_tokens), returned
 
 
 ABORT_COSTS = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5)
 
 
-def draw_abort_steps(rng, share, scheduled, inputs, outputs, spec, kv_tokens, cached, delivery):
+def draw_abort_steps(rng, share, scheduled, inputs, outputs, spec, kv_tokens, cached, delivery, costs=ABORT_COSTS,
+                     prefixes=None):
     """For each request, with probability `share`, a step to abort it before (-1: never), drawn over
     the steps the same workload takes without aborts."""
-    args = (scheduled, inputs, outputs, ABORT_COSTS, LastMile(delivery), spec, kv_tokens, cached, {})
-    steps = len(run_with_aborts(*args)[0].step_start_ns)
+    args = (scheduled, inputs, outputs, costs, LastMile(delivery), spec, kv_tokens, cached, {})
+    steps = len(run_with_aborts(*args, prefixes=prefixes)[0].step_start_ns)
     return np.where(rng.random(len(inputs)) < share, rng.integers(0, steps + 2, len(inputs)), -1)
 
 
-def assert_aborts_match(scheduled, inputs, outputs, spec, kv_tokens, cached, delivery, abort_steps):
+def assert_aborts_match(scheduled, inputs, outputs, spec, kv_tokens, cached, delivery, abort_steps, costs=ABORT_COSTS,
+                        prefixes=None):
     """Abort request i just before step abort_steps[i] (-1: never) in both engines and compare the
     traces and what each abort returned; the states the aborted requests were in."""
-    args = (scheduled, inputs, outputs, ABORT_COSTS)
+    args = (scheduled, inputs, outputs, costs)
     aborts: dict[int, list[int]] = {}
     for i, step in enumerate(abort_steps):
         if step >= 0:
             aborts.setdefault(step, []).append(i)
     states: list[str] = []
-    fast, fast_returned = run_with_aborts(*args, LastMile(delivery), spec, kv_tokens, cached, aborts, states)
+    fast, fast_returned = run_with_aborts(*args, LastMile(delivery), spec, kv_tokens, cached, aborts, states, prefixes)
     slow_returned: list[bool] = []
     slow = reference_engine(*args, LastMile(delivery), spec, kv_tokens, cached_tokens=cached, aborts=aborts,
-                            abort_results=slow_returned)
+                            abort_results=slow_returned, prefixes=prefixes)
     assert_same_trace(fast, slow)
     assert fast_returned == slow_returned == [state != "finished" for state in states]
     return states
@@ -437,6 +441,17 @@ def test_aborts_in_every_state_match_the_reference():
     assert set(states) == {"arriving", "waiting", "prefilling", "decoding", "preempted", "finished"}
 
 
+# Every profile serve runs, with and without the settings that change what an abort finds: an overlapped
+# scheduler (finished requests it has not taken in), multi-step windows, prefix caching (what a preempted request
+# left cached), mixed chunks.
+ABORT_PROFILES = [{}, {"host_overlap": False}, {"prefix_caching": False}, {"scheduler": "vllm-v0"},
+                  {"scheduler": "vllm-v0", "chunked_prefill": False, "num_scheduler_steps": 3},
+                  {"scheduler": "prefill-first"}, {"scheduler": "prefill-first", "host_overlap": False},
+                  {"scheduler": "prefill-first", "num_scheduler_steps": 3},
+                  {"scheduler": "prefill-first", "mixed_chunk": True, "chunked_prefill": True},
+                  {"scheduler": "trtllm"}, {"scheduler": "trtllm", "kv_admission": "on_demand"}]
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     n=st.integers(1, 40),
@@ -447,26 +462,33 @@ def test_aborts_in_every_state_match_the_reference():
     chunked=st.booleans(),
     prefilled=st.booleans(),
     share=st.sampled_from([0.2, 0.5, 1.0]),
-    profile=st.sampled_from([{}, {"scheduler": "prefill-first"}, {"scheduler": "trtllm"},
-                             {"scheduler": "trtllm", "kv_admission": "on_demand"}]),
+    profile=st.sampled_from(ABORT_PROFILES),
     seed=st.integers(0, 2**16),
 )
 # The last running request is aborted the step after another finished: an overlapped scheduler must take in
 # that one's outputs (its KV blocks) then, with nothing left to run, or they stay held while it idles.
 @example(n=30, interval=1, max_seqs=8, budget=64, kv_blocks=31, chunked=True, prefilled=True, share=1.0,
          profile={}, seed=105)
+# Multi-step: a request aborted inside a window gives back the blocks the window took for it, and a window it
+# leaves empty ends (test_an_abort_inside_a_multi_step_window_...); one that has made its last token inside the
+# open window has finished, its abort a no-op, and leaves with the window.
+@example(n=6, interval=1, max_seqs=8, budget=64, kv_blocks=30, chunked=False, prefilled=False, share=1.0,
+         profile=ABORT_PROFILES[4], seed=0)
+@example(n=6, interval=1, max_seqs=8, budget=64, kv_blocks=30, chunked=False, prefilled=False, share=1.0,
+         profile=ABORT_PROFILES[7], seed=1)
 def test_random_aborts_give_the_same_trace_in_both_engines(
         n, interval, max_seqs, budget, kv_blocks, chunked, prefilled, share, profile, seed):
     # Requests aborted before random steps (arriving, queued, prefilling, decoding, preempted or done):
     # both engines keep the tokens made, free the same blocks and run the rest identically.
     rng = np.random.default_rng(seed)
     block = 16
-    inputs, outputs = random_lengths(rng, n, budget, block, kv_blocks, chunked)
+    settings_ = {"chunked_prefill": chunked, **profile}
+    inputs, outputs = random_lengths(rng, n, budget, block, kv_blocks, settings_["chunked_prefill"])
     scheduled = np.rint(np.sort(rng.uniform(0, 0.02, n)) * 1e9).astype(np.int64)
     cached = rng.integers(0, inputs) if prefilled else np.zeros(n, np.int64)
     delivery = DeliverySpec(stream_interval=interval, detokenize_per_token=2e-5)
-    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs),
-                      chunked_prefill=chunked, block_size=block, **profile)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=block,
+                      **settings_)
     workload = (scheduled, inputs, outputs, spec, block * kv_blocks, cached, delivery)
     assert_aborts_match(*workload, draw_abort_steps(rng, share, *workload))
 
@@ -1026,6 +1048,44 @@ def test_vllm_s_held_drafts_slots_match_the_straightforward_reference_exactly(
     args = (np.rint(arrivals * 1e9).astype(np.int64), inputs, outputs, costs)
     fast, slow = both_engines(args, NO_NETWORK, spec, block * kv_blocks, concurrency, None)
     assert fast.preemptions == slow.preemptions
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    n=st.integers(1, 30),
+    max_seqs=st.sampled_from([1, 2, 8, 64]),
+    budget=st.sampled_from([64, 256]),
+    kv_blocks=st.integers(20, 120),
+    chunked=st.booleans(),
+    profile=st.sampled_from([{}, {"host_overlap": False}, {"scheduler": "prefill-first"}, {"scheduler": "trtllm"},
+                             {"scheduler": "trtllm", "kv_admission": "on_demand"}, {"method": "eagle"},
+                             {"method": "ngram", "host_overlap": False}]),
+    drafts=st.integers(1, 4),
+    acceptance=st.sampled_from([0.0, 0.5, 1.0]),
+    share=st.sampled_from([0.3, 1.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_aborts_under_speculative_decoding_give_the_same_trace_in_both_engines(
+        n, max_seqs, budget, kv_blocks, chunked, profile, drafts, acceptance, share, seed):
+    """Requests aborted before random steps while sequences verify drafts (finishing short of a step's advance,
+    under vLLM V1 with a drafter in its table holding the drafts' slots): the same trace in both engines, and
+    every block back once idle."""
+    rng = np.random.default_rng(seed)
+    block = 16
+    settings_ = {key: value for key, value in profile.items() if key != "method"}
+    if "method" in profile:
+        settings_["speculative"] = SpeculativeSpec(method=profile["method"], num_speculative_tokens=drafts)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=block,
+                      chunked_prefill=chunked, **settings_)
+    hold = spec.draft_hold()
+    room = (min(budget, block * kv_blocks) if not chunked else min(800, block * kv_blocks))
+    room -= drafts + (0 if hold is None else hold.beyond_last_token + 2)
+    inputs = rng.integers(1, max(2, room // 2), n)
+    outputs = rng.integers(1, max(2, room - inputs.max()), n)
+    scheduled = np.rint(np.sort(rng.uniform(0, 0.02, n)) * 1e9).astype(np.int64)
+    costs = SpeculativeCosts(drafts, acceptance, seed, base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5)
+    workload = (scheduled, inputs, outputs, spec, block * kv_blocks, np.zeros(n, np.int64), NO_NETWORK)
+    assert_aborts_match(*workload, draw_abort_steps(rng, share, *workload, costs=costs), costs=costs)
 
 
 @pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm-v0", "prefill-first", "trtllm"])

@@ -6,7 +6,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from reference_engine import reference_engine
-from test_engine import NO_NETWORK, PROFILES, FixedCosts, assert_same_trace
+from test_engine import NO_NETWORK, PROFILES, FixedCosts, assert_aborts_match, assert_same_trace, draw_abort_steps
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.cluster import run_cluster
@@ -72,6 +72,37 @@ def test_prefix_caching_matches_the_block_by_block_reference(
     fast = run_engine(*args, LastMile(delivery), spec, BLOCK * kv_blocks, concurrency, prefixes=prefixes)
     slow = reference_engine(*args, LastMile(delivery), spec, BLOCK * kv_blocks, concurrency, prefixes=prefixes)
     assert_same_trace(fast, slow)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    n=st.integers(1, 30),
+    profile=st.sampled_from(["vllm-v1", *PROFILES]),
+    max_seqs=st.sampled_from([1, 4, 64]),
+    budget=st.sampled_from([64, 100]),
+    kv_blocks=st.integers(30, 150),
+    chunked=st.booleans(),
+    families=st.integers(1, 3),
+    segment_tokens=st.sampled_from([16, 40]),
+    share=st.sampled_from([0.3, 1.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_aborts_of_requests_sharing_prefixes_match_the_block_by_block_reference(
+        n, profile, max_seqs, budget, kv_blocks, chunked, families, segment_tokens, share, seed):
+    """Requests sharing prefix segments aborted before random steps (holding shared segments, or waiting with
+    what their preemption left cached): the same trace in both engines, and once idle no reference held."""
+    settings_, longest = _profile(profile, chunked, budget, kv_blocks)
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(1, max(2, longest // 2), n)
+    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    prefixes = random_prefixes(rng, inputs, families, segment_tokens)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=BLOCK,
+                      **settings_)
+    scheduled = np.rint(np.sort(rng.uniform(0, 0.02, n)) * 1e9).astype(np.int64)
+    workload = (scheduled, inputs, outputs, spec, BLOCK * kv_blocks, np.zeros(n, np.int64),
+                DeliverySpec(stream_interval=2, detokenize_per_token=2e-5))
+    abort_steps = draw_abort_steps(rng, share, *workload, prefixes=prefixes)
+    assert_aborts_match(*workload, abort_steps, prefixes=prefixes)
 
 
 @pytest.mark.parametrize("profile", ["vllm-v1", *PROFILES])
