@@ -90,6 +90,31 @@ def test_other_scheduler_profiles_stream_every_token(engine):
     assert chunks[-1]["usage"]["completion_tokens"] == 21
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
 
+def test_under_multi_step_a_stop_string_ends_the_count_at_the_token_that_completed_it():
+    # vLLM V0's windows of 8 steps leave the server together: a response a stop string ended in a window's first
+    # steps must take none of its later tokens. It took them, and a whole answer counted them (9 tokens for
+    # " read it", the 3 a single-step engine and the stream count).
+    request = {"model": "m", "prompt": "Tell me", "max_tokens": 60, "seed": 11, "stop": ["."]}
+
+    async def body(url, session):
+        answers = []
+        for extra in ({"stream": False}, {"stream": True, "stream_options": {"include_usage": True}}):
+            async with session.post(f"{url}/v1/completions", json={**request, **extra}) as response:
+                if extra["stream"]:
+                    chunks = [json.loads(data) for _, data in (await read_events(response))[:-1]]
+                    choices = [chunk["choices"][0] for chunk in chunks if chunk["choices"]]
+                    answers.append(("".join(c["text"] for c in choices), choices[-1]["finish_reason"],
+                                    chunks[-1]["usage"]["completion_tokens"]))
+                else:
+                    reply = await response.json()
+                    answers.append((reply["choices"][0]["text"], reply["choices"][0]["finish_reason"],
+                                    reply["usage"]["completion_tokens"]))
+        return answers
+
+    multi_step = {"engine.scheduler": "vllm-v0", "engine.chunked_prefill": False, "engine.num_scheduler_steps": 8}
+    assert serve(**multi_step)(body) == serve()(body) == [(" read it", "stop", 3)] * 2
+
+
 def test_chat_streams_a_role_first_and_never_leaks_a_stop_string():
     async def body(url, session):
         request = {"model": "m", "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 400,

@@ -98,11 +98,13 @@ class LiveEngine:
 
     def _release(self, released: list[list[int]], finished: list[int]) -> None:
         """Tokens leave the server (one step's, or a multi-step window's, one step at a time): detokenize,
-        filter and frame them for their clients."""
+        filter and frame them for their clients. A response a stop string ended in one of a window's steps
+        takes no tokens from its later ones: it ended with the token that completed the stop string."""
         responses = self.responses
         ended = []
         for emitters in released:
-            ended += self.output.step([r for handle in emitters if (r := responses.get(handle)) is not None])
+            ended += self.output.step([r for handle in emitters
+                                       if (r := responses.get(handle)) is not None and not r.ended])
         for handle in finished:
             response = responses.pop(handle, None)
             if response is not None:
