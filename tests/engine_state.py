@@ -14,7 +14,8 @@ def replica_leftovers(replica) -> list[str]:
 
     held("arrivals (on their way to the engine)", list(replica.arrivals), [])
     held("at the front end", list(replica.at_front), [])
-    held("waiting", list(replica.waiting), [])
+    queues = replica.waiting.queues if replica.ranks > 1 else [replica.waiting]
+    held("waiting", [i for queue in queues for i in queue], [])
     held("decoding", list(replica.decoding), [])
     held("prefilling", [prefill.request for prefill in replica.prefills], [])
     held("finished, outputs not taken in", replica.unseen, [])
