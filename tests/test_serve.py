@@ -444,6 +444,38 @@ def test_a_steps_release_timer_releases_that_step_and_not_the_one_formed_since(m
     assert not engine.unreleased
 
 
+def test_an_idle_engine_forms_no_batch_before_its_next_arrival_so_a_request_that_arrives_first_runs_first(
+        monkeypatch):
+    # A request 300 ms on its way (a large body), then 5 ms later one with no way to go: the second reaches the
+    # engine first and, the engine idle, runs at once. The engine stepped as soon as the first was submitted,
+    # forming its batch at that request's arrival, ahead of the wall clock: the second ran after it (it waited
+    # 300 ms less the 5, and the first's step).
+    from tokenpath.sim.deployment import build_deployment
+
+    monkeypatch.setattr(live, "Replica", lambda *args, **kwargs: Replica(*args, **{**kwargs, "keep_rows": True}))
+    scenario = load_scenario("typical", FAST)
+
+    async def main():
+        engine = LiveEngine(scenario, build_deployment(scenario), Detokenizer.load(None))
+        task = asyncio.create_task(engine.run())
+        ids = np.arange(100, 105)
+        late, early = (new_response(Ask("completions", "m", prompt, 5, False, False), ids) for prompt in (40, 30))
+        engine.submit(late, 300_000_000)
+        await asyncio.sleep(0.005)
+        engine.submit(early, 0)
+        for response in (late, early):
+            while await response.queue.get() is not None:
+                pass
+        task.cancel()
+        return engine.replica
+
+    replica = asyncio.run(main())
+    steps, (late_ns, early_ns) = replica.rows.steps(), list(replica.requests.arrival)
+    assert early_ns < late_ns
+    assert steps["start_ns"][0] == early_ns and steps["tokens"][0] == 30  # (was: late_ns, 40)
+    assert late_ns in steps["start_ns"].tolist()  # the first reached an idle engine too, and ran at once
+
+
 def test_requests_ended_early_leave_the_engine_at_once_and_later_requests_run_as_on_an_idle_server(monkeypatch):
     # 64 requests for 2,000 tokens ended by a stop string, and 64 whose clients leave: mid-stream,
     # before their first token, or a non-streaming client timing out.

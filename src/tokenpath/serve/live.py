@@ -9,7 +9,9 @@ longer than the step), tokens go out late but the engine's timeline does not dri
 still starts when the last one ended.
 
 A request that ends early (a stop string, its client gone) is aborted in the engine at once, so the
-next step neither computes it nor holds its KV cache.
+next step neither computes it nor holds its KV cache. An engine with nothing to run waits for the wall
+clock to reach the next arrival before it forms a batch: a request submitted meanwhile can arrive first
+(a shorter upload), and one whose client leaves on its way never runs.
 """
 
 from __future__ import annotations
@@ -79,6 +81,16 @@ class LiveEngine:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
+            if not replica.busy:  # nothing to run before a request on its way arrives: wait until it does (or
+                # for a request submitted meanwhile, which can arrive first) rather than form its batch early
+                due_s = (self.start_ns + replica.next_step_ns() - self.clock_ns()) / 1e9
+                if due_s > 0:
+                    self.wake.clear()
+                    try:
+                        await asyncio.wait_for(self.wake.wait(), due_s)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
             finished = replica.step()
             step = replica.num_steps - 1
             self.unreleased.append((step, replica.last_leave_ns, replica.rows.released, finished))
