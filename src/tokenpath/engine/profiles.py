@@ -35,7 +35,7 @@ from tokenpath.engine.cuda_graphs import (
     sglang_prefill_graph_tokens,
     trtllm_unpadded_graph_sizes,
 )
-from tokenpath.engine.draft_slots import vllm_lookahead_tokens
+from tokenpath.engine.draft_slots import DraftHold, sglang_draft_hold, vllm_draft_hold
 from tokenpath.engine.eager_launches import (
     SGLANG_FUSED_MXFP4_MOE_CALLS,
     TRTLLM_PYTORCH,
@@ -213,10 +213,11 @@ class Profile:
     # release, unless [engine] says (engine/speculative.py; None: a drafter leaves the host as it is)
     speculative_max_running: Callable[[str | None], int] | None
     speculative_overlap: Callable[[str, str | None], bool] | None
-    # With speculative decoding on, where the engine keeps a running request's drafts' KV slots from step to
-    # step: the lookahead tokens it holds beyond a verify step's, for a drafter method and its drafts a step
-    # (engine/draft_slots.py); None: it frees the rejected drafts' slots after each step.
-    draft_lookahead: Callable[[str, int], int] | None
+    # With speculative decoding on, what a running request's block table holds of its drafts' KV slots from step
+    # to step, for a drafter method, its drafts a step and whether a step is scheduled before the one before it
+    # returns (engine/draft_slots.py); None, or a rule that gives None: it frees the rejected drafts' slots
+    # after each step.
+    draft_hold: Callable[[str, int, bool], DraftHold | None] | None
     # Where the engine sets its running requests from its KV cache when not told (max_num_seqs left out):
     # the rule of a worker's pool tokens and the model's context length (engine/batch_limits.py).
     running_from_kv: Callable[[int, int], int] | None
@@ -411,7 +412,7 @@ PROFILES: dict[str, Profile] = {
         speculative_max_running=None,
         speculative_overlap=vllm_keeps_async_scheduling,
         # Every verify token's slot and num_lookahead_tokens more, kept until the request ends (engine/draft_slots.py).
-        draft_lookahead=vllm_lookahead_tokens,
+        draft_hold=vllm_draft_hold,
         running_from_kv=None,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
@@ -506,7 +507,7 @@ PROFILES: dict[str, Profile] = {
         batch_limits=vllm_v0_batch_limits,
         speculative_max_running=None,
         speculative_overlap=None,
-        draft_lookahead=None,  # V0's speculative decoding is not read here
+        draft_hold=None,  # V0's speculative decoding is not read here
         running_from_kv=None,
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
@@ -634,9 +635,9 @@ PROFILES: dict[str, Profile] = {
         # with n-gram drafts, turns its overlap scheduler off (engine/speculative.py).
         speculative_max_running=sglang_speculative_max_running,
         speculative_overlap=sglang_keeps_overlap,
-        # Its V1 worker frees a verify step's rejected slots; its V2 worker over-allocates by another rule
-        # (engine/draft_slots.py), not modelled.
-        draft_lookahead=None,
+        # Its V1 worker frees a verify step's rejected slots; its V2 worker, with the overlap scheduler, keeps its
+        # committed tokens and 2 x alloc_len_per_decode more until the request ends (engine/draft_slots.py).
+        draft_hold=sglang_draft_hold,
         running_from_kv=sglang_max_running_requests,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         # Weight absorption came with v0.3 ("SGLang v0.3 Release: 7x Faster DeepSeek MLA", lmsys.org,
@@ -762,7 +763,7 @@ PROFILES: dict[str, Profile] = {
         batch_limits=trtllm_batch_limits,  # trtllm-serve's: 2048 requests, 8192 tokens a step
         speculative_max_running=None,
         speculative_overlap=trtllm_keeps_overlap,
-        draft_lookahead=None,  # it rewinds a request's rejected drafts after each step (engine/draft_slots.py)
+        draft_hold=None,  # it rewinds a request's rejected drafts after each step (engine/draft_slots.py)
         running_from_kv=None,
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,

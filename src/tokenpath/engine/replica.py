@@ -202,7 +202,7 @@ class Replica:
         if hold is not None and hold.width != self.width:
             raise ValueError(f"the engine's table drafts {hold.width - 1} tokens a step, the costs {self.width - 1}")
         self.held = None if hold is None else HeldDrafts(hold, self.block, self.decoding)
-        self.chunk_lookahead = 0 if hold is None else hold.lookahead
+        self.chunk_lookahead = 0 if hold is None else hold.chunk_lookahead
         self.finish_blocks: dict[int, int] = {}  # holding: the blocks of each sequence finishing in the step
         self.completing_blocks: dict[int, int] = {}  # ... and of each finishing its prompt
 
@@ -542,7 +542,7 @@ class Replica:
         preempting when they do not fit. Returns the decoding sequences taking part."""
         window = self.window
         ticks = window if window > 1 else self.advance  # (multi-step and speculative decoding never meet)
-        new_blocks = self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)
+        new_blocks = self._decode_blocks(d, ticks)
         if new_blocks > self.free_blocks:
             new_blocks = self._preempt(d, new_blocks, ticks)
         self.free_blocks -= new_blocks
@@ -764,10 +764,12 @@ class Replica:
         paused = [i for i in self.decoding if rank_of[i] in ranks]
         pause = self.decoders.pause
         context_sum = events = 0
+        held = self.held
         for i in paused:
+            taken = None if held is None else held.pause(i)  # (holding drafts' slots: what the step took for it)
             context = pause(i, d, ticks)
             context_sum += context
-            self.free_blocks += (context + ticks - 1) // block - (context - 1) // block
+            self.free_blocks += (context + ticks - 1) // block - (context - 1) // block if taken is None else taken
             if interval > 1 and (ticks - self.generated[i]) % interval == 0:
                 events += 1  # (its new start, d + ticks, puts it on tick d's events: Decoding's event_due)
         self.paused_context, self.paused_events = context_sum, events

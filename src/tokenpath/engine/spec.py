@@ -302,7 +302,7 @@ class EngineSpec(BaseModel):
         its last block. vLLM refuses to start where its longest request does not fit the cache."""
         cache_tokens = kv_capacity_tokens // self.block_size * self.block_size
         if self.kv_admission != "reserve":
-            hold = self.draft_hold()  # (an engine that keeps drafts' slots holds more at the last step)
+            hold = self.draft_hold()  # (an engine that keeps drafts' slots holds more past the last token)
             return cache_tokens + 1 - (0 if hold is None else hold.beyond_last_token)
         if drafts is None:
             drafts = 0 if self.speculative is None else self.speculative.num_speculative_tokens
@@ -310,13 +310,12 @@ class EngineSpec(BaseModel):
 
     def draft_hold(self) -> DraftHold | None:
         """What a decoding sequence holds for its drafts where this engine keeps their KV slots from step to
-        step (Profile.draft_lookahead, engine/draft_slots.py); None without a drafter, or where it frees them."""
-        lookahead = self.profile.draft_lookahead
-        if self.speculative is None or lookahead is None:
+        step (Profile.draft_hold, engine/draft_slots.py); None without a drafter, or where it frees them."""
+        rule = self.profile.draft_hold
+        if self.speculative is None or rule is None:
             return None
-        drafts = self.speculative.num_speculative_tokens
-        return DraftHold(drafts + 1, lookahead(self.speculative.method, drafts),
-                         host_overlapped(self.scheduler, self.host_overlap))
+        return rule(self.speculative.method, self.speculative.num_speculative_tokens,
+                    host_overlapped(self.scheduler, self.host_overlap))
 
     @property
     def step_bounds_prompts(self) -> bool:
