@@ -117,18 +117,22 @@ class Rules:
     # Decoding sequences a step: at most as many as the token budget holds at their query tokens each, the
     # others waiting (TensorRT-LLM's micro-batch scheduler); False: max_num_seqs, the budget covering them all.
     budget_caps_decodes: bool = False
+    # Decoding sequences whose query tokens pass the token budget, in running order: "run" all the same; the
+    # first that does not fit and those after "wait" a step (TensorRT-LLM's micro-batch scheduler); or that first
+    # one runs the budget left, its drafts trimmed, and those after wait ("trim": vLLM V1's scheduler).
+    past_budget: str = "run"
 
 
 RULES = {
     "vllm-v1": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=False, headroom=False, overlapped=False,
-                     keeps="computed", hold=_vllm_hold),
+                     keeps="computed", hold=_vllm_hold, past_budget="trim"),
     "vllm-v0": Rules(prefills_alone=lambda spec: not spec.chunked_prefill, chunk_in_blocks=False, headroom=False,
                      overlapped=False, keeps="computed"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
                            overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True,
                            fewest_outputs_first=True, waits_for_a_leave=True, hold=_sglang_hold),
     "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
-                    keeps=None, budget_caps_decodes=True),
+                    keeps=None, budget_caps_decodes=True, past_budget="wait"),
 }
 
 
@@ -364,6 +368,7 @@ class _Replica:
         self.max_seqs = spec.max_num_seqs  # the sequences running at once
         if rules.budget_caps_decodes:
             self.max_seqs = min(spec.max_num_seqs, spec.max_num_batched_tokens // self.width)
+        self.past_budget = rules.past_budget
         # Holding drafts' slots (Rules.hold): each decoding sequence's block table reaches past its context, or
         # lagged, where it ran in the step before, past that step's context (`decoded_from`: the context its last
         # decode step started at; `ran`: the tokens it ran in the step before, 0 where it took no part).
@@ -556,30 +561,39 @@ class _Replica:
         budget = self.spec.max_num_batched_tokens
         need = run.target - run.computed
         # What each takes of the budget: a prompt what it needs, a decoding sequence its one token or,
-        # under speculative decoding, its `width` query tokens (every decoding sequence, even past the
-        # budget).
+        # under speculative decoding, its `width` query tokens (`query`); past the budget (Rules.past_budget)
+        # every decoding sequence all the same, or the first that does not fit its drafts trimmed to the rest or
+        # none, and those after none.
         speculating = self.acceptance is not None
         decoding = run.decoding == 1 if speculating else None
         cost = np.where(decoding, self.width, need) if speculating else need
+        query = np.where(decoding, self.width, 0) if speculating else None
         if int(cost.sum()) <= budget:
             num = need.copy()
         else:
-            num = np.minimum(np.maximum(budget - (np.cumsum(cost) - cost), 0), need)
+            left = budget - (np.cumsum(cost) - cost)  # what each row finds left of the budget
+            num = np.minimum(np.maximum(left, 0), need)
             cut = num < need
             num[cut] -= num[cut] % self.chunk_unit
-            if speculating:
+            if speculating and self.past_budget == "run":
                 num[decoding] = need[decoding]
+            elif speculating:
+                fits = np.clip(left, 0, self.width) if self.past_budget == "trim" else \
+                    np.where(left >= self.width, self.width, 0)
+                query = np.where(decoding, fits, 0)
+                num[decoding] = np.where(query > 0, need, 0)[decoding]
         partial = bool((num < need).any())
         # KV blocks: a decoding sequence's for the `advance` tokens it may gain, a prompt's for its chunk.
-        ahead = np.where(decoding, self.advance, num) if speculating else num
-        query = np.where(decoding, self.width, 0) if speculating else None
+        ahead = np.where(decoding, np.minimum(self.advance, query), num) if speculating else num
         preempted = self.grow(ahead, None if self.hold is None else self.reach(num, query))
         num = num[:len(self.running)]
+        query = None if query is None else query[:len(self.running)]
         if self.waiting and not preempted and not partial:
-            used = int(cost.sum()) if speculating else int(num.sum())
+            used = int(np.where(decoding[:len(num)], query, num).sum()) if speculating else int(num.sum())
             admitted = self.admit_waiting(budget - used, self.max_seqs - len(self.running) - len(self.unseen))
             num = np.concatenate([num, np.array(admitted, np.int64)])
-        self.run_batch(num)
+            query = None if query is None else np.concatenate([query, np.zeros(len(admitted), np.int64)])
+        self.run_batch(num, query)
 
     def step_prefill_first(self) -> None:
         """prefill-first: a prefill step when the prompt in progress fits, or else when waiting prompts
@@ -776,11 +790,12 @@ class _Replica:
 
     # -- one step of a given batch -----------------------------------------------------------------
 
-    def run_batch(self, num: np.ndarray) -> None:
+    def run_batch(self, num: np.ndarray, verify: np.ndarray | None = None) -> None:
         """Run the running sequences for `num` tokens each (0: not in this step). Decoding sequences and
         prompts that complete sample a token; one that already has all its tokens (mid-window) is
         computed but sends nothing and is not accounted. Under speculative decoding a decoding sequence
-        runs `width` query tokens instead of its one and gains `advance` tokens, or the fewer it has left."""
+        runs `width` query tokens instead of its one (`verify`, where given: its own, trimmed to the budget)
+        and gains `advance` tokens, or the fewer its query tokens or the tokens it has left make."""
         if self.unseen:  # the batch is formed: the outputs are taken in
             self.release_unseen()
             if not num.any():  # nothing to run without them: it takes them in, then forms the batch
@@ -806,10 +821,11 @@ class _Replica:
         token_index = self.out[emitters] - run.left[emits]
         if self.acceptance is not None:
             decoders = part & decoding
-            query = np.where(decoders, self.width, num)
-            grown = np.where(decoders, np.minimum(self.advance, run.left), num)
+            verify = np.full(len(run), self.width, np.int64) if verify is None else verify
+            query = np.where(decoders, verify, num)
+            grown = np.where(decoders, np.minimum(np.minimum(self.advance, verify), run.left), num)
             gained = np.where(decoders, grown, emits)
-            num_logits += (self.width - 1) * int(decoders.sum())  # a row for each query token of a decode
+            num_logits += int((verify - 1)[decoders].sum())  # a row for each query token of a decode
             emitters = np.repeat(run.ids, gained)
             token_index = (np.repeat(self.out[run.ids] - run.left, gained)
                            + np.arange(len(emitters)) - np.repeat(np.cumsum(gained) - gained, gained))

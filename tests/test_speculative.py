@@ -511,3 +511,28 @@ def test_sglang_s_v2_decode_paused_on_its_attention_rank_keeps_its_table_and_tak
     used, holds = _blocks_each_step(spec, [(8, 7, 0), (8, 7, 0), (8, 2, 2_500_000)], ranks=2)
     assert used[:6] == [4, 8, 8, 8, 10, 14]
     assert holds[4] == {0: 4, 1: 4, 2: 2} and holds[5] == {0: 5, 1: 5}
+
+
+def test_vllm_trims_the_drafts_of_the_decode_that_meets_the_budget_and_the_others_wait():
+    """vLLM V1's scheduler takes each running request's tokens (its last and its drafts) from the budget in
+    running order: the one that meets the budget's end runs the rest, its drafts trimmed, and those after wait a
+    step, keeping their blocks (Scheduler.schedule: `num_new_tokens = min(num_new_tokens, token_budget)`, the
+    loop ending at an empty budget). 5 one-token prompts, 9 tokens out, k = 3 drafts all accepted, 10 tokens a
+    step: requests 0 and 1 run 4 tokens, request 2 the last 2 (one draft), 3 and 4 wait; with 0 and 1 done,
+    2 and 3 run 4 and 4 the last 2; then 3 and 4, then 4 alone."""
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=10, block_size=4, host_overlap=False,
+                      speculative=SpeculativeSpec(method="eagle", num_speculative_tokens=3))
+    args = (np.zeros(5, np.int64), np.ones(5, np.int64), np.full(5, 9), SpeculativeCosts(drafts=3, acceptance=1.0))
+    trace = run_engine(*args, LastMile(NO_NETWORK), spec, 4 * 64)
+    assert list(trace.step_tokens) == list(trace.step_logits) == [5, 10, 10, 10, 8, 4]
+    assert list(trace.step_seqs) == [5, 3, 3, 3, 2, 1]
+    assert list(trace.step_attn_pairs[1:2]) == [2 * (4 * 1 + 10) + (2 * 1 + 3)]  # 4 and 2 queries on 1 cached
+    assert list(trace.token_steps(2, 3)) == [0, 1, 1, 2, 2, 3, 3, 3, 3]
+    assert list(trace.token_steps(4, 5)) == [0, 3, 3, 4, 4, 4, 4, 5, 5]
+    # Its table reaches the tokens it runs and the lookahead (3): after the second step requests 0 to 2 hold
+    # 1 + 4 + 3 = 8 and 1 + 2 + 3 = 6 slots (2 blocks each), 3 and 4 their prompt's block.
+    replica = Replica(args[3], LastMile(NO_NETWORK), spec, 4 * 64)
+    for _ in range(5):
+        replica.submit(1, 9, 0)
+    replica.step(), replica.step()
+    assert {i: replica.held.held(i) for i in replica.decoding} == {0: 2, 1: 2, 2: 2, 3: 1, 4: 1}

@@ -114,6 +114,16 @@ def trtllm_batch_limits(chip: str | None, hbm_bytes: float | None, release: str 
     return TRTLLM_SERVE_LIMITS
 
 
+# Where the decoding sequences' tokens pass max_num_batched_tokens (Profile.decodes_past_budget).
+# vLLM V1 (Scheduler.schedule, vllm/v1/core/sched/scheduler.py, read on its main branch): its running requests,
+# in their running order (admission order), each take min(num_new_tokens, token_budget), a decode's
+# num_new_tokens its last token and its drafts, and the loop ends once the budget is spent (`while req_index <
+# len(self.running) and token_budget > 0`). The request that meets the budget's end runs what is left, its
+# drafts cut to num_new_tokens - 1 (`spec_token_ids[:num_scheduled_spec_tokens]`; none where one token is
+# left), its table reaching those tokens and the lookahead (allocate_slots); those after it are not scheduled
+# that step and keep their blocks, their place and their drafts for a later step; no waiting request is
+# admitted (`while self.waiting and token_budget > 0`). Its SchedulerConfig refuses max_num_batched_tokens <
+# max_num_seqs, not < max_num_seqs x (1 + k): with its defaults from k = 8 drafts (1,024 x 9 > 8,192).
 # TensorRT-LLM takes max_num_tokens below max_batch_size (or below max_batch_size x (1 + drafts)) as it is:
 # neither trtllm-serve nor its LLM API refuses or clamps the pair (a TensorRT engine's build clamps
 # max_num_tokens only against max_seq_len x max_batch_size and tokens_per_block, _utils.check_max_num_tokens).

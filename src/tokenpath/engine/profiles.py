@@ -124,6 +124,12 @@ class Profile:
     # holds and leaves the others waiting (TensorRT-LLM, engine/batch_limits.py: decoding_cap); False: the
     # engine, or this model of it, refuses such limits.
     budget_caps_decodes: bool
+    # What a step does with the decoding sequences whose tokens (each one, or its drafts and one more) pass the
+    # token budget, in their running order (engine/batch_limits.py): "run" them all (SGLang's decode batches,
+    # which chunked_prefill_size does not bound); the first that would pass it and those after "wait" a step,
+    # holding their KV (TensorRT-LLM's micro-batch scheduler); or that first one runs the budget left, its drafts
+    # trimmed, and those after wait ("trim": vLLM V1's scheduler). No prompt runs beside a decode that waits.
+    decodes_past_budget: Literal["run", "wait", "trim"]
     # With attention data-parallel, which rank a request goes to when it reaches the engine
     # (engine/queues.py, RankQueues): in turn, to the rank with the least load (4 x waiting + running), or
     # to the rank whose requests hold the fewest prompt tokens.
@@ -344,11 +350,12 @@ PROFILES: dict[str, Profile] = {
     "vllm-v1": Profile(
         engine="vLLM V1",
         description="""vLLM V1's scheduler (vllm/v1/core/sched/scheduler.py), the default. Every step, the
-    running sequences first, in admission order: each decoding one takes a token, the prompt in
-    progress the rest of the token budget; then waiting sequences, first come first served, while
-    the step has room (sequences, tokens, KV blocks), a long prompt cut to the budget (chunked
-    prefill). Prompt chunks and decodes share each step. Blocks are taken as sequences grow; when
-    they run out, the newest running sequences are preempted and recomputed later.""",
+    running sequences first, in admission order: each decoding one takes a token (and its drafts, the
+    budget's end trimming them, those after waiting), the prompt in progress the rest of the token
+    budget; then waiting sequences, first come first served, while the step has room (sequences,
+    tokens, KV blocks), a long prompt cut to the budget (chunked prefill). Prompt chunks and decodes
+    share each step. Blocks are taken as sequences grow; when they run out, the newest running
+    sequences are preempted and recomputed later.""",
         prefills_alone_unless=None,
         chunk_unit="token",
         chunked_prefill=True,  # on by default in V1 (vllm/engine/arg_utils.py)
@@ -359,6 +366,7 @@ PROFILES: dict[str, Profile] = {
         new_token_ratio=False,
         attention_dp_splits_budget=False,
         budget_caps_decodes=False,  # SchedulerConfig refuses max_num_batched_tokens < max_num_seqs
+        decodes_past_budget="trim",  # Scheduler.schedule (engine/batch_limits.py)
         # DPLBAsyncMPClient.get_core_engine_for_request (vllm/v1/engine/core_client.py): the engine core of
         # least waiting x 4 + running, from the coordinator's counts (published every 100 ms) plus its own sends.
         attention_dp_routing="least_loaded",
@@ -469,6 +477,7 @@ PROFILES: dict[str, Profile] = {
         new_token_ratio=False,
         attention_dp_splits_budget=False,
         budget_caps_decodes=False,  # (as V1's)
+        decodes_past_budget="run",  # (its speculative decoding is not read here; without it the budget covers all)
         attention_dp_routing="least_loaded",  # (unused: it has no attention data-parallel)
         attention_dp_models=None,  # V0 has no data-parallel engine cores (V1's, above)
         attention_dp_architectures=None,
@@ -568,6 +577,7 @@ PROFILES: dict[str, Profile] = {
         new_token_ratio=True,
         attention_dp_splits_budget=True,
         budget_caps_decodes=False,  # not read here: refused
+        decodes_past_budget="run",  # a decode batch runs every running request (get_next_batch_to_run)
         # The data-parallel controller's default load_balance_method (managers/data_parallel_controller.py,
         # round_robin_scheduler).
         attention_dp_routing="round_robin",
@@ -705,6 +715,7 @@ PROFILES: dict[str, Profile] = {
         attention_dp_splits_budget=False,
         # MicroBatchScheduler stops at max_num_tokens (engine/batch_limits.py, decoding_cap)
         budget_caps_decodes=True,
+        decodes_past_budget="wait",  # (its running sequences are capped so that none does: decoding_cap)
         # _balance_requests_across_ranks (tensorrt_llm/_torch/pyexecutor/executor_request_queue.py; request_utils.py
         # in later releases): a heap of the ranks by their active requests' tokens, then their count, then index.
         attention_dp_routing="fewest_tokens",
