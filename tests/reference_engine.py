@@ -114,9 +114,6 @@ class Rules:
     # whether the host is overlapped; None (or a rule that gives None): the slots of rejected drafts are given
     # back after each step.
     hold: Callable[[str, int, bool], Hold | None] | None = None
-    # Decoding sequences a step: at most as many as the token budget holds at their query tokens each, the
-    # others waiting (TensorRT-LLM's micro-batch scheduler); False: max_num_seqs, the budget covering them all.
-    budget_caps_decodes: bool = False
     # Decoding sequences whose query tokens pass the token budget, in running order: "run" all the same; the
     # first that does not fit and those after "wait" a step (TensorRT-LLM's micro-batch scheduler); or that first
     # one runs the budget left, its drafts trimmed, and those after wait ("trim": vLLM V1's scheduler).
@@ -132,7 +129,7 @@ RULES = {
                            overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True,
                            fewest_outputs_first=True, waits_for_a_leave=True, hold=_sglang_hold),
     "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
-                    keeps=None, budget_caps_decodes=True, past_budget="wait"),
+                    keeps=None, past_budget="wait"),
 }
 
 
@@ -366,8 +363,6 @@ class _Replica:
         self.acceptance = None if speculation is None else speculation.draws()
         self.advance = 1
         self.max_seqs = spec.max_num_seqs  # the sequences running at once
-        if rules.budget_caps_decodes:
-            self.max_seqs = min(spec.max_num_seqs, spec.max_num_batched_tokens // self.width)
         self.past_budget = rules.past_budget
         # Holding drafts' slots (Rules.hold): each decoding sequence's block table reaches past its context, or
         # lagged, where it ran in the step before, past that step's context (`decoded_from`: the context its last

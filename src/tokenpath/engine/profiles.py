@@ -119,11 +119,9 @@ class Profile:
     # rank's scheduler has the engine's limits of its own (vLLM's data-parallel engine cores, TensorRT-LLM's
     # ranks: max_num_seqs and max_num_batched_tokens per rank).
     attention_dp_splits_budget: bool
-    # Where max_num_batched_tokens holds fewer decoding tokens than max_num_seqs sequences make (each one, or
-    # its drafts and one more), whether the engine runs as many decoding sequences a step as the budget
-    # holds and leaves the others waiting (TensorRT-LLM, engine/batch_limits.py: decoding_cap); False: the
-    # engine, or this model of it, refuses such limits.
-    budget_caps_decodes: bool
+    # Whether it takes max_num_batched_tokens below max_num_seqs, refusing only a budget under one decode's tokens
+    # (TensorRT-LLM); False: the engine, or this model of it, refuses such limits (vLLM's SchedulerConfig).
+    budget_below_running: bool
     # What a step does with the decoding sequences whose tokens (each one, or its drafts and one more) pass the
     # token budget, in their running order (engine/batch_limits.py): "run" them all (SGLang's decode batches,
     # which chunked_prefill_size does not bound); the first that would pass it and those after "wait" a step,
@@ -365,7 +363,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
-        budget_caps_decodes=False,  # SchedulerConfig refuses max_num_batched_tokens < max_num_seqs
+        budget_below_running=False,  # SchedulerConfig refuses max_num_batched_tokens < max_num_seqs
         decodes_past_budget="trim",  # Scheduler.schedule (engine/batch_limits.py)
         # DPLBAsyncMPClient.get_core_engine_for_request (vllm/v1/engine/core_client.py): the engine core of
         # least waiting x 4 + running, from the coordinator's counts (published every 100 ms) plus its own sends.
@@ -476,7 +474,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
-        budget_caps_decodes=False,  # (as V1's)
+        budget_below_running=False,  # (as V1's)
         decodes_past_budget="run",  # (its speculative decoding is not read here; without it the budget covers all)
         attention_dp_routing="least_loaded",  # (unused: it has no attention data-parallel)
         attention_dp_models=None,  # V0 has no data-parallel engine cores (V1's, above)
@@ -576,7 +574,7 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=True,
         attention_dp_splits_budget=True,
-        budget_caps_decodes=False,  # not read here: refused
+        budget_below_running=False,  # not read here: refused
         decodes_past_budget="run",  # a decode batch runs every running request (get_next_batch_to_run)
         # The data-parallel controller's default load_balance_method (managers/data_parallel_controller.py,
         # round_robin_scheduler).
@@ -695,9 +693,10 @@ PROFILES: dict[str, Profile] = {
     benchmarks set to the output length), fits in the blocks no running request has reserved, so no
     request is ever preempted; with "on_demand" (MAX_UTILIZATION) blocks are taken as
     sequences grow and the newest are paused (recomputed) when they run out, as in vLLM. The
-    micro-batch scheduler puts the generation requests first, one token each, then contexts within
-    max_num_tokens (`max_num_batched_tokens`): whole without chunked context, and with it cut to the
-    budget left, rounded down to whole KV blocks (its chunkUnitSize is the tokens per block).
+    micro-batch scheduler puts the generation requests first, one token each (and their drafts), then
+    contexts within max_num_tokens (`max_num_batched_tokens`): whole without chunked context, and with it
+    cut to the budget left, rounded down to whole KV blocks (its chunkUnitSize is the tokens per block);
+    generation requests past max_num_tokens wait, holding their KV, and no context joins them.
     Approximated: after a cut chunk no other context joins the step (TensorRT-LLM lets one whose
     whole rest fits in the leftover, under a block); MAX_UTILIZATION pauses the newest started
     request, which here waits at the front of the queue as in vLLM.""",
@@ -713,9 +712,9 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
-        # MicroBatchScheduler stops at max_num_tokens (engine/batch_limits.py, decoding_cap)
-        budget_caps_decodes=True,
-        decodes_past_budget="wait",  # (its running sequences are capped so that none does: decoding_cap)
+        # MicroBatchScheduler stops at max_num_tokens (engine/batch_limits.py)
+        budget_below_running=True,
+        decodes_past_budget="wait",
         # _balance_requests_across_ranks (tensorrt_llm/_torch/pyexecutor/executor_request_queue.py; request_utils.py
         # in later releases): a heap of the ranks by their active requests' tokens, then their count, then index.
         attention_dp_routing="fewest_tokens",

@@ -62,8 +62,7 @@ class Replica:
         rows a trace is assembled from (`rows`: a long-running server that never reads them passes
         False, so its memory does not grow with every step)."""
         width = 1 if costs.speculation is None else costs.speculation.width
-        # (the sequences that run at once: max_num_seqs, or as many decodes as the budget holds, TensorRT-LLM's)
-        running = spec.running_cap(width)
+        running = spec.max_num_seqs
         # What a step does with the decodes whose tokens pass the budget (Profile.decodes_past_budget): run them,
         # or leave them waiting (`budget_binds`), the drafts of the first trimmed to the rest (`trims`).
         past_budget = spec.profile.decodes_past_budget
@@ -102,7 +101,7 @@ class Replica:
         # max_num_seqs and max_num_batched_tokens per rank), so the replica's are the ranks' together.
         self.rank_seqs, self.rank_budget = self.max_seqs, None
         if self.ranks > 1:
-            self.rank_seqs, self.rank_budget = spec.rank_limits(self.ranks, width)
+            self.rank_seqs, self.rank_budget = spec.rank_limits(self.ranks)
             if not spec.profile.attention_dp_splits_budget:
                 self.max_batched, self.max_seqs = self.ranks * self.max_batched, self.ranks * self.max_seqs
         # Decoders pause in prefill steps (prefill-first). Under attention data-parallel each rank runs a
