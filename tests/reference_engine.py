@@ -67,6 +67,29 @@ from tokenpath.engine.spec import EngineSpec
 
 
 @dataclass(frozen=True)
+class Hold:
+    """A decoding sequence's block table, where it keeps its drafts' slots: it reaches `lookahead` past its base
+    and, where it counts the tokens it schedules (vLLM's allocate_slots), those of the step too. The base is its
+    context, or lagged (overlapped host), where it ran in the step before, that step's context and, counting them,
+    the tokens it scheduled there. A running prompt's chunk reaches `chunk_lookahead` past its tokens."""
+
+    counts_scheduled: bool
+    lookahead: int
+    chunk_lookahead: int
+
+
+def _vllm_hold(method: str, drafts: int, lagged: bool) -> Hold:
+    lookahead = drafts if method in ("eagle", "eagle3", "mtp", "draft_model") else 0
+    return Hold(counts_scheduled=True, lookahead=lookahead, chunk_lookahead=lookahead)
+
+
+def _sglang_hold(method: str, drafts: int, lagged: bool) -> Hold | None:
+    """SGLang's speculative V2 worker (overlapped, not n-gram): committed tokens plus 2 (k + 1)."""
+    return Hold(counts_scheduled=False, lookahead=2 * (drafts + 1), chunk_lookahead=0) \
+        if lagged and method != "ngram" else None
+
+
+@dataclass(frozen=True)
 class Rules:
     """A profile's rules as this engine applies them, stated here rather than read from
     engine/profiles.py, so that the tests compare two statements of each profile."""
@@ -86,27 +109,27 @@ class Rules:
     # Once a waiting request finds no room in the KV cache (its headroom included), admit none until a running
     # sequence leaves (finished, aborted or preempted), rather than trying every step (SGLang's batch_is_full).
     waits_for_a_leave: bool = False
-    # Speculating with a drafter named in the engine's table: the lookahead slots a running sequence's block
-    # table reaches past a step's tokens, for the method and its drafts, where the table keeps every slot it
-    # reached until the sequence leaves (vLLM V1's allocate_slots); None: the slots of rejected drafts are
-    # given back after each step.
-    lookahead: Callable[[str, int], int] | None = None
-    # Decoding sequences a step: at most as many as the token budget holds at their query tokens each, the
-    # others waiting (TensorRT-LLM's micro-batch scheduler); False: max_num_seqs, the budget covering them all.
-    budget_caps_decodes: bool = False
+    # Speculating with a drafter named in the engine's table, where a running sequence's block table keeps every
+    # slot it reached until the sequence leaves: what it reaches (`Hold`), for the method, its drafts and
+    # whether the host is overlapped; None (or a rule that gives None): the slots of rejected drafts are given
+    # back after each step.
+    hold: Callable[[str, int, bool], Hold | None] | None = None
+    # Decoding sequences whose query tokens pass the token budget, in running order: "run" all the same; the
+    # first that does not fit and those after "wait" a step (TensorRT-LLM's micro-batch scheduler); or that first
+    # one runs the budget left, its drafts trimmed, and those after wait ("trim": vLLM V1's scheduler).
+    past_budget: str = "run"
 
 
 RULES = {
     "vllm-v1": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=False, headroom=False, overlapped=False,
-                     keeps="computed",
-                     lookahead=lambda method, k: k if method in ("eagle", "eagle3", "mtp", "draft_model") else 0),
+                     keeps="computed", hold=_vllm_hold, past_budget="trim"),
     "vllm-v0": Rules(prefills_alone=lambda spec: not spec.chunked_prefill, chunk_in_blocks=False, headroom=False,
                      overlapped=False, keeps="computed"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
                            overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True,
-                           fewest_outputs_first=True, waits_for_a_leave=True),
+                           fewest_outputs_first=True, waits_for_a_leave=True, hold=_sglang_hold),
     "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
-                    keeps=None, budget_caps_decodes=True),
+                    keeps=None, past_budget="wait"),
 }
 
 
@@ -230,7 +253,7 @@ class _Running:
     """
 
     FIELDS = ("ids", "target", "computed", "blocks", "left", "sent", "compute", "traffic", "delivery",
-              "decoding", "reserved", "decoded_from")
+              "decoding", "reserved", "decoded_from", "ran")
 
     def __init__(self) -> None:
         self._set(np.empty((len(self.FIELDS), 0), np.int64))
@@ -238,7 +261,7 @@ class _Running:
     def _set(self, state: np.ndarray) -> None:
         self.state = state
         (self.ids, self.target, self.computed, self.blocks, self.left, self.sent,
-         self.compute, self.traffic, self.delivery, self.decoding, self.reserved, self.decoded_from) = state
+         self.compute, self.traffic, self.delivery, self.decoding, self.reserved, self.decoded_from, self.ran) = state
 
     def __len__(self) -> int:
         return self.state.shape[1]
@@ -340,15 +363,14 @@ class _Replica:
         self.acceptance = None if speculation is None else speculation.draws()
         self.advance = 1
         self.max_seqs = spec.max_num_seqs  # the sequences running at once
-        if rules.budget_caps_decodes:
-            self.max_seqs = min(spec.max_num_seqs, spec.max_num_batched_tokens // self.width)
-        # Holding drafts' slots (Rules.lookahead): each decoding sequence's block table reaches its context
-        # plus `width` and the lookahead, or lagged, once it decoded in the step before, that step's context
-        # plus twice `width` and the lookahead (`decoded_from`: the context its last decode step started at).
-        rule = rules.lookahead
-        self.lookahead = None
+        self.past_budget = rules.past_budget
+        # Holding drafts' slots (Rules.hold): each decoding sequence's block table reaches past its context, or
+        # lagged, where it ran in the step before, past that step's context (`decoded_from`: the context its last
+        # decode step started at; `ran`: the tokens it ran in the step before, 0 where it took no part).
+        rule = rules.hold
+        self.hold = None
         if speculation is not None and spec.speculative is not None and rule is not None:
-            self.lookahead = rule(spec.speculative.method, spec.speculative.num_speculative_tokens)
+            self.hold = rule(spec.speculative.method, spec.speculative.num_speculative_tokens, self.lagged)
 
         # Per-request accounts, kept here while a request is not running (a preempted request keeps
         # the tokens it has sent and the time it has spent).
@@ -534,32 +556,39 @@ class _Replica:
         budget = self.spec.max_num_batched_tokens
         need = run.target - run.computed
         # What each takes of the budget: a prompt what it needs, a decoding sequence its one token or,
-        # under speculative decoding, its `width` query tokens (every decoding sequence, even past the
-        # budget).
+        # under speculative decoding, its `width` query tokens (`query`); past the budget (Rules.past_budget)
+        # every decoding sequence all the same, or the first that does not fit its drafts trimmed to the rest or
+        # none, and those after none.
         speculating = self.acceptance is not None
         decoding = run.decoding == 1 if speculating else None
         cost = np.where(decoding, self.width, need) if speculating else need
+        query = np.where(decoding, self.width, 0) if speculating else None
         if int(cost.sum()) <= budget:
             num = need.copy()
         else:
-            num = np.minimum(np.maximum(budget - (np.cumsum(cost) - cost), 0), need)
+            left = budget - (np.cumsum(cost) - cost)  # what each row finds left of the budget
+            num = np.minimum(np.maximum(left, 0), need)
             cut = num < need
             num[cut] -= num[cut] % self.chunk_unit
-            if speculating:
+            if speculating and self.past_budget == "run":
                 num[decoding] = need[decoding]
+            elif speculating:
+                fits = np.clip(left, 0, self.width) if self.past_budget == "trim" else \
+                    np.where(left >= self.width, self.width, 0)
+                query = np.where(decoding, fits, 0)
+                num[decoding] = np.where(query > 0, need, 0)[decoding]
         partial = bool((num < need).any())
         # KV blocks: a decoding sequence's for the `advance` tokens it may gain, a prompt's for its chunk.
-        ahead = np.where(decoding, self.advance, num) if speculating else num
-        preempted = self.grow(ahead, None if self.lookahead is None else self.reach(num))
-        if self.lookahead is not None:  # (the decoding rows left: their step starts at their context)
-            run = self.running
-            run.decoded_from[run.decoding == 1] = run.computed[run.decoding == 1]
+        ahead = np.where(decoding, np.minimum(self.advance, query), num) if speculating else num
+        preempted = self.grow(ahead, None if self.hold is None else self.reach(num, query))
         num = num[:len(self.running)]
+        query = None if query is None else query[:len(self.running)]
         if self.waiting and not preempted and not partial:
-            used = int(cost.sum()) if speculating else int(num.sum())
+            used = int(np.where(decoding[:len(num)], query, num).sum()) if speculating else int(num.sum())
             admitted = self.admit_waiting(budget - used, self.max_seqs - len(self.running) - len(self.unseen))
             num = np.concatenate([num, np.array(admitted, np.int64)])
-        self.run_batch(num)
+            query = None if query is None else np.concatenate([query, np.zeros(len(admitted), np.int64)])
+        self.run_batch(num, query)
 
     def step_prefill_first(self) -> None:
         """prefill-first: a prefill step when the prompt in progress fits, or else when waiting prompts
@@ -576,7 +605,8 @@ class _Replica:
         if prefilling.any():
             need = np.where(prefilling, run.target - run.computed, 0)
             num = np.minimum(np.maximum(budget - (np.cumsum(need) - need), 0), need)
-            grown = (run.computed + num + self.block - 1) // self.block
+            # (a decoding row keeps its blocks: holding drafts' slots, more than its context's)
+            grown = np.where(prefilling, (run.computed + num + self.block - 1) // self.block, run.blocks)
             if int((grown - run.blocks).sum()) <= self.free_blocks:
                 self.take(int((grown - run.blocks).sum()))
                 run.blocks[:] = grown
@@ -592,8 +622,10 @@ class _Replica:
                 self.run_batch(np.concatenate([num, np.array(admitted, np.int64)]))
                 return
         # A decode window: every decoding sequence, with the blocks for all its steps (speculative
-        # decoding: for the tokens its one step may gain).
-        self.grow(run.decoding * (self.window * self.advance))
+        # decoding: for the tokens its one step may gain; holding drafts' slots, for its hold).
+        ahead = run.decoding * (self.window * self.advance)
+        no_prompt = np.zeros(len(run), np.int64)
+        self.grow(ahead, None if self.hold is None else self.reach(no_prompt, run.decoding * self.width))
         run = self.running
         self.window_left = self.window - 1 if run.decoding.any() else 0
         self.run_batch(run.decoding.copy())
@@ -609,14 +641,18 @@ class _Replica:
         self.acc_traffic[ids] = run.traffic[rows]
         self.acc_delivery[ids] = run.delivery[rows]
 
-    def reach(self, num: np.ndarray) -> np.ndarray:
-        """Holding drafts' slots: where each running row's block table reaches in this step (a decoding row's
-        hold, a prompt's chunk and the lookahead, a prompt not run this step where it was)."""
-        run, hold = self.running, self.width + self.lookahead
-        decoding = run.decoding == 1
-        lagged = decoding & (run.decoded_from >= 0) if self.lagged else np.zeros(len(run), bool)
-        reach = np.where(decoding, run.computed + hold, np.where(num > 0, run.computed + num + self.lookahead, 0))
-        return np.where(lagged, run.decoded_from + self.width + hold, reach)
+    def reach(self, num: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """Holding drafts' slots: where each running row's block table reaches in this step: a decoding row that
+        runs `query` tokens its hold (one that does not run, where it was), a prompt's chunk and the chunk
+        lookahead (a prompt not run this step, where it was)."""
+        run, hold = self.running, self.hold
+        decoding, runs = run.decoding == 1, query > 0
+        lagged = decoding & (run.ran > 0) if self.lagged else np.zeros(len(run), bool)
+        base = np.where(lagged, run.decoded_from, run.computed)
+        if hold.counts_scheduled:
+            base = base + np.where(lagged, run.ran, 0) + query
+        prompt = np.where(num > 0, run.computed + num + hold.chunk_lookahead, 0)
+        return np.where(decoding, np.where(runs, base + hold.lookahead, 0), prompt)
 
     def grow(self, ahead: np.ndarray, reach: np.ndarray | None = None) -> bool:
         """Give each running sequence the KV blocks for `ahead` more tokens in its cache (`reach`: for that
@@ -739,7 +775,7 @@ class _Replica:
             budget -= num
             admitted.append((i, target, cached, blocks, int(self.out[i] - self.generated[i]), int(self.sent[i]),
                              int(self.acc_compute[i]), int(self.acc_traffic[i]), int(self.acc_delivery[i]),
-                             0, reserved, -1))
+                             0, reserved, -1, 0))
             admitted_num.append(num)
             if num < need:
                 break
@@ -749,11 +785,12 @@ class _Replica:
 
     # -- one step of a given batch -----------------------------------------------------------------
 
-    def run_batch(self, num: np.ndarray) -> None:
+    def run_batch(self, num: np.ndarray, verify: np.ndarray | None = None) -> None:
         """Run the running sequences for `num` tokens each (0: not in this step). Decoding sequences and
         prompts that complete sample a token; one that already has all its tokens (mid-window) is
         computed but sends nothing and is not accounted. Under speculative decoding a decoding sequence
-        runs `width` query tokens instead of its one and gains `advance` tokens, or the fewer it has left."""
+        runs `width` query tokens instead of its one (`verify`, where given: its own, trimmed to the budget)
+        and gains `advance` tokens, or the fewer its query tokens or the tokens it has left make."""
         if self.unseen:  # the batch is formed: the outputs are taken in
             self.release_unseen()
             if not num.any():  # nothing to run without them: it takes them in, then forms the batch
@@ -779,13 +816,17 @@ class _Replica:
         token_index = self.out[emitters] - run.left[emits]
         if self.acceptance is not None:
             decoders = part & decoding
-            query = np.where(decoders, self.width, num)
-            grown = np.where(decoders, np.minimum(self.advance, run.left), num)
+            verify = np.full(len(run), self.width, np.int64) if verify is None else verify
+            query = np.where(decoders, verify, num)
+            grown = np.where(decoders, np.minimum(np.minimum(self.advance, verify), run.left), num)
             gained = np.where(decoders, grown, emits)
-            num_logits += (self.width - 1) * int(decoders.sum())  # a row for each query token of a decode
+            num_logits += int((verify - 1)[decoders].sum())  # a row for each query token of a decode
             emitters = np.repeat(run.ids, gained)
             token_index = (np.repeat(self.out[run.ids] - run.left, gained)
                            + np.arange(len(emitters)) - np.repeat(np.cumsum(gained) - gained, gained))
+        if self.hold is not None:  # where each decoding row's step started, and the tokens it ran (0: none)
+            run.decoded_from[decoders] = run.computed[decoders]
+            run.ran[decoding] = np.where(decoders, query, 0)[decoding]
         q, p = query[part], run.computed[part]
         num_tokens = int(q.sum())
         attn_pairs = int(np.dot(q, p) + np.dot(q, q + 1) // 2)
@@ -809,7 +850,7 @@ class _Replica:
         # A sequence that finished short of the step's advance gives back the blocks taken for the
         # tokens it did not make; those that finished leave in the order of their last tokens in the
         # step, a prompt's first token after the decodes'.
-        kept = -(-run.computed // self.block) if self.lookahead is None else run.blocks  # (holding: all it took)
+        kept = -(-run.computed // self.block) if self.hold is None else run.blocks  # (holding: all it took)
         for row in np.flatnonzero(decoders & (run.left == 0) & (run.blocks > kept)).tolist():
             self.give_back(int(run.blocks[row] - kept[row]))
             run.blocks[row] = kept[row]

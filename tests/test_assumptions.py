@@ -46,6 +46,8 @@ NOT_ASSUMPTIONS = {
     "tokenpath.engine.speculative.MAX_SPECULATIVE_TOKENS": "a bound on config input",
     "tokenpath.engine.speculative._DRAW_BLOCK": "how many acceptance draws one numpy call makes (speed only)",
     "tokenpath.compute.drafter.EAGLE3_DRAFT_VOCAB": "the published EAGLE-3 heads' draft vocabulary, a fact",
+    "tokenpath.engine.draft_slots.SGLANG_V2_DECODE_ALLOCATIONS": "SGLang's V2 worker's over-allocation per decode "
+                                                                 "step, read in its code (cited there), a fact",
     "tokenpath.engine.spec.MAX_STEP_TOKENS": "a bound on config input",
     "tokenpath.engine.spec.MAX_BLOCK_SIZE": "a bound on config input",
     "tokenpath.engine.batch_limits.VLLM_V0_MAX_NUM_SEQS": "vLLM V0's own default (cited there), a fact",

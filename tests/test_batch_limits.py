@@ -11,6 +11,7 @@ from test_engine import NO_NETWORK, FixedCosts, SpeculativeCosts
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.engine.batch_limits import sglang_max_running_requests
 from tokenpath.engine.loop import run_engine
+from tokenpath.engine.replica import Replica
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.engine.speculative import SpeculativeSpec
 from tokenpath.sim.deployment import build_deployment
@@ -169,14 +170,36 @@ def test_tensorrt_llm_decodes_as_many_sequences_a_step_as_max_num_tokens_holds()
     """TensorRT-LLM neither refuses nor clamps max_num_tokens below max_batch_size: its micro-batch scheduler
     adds generation requests, each its token and drafts, until the next would pass max_num_tokens, and the
     others wait. max_batch_size 8 and max_num_tokens 4: 4 sequences a step, never 8 (8 requests of one prompt
-    token and 3 out: 4 prompts, 2 steps of their 4 decodes, then the other 4 alike); with one n-gram draft
-    (2 tokens a decode), 2 a step."""
+    token and 3 out: 4 prompts, 2 steps of their 4 decodes, then the other 4 alike). With one n-gram draft (2
+    tokens a decode) its capacity scheduler still fits 4 prompts of one token in the first step; then 2 of
+    them decode a step (requests 0 and 1 twice, then 2 and 3, which wait holding their KV), no prompt beside
+    them, and the other 4 alike."""
     trace = _trtllm_trace(8, 4)
     assert list(trace.step_seqs) == [4, 4, 4, 4, 4, 4]
     assert list(trace.step_tokens) == [4, 4, 4, 4, 4, 4]
     speculating = _trtllm_trace(8, 4, drafts=1)
-    assert speculating.step_seqs.max() == 2 and speculating.step_tokens.max() == 4
-    assert len(speculating.step_seqs) == 4 * 3  # 4 pairs, each a prompt step and two verify steps
+    assert list(speculating.step_seqs) == [4, 2, 2, 2, 2] * 2
+    assert list(speculating.step_tokens) == [4] * 10
+
+
+def test_tensorrt_llm_s_decodes_past_the_budget_keep_their_kv_and_reservations():
+    """The requests TensorRT-LLM's capacity scheduler fits keep their blocks and their reservation to
+    completion (GUARANTEED_NO_EVICT) while the micro-batch scheduler leaves them waiting. The case above on
+    blocks of 4: after the first step 4 requests run, each reserving 1 + 3 tokens and a draft (2 blocks) and
+    holding its prompt's block; after the second, requests 2 and 3 have waited and still hold both; after the
+    third, 0 and 1 are done and the 4 left wait in the queue, holding nothing."""
+    spec = EngineSpec(scheduler="trtllm", max_num_seqs=8, max_num_batched_tokens=4, block_size=4,
+                      speculative=SpeculativeSpec(method="ngram", num_speculative_tokens=1))
+    replica = Replica(SpeculativeCosts(drafts=1, acceptance=0.0), LastMile(NO_NETWORK), spec, 4 * 64)
+    for _ in range(8):
+        replica.submit(1, 3, 0)
+    held = []
+    for _ in range(3):
+        replica.step()
+        held.append((list(replica.decoding), replica.cache_blocks - replica.unreserved_blocks,
+                     replica.cache_blocks - replica.free_blocks))
+    assert held == [([0, 1, 2, 3], 8, 4), ([0, 1, 2, 3], 8, 4), ([2, 3], 4, 2)]
+    assert list(replica.waiting) == [4, 5, 6, 7]
 
 
 def test_a_budget_under_one_decode_is_refused_in_one_line_and_vllm_refuses_one_under_its_sequences():

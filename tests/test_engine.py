@@ -1013,6 +1013,7 @@ def test_speculative_decoding_matches_the_straightforward_reference_exactly(
     both_engines(args, delivery, spec, block * kv_blocks, concurrency, cached)
 
 
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "prefill-first"])
 @pytest.mark.parametrize("method", ["eagle", "ngram"])
 @pytest.mark.parametrize("overlap", [False, True])
 @settings(max_examples=10, deadline=None)
@@ -1028,17 +1029,24 @@ def test_speculative_decoding_matches_the_straightforward_reference_exactly(
     acceptance=st.sampled_from([0.0, 0.4, 0.8, 1.0]),
     seed=st.integers(0, 2**16),
 )
-def test_vllm_s_held_drafts_slots_match_the_straightforward_reference_exactly(
-        method, overlap, n, max_seqs, budget, kv_blocks, block, chunked, concurrency, drafts, acceptance, seed):
+# (SGLang's V2 worker: prompt steps between decode steps, the decodes keeping their tables, in a cache small
+# enough to preempt.)
+@example(n=20, max_seqs=8, budget=64, kv_blocks=50, block=4, chunked=True, concurrency=6, drafts=5, acceptance=0.8,
+         seed=4069)
+def test_held_drafts_slots_match_the_straightforward_reference_exactly(
+        scheduler, method, overlap, n, max_seqs, budget, kv_blocks, block, chunked, concurrency, drafts, acceptance,
+        seed):
     """vLLM V1 with a drafter named in its table holds every verify token's slot and the lookahead until a
-    request ends (engine/draft_slots.py): the replica's aggregate account and the reference's per sequence
-    agree, preemptions included (a small cache)."""
+    request ends, SGLang's V2 worker (overlapped, not n-gram) its committed tokens and two verify steps more
+    (engine/draft_slots.py): the replica's aggregate account and the reference's per sequence agree,
+    preemptions included (a small cache), and prompt steps between decode steps under SGLang."""
     rng = np.random.default_rng(seed)
-    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=block,
-                      chunked_prefill=chunked, host_overlap=overlap,
+    spec = EngineSpec(scheduler=scheduler, max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs),
+                      block_size=block, chunked_prefill=chunked, host_overlap=overlap,
                       speculative=SpeculativeSpec(method=method, num_speculative_tokens=drafts))
+    hold = spec.draft_hold()
     longest = (min(budget, block * kv_blocks) if not chunked else min(800, block * kv_blocks))
-    longest -= spec.draft_hold().beyond_last_token + 2
+    longest -= (0 if hold is None else hold.beyond_last_token) + 2
     assume(longest >= 4)
     inputs = rng.integers(1, max(2, longest // 2), n)
     outputs = rng.integers(1, max(2, longest - inputs.max()), n)

@@ -440,15 +440,99 @@ def test_a_chunk_of_a_running_prompt_takes_the_lookahead_and_its_first_chunk_non
     assert _blocks_used_each_step(spec, 20, 2, 2)[:3] == [2, 5, 6]
 
 
-def test_only_vllm_v1_holds_drafts_slots_and_the_longest_request_gives_them_room():
+def test_vllm_v1_and_sglang_s_v2_worker_hold_drafts_slots_and_the_longest_request_gives_them_room():
     """SGLang's V1 worker frees a verify step's rejected slots and TensorRT-LLM rewinds them: no hold there.
     vLLM V1's cache of 16 blocks of 4 finishes a request of 65 tokens without drafts, 61 with two EAGLE
     drafts (its last step, at a context of 59 at most, reaches 59 + 3 + 2 = 64 slots)."""
     eagle = SpeculativeSpec(method="eagle", num_speculative_tokens=2)
-    assert EngineSpec(scheduler="prefill-first", speculative=eagle).draft_hold() is None
+    assert EngineSpec(scheduler="prefill-first", speculative=eagle, version="0.5.10").draft_hold() is None
+    assert EngineSpec(scheduler="prefill-first", speculative=eagle, version="0.5.23").draft_hold().lookahead == 6
     assert EngineSpec(scheduler="trtllm", speculative=eagle).draft_hold() is None
     spec = EngineSpec(block_size=4, host_overlap=False, speculative=eagle)
     assert spec.draft_hold().lookahead == 2
     assert EngineSpec(block_size=4).longest_request_tokens(64) == 65
     assert spec.longest_request_tokens(64) == 61
     assert _blocks_used_each_step(spec, 40, 21, 2)[-2] == 16  # 61 tokens: the whole cache, at its last step
+
+
+def _sglang(version, method="eagle", **engine):
+    return EngineSpec(scheduler="prefill-first", block_size=4, version=version,
+                      speculative=SpeculativeSpec(method=method, num_speculative_tokens=2), **engine)
+
+
+def test_sglang_s_v2_worker_holds_its_committed_tokens_and_two_verify_steps_more():
+    """SGLang's speculative V2 worker (with its overlap scheduler, from 0.5.11) grows a request's table to
+    kv_committed_len + 2 x alloc_len_per_decode (k + 1) before each decode step and keeps it until the request
+    ends; kv_committed_len is the context at the start of the step before, whose result the overlap scheduler
+    takes in after forming the next batch (the prompt's step before the first decode). k = 2, blocks of 4, a
+    prompt of 8 and 7 tokens out, each step gaining one: 8 + 6 = 14 slots at the first two decode steps, then
+    9 + 6 to 12 + 6 (4, 4, 4, 4, 5 blocks). The V1 worker (0.5.10), and n-gram drafts, hold the context after
+    the step (3, 3, 3, 3, 4)."""
+    assert _blocks_used_each_step(_sglang("0.5.23"), 8, 7, 2) == [2, 4, 4, 4, 4, 5, 0]
+    assert _blocks_used_each_step(_sglang("0.5.10"), 8, 7, 2) == [2, 3, 3, 3, 3, 4, 0]
+    assert _blocks_used_each_step(_sglang("0.5.23", "ngram"), 8, 7, 2) == [2, 3, 3, 3, 3, 4, 0]
+    # 16 blocks of 4 finish a request of 60 tokens: its first decode step, at a context of 58 at most, reaches 64
+    assert _sglang("0.5.23").longest_request_tokens(64) == 60
+
+
+def _blocks_each_step(spec, requests, ranks=1):
+    """(prompt, output, arrival ns) requests, every draft rejected, on `ranks` attention ranks: the KV blocks in
+    use after each step, and the blocks each decoding sequence holds then."""
+    costs = SpeculativeCosts(drafts=spec.speculative.num_speculative_tokens, acceptance=0.0)
+    costs.attention_ranks = ranks
+    replica = Replica(costs, LastMile(NO_NETWORK), spec, 4 * 64)
+    for prompt, output, arrival_ns in requests:
+        replica.submit(prompt, output, arrival_ns)
+    used, holds = [], []
+    while not replica.idle:
+        replica.step()
+        used.append(replica.cache_blocks - replica.free_blocks)
+        holds.append({i: replica.held.held(i) for i in replica.decoding})
+    assert replica.free_blocks == replica.cache_blocks
+    return used, holds
+
+
+def test_sglang_s_v2_worker_counts_a_decode_committed_once_a_prompt_step_came_between():
+    """A step that does not run a request's decode lets the overlap scheduler take its last result in: its next
+    table is its context now plus 2 (k + 1). Request 0 (8 + 7 tokens) decodes in steps 2 to 4 (14, 14, 15 slots);
+    request 1 (4 tokens, arriving at 2.5 ms) runs its prompt in step 5, formed when step 4 starts; in step 6
+    request 0's context is 11: 11 + 6 = 17 slots, 5 blocks (counted lagged, at its context of 10 at step 4's
+    start, it would hold 4), beside request 1's first decode at 4 + 6 = 10 (3 blocks)."""
+    used, _ = _blocks_each_step(_sglang("0.5.23"), [(8, 7, 0), (4, 2, 2_500_000)])
+    assert used == [2, 4, 4, 4, 5, 8, 5, 0]
+
+
+def test_sglang_s_v2_decode_paused_on_its_attention_rank_keeps_its_table_and_takes_its_result_in():
+    """Two attention ranks: requests 0 and 2 on rank 0, request 1 on rank 1. Request 2's prompt (arriving at 2.5
+    ms) runs in step 5, whose rank-0 batch is a prefill: request 0 takes no part and keeps its table of step 4
+    (9 + 6 = 15 slots, 4 blocks), request 1 reaches 10 + 6 (4 blocks). In step 6 request 0's result is in: 11 +
+    6 = 17 slots (5 blocks), as request 1's lagged 11 + 6, and request 2's first decode 8 + 6 (4 blocks)."""
+    spec = _sglang("0.5.23", max_num_seqs=8, max_num_batched_tokens=2048)
+    used, holds = _blocks_each_step(spec, [(8, 7, 0), (8, 7, 0), (8, 2, 2_500_000)], ranks=2)
+    assert used[:6] == [4, 8, 8, 8, 10, 14]
+    assert holds[4] == {0: 4, 1: 4, 2: 2} and holds[5] == {0: 5, 1: 5}
+
+
+def test_vllm_trims_the_drafts_of_the_decode_that_meets_the_budget_and_the_others_wait():
+    """vLLM V1's scheduler takes each running request's tokens (its last and its drafts) from the budget in
+    running order: the one that meets the budget's end runs the rest, its drafts trimmed, and those after wait a
+    step, keeping their blocks (Scheduler.schedule: `num_new_tokens = min(num_new_tokens, token_budget)`, the
+    loop ending at an empty budget). 5 one-token prompts, 9 tokens out, k = 3 drafts all accepted, 10 tokens a
+    step: requests 0 and 1 run 4 tokens, request 2 the last 2 (one draft), 3 and 4 wait; with 0 and 1 done,
+    2 and 3 run 4 and 4 the last 2; then 3 and 4, then 4 alone."""
+    spec = EngineSpec(max_num_seqs=8, max_num_batched_tokens=10, block_size=4, host_overlap=False,
+                      speculative=SpeculativeSpec(method="eagle", num_speculative_tokens=3))
+    args = (np.zeros(5, np.int64), np.ones(5, np.int64), np.full(5, 9), SpeculativeCosts(drafts=3, acceptance=1.0))
+    trace = run_engine(*args, LastMile(NO_NETWORK), spec, 4 * 64)
+    assert list(trace.step_tokens) == list(trace.step_logits) == [5, 10, 10, 10, 8, 4]
+    assert list(trace.step_seqs) == [5, 3, 3, 3, 2, 1]
+    assert list(trace.step_attn_pairs[1:2]) == [2 * (4 * 1 + 10) + (2 * 1 + 3)]  # 4 and 2 queries on 1 cached
+    assert list(trace.token_steps(2, 3)) == [0, 1, 1, 2, 2, 3, 3, 3, 3]
+    assert list(trace.token_steps(4, 5)) == [0, 3, 3, 4, 4, 4, 4, 5, 5]
+    # Its table reaches the tokens it runs and the lookahead (3): after the second step requests 0 to 2 hold
+    # 1 + 4 + 3 = 8 and 1 + 2 + 3 = 6 slots (2 blocks each), 3 and 4 their prompt's block.
+    replica = Replica(args[3], LastMile(NO_NETWORK), spec, 4 * 64)
+    for _ in range(5):
+        replica.submit(1, 9, 0)
+    replica.step(), replica.step()
+    assert {i: replica.held.held(i) for i in replica.decoding} == {0: 2, 1: 2, 2: 2, 3: 1, 4: 1}

@@ -114,17 +114,33 @@ def trtllm_batch_limits(chip: str | None, hbm_bytes: float | None, release: str 
     return TRTLLM_SERVE_LIMITS
 
 
-# TensorRT-LLM takes max_num_tokens below max_batch_size (or below max_batch_size x (1 + drafts)) as it is:
-# neither trtllm-serve nor its LLM API refuses or clamps the pair (a TensorRT engine's build clamps
-# max_num_tokens only against max_seq_len x max_batch_size and tokens_per_block, _utils.check_max_num_tokens).
-# Its micro-batch scheduler adds the generation requests first, each its beam width and draft tokens, and
-# stops at the first that would pass max_num_tokens (MicroBatchScheduler::operator(),
-# cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp: `break`), no context joining that step; the
-# running requests past it wait, oldest first served, and its CUDA graphs stop at that many sequences too
-# (_filter_cuda_graph_batch_sizes, tensorrt_llm/_torch/pyexecutor/model_engine.py: min(max_batch_size,
-# max_num_tokens / (1 + max_draft_len))). Approximated: the requests it has admitted past that wait in the
-# queue here, not holding their KV reservations.
-def decoding_cap(max_num_seqs: int, max_num_batched_tokens: int, width: int) -> int:
-    """The sequences that decode a step where the budget caps them: max_num_seqs, or as many as
-    max_num_batched_tokens holds at `width` tokens each (1, or speculating the drafts and one more)."""
-    return min(max_num_seqs, max_num_batched_tokens // width)
+# Where the decoding sequences' tokens pass max_num_batched_tokens (Profile.decodes_past_budget).
+# vLLM V1 (Scheduler.schedule, vllm/v1/core/sched/scheduler.py, read on its main branch): its running requests,
+# in their running order (admission order), each take min(num_new_tokens, token_budget), a decode's
+# num_new_tokens its last token and its drafts, and the loop ends once the budget is spent (`while req_index <
+# len(self.running) and token_budget > 0`). The request that meets the budget's end runs what is left, its
+# drafts cut to num_new_tokens - 1 (`spec_token_ids[:num_scheduled_spec_tokens]`; none where one token is
+# left), its table reaching those tokens and the lookahead (allocate_slots); those after it are not scheduled
+# that step and keep their blocks, their place and their drafts for a later step; no waiting request is
+# admitted (`while self.waiting and token_budget > 0`). Its SchedulerConfig refuses max_num_batched_tokens <
+# max_num_seqs, not < max_num_seqs x (1 + k): with its defaults from k = 8 drafts (1,024 x 9 > 8,192).
+# TensorRT-LLM (MicroBatchScheduler::operator(), cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp;
+# PyMicroBatchScheduler.schedule, tensorrt_llm/_torch/pyexecutor/scheduler.py) takes max_num_tokens below
+# max_batch_size (or below max_batch_size x (1 + drafts)) as it is: neither trtllm-serve nor its LLM API refuses
+# or clamps the pair (a TensorRT engine's build clamps max_num_tokens only against max_seq_len x max_batch_size
+# and tokens_per_block, _utils.check_max_num_tokens). Its micro-batch scheduler goes through the requests its
+# capacity scheduler fits, in their order, adds each generation request's beam width and draft tokens, and stops
+# at the first that would pass max_num_tokens (`break`), draft tokens untrimmed: that one and every request
+# after it, contexts too, wait. The capacity scheduler fits up to max_batch_size requests by their KV alone
+# (GuaranteedNoEvictScheduler, cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp: every generation request in
+# progress, its blocks to completion reserved, then the contexts whose blocks to completion fit the rest), so a
+# generation request that waits keeps its blocks and its reservation, and contexts are admitted while the
+# budget has room after the generation requests, up to max_batch_size. Its CUDA graphs stop at the decodes a
+# step holds (_filter_cuda_graph_batch_sizes, tensorrt_llm/_torch/pyexecutor/model_engine.py:
+# min(max_batch_size, max_num_tokens / (1 + max_draft_len))).
+def decodes_a_step(max_num_seqs: int, max_num_batched_tokens: int, width: int, trims: bool) -> int:
+    """The most decoding sequences a step runs where those past the budget wait: as many as
+    max_num_batched_tokens holds at `width` tokens each (1, or speculating the drafts and one more), and where
+    the engine `trims` the drafts of the one that meets the budget's end, that one too."""
+    whole, rest = divmod(max_num_batched_tokens, width)
+    return min(max_num_seqs, whole + (1 if trims and rest else 0))

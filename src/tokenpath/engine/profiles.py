@@ -35,7 +35,7 @@ from tokenpath.engine.cuda_graphs import (
     sglang_prefill_graph_tokens,
     trtllm_unpadded_graph_sizes,
 )
-from tokenpath.engine.draft_slots import vllm_lookahead_tokens
+from tokenpath.engine.draft_slots import DraftHold, sglang_draft_hold, vllm_draft_hold
 from tokenpath.engine.eager_launches import (
     SGLANG_FUSED_MXFP4_MOE_CALLS,
     TRTLLM_PYTORCH,
@@ -119,11 +119,15 @@ class Profile:
     # rank's scheduler has the engine's limits of its own (vLLM's data-parallel engine cores, TensorRT-LLM's
     # ranks: max_num_seqs and max_num_batched_tokens per rank).
     attention_dp_splits_budget: bool
-    # Where max_num_batched_tokens holds fewer decoding tokens than max_num_seqs sequences make (each one, or
-    # its drafts and one more), whether the engine runs as many decoding sequences a step as the budget
-    # holds and leaves the others waiting (TensorRT-LLM, engine/batch_limits.py: decoding_cap); False: the
-    # engine, or this model of it, refuses such limits.
-    budget_caps_decodes: bool
+    # Whether it takes max_num_batched_tokens below max_num_seqs, refusing only a budget under one decode's tokens
+    # (TensorRT-LLM); False: the engine, or this model of it, refuses such limits (vLLM's SchedulerConfig).
+    budget_below_running: bool
+    # What a step does with the decoding sequences whose tokens (each one, or its drafts and one more) pass the
+    # token budget, in their running order (engine/batch_limits.py): "run" them all (SGLang's decode batches,
+    # which chunked_prefill_size does not bound); the first that would pass it and those after "wait" a step,
+    # holding their KV (TensorRT-LLM's micro-batch scheduler); or that first one runs the budget left, its drafts
+    # trimmed, and those after wait ("trim": vLLM V1's scheduler). No prompt runs beside a decode that waits.
+    decodes_past_budget: Literal["run", "wait", "trim"]
     # With attention data-parallel, which rank a request goes to when it reaches the engine
     # (engine/queues.py, RankQueues): in turn, to the rank with the least load (4 x waiting + running), or
     # to the rank whose requests hold the fewest prompt tokens.
@@ -213,10 +217,11 @@ class Profile:
     # release, unless [engine] says (engine/speculative.py; None: a drafter leaves the host as it is)
     speculative_max_running: Callable[[str | None], int] | None
     speculative_overlap: Callable[[str, str | None], bool] | None
-    # With speculative decoding on, where the engine keeps a running request's drafts' KV slots from step to
-    # step: the lookahead tokens it holds beyond a verify step's, for a drafter method and its drafts a step
-    # (engine/draft_slots.py); None: it frees the rejected drafts' slots after each step.
-    draft_lookahead: Callable[[str, int], int] | None
+    # With speculative decoding on, what a running request's block table holds of its drafts' KV slots from step
+    # to step, for a drafter method, its drafts a step and whether a step is scheduled before the one before it
+    # returns (engine/draft_slots.py); None, or a rule that gives None: it frees the rejected drafts' slots
+    # after each step.
+    draft_hold: Callable[[str, int, bool], DraftHold | None] | None
     # Where the engine sets its running requests from its KV cache when not told (max_num_seqs left out):
     # the rule of a worker's pool tokens and the model's context length (engine/batch_limits.py).
     running_from_kv: Callable[[int, int], int] | None
@@ -343,11 +348,12 @@ PROFILES: dict[str, Profile] = {
     "vllm-v1": Profile(
         engine="vLLM V1",
         description="""vLLM V1's scheduler (vllm/v1/core/sched/scheduler.py), the default. Every step, the
-    running sequences first, in admission order: each decoding one takes a token, the prompt in
-    progress the rest of the token budget; then waiting sequences, first come first served, while
-    the step has room (sequences, tokens, KV blocks), a long prompt cut to the budget (chunked
-    prefill). Prompt chunks and decodes share each step. Blocks are taken as sequences grow; when
-    they run out, the newest running sequences are preempted and recomputed later.""",
+    running sequences first, in admission order: each decoding one takes a token (and its drafts, the
+    budget's end trimming them, those after waiting), the prompt in progress the rest of the token
+    budget; then waiting sequences, first come first served, while the step has room (sequences,
+    tokens, KV blocks), a long prompt cut to the budget (chunked prefill). Prompt chunks and decodes
+    share each step. Blocks are taken as sequences grow; when they run out, the newest running
+    sequences are preempted and recomputed later.""",
         prefills_alone_unless=None,
         chunk_unit="token",
         chunked_prefill=True,  # on by default in V1 (vllm/engine/arg_utils.py)
@@ -357,7 +363,8 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
-        budget_caps_decodes=False,  # SchedulerConfig refuses max_num_batched_tokens < max_num_seqs
+        budget_below_running=False,  # SchedulerConfig refuses max_num_batched_tokens < max_num_seqs
+        decodes_past_budget="trim",  # Scheduler.schedule (engine/batch_limits.py)
         # DPLBAsyncMPClient.get_core_engine_for_request (vllm/v1/engine/core_client.py): the engine core of
         # least waiting x 4 + running, from the coordinator's counts (published every 100 ms) plus its own sends.
         attention_dp_routing="least_loaded",
@@ -411,7 +418,7 @@ PROFILES: dict[str, Profile] = {
         speculative_max_running=None,
         speculative_overlap=vllm_keeps_async_scheduling,
         # Every verify token's slot and num_lookahead_tokens more, kept until the request ends (engine/draft_slots.py).
-        draft_lookahead=vllm_lookahead_tokens,
+        draft_hold=vllm_draft_hold,
         running_from_kv=None,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
@@ -467,7 +474,8 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
-        budget_caps_decodes=False,  # (as V1's)
+        budget_below_running=False,  # (as V1's)
+        decodes_past_budget="run",  # (its speculative decoding is not read here; without it the budget covers all)
         attention_dp_routing="least_loaded",  # (unused: it has no attention data-parallel)
         attention_dp_models=None,  # V0 has no data-parallel engine cores (V1's, above)
         attention_dp_architectures=None,
@@ -506,7 +514,7 @@ PROFILES: dict[str, Profile] = {
         batch_limits=vllm_v0_batch_limits,
         speculative_max_running=None,
         speculative_overlap=None,
-        draft_lookahead=None,  # V0's speculative decoding is not read here
+        draft_hold=None,  # V0's speculative decoding is not read here
         running_from_kv=None,
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
@@ -566,7 +574,8 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("on_demand",),
         new_token_ratio=True,
         attention_dp_splits_budget=True,
-        budget_caps_decodes=False,  # not read here: refused
+        budget_below_running=False,  # not read here: refused
+        decodes_past_budget="run",  # a decode batch runs every running request (get_next_batch_to_run)
         # The data-parallel controller's default load_balance_method (managers/data_parallel_controller.py,
         # round_robin_scheduler).
         attention_dp_routing="round_robin",
@@ -634,9 +643,9 @@ PROFILES: dict[str, Profile] = {
         # with n-gram drafts, turns its overlap scheduler off (engine/speculative.py).
         speculative_max_running=sglang_speculative_max_running,
         speculative_overlap=sglang_keeps_overlap,
-        # Its V1 worker frees a verify step's rejected slots; its V2 worker over-allocates by another rule
-        # (engine/draft_slots.py), not modelled.
-        draft_lookahead=None,
+        # Its V1 worker frees a verify step's rejected slots; its V2 worker, with the overlap scheduler, keeps its
+        # committed tokens and 2 x alloc_len_per_decode more until the request ends (engine/draft_slots.py).
+        draft_hold=sglang_draft_hold,
         running_from_kv=sglang_max_running_requests,
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         # Weight absorption came with v0.3 ("SGLang v0.3 Release: 7x Faster DeepSeek MLA", lmsys.org,
@@ -684,9 +693,10 @@ PROFILES: dict[str, Profile] = {
     benchmarks set to the output length), fits in the blocks no running request has reserved, so no
     request is ever preempted; with "on_demand" (MAX_UTILIZATION) blocks are taken as
     sequences grow and the newest are paused (recomputed) when they run out, as in vLLM. The
-    micro-batch scheduler puts the generation requests first, one token each, then contexts within
-    max_num_tokens (`max_num_batched_tokens`): whole without chunked context, and with it cut to the
-    budget left, rounded down to whole KV blocks (its chunkUnitSize is the tokens per block).
+    micro-batch scheduler puts the generation requests first, one token each (and their drafts), then
+    contexts within max_num_tokens (`max_num_batched_tokens`): whole without chunked context, and with it
+    cut to the budget left, rounded down to whole KV blocks (its chunkUnitSize is the tokens per block);
+    generation requests past max_num_tokens wait, holding their KV, and no context joins them.
     Approximated: after a cut chunk no other context joins the step (TensorRT-LLM lets one whose
     whole rest fits in the leftover, under a block); MAX_UTILIZATION pauses the newest started
     request, which here waits at the front of the queue as in vLLM.""",
@@ -702,8 +712,9 @@ PROFILES: dict[str, Profile] = {
         kv_admissions=("reserve", "on_demand"),
         new_token_ratio=False,
         attention_dp_splits_budget=False,
-        # MicroBatchScheduler stops at max_num_tokens (engine/batch_limits.py, decoding_cap)
-        budget_caps_decodes=True,
+        # MicroBatchScheduler stops at max_num_tokens (engine/batch_limits.py)
+        budget_below_running=True,
+        decodes_past_budget="wait",
         # _balance_requests_across_ranks (tensorrt_llm/_torch/pyexecutor/executor_request_queue.py; request_utils.py
         # in later releases): a heap of the ranks by their active requests' tokens, then their count, then index.
         attention_dp_routing="fewest_tokens",
@@ -762,7 +773,7 @@ PROFILES: dict[str, Profile] = {
         batch_limits=trtllm_batch_limits,  # trtllm-serve's: 2048 requests, 8192 tokens a step
         speculative_max_running=None,
         speculative_overlap=trtllm_keeps_overlap,
-        draft_lookahead=None,  # it rewinds a request's rejected drafts after each step (engine/draft_slots.py)
+        draft_hold=None,  # it rewinds a request's rejected drafts after each step (engine/draft_slots.py)
         running_from_kv=None,
         # Its fp8 and NVFP4 checkpoints (ModelOpt) quantize the KV cache to fp8.
         fp8_kv_with_quantized_weights=True,

@@ -16,8 +16,9 @@ the replica hands the front end requests (by arrival) and steps' tokens (by step
 so the two share its processes first come first served. Time is integer nanoseconds, so each
 request's time splits exactly into waiting, compute, traffic and delivery.
 
-A step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted, never
-O(batch) (but where SGLang retracts: it scans the decoding sequences for each one, `_fewest_outputs`):
+A step costs O(1) Python work plus O(1) per request that joins, finishes, is preempted or waits for the
+token budget (`_share_budget`), never O(batch) (but where SGLang retracts: it scans the decoding sequences
+for each one, `_fewest_outputs`):
 decoding sequences are kept as aggregates keyed by the decode clock, the ticks in which they advance
 (engine/running.py says how), and each request's share of the step costs is summed afterwards, in
 numpy, from rows the replica records (engine/trace_rows.py).
@@ -61,9 +62,12 @@ class Replica:
         rows a trace is assembled from (`rows`: a long-running server that never reads them passes
         False, so its memory does not grow with every step)."""
         width = 1 if costs.speculation is None else costs.speculation.width
-        # (the sequences that run at once: max_num_seqs, or as many decodes as the budget holds, TensorRT-LLM's)
-        running = spec.running_cap(width)
-        if spec.max_num_batched_tokens < running or running < 1:
+        running = spec.max_num_seqs
+        # What a step does with the decodes whose tokens pass the budget (Profile.decodes_past_budget): run them,
+        # or leave them waiting (`budget_binds`), the drafts of the first trimmed to the rest (`trims`).
+        past_budget = spec.profile.decodes_past_budget
+        self.budget_binds, self.trims = past_budget != "run", past_budget == "trim"
+        if spec.max_num_batched_tokens < (width if self.budget_binds and not self.trims else running):
             raise ValueError("max_num_batched_tokens must cover every running sequence's decode")
         self.costs, self.host, self.spec = costs, host, spec
         # Called once per step: bound once here.
@@ -97,7 +101,7 @@ class Replica:
         # max_num_seqs and max_num_batched_tokens per rank), so the replica's are the ranks' together.
         self.rank_seqs, self.rank_budget = self.max_seqs, None
         if self.ranks > 1:
-            self.rank_seqs, self.rank_budget = spec.rank_limits(self.ranks, width)
+            self.rank_seqs, self.rank_budget = spec.rank_limits(self.ranks)
             if not spec.profile.attention_dp_splits_budget:
                 self.max_batched, self.max_seqs = self.ranks * self.max_batched, self.ranks * self.max_seqs
         # Decoders pause in prefill steps (prefill-first). Under attention data-parallel each rank runs a
@@ -181,6 +185,17 @@ class Replica:
         self.window_left = 0  # multi-step: steps of the current decode window after this one
         self.window_host = WindowHost(self._on_step, self.interval)
         self.shortfall = 0  # speculative: tokens the sequences finishing in a step did not gain of its advance
+        # Decodes past the token budget (`budget_binds`), in the step being composed: those that wait (in running
+        # order), the one whose drafts are trimmed (request, its tokens, its context) and what it does not gain of
+        # the step's advance, and whether they leave none of the budget (no prompt runs beside a decode that waits).
+        self.sitting: list[int] = []
+        self.trimmed: tuple[int, int, int] | None = None
+        self.trimmed_short = 0
+        self.budget_spent = False
+        # ... and without held drafts' slots, the ticks of the step each of them gains (those that wait none), and
+        # the blocks the decoding sequences' aggregate counts for the others (`_decode_blocks` leaves them out).
+        self.gains: dict[int, int] = {}
+        self.spared_blocks = 0
 
         # What each step did, as rows: the replica appends to their buffers, bound here.
         self.rows = rows = TraceRows(self.ticks_apart, keep_rows)
@@ -196,13 +211,14 @@ class Replica:
                                             clip)
         self.decoding, self.block_due, self.finishing_at = decoders.states, decoders.block_due, decoders.finishing_at
         self._start_decoding, self._stop_decoding = decoders.start, decoders.stop
-        # An engine that keeps its drafts' KV slots from step to step (vLLM V1, engine/draft_slots.py): the
-        # decoding sequences' holds (engine/held_drafts.py), and the lookahead a running prompt's chunk takes.
+        # An engine that keeps its drafts' KV slots from step to step (vLLM V1, SGLang's V2 worker,
+        # engine/draft_slots.py): the decoding sequences' holds (engine/held_drafts.py), and the lookahead a
+        # running prompt's chunk takes.
         hold = None if speculation is None else spec.draft_hold()
         if hold is not None and hold.width != self.width:
             raise ValueError(f"the engine's table drafts {hold.width - 1} tokens a step, the costs {self.width - 1}")
         self.held = None if hold is None else HeldDrafts(hold, self.block, self.decoding)
-        self.chunk_lookahead = 0 if hold is None else hold.lookahead
+        self.chunk_lookahead = 0 if hold is None else hold.chunk_lookahead
         self.finish_blocks: dict[int, int] = {}  # holding: the blocks of each sequence finishing in the step
         self.completing_blocks: dict[int, int] = {}  # ... and of each finishing its prompt
 
@@ -438,30 +454,88 @@ class Replica:
     def _compose_mixed(self, d: int) -> tuple[int, Sequence[int], Sequence[tuple[int, int, int]]]:
         """vllm-v1 and trtllm (and prefill-first with mixed chunks): the running sequences, then waiting
         ones while the step has room; none in a step that had to preempt (as vLLM does), nor on a rank
-        whose prompt is still in progress after the step."""
-        if self.held is None:
-            new_blocks = self.block_due[d % self.block] if self.advance == 1 else self._blocks_due(d, self.advance)
-        else:
-            new_blocks = self.held.due(d, self._blocks_due)
+        whose prompt is still in progress after the step. Decodes past the token budget wait (`_share_budget`)."""
+        over = self.budget_binds and len(self.decoding) * self.width > self.max_batched
+        self.budget_spent, self.trimmed = over, None
+        if over:
+            self._share_budget(d)
+        new_blocks = self._decode_blocks(d, self.advance)
         if not self.prefills and new_blocks <= self.free_blocks:  # the common case, without a call
             self.free_blocks -= new_blocks
-            decode = len(self.decoding)
+            decode = self._seat(d) if over else len(self.decoding)
             if not self.waiting:
                 return decode, _NONE, _NONE
-            return decode, _NONE, self._admit(self.max_batched - self._decode_tokens(decode),
-                                              self.max_seqs - decode - len(self.unseen))
+            return decode, _NONE, self._admit(self.max_batched - self._decode_tokens(),
+                                              self.max_seqs - len(self.decoding) - len(self.unseen))
         chunks, preempted = self._running_demands(d)
+        decode = self._seat(d) if over else len(self.decoding)
         if preempted or not self.waiting:
-            return len(self.decoding), chunks, _NONE
-        decode = len(self.decoding)
-        return decode, chunks, self._admit(self.max_batched - self._decode_tokens(decode) - sum(chunks),
-                                           self.max_seqs - decode - len(self.prefills) - len(self.unseen), chunks)
+            return decode, chunks, _NONE
+        return decode, chunks, self._admit(self.max_batched - self._decode_tokens() - sum(chunks),
+                                           self.max_seqs - len(self.decoding) - len(self.prefills) - len(self.unseen),
+                                           chunks)
 
-    def _decode_tokens(self, decode: int) -> int:
-        """The share of the step's token budget that `decode` decoding sequences take: a token each
-        (speculating, their drafts too); none where each rank pauses its own decodes for its prompts
-        (`rank_pauses`)."""
-        return 0 if self.rank_pauses else decode * self.width
+    def _decode_tokens(self) -> int:
+        """The share of the step's token budget that the decoding sequences take: a token each (speculating,
+        their drafts too), or where they pass it the whole of it (`_share_budget`); none where each rank pauses
+        its own decodes for its prompts (`rank_pauses`)."""
+        if self.rank_pauses:
+            return 0
+        return self.max_batched if self.budget_spent else len(self.decoding) * self.width
+
+    def _share_budget(self, d: int) -> None:
+        """The decoding sequences' tokens pass the step's budget (Profile.decodes_past_budget, engine/
+        batch_limits.py): in running order each takes its verify tokens; the first that would pass the budget
+        runs the rest where the engine trims its drafts (vLLM V1), and it (else) and those after wait a step,
+        holding their KV blocks. Before the step's blocks are counted: those that wait take none, the trimmed one
+        those of its tokens. Under attention data-parallel, over the ranks' budgets together (a rank's decoding
+        tokens are taken as an even share elsewhere too, `_rank_budgets_left`). O(1) per sequence that waits."""
+        width, held, block, ticks = self.width, self.held, self.block, self.advance
+        whole, rest = divmod(self.max_batched, width)
+        trims = self.trims and rest > 0
+        newest = reversed(self.decoding)
+        sitting = [next(newest) for _ in range(len(self.decoding) - whole - trims)]
+        sitting.reverse()
+        self.sitting = sitting
+        self.gains, spared, states = {}, 0, self.decoding
+        for i in sitting:
+            if held is not None:
+                held.sit_out(i)
+            else:
+                first, context0, _, _ = states[i]
+                context = context0 + d - first
+                spared += (context + ticks - 1) // block - (context - 1) // block
+                self.gains[i] = 0
+        if trims:
+            i = next(newest)
+            first, context0, _, _ = states[i]
+            context = context0 + d - first
+            self.trimmed = (i, rest, context)
+            if held is not None:
+                held.trim(i, rest)
+            else:  # (blocks for the tokens it can gain)
+                gains = self.gains[i] = min(ticks, rest)
+                spared += (context + ticks - 1) // block - (context + gains - 1) // block
+        self.spared_blocks = spared
+
+    def _seat(self, d: int) -> int:
+        """After the step's blocks are taken (a preemption may have taken some of the decodes past the budget
+        too): those that wait make no token in the step's ticks, and the trimmed one none in those after its
+        tokens (Decoding.pause); the step leaves their contexts out. Returns the decoding sequences that take
+        part."""
+        decoding, ticks, pause = self.decoding, self.advance, self.decoders.pause
+        sitting = [i for i in self.sitting if i in decoding]
+        for i in sitting:
+            self.paused_context += pause(i, d, ticks)
+        self.sitting, self.gains, self.spared_blocks = [], {}, 0
+        if self.trimmed is not None:
+            i, tokens, _ = self.trimmed
+            if i not in decoding:  # (preempted, and every decode after it)
+                self.trimmed = None
+            elif tokens < ticks and decoding[i][2] >= d + tokens:  # (its last token comes after its tokens)
+                pause(i, d + tokens, ticks - tokens)
+                self.trimmed_short = ticks - tokens
+        return len(decoding) - len(sitting)
 
     def _compose_prefill_first(self, d: int) -> tuple[int, Sequence[int], Sequence[tuple[int, int, int]]]:
         """prefill-first (one attention rank): a prefill step (the prompt in progress, then waiting
@@ -505,7 +579,7 @@ class Replica:
                 self.free_blocks -= new_blocks
                 return _NONE, False
         else:
-            decode_tokens = self._decode_tokens(len(self.decoding))
+            decode_tokens = self._decode_tokens()
             budget, rank_budget = self.max_batched - decode_tokens, None
             if self.rank_budget is not None:  # each rank's share, less its share of the decoding tokens
                 rank_budget = self.rank_budget - -(-decode_tokens // self.ranks)
@@ -542,7 +616,7 @@ class Replica:
         preempting when they do not fit. Returns the decoding sequences taking part."""
         window = self.window
         ticks = window if window > 1 else self.advance  # (multi-step and speculative decoding never meet)
-        new_blocks = self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)
+        new_blocks = self._decode_blocks(d, ticks)
         if new_blocks > self.free_blocks:
             new_blocks = self._preempt(d, new_blocks, ticks)
         self.free_blocks -= new_blocks
@@ -552,10 +626,11 @@ class Replica:
 
     def _decode_blocks(self, d: int, ticks: int) -> int:
         """KV blocks the decoding sequences take in the step at tick d that advances them `ticks` ticks: those
-        of its tokens, or where the engine keeps drafts' slots the growth of their holds (engine/held_drafts.py)."""
+        of its tokens (but those the decodes past the budget do not gain, `spared_blocks`), or where the engine
+        keeps drafts' slots the growth of their holds (engine/held_drafts.py)."""
         if self.held is not None:
             return self.held.due(d, self._blocks_due)
-        return self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)
+        return (self.block_due[d % self.block] if ticks == 1 else self._blocks_due(d, ticks)) - self.spared_blocks
 
     def _blocks_due(self, d: int, ticks: int) -> int:
         """KV blocks the decoding sequences need over the `ticks` ticks from d."""
@@ -577,8 +652,9 @@ class Replica:
             i = self._fewest_outputs(d) if self.preempt_fewest else next(reversed(self.decoding))
             first, context0, _, _ = self.decoding[i]
             context = context0 + d - first
-            if self.held is None:
-                due, held = (context + window - 1) // block - (context - 1) // block, -(-context // block)
+            if self.held is None:  # (a decode past the budget gains fewer ticks: `gains`)
+                gains = self.gains.get(i, window)
+                due, held = (context + gains - 1) // block - (context - 1) // block, -(-context // block)
             else:  # (its hold, and the hold's growth the step would take)
                 due, held = self.held.preempted(i)
             new_blocks -= due  # its blocks in the window
@@ -734,7 +810,7 @@ class Replica:
         """Under attention data-parallel, each rank's prompt tokens left in the step being composed: its
         budget (`rank_budget`), less an even share of the decoding tokens taking part and the `chunks` of
         the prompts in progress on it."""
-        decode_tokens = self._decode_tokens(len(self.decoding))
+        decode_tokens = self._decode_tokens()
         left = [self.rank_budget - -(-decode_tokens // self.ranks)] * self.ranks
         rank_of = self.waiting.rank_of
         for prefill, num in zip(self.prefills, chunks):
@@ -764,10 +840,12 @@ class Replica:
         paused = [i for i in self.decoding if rank_of[i] in ranks]
         pause = self.decoders.pause
         context_sum = events = 0
+        held = self.held
         for i in paused:
+            taken = None if held is None else held.pause(i)  # (holding drafts' slots: what the step took for it)
             context = pause(i, d, ticks)
             context_sum += context
-            self.free_blocks += (context + ticks - 1) // block - (context - 1) // block
+            self.free_blocks += (context + ticks - 1) // block - (context - 1) // block if taken is None else taken
             if interval > 1 and (ticks - self.generated[i]) % interval == 0:
                 events += 1  # (its new start, d + ticks, puts it on tick d's events: Decoding's event_due)
         self.paused_context, self.paused_events = context_sum, events
@@ -776,7 +854,7 @@ class Replica:
     def _finish_short(self, last: int, finishing: Sequence[int]) -> None:
         """Speculative decoding: the sequences that finish before the step's `last` tick gain fewer tokens
         than its advance (`shortfall`), and give back the KV blocks taken for the ticks after theirs."""
-        states, block = self.decoding, self.block
+        states, block, trimmed = self.decoding, self.block, self.trimmed
         for i in finishing:
             first, context0, last_tick, _ = states[i]
             extra = last - last_tick
@@ -784,6 +862,8 @@ class Replica:
                 self.shortfall += extra
                 if self.held is not None:  # (its hold is given back whole when it leaves)
                     continue
+                if trimmed is not None and trimmed[0] == i:  # (blocks were taken for the tokens it could gain)
+                    extra -= self.advance - min(self.advance, trimmed[1])
                 context = context0 + last_tick - first + 1
                 unused = (context + extra - 1) // block - (context - 1) // block
                 self.free_blocks += unused
@@ -828,14 +908,19 @@ class Replica:
         num_tokens = decode * width + prefill_num
         # Each decoding sequence attends to its cache plus its new token: pairs = positions read. With
         # speculative decoding, to its cache plus its `width` new ones, each query those before it too.
-        context, paused_events = self.decoders.context_sum, 0
-        if self.rank_pauses:  # (the paused decodes' contexts and events, `_pause_prompt_ranks`, take no part)
-            context -= self.paused_context
-            paused_events = self.paused_events
-            self.paused_context = self.paused_events = 0
+        # (the paused decodes' contexts and events, `_pause_prompt_ranks` and `_seat`, take no part)
+        context, paused_events = self.decoders.context_sum - self.paused_context, self.paused_events
+        self.paused_context = self.paused_events = 0
         attn_pairs = kv_read = context + decode if decode else 0
         if decode and width > 1:
             attn_pairs, kv_read = width * context + decode * width * (width + 1) // 2, context + decode * width
+        cut = 0  # the verify tokens the budget's end trims off a decode (`_share_budget`)
+        if self.trimmed is not None:
+            _, tokens, trimmed_context = self.trimmed
+            cut = width - tokens
+            num_tokens -= cut
+            attn_pairs -= cut * trimmed_context + (width * (width + 1) - tokens * (tokens + 1)) // 2
+            kv_read -= cut
         chunk_context = 0  # positions cached before each prompt chunk
         completing: list[tuple[int, int]] = []
         prompt_on_busiest = None
@@ -875,14 +960,14 @@ class Replica:
                 self.prefills.append(Prefill(i, p + q, -(-(p + q) // self.block), target))
                 self._silent_buffer.extend((i, s))
         finishing: Sequence[int] = _NONE
-        advance, self.shortfall = self.advance, 0
+        advance, self.shortfall, self.trimmed_short = self.advance, self.trimmed_short, 0
         if decode or not self.pauses:  # the decode clock ticks
             due = self.finishing_at.pop(d, None) if advance == 1 else self._due_within(d, advance)
             if due:
                 finishing = self.decoders.still_due(due)
                 if advance > 1:
                     self._finish_short(d + advance - 1, finishing)
-        logits = decode * width + len(completing)  # the LM head's rows
+        logits = decode * width - cut + len(completing)  # the LM head's rows
         if width == 1:
             sampled = logits
             events = logits if self.interval == 1 else self.decoders.events(d, decode, finishing, completing)

@@ -2,11 +2,12 @@
 rank under attention data-parallel), and the decoding ones, kept as aggregates keyed by the decode clock
 (`Decoding`).
 
-Why: a step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted, never
-O(batch). That holds because the token budget covers every decoding sequence (vLLM requires
-max_num_batched_tokens >= max_num_seqs; TensorRT-LLM runs only as many as it holds: EngineSpec.running_cap),
-so at most one sequence is part-way through its prompt, and
-it is the one admitted last (under attention data-parallel, one a rank: each rank's scheduler's).
+Why: a step costs O(1) Python work plus O(1) per request that joins, finishes or is preempted (or waits
+for the token budget), never O(batch). That holds because no prompt is admitted behind one still in
+progress, nor beside decodes that pass the token budget (vLLM requires max_num_batched_tokens >=
+max_num_seqs; decodes whose drafts pass it wait, Profile.decodes_past_budget), so at most one sequence is
+part-way through its prompt, and it is the one admitted last (under attention data-parallel, one a rank:
+each rank's scheduler's).
 Decoding sequences are then described by aggregates (their count and summed context) plus, per
 sequence, the tick it started decoding at: its context, its KV blocks and its token index at any
 later tick follow from that.

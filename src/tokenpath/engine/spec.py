@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokenpath.config.errors import UserError
-from tokenpath.engine.batch_limits import SGLANG_SPECULATIVE_MAX_RUNNING, VLLM_V1_LARGE_GPU_LIMITS, decoding_cap
+from tokenpath.engine.batch_limits import SGLANG_SPECULATIVE_MAX_RUNNING, VLLM_V1_LARGE_GPU_LIMITS, decodes_a_step
 from tokenpath.engine.cuda_graphs import PromptStepShape, sglang_prefill_capture_sizes
 from tokenpath.engine.draft_slots import DraftHold
 from tokenpath.engine.host_time import eager_host_paid, host_overlapped
@@ -189,9 +189,10 @@ class EngineSpec(BaseModel):
     @model_validator(mode="after")
     def _budget_covers_every_sequence(self) -> EngineSpec:
         # vLLM refuses this too (SchedulerConfig): every running sequence must be able to decode in every step.
-        # TensorRT-LLM runs as many as the budget holds (Profile.budget_caps_decodes), none if not one.
+        # TensorRT-LLM takes a smaller budget (Profile.budget_below_running), the decodes past it waiting (Profile.
+        # decodes_past_budget), but none would run where it holds not one.
         width = self.decode_width
-        if self.profile.budget_caps_decodes:
+        if self.profile.budget_below_running:
             if self.max_num_batched_tokens < width:
                 raise ValueError(
                     f"max_num_batched_tokens ({self.max_num_batched_tokens}) holds no decoding sequence's "
@@ -274,23 +275,22 @@ class EngineSpec(BaseModel):
         """The tokens a decoding sequence runs a step: one, or speculating its drafts and one more."""
         return 1 if self.speculative is None else self.speculative.num_speculative_tokens + 1
 
-    def running_cap(self, width: int | None = None) -> int:
-        """The sequences that run at once: max_num_seqs, or where the token budget caps the decoding ones
-        (Profile.budget_caps_decodes: TensorRT-LLM), as many as max_num_batched_tokens holds at `width`
-        tokens each (None: `decode_width`; engine/batch_limits.py, decoding_cap)."""
-        if not self.profile.budget_caps_decodes:
+    def decodes_a_step(self) -> int:
+        """The most decoding sequences a step runs: max_num_seqs, or where those past the token budget wait
+        (Profile.decodes_past_budget), as many as max_num_batched_tokens holds at `decode_width` tokens each, and
+        vLLM V1's one whose drafts it trims to the rest (engine/batch_limits.py, decodes_a_step)."""
+        past = self.profile.decodes_past_budget
+        if past == "run":
             return self.max_num_seqs
-        return decoding_cap(self.max_num_seqs, self.max_num_batched_tokens,
-                            self.decode_width if width is None else width)
+        return decodes_a_step(self.max_num_seqs, self.max_num_batched_tokens, self.decode_width, past == "trim")
 
-    def rank_limits(self, ranks: int, width: int | None = None) -> tuple[int, int | None]:
-        """Under attention data-parallel over `ranks`, each rank's running sequences (max_num_seqs, or its
-        `running_cap` at `width` tokens a decode) and prompt tokens a step (None: no share of its own, without
-        chunked prefill): the engine's limits each (vLLM's data-parallel engine cores, TensorRT-LLM's ranks),
-        or SGLang's share of the server's (Profile.attention_dp_splits_budget: chunked_prefill_size // dp_size
-        and max_running_requests // dp_size, arg_groups/parallel_hook.py)."""
+    def rank_limits(self, ranks: int) -> tuple[int, int | None]:
+        """Under attention data-parallel over `ranks`, each rank's running sequences and prompt tokens a step
+        (None: no share of its own, without chunked prefill): the engine's limits each (vLLM's data-parallel
+        engine cores, TensorRT-LLM's ranks), or SGLang's share of the server's (Profile.attention_dp_splits_budget:
+        chunked_prefill_size // dp_size and max_running_requests // dp_size, arg_groups/parallel_hook.py)."""
         if not self.profile.attention_dp_splits_budget:
-            return self.running_cap(width), self.max_num_batched_tokens
+            return self.max_num_seqs, self.max_num_batched_tokens
         budget = max(self.max_num_batched_tokens // ranks, 1) if self.chunked_prefill else None
         return max(self.max_num_seqs // ranks, 1), budget
 
@@ -302,7 +302,7 @@ class EngineSpec(BaseModel):
         its last block. vLLM refuses to start where its longest request does not fit the cache."""
         cache_tokens = kv_capacity_tokens // self.block_size * self.block_size
         if self.kv_admission != "reserve":
-            hold = self.draft_hold()  # (an engine that keeps drafts' slots holds more at the last step)
+            hold = self.draft_hold()  # (an engine that keeps drafts' slots holds more past the last token)
             return cache_tokens + 1 - (0 if hold is None else hold.beyond_last_token)
         if drafts is None:
             drafts = 0 if self.speculative is None else self.speculative.num_speculative_tokens
@@ -310,13 +310,12 @@ class EngineSpec(BaseModel):
 
     def draft_hold(self) -> DraftHold | None:
         """What a decoding sequence holds for its drafts where this engine keeps their KV slots from step to
-        step (Profile.draft_lookahead, engine/draft_slots.py); None without a drafter, or where it frees them."""
-        lookahead = self.profile.draft_lookahead
-        if self.speculative is None or lookahead is None:
+        step (Profile.draft_hold, engine/draft_slots.py); None without a drafter, or where it frees them."""
+        rule = self.profile.draft_hold
+        if self.speculative is None or rule is None:
             return None
-        drafts = self.speculative.num_speculative_tokens
-        return DraftHold(drafts + 1, lookahead(self.speculative.method, drafts),
-                         host_overlapped(self.scheduler, self.host_overlap))
+        return rule(self.speculative.method, self.speculative.num_speculative_tokens,
+                    host_overlapped(self.scheduler, self.host_overlap))
 
     @property
     def step_bounds_prompts(self) -> bool:

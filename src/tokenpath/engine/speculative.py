@@ -27,7 +27,8 @@ In the simulation every decoding sequence of a step gains the same number of tok
 (`Acceptance`): each sequence's tokens per step follow the distribution above and its mean, but the
 sequences of one step move together. Drafted tokens' KV slots beyond those accepted are given back
 after the step, except where the engine keeps them (vLLM V1, whose block tables hold every verify token's
-slot and its lookahead until the request ends: engine/draft_slots.py).
+slot and its lookahead until the request ends; SGLang's speculative V2 worker, which holds its committed
+tokens and two verify steps more: engine/draft_slots.py).
 """
 
 from __future__ import annotations

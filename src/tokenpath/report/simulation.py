@@ -33,8 +33,8 @@ def _engine_line(engine: Any, compute: Any, acceptance: float | None = None) -> 
     version = f" (version {engine.version})" if engine.version else ""
     # Under attention data-parallel each rank schedules with the limits of its own, but SGLang's ranks, which
     # divide the server's (EngineSpec.rank_limits)
-    # (where the budget holds fewer decodes, TensorRT-LLM runs that many a step: EngineSpec.running_cap)
-    capped = "" if engine.running_cap() == engine.max_num_seqs else f" ({engine.running_cap()} decoding a step)"
+    # (where the budget holds fewer decodes, vLLM V1 and TensorRT-LLM run that many a step: EngineSpec.decodes_a_step)
+    capped = "" if engine.decodes_a_step() == engine.max_num_seqs else f" ({engine.decodes_a_step()} decoding a step)"
     seqs, tokens = f"max {engine.max_num_seqs} seqs{capped}, ", f"{engine.max_num_batched_tokens} tokens/step"
     if compute.attention_dp and not engine.profile.attention_dp_splits_budget:
         seqs, tokens = f"max {engine.max_num_seqs} seqs{capped} and ", f"{tokens} a rank"
