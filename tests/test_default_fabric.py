@@ -109,6 +109,29 @@ def test_the_chips_own_scale_up_fabric():
     assert mi300x.fabric_name == "one 8-chip fullmesh (default for 4 mi300x)"
 
 
+@pytest.mark.parametrize("chip, chips, generation", [
+    ("a100", 8, "Ampere"), ("a100", 16, "Ampere"), ("a100-40gb", 16, "Ampere"), ("h100", 16, "Hopper"),
+    ("h200", 8, "Hopper"), ("b200", 16, "Blackwell"), ("gb200", 144, "Blackwell"), ("mi300x", 8, "CDNA3"),
+    ("mi325x", 16, "CDNA3"), ("tpu-v5p", 8, "TPU v5"), ("gaudi3", 16, "Gaudi 3"),
+])
+def test_the_fabric_takes_its_chips_generation_from_the_catalog(chip, chips, generation):
+    """catalog/chips.toml's `generation` is the one place a deployment's fabric takes its chips' generation
+    from, the key of the tuner's rows (fabric/tuner.py): its nodes' and, across nodes, the hierarchy's."""
+    topology = deployment(chip, chips, **{"model.precision": "bf16"}).topology
+    assert topology.generation == generation
+    if topology.kind == "hierarchy":
+        assert topology.node.generation == generation
+
+
+def test_a_switch_table_naming_another_generation_than_the_chip_s_is_a_one_line_error():
+    fabric = {"kind": "switch", "hosts": 8, "nvls_generation": "Blackwell"}
+    with pytest.raises(UserError) as error:
+        deployment("h100", 8, **{"deployment.fabric": fabric})
+    assert str(error.value) == ("fabric.nvls_generation: 'Blackwell', but the deployment's chips are 'Hopper' "
+                                "(catalog/chips.toml); leave it out to take the chip's")
+    assert deployment("b200", 8, **{"deployment.fabric": fabric}).topology.nvls_efficiency == 0.74
+
+
 def test_beyond_a_domain_without_a_nic_in_the_catalog_is_a_one_line_error():
     chip = load_chip("tpu-v6e")
     with pytest.raises(UserError) as error:

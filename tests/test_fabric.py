@@ -61,7 +61,7 @@ def test_a_blackwell_switch_reduces_at_its_generations_nvls_rating():
     NVLink5's 900 GB/s a large all-reduce reaches 480 GB/s x 2 x 0.74 / 0.85 = 835.8 GB/s of bus bandwidth."""
     from tokenpath.compute.chip import load_chip
     from tokenpath.fabric.build import build_topology
-    from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY, load_fabric
+    from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY, SwitchFabric, load_fabric
     from tokenpath.sim.deployment import chip_fabric
 
     blackwell = Collectives(Switch(8, 900e9, NVLINK_HOP_LATENCY_S / 2, generation="Blackwell"), "nvls")
@@ -71,14 +71,19 @@ def test_a_blackwell_switch_reduces_at_its_generations_nvls_rating():
     assert busbw / hopper.bus_bandwidth_Bps("all_reduce", LARGE_BYTES, [list(range(8))]) == pytest.approx(
         0.74 / 0.85, rel=1e-3)
     assert NVLS_TUNER_EFFICIENCY == {"Hopper": 0.85, "Blackwell": 0.74}
-    # the catalog's Blackwell chips and preset name their generation, so their switches carry its rating
+    # the catalog's chips name their generation, so their switches carry its rating; a preset built with no
+    # chip names its own; Ampere's switch reduces in no switch (tuning.cc nvlsEfficiency Ampere 0.0)
     for chip, generation in (("b200", "Blackwell"), ("gb200", "Blackwell"), ("h200", "Hopper"), ("h100", "Hopper")):
         spec = load_chip(chip)
         fabric, _ = chip_fabric(spec, 8)
-        assert fabric.nvls and fabric.nvls_generation == generation, chip
-        assert build_topology(fabric, spec.scaleup_bw_Bps, 8).nvls_efficiency == {"Blackwell": 0.74,
-                                                                                  "Hopper": 0.85}[generation]
+        assert spec.generation == generation and fabric.nvls and fabric.nvls_generation is None, chip
+        switch = build_topology(fabric, spec.scaleup_bw_Bps, 8, spec.generation)
+        assert (switch.generation, switch.nvls) == (generation, True)
+        assert switch.nvls_efficiency == {"Blackwell": 0.74, "Hopper": 0.85}[generation]
     assert build_topology(load_fabric("gb200-nvl72")[0]).nvls_efficiency == 0.74
+    a100 = build_topology(chip_fabric(load_chip("a100"), 8)[0], 300e9, 8, "Ampere")
+    assert (a100.generation, a100.nvls, a100.nvls_efficiency) == ("Ampere", False, 0.0)
+    assert not build_topology(SwitchFabric(), 300e9, 8, "Ampere").nvls  # nvls = true asks for what Ampere lacks
 
 
 def test_ring_all_reduce_bus_bandwidth_matches_nccl_tests_on_8_h100():

@@ -19,7 +19,6 @@ from tokenpath.fabric.collectives import (
     LOW_LATENCY_ALL_TO_ALL_S,
     NVLS_LATENCY_S,
     NVLS_LINK_EFFICIENCY,
-    PROTOCOLS,
     SCALEOUT_BW_EFFICIENCY,
     SCALEUP_BW_EFFICIENCY,
     AffineCost,
@@ -30,7 +29,7 @@ from tokenpath.fabric.fattree import FatTree
 from tokenpath.fabric.single_hop import FullMesh, Switch
 from tokenpath.fabric.topology import Traffic
 from tokenpath.fabric.torus import Mesh, Torus
-from tokenpath.fabric.tuner import TREE_ALL_REDUCE_EFFICIENCY
+from tokenpath.fabric.tuner import PROTOCOLS, TREE_ALL_REDUCE_EFFICIENCY
 
 BW = 450e9          # NVLink per direction
 LAT = 0.3e-6        # per link; a chip-to-chip hop through a switch is 2 links = 0.6 us
@@ -80,19 +79,23 @@ def test_ring_all_reduce_on_a_switch_hand_computed(n):
 
 def test_protocols_of_the_ring_on_a_switch_are_nccls_tuner_constants():
     # tuning.cc: base latency Ring {LL 6.6, LL128 14.0, Simple 8.4} us, NVLink steps {0.6, 1.9, 3.4} us, and
-    # busBw x {0.5, 0.92, 1}: on 8 ranks 15, 41.2 and 56 us.
+    # busBw x {0.5, 0.92, 1}: on 8 ranks 15, 41.2 and 56 us. LL's half of the links' 370 GB/s of bus
+    # bandwidth, 185, is over its ceiling in one node of Hopper GPUs (the switch's generation with no chip):
+    # llMaxBws Hopper-N1, 141 GB/s.
     costs = switch(8).costs("all_reduce", whole(8), "ring")
     assert [p.name for p in PROTOCOLS] == list(costs) == ["LL", "LL128", "Simple"]
     simple_beta = 14 / 8 / (BW * SU)
-    same(costs["LL"], 6.6e-6 + 14 * 0.6e-6, simple_beta / 0.5)
+    assert simple_beta / 0.5 < 14 / 8 / 141.0e9
+    same(costs["LL"], 6.6e-6 + 14 * 0.6e-6, 14 / 8 / 141.0e9)
     same(costs["LL128"], 14.0e-6 + 14 * 1.9e-6, simple_beta / 0.92)
     same(costs["Simple"], 8.4e-6 + 14 * 3.4e-6, simple_beta)
 
 
 def test_protocol_that_runs_is_the_fastest_at_each_size():
     c = switch(8, nvls=False)
-    # LL up to where LL128's 26 us more latency buys back half the bandwidth: 15 + x/106 = 41.2 + x/195
-    # GB/s gives about 6 MB; LL128 then until Simple's lower bandwidth cost pays its latency back.
+    # LL up to where LL128's 26 us more latency buys back its bandwidth: 15 + x/80.6 = 41.2 + x/195 GB/s (LL
+    # at its ceiling, 141 GB/s of bus bandwidth) gives about 3.6 MB; LL128 then until Simple's lower bandwidth
+    # cost pays its latency back.
     assert c.protocol("all_reduce", 1e6, whole(8)) == "LL"
     assert c.protocol("all_reduce", 16e6, whole(8)) == "LL128"
     assert c.protocol("all_reduce", 4e9, whole(8)) == "Simple"

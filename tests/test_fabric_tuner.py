@@ -6,14 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tokenpath.compute.chip import load_chip
 from tokenpath.config.assumptions import Assumptions
+from tokenpath.fabric.build import build_topology
 from tokenpath.fabric.collectives import Collectives
 from tokenpath.fabric.fattree import FatTree
 from tokenpath.fabric.hierarchy import Hierarchy
 from tokenpath.fabric.single_hop import FullMesh, Switch
 from tokenpath.fabric.tuner import (
     LL_MAX_BUS_BW_MORE_NODES_BPS,
+    LL_MAX_BUS_BW_ONE_NODE_BPS,
     LL_MAX_BUS_BW_TWO_NODES_BPS,
+    NCCL_COMPUTE_CAPABILITY,
     PER_CHANNEL_MAX_BUS_BW_BPS,
     PROTOCOLS,
     RING_SIMPLE_LATENCY_PLATEAU,
@@ -24,6 +28,7 @@ from tokenpath.fabric.tuner import (
     Tuner,
     correction,
 )
+from tokenpath.sim.deployment import chip_fabric
 
 LL, LL128, SIMPLE = PROTOCOLS
 REL = 1e-12
@@ -57,48 +62,59 @@ def test_below_64_bytes_and_past_the_table_a_tree_reaches_its_whole_bandwidth():
     assert correction(TREE_CORRECTION["Simple"][:23], 2**30) == 1.0
 
 
-@pytest.mark.parametrize("rails, ring_channels, nvls_channels", [(8, 8, 8), (5, 5, 5), (4, 8, 4), (1, 2, 1)])
-def test_channels_are_one_per_rail_doubled_where_few(rails, ring_channels, nvls_channels):
-    # search.cc ncclTopoDupChannels: 4 or fewer channels of 25-50 GB/s double; NVLS graphs never.
-    span = Span(nodes=2, ranks=2 * rails, rails=rails, generation="Hopper")
+@pytest.mark.parametrize("generation, nic_Bps, rails, ring_channels, nvls_channels", [
+    ("Hopper", 50e9, 8, 8, 8), ("Hopper", 50e9, 5, 5, 5), ("Hopper", 50e9, 4, 8, 4), ("Hopper", 50e9, 1, 2, 1),
+    ("Blackwell", 50e9, 8, 8, 8), ("Blackwell", 50e9, 4, 8, 4),
+    ("Blackwell", 100e9, 8, 16, 8),  # 800G: 96 GB/s a channel, doubled to 16 of 48
+    ("Ampere", 50e9, 8, 16, 8),  # 8.0 is not past 8.0: 48 GB/s channels double however many
+    ("Ampere", 25e9, 8, 8, 8), ("Ampere", 25e9, 2, 2, 2),  # 200G: 24 GB/s, under 25, never doubled
+])
+def test_channels_are_one_per_rail_doubled_as_nccl_doubles_them(generation, nic_Bps, rails, ring_channels,
+                                                                 nvls_channels):
+    # search.cc: a channel over one NIC runs at the fastest of the search's speeds the NIC carries
+    # (speedArrayInter, sm90SpeedArrayInter, sm100SpeedArrayInter), and ncclTopoDupChannels doubles channels of
+    # 25 GB/s and more, except past compute capability 8.0 more than 4 of under 50 GB/s; NVLS graphs never.
+    span = Span(nodes=2, ranks=2 * rails, rails=rails, generation=generation, nic_Bps=nic_Bps)
     assert (span.channels("ring"), span.channels("tree"), span.channels("nvls_tree")) == \
         (ring_channels, ring_channels, nvls_channels)
 
 
 def test_inside_a_node_the_tree_takes_its_efficiency_and_nothing_else():
     tuner = Tuner()
-    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, 100e9, False, None) == pytest.approx(92e9, rel=REL)
-    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, 100e9, False, None) == pytest.approx(92e9 * 7 / 9,
+    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, 100e9, 1, None) == pytest.approx(92e9, rel=REL)
+    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, 100e9, 1, None) == pytest.approx(92e9 * 7 / 9,
                                                                                                  rel=REL)
-    assert tuner.bandwidth_Bps("ring", "all_reduce", LL, 100e9, False, None) == pytest.approx(50e9, rel=REL)
-    assert tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, 100e9, True, None) == 100e9
+    assert tuner.bandwidth_Bps("ring", "all_reduce", LL, 100e9, 1, None) == pytest.approx(50e9, rel=REL)
+    assert tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, 100e9, 2, None) == 100e9
 
 
 def test_across_nodes_the_ceilings_bind_in_the_tuner_s_order():
     tuner = Tuner()
-    span = Span(nodes=4, ranks=32, rails=8, generation="Hopper")
+    span = Span(nodes=4, ranks=32, rails=8, generation="Hopper", nic_Bps=50e9)
     fast = 1e12  # links faster than every ceiling
     # Tree: min(x .92, 8 x 36.0 GB/s), then LL128's min(x 120/128, 8 x 29.0), x .85, as bus bandwidth; x 1/2.
-    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, fast, span.nodes, span) == pytest.approx(
         8 * 29.0e9 * 0.85 / 2, rel=REL)
-    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, fast, span.nodes, span) == pytest.approx(
         8 * 36.0e9 * 0.85 / 2, rel=REL)
-    assert tuner.bandwidth_Bps("tree", "all_reduce", LL, fast, True, span) == pytest.approx(20.4e9 * 0.85 / 2, rel=REL)
+    assert tuner.bandwidth_Bps("tree", "all_reduce", LL, fast, span.nodes, span) == pytest.approx(
+        20.4e9 * 0.85 / 2, rel=REL)
     # The ring: LL's ceiling and LL128's per channel, x nRanks / nsteps of the op (all-gather: 32 / 31).
-    assert tuner.bandwidth_Bps("ring", "all_reduce", LL, fast, True, span) == pytest.approx(20.4e9 * 32 / 62, rel=REL)
-    assert tuner.bandwidth_Bps("ring", "all_gather", LL128, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("ring", "all_reduce", LL, fast, span.nodes, span) == pytest.approx(
+        20.4e9 * 32 / 62, rel=REL)
+    assert tuner.bandwidth_Bps("ring", "all_gather", LL128, fast, span.nodes, span) == pytest.approx(
         8 * 36.7e9 * 32 / 31, rel=REL)
-    assert tuner.bandwidth_Bps("ring", "all_gather", SIMPLE, fast, True, span) == fast
-    assert tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, fast, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("ring", "all_gather", SIMPLE, fast, span.nodes, span) == fast
+    assert tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, fast, span.nodes, span) == pytest.approx(
         8 * 45.5e9 * 32 / 62, rel=REL)
     # Slow links: the physical rate binds, the protocol's share and the tree's factors still apply.
-    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, 100e9, True, span) == pytest.approx(
+    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, 100e9, span.nodes, span) == pytest.approx(
         100e9 * 0.92 * 120 / 128 * 0.85, rel=REL)
 
 
 def test_the_latency_plateau_is_a_simple_ring_all_reduce_s_across_nodes():
     tuner = Tuner()
-    span = Span(nodes=2, ranks=16, rails=8, generation="Hopper")
+    span = Span(nodes=2, ranks=16, rails=8, generation="Hopper", nic_Bps=50e9)
     assert tuner.latency_factor("ring", "all_reduce", SIMPLE, span) == 1.4
     assert tuner.latency_factor("ring", "all_gather", SIMPLE, span) == 1.0
     assert tuner.latency_factor("ring", "all_reduce", LL128, span) == 1.0
@@ -108,6 +124,89 @@ def test_the_latency_plateau_is_a_simple_ring_all_reduce_s_across_nodes():
 
 def nodes_of_8(nodes: int, generation: str = "Hopper", link_bw: float = 450e9, nic_bw: float = 50e9) -> Hierarchy:
     return Hierarchy(nodes, Switch(8, link_bw, 0.3e-6, generation=generation), Switch(8 * nodes, nic_bw, 1.35e-6))
+
+
+def test_the_ampere_rows_are_tuning_cc_s():
+    # compCapIndex 1 (compute capability 8.0, the A100's): perChMaxTreeBws {24.0, 23.6, 17.8},
+    # perChMaxTreeLL128Bws and perChMaxRingLL128Bws {20.0, 20.0, 20.0}, perChMaxNVLSTreeBws {24.0, 23.6, 17.8}:
+    # the N2 and N4 columns.
+    assert NCCL_COMPUTE_CAPABILITY == {"Ampere": 80, "Hopper": 90, "Blackwell": 100}
+    assert PER_CHANNEL_MAX_BUS_BW_BPS["Ampere"] == {("tree", "any"): (23.6e9, 17.8e9),
+                                                    ("tree", "LL128"): (20.0e9, 20.0e9),
+                                                    ("ring", "LL128"): (20.0e9, 20.0e9),
+                                                    ("nvls_tree", "Simple"): (23.6e9, 17.8e9)}
+
+
+@pytest.mark.parametrize("nodes, tree_GBps, tree_ll128_GBps, ring_ll128_GBps", [
+    (2, 23.6, 20.0, 20.0),  # Ampere-N2
+    (4, 17.8, 20.0, 20.0),  # Ampere-N4
+])
+def test_a100_nodes_take_ampere_s_ceilings(nodes, tree_GBps, tree_ll128_GBps, ring_ll128_GBps):
+    # 8 A100s a node, a 200G NIC each: 8 channels of 24 GB/s (never doubled), each under Ampere's ceilings, in the
+    # tuner's order: the tree's x.92 then its ceiling, LL128's x120/128 then its ceiling, x.85; x1/2 for the
+    # tree's algorithm bandwidth, nRanks / nsteps for the ring's.
+    tuner, ranks, fast = Tuner(), 8 * nodes, 1e12
+    span = Span(nodes=nodes, ranks=ranks, rails=8, generation="Ampere", nic_Bps=25e9)
+    assert span.channels("ring") == span.channels("tree") == 8
+    assert tuner.bandwidth_Bps("tree", "all_reduce", SIMPLE, fast, span.nodes, span) == pytest.approx(
+        8 * tree_GBps * 1e9 * 0.85 / 2, rel=REL)
+    assert tuner.bandwidth_Bps("tree", "all_reduce", LL128, fast, span.nodes, span) == pytest.approx(
+        min(8 * tree_GBps * 120 / 128, 8 * tree_ll128_GBps) * 1e9 * 0.85 / 2, rel=REL)
+    assert tuner.bandwidth_Bps("ring", "all_reduce", LL128, fast, span.nodes, span) == pytest.approx(
+        8 * ring_ll128_GBps * 1e9 * ranks / (2 * (ranks - 1)), rel=REL)
+    # Hopper's rows, which these nodes took when the fabric had no Ampere: 41.4 / 36.0, 36.7 / 29.0, 36.7 a channel
+    hopper = Span(nodes=nodes, ranks=ranks, rails=8, generation="Hopper", nic_Bps=25e9)
+    assert tuner.bandwidth_Bps("ring", "all_reduce", LL128, fast, hopper.nodes, hopper) == pytest.approx(
+        8 * 36.7e9 * ranks / (2 * (ranks - 1)), rel=REL)
+
+
+def test_over_two_a100_nodes_on_their_200g_rails_ampere_s_ll128_ceiling_binds_the_ring():
+    # The catalog's A100 beyond its 8-GPU domain: nodes on rails of its 200G NICs (25 GB/s, 0.94 of it reached).
+    # The rings' 8 channels put a bus bandwidth of 8 x 23.5 = 188 GB/s on the NICs; under LL128 x0.92 = 173,
+    # over Ampere's 8 x 20.0 = 160 GB/s (Hopper's 8 x 36.7 = 293.6 would not bind): the message moves at
+    # 160 x 16/30. Latencies as tuning.cc rates them (no row of them is by generation): LL 6.6 + 28 x
+    # max(0.6, net overhead 1.0) + 2 x 2.7 = 40.0 us; Simple (8.4 + 28 x max(3.4, 3 x 1.0) + 2 x 14.0) x 1.4,
+    # the ring's plateau from compute capability 8.0.
+    chip = load_chip("a100")
+    topology = build_topology(chip_fabric(chip, 16)[0], chip.scaleup_bw_Bps, 16, chip.generation)
+    assert (topology.generation, topology.nic_bw_Bps, topology.node.nvls) == ("Ampere", 25e9, False)
+    ring = Collectives(topology).costs("all_reduce", [list(range(16))], "ring")
+    assert 1 / ring["Simple"].beta_s_per_byte == pytest.approx(8 * 25e9 * 0.94 * 16 / 30, rel=REL)
+    assert 1 / ring["LL128"].beta_s_per_byte == pytest.approx(8 * 20.0e9 * 16 / 30, rel=REL)
+    assert ring["LL"].alpha_s == pytest.approx(40.0e-6, rel=1e-9)
+    assert ring["Simple"].alpha_s == pytest.approx((8.4 + 28 * 3.4 + 2 * 14.0) * 1.4e-6, rel=1e-9)
+
+
+@pytest.mark.parametrize("chip, ll_max_GBps", [
+    ("a100", 87.7), ("h100", 141.0), ("h200", 141.0), ("b200", 282.0), ("gb200", 282.0),  # Ampere, Hopper, Blackwell
+])
+def test_inside_one_node_ll_takes_the_ceiling_of_its_gpu_generation(chip, ll_max_GBps):
+    # tuning.cc llMaxBws[compCapIndex][0] ("for single node, we look at GPU type"): Ampere-N1 87.7, Hopper-N1
+    # 141.0, Blackwell-N1 2 x 141.0 GB/s of bus bandwidth, under LL's half of what 8 GPUs' links carry; the
+    # ring's x nRanks / nsteps (8/14 for an all-reduce, 8/7 for an all-gather), the tree's x 1/2.
+    spec = load_chip(chip)
+    topology = build_topology(chip_fabric(spec, 8)[0], spec.scaleup_bw_Bps, 8, spec.generation)
+    assert LL_MAX_BUS_BW_ONE_NODE_BPS[topology.generation] == ll_max_GBps * 1e9
+    c = Collectives(topology, nvls=False)
+    ring = c.costs("all_reduce", [list(range(8))], "ring")
+    assert 0.5 / ring["Simple"].beta_s_per_byte > ll_max_GBps * 1e9 * 8 / 14  # the ceiling binds
+    assert 1 / ring["LL"].beta_s_per_byte == pytest.approx(ll_max_GBps * 1e9 * 8 / 14, rel=REL)
+    gather = c.costs("all_gather", [list(range(8))], "ring")
+    assert 1 / gather["LL"].beta_s_per_byte == pytest.approx(ll_max_GBps * 1e9 * 8 / 7, rel=REL)
+    span = Span(nodes=1, ranks=8, rails=0, generation=topology.generation, nic_Bps=0.0)
+    assert Tuner().bandwidth_Bps("tree", "all_reduce", LL, 1e13, 1, span) == pytest.approx(
+        ll_max_GBps * 1e9 / 2, rel=REL)
+    # inside a node nothing else of the tuner's binds: no per-channel ceiling, no x.85, no plateau
+    assert Tuner().bandwidth_Bps("tree", "all_reduce", SIMPLE, 1e13, 1, span) == pytest.approx(1e13 * 0.92,
+                                                                                                   rel=REL)
+    assert Tuner().latency_factor("ring", "all_reduce", SIMPLE, span) == 1.0
+
+
+def test_inside_a_node_of_chips_nccl_has_no_row_for_ll_takes_half_the_links():
+    spec = load_chip("tpu-v5p")
+    topology = build_topology(chip_fabric(spec, 8)[0], spec.scaleup_bw_Bps, 8, spec.generation)
+    ring = Collectives(topology).costs("all_reduce", [list(range(8))], "ring")
+    assert ring["LL"].beta_s_per_byte == pytest.approx(ring["Simple"].beta_s_per_byte / 0.5, rel=REL)
 
 
 def test_amd_cpus_take_their_ll_ceilings_as_assumptions():
@@ -137,13 +236,13 @@ def test_blackwell_nodes_take_blackwell_s_ceilings_and_nvls_tree_s_correction():
 
 def test_groups_that_are_not_nccl_s_or_have_no_nodes_take_no_ceilings():
     # The hierarchical path (no algorithm of NCCL's): the Protocol table's shares of its links alone; a fat tree
-    # (no nodes): the same; nodes of full meshes (RCCL's, whose tuner has its own tables): the same.
+    # (no nodes): the same; nodes of full meshes built with no chip (no generation, so no row of NCCL's): the same.
     c = Collectives(nodes_of_8(2))
     group = [list(range(16))]
     hierarchical = c.costs("all_reduce", group, "hierarchical")
     assert hierarchical["LL"].beta_s_per_byte == pytest.approx(hierarchical["Simple"].beta_s_per_byte / 0.5, rel=REL)
     assert c._span(np.arange(8)) is None  # one node
-    assert c._span(np.arange(16)) == Span(2, 16, 8, "Hopper")
+    assert c._span(np.arange(16)) == Span(2, 16, 8, "Hopper", 50e9)
     assert Collectives(FatTree(4, 50e9, 1e-6, levels=2))._span(np.arange(4)) is None
     mesh_nodes = Collectives(Hierarchy(2, FullMesh(8, 64e9, 1e-6), Switch(16, 50e9, 1.35e-6)))
     assert mesh_nodes._span(np.arange(16)) is None

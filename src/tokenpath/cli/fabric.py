@@ -132,7 +132,8 @@ def fabric(
                                                                 "all_gather, reduce_scatter, all_to_all"),
     ranks: int | None = typer.Option(None, "--ranks", help="the first N hosts form the group; default all"),
     algorithm: str = typer.Option("auto", "--algorithm", help="collective algorithm; auto picks per size"),
-    chip: str | None = typer.Option(None, "--chip", help="fill unset scale-up bandwidth from this chip"),
+    chip: str | None = typer.Option(None, "--chip", help="fill unset scale-up bandwidth, and the chips' "
+                                                          "generation, from this chip"),
     pattern: str | None = typer.Option(None, "--pattern",
                                        help="all-to-all | tornado | adversarial: show the busiest links"),
     json_out: str | None = typer.Option(None, "--json", help="write the result to PATH, or '-' for stdout"),
@@ -157,12 +158,13 @@ def fabric(
         if op not in OPS:
             raise UserError(f"--op: unknown {quoted(op)}; use one of {', '.join(OPS)}")
     spec, description = load_fabric(topology_file or preset)
-    scaleup_bw_Bps = None
+    scaleup_bw_Bps = generation = None
     if chip is not None:
         from tokenpath.compute.chip import load_chip
 
-        scaleup_bw_Bps = load_chip(chip).scaleup_bw_Bps
-    topology = build_topology(spec, scaleup_bw_Bps)
+        chip_spec = load_chip(chip)
+        scaleup_bw_Bps, generation = chip_spec.scaleup_bw_Bps, chip_spec.generation
+    topology = build_topology(spec, scaleup_bw_Bps, None, generation)
     if topology.hosts < 2:
         raise UserError(f"fabric {topology_file or preset}: {topology.hosts} host, and a collective needs 2 or more; "
                         "give the fabric more hosts")

@@ -167,12 +167,20 @@ REGISTRY: tuple[Assumption, ...] = (
     Assumption("nvlink_hop_latency_s", 0.6e-6, _BUILD, "NVLINK_HOP_LATENCY_S", "s",
                "NCCL's per-step NVLink latency (src/graph/tuning.cc hwLatencies NVLINK, LL: 0.6 us)",
                "validate nccl_allreduce; tests/test_fabric.py"),
+    Assumption("xgmi_hop_latency_s", 0.8e-6, _BUILD, "XGMI_HOP_LATENCY_S", "s",
+               "RCCL's per-step xGMI latency on CDNA3 platforms (ROCm/rccl src/graph/tuning.cc tuning_model_5 "
+               "hwLat NVLINK, Ring / LL: 0.8 us), for the scale-up links of chips RCCL runs on",
+               "tests/test_fabric_rccl.py"),
     Assumption("scaleout_link_latency_s", 2.7e-6 / 4, _BUILD, "SCALEOUT_LINK_LATENCY_S", "s",
                "NCCL's network step latency (tuning.cc hwLatencies NET, LL: 2.7 us) over 4 links of a route",
                "validate collectives_scaleout; tests/test_fabric_spec.py"),
     Assumption("base_latency_s", 6.6e-6, _COLL, "BASE_LATENCY_S", "s",
                "NCCL src/graph/tuning.cc: base latency of a collective launch (Ring, LL), 6.6 us",
                "validate nccl_allreduce; tests/test_fabric_collectives.py"),
+    Assumption("rccl_base_latency_s", 12.0e-6, _COLL, "RCCL_BASE_LATENCY_S", "s",
+               "ROCm/rccl src/graph/tuning.cc baseLat: base latency of a collective launch (Ring and Tree, LL), "
+               "12.0 us, on the chips RCCL runs on",
+               "tests/test_fabric_rccl.py"),
     Assumption("net_overhead_s", 1.0e-6, _COLL, "NET_OVERHEAD_S", "s",
                "NCCL src/graph/tuning.cc getNetOverhead: 1.0 us on Intel and other CPUs (2.0 us on AMD), the least "
                "an inter-node ring's step inside a node takes (x3 under Simple; ncclTopoTuneModel)",

@@ -4,7 +4,7 @@ Defaults, shared by every scenario:
 - scale-up link bandwidth: the chip's scale-up bandwidth per direction, shared over its ports
   (`scaleup_ports`: one into a switch; hosts-1 in a full mesh; 2 per dimension in a torus or mesh);
 - scale-up link latency: NVLink's 0.6 us per chip-to-chip hop (NCCL src/graph/tuning.cc, LL), i.e.
-  0.3 us on each of the two links through a switch;
+  0.3 us on each of the two links through a switch; for chips RCCL runs on, xGMI's 0.8 us (RCCL's tuning.cc);
 - scale-out link latency: NCCL's 2.7 us per network hop (tuning.cc, LL) over the four links a
   leaf-spine route crosses, 0.675 us per link. Scale-out bandwidth has no default: give the NIC's.
 
@@ -30,18 +30,25 @@ from tokenpath.fabric.spec import (
     TorusFabric,
 )
 from tokenpath.fabric.topology import Topology
+from tokenpath.fabric.tuner import RCCL_TUNING_MODELS
 
 # NCCL's latency per NVLink step of a ring (src/graph/tuning.cc hwLatencies NVLINK, Ring / LL: 0.6 us);
 # a switch's two links (host up, switch down) share it.
 NVLINK_HOP_LATENCY_S = default("nvlink_hop_latency_s")
+# RCCL's per xGMI step of a ring, for the scale-up links of the chips RCCL runs on (tuner.RCCL_TUNING_MODELS):
+# ROCm/rccl src/graph/tuning.cc tuning_model_5 hwLat NVLINK (its row for xGMI), Ring / LL: 0.8 us.
+XGMI_HOP_LATENCY_S = default("xgmi_hop_latency_s")
 # NCCL's latency per network step of a ring (tuning.cc hwLatencies NET, Ring / LL: 2.7 us), spread over
 # the 4 links of a route between two leaves of a fat tree (host up, leaf up, spine down, leaf down).
 SCALEOUT_LINK_LATENCY_S = default("scaleout_link_latency_s")
 
 
-def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None = None) -> Topology:
+def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None = None,
+                   generation: str | None = None) -> Topology:
     """The topology of `spec`; `scaleup_bw_Bps` (the chip's) and `chips` (the deployment's) fill
-    unset scale-up bandwidth and host counts."""
+    unset scale-up bandwidth and host counts, and `generation` (the chip's, catalog/chips.toml) is its
+    chips' generation, by which the runtime's tuner rates them (tuner.py). A switch table built with no
+    chip names it (`nvls_generation`) or takes Hopper; one that names another than the chip's is an error."""
     from tokenpath.fabric.dragonfly import DragonFly
     from tokenpath.fabric.fattree import FatTree
     from tokenpath.fabric.hierarchy import Hierarchy
@@ -60,6 +67,11 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
     def latency(default_s: float) -> float:
         return default_s if spec.link_latency is None else spec.link_latency
 
+    def hop_s() -> float:  # a scale-up step's, under the runtime of the chips
+        if generation in RCCL_TUNING_MODELS:
+            return assumed("xgmi_hop_latency_s", XGMI_HOP_LATENCY_S)
+        return assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)
+
     def hosts() -> int:
         if spec.hosts is not None:
             return spec.hosts
@@ -68,28 +80,43 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
         return chips
 
     if isinstance(spec, SwitchFabric):
-        return Switch(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S) / 2),
-                      nvls=spec.nvls, generation=spec.nvls_generation)
+        if generation is not None and spec.nvls_generation not in (None, generation):
+            raise UserError(f"fabric.nvls_generation: {spec.nvls_generation!r}, but the deployment's chips are "
+                            f"{generation!r} (catalog/chips.toml); leave it out to take the chip's")
+        return Switch(hosts(), scaleup_bw(), latency(hop_s() / 2),
+                      nvls=spec.nvls, generation=generation or spec.nvls_generation or "Hopper")
     if isinstance(spec, FullMeshFabric):
-        return FullMesh(hosts(), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
+        return FullMesh(hosts(), scaleup_bw(), latency(hop_s()),
+                        generation or "")
     if isinstance(spec, MeshFabric):
-        return Mesh(tuple(spec.dims), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)))
+        return _of(Mesh(tuple(spec.dims), scaleup_bw(),
+                        latency(hop_s())), generation)
     if isinstance(spec, TorusFabric):
-        return Torus(tuple(spec.dims), scaleup_bw(), latency(assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)),
-                     wraparound=spec.wraparound)
+        return _of(Torus(tuple(spec.dims), scaleup_bw(),
+                         latency(hop_s()), wraparound=spec.wraparound),
+                   generation)
     if isinstance(spec, FatTreeFabric):
         ratios = None if spec.oversubscription is None else tuple(spec.oversubscription)
-        return FatTree(spec.k, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
-                       levels=spec.levels, oversubscription=ratios)
+        return _of(FatTree(spec.k, scaleout_bw(),
+                           latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
+                           levels=spec.levels, oversubscription=ratios), generation)
     if isinstance(spec, DragonFlyFabric):
-        return DragonFly(spec.p, scaleout_bw(), latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
-                         a=spec.a, h=spec.h, g=spec.g, routing=spec.routing, global_bw_Bps=spec.global_bw,
-                         global_latency_s=spec.global_latency)
+        return _of(DragonFly(spec.p, scaleout_bw(),
+                             latency(assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)),
+                             a=spec.a, h=spec.h, g=spec.g, routing=spec.routing, global_bw_Bps=spec.global_bw,
+                             global_latency_s=spec.global_latency), generation)
     if isinstance(spec, HierarchyFabric):
-        node = _part(spec.node, "node", scaleup_bw_Bps)
-        network = _part(spec.network, "network", None)
+        node = _part(spec.node, "node", scaleup_bw_Bps, generation)
+        network = _part(spec.network, "network", None, None)
         return Hierarchy(spec.nodes, node, network, rails=spec.rails)
     raise AssertionError(spec)
+
+
+def _of(topology: Topology, generation: str | None) -> Topology:
+    """`topology`, its chips of `generation` where one is given."""
+    if generation is not None:
+        topology.generation = generation
+    return topology
 
 
 def scaleup_link_bw_Bps(spec, scaleup_bw_Bps: float | None, chips: int | None) -> float:
@@ -113,10 +140,10 @@ def scaleup_ports(spec, chips: int | None) -> int:
     return 1
 
 
-def _part(spec, name: str, scaleup_bw_Bps: float | None) -> Topology:
+def _part(spec, name: str, scaleup_bw_Bps: float | None, generation: str | None) -> Topology:
     """A hierarchy's node or network; its errors name the sub-table (fabric.node.hosts, ...)."""
     try:
-        return build_topology(spec, scaleup_bw_Bps, None)
+        return build_topology(spec, scaleup_bw_Bps, None, generation)
     except UserError as error:
         raise UserError(str(error).replace("fabric.", f"fabric.{name}.", 1)) from None
 

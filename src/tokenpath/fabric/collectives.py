@@ -12,7 +12,8 @@ share of it their tuner measured them to reach there); `Collectives.cost` comput
 its ring and tree under three protocols (tuner.PROTOCOLS): LL, at the links' own latency but half their
 bandwidth, LL128, and Simple, which moves the full bandwidth after a longer synchronisation per step; what
 its tuner states of its algorithms' speed beyond that, its factors and ceilings, tuner.py applies to the
-links' bandwidth. At each size the runtime takes the protocol its tuner rates fastest,
+links' bandwidth. Chips RCCL runs on (AMD's) take RCCL's protocols and its tuner's figures instead
+(tuner.RCCL_PROTOCOLS). At each size the runtime takes the protocol its tuner rates fastest,
 and `auto` the cheapest algorithm, as NCCL's tuner does, among what NCCL runs where it can run
 (AUTO_ALGORITHMS: the ring; the tree, for all-reduce; NVLS inside a node and NVLSTree across nodes, for
 all-reduce) or, on a torus or mesh, also the bucket algorithm TPU runtimes use. The hierarchical path
@@ -34,13 +35,24 @@ import numpy as np
 from tokenpath.config.assumptions import assumed, default
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.fabric.hierarchy import Hierarchy
-from tokenpath.fabric.single_hop import FullMesh, Switch
+from tokenpath.fabric.single_hop import FullMesh
 from tokenpath.fabric.spec import NVLS_TUNER_EFFICIENCY
 from tokenpath.fabric.topology import Topology, Traffic
-from tokenpath.fabric.tuner import PROTOCOL_ALGORITHMS, PROTOCOLS, SIMPLE, Protocol, Span, Tuner, correction
+from tokenpath.fabric.tuner import (
+    NCCL_COMPUTE_CAPABILITY,
+    PROTOCOL_ALGORITHMS,
+    SIMPLE,
+    Protocol,
+    Span,
+    Tuner,
+    correction,
+)
 
 # NCCL src/graph/tuning.cc: base latency of one collective launch (Ring, LL protocol).
 BASE_LATENCY_S = default("base_latency_s")
+# The same under RCCL, on the chips it runs on (tuner.RCCL_TUNING_MODELS): ROCm/rccl src/graph/tuning.cc baseLat,
+# Ring and Tree under LL, 12.0 us (Simple 17.0: tuner.RCCL_PROTOCOLS).
+RCCL_BASE_LATENCY_S = default("rccl_base_latency_s")
 # NVLS (in-switch reduction) latency, Simple being its only protocol: tuning.cc hwLatencies NVLINK / NVLS
 # / Simple, 25 us, with no base latency. For small messages NCCL so keeps the ring with LL (6.6 + 0.6 us
 # per step), as nccl-tests shows on 8 H100s: 15.6 us at 512 B (AIConfigurator's measured table,
@@ -275,13 +287,14 @@ class Collectives:
         self.algorithm = algorithm
         self.nvls = nvls
         # The assumptions the costs use, read once here: a built Collectives keeps its run's values.
-        self.base_latency_s = assumed("base_latency_s", BASE_LATENCY_S)
+        self.tuner = Tuner(topology.generation)
+        self.base_latency_s = (assumed("rccl_base_latency_s", RCCL_BASE_LATENCY_S) if self.tuner.rccl
+                               else assumed("base_latency_s", BASE_LATENCY_S))
         self.nvls_latency_s = assumed("nvls_latency_s", NVLS_LATENCY_S)
         self.nvls_tree_net_step_latency_s = assumed("nvls_tree_net_step_latency_s", NVLS_TREE_NET_STEP_LATENCY_S)
         self.nvls_link_efficiency = assumed("nvls_link_efficiency", NVLS_LINK_EFFICIENCY)
         self.low_latency_all_to_all_s = assumed("low_latency_all_to_all_s", LOW_LATENCY_ALL_TO_ALL_S)
         self.net_overhead_s = assumed("net_overhead_s", NET_OVERHEAD_S)
-        self.tuner = Tuner()
         eff = link_efficiency(topology) if bw_efficiency is None else bw_efficiency
         self._capacity_Bps = topology.links.bw_Bps * eff
         self._costs = lru_cache(maxsize=4096)(self._costs_uncached)
@@ -290,7 +303,8 @@ class Collectives:
         latency_s = topology.links.latency_s
         self._step_latency_s = {
             (p.name, algorithm): latency_s * np.where(scale_up, ratio[0], ratio[1])
-            for p in PROTOCOLS for algorithm, ratio in (("ring", p.ring_step_ratio), ("tree", p.tree_step_ratio))}
+            for p in self.tuner.protocols
+            for algorithm, ratio in (("ring", p.ring_step_ratio), ("tree", p.tree_step_ratio))}
         self._across_nodes = not bool(scale_up.all())
         if isinstance(topology, Hierarchy):  # groups inside one node run on that node alone
             node_eff = eff if np.ndim(eff) == 0 else np.asarray(eff)[: len(topology.node.links)]
@@ -327,9 +341,10 @@ class Collectives:
         return self._fastest(op, size_bytes, groups, algorithm)[1]
 
     def costs(self, op: str, groups: Sequence[Sequence[int]], algorithm: str | None = None) -> dict[str, AffineCost]:
-        """The cost of `op` under each protocol the algorithm runs, by name: PROTOCOLS' for NCCL's ring
-        and tree, "Simple" alone for the rest (NVLS, NVLSTree and point-to-point run it; the other
-        algorithms are priced one way, at the links' latency). `auto`: the algorithm chosen at 1 MiB."""
+        """The cost of `op` under each protocol the algorithm runs, by name: the runtime's for its ring and
+        tree (tuner.PROTOCOLS, NCCL's; RCCL_PROTOCOLS, RCCL's), "Simple" alone for the rest (NVLS, NVLSTree and
+        point-to-point run it; the other algorithms are priced one way, at the links' latency). `auto`: the
+        algorithm chosen at 1 MiB."""
         key = tuple(tuple(int(h) for h in g) for g in groups)
         return self._costs(op, key, self.runs_as(op, groups, algorithm or self.algorithm))
 
@@ -471,24 +486,35 @@ class Collectives:
         # algorithm of NCCL's and takes the Protocol table's shares alone.
         span = self._span(hosts[0]) if algorithm in ("ring", "tree") else None
         links_Bps = 1.0 / beta if beta > 0 else math.inf
+        nodes = self._nodes(hosts[0])
 
         def protocol_cost(p: Protocol) -> AffineCost:
-            bw = self.tuner.bandwidth_Bps(algorithm, op, p, links_Bps, self._across_nodes, span)
+            bw = self.tuner.bandwidth_Bps(algorithm, op, p, links_Bps, nodes, span)
             return AffineCost(protocol_alpha_s(p) * self.tuner.latency_factor(algorithm, op, p, span),
                               1.0 / bw, self.tuner.corrections(algorithm, p, span))
-        return {p.name: protocol_cost(p) for p in PROTOCOLS}
+        return {p.name: protocol_cost(p) for p in self.tuner.protocols if self.tuner.runs(algorithm, p, nodes)}
+
+    def _nodes(self, group: np.ndarray) -> int:
+        """The group's nodes as the tuner counts them (its nNodes): those of a hierarchy it spans; every chip
+        its own on a network of NICs alone (a fat tree, a DragonFly); one in a scale-up domain."""
+        if isinstance(self.topology, Hierarchy):
+            return len(np.unique(group // self.topology.per_node))
+        return len(group) if self._across_nodes else 1
 
     def _span(self, group: np.ndarray) -> Span | None:
-        """The group as NCCL's tuner sees it where it spans nodes of a hierarchy of NVIDIA switch nodes, whose
-        ceilings it knows (tuner.py): else None. (A hierarchy of full-mesh nodes runs RCCL, whose tuner has
-        its own tables.)"""
+        """The group as NCCL's tuner sees it where its chips are of a generation its tables hold a row for
+        (tuner.NCCL_COMPUTE_CAPABILITY): inside one scale-up domain, or across the nodes of a hierarchy (a group
+        inside one of its nodes runs on that node's Collectives); else None."""
         hier = self.topology
-        if not isinstance(hier, Hierarchy) or not isinstance(hier.node, Switch):
+        if hier.generation not in NCCL_COMPUTE_CAPABILITY:
             return None
+        if not isinstance(hier, Hierarchy):
+            return Span(1, len(group), 0, hier.generation, 0.0) if hier.scale_up else None
         per_node = _ranks_by_node(hier, group)
         if len(per_node) < 2:
             return None
-        return Span(len(per_node), len(group), min(len(ranks) for ranks in per_node), hier.node.generation)
+        return Span(len(per_node), len(group), min(len(ranks) for ranks in per_node), hier.generation,
+                    hier.nic_bw_Bps)
 
     def _rounds(self, op: str, algorithm: str, groups: tuple[tuple[int, ...], ...]) -> list[Round]:
         n = len(groups[0])
@@ -566,7 +592,7 @@ class Collectives:
         alpha_s = intra.alpha_s + tree.steps * self.nvls_tree_net_step_latency_s
         span = self._span(hosts[0])
         links_Bps = 1.0 / max(intra.beta_s_per_byte, inter_beta)
-        bw = self.tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, links_Bps, True, span)
+        bw = self.tuner.bandwidth_Bps("nvls_tree", "all_reduce", SIMPLE, links_Bps, nodes, span)
         return AffineCost(alpha_s, 1.0 / bw, self.tuner.corrections("nvls_tree", SIMPLE, span))
 
     def _steps_latency_s(self, r: Round, src: np.ndarray, dst: np.ndarray, latency_s: np.ndarray,

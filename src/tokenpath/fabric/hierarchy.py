@@ -31,6 +31,7 @@ class Hierarchy(Topology):
             raise UserError(f"fabric.network: {nodes} nodes of {node.hosts} chips need {nodes * node.hosts} NICs "
                             f"but the network has {network.hosts} hosts; enlarge it or lower fabric.nodes")
         self.nodes, self.node, self.network, self.rails = nodes, node, network, rails
+        self.generation = node.generation  # the chips' (tuner.py)
         self.per_node = node.hosts
         self.hosts = self.routers = nodes * node.hosts
         self.host_router = np.arange(self.hosts)
@@ -87,12 +88,16 @@ class Hierarchy(Topology):
             total += pairs[rs, rd] * hops
         return (self.node.avg_hops() * inside + total) / (inside + across)
 
+    @property
+    def nic_bw_Bps(self) -> float:
+        """A chip's NIC, per direction: the network's slowest host link."""
+        return float(self.network.links.bw_Bps[: self.network.hosts].min())
+
     def bisection_bw_Bps(self) -> float:
         """Halves of whole nodes: the network's bisection, capped by the NICs of half the chips."""
         if self.nodes == 1:
             return self.node.bisection_bw_Bps()
-        nic_Bps = float(self.network.links.bw_Bps[: self.network.hosts].min())
-        return min(self.network.bisection_bw_Bps(), (self.hosts // 2) * nic_Bps)
+        return min(self.network.bisection_bw_Bps(), (self.hosts // 2) * self.nic_bw_Bps)
 
     def scale_up_links(self) -> np.ndarray:
         """The nodes' links as their node's; every network link is NIC-class, whatever its kind."""

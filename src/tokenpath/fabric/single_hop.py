@@ -11,8 +11,9 @@ from tokenpath.fabric.topology import LinkTable, Topology, check_positive, check
 
 class Switch(Topology):
     """`hosts` chips, each with one port of `link_bw_Bps` per direction into one non-blocking switch; `nvls`:
-    it reduces in the switch; `generation`: its GPUs' (Hopper, Blackwell), by which NCCL rates that reduction
-    (NVLS_TUNER_EFFICIENCY) and its tuner its other figures."""
+    it reduces in the switch, where its chips' `generation` has that reduction (NVLS_TUNER_EFFICIENCY: Hopper,
+    Blackwell; Ampere and the chips NCCL does not run on have none), at NCCL's rating of that generation; the
+    runtime's tuner rates its other figures by the generation too (tuner.py)."""
 
     kind = "switch"
     tier_names = ("host",)
@@ -25,7 +26,9 @@ class Switch(Topology):
         check_whole(hosts, "fabric.hosts", 1)
         check_positive(link_bw_Bps, "fabric.link_bw", "'450 GB/s'")
         self.hosts, self.switches, self.routers = hosts, 1, 1
-        self.nvls, self.generation, self.nvls_efficiency = nvls, generation, NVLS_TUNER_EFFICIENCY[generation]
+        self.generation = generation
+        self.nvls = nvls and generation in NVLS_TUNER_EFFICIENCY
+        self.nvls_efficiency = NVLS_TUNER_EFFICIENCY.get(generation, 0.0)
         self.link_bw_Bps = link_bw_Bps
         self.host_router = np.zeros(hosts, np.int64)
         table = LinkTable()
@@ -49,7 +52,8 @@ class Switch(Topology):
 
 
 class FullMesh(Topology):
-    """`hosts` chips with a direct cable of `link_bw_Bps` per direction between every pair."""
+    """`hosts` chips with a direct cable of `link_bw_Bps` per direction between every pair; `generation`: its
+    chips' (tuner.py)."""
 
     kind = "fullmesh"
     tier_names = ("mesh",)
@@ -58,10 +62,11 @@ class FullMesh(Topology):
     single_hop = True
     switches = 0
 
-    def __init__(self, hosts: int, link_bw_Bps: float, link_latency_s: float) -> None:
+    def __init__(self, hosts: int, link_bw_Bps: float, link_latency_s: float, generation: str = "") -> None:
         check_whole(hosts, "fabric.hosts", 2)
         check_positive(link_bw_Bps, "fabric.link_bw", "'64 GB/s'")
         self.hosts = self.routers = hosts
+        self.generation = generation
         self.link_bw_Bps = link_bw_Bps
         self.host_router = np.arange(hosts)
         a, b = np.triu_indices(hosts, k=1)

@@ -32,8 +32,10 @@ MAX_FABRIC_HOSTS = 2**17
 MAX_ROUTERS = 2**14
 MAX_FULLMESH_HOSTS = 1024
 # NCCL's tuner rates the in-switch reduction (NVLS) of each GPU generation at this share of its NVLink
-# bandwidth: src/graph/tuning.cc, nvlsEfficiency (Hopper 0.85, Blackwell 0.74). A switch table names its
-# GPUs' generation (`nvls_generation`); the default is Hopper, the generation NVLS arrived with.
+# bandwidth: src/graph/tuning.cc, nvlsEfficiency (Volta 0, Ampere 0, Hopper 0.85, Blackwell 0.74); a generation
+# it rates at 0, or one NCCL does not run on, reduces in no switch. A switch's GPUs' generation is its chip's
+# (catalog/chips.toml `generation`, which fabric/build.py hands the topology); a table built with no chip may
+# name it (`nvls_generation`), else Hopper, the generation NVLS arrived with.
 NVLS_TUNER_EFFICIENCY = {"Hopper": 0.85, "Blackwell": 0.74}
 NvlsGeneration = Literal["Hopper", "Blackwell"]
 
@@ -66,8 +68,9 @@ class SwitchFabric(_Fabric):
     kind: Literal["switch"] = "switch"
     hosts: int | None = Field(None, ge=1, le=MAX_FABRIC_HOSTS, description="default: the deployment's chips")
     nvls: bool = Field(True, description="the switch reduces in the network (NVLink SHARP)")
-    nvls_generation: NvlsGeneration = Field("Hopper", description="its GPUs' generation, whose in-switch reduction "
-                                            "NCCL rates at 0.85 (Hopper) or 0.74 (Blackwell) of the links")
+    nvls_generation: NvlsGeneration | None = Field(
+        None, description="its GPUs' generation, whose in-switch reduction NCCL rates at 0.85 (Hopper) or 0.74 "
+        "(Blackwell) of the links (default: the chip's, catalog/chips.toml; with no chip, Hopper)")
 
 
 class FullMeshFabric(_Fabric):

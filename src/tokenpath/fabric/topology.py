@@ -133,7 +133,7 @@ class Topology(ABC):
     single_hop: bool          # every chip reaches every other over one switch or one cable
     nvls: bool = False        # its switch reduces in the network (NVLink SHARP)
     nvls_efficiency: float = NVLS_TUNER_EFFICIENCY["Hopper"]  # NCCL's rating of that reduction
-    generation: str = "Hopper"  # its GPUs' (spec.NvlsGeneration), by which NCCL's tuner sets its ceilings (tuner.py)
+    generation: str = ""      # its chips' (catalog/chips.toml), by which the runtime's tuner rates them (tuner.py)
     dims: tuple[int, ...] = ()  # chips on a box of these sizes, linked along each dimension (tori, meshes)
     rings: tuple[bool, ...] = ()  # per dimension of `dims`: it wraps round (a ring), else a line
 

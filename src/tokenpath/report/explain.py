@@ -45,12 +45,14 @@ def op_assumptions(name: str, gemm: bool, bound: str, weight_gemms: bool = False
     return ["hbm_bw_efficiency", "activation_bytes", *fixed]
 
 
-def traffic_assumptions(part: str, algorithm: str, decode_only: bool) -> list[str]:
-    """The assumptions behind a step's collectives: NCCL's latencies, the links' achieved bandwidth."""
+def traffic_assumptions(part: str, algorithm: str, decode_only: bool, rccl: bool = False) -> list[str]:
+    """The assumptions behind a step's collectives: the runtime's latencies (NCCL's; `rccl`: RCCL's, on the
+    chips it runs on), the links' achieved bandwidth."""
     if part == "tp_all_reduce" and algorithm in ("nvls", "nvls_tree"):
         names = ["nvls_latency_s", "nvls_link_efficiency"]
         return names + (["nvls_tree_net_step_latency_s", "scaleout_bw_efficiency"] if algorithm == "nvls_tree" else [])
-    names = ["base_latency_s", "nvlink_hop_latency_s", "scaleup_bw_efficiency"]
+    names = (["rccl_base_latency_s", "xgmi_hop_latency_s"] if rccl else ["base_latency_s", "nvlink_hop_latency_s"])
+    names.append("scaleup_bw_efficiency")
     if part == "ep_all_to_all" and decode_only:
         names.append("low_latency_all_to_all_s")
     return names + ["activation_bytes"]
@@ -111,6 +113,7 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "tp_all_reduce_protocol": deployment.collectives.protocol(
             "all_reduce", compute.allreduce_bytes(shape["tokens"]), deployment.placement.tp_groups()),
         "hidden_state_bytes": compute.allreduce_bytes(shape["tokens"]),
+        "collectives_runtime": "rccl" if deployment.collectives.tuner.rccl else "nccl",  # fabric/tuner.py
         "host_blocking_s": trace.step_blocking_ns[i] / 1e9,
         # The roofline's roofs: sustained GEMM FLOP/s at the weights' precision, and HBM bandwidth.
         "roof": {"flops_per_s": compute.chip.effective_flops(compute.weight_precision),
@@ -161,7 +164,8 @@ def explain_table(step: dict[str, Any], chip: str) -> Table:
                    "ep_all_to_all": "low-latency kernels, " if step["decode_only"] else ""}.get(part, "")
             table.add_row(f"{TRAFFIC_LABELS[part]} ({how}{format_bytes(step['hidden_state_bytes'])} hidden state)",
                           "", "", format_duration(seconds), "traffic", f"{seconds / total:.1%}",
-                          named(traffic_assumptions(part, step["tp_all_reduce_algorithm"], step["decode_only"])))
+                          named(traffic_assumptions(part, step["tp_all_reduce_algorithm"], step["decode_only"],
+                                                    step.get("collectives_runtime") == "rccl")))
     table.add_row("host (copy ids, detokenize)", "", "", format_duration(step["host_blocking_s"]), "delivery",
                   f"{step['host_blocking_s'] / total:.1%}", named(DELIVERY_ASSUMPTIONS))
     table.add_row("step", "", "", format_duration(total), "", "100.0%", style="bold")

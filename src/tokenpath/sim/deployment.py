@@ -182,7 +182,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
     if fabric == SwitchFabric():  # none given (or only its defaults): the chip's own, nodes beyond its domain
         fabric, fabric_name = chip_fabric(chip, dep.chips)
-    topology = build_topology(fabric, chip.scaleup_bw_Bps, dep.chips)
+    topology = build_topology(fabric, chip.scaleup_bw_Bps, dep.chips, chip.generation)
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
     if fabric.algorithm in NVLS_ALGORITHMS and not engine.nccl_nvls:
         raise UserError(f"fabric.algorithm = \"{fabric.algorithm}\": {engine.profile.engine} runs NCCL without NVLS "

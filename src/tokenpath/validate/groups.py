@@ -112,7 +112,8 @@ def predict_collective(row: dict[str, Any]) -> float:
         topology = build_topology(TypeAdapter(FabricSpec).validate_python(row["fabric"]))
     else:
         chip = load_chip(row["chip"])
-        topology = build_topology(chip_fabric(chip, row["ranks"])[0], chip.scaleup_bw_Bps, row["ranks"])
+        topology = build_topology(chip_fabric(chip, row["ranks"])[0], chip.scaleup_bw_Bps, row["ranks"],
+                                  chip.generation)
     group = [row.get("hosts") or list(range(row["ranks"]))]
     op, size = row.get("op", "all_reduce"), row["size_bytes"]
     collectives = Collectives(topology, row["algorithm"])
