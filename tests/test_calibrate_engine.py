@@ -472,3 +472,20 @@ def test_a_measured_request_the_scenario_cannot_serve_names_the_file_not_a_trace
     with pytest.raises(UserError) as error:
         _Model(scenario, [measured], ["host_step_s"])
     assert str(error.value).startswith(f"results.json: request 1 {said}")
+
+
+@pytest.mark.parametrize("chip, tp, fitted, left", [
+    ("mi300x", 8, "rccl_base_latency_s", "the mi300x's collectives run on RCCL"),
+    ("h100", 2, "base_latency_s", "the h100's collectives run on NCCL"),
+    ("h100", 1, None, "one chip runs no collective"),
+])
+def test_the_fit_offers_the_collective_latency_of_the_runtime_the_chips_run(chip, tp, fitted, left):
+    """RCCL's base latency prices an MI300X's all-reduces and NCCL's does nothing there (fabric/tuner.py), and
+    the other way on an H100: the fit offers the one the deployment pays, and says why not the other."""
+    from tokenpath.calibrate.fit import CANDIDATES, _collective_latencies_not_run
+
+    default = load_scenario(None)
+    scenario = default.model_copy(update={"deployment": default.deployment.model_copy(update={"chip": chip, "tp": tp})})
+    unrun = _collective_latencies_not_run(scenario, CANDIDATES)
+    assert set(unrun) == {"base_latency_s", "rccl_base_latency_s"} - {fitted}
+    assert set(unrun.values()) == {left}

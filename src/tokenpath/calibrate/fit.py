@@ -43,6 +43,7 @@ from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
+from tokenpath.fabric.tuner import RCCL_TUNING_MODELS
 from tokenpath.sim.deployment import build_deployment, check_fits
 from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.simulate import Prepared, simulate
@@ -64,8 +65,8 @@ from tokenpath.sim.simulate import Prepared, simulate
 # theirs waits on its launches, which no rate of the GPU's shortens.
 CANDIDATES = ("host_step_s", "vllm_v0_host_window_s", "vllm_v0_host_step_s", "eager_host_per_kernel_s",
               "trtllm_eager_host_per_kernel_s", "serving_gemm_fraction", "frontend_per_request_s",
-              "host_per_sequence_s", "base_latency_s", "kernel_fixed_s", "hbm_bw_efficiency",
-              "attention_query_overhead_pairs")
+              "host_per_sequence_s", "base_latency_s", "rccl_base_latency_s", "kernel_fixed_s",
+              "hbm_bw_efficiency", "attention_query_overhead_pairs")
 # Least change of the residuals (in log units) per log unit of an assumption for it to be fitted: a
 # 10% change of it must move the phases' medians by about 1% together.
 MIN_SENSITIVITY = 0.1
@@ -250,6 +251,19 @@ def _starts(model: _Model, names: list[str], low: np.ndarray, high: np.ndarray) 
     return [points[k] for k in np.argsort(costs, kind="stable")[:LOCAL_FITS]]
 
 
+def _collective_latencies_not_run(scenario: Scenario, candidates: tuple[str, ...]) -> dict[str, str]:
+    """The collectives' base latencies among `candidates` that the deployment does not pay, with why: both
+    on one chip (no tensor-parallel group), and the other runtime's elsewhere (RCCL's on the chips it runs
+    on, fabric/tuner.py's RCCL_TUNING_MODELS; NCCL's on the rest)."""
+    names = {"base_latency_s", "rccl_base_latency_s"} & set(candidates)
+    if scenario.deployment.tp == 1:
+        return {n: "one chip runs no collective" for n in names}
+    chip = load_chip(scenario.deployment.chip, scenario.resolved_assumptions())
+    rccl = chip.generation in RCCL_TUNING_MODELS
+    runtime, other = ("RCCL", "base_latency_s") if rccl else ("NCCL", "rccl_base_latency_s")
+    return {n: f"the {scenario.deployment.chip}'s collectives run on {runtime}" for n in names if n == other}
+
+
 def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[str, ...] = CANDIDATES,
                deadline_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> Fit:
     """Choose and fit the assumptions; see the module's docstring. `deadline_s` is a time of `clock`
@@ -261,12 +275,14 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
     if not measured:
         raise UserError("calibrate engine: no phase measured anything; check the server, or give --from files")
     unpaid = [n for n in candidates if not scenario.engine.pays(n)]  # they move nothing
-    usable = [n for n in candidates if n not in unpaid and (scenario.deployment.tp > 1 or n != "base_latency_s")]
+    unrun = _collective_latencies_not_run(scenario, candidates)
+    usable = [n for n in candidates if n not in unpaid and n not in unrun]
     model = _Model(scenario, measured, usable)
     r0 = model.residuals(np.zeros(len(usable)), usable)
     columns = list(model.sensitivities(np.zeros(len(usable)), usable).T)
     chosen: list[int] = []
     not_fitted: dict[str, str] = {n: "the engine's profile does not pay it (engine/profiles.py)" for n in unpaid}
+    not_fitted.update(unrun)
     limit = min(MAX_FITTED, len(r0))
     for k, name in enumerate(usable):
         norm = float(np.linalg.norm(columns[k]))
