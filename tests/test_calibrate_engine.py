@@ -45,7 +45,7 @@ TABLE = {
     # loopback: no client network in the way; the shipped corpus shows a character per token
     "delivery": {"network_rtt": 0, "network_bw": "10 GB/s", "invisible_token_fraction": 0},
 }
-TRUTH = {"serving_gemm_fraction": 0.4, "host_step_s": "3 ms"}  # the registry's: 0.85 and 0.875 ms
+TRUTH = {"serving_gemm_fraction": 0.4, "host_step_s": "3 ms"}  # the registry's: 0.85 and 0.761 ms
 # The server runs in real time on a shared machine: a moment of contention during the check slows what
 # is measured, which the fit, made earlier, cannot know. A check of 48 measured requests (6 s) averages
 # such moments out better than a short one, and the bound keeps twice the margin to the uncalibrated
@@ -331,7 +331,9 @@ def test_a_round_trip_longer_than_the_measured_ttft_is_named_with_its_flag(loop,
     assert f"where phase single-512 measured {format_duration(measured.ttft_s)}" in warning
     assert warning.endswith("for a server on this machine give --network-rtt 0")
     code, out, err = run_cli([*argv, "--network-rtt", "0"], monkeypatch, capsys)
-    assert code == 0 and "warning" not in err, err
+    # (this one phase, a request at a time, may still leave its TPOT far off, and say so: from the registry's
+    # 0.761 ms the screen can find the served host step moving its figures by less than MIN_SENSITIVITY)
+    assert code == 0 and "delivery.network_rtt" not in err and "round trip" not in err, err
 
 
 def test_a_fit_past_its_deadline_stops_refining_and_says_what_it_left_undone(loop):

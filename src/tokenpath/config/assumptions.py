@@ -136,11 +136,11 @@ REGISTRY: tuple[Assumption, ...] = (
                "forum: single core bandwidth, haswell vs. broadwell vs. skylake)",
                "tests/test_application_served.py"),
     # -- engine: the host's share of a step ---------------------------------------------------------------
-    Assumption("host_step_s", 0.875e-3, _HOST, "HOST_STEP_S", "s",
+    Assumption("host_step_s", 0.7609e-3, _HOST, "HOST_STEP_S", "s",
                "the fixed host time per scheduler call of vLLM V1, SGLang and TensorRT-LLM (scheduling and input "
                "preparation); fitted on the TPOT / ITL of the rows whose steps wait for it (validate/fit.py)",
                "validate latency, validate --cross; tests/test_engine.py, tests/test_validate_cross.py"),
-    Assumption("vllm_v0_host_window_s", 2.208e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
+    Assumption("vllm_v0_host_window_s", 1.92e-3, _HOST, "VLLM_V0_HOST_WINDOW_S", "s",
                "vLLM V0's host time per scheduler call, in its path (the vllm-v0 profile): Scheduler.schedule and "
                "prepare_model_input, once per multi-step window; fitted on the V0 rows run one step at a time "
                "(validate/fit.py)",
