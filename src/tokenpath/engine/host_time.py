@@ -68,7 +68,7 @@ HOST_STEP_S = default("host_step_s")
 # 4 x H200 at 1 req/s, and Azure's vLLM 0.8.3 pipeline-parallel run, which fell back to V0; their ITL
 # and TPOT set the sum), then the step part on the rows run with 10-step windows (SGLang's benchmark of
 # vLLM 0.6.0), given the window part. The two values are where each part's fit, the others held, stays
-# put: 2.21 ms and 0.114 ms (`tokenpath validate --cross`, the fit on every row; docs/validation.md has
+# put: 1.92 ms and 0.114 ms (`tokenpath validate --cross`, the fit on every row; docs/validation.md has
 # each row's error). One constant shared by the window (the model before this split) could not fit both:
 # the multi-step rows wanted 15.5 ms a window, 1.55 ms a step, where the single-step row wanted 2.9 ms.
 VLLM_V0_HOST_WINDOW_S = default("vllm_v0_host_window_s")
