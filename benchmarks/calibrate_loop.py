@@ -5,7 +5,7 @@ Usage: python benchmarks/calibrate_loop.py [--repeats 3] [--rate 6] [--input-len
 
 The server is `tokenpath serve` on 127.0.0.1 running Llama-3.1-8B (bf16) on one H100 with two of its
 assumptions perturbed and not told to anyone else: the prefill GEMMs' share of the matmul rate halved
-(`serving_gemm_fraction` 0.8 -> 0.4) and the host's time per step x4 (`host_step_s`), no network
+(`serving_gemm_fraction` x0.5) and the host's time per step x4 (`host_step_s`), no network
 (`--no-network-delay`, round trip 0). Each repeat then, as a user would:
 
 1. `tokenpath calibrate engine` probes that server from outside (its default probe and budget) against
