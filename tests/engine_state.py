@@ -35,7 +35,8 @@ def replica_leftovers(replica) -> list[str]:
     held("drafts' holds of finishing or completing sequences", (replica.finish_blocks, replica.completing_blocks),
          ({}, {}))
     if replica.held is not None:
-        held("drafts' holds counted alone", (replica.held.counted, replica.held.need, replica.held.trimmed, replica.held.out),
+        drafts = replica.held
+        held("drafts' holds counted alone", (drafts.counted, drafts.need, drafts.trimmed, drafts.out),
              ({}, {}, {}, set()))
     if replica.ranks > 1:
         ranks = replica.waiting
