@@ -239,10 +239,9 @@ def test_a_row_stating_its_throughput_gets_a_throughput_error():
 
 
 def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, capsys):
-    """The goal is 15% on each median. TPOT/ITL meets it (12.8% over 64 rows); TTFT does not since the B200,
-    MI300X and A100 40GB rows joined (20.8% over 62 rows; 11.3% over the 36 before them), nor since MI300X's
-    DP-attention and MTP rows joined (23.0% over 64: docs/validation.md), so its guard holds today's figure
-    against a regression until the model meets the goal again."""
+    """The goal is 15% on each median, in sample: TPOT/ITL 8.8% and TTFT 13.8% over 66 rows (docs/validation.md;
+    TTFT missed it from when the B200, MI300X and A100 40GB rows joined, at up to 23.0%, until the refit of
+    2026-12-06)."""
     code, out, err = run_cli(["validate", "--group", "latency", "--json", "-"], monkeypatch, capsys)
     assert code == 0, err
     document = json.loads(out)
@@ -258,7 +257,7 @@ def test_the_latency_group_reports_both_medians_within_their_guard(monkeypatch, 
         assert r["decode_error"] == pytest.approx(r["predicted_decode_ms"] / r["decode_ms"] - 1)
     scored = [r for r in rows if not r.get("calibration")]
     assert group["median_abs_error_ttft"] == pytest.approx(np.median([abs(r["ttft_error"]) for r in scored]))
-    assert group["median_abs_error_ttft"] <= 0.235
+    assert group["median_abs_error_ttft"] <= 0.15
 
 
 def test_the_unshipped_silicon_check_predicts_runs_as_the_shipped_rows_are_predicted():
