@@ -40,6 +40,19 @@ def _profile(profile, chunked, budget, kv_blocks):
     return settings_, min(cap, BLOCK * kv_blocks)
 
 
+def _prefix_workload(profile, n, max_seqs, budget, kv_blocks, chunked, families, segment_tokens, seed):
+    """A drawn run of n requests sharing prefix segments: (the generator, to draw on from, the engine spec,
+    prompt and output lengths, the prefixes)."""
+    settings_, longest = _profile(profile, chunked, budget, kv_blocks)
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(1, max(2, longest // 2), n)
+    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    prefixes = random_prefixes(rng, inputs, families, segment_tokens)
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=BLOCK,
+                      **settings_)
+    return rng, spec, inputs, outputs, prefixes
+
+
 @pytest.mark.parametrize("profile", ["vllm-v1", *PROFILES])
 @settings(max_examples=10, deadline=None)
 @given(
@@ -59,13 +72,8 @@ def _profile(profile, chunked, budget, kv_blocks):
          segment_tokens=16, seed=45)
 def test_prefix_caching_matches_the_block_by_block_reference(
         profile, n, max_seqs, budget, kv_blocks, chunked, concurrency, families, segment_tokens, seed):
-    settings_, longest = _profile(profile, chunked, budget, kv_blocks)
-    rng = np.random.default_rng(seed)
-    inputs = rng.integers(1, max(2, longest // 2), n)
-    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
-    prefixes = random_prefixes(rng, inputs, families, segment_tokens)
-    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=BLOCK,
-                      **settings_)
+    rng, spec, inputs, outputs, prefixes = _prefix_workload(profile, n, max_seqs, budget, kv_blocks, chunked,
+                                                            families, segment_tokens, seed)
     args = (np.rint(np.sort(rng.uniform(0, 0.05, n)) * 1e9).astype(np.int64), inputs, outputs,
             FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5))
     delivery = DeliverySpec(stream_interval=2, detokenize_per_token=2e-5)
@@ -91,13 +99,8 @@ def test_aborts_of_requests_sharing_prefixes_match_the_block_by_block_reference(
         n, profile, max_seqs, budget, kv_blocks, chunked, families, segment_tokens, share, seed):
     """Requests sharing prefix segments aborted before random steps (holding shared segments, or waiting with
     what their preemption left cached): the same trace in both engines, and once idle no reference held."""
-    settings_, longest = _profile(profile, chunked, budget, kv_blocks)
-    rng = np.random.default_rng(seed)
-    inputs = rng.integers(1, max(2, longest // 2), n)
-    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
-    prefixes = random_prefixes(rng, inputs, families, segment_tokens)
-    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=BLOCK,
-                      **settings_)
+    rng, spec, inputs, outputs, prefixes = _prefix_workload(profile, n, max_seqs, budget, kv_blocks, chunked,
+                                                            families, segment_tokens, seed)
     scheduled = np.rint(np.sort(rng.uniform(0, 0.02, n)) * 1e9).astype(np.int64)
     workload = (scheduled, inputs, outputs, spec, BLOCK * kv_blocks, np.zeros(n, np.int64),
                 DeliverySpec(stream_interval=2, detokenize_per_token=2e-5))

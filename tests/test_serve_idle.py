@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from serve_state import SimulatedTimes, leftovers, settled
+from test_serve import read_events
 from tokenpath import load_scenario
 from tokenpath.serve import ServeOptions, make_app
 from tokenpath.serve import app as serve_app
@@ -74,18 +75,6 @@ def _body(endpoint, rng, words=(1, 300)):
     return {"model": "m", "prompt": words}
 
 
-async def _events(response):
-    """A stream's SSE payloads, parsed ([DONE] left out)."""
-    payloads, buffer = [], b""
-    async for piece in response.content.iter_any():
-        buffer += piece
-        while b"\n\n" in buffer:
-            event, buffer = buffer.split(b"\n\n", 1)
-            if event != b"data: [DONE]":
-                payloads.append(json.loads(event[len(b"data: "):]))
-    return payloads
-
-
 async def _answer(response, endpoint, stream):
     """(text, finish_reason, completion tokens, response id) of a whole response."""
     if not stream:
@@ -93,7 +82,7 @@ async def _answer(response, endpoint, stream):
         choice = reply["choices"][0]
         text = choice["message"]["content"] if endpoint == "chat" else choice["text"]
         return text, choice["finish_reason"], reply["usage"]["completion_tokens"], reply["id"]
-    chunks = await _events(response)
+    chunks = [json.loads(data) for _, data in await read_events(response) if data != "[DONE]"]
     choices = [chunk["choices"][0] for chunk in chunks if chunk["choices"]]
     text = "".join(c["delta"].get("content") or "" if endpoint == "chat" else c["text"] for c in choices)
     return text, choices[-1]["finish_reason"], chunks[-1]["usage"]["completion_tokens"], chunks[0]["id"]
