@@ -24,6 +24,7 @@ from tokenpath.sim.bands import (
     attach_bands,
     group_row_ids,
     latency_row_ids,
+    ranked_range,
     shipped_records,
 )
 from tokenpath.sim.envelope import covers_version, envelope
@@ -55,7 +56,7 @@ def _document(regime=HOPPER, ttft_s=0.1, tpot_s=0.02, e2e_s=2.0, tokens_per_s=10
 
 
 def test_a_band_is_what_would_be_measured_given_the_regimes_errors():
-    # Four rows of the regime (fewer than ten: their smallest and largest error) and one elsewhere.
+    # Four rows of the regime (too few to leave any out: their smallest and largest error) and one elsewhere.
     records = [_record(0, -0.2, 0.1), _record(1, 0.0, -0.1), _record(2, 0.1, 0.0), _record(3, 0.25, 0.05),
                _record(4, 3.0, 3.0, chip_generation="Ampere")]
     document = _document()
@@ -93,31 +94,53 @@ def test_an_applications_stages_are_kept_out_of_the_band():
     assert document["latency_s"]["tpot"]["band"]["mean"]["low"] == pytest.approx(0.02 / 1.1)
 
 
-def test_ten_rows_give_their_10th_and_90th_percentiles():
-    records = [_record(k, k / 10) for k in range(10)]  # errors 0, 0.1, ..., 0.9
+@pytest.mark.parametrize(("count", "rank", "rule"), [
+    (8, 1, "min-max of their errors"),  # (too few for eight in ten: their whole range)
+    (18, 1, "min-max of their errors"),
+    (19, 2, "2nd lowest to 2nd highest of their errors"),
+    (29, 3, "3rd lowest to 3rd highest of their errors"),
+    (40, 4, "4th lowest to 4th highest of their errors"),
+])
+def test_a_band_leaves_out_the_split_conformal_rank_of_errors_at_each_end(count, rank, rule):
+    # errors 0.01 x count, ..., 0.01, 0; k = floor((count + 1) / 10) of them at or beyond each end
+    errors = [k / 100 for k in range(count)]
+    records = [_record(k, error) for k, error in enumerate(reversed(errors))]
     # and forty rows elsewhere that agree with their regimes' others: the pooled spread is narrower
-    records += [_record(10 + k, 0.3, chip_generation="Ampere") for k in range(40)]
+    records += [_record(count + k, 0.3, chip_generation="Ampere") for k in range(40)]
     document = _document()
     attach_bands(document, records)
     band = document["latency_s"]["ttft"]["band"]
-    # numpy's linear percentiles: rank 0.9 -> 0.09, rank 8.1 -> 0.81
-    assert band["p50"] == {"low": pytest.approx(0.1 / 1.81, rel=1e-12), "high": pytest.approx(0.1 / 1.09, rel=1e-12)}
-    assert band["basis"].endswith("10th-90th percentile of their errors")
+    low, high = errors[rank - 1], errors[count - rank]
+    assert band["p50"] == {"low": pytest.approx(0.1 / (1 + high), rel=1e-12),
+                           "high": pytest.approx(0.1 / (1 + low), rel=1e-12)}
+    assert band["basis"].endswith(rule)
+
+
+def test_a_new_row_falls_inside_the_band_at_least_eight_times_in_ten():
+    # The rank argument the band rests on: of count + 1 exchangeable errors, each equally likely to be the
+    # new one, the share that lands inside the band of the other count; from fewer than nine, less
+    for count in range(2, 80):
+        values = range(count + 1)
+        inside = 0
+        for new in values:
+            low, high, _ = ranked_range([v for v in values if v != new])
+            inside += low <= new <= high
+        assert (inside / (count + 1) >= 0.8) == (count >= 9), count
 
 
 def test_a_band_is_at_least_the_spread_rows_show_about_their_own_regimes():
     # Four rows of the scenario's regime agree (+10%): their own range is a point. In two other regimes,
     # log(1 + e) of 0, 0, 0.2, 0.4 and of 0, 0, -0.2, -0.4. Each row against the median of its regime's
-    # three others: 0 (x4, the scenario's); 0.4, 0.2, -0.2, -0.2; -0.4, -0.2, 0.2, 0.2. Their 10th and
-    # 90th percentiles (ranks 1.1 and 9.9 of 12): -0.2 and 0.2, about the regime's median, log(1.1).
+    # three others: 0 (x4, the scenario's); 0.4, 0.2, -0.2, -0.2; -0.4, -0.2, 0.2, 0.2. Of 12, one at
+    # each end is left out (floor(13 / 10)): -0.4 and 0.4, about the regime's median, log(1.1).
     records = [_record(k, 0.1) for k in range(4)]
     records += [_record(4 + k, math.expm1(x), model_family="MoE") for k, x in enumerate((0.0, 0.0, 0.2, 0.4))]
     records += [_record(8 + k, math.expm1(x), chip_generation="Ampere") for k, x in enumerate((0.0, 0.0, -0.2, -0.4))]
     document = _document()
     attach_bands(document, records)
     band = document["latency_s"]["ttft"]["band"]
-    assert band["p50"] == {"low": pytest.approx(0.1 / (1.1 * math.exp(0.2)), rel=1e-12),
-                           "high": pytest.approx(0.1 / (1.1 * math.exp(-0.2)), rel=1e-12)}
+    assert band["p50"] == {"low": pytest.approx(0.1 / (1.1 * math.exp(0.4)), rel=1e-12),
+                           "high": pytest.approx(0.1 / (1.1 * math.exp(-0.4)), rel=1e-12)}
     assert band["rows"] == 4
     assert band["basis"] == ("vllm-v1, moderate load, dense, Hopper: 4 rows, cross-validated, min-max of their errors, "
                              "widened to the pooled spread of 12 rows")
@@ -127,7 +150,7 @@ def test_an_engine_no_row_runs_on_the_chips_generation_takes_the_spread_about_ot
     # vLLM V1's four Hopper rows read +22% (log 0.2), SGLang's ("prefill-first") four on Hopper and four on
     # Blackwell 0%. About its own regime every row is at 0: no pooled widening. With each row's engine and
     # generation left out, vLLM's rows stand 0.2 above the SGLang rows their band then comes from, the
-    # SGLang rows 0 from each other's: 10th and 90th percentiles (ranks 1.1 and 9.9 of 12) 0 and 0.2.
+    # SGLang rows 0 from each other's: of 12, one at each end left out (floor(13 / 10)): 0 and 0.2.
     records = [_record(k, math.expm1(0.2)) for k in range(4)]
     records += [_record(4 + k, 0.0, engine="prefill-first", chip="b200", chip_generation="Blackwell")
                 for k in range(4)]

@@ -6,14 +6,14 @@ chip generation) and its signed errors e = predicted / measured - 1: TTFT and th
 its fold of the cross-validation, and output throughput where the row states one.
 
 A band for a scenario comes from the rows of its regime: all four keys alike, else BACKOFF's keys
-dropped one after another until at least MIN_BAND_ROWS rows match. With the errors' QUANTILES q_lo and
-q_hi (from MIN_QUANTILE_ROWS rows; fewer give their smallest and largest error), what would be
+dropped one after another until at least MIN_BAND_ROWS rows match. With q_lo and q_hi the errors' k-th
+lowest and k-th highest (`ranked_range`: k the split-conformal rank for eight in ten), what would be
 measured of a predicted x lies in [x / (1 + q_hi), x / (1 + q_lo)].
 
 A handful of rows, often from one source, understate how far off a deployment they do not include can
 be. So the band is at least as wide as the spread every row shows around its own regime (`pooled_spread`):
 each row's error against the median error of its regime's other rows (the error a band makes for a row it
-has not seen), in log(1 + e), their QUANTILES, about the regime's own median.
+has not seen), in log(1 + e), their ranked range, about the regime's own median.
 
 A scenario whose engine profile no row runs on its chip's generation (outside the validated envelope,
 sim/envelope.py) has no rows of its own pair to stand on: its latency bands are at least as wide as the
@@ -50,11 +50,8 @@ REGIME_KEYS = ("engine", "load", "model_family", "chip_generation")
 BACKOFF = ("chip_generation", "model_family", "load", "engine")
 KEY_NAMES = {"engine": "engine profile", "load": "load", "model_family": "model family",
              "chip_generation": "chip generation"}
-# The errors' 10th and 90th percentiles: eight rows in ten within the band.
-QUANTILES = (10.0, 90.0)
-# Fewer rows than this take their smallest and largest error instead (a 10th percentile of a handful
-# of rows interpolates between the two lowest, narrowing the band on no evidence).
-MIN_QUANTILE_ROWS = 10
+# Eight rows in ten within the band: one in TAIL beyond each end.
+TAIL = 10
 # A regime with fewer rows is backed off.
 MIN_BAND_ROWS = 3
 METRICS = ("ttft", "decode", "throughput")
@@ -125,13 +122,31 @@ def group_row_ids(group: str, count: int) -> list[str]:
     return [f"{group}#{n}" for n in range(count)]
 
 
+def tail_rank(count: int) -> int:
+    """How many of `count` errors lie at or beyond each end of the band: k = floor((count + 1) / TAIL).
+    A new row exchangeable with the rows (split conformal prediction) lies above their k-th highest with
+    probability k / (count + 1) <= 1 / TAIL, and below their k-th lowest alike: inside, with at least 1 - 2 /
+    TAIL. Percentiles fall short of that (the 10th and 90th of 10 rows hold a new one about 65% of the time,
+    of 70 rows 78%). Fewer than TAIL - 1 errors give 0, which no finite band reaches (their smallest and
+    largest are taken, and hold fewer)."""
+    return (count + 1) // TAIL
+
+
+def ranked_range(values: Sequence[float]) -> tuple[float, float, int]:
+    """The k-th lowest and k-th highest of `values`, k = tail_rank (at least 1: their smallest and
+    largest), and k."""
+    ordered = sorted(values)
+    k = max(tail_rank(len(ordered)), 1)
+    return float(ordered[k - 1]), float(ordered[len(ordered) - k]), k
+
+
 def residual_range(errors: Sequence[float]) -> tuple[float, float, str]:
-    """(q_lo, q_hi, the rule in words) of signed errors: their QUANTILES from MIN_QUANTILE_ROWS of them,
-    else their smallest and largest."""
-    if len(errors) >= MIN_QUANTILE_ROWS:
-        low, high = np.percentile(np.asarray(errors, np.float64), QUANTILES)
-        return float(low), float(high), f"{QUANTILES[0]:g}th-{QUANTILES[1]:g}th percentile of their errors"
-    return float(min(errors)), float(max(errors)), "min-max of their errors"
+    """(q_lo, q_hi, the rule in words) of signed errors: their ranked_range."""
+    low, high, k = ranked_range(errors)
+    if k == 1:
+        return low, high, "min-max of their errors"
+    nth = {2: "2nd", 3: "3rd"}.get(k, f"{k}th")
+    return low, high, f"{nth} lowest to {nth} highest of their errors"
 
 
 def bounds(value: float | None, q_low: float, q_high: float) -> dict[str, float | None]:
@@ -191,16 +206,16 @@ def _spread(rows: tuple[tuple[str, str, str, str, str, float], ...],
         if others:
             deviations.append(math.log1p(record.errors["e"]) - float(np.median([math.log1p(r.errors["e"])
                                                                                   for r in others])))
-    if len(deviations) < MIN_QUANTILE_ROWS:
+    if tail_rank(len(deviations)) == 0:
         return None
-    low, high = np.percentile(np.asarray(deviations, np.float64), QUANTILES)
-    return float(low), float(high)
+    low, high, _ = ranked_range(deviations)
+    return low, high
 
 
 def pooled_spread(records: Sequence[Record], metric: str) -> tuple[float, float] | None:
-    """The QUANTILES of every row's error about its regime, in log(1 + e): each row's log(1 + e) less the
-    median of those of the rows its band would come from were it not among them (`nearest`, the same
-    back-off). None from fewer than MIN_QUANTILE_ROWS rows."""
+    """The ranked range of every row's error about its regime, in log(1 + e): each row's log(1 + e) less
+    the median of those of the rows its band would come from were it not among them (`nearest`, the same
+    back-off). None from fewer rows than a ranked range of eight in ten needs (tail_rank 0)."""
     return _spread(_spread_rows(records, metric))
 
 
