@@ -534,6 +534,49 @@ def test_each_engine_keeps_mla_absorbed_weights_as_its_code_does():
     assert extra_bytes("prefill-first", "mi300x") == 0
 
 
+def test_mxfp4_expert_scales_held_twice_with_the_copys_outputs_padded():
+    """vLLM's Triton MXFP4 experts on Hopper keep the loaded scales and a copy padded to 256 outputs a GEMM
+    (engine/mxfp4_weights.py). gpt-oss-120b (hidden 2,880, expert intermediate 2,880, 128 experts, 36 layers),
+    one byte a scale per 32 inputs: on one chip the gate-and-up GEMM's 5,760 outputs pad to 5,888 and the down
+    GEMM's 2,880 to 3,072, (5,888 + 3,072) x 2,880 / 32 bytes an expert and layer; at tp 2, 2 x 1,440 and
+    2,880 outputs both pad to 3,072, of 2,880 and 1,440 inputs. Held, not streamed: a step's time is the same."""
+    model, step = load_model("gpt-oss-120b"), (64, 64, 64 * 4096, 64 * 4096)
+    for tp, chip_name, bytes_per_expert_layer in ((1, "h100", (5888 + 3072) * 2880 / 32),
+                                                  (2, "h200", (3072 * 2880 + 3072 * 1440) / 32)):
+        chip = load_chip(chip_name)
+        once = ComputeModel(model, chip, tp, "bf16", "bf16", expert_precision="fp4")
+        twice = ComputeModel(model, chip, tp, "bf16", "bf16", expert_precision="fp4", mxfp4_scale_copy=256)
+        assert twice.weight_bytes_per_chip - once.weight_bytes_per_chip == pytest.approx(
+            128 * 36 * bytes_per_expert_layer, rel=1e-12)
+        assert twice.step_time_s(*step) == once.step_time_s(*step)
+    assert 128 * 36 * (5888 + 3072) * 2880 / 32 == 3_715_891_200  # 3.46 GiB: vLLM 0.14.1 logs 3.7 beyond 60.7
+    # an fp8 model's experts have no MXFP4 scales to copy
+    mixtral = load_model("mixtral-8x7b")
+    assert (ComputeModel(mixtral, chip, 2, "fp8", "bf16", mxfp4_scale_copy=256).weight_bytes_per_chip
+            == ComputeModel(mixtral, chip, 2, "fp8", "bf16").weight_bytes_per_chip)
+
+
+@pytest.mark.parametrize(("scheduler", "chip", "version", "copied"), [
+    ("vllm-v1", "h100", None, True),  # the newest release
+    ("vllm-v1", "h100", "0.11.1", True),
+    ("vllm-v1", "h200", "0.14.1", True),
+    ("vllm-v1", "h100", "0.11.0", False),  # built on torch 2.8.0: no swizzle on Hopper
+    ("vllm-v1", "h100", "0.10.2", False),
+    ("vllm-v1", "b200", None, False),  # FlashInfer's kernels replace the loaded scales
+    ("prefill-first", "h100", None, False),
+    ("trtllm", "h100", None, False),
+])
+def test_each_engine_holds_mxfp4_expert_scales_as_its_code_does(scheduler, chip, version, copied):
+    settings = {"model.name": "gpt-oss-120b", "model.precision": "bf16", "model.expert_precision": "fp4",
+                "deployment.chip": chip, "deployment.chips": 1, "deployment.tp": 1, "engine.scheduler": scheduler}
+    if version is not None:
+        settings["engine.version"] = version
+    deployment = build_deployment(load_scenario("typical", settings))
+    once = ComputeModel(load_model("gpt-oss-120b"), load_chip(chip), 1, "bf16", "bf16", expert_precision="fp4")
+    extra = deployment.compute.weight_bytes_per_chip - once.weight_bytes_per_chip
+    assert extra == (3_715_891_200 if copied else 0)
+
+
 _MODELS = {name: compute_model(name) for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3")}
 
 

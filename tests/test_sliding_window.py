@@ -204,11 +204,12 @@ def test_pipeline_batches_under_one_running_cap_set_aside_its_windows_once():
 
 def test_vllm_v1_s_pipeline_holds_gpt_oss_s_windows_for_its_one_running_cap():
     """vLLM V1, pp = 2 on two H200s: 1024 requests run at most over both batches in flight, so the pool sets aside
-    1024 windows of 192 tokens (its 64-token blocks), each batch half of it: 2,820,563 tokens a batch, not the
-    2,722,259 that 2048 windows leave (98,304 = 1024 x 192 / 2)."""
+    1024 windows of 192 tokens (its 64-token blocks), each batch half of it: 2,770,163 tokens a batch, not the
+    2,671,859 that 2048 windows leave (98,304 = 1024 x 192 / 2). (Beside a stage's weights and the copy of its
+    experts' scales, engine/mxfp4_weights.py.)"""
     from tokenpath.sim.deployment import build_deployment
     deployment = build_deployment(load_scenario(None, {
         "model.name": "gpt-oss-120b", "model.precision": "bf16", "model.expert_precision": "fp4",
         "deployment.chip": "h200", "deployment.chips": 2, "deployment.tp": 1, "deployment.pp": 2}))
     assert deployment.engine.max_num_seqs == 512 and deployment.engine.block_size == 64
-    assert deployment.kv_capacity_tokens == 2_820_563
+    assert deployment.kv_capacity_tokens == 2_770_163

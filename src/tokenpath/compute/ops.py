@@ -13,12 +13,13 @@ MoE router and the norms are replicated.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, replace
 
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.efficiency import ATTENTION_PRECISION, EMBEDDING_PRECISION
 from tokenpath.compute.model_spec import ModelSpec
-from tokenpath.compute.precision import PRECISION_BYTES, stored_bytes
+from tokenpath.compute.precision import FP4_SCALE_BLOCKS, PRECISION_BYTES, stored_bytes
 from tokenpath.config.assumptions import DEFAULTS, Assumptions, default
 
 LOGIT_BYTES = default("logit_bytes")
@@ -121,6 +122,7 @@ class _Sharding:
     weight_only_expert_time: float = 1.0  # the engine's multiple of the roofline for weight-only MXFP4 experts
     expert_parallel: bool = False  # routed experts placed whole on the chips (their GEMMs a whole expert wide)
     mla_absorbed_bf16: bool = False  # MLA's absorbed W_UK / W_UV kept as bf16 copies of a quantized kv_b_proj
+    mxfp4_scale_copy: int | None = None  # MXFP4 experts' scales held twice: the copy's output alignment
 
     @property
     def act(self) -> float:
@@ -191,7 +193,8 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
               expert_precision: str | None = None, attention_dp: bool = False,
               latent_attention: bool = True, weight_only_expert_time: float = 1.0,
               input_projection: int = 0, attention_dp_whole: frozenset[str] = frozenset(),
-              expert_parallel: bool = False, mla_absorbed_bf16: bool = False) -> list[LinearOp]:
+              expert_parallel: bool = False, mla_absorbed_bf16: bool = False,
+              mxfp4_scale_copy: int | None = None) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     `expert_parallel` places routed experts whole, 1/tp of them per chip (roofline.ComputeModel): their
@@ -216,10 +219,13 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     before its layer (_input_projection; 0: none).
 
     `mla_absorbed_bf16`: the engine keeps an MLA model's absorbed W_UK / W_UV as bf16 copies of a quantized
-    kv_b_proj (engine/mla_weights.py; _mla_projections)."""
+    kv_b_proj (engine/mla_weights.py; _mla_projections).
+
+    `mxfp4_scale_copy`: where the engine holds MXFP4 routed experts' scales twice, the alignment its kernels'
+    copy pads each GEMM's output dimension to (engine/mxfp4_weights.py; _routed_experts); None: once."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, assumptions,
                   expert_precision or weight_precision, latent_attention, weight_only_expert_time, expert_parallel,
-                  mla_absorbed_bf16)
+                  mla_absorbed_bf16, mxfp4_scale_copy)
     data_parallel = attention_dp and tp > 1
     whole = dataclasses.replace(s, tp=1)
 
@@ -444,16 +450,31 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
     # MXFP4 weights dequantized inside the GEMM take the engine's multiple of the roofline: the op's rate
     # divided by it and its streamed bytes times it (its resident weights stay), so its time is times it.
     slow = s.weight_only_expert_time if precision in s.chip.weight_only and s.fp4_format == "mxfp4" else 1.0
+    resident = model.num_experts * expert_params * expert_bytes * moe_layers
+    # Where the engine holds MXFP4 scales twice: the copy is held, not streamed (the kernels read it alone).
+    if precision == "fp4" and s.fp4_format == "mxfp4" and s.mxfp4_scale_copy is not None:
+        copy = _scale_copy_bytes(h, width, s.mxfp4_scale_copy) * inter / width  # (this chip's share of an expert's)
+        resident += model.num_experts * busiest * copy * moe_layers
     return [LinearOp(
         "moe_experts",
         s.chip.effective_flops(precision) * expert_gemm_fraction(width, block_scaled, s.assumptions) / slow,
         flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
         bytes_per_token=model.experts_per_token * busiest * (2 * h + 6 * inter) * s.act * moe_layers * slow,
         bytes_per_expert=expert_params * expert_bytes * moe_layers * slow,
-        resident_bytes=model.num_experts * expert_params * expert_bytes * moe_layers,
+        resident_bytes=resident,
         kernels=expert_layer_kernels(s.quantizes_input(precision)) * moe_layers,
         gemm=True,
     )]
+
+
+def _scale_copy_bytes(hidden: float, intermediate: float, align: int) -> float:
+    """One MXFP4 expert's scales in one layer, copied with each GEMM's output dimension padded to `align`: its
+    fused gate-and-up GEMM's (2 x intermediate outputs of hidden inputs) and its down GEMM's (hidden outputs of
+    intermediate inputs), a byte per FP4_SCALE_BLOCKS["mxfp4"] inputs."""
+    def padded(width: float) -> float:
+        return math.ceil(width / align) * align
+
+    return (padded(2 * intermediate) * hidden + padded(hidden) * intermediate) / FP4_SCALE_BLOCKS["mxfp4"]
 
 
 def _shared_experts(s: _Sharding) -> list[LinearOp]:
