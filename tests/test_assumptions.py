@@ -48,8 +48,6 @@ NOT_ASSUMPTIONS = {
     "tokenpath.compute.drafter.EAGLE3_DRAFT_VOCAB": "the published EAGLE-3 heads' draft vocabulary, a fact",
     "tokenpath.engine.draft_slots.SGLANG_V2_DECODE_ALLOCATIONS": "SGLang's V2 worker's over-allocation per decode "
                                                                  "step, read in its code (cited there), a fact",
-    "tokenpath.engine.mxfp4_weights.HOPPER_SCALE_ALIGN": "triton_kernels' Hopper scale layout's alignment, read "
-                                                         "in its code (cited there), a fact",
     "tokenpath.engine.spec.MAX_STEP_TOKENS": "a bound on config input",
     "tokenpath.engine.spec.MAX_BLOCK_SIZE": "a bound on config input",
     "tokenpath.engine.batch_limits.VLLM_V0_MAX_NUM_SEQS": "vLLM V0's own default (cited there), a fact",

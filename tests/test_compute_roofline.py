@@ -20,9 +20,11 @@ from tokenpath.compute.efficiency import (
     RUNTIME_RESERVE_BYTES,
     SERVING_GEMM_FRACTION,
 )
+from tokenpath.compute.ops import Mxfp4Layout
 from tokenpath.compute.roofline import op_time_s
 from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import UserError
+from tokenpath.engine.mxfp4_weights import VLLM_MARLIN
 from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import load_scenario
 
@@ -545,36 +547,63 @@ def test_mxfp4_expert_scales_held_twice_with_the_copys_outputs_padded():
                                                   (2, "h200", (3072 * 2880 + 3072 * 1440) / 32)):
         chip = load_chip(chip_name)
         once = ComputeModel(model, chip, tp, "bf16", "bf16", expert_precision="fp4")
-        twice = ComputeModel(model, chip, tp, "bf16", "bf16", expert_precision="fp4", mxfp4_scale_copy=256)
+        twice = ComputeModel(model, chip, tp, "bf16", "bf16", expert_precision="fp4",
+                             mxfp4_layout=Mxfp4Layout(scale_copy_align=256))
         assert twice.weight_bytes_per_chip - once.weight_bytes_per_chip == pytest.approx(
             128 * 36 * bytes_per_expert_layer, rel=1e-12)
         assert twice.step_time_s(*step) == once.step_time_s(*step)
     assert 128 * 36 * (5888 + 3072) * 2880 / 32 == 3_715_891_200  # 3.46 GiB: vLLM 0.14.1 logs 3.7 beyond 60.7
     # an fp8 model's experts have no MXFP4 scales to copy
     mixtral = load_model("mixtral-8x7b")
-    assert (ComputeModel(mixtral, chip, 2, "fp8", "bf16", mxfp4_scale_copy=256).weight_bytes_per_chip
+    assert (ComputeModel(mixtral, chip, 2, "fp8", "bf16", mxfp4_layout=VLLM_MARLIN).weight_bytes_per_chip
             == ComputeModel(mixtral, chip, 2, "fp8", "bf16").weight_bytes_per_chip)
 
 
-@pytest.mark.parametrize(("scheduler", "chip", "version", "copied"), [
-    ("vllm-v1", "h100", None, True),  # the newest release
-    ("vllm-v1", "h100", "0.11.1", True),
-    ("vllm-v1", "h200", "0.14.1", True),
-    ("vllm-v1", "h100", "0.11.0", False),  # built on torch 2.8.0: no swizzle on Hopper
-    ("vllm-v1", "h100", "0.10.2", False),
-    ("vllm-v1", "b200", None, False),  # FlashInfer's kernels replace the loaded scales
-    ("prefill-first", "h100", None, False),
-    ("trtllm", "h100", None, False),
+def test_mxfp4_experts_padded_hold_and_run_the_padded_shapes():
+    """Marlin's layout (hidden to a multiple of 256, intermediate to 128): gpt-oss-120b's experts at 2,880 x
+    2,880 become 3,072 x 2,944 on one chip, values and scales alike, 9.0% more bytes held; where no measured
+    multiple stands for the kernels' time they also stream and multiply the padded shapes, and where one does
+    (Hopper's, engine/expert_kernels.py) the padding is memory alone."""
+    model, step = load_model("gpt-oss-120b"), (64, 64, 64 * 4096, 64 * 4096)
+    grown = 3072 * 2944 / (2880 * 2880)
+    experts_bytes = 128 * 36 * 3 * 2880 * 2880 * (0.5 + 1 / 32)  # values and a scale byte per 32
+
+    def experts(cm: ComputeModel):
+        return {op.name: op for op in cm.ops}["moe_experts"]
+
+    for multiple in (1.0, 1.73):
+        args = (model, load_chip("h100"), 1, "bf16", "bf16")
+        kwargs = {"expert_precision": "fp4", "weight_only_expert_time": multiple}
+        loaded, padded = ComputeModel(*args, **kwargs), ComputeModel(*args, mxfp4_layout=VLLM_MARLIN, **kwargs)
+        assert padded.weight_bytes_per_chip - loaded.weight_bytes_per_chip == pytest.approx(
+            experts_bytes * (grown - 1), rel=1e-12)
+        ratio = experts(padded).bytes_per_expert / experts(loaded).bytes_per_expert
+        assert ratio == pytest.approx(grown if multiple == 1.0 else 1.0, rel=1e-12)
+        assert experts(padded).flops_per_token / experts(loaded).flops_per_token == pytest.approx(ratio, rel=1e-12)
+        assert (padded.step_time_s(*step) > loaded.step_time_s(*step)) == (multiple == 1.0)
+
+
+@pytest.mark.parametrize(("scheduler", "chip", "version", "hidden", "intermediate", "copied"), [
+    ("vllm-v1", "h100", None, 2880, 2880, True),  # the newest release; 2,880 is a multiple of 64
+    ("vllm-v1", "h100", "0.11.1", 2880, 2880, True),
+    ("vllm-v1", "h200", "0.14.1", 2880, 2880, True),
+    ("vllm-v1", "h100", "0.11.0", 2880, 2880, False),  # built on torch 2.8.0: no swizzle on Hopper
+    ("vllm-v1", "h100", "0.10.2", 2880, 2880, False),
+    ("vllm-v1", "a100", None, 3072, 2944, False),  # Marlin
+    ("vllm-v1", "b200", None, 3072, 3072, False),  # FlashInfer's TRT-LLM-gen MoE
+    ("prefill-first", "h100", None, 2880, 2880, False),
+    ("trtllm", "h100", None, 2880, 2880, False),
 ])
-def test_each_engine_holds_mxfp4_expert_scales_as_its_code_does(scheduler, chip, version, copied):
+def test_each_engine_lays_out_mxfp4_experts_as_its_code_does(scheduler, chip, version, hidden, intermediate, copied):
     settings = {"model.name": "gpt-oss-120b", "model.precision": "bf16", "model.expert_precision": "fp4",
                 "deployment.chip": chip, "deployment.chips": 1, "deployment.tp": 1, "engine.scheduler": scheduler}
     if version is not None:
         settings["engine.version"] = version
     deployment = build_deployment(load_scenario("typical", settings))
-    once = ComputeModel(load_model("gpt-oss-120b"), load_chip(chip), 1, "bf16", "bf16", expert_precision="fp4")
-    extra = deployment.compute.weight_bytes_per_chip - once.weight_bytes_per_chip
-    assert extra == (3_715_891_200 if copied else 0)
+    loaded = ComputeModel(load_model("gpt-oss-120b"), load_chip(chip), 1, "bf16", "bf16", expert_precision="fp4")
+    padding = 128 * 36 * 3 * (hidden * intermediate - 2880 * 2880) * (0.5 + 1 / 32)
+    assert deployment.compute.weight_bytes_per_chip - loaded.weight_bytes_per_chip == pytest.approx(
+        padding + (3_715_891_200 if copied else 0), rel=1e-12)
 
 
 _MODELS = {name: compute_model(name) for name in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3")}

@@ -108,6 +108,37 @@ def expert_gemm_fraction(width: float, block_scaled: bool, assumptions: Assumpti
 
 
 @dataclass(frozen=True)
+class Mxfp4Layout:
+    """How an engine lays out an MXFP4 checkpoint's routed experts in memory: each expert GEMM's hidden and
+    intermediate dimensions padded to multiples of `hidden_align` and `intermediate_align` (1: as loaded), and
+    where it holds the scales twice, the loaded ones and its kernels' copy, the multiple the copy pads each
+    GEMM's output dimension to (`scale_copy_align`; None: held once). engine/mxfp4_weights.py has each
+    engine's, read from its loaders."""
+
+    hidden_align: int = 1
+    intermediate_align: int = 1
+    scale_copy_align: int | None = None
+
+    def padded(self, hidden: float, intermediate: float) -> tuple[float, float]:
+        """An expert's hidden and intermediate widths as laid out."""
+        return (math.ceil(hidden / self.hidden_align) * self.hidden_align,
+                math.ceil(intermediate / self.intermediate_align) * self.intermediate_align)
+
+    def copy_bytes(self, hidden: float, intermediate: float) -> float:
+        """Bytes of one expert's scale copy in one layer, of its laid-out widths: its fused gate-and-up GEMM's
+        (2 x intermediate outputs of hidden inputs) and its down GEMM's (hidden outputs of intermediate inputs), a
+        byte per FP4_SCALE_BLOCKS["mxfp4"] inputs, each output dimension padded to `scale_copy_align`; 0 without."""
+        align = self.scale_copy_align
+        if align is None:
+            return 0.0
+
+        def aligned(width: float) -> float:
+            return math.ceil(width / align) * align
+
+        return (aligned(2 * intermediate) * hidden + aligned(hidden) * intermediate) / FP4_SCALE_BLOCKS["mxfp4"]
+
+
+@dataclass(frozen=True)
 class _Sharding:
     """What every op row of one deployment shares: the model, the chip, the split and the byte sizes."""
 
@@ -122,7 +153,7 @@ class _Sharding:
     weight_only_expert_time: float = 1.0  # the engine's multiple of the roofline for weight-only MXFP4 experts
     expert_parallel: bool = False  # routed experts placed whole on the chips (their GEMMs a whole expert wide)
     mla_absorbed_bf16: bool = False  # MLA's absorbed W_UK / W_UV kept as bf16 copies of a quantized kv_b_proj
-    mxfp4_scale_copy: int | None = None  # MXFP4 experts' scales held twice: the copy's output alignment
+    mxfp4_layout: Mxfp4Layout | None = None  # how the engine lays out MXFP4 routed experts (None: as loaded)
 
     @property
     def act(self) -> float:
@@ -194,7 +225,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
               latent_attention: bool = True, weight_only_expert_time: float = 1.0,
               input_projection: int = 0, attention_dp_whole: frozenset[str] = frozenset(),
               expert_parallel: bool = False, mla_absorbed_bf16: bool = False,
-              mxfp4_scale_copy: int | None = None) -> list[LinearOp]:
+              mxfp4_layout: Mxfp4Layout | None = None) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     `expert_parallel` places routed experts whole, 1/tp of them per chip (roofline.ComputeModel): their
@@ -221,11 +252,11 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     `mla_absorbed_bf16`: the engine keeps an MLA model's absorbed W_UK / W_UV as bf16 copies of a quantized
     kv_b_proj (engine/mla_weights.py; _mla_projections).
 
-    `mxfp4_scale_copy`: where the engine holds MXFP4 routed experts' scales twice, the alignment its kernels'
-    copy pads each GEMM's output dimension to (engine/mxfp4_weights.py; _routed_experts); None: once."""
+    `mxfp4_layout`: how the engine lays out MXFP4 routed experts in memory (Mxfp4Layout, engine/mxfp4_weights.py;
+    None: as loaded)."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, assumptions,
                   expert_precision or weight_precision, latent_attention, weight_only_expert_time, expert_parallel,
-                  mla_absorbed_bf16, mxfp4_scale_copy)
+                  mla_absorbed_bf16, mxfp4_layout)
     data_parallel = attention_dp and tp > 1
     whole = dataclasses.replace(s, tp=1)
 
@@ -450,31 +481,29 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
     # MXFP4 weights dequantized inside the GEMM take the engine's multiple of the roofline: the op's rate
     # divided by it and its streamed bytes times it (its resident weights stay), so its time is times it.
     slow = s.weight_only_expert_time if precision in s.chip.weight_only and s.fp4_format == "mxfp4" else 1.0
+    flops = 2.0 * model.experts_per_token * expert_params * moe_layers
+    streamed = expert_params * expert_bytes * moe_layers
     resident = model.num_experts * expert_params * expert_bytes * moe_layers
-    # Where the engine holds MXFP4 scales twice: the copy is held, not streamed (the kernels read it alone).
-    if precision == "fp4" and s.fp4_format == "mxfp4" and s.mxfp4_scale_copy is not None:
-        copy = _scale_copy_bytes(h, width, s.mxfp4_scale_copy) * inter / width  # (this chip's share of an expert's)
-        resident += model.num_experts * busiest * copy * moe_layers
+    layout = s.mxfp4_layout if precision == "fp4" and s.fp4_format == "mxfp4" else None
+    if layout is not None:
+        # Padded, each GEMM holds (and, where no measured multiple of its kernels' time stands for them, runs)
+        # the padded shape; the scales' copy is held, not streamed (the kernels read it alone).
+        hidden, intermediate = layout.padded(h, width)
+        grown = hidden * intermediate / (h * width)
+        resident = resident * grown + model.num_experts * busiest * moe_layers * layout.copy_bytes(
+            hidden, intermediate) * inter / width  # (this chip's share of an expert's)
+        if slow == 1.0:
+            flops, streamed = flops * grown, streamed * grown
     return [LinearOp(
         "moe_experts",
         s.chip.effective_flops(precision) * expert_gemm_fraction(width, block_scaled, s.assumptions) / slow,
-        flops_per_token=2.0 * model.experts_per_token * expert_params * moe_layers,
+        flops_per_token=flops,
         bytes_per_token=model.experts_per_token * busiest * (2 * h + 6 * inter) * s.act * moe_layers * slow,
-        bytes_per_expert=expert_params * expert_bytes * moe_layers * slow,
+        bytes_per_expert=streamed * slow,
         resident_bytes=resident,
         kernels=expert_layer_kernels(s.quantizes_input(precision)) * moe_layers,
         gemm=True,
     )]
-
-
-def _scale_copy_bytes(hidden: float, intermediate: float, align: int) -> float:
-    """One MXFP4 expert's scales in one layer, copied with each GEMM's output dimension padded to `align`: its
-    fused gate-and-up GEMM's (2 x intermediate outputs of hidden inputs) and its down GEMM's (hidden outputs of
-    intermediate inputs), a byte per FP4_SCALE_BLOCKS["mxfp4"] inputs."""
-    def padded(width: float) -> float:
-        return math.ceil(width / align) * align
-
-    return (padded(2 * intermediate) * hidden + padded(hidden) * intermediate) / FP4_SCALE_BLOCKS["mxfp4"]
 
 
 def _shared_experts(s: _Sharding) -> list[LinearOp]:

@@ -24,7 +24,7 @@ from tokenpath.compute import efficiency
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.gemm_efficiency import ShapeCurve, shape_table
 from tokenpath.compute.model_spec import ModelSpec
-from tokenpath.compute.ops import LinearOp, build_ops, kv_bytes_per_token_per_layer, kv_heads_per_chip
+from tokenpath.compute.ops import LinearOp, Mxfp4Layout, build_ops, kv_bytes_per_token_per_layer, kv_heads_per_chip
 from tokenpath.compute.precision import PRECISION_BYTES, check_precision
 from tokenpath.config.assumptions import DEFAULTS, Assumptions
 from tokenpath.config.errors import DoesNotFit, UserError
@@ -113,8 +113,8 @@ class ComputeModel:
 
     `mla_absorbed_bf16`: the engine keeps an MLA model's absorbed W_UK / W_UV as bf16 copies of a quantized
     kv_b_proj, held beside it and streamed in its place (engine/mla_weights.py, ops.build_ops).
-    `mxfp4_scale_copy`: where the engine holds MXFP4 routed experts' scales twice, the alignment of its
-    kernels' copy (engine/mxfp4_weights.py, ops.build_ops); None: once.
+    `mxfp4_layout`: how the engine lays out MXFP4 routed experts in memory (ops.Mxfp4Layout, engine/
+    mxfp4_weights.py; None: as loaded).
 
     A speculative-decoding drafter (compute/drafter.py) adds its `input_projection` (ops.build_ops) and
     names in `shared_weights` the ops whose weights it takes from the target (the embedding, the LM head):
@@ -136,7 +136,7 @@ class ComputeModel:
                  input_projection: int = 0, shared_weights: frozenset[str] = frozenset(),
                  attention_dp_whole: frozenset[str] = frozenset(), pp_extra_layers: ExtraLayers = "before_last",
                  expert_parallel: bool = False, gemm_kernels_of: str | None = None,
-                 mla_absorbed_bf16: bool = False, mxfp4_scale_copy: int | None = None):
+                 mla_absorbed_bf16: bool = False, mxfp4_layout: Mxfp4Layout | None = None):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -166,7 +166,7 @@ class ComputeModel:
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, assumptions,
                                              self.expert_precision, self.attention_dp, latent_attention,
                                              weight_only_expert_time, input_projection, attention_dp_whole,
-                                             expert_parallel, mla_absorbed_bf16, mxfp4_scale_copy)
+                                             expert_parallel, mla_absorbed_bf16, mxfp4_layout)
         # A drafter's ops whose weights are the target's (compute/drafter.py): they run and stream those
         # weights as before, but hold none of their own.
         unknown = shared_weights - {op.name for op in self.ops}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from tokenpath.compute.model_spec import ModelSpec
+from tokenpath.compute.ops import Mxfp4Layout
 from tokenpath.compute.roofline import ExtraLayers
 from tokenpath.engine.attention_dp_models import SGLANG_ATTENTION_DP_ARCHITECTURES
 from tokenpath.engine.batch_limits import (
@@ -54,7 +55,7 @@ from tokenpath.engine.memory_share import (
     vllm_measured_kv_margin,
 )
 from tokenpath.engine.mla_weights import sglang_mla_absorbed_bf16, trtllm_mla_absorbed_bf16, vllm_mla_absorbed_bf16
-from tokenpath.engine.mxfp4_weights import no_mxfp4_scale_copy, vllm_mxfp4_scale_copy
+from tokenpath.engine.mxfp4_weights import as_loaded, vllm_mxfp4_layout
 from tokenpath.engine.release import release_at_least
 from tokenpath.engine.sliding_pool import every_layer, sglang_sliding_pool_ratio
 from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_overlap, vllm_keeps_async_scheduling
@@ -241,10 +242,9 @@ class Profile:
     # quantized kv_b_proj, held beside it and streamed by decode steps (engine/mla_weights.py); else at the
     # checkpoint's precision.
     mla_absorbed_bf16: Callable[[str], bool]
-    # Where, on a chip of a generation and in a release, it holds an MXFP4 checkpoint's expert scales twice,
-    # the loaded ones and its kernels' copy: the alignment the copy pads each GEMM's output dimension to
-    # (engine/mxfp4_weights.py); None: once.
-    mxfp4_scale_copy: Callable[[str, str | None], int | None]
+    # How, on a chip of a generation and in a release, it lays out an MXFP4 checkpoint's routed experts in
+    # memory: padded, its scales held twice (engine/mxfp4_weights.py; None: as loaded).
+    mxfp4_layout: Callable[[str, str | None], Mxfp4Layout | None]
     # -- memory: its memory profile runs the sampler with top-k and top-p over a logit row per sequence, so
     # the KV cache gives up their temporaries (efficiency.SAMPLER_PROFILE_BYTES_PER_LOGIT), not the logits alone
     sampler_in_memory_profile: bool
@@ -428,7 +428,7 @@ PROFILES: dict[str, Profile] = {
         fp8_kv_with_quantized_weights=False,  # --kv-cache-dtype auto keeps the activations' bf16
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         mla_absorbed_bf16=vllm_mla_absorbed_bf16,
-        mxfp4_scale_copy=vllm_mxfp4_scale_copy,
+        mxfp4_layout=vllm_mxfp4_layout,
         # gpu_model_runner.profile_run, then _dummy_sampler_run: top_p 0.9, top_k the vocabulary less one
         sampler_in_memory_profile=True,
         memory_share_covers="all",
@@ -525,7 +525,7 @@ PROFILES: dict[str, Profile] = {
         fp8_kv_with_quantized_weights=False,
         latent_attention_since=VLLM_LATENT_ATTENTION_SINCE,
         mla_absorbed_bf16=vllm_mla_absorbed_bf16,
-        mxfp4_scale_copy=no_mxfp4_scale_copy,
+        mxfp4_layout=as_loaded,
         sampler_in_memory_profile=True,  # model_runner.profile_run: SamplingParams(top_p=0.99, top_k=vocab_size - 1)
         memory_share_covers="all",
         default_memory_share=DEFAULT_UTILIZATION,
@@ -659,7 +659,7 @@ PROFILES: dict[str, Profile] = {
         # 2024-09-04); what the releases before it cached is not read here.
         latent_attention_since=None,
         mla_absorbed_bf16=sglang_mla_absorbed_bf16,
-        mxfp4_scale_copy=no_mxfp4_scale_copy,
+        mxfp4_layout=as_loaded,
         # SGLang sizes its KV pool by mem_fraction_static of the GPU (model_runner.profile_max_num_token), no
         # sampler run in it.
         sampler_in_memory_profile=False,
@@ -787,7 +787,7 @@ PROFILES: dict[str, Profile] = {
         fp8_kv_with_quantized_weights=True,
         latent_attention_since=None,  # not read here
         mla_absorbed_bf16=trtllm_mla_absorbed_bf16,
-        mxfp4_scale_copy=no_mxfp4_scale_copy,
+        mxfp4_layout=as_loaded,
         # TensorRT-LLM's KV cache takes a fraction of the memory free after the engine's own buffers, its
         # logits' among them; no sampler run.
         sampler_in_memory_profile=False,

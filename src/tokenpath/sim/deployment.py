@@ -165,7 +165,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            pp_extra_layers=engine.profile.pp_extra_layers,
                            latent_attention=engine.latent_attention,
                            mla_absorbed_bf16=engine.profile.mla_absorbed_bf16(chip.generation),
-                           mxfp4_scale_copy=engine.profile.mxfp4_scale_copy(chip.generation, engine.version),
+                           mxfp4_layout=engine.profile.mxfp4_layout(chip.generation, engine.version),
                            weight_only_expert_time=weight_only_expert_time(engine.profile.mxfp4_weight_only_experts,
                                                                            chip.generation))
     drafter = _drafter(scenario, model, chip, assumptions)
@@ -232,7 +232,7 @@ def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: 
                            mtp_head_shared(engine.profile.engine, engine.version), dep.pp, draft, later_pass,
                            assumptions=assumptions, latent_attention=engine.latent_attention,
                            mla_absorbed_bf16=engine.profile.mla_absorbed_bf16(chip.generation),
-                           mxfp4_scale_copy=engine.profile.mxfp4_scale_copy(chip.generation, engine.version),
+                           mxfp4_layout=engine.profile.mxfp4_layout(chip.generation, engine.version),
                            gemm_kernels_of=engine.profile.launched_with)
 
 
