@@ -451,9 +451,9 @@ def test_levers_and_sweep_frontiers_mark_what_lies_outside_the_envelope(monkeypa
 
     console = Console(file=io.StringIO(), width=200, color_system=None)
     monkeypatch.setattr(levers, "console", console)
-    change = {"value": 1.0, "relative": 0.0, "better": 0.0}
+    change = {"value": 1.0, "relative": 0.0, "better": 0.0, "draws": {"within_noise": None}}
     document = {"objective": {"metric": "latency_s.ttft.p99", "name": "TTFT p99", "better": "lower",
-                              "tie_break": None, "value": 1.0},
+                              "tie_break": None, "value": 1.0, "draws": {"seeds": [0], "values": [1.0]}},
                 "baseline": _summary([]), "skipped": [],
                 "levers": [{"name": "next chip", "group": "compute", "change": change,
                             "summary": _summary(["chip b200", "chip generation Blackwell"])},

@@ -21,9 +21,9 @@ from tokenpath.sim.summary import LAYERS
 from tokenpath.sweep.pareto import parse_objectives
 from tokenpath.whatif.capacity import misses, parse_slo
 from tokenpath.whatif.catalog import GROUPS, catalog
-from tokenpath.whatif.levers import rank
+from tokenpath.whatif.levers import draw_changes, rank
 from tokenpath.whatif.objective import RESOLUTION_SHARE, Objective, Prices, application_chips, chips_in_use
-from tokenpath.whatif.run import Base, simulate_summary
+from tokenpath.whatif.run import Base, Outcome, simulate_summary
 
 SMALL_SETS = ["--set", "model.name=llama-3.1-8b", "--set", "deployment.chip=h100", "--set", "deployment.chips=1",
               "--set", "deployment.tp=1", "--num-requests", "300"]
@@ -79,6 +79,45 @@ def test_levers_on_the_default_scenario_are_ranked_with_every_group(default_leve
     assert "needs 2 or more replicas" in skipped["disaggregated prefill"]
     assert "no scale-out network" in skipped["faster scale-out network"]
     assert "Not applicable here" in out
+
+
+def test_each_lever_says_how_it_moved_every_draw_of_the_workload(default_levers):
+    code, out, document = default_levers
+    assert code == 0, out
+    draws = document["objective"]["draws"]
+    assert draws["seeds"] == [0, 1, 2] and draws["values"][0] == document["objective"]["value"]
+    assert len(set(draws["values"])) == 3  # other seeds draw other requests
+    levers = {lever["name"]: lever["change"] for lever in document["levers"]}
+    for change in levers.values():  # the own draw's change is the lever's; the rest, each against its draw
+        assert change["draws"]["deltas"][0] == pytest.approx(change["delta"])
+        assert change["draws"]["mean"] == pytest.approx(sum(change["draws"]["deltas"]) / 3)
+    # a shorter round trip moves every request's first text alike: out of the noise however small
+    closer = next(change for name, change in levers.items() if name.startswith("client closer"))
+    assert all(delta < 0 for delta in closer["draws"]["deltas"]) and closer["draws"]["within_noise"] is False
+    # a limit no run reaches moves nothing on any draw: no change to tell from noise
+    unreached = levers["max_num_seqs 2048"]["draws"]
+    assert unreached["deltas"] == [0.0, 0.0, 0.0] and unreached["within_noise"] is True
+    rows = {line.split("│")[2].strip(): line for line in out.splitlines() if line.count("│") > 3}
+    assert "≈" in rows["max_num_seqs 2048 ≈"] and not any("≈" in row for name, row in rows.items()
+                                                         if name.startswith("client closer"))
+    assert "≈ within the noise: on the workload drawn with seeds 0 to 2" in " ".join(out.split())
+
+
+def _outcome(value: float) -> Outcome:
+    return Outcome({"latency_s": {"ttfv": {"p99": value}}})
+
+
+@pytest.mark.parametrize(("before", "after", "within"), [
+    ((0.30, 0.25, 0.28), (0.285, 0.235, 0.265), False),  # -15 ms on every draw
+    ((0.30, 0.25, 0.28), (0.31, 0.238, 0.283), True),  # +10, -12, +3 ms: mean +0.3, standard error 6.5
+    ((0.30, 0.25, 0.28), (0.30, 0.25, 0.28), True),  # no change
+    ((0.30,), (0.20,), None),  # one draw: no spread to judge by
+])
+def test_a_change_within_two_standard_errors_of_none_is_noise(before, after, within):
+    objective = Objective.parse("latency_s.ttfv.p99")
+    changes = draw_changes(objective, [_outcome(v) for v in before], [_outcome(v) for v in after])
+    assert changes["deltas"] == pytest.approx([b - a for a, b in zip(before, after)])
+    assert changes["within_noise"] is within
 
 
 def _step(better: float, step: float) -> int:

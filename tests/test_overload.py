@@ -192,9 +192,9 @@ def test_levers_and_sweep_frontiers_mark_a_run_still_filling_or_overloaded(monke
 
     console = Console(file=io.StringIO(), width=200, color_system=None)
     monkeypatch.setattr(levers, "console", console)
-    change = {"value": 1.0, "relative": 0.0, "better": 0.0}
+    change = {"value": 1.0, "relative": 0.0, "better": 0.0, "draws": {"within_noise": None}}
     document = {"objective": {"metric": "latency_s.ttft.p99", "name": "TTFT p99", "better": "lower",
-                              "tie_break": None, "value": 1.0},
+                              "tie_break": None, "value": 1.0, "draws": {"seeds": [0], "values": [1.0]}},
                 "baseline": summary(True), "skipped": [],
                 "levers": [{"name": "more chips", "group": "wider", "change": change, "summary": summary(False)},
                            {"name": "half the chips", "group": "wider", "change": change,

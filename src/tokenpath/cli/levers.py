@@ -15,7 +15,11 @@ from tokenpath.config.errors import UserError
 from tokenpath.diagnose.overload import load_marks, load_notes
 from tokenpath.sim.envelope import OUTSIDE_MARK
 from tokenpath.sim.summary import metric_value
+from tokenpath.whatif.levers import DEFAULT_DRAWS, MAX_DRAWS
 from tokenpath.whatif.objective import DEFAULT_OBJECTIVE
+
+# A lever whose change is smaller than the objective's spread between draws of the workload (whatif/levers.py, noise).
+NOISE_MARK = "≈"
 
 LEVERS_EXAMPLE = """
 Simulates the scenario and every what-if of the catalog in full (wider: links, NVLS, replicas, TP x DP,
@@ -113,7 +117,8 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
     for rank, lever in enumerate(document["levers"], 1):
         change = lever["change"]
         relative = change["relative"]
-        row = [str(rank), f"{lever['name']}{_marks(lever['summary'])}", lever["group"],
+        noisy = f" {NOISE_MARK}" if change["draws"]["within_noise"] else ""
+        row = [str(rank), f"{lever['name']}{_marks(lever['summary'])}{noisy}", lever["group"],
                _value(change["value"], unit_metric),
                f"{relative:+.1%}" if relative is not None else "-"]
         if tie:
@@ -121,6 +126,11 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
         style = "green" if (change["better"] or 0) > 0 else ("red" if (change["better"] or 0) < 0 else None)
         table.add_row(*row, _layer(change), style=style)
     console.print(table)
+    seeds = objective["draws"]["seeds"]
+    if any(lever["change"]["draws"]["within_noise"] for lever in document["levers"]):
+        console.print(f"{NOISE_MARK} within the noise: on the workload drawn with seeds {seeds[0]} to {seeds[-1]} "
+                      "its mean change lies within two standard errors of none; another draw could reverse it",
+                      highlight=False)
     runs = [("baseline", base), *((lever["name"], lever["summary"]) for lever in document["levers"])]
     outside = [(name, summary["envelope"]["outside"]) for name, summary in runs if _outside_mark(summary)]
     if outside:
@@ -154,6 +164,8 @@ def levers(
                                                                   "the catalog's, with their sources)"),
     workers: int | None = typer.Option(None, "--workers", help="processes simulating levers side by side "
                                                                   "(default: one per CPU)"),
+    draws: int = typer.Option(DEFAULT_DRAWS, "--draws", help="draws of the workload (its seed and the next) each "
+                              "lever runs on, to tell its change from noise (1: the scenario's own alone)"),
     json_out: JsonOut = None,
     *, flags: dict[str, Any],
 ) -> None:
@@ -163,6 +175,8 @@ def levers(
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be at least 1")
+    if not 1 <= draws <= MAX_DRAWS:
+        raise UserError(f"--draws: {draws} must be from 1 to {MAX_DRAWS}")
     if json_out is not None:
         files.check_writable(json_out, "--json")
     base = Base(*scenario_table(scenario, flags))
@@ -180,7 +194,8 @@ def levers(
                             quiet=quiet)
     with progress:
         task = progress.add_task("levers", total=None)
-        document = run_levers(base, chosen, extra, use_catalog, workers, lambda k: progress.advance(task, k))
+        document = run_levers(base, chosen, extra, use_catalog, workers, lambda k: progress.advance(task, k),
+                              draws=draws)
     if not quiet:
         _print(document, built.workload.num_requests)
     if json_out is not None:

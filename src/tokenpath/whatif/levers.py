@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from tokenpath.config import files
 from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError
 from tokenpath.sim.overrides import apply_overrides, flatten
-from tokenpath.sim.scenario import build_scenario
+from tokenpath.sim.scenario import MAX_SEED, build_scenario
 from tokenpath.sim.summary import APPLICATION, LAYERS
 from tokenpath.whatif.catalog import Lever, catalog
 from tokenpath.whatif.objective import RESOLUTION_SHARE, Objective
@@ -23,6 +24,10 @@ from tokenpath.whatif.run import Base, Outcome, simulate_many
 
 SCHEMA = "tokenpath.levers/1"
 NAME_CHARS = 60  # of a lever's name in an error line
+# Each lever and the baseline run on this many draws of the workload, the scenario's seed and the next ones:
+# a lever's change on each draw tells it from noise (`draw_changes`).
+DEFAULT_DRAWS = 3
+MAX_DRAWS = 20  # a bound on --draws
 
 
 class _UserLever(BaseModel):
@@ -108,6 +113,23 @@ def _no_price(objective: Objective, outcome: Outcome) -> str:
     return f"no price for {', '.join(missing)} in the price table"
 
 
+def draw_changes(objective: Objective, base: list[Outcome], lever: list[Outcome]) -> dict[str, Any]:
+    """A lever's change of the objective on each draw of the workload (the same requests as the baseline's
+    draw), their mean and sample standard deviation, and whether the mean lies within two standard errors of
+    no change (`within_noise`: a change another draw could reverse; None from fewer than two draws). A
+    deterministic change (a shorter round trip) moves every draw alike and stands out of the noise however
+    small; one that only reshuffles batches moves the draws either way."""
+    deltas = []
+    for before, after in zip(base, lever):
+        values = [objective.value(o.summary, o.chips) if o.summary is not None else None for o in (before, after)]
+        deltas.append(None if None in values else values[1] - values[0])
+    known = [delta for delta in deltas if delta is not None]
+    mean = statistics.fmean(known) if known else None
+    spread = statistics.stdev(known) if len(known) > 1 else None
+    within = None if spread is None else abs(mean) <= 2 * spread / math.sqrt(len(known))
+    return {"deltas": deltas, "mean": mean, "spread": spread, "within_noise": within}
+
+
 def rank_key(lever: dict[str, Any], step: float) -> tuple:
     """A lever's place in the ranking, best first, as a sort key: (1) the improvement in the objective
     rounded to whole `step`s (RESOLUTION_SHARE of the baseline's value), larger first; (2) within a step,
@@ -131,14 +153,22 @@ def rank(levers: list[dict[str, Any]], base_value: float) -> list[dict[str, Any]
 
 def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = None, use_catalog: bool = True,
                workers: int | None = None, progress: Callable[[int], None] | None = None,
-               here: Path | None = None) -> dict[str, Any]:
+               here: Path | None = None, draws: int = DEFAULT_DRAWS) -> dict[str, Any]:
     """The levers document: the objective, the baseline's summary, the levers ranked best first (each
-    with its overrides, summary and change) and the levers skipped with their reasons."""
+    with its overrides, summary and change) and the levers skipped with their reasons. Every run is
+    simulated on `draws` draws of the workload (the scenario's seed and the next ones): the summaries and
+    the ranking are the scenario's own draw's, and each change also says how it moved on every draw
+    (`draw_changes`)."""
     scenario = base.scenario()
     levers = (catalog(scenario, base.table, here) if use_catalog else []) + list(extra or [])
     runnable = [lever for lever in levers if lever.skipped is None]
-    outcomes = simulate_many(base, [{}] + [lever.overrides for lever in runnable], workers, progress)
-    baseline = outcomes[0]
+    seeds = [(scenario.seed + k) % (MAX_SEED + 1) for k in range(draws)]
+    # Each run on every draw, the scenario's own first: (1 + levers) x draws outcomes.
+    runs = [{}] + [lever.overrides for lever in runnable]
+    outcomes = simulate_many(base, [{**overrides, **({"seed": seed} if k else {})}
+                                    for overrides in runs for k, seed in enumerate(seeds)], workers, progress)
+    by_run = [outcomes[n * draws:(n + 1) * draws] for n in range(len(runs))]
+    baseline = by_run[0][0]
     if baseline.summary is None:
         raise UserError(baseline.error or "the scenario could not be simulated")
     base_value = objective.value(baseline.summary, baseline.chips)
@@ -150,7 +180,8 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
                         "completed); choose another objective")
     ranked, skipped = [], [{"name": lever.name, "group": lever.group, "overrides": lever.overrides,
                             "reason": lever.skipped} for lever in levers if lever.skipped is not None]
-    for lever, outcome in zip(runnable, outcomes[1:]):
+    for lever, lever_draws in zip(runnable, by_run[1:]):
+        outcome = lever_draws[0]
         if outcome.summary is None:
             skipped.append({"name": lever.name, "group": lever.group, "overrides": lever.overrides,
                             "reason": outcome.error})
@@ -161,6 +192,7 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
                             "reason": _no_price(objective, outcome) if objective.prices
                             else f"no value for {objective.metric}"})
             continue
+        change["draws"] = draw_changes(objective, by_run[0], lever_draws)
         ranked.append({"name": lever.name, "group": lever.group, "overrides": lever.overrides,
                        "summary": outcome.summary, "change": change})
     ranked = rank(ranked, base_value)
@@ -170,6 +202,8 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
                       "better": "higher" if objective.higher_is_better else "lower",
                       "tie_break": objective.tie_break, "value": base_value,
                       "resolution": RESOLUTION_SHARE * abs(base_value),
+                      "draws": {"seeds": seeds, "values": [objective.value(o.summary, o.chips) if o.summary else None
+                                                           for o in by_run[0]]},
                       **({"chips": baseline.chips} if objective.prices is not None else {})},
         "baseline": baseline.summary,
         "levers": ranked,

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 DEFAULT_OBJECTIVE = "latency_s.ttfv.p99"
 DEFAULT_TIE_BREAK = "latency_s.e2e.mean"
 # Levers are ranked by their change in the objective rounded to steps of this share of the baseline's
-# value (a simulation's percentiles move by about this much from noise alone); levers in the same step
-# are ordered by the tie-break metric (levers.py, `rank_key`).
+# value; levers in the same step are ordered by the tie-break metric (levers.py, `rank_key`). Whether a
+# change stands out of the noise is measured over draws of the workload (levers.py, `draw_changes`).
 RESOLUTION_SHARE = 0.01
 COST = "cost"
 COST_NAME = "cost per million output tokens (USD)"
