@@ -28,16 +28,22 @@ in Mxfp4MoEMethod.create_weights:
   on one H100 at the default 0.9 share fit a batch of about 140 requests, which the copy would not leave room
   for.
 - Blackwell: FlashInfer's TRT-LLM-gen MoE (SM100_FI_MXFP4_BF16, or _MXFP8_TRTLLM), both sizes padded to a
-  multiple of 256; its shuffled values and scales replace the loaded ones. gpt-oss-120b: 13.8% more.
+  multiple of 256; its shuffled values and scales replace the loaded ones. gpt-oss-120b: 13.8% more on one
+  GPU; at TP8, whose 360-wide intermediate pads to 512, 1.52 times the expert bytes.
 
 Where a measured multiple of the kernels' time stands for them (Hopper's, engine/expert_kernels.py: measured
 on these kernels, padding and all), the padding adds memory alone; elsewhere the kernels also run the padded
-shapes. As loaded, where not read through: vLLM on AMD chips; TensorRT-LLM's loaders; SGLang's, whose
-triton_kernels path on Hopper also leaves the loaded scales registered beside its swizzled copy
-(Mxfp4MoEMethod.process_weights_after_loading, python/sglang/srt/layers/quantization/mxfp4.py) but whose
-releases' swizzle on Hopper was not read (on GPUStack's gpt-oss-120b run on one H100 under SGLang 0.5.3rc0
-the copy would take 3.46 GiB of the 8.5 GiB its KV pool gets, and the measured rate says about 34 requests
-ran, fewer than either leaves room for).
+shapes. As loaded, where not read through: vLLM on AMD chips; TensorRT-LLM's loaders; and SGLang's, though
+its Mxfp4MoEMethod (python/sglang/srt/layers/quantization/mxfp4.py) follows vLLM's: on Blackwell with
+FlashInfer it pads both sizes to 256 (the intermediate at TP8 from 360 to 512: 1.52 times the expert
+bytes), and on Hopper its triton_kernels path swizzles whatever the torch (no gate in its
+`_swizzle_mxfp4`) and leaves the loaded scales registered beside the copy. Modelled, the padding would
+slow the decode of the project's SGLang gpt-oss rows on 8 B200s, which already measure faster than the
+model reads them, while AIConfigurator's SGLang B200 MoE tables time those kernels at 1.25 to 2.0 times
+the unpadded roofline (engine/expert_kernels.py): the two do not agree, and the layout waits on rows that
+tell them apart. On GPUStack's gpt-oss-120b run on one H100 under SGLang 0.5.3rc0 the scale copy would
+take 3.46 GiB of the 8.5 GiB its KV pool gets, and the measured rate says about 34 requests ran, fewer than
+either leaves room for.
 """
 
 from __future__ import annotations
