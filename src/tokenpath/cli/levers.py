@@ -18,7 +18,7 @@ from tokenpath.sim.summary import metric_value
 from tokenpath.whatif.levers import DEFAULT_DRAWS, MAX_DRAWS
 from tokenpath.whatif.objective import DEFAULT_OBJECTIVE
 
-# A lever whose change is smaller than the objective's spread between draws of the workload (whatif/levers.py, noise).
+# A lever whose mean change over the workload's draws another draw could reverse (whatif/levers.py, draw_changes).
 NOISE_MARK = "≈"
 
 LEVERS_EXAMPLE = """

@@ -113,6 +113,11 @@ def _no_price(objective: Objective, outcome: Outcome) -> str:
     return f"no price for {', '.join(missing)} in the price table"
 
 
+def _value(objective: Objective, outcome: Outcome) -> float | None:
+    """The objective's value of a run; None where it could not be simulated or has none."""
+    return None if outcome.summary is None else objective.value(outcome.summary, outcome.chips)
+
+
 def draw_changes(objective: Objective, base: list[Outcome], lever: list[Outcome]) -> dict[str, Any]:
     """A lever's change of the objective on each draw of the workload (the same requests as the baseline's
     draw), their mean and sample standard deviation, and whether the mean lies within two standard errors of
@@ -121,7 +126,7 @@ def draw_changes(objective: Objective, base: list[Outcome], lever: list[Outcome]
     small; one that only reshuffles batches moves the draws either way."""
     deltas = []
     for before, after in zip(base, lever):
-        values = [objective.value(o.summary, o.chips) if o.summary is not None else None for o in (before, after)]
+        values = _value(objective, before), _value(objective, after)
         deltas.append(None if None in values else values[1] - values[0])
     known = [delta for delta in deltas if delta is not None]
     mean = statistics.fmean(known) if known else None
@@ -202,8 +207,7 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
                       "better": "higher" if objective.higher_is_better else "lower",
                       "tie_break": objective.tie_break, "value": base_value,
                       "resolution": RESOLUTION_SHARE * abs(base_value),
-                      "draws": {"seeds": seeds, "values": [objective.value(o.summary, o.chips) if o.summary else None
-                                                           for o in by_run[0]]},
+                      "draws": {"seeds": seeds, "values": [_value(objective, draw) for draw in by_run[0]]},
                       **({"chips": baseline.chips} if objective.prices is not None else {})},
         "baseline": baseline.summary,
         "levers": ranked,
