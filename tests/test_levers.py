@@ -318,6 +318,18 @@ def test_user_levers_run_and_their_keys_are_checked(tmp_path, monkeypatch, capsy
     assert far["group"] == "mine" and far["overrides"] == {"delivery.network_rtt": "200 ms"}
     assert far["change"]["delta"] == pytest.approx(0.18, abs=0.01) and far["change"]["layer"] == "delivery"
     assert document["levers"][0]["group"] == "custom"
+    # the far client's 180 ms more reach every request of every draw
+    assert far["change"]["draws"]["within_noise"] is False and len(far["change"]["draws"]["deltas"]) == 3
+    code, out, err = run_cli(["levers", *SMALL_SETS, "--levers", str(mine), "--no-catalog", "--workers", "1",
+                              "--draws", "1", "--json", "-"], monkeypatch, capsys)
+    assert code == 0, err
+    one = json.loads(out)  # the scenario's own draw alone: the same changes, nothing judged
+    assert one["objective"]["draws"]["seeds"] == [0]
+    assert [lever["change"]["delta"] for lever in one["levers"]] == [lever["change"]["delta"]
+                                                                    for lever in document["levers"]]
+    assert all(lever["change"]["draws"]["within_noise"] is None for lever in one["levers"])
+    assert_user_error(*run_cli(["levers", *SMALL_SETS, "--draws", "0"], monkeypatch, capsys),
+                      "--draws: 0 must be from 1 to 20")
     mine.write_text('[[levers]]\nname = "x"\noverrides = { "delivery.rtt" = "1 ms" }\n', encoding="utf-8")
     assert_user_error(*run_cli(["levers", "--levers", str(mine)], monkeypatch, capsys),
                       "lever 1 (x)", "unknown key 'rtt' in delivery")
