@@ -186,7 +186,8 @@ def test_levers_rank_by_qoe_higher_first(tmp_path, monkeypatch, capsys):
         '[[levers]]\nname = "two chips"\noverrides = { "deployment.chips" = 2 }\n'
         '[[levers]]\nname = "slow client"\noverrides = { "delivery.network_rtt" = "400 ms" }\n', encoding="utf-8")
     code, out, err = run_cli(["levers", *EAGER_READER_SETS, "--objective", "continuity.qoe.mean", "--no-catalog",
-                              "--levers", str(tmp_path / "mine.toml"), "--json", "-"], monkeypatch, capsys)
+                              "--draws", "1", "--levers", str(tmp_path / "mine.toml"), "--json", "-"],
+                             monkeypatch, capsys)
     assert code == 0, err
     document = json.loads(out)
     assert document["objective"]["better"] == "higher"
@@ -361,7 +362,7 @@ def test_a_valid_lever_that_cannot_run_here_is_listed_as_not_applicable(tmp_path
     mine = tmp_path / "mine.toml"
     mine.write_text('[[levers]]\nname = "TP3"\noverrides = { "deployment.tp" = 3 }\n', encoding="utf-8")
     code, out, err = run_cli(["levers", *SMALL_SETS, "--num-requests", "100", "--levers", str(mine), "--no-catalog",
-                              "--json", "-"], monkeypatch, capsys)
+                              "--draws", "1", "--json", "-"], monkeypatch, capsys)
     assert code == 0, err
     document = json.loads(out)
     assert document["levers"] == []
@@ -455,7 +456,7 @@ def test_a_lever_adding_a_chip_costs_it_and_an_unpriced_chip_is_skipped(tmp_path
               for name, chip in (("own h200", "h200"), ("own b200", "b200"))]
     mine.write_text(tomli_w.dumps({"levers": levers}), encoding="utf-8")
     code, out, err = run_cli(["levers", "rag", "--num-requests", "60", "--objective", "cost", "--no-catalog",
-                              "--levers", str(mine), "--json", "-"], monkeypatch, capsys)
+                              "--draws", "1", "--levers", str(mine), "--json", "-"], monkeypatch, capsys)
     assert code == 0, err
     document = json.loads(out)
     price = Prices.load().usd_per_hour["h200"]

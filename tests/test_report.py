@@ -118,8 +118,9 @@ def _fixtures(runs: Path) -> tuple[Path, Path]:
                         '[[levers]]\nname = "far client"\ngroup = "mine"\n'
                         'overrides = { "delivery.network_rtt" = "200 ms" }\n', encoding="utf-8")
         mp = pytest.MonkeyPatch()
-        code, _, err = run_cli(["levers", *SMALL, "--levers", str(mine), "--no-catalog", "--workers", "1",
-                                "--objective", "latency_s.e2e.p99", "--json", str(runs / "levers.json")], mp, _Quiet())
+        args = ["levers", *SMALL, "--levers", str(mine), "--no-catalog", "--workers", "1", "--draws", "1",
+                "--objective", "latency_s.e2e.p99", "--json", str(runs / "levers.json")]
+        code, _, err = run_cli(args, mp, _Quiet())
         mp.undo()
         assert code == 0, err
     # As a sweep writes its table: each point's id and the sweep's, its axes, then the summary from `schema` on.

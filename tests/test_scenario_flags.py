@@ -73,8 +73,8 @@ def test_levers_ranks_against_the_scenario_its_flags_give(tmp_path, monkeypatch,
     mine.write_text('[[levers]]\nname = "detokenizer"\noverrides = { "delivery.detokenize" = "detokenizer" }\n',
                     encoding="utf-8")
     flags = [*SMALL, "--request-rate", "20"]
-    code, out, err = run_cli(["levers", *flags, "--levers", str(mine), "--no-catalog", "--workers", "1", "--json", "-"],
-                             monkeypatch, capsys)
+    code, out, err = run_cli(["levers", *flags, "--levers", str(mine), "--no-catalog", "--workers", "1", "--draws", "1",
+                              "--json", "-"], monkeypatch, capsys)
     assert code == 0, err
     document = json.loads(out)
     assert document["baseline"] == simulate_json(flags, monkeypatch, capsys)
