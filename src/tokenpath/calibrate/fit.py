@@ -43,7 +43,7 @@ from tokenpath.config.assumptions import lookup
 from tokenpath.config.errors import UserError
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.fabric.tuner import RCCL_TUNING_MODELS
+from tokenpath.fabric.tuner import runs_rccl
 from tokenpath.sim.deployment import build_deployment, check_fits
 from tokenpath.sim.scenario import Scenario
 from tokenpath.sim.simulate import Prepared, simulate
@@ -254,12 +254,12 @@ def _starts(model: _Model, names: list[str], low: np.ndarray, high: np.ndarray) 
 def _collective_latencies_not_run(scenario: Scenario, candidates: tuple[str, ...]) -> dict[str, str]:
     """The collectives' base latencies among `candidates` that the deployment does not pay, with why: both
     on one chip (no tensor-parallel group), and the other runtime's elsewhere (RCCL's on the chips it runs
-    on, fabric/tuner.py's RCCL_TUNING_MODELS; NCCL's on the rest)."""
+    on, fabric/tuner.py's runs_rccl; NCCL's on the rest)."""
     names = {"base_latency_s", "rccl_base_latency_s"} & set(candidates)
     if scenario.deployment.tp == 1:
         return {n: "one chip runs no collective" for n in names}
     chip = load_chip(scenario.deployment.chip, scenario.resolved_assumptions())
-    rccl = chip.generation in RCCL_TUNING_MODELS
+    rccl = runs_rccl(chip.generation)
     runtime, other = ("RCCL", "base_latency_s") if rccl else ("NCCL", "rccl_base_latency_s")
     return {n: f"the {scenario.deployment.chip}'s collectives run on {runtime}" for n in names if n == other}
 

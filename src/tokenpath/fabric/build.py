@@ -30,12 +30,12 @@ from tokenpath.fabric.spec import (
     TorusFabric,
 )
 from tokenpath.fabric.topology import Topology
-from tokenpath.fabric.tuner import RCCL_TUNING_MODELS
+from tokenpath.fabric.tuner import runs_rccl
 
 # NCCL's latency per NVLink step of a ring (src/graph/tuning.cc hwLatencies NVLINK, Ring / LL: 0.6 us);
 # a switch's two links (host up, switch down) share it.
 NVLINK_HOP_LATENCY_S = default("nvlink_hop_latency_s")
-# RCCL's per xGMI step of a ring, for the scale-up links of the chips RCCL runs on (tuner.RCCL_TUNING_MODELS):
+# RCCL's per xGMI step of a ring, for the scale-up links of the chips RCCL runs on (tuner.runs_rccl):
 # ROCm/rccl src/graph/tuning.cc tuning_model_5 hwLat NVLINK (its row for xGMI), Ring / LL: 0.8 us.
 XGMI_HOP_LATENCY_S = default("xgmi_hop_latency_s")
 # NCCL's latency per network step of a ring (tuning.cc hwLatencies NET, Ring / LL: 2.7 us), spread over
@@ -68,7 +68,7 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
         return default_s if spec.link_latency is None else spec.link_latency
 
     def hop_s() -> float:  # a scale-up step's, under the runtime of the chips
-        if generation in RCCL_TUNING_MODELS:
+        if runs_rccl(generation):
             return assumed("xgmi_hop_latency_s", XGMI_HOP_LATENCY_S)
         return assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)
 

@@ -50,7 +50,7 @@ from tokenpath.fabric.tuner import (
 
 # NCCL src/graph/tuning.cc: base latency of one collective launch (Ring, LL protocol).
 BASE_LATENCY_S = default("base_latency_s")
-# The same under RCCL, on the chips it runs on (tuner.RCCL_TUNING_MODELS): ROCm/rccl src/graph/tuning.cc baseLat,
+# The same under RCCL, on the chips it runs on (tuner.runs_rccl): ROCm/rccl src/graph/tuning.cc baseLat,
 # Ring and Tree under LL, 12.0 us (Simple 17.0: tuner.RCCL_PROTOCOLS).
 RCCL_BASE_LATENCY_S = default("rccl_base_latency_s")
 # NVLS (in-switch reduction) latency, Simple being its only protocol: tuning.cc hwLatencies NVLINK / NVLS
