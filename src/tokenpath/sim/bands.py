@@ -145,8 +145,8 @@ def residual_range(errors: Sequence[float]) -> tuple[float, float, str]:
     low, high, k = ranked_range(errors)
     if k == 1:
         return low, high, "min-max of their errors"
-    nth = {2: "2nd", 3: "3rd"}.get(k, f"{k}th")
-    return low, high, f"{nth} lowest to {nth} highest of their errors"
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return low, high, f"{k}{suffix} lowest to {k}{suffix} highest of their errors"
 
 
 def bounds(value: float | None, q_low: float, q_high: float) -> dict[str, float | None]:
