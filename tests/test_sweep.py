@@ -21,7 +21,7 @@ from tokenpath.config.errors import UserError
 from tokenpath.sim.document import result_document
 from tokenpath.sweep.pareto import frontier, parse_objectives
 from tokenpath.sweep.point import axis_columns, flatten_summary
-from tokenpath.sweep.run import _in_order, run_sweep
+from tokenpath.sweep.run import _in_order, join_ray, run_sweep
 from tokenpath.sweep.spec import load_spec, point_id
 
 SPEC = """
@@ -107,16 +107,6 @@ def test_another_base_scenario_against_the_same_table_is_an_error(tmp_path):
     changed = load_spec(_spec(tmp_path, SPEC.replace("= 150", "= 160")))
     with pytest.raises(UserError, match="another base scenario"):
         run_sweep(changed, out)
-
-
-def test_ray_gives_identical_rows(tmp_path):
-    pytest.importorskip("ray")
-    spec = load_spec(_spec(tmp_path))
-    run_sweep(spec, tmp_path / "local.parquet", workers=2)
-    run_sweep(spec, tmp_path / "ray.parquet", ray=True)
-    local = pq.read_table(tmp_path / "local.parquet").to_pylist()
-    on_ray = pq.read_table(tmp_path / "ray.parquet").to_pylist()
-    assert local == on_ray  # same rows, same order (the spec's)
 
 
 def test_ranges_draw_samples_from_a_seed(tmp_path):
@@ -216,24 +206,6 @@ def test_samples_beyond_memory_are_refused_naming_samples(tmp_path, monkeypatch)
         load_spec(path)
     assert str(caught.value) == (f"{path}: samples = 100,000 makes 100,000 points, which need about 1.1 GiB of "
                                  "memory and this machine has 1.0 GiB available; lower samples")
-
-
-@pytest.mark.parametrize("where", [["--workers", "1"], ["--ray"]])
-def test_a_point_that_cannot_be_built_stops_the_sweep_with_one_line_naming_it(tmp_path, where):
-    # 12 chips do not split into TP8 replicas: the scenario is valid, its deployment cannot be built (on Ray
-    # too: its wrapping of the point's error, a worker's traceback, is taken off)
-    if "--ray" in where:
-        pytest.importorskip("ray")
-    path = _spec(tmp_path, SPEC.replace("delivery.stream_interval = [1, 4]", '"deployment.chips" = [8, 12]'))
-    done = subprocess.run([sys.executable, "-m", "tokenpath", "sweep", str(path), "--out", str(tmp_path / "o.csv"),
-                           *where], capture_output=True, text=True)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert errors[0].startswith("error: point workload.arrival.rate=") and "deployment.chips=12" in errors[0]
-    assert errors[0].endswith("use a multiple of 8"), errors[0]
-    table = tmp_path / "o.csv"  # what finished before it is kept (on Ray, the failure may come first)
-    kept = pacsv.read_csv(table).to_pylist() if table.exists() else []
-    assert all(row["deployment.chips"] == 8 for row in kept) and (kept or "--ray" in where)
 
 
 def test_finished_points_are_taken_in_the_spec_order_then_the_first_error():
@@ -423,3 +395,79 @@ def test_a_range_past_a_floats_bounds_is_a_user_error(tmp_path, axis, message):
     with pytest.raises(UserError, match=message) as error:
         load_spec(_spec(tmp_path, text))
     assert "\n" not in str(error.value)
+
+
+# The sweeps on Ray come last: the module's Ray, once started, runs until the module's last test.
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for this module's sweeps on Ray, joined as `--ray` joins one (starting it takes most of
+    each such test's time). A sweep leaves running a Ray it did not start, and shuts down one it did: that is
+    test_a_sweep_shuts_down_only_the_ray_it_started's to check."""
+    pytest.importorskip("ray")
+    ray, started = join_ray(None)
+    assert started
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_gives_identical_rows(tmp_path, local_ray):
+    spec = load_spec(_spec(tmp_path))
+    run_sweep(spec, tmp_path / "local.parquet", workers=2)
+    run_sweep(spec, tmp_path / "ray.parquet", ray=True)
+    local = pq.read_table(tmp_path / "local.parquet").to_pylist()
+    on_ray = pq.read_table(tmp_path / "ray.parquet").to_pylist()
+    assert local == on_ray  # same rows, same order (the spec's)
+
+
+def test_a_sweep_shuts_down_only_the_ray_it_started(tmp_path, monkeypatch):
+    """`--ray` starts a local Ray where this process has none, and shuts it down when the sweep ends; a Ray
+    the process had already joined it leaves running."""
+    import types
+
+    calls = []
+
+    class Ref:
+        def __init__(self, value):
+            self.value = value
+
+    def fake_ray(initialized):
+        return types.SimpleNamespace(
+            is_initialized=lambda: initialized, init=lambda **options: calls.append("init"),
+            remote=lambda function: types.SimpleNamespace(remote=lambda *args: Ref(function(*args))),
+            wait=lambda refs, num_returns: (refs[:1], refs[1:]), get=lambda ref: ref.value,
+            cancel=lambda ref: None, shutdown=lambda: calls.append("shutdown"))
+
+    spec = load_spec(_spec(tmp_path, 'scenario = "typical"\n[overrides]\n"workload.num_requests" = 20\n'
+                                     '[axes]\n"workload.arrival.rate" = [5.0]\n'))
+    monkeypatch.setitem(sys.modules, "ray", fake_ray(False))
+    assert run_sweep(spec, tmp_path / "started.csv", ray=True).ran == 1
+    assert calls == ["init", "shutdown"]
+    calls.clear()
+    monkeypatch.setitem(sys.modules, "ray", fake_ray(True))
+    assert run_sweep(spec, tmp_path / "joined.csv", ray=True).ran == 1
+    assert calls == []
+
+
+@pytest.mark.parametrize("where", [["--workers", "1"], ["--ray"]])
+def test_a_point_that_cannot_be_built_stops_the_sweep_with_one_line_naming_it(tmp_path, where, request, monkeypatch,
+                                                                              capsys):
+    # 12 chips do not split into TP8 replicas: the scenario is valid, its deployment cannot be built (on Ray
+    # too: its wrapping of the point's error, a worker's traceback, is taken off)
+    path = _spec(tmp_path, SPEC.replace("delivery.stream_interval = [1, 4]", '"deployment.chips" = [8, 12]'))
+    argv = ["sweep", str(path), "--out", str(tmp_path / "o.csv"), *where]
+    if "--ray" in where:
+        # the command in this process, on the module's Ray; the --workers case runs it as a process of its own
+        from cli_helpers import run_cli
+
+        request.getfixturevalue("local_ray")
+        code, _, stderr = run_cli(argv, monkeypatch, capsys)
+    else:
+        done = subprocess.run([sys.executable, "-m", "tokenpath", *argv], capture_output=True, text=True)
+        code, stderr = done.returncode, done.stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in stderr, stderr
+    assert errors[0].startswith("error: point workload.arrival.rate=") and "deployment.chips=12" in errors[0]
+    assert errors[0].endswith("use a multiple of 8"), errors[0]
+    table = tmp_path / "o.csv"  # what finished before it is kept (on Ray, the failure may come first)
+    kept = pacsv.read_csv(table).to_pylist() if table.exists() else []
+    assert all(row["deployment.chips"] == 8 for row in kept) and (kept or "--ray" in where)
