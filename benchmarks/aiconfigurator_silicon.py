@@ -138,7 +138,7 @@ def main() -> None:
     runs = candidate_runs(args.csv or default_csv(), shipped, args.attention_dp)
     runs = runs.sample(min(args.rows, len(runs)), random_state=args.seed)
     errors = []
-    groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    groups: dict[tuple[str, str, str], list[tuple[float, float, bool, bool]]] = {}  # errors, bands held
     held: dict[str, list[tuple[bool, float]]] = {"ttft": [], "tpot": []}
     by_envelope: dict[bool, list[tuple[float, float, bool, bool]]] = {True: [], False: []}  # errors, bands held
     outside_why: dict[str, int] = {}
@@ -149,7 +149,6 @@ def main() -> None:
         error = relative_errors(row, predicted)
         ttft, tpot = error["ttft"], error["decode"]
         errors.append((ttft, tpot))
-        groups.setdefault(group_of(run), []).append((ttft, tpot))
         document, _ = result_document(simulation)
         bands = band_ratios(document)
         validated = document["envelope"]["validated"]
@@ -161,19 +160,22 @@ def main() -> None:
             low, high = (value_s * 1e3 * ratio for ratio in bands[key])
             held[key].append((low <= measured_ms <= high, high / low))
             marks[key] = "in " if held[key][-1][0] else "OUT"
-        by_envelope[validated].append((ttft, tpot, held["ttft"][-1][0], held["tpot"][-1][0]))
+        outcome = (ttft, tpot, held["ttft"][-1][0], held["tpot"][-1][0])
+        by_envelope[validated].append(outcome)
+        groups.setdefault(group_of(run), []).append(outcome)
         layout = f"adp{int(run.attention_dp_size)}" if run.attention_dp_size > 1 else f"tp{int(run.tp_size)}"
         print(f"{run.backend:6} {MODELS[run.model_path]:13} {run.system:8} {layout} "
               f"{int(run.isl)}/{int(run.osl)} c{int(run.concurrency):<4} "
               f"TTFT {run.silicon_ttft_ms:8.1f} ms {ttft:+6.0%} {marks['ttft']}  "
               f"TPOT {run.silicon_tpot_ms:6.1f} ms {tpot:+6.0%} {marks['tpot']}{'' if validated else ' *'}",
               flush=True)
-    print("\nby engine, chip and TP (median signed error, then median |error|):")
+    print("\nby engine, chip and TP (median signed error, then median |error|, then the share of runs the band held):")
     for (backend, chip, tp), group in sorted(groups.items()):
-        ttfts, tpots = [t for t, _ in group], [d for _, d in group]
+        ttfts, tpots = [g[0] for g in group], [g[1] for g in group]
         print(f"  {backend:6} {chip:8} {tp:5} {len(group):3} runs  TTFT {statistics.median(ttfts):+6.0%} "
-              f"({statistics.median(map(abs, ttfts)):4.0%})  TPOT {statistics.median(tpots):+6.0%} "
-              f"({statistics.median(map(abs, tpots)):4.0%})")
+              f"({statistics.median(map(abs, ttfts)):4.0%}, {sum(g[2] for g in group) / len(group):4.0%} held)  "
+              f"TPOT {statistics.median(tpots):+6.0%} ({statistics.median(map(abs, tpots)):4.0%}, "
+              f"{sum(g[3] for g in group) / len(group):4.0%} held)")
     print(f"{len(errors)} runs ({args.window}): median |error| TTFT "
           f"{statistics.median(abs(t) for t, _ in errors):.1%}, "
           f"TPOT {statistics.median(abs(d) for _, d in errors):.1%}")
