@@ -50,17 +50,28 @@ VLLM_0_14_BUILT = "2026-01-18"
 VLLM_0_20_BUILT = "2026-04-27"
 
 
-def engine_settings(backend: str, isl: int, batch_size: int | None = None) -> dict:
-    """The limits AIConfigurator's generator writes for an aggregated worker (generator/rule_plugin/*.rule),
-    as the shipped rows of catalog/validation/latency.toml record them; `batch_size`: a TensorRT-LLM run's
-    own max_batch_size (its attention-DP runs state each rank's, the run's concurrency over its ranks)."""
+def engine_settings(backend: str, isl: int, batch_size: int | None = None, measured: str | None = None,
+                    release: str | None = None) -> dict:
+    """The engine settings of a run, exactly as the shipped rows of catalog/validation/latency.toml record
+    them: the limits AIConfigurator's generator writes for an aggregated worker (generator/rule_plugin/
+    *.rule; TensorRT-LLM's decode graphs padded, trtllm.rule's 'agg_decode cuda_graph_enable_padding =
+    true'); `batch_size`: a TensorRT-LLM run's own max_batch_size (its attention-DP runs state each rank's,
+    the run's concurrency over its ranks). A vLLM run that states no `release` but was `measured` (a
+    date, YYYY-MM-DD) before 0.14.0 was built (VLLM_0_14_BUILT) ran without async scheduling, which that
+    release made the default, and one measured before 0.20.0 with 0.9 of the GPU's memory, its default
+    until then."""
     if backend == "vllm":
-        return {"max_num_seqs": 512, "max_num_batched_tokens": 512 + isl + 1500}
+        settings: dict = {"max_num_seqs": 512, "max_num_batched_tokens": 512 + isl + 1500}
+        if release is None and measured is not None and measured < VLLM_0_14_BUILT:
+            settings["host_overlap"] = False
+        if release is None and measured is not None and measured < VLLM_0_20_BUILT:
+            settings["gpu_memory_utilization"] = 0.9
+        return settings
     if backend == "trtllm":
         seqs = batch_size or 128
         return {"max_num_seqs": seqs, "max_num_batched_tokens": math.ceil((seqs + isl + 500) / 32) * 32,
-                "chunked_prefill": False, "cuda_graphs": "decode"}
-    return {"max_num_batched_tokens": isl + 1500, "mixed_chunk": True, "cuda_graphs": "decode"}
+                "chunked_prefill": False, "cuda_graphs": "decode", "cuda_graph_padding": True}
+    return {"chunked_prefill": True, "mixed_chunk": True, "max_num_batched_tokens": isl + 1500, "cuda_graphs": "decode"}
 
 
 def default_csv() -> Path:
@@ -99,20 +110,15 @@ def group_of(run: pd.Series) -> tuple[str, str, str]:
 def row_of(run: pd.Series, window: str) -> dict:
     """A latency row, as catalog/validation/latency.toml writes AIConfigurator's, for one measured run: its
     measured TTFT and TPOT means included, its KV cache fp8 as AIConfigurator's fp8 profile sets it, and
-    the engine's release where the run states it (the newest where not). A vLLM run that states no release
-    but was measured before 0.14.0 (VLLM_0_14_BUILT) ran without async scheduling, which that release made
-    the default, and one measured before 0.20.0 with 0.9 of the GPU's memory, its default until then, as
-    the shipped rows say."""
+    the engine's release where the run states it (the newest where not), and the engine settings
+    `engine_settings` gives its backend, release and measuring date."""
     version = run.get("backend_version")
     release = {"engine_version": version} if isinstance(version, str) else {}
     ranks = int(run.attention_dp_size)
-    settings = engine_settings(run.backend, int(run.isl), int(run.batch_size) if ranks > 1 else None)
-    layout = {"tp": ranks, "attention_dp": True, "expert_parallel": True} if ranks > 1 else {"tp": int(run.tp_size)}
     measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", str(run.get("silicon_data_source", "")))
-    if run.backend == "vllm" and not release and measured and measured.group(1) < VLLM_0_14_BUILT:
-        settings["host_overlap"] = False
-    if run.backend == "vllm" and not release and measured and measured.group(1) < VLLM_0_20_BUILT:
-        settings["gpu_memory_utilization"] = 0.9
+    settings = engine_settings(run.backend, int(run.isl), int(run.batch_size) if ranks > 1 else None,
+                               measured.group(1) if measured else None, release.get("engine_version"))
+    layout = {"tp": ranks, "attention_dp": True, "expert_parallel": True} if ranks > 1 else {"tp": int(run.tp_size)}
     return {"source": f"silicon_sample {run.id}", "id": str(run.id), "engine": run.backend, **release,
             "model": MODELS[run.model_path], "precision": "fp8", "kv_cache_precision": "fp8",
             "chip": CHIPS[run.system], **layout,
