@@ -74,12 +74,6 @@ SIMPLE = PROTOCOLS[-1]
 # `tuning=`): the 8-GPU xGMI platforms of the CDNA3 chips (MI300X, MI325X: gfx942; rome_model_79 with no NICs,
 # _81 with 8, _84 with 16) take tuning_model_5. The generations RCCL runs on, by the model of theirs.
 RCCL_TUNING_MODELS = {"CDNA3": 5}
-
-
-def runs_rccl(generation: str | None) -> bool:
-    """Whether the chips of `generation` (catalog/chips.toml) run their collectives on RCCL: those
-    RCCL_TUNING_MODELS has a model for; NCCL (or its figures) the rest."""
-    return generation in RCCL_TUNING_MODELS
 # tuning_model_5: baseLat Ring and Tree {LL 12.0, LL128 12.0, Simple 17.0} us (collectives.RCCL_BASE_LATENCY_S:
 # the LL's); hwLat NVLINK (xGMI) Ring {0.8, -, 2.1}, Tree {0.9, -, 2.3} us, over the ring's LL step (xGMI's
 # hop, build.XGMI_HOP_LATENCY_S); bwRatio Ring {LL 0.08, Simple 1.00} over 2 nodes and more, Tree {0.06, 0.11}
@@ -95,6 +89,14 @@ RCCL_PROTOCOLS = (
     Protocol("Simple", (17.0e-6 - 12.0e-6,) * 2, (2.1 / 0.8, 14.0 / 2.7), (2.3 / 0.8, 14.0 / 2.7), 1.0,
              (0.0, 0.11, 0.59), 3.0),
 )
+
+
+def runs_rccl(generation: str | None) -> bool:
+    """Whether the chips of `generation` (catalog/chips.toml) run their collectives on RCCL: those
+    RCCL_TUNING_MODELS has a model for; NCCL (or its figures) the rest."""
+    return generation in RCCL_TUNING_MODELS
+
+
 # The algorithms NCCL runs under every protocol, and the tuner's rows that price each: the hierarchical
 # path is ring steps inside the nodes and across them. The others run one way (NVLS and NVLSTree: Simple).
 PROTOCOL_ALGORITHMS = {"ring": "ring", "hierarchical": "ring", "tree": "tree"}

@@ -176,7 +176,7 @@ def run_levers(base: Base, objective: Objective, extra: list[Lever] | None = Non
     baseline = by_run[0][0]
     if baseline.summary is None:
         raise UserError(baseline.error or "the scenario could not be simulated")
-    base_value = objective.value(baseline.summary, baseline.chips)
+    base_value = _value(objective, baseline)
     if base_value is None and objective.prices is not None:
         raise UserError(f"--objective cost: {_no_price(objective, baseline)}; give --prices FILE "
                         "(see `tokenpath levers --help`)")
