@@ -50,16 +50,19 @@ VLLM_0_14_BUILT = "2026-01-18"
 VLLM_0_20_BUILT = "2026-04-27"
 
 
-def engine_settings(backend: str, isl: int, batch_size: int | None = None, measured: str | None = None,
+def engine_settings(backend: str, isl: int, batch_size: int, measured: str | None = None,
                     release: str | None = None) -> dict:
     """The engine settings of a run, exactly as the shipped rows of catalog/validation/latency.toml record
     them: the limits AIConfigurator's generator writes for an aggregated worker (generator/rule_plugin/
     *.rule; TensorRT-LLM's decode graphs padded, trtllm.rule's 'agg_decode cuda_graph_enable_padding =
-    true'); `batch_size`: a TensorRT-LLM run's own max_batch_size (its attention-DP runs state each rank's,
-    the run's concurrency over its ranks). A vLLM run that states no `release` but was `measured` (a
-    date, YYYY-MM-DD) before 0.14.0 was built (VLLM_0_14_BUILT) ran without async scheduling, which that
-    release made the default, and one measured before 0.20.0 with 0.9 of the GPU's memory, its default
-    until then."""
+    true', of every size up to its max_batch_size, its cuda_graph_batch_sizes running to 512 and to
+    max_batch_size + 8). `batch_size`: the run's own max_batch_size, silicon_sample's batch_size (the rules'
+    first line sets the benchmark's concurrency to the workers times it: a tensor-parallel run states its
+    concurrency, an attention-DP run each rank's share), which trtllm.rule keeps ('agg_decode max_batch_size
+    = (max_batch_size if max_batch_size else 128)') and vllm.rule raises to 512. A vLLM run that states no
+    `release` but was `measured` (a date, YYYY-MM-DD) before 0.14.0 was built (VLLM_0_14_BUILT) ran without
+    async scheduling, which that release made the default, and one measured before 0.20.0 with 0.9 of the
+    GPU's memory, its default until then."""
     if backend == "vllm":
         settings: dict = {"max_num_seqs": 512, "max_num_batched_tokens": 512 + isl + 1500}
         if release is None and measured is not None and measured < VLLM_0_14_BUILT:
@@ -68,9 +71,9 @@ def engine_settings(backend: str, isl: int, batch_size: int | None = None, measu
             settings["gpu_memory_utilization"] = 0.9
         return settings
     if backend == "trtllm":
-        seqs = batch_size or 128
-        return {"max_num_seqs": seqs, "max_num_batched_tokens": math.ceil((seqs + isl + 500) / 32) * 32,
-                "chunked_prefill": False, "cuda_graphs": "decode", "cuda_graph_padding": True}
+        return {"max_num_seqs": batch_size, "max_num_batched_tokens": math.ceil((batch_size + isl + 500) / 32) * 32,
+                "chunked_prefill": False, "cuda_graphs": "decode", "cuda_graph_padding": True,
+                "cuda_graph_max_tokens": batch_size}
     return {"chunked_prefill": True, "mixed_chunk": True, "max_num_batched_tokens": isl + 1500, "cuda_graphs": "decode"}
 
 
@@ -116,7 +119,7 @@ def row_of(run: pd.Series, window: str) -> dict:
     release = {"engine_version": version} if isinstance(version, str) else {}
     ranks = int(run.attention_dp_size)
     measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", str(run.get("silicon_data_source", "")))
-    settings = engine_settings(run.backend, int(run.isl), int(run.batch_size) if ranks > 1 else None,
+    settings = engine_settings(run.backend, int(run.isl), int(run.batch_size),
                                measured.group(1) if measured else None, release.get("engine_version"))
     layout = {"tp": ranks, "attention_dp": True, "expert_parallel": True} if ranks > 1 else {"tp": int(run.tp_size)}
     return {"source": f"silicon_sample {run.id}", "id": str(run.id), "engine": run.backend, **release,

@@ -270,6 +270,7 @@ def test_the_unshipped_silicon_check_predicts_runs_as_the_shipped_rows_are_predi
         # every setting, both ways: one the shipped rows state and the script leaves out changes the runs too
         # (the vLLM runs' date, as silicon_sample states it for all of them, sets two: latency.toml's launch)
         measured = "2025-10-29" if row["engine"] == "vllm" else None
-        assert script.engine_settings(row["engine"], row["input_len"], measured=measured) == row["engine_settings"], \
-            row["id"]
+        # each shipped run's batch_size, as silicon_sample states it, is its concurrency
+        assert script.engine_settings(row["engine"], row["input_len"], row["concurrency"], measured=measured) \
+            == row["engine_settings"], row["id"]
         assert row["window"] == "profiling_phase" and row["requests_per_slot"] == script.REQUESTS_PER_SLOT

@@ -106,13 +106,13 @@ def test_held_out_runs_are_the_unshipped_measured_runs_as_rows_both_tools_take(t
     """--held-out draws AIConfigurator's runs that latency.toml does not ship, each a row with its measured
     means, which AISimulate's config carries as a shipped row of the same engine."""
     columns = ("id,silicon_data_source,backend,model_path,system,mode,isl,osl,gemm_quant_mode,tp_size,pp_size,"
-               "attention_dp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms")
+               "attention_dp_size,moe_ep_size,batch_size,silicon_ttft_ms,silicon_tpot_ms")
     shipped = _row(source="aiconfigurator_silicon", engine="vllm", concurrency=4)["id"]
     runs = [
-        f"{shipped},silicon_concurrency=4,vllm,meta-llama/Llama-3.1-70B,h100_sxm,agg,1024,1024,fp8,8,1,1,1,70.4,9.1",
-        "new_run,silicon_concurrency=4,trtllm,meta-llama/Llama-3.1-70B,h200_sxm,agg,8192,1024,fp8,4,1,1,1,439.1,9.3",
-        "other_chip,silicon_concurrency=4,vllm,meta-llama/Llama-3.1-70B,l40s,agg,1024,1024,fp8,4,1,1,1,99.0,9.0",
-        "disaggregated,silicon_concurrency=4,vllm,meta-llama/Llama-3.1-70B,h200_sxm,disagg,1024,1024,fp8,4,1,1,1,99,9",
+        f"{shipped},silicon_concurrency=4,vllm,meta-llama/Llama-3.1-70B,h100_sxm,agg,1024,1024,fp8,8,1,1,1,4,70.4,9.1",
+        "new_run,silicon_concurrency=4,trtllm,meta-llama/Llama-3.1-70B,h200_sxm,agg,8192,1024,fp8,4,1,1,1,4,439.1,9.3",
+        "other_chip,silicon_concurrency=4,vllm,meta-llama/Llama-3.1-70B,l40s,agg,1024,1024,fp8,4,1,1,1,4,99.0,9.0",
+        "disaggregated,silicon_concurrency=4,vllm,meta-llama/Llama-3.1-70B,h200_sxm,disagg,1024,1024,fp8,4,1,1,1,4,99,9",
     ]
     csv = tmp_path / "silicon_sample.csv"
     csv.write_text("\n".join([columns, *runs]) + "\n")
@@ -123,8 +123,11 @@ def test_held_out_runs_are_the_unshipped_measured_runs_as_rows_both_tools_take(t
                                                                                          "h200", 4, 4)
     assert (row["input_len"], row["output_len"], row["ttft_ms"], row["decode_ms"]) == (8192, 1024, 439.1, 9.3)
     assert row["window"] == "profiling_phase" and SCRIPT.why_not(row) is None
+    # (its max_batch_size is the run's batch_size, which the generator's max_num_tokens adds to the prompt)
+    assert (row["engine_settings"]["max_num_seqs"], row["engine_settings"]["max_num_batched_tokens"]) == (4, 8704)
     config, not_carried = SCRIPT.aisim_config(row, Path("t.jsonl"), "fp8", host_loop=True)
     assert config["engine"]["workers"]["aggregated"]["parallelism"] == {"replicas": 1, "tensor": 4}
     assert config["traffic"]["load"] == {"type": "concurrency", "concurrency": 4}
-    # (the generator pads TensorRT-LLM's decode graphs, as the shipped rows state; neither carries to AISimulate)
-    assert not_carried == ["cuda_graphs=decode", "cuda_graph_padding=True"]
+    # (the generator pads TensorRT-LLM's decode graphs, up to its max_batch_size, as the shipped rows state; none of
+    # it carries to AISimulate)
+    assert not_carried == ["cuda_graphs=decode", "cuda_graph_padding=True", "cuda_graph_max_tokens=4"]
