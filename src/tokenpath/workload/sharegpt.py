@@ -24,7 +24,6 @@ import math
 from functools import cache
 
 import numpy as np
-from scipy.special import ndtr
 
 SHAREGPT_MEAN_TOKENS = {"input": 215.196, "output": 198.343}
 SHAREGPT_ASSUMED_CV = 1.0
@@ -41,6 +40,8 @@ def sharegpt_sigma() -> float:
 
 def _pmf(side: str, log_mean: float) -> np.ndarray:
     """P(a rounded lognormal draw is k) for k = 0 .. the side's maximum (k below the minimum: 0)."""
+    from scipy.special import ndtr  # (here: scipy.special takes a third of the command line's start-up)
+
     k = np.arange(SHAREGPT_MAX_TOKENS[side] + 1, dtype=np.float64)
     edges = (np.log(np.append(k - 0.5, k[-1] + 0.5).clip(1e-300)) - log_mean) / sharegpt_sigma()
     pmf = np.diff(ndtr(edges))
