@@ -7,7 +7,10 @@ package is the first name under tokenpath (`sim`, `engine`, `cli`); a module at 
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
+import subprocess
+import sys
 
 import rustworkx as rx
 
@@ -121,3 +124,16 @@ def test_the_walk_sees_every_kind_of_import(tmp_path, monkeypatch):
         "def f():\n    from .pkg import d\n    import tokenpath.pkg\n", encoding="utf-8")
     assert imports_of("tokenpath.a") == {"tokenpath.b", "tokenpath.pkg.d", "tokenpath.pkg"}
     assert circles(graph({("x", "y"), ("y", "x")})) in ("x -> y -> x", "y -> x -> y")
+
+
+# Libraries some commands need and the command line's start-up does not: imported where they are used
+# (scipy.special alone took a third of `tokenpath run`'s start-up).
+NOT_AT_START_UP = ("scipy", "pandas", "pyarrow", "ray", "tokenizers", "matplotlib")
+
+
+def test_the_command_line_starts_without_the_libraries_only_some_commands_need():
+    code = f"import sys, tokenpath.cli; print(sorted(m for m in {NOT_AT_START_UP!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
