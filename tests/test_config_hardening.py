@@ -183,6 +183,8 @@ def test_serve_on_a_port_in_use_is_one_line(no_server, monkeypatch, capsys):
 @pytest.mark.parametrize("argv, fragments", [
     (["simulate", "--num-requests", "abc"], ("--num-requests", "see `tokenpath simulate --help`")),
     (["simulate", "--bogus"], ("No such option: --bogus",)),
+    # (click's message ends in a full stop, the hint follows it)
+    (["sweep", "spec.toml"], ("Missing option '--out'; see `tokenpath sweep --help`",)),
     (["simulate", "a.toml", "b.toml"], ("unexpected extra argument",)),
     (["simulate", ""], ("scenario: an empty name", "leave it out for 'typical'")),
     (["simulate", "--input-len", "nan", "--input-sd", "0"], ("--input-len", "nan")),

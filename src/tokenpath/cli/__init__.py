@@ -41,7 +41,7 @@ def main() -> None:
             message = message[:_USAGE_ERROR_CHARS] + "..."
         context = getattr(error, "ctx", None)
         hint = f"; see `{context.command_path} --help`" if context is not None else ""
-        fail(message + hint)
+        fail((message.rstrip(".") if hint else message) + hint)  # (click ends some with a full stop)
     except typer.Abort:  # end of input at a prompt
         sys.exit(1)
     except MemoryError:
