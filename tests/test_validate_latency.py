@@ -1,7 +1,6 @@
 """The latency validation group: its published rows and how each row becomes a scenario (its medians' guard:
 test_validate_cross.py, on the simulations its fits share)."""
 
-
 import numpy as np
 import pytest
 
