@@ -284,6 +284,10 @@ REGISTRY_FITS = ["vllm_v0_host_window_s"]
 NEIGHBOUR_FITS = ["host_step_s", "vllm_v0_host_step_s", "trtllm_eager_host_per_kernel_s"]
 
 
+# Every procedure's constant at the registry's value, as `validate` runs the rows.
+REGISTRY = {p.name: p.start() for p in PROCEDURES}
+
+
 @pytest.fixture(scope="module")
 def shipped_errors():
     data = load_latency()
@@ -296,8 +300,7 @@ def test_the_latency_groups_medians_stay_within_their_guard(shipped_errors):
     2026-12-06). Read from the registry's values on every row, which the fits below start from (what
     `validate --group latency` reports: test_the_json_document_gives_errors_as_fractions_and_each_folds_values)."""
     rows = shipped_errors.rows
-    registry = {p.name: p.start() for p in PROCEDURES}
-    errors = shipped_errors.get([(k, registry) for k in range(len(rows))])
+    errors = shipped_errors.get([(k, REGISTRY) for k in range(len(rows))])
     scored = [e for row, e in zip(rows, errors) if not row.get("calibration")]
     assert len(rows) - len(scored) == 4 and len(scored) >= 60
     assert median_abs_error([e["ttft"] for e in scored]) <= 0.15
@@ -308,8 +311,7 @@ def test_the_latency_groups_medians_stay_within_their_guard(shipped_errors):
 def test_the_registrys_value_is_the_fit_on_every_row(name, shipped_errors):
     procedure = next(p for p in PROCEDURES if p.name == name)
     start = procedure.start()
-    registry = {p.name: p.start() for p in PROCEDURES}
-    fitted = fit(procedure, range(len(shipped_errors.rows)), registry, shipped_errors)
+    fitted = fit(procedure, range(len(shipped_errors.rows)), REGISTRY, shipped_errors)
     # within one step of the grid, the fit's resolution
     assert abs(math.log(fitted.value / start)) <= math.log(procedure.step) + 1e-9, (name, fitted.value, start)
 
@@ -323,8 +325,7 @@ def test_the_registrys_value_is_the_fit_on_every_row_against_its_neighbours(name
     nearby = replace(procedure, low=max(start / procedure.step * 0.99, procedure.low),
                      high=min(start * procedure.step * 1.01, procedure.high))
     assert len(nearby.grid()) >= 2
-    registry = {p.name: p.start() for p in PROCEDURES}
-    assert fit(nearby, range(len(shipped_errors.rows)), registry, shipped_errors).value == start
+    assert fit(nearby, range(len(shipped_errors.rows)), REGISTRY, shipped_errors).value == start
 
 
 def _rows_file(tmp_path):
