@@ -45,7 +45,8 @@ leave in one event, and it is charged for the step once. The drafter's time, `co
 step's shape, adds to the step's compute.
 
 Most steps of a busy engine only decode: every running sequence adds one token and nothing else
-changes until a sequence finishes, a request arrives or the cache runs short. Such stretches are
+changes until a sequence finishes, a request arrives or the cache runs short (a queue whose head waits
+for blocks waits through it). Such stretches are
 advanced step by step with scalar arithmetic only (`_Replica.decode_run`), which gives the same
 result as the general step at a fraction of its cost.
 """
@@ -955,7 +956,7 @@ class _Replica:
         if (batch == 0 or batch > spec.max_num_batched_tokens or self.window > 1 or self.acceptance is not None
                 or self.unseen):
             return 0
-        if self.waiting and batch < self.max_seqs:
+        if self.waiting and batch < self.max_seqs and not self.head_waits():
             return 0
         if not run.decoding.all():  # some sequence is still prefilling
             return 0
@@ -996,6 +997,35 @@ class _Replica:
         run.traffic += traffic_sum
         run.delivery += blocking_sum
         return taken
+
+    def head_waits(self) -> bool:
+        """Whether the queue's head cannot be admitted in any step of a decode-only stretch: until a sequence
+        finishes, the free blocks only shrink and the budget, the room and the reservations stay as they are
+        (not with SGLang's new-token ratio, which eases every decode step, nor for a prompt that finds cached
+        segments, whose eviction by the stretch's growth may leave it needing fewer blocks; its own kept run,
+        preempted, loses a block it would take back for each block taken)."""
+        if self.shut:
+            return True
+        if self.ratio is not None:
+            return False
+        i, block = self.waiting[0], self.block
+        budget = self.spec.max_num_batched_tokens - (0 if self.pauses else len(self.running))
+        target, cached = int(self.prompt[i] + self.generated[i]), int(self.cached[i])
+        hit_blocks = queued = 0
+        if self.prefix is not None and i in self.prefix.segments:
+            found, hit_blocks, queued = self.prefix.lookup(i, target)
+            if found:
+                return False
+            cached = hit_blocks * block
+        num = target - cached
+        if num > budget:
+            num = budget // self.chunk_unit * self.chunk_unit if self.spec.chunked_prefill else 0
+            if num == 0:
+                return True
+        if self.reserve:
+            reserved = -(-int(self.prompt[i] + self.out[i] + self.width - 1) // block)
+            return reserved > self.total_blocks - int(self.running.reserved.sum())
+        return -(-(cached + num) // block) - hit_blocks + queued > self.free_blocks
 
     def trace(self) -> EngineTrace:
         step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 15)

@@ -1,10 +1,13 @@
 """The engine loop against closed-form answers, with step costs we choose."""
 
+from unittest.mock import patch
+
 import numpy as np
 import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+import reference_engine as reference_module
 from engine_state import replica_leftovers
 from reference_engine import reference_engine
 from tokenpath.delivery.lastmile import LastMile
@@ -552,6 +555,53 @@ def test_each_profile_matches_its_straightforward_reference_exactly(
     fast, _ = both_engines(args, delivery, spec, block * kv_blocks, concurrency, cached)
     if spec.kv_admission == "reserve":
         assert fast.preemptions == 0
+
+
+def reference_traces(args, spec, kv_tokens):
+    """The reference's trace, and the trace it gives taking every step by its general rules (no decode-only
+    stretch); the second also says how many of the first's steps a stretch took."""
+    stretch_steps = []
+    decode_run = reference_module._Replica.decode_run
+
+    def counted(replica):
+        stretch_steps.append(decode_run(replica))
+        return stretch_steps[-1]
+
+    with patch.object(reference_module._Replica, "decode_run", counted):
+        shortcut = reference_engine(*args, LastMile(NO_NETWORK), spec, kv_tokens)
+    with patch.object(reference_module._Replica, "decode_run", lambda replica: 0):
+        general = reference_engine(*args, LastMile(NO_NETWORK), spec, kv_tokens)
+    return shortcut, general, sum(stretch_steps)
+
+
+@pytest.mark.parametrize("profile", ["vllm-v1", *PROFILES])
+@settings(max_examples=5, deadline=None)
+@given(n=st.integers(2, 16), max_seqs=st.sampled_from([2, 8, 64]), budget=st.sampled_from([64, 256]),
+       kv_blocks=st.integers(12, 40), chunked=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_references_decode_stretches_give_its_general_steps_trace(profile, n, max_seqs, budget, kv_blocks,
+                                                                       chunked, seed):
+    # A stretch runs while the queue's head cannot be admitted (reference_engine.py's head_waits): a cache
+    # that holds a few requests keeps a queue waiting on KV blocks through most of these runs.
+    settings_ = {"chunked_prefill": chunked, **PROFILES.get(profile, {})}
+    if "num_scheduler_steps" in settings_:
+        settings_["num_scheduler_steps"] = 3
+    rng = np.random.default_rng(seed)
+    inputs, outputs = random_lengths(rng, n, budget, 16, kv_blocks, settings_["chunked_prefill"])
+    spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=16,
+                      **settings_)
+    args = (np.sort(rng.integers(0, 20_000_000, n)), inputs, outputs, FixedCosts(base_s=3e-4, per_token_s=2e-6))
+    shortcut, general, _ = reference_traces(args, spec, 16 * kv_blocks)
+    assert_same_trace(shortcut, general)
+
+
+def test_a_queue_waiting_on_the_cache_runs_in_decode_stretches():
+    # Two requests of 300 + 100 tokens fill a 50-block cache; the third waits for one to finish, and the
+    # steps until then are a stretch in which every running sequence only decodes.
+    args = (np.zeros(3, np.int64), np.array([300, 300, 300]), np.array([100, 100, 100]), FixedCosts())
+    shortcut, general, stretched = reference_traces(args, EngineSpec(block_size=16, max_num_seqs=8), 16 * 50)
+    assert shortcut.preemptions == 0
+    assert stretched >= 95
+    assert_same_trace(shortcut, general)
 
 
 @pytest.mark.parametrize("profile", ["prefill-first", "prefill-first, multi-step", "trtllm, on demand"])
