@@ -173,7 +173,7 @@ def test_the_report_says_when_vllm_sized_its_cache_from_measured_memory():
     from tokenpath.sim.simulate import prepare
 
     lines = dict(describe(prepare(load_scenario("typical", {"workload.num_requests": 20}))))
-    assert lines["KV cache"].endswith("; 1 of HBM for everything, less a margin, as measured free)")
+    assert lines["KV cache"].endswith("; all of HBM for everything, less a margin, as measured free)")
 
 
 def test_prompt_step_graphs_reserve_8_mib_a_size_and_an_mla_models_1_5_gib():

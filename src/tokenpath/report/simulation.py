@@ -91,7 +91,8 @@ def describe(sim: Simulation) -> list[tuple[str, str]]:
                    f"{d.collectives.algorithm} collectives"),
         ("KV cache", f"{d.kv_capacity_tokens:,} tokens per engine "
                      f"({format_bytes(d.compute.weight_bytes_per_chip)} of weights per chip; "
-                     f"{d.memory_share:.3g} {SHARE_COVERS[s.engine.profile.memory_share_covers]}"
+                     f"{'all' if d.memory_share == 1 else f'{d.memory_share:.3g}'} "
+                     f"{SHARE_COVERS[s.engine.profile.memory_share_covers]}"
                      f"{', less a margin, as measured free' if s.engine.kv_margin(d.chip.generation) else ''})"),
         ("engine", _engine_line(d.engine, d.compute, w.draft_acceptance)
                    + f", prefix caching {'on' if s.engine.prefix_caching else 'off'}"),
