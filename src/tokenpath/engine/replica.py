@@ -717,6 +717,8 @@ class Replica:
         are the replica's."""
         admitted: list[tuple[int, int, int]] = []
         block, prefix, ratio, ranks = self.block, self.prefix, self.ratio, self.ranks
+        if self.reserve and ranks == 1 and self._reservation(self.waiting[0]) > self.unreserved_blocks:
+            return admitted  # (the common case of a full engine that reserves: its queue's head waits)
         if ranks == 1:
             queues, rank_of, running, open_ranks = (self.waiting,), None, None, [0]
         else:
