@@ -722,6 +722,11 @@ class _Replica:
             return int(run.computed[row])
         return int(self.prefilled[run.ids[row]]) if keeps == "prefilled" else 0
 
+    def reservation(self, i: int) -> int:
+        """Reserving, the blocks request i holds from admission: its prompt, its output and, speculating, the
+        drafts a verify step runs past them."""
+        return -(-int(self.prompt[i] + self.out[i] + self.width - 1) // self.block)
+
     def admit_waiting(self, budget: int, room: int) -> list[int]:
         """Admit waiting sequences first come first served while the step has room; their token counts."""
         spec, block = self.spec, self.block
@@ -758,8 +763,7 @@ class _Replica:
                     self.shut = waits and bool(len(self.running) or admitted_num)
                     break
                 spare -= estimate
-            # its prompt, its output and, speculating, the drafts a verify step runs past them
-            reserved = -(-int(self.prompt[i] + self.out[i] + self.width - 1) // block) if self.reserve else 0
+            reserved = self.reservation(i) if self.reserve else 0
             if reserved > unreserved or (not self.reserve and blocks - hit_blocks + queued > self.free_blocks):
                 self.shut = waits and not self.reserve and bool(len(self.running) or admitted_num)
                 break
@@ -1023,8 +1027,7 @@ class _Replica:
             if num == 0:
                 return True
         if self.reserve:
-            reserved = -(-int(self.prompt[i] + self.out[i] + self.width - 1) // block)
-            return reserved > self.total_blocks - int(self.running.reserved.sum())
+            return self.reservation(i) > self.total_blocks - int(self.running.reserved.sum())
         return -(-(cached + num) // block) - hit_blocks + queued > self.free_blocks
 
     def trace(self) -> EngineTrace:
