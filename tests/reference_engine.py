@@ -119,6 +119,10 @@ class Rules:
     # first that does not fit and those after "wait" a step (TensorRT-LLM's micro-batch scheduler); or that first
     # one runs the budget left, its drafts trimmed, and those after wait ("trim": vLLM V1's scheduler).
     past_budget: str = "run"
+    # Overlapped, an engine left with nothing else to run first runs the batch it formed while the last step ran,
+    # which still decodes the sequences that step finished (SGLang's event_loop_overlap), rather than leaving
+    # them out of it.
+    runs_finished: bool = False
 
 
 RULES = {
@@ -128,7 +132,7 @@ RULES = {
                      overlapped=False, keeps="computed"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
                            overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True,
-                           fewest_outputs_first=True, waits_for_a_leave=True, hold=_sglang_hold),
+                           fewest_outputs_first=True, waits_for_a_leave=True, hold=_sglang_hold, runs_finished=True),
     "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
                     keeps=None, past_budget="wait"),
 }
@@ -352,6 +356,7 @@ class _Replica:
         # just run keeps its slot, blocks and reservation while that batch is formed (`unseen`).
         self.finish_lag = self.lagged and self.window == 1
         self.unseen: list[tuple[int, int, int, int]] = []  # (request, computed, blocks, reserved)
+        self.runs_finished = self.finish_lag and rules.runs_finished
         # An overlapped host launches a step's kernels while the GPU runs the step before, once its own work
         # in that step is done: how long before the step starts (0 after an idle wait).
         self.ahead_s = 0.0
@@ -446,15 +451,19 @@ class _Replica:
                 break
             busy = self.waiting or len(self.running)
             if self.unseen and not busy:
+                if self.runs_finished and not (self.arrivals and self.arrivals[0][0] <= self.formed):
+                    self.run_finished()
                 self.release_unseen()
-            formed = self.formed if busy and self.lagged else self.now
-            if not busy:
-                self.ahead_s = 0.0
             if busy:
+                formed = self.formed if self.lagged else self.now
                 self.through_front(formed)
             else:  # until the first request the front end passes on is known
                 while self.at_front and (not self.arrivals or self.at_front[0][0] <= self.arrivals[0][0]):
                     self.through_front(self.at_front[0][0])
+                if self.arrivals and self.arrivals[0][0] <= self.formed:
+                    formed = self.formed  # it came before the last step began: its batch was formed then
+                else:
+                    formed, self.ahead_s = self.now, 0.0
             while self.arrivals and self.arrivals[0][0] <= formed:
                 self.waiting.append(heapq.heappop(self.arrivals)[1])
             if not self.waiting and len(self.running) == 0:
@@ -471,6 +480,8 @@ class _Replica:
                     self.step_prefill_first()
                 else:
                     self.step_mixed()
+        if self.unseen and self.runs_finished:  # the batch formed during the last step runs all the same
+            self.run_finished()
         return self.trace()
 
     def abort(self, i: int) -> bool:
@@ -536,6 +547,18 @@ class _Replica:
             self.prefix.computed(i, computed)
         self.give(i, blocks)
         self.shut = False
+
+    def run_finished(self) -> None:
+        """An overlapped engine left with nothing to run: the batch it formed while the last step ran holds
+        the sequences that finished in that step, and the GPU runs it, one more decode each (`width` query
+        tokens), their tokens dropped, before the engine takes anything new."""
+        computed = np.array([c for _, c, _, _ in self.unseen], np.int64)
+        q = np.full(len(computed), self.width, np.int64)
+        num_tokens = int(q.sum())
+        if self.ratio is not None:
+            self.ratio.decoded()
+        self.account(num_tokens, len(q), num_tokens, int(np.dot(q, computed) + np.dot(q, q + 1) // 2),
+                     int(computed.sum()) + num_tokens, 0, np.empty(0, np.int64), np.empty(0, np.int64), len(q))
 
     def release_unseen(self) -> None:
         for i, computed, blocks, _ in self.unseen:

@@ -297,13 +297,14 @@ def test_sglang_keeps_a_retracted_requests_last_prefill_cached(prefix_caching, r
     # admits none until a request leaves. B (64 prompt tokens, 40 out) comes at 10.5 ms, when A (64, 60 out)
     # has decoded about ten and its rest counts at the ratio: in 14 blocks of 16 the two outgrow the cache and
     # B, with the fewest tokens made, is retracted with 101 computed. It keeps its prompt's 64 tokens (its last
-    # prefill's) and recomputes the 37 it decoded; without prefix caching all 101.
+    # prefill's) and recomputes the 37 it decoded; without prefix caching all 101. (Its last token's batch
+    # decodes it once more: Profile.runs_finished_batch.)
     spec = EngineSpec(scheduler="prefill-first", max_num_batched_tokens=256, max_num_seqs=8, block_size=BLOCK,
                       prefix_caching=prefix_caching)
     trace = run_engine(np.array([0, 10_500_000]), np.array([64, 64]), np.array([60, 40]), FixedCosts(),
                        LastMile(NO_NETWORK), spec, BLOCK * 14)
     assert trace.times_preempted.tolist() == [0, 1]
-    assert int(trace.step_tokens.sum()) == 128 + 59 + 39 + recomputed
+    assert int(trace.step_tokens.sum()) == 128 + 59 + 39 + recomputed + 1
 
 
 def test_a_long_prompt_preempted_mid_prefill_keeps_its_chunks_and_waits():

@@ -180,6 +180,12 @@ class Profile:
     # Where set, the release from which that default holds under pipeline parallelism too (before it, off
     # with pp > 1: sim/scenario.py applies it, knowing the deployment)
     host_overlap_with_pp_since: str | None
+    # Whether, overlapped, the batch it forms while a step runs still decodes the sequences that step
+    # finishes (it takes their outputs in after launching that batch), and it takes in no new request
+    # before that batch has run: an engine left with nothing else to run runs it first, one more decode of
+    # each, their tokens dropped (engine/replica.py, _run_finished_batch). False where its scheduler
+    # leaves a request that has reached its max_tokens out of the next batch.
+    runs_finished_batch: bool
     # The host time per kernel it pays for a step that replays no graph, its Python launching the kernels
     # one by one, unless [engine] eager_host says not (the registry's name; None: it launches them from
     # compiled code); the kernels a step of its model code runs, where that code fuses a layer differently
@@ -403,6 +409,9 @@ PROFILES: dict[str, Profile] = {
         host_overlap=False,
         host_overlap_since=VLLM_ASYNC_SCHEDULING_SINCE,
         host_overlap_with_pp_since=VLLM_ASYNC_SCHEDULING_WITH_PP_SINCE,
+        # Async scheduling: "Avoid scheduling an extra step when we are sure that the previous step has
+        # reached request.max_tokens" (Scheduler.schedule, vllm/v1/core/sched/scheduler.py).
+        runs_finished_batch=False,
         # vLLM V1 compiles its model with torch.compile by default (fused kernels, a Python call per
         # compiled piece): no host time per kernel is measured, so none.
         eager_host=None,
@@ -503,6 +512,7 @@ PROFILES: dict[str, Profile] = {
         host_overlap=False,
         host_overlap_since=None,
         host_overlap_with_pp_since=None,
+        runs_finished_batch=False,  # (not overlapped)
         eager_host="eager_host_per_kernel_s",  # its model code runs op by op in Python when no graph is replayed
         layer_kernels=None,
         fused_mxfp4_moe_calls=None,
@@ -626,6 +636,12 @@ PROFILES: dict[str, Profile] = {
         host_overlap=True,  # the zero-overhead batch scheduler, since v0.4 (event_loop_overlap)
         host_overlap_since=None,
         host_overlap_with_pp_since=None,
+        # event_loop_overlap (managers/scheduler.py) forms and launches batch N+1 before it processes batch N's
+        # results, which finish its requests, and receives requests only at the top of its next pass, after
+        # waiting for N+1's; N+1 decodes the finished ones once more and process_batch_result_decode drops that
+        # token ("Free the one extra delayed token", scheduler_output_processor_mixin.py): read in 0.5.6 and
+        # the current source.
+        runs_finished_batch=True,
         eager_host="eager_host_per_kernel_s",  # calibrated on SGLang (engine/host_time.py)
         layer_kernels=None,
         fused_mxfp4_moe_calls=SGLANG_FUSED_MXFP4_MOE_CALLS,
@@ -759,6 +775,10 @@ PROFILES: dict[str, Profile] = {
         host_overlap=True,  # the PyTorch backend's overlap scheduler, on by default
         host_overlap_since=None,
         host_overlap_with_pp_since=None,
+        # Overlapped, a request that will complete in the step being formed moves to GENERATION_TO_COMPLETE
+        # (will_complete_next_iteration, tensorrt_llm/_torch/pyexecutor/py_executor.py) and is not scheduled
+        # again.
+        runs_finished_batch=False,
         # Its PyTorch backend, trtllm-serve's default since 1.0, runs a step that holds a prompt eagerly,
         # a layer's fused custom ops launched from Python (engine/eager_launches.py), graph or not about half
         # the kernels ops.py counts; its TensorRT engines (NIM's, and every release before 1.0) launch from

@@ -149,6 +149,9 @@ class Replica:
         # frees it in _process_previous_batch, after scheduling the next (PyExecutor._executor_loop_overlap);
         # SGLang's event_loop_overlap processes a batch's result after launching the next.
         self.finish_lag = self.lagged and self.window == 1
+        # ... and, where the profile's scheduler does (Profile.runs_finished_batch), still runs that batch for
+        # them once nothing else is left to run (_run_finished_batch).
+        self.runs_finished_batch = self.finish_lag and spec.profile.runs_finished_batch
         self.unseen: list[tuple[int, int, int | None]] = []  # (request, context, blocks: None, its context's)
         # ... and launches its kernels while the GPU runs that step, once its own work in it is done: the
         # next step's host is `ahead_s` ahead of the GPU (0 after an idle engine's wait, or not overlapped,
@@ -409,10 +412,13 @@ class Replica:
             if self.front:
                 self._through_front_idle()
             first_ns = arrivals[0] >> _ID_BITS
-            if first_ns > self.now and self.ratio is not None:  # it waits idle: SGLang starts the ratio over
-                self.ratio.idle()
-            formed = self.now = max(self.now, first_ns)
-            self.ahead_s = 0.0  # its host had nothing to launch before the batch was formed
+            if first_ns <= self.formed_ns:  # it came by the start of the last step (an overlapped scheduler's
+                formed = self.formed_ns  # formation, or _run_finished_batch's): its batch was formed then
+            else:
+                if first_ns > self.now and self.ratio is not None:  # it waits idle: SGLang starts the ratio over
+                    self.ratio.idle()
+                formed = self.now = max(self.now, first_ns)
+                self.ahead_s = 0.0  # its host had nothing to launch before the batch was formed
         arrived = (formed + 1) << _ID_BITS
         while arrivals and arrivals[0] < arrived:
             waiting.append(heapq.heappop(arrivals) & _ID_MASK)
@@ -1053,6 +1059,9 @@ class Replica:
         if held is not None:
             held.stepped(d)
         if self.unseen and not (self.waiting or self.decoding or self.prefills):
+            arrivals = self.arrivals
+            if self.runs_finished_batch and (not arrivals or arrivals[0] >> _ID_BITS > self.formed_ns):
+                self._run_finished_batch(s + 1)  # (the batch formed while this step ran holds only its finished)
             self._release_unseen()  # an engine with nothing left to run takes in the outputs before it waits
         if len(self._step_buffer) >= self._flush_values:
             self.rows.flush()
@@ -1086,6 +1095,47 @@ class Replica:
         """An overlapped scheduler's request that finished in the step just run: released once the next
         batch is formed (`finish_lag`)."""
         self.unseen.append((i, context, blocks))
+
+    def _run_finished_batch(self, s: int) -> None:
+        """An overlapped scheduler left with nothing to run (Profile.runs_finished_batch): the batch it formed
+        while the step before ran holds the sequences that finished in that step, since their outputs were
+        taken in only after it was launched, and the GPU runs it, one more decode each whose tokens are
+        dropped, before anything new starts (SGLang's event_loop_overlap launches batch N+1 before it
+        processes batch N's results, and receives new requests only once it has waited for N+1's). The next
+        batch is formed from the requests that had reached the engine when this one began (`formed_ns`,
+        _take_arrivals); no request is charged for it."""
+        width, finished = self.width, len(self.unseen)
+        context = sum(c for _, c, _ in self.unseen)
+        num_tokens = finished * width
+        attn_pairs, kv_read = context + finished, context + finished
+        if width > 1:
+            attn_pairs, kv_read = width * context + finished * width * (width + 1) // 2, context + num_tokens
+        sequences = None if width == 1 else finished
+        traffic_s = self._traffic_s(num_tokens, True)
+        compute_ns = round(self._compute_s(num_tokens, num_tokens, attn_pairs, kv_read, 0, True, traffic_s,
+                                           self.ahead_s, None, sequences) * 1e9)
+        if self._draft_s is not None:
+            compute_ns += round(self._draft_s(num_tokens, finished, attn_pairs, kv_read, 0) * 1e9)
+        traffic_ns = round(traffic_s * 1e9)
+        gpu_end = self.now + compute_ns + traffic_ns
+        if self.pipeline is not None:
+            gpu_end = self.pipeline.run(self.now, compute_ns + traffic_ns)
+            compute_ns = gpu_end - self.now - traffic_ns
+        if self.at_front and self.at_front[0] >> _ID_BITS <= gpu_end:
+            self._through_front(gpu_end)  # as after every step (_run_batch)
+        self._step_buffer.extend((self.now, compute_ns, traffic_ns, 0, gpu_end, num_tokens, finished, attn_pairs,
+                                  kv_read, 0, num_tokens, 0, 0, True, round(self.ahead_s * 1e9)))
+        self.num_steps = s + 1
+        if not self.ticks_apart:  # (a tick is a step: the clock keeps to the steps' count)
+            self.tick += 1
+        if self.ratio is not None:
+            self.ratio.decoded()
+        # (no token of it leaves: a live caller's emitters stay those of the step it ran after)
+        self.formed_ns = self.now
+        if self._host_busy_s is not None:
+            ahead_s = (compute_ns + traffic_ns) / 1e9 - self._host_busy_s(num_tokens, num_tokens, True, sequences)
+            self.ahead_s = ahead_s if ahead_s > 0.0 else 0.0
+        self.now = gpu_end
 
     def _release_unseen(self) -> None:
         unseen, self.unseen = self.unseen, []
