@@ -984,31 +984,13 @@ class Replica:
         else:  # every sequence's new tokens leave in one event
             sampled, events = decode * advance - self.shortfall + len(completing), decode + len(completing)
 
-        traffic_s = self._traffic_s(num_tokens, logits == num_tokens)
         # Speculating, the sequences sampled are not the LM head's rows (its verify rows): the host's
         # work and the decode graphs count them.
         sequences = None if width == 1 else decode + len(completing)
-        if prompt_on_busiest is None and sequences is None:
-            compute_s = self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
-                                        traffic_s, self.ahead_s)
-        else:
-            compute_s = self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
-                                        traffic_s, self.ahead_s, prompt_on_busiest, sequences)
-        compute_ns = round(compute_s * 1e9)
-        if self._draft_s is not None:  # the drafter's passes, after the target's (compute/drafter.py)
-            compute_ns += round(self._draft_s(num_tokens, decode + len(completing), attn_pairs, kv_read,
-                                              chunk_context) * 1e9)
-        if self.side_ns:  # another model's kernels in this step
-            compute_ns += self.side_ns
-            self.side_ns = 0
-        traffic_ns = round(traffic_s * 1e9)
-        gpu_end = self.now + compute_ns + traffic_ns
-        if self.pipeline is not None:  # waiting for a stage another batch holds: the step's compute time
-            gpu_end = self.pipeline.run(self.now, compute_ns + traffic_ns)
-            compute_ns = gpu_end - self.now - traffic_ns
-        at_front = self.at_front  # (empty without a front end)
-        if at_front and at_front[0] >> _ID_BITS <= gpu_end:
-            self._through_front(gpu_end)  # the requests that reached the server while it ran go first
+        side_ns, self.side_ns = self.side_ns, 0  # another model's kernels in this step
+        compute_ns, traffic_ns, gpu_end = self._gpu_work(num_tokens, logits, attn_pairs, kv_read, chunk_context,
+                                                         scheduled, prompt_on_busiest, sequences,
+                                                         decode + len(completing), side_ns)
         blocking_ns, leave_ns, front_queue_ns, front_work_ns = self._host(gpu_end, sampled, events)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
                                   decode + prefilling + len(admitted), attn_pairs, kv_read, chunk_context,
@@ -1018,12 +1000,45 @@ class Replica:
             self.last_leave_ns = leave_ns
         if self.record_emitters:
             self.rows.emitted(self.decoders.emitters(d, decode, completing), not self.window_left)
-        self.formed_ns = self.now  # the next step's batch, if formed while this one runs
-        if self._host_busy_s is not None:
-            ahead_s = (compute_ns + traffic_ns) / 1e9 - self._host_busy_s(num_tokens, logits, scheduled, sequences)
-            self.ahead_s = ahead_s if ahead_s > 0.0 else 0.0
-        self.now = gpu_end + blocking_ns
+        self._end_step(gpu_end + blocking_ns, compute_ns + traffic_ns, num_tokens, logits, scheduled, sequences)
         return completing, finishing
+
+    def _gpu_work(self, num_tokens: int, logits: int, attn_pairs: int, kv_read: int, chunk_context: int,
+                  scheduled: bool, prompt_on_busiest: float | None, sequences: int | None, drafting: int,
+                  side_ns: int) -> tuple[int, int, int]:
+        """A step's GPU work from `now`: (compute_ns, traffic_ns, its end). The step's kernels, the drafter's
+        passes for `drafting` sequences after them (compute/drafter.py) and `side_ns` of another model's kernels,
+        a pipeline's wait for a stage another batch holds counted as compute; the requests that reached the
+        server while it ran pass the front end first."""
+        traffic_s = self._traffic_s(num_tokens, logits == num_tokens)
+        if prompt_on_busiest is None and sequences is None:
+            compute_s = self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
+                                        traffic_s, self.ahead_s)
+        else:
+            compute_s = self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
+                                        traffic_s, self.ahead_s, prompt_on_busiest, sequences)
+        compute_ns = round(compute_s * 1e9) + side_ns
+        if self._draft_s is not None:
+            compute_ns += round(self._draft_s(num_tokens, drafting, attn_pairs, kv_read, chunk_context) * 1e9)
+        traffic_ns = round(traffic_s * 1e9)
+        gpu_end = self.now + compute_ns + traffic_ns
+        if self.pipeline is not None:
+            gpu_end = self.pipeline.run(self.now, compute_ns + traffic_ns)
+            compute_ns = gpu_end - self.now - traffic_ns
+        at_front = self.at_front  # (empty without a front end)
+        if at_front and at_front[0] >> _ID_BITS <= gpu_end:
+            self._through_front(gpu_end)
+        return compute_ns, traffic_ns, gpu_end
+
+    def _end_step(self, end_ns: int, gpu_ns: int, num_tokens: int, logits: int, scheduled: bool,
+                  sequences: int | None) -> None:
+        """The step just run, of `gpu_ns` on the GPU, ends at `end_ns`: the next step's batch was formed as it
+        began (overlapped), and its host is ahead by what the GPU took beyond its own work."""
+        self.formed_ns = self.now
+        if self._host_busy_s is not None:
+            ahead_s = gpu_ns / 1e9 - self._host_busy_s(num_tokens, logits, scheduled, sequences)
+            self.ahead_s = ahead_s if ahead_s > 0.0 else 0.0
+        self.now = end_ns
 
     def _apply(self, s: int, d: int, decode: int, completing: list[tuple[int, int]],
                finishing: Sequence[int]) -> list[int]:
@@ -1111,18 +1126,8 @@ class Replica:
         if width > 1:
             attn_pairs, kv_read = width * context + finished * width * (width + 1) // 2, context + num_tokens
         sequences = None if width == 1 else finished
-        traffic_s = self._traffic_s(num_tokens, True)
-        compute_ns = round(self._compute_s(num_tokens, num_tokens, attn_pairs, kv_read, 0, True, traffic_s,
-                                           self.ahead_s, None, sequences) * 1e9)
-        if self._draft_s is not None:
-            compute_ns += round(self._draft_s(num_tokens, finished, attn_pairs, kv_read, 0) * 1e9)
-        traffic_ns = round(traffic_s * 1e9)
-        gpu_end = self.now + compute_ns + traffic_ns
-        if self.pipeline is not None:
-            gpu_end = self.pipeline.run(self.now, compute_ns + traffic_ns)
-            compute_ns = gpu_end - self.now - traffic_ns
-        if self.at_front and self.at_front[0] >> _ID_BITS <= gpu_end:
-            self._through_front(gpu_end)  # as after every step (_run_batch)
+        compute_ns, traffic_ns, gpu_end = self._gpu_work(num_tokens, num_tokens, attn_pairs, kv_read, 0, True, None,
+                                                         sequences, finished, 0)
         self._step_buffer.extend((self.now, compute_ns, traffic_ns, 0, gpu_end, num_tokens, finished, attn_pairs,
                                   kv_read, 0, num_tokens, 0, 0, True, round(self.ahead_s * 1e9)))
         self.num_steps = s + 1
@@ -1131,11 +1136,7 @@ class Replica:
         if self.ratio is not None:
             self.ratio.decoded()
         # (no token of it leaves: a live caller's emitters stay those of the step it ran after)
-        self.formed_ns = self.now
-        if self._host_busy_s is not None:
-            ahead_s = (compute_ns + traffic_ns) / 1e9 - self._host_busy_s(num_tokens, num_tokens, True, sequences)
-            self.ahead_s = ahead_s if ahead_s > 0.0 else 0.0
-        self.now = gpu_end
+        self._end_step(gpu_end, compute_ns + traffic_ns, num_tokens, num_tokens, True, sequences)
 
     def _release_unseen(self) -> None:
         unseen, self.unseen = self.unseen, []
