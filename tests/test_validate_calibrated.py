@@ -219,6 +219,40 @@ def test_one_load_fits_an_assumption_for_each_of_its_two_figures(monkeypatch):
     assert "hbm_bw_efficiency" in fit.not_fitted
 
 
+def test_an_assumption_pressed_against_an_end_of_its_range_is_not_fitted(monkeypatch):
+    """AIConfigurator's vLLM loop at concurrency 4 (its first eight requests), its TTFT made faster than the
+    chip's whole measured GEMM rate gives (the serving fraction's end, 1.0): the fit presses the fraction
+    against it, and drops it, fitting what else moves the figures (a kernel's fixed time, inside its range).
+    Made faster still on both figures, every candidate is pressed, and nothing is fitted: the fit says so and
+    predicts with the starting values."""
+    from dataclasses import replace
+
+    from tokenpath.calibrate import fit as calibrate_fit
+    from tokenpath.calibrate.fit import AT_BOUND, PRESSED, _bounds, fit_engine
+    from tokenpath.validate.latency import row_scenario
+
+    monkeypatch.setattr(calibrate_fit, "SEARCH_POINTS", 1)
+    monkeypatch.setattr(calibrate_fit, "LOCAL_FITS", 1)
+    scenario, phase = row_scenario(LOOP, SHIPPED["sharegpt"]), row_phase(LOOP, SHIPPED["sharegpt"])
+    phase = replace(phase, requests=phase.requests.take(np.arange(8)), counted=phase.counted[:8])
+    [(ttft_s, decode_s)] = _Model(scenario, [phase], []).predict({})
+    [(fastest_ttft_s, _)] = _Model(scenario, [phase], []).predict({"serving_gemm_fraction": 1.0})
+    assert 0.6 * ttft_s < fastest_ttft_s * 0.8  # no fraction of the rate reaches the made TTFT
+
+    fit = fit_engine(scenario, [replace(phase, ttft_s=0.6 * ttft_s, decode_s=decode_s)])
+    assert fit.not_fitted["serving_gemm_fraction"] == PRESSED
+    assert fit.names and "serving_gemm_fraction" not in fit.values
+    for name, value in fit.values.items():  # what is fitted lies inside its range
+        low, high = _bounds(name, fit.start[name])
+        assert low + AT_BOUND < np.log(value / fit.start[name]) < high - AT_BOUND, (name, value)
+
+    nothing = fit_engine(scenario, [replace(phase, ttft_s=0.3 * ttft_s, decode_s=0.3 * decode_s)])
+    assert nothing.names == [] and nothing.values == {} and nothing.not_fitted["serving_gemm_fraction"] == PRESSED
+    assert nothing.predicted_after == nothing.predicted_before
+    assert nothing.rms_after == nothing.rms_before
+    assert nothing.warnings[0].startswith("nothing fitted: serving_gemm_fraction went to an end of its range")
+
+
 def test_a_local_fit_from_the_starting_values_steps_far_enough_to_move_the_medians():
     """The first 40 requests of DataCrunch's 1 req/s run, made by the model at MADE_EAGER_HOST_S per eager
     kernel: one local fit from the registry's value (x = 0) reproduces the made medians near it. scipy's

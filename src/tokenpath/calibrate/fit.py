@@ -12,8 +12,10 @@ medians (or the statistics the measurement reported: a published row's means, it
    points of a Sobol search: a step's time is not smooth in them; each Jacobian by forward steps of
    STEP, the screen's over STEP either side);
 3. drop, least preferred first, any the fit leaves undetermined (one sigma over MAX_RELATIVE_UNCERTAINTY
-   of its value) and then any the residuals do not need (the fit without it within PARSIMONY, or within
-   the medians' own noise, NOISE_FLOOR), and fit the rest again.
+   of its value), then any it presses against an end of its range (within AT_BOUND: the figures ask for
+   more than it can give, and what they ask for lies elsewhere), and then any the residuals do not need
+   (the fit without it within PARSIMONY, or within the medians' own noise, NOISE_FLOOR), and fit the rest
+   again. Where every one is pressed against its range, none is fitted.
 
 Each value's uncertainty (one sigma) comes from the Jacobian at the solution, with the residuals' own
 scale, at least NOISE_FLOOR. Where two assumptions trade off (a step's fixed host time against the HBM
@@ -97,6 +99,15 @@ MAX_EVALUATIONS = 60  # of each local fit
 # have, NOISE_FLOOR: refitting the perturbed-serve probe of docs/assumptions.md took 94 s at 1e-8 and
 # 50 s at 1e-3, to the same values within 0.01%).
 TOLERANCE = 1e-3
+# A fitted value this close to an end of its range (in log units: within 1% of it), where the fit pressed it
+# and its tolerance (TOLERANCE) stopped it, is not one the figures settle: they ask for a value past the range.
+# A GEMM rate beyond the chip's measured one (a fraction over 1) or a host time twenty times its start is not
+# what the server does, and kept, it bends every other load's prediction. Fitted at their lightest loads, the
+# SGLang cookbook's A100 run of 8,000-token prompts took `serving_gemm_fraction` to 0.9986, and AIConfigurator's
+# vLLM run on 8 H100s to 1.0 with a kernel's fixed time: their runs at concurrency 64 read -17.3% and -11.3%
+# TTFT so, -10.0% and -4.1% without it (`tokenpath validate --calibrated`, docs/validation.md).
+AT_BOUND = 0.01
+PRESSED = "pressed against an end of its range: the figures ask for a value past it (what they ask for lies elsewhere)"
 # A fitted assumption is dropped again, least preferred first, when the fit without it is at most this
 # share worse (in rms), or no worse than NOISE_FLOOR: the probe's noise (a few % per median) explains that
 # much. (Two fits both far inside the noise, 0.02% and 0.03% rms, differ by half and by nothing the probe
@@ -320,6 +331,17 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
         not_fitted[loose[-1]] = f"not determined by this probe (+/- {spread[loose[-1]]:.0%} when fitted)"
         names = [n for n in names if n != loose[-1]]
         result, sigma, _ = _fit(model, names, out_of_time)
+    while names:  # a value pressed against an end of its range: the least preferred goes
+        pressed = _pressed(model, names, result.x)
+        if not pressed:
+            break
+        if out_of_time():
+            cut.append(f"kept {', '.join(pressed)} though the fit pressed it against an end of its range")
+            break
+        not_fitted[pressed[-1]] = PRESSED
+        names = [n for n in names if n != pressed[-1]]
+        if names:
+            result, sigma, _ = _fit(model, names, out_of_time)
     for name in names[::-1]:  # the simplest explanation: drop what the medians do not need
         if len(names) == 1:
             break
@@ -332,17 +354,35 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
             not_fitted[name] = (f"not needed: the fit without it is as good ({_rms(simpler.fun):.1%} against "
                                 f"{_rms(result.fun):.1%} rms)")
             names, result, sigma = rest, simpler, simpler_sigma
-    values = model.values(result.x, names)
+    values = model.values(result.x, names)  # (none where every one was pressed against its range)
     predicted_after = model.predict(values)
     return Fit(
         names=names, start={k: model.start[k] for k in names}, values=values,
         uncertainty={k: _slope(model.start[k], float(x)) * float(s) for k, x, s in zip(names, result.x, sigma)},
-        rms_before=_rms(r0), rms_after=_rms(result.fun),
+        rms_before=_rms(r0), rms_after=_rms(result.fun) if names else _rms(r0),
         predicted_before=model.predict({}), predicted_after=predicted_after, not_fitted=not_fitted,
-        warnings=(fixed_part_warnings(scenario, measured, names) + far_figure_warnings(measured, predicted_after)
-                  + _budget_warnings(cut)),
+        warnings=([] if names else [_nothing_fitted_warning(not_fitted)])
+        + fixed_part_warnings(scenario, measured, names) + far_figure_warnings(measured, predicted_after)
+        + _budget_warnings(cut),
         cut_by_budget=cut,
     )
+
+
+def _pressed(model: _Model, names: list[str], x: np.ndarray) -> list[str]:
+    """Of `names`, those whose fitted coordinate in `x` lies within AT_BOUND of an end of its range."""
+    pressed = []
+    for name, at in zip(names, x):
+        low, high = _bounds(name, model.start[name])
+        if at <= low + AT_BOUND or at >= high - AT_BOUND:
+            pressed.append(name)
+    return pressed
+
+
+def _nothing_fitted_warning(not_fitted: dict[str, str]) -> str:
+    """The line of a fit that kept nothing: each candidate it tried went to the end of its range."""
+    pressed = [n for n, why in not_fitted.items() if why == PRESSED]
+    return (f"nothing fitted: {', '.join(pressed)} went to an end of its range, so the measured figures ask for "
+            "what no candidate assumption gives; every value stays at its start")
 
 
 def _budget_warnings(cut: list[str]) -> list[str]:
