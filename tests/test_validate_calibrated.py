@@ -251,6 +251,7 @@ def test_an_assumption_pressed_against_an_end_of_its_range_is_not_fitted(monkeyp
     assert nothing.predicted_after == nothing.predicted_before
     assert nothing.rms_after == nothing.rms_before
     assert nothing.warnings[0].startswith("nothing fitted: serving_gemm_fraction went to an end of its range")
+    assert nothing.warnings[-1].endswith("measured (+233%): no candidate assumption reaches it within its range")
 
 
 def test_a_local_fit_from_the_starting_values_steps_far_enough_to_move_the_medians():

@@ -362,7 +362,7 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
         rms_before=_rms(r0), rms_after=_rms(result.fun) if names else _rms(r0),
         predicted_before=model.predict({}), predicted_after=predicted_after, not_fitted=not_fitted,
         warnings=([] if names else [_nothing_fitted_warning(not_fitted)])
-        + fixed_part_warnings(scenario, measured, names) + far_figure_warnings(measured, predicted_after)
+        + fixed_part_warnings(scenario, measured, names) + far_figure_warnings(measured, predicted_after, bool(names))
         + _budget_warnings(cut),
         cut_by_budget=cut,
     )
@@ -419,10 +419,11 @@ def fixed_part_warnings(scenario: Scenario, measured: list[Measured], fitted: li
              "it; for a server on this machine give --network-rtt 0")]
 
 
-def far_figure_warnings(measured: list[Measured], predicted: list[tuple[float, float]]) -> list[str]:
+def far_figure_warnings(measured: list[Measured], predicted: list[tuple[float, float]],
+                        fitted: bool = True) -> list[str]:
     """A line on the figure the fitted model misses by most, where that is more than FAR_AFTER_FIT. With
     one phase, the candidates that would reach it may move both of its figures as those fitted do, which
-    a second load tells apart."""
+    a second load tells apart; with nothing `fitted`, none reached it within its range."""
     misses = [(abs(p / m - 1.0), p, m, key, phase.name)
               for phase, pair in zip(measured, predicted)
               for p, m, key in zip(pair, (phase.ttft_s, phase.decode_s), phase.statistic.keys())
@@ -430,7 +431,8 @@ def far_figure_warnings(measured: list[Measured], predicted: list[tuple[float, f
     if not misses or max(misses)[0] <= FAR_AFTER_FIT:
         return []
     _, predicted_s, measured_s, key, name = max(misses)
-    why = ("at one load no candidate assumption reaches it apart from those fitted; a second run at another "
+    why = ("no candidate assumption reaches it within its range" if not fitted else
+           "at one load no candidate assumption reaches it apart from those fitted; a second run at another "
            "load (another --from) can tell them apart" if len(measured) == 1 else
            "no candidate assumption reaches it: the model lacks what this server does there")
     return [f"after the fit, phase {name}'s {key} is {format_duration(predicted_s)} against "
