@@ -13,7 +13,7 @@ medians (or the statistics the measurement reported: a published row's means, it
    STEP, the screen's over STEP either side);
 3. drop, least preferred first, any the fit leaves undetermined (one sigma over MAX_RELATIVE_UNCERTAINTY
    of its value), then any it presses against an end of its range (within AT_BOUND: the figures ask for
-   more than it can give, and what they ask for lies elsewhere), and then any the residuals do not need
+   a value past it, and what they ask for lies elsewhere), and then any the residuals do not need
    (the fit without it within PARSIMONY, or within the medians' own noise, NOISE_FLOOR), and fit the rest
    again. Where every one is pressed against its range, none is fitted.
 
@@ -379,7 +379,7 @@ def _pressed(model: _Model, names: list[str], x: np.ndarray) -> list[str]:
 
 
 def _nothing_fitted_warning(not_fitted: dict[str, str]) -> str:
-    """The line of a fit that kept nothing: each candidate it tried went to the end of its range."""
+    """The line of a fit that kept nothing: each candidate it tried went to an end of its range."""
     pressed = [n for n, why in not_fitted.items() if why == PRESSED]
     return (f"nothing fitted: {', '.join(pressed)} went to an end of its range, so the measured figures ask for "
             "what no candidate assumption gives; every value stays at its start")
