@@ -109,6 +109,18 @@ def test_calibrated_fits_the_lightest_row_and_predicts_the_others_with_its_value
         float(np.median([abs(e["decode"]) for e in uncalibrated])))
 
 
+def test_a_configuration_whose_fit_kept_nothing_says_so(tmp_path, monkeypatch, capsys):
+    """A fit that pressed every candidate against its range (calibrate/fit.py) keeps no value: the table says
+    what the configuration was predicted with."""
+    monkeypatch.setattr("tokenpath.calibrate.fit.fit_engine", lambda scenario, measured: Fit(
+        [], {}, {}, {}, 0.2, 0.2, [(0.1, 0.01)], [(0.1, 0.01)], {"serving_gemm_fraction": "pressed"}))
+    monkeypatch.setenv("COLUMNS", "200")
+    rows = _file(tmp_path, [_loop(4), _loop(1), _loop(2)])
+    code, out, err = run_cli(["validate", "--calibrated", "--latency-rows", rows], monkeypatch, capsys)
+    assert code == 0, err
+    assert "fitted on the first load: nothing (the registry's values)" in " ".join(out.split())
+
+
 def test_calibrated_without_a_configuration_at_three_loads_is_one_line(tmp_path, monkeypatch, capsys):
     assert_user_error(*run_cli(["validate", "--calibrated", "--latency-rows", _file(tmp_path, [_loop(1), _loop(2)])],
                                monkeypatch, capsys), "--calibrated: no configuration has rows at 3 or more loads")

@@ -160,7 +160,7 @@ def print_calibrated(console: Any, document: dict[str, Any]) -> None:
     for source in document["by_source"]:
         for c in source["configurations"]:
             fitted = ", ".join(f"{name} {format_value(name, c['start'][name])} -> {format_value(name, value)}"
-                               for name, value in c["fitted"].items())
+                               for name, value in c["fitted"].items()) or "nothing (the registry's values)"
             table = Table(title=f"{source['source']}: {c['configuration']}\nfitted on the first load: {fitted}",
                           title_justify="left")
             for column in ("load", "TTFT", "predicted", "TPOT / ITL", "predicted", "uncalibrated"):
