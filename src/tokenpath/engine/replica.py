@@ -914,14 +914,10 @@ class Replica:
         prefill_num = sum(chunks) if chunks else 0  # (the prompts in progress)
         prefilling = 0  # ... that take part
         num_tokens = decode * width + prefill_num
-        # Each decoding sequence attends to its cache plus its new token: pairs = positions read. With
-        # speculative decoding, to its cache plus its `width` new ones, each query those before it too.
         # (the paused decodes' contexts and events, `_pause_prompt_ranks` and `_seat`, take no part)
         context, paused_events = self.decoders.context_sum - self.paused_context, self.paused_events
         self.paused_context = self.paused_events = 0
-        attn_pairs = kv_read = context + decode if decode else 0
-        if decode and width > 1:
-            attn_pairs, kv_read = width * context + decode * width * (width + 1) // 2, context + decode * width
+        attn_pairs, kv_read = self._decode_attention(context, decode) if decode else (0, 0)
         cut = 0  # the verify tokens the budget's end trims off a decode (`_share_budget`)
         if self.trimmed is not None:
             _, tokens, trimmed_context = self.trimmed
@@ -992,16 +988,32 @@ class Replica:
                                                          scheduled, prompt_on_busiest, sequences,
                                                          decode + len(completing), side_ns)
         blocking_ns, leave_ns, front_queue_ns, front_work_ns = self._host(gpu_end, sampled, events)
-        self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens,
-                                  decode + prefilling + len(admitted), attn_pairs, kv_read, chunk_context,
-                                  logits, front_queue_ns, front_work_ns, scheduled, round(self.ahead_s * 1e9)))
-        self.num_steps = s + 1
+        self._record(s, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, decode + prefilling + len(admitted),
+                     attn_pairs, kv_read, chunk_context, logits, front_queue_ns, front_work_ns, scheduled)
         if leave_ns >= 0:
             self.last_leave_ns = leave_ns
         if self.record_emitters:
             self.rows.emitted(self.decoders.emitters(d, decode, completing), not self.window_left)
         self._end_step(gpu_end + blocking_ns, compute_ns + traffic_ns, num_tokens, logits, scheduled, sequences)
         return completing, finishing
+
+    def _decode_attention(self, context: int, decode: int) -> tuple[int, int]:
+        """(attention pairs, KV positions read) of `decode` decoding sequences of `context` cached positions in all:
+        each attends to its cache and its new token; speculating, to its cache and its `width` new ones, each
+        query those before it too."""
+        width = self.width
+        if width == 1:
+            return context + decode, context + decode
+        return width * context + decode * width * (width + 1) // 2, context + decode * width
+
+    def _record(self, s: int, compute_ns: int, traffic_ns: int, blocking_ns: int, leave_ns: int, num_tokens: int,
+                sequences: int, attn_pairs: int, kv_read: int, chunk_context: int, logits: int, front_queue_ns: int,
+                front_work_ns: int, scheduled: bool) -> None:
+        """Step `s`'s row of the trace (engine/trace_rows.py's columns), begun at `now`."""
+        self._step_buffer.extend((self.now, compute_ns, traffic_ns, blocking_ns, leave_ns, num_tokens, sequences,
+                                  attn_pairs, kv_read, chunk_context, logits, front_queue_ns, front_work_ns, scheduled,
+                                  round(self.ahead_s * 1e9)))
+        self.num_steps = s + 1
 
     def _gpu_work(self, num_tokens: int, logits: int, attn_pairs: int, kv_read: int, chunk_context: int,
                   scheduled: bool, prompt_on_busiest: float | None, sequences: int | None, drafting: int,
@@ -1120,17 +1132,13 @@ class Replica:
         batch is formed from the requests that had reached the engine when this one began (`formed_ns`,
         _take_arrivals); no request is charged for it."""
         width, finished = self.width, len(self.unseen)
-        context = sum(c for _, c, _ in self.unseen)
         num_tokens = finished * width
-        attn_pairs, kv_read = context + finished, context + finished
-        if width > 1:
-            attn_pairs, kv_read = width * context + finished * width * (width + 1) // 2, context + num_tokens
+        attn_pairs, kv_read = self._decode_attention(sum(c for _, c, _ in self.unseen), finished)
         sequences = None if width == 1 else finished
         compute_ns, traffic_ns, gpu_end = self._gpu_work(num_tokens, num_tokens, attn_pairs, kv_read, 0, True, None,
                                                          sequences, finished, 0)
-        self._step_buffer.extend((self.now, compute_ns, traffic_ns, 0, gpu_end, num_tokens, finished, attn_pairs,
-                                  kv_read, 0, num_tokens, 0, 0, True, round(self.ahead_s * 1e9)))
-        self.num_steps = s + 1
+        self._record(s, compute_ns, traffic_ns, 0, gpu_end, num_tokens, finished, attn_pairs, kv_read, 0, num_tokens,
+                     0, 0, True)
         if not self.ticks_apart:  # (a tick is a step: the clock keeps to the steps' count)
             self.tick += 1
         if self.ratio is not None:
