@@ -336,15 +336,20 @@ def state_of(replica, i):
 def run_with_aborts(scheduled_ns, inputs, outputs, costs, host, spec, kv_capacity_tokens, cached, aborts, states=None,
                     prefixes=None):
     """run_engine's open loop, calling `Replica.abort` for the requests due just before each step
-    (noting each one's state in `states`); once idle, the replica holds nothing any request left."""
+    (noting each one's state in `states`); once idle, the replica holds nothing any request left. (A step
+    call that also runs SGLang's finished batch, Profile.runs_finished_batch, runs two steps: the aborts
+    due before the second are made after it, which changes nothing, since that batch runs sequences already
+    finished, and a request not yet taken in is withdrawn alike on either side of it.)"""
     replica = Replica(costs, host, spec, kv_capacity_tokens)
     upload = np.array([host.upload_ns(int(p)) for p in inputs], dtype=np.int64)
     replica.submit_all(inputs, outputs, scheduled_ns + upload, upload, cached, prefixes)
     returned = []
     most_steps = 2 * int(inputs.sum() + outputs.sum()) + 1000  # an engine that stops making progress fails
+    next_step = 0  # the first step whose aborts are still to be made
     while not replica.idle:
         assert replica.num_steps < most_steps
-        due = aborts.get(replica.num_steps, ())
+        due = [i for step in range(next_step, replica.num_steps + 1) for i in aborts.get(step, ())]
+        next_step = replica.num_steps + 1
         if states is not None:
             states += [state_of(replica, i) for i in due]
         returned += [replica.abort(i) for i in due]
@@ -1156,6 +1161,12 @@ def test_held_drafts_slots_match_the_straightforward_reference_exactly(
     share=st.sampled_from([0.3, 1.0]),
     seed=st.integers(0, 2**16),
 )
+# SGLang, its last decoding request finished and the one waiting aborted: the finished batch still runs ...
+@example(n=2, max_seqs=1, budget=256, kv_blocks=20, chunked=False, profile={"scheduler": "prefill-first"}, drafts=1,
+         acceptance=1.0, share=0.3, seed=648)
+# ... and an abort due just before that batch's step, of a request it finished, returns False in both engines
+@example(n=3, max_seqs=1, budget=64, kv_blocks=20, chunked=False, profile={"scheduler": "prefill-first"}, drafts=1,
+         acceptance=1.0, share=1.0, seed=648)
 def test_random_aborts_under_speculative_decoding_give_the_same_trace_in_both_engines(
         n, max_seqs, budget, kv_blocks, chunked, profile, drafts, acceptance, share, seed):
     """Requests aborted before random steps while sequences verify drafts (finishing short of a step's advance,

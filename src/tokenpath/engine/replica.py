@@ -367,7 +367,7 @@ class Replica:
             self.waiting.remove(i)
         self.out[i] = self.generated[i]
         if self.unseen and not (self.waiting or self.decoding or self.prefills):
-            self._release_unseen()  # as after a step: an engine with nothing left to run takes in the outputs
+            self._nothing_left(self.num_steps)  # as after a step
         return True
 
     # -- one step ----------------------------------------------------------------------------------
@@ -1086,10 +1086,7 @@ class Replica:
         if held is not None:
             held.stepped(d)
         if self.unseen and not (self.waiting or self.decoding or self.prefills):
-            arrivals = self.arrivals
-            if self.runs_finished_batch and (not arrivals or arrivals[0] >> _ID_BITS > self.formed_ns):
-                self._run_finished_batch(s + 1)  # (the batch formed while this step ran holds only its finished)
-            self._release_unseen()  # an engine with nothing left to run takes in the outputs before it waits
+            self._nothing_left(s + 1)
         if len(self._step_buffer) >= self._flush_values:
             self.rows.flush()
         return finished
@@ -1122,6 +1119,16 @@ class Replica:
         """An overlapped scheduler's request that finished in the step just run: released once the next
         batch is formed (`finish_lag`)."""
         self.unseen.append((i, context, blocks))
+
+    def _nothing_left(self, s: int) -> None:
+        """An overlapped engine whose finished sequences' outputs are not yet taken in has nothing else to run
+        (after a step, or an abort between steps): where its profile does, it first runs, as step `s`, the batch
+        formed for them while the last step ran, if that batch holds only them (no request had reached the
+        engine by then: `_run_finished_batch`); then it takes in the outputs before it waits."""
+        arrivals = self.arrivals
+        if self.runs_finished_batch and (not arrivals or arrivals[0] >> _ID_BITS > self.formed_ns):
+            self._run_finished_batch(s)
+        self._release_unseen()
 
     def _run_finished_batch(self, s: int) -> None:
         """An overlapped scheduler left with nothing to run (Profile.runs_finished_batch): the batch it formed
