@@ -207,12 +207,23 @@ def test_per_request_accounts_never_exceed_the_time_in_the_system(seed):
 
 
 
+# The most output tokens the reference comparisons draw for a request: a longer answer adds decode steps to
+# both engines, not cases (the caches drawn, 12 blocks and up with up to 60 requests, still run short with
+# answers this long, and preempt).
+MOST_OUTPUT_TOKENS = 256
+
+
+def draw_outputs(rng, n, room):
+    """n output lengths from 1 to the `room` a request's prompt leaves it, at most MOST_OUTPUT_TOKENS."""
+    return rng.integers(1, max(2, min(room, MOST_OUTPUT_TOKENS + 1)), n)
+
+
 def random_lengths(rng, n, budget, block, kv_blocks, chunked):
     """Prompt and output lengths that always fit: a whole request within the KV cache, and without
     chunked prefill a prompt within one step's budget."""
     longest = min(budget, block * kv_blocks) if not chunked else block * kv_blocks
     inputs = rng.integers(1, max(2, longest // 2), n)
-    return inputs, rng.integers(1, max(2, longest - inputs.max()), n)
+    return inputs, draw_outputs(rng, n, longest - inputs.max())
 
 @settings(max_examples=25, deadline=None)
 @given(
@@ -549,7 +560,7 @@ def test_each_profile_matches_its_straightforward_reference_exactly(
     # Requests up to 1,500 tokens (fewer steps than the vllm-v1 test's): the cache still runs short.
     longest = min(budget, block * kv_blocks) if not chunked else min(1500, block * kv_blocks)
     inputs = rng.integers(1, max(2, longest // 2), n)
-    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    outputs = draw_outputs(rng, n, longest - inputs.max())
     arrivals = np.sort(rng.uniform(0, 0.05, n))
     costs = FixedCosts(base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5, scheduler_s=1e-4)
     delivery = DeliverySpec(stream_interval=interval, detokenize=detokenize, detokenize_per_token=2e-5)
@@ -1089,7 +1100,7 @@ def test_speculative_decoding_matches_the_straightforward_reference_exactly(
     longest = (min(budget, block * kv_blocks) if not chunked else min(800, block * kv_blocks)) - drafts
     # Short prompts: many complete in one step, so the decodes' query tokens can outgrow the budget.
     inputs = rng.integers(1, 9 if short_prompts else max(2, longest // 2), n)
-    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    outputs = draw_outputs(rng, n, longest - inputs.max())
     arrivals = np.sort(rng.uniform(0, 0.05, n))
     costs = SpeculativeCosts(drafts, acceptance, seed, drafter, base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5,
                              scheduler_s=1e-4)
@@ -1137,7 +1148,7 @@ def test_held_drafts_slots_match_the_straightforward_reference_exactly(
     longest -= (0 if hold is None else hold.beyond_last_token) + 2
     assume(longest >= 4)
     inputs = rng.integers(1, max(2, longest // 2), n)
-    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    outputs = draw_outputs(rng, n, longest - inputs.max())
     arrivals = np.sort(rng.uniform(0, 0.05, n))
     costs = SpeculativeCosts(drafts, acceptance, seed, base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5,
                              scheduler_s=1e-4)
@@ -1183,7 +1194,7 @@ def test_random_aborts_under_speculative_decoding_give_the_same_trace_in_both_en
     room = (min(budget, block * kv_blocks) if not chunked else min(800, block * kv_blocks))
     room -= drafts + (0 if hold is None else hold.beyond_last_token + 2)
     inputs = rng.integers(1, max(2, room // 2), n)
-    outputs = rng.integers(1, max(2, room - inputs.max()), n)
+    outputs = draw_outputs(rng, n, room - inputs.max())
     scheduled = np.rint(np.sort(rng.uniform(0, 0.02, n)) * 1e9).astype(np.int64)
     costs = SpeculativeCosts(drafts, acceptance, seed, base_s=3e-4, per_token_s=2e-6, traffic_s=5e-5)
     workload = (scheduled, inputs, outputs, spec, block * kv_blocks, np.zeros(n, np.int64), NO_NETWORK)

@@ -6,7 +6,15 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from reference_engine import reference_engine
-from test_engine import NO_NETWORK, PROFILES, FixedCosts, assert_aborts_match, assert_same_trace, draw_abort_steps
+from test_engine import (
+    NO_NETWORK,
+    PROFILES,
+    FixedCosts,
+    assert_aborts_match,
+    assert_same_trace,
+    draw_abort_steps,
+    draw_outputs,
+)
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.delivery.spec import DeliverySpec
 from tokenpath.engine.cluster import run_cluster
@@ -46,7 +54,7 @@ def _prefix_workload(profile, n, max_seqs, budget, kv_blocks, chunked, families,
     settings_, longest = _profile(profile, chunked, budget, kv_blocks)
     rng = np.random.default_rng(seed)
     inputs = rng.integers(1, max(2, longest // 2), n)
-    outputs = rng.integers(1, max(2, longest - inputs.max()), n)
+    outputs = draw_outputs(rng, n, longest - inputs.max())
     prefixes = random_prefixes(rng, inputs, families, segment_tokens)
     spec = EngineSpec(max_num_seqs=max_seqs, max_num_batched_tokens=max(budget, max_seqs), block_size=BLOCK,
                       **settings_)
