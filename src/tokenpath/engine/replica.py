@@ -342,7 +342,8 @@ class Replica:
         keeps the tokens already made and from then on counts as finished with them (`out[i]`
         becomes `generated[i]`). Returns False if it had already finished (or been aborted). Under
         multi-step, one decoding inside a window gives back the blocks the window took for it too, and
-        a window it leaves empty ends at once (`_end_window`).
+        a window it leaves empty ends at once (`_end_window`). An abort that leaves nothing to run ends
+        as a step that does (`_nothing_left`: under SGLang, its finished batch runs first).
 
         O(1) Python work, plus a C-level scan of the queue (or arrivals) holding a waiting (or
         arriving) request."""
