@@ -206,7 +206,6 @@ def test_per_request_accounts_never_exceed_the_time_in_the_system(seed):
     assert (trace.compute_ns > 0).all() and (trace.traffic_ns > 0).all()
 
 
-
 # The most output tokens the reference comparisons draw for a request: a longer answer adds decode steps to
 # both engines, not cases (the caches drawn, 12 blocks and up with up to 60 requests, still run short with
 # answers this long, and preempt).
@@ -224,6 +223,7 @@ def random_lengths(rng, n, budget, block, kv_blocks, chunked):
     longest = min(budget, block * kv_blocks) if not chunked else block * kv_blocks
     inputs = rng.integers(1, max(2, longest // 2), n)
     return inputs, draw_outputs(rng, n, longest - inputs.max())
+
 
 @settings(max_examples=25, deadline=None)
 @given(
