@@ -368,7 +368,7 @@ class Replica:
             self.waiting.remove(i)
         self.out[i] = self.generated[i]
         if self.unseen and not (self.waiting or self.decoding or self.prefills):
-            self._nothing_left(self.num_steps)  # as after a step
+            self._nothing_left()  # as after a step
         return True
 
     # -- one step ----------------------------------------------------------------------------------
@@ -1087,7 +1087,7 @@ class Replica:
         if held is not None:
             held.stepped(d)
         if self.unseen and not (self.waiting or self.decoding or self.prefills):
-            self._nothing_left(s + 1)
+            self._nothing_left()
         if len(self._step_buffer) >= self._flush_values:
             self.rows.flush()
         return finished
@@ -1121,17 +1121,17 @@ class Replica:
         batch is formed (`finish_lag`)."""
         self.unseen.append((i, context, blocks))
 
-    def _nothing_left(self, s: int) -> None:
+    def _nothing_left(self) -> None:
         """An overlapped engine whose finished sequences' outputs are not yet taken in has nothing else to run
-        (after a step, or an abort between steps): where its profile does, it first runs, as step `s`, the batch
-        formed for them while the last step ran, if that batch holds only them (no request had reached the
-        engine by then: `_run_finished_batch`); then it takes in the outputs before it waits."""
+        (after a step, or an abort between steps): where its profile does, it first runs, as its next step, the
+        batch formed for them while the last step ran, if that batch holds only them (no request had reached
+        the engine by then: `_run_finished_batch`); then it takes in the outputs before it waits."""
         arrivals = self.arrivals
         if self.runs_finished_batch and (not arrivals or arrivals[0] >> _ID_BITS > self.formed_ns):
-            self._run_finished_batch(s)
+            self._run_finished_batch()
         self._release_unseen()
 
-    def _run_finished_batch(self, s: int) -> None:
+    def _run_finished_batch(self) -> None:
         """An overlapped scheduler left with nothing to run (Profile.runs_finished_batch): the batch it formed
         while the step before ran holds the sequences that finished in that step, since their outputs were
         taken in only after it was launched, and the GPU runs it, one more decode each whose tokens are
@@ -1145,8 +1145,8 @@ class Replica:
         sequences = None if width == 1 else finished
         compute_ns, traffic_ns, gpu_end = self._gpu_work(num_tokens, num_tokens, attn_pairs, kv_read, 0, True, None,
                                                          sequences, finished, 0)
-        self._record(s, compute_ns, traffic_ns, 0, gpu_end, num_tokens, finished, attn_pairs, kv_read, 0, num_tokens,
-                     0, 0, True)
+        self._record(self.num_steps, compute_ns, traffic_ns, 0, gpu_end, num_tokens, finished, attn_pairs, kv_read, 0,
+                     num_tokens, 0, 0, True)
         if not self.ticks_apart:  # (a tick is a step: the clock keeps to the steps' count)
             self.tick += 1
         if self.ratio is not None:
