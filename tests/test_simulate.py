@@ -137,6 +137,24 @@ def test_replicas_in_forked_workers_give_exactly_the_in_process_result(monkeypat
         assert np.array_equal(a.step_start_ns, b.step_start_ns)
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_run_without_token_times_has_the_same_per_request_figures_and_no_token_data(workers):
+    """`token_times=False` (validate's throughput and TTFT rows): every per-request field as with token
+    times, neither the tokens' times nor an ITL histogram (a caller asking for ITL is told so)."""
+    scenario = small(**{"deployment.chips": 8, "deployment.tp": 2, "workload.num_requests": 90})
+    full = simulate(scenario, workers=workers)
+    lean = simulate(scenario, workers=workers, token_times=False)
+    assert full.run.token_client_ns is not None and full.run.token_client_ns.size == full.run.output_tokens.sum()
+    assert lean.run.token_client_ns is None and lean.run.itl_histogram is None
+    full_fields, lean_fields = _run_fields(full.run), _run_fields(lean.run)
+    del full_fields["token_client_ns"]
+    assert full_fields.keys() == lean_fields.keys() and "ttft_ns" in lean_fields
+    for name, values in full_fields.items():
+        assert np.array_equal(values, lean_fields[name]), name
+    with pytest.raises(ValueError, match="token times"):
+        lean.run.itl_ns()
+
+
 def test_an_error_in_a_forked_worker_reaches_the_caller():
     from tokenpath.sim.forked import map_forked
 

@@ -26,7 +26,8 @@ class Run:
     ttfv_ns: np.ndarray          # sent -> first visible character at the client
     e2e_ns: np.ndarray           # sent -> last byte at the client
     token_client_ns: np.ndarray | None  # per output token, arrival at the client (flat); None for
-                                        # runs too large to keep, which carry itl_histogram instead
+                                        # runs too large to keep, which carry itl_histogram instead,
+                                        # and for simulate(token_times=False), which carries neither
     token_offsets: np.ndarray    # request i's tokens: token_client_ns[token_offsets[i]:token_offsets[i+1]]
     queue_ns: np.ndarray | None = None     # per-request attribution: these four (and application_ns) sum to e2e_ns
     compute_ns: np.ndarray | None = None
@@ -129,8 +130,8 @@ class Run:
     def itl_ns(self) -> np.ndarray:
         """Gaps between successive text arrivals at the client, over all completed requests."""
         if self.token_client_ns is None:
-            raise ValueError("this run kept no per-token times (too many tokens to keep); "
-                             "its ITL statistics are in itl_histogram")
+            raise ValueError("this run kept no per-token times (too many tokens to keep, or simulated with "
+                             "token_times=False); its ITL statistics, if kept, are in itl_histogram")
         return itl_gaps_ns(self.token_client_ns, self.token_offsets, self.failed)
 
 

@@ -58,8 +58,8 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
     """Per-request client-side timings of one replica, with exact attribution.
 
     With `keep_tokens` the result holds every token's arrival at the client ("token_client_ns");
-    otherwise ITL gaps go into `itl`, but those of the requests `warmup` marks (the summary leaves the
-    warm-up out, as `Run.after` does with kept token times). `flow_spec`: the reader each request's
+    otherwise ITL gaps go into `itl` where given, but those of the requests `warmup` marks (the summary
+    leaves the warm-up out, as `Run.after` does with kept token times). `flow_spec`: the reader each request's
     stalls and QoE are judged by (continuity.py); None: not judged (a caller that reads only latencies
     and throughput). `user_sent_ns`: when the user sent each request, where that is before the model call
     (an application's stages run first): QoE's reader starts waiting then.
@@ -88,7 +88,7 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
             stalls[lo:hi], stall_ns[lo:hi], qoe[lo:hi] = flow["stalls"], flow["stall_ns"], flow["qoe"]
         if keep_tokens:
             chunks.append(client_ns)
-        else:
+        elif itl is not None:
             itl.add(itl_gaps_ns(client_ns, local, warmup[lo:hi]))
         lo = hi
     e2e = last_client - trace.sent_ns
@@ -150,7 +150,7 @@ def merge_parts(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n:
             merged[rows] = part[key]
         fields[key] = merged
     offsets = np.concatenate([[0], np.cumsum(fields["output_tokens"])]).astype(np.int64)
-    if itl is not None:
+    if itl is not None or "token_client_ns" not in parts[0]:  # (neither: the caller reads per-request figures)
         return Run(source="simulate", token_client_ns=None, token_offsets=offsets, itl_histogram=itl, **fields)
     if len(parts) == 1 and _in_order(owners[0], n):  # one replica's rows as they were: its tokens as they lie
         return Run(source="simulate", token_offsets=offsets, token_client_ns=parts[0]["token_client_ns"], **fields)

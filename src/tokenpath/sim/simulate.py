@@ -100,7 +100,7 @@ def prepare(scenario: Scenario) -> Prepared:
 
 
 def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | None = None,
-             workers: int | None = None, continuity: bool = True) -> Simulation:
+             workers: int | None = None, continuity: bool = True, token_times: bool = True) -> Simulation:
     """Simulate the scenario end to end. `progress(k)` is called as k more requests finish.
 
     Data-parallel replicas are simulated by up to `workers` forked processes where the platform can
@@ -108,9 +108,13 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     else in this process). The result does not depend on the number of workers. `continuity`: judge
     each request's stalls and QoE as it is simulated (sim/continuity.py); a caller that reads only
     latencies and throughput passes False, and a summary judges them from the token times if asked.
+    `token_times`: keep every token's arrival at the client in the run (up to KEEP_TOKENS_LIMIT output
+    tokens; beyond, their gaps go into an ITL histogram); a caller that reads only per-request figures
+    (TTFT, E2E, throughput) passes False, and the run holds neither (on a run of millions of tokens,
+    writing them takes much of the time).
     """
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
-    simulation = _simulate(prepared, progress, workers, continuity)
+    simulation = _simulate(prepared, progress, workers, continuity, token_times)
     laid = prepared.application if prepared.shared is None else prepared.shared.laid()
     if laid is None:
         return simulation
@@ -133,7 +137,7 @@ def _warmup_rows(application: Timeline | AgentPlan | None, rows: int, skipped: i
 
 
 def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, workers: int | None,
-              continuity: bool = True) -> Simulation:
+              continuity: bool = True, token_times: bool = True) -> Simulation:
     scenario, deployment, requests = prepared.scenario, prepared.deployment, prepared.requests
     delivery = scenario.resolved_delivery()  # reads the scenario's calibration files: once
     visible = first_visible_index(requests.output_tokens, delivery.invisible_token_fraction,
@@ -141,14 +145,15 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
     scheduled_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
     n, replicas = len(requests), deployment.replicas
     concurrency = scenario.workload.max_concurrency
-    keep_tokens = int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
+    keep_tokens = token_times and int(requests.output_tokens.sum()) <= KEEP_TOKENS_LIMIT
+    gaps_only = token_times and not keep_tokens  # the tokens' gaps in a histogram, their times not kept
     warmup = _warmup_rows(prepared.application, n, scenario.workload.warmup_requests)
     # With an application, the user sent each request before its model call was scheduled.
     user_sent_ns = None if prepared.application is None else scheduled_ns - prepared.application.pre_ns
     if prepared.shared is not None:  # (its requests are the user's sends)
         user_sent_ns = scheduled_ns
     if scenario.deployment.prefill_replicas:
-        itl = None if keep_tokens else LogHistogram()
+        itl = LogHistogram() if gaps_only else None
         run, traces, link_busy_ns = simulate_disaggregated(scenario, deployment, requests, scheduled_ns, visible,
                                                            keep_tokens, itl, warmup, progress, user_sent_ns,
                                                            continuity)
@@ -188,7 +193,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
 
     def serve(replica: int, progress: Callable[[int], None] | None) -> tuple[dict, EngineTrace, LogHistogram | None]:
         rows = routed(replica)
-        itl = None if keep_tokens else LogHistogram()
+        itl = LogHistogram() if gaps_only else None
         if joint:  # (its rows in routing order, which sessions' later turns can make other than the input order)
             template = None if requests.template_tokens is None else requests.template_tokens[rows]
             sub = Requests(np.zeros(len(rows)), requests.input_tokens[rows], requests.output_tokens[rows],
@@ -225,7 +230,7 @@ def _simulate(prepared: Prepared, progress: Callable[[int], None] | None, worker
         results = [serve(replica, progress) for replica in serving]
     parts, traces, itls = zip(*results)
     owners = [routed(replica) for replica in serving]
-    itl = None if keep_tokens else LogHistogram.merged(itls)
+    itl = LogHistogram.merged(itls) if gaps_only else None
     run = replace(merge_parts(list(parts), owners, n, itl), continuity=scenario.continuity.spec())
     return Simulation(scenario, deployment, requests, run, list(traces))
 

@@ -132,7 +132,7 @@ def predict_collective(row: dict[str, Any]) -> float:
 def predict(row: dict[str, Any], group: dict[str, Any], assumptions: Mapping[str, float] | None = None) -> float:
     if group["metric"] == "collective":
         return predict_collective(row)
-    run = simulate(row_scenario(row, group, assumptions), continuity=False).run
+    run = simulate(row_scenario(row, group, assumptions), continuity=False, token_times=False).run
     if group["metric"] == "output_tokens_per_s":  # (read as the summary reads them, without the rest of it)
         return output_tokens_per_s(run)
     return stats_s(run.ttft_ns[run.completed])["mean"]
