@@ -175,9 +175,13 @@ class _Model:
         scenario = self.scenario.model_copy(update={"assumptions": {**self.scenario.assumptions, **values}})
         scenario._base_dir = self.scenario._base_dir
         deployment = build_deployment(scenario)
-        return [statistics_s(simulate(Prepared(_with_concurrency(scenario, m.replay_concurrency()), deployment,
-                                               m.requests), workers=1, continuity=False).run, m.counted, m.statistic)
-                for m in self.measured]
+        figures = []
+        for m in self.measured:
+            prepared = Prepared(_with_concurrency(scenario, m.replay_concurrency()), deployment, m.requests)
+            # (the tokens' times only where the phase's decode figure is ITL, their gaps)
+            run = simulate(prepared, workers=1, continuity=False, token_times=m.statistic.decode_metric == "itl").run
+            figures.append(statistics_s(run, m.counted, m.statistic))
+        return figures
 
     def values(self, x: np.ndarray, names: list[str]) -> dict[str, float]:
         return {n: _value(self.start[n], v) for n, v in zip(names, x)}

@@ -258,7 +258,8 @@ def predict_row(row: dict[str, Any], sharegpt: dict[str, Any],
     """The row's TTFT and decode metric (seconds), predicted with the row's statistic, and its output
     tokens per second over the measured requests' window (under `assumptions`, registry values
     overridden by name, where given)."""
-    return run_prediction(row, simulate(row_prepared(row, sharegpt, assumptions), continuity=False).run)
+    return run_prediction(row, simulate(row_prepared(row, sharegpt, assumptions), continuity=False,
+                                        token_times=row["decode_metric"] == "itl").run)
 
 
 def run_prediction(row: dict[str, Any], run: Run) -> dict[str, float]:
