@@ -137,11 +137,13 @@ def test_replicas_in_forked_workers_give_exactly_the_in_process_result(monkeypat
         assert np.array_equal(a.step_start_ns, b.step_start_ns)
 
 
-@pytest.mark.parametrize("workers", [1, 3])
-def test_a_run_without_token_times_has_the_same_per_request_figures_and_no_token_data(workers):
-    """`token_times=False` (validate's throughput and TTFT rows): every per-request field as with token
-    times, neither the tokens' times nor an ITL histogram (a caller asking for ITL is told so)."""
-    scenario = small(**{"deployment.chips": 8, "deployment.tp": 2, "workload.num_requests": 90})
+@pytest.mark.parametrize("workers, prefill_replicas", [(1, 0), (3, 0), (1, 1)])
+def test_a_run_without_token_times_has_the_same_per_request_figures_and_no_token_data(workers, prefill_replicas):
+    """`token_times=False` (validate's rows and calibrate's fit where they read TPOT): every per-request field
+    as with token times, neither the tokens' times nor an ITL histogram (a caller asking for ITL is told so);
+    served apart, in forked workers, or disaggregated."""
+    scenario = small(**{"deployment.chips": 8, "deployment.tp": 2, "workload.num_requests": 90,
+                        "deployment.prefill_replicas": prefill_replicas})
     full = simulate(scenario, workers=workers)
     lean = simulate(scenario, workers=workers, token_times=False)
     assert full.run.token_client_ns is not None and full.run.token_client_ns.size == full.run.output_tokens.sum()
