@@ -110,7 +110,7 @@ def simulate(scenario: Scenario | Prepared, progress: Callable[[int], None] | No
     latencies and throughput passes False, and a summary judges them from the token times if asked.
     `token_times`: keep every token's arrival at the client in the run (up to KEEP_TOKENS_LIMIT output
     tokens; beyond, their gaps go into an ITL histogram); a caller that reads only per-request figures
-    (TTFT, E2E, throughput) passes False, and the run holds neither (on a run of millions of tokens,
+    (TTFT, TPOT, E2E, throughput) passes False, and the run holds neither (on a run of millions of tokens,
     writing them takes much of the time).
     """
     prepared = scenario if isinstance(scenario, Prepared) else prepare(scenario)
