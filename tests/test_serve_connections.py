@@ -262,8 +262,10 @@ def test_a_malformed_request_is_answered_400_and_logged_in_one_line(caplog):
 def test_a_burst_of_whole_requests_over_the_cap_loses_none_that_had_arrived_whole():
     # Seven clients each send a whole request at once to a server of five connections: the five let in
     # are answered (none closed to make room before its handler ran), and the other two refused: a 503,
-    # or where its request reached the refused socket after the server closed it, the reset that follows
-    body = json.dumps({"model": "m", "prompt": "Hi", "max_tokens": 2}).encode()
+    # or where its request reached the refused socket after the server closed it, the reset that follows.
+    # Each answer streams 50 tokens (a few hundred ms), so none of the five frees its connection before the
+    # seventh client has connected: with 2 tokens, a busy machine let one finish first and the seventh in.
+    body = json.dumps({"model": "m", "prompt": "Hi", "max_tokens": 50}).encode()
     request = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
 
