@@ -60,11 +60,12 @@ def client_side(trace: Served, requests: Requests, scheduled_ns: np.ndarray, las
     """Per-request client-side timings of one replica, with exact attribution.
 
     With `keep_tokens` the result holds every token's arrival at the client ("token_client_ns");
-    otherwise ITL gaps go into `itl` where given, but those of the requests `warmup` marks (the summary
-    leaves the warm-up out, as `Run.after` does with kept token times). `flow_spec`: the reader each request's
-    stalls and QoE are judged by (continuity.py); None: not judged (a caller that reads only latencies
-    and throughput). `user_sent_ns`: when the user sent each request, where that is before the model call
-    (an application's stages run first): QoE's reader starts waiting then.
+    otherwise ITL gaps go into `itl` where given (None: neither, for a caller that reads per-request
+    figures only), but those of the requests `warmup` marks (the summary leaves the warm-up out, as
+    `Run.after` does with kept token times). `flow_spec`: the reader each request's stalls and QoE are
+    judged by (continuity.py); None: not judged (a caller that reads only latencies and throughput).
+    `user_sent_ns`: when the user sent each request, where that is before the model call (an
+    application's stages run first): QoE's reader starts waiting then.
     """
     n = len(requests)
     offsets = trace.token_offsets
