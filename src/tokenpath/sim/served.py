@@ -153,7 +153,7 @@ def merge_parts(parts: list[dict[str, np.ndarray]], owners: list[np.ndarray], n:
             merged[rows] = part[key]
         fields[key] = merged
     offsets = np.concatenate([[0], np.cumsum(fields["output_tokens"])]).astype(np.int64)
-    if itl is not None or "token_client_ns" not in parts[0]:  # (neither: the caller reads per-request figures)
+    if "token_client_ns" not in parts[0]:  # (not kept: the ITL histogram, where given, stands in for them)
         return Run(source="simulate", token_client_ns=None, token_offsets=offsets, itl_histogram=itl, **fields)
     if len(parts) == 1 and _in_order(owners[0], n):  # one replica's rows as they were: its tokens as they lie
         return Run(source="simulate", token_offsets=offsets, token_client_ns=parts[0]["token_client_ns"], **fields)
