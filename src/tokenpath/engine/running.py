@@ -63,6 +63,8 @@ class Decoding:
         self.event_due = [0] * interval
         # States by the tick of their last token; a preempted request's entry goes stale.
         self.finishing_at: dict[int, list[State]] = {}
+        # finishing_at's ticks, a heap (a tick goes stale once passed, or with a preempted request's entry).
+        self.finish_ticks: list[int] = []
         # Multi-step: sequences that sampled their last token in the decode window still open (still
         # computed until it ends).
         self.zombies: list[int] = []
@@ -87,10 +89,19 @@ class Decoding:
         due = self.finishing_at.get(last_tick)
         if due is None:
             self.finishing_at[last_tick] = [state]
+            heapq.heappush(self.finish_ticks, last_tick)
         else:
             due.append(state)
         if self.clip is not None and last_tick - first_tick + 1 > self.clip:
             self._hold_long(i, last_tick)
+
+    def ticks_to_finish(self, tick: int) -> int | None:
+        """How many ticks from `tick` on pass before the first that may finish a sequence (an entry of
+        finishing_at, perhaps stale: fewer at worst); None where none is due."""
+        heap = self.finish_ticks
+        while heap and heap[0] < tick:
+            heapq.heappop(heap)
+        return heap[0] - tick if heap else None
 
     def _hold_long(self, i: int, last_tick: int) -> None:
         self.long_last[i] = last_tick
@@ -162,6 +173,7 @@ class Decoding:
         due = self.finishing_at.get(last_tick + ticks)
         if due is None:
             self.finishing_at[last_tick + ticks] = [state]
+            heapq.heappush(self.finish_ticks, last_tick + ticks)
         else:
             due.append(state)
         return context
