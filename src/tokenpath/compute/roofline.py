@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from tokenpath.compute import efficiency
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.gemm_efficiency import ShapeCurve, shape_table
@@ -603,6 +605,37 @@ class ComputeModel:
         host_s = self.host_s(n if sequences is None else sequences, scheduled)
         if self.host_overlapped:
             return total if total > host_s else host_s
+        return total + host_s
+
+    def decode_steps_s(self, sequences: int, attn_pairs: np.ndarray, kv_read_tokens: np.ndarray) -> np.ndarray | None:
+        """step_time_s of a run of decode steps of `sequences` sequences each (a token and a logit each, the
+        scheduler called, no prompt), one step per element of `attn_pairs` and `kv_read_tokens` (int64
+        arrays): the same arithmetic in the same order, element by element, so each equals step_time_s's
+        float exactly. None where a step's time depends on more than these (attention data-parallel, eager
+        launches, which wait on the host's lead)."""
+        t = n = sequences
+        if self._chip_ops or self.attention_dp or (not self._every_step_captured and self.eager(t, n)):
+            return None
+        if self._window:  # (each step's aggregates as step_time_s takes them)
+            capped = [self.attention_aggregates(t, n, p, k) for p, k in zip(attn_pairs.tolist(),
+                                                                            kv_read_tokens.tolist())]
+            attn_pairs, kv_read_tokens = (np.array(column, np.float64) for column in zip(*capped))
+        self.step_time_s(t, n, 0, 0)  # (fills the caches of the ops on num_tokens and num_logits alone)
+        total = self._tokens_s[t] + self._logits_s[n]
+        touched = self._num_experts * (1.0 - self._expert_miss ** t) if self._num_experts else 0.0
+        ops_s = np.zeros(len(attn_pairs))
+        for ft, fl, fp, fk, fc, b0, bt, bl, bk, be, bc, gemm in self._other_ops:  # (_sum_coefficients_s's, c = 0)
+            compute_s = ft * t + fl * n + fp * attn_pairs + fk * kv_read_tokens + fc * 0
+            memory_s = b0 + bt * t + bl * n + bk * kv_read_tokens + be * touched + bc * 0
+            if gemm:
+                ops_s += np.array([op_time_s(c, m, True, self.gemm_overlap_norm)
+                                   for c, m in zip(compute_s.tolist(), memory_s.tolist())])
+            else:
+                ops_s += np.maximum(compute_s, memory_s)
+        total = total + ops_s
+        host_s = self.host_s(n)
+        if self.host_overlapped:
+            return np.maximum(total, host_s)
         return total + host_s
 
     def _sum_coefficients_s(self, ops: tuple, t: float, n: float, attn_pairs: float, kv_read_tokens: float,

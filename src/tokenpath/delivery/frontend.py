@@ -24,6 +24,8 @@ import heapq
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 Placement = Literal["engine", "api-server", "detokenizer"]
 PLACEMENTS: tuple[Placement, ...] = ("engine", "api-server", "detokenizer")
 
@@ -182,6 +184,35 @@ class FrontEnd:
         self.detokenizer_busy_ns += work_ns
         return (start_ns + work_ns, start_ns - ready_ns, work_ns)
 
+    @property
+    def single_process(self) -> bool:
+        """One API-server process (tokens_run accounts runs of steps only there)."""
+        return len(self._api_free_ns) == 1
+
+    def tokens_run(self, ready_ns: np.ndarray, cost_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`tokens` for a run of steps on the one API-server process, each `cost_s` of token work, their
+        outputs there at `ready_ns` (in order): (done, queue, work) of each, as `tokens` gives them one by
+        one."""
+        work_ns = round(cost_s * self._ns_per_s)
+        steps = len(ready_ns)
+        start_ns = _starts_in_turn(ready_ns, self._api_free_ns[0], work_ns)
+        done_ns = start_ns + work_ns
+        self._note_tokens(0, int(ready_ns[-1]), work_ns)
+        if steps > 1:
+            self._free_before_tokens_ns[0] = int(done_ns[-2])
+        self._api_free_ns[0] = int(done_ns[-1])
+        self._api_busy_ns[0] += steps * work_ns
+        return done_ns, start_ns - ready_ns, np.full(steps, work_ns, np.int64)
+
+    def detokenize_run(self, ready_ns: np.ndarray, cost_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`detokenize` for a run of steps, each `cost_s` of it, their ids there at `ready_ns` (in order):
+        (done, queue, work) of each, as `detokenize` gives them one by one."""
+        work_ns = round(cost_s * 1e9 / self.layout.detokenizer_cpus)
+        start_ns = _starts_in_turn(ready_ns, self._detokenizer_free_ns, work_ns)
+        self._detokenizer_free_ns = int(start_ns[-1]) + work_ns
+        self.detokenizer_busy_ns += len(ready_ns) * work_ns
+        return start_ns + work_ns, start_ns - ready_ns, np.full(len(ready_ns), work_ns, np.int64)
+
     def tokens(self, ready_ns: int, cost_s: float, tokens: int) -> Wait:
         """A step's token work in the API servers (`cost_s` in all, for its `tokens` tokens, at least one),
         its outputs there at `ready_ns`. Each process takes its own requests' tokens: the step's are dealt
@@ -212,3 +243,11 @@ class FrontEnd:
             if start_ns + work_ns > done_ns:
                 done_ns, queue_ns, last_work_ns = start_ns + work_ns, start_ns - ready_ns, work_ns
         return (done_ns, queue_ns, last_work_ns)
+
+
+def _starts_in_turn(ready_ns: np.ndarray, free_ns: int, work_ns: int) -> np.ndarray:
+    """When each of a run of jobs of `work_ns` starts on one server free from `free_ns`, taken in turn as they
+    become ready at `ready_ns` (in order): job k starts at max(ready_k, start_(k-1) + work), which is k x
+    work + the largest of the free time and every ready_j - j x work up to k."""
+    before_ns = np.arange(len(ready_ns), dtype=np.int64) * work_ns
+    return before_ns + np.maximum(np.maximum.accumulate(ready_ns - before_ns), free_ns)

@@ -166,6 +166,36 @@ class LastMile:
         done_ns, queue_ns, work_ns = self.front_end.tokens(detokenized_ns, api_s, emitted)
         return copy_ns, done_ns, detokenize_queue_ns + queue_ns, detokenize_work_ns + work_ns
 
+    def steps_blocking_ns(self, emitted: int, events: int) -> int | None:
+        """on_step's blocking_ns for steps that each sample `emitted` (>= 1) tokens in `events` events, where
+        on_steps can account a run of them (None where the front end has several API-server processes, whose
+        turns are left to on_step)."""
+        where = self.layout.detokenizes_in
+        if self.models_front_end and not self.front_end.single_process:
+            return None
+        copy_ns = round(self._copy_fixed_ns + emitted * self._copy_per_id_ns)
+        return copy_ns + round(self.host_costs_s(emitted, events)[0] * 1e9) if where == "engine" else copy_ns
+
+    def on_steps(self, gpu_end_ns: np.ndarray, emitted: int, events: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                    np.ndarray]:
+        """on_step for a run of steps that each sample `emitted` tokens in `events` events, where
+        steps_blocking_ns says it can, ending on the GPU at `gpu_end_ns` (in order): each one's (leave_ns,
+        front_queue_ns, front_work_ns), exactly as on_step gives them step by step."""
+        blocking_ns = self.steps_blocking_ns(emitted, events)
+        if not self.models_front_end:
+            zeros = np.zeros(len(gpu_end_ns), np.int64)
+            return gpu_end_ns + blocking_ns, zeros, zeros
+        detokenize_s, api_s = self.host_costs_s(emitted, events)
+        where = self.layout.detokenizes_in
+        if where == "api-server":
+            return self.front_end.tokens_run(gpu_end_ns + blocking_ns, detokenize_s + api_s)
+        if where == "engine":
+            return self.front_end.tokens_run(gpu_end_ns + blocking_ns, api_s)
+        detokenized_ns, detokenize_queue_ns, detokenize_work_ns = self.front_end.detokenize_run(
+            gpu_end_ns + blocking_ns, detokenize_s)
+        done_ns, queue_ns, work_ns = self.front_end.tokens_run(detokenized_ns, api_s)
+        return done_ns, detokenize_queue_ns + queue_ns, detokenize_work_ns + work_ns
+
     def busy_ns(self) -> dict[str, int]:
         """How long the front end's busiest API-server process, and its detokenizer process if it has
         one, have been busy so far."""

@@ -72,6 +72,7 @@ class GroupStepCosts:
         self._send_recv = [collectives.candidates("send_recv", pairs) for pairs in self._handoffs]
         # They run once per engine step: bind them directly.
         self.compute_s = compute.step_time_s
+        self.decode_steps_s = compute.decode_steps_s
         # (None where no step's time depends on how far ahead its host launches: the engine keeps no lead then)
         self.host_busy_s = compute.host_busy_s if compute.host_lead_matters else None
         self.speculation = speculation

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+import numpy as np
+
 from tokenpath.engine.speculative import Speculation
 
 
@@ -22,6 +24,10 @@ class StepCosts(Protocol):
         `sequences`: the sequences sampled, where they are not the LM head's rows (speculative verify steps)."""
         ...
     def traffic_s(self, num_tokens: int, decode_only: bool) -> float: ...
+
+    # compute_s of a run of decode steps at once (compute/roofline.py's ComputeModel.decode_steps_s): each
+    # step's time, exactly compute_s's, from its attention pairs and KV reads; None where it cannot.
+    decode_steps_s: Callable[[int, np.ndarray, np.ndarray], np.ndarray | None]
 
     # The host's own time in a step, host_busy_s(num_tokens, num_logits, scheduled, sequences) (its scheduling,
     # and its launches when it replays no graph): an overlapped host launches the next step's kernels in the
@@ -55,6 +61,17 @@ class Host(Protocol):
         """(blocking_ns, leave_ns, front_queue_ns, front_work_ns) of a step that sampled `emitted` tokens
         closing `events` events: how long it blocks the engine, when its tokens leave the server, and
         their wait and work in the front end on the way."""
+        ...
+
+    def steps_blocking_ns(self, emitted: int, events: int) -> int | None:
+        """on_step's blocking_ns for steps that each sample `emitted` tokens in `events` events, where `on_steps`
+        can account a run of them at once (the same for each); None where it cannot."""
+        ...
+
+    def on_steps(self, gpu_end_ns: np.ndarray, emitted: int, events: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                    np.ndarray]:
+        """on_step for a run of steps ending on the GPU at `gpu_end_ns` (in order), each as steps_blocking_ns
+        allows: each one's (leave_ns, front_queue_ns, front_work_ns), exactly as on_step, step by step."""
         ...
 
     def busy_ns(self) -> dict[str, int]:
