@@ -36,6 +36,9 @@ NOT_ASSUMPTIONS = {
     "tokenpath.fabric.spec.MAX_ROUTERS": "a bound on config input",
     "tokenpath.fabric.spec.MAX_FULLMESH_HOSTS": "a bound on config input",
     "tokenpath.fabric.collectives._ROUTED_LATENCY_FLOWS": "where routing each flow stops paying off (speed only)",
+    "tokenpath.engine.replica.MIN_DECODE_RUN": "when the loop takes decode steps at once: the same steps either way",
+    "tokenpath.engine.replica.MAX_DECODE_RUN": "how many decode steps the loop takes at once at most: the same steps "
+                                               "either way",
     "tokenpath.engine.requests._ID_BITS": "a packing of request ids into integers",
     "tokenpath.engine.requests._ID_MASK": "a packing of request ids into integers",
     "tokenpath.engine.spec.MAX_NUM_SEQS": "a bound on config input",

@@ -137,6 +137,8 @@ def run_engine(
         next_to_send = min(n, max_concurrency)
     done = 0
     while done < n:
+        if replica.decode_run():  # (steps that finish nothing and see no request come)
+            continue
         finished = replica.step()
         if finished:
             done += len(finished)
@@ -165,6 +167,8 @@ def _run_sessions(scheduled_ns: np.ndarray, input_tokens: np.ndarray, output_tok
     think.append(-1)  # nothing follows the last row
     done = 0
     while done < n:
+        if replica.decode_run():
+            continue
         finished = replica.step()
         if finished:
             done += len(finished)

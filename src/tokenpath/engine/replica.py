@@ -51,6 +51,10 @@ from tokenpath.engine.trace_rows import TraceRows
 from tokenpath.prefixes import Prefixes
 
 _NONE: tuple = ()  # no admissions, no finishers: shared, so a step without them allocates nothing
+# A run of decode steps taken at once (Replica.decode_run): at least this many steps (below it the arrays cost
+# more than the steps they stand for), at most that many (their arrays' memory).
+MIN_DECODE_RUN = 8
+MAX_DECODE_RUN = 4096
 
 
 class Replica:
@@ -224,6 +228,11 @@ class Replica:
         self.chunk_lookahead = 0 if hold is None else hold.chunk_lookahead
         self.finish_blocks: dict[int, int] = {}  # holding: the blocks of each sequence finishing in the step
         self.completing_blocks: dict[int, int] = {}  # ... and of each finishing its prompt
+        # Whether runs of decode steps can be taken at once (decode_run): nothing but the sequences' aggregates
+        # sets a decode step's work and time.
+        self._runs_decodes = (speculation is None and self.window == 1 and self.ranks == 1 and self.interval == 1
+                              and not record_emitters and hasattr(costs, "decode_steps_s")
+                              and hasattr(host, "on_steps"))
 
     # -- requests in -----------------------------------------------------------------------------
 
@@ -399,6 +408,85 @@ class Replica:
             decode = self._pause_prompt_ranks(d, decode, chunks, admitted)
         completing, finishing = self._run_batch(s, d, decode, chunks, admitted, scheduled)
         return self._apply(s, d, decode, completing, finishing)
+
+    def decode_run(self) -> bool:
+        """Run, where it can, the steps to come that only decode the same sequences, at once: each step as
+        `step` runs it, value for value, from the running sequences' aggregates (their context grows by one
+        token each a step). The run ends before a step that would finish a sequence, take a block the cache
+        does not have, or see a request that reached the server or the engine; it runs only where no step's
+        work or time depends on more (`_runs_decodes`: no speculative decoding, multi-step windows, pipeline
+        stages, attention ranks, drafts' slots, SSE events of several tokens or a live caller; the step's
+        costs and delivery say where theirs can be had at once). Returns whether it ran any step: the caller
+        then calls it, or `step`, again. A caller whose requests may reach the engine between steps without
+        passing through it (a cluster's router, side jobs, a live server) calls `step` alone."""
+        if not (self._runs_decodes and self.decoding) or self.waiting or self.prefills or self.unseen \
+                or self.pipeline is not None:
+            return False
+        self._take_arrivals()  # (as `step` does first: with sequences decoding, a second call takes nothing more)
+        if self.waiting or self.trimmed is not None or self.paused_context or self.paused_events or self.side_ns \
+                or self.window_left or (self.budget_binds and len(self.decoding) > self.max_batched):
+            return False
+        d, decode = self.tick, len(self.decoding)
+        steps = self.decoders.ticks_to_finish(d)
+        steps = MAX_DECODE_RUN if steps is None or steps > MAX_DECODE_RUN else steps
+        if steps < MIN_DECODE_RUN:
+            return False
+        blocking_ns = self.host.steps_blocking_ns(decode, decode)
+        if blocking_ns is None:
+            return False
+        # The KV blocks each step takes (`_decode_blocks`), while the cache has them.
+        blocks = np.cumsum(np.array(self.block_due)[(d + np.arange(steps)) % self.block] - self.spared_blocks)
+        steps = int(np.searchsorted(blocks, self.free_blocks, side="right"))
+        if steps < MIN_DECODE_RUN:
+            return False
+        pairs = self.decoders.context_sum + decode * np.arange(1, steps + 1, dtype=np.int64)  # (`_decode_attention`)
+        compute_s = self.costs.decode_steps_s(decode, pairs, pairs)
+        if compute_s is None:
+            return False
+        traffic_ns = round(self._traffic_s(decode, True) * 1e9)
+        gpu_ns = np.rint(compute_s * 1e9).astype(np.int64) + traffic_ns
+        start_ns = self.now + np.concatenate(([0], np.cumsum(gpu_ns[:-1] + blocking_ns)))
+        gpu_end_ns = start_ns + gpu_ns
+        # Where the run ends: before the step whose batch would be formed once a request had reached the engine
+        # (`_take_arrivals`: formed as the step before began, or as it begins), or that would end on the GPU
+        # once one had reached the server (`_gpu_work` passes it through the front end).
+        formed_ns = np.concatenate(([-1], start_ns[:-1] if self.lagged else start_ns[1:]))  # (the first step's
+        # batch is formed already: its arrivals are taken)
+        arrival_ns = self.arrivals[0] >> _ID_BITS if self.arrivals else None
+        at_front_ns = self.at_front[0] >> _ID_BITS if self.at_front else None
+        if arrival_ns is not None:
+            steps = min(steps, int(np.searchsorted(formed_ns, arrival_ns, side="left")))
+        if at_front_ns is not None:
+            steps = min(steps, int(np.searchsorted(formed_ns, at_front_ns, side="left")),
+                        int(np.searchsorted(gpu_end_ns, at_front_ns, side="left")))
+        if steps < MIN_DECODE_RUN:
+            return False
+        start_ns, gpu_ns, gpu_end_ns, pairs = start_ns[:steps], gpu_ns[:steps], gpu_end_ns[:steps], pairs[:steps]
+        leave_ns, front_queue_ns, front_work_ns = self.host.on_steps(gpu_end_ns, decode, decode)
+        ahead_s = np.full(steps, self.ahead_s)  # the host's lead as each step begins (`_end_step`)
+        if self._host_busy_s is not None:
+            lead_s = gpu_ns[:-1] / 1e9 - self._host_busy_s(decode, decode, True, None)
+            ahead_s[1:] = np.where(lead_s > 0.0, lead_s, 0.0)
+            last_s = gpu_ns[-1] / 1e9 - self._host_busy_s(decode, decode, True, None)
+            self.ahead_s = last_s if last_s > 0.0 else 0.0
+        s = self.num_steps
+        self.rows.step_rows.append(np.column_stack((  # (_record's columns)
+            start_ns, gpu_ns - traffic_ns, np.full(steps, traffic_ns), np.full(steps, blocking_ns), leave_ns,
+            np.full(steps, decode), np.full(steps, decode), pairs, pairs, np.zeros(steps, np.int64),
+            np.full(steps, decode), front_queue_ns, front_work_ns, np.ones(steps, np.int64),
+            np.rint(ahead_s * 1e9).astype(np.int64))))
+        if self.ticks_apart:
+            self.rows.tick_rows.append(np.arange(s, s + steps, dtype=np.int64).reshape(-1, 1))
+        self.num_steps, self.tick = s + steps, d + steps
+        self.free_blocks -= int(blocks[steps - 1])
+        self.decoders.context_sum += decode * steps
+        self.formed_ns, self.now = int(start_ns[-1]), int(gpu_end_ns[-1]) + blocking_ns
+        self.last_leave_ns = int(leave_ns[-1])
+        self.preempted_in_step, self.budget_spent = False, False
+        if self.ratio is not None:
+            for _ in range(steps):
+                self.ratio.decoded()
+        return True
 
     def _take_arrivals(self) -> None:
         """Queue the requests that have reached the engine by the time the step's batch is formed; an

@@ -37,6 +37,12 @@ class Rows:
                 self.blocks.append(np.fromiter(self.buffer, np.int64, len(self.buffer)).reshape(-1, self.width))
             self.buffer.clear()
 
+    def append(self, rows: np.ndarray) -> None:
+        """Rows given at once, an int64 (rows, width) array, after those in the buffer."""
+        self.flush()
+        if self.keep:
+            self.blocks.append(rows)
+
     def array(self) -> np.ndarray:
         """Every row so far, as a (rows, width) array."""
         if not self.keep:

@@ -1,0 +1,137 @@
+"""Runs of decode steps taken at once (engine/replica.py's `decode_run`) give every step and every request
+exactly as the steps taken one by one do."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenpath import load_scenario, simulate
+from tokenpath.delivery.frontend import _starts_in_turn
+from tokenpath.delivery.lastmile import LastMile
+from tokenpath.engine.replica import Replica
+from tokenpath.engine.trace_rows import STEP_FIELDS
+from tokenpath.sim.deployment import build_deployment
+
+# (scheduler, detokenizing, concurrency or None for Poisson arrivals): the three profiles' loops (SGLang's
+# prefill-first overlapped, with its new-token ratio; vLLM V1's; TensorRT-LLM's reserving one), each layout
+# of the front end, closed loops of long answers and open arrivals that cut the runs short.
+CASES = [
+    ("vllm-v1", "api-server", 1),
+    ("vllm-v1", "engine", 4),
+    ("prefill-first", "detokenizer", 1),
+    ("prefill-first", "detokenizer", 8),
+    ("trtllm", "api-server", 2),
+    ("vllm-v1", "detokenizer", None),
+    ("prefill-first", "api-server", None),
+    ("prefill-first", "detokenizer", 2, "gpt-oss-120b"),  # (a sliding window's layers)
+]
+
+
+def _scenario(scheduler, detokenize, concurrency, model="llama-3.1-70b"):
+    overrides = {"model.name": model, "engine.scheduler": scheduler, "delivery.detokenize": detokenize,
+                 "workload.num_requests": 24, "workload.input": {"kind": "fixed", "value": 300},
+                 "workload.output": {"kind": "normal", "mean": 400, "sd": 100},
+                 "workload.arrival.rate": 3.0 if concurrency is None else "inf",
+                 "workload.max_concurrency": concurrency, "deployment.tp": 8}
+    return load_scenario("typical", overrides)
+
+
+def _counted(monkeypatch):
+    """Count the steps that runs took and those `step` took."""
+    counts = {"run": 0, "step": 0}
+    run, step = Replica.decode_run, Replica.step
+
+    def counted_run(self):
+        before = self.num_steps
+        ran = run(self)
+        counts["run"] += self.num_steps - before
+        return ran
+
+    def counted_step(self):
+        counts["step"] += 1
+        return step(self)
+
+    monkeypatch.setattr(Replica, "decode_run", counted_run)
+    monkeypatch.setattr(Replica, "step", counted_step)
+    return counts
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: "-".join(map(str, case)))
+def test_runs_of_decode_steps_give_every_step_and_request_as_one_by_one(case, monkeypatch):
+    scenario = _scenario(*case)
+    counts = _counted(monkeypatch)
+    at_once = simulate(scenario)
+    # most steps of these light loads only decode, and runs took them
+    assert counts["run"] > 2 * counts["step"], counts
+    monkeypatch.setattr(Replica, "decode_run", lambda self: False)
+    one_by_one = simulate(scenario)
+    for a, b in zip(at_once.traces, one_by_one.traces, strict=True):
+        for name in ["step_" + f for f in ("start_ns", "compute_ns", "traffic_ns", "blocking_ns", "leave_ns",
+                                           "tokens", "seqs", "attn_pairs", "kv_read_tokens", "logits",
+                                           "front_queue_ns", "front_work_ns", "scheduled", "ahead_ns")]:
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert np.array_equal(a.spans, b.spans) and a.host_busy_ns == b.host_busy_ns
+    for name, values in vars(one_by_one.run).items():
+        if isinstance(values, np.ndarray):
+            assert np.array_equal(values, getattr(at_once.run, name)), name
+    assert len(STEP_FIELDS) == 15  # (the columns compared above, and chunk_context_tokens: none in a decode step)
+
+
+def test_a_run_stops_before_a_request_reaches_the_server(monkeypatch):
+    """Poisson arrivals at 3 req/s through the front end: runs end where a request comes, and the steps
+    that see one are taken one by one."""
+    counts = _counted(monkeypatch)
+    simulated = simulate(_scenario("vllm-v1", "api-server", None))
+    assert counts["step"] >= 24 and counts["run"] > 0
+    assert sum(len(t.step_start_ns) for t in simulated.traces) == counts["run"] + counts["step"]
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-70b", "deepseek-v3", "gpt-oss-120b"])
+def test_a_compute_model_times_a_run_of_decode_steps_as_it_times_each(model):
+    """A dense model; MLA and routed experts (GEMMs among the ops timed every step); a sliding window's
+    layers (their attention capped at the window)."""
+    deployment = build_deployment(load_scenario("typical", {"model.name": model, "deployment.tp": 8}))
+    compute = deployment.costs.compute
+    pairs = np.array([1, 999, 12_345, 2_000_001, 31_337_000], np.int64)
+    for sequences in (1, 7, 64):
+        times = compute.decode_steps_s(sequences, pairs, pairs)
+        assert times is not None
+        each = [compute.step_time_s(sequences, sequences, int(p), int(p)) for p in pairs]
+        assert times.tolist() == each  # the same floats, bit for bit
+
+
+@pytest.mark.parametrize("layout", ["api-server", "engine", "detokenizer"])
+@pytest.mark.parametrize("front_end", [True, False])
+def test_the_last_mile_accounts_a_run_of_steps_as_it_accounts_each(layout, front_end):
+    scenario = load_scenario("typical", {"delivery.detokenize": layout})
+    deployment = build_deployment(scenario)
+    gpu_end_ns = np.array([1_000, 5_000, 5_200, 9_000_000, 9_010_000, 9_010_001], np.int64)
+
+    def last_mile():
+        return LastMile(scenario.resolved_delivery(), deployment.front_end, model_front_end=front_end)
+
+    step_by_step, at_once = last_mile(), last_mile()
+    for one in (step_by_step, at_once):  # a busy front end first: the run's first steps queue behind it
+        one.on_step(900, 4000, 4000)
+    expected = [step_by_step.on_step(int(t), 32, 32) for t in gpu_end_ns]
+    blocking_ns = at_once.steps_blocking_ns(32, 32)
+    leave_ns, queue_ns, work_ns = at_once.on_steps(gpu_end_ns, 32, 32)
+    assert [(blocking_ns, *values) for values in zip(leave_ns.tolist(), queue_ns.tolist(), work_ns.tolist())] \
+        == expected
+    assert at_once.busy_ns() == step_by_step.busy_ns()
+    if front_end:
+        assert queue_ns[0] > 0  # (the case the closed form's running maximum is for)
+        assert vars(at_once.front_end) == vars(step_by_step.front_end)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=40), st.integers(0, 200_000), st.integers(0, 5_000))
+def test_jobs_taken_in_turn_start_as_one_by_one(gaps, free_ns, work_ns):
+    ready_ns = np.cumsum(np.array(gaps, np.int64))
+    starts, free = [], free_ns
+    for ready in ready_ns.tolist():
+        start = max(ready, free)
+        starts.append(start)
+        free = start + work_ns
+    assert _starts_in_turn(ready_ns, free_ns, work_ns).tolist() == starts
