@@ -465,10 +465,9 @@ class Replica:
         leave_ns, front_queue_ns, front_work_ns = self.host.on_steps(gpu_end_ns, decode, decode)
         ahead_s = np.full(steps, self.ahead_s)  # the host's lead as each step begins (`_end_step`)
         if self._host_busy_s is not None:
-            lead_s = gpu_ns[:-1] / 1e9 - self._host_busy_s(decode, decode, True, None)
-            ahead_s[1:] = np.where(lead_s > 0.0, lead_s, 0.0)
-            last_s = gpu_ns[-1] / 1e9 - self._host_busy_s(decode, decode, True, None)
-            self.ahead_s = last_s if last_s > 0.0 else 0.0
+            lead_s = gpu_ns / 1e9 - self._host_busy_s(decode, decode, True, None)
+            lead_s = np.where(lead_s > 0.0, lead_s, 0.0)
+            ahead_s[1:], self.ahead_s = lead_s[:-1], float(lead_s[-1])
         s = self.num_steps
         self.rows.step_rows.append(np.column_stack((  # (_record's columns)
             start_ns, gpu_ns - traffic_ns, np.full(steps, traffic_ns), np.full(steps, blocking_ns), leave_ns,
