@@ -429,6 +429,12 @@ class Replica:
         d, decode = self.tick, len(self.decoding)
         steps = self.decoders.ticks_to_finish(d)
         steps = MAX_DECODE_RUN if steps is None or steps > MAX_DECODE_RUN else steps
+        arrival_ns = self.arrivals[0] >> _ID_BITS if self.arrivals else None
+        at_front_ns = self.at_front[0] >> _ID_BITS if self.at_front else None
+        if arrival_ns is not None or at_front_ns is not None:  # (as many steps as the last one's length leaves
+            # before the next request comes, and two: the run is cut where it comes, whatever this guess)
+            next_ns = min(t for t in (arrival_ns, at_front_ns) if t is not None)
+            steps = min(steps, (next_ns - self.now) // max(self.now - self.formed_ns, 1) + 2)
         if steps < MIN_DECODE_RUN:
             return False
         blocking_ns = self.host.steps_blocking_ns(decode, decode)
@@ -452,8 +458,6 @@ class Replica:
         # once one had reached the server (`_gpu_work` passes it through the front end).
         formed_ns = np.concatenate(([-1], start_ns[:-1] if self.lagged else start_ns[1:]))  # (the first step's
         # batch is formed already: its arrivals are taken)
-        arrival_ns = self.arrivals[0] >> _ID_BITS if self.arrivals else None
-        at_front_ns = self.at_front[0] >> _ID_BITS if self.at_front else None
         if arrival_ns is not None:
             steps = min(steps, int(np.searchsorted(formed_ns, arrival_ns, side="left")))
         if at_front_ns is not None:
