@@ -89,7 +89,10 @@ class Decoding:
         due = self.finishing_at.get(last_tick)
         if due is None:
             self.finishing_at[last_tick] = [state]
-            heapq.heappush(self.finish_ticks, last_tick)
+            heap = self.finish_ticks
+            while heap and heap[0] < first_tick:  # (passed: kept no longer than the sequences it stands for)
+                heapq.heappop(heap)
+            heapq.heappush(heap, last_tick)
         else:
             due.append(state)
         if self.clip is not None and last_tick - first_tick + 1 > self.clip:
