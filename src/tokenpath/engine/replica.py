@@ -47,7 +47,7 @@ from tokenpath.engine.queues import QUEUES, RankQueues, WaitingQueue
 from tokenpath.engine.requests import _ID_BITS, _ID_MASK, Requests
 from tokenpath.engine.running import Decoding, Prefill
 from tokenpath.engine.spec import EngineSpec
-from tokenpath.engine.trace_rows import TraceRows
+from tokenpath.engine.trace_rows import STEP_FIELDS, TraceRows
 from tokenpath.prefixes import Prefixes
 
 _NONE: tuple = ()  # no admissions, no finishers: shared, so a step without them allocates nothing
@@ -473,11 +473,13 @@ class Replica:
             lead_s = np.where(lead_s > 0.0, lead_s, 0.0)
             ahead_s[1:], self.ahead_s = lead_s[:-1], float(lead_s[-1])
         s = self.num_steps
-        self.rows.step_rows.append(np.column_stack((  # (_record's columns)
-            start_ns, gpu_ns - traffic_ns, np.full(steps, traffic_ns), np.full(steps, blocking_ns), leave_ns,
-            np.full(steps, decode), np.full(steps, decode), pairs, pairs, np.zeros(steps, np.int64),
-            np.full(steps, decode), front_queue_ns, front_work_ns, np.ones(steps, np.int64),
-            np.rint(ahead_s * 1e9).astype(np.int64))))
+        columns = {"start_ns": start_ns, "compute_ns": gpu_ns - traffic_ns, "traffic_ns": traffic_ns,
+                   "blocking_ns": blocking_ns, "leave_ns": leave_ns, "tokens": decode, "seqs": decode,
+                   "attn_pairs": pairs, "kv_read_tokens": pairs, "chunk_context_tokens": 0, "logits": decode,
+                   "front_queue_ns": front_queue_ns, "front_work_ns": front_work_ns, "scheduled": 1,
+                   "ahead_ns": np.rint(ahead_s * 1e9)}
+        self.rows.step_rows.append(np.column_stack([np.broadcast_to(columns[name], steps).astype(np.int64)
+                                                    for name in STEP_FIELDS]))
         if self.ticks_apart:
             self.rows.tick_rows.append(np.arange(s, s + steps, dtype=np.int64).reshape(-1, 1))
         self.num_steps, self.tick = s + steps, d + steps
