@@ -34,6 +34,15 @@ CASES = {
                           "workload.max_concurrency": 2},
     "sessions": {"workload.sessions": {"turns": 3, "think_time": "1 s"}, "workload.arrival.rate": 1.0},
 }
+# Requests queued behind a full engine, which no decode step can admit (Replica._admits_none): every sequence slot
+# taken; the cache's blocks all reserved (TensorRT-LLM); a refusal that waits for a running request to leave (SGLang).
+ONE_H200 = {"deployment.chip": "h200", "deployment.tp": 1, "deployment.chips": 1, "model.precision": "bf16",
+            "workload.output": {"kind": "normal", "mean": 800, "sd": 100}}
+QUEUED = {
+    "vllm-v1 every slot taken": {"engine.scheduler": "vllm-v1", "engine.max_num_seqs": 4},
+    "trtllm every block reserved": {**ONE_H200, "engine.scheduler": "trtllm", "engine.gpu_memory_utilization": 0.9},
+    "sglang refused": {**ONE_H200, "engine.scheduler": "prefill-first", "engine.gpu_memory_utilization": 0.99},
+}
 
 
 def _scenario(overrides):
@@ -45,13 +54,15 @@ def _scenario(overrides):
 
 def _counted(monkeypatch):
     """Count the steps that runs took and those `step` took."""
-    counts = {"run": 0, "step": 0}
+    counts = {"run": 0, "step": 0, "queued": 0}
     run, step = Replica.decode_run, Replica.step
 
     def counted_run(self):
         before = self.num_steps
         ran = run(self)
         counts["run"] += self.num_steps - before
+        if self.waiting:  # (a run leaves the queue as it found it)
+            counts["queued"] += self.num_steps - before
         return ran
 
     def counted_step(self):
@@ -63,13 +74,14 @@ def _counted(monkeypatch):
     return counts
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [*CASES, *QUEUED])
 def test_runs_of_decode_steps_give_every_step_and_request_as_one_by_one(case, monkeypatch):
-    scenario = _scenario(CASES[case])
+    scenario = _scenario({**CASES, **QUEUED}[case])
     counts = _counted(monkeypatch)
     at_once = simulate(scenario)
-    # most steps of these light loads only decode, and runs took them
+    # most steps of these loads only decode, and runs took them; with requests queued where the case queues them
     assert counts["run"] > 2 * counts["step"], counts
+    assert (counts["queued"] > 0) == (case in QUEUED), counts
     monkeypatch.setattr(Replica, "decode_run", lambda self: False)
     one_by_one = simulate(scenario)
     for a, b in zip(at_once.traces, one_by_one.traces, strict=True):  # every step's row, every request's sums

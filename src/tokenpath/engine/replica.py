@@ -419,12 +419,12 @@ class Replica:
         costs and delivery say where theirs can be had at once). Returns whether it ran any step: the caller
         then calls it, or `step`, again. A caller whose requests may reach the engine between steps without
         passing through it (a cluster's router, side jobs, a live server) calls `step` alone."""
-        if not (self._runs_decodes and self.decoding) or self.waiting or self.prefills or self.unseen \
-                or self.pipeline is not None:
+        if not (self._runs_decodes and self.decoding) or self.prefills or self.unseen or self.pipeline is not None:
             return False
         self._take_arrivals()  # (as `step` does first: with sequences decoding, a second call takes nothing more)
-        if self.waiting or self.trimmed is not None or self.paused_context or self.paused_events or self.side_ns \
-                or self.window_left or (self.budget_binds and len(self.decoding) > self.max_batched):
+        if (self.waiting and not self._admits_none()) or self.trimmed is not None or self.paused_context \
+                or self.paused_events or self.side_ns or self.window_left \
+                or (self.budget_binds and len(self.decoding) > self.max_batched):
             return False
         d, decode = self.tick, len(self.decoding)
         steps = self.decoders.ticks_to_finish(d)
@@ -492,6 +492,14 @@ class Replica:
             for _ in range(steps):
                 self.ratio.decoded()
         return True
+
+    def _admits_none(self) -> bool:
+        """Whether `_admit` takes none of the waiting requests, with no other effect, in any step of a decode run,
+        for a reason no such step changes (each holds the same running sequences, reservations and refusals):
+        every sequence slot is taken, the queue's head reserving its whole cache would pass what is unreserved, or
+        a refusal waits for a running request to leave (`_shut`)."""
+        return (len(self.decoding) >= self.max_seqs or 0 in self.shut_ranks
+                or (self.reserve and self._reservation(self.waiting[0]) > self.unreserved_blocks))
 
     def _take_arrivals(self) -> None:
         """Queue the requests that have reached the engine by the time the step's batch is formed; an
