@@ -413,10 +413,11 @@ class Replica:
         """Run, where it can, the steps to come that only decode the same sequences, at once: each step as
         `step` runs it, value for value, from the running sequences' aggregates (their context grows by one
         token each a step). The run ends before a step that would finish a sequence, take a block the cache
-        does not have, or see a request that reached the server or the engine; it runs only where no step's
-        work or time depends on more (`_runs_decodes`: no speculative decoding, multi-step windows, pipeline
-        stages, attention ranks, drafts' slots, SSE events of several tokens or a live caller; the step's
-        costs and delivery say where theirs can be had at once). Returns whether it ran any step: the caller
+        does not have, or see a request that reached the server or the engine; with requests waiting it runs only
+        where none of its steps could admit one (`_admits_none`), and only where no step's work or time depends
+        on more (`_runs_decodes`: no speculative decoding, multi-step windows, pipeline stages, attention ranks,
+        drafts' slots, SSE events of several tokens or a live caller; the step's costs and delivery say where
+        theirs can be had at once). Returns whether it ran any step: the caller
         then calls it, or `step`, again. A caller whose requests may reach the engine between steps without
         passing through it (a cluster's router, side jobs, a live server) calls `step` alone."""
         if not (self._runs_decodes and self.decoding) or self.prefills or self.unseen or self.pipeline is not None:
