@@ -417,9 +417,9 @@ class Replica:
         where none of its steps could admit one (`_admits_none`), and only where no step's work or time depends
         on more (`_runs_decodes`: no speculative decoding, multi-step windows, pipeline stages, attention ranks,
         drafts' slots, SSE events of several tokens or a live caller; the step's costs and delivery say where
-        theirs can be had at once). Returns whether it ran any step: the caller
-        then calls it, or `step`, again. A caller whose requests may reach the engine between steps without
-        passing through it (a cluster's router, side jobs, a live server) calls `step` alone."""
+        theirs can be had at once). Returns whether it ran any step: the caller then calls it, or `step`, again.
+        A caller whose requests may reach the engine between steps without passing through it (a cluster's
+        router, side jobs, a live server) calls `step` alone."""
         if not (self._runs_decodes and self.decoding) or self.prefills or self.unseen or self.pipeline is not None:
             return False
         self._take_arrivals()  # (as `step` does first: with sequences decoding, a second call takes nothing more)
@@ -499,8 +499,12 @@ class Replica:
         for a reason no such step changes (each holds the same running sequences, reservations and refusals):
         every sequence slot is taken, the queue's head reserving its whole cache would pass what is unreserved, or
         a refusal waits for a running request to leave (`_shut`)."""
-        return (len(self.decoding) >= self.max_seqs or 0 in self.shut_ranks
-                or (self.reserve and self._reservation(self.waiting[0]) > self.unreserved_blocks))
+        return len(self.decoding) >= self.max_seqs or 0 in self.shut_ranks or self._head_cannot_reserve()
+
+    def _head_cannot_reserve(self) -> bool:
+        """Reserving (one attention rank), the queue's head needs more KV blocks than no running request has
+        reserved: it waits, and none behind it is admitted."""
+        return self.reserve and self._reservation(self.waiting[0]) > self.unreserved_blocks
 
     def _take_arrivals(self) -> None:
         """Queue the requests that have reached the engine by the time the step's batch is formed; an
@@ -826,7 +830,7 @@ class Replica:
         are the replica's."""
         admitted: list[tuple[int, int, int]] = []
         block, prefix, ratio, ranks = self.block, self.prefix, self.ratio, self.ranks
-        if self.reserve and ranks == 1 and self._reservation(self.waiting[0]) > self.unreserved_blocks:
+        if ranks == 1 and self._head_cannot_reserve():
             return admitted  # (the common case of a full engine that reserves: its queue's head waits)
         if ranks == 1:
             queues, rank_of, running, open_ranks = (self.waiting,), None, None, [0]
