@@ -101,20 +101,10 @@ class FrontEnd:
         ready, as an asyncio server's tasks do: a burst's requests are all read and parsed before the
         first is tokenized, while a request alone runs its two stages back to back. Where the tokenizer
         batches prompts, a request also waits for its batch to close (`_tokenized_from`)."""
+        if len(arrival_ns) == 1:
+            return [self.request(arrival_ns[0], first_s, then_s[0])]
         free, busy, ns_per_s = self._api_free_ns, self._api_busy_ns, self._ns_per_s
         count = len(free)
-        if len(arrival_ns) == 1:  # the common case: its stages back to back, without the heap
-            p = self._next_process
-            self._next_process = (p + 1) % count
-            at_ns, first_ns, then_ns = arrival_ns[0], round(first_s * ns_per_s), round(then_s[0] * ns_per_s)
-            if at_ns < self._tokens_ready_ns[p]:
-                start_ns, end_ns = self._ahead(p, at_ns, first_ns + then_ns)
-            else:
-                start_ns = free[p] if free[p] > at_ns else at_ns
-                end_ns = free[p] = start_ns + first_ns + then_ns
-            busy[p] += first_ns + then_ns
-            done_ns = end_ns if not self._batch_wait_ns else self._tokenized_from(p, start_ns + first_ns) + then_ns
-            return [(done_ns, done_ns - at_ns - first_ns - then_ns, first_ns + then_ns)]
         # Stages ready to run: (ready, order handed in, request, its process, stage).
         ready = []
         for k, at_ns in enumerate(arrival_ns):
@@ -144,6 +134,22 @@ class FrontEnd:
                 heapq.heappush(ready, (start_ns + work_ns, order, k, p, 1))
                 order += 1
         return waits
+
+    def request(self, at_ns: int, first_s: float, then_s: float) -> Wait:
+        """`requests` for one request that reached the server alone at `at_ns` (the common case): its two
+        stages back to back, without the heap."""
+        free, ns_per_s = self._api_free_ns, self._ns_per_s
+        p = self._next_process
+        self._next_process = (p + 1) % len(free)
+        first_ns, then_ns = round(first_s * ns_per_s), round(then_s * ns_per_s)
+        if at_ns < self._tokens_ready_ns[p]:
+            start_ns, end_ns = self._ahead(p, at_ns, first_ns + then_ns)
+        else:
+            start_ns = free[p] if free[p] > at_ns else at_ns
+            end_ns = free[p] = start_ns + first_ns + then_ns
+        self._api_busy_ns[p] += first_ns + then_ns
+        done_ns = end_ns if not self._batch_wait_ns else self._tokenized_from(p, start_ns + first_ns) + then_ns
+        return (done_ns, done_ns - at_ns - first_ns - then_ns, first_ns + then_ns)
 
     def _note_tokens(self, p: int, ready_ns: int, work_ns: int) -> None:
         """Process p takes a step's token work, ready at `ready_ns` (`_ahead` reads it)."""

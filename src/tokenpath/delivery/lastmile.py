@@ -105,6 +105,10 @@ class LastMile:
         then_s, per_token_s = self._then_s, self._tokenize_s
         return self.front_end.requests(arrival_ns, self._first_s, [then_s + n * per_token_s for n in input_tokens])
 
+    def request(self, arrival_ns: int, input_tokens: int) -> Wait:
+        """`requests` for one request, the only one that reached the server by that moment."""
+        return self.front_end.request(arrival_ns, self._first_s, self._then_s + input_tokens * self._tokenize_s)
+
     def network_ns(self, size_bytes: float) -> int:
         """One message of `size_bytes` over the client's network, either way: half a round trip plus
         its bytes at the network's bandwidth (the model of `upload_ns` and `event_network_ns`)."""

@@ -537,9 +537,9 @@ class Replica:
         upload, front_queue, front_work = requests.upload, requests.front_queue, requests.front_work
         until = (until_ns + 1) << _ID_BITS
         key = heapq.heappop(at_front)
-        if not at_front or at_front[0] >= until:  # the common case: one request, without the lists' loops
-            ids = [key & _ID_MASK]
-            waits = self.host.requests([key >> _ID_BITS], [prompt[ids[0]]])
+        if not at_front or at_front[0] >= until:  # the common case: one request, without the lists
+            ids = (key & _ID_MASK,)
+            waits = (self.host.request(key >> _ID_BITS, prompt[ids[0]]),)
         else:
             keys = [key]
             while at_front and at_front[0] < until:
