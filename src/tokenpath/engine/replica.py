@@ -479,8 +479,10 @@ class Replica:
                    "attn_pairs": pairs, "kv_read_tokens": pairs, "chunk_context_tokens": 0, "logits": decode,
                    "front_queue_ns": front_queue_ns, "front_work_ns": front_work_ns, "scheduled": 1,
                    "ahead_ns": np.rint(ahead_s * 1e9)}
-        self.rows.step_rows.append(np.column_stack([np.broadcast_to(columns[name], steps).astype(np.int64)
-                                                    for name in STEP_FIELDS]))
+        table = np.empty((steps, len(STEP_FIELDS)), np.int64)
+        for k, name in enumerate(STEP_FIELDS):
+            table[:, k] = columns[name]
+        self.rows.step_rows.append(table)
         if self.ticks_apart:
             self.rows.tick_rows.append(np.arange(s, s + steps, dtype=np.int64).reshape(-1, 1))
         self.num_steps, self.tick = s + steps, d + steps
