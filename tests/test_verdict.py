@@ -73,16 +73,70 @@ def test_kv_caches_queueing_for_slow_links_to_the_decode_pool_are_overload_that_
     assert "the KV-transfer port of the busiest replica is busy" in reason
 
 
-def _evidence(memory: float, fixed: float) -> Evidence:
+def _evidence(memory: float, fixed: float, launch: float = 0.0, host: float = 0.0) -> Evidence:
     return Evidence(busy_fraction=1.0, mean_batch_seqs=4, preemptions=0, memory_bound_fraction=memory,
                     traffic_detail="", network_rtt_s=0.02, detokenize="api-server", host_share_of_step=0.0,
-                    fixed_bound_fraction=fixed)
+                    fixed_bound_fraction=fixed, launch_bound_fraction=launch, host_bound_fraction=host)
 
 
 def test_ops_bound_by_their_fixed_kernel_cost_are_not_flop_bound():
     assert _evidence(memory=0.02, fixed=0.89).bound == "kernel-overhead"  # 9% of the time in FLOP-bound ops
     assert _evidence(memory=0.49, fixed=0.40).bound == "HBM-bandwidth"
     assert _evidence(memory=0.29, fixed=0.11).bound == "FLOP"
+
+
+def test_time_the_gpu_waits_on_its_host_is_no_flop_bound_time():
+    assert _evidence(memory=0.31, fixed=0.05, launch=0.56).bound == "kernel-launch"  # 8% FLOP-bound
+    assert _evidence(memory=0.30, fixed=0.0, host=0.35).bound == "host"  # 35% FLOP-bound: the host holds more
+    assert _evidence(memory=0.30, fixed=0.0, host=0.30, launch=0.05).bound == "FLOP"  # 35%
+
+
+# SGLang's newest release replays DeepSeek-V3's prompt steps as graphs on Hopper and not on Blackwell, where its
+# trtllm_mla backend would leave the graph (engine/cuda_graphs.py): there each prompt step launches its kernels
+# from Python, and its host's launches outlast the B200's kernels.
+SGLANG_DEEPSEEK = {"model.name": "deepseek-v3", "engine.scheduler": "prefill-first", "workload.arrival.rate": 8,
+                   "workload.num_requests": 300}
+PARTS_SCENARIOS = {
+    "sglang deepseek-v3 b200 (eager prompt steps)": {**SGLANG_DEEPSEEK, "deployment.chip": "b200"},
+    "vllm-v0 8b h100 (its host in every step)": {"model.name": "llama-3.1-8b", "deployment.chip": "h100",
+                                                 "deployment.chips": 1, "deployment.tp": 1,
+                                                 "engine.scheduler": "vllm-v0", "workload.num_requests": 200},
+    "default (graphs, overlapped host)": {"workload.num_requests": 200},
+}
+
+
+@pytest.mark.parametrize("name", PARTS_SCENARIOS)
+def test_a_steps_parts_add_up_to_the_compute_time_its_trace_recorded(name):
+    # What the verdict's shares are made of: every step's kernels, launches and host time, as step_parts_s
+    # reads them back from the step's trace row, make the compute time the engine gave the step.
+    sim = simulate(load_scenario(None, PARTS_SCENARIOS[name]))
+    compute, trace = sim.deployment.compute, sim.traces[0]
+    launched = host = 0.0
+    for k in range(len(trace.step_tokens)):
+        ops, launch_s, host_s = compute.step_parts_s(
+            int(trace.step_tokens[k]), int(trace.step_logits[k]), int(trace.step_attn_pairs[k]),
+            int(trace.step_kv_read_tokens[k]), int(trace.step_chunk_context_tokens[k]),
+            trace.step_traffic_ns[k] / 1e9, trace.step_ahead_ns[k] / 1e9, bool(trace.step_scheduled[k]))
+        parts_s = sum(op.time_s for op in ops) + launch_s + host_s
+        assert parts_s == pytest.approx(trace.step_compute_ns[k] / 1e9, rel=1e-6, abs=1e-9), k
+        launched, host = launched + launch_s, host + host_s
+    if "eager" in name:
+        assert launched > 0.1 * trace.step_compute_ns.sum() / 1e9
+    if "host in every step" in name:
+        assert host > 0.1 * trace.step_compute_ns.sum() / 1e9
+    if "graphs" in name:
+        assert launched == 0.0 and host == 0.0
+
+
+def test_steps_that_wait_on_their_hosts_launches_are_called_launch_bound_not_bandwidth_bound():
+    # On B200 over half of the steps' compute time is the GPU waiting for the launches (the verdict read
+    # "70% of compute time is in memory-bound ops, so steps are HBM-bandwidth-bound"); on H200 none is.
+    b200, reason = _verdict(**SGLANG_DEEPSEEK, **{"deployment.chip": "b200"})
+    assert "waiting on the host to launch eager steps' kernels one by one, so steps are kernel-launch-bound" in reason
+    share = int(reason.split("% waiting on the host to launch")[0].rsplit(" ", 1)[1])
+    assert 40 <= share <= 80
+    h200, reason = _verdict(**SGLANG_DEEPSEEK, **{"deployment.chip": "h200"})
+    assert "launch" not in reason and "HBM-bandwidth-bound" in reason
 
 
 def test_a_light_fp4_run_on_hopper_is_not_called_flop_bound():

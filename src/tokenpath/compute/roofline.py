@@ -493,6 +493,21 @@ class ComputeModel:
             costs.append(OpCost(op.name, flops, nbytes, work_s + fixed_s, bound))
         return costs
 
+    def step_parts_s(self, num_tokens: int, num_logits: int, attn_pairs: float, kv_read_tokens: float,
+                     chunk_context_tokens: float, traffic_s: float, ahead_s: float, scheduled: bool,
+                     sequences: int | None = None) -> tuple[list[OpCost], float, float]:
+        """A step's time in step_time_s's parts, from its trace row (`traffic_s` of collectives, the host
+        `ahead_s` ahead as it began; `sequences` as step_time_s takes it): its kernels (step_ops), what
+        launching them adds (launch_s: nothing where a graph is replayed) and the host's own time (host_s)
+        where the step waits on it (overlapped, only what the kernels and launches do not hide)."""
+        ops = self.step_ops(num_tokens, num_logits, attn_pairs, kv_read_tokens, chunk_context_tokens)
+        kernels_s = math.fsum(op.time_s for op in ops)
+        launch_s = self.launch_s(num_tokens, num_logits, kernels_s, traffic_s, ahead_s, sequences)
+        host_s = self.host_s(num_logits if sequences is None else sequences, scheduled)
+        if self.host_overlapped:
+            host_s = max(0.0, host_s - kernels_s - launch_s)
+        return ops, launch_s, host_s
+
     def graph_policy(self) -> str:
         """Which steps replay a captured CUDA graph, in words (for reports)."""
         if self._graph_max_tokens < 0:

@@ -59,7 +59,7 @@ class Evidence:
     busy_fraction: float           # share of the window the engine was running steps
     mean_batch_seqs: float
     preemptions: int
-    memory_bound_fraction: float   # share of compute time in memory-bound ops
+    memory_bound_fraction: float   # share of compute time in memory-bound ops (bound_shares)
     traffic_detail: str            # what the fabric carries each step, e.g. "160 TP all-reduces over 8 chips"
     network_rtt_s: float
     detokenize: str                # the process that detokenizes: engine, api-server or detokenizer
@@ -85,6 +85,10 @@ class Evidence:
     # Share of compute time in ops whose fixed per-kernel cost exceeds their roofline work (step_ops's
     # "fixed" bound): neither FLOPs nor HBM bandwidth limit them.
     fixed_bound_fraction: float = 0.0
+    # Share of compute time the GPU waits on the host launching an eager step's kernels one by one, and on
+    # the host's own time in a step (bound_shares).
+    launch_bound_fraction: float = 0.0
+    host_bound_fraction: float = 0.0
 
     @property
     def offered_rate_per_s(self) -> float:
@@ -94,11 +98,13 @@ class Evidence:
 
     @property
     def bound(self) -> str:
-        """What bounds the engine's compute: "HBM-bandwidth", "FLOP" or "kernel-overhead", whichever holds
-        the largest share of compute time (ops bound by their fixed per-kernel cost are no FLOP-bound ops)."""
-        flop = max(0.0, 1.0 - self.memory_bound_fraction - self.fixed_bound_fraction)
+        """What bounds the engine's compute: "HBM-bandwidth", "FLOP", "kernel-overhead", "kernel-launch" or
+        "host", whichever holds the largest share of compute time (ops bound by their fixed per-kernel cost
+        are no FLOP-bound ops, nor is the time the GPU waits on the host)."""
+        flop = max(0.0, 1.0 - self.memory_bound_fraction - self.fixed_bound_fraction - self.launch_bound_fraction
+                   - self.host_bound_fraction)
         shares = {"HBM-bandwidth": self.memory_bound_fraction, "kernel-overhead": self.fixed_bound_fraction,
-                  "FLOP": flop}
+                  "kernel-launch": self.launch_bound_fraction, "host": self.host_bound_fraction, "FLOP": flop}
         return max(shares, key=shares.get)
 
 
@@ -178,6 +184,10 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
         return (f"{of} is engine compute at a mean batch of {e.mean_batch_seqs:.0f} sequences; "
                 f"{e.memory_bound_fraction:.0%} of compute time is in memory-bound ops"
                 + (f", {e.fixed_bound_fraction:.0%} in fixed per-kernel costs" if e.bound == "kernel-overhead" else "")
+                + (f", {e.launch_bound_fraction:.0%} waiting on the host to launch eager steps' kernels one by one"
+                   if e.bound == "kernel-launch" else "")
+                + (f", {e.host_bound_fraction:.0%} waiting on the engine's host (scheduling, outputs)"
+                   if e.bound == "host" else "")
                 + f", so steps are {e.bound}-bound")
     if part == "traffic":
         return f"{of} is fabric traffic: {e.traffic_detail}"
@@ -210,15 +220,20 @@ def sample_steps(num_steps: int, samples: int = 200) -> range:
     return range(0, num_steps, max(1, num_steps // samples))
 
 
-def bound_shares(compute: ComputeModel, steps: list[tuple[int, int, int, int, int]]) -> dict[str, float]:
-    """Share of compute time in each bound of step_ops ("compute", "memory", "fixed") over the given steps.
+def bound_shares(compute: ComputeModel, steps: list[tuple]) -> dict[str, float]:
+    """Share of compute time in each part of the given steps: their ops by the bound step_ops gives them
+    ("compute", "memory", "fixed"), the time an eager step waits on its host's launches ("launch") and on
+    the host's own time ("host"), as step_time_s makes the step (ComputeModel.step_parts_s).
 
-    `steps` rows are ComputeModel.step_ops's arguments; each step's ops are
-    weighted by their own roofline times, so long steps count for more.
+    `steps` rows are step_parts_s's arguments; each step's parts are weighted by their own times, so long
+    steps count for more.
     """
-    times = {"compute": 0.0, "memory": 0.0, "fixed": 0.0}
+    times = {"compute": 0.0, "memory": 0.0, "fixed": 0.0, "launch": 0.0, "host": 0.0}
     for step in steps:
-        for op in compute.step_ops(*(int(value) for value in step)):
+        ops, launch_s, host_s = compute.step_parts_s(*step)
+        for op in ops:
             times[op.bound] += op.time_s
+        times["launch"] += launch_s
+        times["host"] += host_s
     total_s = sum(times.values())
     return {bound: time_s / total_s if total_s else 0.0 for bound, time_s in times.items()}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -81,16 +80,12 @@ def explain(sim: Simulation) -> dict[str, Any]:
         "kv_read_tokens": int(trace.step_kv_read_tokens[i]),
         "chunk_context_tokens": int(trace.step_chunk_context_tokens[i]),
     }
-    ops = deployment.compute.step_ops(shape["tokens"], shape["sampled"], shape["attention_pairs"],
-                                      shape["kv_read_tokens"], shape["chunk_context_tokens"])
     compute = deployment.compute
     scheduled = bool(trace.step_scheduled[i])
-    kernels_s = math.fsum(op.time_s for op in ops)
-    launch_s = compute.launch_s(shape["tokens"], shape["sampled"], kernels_s, trace.step_traffic_ns[i] / 1e9,
-                                trace.step_ahead_ns[i] / 1e9)
-    host_s = compute.host_s(shape["sampled"], scheduled)
-    if compute.host_overlapped:  # it prepares the next step while this one runs: only its excess shows
-        host_s = max(0.0, host_s - kernels_s - launch_s)
+    ops, launch_s, host_s = compute.step_parts_s(shape["tokens"], shape["sampled"], shape["attention_pairs"],
+                                                 shape["kv_read_tokens"], shape["chunk_context_tokens"],
+                                                 trace.step_traffic_ns[i] / 1e9, trace.step_ahead_ns[i] / 1e9,
+                                                 scheduled)
     return {
         "step": i,
         "shape": shape,

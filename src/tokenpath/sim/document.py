@@ -192,9 +192,11 @@ def assumptions_block(scenario: Any) -> dict[str, Any]:
 def _evidence(sim: Simulation, window_s: float) -> Evidence:
     traces, scenario = sim.traces, sim.scenario
     seqs = np.concatenate([t.step_seqs for t in traces])
+    speculating = scenario.engine.speculative is not None  # (step_time_s then takes the sequences sampled)
     bounds = bound_shares(sim.deployment.compute, [
-        (t.step_tokens[k], t.step_logits[k], t.step_attn_pairs[k], t.step_kv_read_tokens[k],
-         t.step_chunk_context_tokens[k])
+        (int(t.step_tokens[k]), int(t.step_logits[k]), int(t.step_attn_pairs[k]), int(t.step_kv_read_tokens[k]),
+         int(t.step_chunk_context_tokens[k]), t.step_traffic_ns[k] / 1e9, t.step_ahead_ns[k] / 1e9,
+         bool(t.step_scheduled[k]), int(t.step_seqs[k]) if speculating else None)
         for t in traces for k in sample_steps(len(t.step_tokens))
     ])
     # Each engine's step time by layer: compute, traffic, and the host blocking it (delivery).
@@ -213,6 +215,8 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         preemptions=sum(t.preemptions for t in traces),
         memory_bound_fraction=bounds["memory"],
         fixed_bound_fraction=bounds["fixed"],
+        launch_bound_fraction=bounds["launch"],
+        host_bound_fraction=bounds["host"],
         traffic_detail=traffic_detail(sim),
         network_rtt_s=scenario.delivery.network_rtt,
         detokenize=sim.deployment.front_end.detokenizes_in,
