@@ -192,7 +192,9 @@ def assumptions_block(scenario: Any) -> dict[str, Any]:
 def _evidence(sim: Simulation, window_s: float) -> Evidence:
     traces, scenario = sim.traces, sim.scenario
     seqs = np.concatenate([t.step_seqs for t in traces])
-    speculating = scenario.engine.speculative is not None  # (step_time_s then takes the sequences sampled)
+    # Speculating, step_time_s takes the sequences sampled; the trace keeps those taking part (the same
+    # where no prompt is in progress: the verify steps whose graphs and host time the count sets).
+    speculating = scenario.engine.speculative is not None
     bounds = bound_shares(sim.deployment.compute, [
         (int(t.step_tokens[k]), int(t.step_logits[k]), int(t.step_attn_pairs[k]), int(t.step_kv_read_tokens[k]),
          int(t.step_chunk_context_tokens[k]), t.step_traffic_ns[k] / 1e9, t.step_ahead_ns[k] / 1e9,
