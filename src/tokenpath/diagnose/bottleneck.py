@@ -9,8 +9,11 @@ is missed, the layer that holds most of E2E, with TTFT's own layer beside it whe
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config.units import format_duration, format_number
@@ -89,6 +92,8 @@ class Evidence:
     # the host's own time in a step (bound_shares).
     launch_bound_fraction: float = 0.0
     host_bound_fraction: float = 0.0
+    # bound_shares over the steps that hold a prompt, whose time is a first token's compute (empty: none).
+    prompt_step_shares: dict[str, float] = field(default_factory=dict)
 
     @property
     def offered_rate_per_s(self) -> float:
@@ -97,15 +102,29 @@ class Evidence:
         return self.load.offered_per_s if self.load is not None else math.nan
 
     @property
+    def shares(self) -> dict[str, float]:
+        """The compute time's shares by what bounds them, as bound_shares names them."""
+        return {"memory": self.memory_bound_fraction, "fixed": self.fixed_bound_fraction,
+                "launch": self.launch_bound_fraction, "host": self.host_bound_fraction}
+
+    @property
     def bound(self) -> str:
-        """What bounds the engine's compute: "HBM-bandwidth", "FLOP", "kernel-overhead", "kernel-launch" or
-        "host", whichever holds the largest share of compute time (ops bound by their fixed per-kernel cost
-        are no FLOP-bound ops, nor is the time the GPU waits on the host)."""
-        flop = max(0.0, 1.0 - self.memory_bound_fraction - self.fixed_bound_fraction - self.launch_bound_fraction
-                   - self.host_bound_fraction)
-        shares = {"HBM-bandwidth": self.memory_bound_fraction, "kernel-overhead": self.fixed_bound_fraction,
-                  "kernel-launch": self.launch_bound_fraction, "host": self.host_bound_fraction, "FLOP": flop}
-        return max(shares, key=shares.get)
+        """What bounds the engine's compute (bound_of)."""
+        return bound_of(self.shares)
+
+
+# The bound each share of bound_shares names, as the verdict words it.
+BOUND_NAMES = {"memory": "HBM-bandwidth", "fixed": "kernel-overhead", "launch": "kernel-launch", "host": "host"}
+
+
+def bound_of(shares: Mapping[str, float]) -> str:
+    """What bounds compute time split as bound_shares splits it: "HBM-bandwidth", "kernel-overhead",
+    "kernel-launch", "host" or "FLOP", whichever holds the largest share (ops bound by their fixed
+    per-kernel cost are no FLOP-bound ops, nor is the time the GPU waits on its host: FLOP's share is the
+    rest)."""
+    named = {BOUND_NAMES[key]: shares.get(key, 0.0) for key in BOUND_NAMES}
+    named["FLOP"] = max(0.0, 1.0 - sum(named.values()))
+    return max(named, key=named.get)
 
 
 def capacity_resource(evidence: Evidence) -> Resource:
@@ -138,7 +157,8 @@ def bottleneck(attribution_s: dict[str, Any], evidence: Evidence) -> tuple[str, 
     elif "ttft" in evidence.parts_s:
         ttft = evidence.parts_s["ttft"]
         first = max(ttft, key=ttft.get)
-        if first != part:
+        prompts = evidence.prompt_step_shares  # (a first token's compute: said where its bound is another)
+        if first != part or (part == "compute" and prompts and bound_of(prompts) != evidence.bound):
             why += f"; TTFT: {_explain(first, 'ttft', ttft, evidence)}"
     saturated = [r for r in evidence.resources if r.front_end and r.utilization >= SATURATED]
     if saturated:
@@ -173,6 +193,20 @@ def _offered_at(rate_per_s: float) -> str:
         f"at {format_number(rate_per_s)} req/s offered"
 
 
+def _bound_clause(shares: Mapping[str, float], time: str, are: str) -> str:
+    """What bounds a share of compute time, in words: its memory-bound share, the one that bounds it where
+    that is neither memory nor FLOPs."""
+    bound = bound_of(shares)
+    clause = f"{shares['memory']:.0%} of {time} is in memory-bound ops"
+    if bound == "kernel-overhead":
+        clause += f", {shares['fixed']:.0%} in fixed per-kernel costs"
+    elif bound == "kernel-launch":
+        clause += f", {shares['launch']:.0%} waiting on the host to launch eager steps' kernels one by one"
+    elif bound == "host":
+        clause += f", {shares['host']:.0%} waiting on the engine's host (scheduling, outputs)"
+    return clause + f", so {are} {bound}-bound"
+
+
 def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> str:
     """Why `part` holds its share of `metric`, in words."""
     share = parts[part] / (sum(parts.values()) or 1.0)
@@ -181,14 +215,11 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
         return (f"requests wait {of} for a batch slot: the engine was busy {e.busy_fraction:.0%} of the "
                 f"time {_offered_at(e.offered_rate_per_s)}, {e.preemptions} preemptions")
     if part == "compute":
+        if metric in ("ttft", "ttfv") and e.prompt_step_shares:  # (a first token's compute is its prompt's steps)
+            return f"{of} is engine compute in steps that hold prompts; " + _bound_clause(
+                e.prompt_step_shares, "their time", "they are")
         return (f"{of} is engine compute at a mean batch of {e.mean_batch_seqs:.0f} sequences; "
-                f"{e.memory_bound_fraction:.0%} of compute time is in memory-bound ops"
-                + (f", {e.fixed_bound_fraction:.0%} in fixed per-kernel costs" if e.bound == "kernel-overhead" else "")
-                + (f", {e.launch_bound_fraction:.0%} waiting on the host to launch eager steps' kernels one by one"
-                   if e.bound == "kernel-launch" else "")
-                + (f", {e.host_bound_fraction:.0%} waiting on the engine's host (scheduling, outputs)"
-                   if e.bound == "host" else "")
-                + f", so steps are {e.bound}-bound")
+                + _bound_clause(e.shares, "compute time", "steps are"))
     if part == "traffic":
         return f"{of} is fabric traffic: {e.traffic_detail}"
     if part == "application":
@@ -215,9 +246,9 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
     return f"{of} is the last mile: {rtt}, and {host}"
 
 
-def sample_steps(num_steps: int, samples: int = 200) -> range:
-    """Up to `samples` evenly spaced step indices."""
-    return range(0, num_steps, max(1, num_steps // samples))
+def sample_steps(steps: np.ndarray, samples: int = 200) -> np.ndarray:
+    """Up to `samples` evenly spaced of the step indices `steps`."""
+    return steps[::max(1, len(steps) // samples)]
 
 
 def bound_shares(compute: ComputeModel, steps: list[tuple]) -> dict[str, float]:

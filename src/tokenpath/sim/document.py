@@ -195,12 +195,19 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
     # Speculating, step_time_s takes the sequences sampled; the trace keeps those taking part (the same
     # where no prompt is in progress: the verify steps whose graphs and host time the count sets).
     speculating = scenario.engine.speculative is not None
-    bounds = bound_shares(sim.deployment.compute, [
-        (int(t.step_tokens[k]), int(t.step_logits[k]), int(t.step_attn_pairs[k]), int(t.step_kv_read_tokens[k]),
-         int(t.step_chunk_context_tokens[k]), t.step_traffic_ns[k] / 1e9, t.step_ahead_ns[k] / 1e9,
-         bool(t.step_scheduled[k]), int(t.step_seqs[k]) if speculating else None)
-        for t in traces for k in sample_steps(len(t.step_tokens))
-    ])
+
+    def shares(prompts_only: bool) -> dict[str, float]:
+        """bound_shares over evenly spaced steps of each trace (`prompts_only`: of those that hold a prompt)."""
+        rows = []
+        for t in traces:
+            steps = np.flatnonzero(t.step_tokens != t.step_logits) if prompts_only else np.arange(len(t.step_tokens))
+            rows += [(int(t.step_tokens[k]), int(t.step_logits[k]), int(t.step_attn_pairs[k]),
+                      int(t.step_kv_read_tokens[k]), int(t.step_chunk_context_tokens[k]), t.step_traffic_ns[k] / 1e9,
+                      t.step_ahead_ns[k] / 1e9, bool(t.step_scheduled[k]), int(t.step_seqs[k]) if speculating else None)
+                     for k in sample_steps(steps)]
+        return bound_shares(sim.deployment.compute, rows)
+
+    bounds, prompt_bounds = shares(prompts_only=False), shares(prompts_only=True)
     # Each engine's step time by layer: compute, traffic, and the host blocking it (delivery).
     busy_ns = [{"compute": int(t.step_compute_ns.sum()), "traffic": int(t.step_traffic_ns.sum()),
                 "delivery": int(t.step_blocking_ns.sum())} for t in traces]
@@ -219,6 +226,7 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         fixed_bound_fraction=bounds["fixed"],
         launch_bound_fraction=bounds["launch"],
         host_bound_fraction=bounds["host"],
+        prompt_step_shares=prompt_bounds if any(prompt_bounds.values()) else {},
         traffic_detail=traffic_detail(sim),
         network_rtt_s=scenario.delivery.network_rtt,
         detokenize=sim.deployment.front_end.detokenizes_in,
