@@ -139,7 +139,7 @@ LAUNCHES = "waiting on the host to launch eager steps' kernels one by one"
 def test_steps_that_wait_on_their_hosts_launches_are_called_launch_bound_not_flop_bound():
     # trtllm-serve's defaults capture decode batches of 1-32, 64 and 128 sequences and pad none: at 20 req/s
     # most steps launch their kernels from Python, and over half of the compute time is the GPU waiting for
-    # them (the verdict read "9% of compute time is in memory-bound ops, so steps are FLOP-bound"). Padded,
+    # them (the verdict read "21% of compute time is in memory-bound ops, so steps are FLOP-bound"). Padded,
     # the decode steps replay graphs and the rest is the ops'.
     trtllm = {"engine.scheduler": "trtllm", "workload.arrival.rate": 20}
     _, reason = _verdict(**trtllm)
@@ -151,9 +151,10 @@ def test_steps_that_wait_on_their_hosts_launches_are_called_launch_bound_not_flo
 
 
 def test_a_first_token_whose_prompt_steps_wait_on_launches_says_so_beside_a_bandwidth_bound_decode():
-    # SGLang on B200 runs DeepSeek-V3's prompt steps eagerly and its decode steps as graphs: E2E's compute is
-    # the decodes', bandwidth-bound, and TTFT's the prompt steps', three quarters of it the launches. On
-    # H200 the prompts replay graphs too, and the TTFT line names no launches.
+    # SGLang on B200 runs DeepSeek-V3's prompt steps eagerly and its decode steps as graphs: a first token's
+    # compute is its prompt's steps, three quarters of their time the launches (the TTFT line read "66% of
+    # compute time is in memory-bound ops, so steps are HBM-bandwidth-bound", over every step). On H200 the
+    # prompts replay graphs too, and the TTFT line names no launches.
     _, reason = _verdict(**SGLANG_DEEPSEEK, **{"deployment.chip": "b200"})
     ttft = reason.split("; TTFT: ")[1]
     assert "of TTFT is engine compute in steps that hold prompts" in ttft
