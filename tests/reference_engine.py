@@ -445,8 +445,11 @@ class _Replica:
 
     def run(self) -> EngineTrace:
         while self.done < self.n:
-            for i in self.aborts.pop(len(self.steps), ()):
-                self.aborted.append(self.abort(i))
+            # The aborts due before this step, and before any the engine ran without coming back here (an
+            # overlapped engine's finished batch, `run_finished`): late, as the harness makes them.
+            for step in sorted(step for step in self.aborts if step <= len(self.steps)):
+                for i in self.aborts.pop(step):
+                    self.aborted.append(self.abort(i))
             if self.done == self.n:
                 break
             busy = self.waiting or len(self.running)

@@ -1178,6 +1178,10 @@ def test_held_drafts_slots_match_the_straightforward_reference_exactly(
 # ... and an abort due just before that batch's step, of a request it finished, returns False in both engines
 @example(n=3, max_seqs=1, budget=64, kv_blocks=20, chunked=False, profile={"scheduler": "prefill-first"}, drafts=1,
          acceptance=1.0, share=1.0, seed=648)
+# ... and one due before the step after that batch, of a request still waiting, is made in both (the reference
+# had dropped it, and ran the request)
+@example(n=21, max_seqs=2, budget=64, kv_blocks=20, chunked=False, profile={"scheduler": "prefill-first"}, drafts=1,
+         acceptance=1.0, share=1.0, seed=3603)
 def test_random_aborts_under_speculative_decoding_give_the_same_trace_in_both_engines(
         n, max_seqs, budget, kv_blocks, chunked, profile, drafts, acceptance, share, seed):
     """Requests aborted before random steps while sequences verify drafts (finishing short of a step's advance,
