@@ -246,19 +246,16 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
     return f"{of} is the last mile: {rtt}, and {host}"
 
 
-def sample_steps(steps: np.ndarray, samples: int = 200) -> np.ndarray:
+def sample_steps(steps: np.ndarray, samples: int = 100) -> np.ndarray:
     """Up to `samples` evenly spaced of the step indices `steps`."""
     return steps[::max(1, len(steps) // samples)]
 
 
-def bound_shares(compute: ComputeModel, steps: list[tuple]) -> dict[str, float]:
-    """Share of compute time in each part of the given steps: their ops by the bound step_ops gives them
-    ("compute", "memory", "fixed"), the time an eager step waits on its host's launches ("launch") and on
-    the host's own time ("host"), as step_time_s makes the step (ComputeModel.step_parts_s).
-
-    `steps` rows are step_parts_s's arguments; each step's parts are weighted by their own times, so long
-    steps count for more.
-    """
+def bound_times_s(compute: ComputeModel, steps: list[tuple]) -> dict[str, float]:
+    """The compute time of the given steps in parts: their ops by the bound step_ops gives them ("compute",
+    "memory", "fixed"), the time an eager step waits on its host's launches ("launch") and on the host's own
+    time ("host"), as step_time_s makes the step (ComputeModel.step_parts_s; `steps` rows are its
+    arguments)."""
     times = {"compute": 0.0, "memory": 0.0, "fixed": 0.0, "launch": 0.0, "host": 0.0}
     for step in steps:
         ops, launch_s, host_s = compute.step_parts_s(*step)
@@ -266,5 +263,10 @@ def bound_shares(compute: ComputeModel, steps: list[tuple]) -> dict[str, float]:
             times[op.bound] += op.time_s
         times["launch"] += launch_s
         times["host"] += host_s
-    total_s = sum(times.values())
-    return {bound: time_s / total_s if total_s else 0.0 for bound, time_s in times.items()}
+    return times
+
+
+def shares_of(times_s: dict[str, float]) -> dict[str, float]:
+    """Each part's share of the time (bound_times_s's parts); none of none."""
+    total_s = sum(times_s.values())
+    return {bound: time_s / total_s if total_s else 0.0 for bound, time_s in times_s.items()}

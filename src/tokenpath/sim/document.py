@@ -14,7 +14,15 @@ import numpy as np
 from tokenpath.config.assumptions import DELIVERY_FIELDS, lookup
 from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
-from tokenpath.diagnose.bottleneck import KV_FULL, Evidence, Resource, bottleneck, bound_shares, sample_steps
+from tokenpath.diagnose.bottleneck import (
+    KV_FULL,
+    Evidence,
+    Resource,
+    bottleneck,
+    bound_times_s,
+    sample_steps,
+    shares_of,
+)
 from tokenpath.diagnose.felt import APPLICATION, PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
 from tokenpath.sim.bands import attach_bands, shipped_records
@@ -189,25 +197,34 @@ def assumptions_block(scenario: Any) -> dict[str, Any]:
     return block
 
 
+def _bound_shares(sim: Simulation) -> tuple[dict[str, float], dict[str, float]]:
+    """What bounds the steps' compute time (bound_times_s's parts, as shares): over every step, and over the
+    steps that hold a prompt (a first token's). Evenly spaced steps of each trace are read, those that hold a
+    prompt and the others sampled apart, each sample standing for its kind's steps. Speculating, step_time_s
+    takes the sequences sampled; the trace keeps those taking part (the same where no prompt is in progress:
+    the verify steps whose graphs and host time the count sets)."""
+    speculating = sim.scenario.engine.speculative is not None
+    prompt_times_s = dict.fromkeys(("compute", "memory", "fixed", "launch", "host"), 0.0)
+    all_times_s = dict(prompt_times_s)
+    for t in sim.traces:
+        holds_prompt = t.step_tokens != t.step_logits
+        for steps, in_prompts in ((np.flatnonzero(holds_prompt), True), (np.flatnonzero(~holds_prompt), False)):
+            sampled = sample_steps(steps)
+            times_s = bound_times_s(sim.deployment.compute, [
+                (int(t.step_tokens[k]), int(t.step_logits[k]), int(t.step_attn_pairs[k]), int(t.step_kv_read_tokens[k]),
+                 int(t.step_chunk_context_tokens[k]), t.step_traffic_ns[k] / 1e9, t.step_ahead_ns[k] / 1e9,
+                 bool(t.step_scheduled[k]), int(t.step_seqs[k]) if speculating else None) for k in sampled])
+            for part, time_s in times_s.items():
+                all_times_s[part] += time_s * len(steps) / max(len(sampled), 1)
+                if in_prompts:
+                    prompt_times_s[part] += time_s
+    return shares_of(all_times_s), shares_of(prompt_times_s)
+
+
 def _evidence(sim: Simulation, window_s: float) -> Evidence:
     traces, scenario = sim.traces, sim.scenario
     seqs = np.concatenate([t.step_seqs for t in traces])
-    # Speculating, step_time_s takes the sequences sampled; the trace keeps those taking part (the same
-    # where no prompt is in progress: the verify steps whose graphs and host time the count sets).
-    speculating = scenario.engine.speculative is not None
-
-    def shares(prompts_only: bool) -> dict[str, float]:
-        """bound_shares over evenly spaced steps of each trace (`prompts_only`: of those that hold a prompt)."""
-        rows = []
-        for t in traces:
-            steps = np.flatnonzero(t.step_tokens != t.step_logits) if prompts_only else np.arange(len(t.step_tokens))
-            rows += [(int(t.step_tokens[k]), int(t.step_logits[k]), int(t.step_attn_pairs[k]),
-                      int(t.step_kv_read_tokens[k]), int(t.step_chunk_context_tokens[k]), t.step_traffic_ns[k] / 1e9,
-                      t.step_ahead_ns[k] / 1e9, bool(t.step_scheduled[k]), int(t.step_seqs[k]) if speculating else None)
-                     for k in sample_steps(steps)]
-        return bound_shares(sim.deployment.compute, rows)
-
-    bounds, prompt_bounds = shares(prompts_only=False), shares(prompts_only=True)
+    bounds, prompt_bounds = _bound_shares(sim)
     # Each engine's step time by layer: compute, traffic, and the host blocking it (delivery).
     busy_ns = [{"compute": int(t.step_compute_ns.sum()), "traffic": int(t.step_traffic_ns.sum()),
                 "delivery": int(t.step_blocking_ns.sum())} for t in traces]
