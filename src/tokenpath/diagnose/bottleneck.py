@@ -62,7 +62,7 @@ class Evidence:
     busy_fraction: float           # share of the window the engine was running steps
     mean_batch_seqs: float
     preemptions: int
-    memory_bound_fraction: float   # share of compute time in memory-bound ops (bound_shares)
+    memory_bound_fraction: float   # share of compute time in memory-bound ops (shares_of)
     traffic_detail: str            # what the fabric carries each step, e.g. "160 TP all-reduces over 8 chips"
     network_rtt_s: float
     detokenize: str                # the process that detokenizes: engine, api-server or detokenizer
@@ -89,10 +89,10 @@ class Evidence:
     # "fixed" bound): neither FLOPs nor HBM bandwidth limit them.
     fixed_bound_fraction: float = 0.0
     # Share of compute time the GPU waits on the host launching an eager step's kernels one by one, and on
-    # the host's own time in a step (bound_shares).
+    # the host's own time in a step (shares_of).
     launch_bound_fraction: float = 0.0
     host_bound_fraction: float = 0.0
-    # bound_shares over the steps that hold a prompt, whose time is a first token's compute (empty: none).
+    # shares_of the steps that hold a prompt, whose time is a first token's compute (empty: none).
     prompt_step_shares: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -103,7 +103,7 @@ class Evidence:
 
     @property
     def shares(self) -> dict[str, float]:
-        """The compute time's shares by what bounds them, as bound_shares names them."""
+        """The compute time's shares by what bounds them, as shares_of names them."""
         return {"memory": self.memory_bound_fraction, "fixed": self.fixed_bound_fraction,
                 "launch": self.launch_bound_fraction, "host": self.host_bound_fraction}
 
@@ -113,12 +113,12 @@ class Evidence:
         return bound_of(self.shares)
 
 
-# The bound each share of bound_shares names, as the verdict words it.
+# The bound each part of bound_times_s names, as the verdict words it.
 BOUND_NAMES = {"memory": "HBM-bandwidth", "fixed": "kernel-overhead", "launch": "kernel-launch", "host": "host"}
 
 
 def bound_of(shares: Mapping[str, float]) -> str:
-    """What bounds compute time split as bound_shares splits it: "HBM-bandwidth", "kernel-overhead",
+    """What bounds compute time split as bound_times_s splits it (shares_of): "HBM-bandwidth", "kernel-overhead",
     "kernel-launch", "host" or "FLOP", whichever holds the largest share (ops bound by their fixed
     per-kernel cost are no FLOP-bound ops, nor is the time the GPU waits on its host: FLOP's share is the
     rest)."""
