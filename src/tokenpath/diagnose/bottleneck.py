@@ -251,12 +251,16 @@ def sample_steps(steps: np.ndarray, samples: int = 100) -> np.ndarray:
     return steps[::max(1, len(steps) // samples)]
 
 
+# The parts bound_times_s splits compute time into: ops by the bound step_ops gives them, then the host's.
+TIME_PARTS = ("compute", "memory", "fixed", "launch", "host")
+
+
 def bound_times_s(compute: ComputeModel, steps: list[tuple]) -> dict[str, float]:
     """The compute time of the given steps in parts: their ops by the bound step_ops gives them ("compute",
     "memory", "fixed"), the time an eager step waits on its host's launches ("launch") and on the host's own
     time ("host"), as step_time_s makes the step (ComputeModel.step_parts_s; `steps` rows are its
     arguments)."""
-    times = {"compute": 0.0, "memory": 0.0, "fixed": 0.0, "launch": 0.0, "host": 0.0}
+    times = dict.fromkeys(TIME_PARTS, 0.0)
     for step in steps:
         ops, launch_s, host_s = compute.step_parts_s(*step)
         for op in ops:

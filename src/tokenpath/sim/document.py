@@ -16,6 +16,7 @@ from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.diagnose.bottleneck import (
     KV_FULL,
+    TIME_PARTS,
     Evidence,
     Resource,
     bottleneck,
@@ -204,7 +205,7 @@ def _bound_shares(sim: Simulation) -> tuple[dict[str, float], dict[str, float]]:
     takes the sequences sampled; the trace keeps those taking part (the same where no prompt is in progress:
     the verify steps whose graphs and host time the count sets)."""
     speculating = sim.scenario.engine.speculative is not None
-    prompt_times_s = dict.fromkeys(("compute", "memory", "fixed", "launch", "host"), 0.0)
+    prompt_times_s = dict.fromkeys(TIME_PARTS, 0.0)
     all_times_s = dict(prompt_times_s)
     for t in sim.traces:
         holds_prompt = t.step_tokens != t.step_logits
