@@ -665,6 +665,16 @@ def test_weights_that_fit_the_chip_but_not_the_engine_s_share_name_the_share():
         cm.kv_capacity_tokens(0.05, 8192)
 
 
+def test_weights_larger_than_the_chip_are_refused_whatever_the_share_covers():
+    """SGLang's share covers the weights and the pool alone: no share of an H100 holds 70B at bf16, so the
+    error says raise --tp, not the share."""
+    cm = compute_model("llama-3.1-70b", chip="h100", tp=1, weights="bf16")
+    for covers in ("all", "weights_and_kv", "free_memory"):
+        with pytest.raises(UserError, match=r"does not fit in h100's 80 GiB HBM; raise --tp or use a lower "
+                                            r"precision$"):
+            cm.kv_capacity_tokens(0.9, 8192, share_covers=covers)
+
+
 def test_activations_crowding_out_kv_is_reported():
     cm = compute_model("llama-3.1-8b", chip="tpu-v6e", tp=1, weights="bf16")
     with pytest.raises(UserError, match="leaves no room for KV cache .* lower max_batched_tokens"):

@@ -155,6 +155,20 @@ def test_a_share_too_small_for_the_weights_names_the_share_to_raise():
         _deployment("prefill-first", **{"engine.gpu_memory_utilization": 0.4})
 
 
+def test_a_model_that_does_not_fit_names_its_published_checkpoint_where_that_is_smaller():
+    """gpt-oss-120b's checkpoint keeps MXFP4 experts beside bf16 attention; an fp8 scenario's 110 GiB do not
+    fit one H100, its checkpoint's 64 GiB do. Llama's bf16 checkpoint is larger than fp8: no hint."""
+    one_h100 = {"deployment.chip": "h100", "deployment.chips": 1, "deployment.tp": 1}
+    with pytest.raises(DoesNotFit, match=r"does not fit in h100's 80 GiB HBM; raise --tp or use a lower precision "
+                                         r"\(gpt-oss-120b's published checkpoint is bf16 with fp4 routed experts: "
+                                         r"--precision bf16 --set model.expert_precision=fp4\)$"):
+        build_deployment(load_scenario("typical", {"model.name": "gpt-oss-120b", **one_h100}))
+    as_published = {"model.name": "gpt-oss-120b", "model.precision": "bf16", "model.expert_precision": "fp4"}
+    assert build_deployment(load_scenario("typical", {**as_published, **one_h100})).kv_capacity_tokens > 0
+    with pytest.raises(DoesNotFit, match=r"raise --tp or use a lower precision$"):
+        build_deployment(load_scenario("typical", {"model.name": "llama-3.1-405b", **one_h100}))
+
+
 @pytest.mark.parametrize(("scheduler", "words"), [
     ("vllm-v1", "0.9 of HBM for everything"), ("trtllm", "0.9 of the memory the weights and a step leave"),
     ("prefill-first", "0.81 of HBM for weights and KV cache"),  # 0.4.2's table at TP8

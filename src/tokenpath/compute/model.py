@@ -16,10 +16,20 @@ from tokenpath.config.errors import UserError
 # (delivery/chat_template.chat_template_chars).
 CATALOG_ONLY_KEYS = ("source", "aliases", "hf_id", "hf_precision", "hf_expert_precision", "hf_chat_template_chars")
 
+# A catalog checkpoint's weights are bf16 unless its entry says (models.toml `hf_precision`).
+CHECKPOINT_PRECISION = "bf16"
+
 
 def list_models() -> list[str]:
     """Canonical names of the catalog's models, in catalog order."""
     return catalog.entry_names(catalog.MODELS_FILE)
+
+
+def checkpoint_precision(name: str) -> tuple[str, str | None]:
+    """The precision a catalog model's published checkpoint stores its weights in, and its routed experts'
+    where they differ (models.toml `hf_precision` and `hf_expert_precision`; None: the same)."""
+    _, entry = catalog.lookup(catalog.MODELS_FILE, name, "model", "models")
+    return entry.get("hf_precision", CHECKPOINT_PRECISION), entry.get("hf_expert_precision")
 
 
 def load_model(name_or_path: str) -> ModelSpec:

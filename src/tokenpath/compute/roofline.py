@@ -375,13 +375,13 @@ class ComputeModel:
                     f"tp={self.tp}, pp={self.pp}")
             if drafter is not None:
                 what += f", the drafter's {drafter.weight_bytes_per_chip / 2**30:.1f} GiB included"
+            if weights >= hbm:
+                raise DoesNotFit(f"model {self.model.name} ({what}) does not fit in {where}; "
+                                f"raise --tp or use a lower precision")
             if share_covers == "weights_and_kv":
                 raise DoesNotFit(f"model {self.model.name} ({what}) leaves no room for KV cache in {where} at "
                                 f"gpu_memory_utilization={share:.3g}, the share for weights and KV cache; raise "
                                 f"--tp, use a lower precision or raise engine.gpu_memory_utilization")
-            if weights >= hbm:
-                raise DoesNotFit(f"model {self.model.name} ({what}) does not fit in {where}; "
-                                f"raise --tp or use a lower precision")
             if weights >= budget:  # it fits the chip, not the share of it the engine takes
                 raise DoesNotFit(f"model {self.model.name} ({what}) does not fit in the {budget / 2**30:.3g} GiB the "
                                 f"engine takes of {where} (gpu_memory_utilization={share:g}); raise "

@@ -7,13 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenpath import catalog
+from tokenpath.compute.model import checkpoint_precision
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.sim.scenario import Scenario
-
-# A catalog checkpoint's weights are bf16 unless its entry says (models.toml `hf_precision`).
-CHECKPOINT_PRECISION = "bf16"
-
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -42,7 +39,7 @@ def checkpoint(scenario: Scenario, model_id: str | None = None) -> Checkpoint:
     if files.exists(scenario.model_source()):
         raise UserError(f"model {quoted(name)} has no hf_id; pass --model-id")
     _, entry = catalog.lookup(catalog.MODELS_FILE, name, "model", "models")
-    precision, experts = entry.get("hf_precision", CHECKPOINT_PRECISION), entry.get("hf_expert_precision")
+    precision, experts = checkpoint_precision(name)
     if "/" in name:  # a Hugging Face id, as written, of a catalog model
         return Checkpoint(name, precision, experts)
     if "hf_id" not in entry:

@@ -10,8 +10,9 @@ import numpy as np
 
 from tokenpath.compute.chip import ChipSpec, load_chip
 from tokenpath.compute.drafter import PROJECTION_ONCE_A_STEP, DraftCost, drafter_compute
-from tokenpath.compute.model import load_model
+from tokenpath.compute.model import checkpoint_precision, load_model
 from tokenpath.compute.model_spec import ModelSpec
+from tokenpath.compute.precision import PRECISION_BYTES
 from tokenpath.compute.roofline import ComputeModel
 from tokenpath.config import files
 from tokenpath.config.assumptions import Assumptions
@@ -173,13 +174,16 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                      if engine.profile.sampler_in_memory_profile else None)
     share = engine.memory_share(chip.hbm_bytes, dep.tp, dep.pp, dep.attention_dp, prefill_graph_tokens, model.is_mla,
                                 chip.generation)
-    kv_tokens = compute.kv_capacity_tokens(share, engine.max_num_batched_tokens, engine.max_num_seqs,
-                                           drafter if engine.drafter_in_pool else None,
-                                           sampler_bytes, engine.profile.memory_share_covers,
-                                           engine.kv_margin(chip.generation),
-                                           engine.sliding_pool_ratio(chip.generation),
-                                           engine.block_size,
-                                           engine.profile.pp_batches_share_running_cap) // dep.pp
+    try:
+        kv_tokens = compute.kv_capacity_tokens(share, engine.max_num_batched_tokens, engine.max_num_seqs,
+                                               drafter if engine.drafter_in_pool else None,
+                                               sampler_bytes, engine.profile.memory_share_covers,
+                                               engine.kv_margin(chip.generation),
+                                               engine.sliding_pool_ratio(chip.generation),
+                                               engine.block_size,
+                                               engine.profile.pp_batches_share_running_cap) // dep.pp
+    except DoesNotFit as error:
+        raise DoesNotFit(f"{error}{_as_published(scenario)}") from None
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
     if fabric == SwitchFabric():  # none given (or only its defaults): the chip's own, nodes beyond its domain
         fabric, fabric_name = chip_fabric(chip, dep.chips)
@@ -210,6 +214,21 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         resolved = engine.with_running_from_kv(kv_tokens, model.max_context, workers)
     return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens, share, engines,
                       resolved, fabric_name, front_end.layout(scenario, engines))
+
+
+def _as_published(scenario: Scenario) -> str:
+    """Where a catalog model's published checkpoint stores weights in fewer bytes than the scenario's
+    precision (gpt-oss's MXFP4 experts beside an fp8 scenario): how to simulate it as published; else ''."""
+    if files.exists(scenario.model_source()):
+        return ""
+    precision, experts = checkpoint_precision(scenario.model.name)
+    asked = scenario.model.precision, scenario.model.expert_precision or scenario.model.precision
+    if (precision, experts or precision) == asked or min(
+            PRECISION_BYTES[p] for p in (precision, experts or precision)) >= PRECISION_BYTES[asked[1]]:
+        return ""
+    flags = f"--precision {precision}" + (f" --set model.expert_precision={experts}" if experts else "")
+    stored = precision + (f" with {experts} routed experts" if experts else "")
+    return f" ({scenario.model.name}'s published checkpoint is {stored}: {flags})"
 
 
 def _drafter(scenario: Scenario, model: ModelSpec, chip: ChipSpec, assumptions: Assumptions,
