@@ -12,6 +12,7 @@ from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.sim.scenario import Scenario
 
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A model repository to serve. `precision` None: the user's own, taken as the scenario's precision."""
