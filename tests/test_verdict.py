@@ -3,11 +3,13 @@ verdict, and a metric that misses its SLO is explained by the layer that holds i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from tokenpath import load_scenario, simulate
-from tokenpath.diagnose.bottleneck import Evidence
+from tokenpath.diagnose.bottleneck import Evidence, bottleneck
 from tokenpath.diagnose.felt import PARTS, felt_parts_s
 from tokenpath.sim.document import result_document
 
@@ -196,3 +198,41 @@ def test_an_overload_whose_batch_the_kv_cache_holds_names_the_cache():
     reason = summary["bottleneck_reason"]
     assert reason.startswith("overloaded")
     assert "its batch held by its KV cache of 10,040 tokens, 89% full on average, 120 preemptions" in reason
+    assert "requests wait 86% of E2E for KV cache, the cache 89% full over the engine's time" in reason
+
+
+def _queued(queue_ttft_s: float, slots: float = 0.5, kv: float = 0.5, pause: str = "") -> str:
+    """The verdict on a run whose E2E is 10 s, 6 s of it queue, `queue_ttft_s` of that before the first step."""
+    attribution = {"queue": 6.0, "compute": 3.0, "traffic": 0.5, "delivery": 0.5}
+    evidence = replace(_evidence(memory=0.3, fixed=0.0), max_num_seqs=64, slots_held_fraction=slots,
+                       kv_full_fraction=kv, prompts_pause_decodes=pause,
+                       parts_s={"ttft": {"queue": queue_ttft_s, "compute": 0.1, "traffic": 0.0, "delivery": 0.05}})
+    layer, reason = bottleneck(attribution, evidence)
+    assert layer == "distribution"
+    return reason
+
+
+def test_a_queue_says_what_requests_wait_for():
+    """Before the first step: a batch slot where the batch holds nearly every one, KV cache where it is
+    nearly full, else the step in progress (not a slot: the default scenario's batch holds 16% of its
+    slots); after it, the steps a running request sits out, as the prompt steps SGLang runs without the
+    decodes."""
+    assert _queued(6.0, slots=0.95).startswith("requests wait 60% of E2E for a batch slot, 95% of the engine's "
+                                               "64 held over its time: the engine was busy 100%")
+    assert _queued(6.0, kv=0.9).startswith("requests wait 60% of E2E for KV cache, the cache 90% full over the "
+                                           "engine's time: ")
+    assert _queued(4.5).startswith("requests wait 60% of E2E, 75% of it for their first step, behind the step in "
+                                   "progress and the prompts ahead: ")
+    pause = "SGLang's prompt steps run without the decodes (mixed_chunk off)"
+    assert _queued(0.12, slots=0.95, pause=pause).startswith(
+        f"requests wait 60% of E2E, 98% of it sitting out steps after their first token: {pause}, the engine was ")
+
+
+def test_sglang_s_decodes_sit_out_its_prompt_steps_and_mixed_chunks_keep_them_in():
+    sglang = {"engine.scheduler": "prefill-first", "workload.num_requests": 300}
+    apart = simulate(load_scenario(None, sglang)).summary["bottleneck_reason"]
+    assert apart.startswith("requests wait 53% of E2E, 98% of it sitting out steps after their first token: SGLang's "
+                            "prompt steps run without the decodes (mixed_chunk off)")
+    mixed = simulate(load_scenario(None, {**sglang, "engine.chunked_prefill": True, "engine.mixed_chunk": True}))
+    assert "TTFT: requests wait 43% of TTFT for their first step, behind the step in progress" in \
+        mixed.summary["bottleneck_reason"]

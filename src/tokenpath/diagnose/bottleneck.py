@@ -49,6 +49,9 @@ class Resource:
 
 # A one-at-a-time resource busy this share of the time is saturated, and limits before an engine does.
 SATURATED = 0.9
+# An engine whose batch holds this share of its max_num_seqs on average (over its time) has its batch
+# slots held: a request waits for one.
+SLOTS_HELD = 0.9
 # An engine whose KV cache holds this share of its tokens on average (weighted by step time), and that
 # preempts or runs a mean batch under 0.9 of its max_num_seqs, has its batch held by the cache: more KV
 # memory batches more (sim/document.py's _resources).
@@ -94,6 +97,15 @@ class Evidence:
     host_bound_fraction: float = 0.0
     # shares_of the steps that hold a prompt, whose time is a first token's compute (empty: none).
     prompt_step_shares: dict[str, float] = field(default_factory=dict)
+    # What a queue's wait is for (_queue_clause): the engine's batch slots (max_num_seqs; 0: unknown) and
+    # the share of them its steps hold on average, weighted by step time (a run's last steps, draining,
+    # are short); the share of its KV cache its steps hold likewise (sim/document.py's _kv_full); and,
+    # where prompts run in steps of their own while the decoding sequences pause
+    # (EngineSpec.prefills_alone), those words.
+    max_num_seqs: int = 0
+    slots_held_fraction: float = 0.0
+    kv_full_fraction: float = 0.0
+    prompts_pause_decodes: str = ""
 
     @property
     def offered_rate_per_s(self) -> float:
@@ -178,7 +190,8 @@ def _overloaded(attribution_s: dict[str, float], evidence: Evidence, load: Load)
     reason += f"; signs: {', '.join(load.signs())}"
     total = sum(attribution_s.values()) or 1.0
     if max(attribution_s, key=attribution_s.get) == "queue":
-        reason += f"; requests wait {attribution_s['queue'] / total:.0%} of E2E for a batch slot"
+        reason += f"; requests wait {attribution_s['queue'] / total:.0%} of E2E" + _queue_clause(
+            "e2e", attribution_s["queue"], evidence)
     if load.caveat():
         reason += f" ({load.caveat()})"
     return LAYER_OF_PART[limit.layer], reason
@@ -207,13 +220,41 @@ def _bound_clause(shares: Mapping[str, float], time: str, are: str) -> str:
     return clause + f", so {are} {bound}-bound"
 
 
+def _queue_clause(metric: str, queue_s: float, e: Evidence) -> str:
+    """What `metric`'s `queue_s` of waiting is for, in words that follow "requests wait N% of METRIC": the
+    request's first step (a TTFT's wait, felt.py), or the steps it sits out after its first token (TPOT's);
+    E2E's holds both, and is said by the larger. A first step waits for a batch slot where the batch holds
+    nearly every one (SLOTS_HELD), for KV cache where the cache is that full (KV_FULL), and otherwise
+    behind the step in progress and the prompts ahead; a running request sits out the prompt steps an
+    engine runs without its decodes, and its preemptions."""
+    first_s = {"ttft": queue_s, "ttfv": queue_s, "tpot": 0.0}.get(
+        metric, min(queue_s, e.parts_s.get("ttft", {}).get("queue", queue_s)))
+    later_s = queue_s - first_s
+    busy = f"the engine was busy {e.busy_fraction:.0%} of the time {_offered_at(e.offered_rate_per_s)}"
+    preempted = f"{e.preemptions} preemptions"
+
+    def of_it(part_s: float) -> str:  # the part's share of the wait, unless it is (nearly) all of it
+        return "" if part_s >= 0.995 * queue_s else f", {part_s / queue_s:.0%} of it"
+
+    if first_s < later_s:
+        why = [e.prompts_pause_decodes] if e.prompts_pause_decodes else []
+        return f"{of_it(later_s)} sitting out steps after their first token: " + ", ".join([*why, busy, preempted])
+    if e.slots_held_fraction >= SLOTS_HELD:
+        wait = (f"for a batch slot, {e.slots_held_fraction:.0%} of the engine's {e.max_num_seqs:,} held over its "
+                "time")
+    elif e.kv_full_fraction >= KV_FULL:
+        wait = f"for KV cache, the cache {e.kv_full_fraction:.0%} full over the engine's time"
+    else:
+        wait = "for their first step, behind the step in progress and the prompts ahead"
+    return f"{of_it(first_s)} {wait}: {busy}, {preempted}"
+
+
 def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> str:
     """Why `part` holds its share of `metric`, in words."""
     share = parts[part] / (sum(parts.values()) or 1.0)
     of = f"{share:.0%} of {METRIC_NAMES[metric]}"
     if part == "queue":
-        return (f"requests wait {of} for a batch slot: the engine was busy {e.busy_fraction:.0%} of the "
-                f"time {_offered_at(e.offered_rate_per_s)}, {e.preemptions} preemptions")
+        return f"requests wait {of}" + _queue_clause(metric, parts[part], e)
     if part == "compute":
         if metric in ("ttft", "ttfv") and e.prompt_step_shares:  # (a first token's compute is its prompt's steps)
             return f"{of} is engine compute in steps that hold prompts; " + _bound_clause(

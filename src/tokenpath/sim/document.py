@@ -33,6 +33,7 @@ from tokenpath.sim.regime import regime_block
 from tokenpath.sim.summary import attribution_s, misses_slo, summarize, window_ns
 
 if TYPE_CHECKING:  # simulate.py imports this module: Simulation.summary is its result document
+    from tokenpath.engine.spec import EngineSpec
     from tokenpath.sim.run import Run
     from tokenpath.sim.scenario import Scenario
     from tokenpath.sim.simulate import Simulation
@@ -253,10 +254,23 @@ def _evidence(sim: Simulation, window_s: float) -> Evidence:
         delivery_detail_s=attributed.get("delivery_detail", {}),
         application_detail_s=attributed.get("application_detail", {}),
         application_before=_before_last_call(scenario),
+        max_num_seqs=sim.deployment.engine.max_num_seqs,
+        slots_held_fraction=_slots_held(sim),
+        kv_full_fraction=_kv_full(sim),
+        prompts_pause_decodes=_prompts_pause_decodes(sim.deployment.engine),
     )
     engine_busy_s = max((sum(engine.values()) for engine in busy_ns), default=0) / 1e9
     return replace(evidence, resources=_resources(sim, evidence, step_mix_s, engine_busy_s, window_s),
                    **_felt(sim, measured, step_mix_s))
+
+
+def _prompts_pause_decodes(engine: EngineSpec) -> str:
+    """Where the engine runs prompts in steps of their own while its decoding sequences pause, in words
+    naming the setting that mixes them (EngineSpec.prefills_alone); else ''."""
+    if not engine.prefills_alone:
+        return ""
+    setting = engine.profile.prefills_alone_unless
+    return f"{engine.profile.engine}'s prompt steps run without the decodes ({setting} off)"
 
 
 def _before_last_call(scenario: Scenario) -> frozenset[str]:
@@ -282,7 +296,7 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
         why = f"mostly fabric traffic: {evidence.traffic_detail}"
     else:
         why = f"mostly the host blocking it (the ids' copy, detokenizing in the {evidence.detokenize})"
-    capacity, full = sim.deployment.kv_capacity_tokens, _kv_full(sim)
+    capacity, full = sim.deployment.kv_capacity_tokens, evidence.kv_full_fraction
     if full >= KV_FULL and (evidence.preemptions or evidence.mean_batch_seqs < 0.9 * sim.scenario.engine.max_num_seqs):
         why += (f"; its batch held by its KV cache of {capacity:,} tokens, {full:.0%} full on average, "
                 f"{evidence.preemptions} preemptions")
@@ -315,6 +329,17 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
                               float(sim.kv_link_busy_ns.max()) / 1e9 / window_s,
                               "each request's KV cache from a prefill to a decode replica, one at a time"))
     return found
+
+
+def _slots_held(sim: Simulation) -> float:
+    """The share of its batch slots (max_num_seqs) the fullest engine's steps hold on average, weighted by
+    step time."""
+    fullest = 0.0
+    for t in sim.traces:
+        step_ns = t.step_compute_ns + t.step_traffic_ns
+        if len(step_ns) and step_ns.sum():
+            fullest = max(fullest, float((t.step_seqs * step_ns).sum() / step_ns.sum()))
+    return fullest / sim.deployment.engine.max_num_seqs
 
 
 def _kv_full(sim: Simulation) -> float:

@@ -4,8 +4,8 @@ the engine profile, the load, the model's family and the chip's generation.
 The load regime is read off the run itself, from what `result_document` already weighs:
 
 - overloaded: the run's own verdict (diagnose/overload.py: it was offered more than it served);
-- saturated: otherwise, requests wait for a batch slot for at least SATURATED_QUEUE_SHARE of their
-  mean TTFT (diagnose/felt.py's split): the engine has more work than it admits at once;
+- saturated: otherwise, requests wait for their first step for at least SATURATED_QUEUE_SHARE of
+  their mean TTFT (diagnose/felt.py's split): the engine has more work than it admits at once;
 - light: otherwise, the mean batch is under LIGHT_MAX_BATCH_SEQS sequences: most steps run one
   request, so latency is the unloaded one;
 - moderate: the rest: requests share steps and wait little.
