@@ -111,9 +111,14 @@ def _outcome(value: float) -> Outcome:
     ((0.30, 0.25, 0.28), (0.285, 0.235, 0.265), False),  # -15 ms on every draw
     ((0.30, 0.25, 0.28), (0.31, 0.238, 0.283), True),  # +10, -12, +3 ms: mean +0.3, standard error 6.5
     ((0.30, 0.25, 0.28), (0.30, 0.25, 0.28), True),  # no change
+    # A tokenizer 1.7x faster on 8B (+3.4, +2.2, +6.6 ms: mean 4.1, standard error 1.3): two standard errors
+    # called it real; Student's t at two degrees of freedom, 4.30 of them, does not (ten draws read +0.1 ms)
+    ((0.30, 0.25, 0.28), (0.30342, 0.25224, 0.28657), True),
+    ((0.30, 0.25, 0.28), (0.3034, 0.2534, 0.2834), False),  # +3.4 ms on every draw, give or take 0.0
+    ((0.30, 0.25, 0.28, 0.26, 0.27), (0.3034, 0.2522, 0.2866, 0.2641, 0.2738), False),  # t: 2.78 at 5 draws
     ((0.30,), (0.20,), None),  # one draw: no spread to judge by
 ])
-def test_a_change_within_two_standard_errors_of_none_is_noise(before, after, within):
+def test_a_change_whose_95_percent_interval_holds_none_is_noise(before, after, within):
     objective = Objective.parse("latency_s.ttfv.p99")
     changes = draw_changes(objective, [_outcome(v) for v in before], [_outcome(v) for v in after])
     assert changes["deltas"] == pytest.approx([b - a for a, b in zip(before, after)])
@@ -512,6 +517,17 @@ def test_expert_levers_toggle_expert_parallel_and_deepep_where_the_engine_runs_t
                                                        "expert ranks than a token's 8 experts (8 here)")
     dense = {lever.name: lever for lever in catalog(_small_base().scenario(), _small_base().table, tmp_path)}
     assert dense["expert parallel on"].skipped.endswith("has no experts")
+    one_chip = levers(**{"model.name": "gpt-oss-120b", "model.precision": "bf16", "model.expert_precision": "fp4",
+                         "deployment.chips": 1, "deployment.tp": 1})
+    assert one_chip["expert parallel on"].skipped.endswith("each replica has one (tp = 1)")
+
+
+def test_a_tp_re_split_of_disaggregated_pools_keeps_each_pool_s_chips(tmp_path):
+    """32 chips at TP8, one prefill replica: TP4 makes two prefill replicas of the same 8 chips, not one of 4."""
+    base = _small_base(**{"deployment.chips": 32, "deployment.tp": 8, "deployment.prefill_replicas": 1})
+    levers = {lever.name: lever for lever in catalog(base.scenario(), base.table, tmp_path)}
+    assert levers["TP8 -> TP4x8"].overrides == {"deployment.tp": 4, "deployment.prefill_replicas": 2}
+    assert levers["TP8 -> TP2x16"].overrides == {"deployment.tp": 2, "deployment.prefill_replicas": 4}
 
 
 def test_a_lever_needing_replicas_names_the_pipeline_that_makes_one():

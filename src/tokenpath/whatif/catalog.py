@@ -157,9 +157,11 @@ def _wider(scenario: Scenario, table: dict[str, Any], here: Path) -> list[Lever]
         name = f"TP{dep.tp} -> TP{tp}x{dep.chips // max(1, tp * dep.pp)}" if tp else f"TP{dep.tp} / {divisor}"
         if dep.tp % divisor:
             levers.append(Lever(name, "", skipped=f"tp={dep.tp} does not divide by {divisor}"))
-        else:  # (one chip has no attention to share out)
+        else:  # (one chip has no attention to share out; each pool keeps its chips, in narrower replicas)
             levers.append(Lever(name, "", {"deployment.tp": tp, **({"deployment.attention_dp": False}
-                                                                   if dep.attention_dp and tp == 1 else {})}))
+                                                                   if dep.attention_dp and tp == 1 else {}),
+                                           **({"deployment.prefill_replicas": dep.prefill_replicas * divisor}
+                                              if dep.prefill_replicas else {})}))
     model = load_model(scenario.model_source())
     name = f"attention data-parallel {'off' if dep.attention_dp else 'on'}"
     refusal = None if dep.attention_dp else scenario.engine.profile.attention_dp_refusal(
@@ -190,6 +192,8 @@ def _experts(scenario: Scenario, model: ModelSpec) -> list[Lever]:
         return [Lever(name, "", skipped=f"{model.name} has no experts")]
     if dep.pp > 1:
         return [Lever(name, "", skipped="expert parallel is modelled with pp = 1")]
+    if dep.tp == 1:
+        return [Lever(name, "", skipped="experts spread over a replica's chips, and each replica has one (tp = 1)")]
     levers = [Lever(name, "", {"deployment.expert_parallel": not dep.expert_parallel,
                                **({"deployment.moe_all_to_all": False} if dep.moe_all_to_all else {})})]
     name = f"DeepEP all-to-alls {'off' if dep.moe_all_to_all else 'on'}"

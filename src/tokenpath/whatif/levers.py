@@ -118,12 +118,18 @@ def _value(objective: Objective, outcome: Outcome) -> float | None:
     return None if outcome.summary is None else objective.value(outcome.summary, outcome.chips)
 
 
+# The confidence with which a lever's change over its draws is told from no change (draw_changes).
+NOISE_CONFIDENCE = 0.95
+
+
 def draw_changes(objective: Objective, base: list[Outcome], lever: list[Outcome]) -> dict[str, Any]:
     """A lever's change of the objective on each draw of the workload (the same requests as the baseline's
-    draw), their mean and sample standard deviation, and whether the mean lies within two standard errors of
-    no change (`within_noise`: a change another draw could reverse; None from fewer than two draws). A
-    deterministic change (a shorter round trip) moves every draw alike and stands out of the noise however
-    small; one that only reshuffles batches moves the draws either way."""
+    draw), their mean and sample standard deviation, and whether no change lies within the mean's 95%
+    confidence interval (`within_noise`: a change another draw could reverse; None from fewer than two
+    draws). The interval is Student's t's for so few draws (NOISE_CONFIDENCE): 4.3 standard errors either
+    side at 3 draws, where two would call a change of no effect real about one time in six. A deterministic
+    change (a shorter round trip) moves every draw alike and stands out of the noise however small; one
+    that only reshuffles batches moves the draws either way."""
     deltas = []
     for before, after in zip(base, lever):
         values = _value(objective, before), _value(objective, after)
@@ -131,7 +137,12 @@ def draw_changes(objective: Objective, base: list[Outcome], lever: list[Outcome]
     known = [delta for delta in deltas if delta is not None]
     mean = statistics.fmean(known) if known else None
     spread = statistics.stdev(known) if len(known) > 1 else None
-    within = None if spread is None else abs(mean) <= 2 * spread / math.sqrt(len(known))
+    within = None
+    if spread is not None:
+        from scipy.special import stdtrit  # (imported here: a lever run of one draw needs none)
+
+        t = float(stdtrit(len(known) - 1, 0.5 + NOISE_CONFIDENCE / 2))
+        within = abs(mean) <= t * spread / math.sqrt(len(known))
     return {"deltas": deltas, "mean": mean, "spread": spread, "within_noise": within}
 
 
