@@ -222,6 +222,19 @@ def test_scale_out_networks_default_to_the_network_hop_latency():
     assert np.all(dragonfly.links.latency_s == SCALEOUT_LINK_LATENCY_S)
 
 
+@pytest.mark.parametrize("network", [{"kind": "switch", "hosts": 8},
+                                     {"kind": "torus", "dims": [2, 4]}, {"kind": "mesh", "dims": [8]}])
+def test_a_hierarchys_network_of_any_kind_takes_the_network_hop_latency_not_nvlinks(network):
+    """Its links join NICs: a switch, torus or mesh there is no NVLink (0.3 us a switch link)."""
+    fabric = spec({"kind": "hierarchy", "nodes": 2, "node": {"kind": "switch", "hosts": 4},
+                   "network": {**network, "link_bw": "50 GB/s"}})
+    topology = build_topology(fabric, SCALEUP)
+    tiers = np.array(topology.tier_names)[topology.links.tier]
+    node, net = np.char.startswith(tiers, "node"), np.char.startswith(tiers, "network")
+    assert net.sum() > 0 and np.all(topology.links.latency_s[net] == SCALEOUT_LINK_LATENCY_S)
+    assert np.all(topology.links.latency_s[node] == NVLINK_HOP_LATENCY_S / 2)
+
+
 @pytest.mark.parametrize("table", [
     {"kind": "switch", "hosts": 4},
     {"kind": "fullmesh", "hosts": 4},

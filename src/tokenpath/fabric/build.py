@@ -44,11 +44,13 @@ SCALEOUT_LINK_LATENCY_S = default("scaleout_link_latency_s")
 
 
 def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None = None,
-                   generation: str | None = None) -> Topology:
+                   generation: str | None = None, scaleout: bool = False) -> Topology:
     """The topology of `spec`; `scaleup_bw_Bps` (the chip's) and `chips` (the deployment's) fill
     unset scale-up bandwidth and host counts, and `generation` (the chip's, catalog/chips.toml) is its
     chips' generation, by which the runtime's tuner rates them (tuner.py). A switch table built with no
-    chip names it (`nvls_generation`) or takes Hopper; one that names another than the chip's is an error."""
+    chip names it (`nvls_generation`) or takes Hopper; one that names another than the chip's is an error.
+    `scaleout`: it is a hierarchy's network, whose switch, torus or mesh links NICs, not NVLink: their
+    links' latency where the table gives none is a scale-out link's."""
     from tokenpath.fabric.dragonfly import DragonFly
     from tokenpath.fabric.fattree import FatTree
     from tokenpath.fabric.hierarchy import Hierarchy
@@ -67,10 +69,15 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
     def latency(default_s: float) -> float:
         return default_s if spec.link_latency is None else spec.link_latency
 
-    def hop_s() -> float:  # a scale-up step's, under the runtime of the chips
+    def hop_s(links: int = 1) -> float:
+        """A link's latency where the table gives none: a hierarchy's network's (`scaleout`), a scale-out
+        link's, as a fat tree's; else a scale-up step's under the runtime of the chips, shared by the
+        `links` links it crosses (a switch's two)."""
+        if scaleout:
+            return assumed("scaleout_link_latency_s", SCALEOUT_LINK_LATENCY_S)
         if runs_rccl(generation):
-            return assumed("xgmi_hop_latency_s", XGMI_HOP_LATENCY_S)
-        return assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S)
+            return assumed("xgmi_hop_latency_s", XGMI_HOP_LATENCY_S) / links
+        return assumed("nvlink_hop_latency_s", NVLINK_HOP_LATENCY_S) / links
 
     def hosts() -> int:
         if spec.hosts is not None:
@@ -83,7 +90,7 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
         if generation is not None and spec.nvls_generation not in (None, generation):
             raise UserError(f"fabric.nvls_generation: {spec.nvls_generation!r}, but the deployment's chips are "
                             f"{generation!r} (catalog/chips.toml); leave it out to take the chip's")
-        return Switch(hosts(), scaleup_bw(), latency(hop_s() / 2),
+        return Switch(hosts(), scaleup_bw(), latency(hop_s(links=2)),
                       nvls=spec.nvls, generation=generation or spec.nvls_generation or "Hopper")
     if isinstance(spec, FullMeshFabric):
         return FullMesh(hosts(), scaleup_bw(), latency(hop_s()),
@@ -107,7 +114,7 @@ def build_topology(spec, scaleup_bw_Bps: float | None = None, chips: int | None 
                              global_latency_s=spec.global_latency), generation)
     if isinstance(spec, HierarchyFabric):
         node = _part(spec.node, "node", scaleup_bw_Bps, generation)
-        network = _part(spec.network, "network", None, None)
+        network = _part(spec.network, "network", None, None, scaleout=True)
         return Hierarchy(spec.nodes, node, network, rails=spec.rails)
     raise AssertionError(spec)
 
@@ -140,10 +147,10 @@ def scaleup_ports(spec, chips: int | None) -> int:
     return 1
 
 
-def _part(spec, name: str, scaleup_bw_Bps: float | None, generation: str | None) -> Topology:
+def _part(spec, name: str, scaleup_bw_Bps: float | None, generation: str | None, scaleout: bool = False) -> Topology:
     """A hierarchy's node or network; its errors name the sub-table (fabric.node.hosts, ...)."""
     try:
-        return build_topology(spec, scaleup_bw_Bps, None, generation)
+        return build_topology(spec, scaleup_bw_Bps, None, generation, scaleout)
     except UserError as error:
         raise UserError(str(error).replace("fabric.", f"fabric.{name}.", 1)) from None
 

@@ -59,7 +59,9 @@ class _Common(BaseModel):
 
 class _Fabric(_Common):
     link_bw: Bandwidth | None = Field(None, description="per link and direction")
-    link_latency: Duration | None = Field(None, description="per link")
+    link_latency: Duration | None = Field(None, description="per link; default: a scale-up step's under the chips' "
+                                                            "runtime (a switch's two links share it), or in a "
+                                                            "scale-out network a network link's (fabric/build.py)")
 
 
 class SwitchFabric(_Fabric):
