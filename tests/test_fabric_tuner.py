@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tokenpath.compute.chip import load_chip
 from tokenpath.config.assumptions import Assumptions
@@ -26,6 +28,7 @@ from tokenpath.fabric.tuner import (
     TREE_SAME_GPU_NIC_EFFICIENCY,
     Span,
     Tuner,
+    corrected_bytes,
     correction,
 )
 from tokenpath.sim.deployment import chip_fabric
@@ -60,6 +63,25 @@ def test_a_size_reads_the_correction_at_log2_of_its_64_byte_chunks(size, index):
 def test_below_64_bytes_and_past_the_table_a_tree_reaches_its_whole_bandwidth():
     assert correction(TREE_CORRECTION["LL"], 63) == 1.0
     assert correction(TREE_CORRECTION["Simple"][:23], 2**30) == 1.0
+
+
+def test_a_trees_share_is_nccls_at_each_power_of_two_and_on_the_line_between():
+    row = TREE_CORRECTION["LL128"]  # 2 to 4 MiB: 0.6; from 4 MiB: 0.8
+    assert corrected_bytes(row, 2**22) == pytest.approx(2**22 / 0.8, rel=REL)
+    assert corrected_bytes(row, 2**21) == pytest.approx(2**21 / 0.6, rel=REL)
+    three = 3 * 2**20  # log2(3 MiB / 2 MiB) = 0.585 of the way
+    assert corrected_bytes(row, three) == pytest.approx(three / (0.6 + 0.2 * np.log2(1.5)), rel=REL)
+    assert corrected_bytes(row, 2**22 - 1) == pytest.approx(2**22 / 0.8, rel=1e-6)  # was 2**22 / 0.6
+    assert corrected_bytes(row, 63) == 63
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(1, 2**31), min_size=2, max_size=2, unique=True),
+       protocol=st.sampled_from(sorted(TREE_CORRECTION)), entries=st.sampled_from([23, 24]))
+def test_a_larger_message_never_takes_a_tree_less_time(sizes, protocol, entries):
+    small, large = sorted(sizes)
+    row = TREE_CORRECTION[protocol][:entries]
+    assert corrected_bytes(row, small) <= corrected_bytes(row, large)
 
 
 @pytest.mark.parametrize("generation, nic_Bps, rails, ring_channels, nvls_channels", [

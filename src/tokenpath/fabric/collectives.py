@@ -45,7 +45,7 @@ from tokenpath.fabric.tuner import (
     Protocol,
     Span,
     Tuner,
-    correction,
+    corrected_bytes,
 )
 
 # NCCL src/graph/tuning.cc: base latency of one collective launch (Ring, LL protocol).
@@ -124,7 +124,8 @@ class Round:
 class AffineCost:
     """time_s(size) = alpha_s + size_bytes * beta_s_per_byte (zero when nothing moves); for NCCL's tree
     all-reduce the bandwidth term at each size over the share of it the tree reaches there, `corrections`
-    (tuner.Tuner.corrections: log2(size / 64) -> share; empty: all of it)."""
+    (tuner.Tuner.corrections: log2(size / 64) -> share; empty: all of it), never under a smaller size's
+    (tuner.corrected_bytes)."""
 
     alpha_s: float
     beta_s_per_byte: float
@@ -133,9 +134,9 @@ class AffineCost:
     def time_s(self, size_bytes: float) -> float:
         if size_bytes <= 0:
             return 0.0
-        beta = self.beta_s_per_byte / correction(self.corrections, size_bytes) if self.corrections \
-            else self.beta_s_per_byte
-        return self.alpha_s + size_bytes * beta
+        if self.corrections:
+            return self.alpha_s + corrected_bytes(self.corrections, size_bytes) * self.beta_s_per_byte
+        return self.alpha_s + size_bytes * self.beta_s_per_byte
 
 
 def fastest_s(costs: Sequence[AffineCost], size_bytes: float) -> float:

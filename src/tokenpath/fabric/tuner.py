@@ -27,6 +27,7 @@ carries), and applies. Fat trees and DragonFlies have no nodes: there the Protoc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tokenpath.config.assumptions import assumed, default
@@ -170,9 +171,29 @@ TREE_CORRECTION = {
 def correction(corrections: tuple[float, ...], size_bytes: float) -> float:
     """The share of its bandwidth a tree reaches at `size_bytes` (tuning.cc: logSize = log2i(nBytes >> 6),
     the factor where 0 <= logSize < len(corrections), else 1)."""
-    chunks = int(size_bytes) >> 6
-    index = chunks.bit_length() - 1
+    index = _log_size(size_bytes)
     return corrections[index] if 0 <= index < len(corrections) else 1.0
+
+
+def corrected_bytes(corrections: tuple[float, ...], size_bytes: float) -> float:
+    """The bytes a tree's bandwidth term takes `size_bytes` as: over the share of its bandwidth it reaches
+    there, NCCL's (`correction`) at each power of two and, between two, the line from one's to the next's in
+    log2 of the size. NCCL reads its table by steps (the share of the power of two below), where the tuner
+    only compares algorithms by it; timed by steps, a 4 MiB all-reduce under LL128 (0.8) was 15% faster
+    than one a byte smaller (0.6). Along the line, a larger message never takes less time: the share rises
+    by at most 0.2 a doubling, under the 0.4 that would take (0.6 at least, over ln 2)."""
+    index = _log_size(size_bytes)
+    if index < 0:
+        return float(size_bytes)
+    low = 64 << index
+    step = math.log2(size_bytes / low)
+    share = correction(corrections, low) * (1 - step) + correction(corrections, 2 * low) * step
+    return size_bytes / share
+
+
+def _log_size(size_bytes: float) -> int:
+    """tuning.cc's logSize: log2 of the message's 64-byte chunks (-1 under one chunk)."""
+    return (int(size_bytes) >> 6).bit_length() - 1
 
 
 @dataclass(frozen=True)
