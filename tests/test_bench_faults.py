@@ -208,6 +208,25 @@ def test_a_concurrency_cap_below_the_workers_asked_for_holds(tmp_path):
     assert all(later["sent_ns"] >= earlier["end_ns"] for earlier, later in zip(rows, rows[1:]))
 
 
+def test_workers_share_a_concurrency_cap_as_one_client(tmp_path):
+    """A cap of 3 over 2 workers holds 2 and 1 of its slots. Each sends the plan's next unsent request when
+    one of its slots frees, so 3 are in flight until the last is sent; 6 rows each, fixed, kept the 2-slot
+    worker idle for half the run while the other's waited one at a time (2 of 3 slots busy on average)."""
+    with FakeServer("ok", first_delay_s=0.1, itl_s=0.02) as server:
+        result = run_bench(_scenario(12, rate="inf", output_len=5, **{"workload.max_concurrency": 3}),
+                           Target(server.url, MODEL), str(tmp_path / "r.jsonl"), workers=2, timeouts=TIMEOUTS)
+    rows = result.rows
+    assert result.header["workers"] == 2 and sorted(row["i"] for row in rows) == list(range(12))
+    assert all(row["ok"] for row in rows)
+    sends = sorted(row["sent_ns"] for row in rows)
+    in_flight = [sum(row["sent_ns"] <= t < row["end_ns"] for row in rows) for t in sends]
+    assert max(in_flight) <= 3  # the cap holds
+    # Until the last send, the cap's slots are in use: their busy time over 3 x that span.
+    last = sends[-1]
+    busy_ns = sum(min(row["end_ns"], last) - row["sent_ns"] for row in rows if row["sent_ns"] < last)
+    assert busy_ns / (3 * (last - sends[0])) > 0.9
+
+
 def test_unreachable_port_fails_requests_with_connect(tmp_path):
     import socket
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import math
 import multiprocessing
 import os
@@ -168,9 +169,12 @@ class Worker:
     """Sends a share of the plan's requests on one event loop."""
 
     def __init__(self, plan: Plan, indices: np.ndarray, concurrency: int | None, t0_ns: int,
-                 write: Callable[[Exchange], None], parent_pid: int | None = None) -> None:
+                 write: Callable[[Exchange], None], parent_pid: int | None = None, next_row: Any = None) -> None:
+        """`indices`: the rows this worker sends; or, with `next_row` (a shared counter, multiprocessing's
+        Value), whichever row of the plan is next when one of its slots frees (`_take`)."""
         endpoint = Endpoint.parse(plan.url)
         self.plan, self.indices, self.concurrency, self.t0_ns = plan, indices, concurrency, t0_ns
+        self.next_row = next_row
         self.parent_pid = parent_pid  # a worker process: stop when this process is no longer its parent
         self.task: asyncio.Task | None = None
         self.stopped_by = 0
@@ -351,9 +355,12 @@ class Worker:
             if self.plan.sessions is not None:
                 await self._start_sessions()
             else:
-                for i in self.indices.tolist():
+                for position in itertools.count():
                     if self._slots is not None:
                         await self._slots.acquire()
+                    i = self._take(position)
+                    if i is None:
+                        break
                     due_ns = t0 + int(scheduled[i])
                     if self.deadline_ns is not None:  # past the limit nothing is sent: no waiting for it
                         due_ns = min(due_ns, self.deadline_ns)
@@ -373,6 +380,21 @@ class Worker:
             watchdog.cancel()
             self.measured = self.meter.stop()
             self.pool.close()
+
+    def _take(self, position: int) -> int | None:
+        """The row to send next, a slot of this worker's held for it: its `position`-th, or, sharing a
+        concurrency cap with other workers, the plan's next unsent (`next_row`): whichever worker frees a
+        slot first sends it, as one client under the cap would, so the cap's slots stay in use however the
+        requests' lengths fall (a fixed share of rows each left a worker with slots to spare idle while
+        another's requests waited). None: no row left."""
+        if self.next_row is None:
+            return int(self.indices[position]) if position < len(self.indices) else None
+        with self.next_row.get_lock():
+            i = self.next_row.value
+            if i >= len(self.plan):
+                return None
+            self.next_row.value = i + 1
+        return i
 
     async def _start_sessions(self) -> None:
         """Start each session of this worker's share at its first turn's scheduled time."""
@@ -494,7 +516,7 @@ def _die_with_parent() -> None:
 
 
 def _worker_main(plan: Plan, indices: np.ndarray, worker: int, concurrency: int | None, path: str, ready: Any,
-                 go: Any, t0: Any, counts: Any, parent_pid: int) -> None:
+                 go: Any, t0: Any, counts: Any, parent_pid: int, next_row: Any = None) -> None:
     # Ctrl-C reaches the whole process group; the parent passes every stop on, so until the loop's
     # own handlers are in place SIGINT is ignored and SIGTERM ends the worker (nothing sent yet).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -511,7 +533,7 @@ def _worker_main(plan: Plan, indices: np.ndarray, worker: int, concurrency: int 
             return
     appender.t0_ns = t0.value
     try:
-        _run_measured(Worker(plan, indices, concurrency, t0.value, appender, parent_pid), appender, worker)
+        _run_measured(Worker(plan, indices, concurrency, t0.value, appender, parent_pid, next_row), appender, worker)
     finally:
         appender.close()
 
@@ -574,11 +596,15 @@ def _execute_processes(plan: Plan, path: str, header: dict[str, Any], workers: i
     t0 = context.Value("q", 0, lock=False)
     counts = [context.Array("q", 2, lock=False) for _ in range(workers)]
     n = len(plan)
+    # Under a concurrency cap, one client's: the workers hold its slots between them and take the rows in
+    # turn as slots free (Worker._take); sessions keep to their worker, each its own turns in order.
+    shared = plan.max_concurrency is not None and plan.sessions is None
+    next_row = context.Value("q", 0) if shared else None
     processes = [
         context.Process(
             target=_worker_main,
             args=(plan, plan.share(workers, w), w, concurrency_share(plan.max_concurrency, workers, w), path,
-                  ready, go, t0, counts[w], os.getpid()),
+                  ready, go, t0, counts[w], os.getpid(), next_row),
             daemon=True,
         )
         for w in range(workers)
