@@ -43,6 +43,19 @@ def _base(requests: int) -> Base:
     return Base(table, source, folder)
 
 
+def test_a_run_whose_requests_have_one_token_each_misses_no_tpot_or_itl_target():
+    """None of them has a time between tokens (the summary's goodput counts them within a TPOT target); a run
+    with nothing completed still misses every target, and a TTFT it has no value of misses."""
+    slo = parse_slo("ttft_p99=2s,tpot_p99=30ms,itl_p50=20ms")
+    undefined = {"mean": None, "p50": None, "p90": None, "p99": None, "p999": None}
+    one_token = {"requests": {"completed": 5, "failed": 0},
+                 "latency_s": {"ttft": {**undefined, "p99": 0.5}, "tpot": undefined, "itl": undefined}}
+    assert capacity.misses(one_token, slo) == {}
+    nothing = {"requests": {"completed": 0, "failed": 0},
+               "latency_s": {"ttft": undefined, "tpot": undefined, "itl": undefined}}
+    assert set(capacity.misses(nothing, slo)) == {"ttft_p99", "tpot_p99", "itl_p50"}
+
+
 def test_a_run_that_meets_the_slo_but_is_overloaded_is_refused():
     slo = parse_slo("ttft_p99=1s")
     assert capacity.ok(Point(10.0, Outcome(_summary(0.5, False))), slo)

@@ -155,13 +155,21 @@ def observed(summary: dict[str, Any], target: Target) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+# Targets on the time between a request's tokens, which a run whose every request has one output token
+# has no value of: none of its requests misses them (as the summary's goodput counts it: summary.misses_slo).
+BETWEEN_TOKENS = ("latency_s.tpot.", "latency_s.itl.")
+
+
 def misses(summary: dict[str, Any], slo: dict[str, Target]) -> dict[str, float]:
     """The targets a run misses, each with how far off (a ratio > 1); a run with failed requests misses all."""
     if summary["requests"]["failed"]:
         return {name: math.inf for name in slo}
     missed = {}
     for name, target in slo.items():
-        ratio = target.missed_by(observed(summary, target))
+        value = observed(summary, target)
+        if value is None and target.path.startswith(BETWEEN_TOKENS) and summary["requests"]["completed"]:
+            continue
+        ratio = target.missed_by(value)
         if ratio is not None:
             missed[name] = ratio
     return missed
