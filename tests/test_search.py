@@ -107,6 +107,52 @@ def test_candidates_are_judged_highest_bound_first_and_skipped_below_the_best(mo
     assert [entry.candidate.tp for entry in search_module.ranked(question, entries)] == [2, 1, 8]
 
 
+def test_goodput_prunes_below_the_best_s_goodput_not_its_rate(monkeypatch):
+    # --slo is not the scenario's [slo]: TP1 serves 60 req/s, 30% of them within [slo] (goodput 18); TP2's
+    # bound (50) is below TP1's rate but not its goodput, so TP2 is searched: 45 req/s, all within (45), the
+    # best. TP4's bound (40) is below that goodput: skipped. Judged by rate TP2 was skipped, TP1 the answer.
+    bounds, capacities = {1: 100.0, 2: 50.0, 4: 40.0}, {1: (60.0, 0.3), 2: (45.0, 1.0), 4: (39.0, 1.0)}
+    judged = []
+
+    def evaluate(base, overrides, slo, reference, tolerance, stability, workers, progress):
+        tp = overrides["deployment.tp"]
+        judged.append(tp)
+        rate, within = capacities[tp]
+        summary = {"throughput": {"requests_per_s": 1.0, "goodput_requests_per_s": within}}
+        return {"stage": "searched", "capacity": {**_capacity(rate), "summary": summary}, "simulations": 1}
+
+    monkeypatch.setattr(search_module, "evaluate", evaluate)
+    monkeypatch.setattr(search_module, "make_reference", lambda *args: None)
+    entries = [Entry(Candidate(8, tp, 1, "vllm-v1", 1024, 8192), "layouts", bound_per_s=bounds[tp]) for tp in (1, 2, 4)]
+    question = Question(8, parse_slo("tpot_p99=50ms"), objective="goodput")
+    _judge(_base(), question, entries, _State(entries=entries), _Local(), 1, lambda k: None, lambda k: None)
+    assert judged == [1, 2]
+    assert entries[2].reason == "its bound, 40 req/s, is below TP2 x DP4's goodput, 45 req/s"
+    assert [entry.candidate.tp for entry in search_module.ranked(question, entries)] == [2, 1]
+
+
+def test_the_screen_runs_at_the_best_s_last_length_and_bracket(monkeypatch):
+    """A limit that binds at steady state can leave a short run unchanged (a tie there): the best is screened
+    against at the length its capacity settled at."""
+    from tokenpath.whatif.run import Outcome
+
+    asked = []
+
+    def simulate_many(base, overrides, workers, progress):
+        asked.extend(overrides)
+        return [Outcome(_run(0.5)) for _ in overrides]
+
+    monkeypatch.setattr(search_module, "simulate_many", simulate_many)
+    convergence = [{"num_requests": 100, "request_rate": 90.0, "above": 91.0},
+                   {"num_requests": 400, "request_rate": 50.0, "above": 50.5}]
+    best = Entry(Candidate(8, 1, 1, "vllm-v1", 1024, 8192), "layouts", "searched",
+                 capacity={**_capacity(50.0), "convergence": convergence})
+    reference = search_module.make_reference(_base(), best, 0.02, 1, None)
+    assert reference.num_requests == 400 and reference.rates_per_s == pytest.approx((49.0, 50.5))
+    assert [(run["workload.num_requests"], run["workload.arrival.rate"]) for run in asked] == [
+        (400, pytest.approx(49.0)), (400, 50.5)]
+
+
 def _run(ttft_p99_s: float, tag: str = "") -> dict:
     return {"requests": {"failed": 0}, "latency_s": {"ttft": {"p99": ttft_p99_s}, "tag": tag},
             "throughput": {}, "load": {"overloaded": False, "signs": []}}

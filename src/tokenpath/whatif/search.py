@@ -160,17 +160,20 @@ def evaluate(base: Base, overrides: dict[str, Any], slo: dict[str, Target], refe
 
 def make_reference(base: Base, entry: Entry, stability: float, workers: int,
                    progress: Callable[[int], None] | None) -> Reference:
-    """The screening runs of a new best: its first length's bracket, the lower end less `stability`."""
-    first = entry.capacity["convergence"][0]
-    rates = (first["request_rate"] * (1.0 - stability), first["above"])
+    """The screening runs of a new best: its last length's bracket, the lower end less `stability`. Its
+    capacity is that length's answer: a shorter run's batches stay below limits that bind at steady state
+    (a max_num_seqs twice the best's ran identically at the first length, 100 requests, and served 12%
+    more at capacity)."""
+    last = entry.capacity["convergence"][-1]
+    rates = (last["request_rate"] * (1.0 - stability), last["above"])
     points = simulate_many(base, [{**entry.candidate.overrides(), "workload.arrival.rate": rate,
-                                   "workload.num_requests": first["num_requests"]} for rate in rates],
+                                   "workload.num_requests": last["num_requests"]} for rate in rates],
                            workers, progress)
     entry.simulations += len(points)
     if any(point.summary is None for point in points):  # it ran before at these lengths: not expected
         raise UserError(f"search: {entry.candidate.layout} could not be run again: "
                         f"{next(p.error for p in points if p.summary is None)}")
-    return Reference(entry.candidate.layout, first["num_requests"], rates,
+    return Reference(entry.candidate.layout, last["num_requests"], rates,
                      tuple(signature(point.summary) for point in points))
 
 
@@ -255,15 +258,18 @@ def _judge(base: Base, question: Question, entries: list[Entry], state: _State, 
         while queue and len(in_flight) < runner.slots:
             entry = queue.pop(0)
             best = state.best
+            floor_per_s = None if best is None else pruning_floor_per_s(question, best)
             # The bound is a steady state's: it holds against a capacity whose runs were long enough to settle.
             if (best is not None and not question.exhaustive and best.capacity["converged"]
-                    and entry.bound_per_s < best.rate_per_s):
+                    and entry.bound_per_s < floor_per_s):
                 entry.stage = "bound"
                 entry.reason = (f"its bound, {entry.bound_per_s:.4g} req/s, is below {best.candidate.layout}'s "
-                                f"capacity, {best.rate_per_s:.4g} req/s")
+                                f"{_floor_name(question)}, {floor_per_s:.4g} req/s")
                 decided(1)
                 continue
-            reference = None if question.exhaustive else state.reference
+            reference = state.reference
+            if question.exhaustive or (reference is not None and reference.rates_per_s[0] > floor_per_s):
+                reference = None  # refused at a rate above the best's goodput, it could still beat it
             handle = runner.submit(base, entry.candidate.overrides(), question.slo, reference, question.tolerance,
                                    question.stability, workers, simulated)
             in_flight[id(handle)] = (handle, entry)
@@ -277,7 +283,7 @@ def _judge(base: Base, question: Question, entries: list[Entry], state: _State, 
         if not runner.reports_progress:
             simulated(entry.simulations)
         decided(1)
-        if entry.stage == "searched" and (state.best is None or entry.rate_per_s > state.best.rate_per_s):
+        if entry.stage == "searched" and (state.best is None or _ahead(question, entry, state.best)):
             state.best = entry
             if not question.exhaustive:
                 state.reference = make_reference(base, entry, question.stability, workers, simulated)
@@ -287,6 +293,28 @@ def _judge(base: Base, question: Question, entries: list[Entry], state: _State, 
                     other.stage = "pending"
                     decided(-1)
                 queue = sorted(queue + again, key=lambda e: -e.bound_per_s)
+
+
+def pruning_floor_per_s(question: Question, best: Entry) -> float:
+    """The request rate a candidate's must reach to beat `best` by the objective. Requests/s per chip and
+    cost follow the capacity's rate at the question's chips: the best's rate. Goodput is that rate times the
+    share of requests within the scenario's [slo], which --slo need not be: the best's goodput, which no
+    candidate whose rate is lower can beat (its goodput is at most its rate)."""
+    if question.objective == "goodput":
+        return objective_value(question, best)
+    return best.rate_per_s
+
+
+def _floor_name(question: Question) -> str:
+    return "goodput" if question.objective == "goodput" else "capacity"
+
+
+def _ahead(question: Question, entry: Entry, best: Entry) -> bool:
+    """Whether a searched `entry` beats the best so far: by goodput where that is the objective (the
+    others follow the rate)."""
+    if question.objective == "goodput":
+        return objective_value(question, entry) > objective_value(question, best)
+    return entry.rate_per_s > best.rate_per_s
 
 
 def objective_value(question: Question, entry: Entry) -> float | None:
