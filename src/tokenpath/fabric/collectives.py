@@ -124,8 +124,8 @@ class Round:
 class AffineCost:
     """time_s(size) = alpha_s + size_bytes * beta_s_per_byte (zero when nothing moves); for NCCL's tree
     all-reduce the bandwidth term at each size over the share of it the tree reaches there, `corrections`
-    (tuner.Tuner.corrections: log2(size / 64) -> share; empty: all of it), never under a smaller size's
-    (tuner.corrected_bytes)."""
+    (tuner.Tuner.corrections: log2(size / 64) -> share, on the line between powers of two:
+    tuner.corrected_bytes; empty: all of it)."""
 
     alpha_s: float
     beta_s_per_byte: float

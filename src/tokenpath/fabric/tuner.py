@@ -180,8 +180,8 @@ def corrected_bytes(corrections: tuple[float, ...], size_bytes: float) -> float:
     there, NCCL's (`correction`) at each power of two and, between two, the line from one's to the next's in
     log2 of the size. NCCL reads its table by steps (the share of the power of two below), where the tuner
     only compares algorithms by it; timed by steps, a 4 MiB all-reduce under LL128 (0.8) was 15% faster
-    than one a byte smaller (0.6). Along the line, a larger message never takes less time: the share rises
-    by at most 0.2 a doubling, under the 0.4 that would take (0.6 at least, over ln 2)."""
+    than one a byte smaller (0.6). Along the line a larger message never takes less time while the share
+    rises by less than ln 2 of itself a doubling: the tables' steepest rise is 0.6 to 0.8, under 0.42."""
     index = _log_size(size_bytes)
     if index < 0:
         return float(size_bytes)

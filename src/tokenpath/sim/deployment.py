@@ -217,14 +217,14 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
 
 
 def _as_published(scenario: Scenario) -> str:
-    """Where a catalog model's published checkpoint stores weights in fewer bytes than the scenario's
-    precision (gpt-oss's MXFP4 experts beside an fp8 scenario): how to simulate it as published; else ''."""
+    """Where a catalog model's published checkpoint stores some weights in fewer bytes than the scenario
+    stores any (gpt-oss's MXFP4 experts beside an fp8 scenario): how to simulate it as published; else ''."""
     if files.exists(scenario.model_source()):
         return ""
     precision, experts = checkpoint_precision(scenario.model.name)
+    published = precision, experts or precision
     asked = scenario.model.precision, scenario.model.expert_precision or scenario.model.precision
-    if (precision, experts or precision) == asked or min(
-            PRECISION_BYTES[p] for p in (precision, experts or precision)) >= PRECISION_BYTES[asked[1]]:
+    if min(PRECISION_BYTES[p] for p in published) >= min(PRECISION_BYTES[p] for p in asked):
         return ""
     flags = f"--precision {precision}" + (f" --set model.expert_precision={experts}" if experts else "")
     stored = precision + (f" with {experts} routed experts" if experts else "")

@@ -267,9 +267,9 @@ def _judge(base: Base, question: Question, entries: list[Entry], state: _State, 
                                 f"{_floor_name(question)}, {floor_per_s:.4g} req/s")
                 decided(1)
                 continue
-            reference = state.reference
-            if question.exhaustive or (reference is not None and reference.rates_per_s[0] > floor_per_s):
-                reference = None  # refused at a rate above the best's goodput, it could still beat it
+            reference = None if question.exhaustive else state.reference
+            if reference is not None and reference.rates_per_s[0] > floor_per_s:
+                reference = None  # refused above the best's goodput, a candidate could still serve more within it
             handle = runner.submit(base, entry.candidate.overrides(), question.slo, reference, question.tolerance,
                                    question.stability, workers, simulated)
             in_flight[id(handle)] = (handle, entry)
