@@ -93,13 +93,21 @@ def test_existing_results_file_is_not_overwritten(server, monkeypatch, capsys, t
     assert results.read_text() == "precious\n"
 
 
+def test_the_table_says_how_many_streams_ended_before_their_max_tokens(monkeypatch, capsys, tmp_path):
+    with FakeServer(lambda i: "stop_early" if i == 3 else "ok") as stopping:
+        code, out, err = run_cli(["bench", "--base-url", stopping.url, "--model", MODEL, *SMALL], monkeypatch, capsys)
+    assert code == 0, err
+    assert "1 request ended before the max_tokens asked, ignore_eos sent (finish_reason stop 1)" in " ".join(
+        out.split())
+
+
 def test_bench_report_and_compare(server, monkeypatch, capsys, tmp_path):
     results, bench_json, report_json, sim_json = (tmp_path / name
                                                   for name in ("r.jsonl", "b.json", "rep.json", "s.json"))
     code, out, err = run_cli(["bench", "--base-url", server.url, "--model", MODEL, "--results", str(results),
                               "--json", str(bench_json), *SMALL], monkeypatch, capsys)
     assert code == 0, err
-    assert "TTFT" in out and "client wait" in out
+    assert "TTFT" in out and "client wait" in out and "ended before the max_tokens" not in out
     bench = json.loads(bench_json.read_text())
     assert bench["schema"] == "tokenpath.summary/1" and bench["source"] == "bench"
     assert bench["requests"] == {"completed": 10, "failed": 0, "input_tokens_mean": 30.0, "output_tokens_mean": 8.0,

@@ -227,6 +227,18 @@ def test_workers_share_a_concurrency_cap_as_one_client(tmp_path):
     assert busy_ns / (3 * (last - sends[0])) > 0.9
 
 
+def test_streams_that_end_before_their_max_tokens_are_completed_and_counted_by_their_finish(tmp_path):
+    """ignore_eos asked, a server that stops two answers at their second token with "stop": completed (as
+    vLLM's bench serve counts them), with their two tokens, and the bench block says how each ended."""
+    with FakeServer(lambda i: "stop_early" if i in (1, 4) else "ok") as server:
+        result = run_bench(_scenario(6, output_len=6), Target(server.url, MODEL), str(tmp_path / "r.jsonl"),
+                           workers=1, timeouts=TIMEOUTS)
+    rows = {row["i"]: row for row in result.rows}
+    assert all(row["ok"] for row in rows.values())
+    assert [rows[i]["output_tokens"] for i in range(6)] == [6, 2, 6, 6, 2, 6]
+    assert result.summary["bench"]["finish_reasons"] == {"length": 4, "stop": 2}
+
+
 def test_unreachable_port_fails_requests_with_connect(tmp_path):
     import socket
 

@@ -151,6 +151,8 @@ class FakeServer:
             await send(b"event: message\nid: 1\ndata: " + json.dumps(chunk(None, 0)).encode() + b"\n\n")
         await asyncio.sleep(self.first_delay_s)
         step = 3 if behavior == "multi" else 1
+        if behavior == "stop_early":  # an answer the server ends at its second token, ignore_eos or not
+            n = min(n, 2)
         done = 0
         k = 0
         while done < n:
@@ -163,7 +165,7 @@ class FakeServer:
             if behavior == "reasoning" and chat and done <= n // 2:
                 event = chunk(None, done, "length" if last else None, reasoning=text)
             else:
-                event = chunk(text, done, "length" if last else None)
+                event = chunk(text, done, ("stop" if behavior == "stop_early" else "length") if last else None)
             await send(event, take)
             k += 1
             if behavior == "drop" and k == 3:

@@ -312,6 +312,9 @@ def _bench_block(header: dict[str, Any], rows: list[dict[str, Any]], warmup: int
         "client_wait_s": stats_s(measured.sent_ns - measured.scheduled_ns),
         "arrivals": {"events": events, "sharing_a_read": sharing},
         "output_tokens_from": dict(sorted(Counter(row["tokens_from"] for row in ok).items())),
+        # How each completed stream ended ("none": [DONE] with no finish_reason): with ignore_eos asked, one
+        # not at "length" stopped before its max_tokens, counted completed as vLLM's bench serve counts it.
+        "finish_reasons": dict(sorted(Counter(row.get("finish_reason") or "none" for row in ok).items())),
         "server_prompt_tokens_mean": float(np.mean(server_prompt)) if server_prompt else None,
         "reasoning": {
             "requests": len(reasoning),

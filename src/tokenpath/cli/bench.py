@@ -221,6 +221,13 @@ def _emit(summary: dict[str, Any], header: dict[str, Any], rows: list[dict[str, 
         console.print(f"{counted:,} requests' output tokens were counted one an event: the server sent no usage "
                       "and stopped them before max_tokens, so an event carrying several tokens counts as one "
                       "(ask the server for usage, e.g. stream_options.include_usage)", highlight=False)
+    early = {reason: count for reason, count in block["finish_reasons"].items() if reason != "length"}
+    if early and not header.get("strict_openai"):
+        reasons = ", ".join(f"{reason} {count:,}" for reason, count in early.items())
+        ended = sum(early.values())
+        console.print(f"{ended:,} request{'s' if ended != 1 else ''} ended before the max_tokens asked, ignore_eos "
+                      f"sent (finish_reason {reasons}): counted completed, as vLLM's bench serve counts them, "
+                      "with shorter outputs and E2E than the workload drew", highlight=False)
     if block["reasoning"]["requests"]:
         r = block["reasoning"]
         console.print(f"reasoning: {r['requests']} requests, {r['tokens_mean']:.0f} reasoning tokens on average, "
