@@ -64,6 +64,7 @@ from tokenpath.delivery.lastmile import closes_event
 from tokenpath.engine.loop import EngineTrace
 from tokenpath.engine.new_token_ratio import CLIP_MAX_NEW_TOKENS_ESTIMATION, NewTokenRatio, new_request_tokens
 from tokenpath.engine.protocols import Host, StepCosts
+from tokenpath.engine.release import release_at_least
 from tokenpath.engine.spec import EngineSpec
 
 
@@ -123,13 +124,17 @@ class Rules:
     # which still decodes the sequences that step finished (SGLang's event_loop_overlap), rather than leaving
     # them out of it.
     runs_finished: bool = False
+    # From this release ("0": every one; None: none) a waiting prompt is admitted only while the free blocks
+    # hold the whole of it, not only the chunk it runs first (vLLM V1's scheduler_reserve_full_isl from 0.19.0;
+    # vLLM V0's block manager, which sizes the whole prompt).
+    whole_prompt_since: str | None = None
 
 
 RULES = {
     "vllm-v1": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=False, headroom=False, overlapped=False,
-                     keeps="computed", hold=_vllm_hold, past_budget="trim"),
+                     keeps="computed", hold=_vllm_hold, past_budget="trim", whole_prompt_since="0.19.0"),
     "vllm-v0": Rules(prefills_alone=lambda spec: not spec.chunked_prefill, chunk_in_blocks=False, headroom=False,
-                     overlapped=False, keeps="computed"),
+                     overlapped=False, keeps="computed", whole_prompt_since="0"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
                            overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True,
                            fewest_outputs_first=True, waits_for_a_leave=True, hold=_sglang_hold, runs_finished=True),
@@ -345,6 +350,8 @@ class _Replica:
         self.pauses = rules.prefills_alone(spec)
         self.window = spec.num_scheduler_steps
         self.reserve = spec.kv_admission == "reserve"
+        self.whole_prompt = rules.whole_prompt_since is not None and release_at_least(spec.version,
+                                                                                      rules.whole_prompt_since)
         self.ratio = NewTokenRatio() if rules.headroom else None
         self.preempted_in_step = False
         self.shut = False  # no admissions until a running sequence leaves (Rules.waits_for_a_leave)
@@ -783,6 +790,7 @@ class _Replica:
                 if num == 0:
                     break
             blocks = -(-(cached + num) // block)
+            free_for = -(-target // block) if self.whole_prompt else blocks  # the blocks that must be free
             if self.ratio is not None:
                 estimate = new_request_tokens(need, int(self.out[i] - self.generated[i]), self.total_blocks * block)
                 if estimate >= spare:
@@ -790,7 +798,7 @@ class _Replica:
                     break
                 spare -= estimate
             reserved = self.reservation(i) if self.reserve else 0
-            if reserved > unreserved or (not self.reserve and blocks - hit_blocks + queued > self.free_blocks):
+            if reserved > unreserved or (not self.reserve and free_for - hit_blocks + queued > self.free_blocks):
                 self.shut = waits and not self.reserve and bool(len(self.running) or admitted_num)
                 break
             self.waiting.popleft()
@@ -1054,7 +1062,8 @@ class _Replica:
                 return True
         if self.reserve:
             return self.reservation(i) > self.total_blocks - int(self.running.reserved.sum())
-        return -(-(cached + num) // block) - hit_blocks + queued > self.free_blocks
+        held = target if self.whole_prompt else cached + num
+        return -(-held // block) - hit_blocks + queued > self.free_blocks
 
     def trace(self) -> EngineTrace:
         step_rows = np.array(self.steps, dtype=np.int64).reshape(-1, 15)

@@ -448,12 +448,32 @@ def test_an_abort_inside_a_multi_step_window_gives_back_the_windows_blocks_and_e
     assert replica.free_blocks == 10
 
 
+@pytest.mark.parametrize("scheduler, version, preempted", [("vllm-v1", "0.18.0", True), ("vllm-v1", None, False),
+                                                          ("vllm-v0", None, False)])
+def test_a_prompt_waits_for_its_whole_kv_where_the_release_admits_only_that(scheduler, version, preempted):
+    """Two 600-token prompts (200 outputs) in a cache of 64 blocks of 16, chunks of 256: the second's first
+    chunk fits beside the first, its whole prompt (38 blocks) does not. vLLM 0.18.0 admits it and the two
+    preempt each other over and over; from 0.19.0 (scheduler_reserve_full_isl), and in V0 (its block manager
+    sizes the whole prompt), it waits for the first to finish, nothing preempted."""
+    spec = EngineSpec(scheduler=scheduler, version=version, max_num_seqs=8, max_num_batched_tokens=256,
+                      host_overlap=False, prefix_caching=False, block_size=16)
+    trace = engine([600, 600], [200, 200], arrivals_s=[0, 0.0005], spec=spec, kv_tokens=1024,
+                   costs=FixedCosts(base_s=1e-3, per_token_s=2e-5))
+    assert (trace.preemptions > 10) is preempted
+    if not preempted:
+        assert trace.preemptions == 0 and trace.first_step_start_ns[1] == trace.last_step_end_ns[0]
+        assert int(trace.step_tokens.sum()) == 2 * (600 + 199)  # nothing computed twice
+
+
 def test_aborts_in_every_state_match_the_reference():
     rng = np.random.default_rng(348)  # a draw that aborts requests in each of the six states
     n, block = 12, 16
     inputs, outputs = rng.integers(1, 300, n), rng.integers(1, 80, n)
     scheduled = np.rint(np.sort(rng.uniform(0, 0.02, n)) * 1e9).astype(np.int64)
-    spec = EngineSpec(max_num_seqs=4, max_num_batched_tokens=64, chunked_prefill=True, block_size=block)
+    # vLLM 0.18.0 admits a prompt whose first chunk fits, so prompts are preempted mid-prefill too (from 0.19.0
+    # the whole prompt must fit: engine/profiles.py's VLLM_WHOLE_PROMPT_ADMISSION_SINCE; ABORT_PROFILES draw it)
+    spec = EngineSpec(max_num_seqs=4, max_num_batched_tokens=64, chunked_prefill=True, block_size=block,
+                      version="0.18.0")
     workload = (scheduled, inputs, outputs, spec, block * 24, np.zeros(n, np.int64), NO_NETWORK)
     abort_steps = draw_abort_steps(rng, 1.0, *workload)
     states = assert_aborts_match(*workload, abort_steps)

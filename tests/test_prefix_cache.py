@@ -171,12 +171,13 @@ def test_the_session_comparison_sees_answers_found_evicted_and_preempted():
     # Four 3-turn sessions, messages of 100 tokens, answers of 60: turn 2 can find turn 1's prompt
     # and answer (159 tokens: 9 whole blocks, 144), turn 3 both turns (319: 304). With 1,000 blocks
     # every turn finds them; with 80, evictions and a preemption cut some hits short, and both
-    # engines agree on each.
+    # engines agree on each. (vLLM 0.18.0, which admits a prompt whose first chunk fits: from 0.19.0 a turn
+    # waits for its whole prompt's blocks, and the 80 hold these turns without a preemption.)
     n = 12
     requests = sessions(SessionSpec(turns=3, think_time=0.001), np.arange(n) * 0.002, np.full(n, 100),
                         np.full(n, 60), np.random.default_rng(0))
     think_ns = np.where(requests.sessions.turn > 0, np.rint(requests.sessions.think_s * 1e9), -1).astype(np.int64)
-    spec = EngineSpec(max_num_seqs=4, max_num_batched_tokens=512, block_size=BLOCK)
+    spec = EngineSpec(max_num_seqs=4, max_num_batched_tokens=512, block_size=BLOCK, version="0.18.0")
     args = (np.rint(requests.arrival_s * 1e9).astype(np.int64), requests.input_tokens, requests.output_tokens,
             FixedCosts())
     hits = {}
@@ -321,8 +322,10 @@ def test_a_long_prompt_preempted_mid_prefill_keeps_its_chunks_and_waits():
     # with 126 tokens computed. With prefix caching its 7 whole blocks stay cached, it waits without
     # computing while A decodes alone, and then computes only the 48 tokens left. Without it, B is admitted
     # again every other step, computes 126 tokens and is preempted again, and A's decodes share those steps.
-    # (V1 without its async scheduling, as before 0.14.0: B joins the step after it arrives)
-    spec = EngineSpec(max_num_batched_tokens=64, max_num_seqs=8, block_size=BLOCK, host_overlap=False)
+    # (V1 without its async scheduling, as before 0.14.0: B joins the step after it arrives; as 0.18.0 admits
+    # a prompt whose first chunk fits)
+    spec = EngineSpec(max_num_batched_tokens=64, max_num_seqs=8, block_size=BLOCK, host_overlap=False,
+                      version="0.18.0")
     args = (np.array([0, 500_000]), np.array([32, 160]), np.array([40, 2]), FixedCosts(), LastMile(NO_NETWORK))
     kept = run_engine(*args, spec, BLOCK * 12)
     assert kept.preemptions == 1
@@ -330,6 +333,13 @@ def test_a_long_prompt_preempted_mid_prefill_keeps_its_chunks_and_waits():
     thrashing = run_engine(*args, spec.model_copy(update={"prefix_caching": False}), BLOCK * 12)
     assert thrashing.preemptions == 14
     assert thrashing.step_tokens.tolist()[:7] == [32, 64, 64, 1, 64, 64, 1]
+    # From 0.19.0 B waits until its 10 blocks are free: A holds 3 of the 12 when B asks, 5 at last (72 tokens), so B
+    # runs once A is done, whole chunks with nothing preempted, with prefix caching or without.
+    for caching in (True, False):
+        whole = run_engine(*args, spec.model_copy(update={"version": "0.19.0", "prefix_caching": caching}),
+                           BLOCK * 12)
+        assert whole.preemptions == 0
+        assert whole.step_tokens.tolist() == [32] + [1] * 39 + [64, 64, 32, 1]
 
 
 def test_each_engine_caches_prefixes_by_default_as_it_ships():

@@ -75,6 +75,14 @@ VLLM_LATENT_ATTENTION_SINCE = "0.7.1"
 # 0.34.0 turn it off under Ray's executor (only the mp, uni and external_launcher executors support it;
 # 0.34.0's RayExecutorV2 is a MultiprocExecutor and keeps it), and every release for pooling models.
 VLLM_ASYNC_SCHEDULING_SINCE = "0.14.0"
+# vLLM V1 admits a waiting request only while the KV cache's free blocks hold its whole prompt (less its
+# prefix hits), not only the first chunk it runs; refused, it waits and the loop admits none behind it,
+# preempting nothing: `scheduler_reserve_full_isl`, True by default (vllm/config/scheduler.py), passed to
+# kv_cache_manager.allocate_slots as `full_sequence_must_fit` on the waiting path (vllm/v1/core/sched/
+# scheduler.py), "Prevents over-admission and KV cache thrashing with chunked prefill". Pull request 37307,
+# merged after 0.18.0 (2026-03) and first released in 0.19.0 (2026-04-03). Before it, a prompt whose
+# first chunk fit was admitted, and its later chunks could preempt it and others over and over.
+VLLM_WHOLE_PROMPT_ADMISSION_SINCE = "0.19.0"
 # vLLM's --api-server-count defaults to the data-parallel size from 0.15.0 (vllm/entrypoints/cli/serve.py,
 # "Default api_server_count if not explicitly set": data_parallel_size_local); before, to 1
 # (vllm/entrypoints/openai/cli_args.py, `default=1` in 0.14.0).
@@ -164,6 +172,9 @@ class Profile:
     # Whether, once a waiting request does not fit the KV cache (its headroom included), it admits none until a
     # running request leaves, finished or preempted (SGLang's batch_is_full), rather than trying every step.
     refusal_waits_for_a_leave: bool
+    # Where set, the release from which it admits a waiting prompt only while the free KV blocks hold the
+    # whole of it (less its prefix hits), not only its first chunk ("0": every release); None: the chunk's.
+    whole_prompt_admission_since: str | None
     prefix_caching: bool  # its prefix cache is on by default (`[engine] prefix_caching` otherwise)
     # With prefix caching on, what a preempted request leaves cached, to find when admitted again
     # (engine/prefix_cache.py): every token it had computed, the tokens of its last prefill, or none.
@@ -397,6 +408,7 @@ PROFILES: dict[str, Profile] = {
         preempted_requeue="front",  # vllm/v1/core/sched/scheduler.py, _preempt_request: waiting.prepend_request
         preempts_first="newest",  # the last of its running list (vllm/v1/core/sched/scheduler.py: self.running.pop())
         refusal_waits_for_a_leave=False,
+        whole_prompt_admission_since=VLLM_WHOLE_PROMPT_ADMISSION_SINCE,
         prefix_caching=True,  # automatic prefix caching, on by default in V1
         # _preempt_request frees its blocks, which keep their hashes, and zeroes num_computed_tokens; the
         # waiting loop looks it up again as a new request (get_computed_blocks, vllm/v1/core/sched/scheduler.py).
@@ -503,6 +515,10 @@ PROFILES: dict[str, Profile] = {
         preempted_requeue="front",  # vllm/core/scheduler.py, _schedule_default: waiting.extendleft(preempted)
         preempts_first="newest",  # the last of its running queue (_schedule_running: running_queue.pop())
         refusal_waits_for_a_leave=False,
+        # Its block manager admits a prompt only where its whole prompt's blocks are free (vllm/core/
+        # block_manager.py, SelfAttnBlockSpaceManager.can_allocate, AllocStatus.LATER stops _schedule_prefills)
+        # and allocate() takes them all then; modelled as the check, its later chunks' blocks taken as they run.
+        whole_prompt_admission_since="0",
         prefix_caching=False,  # V0's enable_prefix_caching defaulted to False (vllm/engine/arg_utils.py)
         # With --enable-prefix-caching, a freed block keeps its content hash in the evictor
         # (vllm/core/block/prefix_caching_block.py) and a recomputed sequence's blocks are found by it.
@@ -626,6 +642,7 @@ PROFILES: dict[str, Profile] = {
         # returns at once until a request leaves the running batch (filter_batch, retract_decode) or it is
         # empty (scheduler.py, read in 0.5.6 and 0.5.23).
         refusal_waits_for_a_leave=True,
+        whole_prompt_admission_since=None,  # (its new-token ratio's headroom counts the whole prompt already)
         prefix_caching=True,  # RadixAttention, unless --disable-radix-cache
         # retract_decode (sglang/srt/managers/schedule_batch.py) frees a request's tokens past
         # len(req.prefix_indices), those its prefill put in the radix tree (cache_unfinished_req), and
@@ -768,6 +785,7 @@ PROFILES: dict[str, Profile] = {
         preempted_requeue="front",  # (approximated as vLLM: the description above)
         preempts_first="newest",
         refusal_waits_for_a_leave=False,
+        whole_prompt_admission_since=None,
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True
         preempted_keeps=None,  # what a paused request leaves for its KV cache reuse is not read here
         host_window_assumption="host_step_s",

@@ -94,6 +94,7 @@ class Replica:
         self.long_prompt_alone = not spec.chunked_prefill and spec.profile.long_prompt_alone
         self.window = spec.num_scheduler_steps  # steps of a decode window (multi-step scheduling)
         self.reserve = spec.kv_admission == "reserve"
+        self.whole_prompt = spec.whole_prompt_admission  # (a waiting prompt's whole KV must be free to admit it)
         # Attention data-parallel: a replica's requests go to its ranks as the profile routes them
         # (Profile.attention_dp_routing, engine/queues.py), each rank admits from its own queue up to its
         # own max_num_seqs (`rank_seqs`), and a step lasts as long as the rank with the most prompt tokens
@@ -819,7 +820,9 @@ class Replica:
 
     def _admit(self, budget: int, room: int, chunks: Sequence[int] = _NONE) -> list[tuple[int, int, int]]:
         """Waiting sequences, first come first served, while the step has room: sequences, tokens and
-        KV blocks (reserving: the whole KV cache of each, prompt and output). A prompt longer than the
+        KV blocks (reserving: the whole KV cache of each, prompt and output; where the release admits a
+        prompt only while its whole prompt's blocks are free, `whole_prompt`, those must be, the chunk's
+        taken). A prompt longer than the
         budget left (under attention data-parallel, its rank's) waits, or with chunked prefill is cut to it (to
         whole blocks under trtllm) and is the last admitted; without, SGLang runs it whole if it is the
         first its rank admits in the step (Profile.long_prompt_alone). `chunks`: the tokens the step runs of each
@@ -885,7 +888,7 @@ class Replica:
                 if reserved > self.unreserved_blocks:
                     break
                 self.unreserved_blocks -= reserved
-            elif blocks + touched > self.free_blocks:
+            elif (-(-target // block) if self.whole_prompt else blocks) + touched > self.free_blocks:
                 self._shut(r, admitted)
                 break
             waiting.popleft()

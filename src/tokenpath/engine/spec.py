@@ -264,6 +264,13 @@ class EngineSpec(BaseModel):
         return self.profile.pays(assumption)
 
     @property
+    def whole_prompt_admission(self) -> bool:
+        """Whether a waiting prompt is admitted only while the free KV blocks hold the whole of it, in this
+        release (Profile.whole_prompt_admission_since)."""
+        since = self.profile.whole_prompt_admission_since
+        return since is not None and release_at_least(self.version, since)
+
+    @property
     def prefills_alone(self) -> bool:
         """Whether prompts run in steps of their own while the decoding sequences pause: prefill-first
         without mixed chunks, and vLLM V0 without chunked prefill (Profile.prefills_alone_unless)."""
