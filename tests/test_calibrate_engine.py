@@ -340,8 +340,11 @@ def test_a_round_trip_longer_than_the_measured_ttft_is_named_with_its_flag(loop,
     argv = ["calibrate", "engine", str(folder / "scenario.toml"), "--from", single, "--out", str(folder / "rtt.toml")]
     code, out, err = run_cli([*argv, "--network-rtt", "100 ms"], monkeypatch, capsys)
     assert code == 0, err
-    # and the TTFT the round trip keeps above what was measured, which the fit names as it names any far miss
-    warning, far = (" ".join(line.split()) for line in err.split("warning: ")[1:])
+    # and the TTFT the round trip keeps above what was measured, which the fit names as it names any far miss;
+    # the one phase's figures, under a round trip that outlasts them, leave every candidate undetermined
+    lines = [" ".join(line.split()) for line in err.split("warning: ")[1:]]
+    nothing, warning, far = lines
+    assert nothing.startswith("nothing fitted: the measured figures leave ") and "undetermined" in nothing
     assert far.startswith("after the fit, phase single-512's ttft_p50_s is ")
     assert warning.startswith("the scenario's fixed parts, a 100 ms client round trip (delivery.network_rtt) "
                               "and a ")
@@ -372,6 +375,22 @@ def test_a_fit_past_its_deadline_stops_refining_and_says_what_it_left_undone(loo
     assert len(late.names) >= len(whole["fit"]["fitted"])
     assert late.rms_after < late.rms_before
     assert any(line.startswith("the fit reached the end of its budget and ") for line in late.warnings)
+
+
+def test_a_value_the_residuals_do_not_move_with_is_not_determined_at_all():
+    """One sigma from the Jacobian at the solution: (J'J)^-1's diagonal where J'J is whole; infinite for a value
+    that changes no residual, and for two that trade off exactly, where a pseudo-inverse gave no variance (a
+    fitted constant of no effect was written +/- 0 and kept)."""
+    from tokenpath.calibrate.fit import _sigma
+
+    whole = np.array([[1.0, 0.5], [0.2, 2.0], [0.3, 0.1]])
+    assert _sigma(whole, 0.04) == pytest.approx(np.sqrt(np.diag(np.linalg.inv(whole.T @ whole)) * 0.04), rel=1e-9)
+    dead = np.array([[1.0, 0.0], [0.5, 0.0], [0.2, 0.0]])
+    sigma = _sigma(dead, 0.04)
+    assert np.isinf(sigma[1]) and sigma[0] == pytest.approx(0.2 / np.linalg.norm(dead[:, 0]), rel=1e-9)
+    twins = np.array([[1.0, 1.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
+    sigma = _sigma(twins, 1.0)
+    assert np.isinf(sigma[:2]).all() and sigma[2] == pytest.approx(1.0, rel=1e-9)
 
 
 def _as_vllm_result(run, concurrency):

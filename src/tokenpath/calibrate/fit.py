@@ -15,11 +15,12 @@ medians (or the statistics the measurement reported: a published row's means, it
    of its value), then any it presses against an end of its range (within AT_BOUND: the figures ask for
    a value past it, and what they ask for lies elsewhere), and then any the residuals do not need
    (the fit without it within PARSIMONY, or within the medians' own noise, NOISE_FLOOR), and fit the rest
-   again. Where every one is pressed against its range, none is fitted.
+   again. Where every one is pressed against its range or left undetermined, none is fitted.
 
 Each value's uncertainty (one sigma) comes from the Jacobian at the solution, with the residuals' own
-scale, at least NOISE_FLOOR. Where two assumptions trade off (a step's fixed host time against the HBM
-efficiency of its weight streaming, for a small model at small batches), the probe cannot tell which
+scale, at least NOISE_FLOOR; infinite where the residuals do not move with it (`_sigma`). Where two
+assumptions trade off (a step's fixed host time against the HBM efficiency of its weight streaming,
+for a small model at small batches), the probe cannot tell which
 it is; either predicts the probe's loads alike, and the file says which were left out and why. Where
 the parts of a TTFT no fitted assumption changes (the client's network, the front end when it is not
 fitted) already take as long as a phase's measured TTFT, the fit cannot reproduce that phase, and
@@ -90,6 +91,12 @@ MAX_COSINE = 0.9
 # At most this many are fitted, and no more than the probe has figures (a phase's TTFT and TPOT): one
 # phase, a single load measured, fits two and reproduces both of its figures.
 MAX_FITTED = 4
+# Why a value the fit leaves that uncertain is not fitted (Fit.not_fitted), followed by its spread.
+UNDETERMINED = "not determined by this probe"
+# J'J's eigenvalues this small against its largest are directions the residuals do not move in, and a value
+# with a component over FLAT_COMPONENT along one is not determined at all (_sigma). Numerical zero, not tuned.
+FLAT_EIGENVALUE = 1e-12
+FLAT_COMPONENT = 1e-6
 # An assumption the fit leaves this uncertain (one sigma over its value) is not determined by the probe:
 # the least preferred of such keeps its value and the others are fitted again without it.
 MAX_RELATIVE_UNCERTAINTY = 0.75
@@ -323,18 +330,19 @@ def fit_engine(scenario: Scenario, measured: list[Measured], candidates: tuple[s
                         "probe longer prompts or more concurrency")
     result, sigma, stopped = _fit(model, names, out_of_time)
     cut = ["kept the first of its local fits"] if stopped else []  # what the deadline left undone
-    while len(names) > 1:  # what the fit leaves loose is not determined: the least preferred goes
+    while names:  # what the fit leaves loose is not determined: the least preferred goes, the last one too
         spread = {n: _slope(model.start[n], float(x)) * float(s) / max(_value(model.start[n], float(x)), 1e-30)
                   for n, x, s in zip(names, result.x, sigma)}
         loose = [n for n in names if spread[n] > MAX_RELATIVE_UNCERTAINTY]
-        if not loose:
-            break
+        if not loose or (len(names) == 1 and _pressed(model, names, result.x)):
+            break  # (the last one, pressed against an end of its range, is dropped as that below)
         if out_of_time():
             cut.append(f"left {', '.join(loose)} in though the probe leaves them loose")
             break
-        not_fitted[loose[-1]] = f"not determined by this probe (+/- {spread[loose[-1]]:.0%} when fitted)"
+        not_fitted[loose[-1]] = f"{UNDETERMINED} (+/- {spread[loose[-1]]:.0%} when fitted)"
         names = [n for n in names if n != loose[-1]]
-        result, sigma, _ = _fit(model, names, out_of_time)
+        if names:
+            result, sigma, _ = _fit(model, names, out_of_time)
     while names:  # a value pressed against an end of its range: the least preferred goes
         pressed = _pressed(model, names, result.x)
         if not pressed:
@@ -383,10 +391,14 @@ def _pressed(model: _Model, names: list[str], x: np.ndarray) -> list[str]:
 
 
 def _nothing_fitted_warning(not_fitted: dict[str, str]) -> str:
-    """The line of a fit that kept nothing: each candidate it tried went to an end of its range."""
+    """The line of a fit that kept nothing: each candidate it fitted went to an end of its range, or was
+    left undetermined by the figures."""
     pressed = [n for n, why in not_fitted.items() if why == PRESSED]
-    return (f"nothing fitted: {', '.join(pressed)} went to an end of its range, so the measured figures ask for "
-            "what no candidate assumption gives; every value stays at its start")
+    loose = [n for n, why in not_fitted.items() if why.startswith(UNDETERMINED)]
+    why = ([f"{', '.join(pressed)} went to an end of its range, so the measured figures ask for what no candidate "
+            "assumption gives"] if pressed else []) + (
+        [f"the measured figures leave {', '.join(loose)} undetermined"] if loose else [])
+    return f"nothing fitted: {'; '.join(why)}; every value stays at its start"
 
 
 def _budget_warnings(cut: list[str]) -> list[str]:
@@ -469,5 +481,16 @@ def _fit(model: _Model, names: list[str], out_of_time: Callable[[], bool] = lamb
             result = trial
     m, n = len(result.fun), len(names)
     scale2 = max(float(result.fun @ result.fun) / (m - n), NOISE_FLOOR ** 2) if m > n else NOISE_FLOOR ** 2
-    covariance = np.linalg.pinv(result.jac.T @ result.jac) * scale2
-    return result, np.sqrt(np.clip(np.diag(covariance), 0.0, None)), stopped
+    return result, _sigma(result.jac, scale2), stopped
+
+
+def _sigma(jac: np.ndarray, scale2: float) -> np.ndarray:
+    """One sigma of each value from the Jacobian at the solution: the diagonal of (J'J)^-1 times the residuals'
+    variance `scale2`, infinite for a value along a direction the residuals do not move in (a zero eigenvalue
+    of J'J: a value that changes nothing, or two that trade off exactly), which a pseudo-inverse would give
+    no variance at all."""
+    eigenvalues, vectors = np.linalg.eigh(jac.T @ jac)
+    flat = eigenvalues <= max(float(eigenvalues.max(initial=0.0)), 1e-300) * FLAT_EIGENVALUE
+    variance = (vectors[:, ~flat] ** 2 / eigenvalues[~flat]).sum(axis=1) * scale2
+    variance[(np.abs(vectors[:, flat]) > FLAT_COMPONENT).any(axis=1)] = np.inf
+    return np.sqrt(variance)
