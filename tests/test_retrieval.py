@@ -62,6 +62,8 @@ def test_hnsw_by_hand():
         assert hnsw_distances(index) == pytest.approx(330)
         # each: 100 ns visit + 400 B at 10 GB/s (40 ns) + 200 FLOPs at 100 GFLOP/s (2 ns)
         assert retrieval_latency_s(index) == pytest.approx(330 * 142e-9)
+        # an ef near the index's size: its visited set compares each of the 1,000 vectors once at most
+        assert hnsw_distances(index.model_copy(update={"ef_search": 500})) == 1000
 
 
 def test_a_scan_on_a_chip_is_its_bytes_at_hbm_speed_plus_copies_and_kernels():

@@ -77,10 +77,13 @@ def retrieval_latency_s(index: IndexSpec) -> float:
 def hnsw_distances(index: IndexSpec) -> float:
     """Distance computations of one HNSW query: ef (at least top_k) x 2m x the fraction on the bottom
     layer, and about m on each of the log_m(vectors) layers above it (the HNSW paper: a node's top
-    layer is drawn with mL = 1 / ln m, so log_m(vectors) layers)."""
+    layer is drawn with mL = 1 / ln m, so log_m(vectors) layers). At most every stored vector once: the
+    search keeps a visited set (hnswlib's VisitedList), so a small index, or an ef near its size, is
+    scanned whole and no more."""
     ef = max(index.ef_search, index.top_k)
     upper = index.m * math.log(index.vectors) / math.log(index.m)
-    return assumed("hnsw_distance_fraction", HNSW_DISTANCE_FRACTION) * ef * 2 * index.m + upper
+    return min(float(index.vectors),
+               assumed("hnsw_distance_fraction", HNSW_DISTANCE_FRACTION) * ef * 2 * index.m + upper)
 
 
 def _core_share_Bps() -> float:
