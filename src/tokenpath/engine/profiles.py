@@ -785,6 +785,8 @@ PROFILES: dict[str, Profile] = {
         preempted_requeue="front",  # (approximated as vLLM: the description above)
         preempts_first="newest",
         refusal_waits_for_a_leave=False,
+        # (GUARANTEED_NO_EVICT reserves a request's whole KV cache; what MAX_UTILIZATION asks of a chunked
+        # context's later chunks is not read)
         whole_prompt_admission_since=None,
         prefix_caching=True,  # KvCacheConfig.enable_block_reuse defaults to True
         preempted_keeps=None,  # what a paused request leaves for its KV cache reuse is not read here
