@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -326,6 +327,22 @@ def test_a_server_that_is_not_openai_compatible_fails_at_once_saying_what_it_ans
     # the model list, then the first phase's warm-up and singles: not the rest of a 10-minute budget
     assert sent <= 1 + WARMUP_REQUESTS + SINGLES_PER_LENGTH
     assert not (tmp_path / "c.toml").exists()
+
+
+@pytest.mark.parametrize("header, fragment", [({"shared_prefix_requests": 5}, "5 of its requests start with a "
+                                                                               "shared prefix"),
+                                              ({"sessions": 3}, "its 3 multi-turn sessions send each turn's history")])
+def test_a_run_whose_prompts_the_server_cached_is_refused(loop, tmp_path, monkeypatch, capsys, header, fragment):
+    """Its requests would be replayed as prompts of their own, the server's cache hits read as a fast GPU."""
+    folder, calibration, _ = loop
+    single = Path(next(p["results"] for p in calibration["probe"] if p["phase"] == "single-512"))
+    first, rest = single.read_text().split("\n", 1)
+    cached = tmp_path / "cached.jsonl"
+    cached.write_text(json.dumps({**json.loads(first), **header}) + "\n" + rest)
+    argv = ["calibrate", "engine", str(folder / "scenario.toml"), "--from", str(cached),
+            "--out", str(tmp_path / "c.toml")]
+    assert_user_error(*run_cli(argv, monkeypatch, capsys), f"--from {cached}: {fragment}",
+                      "calibrate from a run without workload.shared_prefix or sessions")
 
 
 def test_a_round_trip_longer_than_the_measured_ttft_is_named_with_its_flag(loop, monkeypatch, capsys):

@@ -71,6 +71,12 @@ def measured_from_results(path: str, name: str | None = None, chat_template_toke
     where it reported one; else the client's, plus `chat_template_tokens` when the run went to a chat
     endpoint (whose server adds its template's tokens to what the client counted)."""
     header, rows = read_results(path)
+    shared, sessions = header.get("shared_prefix_requests") or 0, header.get("sessions") or 0
+    if shared or sessions:  # (replayed as prompts of their own, the server's cache hits would read as a fast GPU)
+        what = (f"{shared:,} of its requests start with a shared prefix" if shared else
+                f"its {sessions:,} multi-turn sessions send each turn's history again")
+        raise UserError(f"--from {path}: {what}, which the server's prefix cache holds and the fit does not "
+                        "replay as cached; calibrate from a run without workload.shared_prefix or sessions")
     ok = [row for row in rows if row["ok"]]
     if len(ok) < 1:
         raise UserError(f"--from {path}: no request of it completed; nothing to fit")
