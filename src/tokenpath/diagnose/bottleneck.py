@@ -53,7 +53,7 @@ SATURATED = 0.9
 # slots held: a request waits for one.
 SLOTS_HELD = 0.9
 # An engine whose KV cache holds this share of its tokens on average (weighted by step time), and that
-# preempts or runs a mean batch under 0.9 of its max_num_seqs, has its batch held by the cache: more KV
+# preempts or runs a mean batch under SLOTS_HELD of its max_num_seqs, has its batch held by the cache: more KV
 # memory batches more (sim/document.py's _resources).
 KV_FULL = 0.85
 

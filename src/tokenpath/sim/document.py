@@ -5,6 +5,7 @@ the scenario as it ran, the engine, routing and fabric, and the bottleneck with 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from tokenpath.config.units import format_duration
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.diagnose.bottleneck import (
     KV_FULL,
+    SLOTS_HELD,
     TIME_PARTS,
     Evidence,
     Resource,
@@ -297,7 +299,8 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
     else:
         why = f"mostly the host blocking it (the ids' copy, detokenizing in the {evidence.detokenize})"
     capacity, full = sim.deployment.kv_capacity_tokens, evidence.kv_full_fraction
-    if full >= KV_FULL and (evidence.preemptions or evidence.mean_batch_seqs < 0.9 * sim.scenario.engine.max_num_seqs):
+    if full >= KV_FULL and (evidence.preemptions
+                            or evidence.mean_batch_seqs < SLOTS_HELD * sim.scenario.engine.max_num_seqs):
         why += (f"; its batch held by its KV cache of {capacity:,} tokens, {full:.0%} full on average, "
                 f"{evidence.preemptions} preemptions")
     found = [Resource("busiest engine" if len(sim.traces) > 1 else "engine", part, engine_busy_s / window_s, why,
@@ -331,27 +334,26 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
     return found
 
 
-def _slots_held(sim: Simulation) -> float:
-    """The share of its batch slots (max_num_seqs) the fullest engine's steps hold on average, weighted by
-    step time."""
+def _fullest(sim: Simulation, held: Callable[[Any], np.ndarray]) -> float:
+    """The largest over the engines of the share `held(trace)` gives each step (of its batch slots, of its KV
+    cache), averaged over the engine's steps weighted by their time."""
     fullest = 0.0
     for t in sim.traces:
         step_ns = t.step_compute_ns + t.step_traffic_ns
         if len(step_ns) and step_ns.sum():
-            fullest = max(fullest, float((t.step_seqs * step_ns).sum() / step_ns.sum()))
-    return fullest / sim.deployment.engine.max_num_seqs
+            fullest = max(fullest, float((held(t) * step_ns).sum() / step_ns.sum()))
+    return fullest
+
+
+def _slots_held(sim: Simulation) -> float:
+    """The share of its batch slots (max_num_seqs) the fullest engine's steps hold on average (_fullest)."""
+    return _fullest(sim, lambda t: t.step_seqs / sim.deployment.engine.max_num_seqs)
 
 
 def _kv_full(sim: Simulation) -> float:
-    """The share of its KV cache the fullest engine's steps hold on average, weighted by step time: the
-    tokens each step reads (every running sequence's context) over the engine's capacity."""
-    fullest = 0.0
-    for t in sim.traces:
-        step_ns = t.step_compute_ns + t.step_traffic_ns
-        if len(step_ns) and step_ns.sum():
-            held = np.minimum(t.step_kv_read_tokens / sim.deployment.kv_capacity_tokens, 1.0)
-            fullest = max(fullest, float((held * step_ns).sum() / step_ns.sum()))
-    return fullest
+    """The share of its KV cache the fullest engine's steps hold on average (_fullest): the tokens each step
+    reads (every running sequence's context) over the engine's capacity."""
+    return _fullest(sim, lambda t: np.minimum(t.step_kv_read_tokens / sim.deployment.kv_capacity_tokens, 1.0))
 
 
 def _felt(sim: Simulation, run: Run, step_mix_s: dict[str, float]) -> dict[str, dict[str, Any]]:
