@@ -233,6 +233,27 @@ def test_a_calibrated_scenario_is_labelled_and_its_own_accuracy_not_invented(tmp
         "this is the uncalibrated model's band, no calibrated prediction of this figure is validated")
 
 
+def test_a_calibration_fitted_on_another_deployment_is_outside_the_envelope(tmp_path):
+    engine = tmp_path / "engine.toml"
+    engine.write_text('schema = "tokenpath.engine-calibration/1"\n[scenario]\nmodel = "llama-3.1-8b"\n'
+                      'precision = "fp8"\nchip = "h100"\nengine = "vllm-v1"\nengine_version = "v0.8.3"\n'
+                      '[fitted.host_step_s]\nvalue = 0.0005\n')
+    (tmp_path / "s.toml").write_text('[assumptions]\ncalibration = "engine.toml"\n')
+    flags = {"workload.num_requests": 50, "model.name": "llama-3.1-8b", "deployment.chips": 1, "deployment.tp": 1}
+    same = simulate(load_scenario(str(tmp_path / "s.toml"), {**flags, "deployment.chip": "H100_SXM",
+                                                                 "engine.version": "0.8.3"})).summary
+    assert same["envelope"]["validated"] is True and same["latency_s"]["ttft"]["band"]["calibrated"] is True
+    assert same["latency_s"]["ttft"]["band"]["basis"].endswith("the band of calibrated predictions")
+    other = simulate(load_scenario(str(tmp_path / "s.toml"), {**flags, "deployment.chip": "h200",
+                                                                  "model.precision": "bf16"})).summary
+    assert other["envelope"]["outside"] == ["calibration engine.toml fitted on precision fp8, chip h100"]
+    assert other["envelope"]["line"].endswith("a calibration: only the deployment it was fitted on)")
+    # the fitted value still runs (the scenario asked for it), under the uncalibrated model's band
+    assert other["scenario"]["assumptions"]["calibrated"]["host_step_s"]["value"] == 0.0005
+    assert other["latency_s"]["ttft"]["band"]["basis"].endswith("this is the uncalibrated model's band, no "
+                                                                 "calibrated prediction of this figure is validated")
+
+
 def test_an_mi300x_scenario_with_an_unvalidated_engine_version_is_outside_the_envelope(tmp_path, monkeypatch, capsys):
     target = tmp_path / "out.json"
     code, out, err = run_cli(["simulate", "--chip", "mi300x", "--set", 'engine.version="0.7"', "--set",

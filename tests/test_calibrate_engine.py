@@ -132,6 +132,9 @@ def test_the_calibration_file_holds_the_fit_its_uncertainty_and_the_probe(loop):
     _, calibration, _ = loop
     assert calibration["schema"] == "tokenpath.engine-calibration/1"
     assert calibration["server"]["model"] == MODEL and calibration["server"]["base_url"].startswith("http://127.0.0.1:")
+    # what it was fitted on, so a run of another deployment is told (tests/test_bands.py)
+    assert {k: calibration["scenario"][k] for k in ("model", "precision", "chip", "engine")} == {
+        "model": MODEL, "precision": "fp8", "chip": "h100", "engine": "vllm-v1"}
     assert calibration["measured_at"][:2] == "20"
     fitted = calibration["fitted"]
     # the GEMM fraction is what prefill time shows; the step's extra 2 ms is the host's or, for the

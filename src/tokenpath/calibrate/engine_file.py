@@ -3,7 +3,8 @@
     schema = "tokenpath.engine-calibration/1"
     measured_at = "2026-01-01T00:00:00+00:00"
     [server]   base_url, model (or the results files fitted)
-    [scenario] name, fingerprint
+    [scenario] name, fingerprint, and the deployment fitted on: model, precision, chip, engine,
+               engine_version (a run of another is outside the validated envelope: sim/envelope.py)
     [fit]      fitted (names), rms_error_before, rms_error_after, not_fitted (name -> why), cut_by_budget
                (what --budget's end left undone; empty: the whole fit ran)
     [fitted.NAME]  value, uncertainty (one standard deviation), default, unit   (SI units)
@@ -22,8 +23,11 @@ import tomli_w
 
 from tokenpath.calibrate.fit import Fit
 from tokenpath.calibrate.measured import Measured
+from tokenpath.compute.chip import load_chip
+from tokenpath.compute.model import load_model
 from tokenpath.config.assumptions import ENGINE_CALIBRATION_SCHEMA, lookup
 from tokenpath.config.errors import UserError
+from tokenpath.sim.envelope import fitted_on
 from tokenpath.sim.scenario import Scenario
 
 
@@ -46,7 +50,9 @@ def calibration_document(fit: Fit, measured: list[Measured], skipped: list[str],
         "schema": ENGINE_CALIBRATION_SCHEMA,
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "server": server,
-        "scenario": {"name": scenario.name, "fingerprint": scenario.fingerprint()},
+        "scenario": {"name": scenario.name, "fingerprint": scenario.fingerprint(),
+                     **fitted_on(scenario, load_model(scenario.model_source()).name,
+                                 load_chip(scenario.deployment.chip).name)},
         "fit": {"fitted": fit.names, "rms_error_before": fit.rms_before, "rms_error_after": fit.rms_after,
                 "not_fitted": fit.not_fitted, "phases_skipped": skipped, "cut_by_budget": fit.cut_by_budget},
         "fitted": {name: {"value": fit.values[name], "uncertainty": fit.uncertainty[name],

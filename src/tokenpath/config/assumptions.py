@@ -471,6 +471,9 @@ class Assumptions:
     calibration_files: tuple[str, ...] = ()
 
     delivery_calibration: str | None = None  # a `calibrate delivery` file among the calibration files
+    # engine calibration file -> the deployment it was fitted on, as its [scenario] table records it
+    # (FITTED_ON_KEYS; empty for a file written before it did)
+    fitted_on: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def value(self, name: str) -> float:
         """This run's value of assumption `name`: its override or calibration, else the registry's."""
@@ -523,11 +526,15 @@ def listing(values: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
 
 ENGINE_CALIBRATION_SCHEMA = "tokenpath.engine-calibration/1"
 DELIVERY_CALIBRATION_SCHEMA = "tokenpath.delivery-calibration/1"
+# What an engine calibration's [scenario] table records of the deployment it was fitted on: its fitted
+# rates belong to that model, precision, chip and engine release (sim/envelope.py compares them).
+FITTED_ON_KEYS = ("model", "precision", "chip", "engine", "engine_version")
 
 
-def read_calibration(path: str) -> tuple[dict[str, float], str | None]:
+def read_calibration(path: str) -> tuple[dict[str, float], str | None, dict[str, str]]:
     """A calibration file's fitted values by name, or (for a `calibrate delivery` file) its path as the
-    delivery calibration. Either kind joins a scenario through `[assumptions] calibration`."""
+    delivery calibration, and the deployment an engine calibration was fitted on (FITTED_ON_KEYS it
+    records). Either kind joins a scenario through `[assumptions] calibration`."""
     from tokenpath.config import files
 
     where = f"assumptions.calibration = {files.shown(path)!r}"
@@ -538,7 +545,7 @@ def read_calibration(path: str) -> tuple[dict[str, float], str | None]:
     document = files.parse_toml(files.read_text(path, "calibration file"), where)
     schema = document.get("schema")
     if schema == DELIVERY_CALIBRATION_SCHEMA:
-        return {}, path
+        return {}, path, {}
     if schema != ENGINE_CALIBRATION_SCHEMA:
         raise UserError(f"{where}: schema is {quoted(schema)}, expected {ENGINE_CALIBRATION_SCHEMA!r} or "
                         f"{DELIVERY_CALIBRATION_SCHEMA!r}; write it with `tokenpath calibrate engine`")
@@ -550,7 +557,10 @@ def read_calibration(path: str) -> tuple[dict[str, float], str | None]:
         assumption = lookup(name, f"{where}: fitted")
         value = entry.get("value") if isinstance(entry, dict) else None
         values[name] = parse_value(assumption, value, f"{where}: fitted.{name}.value")
-    return values, None
+    scenario = document.get("scenario")
+    recorded = scenario if isinstance(scenario, dict) else {}
+    fitted_on = {key: recorded[key] for key in FITTED_ON_KEYS if isinstance(recorded.get(key), str)}
+    return values, None, fitted_on
 
 
 def resolve(table: Mapping[str, Any], calibration_files: list[str]) -> Assumptions:
@@ -559,13 +569,16 @@ def resolve(table: Mapping[str, Any], calibration_files: list[str]) -> Assumptio
     values: dict[str, float] = {}
     calibrated: dict[str, str] = {}
     delivery_calibration = None
+    fitted_on: dict[str, dict[str, str]] = {}
     for path in calibration_files:
-        fitted, delivery = read_calibration(path)
+        fitted, delivery, deployment = read_calibration(path)
         values.update(fitted)
         calibrated.update({name: path for name in fitted})
         delivery_calibration = delivery or delivery_calibration
+        if deployment:
+            fitted_on[path] = deployment
     own = {name: value for name, value in table.items() if name != CALIBRATION_KEY}
     values.update(own)
     for name in own:
         calibrated.pop(name, None)
-    return Assumptions(values, tuple(own), calibrated, tuple(calibration_files), delivery_calibration)
+    return Assumptions(values, tuple(own), calibrated, tuple(calibration_files), delivery_calibration, fitted_on)

@@ -29,7 +29,7 @@ from tokenpath.diagnose.bottleneck import (
 from tokenpath.diagnose.felt import APPLICATION, PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
 from tokenpath.sim.bands import attach_bands, shipped_records
-from tokenpath.sim.envelope import envelope
+from tokenpath.sim.envelope import calibrated_elsewhere, envelope, fitted_on
 from tokenpath.sim.front_end import api_servers
 from tokenpath.sim.regime import regime_block
 from tokenpath.sim.summary import attribution_s, misses_slo, summarize, window_ns
@@ -106,14 +106,16 @@ def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> Non
                                       None if speculative is None else speculative.method, _locked_loop(sim),
                                       scenario.deployment.attention_dp)
     records = shipped_records()
-    document["envelope"] = envelope(document["regime"], records)
+    here = fitted_on(scenario, sim.deployment.model.name, chip.name)
+    elsewhere = calibrated_elsewhere(scenario.resolved_assumptions().fitted_on, here)
+    document["envelope"] = envelope(document["regime"], records, elsewhere)
     assumptions = document["scenario"]["assumptions"]
     calibration = [*assumptions["calibration_files"], *filter(None, [assumptions["delivery_calibration"]])]
     # An application's stages are not what the rows validate: their mean time in each latency takes no band.
     stages_s = {key: evidence.parts_s.get(key, {}).get(APPLICATION, 0.0) for key in ("ttft", "ttfv")}
     stages_s["e2e"] = (document.get("attribution_s") or {}).get(APPLICATION, 0.0)
     attach_bands(document, records, list(dict.fromkeys(Path(path).name for path in calibration)),
-                 engine_calibrated=bool(assumptions["calibration_files"]), given_s=stages_s)
+                 engine_calibrated=bool(assumptions["calibration_files"]) and not elsewhere, given_s=stages_s)
 
 
 def resolved_block(sim: Simulation) -> dict[str, Any]:

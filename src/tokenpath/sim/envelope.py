@@ -14,16 +14,23 @@ row of its engine profile does (each engine's ranks schedule their own way: engi
 unshipped TensorRT-LLM runs of it missed most, docs/validation.md); and it is not a closed loop of fixed lengths
 through the server's front end or a network, which no row validates: the rows score such loops at the engine, since
 their simulated rounds lock in step (validate/latency.locked_loop; docs/validation.md, "The front end in
-the rows").
+the rows"). An engine calibration (`[assumptions] calibration`) is a measurement of the deployment it was
+fitted on: a run of another model, precision, chip, engine profile or release is outside too, and takes
+the uncalibrated band (sim/bands.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from tokenpath.config.assumptions import FITTED_ON_KEYS
 from tokenpath.engine.release import release_number, written_release
 from tokenpath.sim.bands import Record, unseen_pair
+
+if TYPE_CHECKING:
+    from tokenpath.sim.scenario import Scenario
 
 # Marks, in a table of runs (levers, a sweep's frontier), one whose scenario lies outside the envelope.
 OUTSIDE_MARK = "*"
@@ -45,9 +52,38 @@ def covers_version(stated: str, wanted: str) -> bool:
                                                     or release_number(row) == release_number(run))
 
 
-def envelope(regime: dict[str, Any], records: Sequence[Record]) -> dict[str, Any]:
-    """The result document's `envelope`: `validated`, `outside` (what no row covers, e.g. "chip mi300x")
-    and `line`, saying so with what the rows cover (None inside)."""
+def fitted_on(scenario: Scenario, model: str, chip: str) -> dict[str, str]:
+    """The deployment a run of `scenario` is, as an engine calibration records it (FITTED_ON_KEYS):
+    `model` and `chip` the catalog's names of its model and chip."""
+    precision = scenario.model.precision
+    if scenario.model.expert_precision is not None:
+        precision += f", experts {scenario.model.expert_precision}"
+    identity = {"model": model, "precision": precision, "chip": chip, "engine": scenario.engine.scheduler,
+                "engine_version": scenario.engine.version}
+    return {key: value for key, value in identity.items() if value is not None}
+
+
+def calibrated_elsewhere(files: Mapping[str, Mapping[str, str]], here: Mapping[str, str]) -> list[str]:
+    """Each engine calibration of `files` (file -> what it was fitted on) fitted on a deployment other
+    than `here`, as the envelope names it: "calibration mine.toml fitted on chip h100"."""
+    found = []
+    for path, recorded in files.items():
+        differ = [f"{key.replace('_', ' ')} {recorded[key]}" for key in FITTED_ON_KEYS
+                  if key in recorded and key in here and not _same(key, recorded[key], here[key])]
+        if differ:
+            found.append(f"calibration {Path(path).name} fitted on {', '.join(differ)}")
+    return found
+
+
+def _same(key: str, recorded: str, here: str) -> bool:
+    if key == "engine_version":
+        return covers_version(recorded, here) or covers_version(here, recorded)
+    return recorded == here
+
+
+def envelope(regime: dict[str, Any], records: Sequence[Record], elsewhere: Sequence[str] = ()) -> dict[str, Any]:
+    """The result document's `envelope`: `validated`, `outside` (what no row covers, e.g. "chip mi300x",
+    and `elsewhere`: calibrated_elsewhere's) and `line`, saying so with what the rows cover (None inside)."""
     latency = [r for r in records if "ttft" in r.errors]
     outside, cover = [], []
     for key, field, name in _DIMENSIONS:
@@ -81,6 +117,9 @@ def envelope(regime: dict[str, Any], records: Sequence[Record]) -> dict[str, Any
     if regime.get("locked_loop"):
         outside.append("a closed loop of fixed lengths through a front end or network")
         cover.append("such loops at the engine only")
+    if elsewhere:
+        outside.extend(elsewhere)
+        cover.append("a calibration: only the deployment it was fitted on")
     line = (f"outside the validated envelope: {', '.join(outside)} (rows cover {'; '.join(cover)})"
             if outside else None)
     return {"validated": not outside, "outside": outside, "line": line}
