@@ -119,6 +119,28 @@ def test_gpt_oss_on_an_h200_under_vllm_0_10_2_holds_its_windows_in_16_token_bloc
     assert deployment.kv_capacity_tokens == 1_594_680  # 1,611,064 with each window held as exactly 128 tokens
 
 
+@pytest.mark.parametrize("ratio", [None, 0.8])
+def test_attention_data_parallel_ranks_hold_their_own_windows(ratio):
+    """Each attention rank holds its own sequences' KV, sliding layers as one chip alone holds them: the replica
+    holds tp times what a tp=1 chip of the same memory holds for a rank's sequences."""
+    def gpt_oss(tp, dp):
+        return ComputeModel(load_model("gpt-oss-120b"), load_chip("h200"), tp, "bf16", "bf16",
+                            expert_precision="fp4", attention_dp=dp)
+    ranks = gpt_oss(2, True).kv_capacity_tokens(0.9, 8192, 128, sliding_pool_ratio=ratio, block_size=16)
+    every_layer = gpt_oss(2, True).kv_capacity_tokens(0.9, 8192, 128, sliding_pool_ratio=1.0, block_size=16)
+    assert ranks > 1.1 * every_layer  # the windows' blocks freed (or SGLang's 0.8 pool), not every layer charged
+    # one rank's memory: a chip of its weights (half the experts, every attention layer) and its 128 sequences
+    one = gpt_oss(2, True)
+    per_token, sliding = one.kv_bytes_per_token_per_chip, one.sliding_kv_bytes_per_token_per_chip
+    assert per_token == gpt_oss(1, False).kv_bytes_per_token_per_chip  # a rank's token: every KV head
+    free = every_layer // 2 * per_token
+    if ratio is None:
+        expected = (free - 128 * 144 * sliding) // (per_token - sliding)  # 144: a 128-token window in 16-token blocks
+    else:
+        expected = free // (per_token - sliding + ratio * sliding)
+    assert ranks == pytest.approx(2 * expected, abs=2 * 2)
+
+
 def test_a_pool_sized_at_a_ratio_of_the_full_layers_tokens_holds_that_many():
     half, full = compute(with_window(16)), compute(LLAMA_8B)
     free = full.kv_capacity_tokens(0.9, 8192, max_num_seqs=64) * full.kv_bytes_per_token_per_chip

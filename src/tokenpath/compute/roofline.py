@@ -326,8 +326,9 @@ class ComputeModel:
         weights - activations, the share capping it, not setting it.
         A speculative-decoding `drafter` (compute/drafter.py) adds its weights to the weights and its KV
         bytes to every token's. With attention data-parallel, each of the tp chips holds its own
-        sequences' KV: the replica holds tp times a chip's tokens. `max_num_seqs` and
-        `sampler_bytes_per_logit` size the logits' share of the activations (activation_reserve_bytes).
+        sequences' KV, its sliding layers' windows included: the replica holds tp times a chip's tokens.
+        `max_num_seqs` (the sequences one chip's scheduler runs: a rank's under attention data-parallel)
+        and `sampler_bytes_per_logit` size the logits' share of the activations (activation_reserve_bytes).
 
         With sliding-window layers a sequence of L tokens holds full x L + sliding x min(L, window)
         bytes, which one count of tokens cannot say exactly. The capacity is the larger of two bounds
@@ -390,12 +391,10 @@ class ComputeModel:
                             f"workspace) leaves no room for KV cache in {where} at gpu_memory_utilization="
                             f"{share:g}; raise --tp, use a lower precision or lower max_batched_tokens")
         tokens = free // per_token
-        if self.attention_dp:  # each chip holds the KV of its own sequences only
-            return int(tokens) * self.tp
         sliding = self.sliding_kv_bytes_per_token_per_chip
         if sliding and sliding_pool_ratio is not None:
-            return int(free // (per_token - sliding + sliding_pool_ratio * sliding))
-        if sliding and max_num_seqs:
+            tokens = free // (per_token - sliding + sliding_pool_ratio * sliding)
+        elif sliding and max_num_seqs:
             # each stage holds the sequences of every batch in flight
             in_flight = max_num_seqs if batches_share_running_cap else max_num_seqs * self.pp
             held = self._window if not block_size else (-(-(self._window - 1) // block_size) + 1) * block_size
@@ -403,7 +402,8 @@ class ComputeModel:
             full = per_token - sliding
             if free > windows:  # with every layer sliding, each sequence may reach the model's context
                 tokens = max(tokens, (free - windows) // full if full else in_flight * self.model.max_context)
-        return int(tokens)
+        # under attention data-parallel each chip holds the KV of its own sequences only
+        return int(tokens) * (self.tp if self.attention_dp else 1)
 
     # -- communication -----------------------------------------------------------------------------
 

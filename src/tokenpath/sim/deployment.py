@@ -175,7 +175,8 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
     share = engine.memory_share(chip.hbm_bytes, dep.tp, dep.pp, dep.attention_dp, prefill_graph_tokens, model.is_mla,
                                 chip.generation)
     try:
-        kv_tokens = compute.kv_capacity_tokens(share, engine.max_num_batched_tokens, engine.max_num_seqs,
+        chip_seqs = engine.rank_limits(dep.tp)[0] if dep.attention_dp else engine.max_num_seqs  # one scheduler's
+        kv_tokens = compute.kv_capacity_tokens(share, engine.max_num_batched_tokens, chip_seqs,
                                                drafter if engine.drafter_in_pool else None,
                                                sampler_bytes, engine.profile.memory_share_covers,
                                                engine.kv_margin(chip.generation),
