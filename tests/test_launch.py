@@ -149,7 +149,7 @@ def test_the_vllm_command_for_llama_70b_fp8_tp2_dp4_on_8_h200():
         "vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct",
         "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1", "--data-parallel-size", "4",
         "--quantization", "fp8_per_tensor",   # bf16 weights quantized as vLLM 0.34 loads them
-        "--kv-cache-dtype", "auto",           # vllm-v1's KV cache: the activations' bf16
+        "--kv-cache-dtype", "bfloat16",       # vllm-v1's KV cache: the activations' bf16, written out
         "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192", "--block-size", "64",
         "--enable-chunked-prefill", "--enable-prefix-caching",  # the memory share vLLM's own, as simulated
         "--async-scheduling",                 # the newest vLLM's default, as modelled (written out)

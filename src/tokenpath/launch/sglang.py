@@ -87,7 +87,9 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         settings.map("deployment.attention_dp", "(off: SGLang's default --attn-dp-size 1)")
     # SGLang quantizes bf16 weights to fp8 as it loads them
     weight_flags(plan, cmd, settings, "SGLang", "fp8")
-    kv_dtype = "fp8_e4m3" if plan.kv_precision == "fp8" else "auto"
+    # bf16 written out: `auto` takes a quantized checkpoint's own KV scheme (kv_cache_quant_algo FP8: fp8;
+    # configure_kv_cache_dtype, sglang/srt/mem_cache/kv_cache_dtype.py), not what was simulated
+    kv_dtype = "fp8_e4m3" if plan.kv_precision == "fp8" else "bfloat16"
     cmd.add(settings, "model.kv_cache_precision", "--kv-cache-dtype", kv_dtype)
     if not eng.sets_own_running:
         cmd.add(settings, "engine.max_num_seqs", "--max-running-requests", eng.max_num_seqs)

@@ -83,7 +83,10 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
         settings.map("deployment.attention_dp", "(off)")
     # vLLM 0.34's `fp8` reads fp8 checkpoints only and names fp8_per_tensor for bf16 weights
     weight_flags(plan, cmd, settings, "vLLM", "fp8_per_tensor")
-    cmd.add(settings, "model.kv_cache_precision", "--kv-cache-dtype", "fp8" if plan.kv_precision == "fp8" else "auto")
+    # bf16 written out: `auto` takes a quantized checkpoint's own KV scheme (a ModelOpt FP8 checkpoint's
+    # kv_cache_quant_algo: fp8; resolve_kv_cache_dtype_string, vllm/utils/torch_utils.py), not what was simulated
+    kv_dtype = "fp8" if plan.kv_precision == "fp8" else "bfloat16"
+    cmd.add(settings, "model.kv_cache_precision", "--kv-cache-dtype", kv_dtype)
     cmd.add(settings, "engine.max_num_seqs", "--max-num-seqs", eng.max_num_seqs)
     cmd.add(settings, "engine.max_num_batched_tokens", "--max-num-batched-tokens", eng.max_num_batched_tokens)
     cmd.add(settings, "engine.block_size", "--block-size", eng.block_size)
