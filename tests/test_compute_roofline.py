@@ -764,3 +764,23 @@ def test_expert_parallel_over_more_chips_than_divide_the_experts_takes_the_busie
     deepseek = load_model("deepseek-v3")
     even = [ComputeModel(deepseek, chip, 8, "fp8", "fp8", expert_parallel=ep).weight_bytes_per_chip for ep in (0, 1)]
     assert even[0] == even[1]
+
+
+def test_experts_dispatched_by_all_to_all_move_only_their_own_copies_activations():
+    """DeepEP sends a chip the token copies routed to its experts: DeepSeek-V3's top-8 of 256 over 8 chips reach
+    one copy a token on average, a whole expert wide (gather h, 2I out, 2I + I through the activation, I in,
+    h out), where a chip that holds every token (tensor parallelism, or an expert map after a gather) handles
+    all eight copies, at its share of the width or writing them."""
+    model, chip = load_model("deepseek-v3"), load_chip("h200")
+    h, inter, layers = 7168, 2048, 58
+    def experts(**kw):
+        ops = ComputeModel(model, chip, 8, "fp8", "bf16", **kw).ops
+        return next(op for op in ops if op.name == "moe_experts")
+    dispatched = experts(expert_parallel=True, expert_dispatch=True)
+    assert dispatched.bytes_per_token == pytest.approx(1 * (2 * h + 6 * inter) * 2 * layers, rel=1e-12)
+    gathered = experts(expert_parallel=True)
+    assert gathered.bytes_per_token == experts().bytes_per_token == pytest.approx(
+        8 * (2 * h + 6 * inter / 8) * 2 * layers, rel=1e-12)
+    # the FLOPs and the weights read are the same either way
+    assert dispatched.flops_per_token == gathered.flops_per_token
+    assert dispatched.bytes_per_expert == gathered.bytes_per_expert

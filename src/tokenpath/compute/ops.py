@@ -154,6 +154,7 @@ class _Sharding:
     expert_parallel: bool = False  # routed experts placed whole on the chips (their GEMMs a whole expert wide)
     mla_absorbed_bf16: bool = False  # MLA's absorbed W_UK / W_UV kept as bf16 copies of a quantized kv_b_proj
     mxfp4_layout: Mxfp4Layout | None = None  # how the engine lays out MXFP4 routed experts (None: as loaded)
+    expert_dispatch: bool = False  # with expert_parallel: a chip receives only the copies routed to its experts
 
     @property
     def act(self) -> float:
@@ -225,7 +226,7 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
               latent_attention: bool = True, weight_only_expert_time: float = 1.0,
               input_projection: int = 0, attention_dp_whole: frozenset[str] = frozenset(),
               expert_parallel: bool = False, mla_absorbed_bf16: bool = False,
-              mxfp4_layout: Mxfp4Layout | None = None) -> list[LinearOp]:
+              mxfp4_layout: Mxfp4Layout | None = None, expert_dispatch: bool = False) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     `expert_parallel` places routed experts whole, 1/tp of them per chip (roofline.ComputeModel): their
@@ -253,10 +254,13 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     kv_b_proj (engine/mla_weights.py; _mla_projections).
 
     `mxfp4_layout`: how the engine lays out MXFP4 routed experts in memory (Mxfp4Layout, engine/mxfp4_weights.py;
-    None: as loaded)."""
+    None: as loaded).
+
+    `expert_dispatch`: with `expert_parallel`, each token's routed copies go by all-to-all to the chips holding
+    their experts (DeepEP), so a chip's experts read and write only those copies' activations (_routed_experts)."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, assumptions,
                   expert_precision or weight_precision, latent_attention, weight_only_expert_time, expert_parallel,
-                  mla_absorbed_bf16, mxfp4_layout)
+                  mla_absorbed_bf16, mxfp4_layout, expert_dispatch)
     data_parallel = attention_dp and tp > 1
     whole = dataclasses.replace(s, tp=1)
 
@@ -472,8 +476,13 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
     busiest = expert_parallel_busiest_share(model.num_experts, s.tp) if s.expert_parallel else 1.0
     expert_params = 3 * h * inter * busiest  # this chip's share of each expert, on average over the experts
     # Per routed copy of a token: gather h, gate_up out 2I, activation 2I in + I out, down in I,
-    # out h.
+    # out h. Under tensor parallelism, and expert parallelism without a dispatch (every chip holds every
+    # token, as after an all-gather: vLLM's fused_moe with an expert_map still writes each copy routed
+    # elsewhere, as zeros), a chip handles every copy; dispatched, only the busiest / tp of them routed to
+    # its experts, each a whole expert wide.
     width = model.moe_intermediate_size if s.expert_parallel else inter
+    copies = model.experts_per_token * busiest * (1 / s.tp if s.expert_parallel and s.expert_dispatch else 1)
+    copy_bytes = 2 * h + 6 * (width if s.expert_parallel and s.expert_dispatch else inter)
     precision = s.expert_precision
     expert_bytes = stored_bytes(precision, s.fp4_format)
     # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.
@@ -498,7 +507,7 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
         "moe_experts",
         s.chip.effective_flops(precision) * expert_gemm_fraction(width, block_scaled, s.assumptions) / slow,
         flops_per_token=flops,
-        bytes_per_token=model.experts_per_token * busiest * (2 * h + 6 * inter) * s.act * moe_layers * slow,
+        bytes_per_token=copies * copy_bytes * s.act * moe_layers * slow,
         bytes_per_expert=streamed * slow,
         resident_bytes=resident,
         kernels=expert_layer_kernels(s.quantizes_input(precision)) * moe_layers,

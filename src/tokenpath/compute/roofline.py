@@ -111,7 +111,9 @@ class ComputeModel:
     Expert parallelism (`expert_parallel`) places whole routed experts on the `tp` chips, 1/tp of them each:
     a chip's expert FLOPs, weights and the expert bytes a step reads are those of tensor parallelism on
     average, and their grouped GEMMs are as wide as whole experts (ops.build_ops); where tp does not divide
-    the experts, those of the busiest chip, which holds ceil(E / tp) of them.
+    the experts, those of the busiest chip, which holds ceil(E / tp) of them. `expert_dispatch` (with it:
+    the scenario's moe_all_to_all, DeepEP) sends each chip only the token copies routed to its experts, so
+    their activations are those copies' (ops._routed_experts).
 
     `mla_absorbed_bf16`: the engine keeps an MLA model's absorbed W_UK / W_UV as bf16 copies of a quantized
     kv_b_proj, held beside it and streamed in its place (engine/mla_weights.py, ops.build_ops).
@@ -138,7 +140,8 @@ class ComputeModel:
                  input_projection: int = 0, shared_weights: frozenset[str] = frozenset(),
                  attention_dp_whole: frozenset[str] = frozenset(), pp_extra_layers: ExtraLayers = "before_last",
                  expert_parallel: bool = False, gemm_kernels_of: str | None = None,
-                 mla_absorbed_bf16: bool = False, mxfp4_layout: Mxfp4Layout | None = None):
+                 mla_absorbed_bf16: bool = False, mxfp4_layout: Mxfp4Layout | None = None,
+                 expert_dispatch: bool = False):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -168,7 +171,7 @@ class ComputeModel:
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, assumptions,
                                              self.expert_precision, self.attention_dp, latent_attention,
                                              weight_only_expert_time, input_projection, attention_dp_whole,
-                                             expert_parallel, mla_absorbed_bf16, mxfp4_layout)
+                                             expert_parallel, mla_absorbed_bf16, mxfp4_layout, expert_dispatch)
         # A drafter's ops whose weights are the target's (compute/drafter.py): they run and stream those
         # weights as before, but hold none of their own.
         unknown = shared_weights - {op.name for op in self.ops}

@@ -155,6 +155,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                            cuda_graph_sizes=engine.graph_batch_sizes(chip.hbm_bytes, dep.tp),
                            prefill_graph_max_tokens=prefill_graph_tokens,
                            expert_parallel=dep.expert_parallel and model.is_moe,
+                           expert_dispatch=dep.moe_all_to_all,
                            host_window_s=host.window_s, host_step_s=host.step_s,
                            host_per_sequence_s=host.per_sequence_s,
                            host_overlapped=host.overlapped, host_eager_per_kernel_s=host.eager_per_kernel_s,
