@@ -268,6 +268,25 @@ def test_an_unset_max_tokens_fills_at_most_the_context_left_and_ends_by_length()
     assert reply["choices"][0]["finish_reason"] == "length" and reply["usage"]["completion_tokens"] == 46
 
 
+def test_ignore_eos_without_max_tokens_runs_to_the_context():
+    # vLLM ignores the model's end of sequence: only a limit ends the answer, an unset max_tokens being the
+    # context the prompt leaves (get_max_tokens), not the scenario's drawn answer of 10
+    async def body(url, session):
+        replies = []
+        for extra in ({"ignore_eos": True}, {"ignore_eos": False}, {"ignore_eos": True, "max_tokens": 5}):
+            request = {"model": "m", "prompt": [7] * 4000, **extra}
+            async with session.post(f"{url}/v1/completions", json=request) as response:
+                replies.append((response.status, await response.json()))
+        return replies
+
+    scenario = {"model.name": "llama-2-7b", "workload.output": {"kind": "fixed", "value": 10}}
+    ignored, kept, limited = serve(**scenario)(body)
+    assert ignored[0] == kept[0] == limited[0] == 200
+    assert ignored[1]["choices"][0]["finish_reason"] == "length" and ignored[1]["usage"]["completion_tokens"] == 96
+    assert kept[1]["choices"][0]["finish_reason"] == "stop" and kept[1]["usage"]["completion_tokens"] == 10
+    assert limited[1]["choices"][0]["finish_reason"] == "length" and limited[1]["usage"]["completion_tokens"] == 5
+
+
 def test_a_json_document_cut_short_ends_by_length_and_a_whole_one_by_stop():
     async def body(url, session):
         replies = []

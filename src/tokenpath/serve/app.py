@@ -122,16 +122,20 @@ class Server:
     def output_tokens(self, ask: Ask, rng: np.random.Generator) -> tuple[int, bool]:
         """The tokens this request will get, and whether it ends at a limit rather than as the model
         chose: max_tokens; else a draw from the scenario's lengths (at least min_tokens), up to the
-        context the prompt leaves, as OpenAI's and vLLM's servers cap an unset max_tokens."""
+        context the prompt leaves, as OpenAI's and vLLM's servers cap an unset max_tokens; with vLLM's
+        ignore_eos, no draw (the model's end of sequence is ignored): that context (vLLM's get_max_tokens,
+        max_model_len less the prompt)."""
         min_tokens = ask.extras.min_tokens
         if ask.max_tokens is not None:
             if min_tokens > ask.max_tokens:
                 raise ApiError(400, f"'min_tokens' ({min_tokens}) must be at most max_tokens ({ask.max_tokens})",
                                "min_tokens")
             return ask.max_tokens, True
+        room = self.context_tokens - ask.prompt_tokens
+        if ask.extras.ignore_eos and room > 0:
+            return room, True
         output = self.scenario.resolved_workload(chat_template=False).output
         drawn = max(int(sample_lengths(output, 1, rng, "workload.output")[0]), min_tokens)
-        room = self.context_tokens - ask.prompt_tokens
         return (room, True) if 0 < room < drawn else (drawn, False)
 
     @property

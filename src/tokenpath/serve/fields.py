@@ -4,8 +4,9 @@ The emulator's text is a stretch of the shipped corpus, not a model's sample, so
 - changes only which words a model would sample (temperature, penalties, top_k, logit_bias, ...):
   accepted, with OpenAI's type and range checks, since the text is arbitrary anyway;
 - changes what the client receives in a way the emulator reproduces: `response_format` json_object
-  (the output is a JSON document), `seed` (the same seed gives the same text), `min_tokens`,
-  `truncate_prompt_tokens`, `stream_options.continuous_usage_stats` (vLLM's running usage);
+  (the output is a JSON document), `seed` (the same seed gives the same text), `min_tokens`, `ignore_eos`
+  (without max_tokens, the answer runs to the context), `truncate_prompt_tokens`,
+  `stream_options.continuous_usage_stats` (vLLM's running usage);
 - or changes what the client parses in a way it cannot reproduce (tool calls, log probabilities,
   JSON matching a schema, several choices, echo): refused with a 400 naming the field, so a client
   fails at once with the reason instead of later on prose where it expected a tool call.
@@ -120,7 +121,6 @@ _HARMLESS: dict[str, Check] = {
     "min_p": _number(0, 1),
     "repetition_penalty": _number(1e-9, math.inf),
     "length_penalty": _number(-math.inf, math.inf),
-    "ignore_eos": _BOOL,
     "stop_token_ids": _integers,
     "bad_words": _kind(list, "a list of strings"),
     "allowed_token_ids": _integers,
@@ -168,7 +168,8 @@ _REFUSED: dict[str, Check] = {
 # Fields `parse` reads itself (openai.py), and those read below.
 _PARSED = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "stop", "messages",
            "prompt"}
-_HERE = {"logprobs", "tools", "tool_choice", "response_format", "seed", "min_tokens", "truncate_prompt_tokens", "echo"}
+_HERE = {"logprobs", "tools", "tool_choice", "response_format", "seed", "min_tokens", "truncate_prompt_tokens", "echo",
+         "ignore_eos"}
 # Fields of one endpoint only (OpenAI's two references; vLLM's ChatCompletionRequest and CompletionRequest):
 # sent to the other, they would be ignored, so they are unknown there.
 _CHAT_ONLY = {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
@@ -214,6 +215,8 @@ def check_fields(body: dict[str, Any], endpoint: Endpoint, count_tokens: Callabl
                            "stream_options")
         if value is not None:
             _BOOL(f"stream_options.{key}", value)
+    if body.get("ignore_eos") is not None:
+        _BOOL("ignore_eos", body["ignore_eos"])
     seed, min_tokens, truncate = body.get("seed"), body.get("min_tokens"), body.get("truncate_prompt_tokens")
     for key, value, low in (("seed", seed, -2**63), ("min_tokens", min_tokens, 0),
                             ("truncate_prompt_tokens", truncate, 1)):
@@ -223,6 +226,7 @@ def check_fields(body: dict[str, Any], endpoint: Endpoint, count_tokens: Callabl
         json_mode=_json_mode(body.get("response_format")),
         seed=seed,
         min_tokens=min_tokens or 0,
+        ignore_eos=bool(body.get("ignore_eos")),
         truncate_prompt_tokens=truncate,
         prompt_tokens_added=_tools(body, count_tokens),
         continuous_usage=bool(options.get("continuous_usage_stats")),

@@ -31,6 +31,7 @@ class Extras:
     json_mode: bool = False             # response_format json_object: the output is a JSON document
     seed: int | None = None             # the same seed gives the same text and length
     min_tokens: int = 0
+    ignore_eos: bool = False            # vLLM's: no end of sequence, so only a limit ends the answer
     truncate_prompt_tokens: int | None = None
     prompt_tokens_added: int = 0        # tool definitions in the prompt (sent with tool_choice "none")
     continuous_usage: bool = False      # stream_options.continuous_usage_stats: usage on every chunk
