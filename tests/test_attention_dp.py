@@ -566,3 +566,20 @@ def test_a_config_json_names_the_model_class_its_engines_load(tmp_path):
     with pytest.raises(UserError, match="for a model whose config.json names no architectures splits"):
         build_deployment(load_scenario(None, {"model.name": str(path), "engine.scheduler": "prefill-first",
                                               "deployment.attention_dp": True}))
+
+
+@pytest.mark.parametrize("scheduler, mlp_own", [("vllm-v1", True), ("trtllm", True), ("prefill-first", False)])
+def test_a_rank_normalizes_its_own_tokens_and_the_mlps_norm_runs_where_its_input_is(scheduler, mlp_own):
+    """Into attention, MLA's latents and the final norm each rank normalizes its own sequences; the norm before the
+    MLP runs on the rank's tokens where the router after it does (vLLM, TensorRT-LLM), on every rank's where
+    SGLang gathers them first (LayerCommunicator.prepare_mlp). Together they are the tensor-parallel norms."""
+    base = {"model.name": "deepseek-v3", "engine.scheduler": scheduler, "deployment.expert_parallel": True}
+    dp = {op.name: op for op in build_deployment(load_scenario(None, {**base, "deployment.attention_dp": True}))
+          .compute.ops}
+    tp = {op.name: op for op in build_deployment(load_scenario(None, base)).compute.ops}
+    assert dp["norms"].per_sequence and dp["mlp_norms"].per_sequence == mlp_own
+    h, layers = 7168, 61
+    assert dp["mlp_norms"].bytes_per_token == 4 * layers * h * 2 and dp["mlp_norms"].kernels == layers
+    for field in ("bytes_per_token", "bytes_fixed", "resident_bytes", "kernels"):
+        assert getattr(dp["norms"], field) + getattr(dp["mlp_norms"], field) == pytest.approx(
+            getattr(tp["norms"], field), rel=1e-12)

@@ -275,7 +275,16 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     moe_local = local if model.is_moe else frozenset()
     embedding_tp = 1 if "embedding" in local else tp
     head = own([_lm_head(whole)])[0] if "lm_head" in local else _lm_head(s)
-    return [*_embedding_and_norms(s, embedding_tp), *_input_projection(s, input_projection),
+    embedding, *norms = _embedding_and_norms(s, embedding_tp, data_parallel)
+    if data_parallel:
+        # A rank normalizes its own tokens into attention, MLA's latents and the final norm; the norm before
+        # the MLP runs where the MLP's input is: the rank's own tokens where what follows it runs there (its
+        # router, shared experts or dense MLP: vLLM's and TensorRT-LLM's layers, which dispatch after it), all
+        # the ranks' tokens where they are gathered first (SGLang's LayerCommunicator.prepare_mlp).
+        rank_norms, mlp_norms = norms
+        mlp_own = bool(moe_local & {"dense_mlp", "moe_router", "shared_experts"})
+        norms = [*own([rank_norms]), *(own([mlp_norms]) if mlp_own else [mlp_norms])]
+    return [embedding, *norms, *_input_projection(s, input_projection),
             *(own(_attention(whole)) if data_parallel else _attention(s)),
             *(own(_dense_mlp(whole)) if "dense_mlp" in moe_local else _dense_mlp(s)),
             *(own(_moe_router(s)) if "moe_router" in moe_local else _moe_router(s)), *_routed_experts(s),
@@ -294,8 +303,10 @@ def _input_projection(s: _Sharding, inputs: int) -> list[LinearOp]:
     return [s.gemm("input_proj", 1, inputs * h * h, inputs * h, h, bf16=True)]
 
 
-def _embedding_and_norms(s: _Sharding, embedding_tp: int) -> list[LinearOp]:
-    """The embedding, its table split over `embedding_tp` chips, and the layers' norms."""
+def _embedding_and_norms(s: _Sharding, embedding_tp: int, split: bool = False) -> list[LinearOp]:
+    """The embedding, its table split over `embedding_tp` chips, and the layers' norms: one op, or (`split`)
+    two, "norms" (into attention, MLA's latents, the final one, with each layer's closing residual add) and
+    "mlp_norms" (each layer's norm before its MLP)."""
     model, h, layers, act = s.model, s.model.hidden_size, s.model.num_layers, s.act
     embedding = LinearOp(
         "embedding", s.bf16_rate,
@@ -306,15 +317,20 @@ def _embedding_and_norms(s: _Sharding, embedding_tp: int) -> list[LinearOp]:
     # Fused residual-add + RMSNorm: reads input and residual, writes both. Two per layer and a final
     # one; MLA adds plain norms on its q and kv latents. Kernels: the two norms and the residual add
     # closing each layer, the final norm, and MLA's latent norms.
-    norms = 2 * layers + 1
     latent_width = (model.q_lora_rank + model.kv_lora_rank) * layers if model.is_mla else 0
-    return [embedding, LinearOp(
-        "norms", s.bf16_rate,
-        bytes_fixed=(norms * h + latent_width) * act,
-        bytes_per_token=(4 * norms * h + 2 * latent_width) * act,
-        resident_bytes=(norms * h + latent_width) * act,
-        kernels=3 * layers + 1 + ((1 + bool(model.q_lora_rank)) * layers if model.is_mla else 0),
-    )]
+    latent_kernels = (1 + bool(model.q_lora_rank)) * layers if model.is_mla else 0
+    if not split:
+        return [embedding, _norms(s, "norms", 2 * layers + 1, 3 * layers + 1 + latent_kernels, latent_width)]
+    return [embedding, _norms(s, "norms", layers + 1, 2 * layers + 1 + latent_kernels, latent_width),
+            _norms(s, "mlp_norms", layers, layers)]
+
+
+def _norms(s: _Sharding, name: str, norms: int, kernels: int, latent_width: float = 0.0) -> LinearOp:
+    """`norms` fused residual-add + RMSNorms of the hidden width, and plain norms over `latent_width`."""
+    h, act = s.model.hidden_size, s.act
+    return LinearOp(name, s.bf16_rate, bytes_fixed=(norms * h + latent_width) * act,
+                    bytes_per_token=(4 * norms * h + 2 * latent_width) * act,
+                    resident_bytes=(norms * h + latent_width) * act, kernels=kernels)
 
 
 @dataclass(frozen=True)
