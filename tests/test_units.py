@@ -70,6 +70,19 @@ def test_any_bandwidth_scales_by_prefix_and_bits(number, prefix, base):
     assert math.isclose(parse_bandwidth_Bps(f"{number!r} {prefix}{base}/s"), expected, rel_tol=1e-12, abs_tol=1e-300)
 
 
+@given(st.one_of(st.sampled_from(["kiB", "kib/s", "kiBps", "KiB", "kB"]), st.text(alphabet="kKMGTPiIbBytes/p ",
+                                                                                  max_size=8)))
+def test_any_unit_text_parses_or_is_one_line_naming_the_field(unit):
+    """A prefix the pattern takes and the table lacks ("1 kiB") was a KeyError and a traceback."""
+    for parse in (parse_bytes, parse_bandwidth_Bps):
+        try:
+            value = parse(f"1 {unit}", "delivery.x")
+        except UserError as error:
+            assert str(error).startswith("delivery.x: ") and "\n" not in str(error)
+        else:
+            assert value > 0
+
+
 class Quantities(BaseModel):
     duration: Duration
     size: Size

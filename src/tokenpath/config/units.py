@@ -27,8 +27,8 @@ _PER_S = {"ns": 1e9, "us": 1e6, "µs": 1e6, "μs": 1e6, "ms": 1e3}
 _TIME_S = {"": 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[^\s\d].*?)?\s*$")
-_BYTES_UNIT = re.compile(r"^(?P<prefix>[kKMGTP]i?|)(?P<base>B|bytes?)$")
-_BW_UNIT = re.compile(r"^(?P<prefix>[kKMGTP]i?|)(?P<base>B/s|b/s|bps|Bps)$")
+_BYTES_UNIT = re.compile(r"^(?P<prefix>[kKMGTP]|[KMGTP]i|)(?P<base>B|bytes?)$")
+_BW_UNIT = re.compile(r"^(?P<prefix>[kKMGTP]|[KMGTP]i|)(?P<base>B/s|b/s|bps|Bps)$")
 
 
 def _split(value: object, what: str, example: str) -> tuple[float, str]:
