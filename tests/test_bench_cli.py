@@ -93,6 +93,20 @@ def test_existing_results_file_is_not_overwritten(server, monkeypatch, capsys, t
     assert results.read_text() == "precious\n"
 
 
+@pytest.mark.parametrize("results, json_out, fragment", [
+    ("same.jsonl", "same.jsonl", "--results same.jsonl: the same file as --json"),
+    ("-", None, "--results -: per-request results are written to a file"),
+    ("/proc/x.jsonl", None, "--results /proc/x.jsonl: cannot be created"),  # (os.access says yes to root there)
+])
+def test_results_that_would_be_lost_are_refused_before_any_request(monkeypatch, capsys, tmp_path, results, json_out,
+                                                                   fragment):
+    monkeypatch.chdir(tmp_path)
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: a refusal must come before the first request
+    argv = ["bench", "--base-url", url, "--model", MODEL, "--results", results, *SMALL]
+    assert_user_error(*run_cli(argv + (["--json", json_out] if json_out else []), monkeypatch, capsys), fragment)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_table_says_how_many_streams_ended_before_their_max_tokens(monkeypatch, capsys, tmp_path):
     with FakeServer(lambda i: "stop_early" if i == 3 else "ok") as stopping:
         code, out, err = run_cli(["bench", "--base-url", stopping.url, "--model", MODEL, *SMALL], monkeypatch, capsys)

@@ -92,6 +92,10 @@ def test_results_formats_and_errors(runs, monkeypatch, capsys, tmp_path):
                       "sweep.csv: a sweep's table written as .csv; report reads a sweep from its .parquet")
     assert_user_error(*run_cli(["report", str(runs / "a.json"), "--html", str(tmp_path / "x.txt")],
                                monkeypatch, capsys), "--html", ".html")
+    both = str(tmp_path / "both.html")  # refused before the run, not after it wrote the page
+    assert_user_error(*run_cli(["simulate", *SMALL, "--html", both, "--png", both], monkeypatch, capsys),
+                      "--png", "the same path as --html")
+    assert not Path(both).exists()
     assert_user_error(*run_cli(["report", str(tmp_path / "none.json"), "--html", str(tmp_path / "x.html")],
                                monkeypatch, capsys), "no such results file")
     junk = tmp_path / "junk.json"

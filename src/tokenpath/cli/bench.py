@@ -123,12 +123,16 @@ def bench(
     Endpoint.parse(base_url)
     target = Target(base_url, model, endpoint, api_key, strict_openai, parse_extra_body(extra_body, strict_openai))  # type: ignore[arg-type]
     results_path = results or time.strftime("bench-%Y%m%d-%H%M%S.jsonl")
+    if results_path == "-":
+        raise UserError("--results -: per-request results are written to a file, line by line as requests finish "
+                        "so that a stopped run keeps them, not to stdout; give a path")
     files.check_writable(results_path, "--results")
     if Path(results_path).exists() and Path(results_path).stat().st_size > 0:
         raise UserError(f"--results: {results_path} already exists; give a new path "
                         "(a run never overwrites measurements)")
     if json_out is not None:
         files.check_writable(json_out, "--json")
+        files.check_apart(results_path, "--results", json_out, "--json")
     check_tokenizer(tokenizer, "--tokenizer")
 
     built = load_with_flags(scenario, flags)

@@ -41,6 +41,9 @@ def check_report_outputs(html_out: str | None, png_dir: str | None) -> None:
         files.check_writable(html_out, "--html")
     if png_dir is not None and Path(png_dir).exists() and not Path(png_dir).is_dir():
         raise UserError(f"--png {files.shown(png_dir)}: is a file; give a folder for the figures")
+    if html_out is not None and png_dir is not None and Path(html_out).resolve() == Path(png_dir).resolve():
+        raise UserError(f"--png {files.shown(png_dir)}: the same path as --html; give a folder of its own for the "
+                        "figures")
 
 
 def write_report(inputs: object, html_out: str | None, png_dir: str | None, title: str) -> None:

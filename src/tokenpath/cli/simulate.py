@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import typer
@@ -30,8 +29,7 @@ def _simulate_and_report(scenario_ref: str | None, json_out: str | None, flags: 
         from tokenpath.report.requests import check_results_path
 
         check_results_path(results)
-        if json_out is not None and os.path.realpath(results) == os.path.realpath(json_out):
-            raise UserError(f"--results {results}: the same file as --json; give each its own path")
+        files.check_apart(results, "--results", json_out, "--json")
     check_report_outputs(html_out, png_dir)
     prepared = prepare(load_with_flags(scenario_ref, flags))
 

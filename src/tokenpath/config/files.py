@@ -159,6 +159,12 @@ def parse_toml(text: str, source: str) -> dict:
         raise UserError(f"{source}: not valid TOML: {str(error).split(';')[0]}; write a smaller number") from None
 
 
+def check_apart(path: str, flag: str, other: str | None, other_flag: str) -> None:
+    """Refuse two outputs of one run written to the same file (the second would replace the first)."""
+    if other is not None and other != "-" and os.path.realpath(path) == os.path.realpath(other):
+        raise UserError(f"{flag} {shown(path)}: the same file as {other_flag}; give each its own path")
+
+
 def check_writable(path: str, flag: str) -> None:
     """Refuse, before any work, an output path that cannot be written: a missing or read-only folder,
     a folder in its place, a bad name. '-' (stdout) passes."""
@@ -178,3 +184,9 @@ def check_writable(path: str, flag: str) -> None:
         raise UserError(f"{flag} {shown(path)}: the folder {folder} does not exist; create it or choose another path")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UserError(f"{flag} {shown(path)}: the folder {folder} is not writable; choose another path")
+    try:  # what the permissions do not say (a root user may write anywhere, a folder like /proc takes no file)
+        with open(path, "x"):
+            pass
+    except OSError as error:
+        raise UserError(f"{flag} {shown(path)}: cannot be created ({error.strerror}); choose another path") from None
+    os.unlink(path)  # (a check leaves nothing behind)
