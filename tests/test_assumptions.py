@@ -274,9 +274,14 @@ def test_overrides_reach_forked_workers():
 def test_delivery_assumptions_set_the_defaults_of_the_delivery_table():
     scenario = load_scenario("typical", {"assumptions.detokenize_per_token_s": "40 us"})
     assert scenario.resolved_delivery().detokenize_per_token == pytest.approx(40e-6)
-    own = load_scenario("typical", {"assumptions.detokenize_per_token_s": "40 us",
-                                    "delivery.detokenize_per_token": "1 us"})
-    assert own.resolved_delivery().detokenize_per_token == pytest.approx(1e-6)  # the [delivery] table wins
+    # A value the [delivery] table sets itself would win and the assumption change nothing: refused.
+    with pytest.raises(UserError, match=r"assumptions\.detokenize_per_token_s: the scenario's \[delivery\] sets "
+                                        r"detokenize_per_token itself, which wins; set delivery\.detokenize_per_token"):
+        load_scenario("typical", {"assumptions.detokenize_per_token_s": "40 us",
+                                  "delivery.detokenize_per_token": "1 us"})
+    with pytest.raises(UserError, match=r"assumptions\.host_link_bw_Bps: the scenario's \[delivery\] sets "
+                                        r"host_link_bw"):
+        load_scenario("typical", {"assumptions.host_link_bw_Bps": "1 kB/s"})  # typical.toml's own 64 GB/s
 
 
 def test_the_result_document_names_what_was_overridden():

@@ -29,7 +29,14 @@ from pydantic import (
 
 from tokenpath.application.spec import ApplicationSpec
 from tokenpath.config import files
-from tokenpath.config.assumptions import PROFILE_DELIVERY_FIELDS, Assumptions, check_table, lookup, resolve
+from tokenpath.config.assumptions import (
+    DELIVERY_FIELDS,
+    PROFILE_DELIVERY_FIELDS,
+    Assumptions,
+    check_table,
+    lookup,
+    resolve,
+)
 from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.config.files import PathText
@@ -242,6 +249,18 @@ class Scenario(BaseModel):
         limits = profile.batch_limits(spec.name, spec.hbm_bytes, release if isinstance(release, str) else None).given()
         missing = {name: value for name, value in limits.items() if name not in engine}
         return {**data, "engine": {**missing, **engine}} if missing else data
+
+    @model_validator(mode="after")
+    def _assumptions_not_shadowed_by_delivery(self) -> Scenario:
+        """An [assumptions] value a field of the scenario's own [delivery] table sets would change nothing
+        (the table's value wins: resolved_delivery), while the result said it was applied."""
+        fields = {**DELIVERY_FIELDS, **PROFILE_DELIVERY_FIELDS}
+        for name in self.assumptions:
+            field = fields.get(name)
+            if field is not None and field in self.delivery.model_fields_set:
+                raise ValueError(f"assumptions.{name}: the scenario's [delivery] sets {field} itself, which wins; "
+                                 f"set delivery.{field} instead (or remove it from [delivery])")
+        return self
 
     @model_validator(mode="after")
     def _speculation_has_its_acceptance(self) -> Scenario:
