@@ -225,8 +225,10 @@ def test_values_take_the_registry_unit_or_a_string_with_a_unit(given, expected):
     ("host_step_s", "2 GB", "host_step_s"), ("serving_gemm_fraction", "lots", "not a number"),
     ("serving_gemm_fraction", -1, "above 0 and at most 1"), ("serving_gemm_fraction", True, "not a number"),
     ("hbm_bw_efficiency", 0, "out of range"), ("hbm_bw_efficiency", 1.5, "at most 1"),
-    ("host_link_bw_Bps", "0 GB/s", "above 0"), ("gemm_overlap_norm", 0.5, "at least 1"),
-    ("activation_bytes", float("inf"), "not a finite number"), ("host_step_s", "2 h", "at most 3600"),
+    ("host_link_bw_Bps", "0 GB/s", "at least 1 kB/s"), ("gemm_overlap_norm", 0.5, "at least 1"),
+    ("activation_bytes", float("inf"), "not a finite number"), ("host_step_s", "2 s", "at most 1 s"),
+    ("host_step_s", 760.9, "at most 1 s"), ("cpu_cores", 0.5, "a whole number above 0"),
+    ("gemm_overlap_norm", "1_000", "not a number"),
     ("calibration", 3, "calibration file"),
 ])
 def test_a_bad_value_names_the_assumption(name, value, message):
@@ -371,7 +373,7 @@ def test_a_delivery_calibration_joins_through_the_assumptions_table(tmp_path):
     assert load_scenario(str(tmp_path / "s.toml"), SMALL).fingerprint() != before
 
 
-@given(st.floats(min_value=0, max_value=3600, allow_nan=False), st.sampled_from(["s", "ms", "us", "ns"]))
+@given(st.floats(min_value=0, max_value=1, allow_nan=False), st.sampled_from(["s", "ms", "us", "ns"]))
 def test_a_duration_assumption_takes_any_duration_string(number, unit):
     from tokenpath.config.assumptions import parse_value
 

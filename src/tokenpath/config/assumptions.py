@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenpath.config.errors import UserError, quoted
+from tokenpath.config.units import MAX_BANDWIDTH_BPS, MAX_COST_S, MIN_BANDWIDTH_BPS, PLAIN_NUMBER
 
 # None outside `Assumptions.active()` (every constant at its default), not a shared mutable {}
 _ACTIVE: ContextVar[Mapping[str, float] | None] = ContextVar("tokenpath_assumptions", default=None)
@@ -376,8 +377,10 @@ PROFILE_DELIVERY_FIELDS = {"vllm_v0_detokenize_per_token_s": "detokenize_per_tok
 CALIBRATION_KEY = "calibration"
 
 # What a value may be, beyond its unit: (lowest, highest, whether the lowest itself is excluded).
-# Durations run from 0 to an hour; a fraction of a rate is above 0 and at most 1; sizes and ratios are
-# above 0. Anything else: any finite number >= 0.
+# Durations are each a cost per kernel, step, hop, token or request: 0 to 1 s, as the [delivery] table's
+# host costs (config/units.MAX_COST_S); bandwidths the scenario's range (1 kB/s to 100 PB/s); a fraction of
+# a rate is above 0 and at most 1; sizes and ratios are above 0; counts (_COUNTS) are whole. Anything else:
+# any finite number >= 0.
 _FRACTIONS = ("default_matmul_efficiency", "serving_gemm_fraction", "attention_plateau_fraction", "hbm_bw_efficiency",
               "scaleup_bw_efficiency",
               "nvls_link_efficiency", "scaleout_bw_efficiency", "block_scaled_expert_gemm_ceiling",
@@ -388,10 +391,12 @@ _POSITIVE = ("activation_bytes", "logit_bytes", "host_link_bw_Bps", "ugal_hop_ra
              "trtllm_mxfp4_weight_only_expert_time",
              "cpu_cores", "cpu_core_flops", "cpu_core_encoder_flops", "cpu_core_bw_Bps",
              "ll_max_bus_bw_two_nodes_Bps", "ll_max_bus_bw_more_nodes_Bps")
+_COUNTS = ("cpu_cores", "reserved_logit_rows")
 RANGES: dict[str, tuple[float, float, bool]] = {
-    **{a.name: (0.0, 3600.0, False) for a in REGISTRY if a.unit == "s"},
+    **{a.name: (0.0, MAX_COST_S, False) for a in REGISTRY if a.unit == "s"},
     **{name: (0.0, 1.0, True) for name in _FRACTIONS},
     **{name: (0.0, math.inf, True) for name in _POSITIVE},
+    **{a.name: (MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS, False) for a in REGISTRY if a.unit == "B/s"},
     "gemm_overlap_norm": (1.0, math.inf, False),  # a p-norm; inf: the plain roofline max
     "ring_simple_latency_plateau": (1.0, math.inf, False),  # a latency it multiplies
     "invisible_token_fraction": (0.0, 0.999, False),
@@ -402,12 +407,15 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 def _in_range(name: str, number: float) -> bool:
     low, high, open_low = RANGES.get(name, (0.0, math.inf, False))
     above = number > low if open_low else number >= low
-    return above and number <= high and (math.isfinite(number) or name == "gemm_overlap_norm")
+    whole = name not in _COUNTS or number == int(number)
+    return above and number <= high and whole and (math.isfinite(number) or name == "gemm_overlap_norm")
 
 
 def _range_text(name: str) -> str:
     low, high, open_low = RANGES.get(name, (0.0, math.inf, False))
-    return f"{'above' if open_low else 'at least'} {low:g}" + (f" and at most {high:g}" if high < math.inf else "")
+    text = f"{'above' if open_low else 'at least'} {format_value(name, low)}"
+    text += f" and at most {format_value(name, high)}" if high < math.inf else ""
+    return ("a whole number " if name in _COUNTS else "") + text
 
 
 def lookup(name: str, where: str = "assumptions") -> Assumption:
@@ -430,7 +438,9 @@ def parse_value(assumption: Assumption, value: object, where: str) -> float:
     if parse is not None:
         number = parse(value, where)
     else:
-        try:
+        try:  # (a string as the quantities' parser reads a number: float() would also take "1_000")
+            if isinstance(value, str) and not PLAIN_NUMBER.fullmatch(value):
+                raise ValueError(value)
             number = float(value)
         except (TypeError, ValueError, OverflowError):
             raise UserError(f"{where}: {quoted(value)} is not a number; {assumption.name} is a plain number, "

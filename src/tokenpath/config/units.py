@@ -27,6 +27,7 @@ _PER_S = {"ns": 1e9, "us": 1e6, "µs": 1e6, "μs": 1e6, "ms": 1e3}
 _TIME_S = {"": 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[^\s\d].*?)?\s*$")
+PLAIN_NUMBER = re.compile(rf"\s*{_NUMBER}\s*")  # a number written without a unit, as the quantities' parser reads it
 _BYTES_UNIT = re.compile(r"^(?P<prefix>[kKMGTP]|[KMGTP]i|)(?P<base>B|bytes?)$")
 _BW_UNIT = re.compile(r"^(?P<prefix>[kKMGTP]|[KMGTP]i|)(?P<base>B/s|b/s|bps|Bps)$")
 
@@ -123,7 +124,10 @@ def _exact(value: float, units: tuple[tuple[str, float], ...], parse: Callable[[
 # The physical range of every quantity a scenario or topology file gives, checked as it is read. The
 # bounds lie far outside any real deployment, so a value beyond them is a typo or a unit mistake; they
 # also keep every time the simulation derives (in int64 nanoseconds) finite and in range.
-MAX_DURATION_S = 3600.0   # latencies, round trips, per-token costs, SLO targets: up to an hour
+MAX_DURATION_S = 3600.0   # latencies, round trips, SLO targets: up to an hour
+# Costs paid per engine step, kernel, hop or token (the host's, a copy's, detokenizing, framing) add up over a
+# run, so they are held to 1 s, 10^4 x the largest reported (55 us per token, vLLM issue 5206).
+MAX_COST_S = 1.0
 # Bandwidths from 1 kB/s (below a 9.6 kb/s modem's 1.2 kB/s) up to 100 PB/s, 10^4 x the fastest
 # link or memory there is (NVLink 5: 1.8 TB/s per GPU; B200's HBM3e: 8 TB/s).
 MIN_BANDWIDTH_BPS = 1e3

@@ -13,7 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from tokenpath.config.assumptions import default
 from tokenpath.config.files import PathText
-from tokenpath.config.units import Bandwidth, Duration
+from tokenpath.config.units import MAX_COST_S, Bandwidth, Duration
 from tokenpath.delivery.calibration import CalibratedServer
 from tokenpath.delivery.frontend import PLACEMENTS, Placement
 
@@ -69,9 +69,7 @@ ENGINE_SIDE_DELIVERY = {
 # 230 bytes and a request's HTTP headers and JSON a few kB; the longest tokens of common vocabularies
 # are a few tens of bytes.
 MAX_STREAM_INTERVAL = 4096
-# Host costs paid per engine step or per token (the copy latency, detokenizing, framing) add up over a
-# run, so they are held to 1 s, 10^4 x the largest reported (55 us per token, vLLM issue 5206).
-MAX_HOST_COST_S = 1.0
+MAX_HOST_COST_S = MAX_COST_S  # host costs per step or token (the copy latency, detokenizing, framing)
 MAX_OVERHEAD_BYTES = 2**20
 MAX_BYTES_PER_TOKEN = 1024.0
 # The most prompts a tokenizer batch holds: vLLM's AsyncMicrobatchTokenizer (max_batch_size) and SGLang's
