@@ -485,11 +485,14 @@ def test_tokens_arrive_with_their_event():
     # ITL: one gap per event after the first (the 3-token event is one 300 ns gap, not three of 100).
     run = build_run([_row(0, arrivals=((100, 2), (200, 1), (500, 3)), end=500, visible=100)])
     assert run.itl_ns().tolist() == [100, 300]
-    # Events read together share the read's time: one arrival at the client, and the summary says how many.
-    rows = [_row(0, arrivals=((100, 1), (200, 1), (200, 1), (500, 1)), end=500, visible=100)]
-    assert build_run(rows).itl_ns().tolist() == [100, 300]
+    # Events read together share the read's time: each still an arrival (1 ns apart, as vLLM's client stamps each
+    # message), and the summary says how many shared.
+    rows = [_row(0, arrivals=((100, 1), (200, 1), (200, 1), (200, 2), (500, 1)), end=500, visible=100)]
+    assert build_run(rows).itl_ns().tolist() == [100, 1, 1, 298]
+    assert token_times(np.array([100, 200, 200, 200, 500]), np.array([1, 1, 1, 2, 1])).tolist() == [
+        100, 200, 201, 202, 202, 500]
     header = {"scenario": {"name": "s", "fingerprint": "f"}, "slo": {}, "planned": 1}
-    assert bench_summary(header, rows)["bench"]["arrivals"] == {"events": 4, "sharing_a_read": 1}
+    assert bench_summary(header, rows)["bench"]["arrivals"] == {"events": 5, "sharing_a_read": 2}
 
 
 def _row(i, ok=True, sent=0, arrivals=((10, 1), (20, 1), (40, 2)), end=45, visible=20, **extra):

@@ -10,7 +10,8 @@ warning. Any other damaged line is a one-line error naming the file, the line an
 Token arrival times: each token arrives with the event that carried it (an event carrying several
 tokens gives them all its time), so ITL, the gaps between successive arrivals, has one sample per
 event after the first, as vLLM's `bench serve` counts it. Events the client read together share the
-read's time and count as one arrival.
+read's time and each is still an arrival, one nanosecond after the one before (token_times): vLLM's client
+stamps each message it parses (`time.perf_counter()`), so its ITL has a near-zero sample for each.
 """
 
 from __future__ import annotations
@@ -203,9 +204,15 @@ def _check_row(row: Any, where: str) -> None:
 
 
 def token_times(arrival_ns: np.ndarray, arrival_tokens: np.ndarray) -> np.ndarray:
-    """Per-token arrival times: each token at the time of the arrival that carried it."""
-    counts = np.asarray(arrival_tokens, dtype=np.int64)
-    return np.repeat(np.asarray(arrival_ns, dtype=np.int64), counts)
+    """Per-token arrival times: each token at the time of the arrival that carried it, an arrival that
+    shares its read's time with the ones before it 1 ns after the last of them, so that it is an arrival
+    of its own (a gap of about 0, as vLLM's client times each message) and not merged into one."""
+    times = np.asarray(arrival_ns, dtype=np.int64)
+    if len(times) > 1:
+        repeat = np.concatenate(([False], np.diff(times) == 0))
+        run_start = np.maximum.accumulate(np.where(repeat, 0, np.arange(len(times))))
+        times = times + (np.arange(len(times)) - run_start)
+    return np.repeat(times, np.asarray(arrival_tokens, dtype=np.int64))
 
 
 def continuity_spec(header: dict[str, Any] | None) -> ContinuitySpec:
