@@ -33,6 +33,17 @@ def test_a_long_step_holds_each_stage_in_turn_and_the_rest_goes_to_the_last():
     assert stages.free_ns == [105, 111]
 
 
+def test_a_drafter_runs_on_the_last_stage_alone_and_paces_the_batches():
+    """vLLM builds the whole draft model on the last pipeline rank: two batches of 100 of layers and 50 of
+    drafter each step every 100 + 50 at the last stage, not every 75 as a drafter spread over the stages."""
+    stages = Pipeline(2)
+    assert stages.run(0, 100, 50) == 150   # stage one 0-50, stage two 50-150 (its 50, then the drafter's)
+    assert stages.run(0, 100, 50) == 250   # stage one 50-100, stage two 150-250
+    assert stages.free_ns == [100, 250]
+    spread = Pipeline(2)
+    assert spread.run(0, 150) == 150 and spread.run(0, 150) == 225
+
+
 def test_a_pipeline_has_two_stages_or_more():
     with pytest.raises(ValueError, match="two stages"):
         Pipeline(1)

@@ -11,7 +11,10 @@ they would alone; a long step in one batch (a prompt) holds each stage in turn, 
 steps wait behind it at every stage, their tokens later for it.
 
 A step's time (compute and traffic, the hand-offs between stages among it) is split evenly over the
-stages: they hold the same layers, one apart at most (compute/roofline.py, `pipeline_stage_layers`).
+stages: they hold the same layers, one apart at most (compute/roofline.py, `pipeline_stage_layers`). A
+speculative-decoding drafter runs on the last stage alone, after its part of the step: it reads the target's
+last hidden states, which only that stage has (vLLM builds its drafter there: gpu_model_runner.py, "we put
+the entire draft model on the last PP rank").
 """
 
 from __future__ import annotations
@@ -25,14 +28,14 @@ class Pipeline:
             raise ValueError("a pipeline has two stages or more")
         self.free_ns = [0] * stages
 
-    def run(self, start_ns: int, busy_ns: int) -> int:
-        """When a step launched at `start_ns`, which takes `busy_ns` over all the stages alone, ends; each
-        stage is taken for its part."""
+    def run(self, start_ns: int, busy_ns: int, last_only_ns: int = 0) -> int:
+        """When a step launched at `start_ns`, which takes `busy_ns` over all the stages alone and
+        `last_only_ns` more on the last (a drafter's passes), ends; each stage is taken for its part."""
         free = self.free_ns
         last = len(free) - 1
         part, rest = divmod(busy_ns, last + 1)
         end_ns = start_ns
         for stage, free_ns in enumerate(free):
-            end_ns = (free_ns if free_ns > end_ns else end_ns) + part + (rest if stage == last else 0)
+            end_ns = (free_ns if free_ns > end_ns else end_ns) + part + (rest + last_only_ns if stage == last else 0)
             free[stage] = end_ns
         return end_ns

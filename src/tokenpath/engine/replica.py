@@ -1142,13 +1142,14 @@ class Replica:
             compute_s = self._compute_s(num_tokens, logits, attn_pairs, kv_read, chunk_context, scheduled,
                                         traffic_s, self.ahead_s, prompt_on_busiest, sequences)
         compute_ns = round(compute_s * 1e9) + side_ns
+        draft_ns = 0
         if self._draft_s is not None:
-            compute_ns += round(self._draft_s(num_tokens, drafting, attn_pairs, kv_read, chunk_context) * 1e9)
+            draft_ns = round(self._draft_s(num_tokens, drafting, attn_pairs, kv_read, chunk_context) * 1e9)
         traffic_ns = round(traffic_s * 1e9)
-        gpu_end = self.now + compute_ns + traffic_ns
-        if self.pipeline is not None:
-            gpu_end = self.pipeline.run(self.now, compute_ns + traffic_ns)
-            compute_ns = gpu_end - self.now - traffic_ns
+        gpu_end = self.now + compute_ns + draft_ns + traffic_ns
+        if self.pipeline is not None:  # (the drafter on the last stage alone: engine/pipeline.py)
+            gpu_end = self.pipeline.run(self.now, compute_ns + traffic_ns, draft_ns)
+        compute_ns = gpu_end - self.now - traffic_ns
         at_front = self.at_front  # (empty without a front end)
         if at_front and at_front[0] >> _ID_BITS <= gpu_end:
             self._through_front(gpu_end)
