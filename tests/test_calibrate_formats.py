@@ -65,6 +65,18 @@ def _same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-9)
 
 
+@pytest.mark.parametrize("kind, span_s", [("vllm", (49.0, 50.0)), ("sglang", (40.0, 60.0))])
+def test_a_run_without_send_times_is_replayed_on_its_clients_schedule(kind, span_s):
+    """Without `start_times`, 200 requests at 4 a second are replayed as the client sent them: vLLM's rescaled to
+    end at n / rate (the span less its first gap), SGLang's gaps as drawn (seed 0: 56.2 s, 11% under the rate,
+    was what vLLM's replay read too)."""
+    run = [(100, 10, 0.05, 0.01, 0.0)] * 200
+    document = {**_client_dict(run, kind=kind, sent=False, latencies=False), "request_rate": 4.0}
+    (measured,) = read_measured(_write(json.dumps(document)))
+    sent = measured.requests.arrival_s
+    assert sent[0] == 0.0 and span_s[0] < sent[-1] < span_s[1]
+
+
 @FAST
 @given(runs, st.booleans(), st.booleans(), st.integers(-1, 11))
 def test_a_vllm_result_reads_back_its_requests_and_medians(run, sent, latencies, failed):

@@ -27,7 +27,7 @@ from tokenpath.workload import (
     generate,
     write_trace,
 )
-from tokenpath.workload.arrivals import arrival_times_s
+from tokenpath.workload.arrivals import arrival_times_s, vllm_send_times_s
 from tokenpath.workload.lengths import sample_lengths, uniform_bounds
 from tokenpath.workload.spec import MAX_TOKENS
 
@@ -399,6 +399,17 @@ def test_gamma_arrivals_follow_vllm_formula():
     gaps_s = _rng(6).gamma(shape=0.5, scale=1 / (3.0 * 0.5), size=5)
     expected = np.concatenate(([0.0], np.cumsum(gaps_s[:-1])))
     np.testing.assert_array_equal(arrival_times_s(spec, 5, _rng(6)), expected)
+
+
+def test_vllm_bench_sends_after_one_gap_and_ends_at_n_over_rate():
+    """vllm/benchmarks/serve.py, get_request: request i at the sum of the first i + 1 gaps, rescaled so the last
+    is at exactly n / rate."""
+    spec = ArrivalSpec(rate=4.0, burstiness=0.5)
+    sums_s = np.cumsum(_rng(6).gamma(shape=0.5, scale=1 / (4.0 * 0.5), size=200))
+    sent = vllm_send_times_s(spec, 200, _rng(6))
+    np.testing.assert_allclose(sent, sums_s * 50.0 / sums_s[-1], rtol=1e-12)
+    assert sent[-1] == pytest.approx(50.0, rel=1e-12) and sent[0] > 0
+    assert vllm_send_times_s(ArrivalSpec(rate="inf"), 3, _rng()).tolist() == [0.0] * 3
 
 
 def test_constant_pattern_exact():

@@ -38,7 +38,7 @@ from tokenpath.config.config_errors import explain
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.prefixes import cached_prompts
 from tokenpath.workload import Requests
-from tokenpath.workload.arrivals import arrival_times_s
+from tokenpath.workload.arrivals import arrival_times_s, vllm_send_times_s
 from tokenpath.workload.spec import (
     MAX_ARRIVAL_SPAN_S,
     MAX_BURSTINESS,
@@ -226,9 +226,11 @@ def _client_run(document: dict[str, Any], kind: Literal["vllm", "sglang"], where
     if run.start_times is not None:
         sent = np.array(run.start_times, np.float64)
         arrival_s = sent[ok] - sent[ok].min()
-    else:
+    else:  # as the client scheduled them: vLLM's rescaled to end at n / rate, SGLang's as drawn
         spec = ArrivalSpec(rate=rate, burstiness=run.burstiness)
-        arrival_s = arrival_times_s(spec, n, np.random.default_rng(ARRIVAL_SEED))[ok]
+        schedule = vllm_send_times_s if kind == "vllm" else arrival_times_s
+        arrival_s = schedule(spec, n, np.random.default_rng(ARRIVAL_SEED))[ok]
+        arrival_s -= arrival_s.min()
     _check_span(arrival_s, where, "start_times")
     order = np.argsort(arrival_s, kind="stable")
     chat = "chat" in (run.backend or run.endpoint_type or "")

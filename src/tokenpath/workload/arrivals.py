@@ -28,3 +28,13 @@ def arrival_times_s(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> np.n
         return np.arange(n, dtype=np.float64) / spec.rate
     gaps_s = rng.gamma(shape=spec.burstiness, scale=1.0 / (spec.rate * spec.burstiness), size=n)
     return np.concatenate(([0.0], np.cumsum(gaps_s[:-1])))
+
+
+def vllm_send_times_s(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` send times as vLLM's `bench serve` schedules a run of `spec` (a gamma process; vllm/benchmarks/
+    serve.py, `get_request`): request i at the sum of the first i + 1 gaps, rescaled so the last send
+    lands at exactly n / rate (arrival_times_s's docstring). For a run whose result file keeps no send times."""
+    if n <= 0 or math.isinf(spec.rate):
+        return np.zeros(max(n, 0), dtype=np.float64)
+    sums_s = np.cumsum(rng.gamma(shape=spec.burstiness, scale=1.0 / (spec.rate * spec.burstiness), size=n))
+    return sums_s * (n / spec.rate / sums_s[-1])
