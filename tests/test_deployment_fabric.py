@@ -402,6 +402,12 @@ def test_kv_transfers_queue_for_the_replicas_links():
     # enough to find the links free.
     assert done.tolist() == [one, 2 * one, 3 * one, 11 * one]
     assert busy_ns.tolist() == [4 * one, 2 * one, 2 * one]  # the prefill replica's links carried all four
+    # Under attention data-parallel each rank sends its own requests' caches over its own link: with two lanes
+    # the first two go at once, the third waits for one of them, and each lane was busy half as long.
+    done, busy_ns = kv_transfers(ready, np.full(4, 1000), np.zeros(4, int), np.array([1, 2, 1, 2]), dep.costs, 3,
+                                 lanes=2)
+    assert done.tolist() == [one, one, 2 * one, 11 * one]
+    assert busy_ns.tolist() == [2 * one, one, one]
 
 
 @pytest.mark.parametrize("value, fragment", [

@@ -104,7 +104,9 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     # KV transfer, then decode of every output token.
     prefill_of = np.arange(n) % prefills
     decode_of = prefills + np.arange(n) % decodes
-    decode_arrival, link_busy_ns = kv_transfers(first_end, inputs, prefill_of, decode_of, costs, deployment.replicas)
+    lanes = scenario.deployment.tp if scenario.deployment.attention_dp else 1  # (a rank's link each: kv_transfers)
+    decode_arrival, link_busy_ns = kv_transfers(first_end, inputs, prefill_of, decode_of, costs, deployment.replicas,
+                                                lanes)
     transfer = decode_arrival - first_end
     last_end = np.zeros(n, np.int64)
     offsets = np.concatenate([[0], np.cumsum(outputs)]).astype(np.int64)
@@ -142,23 +144,27 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
 
 
 def kv_transfers(ready_ns: np.ndarray, prompt_tokens: np.ndarray, src: np.ndarray, dst: np.ndarray,
-                  costs: GroupStepCosts, replicas: int) -> tuple[np.ndarray, np.ndarray]:
+                  costs: GroupStepCosts, replicas: int, lanes: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """When each request's KV cache has reached its decode replica, and how long each replica's links
-    were busy moving KV caches.
+    were busy moving KV caches (a lane's share of them each, over `lanes`).
 
     Transfers start when the prefill is done, in that order, and queue first come first served for
     the sending replica's links and the receiving replica's: one transfer at a time leaves a prefill
-    replica and one arrives at a decode replica. Links further inside the network are not shared
-    between transfers of different replica pairs.
+    replica and one arrives at a decode replica, its chips' rank pairs all sending their share. Under
+    attention data-parallel a request's KV cache is on one rank's chip, whose scheduler sends it over that
+    chip's own link (SGLang's prefill ranks each run their own transfers): a replica has `lanes` (its tp)
+    links that move one cache each at a time, a transfer taking the lane that frees first on both ends.
+    Links further inside the network are not shared between transfers of different replica pairs.
     """
     done = np.empty(len(ready_ns), np.int64)
     busy_ns = np.zeros(replicas, np.int64)
-    free_ns = [0] * replicas  # when each replica's links are next free
+    free_ns = [[0] * lanes for _ in range(replicas)]  # when each replica's lanes are next free
     for i in np.argsort(ready_ns, kind="stable").tolist():
         s, d = int(src[i]), int(dst[i])
-        start = max(int(ready_ns[i]), free_ns[s], free_ns[d])
+        lane = min(range(lanes), key=lambda k: max(free_ns[s][k], free_ns[d][k]))
+        start = max(int(ready_ns[i]), free_ns[s][lane], free_ns[d][lane])
         took_ns = round(costs.kv_transfer_s(int(prompt_tokens[i]), s, d) * 1e9)
-        done[i] = free_ns[s] = free_ns[d] = start + took_ns
+        done[i] = free_ns[s][lane] = free_ns[d][lane] = start + took_ns
         busy_ns[s] += took_ns
         busy_ns[d] += took_ns
-    return done, busy_ns
+    return done, busy_ns // lanes
