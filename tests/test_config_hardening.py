@@ -373,10 +373,15 @@ def replay(tmp_path):
     ("--request-rate", "50", "arrival times"), ("--burstiness", "0.5", "arrival times"),
     ("--input-len", "100", "input token counts"), ("--input-sd", "3", "input token counts"),
     ("--output-len", "10", "output token counts"), ("--output-sd", "0", "output token counts"),
+    ("--set", "workload.arrival.rate=5", "arrival times"),
+    ("--set", "workload.arrival={burstiness=2}", "arrival times"),
+    ("--set", "workload.input.mean=100", "input token counts"),
+    ("--set", "workload.output.sd=0", "output token counts"),
 ])
 def test_flags_a_trace_overrides_are_refused(flag, value, what, replay, monkeypatch, capsys):
+    name = f"--set {value.split('=')[0]}" if flag == "--set" else flag
     assert_user_error(*run_cli(["simulate", replay, flag, value], monkeypatch, capsys),
-                      f"{flag}: the scenario replays the trace 't.csv' (workload.trace), whose {what} replace it")
+                      f"{name}: the scenario replays the trace 't.csv' (workload.trace), whose {what} replace it")
 
 
 def test_a_trace_run_shows_the_trace_s_arrivals_not_the_arrival_table(replay, monkeypatch, capsys):

@@ -7,7 +7,7 @@ import functools
 import inspect
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, get_args
 
@@ -151,22 +151,31 @@ _TRACE_OVERRIDES = {
 }
 
 
-def _refuse_trace_overrides(table: dict[str, Any], flags: dict[str, Any]) -> None:
-    """A flag that a scenario's trace would silently override is an error, not a setting shown as used."""
+# ... and the tables of the workload whose `--set` it would override alike.
+_TRACE_TABLES = {"workload.arrival": "arrival times", "workload.input": "input token counts",
+                 "workload.output": "output token counts"}
+
+
+def _refuse_trace_overrides(table: dict[str, Any], flags: dict[str, Any], sets: Iterable[str] = ()) -> None:
+    """A flag or `--set` key that a scenario's trace would silently override is an error, not a setting
+    shown as used. (A scenario's own generated workload, which a trace set on top of it replaces, is not.)"""
     trace = _table(table, "workload").get("trace")
     if trace is None:
         return
     path = trace.get("path") if isinstance(trace, dict) else None
     which = f"the trace {quoted(path)}" if isinstance(path, str) else "a trace"
-    for flag, (name, what) in _TRACE_OVERRIDES.items():
-        if flags.get(flag) is not None:
-            raise UserError(f"{name}: the scenario replays {which} (workload.trace), whose {what} replace it; "
-                            f"drop {name}, or use a scenario without a trace (workload.trace.time_scale speeds "
-                            "a trace up or slows it down)")
+    overridden = [(name, what) for flag, (name, what) in _TRACE_OVERRIDES.items() if flags.get(flag) is not None]
+    overridden += [(f"--set {key}", what) for key in sets for prefix, what in _TRACE_TABLES.items()
+                   if key == prefix or key.startswith(prefix + ".")]
+    if overridden:
+        name, what = overridden[0]
+        raise UserError(f"{name}: the scenario replays {which} (workload.trace), whose {what} replace it; "
+                        f"drop {name}, or use a scenario without a trace (workload.trace.time_scale speeds "
+                        "a trace up or slows it down)")
 
 
-def scenario_overrides(table: dict[str, Any], **flags: Any) -> dict[str, Any]:
-    _refuse_trace_overrides(table, flags)
+def scenario_overrides(table: dict[str, Any], sets: Iterable[str] = (), **flags: Any) -> dict[str, Any]:
+    _refuse_trace_overrides(table, flags, sets)
     out = {path: flags[flag] for flag, path in SCENARIO_KEYS.items() if flags.get(flag) is not None}
     if flags.get("fabric") is not None:  # a preset name, or a topology file read from here
         fabric = flags["fabric"]
@@ -292,7 +301,7 @@ def scenario_table(scenario_ref: str | None, flags: dict[str, Any]):
     overrides = parse_assignments(named.pop("sets", None))
     table, source, base_dir = read_scenario_table(scenario_ref)
     apply_overrides(table, overrides)
-    for dotted, value in scenario_overrides(table, **named).items():
+    for dotted, value in scenario_overrides(table, overrides, **named).items():
         set_path(table, dotted, value)
     return table, source, base_dir
 

@@ -277,9 +277,9 @@ class WorkloadSpec(BaseModel):
     num_requests: int = Field(2000, ge=1, le=MAX_REQUESTS)
     warmup_requests: int = Field(
         0, ge=0, le=MAX_REQUESTS, description="the first requests sent, run but left out of every metric "
-                                              "in the same continuous run (AIPerf instead lets its warm-up "
-                                              "finish before it measures: simulate its measured requests "
-                                              "alone, with 0 here)")
+                                              "in the same continuous run (vLLM's bench serve and AIPerf "
+                                              "instead let their warm-up finish before they measure: simulate "
+                                              "their measured requests alone, with 0 here)")
     max_concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
     chat_template_tokens: int | Literal["auto"] = Field(
         0, description="tokens a chat endpoint's template adds to every prompt (role headers, special tokens, a "
