@@ -155,6 +155,12 @@ seed = {seed}
     ('scenario = "typical"\nsamples = 2\n[axes]\n"workload.arrival.rate" = {min = 1, max = 5, step = 1}',
      "axes.workload.arrival.rate: a range has min, max and optionally log, got max, min, step"),
     ('scenario = "typical"\n[axes]\n"deployment.tpp" = [1, 2]', "tpp"),
+    # a seed with list axes alone draws nothing (and a bad one was numpy's traceback)
+    ('scenario = "typical"\nseed = 5\n[axes]\n"deployment.tp" = [4, 8]', "seed seeds the draws of range axes"),
+    ('scenario = "typical"\nseed = "abc"\n[axes]\n"deployment.tp" = [4, 8]', "seed seeds the draws of range axes"),
+    ('scenario = "typical"\nsamples = 2\nseed = -1\n[axes]\n"workload.arrival.rate" = {min = 1, max = 5}',
+     "seed must be an integer >= 0, got -1"),
+    ('scenario = "typical"\n[axes]\n"workload.arrival.rate" = [10, 10.0]', "an axis lists a value twice"),
     ('scenario = "typical"\n[axes]\n"deployment" = [{tp = 4}, {tp = 8}]',
      "axes.deployment: {'tp': 4} is not a number, string or boolean; an axis's values are one column of the "
      "results; sweep a key inside it instead, e.g. axes.\"deployment.tp\" = [...]"),

@@ -54,6 +54,12 @@ def point_id(values: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _same_value(value: Any) -> Any:
+    """What makes two listed values one point: a number's value (10 and 10.0 run alike), else its repr."""
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if numeric else repr(value)
+
+
 def _is_range(value: dict) -> bool:
     return bool(value) and set(value) <= RANGE_KEYS and "min" in value
 
@@ -168,11 +174,14 @@ def load_spec(path: str | Path) -> SweepSpec:
             raise UserError(f"{source}: seed must be an integer >= 0, got {seed!r}")
     elif samples is not None:
         raise UserError(f"{source}: samples is for range axes, and every axis here is a list; remove it")
+    elif "seed" in table:
+        raise UserError(f"{source}: seed seeds the draws of range axes, and every axis here is a list; remove it "
+                        "(the simulations' seed is the scenario's: overrides = {{ seed = N }})")
     _check_size(source, math.prod(len(values) for values in grid.values()), samples if ranges else None)
     rng = np.random.default_rng(seed)
     drawn = {key: _range_values(spec, samples, rng) for key, spec in ranges.items()}
     draws = [{key: values[s] for key, values in drawn.items()} for s in range(samples)] if ranges else [{}]
-    if any(len(set(map(repr, values))) < len(values) for values in grid.values()):
+    if any(len({_same_value(v) for v in values}) < len(values) for values in grid.values()):
         raise UserError(f"{source}: an axis lists a value twice; list each value once")
     points, seen = [], set()
     for combination in itertools.product(*grid.values()):
