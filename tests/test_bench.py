@@ -81,8 +81,10 @@ def test_prompts_with_a_word_level_tokenizer(tmp_path):
 
 
 def test_tokenizer_errors_are_one_line(tmp_path):
-    with pytest.raises(UserError, match="tokenizer"):
+    with pytest.raises(UserError, match="missing.json not found"):
         load_tokenizer(str(tmp_path / "missing.json"))
+    with pytest.raises(UserError, match="is a folder; give the path to the tokenizer.json in it"):
+        load_tokenizer(str(tmp_path))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(UserError, match="tokenizer"):

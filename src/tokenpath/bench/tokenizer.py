@@ -90,6 +90,8 @@ def _from_file(path: str) -> Tokenizer:
 @functools.lru_cache(maxsize=4)
 def load_tokenizer(path: str | None = None) -> Tokenizer:
     """The tokenizer at `path` (a `tokenizer.json`), or the default Tekken for None."""
+    if path is not None and os.path.isdir(path):
+        raise UserError(f"--tokenizer: {path} is a folder; give the path to the tokenizer.json in it")
     if path is not None and not os.path.isfile(path):
         raise UserError(f"--tokenizer: {path} not found; give the path to a tokenizer.json")
     try:
