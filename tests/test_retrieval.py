@@ -234,3 +234,31 @@ def test_the_index_levers(tmp_path):
            if lever.group == APPLICATION_GROUP}
     assert rag["HNSW instead of a flat scan (M 16, ef 64)"].skipped == ("no retrieval stage scans a flat index on "
                                                                         "the CPU")
+
+
+@pytest.mark.parametrize("engine, fits, shrinks", [
+    ({"scheduler": "prefill-first"}, True, True), ({"scheduler": "trtllm"}, True, True),  # a share of what is free
+    ({}, True, True),  # the newest vLLM: sized from the memory it measures free after warmup
+    ({"version": "0.11.0"}, False, False),  # vLLM's 0.9 of the whole chip: it refuses to start beside 30.7 GB
+    ({"version": "0.11.0", "gpu_memory_utilization": 0.7}, True, False),  # 0.7 of it, free beside the index
+])
+def test_an_index_on_the_deployments_chip_takes_its_memory_from_the_engine(engine, fits, shrinks):
+    """A flat 10M x 768 fp32 index (30.7 GB) searched on the deployment's H200s is held on one chip of each replica,
+    beside the engine: the KV cache sizes around it as each engine sizes around another process's memory."""
+    from tokenpath.config.errors import DoesNotFit
+    from tokenpath.sim.deployment import build_deployment
+
+    index = {"vectors": 10_000_000, "dim": 768, "method": "flat", "on": "h200"}
+    engine_set = {f"engine.{key}": value for key, value in engine.items()}
+    plain = load_scenario("rag", {"application.stages": stages_with({**index, "on": "cpu"}), **engine_set})
+    beside = load_scenario("rag", {"application.stages": stages_with(index), **engine_set})
+    if not fits:
+        with pytest.raises(DoesNotFit, match=r"GiB held on the h200 beside the engine leave .* lower "
+                                             r"engine.gpu_memory_utilization to 0.80 or less"):
+            build_deployment(beside)
+        return
+    before, after = build_deployment(plain), build_deployment(beside)
+    held_tokens = 30.72e9 / before.compute.kv_bytes_per_token_per_chip
+    share = before.memory_share if before.engine.profile.engine != "vLLM V1" else 1.0
+    lost = before.kv_capacity_tokens - after.kv_capacity_tokens
+    assert lost == (pytest.approx(share * held_tokens, rel=0.01) if shrinks else 0)

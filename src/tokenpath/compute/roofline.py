@@ -313,7 +313,7 @@ class ComputeModel:
                            share_covers: Literal["all", "weights_and_kv", "free_memory"] = "all",
                            measured_margin: tuple[float, float] | None = None,
                            sliding_pool_ratio: float | None = None, block_size: int | None = None,
-                           batches_share_running_cap: bool = False) -> int:
+                           batches_share_running_cap: bool = False, held_bytes: float = 0.0) -> int:
         """KV-cache tokens that fit in the memory the engine's share leaves them, over the KV bytes per token.
         What the share `gpu_memory_utilization` covers (`share_covers`, engine/memory_share.py):
         - "all" (vLLM): everything, so the cache takes hbm x utilization - weights - activations;
@@ -345,6 +345,11 @@ class ComputeModel:
         assumes. An engine that sizes its sliding layers' pool at `sliding_pool_ratio` of the full layers'
         tokens instead (SGLang: engine/sliding_pool.py; 1 where every layer holds every token) holds
         free / (full + ratio x sliding) tokens.
+        `held_bytes`: memory another process holds on the chip before the engine starts (an application's
+        vector index: sim/deployment.py). SGLang and TensorRT-LLM size from the memory they find free, so their
+        share is of what it leaves, and so does an engine that sizes from what it measures free after warmup;
+        vLLM's share of the whole chip otherwise, and it refuses to start where less is free (gpu_worker.py:
+        "Free memory on device ... is less than desired GPU memory utilization").
         `block_size`: the engine's KV block, in tokens, where its pool frees a window's blocks whole (vLLM V1's
         SlidingWindowManager.remove_skipped_blocks keeps every block holding one of the last window - 1 tokens
         and the new one's): a sequence past the window then holds up to ceil((window - 1) / block) + 1 blocks
@@ -354,6 +359,13 @@ class ComputeModel:
             raise UserError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}; "
                             f"e.g. 0.9")
         hbm, share = self.chip.hbm_bytes, gpu_memory_utilization
+        if share_covers == "all" and measured_margin is None and held_bytes > hbm * (1 - share):
+            raise DoesNotFit(f"{held_bytes / 2**30:.3g} GiB held on the {self.chip.name} beside the engine leave "
+                             f"{(hbm - held_bytes) / 2**30:.3g} GiB free, less than the {share:g} of its "
+                             f"{hbm / 2**30:.3g} GiB the engine takes (gpu_memory_utilization), and it refuses to "
+                             f"start; lower engine.gpu_memory_utilization to {1 - held_bytes / hbm:.2f} or less")
+        if share_covers != "all":
+            hbm -= held_bytes  # (the memory the engine finds free)
         weights = self.weight_bytes_per_chip
         per_token = self.kv_bytes_per_token_per_chip
         if drafter is not None:
@@ -369,7 +381,7 @@ class ComputeModel:
             if measured_margin is not None:
                 floor_bytes, fraction = measured_margin
                 step = activations - self._runtime_reserve_bytes  # the step's own activations, the runtime apart
-                budget = min(budget, hbm - max(floor_bytes, fraction * step))
+                budget = min(budget, hbm - held_bytes - max(floor_bytes, fraction * step))
             free = budget - weights - activations
             if share_covers == "free_memory":
                 free *= share

@@ -61,6 +61,17 @@ def chip_fabric(chip: ChipSpec, chips: int) -> tuple[object, str]:
     return default_fabric(chip.name, chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
 
 
+def indexes_on_chip_bytes(scenario: Scenario, chip: ChipSpec) -> float:
+    """The bytes of the application's vector indexes searched on the deployment's kind of chip: each held on
+    one chip of every replica (its requests search their own copy, on its GPUs: docs/application.md), beside
+    the engine, which sizes its KV cache around them (ComputeModel.kv_capacity_tokens, `held_bytes`)."""
+    if scenario.application is None:
+        return 0.0
+    indexes = [stage.index for stage in scenario.application.stages if stage.index is not None]
+    on_chip = [index for index in indexes if index.on != "cpu" and load_chip(index.on).name == chip.name]
+    return float(sum(index.index_bytes for index in on_chip))
+
+
 def build_deployment(scenario: Scenario, assumptions: Assumptions | None = None) -> Deployment:
     """Resolve names, check the configuration is possible, place the chips and size the KV cache,
     under the scenario's assumptions, or `assumptions` where given (the objects built keep the values they
@@ -183,7 +194,8 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                                                engine.kv_margin(chip.generation),
                                                engine.sliding_pool_ratio(chip.generation),
                                                engine.block_size,
-                                               engine.profile.pp_batches_share_running_cap) // dep.pp
+                                               engine.profile.pp_batches_share_running_cap,
+                                               indexes_on_chip_bytes(scenario, chip)) // dep.pp
     except DoesNotFit as error:
         raise DoesNotFit(f"{error}{_as_published(scenario)}") from None
     fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
