@@ -257,7 +257,8 @@ def test_token_ids_inside_int32_are_taken():
     ({"num_key_value_heads": 64}, "64 KV heads (num_key_value_heads) must divide the 32 attention heads"),
     ({"num_key_value_heads": 6}, "6 KV heads"),
     ({"tie_word_embeddings": "false"}, "'tie_word_embeddings' must be true or false, got 'false'"),
-    ({"hidden_size": True}, "'hidden_size' must be a whole number, got True"),
+    ({"hidden_size": True}, "'hidden_size' must be a whole number of 0 or more, got True"),
+    ({"hidden_size": -4096}, "'hidden_size' must be a whole number of 0 or more, got -4096"),
     ({"vocab_size": 2**40}, "vocab_size must be a whole number from 0 to 2147483647"),
     ({"text_config": 5, "hidden_size": None}, "missing required field 'hidden_size'"),
 ])

@@ -95,7 +95,7 @@ class _Config:
                                  f"(or its config class's default)")
             return default
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise self.error(f"field {key!r} must be a whole number, got {value!r}")
+            raise self.error(f"field {key!r} must be a whole number of 0 or more, got {value!r}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
