@@ -166,6 +166,22 @@ def test_a_first_token_whose_prompt_steps_wait_on_launches_says_so_beside_a_band
     assert "launch" not in reason and "HBM-bandwidth-bound" in reason
 
 
+def test_an_agents_first_token_compute_of_earlier_calls_is_named_with_every_steps_bound():
+    """In an agent loop's last call, TTFT holds the earlier calls whole, their decodes too: the line says so and
+    takes its bound from every step, not from the prompt steps (which held 0.5% of that TTFT's compute)."""
+    from tokenpath.diagnose.bottleneck import _explain
+
+    evidence = replace(_evidence(memory=0.41, fixed=0.0), mean_batch_seqs=25,
+                       prompt_step_shares={"memory": 0.17, "fixed": 0.0, "launch": 0.0, "host": 0.0},
+                       earlier_calls_compute_s=1.895)
+    parts = {"queue": 1.0, "compute": 1.917, "traffic": 0.5, "delivery": 0.6}
+    line = _explain("compute", "ttft", parts, evidence)
+    assert line.startswith("48% of TTFT is engine compute, 99% of it the earlier model calls of each request's loop, "
+                           "decoding included, at a mean batch of 25 sequences; 41% of compute time is in "
+                           "memory-bound ops")
+    assert "steps that hold prompts" in _explain("compute", "ttft", parts, replace(evidence, earlier_calls_compute_s=0))
+
+
 def test_a_light_fp4_run_on_hopper_is_not_called_flop_bound():
     # 70B at 3 req/s, fp4 weights on H200 (weight-only): ~89% of compute time is fixed per-kernel cost,
     # 2% memory-bound, 9% FLOP-bound; the verdict read "2% ... memory-bound ops, so steps are FLOP-bound".

@@ -15,7 +15,7 @@ from tokenpath.config.errors import UserError
 from tokenpath.diagnose.overload import load_marks, load_notes
 from tokenpath.sim.envelope import OUTSIDE_MARK
 from tokenpath.sim.summary import metric_value
-from tokenpath.whatif.levers import DEFAULT_DRAWS, MAX_DRAWS
+from tokenpath.whatif.levers import DEFAULT_DRAWS, MAX_DRAWS, NOISE_CONFIDENCE
 from tokenpath.whatif.objective import DEFAULT_OBJECTIVE
 
 # A lever whose mean change over the workload's draws another draw could reverse (whatif/levers.py, draw_changes).
@@ -129,8 +129,8 @@ def _print(document: dict[str, Any], num_requests: int) -> None:
     seeds = objective["draws"]["seeds"]
     if any(lever["change"]["draws"]["within_noise"] for lever in document["levers"]):
         console.print(f"{NOISE_MARK} within the noise: on the workload drawn with seeds {seeds[0]} to {seeds[-1]} "
-                      "its mean change lies within two standard errors of none; another draw could reverse it",
-                      highlight=False)
+                      f"its mean change's {NOISE_CONFIDENCE:.0%} interval (Student's t over the {len(seeds)} draws) "
+                      "holds none; another draw could reverse it", highlight=False)
     runs = [("baseline", base), *((lever["name"], lever["summary"]) for lever in document["levers"])]
     outside = [(name, summary["envelope"]["outside"]) for name, summary in runs if _outside_mark(summary)]
     if outside:

@@ -97,6 +97,9 @@ class Evidence:
     host_bound_fraction: float = 0.0
     # shares_of the steps that hold a prompt, whose time is a first token's compute (empty: none).
     prompt_step_shares: dict[str, float] = field(default_factory=dict)
+    # An agent loop's earlier model calls, whole (their decodes too), in its last call's TTFT: their mean
+    # engine compute per request (0: no such calls).
+    earlier_calls_compute_s: float = 0.0
     # What a queue's wait is for (_queue_clause): the engine's batch slots (max_num_seqs; 0: unknown) and
     # the share of them its steps hold on average, weighted by step time (a run's last steps, draining,
     # are short); the share of its KV cache its steps hold likewise (sim/document.py's _kv_full); and,
@@ -256,7 +259,12 @@ def _explain(part: str, metric: str, parts: dict[str, float], e: Evidence) -> st
     if part == "queue":
         return f"requests wait {of}" + _queue_clause(metric, parts[part], e)
     if part == "compute":
-        if metric in ("ttft", "ttfv") and e.prompt_step_shares:  # (a first token's compute is its prompt's steps)
+        first_token = metric in ("ttft", "ttfv")
+        if first_token and e.earlier_calls_compute_s >= 0.5 * parts[part]:  # (an agent's earlier calls, whole)
+            return (f"{of} is engine compute, {e.earlier_calls_compute_s / parts[part]:.0%} of it the earlier "
+                    f"model calls of each request's loop, decoding included, at a mean batch of "
+                    f"{e.mean_batch_seqs:.0f} sequences; " + _bound_clause(e.shares, "compute time", "steps are"))
+        if first_token and e.prompt_step_shares:  # (a first token's compute is its prompt's steps)
             return f"{of} is engine compute in steps that hold prompts; " + _bound_clause(
                 e.prompt_step_shares, "their time", "they are")
         return (f"{of} is engine compute at a mean batch of {e.mean_batch_seqs:.0f} sequences; "

@@ -394,7 +394,8 @@ def _felt(sim: Simulation, run: Run, step_mix_s: dict[str, float]) -> dict[str, 
                          earlier_ns)
     network_s = float(network_ns.mean()) / 1e9
     found.update(parts_s=parts, network_s={"ttft": network_s, "ttfv": network_s, "e2e": network_s},
-                 front_in_s=float((upload_ns - network_in_ns).mean()) / 1e9)
+                 front_in_s=float((upload_ns - network_in_ns).mean()) / 1e9,
+                 earlier_calls_compute_s=float(earlier_ns["compute"].mean()) / 1e9 if earlier_ns else 0.0)
     return found
 
 
