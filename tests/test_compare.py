@@ -9,6 +9,7 @@ import pytest
 from tokenpath import load_summary
 from tokenpath.config.errors import UserError
 from tokenpath.report.compare import (
+    application_note,
     compare,
     compare_document,
     compare_table,
@@ -146,13 +147,13 @@ def test_two_runs_are_named_by_what_differs():
     assert document["differences"] == [{"key": "deployment.tp", "a": 8, "b": 2},
                                        {"key": "deployment.pp", "a": 1, "b": 4}]
     assert (document["a"]["name"], document["b"]["name"]) == ("tp 8, pp 1", "tp 2, pp 4")
-    # Settings read with their units; a setting only one side has is "none" on the other.
+    # Settings read with their units; a rate of inf, written null, is all at once.
     b["resolved"] = _resolved(8, 1, "detokenizer")
     b["resolved"]["delivery"]["network_rtt_s"] = 0.05
     b["resolved"]["engine"]["host_overlap"] = True
-    b["resolved"]["workload"]["rate_per_s"] = 20.0
+    a["resolved"]["workload"]["rate_per_s"], b["resolved"]["workload"]["rate_per_s"] = None, 20.0
     assert difference_line(a, b) == ("host overlap off vs on, detokenize engine vs detokenizer, "
-                                     "network rtt 20 ms vs 50 ms, rate none vs 20/s")
+                                     "network rtt 20 ms vs 50 ms, rate all at once vs 20/s")
     b["resolved"]["deployment"]["fabric"]["kind"] = "torus"
     assert run_names(a, b)[1] == ("fabric kind torus, host overlap on, detokenize detokenizer, "
                                   "network rtt 50 ms and 1 more")
@@ -284,6 +285,19 @@ def test_a_bench_run_is_not_the_scenario_of_a_simulation_with_an_application(tmp
     assert code == 0, err
     assert "note: the two runs are of different scenarios: B (bench) measured the model call alone" in " ".join(
         out.split())
+    # a bench run of another scenario is named as any run of another scenario is, not as this one's model call
+    other = {**measured, "scenario": {**measured["scenario"], "fingerprint": "f" * 64}}
+    assert application_note(simulated, other) is None
+    assert run_names(simulated, other) != ("with its application", "the model call alone")
+
+
+def test_compare_names_settings_and_shares_as_people_read_them():
+    from tokenpath.report.compare import _cell, _setting, _shown
+
+    assert _setting("engine.speculative.num_speculative_tokens") == "num speculative tokens"
+    assert _setting("deployment.fabric.kind") == "fabric kind" and _setting("delivery.network_rtt_s") == "network rtt"
+    assert _shown("workload.rate_per_s", None) == "all at once" and _shown("engine.version", None) == "none"
+    assert _cell(0.5267, "share") == "52.7%"
 
 
 @pytest.mark.parametrize("path, fragment", [

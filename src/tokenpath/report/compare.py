@@ -76,7 +76,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
         ca, cb = ca or {}, cb or {}
         add("stalls per request", "", ca.get("stalls_per_request"), cb.get("stalls_per_request"))
         add("stall time per request", "s", ca.get("stall_s_per_request"), cb.get("stall_s_per_request"))
-        add("requests with stalls", "", ca.get("requests_with_stalls"), cb.get("requests_with_stalls"))
+        add("requests with stalls", "share", ca.get("requests_with_stalls"), cb.get("requests_with_stalls"))
         add("QoE mean", "", (ca.get("qoe") or {}).get("mean"), (cb.get("qoe") or {}).get("mean"))
         add("QoE p10", "", (ca.get("qoe") or {}).get("p10"), (cb.get("qoe") or {}).get("p10"))
         # Judged by other settings, the two sides' continuity numbers do not compare: show the settings.
@@ -100,14 +100,17 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
 def _setting(key: str) -> str:
     """A `resolved` key for people: `deployment.fabric.kind` -> "fabric kind", `delivery.network_rtt_s` ->
     "network rtt"."""
-    name = key.split(".", 1)[-1]
+    parts = key.split(".")[1:] or [key]
+    if len(parts) > 1 and parts[0] in parts[-1]:  # "speculative.num_speculative_tokens": said once
+        parts = parts[1:]
+    name = ".".join(parts)
     unit = next((suffix for suffix, _ in _SETTING_UNITS if name.endswith(suffix)), "")
     return name.removesuffix(unit).replace(".", " ").replace("_", " ")
 
 
 def _shown(key: str, value: Any) -> str:
     if value is None:
-        return "none"
+        return "all at once" if key.endswith("rate_per_s") else "none"  # (a rate of inf is written null)
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, (int, float)):
@@ -122,9 +125,10 @@ def _named(parts: list[str]) -> str:
 
 
 def _measured_without_application(measured: dict[str, Any], other: dict[str, Any]) -> bool:
-    """Whether `measured` is a bench run and `other` a run with an [application]: bench sends the model
-    call alone (it ignores the table, docs/application.md), so the two ran different things."""
-    return measured.get("source") == "bench" and other.get("source") != "bench" and \
+    """Whether `measured` is a bench run of the scenario of `other`, a run with an [application]: bench sends
+    the model call alone (it ignores the table, docs/application.md), so the two ran different things."""
+    same = (measured.get("scenario") or {}).get("fingerprint") == (other.get("scenario") or {}).get("fingerprint")
+    return same and measured.get("source") == "bench" and other.get("source") != "bench" and \
         APPLICATION in (other.get("attribution_s") or {})
 
 
@@ -184,6 +188,8 @@ def _cell(value: float | None, unit: str) -> str:
         return format_duration(value)
     if unit == "1/s":
         return format_number(value)
+    if unit == "share":
+        return f"{value:.1%}"
     return format_number(value, 4)
 
 
