@@ -37,12 +37,13 @@ HOPPER = {"engine": "vllm-v1", "load": "moderate", "model_family": "dense", "chi
           "chip": "h100", "engine_version": None}
 
 
-def _record(n, ttft, decode=None, throughput=None, **regime):
+def _record(n, ttft, decode=None, throughput=None, source=None, **regime):
+    """Row n, a source of its own unless `source` is given."""
     keys = {**HOPPER, **regime}
     errors = {"ttft": ttft, "decode": ttft if decode is None else decode}
     if throughput is not None:
         errors = {"throughput": throughput}
-    return Record(f"lab#{n}", "lab", keys["engine"], keys.get("version", ""), keys["chip"],
+    return Record(f"lab#{n}", source or f"lab{n}", keys["engine"], keys.get("version", ""), keys["chip"],
                   keys["chip_generation"], "llama-3.1-70b", keys["model_family"], keys["load"], errors)
 
 
@@ -505,3 +506,18 @@ def test_the_html_report_prints_each_range_and_the_envelope_line():
     # TTFT p50 100 ms: 100 / 1.25 to 100 / 0.75
     assert "<td>TTFT p50</td><td>100 ms</td><td class='band'>80 ms - 133 ms</td>" in page
     assert "<b>outside the validated envelope: x</b>" in page and "How far to trust them" in page
+
+
+def test_the_pooled_spread_holds_out_a_rows_whole_source():
+    """A new deployment is another source's: one lab's four loads of one configuration, all +49% (log 0.4),
+    are measured against the other labs' rows (five MoE rows at 0), not against each other (which read 0 and
+    left the band a point). Of nine deviations, 0.4 (x4) and 0 (x5), one at each end is left out: 0 to 0.4
+    about the lab's own log(1.49)."""
+    records = [_record(k, math.expm1(0.4), source="one lab") for k in range(4)]
+    records += [_record(4 + k, 0.0, model_family="MoE") for k in range(5)]
+    document = _document()
+    attach_bands(document, records)
+    band = document["latency_s"]["ttft"]["band"]
+    assert band["p50"] == {"low": pytest.approx(0.1 / math.exp(0.8), rel=1e-12),
+                           "high": pytest.approx(0.1 / math.exp(0.4), rel=1e-12)}
+    assert band["basis"].endswith("widened to the pooled spread of 9 rows")

@@ -497,8 +497,9 @@ def _routed_experts(s: _Sharding) -> list[LinearOp]:
     # elsewhere, as zeros), a chip handles every copy; dispatched, only the busiest / tp of them routed to
     # its experts, each a whole expert wide.
     width = model.moe_intermediate_size if s.expert_parallel else inter
-    copies = model.experts_per_token * busiest * (1 / s.tp if s.expert_parallel and s.expert_dispatch else 1)
-    copy_bytes = 2 * h + 6 * (width if s.expert_parallel and s.expert_dispatch else inter)
+    dispatched = s.expert_parallel and s.expert_dispatch
+    copies = model.experts_per_token * busiest / (s.tp if dispatched else 1)
+    copy_bytes = 2 * h + 6 * (width if dispatched else inter)
     precision = s.expert_precision
     expert_bytes = stored_bytes(precision, s.fp4_format)
     # Block scaling slows the fp8 tensor-core kernels; a chip that runs fp8 weight-only does not use them.

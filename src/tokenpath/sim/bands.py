@@ -192,15 +192,15 @@ def _regime_of(record: Record) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _spread(rows: tuple[tuple[str, str, str, str, str, float], ...],
+def _spread(rows: tuple[tuple[str, str, str, str, str, str, float], ...],
             leave_out_pair: bool = False) -> tuple[float, float] | None:
-    """pooled_spread of rows given as (id, engine, load, model_family, chip_generation, error), or with
-    `leave_out_pair` pair_spread."""
-    records = [Record(id_, "", engine, "", "", generation, "", family, load, {"e": error})
-               for id_, engine, load, family, generation, error in rows]
+    """pooled_spread of rows given as (id, source, engine, load, model_family, chip_generation, error), or
+    with `leave_out_pair` pair_spread."""
+    records = [Record(id_, source, engine, "", "", generation, "", family, load, {"e": error})
+               for id_, source, engine, load, family, generation, error in rows]
     deviations = []
     for record in records:
-        unseen = [r for r in records if r is not record and not (
+        unseen = [r for r in records if r.source != record.source and not (
             leave_out_pair and (r.engine, r.chip_generation) == (record.engine, record.chip_generation))]
         others, _ = nearest(unseen, _regime_of(record), "e")
         if others:
@@ -214,8 +214,10 @@ def _spread(rows: tuple[tuple[str, str, str, str, str, float], ...],
 
 def pooled_spread(records: Sequence[Record], metric: str) -> tuple[float, float] | None:
     """The ranked range of every row's error about its regime, in log(1 + e): each row's log(1 + e) less
-    the median of those of the rows its band would come from were it not among them (`nearest`, the same
-    back-off). None from fewer rows than a ranked range of eight in ten needs (tail_rank 0)."""
+    the median of those of the rows its band would come from were its source's rows not among them
+    (`nearest`, the same back-off): a deployment the band has not seen is another source's, and a source's
+    other loads of one configuration would stand in for it. None from fewer rows than a ranked range of
+    eight in ten needs (tail_rank 0)."""
     return _spread(_spread_rows(records, metric))
 
 
@@ -225,8 +227,8 @@ def pair_spread(records: Sequence[Record], metric: str) -> tuple[float, float] |
     return _spread(_spread_rows(records, metric), leave_out_pair=True)
 
 
-def _spread_rows(records: Sequence[Record], metric: str) -> tuple[tuple[str, str, str, str, str, float], ...]:
-    return tuple((r.id, r.engine, r.load, r.model_family, r.chip_generation, r.errors[metric])
+def _spread_rows(records: Sequence[Record], metric: str) -> tuple[tuple[str, str, str, str, str, str, float], ...]:
+    return tuple((r.id, r.source, r.engine, r.load, r.model_family, r.chip_generation, r.errors[metric])
                  for r in records if metric in r.errors)
 
 
