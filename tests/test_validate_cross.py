@@ -95,8 +95,10 @@ def test_each_source_is_predicted_with_values_fitted_on_the_others():
     assert (folds["z"]["rows"], folds["z"]["ttft_median"], folds["z"]["tpot_median"]) == (1, 1.0, 0.05)
     # every row out of its fold: |ttft| 7, 7, .875 x 3, 1 and |decode| .1, .3, .5 x 3, .05
     assert document["cross"] == {"ttft_median": (0.875 + 1.0) / 2, "tpot_median": (0.3 + 0.5) / 2}
-    # in-sample: a = b = 1 (the registry's), the calibration row left out
-    assert document["in_sample"] == {"ttft_median": 0.75, "tpot_median": 0.5, "rows": 5}
+    # in-sample: a = b = 1 (the registry's), the calibration row left out; beside it, the same five rows out of
+    # their folds (|ttft| 7, 7, .875 x 3 and |decode| .1, .3, .5 x 3), the like-for-like comparison
+    assert document["in_sample"] == {"ttft_median": 0.75, "tpot_median": 0.5, "rows": 5,
+                                     "cross_on_these_rows": {"ttft_median": 0.875, "tpot_median": 0.5}}
     assert (document["rows"], document["sources"]) == (6, 3)
 
 
@@ -117,7 +119,8 @@ def test_no_fold_reads_the_registry_which_is_fitted_on_the_held_out_rows_too():
     assert folds["y"]["fitted"]["b"] == 1.0 and folds["y"]["not_fitted"] == ["b"]
     # the registry's values, a = b = 3, scored in sample: |ttft| 5, 5, .25 x 3 and |decode| .1, .3, .5 x 3
     assert at_three["all_rows"]["registry"] == {"a": 3.0, "b": 3.0}
-    assert at_three["in_sample"] == {"ttft_median": 0.25, "tpot_median": 0.5, "rows": 5}
+    assert at_three["in_sample"] == {"ttft_median": 0.25, "tpot_median": 0.5, "rows": 5,
+                                     "cross_on_these_rows": {"ttft_median": 0.875, "tpot_median": 0.5}}
     assert at_three["in_sample"] != at_one["in_sample"]
 
 
@@ -402,7 +405,8 @@ def test_the_json_document_gives_errors_as_fractions_and_each_folds_values(tmp_p
     # in-sample: what `validate --group latency` reports, as fractions
     summary = run_latency_group(data)["summary"]
     assert document["in_sample"] == {"ttft_median": summary["median_abs_error_ttft"],
-                                     "tpot_median": summary["median_abs_error_decode"], "rows": 2}
+                                     "tpot_median": summary["median_abs_error_decode"], "rows": 2,
+                                     "cross_on_these_rows": document["cross"]}  # (no calibration row among them)
     assert 0 < document["cross"]["tpot_median"] < 1
 
 
