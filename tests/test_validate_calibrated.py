@@ -11,6 +11,7 @@ from cli_helpers import assert_user_error, run_cli
 from tokenpath.calibrate.fit import Fit, _Model
 from tokenpath.config.assumptions import lookup
 from tokenpath.validate.calibrated import Configuration, configurations, row_phase
+from tokenpath.validate.fit import PROCEDURES
 from tokenpath.validate.latency import predict_row, relative_errors, simulated_requests
 from tokenpath.validate.latency_rows import read_latency_rows
 from tokenpath.validate.ranking import kendall_tau, ranking, wrong_pairs
@@ -100,11 +101,16 @@ def test_calibrated_fits_the_lightest_row_and_predicts_the_others_with_its_value
     [configuration] = source["configurations"]
     assert configuration["fitted"] == values and configuration["fitted_on"]["load"] == "concurrency 1"
     assert configuration["fitted_on"]["predicted_ttft_ms"] == pytest.approx(70.0)
-    errors = [relative_errors(row, predict_row(row, SHIPPED["sharegpt"], values)) for row in (rows[0], rows[2])]
+    # the fit starts from the values fitted without the source's rows: no other source here, so every latency
+    # constant at the middle of its bounds (held_out_start), not at the registry's, fitted on these rows too
+    start = configuration["started_from"]
+    assert start == {p.name: p.held_out_start() for p in PROCEDURES}
+    errors = [relative_errors(row, predict_row(row, SHIPPED["sharegpt"], {**start, **values}))
+              for row in (rows[0], rows[2])]
     assert [r["ttft_error"] for r in configuration["rows"]] == [e["ttft"] for e in errors]
     assert document["ttft_median"] == pytest.approx(float(np.median([abs(e["ttft"]) for e in errors])))
     assert document["tpot_median"] == pytest.approx(float(np.median([abs(e["decode"]) for e in errors])))
-    uncalibrated = [relative_errors(row, predict_row(row, SHIPPED["sharegpt"])) for row in (rows[0], rows[2])]
+    uncalibrated = [relative_errors(row, predict_row(row, SHIPPED["sharegpt"], start)) for row in (rows[0], rows[2])]
     assert document["uncalibrated"]["tpot_median"] == pytest.approx(
         float(np.median([abs(e["decode"]) for e in uncalibrated])))
 
@@ -118,7 +124,7 @@ def test_a_configuration_whose_fit_kept_nothing_says_so(tmp_path, monkeypatch, c
     rows = _file(tmp_path, [_loop(4), _loop(1), _loop(2)])
     code, out, err = run_cli(["validate", "--calibrated", "--latency-rows", rows], monkeypatch, capsys)
     assert code == 0, err
-    assert "fitted on the first load: nothing (the registry's values)" in " ".join(out.split())
+    assert "fitted on the first load: nothing (its fold's values)" in " ".join(out.split())
 
 
 def test_calibrated_without_a_configuration_at_three_loads_is_one_line(tmp_path, monkeypatch, capsys):

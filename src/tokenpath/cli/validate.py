@@ -78,17 +78,34 @@ def _calibrated(latency_rows: str | None, json_out: str | None) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from tokenpath.sim.forked import available_cpus
-    from tokenpath.validate.calibrated import calibrated_validation, configurations, print_calibrated
+    from tokenpath.validate.calibrated import (
+        calibrated_validation,
+        calibrating_sources,
+        configurations,
+        print_calibrated,
+    )
+    from tokenpath.validate.cross import fold_fit, latency_errors
     from tokenpath.validate.latency import load_latency
 
     data = load_latency(latency_rows)
     quiet = json_out == "-"
+    sources = calibrating_sources(data["rows"])
+    folds = progress_bar(TextColumn("fitting the constants without {task.description}"), BarColumn(),
+                         MofNCompleteColumn(), TimeElapsedColumn(), quiet=quiet)
+    with folds:  # each source's fold of --cross: where its calibration starts
+        task = folds.add_task("", total=len(sources))
+        errors, _ = latency_errors(data, available_cpus())
+        starts = {}
+        for source in sources:
+            folds.update(task, description=source)
+            starts[source] = fold_fit(source, errors).values
+            folds.advance(task)
     progress = progress_bar(TextColumn("fitting each configuration at its lightest load"), BarColumn(),
                             MofNCompleteColumn(), TimeElapsedColumn(), quiet=quiet)
     with progress:
         task = progress.add_task("", total=len(configurations(data["rows"])))
         document = calibrated_validation(data["rows"], data["sharegpt"], workers=available_cpus(),
-                                         progress=lambda done: progress.advance(task, done))
+                                         progress=lambda done: progress.advance(task, done), starts=starts)
     if json_out is not None:
         write_json(document, json_out)
     if not quiet:
@@ -100,22 +117,18 @@ def _cross(latency_rows: str | None, json_out: str | None, write_bands: bool) ->
 
     from tokenpath.cli.app import err_console
     from tokenpath.sim.forked import available_cpus
-    from tokenpath.validate.cross import cross_validate, print_cross
-    from tokenpath.validate.fit import RowErrors, latency_predictor
-    from tokenpath.validate.groups import fit_group_constants
+    from tokenpath.validate.cross import cross_validate, latency_errors, print_cross
     from tokenpath.validate.latency import load_latency
 
     data = load_latency(latency_rows)
-    group_fits = fit_group_constants()
     quiet = json_out == "-"
     sources = len({row["source"] for row in data["rows"]})
     progress = progress_bar(TextColumn("cross-validating, fold {task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[simulations]} simulations"), TimeElapsedColumn(), quiet=quiet)
     with progress:
         task = progress.add_task("", total=sources, simulations=0)
-        base = {name: fitted.value for name, (_, fitted) in group_fits.items()}
-        errors = RowErrors(data["rows"], latency_predictor(data["sharegpt"], base), workers=available_cpus(),
-                           progress=lambda _: progress.update(task, simulations=errors.simulated))
+        errors, group_fits = latency_errors(data, available_cpus(),
+                                            lambda _: progress.update(task, simulations=errors.simulated))
         document = cross_validate(errors, on_fold=lambda done, source: progress.update(
             task, description=source, completed=done), elsewhere=group_fits)
         progress.update(task, completed=sources)

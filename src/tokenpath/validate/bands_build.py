@@ -142,7 +142,8 @@ def build_bands(data: dict[str, Any], cross: dict[str, Any], workers: int,
     from tokenpath.validate.calibrated import calibrated_validation
 
     rows = data["rows"]
-    document = calibrated_validation(rows, data["sharegpt"], workers, progress)
+    starts = {fold["source"]: fold["fitted"] for fold in cross["by_source"]}  # (the calibrations start from them)
+    document = calibrated_validation(rows, data["sharegpt"], workers, progress, starts)
     calibrated = {r["row"]: {"ttft": r["ttft_error"], "decode": r["decode_error"]}
                   for source in document["by_source"] for c in source["configurations"] for r in c["rows"]}
     regimes = _map(_latency_regime, [(row, data["sharegpt"]) for row in rows], workers, progress)

@@ -2,7 +2,10 @@
 
 For each configuration a source measured at three or more loads (row_keys.configuration_key), the
 constants are fitted by `calibrate engine --from`'s own fit (calibrate/fit.py's `fit_engine`) on its
-lightest row alone, and every other row of the configuration is predicted with them.
+lightest row alone, and every other row of the configuration is predicted with them. The fit starts
+from, and keeps what it does not fit at, the values the latency rows' constants take with the source's
+rows left out (its fold of `validate --cross`, cross.fold_fit): the registry's are fitted on every row,
+the ones predicted here among them. Beside each prediction, "uncalibrated" is the fold's values alone.
 
 A published row has no per-request data, so its phase is built from what it states
 (`row_phase`): the requests the latency group simulates for it (its lengths drawn as the source
@@ -16,7 +19,7 @@ next that moves them differently.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,24 +81,25 @@ def row_phase(row: Row, sharegpt: dict[str, Any]) -> Measured:
         statistic=Statistic(row["ttft_stat"], row["decode_stat"], row["decode_metric"]), sent=False)
 
 
-def _row_result(k: int, row: Row, predicted: dict[str, float], registry: dict[str, float]) -> dict[str, Any]:
-    errors, before = relative_errors(row, predicted), relative_errors(row, registry)
+def _row_result(k: int, row: Row, predicted: dict[str, float], uncalibrated: dict[str, float]) -> dict[str, Any]:
+    errors, before = relative_errors(row, predicted), relative_errors(row, uncalibrated)
     return {"row": k, "load": load_label(row), "ttft_ms": row["ttft_ms"],
             "predicted_ttft_ms": predicted["ttft_s"] * 1e3, "ttft_error": errors["ttft"], "decode_ms": row["decode_ms"],
             "predicted_decode_ms": predicted["decode_s"] * 1e3, "decode_error": errors["decode"],
             "uncalibrated_ttft_error": before["ttft"], "uncalibrated_decode_error": before["decode"]}
 
 
-def calibrate_configuration(configuration: Configuration, rows: Sequence[Row],
-                            sharegpt: dict[str, Any]) -> dict[str, Any]:
-    """The fit on the configuration's lightest row and every other row predicted with it, beside the
-    prediction with the registry's values."""
+def calibrate_configuration(configuration: Configuration, rows: Sequence[Row], sharegpt: dict[str, Any],
+                            start: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The fit on the configuration's lightest row, from the values `start` (the source's fold's; None:
+    the registry's), and every other row predicted with it, beside the prediction with `start` alone."""
     from tokenpath.calibrate.fit import fit_engine
 
     k = configuration.lightest
     light = rows[k]
+    start = dict(start or {})
     try:
-        fit = fit_engine(row_scenario(light, sharegpt), [row_phase(light, sharegpt)])
+        fit = fit_engine(row_scenario(light, sharegpt, start), [row_phase(light, sharegpt)])
     except UserError as error:
         raise row_error(k, light, error) from None
     predicted = []
@@ -103,14 +107,15 @@ def calibrate_configuration(configuration: Configuration, rows: Sequence[Row],
         if j == k:
             continue
         try:
-            predicted.append(_row_result(j, rows[j], predict_row(rows[j], sharegpt, fit.values),
-                                         predict_row(rows[j], sharegpt)))
+            predicted.append(_row_result(j, rows[j], predict_row(rows[j], sharegpt, {**start, **fit.values}),
+                                         predict_row(rows[j], sharegpt, start)))
         except UserError as error:
             raise row_error(j, rows[j], error) from None
     after, before = fit.predicted_after[0], fit.predicted_before[0]
     return {"source": light["source"], "configuration": f"{label(light)}, {lengths_label(light)}",
             "fitted_on": _row_result(k, light, {"ttft_s": after[0], "decode_s": after[1]},
                                      {"ttft_s": before[0], "decode_s": before[1]}),
+            "started_from": start,  # (the fold's values; empty: the registry's)
             "fitted": dict(fit.values), "start": dict(fit.start), "not_fitted": dict(fit.not_fitted),
             "rows": predicted}
 
@@ -121,18 +126,21 @@ def _medians(rows: Sequence[dict[str, Any]], prefix: str = "") -> dict[str, floa
 
 
 def calibrated_validation(rows: Sequence[Row], sharegpt: dict[str, Any], workers: int = 1,
-                          progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+                          progress: Callable[[int], None] | None = None,
+                          starts: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """The document `validate --calibrated --json` writes (errors as fractions): every configuration's
     fit and predictions, per source and overall the median |error| of the predicted rows, and the
-    same rows' medians with the registry's values ("uncalibrated"). `progress(1)` as each
-    configuration is done."""
+    same rows' medians with the values the fits start from ("uncalibrated"): `starts`, by source, each
+    source's fold's values (calibrating_sources names the sources; None: the registry's). `progress(1)`
+    as each configuration is done."""
     found = configurations(rows)
     if not found:
         raise UserError(f"--calibrated: no configuration has rows at {MIN_LOADS} or more loads (rates or "
                         "concurrencies) with the same model, chip, tp, engine, settings and lengths")
 
     def work(configuration: Configuration, report: Callable[[int], None]) -> dict[str, Any]:
-        result = calibrate_configuration(configuration, rows, sharegpt)
+        source = rows[configuration.lightest]["source"]
+        result = calibrate_configuration(configuration, rows, sharegpt, (starts or {}).get(source))
         report(1)
         return result
 
@@ -151,16 +159,22 @@ def calibrated_validation(rows: Sequence[Row], sharegpt: dict[str, Any], workers
             "uncalibrated": _medians(predicted, "uncalibrated_"), "by_source": by_source}
 
 
+def calibrating_sources(rows: Sequence[Row]) -> list[str]:
+    """The sources of the configurations `calibrated_validation` fits, in order."""
+    return list(dict.fromkeys(rows[c.lightest]["source"] for c in configurations(rows)))
+
+
 def print_calibrated(console: Any, document: dict[str, Any]) -> None:
     from rich.table import Table
 
     console.print("Latency rows calibrated at light load: each configuration's constants fitted on its lightest row "
-                  "by `calibrate engine`'s fit, its other rows predicted with them (uncalibrated: the registry's "
-                  "values; --json says why each other candidate was not fitted)\n", highlight=False)
+                  "by `calibrate engine`'s fit, from the values fitted on the other sources' rows (its fold of "
+                  "--cross), its other rows predicted with them (uncalibrated: the fold's values alone; --json says "
+                  "why each other candidate was not fitted)\n", highlight=False)
     for source in document["by_source"]:
         for c in source["configurations"]:
             fitted = ", ".join(f"{name} {format_value(name, c['start'][name])} -> {format_value(name, value)}"
-                               for name, value in c["fitted"].items()) or "nothing (the registry's values)"
+                               for name, value in c["fitted"].items()) or "nothing (its fold's values)"
             table = Table(title=f"{source['source']}: {c['configuration']}\nfitted on the first load: {fitted}",
                           title_justify="left")
             for column in ("load", "TTFT", "predicted", "TPOT / ITL", "predicted", "uncalibrated"):
@@ -172,7 +186,7 @@ def print_calibrated(console: Any, document: dict[str, Any]) -> None:
                               f"{r['uncalibrated_ttft_error']:+.0%} / {r['uncalibrated_decode_error']:+.0%}")
             console.print(table)
     summary = Table(title="median |error| of the rows predicted (the fitted rows left out), calibrated and with the "
-                          "registry's values", title_justify="left")
+                          "values the fits started from", title_justify="left")
     for column in ("source", "rows", "TTFT", "TPOT / ITL", "uncalibrated\nTTFT", "uncalibrated\nTPOT / ITL"):
         summary.add_column(column, justify="left" if column == "source" else "right")
     for s in [*document["by_source"], {**document, "source": "all"}]:

@@ -19,12 +19,32 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tokenpath.config.assumptions import format_value
-from tokenpath.validate.fit import PROCEDURES, Fit, Procedure, RowErrors, fit_all, median_abs_error
+from tokenpath.validate.fit import PROCEDURES, Fit, FitAll, Procedure, RowErrors, fit_all, median_abs_error
 
 
 def _medians(errors: Sequence[dict[str, float]]) -> dict[str, float]:
     return {"ttft_median": median_abs_error([e["ttft"] for e in errors]),
             "tpot_median": median_abs_error([e["decode"] for e in errors])}
+
+
+def latency_errors(data: Mapping[str, Any], workers: int,
+                   progress: Callable[[int], None] | None = None) -> tuple[RowErrors, dict[str, tuple[str, Fit]]]:
+    """The latency rows' errors (`load_latency`'s data) as the folds score them, the constants published
+    groups fit held at those fits (validate/groups.fit_group_constants), which it returns too."""
+    from tokenpath.validate.fit import latency_predictor
+    from tokenpath.validate.groups import fit_group_constants
+
+    group_fits = fit_group_constants()
+    base = {name: fitted.value for name, (_, fitted) in group_fits.items()}
+    return RowErrors(data["rows"], latency_predictor(data["sharegpt"], base), workers=workers,
+                     progress=progress), group_fits
+
+
+def fold_fit(source: str, errors: RowErrors, procedures: Sequence[Procedure] = PROCEDURES) -> FitAll:
+    """The constants fitted on every row but `source`'s, nothing from the registry (fit_all's `held_out`):
+    the values that predict `source`'s rows out of their fold."""
+    train = [k for k, row in enumerate(errors.rows) if row["source"] != source]
+    return fit_all(train, errors, procedures, held_out=True)
 
 
 def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDURES,
@@ -48,8 +68,7 @@ def cross_validate(errors: RowErrors, procedures: Sequence[Procedure] = PROCEDUR
         if on_fold is not None:
             on_fold(done, source)
         held_out = [k for k, row in enumerate(rows) if row["source"] == source]
-        train = [k for k, row in enumerate(rows) if row["source"] != source]
-        fitted = fit_all(train, errors, procedures, held_out=True)
+        fitted = fold_fit(source, errors, procedures)
         values, fits = fitted.values, fitted.fits
         predicted = errors.get([(k, values) for k in held_out])
         out_of_fold += predicted
