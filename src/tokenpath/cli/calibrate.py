@@ -12,6 +12,7 @@ from tokenpath.cli.options import WORKLOAD_FLAGS, check_tokenizer, scenario_flag
 from tokenpath.config import files
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.delivery.detokenizer import DEFAULT_TOKENIZER
+from tokenpath.engine.spec import MAX_NUM_SEQS
 
 if TYPE_CHECKING:
     from tokenpath.delivery.calibration import Calibration
@@ -25,9 +26,9 @@ def _batch_sizes(given: str, extra: list[str]) -> list[int]:
     except ValueError:
         raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be whole numbers, "
                         "e.g. --batch-sizes 1 8 32 128 256") from None
-    if not sizes or sizes[0] < 1:
-        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be batch sizes >= 1, "
-                        "e.g. --batch-sizes 1 8 32 128 256")
+    if not sizes or sizes[0] < 1 or sizes[-1] > MAX_NUM_SEQS:
+        raise UserError(f"--batch-sizes: {quoted(' '.join(words))} must be batch sizes from 1 to {MAX_NUM_SEQS:,} "
+                        "(the most sequences a step holds, engine.max_num_seqs), e.g. --batch-sizes 1 8 32 128 256")
     return sizes
 
 
