@@ -407,9 +407,10 @@ def test_to_toml_keeps_an_unset_slo_unset():
     assert round_trip(s).slo.ttft is None
 
 
-@pytest.mark.parametrize("value", [0, "0 ms", -1])
+@pytest.mark.parametrize("value", [0, "0 ms", -1, "-1 s"])
 def test_an_slo_target_of_no_time_is_refused(value):
-    """Every request would miss it: 100% of requests missing a 0 s TTFT is not an answer but a typo."""
+    """Every request would miss it: 100% of requests missing a 0 s TTFT is not an answer but a typo. A negative
+    one says the same (not the durations' "zero or more", which 0 is not for a target)."""
     with pytest.raises(UserError) as error:
         load_scenario(None, {"slo.ttft": value})
-    assert "slo.ttft" in str(error.value) and "\n" not in str(error.value)
+    assert "slo.ttft: an SLO target is a duration > 0" in str(error.value) and "\n" not in str(error.value)

@@ -160,13 +160,22 @@ class DeploymentSection(BaseModel):
         return self.chips // (self.tp * self.pp)
 
 
+_TARGET = "an SLO target is a duration > 0 (no request takes no time), or \"none\" for no target"
+
+
 def _none_or_duration(value: object) -> object:
-    return None if value is None or (isinstance(value, str) and value.strip().lower() == "none") else value
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    negative = value.strip().startswith("-") if isinstance(value, str) else (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0)
+    if negative:  # (before the duration's own "zero or more", which an SLO target is not)
+        raise ValueError(_TARGET)
+    return value
 
 
 def _positive_target(value: float | None) -> float | None:
     if value is not None and value <= 0:
-        raise ValueError("an SLO target is a duration > 0 (no request takes no time), or \"none\" for no target")
+        raise ValueError(_TARGET)
     return value
 
 
