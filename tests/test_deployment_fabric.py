@@ -455,3 +455,18 @@ def test_the_verdicts_traffic_names_the_all_to_alls_over_each_replicas_chips():
         "deployment.tp": 8, "deployment.expert_parallel": True, "deployment.moe_all_to_all": True,
         "engine.scheduler": "prefill-first", "workload.num_requests": 20}))
     assert "116 expert-parallel all-to-alls per step across 8 chips" in traffic_detail(sim)
+
+
+def test_a_disaggregated_run_whose_requests_share_prompts_says_its_decode_caches_are_not_modelled():
+    """The decode replicas would cache a shared prompt once and be sent only what they lack; the model gives each
+    request its whole prompt there, so the run is outside the validated envelope, saying why."""
+    from tokenpath.sim.envelope import DECODE_PREFIXES
+
+    small = {"workload.num_requests": 40, "workload.arrival.rate": 5}
+    shared = simulate(pd_scenario(**small, **{"workload.shared_prefix": {"tokens": 2000}})).summary["envelope"]
+    assert shared["validated"] is False and DECODE_PREFIXES in shared["outside"]
+    assert "prefix caches (not modelled" in shared["line"]
+    alone = simulate(pd_scenario(**small)).summary["envelope"]
+    assert DECODE_PREFIXES not in alone["outside"]
+    together = simulate(scenario(**small, **{"workload.shared_prefix": {"tokens": 2000}})).summary["envelope"]
+    assert DECODE_PREFIXES not in together["outside"]  # (not disaggregated: its one cache is modelled)
