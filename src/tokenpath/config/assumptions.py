@@ -137,7 +137,7 @@ REGISTRY: tuple[Assumption, ...] = (
                "forum: single core bandwidth, haswell vs. broadwell vs. skylake)",
                "tests/test_application_served.py"),
     # -- engine: the host's share of a step ---------------------------------------------------------------
-    Assumption("host_step_s", 0.7609e-3, _HOST, "HOST_STEP_S", "s",
+    Assumption("host_step_s", 0.8750e-3, _HOST, "HOST_STEP_S", "s",
                "the fixed host time per scheduler call of vLLM V1, SGLang and TensorRT-LLM (scheduling and input "
                "preparation); fitted on the TPOT / ITL of the rows whose steps wait for it (validate/fit.py)",
                "validate latency, validate --cross; tests/test_engine.py, tests/test_validate_cross.py"),

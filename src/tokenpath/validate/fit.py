@@ -188,7 +188,7 @@ PROCEDURES: tuple[Procedure, ...] = (
     # millisecond to above V0's 2.5 ms a step run alone. It moves each of its rows by a few percent, so
     # the median of their |errors| is flat within a point from 0.1 to 0.5 ms and its lowest point
     # jumped between folds (0.12 ms or 1.76 ms); the mean |log error| adds every row's move (lowest at
-    # 0.761 ms on every row; each fold's in docs/validation.md).
+    # 0.875 ms on every row; each fold's in docs/validation.md).
     Procedure("host_step_s", "decode", _host_step_in_path, _reads_host_step, 0.1e-3, 5e-3, loss=mean_abs_log_error),
     # vLLM V0's host time per scheduler call (scheduling, preparing the inputs) and every step besides,
     # both in the step's path: TPOT / ITL. Each from a tenth of a millisecond to 10 ms: the single-step
