@@ -479,9 +479,9 @@ def test_a_vllm_result_calibrates_and_its_band_holds_another_load(tmp_path, monk
         band = latency[metric]["band"]
         assert band["calibrated"] and "the band of calibrated predictions" in band["basis"], band["basis"]
         assert band["p50"]["low"] <= value <= band["p50"]["high"], (metric, value, band["p50"])
-        # the check is one the calibration has to move: the uncalibrated prediction is outside its band
-        plain = uncalibrated[metric]["band"]["p50"]
-        assert not plain["low"] <= value <= plain["high"], (metric, value, plain)
+        # the check is one the calibration has to move: the uncalibrated prediction is far off (TTFT -48%, TPOT
+        # -39%; its band, as wide as a deployment no row includes needs, may still hold it)
+        assert abs(uncalibrated[metric]["p50"] / value - 1) > 0.3, (metric, value, uncalibrated[metric]["p50"])
 
 
 def test_a_figure_the_fit_leaves_far_off_is_named_with_what_would_reach_it():
