@@ -298,18 +298,19 @@ def shipped_errors():
 
 
 def test_the_latency_groups_medians_stay_within_their_guard(shipped_errors):
-    """The goal is 15% on each median, in sample: TPOT/ITL 8.8% and TTFT 15.9% over 66 rows (docs/validation.md;
+    """The goal is 15% on each median, in sample: TPOT/ITL 9.0% and TTFT 17.6% over 69 rows (docs/validation.md;
     TTFT missed it from when the B200, MI300X and A100 40GB rows joined, at up to 23.0%, until the refit of
     2026-12-06, and again, at 15.9% from 13.8%, since SGLang's loop runs its finished sequences' batch, which
-    took the cross-validated median from 17.6% to 16.5%). The TTFT guard is today's figure, not the goal, so
-    that a change which moves it further is seen. Read from the registry's values on every row, which the fits
-    below start from (what `validate --group latency` reports:
+    took the cross-validated median from 17.6% to 16.5%, and at 17.6% since Azure's three other runs are rows,
+    which had been left out for what the model misses on them). The TTFT guard is today's figure, not the goal,
+    so that a change which moves it further is seen. Read from the registry's values on every row, which the
+    fits below start from (what `validate --group latency` reports:
     test_the_json_document_gives_errors_as_fractions_and_each_folds_values)."""
     rows = shipped_errors.rows
     errors = shipped_errors.get([(k, REGISTRY) for k in range(len(rows))])
     scored = [e for row, e in zip(rows, errors) if not row.get("calibration")]
     assert len(rows) - len(scored) == 4 and len(scored) >= 60
-    assert median_abs_error([e["ttft"] for e in scored]) <= 0.16
+    assert median_abs_error([e["ttft"] for e in scored]) <= 0.18
     assert median_abs_error([e["decode"] for e in scored]) <= 0.15
 
 
