@@ -778,7 +778,7 @@ class _Replica:
             queued = hit_blocks = 0
             if self.prefix is not None and i in self.prefix.segments:
                 found, hit_blocks, queued = self.prefix.lookup(i, target)
-                cached = hit_blocks * block
+                cached = max(cached, hit_blocks * block)  # (a decode replica's request brings its prompt's KV)
             need = num = target - cached
             if (need == budget and admitted_num and not spec.chunked_prefill
                     and RULES[spec.scheduler].below_budget):
@@ -1054,7 +1054,7 @@ class _Replica:
             found, hit_blocks, queued = self.prefix.lookup(i, target)
             if found:
                 return False
-            cached = hit_blocks * block
+            cached = max(cached, hit_blocks * block)
         num = target - cached
         if num > budget:
             num = budget // self.chunk_unit * self.chunk_unit if self.spec.chunked_prefill else 0

@@ -251,8 +251,6 @@ class Replica:
         return i
 
     def _add_prefix(self, i: int, keys: list[int], end_tokens: list[int]) -> None:
-        if self.cached[i]:
-            raise ValueError("a request with KV cache of its own cannot also look up prefixes")
         if self.prefix is None:
             self.prefix = PrefixCache(self.block, self.free_blocks)
         self.prefix.add(i, keys, end_tokens)
@@ -863,7 +861,8 @@ class Replica:
             touched = 0  # with a prefix hit: cached blocks taken off the free queue, less the hit blocks
             if prefix is not None and i in prefix.segments:
                 found, hit_blocks, queued = prefix.lookup(i, target, self.free_blocks)
-                cached = hit_blocks * block
+                # (a decode replica's request brings its prompt's KV: the hit's blocks it shares, not recomputes)
+                cached = max(cached, hit_blocks * block)
                 touched = queued - hit_blocks
             need = num = target - cached
             room_tokens = budget if rank_left is None else max(min(budget, rank_left[r]), 0)

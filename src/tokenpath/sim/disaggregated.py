@@ -10,6 +10,7 @@ import numpy as np
 from tokenpath.delivery.lastmile import LastMile
 from tokenpath.engine.costs import GroupStepCosts
 from tokenpath.engine.loop import EngineTrace, run_engine
+from tokenpath.prefixes import Prefixes
 from tokenpath.sim.deployment import Deployment
 from tokenpath.sim.run import Run
 from tokenpath.sim.scenario import Scenario
@@ -105,8 +106,11 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     prefill_of = np.arange(n) % prefills
     decode_of = prefills + np.arange(n) % decodes
     lanes = scenario.deployment.tp if scenario.deployment.attention_dp else 1  # (a rank's link each: kv_transfers)
+    held = None
+    if requests.prefixes is not None and engine.prefix_caching:
+        held = DecodeHeld(requests.prefixes, inputs, engine.block_size)
     decode_arrival, link_busy_ns = kv_transfers(first_end, inputs, prefill_of, decode_of, costs, deployment.replicas,
-                                                lanes)
+                                                lanes, held)
     transfer = decode_arrival - first_end
     last_end = np.zeros(n, np.int64)
     offsets = np.concatenate([[0], np.cumsum(outputs)]).astype(np.int64)
@@ -118,7 +122,8 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
         rows = rows[np.argsort(decode_arrival[rows], kind="stable")]
         trace = run_engine(decode_arrival[rows], inputs[rows], outputs[rows], costs,
                            _Proxy(LastMile(delivery, deployment.front_end)), engine, deployment.kv_capacity_tokens,
-                           progress=progress, cached_tokens=inputs[rows] - 1)
+                           progress=progress, cached_tokens=inputs[rows] - 1,
+                           prefixes=None if requests.prefixes is None else requests.prefixes.take(rows))
         traces.append(trace)
         compute[rows] += trace.compute_ns
         traffic[rows] += trace.traffic_ns
@@ -143,8 +148,41 @@ def simulate_disaggregated(scenario: Scenario, deployment: Deployment, requests:
     return merge_parts([part], [np.arange(n)], n, itl), traces, link_busy_ns
 
 
+class DecodeHeld:
+    """The prompt segments (prefixes.py) each decode replica holds and since when, so that a request's
+    transfer carries only the blocks its decode replica lacks when it starts: vLLM's decode instance looks
+    the request up in its own prefix cache and reads only the blocks it did not find (NixlConnector:
+    "Partial prefix cache hit: just read uncomputed blocks"), and caches those it receives. A segment,
+    once arrived, is taken as held from then on (the decode engine's own cache, which evicts, decides what
+    it finds when it admits the request)."""
+
+    def __init__(self, prefixes: Prefixes, prompt_tokens: np.ndarray, block_tokens: int) -> None:
+        self.prefixes, self.prompt, self.block = prefixes, prompt_tokens, block_tokens
+        self.since: dict[tuple[int, int], int] = {}  # (replica, segment key) -> when it arrived there
+
+    def lacking(self, i: int, replica: int, at_ns: int) -> int:
+        """The prompt tokens of request i its decode `replica` does not hold at `at_ns`: past the whole blocks
+        of its leading segments there, the last prompt token's block always sent (the decode replica's
+        first step computes that token)."""
+        held = 0
+        for key, end in zip(*self.prefixes.segments(i)):
+            arrived = self.since.get((replica, key))
+            if arrived is None or arrived > at_ns:
+                break
+            held = end
+        prompt = int(self.prompt[i])
+        return prompt - min(held, prompt - 1) // self.block * self.block
+
+    def arrived(self, i: int, replica: int, at_ns: int) -> None:
+        """Request i's prompt segments reached `replica` at `at_ns` (those it held already stay as they were)."""
+        for key, end in zip(*self.prefixes.segments(i)):
+            if end <= self.prompt[i]:
+                self.since.setdefault((replica, key), at_ns)
+
+
 def kv_transfers(ready_ns: np.ndarray, prompt_tokens: np.ndarray, src: np.ndarray, dst: np.ndarray,
-                  costs: GroupStepCosts, replicas: int, lanes: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                 costs: GroupStepCosts, replicas: int, lanes: int = 1,
+                 held: DecodeHeld | None = None) -> tuple[np.ndarray, np.ndarray]:
     """When each request's KV cache has reached its decode replica, and how long each replica's links
     were busy moving KV caches (a lane's share of them each, over `lanes`).
 
@@ -154,7 +192,8 @@ def kv_transfers(ready_ns: np.ndarray, prompt_tokens: np.ndarray, src: np.ndarra
     attention data-parallel a request's KV cache is on one rank's chip, whose scheduler sends it over that
     chip's own link (SGLang's prefill ranks each run their own transfers): a replica has `lanes` (its tp)
     links that move one cache each at a time, a transfer taking the lane that frees first on both ends.
-    Links further inside the network are not shared between transfers of different replica pairs.
+    Links further inside the network are not shared between transfers of different replica pairs. With
+    `held`, a transfer carries only the prompt tokens its decode replica lacks (DecodeHeld).
     """
     done = np.empty(len(ready_ns), np.int64)
     busy_ns = np.zeros(replicas, np.int64)
@@ -163,8 +202,11 @@ def kv_transfers(ready_ns: np.ndarray, prompt_tokens: np.ndarray, src: np.ndarra
         s, d = int(src[i]), int(dst[i])
         lane = min(range(lanes), key=lambda k: max(free_ns[s][k], free_ns[d][k]))
         start = max(int(ready_ns[i]), free_ns[s][lane], free_ns[d][lane])
-        took_ns = round(costs.kv_transfer_s(int(prompt_tokens[i]), s, d) * 1e9)
+        tokens = int(prompt_tokens[i]) if held is None else held.lacking(i, d, start)
+        took_ns = round(costs.kv_transfer_s(tokens, s, d) * 1e9)
         done[i] = free_ns[s][lane] = free_ns[d][lane] = start + took_ns
+        if held is not None:
+            held.arrived(i, d, done[i])
         busy_ns[s] += took_ns
         busy_ns[d] += took_ns
     return done, busy_ns // lanes

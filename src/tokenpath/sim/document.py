@@ -29,7 +29,7 @@ from tokenpath.diagnose.bottleneck import (
 from tokenpath.diagnose.felt import APPLICATION, PARTS, felt_parts_s
 from tokenpath.diagnose.overload import load_of
 from tokenpath.sim.bands import attach_bands, shipped_records
-from tokenpath.sim.envelope import DECODE_PREFIXES, calibrated_elsewhere, envelope, fitted_on
+from tokenpath.sim.envelope import calibrated_elsewhere, envelope, fitted_on
 from tokenpath.sim.front_end import api_servers
 from tokenpath.sim.regime import regime_block
 from tokenpath.sim.summary import attribution_s, misses_slo, summarize, window_ns
@@ -108,10 +108,7 @@ def _trust(document: dict[str, Any], sim: Simulation, evidence: Evidence) -> Non
     records = shipped_records()
     here = fitted_on(scenario, sim.deployment.model.name, chip.name)
     elsewhere = calibrated_elsewhere(scenario.resolved_assumptions().fitted_on, here)
-    prefixes = sim.requests.prefixes
-    shared = prefixes is not None and bool((prefixes.offsets[1:] > prefixes.offsets[:-1]).any())
-    not_modelled = [DECODE_PREFIXES] if scenario.deployment.prefill_replicas and shared else []
-    document["envelope"] = envelope(document["regime"], records, elsewhere, not_modelled)
+    document["envelope"] = envelope(document["regime"], records, elsewhere)
     assumptions = document["scenario"]["assumptions"]
     calibration = [*assumptions["calibration_files"], *filter(None, [assumptions["delivery_calibration"]])]
     # An application's stages are not what the rows validate: their mean time in each latency takes no band.

@@ -16,8 +16,7 @@ through the server's front end or a network, which no row validates: the rows sc
 their simulated rounds lock in step (validate/latency.locked_loop; docs/validation.md, "The front end in
 the rows"). An engine calibration (`[assumptions] calibration`) is a measurement of the deployment it was
 fitted on: a run of another model, precision, chip, engine profile or release is outside too, and takes
-the uncalibrated band (sim/bands.py). So is a run of something the model leaves out (DECODE_PREFIXES: a
-disaggregated deployment whose requests share prompt tokens, which its decode replicas would cache once).
+the uncalibrated band (sim/bands.py).
 """
 
 from __future__ import annotations
@@ -82,16 +81,9 @@ def _same(key: str, recorded: str, here: str) -> bool:
     return recorded == here
 
 
-# What the model does not do for a disaggregated deployment whose requests share prompt tokens.
-DECODE_PREFIXES = ("disaggregated decode replicas' prefix caches (not modelled: each request holds, and is sent, "
-                   "its whole prompt's KV cache there)")
-
-
-def envelope(regime: dict[str, Any], records: Sequence[Record], elsewhere: Sequence[str] = (),
-             not_modelled: Sequence[str] = ()) -> dict[str, Any]:
+def envelope(regime: dict[str, Any], records: Sequence[Record], elsewhere: Sequence[str] = ()) -> dict[str, Any]:
     """The result document's `envelope`: `validated`, `outside` (what no row covers, e.g. "chip mi300x",
-    `elsewhere`: calibrated_elsewhere's, and `not_modelled`: what of the run the model leaves out, e.g.
-    DECODE_PREFIXES) and `line`, saying so with what the rows cover (None inside)."""
+    and `elsewhere`: calibrated_elsewhere's) and `line`, saying so with what the rows cover (None inside)."""
     latency = [r for r in records if "ttft" in r.errors]
     outside, cover = [], []
     for key, field, name in _DIMENSIONS:
@@ -128,9 +120,6 @@ def envelope(regime: dict[str, Any], records: Sequence[Record], elsewhere: Seque
     if elsewhere:
         outside.extend(elsewhere)
         cover.append("a calibration: only the deployment it was fitted on")
-    if not_modelled:
-        outside.extend(not_modelled)
-        cover.append("what the model does")
     line = (f"outside the validated envelope: {', '.join(outside)} (rows cover {'; '.join(cover)})"
             if outside else None)
     return {"validated": not outside, "outside": outside, "line": line}
