@@ -332,7 +332,7 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
     if sim.kv_link_busy_ns is not None and len(sim.kv_link_busy_ns):
         found.append(Resource("KV-transfer port of the busiest replica", "traffic",
                               float(sim.kv_link_busy_ns.max()) / 1e9 / window_s,
-                              "each request's KV cache from a prefill to a decode replica, one at a time (one a "
+                              "each request's KV cache from a prefill to a decode replica, one at a time (one per "
                               "rank's link under attention data-parallel)"))
     return found
 
