@@ -104,8 +104,8 @@ def _calibrated(latency_rows: str | None, json_out: str | None) -> None:
                             MofNCompleteColumn(), TimeElapsedColumn(), quiet=quiet)
     with progress:
         task = progress.add_task("", total=len(configurations(data["rows"])))
-        document = calibrated_validation(data["rows"], data["sharegpt"], workers=available_cpus(),
-                                         progress=lambda done: progress.advance(task, done), starts=starts)
+        document = calibrated_validation(data["rows"], data["sharegpt"], starts, workers=available_cpus(),
+                                         progress=lambda done: progress.advance(task, done))
     if json_out is not None:
         write_json(document, json_out)
     if not quiet:

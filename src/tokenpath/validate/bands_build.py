@@ -143,7 +143,7 @@ def build_bands(data: dict[str, Any], cross: dict[str, Any], workers: int,
 
     rows = data["rows"]
     starts = {fold["source"]: fold["fitted"] for fold in cross["by_source"]}  # (the calibrations start from them)
-    document = calibrated_validation(rows, data["sharegpt"], workers, progress, starts)
+    document = calibrated_validation(rows, data["sharegpt"], starts, workers, progress)
     calibrated = {r["row"]: {"ttft": r["ttft_error"], "decode": r["decode_error"]}
                   for source in document["by_source"] for c in source["configurations"] for r in c["rows"]}
     regimes = _map(_latency_regime, [(row, data["sharegpt"]) for row in rows], workers, progress)

@@ -90,14 +90,14 @@ def _row_result(k: int, row: Row, predicted: dict[str, float], uncalibrated: dic
 
 
 def calibrate_configuration(configuration: Configuration, rows: Sequence[Row], sharegpt: dict[str, Any],
-                            start: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The fit on the configuration's lightest row, from the values `start` (the source's fold's; None:
-    the registry's), and every other row predicted with it, beside the prediction with `start` alone."""
+                            start: Mapping[str, float]) -> dict[str, Any]:
+    """The fit on the configuration's lightest row, from the values `start` (the source's fold's), and every
+    other row predicted with it, beside the prediction with `start` alone."""
     from tokenpath.calibrate.fit import fit_engine
 
     k = configuration.lightest
     light = rows[k]
-    start = dict(start or {})
+    start = dict(start)
     try:
         fit = fit_engine(row_scenario(light, sharegpt, start), [row_phase(light, sharegpt)])
     except UserError as error:
@@ -115,7 +115,7 @@ def calibrate_configuration(configuration: Configuration, rows: Sequence[Row], s
     return {"source": light["source"], "configuration": f"{label(light)}, {lengths_label(light)}",
             "fitted_on": _row_result(k, light, {"ttft_s": after[0], "decode_s": after[1]},
                                      {"ttft_s": before[0], "decode_s": before[1]}),
-            "started_from": start,  # (the fold's values; empty: the registry's)
+            "started_from": start,  # (the fold's values)
             "fitted": dict(fit.values), "start": dict(fit.start), "not_fitted": dict(fit.not_fitted),
             "rows": predicted}
 
@@ -125,14 +125,13 @@ def _medians(rows: Sequence[dict[str, Any]], prefix: str = "") -> dict[str, floa
             "tpot_median": median_abs_error([r[f"{prefix}decode_error"] for r in rows])}
 
 
-def calibrated_validation(rows: Sequence[Row], sharegpt: dict[str, Any], workers: int = 1,
-                          progress: Callable[[int], None] | None = None,
-                          starts: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+def calibrated_validation(rows: Sequence[Row], sharegpt: dict[str, Any], starts: Mapping[str, Mapping[str, float]],
+                          workers: int = 1, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """The document `validate --calibrated --json` writes (errors as fractions): every configuration's
     fit and predictions, per source and overall the median |error| of the predicted rows, and the
     same rows' medians with the values the fits start from ("uncalibrated"): `starts`, by source, each
-    source's fold's values (calibrating_sources names the sources; None: the registry's). `progress(1)`
-    as each configuration is done."""
+    source's fold's values (calibrating_sources names the sources). `progress(1)` as each configuration
+    is done."""
     found = configurations(rows)
     if not found:
         raise UserError(f"--calibrated: no configuration has rows at {MIN_LOADS} or more loads (rates or "
@@ -140,7 +139,7 @@ def calibrated_validation(rows: Sequence[Row], sharegpt: dict[str, Any], workers
 
     def work(configuration: Configuration, report: Callable[[int], None]) -> dict[str, Any]:
         source = rows[configuration.lightest]["source"]
-        result = calibrate_configuration(configuration, rows, sharegpt, (starts or {}).get(source))
+        result = calibrate_configuration(configuration, rows, sharegpt, starts[source])
         report(1)
         return result
 
