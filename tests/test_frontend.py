@@ -5,6 +5,7 @@ hand."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -64,11 +65,28 @@ def test_more_api_servers_leave_a_lone_request_s_latency_alone():
     assert runs[0].frontend_work_ns[0] == runs[1].frontend_work_ns[0]
 
 
-def test_a_share_of_a_cpu_runs_slower():
+def test_a_share_of_a_process_runs_its_work_at_full_speed_and_holds_the_process_for_the_others_share():
+    # A quarter of an API server and half of a detokenizer process: 1 ms of work is done in 1 ms, and the
+    # process is then busy for the other engines' 3 ms (1 ms) more, so the next piece of work waits.
     front = FrontEnd(Layout("detokenizer", api_cpus=0.25, detokenizer_cpus=0.5))
-    assert front.requests([0], 1e-3, [0.0])[0][2] == 4_000_000
-    assert front.detokenize(0, 1e-3)[2] == 2_000_000
-    assert front.detokenizer_busy_ns == 2_000_000
+    assert front.requests([0], 1e-3, [0.0])[0] == (1_000_000, 0, 1_000_000)
+    assert front.tokens(0, 1e-3, 1) == (5_000_000, 4_000_000, 1_000_000)
+    assert front.api_busy_ns == 8_000_000
+    assert front.detokenize(0, 1e-3) == (1_000_000, 0, 1_000_000)
+    assert front.detokenize(0, 1e-3) == (3_000_000, 2_000_000, 1_000_000)
+    assert front.detokenizer_busy_ns == 4_000_000
+
+
+@settings(max_examples=40, deadline=None)
+@given(share=st.sampled_from([1.0, 0.5, 0.25, 0.125]),
+       ready=st.lists(st.integers(0, 10**7), min_size=1, max_size=20), work_ns=st.integers(1, 10**6))
+def test_a_run_of_steps_on_a_shared_process_is_taken_as_one_step_at_a_time(share, ready, work_ns):
+    ready_ns = np.array(sorted(ready), np.int64)
+    one, run = FrontEnd(Layout("api-server", api_cpus=share)), FrontEnd(Layout("api-server", api_cpus=share))
+    each = [one.tokens(int(t), work_ns / 1e9, 1) for t in ready_ns]
+    done, queue, work = run.tokens_run(ready_ns, work_ns / 1e9)
+    assert [tuple(map(int, w)) for w in zip(done, queue, work)] == each
+    assert run.api_busy_ns == one.api_busy_ns == len(ready) * round(work_ns / share)
 
 
 @settings(max_examples=60, deadline=None)
@@ -176,10 +194,24 @@ def test_an_engine_s_share_of_the_api_servers_is_exact_and_no_process_is_faster_
     assert layout.api_processes * layout.api_cpus == pytest.approx(total / engines)
 
 
-def test_a_lone_request_on_a_share_of_the_api_servers_takes_at_least_its_cpu_time():
+def test_a_lone_request_on_a_share_of_the_api_servers_takes_its_cpu_time():
     overrides = {"engine.scheduler": "vllm-v1", "deployment.tp": 2, "deployment.api_servers": 6}
     front = FrontEnd(build_deployment(load_scenario(None, overrides)).front_end)  # 4 replicas of 8 chips
-    assert front.requests([0], 1e-3, [0.0])[0][2] == 1_333_333  # 1 ms at 0.75 of a CPU
+    assert front.requests([0], 1e-3, [0.0])[0] == (1_000_000, 0, 1_000_000)
+    assert front.api_busy_ns == 1_333_333  # 0.75 of each of 2 processes: held for the other engines' share
+
+
+def test_sglang_s_replicas_share_one_tokenizer_manager_without_slowing_a_lone_request():
+    # Eight replicas of one chip under one TokenizerManager and one DetokenizerManager: a request alone
+    # is served at one CPU's speed, as on one chip; the processes' capacity is an eighth each.
+    def lone(chips):
+        return simulate(load_scenario(None, {
+            "model.name": "llama-3.1-8b", "engine.scheduler": "prefill-first", "deployment.chips": chips,
+            "deployment.tp": 1, "workload.num_requests": 1, "workload.input": {"kind": "fixed", "value": 2000},
+            "workload.output": {"kind": "fixed", "value": 8}})).run
+    one, eight = lone(1), lone(8)
+    assert eight.frontend_work_ns[0] == one.frontend_work_ns[0]
+    assert eight.ttft_ns[0] == one.ttft_ns[0]
 
 
 @pytest.mark.parametrize("layout", [{"api_cpus": 1.5}, {"detokenizer_cpus": 2.0}])

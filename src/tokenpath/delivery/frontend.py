@@ -11,11 +11,20 @@ a burst of requests makes the first tokens of earlier ones wait, and a busy toke
 requests. Where detokenization runs in a process of its own (SGLang's detokenizer manager), a step's
 tokens pass through it first.
 
-`Layout` says, for one engine replica, how many processes serve it and at what share of a CPU
+`Layout` says, for one engine replica, how many processes serve it and what share of each it has
 (`sim/front_end.py` builds it from the engine's profile and the deployment). Requests go to the
 processes in turn, and each process takes the tokens of its own requests (vLLM's engine core sends each
 API server the outputs of the requests it sent): a step's tokens are dealt as its requests were, its
 work shared in proportion, and its tokens leave when the last process is done with its share.
+
+A process several engines share (SGLang's one TokenizerManager over its data-parallel schedulers, a
+pipeline's batches in flight) is simulated beside each engine apart from the others. Each piece of an
+engine's work runs at one CPU's speed, as the process runs it, and the process is then busy for the
+other engines' like share of work as well: a share s of a process holds it 1/s as long as the work
+itself. A request alone is served as fast as on a process of its own, and the process's capacity is
+shared: exact at light load and at saturation. (Running the work at s of a CPU instead, the engines'
+processes of old, made a lone request's front end 1/s times as long: eight replicas under one
+TokenizerManager, 1.6 ms of a default request's front-end work read 13 ms.)
 """
 
 from __future__ import annotations
@@ -35,10 +44,10 @@ class Layout:
     """Where one replica's last-mile work runs.
 
     `detokenizes_in`: the engine's own process (its steps wait for it), its API server, or a
-    detokenizer process of its own. `api_processes` API-server processes serve the replica, each at
-    `api_cpus` of a CPU (a deployment's processes shared by several replicas give each a fraction;
-    never more than one: a process is one Python interpreter); the detokenizer process runs at
-    `detokenizer_cpus` of one. `outputs_per_event`: the engine hands on a request's tokens only as its
+    detokenizer process of its own. `api_processes` API-server processes serve the replica, each a
+    single CPU of which the replica has `api_cpus` (a deployment's processes shared by several replicas
+    give each a fraction; never more than one: a process is one Python interpreter); of the detokenizer
+    process it has `detokenizer_cpus`. `outputs_per_event`: the engine hands on a request's tokens only as its
     SSE event closes (Profile.outputs_per_event), so the processes after it take outputs per event.
     """
 
@@ -71,15 +80,16 @@ class FrontEnd:
         """`tokenizer_batch_wait_s`, `tokenizer_batch_max`: each process's tokenizer batches prompts, a
         batch open that long after its first prompt for at most that many (`_tokenized_from`); 0: none."""
         self.layout = layout
-        # ns of a process's time per second of CPU work: its share of a CPU.
-        self._ns_per_s = 1e9 / layout.api_cpus
+        # How long a piece of this replica's work holds its process or detokenizer process, per ns of the work
+        # itself: 1 / its share of the process (the module's docstring).
+        self._api_held, self._detokenizer_held = 1 / layout.api_cpus, 1 / layout.detokenizer_cpus
         self._api_free_ns = [0] * layout.api_processes
         self._api_busy_ns = [0] * layout.api_processes
         # Each process's last step's token work: when it became ready, its work, and when the process was
         # free before it. A request handed in after it that reached the server before it (a cluster routes a
         # request once the step under way on its replica has run) goes first, as it would have (`_ahead`).
         self._tokens_ready_ns = [0] * layout.api_processes
-        self._tokens_work_ns = [0] * layout.api_processes
+        self._tokens_held_ns = [0] * layout.api_processes
         self._free_before_tokens_ns = [0] * layout.api_processes
         self._next_process = 0
         self._detokenizer_free_ns = 0
@@ -91,7 +101,8 @@ class FrontEnd:
 
     @property
     def api_busy_ns(self) -> int:
-        """The busiest API-server process's busy time so far."""
+        """The busiest API-server process's busy time so far (with the other engines' share, where it is
+        shared: the time this replica's work held it)."""
         return max(self._api_busy_ns)
 
     def requests(self, arrival_ns: list[int], first_s: float, then_s: list[float]) -> list[Wait]:
@@ -103,7 +114,7 @@ class FrontEnd:
         batches prompts, a request also waits for its batch to close (`_tokenized_from`)."""
         if len(arrival_ns) == 1:
             return [self.request(arrival_ns[0], first_s, then_s[0])]
-        free, busy, ns_per_s = self._api_free_ns, self._api_busy_ns, self._ns_per_s
+        free, busy = self._api_free_ns, self._api_busy_ns
         count = len(free)
         # Stages ready to run: (ready, order handed in, request, its process, stage).
         ready = []
@@ -114,16 +125,17 @@ class FrontEnd:
         worked = [0] * len(arrival_ns)
         tokenized_ns = [0] * len(arrival_ns)  # when each one's tokenizer batch closes
         waits: list[Wait] = [(0, 0, 0)] * len(arrival_ns)
-        order, first_ns = len(arrival_ns), round(first_s * ns_per_s)
+        order, first_ns = len(arrival_ns), round(first_s * 1e9)
         while ready:
             ready_ns, _, k, p, stage = heapq.heappop(ready)
-            work_ns = round(then_s[k] * ns_per_s) if stage else first_ns
+            work_ns = round(then_s[k] * 1e9) if stage else first_ns
+            held_ns = round(work_ns * self._api_held)
             if ready_ns < self._tokens_ready_ns[p]:
-                start_ns, _ = self._ahead(p, ready_ns, work_ns)
+                start_ns, _ = self._ahead(p, ready_ns, work_ns, held_ns)
             else:
                 start_ns = free[p] if free[p] > ready_ns else ready_ns
-                free[p] = start_ns + work_ns
-            busy[p] += work_ns
+                free[p] = start_ns + held_ns
+            busy[p] += held_ns
             worked[k] += work_ns
             if stage:
                 done_ns = max(start_ns, tokenized_ns[k]) + work_ns
@@ -138,35 +150,39 @@ class FrontEnd:
     def request(self, at_ns: int, first_s: float, then_s: float) -> Wait:
         """`requests` for one request that reached the server alone at `at_ns` (the common case): its two
         stages back to back, without the heap."""
-        free, ns_per_s = self._api_free_ns, self._ns_per_s
+        free = self._api_free_ns
         p = self._next_process
         self._next_process = (p + 1) % len(free)
-        first_ns, then_ns = round(first_s * ns_per_s), round(then_s * ns_per_s)
+        first_ns, then_ns = round(first_s * 1e9), round(then_s * 1e9)
+        held_ns = round((first_ns + then_ns) * self._api_held)
         if at_ns < self._tokens_ready_ns[p]:
-            start_ns, end_ns = self._ahead(p, at_ns, first_ns + then_ns)
+            start_ns, end_ns = self._ahead(p, at_ns, first_ns + then_ns, held_ns)
         else:
             start_ns = free[p] if free[p] > at_ns else at_ns
-            end_ns = free[p] = start_ns + first_ns + then_ns
-        self._api_busy_ns[p] += first_ns + then_ns
+            end_ns = start_ns + first_ns + then_ns
+            free[p] = start_ns + held_ns
+        self._api_busy_ns[p] += held_ns
         done_ns = end_ns if not self._batch_wait_ns else self._tokenized_from(p, start_ns + first_ns) + then_ns
         return (done_ns, done_ns - at_ns - first_ns - then_ns, first_ns + then_ns)
 
-    def _note_tokens(self, p: int, ready_ns: int, work_ns: int) -> None:
-        """Process p takes a step's token work, ready at `ready_ns` (`_ahead` reads it)."""
-        self._tokens_ready_ns[p], self._tokens_work_ns[p] = ready_ns, work_ns
+    def _note_tokens(self, p: int, ready_ns: int, held_ns: int) -> None:
+        """Process p takes a step's token work, ready at `ready_ns` and holding it `held_ns` (`_ahead` reads
+        it)."""
+        self._tokens_ready_ns[p], self._tokens_held_ns[p] = ready_ns, held_ns
         self._free_before_tokens_ns[p] = self._api_free_ns[p]
 
-    def _ahead(self, p: int, ready_ns: int, work_ns: int) -> tuple[int, int]:
-        """Request work ready at `ready_ns` on process p, ahead of the last step's token work, which became
-        ready after it and was handed in first only because the engine loop ran that step before it handed
-        the request in: the request's (start, end), and the token work runs after it (the process's time
-        from then on is as if they had come in order; the step's tokens already left at the time given)."""
+    def _ahead(self, p: int, ready_ns: int, work_ns: int, held_ns: int) -> tuple[int, int]:
+        """Request work ready at `ready_ns` on process p (`work_ns` of it, holding the process `held_ns`), ahead
+        of the last step's token work, which became ready after it and was handed in first only because the
+        engine loop ran that step before it handed the request in: the request's (start, end), and the token
+        work runs after it (the process's time from then on is as if they had come in order; the step's
+        tokens already left at the time given)."""
         before = self._free_before_tokens_ns[p]
         start_ns = before if before > ready_ns else ready_ns
-        end_ns = self._free_before_tokens_ns[p] = start_ns + work_ns
-        after_tokens = max(end_ns, self._tokens_ready_ns[p]) + self._tokens_work_ns[p]
+        held_until_ns = self._free_before_tokens_ns[p] = start_ns + held_ns
+        after_tokens = max(held_until_ns, self._tokens_ready_ns[p]) + self._tokens_held_ns[p]
         self._api_free_ns[p] = max(self._api_free_ns[p], after_tokens)
-        return start_ns, end_ns
+        return start_ns, start_ns + work_ns
 
     def _tokenized_from(self, p: int, ready_ns: int) -> int:
         """When a prompt handed to process p's tokenizer at `ready_ns` (in order of readiness) is tokenized:
@@ -184,10 +200,11 @@ class FrontEnd:
 
     def detokenize(self, ready_ns: int, cost_s: float) -> Wait:
         """A step's detokenization in the detokenizer process, its ids there at `ready_ns`."""
-        work_ns = round(cost_s * 1e9 / self.layout.detokenizer_cpus)
+        work_ns = round(cost_s * 1e9)
+        held_ns = round(work_ns * self._detokenizer_held)
         start_ns = max(ready_ns, self._detokenizer_free_ns)
-        self._detokenizer_free_ns = start_ns + work_ns
-        self.detokenizer_busy_ns += work_ns
+        self._detokenizer_free_ns = start_ns + held_ns
+        self.detokenizer_busy_ns += held_ns
         return (start_ns + work_ns, start_ns - ready_ns, work_ns)
 
     @property
@@ -199,24 +216,25 @@ class FrontEnd:
         """`tokens` for a run of steps on the one API-server process, each `cost_s` of token work, their
         outputs there at `ready_ns` (in order): (done, queue, work) of each, as `tokens` gives them one by
         one."""
-        work_ns = round(cost_s * self._ns_per_s)
+        work_ns = round(cost_s * 1e9)
+        held_ns = round(work_ns * self._api_held)
         steps = len(ready_ns)
-        start_ns = _starts_in_turn(ready_ns, self._api_free_ns[0], work_ns)
-        done_ns = start_ns + work_ns
-        self._note_tokens(0, int(ready_ns[-1]), work_ns)
+        start_ns = _starts_in_turn(ready_ns, self._api_free_ns[0], held_ns)
+        self._note_tokens(0, int(ready_ns[-1]), held_ns)
         if steps > 1:
-            self._free_before_tokens_ns[0] = int(done_ns[-2])
-        self._api_free_ns[0] = int(done_ns[-1])
-        self._api_busy_ns[0] += steps * work_ns
-        return done_ns, start_ns - ready_ns, np.full(steps, work_ns, np.int64)
+            self._free_before_tokens_ns[0] = int(start_ns[-2]) + held_ns
+        self._api_free_ns[0] = int(start_ns[-1]) + held_ns
+        self._api_busy_ns[0] += steps * held_ns
+        return start_ns + work_ns, start_ns - ready_ns, np.full(steps, work_ns, np.int64)
 
     def detokenize_run(self, ready_ns: np.ndarray, cost_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`detokenize` for a run of steps, each `cost_s` of it, their ids there at `ready_ns` (in order):
         (done, queue, work) of each, as `detokenize` gives them one by one."""
-        work_ns = round(cost_s * 1e9 / self.layout.detokenizer_cpus)
-        start_ns = _starts_in_turn(ready_ns, self._detokenizer_free_ns, work_ns)
-        self._detokenizer_free_ns = int(start_ns[-1]) + work_ns
-        self.detokenizer_busy_ns += len(ready_ns) * work_ns
+        work_ns = round(cost_s * 1e9)
+        held_ns = round(work_ns * self._detokenizer_held)
+        start_ns = _starts_in_turn(ready_ns, self._detokenizer_free_ns, held_ns)
+        self._detokenizer_free_ns = int(start_ns[-1]) + held_ns
+        self.detokenizer_busy_ns += len(ready_ns) * held_ns
         return start_ns + work_ns, start_ns - ready_ns, np.full(len(ready_ns), work_ns, np.int64)
 
     def tokens(self, ready_ns: int, cost_s: float, tokens: int) -> Wait:
@@ -228,11 +246,12 @@ class FrontEnd:
         free, busy = self._api_free_ns, self._api_busy_ns
         count = len(free)
         if count == 1:  # the common case, without the loop
-            work_ns = round(cost_s * self._ns_per_s)
-            self._note_tokens(0, ready_ns, work_ns)
+            work_ns = round(cost_s * 1e9)
+            held_ns = round(work_ns * self._api_held)
+            self._note_tokens(0, ready_ns, held_ns)
             start_ns = free[0] if free[0] > ready_ns else ready_ns
-            free[0] = start_ns + work_ns
-            busy[0] += work_ns
+            free[0] = start_ns + held_ns
+            busy[0] += held_ns
             return (start_ns + work_ns, start_ns - ready_ns, work_ns)
         each, extra = divmod(tokens, count)
         latest = self._next_process - 1  # the process dealt the latest request
@@ -241,11 +260,12 @@ class FrontEnd:
             share = each + ((latest - p) % count < extra)
             if not share:
                 continue
-            work_ns = round(cost_s * share / tokens * self._ns_per_s)
-            self._note_tokens(p, ready_ns, work_ns)
+            work_ns = round(cost_s * share / tokens * 1e9)
+            held_ns = round(work_ns * self._api_held)
+            self._note_tokens(p, ready_ns, held_ns)
             start_ns = max(ready_ns, free_ns)
-            free[p] = start_ns + work_ns
-            busy[p] += work_ns
+            free[p] = start_ns + held_ns
+            busy[p] += held_ns
             if start_ns + work_ns > done_ns:
                 done_ns, queue_ns, last_work_ns = start_ns + work_ns, start_ns - ready_ns, work_ns
         return (done_ns, queue_ns, last_work_ns)

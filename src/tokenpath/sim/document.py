@@ -323,11 +323,11 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
             "front end's busiest API-server process", "delivery", api_ns / 1e9 / window_s,
             f"{format_duration(request_s)} a request (parse, template, tokenize {prompt:.0f} tokens) and "
             f"{tokens} every {unit}, {layout.api_processes} process{'es' if layout.api_processes > 1 else ''} "
-            f"for each engine at {layout.api_cpus:.2g} CPU each", front_end=True))
+            f"for each engine, {layout.api_cpus:.2g} of each", front_end=True))
     if detokenizer_ns:
         found.append(Resource("detokenizer process", "delivery", detokenizer_ns / 1e9 / window_s,
                               f"detokenizing every {unit} at {format_duration(delivery.detokenize_per_token)} "
-                              f"{'an' if unit == 'event' else 'a'} {unit}, {layout.detokenizer_cpus:.2g} CPU for "
+                              f"{'an' if unit == 'event' else 'a'} {unit}, {layout.detokenizer_cpus:.2g} of it for "
                               "each engine", front_end=True))
     if sim.kv_link_busy_ns is not None and len(sim.kv_link_busy_ns):
         found.append(Resource("KV-transfer port of the busiest replica", "traffic",

@@ -4,12 +4,11 @@
 A deployment runs `deployment.api_servers` API-server processes in all (unset: the profile's, one per
 data-parallel replica or one for the whole server), and an engine that detokenizes in a process of its
 own runs one for the server. Engines run apart in the simulation, so each gets its share, total/engines
-of a CPU: ceil(total/engines) processes, each at the fraction of a CPU that leaves the total exact. A
-share never exceeds one CPU: each API server is one Python process (vLLM's run_multi_api_server in
+of the processes: ceil(total/engines) processes, each shared so as to leave the total exact. A share
+never exceeds one process: each API server is one Python process (vLLM's run_multi_api_server in
 vllm/entrypoints/cli/serve.py starts each apart), so one request's work runs on one CPU at most, and 6
-processes for 4 engines are 2 processes at 0.75 CPU each, not one at 1.5. With fewer processes than
-engines, one process at a fraction of a CPU (several engines' requests and tokens interleave on the real
-ones, much as the fraction spreads them).
+processes for 4 engines are 2 processes at 0.75 each, not one at 1.5. With fewer processes than engines,
+a share of one process. How a shared process runs one engine's work: delivery/frontend.py.
 """
 
 from __future__ import annotations
