@@ -133,16 +133,16 @@ def test_a_burst_is_read_and_parsed_before_any_of_it_is_tokenized():
 
 
 @pytest.mark.parametrize(("scheduler", "replicas", "api_servers", "layout"), [
-    # vLLM V1: one API server per data-parallel replica, detokenizing there.
-    ("vllm-v1", 4, None, Layout("api-server", 1, 1.0, 0.25)),
+    # vLLM V1: one API server per data-parallel replica, detokenizing there, tokenizing in its thread.
+    ("vllm-v1", 4, None, Layout("api-server", 1, 1.0, 0.25, tokenizes_in_thread=True)),
     # SGLang: one tokenizer manager and one detokenizer for the whole server, shared by 4 replicas.
     ("prefill-first", 4, None, Layout("detokenizer", 1, 0.25, 0.25, outputs_per_event=True)),
-    ("vllm-v0", 1, None, Layout("engine", 1, 1.0, 1.0)),
+    ("vllm-v0", 1, None, Layout("engine", 1, 1.0, 1.0, tokenizes_in_thread=True)),
     # Eight processes for 4 replicas: two each; six: two each at 0.75 CPU (1.5 CPUs an engine), not one
     # process at 1.5 CPUs: a process is one Python interpreter, so runs on one CPU at most.
-    ("vllm-v1", 4, 8, Layout("api-server", 2, 1.0, 0.25)),
+    ("vllm-v1", 4, 8, Layout("api-server", 2, 1.0, 0.25, tokenizes_in_thread=True)),
     ("trtllm", 4, 6, Layout("api-server", 2, 0.75, 0.25, outputs_per_event=True)),
-    ("vllm-v1", 2, 5, Layout("api-server", 3, 5 / 6, 0.5)),
+    ("vllm-v1", 2, 5, Layout("api-server", 3, 5 / 6, 0.5, tokenizes_in_thread=True)),
 ])
 def test_each_engine_gets_its_share_of_the_deployment_s_processes(scheduler, replicas, api_servers, layout):
     overrides = {"engine.scheduler": scheduler, "deployment.tp": 8 // replicas}
@@ -336,3 +336,41 @@ def test_a_burst_routed_on_one_clock_passes_each_front_end_as_the_replica_alone_
     for clocked, alone in _on_one_clock_and_alone(np.zeros(n, np.int64), inputs, outputs, delivery):
         assert alone.front_queue_ns.tolist() == clocked.front_queue_ns.tolist()
         assert np.array_equal(alone.step_start_ns, clocked.step_start_ns)
+
+
+def test_vllm_tokenizes_in_a_thread_beside_its_event_loop_from_0_6_5():
+    # vLLM's OpenAI server tokenizes in a thread executor of its own from 0.6.5 (0.6.4 on its loop).
+    def layout(release):
+        return front_end.layout(load_scenario(None, {"engine.scheduler": "vllm-v1", "engine.version": release}), 1)
+    assert not layout("0.6.4").tokenizes_in_thread
+    assert layout("0.6.5").tokenizes_in_thread and layout("0.8.3").tokenizes_in_thread
+    assert not front_end.layout(load_scenario(None, {"engine.scheduler": "prefill-first"}), 1).tokenizes_in_thread
+
+
+def test_a_prompt_tokenized_in_a_thread_waits_for_the_prompts_before_it_not_for_the_loop_s_token_work():
+    # A step's tokens take the loop 5 ms from 0; a request arriving at 1 ms parses after them (5 to 6 ms),
+    # then is tokenized in 4 ms. On the loop, a second step's 5 ms of tokens at 7 ms would wait for that
+    # tokenizing (10 to 15 ms); with a thread the loop is free again at 6 ms, and they run 7 to 12 ms.
+    for thread, tokens_done_ns in ((False, 15_000_000), (True, 12_000_000)):
+        front = FrontEnd(Layout("api-server", tokenizes_in_thread=thread))
+        front.tokens(0, 5e-3, 1)
+        assert front.request(1_000_000, 1e-3, 0.0, 4e-3) == (10_000_000, 4_000_000, 5_000_000)
+        assert front.tokens(7_000_000, 5e-3, 1)[0] == tokens_done_ns
+    # Two prompts at once: both parsed on the loop first (0-1 and 1-2 ms), then tokenized in turn on the
+    # thread (2-6 and 6-10 ms).
+    front = FrontEnd(Layout("api-server", tokenizes_in_thread=True))
+    assert front.requests([0, 0], 1e-3, [0.0, 0.0], [4e-3, 4e-3]) == [
+        (6_000_000, 1_000_000, 5_000_000), (10_000_000, 5_000_000, 5_000_000)]
+    assert front.tokenizer_busy_ns == 8_000_000 and front.api_busy_ns == 2_000_000
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs=st.lists(st.tuples(st.integers(0, 10**7), st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1,
+                     max_size=20), thread=st.booleans())
+def test_a_request_alone_and_in_a_batch_of_one_are_served_alike(jobs, thread):
+    one, batch = (FrontEnd(Layout("api-server", tokenizes_in_thread=thread)) for _ in range(2))
+    for at_ns, then_ns, tokenize_ns in sorted(jobs):
+        alone = one.request(at_ns, 1e-4, then_ns / 1e9, tokenize_ns / 1e9)
+        assert alone == batch.requests([at_ns], 1e-4, [then_ns / 1e9], [tokenize_ns / 1e9])[0]
+        done_ns, queue_ns, worked_ns = alone
+        assert queue_ns >= 0 and done_ns == at_ns + queue_ns + worked_ns

@@ -47,8 +47,10 @@ class Layout:
     detokenizer process of its own. `api_processes` API-server processes serve the replica, each a
     single CPU of which the replica has `api_cpus` (a deployment's processes shared by several replicas
     give each a fraction; never more than one: a process is one Python interpreter); of the detokenizer
-    process it has `detokenizer_cpus`. `outputs_per_event`: the engine hands on a request's tokens only as its
-    SSE event closes (Profile.outputs_per_event), so the processes after it take outputs per event.
+    process it has `detokenizer_cpus`. `outputs_per_event`: the engine hands on a request's tokens only
+    as its SSE event closes (Profile.outputs_per_event), so the processes after it take outputs per event.
+    `tokenizes_in_thread`: each API server tokenizes prompts in a thread of its own, off the loop that does
+    the rest of its work (Profile.tokenizes_in_thread).
     """
 
     detokenizes_in: Placement = "engine"
@@ -56,6 +58,7 @@ class Layout:
     api_cpus: float = 1.0
     detokenizer_cpus: float = 1.0
     outputs_per_event: bool = False
+    tokenizes_in_thread: bool = False
 
     def __post_init__(self) -> None:
         if self.detokenizes_in not in PLACEMENTS:
@@ -98,6 +101,9 @@ class FrontEnd:
         self._batch_wait_ns, self._batch_max = round(tokenizer_batch_wait_s * 1e9), tokenizer_batch_max
         self._batch_closes_ns = [-1] * layout.api_processes
         self._batch_prompts = [0] * layout.api_processes
+        # Each process's tokenizer thread (Layout.tokenizes_in_thread): when it is free, and its busy time.
+        self._thread_free_ns = [0] * layout.api_processes
+        self._thread_busy_ns = [0] * layout.api_processes
 
     @property
     def api_busy_ns(self) -> int:
@@ -105,15 +111,22 @@ class FrontEnd:
         shared: the time this replica's work held it)."""
         return max(self._api_busy_ns)
 
-    def requests(self, arrival_ns: list[int], first_s: float, then_s: list[float]) -> list[Wait]:
+    def requests(self, arrival_ns: list[int], first_s: float, then_s: list[float],
+                 tokenize_s: list[float] | None = None) -> list[Wait]:
         """Requests that reached the server by one moment of the engine loop, in arrival order: each
         costs `first_s` of CPU once it has arrived (reading and parsing it), then its `then_s` once that is
-        done (its template, tokenizing, the hand-off). Each stage waits its turn by the time it became
-        ready, as an asyncio server's tasks do: a burst's requests are all read and parsed before the
-        first is tokenized, while a request alone runs its two stages back to back. Where the tokenizer
-        batches prompts, a request also waits for its batch to close (`_tokenized_from`)."""
+        done (its template, the hand-off), and its `tokenize_s` (tokenizing its prompt: with `then_s` on the
+        loop, or after it in the process's tokenizer thread, `_tokenize_in_thread`). Each stage waits its
+        turn by the time it became ready, as an asyncio server's tasks do: a burst's requests are all read
+        and parsed before the first is tokenized, while a request alone runs its stages back to back. Where
+        the tokenizer batches prompts, a request also waits for its batch to close (`_tokenized_from`)."""
+        thread = self.layout.tokenizes_in_thread
+        if tokenize_s is None:
+            tokenize_s = [0.0] * len(arrival_ns)
         if len(arrival_ns) == 1:
-            return [self.request(arrival_ns[0], first_s, then_s[0])]
+            return [self.request(arrival_ns[0], first_s, then_s[0], tokenize_s[0])]
+        if not thread:
+            then_s = [then + tokenize for then, tokenize in zip(then_s, tokenize_s)]
         free, busy = self._api_free_ns, self._api_busy_ns
         count = len(free)
         # Stages ready to run: (ready, order handed in, request, its process, stage).
@@ -138,21 +151,29 @@ class FrontEnd:
             busy[p] += held_ns
             worked[k] += work_ns
             if stage:
-                done_ns = max(start_ns, tokenized_ns[k]) + work_ns
+                if thread:
+                    tokenize_ns = round(tokenize_s[k] * 1e9)
+                    done_ns = self._tokenize_in_thread(p, start_ns + work_ns, tokenize_ns)
+                    worked[k] += tokenize_ns
+                else:
+                    done_ns = max(start_ns, tokenized_ns[k]) + work_ns
                 waits[k] = (done_ns, done_ns - arrival_ns[k] - worked[k], worked[k])
             else:
-                if self._batch_wait_ns:
+                if self._batch_wait_ns and not thread:
                     tokenized_ns[k] = self._tokenized_from(p, start_ns + work_ns)
                 heapq.heappush(ready, (start_ns + work_ns, order, k, p, 1))
                 order += 1
         return waits
 
-    def request(self, at_ns: int, first_s: float, then_s: float) -> Wait:
-        """`requests` for one request that reached the server alone at `at_ns` (the common case): its two
+    def request(self, at_ns: int, first_s: float, then_s: float, tokenize_s: float = 0.0) -> Wait:
+        """`requests` for one request that reached the server alone at `at_ns` (the common case): its
         stages back to back, without the heap."""
         free = self._api_free_ns
         p = self._next_process
         self._next_process = (p + 1) % len(free)
+        thread = self.layout.tokenizes_in_thread
+        if not thread:
+            then_s += tokenize_s
         first_ns, then_ns = round(first_s * 1e9), round(then_s * 1e9)
         held_ns = round((first_ns + then_ns) * self._api_held)
         if at_ns < self._tokens_ready_ns[p]:
@@ -162,8 +183,34 @@ class FrontEnd:
             end_ns = start_ns + first_ns + then_ns
             free[p] = start_ns + held_ns
         self._api_busy_ns[p] += held_ns
-        done_ns = end_ns if not self._batch_wait_ns else self._tokenized_from(p, start_ns + first_ns) + then_ns
-        return (done_ns, done_ns - at_ns - first_ns - then_ns, first_ns + then_ns)
+        worked_ns = first_ns + then_ns
+        if thread:
+            tokenize_ns = round(tokenize_s * 1e9)
+            done_ns = self._tokenize_in_thread(p, end_ns, tokenize_ns)
+            worked_ns += tokenize_ns
+        else:
+            done_ns = end_ns if not self._batch_wait_ns else self._tokenized_from(p, start_ns + first_ns) + then_ns
+        return (done_ns, done_ns - at_ns - worked_ns, worked_ns)
+
+    def _tokenize_in_thread(self, p: int, ready_ns: int, work_ns: int) -> int:
+        """When a prompt handed to process p's tokenizer thread at `ready_ns` (its loop work done) is
+        tokenized, `work_ns` of it: once its tokenizer batch closes, where prompts are batched, and the
+        thread is done with the prompts before it, first come first served. (A batch's prompts are taken
+        one after another here, where the batcher tokenizes them in one call and hands them all back at
+        its end: the first of a batch of k is back up to k - 1 prompts' tokenizing early.)"""
+        if self._batch_wait_ns:
+            ready_ns = self._tokenized_from(p, ready_ns)
+        free_ns = self._thread_free_ns[p]
+        start_ns = free_ns if free_ns > ready_ns else ready_ns
+        held_ns = round(work_ns * self._api_held)
+        self._thread_free_ns[p] = start_ns + held_ns
+        self._thread_busy_ns[p] += held_ns
+        return start_ns + work_ns
+
+    @property
+    def tokenizer_busy_ns(self) -> int:
+        """The busiest tokenizer thread's busy time so far, where the API servers tokenize in one."""
+        return max(self._thread_busy_ns)
 
     def _note_tokens(self, p: int, ready_ns: int, held_ns: int) -> None:
         """Process p takes a step's token work, ready at `ready_ns` and holding it `held_ns` (`_ahead` reads

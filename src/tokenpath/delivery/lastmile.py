@@ -95,6 +95,10 @@ class LastMile:
         calibration's measured pieces where it has them."""
         return self._first_s, self._then_s + input_tokens * self._tokenize_s
 
+    def tokenize_s(self, input_tokens: int) -> float:
+        """The part of a request's front-end time that tokenizes its prompt (in `request_stages_s`'s second)."""
+        return input_tokens * self._tokenize_s
+
     def request_cost_s(self, input_tokens: int) -> float:
         """The front end's whole CPU time for one request (`request_stages_s`, summed)."""
         return sum(self.request_stages_s(input_tokens))
@@ -102,12 +106,12 @@ class LastMile:
     def requests(self, arrival_ns: list[int], input_tokens: list[int]) -> list[Wait]:
         """Requests that reached the server by one moment of the engine loop (`arrival_ns`, in order)
         through the front end: for each, (when the engine sees it, its wait, its work there)."""
-        then_s, per_token_s = self._then_s, self._tokenize_s
-        return self.front_end.requests(arrival_ns, self._first_s, [then_s + n * per_token_s for n in input_tokens])
+        return self.front_end.requests(arrival_ns, self._first_s, [self._then_s] * len(arrival_ns),
+                                       [self.tokenize_s(n) for n in input_tokens])
 
     def request(self, arrival_ns: int, input_tokens: int) -> Wait:
         """`requests` for one request, the only one that reached the server by that moment."""
-        return self.front_end.request(arrival_ns, self._first_s, self._then_s + input_tokens * self._tokenize_s)
+        return self.front_end.request(arrival_ns, self._first_s, self._then_s, self.tokenize_s(input_tokens))
 
     def network_ns(self, size_bytes: float) -> int:
         """One message of `size_bytes` over the client's network, either way: half a round trip plus
@@ -201,11 +205,13 @@ class LastMile:
         return done_ns, detokenize_queue_ns + queue_ns, detokenize_work_ns + work_ns
 
     def busy_ns(self) -> dict[str, int]:
-        """How long the front end's busiest API-server process, and its detokenizer process if it has
-        one, have been busy so far."""
+        """How long the front end's busiest API-server process, and its tokenizer thread and detokenizer
+        process where it has them, have been busy so far."""
         if not self.models_front_end:
             return {}
         busy = {"API server": self.front_end.api_busy_ns}
+        if self.layout.tokenizes_in_thread:
+            busy["tokenizer thread"] = self.front_end.tokenizer_busy_ns
         if self.layout.detokenizes_in == "detokenizer":
             busy["detokenizer"] = self.front_end.detokenizer_busy_ns
         return busy

@@ -60,7 +60,12 @@ from tokenpath.engine.release import release_at_least
 from tokenpath.engine.sliding_pool import every_layer, sglang_sliding_pool_ratio
 from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_overlap, vllm_keeps_async_scheduling
 from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_template_work
-from tokenpath.engine.tokenizer_batching import no_tokenizer_batch_wait, vllm_tokenizer_batch_wait_s
+from tokenpath.engine.tokenizer_batching import (
+    no_tokenizer_batch_wait,
+    tokenizes_on_loop,
+    vllm_tokenizer_batch_wait_s,
+    vllm_tokenizes_in_thread,
+)
 
 # Before v0.7.1, vLLM's DeepseekV2Attention (vllm/model_executor/models/deepseek_v2.py) expanded each
 # token's latent into K and V per head, V zero-padded to the query-key head size, and cached those;
@@ -319,6 +324,8 @@ class Profile:
     template_work: Callable[[str | None], TemplateWork | None]
     # How long its API server holds a prompt for a tokenizer batch, in a release (engine/tokenizer_batching.py)
     tokenizer_batch_wait_s: Callable[[str | None], float]
+    # Whether its API server tokenizes in a thread of its own, off its event loop, in a release (likewise)
+    tokenizes_in_thread: Callable[[str | None], bool]
     # -- where it is used beyond the simulation
     launched_with: Literal["vllm", "sglang", "trtllm"]  # the engine `tokenpath launch` starts for it (launch/)
     offered_as_lever: bool  # `tokenpath levers` tries switching to it
@@ -475,6 +482,7 @@ PROFILES: dict[str, Profile] = {
         outputs_per_event=False,
         template_work=vllm_template_work,
         tokenizer_batch_wait_s=vllm_tokenizer_batch_wait_s,
+        tokenizes_in_thread=vllm_tokenizes_in_thread,
         launched_with="vllm",
         offered_as_lever=True,
         measured_as="vllm",
@@ -574,6 +582,7 @@ PROFILES: dict[str, Profile] = {
         outputs_per_event=False,  # (V0 had no stream interval; its engine detokenized every token)
         template_work=vllm_template_work,
         tokenizer_batch_wait_s=vllm_tokenizer_batch_wait_s,
+        tokenizes_in_thread=vllm_tokenizes_in_thread,
         launched_with="vllm",
         offered_as_lever=False,  # a release to reproduce (its latency rows), not a change to make
         measured_as=None,        # rows pick it by their engine_settings
@@ -721,6 +730,7 @@ PROFILES: dict[str, Profile] = {
         outputs_per_event=True,
         template_work=no_template_work,
         tokenizer_batch_wait_s=no_tokenizer_batch_wait,
+        tokenizes_in_thread=tokenizes_on_loop,
         launched_with="sglang",
         offered_as_lever=True,
         measured_as="sglang",
@@ -858,6 +868,7 @@ PROFILES: dict[str, Profile] = {
         outputs_per_event=True,
         template_work=no_template_work,
         tokenizer_batch_wait_s=no_tokenizer_batch_wait,
+        tokenizes_in_thread=tokenizes_on_loop,
         launched_with="trtllm",
         offered_as_lever=True,
         measured_as="trtllm",

@@ -310,20 +310,30 @@ def _resources(sim: Simulation, evidence: Evidence, step_mix_s: dict[str, float]
     delivery, layout = sim.scenario.resolved_delivery(), sim.deployment.front_end
     host_busy = [t.host_busy_ns or {} for t in sim.traces]
     api_ns = max((busy.get("API server", 0) for busy in host_busy), default=0)
+    tokenizer_ns = max((busy.get("tokenizer thread", 0) for busy in host_busy), default=0)
     detokenizer_ns = max((busy.get("detokenizer", 0) for busy in host_busy), default=0)
     last_mile = LastMile(delivery, layout) if api_ns or detokenizer_ns else None
     # What the processes after the engine take in: every token, or each SSE event's (LastMile.outputs_per_event)
     unit = "event" if last_mile is not None and last_mile.outputs_per_event else "token"
+    prompt = float(sim.requests.input_tokens.mean()) if len(sim.requests) else 0.0
+    processes = f"{layout.api_processes} process{'es' if layout.api_processes > 1 else ''} for each engine"
+    tokenize_s = 0.0 if last_mile is None else last_mile.tokenize_s(round(prompt))
     if api_ns:
-        prompt = float(sim.requests.input_tokens.mean()) if len(sim.requests) else 0.0
         request_s = last_mile.request_cost_s(round(prompt))
+        if layout.tokenizes_in_thread:
+            request = f"{format_duration(request_s - tokenize_s)} a request (parse, template)"
+        else:
+            request = f"{format_duration(request_s)} a request (parse, template, tokenize {prompt:.0f} tokens)"
         tokens = {"api-server": "detokenizing and framing", "engine": "framing"}.get(
             layout.detokenizes_in, "taking in the detokenizer's text and framing")
         found.append(Resource(
             "front end's busiest API-server process", "delivery", api_ns / 1e9 / window_s,
-            f"{format_duration(request_s)} a request (parse, template, tokenize {prompt:.0f} tokens) and "
-            f"{tokens} every {unit}, {layout.api_processes} process{'es' if layout.api_processes > 1 else ''} "
-            f"for each engine, {layout.api_cpus:.2g} of each", front_end=True))
+            f"{request} and {tokens} every {unit}, {processes}, {layout.api_cpus:.2g} of each", front_end=True))
+    if tokenizer_ns:
+        found.append(Resource(
+            "tokenizer thread of the busiest API-server process", "delivery", tokenizer_ns / 1e9 / window_s,
+            f"{format_duration(tokenize_s)} a request (tokenize {prompt:.0f} tokens), "
+            f"one thread in each of {processes}, off its event loop", front_end=True))
     if detokenizer_ns:
         found.append(Resource("detokenizer process", "delivery", detokenizer_ns / 1e9 / window_s,
                               f"detokenizing every {unit} at {format_duration(delivery.detokenize_per_token)} "

@@ -36,5 +36,6 @@ def layout(scenario: Scenario, engines: int) -> Layout:
     flight) share the deployment's processes."""
     total = api_servers(scenario)
     processes = -(-total // engines)  # rounded up, so that each process's share is at most one CPU
+    profile = PROFILES[scenario.engine.scheduler]
     return Layout(detokenizes_in(scenario), processes, total / (engines * processes), 1 / engines,
-                  PROFILES[scenario.engine.scheduler].outputs_per_event)
+                  profile.outputs_per_event, profile.tokenizes_in_thread(scenario.engine.version))
