@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from cli_helpers import assert_user_error, run_cli
 from tokenpath import load_scenario, simulate
 from tokenpath.config.errors import UserError
-from tokenpath.engine.costs import GroupStepCosts
+from tokenpath.engine.costs import GroupStepCosts, distinct_ranks_per_token
 from tokenpath.engine.placement import place
 from tokenpath.fabric.collectives import LOW_LATENCY_ALL_TO_ALL_S
 from tokenpath.sim.deployment import build_deployment
@@ -218,15 +219,30 @@ def test_all_to_alls_replace_the_moe_all_reduces_within_each_replica():
     assert dep.costs.allreduces_per_step == 32
     assert dep.costs.all_to_alls_per_step == 64
     parts = dep.costs.traffic_parts_s(256)
-    routed = dep.compute.allreduce_bytes(256) / 2 * 2  # tokens split over 2 TP ranks, top-2 copies
+    # Tokens split over 2 TP ranks; a prompt step's kernels send each token once to each rank holding one of
+    # its 2 experts: both ranks unless both experts are on one, 1 - 2 x C(4, 2) / C(8, 2) of the time.
+    per_token = dep.compute.allreduce_bytes(256) / 2
+    ranks = 2 * (1 - 6 / 28)
     replicas = [[0, 1], [2, 3], [4, 5], [6, 7]]  # each replica's experts over its own chips, all at once
     assert parts["ep_all_to_all"] == pytest.approx(
-        64 * dep.collectives.time_s("all_to_all", routed, replicas), rel=1e-12)
-    # A decode-only step runs them with the low-latency kernels: each call pays their fixed cost too.
+        64 * dep.collectives.time_s("all_to_all", per_token * ranks, replicas), rel=1e-12)
+    # A decode-only step runs them with the low-latency kernels: a copy for each expert, and each call pays
+    # their fixed cost too.
     decode = dep.costs.traffic_parts_s(256, decode_only=True)
-    assert decode["ep_all_to_all"] - parts["ep_all_to_all"] == pytest.approx(64 * LOW_LATENCY_ALL_TO_ALL_S, rel=1e-9)
+    direct = dep.collectives.costs("all_to_all", replicas, "direct")["Simple"]
+    assert decode["ep_all_to_all"] == pytest.approx(
+        64 * (direct.time_s(per_token * 2) + LOW_LATENCY_ALL_TO_ALL_S), rel=1e-9)
     assert decode["tp_all_reduce"] == parts["tp_all_reduce"]
     assert dep.costs.traffic_s(256, True) == pytest.approx(sum(decode.values()), rel=1e-12)
+
+
+def test_a_prompt_step_s_dispatch_sends_a_token_once_to_each_rank_holding_its_experts():
+    # DeepSeek-V3's 8 of 256 experts over 8 ranks, 32 on each: a rank is missed with C(224, 8) / C(256, 8).
+    missed = math.comb(224, 8) / math.comb(256, 8)
+    assert distinct_ranks_per_token(256, 8, 8) == pytest.approx(8 * (1 - missed), rel=1e-12)
+    assert distinct_ranks_per_token(256, 8, 8) == pytest.approx(5.29, abs=0.01)
+    assert distinct_ranks_per_token(256, 8, 1) == 1.0  # one rank holds them all
+    assert distinct_ranks_per_token(8, 8, 4) == pytest.approx(4.0)  # every expert: every rank
 
 
 def test_wide_expert_parallel_fits_a_model_tensor_parallel_alone_does_not():

@@ -12,8 +12,9 @@ Traffic of one step, not overlapped with compute (as in eager TP all-reduces):
   one NVLink domain with no more expert ranks than a token's experts, tensorrt_llm/_torch/modules/fused_moe/).
   With `moe_all_to_all` (DeepEP) each MoE layer's all-reduce becomes an all-to-all dispatch and an
   all-to-all combine of the routed token copies, the tokens split over the TP ranks. Decode-only steps
-  run them with low-latency kernels and steps with prompt tokens with the bandwidth-oriented ones, as
-  SGLang's DeepEP mode auto does;
+  run them with low-latency kernels, which send a token once for each of its experts, and steps with
+  prompt tokens with the bandwidth-oriented ones, which send it once to each rank holding any of its
+  experts (`distinct_ranks_per_token`), as SGLang's DeepEP mode auto does;
 - pipeline parallel: the hidden state handed from each stage to the next, each TP rank its slice;
 - disaggregated serving: a prefilled request's KV cache sent from the prefill replica to the decode
   replica, each TP rank its own heads to the same rank there (`kv_transfer_s`; the pipeline queues
@@ -23,6 +24,7 @@ Traffic of one step, not overlapped with compute (as in eager TP all-reduces):
 from __future__ import annotations
 
 from functools import lru_cache
+from math import prod
 
 from tokenpath.compute.drafter import DraftCost
 from tokenpath.compute.roofline import ComputeModel
@@ -37,6 +39,19 @@ from tokenpath.fabric.collectives import AffineCost, Collectives, fastest_s
 # rank sending its 1/tp share, gathered again on the next stage (GroupCoordinator.send_tensor_dict's
 # all_gather_group).
 PP_HANDOFF_TENSORS = 2
+
+
+def distinct_ranks_per_token(experts: int, per_token: int, ranks: int) -> float:
+    """The ranks a token's `per_token` routed experts are on, expected over routings that draw them at
+    random without replacement from `experts` spread evenly over `ranks`: each rank is missed with the chance
+    that every draw falls elsewhere. DeepEP's normal dispatch sends a token's hidden state once to each such
+    rank (`is_token_in_rank` in get_dispatch_layout, deep_ep's csrc/kernels/layout.cu) and its combine sends
+    one back from each; its low-latency kernels send a copy for each expert. DeepSeek-V3's 8 of 256 experts
+    over 8 ranks: 5.29 ranks, not 8 copies. (Across nodes DeepEP sends a token once to each node, then over
+    NVLink: the fabric's all-to-all here spreads the ranks' copies over every link, the network's included.)"""
+    per_rank = experts / ranks
+    missed = prod((experts - per_rank - i) / (experts - i) for i in range(per_token))
+    return ranks * (1.0 - max(missed, 0.0))
 
 
 class GroupStepCosts:
@@ -69,6 +84,10 @@ class GroupStepCosts:
         self._all_reduce = collectives.candidates("all_reduce", self._tp_groups) if self.allreduces_per_step else ()
         self._all_to_all = {kernels: collectives.candidates("all_to_all", self._tp_groups, kernels)
                             for kernels in ("low_latency", "direct")} if self.all_to_alls_per_step else {}
+        # The copies of a token each kind of kernel sends (`distinct_ranks_per_token`)
+        self._routed_copies = {"low_latency": float(model.experts_per_token),
+                               "direct": distinct_ranks_per_token(model.num_experts, model.experts_per_token, tp)
+                               if self.all_to_alls_per_step else 0.0}
         self._send_recv = [collectives.candidates("send_recv", pairs) for pairs in self._handoffs]
         # They run once per engine step: bind them directly.
         self.compute_s = compute.step_time_s
@@ -95,8 +114,8 @@ class GroupStepCosts:
         if self.allreduces_per_step:
             parts["tp_all_reduce"] = self.allreduces_per_step * fastest_s(self._all_reduce, hidden_bytes)
         if self.all_to_alls_per_step:
-            routed_bytes = hidden_bytes / tp * self.compute.model.experts_per_token
             kernels = "low_latency" if decode_only else "direct"
+            routed_bytes = hidden_bytes / tp * self._routed_copies[kernels]
             parts["ep_all_to_all"] = self.all_to_alls_per_step * fastest_s(self._all_to_all[kernels], routed_bytes)
         for costs in self._send_recv:  # (each TP rank its share, gathered again on the next stage's ranks)
             parts["pp_send_recv"] += fastest_s(costs, PP_HANDOFF_TENSORS * hidden_bytes / tp)
