@@ -5,6 +5,7 @@ that every request of a workload fits it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +60,25 @@ def chip_fabric(chip: ChipSpec, chips: int) -> tuple[object, str]:
     """The fabric of `chips` chips of this kind when a scenario gives none, and a line naming it: the
     chip's own scale-up domain, nodes of it on NIC rails beyond (fabric/build.py, default_fabric)."""
     return default_fabric(chip.name, chips, chip.scaleup_domain, chip.scaleup, chip.nic_bw_Bps)
+
+
+def gives_fabric(fabric: Any) -> bool:
+    """Whether `deployment.fabric` describes a fabric: anything but the default table, whose collective
+    algorithm alone may be set (it applies to the chip's own fabric, `simulated_fabric`)."""
+    return fabric.model_copy(update={"algorithm": SwitchFabric().algorithm}) != SwitchFabric()
+
+
+def simulated_fabric(scenario: Scenario, chip: ChipSpec | None = None) -> tuple[Any, str]:
+    """The fabric the scenario's deployment is simulated on, and a line naming it: its `deployment.fabric`
+    where that gives one, else its chip's own (`chip_fabric`) with any algorithm set."""
+    fabric, chips = scenario.deployment.fabric, scenario.deployment.chips
+    if gives_fabric(fabric):
+        return fabric, f"{fabric.kind} given in deployment.fabric"
+    own, name = chip_fabric(chip or load_chip(scenario.deployment.chip), chips)
+    if fabric.algorithm != own.algorithm:
+        own = own.model_copy(update={"algorithm": fabric.algorithm})
+        name += f", algorithm {fabric.algorithm}"
+    return own, name
 
 
 def indexes_on_chip_bytes(scenario: Scenario, chip: ChipSpec) -> float:
@@ -198,9 +218,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                                                indexes_on_chip_bytes(scenario, chip)) // dep.pp
     except DoesNotFit as error:
         raise DoesNotFit(f"{error}{_as_published(scenario)}") from None
-    fabric, fabric_name = dep.fabric, f"{dep.fabric.kind} given in deployment.fabric"
-    if fabric == SwitchFabric():  # none given (or only its defaults): the chip's own, nodes beyond its domain
-        fabric, fabric_name = chip_fabric(chip, dep.chips)
+    fabric, fabric_name = simulated_fabric(scenario, chip)
     topology = build_topology(fabric, chip.scaleup_bw_Bps, dep.chips, chip.generation)
     placement = place(dep.placement, dep.replicas, dep.pp, dep.tp, topology.hosts)
     if fabric.algorithm in NVLS_ALGORITHMS and not engine.nccl_nvls:

@@ -20,7 +20,7 @@ from tokenpath.engine.speculative import MAX_SPECULATIVE_TOKENS
 from tokenpath.fabric.build import scaleup_link_bw_Bps
 from tokenpath.fabric.spec import HierarchyFabric, SwitchFabric
 from tokenpath.sim import front_end
-from tokenpath.sim.deployment import build_deployment, chip_fabric
+from tokenpath.sim.deployment import build_deployment, gives_fabric, simulated_fabric
 from tokenpath.sim.scenario import DeploymentSection, Scenario
 
 GROUPS = ("wider", "closer", "more continuous", "compute")
@@ -84,15 +84,6 @@ def _gbps(bw_Bps: float) -> str:
     return f"{bw_Bps / 1e9:.6g} GB/s"
 
 
-def simulated_fabric(scenario: Scenario) -> Any:
-    """The fabric the scenario is simulated on: its own, or the chip's default (sim/deployment.py)."""
-    dep = scenario.deployment
-    if dep.fabric != SwitchFabric():
-        return dep.fabric
-    chip = load_chip(dep.chip)
-    return chip_fabric(chip, dep.chips)[0]
-
-
 class _Fabric:
     """The scenario's fabric as simulated (its own, or the chip's default), and the overrides that
     change one part of it: leaf keys where they reach the change, else the whole table."""
@@ -101,8 +92,8 @@ class _Fabric:
         dep = scenario.deployment
         self.chip = load_chip(dep.chip)
         self.chips = dep.chips
-        self.is_default = dep.fabric == SwitchFabric()
-        self.spec = simulated_fabric(scenario)
+        self.is_default = not gives_fabric(dep.fabric)
+        self.spec = simulated_fabric(scenario, self.chip)[0]
         raw = table.get("deployment", {}).get("fabric") if isinstance(table.get("deployment"), dict) else None
         self.raw_is_table = isinstance(raw, dict) and "preset" not in raw
 

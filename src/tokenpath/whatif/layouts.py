@@ -17,8 +17,9 @@ from typing import Any
 from tokenpath.config.errors import UserError, quoted
 from tokenpath.engine.profiles import MEASURED_ENGINES, PROFILES, listed
 from tokenpath.fabric.spec import HierarchyFabric
+from tokenpath.sim.deployment import simulated_fabric
 from tokenpath.sim.scenario import Scenario
-from tokenpath.whatif.catalog import padded_graphs, simulated_fabric
+from tokenpath.whatif.catalog import padded_graphs
 from tokenpath.whatif.run import Base
 
 # The batching limits tried around an engine's own (max_num_seqs, max_num_batched_tokens): each
@@ -103,7 +104,7 @@ def parse_engines(text: str | None, default: str) -> list[str]:
 def scaleup_domain(scenario: Scenario) -> int:
     """Chips one scale-up domain joins in the fabric the scenario runs on: a hierarchy's node, or the
     whole fabric when it has one level."""
-    fabric = simulated_fabric(scenario)
+    fabric = simulated_fabric(scenario)[0]
     chips = scenario.deployment.chips
     if isinstance(fabric, HierarchyFabric):
         return fabric.chips_per_node or -(-chips // fabric.nodes)
