@@ -50,7 +50,8 @@ class Layout:
     process it has `detokenizer_cpus`. `outputs_per_event`: the engine hands on a request's tokens only
     as its SSE event closes (Profile.outputs_per_event), so the processes after it take outputs per event.
     `tokenizes_in_thread`: each API server tokenizes prompts in a thread of its own, off the loop that does
-    the rest of its work (Profile.tokenizes_in_thread).
+    the rest of its work (Profile.tokenizes_in_thread). `merges_events`: a request's outputs that come
+    before its stream has framed the ones before go out in one event with them (Profile.merges_events).
     """
 
     detokenizes_in: Placement = "engine"
@@ -59,6 +60,7 @@ class Layout:
     detokenizer_cpus: float = 1.0
     outputs_per_event: bool = False
     tokenizes_in_thread: bool = False
+    merges_events: bool = False
 
     def __post_init__(self) -> None:
         if self.detokenizes_in not in PLACEMENTS:
@@ -101,6 +103,8 @@ class FrontEnd:
         self._batch_wait_ns, self._batch_max = round(tokenizer_batch_wait_s * 1e9), tokenizer_batch_max
         self._batch_closes_ns = [-1] * layout.api_processes
         self._batch_prompts = [0] * layout.api_processes
+        # Until when each process's next step's outputs join those of the step before (`_merged`).
+        self._merges_until_ns = [-1] * layout.api_processes
         # Each process's tokenizer thread (Layout.tokenizes_in_thread): when it is free, and its busy time.
         self._thread_free_ns = [0] * layout.api_processes
         self._thread_busy_ns = [0] * layout.api_processes
@@ -259,14 +263,40 @@ class FrontEnd:
         """One API-server process (tokens_run accounts runs of steps only there)."""
         return len(self._api_free_ns) == 1
 
-    def tokens_run(self, ready_ns: np.ndarray, cost_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`tokens` for a run of steps on the one API-server process, each `cost_s` of token work, their
-        outputs there at `ready_ns` (in order): (done, queue, work) of each, as `tokens` gives them one by
-        one."""
+    def _merged(self, p: int, ready_ns: int, work_ns: int, frame_s: float) -> int:
+        """Process p's work on a step's outputs, `work_ns` with `frame_s` of framing, there at `ready_ns`,
+        where the engine merges outputs not yet framed (Layout.merges_events): without the framing if they
+        come before the step before's have been handed to their requests' streams (`_merges_until_ns`:
+        vLLM V1's output handler takes every output waiting before the streams run, and each stream frames
+        what has gathered for it once, RequestOutputCollector in vllm/v1/engine/output_processor.py; SGLang's
+        TokenizerManager streams a request's latest output, `_wait_one_response`). Notes when the next
+        step's outputs would still join these."""
+        if not self.layout.merges_events:
+            return work_ns
+        start_ns = max(ready_ns, self._api_free_ns[p])
+        if ready_ns < self._merges_until_ns[p]:
+            work_ns -= round(frame_s * 1e9)
+            self._merges_until_ns[p] = start_ns + work_ns
+        else:
+            self._merges_until_ns[p] = start_ns + work_ns - round(frame_s * 1e9)
+        return work_ns
+
+    def tokens_run(self, ready_ns: np.ndarray, cost_s: float,
+                   frame_s: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`tokens` for a run of steps on the one API-server process, each `cost_s` of token work (`frame_s`
+        of it framing), their outputs there at `ready_ns` (in order): (done, queue, work) of each, as `tokens`
+        gives them one by one."""
         work_ns = round(cost_s * 1e9)
         held_ns = round(work_ns * self._api_held)
         steps = len(ready_ns)
         start_ns = _starts_in_turn(ready_ns, self._api_free_ns[0], held_ns)
+        unframed_ns = work_ns - round(frame_s * 1e9)
+        if self.layout.merges_events and (ready_ns[0] < self._merges_until_ns[0] or (
+                steps > 1 and bool((ready_ns[1:] < start_ns[:-1] + unframed_ns).any()))):
+            # (outputs that come while the step before still waits to be framed join it: one at a time)
+            each = [self.tokens(int(t), cost_s, 1, frame_s) for t in ready_ns.tolist()]
+            return tuple(np.array(column, np.int64) for column in zip(*each))  # type: ignore[return-value]
+        self._merges_until_ns[0] = int(start_ns[-1]) + unframed_ns
         self._note_tokens(0, int(ready_ns[-1]), held_ns)
         if steps > 1:
             self._free_before_tokens_ns[0] = int(start_ns[-2]) + held_ns
@@ -284,16 +314,20 @@ class FrontEnd:
         self.detokenizer_busy_ns += len(ready_ns) * held_ns
         return start_ns + work_ns, start_ns - ready_ns, np.full(len(ready_ns), work_ns, np.int64)
 
-    def tokens(self, ready_ns: int, cost_s: float, tokens: int) -> Wait:
-        """A step's token work in the API servers (`cost_s` in all, for its `tokens` tokens, at least one),
-        its outputs there at `ready_ns`. Each process takes its own requests' tokens: the step's are dealt
-        as requests are, in turn, so where they do not divide evenly the processes dealt the latest
-        requests take one more (a lone request's token, all its work on the process that took it in) and a
-        process with none does no work; the step's tokens have left when the last is done."""
+    def tokens(self, ready_ns: int, cost_s: float, tokens: int, frame_s: float = 0.0) -> Wait:
+        """A step's token work in the API servers (`cost_s` in all, for its `tokens` tokens, at least one;
+        `frame_s` of it building and writing its SSE events), its outputs there at `ready_ns`. Each process
+        takes its own requests' tokens: the step's are dealt as requests are, in turn, so where they do not
+        divide evenly the processes dealt the latest requests take one more (a lone request's token, all its
+        work on the process that took it in) and a process with none does no work; the step's tokens have
+        left when the last is done. Where the engine merges a request's outputs that its API server has not
+        yet framed (Layout.merges_events), a step whose outputs come while the step before still waits to be
+        framed costs no framing of its own: its tokens go out in the events of the step before's requests
+        (`_merged`)."""
         free, busy = self._api_free_ns, self._api_busy_ns
         count = len(free)
         if count == 1:  # the common case, without the loop
-            work_ns = round(cost_s * 1e9)
+            work_ns = self._merged(0, ready_ns, round(cost_s * 1e9), frame_s)
             held_ns = round(work_ns * self._api_held)
             self._note_tokens(0, ready_ns, held_ns)
             start_ns = free[0] if free[0] > ready_ns else ready_ns
@@ -307,7 +341,7 @@ class FrontEnd:
             share = each + ((latest - p) % count < extra)
             if not share:
                 continue
-            work_ns = round(cost_s * share / tokens * 1e9)
+            work_ns = self._merged(p, ready_ns, round(cost_s * share / tokens * 1e9), frame_s * share / tokens)
             held_ns = round(work_ns * self._api_held)
             self._note_tokens(p, ready_ns, held_ns)
             start_ns = max(ready_ns, free_ns)

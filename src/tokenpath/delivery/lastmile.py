@@ -142,6 +142,12 @@ class LastMile:
             return outputs * self._detokenize_s, outputs * self._output_s + framing_s
         return self._calibrated.host_s(emitted, events) - framing_s, framing_s
 
+    def framing_s(self, emitted: int, events: int) -> float:
+        """The part of a step's API-server work (`host_costs_s`) that builds and writes its `events` SSE
+        events: what a step whose outputs merge into the step before's events does not pay
+        (FrontEnd.tokens)."""
+        return events * self._frame_s if self._calibrated is None else self._calibrated.frame_s(emitted, events)
+
     def on_step(self, gpu_end_ns: int, emitted: int, events: int) -> tuple[int, int, int, int]:
         """Account one step that sampled `emitted` tokens, closing `events` SSE events.
 
@@ -154,24 +160,27 @@ class LastMile:
             return 0, gpu_end_ns, 0, 0
         copy_ns = round(self._copy_fixed_ns + emitted * self._copy_per_id_ns)
         where = self.layout.detokenizes_in
-        if self._calibrated is None:  # (host_costs_s, inline: this runs every engine step)
+        if self._calibrated is None:  # (host_costs_s and framing_s, inline: this runs every engine step)
             outputs = events if self.outputs_per_event else emitted
-            detokenize_s, api_s = outputs * self._detokenize_s, outputs * self._output_s + events * self._frame_s
+            frame_s = events * self._frame_s
+            detokenize_s, api_s = outputs * self._detokenize_s, outputs * self._output_s + frame_s
         else:
             detokenize_s, api_s = self.host_costs_s(emitted, events)
+            frame_s = self.framing_s(emitted, events)
         if not self.models_front_end:
             engine_ns = round(detokenize_s * 1e9) if where == "engine" else 0
             return copy_ns + engine_ns, gpu_end_ns + copy_ns + engine_ns, 0, 0
         if where == "api-server":
-            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + copy_ns, detokenize_s + api_s, emitted)
+            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + copy_ns, detokenize_s + api_s, emitted,
+                                                               frame_s)
             return copy_ns, done_ns, queue_ns, work_ns
         if where == "engine":
             blocking_ns = copy_ns + round(detokenize_s * 1e9)
-            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + blocking_ns, api_s, emitted)
+            done_ns, queue_ns, work_ns = self.front_end.tokens(gpu_end_ns + blocking_ns, api_s, emitted, frame_s)
             return blocking_ns, done_ns, queue_ns, work_ns
         detokenized_ns, detokenize_queue_ns, detokenize_work_ns = self.front_end.detokenize(gpu_end_ns + copy_ns,
                                                                                              detokenize_s)
-        done_ns, queue_ns, work_ns = self.front_end.tokens(detokenized_ns, api_s, emitted)
+        done_ns, queue_ns, work_ns = self.front_end.tokens(detokenized_ns, api_s, emitted, frame_s)
         return copy_ns, done_ns, detokenize_queue_ns + queue_ns, detokenize_work_ns + work_ns
 
     def steps_blocking_ns(self, emitted: int, events: int) -> int | None:
@@ -194,14 +203,15 @@ class LastMile:
             zeros = np.zeros(len(gpu_end_ns), np.int64)
             return gpu_end_ns + blocking_ns, zeros, zeros
         detokenize_s, api_s = self.host_costs_s(emitted, events)
+        frame_s = self.framing_s(emitted, events)
         where = self.layout.detokenizes_in
         if where == "api-server":
-            return self.front_end.tokens_run(gpu_end_ns + blocking_ns, detokenize_s + api_s)
+            return self.front_end.tokens_run(gpu_end_ns + blocking_ns, detokenize_s + api_s, frame_s)
         if where == "engine":
-            return self.front_end.tokens_run(gpu_end_ns + blocking_ns, api_s)
+            return self.front_end.tokens_run(gpu_end_ns + blocking_ns, api_s, frame_s)
         detokenized_ns, detokenize_queue_ns, detokenize_work_ns = self.front_end.detokenize_run(
             gpu_end_ns + blocking_ns, detokenize_s)
-        done_ns, queue_ns, work_ns = self.front_end.tokens_run(detokenized_ns, api_s)
+        done_ns, queue_ns, work_ns = self.front_end.tokens_run(detokenized_ns, api_s, frame_s)
         return done_ns, detokenize_queue_ns + queue_ns, detokenize_work_ns + work_ns
 
     def busy_ns(self) -> dict[str, int]:

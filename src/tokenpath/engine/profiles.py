@@ -326,6 +326,9 @@ class Profile:
     tokenizer_batch_wait_s: Callable[[str | None], float]
     # Whether its API server tokenizes in a thread of its own, off its event loop, in a release (likewise)
     tokenizes_in_thread: Callable[[str | None], bool]
+    # Whether a request's outputs that reach its API server before its stream has framed the ones before
+    # are merged into one SSE event with them (delivery/frontend.py, FrontEnd._merged)
+    merges_events: bool
     # -- where it is used beyond the simulation
     launched_with: Literal["vllm", "sglang", "trtllm"]  # the engine `tokenpath launch` starts for it (launch/)
     offered_as_lever: bool  # `tokenpath levers` tries switching to it
@@ -483,6 +486,11 @@ PROFILES: dict[str, Profile] = {
         template_work=vllm_template_work,
         tokenizer_batch_wait_s=vllm_tokenizer_batch_wait_s,
         tokenizes_in_thread=vllm_tokenizes_in_thread,
+        # AsyncLLM.generate takes every output its request's queue holds and yields them as one (0.7.3, 0.8.0:
+        # "Coalesce any additional queued outputs"), later its RequestOutputCollector merges them ("merged if
+        # the producer gets ahead of the consumer", vllm/v1/engine/output_processor.py, 0.8.3 on); each yield
+        # is one chunk of serving_chat's stream
+        merges_events=True,
         launched_with="vllm",
         offered_as_lever=True,
         measured_as="vllm",
@@ -583,6 +591,7 @@ PROFILES: dict[str, Profile] = {
         template_work=vllm_template_work,
         tokenizer_batch_wait_s=vllm_tokenizer_batch_wait_s,
         tokenizes_in_thread=vllm_tokenizes_in_thread,
+        merges_events=False,  # (V0's streams are not read here)
         launched_with="vllm",
         offered_as_lever=False,  # a release to reproduce (its latency rows), not a change to make
         measured_as=None,        # rows pick it by their engine_settings
@@ -731,6 +740,9 @@ PROFILES: dict[str, Profile] = {
         template_work=no_template_work,
         tokenizer_batch_wait_s=no_tokenizer_batch_wait,
         tokenizes_in_thread=tokenizes_on_loop,
+        # The TokenizerManager's _wait_one_response streams a request's latest output (its text so far) once it
+        # wakes, `state.out_list[-1]`, and drops the rest of the list
+        merges_events=True,
         launched_with="sglang",
         offered_as_lever=True,
         measured_as="sglang",
@@ -869,6 +881,7 @@ PROFILES: dict[str, Profile] = {
         template_work=no_template_work,
         tokenizer_batch_wait_s=no_tokenizer_batch_wait,
         tokenizes_in_thread=tokenizes_on_loop,
+        merges_events=False,  # (trtllm-serve's streams are not read here)
         launched_with="trtllm",
         offered_as_lever=True,
         measured_as="trtllm",

@@ -38,4 +38,5 @@ def layout(scenario: Scenario, engines: int) -> Layout:
     processes = -(-total // engines)  # rounded up, so that each process's share is at most one CPU
     profile = PROFILES[scenario.engine.scheduler]
     return Layout(detokenizes_in(scenario), processes, total / (engines * processes), 1 / engines,
-                  profile.outputs_per_event, profile.tokenizes_in_thread(scenario.engine.version))
+                  profile.outputs_per_event, profile.tokenizes_in_thread(scenario.engine.version),
+                  profile.merges_events)
