@@ -149,16 +149,29 @@ def draw_changes(objective: Objective, base: list[Outcome], lever: list[Outcome]
 def rank_key(lever: dict[str, Any], step: float) -> tuple:
     """A lever's place in the ranking, best first, as a sort key: (1) the improvement in the objective
     rounded to whole `step`s (RESOLUTION_SHARE of the baseline's value), larger first; (2) within a step,
-    the improvement in the tie-break metric, larger first; (3) the exact improvement; (4) the name.
-    One key per lever, so the order is total and every pair of levers compares the same way whatever
-    the others are. A lever without a value comes last; a missing tie-break counts as no change."""
+    its direction (`direction`): an improvement that stands out of the draws' noise, one within it, no
+    change, a worsening within the noise, one out of it; (3) the improvement in the tie-break metric,
+    larger first; (4) the exact improvement; (5) the name. One key per lever, so the order is total and
+    every pair of levers compares the same way whatever the others are. A lever without a value comes
+    last; a missing tie-break counts as no change."""
     change = lever["change"]
     better = change["better"]
     if better is None:
-        return (1, 0.0, 0.0, 0.0, lever["name"])
+        return (1, 0.0, 0, 0.0, 0.0, lever["name"])
     bucket = math.floor(better / step + 0.5) if step > 0 else better
     tie = (change.get("tie_break") or {}).get("better") or 0.0
-    return (0, -bucket, -tie, -better, lever["name"])
+    return (0, -bucket, -direction(change), -tie, -better, lever["name"])
+
+
+def direction(change: dict[str, Any]) -> int:
+    """A change's direction for the ranking within a step: 2 an improvement out of the draws' noise, 1 one
+    within it (or with one draw), 0 none, -1 a worsening within the noise, -2 one out of it. Within 1% of
+    the baseline a worsening and an improvement round to the same step; the improvement goes first."""
+    better = change["better"]
+    if not better:
+        return 0
+    certain = (change.get("draws") or {}).get("within_noise") is False
+    return (1 + certain) * (1 if better > 0 else -1)
 
 
 def rank(levers: list[dict[str, Any]], base_value: float) -> list[dict[str, Any]]:
