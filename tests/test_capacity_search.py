@@ -112,11 +112,12 @@ def _fake_filling_runs(monkeypatch, settles_at: int, overload_binds: bool = Fals
 
 def test_answers_that_agree_while_their_runs_are_still_filling_are_not_converged(monkeypatch):
     # The answer is 50 req/s at every length, TTFT binding, but runs of fewer than 2,400 requests are
-    # still filling: the search goes on until the answer's own run settled.
+    # still filling: the search goes on until two answers in a row come from runs that settled (the first
+    # settled answer agreeing with one still filling is no steady state).
     _fake_filling_runs(monkeypatch, 2400)
     document = search(_base(300), parse_slo("ttft_p99=1s"), tolerance=0.01, workers=2, stability=0.02)
-    assert [step["num_requests"] for step in document["convergence"]] == [300, 600, 1200, 2400]
-    assert [step["settled"] for step in document["convergence"]] == [False, False, False, True]
+    assert [step["num_requests"] for step in document["convergence"]] == [300, 600, 1200, 2400, 4800]
+    assert [step["settled"] for step in document["convergence"]] == [False, False, False, True, True]
     assert document["converged"] and document["request_rate"] == pytest.approx(50.0, rel=0.01)
     _fake_filling_runs(monkeypatch, 10**9)  # never settles within sixteen times the requests
     document = search(_base(300), parse_slo("ttft_p99=1s"), tolerance=0.01, workers=2, stability=0.02)
@@ -136,8 +137,8 @@ def test_answers_whose_runs_were_too_short_to_watch_are_not_converged(monkeypatc
     # test binds; the search goes on until the answer's run is long enough.
     _fake_filling_runs(monkeypatch, 2400, overload_binds, short=True)
     document = search(_base(300), parse_slo("ttft_p99=1s"), tolerance=0.01, workers=2, stability=0.02)
-    assert [step["settled"] for step in document["convergence"]] == [None, None, None, True]
-    assert document["converged"] and document["num_requests"] == 2400
+    assert [step["settled"] for step in document["convergence"]] == [None, None, None, True, True]
+    assert document["converged"] and document["num_requests"] == 4800
 
 
 @pytest.mark.parametrize("flags, fragment", [
@@ -175,7 +176,7 @@ def test_the_capacity_line_says_which_runs_were_still_filling(monkeypatch, capsy
     _fake_filling_runs(monkeypatch, 4000)
     code, out, err = run_cli(["capacity", "--slo", "ttft_p99=1s", "--workers", "2"], monkeypatch, capsys)
     text = " ".join(out.split())
-    assert "at 2,000 (still filling)" in text and "at 4,000;" in text and "stable within 2%" in text
+    assert "at 2,000 (still filling)" in text and "at 4,000, 49.95 at 8,000;" in text and "stable within 2%" in text
 
 
 def _fixed_runs(monkeypatch, ttft_p99_s: float) -> list[float]:

@@ -532,3 +532,11 @@ def test_a_speculative_deployments_bound_is_above_a_rate_it_serves_within_the_sl
     assert ok(Point(64.0, run), slo) and run.summary["load"]["settled"]
     bound = capacity_bound_per_s(prepare(scenario), step_limit_s(slo, decode_tokens_per_step(scenario)))
     assert 64.0 < bound < 80.0
+
+
+def test_a_candidate_within_the_search_s_stability_of_the_best_is_not_told_apart():
+    # 2% (the default stability): 57.5 req/s is 1.7% under 58.5, 56.9 is 2.7% under.
+    question = Question(8, parse_slo("ttft_p99=1s"))
+    best = _searched(58.5, 2000)
+    assert search_module._within_stability(question, best, _searched(57.5, 8000))
+    assert not search_module._within_stability(question, best, _searched(56.9, 8000))

@@ -94,6 +94,10 @@ def _print(document: dict[str, Any], top: int, wall_s: float, scenario_ref: str 
                       f"--exhaustive searches them): {shown}", highlight=False)
     console.print(f"[bold]Best: {best['layout']}[/bold] ({best['engine']}, {best['limits']}): "
                   f"{best['request_rate']:.4g} req/s, {best['request_rate_per_chip']:.3g} per chip", highlight=False)
+    if document["not_told_apart"]:
+        console.print(f"Within {question['stability']:.0%} of it, not told apart (a capacity moves that much with "
+                      f"the run's length, and a few percent with the workload's draw): "
+                      f"{'; '.join(document['not_told_apart'])}", highlight=False)
     sets = " ".join(f"--set {item}" for item in best["set"])
     at = best["at_capacity"]
     asked = " ".join([*([scenario_ref] if scenario_ref else []), *(f"--{name} {question[name]!r}" for name, default in

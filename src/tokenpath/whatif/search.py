@@ -456,7 +456,19 @@ def document(scenario: Scenario, question: Question, entries: list[Entry], worke
         "candidates": candidates,
         "pruned": pruned,
         "best": candidates[0] if candidates else None,
+        "not_told_apart": [row["layout"] + f" ({row['engine']}, {row['limits']})" for row in candidates[1:]
+                           if _within_stability(question, order[0], order[row["rank"] - 1])],
     }
+
+
+def _within_stability(question: Question, best: Entry, other: Entry) -> bool:
+    """Whether a searched candidate's value is within the capacity search's stability of the best's: its
+    answer may move that much with the run's length, and a capacity moves by a few percent with the
+    workload's draw, so the two are not told apart."""
+    best_value, value = objective_value(question, best), objective_value(question, other)
+    if best_value is None or value is None or best_value == 0:
+        return False
+    return abs(value / best_value - 1.0) <= question.stability
 
 
 def best_scenario(base: Base, search_document: dict[str, Any]) -> Scenario:
