@@ -23,6 +23,7 @@ from tokenpath.launch.flags import check_yaml_keys, parse, programs
 from tokenpath.launch.hosts import hosts
 from tokenpath.launch.model_id import Checkpoint, checkpoint
 from tokenpath.launch.plan import SETTINGS, make_plan
+from tokenpath.sim.deployment import build_deployment
 from tokenpath.sim.scenario import Scenario, load_scenario
 
 # Deployments covering each way the emitters lay one out: TP x DP, PP, disaggregated pools, fp8 KV,
@@ -719,3 +720,18 @@ def test_vllm_says_a_disaggregated_pools_engines_of_an_moe_model_step_together()
             "over all its chips; the simulation steps its 2 replicas apart, each with every expert") in script
     dense = load_scenario("typical", {"deployment.chips": 8, "deployment.tp": 2, "deployment.prefill_replicas": 2})
     assert "step together" not in launch_files(dense, "vllm")["launch-vllm.sh"]
+
+
+def test_a_vllm_replica_whose_kv_cache_holds_less_than_the_model_s_context_is_told_its_max_model_len():
+    # Llama-3.1-70B FP8 on one H100: its cache holds requests of some 11,000 tokens, not the model's 131,072,
+    # and vLLM refuses to start with a max_model_len its cache cannot hold.
+    scenario = load_scenario("typical", {"deployment.chip": "h100", "deployment.chips": 1, "deployment.tp": 1})
+    plan = make_plan(scenario)
+    assert plan.context_tokens is not None and 5_000 < plan.context_tokens < 131_072
+    assert plan.context_tokens == scenario.engine.longest_request_tokens(build_deployment(scenario).kv_capacity_tokens)
+    (script,) = launch_files(scenario, "vllm").values()
+    (words,) = shell_words(script)
+    assert words[words.index("--max-model-len") + 1] == str(plan.context_tokens)
+    # Eight H200s hold the whole context: no flag.
+    (script,) = launch_files(load_scenario("typical"), "vllm").values()
+    assert "--max-model-len" not in shell_words(script)[0]

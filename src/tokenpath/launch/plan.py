@@ -61,6 +61,10 @@ class Plan:
     fabric: str = ""  # the fabric simulated, in words (Deployment.fabric_name)
     vendor: str = "nvidia"  # who makes the chip (compute/chip.py): the engines and images that run on it
     moe: bool = False  # the model has routed experts
+    # The longest request one replica's KV cache holds, where that is less than the model's context (None:
+    # it holds the whole context): an engine that checks at start that its cache holds one request of its
+    # context is told this one
+    context_tokens: int | None = None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -103,12 +107,14 @@ def make_plan(scenario: Scenario, model_id: str | None = None) -> Plan:
     else:
         roles = (Role("server", dep.replicas, total, 0),)
     host_overlap = scenario.engine.host_overlap
+    held = scenario.engine.longest_request_tokens(deployment.kv_capacity_tokens)
     return Plan(scenario, checkpoint(scenario, model_id), roles, profile,
                 scenario.kv_precision(),
                 profile.host_overlap if host_overlap is None else host_overlap,
                 front_end.detokenizes_in(scenario), _draft_checkpoint(scenario),
                 deployment.compute.prefill_graph_max_tokens, deployment.chip.chips_per_host, deployment.fabric_name,
-                deployment.chip.vendor, deployment.model.is_moe)
+                deployment.chip.vendor, deployment.model.is_moe,
+                held if held < deployment.model.max_context else None)
 
 
 def _draft_checkpoint(scenario: Scenario) -> Checkpoint | None:

@@ -87,6 +87,14 @@ def command(plan: Plan, role: Role, replicas: int, settings: Settings, host: str
     # kv_cache_quant_algo: fp8; resolve_kv_cache_dtype_string, vllm/utils/torch_utils.py), not what was simulated
     kv_dtype = "fp8" if plan.kv_precision == "fp8" else "bfloat16"
     cmd.add(settings, "model.kv_cache_precision", "--kv-cache-dtype", kv_dtype)
+    if plan.context_tokens is not None:
+        # vLLM refuses to start where its KV cache cannot hold one request of its max_model_len, the model's
+        # context unless told (check_enough_kv_cache_memory, vllm/v1/core/kv_cache_planning.py:196 in 0.34.0;
+        # only `--max-model-len auto` fits it to the cache)
+        cmd.add(None, None, "--max-model-len", plan.context_tokens)
+        settings.note("model.name", f"--max-model-len {plan.context_tokens}: one replica's KV cache holds a request "
+                                    f"of at most {plan.context_tokens:,} tokens, under the model's context, and vLLM "
+                                    "refuses to start with a max_model_len its cache cannot hold")
     cmd.add(settings, "engine.max_num_seqs", "--max-num-seqs", eng.max_num_seqs)
     cmd.add(settings, "engine.max_num_batched_tokens", "--max-num-batched-tokens", eng.max_num_batched_tokens)
     cmd.add(settings, "engine.block_size", "--block-size", eng.block_size)
