@@ -100,7 +100,9 @@ def test_the_drafters_passes_are_the_steps_shape_then_one_token_a_sequence():
     expected = (compute.step_time_s(130, 8, 5000.0, 4000.0, 64.0)
                 + 2 * compute.step_time_s(8, 8, 4000.0, 4000.0))
     assert cost.step_s(130, 8, 5000.0, 4000.0, 64.0) == pytest.approx(expected, rel=1e-12)
-    assert cost.step_s(130, 0, 5000.0, 4000.0, 64.0) == 0.0
+    # A step of prompt chunks that sample nothing: the first pass alone, writing the drafter's KV cache there
+    assert cost.step_s(130, 0, 5000.0, 4000.0, 64.0) == compute.step_time_s(130, 0, 5000.0, 4000.0, 64.0) > 0
+    assert cost.step_s(0, 0, 0.0, 0.0, 0.0) == 0.0
     mtp = drafter_model(load_model("deepseek-v3"), "mtp")
     assert (mtp.num_layers, mtp.moe_layers, mtp.kv_lora_rank) == (1, 1, 512)  # an MLA and MoE layer
     assert drafter_model(model, "ngram") is None

@@ -114,7 +114,11 @@ def drafter_compute(target: ModelSpec, method: str, chip: ChipSpec, tp: int, tar
 
 class DraftCost:
     """The drafter's time in one step: a pass of the step's shape, then `drafts` - 1 passes of one token
-    for each sequence that samples, on `later` where those differ from the first (None: `compute`)."""
+    for each sequence that samples, on `later` where those differ from the first (None: `compute`). The
+    first pass runs over every token of the step, a chunk of a prompt that samples nothing too: it writes
+    the drafter's own KV cache at those positions, which its later drafts read (vLLM's GPU model runner
+    proposes drafts on every step whose tokens fit the drafter, `propose_draft_token_ids`, discarding a
+    partial prompt's; SGLang's EAGLE worker runs `forward_draft_extend` on each extend batch)."""
 
     def __init__(self, compute: ComputeModel, drafts: int, later: ComputeModel | None = None) -> None:
         self.compute, self.drafts = compute, drafts
@@ -124,9 +128,11 @@ class DraftCost:
                chunk_context_tokens: float) -> float:
         """`num_tokens`, `attn_pairs`, `kv_read_tokens` and `chunk_context_tokens` as the target's step
         ran them; `sequences`: those that sample (and get drafts)."""
-        if not sequences:
+        if not num_tokens:
             return 0.0
         first = self.compute.step_time_s(num_tokens, sequences, attn_pairs, kv_read_tokens, chunk_context_tokens)
+        if not sequences:  # prompt chunks alone: their positions written, nothing drafted
+            return first
         # Each later pass: one query a sequence, attending its whole context (about the step's reads).
         return first + (self.drafts - 1) * self.later.step_time_s(sequences, sequences, kv_read_tokens,
                                                                    kv_read_tokens)
