@@ -538,3 +538,18 @@ def test_vllm_trims_the_drafts_of_the_decode_that_meets_the_budget_and_the_other
         replica.submit(1, 9, 0)
     replica.step(), replica.step()
     assert {i: replica.held.held(i) for i in replica.decoding} == {0: 2, 1: 2, 2: 2, 3: 1, 4: 1}
+
+
+def test_a_tensor_parallel_drafter_s_passes_all_reduce_its_layers_outputs():
+    # Llama-3.1-70B on 8 H200s with an EAGLE head: each of its 3 passes all-reduces its attention's and its
+    # MLP's outputs over the 8 chips, as the target's layers do: 6 all-reduces a step, at each pass's tokens.
+    dep = build_deployment(load_scenario(None, {
+        "model.name": "llama-3.1-70b", "deployment.tp": 8, "workload.draft_acceptance": 0.7,
+        "engine.speculative": {"method": "eagle", "num_speculative_tokens": 3}}))
+    draft = dep.costs.draft_s.__self__  # (the DraftCost whose step_s the engine calls)
+    compute = draft.compute
+    alone = DraftCost(compute, 3, draft.later)
+    groups = [list(range(8))]
+    each = [dep.collectives.time_s("all_reduce", compute.allreduce_bytes(tokens), groups) for tokens in (40, 10)]
+    assert draft.step_s(40, 10, 900.0, 800.0, 0.0) - alone.step_s(40, 10, 900.0, 800.0, 0.0) == pytest.approx(
+        2 * each[0] + 2 * 2 * each[1], rel=1e-9)

@@ -27,6 +27,7 @@ take no host time of their own (they run inside the target's step).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.compute.model_spec import ModelSpec
@@ -120,9 +121,21 @@ class DraftCost:
     proposes drafts on every step whose tokens fit the drafter, `propose_draft_token_ids`, discarding a
     partial prompt's; SGLang's EAGLE worker runs `forward_draft_extend` on each extend batch)."""
 
-    def __init__(self, compute: ComputeModel, drafts: int, later: ComputeModel | None = None) -> None:
+    def __init__(self, compute: ComputeModel, drafts: int, later: ComputeModel | None = None,
+                 all_reduce_s: Callable[[float], float] | None = None) -> None:
+        """`all_reduce_s`: an all-reduce of that many bytes over the drafter's tensor-parallel group (the
+        fabric's, sim/deployment.py): each pass all-reduces its layers' outputs as the target's layers do
+        (its attention's and its MLP's, row-parallel); None where tp is 1."""
         self.compute, self.drafts = compute, drafts
         self.later = compute if later is None else later
+        self._all_reduce_s = all_reduce_s
+        self._all_reduces = compute.allreduces_per_layer * compute.model.num_layers if compute.tp > 1 else 0
+
+    def _collectives_s(self, num_tokens: int) -> float:
+        """One pass's all-reduces over `num_tokens` tokens."""
+        if not self._all_reduces or self._all_reduce_s is None:
+            return 0.0
+        return self._all_reduces * self._all_reduce_s(self.compute.allreduce_bytes(num_tokens))
 
     def step_s(self, num_tokens: int, sequences: int, attn_pairs: float, kv_read_tokens: float,
                chunk_context_tokens: float) -> float:
@@ -130,9 +143,10 @@ class DraftCost:
         ran them; `sequences`: those that sample (and get drafts)."""
         if not num_tokens:
             return 0.0
-        first = self.compute.step_time_s(num_tokens, sequences, attn_pairs, kv_read_tokens, chunk_context_tokens)
+        first = (self.compute.step_time_s(num_tokens, sequences, attn_pairs, kv_read_tokens, chunk_context_tokens)
+                 + self._collectives_s(num_tokens))
         if not sequences:  # prompt chunks alone: their positions written, nothing drafted
             return first
         # Each later pass: one query a sequence, attending its whole context (about the step's reads).
-        return first + (self.drafts - 1) * self.later.step_time_s(sequences, sequences, kv_read_tokens,
-                                                                   kv_read_tokens)
+        return first + (self.drafts - 1) * (self.later.step_time_s(sequences, sequences, kv_read_tokens,
+                                                                    kv_read_tokens) + self._collectives_s(sequences))

@@ -4,6 +4,7 @@ that every request of a workload fits it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from tokenpath.engine.profiles import listed
 from tokenpath.engine.spec import EngineSpec
 from tokenpath.engine.speculative import Speculation, mtp_head_shared
 from tokenpath.fabric.build import build_topology, default_fabric
-from tokenpath.fabric.collectives import NVLS_ALGORITHMS, Collectives
+from tokenpath.fabric.collectives import NVLS_ALGORITHMS, Collectives, fastest_s
 from tokenpath.fabric.spec import SwitchFabric
 from tokenpath.fabric.topology import Topology
 from tokenpath.sim import front_end
@@ -231,7 +232,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         speculation = Speculation(drafts, scenario.workload.draft_acceptance, scenario.seed)
         later = (_drafter(scenario, model, chip, assumptions, later_pass=True)
                  if engine.speculative.method in PROJECTION_ONCE_A_STEP else None)
-        draft = None if drafter is None else DraftCost(drafter, drafts, later)
+        draft = None if drafter is None else DraftCost(drafter, drafts, later, _all_reduce_s(collectives, placement))
     costs = GroupStepCosts(compute, collectives, placement, dep.expert_parallel, speculation, draft,
                            dep.moe_all_to_all)
     engines = dep.replicas * dep.pp
@@ -246,6 +247,15 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
         resolved = engine.with_running_from_kv(kv_tokens, model.max_context, workers)
     return Deployment(model, chip, compute, topology, collectives, placement, costs, kv_tokens, share, engines,
                       resolved, fabric_name, front_end.layout(scenario, engines))
+
+
+def _all_reduce_s(collectives: Collectives, placement: Placement) -> Callable[[float], float] | None:
+    """An all-reduce of a size over each replica's tensor-parallel group, at the fastest of what it can cost
+    (None for a group of one)."""
+    if placement.tp == 1:
+        return None
+    candidates = collectives.candidates("all_reduce", placement.tp_groups())
+    return lambda size_bytes: fastest_s(candidates, size_bytes)
 
 
 def _as_published(scenario: Scenario) -> str:
