@@ -153,11 +153,15 @@ def test_an_eagle_head_holds_its_layer_and_fc_and_not_the_targets_embedding_or_h
     assert doubled - eagle.weight_bytes_per_chip == 2 * EMBEDDING_BYTES - 2 * 2 * H * H
 
 
-def test_an_eagle3_head_holds_its_own_draft_vocabulary_head_and_3h_fc():
+def test_an_eagle3_head_holds_its_own_draft_vocabulary_head_3h_fc_and_2h_qkv():
     eagle3 = drafter_compute(load_model("llama-3.1-8b"), "eagle3", load_chip("h100"), 1, "bf16", "bf16")
     ops = {op.name: op.resident_bytes for op in eagle3.ops}
     assert ops["embedding"] == 0.0 and ops["lm_head"] == EAGLE3_DRAFT_VOCAB * H * 2
-    assert eagle3.weight_bytes_per_chip == 2 * (LAYER_PARAMS + 3 * H * H + EAGLE3_DRAFT_VOCAB * H)
+    # Its layer's QKV projection takes the embedding and the hidden state side by side: 2h in, so its
+    # weights are the layer's QKV over again (4096 x 6144 for Llama-3.1-8B's 32 + 2 x 8 heads of 128).
+    qkv = H * (32 + 2 * 8) * 128
+    assert ops["qkv_proj"] == 2 * 2 * qkv
+    assert eagle3.weight_bytes_per_chip == 2 * (LAYER_PARAMS + qkv + 3 * H * H + EAGLE3_DRAFT_VOCAB * H)
     # Its fc runs once a step, before the first pass: the later passes go without it.
     later = drafter_compute(load_model("llama-3.1-8b"), "eagle3", load_chip("h100"), 1, "bf16", "bf16",
                             later_pass=True)

@@ -12,6 +12,7 @@ token for each sequence that samples. The drafter's model:
 - "eagle", "eagle3": one dense decoder layer at the target's width and attention shape (bf16, as the
   published heads ship) after an input projection `fc` (2h -> h for EAGLE; 3h -> h for EAGLE-3, over
   three of the target's hidden states, run once a step: `combine_hidden_states` before the first pass),
+  EAGLE-3's layer taking the token's embedding beside the hidden state into its QKV projection (2h in),
   with an LM head over the target's vocabulary (EAGLE) or EAGLE-3's 32,000-token draft vocabulary;
 - "draft_model": the named model, whole, at the target's precision and tensor-parallel size (vLLM's
   default draft_tensor_parallel_size);
@@ -41,6 +42,9 @@ EAGLE3_DRAFT_VOCAB = 32_000
 INPUT_PROJECTION = {"eagle": 2, "eagle3": 3, "mtp": 2}
 # Methods whose input projection runs in the first pass of a step only (`drafter_compute`'s `later_pass`).
 PROJECTION_ONCE_A_STEP = frozenset({"eagle3"})
+# Hidden widths into the drafter layer's QKV projection: EAGLE-3's takes the token's embedding and the
+# hidden state side by side (ops.build_ops, `qkv_input_widths`); the others' one.
+QKV_INPUT_WIDTHS = {"eagle3": 2}
 
 
 def shared_with_target(method: str, mtp_head_shared: bool = True, pp: int = 1) -> frozenset[str]:
@@ -110,7 +114,7 @@ def drafter_compute(target: ModelSpec, method: str, chip: ChipSpec, tp: int, tar
     projection = 0 if later_pass and method in PROJECTION_ONCE_A_STEP else INPUT_PROJECTION.get(method, 0)
     return ComputeModel(model, chip, tp, drafter_precision(method, target_precision), kv_precision,
                         input_projection=projection, shared_weights=shared_with_target(method, mtp_head_shared, pp),
-                        **kwargs)
+                        qkv_input_widths=QKV_INPUT_WIDTHS.get(method, 1), **kwargs)
 
 
 class DraftCost:

@@ -155,6 +155,7 @@ class _Sharding:
     mla_absorbed_bf16: bool = False  # MLA's absorbed W_UK / W_UV kept as bf16 copies of a quantized kv_b_proj
     mxfp4_layout: Mxfp4Layout | None = None  # how the engine lays out MXFP4 routed experts (None: as loaded)
     expert_dispatch: bool = False  # with expert_parallel: a chip receives only the copies routed to its experts
+    qkv_input_widths: int = 1  # hidden widths into the QKV projection (an EAGLE-3 head's: 2)
 
     @property
     def act(self) -> float:
@@ -226,7 +227,8 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
               latent_attention: bool = True, weight_only_expert_time: float = 1.0,
               input_projection: int = 0, attention_dp_whole: frozenset[str] = frozenset(),
               expert_parallel: bool = False, mla_absorbed_bf16: bool = False,
-              mxfp4_layout: Mxfp4Layout | None = None, expert_dispatch: bool = False) -> list[LinearOp]:
+              mxfp4_layout: Mxfp4Layout | None = None, expert_dispatch: bool = False,
+              qkv_input_widths: int = 1) -> list[LinearOp]:
     """The op rows of one step, in execution order, for `model` sharded `tp` ways on `chip`.
 
     `expert_parallel` places routed experts whole, 1/tp of them per chip (roofline.ComputeModel): their
@@ -257,10 +259,14 @@ def build_ops(model: ModelSpec, chip: ChipSpec, tp: int, weight_precision: str, 
     None: as loaded).
 
     `expert_dispatch`: with `expert_parallel`, each token's routed copies go by all-to-all to the chips holding
-    their experts (DeepEP), so a chip's experts read and write only those copies' activations (_routed_experts)."""
+    their experts (DeepEP), so a chip's experts read and write only those copies' activations (_routed_experts).
+
+    `qkv_input_widths`: hidden widths into a (GQA) layer's QKV projection: an EAGLE-3 head's layer takes the
+    token's embedding and the hidden state side by side (vLLM's llama_eagle3.py, `qkv_input_size = 2 *
+    self.hidden_size` for its layer 0; SGLang's llama_eagle3.py likewise)."""
     s = _Sharding(model, chip, tp, weight_precision, kv_precision, assumptions,
                   expert_precision or weight_precision, latent_attention, weight_only_expert_time, expert_parallel,
-                  mla_absorbed_bf16, mxfp4_layout, expert_dispatch)
+                  mla_absorbed_bf16, mxfp4_layout, expert_dispatch, qkv_input_widths)
     data_parallel = attention_dp and tp > 1
     whole = dataclasses.replace(s, tp=1)
 
@@ -376,7 +382,7 @@ def _attention(s: _Sharding) -> list[LinearOp]:
 
 
 def _gqa_projection(s: _Sharding) -> tuple[list[LinearOp], _AttentionWidths]:
-    model, h = s.model, s.model.hidden_size
+    model, h = s.model, s.model.hidden_size * s.qkv_input_widths
     d, heads, kv_heads = model.head_dim, model.num_heads / s.tp, kv_heads_per_chip(model, s.tp)
     qkv = s.gemm("qkv_proj", model.num_layers, h * (heads + 2 * kv_heads) * d, h, (heads + 2 * kv_heads) * d)
     return [qkv], _AttentionWidths(d, d, d, d, 2 * kv_heads * d, heads * d)

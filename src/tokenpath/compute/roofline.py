@@ -141,7 +141,7 @@ class ComputeModel:
                  attention_dp_whole: frozenset[str] = frozenset(), pp_extra_layers: ExtraLayers = "before_last",
                  expert_parallel: bool = False, gemm_kernels_of: str | None = None,
                  mla_absorbed_bf16: bool = False, mxfp4_layout: Mxfp4Layout | None = None,
-                 expert_dispatch: bool = False):
+                 expert_dispatch: bool = False, qkv_input_widths: int = 1):
         _check_tp(model, tp)
         if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= model.num_layers:
             raise UserError(f"pp must be a whole number from 1 to {model.name}'s {model.num_layers} layers, got {pp!r}")
@@ -171,7 +171,8 @@ class ComputeModel:
         self.ops: list[LinearOp] = build_ops(model, chip, tp, weight_precision, kv_precision, assumptions,
                                              self.expert_precision, self.attention_dp, latent_attention,
                                              weight_only_expert_time, input_projection, attention_dp_whole,
-                                             expert_parallel, mla_absorbed_bf16, mxfp4_layout, expert_dispatch)
+                                             expert_parallel, mla_absorbed_bf16, mxfp4_layout, expert_dispatch,
+                                             qkv_input_widths)
         # A drafter's ops whose weights are the target's (compute/drafter.py): they run and stream those
         # weights as before, but hold none of their own.
         unknown = shared_weights - {op.name for op in self.ops}
