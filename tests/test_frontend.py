@@ -406,3 +406,16 @@ def test_a_run_of_steps_that_may_merge_is_taken_as_one_step_at_a_time(ready, wor
     done, queue, work = run.tokens_run(ready_ns, cost_s, frame_s)
     assert [tuple(map(int, w)) for w in zip(done, queue, work)] == each
     assert run.api_busy_ns == one.api_busy_ns
+
+
+def test_a_front_end_calibrated_on_serve_runs_as_serve_s_own_process(tmp_path):
+    # tokenpath serve tokenizes a benchmark's prompt on its loop and writes every event it is due: the
+    # scenario that prices serve's process (calibrated_server = "serve") is laid out so, whatever engine
+    # it names; one that prices the engine's runs vLLM's thread and merged events.
+    calibration = tmp_path / "delivery.toml"
+    calibration.write_text("")
+    def layout(server):
+        return front_end.layout(load_scenario(None, {"delivery.calibration": str(calibration),
+                                                     "delivery.calibrated_server": server}), 1)
+    assert not layout("serve").tokenizes_in_thread and not layout("serve").merges_events
+    assert layout("engine").tokenizes_in_thread and layout("engine").merges_events

@@ -37,6 +37,11 @@ def layout(scenario: Scenario, engines: int) -> Layout:
     total = api_servers(scenario)
     processes = -(-total // engines)  # rounded up, so that each process's share is at most one CPU
     profile = PROFILES[scenario.engine.scheduler]
+    # A calibration of `tokenpath serve` prices serve's own process, which tokenizes a prompt on its loop
+    # (serve/app.py: beyond INLINE_PARSE_BYTES in a thread, which a benchmark's prompts are not) and writes
+    # every event it is due, where the engine's process runs its own way
+    engine_process = not (scenario.delivery.calibration and scenario.delivery.calibrated_server == "serve")
     return Layout(detokenizes_in(scenario), processes, total / (engines * processes), 1 / engines,
-                  profile.outputs_per_event, profile.tokenizes_in_thread(scenario.engine.version),
-                  profile.merges_events)
+                  profile.outputs_per_event,
+                  engine_process and profile.tokenizes_in_thread(scenario.engine.version),
+                  engine_process and profile.merges_events)
