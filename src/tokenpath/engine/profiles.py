@@ -62,7 +62,7 @@ from tokenpath.engine.speculative import sglang_keeps_overlap, trtllm_keeps_over
 from tokenpath.engine.template_work import TemplateWork, no_template_work, vllm_template_work
 from tokenpath.engine.tokenizer_batching import (
     no_tokenizer_batch_wait,
-    tokenizes_on_loop,
+    no_tokenizer_thread,
     vllm_tokenizer_batch_wait_s,
     vllm_tokenizes_in_thread,
 )
@@ -739,7 +739,7 @@ PROFILES: dict[str, Profile] = {
         outputs_per_event=True,
         template_work=no_template_work,
         tokenizer_batch_wait_s=no_tokenizer_batch_wait,
-        tokenizes_in_thread=tokenizes_on_loop,
+        tokenizes_in_thread=no_tokenizer_thread,
         # The TokenizerManager's _wait_one_response streams a request's latest output (its text so far) once it
         # wakes, `state.out_list[-1]`, and drops the rest of the list
         merges_events=True,
@@ -880,7 +880,7 @@ PROFILES: dict[str, Profile] = {
         outputs_per_event=True,
         template_work=no_template_work,
         tokenizer_batch_wait_s=no_tokenizer_batch_wait,
-        tokenizes_in_thread=tokenizes_on_loop,
+        tokenizes_in_thread=no_tokenizer_thread,
         merges_events=False,  # (trtllm-serve's streams are not read here)
         launched_with="trtllm",
         offered_as_lever=True,

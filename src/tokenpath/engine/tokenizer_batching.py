@@ -46,8 +46,8 @@ def vllm_tokenizes_in_thread(release: str | None) -> bool:
     return release_at_least(release, VLLM_TOKENIZER_THREAD_SINCE)
 
 
-def tokenizes_on_loop(release: str | None) -> bool:
-    """An engine whose API server tokenizes on its event loop, in every release read."""
+def no_tokenizer_thread(release: str | None) -> bool:
+    """An engine whose API server tokenizes on its event loop (no thread of its own), in every release read."""
     return False
 
 
