@@ -163,7 +163,17 @@ def test_a_pool_sized_at_a_ratio_of_the_full_layers_tokens_holds_that_many():
 ])
 def test_sglang_holds_gpt_oss_sliding_layers_by_release(release, generation, speculative, ratio):
     from tokenpath.engine.sliding_pool import sglang_sliding_pool_ratio
-    assert sglang_sliding_pool_ratio(release, generation, speculative) == ratio
+    assert sglang_sliding_pool_ratio(release, generation, speculative, "GptOssForCausalLM") == ratio
+
+
+@pytest.mark.parametrize("architecture", ["MistralForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM",
+                                          "Phi3ForCausalLM", ""])
+def test_sglang_gives_a_hybrid_pool_only_to_the_architectures_it_lists(architecture):
+    # SGLang's is_hybrid_swa_model lists gpt-oss, Llama 4, Gemma 4 and a few others; every other sliding-window
+    # model (Mistral 7B v0.1's every layer, Gemma 3's five of six) holds every token in every layer.
+    from tokenpath.engine.sliding_pool import sglang_sliding_pool_ratio
+    assert sglang_sliding_pool_ratio(None, "Hopper", False, architecture) == 1.0
+    assert sglang_sliding_pool_ratio(None, "Hopper", False, "Llama4ForConditionalGeneration") == 0.8
 
 
 def test_sglang_0_5_6_charges_gpt_oss_every_layer_where_vllm_frees_the_window():

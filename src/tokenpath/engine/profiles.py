@@ -296,7 +296,7 @@ class Profile:
     # A sliding-window model's sliding layers in the KV pool (engine/sliding_pool.py): their tokens per
     # full-attention token, by release, chip generation and whether a drafter runs; None: the engine frees
     # the blocks out of the window (vLLM V1's hybrid KV-cache manager).
-    sliding_pool_ratio: Callable[[str | None, str, bool], float] | None
+    sliding_pool_ratio: Callable[[str | None, str, bool, str], float] | None
     # Tokens a KV-cache block holds where [engine] leaves block_size out, or its rule by release
     # (engine/kv_blocks.py).
     default_block_size: int | Callable[[str | None], int]

@@ -412,12 +412,12 @@ class EngineSpec(BaseModel):
         margin = self.profile.measured_kv_margin
         return None if margin is None else margin(self.version, generation)
 
-    def sliding_pool_ratio(self, generation: str) -> float | None:
-        """A sliding-window model's sliding-layer tokens per full-attention token in this release's KV pool
-        on a chip of `generation` (Profile.sliding_pool_ratio), or None where the engine frees the blocks
-        out of a window."""
+    def sliding_pool_ratio(self, generation: str, architecture: str) -> float | None:
+        """A sliding-window model's (of `architecture`) sliding-layer tokens per full-attention token in this
+        release's KV pool on a chip of `generation` (Profile.sliding_pool_ratio), or None where the engine
+        frees the blocks out of a window."""
         rule = self.profile.sliding_pool_ratio
-        return None if rule is None else rule(self.version, generation, self.speculative is not None)
+        return None if rule is None else rule(self.version, generation, self.speculative is not None, architecture)
 
     def graph_max_tokens(self, hbm_bytes: float, tp: int) -> int | None:
         """`cuda_graph_max_tokens`, or the profile's on a GPU of `hbm_bytes` at `tp` in this release

@@ -213,7 +213,7 @@ def _build_deployment(scenario: Scenario, assumptions: Assumptions) -> Deploymen
                                                drafter if engine.drafter_in_pool else None,
                                                sampler_bytes, engine.profile.memory_share_covers,
                                                engine.kv_margin(chip.generation),
-                                               engine.sliding_pool_ratio(chip.generation),
+                                               engine.sliding_pool_ratio(chip.generation, model.architecture),
                                                engine.block_size,
                                                engine.profile.pp_batches_share_running_cap,
                                                indexes_on_chip_bytes(scenario, chip)) // dep.pp
