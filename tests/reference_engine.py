@@ -121,9 +121,9 @@ class Rules:
     # one runs the budget left, its drafts trimmed, and those after wait ("trim": vLLM V1's scheduler).
     past_budget: str = "run"
     # Overlapped, an engine left with nothing else to run first runs the batch it formed while the last step ran,
-    # which still decodes the sequences that step finished (SGLang's event_loop_overlap), rather than leaving
-    # them out of it.
-    runs_finished: bool = False
+    # which still decodes the sequences that step finished (SGLang's event_loop_overlap before 0.5.22), rather
+    # than leaving them out of it: up to this release (exclusive; None: never)
+    runs_finished_until: str | None = None
     # From this release ("0": every one; None: none) a waiting prompt is admitted only while the free blocks
     # hold the whole of it, not only the chunk it runs first (vLLM V1's scheduler_reserve_full_isl from 0.19.0;
     # vLLM V0's block manager, which sizes the whole prompt).
@@ -137,7 +137,8 @@ RULES = {
                      overlapped=False, keeps="computed", whole_prompt_since="0"),
     "prefill-first": Rules(prefills_alone=lambda spec: not spec.mixed_chunk, chunk_in_blocks=False, headroom=True,
                            overlapped=True, keeps="prefilled", requeue_back=True, below_budget=True,
-                           fewest_outputs_first=True, waits_for_a_leave=True, hold=_sglang_hold, runs_finished=True),
+                           fewest_outputs_first=True, waits_for_a_leave=True, hold=_sglang_hold,
+                           runs_finished_until="0.5.22"),
     "trtllm": Rules(prefills_alone=lambda spec: False, chunk_in_blocks=True, headroom=False, overlapped=True,
                     keeps=None, past_budget="wait"),
 }
@@ -363,7 +364,8 @@ class _Replica:
         # just run keeps its slot, blocks and reservation while that batch is formed (`unseen`).
         self.finish_lag = self.lagged and self.window == 1
         self.unseen: list[tuple[int, int, int, int]] = []  # (request, computed, blocks, reserved)
-        self.runs_finished = self.finish_lag and rules.runs_finished
+        self.runs_finished = self.finish_lag and rules.runs_finished_until is not None and not release_at_least(
+            spec.version, rules.runs_finished_until)
         # An overlapped host launches a step's kernels while the GPU runs the step before, once its own work
         # in that step is done: how long before the step starts (0 after an idle wait).
         self.ahead_s = 0.0

@@ -693,8 +693,10 @@ def test_prefill_first_pauses_decoding_for_a_newcomers_prefill():
 
 def test_an_overlapped_scheduler_admits_a_newcomer_one_step_later():
     # As above, with the host overlapped (SGLang's and TensorRT-LLM's default): the batch of A's fourth
-    # step was formed when its third started, before B arrived, so B's prefill waits one more step.
-    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False)
+    # step was formed when its third started, before B arrived, so B's prefill waits one more step. (SGLang
+    # 0.5.21, the last release that runs the batch it formed for finished sequences, below.)
+    spec = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False,
+                      version="0.5.21")
     trace = engine([10, 50], [5, 2], arrivals_s=[0.0, 0.0025], spec=spec)
     # (the last step: the batch formed while A and B's last tokens were made decodes them once more, below)
     assert list(trace.step_tokens) == [10, 1, 1, 1, 50, 2, 2]
@@ -715,20 +717,23 @@ def test_sglang_runs_the_batch_it_formed_for_finished_sequences_before_a_newcome
         arrival_ms, sglang_prefill_ms, sglang_steps):
     """SGLang's overlapped loop launches the batch after a step before it takes that step's outputs in, so
     the sequences that finished in the step decode once more in it, their tokens dropped, and a request
-    received meanwhile joins the batch after it (Profile.runs_finished_batch). TensorRT-LLM leaves a request
-    that has made its last token out of the next batch: its newcomer starts as it arrives."""
+    received meanwhile joins the batch after it (Profile.runs_finished_batch), up to 0.5.21. TensorRT-LLM, and
+    SGLang from 0.5.22, leave a request that has made its last token out of the next batch: its newcomer
+    starts as it arrives."""
     limits = dict(max_num_seqs=8, max_num_batched_tokens=100, chunked_prefill=False)
     arrivals = [0.0, arrival_ms / 1e3]
     # A: its prompt at 0-1 ms and two decodes, its last token at 3 ms; B: a prompt and one token
-    sglang = engine([10, 50], [3, 1], arrivals_s=arrivals, spec=EngineSpec(scheduler="prefill-first", **limits))
+    sglang = engine([10, 50], [3, 1], arrivals_s=arrivals,
+                    spec=EngineSpec(scheduler="prefill-first", version="0.5.21", **limits))
     assert sglang.step_start_ns[sglang.token_steps(1, 2)[0]] == sglang_prefill_ms * 1e6
     assert len(sglang.step_start_ns) == sglang_steps  # B's finished sequence decodes once more too
     if sglang_steps == 6:
         assert sglang.step_start_ns[3] == 3_000_000 and sglang.step_tokens[3] == 1  # A's extra decode
     assert sglang.compute_ns.tolist() == [3_000_000, 1_000_000]  # no request is charged for a dropped decode
-    trtllm = engine([10, 50], [3, 1], arrivals_s=arrivals, spec=EngineSpec(scheduler="trtllm", **limits))
-    assert trtllm.step_start_ns[trtllm.token_steps(1, 2)[0]] == max(arrival_ms, 3.0) * 1e6
-    assert len(trtllm.step_start_ns) == 4
+    for spec in (EngineSpec(scheduler="trtllm", **limits), EngineSpec(scheduler="prefill-first", **limits)):
+        newer = engine([10, 50], [3, 1], arrivals_s=arrivals, spec=spec)
+        assert newer.step_start_ns[newer.token_steps(1, 2)[0]] == max(arrival_ms, 3.0) * 1e6
+        assert len(newer.step_start_ns) == 4
 
 
 def test_prefill_first_runs_a_chunked_prompt_back_to_back():
@@ -748,11 +753,12 @@ def test_prefill_first_with_mixed_chunks_forms_the_batches_of_vllm_v1():
             np.sort(rng.uniform(0, 0.03, n)))
     limits = dict(max_num_seqs=16, max_num_batched_tokens=128)
     # A cache with room: SGLang's admission headroom (new_token_ratio.py), which vLLM lacks, never binds.
-    mixed = engine(*args, spec=EngineSpec(scheduler="prefill-first", mixed_chunk=True, **limits), kv_tokens=10**9)
+    mixed = engine(*args, spec=EngineSpec(scheduler="prefill-first", mixed_chunk=True, version="0.5.21", **limits),
+                   kv_tokens=10**9)
     v1 = engine(*args, spec=EngineSpec(**limits), kv_tokens=10**9)
-    # Its overlapped loop runs a batch more at the end, the sequences that finished last decoding once more
-    # (Profile.runs_finished_batch): the same steps before it. (Only the overlapped host launches a step ahead,
-    # which these costs do not read.)
+    # Its overlapped loop (0.5.21) runs a batch more at the end, the sequences that finished last decoding once
+    # more (Profile.runs_finished_batch): the same steps before it. (Only the overlapped host launches a step
+    # ahead, which these costs do not read.)
     steps = [field for field in mixed.__dataclass_fields__ if field.startswith("step_") and field != "step_ahead_ns"]
     assert_same_trace(mixed, v1, ignore=("step_ahead_ns", *steps))
     assert len(mixed.step_start_ns) == len(v1.step_start_ns) + 1
@@ -1228,11 +1234,10 @@ def test_random_aborts_under_speculative_decoding_give_the_same_trace_in_both_en
 @pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm-v0", "prefill-first", "trtllm"])
 def test_a_request_the_whole_cache_cannot_hold_is_refused_not_preempted_forever(scheduler):
     """8 blocks of 16 tokens: taking blocks as it grows, a 64-token prompt can produce 65 tokens (the last
-    one's KV is never written) and not 66; reserving (TensorRT-LLM) it reserves the 65th too. (SGLang's batch
-    formed with its last step decodes it once more, Profile.runs_finished_batch: a step more.)"""
+    one's KV is never written) and not 66; reserving (TensorRT-LLM) it reserves the 65th too."""
     spec = EngineSpec(scheduler=scheduler, block_size=16)
     fits = 64 if spec.kv_admission == "reserve" else 65
     trace = engine([64], [fits], spec=spec, kv_tokens=8 * 16)
-    assert len(trace.step_start_ns) == fits + (scheduler == "prefill-first")
+    assert len(trace.step_start_ns) == fits
     with pytest.raises(ValueError, match=f"a request of {64 + fits + 1} tokens needs more than the 8 KV blocks"):
         engine([64, 10], [fits + 1, 10], spec=spec, kv_tokens=8 * 16)

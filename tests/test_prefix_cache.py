@@ -307,9 +307,9 @@ def test_sglang_keeps_a_retracted_requests_last_prefill_cached(prefix_caching, r
     # has decoded about ten and its rest counts at the ratio: in 14 blocks of 16 the two outgrow the cache and
     # B, with the fewest tokens made, is retracted with 101 computed. It keeps its prompt's 64 tokens (its last
     # prefill's) and recomputes the 37 it decoded; without prefix caching all 101. (Its last token's batch
-    # decodes it once more: Profile.runs_finished_batch.)
+    # decodes it once more in 0.5.21: Profile.runs_finished_batch.)
     spec = EngineSpec(scheduler="prefill-first", max_num_batched_tokens=256, max_num_seqs=8, block_size=BLOCK,
-                      prefix_caching=prefix_caching)
+                      prefix_caching=prefix_caching, version="0.5.21")
     trace = run_engine(np.array([0, 10_500_000]), np.array([64, 64]), np.array([60, 40]), FixedCosts(),
                        LastMile(NO_NETWORK), spec, BLOCK * 14)
     assert trace.times_preempted.tolist() == [0, 1]

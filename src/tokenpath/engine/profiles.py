@@ -93,6 +93,17 @@ VLLM_WHOLE_PROMPT_ADMISSION_SINCE = "0.19.0"
 # (vllm/entrypoints/openai/cli_args.py, `default=1` in 0.14.0).
 VLLM_API_SERVER_PER_REPLICA_SINCE = "0.15.0"
 VLLM_ASYNC_SCHEDULING_WITH_PP_SINCE = "0.15.0"
+# SGLang's overlapped loop leaves out of the batch it forms the requests whose result in flight finishes them
+# by length (enable_skip_finishing_decode, `_reqs_finishing_inflight` in managers/scheduler.py: read in the
+# wheels of 0.5.21, not yet, and of 0.5.22 and 0.5.23), so one left with nothing else runs no batch for them.
+# (A request that ends at its end-of-sequence token still gets that batch; the simulation's requests end at
+# their drawn lengths, as a benchmark's max_tokens ends them.)
+SGLANG_SKIPS_FINISHING_DECODE_SINCE = "0.5.22"
+
+
+def sglang_runs_finished_batch(release: str | None) -> bool:
+    """Whether SGLang's overlapped loop in `release` runs the batch it formed for its finished requests."""
+    return not release_at_least(release, SGLANG_SKIPS_FINISHING_DECODE_SINCE)
 
 ApiServers = Literal["per-replica", "per-server"]
 
@@ -200,8 +211,8 @@ class Profile:
     # finishes (it takes their outputs in after launching that batch), and it takes in no new request
     # before that batch has run: an engine left with nothing else to run runs it first, one more decode of
     # each, their tokens dropped (engine/replica.py, _run_finished_batch). False where its scheduler
-    # leaves a request that has reached its max_tokens out of the next batch.
-    runs_finished_batch: bool
+    # leaves a request that has reached its max_tokens out of the next batch. Or by release.
+    runs_finished_batch: bool | Callable[[str | None], bool]
     # The host time per kernel it pays for a step that replays no graph, its Python launching the kernels
     # one by one, unless [engine] eager_host says not (the registry's name; None: it launches them from
     # compiled code); the kernels a step of its model code runs, where that code fuses a layer differently
@@ -674,9 +685,10 @@ PROFILES: dict[str, Profile] = {
         # event_loop_overlap (managers/scheduler.py) forms and launches batch N+1 before it processes batch N's
         # results, which finish its requests, and receives requests only at the top of its next pass, after
         # waiting for N+1's; N+1 decodes the finished ones once more and process_batch_result_decode drops that
-        # token ("Free the one extra delayed token", scheduler_output_processor_mixin.py): read in 0.5.6 and
-        # the current source.
-        runs_finished_batch=True,
+        # token ("Free the one extra delayed token", scheduler_output_processor_mixin.py): read in 0.5.6 to
+        # 0.5.21. From 0.5.22 it leaves out of N+1 the requests N's result finishes by length (sglang_runs_
+        # finished_batch).
+        runs_finished_batch=sglang_runs_finished_batch,
         eager_host="eager_host_per_kernel_s",  # calibrated on SGLang (engine/host_time.py)
         layer_kernels=None,
         fused_mxfp4_moe_calls=SGLANG_FUSED_MXFP4_MOE_CALLS,

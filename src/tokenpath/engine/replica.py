@@ -156,7 +156,7 @@ class Replica:
         self.finish_lag = self.lagged and self.window == 1
         # ... and, where the profile's scheduler does (Profile.runs_finished_batch), still runs that batch for
         # them once nothing else is left to run (_run_finished_batch).
-        self.runs_finished_batch = self.finish_lag and spec.profile.runs_finished_batch
+        self.runs_finished_batch = self.finish_lag and spec.runs_finished_batch
         self.unseen: list[tuple[int, int, int | None]] = []  # (request, context, blocks: None, its context's)
         # ... and launches its kernels while the GPU runs that step, once its own work in it is done: the
         # next step's host is `ahead_s` ahead of the GPU (0 after an idle engine's wait, or not overlapped,

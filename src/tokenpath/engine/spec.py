@@ -399,6 +399,13 @@ class EngineSpec(BaseModel):
         return rule(self.version) if callable(rule) else rule
 
     @property
+    def runs_finished_batch(self) -> bool:
+        """Whether this release, overlapped and left with nothing else, runs the batch it formed for the
+        sequences its last step finished (Profile.runs_finished_batch)."""
+        rule = self.profile.runs_finished_batch
+        return rule(self.version) if callable(rule) else rule
+
+    @property
     def api_servers_per_replica(self) -> bool:
         """Whether this release runs an API-server process per data-parallel replica by default, or one
         for the server (Profile.api_servers)."""
