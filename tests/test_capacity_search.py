@@ -213,3 +213,4 @@ def test_an_slo_missed_at_every_rate_stops_where_requests_are_hours_apart(monkey
     assert min(made) >= 100 / MAX_ARRIVAL_SPAN_S
     assert str(error.value).startswith("capacity: the SLO is missed even at ")
     assert "(ttft_p99 off its target by 5x) with requests hours apart, so a request alone misses it" in str(error.value)
+    assert error.value.simulations == len(made)  # what a search that finds no rate still ran (search counts it)

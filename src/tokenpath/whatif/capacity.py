@@ -57,6 +57,14 @@ _NAMES_TEXT = (f"METRIC_STAT=DURATION (at most) with METRIC one of {', '.join(ME
                "(at most, e.g. requests_with_stalls=0.05)")
 
 
+class NoCapacity(UserError):
+    """A capacity search that found no rate to answer with, and the simulations it ran to find that."""
+
+    def __init__(self, message: str, simulations: int) -> None:
+        super().__init__(message)
+        self.simulations = simulations
+
+
 @dataclass(frozen=True)
 class Target:
     """One SLO target: the summary metric it reads, its limit, and which side of the limit passes."""
@@ -218,7 +226,10 @@ def search(base: Base, slo: dict[str, Target], tolerance: float = DEFAULT_TOLERA
     start, factor = (_START_RATE_PER_S if math.isinf(start) else start), 2.0
     runs, history = 0, []
     for _ in range(max_doublings + 1):
-        low, high, simulated = _bracketed(base, slo, requests, start, factor, tolerance, workers, progress)
+        try:
+            low, high, simulated = _bracketed(base, slo, requests, start, factor, tolerance, workers, progress)
+        except NoCapacity as error:  # (counting the lengths searched before this one too)
+            raise NoCapacity(str(error), runs + error.simulations) from None
         runs += simulated
         history.append({"num_requests": requests, "request_rate": low.rate_per_s, "above": high.rate_per_s,
                         "settled": low.summary["load"].get("settled")})
@@ -307,17 +318,18 @@ def _bracketed(base: Base, slo: dict[str, Target], requests: int, start: float, 
                     break
     if low is None:
         alone = " with requests hours apart, so a request alone misses it" if high.rate_per_s <= 1 / 3600 else ""
-        raise UserError(f"capacity: the SLO is missed even at {high.rate_per_s:.3g} req/s "
-                        f"({_refused_text(high, slo)}){alone}; loosen it or change the scenario")
+        raise NoCapacity(f"capacity: the SLO is missed even at {high.rate_per_s:.3g} req/s "
+                         f"({_refused_text(high, slo)}){alone}; loosen it or change the scenario", runs)
     if high is None:
         cap = base.scenario().workload.max_concurrency
         if cap is not None:
-            raise UserError(f"capacity: the SLO is met at every rate up to {low.rate_per_s:.3g} req/s: the scenario's "
-                            f"workload.max_concurrency holds at most {cap} requests in flight, so a higher rate adds "
-                            "no load and no rate binds; drop max_concurrency to search the rate (or vary it in a "
-                            "sweep)")
-        raise UserError(f"capacity: the SLO is met at every rate up to {low.rate_per_s:.3g} req/s, and no run is "
-                        f"overloaded: within {requests:,} requests it never binds; tighten it or raise --num-requests")
+            raise NoCapacity(f"capacity: the SLO is met at every rate up to {low.rate_per_s:.3g} req/s: the "
+                             f"scenario's workload.max_concurrency holds at most {cap} requests in flight, so a higher "
+                             "rate adds no load and no rate binds; drop max_concurrency to search the rate (or vary "
+                             "it in a sweep)", runs)
+        raise NoCapacity(f"capacity: the SLO is met at every rate up to {low.rate_per_s:.3g} req/s, and no run is "
+                         f"overloaded: within {requests:,} requests it never binds; tighten it or raise "
+                         "--num-requests", runs)
     while high.rate_per_s - low.rate_per_s > tolerance * low.rate_per_s:
         step = (high.rate_per_s - low.rate_per_s) / (workers + 1)
         for point in run([low.rate_per_s + step * k for k in range(1, workers + 1)]):

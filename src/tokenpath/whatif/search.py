@@ -32,7 +32,15 @@ from tokenpath.delivery.calibration import CalibratedCost
 from tokenpath.sim.overrides import apply_overrides
 from tokenpath.sim.scenario import Scenario
 from tokenpath.whatif.bound import capacity_bound_per_s, decode_tokens_per_step, step_limit_s
-from tokenpath.whatif.capacity import DEFAULT_STABILITY, DEFAULT_TOLERANCE, Point, Target, ok, search
+from tokenpath.whatif.capacity import (
+    DEFAULT_STABILITY,
+    DEFAULT_TOLERANCE,
+    NoCapacity,
+    Point,
+    Target,
+    ok,
+    search,
+)
 from tokenpath.whatif.layouts import (
     LIMIT_FACTORS,
     Candidate,
@@ -152,6 +160,8 @@ def evaluate(base: Base, overrides: dict[str, Any], slo: dict[str, Target], refe
                               f"{high_rate:.4g} {at}, as it is"}
     try:
         document = search(candidate_base(base, overrides), slo, tolerance, workers, progress, stability)
+    except NoCapacity as error:
+        return {"stage": "failed", "reason": str(error), "simulations": runs + error.simulations}
     except UserError as error:
         return {"stage": "failed", "reason": str(error), "simulations": runs}
     return {"stage": "searched", "capacity": document, "simulations": runs + document["simulations"],
