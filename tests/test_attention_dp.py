@@ -165,10 +165,12 @@ def test_prompts_go_to_the_ranks_in_turn_and_the_step_lasts_as_the_rank_with_the
 
 def test_sglangs_ranks_each_take_their_share_of_the_chunked_budget():
     # SGLang divides chunked_prefill_size by the attention ranks (arg_groups/parallel_hook.py): a lone
-    # 4,000-token prompt on 4 ranks runs in chunks of 2,048 / 4 = 512, one a step (then its decode, and the
-    # batch formed with it decoding the finished request once more: Profile.runs_finished_batch).
+    # 4,000-token prompt on 4 ranks runs in chunks of 2,048 / 4 = 512, one a step, then its decode (up to
+    # 0.5.21 also the batch formed with it, decoding the finished request once more:
+    # Profile.runs_finished_batch).
     sglang = EngineSpec(scheduler="prefill-first", max_num_seqs=8, max_num_batched_tokens=2048)
-    assert run_ranks(4, [4000], sglang) == [512] * 7 + [416, None, None]
+    assert run_ranks(4, [4000], sglang) == [512] * 7 + [416, None]
+    assert run_ranks(4, [4000], sglang.model_copy(update={"version": "0.5.21"})) == [512] * 7 + [416, None, None]
     # Each rank chunks a prompt of its own (a scheduler's chunked_req, managers/scheduler.py): requests 0
     # and 1 (ranks 0 and 1) run 512 tokens each in the first step, their last 488 in the second.
     assert run_ranks(4, [1000, 1000], sglang)[:3] == [512, 488, None]
