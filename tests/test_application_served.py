@@ -296,3 +296,17 @@ def test_a_reranker_on_the_model_s_gpu_reads_the_question_not_the_template():
         return prepare(scenario).shared.kernel_ns([0])
 
     assert rerank_job_ns(**{"workload.chat_template_tokens": 2000}) == rerank_job_ns()
+
+
+def test_a_client_further_away_moves_every_request_of_a_shared_gpu_stage_by_its_round_trip():
+    # The stages run beside the server from when a request reaches it, so 80 ms more of round trip moves
+    # every server-side event by 40 ms, the reranker's jobs on the model's GPU with the model calls, and
+    # each request's TTFT and E2E by 80 ms exactly. (The client's half round trip had lain between the
+    # stages and the model call: the jobs moved against the calls, TTFT by -105 to +248 ms.)
+    def run(rtt):
+        run = simulate(load_scenario("rag", {"workload.num_requests": 300, "delivery.network_rtt": rtt})).run
+        order = np.argsort(run.request_index)
+        return run.ttft_ns[order], run.e2e_ns[order]
+    (ttft_near, e2e_near), (ttft_far, e2e_far) = run("20 ms"), run("100 ms")
+    assert set((ttft_far - ttft_near).tolist()) == {80_000_000}
+    assert set((e2e_far - e2e_near).tolist()) == {80_000_000}

@@ -5,6 +5,7 @@ the stages on the request's critical path its own layer, `application` (applicat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -37,28 +38,42 @@ def question_tokens(requests: Requests, workload: WorkloadSpec) -> np.ndarray:
     return question
 
 
+def upload_times_ns(upload_ns: Callable[[int], int] | None, prompt_tokens: np.ndarray) -> np.ndarray:
+    """Each model call's way from the client to the server (`upload_ns` of its prompt: LastMile.upload_ns, as
+    the engine times it), once per distinct length; zeros without one."""
+    if upload_ns is None:
+        return np.zeros(len(prompt_tokens), np.int64)
+    lengths, which = np.unique(prompt_tokens, return_inverse=True)
+    return np.array([upload_ns(int(n)) for n in lengths], np.int64)[which]
+
+
 def model_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Generator,
-                assumptions: Assumptions = DEFAULTS,
-                question: np.ndarray | None = None) -> tuple[Requests, Timeline | AgentPlan]:
+                assumptions: Assumptions = DEFAULTS, question: np.ndarray | None = None,
+                upload_ns: Callable[[int], int] | None = None) -> tuple[Requests, Timeline | AgentPlan]:
     """The requests as the model call sends them, in the order they reach the server: each user send
     delayed by the stages before the model, each prompt grown by the model stage's template and chunks;
     and each request's timeline, in that order. With an agent loop, every call of each request
     (sim/agent.py). Stages served on queues of their own are timed under `assumptions`
     (application/service.py) on each request's `question` tokens (`question_tokens`; unset, the
-    client's prompt)."""
+    client's prompt). The stages run beside the server: their queues take each request once it has
+    reached the server, its send plus `upload_ns` of its prompt (the engine's own upload, which the model
+    call then pays in the engine as it reaches it), so a client further away moves every server-side
+    event of a request alike."""
     check_alone(requests)
     if spec.model.loop is not None:
-        return agent_calls(spec, *model_calls(around_loop(spec), requests, rng, assumptions, question), rng)
+        return agent_calls(spec, *model_calls(around_loop(spec), requests, rng, assumptions, question, upload_ns),
+                           rng)
     n = len(requests)
     send_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
     latency_ns = draw_latencies_ns(spec, n, rng)
     question = requests.client_input_tokens if question is None else question
-    laid = timeline(spec, latency_ns, n, queues(spec, send_ns, question, assumptions))
+    prompt = spec.model.prompt
+    added = 0 if prompt is None else prompt.added_tokens
+    reach_ns = send_ns + upload_times_ns(upload_ns, requests.input_tokens + added)
+    laid = timeline(spec, latency_ns, n, queues(spec, reach_ns, question, assumptions))
     laid = streaming(spec, latency_ns, laid)
     call_ns = send_ns + laid.pre_ns
     order = np.argsort(call_ns, kind="stable")
-    prompt = spec.model.prompt
-    added = 0 if prompt is None else prompt.added_tokens
     prefixes, template = requests.prefixes, requests.template_tokens
     moved = Requests(call_ns[order] / 1e9, requests.input_tokens[order] + added, requests.output_tokens[order],
                      None if prefixes is None else prefixes.take(order), None,

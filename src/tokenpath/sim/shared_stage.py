@@ -25,7 +25,7 @@ from tokenpath.application.timeline import Timeline, draw_latencies_ns, timeline
 from tokenpath.compute.chip import ChipSpec
 from tokenpath.config.assumptions import Assumptions
 from tokenpath.config.errors import UserError
-from tokenpath.sim.application import check_alone, question_tokens
+from tokenpath.sim.application import check_alone, question_tokens, upload_times_ns
 from tokenpath.sim.scenario import Scenario
 from tokenpath.workload import Requests
 
@@ -40,14 +40,18 @@ class SharedStage:
     when each job was done, for the final layout (`laid`)."""
 
     def __init__(self, spec: ApplicationSpec, stage: StageSpec, send_ns: np.ndarray, question_tokens: np.ndarray,
-                 latency_ns: dict[str, np.ndarray], chip: ChipSpec, assumptions: Assumptions) -> None:
+                 latency_ns: dict[str, np.ndarray], chip: ChipSpec, assumptions: Assumptions,
+                 upload_ns: np.ndarray | None = None) -> None:
+        """`upload_ns`: each request's way to the server (its model call's upload, which the engine adds as
+        the call reaches it): the stages, this one's jobs on the GPU among them, run from there."""
         self.spec, self.name, self.send_ns, self.latency_ns = spec, stage.name, send_ns, latency_ns
         n = len(send_ns)
+        self.upload_ns = np.zeros(n, np.int64) if upload_ns is None else upload_ns
         away = self._laid(np.full(n, -_FAR_NS, np.int64))
         self.begin_ns = away.start_ns[stage.name]
         self.without_ns = away.pre_ns  # C
         self.after_ns = self._laid(np.full(n, _FAR_NS, np.int64)).pre_ns - _FAR_NS - self.begin_ns  # D
-        self.ready_ns = send_ns + self.begin_ns
+        self.ready_ns = send_ns + self.upload_ns + self.begin_ns
         self.done_ns = np.full(n, -1, np.int64)
         self._kernel = batch_ns(chip_forward(stage, chip, assumptions), request_tokens(stage, question_tokens),
                                 stage.served.batch)
@@ -56,10 +60,11 @@ class SharedStage:
         return self._kernel(np.asarray(rows, np.int64))
 
     def release_ns(self, row: int, done_ns: int) -> int:
-        """Request `row`'s job was done at `done_ns`: when its model call is sent."""
+        """Request `row`'s job was done at `done_ns`: when its model call is sent (its stages' time after the
+        send, counted from its arrival at the server; the engine adds the way there)."""
         self.done_ns[row] = done_ns
-        send = int(self.send_ns[row])
-        return send + max(int(self.without_ns[row]), done_ns - send + int(self.after_ns[row]))
+        send, reached = int(self.send_ns[row]), int(self.send_ns[row] + self.upload_ns[row])
+        return send + max(int(self.without_ns[row]), done_ns - reached + int(self.after_ns[row]))
 
     def rows(self, rows: np.ndarray) -> _Rows:
         """The jobs of `rows` (a replica's requests), numbered as that replica numbers them."""
@@ -96,7 +101,8 @@ def shared_stage(spec: ApplicationSpec) -> StageSpec | None:
 
 
 def shared_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Generator, scenario: Scenario,
-                 chip: ChipSpec, assumptions: Assumptions) -> tuple[Requests, SharedStage]:
+                 chip: ChipSpec, assumptions: Assumptions,
+                 upload_ns: Callable[[int], int] | None = None) -> tuple[Requests, SharedStage]:
     """The requests as the engine gets them, in the order of the user's sends (each sent when its job is
     done), their prompts grown by the model stage's; and the shared stage's jobs. The stages' times are
     drawn as model_calls draws them (one seed, one result); those on queues of their own are timed here,
@@ -108,10 +114,12 @@ def shared_calls(spec: ApplicationSpec, requests: Requests, rng: np.random.Gener
     send_ns = np.rint(requests.arrival_s * 1e9).astype(np.int64)
     latency_ns = draw_latencies_ns(spec, n, rng)
     question = question_tokens(requests, scenario.workload)
-    latency_ns.update(_queue_times(spec, queues(spec, send_ns, question, assumptions), latency_ns, stage.name, n))
-    jobs = SharedStage(spec, stage, send_ns, question, latency_ns, chip, assumptions)
     prompt = spec.model.prompt
     added = 0 if prompt is None else prompt.added_tokens
+    upload = upload_times_ns(upload_ns, requests.input_tokens + added)  # (the stages run from the server)
+    latency_ns.update(_queue_times(spec, queues(spec, send_ns + upload, question, assumptions), latency_ns,
+                                   stage.name, n))
+    jobs = SharedStage(spec, stage, send_ns, question, latency_ns, chip, assumptions, upload)
     return Requests(requests.arrival_s, requests.input_tokens + added, requests.output_tokens, requests.prefixes,
                     None, requests.template_tokens), jobs
 

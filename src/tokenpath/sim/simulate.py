@@ -86,12 +86,15 @@ def prepare(scenario: Scenario) -> Prepared:
         return Prepared(scenario, deployment, requests)
     assumptions = scenario.resolved_assumptions()  # served stages' and retrieval indexes' times read them
     rng = _rng(scenario, _APPLICATION_STREAM)
+    # (the stages run once a request has reached the server: the engine's way there, LastMile.upload_ns)
+    upload_ns = LastMile(scenario.resolved_delivery(), deployment.front_end).upload_ns
     with assumptions.active():
         if shared_stage(app) is not None:
-            requests, jobs = shared_calls(app, requests, rng, scenario, deployment.chip, assumptions)
+            requests, jobs = shared_calls(app, requests, rng, scenario, deployment.chip, assumptions, upload_ns)
             check_fits(requests, deployment, scenario)
             return Prepared(scenario, deployment, requests, shared=jobs)
-        requests, laid = model_calls(app, requests, rng, assumptions, question_tokens(requests, scenario.workload))
+        requests, laid = model_calls(app, requests, rng, assumptions, question_tokens(requests, scenario.workload),
+                                     upload_ns)
     if isinstance(laid, AgentPlan):
         check_calls(scenario, requests, deployment)
     else:
