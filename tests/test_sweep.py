@@ -156,7 +156,9 @@ seed = {seed}
      "axes.workload.arrival.rate: a range has min, max and optionally log, got max, min, step"),
     ('scenario = "typical"\n[axes]\n"deployment.tpp" = [1, 2]', "tpp"),
     # a seed with list axes alone draws nothing (and a bad one was numpy's traceback)
-    ('scenario = "typical"\nseed = 5\n[axes]\n"deployment.tp" = [4, 8]', "seed seeds the draws of range axes"),
+    ('scenario = "typical"\nseed = 5\n[axes]\n"deployment.tp" = [4, 8]',
+     "seed seeds the draws of range axes, and every axis here is a list; remove it (the simulations' seed is the "
+     "scenario's: overrides = { seed = N })"),
     ('scenario = "typical"\nseed = "abc"\n[axes]\n"deployment.tp" = [4, 8]', "seed seeds the draws of range axes"),
     ('scenario = "typical"\nsamples = 2\nseed = -1\n[axes]\n"workload.arrival.rate" = {min = 1, max = 5}',
      "seed must be an integer >= 0, got -1"),

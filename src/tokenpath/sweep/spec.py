@@ -176,7 +176,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise UserError(f"{source}: samples is for range axes, and every axis here is a list; remove it")
     elif "seed" in table:
         raise UserError(f"{source}: seed seeds the draws of range axes, and every axis here is a list; remove it "
-                        "(the simulations' seed is the scenario's: overrides = {{ seed = N }})")
+                        "(the simulations' seed is the scenario's: overrides = { seed = N })")
     _check_size(source, math.prod(len(values) for values in grid.values()), samples if ranges else None)
     rng = np.random.default_rng(seed)
     drawn = {key: _range_values(spec, samples, rng) for key, spec in ranges.items()}
