@@ -28,6 +28,7 @@ take no host time of their own (they run inside the target's step).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 from tokenpath.compute.chip import ChipSpec
@@ -134,8 +135,10 @@ class DraftCost:
         self.later = compute if later is None else later
         self._all_reduce_s = all_reduce_s
         self._all_reduces = compute.allreduces_per_layer * compute.model.num_layers if compute.tp > 1 else 0
+        # (each step asks for a pass's or two: its sizes repeat, as the target's traffic's do: engine/costs.py)
+        self._collectives_s = functools.lru_cache(maxsize=65536)(self._collectives_uncached_s)
 
-    def _collectives_s(self, num_tokens: int) -> float:
+    def _collectives_uncached_s(self, num_tokens: int) -> float:
         """One pass's all-reduces over `num_tokens` tokens."""
         if not self._all_reduces or self._all_reduce_s is None:
             return 0.0
